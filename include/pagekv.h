@@ -1,0 +1,213 @@
+/* pagekv — a portable LLM-inference runtime around a paged KV cache.
+ *
+ * Conventions of this header:
+ *  - every fallible function returns pkv_status (0 = OK, negative = error) or a
+ *    handle that is NULL on failure; pkv_errmsg() then gives the specifics;
+ *  - unless a function says otherwise, on error nothing is changed;
+ *  - params structs come from pkv_<thing>_default_params() and are passed by value;
+ *  - pkv_<thing>_free(NULL) / _close(NULL) is a no-op.
+ * The library never exits, aborts or prints to stdout. */
+#ifndef PAGEKV_H
+#define PAGEKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ base */
+
+typedef enum pkv_status {
+    PKV_OK = 0,
+    PKV_ERR_INVALID = -1,      /* bad argument: NULL, out of bounds, overlap, bad shape */
+    PKV_ERR_NOMEM = -2,        /* host or device allocation failed */
+    PKV_ERR_OUT_OF_PAGES = -3, /* KV page pool exhausted; recoverable, nothing changed */
+    PKV_ERR_IO = -4,           /* file could not be opened, read or written */
+    PKV_ERR_FORMAT = -5,       /* malformed or mismatching file contents */
+    PKV_ERR_UNSUPPORTED = -6,  /* valid request this build or device cannot do */
+    PKV_ERR_DEVICE = -7,       /* a device operation failed (driver error, lost device) */
+    PKV_ERR_MISMATCH = -8,     /* two objects that must agree do not (layouts, devices) */
+    PKV_ERR_NOT_FOUND = -9,    /* no such device, key, tensor or sequence */
+    PKV_ERR_INTERNAL = -10,    /* an internal invariant failed: a pagekv bug */
+} pkv_status;
+
+/* Static text for a status, e.g. "out of KV pages". Never NULL. */
+const char *pkv_status_str(pkv_status s);
+
+/* The message of the last failure on this thread, with specifics (which file,
+ * which tensor, which layer, expected and found). "" when none. */
+const char *pkv_errmsg(void);
+
+typedef enum pkv_log_level {
+    PKV_LOG_DEBUG = 0,
+    PKV_LOG_INFO = 1,
+    PKV_LOG_WARN = 2,
+    PKV_LOG_ERROR = 3,
+    PKV_LOG_NONE = 4,
+} pkv_log_level;
+
+typedef void (*pkv_log_fn)(pkv_log_level level, const char *msg, void *user);
+
+/* Route library log lines to fn (NULL restores the default: stderr). Lines below
+ * min_level are dropped. Not thread-safe against concurrent logging; set it first. */
+void pkv_log_set(pkv_log_fn fn, void *user, pkv_log_level min_level);
+
+/* Allocator hooks. Every allocation of the library goes through them.
+ * realloc(NULL, n) allocates; free(NULL) is a no-op. NULL fn restores libc. */
+typedef struct pkv_allocator {
+    void *(*alloc)(size_t size, void *user);
+    void *(*realloc)(void *ptr, size_t size, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} pkv_allocator;
+
+void pkv_allocator_set(const pkv_allocator *a);
+
+/* Test hook: make the n-th allocation from now fail (1 = the next one); 0 disables.
+ * Returns how many allocations were made since the last call, so a test can
+ * learn how many allocations an operation makes and then fail each in turn. */
+uint64_t pkv_alloc_fail_at(uint64_t n);
+/* Number of live allocations made through the hooks (for leak checks in tests). */
+int64_t pkv_alloc_live(void);
+
+/* IEEE half and bfloat16, round to nearest even; NaN, Inf and subnormals exact. */
+uint16_t pkv_f32_to_f16(float f);
+float pkv_f16_to_f32(uint16_t h);
+uint16_t pkv_f32_to_bf16(float f);
+float pkv_bf16_to_f32(uint16_t h);
+
+/* Element types. Values equal GGML's type ids so GGUF files map directly. */
+typedef enum pkv_type {
+    PKV_TYPE_F32 = 0,
+    PKV_TYPE_F16 = 1,
+    PKV_TYPE_Q4_0 = 2,
+    PKV_TYPE_Q8_0 = 8,
+    PKV_TYPE_Q4_K = 12,
+    PKV_TYPE_Q5_K = 13,
+    PKV_TYPE_Q6_K = 14,
+    PKV_TYPE_Q8_K = 15,
+    PKV_TYPE_I32 = 26,
+    PKV_TYPE_BF16 = 30,
+    PKV_TYPE_COUNT = 40,
+} pkv_type;
+
+/* "f32", "q8_0", ... or NULL for an unknown value. */
+const char *pkv_type_name(pkv_type t);
+/* Parse a type name (case-insensitive). Returns PKV_ERR_NOT_FOUND for unknown names. */
+pkv_status pkv_type_from_name(const char *name, pkv_type *out);
+/* Elements per block and bytes per block (1 and 4 for f32; 32 and 34 for q8_0).
+ * 0 for unknown types. */
+size_t pkv_type_block_elems(pkv_type t);
+size_t pkv_type_block_bytes(pkv_type t);
+/* Bytes of a row of n elements; 0 if t is unknown or n is not a multiple of the block. */
+size_t pkv_type_row_bytes(pkv_type t, size_t n);
+
+/* ---------------------------------------------------------------- device */
+
+/* A device: a backend instance with its own memory and in-order queue.
+ * Device memory is opaque (invariant I1): it is reached only through the
+ * transfer functions below, at any byte offset (I2). */
+typedef struct pkv_device pkv_device;
+typedef struct pkv_buffer pkv_buffer;
+
+typedef enum pkv_device_kind {
+    PKV_DEVICE_CPU = 0,
+    PKV_DEVICE_VULKAN = 1,
+    PKV_DEVICE_CUDA = 2,
+    PKV_DEVICE_TEST = 3, /* the faulty test device */
+} pkv_device_kind;
+
+typedef struct pkv_device_caps {
+    char name[64];         /* "cpu", "cpu:1", "vulkan:0", "faulty" */
+    char description[128]; /* backend and driver, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    pkv_device_kind kind;
+    uint64_t memory_bytes; /* usable device memory, bytes */
+    size_t transfer_align; /* natural alignment of transfers in bytes; any offset is still
+                              accepted, unaligned heads/tails just take a slower path */
+    size_t max_buffer_bytes; /* largest single buffer, bytes */
+    bool host_memory;      /* buffers live in this process's host memory */
+    bool has_kernels;      /* the compute kernels are implemented */
+} pkv_device_caps;
+
+typedef struct pkv_device_params {
+    int n_threads;          /* CPU worker threads; 0 = number of cores */
+    uint64_t memory_limit;  /* cap on allocated bytes; 0 = no cap beyond the device's */
+} pkv_device_params;
+
+pkv_device_params pkv_device_default_params(void);
+
+/* Names of the devices that can be opened here, in order: "cpu", then
+ * "cpu:1".."cpu:<n_extra_cpu>", then "vulkan:N", then "faulty" when the
+ * environment has PKV_FAULTY_DEVICE=1. Writes at most max names of up to 63
+ * chars into names[i]; *n gets the total. why, when not NULL, receives a line
+ * explaining missing backends (e.g. "vulkan: no loader found"). */
+pkv_status pkv_device_enumerate(int n_extra_cpu, char (*names)[64], int max, int *n,
+                                char *why, size_t why_size);
+
+/* Open a device by name (see pkv_device_enumerate). Each call makes a new
+ * instance with its own memory and queue. NULL on failure. */
+pkv_device *pkv_device_open(const char *name, pkv_device_params params);
+/* Waits for queued work, then frees the device. Buffers must be freed first. */
+void pkv_device_close(pkv_device *dev);
+
+const pkv_device_caps *pkv_device_get_caps(const pkv_device *dev);
+const char *pkv_device_name(const pkv_device *dev);
+/* Bytes currently allocated in buffers of this device. */
+uint64_t pkv_device_allocated(const pkv_device *dev);
+/* Can kernels running on `compute` read and write buffers of `storage`?
+ * True only for the same device in this version. */
+bool pkv_device_can_access(const pkv_device *compute, const pkv_device *storage);
+
+/* Allocate size bytes (> 0) of device memory; contents are undefined. */
+pkv_buffer *pkv_buffer_alloc(pkv_device *dev, size_t size);
+void pkv_buffer_free(pkv_buffer *buf);
+size_t pkv_buffer_size(const pkv_buffer *buf);
+pkv_device *pkv_buffer_device(const pkv_buffer *buf);
+
+/* Transfers. All are queued in order with the device's compute work (I3).
+ * write copies from src before returning (src may be reused at once).
+ * read waits for all earlier work on the device and returns the bytes.
+ * A zero length is valid and does nothing. Bounds are checked: an out-of-range
+ * region returns PKV_ERR_INVALID naming the buffer size, offset and length. */
+pkv_status pkv_buffer_write(pkv_buffer *dst, size_t off, const void *src, size_t n);
+pkv_status pkv_buffer_read(pkv_buffer *src, size_t off, void *dst, size_t n);
+pkv_status pkv_buffer_fill(pkv_buffer *dst, size_t off, size_t n, uint8_t value);
+/* Copy n bytes. src and dst may be the same buffer but the ranges must not overlap.
+ * Buffers on different devices are copied through host staging. */
+pkv_status pkv_buffer_copy(pkv_buffer *src, size_t src_off, pkv_buffer *dst, size_t dst_off,
+                           size_t n);
+
+typedef struct pkv_region {
+    size_t src_off;
+    size_t dst_off;
+    size_t size;
+} pkv_region;
+
+/* Copy many regions from src to dst in one operation (one command buffer on GPU).
+ * No destination region may overlap another destination region, and when src == dst
+ * no destination may overlap any source region. */
+pkv_status pkv_buffer_copy_regions(pkv_buffer *src, pkv_buffer *dst, const pkv_region *regions,
+                                   size_t n_regions);
+
+/* Submit queued work without waiting. */
+pkv_status pkv_device_flush(pkv_device *dev);
+/* Wait until all queued work on the device has finished. */
+pkv_status pkv_device_sync(pkv_device *dev);
+
+/* ------------------------------------------------------------- kv cache */
+/* (section owned by the KV layer: src/kv/) */
+
+/* ---------------------------------------------------------------- model */
+/* (section owned by the model layer: src/model/) */
+
+/* --------------------------------------------------------------- engine */
+/* (section owned by the engine layer: src/engine/) */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PAGEKV_H */

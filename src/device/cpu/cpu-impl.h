@@ -1,0 +1,23 @@
+/* CPU backend internals shared by its transfer code (cpu.c), its kernels
+ * (cpu-kernels.c, ref.c) and the faulty test device that wraps it. */
+#ifndef PKV_CPU_IMPL_H
+#define PKV_CPU_IMPL_H
+
+#include "device/device-impl.h"
+
+typedef struct pkv_cpu_ctx {
+    char name[64];
+    pkv_pool *pool; /* n_threads workers, including the caller */
+} pkv_cpu_ctx;
+
+/* A CPU buffer handle is the start of its host memory (uint8_t *). Only code in
+ * src/device/cpu/ and src/device/faulty/ may turn a pkv_tref into a pointer. */
+static inline void *pkv_cpu_ptr(pkv_tref t) { return (uint8_t *)t.buf->handle + t.off; }
+
+/* The CPU kernel table (cpu-kernels.c). */
+extern const pkv_kernel_ops pkv_cpu_kernel_ops;
+
+/* The CPU transfer table, reused by the faulty device. */
+extern const pkv_backend_ops pkv_cpu_backend_ops;
+
+#endif

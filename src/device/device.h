@@ -1,0 +1,170 @@
+/* Internal device-layer API used by the kv and model layers: the compute kernels.
+ * Each pkv_k_* function checks that every buffer belongs to `dev`, that every
+ * region it will touch lies inside its buffer, and that the shape is sane, then
+ * queues the kernel on the device in order with transfers (I3).
+ *
+ * Conventions: a pkv_tref names (buffer, byte offset). Shapes are listed
+ * outermost first; "f32 [n][cols]" means n rows of cols contiguous floats.
+ * Unless stated, input and output may not alias; "in place ok" says otherwise.
+ * The plain-C reference of every kernel lives in src/device/cpu/ref.c and is the
+ * definition of its result. */
+#ifndef PKV_DEVICE_H
+#define PKV_DEVICE_H
+
+#include "pagekv.h"
+
+typedef struct pkv_tref {
+    pkv_buffer *buf;
+    size_t off; /* bytes */
+} pkv_tref;
+
+static inline pkv_tref pkv_tref_make(pkv_buffer *buf, size_t off) {
+    pkv_tref t = {buf, off};
+    return t;
+}
+
+/* y = x · Wᵀ. W: wtype [rows][cols] (rows of pkv_type_row_bytes(wtype, cols)
+ * bytes; cols a multiple of the type's block). x: f32 [n][cols]. y: f32 [n][rows]. */
+typedef struct pkv_k_matmul_args {
+    pkv_tref w;
+    pkv_type wtype;
+    int64_t rows, cols;
+    pkv_tref x;
+    pkv_tref y;
+    int64_t n;
+} pkv_k_matmul_args;
+
+/* out[i] = dequant(W[ids[i]]). W: wtype [n_vocab][cols]. ids: i32 [n], each in
+ * [0, n_vocab) (the kernel writes zeros for an id out of range). out: f32 [n][cols]. */
+typedef struct pkv_k_get_rows_args {
+    pkv_tref w;
+    pkv_type wtype;
+    int64_t n_vocab, cols;
+    pkv_tref ids;
+    pkv_tref out;
+    int64_t n;
+} pkv_k_get_rows_args;
+
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. x, y: f32 [n_rows][row_len]; w: f32
+ * [row_len]. In place ok. Used with row_len = head_dim for per-head Q/K norms. */
+typedef struct pkv_k_rms_norm_args {
+    pkv_tref x, w, y;
+    int64_t n_rows, row_len;
+    float eps;
+} pkv_k_rms_norm_args;
+
+/* y[i] = a[i] + b[i % b_len] for i in [0, n). a, y: f32 [n]; b: f32 [b_len];
+ * b_len divides n (b_len == n: plain add; b_len == row length: bias). In place ok. */
+typedef struct pkv_k_add_args {
+    pkv_tref a, b, y;
+    int64_t n, b_len;
+} pkv_k_add_args;
+
+/* y[i] = silu(g[i]) * u[i], silu(x) = x / (1 + exp(-x)). f32 [n]. y may alias g. */
+typedef struct pkv_k_swiglu_args {
+    pkv_tref g, u, y;
+    int64_t n;
+} pkv_k_swiglu_args;
+
+/* Rotary embedding, in place, on rows of x (f32 or f16).
+ * Row r lives at x.off + row(r) * row_stride bytes, with row(r) = rows[r], or r when
+ * rows.buf is NULL; it holds n_heads heads of head_dim elements, head h at element
+ * h * head_dim. Only the first n_rot (even, <= head_dim) dims of a head rotate.
+ * With theta_i = pos[r] * freq_scale * freq_base^(-2i/n_rot), i in [0, n_rot/2):
+ *   normal (llama):  pairs (2i, 2i+1);   neox (qwen2/3): pairs (i, i + n_rot/2);
+ *   (a, b) -> (a cos - b sin, a sin + b cos).
+ * Rotations compose, so rotating cached K by a position delta re-positions it.
+ * pos: i32 [n_rows]. max_rows bounds row(r) for the bounds check. */
+typedef struct pkv_k_rope_args {
+    pkv_tref x;
+    pkv_type dtype; /* f32 or f16 */
+    int64_t n_rows, max_rows;
+    size_t row_stride; /* bytes */
+    int n_heads, head_dim, n_rot;
+    bool neox;
+    float freq_base, freq_scale;
+    pkv_tref pos;
+    pkv_tref rows; /* buf NULL: identity */
+} pkv_k_rope_args;
+
+/* dst row idx[i] = convert(src row i), i in [0, n): the KV-cache write.
+ * src: f32, row i at src.off + i*src_stride, row_elems elements.
+ * dst: dst_type (f32 or f16), row j at dst.off + j*dst_stride; idx: i32 [n] in
+ * [0, dst_rows). */
+typedef struct pkv_k_set_rows_args {
+    pkv_tref src;
+    size_t src_stride;
+    pkv_tref dst;
+    pkv_type dst_type;
+    size_t dst_stride;
+    int64_t dst_rows;
+    pkv_tref idx;
+    int64_t n, row_elems;
+} pkv_k_set_rows_args;
+
+/* Paged grouped-query causal attention.
+ * q:   f32 [n_q][n_head][dk]
+ * k:   kv_type [n_pages][page_size][n_kv][dk]    (one shard's pool, page-major)
+ * v:   kv_type [n_pages][page_size][n_kv][dv]
+ * out: f32 [n_q][n_head][dv]
+ * meta: i32, laid out as
+ *   q_seq[n_q]   sequence of each query row, in [0, n_seq)
+ *   q_len[n_q]   KV tokens visible to the query (causal limit), >= 1
+ *   indptr[n_seq + 1], pages[indptr[n_seq]]   CSR block table: sequence s owns
+ *                pages[indptr[s] .. indptr[s+1]), token t at page pages[indptr[s] +
+ *                t / page_size], slot t % page_size.
+ * Query head h reads KV head h / (n_head / n_kv). Scores are scaled by `scale`.
+ * The kernel skips page ids outside [0, n_pages) (they cannot come from kv/). */
+typedef struct pkv_k_attention_args {
+    pkv_tref q, k, v, out, meta;
+    pkv_type kv_type;
+    int n_q, n_seq, meta_pages; /* meta_pages = indptr[n_seq], for the bounds check */
+    int n_pages, page_size;
+    int n_head, n_kv, dk, dv;
+    float scale;
+} pkv_k_attention_args;
+
+/* Row-wise softmax, f32 [n_rows][row_len]; in place ok. */
+typedef struct pkv_k_softmax_args {
+    pkv_tref x, y;
+    int64_t n_rows, row_len;
+} pkv_k_softmax_args;
+
+/* out[r] = index of the largest x[r][*] (first on ties). x: f32 [n_rows][row_len];
+ * out: i32 [n_rows]. */
+typedef struct pkv_k_argmax_args {
+    pkv_tref x, out;
+    int64_t n_rows, row_len;
+} pkv_k_argmax_args;
+
+/* The kernel slots of a backend. A NULL slot means "not supported on this device". */
+typedef struct pkv_kernel_ops {
+    /* Which weight types matmul/get_rows accept; NULL = all of the reference's. */
+    bool (*supports_type)(void *ctx, pkv_type t);
+    pkv_status (*matmul)(void *ctx, const pkv_k_matmul_args *a);
+    pkv_status (*get_rows)(void *ctx, const pkv_k_get_rows_args *a);
+    pkv_status (*rms_norm)(void *ctx, const pkv_k_rms_norm_args *a);
+    pkv_status (*add)(void *ctx, const pkv_k_add_args *a);
+    pkv_status (*swiglu)(void *ctx, const pkv_k_swiglu_args *a);
+    pkv_status (*rope)(void *ctx, const pkv_k_rope_args *a);
+    pkv_status (*set_rows)(void *ctx, const pkv_k_set_rows_args *a);
+    pkv_status (*attention)(void *ctx, const pkv_k_attention_args *a);
+    pkv_status (*softmax)(void *ctx, const pkv_k_softmax_args *a);
+    pkv_status (*argmax)(void *ctx, const pkv_k_argmax_args *a);
+} pkv_kernel_ops;
+
+pkv_status pkv_k_matmul(pkv_device *dev, const pkv_k_matmul_args *a);
+pkv_status pkv_k_get_rows(pkv_device *dev, const pkv_k_get_rows_args *a);
+pkv_status pkv_k_rms_norm(pkv_device *dev, const pkv_k_rms_norm_args *a);
+pkv_status pkv_k_add(pkv_device *dev, const pkv_k_add_args *a);
+pkv_status pkv_k_swiglu(pkv_device *dev, const pkv_k_swiglu_args *a);
+pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a);
+pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a);
+pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a);
+pkv_status pkv_k_softmax(pkv_device *dev, const pkv_k_softmax_args *a);
+pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a);
+
+/* Does the device have kernel slot `k` for weight type t (matmul/get_rows)? */
+bool pkv_device_supports_weight(const pkv_device *dev, pkv_type t);
+
+#endif /* PKV_DEVICE_H */

@@ -1,0 +1,192 @@
+/* Kernel dispatch: check that each argument lives on the device and that every
+ * region the kernel will touch is inside its buffer, then call the backend.
+ * Backends may trust these checks (they still guard page ids read from device
+ * memory, which no host-side check can see). */
+#include "device/device-impl.h"
+
+#include <stdio.h>
+
+typedef struct {
+    const char *kernel;
+    pkv_device *dev;
+} kctx;
+
+/* A tensor argument of `bytes` bytes at t: on the device, inside its buffer. */
+static pkv_status arg(const kctx *k, const char *name, pkv_tref t, uint64_t bytes) {
+    if (!t.buf) return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: argument %s is NULL", k->kernel, k->dev->caps.name, name);
+    if (t.buf->dev != k->dev)
+        return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: argument %s is a buffer of device %s", k->kernel,
+                       k->dev->caps.name, name, t.buf->dev->caps.name);
+    if (t.off > t.buf->size || bytes > t.buf->size - t.off)
+        return pkv_err(PKV_ERR_INVALID,
+                       "kernel %s on %s: argument %s needs %llu bytes at offset %zu, buffer has %zu bytes",
+                       k->kernel, k->dev->caps.name, name, (unsigned long long)bytes, t.off, t.buf->size);
+    return PKV_OK;
+}
+
+static pkv_status start(kctx *k, pkv_device *dev, const char *kernel, const void *args, void *slot) {
+    k->kernel = kernel;
+    k->dev = dev;
+    if (!dev) return pkv_err(PKV_ERR_INVALID, "kernel %s: device is NULL", kernel);
+    if (!args) return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: args is NULL", kernel, dev->caps.name);
+    if (!dev->ops->kernels || !slot)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s is not implemented on device %s", kernel, dev->caps.name);
+    return PKV_OK;
+}
+
+#define KOPS(dev) ((dev) && (dev)->ops->kernels ? (dev)->ops->kernels : NULL)
+#define SLOT(dev, name) (KOPS(dev) ? (void *)KOPS(dev)->name : NULL)
+#define TRY(x)                                                                             \
+    do {                                                                                   \
+        pkv_status _s = (x);                                                               \
+        if (_s) return _s;                                                                 \
+    } while (0)
+#define SHAPE(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            char _m[256];                                                                  \
+            snprintf(_m, sizeof _m, __VA_ARGS__);                                          \
+            return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: %s", k.kernel, k.dev->caps.name, _m); \
+        }                                                                                  \
+    } while (0)
+
+bool pkv_device_supports_weight(const pkv_device *dev, pkv_type t) {
+    const pkv_kernel_ops *ko = KOPS(dev);
+    if (!ko || !ko->matmul) return false;
+    if (pkv_type_block_elems(t) == 0 || t == PKV_TYPE_I32) return false;
+    return ko->supports_type ? ko->supports_type(dev->ctx, t) : true;
+}
+
+static pkv_status weight_type(const kctx *k, pkv_type t, int64_t cols) {
+    if (!pkv_device_supports_weight(k->dev, t))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: weight type %s is not supported on this device",
+                       k->kernel, k->dev->caps.name, pkv_type_name(t) ? pkv_type_name(t) : "(unknown)");
+    if (cols <= 0 || pkv_type_row_bytes(t, (size_t)cols) == 0)
+        return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: %lld columns is not a whole number of %s blocks",
+                       k->kernel, k->dev->caps.name, (long long)cols, pkv_type_name(t));
+    return PKV_OK;
+}
+
+pkv_status pkv_k_matmul(pkv_device *dev, const pkv_k_matmul_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "matmul", a, SLOT(dev, matmul)));
+    SHAPE(a->rows > 0 && a->n > 0, "rows %lld, n %lld", (long long)a->rows, (long long)a->n);
+    TRY(weight_type(&k, a->wtype, a->cols));
+    TRY(arg(&k, "w", a->w, (uint64_t)a->rows * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
+    TRY(arg(&k, "x", a->x, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    TRY(arg(&k, "y", a->y, (uint64_t)a->n * (uint64_t)a->rows * 4));
+    return dev->ops->kernels->matmul(dev->ctx, a);
+}
+
+pkv_status pkv_k_get_rows(pkv_device *dev, const pkv_k_get_rows_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "get_rows", a, SLOT(dev, get_rows)));
+    SHAPE(a->n_vocab > 0 && a->n > 0, "n_vocab %lld, n %lld", (long long)a->n_vocab, (long long)a->n);
+    TRY(weight_type(&k, a->wtype, a->cols));
+    TRY(arg(&k, "w", a->w, (uint64_t)a->n_vocab * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
+    TRY(arg(&k, "ids", a->ids, (uint64_t)a->n * 4));
+    TRY(arg(&k, "out", a->out, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    return dev->ops->kernels->get_rows(dev->ctx, a);
+}
+
+pkv_status pkv_k_rms_norm(pkv_device *dev, const pkv_k_rms_norm_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "rms_norm", a, SLOT(dev, rms_norm)));
+    SHAPE(a->n_rows > 0 && a->row_len > 0, "n_rows %lld, row_len %lld", (long long)a->n_rows, (long long)a->row_len);
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(arg(&k, "x", a->x, bytes));
+    TRY(arg(&k, "w", a->w, (uint64_t)a->row_len * 4));
+    TRY(arg(&k, "y", a->y, bytes));
+    return dev->ops->kernels->rms_norm(dev->ctx, a);
+}
+
+pkv_status pkv_k_add(pkv_device *dev, const pkv_k_add_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "add", a, SLOT(dev, add)));
+    SHAPE(a->n > 0 && a->b_len > 0 && a->n % a->b_len == 0, "n %lld is not a multiple of b_len %lld",
+          (long long)a->n, (long long)a->b_len);
+    TRY(arg(&k, "a", a->a, (uint64_t)a->n * 4));
+    TRY(arg(&k, "b", a->b, (uint64_t)a->b_len * 4));
+    TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
+    return dev->ops->kernels->add(dev->ctx, a);
+}
+
+pkv_status pkv_k_swiglu(pkv_device *dev, const pkv_k_swiglu_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "swiglu", a, SLOT(dev, swiglu)));
+    SHAPE(a->n > 0, "n %lld", (long long)a->n);
+    TRY(arg(&k, "g", a->g, (uint64_t)a->n * 4));
+    TRY(arg(&k, "u", a->u, (uint64_t)a->n * 4));
+    TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
+    return dev->ops->kernels->swiglu(dev->ctx, a);
+}
+
+pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "rope", a, SLOT(dev, rope)));
+    SHAPE(a->dtype == PKV_TYPE_F32 || a->dtype == PKV_TYPE_F16, "dtype must be f32 or f16");
+    SHAPE(a->n_rows > 0 && a->n_heads > 0 && a->head_dim > 0, "empty shape");
+    SHAPE(a->n_rot > 0 && a->n_rot % 2 == 0 && a->n_rot <= a->head_dim,
+          "n_rot %d must be even and in (0, head_dim %d]", a->n_rot, a->head_dim);
+    SHAPE(a->freq_base > 0 && a->freq_scale > 0, "freq_base and freq_scale must be > 0");
+    size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
+    uint64_t row_bytes = (uint64_t)a->n_heads * (uint64_t)a->head_dim * es;
+    SHAPE(a->row_stride >= row_bytes, "row stride %zu < row of %llu bytes", a->row_stride, (unsigned long long)row_bytes);
+    int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
+    SHAPE(max_rows >= (a->rows.buf ? 1 : a->n_rows), "max_rows %lld", (long long)max_rows);
+    TRY(arg(&k, "x", a->x, (uint64_t)(max_rows - 1) * a->row_stride + row_bytes));
+    TRY(arg(&k, "pos", a->pos, (uint64_t)a->n_rows * 4));
+    if (a->rows.buf) TRY(arg(&k, "rows", a->rows, (uint64_t)a->n_rows * 4));
+    return dev->ops->kernels->rope(dev->ctx, a);
+}
+
+pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "set_rows", a, SLOT(dev, set_rows)));
+    SHAPE(a->dst_type == PKV_TYPE_F32 || a->dst_type == PKV_TYPE_F16, "dst_type must be f32 or f16");
+    SHAPE(a->n > 0 && a->row_elems > 0 && a->dst_rows > 0, "empty shape");
+    size_t es = a->dst_type == PKV_TYPE_F32 ? 4 : 2;
+    SHAPE(a->src_stride >= (size_t)a->row_elems * 4 && a->dst_stride >= (size_t)a->row_elems * es,
+          "strides smaller than a row");
+    TRY(arg(&k, "src", a->src, (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4));
+    TRY(arg(&k, "dst", a->dst, (uint64_t)(a->dst_rows - 1) * a->dst_stride + (uint64_t)a->row_elems * es));
+    TRY(arg(&k, "idx", a->idx, (uint64_t)a->n * 4));
+    return dev->ops->kernels->set_rows(dev->ctx, a);
+}
+
+pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "attention", a, SLOT(dev, attention)));
+    SHAPE(a->kv_type == PKV_TYPE_F32 || a->kv_type == PKV_TYPE_F16, "kv_type must be f32 or f16");
+    SHAPE(a->n_q > 0 && a->n_seq > 0 && a->n_pages > 0 && a->page_size > 0 && a->meta_pages >= 0, "empty shape");
+    SHAPE(a->n_kv > 0 && a->n_head > 0 && a->n_head % a->n_kv == 0, "n_head %d is not a multiple of n_kv %d",
+          a->n_head, a->n_kv);
+    SHAPE(a->dk > 0 && a->dv > 0, "head sizes dk %d, dv %d", a->dk, a->dv);
+    size_t es = a->kv_type == PKV_TYPE_F32 ? 4 : 2;
+    uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
+    TRY(arg(&k, "q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4));
+    TRY(arg(&k, "k", a->k, slots * (uint64_t)a->dk * es));
+    TRY(arg(&k, "v", a->v, slots * (uint64_t)a->dv * es));
+    TRY(arg(&k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
+    TRY(arg(&k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
+    return dev->ops->kernels->attention(dev->ctx, a);
+}
+
+pkv_status pkv_k_softmax(pkv_device *dev, const pkv_k_softmax_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "softmax", a, SLOT(dev, softmax)));
+    SHAPE(a->n_rows > 0 && a->row_len > 0, "empty shape");
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(arg(&k, "x", a->x, bytes));
+    TRY(arg(&k, "y", a->y, bytes));
+    return dev->ops->kernels->softmax(dev->ctx, a);
+}
+
+pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "argmax", a, SLOT(dev, argmax)));
+    SHAPE(a->n_rows > 0 && a->row_len > 0, "empty shape");
+    TRY(arg(&k, "x", a->x, (uint64_t)a->n_rows * (uint64_t)a->row_len * 4));
+    TRY(arg(&k, "out", a->out, (uint64_t)a->n_rows * 4));
+    return dev->ops->kernels->argmax(dev->ctx, a);
+}
