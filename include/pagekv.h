@@ -197,6 +197,39 @@ pkv_status pkv_device_flush(pkv_device *dev);
 /* Wait until all queued work on the device has finished. */
 pkv_status pkv_device_sync(pkv_device *dev);
 
+/* Conformance suite (invariant I2). Each test reports one row through `report`.
+ * The functions return PKV_OK when every test passed, PKV_ERR_DEVICE when one
+ * failed (the row's detail names the primitive, offset and size of the first
+ * mismatch), or another error when the suite itself could not run. */
+typedef struct pkv_check_result {
+    const char *device; /* "cpu", or "cpu -> cpu:1" for cross-device tests */
+    const char *test;   /* "write", "read", "fill", "copy", "copy_regions", "kernel matmul q8_0"... */
+    bool passed;
+    bool skipped;       /* not applicable on this device; detail says why */
+    long count;         /* operations checked */
+    double seconds;
+    char detail[256];   /* first mismatch, or tolerance and worst error for kernels */
+} pkv_check_result;
+
+typedef void (*pkv_check_report_fn)(const pkv_check_result *r, void *user);
+
+typedef struct pkv_check_params {
+    uint64_t seed;   /* 0 = a fixed default seed */
+    int iterations;  /* random operations per transfer test; 0 = 2000 */
+} pkv_check_params;
+
+pkv_check_params pkv_check_default_params(void);
+/* Random writes, reads, fills, copies and batched copies at random offsets and
+ * sizes (zero, one byte, unaligned, last byte, whole buffer), verified against a
+ * host shadow copy. */
+pkv_status pkv_check_transfers(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user);
+/* Copies from a to b and back through the device layer's staging. */
+pkv_status pkv_check_cross(pkv_device *a, pkv_device *b, pkv_check_params p, pkv_check_report_fn report,
+                           void *user);
+/* Every kernel on dev against the plain-C reference on random inputs, within
+ * stated normalized-mean-squared-error tolerances. */
+pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user);
+
 /* ------------------------------------------------------------- kv cache */
 /* (section owned by the KV layer: src/kv/) */
 

@@ -1,0 +1,9 @@
+/* Entry points of the pagekv subcommands; each returns the process exit code. */
+#ifndef PKV_CLI_COMMANDS_H
+#define PKV_CLI_COMMANDS_H
+
+int pkv_cli_devices(int argc, char **argv);
+int pkv_cli_check(int argc, char **argv);
+int pkv_cli_bench_kv(int argc, char **argv); /* src/cli/cmd-bench-kv.c */
+
+#endif
