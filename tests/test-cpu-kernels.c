@@ -330,7 +330,7 @@ static void matmul_vs_ref(pkv_device *dev, const char *label) {
         const pkv_type t = types[ti];
         const size_t rb = pkv_type_row_bytes(t, C);
         for (int r = 0; r < R; r++) pkv_quantize_row(t, w + r * C, wq + r * rb, C);
-        const double tol = (t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0) ? 5e-4 : 1e-9;
+        const double tol = pkv_type_block_elems(t) > 1 ? 5e-4 : 1e-9;
         for (int n = 1; n <= N; n += N - 1) {
             CHECK_OK(pkv_ref_matmul(wq, t, R, C, x, n, ref));
             pkv_buffer *bw = upload(dev, wq, R * rb, 12), *bx = upload(dev, x, (size_t)n * C * 4, 4),

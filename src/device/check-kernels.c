@@ -5,8 +5,8 @@
  * untouched. Each kernel (and weight type) reports one row with its worst
  * normalized mean squared error against the tolerance below:
  *
- *   matmul f32/f16/bf16, k-quants  1e-9   f32 sums in another order
- *   matmul q8_0, q4_0              5e-4   devices may round activations to 8 bits
+ *   matmul f32/f16/bf16            1e-9   f32 sums in another order
+ *   matmul q8_0, q4_0, k-quants    5e-4   devices may round activations to 8 bits
  *   get_rows                       1e-12  dequantization is exact
  *   rms_norm, add, swiglu, softmax 1e-10
  *   rope f32 / f16                 1e-8 / 1e-6   angles may be computed in f32
@@ -186,8 +186,8 @@ static pkv_status compare_f32(ck *k, const dbuf *b, const float *ref, size_t n, 
 static pkv_status check_matmul(ck *k, pkv_type t) {
     static const int64_t shapes[][3] = {{1, 32, 1},  {7, 64, 1},   {33, 96, 3},  {5, 13, 2},   {3, 1, 1},
                                         {19, 256, 1}, {64, 512, 5}, {17, 768, 17}, {9, 256, 40}, {4, 4096, 70}};
-    const bool q8 = t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0;
-    row_begin(k, "kernel matmul %s", pkv_type_name(t), q8 ? 5e-4 : 1e-9);
+    const bool quantized = pkv_type_block_elems(t) > 1;
+    row_begin(k, "kernel matmul %s", pkv_type_name(t), quantized ? 5e-4 : 1e-9);
     pkv_status s = PKV_OK;
     for (size_t si = 0; si < PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2];

@@ -83,8 +83,6 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f32 = x_f32,
     .f16 = x_f16,
     .bf16 = x_bf16,
-    .q8_0 = NULL,
-    .q4_0 = NULL,
     .axpy = x_axpy,
 };
 #endif
