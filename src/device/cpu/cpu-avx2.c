@@ -99,19 +99,33 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
-T static float a_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    float corr = 0; /* the -8 offset: 8 * d * sum(x) per block */
+T static inline __m256i q4_0_bytes(const uint8_t *w) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
     const __m128i m4 = _mm_set1_epi8(15);
-    for (int64_t b = 0; b < nb; b++, w += 18) {
-        const __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
-        const __m128i lo = _mm_and_si128(raw, m4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[b].qs);
-        const float dd = rd_f16(w) * x[b].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(dot_u8(_mm256_set_m128i(hi, lo), qx)), acc);
-        corr += dd * (float)(8 * (x[b].s[0] + x[b].s[1]));
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+}
+
+T static float a_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+    /* two blocks per step into two accumulators, to overlap the FMA latencies */
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float corr0 = 0, corr1 = 0; /* the -8 offset: 8 * d * sum(x) per block */
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 36) {
+        const float d0 = rd_f16(w) * x[b].d, d1 = rd_f16(w + 18) * x[b + 1].d;
+        const __m256i p0 = dot_u8(q4_0_bytes(w), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        const __m256i p1 = dot_u8(q4_0_bytes(w + 18), _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(p1), acc1);
+        corr0 += d0 * (float)(8 * (x[b].s[0] + x[b].s[1]));
+        corr1 += d1 * (float)(8 * (x[b + 1].s[0] + x[b + 1].s[1]));
     }
-    return hsum(acc) - corr;
+    for (; b < nb; b++, w += 18) {
+        const float d0 = rd_f16(w) * x[b].d;
+        const __m256i p0 = dot_u8(q4_0_bytes(w), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(p0), acc0);
+        corr0 += d0 * (float)(8 * (x[b].s[0] + x[b].s[1]));
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) - (corr0 + corr1);
 }
 
 static inline void scale_min(int j, const uint8_t *q, int *sc, int *m) {

@@ -39,6 +39,7 @@ extern const pkv_cpu_dots pkv_cpu_dots_generic;
 #define PKV_CPU_X86 1
 extern const pkv_cpu_dots pkv_cpu_dots_avx2;
 extern const pkv_cpu_dots pkv_cpu_dots_avx512;
+extern const pkv_cpu_dots pkv_cpu_dots_vnni; /* only the 8-bit dots; needs AVX512-VNNI */
 #endif
 
 /* Quantize nb blocks of 32 floats to pkv_q8a (d = amax/127, nearest rounding). */

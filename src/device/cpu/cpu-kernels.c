@@ -60,6 +60,10 @@ static void avx512_init(void) {
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
     TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
     TAKE(f16_row);
+    if (__builtin_cpu_supports("avx512vnni")) {
+        x = &pkv_cpu_dots_vnni;
+        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k);
+    }
 #undef TAKE
 }
 #endif
