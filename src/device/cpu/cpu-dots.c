@@ -81,7 +81,7 @@ static float g_bf16(const uint16_t *w, const float *x, int64_t n) {
 
 static float rd_f16(const uint8_t *p) { return pkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
 
-static float g_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+static float g1_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 34) {
         int sum = 0;
@@ -91,7 +91,7 @@ static float g_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     return s;
 }
 
-static float g_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+static float g1_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 18) {
         int sum = 0; /* sum of q*x with q unsigned; the -8 offset comes from the block sums */
@@ -135,12 +135,12 @@ static float g_kmin(const uint8_t *w, const pkv_q8a *x, int64_t nb, bool five) {
     return s;
 }
 
-static float g_q4_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, false); }
-static float g_q5_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, true); }
+static float g1_q4_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, false); }
+static float g1_q5_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, true); }
 
 /* q6_k: activation block 4h + k holds the elements of quarter k of half h; its
  * two 16-element halves have scales sc[8h + 2k] and sc[8h + 2k + 1]. */
-static float g_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+static float g1_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 210, x += 8) {
         const float d = rd_f16(w + 208);
@@ -161,6 +161,17 @@ static float g_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     }
     return s;
 }
+
+#define MULTI(n)                                                                               \
+    static void g_##n(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) { \
+        for (int r = 0; r < nx; r++) out[r] = g1_##n(w, x + r * xs, nb);                             \
+    }
+MULTI(q8_0)
+MULTI(q4_0)
+MULTI(q4_k)
+MULTI(q5_k)
+MULTI(q6_k)
+#undef MULTI
 
 static void g_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];

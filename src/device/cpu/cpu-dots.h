@@ -17,9 +17,10 @@ typedef struct pkv_q8a {
     int8_t qs[32];
 } pkv_q8a;
 
-/* Dot of nb weight blocks (of the weight type's own size: 32 for q8_0/q4_0,
- * 256 for k-quants) with the matching activation blocks. */
-typedef float (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t nb);
+/* Dots of one weight row of nb blocks (of the weight type's own size: 32 for
+ * q8_0/q4_0, 256 for k-quants) with nx (1..4) activation rows: row r starts at
+ * x + r*xs (xs in activation blocks); out[r] receives its dot. */
+typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */

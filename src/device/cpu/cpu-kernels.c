@@ -187,7 +187,13 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                 for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->bf16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
                 break;
             default:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = qd(wr, j->xq + i * xb, wb);
+                /* four x rows per weight-row pass: each weight block is decoded once */
+                for (int64_t i = x0; i < x1; i += 4) {
+                    float out[4];
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    qd(wr, j->xq + i * xb, xb, wb, nx, out);
+                    for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
+                }
                 break;
             }
         }
