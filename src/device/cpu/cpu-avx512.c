@@ -71,6 +71,60 @@ T static float x_bf16(const uint16_t *w, const float *x, int64_t n) {
     return s;
 }
 
+__attribute__((always_inline)) T static inline __m512 ldw(const void *w, int kind, int64_t i) {
+    if (kind == 0) return _mm512_loadu_ps((const float *)w + i);
+    if (kind == 1) return ld_f16((const uint16_t *)w + i);
+    return ld_bf16((const uint16_t *)w + i);
+}
+
+__attribute__((always_inline)) T static inline float w_at(const void *w, int kind, int64_t i) {
+    if (kind == 0) return ((const float *)w)[i];
+    if (kind == 1) return _cvtsh_ss(((const uint16_t *)w)[i]);
+    uint32_t u = (uint32_t)((const uint16_t *)w)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One weight row against four x rows (see cpu-avx2.c). */
+__attribute__((always_inline)) T static inline void fx4(const void *w, int kind, const float *x, int64_t xs, int64_t n,
+                                                        float *out) {
+    __m512 a[8];
+    for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 w0 = ldw(w, kind, i), w1 = ldw(w, kind, i + 16);
+        for (int r = 0; r < 4; r++) {
+            a[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * xs + i), a[r]);
+            a[r + 4] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * xs + i + 16), a[r + 4]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r], a[r + 4]));
+        for (int64_t k = i; k < n; k++) s += w_at(w, kind, k) * x[r * xs + k];
+        out[r] = s;
+    }
+}
+
+T static void x_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    if (nx == 4)
+        fx4(w, 0, x, xs, n, out);
+    else
+        for (int r = 0; r < nx; r++) out[r] = x_f32(w, x + r * xs, n);
+}
+T static void x_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    if (nx == 4)
+        fx4(w, 1, x, xs, n, out);
+    else
+        for (int r = 0; r < nx; r++) out[r] = x_f16(w, x + r * xs, n);
+}
+T static void x_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    if (nx == 4)
+        fx4(w, 2, x, xs, n, out);
+    else
+        for (int r = 0; r < nx; r++) out[r] = x_bf16(w, x + r * xs, n);
+}
+
 T static void x_axpy(float *y, float a, const float *x, int64_t n) {
     const __m512 va = _mm512_set1_ps(a);
     int64_t i = 0;
@@ -84,6 +138,9 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f32 = x_f32,
     .f16 = x_f16,
     .bf16 = x_bf16,
+    .f32x = x_f32x,
+    .f16x = x_f16x,
+    .bf16x = x_bf16x,
     .axpy = x_axpy,
 };
 #endif

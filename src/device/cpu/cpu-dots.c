@@ -173,6 +173,16 @@ MULTI(q5_k)
 MULTI(q6_k)
 #undef MULTI
 
+static void g_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    for (int r = 0; r < nx; r++) out[r] = g_f32(w, x + r * xs, n);
+}
+static void g_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    for (int r = 0; r < nx; r++) out[r] = g_f16(w, x + r * xs, n);
+}
+static void g_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    for (int r = 0; r < nx; r++) out[r] = g_bf16(w, x + r * xs, n);
+}
+
 static void g_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
@@ -187,6 +197,9 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .f32 = g_f32,
     .f16 = g_f16,
     .bf16 = g_bf16,
+    .f32x = g_f32x,
+    .f16x = g_f16x,
+    .bf16x = g_bf16x,
     .q8_0 = g_q8_0,
     .q4_0 = g_q4_0,
     .q4_k = g_q4_k,

@@ -27,6 +27,10 @@ typedef struct pkv_cpu_dots {
     float (*f32)(const float *w, const float *x, int64_t n);
     float (*f16)(const uint16_t *w, const float *x, int64_t n);
     float (*bf16)(const uint16_t *w, const float *x, int64_t n);
+    /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
+    void (*f32x)(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
+    void (*f16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
+    void (*bf16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* y += a * x, n floats (attention's value accumulation). */

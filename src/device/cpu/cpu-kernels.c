@@ -58,7 +58,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
+    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
     TAKE(f16_row);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
@@ -176,20 +176,27 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = j->w + (size_t)r * j->rb;
             float *y = j->y + r;
+            float out[4];
             switch (j->wt) {
             case PKV_TYPE_F32:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f32((const float *)(const void *)wr, j->x + i * j->cols, j->cols);
-                break;
             case PKV_TYPE_F16:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
-                break;
             case PKV_TYPE_BF16:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->bf16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
+                /* four x rows per weight-row pass: each weight vector is loaded once */
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    const float *xi = j->x + i * j->cols;
+                    if (j->wt == PKV_TYPE_F32)
+                        j->dots->f32x((const float *)(const void *)wr, xi, j->cols, j->cols, nx, out);
+                    else if (j->wt == PKV_TYPE_F16)
+                        j->dots->f16x((const uint16_t *)(const void *)wr, xi, j->cols, j->cols, nx, out);
+                    else
+                        j->dots->bf16x((const uint16_t *)(const void *)wr, xi, j->cols, j->cols, nx, out);
+                    for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
+                }
                 break;
             default:
                 /* four x rows per weight-row pass: each weight block is decoded once */
                 for (int64_t i = x0; i < x1; i += 4) {
-                    float out[4];
                     const int nx = (int)PKV_MIN(4, x1 - i);
                     qd(wr, j->xq + i * xb, xb, wb, nx, out);
                     for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
