@@ -185,7 +185,7 @@ static pkv_status compare_f32(ck *k, const dbuf *b, const float *ref, size_t n, 
 
 static pkv_status check_matmul(ck *k, pkv_type t) {
     static const int64_t shapes[][3] = {{1, 32, 1},  {7, 64, 1},   {33, 96, 3},  {5, 13, 2},   {3, 1, 1},
-                                        {19, 256, 1}, {64, 512, 5}, {17, 768, 17}, {9, 256, 40}, {4, 4096, 70}};
+                                        {19, 256, 1}, {64, 512, 5}, {17, 768, 17}, {9, 256, 40}, {4, 4096, 70}, {6, 77, 9}};
     const bool quantized = pkv_type_block_elems(t) > 1;
     row_begin(k, "kernel matmul %s", pkv_type_name(t), quantized ? 5e-4 : 1e-9);
     pkv_status s = PKV_OK;

@@ -546,26 +546,38 @@ static void att_item(const att_job *j, int64_t item, float *sc) {
             for (int64_t t = 0; t < t_end; t++) {
                 const size_t slot = ((size_t)page * a->page_size + (size_t)t) * a->n_kv + kvh;
                 const uint8_t *kr = j->k + slot * a->dk * es, *vr = j->v + slot * a->dv * es;
+                if (t + 4 < t_end) { /* rows are n_kv rows apart: help the prefetcher */
+                    const size_t ahead = (size_t)4 * a->n_kv;
+                    for (size_t o = 0; o < a->dk * es; o += 64) __builtin_prefetch(kr + ahead * a->dk * es + o);
+                    for (size_t o = 0; o < a->dv * es; o += 64) __builtin_prefetch(vr + ahead * a->dv * es + o);
+                }
                 const float *vv = (const float *)(const void *)vr;
                 if (f16) {
                     j->dots->f16_row((const uint16_t *)(const void *)vr, vf, a->dv);
                     vv = vf;
                 }
-                for (int g = 0; g < group; g++) {
-                    const float *qg = qh + (size_t)g * a->dk;
-                    float score = f16 ? j->dots->f16((const uint16_t *)(const void *)kr, qg, a->dk)
-                                      : j->dots->f32((const float *)(const void *)kr, qg, a->dk);
-                    score *= a->scale;
-                    float *ag = acc + (size_t)g * a->dv;
-                    if (score > m[g]) {
-                        const float corr = expf(m[g] - score); /* 0 on the first token */
-                        l[g] *= corr;
-                        for (int d = 0; d < a->dv; d++) ag[d] *= corr;
-                        m[g] = score;
+                for (int g0 = 0; g0 < group; g0 += 4) {
+                    /* the key row against up to four query heads at once */
+                    float sc4[4];
+                    const int nh = PKV_MIN(4, group - g0);
+                    if (f16)
+                        j->dots->f16x((const uint16_t *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
+                    else
+                        j->dots->f32x((const float *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
+                    for (int h = 0; h < nh; h++) {
+                        const int g = g0 + h;
+                        const float score = sc4[h] * a->scale;
+                        float *ag = acc + (size_t)g * a->dv;
+                        if (score > m[g]) {
+                            const float corr = expf(m[g] - score); /* 0 on the first token */
+                            l[g] *= corr;
+                            for (int d = 0; d < a->dv; d++) ag[d] *= corr;
+                            m[g] = score;
+                        }
+                        const float p = expf(score - m[g]);
+                        l[g] += p;
+                        j->dots->axpy(ag, p, vv, a->dv);
                     }
-                    const float p = expf(score - m[g]);
-                    l[g] += p;
-                    j->dots->axpy(ag, p, vv, a->dv);
                 }
             }
         }
