@@ -424,7 +424,8 @@ static pkv_status parse_tensor_info(pkv_gguf *g, cursor *c, size_t i) {
     if (ok && n_el > (uint64_t)INT64_MAX) ok = false;
     if (ok && ne[0] > SIZE_MAX) ok = false;
     if (ok) {
-        bytes = pkv_type_row_bytes(t->type, (size_t)ne[0]);
+        bytes = pkv_type_row_bytes(t->type, (size_t)ne[0]); /* 0 on overflow */
+        ok = bytes != 0;
         for (int d = 1; d < PKV_GGUF_MAX_DIMS && ok; d++)
             ok = ne[d] <= SIZE_MAX && pkv_mul_ok(bytes, (size_t)ne[d], &bytes);
     }
@@ -487,7 +488,7 @@ static pkv_status check_tensor_data(pkv_gguf *g) {
 }
 
 static pkv_status parse(pkv_gguf *g) {
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     pkv_status s = parse_header(g, &n_tensors, &n_kv);
     if (s) return s;
     cursor c = {.g = g, .pos = HEADER_BYTES};
@@ -703,7 +704,7 @@ static void read_int(pkv_gguf_type t, const uint8_t *p, bool *neg, uint64_t *mag
 }
 
 pkv_status pkv_gguf_get_u32(const pkv_gguf *g, const char *key, uint32_t *out) {
-    const gguf_kv *kv;
+    const gguf_kv *kv = NULL;
     pkv_status s = lookup(g, key, PKV_GGUF_UINT32, true, false, &kv);
     if (s) return s;
     bool neg;
@@ -717,7 +718,7 @@ pkv_status pkv_gguf_get_u32(const pkv_gguf *g, const char *key, uint32_t *out) {
 }
 
 pkv_status pkv_gguf_get_i64(const pkv_gguf *g, const char *key, int64_t *out) {
-    const gguf_kv *kv;
+    const gguf_kv *kv = NULL;
     pkv_status s = lookup(g, key, PKV_GGUF_INT64, true, false, &kv);
     if (s) return s;
     bool neg;
@@ -744,7 +745,7 @@ static double read_float(pkv_gguf_type t, const uint8_t *p) {
 }
 
 pkv_status pkv_gguf_get_f32(const pkv_gguf *g, const char *key, float *out) {
-    const gguf_kv *kv;
+    const gguf_kv *kv = NULL;
     pkv_status s = lookup(g, key, PKV_GGUF_FLOAT32, false, true, &kv);
     if (s) return s;
     *out = (float)read_float(kv->type, g->base + kv->val_off);
@@ -752,7 +753,7 @@ pkv_status pkv_gguf_get_f32(const pkv_gguf *g, const char *key, float *out) {
 }
 
 pkv_status pkv_gguf_get_bool(const pkv_gguf *g, const char *key, bool *out) {
-    const gguf_kv *kv;
+    const gguf_kv *kv = NULL;
     pkv_status s = lookup(g, key, PKV_GGUF_BOOL, false, false, &kv);
     if (s) return s;
     *out = g->base[kv->val_off] != 0;
@@ -760,7 +761,7 @@ pkv_status pkv_gguf_get_bool(const pkv_gguf *g, const char *key, bool *out) {
 }
 
 pkv_status pkv_gguf_get_str(const pkv_gguf *g, const char *key, const char **str, size_t *len) {
-    const gguf_kv *kv;
+    const gguf_kv *kv = NULL;
     pkv_status s = lookup(g, key, PKV_GGUF_STRING, false, false, &kv);
     if (s) return s;
     *len = (size_t)rd64(g->base + kv->val_off);
@@ -770,7 +771,7 @@ pkv_status pkv_gguf_get_str(const pkv_gguf *g, const char *key, const char **str
 
 pkv_status pkv_gguf_get_arr(const pkv_gguf *g, const char *key, pkv_gguf_type elem_type,
                             pkv_gguf_array *out) {
-    const gguf_kv *kv;
+    const gguf_kv *kv = NULL;
     pkv_status s = lookup(g, key, PKV_GGUF_ARRAY, false, false, &kv);
     if (s) return s;
     if (elem_type != PKV_GGUF_TYPE_COUNT && kv->arr_type != elem_type)
