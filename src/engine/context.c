@@ -160,6 +160,8 @@ pkv_context *pkv_context_fork(pkv_context *ctx) {
 }
 
 int32_t pkv_context_seq(const pkv_context *ctx) { return ctx ? ctx->seq : -1; }
+pkv_model *pkv_context_model(const pkv_context *ctx) { return ctx ? ctx->m : NULL; }
+pkv_kv_cache *pkv_context_cache(const pkv_context *ctx) { return ctx ? ctx->c : NULL; }
 int64_t pkv_context_n_tokens(const pkv_context *ctx) { return ctx ? pkv_kv_seq_len(ctx->c, ctx->seq) : -1; }
 int64_t pkv_context_n_ctx(const pkv_context *ctx) { return ctx ? ctx->n_ctx : 0; }
 const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has_logits ? ctx->logits : NULL; }
