@@ -341,9 +341,10 @@ static pkv_status build_index(pkv_gguf *g, bool tensors, int64_t **out, size_t *
             }
             size_t o = tensors ? g->tensors[idx[h]].name_off : g->kvs[idx[h]].key_off;
             if (strcmp(g->names + o, name) == 0) {
+                long long first = (long long)idx[h];
                 pkv_free(idx);
                 return gerr(g, PKV_ERR_FORMAT, "duplicate %s '%s' (entries #%lld and #%zu)",
-                            tensors ? "tensor name" : "key", name, (long long)idx[h], i);
+                            tensors ? "tensor name" : "key", name, first, i);
             }
         }
     }
