@@ -569,7 +569,9 @@ static void test_malformed(void) {
     bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 99, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
     CASE("unknown tensor type", PKV_ERR_FORMAT, "tensor 'w': unknown or unsupported tensor type 99");
     bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 3, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
-    CASE("removed tensor type 3", PKV_ERR_FORMAT, "unsupported tensor type 3");
+    CASE("tensor type q4_1", PKV_ERR_FORMAT, "unsupported tensor type 3 (ggml q4_1) (this build reads");
+    bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 4, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
+    CASE("removed tensor type 4", PKV_ERR_FORMAT, "unsupported tensor type 4 (this build");
     bb_header(&b, 3, 1, 0), bb_tensor(&b, "w5", 5, (uint64_t[]){1, 1, 1, 1, 1}, 0, 0);
     bb_pad(&b, 32), bb_zeros(&b, 32);
     CASE("n_dims 5", PKV_ERR_FORMAT, "tensor 'w5': n_dims is 5, expected 1 to 4");
