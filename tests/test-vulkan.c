@@ -664,6 +664,33 @@ static void test_kernels(pkv_device *d) {
     test_ordering(d);
 }
 
+/* ------------------------------------------------------- conformance suite */
+
+static void report_row(const pkv_check_result *r, void *user) {
+    (void)user;
+    th_checks++;
+    fprintf(stderr, "  [%s] %-30s %-5s %6ld ops  %s\n", r->device, r->test,
+            r->skipped ? "skip" : r->passed ? "ok" : "FAIL", r->count, r->detail);
+    /* Only weight types the backend does not claim may be skipped. */
+    bool allowed_skip = r->skipped && (strstr(r->test, "_k") || strstr(r->test, "q8_k"));
+    if (!r->passed && !r->skipped) TH_FAIL("conformance %s on %s: %s", r->test, r->device, r->detail);
+    if (r->skipped && !allowed_skip) TH_FAIL("conformance %s on %s skipped: %s", r->test, r->device, r->detail);
+}
+
+static void conformance(pkv_device *vk) {
+    pkv_check_params p = pkv_check_default_params();
+    CHECK_OK(pkv_check_transfers(vk, p, report_row, NULL));
+    pkv_device *cpu = pkv_device_open("cpu", pkv_device_default_params());
+    if (cpu) {
+        CHECK_OK(pkv_check_cross(cpu, vk, p, report_row, NULL));
+        CHECK_OK(pkv_check_cross(vk, cpu, p, report_row, NULL));
+        pkv_device_close(cpu);
+    }
+    pkv_status s = pkv_check_kernels(vk, p, report_row, NULL);
+    th_checks++;
+    if (s != PKV_OK) TH_FAIL("pkv_check_kernels: %s: %s", pkv_status_str(s), pkv_errmsg());
+}
+
 /* ------------------------------------------------------------------- main */
 
 static pkv_device *open_vk(void) { return pkv_device_open("vulkan:0", pkv_device_default_params()); }
@@ -696,6 +723,7 @@ int main(void) {
     big_transfer(dev);
     cross_device(dev);
     test_kernels(dev);
+    conformance(dev);
     pkv_device_close(dev);
 
     /* The same on the staging path (on lavapipe the default is direct mapping). */
@@ -707,6 +735,7 @@ int main(void) {
     big_transfer(dev);
     cross_device(dev);
     test_kernels(dev);
+    conformance(dev);
     pkv_device_close(dev);
     unsetenv("PKV_VK_FORCE_STAGING");
     CHECK_INT(pkv_alloc_live(), 0);
