@@ -61,6 +61,15 @@ struct pkv_gguf {
 
 /* ------------------------------------------------------------ small helpers */
 
+/* ggml's names of tensor type ids, for messages about types pagekv lacks;
+ * NULL: ids ggml removed. */
+static const char *const k_ggml_names[] = {
+    "f32", "f16", "q4_0", "q4_1", NULL, NULL, "q5_0", "q5_1", "q8_0", "q8_1",
+    "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
+    "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64", "iq1_m",
+    "bf16", NULL, NULL, NULL, "tq1_0", "tq2_0", NULL, NULL, NULL, "mxfp4",
+};
+
 static const char *k_type_names[PKV_GGUF_TYPE_COUNT] = {
     "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
     "bool",  "string", "array", "uint64", "int64", "float64",
@@ -341,9 +350,10 @@ static pkv_status build_index(pkv_gguf *g, bool tensors, int64_t **out, size_t *
             }
             size_t o = tensors ? g->tensors[idx[h]].name_off : g->kvs[idx[h]].key_off;
             if (strcmp(g->names + o, name) == 0) {
+                long long first = (long long)idx[h];
                 pkv_free(idx);
                 return gerr(g, PKV_ERR_FORMAT, "duplicate %s '%s' (entries #%lld and #%zu)",
-                            tensors ? "tensor name" : "key", name, (long long)idx[h], i);
+                            tensors ? "tensor name" : "key", name, first, i);
             }
         }
     }
@@ -406,8 +416,13 @@ static pkv_status parse_tensor_info(pkv_gguf *g, cursor *c, size_t i) {
     if ((s = take_u32(c, "type", &type))) return s;
     if ((s = take_u64(c, "data offset", &gt->rel_offset))) return s;
     size_t bb = pkv_type_block_bytes((pkv_type)type), be = pkv_type_block_elems((pkv_type)type);
-    if (bb == 0)
-        return gerr(g, PKV_ERR_FORMAT, "%s: unknown or unsupported tensor type %u", c->ctx, type);
+    if (bb == 0) {
+        const char *gn = type < PKV_ARRAY_LEN(k_ggml_names) ? k_ggml_names[type] : NULL;
+        return gerr(g, PKV_ERR_FORMAT,
+                    "%s: unknown or unsupported tensor type %u%s%s%s (this build reads f32, f16, "
+                    "bf16, i32, q4_0, q8_0, q4_k, q5_k, q6_k, q8_k)",
+                    c->ctx, type, gn ? " (ggml " : "", gn ? gn : "", gn ? ")" : "");
+    }
     t->type = (pkv_type)type;
     if (ne[0] % be != 0)
         return gerr(g, PKV_ERR_FORMAT,

@@ -10,10 +10,22 @@
  * element type u32 + count u64 + elements.
  *
  * The reader maps the file read-only and validates all of the structure against
- * the file size when it opens it (counts, lengths, types, duplicate keys and
- * tensor names, dims and their products, alignment, tensor data inside the file
- * and not overlapping). After a successful open every accessor is safe: no
- * later call can read outside the mapping.
+ * the file size when it opens it; after a successful open every accessor is
+ * safe: no later call can read outside the mapping. It rejects (PKV_ERR_FORMAT):
+ *  - a magic other than "GGUF"; version 1, big-endian files, versions other than 2, 3;
+ *  - counts that cannot fit in the bytes left (checked before allocating: a KV
+ *    takes >= 13 bytes, a tensor info >= 32, a string >= 8), and any string,
+ *    array or value running past the end of the file;
+ *  - unknown value types, arrays of arrays, bool values other than 0 and 1,
+ *    keys or tensor names containing a NUL byte, duplicate keys or tensor names;
+ *  - general.alignment that is not a uint32 power of two;
+ *  - n_dims outside 1..4, a dimension of 0 or >= 2^63, element counts or byte
+ *    sizes that overflow 64 bits, tensor types pagekv does not know
+ *    (pkv_type_block_bytes == 0), ne[0] not a multiple of the type's block;
+ *  - tensor offsets not a multiple of the alignment, tensor data past the end
+ *    of the file, tensors whose data overlap.
+ * It does not require tensors to be stored contiguously in order (llama.cpp's
+ * writer does that; the pagekv writer too).
  *
  * Pointers returned by accessors (names, strings, tensor data) point into the
  * reader and stay valid until pkv_gguf_close. Strings of values are NOT
@@ -69,9 +81,10 @@ typedef struct pkv_gguf_tensor {
     uint64_t n_elements;
     size_t n_bytes;
     size_t file_offset;  /* absolute offset of the data in the file */
-    const void *data;    /* host pointer into the mapping, n_bytes long; its
-                            alignment in memory is the file alignment's (the
-                            mapping is page-aligned) */
+    const void *data;    /* host pointer into the file's bytes, n_bytes long.
+                            Mapped: aligned to the file alignment (the map is
+                            page-aligned). Read fallback: to min(alignment, the
+                            allocator's). open_memory: as the caller's buffer. */
 } pkv_gguf_tensor;
 
 /* An array value. Elements of fixed-size types are stored raw, little-endian
@@ -85,21 +98,23 @@ typedef struct pkv_gguf_array {
 } pkv_gguf_array;
 
 /* Open and validate a GGUF file. The file is memory-mapped read-only; when
- * mmap is not possible it is read into memory. Returns NULL on failure with
- * PKV_ERR_IO (cannot open or read) or PKV_ERR_FORMAT (malformed: the message
- * names the file, the key or tensor, what was expected and what was found) or
- * PKV_ERR_NOMEM in pkv_errmsg(). On failure nothing stays allocated or mapped. */
+ * mmap is not possible (or the environment has PKV_GGUF_NO_MMAP=1, a test
+ * hook) it is read into pkv_malloc memory.
+ * pkv_gguf_read returns PKV_OK and sets *out, or returns PKV_ERR_IO (cannot
+ * open, stat or read; not a regular file), PKV_ERR_FORMAT (malformed: the
+ * message names the file, the key or tensor, what was expected and what was
+ * found, e.g. "x.gguf: tensor 'blk.3.attn_q.weight': data [offset 1234, +5678)
+ * runs past the end of the file (4096 bytes)") or PKV_ERR_NOMEM, with *out
+ * unchanged. On failure nothing stays allocated, mapped or open.
+ * pkv_gguf_open is the same returning the handle, or NULL on failure. */
+pkv_status pkv_gguf_read(const char *path, pkv_gguf **out);
 pkv_gguf *pkv_gguf_open(const char *path);
 
-/* The same, returning the status: PKV_OK and *out set, or an error with *out
- * unchanged. */
-pkv_status pkv_gguf_read(const char *path, pkv_gguf **out);
-
-/* Same as pkv_gguf_open on `size` bytes in memory. The bytes are NOT copied:
- * they must stay alive and unchanged until pkv_gguf_close. `label` (copied)
- * names the source in error messages; NULL means "<memory>". */
-pkv_gguf *pkv_gguf_open_memory(const void *data, size_t size, const char *label);
+/* The same on `size` bytes in memory. The bytes are NOT copied: they must stay
+ * alive and unchanged until pkv_gguf_close. `label` (copied) names the source
+ * in error messages; NULL means "<memory>". */
 pkv_status pkv_gguf_read_memory(const void *data, size_t size, const char *label, pkv_gguf **out);
+pkv_gguf *pkv_gguf_open_memory(const void *data, size_t size, const char *label);
 
 /* Unmap and free. NULL is a no-op. */
 void pkv_gguf_close(pkv_gguf *g);
