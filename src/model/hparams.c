@@ -77,7 +77,7 @@ static pkv_status per_layer(const pkv_gguf *g, const char *arch, const char *suf
                 v[l] = (int)x;
         }
     } else {
-        int x;
+        int x = 0;
         s = need_u32(g, arch, suffix, (uint32_t)lo, (uint32_t)hi, &x);
         for (int l = 0; !s && l < n_layer; l++) v[l] = x;
     }
