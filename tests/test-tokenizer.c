@@ -182,6 +182,9 @@ static void test_pretokenizer(void) {
     /* fullwidth digits are numbers, the ideographic space is whitespace */
     SPLIT("qwen2", "\xef\xbc\x91\xef\xbc\x92", "\xef\xbc\x91", "\xef\xbc\x92");
     SPLIT("llama-bpe", "a\xe3\x80\x80\xe3\x80\x80" "b", "a", "\xe3\x80\x80", "\xe3\x80\x80" "b");
+    /* (?i) folds U+017F long s to 's'; combining marks are not letters */
+    SPLIT("llama-bpe", "a'\xc5\xbf" "b", "a", "'\xc5\xbf", "b");
+    SPLIT("llama-bpe", "e\xcc\x81t\xe0\xa5\xa8", "e", "\xcc\x81t", "\xe0\xa5\xa8");
     /* invalid bytes are symbols */
     SPLIT("llama-bpe", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
 
