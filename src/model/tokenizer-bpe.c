@@ -326,7 +326,7 @@ static pkv_status bpe_word(const pkv_tokenizer *tok, bpe_work *w, const char *te
         size_t ml = 0;
         for (size_t k = b0; k < b1; k++) ml += pkv_utf8_encode(pkv_bpe_byte_to_cp(u[k]), w->mapped + ml);
         int32_t id = pkv_tok_lookup(tok, w->mapped, ml);
-        if (id >= 0) return pkv_idvec_push(out, id);
+        if (id >= 0 && tok->types[id] == PKV_TOKEN_NORMAL) return pkv_idvec_push(out, id);
     }
     for (size_t k = 0; k < n; k++) {
         w->sym[k] = tok->byte_id[u[b0 + k]];
