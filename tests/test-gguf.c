@@ -609,6 +609,14 @@ static void test_malformed(void) {
     bb_header(&b, 3, 1, 0), bb_u64(&b, 2), bb_bytes(&b, "\x01'", 2), bb_u32(&b, 9);
     bb_zeros(&b, 40);
     CASE("odd name bytes", PKV_ERR_FORMAT, "tensor '\\x01\\x27': n_dims is 9");
+    for (int fill = 0; fill < 2; fill++) { /* long names are cut with "..." in messages */
+        char key[301];
+        memset(key, fill ? 1 : 'k', 300);
+        key[300] = 0;
+        bb_header(&b, 3, 0, 1), bb_str(&b, key), bb_u32(&b, 13), bb_u64(&b, 0);
+        CASE("long key", PKV_ERR_FORMAT, fill ? "\\x01\\x01...': unknown value type 13"
+                                               : "kkkk...': unknown value type 13");
+    }
 
     /* A valid hand-made file with alignment 64 (the data section starts at 64*k). */
     bb_header(&b, 2, 1, 1), bb_kv_u32(&b, "general.alignment", 64), bb_tensor(&b, "w", 1, ne16, 0, 0);

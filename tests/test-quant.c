@@ -217,7 +217,7 @@ static void test_round_trip(void) {
 static void test_dot_and_errors(void) {
     uint64_t seed = 7;
     float w[512], x[512], d[512];
-    uint8_t q[1024];
+    uint8_t q[2048];
     for (int j = 0; j < 512; j++) {
         w[j] = th_randf(&seed);
         x[j] = th_randf(&seed);

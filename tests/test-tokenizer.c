@@ -182,6 +182,9 @@ static void test_pretokenizer(void) {
     /* fullwidth digits are numbers, the ideographic space is whitespace */
     SPLIT("qwen2", "\xef\xbc\x91\xef\xbc\x92", "\xef\xbc\x91", "\xef\xbc\x92");
     SPLIT("llama-bpe", "a\xe3\x80\x80\xe3\x80\x80" "b", "a", "\xe3\x80\x80", "\xe3\x80\x80" "b");
+    /* (?i) folds U+017F long s to 's'; combining marks are not letters */
+    SPLIT("llama-bpe", "a'\xc5\xbf" "b", "a", "'\xc5\xbf", "b");
+    SPLIT("llama-bpe", "e\xcc\x81t\xe0\xa5\xa8", "e", "\xcc\x81t", "\xe0\xa5\xa8");
     /* invalid bytes are symbols */
     SPLIT("llama-bpe", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
 
@@ -504,6 +507,68 @@ static void test_spm(void) {
     pkv_tokenizer_free(tok);
 }
 
+/* A byte-level vocabulary lacking most bytes: the unknown token, or an error. */
+static void test_bpe_missing_bytes(void) {
+    const char *toks[] = {"a", "b", "<unk>", "ab"};
+    const char *merges[] = {"a b"};
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "gpt2";
+    d.n_tokens = 4;
+    d.tokens = toks;
+    d.n_merges = 1;
+    d.merges = merges;
+    d.unk_id = 2;
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    IDS(tok, "abc", false, false, 3, 2);
+    IDS(tok, "cab", false, false, 2, 3);
+    pkv_tokenizer_free(tok);
+    d.unk_id = -1;
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    int32_t out[8];
+    size_t n = 0;
+    CHECK_STATUS(pkv_tokenize(tok, "abc", 3, false, false, out, 8, &n), PKV_ERR_UNSUPPORTED);
+    CHECK_MSG("0x63");
+    pkv_tokenizer_free(tok);
+}
+
+/* SPM without types and scores: byte tokens found by their "<0xNN>" text, and
+ * pieces ranked by id (lower first). */
+static void test_spm_untyped(void) {
+    static char bytes[256][8];
+    const char *toks[264];
+    toks[0] = "<unk>";
+    toks[1] = "<s>";
+    toks[2] = "</s>";
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        toks[3 + b] = bytes[b];
+    }
+    toks[259] = SP;
+    toks[260] = SP "a";
+    toks[261] = "b";
+    toks[262] = "ab";      /* id 262 ranks below "▁a" (260) */
+    toks[263] = SP "ab";
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "llama";
+    d.n_tokens = 264;
+    d.tokens = toks;
+    d.bos_id = 1;
+    d.eos_id = 2;
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    IDS(tok, "ab", true, false, 1, 263);
+    IDS(tok, "c", false, false, 259, 3 + 'c');
+    IDS(tok, "b ab", false, false, 259, 261, 263);
+    char buf[32];
+    size_t n = 0;
+    int32_t ids[] = {1, 259, 3 + 'c', 263};
+    CHECK_OK(pkv_detokenize(tok, ids, 4, false, buf, sizeof buf, &n));
+    CHECK(n == 4 && memcmp(buf, "c ab", 4) == 0);
+    pkv_tokenizer_free(tok);
+}
+
 /* --------------------------------------------------------------- builtin */
 
 static void test_builtin(void) {
@@ -700,6 +765,8 @@ int main(void) {
     test_pretokenizer();
     test_bpe_handmade();
     test_spm();
+    test_bpe_missing_bytes();
+    test_spm_untyped();
     test_builtin();
     test_none();
     test_alloc_failures();

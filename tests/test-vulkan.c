@@ -304,8 +304,8 @@ static float deq(pkv_type t, const uint8_t *row, int64_t c) {
     }
 }
 
-static void test_matmul_getrows(pkv_device *d, pkv_type t) {
-    const int64_t rows = 37, cols = 96, n = 6, vocab = rows;
+static void test_matmul_getrows(pkv_device *d, pkv_type t, int64_t n) {
+    const int64_t rows = 37, cols = 96, vocab = rows;
     size_t rb = pkv_type_row_bytes(t, (size_t)cols);
     float *wf = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * n * cols);
     uint8_t *w = malloc(rb * rows);
@@ -648,7 +648,7 @@ static void test_kernels(pkv_device *d) {
     pkv_type wt[5] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
     for (int i = 0; i < 5; i++) {
         CHECK(pkv_device_supports_weight(d, wt[i]));
-        test_matmul_getrows(d, wt[i]);
+        test_matmul_getrows(d, wt[i], 6);
     }
     CHECK(!pkv_device_supports_weight(d, PKV_TYPE_Q4_K));
     test_elementwise(d);
@@ -738,6 +738,16 @@ int main(void) {
     conformance(dev);
     pkv_device_close(dev);
     unsetenv("PKV_VK_FORCE_STAGING");
+
+    /* Weights and batches larger than one storage-buffer window go in chunks:
+     * shrink the window to 2 KiB so 37 weight rows and 20 x rows need several. */
+    setenv("PKV_VK_MAX_RANGE", "2048", 1);
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    pkv_type wt[5] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
+    for (int i = 0; i < 5; i++) test_matmul_getrows(dev, wt[i], 20);
+    pkv_device_close(dev);
+    unsetenv("PKV_VK_MAX_RANGE");
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }

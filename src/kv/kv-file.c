@@ -6,7 +6,8 @@
  *   u32 version, u32 n_layers, u32 page_size, u32 reserved (0)
  *   u64 layout fingerprint               (pkv_kv_layout_fingerprint)
  *   n_layers x {u32 n_kv_heads, u32 head_dim_k, u32 head_dim_v, u32 dtype}
- *   u64 n_tokens, u64 sequence fingerprint
+ *   u64 n_tokens, u64 sequence fingerprint, u64 exact_until (first token moved by a
+ *       shift, never published for prefix reuse; 2^63-1 when none)
  *   i32 tokens[n_tokens], i32 positions[n_tokens]
  *   per layer: K dtype [n_tokens][n_kv_heads][head_dim_k], V dtype [n_tokens][n_kv_heads][head_dim_v]
  *   u64 checksum: h = pkv_hash64(header, 0), then h = pkv_hash64(section, h) for
@@ -22,7 +23,7 @@
 #define KV_FILE_VERSION 1u
 
 static size_t header_bytes(int n_layers, int64_t n_tokens) {
-    return 8 + 16 + 8 + (size_t)n_layers * 16 + 16 + (size_t)n_tokens * 8;
+    return 8 + 16 + 8 + (size_t)n_layers * 16 + 24 + (size_t)n_tokens * 8;
 }
 
 static size_t layer_bytes(const kv_layer *L, int64_t n_tokens, bool v) {
@@ -124,6 +125,7 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     }
     put64(&p, (uint64_t)n);
     put64(&p, s->fp);
+    put64(&p, (uint64_t)s->exact_until);
     pkv_kv_seq_tokens(c, seq, 0, n, (int32_t *)(void *)p, (int32_t *)(void *)(p + (size_t)n * 4));
     f = fopen(path, "wb");
     if (!f) {
@@ -166,7 +168,7 @@ static const char *type_name(uint32_t t) {
 /* Parse and check the whole file against the cache; on success *n_tokens and the
  * offsets of tokens/positions/payload are set. */
 static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint8_t *data, size_t size,
-                             int64_t *n_tokens, uint64_t *fp) {
+                             int64_t *n_tokens, uint64_t *fp, int64_t *exact_until) {
     const pkv_kv_layout *l = &c->layout;
     if (size < 8 + 16 + 8 || memcmp(data, KV_FILE_MAGIC, 8) != 0)
         return pkv_err(PKV_ERR_FORMAT, "%s is not a pagekv sequence file (bad magic or shorter than a header: %zu bytes)",
@@ -200,6 +202,8 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
                        l->page_size);
     uint64_t n = get64(&p);
     *fp = get64(&p);
+    uint64_t ex = get64(&p);
+    *exact_until = ex > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ex;
     /* Each token needs at least 8 bytes of header, so this bounds n before any product. */
     if (n > (uint64_t)INT32_MAX || n > size / 8)
         return pkv_err(PKV_ERR_FORMAT, "%s is truncated or corrupt: %llu tokens in a file of %zu bytes", path,
@@ -253,11 +257,12 @@ pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerpri
     int32_t *pages = NULL;
     int64_t n = 0;
     uint64_t file_fp = 0;
+    int64_t exact_until = INT64_MAX;
     if (got != size) {
         st = pkv_err(PKV_ERR_IO, "load: reading %s failed after %zu of %zu bytes", path, got, size);
         goto done;
     }
-    if ((st = check_file(c, path, data, size, &n, &file_fp))) goto done;
+    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until))) goto done;
     int ps = c->page_size;
     int64_t n_pages = (n + ps - 1) / ps, avail = pkv_kv_pool_available(c);
     if (n_pages > avail) {
@@ -303,6 +308,7 @@ pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerpri
     memset(s, 0, sizeof *s);
     s->live = true;
     s->fp = fingerprint ? fingerprint : file_fp;
+    s->exact_until = exact_until;
     s->n_tokens = n;
     s->own = pages;
     s->n_own = (size_t)n_pages;

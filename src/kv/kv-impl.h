@@ -86,6 +86,8 @@ typedef struct kv_seq {
     size_t n_own, cap_own;
     int64_t pub_n;    /* leading full pages published to the prefix index */
     bool pub_stop;    /* page pub_n cannot be published (unknown tokens) */
+    int64_t exact_until; /* tokens from here on were moved by a shift: their KV is not
+                            what a fresh forward pass computes, so never published */
     /* swapped out: */
     int32_t *host;    /* [ceil(n_tokens / page_size)] host pool pages */
     int32_t *sw_tok, *sw_pos; /* [n_tokens] */

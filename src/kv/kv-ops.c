@@ -154,6 +154,7 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
         c->pos[di] = c->pos[si] + (d >= start ? pos_delta : 0);
     }
     pkv_kv_keep_apply(c, s, &plan, fresh, n_dst, new_len);
+    s->exact_until = PKV_MIN(s->exact_until, start);
 done:
     pkv_free(fresh);
     pkv_free(src);

@@ -44,7 +44,7 @@ void pkv_kv_index_remove(pkv_kv_cache *c, int32_t id) {
 void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
     if (!s->fp || s->swapped) return;
     int ps = c->page_size;
-    int64_t full = s->n_tokens / ps;
+    int64_t full = PKV_MIN(s->n_tokens, s->exact_until) / ps;
     while (!s->pub_stop && s->pub_n < full) {
         int32_t id = pkv_kv_seq_page(s, s->pub_n);
         kv_page *p = &c->pages[id];

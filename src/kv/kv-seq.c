@@ -100,6 +100,7 @@ void pkv_kv_keep_apply(pkv_kv_cache *c, kv_seq *s, kv_keep_plan *plan, const int
     if (n_tail) memcpy(s->own + s->n_own, tail, (size_t)n_tail * sizeof *tail);
     s->n_own += (size_t)n_tail;
     s->n_tokens = n_tokens;
+    if (n_tokens <= s->exact_until) s->exact_until = INT64_MAX; /* every moved token is gone */
     int64_t full = n_tokens / c->page_size;
     if (s->pub_n >= full) {
         s->pub_n = PKV_MIN(s->pub_n, full);
@@ -125,6 +126,7 @@ pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id) {
         c->n_seqs++;
     }
     memset(&c->seqs[i], 0, sizeof c->seqs[i]);
+    c->seqs[i].exact_until = INT64_MAX;
     *id = (int32_t)i;
     return PKV_OK;
 }
@@ -158,6 +160,7 @@ void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s) {
     memset(s, 0, sizeof *s);
     s->live = live;
     s->fp = fp;
+    s->exact_until = INT64_MAX;
 }
 
 pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
@@ -267,9 +270,11 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
     }
     int32_t *fresh = pkv_malloc((size_t)(need + n_cow) * sizeof *fresh);
     kv_run *runs = pkv_malloc((size_t)(n_cow ? n_cow : 1) * sizeof *runs);
-    if (!fresh || !runs) {
+    bool *cow = pkv_malloc((size_t)n_seqs * sizeof *cow);
+    if (!fresh || !runs || !cow) {
         pkv_free(fresh);
         pkv_free(runs);
+        pkv_free(cow);
         return pkv_err(PKV_ERR_NOMEM, "append: out of memory for %lld page ids", (long long)(need + n_cow));
     }
     pkv_kv_pool_take(c, need + n_cow, fresh);
@@ -278,7 +283,10 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
     int64_t k = 0;
     for (int i = 0; i < n_seqs; i++) {
         kv_seq *s = &c->seqs[seqs[i]];
-        if (n_tokens[i] > 0 && s->n_tokens % ps && page_is_shared(c, s->own[s->n_own - 1])) {
+        /* Decided once: two sequences sharing the page both copy it, even though
+         * the first copy drops the page to one holder. */
+        cow[i] = n_tokens[i] > 0 && s->n_tokens % ps && page_is_shared(c, s->own[s->n_own - 1]);
+        if (cow[i]) {
             runs[k].src = (int64_t)s->own[s->n_own - 1] * ps;
             runs[k].dst = (int64_t)fresh[k] * ps;
             runs[k].n = s->n_tokens % ps; /* only the valid slots */
@@ -291,6 +299,7 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
             for (int64_t i = 0; i < need + n_cow; i++) pkv_kv_page_unref(c, fresh[i]);
             pkv_free(fresh);
             pkv_free(runs);
+            pkv_free(cow);
             return pkv_err_prefix(st, "append: copy-on-write of %lld pages", (long long)n_cow);
         }
     }
@@ -301,7 +310,7 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
         kv_seq *s = &c->seqs[seqs[i]];
         int32_t nt = n_tokens[i];
         if (nt == 0) continue;
-        if (s->n_tokens % ps && page_is_shared(c, s->own[s->n_own - 1])) {
+        if (cow[i]) {
             int32_t old = s->own[s->n_own - 1], nw = fresh[k++];
             size_t used = (size_t)(s->n_tokens % ps);
             memcpy(c->tok + (size_t)nw * ps, c->tok + (size_t)old * ps, used * sizeof(int32_t));
@@ -313,7 +322,7 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
         }
         int32_t last_pos = -1;
         if (s->n_tokens > 0) {
-            int32_t lp = s->own[s->n_own - 1];
+            int32_t lp = pkv_kv_seq_page(s, (s->n_tokens - 1) / ps);
             last_pos = c->pos[(size_t)lp * ps + (size_t)((s->n_tokens - 1) % ps)];
         }
         for (int32_t j = 0; j < nt; j++, at++) {
@@ -329,6 +338,7 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
     }
     pkv_free(fresh);
     pkv_free(runs);
+    pkv_free(cow);
     return PKV_OK;
 }
 
@@ -456,6 +466,7 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     }
     s->pub_n = p->pub_n;
     s->pub_stop = p->pub_stop;
+    s->exact_until = p->exact_until;
     c->n_live++;
     *child = id;
     return PKV_OK;

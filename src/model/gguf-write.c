@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct wkv {
     char *key;
@@ -421,6 +422,8 @@ pkv_status pkv_gguf_writer_write(const pkv_gguf_writer *w, const char *path) {
     emit_all(w, align, &o);
     int err = o.failed ? errno : 0;
     if (fflush(f) != 0 && !err) err = errno ? errno : EIO;
+    /* durable before the rename, so a crash never leaves a renamed partial file */
+    if (!err && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) err = errno;
     if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
     if (!err && o.pos != n) err = EIO;
     if (err) {

@@ -104,13 +104,18 @@ static pkv_status gerr(const pkv_gguf *g, pkv_status s, const char *fmt, ...) {
 /* Printable excerpt of a name from the file (for messages about names that may
  * contain odd bytes). */
 static const char *excerpt(const uint8_t *s, size_t n, char *buf, size_t cap) {
-    size_t j = 0;
-    for (size_t i = 0; i < n && j + 5 < cap; i++) {
+    size_t j = 0, i = 0;
+    for (; i < n; i++) {
         unsigned c = s[i];
-        if (c >= 32 && c < 127 && c != '\'') buf[j++] = (char)c;
+        bool plain = c >= 32 && c < 127 && c != '\'';
+        if (j + (plain ? 1 : 4) + 4 > cap) break; /* keep room for "..." and the NUL */
+        if (plain) buf[j++] = (char)c;
         else j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", c);
     }
-    if (j + 5 >= cap && n) { buf[j++] = '.'; buf[j++] = '.'; buf[j++] = '.'; }
+    if (i < n) {
+        memcpy(buf + j, "...", 3);
+        j += 3;
+    }
     buf[j] = 0;
     return buf;
 }

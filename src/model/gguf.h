@@ -31,7 +31,12 @@
  * reader and stay valid until pkv_gguf_close. Strings of values are NOT
  * NUL-terminated (GGUF strings carry a length); keys and tensor names are.
  * Model-layer code may read tensor data through these host pointers: the
- * mapping is a file on the host, not device memory. */
+ * mapping is a file on the host, not device memory.
+ *
+ * A reader is immutable after open: any number of threads may use it at once.
+ * As with any mmap, truncating the file while it is open makes later reads of
+ * the lost pages fault (SIGBUS); files are meant to be replaced by rename, as
+ * the writer does. */
 #ifndef PKV_MODEL_GGUF_H
 #define PKV_MODEL_GGUF_H
 

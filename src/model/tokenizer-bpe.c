@@ -8,15 +8,10 @@
  * At each position the alternatives are tried in order and the first that matches
  * wins, with the greedy-then-backtrack semantics of a regex engine.
  *
- * Character classes: ASCII is exact. Above ASCII, cp_class below is a table of the
- * common ranges, not the full Unicode database: Unicode White_Space is exact;
- * numbers are the decimal digits of the common scripts, super/subscript digits,
- * fractions, number forms, circled/enclosed numbers, fullwidth digits; symbols and
- * punctuation are Latin-1 punctuation, General Punctuation, currency, arrows, math,
- * technical, box drawing, shapes, dingbats, misc symbols, CJK symbols and
- * punctuation, fullwidth punctuation, combining marks, variation selectors, private
- * use, emoji; everything else at or above U+0080 is a letter. Bytes that are not
- * valid UTF-8 count as symbols (one byte each), as U+FFFD would. */
+ * Character classes: \p{L}, \p{N} and \s (Unicode White_Space) are exact for the
+ * Unicode version of the generated table tokenizer-unicode.inc (see
+ * tools/gen-tokenizer-unicode.py); code points unassigned there count as "other".
+ * Bytes that are not valid UTF-8 count as "other" (one byte each), as U+FFFD would. */
 #include "model/tokenizer-impl.h"
 
 #include <string.h>
@@ -28,45 +23,7 @@ typedef struct cp_range {
     uint8_t cls;
 } cp_range;
 
-/* Non-ASCII ranges that are not letters, sorted by lo, not overlapping. */
-static const cp_range k_ranges[] = {
-    {0x0080, 0x0084, C_OTHER},  {0x0085, 0x0085, C_SPACE},  {0x0086, 0x009F, C_OTHER},
-    {0x00A0, 0x00A0, C_SPACE},  {0x00A1, 0x00A9, C_OTHER},  {0x00AB, 0x00B1, C_OTHER},
-    {0x00B2, 0x00B3, C_NUMBER}, {0x00B4, 0x00B4, C_OTHER},  {0x00B6, 0x00B8, C_OTHER},
-    {0x00B9, 0x00B9, C_NUMBER}, {0x00BB, 0x00BB, C_OTHER},  {0x00BC, 0x00BE, C_NUMBER},
-    {0x00BF, 0x00BF, C_OTHER},  {0x00D7, 0x00D7, C_OTHER},  {0x00F7, 0x00F7, C_OTHER},
-    {0x02C2, 0x02C5, C_OTHER},  {0x02D2, 0x02DF, C_OTHER},  {0x0300, 0x036F, C_OTHER},
-    {0x037E, 0x037E, C_OTHER},  {0x0387, 0x0387, C_OTHER},  {0x0483, 0x0489, C_OTHER},
-    {0x055A, 0x055F, C_OTHER},  {0x0589, 0x058A, C_OTHER},  {0x0591, 0x05C7, C_OTHER},
-    {0x05F3, 0x05F4, C_OTHER},  {0x0600, 0x061F, C_OTHER},  {0x064B, 0x065F, C_OTHER},
-    {0x0660, 0x0669, C_NUMBER}, {0x066A, 0x066D, C_OTHER},  {0x06D4, 0x06D4, C_OTHER},
-    {0x06F0, 0x06F9, C_NUMBER}, {0x0964, 0x0965, C_OTHER},  {0x0966, 0x096F, C_NUMBER},
-    {0x09E6, 0x09EF, C_NUMBER}, {0x0E3F, 0x0E3F, C_OTHER},  {0x0E50, 0x0E59, C_NUMBER},
-    {0x0E5A, 0x0E5B, C_OTHER},  {0x1680, 0x1680, C_SPACE},  {0x2000, 0x200A, C_SPACE},
-    {0x200B, 0x2027, C_OTHER},  {0x2028, 0x2029, C_SPACE},  {0x202A, 0x202E, C_OTHER},
-    {0x202F, 0x202F, C_SPACE},  {0x2030, 0x205E, C_OTHER},  {0x205F, 0x205F, C_SPACE},
-    {0x2060, 0x206F, C_OTHER},  {0x2070, 0x2070, C_NUMBER}, {0x2074, 0x2079, C_NUMBER},
-    {0x207A, 0x207E, C_OTHER},  {0x2080, 0x2089, C_NUMBER}, {0x208A, 0x208E, C_OTHER},
-    {0x20A0, 0x20FF, C_OTHER},  {0x2100, 0x214F, C_OTHER},  {0x2150, 0x2182, C_NUMBER},
-    {0x2185, 0x2189, C_NUMBER}, {0x218A, 0x245F, C_OTHER},  {0x2460, 0x249B, C_NUMBER},
-    {0x249C, 0x24E9, C_OTHER},  {0x24EA, 0x24FF, C_NUMBER}, {0x2500, 0x2775, C_OTHER},
-    {0x2776, 0x2793, C_NUMBER}, {0x2794, 0x2BFF, C_OTHER},  {0x2E00, 0x2FFF, C_OTHER},
-    {0x3000, 0x3000, C_SPACE},  {0x3001, 0x3004, C_OTHER},  {0x3007, 0x3007, C_NUMBER},
-    {0x3008, 0x3020, C_OTHER},  {0x3021, 0x3029, C_NUMBER}, {0x302A, 0x3030, C_OTHER},
-    {0x3036, 0x3037, C_OTHER},  {0x3038, 0x303A, C_NUMBER}, {0x303D, 0x303F, C_OTHER},
-    {0x3099, 0x309C, C_OTHER},  {0x30A0, 0x30A0, C_OTHER},  {0x30FB, 0x30FB, C_OTHER},
-    {0x31C0, 0x31EF, C_OTHER},  {0x3200, 0x321F, C_OTHER},  {0x3220, 0x3229, C_NUMBER},
-    {0x322A, 0x3247, C_OTHER},  {0x3248, 0x324F, C_NUMBER}, {0x3250, 0x3250, C_OTHER},
-    {0x3251, 0x325F, C_NUMBER}, {0x3260, 0x327F, C_OTHER},  {0x3280, 0x3289, C_NUMBER},
-    {0x328A, 0x32B0, C_OTHER},  {0x32B1, 0x32BF, C_NUMBER}, {0x32C0, 0x33FF, C_OTHER},
-    {0x4DC0, 0x4DFF, C_OTHER},  {0xA490, 0xA4C6, C_OTHER},  {0xD800, 0xF8FF, C_OTHER},
-    {0xFD3E, 0xFD3F, C_OTHER},  {0xFDFC, 0xFDFD, C_OTHER},  {0xFE00, 0xFE6F, C_OTHER},
-    {0xFEFF, 0xFEFF, C_OTHER},  {0xFF01, 0xFF0F, C_OTHER},  {0xFF10, 0xFF19, C_NUMBER},
-    {0xFF1A, 0xFF20, C_OTHER},  {0xFF3B, 0xFF40, C_OTHER},  {0xFF5B, 0xFF65, C_OTHER},
-    {0xFFE0, 0xFFFF, C_OTHER},  {0x1D000, 0x1D24F, C_OTHER}, {0x1D300, 0x1D35F, C_OTHER},
-    {0x1D7CE, 0x1D7FF, C_NUMBER}, {0x1F000, 0x1F0FF, C_OTHER}, {0x1F100, 0x1F10C, C_NUMBER},
-    {0x1F10D, 0x1FBFF, C_OTHER}, {0xE0000, 0xE01EF, C_OTHER}, {0xF0000, 0x10FFFF, C_OTHER},
-};
+#include "model/tokenizer-unicode.inc"
 
 static int cp_class(int32_t cp) {
     if (cp < 0) return C_OTHER;
@@ -98,13 +55,17 @@ typedef struct cps_view {
     size_t n;
 } cps_view;
 
-static int32_t lower_ascii(int32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+/* Case folding for the contraction letters: ASCII, and U+017F (long s) folds to 's'. */
+static int32_t fold(int32_t c) {
+    if (c == 0x17F) return 's';
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
 
 /* Length (in code points) of a contraction 's 't 're 've 'm 'll 'd at i, or 0. */
 static size_t match_contraction(const cps_view *v, size_t i, bool icase) {
     if (v->cp[i] != '\'' || i + 1 >= v->n) return 0;
     int32_t a = v->cp[i + 1], b = i + 2 < v->n ? v->cp[i + 2] : -1;
-    if (icase) a = lower_ascii(a), b = lower_ascii(b);
+    if (icase) a = fold(a), b = fold(b);
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
     return 0;
@@ -365,7 +326,7 @@ static pkv_status bpe_word(const pkv_tokenizer *tok, bpe_work *w, const char *te
         size_t ml = 0;
         for (size_t k = b0; k < b1; k++) ml += pkv_utf8_encode(pkv_bpe_byte_to_cp(u[k]), w->mapped + ml);
         int32_t id = pkv_tok_lookup(tok, w->mapped, ml);
-        if (id >= 0) return pkv_idvec_push(out, id);
+        if (id >= 0 && tok->types[id] == PKV_TOKEN_NORMAL) return pkv_idvec_push(out, id);
     }
     for (size_t k = 0; k < n; k++) {
         w->sym[k] = tok->byte_id[u[b0 + k]];

@@ -204,6 +204,9 @@ static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
         at += l;
         int32_t t = d->types ? d->types[i] : PKV_TOKEN_NORMAL;
         if (t < PKV_TOKEN_NORMAL || t > PKV_TOKEN_BYTE) t = PKV_TOKEN_NORMAL;
+        if (!d->types && (i == d->bos_id || i == d->eos_id || i == d->pad_id))
+            t = PKV_TOKEN_CONTROL; /* without types, the named specials are control */
+        if (!d->types && i == d->unk_id) t = PKV_TOKEN_UNKNOWN;
         tok->types[i] = (uint8_t)t;
         if ((t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED) && l > 0) n_special++;
         /* insert into the map; a duplicate text keeps its first id */
@@ -343,13 +346,15 @@ void pkv_tokenizer_free(pkv_tokenizer *tok) {
     pkv_free(tok);
 }
 
-pkv_tokenizer_kind pkv_tokenizer_kind_of(const pkv_tokenizer *tok) { return tok->kind; }
-int32_t pkv_tokenizer_n_tokens(const pkv_tokenizer *tok) { return tok->n_tokens; }
-int32_t pkv_tokenizer_bos(const pkv_tokenizer *tok) { return tok->bos; }
-int32_t pkv_tokenizer_eos(const pkv_tokenizer *tok) { return tok->eos; }
+pkv_tokenizer_kind pkv_tokenizer_kind_of(const pkv_tokenizer *tok) {
+    return tok ? tok->kind : PKV_TOKENIZER_NONE;
+}
+int32_t pkv_tokenizer_n_tokens(const pkv_tokenizer *tok) { return tok ? tok->n_tokens : 0; }
+int32_t pkv_tokenizer_bos(const pkv_tokenizer *tok) { return tok ? tok->bos : -1; }
+int32_t pkv_tokenizer_eos(const pkv_tokenizer *tok) { return tok ? tok->eos : -1; }
 
 bool pkv_tokenizer_is_eog(const pkv_tokenizer *tok, int32_t id) {
-    if (id < 0 || id >= tok->n_tokens) return false;
+    if (!tok || id < 0 || id >= tok->n_tokens) return false;
     if (id == tok->eos) return true;
     for (size_t i = 0; i < tok->n_eog; i++)
         if (tok->eog[i] == id) return true;

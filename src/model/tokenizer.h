@@ -42,8 +42,9 @@ typedef struct pkv_vocab_desc {
     const size_t *token_lens;   /* [n_tokens] byte lengths; NULL = strlen of each */
     const float *scores;        /* [n_tokens] tokenizer.ggml.scores, may be NULL
                                    (SPM then ranks pieces by -id: lower id wins) */
-    const int32_t *types;       /* [n_tokens] tokenizer.ggml.token_type, may be NULL
-                                   (all normal; SPM then detects "<0xNN>" byte tokens) */
+    const int32_t *types;       /* [n_tokens] tokenizer.ggml.token_type, may be NULL: then
+                                   bos/eos/pad are control, unk unknown, the rest normal,
+                                   and SPM detects "<0xNN>" byte tokens by their text */
     int32_t n_merges;           /* tokenizer.ggml.merges length (BPE), 0 if absent */
     const char *const *merges;  /* [n_merges] "left right", lower index = higher priority */
     const size_t *merge_lens;   /* [n_merges] byte lengths; NULL = strlen of each */
@@ -72,6 +73,7 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *desc);
 /* NULL is a no-op. */
 void pkv_tokenizer_free(pkv_tokenizer *tok);
 
+/* Accessors; a NULL tok gives NONE, 0 and -1. */
 pkv_tokenizer_kind pkv_tokenizer_kind_of(const pkv_tokenizer *tok);
 int32_t pkv_tokenizer_n_tokens(const pkv_tokenizer *tok);
 int32_t pkv_tokenizer_bos(const pkv_tokenizer *tok); /* -1 when none */
@@ -97,7 +99,8 @@ pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
 
 /* The bytes a token stands for: BPE pieces are mapped back through the byte
  * table, SPM pieces have U+2581 turned into spaces and <0xNN> into byte NN.
- * Control tokens give their text when render_special, else nothing. No dummy
+ * Control, unknown and unused tokens give their text when render_special, else
+ * nothing; user-defined tokens always give their text as it is. No dummy
  * prefix is stripped here (see pkv_detokenize). Writes up to size bytes into buf
  * and a terminating NUL if there is room; *n_out gets the byte count (without NUL).
  * Errors: PKV_ERR_INVALID for an id out of range or when size < the byte count

@@ -74,6 +74,9 @@ typedef struct pkv_vk_ctx {
     size_t stage_cap, stage_used;
 
     pkv_vk_pipeline pipes[PKV_VK_K_COUNT]; /* created lazily */
+    /* Largest window of a buffer one kernel argument may bind: the device's
+     * maxStorageBufferRange, or less with PKV_VK_MAX_RANGE (to test chunking). */
+    uint64_t max_range;
 } pkv_vk_ctx;
 
 /* Error for a failed Vulkan call: "vulkan:0: vkQueueSubmit: VK_ERROR_DEVICE_LOST". */

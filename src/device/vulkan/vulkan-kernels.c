@@ -9,8 +9,10 @@
  * offset): f32 and i32 tensors (and their strides) at multiples of 4 bytes, f16,
  * bf16 and quantized (q8_0, q4_0) data at multiples of 2; anything else returns
  * PKV_ERR_UNSUPPORTED naming the argument. A window is at most
- * maxStorageBufferRange bytes (128 MiB on lavapipe): a bigger argument is
- * PKV_ERR_UNSUPPORTED too. Limits: attention needs dk <= 512 and dv <= 256. */
+ * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
+ * bigger weights and batches into chunks of rows (one dispatch each); for other
+ * kernels a bigger argument is PKV_ERR_UNSUPPORTED. Attention needs dk <= 512 and
+ * dv <= 256. */
 #include "device/vulkan/vulkan-impl.h"
 
 #include <stdio.h>
@@ -138,11 +140,11 @@ static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int na
         uint64_t padded = (b->size + 3) & ~(uint64_t)3;
         uint64_t range = (off + a[i].bytes - base + 3) & ~(uint64_t)3;
         if (range > padded - base) range = padded - base;
-        if (range > c->props.limits.maxStorageBufferRange)
+        if (range > c->max_range)
             return pkv_err(PKV_ERR_UNSUPPORTED,
                            "kernel %s on %s: argument %s spans %llu bytes, more than the device's storage buffer "
-                           "range of %u bytes",
-                           kn, c->name, a[i].name, (unsigned long long)range, c->props.limits.maxStorageBufferRange);
+                           "range of %llu bytes",
+                           kn, c->name, a[i].name, (unsigned long long)range, (unsigned long long)c->max_range);
         pc[i] = (uint32_t)(off - base);
         bi[i] = (VkDescriptorBufferInfo){b->buf, base, range};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
@@ -197,29 +199,68 @@ static bool vk_supports_type(void *ctx, pkv_type t) {
 
 static unsigned type_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : 2; }
 
+/* Bytes an argument may span so that its window (which starts up to
+ * minStorageBufferOffsetAlignment - 1 bytes before it and is rounded up to 4)
+ * fits in max_range. */
+static uint64_t window_bytes(const pkv_vk_ctx *c) {
+    uint64_t malign = PKV_MAX(c->props.limits.minStorageBufferOffsetAlignment, 4);
+    return c->max_range > malign + 4 ? c->max_range - malign - 4 : 0;
+}
+
+/* Weights bigger than one window (an output projection on a device with a 128 MiB
+ * maxStorageBufferRange) are processed in chunks of rows, and long batches in
+ * chunks of x rows, one dispatch per chunk. */
+static pkv_status chunks(pkv_vk_ctx *c, const char *kn, uint64_t row_bytes, uint64_t n_row_bytes, uint64_t *rows_per,
+                         uint64_t *n_per) {
+    uint64_t wb = window_bytes(c);
+    *rows_per = wb / row_bytes;
+    *n_per = wb / n_row_bytes;
+    if (*rows_per == 0 || *n_per == 0)
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "kernel %s on %s: a row of %llu bytes does not fit the device's storage buffer range of %llu "
+                       "bytes",
+                       kn, c->name, (unsigned long long)PKV_MAX(row_bytes, n_row_bytes), (unsigned long long)c->max_range);
+    return PKV_OK;
+}
+
 static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
     pkv_vk_ctx *c = ctx;
-    size_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols);
-    TRY(fits(c, "matmul", "n*cols", (uint64_t)a->n * (uint64_t)a->cols));
-    TRY(fits(c, "matmul", "n*rows", (uint64_t)a->n * (uint64_t)a->rows));
-    TRY(fits(c, "matmul", "rows*row_bytes", (uint64_t)a->rows * rb));
-    varg v[3] = {{"w", a->w, (uint64_t)a->rows * rb, type_align(a->wtype)},
-                 {"x", a->x, (uint64_t)a->n * (uint64_t)a->cols * 4, 4},
-                 {"y", a->y, (uint64_t)a->n * (uint64_t)a->rows * 4, 4}};
-    uint32_t pc[8] = {0, 0, 0, (uint32_t)a->rows, (uint32_t)a->cols, (uint32_t)a->n, (uint32_t)rb, (uint32_t)a->wtype};
-    return dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 8, (uint64_t)a->rows * CDIV((uint64_t)a->n, MM_TILE));
+    uint64_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols), rows = (uint64_t)a->rows, cols = (uint64_t)a->cols,
+             n = (uint64_t)a->n, rows_per, n_per;
+    TRY(chunks(c, "matmul", rb, PKV_MAX(cols, rows) * 4, &rows_per, &n_per));
+    for (uint64_t i0 = 0; i0 < n; i0 += n_per) {
+        uint64_t ni = PKV_MIN(n_per, n - i0);
+        for (uint64_t r0 = 0; r0 < rows; r0 += rows_per) {
+            uint64_t cnt = PKV_MIN(rows_per, rows - r0);
+            varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
+                         {"x", pkv_tref_make(a->x.buf, a->x.off + i0 * cols * 4), ni * cols * 4, 4},
+                         {"y", pkv_tref_make(a->y.buf, a->y.off + i0 * rows * 4), ni * rows * 4, 4}};
+            uint32_t pc[10] = {0, 0, 0, (uint32_t)rows, (uint32_t)cols, (uint32_t)ni, (uint32_t)rb,
+                               (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt};
+            TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
+        }
+    }
+    return PKV_OK;
 }
 
 static pkv_status vk_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
     pkv_vk_ctx *c = ctx;
-    size_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols);
-    TRY(fits(c, "get_rows", "n*cols", (uint64_t)a->n * (uint64_t)a->cols));
-    TRY(fits(c, "get_rows", "n_vocab*row_bytes", (uint64_t)a->n_vocab * rb));
-    varg v[3] = {{"w", a->w, (uint64_t)a->n_vocab * rb, type_align(a->wtype)},
-                 {"ids", a->ids, (uint64_t)a->n * 4, 4},
-                 {"out", a->out, (uint64_t)a->n * (uint64_t)a->cols * 4, 4}};
-    uint32_t pc[8] = {0, 0, 0, (uint32_t)a->n, (uint32_t)a->cols, (uint32_t)a->n_vocab, (uint32_t)rb, (uint32_t)a->wtype};
-    return dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 8, CDIV((uint64_t)a->n * (uint64_t)a->cols, WG));
+    uint64_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols), vocab = (uint64_t)a->n_vocab,
+             cols = (uint64_t)a->cols, n = (uint64_t)a->n, rows_per, n_per;
+    TRY(chunks(c, "get_rows", rb, cols * 4, &rows_per, &n_per));
+    for (uint64_t i0 = 0; i0 < n; i0 += n_per) {
+        uint64_t ni = PKV_MIN(n_per, n - i0);
+        for (uint64_t r0 = 0; r0 < vocab; r0 += rows_per) {
+            uint64_t cnt = PKV_MIN(rows_per, vocab - r0);
+            varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
+                         {"ids", pkv_tref_make(a->ids.buf, a->ids.off + i0 * 4), ni * 4, 4},
+                         {"out", pkv_tref_make(a->out.buf, a->out.off + i0 * cols * 4), ni * cols * 4, 4}};
+            uint32_t pc[11] = {0, 0, 0, (uint32_t)ni, (uint32_t)cols, (uint32_t)vocab, (uint32_t)rb,
+                               (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt, r0 == 0 ? 1u : 0u};
+            TRY(dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 11, CDIV(ni * cols, WG)));
+        }
+    }
+    return PKV_OK;
 }
 
 static pkv_status vk_rms_norm(void *ctx, const pkv_k_rms_norm_args *a) {

@@ -563,6 +563,10 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     uint64_t maxb = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : c->props.limits.maxStorageBufferRange;
     caps->max_buffer_bytes = (size_t)maxb;
     caps->transfer_align = 4;
+    c->max_range = c->props.limits.maxStorageBufferRange;
+    const char *mr = getenv("PKV_VK_MAX_RANGE");
+    if (mr && strtoull(mr, NULL, 10) >= 1024 && strtoull(mr, NULL, 10) < c->max_range)
+        c->max_range = strtoull(mr, NULL, 10);
     caps->host_memory = c->direct;
     return PKV_OK;
 }

@@ -1,17 +1,18 @@
 #version 450
 #include "common.glsl"
-// y[i][r] = sum_c W[r][c] * x[i][c]. One workgroup per (weight row r, tile of NT
-// x rows): the weight row is decoded once per tile.
+// y[i][r0 + r] = sum_c W[r][c] * x[i][c] for the cnt weight rows bound (a chunk
+// starting at row r0; y rows are `rows` long). One workgroup per (weight row r,
+// tile of NT x rows): the weight row is decoded once per tile.
 #define NT 4u
 layout(binding = 0) buffer WB { uint d[]; } wbuf;
 layout(binding = 1) buffer X { uint d[]; } x;
 layout(binding = 2) buffer Y { uint d[]; } y;
-layout(push_constant) uniform PC { uint ow, ox, oy, rows, cols, n, row_bytes, wtype; } pc;
+layout(push_constant) uniform PC { uint ow, ox, oy, rows, cols, n, row_bytes, wtype, r0, cnt; } pc;
 #include "weights.glsl"
 shared float part[NT][WG];
 void main() {
     uint g = group_id(), t = gl_LocalInvocationID.x;
-    uint r = g % pc.rows, i0 = (g / pc.rows) * NT;
+    uint r = g % pc.cnt, i0 = (g / pc.cnt) * NT;
     if (i0 >= pc.n) return;
     uint nt = min(NT, pc.n - i0);
     float acc[NT];
@@ -28,5 +29,5 @@ void main() {
             for (uint k = 0u; k < NT; k++) part[k][t] += part[k][t + s];
         barrier();
     }
-    if (t < nt) STF(y, pc.oy + ((i0 + t) * pc.rows + r) * 4u, part[t][0]);
+    if (t < nt) STF(y, pc.oy + ((i0 + t) * pc.rows + pc.r0 + r) * 4u, part[t][0]);
 }
