@@ -1,5 +1,6 @@
 # Thin wrapper around CMake. The two commands of the README:
-#   make run    install missing dependencies (apt-get, when root or sudo), build, run the demo
+#   make run    install missing dependencies (apt-get, when root or sudo), build, run the
+#               conformance suite and the demo on every device found
 #   make test   build and run the whole test suite with ctest
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -21,6 +22,7 @@ build: deps $(BUILD)/CMakeCache.txt
 
 run: build
 	$(BUILD)/bin/pagekv check --device all
+	$(BUILD)/bin/pagekv demo
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -519,6 +519,8 @@ typedef struct pkv_model_info {
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
     uint64_t weight_bytes;   /* bytes of weights on the device */
     bool has_vocab;          /* false for tokenizer.ggml.model = none */
+    bool shared_kv;          /* a draft whose layers attend over a target's cache layers
+                                (GGUF key pagekv.shared_kv_layers): see pkv_context_attach */
     double load_seconds;
 } pkv_model_info;
 
@@ -596,6 +598,16 @@ pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx);
 void pkv_context_free(pkv_context *ctx);
 /* A child sharing every page and the logits of ctx. NULL on failure. */
 pkv_context *pkv_context_fork(pkv_context *ctx);
+/* A context of a shared-KV draft model (info.shared_kv) on the target context's
+ * cache: its layer j reads and writes cache layer pagekv.shared_kv_layers[j].
+ * Checked first (I6): every mapped layer exists with the same KV heads, head
+ * sizes and dtype, and the draft's device can reach where each shard is stored;
+ * the error names the draft layer, the cache layer, both devices and the fix.
+ * The draft context starts as a fork of the target's sequence (sharing its
+ * pages; its own tokens go to copied pages, never into the target's) and its
+ * appends are never published for prefix reuse. Re-sync it with
+ * pkv_context_attach again (cheap) after the target moves on. NULL on failure. */
+pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target);
 
 int32_t pkv_context_seq(const pkv_context *ctx);      /* the KV sequence id */
 pkv_model *pkv_context_model(const pkv_context *ctx);

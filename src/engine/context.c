@@ -159,6 +159,55 @@ pkv_context *pkv_context_fork(pkv_context *ctx) {
     return k;
 }
 
+pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
+    if (!draft || !target) {
+        pkv_err(PKV_ERR_INVALID, "attach: NULL draft or target");
+        return NULL;
+    }
+    if (!draft->kv_layer) {
+        pkv_err(PKV_ERR_INVALID, "attach: %s is not a shared-KV draft (no pagekv.shared_kv_layers key)", draft->label);
+        return NULL;
+    }
+    if (draft->hp.n_vocab != target->m->hp.n_vocab) {
+        pkv_err(PKV_ERR_MISMATCH, "attach: draft %s has %d tokens in its vocabulary, target %s has %d", draft->label,
+                draft->hp.n_vocab, target->m->label, target->m->hp.n_vocab);
+        return NULL;
+    }
+    pkv_kv_cache *c = target->c;
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
+    pkv_kv_attach_layer *al = pkv_calloc((size_t)draft->hp.n_layer, sizeof *al);
+    if (!al) {
+        pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
+        return NULL;
+    }
+    for (int l = 0; l < draft->hp.n_layer; l++) {
+        pkv_kv_layer_info li;
+        al[l].kv_layer = draft->kv_layer[l];
+        al[l].n_kv_heads = draft->layers[l].n_head_kv;
+        al[l].head_dim_k = draft->hp.head_dim_k;
+        al[l].head_dim_v = draft->hp.head_dim_v;
+        /* the draft computes in whatever dtype the cache stores */
+        al[l].dtype = pkv_kv_layout_layer(lay, draft->kv_layer[l], &li) == PKV_OK ? li.dtype : PKV_TYPE_F16;
+        al[l].compute = draft->dev;
+    }
+    pkv_status s = pkv_kv_attach(c, "draft", pkv_kv_layout_page_size(lay), al, draft->hp.n_layer);
+    pkv_free(al);
+    if (s) return NULL;
+    pkv_runner *run = pkv_calloc(1, sizeof *run);
+    int32_t child;
+    if (!run || pkv_kv_fork(c, target->seq, &child)) {
+        if (!run) pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
+        pkv_free(run);
+        return NULL;
+    }
+    pkv_context *k = ctx_new(draft, c, run, child, target->n_ctx);
+    if (!k) {
+        pkv_kv_seq_free(c, child);
+        pkv_free(run);
+    }
+    return k;
+}
+
 int32_t pkv_context_seq(const pkv_context *ctx) { return ctx ? ctx->seq : -1; }
 pkv_model *pkv_context_model(const pkv_context *ctx) { return ctx ? ctx->m : NULL; }
 pkv_kv_cache *pkv_context_cache(const pkv_context *ctx) { return ctx ? ctx->c : NULL; }

@@ -162,16 +162,17 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
     pkv_tref pos = R(ws->ints, pl->off_pos * 4);
     if ((s = rope(dev, hp, ws->q, T, ly->n_head, pos)) || (s = rope(dev, hp, ws->k, T, ly->n_head_kv, pos))) return s;
 
+    int kl = m->kv_layer ? m->kv_layer[il] : il; /* shared-KV drafts read another layer */
     pkv_kv_shard_info sh;
-    if ((s = pkv_kv_shard(c, il, 0, &sh))) return s;
+    if ((s = pkv_kv_shard(c, kl, 0, &sh))) return s;
     if (sh.compute != dev || sh.storage != dev)
         return pkv_err(PKV_ERR_MISMATCH, "layer %d: KV shard is stored on %s and computed on %s, but the model runs on %s", il,
                        pkv_device_name(sh.storage), pkv_device_name(sh.compute), pkv_device_name(dev));
     pkv_kv_layer_info li;
-    if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), il, &li))) return s;
+    if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li))) return s;
     if (li.n_shards != 1 || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hp->head_dim_k || li.head_dim_v != hp->head_dim_v)
-        return pkv_err(PKV_ERR_MISMATCH, "layer %d: the KV cache geometry (%d heads of %d/%d, %d shards) does not match the model (%d heads of %d/%d)",
-                       il, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k, hp->head_dim_v);
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the KV cache geometry (%d heads of %d/%d, %d shards) does not match the model (%d heads of %d/%d)",
+                       il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k, hp->head_dim_v);
     int64_t rows = sh.n_pages * pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
     pkv_tref idx = R(ws->ints, pl->off_rows * 4);
     pkv_k_set_rows_args sk = {.src = R(ws->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype,
@@ -268,7 +269,10 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         goto out;
     }
     for (int i = 0; i < b->n_seqs; i++) len_before[i] = pkv_kv_seq_len(c, b->seqs[i]);
-    if ((s = pkv_kv_append_batch(c, b->n_seqs, b->seqs, b->n_tokens, b->tokens, b->pos, rows))) goto out;
+    /* A shared-KV draft writes only its mapped layers of a page: such pages must
+     * never be offered for prefix reuse, so they are appended without token ids. */
+    bool publish = !b->no_publish && !m->kv_layer;
+    if ((s = pkv_kv_append_batch(c, b->n_seqs, b->seqs, b->n_tokens, publish ? b->tokens : NULL, b->pos, rows))) goto out;
     pkv_fwd_plan pl;
     s = plan(m, c, wsp, b, rows, len_before, &pl);
     pkv_fwd_ws *ws = *wsp;

@@ -16,6 +16,7 @@ typedef struct pkv_fwd_batch {
     const int32_t *tokens;
     const int32_t *pos;
     bool all_logits; /* logits for every token, else for the last token of each sequence */
+    bool no_publish; /* append without token ids: pages never enter the prefix index */
 } pkv_fwd_batch;
 
 /* Offsets (in int32 elements) of the step's integer block on the device. */

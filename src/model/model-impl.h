@@ -58,6 +58,9 @@ struct pkv_model {
     pkv_tokenizer *tok;
     pkv_device *dev;        /* where weights live and the forward pass runs */
     bool own_dev;           /* opened by the model (closed with it) */
+    int *kv_layer;          /* shared-KV draft: [n_layer] target cache layer each layer attends
+                               over (GGUF key pagekv.shared_kv_layers); NULL = layer il uses
+                               cache layer il of its own cache */
     uint64_t fingerprint;   /* hash of hparams and tensor metadata: keys prefix reuse and saved KV */
     uint64_t weight_bytes;  /* bytes of all weights on the device */
     double load_seconds;

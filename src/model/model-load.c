@@ -178,6 +178,7 @@ void pkv_model_free(pkv_model *m) {
     free_weight(&m->output_norm);
     if (!m->tied) free_weight(&m->output);
     pkv_tokenizer_free(m->tok);
+    pkv_free(m->kv_layer);
     if (m->own_dev) pkv_device_close(m->dev);
     pkv_free(m);
 }
@@ -228,6 +229,29 @@ static pkv_status load_layers(loader *L) {
     return s;
 }
 
+/* A draft that attends over another model's KV (multi-token-prediction style)
+ * names, for each of its layers, the target layer whose cache it reads:
+ *   pagekv.shared_kv_layers: array of int32, one per layer, each >= 0.
+ * Such a model has no cache of its own; see pkv_context_attach. */
+static pkv_status load_shared_kv(const pkv_gguf *g, pkv_model *m) {
+    const char *key = "pagekv.shared_kv_layers";
+    if (pkv_gguf_find_key(g, key) < 0) return PKV_OK;
+    pkv_gguf_array a;
+    pkv_status s = pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a);
+    if (s) return s;
+    if (a.type == PKV_GGUF_STRING || a.type == PKV_GGUF_FLOAT32 || a.type == PKV_GGUF_FLOAT64 || a.count != (uint64_t)m->hp.n_layer)
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' must be an integer array with one entry per layer (%d), found %llu of %s",
+                       m->label, key, m->hp.n_layer, (unsigned long long)a.count, pkv_gguf_type_name(a.type));
+    m->kv_layer = pkv_malloc((size_t)m->hp.n_layer * sizeof *m->kv_layer);
+    if (!m->kv_layer) return pkv_err(PKV_ERR_NOMEM, "%s: %s", m->label, key);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        int64_t v = pkv_gguf_arr_int(&a, (uint64_t)l);
+        if (v < 0 || v > 4096) return pkv_err(PKV_ERR_FORMAT, "%s: %s[%d] = %lld is not a layer index", m->label, key, l, (long long)v);
+        m->kv_layer[l] = (int)v;
+    }
+    return PKV_OK;
+}
+
 /* Load from an opened GGUF. On failure everything is freed. */
 static pkv_model *load(const pkv_gguf *g, pkv_model_params p) {
     double t0 = pkv_time_now();
@@ -270,6 +294,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p) {
         m->layers[l].n_ff = n_ff[l];
     }
     if ((s = load_tokenizer(g, m->hp.n_vocab, &m->tok))) goto fail;
+    if ((s = load_shared_kv(g, m))) goto fail;
 
     if (p.device_handle) {
         m->dev = p.device_handle;
@@ -354,6 +379,7 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->weight_bytes = m->weight_bytes;
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
     info->load_seconds = m->load_seconds;
+    info->shared_kv = m->kv_layer != NULL;
     return PKV_OK;
 }
 
