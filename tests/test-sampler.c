@@ -190,6 +190,38 @@ static void test_top_p(void) {
         snprintf(what, sizeof what, "top_p %.2f", (double)p.top_p);
         check_probs(p, l, 5, e, 1e-6, what);
     }
+    /* an exact boundary: four equal logits, p = 0.5 needs exactly two (the lower ids) */
+    float eq[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+    p.top_p = 0.5f;
+    double half[4] = {0.5, 0.5, 0, 0};
+    check_probs(p, eq, 4, half, 0, "top_p 0.5 on equal logits");
+    p.top_p = 1.0f;
+    p.min_p = 1.0f; /* every maximum has p = p_max */
+    double quarter[4] = {0.25, 0.25, 0.25, 0.25};
+    check_probs(p, eq, 4, quarter, 0, "min_p 1 on equal logits");
+    p.min_p = 0.0f;
+    /* the same on a row long enough for the bucketed top-p path: 4096 equal logits and
+     * 4096 whose weights underflow to 0; p = 0.25 needs exactly the first 1024 (sums of
+     * ones are exact) */
+    {
+        enum { LONG = 8192 };
+        static float row[LONG], pr[LONG];
+        for (int i = 0; i < LONG; i++) row[i] = i % 2 ? 1.0f : -1000.0f;
+        pkv_sampler_params q = plain();
+        q.top_p = 0.25f;
+        pkv_sampler *s = pkv_sampler_create(q, LONG);
+        REQUIRE_VOID(s);
+        CHECK_OK(pkv_sampler_probs(s, row, pr));
+        int kept = 0, wrong = 0;
+        for (int i = 0; i < LONG; i++) {
+            bool want = i % 2 == 1 && i < 2048;
+            kept += pr[i] > 0;
+            wrong += want != (pr[i] > 0) || (want && pr[i] != 1.0f / 1024);
+        }
+        CHECK_INT(kept, 1024);
+        CHECK_INT(wrong, 0);
+        pkv_sampler_free(s);
+    }
     /* top-p renormalizes over the top-k survivors: {1, 3} become 4/7 and 3/7, so
      * p = 0.55 keeps only token 1, while without top-k it keeps {1, 3}. */
     p.top_p = 0.55f;
@@ -316,13 +348,17 @@ static void test_against_naive(void) {
     int32_t hist[100];
     int bad = 0;
     for (int it = 0; it < 400; it++) {
-        int n = it < 390 ? 1 + (int)(th_rand(&rs) % N) : BIG;
+        /* small rows (plain sort), rows past the top-p bucketing threshold, one large */
+        int n = it < 340 ? 1 + (int)(th_rand(&rs) % N)
+                : it < 399 ? 2048 + (int)(th_rand(&rs) % 20000)
+                           : BIG;
         /* coarse values so that ties happen */
-        int levels = 1 + (int)(th_rand(&rs) % 40);
+        int levels = 1 + (int)(th_rand(&rs) % (it < 340 ? 40 : 4000));
         for (int i = 0; i < n; i++) logits[i] = (float)((int)(th_rand(&rs) % (uint64_t)levels) - levels / 2) * 0.37f;
         pkv_sampler_params p = plain();
         p.temp = (th_rand(&rs) % 8 == 0) ? 0.0f : 0.2f + (float)(th_rand(&rs) % 100) / 40.0f;
         p.top_k = th_rand(&rs) % 3 ? (int)(th_rand(&rs) % 60) : 0;
+        if (n >= 2048 && it % 2) p.top_k = 0; /* the bucketed top-p path */
         p.top_p = th_rand(&rs) % 3 ? 0.05f + (float)(th_rand(&rs) % 1000) / 1053.0f : 1.0f;
         p.min_p = th_rand(&rs) % 3 ? (float)(th_rand(&rs) % 1000) / 3011.0f : 0.0f;
         p.repeat_penalty = th_rand(&rs) % 2 ? 1.0f : 0.5f + (float)(th_rand(&rs) % 100) / 50.0f;
@@ -335,7 +371,8 @@ static void test_against_naive(void) {
         CHECK_OK(pkv_sampler_probs(s, logits, probs));
         naive_chain(p, logits, n, hist, n_hist, want);
         for (int i = 0; i < n; i++) {
-            if ((want[i] == 0) != (probs[i] == 0) || fabs(probs[i] - want[i]) > 1e-5) {
+            float wf = (float)want[i]; /* probs are floats: tiny ones underflow alike */
+            if ((wf == 0) != (probs[i] == 0) || fabs(probs[i] - want[i]) > 1e-5) {
                 if (bad++ < 5)
                     TH_FAIL("iter %d (n %d temp %g k %d p %g min_p %g pen %g last %d): token %d: %g vs %g", it, n,
                             (double)p.temp, p.top_k, (double)p.top_p, (double)p.min_p,
