@@ -2,8 +2,8 @@
 /* Sampler chain: greedy and ties, each filter on hand-made logits (which tokens
  * survive, with what probability), the chain against a naive reference on random
  * logits, seed determinism, the empirical distribution against the softmax,
- * repetition penalty, bad params and logits, no allocation after create, allocation
- * failure and leaks. */
+ * the speculative-sampling helpers (uniform, draw from weights), repetition penalty,
+ * bad params and logits, no allocation after create, allocation failure and leaks. */
 #include <float.h>
 
 #include "base/base.h"
@@ -518,6 +518,69 @@ static void test_distribution(void) {
     pkv_sampler_free(s);
 }
 
+/* The speculative-sampling helpers: uniform numbers and draws from explicit weights. */
+static void test_draw(void) {
+    enum { V = 6, DRAWS = 200000 };
+    pkv_sampler *s = pkv_sampler_create(plain(), V);
+    REQUIRE_VOID(s);
+    float w[V] = {0.5f, 0, 2.0f, 1.0f, 0, 0.25f}; /* unnormalized */
+    double e[V];
+    for (int i = 0; i < V; i++) e[i] = w[i] / 3.75;
+    long count[V] = {0};
+    for (int i = 0; i < DRAWS; i++) {
+        int32_t tok = -1;
+        pkv_sampler_draw(s, w, &tok);
+        if (tok >= 0 && tok < V) count[tok]++;
+    }
+    CHECK_INT(count[0] + count[1] + count[2] + count[3] + count[4] + count[5], DRAWS);
+    CHECK_INT(count[1], 0);
+    CHECK_INT(count[4], 0);
+    double x = chi_square(count, e, V, DRAWS); /* 3 dof: P(chi2 > 21.1) = 1e-4 */
+    fprintf(stderr, "chi-square (3 dof), draw: %.2f\n", x);
+    CHECK(x < 21.1);
+    /* uniform: in [0, 1), mean 1/2, variance 1/12 */
+    double sum = 0, sq = 0, lo = 1, hi = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        double u = pkv_sampler_uniform(s);
+        sum += u, sq += u * u;
+        lo = fmin(lo, u), hi = fmax(hi, u);
+    }
+    CHECK(lo >= 0 && hi < 1);
+    CHECK_NEAR(sum / DRAWS, 0.5, 0.005);
+    CHECK_NEAR(sq / DRAWS - (sum / DRAWS) * (sum / DRAWS), 1.0 / 12, 0.002);
+    /* both come from the seeded stream: reset replays them */
+    pkv_sampler_reset(s);
+    double u1 = pkv_sampler_uniform(s);
+    int32_t t1;
+    CHECK_OK(pkv_sampler_draw(s, w, &t1));
+    pkv_sampler_reset(s);
+    CHECK_NEAR(pkv_sampler_uniform(s), u1, 0);
+    int32_t t2;
+    CHECK_OK(pkv_sampler_draw(s, w, &t2));
+    CHECK_INT(t1, t2);
+    /* a single non-zero weight, at the end */
+    float one[V] = {0, 0, 0, 0, 0, 3};
+    for (int i = 0; i < 100; i++) {
+        CHECK_OK(pkv_sampler_draw(s, one, &t1));
+        CHECK_INT(t1, 5);
+    }
+    /* bad weights */
+    float bad[V] = {0, 0, 0, 0, 0, 0};
+    t1 = -7;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    CHECK_MSG("all 6 weights are zero");
+    bad[2] = -1;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    CHECK_MSG("index 2");
+    bad[2] = NAN;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    bad[2] = INFINITY;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    CHECK_STATUS(pkv_sampler_draw(s, NULL, &t1), PKV_ERR_INVALID);
+    CHECK_INT(t1, -7);
+    pkv_sampler_free(s);
+}
+
 static void test_penalty(void) {
     float l[4] = {2.0f, -1.0f, 1.0f, 0.5f};
     pkv_sampler_params p = plain();
@@ -709,6 +772,7 @@ int main(void) {
     test_against_naive();
     test_determinism();
     test_distribution();
+    test_draw();
     test_penalty();
     test_bad_input();
     test_alloc();

@@ -391,3 +391,29 @@ pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs) 
     for (int j = 0; j < nc; j++) probs[s->cand[j].id] = (float)(s->cand[j].w / total);
     return PKV_OK;
 }
+
+double pkv_sampler_uniform(pkv_sampler *s) { return rng_double(s->rng); }
+
+pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_token) {
+    if (!s || !weights || !out_token) return pkv_err(PKV_ERR_INVALID, "sampler: NULL argument");
+    double total = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (!(weights[i] >= 0.0f) || !isfinite(weights[i]))
+            return pkv_err(PKV_ERR_INVALID, "sampler: weight at index %d is %g (must be finite and >= 0)", (int)i,
+                           (double)weights[i]);
+        total += weights[i];
+        if (weights[i] > 0.0f) last = i;
+    }
+    if (last < 0) return pkv_err(PKV_ERR_INVALID, "sampler: all %d weights are zero", (int)s->n_vocab);
+    double u = rng_double(s->rng) * total, acc = 0.0;
+    for (int32_t i = 0; i < last; i++) {
+        acc += weights[i];
+        if (u < acc) {
+            *out_token = i;
+            return PKV_OK;
+        }
+    }
+    *out_token = last;
+    return PKV_OK;
+}

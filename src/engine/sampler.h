@@ -63,4 +63,13 @@ void pkv_sampler_reset(pkv_sampler *s);
  * Errors: as pkv_sampler_sample; on error probs is not written. */
 pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs);
 
+/* For speculative sampling, both from the sampler's PRNG stream:
+ * a uniform double in [0, 1) (e.g. the acceptance test u < p/q), and a draw of a token
+ * from explicit weights [n_vocab] (e.g. the residual max(0, p - q)): non-negative,
+ * finite, not all zero; they need not sum to 1.
+ * pkv_sampler_draw errors: PKV_ERR_INVALID for NULL arguments or bad weights (the
+ * message names the index); nothing changed. */
+double pkv_sampler_uniform(pkv_sampler *s); /* s must not be NULL */
+pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_token);
+
 #endif /* PKV_SAMPLER_H */
