@@ -9,15 +9,6 @@
 #include "ref-model.h"
 #include "testhelp.h"
 
-#define REQUIRE_VOID(cond)                                                            \
-    do {                                                                              \
-        th_checks++;                                                                  \
-        if (!(cond)) {                                                                \
-            TH_FAIL("required: %s", #cond);                                           \
-            return;                                                                   \
-        }                                                                             \
-    } while (0)
-
 /* ------------------------------------------------------ tensor store */
 
 enum { TS_MAX = 128 };

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "pagekv.h"
 
@@ -48,4 +49,10 @@ int pkv_cli_extra_cpus(void) {
     if (!e) return 1;
     long v = strtol(e, NULL, 10);
     return v < 0 ? 0 : v > 64 ? 64 : (int)v;
+}
+
+double pkv_time_now_cli(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

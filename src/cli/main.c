@@ -14,6 +14,12 @@ typedef struct {
 static const command k_commands[] = {
     {"devices", pkv_cli_devices, "list the devices pagekv can use"},
     {"check", pkv_cli_check, "run the device conformance suite (transfers, cross-device copies, kernels)"},
+    {"run", pkv_cli_run, "generate text from a prompt (streams tokens; --fork K for branches)"},
+    {"logits", pkv_cli_logits, "last-position logits of a list of token ids (JSON or float32 file)"},
+    {"tokenize", pkv_cli_tokenize, "token ids (and pieces) of a text"},
+    {"mkmodel", pkv_cli_mkmodel, "write a GGUF test model with random weights"},
+    {"demo", pkv_cli_demo, "every KV operation on every device, checked against replay"},
+    {"bench", pkv_cli_bench, "measure speed, print JSON: bench kv | model | all"},
 };
 
 static void usage(FILE *f) {
