@@ -1,0 +1,718 @@
+/* Kernel conformance: every kernel of a device against the plain-C reference
+ * (cpu/ref.c) on random inputs of a few shapes, through the public buffer API
+ * only, so it runs on any device. Inputs sit at non-zero offsets (4 + 4k bytes)
+ * inside larger buffers; the bytes around every output are checked to be
+ * untouched. Each kernel (and weight type) reports one row with its worst
+ * normalized mean squared error against the tolerance below:
+ *
+ *   matmul f32/f16/bf16, k-quants  1e-9   f32 sums in another order
+ *   matmul q8_0, q4_0              5e-4   devices may round activations to 8 bits
+ *   get_rows                       1e-12  dequantization is exact
+ *   rms_norm, add, swiglu, softmax 1e-10
+ *   rope f32 / f16                 1e-8 / 1e-6   angles may be computed in f32
+ *   set_rows f32 / f16             0 / 1e-7      f16 rounding may differ by an ulp
+ *   attention (f32 or f16 KV)      1e-8
+ *   argmax                         exact indices
+ */
+#include "device/device-impl.h"
+
+#include "base/quant.h"
+#include "device/cpu/ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define GUARD 0xA5
+#define MAX_BUFS 12
+
+typedef struct {
+    pkv_buffer *buf;
+    size_t off, size;
+} dbuf;
+
+typedef struct {
+    pkv_device *dev;
+    pkv_check_report_fn report;
+    void *user;
+    uint64_t rng;
+    bool any_failed;
+    /* the row being built */
+    pkv_check_result row;
+    char test[64];
+    double tol, worst, t0;
+    bool row_error; /* first failure already in detail */
+    /* buffers of the current case */
+    dbuf bufs[MAX_BUFS];
+    int n_bufs;
+} ck;
+
+static uint64_t rnd(ck *k) {
+    uint64_t z = (k->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rndf(ck *k) { return (float)((double)(rnd(k) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static void fill_rand(ck *k, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = rndf(k) * scale;
+}
+
+static void row_begin(ck *k, const char *fmt, const char *arg, double tol) {
+    memset(&k->row, 0, sizeof k->row);
+    snprintf(k->test, sizeof k->test, fmt, arg);
+    k->row.device = pkv_device_name(k->dev);
+    k->row.test = k->test;
+    k->row.passed = true;
+    k->tol = tol;
+    k->worst = 0;
+    k->row_error = false;
+    k->t0 = pkv_time_now();
+}
+
+static void row_fail(ck *k, const char *fmt, const char *a, const char *b) {
+    k->row.passed = false;
+    if (!k->row_error) snprintf(k->row.detail, sizeof k->row.detail, fmt, a, b);
+    k->row_error = true;
+}
+
+/* One case's error against the tolerance. */
+static void row_case(ck *k, const char *what, double err) {
+    k->row.count++;
+    if (!(err <= k->tol)) {
+        char e[64];
+        snprintf(e, sizeof e, "%.3g > %.3g", err, k->tol);
+        row_fail(k, "%s: nmse %s", what, e);
+    }
+    if (!(err <= k->worst)) k->worst = err; /* NaN sticks */
+}
+
+static void row_end(ck *k) {
+    k->row.seconds = pkv_time_now() - k->t0;
+    if (!k->row_error && !k->row.skipped && !k->row.detail[0])
+        snprintf(k->row.detail, sizeof k->row.detail, "nmse %.2g <= %.2g (%ld cases)", k->worst, k->tol, k->row.count);
+    if (!k->row.passed) k->any_failed = true;
+    if (k->report) k->report(&k->row, k->user);
+}
+
+static void bufs_free(ck *k) {
+    for (int i = 0; i < k->n_bufs; i++) pkv_buffer_free(k->bufs[i].buf);
+    k->n_bufs = 0;
+}
+
+/* A device region of n bytes at a random offset 4 + 4j inside a buffer whose
+ * other bytes are GUARD; data (if not NULL) written into the region. */
+static pkv_status put(ck *k, dbuf **out, const void *data, size_t n) {
+    if (k->n_bufs == MAX_BUFS) return pkv_err(PKV_ERR_INTERNAL, "check kernels: too many buffers in one case");
+    dbuf *b = &k->bufs[k->n_bufs];
+    b->off = 4 + 4 * (size_t)(rnd(k) % 8);
+    b->size = n;
+    const size_t total = b->off + n + 8 + 4 * (size_t)(rnd(k) % 4);
+    b->buf = pkv_buffer_alloc(k->dev, total);
+    if (!b->buf) return pkv_err_prefix(PKV_ERR_NOMEM, "check kernels on %s", pkv_device_name(k->dev));
+    k->n_bufs++;
+    pkv_status s = pkv_buffer_fill(b->buf, 0, total, GUARD);
+    if (!s && data && n) s = pkv_buffer_write(b->buf, b->off, data, n);
+    if (s) return s;
+    *out = b;
+    return PKV_OK;
+}
+
+static pkv_tref tr(const dbuf *b) { return pkv_tref_make(b->buf, b->off); }
+
+/* Read the region back into out and check that the bytes around it are intact. */
+static pkv_status get(ck *k, const dbuf *b, void *out, bool *guard_ok) {
+    const size_t total = pkv_buffer_size(b->buf);
+    uint8_t *all = pkv_malloc(total);
+    if (!all) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+    pkv_status s = pkv_buffer_read(b->buf, 0, all, total);
+    if (!s) {
+        memcpy(out, all + b->off, b->size);
+        for (size_t i = 0; i < total; i++)
+            if ((i < b->off || i >= b->off + b->size) && all[i] != GUARD) {
+                *guard_ok = false;
+                break;
+            }
+    }
+    pkv_free(all);
+    (void)k;
+    return s;
+}
+
+static double nmse(const float *ref, const float *got, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)ref[i] - (double)got[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+/* After a kernel call: a device error ends the row (unsupported: skipped). */
+static bool kernel_ok(ck *k, pkv_status s, const char *what) {
+    if (!s) return true;
+    if (s == PKV_ERR_UNSUPPORTED && k->row.count == 0) {
+        k->row.skipped = true;
+        snprintf(k->row.detail, sizeof k->row.detail, "%s", pkv_errmsg());
+    } else {
+        row_fail(k, "%s: %s", what, pkv_errmsg());
+    }
+    return false;
+}
+
+/* Compare float output region b (n floats) with ref; records the case. */
+static pkv_status compare_f32(ck *k, const dbuf *b, const float *ref, size_t n, const char *what) {
+    float *got = pkv_malloc(n * sizeof(float) + 1);
+    if (!got) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+    bool guard = true;
+    pkv_status s = get(k, b, got, &guard);
+    if (!s) {
+        if (!guard) row_fail(k, "%s: %s", what, "wrote outside its output region");
+        row_case(k, what, nmse(ref, got, n));
+    }
+    pkv_free(got);
+    return s;
+}
+
+#define TRY(x)                                                                             \
+    do {                                                                                   \
+        pkv_status _s = (x);                                                               \
+        if (_s) goto done;                                                                 \
+    } while (0)
+
+/* ------------------------------------------------------------------ matmul */
+
+static pkv_status check_matmul(ck *k, pkv_type t) {
+    static const int64_t shapes[][3] = {{1, 32, 1},  {7, 64, 1},   {33, 96, 3},  {5, 13, 2},   {3, 1, 1},
+                                        {19, 256, 1}, {64, 512, 5}, {17, 768, 17}, {9, 256, 40}, {4, 4096, 70}};
+    const bool q8 = t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0;
+    row_begin(k, "kernel matmul %s", pkv_type_name(t), q8 ? 5e-4 : 1e-9);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2];
+        const size_t rb = pkv_type_row_bytes(t, (size_t)cols);
+        if (rb == 0) continue;
+        float *wf = pkv_malloc((size_t)(rows * cols + n * cols + 2 * n * rows) * sizeof(float));
+        uint8_t *wq = pkv_malloc((size_t)rows * rb);
+        if (!wf || !wq) {
+            pkv_free(wf);
+            pkv_free(wq);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *x = wf + rows * cols, *y = x + n * cols;
+        fill_rand(k, wf, (size_t)(rows * cols), 1.0f);
+        fill_rand(k, x, (size_t)(n * cols), 1.0f);
+        for (int64_t r = 0; r < rows; r++) pkv_quantize_row(t, wf + r * cols, wq + (size_t)r * rb, cols);
+        dbuf *bw, *bx, *by;
+        TRY(s = put(k, &bw, wq, (size_t)rows * rb));
+        TRY(s = put(k, &bx, x, (size_t)(n * cols) * 4));
+        TRY(s = put(k, &by, NULL, (size_t)(n * rows) * 4));
+        TRY(s = pkv_ref_matmul(wq, t, rows, cols, x, n, y));
+        pkv_k_matmul_args a = {tr(bw), t, rows, cols, tr(bx), tr(by), n};
+        if (kernel_ok(k, pkv_k_matmul(k->dev, &a), "matmul")) {
+            char what[64];
+            snprintf(what, sizeof what, "%lldx%lld n=%lld", (long long)rows, (long long)cols, (long long)n);
+            s = compare_f32(k, by, y, (size_t)(n * rows), what);
+        }
+    done:
+        bufs_free(k);
+        pkv_free(wf);
+        pkv_free(wq);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* ---------------------------------------------------------------- get_rows */
+
+static pkv_status check_get_rows(ck *k, pkv_type t) {
+    static const int64_t cols_list[] = {5, 64, 256, 512};
+    row_begin(k, "kernel get_rows %s", pkv_type_name(t), 1e-12);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < PKV_ARRAY_LEN(cols_list) && !k->row_error && !k->row.skipped; ci++) {
+        const int64_t cols = cols_list[ci], n_vocab = 11, n = 6;
+        const size_t rb = pkv_type_row_bytes(t, (size_t)cols);
+        if (rb == 0) continue;
+        float *wf = pkv_malloc((size_t)(n_vocab * cols + n * cols) * sizeof(float));
+        uint8_t *wq = pkv_malloc((size_t)n_vocab * rb);
+        if (!wf || !wq) {
+            pkv_free(wf);
+            pkv_free(wq);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *out = wf + n_vocab * cols;
+        fill_rand(k, wf, (size_t)(n_vocab * cols), 2.0f);
+        for (int64_t r = 0; r < n_vocab; r++) pkv_quantize_row(t, wf + r * cols, wq + (size_t)r * rb, cols);
+        const int32_t ids[6] = {3, 0, 10, 3, -1, 11}; /* repeats and two out of range (zeros) */
+        dbuf *bw, *bi, *bo;
+        TRY(s = put(k, &bw, wq, (size_t)n_vocab * rb));
+        TRY(s = put(k, &bi, ids, sizeof ids));
+        TRY(s = put(k, &bo, NULL, (size_t)(n * cols) * 4));
+        TRY(s = pkv_ref_get_rows(wq, t, n_vocab, cols, ids, n, out));
+        pkv_k_get_rows_args a = {tr(bw), t, n_vocab, cols, tr(bi), tr(bo), n};
+        if (kernel_ok(k, pkv_k_get_rows(k->dev, &a), "get_rows")) s = compare_f32(k, bo, out, (size_t)(n * cols), "get_rows");
+    done:
+        bufs_free(k);
+        pkv_free(wf);
+        pkv_free(wq);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------ elementwise / rows */
+
+/* Host scratch for the small kernels: up to 4 arrays of n floats. */
+static float *scratch(size_t n, int count) { return pkv_calloc((size_t)count * n + 1, sizeof(float)); }
+
+static pkv_status check_rms_norm(ck *k) {
+    static const int64_t shapes[][2] = {{1, 7}, {3, 64}, {5, 128}, {2, 1000}};
+    row_begin(k, "kernel %s", "rms_norm", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t nr = shapes[si / 2][0], len = shapes[si / 2][1];
+        const bool inplace = si & 1;
+        const size_t n = (size_t)(nr * len);
+        float *h = scratch(n, 3);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *x = h, *w = h + n, *y = h + 2 * n;
+        fill_rand(k, x, n, 3.0f);
+        fill_rand(k, w, (size_t)len, 1.5f);
+        pkv_ref_rms_norm(x, w, y, nr, len, 1e-6f);
+        dbuf *bx, *bw, *by;
+        TRY(s = put(k, &bx, x, n * 4));
+        TRY(s = put(k, &bw, w, (size_t)len * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, n * 4));
+        pkv_k_rms_norm_args a = {tr(bx), tr(bw), tr(by), nr, len, 1e-6f};
+        if (kernel_ok(k, pkv_k_rms_norm(k->dev, &a), "rms_norm")) s = compare_f32(k, by, y, n, inplace ? "in place" : "rms_norm");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_add(ck *k) {
+    static const int64_t shapes[][2] = {{12, 12}, {96, 32}, {7, 1}, {3000, 1000}};
+    row_begin(k, "kernel %s", "add", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t n = shapes[si / 2][0], bl = shapes[si / 2][1];
+        const bool inplace = si & 1;
+        float *h = scratch((size_t)n, 3);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *x = h, *b = h + n, *y = h + 2 * n;
+        fill_rand(k, x, (size_t)n, 1.0f);
+        fill_rand(k, b, (size_t)bl, 1.0f);
+        pkv_ref_add(x, b, y, n, bl);
+        dbuf *bx, *bb, *by;
+        TRY(s = put(k, &bx, x, (size_t)n * 4));
+        TRY(s = put(k, &bb, b, (size_t)bl * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, (size_t)n * 4));
+        pkv_k_add_args a = {tr(bx), tr(bb), tr(by), n, bl};
+        if (kernel_ok(k, pkv_k_add(k->dev, &a), "add")) s = compare_f32(k, by, y, (size_t)n, inplace ? "in place" : "add");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_swiglu(ck *k) {
+    static const int64_t sizes[] = {1, 37, 1000, 70000};
+    row_begin(k, "kernel %s", "swiglu", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(sizes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t n = sizes[si / 2];
+        const bool alias = si & 1;
+        float *h = scratch((size_t)n, 3);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *g = h, *u = h + n, *y = h + 2 * n;
+        fill_rand(k, g, (size_t)n, 6.0f);
+        fill_rand(k, u, (size_t)n, 2.0f);
+        pkv_ref_swiglu(g, u, y, n);
+        dbuf *bg, *bu, *by;
+        TRY(s = put(k, &bg, g, (size_t)n * 4));
+        TRY(s = put(k, &bu, u, (size_t)n * 4));
+        if (alias)
+            by = bg;
+        else
+            TRY(s = put(k, &by, NULL, (size_t)n * 4));
+        pkv_k_swiglu_args a = {tr(bg), tr(bu), tr(by), n};
+        if (kernel_ok(k, pkv_k_swiglu(k->dev, &a), "swiglu")) s = compare_f32(k, by, y, (size_t)n, alias ? "y = g" : "swiglu");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_softmax(ck *k) {
+    static const int64_t shapes[][2] = {{1, 1}, {3, 17}, {2, 1000}, {4, 5000}};
+    row_begin(k, "kernel %s", "softmax", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t nr = shapes[si / 2][0], len = shapes[si / 2][1];
+        const bool inplace = si & 1;
+        const size_t n = (size_t)(nr * len);
+        float *h = scratch(n, 2);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *x = h, *y = h + n;
+        fill_rand(k, x, n, 10.0f);
+        pkv_ref_softmax(x, y, nr, len);
+        dbuf *bx, *by;
+        TRY(s = put(k, &bx, x, n * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, n * 4));
+        pkv_k_softmax_args a = {tr(bx), tr(by), nr, len};
+        if (kernel_ok(k, pkv_k_softmax(k->dev, &a), "softmax")) s = compare_f32(k, by, y, n, inplace ? "in place" : "softmax");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_argmax(ck *k) {
+    static const int64_t shapes[][2] = {{1, 1}, {4, 33}, {3, 50000}};
+    row_begin(k, "kernel %s", "argmax", 0);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t nr = shapes[si][0], len = shapes[si][1];
+        const size_t n = (size_t)(nr * len);
+        float *x = scratch(n, 1);
+        int32_t ref[4], got[4];
+        if (!x) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        fill_rand(k, x, n, 1.0f);
+        if (len > 2) { /* row 0: a tie between two maxima, the first must win */
+            x[len / 3] = 5.0f;
+            x[len - 1] = 5.0f;
+        }
+        pkv_ref_argmax(x, ref, nr, len);
+        dbuf *bx, *bo;
+        TRY(s = put(k, &bx, x, n * 4));
+        TRY(s = put(k, &bo, NULL, (size_t)nr * 4));
+        pkv_k_argmax_args a = {tr(bx), tr(bo), nr, len};
+        if (kernel_ok(k, pkv_k_argmax(k->dev, &a), "argmax")) {
+            bool guard = true;
+            TRY(s = get(k, bo, got, &guard));
+            k->row.count++;
+            if (!guard) row_fail(k, "%s: %s", "argmax", "wrote outside its output region");
+            for (int64_t r = 0; r < nr; r++)
+                if (got[r] != ref[r]) {
+                    char e[64];
+                    snprintf(e, sizeof e, "row %lld: %d, want %d", (long long)r, got[r], ref[r]);
+                    row_fail(k, "%s: %s", "argmax", e);
+                    break;
+                }
+        }
+    done:
+        bufs_free(k);
+        pkv_free(x);
+        if (s) return s;
+    }
+    if (!k->row_error && !k->row.skipped)
+        snprintf(k->row.detail, sizeof k->row.detail, "indices exact (%ld cases)", k->row.count);
+    row_end(k);
+    return PKV_OK;
+}
+
+/* -------------------------------------------------------------------- rope */
+
+static pkv_status check_rope(ck *k, pkv_type dt) {
+    typedef struct {
+        int n_rows, max_rows, n_heads, head_dim, n_rot, extra; /* extra: padding elements per row */
+        bool neox, list;
+        float base, scale;
+    } rcase;
+    static const rcase cases[] = {
+        {3, 3, 2, 8, 8, 0, false, false, 10000.0f, 1.0f},
+        {5, 5, 4, 16, 16, 0, true, false, 1000000.0f, 1.0f},
+        {4, 9, 3, 32, 16, 3, false, true, 10000.0f, 0.5f},
+        {6, 11, 2, 64, 40, 0, true, true, 500000.0f, 1.0f},
+        {1, 1, 8, 128, 128, 0, true, false, 10000.0f, 1.0f},
+    };
+    const size_t es = dt == PKV_TYPE_F32 ? 4 : 2;
+    row_begin(k, "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_F32 ? 1e-8 : 1e-6);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+        const rcase *c = &cases[ci];
+        const size_t row_elems = (size_t)c->n_heads * c->head_dim + (size_t)c->extra;
+        const size_t stride = row_elems * es, n_el = (size_t)c->max_rows * row_elems;
+        float *h = scratch(n_el, 3);
+        int32_t pos[16], rows[16];
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *xf = h, *ref = h + n_el, *got = h + 2 * n_el;
+        uint8_t *xb = (uint8_t *)(void *)ref, *gb = (uint8_t *)(void *)got; /* raw bytes (f16 or f32) */
+        fill_rand(k, xf, n_el, 2.0f);
+        for (size_t i = 0; i < n_el; i++) {
+            if (dt == PKV_TYPE_F32) {
+                memcpy(xb + 4 * i, &xf[i], 4);
+            } else {
+                const uint16_t hv = pkv_f32_to_f16(xf[i]);
+                memcpy(xb + 2 * i, &hv, 2);
+            }
+        }
+        for (int r = 0; r < c->n_rows; r++) {
+            pos[r] = (int32_t)(rnd(k) % 1000);
+            rows[r] = r; /* a permuted subset of the rows when c->list */
+        }
+        if (c->list)
+            for (int r = 0; r < c->n_rows; r++) rows[r] = (int32_t)((r * 7 + 2) % c->max_rows);
+        if (ci == 0) pos[0] = 0;
+        dbuf *bx, *bp, *brw = NULL;
+        TRY(s = put(k, &bx, xb, n_el * es));
+        TRY(s = put(k, &bp, pos, (size_t)c->n_rows * 4));
+        if (c->list) TRY(s = put(k, &brw, rows, (size_t)c->n_rows * 4));
+        pkv_k_rope_args a = {tr(bx), dt, c->n_rows, c->max_rows, stride, c->n_heads, c->head_dim, c->n_rot, c->neox,
+                             c->base, c->scale, tr(bp), brw ? tr(brw) : pkv_tref_make(NULL, 0)};
+        pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
+        if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
+            bool guard = true;
+            TRY(s = get(k, bx, gb, &guard));
+            if (!guard) row_fail(k, "%s: %s", "rope", "wrote outside its rows");
+            /* compare all rows, rotated or not, as floats */
+            float *rf = xf; /* reuse: reference values as f32 */
+            float *gf = pkv_malloc(n_el * sizeof(float));
+            if (!gf) {
+                s = pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+                goto done;
+            }
+            for (size_t i = 0; i < n_el; i++) {
+                if (dt == PKV_TYPE_F32) {
+                    memcpy(&rf[i], xb + 4 * i, 4);
+                    memcpy(&gf[i], gb + 4 * i, 4);
+                } else {
+                    uint16_t h0, h1;
+                    memcpy(&h0, xb + 2 * i, 2);
+                    memcpy(&h1, gb + 2 * i, 2);
+                    rf[i] = pkv_f16_to_f32(h0);
+                    gf[i] = pkv_f16_to_f32(h1);
+                }
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s n_rot %d/%d%s", c->neox ? "neox" : "normal", c->n_rot, c->head_dim,
+                     c->list ? " row list" : "");
+            row_case(k, what, nmse(rf, gf, n_el));
+            pkv_free(gf);
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* ---------------------------------------------------------------- set_rows */
+
+static pkv_status check_set_rows(ck *k, pkv_type dt) {
+    static const int64_t shapes[][4] = {/* n, row_elems, dst_rows, padding elements */
+                                        {1, 8, 1, 0},
+                                        {3, 24, 11, 5},
+                                        {16, 128, 41, 0},
+                                        {7, 33, 9, 3}};
+    const size_t es = dt == PKV_TYPE_F32 ? 4 : 2;
+    row_begin(k, "kernel set_rows %s", pkv_type_name(dt), dt == PKV_TYPE_F32 ? 0 : 1e-7);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t n = shapes[si][0], re = shapes[si][1], dr = shapes[si][2], pad = shapes[si][3];
+        const size_t src_stride = (size_t)(re + pad) * 4, dst_stride = (size_t)(re + pad) * es;
+        const size_t src_el = (size_t)(n * (re + pad)), dst_el = (size_t)(dr * (re + pad));
+        float *h = scratch(src_el + 3 * dst_el, 1);
+        int32_t idx[64];
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *src = h, *ref = h + src_el, *got = ref + dst_el, *tmp = got + dst_el;
+        uint8_t *rb = (uint8_t *)(void *)ref, *gb = (uint8_t *)(void *)got;
+        fill_rand(k, src, src_el, 4.0f);
+        fill_rand(k, tmp, dst_el, 1.0f); /* old contents the kernel must keep elsewhere */
+        for (size_t i = 0; i < dst_el; i++) {
+            if (dt == PKV_TYPE_F32) {
+                memcpy(rb + 4 * i, &tmp[i], 4);
+            } else {
+                const uint16_t hv = pkv_f32_to_f16(tmp[i]);
+                memcpy(rb + 2 * i, &hv, 2);
+            }
+        }
+        for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 5 + 3) % dr); /* distinct: n <= dr, 5 coprime with dr */
+        dbuf *bs, *bd, *bi;
+        TRY(s = put(k, &bs, src, src_el * 4));
+        TRY(s = put(k, &bd, rb, dst_el * es));
+        TRY(s = put(k, &bi, idx, (size_t)n * 4));
+        pkv_k_set_rows_args a = {tr(bs), src_stride, tr(bd), dt, dst_stride, dr, tr(bi), n, re};
+        pkv_ref_set_rows(&a, src, rb, idx);
+        if (kernel_ok(k, pkv_k_set_rows(k->dev, &a), "set_rows")) {
+            bool guard = true;
+            TRY(s = get(k, bd, gb, &guard));
+            if (!guard) row_fail(k, "%s: %s", "set_rows", "wrote outside its destination");
+            for (size_t i = dst_el; i-- > 0;) { /* widen in place, back to front */
+                if (dt == PKV_TYPE_F16) {
+                    uint16_t h0, h1;
+                    memcpy(&h0, rb + 2 * i, 2);
+                    memcpy(&h1, gb + 2 * i, 2);
+                    ref[i] = pkv_f16_to_f32(h0);
+                    got[i] = pkv_f16_to_f32(h1);
+                }
+            }
+            row_case(k, "set_rows", nmse(ref, got, dst_el));
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* --------------------------------------------------------------- attention */
+
+static pkv_status check_attention(ck *k, pkv_type kt) {
+    typedef struct {
+        int n_head, n_kv, dk, dv, page_size, n_pages, n_seq, n_q;
+        int q_seq[8], q_len[8];
+        int indptr[5];
+        int pages[12];
+    } acase;
+    static const acase cases[] = {
+        /* two sequences sharing page 3 (a fork), prefill-like causal limits */
+        {4, 2, 16, 16, 4, 10, 2, 5, {0, 0, 0, 1, 1}, {3, 4, 6, 9, 12}, {0, 2, 5}, {3, 1, 3, 5, 2}},
+        /* decode: three sequences, dk != dv, a page id out of range (skipped) */
+        {8, 2, 64, 32, 16, 6, 3, 3, {2, 0, 1}, {33, 17, 30}, {0, 2, 4, 7}, {5, 0, 1, 4, 2, 99, 3}},
+        /* plain multi-head, one-token pages */
+        {3, 3, 8, 8, 1, 9, 1, 2, {0, 0}, {1, 9}, {0, 9}, {8, 7, 6, 5, 4, 3, 2, 1, 0}},
+        /* GQA 4:1 with a long page */
+        {4, 1, 128, 128, 64, 3, 2, 2, {1, 0}, {100, 64}, {0, 1, 3}, {2, 0, 1}},
+    };
+    const size_t es = kt == PKV_TYPE_F32 ? 4 : 2;
+    row_begin(k, "kernel attention %s", pkv_type_name(kt), 1e-8);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+        const acase *c = &cases[ci];
+        const size_t nq = (size_t)c->n_q * c->n_head * c->dk, no = (size_t)c->n_q * c->n_head * c->dv;
+        const size_t slots = (size_t)c->n_pages * c->page_size * c->n_kv;
+        const size_t nk = slots * c->dk, nv = slots * c->dv;
+        const int meta_pages = c->indptr[c->n_seq];
+        const size_t n_meta = 2 * (size_t)c->n_q + c->n_seq + 1 + (size_t)meta_pages;
+        float *h = scratch(nq + no + nk + nv, 1);
+        uint8_t *kb = pkv_malloc(nk * es + nv * es + 1);
+        int32_t meta[64];
+        if (!h || !kb) {
+            pkv_free(h);
+            pkv_free(kb);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *q = h, *out = q + nq, *kf = out + no, *vf = kf + nk;
+        uint8_t *vb = kb + nk * es;
+        fill_rand(k, q, nq, 2.0f);
+        fill_rand(k, kf, nk + nv, 1.0f);
+        for (size_t i = 0; i < nk + nv; i++) {
+            uint8_t *dst = i < nk ? kb + i * es : vb + (i - nk) * es;
+            if (kt == PKV_TYPE_F32) {
+                memcpy(dst, &kf[i], 4);
+            } else {
+                const uint16_t hv = pkv_f32_to_f16(kf[i]);
+                memcpy(dst, &hv, 2);
+            }
+        }
+        size_t m = 0;
+        for (int i = 0; i < c->n_q; i++) meta[m++] = c->q_seq[i];
+        for (int i = 0; i < c->n_q; i++) meta[m++] = c->q_len[i];
+        for (int i = 0; i <= c->n_seq; i++) meta[m++] = c->indptr[i];
+        for (int i = 0; i < meta_pages; i++) meta[m++] = c->pages[i];
+        pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, kt, c->n_q, c->n_seq, meta_pages, c->n_pages, c->page_size,
+                                  c->n_head, c->n_kv, c->dk, c->dv, 1.0f / sqrtf((float)c->dk)};
+        pkv_ref_attention(&a, q, kb, vb, meta, out);
+        dbuf *bq, *bk, *bv, *bo, *bm;
+        TRY(s = put(k, &bq, q, nq * 4));
+        TRY(s = put(k, &bk, kb, nk * es));
+        TRY(s = put(k, &bv, vb, nv * es));
+        TRY(s = put(k, &bo, NULL, no * 4));
+        TRY(s = put(k, &bm, meta, n_meta * 4));
+        a.q = tr(bq);
+        a.k = tr(bk);
+        a.v = tr(bv);
+        a.out = tr(bo);
+        a.meta = tr(bm);
+        (void)vf;
+        if (kernel_ok(k, pkv_k_attention(k->dev, &a), "attention")) {
+            char what[64];
+            snprintf(what, sizeof what, "case %zu (heads %d/%d, page %d)", ci, c->n_head, c->n_kv, c->page_size);
+            s = compare_f32(k, bo, out, no, what);
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        pkv_free(kb);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user) {
+    if (!dev) return pkv_err(PKV_ERR_INVALID, "check kernels: device is NULL");
+    ck k;
+    memset(&k, 0, sizeof k);
+    k.dev = dev;
+    k.report = report;
+    k.user = user;
+    k.rng = p.seed ? p.seed : 0x5eed5eedull;
+    if (!dev->ops->kernels) {
+        row_begin(&k, "kernel %s", "all", 0);
+        k.row.skipped = true;
+        snprintf(k.row.detail, sizeof k.row.detail, "device %s has no kernels", pkv_device_name(dev));
+        row_end(&k);
+        return PKV_OK;
+    }
+    static const pkv_type wtypes[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0,
+                                      PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(wtypes) && !s; i++) {
+        if (!pkv_device_supports_weight(dev, wtypes[i])) {
+            row_begin(&k, "kernel matmul %s", pkv_type_name(wtypes[i]), 0);
+            k.row.skipped = true;
+            snprintf(k.row.detail, sizeof k.row.detail, "weight type %s not supported on %s", pkv_type_name(wtypes[i]),
+                     pkv_device_name(dev));
+            row_end(&k);
+            continue;
+        }
+        s = check_matmul(&k, wtypes[i]);
+        if (!s) s = check_get_rows(&k, wtypes[i]);
+    }
+    if (!s) s = check_rms_norm(&k);
+    if (!s) s = check_add(&k);
+    if (!s) s = check_swiglu(&k);
+    if (!s) s = check_rope(&k, PKV_TYPE_F32);
+    if (!s) s = check_rope(&k, PKV_TYPE_F16);
+    if (!s) s = check_set_rows(&k, PKV_TYPE_F32);
+    if (!s) s = check_set_rows(&k, PKV_TYPE_F16);
+    if (!s) s = check_attention(&k, PKV_TYPE_F32);
+    if (!s) s = check_attention(&k, PKV_TYPE_F16);
+    if (!s) s = check_softmax(&k);
+    if (!s) s = check_argmax(&k);
+    bufs_free(&k);
+    if (s) return s;
+    if (k.any_failed) return pkv_err(PKV_ERR_DEVICE, "check kernels on %s: some kernels do not match the reference", pkv_device_name(dev));
+    return PKV_OK;
+}

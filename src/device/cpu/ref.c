@@ -1,0 +1,184 @@
+/* The reference kernels (see ref.h): readable loops in double precision. */
+#include "device/cpu/ref.h"
+
+#include "base/base.h"
+#include "base/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+pkv_status pkv_ref_matmul(const void *w, pkv_type wt, int64_t rows, int64_t cols, const float *x, int64_t n,
+                          float *y) {
+    const size_t rb = pkv_type_row_bytes(wt, (size_t)cols);
+    if (rb == 0 || wt == PKV_TYPE_I32)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "reference matmul: weight type %s with %lld columns",
+                       pkv_type_name(wt) ? pkv_type_name(wt) : "(unknown)", (long long)cols);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < rows; r++)
+            y[i * rows + r] = (float)pkv_dot_ref(wt, (const uint8_t *)w + (size_t)r * rb, x + i * cols, cols);
+    return PKV_OK;
+}
+
+pkv_status pkv_ref_get_rows(const void *w, pkv_type wt, int64_t n_vocab, int64_t cols, const int32_t *ids,
+                            int64_t n, float *out) {
+    const size_t rb = pkv_type_row_bytes(wt, (size_t)cols);
+    if (rb == 0 || wt == PKV_TYPE_I32)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "reference get_rows: weight type %s with %lld columns",
+                       pkv_type_name(wt) ? pkv_type_name(wt) : "(unknown)", (long long)cols);
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            memset(out + i * cols, 0, (size_t)cols * sizeof(float));
+            continue;
+        }
+        pkv_status s = pkv_dequantize_row(wt, (const uint8_t *)w + (size_t)ids[i] * rb, out + i * cols, cols);
+        if (s) return s;
+    }
+    return PKV_OK;
+}
+
+void pkv_ref_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * row_len;
+        double ss = 0;
+        for (int64_t j = 0; j < row_len; j++) ss += (double)xr[j] * xr[j];
+        const double inv = 1.0 / sqrt(ss / (double)row_len + (double)eps);
+        for (int64_t j = 0; j < row_len; j++) y[r * row_len + j] = (float)((double)xr[j] * inv * (double)w[j]);
+    }
+}
+
+void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len) {
+    for (int64_t i = 0; i < n; i++) y[i] = (float)((double)a[i] + (double)b[i % b_len]);
+}
+
+void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i];
+        y[i] = (float)(x / (1.0 + exp(-x)) * (double)u[i]);
+    }
+}
+
+static double ld(const void *p, pkv_type t, size_t i) {
+    if (t == PKV_TYPE_F16) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)p + 2 * i, 2);
+        return pkv_f16_to_f32(h);
+    }
+    float f;
+    memcpy(&f, (const uint8_t *)p + 4 * i, 4);
+    return f;
+}
+
+static void st(void *p, pkv_type t, size_t i, double v) {
+    if (t == PKV_TYPE_F16) {
+        uint16_t h = pkv_f32_to_f16((float)v);
+        memcpy((uint8_t *)p + 2 * i, &h, 2);
+    } else {
+        float f = (float)v;
+        memcpy((uint8_t *)p + 4 * i, &f, 4);
+    }
+}
+
+void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows) {
+    const int half = a->n_rot / 2;
+    const int64_t max_rows = rows ? a->max_rows : a->n_rows;
+    for (int64_t r = 0; r < a->n_rows; r++) {
+        const int64_t row = rows ? rows[r] : r;
+        if (row < 0 || row >= max_rows) continue;
+        uint8_t *xr = (uint8_t *)x + (size_t)row * a->row_stride;
+        for (int h = 0; h < a->n_heads; h++) {
+            const size_t base = (size_t)h * (size_t)a->head_dim;
+            for (int i = 0; i < half; i++) {
+                const double theta = (double)pos[r] * (double)a->freq_scale *
+                                     pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+                const double c = cos(theta), s = sin(theta);
+                const size_t i0 = base + (size_t)(a->neox ? i : 2 * i);
+                const size_t i1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);
+                const double x0 = ld(xr, a->dtype, i0), x1 = ld(xr, a->dtype, i1);
+                st(xr, a->dtype, i0, x0 * c - x1 * s);
+                st(xr, a->dtype, i1, x0 * s + x1 * c);
+            }
+        }
+    }
+}
+
+void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, const int32_t *idx) {
+    for (int64_t i = 0; i < a->n; i++) {
+        if (idx[i] < 0 || idx[i] >= a->dst_rows) continue;
+        const uint8_t *s = (const uint8_t *)src + (size_t)i * a->src_stride;
+        uint8_t *d = (uint8_t *)dst + (size_t)idx[i] * a->dst_stride;
+        for (int64_t j = 0; j < a->row_elems; j++) st(d, a->dst_type, (size_t)j, ld(s, PKV_TYPE_F32, (size_t)j));
+    }
+}
+
+void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
+                       const int32_t *meta, float *out) {
+    const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
+    const int32_t *pages = indptr + a->n_seq + 1;
+    const int group = a->n_head / a->n_kv;
+    double *score = NULL;
+    int64_t max_len = 0;
+    for (int i = 0; i < a->n_q; i++) max_len = PKV_MAX(max_len, (int64_t)q_len[i]);
+    /* The reference may allocate: it runs on the host, outside any failure path
+     * worth testing; without memory it writes zeros. */
+    score = pkv_malloc((size_t)PKV_MAX(max_len, 1) * sizeof(double));
+    for (int i = 0; i < a->n_q; i++) {
+        for (int h = 0; h < a->n_head; h++) {
+            float *o = out + ((size_t)i * a->n_head + h) * (size_t)a->dv;
+            for (int d = 0; d < a->dv; d++) o[d] = 0;
+            const int s = q_seq[i];
+            if (!score || s < 0 || s >= a->n_seq) continue;
+            const int32_t lo = indptr[s], hi = indptr[s + 1];
+            if (lo < 0 || hi < lo || hi > a->meta_pages) continue;
+            const int kvh = h / group;
+            const float *qh = q + ((size_t)i * a->n_head + h) * (size_t)a->dk;
+            double mx = -INFINITY;
+            for (int64_t t = 0; t < q_len[i]; t++) {
+                score[t] = NAN; /* NAN marks a skipped token */
+                const int64_t pi = t / a->page_size;
+                if (pi >= hi - lo) continue;
+                const int32_t page = pages[lo + pi];
+                if (page < 0 || page >= a->n_pages) continue;
+                const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                double dot = 0;
+                for (int d = 0; d < a->dk; d++)
+                    dot += (double)qh[d] * ld(k, a->kv_type, slot * (size_t)a->dk + (size_t)d);
+                score[t] = dot * (double)a->scale;
+                if (score[t] > mx) mx = score[t];
+            }
+            if (mx == -INFINITY) continue;
+            double sum = 0;
+            for (int64_t t = 0; t < q_len[i]; t++)
+                if (!isnan(score[t])) sum += exp(score[t] - mx);
+            for (int d = 0; d < a->dv; d++) {
+                double acc = 0;
+                for (int64_t t = 0; t < q_len[i]; t++) {
+                    if (isnan(score[t])) continue;
+                    const int32_t page = pages[lo + t / a->page_size];
+                    const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                    acc += exp(score[t] - mx) * ld(v, a->kv_type, slot * (size_t)a->dv + (size_t)d);
+                }
+                o[d] = (float)(acc / sum);
+            }
+        }
+    }
+    pkv_free(score);
+}
+
+void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * row_len;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < row_len; j++) mx = fmax(mx, (double)xr[j]);
+        for (int64_t j = 0; j < row_len; j++) sum += exp((double)xr[j] - mx);
+        for (int64_t j = 0; j < row_len; j++) y[r * row_len + j] = (float)(exp((double)xr[j] - mx) / sum);
+    }
+}
+
+void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int64_t best = 0;
+        for (int64_t j = 1; j < row_len; j++)
+            if (x[r * row_len + j] > x[r * row_len + best]) best = j;
+        out[r] = (int32_t)best;
+    }
+}

@@ -1,0 +1,35 @@
+/* Plain-C reference of every kernel of device.h, on host pointers. These define
+ * the results every backend is tested against: straightforward loops, sums in
+ * double, no threads, no SIMD. Shapes and semantics are those of the matching
+ * pkv_k_*_args in device.h; where a function takes an args struct, only its shape
+ * fields are read (its pkv_tref fields are ignored) and the data come from the
+ * host pointers. Inputs read from "device memory" that could be out of range
+ * (ids, page ids, row indices) are guarded exactly as device.h states. */
+#ifndef PKV_REF_H
+#define PKV_REF_H
+
+#include "device/device.h"
+
+/* y[i][r] = sum_c dequant(w[r])[c] * x[i][c], in double. w: wt [rows][cols].
+ * Returns PKV_ERR_UNSUPPORTED for a type quant.h cannot dequantize. */
+pkv_status pkv_ref_matmul(const void *w, pkv_type wt, int64_t rows, int64_t cols, const float *x, int64_t n,
+                          float *y);
+/* out[i] = dequant(w[ids[i]]), zeros for an id outside [0, n_vocab). */
+pkv_status pkv_ref_get_rows(const void *w, pkv_type wt, int64_t n_vocab, int64_t cols, const int32_t *ids,
+                            int64_t n, float *out);
+void pkv_ref_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps);
+void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len);
+void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n);
+/* x: the bytes at a->x (rows at row(r) * a->row_stride). rows NULL: identity.
+ * Rows outside [0, a->max_rows) are skipped; the list should not repeat a row. */
+void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows);
+/* dst: the bytes at a->dst. Indices outside [0, a->dst_rows) are skipped. */
+void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, const int32_t *idx);
+/* meta laid out as device.h says. Exact two-pass softmax in double. A query that
+ * sees no valid token gets zeros. */
+void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
+                       const int32_t *meta, float *out);
+void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len);
+void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len);
+
+#endif

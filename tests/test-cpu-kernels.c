@@ -1,0 +1,442 @@
+// labels: unit kernels
+/* The reference kernels (cpu/ref.c) against independent double-precision
+ * computations written here, then the CPU device's kernels against the
+ * reference: the conformance suite on "cpu", on every forced instruction-set
+ * path (PKV_CPU_PATH, read by the CPU backend at each kernel call, so setenv
+ * between calls is enough), larger matmuls per path, thread-count determinism
+ * and the alignment contract. */
+#include "testhelp.h"
+
+#include "base/quant.h"
+#include "device/cpu/ref.h"
+#include "device/device.h"
+
+#include <math.h>
+
+static uint64_t g_seed = 1234;
+
+/* REQUIRE for void helpers: record the failure and leave the helper. */
+#define NEED(cond)                                                                         \
+    do {                                                                                   \
+        th_checks++;                                                                       \
+        if (!(cond)) {                                                                     \
+            TH_FAIL("required: %s (%s)", #cond, pkv_errmsg());                             \
+            return;                                                                        \
+        }                                                                                  \
+    } while (0)
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = th_randf(&g_seed) * scale;
+}
+
+/* ------------------------------------------------- reference vs independent */
+
+static void test_ref_matmul(void) {
+    enum { R = 13, C = 96, N = 3 };
+    static float w[R * C], x[N * C], y[N * R], wd[R * C];
+    static uint8_t wq[R * 2 * C * 4];
+    fill(w, R * C, 1.0f);
+    fill(x, N * C, 1.0f);
+    const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const pkv_type t = types[ti];
+        const size_t rb = pkv_type_row_bytes(t, C);
+        for (int r = 0; r < R; r++) {
+            CHECK_OK(pkv_quantize_row(t, w + r * C, wq + r * rb, C));
+            CHECK_OK(pkv_dequantize_row(t, wq + r * rb, wd + r * C, C));
+        }
+        CHECK_OK(pkv_ref_matmul(wq, t, R, C, x, N, y));
+        double worst = 0;
+        for (int i = 0; i < N; i++)
+            for (int r = 0; r < R; r++) {
+                double want = 0;
+                for (int c = 0; c < C; c++) want += (double)wd[r * C + c] * x[i * C + c];
+                worst = fmax(worst, fabs(want - y[i * R + r]) / fmax(1.0, fabs(want)));
+            }
+        if (!(worst < 1e-6)) TH_FAIL("ref matmul %s: relative error %g", pkv_type_name(t), worst);
+        th_checks++;
+    }
+    /* f32 weights: dequantization is the identity, so y is the plain product */
+    CHECK_OK(pkv_ref_matmul(w, PKV_TYPE_F32, R, C, x, N, y));
+    double want = 0;
+    for (int c = 0; c < C; c++) want += (double)w[5 * C + c] * x[2 * C + c];
+    CHECK_NEAR(y[2 * R + 5], want, 1e-5);
+    CHECK_STATUS(pkv_ref_matmul(w, PKV_TYPE_I32, R, C, x, N, y), PKV_ERR_UNSUPPORTED);
+}
+
+/* RoPE as complex multiplication: pair (a, b) is a + ib, multiplied by
+ * e^{i theta}, theta = pos * scale * exp(-(2i/n_rot) ln base). */
+static void rope_indep(double *x, int n_heads, int head_dim, int n_rot, bool neox, double pos, double base,
+                       double scale) {
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            const double theta = pos * scale * exp(-(2.0 * i / n_rot) * log(base));
+            double *a = &x[h * head_dim + (neox ? i : 2 * i)], *b = &x[h * head_dim + (neox ? i + n_rot / 2 : 2 * i + 1)];
+            const double re = *a * cos(theta) - *b * sin(theta), im = *a * sin(theta) + *b * cos(theta);
+            *a = re;
+            *b = im;
+        }
+}
+
+static void test_ref_rope(void) {
+    enum { MAXR = 7, H = 3, D = 16, PAD = 2, E = H * D + PAD };
+    for (int variant = 0; variant < 8; variant++) {
+        const bool neox = variant & 1, f16 = variant & 2, list = variant & 4;
+        const int n_rot = neox ? 12 : 8; /* < head_dim: the last dims stay */
+        const int n_rows = list ? 4 : MAXR;
+        const int32_t rows[4] = {5, 0, 6, 2};
+        int32_t pos[MAXR];
+        for (int r = 0; r < n_rows; r++) pos[r] = (int32_t)(r * 97 + 3);
+        float xf[MAXR * E];
+        uint8_t raw[MAXR * E * 4], before[MAXR * E * 4];
+        fill(xf, MAXR * E, 2.0f);
+        const size_t es = f16 ? 2 : 4;
+        for (int i = 0; i < MAXR * E; i++) {
+            if (f16) {
+                uint16_t h = pkv_f32_to_f16(xf[i]);
+                memcpy(raw + 2 * i, &h, 2);
+                xf[i] = pkv_f16_to_f32(h);
+            } else {
+                memcpy(raw + 4 * i, &xf[i], 4);
+            }
+        }
+        memcpy(before, raw, sizeof raw);
+        pkv_k_rope_args a = {0};
+        a.dtype = f16 ? PKV_TYPE_F16 : PKV_TYPE_F32;
+        a.n_rows = n_rows;
+        a.max_rows = MAXR;
+        a.row_stride = E * es;
+        a.n_heads = H;
+        a.head_dim = D;
+        a.n_rot = n_rot;
+        a.neox = neox;
+        a.freq_base = 10000.0f;
+        a.freq_scale = 0.5f;
+        pkv_ref_rope(&a, raw, pos, list ? rows : NULL);
+        int bad = 0;
+        for (int r = 0; r < MAXR; r++) {
+            int k = -1; /* which list entry rotates row r */
+            for (int j = 0; j < n_rows; j++)
+                if ((list ? rows[j] : j) == r) k = j;
+            double want[E];
+            for (int e = 0; e < E; e++) want[e] = xf[r * E + e];
+            if (k >= 0) rope_indep(want, H, D, n_rot, neox, pos[k], 10000.0, 0.5);
+            for (int e = 0; e < E; e++) {
+                float got;
+                if (f16) {
+                    uint16_t h;
+                    memcpy(&h, raw + 2 * (r * E + e), 2);
+                    got = pkv_f16_to_f32(h);
+                } else {
+                    memcpy(&got, raw + 4 * (r * E + e), 4);
+                }
+                const bool rotated = k >= 0 && e < H * D && e % D < n_rot;
+                /* untouched elements are bit-identical; rotated ones round once */
+                const double tol = rotated ? (f16 ? 2e-3 : 1e-6) * fmax(1.0, fabs(want[e])) : 0;
+                if (!rotated && memcmp(raw + es * (size_t)(r * E + e), before + es * (size_t)(r * E + e), es) != 0) bad++;
+                if (!(fabs(got - want[e]) <= tol) && bad++ < 3)
+                    TH_FAIL("rope %s %s%s row %d elem %d: %.9g want %.9g", neox ? "neox" : "normal", f16 ? "f16" : "f32",
+                            list ? " list" : "", r, e, got, want[e]);
+            }
+        }
+        CHECK_INT(bad, 0);
+    }
+    /* rotations compose: pos 300 then pos 45 equals pos 345; pos 0 is the identity */
+    float x1[2 * D], x2[2 * D];
+    fill(x1, 2 * D, 1.0f);
+    memcpy(x2, x1, sizeof x1);
+    pkv_k_rope_args a = {0};
+    a.dtype = PKV_TYPE_F32;
+    a.n_rows = 1;
+    a.max_rows = 1;
+    a.row_stride = 2 * D * 4;
+    a.n_heads = 2;
+    a.head_dim = D;
+    a.n_rot = D;
+    a.neox = true;
+    a.freq_base = 1e6f;
+    a.freq_scale = 1.0f;
+    int32_t p0 = 0, p1 = 300, p2 = 45, p3 = 345;
+    float keep[2 * D];
+    memcpy(keep, x1, sizeof x1);
+    pkv_ref_rope(&a, x1, &p0, NULL);
+    CHECK_MEM(x1, keep, sizeof keep);
+    pkv_ref_rope(&a, x1, &p1, NULL);
+    pkv_ref_rope(&a, x1, &p2, NULL);
+    pkv_ref_rope(&a, x2, &p3, NULL);
+    CHECK(th_nmse(x2, x1, 2 * D) < 1e-12);
+}
+
+/* Attention the obvious way: gather each sequence's keys and values into
+ * contiguous arrays through its page list, then softmax over the first q_len. */
+static void attn_indep(const pkv_k_attention_args *a, const float *q, const float *k, const float *v, const int32_t *meta,
+                       double *out) {
+    const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q, *pages = indptr + a->n_seq + 1;
+    for (int i = 0; i < a->n_q; i++) {
+        const int s = q_seq[i];
+        double kc[256][32], vc[256][32];
+        int nt;
+        for (int h = 0; h < a->n_head; h++) {
+            const int kvh = h * a->n_kv / a->n_head;
+            double sc[256], mx = -1e300, sum = 0;
+            nt = 0;
+            for (int t = 0; t < q_len[i]; t++) {
+                const int pg = pages[indptr[s] + t / a->page_size];
+                if (pg < 0 || pg >= a->n_pages) continue;
+                const size_t row = ((size_t)pg * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                for (int d = 0; d < a->dk; d++) kc[nt][d] = k[row * a->dk + d];
+                for (int d = 0; d < a->dv; d++) vc[nt][d] = v[row * a->dv + d];
+                nt++;
+            }
+            for (int t = 0; t < nt; t++) {
+                double dot = 0;
+                for (int d = 0; d < a->dk; d++) dot += q[((size_t)i * a->n_head + h) * a->dk + d] * kc[t][d];
+                sc[t] = dot * a->scale;
+                mx = fmax(mx, sc[t]);
+            }
+            for (int t = 0; t < nt; t++) sum += exp(sc[t] - mx);
+            for (int d = 0; d < a->dv; d++) {
+                double acc = 0;
+                for (int t = 0; t < nt; t++) acc += exp(sc[t] - mx) / sum * vc[t][d];
+                out[((size_t)i * a->n_head + h) * a->dv + d] = nt ? acc : 0;
+            }
+        }
+    }
+}
+
+/* GQA 6:2, three sequences; seq 1 is a fork of seq 0 sharing its first two pages;
+ * seq 1 has a prefill of three queries with growing causal limits; seq 2 has an
+ * out-of-range page id whose tokens are skipped. */
+enum { AQ = 6, AH = 6, AKV = 2, ADK = 16, ADV = 8, APS = 4, ANP = 8, ASEQ = 3 };
+static const int32_t k_meta[] = {
+    /* q_seq */ 0, 1, 1, 1, 2, 2,
+    /* q_len */ 7, 9, 10, 11, 3, 8,
+    /* indptr */ 0, 2, 5, 7,
+    /* pages */ 3, 1, /**/ 3, 1, 6, /**/ 0, 42};
+
+static void attn_args(pkv_k_attention_args *a, pkv_type kt) {
+    memset(a, 0, sizeof *a);
+    a->kv_type = kt;
+    a->n_q = AQ;
+    a->n_seq = ASEQ;
+    a->meta_pages = 7;
+    a->n_pages = ANP;
+    a->page_size = APS;
+    a->n_head = AH;
+    a->n_kv = AKV;
+    a->dk = ADK;
+    a->dv = ADV;
+    a->scale = 0.25f;
+}
+
+static void test_ref_attention(void) {
+    static float q[AQ * AH * ADK], k[ANP * APS * AKV * ADK], v[ANP * APS * AKV * ADV], out[AQ * AH * ADV];
+    static double want[AQ * AH * ADV];
+    static uint8_t k16[sizeof k / 2], v16[sizeof v / 2];
+    fill(q, sizeof q / 4, 3.0f);
+    fill(k, sizeof k / 4, 1.0f);
+    fill(v, sizeof v / 4, 1.0f);
+    pkv_k_attention_args a;
+    for (int f16 = 0; f16 < 2; f16++) {
+        attn_args(&a, f16 ? PKV_TYPE_F16 : PKV_TYPE_F32);
+        if (f16) { /* round K and V to f16; the independent version uses the rounded values */
+            for (size_t i = 0; i < sizeof k / 4; i++) {
+                uint16_t h = pkv_f32_to_f16(k[i]);
+                memcpy(k16 + 2 * i, &h, 2);
+                k[i] = pkv_f16_to_f32(h);
+            }
+            for (size_t i = 0; i < sizeof v / 4; i++) {
+                uint16_t h = pkv_f32_to_f16(v[i]);
+                memcpy(v16 + 2 * i, &h, 2);
+                v[i] = pkv_f16_to_f32(h);
+            }
+        }
+        pkv_ref_attention(&a, q, f16 ? (const void *)k16 : k, f16 ? (const void *)v16 : v, k_meta, out);
+        attn_indep(&a, q, k, v, k_meta, want);
+        double worst = 0;
+        for (size_t i = 0; i < sizeof out / 4; i++) worst = fmax(worst, fabs(out[i] - want[i]));
+        if (!(worst < 1e-6)) TH_FAIL("ref attention %s: max error %g", f16 ? "f16" : "f32", worst);
+        th_checks++;
+    }
+    /* Sanity of the semantics themselves: make query 0, head 0 (KV head 0) point
+     * hard at token 5 of seq 0 (page 1, slot 1): the output is that token's value. */
+    attn_args(&a, PKV_TYPE_F32);
+    const size_t row = ((size_t)1 * APS + 1) * AKV + 0;
+    for (int d = 0; d < ADK; d++) q[d] = 200.0f * k[row * ADK + d];
+    pkv_ref_attention(&a, q, k, v, k_meta, out);
+    for (int d = 0; d < ADV; d++) CHECK_NEAR(out[d], v[row * ADV + d], 1e-4);
+    /* query 4 of seq 2 sees only tokens 0..2 of page 0 */
+    attn_indep(&a, q, k, v, k_meta, want);
+    CHECK_NEAR(out[(4 * AH + 3) * ADV + 1], want[(4 * AH + 3) * ADV + 1], 1e-6);
+}
+
+/* ----------------------------------------------------- device against ref */
+
+typedef struct {
+    int rows, failed, skipped;
+    char names[64][64];
+} suite_log;
+
+static void on_row(const pkv_check_result *r, void *user) {
+    suite_log *l = user;
+    if (l->rows < 64) snprintf(l->names[l->rows], 64, "%s", r->test);
+    l->rows++;
+    if (!r->passed) {
+        l->failed++;
+        fprintf(stderr, "  %s: FAILED: %s\n", r->test, r->detail);
+    }
+    if (r->skipped) l->skipped++;
+}
+
+static bool has_row(const suite_log *l, const char *name) {
+    for (int i = 0; i < l->rows && i < 64; i++)
+        if (strcmp(l->names[i], name) == 0) return true;
+    return false;
+}
+
+static void run_suite(pkv_device *dev, const char *label) {
+    suite_log l;
+    memset(&l, 0, sizeof l);
+    pkv_check_params p = {0};
+    p.seed = 99;
+    pkv_status s = pkv_check_kernels(dev, p, on_row, &l);
+    if (s) TH_FAIL("pkv_check_kernels on path %s: %s: %s", label, pkv_status_str(s), pkv_errmsg());
+    th_checks++;
+    CHECK_INT(l.failed, 0);
+    CHECK_INT(l.skipped, 0);
+    CHECK_INT(l.rows, 8 * 2 + 11);
+    CHECK(has_row(&l, "kernel matmul q4_k"));
+    CHECK(has_row(&l, "kernel attention f16"));
+    CHECK(has_row(&l, "kernel rope f16"));
+}
+
+static pkv_buffer *upload(pkv_device *dev, const void *data, size_t n, size_t off) {
+    pkv_buffer *b = pkv_buffer_alloc(dev, off + n + 8);
+    if (b && data) pkv_buffer_write(b, off, data, n);
+    return b;
+}
+
+/* A larger matmul per weight type: n = 1 (decode) and n = 37 (blocked prefill),
+ * against the reference. Tolerances as in check-kernels.c. */
+static void matmul_vs_ref(pkv_device *dev, const char *label) {
+    enum { R = 72, C = 1024, N = 37 };
+    static float w[R * C], x[N * C], y[N * R], ref[N * R];
+    static uint8_t wq[R * C * 4];
+    fill(w, R * C, 1.0f);
+    fill(x, N * C, 1.0f);
+    const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0,
+                              PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const pkv_type t = types[ti];
+        const size_t rb = pkv_type_row_bytes(t, C);
+        for (int r = 0; r < R; r++) pkv_quantize_row(t, w + r * C, wq + r * rb, C);
+        const double tol = (t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0) ? 5e-4 : 1e-9;
+        for (int n = 1; n <= N; n += N - 1) {
+            CHECK_OK(pkv_ref_matmul(wq, t, R, C, x, n, ref));
+            pkv_buffer *bw = upload(dev, wq, R * rb, 12), *bx = upload(dev, x, (size_t)n * C * 4, 4),
+                       *by = upload(dev, NULL, (size_t)n * R * 4, 8);
+            NEED(bw && bx && by);
+            pkv_k_matmul_args a = {pkv_tref_make(bw, 12), t, R, C, pkv_tref_make(bx, 4), pkv_tref_make(by, 8), n};
+            CHECK_OK(pkv_k_matmul(dev, &a));
+            CHECK_OK(pkv_buffer_read(by, 8, y, (size_t)n * R * 4));
+            const double e = th_nmse(ref, y, (size_t)n * R);
+            if (!(e <= tol)) TH_FAIL("path %s matmul %s n=%d: nmse %.3g > %.3g", label, pkv_type_name(t), n, e, tol);
+            th_checks++;
+            pkv_buffer_free(bw);
+            pkv_buffer_free(bx);
+            pkv_buffer_free(by);
+        }
+    }
+}
+
+static void test_paths(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        setenv("PKV_CPU_PATH", paths[i], 1);
+        pkv_device_params dp = pkv_device_default_params();
+        dp.n_threads = 2;
+        pkv_device *dev = pkv_device_open("cpu", dp);
+        NEED(dev);
+        run_suite(dev, paths[i]);
+        matmul_vs_ref(dev, paths[i]);
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
+}
+
+/* Results do not depend on the thread count: bitwise equal with 1 and 3 threads. */
+static void test_threads_deterministic(void) {
+    enum { R = 200, C = 512, N = 5 };
+    static float w[R * C], x[N * C], y1[N * R], y3[N * R];
+    static uint8_t wq[R * C];
+    fill(w, R * C, 1.0f);
+    fill(x, N * C, 1.0f);
+    const size_t rb = pkv_type_row_bytes(PKV_TYPE_Q4_0, C);
+    for (int r = 0; r < R; r++) pkv_quantize_row(PKV_TYPE_Q4_0, w + r * C, wq + r * rb, C);
+    for (int th = 1; th <= 3; th += 2) {
+        pkv_device_params dp = pkv_device_default_params();
+        dp.n_threads = th;
+        pkv_device *dev = pkv_device_open("cpu", dp);
+        NEED(dev);
+        pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0), *by = upload(dev, NULL, sizeof y1, 0);
+        NEED(bw && bx && by);
+        pkv_k_matmul_args a = {pkv_tref_make(bw, 0), PKV_TYPE_Q4_0, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), N};
+        CHECK_OK(pkv_k_matmul(dev, &a));
+        CHECK_OK(pkv_buffer_read(by, 0, th == 1 ? y1 : y3, sizeof y1));
+        pkv_buffer_free(bw);
+        pkv_buffer_free(bx);
+        pkv_buffer_free(by);
+        pkv_device_close(dev);
+    }
+    CHECK_MEM(y1, y3, sizeof y1);
+}
+
+static void test_device_attention_and_misc(void) {
+    pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+    NEED(dev);
+    /* the shared-page GQA case above, on the device */
+    static float q[AQ * AH * ADK], k[ANP * APS * AKV * ADK], v[ANP * APS * AKV * ADV], out[AQ * AH * ADV],
+        ref[AQ * AH * ADV];
+    fill(q, sizeof q / 4, 3.0f);
+    fill(k, sizeof k / 4, 1.0f);
+    fill(v, sizeof v / 4, 1.0f);
+    pkv_k_attention_args a;
+    attn_args(&a, PKV_TYPE_F32);
+    pkv_ref_attention(&a, q, k, v, k_meta, ref);
+    pkv_buffer *bq = upload(dev, q, sizeof q, 4), *bk = upload(dev, k, sizeof k, 8), *bv = upload(dev, v, sizeof v, 12),
+               *bo = upload(dev, NULL, sizeof out, 16), *bm = upload(dev, k_meta, sizeof k_meta, 20);
+    NEED(bq && bk && bv && bo && bm);
+    a.q = pkv_tref_make(bq, 4);
+    a.k = pkv_tref_make(bk, 8);
+    a.v = pkv_tref_make(bv, 12);
+    a.out = pkv_tref_make(bo, 16);
+    a.meta = pkv_tref_make(bm, 20);
+    CHECK_OK(pkv_k_attention(dev, &a));
+    CHECK_OK(pkv_buffer_read(bo, 16, out, sizeof out));
+    CHECK(th_nmse(ref, out, sizeof out / 4) < 1e-10);
+    /* misaligned f32 argument: refused with a message, not read misaligned */
+    a.q = pkv_tref_make(bq, 2);
+    CHECK_STATUS(pkv_k_attention(dev, &a), PKV_ERR_INVALID);
+    CHECK_MSG("aligned");
+    pkv_buffer_free(bq);
+    pkv_buffer_free(bk);
+    pkv_buffer_free(bv);
+    pkv_buffer_free(bo);
+    pkv_buffer_free(bm);
+    /* every weight type of the reference that the CPU claims */
+    CHECK(pkv_device_supports_weight(dev, PKV_TYPE_Q6_K));
+    CHECK(pkv_device_supports_weight(dev, PKV_TYPE_BF16));
+    CHECK(!pkv_device_supports_weight(dev, PKV_TYPE_I32));
+    pkv_device_close(dev);
+}
+
+int main(void) {
+    test_ref_matmul();
+    test_ref_rope();
+    test_ref_attention();
+    test_device_attention_and_misc();
+    test_threads_deterministic();
+    test_paths();
+    CHECK_INT(pkv_alloc_live(), 0);
+    return th_done();
+}

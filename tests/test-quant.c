@@ -1,0 +1,251 @@
+// labels: unit
+/* Block formats: dequantization of blocks built by hand byte by byte, with the
+ * expected floats stated; quantize -> dequantize error bounds; dot_ref. */
+#include "testhelp.h"
+
+#include "base/quant.h"
+
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* Dequantize one row and check it equals want exactly (bit-exact definition). */
+static void check_exact(pkv_type t, const uint8_t *blk, const float *want, int n) {
+    float got[512];
+    CHECK_OK(pkv_dequantize_row(t, blk, got, n));
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i] && bad++ < 4) TH_FAIL("%s element %d: %.9g, want %.9g", pkv_type_name(t), i, got[i], want[i]);
+    th_checks++;
+}
+
+static void test_simple_types(void) {
+    /* f32: the bytes of 1.5 and -0.25 */
+    uint8_t f32b[8];
+    float v[2] = {1.5f, -0.25f};
+    memcpy(f32b, v, 8);
+    check_exact(PKV_TYPE_F32, f32b, v, 2);
+
+    /* f16: 0x3c00 = 1, 0xc000 = -2, 0x0001 = 2^-24 (smallest subnormal), 0x7bff = 65504 */
+    uint8_t f16b[8];
+    put16(f16b, 0x3c00);
+    put16(f16b + 2, 0xc000);
+    put16(f16b + 4, 0x0001);
+    put16(f16b + 6, 0x7bff);
+    const float f16w[4] = {1.0f, -2.0f, 5.9604644775390625e-8f, 65504.0f};
+    check_exact(PKV_TYPE_F16, f16b, f16w, 4);
+
+    /* bf16: the top half of an f32: 0x3f80 = 1, 0xc0a0 = -5, 0x3e00 = 0.125 */
+    uint8_t bfb[6];
+    put16(bfb, 0x3f80);
+    put16(bfb + 2, 0xc0a0);
+    put16(bfb + 4, 0x3e00);
+    const float bfw[3] = {1.0f, -5.0f, 0.125f};
+    check_exact(PKV_TYPE_BF16, bfb, bfw, 3);
+
+    /* q8_0: d = 0x3800 = 0.5, qs[j] = j - 16, plus -128 and 127 at the ends: x = 0.5 * q */
+    uint8_t q8[34];
+    float q8w[32];
+    put16(q8, 0x3800);
+    for (int j = 0; j < 32; j++) {
+        int q = j == 0 ? -128 : j == 31 ? 127 : j - 16;
+        q8[2 + j] = (uint8_t)(int8_t)q;
+        q8w[j] = 0.5f * (float)q;
+    }
+    CHECK(q8w[0] == -64.0f && q8w[31] == 63.5f && q8w[16] == 0.0f);
+    check_exact(PKV_TYPE_Q8_0, q8, q8w, 32);
+
+    /* q4_0: d = 0x4000 = 2; byte j = (j) | (15 - j) << 4, so element j < 16 is 2*(j - 8)
+     * and element j + 16 is 2*((15 - j) - 8) = 2*(7 - j). Byte 0 = 0xf0: x0 = -16, x16 = 14. */
+    uint8_t q4[18];
+    float q4w[32];
+    put16(q4, 0x4000);
+    for (int j = 0; j < 16; j++) {
+        q4[2 + j] = (uint8_t)(j | (15 - j) << 4);
+        q4w[j] = 2.0f * (float)(j - 8);
+        q4w[j + 16] = 2.0f * (float)(7 - j);
+    }
+    CHECK_INT(q4[2], 0xf0);
+    CHECK(q4w[0] == -16.0f && q4w[16] == 14.0f && q4w[15] == 14.0f && q4w[31] == -16.0f);
+    check_exact(PKV_TYPE_Q4_0, q4, q4w, 32);
+}
+
+/* Sub-block scales and mins used for the hand-built q4_k and q5_k blocks: some
+ * above 15 so the two high bits go through the packed bytes. */
+static const int k_sc[8] = {1, 2, 3, 4, 17, 33, 50, 63};
+static const int k_m[8] = {0, 5, 10, 63, 16, 31, 48, 7};
+/* Their packing, worked out by hand from the GGUF rule (see quant.c):
+ * bytes 0-3: sc[0..3] | (sc[4..7] >> 4) << 6; bytes 4-7: m[0..3] | (m[4..7] >> 4) << 6;
+ * bytes 8-11: (sc[4..7] & 15) | (m[4..7] & 15) << 4. */
+static const uint8_t k_scale_bytes[12] = {0x41, 0x82, 0xc3, 0xc4, 0x40, 0x45, 0xca, 0x3f, 0x01, 0xf1, 0x02, 0x7f};
+
+static void test_q4_k(void) {
+    uint8_t b[144];
+    float want[256];
+    put16(b, 0x3c00);     /* d = 1 */
+    put16(b + 2, 0x3800); /* dmin = 0.5 */
+    memcpy(b + 4, k_scale_bytes, 12);
+    for (int i = 0; i < 128; i++) b[16 + i] = (uint8_t)((i % 16) | (15 - i % 16) << 4);
+    /* Element e: group g = e / 64 covers bytes 32g..32g+31; the first 32 elements of
+     * the group take low nibbles (sub-block 2g), the next 32 the high nibbles (2g+1). */
+    for (int e = 0; e < 256; e++) {
+        const int g = e / 64, r = e % 64, l = r % 32, sub = 2 * g + (r >= 32);
+        const int byte = b[16 + 32 * g + l];
+        const int q = r < 32 ? byte & 15 : byte >> 4;
+        want[e] = 1.0f * (float)k_sc[sub] * (float)q - 0.5f * (float)k_m[sub];
+    }
+    /* two values by hand: element 0 is q=0 in sub-block 0: 0 - 0.5*0 = 0;
+     * element 32 is q = 15 in sub-block 1: 2*15 - 0.5*5 = 27.5 */
+    CHECK(want[0] == 0.0f && want[32] == 27.5f);
+    check_exact(PKV_TYPE_Q4_K, b, want, 256);
+}
+
+static void test_q5_k(void) {
+    uint8_t b[176];
+    float want[256];
+    put16(b, 0x3c00);
+    put16(b + 2, 0x3800);
+    memcpy(b + 4, k_scale_bytes, 12);
+    for (int l = 0; l < 32; l++) b[16 + l] = (uint8_t)(l * 37 + 11); /* qh: high bits */
+    for (int i = 0; i < 128; i++) b[48 + i] = (uint8_t)((i * 7) & 255);
+    for (int e = 0; e < 256; e++) {
+        const int g = e / 64, r = e % 64, l = r % 32, sub = 2 * g + (r >= 32);
+        const int byte = b[48 + 32 * g + l];
+        const int q = (r < 32 ? byte & 15 : byte >> 4) + 16 * ((b[16 + l] >> sub) & 1);
+        want[e] = 1.0f * (float)k_sc[sub] * (float)q - 0.5f * (float)k_m[sub];
+    }
+    /* element 0: qs[0] = 0, qh[0] = 11 = 0b1011 has bit 0: q = 16 -> 1*16 - 0 = 16 */
+    CHECK(want[0] == 16.0f);
+    check_exact(PKV_TYPE_Q5_K, b, want, 256);
+}
+
+static void test_q6_k(void) {
+    uint8_t b[210];
+    float want[256];
+    for (int i = 0; i < 128; i++) b[i] = (uint8_t)(i * 3);
+    for (int i = 0; i < 64; i++) b[128 + i] = (uint8_t)(i * 29);
+    for (int i = 0; i < 16; i++) b[192 + i] = (uint8_t)(int8_t)(i - 8);
+    put16(b + 208, 0x3400); /* d = 0.25 */
+    /* Element e: half h = e / 128; within it quarter k = (e % 128) / 32, l = e % 32.
+     * Low 4 bits: quarters 0/1 take the low nibble of ql[64h + l] / ql[64h + 32 + l],
+     * quarters 2/3 the high nibble of the same bytes; high 2 bits are bits 2k, 2k+1
+     * of qh[32h + l]; the scale is scales[8h + 2k + l / 16]. */
+    for (int e = 0; e < 256; e++) {
+        const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+        const int lb = b[64 * h + (k & 1) * 32 + l];
+        const int lo = k < 2 ? lb & 15 : lb >> 4;
+        const int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
+        const int sc = (int8_t)b[192 + 8 * h + 2 * k + l / 16];
+        want[e] = 0.25f * (float)sc * (float)((lo | hi << 4) - 32);
+    }
+    /* element 0: ql[0] = 0, qh[0] = 0 -> q = -32, scale -8: 0.25 * -8 * -32 = 64 */
+    CHECK(want[0] == 64.0f);
+    check_exact(PKV_TYPE_Q6_K, b, want, 256);
+}
+
+static void test_q8_k(void) {
+    uint8_t b[292];
+    float want[256];
+    const float d = 0.125f;
+    memcpy(b, &d, 4);
+    for (int j = 0; j < 256; j++) {
+        b[4 + j] = (uint8_t)(int8_t)(j - 128);
+        want[j] = 0.125f * (float)(j - 128);
+    }
+    memset(b + 260, 0, 32);
+    check_exact(PKV_TYPE_Q8_K, b, want, 256);
+}
+
+static double row_nmse(pkv_type t, const float *x, int n, float *y) {
+    uint8_t q[4096];
+    CHECK_OK(pkv_quantize_row(t, x, q, n));
+    CHECK_OK(pkv_dequantize_row(t, q, y, n));
+    return th_nmse(x, y, (size_t)n);
+}
+
+static void test_round_trip(void) {
+    static const struct {
+        pkv_type t;
+        double bound;
+    } bounds[] = {
+        /* uniform data: error variance step^2/12 against signal variance amax^2/3 */
+        {PKV_TYPE_F32, 0},       {PKV_TYPE_F16, 1e-7},    {PKV_TYPE_BF16, 2e-5},   {PKV_TYPE_Q8_0, 1e-4},
+        {PKV_TYPE_Q4_0, 1.5e-2}, {PKV_TYPE_Q4_K, 1.5e-2}, {PKV_TYPE_Q5_K, 4e-3},   {PKV_TYPE_Q6_K, 1e-3},
+        {PKV_TYPE_Q8_K, 1e-4},
+    };
+    uint64_t seed = 42;
+    float x[512], y[512];
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+        const pkv_type t = bounds[i].t;
+        for (int trial = 0; trial < 4; trial++) {
+            /* trial 1 adds an offset (k-quant mins), 2 scales down, 3 has an outlier */
+            for (int j = 0; j < 512; j++) x[j] = th_randf(&seed) * (trial == 2 ? 1e-3f : 1.0f) + (trial == 1 ? 0.7f : 0.0f);
+            if (trial == 3) x[100] = -9.0f;
+            const double e = row_nmse(t, x, 512, y);
+            const double bound = bounds[i].bound * (trial == 3 ? 5 : 1); /* an outlier coarsens its block */
+            if (!(e <= bound)) TH_FAIL("%s trial %d: nmse %.3g > %.3g", pkv_type_name(t), trial, e, bound);
+            th_checks++;
+        }
+        /* an all-zero row stays zero, no NaN */
+        for (int j = 0; j < 512; j++) x[j] = 0;
+        row_nmse(t, x, 512, y);
+        int bad = 0;
+        for (int j = 0; j < 512; j++) bad += y[j] != 0.0f;
+        CHECK_INT(bad, 0);
+    }
+    /* values on the q8_0 grid come back exactly: amax = 63.5 -> d = 0.5 */
+    for (int j = 0; j < 32; j++) x[j] = 0.5f * (float)((j * 11) % 255 - 127);
+    x[0] = 63.5f;
+    row_nmse(PKV_TYPE_Q8_0, x, 32, y);
+    CHECK_MEM(x, y, 32 * sizeof(float));
+    /* q4_0 maps the signed extreme to -8 exactly: block of (-8..7) * 0.25 and max -2 */
+    for (int j = 0; j < 32; j++) x[j] = 0.25f * (float)(j % 16 - 8);
+    row_nmse(PKV_TYPE_Q4_0, x, 32, y);
+    CHECK_MEM(x, y, 32 * sizeof(float));
+    /* f16 rounds to nearest even: 1 + 2^-11 is a tie -> 1; 1 + 3*2^-11 -> 1 + 2^-9 */
+    x[0] = 1.0f + 0x1p-11f;
+    x[1] = 1.0f + 3 * 0x1p-11f;
+    uint8_t h[4];
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_F16, x, h, 2));
+    CHECK_INT(h[0] | h[1] << 8, 0x3c00);
+    CHECK_INT(h[2] | h[3] << 8, 0x3c02);
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_BF16, x, h, 2));
+    CHECK_INT(h[0] | h[1] << 8, 0x3f80);
+}
+
+static void test_dot_and_errors(void) {
+    uint64_t seed = 7;
+    float w[512], x[512], d[512];
+    uint8_t q[2048];
+    for (int j = 0; j < 512; j++) {
+        w[j] = th_randf(&seed);
+        x[j] = th_randf(&seed);
+    }
+    const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K,
+                              PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_Q8_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        CHECK_OK(pkv_quantize_row(types[i], w, q, 512));
+        CHECK_OK(pkv_dequantize_row(types[i], q, d, 512));
+        double want = 0;
+        for (int j = 0; j < 512; j++) want += (double)d[j] * (double)x[j];
+        CHECK_NEAR(pkv_dot_ref(types[i], q, x, 512), want, 1e-9);
+    }
+    CHECK_STATUS(pkv_dequantize_row(PKV_TYPE_Q8_0, q, d, 33), PKV_ERR_INVALID);
+    CHECK_MSG("q8_0");
+    CHECK_STATUS(pkv_quantize_row(PKV_TYPE_Q4_K, w, q, 128), PKV_ERR_INVALID);
+    CHECK_STATUS(pkv_dequantize_row(PKV_TYPE_I32, q, d, 4), PKV_ERR_UNSUPPORTED);
+    CHECK_STATUS(pkv_dequantize_row((pkv_type)39, q, d, 4), PKV_ERR_UNSUPPORTED);
+    CHECK(isnan(pkv_dot_ref(PKV_TYPE_Q8_0, q, x, 31)));
+}
+
+int main(void) {
+    test_simple_types();
+    test_q4_k();
+    test_q5_k();
+    test_q6_k();
+    test_q8_k();
+    test_round_trip();
+    test_dot_and_errors();
+    return th_done();
+}
