@@ -283,7 +283,8 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
             pre = PKV_PRETOK_LLAMA3;
         else if (strcmp(d->pre, "qwen2") == 0)
             pre = PKV_PRETOK_QWEN2;
-        else if (strcmp(d->pre, "default") == 0 || strcmp(d->pre, "gpt2") == 0)
+        else if (strcmp(d->pre, "default") == 0 || strcmp(d->pre, "gpt2") == 0 ||
+                 strcmp(d->pre, "gpt-2") == 0)
             pre = PKV_PRETOK_GPT2;
         else {
             pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%s\" "
