@@ -27,9 +27,9 @@
  * then the final RMS norm and the output projection give the logits.
  *
  * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
- * ref_model_truncate and ref_model_remove (a context shift: later entries move back
- * and their K is re-rotated by the distance) are the references for the KV cache
- * operations.
+ * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
+ * their K is re-rotated by the distance) and ref_model_copy_cache (a fork) are the
+ * references for the KV cache operations; ref_model_k / ref_model_v expose entries.
  *
  * Header-only (every test is one file): all functions are static inline. Errors are
  * printed to stderr and returned as NULL / -1; on error the model is unchanged. */
@@ -366,6 +366,25 @@ static inline const double *ref_model_k(const ref_model *m, int il, int pos) {
 static inline const double *ref_model_v(const ref_model *m, int il, int pos) {
     if (il < 0 || il >= m->hp.n_layer || pos < 0 || pos >= m->n_past) return NULL;
     return m->layers[il].v_cache + (size_t)pos * (size_t)(m->hp.n_head_kv * m->hp.head_dim);
+}
+
+/* Makes dst's sequence a copy of src's (the reference for a fork): the same cache
+ * content and position. Both must come from the same hparams. Returns -1 (dst
+ * unchanged) on a geometry mismatch or no memory. */
+static inline int ref_model_copy_cache(ref_model *dst, const ref_model *src) {
+    const ref_hparams *a = &dst->hp, *b = &src->hp;
+    if (a->n_layer != b->n_layer || a->n_head_kv != b->n_head_kv || a->head_dim != b->head_dim) {
+        fprintf(stderr, "ref_model: copy_cache between different geometries\n");
+        return -1;
+    }
+    if (!ref_reserve(dst, src->n_past)) return -1;
+    size_t bytes = (size_t)src->n_past * (size_t)(b->n_head_kv * b->head_dim) * sizeof(double);
+    for (int il = 0; il < b->n_layer && bytes; il++) {
+        memcpy(dst->layers[il].k_cache, src->layers[il].k_cache, bytes);
+        memcpy(dst->layers[il].v_cache, src->layers[il].v_cache, bytes);
+    }
+    dst->n_past = src->n_past;
+    return 0;
 }
 
 /* Keeps the first n tokens of the cache (rollback). Returns -1 when n is outside

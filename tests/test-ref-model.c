@@ -580,6 +580,16 @@ static void test_shift_truncate(const char *arch) {
             TH_FAIL("%s: remove [%d, %d): K diff %g, V diff %g, logits diff %g", arch, cases[c].p0, cases[c].p1,
                     dk, dv, dl);
     }
+    /* fork: a copy of the cache continues exactly like the original */
+    ref_model_reset(m);
+    ref_model_reset(f);
+    CHECK_INT(ref_model_eval(m, toks, 5, NULL, NULL), 0);
+    CHECK_INT(ref_model_eval(f, toks, 2, NULL, NULL), 0); /* overwritten by the copy */
+    CHECK_INT(ref_model_copy_cache(f, m), 0);
+    CHECK_INT(ref_model_n_past(f), 5);
+    CHECK_INT(ref_model_eval(m, &next, 1, got, NULL), 0);
+    CHECK_INT(ref_model_eval(f, &next, 1, want, NULL), 0);
+    CHECK_MEM(got, want, sizeof got);
     CHECK_INT(ref_model_remove(m, 2, 1), -1);
     CHECK_INT(ref_model_remove(m, 0, 100), -1);
     /* truncate (any depth) equals a fresh evaluation of the prefix */

@@ -2,8 +2,8 @@
 /* Sampler chain: greedy and ties, each filter on hand-made logits (which tokens
  * survive, with what probability), the chain against a naive reference on random
  * logits, seed determinism, the empirical distribution against the softmax,
- * repetition penalty, bad params and logits, no allocation after create, allocation
- * failure and leaks. */
+ * the speculative-sampling helpers (uniform, draw from weights), repetition penalty,
+ * bad params and logits, no allocation after create, allocation failure and leaks. */
 #include <float.h>
 
 #include "base/base.h"
@@ -190,6 +190,38 @@ static void test_top_p(void) {
         snprintf(what, sizeof what, "top_p %.2f", (double)p.top_p);
         check_probs(p, l, 5, e, 1e-6, what);
     }
+    /* an exact boundary: four equal logits, p = 0.5 needs exactly two (the lower ids) */
+    float eq[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+    p.top_p = 0.5f;
+    double half[4] = {0.5, 0.5, 0, 0};
+    check_probs(p, eq, 4, half, 0, "top_p 0.5 on equal logits");
+    p.top_p = 1.0f;
+    p.min_p = 1.0f; /* every maximum has p = p_max */
+    double quarter[4] = {0.25, 0.25, 0.25, 0.25};
+    check_probs(p, eq, 4, quarter, 0, "min_p 1 on equal logits");
+    p.min_p = 0.0f;
+    /* the same on a row long enough for the bucketed top-p path: 4096 equal logits and
+     * 4096 whose weights underflow to 0; p = 0.25 needs exactly the first 1024 (sums of
+     * ones are exact) */
+    {
+        enum { LONG = 8192 };
+        static float row[LONG], pr[LONG];
+        for (int i = 0; i < LONG; i++) row[i] = i % 2 ? 1.0f : -1000.0f;
+        pkv_sampler_params q = plain();
+        q.top_p = 0.25f;
+        pkv_sampler *s = pkv_sampler_create(q, LONG);
+        REQUIRE_VOID(s);
+        CHECK_OK(pkv_sampler_probs(s, row, pr));
+        int kept = 0, wrong = 0;
+        for (int i = 0; i < LONG; i++) {
+            bool want = i % 2 == 1 && i < 2048;
+            kept += pr[i] > 0;
+            wrong += want != (pr[i] > 0) || (want && pr[i] != 1.0f / 1024);
+        }
+        CHECK_INT(kept, 1024);
+        CHECK_INT(wrong, 0);
+        pkv_sampler_free(s);
+    }
     /* top-p renormalizes over the top-k survivors: {1, 3} become 4/7 and 3/7, so
      * p = 0.55 keeps only token 1, while without top-k it keeps {1, 3}. */
     p.top_p = 0.55f;
@@ -316,13 +348,17 @@ static void test_against_naive(void) {
     int32_t hist[100];
     int bad = 0;
     for (int it = 0; it < 400; it++) {
-        int n = it < 390 ? 1 + (int)(th_rand(&rs) % N) : BIG;
+        /* small rows (plain sort), rows past the top-p bucketing threshold, one large */
+        int n = it < 340 ? 1 + (int)(th_rand(&rs) % N)
+                : it < 399 ? 2048 + (int)(th_rand(&rs) % 20000)
+                           : BIG;
         /* coarse values so that ties happen */
-        int levels = 1 + (int)(th_rand(&rs) % 40);
+        int levels = 1 + (int)(th_rand(&rs) % (it < 340 ? 40 : 4000));
         for (int i = 0; i < n; i++) logits[i] = (float)((int)(th_rand(&rs) % (uint64_t)levels) - levels / 2) * 0.37f;
         pkv_sampler_params p = plain();
         p.temp = (th_rand(&rs) % 8 == 0) ? 0.0f : 0.2f + (float)(th_rand(&rs) % 100) / 40.0f;
         p.top_k = th_rand(&rs) % 3 ? (int)(th_rand(&rs) % 60) : 0;
+        if (n >= 2048 && it % 2) p.top_k = 0; /* the bucketed top-p path */
         p.top_p = th_rand(&rs) % 3 ? 0.05f + (float)(th_rand(&rs) % 1000) / 1053.0f : 1.0f;
         p.min_p = th_rand(&rs) % 3 ? (float)(th_rand(&rs) % 1000) / 3011.0f : 0.0f;
         p.repeat_penalty = th_rand(&rs) % 2 ? 1.0f : 0.5f + (float)(th_rand(&rs) % 100) / 50.0f;
@@ -335,7 +371,8 @@ static void test_against_naive(void) {
         CHECK_OK(pkv_sampler_probs(s, logits, probs));
         naive_chain(p, logits, n, hist, n_hist, want);
         for (int i = 0; i < n; i++) {
-            if ((want[i] == 0) != (probs[i] == 0) || fabs(probs[i] - want[i]) > 1e-5) {
+            float wf = (float)want[i]; /* probs are floats: tiny ones underflow alike */
+            if ((wf == 0) != (probs[i] == 0) || fabs(probs[i] - want[i]) > 1e-5) {
                 if (bad++ < 5)
                     TH_FAIL("iter %d (n %d temp %g k %d p %g min_p %g pen %g last %d): token %d: %g vs %g", it, n,
                             (double)p.temp, p.top_k, (double)p.top_p, (double)p.min_p,
@@ -478,6 +515,69 @@ static void test_distribution(void) {
     double x = chi_square(count, e, V, DRAWS); /* 2 dof: P(chi2 > 18.4) = 1e-4 */
     fprintf(stderr, "chi-square (2 dof), top-k 3: %.2f\n", x);
     CHECK(x < 18.4);
+    pkv_sampler_free(s);
+}
+
+/* The speculative-sampling helpers: uniform numbers and draws from explicit weights. */
+static void test_draw(void) {
+    enum { V = 6, DRAWS = 200000 };
+    pkv_sampler *s = pkv_sampler_create(plain(), V);
+    REQUIRE_VOID(s);
+    float w[V] = {0.5f, 0, 2.0f, 1.0f, 0, 0.25f}; /* unnormalized */
+    double e[V];
+    for (int i = 0; i < V; i++) e[i] = w[i] / 3.75;
+    long count[V] = {0};
+    for (int i = 0; i < DRAWS; i++) {
+        int32_t tok = -1;
+        pkv_sampler_draw(s, w, &tok);
+        if (tok >= 0 && tok < V) count[tok]++;
+    }
+    CHECK_INT(count[0] + count[1] + count[2] + count[3] + count[4] + count[5], DRAWS);
+    CHECK_INT(count[1], 0);
+    CHECK_INT(count[4], 0);
+    double x = chi_square(count, e, V, DRAWS); /* 3 dof: P(chi2 > 21.1) = 1e-4 */
+    fprintf(stderr, "chi-square (3 dof), draw: %.2f\n", x);
+    CHECK(x < 21.1);
+    /* uniform: in [0, 1), mean 1/2, variance 1/12 */
+    double sum = 0, sq = 0, lo = 1, hi = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        double u = pkv_sampler_uniform(s);
+        sum += u, sq += u * u;
+        lo = fmin(lo, u), hi = fmax(hi, u);
+    }
+    CHECK(lo >= 0 && hi < 1);
+    CHECK_NEAR(sum / DRAWS, 0.5, 0.005);
+    CHECK_NEAR(sq / DRAWS - (sum / DRAWS) * (sum / DRAWS), 1.0 / 12, 0.002);
+    /* both come from the seeded stream: reset replays them */
+    pkv_sampler_reset(s);
+    double u1 = pkv_sampler_uniform(s);
+    int32_t t1;
+    CHECK_OK(pkv_sampler_draw(s, w, &t1));
+    pkv_sampler_reset(s);
+    CHECK_NEAR(pkv_sampler_uniform(s), u1, 0);
+    int32_t t2;
+    CHECK_OK(pkv_sampler_draw(s, w, &t2));
+    CHECK_INT(t1, t2);
+    /* a single non-zero weight, at the end */
+    float one[V] = {0, 0, 0, 0, 0, 3};
+    for (int i = 0; i < 100; i++) {
+        CHECK_OK(pkv_sampler_draw(s, one, &t1));
+        CHECK_INT(t1, 5);
+    }
+    /* bad weights */
+    float bad[V] = {0, 0, 0, 0, 0, 0};
+    t1 = -7;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    CHECK_MSG("all 6 weights are zero");
+    bad[2] = -1;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    CHECK_MSG("index 2");
+    bad[2] = NAN;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    bad[2] = INFINITY;
+    CHECK_STATUS(pkv_sampler_draw(s, bad, &t1), PKV_ERR_INVALID);
+    CHECK_STATUS(pkv_sampler_draw(s, NULL, &t1), PKV_ERR_INVALID);
+    CHECK_INT(t1, -7);
     pkv_sampler_free(s);
 }
 
@@ -672,6 +772,7 @@ int main(void) {
     test_against_naive();
     test_determinism();
     test_distribution();
+    test_draw();
     test_penalty();
     test_bad_input();
     test_alloc();

@@ -758,6 +758,18 @@ static void test_byte_table(void) {
     CHECK(strcmp(byte_text('\n', buf), "\xc4\x8a") == 0);
     CHECK(strcmp(byte_text('a', buf), "a") == 0);
     CHECK(strcmp(byte_text(0xAD, buf), "\xc5\x83") == 0); /* U+0143, the last one */
+    /* the library's table agrees with this one on every byte (via 1-byte tokens) */
+    pkv_vocab_desc *d = pkv_vocab_builtin_create(300);
+    REQUIRE_VOID(d);
+    for (int b = 0; b < 256; b++) {
+        char t[4];
+        byte_text(b, t);
+        th_checks++;
+        if (d->token_lens[b] != strlen(t) || memcmp(d->tokens[b], t, strlen(t)) != 0)
+            TH_FAIL("byte 0x%02x: builtin token \"%.*s\", want \"%s\"", b,
+                    (int)d->token_lens[b], d->tokens[b], t);
+    }
+    pkv_vocab_builtin_free(d);
 }
 
 int main(void) {

@@ -1,7 +1,8 @@
 /* Sampler chain: repetition penalty, temperature, top-k, top-p, min-p, seeded draw.
- * See sampler.h for the semantics. Everything runs in preallocated scratch; the only
- * sort is one qsort of the candidates when top-p is on and top-k did not already
- * leave them sorted. */
+ * See sampler.h for the semantics. Everything runs in preallocated scratch. At most
+ * one sort per call: top-k sorts its k survivors (heap selection, O(n log k)); top-p
+ * without top-k buckets the candidates by log-probability, takes the buckets above
+ * the nucleus boundary whole and sorts only the boundary bucket. */
 #include "engine/sampler.h"
 
 #include "base/base.h"
@@ -10,6 +11,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+enum {
+    N_BUCKETS = 1024,       /* top-p buckets over [0, BUCKET_SPAN] of -log(p / p_max) */
+    BUCKET_MIN_N = 2048,    /* below this many candidates a plain sort is as fast */
+};
+#define BUCKET_SPAN 40.0 /* beyond e^-40 of the maximum everything shares the last bucket */
 
 typedef struct cand {
     double w;    /* unnormalized probability exp((logit - max) / temp); the max has w = 1 */
@@ -24,6 +31,7 @@ struct pkv_sampler {
     cand *cand;    /* [n_vocab] candidates of the current call */
     uint8_t *mark; /* [n_vocab] all zero between calls; marks tokens already penalized */
     int32_t *hist; /* [repeat_last_n] ring of accepted tokens */
+    double *mass;  /* [N_BUCKETS] top-p bucket masses */
     int n_hist;    /* valid entries in hist, <= repeat_last_n */
     int hist_next; /* ring slot the next accepted token goes to */
     uint64_t rng[4]; /* xoshiro256** state */
@@ -113,7 +121,8 @@ pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab) {
     s->cand = pkv_calloc((size_t)n_vocab, sizeof *s->cand);
     s->mark = pkv_calloc((size_t)n_vocab, sizeof *s->mark);
     s->hist = pkv_calloc((size_t)p.repeat_last_n, sizeof *s->hist);
-    if (!s->work || !s->cand || !s->mark || !s->hist) goto nomem;
+    s->mass = pkv_calloc(N_BUCKETS, sizeof *s->mass);
+    if (!s->work || !s->cand || !s->mark || !s->hist || !s->mass) goto nomem;
     rng_seed(s->rng, p.seed);
     return s;
 nomem:
@@ -128,6 +137,7 @@ void pkv_sampler_free(pkv_sampler *s) {
     pkv_free(s->cand);
     pkv_free(s->mark);
     pkv_free(s->hist);
+    pkv_free(s->mass);
     pkv_free(s);
 }
 
@@ -191,6 +201,56 @@ static void select_top_k(const float *work, int n, int k, cand *out) {
         out[end] = t;
         heap_sift_down(out, end, 0);
     }
+}
+
+/* The smallest prefix of the sorted order of c[0..nc) whose weights sum to >= need:
+ * returns its length, with that prefix (in no particular order but a deterministic
+ * one) in c[0..len). The bucket of a candidate is monotone in its logit, so every
+ * bucket before the boundary bucket is wholly inside the prefix, every one after it
+ * wholly outside, and only the boundary bucket needs sorting. */
+static int top_p_bucketed(pkv_sampler *s, int nc, double need, float maxl, double inv_t) {
+    cand *c = s->cand;
+    float minl = maxl;
+    for (int j = 0; j < nc; j++)
+        if (c[j].logit < minl) minl = c[j].logit;
+    double span = ((double)maxl - (double)minl) * inv_t;
+    if (span > BUCKET_SPAN) span = BUCKET_SPAN;
+    double scale = span > 0 ? inv_t * (N_BUCKETS / span) : 0.0;
+#define BUCKET_OF(x)                                                                   \
+    (((double)maxl - (double)(x).logit) * scale >= N_BUCKETS - 1                       \
+         ? N_BUCKETS - 1                                                               \
+         : (int)(((double)maxl - (double)(x).logit) * scale))
+    memset(s->mass, 0, N_BUCKETS * sizeof *s->mass);
+    for (int j = 0; j < nc; j++) s->mass[BUCKET_OF(c[j])] += c[j].w;
+    double cum = 0.0;
+    int b = 0;
+    for (; b < N_BUCKETS; b++) {
+        if (cum + s->mass[b] >= need) break;
+        cum += s->mass[b];
+    }
+    if (b == N_BUCKETS) return nc; /* rounding kept the sum below need: keep all */
+    /* three-way partition: [before b][bucket b][after b] */
+    int lo = 0, mid = 0, hi = nc;
+    while (mid < hi) {
+        int bm = BUCKET_OF(c[mid]);
+        cand t = c[mid];
+        if (bm < b) {
+            c[mid++] = c[lo];
+            c[lo++] = t;
+        } else if (bm == b) {
+            mid++;
+        } else {
+            c[mid] = c[--hi];
+            c[hi] = t;
+        }
+    }
+#undef BUCKET_OF
+    qsort(c + lo, (size_t)(mid - lo), sizeof *c, cand_cmp);
+    for (int j = lo; j < mid; j++) {
+        cum += c[j].w;
+        if (cum >= need) return j + 1;
+    }
+    return mid;
 }
 
 static pkv_status check_args(const pkv_sampler *s, const float *logits, const void *out) {
@@ -279,7 +339,9 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
             if (c[j].w >= (double)p->min_p) c[m++] = c[j];
         nc = m; /* the maximum has w = 1 >= min_p, so m >= 1 */
     }
-    if (p->top_p < 1.0f) {
+    if (p->top_p < 1.0f && !sorted && nc >= BUCKET_MIN_N) {
+        nc = top_p_bucketed(s, nc, (double)p->top_p * z, maxl, inv_t);
+    } else if (p->top_p < 1.0f) {
         if (!sorted) qsort(c, (size_t)nc, sizeof *c, cand_cmp);
         double need = (double)p->top_p * z, cum = 0.0;
         for (int j = 0; j < nc; j++) {
@@ -327,5 +389,31 @@ pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs) 
     run_chain(s, logits, &nc, &total);
     memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
     for (int j = 0; j < nc; j++) probs[s->cand[j].id] = (float)(s->cand[j].w / total);
+    return PKV_OK;
+}
+
+double pkv_sampler_uniform(pkv_sampler *s) { return rng_double(s->rng); }
+
+pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_token) {
+    if (!s || !weights || !out_token) return pkv_err(PKV_ERR_INVALID, "sampler: NULL argument");
+    double total = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (!(weights[i] >= 0.0f) || !isfinite(weights[i]))
+            return pkv_err(PKV_ERR_INVALID, "sampler: weight at index %d is %g (must be finite and >= 0)", (int)i,
+                           (double)weights[i]);
+        total += weights[i];
+        if (weights[i] > 0.0f) last = i;
+    }
+    if (last < 0) return pkv_err(PKV_ERR_INVALID, "sampler: all %d weights are zero", (int)s->n_vocab);
+    double u = rng_double(s->rng) * total, acc = 0.0;
+    for (int32_t i = 0; i < last; i++) {
+        acc += weights[i];
+        if (u < acc) {
+            *out_token = i;
+            return PKV_OK;
+        }
+    }
+    *out_token = last;
     return PKV_OK;
 }

@@ -205,7 +205,8 @@ pkv_status pkv_pretokenize(const char *pre, const char *text, size_t len, size_t
         p = PKV_PRETOK_LLAMA3;
     else if (strcmp(pre, "qwen2") == 0)
         p = PKV_PRETOK_QWEN2;
-    else if (strcmp(pre, "default") == 0 || strcmp(pre, "gpt2") == 0)
+    else if (strcmp(pre, "default") == 0 || strcmp(pre, "gpt2") == 0 ||
+             strcmp(pre, "gpt-2") == 0)
         p = PKV_PRETOK_GPT2;
     else
         return pkv_err(PKV_ERR_NOT_FOUND, "pkv_pretokenize: unknown pattern \"%s\"", pre);

@@ -120,20 +120,19 @@ static bool bpe_byte_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
 }
 
+/* The 68 others: 0x00-0x20 (0x100 + b), 0x7F-0xA0 (0x121 + b - 0x7F), 0xAD (0x143). */
 uint32_t pkv_bpe_byte_to_cp(uint8_t b) {
     if (bpe_byte_printable(b)) return b;
-    uint32_t k = 0;
-    for (unsigned x = 0; x < b; x++) k += !bpe_byte_printable(x);
-    return 0x100 + k;
+    if (b <= 0x20) return 0x100 + (uint32_t)b;
+    if (b <= 0xA0) return 0x121 + (uint32_t)(b - 0x7F);
+    return 0x143; /* 0xAD */
 }
 
 int pkv_bpe_cp_to_byte(uint32_t cp) {
     if (cp < 0x100) return bpe_byte_printable(cp) ? (int)cp : -1;
-    if (cp >= 0x100 + 68) return -1;
-    uint32_t k = cp - 0x100;
-    for (unsigned x = 0; x < 256; x++)
-        if (!bpe_byte_printable(x) && k-- == 0) return (int)x;
-    return -1;
+    if (cp <= 0x120) return (int)(cp - 0x100);
+    if (cp <= 0x142) return (int)(cp - 0x121 + 0x7F);
+    return cp == 0x143 ? 0xAD : -1;
 }
 
 int32_t pkv_tok_lookup(const pkv_tokenizer *tok, const char *s, size_t n) {
@@ -284,7 +283,8 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
             pre = PKV_PRETOK_LLAMA3;
         else if (strcmp(d->pre, "qwen2") == 0)
             pre = PKV_PRETOK_QWEN2;
-        else if (strcmp(d->pre, "default") == 0 || strcmp(d->pre, "gpt2") == 0)
+        else if (strcmp(d->pre, "default") == 0 || strcmp(d->pre, "gpt2") == 0 ||
+                 strcmp(d->pre, "gpt-2") == 0)
             pre = PKV_PRETOK_GPT2;
         else {
             pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%s\" "

@@ -36,7 +36,8 @@ enum {
 typedef struct pkv_vocab_desc {
     const char *model;  /* tokenizer.ggml.model: "gpt2", "llama", "none"; NULL = "none" */
     const char *pre;    /* tokenizer.ggml.pre: "llama-bpe" (also "llama3", "default" is
-                           the GPT-2 pattern), "qwen2", "gpt2"; NULL = "default" */
+                           the GPT-2 pattern), "qwen2", "gpt2"/"gpt-2"; NULL = "default";
+                           ignored unless model is "gpt2" */
     int32_t n_tokens;   /* tokenizer.ggml.tokens length, or <arch>.vocab_size for "none" */
     const char *const *tokens;  /* [n_tokens] token texts (NULL for "none") */
     const size_t *token_lens;   /* [n_tokens] byte lengths; NULL = strlen of each */
