@@ -495,6 +495,12 @@ typedef struct pkv_model_params {
     const char *device;          /* device to load onto; NULL = "cpu" */
     pkv_device *device_handle;   /* an already opened device (overrides device); the
                                     model does not close it */
+    const char *devices;         /* tensor parallelism: a comma list of devices ("cpu:1,cpu:2",
+                                    "cpu,vulkan:0"); each layer's attention heads (whole KV-head
+                                    groups) and FFN rows are split over them; overrides device */
+    const char *split;           /* proportions for devices, e.g. "2,1,1"; NULL = equal */
+    bool kv_on_host;             /* store every KV shard in host memory (device "cpu"), split by
+                                    the same head ranges; attention runs on the host */
     int n_threads;               /* CPU threads when the model opens a CPU device; 0 = all cores */
     pkv_progress_fn progress;    /* may be NULL */
     void *progress_user;
@@ -519,6 +525,8 @@ typedef struct pkv_model_info {
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
     uint64_t weight_bytes;   /* bytes of weights on the device */
     bool has_vocab;          /* false for tokenizer.ggml.model = none */
+    int n_devices;           /* devices the layers are split over */
+    bool kv_on_host;
     bool shared_kv;          /* a draft whose layers attend over a target's cache layers
                                 (GGUF key pagekv.shared_kv_layers): see pkv_context_attach */
     double load_seconds;
