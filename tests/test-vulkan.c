@@ -643,6 +643,21 @@ static void test_ordering(pkv_device *d) {
     pkv_buffer_free(buf);
 }
 
+/* Thousands of kernels recorded without a sync (more than one descriptor pool
+ * holds on the non-push path) still run in order. */
+static void test_long_chain(pkv_device *d) {
+    enum { N = 64, K = 2500 };
+    float x[N], b[N], got[N];
+    for (int i = 0; i < N; i++) x[i] = 0, b[i] = (float)(i % 7 + 1);
+    pkv_buffer *bx = up(d, 0, x, sizeof x), *bb = up(d, 0, b, sizeof b);
+    pkv_k_add_args aa = {pkv_tref_make(bx, 0), pkv_tref_make(bb, 0), pkv_tref_make(bx, 0), N, N};
+    for (int k = 0; k < K; k++) CHECK_OK(pkv_k_add(d, &aa));
+    down(bx, 0, got, sizeof got);
+    for (int i = 0; i < N; i++) CHECK_INT((long)got[i], (long)(K * b[i]));
+    pkv_buffer_free(bx);
+    pkv_buffer_free(bb);
+}
+
 static void test_kernels(pkv_device *d) {
     CHECK(pkv_device_get_caps(d)->has_kernels);
     pkv_type wt[5] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
@@ -662,6 +677,7 @@ static void test_kernels(pkv_device *d) {
     test_attention(d, PKV_TYPE_F16);
     test_alignment(d);
     test_ordering(d);
+    test_long_chain(d);
 }
 
 /* ------------------------------------------------------- conformance suite */
@@ -748,6 +764,14 @@ int main(void) {
     for (int i = 0; i < 5; i++) test_matmul_getrows(dev, wt[i], 20);
     pkv_device_close(dev);
     unsetenv("PKV_VK_MAX_RANGE");
+
+    /* Descriptor sets from pools, as on drivers without VK_KHR_push_descriptor. */
+    setenv("PKV_VK_NO_PUSH_DESCRIPTOR", "1", 1);
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    test_kernels(dev);
+    pkv_device_close(dev);
+    unsetenv("PKV_VK_NO_PUSH_DESCRIPTOR");
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }

@@ -10,6 +10,8 @@
 /* Command buffers cycled for submissions; a submission waits for the fence of the
  * one it reuses, so at most this many are in flight. */
 #define PKV_VK_RING 4
+/* Descriptor sets per command buffer when the driver lacks push descriptors. */
+#define PKV_VK_POOL_SETS 1024
 
 /* The kernels, one compute pipeline each; names equal the shaders/ file names. */
 typedef enum pkv_vk_kernel {
@@ -63,6 +65,7 @@ typedef struct pkv_vk_ctx {
     VkCommandBuffer cb[PKV_VK_RING];
     VkFence fence[PKV_VK_RING];
     bool in_flight[PKV_VK_RING];
+    VkDescriptorPool desc_pool[PKV_VK_RING]; /* only without push descriptors */
     int cur;        /* ring slot being recorded or next to record */
     bool recording; /* cb[cur] is begun */
     int n_cmds;     /* commands in cb[cur]; a barrier precedes all but the first */

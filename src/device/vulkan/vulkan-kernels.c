@@ -1,6 +1,8 @@
 /* Vulkan kernels: one compute pipeline per kernel from the embedded SPIR-V
  * (shaders/<kernel>.comp), created on first use, dispatched into the current command
- * buffer (see vulkan.c for the queue model) with push descriptors.
+ * buffer (see vulkan.c for the queue model) with push descriptors, or with
+ * descriptor sets from a per-command-buffer pool where the driver lacks them
+ * (PKV_VK_NO_PUSH_DESCRIPTOR=1 forces that path for tests).
  *
  * Shaders see every argument as an array of 32-bit words and address it in bytes:
  * the host binds a window of the buffer starting at the argument's offset rounded
@@ -75,7 +77,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
                                               .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     }
     VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    dli.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    dli.flags = c->push_descriptor ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0;
     dli.bindingCount = (uint32_t)kinfo[k].n_bindings;
     dli.pBindings = b;
     call = "vkCreateDescriptorSetLayout";
@@ -122,8 +124,6 @@ typedef struct {
 static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int nargs, uint32_t *pc, int pc_words,
                            uint64_t groups) {
     const char *kn = kinfo[k].name;
-    if (!c->push_descriptor)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: the driver lacks VK_KHR_push_descriptor", kn, c->name);
     VkDescriptorBufferInfo bi[8];
     VkWriteDescriptorSet w[8];
     uint64_t malign = c->props.limits.minStorageBufferOffsetAlignment;
@@ -162,9 +162,30 @@ static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int na
     pkv_status s = pipeline_get(c, k, &p);
     if (!s) s = pkv_vk_begin(c);
     if (s) return s;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (!c->push_descriptor) {
+        /* A set from this command buffer's pool; when the pool is full, submit
+         * and continue in the next command buffer (order is kept: one queue). */
+        VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        dai.descriptorSetCount = 1;
+        dai.pSetLayouts = &p->dsl;
+        dai.descriptorPool = c->desc_pool[c->cur];
+        VkResult r = vkAllocateDescriptorSets(c->dev, &dai, &set);
+        if (r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL) {
+            if ((s = pkv_vk_submit(c)) || (s = pkv_vk_begin(c))) return s;
+            dai.descriptorPool = c->desc_pool[c->cur];
+            r = vkAllocateDescriptorSets(c->dev, &dai, &set);
+        }
+        if (r != VK_SUCCESS) return pkv_vk_fail(c, "vkAllocateDescriptorSets", r);
+        for (int i = 0; i < nargs; i++) w[i].dstSet = set;
+        vkUpdateDescriptorSets(c->dev, (uint32_t)nargs, w, 0, NULL);
+    }
     VkCommandBuffer cb = c->cb[c->cur];
     vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-    c->push_descriptor(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, (uint32_t)nargs, w);
+    if (c->push_descriptor)
+        c->push_descriptor(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, (uint32_t)nargs, w);
+    else
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     vkCmdPushConstants(cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)pc_words * 4, pc);
     vkCmdDispatch(cb, (uint32_t)gx, (uint32_t)gy, 1);
     c->n_cmds++;
