@@ -819,13 +819,17 @@ int main(void) {
 
     test_alloc_failures();
 
-    /* Descriptor sets from pools, as on drivers without VK_KHR_push_descriptor. */
+    /* The portable paths: descriptor sets from pools (drivers without
+     * VK_KHR_push_descriptor) and the matmul without subgroup arithmetic. */
     setenv("PKV_VK_NO_PUSH_DESCRIPTOR", "1", 1);
+    setenv("PKV_VK_NO_SUBGROUP", "1", 1);
     dev = open_vk();
     REQUIRE(dev != NULL);
     test_kernels(dev);
+    conformance(dev);
     pkv_device_close(dev);
     unsetenv("PKV_VK_NO_PUSH_DESCRIPTOR");
+    unsetenv("PKV_VK_NO_SUBGROUP");
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }

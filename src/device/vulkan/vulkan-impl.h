@@ -25,6 +25,7 @@ typedef enum pkv_vk_kernel {
     PKV_VK_K_ROPE,
     PKV_VK_K_SET_ROWS,
     PKV_VK_K_ATTENTION,
+    PKV_VK_K_MATMUL_SG,
     PKV_VK_K_COUNT
 } pkv_vk_kernel;
 
@@ -80,6 +81,9 @@ typedef struct pkv_vk_ctx {
     /* Largest window of a buffer one kernel argument may bind: the device's
      * maxStorageBufferRange, or less with PKV_VK_MAX_RANGE (to test chunking). */
     uint64_t max_range;
+    /* Subgroup arithmetic in compute shaders (matmul_sg); PKV_VK_NO_SUBGROUP=1
+     * turns it off so the portable matmul can be tested. */
+    bool subgroup_arith;
 } pkv_vk_ctx;
 
 /* Error for a failed Vulkan call: "vulkan:0: vkQueueSubmit: VK_ERROR_DEVICE_LOST". */

@@ -38,10 +38,13 @@ static const struct {
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
     [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
     [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 5},
+    [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3},
 };
 
 #define WG 64u      /* local_size_x of every shader */
 #define MM_TILE 4u  /* x rows per matmul workgroup (NT in matmul.comp) */
+#define SG_TILE 8u  /* x rows per matmul_sg workgroup (NT in matmul_sg.comp) */
+#define SG_ROWS 8u  /* weight rows per matmul_sg workgroup (RPW) */
 #define PC_BYTES 128 /* push-constant range: the guaranteed minimum */
 
 void pkv_vk_pipelines_destroy(pkv_vk_ctx *c) {
@@ -258,7 +261,10 @@ static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
                          {"y", pkv_tref_make(a->y.buf, a->y.off + i0 * rows * 4), ni * rows * 4, 4}};
             uint32_t pc[10] = {0, 0, 0, (uint32_t)rows, (uint32_t)cols, (uint32_t)ni, (uint32_t)rb,
                                (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt};
-            TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
+            if (c->subgroup_arith)
+                TRY(dispatch(c, PKV_VK_K_MATMUL_SG, v, 3, pc, 10, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
+            else
+                TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
         }
     }
     return PKV_OK;

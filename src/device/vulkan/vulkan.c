@@ -572,12 +572,17 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     caps->memory_bytes = c->memprops.memoryHeaps[heap].size;
     /* One buffer is one allocation; kernels bind windows of at most
      * maxStorageBufferRange bytes of it. */
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     p2.pNext = &m3;
+    m3.pNext = &sg;
     vkGetPhysicalDeviceProperties2(c->phys, &p2);
     uint64_t maxb = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : c->props.limits.maxStorageBufferRange;
     caps->max_buffer_bytes = (size_t)maxb;
+    const char *nsg = getenv("PKV_VK_NO_SUBGROUP");
+    c->subgroup_arith = !(nsg && strcmp(nsg, "1") == 0) && (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                        (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
     caps->transfer_align = 4;
     c->max_range = c->props.limits.maxStorageBufferRange;
     const char *mr = getenv("PKV_VK_MAX_RANGE");
