@@ -143,7 +143,6 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     if (!st && pos_delta != 0) st = rerotate(c, rows, moved, pos_delta);
     if (st) {
         for (int64_t i = 0; i < n_dst; i++) pkv_kv_page_unref(c, fresh[i]);
-        pkv_free(plan.arr);
         goto done;
     }
     for (int64_t d = first * ps; d < new_len; d++) {
@@ -156,6 +155,7 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     pkv_kv_keep_apply(c, s, &plan, fresh, n_dst, new_len);
     s->exact_until = PKV_MIN(s->exact_until, start);
 done:
+    pkv_free(plan.arr); /* NULL once applied */
     pkv_free(fresh);
     pkv_free(src);
     pkv_free(rows);
