@@ -92,7 +92,10 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             st = pkv_k_rope(dev, &ra);
             if (st) pkv_err_prefix(st, "shift: re-rotating K of layer %d on %s", a->layer, pkv_device_name(dev));
         }
-        pkv_buffer_free(idx); /* the CPU queue is synchronous; other backends keep it alive until done */
+        /* The kernels may still be queued: wait before the index buffer goes away. */
+        pkv_status ss = pkv_device_sync(dev);
+        if (!st) st = ss;
+        pkv_buffer_free(idx);
     }
     pkv_free(host);
     return st;
