@@ -486,8 +486,234 @@ pkv_status pkv_kv_attach(const pkv_kv_cache *c, const char *consumer, int page_s
 /* ---------------------------------------------------------------- model */
 /* (section owned by the model layer: src/model/) */
 
+typedef struct pkv_model pkv_model;
+
+/* Called during loading with the fraction of weight bytes uploaded so far. */
+typedef void (*pkv_progress_fn)(double fraction, void *user);
+
+typedef struct pkv_model_params {
+    const char *device;          /* device to load onto; NULL = "cpu" */
+    pkv_device *device_handle;   /* an already opened device (overrides device); the
+                                    model does not close it */
+    int n_threads;               /* CPU threads when the model opens a CPU device; 0 = all cores */
+    pkv_progress_fn progress;    /* may be NULL */
+    void *progress_user;
+} pkv_model_params;
+
+pkv_model_params pkv_model_default_params(void);
+
+/* Load a GGUF model (llama, qwen2, qwen3). Every count, offset and tensor shape
+ * is checked against the file and the architecture before use; errors name the
+ * key or tensor. NULL on failure (nothing stays allocated). */
+pkv_model *pkv_model_load(const char *path, pkv_model_params p);
+/* The same from a GGUF image in memory (copied to the device; may be freed after). */
+pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *label, pkv_model_params p);
+void pkv_model_free(pkv_model *m);
+/* The built-in tiny model (a `pkv_mkmodel_default_params()` llama model made in
+ * memory): what `pagekv run` and `demo` use without -m. */
+pkv_model *pkv_model_builtin(pkv_model_params p);
+
+typedef struct pkv_model_info {
+    const char *arch;        /* "llama", "qwen2", "qwen3" */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn */
+    const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
+    uint64_t weight_bytes;   /* bytes of weights on the device */
+    bool has_vocab;          /* false for tokenizer.ggml.model = none */
+    bool shared_kv;          /* a draft whose layers attend over a target's cache layers
+                                (GGUF key pagekv.shared_kv_layers): see pkv_context_attach */
+    double load_seconds;
+} pkv_model_info;
+
+pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
+pkv_device *pkv_model_device(const pkv_model *m);
+
+/* Text to token ids with the model's vocabulary. add_special: BOS/EOS as the model
+ * asks; parse_special: special-token text becomes the special token. When max is
+ * too small: PKV_ERR_INVALID and *n_out = the count needed. A model without a
+ * vocabulary: PKV_ERR_UNSUPPORTED ("use token ids"). */
+pkv_status pkv_model_tokenize(const pkv_model *m, const char *text, size_t len, bool add_special,
+                              bool parse_special, int32_t *out, size_t max, size_t *n_out);
+/* The bytes of token ids (pieces concatenated); buffer contract as tokenize. */
+pkv_status pkv_model_detokenize(const pkv_model *m, const int32_t *ids, size_t n, bool render_special,
+                                char *buf, size_t size, size_t *n_out);
+pkv_status pkv_model_token_piece(const pkv_model *m, int32_t id, bool render_special, char *buf,
+                                 size_t size, size_t *n_out);
+int32_t pkv_model_bos(const pkv_model *m); /* -1 when none */
+int32_t pkv_model_eos(const pkv_model *m);
+bool pkv_model_is_eog(const pkv_model *m, int32_t id);
+
+/* Test models with random weights (`pagekv mkmodel`). Weights are scaled so
+ * activations stay in a sane range; the vocabulary is a small byte-level BPE of
+ * printable words (or none). */
+typedef struct pkv_mkmodel_params {
+    const char *arch;    /* "llama" (default), "qwen2", "qwen3" */
+    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0 */
+    int n_layer;         /* 0 = 2 */
+    int n_embd;          /* 0 = 128 */
+    int n_head;          /* 0 = 4 */
+    int n_head_kv;       /* 0 = 2 */
+    int head_dim;        /* 0 = n_embd / n_head */
+    int n_ff;            /* 0 = 256 */
+    int n_vocab;         /* 0 = 512 */
+    int n_ctx;           /* 0 = 2048 */
+    uint64_t seed;       /* 0 = 1 */
+    bool no_vocab;       /* tokenizer.ggml.model = none, only <arch>.vocab_size */
+    bool tied;           /* no output.weight: tied embeddings */
+} pkv_mkmodel_params;
+
+pkv_mkmodel_params pkv_mkmodel_default_params(void);
+/* Write the model to path (atomically). */
+pkv_status pkv_mkmodel_write(const pkv_mkmodel_params *p, const char *path);
+/* The GGUF image in a new buffer (*data, *size); free it with pkv_mkmodel_free_memory. */
+pkv_status pkv_mkmodel_memory(const pkv_mkmodel_params *p, void **data, size_t *size);
+void pkv_mkmodel_free_memory(void *data);
+
 /* --------------------------------------------------------------- engine */
 /* (section owned by the engine layer: src/engine/) */
+
+/* A context is one sequence of a model in a KV cache, with the logits of its last
+ * decoded token. Contexts of one cache share pages: a fork costs the same for
+ * 10 tokens as for 100,000. A model, its caches and contexts are used by one
+ * thread at a time. */
+typedef struct pkv_context pkv_context;
+
+typedef struct pkv_cache_params {
+    int n_ctx;               /* most tokens of one sequence; 0 = min(training context, 4096) */
+    int n_seq_max;           /* sequences (contexts, forks) to size the pool for; 0 = 4 */
+    int page_size;           /* tokens per page, 1..256; 0 = 16 */
+    pkv_type kv_type;        /* PKV_TYPE_F16 (default) or PKV_TYPE_F32 */
+    int64_t n_pages;         /* device pages; 0 = n_seq_max * ceil(n_ctx / page_size) */
+    int64_t host_pages;      /* host swap pool pages; 0 = as many as the device pool */
+} pkv_cache_params;
+
+pkv_cache_params pkv_cache_default_params(void);
+/* A KV cache with the model's per-layer geometry on the model's device, RoPE set up
+ * for context shift. NULL on failure. */
+pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p);
+
+/* New empty context (a new sequence of c) holding at most n_ctx tokens (0 =
+ * min(training context, 4096)). NULL on failure. */
+pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx);
+/* Frees the context and its sequence (published pages stay cached). NULL: no-op. */
+void pkv_context_free(pkv_context *ctx);
+/* A child sharing every page and the logits of ctx. NULL on failure. */
+pkv_context *pkv_context_fork(pkv_context *ctx);
+/* A context of a shared-KV draft model (info.shared_kv) on the target context's
+ * cache: its layer j reads and writes cache layer pagekv.shared_kv_layers[j].
+ * Checked first (I6): every mapped layer exists with the same KV heads, head
+ * sizes and dtype, and the draft's device can reach where each shard is stored;
+ * the error names the draft layer, the cache layer, both devices and the fix.
+ * The draft context starts as a fork of the target's sequence (sharing its
+ * pages; its own tokens go to copied pages, never into the target's) and its
+ * appends are never published for prefix reuse. Re-sync it with
+ * pkv_context_attach again (cheap) after the target moves on. NULL on failure. */
+pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target);
+
+int32_t pkv_context_seq(const pkv_context *ctx);      /* the KV sequence id */
+pkv_model *pkv_context_model(const pkv_context *ctx);
+pkv_kv_cache *pkv_context_cache(const pkv_context *ctx);
+int64_t pkv_context_n_tokens(const pkv_context *ctx); /* tokens in the cache */
+int64_t pkv_context_n_ctx(const pkv_context *ctx);    /* the cache's per-sequence limit */
+/* Logits f32 [n_vocab] of the last decoded token, or NULL when there are none
+ * (nothing decoded yet, or after truncate/shift/load without a decode). */
+const float *pkv_context_logits(const pkv_context *ctx);
+
+/* Decode n_tokens[i] tokens for ctxs[i], all in one batched step (the contexts
+ * must share one model and cache and be distinct). Afterwards each context's
+ * logits are those of its last token. Errors: PKV_ERR_OUT_OF_PAGES (recoverable),
+ * PKV_ERR_INVALID (token id out of range, context full). On error nothing changes. */
+pkv_status pkv_decode(pkv_context *const *ctxs, int n_ctxs, const int32_t *const *tokens, const int32_t *n_tokens);
+/* pkv_decode for one context. */
+pkv_status pkv_context_decode(pkv_context *ctx, const int32_t *tokens, int32_t n);
+/* Like pkv_context_decode but writes the logits of every token to all_logits
+ * (f32 [n][n_vocab], host). */
+pkv_status pkv_context_decode_all(pkv_context *ctx, const int32_t *tokens, int32_t n, float *all_logits);
+
+/* KV operations on the context's sequence (see the kv section). truncate, shift
+ * and load leave no logits: decode next, or re-decode the last token. */
+pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep);
+/* Remove tokens [start, start + n_remove); later tokens move down and their
+ * positions (and cached K) shift by -n_remove. */
+pkv_status pkv_context_shift(pkv_context *ctx, int64_t start, int64_t n_remove);
+pkv_status pkv_context_swap_out(pkv_context *ctx);
+pkv_status pkv_context_swap_in(pkv_context *ctx);
+pkv_status pkv_context_save(pkv_context *ctx, const char *path);
+/* A new context from a file written by pkv_context_save (any device, same
+ * geometry). Its last token is decoded again so that logits are available.
+ * NULL on failure with the reason (what differs) in pkv_errmsg(). */
+pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx);
+/* Token ids of the context [start, start + n). */
+pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, int32_t *out);
+
+/* Token sampling over one row of logits on the host.
+ *
+ * The chain, in this order:
+ *   1. repetition penalty over the last repeat_last_n accepted tokens (each distinct
+ *      token once: a positive logit is divided by the penalty, a negative or zero one
+ *      multiplied — llama.cpp's semantics);
+ *   2. temperature: temp <= 0 means greedy (argmax, the lowest index on ties) and the
+ *      remaining steps are skipped; otherwise logits are divided by temp;
+ *   3. top-k: keep the k largest (ties broken by the lower token id);
+ *   4. top-p: over the softmax of the top-k survivors, keep the smallest prefix (by
+ *      descending probability) whose probability sum is >= top_p; at least one token;
+ *   5. min-p: keep tokens with p >= min_p * p_max;
+ *   6. draw from the renormalized survivors with the sampler's own PRNG
+ *      (xoshiro256** seeded through splitmix64): the same seed gives the same tokens
+ *      on every machine.
+ * The sampler does not allocate after pkv_sampler_create. Not thread-safe: one
+ * sampler per sequence.
+ * (The public parts move to include/pagekv.h's engine section later.) */
+typedef struct pkv_sampler_params {
+    float temp;           /* temperature; <= 0: greedy (argmax) */
+    int top_k;            /* keep the k most likely tokens; 0: off; must be >= 0 */
+    float top_p;          /* nucleus threshold in (0, 1]; 1: off */
+    float min_p;          /* keep p >= min_p * p_max; in [0, 1]; 0: off */
+    float repeat_penalty; /* > 0; 1: off */
+    int repeat_last_n;    /* how many accepted tokens the penalty looks back; 0: off; >= 0 */
+    uint64_t seed;        /* PRNG seed; every value (0 included) is a fixed, reproducible seed */
+} pkv_sampler_params;
+
+typedef struct pkv_sampler pkv_sampler;
+
+/* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0 (off),
+ * repeat_last_n 64, seed 0. */
+pkv_sampler_params pkv_sampler_default_params(void);
+
+/* A sampler for rows of n_vocab logits. Returns NULL with a message naming the field
+ * on bad params (top_k < 0, top_p outside (0, 1], min_p outside [0, 1],
+ * repeat_penalty <= 0, repeat_last_n < 0, NaN anywhere, n_vocab <= 0), or on
+ * allocation failure. */
+pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab);
+void pkv_sampler_free(pkv_sampler *s);
+
+/* Samples one token from logits [n_vocab] (not modified) into *out_token. Does not
+ * add the token to the history: call pkv_sampler_accept for that.
+ * Errors: PKV_ERR_INVALID for NULL arguments or a NaN/inf logit (the message names
+ * the first such index). On error nothing is changed (the PRNG does not advance). */
+pkv_status pkv_sampler_sample(pkv_sampler *s, const float *logits, int32_t *out_token);
+
+/* Appends token to the repetition-penalty history (the last repeat_last_n are kept).
+ * Tokens outside [0, n_vocab) are kept in the history but never penalize anything. */
+void pkv_sampler_accept(pkv_sampler *s, int32_t token);
+
+/* Forgets the history and restarts the PRNG from the seed. */
+void pkv_sampler_reset(pkv_sampler *s);
+
+/* The probabilities the next pkv_sampler_sample would draw from, after the whole
+ * chain: writes n_vocab floats, zero for filtered tokens, summing to 1 (greedy: a
+ * one-hot row). Does not advance the PRNG.
+ * Errors: as pkv_sampler_sample; on error probs is not written. */
+pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs);
+
+
+/* Generate up to n_max tokens from the context's logits: sample, call on_token,
+ * decode the token, repeat. Stops early at an end-of-generation token (which is
+ * passed to on_token but not decoded) or when on_token returns false. *n_out (may
+ * be NULL) gets the number of tokens passed to on_token. Needs logits (decode a
+ * prompt first). On error the tokens generated so far stay in the context. */
+typedef bool (*pkv_token_fn)(int32_t token, void *user);
+pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
+                        int *n_out);
 
 #ifdef __cplusplus
 }

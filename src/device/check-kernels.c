@@ -529,8 +529,8 @@ static pkv_status check_rope(ck *k, pkv_type dt) {
 static pkv_status check_set_rows(ck *k, pkv_type dt) {
     static const int64_t shapes[][4] = {/* n, row_elems, dst_rows, padding elements */
                                         {1, 8, 1, 0},
-                                        {3, 24, 10, 5},
-                                        {16, 128, 40, 0},
+                                        {3, 24, 11, 5},
+                                        {16, 128, 41, 0},
                                         {7, 33, 9, 3}};
     const size_t es = dt == PKV_TYPE_F32 ? 4 : 2;
     row_begin(k, "kernel set_rows %s", pkv_type_name(dt), dt == PKV_TYPE_F32 ? 0 : 1e-7);
@@ -554,7 +554,7 @@ static pkv_status check_set_rows(ck *k, pkv_type dt) {
                 memcpy(rb + 2 * i, &hv, 2);
             }
         }
-        for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 5 + 3) % dr); /* distinct: n <= dr, 5 coprime */
+        for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 5 + 3) % dr); /* distinct: n <= dr, 5 coprime with dr */
         dbuf *bs, *bd, *bi;
         TRY(s = put(k, &bs, src, src_el * 4));
         TRY(s = put(k, &bd, rb, dst_el * es));
