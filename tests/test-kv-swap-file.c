@@ -247,7 +247,10 @@ int main(void) {
     if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
     kt_layout_sharded(&e);
     int64_t live0 = pkv_alloc_live();
-    test_swap(&e);
+    test_swap(&e); /* host pool as buffers on the CPU devices: batched region copies */
+    pkv_kv_test_plain_host_pool = true;
+    test_swap(&e); /* host pool in plain memory: reads and writes */
+    pkv_kv_test_plain_host_pool = false;
     test_file(&e);
     CHECK_INT(pkv_alloc_live(), live0);
     kt_close(&e);
