@@ -288,7 +288,10 @@ typedef struct pkv_kv_params {
     int64_t n_pages;                  /* device pages; 0 = as many as budget_bytes holds */
     uint64_t budget_bytes;            /* K+V bytes of all layers and shards, used when n_pages == 0 */
     int64_t host_pages;               /* pages of the host swap pool; 0 = from host_budget_bytes */
-    uint64_t host_budget_bytes;       /* host swap pool bytes when host_pages == 0; 0 = no swap pool */
+    uint64_t host_budget_bytes;       /* host swap pool bytes when host_pages == 0; 0 = no swap pool.
+                                         When every storage device's memory is host memory (CPU), the
+                                         pool is a buffer on that device (swaps are batched region
+                                         copies); otherwise plain host memory. */
     /* RoPE of the model, used to re-rotate cached K on pkv_kv_shift. */
     int rope_n_rot;                   /* rotated dims per head (even, <= head_dim_k); 0 = head_dim_k */
     bool rope_neox;                   /* false: pairs (2i, 2i+1) (llama); true: (i, i + n_rot/2) (qwen) */
