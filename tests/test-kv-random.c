@@ -458,12 +458,22 @@ static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, bool
     g_fail_oop = g_prefix_hits = g_cow = 0;
 }
 
+/* The devices of the two shard groups; test-kv-random-vulkan.c includes this file
+ * with other devices (vulkan:0 alone, and cpu + vulkan:0). */
+#ifndef KV_RANDOM_DEVICES
+#define KV_RANDOM_DEVICES {{"cpu", "cpu:1"}}
+#define KV_RANDOM_OPS 10000 /* per seed; about 2 s in Release, 20 s with ASan+UBSan on 2 cores */
+#endif
+
 int main(void) {
+    static const char *const devs[][2] = KV_RANDOM_DEVICES;
+    for (size_t dv = 0; dv < sizeof devs / sizeof devs[0]; dv++) {
     kt_env e;
-    if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
+    if (!kt_open_names(&e, devs[dv][0], devs[dv][1])) return th_skip(pkv_errmsg());
+    fprintf(stderr, "cache sharded over %s and %s\n", devs[dv][0], devs[dv][1]);
     kt_layout_sharded(&e);
     int64_t live0 = pkv_alloc_live();
-    long n_ops = 10000; /* per seed; about 2 s in Release, 20 s with ASan+UBSan on 2 cores */
+    long n_ops = KV_RANDOM_OPS;
     const char *env = getenv("PKV_KV_RANDOM_OPS");
     if (env) n_ops = atol(env);
     run_seed(&e, 1, 4, false, false, n_ops);
@@ -476,5 +486,6 @@ int main(void) {
     for (int i = 0; i < 12; i++) fprintf(stderr, " %ld", g_ops[i]);
     fprintf(stderr, "\n");
     kt_close(&e);
+    }
     return th_done();
 }
