@@ -526,7 +526,9 @@ typedef struct pkv_model_info {
     const char *arch;        /* "llama", "qwen2", "qwen3" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn */
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
-    uint64_t weight_bytes;   /* bytes of weights on the device */
+    uint64_t weight_bytes;   /* bytes of weights on the devices */
+    uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
+                                        embedding table, of which it reads one row */
     bool has_vocab;          /* false for tokenizer.ggml.model = none */
     int n_devices;           /* devices the layers are split over */
     bool kv_on_host;

@@ -5,7 +5,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "base/base.h" /* thread pool for the bandwidth probe */
+#include "base/base.h"     /* thread pool for the bandwidth probe */
+#include "device/device.h" /* the attention kernel, for paged vs contiguous */
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "pagekv.h"
@@ -83,6 +84,70 @@ static double measure_bandwidth(int threads) {
     pkv_pool_free(pool);
     free(p);
     return (double)bytes / best / 1e9;
+}
+
+/* ------------------------------------------------- paged vs contiguous */
+
+/* Microseconds per decode-step attention call over `depth` f16 tokens of one
+ * layer (n_kv heads of dk, n_head query heads): with the KV in pages of 16
+ * tokens in shuffled order (what a long-running cache looks like), and in one
+ * contiguous run (a single page of depth tokens: the plain contiguous layout). */
+static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, double *paged_us, double *contig_us) {
+    size_t kv_bytes = (size_t)depth * (size_t)n_kv * (size_t)dk * 2;
+    int ps = 16, n_pages = (depth + ps - 1) / ps;
+    pkv_buffer *k = pkv_buffer_alloc(dev, kv_bytes), *v = pkv_buffer_alloc(dev, kv_bytes);
+    pkv_buffer *q = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4), *o = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4);
+    pkv_buffer *meta = pkv_buffer_alloc(dev, (size_t)(n_pages + 8) * 4);
+    int32_t *mh = malloc((size_t)(n_pages + 8) * sizeof *mh);
+    uint16_t *fill = malloc(kv_bytes);
+    int rc = 1;
+    if (!k || !v || !q || !o || !meta || !mh || !fill) goto out;
+    for (size_t i = 0; i < kv_bytes / 2; i++) fill[i] = pkv_f32_to_f16((float)((i * 7919) % 1000) / 1000.0f - 0.5f);
+    if (pkv_buffer_write(k, 0, fill, kv_bytes) || pkv_buffer_write(v, 0, fill, kv_bytes) ||
+        pkv_buffer_write(q, 0, fill, (size_t)n_head * (size_t)dk * 4))
+        goto out;
+    for (int pass = 0; pass < 2; pass++) {
+        bool paged = pass == 0;
+        int page_size = paged ? ps : depth, np = paged ? n_pages : 1;
+        /* meta: q_seq[1] q_len[1] indptr[2] pages[np] */
+        mh[0] = 0;
+        mh[1] = depth;
+        mh[2] = 0;
+        mh[3] = np;
+        uint64_t r = 12345;
+        for (int i = 0; i < np; i++) mh[4 + i] = i;
+        for (int i = np - 1; paged && i > 0; i--) { /* shuffle the page order */
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            int j = (int)((r >> 33) % (uint64_t)(i + 1)), t = mh[4 + i];
+            mh[4 + i] = mh[4 + j];
+            mh[4 + j] = t;
+        }
+        if (pkv_buffer_write(meta, 0, mh, (size_t)(4 + np) * 4)) goto out;
+        pkv_k_attention_args a = {.q = pkv_tref_make(q, 0), .k = pkv_tref_make(k, 0), .v = pkv_tref_make(v, 0),
+                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .kv_type = PKV_TYPE_F16,
+                                  .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
+                                  .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dk, .scale = 0.088f};
+        int reps = 30;
+        double best = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+            double t0 = pkv_time_now();
+            if (pkv_k_attention(dev, &a) || pkv_device_sync(dev)) goto out;
+            double t = pkv_time_now() - t0;
+            if (t < best) best = t;
+        }
+        *(paged ? paged_us : contig_us) = best * 1e6;
+    }
+    rc = 0;
+out:
+    if (rc) pkv_cli_fail("bench model", "attention", PKV_ERR_DEVICE);
+    free(mh);
+    free(fill);
+    pkv_buffer_free(k);
+    pkv_buffer_free(v);
+    pkv_buffer_free(q);
+    pkv_buffer_free(o);
+    pkv_buffer_free(meta);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- model */
@@ -165,12 +230,17 @@ int pkv_cli_bench_model(int argc, char **argv) {
     if (!c) goto out;
     if ((rc = measure(m, c, info.n_vocab, 0, (int)n_prefill, (int)n_decode, &s0))) goto out;
     if (depth > 0 && (rc = measure(m, c, info.n_vocab, (int)depth, (int)n_prefill, (int)n_decode, &sd))) goto out;
+    double attn_paged = 0, attn_contig = 0;
+    if ((rc = bench_attention(pkv_model_device(m), depth > 0 ? (int)depth : 4096, info.n_head, info.n_head_kv, info.head_dim,
+                              &attn_paged, &attn_contig)))
+        goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
         double bw = measure_bandwidth(threads);
         /* Decode reads every weight once per token, except the embedding table, of
-         * which it reads one row (tied models read it whole as the output matrix). */
-        double bytes_per_token = (double)info.weight_bytes;
+         * which it reads one row (tied models read it whole as the output matrix):
+         * see pkv_model_info.decode_bytes_per_token. */
+        double bytes_per_token = (double)info.decode_bytes_per_token;
         double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
@@ -180,11 +250,14 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
-                   "\"bandwidth_gbps\": %.2f, \"roofline_tok_s\": %.2f, \"roofline_fraction\": %.3f, \"peak_rss_mib\": %.1f}",
+                   "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
+                   "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
+                   "\"attn_paged_vs_contiguous\": %.3f, \"peak_rss_mib\": %.1f}",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
-                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, roofline,
-                   roofline > 0 ? s0.decode_tok_s / roofline : 0, peak_mib);
+                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
+                   roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
+                   attn_contig > 0 ? attn_paged / attn_contig : 0, peak_mib);
             if (argv[0] && strcmp(argv[0], "all") != 0) printf("\n");
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
@@ -193,6 +266,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
             printf("memory read bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n", bw, roofline,
                    roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
+            printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
+                   attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);
             printf("peak RSS %.1f MiB\n", peak_mib);
         }
         rc = 0;
