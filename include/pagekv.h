@@ -109,7 +109,8 @@ size_t pkv_type_row_bytes(pkv_type t, size_t n);
 
 /* A device: a backend instance with its own memory and in-order queue.
  * Device memory is opaque (invariant I1): it is reached only through the
- * transfer functions below, at any byte offset (I2). */
+ * transfer functions below, at any byte offset (I2). A device, and everything
+ * using it, is driven by one thread at a time. */
 typedef struct pkv_device pkv_device;
 typedef struct pkv_buffer pkv_buffer;
 
