@@ -18,9 +18,12 @@ function(pkv_embed_shaders target)
     list(APPEND spvs ${spv})
   endforeach()
   set(out ${CMAKE_BINARY_DIR}/shaders/pkv_shaders.c)
+  # A ';' inside one COMMAND argument would be split by the generator: pass the
+  # list '|'-separated (embed.cmake splits it back).
+  string(REPLACE ";" "|" spvs_arg "${spvs}")
   add_custom_command(OUTPUT ${out}
-    COMMAND ${CMAKE_COMMAND} -DOUT=${out} "-DSPVS=${spvs}" -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+    COMMAND ${CMAKE_COMMAND} -DOUT=${out} "-DSPVS=${spvs_arg}" -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
     DEPENDS ${spvs} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
-    COMMENT "embedding SPIR-V shaders")
+    COMMENT "embedding SPIR-V shaders" VERBATIM)
   target_sources(${target} PRIVATE ${out})
 endfunction()

@@ -109,7 +109,8 @@ size_t pkv_type_row_bytes(pkv_type t, size_t n);
 
 /* A device: a backend instance with its own memory and in-order queue.
  * Device memory is opaque (invariant I1): it is reached only through the
- * transfer functions below, at any byte offset (I2). */
+ * transfer functions below, at any byte offset (I2). A device, and everything
+ * using it, is driven by one thread at a time. */
 typedef struct pkv_device pkv_device;
 typedef struct pkv_buffer pkv_buffer;
 
@@ -231,13 +232,502 @@ pkv_status pkv_check_cross(pkv_device *a, pkv_device *b, pkv_check_params p, pkv
 pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user);
 
 /* ------------------------------------------------------------- kv cache */
-/* (section owned by the KV layer: src/kv/) */
+/* (section owned by the KV layer: src/kv/)
+ *
+ * A paged KV cache. Every layer's K and V live in pages of page_size tokens; a
+ * page id means the same token slots in every layer and every shard, so one block
+ * table serves all of them. Within a page the layout is tokens-then-heads (NHD):
+ *     K of (layer l, shard s): dtype [n_pages][page_size][n_heads_s][head_dim_k]
+ *     V of (layer l, shard s): dtype [n_pages][page_size][n_heads_s][head_dim_v]
+ * A token's "row" is page * page_size + slot: the row index a pkv_k_set_rows /
+ * attention kernel uses in the (layer, shard) K or V array.
+ *
+ * Sequences are small integer ids (>= 0) handed out by the cache. A sequence owns a
+ * block table (page ids), its tokens (id per token; -1 = unknown) and positions.
+ * Full pages are immutable while shared; a sequence writing into a page that is
+ * shared (forked) or published to the prefix index first copies it (copy-on-write).
+ *
+ * Write contract: the cache hands out rows; the caller (the forward pass) writes
+ * K/V into them. When the caller next calls any cache function on a sequence
+ * (other than pkv_kv_block_table and the getters), the K/V of every token the call
+ * keeps must have been written; full pages are published to the prefix index at
+ * that point. A failed forward step is rolled back with pkv_kv_truncate.
+ *
+ * All device work (copy-on-write, swap, shift, clear) is queued on the storage
+ * devices in order with compute (I3) and checked; no function is fire-and-forget.
+ * Not thread-safe: one thread uses a cache at a time. */
+
+typedef struct pkv_kv_cache pkv_kv_cache;
+typedef struct pkv_kv_layout pkv_kv_layout; /* geometry and placement, owned by a cache */
+
+#define PKV_KV_MAX_PAGE_SIZE 256
+
+/* One shard of a layer: KV heads [head_begin, head_begin + n_heads) stored on
+ * `storage`, attended on `compute` (which must be able to access storage). */
+typedef struct pkv_kv_shard_desc {
+    pkv_device *storage;
+    pkv_device *compute; /* NULL = storage */
+    int head_begin;
+    int n_heads; /* > 0 */
+} pkv_kv_shard_desc;
+
+/* Geometry of one layer (I4): K and V head sizes may differ. */
+typedef struct pkv_kv_layer_desc {
+    int n_kv_heads;  /* > 0 */
+    int head_dim_k;  /* elements, > 0 */
+    int head_dim_v;  /* elements, > 0 */
+    pkv_type dtype;  /* PKV_TYPE_F32 or PKV_TYPE_F16 */
+    int n_shards;    /* 0 = one shard of all heads on pkv_kv_params.device */
+    const pkv_kv_shard_desc *shards; /* [n_shards], covering every head exactly once */
+} pkv_kv_layer_desc;
+
+typedef struct pkv_kv_params {
+    int n_layers;                     /* > 0 */
+    const pkv_kv_layer_desc *layers;  /* [n_layers]; copied by pkv_kv_cache_create */
+    pkv_device *device;               /* storage and compute of layers with n_shards == 0 */
+    int page_size;                    /* tokens per page, 1..256; 0 = 16 */
+    int64_t n_pages;                  /* device pages; 0 = as many as budget_bytes holds */
+    uint64_t budget_bytes;            /* K+V bytes of all layers and shards, used when n_pages == 0 */
+    int64_t host_pages;               /* pages of the host swap pool; 0 = from host_budget_bytes */
+    uint64_t host_budget_bytes;       /* host swap pool bytes when host_pages == 0; 0 = no swap pool.
+                                         When every storage device's memory is host memory (CPU), the
+                                         pool is a buffer on that device (swaps are batched region
+                                         copies); otherwise plain host memory. */
+    /* RoPE of the model, used to re-rotate cached K on pkv_kv_shift. */
+    int rope_n_rot;                   /* rotated dims per head (even, <= head_dim_k); 0 = head_dim_k */
+    bool rope_neox;                   /* false: pairs (2i, 2i+1) (llama); true: (i, i + n_rot/2) (qwen) */
+    float rope_freq_base;             /* 0 = 10000 */
+    float rope_freq_scale;            /* 0 = 1 */
+} pkv_kv_params;
+
+pkv_kv_params pkv_kv_default_params(void);
+
+/* Create a cache: validates the layout (every error names the layer and what is
+ * wrong: heads, head sizes, dtype, shards not covering the heads exactly once, a
+ * compute device that cannot access its storage device), then allocates the pages
+ * on each shard's storage device. NULL on failure (PKV_ERR_INVALID for a bad
+ * layout, PKV_ERR_NOMEM when memory runs out); nothing is left allocated. */
+pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p);
+/* Frees every sequence, the pages and the host pool. NULL is a no-op. */
+void pkv_kv_cache_free(pkv_kv_cache *c);
+
+/* Geometry getters. Never fail for a valid cache; out-of-range layers give 0/NULL. */
+const pkv_kv_layout *pkv_kv_cache_layout(const pkv_kv_cache *c);
+int pkv_kv_layout_n_layers(const pkv_kv_layout *l);
+int pkv_kv_layout_page_size(const pkv_kv_layout *l);
+/* A hash of the geometry (layers, heads, head sizes, dtypes, page size); sharding
+ * and devices are not part of it. Equal fingerprints = files are interchangeable. */
+uint64_t pkv_kv_layout_fingerprint(const pkv_kv_layout *l);
+
+typedef struct pkv_kv_layer_info {
+    int n_kv_heads, head_dim_k, head_dim_v;
+    pkv_type dtype;
+    int n_shards;
+    size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
+} pkv_kv_layer_info;
+/* PKV_ERR_INVALID when il is out of range. */
+pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out);
+
+/* Where one (layer, shard) lives, for kernels: K at (k, k_off), V at (v, v_off),
+ * each page-major as described at the top of this section; row r of the K array at
+ * k_off + r * k_row_bytes. The buffers belong to the cache; do not free them. */
+typedef struct pkv_kv_shard_info {
+    pkv_device *storage, *compute;
+    int head_begin, n_heads;
+    pkv_buffer *k, *v;
+    size_t k_off, v_off;             /* bytes: page 0 of this layer and shard */
+    size_t k_row_bytes, v_row_bytes; /* one token: n_heads * head_dim * element size */
+    size_t k_page_bytes, v_page_bytes;
+    int64_t n_pages;                 /* rows = n_pages * page_size */
+} pkv_kv_shard_info;
+/* PKV_ERR_INVALID when il or ish is out of range. */
+pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_info *out);
+
+typedef struct pkv_kv_stats {
+    int64_t n_pages;       /* device pages in the pool */
+    int64_t pages_free;    /* on the free list */
+    int64_t pages_cached;  /* unreferenced but kept for prefix reuse (LRU, evictable) */
+    int64_t pages_used;    /* referenced by sequences */
+    int64_t host_pages, host_free;
+    int n_seqs;            /* live sequences */
+    uint64_t cow_pages;    /* pages copied by copy-on-write since creation */
+    uint64_t cow_bytes;    /* bytes copied by copy-on-write (all layers, shards, K and V) */
+    uint64_t prefix_hit_pages; /* pages shared by pkv_kv_prefix_match since creation */
+    uint64_t evicted_pages;    /* cached pages evicted for reuse */
+} pkv_kv_stats;
+void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
+
+/* New empty sequence. `fingerprint` identifies what produced its KV (model,
+ * adapter...): prefix reuse only matches pages with an equal fingerprint; 0 turns
+ * publishing to the prefix index off for this sequence. On error nothing changes. */
+pkv_status pkv_kv_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq);
+/* Release a sequence (resident or swapped). Its published full pages stay cached
+ * for prefix reuse. PKV_ERR_NOT_FOUND for an unknown id; nothing changes then. */
+pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq);
+/* Number of tokens, or -1 for an unknown id. */
+int64_t pkv_kv_seq_len(const pkv_kv_cache *c, int32_t seq);
+/* True when the sequence is swapped out to the host pool. */
+bool pkv_kv_seq_swapped(const pkv_kv_cache *c, int32_t seq);
+/* Copy tokens [start, start + n) into tokens[] and/or pos[] (either may be NULL).
+ * Works for swapped sequences too. PKV_ERR_INVALID when out of range. */
+pkv_status pkv_kv_seq_tokens(const pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n, int32_t *tokens,
+                             int32_t *pos);
+
+/* Append n tokens to each of n_seqs distinct resident sequences, atomically.
+ * n_tokens[i] tokens go to seqs[i]; tokens, pos and rows are concatenated in that
+ * order. tokens NULL = unknown (-1: such pages are never published); pos NULL =
+ * continue from the last position + 1 (0 for an empty sequence). rows[k] receives
+ * page * page_size + slot of token k, the row its K and V go to in every
+ * (layer, shard) array. A shared or published partial last page is first copied
+ * (copy-on-write: one batched region copy per storage buffer for the whole batch).
+ * Errors: PKV_ERR_OUT_OF_PAGES when the pool (free + evictable cached pages)
+ * cannot hold the batch; PKV_ERR_INVALID for unknown, swapped or repeated
+ * sequences; PKV_ERR_NOMEM. On any error nothing changes (cached pages may have
+ * been evicted only if the call succeeds). */
+pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                               const int32_t *tokens, const int32_t *pos, int32_t *rows);
+/* pkv_kv_append_batch for one sequence. */
+pkv_status pkv_kv_append(pkv_kv_cache *c, int32_t seq, int32_t n, const int32_t *tokens, const int32_t *pos,
+                         int32_t *rows);
+
+/* CSR block table of several sequences, FlashInfer's paged layout: sequence i owns
+ * pages[indptr[i] .. indptr[i+1]); its last page holds last_page_len[i] tokens
+ * (1..page_size; 0 for an empty sequence). With positions, positions[tok_indptr[i]
+ * .. tok_indptr[i+1]) are its per-token positions. The arrays belong to the cache
+ * and stay valid until the next call that changes the cache or builds a table. */
+typedef struct pkv_kv_block_table {
+    int n_seqs;
+    const int32_t *indptr;        /* [n_seqs + 1] */
+    const int32_t *pages;         /* [indptr[n_seqs]] */
+    const int32_t *last_page_len; /* [n_seqs] */
+    const int32_t *seq_len;       /* [n_seqs] tokens */
+    const int32_t *tok_indptr;    /* [n_seqs + 1], NULL without positions */
+    const int32_t *positions;     /* [tok_indptr[n_seqs]], NULL without positions */
+} pkv_kv_block_table;
+/* PKV_ERR_INVALID for unknown or swapped sequences; PKV_ERR_NOMEM. */
+pkv_status pkv_kv_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, bool with_positions,
+                                  pkv_kv_block_table *out);
+
+/* New sequence sharing every page of `parent` (O(1) in the context length: no page
+ * is copied and the block table is shared structurally). Either may then append:
+ * the first append into the shared partial last page copies that page. Forks of
+ * forks work; sequences may be freed in any order. On error nothing changes. */
+pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child);
+
+/* Keep the first n_keep tokens (rollback after speculation or a failed step).
+ * n_keep > length is PKV_ERR_INVALID. On error nothing changes. */
+pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep);
+
+/* Context shift: remove tokens [start, start + n_remove), move the later tokens
+ * down by n_remove, add pos_delta to their positions, and re-rotate their cached K
+ * on the storage device by pos_delta (RoPE composes: rotating by the delta equals
+ * rotating from scratch at the new position, up to rounding of the K dtype).
+ * n_remove 0 re-positions tokens [start, len) without removing any. The moved
+ * tokens are written into fresh pages (pages shared with other sequences are never
+ * written), so it needs up to ceil(moved / page_size) + 1 free pages even though
+ * the sequence shrinks. PKV_ERR_OUT_OF_PAGES, PKV_ERR_UNSUPPORTED (a storage
+ * device without the rope kernel), PKV_ERR_INVALID; on error nothing changes. */
+pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta);
+
+/* Drop every token of a sequence (it stays valid and empty; a swapped one becomes
+ * resident and empty). Pages it was the last holder of are zero-filled on the
+ * device, except published pages, which stay cached for prefix reuse. */
+pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq);
+/* Empty every sequence (ids stay valid), the prefix index and the host pool, and
+ * zero-fill all pages on every storage device. */
+pkv_status pkv_kv_clear(pkv_kv_cache *c);
+
+/* Swap a resident sequence out to the host pool: the content of all its pages is
+ * copied to host pages in coalesced transfers (runs of adjacent pages become one
+ * transfer per K/V array), then the sequence drops its device references.
+ * Pages shared with other sequences (fork, prefix reuse) stay resident for their
+ * other holders, unchanged: only the reference count drops; the swapped copy is
+ * private. Published pages nobody else holds become cached (evictable).
+ * PKV_ERR_OUT_OF_PAGES when the host pool is full; on error nothing changes. */
+pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq);
+/* Bring a swapped sequence back into freshly allocated device pages (possibly
+ * other page ids than before; sharing with other sequences is not restored: each
+ * page is private to this sequence afterwards). Contents are bit-identical.
+ * PKV_ERR_OUT_OF_PAGES when the device pool cannot hold it; nothing changes then. */
+pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq);
+
+/* Prefix reuse: for an empty resident sequence, find the longest run of cached
+ * full pages whose tokens and positions equal tokens[0..n) / pos[0..n) (pos NULL =
+ * 0, 1, ...) and whose fingerprint equals the sequence's, and share them. Pages
+ * are found by a chained hash; every candidate's tokens, positions, fingerprint and
+ * predecessor page are compared, so a hash collision never returns wrong KV.
+ * *n_matched gets the tokens now in the sequence (a multiple of page_size, <= n);
+ * the caller computes the rest. Pass n - 1 tokens to keep one token to compute. */
+pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                               int64_t *n_matched);
+
+/* Save a resident sequence to a file: header (format version, layout
+ * fingerprint and geometry, tokens, positions), K/V payload per layer in
+ * [token][head][dim] order (independent of sharding and devices), checksum.
+ * PKV_ERR_IO when the file cannot be written (a partial file is removed). */
+pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path);
+/* Load a saved sequence into a new sequence of this cache (any devices and
+ * sharding of the same geometry). PKV_ERR_FORMAT names what differs: layer
+ * count, a layer's heads, head sizes or dtype, the page size, a truncated file,
+ * a bad checksum; PKV_ERR_IO, PKV_ERR_OUT_OF_PAGES. On error nothing changes.
+ * The new sequence gets `fingerprint`, or the saved one when it is 0. */
+pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerprint, int32_t *seq);
+
+/* Attach validation (I6): a second consumer (draft model, multi-token-prediction
+ * head) maps its layer j onto cache layer layers[j].kv_layer. Checks the layer
+ * exists, equal heads, head sizes, dtype and page size, and that the consumer's
+ * compute device can access each shard's storage device. The error names the
+ * consumer layer, the cache layer, both devices and the fix. Changes nothing. */
+typedef struct pkv_kv_attach_layer {
+    int kv_layer;                /* cache layer this consumer layer shares */
+    int n_kv_heads, head_dim_k, head_dim_v;
+    pkv_type dtype;
+    pkv_device *compute;         /* where the consumer layer runs; NULL = each shard's compute device */
+} pkv_kv_attach_layer;
+pkv_status pkv_kv_attach(const pkv_kv_cache *c, const char *consumer, int page_size,
+                         const pkv_kv_attach_layer *layers, int n_layers);
 
 /* ---------------------------------------------------------------- model */
 /* (section owned by the model layer: src/model/) */
 
+typedef struct pkv_model pkv_model;
+
+/* Called during loading with the fraction of weight bytes uploaded so far. */
+typedef void (*pkv_progress_fn)(double fraction, void *user);
+
+typedef struct pkv_model_params {
+    const char *device;          /* device to load onto; NULL = "cpu" */
+    pkv_device *device_handle;   /* an already opened device (overrides device); the
+                                    model does not close it */
+    const char *devices;         /* tensor parallelism: a comma list of devices ("cpu:1,cpu:2",
+                                    "cpu,vulkan:0"); each layer's attention heads (whole KV-head
+                                    groups) and FFN rows are split over them; overrides device */
+    const char *split;           /* proportions for devices, e.g. "2,1,1"; NULL = equal */
+    bool kv_on_host;             /* store every KV shard in host memory (device "cpu"), split by
+                                    the same head ranges; attention runs on the host */
+    int n_threads;               /* CPU threads when the model opens a CPU device; 0 = all cores */
+    pkv_progress_fn progress;    /* may be NULL */
+    void *progress_user;
+} pkv_model_params;
+
+pkv_model_params pkv_model_default_params(void);
+
+/* Load a GGUF model (llama, qwen2, qwen3). Every count, offset and tensor shape
+ * is checked against the file and the architecture before use; errors name the
+ * key or tensor. NULL on failure (nothing stays allocated). */
+pkv_model *pkv_model_load(const char *path, pkv_model_params p);
+/* The same from a GGUF image in memory (copied to the device; may be freed after). */
+pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *label, pkv_model_params p);
+void pkv_model_free(pkv_model *m);
+/* The built-in tiny model (a `pkv_mkmodel_default_params()` llama model made in
+ * memory): what `pagekv run` and `demo` use without -m. */
+pkv_model *pkv_model_builtin(pkv_model_params p);
+
+typedef struct pkv_model_info {
+    const char *arch;        /* "llama", "qwen2", "qwen3" */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn */
+    const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
+    uint64_t weight_bytes;   /* bytes of weights on the devices */
+    uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
+                                        embedding table, of which it reads one row */
+    bool has_vocab;          /* false for tokenizer.ggml.model = none */
+    int n_devices;           /* devices the layers are split over */
+    bool kv_on_host;
+    bool shared_kv;          /* a draft whose layers attend over a target's cache layers
+                                (GGUF key pagekv.shared_kv_layers): see pkv_context_attach */
+    double load_seconds;
+} pkv_model_info;
+
+pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
+pkv_device *pkv_model_device(const pkv_model *m);
+
+/* Text to token ids with the model's vocabulary. add_special: BOS/EOS as the model
+ * asks; parse_special: special-token text becomes the special token. When max is
+ * too small: PKV_ERR_INVALID and *n_out = the count needed. A model without a
+ * vocabulary: PKV_ERR_UNSUPPORTED ("use token ids"). */
+pkv_status pkv_model_tokenize(const pkv_model *m, const char *text, size_t len, bool add_special,
+                              bool parse_special, int32_t *out, size_t max, size_t *n_out);
+/* The bytes of token ids (pieces concatenated); buffer contract as tokenize. */
+pkv_status pkv_model_detokenize(const pkv_model *m, const int32_t *ids, size_t n, bool render_special,
+                                char *buf, size_t size, size_t *n_out);
+pkv_status pkv_model_token_piece(const pkv_model *m, int32_t id, bool render_special, char *buf,
+                                 size_t size, size_t *n_out);
+int32_t pkv_model_bos(const pkv_model *m); /* -1 when none */
+int32_t pkv_model_eos(const pkv_model *m);
+bool pkv_model_is_eog(const pkv_model *m, int32_t id);
+
+/* Test models with random weights (`pagekv mkmodel`). Weights are scaled so
+ * activations stay in a sane range; the vocabulary is a small byte-level BPE of
+ * printable words (or none). */
+typedef struct pkv_mkmodel_params {
+    const char *arch;    /* "llama" (default), "qwen2", "qwen3" */
+    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0 */
+    int n_layer;         /* 0 = 2 */
+    int n_embd;          /* 0 = 128 */
+    int n_head;          /* 0 = 4 */
+    int n_head_kv;       /* 0 = 2 */
+    int head_dim;        /* 0 = n_embd / n_head */
+    int n_ff;            /* 0 = 256 */
+    int n_vocab;         /* 0 = 512 */
+    int n_ctx;           /* 0 = 2048 */
+    uint64_t seed;       /* 0 = 1 */
+    bool no_vocab;       /* tokenizer.ggml.model = none, only <arch>.vocab_size */
+    bool tied;           /* no output.weight: tied embeddings */
+} pkv_mkmodel_params;
+
+pkv_mkmodel_params pkv_mkmodel_default_params(void);
+/* Write the model to path (atomically). */
+pkv_status pkv_mkmodel_write(const pkv_mkmodel_params *p, const char *path);
+/* The GGUF image in a new buffer (*data, *size); free it with pkv_mkmodel_free_memory. */
+pkv_status pkv_mkmodel_memory(const pkv_mkmodel_params *p, void **data, size_t *size);
+void pkv_mkmodel_free_memory(void *data);
+
 /* --------------------------------------------------------------- engine */
 /* (section owned by the engine layer: src/engine/) */
+
+/* A context is one sequence of a model in a KV cache, with the logits of its last
+ * decoded token. Contexts of one cache share pages: a fork costs the same for
+ * 10 tokens as for 100,000. A model, its caches and contexts are used by one
+ * thread at a time. */
+typedef struct pkv_context pkv_context;
+
+typedef struct pkv_cache_params {
+    int n_ctx;               /* most tokens of one sequence; 0 = min(training context, 4096) */
+    int n_seq_max;           /* sequences (contexts, forks) to size the pool for; 0 = 4 */
+    int page_size;           /* tokens per page, 1..256; 0 = 16 */
+    pkv_type kv_type;        /* PKV_TYPE_F16 (default) or PKV_TYPE_F32 */
+    int64_t n_pages;         /* device pages; 0 = n_seq_max * ceil(n_ctx / page_size) */
+    int64_t host_pages;      /* host swap pool pages; 0 = as many as the device pool */
+} pkv_cache_params;
+
+pkv_cache_params pkv_cache_default_params(void);
+/* A KV cache with the model's per-layer geometry on the model's device, RoPE set up
+ * for context shift. NULL on failure. */
+pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p);
+
+/* New empty context (a new sequence of c) holding at most n_ctx tokens (0 =
+ * min(training context, 4096)). NULL on failure. */
+pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx);
+/* Frees the context and its sequence (published pages stay cached). NULL: no-op. */
+void pkv_context_free(pkv_context *ctx);
+/* A child sharing every page and the logits of ctx. NULL on failure. */
+pkv_context *pkv_context_fork(pkv_context *ctx);
+/* A context of a shared-KV draft model (info.shared_kv) on the target context's
+ * cache: its layer j reads and writes cache layer pagekv.shared_kv_layers[j].
+ * Checked first (I6): every mapped layer exists with the same KV heads, head
+ * sizes and dtype, and the draft's device can reach where each shard is stored;
+ * the error names the draft layer, the cache layer, both devices and the fix.
+ * The draft context starts as a fork of the target's sequence (sharing its
+ * pages; its own tokens go to copied pages, never into the target's) and its
+ * appends are never published for prefix reuse. Re-sync it with
+ * pkv_context_attach again (cheap) after the target moves on. NULL on failure. */
+pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target);
+
+int32_t pkv_context_seq(const pkv_context *ctx);      /* the KV sequence id */
+pkv_model *pkv_context_model(const pkv_context *ctx);
+pkv_kv_cache *pkv_context_cache(const pkv_context *ctx);
+int64_t pkv_context_n_tokens(const pkv_context *ctx); /* tokens in the cache */
+int64_t pkv_context_n_ctx(const pkv_context *ctx);    /* the cache's per-sequence limit */
+/* Logits f32 [n_vocab] of the last decoded token, or NULL when there are none
+ * (nothing decoded yet, or after truncate/shift/load without a decode). */
+const float *pkv_context_logits(const pkv_context *ctx);
+
+/* Decode n_tokens[i] tokens for ctxs[i], all in one batched step (the contexts
+ * must share one model and cache and be distinct). Afterwards each context's
+ * logits are those of its last token. Errors: PKV_ERR_OUT_OF_PAGES (recoverable),
+ * PKV_ERR_INVALID (token id out of range, context full). On error nothing changes. */
+pkv_status pkv_decode(pkv_context *const *ctxs, int n_ctxs, const int32_t *const *tokens, const int32_t *n_tokens);
+/* pkv_decode for one context. */
+pkv_status pkv_context_decode(pkv_context *ctx, const int32_t *tokens, int32_t n);
+/* Like pkv_context_decode but writes the logits of every token to all_logits
+ * (f32 [n][n_vocab], host). */
+pkv_status pkv_context_decode_all(pkv_context *ctx, const int32_t *tokens, int32_t n, float *all_logits);
+
+/* KV operations on the context's sequence (see the kv section). truncate, shift
+ * and load leave no logits: decode next, or re-decode the last token. */
+pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep);
+/* Remove tokens [start, start + n_remove); later tokens move down and their
+ * positions (and cached K) shift by -n_remove. */
+pkv_status pkv_context_shift(pkv_context *ctx, int64_t start, int64_t n_remove);
+pkv_status pkv_context_swap_out(pkv_context *ctx);
+pkv_status pkv_context_swap_in(pkv_context *ctx);
+pkv_status pkv_context_save(pkv_context *ctx, const char *path);
+/* A new context from a file written by pkv_context_save (any device, same
+ * geometry). Its last token is decoded again so that logits are available.
+ * NULL on failure with the reason (what differs) in pkv_errmsg(). */
+pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx);
+/* Token ids of the context [start, start + n). */
+pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, int32_t *out);
+
+/* Token sampling over one row of logits on the host.
+ *
+ * The chain, in this order:
+ *   1. repetition penalty over the last repeat_last_n accepted tokens (each distinct
+ *      token once: a positive logit is divided by the penalty, a negative or zero one
+ *      multiplied — llama.cpp's semantics);
+ *   2. temperature: temp <= 0 means greedy (argmax, the lowest index on ties) and the
+ *      remaining steps are skipped; otherwise logits are divided by temp;
+ *   3. top-k: keep the k largest (ties broken by the lower token id);
+ *   4. top-p: over the softmax of the top-k survivors, keep the smallest prefix (by
+ *      descending probability) whose probability sum is >= top_p; at least one token;
+ *   5. min-p: keep tokens with p >= min_p * p_max;
+ *   6. draw from the renormalized survivors with the sampler's own PRNG
+ *      (xoshiro256** seeded through splitmix64): the same seed gives the same tokens
+ *      on every machine.
+ * The sampler does not allocate after pkv_sampler_create. Not thread-safe: one
+ * sampler per sequence.
+ * (The public parts move to include/pagekv.h's engine section later.) */
+typedef struct pkv_sampler_params {
+    float temp;           /* temperature; <= 0: greedy (argmax) */
+    int top_k;            /* keep the k most likely tokens; 0: off; must be >= 0 */
+    float top_p;          /* nucleus threshold in (0, 1]; 1: off */
+    float min_p;          /* keep p >= min_p * p_max; in [0, 1]; 0: off */
+    float repeat_penalty; /* > 0; 1: off */
+    int repeat_last_n;    /* how many accepted tokens the penalty looks back; 0: off; >= 0 */
+    uint64_t seed;        /* PRNG seed; every value (0 included) is a fixed, reproducible seed */
+} pkv_sampler_params;
+
+typedef struct pkv_sampler pkv_sampler;
+
+/* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0 (off),
+ * repeat_last_n 64, seed 0. */
+pkv_sampler_params pkv_sampler_default_params(void);
+
+/* A sampler for rows of n_vocab logits. Returns NULL with a message naming the field
+ * on bad params (top_k < 0, top_p outside (0, 1], min_p outside [0, 1],
+ * repeat_penalty <= 0, repeat_last_n < 0, NaN anywhere, n_vocab <= 0), or on
+ * allocation failure. */
+pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab);
+void pkv_sampler_free(pkv_sampler *s);
+
+/* Samples one token from logits [n_vocab] (not modified) into *out_token. Does not
+ * add the token to the history: call pkv_sampler_accept for that.
+ * Errors: PKV_ERR_INVALID for NULL arguments or a NaN/inf logit (the message names
+ * the first such index). On error nothing is changed (the PRNG does not advance). */
+pkv_status pkv_sampler_sample(pkv_sampler *s, const float *logits, int32_t *out_token);
+
+/* Appends token to the repetition-penalty history (the last repeat_last_n are kept).
+ * Tokens outside [0, n_vocab) are kept in the history but never penalize anything. */
+void pkv_sampler_accept(pkv_sampler *s, int32_t token);
+
+/* Forgets the history and restarts the PRNG from the seed. */
+void pkv_sampler_reset(pkv_sampler *s);
+
+/* The probabilities the next pkv_sampler_sample would draw from, after the whole
+ * chain: writes n_vocab floats, zero for filtered tokens, summing to 1 (greedy: a
+ * one-hot row). Does not advance the PRNG.
+ * Errors: as pkv_sampler_sample; on error probs is not written. */
+pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs);
+
+
+/* Generate up to n_max tokens from the context's logits: sample, call on_token,
+ * decode the token, repeat. Stops early at an end-of-generation token (which is
+ * passed to on_token but not decoded) or when on_token returns false. *n_out (may
+ * be NULL) gets the number of tokens passed to on_token. Needs logits (decode a
+ * prompt first). On error the tokens generated so far stay in the context. */
+typedef bool (*pkv_token_fn)(int32_t token, void *user);
+pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
+                        int *n_out);
 
 #ifdef __cplusplus
 }

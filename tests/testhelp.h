@@ -86,6 +86,16 @@ static long th_checks = 0;
         }                                                                             \
     } while (0)
 
+/* REQUIRE for functions returning void. */
+#define REQUIRE_VOID(cond)                                                            \
+    do {                                                                              \
+        th_checks++;                                                                  \
+        if (!(cond)) {                                                                \
+            TH_FAIL("required: %s (%s)", #cond, pkv_errmsg());                        \
+            return;                                                                   \
+        }                                                                             \
+    } while (0)
+
 static inline int th_done(void) {
     if (th_failures) {
         fprintf(stderr, "%d of %ld checks failed\n", th_failures, th_checks);

@@ -4,6 +4,13 @@
 
 int pkv_cli_devices(int argc, char **argv);
 int pkv_cli_check(int argc, char **argv);
-int pkv_cli_bench_kv(int argc, char **argv); /* src/cli/cmd-bench-kv.c */
+int pkv_cli_run(int argc, char **argv);
+int pkv_cli_logits(int argc, char **argv);
+int pkv_cli_tokenize(int argc, char **argv);
+int pkv_cli_mkmodel(int argc, char **argv);
+int pkv_cli_demo(int argc, char **argv);
+int pkv_cli_bench(int argc, char **argv);
+int pkv_cli_bench_kv(int argc, char **argv);    /* src/cli/cmd-bench-kv.c */
+int pkv_cli_bench_model(int argc, char **argv); /* src/cli/cmd-bench-model.c */
 
 #endif

@@ -1,3 +1,46 @@
+/* The pagekv command: dispatches to one subcommand per file (cmd-*.c). */
 #include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
 #include "pagekv.h"
-int main(void) { printf("%s\n", pkv_status_str(PKV_OK)); return 0; }
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"devices", pkv_cli_devices, "list the devices pagekv can use"},
+    {"check", pkv_cli_check, "run the device conformance suite (transfers, cross-device copies, kernels)"},
+    {"run", pkv_cli_run, "generate text from a prompt (streams tokens; --fork K for branches)"},
+    {"logits", pkv_cli_logits, "last-position logits of a list of token ids (JSON or float32 file)"},
+    {"tokenize", pkv_cli_tokenize, "token ids (and pieces) of a text"},
+    {"mkmodel", pkv_cli_mkmodel, "write a GGUF test model with random weights"},
+    {"demo", pkv_cli_demo, "every KV operation on every device, checked against replay"},
+    {"bench", pkv_cli_bench, "measure speed, print JSON: bench kv | model | all"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pagekv <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(f, "\n'pagekv <command> --help' describes each command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pagekv: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

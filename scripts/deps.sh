@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install what pagekv needs to build on Debian/Ubuntu, when we may (root or
+# passwordless sudo); otherwise print the command and say what is missing.
+#   required: cmake (>= 3.25), make, a C11 compiler (gcc)
+#   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
+#             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
+set -u
+pkgs=(cmake make gcc libc6-dev libvulkan-dev glslc mesa-vulkan-drivers)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "pagekv: not a Debian/Ubuntu machine; please install: ${missing[*]}" >&2
+  command -v cmake >/dev/null && command -v cc >/dev/null && exit 0
+  exit 1
+fi
+if [ "$(id -u)" -eq 0 ]; then SUDO=""
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo"
+else
+  echo "pagekv: missing packages: ${missing[*]}" >&2
+  echo "pagekv: install them with: sudo apt-get install -y ${missing[*]}" >&2
+  command -v cmake >/dev/null && command -v cc >/dev/null && { echo "pagekv: building without them" >&2; exit 0; }
+  exit 1
+fi
+echo "pagekv: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,42 @@
+/* Small helpers shared by the subcommands: option parsing and errors. */
+#ifndef PKV_CLI_H
+#define PKV_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Parse a whole decimal integer in [lo, hi]; prints an error naming opt and
+ * returns false otherwise. */
+bool pkv_cli_int(const char *opt, const char *s, long long lo, long long hi, long long *out);
+bool pkv_cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* The value of option argv[*i] (advancing *i), or NULL with an error printed. */
+const char *pkv_cli_value(int argc, char **argv, int *i);
+/* Print "pagekv <cmd>: <what>: <status>: <errmsg>" to stderr. Returns 1. */
+int pkv_cli_fail(const char *cmd, const char *what, int status);
+/* Extra CPU devices for "all" (PKV_CPU_DEVICES, default 1). */
+int pkv_cli_extra_cpus(void);
+
+/* Monotonic seconds. */
+double pkv_time_now_cli(void);
+
+/* Options shared by the model commands (run, logits, tokenize, demo, bench). */
+typedef struct pkv_cli_model_opts {
+    const char *model;  /* -m; NULL = the built-in model */
+    const char *device; /* -d; NULL = cpu */
+    const char *devices; /* --devices: tensor parallelism over a comma list */
+    const char *split;   /* --split: proportions */
+    bool kv_on_host;     /* --kv-on-host */
+    int threads;        /* -t; 0 = all cores */
+    int n_ctx;          /* -c; 0 = default */
+    int page_size;      /* --page-size; 0 = 16 */
+    int kv_type;        /* --kv-type (pkv_type) */
+} pkv_cli_model_opts;
+
+#include "pagekv.h"
+pkv_cli_model_opts pkv_cli_model_defaults(void);
+/* 1: argv[*i] was a shared option (consumed); 0: not one; -1: bad value (printed). */
+int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o);
+pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o);
+pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq);
+
+#endif

@@ -1,0 +1,279 @@
+/* pagekv bench: kv | model | all. Every figure is measured in the run that prints
+ * it (the memory bandwidth included), and printed as JSON with --json. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "base/base.h"     /* thread pool for the bandwidth probe */
+#include "device/device.h" /* the attention kernel, for paged vs contiguous */
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "pagekv.h"
+
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: pagekv bench kv [options] | model [options] | all [options]\n"
+               "  bench kv     fork, copy-on-write, swap, shift, append on a 28-layer f16 layout\n"
+               "  bench model  prefill and decode tokens/s, memory bandwidth and decode roofline\n"
+               "  bench all    both, one JSON object {\"kv\": ..., \"model\": ...}\n"
+               "'pagekv bench kv --help' and 'pagekv bench model --help' list the options.\n");
+}
+
+int pkv_cli_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        bench_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "kv")) return pkv_cli_bench_kv(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "model")) return pkv_cli_bench_model(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "all")) {
+        /* kv takes --json/--device; model takes the rest: pass everything to model,
+         * only --json to kv. */
+        char *kv_argv[3] = {"kv", "--json", NULL};
+        printf("{\"kv\": ");
+        fflush(stdout);
+        int rc = pkv_cli_bench_kv(2, kv_argv);
+        printf(", \"model\": ");
+        fflush(stdout);
+        int rc2 = pkv_cli_bench_model(argc - 1, argv + 1);
+        printf("}\n");
+        return rc ? rc : rc2;
+    }
+    fprintf(stderr, "pagekv bench: unknown benchmark '%s'\n", argv[1]);
+    bench_usage(stderr);
+    return 2;
+}
+
+/* ------------------------------------------------------------ bandwidth */
+
+typedef struct {
+    const uint64_t *p;
+    size_t n; /* words */
+    uint64_t sums[64];
+} bw_job;
+
+static void bw_task(int i, int n_tasks, void *arg) {
+    bw_job *j = arg;
+    size_t a = j->n * (size_t)i / (size_t)n_tasks, b = j->n * (size_t)(i + 1) / (size_t)n_tasks;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t k = a; k + 4 <= b; k += 4) {
+        s0 += j->p[k];
+        s1 += j->p[k + 1];
+        s2 += j->p[k + 2];
+        s3 += j->p[k + 3];
+    }
+    j->sums[i % 64] += s0 ^ s1 ^ s2 ^ s3;
+}
+
+/* Read bandwidth of host memory with n threads: the best of several passes over
+ * 512 MiB (far past any cache). */
+static double measure_bandwidth(int threads) {
+    size_t bytes = (size_t)512 << 20;
+    uint64_t *p = malloc(bytes);
+    if (!p) return 0;
+    for (size_t i = 0; i < bytes / 8; i++) p[i] = i;
+    pkv_pool *pool = pkv_pool_create(threads);
+    bw_job j = {p, bytes / 8, {0}};
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = pkv_time_now();
+        pkv_pool_run(pool, pkv_pool_threads(pool), bw_task, &j);
+        double t = pkv_time_now() - t0;
+        if (t < best) best = t;
+    }
+    pkv_pool_free(pool);
+    free(p);
+    return (double)bytes / best / 1e9;
+}
+
+/* ------------------------------------------------- paged vs contiguous */
+
+/* Microseconds per decode-step attention call over `depth` f16 tokens of one
+ * layer (n_kv heads of dk, n_head query heads): with the KV in pages of 16
+ * tokens in shuffled order (what a long-running cache looks like), and in one
+ * contiguous run (a single page of depth tokens: the plain contiguous layout). */
+static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, double *paged_us, double *contig_us) {
+    size_t kv_bytes = (size_t)depth * (size_t)n_kv * (size_t)dk * 2;
+    int ps = 16, n_pages = (depth + ps - 1) / ps;
+    pkv_buffer *k = pkv_buffer_alloc(dev, kv_bytes), *v = pkv_buffer_alloc(dev, kv_bytes);
+    pkv_buffer *q = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4), *o = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4);
+    pkv_buffer *meta = pkv_buffer_alloc(dev, (size_t)(n_pages + 8) * 4);
+    int32_t *mh = malloc((size_t)(n_pages + 8) * sizeof *mh);
+    uint16_t *fill = malloc(kv_bytes);
+    int rc = 1;
+    if (!k || !v || !q || !o || !meta || !mh || !fill) goto out;
+    for (size_t i = 0; i < kv_bytes / 2; i++) fill[i] = pkv_f32_to_f16((float)((i * 7919) % 1000) / 1000.0f - 0.5f);
+    if (pkv_buffer_write(k, 0, fill, kv_bytes) || pkv_buffer_write(v, 0, fill, kv_bytes) ||
+        pkv_buffer_write(q, 0, fill, (size_t)n_head * (size_t)dk * 4))
+        goto out;
+    for (int pass = 0; pass < 2; pass++) {
+        bool paged = pass == 0;
+        int page_size = paged ? ps : depth, np = paged ? n_pages : 1;
+        /* meta: q_seq[1] q_len[1] indptr[2] pages[np] */
+        mh[0] = 0;
+        mh[1] = depth;
+        mh[2] = 0;
+        mh[3] = np;
+        uint64_t r = 12345;
+        for (int i = 0; i < np; i++) mh[4 + i] = i;
+        for (int i = np - 1; paged && i > 0; i--) { /* shuffle the page order */
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            int j = (int)((r >> 33) % (uint64_t)(i + 1)), t = mh[4 + i];
+            mh[4 + i] = mh[4 + j];
+            mh[4 + j] = t;
+        }
+        if (pkv_buffer_write(meta, 0, mh, (size_t)(4 + np) * 4)) goto out;
+        pkv_k_attention_args a = {.q = pkv_tref_make(q, 0), .k = pkv_tref_make(k, 0), .v = pkv_tref_make(v, 0),
+                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .kv_type = PKV_TYPE_F16,
+                                  .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
+                                  .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dk, .scale = 0.088f};
+        int reps = 30;
+        double best = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+            double t0 = pkv_time_now();
+            if (pkv_k_attention(dev, &a) || pkv_device_sync(dev)) goto out;
+            double t = pkv_time_now() - t0;
+            if (t < best) best = t;
+        }
+        *(paged ? paged_us : contig_us) = best * 1e6;
+    }
+    rc = 0;
+out:
+    if (rc) pkv_cli_fail("bench model", "attention", PKV_ERR_DEVICE);
+    free(mh);
+    free(fill);
+    pkv_buffer_free(k);
+    pkv_buffer_free(v);
+    pkv_buffer_free(q);
+    pkv_buffer_free(o);
+    pkv_buffer_free(meta);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct {
+    double prefill_tok_s, decode_tok_s;
+} speed;
+
+/* Prefill n_prefill tokens (in chunks of 512) on top of `depth` tokens, then
+ * decode n_decode tokens one at a time. */
+static int measure(pkv_model *m, pkv_kv_cache *c, int V, int depth, int n_prefill, int n_decode, speed *out) {
+    pkv_context *ctx = pkv_context_create(m, c, depth + n_prefill + n_decode + 1);
+    if (!ctx) return pkv_cli_fail("bench model", "context", PKV_ERR_NOMEM);
+    int32_t *toks = malloc(512 * sizeof *toks);
+    uint64_t seed = 42;
+    for (int i = 0; i < 512; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((seed >> 33) % (uint64_t)V);
+    }
+    pkv_status s = PKV_OK;
+    for (int done = 0; !s && done < depth; done += 512) s = pkv_context_decode(ctx, toks, PKV_MIN(512, depth - done));
+    double t0 = pkv_time_now();
+    int done = 0;
+    while (!s && done < n_prefill) {
+        int k = PKV_MIN(512, n_prefill - done);
+        s = pkv_context_decode(ctx, toks, k);
+        done += k;
+    }
+    double t1 = pkv_time_now();
+    for (int i = 0; !s && i < n_decode; i++) s = pkv_context_decode(ctx, &toks[i % 512], 1);
+    double t2 = pkv_time_now();
+    free(toks);
+    pkv_context_free(ctx);
+    if (s) return pkv_cli_fail("bench model", "decode", s);
+    out->prefill_tok_s = n_prefill / (t1 - t0);
+    out->decode_tok_s = n_decode / (t2 - t1);
+    return 0;
+}
+
+int pkv_cli_bench_model(int argc, char **argv) {
+    pkv_cli_model_opts o = pkv_cli_model_defaults();
+    bool json = false;
+    long long depth = 4096, n_prefill = 512, n_decode = 128;
+    for (int i = 1; i < argc; i++) {
+        int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
+                   "                          [--prefill N] [--decode N] [--depth N]\n"
+                   "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
+                   "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
+                   "same run and the decode roofline (weight bytes per token / bandwidth).\n"
+                   "Without -m: the built-in tiny model. For the reference shape:\n"
+                   "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
+                   "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--depth")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &depth)) return 2;
+        } else if (!strcmp(a, "--prefill")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_prefill)) return 2;
+        } else if (!strcmp(a, "--decode")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_decode)) return 2;
+        } else {
+            fprintf(stderr, "pagekv bench model: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    pkv_model *m = pkv_cli_open_model("bench model", &o);
+    if (!m) return 1;
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    o.n_ctx = (int)(depth + n_prefill + n_decode + 1);
+    pkv_kv_cache *c = pkv_cli_open_cache("bench model", m, &o, 1);
+    int rc = 1;
+    speed s0 = {0}, sd = {0};
+    if (!c) goto out;
+    if ((rc = measure(m, c, info.n_vocab, 0, (int)n_prefill, (int)n_decode, &s0))) goto out;
+    if (depth > 0 && (rc = measure(m, c, info.n_vocab, (int)depth, (int)n_prefill, (int)n_decode, &sd))) goto out;
+    double attn_paged = 0, attn_contig = 0;
+    if ((rc = bench_attention(pkv_model_device(m), depth > 0 ? (int)depth : 4096, info.n_head, info.n_head_kv, info.head_dim,
+                              &attn_paged, &attn_contig)))
+        goto out;
+    {
+        int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
+        double bw = measure_bandwidth(threads);
+        /* Decode reads every weight once per token, except the embedding table, of
+         * which it reads one row (tied models read it whole as the output matrix):
+         * see pkv_model_info.decode_bytes_per_token. */
+        double bytes_per_token = (double)info.decode_bytes_per_token;
+        double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double peak_mib = (double)ru.ru_maxrss / 1024.0;
+        if (json) {
+            printf("{\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
+                   "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
+                   "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
+                   "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
+                   "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
+                   "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
+                   "\"attn_paged_vs_contiguous\": %.3f, \"peak_rss_mib\": %.1f}",
+                   o.model ? o.model : "builtin", info.arch, info.weight_type,
+                   pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
+                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
+                   roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
+                   attn_contig > 0 ? attn_paged / attn_contig : 0, peak_mib);
+            if (argv[0] && strcmp(argv[0], "all") != 0) printf("\n");
+        } else {
+            printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
+                   pkv_device_name(pkv_model_device(m)), threads);
+            printf("prefill %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_prefill, s0.prefill_tok_s, depth, sd.prefill_tok_s);
+            printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
+            printf("memory read bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n", bw, roofline,
+                   roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
+            printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
+                   attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);
+            printf("peak RSS %.1f MiB\n", peak_mib);
+        }
+        rc = 0;
+    }
+out:
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    return rc;
+}

@@ -1,0 +1,609 @@
+/* pagekv run / logits / tokenize / mkmodel: the model commands, with llama.cpp's
+ * option names where they exist. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "pagekv.h"
+
+static void load_progress(double f, void *user) {
+    int *last = user;
+    int pct = (int)(f * 100);
+    if (pct / 10 != *last / 10 || pct == 100) {
+        fprintf(stderr, "\rloading: %3d%%", pct);
+        if (pct == 100) fputc('\n', stderr);
+        *last = pct;
+    }
+}
+
+pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) {
+    pkv_model_params mp = pkv_model_default_params();
+    mp.device = o->device;
+    mp.devices = o->devices;
+    mp.split = o->split;
+    mp.kv_on_host = o->kv_on_host;
+    mp.n_threads = o->threads;
+    static int last = -1;
+    pkv_model *m;
+    if (o->model) {
+        FILE *f = fopen(o->model, "rb");
+        long size = 0;
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            size = ftell(f);
+            fclose(f);
+        }
+        if (size > (64L << 20)) { /* progress only where loading takes a while */
+            mp.progress = load_progress;
+            mp.progress_user = &last;
+        }
+        m = pkv_model_load(o->model, mp);
+    } else {
+        fprintf(stderr, "pagekv %s: no -m given: using the built-in tiny model (random weights, made in memory)\n", cmd);
+        m = pkv_model_builtin(mp);
+    }
+    if (!m) fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", pkv_errmsg());
+    return m;
+}
+
+/* Parse the options every model command shares. Returns 1 if argv[*i] was one of
+ * them, 0 if not, -1 on a bad value. */
+int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    long long x;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->model = v;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+        if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, 1024, &x)) return -1;
+        o->threads = (int)x;
+    } else if (!strcmp(a, "--device") || !strcmp(a, "-d")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->device = v;
+    } else if (!strcmp(a, "--devices")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->devices = v;
+    } else if (!strcmp(a, "--split")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->split = v;
+    } else if (!strcmp(a, "--kv-on-host")) {
+        o->kv_on_host = true;
+    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+        if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return -1;
+        o->n_ctx = (int)x;
+    } else if (!strcmp(a, "--page-size")) {
+        if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, PKV_KV_MAX_PAGE_SIZE, &x)) return -1;
+        o->page_size = (int)x;
+    } else if (!strcmp(a, "--kv-type")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "f16")) o->kv_type = PKV_TYPE_F16;
+        else if (!strcmp(v, "f32")) o->kv_type = PKV_TYPE_F32;
+        else {
+            fprintf(stderr, "pagekv: --kv-type is f16 or f32, got '%s'\n", v);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+pkv_cli_model_opts pkv_cli_model_defaults(void) {
+    pkv_cli_model_opts o;
+    memset(&o, 0, sizeof o);
+    o.kv_type = PKV_TYPE_F16;
+    return o;
+}
+
+pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq) {
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.page_size = o->page_size;
+    cp.kv_type = o->kv_type;
+    cp.n_seq_max = n_seq;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    if (!c) fprintf(stderr, "pagekv %s: cannot create the KV cache: %s\n", cmd, pkv_errmsg());
+    return c;
+}
+
+/* ------------------------------------------------------------------ run */
+
+typedef struct {
+    pkv_model *m;
+    char buf[256];
+    bool stream;
+    char *text; /* accumulated output (for --fork) */
+    size_t len, cap;
+} printer;
+
+static bool emit_token(int32_t tok, void *user) {
+    printer *p = user;
+    size_t n = 0;
+    if (pkv_model_token_piece(p->m, tok, false, p->buf, sizeof p->buf, &n)) return true;
+    if (p->stream) {
+        fwrite(p->buf, 1, n, stdout);
+        fflush(stdout);
+    } else {
+        if (p->len + n + 1 > p->cap) {
+            size_t nc = (p->len + n + 1) * 2;
+            char *t = realloc(p->text, nc);
+            if (!t) return false;
+            p->text = t;
+            p->cap = nc;
+        }
+        memcpy(p->text + p->len, p->buf, n);
+        p->len += n;
+        p->text[p->len] = 0;
+    }
+    return true;
+}
+
+static void run_usage(FILE *f) {
+    fprintf(f,
+            "usage: pagekv run [-m FILE.gguf] -p TEXT [options]\n"
+            "Generates text after the prompt, streaming tokens as they come.\n"
+            "Without -m it uses a built-in tiny model with random weights (and says so).\n"
+            "  -m, --model FILE     GGUF model (llama, qwen2, qwen3)\n"
+            "  -p, --prompt TEXT    prompt (default \"Once upon a time\")\n"
+            "  -n, --n-predict N    tokens to generate (default 64)\n"
+            "  -t, --threads N      CPU threads (default: all cores)\n"
+            "  -c, --ctx-size N     context size in tokens (default: min(model's, 4096))\n"
+            "  -d, --device NAME    device (default cpu; see 'pagekv devices')\n"
+            "  --devices A,B,...    tensor parallelism: split each layer's heads (whole KV groups)\n"
+            "                       and FFN rows over these devices; the KV cache is sharded alike\n"
+            "  --split P,Q,...      proportions for --devices (default equal)\n"
+            "  --kv-on-host         keep every KV shard in host memory, split by the same heads;\n"
+            "                       attention runs on the host\n"
+            "  --seed S             sampling seed (default 0)\n"
+            "  --temp T             temperature; 0 = greedy (default 0.8)\n"
+            "  --top-k K --top-p P --min-p P --repeat-penalty R   sampling filters\n"
+            "  --page-size N        KV page size in tokens (default 16)\n"
+            "  --kv-type f16|f32    KV cache type (default f16)\n"
+            "  --fork K             after the prompt, fork into K branches (seeds S..S+K-1),\n"
+            "                       decode them together in batched steps, print each\n"
+            "Timings (load, prefill and decode tokens/s) go to stderr.\n");
+}
+
+int pkv_cli_run(int argc, char **argv) {
+    pkv_cli_model_opts o = pkv_cli_model_defaults();
+    const char *prompt = "Once upon a time";
+    long long n_predict = 64, n_fork = 0;
+    pkv_sampler_params sp = pkv_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *a = argv[i], *v;
+        long long x;
+        double d;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            run_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(prompt = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &n_predict)) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, INT64_MAX, &x)) return 2;
+            sp.seed = (uint64_t)x;
+        } else if (!strcmp(a, "--temp")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 100, &d)) return 2;
+            sp.temp = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &x)) return 2;
+            sp.top_k = (int)x;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 1e-6, 1, &d)) return 2;
+            sp.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1, &d)) return 2;
+            sp.min_p = (float)d;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 1e-3, 100, &d)) return 2;
+            sp.repeat_penalty = (float)d;
+        } else if (!strcmp(a, "--fork")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &n_fork)) return 2;
+        } else {
+            fprintf(stderr, "pagekv run: unknown option '%s'\n", a);
+            run_usage(stderr);
+            return 2;
+        }
+    }
+    double t_start = pkv_time_now_cli();
+    pkv_model *m = pkv_cli_open_model("run", &o);
+    if (!m) return 1;
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    double t_loaded = pkv_time_now_cli();
+    int rc = 1;
+    pkv_kv_cache *c = NULL;
+    pkv_context *ctx = NULL;
+    pkv_context *br[64] = {0};
+    pkv_sampler *smp[64] = {0};
+    int32_t *toks = NULL;
+    printer pr[64];
+    memset(pr, 0, sizeof pr);
+    if (!info.has_vocab) {
+        fprintf(stderr, "pagekv run: this model has no vocabulary (tokenizer.ggml.model = none): "
+                        "use 'pagekv logits --tokens ...' with token ids\n");
+        goto out;
+    }
+    c = pkv_cli_open_cache("run", m, &o, (int)n_fork + 1);
+    if (!c || !(ctx = pkv_context_create(m, c, o.n_ctx))) {
+        if (c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+        goto out;
+    }
+    size_t n_prompt = 0, len = strlen(prompt);
+    pkv_status s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
+    if (s && s != PKV_ERR_INVALID) {
+        pkv_cli_fail("run", "tokenize", s);
+        goto out;
+    }
+    toks = malloc((n_prompt + 1) * sizeof *toks);
+    if (!toks || (s = pkv_model_tokenize(m, prompt, len, true, false, toks, n_prompt + 1, &n_prompt))) {
+        pkv_cli_fail("run", "tokenize", s ? s : PKV_ERR_NOMEM);
+        goto out;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
+        goto out;
+    }
+    if ((int64_t)n_prompt + (n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(ctx)) {
+        fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,
+                (long long)pkv_context_n_ctx(ctx));
+        goto out;
+    }
+    fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", info.arch, info.weight_type, info.n_layer,
+            o.kv_type == PKV_TYPE_F32 ? "f32 KV" : "f16 KV", pkv_device_name(pkv_model_device(m)), n_prompt);
+    double t0 = pkv_time_now_cli();
+    if ((s = pkv_context_decode(ctx, toks, (int32_t)n_prompt))) {
+        pkv_cli_fail("run", "prefill", s);
+        goto out;
+    }
+    double t_prefill = pkv_time_now_cli() - t0;
+    fwrite(prompt, 1, len, stdout);
+    fflush(stdout);
+    int generated = 0;
+    int64_t room = pkv_context_n_ctx(ctx) - (int64_t)n_prompt;
+    if (n_predict > room + 1) n_predict = room + 1; /* the last sampled token needs no room */
+    t0 = pkv_time_now_cli();
+    if (!n_fork) {
+        smp[0] = pkv_sampler_create(sp, info.n_vocab);
+        if (!smp[0]) {
+            pkv_cli_fail("run", "sampler", PKV_ERR_INVALID);
+            goto out;
+        }
+        pr[0].m = m;
+        pr[0].stream = true;
+        s = pkv_generate(ctx, smp[0], (int)n_predict, emit_token, &pr[0], &generated);
+        fputc('\n', stdout);
+        if (s) {
+            pkv_cli_fail("run", "generate", s);
+            goto out;
+        }
+    } else {
+        /* K branches decoded together: one batched step per token. */
+        int K = (int)n_fork;
+        bool alive[64];
+        for (int b = 0; b < K; b++) {
+            pkv_sampler_params bp = sp;
+            bp.seed = sp.seed + (uint64_t)b;
+            br[b] = pkv_context_fork(ctx);
+            smp[b] = pkv_sampler_create(bp, info.n_vocab);
+            if (!br[b] || !smp[b]) {
+                pkv_cli_fail("run", "fork", PKV_ERR_INVALID);
+                goto out;
+            }
+            pr[b].m = m;
+            alive[b] = true;
+        }
+        fputc('\n', stdout);
+        for (int step = 0; step < n_predict; step++) {
+            pkv_context *batch[64];
+            int32_t next[64], ones[64];
+            const int32_t *tp[64];
+            int nb = 0;
+            for (int b = 0; b < K; b++) {
+                if (!alive[b]) continue;
+                int32_t t;
+                if ((s = pkv_sampler_sample(smp[b], pkv_context_logits(br[b]), &t))) {
+                    pkv_cli_fail("run", "sample", s);
+                    goto out;
+                }
+                pkv_sampler_accept(smp[b], t);
+                emit_token(t, &pr[b]);
+                generated++;
+                if (pkv_model_is_eog(m, t) || step + 1 == n_predict) {
+                    alive[b] = false;
+                    continue;
+                }
+                next[nb] = t;
+                ones[nb] = 1;
+                tp[nb] = &next[nb];
+                batch[nb++] = br[b];
+            }
+            if (nb == 0) break;
+            if ((s = pkv_decode(batch, nb, tp, ones))) {
+                pkv_cli_fail("run", "batched decode", s);
+                goto out;
+            }
+        }
+        for (int b = 0; b < K; b++)
+            printf("--- branch %d (seed %llu) ---\n%s%s\n", b, (unsigned long long)(sp.seed + (uint64_t)b), prompt,
+                   pr[b].text ? pr[b].text : "");
+    }
+    double t_decode = pkv_time_now_cli() - t0;
+    fprintf(stderr, "pagekv run: load %.2f s, prefill %zu tokens in %.3f s (%.1f tok/s), decode %d tokens in %.3f s (%.1f tok/s)\n",
+            t_loaded - t_start, n_prompt, t_prefill, (double)n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), generated, t_decode,
+            generated / (t_decode > 0 ? t_decode : 1e-9));
+    rc = 0;
+out:
+    for (int b = 0; b < 64; b++) {
+        pkv_context_free(br[b]);
+        pkv_sampler_free(smp[b]);
+        free(pr[b].text);
+    }
+    free(toks);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    return rc;
+}
+
+/* --------------------------------------------------------------- logits */
+
+static bool parse_tokens(const char *s, int32_t **out, size_t *n) {
+    size_t cap = 16, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return false;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 0 || x > INT32_MAX) {
+            fprintf(stderr, "pagekv logits: --tokens expects comma-separated token ids, got '%s'\n", s);
+            free(v);
+            return false;
+        }
+        if (k == cap) {
+            int32_t *t = realloc(v, (cap *= 2) * sizeof *v);
+            if (!t) {
+                free(v);
+                return false;
+            }
+            v = t;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) {
+            fprintf(stderr, "pagekv logits: unexpected '%c' in --tokens\n", *p);
+            free(v);
+            return false;
+        }
+    }
+    if (!k) {
+        fprintf(stderr, "pagekv logits: --tokens is empty\n");
+        free(v);
+        return false;
+    }
+    *out = v;
+    *n = k;
+    return true;
+}
+
+int pkv_cli_logits(int argc, char **argv) {
+    pkv_cli_model_opts o = pkv_cli_model_defaults();
+    const char *tokens = NULL, *outp = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: pagekv logits [-m FILE.gguf] --tokens 1,2,3,... [-o FILE] [-d DEVICE] [-t N]\n"
+                   "                     [--devices A,B [--split P,Q] [--kv-on-host]]\n"
+                   "Runs the token ids as one prompt and writes the last position's logits: as\n"
+                   "little-endian float32 to FILE with -o, else as JSON to stdout.\n"
+                   "Also: -c N, --page-size N, --kv-type f16|f32.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--tokens")) {
+            if (!(tokens = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
+            if (!(outp = pkv_cli_value(argc, argv, &i))) return 2;
+        } else {
+            fprintf(stderr, "pagekv logits: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!tokens) {
+        fprintf(stderr, "pagekv logits: --tokens is required (comma-separated token ids)\n");
+        return 2;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!parse_tokens(tokens, &ids, &n)) return 2;
+    pkv_model *m = pkv_cli_open_model("logits", &o);
+    if (!m) {
+        free(ids);
+        return 1;
+    }
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    int rc = 1;
+    pkv_kv_cache *c = NULL;
+    pkv_context *ctx = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= info.n_vocab) {
+            fprintf(stderr, "pagekv logits: token id %d (position %zu) is outside the vocabulary of %d tokens\n", ids[i], i,
+                    info.n_vocab);
+            goto out;
+        }
+    if (o.n_ctx == 0 && (int64_t)n > 4096) o.n_ctx = (int)n;
+    if (!(c = pkv_cli_open_cache("logits", m, &o, 1))) goto out;
+    if (!(ctx = pkv_context_create(m, c, o.n_ctx))) {
+        fprintf(stderr, "pagekv logits: %s\n", pkv_errmsg());
+        goto out;
+    }
+    if ((int64_t)n > pkv_context_n_ctx(ctx)) {
+        fprintf(stderr, "pagekv logits: %zu tokens do not fit the context of %lld (use -c)\n", n,
+                (long long)pkv_context_n_ctx(ctx));
+        goto out;
+    }
+    pkv_status s = pkv_context_decode(ctx, ids, (int32_t)n);
+    if (s) {
+        pkv_cli_fail("logits", "decode", s);
+        goto out;
+    }
+    const float *lg = pkv_context_logits(ctx);
+    if (outp) {
+        FILE *f = fopen(outp, "wb");
+        /* little-endian float32: this build only targets little-endian hosts */
+        if (!f || fwrite(lg, sizeof(float), (size_t)info.n_vocab, f) != (size_t)info.n_vocab || fclose(f) != 0) {
+            fprintf(stderr, "pagekv logits: cannot write %s\n", outp);
+            goto out;
+        }
+        fprintf(stderr, "pagekv logits: wrote %d float32 logits to %s\n", info.n_vocab, outp);
+    } else {
+        printf("{\"n_tokens\": %zu, \"n_vocab\": %d, \"logits\": [", n, info.n_vocab);
+        for (int i = 0; i < info.n_vocab; i++) printf("%s%.9g", i ? ", " : "", (double)lg[i]);
+        printf("]}\n");
+    }
+    rc = 0;
+out:
+    free(ids);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------- tokenize */
+
+int pkv_cli_tokenize(int argc, char **argv) {
+    pkv_cli_model_opts o = pkv_cli_model_defaults();
+    const char *prompt = NULL;
+    bool pieces = false, bos = true, special = false;
+    for (int i = 1; i < argc; i++) {
+        int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: pagekv tokenize [-m FILE.gguf] -p TEXT [--pieces] [--no-bos] [--special]\n"
+                   "Prints the token ids of TEXT ([1, 2, 3]); with --pieces one 'id -> 'piece'' line each.\n"
+                   "  --no-bos    do not add the BOS token the model asks for\n"
+                   "  --special   parse special-token text (e.g. <|end_of_text|>) as special tokens\n");
+            return 0;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(prompt = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--pieces")) {
+            pieces = true;
+        } else if (!strcmp(a, "--no-bos")) {
+            bos = false;
+        } else if (!strcmp(a, "--special")) {
+            special = true;
+        } else {
+            fprintf(stderr, "pagekv tokenize: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!prompt) {
+        fprintf(stderr, "pagekv tokenize: -p TEXT is required\n");
+        return 2;
+    }
+    pkv_model *m = pkv_cli_open_model("tokenize", &o);
+    if (!m) return 1;
+    size_t n = 0, len = strlen(prompt);
+    int rc = 1;
+    int32_t *ids = NULL;
+    pkv_status s = pkv_model_tokenize(m, prompt, len, bos, special, NULL, 0, &n);
+    if (s && s != PKV_ERR_INVALID) {
+        pkv_cli_fail("tokenize", "tokenize", s);
+        goto out;
+    }
+    ids = malloc((n + 1) * sizeof *ids);
+    if (!ids || (s = pkv_model_tokenize(m, prompt, len, bos, special, ids, n + 1, &n))) {
+        pkv_cli_fail("tokenize", "tokenize", s ? s : PKV_ERR_NOMEM);
+        goto out;
+    }
+    if (pieces) {
+        for (size_t i = 0; i < n; i++) {
+            char buf[512];
+            size_t k = 0;
+            if (pkv_model_token_piece(m, ids[i], true, buf, sizeof buf, &k)) k = 0;
+            printf("%6d -> '%.*s'\n", ids[i], (int)k, buf);
+        }
+    } else {
+        printf("[");
+        for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        printf("]\n");
+    }
+    rc = 0;
+out:
+    free(ids);
+    pkv_model_free(m);
+    return rc;
+}
+
+/* -------------------------------------------------------------- mkmodel */
+
+int pkv_cli_mkmodel(int argc, char **argv) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    const char *out = NULL;
+    struct {
+        const char *opt;
+        int *dst;
+    } ints[] = {{"--layers", &p.n_layer}, {"--dim", &p.n_embd}, {"--heads", &p.n_head}, {"--kv-heads", &p.n_head_kv},
+                {"--head-dim", &p.head_dim}, {"--ffn", &p.n_ff}, {"--vocab", &p.n_vocab}, {"--ctx", &p.n_ctx}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long long x;
+        bool done = false;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+            if (!strcmp(a, ints[k].opt)) {
+                if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
+                *ints[k].dst = (int)x;
+                done = true;
+            }
+        if (done) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k\n"
+                   "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
+                   "                       --vocab N --ctx N --seed N --no-vocab --tied] -o FILE.gguf\n"
+                   "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
+                   "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
+                   "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512.\n");
+            return 0;
+        } else if (!strcmp(a, "--arch")) {
+            if (!(p.arch = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--type")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            if (pkv_type_from_name(v, &p.type)) {
+                fprintf(stderr, "pagekv mkmodel: unknown type '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, INT64_MAX, &x)) return 2;
+            p.seed = (uint64_t)x;
+        } else if (!strcmp(a, "--no-vocab")) {
+            p.no_vocab = true;
+        } else if (!strcmp(a, "--tied")) {
+            p.tied = true;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
+        } else {
+            fprintf(stderr, "pagekv mkmodel: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
+        return 2;
+    }
+    pkv_status s = pkv_mkmodel_write(&p, out);
+    if (s) return pkv_cli_fail("mkmodel", out, s);
+    fprintf(stderr, "pagekv mkmodel: wrote %s (%s, %s)\n", out, p.arch, pkv_type_name(p.type));
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* Vulkan backend internals shared by vulkan.c (instance, device, memory, queue,
+ * transfers) and vulkan-kernels.c (pipelines and kernel dispatch). */
+#ifndef PKV_VULKAN_IMPL_H
+#define PKV_VULKAN_IMPL_H
+
+#include "device/device-impl.h"
+
+#include <vulkan/vulkan.h>
+
+/* Command buffers cycled for submissions; a submission waits for the fence of the
+ * one it reuses, so at most this many are in flight. */
+#define PKV_VK_RING 4
+/* Descriptor sets per command buffer when the driver lacks push descriptors. */
+#define PKV_VK_POOL_SETS 1024
+
+/* The kernels, one compute pipeline each; names equal the shaders/ file names. */
+typedef enum pkv_vk_kernel {
+    PKV_VK_K_ADD,
+    PKV_VK_K_SWIGLU,
+    PKV_VK_K_RMS_NORM,
+    PKV_VK_K_SOFTMAX,
+    PKV_VK_K_ARGMAX,
+    PKV_VK_K_GET_ROWS,
+    PKV_VK_K_MATMUL,
+    PKV_VK_K_ROPE,
+    PKV_VK_K_SET_ROWS,
+    PKV_VK_K_ATTENTION,
+    PKV_VK_K_MATMUL_SG,
+    PKV_VK_K_COUNT
+} pkv_vk_kernel;
+
+/* A buffer handle. The VkBuffer is padded to a multiple of 4 bytes so shaders can
+ * read whole 32-bit words at the end of an odd-sized buffer. */
+typedef struct pkv_vk_buffer {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    uint8_t *map; /* persistent mapping in direct mode, else NULL */
+    size_t size;  /* requested bytes */
+} pkv_vk_buffer;
+
+typedef struct pkv_vk_pipeline {
+    VkShaderModule module;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkPipeline pipe;
+    int n_bindings;
+} pkv_vk_pipeline;
+
+typedef struct pkv_vk_ctx {
+    char name[64];
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties memprops;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    PFN_vkCmdPushDescriptorSetKHR push_descriptor; /* NULL: extension missing */
+
+    /* Direct mode: device-local memory is host-visible and coherent (lavapipe,
+     * integrated GPUs), so idle-queue writes/reads/fills use the mapping. */
+    bool direct;
+    uint32_t type_local;   /* memory type for buffers */
+    uint32_t type_staging; /* host-visible coherent memory type for staging */
+
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cb[PKV_VK_RING];
+    VkFence fence[PKV_VK_RING];
+    bool in_flight[PKV_VK_RING];
+    VkDescriptorPool desc_pool[PKV_VK_RING]; /* only without push descriptors */
+    int cur;        /* ring slot being recorded or next to record */
+    bool recording; /* cb[cur] is begun */
+    int n_cmds;     /* commands in cb[cur]; a barrier precedes all but the first */
+
+    /* Host-visible staging, a bump allocator reset when the queue is idle. */
+    VkBuffer stage_buf;
+    VkDeviceMemory stage_mem;
+    uint8_t *stage_map;
+    size_t stage_cap, stage_used;
+
+    pkv_vk_pipeline pipes[PKV_VK_K_COUNT]; /* created lazily */
+    /* Largest window of a buffer one kernel argument may bind: the device's
+     * maxStorageBufferRange, or less with PKV_VK_MAX_RANGE (to test chunking). */
+    uint64_t max_range;
+    /* Subgroup arithmetic in compute shaders (matmul_sg); PKV_VK_NO_SUBGROUP=1
+     * turns it off so the portable matmul can be tested. */
+    bool subgroup_arith;
+} pkv_vk_ctx;
+
+/* Error for a failed Vulkan call: "vulkan:0: vkQueueSubmit: VK_ERROR_DEVICE_LOST". */
+pkv_status pkv_vk_fail(const pkv_vk_ctx *c, const char *call, VkResult r);
+const char *pkv_vk_result_str(VkResult r);
+/* Make sure cb[cur] is recording, and add a full memory barrier when it already
+ * holds commands, so every command sees the effects of the ones before it (I3). */
+pkv_status pkv_vk_begin(pkv_vk_ctx *c);
+/* Submit what is recorded (no wait). */
+pkv_status pkv_vk_submit(pkv_vk_ctx *c);
+/* Submit and wait for all work. */
+pkv_status pkv_vk_sync(pkv_vk_ctx *c);
+
+void pkv_vk_pipelines_destroy(pkv_vk_ctx *c);
+extern const pkv_kernel_ops pkv_vk_kernel_ops;
+
+#endif

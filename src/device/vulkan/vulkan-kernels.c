@@ -1,0 +1,421 @@
+/* Vulkan kernels: one compute pipeline per kernel from the embedded SPIR-V
+ * (shaders/<kernel>.comp), created on first use, dispatched into the current command
+ * buffer (see vulkan.c for the queue model) with push descriptors, or with
+ * descriptor sets from a per-command-buffer pool where the driver lacks them
+ * (PKV_VK_NO_PUSH_DESCRIPTOR=1 forces that path for tests).
+ *
+ * Shaders see every argument as an array of 32-bit words and address it in bytes:
+ * the host binds a window of the buffer starting at the argument's offset rounded
+ * down to minStorageBufferOffsetAlignment and passes the remainder in push
+ * constants. Hence the alignment rule for kernel arguments (transfers take any
+ * offset): f32 and i32 tensors (and their strides) at multiples of 4 bytes, f16,
+ * bf16 and quantized (q8_0, q4_0) data at multiples of 2; anything else returns
+ * PKV_ERR_UNSUPPORTED naming the argument. A window is at most
+ * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
+ * bigger weights and batches into chunks of rows (one dispatch each); for other
+ * kernels a bigger argument is PKV_ERR_UNSUPPORTED. Attention needs dk <= 512 and
+ * dv <= 256. */
+#include "device/vulkan/vulkan-impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Defined by the generated pkv_shaders.c (cmake/embed.cmake). */
+typedef struct {
+    const char *name;
+    const uint32_t *code;
+    size_t bytes;
+} pkv_spirv;
+extern const pkv_spirv pkv_vk_shaders[];
+extern const int pkv_vk_shader_count;
+
+static const struct {
+    const char *name;
+    int n_bindings;
+} kinfo[PKV_VK_K_COUNT] = {
+    [PKV_VK_K_ADD] = {"add", 3},           [PKV_VK_K_SWIGLU] = {"swiglu", 3},
+    [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
+    [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
+    [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
+    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 5},
+    [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3},
+};
+
+#define WG 64u      /* local_size_x of every shader */
+#define MM_TILE 4u  /* x rows per matmul workgroup (NT in matmul.comp) */
+#define SG_TILE 8u  /* x rows per matmul_sg workgroup (NT in matmul_sg.comp) */
+#define SG_ROWS 8u  /* weight rows per matmul_sg workgroup (RPW) */
+#define PC_BYTES 128 /* push-constant range: the guaranteed minimum */
+
+void pkv_vk_pipelines_destroy(pkv_vk_ctx *c) {
+    for (int i = 0; i < PKV_VK_K_COUNT; i++) {
+        pkv_vk_pipeline *p = &c->pipes[i];
+        if (p->pipe) vkDestroyPipeline(c->dev, p->pipe, NULL);
+        if (p->layout) vkDestroyPipelineLayout(c->dev, p->layout, NULL);
+        if (p->dsl) vkDestroyDescriptorSetLayout(c->dev, p->dsl, NULL);
+        if (p->module) vkDestroyShaderModule(c->dev, p->module, NULL);
+        memset(p, 0, sizeof *p);
+    }
+}
+
+static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline **out) {
+    pkv_vk_pipeline *p = &c->pipes[k];
+    *out = p;
+    if (p->pipe) return PKV_OK;
+    const pkv_spirv *sp = NULL;
+    for (int i = 0; i < pkv_vk_shader_count; i++)
+        if (pkv_vk_shaders[i].name && strcmp(pkv_vk_shaders[i].name, kinfo[k].name) == 0) sp = &pkv_vk_shaders[i];
+    if (!sp) return pkv_err(PKV_ERR_INTERNAL, "%s: shader %s is not embedded in this build", c->name, kinfo[k].name);
+    VkResult r;
+    const char *call = "vkCreateShaderModule";
+    VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    smi.codeSize = sp->bytes;
+    smi.pCode = sp->code;
+    if ((r = vkCreateShaderModule(c->dev, &smi, NULL, &p->module))) goto fail;
+    VkDescriptorSetLayoutBinding b[8];
+    for (int i = 0; i < kinfo[k].n_bindings; i++) {
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
+                                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    }
+    VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    dli.flags = c->push_descriptor ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0;
+    dli.bindingCount = (uint32_t)kinfo[k].n_bindings;
+    dli.pBindings = b;
+    call = "vkCreateDescriptorSetLayout";
+    if ((r = vkCreateDescriptorSetLayout(c->dev, &dli, NULL, &p->dsl))) goto fail;
+    VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, PC_BYTES};
+    VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pli.setLayoutCount = 1;
+    pli.pSetLayouts = &p->dsl;
+    pli.pushConstantRangeCount = 1;
+    pli.pPushConstantRanges = &pcr;
+    call = "vkCreatePipelineLayout";
+    if ((r = vkCreatePipelineLayout(c->dev, &pli, NULL, &p->layout))) goto fail;
+    VkComputePipelineCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    cpi.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    cpi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    cpi.stage.module = p->module;
+    cpi.stage.pName = "main";
+    cpi.layout = p->layout;
+    call = "vkCreateComputePipelines";
+    if ((r = vkCreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe))) goto fail;
+    p->n_bindings = kinfo[k].n_bindings;
+    return PKV_OK;
+fail:
+    if (p->layout) vkDestroyPipelineLayout(c->dev, p->layout, NULL);
+    if (p->dsl) vkDestroyDescriptorSetLayout(c->dev, p->dsl, NULL);
+    if (p->module) vkDestroyShaderModule(c->dev, p->module, NULL);
+    memset(p, 0, sizeof *p);
+    pkv_vk_fail(c, call, r);
+    return pkv_err_prefix(PKV_ERR_DEVICE, "kernel %s", kinfo[k].name);
+}
+
+/* One kernel argument: a tensor of `bytes` bytes at t, whose offset must be a
+ * multiple of `align`. */
+typedef struct {
+    const char *name;
+    pkv_tref t;
+    uint64_t bytes;
+    unsigned align;
+} varg;
+
+/* Record one dispatch of `groups` workgroups. pc[0..nargs) receive the byte
+ * offsets of the arguments inside their bound windows; the rest of pc is the
+ * kernel's parameters. Nothing is recorded when an argument is rejected. */
+static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int nargs, uint32_t *pc, int pc_words,
+                           uint64_t groups) {
+    const char *kn = kinfo[k].name;
+    VkDescriptorBufferInfo bi[8];
+    VkWriteDescriptorSet w[8];
+    uint64_t malign = c->props.limits.minStorageBufferOffsetAlignment;
+    if (malign < 4) malign = 4;
+    for (int i = 0; i < nargs; i++) {
+        const pkv_vk_buffer *b = a[i].t.buf->handle;
+        size_t off = a[i].t.off;
+        if (off % a[i].align)
+            return pkv_err(PKV_ERR_UNSUPPORTED,
+                           "kernel %s on %s: argument %s at byte offset %zu is not a multiple of %u (Vulkan kernels "
+                           "need %u-byte aligned tensors; transfers accept any offset)",
+                           kn, c->name, a[i].name, off, a[i].align, a[i].align);
+        uint64_t base = off / malign * malign;
+        uint64_t padded = (b->size + 3) & ~(uint64_t)3;
+        uint64_t range = (off + a[i].bytes - base + 3) & ~(uint64_t)3;
+        if (range > padded - base) range = padded - base;
+        if (range > c->max_range)
+            return pkv_err(PKV_ERR_UNSUPPORTED,
+                           "kernel %s on %s: argument %s spans %llu bytes, more than the device's storage buffer "
+                           "range of %llu bytes",
+                           kn, c->name, a[i].name, (unsigned long long)range, (unsigned long long)c->max_range);
+        pc[i] = (uint32_t)(off - base);
+        bi[i] = (VkDescriptorBufferInfo){b->buf, base, range};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &bi[i]};
+    }
+    uint64_t gx_max = c->props.limits.maxComputeWorkGroupCount[0];
+    uint64_t gx = groups < gx_max ? groups : gx_max, gy = (groups + gx - 1) / gx;
+    if (gy > c->props.limits.maxComputeWorkGroupCount[1])
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: %llu workgroups exceed the device's grid", kn, c->name,
+                       (unsigned long long)groups);
+    pkv_vk_pipeline *p;
+    pkv_status s = pipeline_get(c, k, &p);
+    if (!s) s = pkv_vk_begin(c);
+    if (s) return s;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (!c->push_descriptor) {
+        /* A set from this command buffer's pool; when the pool is full, submit
+         * and continue in the next command buffer (order is kept: one queue). */
+        VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        dai.descriptorSetCount = 1;
+        dai.pSetLayouts = &p->dsl;
+        dai.descriptorPool = c->desc_pool[c->cur];
+        VkResult r = vkAllocateDescriptorSets(c->dev, &dai, &set);
+        if (r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL) {
+            if ((s = pkv_vk_submit(c)) || (s = pkv_vk_begin(c))) return s;
+            dai.descriptorPool = c->desc_pool[c->cur];
+            r = vkAllocateDescriptorSets(c->dev, &dai, &set);
+        }
+        if (r != VK_SUCCESS) return pkv_vk_fail(c, "vkAllocateDescriptorSets", r);
+        for (int i = 0; i < nargs; i++) w[i].dstSet = set;
+        vkUpdateDescriptorSets(c->dev, (uint32_t)nargs, w, 0, NULL);
+    }
+    VkCommandBuffer cb = c->cb[c->cur];
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
+    if (c->push_descriptor)
+        c->push_descriptor(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, (uint32_t)nargs, w);
+    else
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
+    vkCmdPushConstants(cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)pc_words * 4, pc);
+    vkCmdDispatch(cb, (uint32_t)gx, (uint32_t)gy, 1);
+    c->n_cmds++;
+    return PKV_OK;
+}
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Shape values travel as 32-bit words; larger ones are rejected. */
+static pkv_status fits(pkv_vk_ctx *c, const char *kn, const char *what, uint64_t v) {
+    if (v > UINT32_MAX)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: %s = %llu exceeds 32 bits", kn, c->name, what,
+                       (unsigned long long)v);
+    return PKV_OK;
+}
+
+#define TRY(x)                                                                             \
+    do {                                                                                   \
+        pkv_status _s = (x);                                                               \
+        if (_s) return _s;                                                                 \
+    } while (0)
+#define CDIV(a, b) (((a) + (b) - 1) / (b))
+
+static bool vk_supports_type(void *ctx, pkv_type t) {
+    (void)ctx;
+    return t == PKV_TYPE_F32 || t == PKV_TYPE_F16 || t == PKV_TYPE_BF16 || t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0;
+}
+
+static unsigned type_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : 2; }
+
+/* Bytes an argument may span so that its window (which starts up to
+ * minStorageBufferOffsetAlignment - 1 bytes before it and is rounded up to 4)
+ * fits in max_range. */
+static uint64_t window_bytes(const pkv_vk_ctx *c) {
+    uint64_t malign = PKV_MAX(c->props.limits.minStorageBufferOffsetAlignment, 4);
+    return c->max_range > malign + 4 ? c->max_range - malign - 4 : 0;
+}
+
+/* Weights bigger than one window (an output projection on a device with a 128 MiB
+ * maxStorageBufferRange) are processed in chunks of rows, and long batches in
+ * chunks of x rows, one dispatch per chunk. */
+static pkv_status chunks(pkv_vk_ctx *c, const char *kn, uint64_t row_bytes, uint64_t n_row_bytes, uint64_t *rows_per,
+                         uint64_t *n_per) {
+    uint64_t wb = window_bytes(c);
+    *rows_per = wb / row_bytes;
+    *n_per = wb / n_row_bytes;
+    if (*rows_per == 0 || *n_per == 0)
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "kernel %s on %s: a row of %llu bytes does not fit the device's storage buffer range of %llu "
+                       "bytes",
+                       kn, c->name, (unsigned long long)PKV_MAX(row_bytes, n_row_bytes), (unsigned long long)c->max_range);
+    return PKV_OK;
+}
+
+static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
+    pkv_vk_ctx *c = ctx;
+    uint64_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols), rows = (uint64_t)a->rows, cols = (uint64_t)a->cols,
+             n = (uint64_t)a->n, rows_per, n_per;
+    TRY(chunks(c, "matmul", rb, PKV_MAX(cols, rows) * 4, &rows_per, &n_per));
+    for (uint64_t i0 = 0; i0 < n; i0 += n_per) {
+        uint64_t ni = PKV_MIN(n_per, n - i0);
+        for (uint64_t r0 = 0; r0 < rows; r0 += rows_per) {
+            uint64_t cnt = PKV_MIN(rows_per, rows - r0);
+            varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
+                         {"x", pkv_tref_make(a->x.buf, a->x.off + i0 * cols * 4), ni * cols * 4, 4},
+                         {"y", pkv_tref_make(a->y.buf, a->y.off + i0 * rows * 4), ni * rows * 4, 4}};
+            uint32_t pc[10] = {0, 0, 0, (uint32_t)rows, (uint32_t)cols, (uint32_t)ni, (uint32_t)rb,
+                               (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt};
+            if (c->subgroup_arith)
+                TRY(dispatch(c, PKV_VK_K_MATMUL_SG, v, 3, pc, 10, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
+            else
+                TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
+        }
+    }
+    return PKV_OK;
+}
+
+static pkv_status vk_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
+    pkv_vk_ctx *c = ctx;
+    uint64_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols), vocab = (uint64_t)a->n_vocab,
+             cols = (uint64_t)a->cols, n = (uint64_t)a->n, rows_per, n_per;
+    TRY(chunks(c, "get_rows", rb, cols * 4, &rows_per, &n_per));
+    for (uint64_t i0 = 0; i0 < n; i0 += n_per) {
+        uint64_t ni = PKV_MIN(n_per, n - i0);
+        for (uint64_t r0 = 0; r0 < vocab; r0 += rows_per) {
+            uint64_t cnt = PKV_MIN(rows_per, vocab - r0);
+            varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
+                         {"ids", pkv_tref_make(a->ids.buf, a->ids.off + i0 * 4), ni * 4, 4},
+                         {"out", pkv_tref_make(a->out.buf, a->out.off + i0 * cols * 4), ni * cols * 4, 4}};
+            uint32_t pc[11] = {0, 0, 0, (uint32_t)ni, (uint32_t)cols, (uint32_t)vocab, (uint32_t)rb,
+                               (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt, r0 == 0 ? 1u : 0u};
+            TRY(dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 11, CDIV(ni * cols, WG)));
+        }
+    }
+    return PKV_OK;
+}
+
+static pkv_status vk_rms_norm(void *ctx, const pkv_k_rms_norm_args *a) {
+    pkv_vk_ctx *c = ctx;
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(fits(c, "rms_norm", "n_rows*row_len", bytes / 4));
+    varg v[3] = {{"x", a->x, bytes, 4}, {"w", a->w, (uint64_t)a->row_len * 4, 4}, {"y", a->y, bytes, 4}};
+    uint32_t pc[6] = {0, 0, 0, (uint32_t)a->n_rows, (uint32_t)a->row_len, fbits(a->eps)};
+    return dispatch(c, PKV_VK_K_RMS_NORM, v, 3, pc, 6, (uint64_t)a->n_rows);
+}
+
+static pkv_status vk_add(void *ctx, const pkv_k_add_args *a) {
+    pkv_vk_ctx *c = ctx;
+    TRY(fits(c, "add", "n", (uint64_t)a->n));
+    varg v[3] = {{"a", a->a, (uint64_t)a->n * 4, 4}, {"b", a->b, (uint64_t)a->b_len * 4, 4},
+                 {"y", a->y, (uint64_t)a->n * 4, 4}};
+    uint32_t pc[5] = {0, 0, 0, (uint32_t)a->n, (uint32_t)a->b_len};
+    return dispatch(c, PKV_VK_K_ADD, v, 3, pc, 5, CDIV((uint64_t)a->n, WG));
+}
+
+static pkv_status vk_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
+    pkv_vk_ctx *c = ctx;
+    TRY(fits(c, "swiglu", "n", (uint64_t)a->n));
+    varg v[3] = {{"g", a->g, (uint64_t)a->n * 4, 4}, {"u", a->u, (uint64_t)a->n * 4, 4},
+                 {"y", a->y, (uint64_t)a->n * 4, 4}};
+    uint32_t pc[4] = {0, 0, 0, (uint32_t)a->n};
+    return dispatch(c, PKV_VK_K_SWIGLU, v, 3, pc, 4, CDIV((uint64_t)a->n, WG));
+}
+
+static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
+    pkv_vk_ctx *c = ctx;
+    bool f16 = a->dtype == PKV_TYPE_F16;
+    size_t es = f16 ? 2 : 4;
+    if (a->row_stride % es)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: row stride %zu is not a multiple of %zu", c->name,
+                       a->row_stride, es);
+    int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
+    uint64_t xbytes = (uint64_t)(max_rows - 1) * a->row_stride + (uint64_t)a->n_heads * (uint64_t)a->head_dim * es;
+    uint64_t work = (uint64_t)a->n_rows * (uint64_t)a->n_heads * (uint64_t)(a->n_rot / 2);
+    TRY(fits(c, "rope", "x bytes", xbytes));
+    TRY(fits(c, "rope", "rows*heads*pairs", work));
+    varg v[3] = {{"x", a->x, xbytes, (unsigned)es},
+                 {"pos", a->pos, (uint64_t)a->n_rows * 4, 4},
+                 {"rows", a->rows.buf ? a->rows : a->pos, (uint64_t)a->n_rows * 4, 4}};
+    uint32_t pc[13] = {0,
+                       0,
+                       0,
+                       (uint32_t)a->n_rows,
+                       (uint32_t)a->row_stride,
+                       (uint32_t)a->n_heads,
+                       (uint32_t)a->head_dim,
+                       (uint32_t)a->n_rot,
+                       a->neox ? 1u : 0u,
+                       f16 ? 1u : 0u,
+                       a->rows.buf ? 1u : 0u,
+                       fbits(a->freq_base),
+                       fbits(a->freq_scale)};
+    return dispatch(c, PKV_VK_K_ROPE, v, 3, pc, 13, CDIV(work, WG));
+}
+
+static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
+    pkv_vk_ctx *c = ctx;
+    bool f16 = a->dst_type == PKV_TYPE_F16;
+    size_t es = f16 ? 2 : 4;
+    if (a->src_stride % 4 || a->dst_stride % es)
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "kernel set_rows on %s: strides (src %zu, dst %zu) must be multiples of 4 and %zu bytes",
+                       c->name, a->src_stride, a->dst_stride, es);
+    uint64_t sbytes = (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4;
+    uint64_t dbytes = (uint64_t)(a->dst_rows - 1) * a->dst_stride + (uint64_t)a->row_elems * es;
+    TRY(fits(c, "set_rows", "src bytes", sbytes));
+    TRY(fits(c, "set_rows", "dst bytes", dbytes));
+    TRY(fits(c, "set_rows", "n*row_elems", (uint64_t)a->n * (uint64_t)a->row_elems));
+    varg v[3] = {{"src", a->src, sbytes, 4}, {"dst", a->dst, dbytes, (unsigned)es}, {"idx", a->idx, (uint64_t)a->n * 4, 4}};
+    uint32_t pc[9] = {0, 0, 0, (uint32_t)a->n, (uint32_t)a->row_elems, (uint32_t)a->src_stride,
+                      (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, f16 ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_SET_ROWS, v, 3, pc, 9, CDIV((uint64_t)a->n * (uint64_t)a->row_elems, WG));
+}
+
+static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
+    pkv_vk_ctx *c = ctx;
+    if (a->dk > 512 || a->dv > 256)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
+                       "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
+    bool f16 = a->kv_type == PKV_TYPE_F16;
+    size_t es = f16 ? 2 : 4;
+    uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
+    TRY(fits(c, "attention", "k bytes", slots * (uint64_t)a->dk * es));
+    TRY(fits(c, "attention", "v bytes", slots * (uint64_t)a->dv * es));
+    varg v[5] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
+                 {"k", a->k, slots * (uint64_t)a->dk * es, (unsigned)es},
+                 {"v", a->v, slots * (uint64_t)a->dv * es, (unsigned)es},
+                 {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
+                 {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4}};
+    uint32_t pc[15] = {0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
+                       (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv, (uint32_t)a->dk,
+                       (uint32_t)a->dv, f16 ? 1u : 0u, fbits(a->scale)};
+    return dispatch(c, PKV_VK_K_ATTENTION, v, 5, pc, 15, (uint64_t)a->n_q * (uint64_t)a->n_head);
+}
+
+static pkv_status vk_softmax(void *ctx, const pkv_k_softmax_args *a) {
+    pkv_vk_ctx *c = ctx;
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(fits(c, "softmax", "n_rows*row_len", bytes / 4));
+    varg v[2] = {{"x", a->x, bytes, 4}, {"y", a->y, bytes, 4}};
+    uint32_t pc[4] = {0, 0, (uint32_t)a->n_rows, (uint32_t)a->row_len};
+    return dispatch(c, PKV_VK_K_SOFTMAX, v, 2, pc, 4, (uint64_t)a->n_rows);
+}
+
+static pkv_status vk_argmax(void *ctx, const pkv_k_argmax_args *a) {
+    pkv_vk_ctx *c = ctx;
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(fits(c, "argmax", "n_rows*row_len", bytes / 4));
+    varg v[2] = {{"x", a->x, bytes, 4}, {"out", a->out, (uint64_t)a->n_rows * 4, 4}};
+    uint32_t pc[4] = {0, 0, (uint32_t)a->n_rows, (uint32_t)a->row_len};
+    return dispatch(c, PKV_VK_K_ARGMAX, v, 2, pc, 4, (uint64_t)a->n_rows);
+}
+
+const pkv_kernel_ops pkv_vk_kernel_ops = {
+    .supports_type = vk_supports_type,
+    .matmul = vk_matmul,
+    .get_rows = vk_get_rows,
+    .rms_norm = vk_rms_norm,
+    .add = vk_add,
+    .swiglu = vk_swiglu,
+    .rope = vk_rope,
+    .set_rows = vk_set_rows,
+    .attention = vk_attention,
+    .softmax = vk_softmax,
+    .argmax = vk_argmax,
+};

@@ -1,0 +1,362 @@
+/* Contexts: a sequence of the KV cache plus the logits of its last token. A fork
+ * shares its parent's forward workspace, so it costs nothing beyond the cache's
+ * page sharing. */
+#include <string.h>
+
+#include "model/forward.h"
+
+/* The forward workspace, shared by a context and its forks (a batch step uses
+ * the first context's). */
+typedef struct pkv_runner {
+    int refs;
+    pkv_fwd_ws *ws;
+} pkv_runner;
+
+struct pkv_context {
+    pkv_model *m;
+    pkv_kv_cache *c;
+    pkv_runner *run;
+    int32_t seq;
+    int64_t n_ctx;
+    float *logits;   /* [n_vocab] */
+    bool has_logits;
+};
+
+pkv_cache_params pkv_cache_default_params(void) {
+    pkv_cache_params p;
+    memset(&p, 0, sizeof p);
+    p.kv_type = PKV_TYPE_F16;
+    return p;
+}
+
+static int n_ctx_of(const pkv_model *m, const pkv_cache_params *p) {
+    return p->n_ctx > 0 ? p->n_ctx : PKV_MIN(m->hp.n_ctx_train, 4096);
+}
+
+pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards) {
+    pkv_kv_params kp = pkv_kv_default_params();
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        memset(&layers[l], 0, sizeof layers[l]);
+        layers[l].n_kv_heads = m->layers[l].n_head_kv;
+        layers[l].head_dim_k = m->hp.head_dim_k;
+        layers[l].head_dim_v = m->hp.head_dim_v;
+        layers[l].dtype = PKV_TYPE_F16;
+        /* I5: shards follow the model's head split; with the cache on the host the
+         * host storage is split by the same head ranges, and attention runs there. */
+        layers[l].n_shards = m->n_dev;
+        layers[l].shards = shards + (size_t)l * (size_t)m->n_dev;
+        for (int d = 0; d < m->n_dev; d++) {
+            pkv_kv_shard_desc *sd = &shards[(size_t)l * (size_t)m->n_dev + (size_t)d];
+            sd->storage = m->kv_on_host ? m->host : m->devs[d];
+            sd->compute = sd->storage;
+            sd->head_begin = m->layers[l].sh[d].kv_h0;
+            sd->n_heads = m->layers[l].sh[d].n_kv;
+        }
+    }
+    kp.n_layers = m->hp.n_layer;
+    kp.layers = layers;
+    kp.device = m->dev;
+    kp.rope_n_rot = m->hp.n_rot;
+    kp.rope_neox = m->hp.rope_neox;
+    kp.rope_freq_base = m->hp.rope_base;
+    kp.rope_freq_scale = m->hp.rope_freq_scale;
+    return kp;
+}
+
+pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
+    if (!m) {
+        pkv_err(PKV_ERR_INVALID, "cache: model is NULL");
+        return NULL;
+    }
+    if (p.kv_type != PKV_TYPE_F16 && p.kv_type != PKV_TYPE_F32) {
+        pkv_err(PKV_ERR_INVALID, "cache: KV type %s is not supported (f16 or f32)",
+                pkv_type_name(p.kv_type) ? pkv_type_name(p.kv_type) : "?");
+        return NULL;
+    }
+    if (p.n_ctx < 0 || p.n_seq_max < 0 || p.page_size < 0 || p.page_size > PKV_KV_MAX_PAGE_SIZE || p.n_pages < 0 ||
+        p.host_pages < 0) {
+        pkv_err(PKV_ERR_INVALID, "cache: negative size or page size above %d", PKV_KV_MAX_PAGE_SIZE);
+        return NULL;
+    }
+    pkv_kv_layer_desc *layers = pkv_calloc((size_t)m->hp.n_layer, sizeof *layers);
+    pkv_kv_shard_desc *shards = pkv_calloc((size_t)m->hp.n_layer * (size_t)m->n_dev, sizeof *shards);
+    if (!layers || !shards) {
+        pkv_free(layers);
+        pkv_free(shards);
+        pkv_err(PKV_ERR_NOMEM, "cache: out of memory");
+        return NULL;
+    }
+    pkv_kv_params kp = pkv_model_kv_params(m, layers, shards);
+    for (int l = 0; l < m->hp.n_layer; l++) layers[l].dtype = p.kv_type;
+    kp.page_size = p.page_size ? p.page_size : 16;
+    int64_t per_seq = (n_ctx_of(m, &p) + kp.page_size - 1) / kp.page_size;
+    kp.n_pages = p.n_pages ? p.n_pages : per_seq * (p.n_seq_max ? p.n_seq_max : 4);
+    kp.host_pages = p.host_pages ? p.host_pages : kp.n_pages;
+    pkv_kv_cache *c = pkv_kv_cache_create(kp);
+    pkv_free(layers);
+    pkv_free(shards);
+    return c;
+}
+
+static pkv_context *ctx_new(pkv_model *m, pkv_kv_cache *c, pkv_runner *run, int32_t seq, int64_t n_ctx) {
+    pkv_context *ctx = pkv_calloc(1, sizeof *ctx);
+    float *lg = pkv_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    if (!ctx || !lg) {
+        pkv_free(ctx);
+        pkv_free(lg);
+        pkv_err(PKV_ERR_NOMEM, "context: out of memory");
+        return NULL;
+    }
+    ctx->m = m;
+    ctx->c = c;
+    ctx->seq = seq;
+    ctx->logits = lg;
+    ctx->n_ctx = n_ctx > 0 ? n_ctx : PKV_MIN(m->hp.n_ctx_train, 4096);
+    if (run) {
+        run->refs++;
+        ctx->run = run;
+    }
+    return ctx;
+}
+
+pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx) {
+    if (!m || !c) {
+        pkv_err(PKV_ERR_INVALID, "context: model or cache is NULL");
+        return NULL;
+    }
+    pkv_runner *run = pkv_calloc(1, sizeof *run);
+    if (!run) {
+        pkv_err(PKV_ERR_NOMEM, "context: out of memory");
+        return NULL;
+    }
+    int32_t seq;
+    if (pkv_kv_seq_create(c, m->fingerprint, &seq)) {
+        pkv_free(run);
+        return NULL;
+    }
+    pkv_context *ctx = ctx_new(m, c, run, seq, n_ctx);
+    if (!ctx) {
+        pkv_kv_seq_free(c, seq);
+        pkv_free(run);
+    }
+    return ctx;
+}
+
+static void runner_release(pkv_runner *r) {
+    if (r && --r->refs == 0) {
+        pkv_fwd_ws_free(r->ws);
+        pkv_free(r);
+    }
+}
+
+void pkv_context_free(pkv_context *ctx) {
+    if (!ctx) return;
+    pkv_kv_seq_free(ctx->c, ctx->seq);
+    runner_release(ctx->run);
+    pkv_free(ctx->logits);
+    pkv_free(ctx);
+}
+
+pkv_context *pkv_context_fork(pkv_context *ctx) {
+    if (!ctx) {
+        pkv_err(PKV_ERR_INVALID, "fork: context is NULL");
+        return NULL;
+    }
+    int32_t child;
+    if (pkv_kv_fork(ctx->c, ctx->seq, &child)) return NULL;
+    pkv_context *k = ctx_new(ctx->m, ctx->c, ctx->run, child, ctx->n_ctx);
+    if (!k) {
+        pkv_kv_seq_free(ctx->c, child);
+        return NULL;
+    }
+    memcpy(k->logits, ctx->logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
+    k->has_logits = ctx->has_logits;
+    return k;
+}
+
+pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
+    if (!draft || !target) {
+        pkv_err(PKV_ERR_INVALID, "attach: NULL draft or target");
+        return NULL;
+    }
+    if (!draft->kv_layer) {
+        pkv_err(PKV_ERR_INVALID, "attach: %s is not a shared-KV draft (no pagekv.shared_kv_layers key)", draft->label);
+        return NULL;
+    }
+    if (draft->hp.n_vocab != target->m->hp.n_vocab) {
+        pkv_err(PKV_ERR_MISMATCH, "attach: draft %s has %d tokens in its vocabulary, target %s has %d", draft->label,
+                draft->hp.n_vocab, target->m->label, target->m->hp.n_vocab);
+        return NULL;
+    }
+    pkv_kv_cache *c = target->c;
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
+    pkv_kv_attach_layer *al = pkv_calloc((size_t)draft->hp.n_layer, sizeof *al);
+    if (!al) {
+        pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
+        return NULL;
+    }
+    for (int l = 0; l < draft->hp.n_layer; l++) {
+        pkv_kv_layer_info li;
+        al[l].kv_layer = draft->kv_layer[l];
+        al[l].n_kv_heads = draft->layers[l].n_head_kv;
+        al[l].head_dim_k = draft->hp.head_dim_k;
+        al[l].head_dim_v = draft->hp.head_dim_v;
+        /* the draft computes in whatever dtype the cache stores */
+        al[l].dtype = pkv_kv_layout_layer(lay, draft->kv_layer[l], &li) == PKV_OK ? li.dtype : PKV_TYPE_F16;
+        al[l].compute = draft->dev;
+    }
+    pkv_status s = pkv_kv_attach(c, "draft", pkv_kv_layout_page_size(lay), al, draft->hp.n_layer);
+    pkv_free(al);
+    if (s) return NULL;
+    pkv_runner *run = pkv_calloc(1, sizeof *run);
+    int32_t child;
+    if (!run || pkv_kv_fork(c, target->seq, &child)) {
+        if (!run) pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
+        pkv_free(run);
+        return NULL;
+    }
+    pkv_context *k = ctx_new(draft, c, run, child, target->n_ctx);
+    if (!k) {
+        pkv_kv_seq_free(c, child);
+        pkv_free(run);
+    }
+    return k;
+}
+
+int32_t pkv_context_seq(const pkv_context *ctx) { return ctx ? ctx->seq : -1; }
+pkv_model *pkv_context_model(const pkv_context *ctx) { return ctx ? ctx->m : NULL; }
+pkv_kv_cache *pkv_context_cache(const pkv_context *ctx) { return ctx ? ctx->c : NULL; }
+int64_t pkv_context_n_tokens(const pkv_context *ctx) { return ctx ? pkv_kv_seq_len(ctx->c, ctx->seq) : -1; }
+int64_t pkv_context_n_ctx(const pkv_context *ctx) { return ctx ? ctx->n_ctx : 0; }
+const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has_logits ? ctx->logits : NULL; }
+
+/* One batched step; all_logits (host) receives every token's logits for a single
+ * context, else each context gets its last token's logits. */
+static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
+                         float *all_logits) {
+    if (!ctxs || n <= 0 || !tokens || !n_tokens) return pkv_err(PKV_ERR_INVALID, "decode: bad arguments");
+    pkv_model *m = ctxs[0]->m;
+    pkv_kv_cache *c = ctxs[0]->c;
+    int64_t T = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ctxs[i] || ctxs[i]->m != m || ctxs[i]->c != c)
+            return pkv_err(PKV_ERR_INVALID, "decode: context %d is NULL or on another model or cache", i);
+        for (int j = 0; j < i; j++)
+            if (ctxs[j] == ctxs[i]) return pkv_err(PKV_ERR_INVALID, "decode: context %d appears twice in the batch", i);
+        if (n_tokens[i] <= 0 || !tokens[i]) return pkv_err(PKV_ERR_INVALID, "decode: context %d has no tokens", i);
+        int64_t have = pkv_kv_seq_len(c, ctxs[i]->seq);
+        if (have + n_tokens[i] > ctxs[i]->n_ctx)
+            return pkv_err(PKV_ERR_INVALID, "decode: context %d would hold %lld tokens, more than its limit of %lld", i,
+                           (long long)(have + n_tokens[i]), (long long)ctxs[i]->n_ctx);
+        T += n_tokens[i];
+    }
+    int32_t *seqs = pkv_malloc((size_t)n * sizeof *seqs), *tok = pkv_malloc((size_t)T * sizeof *tok);
+    float *lg = all_logits ? NULL : pkv_malloc((size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
+    pkv_status s = PKV_OK;
+    if (!seqs || !tok || (!all_logits && !lg)) s = pkv_err(PKV_ERR_NOMEM, "decode: %lld tokens", (long long)T);
+    int64_t k = 0;
+    for (int i = 0; !s && i < n; i++) {
+        seqs[i] = ctxs[i]->seq;
+        memcpy(tok + k, tokens[i], (size_t)n_tokens[i] * sizeof *tok);
+        k += n_tokens[i];
+    }
+    if (!s) {
+        pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = NULL,
+                           .all_logits = all_logits != NULL};
+        s = pkv_model_forward(m, c, &ctxs[0]->run->ws, &b, all_logits ? all_logits : lg);
+    }
+    if (!s) {
+        size_t V = (size_t)m->hp.n_vocab;
+        for (int i = 0; i < n; i++) {
+            const float *src = all_logits ? all_logits + (size_t)(n_tokens[0] - 1) * V : lg + (size_t)i * V;
+            memcpy(ctxs[i]->logits, src, V * sizeof(float));
+            ctxs[i]->has_logits = true;
+        }
+    }
+    pkv_free(seqs);
+    pkv_free(tok);
+    pkv_free(lg);
+    return s;
+}
+
+pkv_status pkv_decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens) {
+    return decode(ctxs, n, tokens, n_tokens, NULL);
+}
+
+pkv_status pkv_context_decode(pkv_context *ctx, const int32_t *tokens, int32_t n) {
+    return decode(&ctx, 1, &tokens, &n, NULL);
+}
+
+pkv_status pkv_context_decode_all(pkv_context *ctx, const int32_t *tokens, int32_t n, float *all_logits) {
+    if (!all_logits) return pkv_err(PKV_ERR_INVALID, "decode_all: all_logits is NULL");
+    return decode(&ctx, 1, &tokens, &n, all_logits);
+}
+
+pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep) {
+    if (!ctx) return pkv_err(PKV_ERR_INVALID, "truncate: context is NULL");
+    pkv_status s = pkv_kv_truncate(ctx->c, ctx->seq, n_keep);
+    if (!s) ctx->has_logits = false;
+    return s;
+}
+
+pkv_status pkv_context_shift(pkv_context *ctx, int64_t start, int64_t n_remove) {
+    if (!ctx) return pkv_err(PKV_ERR_INVALID, "shift: context is NULL");
+    if (n_remove < 0 || n_remove > INT32_MAX) return pkv_err(PKV_ERR_INVALID, "shift: n_remove %lld", (long long)n_remove);
+    pkv_status s = pkv_kv_shift(ctx->c, ctx->seq, start, n_remove, -(int32_t)n_remove);
+    if (!s) ctx->has_logits = false;
+    return s;
+}
+
+pkv_status pkv_context_swap_out(pkv_context *ctx) {
+    return ctx ? pkv_kv_swap_out(ctx->c, ctx->seq) : pkv_err(PKV_ERR_INVALID, "swap: context is NULL");
+}
+
+pkv_status pkv_context_swap_in(pkv_context *ctx) {
+    return ctx ? pkv_kv_swap_in(ctx->c, ctx->seq) : pkv_err(PKV_ERR_INVALID, "swap: context is NULL");
+}
+
+pkv_status pkv_context_save(pkv_context *ctx, const char *path) {
+    return ctx ? pkv_kv_seq_save(ctx->c, ctx->seq, path) : pkv_err(PKV_ERR_INVALID, "save: context is NULL");
+}
+
+pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, int32_t *out) {
+    if (!ctx) return pkv_err(PKV_ERR_INVALID, "tokens: context is NULL");
+    return pkv_kv_seq_tokens(ctx->c, ctx->seq, start, n, out, NULL);
+}
+
+pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx) {
+    if (!m || !c || !path) {
+        pkv_err(PKV_ERR_INVALID, "load: NULL argument");
+        return NULL;
+    }
+    pkv_runner *run = pkv_calloc(1, sizeof *run);
+    if (!run) {
+        pkv_err(PKV_ERR_NOMEM, "load: out of memory");
+        return NULL;
+    }
+    int32_t seq;
+    if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) {
+        pkv_free(run);
+        return NULL;
+    }
+    pkv_context *ctx = ctx_new(m, c, run, seq, n_ctx);
+    if (!ctx) {
+        pkv_kv_seq_free(c, seq);
+        pkv_free(run);
+        return NULL;
+    }
+    /* Recompute the last token so the context has logits, as it had when saved. */
+    int64_t n = pkv_kv_seq_len(c, seq);
+    if (n > 0) {
+        int32_t last;
+        pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, NULL);
+        if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", path);
+        if (!s) s = pkv_kv_truncate(c, seq, n - 1);
+        if (!s) s = pkv_context_decode(ctx, &last, 1);
+        if (s) {
+            pkv_context_free(ctx);
+            return NULL;
+        }
+    }
+    return ctx;
+}

@@ -1,0 +1,17 @@
+/* Sampling: the public API is in include/pagekv.h (engine section). The helpers
+ * below are for speculative sampling; they move there when the engine uses them. */
+#ifndef PKV_SAMPLER_H
+#define PKV_SAMPLER_H
+
+#include "pagekv.h"
+
+/* Both from the sampler's PRNG stream (so reset replays them):
+ * a uniform double in [0, 1) (e.g. the acceptance test u < p/q; s must not be NULL),
+ * and a token drawn from explicit weights [n_vocab] (e.g. the residual max(0, p - q)):
+ * non-negative, finite, not all zero; they need not sum to 1.
+ * pkv_sampler_draw errors: PKV_ERR_INVALID for NULL arguments or bad weights (the
+ * message names the index); on error nothing is changed. */
+double pkv_sampler_uniform(pkv_sampler *s);
+pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_token);
+
+#endif /* PKV_SAMPLER_H */

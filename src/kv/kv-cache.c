@@ -1,0 +1,206 @@
+/* KV cache creation: layout, page arrays packed into per-device arenas, page pool,
+ * host swap pool. */
+#include "kv/kv-impl.h"
+
+#include <string.h>
+
+#define KV_ARRAY_ALIGN 256
+
+bool pkv_kv_test_hash_collide = false;
+bool pkv_kv_test_plain_host_pool = false;
+
+pkv_kv_params pkv_kv_default_params(void) {
+    pkv_kv_params p;
+    memset(&p, 0, sizeof p);
+    p.page_size = 16;
+    p.rope_freq_base = 10000.0f;
+    p.rope_freq_scale = 1.0f;
+    return p;
+}
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Assign every (layer, shard, K/V) array an arena and an offset. */
+static pkv_status plan_arrays(pkv_kv_cache *c) {
+    const pkv_kv_layout *l = &c->layout;
+    int n = 0;
+    for (int il = 0; il < l->n_layers; il++) n += 2 * l->layers[il].n_shards;
+    c->arrays = pkv_calloc((size_t)n, sizeof *c->arrays);
+    c->arenas = pkv_calloc((size_t)n, sizeof *c->arenas); /* at most one arena per array */
+    if (!c->arrays || !c->arenas) return pkv_err(PKV_ERR_NOMEM, "KV cache: out of memory for %d page arrays", n);
+    size_t ps = (size_t)c->page_size;
+    size_t total_page = 0;
+    for (int il = 0; il < l->n_layers; il++) {
+        kv_layer *L = &l->layers[il];
+        for (int is = 0; is < L->n_shards; is++) {
+            kv_shard *sh = &L->shards[is];
+            for (int v = 0; v < 2; v++) {
+                kv_array *a = &c->arrays[c->n_arrays];
+                a->layer = il;
+                a->shard = is;
+                a->is_v = v;
+                a->row_bytes = (size_t)sh->n_heads * (size_t)(v ? L->dv : L->dk) * L->elem;
+                a->page_bytes = ps * a->row_bytes;
+                size_t bytes;
+                if (!pkv_mul_ok(a->page_bytes, (size_t)c->n_pages, &bytes) || bytes > SIZE_MAX / 2)
+                    return pkv_err(PKV_ERR_NOMEM, "KV cache layer %d: %lld pages of %zu bytes overflow", il,
+                                   (long long)c->n_pages, a->page_bytes);
+                /* Find the open arena of this device; start a new one past its buffer limit. */
+                int ar = -1;
+                for (int k = c->n_arenas - 1; k >= 0; k--)
+                    if (c->arenas[k].dev == sh->storage) {
+                        ar = k;
+                        break;
+                    }
+                size_t maxb = pkv_device_get_caps(sh->storage)->max_buffer_bytes;
+                if (ar >= 0 && maxb && align_up(c->arenas[ar].size, KV_ARRAY_ALIGN) + bytes > maxb) ar = -1;
+                if (ar < 0) {
+                    ar = c->n_arenas++;
+                    c->arenas[ar].dev = sh->storage;
+                    c->arenas[ar].size = 0;
+                }
+                a->arena = ar;
+                a->off = align_up(c->arenas[ar].size, KV_ARRAY_ALIGN);
+                c->arenas[ar].size = a->off + bytes;
+                if (v)
+                    sh->v_array = c->n_arrays;
+                else
+                    sh->k_array = c->n_arrays;
+                total_page += a->page_bytes;
+                c->n_arrays++;
+            }
+        }
+    }
+    c->page_bytes_all = total_page;
+    return PKV_OK;
+}
+
+static size_t layout_page_bytes(const pkv_kv_layout *l) {
+    size_t t = 0;
+    for (int il = 0; il < l->n_layers; il++) {
+        const kv_layer *L = &l->layers[il];
+        t += (size_t)l->page_size * (size_t)L->n_kv_heads * (size_t)(L->dk + L->dv) * L->elem;
+    }
+    return t;
+}
+
+pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
+    pkv_kv_cache *c = pkv_calloc(1, sizeof *c);
+    if (!c) {
+        pkv_err(PKV_ERR_NOMEM, "KV cache: out of memory");
+        return NULL;
+    }
+    pkv_status s = pkv_kv_layout_init(&c->layout, &p);
+    if (s) {
+        pkv_free(c);
+        return NULL;
+    }
+    c->page_size = c->layout.page_size;
+    c->n_rot = p.rope_n_rot;
+    c->neox = p.rope_neox;
+    c->freq_base = p.rope_freq_base > 0 ? p.rope_freq_base : 10000.0f;
+    c->freq_scale = p.rope_freq_scale > 0 ? p.rope_freq_scale : 1.0f;
+    c->lru_head = c->lru_tail = -1;
+    size_t pb = layout_page_bytes(&c->layout);
+    if (p.n_pages < 0 || p.host_pages < 0) {
+        s = pkv_err(PKV_ERR_INVALID, "KV cache: negative page count (%lld device, %lld host)",
+                    (long long)p.n_pages, (long long)p.host_pages);
+        goto fail;
+    }
+    c->n_pages = p.n_pages ? p.n_pages : (int64_t)(p.budget_bytes / pb);
+    if (c->n_pages <= 0) {
+        s = pkv_err(PKV_ERR_INVALID, "KV cache: a budget of %llu bytes holds no page of %zu bytes (all layers, K+V)",
+                    (unsigned long long)p.budget_bytes, pb);
+        goto fail;
+    }
+    if ((uint64_t)c->n_pages * (uint64_t)c->page_size > INT32_MAX) {
+        s = pkv_err(PKV_ERR_INVALID, "KV cache: %lld pages of %d tokens exceed 2^31 rows", (long long)c->n_pages,
+                    c->page_size);
+        goto fail;
+    }
+    c->host_pages = p.host_pages ? p.host_pages : (int64_t)(p.host_budget_bytes / pb);
+    if ((s = plan_arrays(c))) goto fail;
+    for (int k = 0; k < c->n_arenas; k++) {
+        c->arenas[k].buf = pkv_buffer_alloc(c->arenas[k].dev, c->arenas[k].size);
+        if (!c->arenas[k].buf) {
+            s = pkv_err_prefix(PKV_ERR_NOMEM, "KV cache: %lld pages on %s", (long long)c->n_pages,
+                               pkv_device_name(c->arenas[k].dev));
+            goto fail;
+        }
+    }
+    if (c->host_pages > 0) {
+        size_t bytes;
+        if (!pkv_mul_ok((size_t)c->host_pages, c->page_bytes_all, &bytes)) {
+            s = pkv_err(PKV_ERR_NOMEM, "KV host pool: %lld pages overflow", (long long)c->host_pages);
+            goto fail;
+        }
+        c->host_on_device = !pkv_kv_test_plain_host_pool;
+        for (int k = 0; k < c->n_arenas; k++) c->host_on_device &= pkv_device_get_caps(c->arenas[k].dev)->host_memory;
+        c->host_used = pkv_calloc((size_t)c->host_pages, 1);
+        if (!c->host_on_device) c->host = pkv_malloc(bytes);
+        if (!c->host_used || (!c->host_on_device && !c->host)) {
+            s = pkv_err(PKV_ERR_NOMEM, "KV host pool: cannot allocate %lld pages (%zu bytes)",
+                        (long long)c->host_pages, bytes);
+            goto fail;
+        }
+        size_t off = 0;
+        for (int i = 0; i < c->n_arrays; i++) {
+            kv_arena *ar = &c->arenas[c->arrays[i].arena];
+            size_t *at = c->host_on_device ? &ar->host_size : &off;
+            c->arrays[i].host_off = *at;
+            *at += (size_t)c->host_pages * c->arrays[i].page_bytes;
+        }
+        for (int k = 0; k < c->n_arenas && c->host_on_device; k++) {
+            c->arenas[k].host_buf = pkv_buffer_alloc(c->arenas[k].dev, c->arenas[k].host_size);
+            if (!c->arenas[k].host_buf) {
+                s = pkv_err_prefix(PKV_ERR_NOMEM, "KV host pool: %lld pages", (long long)c->host_pages);
+                goto fail;
+            }
+        }
+        c->host_free = c->host_pages;
+    }
+    if ((s = pkv_kv_pool_init(c))) goto fail;
+    return c;
+fail:
+    (void)s; /* the message is set; freeing sets none */
+    pkv_kv_cache_free(c);
+    return NULL;
+}
+
+void pkv_kv_cache_free(pkv_kv_cache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->n_seqs; i++)
+        if (c->seqs[i].live) pkv_kv_seq_release(c, &c->seqs[i]);
+    pkv_free(c->seqs);
+    pkv_kv_pool_release(c);
+    for (int k = 0; k < c->n_arenas; k++) {
+        pkv_buffer_free(c->arenas[k].buf);
+        pkv_buffer_free(c->arenas[k].host_buf);
+    }
+    pkv_free(c->arenas);
+    pkv_free(c->arrays);
+    pkv_free(c->host);
+    pkv_free(c->host_used);
+    pkv_free(c->bt_indptr);
+    pkv_free(c->bt_pages);
+    pkv_free(c->bt_last);
+    pkv_free(c->bt_len);
+    pkv_free(c->bt_tok_indptr);
+    pkv_free(c->bt_pos);
+    pkv_kv_layout_release(&c->layout);
+    pkv_free(c);
+}
+
+void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!c) return;
+    *out = c->stats;
+    out->n_pages = c->n_pages;
+    out->pages_free = c->n_free;
+    out->pages_cached = c->n_cached;
+    out->pages_used = c->n_pages - c->n_free - c->n_cached;
+    out->host_pages = c->host_pages;
+    out->host_free = c->host_free;
+    out->n_seqs = c->n_live;
+}

@@ -1,0 +1,325 @@
+/* Save / load one sequence.
+ *
+ * File format, version 1, all integers little-endian (the host order of every
+ * supported platform):
+ *   "PKVKVSEQ"                          8 bytes magic
+ *   u32 version, u32 n_layers, u32 page_size, u32 reserved (0)
+ *   u64 layout fingerprint               (pkv_kv_layout_fingerprint)
+ *   n_layers x {u32 n_kv_heads, u32 head_dim_k, u32 head_dim_v, u32 dtype}
+ *   u64 n_tokens, u64 sequence fingerprint, u64 exact_until (first token moved by a
+ *       shift, never published for prefix reuse; 2^63-1 when none)
+ *   i32 tokens[n_tokens], i32 positions[n_tokens]
+ *   per layer: K dtype [n_tokens][n_kv_heads][head_dim_k], V dtype [n_tokens][n_kv_heads][head_dim_v]
+ *   u64 checksum: h = pkv_hash64(header, 0), then h = pkv_hash64(section, h) for
+ *       each layer's K and V section in order.
+ * The payload is in token-then-head order for the whole layer, so a file loads
+ * into any sharding and any devices of the same geometry. */
+#include "kv/kv-impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define KV_FILE_MAGIC "PKVKVSEQ"
+#define KV_FILE_VERSION 1u
+
+static size_t header_bytes(int n_layers, int64_t n_tokens) {
+    return 8 + 16 + 8 + (size_t)n_layers * 16 + 24 + (size_t)n_tokens * 8;
+}
+
+static size_t layer_bytes(const kv_layer *L, int64_t n_tokens, bool v) {
+    return (size_t)n_tokens * (size_t)L->n_kv_heads * (size_t)(v ? L->dv : L->dk) * L->elem;
+}
+
+/* Copy the sequence's rows of array `a` between its device pages and the
+ * canonical layer buffer canon ([n_tokens][H][d]), through tmp ([n][page]). */
+static pkv_status move_array(pkv_kv_cache *c, const kv_array *a, const int32_t *pages, int64_t n_pages,
+                             int64_t n_tokens, uint8_t *canon, uint8_t *tmp, bool to_device) {
+    const kv_layer *L = &c->layout.layers[a->layer];
+    const kv_shard *sh = &L->shards[a->shard];
+    size_t d = (size_t)(a->is_v ? L->dv : L->dk);
+    size_t canon_row = (size_t)L->n_kv_heads * d * L->elem, head_off = (size_t)sh->head_begin * d * L->elem;
+    int ps = c->page_size;
+    pkv_buffer *buf = kv_array_buf(c, a);
+    if (to_device)
+        for (int64_t t = 0; t < n_tokens; t++)
+            memcpy(tmp + (size_t)t * a->row_bytes, canon + (size_t)t * canon_row + head_off, a->row_bytes);
+    pkv_status st = PKV_OK;
+    for (int64_t i = 0; i < n_pages && !st;) {
+        int64_t j = i + 1;
+        while (j < n_pages && pages[j] == pages[j - 1] + 1) j++;
+        size_t off = a->off + (size_t)pages[i] * a->page_bytes, bytes = (size_t)(j - i) * a->page_bytes;
+        if (j == n_pages) bytes -= (size_t)(n_pages * ps - n_tokens) * a->row_bytes; /* unused tail slots */
+        uint8_t *h = tmp + (size_t)i * a->page_bytes;
+        st = to_device ? pkv_buffer_write(buf, off, h, bytes) : pkv_buffer_read(buf, off, h, bytes);
+        i = j;
+    }
+    if (!st && !to_device)
+        for (int64_t t = 0; t < n_tokens; t++)
+            memcpy(canon + (size_t)t * canon_row + head_off, tmp + (size_t)t * a->row_bytes, a->row_bytes);
+    return st;
+}
+
+static void put32(uint8_t **p, uint32_t v) {
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+static void put64(uint8_t **p, uint64_t v) {
+    memcpy(*p, &v, 8);
+    *p += 8;
+}
+static uint32_t get32(const uint8_t **p) {
+    uint32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+static uint64_t get64(const uint8_t **p) {
+    uint64_t v;
+    memcpy(&v, *p, 8);
+    *p += 8;
+    return v;
+}
+
+/* Largest canonical layer section and largest per-array staging. */
+static void scratch_sizes(const pkv_kv_cache *c, int64_t n_tokens, size_t *canon, size_t *tmp) {
+    *canon = 1;
+    *tmp = 1;
+    int64_t n_pages = (n_tokens + c->page_size - 1) / c->page_size;
+    for (int il = 0; il < c->layout.n_layers; il++)
+        for (int v = 0; v < 2; v++) *canon = PKV_MAX(*canon, layer_bytes(&c->layout.layers[il], n_tokens, v));
+    for (int a = 0; a < c->n_arrays; a++) *tmp = PKV_MAX(*tmp, (size_t)n_pages * c->arrays[a].page_bytes);
+}
+
+pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
+    if (!path) return pkv_err(PKV_ERR_INVALID, "save: path is NULL");
+    kv_seq *s = pkv_kv_seq_resident(c, seq, "save");
+    if (!s) return PKV_ERR_INVALID;
+    const pkv_kv_layout *l = &c->layout;
+    int64_t n = s->n_tokens, n_pages = pkv_kv_seq_pages(c, s);
+    size_t hb = header_bytes(l->n_layers, n), canon_b, tmp_b;
+    scratch_sizes(c, n, &canon_b, &tmp_b);
+    uint8_t *hdr = pkv_malloc(hb), *canon = pkv_malloc(canon_b), *tmp = pkv_malloc(tmp_b);
+    int32_t *pages = pkv_malloc((size_t)(n_pages ? n_pages : 1) * sizeof *pages);
+    pkv_status st = PKV_OK;
+    FILE *f = NULL;
+    if (!hdr || !canon || !tmp || !pages) {
+        st = pkv_err(PKV_ERR_NOMEM, "save of sequence %d: out of memory", seq);
+        goto done;
+    }
+    pkv_kv_seq_publish(c, s);
+    pkv_kv_seq_flatten(s, n_pages, pages);
+    uint8_t *p = hdr;
+    memcpy(p, KV_FILE_MAGIC, 8);
+    p += 8;
+    put32(&p, KV_FILE_VERSION);
+    put32(&p, (uint32_t)l->n_layers);
+    put32(&p, (uint32_t)l->page_size);
+    put32(&p, 0);
+    put64(&p, l->fingerprint);
+    for (int il = 0; il < l->n_layers; il++) {
+        const kv_layer *L = &l->layers[il];
+        put32(&p, (uint32_t)L->n_kv_heads);
+        put32(&p, (uint32_t)L->dk);
+        put32(&p, (uint32_t)L->dv);
+        put32(&p, (uint32_t)L->dtype);
+    }
+    put64(&p, (uint64_t)n);
+    put64(&p, s->fp);
+    put64(&p, (uint64_t)s->exact_until);
+    pkv_kv_seq_tokens(c, seq, 0, n, (int32_t *)(void *)p, (int32_t *)(void *)(p + (size_t)n * 4));
+    f = fopen(path, "wb");
+    if (!f) {
+        st = pkv_err(PKV_ERR_IO, "save: cannot create %s", path);
+        goto done;
+    }
+    uint64_t h = pkv_hash64(hdr, hb, 0);
+    if (fwrite(hdr, 1, hb, f) != hb) st = pkv_err(PKV_ERR_IO, "save: writing the header of %s failed", path);
+    for (int il = 0; il < l->n_layers && !st; il++) {
+        const kv_layer *L = &l->layers[il];
+        for (int v = 0; v < 2 && !st; v++) {
+            for (int ish = 0; ish < L->n_shards && !st; ish++) {
+                const kv_array *a = &c->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
+                st = move_array(c, a, pages, n_pages, n, canon, tmp, false);
+            }
+            size_t bytes = layer_bytes(L, n, v);
+            if (!st) {
+                h = pkv_hash64(canon, bytes, h);
+                if (fwrite(canon, 1, bytes, f) != bytes)
+                    st = pkv_err(PKV_ERR_IO, "save: writing layer %d of %s failed", il, path);
+            }
+        }
+    }
+    if (!st && fwrite(&h, 1, 8, f) != 8) st = pkv_err(PKV_ERR_IO, "save: writing the checksum of %s failed", path);
+    if (fclose(f) != 0 && !st) st = pkv_err(PKV_ERR_IO, "save: closing %s failed", path);
+    if (st) remove(path);
+done:
+    pkv_free(hdr);
+    pkv_free(canon);
+    pkv_free(tmp);
+    pkv_free(pages);
+    return st;
+}
+
+static const char *type_name(uint32_t t) {
+    const char *n = pkv_type_name((pkv_type)t);
+    return n ? n : "unknown";
+}
+
+/* Parse and check the whole file against the cache; on success *n_tokens and the
+ * offsets of tokens/positions/payload are set. */
+static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint8_t *data, size_t size,
+                             int64_t *n_tokens, uint64_t *fp, int64_t *exact_until) {
+    const pkv_kv_layout *l = &c->layout;
+    if (size < 8 + 16 + 8 || memcmp(data, KV_FILE_MAGIC, 8) != 0)
+        return pkv_err(PKV_ERR_FORMAT, "%s is not a pagekv sequence file (bad magic or shorter than a header: %zu bytes)",
+                       path, size);
+    const uint8_t *p = data + 8;
+    uint32_t version = get32(&p), n_layers = get32(&p), page_size = get32(&p);
+    (void)get32(&p);
+    (void)get64(&p);
+    if (version != KV_FILE_VERSION)
+        return pkv_err(PKV_ERR_FORMAT, "%s: format version %u, this build reads version %u", path, version,
+                       KV_FILE_VERSION);
+    if (n_layers != (uint32_t)l->n_layers)
+        return pkv_err(PKV_ERR_FORMAT, "%s: the file has %u layers, the cache has %d", path, n_layers, l->n_layers);
+    if (size < header_bytes(l->n_layers, 0))
+        return pkv_err(PKV_ERR_FORMAT, "%s is truncated: %zu bytes, shorter than its header", path, size);
+    for (int il = 0; il < l->n_layers; il++) {
+        const kv_layer *L = &l->layers[il];
+        uint32_t h = get32(&p), dk = get32(&p), dv = get32(&p), dt = get32(&p);
+        if (h != (uint32_t)L->n_kv_heads)
+            return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %u KV heads in the file, %d in the cache", path, il, h,
+                           L->n_kv_heads);
+        if (dk != (uint32_t)L->dk || dv != (uint32_t)L->dv)
+            return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has head sizes K %u, V %u in the file, K %d, V %d in the cache",
+                           path, il, dk, dv, L->dk, L->dv);
+        if (dt != (uint32_t)L->dtype)
+            return pkv_err(PKV_ERR_FORMAT, "%s: layer %d stores %s in the file, %s in the cache", path, il,
+                           type_name(dt), type_name((uint32_t)L->dtype));
+    }
+    if (page_size != (uint32_t)l->page_size)
+        return pkv_err(PKV_ERR_FORMAT, "%s: pages of %u tokens in the file, %d in the cache", path, page_size,
+                       l->page_size);
+    uint64_t n = get64(&p);
+    *fp = get64(&p);
+    uint64_t ex = get64(&p);
+    *exact_until = ex > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ex;
+    /* Each token needs at least 8 bytes of header, so this bounds n before any product. */
+    if (n > (uint64_t)INT32_MAX || n > size / 8)
+        return pkv_err(PKV_ERR_FORMAT, "%s is truncated or corrupt: %llu tokens in a file of %zu bytes", path,
+                       (unsigned long long)n, size);
+    size_t want = header_bytes(l->n_layers, (int64_t)n) + 8;
+    for (int il = 0; il < l->n_layers; il++)
+        want += layer_bytes(&l->layers[il], (int64_t)n, false) + layer_bytes(&l->layers[il], (int64_t)n, true);
+    if (size < want)
+        return pkv_err(PKV_ERR_FORMAT, "%s is truncated: %zu bytes, %zu expected for %llu tokens", path, size, want,
+                       (unsigned long long)n);
+    if (size > want)
+        return pkv_err(PKV_ERR_FORMAT, "%s has %zu bytes after the expected end (%zu bytes)", path, size - want, want);
+    size_t hb = header_bytes(l->n_layers, (int64_t)n);
+    uint64_t h = pkv_hash64(data, hb, 0);
+    size_t off = hb;
+    for (int il = 0; il < l->n_layers; il++)
+        for (int v = 0; v < 2; v++) {
+            size_t b = layer_bytes(&l->layers[il], (int64_t)n, v);
+            h = pkv_hash64(data + off, b, h);
+            off += b;
+        }
+    uint64_t stored;
+    memcpy(&stored, data + off, 8);
+    if (stored != h)
+        return pkv_err(PKV_ERR_FORMAT, "%s: checksum mismatch (stored %016llx, computed %016llx): the file is corrupt",
+                       path, (unsigned long long)stored, (unsigned long long)h);
+    *n_tokens = (int64_t)n;
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerprint, int32_t *seq) {
+    if (!c || !path || !seq) return pkv_err(PKV_ERR_INVALID, "pkv_kv_seq_load: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return pkv_err(PKV_ERR_IO, "load: cannot open %s", path);
+    long end = -1;
+    if (fseek(f, 0, SEEK_END) == 0) end = ftell(f);
+    if (end < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return pkv_err(PKV_ERR_IO, "load: cannot determine the size of %s", path);
+    }
+    size_t size = (size_t)end;
+    uint8_t *data = pkv_malloc(size);
+    if (!data) {
+        fclose(f);
+        return pkv_err(PKV_ERR_NOMEM, "load: cannot buffer %s (%zu bytes)", path, size);
+    }
+    size_t got = fread(data, 1, size, f);
+    fclose(f);
+    pkv_status st = PKV_OK;
+    uint8_t *canon = NULL, *tmp = NULL;
+    int32_t *pages = NULL;
+    int64_t n = 0;
+    uint64_t file_fp = 0;
+    int64_t exact_until = INT64_MAX;
+    if (got != size) {
+        st = pkv_err(PKV_ERR_IO, "load: reading %s failed after %zu of %zu bytes", path, got, size);
+        goto done;
+    }
+    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until))) goto done;
+    int ps = c->page_size;
+    int64_t n_pages = (n + ps - 1) / ps, avail = pkv_kv_pool_available(c);
+    if (n_pages > avail) {
+        st = pkv_err(PKV_ERR_OUT_OF_PAGES, "load of %s needs %lld pages, %lld are free or evictable", path,
+                     (long long)n_pages, (long long)avail);
+        goto done;
+    }
+    size_t canon_b, tmp_b;
+    scratch_sizes(c, n, &canon_b, &tmp_b);
+    tmp = pkv_malloc(tmp_b);
+    pages = pkv_malloc((size_t)(n_pages ? n_pages : 1) * sizeof *pages);
+    int32_t id = -1;
+    if (!tmp || !pages) {
+        st = pkv_err(PKV_ERR_NOMEM, "load of %s: out of memory", path);
+        goto done;
+    }
+    if ((st = pkv_kv_seq_alloc_slot(c, &id))) goto done;
+    pkv_kv_pool_take(c, n_pages, pages);
+    const pkv_kv_layout *l = &c->layout;
+    size_t off = header_bytes(l->n_layers, n);
+    for (int il = 0; il < l->n_layers && !st; il++) {
+        const kv_layer *L = &l->layers[il];
+        for (int v = 0; v < 2 && !st; v++) {
+            for (int ish = 0; ish < L->n_shards && !st; ish++) {
+                const kv_array *a = &c->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
+                st = move_array(c, a, pages, n_pages, n, data + off, tmp, true);
+            }
+            off += layer_bytes(L, n, v);
+        }
+    }
+    if (st) {
+        for (int64_t i = 0; i < n_pages; i++) pkv_kv_page_unref(c, pages[i]);
+        pkv_err_prefix(st, "load of %s", path);
+        goto done;
+    }
+    const uint8_t *tp = data + header_bytes(l->n_layers, 0);
+    for (int64_t t = 0; t < n; t++) {
+        size_t at = (size_t)pages[t / ps] * ps + (size_t)(t % ps);
+        memcpy(&c->tok[at], tp + (size_t)t * 4, 4);
+        memcpy(&c->pos[at], tp + (size_t)(n + t) * 4, 4);
+    }
+    kv_seq *s = &c->seqs[id];
+    memset(s, 0, sizeof *s);
+    s->live = true;
+    s->fp = fingerprint ? fingerprint : file_fp;
+    s->exact_until = exact_until;
+    s->n_tokens = n;
+    s->own = pages;
+    s->n_own = (size_t)n_pages;
+    s->cap_own = (size_t)(n_pages ? n_pages : 1);
+    pages = NULL;
+    c->n_live++;
+    *seq = id;
+done:
+    pkv_free(data);
+    pkv_free(canon);
+    pkv_free(tmp);
+    pkv_free(pages);
+    return st;
+}

@@ -1,0 +1,208 @@
+/* Internals of the paged KV cache (src/kv/). Only the kv layer and its tests include it.
+ *
+ * Storage: each storage device gets one "arena" buffer (more when a device's
+ * largest buffer is too small) holding, at its own offset, the K array and the V
+ * array of every (layer, shard) stored there. Every such array is page-major:
+ *     dtype [n_pages][page_size][n_heads_of_shard][head_dim]
+ * so page p of an array starts at off + p * page_bytes. Batched operations (COW,
+ * shift, clear) therefore need one pkv_buffer_copy_regions per arena.
+ *
+ * Sequences: a block table is a chain of immutable, reference-counted nodes of
+ * full pages (shared structurally between forks) followed by the sequence's own
+ * pages (the last one may be partial). Fork freezes the parent's own full pages
+ * into a node, so it is O(1) in the context length. */
+#ifndef PKV_KV_IMPL_H
+#define PKV_KV_IMPL_H
+
+#include "base/base.h"
+#include "device/device.h"
+
+/* One K or V array of one (layer, shard). */
+typedef struct kv_array {
+    int layer, shard;
+    bool is_v;
+    int arena;
+    size_t off;        /* bytes: page 0 inside the arena buffer */
+    size_t row_bytes;  /* one token: n_heads * head_dim * element size */
+    size_t page_bytes; /* page_size * row_bytes */
+    size_t host_off;   /* bytes: page 0 inside the host swap pool */
+} kv_array;
+
+typedef struct kv_arena {
+    pkv_device *dev;
+    pkv_buffer *buf; /* [size] bytes holding several kv_arrays */
+    size_t size;
+    /* Host swap pool of this arena's arrays when the device's memory is host
+     * memory (a CPU device): a buffer on the same device, so a swap is one
+     * batched, parallel pkv_buffer_copy_regions per arena. NULL otherwise. */
+    pkv_buffer *host_buf;
+    size_t host_size;
+} kv_arena;
+
+typedef struct kv_shard {
+    pkv_device *storage, *compute;
+    int head_begin, n_heads;
+    int k_array, v_array; /* indices into pkv_kv_cache.arrays */
+} kv_shard;
+
+typedef struct kv_layer {
+    int n_kv_heads, dk, dv;
+    pkv_type dtype;
+    size_t elem; /* bytes per element */
+    int n_shards;
+    kv_shard *shards; /* [n_shards], sorted by head_begin */
+} kv_layer;
+
+struct pkv_kv_layout {
+    int n_layers, page_size;
+    kv_layer *layers; /* [n_layers] */
+    uint64_t fingerprint;
+};
+
+/* Host-side record of one device page. */
+typedef struct kv_page {
+    int32_t refs;               /* holders: sequences' own lists and nodes */
+    int32_t lru_prev, lru_next; /* cached list (refs == 0 && indexed) */
+    int32_t hnext;              /* prefix-index bucket chain */
+    int32_t prev_page;          /* indexed: predecessor page in its chain, -1 for the first */
+    uint32_t gen;               /* bumped when the page leaves the index */
+    uint32_t prev_gen;          /* gen of prev_page when this page was indexed */
+    bool indexed;
+    bool free;
+    uint64_t key; /* chained hash */
+    uint64_t fp;  /* fingerprint of the producer */
+} kv_page;
+
+typedef struct kv_node {
+    int32_t refs; /* sequences and child nodes holding it */
+    struct kv_node *parent; /* pages before this node, or NULL */
+    int64_t n_before;       /* pages in the parent chain */
+    int64_t n;              /* pages in this node */
+    int32_t *pages;         /* [n] full pages; the node holds one reference on each */
+} kv_node;
+
+typedef struct kv_seq {
+    bool live, swapped;
+    uint64_t fp;
+    int64_t n_tokens;
+    kv_node *prefix;  /* shared full pages [0, n_prefix), or NULL */
+    int64_t n_prefix; /* pages */
+    int32_t *own;     /* pages [n_prefix, n_prefix + n_own); one reference each */
+    size_t n_own, cap_own;
+    int64_t pub_n;    /* leading full pages published to the prefix index */
+    bool pub_stop;    /* page pub_n cannot be published (unknown tokens) */
+    int64_t exact_until; /* tokens from here on were moved by a shift: their KV is not
+                            what a fresh forward pass computes, so never published */
+    /* swapped out: */
+    int32_t *host;    /* [ceil(n_tokens / page_size)] host pool pages */
+    int32_t *sw_tok, *sw_pos; /* [n_tokens] */
+} kv_seq;
+
+struct pkv_kv_cache {
+    pkv_kv_layout layout;
+    int page_size;
+    int n_rot;
+    bool neox;
+    float freq_base, freq_scale;
+
+    kv_arena *arenas;
+    int n_arenas;
+    kv_array *arrays; /* [n_arrays]: K and V of every (layer, shard) */
+    int n_arrays;
+    size_t page_bytes_all; /* one page of every array */
+
+    /* page pool */
+    int64_t n_pages;
+    kv_page *pages;      /* [n_pages] */
+    int32_t *tok, *pos;  /* [n_pages][page_size] token ids and positions */
+    int32_t *free_stack; /* [n_pages] */
+    int64_t n_free;
+    int32_t lru_head, lru_tail; /* oldest first */
+    int64_t n_cached;
+    int32_t *buckets; /* [n_buckets] prefix index heads */
+    uint64_t n_buckets;
+
+    /* sequences */
+    kv_seq *seqs;
+    size_t n_seqs, cap_seqs;
+    int n_live;
+
+    /* host swap pool: every array mirrored, dtype [host_pages][page_size][...],
+     * in arena host buffers (host_on_device) or in plain host memory `host` */
+    bool host_on_device;
+    uint8_t *host;
+    int64_t host_pages, host_free;
+    uint8_t *host_used; /* [host_pages] */
+
+    /* scratch for block tables */
+    int32_t *bt_indptr, *bt_pages, *bt_last, *bt_len, *bt_tok_indptr, *bt_pos;
+    size_t cap_seqs_bt, cap_pages_bt, cap_pos_bt;
+
+    pkv_kv_stats stats;
+};
+
+/* Test hook (tests only): when true every prefix hash is the same value, so every
+ * lookup walks one bucket and only the token comparison separates pages. */
+extern bool pkv_kv_test_hash_collide;
+/* Test hook: keep the host swap pool in plain host memory even for CPU devices
+ * (the path every non-host device takes). Read at cache creation. */
+extern bool pkv_kv_test_plain_host_pool;
+
+/* layout (kv-layout.c) */
+pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p);
+void pkv_kv_layout_release(pkv_kv_layout *l);
+uint64_t pkv_kv_geometry_hash(int n_layers, int page_size, const int32_t *geom /* [n_layers][4] */);
+
+/* pool (kv-pool.c) */
+pkv_status pkv_kv_pool_init(pkv_kv_cache *c);
+void pkv_kv_pool_release(pkv_kv_cache *c);
+int64_t pkv_kv_pool_available(const pkv_kv_cache *c); /* free + evictable */
+/* Take n pages (caller checked availability), each with refs = 1, sorted ascending. */
+void pkv_kv_pool_take(pkv_kv_cache *c, int64_t n, int32_t *out);
+void pkv_kv_page_ref(pkv_kv_cache *c, int32_t p);
+/* Drop one reference; returns true when the page went back to the free list. */
+bool pkv_kv_page_unref(pkv_kv_cache *c, int32_t p);
+void pkv_kv_pool_reset(pkv_kv_cache *c); /* everything free, index empty */
+
+/* prefix index (kv-prefix.c) */
+void pkv_kv_index_remove(pkv_kv_cache *c, int32_t p);
+void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s);
+uint64_t pkv_kv_page_key(const pkv_kv_cache *c, uint64_t seed, const int32_t *tok, const int32_t *pos);
+
+/* sequences (kv-seq.c) */
+kv_seq *pkv_kv_seq_get(pkv_kv_cache *c, int32_t id, const char *what);
+kv_seq *pkv_kv_seq_resident(pkv_kv_cache *c, int32_t id, const char *what);
+int64_t pkv_kv_seq_pages(const pkv_kv_cache *c, const kv_seq *s);
+int32_t pkv_kv_seq_page(const kv_seq *s, int64_t i);
+void pkv_kv_seq_flatten(const kv_seq *s, int64_t n, int32_t *out); /* first n pages */
+void pkv_kv_node_unref(pkv_kv_cache *c, kv_node *n);
+/* Make s hold only its first keep_pages pages plus tail[n_tail] (already owned),
+ * with n_tokens tokens. prepare allocates (may fail, changes nothing); apply
+ * cannot fail. */
+typedef struct kv_keep_plan {
+    int32_t *arr; /* non-NULL: a flattened own list replacing the node chain */
+    size_t cap;
+    int64_t keep;
+} kv_keep_plan;
+pkv_status pkv_kv_keep_prepare(pkv_kv_cache *c, kv_seq *s, int64_t keep_pages, int64_t n_tail, int64_t n_tokens,
+                               kv_keep_plan *plan);
+void pkv_kv_keep_apply(pkv_kv_cache *c, kv_seq *s, kv_keep_plan *plan, const int32_t *tail, int64_t n_tail,
+                       int64_t n_tokens);
+pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id);
+void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s); /* drop every page and host page, keep the slot */
+
+/* host pool (kv-swap.c) */
+void pkv_kv_host_release_pages(pkv_kv_cache *c, const int32_t *h, int64_t n);
+
+/* Helpers for batched device work (kv-ops.c). A row run copies n rows (tokens)
+ * from src_row to dst_row in every array. */
+typedef struct kv_run {
+    int64_t src, dst, n;
+} kv_run;
+pkv_status pkv_kv_copy_runs(pkv_kv_cache *c, const kv_run *runs, size_t n_runs);
+/* Zero-fill pages (sorted in place, coalesced into runs) in every array. */
+pkv_status pkv_kv_fill_pages(pkv_kv_cache *c, int32_t *pages, int64_t n);
+
+static inline pkv_buffer *kv_array_buf(const pkv_kv_cache *c, const kv_array *a) { return c->arenas[a->arena].buf; }
+
+#endif

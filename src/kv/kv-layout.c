@@ -1,0 +1,189 @@
+/* KV layout: per-layer geometry (I4) and explicit shard placement (I5),
+ * validated once at creation with errors that name the layer. */
+#include "kv/kv-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_shard(const void *a, const void *b) {
+    const kv_shard *x = a, *y = b;
+    return (x->head_begin > y->head_begin) - (x->head_begin < y->head_begin);
+}
+
+uint64_t pkv_kv_geometry_hash(int n_layers, int page_size, const int32_t *geom) {
+    int32_t head[3] = {0x4b56, n_layers, page_size};
+    uint64_t h = pkv_hash64(head, sizeof head, 0x706b766c61796f75ull);
+    return pkv_hash64(geom, (size_t)n_layers * 4 * sizeof(int32_t), h);
+}
+
+static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer_desc *d) {
+    if (d->n_kv_heads <= 0)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d KV heads (must be > 0)", il, d->n_kv_heads);
+    if (d->head_dim_k <= 0 || d->head_dim_v <= 0)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: head sizes K %d, V %d (must be > 0)", il,
+                       d->head_dim_k, d->head_dim_v);
+    if (d->dtype != PKV_TYPE_F32 && d->dtype != PKV_TYPE_F16) {
+        const char *n = pkv_type_name(d->dtype);
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: dtype %s (KV pages are f32 or f16)", il,
+                       n ? n : "unknown");
+    }
+    int n_rot = p->rope_n_rot ? p->rope_n_rot : d->head_dim_k;
+    if (n_rot <= 0 || n_rot % 2 || n_rot > d->head_dim_k)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: rope_n_rot %d must be even and <= head_dim_k %d", il,
+                       n_rot, d->head_dim_k);
+    if (d->n_shards < 0 || (d->n_shards > 0 && !d->shards))
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d shards but no shard list", il, d->n_shards);
+    if (d->n_shards == 0 && !p->device)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: no shards and no default device (params.device)", il);
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
+    memset(l, 0, sizeof *l);
+    if (p->n_layers <= 0 || !p->layers)
+        return pkv_err(PKV_ERR_INVALID, "KV layout: %d layers%s", p->n_layers, p->layers ? "" : " and no layer list");
+    int ps = p->page_size ? p->page_size : 16;
+    if (ps < 1 || ps > PKV_KV_MAX_PAGE_SIZE)
+        return pkv_err(PKV_ERR_INVALID, "KV layout: page size %d tokens is outside [1, %d]", p->page_size,
+                       PKV_KV_MAX_PAGE_SIZE);
+    for (int il = 0; il < p->n_layers; il++) {
+        pkv_status s = check_layer(p, il, &p->layers[il]);
+        if (s) return s;
+    }
+    l->layers = pkv_calloc((size_t)p->n_layers, sizeof *l->layers);
+    if (!l->layers) return pkv_err(PKV_ERR_NOMEM, "KV layout: out of memory for %d layers", p->n_layers);
+    l->n_layers = p->n_layers;
+    l->page_size = ps;
+    pkv_status s = PKV_OK;
+    for (int il = 0; il < p->n_layers && !s; il++) {
+        const pkv_kv_layer_desc *d = &p->layers[il];
+        kv_layer *L = &l->layers[il];
+        L->n_kv_heads = d->n_kv_heads;
+        L->dk = d->head_dim_k;
+        L->dv = d->head_dim_v;
+        L->dtype = d->dtype;
+        L->elem = d->dtype == PKV_TYPE_F32 ? 4 : 2;
+        int ns = d->n_shards ? d->n_shards : 1;
+        L->shards = pkv_calloc((size_t)ns, sizeof *L->shards);
+        if (!L->shards) {
+            s = pkv_err(PKV_ERR_NOMEM, "KV layout layer %d: out of memory", il);
+            break;
+        }
+        L->n_shards = ns;
+        if (d->n_shards == 0) {
+            L->shards[0] = (kv_shard){p->device, p->device, 0, d->n_kv_heads, -1, -1};
+        } else {
+            for (int i = 0; i < ns; i++) {
+                const pkv_kv_shard_desc *sd = &d->shards[i];
+                if (!sd->storage) {
+                    s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d shard %d: no storage device", il, i);
+                    break;
+                }
+                if (sd->n_heads <= 0 || sd->head_begin < 0 || sd->head_begin + sd->n_heads > d->n_kv_heads) {
+                    s = pkv_err(PKV_ERR_INVALID,
+                                "KV layout layer %d shard %d: heads [%d, %d) are outside the layer's %d KV heads", il,
+                                i, sd->head_begin, sd->head_begin + sd->n_heads, d->n_kv_heads);
+                    break;
+                }
+                L->shards[i] = (kv_shard){sd->storage, sd->compute ? sd->compute : sd->storage, sd->head_begin,
+                                          sd->n_heads, -1, -1};
+            }
+            if (s) break;
+            qsort(L->shards, (size_t)ns, sizeof *L->shards, cmp_shard);
+            int next = 0;
+            for (int i = 0; i < ns && !s; i++) {
+                kv_shard *sh = &L->shards[i];
+                if (sh->head_begin < next)
+                    s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d: shards overlap: head %d is in two shards", il,
+                                sh->head_begin);
+                else if (sh->head_begin > next)
+                    s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d: heads [%d, %d) are in no shard", il, next,
+                                sh->head_begin);
+                next = sh->head_begin + sh->n_heads;
+            }
+            if (!s && next != d->n_kv_heads)
+                s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d: heads [%d, %d) are in no shard", il, next,
+                            d->n_kv_heads);
+        }
+        for (int i = 0; i < ns && !s; i++) {
+            kv_shard *sh = &L->shards[i];
+            if (!pkv_device_can_access(sh->compute, sh->storage))
+                s = pkv_err(PKV_ERR_INVALID,
+                            "KV layout layer %d shard %d (heads %d..%d): stored on %s but computed on %s, which cannot "
+                            "access it: store the shard on %s or compute it on %s",
+                            il, i, sh->head_begin, sh->head_begin + sh->n_heads - 1, pkv_device_name(sh->storage),
+                            pkv_device_name(sh->compute), pkv_device_name(sh->compute), pkv_device_name(sh->storage));
+        }
+    }
+    if (s) {
+        pkv_kv_layout_release(l);
+        return s;
+    }
+    int32_t *geom = pkv_malloc((size_t)l->n_layers * 4 * sizeof(int32_t));
+    if (!geom) {
+        pkv_kv_layout_release(l);
+        return pkv_err(PKV_ERR_NOMEM, "KV layout: out of memory");
+    }
+    for (int il = 0; il < l->n_layers; il++) {
+        geom[il * 4 + 0] = l->layers[il].n_kv_heads;
+        geom[il * 4 + 1] = l->layers[il].dk;
+        geom[il * 4 + 2] = l->layers[il].dv;
+        geom[il * 4 + 3] = (int32_t)l->layers[il].dtype;
+    }
+    l->fingerprint = pkv_kv_geometry_hash(l->n_layers, l->page_size, geom);
+    pkv_free(geom);
+    return PKV_OK;
+}
+
+void pkv_kv_layout_release(pkv_kv_layout *l) {
+    if (l->layers)
+        for (int il = 0; il < l->n_layers; il++) pkv_free(l->layers[il].shards);
+    pkv_free(l->layers);
+    memset(l, 0, sizeof *l);
+}
+
+const pkv_kv_layout *pkv_kv_cache_layout(const pkv_kv_cache *c) { return c ? &c->layout : NULL; }
+int pkv_kv_layout_n_layers(const pkv_kv_layout *l) { return l ? l->n_layers : 0; }
+int pkv_kv_layout_page_size(const pkv_kv_layout *l) { return l ? l->page_size : 0; }
+uint64_t pkv_kv_layout_fingerprint(const pkv_kv_layout *l) { return l ? l->fingerprint : 0; }
+
+pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out) {
+    if (!l || !out) return pkv_err(PKV_ERR_INVALID, "pkv_kv_layout_layer: NULL argument");
+    if (il < 0 || il >= l->n_layers)
+        return pkv_err(PKV_ERR_INVALID, "KV layer %d does not exist (the layout has %d layers)", il, l->n_layers);
+    const kv_layer *L = &l->layers[il];
+    out->n_kv_heads = L->n_kv_heads;
+    out->head_dim_k = L->dk;
+    out->head_dim_v = L->dv;
+    out->dtype = L->dtype;
+    out->n_shards = L->n_shards;
+    out->k_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * (size_t)L->dk * L->elem;
+    out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * (size_t)L->dv * L->elem;
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_info *out) {
+    if (!c || !out) return pkv_err(PKV_ERR_INVALID, "pkv_kv_shard: NULL argument");
+    if (il < 0 || il >= c->layout.n_layers)
+        return pkv_err(PKV_ERR_INVALID, "KV layer %d does not exist (the cache has %d layers)", il,
+                       c->layout.n_layers);
+    const kv_layer *L = &c->layout.layers[il];
+    if (ish < 0 || ish >= L->n_shards)
+        return pkv_err(PKV_ERR_INVALID, "KV layer %d has no shard %d (it has %d)", il, ish, L->n_shards);
+    const kv_shard *sh = &L->shards[ish];
+    const kv_array *k = &c->arrays[sh->k_array], *v = &c->arrays[sh->v_array];
+    out->storage = sh->storage;
+    out->compute = sh->compute;
+    out->head_begin = sh->head_begin;
+    out->n_heads = sh->n_heads;
+    out->k = kv_array_buf(c, k);
+    out->v = kv_array_buf(c, v);
+    out->k_off = k->off;
+    out->v_off = v->off;
+    out->k_row_bytes = k->row_bytes;
+    out->v_row_bytes = v->row_bytes;
+    out->k_page_bytes = k->page_bytes;
+    out->v_page_bytes = v->page_bytes;
+    out->n_pages = c->n_pages;
+    return PKV_OK;
+}

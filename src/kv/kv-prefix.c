@@ -1,0 +1,150 @@
+/* Prefix reuse: full pages are indexed by a chained hash of their tokens and
+ * positions, seeded by the producer's fingerprint. A hit is trusted only after
+ * comparing the page's tokens, positions, fingerprint and predecessor page (with
+ * its generation, so a predecessor evicted and reused never matches), so the
+ * whole prefix is verified and a hash collision can never return wrong KV. */
+#include "kv/kv-impl.h"
+
+#include <string.h>
+
+uint64_t pkv_kv_page_key(const pkv_kv_cache *c, uint64_t seed, const int32_t *tok, const int32_t *pos) {
+    if (pkv_kv_test_hash_collide) return 42;
+    size_t n = (size_t)c->page_size * sizeof(int32_t);
+    return pkv_hash64(pos, n, pkv_hash64(tok, n, seed));
+}
+
+static uint64_t fp_seed(uint64_t fp) {
+    if (pkv_kv_test_hash_collide) return 42;
+    return pkv_hash64(&fp, sizeof fp, 0x70726566697821ull);
+}
+
+static void index_insert(pkv_kv_cache *c, int32_t id, uint64_t key, uint64_t fp, int32_t prev) {
+    kv_page *p = &c->pages[id];
+    uint64_t b = key & (c->n_buckets - 1);
+    p->key = key;
+    p->fp = fp;
+    p->prev_page = prev;
+    p->prev_gen = prev >= 0 ? c->pages[prev].gen : 0;
+    p->indexed = true;
+    p->hnext = c->buckets[b];
+    c->buckets[b] = id;
+}
+
+void pkv_kv_index_remove(pkv_kv_cache *c, int32_t id) {
+    kv_page *p = &c->pages[id];
+    if (!p->indexed) return;
+    int32_t *link = &c->buckets[p->key & (c->n_buckets - 1)];
+    while (*link != id) link = &c->pages[*link].hnext;
+    *link = p->hnext;
+    p->hnext = -1;
+    p->indexed = false;
+    p->gen++; /* pages chained after this one no longer match */
+}
+
+void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
+    if (!s->fp || s->swapped) return;
+    int ps = c->page_size;
+    int64_t full = PKV_MIN(s->n_tokens, s->exact_until) / ps;
+    while (!s->pub_stop && s->pub_n < full) {
+        int32_t id = pkv_kv_seq_page(s, s->pub_n);
+        kv_page *p = &c->pages[id];
+        if (!p->indexed) {
+            const int32_t *tok = &c->tok[(size_t)id * ps], *pos = &c->pos[(size_t)id * ps];
+            bool known = true;
+            for (int i = 0; i < ps; i++) known &= tok[i] >= 0;
+            if (!known) {
+                s->pub_stop = true;
+                break;
+            }
+            int32_t prev = s->pub_n > 0 ? pkv_kv_seq_page(s, s->pub_n - 1) : -1;
+            uint64_t seed = prev >= 0 ? c->pages[prev].key : fp_seed(s->fp);
+            index_insert(c, id, pkv_kv_page_key(c, seed, tok, pos), s->fp, prev);
+        }
+        s->pub_n++;
+    }
+}
+
+pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                               int64_t *n_matched) {
+    if (!c || !n_matched || (n > 0 && !tokens) || n < 0)
+        return pkv_err(PKV_ERR_INVALID, "pkv_kv_prefix_match: NULL or negative argument");
+    kv_seq *s = pkv_kv_seq_resident(c, seq, "prefix match");
+    if (!s) return PKV_ERR_INVALID;
+    if (s->n_tokens != 0)
+        return pkv_err(PKV_ERR_INVALID, "prefix match: sequence %d already holds %lld tokens (it must be empty)", seq,
+                       (long long)s->n_tokens);
+    *n_matched = 0;
+    if (!s->fp) return PKV_OK;
+    int ps = c->page_size;
+    int64_t n_full = n / ps;
+    int32_t *posbuf = NULL, *found = NULL;
+    if (!pos && n_full > 0) {
+        posbuf = pkv_malloc((size_t)(n_full * ps) * sizeof *posbuf);
+        if (!posbuf) return pkv_err(PKV_ERR_NOMEM, "prefix match: out of memory");
+        for (int64_t i = 0; i < n_full * ps; i++) posbuf[i] = (int32_t)i;
+        pos = posbuf;
+    }
+    /* Depth-first over candidates: with duplicate chains (the same prefix computed
+     * twice) the first candidate of a page need not lead to the longest match. */
+    size_t nf = (size_t)(n_full ? n_full : 1);
+    found = pkv_malloc(nf * (3 * sizeof(int32_t) + sizeof(uint64_t)) + 8);
+    if (!found) {
+        pkv_free(posbuf);
+        return pkv_err(PKV_ERR_NOMEM, "prefix match: out of memory");
+    }
+    int32_t *path = found + nf, *cur = path + nf;
+    uint64_t *keys = (uint64_t *)(void *)(cur + nf + (nf & 1)); /* 8-byte aligned */
+    uint64_t seed = fp_seed(s->fp);
+    for (int64_t i = 0; i < n_full; i++) seed = keys[i] = pkv_kv_page_key(c, seed, tokens + i * ps, pos + i * ps);
+    int64_t m = 0, depth = 0;
+    size_t bytes = (size_t)ps * sizeof(int32_t);
+    if (n_full > 0) cur[0] = -2;
+    while (n_full > 0 && depth >= 0) {
+        int32_t prev = depth > 0 ? path[depth - 1] : -1;
+        int32_t q = cur[depth] == -2 ? c->buckets[keys[depth] & (c->n_buckets - 1)] : c->pages[cur[depth]].hnext;
+        const int32_t *tk = tokens + depth * ps, *pp = pos + depth * ps;
+        for (; q >= 0; q = c->pages[q].hnext) {
+            const kv_page *p = &c->pages[q];
+            if (p->key != keys[depth] || p->fp != s->fp || p->prev_page != prev) continue;
+            if (prev >= 0 && p->prev_gen != c->pages[prev].gen) continue;
+            if (memcmp(&c->tok[(size_t)q * ps], tk, bytes) || memcmp(&c->pos[(size_t)q * ps], pp, bytes)) continue;
+            break;
+        }
+        if (q < 0) {
+            depth--;
+            continue;
+        }
+        cur[depth] = q;
+        path[depth] = q;
+        if (depth + 1 > m) {
+            m = depth + 1;
+            memcpy(found, path, (size_t)m * sizeof *found);
+        }
+        if (m == n_full) break;
+        cur[++depth] = -2;
+    }
+    pkv_free(posbuf);
+    if (m > 0 && (size_t)m > s->cap_own) {
+        void *arr = s->own;
+        size_t cap = s->cap_own;
+        pkv_status st = pkv_grow(&arr, &cap, (size_t)m, sizeof(int32_t));
+        if (st) {
+            pkv_free(found);
+            return st;
+        }
+        s->own = arr;
+        s->cap_own = cap;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        pkv_kv_page_ref(c, found[i]);
+        s->own[i] = found[i];
+    }
+    pkv_free(found);
+    s->n_own = (size_t)m;
+    s->n_tokens = m * ps;
+    s->pub_n = m;
+    s->pub_stop = false;
+    c->stats.prefix_hit_pages += (uint64_t)m;
+    *n_matched = m * ps;
+    return PKV_OK;
+}

@@ -1,0 +1,38 @@
+/* The forward pass over the paged KV cache (model layer, internal). */
+#ifndef PKV_FORWARD_H
+#define PKV_FORWARD_H
+
+#include "model/model-impl.h"
+
+typedef struct pkv_fwd_ws pkv_fwd_ws; /* device workspace, reused across steps */
+void pkv_fwd_ws_free(pkv_fwd_ws *ws);
+
+/* One step: n_tokens[i] tokens for sequence seqs[i] (distinct, resident), tokens
+ * concatenated in that order. pos NULL: positions continue each sequence. */
+typedef struct pkv_fwd_batch {
+    int n_seqs;
+    const int32_t *seqs;
+    const int32_t *n_tokens;
+    const int32_t *tokens;
+    const int32_t *pos;
+    bool all_logits; /* logits for every token, else for the last token of each sequence */
+    bool no_publish; /* append without token ids: pages never enter the prefix index */
+} pkv_fwd_batch;
+
+/* Offsets (in int32 elements) of the step's integer block on the device. */
+typedef struct pkv_fwd_plan {
+    int64_t T, n_out;
+    int n_seqs, meta_pages;
+    size_t off_ids, off_pos, off_rows, off_out, off_meta;
+} pkv_fwd_plan;
+
+/* Run one step. logits (host, may be NULL) receives f32 [n_out][n_vocab] with
+ * n_out = total tokens when all_logits, else n_seqs. *ws is created or grown as
+ * needed. On error the cache is as before the call (appended tokens truncated). */
+pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **ws, const pkv_fwd_batch *b, float *logits);
+
+/* KV cache parameters matching the model's geometry and head split (I5).
+ * layers: [n_layer] and shards: [n_layer * n_dev] scratch the params point into. */
+pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards);
+
+#endif

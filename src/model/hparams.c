@@ -1,0 +1,179 @@
+/* Hyper-parameters from GGUF metadata, with the key names llama.cpp's converters
+ * write ("<arch>.block_count", "<arch>.attention.head_count", ...). Head counts and
+ * FFN sizes may be per-layer arrays (I4: never assume layer 0 speaks for all). */
+#include "model/model-impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+
+const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
+
+static void key(char *buf, size_t n, const char *arch, const char *suffix) { snprintf(buf, n, "%s.%s", arch, suffix); }
+
+/* A u32 that must be present. */
+static pkv_status need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out) {
+    char k[128];
+    key(k, sizeof k, arch, suffix);
+    uint32_t v;
+    pkv_status s = pkv_gguf_get_u32(g, k, &v);
+    if (s) return s;
+    if (v < lo || v > hi)
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' is %u, expected a value in [%u, %u]", pkv_gguf_label(g), k, v, lo, hi);
+    *out = (int)v;
+    return PKV_OK;
+}
+
+/* An optional u32 (def when absent). */
+static pkv_status opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out) {
+    char k[128];
+    key(k, sizeof k, arch, suffix);
+    if (pkv_gguf_find_key(g, k) < 0) {
+        *out = def;
+        return PKV_OK;
+    }
+    return need_u32(g, arch, suffix, lo, hi, out);
+}
+
+static pkv_status opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out) {
+    char k[128];
+    key(k, sizeof k, arch, suffix);
+    if (pkv_gguf_find_key(g, k) < 0) {
+        *out = def;
+        return PKV_OK;
+    }
+    return pkv_gguf_get_f32(g, k, out);
+}
+
+/* A per-layer value: a scalar u32 applying to every layer, or an array of
+ * n_layer integers. *out is pkv_malloc'd [n_layer]. def < 0: required. */
+static pkv_status per_layer(const pkv_gguf *g, const char *arch, const char *suffix, int n_layer, int def, int lo, int hi,
+                            int **out) {
+    char k[128];
+    key(k, sizeof k, arch, suffix);
+    int *v = pkv_calloc((size_t)n_layer, sizeof *v);
+    if (!v) return pkv_err(PKV_ERR_NOMEM, "%s: per-layer '%s'", pkv_gguf_label(g), k);
+    int64_t idx = pkv_gguf_find_key(g, k);
+    pkv_status s = PKV_OK;
+    if (idx < 0) {
+        if (def < 0) s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s' not found", pkv_gguf_label(g), k);
+        for (int l = 0; l < n_layer; l++) v[l] = def;
+    } else if (pkv_gguf_kv_type(g, idx) == PKV_GGUF_ARRAY) {
+        pkv_gguf_array a;
+        s = pkv_gguf_get_arr(g, k, PKV_GGUF_TYPE_COUNT, &a);
+        if (!s && (a.type == PKV_GGUF_STRING || a.type == PKV_GGUF_FLOAT32 || a.type == PKV_GGUF_FLOAT64))
+            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s' is an array of %s, expected integers", pkv_gguf_label(g), k,
+                        pkv_gguf_type_name(a.type));
+        if (!s && a.count != (uint64_t)n_layer)
+            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s' has %llu entries, expected one per layer (%d)", pkv_gguf_label(g), k,
+                        (unsigned long long)a.count, n_layer);
+        for (int l = 0; !s && l < n_layer; l++) {
+            int64_t x = pkv_gguf_arr_int(&a, (uint64_t)l);
+            if (x < lo || x > hi)
+                s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s' layer %d is %lld, expected a value in [%d, %d]", pkv_gguf_label(g),
+                            k, l, (long long)x, lo, hi);
+            else
+                v[l] = (int)x;
+        }
+    } else {
+        int x = 0;
+        s = need_u32(g, arch, suffix, (uint32_t)lo, (uint32_t)hi, &x);
+        for (int l = 0; !s && l < n_layer; l++) v[l] = x;
+    }
+    if (s) {
+        pkv_free(v);
+        return s;
+    }
+    *out = v;
+    return PKV_OK;
+}
+
+pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out, int **n_head_kv_out, int **n_ff_out) {
+    const char *lab = pkv_gguf_label(g);
+    const char *as;
+    size_t alen;
+    pkv_status s = pkv_gguf_get_str(g, "general.architecture", &as, &alen);
+    if (s) return s;
+    char arch[32];
+    if (alen >= sizeof arch) alen = sizeof arch - 1;
+    memcpy(arch, as, alen);
+    arch[alen] = 0;
+    memset(hp, 0, sizeof *hp);
+    hp->arch = PKV_ARCH_COUNT;
+    for (int a = 0; a < PKV_ARCH_COUNT; a++)
+        if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
+    if (hp->arch == PKV_ARCH_COUNT)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3)", lab, arch);
+
+    if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
+    if ((s = need_u32(g, arch, "embedding_length", 1, 1 << 20, &hp->n_embd))) return s;
+    if ((s = opt_u32(g, arch, "context_length", 1, 1u << 30, 4096, &hp->n_ctx_train))) return s;
+    int *n_head = NULL, *n_head_kv = NULL, *n_ff = NULL;
+    if ((s = per_layer(g, arch, "attention.head_count", hp->n_layer, -1, 1, 4096, &n_head))) return s;
+    /* head_count_kv defaults to head_count, layer by layer */
+    char k[128];
+    key(k, sizeof k, arch, "attention.head_count_kv");
+    if (pkv_gguf_find_key(g, k) < 0) {
+        n_head_kv = pkv_malloc((size_t)hp->n_layer * sizeof(int));
+        if (!n_head_kv) s = pkv_err(PKV_ERR_NOMEM, "%s: head counts", lab);
+        else memcpy(n_head_kv, n_head, (size_t)hp->n_layer * sizeof(int));
+    } else {
+        s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
+    }
+    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, -1, 1, 1 << 24, &n_ff);
+    for (int l = 0; !s && l < hp->n_layer; l++)
+        if (n_head[l] % n_head_kv[l])
+            s = pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %d attention heads, not a multiple of its %d KV heads", lab, l,
+                        n_head[l], n_head_kv[l]);
+    int def_hd = n_head && n_head[0] && hp->n_embd % n_head[0] == 0 ? hp->n_embd / n_head[0] : 0;
+    if (!s) s = opt_u32(g, arch, "attention.key_length", 1, 4096, def_hd, &hp->head_dim_k);
+    if (!s) s = opt_u32(g, arch, "attention.value_length", 1, 4096, hp->head_dim_k, &hp->head_dim_v);
+    if (!s && hp->head_dim_k == 0)
+        s = pkv_err(PKV_ERR_FORMAT, "%s: no '%s.attention.key_length' and embedding_length %d is not a multiple of head_count %d",
+                    lab, arch, hp->n_embd, n_head[0]);
+    if (!s) s = opt_u32(g, arch, "rope.dimension_count", 2, 4096, hp->head_dim_k, &hp->n_rot);
+    if (!s && (hp->n_rot > hp->head_dim_k || hp->n_rot % 2))
+        s = pkv_err(PKV_ERR_FORMAT, "%s: rope.dimension_count %d must be even and at most the head size %d", lab, hp->n_rot,
+                    hp->head_dim_k);
+    if (!s) s = opt_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base);
+    if (!s) s = opt_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps);
+    if (!s && !(hp->rope_base > 0))
+        s = pkv_err(PKV_ERR_FORMAT, "%s: rope.freq_base %g must be > 0", lab, (double)hp->rope_base);
+    if (!s && !(hp->rms_eps > 0 && hp->rms_eps < 1))
+        s = pkv_err(PKV_ERR_FORMAT, "%s: attention.layer_norm_rms_epsilon %g is outside (0, 1)", lab, (double)hp->rms_eps);
+    hp->rope_freq_scale = 1.0f;
+    /* RoPE scaling: only none and linear are implemented; anything else would give
+     * silently wrong output, so it is refused. */
+    key(k, sizeof k, arch, "rope.scaling.type");
+    if (!s && pkv_gguf_find_key(g, k) >= 0) {
+        const char *st;
+        size_t sl;
+        s = pkv_gguf_get_str(g, k, &st, &sl);
+        if (!s && !(sl == 4 && !memcmp(st, "none", 4))) {
+            if (sl == 6 && !memcmp(st, "linear", 6)) {
+                float f = 1.0f;
+                s = opt_f32(g, arch, "rope.scaling.factor", 1.0f, &f);
+                if (!s && !(f > 0)) s = pkv_err(PKV_ERR_FORMAT, "%s: rope.scaling.factor %g must be > 0", lab, (double)f);
+                if (!s) hp->rope_freq_scale = 1.0f / f;
+            } else {
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear)", lab,
+                            (int)sl, st);
+            }
+        }
+    }
+    if (!s && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
+        s = pkv_err(PKV_ERR_UNSUPPORTED,
+                    "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
+    hp->rope_neox = hp->arch != PKV_ARCH_LLAMA;
+    if (s) {
+        pkv_free(n_head);
+        pkv_free(n_head_kv);
+        pkv_free(n_ff);
+        return s;
+    }
+    *n_head_out = n_head;
+    *n_head_kv_out = n_head_kv;
+    *n_ff_out = n_ff;
+    return PKV_OK;
+}

@@ -1,0 +1,215 @@
+/* Test models: GGUF files with random weights, written with the same key and
+ * tensor names as llama.cpp's converters, so the loader path they exercise is the
+ * one real files take. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/quant.h"
+#include "model/model-impl.h"
+
+pkv_mkmodel_params pkv_mkmodel_default_params(void) {
+    pkv_mkmodel_params p;
+    memset(&p, 0, sizeof p);
+    p.arch = "llama";
+    p.type = PKV_TYPE_F16;
+    return p;
+}
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static double urand(rng *r) { /* [-1, 1) from splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 4503599627370496.0 - 1.0;
+}
+
+typedef struct {
+    pkv_gguf_writer *w;
+    rng r;
+    float *f;        /* scratch, f32 */
+    void *q;         /* scratch, quantized */
+    size_t cap;      /* elements */
+} gen;
+
+/* Add tensor [rows][cols] of `type` with values center + scale * U(-1, 1). */
+static pkv_status add(gen *G, const char *name, pkv_type type, int64_t cols, int64_t rows, double center, double scale) {
+    size_t n = (size_t)cols * (size_t)rows;
+    if (n > G->cap) return pkv_err(PKV_ERR_INTERNAL, "mkmodel: tensor %s larger than scratch", name);
+    for (size_t i = 0; i < n; i++) G->f[i] = (float)(center + scale * urand(&G->r));
+    size_t row = pkv_type_row_bytes(type, (size_t)cols);
+    if (!row)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: tensor %s: %lld columns is not a multiple of the %s block (%zu)", name,
+                       (long long)cols, pkv_type_name(type), pkv_type_block_elems(type));
+    for (int64_t r = 0; r < rows; r++) {
+        pkv_status s = pkv_quantize_row(type, G->f + (size_t)r * (size_t)cols, (uint8_t *)G->q + (size_t)r * row, cols);
+        if (s) return pkv_err_prefix(s, "mkmodel: tensor %s", name);
+    }
+    int64_t ne[2] = {cols, rows};
+    return pkv_gguf_writer_add_tensor(G->w, name, type, rows > 1 ? 2 : 1, ne, G->q, row * (size_t)rows);
+}
+
+static pkv_status validate(pkv_mkmodel_params *p) {
+    if (!p->arch) p->arch = "llama";
+    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3"))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3)", p->arch);
+    if (!p->n_layer) p->n_layer = 2;
+    if (!p->n_embd) p->n_embd = 128;
+    if (!p->n_head) p->n_head = 4;
+    if (!p->n_head_kv) p->n_head_kv = p->n_head >= 2 ? p->n_head / 2 : 1;
+    if (!p->head_dim) p->head_dim = p->n_embd / p->n_head;
+    if (!p->n_ff) p->n_ff = 256;
+    if (!p->n_vocab) p->n_vocab = 512;
+    if (!p->n_ctx) p->n_ctx = 2048;
+    if (!p->seed) p->seed = 1;
+    if (p->n_layer < 1 || p->n_layer > 256 || p->n_embd < 1 || p->n_head < 1 || p->n_head_kv < 1 || p->n_ff < 1 ||
+        p->head_dim < 2 || p->head_dim % 2 || p->n_ctx < 1)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: sizes must be positive (layers <= 256, even head size)");
+    if (p->n_head % p->n_head_kv)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %d heads is not a multiple of %d KV heads", p->n_head, p->n_head_kv);
+    if (p->n_vocab < (p->no_vocab ? 2 : 300) || p->n_vocab > (1 << 20))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: vocabulary of %d tokens: need %d to %d", p->n_vocab, p->no_vocab ? 2 : 300,
+                       1 << 20);
+    size_t blk = pkv_type_block_elems(p->type);
+    if (!blk || p->type == PKV_TYPE_I32 || p->type == PKV_TYPE_Q8_K)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: weight type %s is not supported", pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
+    int64_t cols[3] = {p->n_embd, (int64_t)p->n_head * p->head_dim, p->n_ff};
+    for (int i = 0; i < 3; i++)
+        if (cols[i] % (int64_t)blk)
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: type %s needs row lengths that are multiples of %zu: %s is %lld",
+                           pkv_type_name(p->type), blk, i == 0 ? "--dim" : i == 1 ? "--heads x --head-dim" : "--ffn",
+                           (long long)cols[i]);
+    return PKV_OK;
+}
+
+static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
+    pkv_status s = validate(&p);
+    if (s) return s;
+    gen G;
+    memset(&G, 0, sizeof G);
+    G.r.s = p.seed;
+    int64_t E = p.n_embd, qd = (int64_t)p.n_head * p.head_dim, kd = (int64_t)p.n_head_kv * p.head_dim;
+    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * qd), PKV_MAX(E * p.n_ff, E * kd));
+    G.f = pkv_malloc(G.cap * sizeof(float));
+    G.q = pkv_malloc(G.cap * sizeof(float));
+    G.w = pkv_gguf_writer_create();
+    pkv_vocab_desc *voc = p.no_vocab ? NULL : pkv_vocab_builtin_create(p.n_vocab);
+    if (!G.f || !G.q || !G.w || (!p.no_vocab && !voc)) {
+        s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
+        goto done;
+    }
+    const char *a = p.arch;
+    bool qwen = strcmp(a, "llama") != 0;
+    char k[96];
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
+#define TRY(x)                                                                                      \
+    do {                                                                                            \
+        if ((s = (x))) goto done;                                                                   \
+    } while (0)
+    TRY(pkv_gguf_writer_add_str(G.w, "general.architecture", a));
+    TRY(pkv_gguf_writer_add_str(G.w, "general.name", "pagekv random test model"));
+    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", (uint32_t)p.type));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)p.n_layer));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)p.n_ctx));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
+    if (p.head_dim * p.n_head != E || !strcmp(a, "qwen3")) {
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
+    }
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)p.head_dim));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f));
+    if (p.no_vocab) {
+        TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", "none"));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
+    } else {
+        TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", voc->model));
+        TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.pre", voc->pre));
+        TRY(pkv_gguf_writer_add_arr_str(G.w, "tokenizer.ggml.tokens", voc->tokens, voc->token_lens, (uint64_t)voc->n_tokens));
+        if (voc->types)
+            TRY(pkv_gguf_writer_add_arr(G.w, "tokenizer.ggml.token_type", PKV_GGUF_INT32, voc->types, (uint64_t)voc->n_tokens));
+        if (voc->n_merges)
+            TRY(pkv_gguf_writer_add_arr_str(G.w, "tokenizer.ggml.merges", voc->merges, voc->merge_lens, (uint64_t)voc->n_merges));
+        if (voc->bos_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.bos_token_id", (uint32_t)voc->bos_id));
+        if (voc->eos_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.eos_token_id", (uint32_t)voc->eos_id));
+        TRY(pkv_gguf_writer_add_bool(G.w, "tokenizer.ggml.add_bos_token", voc->add_bos == 1));
+    }
+    double lin_e = sqrt(3.0 / (double)E), lin_q = sqrt(3.0 / (double)qd), lin_f = sqrt(3.0 / (double)p.n_ff);
+    TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));
+    TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
+    if (!p.tied) TRY(add(&G, "output.weight", p.type, E, p.n_vocab, 0.0, 3.0 * lin_e));
+    for (int l = 0; l < p.n_layer; l++) {
+        char n[96];
+#define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
+        T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
+        T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
+        T("attn_v.weight", p.type, E, kd, 0.0, lin_e);
+        if (!strcmp(a, "qwen2")) {
+            T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
+            T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
+            T("attn_v.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
+        }
+        if (!strcmp(a, "qwen3")) {
+            T("attn_q_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
+            T("attn_k_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
+        }
+        T("attn_output.weight", p.type, qd, E, 0.0, lin_q);
+        T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
+        T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
+        T("ffn_down.weight", p.type, p.n_ff, E, 0.0, lin_f);
+#undef T
+    }
+#undef KEY
+#undef TRY
+done:
+    pkv_vocab_builtin_free(voc);
+    pkv_free(G.f);
+    pkv_free(G.q);
+    if (s) {
+        pkv_gguf_writer_free(G.w);
+        return s;
+    }
+    *out = G.w;
+    return PKV_OK;
+}
+
+pkv_status pkv_mkmodel_write(const pkv_mkmodel_params *p, const char *path) {
+    if (!p || !path) return pkv_err(PKV_ERR_INVALID, "mkmodel: NULL argument");
+    pkv_gguf_writer *w = NULL;
+    pkv_status s = build(*p, &w);
+    if (s) return s;
+    s = pkv_gguf_writer_write(w, path);
+    pkv_gguf_writer_free(w);
+    return s;
+}
+
+pkv_status pkv_mkmodel_memory(const pkv_mkmodel_params *p, void **data, size_t *size) {
+    if (!p || !data || !size) return pkv_err(PKV_ERR_INVALID, "mkmodel: NULL argument");
+    pkv_gguf_writer *w = NULL;
+    pkv_status s = build(*p, &w);
+    if (s) return s;
+    s = pkv_gguf_writer_write_memory(w, data, size);
+    pkv_gguf_writer_free(w);
+    return s;
+}
+
+void pkv_mkmodel_free_memory(void *data) { pkv_free(data); }
+
+pkv_model *pkv_model_builtin(pkv_model_params p) {
+    pkv_mkmodel_params mp = pkv_mkmodel_default_params();
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(&mp, &data, &size)) return NULL;
+    pkv_model *m = pkv_model_load_memory(data, size, "builtin", p);
+    pkv_mkmodel_free_memory(data);
+    return m;
+}

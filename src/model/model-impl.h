@@ -1,0 +1,90 @@
+/* Model layer internals: hyper-parameters read from GGUF, weights uploaded to a
+ * device, and the forward pass that reads and writes KV only through src/kv/. */
+#ifndef PKV_MODEL_IMPL_H
+#define PKV_MODEL_IMPL_H
+
+#include "base/base.h"
+#include "device/device.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+typedef enum pkv_arch {
+    PKV_ARCH_LLAMA = 0, /* Llama 2/3, Mistral: normal RoPE, optional GQA */
+    PKV_ARCH_QWEN2 = 1, /* Q/K/V biases, neox RoPE */
+    PKV_ARCH_QWEN3 = 2, /* per-head Q/K RMS norms, explicit head size, neox RoPE */
+    PKV_ARCH_COUNT
+} pkv_arch;
+
+const char *pkv_arch_name(pkv_arch a);
+
+/* A weight on the model's device. buf NULL: the tensor is absent. */
+typedef struct pkv_weight {
+    pkv_buffer *buf; /* [ne1][ne0] of type, rows of pkv_type_row_bytes(type, ne0) */
+    pkv_type type;
+    int64_t ne0, ne1;
+} pkv_weight;
+
+#define PKV_MAX_DEVICES 16
+
+/* One device's part of a layer (tensor parallelism): whole KV-head groups with
+ * their query heads, and a range of FFN rows. With one device it is the layer. */
+typedef struct pkv_shard_w {
+    int dev;                   /* index into pkv_model.devs */
+    int kv_h0, n_kv;           /* KV heads [kv_h0, kv_h0 + n_kv) */
+    int q_h0, n_q;             /* query heads (n_kv groups of n_head / n_head_kv) */
+    int ff0, n_ff;             /* FFN rows [ff0, ff0 + n_ff) */
+    pkv_weight wq, wk, wv;     /* [n_q*hd_k][n_embd], [n_kv*hd_k][n_embd], [n_kv*hd_v][n_embd] */
+    pkv_weight bq, bk, bv;     /* f32 bias slices (qwen2), else absent */
+    pkv_weight q_norm, k_norm; /* f32 [hd_k] (qwen3), else absent; replicated */
+    pkv_weight wo;             /* [n_embd][n_q*hd_v]: the columns of this shard's heads */
+    pkv_weight w_gate, w_up;   /* [n_ff][n_embd] row slices */
+    pkv_weight w_down;         /* [n_embd][n_ff]: column slice */
+} pkv_shard_w;
+
+typedef struct pkv_layer {
+    int n_head, n_head_kv, n_ff; /* per layer (I4) */
+    pkv_weight attn_norm;        /* f32 [n_embd], on devs[0] */
+    pkv_weight ffn_norm;         /* f32 [n_embd], on devs[0] */
+    pkv_shard_w *sh;             /* [n_dev] */
+} pkv_layer;
+
+typedef struct pkv_hparams {
+    pkv_arch arch;
+    int n_layer, n_embd, n_vocab, n_ctx_train;
+    int head_dim_k, head_dim_v; /* key_length / value_length */
+    int n_rot;                  /* rope.dimension_count (<= head_dim_k) */
+    bool rope_neox;
+    float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
+    float rms_eps;
+} pkv_hparams;
+
+struct pkv_model {
+    char label[256]; /* file path, or "builtin" */
+    pkv_hparams hp;
+    pkv_layer *layers; /* [n_layer] */
+    pkv_weight tok_embd;    /* [n_vocab][n_embd] */
+    pkv_weight output_norm; /* f32 [n_embd] */
+    pkv_weight output;      /* [n_vocab][n_embd]; same buffer as tok_embd when tied */
+    bool tied;
+    pkv_type main_type;     /* the most common matrix type, for display */
+    pkv_tokenizer *tok;
+    pkv_device *dev;        /* devs[0]: embeddings, norms, output, the residual stream */
+    int n_dev;              /* devices the heads and FFN rows are split over (1 = no split) */
+    pkv_device *devs[PKV_MAX_DEVICES];
+    bool own_dev[PKV_MAX_DEVICES]; /* opened by the model (closed with it) */
+    float split[PKV_MAX_DEVICES];  /* proportions */
+    bool kv_on_host;        /* KV shards stored (and attended) on `host` */
+    pkv_device *host;       /* the host CPU device when kv_on_host */
+    bool own_host;
+    int *kv_layer;          /* shared-KV draft: [n_layer] target cache layer each layer attends
+                               over (GGUF key pagekv.shared_kv_layers); NULL = layer il uses
+                               cache layer il of its own cache */
+    uint64_t fingerprint;   /* hash of hparams and tensor metadata: keys prefix reuse and saved KV */
+    uint64_t weight_bytes;  /* bytes of all weights on the device */
+    double load_seconds;
+};
+
+/* Read and validate hyper-parameters (and per-layer head counts) from g. */
+pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head, int **n_head_kv, int **n_ff);
+
+#endif

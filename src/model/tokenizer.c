@@ -1,0 +1,526 @@
+/* Tokenizer: vocabulary, special tokens, and the API common to BPE and SPM. */
+#include "model/tokenizer-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+pkv_vocab_desc pkv_vocab_desc_default(void) {
+    pkv_vocab_desc d;
+    memset(&d, 0, sizeof d);
+    d.bos_id = d.eos_id = d.unk_id = d.pad_id = -1;
+    d.add_bos = d.add_eos = d.add_space_prefix = -1;
+    return d;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+pkv_status pkv_idvec_push(pkv_idvec *vec, int32_t id) {
+    if (vec->n == vec->cap) {
+        pkv_status s = pkv_grow((void **)&vec->v, &vec->cap, vec->n + 1, sizeof(int32_t));
+        if (s) return pkv_err_prefix(s, "tokenizer: output ids");
+    }
+    vec->v[vec->n++] = id;
+    return PKV_OK;
+}
+
+static bool pair_before(const pkv_tok_pair *x, const pkv_tok_pair *y) {
+    return x->key < y->key || (x->key == y->key && x->left < y->left);
+}
+
+void pkv_tok_heap_push(pkv_tok_heap *h, pkv_tok_pair p) {
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!pair_before(&p, &h->v[parent])) break;
+        h->v[i] = h->v[parent];
+        i = parent;
+    }
+    h->v[i] = p;
+}
+
+pkv_tok_pair pkv_tok_heap_pop(pkv_tok_heap *h) {
+    pkv_tok_pair top = h->v[0];
+    pkv_tok_pair last = h->v[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && pair_before(&h->v[c + 1], &h->v[c])) c++;
+        if (!pair_before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (n) h->v[i] = last;
+    return top;
+}
+
+size_t pkv_utf8_decode(const unsigned char *s, size_t n, int32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = (int32_t)c;
+        return 1;
+    }
+    size_t need;
+    uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 2, v = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3, v = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4, v = c & 0x07, min = 0x10000;
+    } else {
+        *cp = -1;
+        return 1;
+    }
+    if (n < need) {
+        *cp = -1;
+        return 1;
+    }
+    for (size_t k = 1; k < need; k++) {
+        if ((s[k] & 0xC0) != 0x80) {
+            *cp = -1;
+            return 1;
+        }
+        v = v << 6 | (s[k] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+        *cp = -1;
+        return 1;
+    }
+    *cp = (int32_t)v;
+    return need;
+}
+
+size_t pkv_utf8_encode(uint32_t cp, char *out) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* GPT-2's table: the printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for
+ * themselves; the other 68 bytes, in increasing order, take 0x100, 0x101, ... */
+static bool bpe_byte_printable(unsigned b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+}
+
+/* The 68 others: 0x00-0x20 (0x100 + b), 0x7F-0xA0 (0x121 + b - 0x7F), 0xAD (0x143). */
+uint32_t pkv_bpe_byte_to_cp(uint8_t b) {
+    if (bpe_byte_printable(b)) return b;
+    if (b <= 0x20) return 0x100 + (uint32_t)b;
+    if (b <= 0xA0) return 0x121 + (uint32_t)(b - 0x7F);
+    return 0x143; /* 0xAD */
+}
+
+int pkv_bpe_cp_to_byte(uint32_t cp) {
+    if (cp < 0x100) return bpe_byte_printable(cp) ? (int)cp : -1;
+    if (cp <= 0x120) return (int)(cp - 0x100);
+    if (cp <= 0x142) return (int)(cp - 0x121 + 0x7F);
+    return cp == 0x143 ? 0xAD : -1;
+}
+
+int32_t pkv_tok_lookup(const pkv_tokenizer *tok, const char *s, size_t n) {
+    if (!tok->map) return -1;
+    size_t mask = tok->n_map - 1;
+    for (size_t i = pkv_hash64(s, n, 0) & mask;; i = (i + 1) & mask) {
+        int32_t slot = tok->map[i];
+        if (!slot) return -1;
+        int32_t id = slot - 1;
+        if (tok->len[id] == n && memcmp(tok->text + tok->off[id], s, n) == 0) return id;
+    }
+}
+
+/* ------------------------------------------------------------- create */
+
+static const char *const k_eog_texts[] = {
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>",
+    "<|end|>",    "<end_of_turn>", "</s>",
+};
+
+typedef struct special_ent {
+    uint32_t len;
+    int32_t id;
+} special_ent;
+
+static int special_cmp(const void *a, const void *b) {
+    const special_ent *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static pkv_status check_id(const char *what, int32_t id, int32_t n) {
+    if (id < -1 || id >= n)
+        return pkv_err(PKV_ERR_FORMAT, "tokenizer: %s %d is out of range [0, %d) (-1 = none)",
+                       what, id, n);
+    return PKV_OK;
+}
+
+static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
+    int32_t n = d->n_tokens;
+    if (!d->tokens)
+        return pkv_err(PKV_ERR_FORMAT, "tokenizer: model \"%s\" needs tokenizer.ggml.tokens",
+                       d->model);
+    size_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!d->tokens[i]) return pkv_err(PKV_ERR_FORMAT, "tokenizer: token %d is NULL", i);
+        size_t l = d->token_lens ? d->token_lens[i] : strlen(d->tokens[i]);
+        if (l > UINT32_MAX || !pkv_add_ok(total, l, &total))
+            return pkv_err(PKV_ERR_FORMAT, "tokenizer: token %d is too long (%zu bytes)", i, l);
+    }
+    tok->text = pkv_malloc(total);
+    tok->off = pkv_calloc((size_t)n, sizeof *tok->off);
+    tok->len = pkv_calloc((size_t)n, sizeof *tok->len);
+    tok->types = pkv_calloc((size_t)n, sizeof *tok->types);
+    size_t n_map = 16;
+    while (n_map < 2 * (size_t)n) n_map *= 2;
+    tok->map = pkv_calloc(n_map, sizeof *tok->map);
+    tok->n_map = n_map;
+    if (!tok->text || !tok->off || !tok->len || !tok->types || !tok->map)
+        return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate the vocabulary (%d tokens, "
+                       "%zu bytes of text)", n, total);
+    size_t at = 0, n_special = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t l = d->token_lens ? d->token_lens[i] : strlen(d->tokens[i]);
+        if (l) memcpy(tok->text + at, d->tokens[i], l);
+        tok->off[i] = at;
+        tok->len[i] = (uint32_t)l;
+        at += l;
+        int32_t t = d->types ? d->types[i] : PKV_TOKEN_NORMAL;
+        if (t < PKV_TOKEN_NORMAL || t > PKV_TOKEN_BYTE) t = PKV_TOKEN_NORMAL;
+        if (!d->types && (i == d->bos_id || i == d->eos_id || i == d->pad_id))
+            t = PKV_TOKEN_CONTROL; /* without types, the named specials are control */
+        if (!d->types && i == d->unk_id) t = PKV_TOKEN_UNKNOWN;
+        tok->types[i] = (uint8_t)t;
+        if ((t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED) && l > 0) n_special++;
+        /* insert into the map; a duplicate text keeps its first id */
+        size_t mask = n_map - 1;
+        for (size_t h = pkv_hash64(tok->text + tok->off[i], l, 0) & mask;; h = (h + 1) & mask) {
+            int32_t slot = tok->map[h];
+            if (!slot) {
+                tok->map[h] = i + 1;
+                break;
+            }
+            int32_t o = slot - 1;
+            if (tok->len[o] == l && memcmp(tok->text + tok->off[o], tok->text + tok->off[i], l) == 0)
+                break;
+        }
+    }
+    if (n_special) {
+        special_ent *ents = pkv_calloc(n_special, sizeof *ents);
+        tok->special = pkv_calloc(n_special, sizeof *tok->special);
+        if (!ents || !tok->special) {
+            pkv_free(ents);
+            return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate %zu special tokens",
+                           n_special);
+        }
+        size_t k = 0;
+        for (int32_t i = 0; i < n; i++)
+            if ((tok->types[i] == PKV_TOKEN_CONTROL || tok->types[i] == PKV_TOKEN_USER_DEFINED) &&
+                tok->len[i] > 0)
+                ents[k++] = (special_ent){tok->len[i], i};
+        qsort(ents, n_special, sizeof *ents, special_cmp);
+        for (size_t j = 0; j < n_special; j++) {
+            tok->special[j] = ents[j].id;
+            tok->special_first[(unsigned char)tok->text[tok->off[ents[j].id]]] = true;
+        }
+        tok->n_special = n_special;
+        pkv_free(ents);
+    }
+    /* end-of-generation markers besides eos */
+    size_t n_eog = 0;
+    for (size_t e = 0; e < PKV_ARRAY_LEN(k_eog_texts); e++) {
+        int32_t id = pkv_tok_lookup(tok, k_eog_texts[e], strlen(k_eog_texts[e]));
+        if (id >= 0 && tok->types[id] == PKV_TOKEN_CONTROL) n_eog++;
+    }
+    if (n_eog) {
+        tok->eog = pkv_calloc(n_eog, sizeof *tok->eog);
+        if (!tok->eog) return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate eog ids");
+        for (size_t e = 0; e < PKV_ARRAY_LEN(k_eog_texts); e++) {
+            int32_t id = pkv_tok_lookup(tok, k_eog_texts[e], strlen(k_eog_texts[e]));
+            if (id >= 0 && tok->types[id] == PKV_TOKEN_CONTROL) tok->eog[tok->n_eog++] = id;
+        }
+    }
+    return PKV_OK;
+}
+
+pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
+    if (!d) {
+        pkv_err(PKV_ERR_INVALID, "tokenizer: desc is NULL");
+        return NULL;
+    }
+    const char *model = d->model ? d->model : "none";
+    pkv_tokenizer_kind kind;
+    if (strcmp(model, "gpt2") == 0)
+        kind = PKV_TOKENIZER_BPE;
+    else if (strcmp(model, "llama") == 0)
+        kind = PKV_TOKENIZER_SPM;
+    else if (strcmp(model, "none") == 0)
+        kind = PKV_TOKENIZER_NONE;
+    else {
+        pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: tokenizer.ggml.model \"%s\" is not supported "
+                "(supported: gpt2, llama, none)", model);
+        return NULL;
+    }
+    pkv_pretok pre = PKV_PRETOK_GPT2;
+    if (kind == PKV_TOKENIZER_BPE && d->pre) {
+        if (strcmp(d->pre, "llama-bpe") == 0 || strcmp(d->pre, "llama3") == 0)
+            pre = PKV_PRETOK_LLAMA3;
+        else if (strcmp(d->pre, "qwen2") == 0)
+            pre = PKV_PRETOK_QWEN2;
+        else if (strcmp(d->pre, "default") == 0 || strcmp(d->pre, "gpt2") == 0 ||
+                 strcmp(d->pre, "gpt-2") == 0)
+            pre = PKV_PRETOK_GPT2;
+        else {
+            pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%s\" "
+                    "is not supported (supported: llama-bpe, qwen2, default)", d->pre);
+            return NULL;
+        }
+    }
+    if (d->n_tokens < 0 || (kind != PKV_TOKENIZER_NONE && d->n_tokens == 0)) {
+        pkv_err(PKV_ERR_FORMAT, "tokenizer: model \"%s\" with %d tokens", model, d->n_tokens);
+        return NULL;
+    }
+    pkv_status s;
+    if ((s = check_id("bos_id", d->bos_id, d->n_tokens)) || (s = check_id("eos_id", d->eos_id, d->n_tokens)) ||
+        (s = check_id("unk_id", d->unk_id, d->n_tokens)) || (s = check_id("pad_id", d->pad_id, d->n_tokens)))
+        return NULL;
+    if (d->n_merges < 0 || (d->n_merges > 0 && !d->merges)) {
+        pkv_err(PKV_ERR_FORMAT, "tokenizer: %d merges but no merge array", d->n_merges);
+        return NULL;
+    }
+
+    pkv_tokenizer *tok = pkv_calloc(1, sizeof *tok);
+    if (!tok) {
+        pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate the tokenizer");
+        return NULL;
+    }
+    tok->kind = kind;
+    tok->pre = pre;
+    tok->n_tokens = d->n_tokens;
+    tok->bos = d->bos_id;
+    tok->eos = d->eos_id;
+    tok->unk = d->unk_id;
+    tok->pad = d->pad_id;
+    tok->add_bos = d->add_bos >= 0 ? d->add_bos != 0 : kind == PKV_TOKENIZER_SPM;
+    tok->add_eos = d->add_eos > 0;
+    tok->add_space_prefix = kind == PKV_TOKENIZER_SPM && d->add_space_prefix != 0;
+    for (int b = 0; b < 256; b++) tok->byte_id[b] = -1;
+    if (kind == PKV_TOKENIZER_NONE) return tok;
+
+    s = build_vocab(tok, d);
+    if (!s) s = kind == PKV_TOKENIZER_BPE ? pkv_bpe_init(tok, d) : pkv_spm_init(tok, d);
+    if (s) {
+        pkv_tokenizer_free(tok);
+        return NULL;
+    }
+    return tok;
+}
+
+void pkv_tokenizer_free(pkv_tokenizer *tok) {
+    if (!tok) return;
+    pkv_free(tok->text);
+    pkv_free(tok->off);
+    pkv_free(tok->len);
+    pkv_free(tok->scores);
+    pkv_free(tok->types);
+    pkv_free(tok->map);
+    pkv_free(tok->merges);
+    pkv_free(tok->special);
+    pkv_free(tok->eog);
+    pkv_free(tok);
+}
+
+pkv_tokenizer_kind pkv_tokenizer_kind_of(const pkv_tokenizer *tok) {
+    return tok ? tok->kind : PKV_TOKENIZER_NONE;
+}
+int32_t pkv_tokenizer_n_tokens(const pkv_tokenizer *tok) { return tok ? tok->n_tokens : 0; }
+int32_t pkv_tokenizer_bos(const pkv_tokenizer *tok) { return tok ? tok->bos : -1; }
+int32_t pkv_tokenizer_eos(const pkv_tokenizer *tok) { return tok ? tok->eos : -1; }
+
+bool pkv_tokenizer_is_eog(const pkv_tokenizer *tok, int32_t id) {
+    if (!tok || id < 0 || id >= tok->n_tokens) return false;
+    if (id == tok->eos) return true;
+    for (size_t i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id) return true;
+    return false;
+}
+
+int32_t pkv_tokenizer_find(const pkv_tokenizer *tok, const char *text, size_t len) {
+    if (!tok || (!text && len)) return -1;
+    return pkv_tok_lookup(tok, text, len);
+}
+
+/* ------------------------------------------------------------- tokenize */
+
+static pkv_status no_vocab(void) {
+    return pkv_err(PKV_ERR_UNSUPPORTED, "this model has no vocabulary "
+                   "(tokenizer.ggml.model = none): use token ids");
+}
+
+static pkv_status tokenize_raw(const pkv_tokenizer *tok, const char *text, size_t len,
+                               bool after_special, pkv_idvec *out) {
+    if (len == 0) return PKV_OK;
+    if (tok->kind == PKV_TOKENIZER_BPE) return pkv_bpe_tokenize(tok, text, len, out);
+    return pkv_spm_tokenize(tok, text, len, tok->add_space_prefix && after_special, out);
+}
+
+/* Id of the special token that starts at text[pos], or -1. */
+static int32_t match_special(const pkv_tokenizer *tok, const char *text, size_t len, size_t pos,
+                             bool parse_special) {
+    for (size_t k = 0; k < tok->n_special; k++) {
+        int32_t id = tok->special[k];
+        size_t l = tok->len[id];
+        if (l > len - pos) continue;
+        if (tok->types[id] == PKV_TOKEN_CONTROL && !parse_special) continue;
+        const char *t = tok->text + tok->off[id];
+        if (t[0] == text[pos] && memcmp(t, text + pos, l) == 0) return id;
+    }
+    return -1;
+}
+
+pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
+                        bool add_special, bool parse_special, int32_t *out, size_t max,
+                        size_t *n_out) {
+    if (!tok || !n_out || (!text && len) || (!out && max))
+        return pkv_err(PKV_ERR_INVALID, "pkv_tokenize: NULL argument");
+    if (tok->kind == PKV_TOKENIZER_NONE) return no_vocab();
+    pkv_idvec ids = {0};
+    pkv_status s = PKV_OK;
+    if (add_special && tok->add_bos && tok->bos >= 0) s = pkv_idvec_push(&ids, tok->bos);
+    /* Split the text at special tokens: raw fragments go to the tokenizer proper. */
+    size_t seg = 0, pos = 0;
+    bool after_special = true;
+    bool any_special = tok->n_special > 0;
+    while (!s && pos < len) {
+        int32_t id = any_special && tok->special_first[(unsigned char)text[pos]]
+                         ? match_special(tok, text, len, pos, parse_special) : -1;
+        if (id < 0) {
+            pos++;
+            continue;
+        }
+        s = tokenize_raw(tok, text + seg, pos - seg, after_special, &ids);
+        if (!s) s = pkv_idvec_push(&ids, id);
+        pos += tok->len[id];
+        seg = pos;
+        after_special = true;
+    }
+    if (!s) s = tokenize_raw(tok, text + seg, len - seg, after_special, &ids);
+    if (!s && add_special && tok->add_eos && tok->eos >= 0) s = pkv_idvec_push(&ids, tok->eos);
+    if (!s) {
+        if (ids.n > max) {
+            *n_out = ids.n;
+            s = pkv_err(PKV_ERR_INVALID, "pkv_tokenize: the output holds %zu tokens, %zu needed",
+                        max, ids.n);
+        } else {
+            if (ids.n) memcpy(out, ids.v, ids.n * sizeof *out);
+            *n_out = ids.n;
+        }
+    }
+    pkv_free(ids.v);
+    return s;
+}
+
+/* ------------------------------------------------------------- decode */
+
+/* Piece bytes of id into out[0..cap), returning the full count. */
+static size_t piece_bytes(const pkv_tokenizer *tok, int32_t id, bool render_special, char *out,
+                          size_t cap) {
+    int t = tok->types[id];
+    if (t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_UNKNOWN || t == PKV_TOKEN_UNUSED ||
+        t == PKV_TOKEN_USER_DEFINED) {
+        if (!render_special && t != PKV_TOKEN_USER_DEFINED) return 0;
+        size_t l = tok->len[id];
+        if (cap) memcpy(out, tok->text + tok->off[id], PKV_MIN(l, cap));
+        return l;
+    }
+    if (tok->kind == PKV_TOKENIZER_BPE) return pkv_bpe_piece(tok, id, out, cap);
+    return pkv_spm_piece(tok, id, out, cap);
+}
+
+static bool is_special_type(int t) {
+    return t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED;
+}
+
+pkv_status pkv_token_piece(const pkv_tokenizer *tok, int32_t id, bool render_special,
+                           char *buf, size_t size, size_t *n_out) {
+    if (!tok || !n_out || (!buf && size))
+        return pkv_err(PKV_ERR_INVALID, "pkv_token_piece: NULL argument");
+    if (tok->kind == PKV_TOKENIZER_NONE) return no_vocab();
+    if (id < 0 || id >= tok->n_tokens)
+        return pkv_err(PKV_ERR_INVALID, "pkv_token_piece: token id %d is out of range [0, %d)",
+                       id, tok->n_tokens);
+    size_t n = piece_bytes(tok, id, render_special, NULL, 0);
+    *n_out = n;
+    if (n > size)
+        return pkv_err(PKV_ERR_INVALID, "pkv_token_piece: token %d needs %zu bytes, buffer has %zu",
+                       id, n, size);
+    piece_bytes(tok, id, render_special, buf, n);
+    if (n < size) buf[n] = 0;
+    return PKV_OK;
+}
+
+/* Both passes of detokenize: with buf == NULL only counts. */
+static size_t detok_pass(const pkv_tokenizer *tok, const int32_t *ids, size_t n,
+                         bool render_special, char *buf) {
+    size_t total = 0;
+    bool strip = tok->add_space_prefix; /* strip the dummy space of the next text piece */
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (is_special_type(tok->types[id])) {
+            size_t l = piece_bytes(tok, id, render_special, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
+            total += l;
+            strip = tok->add_space_prefix;
+            continue;
+        }
+        if (strip) {
+            char first = 0;
+            size_t l = piece_bytes(tok, id, render_special, &first, 1);
+            strip = false;
+            if (l > 0 && first == ' ') {
+                if (buf) {
+                    piece_bytes(tok, id, render_special, buf + total, SIZE_MAX);
+                    memmove(buf + total, buf + total + 1, l - 1);
+                }
+                total += l - 1;
+                continue;
+            }
+        }
+        total += piece_bytes(tok, id, render_special, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
+    }
+    return total;
+}
+
+pkv_status pkv_detokenize(const pkv_tokenizer *tok, const int32_t *ids, size_t n,
+                          bool render_special, char *buf, size_t size, size_t *n_out) {
+    if (!tok || !n_out || (!ids && n) || (!buf && size))
+        return pkv_err(PKV_ERR_INVALID, "pkv_detokenize: NULL argument");
+    if (tok->kind == PKV_TOKENIZER_NONE) return no_vocab();
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tok->n_tokens)
+            return pkv_err(PKV_ERR_INVALID, "pkv_detokenize: ids[%zu] = %d is out of range [0, %d)",
+                           i, ids[i], tok->n_tokens);
+    size_t total = detok_pass(tok, ids, n, render_special, NULL);
+    *n_out = total;
+    if (total > size)
+        return pkv_err(PKV_ERR_INVALID, "pkv_detokenize: the text needs %zu bytes, buffer has %zu",
+                       total, size);
+    detok_pass(tok, ids, n, render_special, buf);
+    if (total < size) buf[total] = 0;
+    return PKV_OK;
+}

@@ -1,0 +1,143 @@
+/* Tokenizer: text <-> token ids for GGUF models (internal to the library).
+ *
+ * Three kinds, chosen by tokenizer.ggml.model:
+ *   "gpt2"  byte-level BPE (Llama 3, Qwen2/3): bytes mapped to printable code points
+ *           (GPT-2's byte-to-unicode table), a regex-like pre-tokenizer written by
+ *           hand (tokenizer.ggml.pre selects the pattern), merges applied by rank
+ *           inside each pre-token;
+ *   "llama" SentencePiece-style BPE (Llama 1/2): spaces become U+2581 with a dummy
+ *           leading U+2581, pieces merged greedily by the score of the merged piece,
+ *           byte fallback to <0xNN> tokens;
+ *   "none"  no vocabulary: only the token count is known; tokenize/detokenize fail
+ *           with PKV_ERR_UNSUPPORTED.
+ * A tokenizer is immutable after creation: every function below may be called from
+ * several threads at once on the same tokenizer. */
+#ifndef PKV_TOKENIZER_H
+#define PKV_TOKENIZER_H
+
+#include "pagekv.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Token types (tokenizer.ggml.token_type). */
+enum {
+    PKV_TOKEN_NORMAL = 1,
+    PKV_TOKEN_UNKNOWN = 2,
+    PKV_TOKEN_CONTROL = 3,
+    PKV_TOKEN_USER_DEFINED = 4,
+    PKV_TOKEN_UNUSED = 5,
+    PKV_TOKEN_BYTE = 6,
+};
+
+/* What the model loader reads from GGUF keys. Only borrowed: the tokenizer copies
+ * what it needs, so the desc and its arrays may be freed after creation. */
+typedef struct pkv_vocab_desc {
+    const char *model;  /* tokenizer.ggml.model: "gpt2", "llama", "none"; NULL = "none" */
+    const char *pre;    /* tokenizer.ggml.pre: "llama-bpe" (also "llama3", "default" is
+                           the GPT-2 pattern), "qwen2", "gpt2"/"gpt-2"; NULL = "default";
+                           ignored unless model is "gpt2" */
+    int32_t n_tokens;   /* tokenizer.ggml.tokens length, or <arch>.vocab_size for "none" */
+    const char *const *tokens;  /* [n_tokens] token texts (NULL for "none") */
+    const size_t *token_lens;   /* [n_tokens] byte lengths; NULL = strlen of each */
+    const float *scores;        /* [n_tokens] tokenizer.ggml.scores, may be NULL
+                                   (SPM then ranks pieces by -id: lower id wins) */
+    const int32_t *types;       /* [n_tokens] tokenizer.ggml.token_type, may be NULL: then
+                                   bos/eos/pad are control, unk unknown, the rest normal,
+                                   and SPM detects "<0xNN>" byte tokens by their text */
+    int32_t n_merges;           /* tokenizer.ggml.merges length (BPE), 0 if absent */
+    const char *const *merges;  /* [n_merges] "left right", lower index = higher priority */
+    const size_t *merge_lens;   /* [n_merges] byte lengths; NULL = strlen of each */
+    int32_t bos_id, eos_id, unk_id, pad_id; /* -1 when absent */
+    int add_bos, add_eos;  /* 0/1, -1 = absent: model default (gpt2: BOS no; llama: BOS yes;
+                              EOS no for both) */
+    int add_space_prefix;  /* tokenizer.ggml.add_space_prefix, SPM only; -1 = absent: yes */
+} pkv_vocab_desc;
+
+/* A desc with every id -1, every flag -1 and no arrays. */
+pkv_vocab_desc pkv_vocab_desc_default(void);
+
+typedef struct pkv_tokenizer pkv_tokenizer;
+
+typedef enum pkv_tokenizer_kind {
+    PKV_TOKENIZER_NONE = 0,
+    PKV_TOKENIZER_BPE = 1, /* "gpt2" */
+    PKV_TOKENIZER_SPM = 2, /* "llama" */
+} pkv_tokenizer_kind;
+
+/* Build a tokenizer from desc. Returns NULL with pkv_errmsg() set when the desc is
+ * malformed (unknown model or pre-tokenizer, id out of range, missing arrays) or
+ * memory runs out; nothing is leaked then. Merges whose parts or result are not in
+ * the vocabulary are skipped (they could never apply). */
+pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *desc);
+/* NULL is a no-op. */
+void pkv_tokenizer_free(pkv_tokenizer *tok);
+
+/* Accessors; a NULL tok gives NONE, 0 and -1. */
+pkv_tokenizer_kind pkv_tokenizer_kind_of(const pkv_tokenizer *tok);
+int32_t pkv_tokenizer_n_tokens(const pkv_tokenizer *tok);
+int32_t pkv_tokenizer_bos(const pkv_tokenizer *tok); /* -1 when none */
+int32_t pkv_tokenizer_eos(const pkv_tokenizer *tok); /* -1 when none */
+/* End of generation: the EOS id, or a control token whose text is one of the
+ * usual end-of-turn markers (<|eot_id|>, <|eom_id|>, <|im_end|>, <|endoftext|>,
+ * <|end_of_text|>, <|end|>, <end_of_turn>, </s>). False for ids out of range. */
+bool pkv_tokenizer_is_eog(const pkv_tokenizer *tok, int32_t id);
+/* Id of the token whose text is exactly text[0..len), or -1. */
+int32_t pkv_tokenizer_find(const pkv_tokenizer *tok, const char *text, size_t len);
+
+/* Tokenize text[0..len) (any bytes; NUL is an ordinary byte).
+ * add_special: prepend BOS / append EOS as the model asks (add_bos/add_eos).
+ * parse_special: text equal to a control token's text (type 3) becomes that token.
+ * User-defined tokens (type 4) are always matched as whole tokens.
+ * On success *n_out is the token count and out[0..*n_out) the ids.
+ * Errors: PKV_ERR_INVALID when max is too small (*n_out then gets the count needed,
+ * out is untouched), PKV_ERR_UNSUPPORTED for a "none" tokenizer, PKV_ERR_NOMEM;
+ * on any error out is unchanged. */
+pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
+                        bool add_special, bool parse_special, int32_t *out, size_t max,
+                        size_t *n_out);
+
+/* The bytes a token stands for: BPE pieces are mapped back through the byte
+ * table, SPM pieces have U+2581 turned into spaces and <0xNN> into byte NN.
+ * Control, unknown and unused tokens give their text when render_special, else
+ * nothing; user-defined tokens always give their text as it is. No dummy
+ * prefix is stripped here (see pkv_detokenize). Writes up to size bytes into buf
+ * and a terminating NUL if there is room; *n_out gets the byte count (without NUL).
+ * Errors: PKV_ERR_INVALID for an id out of range or when size < the byte count
+ * (*n_out then gets the count needed, buf untouched); PKV_ERR_UNSUPPORTED for "none". */
+pkv_status pkv_token_piece(const pkv_tokenizer *tok, int32_t id, bool render_special,
+                           char *buf, size_t size, size_t *n_out);
+
+/* The text of ids[0..n): the pieces concatenated. For SPM with a space prefix, the
+ * single leading space that tokenize added (at the start of the text and after
+ * each special token) is removed, so detokenize(tokenize(s)) == s.
+ * Buffer contract as pkv_token_piece. */
+pkv_status pkv_detokenize(const pkv_tokenizer *tok, const int32_t *ids, size_t n,
+                          bool render_special, char *buf, size_t size, size_t *n_out);
+
+/* The byte-level BPE pre-tokenizer alone (exposed for tests and tools): splits
+ * text[0..len) by the pattern named pre ("llama-bpe", "qwen2", "default"/"gpt2")
+ * and writes the end byte offset of each piece to ends[0..*n). Same buffer
+ * contract as pkv_tokenize (PKV_ERR_INVALID with the needed count when max is too
+ * small); PKV_ERR_NOT_FOUND for an unknown pattern name. */
+pkv_status pkv_pretokenize(const char *pre, const char *text, size_t len, size_t *ends,
+                           size_t max, size_t *n_out);
+
+/* A small byte-level BPE vocabulary for test models (`pagekv mkmodel`), built
+ * deterministically in memory:
+ *   ids 0..255   the 256 bytes in GPT-2 byte-to-unicode form (id b = byte b),
+ *   id 256       "<|begin_of_text|>" (control, BOS),
+ *   id 257       "<|end_of_text|>"   (control, EOS),
+ *   258..        merges building common English words and word pieces, each
+ *                plain and with a leading space ("the", "Ġthe"), each word a
+ *                single token under these merges; then letter pairs; then
+ *                "<|reserved_N|>" unused tokens up to n_tokens.
+ * model "gpt2", pre "llama-bpe", add_bos 1, add_eos 0.
+ * n_tokens must be in [300, 1000000]. Returns NULL with a message on bad size or
+ * out of memory. The desc owns all its memory: free it with pkv_vocab_builtin_free. */
+pkv_vocab_desc *pkv_vocab_builtin_create(int32_t n_tokens);
+/* Frees a desc from pkv_vocab_builtin_create (only such a desc); NULL is a no-op. */
+void pkv_vocab_builtin_free(pkv_vocab_desc *desc);
+
+#endif /* PKV_TOKENIZER_H */

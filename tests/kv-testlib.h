@@ -1,0 +1,147 @@
+/* Shared helpers of the KV tests: a small two-device sharded layout, writing
+ * token rows into every (layer, shard) and reading a sequence's K/V back through
+ * real device reads, gathered to [token][all heads][dim] floats per layer. */
+#ifndef PKV_KV_TESTLIB_H
+#define PKV_KV_TESTLIB_H
+
+#include "testhelp.h"
+#include "kv/kv-impl.h"
+
+#define KT_MAX_LAYERS 4
+
+typedef struct kt_env {
+    pkv_device *cpu, *cpu1;
+    pkv_kv_layer_desc layers[KT_MAX_LAYERS];
+    pkv_kv_shard_desc shards[KT_MAX_LAYERS][4];
+    int n_layers;
+} kt_env;
+
+/* Layer 0: 3 heads, K 8 / V 4, f32, heads 0-1 on cpu, head 2 on cpu:1.
+ * Layer 1: 2 heads, K 4 / V 6, f16, head 0 on cpu:1, head 1 on cpu. */
+static inline void kt_layout_sharded(kt_env *e) {
+    e->n_layers = 2;
+    e->layers[0] = (pkv_kv_layer_desc){3, 8, 4, PKV_TYPE_F32, 2, e->shards[0]};
+    e->shards[0][0] = (pkv_kv_shard_desc){e->cpu, e->cpu, 0, 2};
+    e->shards[0][1] = (pkv_kv_shard_desc){e->cpu1, e->cpu1, 2, 1};
+    e->layers[1] = (pkv_kv_layer_desc){2, 4, 6, PKV_TYPE_F16, 2, e->shards[1]};
+    e->shards[1][0] = (pkv_kv_shard_desc){e->cpu1, NULL, 0, 1};
+    e->shards[1][1] = (pkv_kv_shard_desc){e->cpu, e->cpu, 1, 1};
+}
+
+/* Open the two devices the sharded layout uses ("cpu" and "cpu:1" by default);
+ * the same name twice means one device holds every shard. */
+static inline int kt_open_names(kt_env *e, const char *a, const char *b) {
+    memset(e, 0, sizeof *e);
+    pkv_device_params dp = pkv_device_default_params();
+    dp.n_threads = 1;
+    e->cpu = pkv_device_open(a, dp);
+    e->cpu1 = strcmp(a, b) ? pkv_device_open(b, dp) : e->cpu;
+    return e->cpu && e->cpu1;
+}
+
+static inline int kt_open(kt_env *e) { return kt_open_names(e, "cpu", "cpu:1"); }
+
+static inline void kt_close(kt_env *e) {
+    if (e->cpu1 != e->cpu) pkv_device_close(e->cpu1);
+    pkv_device_close(e->cpu);
+}
+
+static inline pkv_kv_params kt_params(kt_env *e, int page_size, int64_t n_pages, int64_t host_pages) {
+    pkv_kv_params p = pkv_kv_default_params();
+    p.n_layers = e->n_layers;
+    p.layers = e->layers;
+    p.device = e->cpu;
+    p.page_size = page_size;
+    p.n_pages = n_pages;
+    p.host_pages = host_pages;
+    p.rope_n_rot = 4;
+    return p;
+}
+
+static inline int kt_dim(const pkv_kv_cache *c, int il, int v) {
+    pkv_kv_layer_info li;
+    pkv_kv_layout_layer(pkv_kv_cache_layout(c), il, &li);
+    return li.n_kv_heads * (v ? li.head_dim_v : li.head_dim_k);
+}
+
+static inline float kt_round(pkv_type t, float x) { return t == PKV_TYPE_F16 ? pkv_f16_to_f32(pkv_f32_to_f16(x)) : x; }
+
+/* Write one token's full K or V row (vals: [n_kv_heads][dim] floats) of layer il
+ * at cache row `row`, split over the shards. */
+static inline pkv_status kt_write_row(pkv_kv_cache *c, int il, int v, int32_t row, const float *vals) {
+    pkv_kv_layer_info li;
+    pkv_kv_layout_layer(pkv_kv_cache_layout(c), il, &li);
+    int d = v ? li.head_dim_v : li.head_dim_k;
+    size_t es = li.dtype == PKV_TYPE_F32 ? 4 : 2;
+    for (int s = 0; s < li.n_shards; s++) {
+        pkv_kv_shard_info si;
+        pkv_kv_shard(c, il, s, &si);
+        uint8_t buf[4096];
+        int n = si.n_heads * d;
+        for (int i = 0; i < n; i++) {
+            float x = vals[si.head_begin * d + i];
+            if (es == 4)
+                memcpy(buf + 4 * i, &x, 4);
+            else {
+                uint16_t h = pkv_f32_to_f16(x);
+                memcpy(buf + 2 * i, &h, 2);
+            }
+        }
+        pkv_status st = v ? pkv_buffer_write(si.v, si.v_off + (size_t)row * si.v_row_bytes, buf, (size_t)n * es)
+                          : pkv_buffer_write(si.k, si.k_off + (size_t)row * si.k_row_bytes, buf, (size_t)n * es);
+        if (st) return st;
+    }
+    return PKV_OK;
+}
+
+/* Read the K (v = 0) or V (v = 1) of layer il for tokens [0, n) of seq into
+ * out[n][n_kv_heads * dim], through the block table and device reads. */
+static inline pkv_status kt_read_seq(pkv_kv_cache *c, int32_t seq, int il, int v, float *out) {
+    pkv_kv_block_table bt;
+    pkv_status st = pkv_kv_block_table_get(c, 1, &seq, false, &bt);
+    if (st) return st;
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
+    pkv_kv_layer_info li;
+    pkv_kv_layout_layer(pkv_kv_cache_layout(c), il, &li);
+    int d = v ? li.head_dim_v : li.head_dim_k, H = li.n_kv_heads;
+    size_t es = li.dtype == PKV_TYPE_F32 ? 4 : 2;
+    int64_t n = bt.seq_len[0];
+    for (int s = 0; s < li.n_shards; s++) {
+        pkv_kv_shard_info si;
+        pkv_kv_shard(c, il, s, &si);
+        size_t rb = v ? si.v_row_bytes : si.k_row_bytes;
+        uint8_t buf[4096];
+        for (int64_t t = 0; t < n; t++) {
+            int32_t row = bt.pages[t / ps] * ps + (int32_t)(t % ps);
+            st = v ? pkv_buffer_read(si.v, si.v_off + (size_t)row * rb, buf, rb)
+                   : pkv_buffer_read(si.k, si.k_off + (size_t)row * rb, buf, rb);
+            if (st) return st;
+            for (int i = 0; i < si.n_heads * d; i++) {
+                float x;
+                if (es == 4)
+                    memcpy(&x, buf + 4 * i, 4);
+                else {
+                    uint16_t h;
+                    memcpy(&h, buf + 2 * i, 2);
+                    x = pkv_f16_to_f32(h);
+                }
+                out[(size_t)t * H * d + (size_t)si.head_begin * d + i] = x;
+            }
+        }
+    }
+    return PKV_OK;
+}
+
+/* Double-precision RoPE of one head vector x[head_dim] by `pos` (reference). */
+static inline void kt_rope_ref(double *x, int head_dim, int n_rot, bool neox, double base, double scale, double pos) {
+    (void)head_dim;
+    for (int i = 0; i < n_rot / 2; i++) {
+        double theta = pos * scale * pow(base, -2.0 * i / n_rot);
+        int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+        double xa = x[a], xb = x[b];
+        x[a] = xa * cos(theta) - xb * sin(theta);
+        x[b] = xa * sin(theta) + xb * cos(theta);
+    }
+}
+
+#endif

@@ -1,0 +1,419 @@
+/* A plain reference forward pass in double precision, for tests only.
+ *
+ * The paged forward pass is compared against this. It is written for clarity, not
+ * speed: one token at a time, a contiguous KV cache per layer, every tensor
+ * dequantized to double. Architectures: llama, qwen2, qwen3 (decoder-only,
+ * pre-norm, RMS norm, RoPE, grouped-query causal attention, SwiGLU FFN).
+ *
+ * Tensor names and shapes are GGUF's (llama.cpp's) standard names; a matrix is
+ * row-major [rows][cols] and applied as y = W·x (row r dotted with x):
+ *   token_embd.weight   [n_vocab][n_embd]
+ *   output_norm.weight  [n_embd]
+ *   output.weight       [n_vocab][n_embd]; absent: tied to token_embd
+ *   blk.N.attn_norm.weight                  [n_embd]
+ *   blk.N.attn_q.weight                     [n_head*head_dim][n_embd]
+ *   blk.N.attn_k.weight, blk.N.attn_v.weight [n_head_kv*head_dim][n_embd]
+ *   blk.N.attn_{q,k,v}.bias                 (required for qwen2, optional otherwise)
+ *   blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim] (required for qwen3: an
+ *                                           RMS norm of each head of Q and K, before RoPE)
+ *   blk.N.attn_output.weight                [n_embd][n_head*head_dim]
+ *   blk.N.ffn_norm.weight                   [n_embd]
+ *   blk.N.ffn_gate.weight, ffn_up.weight    [n_ff][n_embd]
+ *   blk.N.ffn_down.weight                   [n_embd][n_ff]
+ * RoPE over the whole head: normal (pairs 2i, 2i+1) when !rope_neox, neox (pairs i,
+ * i + head_dim/2) otherwise; the pair i turns by pos * base^(-2i/head_dim).
+ * Attention scale 1/sqrt(head_dim); query head h reads KV head h / (n_head/n_head_kv).
+ * FFN: down(silu(gate(x)) * up(x)). Residual adds after attention and after FFN;
+ * then the final RMS norm and the output projection give the logits.
+ *
+ * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
+ * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
+ * their K is re-rotated by the distance) and ref_model_copy_cache (a fork) are the
+ * references for the KV cache operations; ref_model_k / ref_model_v expose entries.
+ *
+ * Header-only (every test is one file): all functions are static inline. Errors are
+ * printed to stderr and returned as NULL / -1; on error the model is unchanged. */
+#ifndef PKV_REF_MODEL_H
+#define PKV_REF_MODEL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ref_hparams {
+    const char *arch; /* "llama", "qwen2", "qwen3" */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    double rms_eps, rope_base;
+    bool rope_neox;
+} ref_hparams;
+
+/* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
+ * and its element count in *n_elements, or NULL when the model has no such tensor. */
+typedef double *(*ref_get_tensor)(void *user, const char *name, int64_t *n_elements);
+
+typedef struct ref_layer {
+    double *attn_norm;       /* [n_embd] */
+    double *wq;              /* [n_head*head_dim][n_embd] */
+    double *wk, *wv;         /* [n_head_kv*head_dim][n_embd] */
+    double *bq;              /* [n_head*head_dim] or NULL */
+    double *bk, *bv;         /* [n_head_kv*head_dim] or NULL */
+    double *q_norm, *k_norm; /* [head_dim] or NULL */
+    double *wo;              /* [n_embd][n_head*head_dim] */
+    double *ffn_norm;        /* [n_embd] */
+    double *gate, *up;       /* [n_ff][n_embd] */
+    double *down;            /* [n_embd][n_ff] */
+    double *k_cache;         /* [cap][n_head_kv*head_dim], after RoPE */
+    double *v_cache;         /* [cap][n_head_kv*head_dim] */
+} ref_layer;
+
+typedef struct ref_model {
+    ref_hparams hp;
+    char arch[16];
+    double *tok_embd; /* [n_vocab][n_embd] */
+    double *out_norm; /* [n_embd] */
+    double *output;   /* [n_vocab][n_embd]; == tok_embd when tied */
+    ref_layer *layers;
+    int n_past; /* cache entries = position of the next token */
+    int cap;    /* cache capacity in tokens */
+    /* scratch */
+    double *x, *h, *tmp;  /* [n_embd] */
+    double *q, *att;      /* [n_head*head_dim] */
+    double *k, *v;        /* [n_head_kv*head_dim] */
+    double *g, *u;        /* [n_ff] */
+    double *scores;       /* [cap] */
+} ref_model;
+
+/* ------------------------------------------------------------- math */
+
+/* y[r] = sum_c W[r][c] x[c] (+ b[r]) */
+static inline void ref_matvec(const double *W, const double *x, const double *b, int rows, int cols, double *y) {
+    for (int r = 0; r < rows; r++) {
+        const double *w = W + (size_t)r * (size_t)cols;
+        double s = 0;
+        for (int c = 0; c < cols; c++) s += w[c] * x[c];
+        y[r] = b ? s + b[r] : s;
+    }
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w; y may alias x. */
+static inline void ref_rms_norm(const double *x, const double *w, int n, double eps, double *y) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+/* Rotates each of the n_heads heads of x (head_dim each) to position pos (any real
+ * value: a negative one rotates back). */
+static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, double base, bool neox) {
+    int half = head_dim / 2;
+    for (int hd = 0; hd < n_heads; hd++) {
+        double *v = x + (size_t)hd * (size_t)head_dim;
+        for (int i = 0; i < half; i++) {
+            double theta = pos * pow(base, -2.0 * i / head_dim);
+            double c = cos(theta), s = sin(theta);
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            double x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
+
+/* ------------------------------------------------------ create / free */
+
+static inline void ref_model_free(ref_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            ref_layer *L = &m->layers[il];
+            double *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->q_norm,
+                             L->k_norm, L->wo, L->ffn_norm, L->gate, L->up, L->down, L->k_cache, L->v_cache};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+        }
+        free(m->layers);
+    }
+    if (m->output != m->tok_embd) free(m->output);
+    free(m->tok_embd);
+    free(m->out_norm);
+    double *scratch[] = {m->x, m->h, m->tmp, m->q, m->att, m->k, m->v, m->g, m->u, m->scores};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
+    free(m);
+}
+
+/* Loads name (expecting n elements) into *dst. Returns false (with a message) when it
+ * is required and absent, or has the wrong size. */
+static inline bool ref_load(ref_get_tensor get, void *user, const char *name, int64_t n, bool required,
+                            double **dst) {
+    int64_t got = -1;
+    double *d = get(user, name, &got);
+    if (!d) {
+        if (required) fprintf(stderr, "ref_model: tensor %s is missing\n", name);
+        *dst = NULL;
+        return !required;
+    }
+    if (got != n) {
+        fprintf(stderr, "ref_model: tensor %s has %lld elements, expected %lld\n", name, (long long)got,
+                (long long)n);
+        free(d);
+        *dst = NULL;
+        return false;
+    }
+    *dst = d;
+    return true;
+}
+
+/* Loads every tensor through get. Returns NULL (with a message on stderr) on bad
+ * hparams, a missing required tensor, a tensor of the wrong size or no memory. */
+static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor get, void *user) {
+    if (!hp || !get || !hp->arch) return NULL;
+    bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
+         qwen3 = strcmp(hp->arch, "qwen3") == 0;
+    if (!llama && !qwen2 && !qwen3) {
+        fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
+        return NULL;
+    }
+    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->head_dim <= 0 ||
+        hp->head_dim % 2 != 0 || hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
+        !(hp->rms_eps >= 0) || !(hp->rope_base > 0)) {
+        fprintf(stderr, "ref_model: bad hparams (n_layer %d n_embd %d n_head %d n_head_kv %d head_dim %d)\n",
+                hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim);
+        return NULL;
+    }
+    ref_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->hp = *hp;
+    snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
+    m->hp.arch = m->arch;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, Q = (int64_t)hp->n_head * hp->head_dim,
+                  KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    bool ok = ref_load(get, user, "token_embd.weight", V * E, true, &m->tok_embd) &&
+              ref_load(get, user, "output_norm.weight", E, true, &m->out_norm) &&
+              ref_load(get, user, "output.weight", V * E, false, &m->output);
+    if (ok && !m->output) m->output = m->tok_embd;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    ok = ok && m->layers;
+    for (int il = 0; ok && il < hp->n_layer; il++) {
+        ref_layer *L = &m->layers[il];
+        char nm[96];
+#define REF_LOAD(field, suffix, n, req) \
+    (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), ref_load(get, user, nm, n, req, &L->field))
+        ok = REF_LOAD(attn_norm, "attn_norm.weight", E, true) && REF_LOAD(wq, "attn_q.weight", Q * E, true) &&
+             REF_LOAD(wk, "attn_k.weight", KV * E, true) && REF_LOAD(wv, "attn_v.weight", KV * E, true) &&
+             REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
+             REF_LOAD(bv, "attn_v.bias", KV, qwen2) &&
+             REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qwen3) &&
+             REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qwen3) &&
+             REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true) &&
+             REF_LOAD(gate, "ffn_gate.weight", F * E, true) && REF_LOAD(up, "ffn_up.weight", F * E, true) &&
+             REF_LOAD(down, "ffn_down.weight", E * F, true);
+#undef REF_LOAD
+    }
+    if (ok) {
+        m->x = calloc((size_t)E, sizeof(double));
+        m->h = calloc((size_t)E, sizeof(double));
+        m->tmp = calloc((size_t)E, sizeof(double));
+        m->q = calloc((size_t)Q, sizeof(double));
+        m->att = calloc((size_t)Q, sizeof(double));
+        m->k = calloc((size_t)KV, sizeof(double));
+        m->v = calloc((size_t)KV, sizeof(double));
+        m->g = calloc((size_t)F, sizeof(double));
+        m->u = calloc((size_t)F, sizeof(double));
+        ok = m->x && m->h && m->tmp && m->q && m->att && m->k && m->v && m->g && m->u;
+        if (!ok) fprintf(stderr, "ref_model: out of memory\n");
+    }
+    if (!ok) {
+        ref_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Forgets the sequence: the next token goes to position 0. */
+static inline void ref_model_reset(ref_model *m) { m->n_past = 0; }
+
+/* Number of tokens in the cache (= position of the next token). */
+static inline int ref_model_n_past(const ref_model *m) { return m->n_past; }
+
+/* Grows the cache to hold at least need tokens. */
+static inline bool ref_reserve(ref_model *m, int need) {
+    if (need <= m->cap) return true;
+    int cap = m->cap ? m->cap : 16;
+    while (cap < need) cap *= 2;
+    size_t kv = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim;
+    double *sc = realloc(m->scores, (size_t)cap * sizeof(double));
+    if (!sc) return false;
+    m->scores = sc;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        ref_layer *L = &m->layers[il];
+        double *k = realloc(L->k_cache, (size_t)cap * kv * sizeof(double));
+        if (!k) return false;
+        L->k_cache = k;
+        double *v = realloc(L->v_cache, (size_t)cap * kv * sizeof(double));
+        if (!v) return false;
+        L->v_cache = v;
+    }
+    m->cap = cap; /* only once every array holds cap tokens */
+    return true;
+}
+
+/* One token at position m->n_past through every layer; leaves the final hidden
+ * state (before the output norm) in m->x. */
+static inline void ref_forward_token(ref_model *m, int32_t token) {
+    const ref_hparams *hp = &m->hp;
+    const int E = hp->n_embd, D = hp->head_dim, F = hp->n_ff;
+    const int Q = hp->n_head * D, KV = hp->n_head_kv * D, group = hp->n_head / hp->n_head_kv;
+    const int pos = m->n_past;
+    const double scale = 1.0 / sqrt((double)D);
+    memcpy(m->x, m->tok_embd + (size_t)token * (size_t)E, (size_t)E * sizeof(double));
+    for (int il = 0; il < hp->n_layer; il++) {
+        ref_layer *L = &m->layers[il];
+        /* attention */
+        ref_rms_norm(m->x, L->attn_norm, E, hp->rms_eps, m->h);
+        ref_matvec(L->wq, m->h, L->bq, Q, E, m->q);
+        ref_matvec(L->wk, m->h, L->bk, KV, E, m->k);
+        ref_matvec(L->wv, m->h, L->bv, KV, E, m->v);
+        if (L->q_norm)
+            for (int hd = 0; hd < hp->n_head; hd++) ref_rms_norm(m->q + hd * D, L->q_norm, D, hp->rms_eps, m->q + hd * D);
+        if (L->k_norm)
+            for (int hd = 0; hd < hp->n_head_kv; hd++)
+                ref_rms_norm(m->k + hd * D, L->k_norm, D, hp->rms_eps, m->k + hd * D);
+        ref_rope(m->q, hp->n_head, D, pos, hp->rope_base, hp->rope_neox);
+        ref_rope(m->k, hp->n_head_kv, D, pos, hp->rope_base, hp->rope_neox);
+        memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));
+        memcpy(L->v_cache + (size_t)pos * KV, m->v, (size_t)KV * sizeof(double));
+        for (int hq = 0; hq < hp->n_head; hq++) {
+            const int hk = hq / group;
+            const double *q = m->q + hq * D;
+            double mx = -INFINITY, z = 0;
+            for (int t = 0; t <= pos; t++) {
+                const double *k = L->k_cache + (size_t)t * KV + hk * D;
+                double s = 0;
+                for (int d = 0; d < D; d++) s += q[d] * k[d];
+                m->scores[t] = s * scale;
+                if (m->scores[t] > mx) mx = m->scores[t];
+            }
+            for (int t = 0; t <= pos; t++) z += (m->scores[t] = exp(m->scores[t] - mx));
+            double *o = m->att + hq * D;
+            for (int d = 0; d < D; d++) o[d] = 0;
+            for (int t = 0; t <= pos; t++) {
+                const double *v = L->v_cache + (size_t)t * KV + hk * D;
+                double p = m->scores[t] / z;
+                for (int d = 0; d < D; d++) o[d] += p * v[d];
+            }
+        }
+        ref_matvec(L->wo, m->att, NULL, E, Q, m->tmp);
+        for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
+        /* feed-forward */
+        ref_rms_norm(m->x, L->ffn_norm, E, hp->rms_eps, m->h);
+        ref_matvec(L->gate, m->h, NULL, F, E, m->g);
+        ref_matvec(L->up, m->h, NULL, F, E, m->u);
+        for (int i = 0; i < F; i++) m->g[i] = ref_silu(m->g[i]) * m->u[i];
+        ref_matvec(L->down, m->g, NULL, E, F, m->tmp);
+        for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
+    }
+    m->n_past++;
+}
+
+/* Final norm and output projection of m->x into logits [n_vocab]. */
+static inline void ref_logits(ref_model *m, double *logits) {
+    ref_rms_norm(m->x, m->out_norm, m->hp.n_embd, m->hp.rms_eps, m->h);
+    ref_matvec(m->output, m->h, NULL, m->hp.n_vocab, m->hp.n_embd, logits);
+}
+
+/* Appends n tokens at positions n_past .. n_past+n-1, one at a time. Writes the last
+ * token's logits to logits_last [n_vocab] (if not NULL) and every token's to
+ * logits_all [n][n_vocab] (if not NULL). Returns 0, or -1 (model unchanged) for a
+ * token outside [0, n_vocab), n < 1 or no memory. */
+static inline int ref_model_eval(ref_model *m, const int32_t *tokens, int n, double *logits_last,
+                                 double *logits_all) {
+    if (!m || !tokens || n < 1) return -1;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab) {
+            fprintf(stderr, "ref_model: token %d at %d is outside [0, %d)\n", (int)tokens[i], i, m->hp.n_vocab);
+            return -1;
+        }
+    }
+    if (!ref_reserve(m, m->n_past + n)) {
+        fprintf(stderr, "ref_model: out of memory for %d tokens\n", m->n_past + n);
+        return -1;
+    }
+    const size_t V = (size_t)m->hp.n_vocab;
+    for (int i = 0; i < n; i++) {
+        ref_forward_token(m, tokens[i]);
+        if (logits_all) ref_logits(m, logits_all + (size_t)i * V);
+    }
+    if (logits_last) {
+        if (logits_all)
+            memcpy(logits_last, logits_all + (size_t)(n - 1) * V, V * sizeof(double));
+        else
+            ref_logits(m, logits_last);
+    }
+    return 0;
+}
+
+/* The cached K (after RoPE) and V of layer il at position pos, each
+ * [n_head_kv][head_dim], for comparing a KV cache's content; NULL when out of range. */
+static inline const double *ref_model_k(const ref_model *m, int il, int pos) {
+    if (il < 0 || il >= m->hp.n_layer || pos < 0 || pos >= m->n_past) return NULL;
+    return m->layers[il].k_cache + (size_t)pos * (size_t)(m->hp.n_head_kv * m->hp.head_dim);
+}
+static inline const double *ref_model_v(const ref_model *m, int il, int pos) {
+    if (il < 0 || il >= m->hp.n_layer || pos < 0 || pos >= m->n_past) return NULL;
+    return m->layers[il].v_cache + (size_t)pos * (size_t)(m->hp.n_head_kv * m->hp.head_dim);
+}
+
+/* Makes dst's sequence a copy of src's (the reference for a fork): the same cache
+ * content and position. Both must come from the same hparams. Returns -1 (dst
+ * unchanged) on a geometry mismatch or no memory. */
+static inline int ref_model_copy_cache(ref_model *dst, const ref_model *src) {
+    const ref_hparams *a = &dst->hp, *b = &src->hp;
+    if (a->n_layer != b->n_layer || a->n_head_kv != b->n_head_kv || a->head_dim != b->head_dim) {
+        fprintf(stderr, "ref_model: copy_cache between different geometries\n");
+        return -1;
+    }
+    if (!ref_reserve(dst, src->n_past)) return -1;
+    size_t bytes = (size_t)src->n_past * (size_t)(b->n_head_kv * b->head_dim) * sizeof(double);
+    for (int il = 0; il < b->n_layer && bytes; il++) {
+        memcpy(dst->layers[il].k_cache, src->layers[il].k_cache, bytes);
+        memcpy(dst->layers[il].v_cache, src->layers[il].v_cache, bytes);
+    }
+    dst->n_past = src->n_past;
+    return 0;
+}
+
+/* Keeps the first n tokens of the cache (rollback). Returns -1 when n is outside
+ * [0, n_past]. */
+static inline int ref_model_truncate(ref_model *m, int n) {
+    if (n < 0 || n > m->n_past) return -1;
+    m->n_past = n;
+    return 0;
+}
+
+/* Context shift: drops cache entries [p0, p1) and moves the later ones back by
+ * p1 - p0, re-rotating their K by -(p1 - p0) so each is at its new position. Their
+ * V and their K content otherwise stay as computed (they attended to the dropped
+ * tokens), exactly what a KV cache shift does. Returns -1 on a bad range. */
+static inline int ref_model_remove(ref_model *m, int p0, int p1) {
+    if (p0 < 0 || p1 < p0 || p1 > m->n_past) return -1;
+    const int d = p1 - p0, KV = m->hp.n_head_kv * m->hp.head_dim;
+    if (d == 0) return 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        ref_layer *L = &m->layers[il];
+        for (int t = p1; t < m->n_past; t++) {
+            double *k = L->k_cache + (size_t)(t - d) * KV;
+            memcpy(k, L->k_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
+            memcpy(L->v_cache + (size_t)(t - d) * KV, L->v_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
+            ref_rope(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d, m->hp.rope_base, m->hp.rope_neox);
+        }
+    }
+    m->n_past -= d;
+    return 0;
+}
+
+#endif /* PKV_REF_MODEL_H */

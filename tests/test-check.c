@@ -1,0 +1,82 @@
+// labels: device
+/* pagekv check: the conformance suite passes on cpu and cpu:1 (and across
+ * them) and fails on the faulty device, naming the failing primitive — both
+ * through the library and through the command a user runs. */
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "testhelp.h"
+
+typedef struct {
+    int rows, failed;
+    char failures[2048];
+} tally;
+
+static void on_row(const pkv_check_result *r, void *user) {
+    tally *t = user;
+    t->rows++;
+    if (!r->passed && !r->skipped) {
+        t->failed++;
+        size_t l = strlen(t->failures);
+        snprintf(t->failures + l, sizeof t->failures - l, "[%s %s: %s]", r->device, r->test, r->detail);
+    }
+}
+
+/* Run the CLI with env; returns exit status and captures stdout+stderr. */
+static int run_cli(const char *env, const char *args, char *out, size_t n) {
+    const char *cli = getenv("PKV_CLI");
+    if (!cli) return -1;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env, cli, args);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t k = fread(out, 1, n - 1, f);
+    out[k] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int main(void) {
+    pkv_check_params p = pkv_check_default_params();
+    p.iterations = 1500;
+    pkv_device *a = pkv_device_open("cpu", pkv_device_default_params());
+    pkv_device *b = pkv_device_open("cpu:1", pkv_device_default_params());
+    REQUIRE(a && b);
+    tally t = {0};
+    CHECK_OK(pkv_check_transfers(a, p, on_row, &t));
+    CHECK_OK(pkv_check_transfers(b, p, on_row, &t));
+    CHECK_OK(pkv_check_cross(a, b, p, on_row, &t));
+    CHECK_INT(t.failed, 0);
+    CHECK(t.rows >= 14);
+    if (t.failed) fprintf(stderr, "%s\n", t.failures);
+
+    setenv("PKV_FAULTY_DEVICE", "1", 1);
+    pkv_device *f = pkv_device_open("faulty", pkv_device_default_params());
+    REQUIRE(f != NULL);
+    tally tf = {0};
+    CHECK_STATUS(pkv_check_transfers(f, p, on_row, &tf), PKV_ERR_DEVICE);
+    CHECK(tf.failed >= 1);
+    CHECK(strstr(tf.failures, "faulty read:") != NULL); /* the failing primitive is named */
+    tally tc = {0};
+    CHECK_STATUS(pkv_check_cross(f, a, p, on_row, &tc), PKV_ERR_DEVICE); /* staging reads at offsets */
+    pkv_device_close(f);
+    unsetenv("PKV_FAULTY_DEVICE");
+    CHECK(pkv_device_open("faulty", pkv_device_default_params()) == NULL); /* only with the variable */
+    CHECK_MSG("PKV_FAULTY_DEVICE=1");
+    pkv_device_close(b);
+    pkv_device_close(a);
+
+    static char out[1 << 16];
+    int rc = run_cli("PKV_FAULTY_DEVICE=1", "check --device faulty --iterations 500", out, sizeof out);
+    if (rc == -1) return th_skip("PKV_CLI not set: run through ctest");
+    CHECK(rc == 1);
+    CHECK(strstr(out, "read") && strstr(out, "FAIL"));
+    CHECK(strstr(out, "pagekv check: FAILED: faulty: read") != NULL);
+    rc = run_cli("", "check --device cpu,cpu:1 --iterations 500", out, sizeof out);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "cpu -> cpu:1") != NULL && strstr(out, "FAIL") == NULL);
+    rc = run_cli("", "check --device nosuch", out, sizeof out);
+    CHECK_INT(rc, 2);
+    CHECK(strstr(out, "no device 'nosuch'") != NULL);
+    return th_done();
+}

@@ -1,0 +1,122 @@
+// labels: model timeout=300
+/* The pagekv command as a user runs it: mkmodel, tokenize, logits, run and their
+ * errors — every bad input a clear message and a non-zero exit, never a crash. */
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+
+static char out[1 << 20];
+
+/* Run `pagekv ARGS`, capturing stdout (and stderr when merge). Returns the exit
+ * status, or -2 when it died from a signal (a crash). */
+static int cli(bool merge, const char *fmt, ...) {
+    const char *bin = getenv("PKV_CLI");
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s %s", bin, args, merge ? "2>&1" : "2>/dev/null");
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    if (WIFSIGNALED(st)) return -2;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define HAS(s) CHECK(strstr(out, (s)) != NULL)
+
+int main(void) {
+    if (!getenv("PKV_CLI")) return th_skip("PKV_CLI not set: run through ctest");
+    char m[512], nv[512], lg[512], trunc[512]; /* th_tmp's buffers rotate: keep copies */
+    snprintf(m, sizeof m, "%s", th_tmp("cli-model.gguf"));
+    snprintf(nv, sizeof nv, "%s", th_tmp("cli-novocab.gguf"));
+    snprintf(lg, sizeof lg, "%s", th_tmp("cli-logits.bin"));
+    snprintf(trunc, sizeof trunc, "%s", th_tmp("cli-truncated.gguf"));
+
+    CHECK_INT(cli(true, "mkmodel --arch qwen2 --type q8_0 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 400 -o %s", m), 0);
+    CHECK_INT(cli(true, "mkmodel --arch llama --type f16 --no-vocab --vocab 50 -o %s", nv), 0);
+    CHECK_INT(cli(true, "mkmodel --arch gpt-j -o %s", th_tmp("x.gguf")), 1);
+    HAS("architecture 'gpt-j' is not supported");
+    CHECK_INT(cli(true, "mkmodel --type q4_0 --dim 48 -o %s", th_tmp("x.gguf")), 1);
+    HAS("multiples of 32");
+    CHECK_INT(cli(true, "mkmodel"), 2);
+    HAS("-o FILE.gguf is required");
+
+    /* tokenize: BOS by default, --no-bos drops it, --special parses special text */
+    CHECK_INT(cli(false, "tokenize -m %s -p 'the cat'", m), 0);
+    CHECK(out[0] == '[' && strncmp(out, "[256, ", 6) == 0);
+    CHECK_INT(cli(false, "tokenize -m %s -p 'the cat' --no-bos", m), 0);
+    CHECK(strncmp(out, "[256", 4) != 0);
+    CHECK_INT(cli(false, "tokenize -m %s -p '<|end_of_text|>' --no-bos --special", m), 0);
+    CHECK(strcmp(out, "[257]\n") == 0);
+    CHECK_INT(cli(false, "tokenize -m %s -p '<|end_of_text|>' --no-bos", m), 0);
+    CHECK(strcmp(out, "[257]\n") != 0); /* without --special it is plain text */
+    CHECK_INT(cli(false, "tokenize -m %s -p 'hi there' --pieces", m), 0);
+    HAS("-> '<|begin_of_text|>'");
+    CHECK_INT(cli(true, "tokenize -m %s -p 'x'", nv), 1);
+    HAS("no vocabulary");
+
+    /* logits: JSON and the binary file hold the same numbers */
+    CHECK_INT(cli(false, "logits -m %s --tokens 1,2,3,300 -t 2", m), 0);
+    CHECK(strncmp(out, "{\"n_tokens\": 4, \"n_vocab\": 400, \"logits\": [", 43) == 0);
+    float json_first = strtof(strstr(out, "[") + 1, NULL);
+    CHECK_INT(cli(true, "logits -m %s --tokens 1,2,3,300 -t 2 -o %s", m, lg), 0);
+    FILE *f = fopen(lg, "rb");
+    float bin[400];
+    CHECK(f && fread(bin, 4, 400, f) == 400 && fgetc(f) == EOF);
+    if (f) fclose(f);
+    CHECK_NEAR(bin[0], json_first, fabs(json_first) * 1e-6 + 1e-6);
+    CHECK_INT(cli(true, "logits -m %s --tokens 1,2,400", m), 1);
+    HAS("token id 400");
+    CHECK_INT(cli(true, "logits -m %s --tokens 1,x", m), 2);
+    CHECK_INT(cli(true, "logits -m %s --tokens 1,2,3", nv), 0); /* ids work without a vocabulary */
+
+    /* run: greedy is deterministic; forks print branches; errors exit non-zero */
+    CHECK_INT(cli(false, "run -m %s -p 'the cat' -n 8 --temp 0", m), 0);
+    char first[4096];
+    snprintf(first, sizeof first, "%.4000s", out);
+    CHECK_INT(cli(false, "run -m %s -p 'the cat' -n 8 --temp 0", m), 0);
+    CHECK(strcmp(first, out) == 0);
+    CHECK(strncmp(out, "the cat", 7) == 0);
+    CHECK_INT(cli(false, "run -m %s -p 'the cat' -n 8 --seed 5 --fork 3", m), 0);
+    HAS("--- branch 0 (seed 5) ---");
+    HAS("--- branch 2 (seed 7) ---");
+    CHECK_INT(cli(true, "run -m %s -p 'the cat sat on the mat' -c 4", m), 1);
+    HAS("more than the context of 4");
+    CHECK_INT(cli(true, "run -m %s -p 'x'", nv), 1);
+    HAS("no vocabulary");
+    CHECK_INT(cli(true, "run -m /nonexistent.gguf -p 'x'"), 1);
+    HAS("/nonexistent.gguf");
+    CHECK_INT(cli(true, "run -p hi -n 4 --top-p 0"), 2);
+    CHECK_INT(cli(true, "run --bogus"), 2);
+    HAS("unknown option '--bogus'");
+    CHECK_INT(cli(true, "run -p hi -n 4"), 0);
+    HAS("built-in tiny model");
+    HAS("decode");
+
+    /* a truncated copy of the model file: refused with a message at every cut */
+    FILE *src = fopen(m, "rb");
+    REQUIRE(src != NULL);
+    static unsigned char buf[1 << 20];
+    size_t size = fread(buf, 1, sizeof buf, src);
+    fclose(src);
+    size_t cuts[] = {0, 3, 10, 24, 100, size / 3, size / 2, size - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        FILE *t = fopen(trunc, "wb");
+        fwrite(buf, 1, cuts[i], t);
+        fclose(t);
+        int rc = cli(true, "logits -m %s --tokens 1", trunc);
+        if (rc != 1) TH_FAIL("truncated at %zu: exit %d (%s)", cuts[i], rc, out);
+        HAS(trunc);
+    }
+    unlink(trunc);
+    unlink(lg);
+    unlink(m);
+    unlink(nv);
+    return th_done();
+}

@@ -1,0 +1,110 @@
+// labels: kv
+/* Context shift: after removing a range, the moved tokens' cached K (re-rotated on
+ * the device by the position delta) equals K rotated from scratch at the new
+ * positions by an independent double-precision RoPE, within 2e-6 absolute for f32
+ * and 2e-3 for f16 (one rounding of the K dtype per rotation, values in [-1, 1]);
+ * V and the tokens before the range are bit-identical. Both RoPE styles, rotary
+ * dims < head size, a non-default frequency base and scale, two devices. */
+#include "kv-testlib.h"
+
+#define NT 40
+#define HD 8
+#define NROT 4
+
+static double g_raw[NT][2][2 * HD]; /* unrotated K per token, per layer: [heads][HD] */
+static float g_v[NT][2][16];
+static const int n_heads[2] = {2, 1};
+static const pkv_type dt[2] = {PKV_TYPE_F32, PKV_TYPE_F16};
+
+static void rotated(double *out, int il, int t, double pos, bool neox, double base, double scale) {
+    for (int h = 0; h < n_heads[il]; h++) {
+        memcpy(out + h * HD, &g_raw[t][il][h * HD], HD * sizeof(double));
+        kt_rope_ref(out + h * HD, HD, NROT, neox, base, scale, pos);
+    }
+}
+
+static void run(kt_env *e, bool neox) {
+    pkv_kv_layer_desc L[2];
+    pkv_kv_shard_desc sh0[2] = {{e->cpu, e->cpu, 0, 1}, {e->cpu1, e->cpu1, 1, 1}};
+    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, 2, sh0};
+    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, 0, NULL};
+    pkv_kv_params p = pkv_kv_default_params();
+    p.n_layers = 2;
+    p.layers = L;
+    p.device = e->cpu1;
+    p.page_size = 8;
+    p.n_pages = 16;
+    p.rope_n_rot = NROT;
+    p.rope_neox = neox;
+    p.rope_freq_base = 500000.0f;
+    p.rope_freq_scale = 0.5f;
+    pkv_kv_cache *c = pkv_kv_cache_create(p);
+    if (!c) {
+        TH_FAIL("%s", pkv_errmsg());
+        return;
+    }
+    uint64_t rng = neox ? 11 : 12;
+    int32_t seq, rows[NT], pos[NT];
+    for (int t = 0; t < NT; t++) pos[t] = 1000 + t;
+    CHECK_OK(pkv_kv_seq_create(c, 0, &seq));
+    CHECK_OK(pkv_kv_append(c, seq, NT, NULL, pos, rows));
+    for (int t = 0; t < NT; t++)
+        for (int il = 0; il < 2; il++) {
+            double k[2 * HD];
+            float kf[2 * HD];
+            for (int i = 0; i < n_heads[il] * HD; i++) g_raw[t][il][i] = th_randf(&rng);
+            rotated(k, il, t, pos[t], neox, 500000.0, 0.5);
+            for (int i = 0; i < n_heads[il] * HD; i++) kf[i] = (float)k[i];
+            int dv = il == 0 ? 2 * 4 : 8;
+            for (int i = 0; i < dv; i++) g_v[t][il][i] = kt_round(dt[il], th_randf(&rng));
+            CHECK_OK(kt_write_row(c, il, 0, rows[t], kf));
+            CHECK_OK(kt_write_row(c, il, 1, rows[t], g_v[t][il]));
+        }
+    float before[2][NT * 16];
+    for (int il = 0; il < 2; il++) CHECK_OK(kt_read_seq(c, seq, il, 0, before[il]));
+
+    /* remove [5, 17): 23 tokens move down by 12; then re-position the tail by +7 */
+    int start = 5, nr = 12, delta2 = 7, start2 = 20;
+    CHECK_OK(pkv_kv_shift(c, seq, start, nr, -nr));
+    CHECK_INT(pkv_kv_seq_len(c, seq), NT - nr);
+    CHECK_OK(pkv_kv_shift(c, seq, start2, 0, delta2));
+    int n = NT - nr;
+    int32_t npos[NT];
+    CHECK_OK(pkv_kv_seq_tokens(c, seq, 0, n, NULL, npos));
+    double worst[2] = {0, 0};
+    for (int il = 0; il < 2; il++) {
+        float k[NT * 16], v[NT * 16];
+        int kd = n_heads[il] * HD, vd = 8;
+        CHECK_OK(kt_read_seq(c, seq, il, 0, k));
+        CHECK_OK(kt_read_seq(c, seq, il, 1, v));
+        for (int t = 0; t < n; t++) {
+            int src = t < start ? t : t + nr;
+            int want_pos = 1000 + src + (t >= start ? -nr : 0) + (t >= start2 ? delta2 : 0);
+            CHECK_INT(npos[t], want_pos);
+            if (t < start) {
+                CHECK_MEM(&k[t * kd], &before[il][t * kd], (size_t)kd * 4);
+            } else {
+                double ref[2 * HD];
+                rotated(ref, il, src, want_pos, neox, 500000.0, 0.5);
+                for (int i = 0; i < kd; i++) worst[il] = fmax(worst[il], fabs(ref[i] - k[t * kd + i]));
+            }
+            CHECK_MEM(&v[t * vd], g_v[src][il], (size_t)vd * 4);
+        }
+    }
+    fprintf(stderr, "%s: worst |K - K_ref| f32 %.3g, f16 %.3g\n", neox ? "neox" : "normal", worst[0], worst[1]);
+    CHECK(worst[0] <= 2e-6);
+    CHECK(worst[1] <= 2e-3);
+    CHECK(worst[0] > 0 || worst[1] > 0); /* something was rotated and compared */
+    pkv_kv_cache_free(c);
+}
+
+int main(void) {
+    kt_env e;
+    if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
+    int64_t live0 = pkv_alloc_live();
+    run(&e, false);
+    run(&e, true);
+    CHECK_INT(pkv_alloc_live(), live0);
+    kt_close(&e);
+    return th_done();
+}

@@ -1,0 +1,135 @@
+// labels: model timeout=600
+/* The paged forward pass against the plain contiguous-KV reference in double
+ * precision (tests/ref-model.h), for every architecture and weight type, on
+ * models from mkmodel. The reference reads the same GGUF image, dequantized
+ * exactly; the paged pass runs through the device kernels and the paged cache.
+ *
+ * Stated tolerances (normalized mean squared error of the logits of every
+ * position of a 24-token prompt and 8 single-token steps):
+ *   f32 / f16 / bf16 weights, f32 KV:  1e-9   (float accumulation only)
+ *   same weights, f16 KV:              1e-5   (K and V rounded to half)
+ *   q8_0 / q4_0 / k-quant weights:     2e-3   (activations quantized to 8 bits for
+ *                                              the integer dot products, as ggml does)
+ * and the greedy token of every position must agree unless the reference's top
+ * two logits are closer than a near-tie margin: 1e-3, or 0.1 where activations
+ * are quantized (an nmse of 5e-4 is an absolute error of about 0.02 per logit). */
+#include "base/quant.h"
+#include "model/gguf.h"
+#include "ref-model.h"
+#include "testhelp.h"
+
+static double *get_tensor(void *user, const char *name, int64_t *n) {
+    const pkv_gguf *g = user;
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
+    if (!t) return NULL;
+    float *f = malloc(t->n_elements * sizeof *f);
+    double *d = malloc(t->n_elements * sizeof *d);
+    if (!f || !d || pkv_dequantize_row(t->type, t->data, f, (int64_t)t->n_elements)) {
+        free(f);
+        free(d);
+        return NULL;
+    }
+    for (uint64_t i = 0; i < t->n_elements; i++) d[i] = f[i];
+    free(f);
+    *n = (int64_t)t->n_elements;
+    return d;
+}
+
+enum { NP = 24, NS = 8 };
+
+static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, double tie, int *cases) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = arch;
+    p.type = wt;
+    p.n_layer = 2;
+    bool kq = pkv_type_block_elems(wt) == 256;
+    p.n_embd = kq ? 256 : 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.head_dim = kq ? 64 : 16;
+    p.n_ff = kq ? 256 : 96;
+    p.n_vocab = 300;
+    p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
+    void *img;
+    size_t size;
+    if (pkv_mkmodel_memory(&p, &img, &size)) {
+        TH_FAIL("%s %s: mkmodel: %s", arch, pkv_type_name(wt), pkv_errmsg());
+        return;
+    }
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, arch);
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    pkv_model *m = pkv_model_load_memory(img, size, arch, mp);
+    REQUIRE_VOID(g && m);
+    ref_hparams hp = {arch, p.n_layer, p.n_embd, p.n_head, p.n_head_kv, p.head_dim, p.n_ff, p.n_vocab,
+                      strcmp(arch, "llama") ? 1e-6 : 1e-5, strcmp(arch, "llama") ? 1e6 : 1e4, strcmp(arch, "llama") != 0};
+    ref_model *r = ref_model_create(&hp, get_tensor, g);
+    REQUIRE_VOID(r);
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = kv;
+    cp.page_size = 5; /* pages end mid-prompt */
+    cp.n_ctx = 64;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    REQUIRE_VOID(ctx);
+
+    int V = p.n_vocab;
+    int32_t toks[NP + NS];
+    for (int i = 0; i < NP + NS; i++) toks[i] = (i * 97 + 13) % V;
+    float *got = malloc((size_t)(NP + NS) * V * sizeof *got);
+    double *want = malloc((size_t)(NP + NS) * V * sizeof *want);
+    CHECK_OK(pkv_context_decode_all(ctx, toks, NP, got));
+    for (int i = 0; i < NS; i++) {
+        CHECK_OK(pkv_context_decode(ctx, &toks[NP + i], 1));
+        memcpy(got + (size_t)(NP + i) * V, pkv_context_logits(ctx), V * sizeof(float));
+    }
+    CHECK_INT(ref_model_eval(r, toks, NP + NS, NULL, want), 0);
+    double worst = 0;
+    int disagree = 0;
+    for (int t = 0; t < NP + NS; t++) {
+        double num = 0, den = 0;
+        int ag = 0, aw = 0, second = -1;
+        for (int k = 0; k < V; k++) {
+            double w = want[(size_t)t * V + k], x = got[(size_t)t * V + k];
+            num += (w - x) * (w - x);
+            den += w * w;
+            if (x > got[(size_t)t * V + ag]) ag = k;
+            if (w > want[(size_t)t * V + aw]) aw = k;
+        }
+        for (int k = 0; k < V; k++)
+            if (k != aw && (second < 0 || want[(size_t)t * V + k] > want[(size_t)t * V + second])) second = k;
+        double e = num / den;
+        if (e > worst) worst = e;
+        bool near_tie = want[(size_t)t * V + aw] - want[(size_t)t * V + second] < tie;
+        if (ag != aw && !near_tie) disagree++;
+    }
+    fprintf(stderr, "%-6s %-5s kv %-4s nmse %.2e (tol %.0e)%s\n", arch, pkv_type_name(wt), pkv_type_name(kv), worst, tol,
+            disagree ? " ARGMAX DIFFERS" : "");
+    if (!(worst <= tol)) TH_FAIL("%s %s kv %s: nmse %g > %g", arch, pkv_type_name(wt), pkv_type_name(kv), worst, tol);
+    CHECK_INT(disagree, 0);
+    (*cases)++;
+    free(got);
+    free(want);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    ref_model_free(r);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+int main(void) {
+    static const char *archs[] = {"llama", "qwen2", "qwen3"};
+    static const pkv_type exact[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16};
+    static const pkv_type quant[] = {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    int cases = 0;
+    for (int a = 0; a < 3; a++) {
+        for (size_t t = 0; t < sizeof exact / sizeof exact[0]; t++) {
+            run_case(archs[a], exact[t], PKV_TYPE_F32, 1e-9, 1e-3, &cases);
+            run_case(archs[a], exact[t], PKV_TYPE_F16, 1e-5, 1e-3, &cases);
+        }
+        for (size_t t = 0; t < sizeof quant / sizeof quant[0]; t++) run_case(archs[a], quant[t], PKV_TYPE_F16, 2e-3, 0.1, &cases);
+    }
+    CHECK_INT(cases, 3 * (2 * 3 + 5));
+    return th_done();
+}

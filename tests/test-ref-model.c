@@ -1,0 +1,678 @@
+// labels: unit
+/* The double-precision reference forward pass (tests/ref-model.h) on tiny random
+ * models, checked against facts derivable by hand: RoPE values, identity at position
+ * 0, relative-position invariance; the first token's attention is V passed through;
+ * zero query weights give uniform causal attention; zero attention weights leave the
+ * FFN path alone; GQA equals MHA with duplicated KV heads; one token at a time equals
+ * all at once; causality; reset; tied output; the qwen3 Q/K norm removes the scale of
+ * Wq and Wk; context shift and truncate against fresh evaluation; bad inputs. */
+#include "ref-model.h"
+#include "testhelp.h"
+
+/* ------------------------------------------------------ tensor store */
+
+enum { TS_MAX = 128 };
+typedef struct tstore {
+    int n;
+    char name[TS_MAX][64];
+    double *data[TS_MAX];
+    int64_t size[TS_MAX];
+} tstore;
+
+static double *ts_find(tstore *ts, const char *name) {
+    for (int i = 0; i < ts->n; i++)
+        if (strcmp(ts->name[i], name) == 0) return ts->data[i];
+    return NULL;
+}
+
+static int64_t ts_size(tstore *ts, const char *name) {
+    for (int i = 0; i < ts->n; i++)
+        if (strcmp(ts->name[i], name) == 0) return ts->size[i];
+    return -1;
+}
+
+/* The ref_get_tensor callback: a malloc'd copy. */
+static double *ts_get(void *user, const char *name, int64_t *n) {
+    tstore *ts = user;
+    double *d = ts_find(ts, name);
+    if (!d) return NULL;
+    *n = ts_size(ts, name);
+    double *c = malloc((size_t)*n * sizeof(double));
+    memcpy(c, d, (size_t)*n * sizeof(double));
+    return c;
+}
+
+/* Adds a tensor of n values uniform in [center - scale, center + scale). */
+static double *ts_add(tstore *ts, const char *name, int64_t n, double center, double scale, uint64_t *rs) {
+    int i = ts->n++;
+    snprintf(ts->name[i], sizeof ts->name[i], "%s", name);
+    ts->size[i] = n;
+    ts->data[i] = malloc((size_t)n * sizeof(double));
+    for (int64_t j = 0; j < n; j++) ts->data[i][j] = center + scale * th_randf(rs);
+    return ts->data[i];
+}
+
+static void ts_remove(tstore *ts, const char *name) {
+    for (int i = 0; i < ts->n; i++)
+        if (strcmp(ts->name[i], name) == 0) {
+            free(ts->data[i]);
+            ts->n--;
+            memmove(ts->name[i], ts->name[i + 1], (size_t)(ts->n - i) * sizeof ts->name[0]);
+            memmove(&ts->data[i], &ts->data[i + 1], (size_t)(ts->n - i) * sizeof ts->data[0]);
+            memmove(&ts->size[i], &ts->size[i + 1], (size_t)(ts->n - i) * sizeof ts->size[0]);
+            return;
+        }
+}
+
+static void ts_free(tstore *ts) {
+    for (int i = 0; i < ts->n; i++) free(ts->data[i]);
+    ts->n = 0;
+}
+
+static double *tsf(tstore *ts, const char *fmt, int il) {
+    char nm[64];
+    snprintf(nm, sizeof nm, fmt, il);
+    return ts_find(ts, nm);
+}
+
+static ref_hparams tiny_hp(const char *arch) {
+    ref_hparams hp = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 4, .n_head_kv = 2, .head_dim = 8,
+                      .n_ff = 24, .n_vocab = 32, .rms_eps = 1e-6, .rope_base = 10000.0,
+                      .rope_neox = strcmp(arch, "llama") != 0};
+    return hp;
+}
+
+/* Random weights for every tensor the arch has (qwen2: biases; qwen3: Q/K norms). */
+static void make_model(tstore *ts, const ref_hparams *hp, uint64_t seed, bool with_output) {
+    uint64_t rs = seed;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
+                  F = hp->n_ff, V = hp->n_vocab;
+    ts->n = 0;
+    ts_add(ts, "token_embd.weight", V * E, 0, 1, &rs);
+    ts_add(ts, "output_norm.weight", E, 1, 0.2, &rs);
+    if (with_output) ts_add(ts, "output.weight", V * E, 0, 0.5, &rs);
+    for (int il = 0; il < hp->n_layer; il++) {
+        char nm[64];
+#define ADD(suffix, n, c, s) (snprintf(nm, sizeof nm, "blk.%d." suffix, il), ts_add(ts, nm, n, c, s, &rs))
+        ADD("attn_norm.weight", E, 1, 0.2);
+        ADD("attn_q.weight", Q * E, 0, 0.5);
+        ADD("attn_k.weight", KV * E, 0, 0.5);
+        ADD("attn_v.weight", KV * E, 0, 0.5);
+        if (strcmp(hp->arch, "qwen2") == 0) {
+            ADD("attn_q.bias", Q, 0, 0.3);
+            ADD("attn_k.bias", KV, 0, 0.3);
+            ADD("attn_v.bias", KV, 0, 0.3);
+        }
+        if (strcmp(hp->arch, "qwen3") == 0) {
+            ADD("attn_q_norm.weight", hp->head_dim, 1, 0.3);
+            ADD("attn_k_norm.weight", hp->head_dim, 1, 0.3);
+        }
+        ADD("attn_output.weight", E * Q, 0, 0.3);
+        ADD("ffn_norm.weight", E, 1, 0.2);
+        ADD("ffn_gate.weight", F * E, 0, 0.5);
+        ADD("ffn_up.weight", F * E, 0, 0.5);
+        ADD("ffn_down.weight", E * F, 0, 0.3);
+#undef ADD
+    }
+}
+
+static double max_diff(const double *a, const double *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+/* Independent little helpers for the inline computations. */
+static void t_norm(const double *x, const double *w, int n, double eps, double *y) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int i = 0; i < n; i++) y[i] = x[i] / sqrt(ss / n + eps) * w[i];
+}
+static void t_mv(const double *W, const double *x, int rows, int cols, double *y) {
+    for (int r = 0; r < rows; r++) {
+        y[r] = 0;
+        for (int c = 0; c < cols; c++) y[r] += W[r * cols + c] * x[c];
+    }
+}
+static void t_ffn(tstore *ts, const ref_hparams *hp, int il, double *x) { /* x += ffn(x) */
+    double h[64], g[64], u[64], d[64];
+    t_norm(x, tsf(ts, "blk.%d.ffn_norm.weight", il), hp->n_embd, hp->rms_eps, h);
+    t_mv(tsf(ts, "blk.%d.ffn_gate.weight", il), h, hp->n_ff, hp->n_embd, g);
+    t_mv(tsf(ts, "blk.%d.ffn_up.weight", il), h, hp->n_ff, hp->n_embd, u);
+    for (int i = 0; i < hp->n_ff; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+    t_mv(tsf(ts, "blk.%d.ffn_down.weight", il), g, hp->n_embd, hp->n_ff, d);
+    for (int i = 0; i < hp->n_embd; i++) x[i] += d[i];
+}
+static void t_out(tstore *ts, const ref_hparams *hp, const double *x, double *logits) {
+    double h[64];
+    t_norm(x, ts_find(ts, "output_norm.weight"), hp->n_embd, hp->rms_eps, h);
+    double *out = ts_find(ts, "output.weight");
+    t_mv(out ? out : ts_find(ts, "token_embd.weight"), h, hp->n_vocab, hp->n_embd, logits);
+}
+/* v = Wv norm(x) + bv for layer il */
+static void t_v(tstore *ts, const ref_hparams *hp, int il, const double *x, double *v) {
+    double h[64];
+    t_norm(x, tsf(ts, "blk.%d.attn_norm.weight", il), hp->n_embd, hp->rms_eps, h);
+    int KV = hp->n_head_kv * hp->head_dim;
+    t_mv(tsf(ts, "blk.%d.attn_v.weight", il), h, KV, hp->n_embd, v);
+    double *bv = tsf(ts, "blk.%d.attn_v.bias", il);
+    for (int i = 0; bv && i < KV; i++) v[i] += bv[i];
+}
+/* x += Wo · (each query head hq reading vhead[hq / group]) */
+static void t_attn_out(tstore *ts, const ref_hparams *hp, int il, const double *vheads, double *x) {
+    double att[128], o[64];
+    int D = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    for (int hq = 0; hq < hp->n_head; hq++)
+        for (int d = 0; d < D; d++) att[hq * D + d] = vheads[(hq / group) * D + d];
+    t_mv(tsf(ts, "blk.%d.attn_output.weight", il), att, hp->n_embd, hp->n_head * D, o);
+    for (int i = 0; i < hp->n_embd; i++) x[i] += o[i];
+}
+
+static const char *ARCHS[3] = {"llama", "qwen2", "qwen3"};
+
+/* ------------------------------------------------------------- tests */
+
+static void test_rope(void) {
+    uint64_t rs = 3;
+    double x[16], y[16], z[16];
+    for (int i = 0; i < 16; i++) x[i] = th_randf(&rs);
+    for (int neox = 0; neox < 2; neox++) {
+        memcpy(y, x, sizeof x);
+        ref_rope(y, 2, 8, 0, 10000, neox);
+        CHECK_MEM(y, x, sizeof x); /* position 0 is the identity, exactly */
+        /* rotating to a and back to -a is the identity; the norm is kept */
+        ref_rope(y, 2, 8, 37, 10000, neox);
+        double n0 = 0, n1 = 0;
+        for (int i = 0; i < 16; i++) n0 += x[i] * x[i], n1 += y[i] * y[i];
+        CHECK_NEAR(n1, n0, 1e-12);
+        CHECK(max_diff(x, y, 16) > 0.1);
+        ref_rope(y, 2, 8, -37, 10000, neox);
+        CHECK(max_diff(x, y, 16) < 1e-12);
+        /* q·k depends only on the distance of the positions */
+        double q[8], k[8], q2[8], k2[8];
+        memcpy(q, x, sizeof q), memcpy(k, x + 8, sizeof k), memcpy(q2, q, sizeof q), memcpy(k2, k, sizeof k);
+        ref_rope(q, 1, 8, 9, 500, neox), ref_rope(k, 1, 8, 4, 500, neox);
+        ref_rope(q2, 1, 8, 1009, 500, neox), ref_rope(k2, 1, 8, 1004, 500, neox);
+        double d1 = 0, d2 = 0;
+        for (int i = 0; i < 8; i++) d1 += q[i] * k[i], d2 += q2[i] * k2[i];
+        CHECK_NEAR(d1, d2, 1e-10);
+    }
+    /* by hand: head_dim 4, base 10000, position 1: pair 0 turns by 1 rad, pair 1 by
+     * 10000^(-1/2) = 0.01 rad */
+    double v[4] = {1, 2, 3, 4}, c1 = cos(1), s1 = sin(1), c2 = cos(0.01), s2 = sin(0.01);
+    ref_rope(v, 1, 4, 1, 10000, false); /* normal: pairs (0,1), (2,3) */
+    double want[4] = {c1 - 2 * s1, s1 + 2 * c1, 3 * c2 - 4 * s2, 3 * s2 + 4 * c2};
+    CHECK(max_diff(v, want, 4) < 1e-15);
+    double w[4] = {1, 2, 3, 4};
+    ref_rope(w, 1, 4, 1, 10000, true); /* neox: pairs (0,2), (1,3) */
+    double wantn[4] = {c1 - 3 * s1, 2 * c2 - 4 * s2, s1 + 3 * c1, 2 * s2 + 4 * c2};
+    CHECK(max_diff(w, wantn, 4) < 1e-15);
+    /* neox = normal on the interleaved vector */
+    for (int i = 0; i < 4; i++) y[2 * i] = x[i], y[2 * i + 1] = x[i + 4];
+    memcpy(z, x, 8 * sizeof(double));
+    ref_rope(y, 1, 8, 5, 10000, false);
+    ref_rope(z, 1, 8, 5, 10000, true);
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(y[2 * i], z[i], 0);
+        CHECK_NEAR(y[2 * i + 1], z[i + 4], 0);
+    }
+}
+
+/* At the first position the softmax has one entry: every query head returns V of its
+ * KV head, whatever Q, K, their norms and RoPE. */
+static void test_first_token(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
+    tstore ts;
+    make_model(&ts, &hp, 11, true);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    for (int32_t tok = 0; tok < hp.n_vocab; tok += 7) {
+        double got[32], want[32], x[16], v[16];
+        ref_model_reset(m);
+        CHECK_INT(ref_model_eval(m, &tok, 1, got, NULL), 0);
+        memcpy(x, ts_find(&ts, "token_embd.weight") + tok * hp.n_embd, sizeof x);
+        for (int il = 0; il < hp.n_layer; il++) {
+            t_v(&ts, &hp, il, x, v);
+            t_attn_out(&ts, &hp, il, v, x);
+            t_ffn(&ts, &hp, il, x);
+        }
+        t_out(&ts, &hp, x, want);
+        double d = max_diff(got, want, 32);
+        th_checks++;
+        if (d > 1e-10) TH_FAIL("%s: first token %d: max diff %g", arch, (int)tok, d);
+    }
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* Two tokens through one layer, written out: Q/K/V with biases, the per-head Q/K norm
+ * before RoPE, RoPE at positions 0 and 1, scores scaled by 1/sqrt(head_dim), a
+ * softmax over the two positions, GQA head mapping, output projection, FFN. */
+static void test_second_token(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
+    hp.n_layer = 1;
+    tstore ts;
+    make_model(&ts, &hp, 24, true);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    const int E = hp.n_embd, D = hp.head_dim, NQ = hp.n_head * D, NKV = hp.n_head_kv * D;
+    const int group = hp.n_head / hp.n_head_kv;
+    int32_t toks[2] = {9, 26};
+    double q[2][32], k[2][16], v[2][16], x[2][16];
+    for (int p = 0; p < 2; p++) {
+        double h[16];
+        memcpy(x[p], ts_find(&ts, "token_embd.weight") + toks[p] * E, sizeof x[p]);
+        t_norm(x[p], tsf(&ts, "blk.%d.attn_norm.weight", 0), E, hp.rms_eps, h);
+        t_mv(tsf(&ts, "blk.%d.attn_q.weight", 0), h, NQ, E, q[p]);
+        t_mv(tsf(&ts, "blk.%d.attn_k.weight", 0), h, NKV, E, k[p]);
+        t_mv(tsf(&ts, "blk.%d.attn_v.weight", 0), h, NKV, E, v[p]);
+        double *bq = tsf(&ts, "blk.%d.attn_q.bias", 0), *bk = tsf(&ts, "blk.%d.attn_k.bias", 0),
+               *bv = tsf(&ts, "blk.%d.attn_v.bias", 0);
+        for (int i = 0; bq && i < NQ; i++) q[p][i] += bq[i];
+        for (int i = 0; bk && i < NKV; i++) k[p][i] += bk[i], v[p][i] += bv[i];
+        double *qn = tsf(&ts, "blk.%d.attn_q_norm.weight", 0), *kn = tsf(&ts, "blk.%d.attn_k_norm.weight", 0);
+        for (int hd = 0; qn && hd < hp.n_head; hd++) t_norm(q[p] + hd * D, qn, D, hp.rms_eps, q[p] + hd * D);
+        for (int hd = 0; kn && hd < hp.n_head_kv; hd++) t_norm(k[p] + hd * D, kn, D, hp.rms_eps, k[p] + hd * D);
+        ref_rope(q[p], hp.n_head, D, p, hp.rope_base, hp.rope_neox);
+        ref_rope(k[p], hp.n_head_kv, D, p, hp.rope_base, hp.rope_neox);
+    }
+    double att[32], o[16], want[32], got[2 * 32];
+    for (int hq = 0; hq < hp.n_head; hq++) {
+        int hk = hq / group;
+        double s[2];
+        for (int t = 0; t < 2; t++) {
+            s[t] = 0;
+            for (int d = 0; d < D; d++) s[t] += q[1][hq * D + d] * k[t][hk * D + d];
+            s[t] /= sqrt((double)D);
+        }
+        double p0 = 1.0 / (1.0 + exp(s[1] - s[0])); /* softmax of two */
+        for (int d = 0; d < D; d++) att[hq * D + d] = p0 * v[0][hk * D + d] + (1 - p0) * v[1][hk * D + d];
+    }
+    t_mv(tsf(&ts, "blk.%d.attn_output.weight", 0), att, E, NQ, o);
+    for (int i = 0; i < E; i++) x[1][i] += o[i];
+    t_ffn(&ts, &hp, 0, x[1]);
+    t_out(&ts, &hp, x[1], want);
+    CHECK_INT(ref_model_eval(m, toks, 2, NULL, got), 0);
+    double d = max_diff(got + 32, want, 32);
+    th_checks++;
+    if (d > 1e-10) TH_FAIL("%s: second token: max diff %g", arch, d);
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* With Wq = 0 (and no Q bias) every score is 0: position p attends uniformly to
+ * positions 0..p. One layer, so V of each token depends only on the token. */
+static void test_uniform_attention(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
+    hp.n_layer = 1;
+    tstore ts;
+    make_model(&ts, &hp, 12, true);
+    memset(tsf(&ts, "blk.%d.attn_q.weight", 0), 0, (size_t)ts_size(&ts, "blk.0.attn_q.weight") * sizeof(double));
+    double *bq = tsf(&ts, "blk.%d.attn_q.bias", 0);
+    if (bq) memset(bq, 0, (size_t)(hp.n_head * hp.head_dim) * sizeof(double));
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    int32_t toks[6] = {3, 17, 3, 30, 0, 9};
+    double all[6 * 32];
+    CHECK_INT(ref_model_eval(m, toks, 6, NULL, all), 0);
+    double vsum[16] = {0};
+    int KV = hp.n_head_kv * hp.head_dim;
+    for (int p = 0; p < 6; p++) {
+        double x[16], v[16], mean[16], want[32];
+        memcpy(x, ts_find(&ts, "token_embd.weight") + toks[p] * hp.n_embd, sizeof x);
+        t_v(&ts, &hp, 0, x, v);
+        for (int i = 0; i < KV; i++) mean[i] = (vsum[i] += v[i]) / (p + 1);
+        t_attn_out(&ts, &hp, 0, mean, x);
+        t_ffn(&ts, &hp, 0, x);
+        t_out(&ts, &hp, x, want);
+        double d = max_diff(all + p * 32, want, 32);
+        th_checks++;
+        if (d > 1e-10) TH_FAIL("%s: uniform attention at %d: max diff %g", arch, p, d);
+    }
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* All attention weights zero: the attention adds nothing, and every position's logits
+ * are the FFN-only computation of its own token. */
+static void test_attention_zero(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
+    tstore ts;
+    make_model(&ts, &hp, 13, true);
+    for (int il = 0; il < hp.n_layer; il++) {
+        const char *names[] = {"blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
+                               "blk.%d.attn_output.weight", "blk.%d.attn_q.bias", "blk.%d.attn_k.bias",
+                               "blk.%d.attn_v.bias"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, names[i], il);
+            double *d = ts_find(&ts, nm);
+            if (d) memset(d, 0, (size_t)ts_size(&ts, nm) * sizeof(double));
+        }
+    }
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    int32_t toks[5] = {1, 2, 31, 2, 8};
+    double all[5 * 32];
+    CHECK_INT(ref_model_eval(m, toks, 5, NULL, all), 0);
+    for (int p = 0; p < 5; p++) {
+        double x[16], want[32];
+        memcpy(x, ts_find(&ts, "token_embd.weight") + toks[p] * hp.n_embd, sizeof x);
+        for (int il = 0; il < hp.n_layer; il++) t_ffn(&ts, &hp, il, x);
+        t_out(&ts, &hp, x, want);
+        double d = max_diff(all + p * 32, want, 32);
+        th_checks++;
+        if (d > 1e-10) TH_FAIL("%s: FFN only at %d: max diff %g", arch, p, d);
+    }
+    /* the same token at positions 1 and 3 gives the same logits */
+    CHECK(max_diff(all + 1 * 32, all + 3 * 32, 32) < 1e-12);
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* GQA (2 KV heads for 4 query heads) equals MHA whose KV head j is a copy of GQA's
+ * KV head j / 2. */
+static void test_gqa(const char *arch) {
+    ref_hparams hg = tiny_hp(arch), hm = hg;
+    hm.n_head_kv = hm.n_head;
+    tstore tg, tm;
+    make_model(&tg, &hg, 14, true);
+    make_model(&tm, &hm, 14, true);
+    const int D = hg.head_dim, E = hg.n_embd, group = hg.n_head / hg.n_head_kv;
+    for (int il = 0; il < hg.n_layer; il++) {
+        /* copy everything, then expand K and V */
+        const char *same[] = {"blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_q.bias",
+                              "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight",
+                              "blk.%d.attn_output.weight", "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight",
+                              "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight"};
+        for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, same[i], il);
+            if (ts_find(&tg, nm)) memcpy(ts_find(&tm, nm), ts_find(&tg, nm), (size_t)ts_size(&tg, nm) * sizeof(double));
+        }
+        const char *kv[] = {"blk.%d.attn_k.weight", "blk.%d.attn_v.weight", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias"};
+        for (int i = 0; i < 4; i++) {
+            double *src = tsf(&tg, kv[i], il), *dst = tsf(&tm, kv[i], il);
+            if (!src) continue;
+            int cols = i < 2 ? E : 1;
+            for (int h = 0; h < hm.n_head_kv; h++)
+                memcpy(dst + (size_t)h * D * cols, src + (size_t)(h / group) * D * cols, (size_t)D * cols * sizeof(double));
+        }
+    }
+    memcpy(ts_find(&tm, "token_embd.weight"), ts_find(&tg, "token_embd.weight"), (size_t)(hg.n_vocab * E) * sizeof(double));
+    memcpy(ts_find(&tm, "output_norm.weight"), ts_find(&tg, "output_norm.weight"), (size_t)E * sizeof(double));
+    memcpy(ts_find(&tm, "output.weight"), ts_find(&tg, "output.weight"), (size_t)(hg.n_vocab * E) * sizeof(double));
+    ref_model *mg = ref_model_create(&hg, ts_get, &tg), *mm = ref_model_create(&hm, ts_get, &tm);
+    REQUIRE_VOID(mg && mm);
+    int32_t toks[7] = {5, 9, 9, 30, 1, 0, 22};
+    double ag[7 * 32], am[7 * 32];
+    CHECK_INT(ref_model_eval(mg, toks, 7, NULL, ag), 0);
+    CHECK_INT(ref_model_eval(mm, toks, 7, NULL, am), 0);
+    double d = max_diff(ag, am, 7 * 32);
+    th_checks++;
+    if (d > 1e-12) TH_FAIL("%s: GQA vs MHA with duplicated KV: max diff %g", arch, d);
+    /* and a grouping other than h / group (e.g. h % n_head_kv) would differ: heads
+     * really differ */
+    CHECK(max_diff(tsf(&tg, "blk.%d.attn_v.weight", 0), tsf(&tg, "blk.%d.attn_v.weight", 0) + D * E, (size_t)D * E) > 0.1);
+    ref_model_free(mg);
+    ref_model_free(mm);
+    ts_free(&tg);
+    ts_free(&tm);
+}
+
+/* One token at a time, in chunks, or all at once: bitwise the same logits. Also
+ * causality, reset and the logits_last/logits_all agreement. */
+static void test_incremental(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
+    tstore ts;
+    make_model(&ts, &hp, 15, true);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    enum { N = 9, V = 32 };
+    int32_t toks[N] = {4, 8, 15, 16, 23, 31, 0, 4, 4};
+    double all[N * V], one[N * V], last[V], chunk[N * V];
+    CHECK_INT(ref_model_eval(m, toks, N, last, all), 0);
+    CHECK_INT(ref_model_n_past(m), N);
+    CHECK_MEM(last, all + (N - 1) * V, sizeof last);
+    ref_model_reset(m);
+    CHECK_INT(ref_model_n_past(m), 0);
+    for (int i = 0; i < N; i++) CHECK_INT(ref_model_eval(m, toks + i, 1, one + i * V, NULL), 0);
+    CHECK_MEM(one, all, sizeof all);
+    ref_model_reset(m);
+    CHECK_INT(ref_model_eval(m, toks, 4, NULL, chunk), 0);
+    CHECK_INT(ref_model_eval(m, toks + 4, N - 4, NULL, chunk + 4 * V), 0);
+    CHECK_MEM(chunk, all, sizeof all);
+    /* the logits differ between positions (the test is not vacuous) */
+    CHECK(max_diff(all + 7 * V, all + 8 * V, V) > 1e-3);
+    /* causality: changing the last token changes only the last row */
+    int32_t alt[N];
+    memcpy(alt, toks, sizeof alt);
+    alt[N - 1] = 19;
+    double all2[N * V];
+    ref_model_reset(m);
+    CHECK_INT(ref_model_eval(m, alt, N, NULL, all2), 0);
+    CHECK_MEM(all2, all, (N - 1) * V * sizeof(double));
+    CHECK(max_diff(all2 + (N - 1) * V, all + (N - 1) * V, V) > 1e-3);
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* RoPE acts through the model: flipping neox changes nothing at position 0 and
+ * changes later positions. */
+static void test_rope_in_model(void) {
+    ref_hparams hp = tiny_hp("llama"), hn = hp;
+    hn.rope_neox = true;
+    tstore ts;
+    make_model(&ts, &hp, 16, true);
+    ref_model *a = ref_model_create(&hp, ts_get, &ts), *b = ref_model_create(&hn, ts_get, &ts);
+    REQUIRE_VOID(a && b);
+    int32_t toks[4] = {2, 7, 1, 8};
+    double la[4 * 32], lb[4 * 32];
+    CHECK_INT(ref_model_eval(a, toks, 4, NULL, la), 0);
+    CHECK_INT(ref_model_eval(b, toks, 4, NULL, lb), 0);
+    CHECK_MEM(la, lb, 32 * sizeof(double));
+    CHECK(max_diff(la + 32, lb + 32, 3 * 32) > 1e-4);
+    ref_model_free(a);
+    ref_model_free(b);
+    ts_free(&ts);
+}
+
+static void test_tied_output(void) {
+    ref_hparams hp = tiny_hp("qwen2");
+    tstore ta, tb;
+    make_model(&ta, &hp, 17, false);
+    make_model(&tb, &hp, 17, false);
+    uint64_t rs = 1;
+    double *o = ts_add(&tb, "output.weight", (int64_t)hp.n_vocab * hp.n_embd, 0, 1, &rs);
+    memcpy(o, ts_find(&tb, "token_embd.weight"), (size_t)(hp.n_vocab * hp.n_embd) * sizeof(double));
+    ref_model *a = ref_model_create(&hp, ts_get, &ta), *b = ref_model_create(&hp, ts_get, &tb);
+    REQUIRE_VOID(a && b);
+    int32_t toks[3] = {6, 2, 6};
+    double la[3 * 32], lb[3 * 32];
+    CHECK_INT(ref_model_eval(a, toks, 3, NULL, la), 0);
+    CHECK_INT(ref_model_eval(b, toks, 3, NULL, lb), 0);
+    CHECK_MEM(la, lb, sizeof la);
+    ref_model_free(a);
+    ref_model_free(b);
+    ts_free(&ta);
+    ts_free(&tb);
+}
+
+/* qwen3 normalizes each head of Q and K before RoPE, so scaling Wq or Wk changes
+ * nothing (up to eps); in llama it sharpens the attention. */
+static void test_qk_norm(void) {
+    for (int a = 0; a < 2; a++) {
+        const char *arch = a ? "qwen3" : "llama";
+        ref_hparams hp = tiny_hp(arch);
+        hp.rms_eps = 1e-12;
+        for (int which = 0; which < 2; which++) {
+            tstore ts;
+            make_model(&ts, &hp, 18, true);
+            ref_model *m0 = ref_model_create(&hp, ts_get, &ts);
+            const char *w = which ? "blk.%d.attn_k.weight" : "blk.%d.attn_q.weight";
+            for (int il = 0; il < hp.n_layer; il++) {
+                double *d = tsf(&ts, w, il);
+                int64_t n = (int64_t)(which ? hp.n_head_kv : hp.n_head) * hp.head_dim * hp.n_embd;
+                for (int64_t i = 0; i < n; i++) d[i] *= 3;
+            }
+            ref_model *m1 = ref_model_create(&hp, ts_get, &ts);
+            REQUIRE_VOID(m0 && m1);
+            int32_t toks[5] = {1, 12, 3, 1, 20};
+            double l0[5 * 32], l1[5 * 32];
+            CHECK_INT(ref_model_eval(m0, toks, 5, NULL, l0), 0);
+            CHECK_INT(ref_model_eval(m1, toks, 5, NULL, l1), 0);
+            double d = max_diff(l0 + 32, l1 + 32, 4 * 32);
+            th_checks++;
+            if (a ? d > 1e-9 : d < 1e-4) TH_FAIL("%s: scaling %s by 3: max diff %g", arch, w, d);
+            /* the norm weights themselves do matter */
+            if (a) {
+                double *qn = tsf(&ts, which ? "blk.%d.attn_k_norm.weight" : "blk.%d.attn_q_norm.weight", 0);
+                for (int i = 0; i < hp.head_dim; i++) qn[i] *= 1.5 + 0.1 * i;
+                ref_model *m2 = ref_model_create(&hp, ts_get, &ts);
+                REQUIRE_VOID(m2);
+                double l2[5 * 32];
+                CHECK_INT(ref_model_eval(m2, toks, 5, NULL, l2), 0);
+                CHECK(max_diff(l2 + 32, l1 + 32, 4 * 32) > 1e-4);
+                ref_model_free(m2);
+            }
+            ref_model_free(m0);
+            ref_model_free(m1);
+            ts_free(&ts);
+        }
+    }
+}
+
+/* With one layer, a token's K and V depend only on the token and its position, so
+ * after a context shift the cache equals a fresh evaluation of the kept tokens. */
+static void test_shift_truncate(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
+    hp.n_layer = 1;
+    tstore ts;
+    make_model(&ts, &hp, 19, true);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts), *f = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m && f);
+    const int KV = hp.n_head_kv * hp.head_dim;
+    int32_t toks[6] = {10, 11, 12, 13, 14, 15}, next = 7;
+    double got[32], want[32];
+    struct {
+        int p0, p1;
+        int32_t kept[6];
+        int n_kept;
+    } cases[] = {{0, 2, {12, 13, 14, 15}, 4}, {2, 3, {10, 11, 13, 14, 15}, 5}, {1, 5, {10, 15}, 2},
+                 {4, 6, {10, 11, 12, 13}, 4}, {3, 3, {10, 11, 12, 13, 14, 15}, 6}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ref_model_reset(m);
+        ref_model_reset(f);
+        CHECK_INT(ref_model_eval(m, toks, 6, NULL, NULL), 0);
+        CHECK_INT(ref_model_remove(m, cases[c].p0, cases[c].p1), 0);
+        CHECK_INT(ref_model_n_past(m), cases[c].n_kept);
+        CHECK_INT(ref_model_eval(f, cases[c].kept, cases[c].n_kept, NULL, NULL), 0);
+        double dk = 0, dv = 0;
+        for (int p = 0; p < cases[c].n_kept; p++) {
+            dk = fmax(dk, max_diff(ref_model_k(m, 0, p), ref_model_k(f, 0, p), (size_t)KV));
+            dv = fmax(dv, max_diff(ref_model_v(m, 0, p), ref_model_v(f, 0, p), (size_t)KV));
+        }
+        CHECK_INT(ref_model_eval(m, &next, 1, got, NULL), 0);
+        CHECK_INT(ref_model_eval(f, &next, 1, want, NULL), 0);
+        double dl = max_diff(got, want, 32);
+        th_checks++;
+        if (dk > 1e-12 || dv > 0 || dl > 1e-10)
+            TH_FAIL("%s: remove [%d, %d): K diff %g, V diff %g, logits diff %g", arch, cases[c].p0, cases[c].p1,
+                    dk, dv, dl);
+    }
+    /* fork: a copy of the cache continues exactly like the original */
+    ref_model_reset(m);
+    ref_model_reset(f);
+    CHECK_INT(ref_model_eval(m, toks, 5, NULL, NULL), 0);
+    CHECK_INT(ref_model_eval(f, toks, 2, NULL, NULL), 0); /* overwritten by the copy */
+    CHECK_INT(ref_model_copy_cache(f, m), 0);
+    CHECK_INT(ref_model_n_past(f), 5);
+    CHECK_INT(ref_model_eval(m, &next, 1, got, NULL), 0);
+    CHECK_INT(ref_model_eval(f, &next, 1, want, NULL), 0);
+    CHECK_MEM(got, want, sizeof got);
+    CHECK_INT(ref_model_remove(m, 2, 1), -1);
+    CHECK_INT(ref_model_remove(m, 0, 100), -1);
+    /* truncate (any depth) equals a fresh evaluation of the prefix */
+    hp.n_layer = 2;
+    tstore t2;
+    make_model(&t2, &hp, 20, true);
+    ref_model *a = ref_model_create(&hp, ts_get, &t2), *b = ref_model_create(&hp, ts_get, &t2);
+    REQUIRE_VOID(a && b);
+    CHECK_INT(ref_model_eval(a, toks, 6, NULL, NULL), 0);
+    CHECK_INT(ref_model_truncate(a, 3), 0);
+    CHECK_INT(ref_model_truncate(a, 4), -1);
+    CHECK_INT(ref_model_eval(a, &next, 1, got, NULL), 0);
+    int32_t pre[4] = {10, 11, 12, 7};
+    CHECK_INT(ref_model_eval(b, pre, 4, want, NULL), 0);
+    CHECK_MEM(got, want, sizeof got);
+    ref_model_free(a);
+    ref_model_free(b);
+    ref_model_free(m);
+    ref_model_free(f);
+    ts_free(&ts);
+    ts_free(&t2);
+}
+
+static void test_errors(void) {
+    tstore ts;
+    ref_hparams hp = tiny_hp("qwen2");
+    make_model(&ts, &hp, 21, true);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    int32_t bad[2] = {3, 32};
+    double l[32];
+    CHECK_INT(ref_model_eval(m, bad, 2, l, NULL), -1);
+    CHECK_INT(ref_model_n_past(m), 0); /* unchanged: the first token was not evaluated */
+    bad[1] = -1;
+    CHECK_INT(ref_model_eval(m, bad, 2, l, NULL), -1);
+    CHECK_INT(ref_model_eval(m, bad, 0, l, NULL), -1);
+    ref_model_free(m);
+    /* qwen2 needs its biases; llama does not */
+    ts_remove(&ts, "blk.1.attn_k.bias");
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ref_hparams hl = tiny_hp("llama");
+    tstore tl;
+    make_model(&tl, &hl, 22, true);
+    m = ref_model_create(&hl, ts_get, &tl);
+    CHECK(m != NULL);
+    ref_model_free(m);
+    /* a missing or mis-sized tensor */
+    tl.size[3] -= 1; /* some tensor one element short */
+    CHECK(ref_model_create(&hl, ts_get, &tl) == NULL);
+    tl.size[3] += 1;
+    ts_remove(&tl, "blk.1.ffn_up.weight");
+    CHECK(ref_model_create(&hl, ts_get, &tl) == NULL);
+    /* qwen3 needs its Q/K norms */
+    ref_hparams h3 = tiny_hp("qwen3");
+    tstore t3;
+    make_model(&t3, &h3, 23, true);
+    ts_remove(&t3, "blk.0.attn_q_norm.weight");
+    CHECK(ref_model_create(&h3, ts_get, &t3) == NULL);
+    /* bad hparams */
+    ref_hparams hb = tiny_hp("llama");
+    hb.n_head_kv = 3;
+    CHECK(ref_model_create(&hb, ts_get, &tl) == NULL);
+    hb = tiny_hp("gpt2");
+    CHECK(ref_model_create(&hb, ts_get, &tl) == NULL);
+    ts_free(&ts);
+    ts_free(&tl);
+    ts_free(&t3);
+}
+
+int main(void) {
+    test_rope();
+    for (int a = 0; a < 3; a++) {
+        test_first_token(ARCHS[a]);
+        test_second_token(ARCHS[a]);
+        test_uniform_attention(ARCHS[a]);
+        test_attention_zero(ARCHS[a]);
+        test_gqa(ARCHS[a]);
+        test_incremental(ARCHS[a]);
+        test_shift_truncate(ARCHS[a]);
+    }
+    test_rope_in_model();
+    test_tied_output();
+    test_qk_norm();
+    test_errors();
+    return th_done();
+}

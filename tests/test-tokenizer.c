@@ -1,0 +1,787 @@
+// labels: unit model
+/* Tokenizer tests: pre-tokenizer splits, exact ids on hand-made BPE and SPM
+ * vocabularies, special tokens, byte fallback, round trips, the builtin vocabulary,
+ * "none", buffer contracts, and allocation failure injection without leaks. */
+#include "testhelp.h"
+
+#include "base/base.h"
+#include "model/tokenizer.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+#define REQUIRE_VOID(cond)                                                             \
+    do {                                                                               \
+        th_checks++;                                                                   \
+        if (!(cond)) {                                                                 \
+            TH_FAIL("required: %s (%s)", #cond, pkv_errmsg());                         \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
+/* Pre-tokenize and compare with the expected pieces (NULL-terminated list). */
+static void check_split(int line, const char *pre, const char *text, size_t len,
+                        const char *const *want) {
+    size_t ends[256], n = 0;
+    pkv_status s = pkv_pretokenize(pre, text, len, ends, 256, &n);
+    th_checks++;
+    if (s != PKV_OK) {
+        TH_FAIL("line %d: pretokenize(%s) -> %s", line, pre, pkv_errmsg());
+        return;
+    }
+    size_t nw = 0;
+    while (want[nw]) nw++;
+    bool ok = n == nw;
+    size_t start = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        size_t l = ends[i] - start;
+        ok = l == strlen(want[i]) && memcmp(text + start, want[i], l) == 0;
+        start = ends[i];
+    }
+    if (!ok) {
+        fprintf(stderr, "line %d: pre=%s got:", line, pre);
+        start = 0;
+        for (size_t i = 0; i < n; i++) {
+            fprintf(stderr, " [%.*s]", (int)(ends[i] - start), text + start);
+            start = ends[i];
+        }
+        fprintf(stderr, "\n");
+        TH_FAIL("line %d: split of \"%s\" differs", line, text);
+    }
+}
+#define SPLIT(pre, text, ...)                                                          \
+    do {                                                                               \
+        static const char *const _w[] = {__VA_ARGS__, NULL};                           \
+        check_split(__LINE__, pre, text, sizeof(text) - 1, _w);                        \
+    } while (0)
+
+/* tokenize into a static buffer; returns the count (or -1 on error) */
+static int tokenize(const pkv_tokenizer *tok, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t *out, size_t max) {
+    size_t n = 0;
+    pkv_status s = pkv_tokenize(tok, text, len, add_special, parse_special, out, max, &n);
+    if (s) {
+        fprintf(stderr, "tokenize: %s\n", pkv_errmsg());
+        return -1;
+    }
+    return (int)n;
+}
+
+static void check_ids(int line, const pkv_tokenizer *tok, const char *text, bool add_special,
+                      bool parse_special, const int32_t *want, int nwant) {
+    int32_t got[256];
+    int n = tokenize(tok, text, strlen(text), add_special, parse_special, got, 256);
+    th_checks++;
+    bool ok = n == nwant;
+    for (int i = 0; ok && i < n; i++) ok = got[i] == want[i];
+    if (!ok) {
+        fprintf(stderr, "line %d: \"%s\" got %d ids:", line, text, n);
+        for (int i = 0; i < n; i++) fprintf(stderr, " %d", got[i]);
+        fprintf(stderr, "\n  want %d:", nwant);
+        for (int i = 0; i < nwant; i++) fprintf(stderr, " %d", want[i]);
+        fprintf(stderr, "\n");
+        TH_FAIL("line %d: ids differ", line);
+    }
+}
+#define IDS(tok, text, add, parse, ...)                                                \
+    do {                                                                               \
+        const int32_t _w[] = {__VA_ARGS__};                                            \
+        check_ids(__LINE__, tok, text, add, parse, _w, (int)PKV_ARRAY_LEN(_w));        \
+    } while (0)
+
+/* text -> tokens -> text must give the same bytes. */
+static void check_roundtrip(int line, const pkv_tokenizer *tok, const char *text, size_t len,
+                            bool add_special) {
+    size_t cap = len * 4 + 8, n = 0, m = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    char *back = malloc(len + 64);
+    pkv_status s = pkv_tokenize(tok, text, len, add_special, false, ids, cap, &n);
+    if (!s) s = pkv_detokenize(tok, ids, n, false, back, len + 64, &m);
+    th_checks++;
+    if (s)
+        TH_FAIL("line %d: round trip of %zu bytes: %s", line, len, pkv_errmsg());
+    else if (m != len || memcmp(back, text, len) != 0)
+        TH_FAIL("line %d: round trip of \"%.*s\" gave \"%.*s\"", line, (int)len, text, (int)m,
+                back);
+    free(ids);
+    free(back);
+}
+
+static int32_t find(const pkv_tokenizer *tok, const char *text) {
+    return pkv_tokenizer_find(tok, text, strlen(text));
+}
+
+static const char *const k_texts[] = {
+    "",
+    "a",
+    "hello world",
+    "Hello World! How are you today?",
+    "  leading spaces",
+    "trailing spaces   ",
+    "multiple   spaces   between",
+    "tabs\tand\t\ttabs",
+    "new\nlines\n\nand\r\nCRLF\n",
+    "\n\n\n",
+    " ",
+    "   ",
+    "numbers 12345 and 3.14159 and 1,000,000",
+    "contractions: I'm, you're, he'll, they've, it's, I'd, don't, WE'LL",
+    "punctuation!!! ??? ... --- (parens) [brackets] {braces} \"quotes\"",
+    "caf\xc3\xa9 na\xc3\xafve r\xc3\xa9sum\xc3\xa9",                  /* é ï */
+    "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c",                /* 你好世界 */
+    "emoji \xf0\x9f\x98\x80\xf0\x9f\x98\x81 and \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd!",
+    "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xd0\xbc\xd0\xb8\xd1\x80", /* Привет мир */
+    "mixed\xe3\x80\x80" "ideographic space and \xc2\xa0nbsp",
+    "<|begin_of_text|> looks special but is parsed as text",
+    "code: for (int i = 0; i < n; i++) { x[i] = y[i] * 2; }",
+    "the quick brown fox jumps over the lazy dog",
+    "a\x01\x02\x7f control bytes",
+};
+
+/* Invalid UTF-8 (only byte-level BPE can round-trip these exactly). */
+static const char *const k_invalid[] = {
+    "\xff", "\xfe\xff", "a\x80" "b", "\xc3", "trunc\xe4\xbd", "\xed\xa0\x80 surrogate",
+    "\xf8\x88\x80\x80\x80 five", "\xc0\xaf overlong", "x\xff\xff\xff y",
+};
+
+/* ------------------------------------------------------------ pre-tokenizer */
+
+static void test_pretokenizer(void) {
+    SPLIT("llama-bpe", "12345", "123", "45");
+    SPLIT("qwen2", "12345", "1", "2", "3", "4", "5");
+    SPLIT("default", "12345", "12345");
+    SPLIT("llama-bpe", "Hello world", "Hello", " world");
+    SPLIT("qwen2", "Hello world", "Hello", " world");
+    SPLIT("default", "Hello world", "Hello", " world");
+    SPLIT("llama-bpe", "I'm here", "I", "'m", " here");
+    SPLIT("llama-bpe", "I'M they'll we'VE", "I", "'M", " they", "'ll", " we", "'VE");
+    SPLIT("default", "I'M they'll", "I", "'", "M", " they", "'ll");
+    SPLIT("llama-bpe", "don't it's I'd", "don", "'t", " it", "'s", " I", "'d");
+    SPLIT("llama-bpe", "'hello", "'hello");
+    SPLIT("llama-bpe", "hello, world!!! ok", "hello", ",", " world", "!!!", " ok");
+    SPLIT("default", "hello, world!!! ok", "hello", ",", " world", "!!!", " ok");
+    SPLIT("llama-bpe", "  hello", " ", " hello");
+    SPLIT("default", "  hello", " ", " hello");
+    SPLIT("llama-bpe", "a\n\nb", "a", "\n\n", "b");
+    SPLIT("llama-bpe", "x  \n  y", "x", "  \n", " ", " y");
+    SPLIT("llama-bpe", "hello!!\n\nworld", "hello", "!!\n\n", "world");
+    SPLIT("default", "hello!!\n\nworld", "hello", "!!", "\n", "\n", "world");
+    SPLIT("llama-bpe", "$100 x", "$", "100", " x");
+    SPLIT("llama-bpe", "abc123def 4567", "abc", "123", "def", " ", "456", "7");
+    SPLIT("qwen2", "abc123def 45", "abc", "1", "2", "3", "def", " ", "4", "5");
+    SPLIT("default", "abc123def 4567", "abc", "123", "def", " 4567");
+    SPLIT("llama-bpe", "\tfoo", "\tfoo");
+    SPLIT("default", "\tfoo", "\t", "foo");
+    SPLIT("llama-bpe", "hi   ", "hi", "   ");
+    SPLIT("llama-bpe", "a\r\nb", "a", "\r\n", "b");
+    SPLIT("llama-bpe", " (x)", " (", "x", ")");
+    /* non-ASCII: CJK and accented letters are letters, emoji are symbols */
+    SPLIT("llama-bpe", "\xe4\xbd\xa0\xe5\xa5\xbd \xe4\xb8\x96\xe7\x95\x8c", "\xe4\xbd\xa0\xe5\xa5\xbd",
+          " \xe4\xb8\x96\xe7\x95\x8c");
+    SPLIT("llama-bpe", "caf\xc3\xa9 ok", "caf\xc3\xa9", " ok");
+    SPLIT("llama-bpe", "hi \xf0\x9f\x98\x80\xf0\x9f\x98\x80!", "hi", " \xf0\x9f\x98\x80\xf0\x9f\x98\x80!");
+    /* fullwidth digits are numbers, the ideographic space is whitespace */
+    SPLIT("qwen2", "\xef\xbc\x91\xef\xbc\x92", "\xef\xbc\x91", "\xef\xbc\x92");
+    SPLIT("llama-bpe", "a\xe3\x80\x80\xe3\x80\x80" "b", "a", "\xe3\x80\x80", "\xe3\x80\x80" "b");
+    /* (?i) folds U+017F long s to 's'; combining marks are not letters */
+    SPLIT("llama-bpe", "a'\xc5\xbf" "b", "a", "'\xc5\xbf", "b");
+    SPLIT("llama-bpe", "e\xcc\x81t\xe0\xa5\xa8", "e", "\xcc\x81t", "\xe0\xa5\xa8");
+    /* invalid bytes are symbols */
+    SPLIT("llama-bpe", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
+
+    size_t ends[2], n = 0;
+    CHECK_STATUS(pkv_pretokenize("llama-bpe", "a b c", 5, ends, 2, &n), PKV_ERR_INVALID);
+    CHECK_INT(n, 3);
+    CHECK_STATUS(pkv_pretokenize("nope", "a", 1, ends, 2, &n), PKV_ERR_NOT_FOUND);
+    CHECK_MSG("nope");
+    CHECK_OK(pkv_pretokenize("llama-bpe", "", 0, ends, 2, &n));
+    CHECK_INT(n, 0);
+}
+
+/* ------------------------------------------------------------ hand-made BPE */
+
+/* GPT-2 form of a byte, as UTF-8 into buf. */
+static const char *byte_text(int b, char *buf) {
+    unsigned cp = (unsigned)b;
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (!printable) {
+        unsigned k = 0;
+        for (int x = 0; x < b; x++)
+            k += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+        cp = 0x100 + k;
+    }
+    if (cp < 0x80) {
+        buf[0] = (char)cp;
+        buf[1] = 0;
+    } else {
+        buf[0] = (char)(0xC0 | cp >> 6);
+        buf[1] = (char)(0x80 | (cp & 0x3F));
+        buf[2] = 0;
+    }
+    return buf;
+}
+
+enum { HE = 256, LL, HELL, HELLO, GW, OR, GWOR, LD, GWORLD, BOS, EOS, USR, EL, N_BPE };
+
+static pkv_tokenizer *make_bpe(const char *pre, pkv_vocab_desc *dout) {
+    static char bytes[256][4];
+    static const char *toks[N_BPE];
+    static int32_t types[N_BPE];
+    for (int b = 0; b < 256; b++) toks[b] = byte_text(b, bytes[b]);
+    const char *extra[] = {"he", "ll", "hell", "hello", "\xc4\xa0w", "or", "\xc4\xa0wor", "ld",
+                           "\xc4\xa0world", "<|bos|>", "<|eos|>", "<|user|>", "el"};
+    for (int i = 256; i < N_BPE; i++) {
+        toks[i] = extra[i - 256];
+        types[i] = PKV_TOKEN_NORMAL;
+    }
+    for (int b = 0; b < 256; b++) types[b] = PKV_TOKEN_NORMAL;
+    types[BOS] = types[EOS] = PKV_TOKEN_CONTROL;
+    types[USR] = PKV_TOKEN_USER_DEFINED;
+    /* rank order matters: "l l" beats "e l" */
+    static const char *merges[] = {"h e", "l l", "he ll", "hell o", "\xc4\xa0 w", "o r",
+                                   "\xc4\xa0w or", "l d", "\xc4\xa0wor ld", "e l",
+                                   "x y", /* skipped: "xy" is not a token */};
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "gpt2";
+    d.pre = pre;
+    d.n_tokens = N_BPE;
+    d.tokens = toks;
+    d.types = types;
+    d.n_merges = (int32_t)PKV_ARRAY_LEN(merges);
+    d.merges = merges;
+    d.bos_id = BOS;
+    d.eos_id = EOS;
+    if (dout) *dout = d;
+    return pkv_tokenizer_create(&d);
+}
+
+static void test_bpe_handmade(void) {
+    const char *pres[] = {"default", "llama-bpe"};
+    for (int p = 0; p < 2; p++) {
+        pkv_tokenizer *tok = make_bpe(pres[p], NULL);
+        if (!tok) {
+            TH_FAIL("make_bpe: %s", pkv_errmsg());
+            return;
+        }
+        CHECK_INT(pkv_tokenizer_kind_of(tok), PKV_TOKENIZER_BPE);
+        CHECK_INT(pkv_tokenizer_n_tokens(tok), N_BPE);
+        CHECK_INT(find(tok, "\xc4\xa0world"), GWORLD);
+        IDS(tok, "hello world", false, false, HELLO, GWORLD);
+        IDS(tok, "hello", false, false, HELLO);
+        IDS(tok, "hell", false, false, HELL);
+        IDS(tok, "help", false, false, HE, 'l', 'p');
+        IDS(tok, "world", false, false, 'w', OR, LD);
+        IDS(tok, " hello", false, false, ' ', HELLO);
+        /* ranks: "l l" (1) before "e l" (9) */
+        IDS(tok, "ello", false, false, 'e', LL, 'o');
+        IDS(tok, "elo", false, false, EL, 'o');
+        IDS(tok, "lll", false, false, LL, 'l'); /* equal ranks: leftmost first */
+        /* newline and other non-printable bytes map through the byte table */
+        IDS(tok, "\n\t", false, false, '\n', '\t');
+        IDS(tok, "hello\n", false, false, HELLO, '\n');
+        /* special tokens: control only with parse_special; user-defined always */
+        IDS(tok, "<|bos|>hello", false, true, BOS, HELLO);
+        IDS(tok, "<|bos|>hello", false, false, '<', '|', 'b', 'o', 's', '|', '>', HELLO);
+        IDS(tok, "hello<|user|> world", false, false, HELLO, USR, GWORLD);
+        IDS(tok, "hello<|eos|><|bos|>", false, true, HELLO, EOS, BOS);
+        /* gpt2 default: no BOS on add_special */
+        IDS(tok, "hello", true, false, HELLO);
+        /* pieces and decode */
+        char buf[64];
+        size_t n = 0;
+        CHECK_OK(pkv_token_piece(tok, GWORLD, false, buf, sizeof buf, &n));
+        CHECK_INT(n, 6);
+        CHECK(strcmp(buf, " world") == 0);
+        CHECK_OK(pkv_token_piece(tok, '\n', false, buf, sizeof buf, &n));
+        CHECK_INT(n, 1);
+        CHECK_INT(buf[0], '\n');
+        CHECK_OK(pkv_token_piece(tok, BOS, false, buf, sizeof buf, &n));
+        CHECK_INT(n, 0);
+        CHECK_OK(pkv_token_piece(tok, BOS, true, buf, sizeof buf, &n));
+        CHECK(n == 7 && memcmp(buf, "<|bos|>", 7) == 0);
+        CHECK_STATUS(pkv_token_piece(tok, GWORLD, false, buf, 3, &n), PKV_ERR_INVALID);
+        CHECK_INT(n, 6);
+        CHECK_STATUS(pkv_token_piece(tok, N_BPE, false, buf, sizeof buf, &n), PKV_ERR_INVALID);
+        CHECK_STATUS(pkv_token_piece(tok, -1, false, buf, sizeof buf, &n), PKV_ERR_INVALID);
+        int32_t ids[] = {BOS, HELLO, GWORLD, USR, EOS};
+        CHECK_OK(pkv_detokenize(tok, ids, 5, false, buf, sizeof buf, &n));
+        CHECK(n == 19 && memcmp(buf, "hello world<|user|>", 19) == 0);
+        CHECK_OK(pkv_detokenize(tok, ids, 5, true, buf, sizeof buf, &n));
+        CHECK(n == 33 && memcmp(buf, "<|bos|>hello world<|user|><|eos|>", 33) == 0);
+        char small[4] = "zzz";
+        CHECK_STATUS(pkv_detokenize(tok, ids, 5, true, small, 3, &n), PKV_ERR_INVALID);
+        CHECK_INT(n, 33);
+        CHECK(strcmp(small, "zzz") == 0);
+        int32_t bad[] = {HELLO, 9999};
+        CHECK_STATUS(pkv_detokenize(tok, bad, 2, true, buf, sizeof buf, &n), PKV_ERR_INVALID);
+        CHECK_MSG("9999");
+        /* output too small: error, the needed count, out untouched */
+        int32_t out[1] = {-7};
+        CHECK_STATUS(pkv_tokenize(tok, "hello world", 11, false, false, out, 1, &n), PKV_ERR_INVALID);
+        CHECK_INT(n, 2);
+        CHECK_INT(out[0], -7);
+        CHECK_OK(pkv_tokenize(tok, "", 0, false, false, NULL, 0, &n));
+        CHECK_INT(n, 0);
+        CHECK(pkv_tokenizer_is_eog(tok, EOS));
+        CHECK(!pkv_tokenizer_is_eog(tok, HELLO));
+        CHECK(!pkv_tokenizer_is_eog(tok, -3));
+        for (size_t i = 0; i < PKV_ARRAY_LEN(k_texts); i++)
+            check_roundtrip(__LINE__, tok, k_texts[i], strlen(k_texts[i]), false);
+        for (size_t i = 0; i < PKV_ARRAY_LEN(k_invalid); i++)
+            check_roundtrip(__LINE__, tok, k_invalid[i], strlen(k_invalid[i]), true);
+        check_roundtrip(__LINE__, tok, "nul\0inside", 10, false);
+        pkv_tokenizer_free(tok);
+    }
+    /* qwen2: digits one at a time */
+    pkv_vocab_desc d;
+    pkv_tokenizer *tok = make_bpe("qwen2", &d);
+    REQUIRE_VOID(tok != NULL);
+    IDS(tok, "hello 123", false, false, HELLO, ' ', '1', '2', '3');
+    pkv_tokenizer_free(tok);
+    /* bad descs */
+    d.bos_id = N_BPE;
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("bos_id");
+    d.bos_id = BOS;
+    d.pre = "klingon";
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("klingon");
+    d.pre = "default";
+    d.model = "t5";
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("t5");
+    d.model = "gpt2";
+    d.tokens = NULL;
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK(pkv_tokenizer_create(NULL) == NULL);
+    const char *badm[] = {"nospace"};
+    d = pkv_vocab_desc_default();
+    const char *t2[] = {"a", "b"};
+    d.model = "gpt2";
+    d.n_tokens = 2;
+    d.tokens = t2;
+    d.n_merges = 1;
+    d.merges = badm;
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("nospace");
+}
+
+/* Random byte strings round-trip through byte-level BPE, whatever the bytes. */
+static void test_bpe_random(const pkv_tokenizer *tok) {
+    uint64_t rng = 42;
+    char buf[200];
+    static const char pool[] = "aeiou thlsnr\n\t.,!'0123456789ABC";
+    for (int it = 0; it < 300; it++) {
+        size_t len = th_rand(&rng) % sizeof buf;
+        for (size_t i = 0; i < len; i++) {
+            uint64_t r = th_rand(&rng);
+            buf[i] = (r & 3) ? pool[(r >> 8) % (sizeof pool - 1)] : (char)(r >> 16);
+        }
+        check_roundtrip(__LINE__, tok, buf, len, it & 1);
+    }
+}
+
+/* ----------------------------------------------------------- hand-made SPM */
+
+enum { S_UNK, S_BOS, S_EOS, S_BYTE0, S_SP = S_BYTE0 + 256, S_SPH, S_LL, S_SPHE, S_SPHELL,
+       S_SPHELLO, S_EL, S_OR, S_SPW, S_LD, S_SPWOR, S_SPWORLD, S_H, S_E, S_L, S_O, S_W, S_R,
+       S_D, N_SPM };
+
+static pkv_tokenizer *make_spm(int add_space_prefix, bool with_bytes) {
+    static char bytes[256][8];
+    static const char *toks[N_SPM];
+    static float scores[N_SPM];
+    static int32_t types[N_SPM];
+    toks[S_UNK] = "<unk>";
+    toks[S_BOS] = "<s>";
+    toks[S_EOS] = "</s>";
+    types[S_UNK] = PKV_TOKEN_UNKNOWN;
+    types[S_BOS] = types[S_EOS] = PKV_TOKEN_CONTROL;
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        toks[S_BYTE0 + b] = with_bytes ? bytes[b] : "<unused>";
+        types[S_BYTE0 + b] = with_bytes ? PKV_TOKEN_BYTE : PKV_TOKEN_UNUSED;
+        scores[S_BYTE0 + b] = 0;
+    }
+#define SP "\xe2\x96\x81"
+    struct { int id; const char *t; float s; } v[] = {
+        {S_SP, SP, -1.5f},       {S_SPH, SP "h", -1.0f},       {S_LL, "ll", -2.0f},
+        {S_SPHE, SP "he", -3.0f}, {S_SPHELL, SP "hell", -4.0f}, {S_SPHELLO, SP "hello", -5.0f},
+        {S_EL, "el", -2.5f},      {S_OR, "or", -2.4f},          {S_SPW, SP "w", -1.2f},
+        {S_LD, "ld", -2.2f},      {S_SPWOR, SP "wor", -3.5f},   {S_SPWORLD, SP "world", -4.5f},
+        {S_H, "h", -10},          {S_E, "e", -10},              {S_L, "l", -10},
+        {S_O, "o", -10},          {S_W, "w", -10},              {S_R, "r", -10},
+        {S_D, "d", -10},
+    };
+    for (size_t i = 0; i < PKV_ARRAY_LEN(v); i++) {
+        toks[v[i].id] = v[i].t;
+        scores[v[i].id] = v[i].s;
+        types[v[i].id] = PKV_TOKEN_NORMAL;
+    }
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "llama";
+    d.n_tokens = N_SPM;
+    d.tokens = toks;
+    d.scores = scores;
+    d.types = types;
+    d.bos_id = S_BOS;
+    d.eos_id = S_EOS;
+    d.unk_id = S_UNK;
+    d.add_space_prefix = add_space_prefix;
+    return pkv_tokenizer_create(&d);
+}
+
+static void test_spm(void) {
+    pkv_tokenizer *tok = make_spm(-1, true);
+    REQUIRE_VOID(tok);
+    CHECK_INT(pkv_tokenizer_kind_of(tok), PKV_TOKENIZER_SPM);
+    IDS(tok, "hello world", false, false, S_SPHELLO, S_SPWORLD);
+    IDS(tok, "hello", false, false, S_SPHELLO);
+    IDS(tok, "hello", true, false, S_BOS, S_SPHELLO); /* llama: BOS by default */
+    /* greedy by score: "el" (-2.5) beats "▁he" (-3), and "▁hel" is not a token */
+    IDS(tok, "hel", false, false, S_SPH, S_EL);
+    IDS(tok, " hello", false, false, S_SP, S_SPHELLO);
+    IDS(tok, "hello  world", false, false, S_SPHELLO, S_SP, S_SPWORLD);
+    /* byte fallback */
+    IDS(tok, "hi!", false, false, S_SPH, S_BYTE0 + 'i', S_BYTE0 + '!');
+    IDS(tok, "\xc3\xa9", false, false, S_SP, S_BYTE0 + 0xC3, S_BYTE0 + 0xA9);
+    IDS(tok, "hello\nworld", false, false, S_SPHELLO, S_BYTE0 + '\n', S_W, S_OR, S_LD);
+    /* special tokens: with parse_special each raw fragment gets the dummy prefix */
+    IDS(tok, "<s>hello", false, true, S_BOS, S_SPHELLO);
+    IDS(tok, "hello</s>", false, true, S_SPHELLO, S_EOS);
+    IDS(tok, "<s>", false, true, S_BOS);
+    char buf[128];
+    size_t n = 0;
+    CHECK_OK(pkv_token_piece(tok, S_SPWORLD, false, buf, sizeof buf, &n));
+    CHECK(n == 6 && memcmp(buf, " world", 6) == 0);
+    CHECK_OK(pkv_token_piece(tok, S_BYTE0 + 0x0A, false, buf, sizeof buf, &n));
+    CHECK(n == 1 && buf[0] == '\n');
+    /* decode strips the dummy prefix at the start and after a special token */
+    int32_t ids[] = {S_BOS, S_SPHELLO, S_SPWORLD, S_EOS, S_SPHELLO};
+    CHECK_OK(pkv_detokenize(tok, ids, 5, false, buf, sizeof buf, &n));
+    CHECK(n == 16 && memcmp(buf, "hello worldhello", 16) == 0);
+    CHECK_OK(pkv_detokenize(tok, ids, 5, true, buf, sizeof buf, &n));
+    CHECK(n == 23 && memcmp(buf, "<s>hello world</s>hello", 23) == 0);
+    CHECK_OK(pkv_detokenize(tok, ids + 2, 1, false, buf, sizeof buf, &n));
+    CHECK(n == 5 && memcmp(buf, "world", 5) == 0);
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_texts); i++) {
+        check_roundtrip(__LINE__, tok, k_texts[i], strlen(k_texts[i]), false);
+        check_roundtrip(__LINE__, tok, k_texts[i], strlen(k_texts[i]), true);
+    }
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_invalid); i++)
+        check_roundtrip(__LINE__, tok, k_invalid[i], strlen(k_invalid[i]), true);
+    /* round trip with specials parsed and rendered */
+    const char *sp = "<s>hello world</s> hi\n<s>";
+    int32_t out[64];
+    int k = tokenize(tok, sp, strlen(sp), false, true, out, 64);
+    CHECK(k > 0);
+    CHECK_OK(pkv_detokenize(tok, out, (size_t)k, true, buf, sizeof buf, &n));
+    CHECK(n == strlen(sp) && memcmp(buf, sp, n) == 0);
+    /* random UTF-8 from a pool of characters (no U+2581, which SPM cannot keep) */
+    static const char *const chars[] = {"h", "e", "l", "o", " ", "w", "r", "d", "\n", "\t", "x",
+                                        "\xc3\xa9", "\xe4\xbd\xa0", "\xf0\x9f\x98\x80", "1", "!"};
+    uint64_t rng = 7;
+    for (int it = 0; it < 300; it++) {
+        char s[256];
+        size_t len = 0, want = th_rand(&rng) % 40;
+        for (size_t i = 0; i < want; i++) {
+            const char *c = chars[th_rand(&rng) % PKV_ARRAY_LEN(chars)];
+            memcpy(s + len, c, strlen(c));
+            len += strlen(c);
+        }
+        check_roundtrip(__LINE__, tok, s, len, it & 1);
+    }
+    pkv_tokenizer_free(tok);
+
+    /* no dummy prefix */
+    tok = make_spm(0, true);
+    REQUIRE_VOID(tok);
+    IDS(tok, "hello", false, false, S_H, S_E, S_LL, S_O);
+    IDS(tok, "hello world", false, false, S_H, S_E, S_LL, S_O, S_SPWORLD);
+    check_roundtrip(__LINE__, tok, " hello  world ", 14, true);
+    pkv_tokenizer_free(tok);
+
+    /* no byte tokens: characters outside the vocabulary become <unk> (lossy) */
+    tok = make_spm(-1, false);
+    REQUIRE_VOID(tok);
+    IDS(tok, "h\xc3\xa9!", false, false, S_SPH, S_UNK, S_UNK);
+    pkv_tokenizer_free(tok);
+}
+
+/* A byte-level vocabulary lacking most bytes: the unknown token, or an error. */
+static void test_bpe_missing_bytes(void) {
+    const char *toks[] = {"a", "b", "<unk>", "ab"};
+    const char *merges[] = {"a b"};
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "gpt2";
+    d.n_tokens = 4;
+    d.tokens = toks;
+    d.n_merges = 1;
+    d.merges = merges;
+    d.unk_id = 2;
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    IDS(tok, "abc", false, false, 3, 2);
+    IDS(tok, "cab", false, false, 2, 3);
+    pkv_tokenizer_free(tok);
+    d.unk_id = -1;
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    int32_t out[8];
+    size_t n = 0;
+    CHECK_STATUS(pkv_tokenize(tok, "abc", 3, false, false, out, 8, &n), PKV_ERR_UNSUPPORTED);
+    CHECK_MSG("0x63");
+    pkv_tokenizer_free(tok);
+}
+
+/* SPM without types and scores: byte tokens found by their "<0xNN>" text, and
+ * pieces ranked by id (lower first). */
+static void test_spm_untyped(void) {
+    static char bytes[256][8];
+    const char *toks[264];
+    toks[0] = "<unk>";
+    toks[1] = "<s>";
+    toks[2] = "</s>";
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        toks[3 + b] = bytes[b];
+    }
+    toks[259] = SP;
+    toks[260] = SP "a";
+    toks[261] = "b";
+    toks[262] = "ab";      /* id 262 ranks below "▁a" (260) */
+    toks[263] = SP "ab";
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "llama";
+    d.n_tokens = 264;
+    d.tokens = toks;
+    d.bos_id = 1;
+    d.eos_id = 2;
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    IDS(tok, "ab", true, false, 1, 263);
+    IDS(tok, "c", false, false, 259, 3 + 'c');
+    IDS(tok, "b ab", false, false, 259, 261, 263);
+    char buf[32];
+    size_t n = 0;
+    int32_t ids[] = {1, 259, 3 + 'c', 263};
+    CHECK_OK(pkv_detokenize(tok, ids, 4, false, buf, sizeof buf, &n));
+    CHECK(n == 4 && memcmp(buf, "c ab", 4) == 0);
+    pkv_tokenizer_free(tok);
+}
+
+/* --------------------------------------------------------------- builtin */
+
+static void test_builtin(void) {
+    int32_t sizes[] = {300, 512, 1000, 5000};
+    for (size_t si = 0; si < PKV_ARRAY_LEN(sizes); si++) {
+        pkv_vocab_desc *d = pkv_vocab_builtin_create(sizes[si]);
+        REQUIRE_VOID(d);
+        CHECK_INT(d->n_tokens, sizes[si]);
+        CHECK(strcmp(d->model, "gpt2") == 0 && strcmp(d->pre, "llama-bpe") == 0);
+        CHECK_INT(d->bos_id, 256);
+        CHECK_INT(d->eos_id, 257);
+        CHECK(d->n_merges > 0 && d->n_merges <= sizes[si]);
+        CHECK(d->token_lens[256] == 17 && memcmp(d->tokens[256], "<|begin_of_text|>", 17) == 0);
+        CHECK_INT(d->types[257], PKV_TOKEN_CONTROL);
+        CHECK(d->token_lens[' '] == 2 && memcmp(d->tokens[' '], "\xc4\xa0", 2) == 0);
+        fprintf(stderr, "builtin %d: %d merges\n", sizes[si], d->n_merges);
+        pkv_tokenizer *tok = pkv_tokenizer_create(d);
+        pkv_vocab_builtin_free(d); /* the tokenizer keeps its own copy */
+        REQUIRE_VOID(tok);
+        CHECK_INT(pkv_tokenizer_n_tokens(tok), sizes[si]);
+        int32_t the = find(tok, "the"), gthe = find(tok, "\xc4\xa0the");
+        CHECK(the >= 258 && gthe >= 258);
+        IDS(tok, "the", false, false, the);
+        IDS(tok, " the", false, false, gthe);
+        IDS(tok, "the the", true, false, 256, the, gthe);
+        IDS(tok, "<|end_of_text|>", false, true, 257);
+        CHECK(pkv_tokenizer_is_eog(tok, 257));
+        CHECK(!pkv_tokenizer_is_eog(tok, 256));
+        if (sizes[si] >= 5000) {
+            /* every word of the list is one token, with and without the space */
+            const char *words[] = {"hello", "world", "because", "question", "memory", "token"};
+            for (size_t w = 0; w < PKV_ARRAY_LEN(words); w++) {
+                char sp[32];
+                snprintf(sp, sizeof sp, " %s", words[w]);
+                int32_t o[8];
+                CHECK_INT(tokenize(tok, words[w], strlen(words[w]), false, false, o, 8), 1);
+                CHECK_INT(tokenize(tok, sp, strlen(sp), false, false, o, 8), 1);
+            }
+            IDS(tok, "hello world", false, false, find(tok, "hello"), find(tok, "\xc4\xa0world"));
+        }
+        if (sizes[si] == 5000) CHECK(find(tok, "<|reserved_0|>") > 0);
+        for (size_t i = 0; i < PKV_ARRAY_LEN(k_texts); i++)
+            check_roundtrip(__LINE__, tok, k_texts[i], strlen(k_texts[i]), false);
+        for (size_t i = 0; i < PKV_ARRAY_LEN(k_invalid); i++)
+            check_roundtrip(__LINE__, tok, k_invalid[i], strlen(k_invalid[i]), false);
+        test_bpe_random(tok);
+        pkv_tokenizer_free(tok);
+    }
+    /* deterministic: two builds are identical */
+    pkv_vocab_desc *a = pkv_vocab_builtin_create(777), *b = pkv_vocab_builtin_create(777);
+    REQUIRE_VOID(a && b);
+    CHECK_INT(a->n_merges, b->n_merges);
+    bool same = true;
+    for (int32_t i = 0; i < a->n_tokens; i++)
+        same = same && a->token_lens[i] == b->token_lens[i] &&
+               memcmp(a->tokens[i], b->tokens[i], a->token_lens[i]) == 0;
+    CHECK(same);
+    pkv_vocab_builtin_free(a);
+    pkv_vocab_builtin_free(b);
+    CHECK(pkv_vocab_builtin_create(299) == NULL);
+    CHECK_MSG("299");
+}
+
+/* ------------------------------------------------------------------ none */
+
+static void test_none(void) {
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = "none";
+    d.n_tokens = 1000;
+    d.eos_id = 2;
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK_INT(pkv_tokenizer_kind_of(tok), PKV_TOKENIZER_NONE);
+    CHECK_INT(pkv_tokenizer_n_tokens(tok), 1000);
+    CHECK(pkv_tokenizer_is_eog(tok, 2));
+    int32_t out[8];
+    size_t n;
+    CHECK_STATUS(pkv_tokenize(tok, "hi", 2, true, false, out, 8, &n), PKV_ERR_UNSUPPORTED);
+    CHECK_MSG("this model has no vocabulary (tokenizer.ggml.model = none): use token ids");
+    char buf[8];
+    int32_t ids[] = {1, 2};
+    CHECK_STATUS(pkv_detokenize(tok, ids, 2, false, buf, 8, &n), PKV_ERR_UNSUPPORTED);
+    CHECK_MSG("no vocabulary");
+    CHECK_STATUS(pkv_token_piece(tok, 1, false, buf, 8, &n), PKV_ERR_UNSUPPORTED);
+    pkv_tokenizer_free(tok);
+    pkv_tokenizer_free(NULL);
+}
+
+/* ------------------------------------------------- allocation failures */
+
+static void test_alloc_failures(void) {
+    int64_t live0 = pkv_alloc_live();
+    /* builtin vocab creation */
+    int fails = 0;
+    for (uint64_t k = 1; k < 10000; k++) {
+        pkv_alloc_fail_at(k);
+        pkv_vocab_desc *d = pkv_vocab_builtin_create(400);
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (d) {
+            CHECK(made < k);
+            pkv_vocab_builtin_free(d);
+            break;
+        }
+        fails++;
+        CHECK_INT(pkv_alloc_live(), live0);
+    }
+    CHECK(fails > 5);
+    /* tokenizer creation */
+    pkv_vocab_desc *d = pkv_vocab_builtin_create(400);
+    REQUIRE_VOID(d);
+    int64_t live1 = pkv_alloc_live();
+    pkv_tokenizer *tok = NULL;
+    fails = 0;
+    for (uint64_t k = 1; k < 10000; k++) {
+        pkv_alloc_fail_at(k);
+        tok = pkv_tokenizer_create(d);
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (tok) {
+            CHECK(made < k);
+            break;
+        }
+        fails++;
+        CHECK_INT(pkv_alloc_live(), live1);
+    }
+    CHECK(fails > 3);
+    REQUIRE_VOID(tok);
+    /* tokenize: the output untouched and nothing leaked on each failure */
+    const char *text = "the <|begin_of_text|> quick brown fox, 12345 \xf0\x9f\x98\x80!";
+    int32_t want[64], out[64];
+    int nw = tokenize(tok, text, strlen(text), true, true, want, 64);
+    CHECK(nw > 5);
+    int64_t live2 = pkv_alloc_live();
+    fails = 0;
+    for (uint64_t k = 1; k < 1000; k++) {
+        size_t n = 0;
+        for (int i = 0; i < 64; i++) out[i] = -5;
+        pkv_alloc_fail_at(k);
+        pkv_status s = pkv_tokenize(tok, text, strlen(text), true, true, out, 64, &n);
+        uint64_t made = pkv_alloc_fail_at(0);
+        CHECK_INT(pkv_alloc_live(), live2);
+        if (s == PKV_OK) {
+            CHECK(made < k);
+            CHECK_INT(n, nw);
+            CHECK_MEM(out, want, (size_t)nw * sizeof *out);
+            break;
+        }
+        fails++;
+        CHECK_INT(s, PKV_ERR_NOMEM);
+        CHECK_INT(out[0], -5);
+    }
+    CHECK(fails >= 2);
+    pkv_tokenizer_free(tok);
+    pkv_vocab_builtin_free(d);
+    /* SPM creation and tokenize */
+    int64_t live3 = pkv_alloc_live();
+    for (uint64_t k = 1; k < 1000; k++) {
+        pkv_alloc_fail_at(k);
+        tok = make_spm(-1, true);
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (tok) {
+            CHECK(made < k);
+            break;
+        }
+        CHECK_INT(pkv_alloc_live(), live3);
+    }
+    REQUIRE_VOID(tok);
+    for (uint64_t k = 1; k < 100; k++) {
+        size_t n = 0;
+        pkv_alloc_fail_at(k);
+        pkv_status s = pkv_tokenize(tok, "hello world!", 12, true, false, out, 64, &n);
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (s == PKV_OK) {
+            CHECK(made < k);
+            CHECK_INT(n, 4);
+            break;
+        }
+        CHECK_INT(s, PKV_ERR_NOMEM);
+    }
+    pkv_tokenizer_free(tok);
+    CHECK_INT(pkv_alloc_live(), live0);
+}
+
+/* The byte table: a bijection of the 256 bytes, space = U+0120 'Ġ', '\n' = U+010A 'Ċ'. */
+static void test_byte_table(void) {
+    char buf[4];
+    CHECK(strcmp(byte_text(' ', buf), "\xc4\xa0") == 0);
+    CHECK(strcmp(byte_text('\n', buf), "\xc4\x8a") == 0);
+    CHECK(strcmp(byte_text('a', buf), "a") == 0);
+    CHECK(strcmp(byte_text(0xAD, buf), "\xc5\x83") == 0); /* U+0143, the last one */
+    /* the library's table agrees with this one on every byte (via 1-byte tokens) */
+    pkv_vocab_desc *d = pkv_vocab_builtin_create(300);
+    REQUIRE_VOID(d);
+    for (int b = 0; b < 256; b++) {
+        char t[4];
+        byte_text(b, t);
+        th_checks++;
+        if (d->token_lens[b] != strlen(t) || memcmp(d->tokens[b], t, strlen(t)) != 0)
+            TH_FAIL("byte 0x%02x: builtin token \"%.*s\", want \"%s\"", b,
+                    (int)d->token_lens[b], d->tokens[b], t);
+    }
+    pkv_vocab_builtin_free(d);
+}
+
+int main(void) {
+    test_byte_table();
+    test_pretokenizer();
+    test_bpe_handmade();
+    test_spm();
+    test_bpe_missing_bytes();
+    test_spm_untyped();
+    test_builtin();
+    test_none();
+    test_alloc_failures();
+    CHECK_INT(pkv_alloc_live(), 0);
+    return th_done();
+}
