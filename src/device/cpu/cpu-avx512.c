@@ -154,7 +154,9 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #define QB_T V static
 #define QB_DOT_U8(u, x) v_dot(u, x)
 #define QB_NAME(n) v_##n
+#define QB_VNNI 1
 #include "device/cpu/cpu-qdot-body.h"
+#undef QB_VNNI
 #undef QB_T
 #undef QB_DOT_U8
 #undef QB_NAME

@@ -5,6 +5,7 @@
  *   QB_DOT_U8(u, x)  8 int32 lanes; lane i = sum of u[4i..4i+3] * x[4i..4i+3],
  *                    u unsigned bytes (<= 128 in the products used here), x signed
  *   QB_NAME(n)       the name of the exported function for type n
+ *   QB_VNNI          1 for the VNNI build (accumulation order, see below)
  * Each function computes the dot of one weight row with nx (1..4) activation rows
  * (x, x + xs, x + 2xs, ... in blocks) and writes out[0..nx). With 4 rows the
  * weight block is decoded once and used four times: the prefill fast path.
@@ -75,12 +76,17 @@ QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
 }
 
+/* The float arithmetic below (order of the scale products, which accumulator)
+ * is kept exactly as in the single-row versions these bodies replaced, so the
+ * four-row prefill path changed no result: QB_VNNI selects the VNNI variant's
+ * order. */
 QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, const bool five,
                               float *out) {
-    __m256 acc[4];
+    __m256 acc0[4], acc1[4];
     float corr[4];
     for (int r = 0; r < NX; r++) {
-        acc[r] = _mm256_setzero_ps();
+        acc0[r] = _mm256_setzero_ps();
+        acc1[r] = _mm256_setzero_ps();
         corr[r] = 0;
     }
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
@@ -88,28 +94,45 @@ QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
         const float d = QB_NAME(half)(w), dmin = QB_NAME(half)(w + 2);
         const uint8_t *qs = five ? w + 48 : w + 16;
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        for (int j = 0; j < 8; j++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
-            __m256i q = j & 1 ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
-            if (five) q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4));
-            int sc, m;
-            QB_NAME(scale_min)(j, w + 4, &sc, &m);
-            const float ds = d * (float)sc, dm = dmin * (float)m;
+        for (int g = 0; g < 4; g++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+            __m256i q0 = _mm256_and_si256(raw, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (five) {
+                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+            }
+            int sc0, m0, sc1, m1;
+            QB_NAME(scale_min)(2 * g, w + 4, &sc0, &m0);
+            QB_NAME(scale_min)(2 * g + 1, w + 4, &sc1, &m1);
             for (int r = 0; r < NX; r++) {
-                const pkv_q8a *xb = x + r * xs + 8 * b + j;
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb->d * ds), _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb))), acc[r]);
-                corr[r] += xb->d * dm * (float)(xb->s[0] + xb->s[1]);
+                const pkv_q8a *x0 = x + r * xs + 8 * b + 2 * g, *x1 = x0 + 1;
+                const __m256i p0 = QB_DOT_U8(q0, QB_XQS(x0));
+                const __m256i p1 = QB_DOT_U8(q1, QB_XQS(x1));
+                acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(x0->d * d * (float)sc0), _mm256_cvtepi32_ps(p0), acc0[r]);
+#if QB_VNNI
+                acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * d * (float)sc1), _mm256_cvtepi32_ps(p1), acc1[r]);
+#else
+                acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * d * (float)sc1), _mm256_cvtepi32_ps(p1), acc0[r]);
+#endif
+                corr[r] += x0->d * dmin * (float)m0 * (float)(x0->s[0] + x0->s[1]) +
+                           x1->d * dmin * (float)m1 * (float)(x1->s[0] + x1->s[1]);
             }
         }
     }
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+#if QB_VNNI
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(_mm256_add_ps(acc0[r], acc1[r])) - corr[r];
+#else
+    (void)acc1;
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc0[r]) - corr[r];
+#endif
 }
 
 QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc[4];
+    __m256 acc0[4], acc1[4];
     float corr[4];
     for (int r = 0; r < NX; r++) {
-        acc[r] = _mm256_setzero_ps();
+        acc0[r] = _mm256_setzero_ps();
+        acc1[r] = _mm256_setzero_ps();
         corr[r] = 0;
     }
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
@@ -123,18 +146,34 @@ QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
                 const __m256i lo = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
                 const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
                 const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
-                /* lanes 0-3 hold elements 0-15 (scale s0), lanes 4-7 elements 16-31 (s1) */
-                const __m256 scv = _mm256_set_m128(_mm_set1_ps(d * (float)s1), _mm_set1_ps(d * (float)s0));
                 for (int r = 0; r < NX; r++) {
                     const pkv_q8a *xb = x + r * xs + 8 * b + 4 * h + k;
+                    const float dd = d * xb->d;
+#if QB_VNNI
+                    /* lanes 0-3 hold elements 0-15 (scale s0), lanes 4-7 elements 16-31 (s1) */
+                    const __m256 scv = _mm256_set_m128(_mm_set1_ps(dd * (float)s1), _mm_set1_ps(dd * (float)s0));
                     const __m256 p = _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb)));
-                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(scv, _mm256_set1_ps(xb->d)), p, acc[r]);
-                    corr[r] += d * xb->d * (float)(32 * (s0 * xb->s[0] + s1 * xb->s[1]));
+                    if (k & 1)
+                        acc1[r] = _mm256_fmadd_ps(scv, p, acc1[r]);
+                    else
+                        acc0[r] = _mm256_fmadd_ps(scv, p, acc0[r]);
+#else
+                    /* int16 pair sums, then weighted by the two half-block scales */
+                    const __m256i p16 = _mm256_maddubs_epi16(q, QB_XQS(xb));
+                    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+                    acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv)), acc0[r]);
+#endif
+                    corr[r] += dd * (float)(32 * (s0 * xb->s[0] + s1 * xb->s[1]));
                 }
             }
         }
     }
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+#if QB_VNNI
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(_mm256_add_ps(acc0[r], acc1[r])) - corr[r];
+#else
+    (void)acc1;
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc0[r]) - corr[r];
+#endif
 }
 
 QB_T void QB_NAME(q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
