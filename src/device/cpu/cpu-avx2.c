@@ -71,8 +71,10 @@ T static float a_bf16(const uint16_t *w, const float *x, int64_t n) {
     return s;
 }
 
-/* One weight row (kind 0 f32, 1 f16, 2 bf16) against four x rows: each weight
- * vector is loaded and widened once and used four times. */
+/* One weight row (kind 0 f32, 1 f16, 2 bf16) against NX x rows: each weight
+ * vector is loaded and widened once and used NX times. One x row gets the same
+ * float operations in the same order whatever NX is, so a matmul's result for a
+ * row does not depend on how many rows share the call (batch composition). */
 __attribute__((always_inline)) T static inline __m256 ldw(const void *w, int kind, int64_t i) {
     if (kind == 0) return _mm256_loadu_ps((const float *)w + i);
     if (kind == 1) return ld_f16((const uint16_t *)w + i);
@@ -88,20 +90,20 @@ __attribute__((always_inline)) T static inline float w_at(const void *w, int kin
     return f;
 }
 
-__attribute__((always_inline)) T static inline void fx4(const void *w, int kind, const float *x, int64_t xs, int64_t n,
-                                                        float *out) {
+__attribute__((always_inline)) T static inline void fxn(const void *w, int kind, const float *x, int64_t xs, int64_t n,
+                                                        const int NX, float *out) {
     __m256 a[8];
-    for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+    for (int r = 0; r < 2 * NX; r++) a[r] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m256 w0 = ldw(w, kind, i), w1 = ldw(w, kind, i + 8);
-        for (int r = 0; r < 4; r++) {
-            a[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * xs + i), a[r]);
-            a[r + 4] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * xs + i + 8), a[r + 4]);
+        for (int r = 0; r < NX; r++) {
+            a[2 * r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * xs + i), a[2 * r]);
+            a[2 * r + 1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * xs + i + 8), a[2 * r + 1]);
         }
     }
-    for (int r = 0; r < 4; r++) {
-        float s = hsum(_mm256_add_ps(a[r], a[r + 4]));
+    for (int r = 0; r < NX; r++) {
+        float s = hsum(_mm256_add_ps(a[2 * r], a[2 * r + 1]));
         for (int64_t k = i; k < n; k++) s += w_at(w, kind, k) * x[r * xs + k];
         out[r] = s;
     }
@@ -109,21 +111,21 @@ __attribute__((always_inline)) T static inline void fx4(const void *w, int kind,
 
 T static void a_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
     if (nx == 4)
-        fx4(w, 0, x, xs, n, out);
+        fxn(w, 0, x, xs, n, 4, out);
     else
-        for (int r = 0; r < nx; r++) out[r] = a_f32(w, x + r * xs, n);
+        for (int r = 0; r < nx; r++) fxn(w, 0, x + r * xs, xs, n, 1, out + r);
 }
 T static void a_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
     if (nx == 4)
-        fx4(w, 1, x, xs, n, out);
+        fxn(w, 1, x, xs, n, 4, out);
     else
-        for (int r = 0; r < nx; r++) out[r] = a_f16(w, x + r * xs, n);
+        for (int r = 0; r < nx; r++) fxn(w, 1, x + r * xs, xs, n, 1, out + r);
 }
 T static void a_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
     if (nx == 4)
-        fx4(w, 2, x, xs, n, out);
+        fxn(w, 2, x, xs, n, 4, out);
     else
-        for (int r = 0; r < nx; r++) out[r] = a_bf16(w, x + r * xs, n);
+        for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
 }
 
 /* Sum of 32 products of unsigned bytes u with signed bytes x, as 8 int32 lanes.

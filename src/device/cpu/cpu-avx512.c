@@ -87,20 +87,20 @@ __attribute__((always_inline)) T static inline float w_at(const void *w, int kin
 }
 
 /* One weight row against four x rows (see cpu-avx2.c). */
-__attribute__((always_inline)) T static inline void fx4(const void *w, int kind, const float *x, int64_t xs, int64_t n,
-                                                        float *out) {
+__attribute__((always_inline)) T static inline void fxn(const void *w, int kind, const float *x, int64_t xs, int64_t n,
+                                                        const int NX, float *out) {
     __m512 a[8];
-    for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_ps();
+    for (int r = 0; r < 2 * NX; r++) a[r] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m512 w0 = ldw(w, kind, i), w1 = ldw(w, kind, i + 16);
-        for (int r = 0; r < 4; r++) {
-            a[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * xs + i), a[r]);
-            a[r + 4] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * xs + i + 16), a[r + 4]);
+        for (int r = 0; r < NX; r++) {
+            a[2 * r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * xs + i), a[2 * r]);
+            a[2 * r + 1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * xs + i + 16), a[2 * r + 1]);
         }
     }
-    for (int r = 0; r < 4; r++) {
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r], a[r + 4]));
+    for (int r = 0; r < NX; r++) {
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(a[2 * r], a[2 * r + 1]));
         for (int64_t k = i; k < n; k++) s += w_at(w, kind, k) * x[r * xs + k];
         out[r] = s;
     }
@@ -108,21 +108,21 @@ __attribute__((always_inline)) T static inline void fx4(const void *w, int kind,
 
 T static void x_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
     if (nx == 4)
-        fx4(w, 0, x, xs, n, out);
+        fxn(w, 0, x, xs, n, 4, out);
     else
-        for (int r = 0; r < nx; r++) out[r] = x_f32(w, x + r * xs, n);
+        for (int r = 0; r < nx; r++) fxn(w, 0, x + r * xs, xs, n, 1, out + r);
 }
 T static void x_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
     if (nx == 4)
-        fx4(w, 1, x, xs, n, out);
+        fxn(w, 1, x, xs, n, 4, out);
     else
-        for (int r = 0; r < nx; r++) out[r] = x_f16(w, x + r * xs, n);
+        for (int r = 0; r < nx; r++) fxn(w, 1, x + r * xs, xs, n, 1, out + r);
 }
 T static void x_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
     if (nx == 4)
-        fx4(w, 2, x, xs, n, out);
+        fxn(w, 2, x, xs, n, 4, out);
     else
-        for (int r = 0; r < nx; r++) out[r] = x_bf16(w, x + r * xs, n);
+        for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
 }
 
 T static void x_axpy(float *y, float a, const float *x, int64_t n) {
