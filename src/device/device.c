@@ -177,6 +177,12 @@ out:
     return s;
 }
 
+bool pkv_device_set_raw(pkv_device *dev, bool raw) {
+    bool was = dev->raw;
+    dev->raw = raw;
+    return was;
+}
+
 void pkv_device_close(pkv_device *dev) {
     if (!dev) return;
     if (dev->ops->sync) dev->ops->sync(dev->ctx);
