@@ -37,6 +37,8 @@ static double *get_tensor(void *user, const char *name, int64_t *n) {
 
 enum { NP = 24, NS = 8 };
 
+static bool g_mixture; /* make the q4_k model a q4_k + q6_k mixture */
+
 static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, double tie, int *cases) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
@@ -50,6 +52,7 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     p.n_ff = kq ? 256 : 96;
     p.n_vocab = 300;
     p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
+    p.k_mixture = g_mixture;
     void *img;
     size_t size;
     if (pkv_mkmodel_memory(&p, &img, &size)) {
@@ -131,6 +134,8 @@ int main(void) {
         }
         for (size_t t = 0; t < sizeof quant / sizeof quant[0]; t++) run_case(archs[a], quant[t], PKV_TYPE_F16, 2e-3, 0.1, &cases);
     }
-    CHECK_INT(cases, 3 * (2 * 3 + 5));
+    g_mixture = true; /* a "Q4_K_M"-style file: q4_k and q6_k tensors mixed */
+    run_case("qwen3", PKV_TYPE_Q4_K, PKV_TYPE_F16, 2e-3, 0.1, &cases);
+    CHECK_INT(cases, 3 * (2 * 3 + 5) + 1);
     return th_done();
 }
