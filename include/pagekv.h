@@ -561,7 +561,7 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
  * printable words (or none). */
 typedef struct pkv_mkmodel_params {
     const char *arch;    /* "llama" (default), "qwen2", "qwen3" */
-    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0 */
+    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
     int n_head;          /* 0 = 4 */
@@ -573,6 +573,8 @@ typedef struct pkv_mkmodel_params {
     uint64_t seed;       /* 0 = 1 */
     bool no_vocab;       /* tokenizer.ggml.model = none, only <arch>.vocab_size */
     bool tied;           /* no output.weight: tied embeddings */
+    bool k_mixture;      /* with type q4_k: a "Q4_K_M"-style mixture, q6_k for the output
+                            matrix and for attn_v and ffn_down of every other layer */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

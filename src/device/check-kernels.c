@@ -705,6 +705,7 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     k.report = report;
     k.user = user;
     k.rng = p.seed ? p.seed : 0x5eed5eedull;
+    bool was_raw = pkv_device_set_raw(dev, true); /* results are read back through the device's own primitives */
     static const pkv_type wtypes[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0,
                                       PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     pkv_status s = PKV_OK;
@@ -732,6 +733,7 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     if (!s) s = check_softmax(&k);
     if (!s) s = check_argmax(&k);
     bufs_free(&k);
+    pkv_device_set_raw(dev, was_raw);
     if (s) return s;
     if (k.any_failed) return pkv_err(PKV_ERR_DEVICE, "check kernels on %s: some kernels do not match the reference", pkv_device_name(dev));
     return PKV_OK;
