@@ -124,9 +124,9 @@ static float g_kmin(const uint8_t *w, const pkv_q8a *x, int64_t nb, bool five) {
             int sc, m, sum = 0;
             scale_min(j, w + 4, &sc, &m);
             const uint8_t *q = qs + 32 * (j / 2);
+            const int shift = 4 * (j & 1), hi = five ? 1 : 0; /* branch-free inner loop */
             for (int l = 0; l < 32; l++) {
-                int v = j & 1 ? q[l] >> 4 : q[l] & 15;
-                if (five) v += ((qh[l] >> j) & 1) << 4;
+                const int v = ((q[l] >> shift) & 15) + ((((qh[l] >> j) & 1) * hi) << 4);
                 sum += v * x[j].qs[l];
             }
             s += x[j].d * (d * (float)sc * (float)sum - dmin * (float)m * (float)(x[j].s[0] + x[j].s[1]));
@@ -149,13 +149,14 @@ static float g1_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
             for (int k = 0; k < 4; k++) {
                 const uint8_t *ql = w + 64 * h + 32 * (k & 1), *qh = w + 128 + 32 * h;
                 const pkv_q8a *xb = &x[4 * h + k];
-                int sum[2] = {0, 0};
-                for (int l = 0; l < 32; l++) {
-                    const int q = (k < 2 ? ql[l] & 15 : ql[l] >> 4) | ((qh[l] >> (2 * k)) & 3) << 4;
-                    sum[l / 16] += q * xb->qs[l];
-                }
+                const int lshift = k < 2 ? 0 : 4, hshift = 2 * k; /* branch-free inner loops */
+                int sum0 = 0, sum1 = 0;
+                for (int l = 0; l < 16; l++)
+                    sum0 += (((ql[l] >> lshift) & 15) | ((qh[l] >> hshift) & 3) << 4) * xb->qs[l];
+                for (int l = 16; l < 32; l++)
+                    sum1 += (((ql[l] >> lshift) & 15) | ((qh[l] >> hshift) & 3) << 4) * xb->qs[l];
                 const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
-                const int isum = s0 * (sum[0] - 32 * xb->s[0]) + s1 * (sum[1] - 32 * xb->s[1]);
+                const int isum = s0 * (sum0 - 32 * xb->s[0]) + s1 * (sum1 - 32 * xb->s[1]);
                 s += d * xb->d * (float)isum;
             }
     }
