@@ -14,7 +14,7 @@
  * quantize each activation row to 8 bits per block of 32 once per call
  * (d = amax/127, block sums kept), as ggml's CPU backend does, and use integer
  * dot products; their normalized mean squared error against the reference is
- * about 1e-5 on random data (bound 5e-4 in check-kernels.c). All other kernels compute in f32 and
+ * about 1e-5 on random data (bound in check-kernels.c). All other kernels compute in f32 and
  * agree with the double-precision reference to rounding (nmse < 1e-10). */
 #include "device/cpu/cpu-impl.h"
 
