@@ -151,6 +151,46 @@ T static void a_axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Attention's value sum with the output kept in registers across the tokens. */
+__attribute__((always_inline)) T static inline __m256 ldv(const void *r, bool f16, int64_t d) {
+    return f16 ? ld_f16((const uint16_t *)r + d) : _mm256_loadu_ps((const float *)r + d);
+}
+
+__attribute__((always_inline)) T static inline void vacc_body(float *acc, const float *p, const void *const *v, int n,
+                                                              int64_t dv, bool f16) {
+    int64_t d = 0;
+    for (; d + 32 <= dv; d += 32) {
+        __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8), a2 = _mm256_loadu_ps(acc + d + 16),
+               a3 = _mm256_loadu_ps(acc + d + 24);
+        for (int c = 0; c < n; c++) {
+            const __m256 pc = _mm256_set1_ps(p[c]);
+            a0 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d), a0);
+            a1 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d + 8), a1);
+            a2 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d + 16), a2);
+            a3 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d + 24), a3);
+        }
+        _mm256_storeu_ps(acc + d, a0);
+        _mm256_storeu_ps(acc + d + 8, a1);
+        _mm256_storeu_ps(acc + d + 16, a2);
+        _mm256_storeu_ps(acc + d + 24, a3);
+    }
+    for (; d + 8 <= dv; d += 8) {
+        __m256 a0 = _mm256_loadu_ps(acc + d);
+        for (int c = 0; c < n; c++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), ldv(v[c], f16, d), a0);
+        _mm256_storeu_ps(acc + d, a0);
+    }
+    for (; d < dv; d++)
+        for (int c = 0; c < n; c++)
+            acc[d] += p[c] * (f16 ? _cvtsh_ss(((const uint16_t *)v[c])[d]) : ((const float *)v[c])[d]);
+}
+
+T static void a_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
+    if (f16)
+        vacc_body(acc, p, v, n, dv, true);
+    else
+        vacc_body(acc, p, v, n, dv, false);
+}
+
 T static void a_f16_row(const uint16_t *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ld_f16(x + i));
@@ -171,6 +211,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q5_k = a_q5_k,
     .q6_k = a_q6_k,
     .axpy = a_axpy,
+    .vacc = a_vacc,
     .f16_row = a_f16_row,
 };
 #endif

@@ -125,6 +125,46 @@ T static void x_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, 
         for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
 }
 
+/* Attention's value sum with the output kept in registers across the tokens. */
+__attribute__((always_inline)) T static inline __m512 ldv(const void *r, bool f16, int64_t d) {
+    return f16 ? ld_f16((const uint16_t *)r + d) : _mm512_loadu_ps((const float *)r + d);
+}
+
+__attribute__((always_inline)) T static inline void vacc_body(float *acc, const float *p, const void *const *v, int n,
+                                                              int64_t dv, bool f16) {
+    int64_t d = 0;
+    for (; d + 64 <= dv; d += 64) {
+        __m512 a0 = _mm512_loadu_ps(acc + d), a1 = _mm512_loadu_ps(acc + d + 16), a2 = _mm512_loadu_ps(acc + d + 32),
+               a3 = _mm512_loadu_ps(acc + d + 48);
+        for (int c = 0; c < n; c++) {
+            const __m512 pc = _mm512_set1_ps(p[c]);
+            a0 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d), a0);
+            a1 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d + 16), a1);
+            a2 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d + 32), a2);
+            a3 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d + 48), a3);
+        }
+        _mm512_storeu_ps(acc + d, a0);
+        _mm512_storeu_ps(acc + d + 16, a1);
+        _mm512_storeu_ps(acc + d + 32, a2);
+        _mm512_storeu_ps(acc + d + 48, a3);
+    }
+    for (; d + 16 <= dv; d += 16) {
+        __m512 a0 = _mm512_loadu_ps(acc + d);
+        for (int c = 0; c < n; c++) a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[c]), ldv(v[c], f16, d), a0);
+        _mm512_storeu_ps(acc + d, a0);
+    }
+    for (; d < dv; d++)
+        for (int c = 0; c < n; c++)
+            acc[d] += p[c] * (f16 ? _cvtsh_ss(((const uint16_t *)v[c])[d]) : ((const float *)v[c])[d]);
+}
+
+T static void x_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
+    if (f16)
+        vacc_body(acc, p, v, n, dv, true);
+    else
+        vacc_body(acc, p, v, n, dv, false);
+}
+
 T static void x_axpy(float *y, float a, const float *x, int64_t n) {
     const __m512 va = _mm512_set1_ps(a);
     int64_t i = 0;
@@ -142,6 +182,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f16x = x_f16x,
     .bf16x = x_bf16x,
     .axpy = x_axpy,
+    .vacc = x_vacc,
 };
 #endif
 

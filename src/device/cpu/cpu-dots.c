@@ -188,6 +188,19 @@ static void g_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void g_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
+    const float *t = f16_table();
+    for (int c = 0; c < n; c++) {
+        if (f16) {
+            const uint16_t *r = v[c];
+            for (int64_t d = 0; d < dv; d++) acc[d] += p[c] * t[r[d]];
+        } else {
+            const float *r = v[c];
+            for (int64_t d = 0; d < dv; d++) acc[d] += p[c] * r[d];
+        }
+    }
+}
+
 static void g_f16_row(const uint16_t *x, float *y, int64_t n) {
     const float *t = f16_table();
     for (int64_t i = 0; i < n; i++) y[i] = t[x[i]];
@@ -207,5 +220,6 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .q5_k = g_q5_k,
     .q6_k = g_q6_k,
     .axpy = g_axpy,
+    .vacc = g_vacc,
     .f16_row = g_f16_row,
 };

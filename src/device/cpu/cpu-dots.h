@@ -35,6 +35,9 @@ typedef struct pkv_cpu_dots {
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* y += a * x, n floats (attention's value accumulation). */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
+     * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
+    void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);
     /* y[i] = f16 x[i] widened, n values. */
     void (*f16_row)(const uint16_t *x, float *y, int64_t n);
 } pkv_cpu_dots;

@@ -58,7 +58,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
+    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy); TAKE(vacc);
     TAKE(f16_row);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
@@ -519,15 +519,51 @@ typedef struct {
     int64_t n_items; /* n_q * n_kv: one query row and one KV head (all its query heads) */
 } att_job;
 
+
+
+#define ATT_PREFETCH 4 /* tokens ahead */
+#define ATT_CHUNK 16 /* tokens scored before their values are summed */
+
+static size_t att_scratch_floats(const pkv_k_attention_args *a) {
+    const size_t g = (size_t)(a->n_head / a->n_kv);
+    return g * (size_t)a->dv + 2 * g + g * ATT_CHUNK;
+}
+
+/* Softmax bookkeeping for a chunk of n scored tokens, then their values: the
+ * running max moves once per chunk, and the value sum keeps the output in
+ * registers across the chunk's tokens. */
+static void att_flush(const att_job *j, float *acc, float *m, float *l, float *p, const void *const *vp, int n,
+                      int group) {
+    const pkv_k_attention_args *a = j->a;
+    for (int g = 0; g < group; g++) {
+        float *pg = p + g * ATT_CHUNK, cmax = pg[0];
+        for (int c = 1; c < n; c++) cmax = pg[c] > cmax ? pg[c] : cmax;
+        float *ag = acc + (size_t)g * a->dv;
+        if (cmax > m[g]) {
+            const float corr = expf(m[g] - cmax); /* 0 on the first chunk */
+            l[g] *= corr;
+            for (int d = 0; d < a->dv; d++) ag[d] *= corr;
+            m[g] = cmax;
+        }
+        for (int c = 0; c < n; c++) {
+            pg[c] = expf(pg[c] - m[g]);
+            l[g] += pg[c];
+        }
+        j->dots->vacc(ag, pg, vp, n, a->dv, a->kv_type == PKV_TYPE_F16);
+    }
+}
+
 /* One query row i against KV head kvh, for the `group` query heads that read it:
- * online softmax over the visible tokens, page by page. */
+ * online softmax over the visible tokens, page by page, in chunks of tokens. */
 static void att_item(const att_job *j, int64_t item, float *sc) {
     const pkv_k_attention_args *a = j->a;
     const int group = a->n_head / a->n_kv;
     const int i = (int)(item / a->n_kv), kvh = (int)(item % a->n_kv);
     const int32_t *q_seq = j->meta, *q_len = j->meta + a->n_q, *indptr = j->meta + 2 * (size_t)a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
-    float *acc = sc, *m = acc + (size_t)group * a->dv, *l = m + group, *vf = l + group;
+    float *acc = sc, *m = acc + (size_t)group * a->dv, *l = m + group, *p = l + group; /* p: [group][ATT_CHUNK] */
+    const void *vp[ATT_CHUNK];
+    int n = 0;
     for (int g = 0; g < group; g++) {
         m[g] = -INFINITY;
         l[g] = 0;
@@ -546,15 +582,10 @@ static void att_item(const att_job *j, int64_t item, float *sc) {
             for (int64_t t = 0; t < t_end; t++) {
                 const size_t slot = ((size_t)page * a->page_size + (size_t)t) * a->n_kv + kvh;
                 const uint8_t *kr = j->k + slot * a->dk * es, *vr = j->v + slot * a->dv * es;
-                if (t + 4 < t_end) { /* rows are n_kv rows apart: help the prefetcher */
-                    const size_t ahead = (size_t)4 * a->n_kv;
+                if (t + ATT_PREFETCH < t_end) { /* rows are n_kv rows apart: help the prefetcher */
+                    const size_t ahead = (size_t)ATT_PREFETCH * a->n_kv;
                     for (size_t o = 0; o < a->dk * es; o += 64) __builtin_prefetch(kr + ahead * a->dk * es + o);
                     for (size_t o = 0; o < a->dv * es; o += 64) __builtin_prefetch(vr + ahead * a->dv * es + o);
-                }
-                const float *vv = (const float *)(const void *)vr;
-                if (f16) {
-                    j->dots->f16_row((const uint16_t *)(const void *)vr, vf, a->dv);
-                    vv = vf;
                 }
                 for (int g0 = 0; g0 < group; g0 += 4) {
                     /* the key row against up to four query heads at once */
@@ -564,23 +595,16 @@ static void att_item(const att_job *j, int64_t item, float *sc) {
                         j->dots->f16x((const uint16_t *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
                     else
                         j->dots->f32x((const float *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
-                    for (int h = 0; h < nh; h++) {
-                        const int g = g0 + h;
-                        const float score = sc4[h] * a->scale;
-                        float *ag = acc + (size_t)g * a->dv;
-                        if (score > m[g]) {
-                            const float corr = expf(m[g] - score); /* 0 on the first token */
-                            l[g] *= corr;
-                            for (int d = 0; d < a->dv; d++) ag[d] *= corr;
-                            m[g] = score;
-                        }
-                        const float p = expf(score - m[g]);
-                        l[g] += p;
-                        j->dots->axpy(ag, p, vv, a->dv);
-                    }
+                    for (int h = 0; h < nh; h++) p[(g0 + h) * ATT_CHUNK + n] = sc4[h] * a->scale;
+                }
+                vp[n++] = vr;
+                if (n == ATT_CHUNK) {
+                    att_flush(j, acc, m, l, p, vp, n, group);
+                    n = 0;
                 }
             }
         }
+        if (n) att_flush(j, acc, m, l, p, vp, n, group);
     }
     for (int g = 0; g < group; g++) {
         float *o = j->out + ((size_t)i * a->n_head + (size_t)kvh * group + g) * a->dv;
@@ -613,8 +637,7 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     j.meta = pkv_cpu_ptr(a->meta);
     j.out = pkv_cpu_ptr(a->out);
     j.n_items = (int64_t)a->n_q * a->n_kv;
-    const int group = a->n_head / a->n_kv;
-    j.per_task = (size_t)group * a->dv + 2 * (size_t)group + (size_t)a->dv;
+    j.per_task = att_scratch_floats(a);
     /* rough work estimate: every query sees at most all pages of the pool */
     int n_tasks = n_tasks_for(c, j.n_items, (double)j.n_items * 65536.0);
     j.scratch = pkv_malloc((size_t)n_tasks * j.per_task * sizeof(float));
