@@ -451,6 +451,96 @@ static void test_faulty_caught(void) {
     pkv_device_close(dev);
 }
 
+/* Values read from memory that no host check sees are guarded as device.h says:
+ * bad page ids and causal limits past a sequence's pages skip tokens, a bad
+ * sequence id gives zeros, out-of-range rope rows and set_rows indices are
+ * skipped, out-of-range get_rows ids give zeros. The CPU must match the
+ * reference exactly in what it touches, and never crash. */
+static void test_guards(void) {
+    pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+    NEED(dev);
+    /* attention: q0 sees 30 tokens of a 2-page sequence (8 valid), q1 has sequence
+     * 7 (of 2), q2's sequence has only bad page ids, q3 is normal */
+    enum { H = 2, KV = 1, D = 8, PS = 4, NP = 3 };
+    const int32_t meta[] = {0, 7, 1, 0, /* q_seq */ 30, 3, 4, 5, /* q_len */ 0, 2, 4, /* indptr */ 2, 0, -1, 3};
+    static float q[4 * H * D], k[NP * PS * KV * D], v[NP * PS * KV * D], out[4 * H * D], ref[4 * H * D];
+    fill(q, sizeof q / 4, 1.0f);
+    fill(k, sizeof k / 4, 1.0f);
+    fill(v, sizeof v / 4, 1.0f);
+    pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, PKV_TYPE_F32, 4, 2, 4, NP, PS, H, KV, D, D, 0.5f};
+    pkv_ref_attention(&a, q, k, v, meta, ref);
+    int zeros = 0;
+    for (int e = H * D; e < 3 * H * D; e++) zeros += ref[e] == 0.0f; /* q1 and q2 see nothing */
+    CHECK_INT(zeros, 2 * H * D);
+    pkv_buffer *bq = upload(dev, q, sizeof q, 0), *bk = upload(dev, k, sizeof k, 0), *bv = upload(dev, v, sizeof v, 0),
+               *bo = upload(dev, NULL, sizeof out, 0), *bm = upload(dev, meta, sizeof meta, 0);
+    NEED(bq && bk && bv && bo && bm);
+    a.q = pkv_tref_make(bq, 0);
+    a.k = pkv_tref_make(bk, 0);
+    a.v = pkv_tref_make(bv, 0);
+    a.out = pkv_tref_make(bo, 0);
+    a.meta = pkv_tref_make(bm, 0);
+    CHECK_OK(pkv_k_attention(dev, &a));
+    CHECK_OK(pkv_buffer_read(bo, 0, out, sizeof out));
+    CHECK(th_nmse(ref, out, sizeof out / 4) < 1e-12);
+    pkv_buffer_free(bq);
+    pkv_buffer_free(bk);
+    pkv_buffer_free(bv);
+    pkv_buffer_free(bo);
+    pkv_buffer_free(bm);
+
+    /* rope with a row list holding -1 and max_rows: those are skipped */
+    float x[3 * 8], xr[3 * 8];
+    fill(x, 24, 1.0f);
+    memcpy(xr, x, sizeof x);
+    const int32_t rows[3] = {-1, 2, 3}, pos[3] = {5, 6, 7};
+    pkv_k_rope_args r = {0};
+    r.dtype = PKV_TYPE_F32;
+    r.n_rows = 3;
+    r.max_rows = 3;
+    r.row_stride = 8 * 4;
+    r.n_heads = 1;
+    r.head_dim = 8;
+    r.n_rot = 8;
+    r.freq_base = 10000.0f;
+    r.freq_scale = 1.0f;
+    pkv_ref_rope(&r, xr, pos, rows);
+    pkv_buffer *bx = upload(dev, x, sizeof x, 0), *bp = upload(dev, pos, sizeof pos, 0), *br = upload(dev, rows, sizeof rows, 0);
+    NEED(bx && bp && br);
+    r.x = pkv_tref_make(bx, 0);
+    r.pos = pkv_tref_make(bp, 0);
+    r.rows = pkv_tref_make(br, 0);
+    CHECK_OK(pkv_k_rope(dev, &r));
+    CHECK_OK(pkv_buffer_read(bx, 0, x, sizeof x));
+    CHECK_MEM(x, xr, 16 * sizeof(float)); /* rows 0 and 1 untouched */
+    CHECK(th_nmse(xr, x, 24) < 1e-12);    /* row 2 rotated as the reference does */
+    pkv_buffer_free(bx);
+    pkv_buffer_free(bp);
+    pkv_buffer_free(br);
+
+    /* set_rows: index 5 of 4 rows and -3 are skipped */
+    float src[3 * 4], dst[4 * 4], dref[4 * 4];
+    fill(src, 12, 1.0f);
+    fill(dst, 16, 1.0f);
+    memcpy(dref, dst, sizeof dst);
+    const int32_t idx[3] = {5, 1, -3};
+    pkv_k_set_rows_args sr = {{0}, 16, {0}, PKV_TYPE_F32, 16, 4, {0}, 3, 4};
+    pkv_ref_set_rows(&sr, src, dref, idx);
+    pkv_buffer *bs = upload(dev, src, sizeof src, 0), *bd = upload(dev, dst, sizeof dst, 0), *bi = upload(dev, idx, sizeof idx, 0);
+    NEED(bs && bd && bi);
+    sr.src = pkv_tref_make(bs, 0);
+    sr.dst = pkv_tref_make(bd, 0);
+    sr.idx = pkv_tref_make(bi, 0);
+    CHECK_OK(pkv_k_set_rows(dev, &sr));
+    CHECK_OK(pkv_buffer_read(bd, 0, dst, sizeof dst));
+    CHECK_MEM(dst, dref, sizeof dst);
+    CHECK_MEM(dst + 4, src + 4, 4 * sizeof(float)); /* row 1 written from source row 1 */
+    pkv_buffer_free(bs);
+    pkv_buffer_free(bd);
+    pkv_buffer_free(bi);
+    pkv_device_close(dev);
+}
+
 int main(void) {
     test_ref_matmul();
     test_ref_rope();
@@ -459,6 +549,7 @@ int main(void) {
     test_threads_deterministic();
     test_paths();
     test_faulty_caught();
+    test_guards();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }
