@@ -8,6 +8,7 @@
 #include "testhelp.h"
 
 #include "base/quant.h"
+#include "device/cpu/cpu-dots.h"
 #include "device/cpu/ref.h"
 #include "device/device.h"
 
@@ -541,7 +542,39 @@ static void test_guards(void) {
     pkv_device_close(dev);
 }
 
+/* Every path's activation quantizer gives the generic one's bytes exactly. */
+static void test_q8a_paths(void) {
+    enum { NB = 40 };
+    static float x[NB * 32];
+    static pkv_q8a want[NB], got[NB];
+    fill(x, NB * 32, 3.0f);
+    for (int j = 0; j < 32; j++) x[32 + j] = 0.0f;                  /* an all-zero block */
+    for (int j = 0; j < 32; j++) x[64 + j] = (float)(j - 16) * 0.5f; /* ties at .5 after scaling */
+    x[64 + 31] = 63.5f;                                                /* amax 63.5: d = 0.5, x*id = 2j - 32 */
+    x[96] = 1e-30f;                                                    /* a tiny block */
+    for (int j = 1; j < 32; j++) x[96 + j] = 0.0f;
+    pkv_cpu_quantize_q8a(x, want, NB);
+    CHECK(want[1].d == 0.0f && want[1].s[0] == 0 && want[1].qs[5] == 0);
+    int checked = 0;
+#ifdef PKV_CPU_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        memset(got, 0x55, sizeof got);
+        pkv_cpu_dots_avx2.q8a(x, got, NB);
+        for (int b = 0; b < NB; b++) {
+            CHECK(got[b].d == want[b].d);
+            CHECK_INT(got[b].s[0], want[b].s[0]);
+            CHECK_INT(got[b].s[1], want[b].s[1]);
+            CHECK_MEM(got[b].qs, want[b].qs, 32);
+        }
+        checked++;
+    }
+#endif
+    if (!checked) fprintf(stderr, "note: no AVX2 on this CPU; only the generic quantizer ran\n");
+}
+
 int main(void) {
+    test_q8a_paths();
     test_ref_matmul();
     test_ref_rope();
     test_ref_attention();

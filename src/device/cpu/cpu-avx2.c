@@ -191,6 +191,35 @@ T static void a_vacc(float *acc, const float *p, const void *const *v, int n, in
         vacc_body(acc, p, v, n, dv, false);
 }
 
+/* pkv_cpu_quantize_q8a vectorized, with the same float operations: amax, d =
+ * amax/127, id = 1/d, q = x*id rounded to nearest even (lrintf). */
+T static void a_q8a(const float *x, pkv_q8a *y, int64_t nb) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < nb; b++, x += 32) {
+        const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+                     v3 = _mm256_loadu_ps(x + 24);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                       _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4), d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+        const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+        y[b].d = d;
+        __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
+        __m256i h = _mm256_hadd_epi32(s01, s23); /* lane-wise pair sums of both halves */
+        h = _mm256_hadd_epi32(h, h);
+        const int32_t *hv = (const int32_t *)&h;
+        y[b].s[0] = (int16_t)(hv[0] + hv[4]);
+        y[b].s[1] = (int16_t)(hv[1] + hv[5]);
+        const __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)y[b].qs, _mm256_permutevar8x32_epi32(q, perm));
+    }
+}
+
 T static void a_f16_row(const uint16_t *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ld_f16(x + i));
@@ -212,6 +241,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q6_k = a_q6_k,
     .axpy = a_axpy,
     .vacc = a_vacc,
+    .q8a = a_q8a,
     .f16_row = a_f16_row,
 };
 #endif

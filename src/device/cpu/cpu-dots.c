@@ -221,5 +221,6 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .q6_k = g_q6_k,
     .axpy = g_axpy,
     .vacc = g_vacc,
+    .q8a = pkv_cpu_quantize_q8a,
     .f16_row = g_f16_row,
 };

@@ -38,6 +38,8 @@ typedef struct pkv_cpu_dots {
     /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
      * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
     void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);
+    /* pkv_cpu_quantize_q8a (same results on every path) */
+    void (*q8a)(const float *x, pkv_q8a *y, int64_t nb);
     /* y[i] = f16 x[i] widened, n values. */
     void (*f16_row)(const uint16_t *x, float *y, int64_t n);
 } pkv_cpu_dots;

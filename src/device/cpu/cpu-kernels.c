@@ -58,7 +58,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy); TAKE(vacc);
+    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy); TAKE(vacc); TAKE(q8a);
     TAKE(f16_row);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
@@ -234,7 +234,7 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
         const int64_t nb = a->cols / 32;
         xq = pkv_malloc((size_t)a->n * (size_t)nb * sizeof *xq);
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
-        pkv_cpu_quantize_q8a(j.x, xq, a->n * nb);
+        j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
     }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
