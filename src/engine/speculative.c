@@ -99,7 +99,8 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     size_t V = (size_t)s->V;
     if (s->shared) {
         s->dctx = pkv_context_attach(draft, target); /* the I6 check */
-        if (!s->dctx) goto fail;
+        /* it re-forks every round: hold no pages until then */
+        if (!s->dctx || pkv_context_truncate(s->dctx, 0)) goto fail;
     } else {
         pkv_cache_params cp = p.draft_cache;
         int64_t n_ctx = pkv_context_n_ctx(target);
