@@ -288,7 +288,10 @@ typedef struct pkv_kv_params {
     int64_t n_pages;                  /* device pages; 0 = as many as budget_bytes holds */
     uint64_t budget_bytes;            /* K+V bytes of all layers and shards, used when n_pages == 0 */
     int64_t host_pages;               /* pages of the host swap pool; 0 = from host_budget_bytes */
-    uint64_t host_budget_bytes;       /* host swap pool bytes when host_pages == 0; 0 = no swap pool */
+    uint64_t host_budget_bytes;       /* host swap pool bytes when host_pages == 0; 0 = no swap pool.
+                                         When every storage device's memory is host memory (CPU), the
+                                         pool is a buffer on that device (swaps are batched region
+                                         copies); otherwise plain host memory. */
     /* RoPE of the model, used to re-rotate cached K on pkv_kv_shift. */
     int rope_n_rot;                   /* rotated dims per head (even, <= head_dim_k); 0 = head_dim_k */
     bool rope_neox;                   /* false: pairs (2i, 2i+1) (llama); true: (i, i + n_rot/2) (qwen) */
@@ -495,6 +498,12 @@ typedef struct pkv_model_params {
     const char *device;          /* device to load onto; NULL = "cpu" */
     pkv_device *device_handle;   /* an already opened device (overrides device); the
                                     model does not close it */
+    const char *devices;         /* tensor parallelism: a comma list of devices ("cpu:1,cpu:2",
+                                    "cpu,vulkan:0"); each layer's attention heads (whole KV-head
+                                    groups) and FFN rows are split over them; overrides device */
+    const char *split;           /* proportions for devices, e.g. "2,1,1"; NULL = equal */
+    bool kv_on_host;             /* store every KV shard in host memory (device "cpu"), split by
+                                    the same head ranges; attention runs on the host */
     int n_threads;               /* CPU threads when the model opens a CPU device; 0 = all cores */
     pkv_progress_fn progress;    /* may be NULL */
     void *progress_user;
@@ -519,6 +528,8 @@ typedef struct pkv_model_info {
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
     uint64_t weight_bytes;   /* bytes of weights on the device */
     bool has_vocab;          /* false for tokenizer.ggml.model = none */
+    int n_devices;           /* devices the layers are split over */
+    bool kv_on_host;
     bool shared_kv;          /* a draft whose layers attend over a target's cache layers
                                 (GGUF key pagekv.shared_kv_layers): see pkv_context_attach */
     double load_seconds;

@@ -28,18 +28,22 @@ static inline void kt_layout_sharded(kt_env *e) {
     e->shards[1][1] = (pkv_kv_shard_desc){e->cpu, e->cpu, 1, 1};
 }
 
-static inline int kt_open(kt_env *e) {
+/* Open the two devices the sharded layout uses ("cpu" and "cpu:1" by default);
+ * the same name twice means one device holds every shard. */
+static inline int kt_open_names(kt_env *e, const char *a, const char *b) {
     memset(e, 0, sizeof *e);
     pkv_device_params dp = pkv_device_default_params();
     dp.n_threads = 1;
-    e->cpu = pkv_device_open("cpu", dp);
-    e->cpu1 = pkv_device_open("cpu:1", dp);
+    e->cpu = pkv_device_open(a, dp);
+    e->cpu1 = strcmp(a, b) ? pkv_device_open(b, dp) : e->cpu;
     return e->cpu && e->cpu1;
 }
 
+static inline int kt_open(kt_env *e) { return kt_open_names(e, "cpu", "cpu:1"); }
+
 static inline void kt_close(kt_env *e) {
+    if (e->cpu1 != e->cpu) pkv_device_close(e->cpu1);
     pkv_device_close(e->cpu);
-    pkv_device_close(e->cpu1);
 }
 
 static inline pkv_kv_params kt_params(kt_env *e, int page_size, int64_t n_pages, int64_t host_pages) {

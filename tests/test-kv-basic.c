@@ -348,9 +348,10 @@ static void test_prefix(kt_env *e, bool collide) {
     CHECK_OK(pkv_kv_seq_free(c, x));
     /* eviction: LRU-first when the pool runs dry; an evicted page never matches */
     CHECK_OK(pkv_kv_seq_create(c, 5, &x));
-    int32_t big[12] = {0};
+    int32_t big[64] = {0}, brows[64];
     pkv_kv_stats_get(c, &st0);
-    CHECK_OK(pkv_kv_append(c, x, (int32_t)(4 * st0.pages_free), big, NULL, rows)); /* uses free pages only */
+    CHECK(st0.pages_free <= 16);
+    CHECK_OK(pkv_kv_append(c, x, (int32_t)(4 * st0.pages_free), big, NULL, brows)); /* uses free pages only */
     pkv_kv_stats_get(c, &st);
     CHECK_INT(st.evicted_pages, st0.evicted_pages);
     int32_t y;

@@ -10,7 +10,8 @@
  * have a known expected content. Keys moved by a shift are compared with a
  * tolerance of n_shifts * (2e-6 for f32, 1e-3 for f16): every re-rotation rounds
  * once to the K dtype; everything else is compared exactly. One seed runs with
- * every prefix hash colliding. */
+ * every prefix hash colliding, one with the host swap pool in plain host memory
+ * (the path of non-host devices) instead of a buffer on the CPU device. */
 #include "kv-testlib.h"
 
 #define MAX_SEQ 64
@@ -399,12 +400,13 @@ static void op_clear_all(void) {
     }
 }
 
-static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, long n_ops) {
+static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, bool plain_host, long n_ops) {
     memset(g_ref, 0, sizeof g_ref);
     g_rng = seed;
     g_ps = page_size;
     g_neox = seed & 1;
     pkv_kv_test_hash_collide = collide;
+    pkv_kv_test_plain_host_pool = plain_host;
     pkv_kv_params p = kt_params(e, page_size, 40, 24);
     p.rope_neox = g_neox;
     g_c = pkv_kv_cache_create(p);
@@ -448,32 +450,42 @@ static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, long
     }
     pkv_kv_cache_free(g_c);
     pkv_kv_test_hash_collide = false;
-    fprintf(stderr, "seed %llu page_size %d%s: %ld ops, %ld out-of-pages, %ld prefix hits, %ld cow pages\n",
-            (unsigned long long)seed, page_size, collide ? " (all hashes collide)" : "", n_ops, g_fail_oop,
+    pkv_kv_test_plain_host_pool = false;
+    fprintf(stderr, "seed %llu page_size %d%s%s: %ld ops, %ld out-of-pages, %ld prefix hits, %ld cow pages\n",
+            (unsigned long long)seed, page_size, collide ? " (all hashes collide)" : "",
+            plain_host ? " (host pool in plain memory)" : "", n_ops, g_fail_oop,
             g_prefix_hits, g_cow);
     g_fail_oop = g_prefix_hits = g_cow = 0;
 }
 
+/* The devices of the two shard groups; test-kv-random-vulkan.c includes this file
+ * with other devices (vulkan:0 alone, and cpu + vulkan:0). */
+#ifndef KV_RANDOM_DEVICES
+#define KV_RANDOM_DEVICES {{"cpu", "cpu:1"}}
+#define KV_RANDOM_OPS 10000 /* per seed; about 2 s in Release, 20 s with ASan+UBSan on 2 cores */
+#endif
+
 int main(void) {
+    static const char *const devs[][2] = KV_RANDOM_DEVICES;
+    for (size_t dv = 0; dv < sizeof devs / sizeof devs[0]; dv++) {
     kt_env e;
-    if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
+    if (!kt_open_names(&e, devs[dv][0], devs[dv][1])) return th_skip(pkv_errmsg());
+    fprintf(stderr, "cache sharded over %s and %s\n", devs[dv][0], devs[dv][1]);
     kt_layout_sharded(&e);
     int64_t live0 = pkv_alloc_live();
-    long n_ops = 10000;
-#if defined(__SANITIZE_ADDRESS__)
-    n_ops = 2500;
-#endif
+    long n_ops = KV_RANDOM_OPS;
     const char *env = getenv("PKV_KV_RANDOM_OPS");
     if (env) n_ops = atol(env);
-    run_seed(&e, 1, 4, false, n_ops);
-    run_seed(&e, 2, 3, false, n_ops);
-    run_seed(&e, 3, 1, false, n_ops);
-    run_seed(&e, 4, 4, true, n_ops);
-    run_seed(&e, 5, 8, false, n_ops);
+    run_seed(&e, 1, 4, false, false, n_ops);
+    run_seed(&e, 2, 3, false, true, n_ops);
+    run_seed(&e, 3, 1, false, false, n_ops);
+    run_seed(&e, 4, 4, true, false, n_ops);
+    run_seed(&e, 5, 8, false, false, n_ops);
     CHECK_INT(pkv_alloc_live(), live0);
     fprintf(stderr, "ops:");
     for (int i = 0; i < 12; i++) fprintf(stderr, " %ld", g_ops[i]);
     fprintf(stderr, "\n");
     kt_close(&e);
+    }
     return th_done();
 }

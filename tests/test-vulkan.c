@@ -643,6 +643,21 @@ static void test_ordering(pkv_device *d) {
     pkv_buffer_free(buf);
 }
 
+/* Thousands of kernels recorded without a sync (more than one descriptor pool
+ * holds on the non-push path) still run in order. */
+static void test_long_chain(pkv_device *d) {
+    enum { N = 64, K = 2500 };
+    float x[N], b[N], got[N];
+    for (int i = 0; i < N; i++) x[i] = 0, b[i] = (float)(i % 7 + 1);
+    pkv_buffer *bx = up(d, 0, x, sizeof x), *bb = up(d, 0, b, sizeof b);
+    pkv_k_add_args aa = {pkv_tref_make(bx, 0), pkv_tref_make(bb, 0), pkv_tref_make(bx, 0), N, N};
+    for (int k = 0; k < K; k++) CHECK_OK(pkv_k_add(d, &aa));
+    down(bx, 0, got, sizeof got);
+    for (int i = 0; i < N; i++) CHECK_INT((long)got[i], (long)(K * b[i]));
+    pkv_buffer_free(bx);
+    pkv_buffer_free(bb);
+}
+
 static void test_kernels(pkv_device *d) {
     CHECK(pkv_device_get_caps(d)->has_kernels);
     pkv_type wt[5] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
@@ -662,6 +677,7 @@ static void test_kernels(pkv_device *d) {
     test_attention(d, PKV_TYPE_F16);
     test_alignment(d);
     test_ordering(d);
+    test_long_chain(d);
 }
 
 /* ------------------------------------------------------- conformance suite */
@@ -691,9 +707,61 @@ static void conformance(pkv_device *vk) {
     if (s != PKV_OK) TH_FAIL("pkv_check_kernels: %s: %s", pkv_status_str(s), pkv_errmsg());
 }
 
-/* ------------------------------------------------------------------- main */
+/* ----------------------------------------------------- allocation failures */
 
 static pkv_device *open_vk(void) { return pkv_device_open("vulkan:0", pkv_device_default_params()); }
+
+/* Failing each host allocation in turn while opening the device, allocating a
+ * buffer and copying regions: each call fails cleanly or succeeds, never leaks. */
+static void test_alloc_failures(void) {
+    int64_t live0 = pkv_alloc_live();
+    int failed_open = 0;
+    for (uint64_t n = 1; n < 64; n++) {
+        pkv_alloc_fail_at(n);
+        pkv_device *d = open_vk();
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (!d) {
+            failed_open++;
+            CHECK(strstr(pkv_errmsg(), "memory") != NULL);
+            CHECK_INT(pkv_alloc_live(), live0);
+            continue;
+        }
+        pkv_device_close(d);
+        if (n > made) break;
+    }
+    CHECK(failed_open >= 1);
+    pkv_device *d = open_vk();
+    if (!d) return;
+    pkv_buffer *src = up(d, 0, NULL, 1000);
+    CHECK_OK(pkv_buffer_fill(src, 0, 1000, 7));
+    int failures = 0;
+    for (uint64_t n = 1; n < 64; n++) {
+        pkv_alloc_fail_at(n);
+        pkv_buffer *b = pkv_buffer_alloc(d, 1000);
+        pkv_status s = PKV_OK;
+        if (b) {
+            pkv_region r[3] = {{0, 0, 10}, {100, 500, 50}, {900, 999, 1}};
+            s = pkv_buffer_copy_regions(src, b, r, 3);
+        }
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (!b || s) {
+            failures++;
+            CHECK_STATUS(b ? s : PKV_ERR_NOMEM, PKV_ERR_NOMEM);
+        } else {
+            uint8_t got[50];
+            down(b, 500, got, 50);
+            CHECK(got[0] == 7 && got[49] == 7);
+        }
+        pkv_buffer_free(b);
+        if (n > made) break;
+    }
+    CHECK(failures >= 2);
+    pkv_buffer_free(src);
+    pkv_device_close(d);
+    CHECK_INT(pkv_alloc_live(), live0);
+}
+
+/* ------------------------------------------------------------------- main */
 
 int main(void) {
     char names[16][64], why[256] = "";
@@ -748,6 +816,20 @@ int main(void) {
     for (int i = 0; i < 5; i++) test_matmul_getrows(dev, wt[i], 20);
     pkv_device_close(dev);
     unsetenv("PKV_VK_MAX_RANGE");
+
+    test_alloc_failures();
+
+    /* The portable paths: descriptor sets from pools (drivers without
+     * VK_KHR_push_descriptor) and the matmul without subgroup arithmetic. */
+    setenv("PKV_VK_NO_PUSH_DESCRIPTOR", "1", 1);
+    setenv("PKV_VK_NO_SUBGROUP", "1", 1);
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    test_kernels(dev);
+    conformance(dev);
+    pkv_device_close(dev);
+    unsetenv("PKV_VK_NO_PUSH_DESCRIPTOR");
+    unsetenv("PKV_VK_NO_SUBGROUP");
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }

@@ -23,6 +23,9 @@ double pkv_time_now_cli(void);
 typedef struct pkv_cli_model_opts {
     const char *model;  /* -m; NULL = the built-in model */
     const char *device; /* -d; NULL = cpu */
+    const char *devices; /* --devices: tensor parallelism over a comma list */
+    const char *split;   /* --split: proportions */
+    bool kv_on_host;     /* --kv-on-host */
     int threads;        /* -t; 0 = all cores */
     int n_ctx;          /* -c; 0 = default */
     int page_size;      /* --page-size; 0 = 16 */

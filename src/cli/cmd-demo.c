@@ -19,11 +19,12 @@ typedef struct {
     pkv_kv_cache *c;
     int V;
     const char *dev;
+    pkv_model_params mp; /* how the model was placed (device or split) */
     int failed, rows;
 } demo;
 
 static void row(demo *d, const char *op, bool ok, double secs, const char *detail) {
-    printf("%-12s %-10s %-5s %8.3f  %s\n", op, d->dev, ok ? "pass" : "FAIL", secs, detail);
+    printf("%-12s %-18s %-5s %8.3f  %s\n", op, d->dev, ok ? "pass" : "FAIL", secs, detail);
     fflush(stdout);
     d->rows++;
     if (!ok) d->failed++;
@@ -79,7 +80,7 @@ static pkv_status replay(demo *d, const int32_t *prefix, int n_prefix, const int
  * tokens: in layer 0. So this check uses a one-layer model (same shapes and
  * device): decode the history, remove 4 tokens after the first, decode the next
  * token; a replay decodes the shortened history from scratch at the new
- * positions. They differ only by rounding of the re-rotated f16 keys. (With more
+ * positions. The model is placed like the demo's (one device, or split). They differ only by rounding of the re-rotated f16 keys. (With more
  * layers, the kept tokens' deeper K/V were computed attending to the removed
  * ones: context shift is then an approximation by nature, as in every engine.) */
 static pkv_status check_shift(demo *d, const int32_t *hist, int n_hist, double *nmse, bool *agree) {
@@ -90,9 +91,7 @@ static pkv_status check_shift(demo *d, const int32_t *hist, int n_hist, double *
     size_t size = 0;
     pkv_status s = pkv_mkmodel_memory(&mp, &img, &size);
     if (s) return s;
-    pkv_model_params lp = pkv_model_default_params();
-    lp.device_handle = pkv_model_device(d->m);
-    pkv_model *m = pkv_model_load_memory(img, size, "builtin-1-layer", lp);
+    pkv_model *m = pkv_model_load_memory(img, size, "builtin-1-layer", d->mp); /* same placement */
     pkv_mkmodel_free_memory(img);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 256;
@@ -248,7 +247,7 @@ static void run_device(demo *d, const int32_t *prompt, int n_prompt) {
         char devname[64];
         snprintf(devname, sizeof devname, "%.60s", d->dev);
         for (char *p = devname; *p; p++)
-            if (*p == ':') *p = '_';
+            if (*p == ':' || *p == ',' || *p == '+') *p = '_';
         snprintf(path, sizeof path, "%.150s/pagekv-demo-%d-%s.kv", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid(),
                  devname);
         s = pkv_context_save(base, path);
@@ -283,7 +282,9 @@ int pkv_cli_demo(int argc, char **argv) {
             printf("usage: pagekv demo [--device NAME]\n"
                    "On every device (or just NAME): the built-in model generates from a prompt, forks,\n"
                    "swaps out and in, shifts, saves and loads, and each continuation is checked against\n"
-                   "a replay from scratch. Exit 1 when a check fails.\n");
+                   "a replay from scratch. Then the same on the first two devices as a tensor-parallel\n"
+                   "pair (heads split, KV sharded), with the cache on the devices and on the host\n"
+                   "(\"+host\"). Exit 1 when a check fails.\n");
             return 0;
         } else if (!strcmp(argv[i], "--device") || !strcmp(argv[i], "-d")) {
             if (!(only = pkv_cli_value(argc, argv, &i))) return 2;
@@ -302,21 +303,39 @@ int pkv_cli_demo(int argc, char **argv) {
         if (n > 80) n = 80;
         if (why[0]) printf("note: %s\n", why);
     }
-    printf("%-12s %-10s %-5s %8s  %s\n", "operation", "device", "result", "seconds", "detail");
+    printf("%-12s %-18s %-5s %8s  %s\n", "operation", "device", "result", "seconds", "detail");
     int failed = 0, rows = 0;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(names[i], "faulty")) continue; /* it fails check by design; see `pagekv check` */
+    /* every device alone, then the first two CPU devices as a tensor-parallel pair,
+     * with the cache on the devices and on the host */
+    char sharded[2][160];
+    int n_runs = n;
+    if (!only && n >= 2) {
+        snprintf(sharded[0], sizeof sharded[0], "%.60s,%.60s", names[0], names[1]);
+        snprintf(sharded[1], sizeof sharded[1], "%.60s,%.60s+host", names[0], names[1]);
+        n_runs = n + 2;
+    }
+    for (int i = 0; i < n_runs; i++) {
+        const char *label = i < n ? names[i] : sharded[i - n];
+        if (!strcmp(label, "faulty")) continue; /* it fails check by design; see `pagekv check` */
         pkv_model_params mp = pkv_model_default_params();
-        mp.device = names[i];
+        char devs[160];
+        if (i < n) {
+            mp.device = names[i];
+        } else {
+            snprintf(devs, sizeof devs, "%.60s,%.60s", names[0], names[1]);
+            mp.devices = devs;
+            mp.kv_on_host = i == n + 1;
+        }
         demo d = {0};
-        d.dev = names[i];
+        d.dev = label;
+        d.mp = mp;
         d.m = pkv_model_builtin(mp);
         pkv_cache_params cp = pkv_cache_default_params();
         cp.n_ctx = 256;
         cp.n_seq_max = 8;
         if (d.m) d.c = pkv_model_cache_create(d.m, cp);
         if (!d.m || !d.c) {
-            printf("%-12s %-10s %-5s %8.3f  %s\n", "load", names[i], "FAIL", 0.0, pkv_errmsg());
+            printf("%-12s %-10s %-5s %8.3f  %s\n", "load", label, "FAIL", 0.0, pkv_errmsg());
             failed++;
             rows++;
             pkv_model_free(d.m);

@@ -21,6 +21,9 @@ static void load_progress(double f, void *user) {
 pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) {
     pkv_model_params mp = pkv_model_default_params();
     mp.device = o->device;
+    mp.devices = o->devices;
+    mp.split = o->split;
+    mp.kv_on_host = o->kv_on_host;
     mp.n_threads = o->threads;
     static int last = -1;
     pkv_model *m;
@@ -59,6 +62,14 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
     } else if (!strcmp(a, "--device") || !strcmp(a, "-d")) {
         if (!(v = pkv_cli_value(argc, argv, i))) return -1;
         o->device = v;
+    } else if (!strcmp(a, "--devices")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->devices = v;
+    } else if (!strcmp(a, "--split")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->split = v;
+    } else if (!strcmp(a, "--kv-on-host")) {
+        o->kv_on_host = true;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
         if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return -1;
         o->n_ctx = (int)x;
@@ -140,6 +151,11 @@ static void run_usage(FILE *f) {
             "  -t, --threads N      CPU threads (default: all cores)\n"
             "  -c, --ctx-size N     context size in tokens (default: min(model's, 4096))\n"
             "  -d, --device NAME    device (default cpu; see 'pagekv devices')\n"
+            "  --devices A,B,...    tensor parallelism: split each layer's heads (whole KV groups)\n"
+            "                       and FFN rows over these devices; the KV cache is sharded alike\n"
+            "  --split P,Q,...      proportions for --devices (default equal)\n"
+            "  --kv-on-host         keep every KV shard in host memory, split by the same heads;\n"
+            "                       attention runs on the host\n"
             "  --seed S             sampling seed (default 0)\n"
             "  --temp T             temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K --top-p P --min-p P --repeat-penalty R   sampling filters\n"
@@ -448,6 +464,7 @@ int pkv_cli_logits(int argc, char **argv) {
         if (r > 0) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: pagekv logits [-m FILE.gguf] --tokens 1,2,3,... [-o FILE] [-d DEVICE] [-t N]\n"
+                   "                     [--devices A,B [--split P,Q] [--kv-on-host]]\n"
                    "Runs the token ids as one prompt and writes the last position's logits: as\n"
                    "little-endian float32 to FILE with -o, else as JSON to stdout.\n"
                    "Also: -c N, --page-size N, --kv-type f16|f32.\n");

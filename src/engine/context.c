@@ -34,7 +34,7 @@ static int n_ctx_of(const pkv_model *m, const pkv_cache_params *p) {
     return p->n_ctx > 0 ? p->n_ctx : PKV_MIN(m->hp.n_ctx_train, 4096);
 }
 
-pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers) {
+pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards) {
     pkv_kv_params kp = pkv_kv_default_params();
     for (int l = 0; l < m->hp.n_layer; l++) {
         memset(&layers[l], 0, sizeof layers[l]);
@@ -42,6 +42,17 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers)
         layers[l].head_dim_k = m->hp.head_dim_k;
         layers[l].head_dim_v = m->hp.head_dim_v;
         layers[l].dtype = PKV_TYPE_F16;
+        /* I5: shards follow the model's head split; with the cache on the host the
+         * host storage is split by the same head ranges, and attention runs there. */
+        layers[l].n_shards = m->n_dev;
+        layers[l].shards = shards + (size_t)l * (size_t)m->n_dev;
+        for (int d = 0; d < m->n_dev; d++) {
+            pkv_kv_shard_desc *sd = &shards[(size_t)l * (size_t)m->n_dev + (size_t)d];
+            sd->storage = m->kv_on_host ? m->host : m->devs[d];
+            sd->compute = sd->storage;
+            sd->head_begin = m->layers[l].sh[d].kv_h0;
+            sd->n_heads = m->layers[l].sh[d].n_kv;
+        }
     }
     kp.n_layers = m->hp.n_layer;
     kp.layers = layers;
@@ -69,11 +80,14 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
         return NULL;
     }
     pkv_kv_layer_desc *layers = pkv_calloc((size_t)m->hp.n_layer, sizeof *layers);
-    if (!layers) {
+    pkv_kv_shard_desc *shards = pkv_calloc((size_t)m->hp.n_layer * (size_t)m->n_dev, sizeof *shards);
+    if (!layers || !shards) {
+        pkv_free(layers);
+        pkv_free(shards);
         pkv_err(PKV_ERR_NOMEM, "cache: out of memory");
         return NULL;
     }
-    pkv_kv_params kp = pkv_model_kv_params(m, layers);
+    pkv_kv_params kp = pkv_model_kv_params(m, layers, shards);
     for (int l = 0; l < m->hp.n_layer; l++) layers[l].dtype = p.kv_type;
     kp.page_size = p.page_size ? p.page_size : 16;
     int64_t per_seq = (n_ctx_of(m, &p) + kp.page_size - 1) / kp.page_size;
@@ -81,6 +95,7 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
     kp.host_pages = p.host_pages ? p.host_pages : kp.n_pages;
     pkv_kv_cache *c = pkv_kv_cache_create(kp);
     pkv_free(layers);
+    pkv_free(shards);
     return c;
 }
 

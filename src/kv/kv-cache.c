@@ -7,6 +7,7 @@
 #define KV_ARRAY_ALIGN 256
 
 bool pkv_kv_test_hash_collide = false;
+bool pkv_kv_test_plain_host_pool = false;
 
 pkv_kv_params pkv_kv_default_params(void) {
     pkv_kv_params p;
@@ -133,17 +134,28 @@ pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
             s = pkv_err(PKV_ERR_NOMEM, "KV host pool: %lld pages overflow", (long long)c->host_pages);
             goto fail;
         }
-        c->host = pkv_malloc(bytes);
+        c->host_on_device = !pkv_kv_test_plain_host_pool;
+        for (int k = 0; k < c->n_arenas; k++) c->host_on_device &= pkv_device_get_caps(c->arenas[k].dev)->host_memory;
         c->host_used = pkv_calloc((size_t)c->host_pages, 1);
-        if (!c->host || !c->host_used) {
+        if (!c->host_on_device) c->host = pkv_malloc(bytes);
+        if (!c->host_used || (!c->host_on_device && !c->host)) {
             s = pkv_err(PKV_ERR_NOMEM, "KV host pool: cannot allocate %lld pages (%zu bytes)",
                         (long long)c->host_pages, bytes);
             goto fail;
         }
         size_t off = 0;
         for (int i = 0; i < c->n_arrays; i++) {
-            c->arrays[i].host_off = off;
-            off += (size_t)c->host_pages * c->arrays[i].page_bytes;
+            kv_arena *ar = &c->arenas[c->arrays[i].arena];
+            size_t *at = c->host_on_device ? &ar->host_size : &off;
+            c->arrays[i].host_off = *at;
+            *at += (size_t)c->host_pages * c->arrays[i].page_bytes;
+        }
+        for (int k = 0; k < c->n_arenas && c->host_on_device; k++) {
+            c->arenas[k].host_buf = pkv_buffer_alloc(c->arenas[k].dev, c->arenas[k].host_size);
+            if (!c->arenas[k].host_buf) {
+                s = pkv_err_prefix(PKV_ERR_NOMEM, "KV host pool: %lld pages", (long long)c->host_pages);
+                goto fail;
+            }
         }
         c->host_free = c->host_pages;
     }
@@ -161,7 +173,10 @@ void pkv_kv_cache_free(pkv_kv_cache *c) {
         if (c->seqs[i].live) pkv_kv_seq_release(c, &c->seqs[i]);
     pkv_free(c->seqs);
     pkv_kv_pool_release(c);
-    for (int k = 0; k < c->n_arenas; k++) pkv_buffer_free(c->arenas[k].buf);
+    for (int k = 0; k < c->n_arenas; k++) {
+        pkv_buffer_free(c->arenas[k].buf);
+        pkv_buffer_free(c->arenas[k].host_buf);
+    }
     pkv_free(c->arenas);
     pkv_free(c->arrays);
     pkv_free(c->host);

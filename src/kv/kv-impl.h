@@ -32,6 +32,11 @@ typedef struct kv_arena {
     pkv_device *dev;
     pkv_buffer *buf; /* [size] bytes holding several kv_arrays */
     size_t size;
+    /* Host swap pool of this arena's arrays when the device's memory is host
+     * memory (a CPU device): a buffer on the same device, so a swap is one
+     * batched, parallel pkv_buffer_copy_regions per arena. NULL otherwise. */
+    pkv_buffer *host_buf;
+    size_t host_size;
 } kv_arena;
 
 typedef struct kv_shard {
@@ -122,7 +127,9 @@ struct pkv_kv_cache {
     size_t n_seqs, cap_seqs;
     int n_live;
 
-    /* host swap pool: every array mirrored, dtype [host_pages][page_size][...] */
+    /* host swap pool: every array mirrored, dtype [host_pages][page_size][...],
+     * in arena host buffers (host_on_device) or in plain host memory `host` */
+    bool host_on_device;
     uint8_t *host;
     int64_t host_pages, host_free;
     uint8_t *host_used; /* [host_pages] */
@@ -137,6 +144,9 @@ struct pkv_kv_cache {
 /* Test hook (tests only): when true every prefix hash is the same value, so every
  * lookup walks one bucket and only the token comparison separates pages. */
 extern bool pkv_kv_test_hash_collide;
+/* Test hook: keep the host swap pool in plain host memory even for CPU devices
+ * (the path every non-host device takes). Read at cache creation. */
+extern bool pkv_kv_test_plain_host_pool;
 
 /* layout (kv-layout.c) */
 pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p);

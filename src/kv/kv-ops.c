@@ -92,7 +92,10 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             st = pkv_k_rope(dev, &ra);
             if (st) pkv_err_prefix(st, "shift: re-rotating K of layer %d on %s", a->layer, pkv_device_name(dev));
         }
-        pkv_buffer_free(idx); /* the CPU queue is synchronous; other backends keep it alive until done */
+        /* The kernels may still be queued: wait before the index buffer goes away. */
+        pkv_status ss = pkv_device_sync(dev);
+        if (!st) st = ss;
+        pkv_buffer_free(idx);
     }
     pkv_free(host);
     return st;
@@ -143,7 +146,6 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     if (!st && pos_delta != 0) st = rerotate(c, rows, moved, pos_delta);
     if (st) {
         for (int64_t i = 0; i < n_dst; i++) pkv_kv_page_unref(c, fresh[i]);
-        pkv_free(plan.arr);
         goto done;
     }
     for (int64_t d = first * ps; d < new_len; d++) {
@@ -156,6 +158,7 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     pkv_kv_keep_apply(c, s, &plan, fresh, n_dst, new_len);
     s->exact_until = PKV_MIN(s->exact_until, start);
 done:
+    pkv_free(plan.arr); /* NULL once applied */
     pkv_free(fresh);
     pkv_free(src);
     pkv_free(rows);

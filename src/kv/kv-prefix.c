@@ -84,31 +84,44 @@ pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *toke
         for (int64_t i = 0; i < n_full * ps; i++) posbuf[i] = (int32_t)i;
         pos = posbuf;
     }
-    found = pkv_malloc((size_t)(n_full ? n_full : 1) * sizeof *found);
+    /* Depth-first over candidates: with duplicate chains (the same prefix computed
+     * twice) the first candidate of a page need not lead to the longest match. */
+    size_t nf = (size_t)(n_full ? n_full : 1);
+    found = pkv_malloc(nf * (3 * sizeof(int32_t) + sizeof(uint64_t)) + 8);
     if (!found) {
         pkv_free(posbuf);
         return pkv_err(PKV_ERR_NOMEM, "prefix match: out of memory");
     }
-    int64_t m = 0;
+    int32_t *path = found + nf, *cur = path + nf;
+    uint64_t *keys = (uint64_t *)(void *)(cur + nf + (nf & 1)); /* 8-byte aligned */
     uint64_t seed = fp_seed(s->fp);
-    int32_t prev = -1;
+    for (int64_t i = 0; i < n_full; i++) seed = keys[i] = pkv_kv_page_key(c, seed, tokens + i * ps, pos + i * ps);
+    int64_t m = 0, depth = 0;
     size_t bytes = (size_t)ps * sizeof(int32_t);
-    for (; m < n_full; m++) {
-        const int32_t *tk = tokens + m * ps, *ps_ = pos + m * ps;
-        uint64_t key = pkv_kv_page_key(c, seed, tk, ps_);
-        int32_t hit = -1;
-        for (int32_t q = c->buckets[key & (c->n_buckets - 1)]; q >= 0; q = c->pages[q].hnext) {
+    if (n_full > 0) cur[0] = -2;
+    while (n_full > 0 && depth >= 0) {
+        int32_t prev = depth > 0 ? path[depth - 1] : -1;
+        int32_t q = cur[depth] == -2 ? c->buckets[keys[depth] & (c->n_buckets - 1)] : c->pages[cur[depth]].hnext;
+        const int32_t *tk = tokens + depth * ps, *pp = pos + depth * ps;
+        for (; q >= 0; q = c->pages[q].hnext) {
             const kv_page *p = &c->pages[q];
-            if (p->key != key || p->fp != s->fp || p->prev_page != prev) continue;
+            if (p->key != keys[depth] || p->fp != s->fp || p->prev_page != prev) continue;
             if (prev >= 0 && p->prev_gen != c->pages[prev].gen) continue;
-            if (memcmp(&c->tok[(size_t)q * ps], tk, bytes) || memcmp(&c->pos[(size_t)q * ps], ps_, bytes)) continue;
-            hit = q;
+            if (memcmp(&c->tok[(size_t)q * ps], tk, bytes) || memcmp(&c->pos[(size_t)q * ps], pp, bytes)) continue;
             break;
         }
-        if (hit < 0) break;
-        found[m] = hit;
-        prev = hit;
-        seed = key;
+        if (q < 0) {
+            depth--;
+            continue;
+        }
+        cur[depth] = q;
+        path[depth] = q;
+        if (depth + 1 > m) {
+            m = depth + 1;
+            memcpy(found, path, (size_t)m * sizeof *found);
+        }
+        if (m == n_full) break;
+        cur[++depth] = -2;
     }
     pkv_free(posbuf);
     if (m > 0 && (size_t)m > s->cap_own) {

@@ -33,8 +33,41 @@ mark:
     c->host_free -= n;
 }
 
+/* Host pool on the storage device itself: one batched region copy per arena. */
+static pkv_status transfer_regions(pkv_kv_cache *c, const int32_t *dev, const int32_t *host, int64_t n, bool to_host) {
+    int64_t n_runs = 0;
+    for (int64_t i = 0; i < n; i++) n_runs += i == 0 || dev[i] != dev[i - 1] + 1 || host[i] != host[i - 1] + 1;
+    pkv_region *r = pkv_malloc((size_t)(n_runs ? n_runs : 1) * (size_t)c->n_arrays * sizeof *r);
+    if (!r) return pkv_err(PKV_ERR_NOMEM, "swap: out of memory for %lld regions", (long long)n_runs * c->n_arrays);
+    pkv_status st = PKV_OK;
+    for (int ar = 0; ar < c->n_arenas && !st; ar++) {
+        size_t k = 0;
+        for (int a = 0; a < c->n_arrays; a++) {
+            const kv_array *A = &c->arrays[a];
+            if (A->arena != ar) continue;
+            for (int64_t i = 0; i < n;) {
+                int64_t j = i + 1;
+                while (j < n && dev[j] == dev[j - 1] + 1 && host[j] == host[j - 1] + 1) j++;
+                size_t doff = A->off + (size_t)dev[i] * A->page_bytes;
+                size_t hoff = A->host_off + (size_t)host[i] * A->page_bytes;
+                r[k].src_off = to_host ? doff : hoff;
+                r[k].dst_off = to_host ? hoff : doff;
+                r[k].size = (size_t)(j - i) * A->page_bytes;
+                k++;
+                i = j;
+            }
+        }
+        kv_arena *A = &c->arenas[ar];
+        st = to_host ? pkv_buffer_copy_regions(A->buf, A->host_buf, r, k)
+                     : pkv_buffer_copy_regions(A->host_buf, A->buf, r, k);
+    }
+    pkv_free(r);
+    return st;
+}
+
 /* Move pages between the device arrays and the host pool, coalescing runs. */
 static pkv_status transfer(pkv_kv_cache *c, const int32_t *dev, const int32_t *host, int64_t n, bool to_host) {
+    if (c->host_on_device) return transfer_regions(c, dev, host, n, to_host);
     pkv_status st = PKV_OK;
     for (int a = 0; a < c->n_arrays && !st; a++) {
         const kv_array *A = &c->arrays[a];

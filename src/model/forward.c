@@ -14,34 +14,49 @@
  *               x += att·Woᵀ
  *               x += down(silu(xb·Wgᵀ) * (xb·Wuᵀ)) with xb = rmsnorm(x)
  *   logits = rmsnorm(x[out rows])·Woutᵀ
+ * With tensor parallelism (several devices), each device computes the heads and
+ * FFN rows of its shard from the normed input broadcast to it, and the partial
+ * outputs are summed into the residual stream on the first device. Each shard's
+ * K/V live where the cache put them; when that is another device than the
+ * shard's (the cache on the host), q, k and v go there, attention runs there,
+ * and its output comes back: attention always runs where its KV is stored.
  * If any step fails, the appended tokens are truncated away again (nothing changes). */
 #include <math.h>
 #include <string.h>
 
 #include "model/forward.h"
 
-/* Workspace buffers on the model's device, grown on demand and kept between steps
- * so a decode step allocates nothing. */
-struct pkv_fwd_ws {
+/* Workspace buffers of one device, grown on demand and kept between steps so a
+ * decode step allocates nothing. */
+typedef struct dev_ws {
     pkv_device *dev;
     int64_t cap_tokens, cap_out;
     size_t cap_ints;
-    pkv_buffer *x;      /* f32 [T][E] residual stream */
+    pkv_buffer *x;      /* f32 [T][E] residual stream (first device) */
     pkv_buffer *xb;     /* f32 [T][max(E, qd, od)] */
+    pkv_buffer *y;      /* f32 [T][E] a shard's partial output */
     pkv_buffer *q;      /* f32 [T][qd] */
     pkv_buffer *k, *v;  /* f32 [T][kd], [T][vd] */
     pkv_buffer *att;    /* f32 [T][od] */
     pkv_buffer *hb, *hb2; /* f32 [T][F] */
-    pkv_buffer *logits; /* f32 [n_out][V] */
+    pkv_buffer *logits; /* f32 [n_out][V] (first device) */
     pkv_buffer *ints;   /* i32: ids[T] pos[T] rows[T] out[n_out] meta[...] */
+} dev_ws;
+
+struct pkv_fwd_ws {
+    int n;
+    dev_ws d[PKV_MAX_DEVICES + 1]; /* every device of the model, and the host */
     int32_t *host_ints;
     size_t host_cap;
 };
 
 void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     if (!ws) return;
-    pkv_buffer *bufs[] = {ws->x, ws->xb, ws->q, ws->k, ws->v, ws->att, ws->hb, ws->hb2, ws->logits, ws->ints};
-    for (size_t i = 0; i < PKV_ARRAY_LEN(bufs); i++) pkv_buffer_free(bufs[i]);
+    for (int i = 0; i < ws->n; i++) {
+        dev_ws *d = &ws->d[i];
+        pkv_buffer *bufs[] = {d->x, d->xb, d->y, d->q, d->k, d->v, d->att, d->hb, d->hb2, d->logits, d->ints};
+        for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
+    }
     pkv_free(ws->host_ints);
     pkv_free(ws);
 }
@@ -67,37 +82,66 @@ static pkv_status realloc_buf(pkv_device *dev, pkv_buffer **b, size_t bytes) {
     return PKV_OK;
 }
 
-/* Make sure the workspace holds T tokens, n_out logits rows and n_ints ints. */
-static pkv_status ws_reserve(const pkv_model *m, pkv_fwd_ws **wsp, int64_t T, int64_t n_out, size_t n_ints) {
+/* The workspace of dev (created empty on first use). */
+static dev_ws *ws_of(pkv_fwd_ws *ws, pkv_device *dev) {
+    for (int i = 0; i < ws->n; i++)
+        if (ws->d[i].dev == dev) return &ws->d[i];
+    if (ws->n == PKV_MAX_DEVICES + 1) return NULL;
+    memset(&ws->d[ws->n], 0, sizeof ws->d[0]);
+    ws->d[ws->n].dev = dev;
+    return &ws->d[ws->n++];
+}
+
+/* Make sure dev's workspace holds T tokens, n_out logits rows (main device only)
+ * and n_ints ints. */
+static pkv_status dev_reserve(const pkv_model *m, dev_ws *w, bool main_dev, int64_t T, int64_t n_out, size_t n_ints) {
+    pkv_status s = PKV_OK;
+    pkv_device *dev = w->dev;
+    if (T > w->cap_tokens) {
+        int64_t cap = PKV_MAX(T, w->cap_tokens * 2);
+        int64_t qd, kd, vd, od, ff, E = m->hp.n_embd;
+        widths(m, &qd, &kd, &vd, &od, &ff);
+        size_t t4 = (size_t)cap * 4;
+        if ((main_dev && (s = realloc_buf(dev, &w->x, t4 * (size_t)E))) ||
+            (s = realloc_buf(dev, &w->xb, t4 * (size_t)PKV_MAX(E, PKV_MAX(qd, od)))) || (s = realloc_buf(dev, &w->y, t4 * (size_t)E)) ||
+            (s = realloc_buf(dev, &w->q, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->k, t4 * (size_t)kd)) ||
+            (s = realloc_buf(dev, &w->v, t4 * (size_t)vd)) || (s = realloc_buf(dev, &w->att, t4 * (size_t)od)) ||
+            (s = realloc_buf(dev, &w->hb, t4 * (size_t)ff)) || (s = realloc_buf(dev, &w->hb2, t4 * (size_t)ff)))
+            return s;
+        w->cap_tokens = cap;
+    }
+    if (main_dev && n_out > w->cap_out) {
+        int64_t cap = PKV_MAX(n_out, w->cap_out * 2);
+        if ((s = realloc_buf(dev, &w->logits, (size_t)cap * 4 * (size_t)m->hp.n_vocab))) return s;
+        w->cap_out = cap;
+    }
+    if (n_ints > w->cap_ints) {
+        size_t cap = PKV_MAX(n_ints, w->cap_ints * 2);
+        if ((s = realloc_buf(dev, &w->ints, cap * 4))) return s;
+        w->cap_ints = cap;
+    }
+    return PKV_OK;
+}
+
+/* Every device the step touches: the model's devices, and the KV storage devices. */
+static pkv_status ws_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int64_t T, int64_t n_out, size_t n_ints) {
     pkv_fwd_ws *ws = *wsp;
     if (!ws) {
         ws = pkv_calloc(1, sizeof *ws);
         if (!ws) return pkv_err(PKV_ERR_NOMEM, "forward workspace");
-        ws->dev = m->dev;
         *wsp = ws;
     }
-    pkv_status s = PKV_OK;
-    if (T > ws->cap_tokens) {
-        int64_t cap = PKV_MAX(T, ws->cap_tokens * 2);
-        int64_t qd, kd, vd, od, ff, E = m->hp.n_embd;
-        widths(m, &qd, &kd, &vd, &od, &ff);
-        size_t t4 = (size_t)cap * 4;
-        if ((s = realloc_buf(m->dev, &ws->x, t4 * (size_t)E)) || (s = realloc_buf(m->dev, &ws->xb, t4 * (size_t)PKV_MAX(E, PKV_MAX(qd, od)))) ||
-            (s = realloc_buf(m->dev, &ws->q, t4 * (size_t)qd)) || (s = realloc_buf(m->dev, &ws->k, t4 * (size_t)kd)) ||
-            (s = realloc_buf(m->dev, &ws->v, t4 * (size_t)vd)) || (s = realloc_buf(m->dev, &ws->att, t4 * (size_t)od)) ||
-            (s = realloc_buf(m->dev, &ws->hb, t4 * (size_t)ff)) || (s = realloc_buf(m->dev, &ws->hb2, t4 * (size_t)ff)))
-            return s;
-        ws->cap_tokens = cap;
+    pkv_status s;
+    for (int d = 0; d < m->n_dev; d++) {
+        dev_ws *w = ws_of(ws, m->devs[d]);
+        if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
+        if ((s = dev_reserve(m, w, d == 0, T, n_out, n_ints))) return s;
     }
-    if (n_out > ws->cap_out) {
-        int64_t cap = PKV_MAX(n_out, ws->cap_out * 2);
-        if ((s = realloc_buf(m->dev, &ws->logits, (size_t)cap * 4 * (size_t)m->hp.n_vocab))) return s;
-        ws->cap_out = cap;
-    }
-    if (n_ints > ws->cap_ints) {
-        size_t cap = PKV_MAX(n_ints, ws->cap_ints * 2);
-        if ((s = realloc_buf(m->dev, &ws->ints, cap * 4))) return s;
-        ws->cap_ints = cap;
+    pkv_kv_shard_info sh;
+    for (int d = 0; d < m->n_dev && pkv_kv_shard(c, m->kv_layer ? m->kv_layer[0] : 0, d, &sh) == PKV_OK; d++) {
+        dev_ws *w = ws_of(ws, sh.storage);
+        if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
+        if ((s = dev_reserve(m, w, w->dev == m->dev, T, n_out, n_ints))) return s;
     }
     if (n_ints > ws->host_cap) {
         void *p = ws->host_ints;
@@ -140,70 +184,121 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, pkv_buffer *x, in
     return pkv_k_rope(dev, &a);
 }
 
-/* The attention part of one layer for one shard (the whole layer when unsharded). */
+/* Copy n bytes between workspaces; nothing to do on the same buffer. */
+static pkv_status move(pkv_buffer *src, pkv_buffer *dst, size_t n) {
+    return src == dst ? PKV_OK : pkv_buffer_copy(src, 0, dst, 0, n);
+}
+
+/* Fold each shard's partial output y into the residual stream x on the main
+ * device (summing in device order). */
+static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, dev_ws *w0, int64_t T) {
+    size_t bytes = (size_t)T * (size_t)m->hp.n_embd * 4;
+    for (int d = 0; d < m->n_dev; d++) {
+        dev_ws *w = ws_of(ws, m->devs[d]);
+        pkv_buffer *part = w->y;
+        if (w != w0) { /* bring the partial to the main device (its xb is free now) */
+            pkv_status s = pkv_buffer_copy(w->y, 0, w0->xb, 0, bytes);
+            if (s) return s;
+            part = w0->xb;
+        }
+        pkv_status s = add(m->dev, w0->x, part, T * m->hp.n_embd);
+        if (s) return s;
+    }
+    return PKV_OK;
+}
+
+/* The attention part of one layer: every shard on its device, attention where
+ * its KV is stored, partial outputs summed into x. */
 static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws *ws, int il, int64_t T, const pkv_fwd_plan *pl) {
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
-    pkv_device *dev = m->dev;
-    int64_t E = hp->n_embd, qd = (int64_t)ly->n_head * hp->head_dim_k, kd = (int64_t)ly->n_head_kv * hp->head_dim_k,
-            vd = (int64_t)ly->n_head_kv * hp->head_dim_v;
+    dev_ws *w0 = ws_of(ws, m->dev);
+    int64_t E = hp->n_embd;
+    size_t xbytes = (size_t)T * (size_t)E * 4;
     pkv_status s;
-    if ((s = rmsnorm(dev, ws->x, &ly->attn_norm, ws->xb, T, E, hp->rms_eps))) return s;
-    if ((s = matmul(dev, &ly->wq, ws->xb, ws->q, T)) || (s = matmul(dev, &ly->wk, ws->xb, ws->k, T)) ||
-        (s = matmul(dev, &ly->wv, ws->xb, ws->v, T)))
-        return s;
-    if ((s = add_bias(dev, &ly->bq, ws->q, T)) || (s = add_bias(dev, &ly->bk, ws->k, T)) || (s = add_bias(dev, &ly->bv, ws->v, T)))
-        return s;
-    if (ly->q_norm.buf) { /* qwen3: RMS norm of each head before RoPE */
-        if ((s = rmsnorm(dev, ws->q, &ly->q_norm, ws->q, T * ly->n_head, hp->head_dim_k, hp->rms_eps)) ||
-            (s = rmsnorm(dev, ws->k, &ly->k_norm, ws->k, T * ly->n_head_kv, hp->head_dim_k, hp->rms_eps)))
-            return s;
-    }
-    pkv_tref pos = R(ws->ints, pl->off_pos * 4);
-    if ((s = rope(dev, hp, ws->q, T, ly->n_head, pos)) || (s = rope(dev, hp, ws->k, T, ly->n_head_kv, pos))) return s;
-
+    if ((s = rmsnorm(m->dev, w0->x, &ly->attn_norm, w0->xb, T, E, hp->rms_eps))) return s;
     int kl = m->kv_layer ? m->kv_layer[il] : il; /* shared-KV drafts read another layer */
-    pkv_kv_shard_info sh;
-    if ((s = pkv_kv_shard(c, kl, 0, &sh))) return s;
-    if (sh.compute != dev || sh.storage != dev)
-        return pkv_err(PKV_ERR_MISMATCH, "layer %d: KV shard is stored on %s and computed on %s, but the model runs on %s", il,
-                       pkv_device_name(sh.storage), pkv_device_name(sh.compute), pkv_device_name(dev));
     pkv_kv_layer_info li;
     if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li))) return s;
-    if (li.n_shards != 1 || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hp->head_dim_k || li.head_dim_v != hp->head_dim_v)
-        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the KV cache geometry (%d heads of %d/%d, %d shards) does not match the model (%d heads of %d/%d)",
-                       il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k, hp->head_dim_v);
-    int64_t rows = sh.n_pages * pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
-    pkv_tref idx = R(ws->ints, pl->off_rows * 4);
-    pkv_k_set_rows_args sk = {.src = R(ws->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype,
-                              .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
-    pkv_k_set_rows_args sv = {.src = R(ws->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype,
-                              .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
-    if ((s = pkv_k_set_rows(dev, &sk)) || (s = pkv_k_set_rows(dev, &sv))) return s;
-    pkv_k_attention_args at = {.q = R(ws->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(ws->att, 0),
-                               .meta = R(ws->ints, pl->off_meta * 4), .kv_type = li.dtype, .n_q = (int)T,
-                               .n_seq = pl->n_seqs, .meta_pages = pl->meta_pages, .n_pages = (int)sh.n_pages,
-                               .page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(c)), .n_head = ly->n_head,
-                               .n_kv = ly->n_head_kv, .dk = hp->head_dim_k, .dv = hp->head_dim_v,
-                               .scale = 1.0f / sqrtf((float)hp->head_dim_k)};
-    if ((s = pkv_k_attention(dev, &at))) return s;
-    (void)qd;
-    if ((s = matmul(dev, &ly->wo, ws->att, ws->xb, T))) return s;
-    return add(dev, ws->x, ws->xb, T * E);
+    if (li.n_shards != m->n_dev || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hp->head_dim_k ||
+        li.head_dim_v != hp->head_dim_v)
+        return pkv_err(PKV_ERR_MISMATCH,
+                       "layer %d (cache layer %d): the KV cache (%d heads of %d/%d in %d shards) does not match the model (%d "
+                       "heads of %d/%d on %d devices)",
+                       il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k,
+                       hp->head_dim_v, m->n_dev);
+    int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        dev_ws *w = ws_of(ws, dev);
+        int64_t qd = (int64_t)sw->n_q * hp->head_dim_k, kd = (int64_t)sw->n_kv * hp->head_dim_k,
+                vd = (int64_t)sw->n_kv * hp->head_dim_v, od = (int64_t)sw->n_q * hp->head_dim_v;
+        if ((s = move(w0->xb, w->xb, xbytes))) return s;
+        if ((s = matmul(dev, &sw->wq, w->xb, w->q, T)) || (s = matmul(dev, &sw->wk, w->xb, w->k, T)) ||
+            (s = matmul(dev, &sw->wv, w->xb, w->v, T)))
+            return s;
+        if ((s = add_bias(dev, &sw->bq, w->q, T)) || (s = add_bias(dev, &sw->bk, w->k, T)) || (s = add_bias(dev, &sw->bv, w->v, T)))
+            return s;
+        if (sw->q_norm.buf) { /* qwen3: RMS norm of each head before RoPE */
+            if ((s = rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hp->head_dim_k, hp->rms_eps)) ||
+                (s = rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hp->head_dim_k, hp->rms_eps)))
+                return s;
+        }
+        pkv_tref pos = R(w->ints, pl->off_pos * 4);
+        if ((s = rope(dev, hp, w->q, T, sw->n_q, pos)) || (s = rope(dev, hp, w->k, T, sw->n_kv, pos))) return s;
+
+        pkv_kv_shard_info sh;
+        if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
+        if (sh.head_begin != sw->kv_h0 || sh.n_heads != sw->n_kv)
+            return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds KV heads [%d, %d) but the model computes [%d, %d)",
+                           il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0, sw->kv_h0 + sw->n_kv);
+        /* Attention runs where the shard's KV is stored (I5): on the host with --kv-on-host. */
+        pkv_device *kdev = sh.storage;
+        dev_ws *kw = ws_of(ws, kdev);
+        if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
+        if (kw != w) {
+            if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) || (s = move(w->k, kw->k, (size_t)(T * kd * 4))) ||
+                (s = move(w->v, kw->v, (size_t)(T * vd * 4))))
+                return s;
+        }
+        int64_t rows = sh.n_pages * page_size;
+        pkv_tref idx = R(kw->ints, pl->off_rows * 4);
+        pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype,
+                                  .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
+        pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype,
+                                  .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
+        if ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv))) return s;
+        pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
+                                   .meta = R(kw->ints, pl->off_meta * 4), .kv_type = li.dtype, .n_q = (int)T,
+                                   .n_seq = pl->n_seqs, .meta_pages = pl->meta_pages, .n_pages = (int)sh.n_pages,
+                                   .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hp->head_dim_k,
+                                   .dv = hp->head_dim_v, .scale = 1.0f / sqrtf((float)hp->head_dim_k)};
+        if ((s = pkv_k_attention(kdev, &at))) return s;
+        if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
+        if ((s = matmul(dev, &sw->wo, w->att, w->y, T))) return s;
+    }
+    return reduce(m, ws, w0, T);
 }
 
 static pkv_status ffn_layer(const pkv_model *m, pkv_fwd_ws *ws, int il, int64_t T) {
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
-    pkv_device *dev = m->dev;
+    dev_ws *w0 = ws_of(ws, m->dev);
     int64_t E = hp->n_embd;
     pkv_status s;
-    if ((s = rmsnorm(dev, ws->x, &ly->ffn_norm, ws->xb, T, E, hp->rms_eps))) return s;
-    if ((s = matmul(dev, &ly->w_gate, ws->xb, ws->hb, T)) || (s = matmul(dev, &ly->w_up, ws->xb, ws->hb2, T))) return s;
-    pkv_k_swiglu_args sw = {.g = R(ws->hb, 0), .u = R(ws->hb2, 0), .y = R(ws->hb, 0), .n = T * ly->n_ff};
-    if ((s = pkv_k_swiglu(dev, &sw))) return s;
-    if ((s = matmul(dev, &ly->w_down, ws->hb, ws->xb, T))) return s;
-    return add(dev, ws->x, ws->xb, T * E);
+    if ((s = rmsnorm(m->dev, w0->x, &ly->ffn_norm, w0->xb, T, E, hp->rms_eps))) return s;
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        dev_ws *w = ws_of(ws, dev);
+        if ((s = move(w0->xb, w->xb, (size_t)T * (size_t)E * 4))) return s;
+        if ((s = matmul(dev, &sw->w_gate, w->xb, w->hb, T)) || (s = matmul(dev, &sw->w_up, w->xb, w->hb2, T))) return s;
+        pkv_k_swiglu_args sg = {.g = R(w->hb, 0), .u = R(w->hb2, 0), .y = R(w->hb, 0), .n = T * sw->n_ff};
+        if ((s = pkv_k_swiglu(dev, &sg))) return s;
+        if ((s = matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
+    }
+    return reduce(m, ws, w0, T);
 }
 
 /* Build the host-side integer block (ids, positions, rows, output rows, attention
@@ -224,7 +319,7 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     pl->off_out = 3 * (size_t)T;
     pl->off_meta = pl->off_out + (size_t)n_out;
     size_t n_ints = pl->off_meta + 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages;
-    if ((s = ws_reserve(m, wsp, T, n_out, n_ints))) return s;
+    if ((s = ws_reserve(m, c, wsp, T, n_out, n_ints))) return s;
     int32_t *I = (*wsp)->host_ints;
     int32_t *q_seq = I + pl->off_meta, *q_len = q_seq + T, *indptr = q_len + T, *pages = indptr + b->n_seqs + 1;
     int64_t k = 0, o = 0;
@@ -245,7 +340,9 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     memcpy(pages, bt.pages, (size_t)pl->meta_pages * sizeof *pages);
     pl->T = T;
     pl->n_out = n_out;
-    return pkv_buffer_write((*wsp)->ints, 0, I, n_ints * 4);
+    for (int i = 0; i < (*wsp)->n; i++) /* every device that runs a kernel of the step */
+        if ((s = pkv_buffer_write((*wsp)->d[i].ints, 0, I, n_ints * 4))) return s;
+    return PKV_OK;
 }
 
 pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits) {
@@ -277,9 +374,10 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     s = plan(m, c, wsp, b, rows, len_before, &pl);
     pkv_fwd_ws *ws = *wsp;
     pkv_device *dev = m->dev;
+    dev_ws *w0 = s ? NULL : ws_of(ws, dev);
     if (!s) {
         pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab,
-                                  .cols = m->hp.n_embd, .ids = R(ws->ints, pl.off_ids * 4), .out = R(ws->x, 0), .n = T};
+                                  .cols = m->hp.n_embd, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T};
         s = pkv_k_get_rows(dev, &ge);
     }
     for (int il = 0; !s && il < m->hp.n_layer; il++) {
@@ -287,13 +385,13 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         if (!s) s = ffn_layer(m, ws, il, T);
     }
     if (!s) { /* gather the rows that need logits, final norm, output projection */
-        pkv_k_get_rows_args g = {.w = R(ws->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = m->hp.n_embd,
-                                 .ids = R(ws->ints, pl.off_out * 4), .out = R(ws->xb, 0), .n = pl.n_out};
+        pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = m->hp.n_embd,
+                                 .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->xb, 0), .n = pl.n_out};
         s = pkv_k_get_rows(dev, &g);
     }
-    if (!s) s = rmsnorm(dev, ws->xb, &m->output_norm, ws->xb, pl.n_out, m->hp.n_embd, m->hp.rms_eps);
-    if (!s) s = matmul(dev, &m->output, ws->xb, ws->logits, pl.n_out);
-    if (!s && logits) s = pkv_buffer_read(ws->logits, 0, logits, (size_t)pl.n_out * (size_t)m->hp.n_vocab * 4);
+    if (!s) s = rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, m->hp.n_embd, m->hp.rms_eps);
+    if (!s) s = matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
+    if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl.n_out * (size_t)m->hp.n_vocab * 4);
     else if (!s) s = pkv_device_sync(dev);
     if (s) { /* roll the cache back: the step never happened */
         pkv_status keep = s;

@@ -31,7 +31,8 @@ typedef struct pkv_fwd_plan {
  * needed. On error the cache is as before the call (appended tokens truncated). */
 pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **ws, const pkv_fwd_batch *b, float *logits);
 
-/* KV cache parameters matching the model's geometry on the model's device. */
-pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers /* [n_layer] scratch */);
+/* KV cache parameters matching the model's geometry and head split (I5).
+ * layers: [n_layer] and shards: [n_layer * n_dev] scratch the params point into. */
+pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards);
 
 #endif

@@ -24,16 +24,28 @@ typedef struct pkv_weight {
     int64_t ne0, ne1;
 } pkv_weight;
 
+#define PKV_MAX_DEVICES 16
+
+/* One device's part of a layer (tensor parallelism): whole KV-head groups with
+ * their query heads, and a range of FFN rows. With one device it is the layer. */
+typedef struct pkv_shard_w {
+    int dev;                   /* index into pkv_model.devs */
+    int kv_h0, n_kv;           /* KV heads [kv_h0, kv_h0 + n_kv) */
+    int q_h0, n_q;             /* query heads (n_kv groups of n_head / n_head_kv) */
+    int ff0, n_ff;             /* FFN rows [ff0, ff0 + n_ff) */
+    pkv_weight wq, wk, wv;     /* [n_q*hd_k][n_embd], [n_kv*hd_k][n_embd], [n_kv*hd_v][n_embd] */
+    pkv_weight bq, bk, bv;     /* f32 bias slices (qwen2), else absent */
+    pkv_weight q_norm, k_norm; /* f32 [hd_k] (qwen3), else absent; replicated */
+    pkv_weight wo;             /* [n_embd][n_q*hd_v]: the columns of this shard's heads */
+    pkv_weight w_gate, w_up;   /* [n_ff][n_embd] row slices */
+    pkv_weight w_down;         /* [n_embd][n_ff]: column slice */
+} pkv_shard_w;
+
 typedef struct pkv_layer {
     int n_head, n_head_kv, n_ff; /* per layer (I4) */
-    pkv_weight attn_norm;        /* f32 [n_embd] */
-    pkv_weight wq, wk, wv;       /* [n_head*hd_k][n_embd], [n_head_kv*hd_k][n_embd], [n_head_kv*hd_v][n_embd] */
-    pkv_weight bq, bk, bv;       /* f32 biases (qwen2), else absent */
-    pkv_weight q_norm, k_norm;   /* f32 [hd_k] (qwen3), else absent */
-    pkv_weight wo;               /* [n_embd][n_head*hd_v] */
-    pkv_weight ffn_norm;         /* f32 [n_embd] */
-    pkv_weight w_gate, w_up;     /* [n_ff][n_embd] */
-    pkv_weight w_down;           /* [n_embd][n_ff] */
+    pkv_weight attn_norm;        /* f32 [n_embd], on devs[0] */
+    pkv_weight ffn_norm;         /* f32 [n_embd], on devs[0] */
+    pkv_shard_w *sh;             /* [n_dev] */
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -56,8 +68,14 @@ struct pkv_model {
     bool tied;
     pkv_type main_type;     /* the most common matrix type, for display */
     pkv_tokenizer *tok;
-    pkv_device *dev;        /* where weights live and the forward pass runs */
-    bool own_dev;           /* opened by the model (closed with it) */
+    pkv_device *dev;        /* devs[0]: embeddings, norms, output, the residual stream */
+    int n_dev;              /* devices the heads and FFN rows are split over (1 = no split) */
+    pkv_device *devs[PKV_MAX_DEVICES];
+    bool own_dev[PKV_MAX_DEVICES]; /* opened by the model (closed with it) */
+    float split[PKV_MAX_DEVICES];  /* proportions */
+    bool kv_on_host;        /* KV shards stored (and attended) on `host` */
+    pkv_device *host;       /* the host CPU device when kv_on_host */
+    bool own_host;
     int *kv_layer;          /* shared-KV draft: [n_layer] target cache layer each layer attends
                                over (GGUF key pagekv.shared_kv_layers); NULL = layer il uses
                                cache layer il of its own cache */

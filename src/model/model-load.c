@@ -3,6 +3,7 @@
 #include "model/model-impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/quant.h"
@@ -28,10 +29,19 @@ static void progress(loader *L, uint64_t add) {
     if (L->p.progress && L->total_bytes) L->p.progress((double)L->done_bytes / (double)L->total_bytes, L->p.progress_user);
 }
 
-/* Upload tensor `name` as a weight of shape [ne1][ne0]. f32_only: norms and biases
- * are converted to f32 on the host (kernels take them as f32). */
+/* A part of a matrix: rows [r0, r0 + nr), columns [c0, c0 + nc); nr = 0 or nc = 0
+ * mean all rows or all columns. */
+typedef struct slice {
+    int64_t r0, nr, c0, nc;
+} slice;
+
+static const slice k_all = {0, 0, 0, 0};
+
+/* Upload tensor `name`, whose shape must be [ne1][ne0], or the slice `sl` of it, to
+ * dev. f32_only: norms and biases are converted to f32 on the host (kernels take
+ * them as f32). Column slices of block types must start and end on a block. */
 static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t ne1, bool required, bool f32_only,
-                              pkv_weight *w) {
+                              pkv_device *dev, slice sl, pkv_weight *w) {
     const char *lab = pkv_gguf_label(L->g);
     const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, name);
     memset(w, 0, sizeof *w);
@@ -42,12 +52,16 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
         return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] (ne0, ne1)", lab,
                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                        (long long)ne0, (long long)ne1);
-    pkv_device *dev = L->m->dev;
+    if (sl.nr == 0) sl.nr = ne1 - sl.r0;
+    if (sl.nc == 0) sl.nc = ne0 - sl.c0;
+    if (sl.r0 < 0 || sl.c0 < 0 || sl.r0 + sl.nr > ne1 || sl.c0 + sl.nc > ne0 || sl.nr <= 0 || sl.nc <= 0)
+        return pkv_err(PKV_ERR_INTERNAL, "%s: tensor '%s': slice out of range", lab, name);
     pkv_type type = t->type;
-    const void *src = t->data;
-    size_t bytes = t->n_bytes;
+    size_t blk = pkv_type_block_elems(type);
+    const uint8_t *src = t->data;
     float *tmp = NULL;
-    if (f32_only && type != PKV_TYPE_F32) {
+    uint8_t *packed = NULL;
+    if (f32_only && type != PKV_TYPE_F32) { /* whole tensor to f32 first; then slice as f32 */
         size_t n = (size_t)ne0 * (size_t)ne1;
         tmp = pkv_malloc(n * sizeof(float));
         if (!tmp) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
@@ -57,26 +71,46 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
             return pkv_err_prefix(s, "%s: tensor '%s'", lab, name);
         }
         type = PKV_TYPE_F32;
-        src = tmp;
-        bytes = n * sizeof(float);
+        blk = 1;
+        src = (const uint8_t *)tmp;
     } else if (!f32_only && !pkv_device_supports_weight(dev, type)) {
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which device %s does not support", lab, name,
                        pkv_type_name(type), pkv_device_name(dev));
     }
+    if (sl.c0 % (int64_t)blk || sl.nc % (int64_t)blk) {
+        pkv_free(tmp);
+        return pkv_err(PKV_ERR_INVALID,
+                       "%s: tensor '%s': the device split needs columns [%lld, %lld), which do not start and end on a %s "
+                       "block of %zu: choose split proportions that keep each device's head range a multiple of %zu columns",
+                       lab, name, (long long)sl.c0, (long long)(sl.c0 + sl.nc), pkv_type_name(type), blk, blk);
+    }
+    size_t row_full = pkv_type_row_bytes(type, (size_t)ne0), row = pkv_type_row_bytes(type, (size_t)sl.nc);
+    size_t col_off = pkv_type_row_bytes(type, (size_t)sl.c0), bytes = row * (size_t)sl.nr;
+    const uint8_t *data = src + (size_t)sl.r0 * row_full;
+    if (sl.nc != ne0) { /* a column slice: gather each row's part */
+        packed = pkv_malloc(bytes);
+        if (!packed) {
+            pkv_free(tmp);
+            return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
+        }
+        for (int64_t r = 0; r < sl.nr; r++) memcpy(packed + (size_t)r * row, data + (size_t)r * row_full + col_off, row);
+        data = packed;
+    }
     pkv_buffer *b = pkv_buffer_alloc(dev, bytes);
-    pkv_status s = b ? pkv_buffer_write(b, 0, src, bytes) : PKV_ERR_NOMEM;
+    pkv_status s = b ? pkv_buffer_write(b, 0, data, bytes) : PKV_ERR_NOMEM;
     pkv_free(tmp);
+    pkv_free(packed);
     if (s) {
         pkv_buffer_free(b);
         return pkv_err_prefix(s, "%s: uploading tensor '%s' (%zu bytes) to %s", lab, name, bytes, pkv_device_name(dev));
     }
     w->buf = b;
     w->type = type;
-    w->ne0 = ne0;
-    w->ne1 = ne1;
+    w->ne0 = sl.nc;
+    w->ne1 = sl.nr;
     L->m->weight_bytes += bytes;
     if (!f32_only) L->type_count[type]++;
-    progress(L, t->n_bytes);
+    progress(L, bytes);
     return PKV_OK;
 }
 
@@ -169,9 +203,13 @@ void pkv_model_free(pkv_model *m) {
     if (!m) return;
     if (m->layers)
         for (int l = 0; l < m->hp.n_layer; l++) {
-            pkv_weight *w = &m->layers[l].attn_norm;
-            /* every pkv_weight field of the layer, in order */
-            for (pkv_weight *e = w; e <= &m->layers[l].w_down; e++) free_weight(e);
+            pkv_layer *ly = &m->layers[l];
+            free_weight(&ly->attn_norm);
+            free_weight(&ly->ffn_norm);
+            for (int d = 0; ly->sh && d < m->n_dev; d++)
+                /* every pkv_weight field of the shard, in order */
+                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].w_down; e++) free_weight(e);
+            pkv_free(ly->sh);
         }
     pkv_free(m->layers);
     free_weight(&m->tok_embd);
@@ -179,7 +217,9 @@ void pkv_model_free(pkv_model *m) {
     if (!m->tied) free_weight(&m->output);
     pkv_tokenizer_free(m->tok);
     pkv_free(m->kv_layer);
-    if (m->own_dev) pkv_device_close(m->dev);
+    for (int d = 0; d < m->n_dev; d++)
+        if (m->own_dev[d]) pkv_device_close(m->devs[d]);
+    if (m->own_host) pkv_device_close(m->host);
     pkv_free(m);
 }
 
@@ -195,38 +235,167 @@ static uint64_t fingerprint(const pkv_gguf *g, const pkv_hparams *hp) {
     return h;
 }
 
+/* Boundary k of n items split in proportions split[0..S): the first item of
+ * shard k, rounded to a multiple of `unit`. */
+static int64_t boundary(const float *split, int S, int k, int64_t n, int64_t unit) {
+    if (k == S) return n;
+    double tot = 0, cum = 0;
+    for (int d = 0; d < S; d++) tot += split[d];
+    for (int d = 0; d < k; d++) cum += split[d];
+    int64_t units = n / unit;
+    return (int64_t)((double)units * cum / tot + 0.5) * unit;
+}
+
+static void split_text(const pkv_model *m, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int d = 0; d < m->n_dev && k + 16 < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%g", d ? "," : "", (double)m->split[d]);
+}
+
+/* Head and FFN ranges of each device for one layer (whole KV-head groups). */
+static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
+    pkv_layer *ly = &m->layers[l];
+    int S = m->n_dev, group = ly->n_head / ly->n_head_kv;
+    char sp[128];
+    for (int d = 0; d < S; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        w->dev = d;
+        w->kv_h0 = (int)boundary(m->split, S, d, ly->n_head_kv, 1);
+        w->n_kv = (int)boundary(m->split, S, d + 1, ly->n_head_kv, 1) - w->kv_h0;
+        w->q_h0 = w->kv_h0 * group;
+        w->n_q = w->n_kv * group;
+        w->ff0 = (int)boundary(m->split, S, d, ly->n_ff, ffn_block);
+        w->n_ff = (int)boundary(m->split, S, d + 1, ly->n_ff, ffn_block) - w->ff0;
+    }
+    for (int d = 0; d < S; d++)
+        if (ly->sh[d].n_kv <= 0) {
+            split_text(m, sp, sizeof sp);
+            return pkv_err(PKV_ERR_INVALID,
+                           "%s: layer %d has %d KV heads, which cannot be split over %d devices in proportions %s with whole "
+                           "KV-head groups (device %s would get none): use fewer devices or other proportions",
+                           m->label, l, ly->n_head_kv, S, sp, pkv_device_name(m->devs[d]));
+        }
+    for (int d = 0; d < S; d++)
+        if (ly->sh[d].n_ff <= 0) {
+            split_text(m, sp, sizeof sp);
+            return pkv_err(PKV_ERR_INVALID,
+                           "%s: layer %d: FFN of %d rows cannot be split over %d devices in proportions %s in blocks of %lld "
+                           "(device %s would get none)",
+                           m->label, l, ly->n_ff, S, sp, (long long)ffn_block, pkv_device_name(m->devs[d]));
+        }
+    return PKV_OK;
+}
+
 static pkv_status load_layers(loader *L) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
     char name[96];
     pkv_status s = PKV_OK;
-#define W(field, suffix, ne0, ne1, req, f32)                                                          \
-    do {                                                                                              \
-        snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                          \
-        if ((s = load_weight(L, name, (ne0), (ne1), (req), (f32), &ly->field))) return s;             \
-    } while (0)
+    int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
+    bool qwen2 = hp->arch == PKV_ARCH_QWEN2, qwen3 = hp->arch == PKV_ARCH_QWEN3;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
     for (int l = 0; l < hp->n_layer; l++) {
         pkv_layer *ly = &m->layers[l];
-        int64_t E = hp->n_embd, qd = (int64_t)ly->n_head * hp->head_dim_k, kd = (int64_t)ly->n_head_kv * hp->head_dim_k,
-                vd = (int64_t)ly->n_head_kv * hp->head_dim_v, od = (int64_t)ly->n_head * hp->head_dim_v;
-        bool qwen2 = hp->arch == PKV_ARCH_QWEN2, qwen3 = hp->arch == PKV_ARCH_QWEN3;
-        W(attn_norm, "attn_norm.weight", E, 1, true, true);
-        W(wq, "attn_q.weight", E, qd, true, false);
-        W(wk, "attn_k.weight", E, kd, true, false);
-        W(wv, "attn_v.weight", E, vd, true, false);
-        W(bq, "attn_q.bias", qd, 1, qwen2, true);
-        W(bk, "attn_k.bias", kd, 1, qwen2, true);
-        W(bv, "attn_v.bias", vd, 1, qwen2, true);
-        W(q_norm, "attn_q_norm.weight", hp->head_dim_k, 1, qwen3, true);
-        W(k_norm, "attn_k_norm.weight", hp->head_dim_k, 1, qwen3, true);
-        W(wo, "attn_output.weight", od, E, true, false);
-        W(ffn_norm, "ffn_norm.weight", E, 1, true, true);
-        W(w_gate, "ffn_gate.weight", E, ly->n_ff, true, false);
-        W(w_up, "ffn_up.weight", E, ly->n_ff, true, false);
-        W(w_down, "ffn_down.weight", ly->n_ff, E, true, false);
+        ly->sh = pkv_calloc((size_t)m->n_dev, sizeof *ly->sh);
+        if (!ly->sh) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
+        const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME("ffn_down.weight"));
+        int64_t fblk = down ? (int64_t)pkv_type_block_elems(down->type) : 1;
+        if ((s = plan_layer(m, l, fblk ? fblk : 1))) return s;
+        int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
+                od = (int64_t)ly->n_head * hv;
+        if ((s = load_weight(L, NAME("attn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->attn_norm))) return s;
+        if ((s = load_weight(L, NAME("ffn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->ffn_norm))) return s;
+        for (int d = 0; d < m->n_dev; d++) {
+            pkv_shard_w *w = &ly->sh[d];
+            pkv_device *dev = m->devs[d];
+            slice q_rows = {w->q_h0 * hk, w->n_q * hk, 0, 0}, k_rows = {w->kv_h0 * hk, w->n_kv * hk, 0, 0},
+                  v_rows = {w->kv_h0 * hv, w->n_kv * hv, 0, 0}, o_cols = {0, 0, w->q_h0 * hv, w->n_q * hv},
+                  f_rows = {w->ff0, w->n_ff, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff};
+            /* biases are vectors [1][n]: a slice of columns */
+            slice qb = {0, 0, q_rows.r0, q_rows.nr}, kb = {0, 0, k_rows.r0, k_rows.nr}, vb = {0, 0, v_rows.r0, v_rows.nr};
+            if ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
+                (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
+                (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)) ||
+                (s = load_weight(L, NAME("attn_q.bias"), qd, 1, qwen2, true, dev, qb, &w->bq)) ||
+                (s = load_weight(L, NAME("attn_k.bias"), kd, 1, qwen2, true, dev, kb, &w->bk)) ||
+                (s = load_weight(L, NAME("attn_v.bias"), vd, 1, qwen2, true, dev, vb, &w->bv)) ||
+                (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->q_norm)) ||
+                (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->k_norm)) ||
+                (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)) ||
+                (s = load_weight(L, NAME("ffn_gate.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
+                (s = load_weight(L, NAME("ffn_up.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_up)) ||
+                (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down)))
+                return s;
+        }
     }
-#undef W
+#undef NAME
     return s;
+}
+
+/* Open the devices of p: one (device / device_handle) or a comma list (devices)
+ * with proportions (split), and the host device for kv_on_host. */
+static pkv_status open_devices(pkv_model *m, pkv_model_params p) {
+    pkv_device_params dp = pkv_device_default_params();
+    dp.n_threads = p.n_threads;
+    if (p.devices && p.device_handle)
+        return pkv_err(PKV_ERR_INVALID, "%s: give either a device handle or a device list, not both", m->label);
+    if (p.devices) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", p.devices);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (m->n_dev == PKV_MAX_DEVICES) return pkv_err(PKV_ERR_INVALID, "%s: more than %d devices", m->label, PKV_MAX_DEVICES);
+            for (int d = 0; d < m->n_dev; d++)
+                if (!strcmp(pkv_device_name(m->devs[d]), tok))
+                    return pkv_err(PKV_ERR_INVALID, "%s: device %s is listed twice in '%s'", m->label, tok, p.devices);
+            m->devs[m->n_dev] = pkv_device_open(tok, dp);
+            if (!m->devs[m->n_dev]) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s", m->label);
+            m->own_dev[m->n_dev++] = true;
+        }
+        if (m->n_dev == 0) return pkv_err(PKV_ERR_INVALID, "%s: the device list '%s' is empty", m->label, p.devices);
+    } else if (p.device_handle) {
+        m->devs[0] = p.device_handle;
+        m->n_dev = 1;
+    } else {
+        m->devs[0] = pkv_device_open(p.device ? p.device : "cpu", dp);
+        if (!m->devs[0]) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s", m->label);
+        m->own_dev[0] = true;
+        m->n_dev = 1;
+    }
+    m->dev = m->devs[0];
+    for (int d = 0; d < m->n_dev; d++) {
+        m->split[d] = 1.0f;
+        if (!pkv_device_get_caps(m->devs[d])->has_kernels)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "%s: device %s has no compute kernels", m->label, pkv_device_name(m->devs[d]));
+    }
+    if (p.split) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", p.split);
+        int k = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), k++) {
+            char *end;
+            double v = strtod(tok, &end);
+            if (*end || !(v > 0) || k >= m->n_dev) {
+                return pkv_err(PKV_ERR_INVALID, "%s: split '%s' must be %d positive numbers, one per device", m->label, p.split,
+                               m->n_dev);
+            }
+            m->split[k] = (float)v;
+        }
+        if (k != m->n_dev)
+            return pkv_err(PKV_ERR_INVALID, "%s: split '%s' has %d numbers for %d devices", m->label, p.split, k, m->n_dev);
+    }
+    if (p.kv_on_host) {
+        m->kv_on_host = true;
+        for (int d = 0; d < m->n_dev; d++)
+            if (!strcmp(pkv_device_name(m->devs[d]), "cpu")) m->host = m->devs[d];
+        if (!m->host) {
+            m->host = pkv_device_open("cpu", dp);
+            if (!m->host) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s: host device for --kv-on-host", m->label);
+            m->own_host = true;
+        }
+    }
+    return PKV_OK;
 }
 
 /* A draft that attends over another model's KV (multi-token-prediction style)
@@ -296,27 +465,14 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p) {
     if ((s = load_tokenizer(g, m->hp.n_vocab, &m->tok))) goto fail;
     if ((s = load_shared_kv(g, m))) goto fail;
 
-    if (p.device_handle) {
-        m->dev = p.device_handle;
-    } else {
-        pkv_device_params dp = pkv_device_default_params();
-        dp.n_threads = p.n_threads;
-        m->dev = pkv_device_open(p.device ? p.device : "cpu", dp);
-        if (!m->dev) {
-            s = pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s", m->label);
-            goto fail;
-        }
-        m->own_dev = true;
-    }
-    if (!pkv_device_get_caps(m->dev)->has_kernels) {
-        s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: device %s has no compute kernels", m->label, pkv_device_name(m->dev));
-        goto fail;
-    }
+    if ((s = open_devices(m, p))) goto fail;
     loader L = {.g = g, .m = m, .p = p};
     for (int64_t i = 0; i < pkv_gguf_n_tensors(g); i++) L.total_bytes += pkv_gguf_tensor_at(g, i)->n_bytes;
-    if ((s = load_weight(&L, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false, &m->tok_embd))) goto fail;
-    if ((s = load_weight(&L, "output_norm.weight", m->hp.n_embd, 1, true, true, &m->output_norm))) goto fail;
-    if ((s = load_weight(&L, "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, &m->output))) goto fail;
+    if ((s = load_weight(&L, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false, m->dev, k_all, &m->tok_embd)))
+        goto fail;
+    if ((s = load_weight(&L, "output_norm.weight", m->hp.n_embd, 1, true, true, m->dev, k_all, &m->output_norm))) goto fail;
+    if ((s = load_weight(&L, "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, m->dev, k_all, &m->output)))
+        goto fail;
     if (!m->output.buf) { /* tied embeddings */
         m->output = m->tok_embd;
         m->tied = true;
@@ -330,7 +486,8 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p) {
     pkv_free(n_head);
     pkv_free(n_head_kv);
     pkv_free(n_ff);
-    if ((s = pkv_device_sync(m->dev))) goto fail_nofree;
+    for (int d = 0; d < m->n_dev; d++)
+        if ((s = pkv_device_sync(m->devs[d]))) goto fail_nofree;
     m->load_seconds = pkv_time_now() - t0;
     return m;
 fail:
@@ -373,6 +530,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->n_head_kv = m->layers[0].n_head_kv;
     info->head_dim = m->hp.head_dim_k;
     info->n_ff = m->layers[0].n_ff;
+    info->n_devices = m->n_dev;
+    info->kv_on_host = m->kv_on_host;
     info->n_vocab = m->hp.n_vocab;
     info->n_ctx_train = m->hp.n_ctx_train;
     info->weight_type = pkv_type_name(m->main_type);

@@ -4,7 +4,20 @@
 #include "device/cpu/cpu-dots.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+
+/* f16 -> f32 through a table: the bit-twiddling conversion is too slow for
+ * inner loops on CPUs without F16C. */
+static float g_f16_table[65536];
+static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
+static void f16_table_init(void) {
+    for (uint32_t i = 0; i < 65536; i++) g_f16_table[i] = pkv_f16_to_f32((uint16_t)i);
+}
+static const float *f16_table(void) {
+    pthread_once(&g_f16_once, f16_table_init);
+    return g_f16_table;
+}
 
 void pkv_cpu_quantize_q8a(const float *x, pkv_q8a *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
@@ -13,10 +26,15 @@ void pkv_cpu_quantize_q8a(const float *x, pkv_q8a *y, int64_t nb) {
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
         y[b].d = d;
+        int sum[2] = {0, 0};
         for (int j = 0; j < 32; j++) {
             long q = lrintf(xb[j] * id);
-            y[b].qs[j] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            y[b].qs[j] = (int8_t)q;
+            sum[j / 16] += (int)q;
         }
+        y[b].s[0] = (int16_t)sum[0];
+        y[b].s[1] = (int16_t)sum[1];
     }
 }
 
@@ -32,12 +50,13 @@ static float g_f32(const float *w, const float *x, int64_t n) {
 }
 
 static float g_f16(const uint16_t *w, const float *x, int64_t n) {
+    const float *t = f16_table();
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += pkv_f16_to_f32(w[i + l]) * x[i + l];
+        for (int l = 0; l < 8; l++) acc[l] += t[w[i + l]] * x[i + l];
     float s = 0;
-    for (; i < n; i++) s += pkv_f16_to_f32(w[i]) * x[i];
+    for (; i < n; i++) s += t[w[i]] * x[i];
     for (int l = 0; l < 8; l++) s += acc[l];
     return s;
 }
@@ -75,16 +94,81 @@ static float g_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
 static float g_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 18) {
-        int sum = 0;
-        for (int j = 0; j < 16; j++)
-            sum += ((w[2 + j] & 15) - 8) * x[b].qs[j] + ((w[2 + j] >> 4) - 8) * x[b].qs[j + 16];
+        int sum = 0; /* sum of q*x with q unsigned; the -8 offset comes from the block sums */
+        for (int j = 0; j < 16; j++) sum += (w[2 + j] & 15) * x[b].qs[j] + (w[2 + j] >> 4) * x[b].qs[j + 16];
+        sum -= 8 * (x[b].s[0] + x[b].s[1]);
         s += (float)sum * (rd_f16(w) * x[b].d);
+    }
+    return s;
+}
+
+/* The 6-bit scale and min of sub-block j of a q4_k/q5_k super-block. */
+static void scale_min(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* q4_k / q5_k: sub-block j (32 elements) lines up with activation block j:
+ * sum over it of (d*sc*q - dmin*m) * x = dx * (d*sc*sum(q*qx) - dmin*m*sum(qx)). */
+static float g_kmin(const uint8_t *w, const pkv_q8a *x, int64_t nb, bool five) {
+    float s = 0;
+    for (int64_t b = 0; b < nb; b++, w += five ? 176 : 144, x += 8) {
+        const float d = rd_f16(w), dmin = rd_f16(w + 2);
+        const uint8_t *qh = w + 16, *qs = five ? w + 48 : w + 16;
+        for (int j = 0; j < 8; j++) {
+            int sc, m, sum = 0;
+            scale_min(j, w + 4, &sc, &m);
+            const uint8_t *q = qs + 32 * (j / 2);
+            for (int l = 0; l < 32; l++) {
+                int v = j & 1 ? q[l] >> 4 : q[l] & 15;
+                if (five) v += ((qh[l] >> j) & 1) << 4;
+                sum += v * x[j].qs[l];
+            }
+            s += x[j].d * (d * (float)sc * (float)sum - dmin * (float)m * (float)(x[j].s[0] + x[j].s[1]));
+        }
+    }
+    return s;
+}
+
+static float g_q4_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, false); }
+static float g_q5_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, true); }
+
+/* q6_k: activation block 4h + k holds the elements of quarter k of half h; its
+ * two 16-element halves have scales sc[8h + 2k] and sc[8h + 2k + 1]. */
+static float g_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+    float s = 0;
+    for (int64_t b = 0; b < nb; b++, w += 210, x += 8) {
+        const float d = rd_f16(w + 208);
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 4; k++) {
+                const uint8_t *ql = w + 64 * h + 32 * (k & 1), *qh = w + 128 + 32 * h;
+                const pkv_q8a *xb = &x[4 * h + k];
+                int sum[2] = {0, 0};
+                for (int l = 0; l < 32; l++) {
+                    const int q = (k < 2 ? ql[l] & 15 : ql[l] >> 4) | ((qh[l] >> (2 * k)) & 3) << 4;
+                    sum[l / 16] += q * xb->qs[l];
+                }
+                const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
+                const int isum = s0 * (sum[0] - 32 * xb->s[0]) + s1 * (sum[1] - 32 * xb->s[1]);
+                s += d * xb->d * (float)isum;
+            }
     }
     return s;
 }
 
 static void g_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void g_f16_row(const uint16_t *x, float *y, int64_t n) {
+    const float *t = f16_table();
+    for (int64_t i = 0; i < n; i++) y[i] = t[x[i]];
 }
 
 const pkv_cpu_dots pkv_cpu_dots_generic = {
@@ -94,5 +178,9 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .bf16 = g_bf16,
     .q8_0 = g_q8_0,
     .q4_0 = g_q4_0,
+    .q4_k = g_q4_k,
+    .q5_k = g_q5_k,
+    .q6_k = g_q6_k,
     .axpy = g_axpy,
+    .f16_row = g_f16_row,
 };

@@ -8,22 +8,30 @@
 #include "pagekv.h"
 
 /* An activation block quantized to 8 bits (like q8_0 but with an f32 scale):
- * x[j] ≈ d * qs[j], qs in [-127, 127]. */
+ * x[j] ≈ d * qs[j], qs in [-127, 127]; s[h] = sum of qs[16h .. 16h+16), which
+ * lets unsigned weight quants (q4_0, k-quants) fold their offsets and mins out
+ * of the inner loop. A 32-element block lines up with a k-quant sub-block. */
 typedef struct pkv_q8a {
     float d;
+    int16_t s[2];
     int8_t qs[32];
 } pkv_q8a;
+
+/* Dot of nb weight blocks (of the weight type's own size: 32 for q8_0/q4_0,
+ * 256 for k-quants) with the matching activation blocks. */
+typedef float (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t nb);
 
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */
     float (*f32)(const float *w, const float *x, int64_t n);
     float (*f16)(const uint16_t *w, const float *x, int64_t n);
     float (*bf16)(const uint16_t *w, const float *x, int64_t n);
-    /* nb blocks of q8_0 / q4_0 weights against nb activation blocks. */
-    float (*q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t nb);
-    float (*q4_0)(const uint8_t *w, const pkv_q8a *x, int64_t nb);
+    /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
+    pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* y += a * x, n floats (attention's value accumulation). */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* y[i] = f16 x[i] widened, n values. */
+    void (*f16_row)(const uint16_t *x, float *y, int64_t n);
 } pkv_cpu_dots;
 
 extern const pkv_cpu_dots pkv_cpu_dots_generic;
@@ -31,6 +39,7 @@ extern const pkv_cpu_dots pkv_cpu_dots_generic;
 #define PKV_CPU_X86 1
 extern const pkv_cpu_dots pkv_cpu_dots_avx2;
 extern const pkv_cpu_dots pkv_cpu_dots_avx512;
+extern const pkv_cpu_dots pkv_cpu_dots_vnni; /* only the 8-bit dots; needs AVX512-VNNI */
 #endif
 
 /* Quantize nb blocks of 32 floats to pkv_q8a (d = amax/127, nearest rounding). */

@@ -10,10 +10,11 @@
  * setenv() between calls; an unavailable path falls back to the next best with
  * one warning in the log.
  *
- * Accuracy: q8_0 and q4_0 matmuls quantize each activation row to 8 bits per
- * block of 32 once per call (d = amax/127), as ggml's CPU backend does; their
- * normalized mean squared error against the reference is about 1e-5 on random
- * data (bound 5e-4 in check-kernels.c). All other kernels compute in f32 and
+ * Accuracy: matmuls with quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k)
+ * quantize each activation row to 8 bits per block of 32 once per call
+ * (d = amax/127, block sums kept), as ggml's CPU backend does, and use integer
+ * dot products; their normalized mean squared error against the reference is
+ * about 1e-5 on random data (bound 5e-4 in check-kernels.c). All other kernels compute in f32 and
  * agree with the double-precision reference to rounding (nmse < 1e-10). */
 #include "device/cpu/cpu-impl.h"
 
@@ -21,6 +22,7 @@
 #include "device/cpu/cpu-dots.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,25 @@ static bool have_avx512(void) {
 
 static atomic_int g_warned;
 
+/* The AVX-512 table with its empty slots filled from the AVX2 one. */
+#ifdef PKV_CPU_X86
+static pkv_cpu_dots g_avx512_full;
+static pthread_once_t g_avx512_once = PTHREAD_ONCE_INIT;
+static void avx512_init(void) {
+    g_avx512_full = pkv_cpu_dots_avx2;
+    const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
+    g_avx512_full.name = x->name;
+#define TAKE(f) if (x->f) g_avx512_full.f = x->f
+    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
+    TAKE(f16_row);
+    if (__builtin_cpu_supports("avx512vnni")) {
+        x = &pkv_cpu_dots_vnni;
+        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k);
+    }
+#undef TAKE
+}
+#endif
+
 static const pkv_cpu_dots *dots_select(void) {
     const char *env = getenv("PKV_CPU_PATH");
     int want = 2; /* 0 generic, 1 avx2, 2 avx512 */
@@ -65,21 +86,25 @@ static const pkv_cpu_dots *dots_select(void) {
         PKV_WARN("PKV_CPU_PATH=%s: this CPU lacks it; using %s", env, have == 2 ? "avx512" : have == 1 ? "avx2" : "generic");
     int use = PKV_MIN(want, have);
 #ifdef PKV_CPU_X86
-    if (use == 2) return &pkv_cpu_dots_avx512;
+    if (use == 2) {
+        pthread_once(&g_avx512_once, avx512_init);
+        return &g_avx512_full;
+    }
     if (use == 1) return &pkv_cpu_dots_avx2;
 #endif
     (void)use;
     return &pkv_cpu_dots_generic;
 }
 
-/* The q8_0/q4_0 dot of a table, or of the AVX2 table where it has none. */
-typedef float (*qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t nb);
-static qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
-    qdot_fn f = t == PKV_TYPE_Q8_0 ? d->q8_0 : d->q4_0;
-#ifdef PKV_CPU_X86
-    if (!f) f = t == PKV_TYPE_Q8_0 ? pkv_cpu_dots_avx2.q8_0 : pkv_cpu_dots_avx2.q4_0;
-#endif
-    return f;
+static pkv_qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
+    switch (t) {
+    case PKV_TYPE_Q8_0: return d->q8_0;
+    case PKV_TYPE_Q4_0: return d->q4_0;
+    case PKV_TYPE_Q4_K: return d->q4_k;
+    case PKV_TYPE_Q5_K: return d->q5_k;
+    case PKV_TYPE_Q6_K: return d->q6_k;
+    default: return NULL;
+    }
 }
 
 /* Split [0, n) into n_tasks even ranges; task i gets [*a, *b). */
@@ -135,18 +160,16 @@ typedef struct {
     pkv_type wt;
     int64_t rows, cols, n, xblock; /* xblock: x rows per cache block */
     const float *x;                /* f32 [n][cols] */
-    const pkv_q8a *xq;             /* [n][cols/32], for q8_0/q4_0 */
+    const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
     float *y;                      /* f32 [n][rows] */
-    float *scratch;                /* [n_tasks][cols]: a dequantized weight row (k-quants) */
 } mm_job;
 
 static void mm_task(int ti, int n_tasks, void *arg) {
     const mm_job *j = arg;
     int64_t r0, r1;
     range(j->rows, ti, n_tasks, &r0, &r1);
-    const int64_t nb = j->cols / 32;
-    const qdot_fn qd = (j->wt == PKV_TYPE_Q8_0 || j->wt == PKV_TYPE_Q4_0) ? qdot(j->dots, j->wt) : NULL;
-    float *row = j->scratch ? j->scratch + (size_t)ti * (size_t)j->cols : NULL;
+    const int64_t xb = j->cols / 32, wb = j->cols / (int64_t)pkv_type_block_elems(j->wt);
+    const pkv_qdot_fn qd = qdot(j->dots, j->wt);
     /* Weights are streamed once per block of x rows; the block stays in cache. */
     for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
         const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
@@ -155,21 +178,16 @@ static void mm_task(int ti, int n_tasks, void *arg) {
             float *y = j->y + r;
             switch (j->wt) {
             case PKV_TYPE_F32:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f32((const float *)wr, j->x + i * j->cols, j->cols);
+                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f32((const float *)(const void *)wr, j->x + i * j->cols, j->cols);
                 break;
             case PKV_TYPE_F16:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f16((const uint16_t *)wr, j->x + i * j->cols, j->cols);
+                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
                 break;
             case PKV_TYPE_BF16:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->bf16((const uint16_t *)wr, j->x + i * j->cols, j->cols);
+                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->bf16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
                 break;
-            case PKV_TYPE_Q8_0:
-            case PKV_TYPE_Q4_0:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = qd(wr, j->xq + i * nb, nb);
-                break;
-            default: /* k-quants: dequantize the row once, then f32 dots */
-                pkv_dequantize_row(j->wt, wr, row, j->cols);
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f32(row, j->x + i * j->cols, j->cols);
+            default:
+                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = qd(wr, j->xq + i * xb, wb);
                 break;
             }
         }
@@ -192,11 +210,12 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     j.n = a->n;
     j.x = pkv_cpu_ptr(a->x);
     j.y = pkv_cpu_ptr(a->y);
-    const bool q8 = a->wtype == PKV_TYPE_Q8_0 || a->wtype == PKV_TYPE_Q4_0;
-    const bool kq = !q8 && a->wtype != PKV_TYPE_F32 && a->wtype != PKV_TYPE_F16 && a->wtype != PKV_TYPE_BF16;
+    const bool q8 = qdot(j.dots, a->wtype) != NULL;
+    if (!q8 && a->wtype != PKV_TYPE_F32 && a->wtype != PKV_TYPE_F16 && a->wtype != PKV_TYPE_BF16)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: matmul: weight type %s", c->name, pkv_type_name(a->wtype));
     /* about 256 KiB of activations per block */
     j.xblock = PKV_MAX(1, (int64_t)(262144 / ((size_t)a->cols * (q8 ? 1 : 4))));
-    int n_tasks = n_tasks_for(c, a->rows, (double)a->rows * (double)a->cols * (double)a->n);
+    const int n_tasks = n_tasks_for(c, a->rows, (double)a->rows * (double)a->cols * (double)a->n);
     pkv_q8a *xq = NULL;
     if (q8) {
         const int64_t nb = a->cols / 32;
@@ -205,13 +224,8 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
         pkv_cpu_quantize_q8a(j.x, xq, a->n * nb);
         j.xq = xq;
     }
-    if (kq) {
-        j.scratch = pkv_malloc((size_t)n_tasks * (size_t)a->cols * sizeof(float));
-        if (!j.scratch) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory for %d rows of %lld floats", c->name, n_tasks, (long long)a->cols);
-    }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
     pkv_free(xq);
-    pkv_free(j.scratch);
     return PKV_OK;
 }
 
@@ -521,11 +535,7 @@ static void att_item(const att_job *j, int64_t item, float *sc) {
                 const uint8_t *kr = j->k + slot * a->dk * es, *vr = j->v + slot * a->dv * es;
                 const float *vv = (const float *)(const void *)vr;
                 if (f16) {
-                    for (int d = 0; d < a->dv; d++) {
-                        uint16_t h;
-                        memcpy(&h, vr + 2 * d, 2);
-                        vf[d] = pkv_f16_to_f32(h);
-                    }
+                    j->dots->f16_row((const uint16_t *)(const void *)vr, vf, a->dv);
                     vv = vf;
                 }
                 for (int g = 0; g < group; g++) {

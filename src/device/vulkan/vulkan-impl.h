@@ -10,6 +10,8 @@
 /* Command buffers cycled for submissions; a submission waits for the fence of the
  * one it reuses, so at most this many are in flight. */
 #define PKV_VK_RING 4
+/* Descriptor sets per command buffer when the driver lacks push descriptors. */
+#define PKV_VK_POOL_SETS 1024
 
 /* The kernels, one compute pipeline each; names equal the shaders/ file names. */
 typedef enum pkv_vk_kernel {
@@ -23,6 +25,7 @@ typedef enum pkv_vk_kernel {
     PKV_VK_K_ROPE,
     PKV_VK_K_SET_ROWS,
     PKV_VK_K_ATTENTION,
+    PKV_VK_K_MATMUL_SG,
     PKV_VK_K_COUNT
 } pkv_vk_kernel;
 
@@ -63,6 +66,7 @@ typedef struct pkv_vk_ctx {
     VkCommandBuffer cb[PKV_VK_RING];
     VkFence fence[PKV_VK_RING];
     bool in_flight[PKV_VK_RING];
+    VkDescriptorPool desc_pool[PKV_VK_RING]; /* only without push descriptors */
     int cur;        /* ring slot being recorded or next to record */
     bool recording; /* cb[cur] is begun */
     int n_cmds;     /* commands in cb[cur]; a barrier precedes all but the first */
@@ -77,6 +81,9 @@ typedef struct pkv_vk_ctx {
     /* Largest window of a buffer one kernel argument may bind: the device's
      * maxStorageBufferRange, or less with PKV_VK_MAX_RANGE (to test chunking). */
     uint64_t max_range;
+    /* Subgroup arithmetic in compute shaders (matmul_sg); PKV_VK_NO_SUBGROUP=1
+     * turns it off so the portable matmul can be tested. */
+    bool subgroup_arith;
 } pkv_vk_ctx;
 
 /* Error for a failed Vulkan call: "vulkan:0: vkQueueSubmit: VK_ERROR_DEVICE_LOST". */

@@ -1,6 +1,8 @@
 /* Vulkan kernels: one compute pipeline per kernel from the embedded SPIR-V
  * (shaders/<kernel>.comp), created on first use, dispatched into the current command
- * buffer (see vulkan.c for the queue model) with push descriptors.
+ * buffer (see vulkan.c for the queue model) with push descriptors, or with
+ * descriptor sets from a per-command-buffer pool where the driver lacks them
+ * (PKV_VK_NO_PUSH_DESCRIPTOR=1 forces that path for tests).
  *
  * Shaders see every argument as an array of 32-bit words and address it in bytes:
  * the host binds a window of the buffer starting at the argument's offset rounded
@@ -36,10 +38,13 @@ static const struct {
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
     [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
     [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 5},
+    [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3},
 };
 
 #define WG 64u      /* local_size_x of every shader */
 #define MM_TILE 4u  /* x rows per matmul workgroup (NT in matmul.comp) */
+#define SG_TILE 8u  /* x rows per matmul_sg workgroup (NT in matmul_sg.comp) */
+#define SG_ROWS 8u  /* weight rows per matmul_sg workgroup (RPW) */
 #define PC_BYTES 128 /* push-constant range: the guaranteed minimum */
 
 void pkv_vk_pipelines_destroy(pkv_vk_ctx *c) {
@@ -75,7 +80,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
                                               .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     }
     VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    dli.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    dli.flags = c->push_descriptor ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0;
     dli.bindingCount = (uint32_t)kinfo[k].n_bindings;
     dli.pBindings = b;
     call = "vkCreateDescriptorSetLayout";
@@ -122,8 +127,6 @@ typedef struct {
 static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int nargs, uint32_t *pc, int pc_words,
                            uint64_t groups) {
     const char *kn = kinfo[k].name;
-    if (!c->push_descriptor)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: the driver lacks VK_KHR_push_descriptor", kn, c->name);
     VkDescriptorBufferInfo bi[8];
     VkWriteDescriptorSet w[8];
     uint64_t malign = c->props.limits.minStorageBufferOffsetAlignment;
@@ -162,9 +165,30 @@ static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int na
     pkv_status s = pipeline_get(c, k, &p);
     if (!s) s = pkv_vk_begin(c);
     if (s) return s;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (!c->push_descriptor) {
+        /* A set from this command buffer's pool; when the pool is full, submit
+         * and continue in the next command buffer (order is kept: one queue). */
+        VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        dai.descriptorSetCount = 1;
+        dai.pSetLayouts = &p->dsl;
+        dai.descriptorPool = c->desc_pool[c->cur];
+        VkResult r = vkAllocateDescriptorSets(c->dev, &dai, &set);
+        if (r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL) {
+            if ((s = pkv_vk_submit(c)) || (s = pkv_vk_begin(c))) return s;
+            dai.descriptorPool = c->desc_pool[c->cur];
+            r = vkAllocateDescriptorSets(c->dev, &dai, &set);
+        }
+        if (r != VK_SUCCESS) return pkv_vk_fail(c, "vkAllocateDescriptorSets", r);
+        for (int i = 0; i < nargs; i++) w[i].dstSet = set;
+        vkUpdateDescriptorSets(c->dev, (uint32_t)nargs, w, 0, NULL);
+    }
     VkCommandBuffer cb = c->cb[c->cur];
     vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-    c->push_descriptor(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, (uint32_t)nargs, w);
+    if (c->push_descriptor)
+        c->push_descriptor(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, (uint32_t)nargs, w);
+    else
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     vkCmdPushConstants(cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)pc_words * 4, pc);
     vkCmdDispatch(cb, (uint32_t)gx, (uint32_t)gy, 1);
     c->n_cmds++;
@@ -237,7 +261,10 @@ static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
                          {"y", pkv_tref_make(a->y.buf, a->y.off + i0 * rows * 4), ni * rows * 4, 4}};
             uint32_t pc[10] = {0, 0, 0, (uint32_t)rows, (uint32_t)cols, (uint32_t)ni, (uint32_t)rb,
                                (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt};
-            TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
+            if (c->subgroup_arith)
+                TRY(dispatch(c, PKV_VK_K_MATMUL_SG, v, 3, pc, 10, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
+            else
+                TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
         }
     }
     return PKV_OK;

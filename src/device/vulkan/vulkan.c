@@ -213,27 +213,29 @@ static void vk_buffer_free(void *ctx, void *handle) {
 /* ------------------------------------------------------------------- queue */
 
 pkv_status pkv_vk_begin(pkv_vk_ctx *c) {
-    if (c->recording) {
-        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-        mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                           VK_ACCESS_TRANSFER_WRITE_BIT;
-        VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-        if (c->n_cmds > 0) vkCmdPipelineBarrier(c->cb[c->cur], st, st, 0, 1, &mb, 0, NULL, 0, NULL);
-        return PKV_OK;
+    if (!c->recording) {
+        int i = c->cur;
+        if (c->in_flight[i]) {
+            VK_TRY(c, "vkWaitForFences", vkWaitForFences(c->dev, 1, &c->fence[i], VK_TRUE, UINT64_MAX));
+            c->in_flight[i] = false;
+        }
+        VK_TRY(c, "vkResetFences", vkResetFences(c->dev, 1, &c->fence[i]));
+        VK_TRY(c, "vkResetCommandBuffer", vkResetCommandBuffer(c->cb[i], 0));
+        if (c->desc_pool[i]) VK_TRY(c, "vkResetDescriptorPool", vkResetDescriptorPool(c->dev, c->desc_pool[i], 0));
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        VK_TRY(c, "vkBeginCommandBuffer", vkBeginCommandBuffer(c->cb[i], &bi));
+        c->recording = true;
+        c->n_cmds = 0;
     }
-    int i = c->cur;
-    if (c->in_flight[i]) {
-        VK_TRY(c, "vkWaitForFences", vkWaitForFences(c->dev, 1, &c->fence[i], VK_TRUE, UINT64_MAX));
-        c->in_flight[i] = false;
-    }
-    VK_TRY(c, "vkResetFences", vkResetFences(c->dev, 1, &c->fence[i]));
-    VK_TRY(c, "vkResetCommandBuffer", vkResetCommandBuffer(c->cb[i], 0));
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    VK_TRY(c, "vkBeginCommandBuffer", vkBeginCommandBuffer(c->cb[i], &bi));
-    c->recording = true;
-    c->n_cmds = 0;
+    /* Also before the first command of a command buffer: the barrier's first
+     * scope then covers earlier submissions on this queue that may still run. */
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT;
+    VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(c->cb[c->cur], st, st, 0, 1, &mb, 0, NULL, 0, NULL);
     return PKV_OK;
 }
 
@@ -445,8 +447,10 @@ static void vk_destroy(void *ctx) {
         vkDeviceWaitIdle(c->dev);
         pkv_vk_pipelines_destroy(c);
         staging_release(c);
-        for (int i = 0; i < PKV_VK_RING; i++)
+        for (int i = 0; i < PKV_VK_RING; i++) {
             if (c->fence[i]) vkDestroyFence(c->dev, c->fence[i], NULL);
+            if (c->desc_pool[i]) vkDestroyDescriptorPool(c->dev, c->desc_pool[i], NULL);
+        }
         if (c->cmd_pool) vkDestroyCommandPool(c->dev, c->cmd_pool, NULL);
         vkDestroyDevice(c->dev, NULL);
     }
@@ -487,7 +491,8 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     if (!find_compute_queue(c->phys, &c->qfam))
         return pkv_err(PKV_ERR_DEVICE, "%s: no compute queue", c->name);
 
-    bool push = has_extension(c->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    const char *np = getenv("PKV_VK_NO_PUSH_DESCRIPTOR");
+    bool push = !(np && strcmp(np, "1") == 0) && has_extension(c->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
     qci.queueFamilyIndex = c->qfam;
@@ -547,6 +552,17 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     VK_TRY(c, "vkAllocateCommandBuffers", vkAllocateCommandBuffers(c->dev, &cai, c->cb));
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     for (int i = 0; i < PKV_VK_RING; i++) VK_TRY(c, "vkCreateFence", vkCreateFence(c->dev, &fci, NULL, &c->fence[i]));
+    if (!c->push_descriptor) {
+        /* Without push descriptors: one pool per command buffer, reset when the
+         * command buffer is reused (see pkv_vk_begin). */
+        VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, PKV_VK_POOL_SETS * 5};
+        VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+        dpi.maxSets = PKV_VK_POOL_SETS;
+        dpi.poolSizeCount = 1;
+        dpi.pPoolSizes = &ps;
+        for (int i = 0; i < PKV_VK_RING; i++)
+            VK_TRY(c, "vkCreateDescriptorPool", vkCreateDescriptorPool(c->dev, &dpi, NULL, &c->desc_pool[i]));
+    }
 
     memset(caps, 0, sizeof *caps);
     snprintf(caps->name, sizeof caps->name, "%s", c->name);
@@ -556,12 +572,17 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     caps->memory_bytes = c->memprops.memoryHeaps[heap].size;
     /* One buffer is one allocation; kernels bind windows of at most
      * maxStorageBufferRange bytes of it. */
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     p2.pNext = &m3;
+    m3.pNext = &sg;
     vkGetPhysicalDeviceProperties2(c->phys, &p2);
     uint64_t maxb = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : c->props.limits.maxStorageBufferRange;
     caps->max_buffer_bytes = (size_t)maxb;
+    const char *nsg = getenv("PKV_VK_NO_SUBGROUP");
+    c->subgroup_arith = !(nsg && strcmp(nsg, "1") == 0) && (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                        (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
     caps->transfer_align = 4;
     c->max_range = c->props.limits.maxStorageBufferRange;
     const char *mr = getenv("PKV_VK_MAX_RANGE");

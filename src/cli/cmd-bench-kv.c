@@ -1,0 +1,265 @@
+/* pagekv bench kv: speed of the KV cache operations on one device, printed as one
+ * JSON object (--json) or a table. Measured, never asserted.
+ *
+ * Layout: 28 layers, 8 KV heads, head size 128 (K and V), f16 (a 7B-class GQA
+ * model). fork_us: mean fork time of a context of 256 .. 65,536 tokens (the fork is
+ * O(1): the target is the 65,536-token fork within 2x of the 256-token fork).
+ * cow_bytes: bytes copied by the first append after a fork into a shared partial
+ * page. swap_*_gbps vs memcpy_gbps: a 2,048-token sequence moved to the host pool
+ * and back, against a plain host memcpy of the same size in the same run. */
+#include "cli/commands.h"
+#include "base/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BK_LAYERS 28
+#define BK_HEADS 8
+#define BK_DIM 128
+#define BK_SWAP_TOKENS 2048
+
+typedef struct bench_kv {
+    int n_ctx;
+    int ctx[8];
+    double fork_us[8];
+    uint64_t cow_bytes, swap_bytes;
+    double swap_out_gbps, swap_in_gbps, memcpy_gbps;
+    double memcpy_chunk_gbps; /* the same total in chunk_bytes pieces, as the swap moves it */
+    size_t chunk_bytes;
+    double shift_us_per_token, shift_move_us_per_token, append_us;
+    int64_t shift_tokens;
+} bench_kv;
+
+static pkv_kv_cache *make_cache(pkv_device *dev, int page_size, int64_t n_pages, int64_t host_pages,
+                                pkv_kv_layer_desc *L) {
+    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, PKV_TYPE_F16, 0, NULL};
+    pkv_kv_params p = pkv_kv_default_params();
+    p.n_layers = BK_LAYERS;
+    p.layers = L;
+    p.device = dev;
+    p.page_size = page_size;
+    p.n_pages = n_pages;
+    p.host_pages = host_pages;
+    p.rope_neox = true;
+    p.rope_freq_base = 1000000.0f;
+    return pkv_kv_cache_create(p);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fork times for contexts of 256 .. 65,536 tokens in one cache. */
+static pkv_status bench_fork(pkv_device *dev, int ps, bench_kv *r) {
+    pkv_kv_layer_desc L[BK_LAYERS];
+    int max_ctx = 65536;
+    pkv_kv_cache *c = NULL;
+    while (!c && max_ctx >= 256) {
+        c = make_cache(dev, ps, max_ctx / ps + 4, 0, L);
+        if (!c) max_ctx /= 2;
+    }
+    if (!c) return PKV_ERR_NOMEM;
+    r->n_ctx = 0;
+    for (int n = 256; n <= max_ctx; n *= 4) {
+        int32_t seq;
+        pkv_status st = pkv_kv_seq_create(c, 0, &seq);
+        int32_t *rows = pkv_malloc((size_t)n * sizeof *rows);
+        if (st || !rows || (st = pkv_kv_append(c, seq, n, NULL, NULL, rows))) {
+            pkv_free(rows);
+            pkv_kv_cache_free(c);
+            return st ? st : PKV_ERR_NOMEM;
+        }
+        pkv_free(rows);
+        enum { REPS = 2001 };
+        static double t[REPS];
+        for (int i = 0; i < REPS; i++) {
+            int32_t child;
+            double t0 = pkv_time_now();
+            st = pkv_kv_fork(c, seq, &child);
+            t[i] = pkv_time_now() - t0;
+            if (!st) st = pkv_kv_seq_free(c, child);
+            if (st) break;
+        }
+        if (st) {
+            pkv_kv_cache_free(c);
+            return st;
+        }
+        qsort(t, REPS, sizeof t[0], cmp_double);
+        r->ctx[r->n_ctx] = n;
+        r->fork_us[r->n_ctx++] = t[REPS / 2] * 1e6;
+        pkv_kv_seq_free(c, seq);
+        if (n < 65536 && n * 4 > max_ctx && n != max_ctx) n = max_ctx / 4; /* finish on the largest that fits */
+    }
+    /* cow: a context with a partial last page, fork, one append into the child */
+    int32_t seq, child, rows[1024];
+    pkv_kv_stats a, b;
+    pkv_status st = pkv_kv_seq_create(c, 0, &seq);
+    if (!st) st = pkv_kv_append(c, seq, 1000, NULL, NULL, rows);
+    if (!st) st = pkv_kv_fork(c, seq, &child);
+    pkv_kv_stats_get(c, &a);
+    if (!st) st = pkv_kv_append(c, child, 1, NULL, NULL, rows);
+    pkv_kv_stats_get(c, &b);
+    r->cow_bytes = b.cow_bytes - a.cow_bytes;
+    /* append: one token per call, decode-style */
+    if (!st) {
+        int n = 4096 < max_ctx - 1100 ? 4096 : max_ctx - 1100;
+        double t0 = pkv_time_now();
+        for (int i = 0; i < n && !st; i++) st = pkv_kv_append(c, child, 1, NULL, NULL, rows);
+        r->append_us = (pkv_time_now() - t0) / n * 1e6;
+    }
+    pkv_kv_cache_free(c);
+    return st;
+}
+
+static pkv_status bench_swap_shift(pkv_device *dev, int ps, bench_kv *r) {
+    pkv_kv_layer_desc L[BK_LAYERS];
+    int n = BK_SWAP_TOKENS;
+    int64_t pages = n / ps + 2;
+    pkv_kv_cache *c = make_cache(dev, ps, 2 * pages + 2, pages, L);
+    if (!c) return PKV_ERR_NOMEM;
+    int32_t seq, *rows = pkv_malloc((size_t)n * sizeof *rows);
+    pkv_status st = rows ? pkv_kv_seq_create(c, 0, &seq) : PKV_ERR_NOMEM;
+    if (!st) st = pkv_kv_append(c, seq, n, NULL, NULL, rows);
+    pkv_free(rows);
+    /* Touch every page so the timings see resident memory. */
+    for (int il = 0; il < BK_LAYERS && !st; il++) {
+        pkv_kv_shard_info si;
+        pkv_kv_shard(c, il, 0, &si);
+        st = pkv_buffer_fill(si.k, si.k_off, (size_t)si.n_pages * si.k_page_bytes, (uint8_t)(il + 1));
+        if (!st) st = pkv_buffer_fill(si.v, si.v_off, (size_t)si.n_pages * si.v_page_bytes, (uint8_t)(il + 2));
+    }
+    pkv_kv_layer_info li;
+    pkv_kv_layout_layer(pkv_kv_cache_layout(c), 0, &li);
+    r->swap_bytes = (uint64_t)(n / ps) * (li.k_page_bytes + li.v_page_bytes) * BK_LAYERS;
+    /* Swap out, swap in and a plain host memcpy of the same total, interleaved in
+     * the same loop so machine noise hits all three alike; best of the rounds. */
+    uint8_t *x = pkv_malloc((size_t)r->swap_bytes), *y = pkv_malloc((size_t)r->swap_bytes);
+    if (!st && (!x || !y)) st = PKV_ERR_NOMEM;
+    if (!st) {
+        memset(x, 1, (size_t)r->swap_bytes);
+        memset(y, 2, (size_t)r->swap_bytes);
+    }
+    double best_out = 1e9, best_in = 1e9, best_mc = 1e9, best_chunk = 1e9;
+    size_t chunk = (size_t)r->swap_bytes / (2 * BK_LAYERS); /* one K or V array's run */
+    for (int rep = 0; rep < 9 && !st; rep++) {
+        double t0 = pkv_time_now();
+        st = pkv_kv_swap_out(c, seq);
+        double t1 = pkv_time_now();
+        if (!st) st = pkv_kv_swap_in(c, seq);
+        double t2 = pkv_time_now();
+        memcpy(rep & 1 ? x : y, rep & 1 ? y : x, (size_t)r->swap_bytes);
+        double t3 = pkv_time_now();
+        for (size_t o = 0; o + chunk <= (size_t)r->swap_bytes; o += chunk) memcpy(y + o, x + o, chunk);
+        double t4 = pkv_time_now();
+        if (rep > 0) { /* the first round faults the host pool in */
+            best_chunk = PKV_MIN(best_chunk, t4 - t3);
+            best_out = PKV_MIN(best_out, t1 - t0);
+            best_in = PKV_MIN(best_in, t2 - t1);
+            best_mc = PKV_MIN(best_mc, t3 - t2);
+        }
+    }
+    pkv_free(x);
+    pkv_free(y);
+    r->swap_out_gbps = (double)r->swap_bytes / best_out / 1e9;
+    r->swap_in_gbps = (double)r->swap_bytes / best_in / 1e9;
+    r->memcpy_gbps = (double)r->swap_bytes / best_mc / 1e9;
+    r->memcpy_chunk_gbps = (double)(chunk * 2 * BK_LAYERS) / best_chunk / 1e9;
+    r->chunk_bytes = chunk;
+    /* shift: drop 256 tokens and move the rest without re-rotation (pos_delta 0:
+     * the page copies alone), then drop the next 256 and re-rotate the rest */
+    if (!st) {
+        int64_t len = pkv_kv_seq_len(c, seq);
+        double t0 = pkv_time_now();
+        st = pkv_kv_shift(c, seq, 0, 256, 0);
+        if (!st) st = pkv_device_sync(dev);
+        r->shift_move_us_per_token = (pkv_time_now() - t0) / (double)(len - 256) * 1e6;
+    }
+    if (!st) {
+        int64_t len = pkv_kv_seq_len(c, seq);
+        double t0 = pkv_time_now();
+        st = pkv_kv_shift(c, seq, 0, 256, -256);
+        if (!st) st = pkv_device_sync(dev);
+        r->shift_tokens = len - 256;
+        r->shift_us_per_token = (pkv_time_now() - t0) / (double)r->shift_tokens * 1e6;
+    }
+    pkv_kv_cache_free(c);
+    return st;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: pagekv bench kv [--json] [--device NAME] [--page-size N]\n");
+    return 2;
+}
+
+int pkv_cli_bench_kv(int argc, char **argv) {
+    bool json = false;
+    const char *devname = "cpu";
+    int ps = 16;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            devname = argv[++i];
+        else if (strcmp(argv[i], "--page-size") == 0 && i + 1 < argc) {
+            ps = atoi(argv[++i]);
+            if (ps < 1 || ps > PKV_KV_MAX_PAGE_SIZE) {
+                fprintf(stderr, "pagekv bench kv: page size %s is outside [1, %d]\n", argv[i], PKV_KV_MAX_PAGE_SIZE);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "kv") == 0 && i == 0)
+            continue; /* tolerate "bench kv ..." passed through whole */
+        else
+            return usage();
+    }
+    pkv_device *dev = pkv_device_open(devname, pkv_device_default_params());
+    if (!dev) {
+        fprintf(stderr, "pagekv bench kv: %s\n", pkv_errmsg());
+        return 1;
+    }
+    bench_kv r;
+    memset(&r, 0, sizeof r);
+    pkv_status st = bench_fork(dev, ps, &r);
+    if (!st) st = bench_swap_shift(dev, ps, &r);
+    if (st) {
+        fprintf(stderr, "pagekv bench kv on %s: %s: %s\n", devname, pkv_status_str(st), pkv_errmsg());
+        pkv_device_close(dev);
+        return 1;
+    }
+    double ratio = r.n_ctx ? r.fork_us[r.n_ctx - 1] / r.fork_us[0] : 0;
+    if (json) {
+        printf("{\"device\": \"%s\", \"page_size\": %d, \"layout\": {\"layers\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
+               "\"dtype\": \"f16\"}, ",
+               pkv_device_name(dev), ps, BK_LAYERS, BK_HEADS, BK_DIM);
+        printf("\"fork_us\": [");
+        for (int i = 0; i < r.n_ctx; i++) printf("%s{\"tokens\": %d, \"us\": %.3f}", i ? ", " : "", r.ctx[i], r.fork_us[i]);
+        printf("], \"fork_ratio_max_vs_256\": %.3f, ", ratio);
+        printf("\"cow_bytes\": %llu, \"swap_bytes\": %llu, \"swap_out_gbps\": %.3f, \"swap_in_gbps\": %.3f, "
+               "\"memcpy_gbps\": %.3f, \"swap_out_vs_memcpy\": %.3f, \"swap_in_vs_memcpy\": %.3f, "
+               "\"memcpy_chunk_bytes\": %zu, \"memcpy_chunk_gbps\": %.3f, ",
+               (unsigned long long)r.cow_bytes, (unsigned long long)r.swap_bytes, r.swap_out_gbps, r.swap_in_gbps,
+               r.memcpy_gbps, r.swap_out_gbps / r.memcpy_gbps, r.swap_in_gbps / r.memcpy_gbps, r.chunk_bytes,
+               r.memcpy_chunk_gbps);
+        printf("\"shift_tokens\": %lld, \"shift_us_per_token\": %.4f, \"shift_move_only_us_per_token\": %.4f, "
+               "\"append_us\": %.4f}\n",
+               (long long)r.shift_tokens, r.shift_us_per_token, r.shift_move_us_per_token, r.append_us);
+    } else {
+        printf("KV cache on %s: %d layers x %d KV heads x %d dims, f16, pages of %d tokens\n", pkv_device_name(dev),
+               BK_LAYERS, BK_HEADS, BK_DIM, ps);
+        for (int i = 0; i < r.n_ctx; i++) printf("  fork, %6d tokens   %10.3f us\n", r.ctx[i], r.fork_us[i]);
+        printf("  fork %d / 256 tokens  %8.2fx (target <= 2)\n", r.n_ctx ? r.ctx[r.n_ctx - 1] : 0, ratio);
+        printf("  cow bytes (first append after fork)  %llu\n", (unsigned long long)r.cow_bytes);
+        printf("  swap out  %8.2f GB/s  (%.0f%% of memcpy)\n", r.swap_out_gbps, 100 * r.swap_out_gbps / r.memcpy_gbps);
+        printf("  swap in   %8.2f GB/s  (%.0f%% of memcpy)\n", r.swap_in_gbps, 100 * r.swap_in_gbps / r.memcpy_gbps);
+        printf("  memcpy    %8.2f GB/s  (%llu bytes in one call)\n", r.memcpy_gbps, (unsigned long long)r.swap_bytes);
+        printf("  memcpy    %8.2f GB/s  (in %zu-byte pieces, as the swap moves them)\n", r.memcpy_chunk_gbps,
+               r.chunk_bytes);
+        printf("  shift     %8.4f us per moved token (%lld tokens)\n", r.shift_us_per_token, (long long)r.shift_tokens);
+        printf("  shift     %8.4f us per moved token without re-rotation (page copies only)\n",
+               r.shift_move_us_per_token);
+        printf("  append    %8.4f us per 1-token append\n", r.append_us);
+    }
+    pkv_device_close(dev);
+    return 0;
+}

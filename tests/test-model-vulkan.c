@@ -1,0 +1,79 @@
+// labels: model vulkan timeout=900
+/* The model on vulkan:0: fork == replay bitwise, swap and save/load round trips,
+ * batches (test-model.c on that device); then whole-model logits of every
+ * architecture and weight type against the CPU. Tolerance: nmse 1e-5 for
+ * f32/f16/bf16 weights (f16 KV on both); 2e-3 for q8_0/q4_0 (the CPU rounds
+ * activations to 8 bits, the Vulkan shaders do not). Weight types the device
+ * does not support must be refused at load with a message naming the tensor and
+ * the device. Skipped when no Vulkan device opens. */
+#define MODEL_DEVICE "vulkan:0"
+#include "device/device.h"
+int model_main(void);
+#define main model_main
+#include "test-model.c"
+#undef main
+
+static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
+    pkv_model *m = make(arch, t, 2, dev);
+    *ok = m != NULL;
+    if (!m) return;
+    pkv_kv_cache *c = cache(m, 16, PKV_TYPE_F16);
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    int32_t toks[19];
+    for (int i = 0; i < 19; i++) toks[i] = (i * 41 + 2) % V;
+    *ok = ctx && pkv_context_decode_all(ctx, toks, 19, out) == PKV_OK;
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+}
+
+int main(void) {
+    int rc = model_main();
+    if (rc) return rc; /* skipped (77) or failed */
+    pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
+    static const char *archs[] = {"llama", "qwen2", "qwen3"};
+    static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
+                                     PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    static float a[19 * V], b[19 * V];
+    for (int ai = 0; ai < 3; ai++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            pkv_type t = types[ti];
+            if (pkv_type_block_elems(t) == 256) continue; /* needs dims of 256: checked below */
+            bool ok_c, ok_v;
+            logits_of(archs[ai], t, "cpu", a, &ok_c);
+            logits_of(archs[ai], t, "vulkan:0", b, &ok_v);
+            if (!ok_c || !ok_v) {
+                TH_FAIL("%s %s: %s", archs[ai], pkv_type_name(t), pkv_errmsg());
+                continue;
+            }
+            double e = th_nmse(a, b, 19 * V), tol = pkv_type_block_elems(t) > 1 ? 2e-3 : 1e-5;
+            fprintf(stderr, "%-6s %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", archs[ai], pkv_type_name(t), e, tol);
+            if (!(e <= tol)) TH_FAIL("%s %s: nmse %g > %g", archs[ai], pkv_type_name(t), e, tol);
+        }
+    /* k-quants: supported on the device, or refused with a clear message */
+    for (int k = 5; k < 8; k++) {
+        pkv_mkmodel_params p = pkv_mkmodel_default_params();
+        p.type = types[k];
+        p.n_layer = 1;
+        p.n_embd = 256;
+        p.n_head = 4;
+        p.n_head_kv = 2;
+        p.n_ff = 256;
+        void *img;
+        size_t size;
+        if (pkv_mkmodel_memory(&p, &img, &size)) continue;
+        pkv_model_params mp = pkv_model_default_params();
+        mp.device = "vulkan:0";
+        pkv_model *m = pkv_model_load_memory(img, size, "kq", mp);
+        if (pkv_device_supports_weight(v, types[k])) {
+            CHECK(m != NULL);
+        } else {
+            CHECK(m == NULL);
+            CHECK_MSG("which device vulkan:0 does not support");
+        }
+        pkv_model_free(m);
+        pkv_mkmodel_free_memory(img);
+    }
+    pkv_device_close(v);
+    return th_done();
+}

@@ -1,0 +1,64 @@
+// labels: multi timeout=300
+/* Tensor parallelism on CPU devices (DESIGN.md failure #3): logits of a model
+ * split over cpu:1,cpu:2 (and 2,1,1 over three), with the KV cache sharded on
+ * the devices or on the host, against the model on one device; KV operations on
+ * sharded caches; splits that cannot keep KV groups whole are refused.
+ * Tolerance: nmse 1e-10 — the same products, summed across devices in another
+ * order (not bitwise). */
+#include "multi-common.h"
+
+int main(void) {
+    static float ref_lg[MNG * MV];
+    int32_t ref_toks[MNG];
+    static const pkv_type types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0};
+    static const char *archs[] = {"qwen3", "qwen2"};
+    for (int t = 0; t < 2; t++) {
+        mc_make(types[t], archs[t]);
+        pkv_model *single = mc_load("cpu", NULL, false);
+        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
+        REQUIRE(sc != NULL);
+        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, 1e-10);
+        mc_kv_ops("cpu:1,cpu:2", false, single, sc);
+        mc_kv_ops("cpu:1,cpu:2", true, single, sc);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
+    /* 8 KV heads over 9 devices: a device would get no whole KV group */
+    pkv_model *bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7,cpu:8,cpu:9", NULL, false);
+    CHECK(bad == NULL);
+    CHECK_MSG("cannot be split over 9 devices");
+    CHECK_MSG("whole KV-head groups");
+    bad = mc_load("cpu:1,cpu:2", "1,0", false);
+    CHECK(bad == NULL);
+    CHECK_MSG("positive numbers");
+    bad = mc_load("cpu:1,cpu:1", NULL, false);
+    CHECK(bad == NULL);
+    CHECK_MSG("listed twice");
+    /* q8_0 columns: 8 heads of 32 over 3 devices 1,1,1 gives 3/3/2 heads: whole
+     * blocks of 32 columns, fine; a head size of 16 with 3 heads on a device is not */
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.type = PKV_TYPE_Q8_0;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 4;
+    p.head_dim = 16;
+    p.n_ff = 128;
+    void *img;
+    size_t size;
+    REQUIRE(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_model_params mp = pkv_model_default_params();
+    mp.devices = "cpu:1,cpu:2";
+    mp.split = "3,1";
+    bad = pkv_model_load_memory(img, size, "q8-16", mp);
+    CHECK(bad == NULL);
+    CHECK_MSG("block of 32");
+    pkv_model_free(bad);
+    pkv_mkmodel_free_memory(img);
+    pkv_mkmodel_free_memory(mc_img);
+    return th_done();
+}
