@@ -238,6 +238,36 @@ static void test_greedy(void) {
         spec_greedy(t_cpu, d, 3, pen, &ref_pen, "shared-KV draft, repeat penalty");
         pkv_model_free(d);
     }
+
+    /* a target split over cpu and cpu:1 (tensor parallelism, sharded KV): an
+     * own-cache draft works as on one device; a shared-KV draft cannot reach
+     * both shards (I6) */
+    pkv_model_params sp = pkv_model_default_params();
+    sp.devices = "cpu,cpu:1";
+    sp.n_threads = 2;
+    pkv_model *t_split = pkv_model_load(g_target, sp);
+    if (!t_split) TH_FAIL("split target: %s", pkv_errmsg());
+    if (t_split) {
+        static reference ref_split;
+        plain_greedy(t_split, greedy, &ref_split);
+        pkv_model *d = load(d_far, NULL, pkv_model_device(t_split));
+        if (d) {
+            spec_greedy(t_split, d, 3, greedy, &ref_split, "far draft, target split over cpu and cpu:1");
+            pkv_model_free(d);
+        }
+        d = load(d_shared, NULL, pkv_model_device(t_split));
+        pkv_kv_cache *c = d ? cache(t_split) : NULL;
+        pkv_context *ctx = c ? pkv_context_create(t_split, c, 0) : NULL;
+        if (ctx) {
+            CHECK(pkv_spec_create(ctx, d, pkv_spec_default_params()) == NULL);
+            CHECK_MSG("draft layer 0 shares KV layer 3 heads");
+            CHECK_MSG("place the draft on");
+        }
+        pkv_context_free(ctx);
+        pkv_kv_cache_free(c);
+        pkv_model_free(d);
+        pkv_model_free(t_split);
+    }
     pkv_model_free(t_cpu1);
     pkv_model_free(t_cpu);
 }
