@@ -272,6 +272,54 @@ static void test_greedy(void) {
     pkv_model_free(t_cpu);
 }
 
+/* A pool that runs out mid-generation: a recoverable status, the tokens emitted
+ * so far are plain greedy's, the target stays usable. */
+static void test_out_of_pages(void) {
+    static const int32_t kv31[2] = {3, 1};
+    char d_shared[512];
+    snprintf(d_shared, sizeof d_shared, "%s", th_tmp("spec-shared-oop.gguf"));
+    REQUIRE_VOID(write_model(d_shared, g_target, 2, kv31, 7, false));
+    pkv_model *t = load(g_target, "cpu", NULL);
+    REQUIRE_VOID(t);
+    pkv_model *drafts[2] = {t, load(d_shared, NULL, pkv_model_device(t))};
+    pkv_sampler_params greedy = pkv_sampler_default_params();
+    greedy.temp = 0;
+    static reference ref;
+    plain_greedy(t, greedy, &ref);
+    int64_t live = pkv_alloc_live();
+    for (int k = 0; k < 2 && drafts[1]; k++) {
+        pkv_cache_params cp = pkv_cache_default_params();
+        cp.n_ctx = 256;
+        cp.page_size = 8;
+        cp.n_pages = 5; /* 40 tokens: the prompt and about 25 more */
+        pkv_kv_cache *c = pkv_model_cache_create(t, cp);
+        pkv_context *ctx = c ? pkv_context_create(t, c, 0) : NULL;
+        pkv_sampler *smp = pkv_sampler_create(greedy, 320);
+        REQUIRE_VOID(ctx && smp);
+        CHECK_OK(pkv_context_decode(ctx, k_prompt, NP));
+        pkv_spec *s = pkv_spec_create(ctx, drafts[k], pkv_spec_default_params());
+        REQUIRE_VOID(s);
+        toklist o = {{0}, 0};
+        pkv_spec_stats st;
+        CHECK_STATUS(pkv_spec_generate(s, smp, NG, collect, &o, &st), PKV_ERR_OUT_OF_PAGES);
+        CHECK(o.n > 10 && o.n < NG);
+        CHECK_MEM(o.t, ref.out.t, (size_t)o.n * sizeof(int32_t));
+        int64_t n = pkv_context_n_tokens(ctx);
+        CHECK_INT(n, NP + o.n - 1); /* as after pkv_generate: every emitted token but the last */
+        /* still usable: roll back, decode, continue */
+        CHECK_OK(pkv_context_truncate(ctx, NP));
+        CHECK_OK(pkv_context_decode(ctx, &ref.out.t[0], 1));
+        CHECK_INT(pkv_context_n_tokens(ctx), NP + 1);
+        pkv_spec_free(s);
+        pkv_sampler_free(smp);
+        pkv_context_free(ctx);
+        pkv_kv_cache_free(c);
+    }
+    CHECK_INT(pkv_alloc_live(), live);
+    pkv_model_free(drafts[1]);
+    pkv_model_free(t);
+}
+
 /* ---------------------------------------------------------------- sampling */
 
 static void softmax(const float *l, double temp, double *p) {
@@ -517,6 +565,7 @@ int main(void) {
     if (!probe) return th_skip("cannot open cpu:1");
     pkv_device_close(probe);
     test_greedy();
+    test_out_of_pages();
     test_sampling();
     test_errors();
     return th_done();
