@@ -780,8 +780,8 @@ typedef struct pkv_spec_stats {
  * here (pkv_context_attach, I6): a layer the target's cache lacks, other KV heads,
  * head sizes or dtype, or a device that cannot reach where the target's KV is
  * stored is an error naming the draft layer, the cache layer, both devices and
- * the fix. Both models must outlive the result. NULL on failure (nothing stays
- * allocated). */
+ * the fix. Both models, the target context and its cache must outlive the
+ * result. NULL on failure (nothing stays allocated). */
 pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params p);
 /* Frees the draft's context and cache; the target context stays. NULL: no-op. */
 void pkv_spec_free(pkv_spec *s);
@@ -794,8 +794,9 @@ pkv_context *pkv_spec_draft_context(pkv_spec *s);
  * last, with the logits of its last token). Needs target logits. The draft
  * catches up with the target's tokens by itself (the target may be changed
  * between calls: the draft keeps the common prefix and decodes the rest).
- * *stats (may be NULL) gets this call's counters. On error the tokens emitted
- * so far stay in the target, and the target context may lack logits. */
+ * *stats (may be NULL) gets this call's counters. On error (e.g.
+ * PKV_ERR_OUT_OF_PAGES, recoverable) the tokens emitted so far stay committed:
+ * the target holds all of them but the last, with its logits, as on success. */
 pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
                              pkv_spec_stats *stats);
 

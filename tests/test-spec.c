@@ -306,6 +306,14 @@ static void test_out_of_pages(void) {
         CHECK_MEM(o.t, ref.out.t, (size_t)o.n * sizeof(int32_t));
         int64_t n = pkv_context_n_tokens(ctx);
         CHECK_INT(n, NP + o.n - 1); /* as after pkv_generate: every emitted token but the last */
+        const float *lg = pkv_context_logits(ctx); /* and the logits of its last token */
+        CHECK(lg != NULL);
+        if (lg) {
+            int b = 0;
+            for (int i = 1; i < 320; i++)
+                if (lg[i] > lg[b]) b = i;
+            CHECK_INT(b, o.t[o.n - 1]);
+        }
         /* still usable: roll back, decode, continue */
         CHECK_OK(pkv_context_truncate(ctx, NP));
         CHECK_OK(pkv_context_decode(ctx, &ref.out.t[0], 1));
