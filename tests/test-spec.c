@@ -563,6 +563,18 @@ static void test_errors(void) {
     CHECK(strcmp(out, plain) == 0);
     CHECK_INT(cli(true, "run -m %s -n 40 --temp 0 --draft %s", g_target, g_target), 0);
     HAS("accepted (100.0%)");
+    /* bench spec: the built-in model as its own draft accepts everything; 16
+     * tokens at K = 4 are 5 + 5 + 5 + 1 in 4 target steps */
+    CHECK_INT(cli(false, "bench spec --json -n 16 --reps 1"), 0);
+    HAS("\"acceptance_rate\": 1.0000");
+    HAS("\"tokens_per_target_step\": 4.000");
+    HAS("\"target_steps\": 4,");
+    HAS("\"greedy_match\": true");
+    CHECK_INT(cli(false, "bench spec -m %s --draft %s --json -n 24 --reps 1 --draft-max 2", g_target, d_shared), 0);
+    HAS("\"draft_kind\": \"shared-kv\"");
+    HAS("\"greedy_match\": true");
+    CHECK_INT(cli(true, "bench spec -m %s --draft %s --draft-device cpu:1", g_target, d_shared), 1);
+    HAS("place the draft on cpu");
 }
 
 int main(void) {
