@@ -328,6 +328,74 @@ static void test_out_of_pages(void) {
     pkv_model_free(t);
 }
 
+/* On a Vulkan device (when there is one) the verification step batches K + 1
+ * tokens where plain decoding runs one: kernels may round differently. Greedy
+ * outputs must agree; a difference is accepted only at a near-tie of plain
+ * decoding's top two logits (then the rest legitimately diverges), and reported. */
+static void test_vulkan(void) {
+    pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (!v) {
+        fprintf(stderr, "no vulkan:0 (%s): the Vulkan checks are skipped\n", pkv_errmsg());
+        return;
+    }
+    enum { NV = 20 };
+    static const int32_t kv31[2] = {3, 1};
+    char d_shared[512], d_far[512];
+    snprintf(d_shared, sizeof d_shared, "%s", th_tmp("spec-shared-vk.gguf"));
+    snprintf(d_far, sizeof d_far, "%s", th_tmp("spec-far-vk.gguf"));
+    pkv_model *t = write_model(d_shared, g_target, 2, kv31, 7, false) && write_model(d_far, g_target, 1, NULL, 99, false)
+                       ? load(g_target, NULL, v)
+                       : NULL;
+    pkv_kv_cache *c = t ? cache(t) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(t, c, 0) : NULL;
+    int32_t ref[NV];
+    float gap[NV];
+    if (ctx && !pkv_context_decode(ctx, k_prompt, NP)) {
+        for (int i = 0; i < NV; i++) { /* plain greedy, one token per step, with the top-2 gap of each step */
+            const float *lg = pkv_context_logits(ctx);
+            int b = 0, b2 = -1;
+            for (int k = 1; k < 320; k++)
+                if (lg[k] > lg[b]) b = k;
+            for (int k = 0; k < 320; k++)
+                if (k != b && (b2 < 0 || lg[k] > lg[b2])) b2 = k;
+            ref[i] = b;
+            gap[i] = lg[b] - lg[b2];
+            if (i + 1 < NV) CHECK_OK(pkv_context_decode(ctx, &ref[i], 1));
+        }
+        const char *paths[2] = {d_far, d_shared};
+        for (int k = 0; k < 2; k++) {
+            pkv_model *d = load(paths[k], NULL, v);
+            pkv_context *sc = d ? pkv_context_create(t, c, 0) : NULL;
+            pkv_sampler_params gp = pkv_sampler_default_params();
+            gp.temp = 0;
+            pkv_sampler *smp = pkv_sampler_create(gp, 320);
+            pkv_spec_params p = pkv_spec_default_params();
+            p.draft_max = 3;
+            pkv_spec *s = sc && smp && !pkv_context_decode(sc, k_prompt, NP) ? pkv_spec_create(sc, d, p) : NULL;
+            toklist o = {{0}, 0};
+            if (!s) TH_FAIL("vulkan spec setup: %s", pkv_errmsg());
+            else CHECK_OK(pkv_spec_generate(s, smp, NV, collect, &o, NULL));
+            CHECK_INT(o.n, NV);
+            for (int i = 0; i < o.n && i < NV; i++) {
+                if (o.t[i] == ref[i]) continue;
+                if (gap[i] < 1e-3f) fprintf(stderr, "vulkan: token %d flips at a near-tie (gap %g): accepted\n", i, (double)gap[i]);
+                else TH_FAIL("vulkan, %s draft: token %d is %d, plain greedy %d (top-2 gap %g)", k ? "shared-KV" : "own-cache", i,
+                             o.t[i], ref[i], (double)gap[i]);
+                break;
+            }
+            fprintf(stderr, "vulkan, %s draft: %d greedy tokens checked against plain greedy\n", k ? "shared-KV" : "own-cache", o.n);
+            pkv_spec_free(s);
+            pkv_sampler_free(smp);
+            pkv_context_free(sc);
+            pkv_model_free(d);
+        }
+    }
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(t);
+    pkv_device_close(v);
+}
+
 /* ---------------------------------------------------------------- sampling */
 
 static void softmax(const float *l, double temp, double *p) {
@@ -586,6 +654,7 @@ int main(void) {
     pkv_device_close(probe);
     test_greedy();
     test_out_of_pages();
+    test_vulkan();
     test_sampling();
     test_errors();
     return th_done();
