@@ -109,7 +109,8 @@ size_t pkv_type_row_bytes(pkv_type t, size_t n);
 
 /* A device: a backend instance with its own memory and in-order queue.
  * Device memory is opaque (invariant I1): it is reached only through the
- * transfer functions below, at any byte offset (I2). */
+ * transfer functions below, at any byte offset (I2). A device, and everything
+ * using it, is driven by one thread at a time. */
 typedef struct pkv_device pkv_device;
 typedef struct pkv_buffer pkv_buffer;
 
@@ -526,7 +527,9 @@ typedef struct pkv_model_info {
     const char *arch;        /* "llama", "qwen2", "qwen3" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn */
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
-    uint64_t weight_bytes;   /* bytes of weights on the device */
+    uint64_t weight_bytes;   /* bytes of weights on the devices */
+    uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
+                                        embedding table, of which it reads one row */
     bool has_vocab;          /* false for tokenizer.ggml.model = none */
     int n_devices;           /* devices the layers are split over */
     bool kv_on_host;
@@ -558,7 +561,7 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
  * printable words (or none). */
 typedef struct pkv_mkmodel_params {
     const char *arch;    /* "llama" (default), "qwen2", "qwen3" */
-    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0 */
+    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
     int n_head;          /* 0 = 4 */
@@ -570,6 +573,8 @@ typedef struct pkv_mkmodel_params {
     uint64_t seed;       /* 0 = 1 */
     bool no_vocab;       /* tokenizer.ggml.model = none, only <arch>.vocab_size */
     bool tied;           /* no output.weight: tied embeddings */
+    bool k_mixture;      /* with type q4_k: a "Q4_K_M"-style mixture, q6_k for the output
+                            matrix and for attn_v and ffn_down of every other layer */
     const char *draft_of; /* a target GGUF: make a draft model for it. Copies the target's
                              vocabulary (every tokenizer.* key), architecture, n_embd, heads,
                              KV heads, head size, n_ff, context, RoPE and norm settings (the

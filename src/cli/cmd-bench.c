@@ -5,7 +5,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "base/base.h" /* thread pool for the bandwidth probe */
+#include "base/base.h"     /* thread pool for the bandwidth probe */
+#include "device/device.h" /* the attention kernel, for paged vs contiguous */
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "pagekv.h"
@@ -85,6 +86,126 @@ static double measure_bandwidth(int threads) {
     pkv_pool_free(pool);
     free(p);
     return (double)bytes / best / 1e9;
+}
+
+/* -------------------------------------------------------------- FMA peak */
+
+typedef struct {
+    long iters;
+    double sink[64];
+} fma_job;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
+    /* 12 independent accumulators hide the FMA latency (4-5 cycles, 2 ports) */
+    __m256 a[12], m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(0.0001f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    float out[8];
+    __m256 t = a[0];
+    for (int i = 1; i < 12; i++) t = _mm256_add_ps(t, a[i]);
+    _mm256_storeu_ps(out, t);
+    return out[0];
+}
+#define FMA_FLOPS_PER_ITER (12.0 * 8 * 2)
+static bool fma_available(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+static double fma_loop(long iters) {
+    volatile float a = 1;
+    for (long k = 0; k < iters; k++) a = a * 0.9999f + 0.0001f;
+    return a;
+}
+#define FMA_FLOPS_PER_ITER 2.0
+static bool fma_available(void) { return true; }
+#endif
+
+static void fma_task(int i, int n, void *arg) {
+    (void)n;
+    fma_job *j = arg;
+    j->sink[i % 64] = fma_loop(j->iters);
+}
+
+/* Peak f32 FMA throughput of n threads, GFLOP/s (0 without AVX2+FMA). */
+static double measure_fma_peak(int threads) {
+    if (!fma_available()) return 0;
+    pkv_pool *pool = pkv_pool_create(threads);
+    fma_job j = {20000000, {0}};
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = pkv_time_now();
+        pkv_pool_run(pool, pkv_pool_threads(pool), fma_task, &j);
+        double t = pkv_time_now() - t0;
+        if (t < best) best = t;
+    }
+    int n = pkv_pool_threads(pool);
+    pkv_pool_free(pool);
+    return FMA_FLOPS_PER_ITER * (double)j.iters * n / best / 1e9;
+}
+
+/* ------------------------------------------------- paged vs contiguous */
+
+/* Microseconds per decode-step attention call over `depth` f16 tokens of one
+ * layer (n_kv heads of dk, n_head query heads): with the KV in pages of 16
+ * tokens in shuffled order (what a long-running cache looks like), and in one
+ * contiguous run (a single page of depth tokens: the plain contiguous layout). */
+static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, double *paged_us, double *contig_us) {
+    size_t kv_bytes = (size_t)depth * (size_t)n_kv * (size_t)dk * 2;
+    int ps = 16, n_pages = (depth + ps - 1) / ps;
+    pkv_buffer *k = pkv_buffer_alloc(dev, kv_bytes), *v = pkv_buffer_alloc(dev, kv_bytes);
+    pkv_buffer *q = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4), *o = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4);
+    pkv_buffer *meta = pkv_buffer_alloc(dev, (size_t)(n_pages + 8) * 4);
+    int32_t *mh = malloc((size_t)(n_pages + 8) * sizeof *mh);
+    uint16_t *fill = malloc(kv_bytes);
+    int rc = 1;
+    if (!k || !v || !q || !o || !meta || !mh || !fill) goto out;
+    for (size_t i = 0; i < kv_bytes / 2; i++) fill[i] = pkv_f32_to_f16((float)((i * 7919) % 1000) / 1000.0f - 0.5f);
+    if (pkv_buffer_write(k, 0, fill, kv_bytes) || pkv_buffer_write(v, 0, fill, kv_bytes) ||
+        pkv_buffer_write(q, 0, fill, (size_t)n_head * (size_t)dk * 4))
+        goto out;
+    for (int pass = 0; pass < 2; pass++) {
+        bool paged = pass == 0;
+        int page_size = paged ? ps : depth, np = paged ? n_pages : 1;
+        /* meta: q_seq[1] q_len[1] indptr[2] pages[np] */
+        mh[0] = 0;
+        mh[1] = depth;
+        mh[2] = 0;
+        mh[3] = np;
+        uint64_t r = 12345;
+        for (int i = 0; i < np; i++) mh[4 + i] = i;
+        for (int i = np - 1; paged && i > 0; i--) { /* shuffle the page order */
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            int j = (int)((r >> 33) % (uint64_t)(i + 1)), t = mh[4 + i];
+            mh[4 + i] = mh[4 + j];
+            mh[4 + j] = t;
+        }
+        if (pkv_buffer_write(meta, 0, mh, (size_t)(4 + np) * 4)) goto out;
+        pkv_k_attention_args a = {.q = pkv_tref_make(q, 0), .k = pkv_tref_make(k, 0), .v = pkv_tref_make(v, 0),
+                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .kv_type = PKV_TYPE_F16,
+                                  .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
+                                  .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dk, .scale = 0.088f};
+        int reps = 30;
+        double best = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+            double t0 = pkv_time_now();
+            if (pkv_k_attention(dev, &a) || pkv_device_sync(dev)) goto out;
+            double t = pkv_time_now() - t0;
+            if (t < best) best = t;
+        }
+        *(paged ? paged_us : contig_us) = best * 1e6;
+    }
+    rc = 0;
+out:
+    if (rc) pkv_cli_fail("bench model", "attention", PKV_ERR_DEVICE);
+    free(mh);
+    free(fill);
+    pkv_buffer_free(k);
+    pkv_buffer_free(v);
+    pkv_buffer_free(q);
+    pkv_buffer_free(o);
+    pkv_buffer_free(meta);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- model */
@@ -167,12 +288,26 @@ int pkv_cli_bench_model(int argc, char **argv) {
     if (!c) goto out;
     if ((rc = measure(m, c, info.n_vocab, 0, (int)n_prefill, (int)n_decode, &s0))) goto out;
     if (depth > 0 && (rc = measure(m, c, info.n_vocab, (int)depth, (int)n_prefill, (int)n_decode, &sd))) goto out;
+    double attn_paged = 0, attn_contig = 0;
+    if ((rc = bench_attention(pkv_model_device(m), depth > 0 ? (int)depth : 4096, info.n_head, info.n_head_kv, info.head_dim,
+                              &attn_paged, &attn_contig)))
+        goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
         double bw = measure_bandwidth(threads);
         /* Decode reads every weight once per token, except the embedding table, of
-         * which it reads one row (tied models read it whole as the output matrix). */
-        double bytes_per_token = (double)info.weight_bytes;
+         * which it reads one row (tied models read it whole as the output matrix):
+         * see pkv_model_info.decode_bytes_per_token. */
+        double bytes_per_token = (double)info.decode_bytes_per_token;
+        double peak = measure_fma_peak(threads);
+        /* 2 FLOPs per weight per token for every matrix a token goes through
+         * (all but the embedding table, plus the output matrix for the 1 row of
+         * logits in a prefill step: not counted) plus attention: 4 * heads * dk
+         * per token and visible key, half a prompt visible on average */
+        double mat_params = (double)info.n_layer * ((double)info.n_embd * info.head_dim * (2.0 * info.n_head + 2.0 * info.n_head_kv) +
+                                                   3.0 * info.n_embd * info.n_ff);
+        double attn = (double)info.n_layer * 4.0 * info.n_head * info.head_dim * (double)n_prefill / 2;
+        double gflops = (2 * mat_params + attn) * s0.prefill_tok_s / 1e9;
         double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
@@ -182,11 +317,15 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
-                   "\"bandwidth_gbps\": %.2f, \"roofline_tok_s\": %.2f, \"roofline_fraction\": %.3f, \"peak_rss_mib\": %.1f}",
+                   "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
+                   "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
+                   "\"attn_paged_vs_contiguous\": %.3f, \"gflops\": %.1f, \"fma_peak_gflops\": %.1f, "
+                   "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f}",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
-                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, roofline,
-                   roofline > 0 ? s0.decode_tok_s / roofline : 0, peak_mib);
+                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
+                   roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
+                   attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib);
             if (argv[0] && strcmp(argv[0], "all") != 0) printf("\n");
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
@@ -195,6 +334,10 @@ int pkv_cli_bench_model(int argc, char **argv) {
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
             printf("memory read bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n", bw, roofline,
                    roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
+            printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
+                   attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);
+            printf("prefill %.1f GFLOP/s of a measured FMA peak of %.1f GFLOP/s (%.1f%%)\n", gflops, peak,
+                   peak > 0 ? 100 * gflops / peak : 0);
             printf("peak RSS %.1f MiB\n", peak_mib);
         }
         rc = 0;

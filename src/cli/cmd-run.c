@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -650,11 +651,13 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] -o FILE.gguf\n"
                    "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
+                   "q4_k_m: q4_k with q6_k for the output matrix and every other layer's attn_v and ffn_down.\n"
+                   
                    "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512.\n"
                    "Drafts for speculative decoding ('pagekv run --draft'):\n"
                    "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
@@ -667,7 +670,10 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             if (!(p.arch = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--type")) {
             if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            if (pkv_type_from_name(v, &p.type)) {
+            if (!strcasecmp(v, "q4_k_m")) {
+                p.type = PKV_TYPE_Q4_K;
+                p.k_mixture = true;
+            } else if (pkv_type_from_name(v, &p.type)) {
                 fprintf(stderr, "pagekv mkmodel: unknown type '%s'\n", v);
                 return 2;
             }

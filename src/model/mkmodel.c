@@ -53,6 +53,17 @@ static pkv_status add(gen *G, const char *name, pkv_type type, int64_t cols, int
     return pkv_gguf_writer_add_tensor(G->w, name, type, rows > 1 ? 2 : 1, ne, G->q, row * (size_t)rows);
 }
 
+/* The type of a matrix: p->type, or for the "Q4_K_M"-style mixture (k_mixture
+ * with type q4_k) q6_k for the output matrix and for attn_v and ffn_down of every
+ * other layer, as published Q4_K_M files mix them (llama.cpp's exact layer choice
+ * differs; the point is a file with both types). */
+static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) {
+    if (!p->k_mixture) return p->type;
+    if (!strcmp(what, "output")) return PKV_TYPE_Q6_K;
+    if ((!strcmp(what, "attn_v") || !strcmp(what, "ffn_down")) && layer % 2 == 0) return PKV_TYPE_Q6_K;
+    return p->type;
+}
+
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3"))
@@ -74,6 +85,9 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (p->n_vocab < (p->no_vocab ? 2 : 300) || p->n_vocab > (1 << 20))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: vocabulary of %d tokens: need %d to %d", p->n_vocab, p->no_vocab ? 2 : 300,
                        1 << 20);
+    if (p->k_mixture && p->type != PKV_TYPE_Q4_K)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: the k-quant mixture is made of q4_k and q6_k (type q4_k), not %s",
+                       pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
     size_t blk = pkv_type_block_elems(p->type);
     if (!blk || p->type == PKV_TYPE_I32 || p->type == PKV_TYPE_Q8_K)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: weight type %s is not supported", pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
@@ -222,7 +236,12 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     } while (0)
     TRY(pkv_gguf_writer_add_str(G.w, "general.architecture", a));
     TRY(pkv_gguf_writer_add_str(G.w, "general.name", "pagekv random test model"));
-    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", (uint32_t)p.type));
+    /* general.file_type uses llama.cpp's file-type ids, not tensor types: only
+     * the ones this writer can make */
+    uint32_t ftype = p.type == PKV_TYPE_F32 ? 0 : p.type == PKV_TYPE_F16 ? 1 : p.type == PKV_TYPE_Q4_0 ? 2 : p.type == PKV_TYPE_Q8_0 ? 7
+                   : p.type == PKV_TYPE_BF16 ? 32 : p.type == PKV_TYPE_Q6_K ? 18 : p.type == PKV_TYPE_Q5_K ? 17
+                   : p.k_mixture ? 15 : 14; /* q4_k: 14 = Q4_K_S, 15 = Q4_K_M */
+    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", ftype));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)p.n_layer));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)p.n_ctx));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
@@ -260,14 +279,14 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     double lin_e = sqrt(3.0 / (double)E), lin_q = sqrt(3.0 / (double)qd), lin_f = sqrt(3.0 / (double)p.n_ff);
     TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));
     TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
-    if (!p.tied) TRY(add(&G, "output.weight", p.type, E, p.n_vocab, 0.0, 3.0 * lin_e));
+    if (!p.tied) TRY(add(&G, "output.weight", mtype(&p, "output", 0), E, p.n_vocab, 0.0, 3.0 * lin_e));
     for (int l = 0; l < p.n_layer; l++) {
         char n[96];
 #define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
         T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
         T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
-        T("attn_v.weight", p.type, E, kd, 0.0, lin_e);
+        T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
         if (!strcmp(a, "qwen2")) {
             T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
             T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
@@ -281,7 +300,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
         T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
-        T("ffn_down.weight", p.type, p.n_ff, E, 0.0, lin_f);
+        T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
 #undef T
     }
 #undef KEY

@@ -536,6 +536,10 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->n_ctx_train = m->hp.n_ctx_train;
     info->weight_type = pkv_type_name(m->main_type);
     info->weight_bytes = m->weight_bytes;
+    {
+        size_t embd = pkv_buffer_size(m->tok_embd.buf), row = pkv_type_row_bytes(m->tok_embd.type, (size_t)m->hp.n_embd);
+        info->decode_bytes_per_token = m->tied ? m->weight_bytes : m->weight_bytes - embd + row;
+    }
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
     info->load_seconds = m->load_seconds;
     info->shared_kv = m->kv_layer != NULL;
