@@ -68,15 +68,6 @@ static void bb_zeros(bb *b, size_t n) {
 
 /* ------------------------------------------------------------ helpers */
 
-#define REQUIRE_VOID(cond)                                                            \
-    do {                                                                              \
-        th_checks++;                                                                  \
-        if (!(cond)) {                                                                \
-            TH_FAIL("required: %s (%s)", #cond, pkv_errmsg());                        \
-            return;                                                                   \
-        }                                                                             \
-    } while (0)
-
 /* Open n bytes (copied into an exact-size heap block, so ASan catches any
  * read past the end) and expect rejection with status want and a message
  * containing sub and the label; nothing may stay allocated. */

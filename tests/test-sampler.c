@@ -11,15 +11,6 @@
 #include "testhelp.h"
 
 /* REQUIRE for void test functions. */
-#define REQUIRE_VOID(cond)                                                            \
-    do {                                                                              \
-        th_checks++;                                                                  \
-        if (!(cond)) {                                                                \
-            TH_FAIL("required: %s (%s)", #cond, pkv_errmsg());                        \
-            return;                                                                   \
-        }                                                                             \
-    } while (0)
-
 
 static pkv_sampler_params plain(void) { /* temp 1, every filter off */
     pkv_sampler_params p = pkv_sampler_default_params();

@@ -9,15 +9,6 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-#define REQUIRE_VOID(cond)                                                             \
-    do {                                                                               \
-        th_checks++;                                                                   \
-        if (!(cond)) {                                                                 \
-            TH_FAIL("required: %s (%s)", #cond, pkv_errmsg());                         \
-            return;                                                                    \
-        }                                                                              \
-    } while (0)
-
 /* Pre-tokenize and compare with the expected pieces (NULL-terminated list). */
 static void check_split(int line, const char *pre, const char *text, size_t len,
                         const char *const *want) {

@@ -12,9 +12,10 @@
 #include "pagekv.h"
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: pagekv bench kv [options] | model [options] | all [options]\n"
+    fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | all [options]\n"
                "  bench kv     fork, copy-on-write, swap, shift, append on a 28-layer f16 layout\n"
                "  bench model  prefill and decode tokens/s, memory bandwidth and decode roofline\n"
+               "  bench spec   speculative vs plain decoding: acceptance, tokens per target step, speed-up\n"
                "  bench all    both, one JSON object {\"kv\": ..., \"model\": ...}\n"
                "'pagekv bench kv --help' and 'pagekv bench model --help' list the options.\n");
 }
@@ -26,6 +27,7 @@ int pkv_cli_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "kv")) return pkv_cli_bench_kv(argc - 1, argv + 1);
     if (!strcmp(argv[1], "model")) return pkv_cli_bench_model(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "spec")) return pkv_cli_bench_spec(argc - 1, argv + 1);
     if (!strcmp(argv[1], "all")) {
         /* kv takes --json/--device; model takes the rest: pass everything to model,
          * only --json to kv. */
@@ -84,6 +86,62 @@ static double measure_bandwidth(int threads) {
     pkv_pool_free(pool);
     free(p);
     return (double)bytes / best / 1e9;
+}
+
+/* -------------------------------------------------------------- FMA peak */
+
+typedef struct {
+    long iters;
+    double sink[64];
+} fma_job;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
+    /* 12 independent accumulators hide the FMA latency (4-5 cycles, 2 ports) */
+    __m256 a[12], m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(0.0001f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    float out[8];
+    __m256 t = a[0];
+    for (int i = 1; i < 12; i++) t = _mm256_add_ps(t, a[i]);
+    _mm256_storeu_ps(out, t);
+    return out[0];
+}
+#define FMA_FLOPS_PER_ITER (12.0 * 8 * 2)
+static bool fma_available(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+static double fma_loop(long iters) {
+    volatile float a = 1;
+    for (long k = 0; k < iters; k++) a = a * 0.9999f + 0.0001f;
+    return a;
+}
+#define FMA_FLOPS_PER_ITER 2.0
+static bool fma_available(void) { return true; }
+#endif
+
+static void fma_task(int i, int n, void *arg) {
+    (void)n;
+    fma_job *j = arg;
+    j->sink[i % 64] = fma_loop(j->iters);
+}
+
+/* Peak f32 FMA throughput of n threads, GFLOP/s (0 without AVX2+FMA). */
+static double measure_fma_peak(int threads) {
+    if (!fma_available()) return 0;
+    pkv_pool *pool = pkv_pool_create(threads);
+    fma_job j = {20000000, {0}};
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = pkv_time_now();
+        pkv_pool_run(pool, pkv_pool_threads(pool), fma_task, &j);
+        double t = pkv_time_now() - t0;
+        if (t < best) best = t;
+    }
+    int n = pkv_pool_threads(pool);
+    pkv_pool_free(pool);
+    return FMA_FLOPS_PER_ITER * (double)j.iters * n / best / 1e9;
 }
 
 /* ------------------------------------------------- paged vs contiguous */
@@ -241,6 +299,15 @@ int pkv_cli_bench_model(int argc, char **argv) {
          * which it reads one row (tied models read it whole as the output matrix):
          * see pkv_model_info.decode_bytes_per_token. */
         double bytes_per_token = (double)info.decode_bytes_per_token;
+        double peak = measure_fma_peak(threads);
+        /* 2 FLOPs per weight per token for every matrix a token goes through
+         * (all but the embedding table, plus the output matrix for the 1 row of
+         * logits in a prefill step: not counted) plus attention: 4 * heads * dk
+         * per token and visible key, half a prompt visible on average */
+        double mat_params = (double)info.n_layer * ((double)info.n_embd * info.head_dim * (2.0 * info.n_head + 2.0 * info.n_head_kv) +
+                                                   3.0 * info.n_embd * info.n_ff);
+        double attn = (double)info.n_layer * 4.0 * info.n_head * info.head_dim * (double)n_prefill / 2;
+        double gflops = (2 * mat_params + attn) * s0.prefill_tok_s / 1e9;
         double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
@@ -252,12 +319,13 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
                    "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
                    "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
-                   "\"attn_paged_vs_contiguous\": %.3f, \"peak_rss_mib\": %.1f}",
+                   "\"attn_paged_vs_contiguous\": %.3f, \"gflops\": %.1f, \"fma_peak_gflops\": %.1f, "
+                   "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f}",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
                    s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
                    roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
-                   attn_contig > 0 ? attn_paged / attn_contig : 0, peak_mib);
+                   attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib);
             if (argv[0] && strcmp(argv[0], "all") != 0) printf("\n");
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
@@ -268,6 +336,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
             printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
                    attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);
+            printf("prefill %.1f GFLOP/s of a measured FMA peak of %.1f GFLOP/s (%.1f%%)\n", gflops, peak,
+                   peak > 0 ? 100 * gflops / peak : 0);
             printf("peak RSS %.1f MiB\n", peak_mib);
         }
         rc = 0;

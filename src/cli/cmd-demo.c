@@ -316,7 +316,7 @@ int pkv_cli_demo(int argc, char **argv) {
     }
     for (int i = 0; i < n_runs; i++) {
         const char *label = i < n ? names[i] : sharded[i - n];
-        if (!strcmp(label, "faulty")) continue; /* it fails check by design; see `pagekv check` */
+        if (!only && !strcmp(label, "faulty")) continue; /* shown by `pagekv check`; `demo --device faulty` runs it */
         pkv_model_params mp = pkv_model_default_params();
         char devs[160];
         if (i < n) {

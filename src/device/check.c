@@ -247,6 +247,8 @@ pkv_status pkv_check_transfers(pkv_device *dev, pkv_check_params p, pkv_check_re
     t.iters = p.iterations > 0 ? p.iterations : 2000;
     t.r.s = seed_of(p, 1);
     reporter rep = {dev->caps.name, report, user, true};
+    bool was_raw = dev->raw;
+    dev->raw = true; /* test the backend's own primitives, not the safe routing */
     t.b = pkv_buffer_alloc(dev, t.size);
     t.shadow = pkv_malloc(t.size);
     t.tmp = pkv_malloc(t.size);
@@ -289,6 +291,7 @@ pkv_status pkv_check_transfers(pkv_device *dev, pkv_check_params p, pkv_check_re
     }
     s = rep.all_passed ? PKV_OK : pkv_err(PKV_ERR_DEVICE, "device %s failed the transfer conformance suite", dev->caps.name);
 done:
+    dev->raw = was_raw;
     pkv_free(t.data);
     pkv_free(t.tmp);
     pkv_free(t.shadow);
@@ -301,6 +304,8 @@ pkv_status pkv_check_cross(pkv_device *a, pkv_device *b, pkv_check_params p, pkv
     char label[140];
     snprintf(label, sizeof label, "%s -> %s", a->caps.name, b->caps.name);
     reporter rep = {label, report, user, true};
+    bool raw_a = a->raw, raw_b = b->raw;
+    a->raw = b->raw = true;
     size_t size = BUF_BYTES;
     rng r = {seed_of(p, 2)};
     pkv_buffer *ba = pkv_buffer_alloc(a, size), *bb = pkv_buffer_alloc(b, size);
@@ -365,6 +370,8 @@ pkv_status pkv_check_cross(pkv_device *a, pkv_device *b, pkv_check_params p, pkv
     emit(&rep, "cross copy_regions", ok, count, pkv_time_now() - t0, detail);
     s = rep.all_passed ? PKV_OK : pkv_err(PKV_ERR_DEVICE, "cross-device copies %s failed", label);
 done:
+    a->raw = raw_a;
+    b->raw = raw_b;
     pkv_free(reg);
     pkv_free(tmp);
     pkv_free(sb);

@@ -45,6 +45,12 @@ struct pkv_device {
     uint64_t allocated; /* bytes in live buffers */
     uint64_t memory_limit;
     int n_buffers;
+    /* Self-check at open (device.c): a primitive that failed it is routed through
+     * a slower path that passed (reads or writes at an offset through whole
+     * prefixes from offset 0); raw turns the routing off, so the conformance
+     * suite sees what the backend itself does. */
+    bool bad_offset_read, bad_offset_write;
+    bool raw;
 };
 
 struct pkv_buffer {

@@ -51,6 +51,8 @@ pkv_status pkv_device_enumerate(int n_extra_cpu, char (*names)[64], int max, int
     return PKV_OK;
 }
 
+static pkv_status self_check(pkv_device *dev);
+
 /* Parse "cpu", "cpu:N", "vulkan:N", "faulty". */
 pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
     if (!name) {
@@ -121,7 +123,64 @@ pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
     snprintf(dev->caps.name, sizeof dev->caps.name, "%s", name);
     dev->caps.has_kernels = ops->kernels != NULL;
     dev->memory_limit = params.memory_limit;
+    if (self_check(dev)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        pkv_device_close(dev);
+        pkv_err(PKV_ERR_DEVICE, "%s", msg);
+        return NULL;
+    }
     return dev;
+}
+
+/* A quick self-check of the transfer primitives at open (a few KiB, well under a
+ * millisecond): reads and writes at offset 0 must work; reads or writes at other
+ * offsets that do not are routed through whole-prefix transfers from offset 0
+ * (slower, correct); anything else makes the device unusable. The full
+ * conformance suite (pagekv check) reports the failure itself. */
+static pkv_status self_check(pkv_device *dev) {
+    enum { N = 4096 };
+    pkv_status s = PKV_OK;
+    uint8_t *a = pkv_malloc(2 * N);
+    pkv_buffer *b = pkv_buffer_alloc(dev, N);
+    if (!a || !b) {
+        s = pkv_err(PKV_ERR_NOMEM, "opening %s: no memory for the transfer self-check", dev->caps.name);
+        goto out;
+    }
+    uint8_t *got = a + N;
+    for (int i = 0; i < N; i++) a[i] = (uint8_t)(i * 131 + 7);
+    if ((s = dev->ops->write(dev->ctx, b->handle, 0, a, N)) || (s = dev->ops->read(dev->ctx, b->handle, 0, got, N))) goto out;
+    if (memcmp(a, got, N) != 0) {
+        s = pkv_err(PKV_ERR_DEVICE, "device %s failed its transfer self-check: a whole-buffer write and read do not round-trip; refusing to use it",
+                    dev->caps.name);
+        goto out;
+    }
+    static const size_t offs[][2] = {{1, 1}, {17, 5}, {100, 300}, {N - 1, 1}, {2048, 2048}};
+    for (size_t k = 0; k < PKV_ARRAY_LEN(offs) && !s; k++) {
+        if ((s = dev->ops->read(dev->ctx, b->handle, offs[k][0], got, offs[k][1]))) goto out;
+        if (memcmp(a + offs[k][0], got, offs[k][1]) != 0) dev->bad_offset_read = true;
+    }
+    for (size_t k = 0; k < PKV_ARRAY_LEN(offs) && !s; k++) {
+        for (size_t i = 0; i < offs[k][1]; i++) a[offs[k][0] + i] ^= 0xa5;
+        if ((s = dev->ops->write(dev->ctx, b->handle, offs[k][0], a + offs[k][0], offs[k][1]))) goto out;
+    }
+    if ((s = dev->ops->read(dev->ctx, b->handle, 0, got, N))) goto out;
+    if (memcmp(a, got, N) != 0) dev->bad_offset_write = true;
+    if (dev->bad_offset_read || dev->bad_offset_write)
+        PKV_WARN("device %s: %s at non-zero offsets failed the self-check; using whole-prefix transfers from offset 0 "
+                 "instead (slower); see 'pagekv check --device %s'",
+                 dev->caps.name, dev->bad_offset_read && dev->bad_offset_write ? "reads and writes" : dev->bad_offset_read ? "reads" : "writes",
+                 dev->caps.name);
+out:
+    pkv_buffer_free(b);
+    pkv_free(a);
+    return s;
+}
+
+bool pkv_device_set_raw(pkv_device *dev, bool raw) {
+    bool was = dev->raw;
+    dev->raw = raw;
+    return was;
 }
 
 void pkv_device_close(pkv_device *dev) {
@@ -203,12 +262,41 @@ static pkv_status check_region(const char *what, const pkv_buffer *buf, size_t o
 static bool overlaps(size_t a, size_t b, size_t n) { return a < b + n && b < a + n; }
 static bool overlaps2(size_t a, size_t an, size_t b, size_t bn) { return a < b + bn && b < a + an; }
 
+/* The backend's read, or for a device whose offset reads failed the self-check,
+ * a read of the whole prefix [0, off + n) from offset 0 (which passed). */
+static pkv_status dev_read(pkv_buffer *src, size_t off, void *dst, size_t n) {
+    pkv_device *d = src->dev;
+    if (off == 0 || !d->bad_offset_read || d->raw) return d->ops->read(d->ctx, src->handle, off, dst, n);
+    uint8_t *tmp = pkv_malloc(off + n);
+    if (!tmp) return pkv_err(PKV_ERR_NOMEM, "read on %s: no memory for the safe offset-read path", d->caps.name);
+    pkv_status s = d->ops->read(d->ctx, src->handle, 0, tmp, off + n);
+    if (!s) memcpy(dst, tmp + off, n);
+    pkv_free(tmp);
+    return s;
+}
+
+/* The backend's write, or for a device whose offset writes failed the
+ * self-check, read-modify-write of the prefix [0, off + n) at offset 0. */
+static pkv_status dev_write(pkv_buffer *dst, size_t off, const void *src, size_t n) {
+    pkv_device *d = dst->dev;
+    if (off == 0 || !d->bad_offset_write || d->raw) return d->ops->write(d->ctx, dst->handle, off, src, n);
+    uint8_t *tmp = pkv_malloc(off + n);
+    if (!tmp) return pkv_err(PKV_ERR_NOMEM, "write on %s: no memory for the safe offset-write path", d->caps.name);
+    pkv_status s = dev_read(dst, 0, tmp, off);
+    if (!s) {
+        memcpy(tmp + off, src, n);
+        s = d->ops->write(d->ctx, dst->handle, 0, tmp, off + n);
+    }
+    pkv_free(tmp);
+    return s;
+}
+
 pkv_status pkv_buffer_write(pkv_buffer *dst, size_t off, const void *src, size_t n) {
     pkv_status s = check_region("write", dst, off, n);
     if (s) return s;
     if (n == 0) return PKV_OK;
     if (!src) return pkv_err(PKV_ERR_INVALID, "write on %s: source pointer is NULL", dst->dev->caps.name);
-    return dst->dev->ops->write(dst->dev->ctx, dst->handle, off, src, n);
+    return dev_write(dst, off, src, n);
 }
 
 pkv_status pkv_buffer_read(pkv_buffer *src, size_t off, void *dst, size_t n) {
@@ -216,7 +304,7 @@ pkv_status pkv_buffer_read(pkv_buffer *src, size_t off, void *dst, size_t n) {
     if (s) return s;
     if (n == 0) return PKV_OK;
     if (!dst) return pkv_err(PKV_ERR_INVALID, "read on %s: destination pointer is NULL", src->dev->caps.name);
-    return src->dev->ops->read(src->dev->ctx, src->handle, off, dst, n);
+    return dev_read(src, off, dst, n);
 }
 
 pkv_status pkv_buffer_fill(pkv_buffer *dst, size_t off, size_t n, uint8_t value) {
@@ -235,8 +323,8 @@ static pkv_status staged_copy(pkv_buffer *src, size_t soff, pkv_buffer *dst, siz
     pkv_status s = PKV_OK;
     for (size_t done = 0; done < n && s == PKV_OK; done += chunk) {
         size_t k = PKV_MIN(chunk, n - done);
-        s = src->dev->ops->read(src->dev->ctx, src->handle, soff + done, stage, k);
-        if (s == PKV_OK) s = dst->dev->ops->write(dst->dev->ctx, dst->handle, doff + done, stage, k);
+        s = dev_read(src, soff + done, stage, k);
+        if (s == PKV_OK) s = dev_write(dst, doff + done, stage, k);
     }
     pkv_free(stage);
     return s;

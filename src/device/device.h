@@ -164,6 +164,11 @@ pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a);
 pkv_status pkv_k_softmax(pkv_device *dev, const pkv_k_softmax_args *a);
 pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a);
 
+/* Turn the safe routing of transfers that failed the open-time self-check off
+ * (raw true) or back on; returns the previous setting. The conformance suite
+ * runs raw so it reports what the backend itself does. */
+bool pkv_device_set_raw(pkv_device *dev, bool raw);
+
 /* Does the device have kernel slot `k` for weight type t (matmul/get_rows)? */
 bool pkv_device_supports_weight(const pkv_device *dev, pkv_type t);
 

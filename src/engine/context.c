@@ -3,6 +3,7 @@
  * page sharing. */
 #include <string.h>
 
+#include "engine/engine.h"
 #include "model/forward.h"
 
 /* The forward workspace, shared by a context and its forks (a batch step uses
@@ -119,27 +120,27 @@ static pkv_context *ctx_new(pkv_model *m, pkv_kv_cache *c, pkv_runner *run, int3
     return ctx;
 }
 
+/* A context with its own workspace on sequence seq, which it takes over (freed
+ * here on failure). */
+static pkv_context *ctx_own(pkv_model *m, pkv_kv_cache *c, int32_t seq, int64_t n_ctx) {
+    pkv_runner *run = pkv_calloc(1, sizeof *run);
+    pkv_context *ctx = run ? ctx_new(m, c, run, seq, n_ctx) : NULL;
+    if (!ctx) {
+        if (!run) pkv_err(PKV_ERR_NOMEM, "context: out of memory");
+        pkv_kv_seq_free(c, seq);
+        pkv_free(run);
+    }
+    return ctx;
+}
+
 pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx) {
     if (!m || !c) {
         pkv_err(PKV_ERR_INVALID, "context: model or cache is NULL");
         return NULL;
     }
-    pkv_runner *run = pkv_calloc(1, sizeof *run);
-    if (!run) {
-        pkv_err(PKV_ERR_NOMEM, "context: out of memory");
-        return NULL;
-    }
     int32_t seq;
-    if (pkv_kv_seq_create(c, m->fingerprint, &seq)) {
-        pkv_free(run);
-        return NULL;
-    }
-    pkv_context *ctx = ctx_new(m, c, run, seq, n_ctx);
-    if (!ctx) {
-        pkv_kv_seq_free(c, seq);
-        pkv_free(run);
-    }
-    return ctx;
+    if (pkv_kv_seq_create(c, m->fingerprint, &seq)) return NULL;
+    return ctx_own(m, c, seq, n_ctx);
 }
 
 static void runner_release(pkv_runner *r) {
@@ -208,19 +209,9 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
     pkv_status s = pkv_kv_attach(c, "draft", pkv_kv_layout_page_size(lay), al, draft->hp.n_layer);
     pkv_free(al);
     if (s) return NULL;
-    pkv_runner *run = pkv_calloc(1, sizeof *run);
     int32_t child;
-    if (!run || pkv_kv_fork(c, target->seq, &child)) {
-        if (!run) pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
-        pkv_free(run);
-        return NULL;
-    }
-    pkv_context *k = ctx_new(draft, c, run, child, target->n_ctx);
-    if (!k) {
-        pkv_kv_seq_free(c, child);
-        pkv_free(run);
-    }
-    return k;
+    if (pkv_kv_fork(c, target->seq, &child)) return NULL;
+    return ctx_own(draft, c, child, target->n_ctx);
 }
 
 int32_t pkv_context_seq(const pkv_context *ctx) { return ctx ? ctx->seq : -1; }
@@ -329,22 +320,10 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
         pkv_err(PKV_ERR_INVALID, "load: NULL argument");
         return NULL;
     }
-    pkv_runner *run = pkv_calloc(1, sizeof *run);
-    if (!run) {
-        pkv_err(PKV_ERR_NOMEM, "load: out of memory");
-        return NULL;
-    }
     int32_t seq;
-    if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) {
-        pkv_free(run);
-        return NULL;
-    }
-    pkv_context *ctx = ctx_new(m, c, run, seq, n_ctx);
-    if (!ctx) {
-        pkv_kv_seq_free(c, seq);
-        pkv_free(run);
-        return NULL;
-    }
+    if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) return NULL;
+    pkv_context *ctx = ctx_own(m, c, seq, n_ctx);
+    if (!ctx) return NULL;
     /* Recompute the last token so the context has logits, as it had when saved. */
     int64_t n = pkv_kv_seq_len(c, seq);
     if (n > 0) {
@@ -359,4 +338,22 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
         }
     }
     return ctx;
+}
+
+pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {
+    if (!draft || !target || draft->c != target->c)
+        return pkv_err(PKV_ERR_INVALID, "reattach: the draft context is not on the target's cache");
+    int32_t child;
+    pkv_status s = pkv_kv_fork(target->c, target->seq, &child);
+    if (s) return s;
+    pkv_kv_seq_free(draft->c, draft->seq);
+    draft->seq = child;
+    draft->n_ctx = target->n_ctx;
+    draft->has_logits = false;
+    return PKV_OK;
+}
+
+void pkv_context_set_logits(pkv_context *ctx, const float *logits) {
+    memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
+    ctx->has_logits = true;
 }

@@ -53,6 +53,17 @@ static pkv_status add(gen *G, const char *name, pkv_type type, int64_t cols, int
     return pkv_gguf_writer_add_tensor(G->w, name, type, rows > 1 ? 2 : 1, ne, G->q, row * (size_t)rows);
 }
 
+/* The type of a matrix: p->type, or for the "Q4_K_M"-style mixture (k_mixture
+ * with type q4_k) q6_k for the output matrix and for attn_v and ffn_down of every
+ * other layer, as published Q4_K_M files mix them (llama.cpp's exact layer choice
+ * differs; the point is a file with both types). */
+static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) {
+    if (!p->k_mixture) return p->type;
+    if (!strcmp(what, "output")) return PKV_TYPE_Q6_K;
+    if ((!strcmp(what, "attn_v") || !strcmp(what, "ffn_down")) && layer % 2 == 0) return PKV_TYPE_Q6_K;
+    return p->type;
+}
+
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3"))
@@ -74,6 +85,9 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (p->n_vocab < (p->no_vocab ? 2 : 300) || p->n_vocab > (1 << 20))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: vocabulary of %d tokens: need %d to %d", p->n_vocab, p->no_vocab ? 2 : 300,
                        1 << 20);
+    if (p->k_mixture && p->type != PKV_TYPE_Q4_K)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: the k-quant mixture is made of q4_k and q6_k (type q4_k), not %s",
+                       pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
     size_t blk = pkv_type_block_elems(p->type);
     if (!blk || p->type == PKV_TYPE_I32 || p->type == PKV_TYPE_Q8_K)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: weight type %s is not supported", pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
@@ -86,9 +100,119 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     return PKV_OK;
 }
 
-static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
-    pkv_status s = validate(&p);
+/* Settings a draft takes over from its target (--draft-of). */
+typedef struct {
+    const pkv_gguf *g; /* the target, for its tokenizer.* keys */
+    float rope_base, rms_eps;
+    int n_rot;
+} target_of;
+
+/* Read the target's sizes into p (a draft shares its geometry and vocabulary). */
+static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_of *t) {
+    pkv_hparams hp;
+    int *nh = NULL, *nkv = NULL, *nff = NULL;
+    pkv_status s = pkv_hparams_read(g, &hp, &nh, &nkv, &nff);
     if (s) return s;
+    int l0 = 0; /* the layer whose heads the draft copies: the first listed one the target has */
+    for (int j = 0; p->shared_kv_layers && j < p->n_layer; j++)
+        if (p->shared_kv_layers[j] >= 0 && p->shared_kv_layers[j] < hp.n_layer) {
+            l0 = p->shared_kv_layers[j];
+            break;
+        }
+    p->arch = pkv_arch_name(hp.arch);
+    p->n_embd = hp.n_embd;
+    p->n_head = nh[l0];
+    p->n_head_kv = nkv[l0];
+    p->head_dim = hp.head_dim_k;
+    p->n_ff = nff[l0];
+    p->n_ctx = hp.n_ctx_train;
+    const char *tm;
+    size_t tml;
+    p->no_vocab = pkv_gguf_get_str(g, "tokenizer.ggml.model", &tm, &tml) || (tml == 4 && !memcmp(tm, "none", 4));
+    const pkv_gguf_tensor *te = pkv_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) s = pkv_err(PKV_ERR_FORMAT, "mkmodel: %s: tensor 'token_embd.weight' not found", pkv_gguf_label(g));
+    else p->n_vocab = (int)te->ne[1];
+    if (!s && hp.head_dim_k != hp.head_dim_v)
+        s = pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: %s: K and V head sizes differ (%d, %d)", pkv_gguf_label(g), hp.head_dim_k,
+                    hp.head_dim_v);
+    t->g = g;
+    t->rope_base = hp.rope_base;
+    t->rms_eps = hp.rms_eps;
+    t->n_rot = hp.n_rot;
+    pkv_free(nh);
+    pkv_free(nkv);
+    pkv_free(nff);
+    return s;
+}
+
+/* Copy key-value pair i of g (any type) into w. */
+static pkv_status copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
+    const char *key = pkv_gguf_kv_key(g, i);
+    pkv_gguf_type t = pkv_gguf_kv_type(g, i);
+    pkv_status s;
+    if (t == PKV_GGUF_STRING) {
+        const char *v;
+        size_t n;
+        if ((s = pkv_gguf_get_str(g, key, &v, &n))) return s;
+        char *z = pkv_malloc(n + 1);
+        if (!z) return pkv_err(PKV_ERR_NOMEM, "mkmodel: key %s", key);
+        memcpy(z, v, n);
+        z[n] = 0;
+        s = pkv_gguf_writer_add_str(w, key, z);
+        pkv_free(z);
+        return s;
+    }
+    if (t == PKV_GGUF_ARRAY) {
+        pkv_gguf_array a;
+        if ((s = pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a))) return s;
+        if (a.type != PKV_GGUF_STRING) return pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count);
+        const char **strs = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *strs);
+        size_t *lens = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *lens);
+        s = strs && lens ? PKV_OK : pkv_err(PKV_ERR_NOMEM, "mkmodel: key %s", key);
+        for (uint64_t k = 0; !s && k < a.count; k++) s = pkv_gguf_arr_str(g, &a, k, &strs[k], &lens[k]);
+        if (!s) s = pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count);
+        pkv_free(strs);
+        pkv_free(lens);
+        return s;
+    }
+    /* a scalar: its bytes follow the type in the file; re-read it through the typed getters */
+    uint8_t buf[8];
+    int64_t iv = 0;
+    float fv = 0;
+    bool bv = false;
+    switch (t) {
+    case PKV_GGUF_FLOAT32:
+    case PKV_GGUF_FLOAT64:
+        if ((s = pkv_gguf_get_f32(g, key, &fv))) return s;
+        return pkv_gguf_writer_add_f32(w, key, fv);
+    case PKV_GGUF_BOOL:
+        if ((s = pkv_gguf_get_bool(g, key, &bv))) return s;
+        return pkv_gguf_writer_add_bool(w, key, bv);
+    default:
+        if ((s = pkv_gguf_get_i64(g, key, &iv))) return s;
+        memcpy(buf, &iv, sizeof buf); /* little-endian: the low bytes are the narrower value */
+        return pkv_gguf_writer_add(w, key, t, buf);
+    }
+}
+
+static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
+    target_of tgt = {NULL, 0, 0, 0};
+    pkv_gguf *tg = NULL;
+    pkv_status s;
+    if (p.draft_of) {
+        if (!p.n_layer && p.shared_kv_layers) return pkv_err(PKV_ERR_INVALID, "mkmodel: shared_kv_layers needs n_layer");
+        if ((s = pkv_gguf_read(p.draft_of, &tg))) return s;
+        if (!p.n_layer) p.n_layer = 1;
+        if ((s = read_target(&p, tg, &tgt))) {
+            pkv_gguf_close(tg);
+            return s;
+        }
+    }
+    s = validate(&p);
+    if (s) {
+        pkv_gguf_close(tg);
+        return s;
+    }
     gen G;
     memset(&G, 0, sizeof G);
     G.r.s = p.seed;
@@ -97,8 +221,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
-    pkv_vocab_desc *voc = p.no_vocab ? NULL : pkv_vocab_builtin_create(p.n_vocab);
-    if (!G.f || !G.q || !G.w || (!p.no_vocab && !voc)) {
+    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : pkv_vocab_builtin_create(p.n_vocab);
+    if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !voc)) {
         s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
         goto done;
     }
@@ -112,7 +236,12 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     } while (0)
     TRY(pkv_gguf_writer_add_str(G.w, "general.architecture", a));
     TRY(pkv_gguf_writer_add_str(G.w, "general.name", "pagekv random test model"));
-    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", (uint32_t)p.type));
+    /* general.file_type uses llama.cpp's file-type ids, not tensor types: only
+     * the ones this writer can make */
+    uint32_t ftype = p.type == PKV_TYPE_F32 ? 0 : p.type == PKV_TYPE_F16 ? 1 : p.type == PKV_TYPE_Q4_0 ? 2 : p.type == PKV_TYPE_Q8_0 ? 7
+                   : p.type == PKV_TYPE_BF16 ? 32 : p.type == PKV_TYPE_Q6_K ? 18 : p.type == PKV_TYPE_Q5_K ? 17
+                   : p.k_mixture ? 15 : 14; /* q4_k: 14 = Q4_K_S, 15 = Q4_K_M */
+    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", ftype));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)p.n_layer));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)p.n_ctx));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
@@ -123,10 +252,16 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)p.head_dim));
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f));
-    if (p.no_vocab) {
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), tgt.g ? tgt.rope_base : qwen ? 1000000.0f : 10000.0f));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : p.head_dim)));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen ? 1e-6f : 1e-5f));
+    if (p.shared_kv_layers)
+        TRY(pkv_gguf_writer_add_arr(G.w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p.shared_kv_layers, (uint64_t)p.n_layer));
+    if (tgt.g) { /* the target's vocabulary, key by key */
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
+        for (int64_t i = 0; i < pkv_gguf_n_kv(tgt.g); i++)
+            if (!strncmp(pkv_gguf_kv_key(tgt.g, i), "tokenizer.", 10)) TRY(copy_kv(G.w, tgt.g, i));
+    } else if (p.no_vocab) {
         TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", "none"));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
     } else {
@@ -144,14 +279,14 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     double lin_e = sqrt(3.0 / (double)E), lin_q = sqrt(3.0 / (double)qd), lin_f = sqrt(3.0 / (double)p.n_ff);
     TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));
     TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
-    if (!p.tied) TRY(add(&G, "output.weight", p.type, E, p.n_vocab, 0.0, 3.0 * lin_e));
+    if (!p.tied) TRY(add(&G, "output.weight", mtype(&p, "output", 0), E, p.n_vocab, 0.0, 3.0 * lin_e));
     for (int l = 0; l < p.n_layer; l++) {
         char n[96];
 #define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
         T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
         T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
-        T("attn_v.weight", p.type, E, kd, 0.0, lin_e);
+        T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
         if (!strcmp(a, "qwen2")) {
             T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
             T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
@@ -165,12 +300,13 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
         T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
-        T("ffn_down.weight", p.type, p.n_ff, E, 0.0, lin_f);
+        T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
 #undef T
     }
 #undef KEY
 #undef TRY
 done:
+    pkv_gguf_close(tg);
     pkv_vocab_builtin_free(voc);
     pkv_free(G.f);
     pkv_free(G.q);

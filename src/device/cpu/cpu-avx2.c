@@ -71,140 +71,74 @@ T static float a_bf16(const uint16_t *w, const float *x, int64_t n) {
     return s;
 }
 
-/* Sum of 32 products of signed bytes, as 8 int32 lanes converted to float.
- * Activations are in [-127, 127], so maddubs cannot saturate. */
-T static inline __m256 dot_i8(__m256i a, __m256i b) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+/* One weight row (kind 0 f32, 1 f16, 2 bf16) against four x rows: each weight
+ * vector is loaded and widened once and used four times. */
+__attribute__((always_inline)) T static inline __m256 ldw(const void *w, int kind, int64_t i) {
+    if (kind == 0) return _mm256_loadu_ps((const float *)w + i);
+    if (kind == 1) return ld_f16((const uint16_t *)w + i);
+    return ld_bf16((const uint16_t *)w + i);
 }
 
-T static inline float rd_f16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
+__attribute__((always_inline)) T static inline float w_at(const void *w, int kind, int64_t i) {
+    if (kind == 0) return ((const float *)w)[i];
+    if (kind == 1) return _cvtsh_ss(((const uint16_t *)w)[i]);
+    uint32_t u = (uint32_t)((const uint16_t *)w)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
-T static float a_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, w += 34) {
-        const __m256i qw = _mm256_loadu_si256((const __m256i *)(w + 2));
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[b].qs);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(w) * x[b].d), dot_i8(qw, qx), acc);
+__attribute__((always_inline)) T static inline void fx4(const void *w, int kind, const float *x, int64_t xs, int64_t n,
+                                                        float *out) {
+    __m256 a[8];
+    for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 w0 = ldw(w, kind, i), w1 = ldw(w, kind, i + 8);
+        for (int r = 0; r < 4; r++) {
+            a[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * xs + i), a[r]);
+            a[r + 4] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * xs + i + 8), a[r + 4]);
+        }
     }
-    return hsum(acc);
+    for (int r = 0; r < 4; r++) {
+        float s = hsum(_mm256_add_ps(a[r], a[r + 4]));
+        for (int64_t k = i; k < n; k++) s += w_at(w, kind, k) * x[r * xs + k];
+        out[r] = s;
+    }
 }
 
-/* Sum of 32 products of unsigned bytes u (<= 63) with signed bytes x, as 8 int32 lanes. */
+T static void a_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    if (nx == 4)
+        fx4(w, 0, x, xs, n, out);
+    else
+        for (int r = 0; r < nx; r++) out[r] = a_f32(w, x + r * xs, n);
+}
+T static void a_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    if (nx == 4)
+        fx4(w, 1, x, xs, n, out);
+    else
+        for (int r = 0; r < nx; r++) out[r] = a_f16(w, x + r * xs, n);
+}
+T static void a_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    if (nx == 4)
+        fx4(w, 2, x, xs, n, out);
+    else
+        for (int r = 0; r < nx; r++) out[r] = a_bf16(w, x + r * xs, n);
+}
+
+/* Sum of 32 products of unsigned bytes u with signed bytes x, as 8 int32 lanes.
+ * Products here are at most 128 * 127, so maddubs' int16 pair sums cannot saturate. */
 T static inline __m256i dot_u8(__m256i u, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
-T static inline __m256i q4_0_bytes(const uint8_t *w) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
-    const __m128i m4 = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
-}
-
-T static float a_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
-    /* two blocks per step into two accumulators, to overlap the FMA latencies */
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float corr0 = 0, corr1 = 0; /* the -8 offset: 8 * d * sum(x) per block */
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, w += 36) {
-        const float d0 = rd_f16(w) * x[b].d, d1 = rd_f16(w + 18) * x[b + 1].d;
-        const __m256i p0 = dot_u8(q4_0_bytes(w), _mm256_loadu_si256((const __m256i *)x[b].qs));
-        const __m256i p1 = dot_u8(q4_0_bytes(w + 18), _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(p1), acc1);
-        corr0 += d0 * (float)(8 * (x[b].s[0] + x[b].s[1]));
-        corr1 += d1 * (float)(8 * (x[b + 1].s[0] + x[b + 1].s[1]));
-    }
-    for (; b < nb; b++, w += 18) {
-        const float d0 = rd_f16(w) * x[b].d;
-        const __m256i p0 = dot_u8(q4_0_bytes(w), _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(p0), acc0);
-        corr0 += d0 * (float)(8 * (x[b].s[0] + x[b].s[1]));
-    }
-    return hsum(_mm256_add_ps(acc0, acc1)) - (corr0 + corr1);
-}
-
-static inline void scale_min(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* q4_k / q5_k (see cpu-dots.c for the algebra): per sub-block j one unsigned
- * byte dot with activation block j, scaled by dx*d*sc; mins folded via sums. */
-T static inline float kmin(const uint8_t *w, const pkv_q8a *x, int64_t nb, bool five) {
-    __m256 acc = _mm256_setzero_ps();
-    float corr = 0;
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    for (int64_t b = 0; b < nb; b++, w += five ? 176 : 144, x += 8) {
-        const float d = rd_f16(w), dmin = rd_f16(w + 2);
-        const uint8_t *qs = five ? w + 48 : w + 16;
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        for (int g = 0; g < 4; g++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-            __m256i q0 = _mm256_and_si256(raw, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (five) {
-                const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one);
-                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one);
-                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(h0, 4));
-                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
-            }
-            int sc0, m0, sc1, m1;
-            scale_min(2 * g, w + 4, &sc0, &m0);
-            scale_min(2 * g + 1, w + 4, &sc1, &m1);
-            const pkv_q8a *x0 = &x[2 * g], *x1 = &x[2 * g + 1];
-            const __m256i p0 = dot_u8(q0, _mm256_loadu_si256((const __m256i *)x0->qs));
-            const __m256i p1 = dot_u8(q1, _mm256_loadu_si256((const __m256i *)x1->qs));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(x0->d * d * (float)sc0), _mm256_cvtepi32_ps(p0), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * d * (float)sc1), _mm256_cvtepi32_ps(p1), acc);
-            corr += x0->d * dmin * (float)m0 * (float)(x0->s[0] + x0->s[1]) +
-                    x1->d * dmin * (float)m1 * (float)(x1->s[0] + x1->s[1]);
-        }
-    }
-    return hsum(acc) - corr;
-}
-
-T static float a_q4_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return kmin(w, x, nb, false); }
-T static float a_q5_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return kmin(w, x, nb, true); }
-
-T static float a_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    float corr = 0;
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    for (int64_t b = 0; b < nb; b++, w += 210, x += 8) {
-        const float d = rd_f16(w + 208);
-        const int8_t *sc = (const int8_t *)(w + 192);
-        for (int h = 0; h < 2; h++) {
-            const __m256i la = _mm256_loadu_si256((const __m256i *)(w + 64 * h));
-            const __m256i lb = _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
-            for (int k = 0; k < 4; k++) {
-                const __m256i l = k & 1 ? lb : la;
-                const __m256i lo = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
-                const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                const pkv_q8a *xb = &x[4 * h + k];
-                const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
-                /* int16 pair sums, then weighted by the two half-block scales */
-                const __m256i p16 = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xb->qs));
-                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
-                const __m256i p32 = _mm256_madd_epi16(p16, scv);
-                const float dd = d * xb->d;
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p32), acc);
-                corr += dd * (float)(32 * (s0 * xb->s[0] + s1 * xb->s[1]));
-            }
-        }
-    }
-    return hsum(acc) - corr;
-}
+#define QB_T T static
+#define QB_DOT_U8(u, x) dot_u8(u, x)
+#define QB_NAME(n) a_##n
+#include "device/cpu/cpu-qdot-body.h"
+#undef QB_T
+#undef QB_DOT_U8
+#undef QB_NAME
 
 T static void a_axpy(float *y, float a, const float *x, int64_t n) {
     const __m256 va = _mm256_set1_ps(a);
@@ -224,6 +158,9 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .f32 = a_f32,
     .f16 = a_f16,
     .bf16 = a_bf16,
+    .f32x = a_f32x,
+    .f16x = a_f16x,
+    .bf16x = a_bf16x,
     .q8_0 = a_q8_0,
     .q4_0 = a_q4_0,
     .q4_k = a_q4_k,

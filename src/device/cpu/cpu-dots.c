@@ -81,7 +81,7 @@ static float g_bf16(const uint16_t *w, const float *x, int64_t n) {
 
 static float rd_f16(const uint8_t *p) { return pkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
 
-static float g_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+static float g1_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 34) {
         int sum = 0;
@@ -91,7 +91,7 @@ static float g_q8_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     return s;
 }
 
-static float g_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+static float g1_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 18) {
         int sum = 0; /* sum of q*x with q unsigned; the -8 offset comes from the block sums */
@@ -135,12 +135,12 @@ static float g_kmin(const uint8_t *w, const pkv_q8a *x, int64_t nb, bool five) {
     return s;
 }
 
-static float g_q4_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, false); }
-static float g_q5_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, true); }
+static float g1_q4_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, false); }
+static float g1_q5_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) { return g_kmin(w, x, nb, true); }
 
 /* q6_k: activation block 4h + k holds the elements of quarter k of half h; its
  * two 16-element halves have scales sc[8h + 2k] and sc[8h + 2k + 1]. */
-static float g_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+static float g1_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float s = 0;
     for (int64_t b = 0; b < nb; b++, w += 210, x += 8) {
         const float d = rd_f16(w + 208);
@@ -162,6 +162,27 @@ static float g_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     return s;
 }
 
+#define MULTI(n)                                                                               \
+    static void g_##n(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) { \
+        for (int r = 0; r < nx; r++) out[r] = g1_##n(w, x + r * xs, nb);                             \
+    }
+MULTI(q8_0)
+MULTI(q4_0)
+MULTI(q4_k)
+MULTI(q5_k)
+MULTI(q6_k)
+#undef MULTI
+
+static void g_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    for (int r = 0; r < nx; r++) out[r] = g_f32(w, x + r * xs, n);
+}
+static void g_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    for (int r = 0; r < nx; r++) out[r] = g_f16(w, x + r * xs, n);
+}
+static void g_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
+    for (int r = 0; r < nx; r++) out[r] = g_bf16(w, x + r * xs, n);
+}
+
 static void g_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
@@ -176,6 +197,9 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .f32 = g_f32,
     .f16 = g_f16,
     .bf16 = g_bf16,
+    .f32x = g_f32x,
+    .f16x = g_f16x,
+    .bf16x = g_bf16x,
     .q8_0 = g_q8_0,
     .q4_0 = g_q4_0,
     .q4_k = g_q4_k,

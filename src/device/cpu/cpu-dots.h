@@ -17,15 +17,20 @@ typedef struct pkv_q8a {
     int8_t qs[32];
 } pkv_q8a;
 
-/* Dot of nb weight blocks (of the weight type's own size: 32 for q8_0/q4_0,
- * 256 for k-quants) with the matching activation blocks. */
-typedef float (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t nb);
+/* Dots of one weight row of nb blocks (of the weight type's own size: 32 for
+ * q8_0/q4_0, 256 for k-quants) with nx (1..4) activation rows: row r starts at
+ * x + r*xs (xs in activation blocks); out[r] receives its dot. */
+typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */
     float (*f32)(const float *w, const float *x, int64_t n);
     float (*f16)(const uint16_t *w, const float *x, int64_t n);
     float (*bf16)(const uint16_t *w, const float *x, int64_t n);
+    /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
+    void (*f32x)(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
+    void (*f16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
+    void (*bf16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* y += a * x, n floats (attention's value accumulation). */

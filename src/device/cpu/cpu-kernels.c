@@ -58,7 +58,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
+    TAKE(f32); TAKE(f16); TAKE(bf16); TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(axpy);
     TAKE(f16_row);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
@@ -176,18 +176,31 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = j->w + (size_t)r * j->rb;
             float *y = j->y + r;
+            float out[4];
             switch (j->wt) {
             case PKV_TYPE_F32:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f32((const float *)(const void *)wr, j->x + i * j->cols, j->cols);
-                break;
             case PKV_TYPE_F16:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->f16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
-                break;
             case PKV_TYPE_BF16:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = j->dots->bf16((const uint16_t *)(const void *)wr, j->x + i * j->cols, j->cols);
+                /* four x rows per weight-row pass: each weight vector is loaded once */
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    const float *xi = j->x + i * j->cols;
+                    if (j->wt == PKV_TYPE_F32)
+                        j->dots->f32x((const float *)(const void *)wr, xi, j->cols, j->cols, nx, out);
+                    else if (j->wt == PKV_TYPE_F16)
+                        j->dots->f16x((const uint16_t *)(const void *)wr, xi, j->cols, j->cols, nx, out);
+                    else
+                        j->dots->bf16x((const uint16_t *)(const void *)wr, xi, j->cols, j->cols, nx, out);
+                    for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
+                }
                 break;
             default:
-                for (int64_t i = x0; i < x1; i++) y[i * j->rows] = qd(wr, j->xq + i * xb, wb);
+                /* four x rows per weight-row pass: each weight block is decoded once */
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    qd(wr, j->xq + i * xb, xb, wb, nx, out);
+                    for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
+                }
                 break;
             }
         }
@@ -533,26 +546,38 @@ static void att_item(const att_job *j, int64_t item, float *sc) {
             for (int64_t t = 0; t < t_end; t++) {
                 const size_t slot = ((size_t)page * a->page_size + (size_t)t) * a->n_kv + kvh;
                 const uint8_t *kr = j->k + slot * a->dk * es, *vr = j->v + slot * a->dv * es;
+                if (t + 4 < t_end) { /* rows are n_kv rows apart: help the prefetcher */
+                    const size_t ahead = (size_t)4 * a->n_kv;
+                    for (size_t o = 0; o < a->dk * es; o += 64) __builtin_prefetch(kr + ahead * a->dk * es + o);
+                    for (size_t o = 0; o < a->dv * es; o += 64) __builtin_prefetch(vr + ahead * a->dv * es + o);
+                }
                 const float *vv = (const float *)(const void *)vr;
                 if (f16) {
                     j->dots->f16_row((const uint16_t *)(const void *)vr, vf, a->dv);
                     vv = vf;
                 }
-                for (int g = 0; g < group; g++) {
-                    const float *qg = qh + (size_t)g * a->dk;
-                    float score = f16 ? j->dots->f16((const uint16_t *)(const void *)kr, qg, a->dk)
-                                      : j->dots->f32((const float *)(const void *)kr, qg, a->dk);
-                    score *= a->scale;
-                    float *ag = acc + (size_t)g * a->dv;
-                    if (score > m[g]) {
-                        const float corr = expf(m[g] - score); /* 0 on the first token */
-                        l[g] *= corr;
-                        for (int d = 0; d < a->dv; d++) ag[d] *= corr;
-                        m[g] = score;
+                for (int g0 = 0; g0 < group; g0 += 4) {
+                    /* the key row against up to four query heads at once */
+                    float sc4[4];
+                    const int nh = PKV_MIN(4, group - g0);
+                    if (f16)
+                        j->dots->f16x((const uint16_t *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
+                    else
+                        j->dots->f32x((const float *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
+                    for (int h = 0; h < nh; h++) {
+                        const int g = g0 + h;
+                        const float score = sc4[h] * a->scale;
+                        float *ag = acc + (size_t)g * a->dv;
+                        if (score > m[g]) {
+                            const float corr = expf(m[g] - score); /* 0 on the first token */
+                            l[g] *= corr;
+                            for (int d = 0; d < a->dv; d++) ag[d] *= corr;
+                            m[g] = score;
+                        }
+                        const float p = expf(score - m[g]);
+                        l[g] += p;
+                        j->dots->axpy(ag, p, vv, a->dv);
                     }
-                    const float p = expf(score - m[g]);
-                    l[g] += p;
-                    j->dots->axpy(ag, p, vv, a->dv);
                 }
             }
         }

@@ -1,0 +1,176 @@
+/* The x86 8-bit block dots, written once and compiled twice: by cpu-avx2.c with
+ * maddubs+madd as the byte dot, and by cpu-avx512.c with VNNI's vpdpbusd. The
+ * includer defines:
+ *   QB_T             function attributes (target, static)
+ *   QB_DOT_U8(u, x)  8 int32 lanes; lane i = sum of u[4i..4i+3] * x[4i..4i+3],
+ *                    u unsigned bytes (<= 128 in the products used here), x signed
+ *   QB_NAME(n)       the name of the exported function for type n
+ * Each function computes the dot of one weight row with nx (1..4) activation rows
+ * (x, x + xs, x + 2xs, ... in blocks) and writes out[0..nx). With 4 rows the
+ * weight block is decoded once and used four times: the prefill fast path.
+ * The algebra is in cpu-dots.c (generic versions). */
+
+#define QB_AI __attribute__((always_inline)) QB_T inline
+
+QB_T inline float QB_NAME(hsum)(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+QB_T inline float QB_NAME(half)(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+static inline void QB_NAME(scale_min)(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+#define QB_XQS(p) _mm256_loadu_si256((const __m256i *)(p)->qs)
+
+QB_AI void QB_NAME(q8_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[4];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, w += 34) {
+        const __m256i qw = _mm256_loadu_si256((const __m256i *)(w + 2));
+        const __m256i aw = _mm256_sign_epi8(qw, qw);
+        const float dw = QB_NAME(half)(w);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8a *xb = x + r * xs + b;
+            const __m256i p = QB_DOT_U8(aw, _mm256_sign_epi8(QB_XQS(xb), qw));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[4];
+    float corr[4]; /* the -8 offset: 8 * d * sum(x) per block */
+    for (int r = 0; r < NX; r++) {
+        acc[r] = _mm256_setzero_ps();
+        corr[r] = 0;
+    }
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++, w += 18) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
+        const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+        const float dw = QB_NAME(half)(w);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8a *xb = x + r * xs + b;
+            const float dd = dw * xb->d;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb))), acc[r]);
+            corr[r] += dd * (float)(8 * (xb->s[0] + xb->s[1]));
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+}
+
+QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, const bool five,
+                              float *out) {
+    __m256 acc[4];
+    float corr[4];
+    for (int r = 0; r < NX; r++) {
+        acc[r] = _mm256_setzero_ps();
+        corr[r] = 0;
+    }
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++, w += five ? 176 : 144) {
+        const float d = QB_NAME(half)(w), dmin = QB_NAME(half)(w + 2);
+        const uint8_t *qs = five ? w + 48 : w + 16;
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+            __m256i q = j & 1 ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+            if (five) q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4));
+            int sc, m;
+            QB_NAME(scale_min)(j, w + 4, &sc, &m);
+            const float ds = d * (float)sc, dm = dmin * (float)m;
+            for (int r = 0; r < NX; r++) {
+                const pkv_q8a *xb = x + r * xs + 8 * b + j;
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb->d * ds), _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb))), acc[r]);
+                corr[r] += xb->d * dm * (float)(xb->s[0] + xb->s[1]);
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+}
+
+QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[4];
+    float corr[4];
+    for (int r = 0; r < NX; r++) {
+        acc[r] = _mm256_setzero_ps();
+        corr[r] = 0;
+    }
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    for (int64_t b = 0; b < nb; b++, w += 210) {
+        const float d = QB_NAME(half)(w + 208);
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32 * (k & 1)));
+                const __m256i lo = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
+                const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
+                /* lanes 0-3 hold elements 0-15 (scale s0), lanes 4-7 elements 16-31 (s1) */
+                const __m256 scv = _mm256_set_m128(_mm_set1_ps(d * (float)s1), _mm_set1_ps(d * (float)s0));
+                for (int r = 0; r < NX; r++) {
+                    const pkv_q8a *xb = x + r * xs + 8 * b + 4 * h + k;
+                    const __m256 p = _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb)));
+                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(scv, _mm256_set1_ps(xb->d)), p, acc[r]);
+                    corr[r] += d * xb->d * (float)(32 * (s0 * xb->s[0] + s1 * xb->s[1]));
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+}
+
+QB_T void QB_NAME(q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    if (nx == 4)
+        QB_NAME(q8_0_body)(w, x, xs, nb, 4, out);
+    else
+        for (int r = 0; r < nx; r++) QB_NAME(q8_0_body)(w, x + r * xs, xs, nb, 1, out + r);
+}
+
+QB_T void QB_NAME(q4_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    if (nx == 4)
+        QB_NAME(q4_0_body)(w, x, xs, nb, 4, out);
+    else
+        for (int r = 0; r < nx; r++) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 1, out + r);
+}
+
+QB_T void QB_NAME(q4_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    if (nx == 4)
+        QB_NAME(kmin_body)(w, x, xs, nb, 4, false, out);
+    else
+        for (int r = 0; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, false, out + r);
+}
+
+QB_T void QB_NAME(q5_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    if (nx == 4)
+        QB_NAME(kmin_body)(w, x, xs, nb, 4, true, out);
+    else
+        for (int r = 0; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, true, out + r);
+}
+
+QB_T void QB_NAME(q6_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    if (nx == 4)
+        QB_NAME(q6_k_body)(w, x, xs, nb, 4, out);
+    else
+        for (int r = 0; r < nx; r++) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 1, out + r);
+}
+
+#undef QB_AI
+#undef QB_XQS
