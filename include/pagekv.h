@@ -575,6 +575,15 @@ typedef struct pkv_mkmodel_params {
     bool tied;           /* no output.weight: tied embeddings */
     bool k_mixture;      /* with type q4_k: a "Q4_K_M"-style mixture, q6_k for the output
                             matrix and for attn_v and ffn_down of every other layer */
+    const char *draft_of; /* a target GGUF: make a draft model for it. Copies the target's
+                             vocabulary (every tokenizer.* key), architecture, n_embd, heads,
+                             KV heads, head size, n_ff, context, RoPE and norm settings (the
+                             fields above for those are ignored); n_layer, type, seed stay.
+                             NULL: a normal model */
+    const int32_t *shared_kv_layers; /* [n_layer] or NULL: write the key pagekv.shared_kv_layers
+                             (draft layer j attends over target cache layer [j]; heads are
+                             taken from the first listed layer the target has). Indices are
+                             not checked against a target here: attaching checks them (I6) */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);
@@ -730,6 +739,71 @@ pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs);
 typedef bool (*pkv_token_fn)(int32_t token, void *user);
 pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
                         int *n_out);
+
+/* Speculative decoding (docs/speculative.md). A draft model proposes up to
+ * draft_max tokens; the target checks them all in ONE batched step
+ * (pkv_context_decode_all) and keeps the longest acceptable run plus one token of
+ * its own; rejected tokens are rolled back with truncate. Acceptance follows the
+ * speculative-sampling rule (accept a proposal t drawn from the draft's q with
+ * probability min(1, p(t)/q(t)); on rejection draw from max(0, p - q)
+ * renormalized; after a fully accepted run draw a bonus token from p), so the
+ * output has exactly the target sampler's distribution; with a greedy sampler
+ * the output is the target's own greedy output, token for token (on a device
+ * whose kernels compute each batch row independently, as the CPU's do; see the
+ * doc for other devices). p and q both go through the sampler's whole chain.
+ *
+ * Two kinds of draft:
+ *  - a normal model: it gets its own KV cache (draft_cache) on its own device
+ *    (pkv_model_device(draft): any device; load it on the target's device handle
+ *    to share the device);
+ *  - a shared-KV draft (info.shared_kv, GGUF key pagekv.shared_kv_layers): it has
+ *    no cache; it attaches to the target's cache with pkv_context_attach, whose
+ *    I6 validation runs in pkv_spec_create. Each round it re-forks the target's
+ *    sequence (O(1)) so it always reads the target's own K/V. */
+typedef struct pkv_spec pkv_spec;
+
+typedef struct pkv_spec_params {
+    int draft_max;                /* most tokens proposed per round, 1..64; 0 = 4 */
+    pkv_cache_params draft_cache; /* own-cache drafts: n_ctx 0 = the target's context,
+                                     n_seq_max 0 = 1, kv_type as given (default f16) */
+} pkv_spec_params;
+
+pkv_spec_params pkv_spec_default_params(void);
+
+/* Counters of one pkv_spec_generate call. */
+typedef struct pkv_spec_stats {
+    int64_t n_tokens;     /* tokens passed to on_token */
+    int64_t drafted;      /* tokens the draft proposed */
+    int64_t accepted;     /* proposals the target accepted (acceptance rate = accepted / drafted) */
+    int64_t target_steps; /* target decode steps (tokens per target step = n_tokens / target_steps) */
+    int64_t draft_steps;  /* draft decode steps, catching up included */
+    int64_t rounds;       /* propose-verify rounds */
+} pkv_spec_stats;
+
+/* Speculative decoding of target (a context on its own cache) with draft. The
+ * draft must have the target's vocabulary size. A shared-KV draft is validated
+ * here (pkv_context_attach, I6): a layer the target's cache lacks, other KV heads,
+ * head sizes or dtype, or a device that cannot reach where the target's KV is
+ * stored is an error naming the draft layer, the cache layer, both devices and
+ * the fix. Both models, the target context and its cache must outlive the
+ * result. NULL on failure (nothing stays allocated). */
+pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params p);
+/* Frees the draft's context and cache; the target context stays. NULL: no-op. */
+void pkv_spec_free(pkv_spec *s);
+/* The draft's context (its own, or the attached one); for tests and tools. */
+pkv_context *pkv_spec_draft_context(pkv_spec *s);
+
+/* pkv_generate with speculation: same contract and same end state (up to n_max
+ * tokens passed to on_token, stopping after an end-of-generation token or when
+ * on_token returns false; afterwards the target holds every emitted token but the
+ * last, with the logits of its last token). Needs target logits. The draft
+ * catches up with the target's tokens by itself (the target may be changed
+ * between calls: the draft keeps the common prefix and decodes the rest).
+ * *stats (may be NULL) gets this call's counters. On error (e.g.
+ * PKV_ERR_OUT_OF_PAGES, recoverable) the tokens emitted so far stay committed:
+ * the target holds all of them but the last, with its logits, as on success. */
+pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
+                             pkv_spec_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pagekv.h"
 
@@ -133,13 +134,14 @@ static inline float th_randf(uint64_t *s) { /* uniform in [-1, 1) */
     return (float)((double)(th_rand(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-/* A scratch path under the build tree (PKV_TEST_TMP) or /tmp. */
+/* A scratch path under the build tree (PKV_TEST_TMP) or /tmp, unique to this
+ * process: tests run in parallel, and two of them may use the same name. */
 static inline const char *th_tmp(const char *name) {
     static char buf[4][512];
     static int k = 0;
     const char *dir = getenv("PKV_TEST_TMP");
     char *out = buf[k++ & 3];
-    snprintf(out, 512, "%s/%s", dir && *dir ? dir : "/tmp", name);
+    snprintf(out, 512, "%s/%ld-%s", dir && *dir ? dir : "/tmp", (long)getpid(), name);
     return out;
 }
 

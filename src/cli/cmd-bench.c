@@ -12,10 +12,11 @@
 #include "pagekv.h"
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: pagekv bench kv [options] | model [options] | all [options]\n"
+    fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | all [options]\n"
                "  bench kv     fork, copy-on-write, swap, shift, append on a 28-layer f16 layout\n"
                "  bench model  prefill and decode tokens/s, memory bandwidth and decode roofline\n"
-               "  bench all    both, one JSON object {\"kv\": ..., \"model\": ...}\n"
+               "  bench spec   speculative vs plain decoding: acceptance, tokens per target step, speed-up\n"
+               "  bench all    all three, one JSON object {\"kv\": ..., \"model\": ..., \"spec\": ...}\n"
                "'pagekv bench kv --help' and 'pagekv bench model --help' list the options.\n");
 }
 
@@ -26,18 +27,42 @@ int pkv_cli_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "kv")) return pkv_cli_bench_kv(argc - 1, argv + 1);
     if (!strcmp(argv[1], "model")) return pkv_cli_bench_model(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "spec")) return pkv_cli_bench_spec(argc - 1, argv + 1);
     if (!strcmp(argv[1], "all")) {
-        /* kv takes --json/--device; model takes the rest: pass everything to model,
-         * only --json to kv. */
-        char *kv_argv[3] = {"kv", "--json", NULL};
+        /* One JSON object. model gets every option given (plus --json); kv and
+         * spec get the device, and spec the model and threads. */
+        char *margv[64], *sargv[16], *kargv[8];
+        int mc = 0, sc = 0, kc = 0;
+        margv[mc++] = "model";
+        sargv[sc++] = "spec";
+        kargv[kc++] = "kv";
+        for (int i = 2; i < argc && mc < 60; i++) {
+            if (!strcmp(argv[i], "--json")) continue;
+            margv[mc++] = argv[i];
+            bool shared = !strcmp(argv[i], "-m") || !strcmp(argv[i], "-t") || !strcmp(argv[i], "-d") || !strcmp(argv[i], "--device");
+            if (shared && i + 1 < argc && sc < 12) {
+                sargv[sc++] = argv[i];
+                sargv[sc++] = argv[i + 1];
+                if ((!strcmp(argv[i], "-d") || !strcmp(argv[i], "--device")) && kc < 6) {
+                    kargv[kc++] = "--device";
+                    kargv[kc++] = argv[i + 1];
+                }
+            }
+        }
+        margv[mc++] = "--json";
+        sargv[sc++] = "--json";
+        kargv[kc++] = "--json";
         printf("{\"kv\": ");
         fflush(stdout);
-        int rc = pkv_cli_bench_kv(2, kv_argv);
+        int rc = pkv_cli_bench_kv(kc, kargv);
         printf(", \"model\": ");
         fflush(stdout);
-        int rc2 = pkv_cli_bench_model(argc - 1, argv + 1);
+        int rc2 = pkv_cli_bench_model(mc, margv);
+        printf(", \"spec\": ");
+        fflush(stdout);
+        int rc3 = pkv_cli_bench_spec(sc, sargv);
         printf("}\n");
-        return rc ? rc : rc2;
+        return rc ? rc : rc2 ? rc2 : rc3;
     }
     fprintf(stderr, "pagekv bench: unknown benchmark '%s'\n", argv[1]);
     bench_usage(stderr);
@@ -324,7 +349,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
                    roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
                    attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib);
-            if (argv[0] && strcmp(argv[0], "all") != 0) printf("\n");
+            printf("\n");
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads);

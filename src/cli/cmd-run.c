@@ -164,13 +164,20 @@ static void run_usage(FILE *f) {
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --fork K             after the prompt, fork into K branches (seeds S..S+K-1),\n"
             "                       decode them together in batched steps, print each\n"
+            "  --draft FILE         speculative decoding with this draft model (same vocabulary;\n"
+            "                       'pagekv mkmodel --draft-of' makes one): greedy output equals\n"
+            "                       plain greedy output; sampled output has the target's distribution\n"
+            "  --draft-device NAME  device of the draft (default: the target's). A shared-KV draft\n"
+            "                       must reach the device that stores the target's KV\n"
+            "  --draft-max N        tokens the draft proposes per round (default 4, at most 64)\n"
             "Timings (load, prefill and decode tokens/s) go to stderr.\n");
 }
 
 int pkv_cli_run(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     const char *prompt = "Once upon a time";
-    long long n_predict = 64, n_fork = 0;
+    long long n_predict = 64, n_fork = 0, draft_max = 4;
+    const char *draft_path = NULL, *draft_dev = NULL;
     pkv_sampler_params sp = pkv_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
@@ -206,11 +213,25 @@ int pkv_cli_run(int argc, char **argv) {
             sp.repeat_penalty = (float)d;
         } else if (!strcmp(a, "--fork")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &n_fork)) return 2;
+        } else if (!strcmp(a, "--draft")) {
+            if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--draft-device")) {
+            if (!(draft_dev = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--draft-max")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &draft_max)) return 2;
         } else {
             fprintf(stderr, "pagekv run: unknown option '%s'\n", a);
             run_usage(stderr);
             return 2;
         }
+    }
+    if (draft_path && n_fork) {
+        fprintf(stderr, "pagekv run: --draft and --fork cannot be combined\n");
+        return 2;
+    }
+    if (!draft_path && (draft_dev || draft_max != 4)) {
+        fprintf(stderr, "pagekv run: --draft-device and --draft-max need --draft FILE\n");
+        return 2;
     }
     double t_start = pkv_time_now_cli();
     pkv_model *m = pkv_cli_open_model("run", &o);
@@ -224,6 +245,8 @@ int pkv_cli_run(int argc, char **argv) {
     pkv_context *br[64] = {0};
     pkv_sampler *smp[64] = {0};
     int32_t *toks = NULL;
+    pkv_model *draft = NULL;
+    pkv_spec *spec = NULL;
     printer pr[64];
     memset(pr, 0, sizeof pr);
     if (!info.has_vocab) {
@@ -231,10 +254,34 @@ int pkv_cli_run(int argc, char **argv) {
                         "use 'pagekv logits --tokens ...' with token ids\n");
         goto out;
     }
-    c = pkv_cli_open_cache("run", m, &o, (int)n_fork + 1);
+    c = pkv_cli_open_cache("run", m, &o, (int)n_fork + 1 + (draft_path ? 1 : 0)); /* a shared-KV draft forks */
     if (!c || !(ctx = pkv_context_create(m, c, o.n_ctx))) {
         if (c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
         goto out;
+    }
+    if (draft_path) { /* load and attach the draft before anything is generated (I6 fails here) */
+        pkv_model_params dp = pkv_model_default_params();
+        pkv_device *tdev = pkv_model_device(m);
+        if (!draft_dev || !strcmp(draft_dev, pkv_device_name(tdev))) dp.device_handle = tdev;
+        else dp.device = draft_dev;
+        dp.n_threads = o.threads;
+        if (!(draft = pkv_model_load(draft_path, dp))) {
+            fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", draft_path, pkv_errmsg());
+            goto out;
+        }
+        pkv_spec_params spp = pkv_spec_default_params();
+        spp.draft_max = (int)draft_max;
+        spp.draft_cache.page_size = o.page_size;
+        spp.draft_cache.kv_type = o.kv_type;
+        if (!(spec = pkv_spec_create(ctx, draft, spp))) {
+            fprintf(stderr, "pagekv run: draft %s: %s\n", draft_path, pkv_errmsg());
+            goto out;
+        }
+        pkv_model_info di;
+        pkv_model_get_info(draft, &di);
+        fprintf(stderr, "pagekv run: draft %s: %d layers on %s, %s, up to %lld tokens per round\n", draft_path, di.n_layer,
+                pkv_device_name(pkv_model_device(draft)), di.shared_kv ? "shares the target's KV cache" : "own KV cache",
+                draft_max);
     }
     size_t n_prompt = 0, len = strlen(prompt);
     pkv_status s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
@@ -278,12 +325,24 @@ int pkv_cli_run(int argc, char **argv) {
         }
         pr[0].m = m;
         pr[0].stream = true;
-        s = pkv_generate(ctx, smp[0], (int)n_predict, emit_token, &pr[0], &generated);
+        pkv_spec_stats st;
+        if (spec) {
+            s = pkv_spec_generate(spec, smp[0], (int)n_predict, emit_token, &pr[0], &st);
+            generated = (int)st.n_tokens;
+        } else {
+            s = pkv_generate(ctx, smp[0], (int)n_predict, emit_token, &pr[0], &generated);
+        }
         fputc('\n', stdout);
         if (s) {
             pkv_cli_fail("run", "generate", s);
             goto out;
         }
+        if (spec)
+            fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
+                            "(%.2f per step), %lld draft steps\n",
+                    (long long)st.drafted, (long long)st.accepted, st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0,
+                    (long long)st.n_tokens, (long long)st.target_steps,
+                    st.target_steps ? (double)st.n_tokens / (double)st.target_steps : 0.0, (long long)st.draft_steps);
     } else {
         /* K branches decoded together: one batched step per token. */
         int K = (int)n_fork;
@@ -347,6 +406,8 @@ out:
         free(pr[b].text);
     }
     free(toks);
+    pkv_spec_free(spec); /* before the target's context and cache: a shared-KV draft lives in them */
+    pkv_model_free(draft); /* before the target model: it may use the target's device */
     pkv_context_free(ctx);
     pkv_kv_cache_free(c);
     pkv_model_free(m);
@@ -550,9 +611,29 @@ out:
 
 /* -------------------------------------------------------------- mkmodel */
 
+/* "3,5" -> {3, 5}; false (printed) on a bad list. */
+static bool parse_layers(const char *s, int32_t *out, int max, int *n) {
+    *n = 0;
+    for (const char *q = s; *q;) {
+        char *end;
+        long x = strtol(q, &end, 10);
+        if (end == q || x < 0 || x > 4095 || *n == max || (*end && *end != ',')) {
+            fprintf(stderr, "pagekv mkmodel: --shared-kv-layers expects up to %d comma-separated layer indices, got '%s'\n",
+                    max, s);
+            return false;
+        }
+        out[(*n)++] = (int32_t)x;
+        q = *end ? end + 1 : end;
+    }
+    if (!*n) fprintf(stderr, "pagekv mkmodel: --shared-kv-layers is empty\n");
+    return *n > 0;
+}
+
 int pkv_cli_mkmodel(int argc, char **argv) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     const char *out = NULL;
+    int32_t kv_layers[256];
+    int n_kv_layers = 0;
     struct {
         const char *opt;
         int *dst;
@@ -576,7 +657,14 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
                    "q4_k_m: q4_k with q6_k for the output matrix and every other layer's attn_v and ffn_down.\n"
-                   "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512.\n");
+                   
+                   "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512.\n"
+                   "Drafts for speculative decoding ('pagekv run --draft'):\n"
+                   "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
+                   "                           heads and head size (random weights; --layers N, default 1)\n"
+                   "  --shared-kv-layers 3,5   with --draft-of: a shared-KV draft, one layer per entry,\n"
+                   "                           whose layer j attends over the target's cache layer [j]\n"
+                   "                           (GGUF key pagekv.shared_kv_layers; see docs/speculative.md)\n");
             return 0;
         } else if (!strcmp(a, "--arch")) {
             if (!(p.arch = pkv_cli_value(argc, argv, &i))) return 2;
@@ -596,6 +684,10 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             p.no_vocab = true;
         } else if (!strcmp(a, "--tied")) {
             p.tied = true;
+        } else if (!strcmp(a, "--draft-of")) {
+            if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--shared-kv-layers")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !parse_layers(v, kv_layers, 256, &n_kv_layers)) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
@@ -606,6 +698,14 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     if (!out) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
         return 2;
+    }
+    if (n_kv_layers) {
+        if (!p.draft_of) {
+            fprintf(stderr, "pagekv mkmodel: --shared-kv-layers needs --draft-of TARGET.gguf\n");
+            return 2;
+        }
+        p.n_layer = n_kv_layers;
+        p.shared_kv_layers = kv_layers;
     }
     pkv_status s = pkv_mkmodel_write(&p, out);
     if (s) return pkv_cli_fail("mkmodel", out, s);

@@ -3,6 +3,7 @@
  * page sharing. */
 #include <string.h>
 
+#include "engine/engine.h"
 #include "model/forward.h"
 
 /* The forward workspace, shared by a context and its forks (a batch step uses
@@ -337,4 +338,22 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
         }
     }
     return ctx;
+}
+
+pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {
+    if (!draft || !target || draft->c != target->c)
+        return pkv_err(PKV_ERR_INVALID, "reattach: the draft context is not on the target's cache");
+    int32_t child;
+    pkv_status s = pkv_kv_fork(target->c, target->seq, &child);
+    if (s) return s;
+    pkv_kv_seq_free(draft->c, draft->seq);
+    draft->seq = child;
+    draft->n_ctx = target->n_ctx;
+    draft->has_logits = false;
+    return PKV_OK;
+}
+
+void pkv_context_set_logits(pkv_context *ctx, const float *logits) {
+    memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
+    ctx->has_logits = true;
 }

@@ -100,9 +100,119 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     return PKV_OK;
 }
 
-static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
-    pkv_status s = validate(&p);
+/* Settings a draft takes over from its target (--draft-of). */
+typedef struct {
+    const pkv_gguf *g; /* the target, for its tokenizer.* keys */
+    float rope_base, rms_eps;
+    int n_rot;
+} target_of;
+
+/* Read the target's sizes into p (a draft shares its geometry and vocabulary). */
+static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_of *t) {
+    pkv_hparams hp;
+    int *nh = NULL, *nkv = NULL, *nff = NULL;
+    pkv_status s = pkv_hparams_read(g, &hp, &nh, &nkv, &nff);
     if (s) return s;
+    int l0 = 0; /* the layer whose heads the draft copies: the first listed one the target has */
+    for (int j = 0; p->shared_kv_layers && j < p->n_layer; j++)
+        if (p->shared_kv_layers[j] >= 0 && p->shared_kv_layers[j] < hp.n_layer) {
+            l0 = p->shared_kv_layers[j];
+            break;
+        }
+    p->arch = pkv_arch_name(hp.arch);
+    p->n_embd = hp.n_embd;
+    p->n_head = nh[l0];
+    p->n_head_kv = nkv[l0];
+    p->head_dim = hp.head_dim_k;
+    p->n_ff = nff[l0];
+    p->n_ctx = hp.n_ctx_train;
+    const char *tm;
+    size_t tml;
+    p->no_vocab = pkv_gguf_get_str(g, "tokenizer.ggml.model", &tm, &tml) || (tml == 4 && !memcmp(tm, "none", 4));
+    const pkv_gguf_tensor *te = pkv_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) s = pkv_err(PKV_ERR_FORMAT, "mkmodel: %s: tensor 'token_embd.weight' not found", pkv_gguf_label(g));
+    else p->n_vocab = (int)te->ne[1];
+    if (!s && hp.head_dim_k != hp.head_dim_v)
+        s = pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: %s: K and V head sizes differ (%d, %d)", pkv_gguf_label(g), hp.head_dim_k,
+                    hp.head_dim_v);
+    t->g = g;
+    t->rope_base = hp.rope_base;
+    t->rms_eps = hp.rms_eps;
+    t->n_rot = hp.n_rot;
+    pkv_free(nh);
+    pkv_free(nkv);
+    pkv_free(nff);
+    return s;
+}
+
+/* Copy key-value pair i of g (any type) into w. */
+static pkv_status copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
+    const char *key = pkv_gguf_kv_key(g, i);
+    pkv_gguf_type t = pkv_gguf_kv_type(g, i);
+    pkv_status s;
+    if (t == PKV_GGUF_STRING) {
+        const char *v;
+        size_t n;
+        if ((s = pkv_gguf_get_str(g, key, &v, &n))) return s;
+        char *z = pkv_malloc(n + 1);
+        if (!z) return pkv_err(PKV_ERR_NOMEM, "mkmodel: key %s", key);
+        memcpy(z, v, n);
+        z[n] = 0;
+        s = pkv_gguf_writer_add_str(w, key, z);
+        pkv_free(z);
+        return s;
+    }
+    if (t == PKV_GGUF_ARRAY) {
+        pkv_gguf_array a;
+        if ((s = pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a))) return s;
+        if (a.type != PKV_GGUF_STRING) return pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count);
+        const char **strs = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *strs);
+        size_t *lens = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *lens);
+        s = strs && lens ? PKV_OK : pkv_err(PKV_ERR_NOMEM, "mkmodel: key %s", key);
+        for (uint64_t k = 0; !s && k < a.count; k++) s = pkv_gguf_arr_str(g, &a, k, &strs[k], &lens[k]);
+        if (!s) s = pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count);
+        pkv_free(strs);
+        pkv_free(lens);
+        return s;
+    }
+    /* a scalar: its bytes follow the type in the file; re-read it through the typed getters */
+    uint8_t buf[8];
+    int64_t iv = 0;
+    float fv = 0;
+    bool bv = false;
+    switch (t) {
+    case PKV_GGUF_FLOAT32:
+    case PKV_GGUF_FLOAT64:
+        if ((s = pkv_gguf_get_f32(g, key, &fv))) return s;
+        return pkv_gguf_writer_add_f32(w, key, fv);
+    case PKV_GGUF_BOOL:
+        if ((s = pkv_gguf_get_bool(g, key, &bv))) return s;
+        return pkv_gguf_writer_add_bool(w, key, bv);
+    default:
+        if ((s = pkv_gguf_get_i64(g, key, &iv))) return s;
+        memcpy(buf, &iv, sizeof buf); /* little-endian: the low bytes are the narrower value */
+        return pkv_gguf_writer_add(w, key, t, buf);
+    }
+}
+
+static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
+    target_of tgt = {NULL, 0, 0, 0};
+    pkv_gguf *tg = NULL;
+    pkv_status s;
+    if (p.draft_of) {
+        if (!p.n_layer && p.shared_kv_layers) return pkv_err(PKV_ERR_INVALID, "mkmodel: shared_kv_layers needs n_layer");
+        if ((s = pkv_gguf_read(p.draft_of, &tg))) return s;
+        if (!p.n_layer) p.n_layer = 1;
+        if ((s = read_target(&p, tg, &tgt))) {
+            pkv_gguf_close(tg);
+            return s;
+        }
+    }
+    s = validate(&p);
+    if (s) {
+        pkv_gguf_close(tg);
+        return s;
+    }
     gen G;
     memset(&G, 0, sizeof G);
     G.r.s = p.seed;
@@ -111,8 +221,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
-    pkv_vocab_desc *voc = p.no_vocab ? NULL : pkv_vocab_builtin_create(p.n_vocab);
-    if (!G.f || !G.q || !G.w || (!p.no_vocab && !voc)) {
+    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : pkv_vocab_builtin_create(p.n_vocab);
+    if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !voc)) {
         s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
         goto done;
     }
@@ -142,10 +252,16 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)p.head_dim));
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f));
-    if (p.no_vocab) {
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), tgt.g ? tgt.rope_base : qwen ? 1000000.0f : 10000.0f));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : p.head_dim)));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen ? 1e-6f : 1e-5f));
+    if (p.shared_kv_layers)
+        TRY(pkv_gguf_writer_add_arr(G.w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p.shared_kv_layers, (uint64_t)p.n_layer));
+    if (tgt.g) { /* the target's vocabulary, key by key */
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
+        for (int64_t i = 0; i < pkv_gguf_n_kv(tgt.g); i++)
+            if (!strncmp(pkv_gguf_kv_key(tgt.g, i), "tokenizer.", 10)) TRY(copy_kv(G.w, tgt.g, i));
+    } else if (p.no_vocab) {
         TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", "none"));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
     } else {
@@ -190,6 +306,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
 #undef KEY
 #undef TRY
 done:
+    pkv_gguf_close(tg);
     pkv_vocab_builtin_free(voc);
     pkv_free(G.f);
     pkv_free(G.q);

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 // out[i][c] = dequant(W[ids[i]])[c]; zeros for an id outside [0, n_vocab).
 // The bound weights are rows [r0, r0 + cnt) of W; only outputs whose id falls in

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 // y[i][r0 + r] = sum_c W[r][c] * x[i][c] for the cnt weight rows bound (a chunk
 // starting at row r0; y rows are `rows` long). One workgroup per (weight row r,

@@ -16,13 +16,6 @@ layout(binding = 2) buffer Y { uint d[]; } y;
 layout(push_constant) uniform PC { uint ow, ox, oy, rows, cols, n, row_bytes, wtype, r0, cnt; } pc;
 #include "weights.glsl"
 
-// The 32-bit word at an even byte address a (2 halves straddling two words when a % 4 == 2).
-uint word_at(uint a) {
-    uint lo = wbuf.d[a >> 2];
-    if ((a & 2u) == 0u) return lo;
-    return (lo >> 16) | (wbuf.d[(a >> 2) + 1u] << 16);
-}
-
 void main() {
     uint g = group_id();
     uint ntiles = (pc.n + NT - 1u) / NT;
@@ -37,27 +30,11 @@ void main() {
         uint row = pc.ow + r * pc.row_bytes;
         float acc[NT];
         [[unroll]] for (uint k = 0u; k < NT; k++) acc[k] = 0.0;
-        if (pc.wtype == T_Q8_0 || pc.wtype == T_Q4_0) {
-            uint nb = pc.cols >> 5, bb = pc.wtype == T_Q8_0 ? 34u : 18u;
-            for (uint b = lane; b < nb; b += ls) {
-                uint blk = row + b * bb;
-                float dq = half_to_float(LDH(wbuf, blk));
+        if (pc.wtype == T_Q8_0 || pc.wtype == T_Q4_0 || pc.wtype == T_Q4_K || pc.wtype == T_Q5_K ||
+            pc.wtype == T_Q6_K) {
+            for (uint b = lane; b < (pc.cols >> 5); b += ls) {
                 float wv[32];
-                if (pc.wtype == T_Q8_0) {
-                    [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                        int wd = int(word_at(blk + 2u + 4u * j));
-                        [[unroll]] for (uint q = 0u; q < 4u; q++) wv[4u * j + q] = dq * float(bitfieldExtract(wd, int(8u * q), 8));
-                    }
-                } else {
-                    [[unroll]] for (uint j = 0u; j < 4u; j++) {
-                        uint wd = word_at(blk + 2u + 4u * j);
-                        [[unroll]] for (uint q = 0u; q < 4u; q++) {
-                            uint by = (wd >> (8u * q)) & 0xffu;
-                            wv[4u * j + q] = dq * (float(by & 15u) - 8.0);
-                            wv[4u * j + q + 16u] = dq * (float(by >> 4) - 8.0);
-                        }
-                    }
-                }
+                wget32(row, b, pc.wtype, wv);
                 [[unroll]] for (uint k = 0u; k < NT; k++) {
                     if (k < nt) {
                         uint xa = pc.ox + ((i0 + k) * pc.cols + b * 32u) * 4u;

@@ -1,0 +1,18 @@
+/* Engine internals shared between context.c and speculative.c. */
+#ifndef PKV_ENGINE_H
+#define PKV_ENGINE_H
+
+#include "pagekv.h"
+
+/* Re-sync a context made by pkv_context_attach with the target's current
+ * sequence: its sequence becomes a fresh fork of the target's (O(1)), keeping
+ * its forward workspace; the attach validation is not repeated (the cache's
+ * geometry and devices cannot change). It has no logits afterwards.
+ * PKV_ERR_INVALID when the two are not on one cache; on error nothing changes. */
+pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target);
+
+/* Set the context's logits (f32 [n_vocab], copied): the caller computed them for
+ * the context's last token (speculative decoding keeps every verified row). */
+void pkv_context_set_logits(pkv_context *ctx, const float *logits);
+
+#endif

@@ -1,0 +1,283 @@
+/* Speculative decoding: a draft proposes, the target verifies K tokens in one
+ * batched step, rejected tokens are truncated away. See docs/speculative.md.
+ *
+ * State between rounds. `ctoks` holds every committed token (the target's
+ * tokens plus the ones emitted since). The target has decoded all of them but
+ * the last emitted one (`pending`), exactly as pkv_generate leaves a context;
+ * only the very first round has nothing pending and verifies its first
+ * proposal against the target's current logits (saved in p0). A round:
+ *   1. the draft catches up with ctoks and proposes d_1..d_K, each drawn from
+ *      q_i = the sampler chain over the draft's logits;
+ *   2. the target decodes [pending] + d_1..d_K in ONE step (decode_all), giving
+ *      row(i) = its logits after d_1..d_i;
+ *   3. for i = 0..K-1: p = chain(row(i)); accept d_{i+1} if u * q(d) < p(d),
+ *      else draw the correction from max(0, p - q) and stop; if all K were
+ *      accepted draw a bonus token from row(K);
+ *   4. the target keeps ctoks minus the new last token (truncate) with the
+ *      logits row of its new last token; the draft rolls back lazily at its
+ *      next catch-up (own cache: truncate to the common prefix; shared KV:
+ *      re-fork the target's sequence). */
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+enum { SPEC_MAX_DRAFT = 64 };
+
+struct pkv_spec {
+    pkv_context *target;
+    pkv_model *draft;
+    bool shared;          /* the draft attends over the target's cache */
+    int K;                /* draft_max */
+    int32_t V;            /* vocabulary size of both */
+    pkv_kv_cache *dcache; /* own-cache draft: its cache; NULL when shared */
+    pkv_context *dctx;    /* the draft's context */
+    int32_t *dtoks;       /* own-cache draft: host mirror of the tokens in dctx [n_dtoks] */
+    int64_t n_dtoks;
+    size_t cap_dtoks;
+    int32_t *ctoks;       /* committed tokens [cap_ctoks] */
+    size_t cap_ctoks;
+    float *all;           /* f32 [K + 1][V]: the target's rows of one step */
+    float *q;             /* f32 [K][V]: the draft's distributions of one round */
+    float *p;             /* f32 [V]: the target's distribution (then the residual) */
+    float *p0;            /* f32 [V]: target logits when nothing is pending */
+};
+
+pkv_spec_params pkv_spec_default_params(void) {
+    pkv_spec_params p;
+    memset(&p, 0, sizeof p);
+    p.draft_max = 4;
+    p.draft_cache = pkv_cache_default_params();
+    p.draft_cache.n_seq_max = 1;
+    return p;
+}
+
+void pkv_spec_free(pkv_spec *s) {
+    if (!s) return;
+    pkv_context_free(s->dctx);
+    pkv_kv_cache_free(s->dcache);
+    pkv_free(s->dtoks);
+    pkv_free(s->ctoks);
+    pkv_free(s->all);
+    pkv_free(s->q);
+    pkv_free(s->p);
+    pkv_free(s->p0);
+    pkv_free(s);
+}
+
+pkv_context *pkv_spec_draft_context(pkv_spec *s) { return s ? s->dctx : NULL; }
+
+pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params p) {
+    if (!target || !draft) {
+        pkv_err(PKV_ERR_INVALID, "spec: NULL target context or draft model");
+        return NULL;
+    }
+    int K = p.draft_max ? p.draft_max : 4;
+    if (K < 1 || K > SPEC_MAX_DRAFT) {
+        pkv_err(PKV_ERR_INVALID, "spec: draft_max %d is outside 1..%d", p.draft_max, SPEC_MAX_DRAFT);
+        return NULL;
+    }
+    pkv_model_info ti, di;
+    if (pkv_model_get_info(pkv_context_model(target), &ti) || pkv_model_get_info(draft, &di)) return NULL;
+    if (ti.n_vocab != di.n_vocab) {
+        pkv_err(PKV_ERR_MISMATCH, "spec: the draft has a vocabulary of %d tokens, the target %d: a draft needs the "
+                                  "target's vocabulary (pagekv mkmodel --draft-of makes one)",
+                di.n_vocab, ti.n_vocab);
+        return NULL;
+    }
+    pkv_spec *s = pkv_calloc(1, sizeof *s);
+    if (!s) {
+        pkv_err(PKV_ERR_NOMEM, "spec: out of memory");
+        return NULL;
+    }
+    s->target = target;
+    s->draft = draft;
+    s->shared = di.shared_kv;
+    s->K = K;
+    s->V = ti.n_vocab;
+    size_t V = (size_t)s->V;
+    if (s->shared) {
+        s->dctx = pkv_context_attach(draft, target); /* the I6 check */
+        /* it re-forks every round: hold no pages until then */
+        if (!s->dctx || pkv_context_truncate(s->dctx, 0)) goto fail;
+    } else {
+        pkv_cache_params cp = p.draft_cache;
+        int64_t n_ctx = pkv_context_n_ctx(target);
+        if (!cp.n_ctx) cp.n_ctx = (int)n_ctx;
+        if (!cp.n_seq_max) cp.n_seq_max = 1;
+        if (!(s->dcache = pkv_model_cache_create(draft, cp))) goto fail;
+        if (!(s->dctx = pkv_context_create(draft, s->dcache, PKV_MIN(n_ctx, (int64_t)cp.n_ctx)))) goto fail;
+    }
+    s->all = pkv_malloc((size_t)(K + 1) * V * sizeof(float));
+    s->q = pkv_malloc((size_t)K * V * sizeof(float));
+    s->p = pkv_malloc(V * sizeof(float));
+    s->p0 = pkv_malloc(V * sizeof(float));
+    if (!s->all || !s->q || !s->p || !s->p0) {
+        pkv_err(PKV_ERR_NOMEM, "spec: out of memory for %d rows of %d logits", 2 * K + 3, s->V);
+        goto fail;
+    }
+    return s;
+fail:
+    pkv_spec_free(s);
+    return NULL;
+}
+
+/* Decode n tokens in the own-cache draft, mirroring them on the host. */
+static pkv_status draft_decode(pkv_spec *s, const int32_t *toks, int64_t n, pkv_spec_stats *st) {
+    if (!s->shared) {
+        void *d = s->dtoks;
+        pkv_status g = pkv_grow(&d, &s->cap_dtoks, (size_t)(s->n_dtoks + n), sizeof(int32_t));
+        if (g) return g;
+        s->dtoks = d;
+    }
+    pkv_status r = pkv_context_decode(s->dctx, toks, (int32_t)n);
+    if (r) return r;
+    st->draft_steps++;
+    if (!s->shared) {
+        memcpy(s->dtoks + s->n_dtoks, toks, (size_t)n * sizeof *toks);
+        s->n_dtoks += n;
+    }
+    return PKV_OK;
+}
+
+/* Bring the draft to hold exactly toks[0..n) (n >= 1) with logits. Own cache:
+ * keep the common prefix, decode the rest in one step. Shared KV: fork the
+ * target's sequence (all of toks but the last `pending` ones) and decode those. */
+static pkv_status draft_catch_up(pkv_spec *s, const int32_t *toks, int64_t n, int pending, pkv_spec_stats *st) {
+    pkv_status r;
+    if (s->shared) {
+        if ((r = pkv_context_reattach(s->dctx, s->target))) return r;
+        if (!pending) { /* re-decode the target's last token for the draft's own logits */
+            if ((r = pkv_context_truncate(s->dctx, n - 1))) return r;
+            pending = 1;
+        }
+        return draft_decode(s, toks + n - pending, pending, st);
+    }
+    int64_t L = 0, nd = s->n_dtoks;
+    while (L < nd && L < n && s->dtoks[L] == toks[L]) L++;
+    if (L == n && nd == n && pkv_context_logits(s->dctx)) return PKV_OK;
+    if (L == n) L = n - 1; /* everything is there but the logits: decode the last token again */
+    if (L < nd) {
+        if ((r = pkv_context_truncate(s->dctx, L))) return r;
+        s->n_dtoks = L;
+    }
+    return draft_decode(s, toks + L, n - L, st);
+}
+
+typedef struct {
+    pkv_sampler *smp;
+    pkv_token_fn on_token;
+    void *user;
+    const pkv_model *m;
+    int n_max, emitted;
+} emitter;
+
+/* Commit one token; true when generation stops after it. */
+static bool emit(emitter *e, pkv_spec *s, int64_t *nc, int32_t tok, pkv_spec_stats *st) {
+    pkv_sampler_accept(e->smp, tok);
+    s->ctoks[(*nc)++] = tok;
+    e->emitted++;
+    st->n_tokens++;
+    bool go = e->on_token ? e->on_token(tok, e->user) : true;
+    return !go || pkv_model_is_eog(e->m, tok) || e->emitted == e->n_max;
+}
+
+pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
+                             pkv_spec_stats *stats) {
+    pkv_spec_stats st;
+    memset(&st, 0, sizeof st);
+    if (stats) *stats = st;
+    if (!s || !smp || n_max < 0) return pkv_err(PKV_ERR_INVALID, "spec: NULL spec or sampler, or n_max < 0");
+    if (n_max == 0) return PKV_OK;
+    pkv_context *tg = s->target;
+    const float *lg0 = pkv_context_logits(tg);
+    if (!lg0) return pkv_err(PKV_ERR_INVALID, "spec: the target context has no logits (decode a prompt first)");
+    const size_t V = (size_t)s->V;
+    int64_t base = pkv_context_n_tokens(tg), n_ctx = pkv_context_n_ctx(tg);
+    void *ct = s->ctoks;
+    pkv_status r = pkv_grow(&ct, &s->cap_ctoks, (size_t)base + (size_t)n_max + 1, sizeof(int32_t));
+    if (r) return r;
+    s->ctoks = ct;
+    if ((r = pkv_context_tokens(tg, 0, base, s->ctoks))) return r;
+    for (int64_t i = 0; i < base; i++)
+        if (s->ctoks[i] < 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "spec: token %lld of the target context has no id (appended without "
+                                                "ids): the draft cannot follow it", (long long)i);
+    memcpy(s->p0, lg0, V * sizeof(float));
+    emitter e = {smp, on_token, user, pkv_context_model(tg), n_max, 0};
+    int64_t nc = base; /* committed tokens */
+    int pending = 0;   /* the last committed token is not decoded in the target */
+    bool stop = false;
+    while (!stop) {
+        int64_t room = n_ctx - base - pending;
+        int K = (int)PKV_MIN((int64_t)PKV_MIN(s->K, n_max - e.emitted - 1), PKV_MAX(room, 0));
+        int32_t D[SPEC_MAX_DRAFT], B[SPEC_MAX_DRAFT + 1];
+        st.rounds++;
+        /* 1. proposals */
+        if (K > 0) {
+            if ((r = draft_catch_up(s, s->ctoks, nc, pending, &st))) goto out;
+            for (int i = 0; i < K; i++) {
+                float *qi = s->q + (size_t)i * V;
+                if ((r = pkv_sampler_probs(smp, pkv_context_logits(s->dctx), qi)) ||
+                    (r = pkv_sampler_draw(smp, qi, &D[i])))
+                    goto out;
+                st.drafted++;
+                if (i + 1 < K && (r = draft_decode(s, &D[i], 1, &st))) goto out;
+            }
+            /* a shared-KV draft gives its pages back before the target needs some */
+            if (s->shared && (r = pkv_context_truncate(s->dctx, 0))) goto out;
+        }
+        /* 2. one target step over [pending] + proposals */
+        int nb = pending + K;
+        if (pending) B[0] = s->ctoks[nc - 1];
+        memcpy(B + pending, D, (size_t)K * sizeof *D);
+        if (nb > 0) {
+            if ((r = pkv_context_decode_all(tg, B, nb, s->all))) goto out;
+            st.target_steps++;
+        }
+#define ROW(i) (pending ? s->all + (size_t)(i)*V : (i) == 0 ? s->p0 : s->all + (size_t)((i)-1) * V)
+        /* 3. verify */
+        int j = 0, i = 0;
+        int32_t y = -1;
+        for (; i < K && !stop; i++) {
+            const float *qi = s->q + (size_t)i * V;
+            if ((r = pkv_sampler_probs(smp, ROW(i), s->p))) goto out;
+            double u = pkv_sampler_uniform(smp);
+            int32_t d = D[i];
+            if (u * (double)qi[d] < (double)s->p[d]) {
+                st.accepted++;
+                j++;
+                stop = emit(&e, s, &nc, d, &st);
+                continue;
+            }
+            /* rejected: the correction comes from the residual max(0, p - q) */
+            bool any = false;
+            for (size_t t = 0; t < V; t++) {
+                float w = s->p[t] - qi[t];
+                s->p[t] = w > 0 ? w : 0;
+                any |= w > 0;
+            }
+            if (!any && (r = pkv_sampler_probs(smp, ROW(i), s->p))) goto out; /* p == q up to rounding */
+            if ((r = pkv_sampler_draw(smp, s->p, &y))) goto out;
+            break;
+        }
+        if (!stop) {
+            if (y < 0 && (r = pkv_sampler_sample(smp, ROW(K), &y))) goto out; /* all accepted: the bonus token */
+            j++;
+            stop = emit(&e, s, &nc, y, &st);
+        }
+        /* 4. the target keeps all committed tokens but the newest (j emitted this round) */
+        int64_t keep = base + pending + j - 1;
+        if (keep < base + nb) {
+            if ((r = pkv_context_truncate(tg, keep))) goto out;
+            pkv_context_set_logits(tg, ROW(j - 1));
+        }
+#undef ROW
+        base = keep;
+        pending = 1;
+    }
+out:
+    if (stats) *stats = st;
+    return r;
+}
