@@ -3,6 +3,11 @@
  * indices) are guarded here as device.h states. Work is split over the device's
  * thread pool. Results match ref.c within the tolerances of check-kernels.c.
  *
+ * Determinism: every output element is computed by one task with a fixed
+ * operation order, independent of the thread count and of how many rows share a
+ * call (a matmul row gets the same operations whether it comes alone or with
+ * others), so fork == replay holds bitwise on the CPU.
+ *
  * Instruction-set path: the matmul and attention inner products come from one
  * of the tables in cpu-dots.h, chosen at EVERY kernel call: the best the CPU
  * supports (avx512 > avx2 > generic), or the one named by the environment
@@ -14,8 +19,9 @@
  * quantize each activation row to 8 bits per block of 32 once per call
  * (d = amax/127, block sums kept), as ggml's CPU backend does, and use integer
  * dot products; their normalized mean squared error against the reference is
- * about 1e-5 on random data (bound in check-kernels.c). All other kernels compute in f32 and
- * agree with the double-precision reference to rounding (nmse < 1e-10). */
+ * about 1e-5 on random data (bound in check-kernels.c). All other kernels
+ * compute in f32 and agree with the double-precision reference to rounding
+ * (nmse < 1e-10). */
 #include "device/cpu/cpu-impl.h"
 
 #include "base/quant.h"
