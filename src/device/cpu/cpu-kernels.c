@@ -159,6 +159,9 @@ static pkv_status aligned(const pkv_cpu_ctx *c, const char *kernel, const char *
 
 /* ----------------------------------------------------------------- matmul */
 
+/* Weight rows prefetched ahead: with short rows (1024 q8_0 columns are 17 cache
+ * lines) the hardware prefetcher alone left a third of the bandwidth unused. */
+#define PF_ROWS 2
 typedef struct {
     const pkv_cpu_dots *dots;
     const uint8_t *w;
@@ -182,6 +185,8 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = j->w + (size_t)r * j->rb;
             float *y = j->y + r;
+            if (r + PF_ROWS < r1)
+                for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + PF_ROWS * j->rb + o);
             float out[4];
             switch (j->wt) {
             case PKV_TYPE_F32:
