@@ -215,6 +215,7 @@ T static void a_q8a(const float *x, pkv_q8a *y, int64_t nb) {
         const int32_t *hv = (const int32_t *)&h;
         y[b].s[0] = (int16_t)(hv[0] + hv[4]);
         y[b].s[1] = (int16_t)(hv[1] + hv[5]);
+        y[b].ds = d * (float)(hv[0] + hv[4] + hv[1] + hv[5]);
         const __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         _mm256_storeu_si256((__m256i *)y[b].qs, _mm256_permutevar8x32_epi32(q, perm));
     }

@@ -35,6 +35,7 @@ void pkv_cpu_quantize_q8a(const float *x, pkv_q8a *y, int64_t nb) {
         }
         y[b].s[0] = (int16_t)sum[0];
         y[b].s[1] = (int16_t)sum[1];
+        y[b].ds = d * (float)(sum[0] + sum[1]);
     }
 }
 

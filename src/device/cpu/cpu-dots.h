@@ -13,6 +13,7 @@
  * of the inner loop. A 32-element block lines up with a k-quant sub-block. */
 typedef struct pkv_q8a {
     float d;
+    float ds; /* d * (s[0] + s[1]), for the k-quant mins */
     int16_t s[2];
     int8_t qs[32];
 } pkv_q8a;

@@ -76,10 +76,10 @@ QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
 }
 
-/* The float arithmetic below (order of the scale products, which accumulator)
- * is kept exactly as in the single-row versions these bodies replaced, so the
- * four-row prefill path changed no result: QB_VNNI selects the VNNI variant's
- * order. */
+/* q4_k / q5_k: the sub-block scales d*sc and mins dmin*m are decoded once per
+ * super-block (and shared by the NX activation rows); per sub-block and row one
+ * byte dot, one scaled FMA, and the min folded through the activation's
+ * d * sum(q). */
 QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, const bool five,
                               float *out) {
     __m256 acc0[4], acc1[4];
@@ -92,6 +92,13 @@ QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < nb; b++, w += five ? 176 : 144) {
         const float d = QB_NAME(half)(w), dmin = QB_NAME(half)(w + 2);
+        float dsc[8], dmm[8];
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            QB_NAME(scale_min)(j, w + 4, &sc, &m);
+            dsc[j] = d * (float)sc;
+            dmm[j] = dmin * (float)m;
+        }
         const uint8_t *qs = five ? w + 48 : w + 16;
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
@@ -101,30 +108,17 @@ QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
                 q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
                 q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
             }
-            int sc0, m0, sc1, m1;
-            QB_NAME(scale_min)(2 * g, w + 4, &sc0, &m0);
-            QB_NAME(scale_min)(2 * g + 1, w + 4, &sc1, &m1);
             for (int r = 0; r < NX; r++) {
                 const pkv_q8a *x0 = x + r * xs + 8 * b + 2 * g, *x1 = x0 + 1;
                 const __m256i p0 = QB_DOT_U8(q0, QB_XQS(x0));
                 const __m256i p1 = QB_DOT_U8(q1, QB_XQS(x1));
-                acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(x0->d * d * (float)sc0), _mm256_cvtepi32_ps(p0), acc0[r]);
-#if QB_VNNI
-                acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * d * (float)sc1), _mm256_cvtepi32_ps(p1), acc1[r]);
-#else
-                acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * d * (float)sc1), _mm256_cvtepi32_ps(p1), acc0[r]);
-#endif
-                corr[r] += x0->d * dmin * (float)m0 * (float)(x0->s[0] + x0->s[1]) +
-                           x1->d * dmin * (float)m1 * (float)(x1->s[0] + x1->s[1]);
+                acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(x0->d * dsc[2 * g]), _mm256_cvtepi32_ps(p0), acc0[r]);
+                acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * dsc[2 * g + 1]), _mm256_cvtepi32_ps(p1), acc1[r]);
+                corr[r] += dmm[2 * g] * x0->ds + dmm[2 * g + 1] * x1->ds;
             }
         }
     }
-#if QB_VNNI
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(_mm256_add_ps(acc0[r], acc1[r])) - corr[r];
-#else
-    (void)acc1;
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc0[r]) - corr[r];
-#endif
 }
 
 QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
