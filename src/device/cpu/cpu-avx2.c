@@ -16,59 +16,11 @@ T static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-T static float a_f32(const float *w, const float *x, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) s += w[i] * x[i];
-    return s;
-}
-
 T static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-
-T static float a_f16(const uint16_t *w, const float *x, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(ld_f16(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(ld_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(ld_f16(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(ld_f16(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(ld_f16(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) s += _cvtsh_ss(w[i]) * x[i];
-    return s;
-}
 
 T static inline __m256 ld_bf16(const uint16_t *p) {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-
-T static float a_bf16(const uint16_t *w, const float *x, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(ld_bf16(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(ld_bf16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(ld_bf16(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum(_mm256_add_ps(a0, a1));
-    for (; i < n; i++) {
-        uint32_t u = (uint32_t)w[i] << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        s += f * x[i];
-    }
-    return s;
 }
 
 /* One weight row (kind 0 f32, 1 f16, 2 bf16) against NX x rows: each weight
@@ -144,13 +96,6 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #undef QB_DOT_U8
 #undef QB_NAME
 
-T static void a_axpy(float *y, float a, const float *x, int64_t n) {
-    const __m256 va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
 /* Attention's value sum with the output kept in registers across the tokens. */
 __attribute__((always_inline)) T static inline __m256 ldv(const void *r, bool f16, int64_t d) {
     return f16 ? ld_f16((const uint16_t *)r + d) : _mm256_loadu_ps((const float *)r + d);
@@ -221,17 +166,8 @@ T static void a_q8a(const float *x, pkv_q8a *y, int64_t nb) {
     }
 }
 
-T static void a_f16_row(const uint16_t *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ld_f16(x + i));
-    for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
-}
-
 const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .name = "avx2",
-    .f32 = a_f32,
-    .f16 = a_f16,
-    .bf16 = a_bf16,
     .f32x = a_f32x,
     .f16x = a_f16x,
     .bf16x = a_bf16x,
@@ -240,9 +176,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q4_k = a_q4_k,
     .q5_k = a_q5_k,
     .q6_k = a_q6_k,
-    .axpy = a_axpy,
     .vacc = a_vacc,
     .q8a = a_q8a,
-    .f16_row = a_f16_row,
 };
 #endif

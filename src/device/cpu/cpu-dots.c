@@ -185,10 +185,6 @@ static void g_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, in
     for (int r = 0; r < nx; r++) out[r] = g_bf16(w, x + r * xs, n);
 }
 
-static void g_axpy(float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 static void g_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
     const float *t = f16_table();
     for (int c = 0; c < n; c++) {
@@ -202,16 +198,8 @@ static void g_vacc(float *acc, const float *p, const void *const *v, int n, int6
     }
 }
 
-static void g_f16_row(const uint16_t *x, float *y, int64_t n) {
-    const float *t = f16_table();
-    for (int64_t i = 0; i < n; i++) y[i] = t[x[i]];
-}
-
 const pkv_cpu_dots pkv_cpu_dots_generic = {
     .name = "generic",
-    .f32 = g_f32,
-    .f16 = g_f16,
-    .bf16 = g_bf16,
     .f32x = g_f32x,
     .f16x = g_f16x,
     .bf16x = g_bf16x,
@@ -220,8 +208,6 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .q4_k = g_q4_k,
     .q5_k = g_q5_k,
     .q6_k = g_q6_k,
-    .axpy = g_axpy,
     .vacc = g_vacc,
     .q8a = pkv_cpu_quantize_q8a,
-    .f16_row = g_f16_row,
 };

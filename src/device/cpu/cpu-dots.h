@@ -25,24 +25,17 @@ typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int6
 
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */
-    float (*f32)(const float *w, const float *x, int64_t n);
-    float (*f16)(const uint16_t *w, const float *x, int64_t n);
-    float (*bf16)(const uint16_t *w, const float *x, int64_t n);
     /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
     void (*f32x)(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*f16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*bf16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
-    /* y += a * x, n floats (attention's value accumulation). */
-    void (*axpy)(float *y, float a, const float *x, int64_t n);
     /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
      * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
     void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);
     /* pkv_cpu_quantize_q8a (same results on every path) */
     void (*q8a)(const float *x, pkv_q8a *y, int64_t nb);
-    /* y[i] = f16 x[i] widened, n values. */
-    void (*f16_row)(const uint16_t *x, float *y, int64_t n);
 } pkv_cpu_dots;
 
 extern const pkv_cpu_dots pkv_cpu_dots_generic;
