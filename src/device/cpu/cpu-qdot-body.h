@@ -56,7 +56,7 @@ QB_AI void QB_NAME(q8_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
 
 QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
     __m256 acc[4];
-    float corr[4]; /* the -8 offset: 8 * d * sum(x) per block */
+    float corr[4]; /* sum over blocks of dw * dx * sum(qx) */
     for (int r = 0; r < NX; r++) {
         acc[r] = _mm256_setzero_ps();
         corr[r] = 0;
@@ -70,10 +70,10 @@ QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
             const pkv_q8a *xb = x + r * xs + b;
             const float dd = dw * xb->d;
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb))), acc[r]);
-            corr[r] += dd * (float)(8 * (xb->s[0] + xb->s[1]));
+            corr[r] += dw * xb->ds; /* the -8 offset, times 8 below */
         }
     }
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - 8.0f * corr[r];
 }
 
 /* q4_k / q5_k: the sub-block scales d*sc and mins dmin*m are decoded once per
@@ -140,12 +140,15 @@ QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
                 const __m256i lo = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
                 const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
                 const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
+#if QB_VNNI
+                /* lanes 0-3 hold elements 0-15 (scale s0), lanes 4-7 elements 16-31 (s1) */
+                const __m256 dsv = _mm256_set_m128(_mm_set1_ps(d * (float)s1), _mm_set1_ps(d * (float)s0));
+#endif
                 for (int r = 0; r < NX; r++) {
                     const pkv_q8a *xb = x + r * xs + 8 * b + 4 * h + k;
                     const float dd = d * xb->d;
 #if QB_VNNI
-                    /* lanes 0-3 hold elements 0-15 (scale s0), lanes 4-7 elements 16-31 (s1) */
-                    const __m256 scv = _mm256_set_m128(_mm_set1_ps(dd * (float)s1), _mm_set1_ps(dd * (float)s0));
+                    const __m256 scv = _mm256_mul_ps(dsv, _mm256_set1_ps(xb->d));
                     const __m256 p = _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb)));
                     if (k & 1)
                         acc1[r] = _mm256_fmadd_ps(scv, p, acc1[r]);
