@@ -92,13 +92,17 @@ QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < nb; b++, w += five ? 176 : 144) {
         const float d = QB_NAME(half)(w), dmin = QB_NAME(half)(w + 2);
+        /* The eight 6-bit scales and mins from the 12 packed bytes at once, as
+         * three little-endian words (same layout as scale_min, per byte lane). */
+        uint32_t u[3];
+        memcpy(u, w + 4, 12);
+        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        const __m128i scm = _mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo);
         float dsc[8], dmm[8];
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            QB_NAME(scale_min)(j, w + 4, &sc, &m);
-            dsc[j] = d * (float)sc;
-            dmm[j] = dmin * (float)m;
-        }
+        _mm256_storeu_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scm))));
+        _mm256_storeu_ps(dmm, _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)))));
         const uint8_t *qs = five ? w + 48 : w + 16;
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
