@@ -356,6 +356,42 @@ static void matmul_vs_ref(pkv_device *dev, const char *label) {
     }
 }
 
+static int g_warnings;
+static char g_last_warning[256];
+static void on_log(pkv_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level == PKV_LOG_WARN) {
+        g_warnings++;
+        snprintf(g_last_warning, sizeof g_last_warning, "%s", msg);
+    }
+}
+
+/* An unknown PKV_CPU_PATH falls back to the best path, with a warning. */
+static void test_bad_path(void) {
+    pkv_log_set(on_log, NULL, PKV_LOG_WARN);
+    setenv("PKV_CPU_PATH", "sse9", 1);
+    pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+    NEED(dev);
+    float w[2 * 32], x[32], y[2];
+    fill(w, 64, 1.0f);
+    fill(x, 32, 1.0f);
+    pkv_buffer *bw = upload(dev, w, sizeof w, 0), *bx = upload(dev, x, sizeof x, 0), *by = upload(dev, NULL, sizeof y, 0);
+    NEED(bw && bx && by);
+    pkv_k_matmul_args a = {pkv_tref_make(bw, 0), PKV_TYPE_F32, 2, 32, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), 1};
+    CHECK_OK(pkv_k_matmul(dev, &a));
+    CHECK_OK(pkv_buffer_read(by, 0, y, sizeof y));
+    double want = 0;
+    for (int c = 0; c < 32; c++) want += (double)w[32 + c] * x[c];
+    CHECK_NEAR(y[1], want, 1e-5);
+    CHECK(g_warnings >= 1 && strstr(g_last_warning, "sse9") != NULL);
+    pkv_buffer_free(bw);
+    pkv_buffer_free(bx);
+    pkv_buffer_free(by);
+    pkv_device_close(dev);
+    unsetenv("PKV_CPU_PATH");
+    pkv_log_set(NULL, NULL, PKV_LOG_WARN);
+}
+
 static void test_paths(void) {
     static const char *paths[] = {"generic", "avx2", "avx512"};
     for (int i = 0; i < 3; i++) {
@@ -581,6 +617,7 @@ int main(void) {
     test_device_attention_and_misc();
     test_threads_deterministic();
     test_paths();
+    test_bad_path();
     test_faulty_caught();
     test_guards();
     CHECK_INT(pkv_alloc_live(), 0);

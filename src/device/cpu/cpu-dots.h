@@ -1,7 +1,8 @@
 /* Row dot products of the CPU matmul, one table per instruction-set path.
  * The generic path (cpu-dots.c) is plain C and always available; cpu-avx2.c and
  * cpu-avx512.c hold the same functions compiled for those targets. Which table a
- * call uses is chosen at run time (cpu-kernels.c: pkv_cpu_dots_select). */
+ * call uses is chosen at run time, at every kernel call (cpu-kernels.c,
+ * dots_select; PKV_CPU_PATH forces one). */
 #ifndef PKV_CPU_DOTS_H
 #define PKV_CPU_DOTS_H
 

@@ -55,7 +55,7 @@ static bool have_avx512(void) {
 #endif
 }
 
-static atomic_int g_warned;
+static atomic_int g_warned_unknown, g_warned_missing; /* one warning each per process */
 
 /* The AVX-512 table with its empty slots filled from the AVX2 one. */
 #ifdef PKV_CPU_X86
@@ -85,11 +85,11 @@ static const pkv_cpu_dots *dots_select(void) {
             want = 1;
         else if (strcmp(env, "avx512") == 0)
             want = 2;
-        else if (!atomic_exchange(&g_warned, 1))
+        else if (!atomic_exchange(&g_warned_unknown, 1))
             PKV_WARN("PKV_CPU_PATH=%s is not one of generic, avx2, avx512; using the best available", env);
     }
     int have = have_avx512() ? 2 : have_avx2() ? 1 : 0;
-    if (env && *env && want > have && !atomic_exchange(&g_warned, 1))
+    if (env && *env && want > have && !atomic_exchange(&g_warned_missing, 1))
         PKV_WARN("PKV_CPU_PATH=%s: this CPU lacks it; using %s", env, have == 2 ? "avx512" : have == 1 ? "avx2" : "generic");
     int use = PKV_MIN(want, have);
 #ifdef PKV_CPU_X86
