@@ -3,8 +3,10 @@
  * split over cpu:1,cpu:2 (and 2,1,1 over three), with the KV cache sharded on
  * the devices or on the host, against the model on one device; KV operations on
  * sharded caches; splits that cannot keep KV groups whole are refused.
- * Tolerance: nmse 1e-10 — the same products, summed across devices in another
- * order (not bitwise). */
+ * Tolerance: nmse 1e-10 for f16 weights — the same products, summed across
+ * devices in another order (not bitwise); 1e-4 for q8_0, whose activations are
+ * rounded to 8 bits per block: a last-bit difference in the residual can move one
+ * rounded activation (seen: 6e-6). */
 #include "multi-common.h"
 
 int main(void) {
@@ -13,16 +15,17 @@ int main(void) {
     static const pkv_type types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0};
     static const char *archs[] = {"qwen3", "qwen2"};
     for (int t = 0; t < 2; t++) {
+        double tol = types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
         mc_make(types[t], archs[t]);
         pkv_model *single = mc_load("cpu", NULL, false);
         pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
         REQUIRE(sc != NULL);
         REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
-        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, 1e-10);
-        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, 1e-10);
-        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, 1e-10);
-        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, 1e-10);
-        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, tol);
+        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, tol);
         mc_kv_ops("cpu:1,cpu:2", false, single, sc);
         mc_kv_ops("cpu:1,cpu:2", true, single, sc);
         pkv_kv_cache_free(sc);
