@@ -25,6 +25,7 @@
 #include "device/cpu/cpu-impl.h"
 
 #include "base/quant.h"
+#include "device/cpu/cpu-attention.h"
 #include "device/cpu/cpu-dots.h"
 
 #include <math.h>
@@ -533,8 +534,8 @@ static pkv_status cpu_argmax(void *ctx, const pkv_k_argmax_args *a) {
  * blocks (prefill): each K/V row is read once per block, scored against all the
  * block's query heads (the same per-row operations as alone), and each query
  * only uses the tokens below its own q_len. */
-#define ATT_PREFETCH 4  /* tokens ahead */
-#define ATT_CHUNK 16    /* tokens scored before their values are summed */
+#define ATT_PREFETCH ATT_CHUNK /* tokens ahead */
+#define ATT_CHUNK PKV_ATT_TOKENS /* tokens scored before their values are summed */
 #define ATT_SPAN 256    /* tokens per partial (a multiple of ATT_CHUNK) */
 #define ATT_BLOCK_ROWS 16 /* query rows (queries x group heads) per block, about */
 
@@ -546,7 +547,7 @@ typedef struct {
 
 typedef struct {
     const pkv_k_attention_args *a;
-    const pkv_cpu_dots *dots;
+    const pkv_cpu_att *att;
     const float *q;
     const uint8_t *k, *v;
     const int32_t *meta;
@@ -594,11 +595,12 @@ __attribute__((noinline)) static void att_finish(float *o, float L, const float 
 static size_t att_scratch_floats(const pkv_k_attention_args *a, int nq, int kv_per_item) {
     const size_t rows = (size_t)nq * (size_t)kv_per_item * (size_t)(a->n_head / a->n_kv);
     /* qbuf, acc, fold A, m, l, fold M, fold L, p[ATT_CHUNK]; token pointers */
-    return rows * ((size_t)a->dk + 2 * (size_t)a->dv + 4 + ATT_CHUNK) + 2 * ATT_SPAN * (sizeof(void *) / sizeof(float) + 1) + 16;
+    return rows * ((size_t)a->dk + 2 * (size_t)a->dv + 4 + ATT_CHUNK) + (size_t)ATT_CHUNK * (size_t)(a->dk + a->dv) +
+           2 * (ATT_SPAN + ATT_PREFETCH) * (sizeof(void *) / sizeof(float) + 1) + 32;
 }
 
 /* Softmax bookkeeping for row r's chunk of n scores p, then its values. */
-static void att_flush_row(const att_job *j, float *acc, float *m, float *l, float *p, const void *const *vp, int n) {
+static void att_flush_row(const att_job *j, float *acc, float *m, float *l, float *p, const float *const *vp, int n) {
     const pkv_k_attention_args *a = j->a;
     float cmax = p[0];
     for (int c = 1; c < n; c++) cmax = p[c] > cmax ? p[c] : cmax;
@@ -608,11 +610,8 @@ static void att_flush_row(const att_job *j, float *acc, float *m, float *l, floa
         for (int d = 0; d < a->dv; d++) acc[d] *= corr;
         *m = cmax;
     }
-    for (int c = 0; c < n; c++) {
-        p[c] = expf(p[c] - *m);
-        *l += p[c];
-    }
-    j->dots->vacc(acc, p, vp, n, a->dv, a->kv_type == PKV_TYPE_F16);
+    *l += j->att->softexp(p, n, *m);
+    j->att->vsum(acc, p, vp, n, a->dv);
 }
 
 /* Block b, spans [c0, c1), KV heads [k0, k0 + nk). Rows r = (kvh - k0, query,
@@ -628,8 +627,9 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     const size_t kslab = krow * a->n_kv, vslab = vrow * a->n_kv; /* one token, all KV heads */
     float *qbuf = sc, *acc = qbuf + (size_t)rows * a->dk, *FA = acc + (size_t)rows * a->dv;
     float *m = FA + (size_t)rows * a->dv, *l = m + rows, *FM = l + rows, *FL = FM + rows, *p = FL + rows;
-    const uint8_t **tk = (const uint8_t **)(void *)(((uintptr_t)(p + (size_t)rows * ATT_CHUNK) + 15) & ~(uintptr_t)15);
-    const uint8_t **tv = tk + ATT_SPAN;
+    float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)ATT_CHUNK * a->dk; /* the chunk's rows as f32 */
+    const uint8_t **tk = (const uint8_t **)(void *)(((uintptr_t)(vf + (size_t)ATT_CHUNK * a->dv) + 15) & ~(uintptr_t)15);
+    const uint8_t **tv = tk + ATT_SPAN + ATT_PREFETCH;
     int64_t len[64], lo = 0, np = 0, len_max = 0;
     for (int b = 0; b < nq; b++) {
         len[b] = att_len(j, blk->i0 + b, &lo, &np);
@@ -647,8 +647,10 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     memset(FA, 0, (size_t)rows * a->dv * sizeof(float));
     for (int c = c0; c < c1; c++) {
         const int64_t t0 = (int64_t)c * ATT_SPAN, t1 = PKV_MIN(t0 + ATT_SPAN, len_max);
-        /* token slabs of the span (NULL: page outside the pool), then pages ahead */
-        for (int64_t t = t0; t < t1 + ATT_PREFETCH && t < np * a->page_size; t++) {
+        /* token slabs of the span and of the next chunk after it (NULL: page
+         * outside the pool) */
+        const int64_t t_pf = PKV_MIN(t1 + ATT_PREFETCH, np * a->page_size);
+        for (int64_t t = t0; t < t_pf; t++) {
             const int32_t page = pages[lo + t / a->page_size];
             const uint8_t *ks = NULL, *vs = NULL;
             if (page >= 0 && page < a->n_pages) {
@@ -656,13 +658,8 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
                 ks = j->k + slot * kslab + (size_t)k0 * krow;
                 vs = j->v + slot * vslab + (size_t)k0 * vrow;
             }
-            if (t < t1) {
-                tk[t - t0] = ks;
-                tv[t - t0] = vs;
-            } else if (ks) { /* the next span's first tokens (its own task or ours next) */
-                for (size_t o = 0; o < (size_t)nk * krow; o += 64) __builtin_prefetch(ks + o);
-                for (size_t o = 0; o < (size_t)nk * vrow; o += 64) __builtin_prefetch(vs + o);
-            }
+            tk[t - t0] = ks;
+            tv[t - t0] = vs;
         }
         for (int r = 0; r < rows; r++) {
             m[r] = -INFINITY;
@@ -671,31 +668,33 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
         memset(acc, 0, (size_t)rows * a->dv * sizeof(float));
         for (int64_t u0 = t0; u0 < t1; u0 += ATT_CHUNK) {
             const int64_t u1 = PKV_MIN(u0 + ATT_CHUNK, t1);
-            const void *vp[ATT_CHUNK];
+            const float *kp[ATT_CHUNK], *vp[ATT_CHUNK];
             for (int kk = 0; kk < nk; kk++) {
                 int n = 0;
                 for (int64_t t = u0; t < u1; t++) {
                     const uint8_t *ks = tk[t - t0];
                     if (!ks) continue;
-                    const int64_t tp = t + ATT_PREFETCH - t0;
-                    if (tp < t1 - t0 && tk[tp]) {
+                    const int64_t tp = t + ATT_PREFETCH - t0; /* the same head's row a chunk ahead */
+                    if (tp < t_pf - t0 && tk[tp]) {
                         for (size_t o = 0; o < krow; o += 64) __builtin_prefetch(tk[tp] + kk * krow + o);
                         for (size_t o = 0; o < vrow; o += 64) __builtin_prefetch(tv[tp] + kk * vrow + o);
                     }
-                    const uint8_t *kr = ks + kk * krow;
-                    float sc4[4];
-                    for (int r0 = 0; r0 < qg; r0 += 4) {
-                        const int nr = PKV_MIN(4, qg - r0);
-                        const float *qr = qbuf + ((size_t)kk * qg + r0) * a->dk;
-                        if (f16)
-                            j->dots->f16x((const uint16_t *)(const void *)kr, qr, a->dk, a->dk, nr, sc4);
-                        else
-                            j->dots->f32x((const float *)(const void *)kr, qr, a->dk, a->dk, nr, sc4);
-                        for (int h = 0; h < nr; h++) p[(size_t)(kk * qg + r0 + h) * ATT_CHUNK + n] = sc4[h] * a->scale;
+                    const uint8_t *kr = ks + kk * krow, *vr = tv[t - t0] + kk * vrow;
+                    if (f16) {
+                        j->att->cvt((const uint16_t *)(const void *)kr, kf + (size_t)n * a->dk, a->dk);
+                        j->att->cvt((const uint16_t *)(const void *)vr, vf + (size_t)n * a->dv, a->dv);
+                        kp[n] = kf + (size_t)n * a->dk;
+                        vp[n] = vf + (size_t)n * a->dv;
+                    } else {
+                        kp[n] = (const float *)(const void *)kr;
+                        vp[n] = (const float *)(const void *)vr;
                     }
-                    vp[n++] = tv[t - t0] + kk * vrow;
+                    n++;
                 }
                 if (!n) continue;
+                for (int x = n; x < ATT_CHUNK; x++) kp[x] = kp[0];
+                j->att->scores(kp, qbuf + (size_t)kk * qg * a->dk, a->dk, qg, a->dk, a->scale, p + (size_t)kk * qg * ATT_CHUNK,
+                               ATT_CHUNK);
                 /* query b sees the chunk's first nb tokens with t < len[b]; skipped
                  * pages come before or after them within the chunk in token order,
                  * so count its tokens again */
@@ -795,7 +794,7 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     if (a->n_q <= 0) return PKV_OK;
     att_job j = {0};
     j.a = a;
-    j.dots = dots_select();
+    j.att = pkv_cpu_att_for(dots_select()->name);
     j.q = pkv_cpu_ptr(a->q);
     j.k = pkv_cpu_ptr(a->k);
     j.v = pkv_cpu_ptr(a->v);
