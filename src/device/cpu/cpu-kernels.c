@@ -595,7 +595,8 @@ __attribute__((noinline)) static void att_finish(float *o, float L, const float 
 static size_t att_scratch_floats(const pkv_k_attention_args *a, int nq, int kv_per_item) {
     const size_t rows = (size_t)nq * (size_t)kv_per_item * (size_t)(a->n_head / a->n_kv);
     /* qbuf, acc, fold A, m, l, fold M, fold L, p[ATT_CHUNK]; token pointers */
-    return rows * ((size_t)a->dk + 2 * (size_t)a->dv + 4 + ATT_CHUNK) + (size_t)ATT_CHUNK * (size_t)(a->dk + a->dv) +
+    return rows * ((size_t)a->dk + 2 * (size_t)a->dv + 4 + ATT_CHUNK) +
+           (size_t)kv_per_item * ATT_CHUNK * (size_t)(a->dk + a->dv) +
            2 * (ATT_SPAN + ATT_PREFETCH) * (sizeof(void *) / sizeof(float) + 1) + 32;
 }
 
@@ -627,8 +628,8 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     const size_t kslab = krow * a->n_kv, vslab = vrow * a->n_kv; /* one token, all KV heads */
     float *qbuf = sc, *acc = qbuf + (size_t)rows * a->dk, *FA = acc + (size_t)rows * a->dv;
     float *m = FA + (size_t)rows * a->dv, *l = m + rows, *FM = l + rows, *FL = FM + rows, *p = FL + rows;
-    float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)ATT_CHUNK * a->dk; /* the chunk's rows as f32 */
-    const uint8_t **tk = (const uint8_t **)(void *)(((uintptr_t)(vf + (size_t)ATT_CHUNK * a->dv) + 15) & ~(uintptr_t)15);
+    float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)nk * ATT_CHUNK * a->dk; /* the chunk's rows as f32 */
+    const uint8_t **tk = (const uint8_t **)(void *)(((uintptr_t)(vf + (size_t)nk * ATT_CHUNK * a->dv) + 15) & ~(uintptr_t)15);
     const uint8_t **tv = tk + ATT_SPAN + ATT_PREFETCH;
     int64_t len[64], lo = 0, np = 0, len_max = 0;
     for (int b = 0; b < nq; b++) {
@@ -668,30 +669,35 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
         memset(acc, 0, (size_t)rows * a->dv * sizeof(float));
         for (int64_t u0 = t0; u0 < t1; u0 += ATT_CHUNK) {
             const int64_t u1 = PKV_MIN(u0 + ATT_CHUNK, t1);
-            const float *kp[ATT_CHUNK], *vp[ATT_CHUNK];
-            for (int kk = 0; kk < nk; kk++) {
-                int n = 0;
-                for (int64_t t = u0; t < u1; t++) {
-                    const uint8_t *ks = tk[t - t0];
-                    if (!ks) continue;
-                    const int64_t tp = t + ATT_PREFETCH - t0; /* the same head's row a chunk ahead */
-                    if (tp < t_pf - t0 && tk[tp]) {
-                        for (size_t o = 0; o < krow; o += 64) __builtin_prefetch(tk[tp] + kk * krow + o);
-                        for (size_t o = 0; o < vrow; o += 64) __builtin_prefetch(tv[tp] + kk * vrow + o);
-                    }
-                    const uint8_t *kr = ks + kk * krow, *vr = tv[t - t0] + kk * vrow;
-                    if (f16) {
-                        j->att->cvt((const uint16_t *)(const void *)kr, kf + (size_t)n * a->dk, a->dk);
-                        j->att->cvt((const uint16_t *)(const void *)vr, vf + (size_t)n * a->dv, a->dv);
-                        kp[n] = kf + (size_t)n * a->dk;
-                        vp[n] = vf + (size_t)n * a->dv;
-                    } else {
-                        kp[n] = (const float *)(const void *)kr;
-                        vp[n] = (const float *)(const void *)vr;
-                    }
-                    n++;
+            /* the chunk's rows of our KV heads, widened to f32 in memory order
+             * (kf/vf: [head][token][d]); the next chunk's rows prefetched */
+            int n = 0;
+            const uint8_t *krs[ATT_CHUNK], *vrs[ATT_CHUNK];
+            for (int64_t t = u0; t < u1; t++) {
+                const uint8_t *ks = tk[t - t0];
+                if (!ks) continue;
+                const int64_t tp = t + ATT_PREFETCH - t0;
+                if (tp < t_pf - t0 && tk[tp]) {
+                    for (size_t o = 0; o < (size_t)nk * krow; o += 64) __builtin_prefetch(tk[tp] + o);
+                    for (size_t o = 0; o < (size_t)nk * vrow; o += 64) __builtin_prefetch(tv[tp] + o);
                 }
-                if (!n) continue;
+                krs[n] = ks;
+                vrs[n] = tv[t - t0];
+                if (f16)
+                    for (int kk = 0; kk < nk; kk++) {
+                        j->att->cvt((const uint16_t *)(const void *)(ks + kk * krow), kf + ((size_t)kk * ATT_CHUNK + n) * a->dk, a->dk);
+                        j->att->cvt((const uint16_t *)(const void *)(vrs[n] + kk * vrow), vf + ((size_t)kk * ATT_CHUNK + n) * a->dv,
+                                    a->dv);
+                    }
+                n++;
+            }
+            if (!n) continue;
+            for (int kk = 0; kk < nk; kk++) {
+                const float *kp[ATT_CHUNK], *vp[ATT_CHUNK];
+                for (int x = 0; x < n; x++) {
+                    kp[x] = f16 ? kf + ((size_t)kk * ATT_CHUNK + x) * a->dk : (const float *)(const void *)(krs[x] + kk * krow);
+                    vp[x] = f16 ? vf + ((size_t)kk * ATT_CHUNK + x) * a->dv : (const float *)(const void *)(vrs[x] + kk * vrow);
+                }
                 for (int x = n; x < ATT_CHUNK; x++) kp[x] = kp[0];
                 j->att->scores(kp, qbuf + (size_t)kk * qg * a->dk, a->dk, qg, a->dk, a->scale, p + (size_t)kk * qg * ATT_CHUNK,
                                ATT_CHUNK);
