@@ -222,6 +222,15 @@ T5 static void a5_scores(const float *const *k, const float *q, int64_t qs, int 
 
 T5 static void a5_vsum(float *acc, const float *p, const float *const *v, int n, int64_t dv) {
     int64_t i = 0;
+    for (; i + 128 <= dv; i += 128) { /* eight chains: enough to hide the FMA latency */
+        __m512 a[8];
+        for (int x = 0; x < 8; x++) a[x] = _mm512_loadu_ps(acc + i + 16 * x);
+        for (int c = 0; c < n; c++) {
+            const __m512 pc = _mm512_set1_ps(p[c]);
+            for (int x = 0; x < 8; x++) a[x] = _mm512_fmadd_ps(pc, _mm512_loadu_ps(v[c] + i + 16 * x), a[x]);
+        }
+        for (int x = 0; x < 8; x++) _mm512_storeu_ps(acc + i + 16 * x, a[x]);
+    }
     for (; i + 64 <= dv; i += 64) {
         __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + 16), a2 = _mm512_loadu_ps(acc + i + 32),
                a3 = _mm512_loadu_ps(acc + i + 48);

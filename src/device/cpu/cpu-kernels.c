@@ -536,7 +536,8 @@ static pkv_status cpu_argmax(void *ctx, const pkv_k_argmax_args *a) {
  * only uses the tokens below its own q_len. */
 #define ATT_CHUNK PKV_ATT_TOKENS /* tokens scored before their values are summed */
 #define ATT_SPAN 256    /* tokens per partial (a multiple of ATT_CHUNK) */
-#define ATT_BLOCK_ROWS 16 /* query rows (queries x group heads) per block, about */
+#define ATT_BLOCK_ROWS 32 /* query rows (queries x group heads) per block, about */
+#define ATT_MAX_BLOCK 16 /* queries per block at most */
 
 typedef struct {
     int i0, nq;   /* query rows i0 .. i0+nq, one sequence */
@@ -801,7 +802,7 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     j.v = pkv_cpu_ptr(a->v);
     j.meta = pkv_cpu_ptr(a->meta);
     j.out = pkv_cpu_ptr(a->out);
-    const int group = a->n_head / a->n_kv, max_nq = PKV_MAX(1, PKV_MIN(8, ATT_BLOCK_ROWS / group));
+    const int group = a->n_head / a->n_kv, max_nq = PKV_MAX(1, PKV_MIN(ATT_MAX_BLOCK, ATT_BLOCK_ROWS / group));
     j.blocks = pkv_malloc((size_t)a->n_q * sizeof *j.blocks);
     if (!j.blocks) return pkv_err(PKV_ERR_NOMEM, "%s: attention: no memory for %d query blocks", c->name, a->n_q);
     /* blocks: runs of queries of one sequence; their spans; the partials they need */
