@@ -603,8 +603,10 @@ static size_t att_scratch_floats(const pkv_k_attention_args *a, int nq, int kv_p
 /* Softmax bookkeeping for row r's chunk of n scores p, then its values. */
 static void att_flush_row(const att_job *j, float *acc, float *m, float *l, float *p, const float *const *vp, int n) {
     const pkv_k_attention_args *a = j->a;
-    float cmax = p[0];
-    for (int c = 1; c < n; c++) cmax = p[c] > cmax ? p[c] : cmax;
+    float mx[4] = {p[0], p[0], p[0], p[0]}; /* four chains (max is exact in any order) */
+    for (int c = 1; c < n; c++) mx[c & 3] = p[c] > mx[c & 3] ? p[c] : mx[c & 3];
+    const float m01 = mx[0] > mx[1] ? mx[0] : mx[1], m23 = mx[2] > mx[3] ? mx[2] : mx[3];
+    const float cmax = m01 > m23 ? m01 : m23;
     if (cmax > *m) {
         const float corr = expf(*m - cmax); /* 0 on the first chunk */
         *l *= corr;
