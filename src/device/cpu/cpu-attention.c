@@ -188,7 +188,6 @@ T5 static inline __m512 a5_l4(__m512 x, __m512 y) { /* j + 1 */
     return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD));
 }
 
-#define A5_HALF(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define A5_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 
 T5 static void a5_scores(const float *const *k, const float *q, int64_t qs, int nr, int64_t d, float scale, float *s,
@@ -201,36 +200,7 @@ T5 static void a5_scores(const float *const *k, const float *q, int64_t qs, int 
     static const int order[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
     const __m512i perm = _mm512_loadu_si512(order);
     const __m512 sc = _mm512_set1_ps(scale);
-    int r = 0;
-    /* two rows at a time, eight tokens per pass: each K load feeds two FMAs.
-     * Every sum takes the same lanes and tree as below, so the result is the
-     * same bit for bit. */
-    for (; r + 2 <= nr; r += 2) {
-        const float *q0 = q + r * qs, *q1 = q0 + qs;
-        for (int h = 0; h < PKV_ATT_TOKENS; h += 8) {
-#define DECL2(x) __m512 a##x = _mm512_setzero_ps(), z##x = a##x; const float *k##x = k[h + x];
-            A5_HALF(DECL2)
-#undef DECL2
-            for (int64_t i = 0; i < d; i += 16) {
-                const __m512 qv0 = _mm512_loadu_ps(q0 + i), qv1 = _mm512_loadu_ps(q1 + i);
-#define FMA2(x)                                                                            \
-    {                                                                                      \
-        const __m512 kv = _mm512_loadu_ps(k##x + i);                                       \
-        a##x = _mm512_fmadd_ps(kv, qv0, a##x);                                             \
-        z##x = _mm512_fmadd_ps(kv, qv1, z##x);                                             \
-    }
-                A5_HALF(FMA2)
-#undef FMA2
-            }
-            const __m512 b0 = a5_l1(a0, a1), b1 = a5_l1(a2, a3), b2 = a5_l1(a4, a5), b3 = a5_l1(a6, a7);
-            const __m512 b4 = a5_l1(z0, z1), b5 = a5_l1(z2, z3), b6 = a5_l1(z4, z5), b7 = a5_l1(z6, z7);
-            const __m512 c0 = a5_l2(b0, b1), c1 = a5_l2(b2, b3), c2 = a5_l2(b4, b5), c3 = a5_l2(b6, b7);
-            const __m512 e = _mm512_mul_ps(sc, _mm512_permutexvar_ps(perm, a5_l4(a5_l3(c0, c1), a5_l3(c2, c3))));
-            _mm256_storeu_ps(s + r * ss + h, _mm512_castps512_ps256(e));
-            _mm256_storeu_ps(s + (r + 1) * ss + h, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
-        }
-    }
-    for (; r < nr; r++) {
+    for (int r = 0; r < nr; r++) {
         const float *qr = q + r * qs;
 #define DECL(c) __m512 a##c = _mm512_setzero_ps(); const float *k##c = k[c];
         A5_ROWS(DECL)
