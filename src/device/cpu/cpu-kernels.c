@@ -810,11 +810,13 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     /* blocks: runs of queries of one sequence; their spans; the partials they need */
     const int32_t *q_seq = j.meta;
     int64_t tokens = 0, n_part = 0;
+    int big = 1; /* queries in the largest block */
     for (int i = 0; i < a->n_q;) {
         att_block *blk = &j.blocks[j.n_blocks++];
         blk->i0 = i;
         blk->nq = 1;
         while (i + blk->nq < a->n_q && blk->nq < max_nq && q_seq[i + blk->nq] == q_seq[i]) blk->nq++;
+        big = PKV_MAX(big, blk->nq);
         int64_t len_max = 0;
         for (int b = 0; b < blk->nq; b++) {
             int64_t lo, np;
@@ -847,7 +849,7 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     }
     const int kv_items = (a->n_kv + j.kv_per_item - 1) / j.kv_per_item;
     j.n_items = (int64_t)j.n_blocks * (j.split ? j.max_spans : 1) * kv_items;
-    j.per_task = att_scratch_floats(a, max_nq, j.kv_per_item);
+    j.per_task = att_scratch_floats(a, big, j.kv_per_item);
     j.per_task = PKV_MAX(j.per_task, (size_t)a->dv);
     int n_tasks = n_tasks_for(c, j.n_items, work);
     j.scratch = pkv_malloc((size_t)n_tasks * j.per_task * sizeof(float));
