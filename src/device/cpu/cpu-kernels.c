@@ -672,7 +672,7 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
         for (int64_t u0 = t0; u0 < t1; u0 += ATT_CHUNK) {
             const int64_t u1 = PKV_MIN(u0 + ATT_CHUNK, t1);
             /* the chunk's rows of our KV heads, widened to f32 in memory order
-             * (kf/vf: [head][token][d]); the rows of the token ATT_PREFETCH
+             * (kf/vf: [token][head][d]); the rows of the token ATT_PREFETCH
              * ahead prefetched, across pages too (pages are scattered: from
              * DRAM, decode at depth 4096 took 1.93 ms per layer without, 1.63
              * with; 16 tokens ahead was worse) */
@@ -688,20 +688,18 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
                 if (!ks) continue;
                 krs[n] = ks;
                 vrs[n] = tv[t - t0];
-                if (f16)
-                    for (int kk = 0; kk < nk; kk++) {
-                        j->att->cvt((const uint16_t *)(const void *)(ks + kk * krow), kf + ((size_t)kk * ATT_CHUNK + n) * a->dk, a->dk);
-                        j->att->cvt((const uint16_t *)(const void *)(vrs[n] + kk * vrow), vf + ((size_t)kk * ATT_CHUNK + n) * a->dv,
-                                    a->dv);
-                    }
+                if (f16) { /* our heads' rows of a token are adjacent: one call each */
+                    j->att->cvt((const uint16_t *)(const void *)ks, kf + (size_t)n * nk * a->dk, (int64_t)nk * a->dk);
+                    j->att->cvt((const uint16_t *)(const void *)vrs[n], vf + (size_t)n * nk * a->dv, (int64_t)nk * a->dv);
+                }
                 n++;
             }
             if (!n) continue;
             for (int kk = 0; kk < nk; kk++) {
                 const float *kp[ATT_CHUNK], *vp[ATT_CHUNK];
                 for (int x = 0; x < n; x++) {
-                    kp[x] = f16 ? kf + ((size_t)kk * ATT_CHUNK + x) * a->dk : (const float *)(const void *)(krs[x] + kk * krow);
-                    vp[x] = f16 ? vf + ((size_t)kk * ATT_CHUNK + x) * a->dv : (const float *)(const void *)(vrs[x] + kk * vrow);
+                    kp[x] = f16 ? kf + ((size_t)x * nk + kk) * a->dk : (const float *)(const void *)(krs[x] + kk * krow);
+                    vp[x] = f16 ? vf + ((size_t)x * nk + kk) * a->dv : (const float *)(const void *)(vrs[x] + kk * vrow);
                 }
                 for (int x = n; x < ATT_CHUNK; x++) kp[x] = kp[0];
                 j->att->scores(kp, qbuf + (size_t)kk * qg * a->dk, a->dk, qg, a->dk, a->scale, p + (size_t)kk * qg * ATT_CHUNK,
