@@ -8,10 +8,10 @@
  * call (a matmul row gets the same operations whether it comes alone or with
  * others), so fork == replay holds bitwise on the CPU.
  *
- * Instruction-set path: the matmul and attention inner products come from one
- * of the tables in cpu-dots.h, chosen at EVERY kernel call: the best the CPU
- * supports (avx512 > avx2 > generic), or the one named by the environment
- * variable PKV_CPU_PATH=generic|avx2|avx512. Reading it per call lets a test
+ * Instruction-set path: the matmul inner products come from one of the tables
+ * in cpu-dots.h (attention's from the matching one of cpu-attention.h), chosen
+ * at EVERY kernel call: the best the CPU supports (avx512 > avx2 > generic), or
+ * the one named by the environment variable PKV_CPU_PATH=generic|avx2|avx512. Reading it per call lets a test
  * setenv() between calls; an unavailable path falls back to the next best with
  * one warning in the log.
  *
