@@ -434,6 +434,54 @@ static void test_threads_deterministic(void) {
     CHECK_MEM(y1, y3, sizeof y1);
 }
 
+/* A matmul row's result does not depend on the batch: each of N x rows computed
+ * alone equals the same row inside one call of N (bitwise), with weight rows and
+ * x rows that do not fill the register tiles and a column tail, on every path
+ * and weight type (fork == replay relies on this). */
+static void test_batch_deterministic(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
+                                     PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
+    enum { R = 13, N = 7, CMAX = 512 };
+    static float w[R * CMAX], x[N * CMAX], yb[N * R], y1[R];
+    static uint8_t wq[R * CMAX * 4];
+    fill(w, R * CMAX, 1.0f);
+    fill(x, N * CMAX, 1.0f);
+    for (int p = 0; p < 3; p++) {
+        setenv("PKV_CPU_PATH", paths[p], 1);
+        pkv_device_params dp = pkv_device_default_params();
+        dp.n_threads = 2;
+        pkv_device *dev = pkv_device_open("cpu", dp);
+        NEED(dev);
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const pkv_type ty = types[t];
+            const int C = pkv_type_block_elems(ty) == 1 ? 203 : pkv_type_block_elems(ty) == 32 ? 96 : 512;
+            const size_t rb = pkv_type_row_bytes(ty, C);
+            for (int r = 0; r < R; r++) pkv_quantize_row(ty, w + r * C, wq + r * rb, C);
+            pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0),
+                       *by = upload(dev, NULL, sizeof yb, 0);
+            NEED(bw && bx && by);
+            pkv_k_matmul_args a = {pkv_tref_make(bw, 0), ty, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), N};
+            CHECK_OK(pkv_k_matmul(dev, &a));
+            CHECK_OK(pkv_buffer_read(by, 0, yb, sizeof yb));
+            for (int i = 0; i < N; i++) {
+                a.x = pkv_tref_make(bx, (size_t)i * C * 4);
+                a.n = 1;
+                CHECK_OK(pkv_k_matmul(dev, &a));
+                CHECK_OK(pkv_buffer_read(by, 0, y1, sizeof y1));
+                if (memcmp(y1, yb + i * R, sizeof y1) != 0)
+                    fprintf(stderr, "batch vs alone differ: path %s type %s row %d\n", paths[p], pkv_type_name(ty), i);
+                CHECK_MEM(y1, yb + i * R, sizeof y1);
+            }
+            pkv_buffer_free(bw);
+            pkv_buffer_free(bx);
+            pkv_buffer_free(by);
+        }
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
+}
+
 static void test_device_attention_and_misc(void) {
     pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
     NEED(dev);
@@ -616,6 +664,7 @@ int main(void) {
     test_ref_attention();
     test_device_attention_and_misc();
     test_threads_deterministic();
+    test_batch_deterministic();
     test_paths();
     test_bad_path();
     test_faulty_caught();

@@ -6,6 +6,7 @@
 
 #ifdef PKV_CPU_X86
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define T __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -71,6 +72,52 @@ T static void x_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, 
         for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
 }
 
+/* The matmul's register tile (cpu-dots.h, f32t): NW weight rows x NX x rows, one
+ * 16-lane accumulator per pair; lane l sums the products of elements 16k + l in
+ * k order, then the lanes are reduced (_mm512_reduce_add_ps, a fixed order) and
+ * the tail elements added in order with fmaf. A pair gets exactly these
+ * operations in every tile shape. */
+__attribute__((always_inline)) T static inline void ftile(const void *w, int kind, int64_t ws, const float *x,
+                                                          int64_t xs, int64_t n, const int NW, const int NX, float *y,
+                                                          int64_t ys) {
+    __m512 a[16];
+    for (int k = 0; k < NW * NX; k++) a[k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[4];
+        for (int q = 0; q < NW; q++) wv[q] = ldw(w, kind, q * ws + i);
+        for (int r = 0; r < NX; r++) {
+            const __m512 xv = _mm512_loadu_ps(x + r * xs + i);
+            for (int q = 0; q < NW; q++) a[r * NW + q] = _mm512_fmadd_ps(wv[q], xv, a[r * NW + q]);
+        }
+    }
+    for (int r = 0; r < NX; r++)
+        for (int q = 0; q < NW; q++) {
+            float s = _mm512_reduce_add_ps(a[r * NW + q]);
+            for (int64_t k = i; k < n; k++) s = fmaf(w_at(w, kind, q * ws + k), x[r * xs + k], s);
+            y[r * ys + q] = s;
+        }
+}
+
+/* 4 x 4 tiles where the shape allows; every pair gets the same operations. */
+#define TILE_FN(name, WT, kind)                                                                                       \
+    T static void name(const WT *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,     \
+                       int64_t ys) {                                                                                 \
+        if (nw == 4 && nx == 4)                                                                                      \
+            ftile(w, kind, ws, x, xs, n, 4, 4, y, ys);                                                               \
+        else if (nw == 4)                                                                                            \
+            for (int r = 0; r < nx; r++) ftile(w, kind, ws, x + r * xs, xs, n, 4, 1, y + r * ys, ys);                \
+        else if (nx == 4)                                                                                            \
+            for (int q = 0; q < nw; q++) ftile(w + q * ws, kind, ws, x, xs, n, 1, 4, y + q, ys);                     \
+        else                                                                                                         \
+            for (int q = 0; q < nw; q++)                                                                             \
+                for (int r = 0; r < nx; r++) ftile(w + q * ws, kind, ws, x + r * xs, xs, n, 1, 1, y + r * ys + q, ys); \
+    }
+TILE_FN(x_f32t, float, 0)
+TILE_FN(x_f16t, uint16_t, 1)
+TILE_FN(x_bf16t, uint16_t, 2)
+#undef TILE_FN
+
 /* Attention's value sum with the output kept in registers across the tokens. */
 __attribute__((always_inline)) T static inline __m512 ldv(const void *r, bool f16, int64_t d) {
     return f16 ? ld_f16((const uint16_t *)r + d) : _mm512_loadu_ps((const float *)r + d);
@@ -117,6 +164,9 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f32x = x_f32x,
     .f16x = x_f16x,
     .bf16x = x_bf16x,
+    .f32t = x_f32t,
+    .f16t = x_f16t,
+    .bf16t = x_bf16t,
     .vacc = x_vacc,
 };
 #endif

@@ -30,6 +30,18 @@ typedef struct pkv_cpu_dots {
     void (*f32x)(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*f16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*bf16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
+    /* The matmul's register tile: nw (1..4) weight rows, row i at w + i*ws
+     * elements, against nx (1..4) x rows at x + r*xs floats; y[r*ys + i] = dot.
+     * Every (weight row, x row) pair has its own accumulator and the same
+     * operations in the same order whatever nw and nx are (and whatever tile the
+     * pair comes in), so a row's result does not depend on the batch. Not the
+     * same order as f32x/f16x/bf16x (which attention uses). NULL (generic):
+     * the matmul uses f32x/f16x/bf16x per weight row. */
+    void (*f32t)(const float *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y, int64_t ys);
+    void (*f16t)(const uint16_t *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,
+                 int64_t ys);
+    void (*bf16t)(const uint16_t *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,
+                  int64_t ys);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;

@@ -66,7 +66,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
         TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k);
@@ -180,6 +180,39 @@ static void mm_task(int ti, int n_tasks, void *arg) {
     range(j->rows, ti, n_tasks, &r0, &r1);
     const int64_t xb = j->cols / 32, wb = j->cols / (int64_t)pkv_type_block_elems(j->wt);
     const pkv_qdot_fn qd = qdot(j->dots, j->wt);
+    /* Float weights with a register tile (cpu-dots.h, f32t): 4 weight rows at a
+     * time against the x rows 4 at a time, each pair in its own accumulator. */
+    const void *tile = j->wt == PKV_TYPE_F32 ? (const void *)j->dots->f32t
+                       : j->wt == PKV_TYPE_F16  ? (const void *)j->dots->f16t
+                       : j->wt == PKV_TYPE_BF16 ? (const void *)j->dots->bf16t
+                                                : NULL;
+    if (tile) {
+        const size_t es = j->wt == PKV_TYPE_F32 ? 4 : 2;
+        const int64_t ws = (int64_t)(j->rb / es);
+        for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
+            const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
+            for (int64_t r = r0; r < r1; r += 4) {
+                const int nw = (int)PKV_MIN(4, r1 - r);
+                const uint8_t *wr = j->w + (size_t)r * j->rb;
+                /* the next tile's rows */
+                const int64_t pf = PKV_MIN(4, r1 - (r + 4));
+                for (size_t o = 0; pf > 0 && o < (size_t)pf * j->rb; o += 64) __builtin_prefetch(wr + 4 * j->rb + o);
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    const float *xi = j->x + i * j->cols;
+                    float *y = j->y + i * j->rows + r;
+                    if (j->wt == PKV_TYPE_F32)
+                        j->dots->f32t((const float *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y, j->rows);
+                    else if (j->wt == PKV_TYPE_F16)
+                        j->dots->f16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y, j->rows);
+                    else
+                        j->dots->bf16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                       j->rows);
+                }
+            }
+        }
+        return;
+    }
     /* Weights are streamed once per block of x rows; the block stays in cache. */
     for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
         const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
