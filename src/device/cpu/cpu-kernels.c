@@ -163,6 +163,10 @@ static pkv_status aligned(const pkv_cpu_ctx *c, const char *kernel, const char *
 /* Weight rows prefetched ahead: with short rows (1024 q8_0 columns are 17 cache
  * lines) the hardware prefetcher alone left a third of the bandwidth unused. */
 #define PF_ROWS 2
+/* Weight rows per L2-resident chunk of the float tile loop (a multiple of 4). */
+#ifndef MM_WCHUNK
+#define MM_WCHUNK 32
+#endif
 typedef struct {
     const pkv_cpu_dots *dots;
     const uint8_t *w;
@@ -191,23 +195,32 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         const int64_t ws = (int64_t)(j->rb / es);
         for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
             const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
-            for (int64_t r = r0; r < r1; r += 4) {
-                const int nw = (int)PKV_MIN(4, r1 - r);
-                const uint8_t *wr = j->w + (size_t)r * j->rb;
-                /* the next tile's rows */
-                const int64_t pf = PKV_MIN(4, r1 - (r + 4));
-                for (size_t o = 0; pf > 0 && o < (size_t)pf * j->rb; o += 64) __builtin_prefetch(wr + 4 * j->rb + o);
+            /* A chunk of weight rows stays in L2 while each group of 4 x rows
+             * (in L1) meets all of its tiles. */
+            for (int64_t c0 = r0; c0 < r1; c0 += MM_WCHUNK) {
+                const int64_t c1 = PKV_MIN(r1, c0 + MM_WCHUNK);
                 for (int64_t i = x0; i < x1; i += 4) {
                     const int nx = (int)PKV_MIN(4, x1 - i);
                     const float *xi = j->x + i * j->cols;
-                    float *y = j->y + i * j->rows + r;
-                    if (j->wt == PKV_TYPE_F32)
-                        j->dots->f32t((const float *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y, j->rows);
-                    else if (j->wt == PKV_TYPE_F16)
-                        j->dots->f16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y, j->rows);
-                    else
-                        j->dots->bf16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
-                                       j->rows);
+                    for (int64_t r = c0; r < c1; r += 4) {
+                        const int nw = (int)PKV_MIN(4, c1 - r);
+                        const uint8_t *wr = j->w + (size_t)r * j->rb;
+                        if (i == x0) { /* first pass over the chunk: the next tile's rows */
+                            const int64_t pf = PKV_MIN(4, r1 - (r + 4));
+                            for (size_t o = 0; pf > 0 && o < (size_t)pf * j->rb; o += 64)
+                                __builtin_prefetch(wr + 4 * j->rb + o);
+                        }
+                        float *y = j->y + i * j->rows + r;
+                        if (j->wt == PKV_TYPE_F32)
+                            j->dots->f32t((const float *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                          j->rows);
+                        else if (j->wt == PKV_TYPE_F16)
+                            j->dots->f16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                          j->rows);
+                        else
+                            j->dots->bf16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                           j->rows);
+                    }
                 }
             }
         }
