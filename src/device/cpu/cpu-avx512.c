@@ -187,7 +187,44 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #undef QB_DOT_U8
 #undef QB_NAME
 
+/* q8_0 (cpu-dots.h, q8_0c): lanes dpbusd(xc, w ^ 0x80, x) = dpbusd(0, |w|, sign(x, w)) exactly. */
+__attribute__((always_inline)) V static inline void q8c_body(const uint8_t *w, const pkv_q8a *x, const int32_t *xc,
+                                                             int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[4];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++, w += 34) {
+        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 2)), k80);
+        const __m256 dw = _mm256_set1_ps(v_half(w));
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8a *xb = x + r * xs + b;
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(xc + 8 * (r * xs + b)));
+            const __m256i p = _mm256_dpbusd_epi32(c, u, _mm256_loadu_si256((const __m256i *)xb->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = v_hsum(acc[r]);
+}
+
+V static void v_q8_0c(const uint8_t *w, const pkv_q8a *x, const int32_t *xc, int64_t xs, int64_t nb, int nx,
+                      float *out) {
+    if (nx == 4)
+        q8c_body(w, x, xc, xs, nb, 4, out);
+    else
+        for (int r = 0; r < nx; r++) q8c_body(w, x + r * xs, xc + 8 * r * xs, xs, nb, 1, out + r);
+}
+
+V static void v_q8c(const pkv_q8a *x, int32_t *xc, int64_t nb) {
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k80, _mm256_loadu_si256((const __m256i *)x[b].qs));
+        _mm256_storeu_si256((__m256i *)(xc + 8 * b), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    }
+}
+
 const pkv_cpu_dots pkv_cpu_dots_vnni = {
+    .q8_0c = v_q8_0c,
+    .q8c = v_q8c,
     .name = "avx512",
     .q8_0 = v_q8_0,
     .q4_0 = v_q4_0,

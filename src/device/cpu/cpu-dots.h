@@ -44,6 +44,13 @@ typedef struct pkv_cpu_dots {
                   int64_t ys);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
+    /* q8_0 with the weights made unsigned (q + 128) and the offset taken out
+     * through per-lane activation sums, xc[8b + i] = -128 * (sum of
+     * x[b].qs[4i .. 4i+3]) (q8c computes them; x row r's at xc + 8 r xs): the
+     * same integer lanes, hence the same floats, as q8_0, one instruction less
+     * per block and x row. NULL where the CPU lacks VNNI. */
+    void (*q8_0c)(const uint8_t *w, const pkv_q8a *x, const int32_t *xc, int64_t xs, int64_t nb, int nx, float *out);
+    void (*q8c)(const pkv_q8a *x, int32_t *xc, int64_t nb);
     /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
      * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
     void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);

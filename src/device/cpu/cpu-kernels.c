@@ -69,7 +69,7 @@ static void avx512_init(void) {
     TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k);
+        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8_0c); TAKE(q8c);
     }
 #undef TAKE
 }
@@ -164,6 +164,9 @@ static pkv_status aligned(const pkv_cpu_ctx *c, const char *kernel, const char *
  * lines) the hardware prefetcher alone left a third of the bandwidth unused. */
 #define PF_ROWS 2
 /* Weight rows per L2-resident chunk of the float tile loop (a multiple of 4). */
+#ifndef MM_QCHUNK
+#define MM_QCHUNK 64
+#endif
 #ifndef MM_WCHUNK
 #define MM_WCHUNK 32
 #endif
@@ -175,6 +178,7 @@ typedef struct {
     int64_t rows, cols, n, xblock; /* xblock: x rows per cache block */
     const float *x;                /* f32 [n][cols] */
     const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
+    const int32_t *xc;             /* [n][cols/32][8], q8_0 with q8_0c (cpu-dots.h) */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
 
@@ -226,6 +230,31 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         }
         return;
     }
+    if (qd && j->n > 1) {
+        /* Quantized prefill: a chunk of weight rows stays in cache while each
+         * group of 4 activation rows (in L1) meets all of its rows. */
+        for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
+            const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
+            for (int64_t c0 = r0; c0 < r1; c0 += MM_QCHUNK) {
+                const int64_t c1 = PKV_MIN(r1, c0 + MM_QCHUNK);
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    float out[4];
+                    for (int64_t r = c0; r < c1; r++) {
+                        const uint8_t *wr = j->w + (size_t)r * j->rb;
+                        if (i == x0 && r + PF_ROWS < r1)
+                            for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + PF_ROWS * j->rb + o);
+                        if (j->xc)
+                            j->dots->q8_0c(wr, j->xq + i * xb, j->xc + 8 * i * xb, xb, wb, nx, out);
+                        else
+                            qd(wr, j->xq + i * xb, xb, wb, nx, out);
+                        for (int k = 0; k < nx; k++) j->y[(i + k) * j->rows + r] = out[k];
+                    }
+                }
+            }
+        }
+        return;
+    }
     /* Weights are streamed once per block of x rows; the block stays in cache. */
     for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
         const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
@@ -256,7 +285,10 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                 /* four x rows per weight-row pass: each weight block is decoded once */
                 for (int64_t i = x0; i < x1; i += 4) {
                     const int nx = (int)PKV_MIN(4, x1 - i);
-                    qd(wr, j->xq + i * xb, xb, wb, nx, out);
+                    if (j->xc)
+                        j->dots->q8_0c(wr, j->xq + i * xb, j->xc + 8 * i * xb, xb, wb, nx, out);
+                    else
+                        qd(wr, j->xq + i * xb, xb, wb, nx, out);
                     for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
                 }
                 break;
@@ -288,14 +320,25 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     j.xblock = PKV_MAX(1, (int64_t)(262144 / ((size_t)a->cols * (q8 ? 1 : 4))));
     const int n_tasks = n_tasks_for(c, a->rows, (double)a->rows * (double)a->cols * (double)a->n);
     pkv_q8a *xq = NULL;
+    int32_t *xc = NULL;
     if (q8) {
         const int64_t nb = a->cols / 32;
         xq = pkv_malloc((size_t)a->n * (size_t)nb * sizeof *xq);
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
         j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
+        if (a->wtype == PKV_TYPE_Q8_0 && j.dots->q8_0c && j.dots->q8c && a->n > 1) {
+            xc = pkv_malloc((size_t)a->n * (size_t)nb * 8 * sizeof *xc);
+            if (!xc) {
+                pkv_free(xq);
+                return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory for %lld activation rows' sums", c->name, (long long)a->n);
+            }
+            j.dots->q8c(xq, xc, a->n * nb);
+            j.xc = xc;
+        }
     }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
+    pkv_free(xc);
     pkv_free(xq);
     return PKV_OK;
 }
