@@ -482,6 +482,95 @@ static void test_batch_deterministic(void) {
     unsetenv("PKV_CPU_PATH");
 }
 
+/* rope on the device: every path, f32 and f16 rows, normal and neox, rows with
+ * repeated and changing positions (cos/sin are reused across a run of equal
+ * positions), all bitwise equal to the same rows rotated one call per row on
+ * the generic path (scalar conversions), and close to the reference. */
+static void test_rope_paths(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    enum { NR = 9, H = 3, D = 40 };
+    static const int32_t pos[NR] = {5, 5, 5, -3, -3, 70000, 5, 0, 123456};
+    static float x0[NR * H * D], want[NR * H * D];
+    static uint8_t got[NR * H * D * 4], one[NR * H * D * 4];
+    fill(x0, NR * H * D, 2.0f);
+    for (int f16 = 0; f16 <= 1; f16++)
+        for (int neox = 0; neox <= 1; neox++) {
+            const size_t es = f16 ? 2 : 4, rs = (size_t)H * D * es;
+            uint8_t raw[NR * H * D * 4];
+            for (int e = 0; e < NR * H * D; e++) {
+                if (f16) {
+                    const uint16_t h = pkv_f32_to_f16(x0[e]);
+                    memcpy(raw + 2 * e, &h, 2);
+                } else
+                    memcpy(raw + 4 * e, &x0[e], 4);
+            }
+            pkv_k_rope_args a = {0};
+            a.dtype = f16 ? PKV_TYPE_F16 : PKV_TYPE_F32;
+            a.row_stride = rs;
+            a.n_heads = H;
+            a.head_dim = D;
+            a.n_rot = 32;
+            a.neox = neox;
+            a.freq_base = 10000.0f;
+            a.freq_scale = 1.0f;
+            for (int p = 0; p < 3; p++) {
+                setenv("PKV_CPU_PATH", paths[p], 1);
+                pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+                NEED(dev);
+                pkv_buffer *bx = upload(dev, raw, NR * rs, 0), *bp = upload(dev, pos, sizeof pos, 0);
+                NEED(bx && bp);
+                a.x = pkv_tref_make(bx, 0);
+                a.pos = pkv_tref_make(bp, 0);
+                a.n_rows = a.max_rows = NR;
+                CHECK_OK(pkv_k_rope(dev, &a));
+                CHECK_OK(pkv_buffer_read(bx, 0, got, NR * rs));
+                if (p == 0) {
+                    /* one row per call */
+                    CHECK_OK(pkv_buffer_write(bx, 0, raw, NR * rs));
+                    for (int r = 0; r < NR; r++) {
+                        a.x = pkv_tref_make(bx, r * rs);
+                        a.pos = pkv_tref_make(bp, (size_t)r * 4);
+                        a.n_rows = a.max_rows = 1;
+                        CHECK_OK(pkv_k_rope(dev, &a));
+                    }
+                    CHECK_OK(pkv_buffer_read(bx, 0, one, NR * rs));
+                    float xr[NR * H * D];
+                    for (int e = 0; e < NR * H * D; e++) {
+                        if (f16) {
+                            uint16_t h;
+                            memcpy(&h, raw + 2 * e, 2);
+                            xr[e] = pkv_f16_to_f32(h);
+                        } else
+                            memcpy(&xr[e], raw + 4 * e, 4);
+                    }
+                    pkv_k_rope_args ra = a;
+                    ra.dtype = PKV_TYPE_F32;
+                    ra.row_stride = (size_t)H * D * 4;
+                    ra.n_rows = ra.max_rows = NR;
+                    pkv_ref_rope(&ra, xr, pos, NULL);
+                    memcpy(want, xr, sizeof want);
+                    float gf[NR * H * D];
+                    for (int e = 0; e < NR * H * D; e++) {
+                        if (f16) {
+                            uint16_t h;
+                            memcpy(&h, got + 2 * e, 2);
+                            gf[e] = pkv_f16_to_f32(h);
+                        } else
+                            memcpy(&gf[e], got + 4 * e, 4);
+                    }
+                    CHECK(th_nmse(want, gf, NR * H * D) < (f16 ? 1e-6 : 1e-8));
+                }
+                if (memcmp(got, one, NR * rs) != 0)
+                    fprintf(stderr, "rope differs: path %s %s %s\n", paths[p], f16 ? "f16" : "f32", neox ? "neox" : "normal");
+                CHECK_MEM(got, one, NR * rs);
+                pkv_buffer_free(bx);
+                pkv_buffer_free(bp);
+                pkv_device_close(dev);
+            }
+        }
+    unsetenv("PKV_CPU_PATH");
+}
+
 static void test_device_attention_and_misc(void) {
     pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
     NEED(dev);
@@ -665,6 +754,7 @@ int main(void) {
     test_device_attention_and_misc();
     test_threads_deterministic();
     test_batch_deterministic();
+    test_rope_paths();
     test_paths();
     test_bad_path();
     test_faulty_caught();

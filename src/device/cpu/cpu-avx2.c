@@ -128,6 +128,19 @@ TILE_FN(a_f16t, uint16_t, 1)
 TILE_FN(a_bf16t, uint16_t, 2)
 #undef TILE_FN
 
+/* f16 <-> f32 rows (F16C; round to nearest even, as pkv_f32_to_f16). */
+T static void a_f16row(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, ld_f16(src + i));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
+}
+T static void a_f32f16row(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 /* Sum of 32 products of unsigned bytes u with signed bytes x, as 8 int32 lanes.
  * Products here are at most 128 * 127, so maddubs' int16 pair sums cannot saturate. */
 T static inline __m256i dot_u8(__m256i u, __m256i x) {
@@ -222,6 +235,8 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .f32t = a_f32t,
     .f16t = a_f16t,
     .bf16t = a_bf16t,
+    .f16row = a_f16row,
+    .f32f16row = a_f32f16row,
     .q8_0 = a_q8_0,
     .q4_0 = a_q4_0,
     .q4_k = a_q4_k,

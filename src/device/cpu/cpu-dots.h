@@ -42,6 +42,10 @@ typedef struct pkv_cpu_dots {
                  int64_t ys);
     void (*bf16t)(const uint16_t *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,
                   int64_t ys);
+    /* exact f16 -> f32 and round-to-nearest-even f32 -> f16 (as pkv_f32_to_f16)
+     * of n elements; NULL on the generic path */
+    void (*f16row)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* q8_0 with the weights made unsigned (q + 128) and the offset taken out

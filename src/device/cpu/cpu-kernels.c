@@ -66,7 +66,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
         TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8_0c); TAKE(q8c);
@@ -454,59 +454,107 @@ static pkv_status cpu_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
     return PKV_OK;
 }
 
+/* Rotate the pairs [i0, i1) of every head of one row by cs/sn (index i - i0).
+ * f16 rows are widened a head at a time with the path's vector conversion where
+ * it has one (exact both ways; the rotation is the same f32 arithmetic). */
+static void rope_row(const pkv_k_rope_args *a, const pkv_cpu_dots *d, uint8_t *xr, int i0, int i1, const float *cs,
+                     const float *sn, float *hb) {
+    const int half = a->n_rot / 2;
+    const bool vec16 = a->dtype == PKV_TYPE_F16 && d->f16row && d->f32f16row && hb;
+    for (int h = 0; h < a->n_heads; h++) {
+        const size_t base = (size_t)h * (size_t)a->head_dim;
+        if (a->dtype == PKV_TYPE_F32 || vec16) {
+            float *f = (float *)(void *)xr + base;
+            if (vec16) {
+                f = hb;
+                d->f16row((const uint16_t *)(const void *)xr + base, hb, a->n_rot);
+            }
+            for (int i = i0; i < i1; i++) {
+                const size_t e0 = (size_t)(a->neox ? i : 2 * i), e1 = (size_t)(a->neox ? i + half : 2 * i + 1);
+                const float c = cs[i - i0], s = sn[i - i0];
+                const float v0 = f[e0], v1 = f[e1];
+                f[e0] = v0 * c - v1 * s;
+                f[e1] = v0 * s + v1 * c;
+            }
+            if (vec16) d->f32f16row(hb, (uint16_t *)(void *)xr + base, a->n_rot);
+            continue;
+        }
+        for (int i = i0; i < i1; i++) {
+            const size_t e0 = base + (size_t)(a->neox ? i : 2 * i);
+            const size_t e1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);
+            const float c = cs[i - i0], s = sn[i - i0];
+            uint16_t h0, h1;
+            memcpy(&h0, xr + 2 * e0, 2);
+            memcpy(&h1, xr + 2 * e1, 2);
+            const float v0 = pkv_f16_to_f32(h0), v1 = pkv_f16_to_f32(h1);
+            h0 = pkv_f32_to_f16(v0 * c - v1 * s);
+            h1 = pkv_f32_to_f16(v0 * s + v1 * c);
+            memcpy(xr + 2 * e0, &h0, 2);
+            memcpy(xr + 2 * e1, &h1, 2);
+        }
+    }
+}
+
+typedef struct {
+    const pkv_k_rope_args *a;
+    const pkv_cpu_dots *dots;
+} rope_job;
+
+#define ROPE_PAIRS 512 /* cos/sin for up to 512 pairs at a time */
 static void rope_task(int ti, int n_tasks, void *arg) {
-    const rows_job *j = arg;
-    const pkv_k_rope_args *a = j->args;
+    const rope_job *j = arg;
+    const pkv_k_rope_args *a = j->a;
     uint8_t *x = pkv_cpu_ptr(a->x);
     const int32_t *pos = pkv_cpu_ptr(a->pos);
     const int32_t *rows = a->rows.buf ? pkv_cpu_ptr(a->rows) : NULL;
     const int64_t max_rows = rows ? a->max_rows : a->n_rows;
     const int half = a->n_rot / 2;
-    float cs[512], sn[512]; /* cos/sin for up to 512 pairs at a time */
+    float cs[ROPE_PAIRS], sn[ROPE_PAIRS], hb[2 * ROPE_PAIRS];
+    double pw[ROPE_PAIRS];
+    float *hbp = a->n_rot <= 2 * ROPE_PAIRS ? hb : NULL;
     int64_t r0, r1;
     range(a->n_rows, ti, n_tasks, &r0, &r1);
+    /* theta in double: positions reach 1e5 and more, where f32 loses radians */
+    if (half <= ROPE_PAIRS) {
+        /* The powers once per task, cos/sin once per distinct position in a run of
+         * rows (a shift rotates every row by the same delta): the same values. */
+        for (int i = 0; i < half; i++) pw[i] = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+        bool have = false;
+        int32_t last = 0;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t row = rows ? rows[r] : r;
+            if (row < 0 || row >= max_rows) continue;
+            if (!have || pos[r] != last) {
+                for (int i = 0; i < half; i++) {
+                    const double th = (double)pos[r] * (double)a->freq_scale * pw[i];
+                    cs[i] = (float)cos(th);
+                    sn[i] = (float)sin(th);
+                }
+                have = true;
+                last = pos[r];
+            }
+            rope_row(a, j->dots, x + (size_t)row * a->row_stride, 0, half, cs, sn, hbp);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const int64_t row = rows ? rows[r] : r;
         if (row < 0 || row >= max_rows) continue;
-        uint8_t *xr = x + (size_t)row * a->row_stride;
-        for (int i0 = 0; i0 < half; i0 += 512) {
-            const int i1 = PKV_MIN(half, i0 + 512);
+        for (int i0 = 0; i0 < half; i0 += ROPE_PAIRS) {
+            const int i1 = PKV_MIN(half, i0 + ROPE_PAIRS);
             for (int i = i0; i < i1; i++) {
-                /* theta in double: positions reach 1e5 and more, where f32 loses radians */
                 const double th = (double)pos[r] * (double)a->freq_scale * pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
                 cs[i - i0] = (float)cos(th);
                 sn[i - i0] = (float)sin(th);
             }
-            for (int h = 0; h < a->n_heads; h++) {
-                const size_t base = (size_t)h * (size_t)a->head_dim;
-                for (int i = i0; i < i1; i++) {
-                    const size_t e0 = base + (size_t)(a->neox ? i : 2 * i);
-                    const size_t e1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);
-                    const float c = cs[i - i0], s = sn[i - i0];
-                    if (a->dtype == PKV_TYPE_F32) {
-                        float *f = (float *)(void *)xr;
-                        const float v0 = f[e0], v1 = f[e1];
-                        f[e0] = v0 * c - v1 * s;
-                        f[e1] = v0 * s + v1 * c;
-                    } else {
-                        uint16_t h0, h1;
-                        memcpy(&h0, xr + 2 * e0, 2);
-                        memcpy(&h1, xr + 2 * e1, 2);
-                        const float v0 = pkv_f16_to_f32(h0), v1 = pkv_f16_to_f32(h1);
-                        h0 = pkv_f32_to_f16(v0 * c - v1 * s);
-                        h1 = pkv_f32_to_f16(v0 * s + v1 * c);
-                        memcpy(xr + 2 * e0, &h0, 2);
-                        memcpy(xr + 2 * e1, &h1, 2);
-                    }
-                }
-            }
+            rope_row(a, j->dots, x + (size_t)row * a->row_stride, i0, i1, cs, sn, NULL);
         }
     }
 }
 
 static pkv_status cpu_rope(void *ctx, const pkv_k_rope_args *a) {
     pkv_cpu_ctx *c = ctx;
-    rows_job j = {a, a->n_rows};
+    rope_job j = {a, dots_select()};
     const size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
     TRY(aligned(c, "rope", "x", a->x, es));
     TRY(aligned(c, "rope", "pos", a->pos, 4));
