@@ -571,6 +571,40 @@ static void test_rope_paths(void) {
     unsetenv("PKV_CPU_PATH");
 }
 
+/* set_rows to f16 rounds exactly as pkv_f32_to_f16 on every path (vectorized
+ * where the path has F16C): ties, subnormals, overflow, infinities, NaN. */
+static void test_set_rows_f16_paths(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    enum { E = 37 };
+    float src[2 * E];
+    fill(src, 2 * E, 3.0f);
+    const uint32_t special[] = {0x3f801000u, 0x3f803000u, 0x33000000u, 0x33000001u, 0x387fc000u, 0x477ff000u,
+                                0x477fefffu, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0x80000000u, 0x38800000u, 0x2f000000u};
+    for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) memcpy(&src[3 * k], &special[k], 4);
+    uint16_t want[2 * E], got[2 * E];
+    for (int e = 0; e < 2 * E; e++) want[e] = pkv_f32_to_f16(src[e]);
+    const int32_t idx[2] = {1, 0};
+    for (int p = 0; p < 3; p++) {
+        setenv("PKV_CPU_PATH", paths[p], 1);
+        pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+        NEED(dev);
+        pkv_buffer *bs = upload(dev, src, sizeof src, 0), *bd = upload(dev, NULL, sizeof got, 0),
+                   *bi = upload(dev, idx, sizeof idx, 0);
+        NEED(bs && bd && bi);
+        pkv_k_set_rows_args sr = {pkv_tref_make(bs, 0), E * 4, pkv_tref_make(bd, 0), PKV_TYPE_F16, E * 2, 2,
+                                  pkv_tref_make(bi, 0), 2, E};
+        CHECK_OK(pkv_k_set_rows(dev, &sr));
+        CHECK_OK(pkv_buffer_read(bd, 0, got, sizeof got));
+        CHECK_MEM(got, want + E, E * 2); /* source row 1 went to row 0 */
+        CHECK_MEM(got + E, want, E * 2);
+        pkv_buffer_free(bs);
+        pkv_buffer_free(bd);
+        pkv_buffer_free(bi);
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
+}
+
 static void test_device_attention_and_misc(void) {
     pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
     NEED(dev);
@@ -755,6 +789,7 @@ int main(void) {
     test_threads_deterministic();
     test_batch_deterministic();
     test_rope_paths();
+    test_set_rows_f16_paths();
     test_paths();
     test_bad_path();
     test_faulty_caught();

@@ -564,8 +564,13 @@ static pkv_status cpu_rope(void *ctx, const pkv_k_rope_args *a) {
     return PKV_OK;
 }
 
+typedef struct {
+    const pkv_k_set_rows_args *args;
+    const pkv_cpu_dots *dots;
+} set_rows_job;
+
 static void set_rows_task(int ti, int n_tasks, void *arg) {
-    const rows_job *j = arg;
+    const set_rows_job *j = arg;
     const pkv_k_set_rows_args *a = j->args;
     const uint8_t *src = pkv_cpu_ptr(a->src);
     uint8_t *dst = pkv_cpu_ptr(a->dst);
@@ -580,6 +585,10 @@ static void set_rows_task(int ti, int n_tasks, void *arg) {
             memcpy(d, s, (size_t)a->row_elems * 4);
             continue;
         }
+        if (j->dots && j->dots->f32f16row) { /* the same rounding, vectorized */
+            j->dots->f32f16row((const float *)(const void *)s, (uint16_t *)(void *)d, a->row_elems);
+            continue;
+        }
         for (int64_t k = 0; k < a->row_elems; k++) {
             float f;
             memcpy(&f, s + 4 * k, 4);
@@ -592,7 +601,7 @@ static void set_rows_task(int ti, int n_tasks, void *arg) {
 static pkv_status cpu_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
     pkv_cpu_ctx *c = ctx;
     TRY(aligned(c, "set_rows", "idx", a->idx, 4));
-    rows_job j = {a, a->n};
+    set_rows_job j = {a, dots_select()};
     pkv_pool_run(c->pool, n_tasks_for(c, a->n, (double)a->n * (double)a->row_elems), set_rows_task, &j);
     return PKV_OK;
 }
