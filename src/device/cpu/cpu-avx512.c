@@ -172,7 +172,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
 #endif
 
 #ifdef PKV_CPU_X86
-#define V __attribute__((target("avx512vnni,avx512vl,avx512f,avx512bw,avx2,fma,f16c")))
+#define V __attribute__((target("avx512vnni,avx512vl,avx512f,avx512bw,avx512dq,avx2,fma,f16c")))
 
 /* 8 int32 lanes, lane i = sum of u[4i..4i+3] * x[4i..4i+3] (u unsigned, x signed). */
 V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
@@ -187,44 +187,63 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #undef QB_DOT_U8
 #undef QB_NAME
 
-/* q8_0 (cpu-dots.h, q8_0c): lanes dpbusd(xc, w ^ 0x80, x) = dpbusd(0, |w|, sign(x, w)) exactly. */
-__attribute__((always_inline)) V static inline void q8c_body(const uint8_t *w, const pkv_q8a *x, const int32_t *xc,
-                                                             int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc[4];
-    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i k80 = _mm256_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nb; b++, w += 34) {
-        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 2)), k80);
-        const __m256 dw = _mm256_set1_ps(v_half(w));
+/* q8_0 (cpu-dots.h, q8_0z): two blocks per step; the weights unsigned (q ^ 0x80)
+ * with the offset taken out by starting vpdpbusd from the lane sums c. */
+__attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, const pkv_q8z *x, int64_t xs,
+                                                             int64_t nb, const int NX, float *out) {
+    __m512 acc[4];
+    for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    int64_t b = 0, k = 0;
+    for (; b + 2 <= nb; b += 2, k++, w += 68) {
+        const __m512i u = _mm512_xor_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
+                               _mm256_loadu_si256((const __m256i *)(w + 36)), 1),
+            k80);
+        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(v_half(w)), _mm256_set1_ps(v_half(w + 34)), 1);
         for (int r = 0; r < NX; r++) {
-            const pkv_q8a *xb = x + r * xs + b;
-            const __m256i c = _mm256_loadu_si256((const __m256i *)(xc + 8 * (r * xs + b)));
-            const __m256i p = _mm256_dpbusd_epi32(c, u, _mm256_loadu_si256((const __m256i *)xb->qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+            const pkv_q8z *xz = x + r * xs + k;
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(xz->d)), _mm512_cvtepi32_ps(p), acc[r]);
         }
     }
-    for (int r = 0; r < NX; r++) out[r] = v_hsum(acc[r]);
+    if (b < nb) { /* odd last block: the second half of its pair is zero */
+        const __m512i u = _mm512_xor_si512(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))), k80);
+        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(v_half(w)), _mm256_setzero_ps(), 1);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8z *xz = x + r * xs + k;
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(xz->d)), _mm512_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-V static void v_q8_0c(const uint8_t *w, const pkv_q8a *x, const int32_t *xc, int64_t xs, int64_t nb, int nx,
-                      float *out) {
+V static void v_q8_0z(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out) {
     if (nx == 4)
-        q8c_body(w, x, xc, xs, nb, 4, out);
+        q8z_body(w, x, xs, nb, 4, out);
     else
-        for (int r = 0; r < nx; r++) q8c_body(w, x + r * xs, xc + 8 * r * xs, xs, nb, 1, out + r);
+        for (int r = 0; r < nx; r++) q8z_body(w, x + r * xs, xs, nb, 1, out + r);
 }
 
-V static void v_q8c(const pkv_q8a *x, int32_t *xc, int64_t nb) {
+V static void v_q8z(const pkv_q8a *x, pkv_q8z *z, int64_t nb) {
     const __m256i k80 = _mm256_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nb; b++) {
-        const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k80, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        _mm256_storeu_si256((__m256i *)(xc + 8 * b), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    for (int64_t b = 0; b < nb; b += 2, z++) {
+        memset(z, 0, sizeof *z);
+        for (int h = 0; h < 2 && b + h < nb; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)x[b + h].qs);
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k80, q);
+            _mm256_storeu_si256((__m256i *)(z->qs + 32 * h), q);
+            _mm256_storeu_si256((__m256i *)(z->c + 8 * h), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            _mm256_storeu_ps(z->d + 8 * h, _mm256_set1_ps(x[b + h].d));
+        }
     }
 }
 
 const pkv_cpu_dots pkv_cpu_dots_vnni = {
-    .q8_0c = v_q8_0c,
-    .q8c = v_q8c,
+    .q8_0z = v_q8_0z,
+    .q8z = v_q8z,
     .name = "avx512",
     .q8_0 = v_q8_0,
     .q4_0 = v_q4_0,

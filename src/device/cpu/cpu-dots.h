@@ -24,6 +24,16 @@ typedef struct pkv_q8a {
  * x + r*xs (xs in activation blocks); out[r] receives its dot. */
 typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
+/* Two consecutive activation blocks laid out for 512-bit q8_0 dots (q8_0z):
+ * qs of both blocks, lane sums c[i] = -128 * (qs[4i] + .. + qs[4i+3]) and the
+ * scales (d of the first block in d[0..8), of the second in d[8..16)). An odd
+ * last block has a zero second half. */
+typedef struct pkv_q8z {
+    int8_t qs[64];
+    int32_t c[16];
+    float d[16];
+} pkv_q8z;
+
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */
     /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
@@ -48,13 +58,12 @@ typedef struct pkv_cpu_dots {
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
-    /* q8_0 with the weights made unsigned (q + 128) and the offset taken out
-     * through per-lane activation sums, xc[8b + i] = -128 * (sum of
-     * x[b].qs[4i .. 4i+3]) (q8c computes them; x row r's at xc + 8 r xs): the
-     * same integer lanes, hence the same floats, as q8_0, one instruction less
-     * per block and x row. NULL where the CPU lacks VNNI. */
-    void (*q8_0c)(const uint8_t *w, const pkv_q8a *x, const int32_t *xc, int64_t xs, int64_t nb, int nx, float *out);
-    void (*q8c)(const pkv_q8a *x, int32_t *xc, int64_t nb);
+    /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
+     * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
+     * then one fixed reduction. Used for decode and prefill alike where present.
+     * q8z lays nb blocks out as (nb + 1) / 2 pairs. NULL without VNNI. */
+    void (*q8_0z)(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out);
+    void (*q8z)(const pkv_q8a *x, pkv_q8z *z, int64_t nb);
     /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
      * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
     void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);

@@ -69,7 +69,7 @@ static void avx512_init(void) {
     TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8_0c); TAKE(q8c);
+        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8_0z); TAKE(q8z);
     }
 #undef TAKE
 }
@@ -178,7 +178,7 @@ typedef struct {
     int64_t rows, cols, n, xblock; /* xblock: x rows per cache block */
     const float *x;                /* f32 [n][cols] */
     const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
-    const int32_t *xc;             /* [n][cols/32][8], q8_0 with q8_0c (cpu-dots.h) */
+    const pkv_q8z *xz;             /* [n][(cols/32 + 1)/2], q8_0 with q8_0z */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
 
@@ -244,8 +244,8 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                         const uint8_t *wr = j->w + (size_t)r * j->rb;
                         if (i == x0 && r + PF_ROWS < r1)
                             for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + PF_ROWS * j->rb + o);
-                        if (j->xc)
-                            j->dots->q8_0c(wr, j->xq + i * xb, j->xc + 8 * i * xb, xb, wb, nx, out);
+                        if (j->xz)
+                            j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
                         else
                             qd(wr, j->xq + i * xb, xb, wb, nx, out);
                         for (int k = 0; k < nx; k++) j->y[(i + k) * j->rows + r] = out[k];
@@ -285,8 +285,8 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                 /* four x rows per weight-row pass: each weight block is decoded once */
                 for (int64_t i = x0; i < x1; i += 4) {
                     const int nx = (int)PKV_MIN(4, x1 - i);
-                    if (j->xc)
-                        j->dots->q8_0c(wr, j->xq + i * xb, j->xc + 8 * i * xb, xb, wb, nx, out);
+                    if (j->xz)
+                        j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
                     else
                         qd(wr, j->xq + i * xb, xb, wb, nx, out);
                     for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
@@ -320,25 +320,25 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     j.xblock = PKV_MAX(1, (int64_t)(262144 / ((size_t)a->cols * (q8 ? 1 : 4))));
     const int n_tasks = n_tasks_for(c, a->rows, (double)a->rows * (double)a->cols * (double)a->n);
     pkv_q8a *xq = NULL;
-    int32_t *xc = NULL;
+    pkv_q8z *xz = NULL;
     if (q8) {
         const int64_t nb = a->cols / 32;
         xq = pkv_malloc((size_t)a->n * (size_t)nb * sizeof *xq);
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
         j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
-        if (a->wtype == PKV_TYPE_Q8_0 && j.dots->q8_0c && j.dots->q8c && a->n > 1) {
-            xc = pkv_malloc((size_t)a->n * (size_t)nb * 8 * sizeof *xc);
-            if (!xc) {
+        if (a->wtype == PKV_TYPE_Q8_0 && j.dots->q8_0z && j.dots->q8z) {
+            xz = pkv_malloc((size_t)a->n * (size_t)((nb + 1) / 2) * sizeof *xz);
+            if (!xz) {
                 pkv_free(xq);
-                return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory for %lld activation rows' sums", c->name, (long long)a->n);
+                return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to lay out %lld activation rows", c->name, (long long)a->n);
             }
-            j.dots->q8c(xq, xc, a->n * nb);
-            j.xc = xc;
+            for (int64_t r = 0; r < a->n; r++) j.dots->q8z(xq + r * nb, xz + r * ((nb + 1) / 2), nb);
+            j.xz = xz;
         }
     }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
-    pkv_free(xc);
+    pkv_free(xz);
     pkv_free(xq);
     return PKV_OK;
 }
