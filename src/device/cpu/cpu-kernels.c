@@ -25,6 +25,7 @@
 #include "device/cpu/cpu-impl.h"
 
 #include "base/quant.h"
+#include "device/cpu/cpu-attention.h"
 #include "device/cpu/cpu-dots.h"
 
 #include <math.h>
@@ -665,133 +666,271 @@ static pkv_status cpu_argmax(void *ctx, const pkv_k_argmax_args *a) {
 
 /* -------------------------------------------------------------- attention */
 
+/* A query's visible tokens are cut into fixed spans of ATT_SPAN tokens at
+ * absolute positions (span c covers [c*ATT_SPAN, (c+1)*ATT_SPAN)); each span
+ * yields an exact online-softmax partial (running max m, sum l, weighted value
+ * sum a), and the partials are folded in span order (att_fold). The cut depends
+ * only on the query's own q_len, so a query gets the same operations whether
+ * its spans run in one task or in many (flash-decoding), whatever the thread
+ * count and whoever shares the call. Within a span, scores are taken in chunks
+ * of ATT_CHUNK tokens, also at absolute positions: the running max moves once
+ * per chunk and the value sum keeps the output in registers across the chunk.
+ *
+ * Queries of one sequence that follow each other in the call are taken in
+ * blocks (prefill): each K/V row is read once per block, scored against all the
+ * block's query heads (the same per-row operations as alone), and each query
+ * only uses the tokens below its own q_len. */
+#define ATT_CHUNK PKV_ATT_TOKENS /* tokens scored before their values are summed */
+#define ATT_SPAN 256    /* tokens per partial (a multiple of ATT_CHUNK) */
+#define ATT_BLOCK_ROWS 32 /* query rows (queries x group heads) per block, about */
+#define ATT_MAX_BLOCK 16 /* queries per block at most */
+
+typedef struct {
+    int i0, nq;   /* query rows i0 .. i0+nq, one sequence */
+    int n_span;   /* spans of the longest of them */
+    int64_t part; /* first partial of this block (split mode): [query][span][head] */
+} att_block;
+
 typedef struct {
     const pkv_k_attention_args *a;
-    const pkv_cpu_dots *dots;
+    const pkv_cpu_att *att;
     const float *q;
     const uint8_t *k, *v;
     const int32_t *meta;
     float *out;
-    float *scratch; /* [n_tasks][per_task] */
+    att_block *blocks;
+    int n_blocks, max_spans;
+    int kv_per_item; /* KV heads per work item */
+    bool split;      /* one item per (block, span, KV heads): partials, then a merge */
+    float *part;     /* split: [..][n_head][dv + 2] partials (m, l, a) */
+    float *scratch;  /* [n_tasks][per_task] */
     size_t per_task;
-    int64_t n_items; /* n_q * n_kv: one query row and one KV head (all its query heads) */
+    int64_t n_items;
 } att_job;
 
-
-
-#define ATT_PREFETCH 4 /* tokens ahead */
-#define ATT_CHUNK 16 /* tokens scored before their values are summed */
-
-static size_t att_scratch_floats(const pkv_k_attention_args *a) {
-    const size_t g = (size_t)(a->n_head / a->n_kv);
-    return g * (size_t)a->dv + 2 * g + g * ATT_CHUNK;
-}
-
-/* Softmax bookkeeping for a chunk of n scored tokens, then their values: the
- * running max moves once per chunk, and the value sum keeps the output in
- * registers across the chunk's tokens. */
-static void att_flush(const att_job *j, float *acc, float *m, float *l, float *p, const void *const *vp, int n,
-                      int group) {
+/* The visible length of query i (0: nothing visible or a bad sequence), its
+ * sequence's first page-table entry and page count. */
+static int64_t att_len(const att_job *j, int i, int64_t *lo, int64_t *np) {
     const pkv_k_attention_args *a = j->a;
-    for (int g = 0; g < group; g++) {
-        float *pg = p + g * ATT_CHUNK, cmax = pg[0];
-        for (int c = 1; c < n; c++) cmax = pg[c] > cmax ? pg[c] : cmax;
-        float *ag = acc + (size_t)g * a->dv;
-        if (cmax > m[g]) {
-            const float corr = expf(m[g] - cmax); /* 0 on the first chunk */
-            l[g] *= corr;
-            for (int d = 0; d < a->dv; d++) ag[d] *= corr;
-            m[g] = cmax;
-        }
-        for (int c = 0; c < n; c++) {
-            pg[c] = expf(pg[c] - m[g]);
-            l[g] += pg[c];
-        }
-        j->dots->vacc(ag, pg, vp, n, a->dv, a->kv_type == PKV_TYPE_F16);
-    }
-}
-
-/* One query row i against KV head kvh, for the `group` query heads that read it:
- * online softmax over the visible tokens, page by page, in chunks of tokens. */
-static void att_item(const att_job *j, int64_t item, float *sc) {
-    const pkv_k_attention_args *a = j->a;
-    const int group = a->n_head / a->n_kv;
-    const int i = (int)(item / a->n_kv), kvh = (int)(item % a->n_kv);
     const int32_t *q_seq = j->meta, *q_len = j->meta + a->n_q, *indptr = j->meta + 2 * (size_t)a->n_q;
-    const int32_t *pages = indptr + a->n_seq + 1;
-    float *acc = sc, *m = acc + (size_t)group * a->dv, *l = m + group, *p = l + group; /* p: [group][ATT_CHUNK] */
-    const void *vp[ATT_CHUNK];
-    int n = 0;
-    for (int g = 0; g < group; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0;
-    }
-    memset(acc, 0, (size_t)group * a->dv * sizeof(float));
     const int s = q_seq[i];
+    if (s < 0 || s >= a->n_seq || indptr[s] < 0 || indptr[s] > indptr[s + 1] || indptr[s + 1] > a->meta_pages) return 0;
+    *lo = indptr[s];
+    *np = indptr[s + 1] - indptr[s];
+    const int64_t len = PKV_MIN((int64_t)q_len[i], *np * a->page_size);
+    return len > 0 ? len : 0;
+}
+
+/* state (M, L, A) <- state folded with the partial (m, l, a), exactly as online
+ * softmax would: one function (not inlined) so that every caller rounds alike. */
+__attribute__((noinline)) static void att_fold(float *M, float *L, float *A, float m, float l, const float *pa, int dv) {
+    if (m == -INFINITY) return; /* the span saw no token (skipped pages) */
+    const float mx = m > *M ? m : *M;
+    const float so = expf(*M - mx), sn = expf(m - mx); /* so = 0 on the first partial */
+    *L = *L * so + l * sn;
+    for (int d = 0; d < dv; d++) A[d] = A[d] * so + pa[d] * sn;
+    *M = mx;
+}
+
+__attribute__((noinline)) static void att_finish(float *o, float L, const float *A, int dv) {
+    const float inv = L > 0 ? 1.0f / L : 0.0f;
+    for (int d = 0; d < dv; d++) o[d] = A[d] * inv;
+}
+
+/* Per-task scratch for blocks of up to nq queries and kv_per_item KV heads. */
+static size_t att_scratch_floats(const pkv_k_attention_args *a, int nq, int kv_per_item) {
+    const size_t rows = (size_t)nq * (size_t)kv_per_item * (size_t)(a->n_head / a->n_kv);
+    /* qbuf, acc, fold A, m, l, fold M, fold L, p[ATT_CHUNK]; token pointers */
+    return rows * ((size_t)a->dk + 2 * (size_t)a->dv + 4 + ATT_CHUNK) +
+           (size_t)kv_per_item * ATT_CHUNK * (size_t)(a->dk + a->dv) +
+           2 * ATT_SPAN * (sizeof(void *) / sizeof(float) + 1) + 32;
+}
+
+/* Softmax bookkeeping for row r's chunk of n scores p, then its values. */
+static void att_flush_row(const att_job *j, float *acc, float *m, float *l, float *p, const float *const *vp, int n) {
+    const pkv_k_attention_args *a = j->a;
+    float mx[4] = {p[0], p[0], p[0], p[0]}; /* four chains (max is exact in any order) */
+    for (int c = 1; c < n; c++) mx[c & 3] = p[c] > mx[c & 3] ? p[c] : mx[c & 3];
+    const float m01 = mx[0] > mx[1] ? mx[0] : mx[1], m23 = mx[2] > mx[3] ? mx[2] : mx[3];
+    const float cmax = m01 > m23 ? m01 : m23;
+    if (cmax > *m) {
+        const float corr = expf(*m - cmax); /* 0 on the first chunk */
+        *l *= corr;
+        for (int d = 0; d < a->dv; d++) acc[d] *= corr;
+        *m = cmax;
+    }
+    *l += j->att->softexp(p, n, *m);
+    j->att->vsum(acc, p, vp, n, a->dv);
+}
+
+/* Block b, spans [c0, c1), KV heads [k0, k0 + nk). Rows r = (kvh - k0, query,
+ * group head). Split mode writes each span's partial; otherwise the partials are
+ * folded here and the outputs written. */
+static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, float *sc) {
+    const pkv_k_attention_args *a = j->a;
+    const att_block *blk = &j->blocks[bi];
+    const int group = a->n_head / a->n_kv, nq = blk->nq, qg = nq * group, rows = nk * qg;
+    const int32_t *pages = j->meta + 2 * (size_t)a->n_q + a->n_seq + 1;
     const bool f16 = a->kv_type == PKV_TYPE_F16;
-    const size_t es = f16 ? 2 : 4;
-    const float *qh = j->q + ((size_t)i * a->n_head + (size_t)kvh * group) * a->dk;
-    if (s >= 0 && s < a->n_seq && indptr[s] >= 0 && indptr[s] <= indptr[s + 1] && indptr[s + 1] <= a->meta_pages) {
-        const int64_t lo = indptr[s], np = indptr[s + 1] - lo, len = q_len[i];
-        for (int64_t pi = 0; pi < np && pi * a->page_size < len; pi++) {
-            const int32_t page = pages[lo + pi];
-            if (page < 0 || page >= a->n_pages) continue;
-            const int64_t t_end = PKV_MIN((int64_t)a->page_size, len - pi * a->page_size);
-            for (int64_t t = 0; t < t_end; t++) {
-                const size_t slot = ((size_t)page * a->page_size + (size_t)t) * a->n_kv + kvh;
-                const uint8_t *kr = j->k + slot * a->dk * es, *vr = j->v + slot * a->dv * es;
-                {   /* rows are n_kv rows apart: help the prefetcher, across into the next
-                     * page of the block table too (pages are scattered: without this
-                     * every page starts with a stall, ~30% at depth 4096) */
-                    const uint8_t *kn = NULL, *vn = NULL;
-                    if (t + ATT_PREFETCH < t_end) {
-                        const size_t ahead = (size_t)ATT_PREFETCH * a->n_kv;
-                        kn = kr + ahead * a->dk * es;
-                        vn = vr + ahead * a->dv * es;
-                    } else if (pi + 1 < np && (pi + 1) * a->page_size < len) {
-                        const int32_t next = pages[lo + pi + 1];
-                        if (next >= 0 && next < a->n_pages) {
-                            const size_t ns = ((size_t)next * a->page_size + (size_t)(t + ATT_PREFETCH - t_end)) * a->n_kv + kvh;
-                            kn = j->k + ns * a->dk * es;
-                            vn = j->v + ns * a->dv * es;
-                        }
+    const size_t es = f16 ? 2 : 4, krow = (size_t)a->dk * es, vrow = (size_t)a->dv * es;
+    const size_t kslab = krow * a->n_kv, vslab = vrow * a->n_kv; /* one token, all KV heads */
+    float *qbuf = sc, *acc = qbuf + (size_t)rows * a->dk, *FA = acc + (size_t)rows * a->dv;
+    float *m = FA + (size_t)rows * a->dv, *l = m + rows, *FM = l + rows, *FL = FM + rows, *p = FL + rows;
+    float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)nk * ATT_CHUNK * a->dk; /* the chunk's rows as f32 */
+    const uint8_t **tk = (const uint8_t **)(void *)(((uintptr_t)(vf + (size_t)nk * ATT_CHUNK * a->dv) + 15) & ~(uintptr_t)15);
+    const uint8_t **tv = tk + ATT_SPAN;
+    int64_t len[64], lo = 0, np = 0, len_max = 0;
+    for (int b = 0; b < nq; b++) {
+        len[b] = att_len(j, blk->i0 + b, &lo, &np);
+        len_max = PKV_MAX(len_max, len[b]);
+    }
+    for (int kk = 0; kk < nk; kk++)
+        for (int b = 0; b < nq; b++)
+            memcpy(qbuf + ((size_t)kk * qg + (size_t)b * group) * a->dk,
+                   j->q + ((size_t)(blk->i0 + b) * a->n_head + (size_t)(k0 + kk) * group) * a->dk,
+                   (size_t)group * a->dk * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        FM[r] = -INFINITY;
+        FL[r] = 0;
+    }
+    memset(FA, 0, (size_t)rows * a->dv * sizeof(float));
+    for (int c = c0; c < c1; c++) {
+        const int64_t t0 = (int64_t)c * ATT_SPAN, t1 = PKV_MIN(t0 + ATT_SPAN, len_max);
+        /* token slabs of the span (NULL: page outside the pool) */
+        for (int64_t t = t0; t < t1; t++) {
+            const int32_t page = pages[lo + t / a->page_size];
+            const uint8_t *ks = NULL, *vs = NULL;
+            if (page >= 0 && page < a->n_pages) {
+                const size_t slot = (size_t)page * a->page_size + (size_t)(t % a->page_size);
+                ks = j->k + slot * kslab + (size_t)k0 * krow;
+                vs = j->v + slot * vslab + (size_t)k0 * vrow;
+            }
+            tk[t - t0] = ks;
+            tv[t - t0] = vs;
+        }
+        for (int r = 0; r < rows; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0;
+        }
+        memset(acc, 0, (size_t)rows * a->dv * sizeof(float));
+        for (int64_t u0 = t0; u0 < t1; u0 += ATT_CHUNK) {
+            const int64_t u1 = PKV_MIN(u0 + ATT_CHUNK, t1);
+            /* the chunk's rows of our KV heads, widened to f32 in memory order
+             * (kf/vf: [head][token][d]). No software prefetch: a token's rows of
+             * all heads are adjacent, and the hardware prefetchers did better
+             * alone (decode at depth 4096: 1.15 -> 0.98 ms; with prefetches the
+             * loads queued behind them) */
+            int n = 0;
+            const uint8_t *krs[ATT_CHUNK], *vrs[ATT_CHUNK];
+            for (int64_t t = u0; t < u1; t++) {
+                const uint8_t *ks = tk[t - t0];
+                if (!ks) continue;
+                krs[n] = ks;
+                vrs[n] = tv[t - t0];
+                if (f16)
+                    for (int kk = 0; kk < nk; kk++) {
+                        j->att->cvt((const uint16_t *)(const void *)(ks + kk * krow), kf + ((size_t)kk * ATT_CHUNK + n) * a->dk, a->dk);
+                        j->att->cvt((const uint16_t *)(const void *)(vrs[n] + kk * vrow), vf + ((size_t)kk * ATT_CHUNK + n) * a->dv,
+                                    a->dv);
                     }
-                    if (kn) {
-                        for (size_t o = 0; o < a->dk * es; o += 64) __builtin_prefetch(kn + o);
-                        for (size_t o = 0; o < a->dv * es; o += 64) __builtin_prefetch(vn + o);
+                n++;
+            }
+            if (!n) continue;
+            for (int kk = 0; kk < nk; kk++) {
+                const float *kp[ATT_CHUNK], *vp[ATT_CHUNK];
+                for (int x = 0; x < n; x++) {
+                    kp[x] = f16 ? kf + ((size_t)kk * ATT_CHUNK + x) * a->dk : (const float *)(const void *)(krs[x] + kk * krow);
+                    vp[x] = f16 ? vf + ((size_t)kk * ATT_CHUNK + x) * a->dv : (const float *)(const void *)(vrs[x] + kk * vrow);
+                }
+                for (int x = n; x < ATT_CHUNK; x++) kp[x] = kp[0];
+                j->att->scores(kp, qbuf + (size_t)kk * qg * a->dk, a->dk, qg, a->dk, a->scale, p + (size_t)kk * qg * ATT_CHUNK,
+                               ATT_CHUNK);
+                /* query b sees the chunk's first nb tokens with t < len[b]; skipped
+                 * pages come before or after them within the chunk in token order,
+                 * so count its tokens again */
+                for (int b = 0; b < nq; b++) {
+                    int nb = 0;
+                    for (int64_t t = u0; t < PKV_MIN(u1, len[b]); t++) nb += tk[t - t0] != NULL;
+                    if (!nb) continue;
+                    for (int g = 0; g < group; g++) {
+                        const int r = kk * qg + b * group + g;
+                        att_flush_row(j, acc + (size_t)r * a->dv, &m[r], &l[r], p + (size_t)r * ATT_CHUNK, vp, nb);
                     }
-                }
-                for (int g0 = 0; g0 < group; g0 += 4) {
-                    /* the key row against up to four query heads at once */
-                    float sc4[4];
-                    const int nh = PKV_MIN(4, group - g0);
-                    if (f16)
-                        j->dots->f16x((const uint16_t *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
-                    else
-                        j->dots->f32x((const float *)(const void *)kr, qh + (size_t)g0 * a->dk, a->dk, a->dk, nh, sc4);
-                    for (int h = 0; h < nh; h++) p[(g0 + h) * ATT_CHUNK + n] = sc4[h] * a->scale;
-                }
-                vp[n++] = vr;
-                if (n == ATT_CHUNK) {
-                    att_flush(j, acc, m, l, p, vp, n, group);
-                    n = 0;
                 }
             }
         }
-        if (n) att_flush(j, acc, m, l, p, vp, n, group);
+        /* the span's partials */
+        for (int kk = 0; kk < nk; kk++)
+            for (int b = 0; b < nq; b++) {
+                if ((int64_t)c * ATT_SPAN >= len[b]) continue;
+                for (int g = 0; g < group; g++) {
+                    const int r = kk * qg + b * group + g;
+                    if (j->split) {
+                        float *pp = j->part + ((size_t)blk->part + ((size_t)b * j->max_spans + c) * a->n_head +
+                                               (size_t)(k0 + kk) * group + g) * (size_t)(a->dv + 2);
+                        pp[0] = m[r];
+                        pp[1] = l[r];
+                        memcpy(pp + 2, acc + (size_t)r * a->dv, (size_t)a->dv * sizeof(float));
+                    } else {
+                        att_fold(&FM[r], &FL[r], FA + (size_t)r * a->dv, m[r], l[r], acc + (size_t)r * a->dv, a->dv);
+                    }
+                }
+            }
     }
-    for (int g = 0; g < group; g++) {
-        float *o = j->out + ((size_t)i * a->n_head + (size_t)kvh * group + g) * a->dv;
-        const float inv = l[g] > 0 ? 1.0f / l[g] : 0.0f;
-        for (int d = 0; d < a->dv; d++) o[d] = acc[(size_t)g * a->dv + d] * inv;
-    }
+    if (j->split) return;
+    for (int kk = 0; kk < nk; kk++)
+        for (int b = 0; b < nq; b++)
+            for (int g = 0; g < group; g++) {
+                const int r = kk * qg + b * group + g;
+                att_finish(j->out + ((size_t)(blk->i0 + b) * a->n_head + (size_t)(k0 + kk) * group + g) * a->dv, FL[r],
+                           FA + (size_t)r * a->dv, a->dv);
+            }
 }
 
 static void att_task(int ti, int n_tasks, void *arg) {
     const att_job *j = arg;
+    const int kv_items = (j->a->n_kv + j->kv_per_item - 1) / j->kv_per_item;
+    float *sc = j->scratch + (size_t)ti * j->per_task;
     int64_t i0, i1;
     range(j->n_items, ti, n_tasks, &i0, &i1);
-    for (int64_t it = i0; it < i1; it++) att_item(j, it, j->scratch + (size_t)ti * j->per_task);
+    for (int64_t it = i0; it < i1; it++) {
+        const int kv = (int)(it % kv_items), k0 = kv * j->kv_per_item;
+        const int nk = PKV_MIN(j->kv_per_item, j->a->n_kv - k0);
+        if (j->split) {
+            const int64_t bc = it / kv_items;
+            const int bi = (int)(bc / j->max_spans), c = (int)(bc % j->max_spans);
+            if (c < j->blocks[bi].n_span) att_run(j, bi, c, c + 1, k0, nk, sc);
+        } else {
+            att_run(j, (int)(it / kv_items), 0, j->blocks[it / kv_items].n_span, k0, nk, sc);
+        }
+    }
+}
+
+/* Split mode: fold each (query, head)'s span partials in span order. */
+static void att_merge_task(int ti, int n_tasks, void *arg) {
+    const att_job *j = arg;
+    const pkv_k_attention_args *a = j->a;
+    float *A = j->scratch + (size_t)ti * j->per_task;
+    int64_t i0, i1;
+    range(j->n_blocks, ti, n_tasks, &i0, &i1);
+    for (int64_t bi = i0; bi < i1; bi++) {
+        const att_block *blk = &j->blocks[bi];
+        for (int b = 0; b < blk->nq; b++) {
+            int64_t lo, np;
+            const int64_t len = att_len(j, blk->i0 + b, &lo, &np);
+            const int ns = (int)((len + ATT_SPAN - 1) / ATT_SPAN);
+            for (int h = 0; h < a->n_head; h++) {
+                float M = -INFINITY, L = 0;
+                memset(A, 0, (size_t)a->dv * sizeof(float));
+                for (int c = 0; c < ns; c++) {
+                    const float *pp =
+                        j->part + ((size_t)blk->part + ((size_t)b * j->max_spans + c) * a->n_head + h) * (size_t)(a->dv + 2);
+                    att_fold(&M, &L, A, pp[0], pp[1], pp + 2, a->dv);
+                }
+                att_finish(j->out + ((size_t)(blk->i0 + b) * a->n_head + h) * a->dv, L, A, a->dv);
+            }
+        }
+    }
 }
 
 static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
@@ -802,22 +941,74 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     TRY(aligned(c, "attention", "v", a->v, es));
     TRY(aligned(c, "attention", "out", a->out, 4));
     TRY(aligned(c, "attention", "meta", a->meta, 4));
+    if (a->n_q <= 0) return PKV_OK;
     att_job j = {0};
     j.a = a;
-    j.dots = dots_select();
+    j.att = pkv_cpu_att_for(dots_select()->name);
     j.q = pkv_cpu_ptr(a->q);
     j.k = pkv_cpu_ptr(a->k);
     j.v = pkv_cpu_ptr(a->v);
     j.meta = pkv_cpu_ptr(a->meta);
     j.out = pkv_cpu_ptr(a->out);
-    j.n_items = (int64_t)a->n_q * a->n_kv;
-    j.per_task = att_scratch_floats(a);
-    /* rough work estimate: every query sees at most all pages of the pool */
-    int n_tasks = n_tasks_for(c, j.n_items, (double)j.n_items * 65536.0);
+    const int group = a->n_head / a->n_kv, max_nq = PKV_MAX(1, PKV_MIN(ATT_MAX_BLOCK, ATT_BLOCK_ROWS / group));
+    j.blocks = pkv_malloc((size_t)a->n_q * sizeof *j.blocks);
+    if (!j.blocks) return pkv_err(PKV_ERR_NOMEM, "%s: attention: no memory for %d query blocks", c->name, a->n_q);
+    /* blocks: runs of queries of one sequence; their spans; the partials they need */
+    const int32_t *q_seq = j.meta;
+    int64_t tokens = 0, n_part = 0;
+    for (int i = 0; i < a->n_q;) {
+        att_block *blk = &j.blocks[j.n_blocks++];
+        blk->i0 = i;
+        blk->nq = 1;
+        while (i + blk->nq < a->n_q && blk->nq < max_nq && q_seq[i + blk->nq] == q_seq[i]) blk->nq++;
+        int64_t len_max = 0;
+        for (int b = 0; b < blk->nq; b++) {
+            int64_t lo, np;
+            const int64_t len = att_len(&j, i + b, &lo, &np);
+            len_max = PKV_MAX(len_max, len);
+            tokens += len;
+        }
+        blk->n_span = (int)((len_max + ATT_SPAN - 1) / ATT_SPAN);
+        j.max_spans = PKV_MAX(j.max_spans, blk->n_span);
+        i += blk->nq;
+    }
+    for (int bi = 0; bi < j.n_blocks; bi++) {
+        j.blocks[bi].part = n_part;
+        n_part += (int64_t)j.blocks[bi].nq * j.max_spans * a->n_head;
+    }
+    /* How the work is cut changes no result (see above): split the spans over
+     * the pool when the (block, KV head) items alone would leave threads idle
+     * and the partials are small; a task then takes all KV heads of a span
+     * (a token's rows of all heads are adjacent in memory). */
+    const int threads = pkv_pool_threads(c->pool);
+    const double work = (double)tokens * a->n_head * (a->dk + a->dv);
+    j.kv_per_item = 1;
+    j.split = false;
+    if (j.max_spans > 1 && (int64_t)j.n_blocks * a->n_kv < 4 * threads &&
+        (double)n_part * (a->dv + 2) * sizeof(float) < 16e6) {
+        j.split = true;
+        j.kv_per_item = a->n_kv;
+        while (j.kv_per_item > 1 && (int64_t)j.n_blocks * j.max_spans * (a->n_kv / j.kv_per_item) < 4 * threads)
+            j.kv_per_item /= 2;
+    }
+    const int kv_items = (a->n_kv + j.kv_per_item - 1) / j.kv_per_item;
+    j.n_items = (int64_t)j.n_blocks * (j.split ? j.max_spans : 1) * kv_items;
+    j.per_task = att_scratch_floats(a, max_nq, j.kv_per_item);
+    j.per_task = PKV_MAX(j.per_task, (size_t)a->dv);
+    int n_tasks = n_tasks_for(c, j.n_items, work);
     j.scratch = pkv_malloc((size_t)n_tasks * j.per_task * sizeof(float));
-    if (!j.scratch) return pkv_err(PKV_ERR_NOMEM, "%s: attention: no memory for scratch", c->name);
+    if (j.split) j.part = pkv_malloc((size_t)PKV_MAX(n_part, 1) * (size_t)(a->dv + 2) * sizeof(float));
+    if (!j.scratch || (j.split && !j.part)) {
+        pkv_free(j.scratch);
+        pkv_free(j.part);
+        pkv_free(j.blocks);
+        return pkv_err(PKV_ERR_NOMEM, "%s: attention: no memory for scratch", c->name);
+    }
     pkv_pool_run(c->pool, n_tasks, att_task, &j);
+    if (j.split) pkv_pool_run(c->pool, PKV_MIN(n_tasks, j.n_blocks), att_merge_task, &j);
     pkv_free(j.scratch);
+    pkv_free(j.part);
+    pkv_free(j.blocks);
     return PKV_OK;
 }
 
