@@ -3,7 +3,6 @@
  * them) and fails on the faulty device, naming the failing primitive — both
  * through the library and through the command a user runs. */
 #include <stdlib.h>
-#include <sys/wait.h>
 
 #include "testhelp.h"
 
@@ -20,20 +19,6 @@ static void on_row(const pkv_check_result *r, void *user) {
         size_t l = strlen(t->failures);
         snprintf(t->failures + l, sizeof t->failures - l, "[%s %s: %s]", r->device, r->test, r->detail);
     }
-}
-
-/* Run the CLI with env; returns exit status and captures stdout+stderr. */
-static int run_cli(const char *env, const char *args, char *out, size_t n) {
-    const char *cli = getenv("PKV_CLI");
-    if (!cli) return -1;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env, cli, args);
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t k = fread(out, 1, n - 1, f);
-    out[k] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int main(void) {
@@ -77,22 +62,22 @@ int main(void) {
     pkv_device_close(b);
     pkv_device_close(a);
 
-    static char out[1 << 16];
-    int rc = run_cli("PKV_FAULTY_DEVICE=1", "check --device faulty --iterations 500", out, sizeof out);
+    const char *out = th_out;
+    int rc = th_cli("PKV_FAULTY_DEVICE=1", true, "check --device faulty --iterations 500");
     if (rc == -1) return th_skip("PKV_CLI not set: run through ctest");
     CHECK(rc == 1);
     CHECK(strstr(out, "read") && strstr(out, "FAIL"));
     CHECK(strstr(out, "pagekv check: FAILED: faulty: read") != NULL);
     /* ... so every KV operation on the faulty device still equals replay (fork,
      * swap, shift, save/load are not corrupted by the bad reads) */
-    rc = run_cli("PKV_FAULTY_DEVICE=1", "demo --device faulty", out, sizeof out);
+    rc = th_cli("PKV_FAULTY_DEVICE=1", true, "demo --device faulty");
     CHECK_INT(rc, 0);
     CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
     CHECK(strstr(out, "using whole-prefix transfers") != NULL); /* and it says so */
-    rc = run_cli("", "check --device cpu,cpu:1 --iterations 500", out, sizeof out);
+    rc = th_cli("", true, "check --device cpu,cpu:1 --iterations 500");
     CHECK_INT(rc, 0);
     CHECK(strstr(out, "cpu -> cpu:1") != NULL && strstr(out, "FAIL") == NULL);
-    rc = run_cli("", "check --device nosuch", out, sizeof out);
+    rc = th_cli("", true, "check --device nosuch");
     CHECK_INT(rc, 2);
     CHECK(strstr(out, "no device 'nosuch'") != NULL);
     return th_done();

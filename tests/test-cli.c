@@ -1,34 +1,14 @@
 // labels: model timeout=300
 /* The pagekv command as a user runs it: mkmodel, tokenize, logits, run and their
  * errors — every bad input a clear message and a non-zero exit, never a crash. */
-#include <stdarg.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testhelp.h"
 
-static char out[1 << 20];
+/* th_cli without environment; the output is in th_out (alias out). */
+#define cli(...) th_cli("", __VA_ARGS__)
+#define out th_out
 
-/* Run `pagekv ARGS`, capturing stdout (and stderr when merge). Returns the exit
- * status, or -2 when it died from a signal (a crash). */
-static int cli(bool merge, const char *fmt, ...) {
-    const char *bin = getenv("PKV_CLI");
-    char args[2048], cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s %s", bin, args, merge ? "2>&1" : "2>/dev/null");
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    if (WIFSIGNALED(st)) return -2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-#define HAS(s) CHECK(strstr(out, (s)) != NULL)
 
 int main(void) {
     if (!getenv("PKV_CLI")) return th_skip("PKV_CLI not set: run through ctest");

@@ -434,6 +434,181 @@ static void test_threads_deterministic(void) {
     CHECK_MEM(y1, y3, sizeof y1);
 }
 
+/* A matmul row's result does not depend on the batch: each of N x rows computed
+ * alone equals the same row inside one call of N (bitwise), with weight rows and
+ * x rows that do not fill the register tiles and a column tail, on every path
+ * and weight type (fork == replay relies on this). */
+static void test_batch_deterministic(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
+                                     PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
+    enum { R = 13, N = 11, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows */
+    static float w[R * CMAX], x[N * CMAX], yb[N * R], y1[R];
+    static uint8_t wq[R * CMAX * 4];
+    fill(w, R * CMAX, 1.0f);
+    fill(x, N * CMAX, 1.0f);
+    for (int p = 0; p < 3; p++) {
+        setenv("PKV_CPU_PATH", paths[p], 1);
+        pkv_device_params dp = pkv_device_default_params();
+        dp.n_threads = 2;
+        pkv_device *dev = pkv_device_open("cpu", dp);
+        NEED(dev);
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const pkv_type ty = types[t];
+            const int C = pkv_type_block_elems(ty) == 1 ? 203 : pkv_type_block_elems(ty) == 32 ? 96 : 512;
+            const size_t rb = pkv_type_row_bytes(ty, C);
+            for (int r = 0; r < R; r++) pkv_quantize_row(ty, w + r * C, wq + r * rb, C);
+            pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0),
+                       *by = upload(dev, NULL, sizeof yb, 0);
+            NEED(bw && bx && by);
+            pkv_k_matmul_args a = {pkv_tref_make(bw, 0), ty, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), N};
+            CHECK_OK(pkv_k_matmul(dev, &a));
+            CHECK_OK(pkv_buffer_read(by, 0, yb, sizeof yb));
+            float ref[N * R]; /* and close to the reference (an odd number of q8_0 blocks) */
+            for (int i = 0; i < N; i++)
+                for (int r = 0; r < R; r++) ref[i * R + r] = (float)pkv_dot_ref(ty, wq + r * rb, x + i * C, C);
+            CHECK(th_nmse(ref, yb, N * R) < (pkv_type_block_elems(ty) == 1 ? 1e-9 : 1e-4));
+            for (int i = 0; i < N; i++) {
+                a.x = pkv_tref_make(bx, (size_t)i * C * 4);
+                a.n = 1;
+                CHECK_OK(pkv_k_matmul(dev, &a));
+                CHECK_OK(pkv_buffer_read(by, 0, y1, sizeof y1));
+                if (memcmp(y1, yb + i * R, sizeof y1) != 0)
+                    fprintf(stderr, "batch vs alone differ: path %s type %s row %d\n", paths[p], pkv_type_name(ty), i);
+                CHECK_MEM(y1, yb + i * R, sizeof y1);
+            }
+            pkv_buffer_free(bw);
+            pkv_buffer_free(bx);
+            pkv_buffer_free(by);
+        }
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
+}
+
+/* rope on the device: every path, f32 and f16 rows, normal and neox, rows with
+ * repeated and changing positions (cos/sin are reused across a run of equal
+ * positions), all bitwise equal to the same rows rotated one call per row on
+ * the generic path (scalar conversions), and close to the reference. */
+static void test_rope_paths(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    enum { NR = 9, H = 3, D = 40 };
+    static const int32_t pos[NR] = {5, 5, 5, -3, -3, 70000, 5, 0, 123456};
+    static float x0[NR * H * D], want[NR * H * D];
+    static uint8_t got[NR * H * D * 4], one[NR * H * D * 4];
+    fill(x0, NR * H * D, 2.0f);
+    for (int f16 = 0; f16 <= 1; f16++)
+        for (int neox = 0; neox <= 1; neox++) {
+            const size_t es = f16 ? 2 : 4, rs = (size_t)H * D * es;
+            uint8_t raw[NR * H * D * 4];
+            for (int e = 0; e < NR * H * D; e++) {
+                if (f16) {
+                    const uint16_t h = pkv_f32_to_f16(x0[e]);
+                    memcpy(raw + 2 * e, &h, 2);
+                } else
+                    memcpy(raw + 4 * e, &x0[e], 4);
+            }
+            pkv_k_rope_args a = {0};
+            a.dtype = f16 ? PKV_TYPE_F16 : PKV_TYPE_F32;
+            a.row_stride = rs;
+            a.n_heads = H;
+            a.head_dim = D;
+            a.n_rot = 32;
+            a.neox = neox;
+            a.freq_base = 10000.0f;
+            a.freq_scale = 1.0f;
+            for (int p = 0; p < 3; p++) {
+                setenv("PKV_CPU_PATH", paths[p], 1);
+                pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+                NEED(dev);
+                pkv_buffer *bx = upload(dev, raw, NR * rs, 0), *bp = upload(dev, pos, sizeof pos, 0);
+                NEED(bx && bp);
+                a.x = pkv_tref_make(bx, 0);
+                a.pos = pkv_tref_make(bp, 0);
+                a.n_rows = a.max_rows = NR;
+                CHECK_OK(pkv_k_rope(dev, &a));
+                CHECK_OK(pkv_buffer_read(bx, 0, got, NR * rs));
+                if (p == 0) {
+                    /* one row per call */
+                    CHECK_OK(pkv_buffer_write(bx, 0, raw, NR * rs));
+                    for (int r = 0; r < NR; r++) {
+                        a.x = pkv_tref_make(bx, r * rs);
+                        a.pos = pkv_tref_make(bp, (size_t)r * 4);
+                        a.n_rows = a.max_rows = 1;
+                        CHECK_OK(pkv_k_rope(dev, &a));
+                    }
+                    CHECK_OK(pkv_buffer_read(bx, 0, one, NR * rs));
+                    float xr[NR * H * D];
+                    for (int e = 0; e < NR * H * D; e++) {
+                        if (f16) {
+                            uint16_t h;
+                            memcpy(&h, raw + 2 * e, 2);
+                            xr[e] = pkv_f16_to_f32(h);
+                        } else
+                            memcpy(&xr[e], raw + 4 * e, 4);
+                    }
+                    pkv_k_rope_args ra = a;
+                    ra.dtype = PKV_TYPE_F32;
+                    ra.row_stride = (size_t)H * D * 4;
+                    ra.n_rows = ra.max_rows = NR;
+                    pkv_ref_rope(&ra, xr, pos, NULL);
+                    memcpy(want, xr, sizeof want);
+                    float gf[NR * H * D];
+                    for (int e = 0; e < NR * H * D; e++) {
+                        if (f16) {
+                            uint16_t h;
+                            memcpy(&h, got + 2 * e, 2);
+                            gf[e] = pkv_f16_to_f32(h);
+                        } else
+                            memcpy(&gf[e], got + 4 * e, 4);
+                    }
+                    CHECK(th_nmse(want, gf, NR * H * D) < (f16 ? 1e-6 : 1e-8));
+                }
+                if (memcmp(got, one, NR * rs) != 0)
+                    fprintf(stderr, "rope differs: path %s %s %s\n", paths[p], f16 ? "f16" : "f32", neox ? "neox" : "normal");
+                CHECK_MEM(got, one, NR * rs);
+                pkv_buffer_free(bx);
+                pkv_buffer_free(bp);
+                pkv_device_close(dev);
+            }
+        }
+    unsetenv("PKV_CPU_PATH");
+}
+
+/* set_rows to f16 rounds exactly as pkv_f32_to_f16 on every path (vectorized
+ * where the path has F16C): ties, subnormals, overflow, infinities, NaN. */
+static void test_set_rows_f16_paths(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    enum { E = 37 };
+    float src[2 * E];
+    fill(src, 2 * E, 3.0f);
+    const uint32_t special[] = {0x3f801000u, 0x3f803000u, 0x33000000u, 0x33000001u, 0x387fc000u, 0x477ff000u,
+                                0x477fefffu, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0x80000000u, 0x38800000u, 0x2f000000u};
+    for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) memcpy(&src[3 * k], &special[k], 4);
+    uint16_t want[2 * E], got[2 * E];
+    for (int e = 0; e < 2 * E; e++) want[e] = pkv_f32_to_f16(src[e]);
+    const int32_t idx[2] = {1, 0};
+    for (int p = 0; p < 3; p++) {
+        setenv("PKV_CPU_PATH", paths[p], 1);
+        pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+        NEED(dev);
+        pkv_buffer *bs = upload(dev, src, sizeof src, 0), *bd = upload(dev, NULL, sizeof got, 0),
+                   *bi = upload(dev, idx, sizeof idx, 0);
+        NEED(bs && bd && bi);
+        pkv_k_set_rows_args sr = {pkv_tref_make(bs, 0), E * 4, pkv_tref_make(bd, 0), PKV_TYPE_F16, E * 2, 2,
+                                  pkv_tref_make(bi, 0), 2, E};
+        CHECK_OK(pkv_k_set_rows(dev, &sr));
+        CHECK_OK(pkv_buffer_read(bd, 0, got, sizeof got));
+        CHECK_MEM(got, want + E, E * 2); /* source row 1 went to row 0 */
+        CHECK_MEM(got + E, want, E * 2);
+        pkv_buffer_free(bs);
+        pkv_buffer_free(bd);
+        pkv_buffer_free(bi);
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
+}
+
 static void test_device_attention_and_misc(void) {
     pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
     NEED(dev);
@@ -616,6 +791,9 @@ int main(void) {
     test_ref_attention();
     test_device_attention_and_misc();
     test_threads_deterministic();
+    test_batch_deterministic();
+    test_rope_paths();
+    test_set_rows_f16_paths();
     test_paths();
     test_bad_path();
     test_faulty_caught();

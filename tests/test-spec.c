@@ -518,26 +518,9 @@ static void test_sampling(void) {
 
 /* ------------------------------------------------------------------ errors */
 
-static char out[1 << 16];
+#define cli(...) th_cli("", __VA_ARGS__)
+#define out th_out
 
-static int cli(bool merge, const char *fmt, ...) {
-    const char *bin = getenv("PKV_CLI");
-    char args[2048], cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s %s", bin, args, merge ? "2>&1" : "2>/dev/null");
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    if (WIFSIGNALED(st)) return -2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-#define HAS(s) CHECK(strstr(out, (s)) != NULL)
 
 static void test_errors(void) {
     char d_shared[512], d_missing[512], d_small[512];

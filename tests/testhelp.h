@@ -4,6 +4,9 @@
 #define PKV_TESTHELP_H
 
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,5 +147,32 @@ static inline const char *th_tmp(const char *name) {
     snprintf(out, 512, "%s/%ld-%s", dir && *dir ? dir : "/tmp", (long)getpid(), name);
     return out;
 }
+
+/* Output of the last th_cli call. */
+static char th_out[1 << 20];
+
+/* Run `pagekv ARGS` (the binary ctest passes in PKV_CLI) with the environment
+ * assignments env ("" for none), capturing stdout, and stderr too when merge.
+ * Returns the exit status, -2 when it died from a signal (a crash), -1 when it
+ * could not run. */
+static inline int th_cli(const char *env, bool merge, const char *fmt, ...) {
+    const char *bin = getenv("PKV_CLI");
+    if (!bin) return -1;
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s %s", env, bin, args, merge ? "2>&1" : "2>/dev/null");
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(th_out, 1, sizeof th_out - 1, f);
+    th_out[n] = 0;
+    int st = pclose(f);
+    if (WIFSIGNALED(st)) return -2;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define HAS(s) CHECK(strstr(th_out, (s)) != NULL)
 
 #endif

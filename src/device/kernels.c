@@ -30,7 +30,7 @@ static pkv_status start(kctx *k, pkv_device *dev, const char *kernel, const void
     if (!dev) return pkv_err(PKV_ERR_INVALID, "kernel %s: device is NULL", kernel);
     if (!args) return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: args is NULL", kernel, dev->caps.name);
     if (!dev->ops->kernels || !slot)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s is not implemented on device %s", kernel, dev->caps.name);
+        return pkv_err(PKV_ERR_UNSUPPORTED, "device %s has no %s kernel", dev->caps.name, kernel);
     return PKV_OK;
 }
 

@@ -5,6 +5,7 @@
 
 #ifdef PKV_CPU_X86
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define T __attribute__((target("avx2,fma,f16c")))
@@ -78,6 +79,66 @@ T static void a_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, 
         fxn(w, 2, x, xs, n, 4, out);
     else
         for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
+}
+
+/* The matmul's register tile (cpu-dots.h, f32t): NW weight rows x NX x rows, one
+ * 8-lane accumulator per pair; lane l sums the products of elements 8k + l in k
+ * order, then hsum, then the tail elements in order with fmaf. A pair gets
+ * exactly these operations in every tile shape. */
+__attribute__((always_inline)) T static inline void ftile(const void *w, int kind, int64_t ws, const float *x,
+                                                          int64_t xs, int64_t n, const int NW, const int NX, float *y,
+                                                          int64_t ys) {
+    __m256 a[8];
+    for (int k = 0; k < NW * NX; k++) a[k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[4];
+        for (int q = 0; q < NW; q++) wv[q] = ldw(w, kind, q * ws + i);
+        for (int r = 0; r < NX; r++) {
+            const __m256 xv = _mm256_loadu_ps(x + r * xs + i);
+            for (int q = 0; q < NW; q++) a[r * NW + q] = _mm256_fmadd_ps(wv[q], xv, a[r * NW + q]);
+        }
+    }
+    for (int r = 0; r < NX; r++)
+        for (int q = 0; q < NW; q++) {
+            float s = hsum(a[r * NW + q]);
+            for (int64_t k = i; k < n; k++) s = fmaf(w_at(w, kind, q * ws + k), x[r * xs + k], s);
+            y[r * ys + q] = s;
+        }
+}
+
+/* 4 x 2 tiles where the shape allows (16 ymm registers); every pair gets the
+ * same operations. */
+#define TILE_FN(name, WT, kind)                                                                                       \
+    T static void name(const WT *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,     \
+                       int64_t ys) {                                                                                 \
+        if (nw == 4) {                                                                                               \
+            int r = 0;                                                                                               \
+            for (; r + 2 <= nx; r += 2) ftile(w, kind, ws, x + r * xs, xs, n, 4, 2, y + r * ys, ys);                 \
+            for (; r < nx; r++) ftile(w, kind, ws, x + r * xs, xs, n, 4, 1, y + r * ys, ys);                         \
+        } else if (nx == 4) {                                                                                        \
+            for (int q = 0; q < nw; q++) ftile(w + q * ws, kind, ws, x, xs, n, 1, 4, y + q, ys);                     \
+        } else {                                                                                                     \
+            for (int q = 0; q < nw; q++)                                                                             \
+                for (int r = 0; r < nx; r++) ftile(w + q * ws, kind, ws, x + r * xs, xs, n, 1, 1, y + r * ys + q, ys); \
+        }                                                                                                            \
+    }
+TILE_FN(a_f32t, float, 0)
+TILE_FN(a_f16t, uint16_t, 1)
+TILE_FN(a_bf16t, uint16_t, 2)
+#undef TILE_FN
+
+/* f16 <-> f32 rows (F16C; round to nearest even, as pkv_f32_to_f16). */
+T static void a_f16row(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, ld_f16(src + i));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
+}
+T static void a_f32f16row(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 /* Sum of 32 products of unsigned bytes u with signed bytes x, as 8 int32 lanes.
@@ -171,6 +232,11 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .f32x = a_f32x,
     .f16x = a_f16x,
     .bf16x = a_bf16x,
+    .f32t = a_f32t,
+    .f16t = a_f16t,
+    .bf16t = a_bf16t,
+    .f16row = a_f16row,
+    .f32f16row = a_f32f16row,
     .q8_0 = a_q8_0,
     .q4_0 = a_q4_0,
     .q4_k = a_q4_k,

@@ -6,6 +6,7 @@
 
 #ifdef PKV_CPU_X86
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define T __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -71,6 +72,52 @@ T static void x_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, 
         for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
 }
 
+/* The matmul's register tile (cpu-dots.h, f32t): NW weight rows x NX x rows, one
+ * 16-lane accumulator per pair; lane l sums the products of elements 16k + l in
+ * k order, then the lanes are reduced (_mm512_reduce_add_ps, a fixed order) and
+ * the tail elements added in order with fmaf. A pair gets exactly these
+ * operations in every tile shape. */
+__attribute__((always_inline)) T static inline void ftile(const void *w, int kind, int64_t ws, const float *x,
+                                                          int64_t xs, int64_t n, const int NW, const int NX, float *y,
+                                                          int64_t ys) {
+    __m512 a[16];
+    for (int k = 0; k < NW * NX; k++) a[k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[4];
+        for (int q = 0; q < NW; q++) wv[q] = ldw(w, kind, q * ws + i);
+        for (int r = 0; r < NX; r++) {
+            const __m512 xv = _mm512_loadu_ps(x + r * xs + i);
+            for (int q = 0; q < NW; q++) a[r * NW + q] = _mm512_fmadd_ps(wv[q], xv, a[r * NW + q]);
+        }
+    }
+    for (int r = 0; r < NX; r++)
+        for (int q = 0; q < NW; q++) {
+            float s = _mm512_reduce_add_ps(a[r * NW + q]);
+            for (int64_t k = i; k < n; k++) s = fmaf(w_at(w, kind, q * ws + k), x[r * xs + k], s);
+            y[r * ys + q] = s;
+        }
+}
+
+/* 4 x 4 tiles where the shape allows; every pair gets the same operations. */
+#define TILE_FN(name, WT, kind)                                                                                       \
+    T static void name(const WT *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,     \
+                       int64_t ys) {                                                                                 \
+        if (nw == 4 && nx == 4)                                                                                      \
+            ftile(w, kind, ws, x, xs, n, 4, 4, y, ys);                                                               \
+        else if (nw == 4)                                                                                            \
+            for (int r = 0; r < nx; r++) ftile(w, kind, ws, x + r * xs, xs, n, 4, 1, y + r * ys, ys);                \
+        else if (nx == 4)                                                                                            \
+            for (int q = 0; q < nw; q++) ftile(w + q * ws, kind, ws, x, xs, n, 1, 4, y + q, ys);                     \
+        else                                                                                                         \
+            for (int q = 0; q < nw; q++)                                                                             \
+                for (int r = 0; r < nx; r++) ftile(w + q * ws, kind, ws, x + r * xs, xs, n, 1, 1, y + r * ys + q, ys); \
+    }
+TILE_FN(x_f32t, float, 0)
+TILE_FN(x_f16t, uint16_t, 1)
+TILE_FN(x_bf16t, uint16_t, 2)
+#undef TILE_FN
+
 /* Attention's value sum with the output kept in registers across the tokens. */
 __attribute__((always_inline)) T static inline __m512 ldv(const void *r, bool f16, int64_t d) {
     return f16 ? ld_f16((const uint16_t *)r + d) : _mm512_loadu_ps((const float *)r + d);
@@ -117,12 +164,15 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f32x = x_f32x,
     .f16x = x_f16x,
     .bf16x = x_bf16x,
+    .f32t = x_f32t,
+    .f16t = x_f16t,
+    .bf16t = x_bf16t,
     .vacc = x_vacc,
 };
 #endif
 
 #ifdef PKV_CPU_X86
-#define V __attribute__((target("avx512vnni,avx512vl,avx512f,avx512bw,avx2,fma,f16c")))
+#define V __attribute__((target("avx512vnni,avx512vl,avx512f,avx512bw,avx512dq,avx2,fma,f16c")))
 
 /* 8 int32 lanes, lane i = sum of u[4i..4i+3] * x[4i..4i+3] (u unsigned, x signed). */
 V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
@@ -137,7 +187,63 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #undef QB_DOT_U8
 #undef QB_NAME
 
+/* q8_0 (cpu-dots.h, q8_0z): two blocks per step; the weights unsigned (q ^ 0x80)
+ * with the offset taken out by starting vpdpbusd from the lane sums c. */
+__attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, const pkv_q8z *x, int64_t xs,
+                                                             int64_t nb, const int NX, float *out) {
+    __m512 acc[4];
+    for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    int64_t b = 0, k = 0;
+    for (; b + 2 <= nb; b += 2, k++, w += 68) {
+        const __m512i u = _mm512_xor_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
+                               _mm256_loadu_si256((const __m256i *)(w + 36)), 1),
+            k80);
+        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(v_half(w)), _mm256_set1_ps(v_half(w + 34)), 1);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8z *xz = x + r * xs + k;
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(xz->d)), _mm512_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    if (b < nb) { /* odd last block: the second half of its pair is zero */
+        const __m512i u = _mm512_xor_si512(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))), k80);
+        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(v_half(w)), _mm256_setzero_ps(), 1);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8z *xz = x + r * xs + k;
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(xz->d)), _mm512_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+V static void v_q8_0z(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out) {
+    if (nx == 4)
+        q8z_body(w, x, xs, nb, 4, out);
+    else
+        for (int r = 0; r < nx; r++) q8z_body(w, x + r * xs, xs, nb, 1, out + r);
+}
+
+V static void v_q8z(const pkv_q8a *x, pkv_q8z *z, int64_t nb) {
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b += 2, z++) {
+        memset(z, 0, sizeof *z);
+        for (int h = 0; h < 2 && b + h < nb; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)x[b + h].qs);
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k80, q);
+            _mm256_storeu_si256((__m256i *)(z->qs + 32 * h), q);
+            _mm256_storeu_si256((__m256i *)(z->c + 8 * h), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            _mm256_storeu_ps(z->d + 8 * h, _mm256_set1_ps(x[b + h].d));
+        }
+    }
+}
+
 const pkv_cpu_dots pkv_cpu_dots_vnni = {
+    .q8_0z = v_q8_0z,
+    .q8z = v_q8z,
     .name = "avx512",
     .q8_0 = v_q8_0,
     .q4_0 = v_q4_0,

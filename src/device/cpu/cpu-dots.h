@@ -24,14 +24,46 @@ typedef struct pkv_q8a {
  * x + r*xs (xs in activation blocks); out[r] receives its dot. */
 typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
+/* Two consecutive activation blocks laid out for 512-bit q8_0 dots (q8_0z):
+ * qs of both blocks, lane sums c[i] = -128 * (qs[4i] + .. + qs[4i+3]) and the
+ * scales (d of the first block in d[0..8), of the second in d[8..16)). An odd
+ * last block has a zero second half. */
+typedef struct pkv_q8z {
+    int8_t qs[64];
+    int32_t c[16];
+    float d[16];
+} pkv_q8z;
+
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */
     /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
     void (*f32x)(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*f16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*bf16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
+    /* The matmul's register tile: nw (1..4) weight rows, row i at w + i*ws
+     * elements, against nx (1..4) x rows at x + r*xs floats; y[r*ys + i] = dot.
+     * Every (weight row, x row) pair has its own accumulator and the same
+     * operations in the same order whatever nw and nx are (and whatever tile the
+     * pair comes in), so a row's result does not depend on the batch. Not the
+     * same order as f32x/f16x/bf16x (which attention uses). NULL (generic):
+     * the matmul uses f32x/f16x/bf16x per weight row. */
+    void (*f32t)(const float *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y, int64_t ys);
+    void (*f16t)(const uint16_t *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,
+                 int64_t ys);
+    void (*bf16t)(const uint16_t *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,
+                  int64_t ys);
+    /* exact f16 -> f32 and round-to-nearest-even f32 -> f16 (as pkv_f32_to_f16)
+     * of n elements; NULL on the generic path */
+    void (*f16row)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
+    /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
+     * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
+     * then one fixed reduction. Used for decode and prefill alike where present.
+     * q8z lays nb blocks out as (nb + 1) / 2 pairs. NULL without VNNI. */
+    void (*q8_0z)(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out);
+    void (*q8z)(const pkv_q8a *x, pkv_q8z *z, int64_t nb);
     /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
      * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
     void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);

@@ -67,10 +67,10 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(vacc); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k);
+        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8_0z); TAKE(q8z);
     }
 #undef TAKE
 }
@@ -164,6 +164,13 @@ static pkv_status aligned(const pkv_cpu_ctx *c, const char *kernel, const char *
 /* Weight rows prefetched ahead: with short rows (1024 q8_0 columns are 17 cache
  * lines) the hardware prefetcher alone left a third of the bandwidth unused. */
 #define PF_ROWS 2
+/* Weight rows per L2-resident chunk of the float tile loop (a multiple of 4). */
+#ifndef MM_QCHUNK
+#define MM_QCHUNK 64
+#endif
+#ifndef MM_WCHUNK
+#define MM_WCHUNK 32
+#endif
 typedef struct {
     const pkv_cpu_dots *dots;
     const uint8_t *w;
@@ -172,6 +179,7 @@ typedef struct {
     int64_t rows, cols, n, xblock; /* xblock: x rows per cache block */
     const float *x;                /* f32 [n][cols] */
     const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
+    const pkv_q8z *xz;             /* [n][(cols/32 + 1)/2], q8_0 with q8_0z */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
 
@@ -181,6 +189,73 @@ static void mm_task(int ti, int n_tasks, void *arg) {
     range(j->rows, ti, n_tasks, &r0, &r1);
     const int64_t xb = j->cols / 32, wb = j->cols / (int64_t)pkv_type_block_elems(j->wt);
     const pkv_qdot_fn qd = qdot(j->dots, j->wt);
+    /* Float weights with a register tile (cpu-dots.h, f32t): 4 weight rows at a
+     * time against the x rows 4 at a time, each pair in its own accumulator. */
+    const void *tile = j->wt == PKV_TYPE_F32 ? (const void *)j->dots->f32t
+                       : j->wt == PKV_TYPE_F16  ? (const void *)j->dots->f16t
+                       : j->wt == PKV_TYPE_BF16 ? (const void *)j->dots->bf16t
+                                                : NULL;
+    if (tile) {
+        const size_t es = j->wt == PKV_TYPE_F32 ? 4 : 2;
+        const int64_t ws = (int64_t)(j->rb / es);
+        for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
+            const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
+            /* A chunk of weight rows stays in L2 while each group of 4 x rows
+             * (in L1) meets all of its tiles. */
+            for (int64_t c0 = r0; c0 < r1; c0 += MM_WCHUNK) {
+                const int64_t c1 = PKV_MIN(r1, c0 + MM_WCHUNK);
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    const float *xi = j->x + i * j->cols;
+                    for (int64_t r = c0; r < c1; r += 4) {
+                        const int nw = (int)PKV_MIN(4, c1 - r);
+                        const uint8_t *wr = j->w + (size_t)r * j->rb;
+                        if (i == x0) { /* first pass over the chunk: the next tile's rows */
+                            const int64_t pf = PKV_MIN(4, r1 - (r + 4));
+                            for (size_t o = 0; pf > 0 && o < (size_t)pf * j->rb; o += 64)
+                                __builtin_prefetch(wr + 4 * j->rb + o);
+                        }
+                        float *y = j->y + i * j->rows + r;
+                        if (j->wt == PKV_TYPE_F32)
+                            j->dots->f32t((const float *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                          j->rows);
+                        else if (j->wt == PKV_TYPE_F16)
+                            j->dots->f16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                          j->rows);
+                        else
+                            j->dots->bf16t((const uint16_t *)(const void *)wr, ws, nw, xi, j->cols, nx, j->cols, y,
+                                           j->rows);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    if (qd && j->n > 1) {
+        /* Quantized prefill: a chunk of weight rows stays in cache while each
+         * group of 4 activation rows (in L1) meets all of its rows. */
+        for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
+            const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
+            for (int64_t c0 = r0; c0 < r1; c0 += MM_QCHUNK) {
+                const int64_t c1 = PKV_MIN(r1, c0 + MM_QCHUNK);
+                for (int64_t i = x0; i < x1; i += 4) {
+                    const int nx = (int)PKV_MIN(4, x1 - i);
+                    float out[4];
+                    for (int64_t r = c0; r < c1; r++) {
+                        const uint8_t *wr = j->w + (size_t)r * j->rb;
+                        if (i == x0 && r + PF_ROWS < r1)
+                            for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + PF_ROWS * j->rb + o);
+                        if (j->xz)
+                            j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
+                        else
+                            qd(wr, j->xq + i * xb, xb, wb, nx, out);
+                        for (int k = 0; k < nx; k++) j->y[(i + k) * j->rows + r] = out[k];
+                    }
+                }
+            }
+        }
+        return;
+    }
     /* Weights are streamed once per block of x rows; the block stays in cache. */
     for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
         const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
@@ -211,7 +286,10 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                 /* four x rows per weight-row pass: each weight block is decoded once */
                 for (int64_t i = x0; i < x1; i += 4) {
                     const int nx = (int)PKV_MIN(4, x1 - i);
-                    qd(wr, j->xq + i * xb, xb, wb, nx, out);
+                    if (j->xz)
+                        j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
+                    else
+                        qd(wr, j->xq + i * xb, xb, wb, nx, out);
                     for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
                 }
                 break;
@@ -243,14 +321,25 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     j.xblock = PKV_MAX(1, (int64_t)(262144 / ((size_t)a->cols * (q8 ? 1 : 4))));
     const int n_tasks = n_tasks_for(c, a->rows, (double)a->rows * (double)a->cols * (double)a->n);
     pkv_q8a *xq = NULL;
+    pkv_q8z *xz = NULL;
     if (q8) {
         const int64_t nb = a->cols / 32;
         xq = pkv_malloc((size_t)a->n * (size_t)nb * sizeof *xq);
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
         j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
+        if (a->wtype == PKV_TYPE_Q8_0 && j.dots->q8_0z && j.dots->q8z) {
+            xz = pkv_malloc((size_t)a->n * (size_t)((nb + 1) / 2) * sizeof *xz);
+            if (!xz) {
+                pkv_free(xq);
+                return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to lay out %lld activation rows", c->name, (long long)a->n);
+            }
+            for (int64_t r = 0; r < a->n; r++) j.dots->q8z(xq + r * nb, xz + r * ((nb + 1) / 2), nb);
+            j.xz = xz;
+        }
     }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
+    pkv_free(xz);
     pkv_free(xq);
     return PKV_OK;
 }
@@ -366,59 +455,107 @@ static pkv_status cpu_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
     return PKV_OK;
 }
 
+/* Rotate the pairs [i0, i1) of every head of one row by cs/sn (index i - i0).
+ * f16 rows are widened a head at a time with the path's vector conversion where
+ * it has one (exact both ways; the rotation is the same f32 arithmetic). */
+static void rope_row(const pkv_k_rope_args *a, const pkv_cpu_dots *d, uint8_t *xr, int i0, int i1, const float *cs,
+                     const float *sn, float *hb) {
+    const int half = a->n_rot / 2;
+    const bool vec16 = a->dtype == PKV_TYPE_F16 && d->f16row && d->f32f16row && hb;
+    for (int h = 0; h < a->n_heads; h++) {
+        const size_t base = (size_t)h * (size_t)a->head_dim;
+        if (a->dtype == PKV_TYPE_F32 || vec16) {
+            float *f = (float *)(void *)xr + base;
+            if (vec16) {
+                f = hb;
+                d->f16row((const uint16_t *)(const void *)xr + base, hb, a->n_rot);
+            }
+            for (int i = i0; i < i1; i++) {
+                const size_t e0 = (size_t)(a->neox ? i : 2 * i), e1 = (size_t)(a->neox ? i + half : 2 * i + 1);
+                const float c = cs[i - i0], s = sn[i - i0];
+                const float v0 = f[e0], v1 = f[e1];
+                f[e0] = v0 * c - v1 * s;
+                f[e1] = v0 * s + v1 * c;
+            }
+            if (vec16) d->f32f16row(hb, (uint16_t *)(void *)xr + base, a->n_rot);
+            continue;
+        }
+        for (int i = i0; i < i1; i++) {
+            const size_t e0 = base + (size_t)(a->neox ? i : 2 * i);
+            const size_t e1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);
+            const float c = cs[i - i0], s = sn[i - i0];
+            uint16_t h0, h1;
+            memcpy(&h0, xr + 2 * e0, 2);
+            memcpy(&h1, xr + 2 * e1, 2);
+            const float v0 = pkv_f16_to_f32(h0), v1 = pkv_f16_to_f32(h1);
+            h0 = pkv_f32_to_f16(v0 * c - v1 * s);
+            h1 = pkv_f32_to_f16(v0 * s + v1 * c);
+            memcpy(xr + 2 * e0, &h0, 2);
+            memcpy(xr + 2 * e1, &h1, 2);
+        }
+    }
+}
+
+typedef struct {
+    const pkv_k_rope_args *a;
+    const pkv_cpu_dots *dots;
+} rope_job;
+
+#define ROPE_PAIRS 512 /* cos/sin for up to 512 pairs at a time */
 static void rope_task(int ti, int n_tasks, void *arg) {
-    const rows_job *j = arg;
-    const pkv_k_rope_args *a = j->args;
+    const rope_job *j = arg;
+    const pkv_k_rope_args *a = j->a;
     uint8_t *x = pkv_cpu_ptr(a->x);
     const int32_t *pos = pkv_cpu_ptr(a->pos);
     const int32_t *rows = a->rows.buf ? pkv_cpu_ptr(a->rows) : NULL;
     const int64_t max_rows = rows ? a->max_rows : a->n_rows;
     const int half = a->n_rot / 2;
-    float cs[512], sn[512]; /* cos/sin for up to 512 pairs at a time */
+    float cs[ROPE_PAIRS], sn[ROPE_PAIRS], hb[2 * ROPE_PAIRS];
+    double pw[ROPE_PAIRS];
+    float *hbp = a->n_rot <= 2 * ROPE_PAIRS ? hb : NULL;
     int64_t r0, r1;
     range(a->n_rows, ti, n_tasks, &r0, &r1);
+    /* theta in double: positions reach 1e5 and more, where f32 loses radians */
+    if (half <= ROPE_PAIRS) {
+        /* The powers once per task, cos/sin once per distinct position in a run of
+         * rows (a shift rotates every row by the same delta): the same values. */
+        for (int i = 0; i < half; i++) pw[i] = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+        bool have = false;
+        int32_t last = 0;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t row = rows ? rows[r] : r;
+            if (row < 0 || row >= max_rows) continue;
+            if (!have || pos[r] != last) {
+                for (int i = 0; i < half; i++) {
+                    const double th = (double)pos[r] * (double)a->freq_scale * pw[i];
+                    cs[i] = (float)cos(th);
+                    sn[i] = (float)sin(th);
+                }
+                have = true;
+                last = pos[r];
+            }
+            rope_row(a, j->dots, x + (size_t)row * a->row_stride, 0, half, cs, sn, hbp);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const int64_t row = rows ? rows[r] : r;
         if (row < 0 || row >= max_rows) continue;
-        uint8_t *xr = x + (size_t)row * a->row_stride;
-        for (int i0 = 0; i0 < half; i0 += 512) {
-            const int i1 = PKV_MIN(half, i0 + 512);
+        for (int i0 = 0; i0 < half; i0 += ROPE_PAIRS) {
+            const int i1 = PKV_MIN(half, i0 + ROPE_PAIRS);
             for (int i = i0; i < i1; i++) {
-                /* theta in double: positions reach 1e5 and more, where f32 loses radians */
                 const double th = (double)pos[r] * (double)a->freq_scale * pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
                 cs[i - i0] = (float)cos(th);
                 sn[i - i0] = (float)sin(th);
             }
-            for (int h = 0; h < a->n_heads; h++) {
-                const size_t base = (size_t)h * (size_t)a->head_dim;
-                for (int i = i0; i < i1; i++) {
-                    const size_t e0 = base + (size_t)(a->neox ? i : 2 * i);
-                    const size_t e1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);
-                    const float c = cs[i - i0], s = sn[i - i0];
-                    if (a->dtype == PKV_TYPE_F32) {
-                        float *f = (float *)(void *)xr;
-                        const float v0 = f[e0], v1 = f[e1];
-                        f[e0] = v0 * c - v1 * s;
-                        f[e1] = v0 * s + v1 * c;
-                    } else {
-                        uint16_t h0, h1;
-                        memcpy(&h0, xr + 2 * e0, 2);
-                        memcpy(&h1, xr + 2 * e1, 2);
-                        const float v0 = pkv_f16_to_f32(h0), v1 = pkv_f16_to_f32(h1);
-                        h0 = pkv_f32_to_f16(v0 * c - v1 * s);
-                        h1 = pkv_f32_to_f16(v0 * s + v1 * c);
-                        memcpy(xr + 2 * e0, &h0, 2);
-                        memcpy(xr + 2 * e1, &h1, 2);
-                    }
-                }
-            }
+            rope_row(a, j->dots, x + (size_t)row * a->row_stride, i0, i1, cs, sn, NULL);
         }
     }
 }
 
 static pkv_status cpu_rope(void *ctx, const pkv_k_rope_args *a) {
     pkv_cpu_ctx *c = ctx;
-    rows_job j = {a, a->n_rows};
+    rope_job j = {a, dots_select()};
     const size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
     TRY(aligned(c, "rope", "x", a->x, es));
     TRY(aligned(c, "rope", "pos", a->pos, 4));
@@ -428,8 +565,13 @@ static pkv_status cpu_rope(void *ctx, const pkv_k_rope_args *a) {
     return PKV_OK;
 }
 
+typedef struct {
+    const pkv_k_set_rows_args *args;
+    const pkv_cpu_dots *dots;
+} set_rows_job;
+
 static void set_rows_task(int ti, int n_tasks, void *arg) {
-    const rows_job *j = arg;
+    const set_rows_job *j = arg;
     const pkv_k_set_rows_args *a = j->args;
     const uint8_t *src = pkv_cpu_ptr(a->src);
     uint8_t *dst = pkv_cpu_ptr(a->dst);
@@ -444,6 +586,10 @@ static void set_rows_task(int ti, int n_tasks, void *arg) {
             memcpy(d, s, (size_t)a->row_elems * 4);
             continue;
         }
+        if (j->dots && j->dots->f32f16row) { /* the same rounding, vectorized */
+            j->dots->f32f16row((const float *)(const void *)s, (uint16_t *)(void *)d, a->row_elems);
+            continue;
+        }
         for (int64_t k = 0; k < a->row_elems; k++) {
             float f;
             memcpy(&f, s + 4 * k, 4);
@@ -456,7 +602,7 @@ static void set_rows_task(int ti, int n_tasks, void *arg) {
 static pkv_status cpu_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
     pkv_cpu_ctx *c = ctx;
     TRY(aligned(c, "set_rows", "idx", a->idx, 4));
-    rows_job j = {a, a->n};
+    set_rows_job j = {a, dots_select()};
     pkv_pool_run(c->pool, n_tasks_for(c, a->n, (double)a->n * (double)a->row_elems), set_rows_task, &j);
     return PKV_OK;
 }
