@@ -157,45 +157,6 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #undef QB_DOT_U8
 #undef QB_NAME
 
-/* Attention's value sum with the output kept in registers across the tokens. */
-__attribute__((always_inline)) T static inline __m256 ldv(const void *r, bool f16, int64_t d) {
-    return f16 ? ld_f16((const uint16_t *)r + d) : _mm256_loadu_ps((const float *)r + d);
-}
-
-__attribute__((always_inline)) T static inline void vacc_body(float *acc, const float *p, const void *const *v, int n,
-                                                              int64_t dv, bool f16) {
-    int64_t d = 0;
-    for (; d + 32 <= dv; d += 32) {
-        __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8), a2 = _mm256_loadu_ps(acc + d + 16),
-               a3 = _mm256_loadu_ps(acc + d + 24);
-        for (int c = 0; c < n; c++) {
-            const __m256 pc = _mm256_set1_ps(p[c]);
-            a0 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d), a0);
-            a1 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d + 8), a1);
-            a2 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d + 16), a2);
-            a3 = _mm256_fmadd_ps(pc, ldv(v[c], f16, d + 24), a3);
-        }
-        _mm256_storeu_ps(acc + d, a0);
-        _mm256_storeu_ps(acc + d + 8, a1);
-        _mm256_storeu_ps(acc + d + 16, a2);
-        _mm256_storeu_ps(acc + d + 24, a3);
-    }
-    for (; d + 8 <= dv; d += 8) {
-        __m256 a0 = _mm256_loadu_ps(acc + d);
-        for (int c = 0; c < n; c++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), ldv(v[c], f16, d), a0);
-        _mm256_storeu_ps(acc + d, a0);
-    }
-    for (; d < dv; d++)
-        for (int c = 0; c < n; c++)
-            acc[d] += p[c] * (f16 ? _cvtsh_ss(((const uint16_t *)v[c])[d]) : ((const float *)v[c])[d]);
-}
-
-T static void a_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
-    if (f16)
-        vacc_body(acc, p, v, n, dv, true);
-    else
-        vacc_body(acc, p, v, n, dv, false);
-}
 
 /* pkv_cpu_quantize_q8a vectorized, with the same float operations: amax, d =
  * amax/127, id = 1/d, q = x*id rounded to nearest even (lrintf). */
@@ -242,7 +203,6 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q4_k = a_q4_k,
     .q5_k = a_q5_k,
     .q6_k = a_q6_k,
-    .vacc = a_vacc,
     .q8a = a_q8a,
 };
 #endif

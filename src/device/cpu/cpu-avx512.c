@@ -118,45 +118,6 @@ TILE_FN(x_f16t, uint16_t, 1)
 TILE_FN(x_bf16t, uint16_t, 2)
 #undef TILE_FN
 
-/* Attention's value sum with the output kept in registers across the tokens. */
-__attribute__((always_inline)) T static inline __m512 ldv(const void *r, bool f16, int64_t d) {
-    return f16 ? ld_f16((const uint16_t *)r + d) : _mm512_loadu_ps((const float *)r + d);
-}
-
-__attribute__((always_inline)) T static inline void vacc_body(float *acc, const float *p, const void *const *v, int n,
-                                                              int64_t dv, bool f16) {
-    int64_t d = 0;
-    for (; d + 64 <= dv; d += 64) {
-        __m512 a0 = _mm512_loadu_ps(acc + d), a1 = _mm512_loadu_ps(acc + d + 16), a2 = _mm512_loadu_ps(acc + d + 32),
-               a3 = _mm512_loadu_ps(acc + d + 48);
-        for (int c = 0; c < n; c++) {
-            const __m512 pc = _mm512_set1_ps(p[c]);
-            a0 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d), a0);
-            a1 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d + 16), a1);
-            a2 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d + 32), a2);
-            a3 = _mm512_fmadd_ps(pc, ldv(v[c], f16, d + 48), a3);
-        }
-        _mm512_storeu_ps(acc + d, a0);
-        _mm512_storeu_ps(acc + d + 16, a1);
-        _mm512_storeu_ps(acc + d + 32, a2);
-        _mm512_storeu_ps(acc + d + 48, a3);
-    }
-    for (; d + 16 <= dv; d += 16) {
-        __m512 a0 = _mm512_loadu_ps(acc + d);
-        for (int c = 0; c < n; c++) a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[c]), ldv(v[c], f16, d), a0);
-        _mm512_storeu_ps(acc + d, a0);
-    }
-    for (; d < dv; d++)
-        for (int c = 0; c < n; c++)
-            acc[d] += p[c] * (f16 ? _cvtsh_ss(((const uint16_t *)v[c])[d]) : ((const float *)v[c])[d]);
-}
-
-T static void x_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
-    if (f16)
-        vacc_body(acc, p, v, n, dv, true);
-    else
-        vacc_body(acc, p, v, n, dv, false);
-}
 
 /* NULL slots: cpu-kernels.c uses the AVX2 function instead. */
 const pkv_cpu_dots pkv_cpu_dots_avx512 = {
@@ -167,7 +128,6 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f32t = x_f32t,
     .f16t = x_f16t,
     .bf16t = x_bf16t,
-    .vacc = x_vacc,
 };
 #endif
 

@@ -185,19 +185,6 @@ static void g_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, in
     for (int r = 0; r < nx; r++) out[r] = g_bf16(w, x + r * xs, n);
 }
 
-static void g_vacc(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16) {
-    const float *t = f16_table();
-    for (int c = 0; c < n; c++) {
-        if (f16) {
-            const uint16_t *r = v[c];
-            for (int64_t d = 0; d < dv; d++) acc[d] += p[c] * t[r[d]];
-        } else {
-            const float *r = v[c];
-            for (int64_t d = 0; d < dv; d++) acc[d] += p[c] * r[d];
-        }
-    }
-}
-
 const pkv_cpu_dots pkv_cpu_dots_generic = {
     .name = "generic",
     .f32x = g_f32x,
@@ -208,6 +195,5 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .q4_k = g_q4_k,
     .q5_k = g_q5_k,
     .q6_k = g_q6_k,
-    .vacc = g_vacc,
     .q8a = pkv_cpu_quantize_q8a,
 };

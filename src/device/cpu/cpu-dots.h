@@ -64,9 +64,6 @@ typedef struct pkv_cpu_dots {
      * q8z lays nb blocks out as (nb + 1) / 2 pairs. NULL without VNNI. */
     void (*q8_0z)(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out);
     void (*q8z)(const pkv_q8a *x, pkv_q8z *z, int64_t nb);
-    /* acc[d] += sum over c < n of p[c] * v[c][d], d < dv, in c order per d;
-     * v[c] are f32 rows, or f16 rows when f16 (attention's value sum). */
-    void (*vacc)(float *acc, const float *p, const void *const *v, int n, int64_t dv, bool f16);
     /* pkv_cpu_quantize_q8a (same results on every path) */
     void (*q8a)(const float *x, pkv_q8a *y, int64_t nb);
 } pkv_cpu_dots;
