@@ -77,9 +77,33 @@ typedef struct {
     uint64_t sums[64];
 } bw_job;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* Sum 64-byte lines with 256-bit loads and 8 independent accumulators: as fast
+ * as the memory system can feed one core (a scalar loop is not). */
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint64_t *p, size_t a, size_t b) {
+    __m256i s[8];
+    for (int k = 0; k < 8; k++) s[k] = _mm256_setzero_si256();
+    size_t i = a;
+    for (; i + 32 <= b; i += 32)
+        for (int k = 0; k < 8; k++) s[k] = _mm256_xor_si256(s[k], _mm256_loadu_si256((const __m256i *)(p + i + 4 * k)));
+    for (int k = 1; k < 8; k++) s[0] = _mm256_xor_si256(s[0], s[k]);
+    uint64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, s[0]);
+    for (; i < b; i++) out[0] ^= p[i];
+    return out[0] ^ out[1] ^ out[2] ^ out[3];
+}
+#endif
+
 static void bw_task(int i, int n_tasks, void *arg) {
     bw_job *j = arg;
     size_t a = j->n * (size_t)i / (size_t)n_tasks, b = j->n * (size_t)(i + 1) / (size_t)n_tasks;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) {
+        j->sums[i % 64] += read_avx2(j->p, a, b);
+        return;
+    }
+#endif
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (size_t k = a; k + 4 <= b; k += 4) {
         s0 += j->p[k];
