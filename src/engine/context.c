@@ -11,6 +11,8 @@
 typedef struct pkv_runner {
     int refs;
     pkv_fwd_ws *ws;
+    float *lg;     /* host logits of a step, kept so a decode step allocates nothing big */
+    size_t lg_cap; /* floats */
 } pkv_runner;
 
 struct pkv_context {
@@ -146,6 +148,7 @@ pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx) {
 static void runner_release(pkv_runner *r) {
     if (r && --r->refs == 0) {
         pkv_fwd_ws_free(r->ws);
+        pkv_free(r->lg);
         pkv_free(r);
     }
 }
@@ -242,9 +245,15 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
         T += n_tokens[i];
     }
     int32_t *seqs = pkv_malloc((size_t)n * sizeof *seqs), *tok = pkv_malloc((size_t)T * sizeof *tok);
-    float *lg = all_logits ? NULL : pkv_malloc((size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
+    pkv_runner *run = ctxs[0]->run;
     pkv_status s = PKV_OK;
-    if (!seqs || !tok || (!all_logits && !lg)) s = pkv_err(PKV_ERR_NOMEM, "decode: %lld tokens", (long long)T);
+    if (!all_logits) { /* the step's logits land here first: on error no context changes */
+        void *p = run->lg;
+        s = pkv_grow(&p, &run->lg_cap, (size_t)n * (size_t)m->hp.n_vocab, sizeof(float));
+        run->lg = p;
+    }
+    float *lg = all_logits ? NULL : run->lg;
+    if (!s && (!seqs || !tok)) s = pkv_err(PKV_ERR_NOMEM, "decode: %lld tokens", (long long)T);
     int64_t k = 0;
     for (int i = 0; !s && i < n; i++) {
         seqs[i] = ctxs[i]->seq;
@@ -266,7 +275,6 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
     }
     pkv_free(seqs);
     pkv_free(tok);
-    pkv_free(lg);
     return s;
 }
 
