@@ -382,8 +382,8 @@ pkv_status pkv_kv_seq_tokens(const pkv_kv_cache *c, int32_t seq, int64_t start, 
  * (copy-on-write: one batched region copy per storage buffer for the whole batch).
  * Errors: PKV_ERR_OUT_OF_PAGES when the pool (free + evictable cached pages)
  * cannot hold the batch; PKV_ERR_INVALID for unknown, swapped or repeated
- * sequences; PKV_ERR_NOMEM. On any error nothing changes (cached pages may have
- * been evicted only if the call succeeds). */
+ * sequences; PKV_ERR_NOMEM; PKV_ERR_DEVICE. On any error no sequence changes
+ * (only a device error after the checks may have evicted cached pages). */
 pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
                                const int32_t *tokens, const int32_t *pos, int32_t *rows);
 /* pkv_kv_append_batch for one sequence. */

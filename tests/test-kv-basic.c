@@ -369,6 +369,41 @@ static void test_prefix(kt_env *e, bool collide) {
     pkv_kv_test_hash_collide = false;
 }
 
+/* Eviction order: the least recently released cached page goes first. */
+static void test_lru(kt_env *e) {
+    pkv_kv_cache *c = pkv_kv_cache_create(kt_params(e, 2, 6, 0));
+    if (!c) {
+        TH_FAIL("%s", pkv_errmsg());
+        return;
+    }
+    int32_t tx[4] = {1, 2, 3, 4}, ty[4] = {5, 6, 7, 8}, x, y, z, rows[8];
+    int64_t m;
+    CHECK_OK(pkv_kv_seq_create(c, 1, &x));
+    CHECK_OK(pkv_kv_append(c, x, 4, tx, NULL, rows));
+    write_tokens(c, rows, 4, 1);
+    CHECK_OK(pkv_kv_seq_create(c, 1, &y));
+    CHECK_OK(pkv_kv_append(c, y, 4, ty, NULL, rows));
+    write_tokens(c, rows, 4, 2);
+    CHECK_OK(pkv_kv_seq_free(c, x)); /* x's pages are the oldest cached */
+    CHECK_OK(pkv_kv_seq_free(c, y));
+    CHECK_OK(pkv_kv_seq_create(c, 1, &z));
+    CHECK_OK(pkv_kv_append(c, z, 6, NULL, NULL, rows)); /* 2 free pages + 1 eviction */
+    pkv_kv_stats st;
+    pkv_kv_stats_get(c, &st);
+    CHECK_INT(st.evicted_pages, 1);
+    CHECK_INT(st.pages_cached, 3);
+    CHECK_OK(pkv_kv_seq_free(c, z));
+    CHECK_OK(pkv_kv_seq_create(c, 1, &z));
+    CHECK_OK(pkv_kv_prefix_match(c, z, ty, NULL, 4, &m));
+    CHECK_INT(m, 4); /* the newer chain is intact */
+    CHECK(check_tokens(c, z, 0, 4, 2, 0));
+    CHECK_OK(pkv_kv_seq_free(c, z));
+    CHECK_OK(pkv_kv_seq_create(c, 1, &z));
+    CHECK_OK(pkv_kv_prefix_match(c, z, tx, NULL, 4, &m));
+    CHECK_INT(m, 0); /* x's first page was evicted, and with it the chain */
+    pkv_kv_cache_free(c);
+}
+
 int main(void) {
     kt_env e;
     if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
@@ -381,6 +416,7 @@ int main(void) {
     test_attach(&e);
     test_prefix(&e, false);
     test_prefix(&e, true);
+    test_lru(&e);
     CHECK_INT(pkv_alloc_live(), live0);
     kt_close(&e);
     return th_done();

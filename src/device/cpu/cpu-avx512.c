@@ -132,7 +132,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
 #endif
 
 #ifdef PKV_CPU_X86
-#define V __attribute__((target("avx512vnni,avx512vl,avx512f,avx512bw,avx512dq,avx2,fma,f16c")))
+#define V __attribute__((target("avx512vnni,avx512vl,avx512f,avx512bw,avx2,fma,f16c")))
 
 /* 8 int32 lanes, lane i = sum of u[4i..4i+3] * x[4i..4i+3] (u unsigned, x signed). */
 V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
@@ -147,6 +147,11 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #undef QB_DOT_U8
 #undef QB_NAME
 
+/* lo in lanes 0..7, hi in 8..15 (AVX512F only, no DQ) */
+V static inline __m512 halves(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
 /* q8_0 (cpu-dots.h, q8_0z): two blocks per step; the weights unsigned (q ^ 0x80)
  * with the offset taken out by starting vpdpbusd from the lane sums c. */
 __attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, const pkv_q8z *x, int64_t xs,
@@ -160,7 +165,7 @@ __attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, c
             _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
                                _mm256_loadu_si256((const __m256i *)(w + 36)), 1),
             k80);
-        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(v_half(w)), _mm256_set1_ps(v_half(w + 34)), 1);
+        const __m512 dw = halves(_mm256_set1_ps(v_half(w)), _mm256_set1_ps(v_half(w + 34)));
         for (int r = 0; r < NX; r++) {
             const pkv_q8z *xz = x + r * xs + k;
             const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
@@ -170,7 +175,7 @@ __attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, c
     if (b < nb) { /* odd last block: the second half of its pair is zero */
         const __m512i u = _mm512_xor_si512(
             _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))), k80);
-        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(v_half(w)), _mm256_setzero_ps(), 1);
+        const __m512 dw = halves(_mm256_set1_ps(v_half(w)), _mm256_setzero_ps());
         for (int r = 0; r < NX; r++) {
             const pkv_q8z *xz = x + r * xs + k;
             const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
