@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "pagekv.h"
@@ -55,4 +56,48 @@ double pkv_time_now_cli(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *pkv_cli_read_text(const char *cmd, const char *path, size_t *len) {
+    bool std_in = !strcmp(path, "-");
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "pagekv %s: cannot open %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (n == cap) {
+            if (cap >= ((size_t)1 << 30)) {
+                fprintf(stderr, "pagekv %s: %s is larger than 1 GiB\n", cmd, std_in ? "standard input" : path);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (buf && ferror(f)) {
+        fprintf(stderr, "pagekv %s: cannot read %s: %s\n", cmd, std_in ? "standard input" : path, strerror(errno));
+        free(buf);
+        buf = NULL;
+    } else if (!buf && errno == ENOMEM) {
+        fprintf(stderr, "pagekv %s: out of memory reading %s\n", cmd, std_in ? "standard input" : path);
+    }
+    if (!std_in) fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    *len = n;
+    return buf;
 }

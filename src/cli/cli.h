@@ -3,6 +3,7 @@
 #define PKV_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Parse a whole decimal integer in [lo, hi]; prints an error naming opt and
@@ -15,6 +16,10 @@ const char *pkv_cli_value(int argc, char **argv, int *i);
 int pkv_cli_fail(const char *cmd, const char *what, int status);
 /* Extra CPU devices for "all" (PKV_CPU_DEVICES, default 1). */
 int pkv_cli_extra_cpus(void);
+
+/* The whole text of PATH ("-" = standard input), NUL-terminated, length in *len;
+ * NULL with an error printed. Free with free(). */
+char *pkv_cli_read_text(const char *cmd, const char *path, size_t *len);
 
 /* Monotonic seconds. */
 double pkv_time_now_cli(void);

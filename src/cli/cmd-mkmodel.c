@@ -1,0 +1,113 @@
+/* pagekv mkmodel: write a GGUF test model with random weights. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "pagekv.h"
+
+/* -------------------------------------------------------------- mkmodel */
+
+/* "3,5" -> {3, 5}; false (printed) on a bad list. */
+static bool parse_layers(const char *s, int32_t *out, int max, int *n) {
+    *n = 0;
+    for (const char *q = s; *q;) {
+        char *end;
+        long x = strtol(q, &end, 10);
+        if (end == q || x < 0 || x > 4095 || *n == max || (*end && *end != ',')) {
+            fprintf(stderr, "pagekv mkmodel: --shared-kv-layers expects up to %d comma-separated layer indices, got '%s'\n",
+                    max, s);
+            return false;
+        }
+        out[(*n)++] = (int32_t)x;
+        q = *end ? end + 1 : end;
+    }
+    if (!*n) fprintf(stderr, "pagekv mkmodel: --shared-kv-layers is empty\n");
+    return *n > 0;
+}
+
+int pkv_cli_mkmodel(int argc, char **argv) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    const char *out = NULL;
+    int32_t kv_layers[256];
+    int n_kv_layers = 0;
+    struct {
+        const char *opt;
+        int *dst;
+    } ints[] = {{"--layers", &p.n_layer}, {"--dim", &p.n_embd}, {"--heads", &p.n_head}, {"--kv-heads", &p.n_head_kv},
+                {"--head-dim", &p.head_dim}, {"--ffn", &p.n_ff}, {"--vocab", &p.n_vocab}, {"--ctx", &p.n_ctx}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long long x;
+        bool done = false;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+            if (!strcmp(a, ints[k].opt)) {
+                if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
+                *ints[k].dst = (int)x;
+                done = true;
+            }
+        if (done) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m\n"
+                   "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
+                   "                       --vocab N --ctx N --seed N --no-vocab --tied] -o FILE.gguf\n"
+                   "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
+                   "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
+                   "q4_k_m: q4_k with q6_k for the output matrix and every other layer's attn_v and ffn_down.\n"
+                   
+                   "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512.\n"
+                   "Drafts for speculative decoding ('pagekv run --draft'):\n"
+                   "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
+                   "                           heads and head size (random weights; --layers N, default 1)\n"
+                   "  --shared-kv-layers 3,5   with --draft-of: a shared-KV draft, one layer per entry,\n"
+                   "                           whose layer j attends over the target's cache layer [j]\n"
+                   "                           (GGUF key pagekv.shared_kv_layers; see docs/speculative.md)\n");
+            return 0;
+        } else if (!strcmp(a, "--arch")) {
+            if (!(p.arch = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--type")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            if (!strcasecmp(v, "q4_k_m")) {
+                p.type = PKV_TYPE_Q4_K;
+                p.k_mixture = true;
+            } else if (pkv_type_from_name(v, &p.type)) {
+                fprintf(stderr, "pagekv mkmodel: unknown type '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, INT64_MAX, &x)) return 2;
+            p.seed = (uint64_t)x;
+        } else if (!strcmp(a, "--no-vocab")) {
+            p.no_vocab = true;
+        } else if (!strcmp(a, "--tied")) {
+            p.tied = true;
+        } else if (!strcmp(a, "--draft-of")) {
+            if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--shared-kv-layers")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !parse_layers(v, kv_layers, 256, &n_kv_layers)) return 2;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
+        } else {
+            fprintf(stderr, "pagekv mkmodel: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
+        return 2;
+    }
+    if (n_kv_layers) {
+        if (!p.draft_of) {
+            fprintf(stderr, "pagekv mkmodel: --shared-kv-layers needs --draft-of TARGET.gguf\n");
+            return 2;
+        }
+        p.n_layer = n_kv_layers;
+        p.shared_kv_layers = kv_layers;
+    }
+    pkv_status s = pkv_mkmodel_write(&p, out);
+    if (s) return pkv_cli_fail("mkmodel", out, s);
+    fprintf(stderr, "pagekv mkmodel: wrote %s (%s, %s)\n", out, p.arch, pkv_type_name(p.type));
+    return 0;
+}
