@@ -710,6 +710,11 @@ pkv_sampler_params pkv_sampler_default_params(void);
  * allocation failure. */
 pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab);
 void pkv_sampler_free(pkv_sampler *s);
+/* The vocabulary size the sampler was made for (0 for NULL). pkv_sampler_sample and
+ * pkv_sampler_probs read exactly that many logits: the caller passes a row of that
+ * size. pkv_generate and pkv_spec_generate check it against the model's vocabulary
+ * (PKV_ERR_MISMATCH naming both sizes) before reading anything. */
+int32_t pkv_sampler_n_vocab(const pkv_sampler *s);
 
 /* Samples one token from logits [n_vocab] (not modified) into *out_token. Does not
  * add the token to the history: call pkv_sampler_accept for that.

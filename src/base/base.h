@@ -77,6 +77,22 @@ int pkv_cpu_count(void);
  * pkv_hash64(data, n, seed) with seed = previous hash. */
 uint64_t pkv_hash64(const void *data, size_t n, uint64_t seed);
 
+/* Safe output files (file.c). pkv_file_check_output: PKV_OK when path does not
+ * exist or is a regular file; PKV_ERR_IO naming what it is otherwise (device, FIFO,
+ * symlink, directory). pkv_wfile_open checks the target and opens a fresh temporary
+ * file beside it; write to w->f, then pkv_wfile_commit (flush, fsync, check the
+ * target again, rename over it) or pkv_wfile_abort (remove the temporary). Both
+ * release w; the target is never touched unless commit succeeds. */
+#include <stdio.h>
+typedef struct pkv_wfile {
+    FILE *f;
+    char *path, *tmp;
+} pkv_wfile;
+pkv_status pkv_file_check_output(const char *path);
+pkv_status pkv_wfile_open(pkv_wfile *w, const char *path);
+pkv_status pkv_wfile_commit(pkv_wfile *w);
+void pkv_wfile_abort(pkv_wfile *w);
+
 /* Monotonic time in seconds. */
 double pkv_time_now(void);
 

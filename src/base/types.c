@@ -32,6 +32,7 @@ const char *pkv_type_name(pkv_type t) {
 }
 
 pkv_status pkv_type_from_name(const char *name, pkv_type *out) {
+    if (!name || !out) return pkv_err(PKV_ERR_INVALID, "type_from_name: NULL name or output");
     for (int t = 0; t < PKV_TYPE_COUNT; t++)
         if (k_types[t].name && strcasecmp(k_types[t].name, name) == 0) {
             *out = (pkv_type)t;

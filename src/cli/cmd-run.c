@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/base.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "pagekv.h"
@@ -520,10 +521,19 @@ int pkv_cli_logits(int argc, char **argv) {
     }
     const float *lg = pkv_context_logits(ctx);
     if (outp) {
-        FILE *f = fopen(outp, "wb");
-        /* little-endian float32: this build only targets little-endian hosts */
-        if (!f || fwrite(lg, sizeof(float), (size_t)info.n_vocab, f) != (size_t)info.n_vocab || fclose(f) != 0) {
-            fprintf(stderr, "pagekv logits: cannot write %s\n", outp);
+        pkv_wfile wf;
+        pkv_status ws = pkv_wfile_open(&wf, outp);
+        if (!ws) {
+            /* little-endian float32: this build only targets little-endian hosts */
+            if (fwrite(lg, sizeof(float), (size_t)info.n_vocab, wf.f) != (size_t)info.n_vocab) {
+                ws = pkv_err(PKV_ERR_IO, "%s: write failed", outp);
+                pkv_wfile_abort(&wf);
+            } else {
+                ws = pkv_wfile_commit(&wf);
+            }
+        }
+        if (ws) {
+            pkv_cli_fail("logits", "-o", ws);
             goto out;
         }
         fprintf(stderr, "pagekv logits: wrote %d float32 logits to %s\n", info.n_vocab, outp);

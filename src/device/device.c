@@ -59,6 +59,10 @@ pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
         pkv_err(PKV_ERR_INVALID, "pkv_device_open: name is NULL");
         return NULL;
     }
+    if (params.n_threads < 0) {
+        pkv_err(PKV_ERR_INVALID, "pkv_device_open %s: n_threads %d is negative (0 = all cores)", name, params.n_threads);
+        return NULL;
+    }
     const pkv_backend_ops *ops = NULL;
     void *ctx = NULL;
     pkv_device_caps caps;

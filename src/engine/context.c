@@ -135,11 +135,52 @@ static pkv_context *ctx_own(pkv_model *m, pkv_kv_cache *c, int32_t seq, int64_t 
     return ctx;
 }
 
+/* A cache made for another model (other layers, heads, head sizes or devices) is
+ * refused here, not at the first decode. */
+static pkv_status cache_fits_model(const pkv_model *m, const pkv_kv_cache *c) {
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
+    int nl = pkv_kv_layout_n_layers(lay);
+    if (nl != m->hp.n_layer)
+        return pkv_err(PKV_ERR_MISMATCH, "context: the cache has %d layers, model %s has %d (make the cache with "
+                                         "pkv_model_cache_create for this model)", nl, m->label, m->hp.n_layer);
+    for (int l = 0; l < nl; l++) {
+        pkv_kv_layer_info li;
+        pkv_status s = pkv_kv_layout_layer(lay, l, &li);
+        if (s) return s;
+        if (li.n_kv_heads != m->layers[l].n_head_kv || li.head_dim_k != m->hp.head_dim_k ||
+            li.head_dim_v != m->hp.head_dim_v)
+            return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d has %d KV heads of sizes %d/%d, model %s expects "
+                                             "%d of %d/%d", l, li.n_kv_heads, li.head_dim_k, li.head_dim_v, m->label,
+                           m->layers[l].n_head_kv, m->hp.head_dim_k, m->hp.head_dim_v);
+        if (li.n_shards != m->n_dev)
+            return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d has %d shards, model %s is split over %d devices",
+                           l, li.n_shards, m->label, m->n_dev);
+        for (int d = 0; d < m->n_dev; d++) {
+            pkv_kv_shard_info si;
+            if ((s = pkv_kv_shard(c, l, d, &si))) return s;
+            const pkv_device *want = m->kv_on_host ? m->host : m->devs[d];
+            if (si.head_begin != m->layers[l].sh[d].kv_h0 || si.n_heads != m->layers[l].sh[d].n_kv ||
+                si.compute != want)
+                return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d shard %d holds heads %d..%d on %s, model %s "
+                                                 "computes heads %d..%d on %s", l, d, si.head_begin,
+                               si.head_begin + si.n_heads - 1, pkv_device_name(si.compute), m->label,
+                               m->layers[l].sh[d].kv_h0, m->layers[l].sh[d].kv_h0 + m->layers[l].sh[d].n_kv - 1,
+                               pkv_device_name(want));
+        }
+    }
+    return PKV_OK;
+}
+
 pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx) {
     if (!m || !c) {
         pkv_err(PKV_ERR_INVALID, "context: model or cache is NULL");
         return NULL;
     }
+    if (n_ctx < 0) {
+        pkv_err(PKV_ERR_INVALID, "context: n_ctx %lld is negative (0 = the model's default)", (long long)n_ctx);
+        return NULL;
+    }
+    if (cache_fits_model(m, c)) return NULL;
     int32_t seq;
     if (pkv_kv_seq_create(c, m->fingerprint, &seq)) return NULL;
     return ctx_own(m, c, seq, n_ctx);
@@ -228,7 +269,8 @@ const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has
  * context, else each context gets its last token's logits. */
 static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
                          float *all_logits) {
-    if (!ctxs || n <= 0 || !tokens || !n_tokens) return pkv_err(PKV_ERR_INVALID, "decode: bad arguments");
+    if (!ctxs || n <= 0 || !tokens || !n_tokens || !ctxs[0])
+        return pkv_err(PKV_ERR_INVALID, "decode: NULL context, tokens or counts, or n_ctxs <= 0");
     pkv_model *m = ctxs[0]->m;
     pkv_kv_cache *c = ctxs[0]->c;
     int64_t T = 0;
@@ -319,7 +361,7 @@ pkv_status pkv_context_save(pkv_context *ctx, const char *path) {
 }
 
 pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, int32_t *out) {
-    if (!ctx) return pkv_err(PKV_ERR_INVALID, "tokens: context is NULL");
+    if (!ctx || !out) return pkv_err(PKV_ERR_INVALID, "tokens: context or output is NULL");
     return pkv_kv_seq_tokens(ctx->c, ctx->seq, start, n, out, NULL);
 }
 
@@ -328,6 +370,11 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
         pkv_err(PKV_ERR_INVALID, "load: NULL argument");
         return NULL;
     }
+    if (n_ctx < 0) {
+        pkv_err(PKV_ERR_INVALID, "load: n_ctx %lld is negative (0 = the model's default)", (long long)n_ctx);
+        return NULL;
+    }
+    if (cache_fits_model(m, c)) return NULL;
     int32_t seq;
     if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) return NULL;
     pkv_context *ctx = ctx_own(m, c, seq, n_ctx);

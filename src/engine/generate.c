@@ -4,6 +4,12 @@
 pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user, int *n_out) {
     if (n_out) *n_out = 0;
     if (!ctx || !smp || n_max < 0) return pkv_err(PKV_ERR_INVALID, "generate: NULL context or sampler, or n_max < 0");
+    pkv_model_info info;
+    pkv_status s0 = pkv_model_get_info(pkv_context_model(ctx), &info);
+    if (s0) return s0;
+    if (pkv_sampler_n_vocab(smp) != info.n_vocab)
+        return pkv_err(PKV_ERR_MISMATCH, "generate: the sampler was made for a vocabulary of %d tokens, the model has %d",
+                       (int)pkv_sampler_n_vocab(smp), info.n_vocab);
     for (int i = 0; i < n_max; i++) {
         const float *lg = pkv_context_logits(ctx);
         if (!lg) return pkv_err(PKV_ERR_INVALID, "generate: the context has no logits (decode a prompt first)");

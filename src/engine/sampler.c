@@ -83,6 +83,8 @@ static double rng_double(uint64_t st[4]) { return (double)(rng_next(st) >> 11) *
 
 /* ------------------------------------------------------- create / free */
 
+int32_t pkv_sampler_n_vocab(const pkv_sampler *s) { return s ? s->n_vocab : 0; }
+
 pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab) {
     if (n_vocab <= 0) {
         pkv_err(PKV_ERR_INVALID, "sampler: n_vocab must be > 0, got %d", (int)n_vocab);

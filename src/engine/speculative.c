@@ -189,6 +189,9 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
     memset(&st, 0, sizeof st);
     if (stats) *stats = st;
     if (!s || !smp || n_max < 0) return pkv_err(PKV_ERR_INVALID, "spec: NULL spec or sampler, or n_max < 0");
+    if (pkv_sampler_n_vocab(smp) != s->V)
+        return pkv_err(PKV_ERR_MISMATCH, "spec: the sampler was made for a vocabulary of %d tokens, the model has %d",
+                       (int)pkv_sampler_n_vocab(smp), s->V);
     if (n_max == 0) return PKV_OK;
     pkv_context *tg = s->target;
     const float *lg0 = pkv_context_logits(tg);

@@ -127,11 +127,12 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     put64(&p, s->fp);
     put64(&p, (uint64_t)s->exact_until);
     pkv_kv_seq_tokens(c, seq, 0, n, (int32_t *)(void *)p, (int32_t *)(void *)(p + (size_t)n * 4));
-    f = fopen(path, "wb");
-    if (!f) {
-        st = pkv_err(PKV_ERR_IO, "save: cannot create %s", path);
+    pkv_wfile wf;
+    if ((st = pkv_wfile_open(&wf, path))) {
+        pkv_err_prefix(st, "save");
         goto done;
     }
+    f = wf.f;
     uint64_t h = pkv_hash64(hdr, hb, 0);
     if (fwrite(hdr, 1, hb, f) != hb) st = pkv_err(PKV_ERR_IO, "save: writing the header of %s failed", path);
     for (int il = 0; il < l->n_layers && !st; il++) {
@@ -150,8 +151,10 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
         }
     }
     if (!st && fwrite(&h, 1, 8, f) != 8) st = pkv_err(PKV_ERR_IO, "save: writing the checksum of %s failed", path);
-    if (fclose(f) != 0 && !st) st = pkv_err(PKV_ERR_IO, "save: closing %s failed", path);
-    if (st) remove(path);
+    if (st)
+        pkv_wfile_abort(&wf);
+    else if ((st = pkv_wfile_commit(&wf)))
+        pkv_err_prefix(st, "save");
 done:
     pkv_free(hdr);
     pkv_free(canon);

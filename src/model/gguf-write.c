@@ -407,32 +407,14 @@ pkv_status pkv_gguf_writer_write(const pkv_gguf_writer *w, const char *path) {
     pkv_status s = writer_alignment(w, &align);
     if (!s) s = total_size(w, align, &n);
     if (s) return s;
-    size_t plen = strlen(path);
-    char *tmp = pkv_malloc(plen + 5);
-    if (!tmp) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = pkv_err(PKV_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        pkv_free(tmp);
+    pkv_wfile wf;
+    if ((s = pkv_wfile_open(&wf, path))) return s;
+    sink o = {.f = wf.f};
+    emit_all(w, align, &o);
+    if (o.failed || o.pos != n) {
+        s = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(o.failed && errno ? errno : EIO));
+        pkv_wfile_abort(&wf);
         return s;
     }
-    sink o = {.f = f};
-    emit_all(w, align, &o);
-    int err = o.failed ? errno : 0;
-    if (fflush(f) != 0 && !err) err = errno ? errno : EIO;
-    /* durable before the rename, so a crash never leaves a renamed partial file */
-    if (!err && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) err = errno;
-    if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
-    if (!err && o.pos != n) err = EIO;
-    if (err) {
-        s = pkv_err(PKV_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
-        remove(tmp);
-    } else if (rename(tmp, path) != 0) {
-        s = pkv_err(PKV_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        remove(tmp);
-    }
-    pkv_free(tmp);
-    return s;
+    return pkv_wfile_commit(&wf);
 }

@@ -337,6 +337,8 @@ static pkv_status load_layers(loader *L) {
 static pkv_status open_devices(pkv_model *m, pkv_model_params p) {
     pkv_device_params dp = pkv_device_default_params();
     dp.n_threads = p.n_threads;
+    if (p.n_threads < 0)
+        return pkv_err(PKV_ERR_INVALID, "%s: n_threads %d is negative (0 = all cores)", m->label, p.n_threads);
     if (p.devices && p.device_handle)
         return pkv_err(PKV_ERR_INVALID, "%s: give either a device handle or a device list, not both", m->label);
     if (p.devices) {

@@ -1,0 +1,109 @@
+/* Writing a file safely: output paths are checked before anything is written,
+ * data goes to a fresh temporary file beside the target (created with O_EXCL, so a
+ * planted symlink or FIFO at the temporary name is never followed), and the rename
+ * happens only after the data is durable and the target is checked again. A target
+ * that exists and is not a regular file (a device node, a FIFO, a socket, a
+ * directory, a symlink) is refused: renaming over /dev/null as root would replace
+ * the device node with our file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+static const char *kind_of(mode_t m) {
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+pkv_status pkv_file_check_output(const char *path) {
+    if (!path || !*path) return pkv_err(PKV_ERR_INVALID, "output path is empty");
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return PKV_OK;
+        return pkv_err(PKV_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return pkv_err(PKV_ERR_IO, "%s is %s; refusing to replace it (write to a regular file or a new path)", path,
+                       kind_of(st.st_mode));
+    return PKV_OK;
+}
+
+pkv_status pkv_wfile_open(pkv_wfile *w, const char *path) {
+    memset(w, 0, sizeof *w);
+    pkv_status s = pkv_file_check_output(path);
+    if (s) return s;
+    size_t n = strlen(path);
+    w->path = pkv_strdup(path);
+    w->tmp = pkv_malloc(n + 16);
+    if (!w->path || !w->tmp) {
+        pkv_free(w->path);
+        pkv_free(w->tmp);
+        memset(w, 0, sizeof *w);
+        return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", path);
+    }
+    memcpy(w->tmp, path, n);
+    memcpy(w->tmp + n, ".tmp-XXXXXX", 12);
+    int fd = mkstemp(w->tmp); /* O_CREAT|O_EXCL, mode 0600 */
+    if (fd < 0) {
+        s = pkv_err(PKV_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        pkv_free(w->path);
+        pkv_free(w->tmp);
+        memset(w, 0, sizeof *w);
+        return s;
+    }
+    /* the permissions a plain fopen would have given (0666 less the umask) */
+    mode_t um = umask(022);
+    umask(um);
+    (void)fchmod(fd, 0666 & ~um);
+    w->f = fdopen(fd, "wb");
+    if (!w->f) {
+        s = pkv_err(PKV_ERR_IO, "%s: %s", w->tmp, strerror(errno));
+        close(fd);
+        unlink(w->tmp);
+        pkv_free(w->path);
+        pkv_free(w->tmp);
+        memset(w, 0, sizeof *w);
+        return s;
+    }
+    return PKV_OK;
+}
+
+void pkv_wfile_abort(pkv_wfile *w) {
+    if (!w || !w->tmp) return;
+    if (w->f) fclose(w->f);
+    unlink(w->tmp);
+    pkv_free(w->path);
+    pkv_free(w->tmp);
+    memset(w, 0, sizeof *w);
+}
+
+pkv_status pkv_wfile_commit(pkv_wfile *w) {
+    if (!w || !w->f) return pkv_err(PKV_ERR_INVALID, "commit: no file open");
+    int err = ferror(w->f) ? (errno ? errno : EIO) : 0;
+    if (fflush(w->f) != 0 && !err) err = errno ? errno : EIO;
+    /* durable before the rename, so a crash never leaves a renamed partial file */
+    if (!err && fsync(fileno(w->f)) != 0 && errno != EINVAL && errno != EROFS) err = errno;
+    if (fclose(w->f) != 0 && !err) err = errno ? errno : EIO;
+    w->f = NULL;
+    pkv_status s = PKV_OK;
+    if (err) s = pkv_err(PKV_ERR_IO, "%s: write failed: %s", w->path, strerror(err));
+    /* the target may have changed since open: check it again just before the rename */
+    if (!s) s = pkv_file_check_output(w->path);
+    if (!s && rename(w->tmp, w->path) != 0)
+        s = pkv_err(PKV_ERR_IO, "%s: cannot rename %s over it: %s", w->path, w->tmp, strerror(errno));
+    if (s) unlink(w->tmp);
+    pkv_free(w->path);
+    pkv_free(w->tmp);
+    memset(w, 0, sizeof *w);
+    return s;
+}
