@@ -693,7 +693,7 @@ static void test_writer_errors(void) {
                  PKV_ERR_INVALID);
     CHECK_MSG("at most 63");
     CHECK_STATUS(pkv_gguf_writer_write(w, "/nonexistent/dir/out.gguf"), PKV_ERR_IO);
-    CHECK_MSG("/nonexistent/dir/out.gguf.tmp: cannot create");
+    CHECK_MSG("/nonexistent/dir/out.gguf: cannot create");
     /* nothing changed by the failures */
     CHECK_OK(pkv_gguf_writer_write_memory(w, &after, &na));
     CHECK(na == nb && before && after && memcmp(before, after, na) == 0);
