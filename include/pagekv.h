@@ -34,6 +34,9 @@ typedef enum pkv_status {
     PKV_ERR_INTERNAL = -10,    /* an internal invariant failed: a pagekv bug */
 } pkv_status;
 
+/* The library's version, e.g. "0.3.0" (the CMake project version). */
+const char *pkv_version(void);
+
 /* Static text for a status, e.g. "out of KV pages". Never NULL. */
 const char *pkv_status_str(pkv_status s);
 

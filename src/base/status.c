@@ -77,3 +77,8 @@ double pkv_time_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+#ifndef PKV_VERSION_STRING
+#define PKV_VERSION_STRING "unknown"
+#endif
+const char *pkv_version(void) { return PKV_VERSION_STRING; }

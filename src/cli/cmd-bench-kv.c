@@ -188,9 +188,13 @@ static pkv_status bench_swap_shift(pkv_device *dev, int ps, bench_kv *r) {
     return st;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: pagekv bench kv [--json] [--device NAME] [--page-size N]\n");
-    return 2;
+static int usage(FILE *f, int rc) {
+    fprintf(f, "usage: pagekv bench kv [--json] [--device NAME] [--page-size N]\n"
+               "Fork, copy-on-write, swap, shift and append on a 28-layer f16 layout (Qwen3-0.6B's KV shape).\n"
+               "  --json          one JSON object on stdout (else a table)\n"
+               "  --device NAME   where the cache lives (default cpu)\n"
+               "  --page-size N   tokens per page, 1..%d (default 16)\n", PKV_KV_MAX_PAGE_SIZE);
+    return rc;
 }
 
 int pkv_cli_bench_kv(int argc, char **argv) {
@@ -198,6 +202,8 @@ int pkv_cli_bench_kv(int argc, char **argv) {
     const char *devname = "cpu";
     int ps = 16;
     for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return usage(stdout, 0);
         if (strcmp(argv[i], "--json") == 0)
             json = true;
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
@@ -210,8 +216,10 @@ int pkv_cli_bench_kv(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "kv") == 0 && i == 0)
             continue; /* tolerate "bench kv ..." passed through whole */
-        else
-            return usage();
+        else {
+            fprintf(stderr, "pagekv bench kv: unknown option '%s' (see 'pagekv bench kv --help')\n", argv[i]);
+            return 2;
+        }
     }
     pkv_device *dev = pkv_device_open(devname, pkv_device_default_params());
     if (!dev) {

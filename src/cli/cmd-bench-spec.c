@@ -72,8 +72,7 @@ int pkv_cli_bench_spec(int argc, char **argv) {
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {
-            fprintf(stderr, "pagekv bench spec: unknown option '%s'\n", a);
-            usage(stderr);
+            fprintf(stderr, "pagekv bench spec: unknown option '%s' (see 'pagekv bench spec --help')\n", a);
             return 2;
         }
     }

@@ -3,13 +3,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "base/base.h"     /* thread pool for the bandwidth probe */
 #include "device/device.h" /* the attention kernel, for paged vs contiguous */
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "pagekv.h"
+
+/* Run a bench part with stdout sent to a temporary file; *out gets its text without
+ * the trailing newline (NULL on failure). Returns the part's exit code. */
+static int capture(int (*fn)(int, char **), int argc, char **argv, char **out) {
+    *out = NULL;
+    fflush(stdout);
+    FILE *tmp = tmpfile();
+    int saved = dup(STDOUT_FILENO);
+    if (!tmp || saved < 0 || dup2(fileno(tmp), STDOUT_FILENO) < 0) {
+        fprintf(stderr, "pagekv bench all: cannot capture output: %s\n", strerror(errno));
+        if (tmp) fclose(tmp);
+        if (saved >= 0) close(saved);
+        return 1;
+    }
+    int rc = fn(argc, argv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    if (!rc) {
+        long n = ftell(tmp) >= 0 ? (fseek(tmp, 0, SEEK_END), ftell(tmp)) : -1;
+        char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        rewind(tmp);
+        if (!buf || fread(buf, 1, (size_t)n, tmp) != (size_t)n) {
+            fprintf(stderr, "pagekv bench all: cannot read back the output of bench %s\n", argv[0]);
+            free(buf);
+            rc = 1;
+        } else {
+            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) n--;
+            buf[n] = 0;
+            *out = buf;
+        }
+    }
+    fclose(tmp);
+    return rc;
+}
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | all [options]\n"
@@ -31,6 +68,15 @@ int pkv_cli_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "all")) {
         /* One JSON object. model gets every option given (plus --json); kv and
          * spec get the device, and spec the model and threads. */
+        for (int i = 2; i < argc; i++)
+            if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+                printf("usage: pagekv bench all [bench model's options]\n"
+                       "Runs bench kv, bench model and bench spec and prints one JSON object\n"
+                       "{\"kv\": ..., \"model\": ..., \"spec\": ...}. Every option goes to bench model; -m, -t\n"
+                       "and -d also go to bench spec, -d to bench kv. Nothing is printed on stdout unless\n"
+                       "all three succeed. See 'pagekv bench model --help'.\n");
+                return 0;
+            }
         char *margv[64], *sargv[16], *kargv[8];
         int mc = 0, sc = 0, kc = 0;
         margv[mc++] = "model";
@@ -52,17 +98,16 @@ int pkv_cli_bench(int argc, char **argv) {
         margv[mc++] = "--json";
         sargv[sc++] = "--json";
         kargv[kc++] = "--json";
-        printf("{\"kv\": ");
-        fflush(stdout);
-        int rc = pkv_cli_bench_kv(kc, kargv);
-        printf(", \"model\": ");
-        fflush(stdout);
-        int rc2 = pkv_cli_bench_model(mc, margv);
-        printf(", \"spec\": ");
-        fflush(stdout);
-        int rc3 = pkv_cli_bench_spec(sc, sargv);
-        printf("}\n");
-        return rc ? rc : rc2 ? rc2 : rc3;
+        /* Each part's JSON is captured first and printed only when all three
+         * succeeded: stdout never holds a partial object. */
+        char *out[3] = {NULL, NULL, NULL};
+        /* model first: it checks every option and the model file */
+        int rc = capture(pkv_cli_bench_model, mc, margv, &out[1]);
+        if (!rc) rc = capture(pkv_cli_bench_kv, kc, kargv, &out[0]);
+        if (!rc) rc = capture(pkv_cli_bench_spec, sc, sargv, &out[2]);
+        if (!rc) printf("{\"kv\": %s, \"model\": %s, \"spec\": %s}\n", out[0], out[1], out[2]);
+        for (int k = 0; k < 3; k++) free(out[k]);
+        return rc;
     }
     fprintf(stderr, "pagekv bench: unknown benchmark '%s'\n", argv[1]);
     bench_usage(stderr);
@@ -320,7 +365,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--decode")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_decode)) return 2;
         } else {
-            fprintf(stderr, "pagekv bench model: unknown option '%s'\n", a);
+            fprintf(stderr, "pagekv bench model: unknown option '%s' (see 'pagekv bench model --help')\n", a);
             return 2;
         }
     }

@@ -85,8 +85,7 @@ int pkv_cli_check(int argc, char **argv) {
         } else if (!strcmp(a, "--no-kernels")) {
             kernels = false;
         } else {
-            fprintf(stderr, "pagekv check: unknown option '%s'\n", a);
-            usage(stderr);
+            fprintf(stderr, "pagekv check: unknown option '%s' (see 'pagekv check --help')\n", a);
             return 2;
         }
     }

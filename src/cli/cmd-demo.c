@@ -289,7 +289,7 @@ int pkv_cli_demo(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--device") || !strcmp(argv[i], "-d")) {
             if (!(only = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
-            fprintf(stderr, "pagekv demo: unknown option '%s'\n", argv[i]);
+            fprintf(stderr, "pagekv demo: unknown option '%s' (see 'pagekv demo --help')\n", argv[i]);
             return 2;
         }
     }

@@ -20,7 +20,7 @@ int pkv_cli_devices(int argc, char **argv) {
                    "Vulkan devices, and the faulty test device when PKV_FAULTY_DEVICE=1.\n");
             return 0;
         } else {
-            fprintf(stderr, "pagekv devices: unknown option '%s'\n", argv[i]);
+            fprintf(stderr, "pagekv devices: unknown option '%s' (see 'pagekv devices --help')\n", argv[i]);
             return 2;
         }
     }

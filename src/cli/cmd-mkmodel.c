@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "model/gguf.h"
 #include "cli/commands.h"
 #include "pagekv.h"
 
@@ -57,7 +58,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
                    "q4_k_m: q4_k with q6_k for the output matrix and every other layer's attn_v and ffn_down.\n"
                    
-                   "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512.\n"
+                   "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512;\n"
+                   "for k-quants (q4_k, q5_k, q6_k, q4_k_m) dim 256 and ffn 512 (rows are blocks of 256).\n"
                    "Drafts for speculative decoding ('pagekv run --draft'):\n"
                    "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
                    "                           heads and head size (random weights; --layers N, default 1)\n"
@@ -90,7 +92,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
-            fprintf(stderr, "pagekv mkmodel: unknown option '%s'\n", a);
+            fprintf(stderr, "pagekv mkmodel: unknown option '%s' (see 'pagekv mkmodel --help')\n", a);
             return 2;
         }
     }
@@ -107,7 +109,24 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         p.shared_kv_layers = kv_layers;
     }
     pkv_status s = pkv_mkmodel_write(&p, out);
-    if (s) return pkv_cli_fail("mkmodel", out, s);
-    fprintf(stderr, "pagekv mkmodel: wrote %s (%s, %s)\n", out, p.arch, pkv_type_name(p.type));
+    if (s) {
+        fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
+        return 1;
+    }
+    /* say what was written as the file says it (a draft takes its target's arch) */
+    pkv_gguf *g = pkv_gguf_open(out);
+    const char *arch = "?";
+    size_t alen = 1;
+    uint32_t layers = 0, embd = 0;
+    char key[96];
+    if (g && !pkv_gguf_get_str(g, "general.architecture", &arch, &alen)) {
+        snprintf(key, sizeof key, "%.*s.block_count", (int)alen, arch);
+        pkv_gguf_get_u32(g, key, &layers);
+        snprintf(key, sizeof key, "%.*s.embedding_length", (int)alen, arch);
+        pkv_gguf_get_u32(g, key, &embd);
+    }
+    fprintf(stderr, "pagekv mkmodel: wrote %s (%.*s, %s%s, %u layers, width %u)\n", out, (int)alen, arch,
+            pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd);
+    pkv_gguf_close(g);
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cli/cli.h"
@@ -37,7 +38,7 @@ pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) {
             size = ftell(f);
             fclose(f);
         }
-        if (size > (64L << 20)) { /* progress only where loading takes a while */
+        if (size > (64L << 20) && isatty(STDERR_FILENO)) { /* progress where loading takes a while, on a terminal */
             mp.progress = load_progress;
             mp.progress_user = &last;
         }
@@ -46,7 +47,16 @@ pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) {
         fprintf(stderr, "pagekv %s: no -m given: using the built-in tiny model (random weights, made in memory)\n", cmd);
         m = pkv_model_builtin(mp);
     }
-    if (!m) fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", pkv_errmsg());
+    if (!m) {
+        /* a device error is not the file's fault, and a message that already names
+         * the file needs no second prefix */
+        const char *msg = pkv_errmsg();
+        if (!strncmp(msg, "no device", 9) || !strncmp(msg, "device ", 7) ||
+            (o->model && !strncmp(msg, o->model, strlen(o->model))))
+            fprintf(stderr, "pagekv %s: %s\n", cmd, msg);
+        else
+            fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", msg);
+    }
     return m;
 }
 
@@ -221,8 +231,7 @@ int pkv_cli_run(int argc, char **argv) {
         } else if (!strcmp(a, "--draft-max")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &draft_max)) return 2;
         } else {
-            fprintf(stderr, "pagekv run: unknown option '%s'\n", a);
-            run_usage(stderr);
+            fprintf(stderr, "pagekv run: unknown option '%s' (see 'pagekv run --help')\n", a);
             return 2;
         }
     }
@@ -476,7 +485,7 @@ int pkv_cli_logits(int argc, char **argv) {
         } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
             if (!(outp = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
-            fprintf(stderr, "pagekv logits: unknown option '%s'\n", argv[i]);
+            fprintf(stderr, "pagekv logits: unknown option '%s' (see 'pagekv logits --help')\n", argv[i]);
             return 2;
         }
     }

@@ -34,7 +34,7 @@ int pkv_cli_tokenize(int argc, char **argv) {
         } else if (!strcmp(a, "--special")) {
             special = true;
         } else {
-            fprintf(stderr, "pagekv tokenize: unknown option '%s'\n", a);
+            fprintf(stderr, "pagekv tokenize: unknown option '%s' (see 'pagekv tokenize --help')\n", a);
             return 2;
         }
     }

@@ -1,4 +1,5 @@
 /* The pagekv command: dispatches to one subcommand per file (cmd-*.c). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,7 +27,17 @@ static void usage(FILE *f) {
     fprintf(f, "usage: pagekv <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
         fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
-    fprintf(f, "\n'pagekv <command> --help' describes each command.\n");
+    fprintf(f, "\n'pagekv <command> --help' describes each command; 'pagekv --version' the build.\n");
+}
+
+/* A command's exit code, or 1 when what it printed could not be written (a full
+ * disk, a closed pipe): output that did not arrive is a failure. */
+static int finish(int rc) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "pagekv: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
+        return rc ? rc : 1;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -36,11 +47,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return finish(0);
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("pagekv %s\n", pkv_version());
+        return finish(0);
     }
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "pagekv: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
+        if (!strcmp(argv[1], k_commands[i].name)) return finish(k_commands[i].fn(argc - 1, argv + 1));
+    fprintf(stderr, "pagekv: unknown command '%s' (see 'pagekv --help')\n", argv[1]);
     return 2;
 }

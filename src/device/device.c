@@ -53,6 +53,22 @@ pkv_status pkv_device_enumerate(int n_extra_cpu, char (*names)[64], int max, int
 
 static pkv_status self_check(pkv_device *dev);
 
+/* "no device 'X' (why): the devices here are cpu (and cpu:1 ... cpu:64), vulkan:0":
+ * the real list, so a typo is answered with what exists. */
+static void no_device(pkv_status st, const char *name, const char *why) {
+    char names[16][64], list[512] = "", vwhy[256] = "";
+    int n = 0;
+    if (pkv_device_enumerate(0, names, 16, &n, vwhy, sizeof vwhy)) n = 0;
+    size_t k = 0;
+    for (int i = 0; i < n && i < 16 && k < sizeof list; i++) {
+        int w = snprintf(list + k, sizeof list - k, "%s%s%s", i ? ", " : "", names[i],
+                         !strcmp(names[i], "cpu") ? " (and cpu:1 ... cpu:64)" : "");
+        if (w > 0) k += (size_t)w;
+    }
+    pkv_err(st, "no device '%s'%s%s%s: the devices here are %s%s%s", name, why ? " (" : "", why ? why : "", why ? ")" : "",
+            list, vwhy[0] ? "; " : "", vwhy);
+}
+
 /* Parse "cpu", "cpu:N", "vulkan:N", "faulty". */
 pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
     if (!name) {
@@ -73,7 +89,7 @@ pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
         if (name[3] == ':') {
             long idx = strtol(name + 4, &end, 10);
             if (end == name + 4 || *end || idx < 0 || idx > 64) {
-                pkv_err(PKV_ERR_NOT_FOUND, "no device '%s': CPU devices are cpu, cpu:1 ... cpu:64", name);
+                no_device(PKV_ERR_NOT_FOUND, name, NULL);
                 return NULL;
             }
         }
@@ -91,20 +107,16 @@ pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
         char why[256] = "";
         int nv = pkv_vulkan_count(why, sizeof why);
         if (end == name + 7 || *end || idx < 0 || idx >= nv) {
-            if (nv == 0)
-                pkv_err(PKV_ERR_NOT_FOUND, "no device '%s': no Vulkan devices (%s)", name, why);
-            else
-                pkv_err(PKV_ERR_NOT_FOUND, "no device '%s': Vulkan devices are vulkan:0 ... vulkan:%d",
-                        name, nv - 1);
+            no_device(PKV_ERR_NOT_FOUND, name, NULL);
             return NULL;
         }
         s = pkv_vulkan_backend_create(name, (int)idx, params, &ops, &ctx, &caps);
 #else
-        pkv_err(PKV_ERR_UNSUPPORTED, "no device '%s': this build has no Vulkan backend (PKV_VULKAN=OFF)", name);
+        no_device(PKV_ERR_UNSUPPORTED, name, "this build has no Vulkan backend (PKV_VULKAN=OFF)");
         return NULL;
 #endif
     } else {
-        pkv_err(PKV_ERR_NOT_FOUND, "no device '%s' (see 'pagekv devices')", name);
+        no_device(PKV_ERR_NOT_FOUND, name, NULL);
         return NULL;
     }
     if (s != PKV_OK) return NULL;

@@ -69,11 +69,13 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3"))
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3)", p->arch);
     if (!p->n_layer) p->n_layer = 2;
-    if (!p->n_embd) p->n_embd = 128;
+    /* k-quants pack rows in blocks of 256: the default width follows */
+    bool kq = pkv_type_block_elems(p->type) == 256;
+    if (!p->n_embd) p->n_embd = kq ? 256 : 128;
     if (!p->n_head) p->n_head = 4;
     if (!p->n_head_kv) p->n_head_kv = p->n_head >= 2 ? p->n_head / 2 : 1;
     if (!p->head_dim) p->head_dim = p->n_embd / p->n_head;
-    if (!p->n_ff) p->n_ff = 256;
+    if (!p->n_ff) p->n_ff = kq ? 512 : 256;
     if (!p->n_vocab) p->n_vocab = 512;
     if (!p->n_ctx) p->n_ctx = 2048;
     if (!p->seed) p->seed = 1;

@@ -351,7 +351,7 @@ static pkv_status open_devices(pkv_model *m, pkv_model_params p) {
                 if (!strcmp(pkv_device_name(m->devs[d]), tok))
                     return pkv_err(PKV_ERR_INVALID, "%s: device %s is listed twice in '%s'", m->label, tok, p.devices);
             m->devs[m->n_dev] = pkv_device_open(tok, dp);
-            if (!m->devs[m->n_dev]) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s", m->label);
+            if (!m->devs[m->n_dev]) return PKV_ERR_NOT_FOUND; /* the device's own message: not the file's fault */
             m->own_dev[m->n_dev++] = true;
         }
         if (m->n_dev == 0) return pkv_err(PKV_ERR_INVALID, "%s: the device list '%s' is empty", m->label, p.devices);
@@ -360,7 +360,7 @@ static pkv_status open_devices(pkv_model *m, pkv_model_params p) {
         m->n_dev = 1;
     } else {
         m->devs[0] = pkv_device_open(p.device ? p.device : "cpu", dp);
-        if (!m->devs[0]) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s", m->label);
+        if (!m->devs[0]) return PKV_ERR_NOT_FOUND;
         m->own_dev[0] = true;
         m->n_dev = 1;
     }
@@ -393,7 +393,7 @@ static pkv_status open_devices(pkv_model *m, pkv_model_params p) {
             if (!strcmp(pkv_device_name(m->devs[d]), "cpu")) m->host = m->devs[d];
         if (!m->host) {
             m->host = pkv_device_open("cpu", dp);
-            if (!m->host) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "%s: host device for --kv-on-host", m->label);
+            if (!m->host) return pkv_err_prefix(PKV_ERR_NOT_FOUND, "host device for --kv-on-host");
             m->own_host = true;
         }
     }
