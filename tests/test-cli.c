@@ -64,8 +64,8 @@ int main(void) {
     CHECK(strcmp(first, out) == 0);
     CHECK(strncmp(out, "the cat", 7) == 0);
     CHECK_INT(cli(false, "run -m %s -p 'the cat' -n 8 --seed 5 --fork 3", m), 0);
-    HAS("--- branch 0 (seed 5) ---");
-    HAS("--- branch 2 (seed 7) ---");
+    HAS("--- branch 0 (seed 5, stopped: -n reached) ---");
+    HAS("--- branch 2 (seed 7, stopped: ");
     CHECK_INT(cli(true, "run -m %s -p 'the cat sat on the mat' -c 4", m), 1);
     HAS("more than the context of 4");
     CHECK_INT(cli(true, "run -m %s -p 'x'", nv), 1);

@@ -43,5 +43,8 @@ pkv_cli_model_opts pkv_cli_model_defaults(void);
 int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o);
 pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o);
 pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq);
+/* The same with an explicit page count (0 = n_seq sequences of the full context). */
+pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,
+                                       int64_t n_pages);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -71,6 +72,10 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
         if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, 1024, &x)) return -1;
         o->threads = (int)x;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cores > 0 && x > cores)
+            fprintf(stderr, "pagekv: warning: -t %lld is more threads than the %ld cores here: threads will wait for "
+                            "each other (slower, not faster)\n", x, cores);
     } else if (!strcmp(a, "--device") || !strcmp(a, "-d")) {
         if (!(v = pkv_cli_value(argc, argv, i))) return -1;
         o->device = v;
@@ -109,15 +114,28 @@ pkv_cli_model_opts pkv_cli_model_defaults(void) {
     return o;
 }
 
-pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq) {
+pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,
+                                       int64_t n_pages) {
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = o->n_ctx;
     cp.page_size = o->page_size;
     cp.kv_type = o->kv_type;
     cp.n_seq_max = n_seq;
+    cp.n_pages = n_pages;
     pkv_kv_cache *c = pkv_model_cache_create(m, cp);
-    if (!c) fprintf(stderr, "pagekv %s: cannot create the KV cache: %s\n", cmd, pkv_errmsg());
+    if (!c) {
+        pkv_model_info info;
+        pkv_model_get_info(m, &info);
+        int64_t ctx = o->n_ctx ? o->n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+        fprintf(stderr, "pagekv %s: cannot create the KV cache (%d sequence%s of up to %lld tokens): %s%s\n", cmd, n_seq,
+                n_seq == 1 ? "" : "s", (long long)ctx, pkv_errmsg(),
+                strstr(pkv_errmsg(), "memory") || strstr(pkv_errmsg(), "alloc") ? " (a smaller -c needs less memory)" : "");
+    }
     return c;
+}
+
+pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq) {
+    return pkv_cli_open_cache_pages(cmd, m, o, n_seq, 0);
 }
 
 /* ------------------------------------------------------------------ run */
@@ -126,6 +144,8 @@ typedef struct {
     pkv_model *m;
     char buf[256];
     bool stream;
+    bool out_failed; /* stdout could not be written: generation stops */
+    int32_t last;    /* the last token generated (-1: none) */
     char *text; /* accumulated output (for --fork) */
     size_t len, cap;
 } printer;
@@ -133,10 +153,13 @@ typedef struct {
 static bool emit_token(int32_t tok, void *user) {
     printer *p = user;
     size_t n = 0;
+    p->last = tok;
     if (pkv_model_token_piece(p->m, tok, false, p->buf, sizeof p->buf, &n)) return true;
     if (p->stream) {
-        fwrite(p->buf, 1, n, stdout);
-        fflush(stdout);
+        if (fwrite(p->buf, 1, n, stdout) != n || fflush(stdout) != 0) {
+            p->out_failed = true;
+            return false;
+        }
     } else {
         if (p->len + n + 1 > p->cap) {
             size_t nc = (p->len + n + 1) * 2;
@@ -154,12 +177,17 @@ static bool emit_token(int32_t tok, void *user) {
 
 static void run_usage(FILE *f) {
     fprintf(f,
-            "usage: pagekv run [-m FILE.gguf] -p TEXT [options]\n"
-            "Generates text after the prompt, streaming tokens as they come.\n"
+            "usage: pagekv run [-m FILE.gguf] [-p TEXT | -f FILE] [options]\n"
+            "Generates text after the prompt, streaming tokens as they come, and says on stderr\n"
+            "why it stopped (end-of-generation token, -n reached, context full).\n"
             "Without -m it uses a built-in tiny model with random weights (and says so).\n"
             "  -m, --model FILE     GGUF model (llama, qwen2, qwen3)\n"
             "  -p, --prompt TEXT    prompt (default \"Once upon a time\")\n"
+            "  -f, --file FILE      read the prompt from FILE; '-f -' reads standard input\n"
             "  -n, --n-predict N    tokens to generate (default 64)\n"
+            "  --context-shift      when the context is full, drop the older half of the tokens\n"
+            "                       (after --keep N and the BOS token) and go on generating\n"
+            "  --keep N             tokens at the start kept by --context-shift (default 0)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
             "  -c, --ctx-size N     context size in tokens (default: min(model's, 4096))\n"
             "  -d, --device NAME    device (default cpu; see 'pagekv devices')\n"
@@ -168,7 +196,7 @@ static void run_usage(FILE *f) {
             "  --split P,Q,...      proportions for --devices (default equal)\n"
             "  --kv-on-host         keep every KV shard in host memory, split by the same heads;\n"
             "                       attention runs on the host\n"
-            "  --seed S             sampling seed (default 0)\n"
+            "  --seed S             sampling seed (default 0; -1 = a random seed, printed)\n"
             "  --temp T             temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K --top-p P --min-p P --repeat-penalty R   sampling filters\n"
             "  --page-size N        KV page size in tokens (default 16)\n"
@@ -186,10 +214,14 @@ static void run_usage(FILE *f) {
 
 int pkv_cli_run(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
-    const char *prompt = "Once upon a time";
+    const char *prompt = NULL, *prompt_file = NULL;
+    char *prompt_buf = NULL;
+    bool ctx_shift = false;
+    long long n_keep = 0;
     long long n_predict = 64, n_fork = 0, draft_max = 4;
     const char *draft_path = NULL, *draft_dev = NULL;
     pkv_sampler_params sp = pkv_sampler_default_params();
+    bool random_seed = false;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
         if (r < 0) return 2;
@@ -202,10 +234,17 @@ int pkv_cli_run(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (!(prompt = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(prompt_file = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--context-shift")) {
+            ctx_shift = true;
+        } else if (!strcmp(a, "--keep")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &n_keep)) return 2;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &n_predict)) return 2;
         } else if (!strcmp(a, "--seed")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, INT64_MAX, &x)) return 2;
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
+            random_seed = x < 0;
             sp.seed = (uint64_t)x;
         } else if (!strcmp(a, "--temp")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 100, &d)) return 2;
@@ -243,6 +282,35 @@ int pkv_cli_run(int argc, char **argv) {
         fprintf(stderr, "pagekv run: --draft-device and --draft-max need --draft FILE\n");
         return 2;
     }
+    if (prompt && prompt_file) {
+        fprintf(stderr, "pagekv run: give the prompt with -p or -f, not both\n");
+        return 2;
+    }
+    if (ctx_shift && (draft_path || n_fork)) {
+        fprintf(stderr, "pagekv run: --context-shift works with plain generation (not with --draft or --fork)\n");
+        return 2;
+    }
+    if (prompt_file) {
+        size_t plen = 0;
+        if (!(prompt_buf = pkv_cli_read_text("run", prompt_file, &plen))) return 1;
+        if (strlen(prompt_buf) != plen) {
+            fprintf(stderr, "pagekv run: %s contains a NUL byte; the prompt must be text\n", prompt_file);
+            free(prompt_buf);
+            return 1;
+        }
+        prompt = prompt_buf;
+    } else if (!prompt) {
+        prompt = "Once upon a time";
+        if (!isatty(STDIN_FILENO))
+            fprintf(stderr, "pagekv run: no -p or -f given: using the default prompt \"%s\" (standard input is not a "
+                            "terminal: to read the prompt from it, use -f -)\n", prompt);
+    }
+    if (random_seed) {
+        sp.seed = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() * 1442695040888963407ull ^
+                  (uint64_t)(pkv_time_now_cli() * 1e9);
+        sp.seed &= (uint64_t)INT64_MAX; /* printable and reusable with --seed */
+        fprintf(stderr, "pagekv run: seed %llu\n", (unsigned long long)sp.seed);
+    }
     double t_start = pkv_time_now_cli();
     pkv_model *m = pkv_cli_open_model("run", &o);
     if (!m) return 1;
@@ -264,7 +332,39 @@ int pkv_cli_run(int argc, char **argv) {
                         "use 'pagekv logits --tokens ...' with token ids\n");
         goto out;
     }
-    c = pkv_cli_open_cache("run", m, &o, (int)n_fork + 1 + (draft_path ? 1 : 0)); /* a shared-KV draft forks */
+    size_t n_prompt = 0, len = strlen(prompt);
+    pkv_status s;
+    s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
+    if (s && s != PKV_ERR_INVALID) {
+        pkv_cli_fail("run", "tokenize", s);
+        goto out;
+    }
+    toks = malloc((n_prompt + 1) * sizeof *toks);
+    if (!toks || (s = pkv_model_tokenize(m, prompt, len, true, false, toks, n_prompt + 1, &n_prompt))) {
+        pkv_cli_fail("run", "tokenize", s ? s : PKV_ERR_NOMEM);
+        goto out;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
+        goto out;
+    }
+    if (n_fork) {
+        /* K branches share the prompt's pages; each needs pages only for what it
+         * generates (plus its copy of the shared partial page) */
+        int ps = o.page_size ? o.page_size : 16;
+        int64_t n_ctx = o.n_ctx ? o.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+        int64_t n_gen = n_predict < n_ctx - (int64_t)n_prompt ? n_predict : n_ctx - (int64_t)n_prompt;
+        if (n_gen < 0) n_gen = 0;
+        int64_t shared = ((int64_t)n_prompt + ps - 1) / ps;
+        int64_t per = ((int64_t)n_prompt + n_gen + ps - 1) / ps - (int64_t)n_prompt / ps;
+        c = pkv_cli_open_cache_pages("run", m, &o, (int)n_fork + 1, shared + n_fork * per);
+        if (c)
+            fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %lld branches, %lld more each\n",
+                    (long long)(shared + n_fork * per), (long long)shared, n_fork, (long long)per);
+    } else {
+        /* a shared-KV draft forks; a context shift rewrites the pages after the cut */
+        c = pkv_cli_open_cache("run", m, &o, 1 + (draft_path || ctx_shift ? 1 : 0));
+    }
     if (!c || !(ctx = pkv_context_create(m, c, o.n_ctx))) {
         if (c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
         goto out;
@@ -293,21 +393,6 @@ int pkv_cli_run(int argc, char **argv) {
                 pkv_device_name(pkv_model_device(draft)), di.shared_kv ? "shares the target's KV cache" : "own KV cache",
                 draft_max);
     }
-    size_t n_prompt = 0, len = strlen(prompt);
-    pkv_status s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
-    if (s && s != PKV_ERR_INVALID) {
-        pkv_cli_fail("run", "tokenize", s);
-        goto out;
-    }
-    toks = malloc((n_prompt + 1) * sizeof *toks);
-    if (!toks || (s = pkv_model_tokenize(m, prompt, len, true, false, toks, n_prompt + 1, &n_prompt))) {
-        pkv_cli_fail("run", "tokenize", s ? s : PKV_ERR_NOMEM);
-        goto out;
-    }
-    if (n_prompt == 0) {
-        fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
-        goto out;
-    }
     if ((int64_t)n_prompt + (n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(ctx)) {
         fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,
                 (long long)pkv_context_n_ctx(ctx));
@@ -324,8 +409,6 @@ int pkv_cli_run(int argc, char **argv) {
     fwrite(prompt, 1, len, stdout);
     fflush(stdout);
     int generated = 0;
-    int64_t room = pkv_context_n_ctx(ctx) - (int64_t)n_prompt;
-    if (n_predict > room + 1) n_predict = room + 1; /* the last sampled token needs no room */
     t0 = pkv_time_now_cli();
     if (!n_fork) {
         smp[0] = pkv_sampler_create(sp, info.n_vocab);
@@ -335,18 +418,86 @@ int pkv_cli_run(int argc, char **argv) {
         }
         pr[0].m = m;
         pr[0].stream = true;
+        pr[0].last = -1;
         pkv_spec_stats st;
+        const char *why = NULL;
+        int64_t n_ctx = pkv_context_n_ctx(ctx), shifted = 0;
         if (spec) {
-            s = pkv_spec_generate(spec, smp[0], (int)n_predict, emit_token, &pr[0], &st);
+            /* the last sampled token needs no room in the cache */
+            int64_t room = n_ctx - (int64_t)n_prompt + 1;
+            s = pkv_spec_generate(spec, smp[0], (int)(n_predict < room ? n_predict : room), emit_token, &pr[0], &st);
             generated = (int)st.n_tokens;
+            why = pr[0].out_failed                                  ? "output"
+                  : pr[0].last >= 0 && pkv_model_is_eog(m, pr[0].last) ? "eog"
+                  : generated >= n_predict                          ? "n"
+                                                                    : "full";
         } else {
-            s = pkv_generate(ctx, smp[0], (int)n_predict, emit_token, &pr[0], &generated);
+            /* the generation loop, here rather than pkv_generate, so that it can
+             * shift the context and say why it stopped */
+            s = PKV_OK;
+            while (!s) {
+                if (generated >= n_predict) {
+                    why = "n";
+                    break;
+                }
+                int32_t t;
+                if ((s = pkv_sampler_sample(smp[0], pkv_context_logits(ctx), &t))) break;
+                pkv_sampler_accept(smp[0], t);
+                generated++;
+                if (!emit_token(t, &pr[0])) {
+                    why = "output";
+                    break;
+                }
+                if (pkv_model_is_eog(m, t)) {
+                    why = "eog";
+                    break;
+                }
+                if (generated >= n_predict) {
+                    why = "n";
+                    break;
+                }
+                if (pkv_context_n_tokens(ctx) >= n_ctx) {
+                    if (!ctx_shift) {
+                        why = "full";
+                        break;
+                    }
+                    /* keep --keep tokens (and a leading BOS), drop half of the rest */
+                    int64_t have = pkv_context_n_tokens(ctx), keep = n_keep;
+                    int32_t first = -1;
+                    if (pkv_context_tokens(ctx, 0, 1, &first) == PKV_OK && first == pkv_model_bos(m) && keep < 1) keep = 1;
+                    if (keep > have - 2) keep = have - 2;
+                    int64_t drop = (have - keep) / 2;
+                    if (drop < 1 || (s = pkv_context_shift(ctx, keep, drop))) {
+                        if (!s) s = pkv_err(PKV_ERR_INVALID, "nothing to drop: --keep %lld holds the whole context", n_keep);
+                        break;
+                    }
+                    shifted += drop;
+                }
+                s = pkv_context_decode(ctx, &t, 1);
+            }
         }
         fputc('\n', stdout);
         if (s) {
             pkv_cli_fail("run", "generate", s);
             goto out;
         }
+        if (!strcmp(why, "output")) {
+            fprintf(stderr, "pagekv run: stopped: standard output could not be written\n");
+            goto out;
+        } else if (!strcmp(why, "eog")) {
+            char piece[128];
+            size_t k = 0;
+            if (pkv_model_token_piece(m, pr[0].last, true, piece, sizeof piece, &k)) k = 0;
+            fprintf(stderr, "pagekv run: stopped: end-of-generation token %d '%.*s' after %d tokens\n", pr[0].last,
+                    (int)k, piece, generated);
+        } else if (!strcmp(why, "n")) {
+            fprintf(stderr, "pagekv run: stopped: -n %lld tokens generated\n", n_predict);
+        } else {
+            fprintf(stderr, "pagekv run: stopped: the context of %lld tokens is full after %d tokens (a larger -c, or "
+                            "--context-shift, goes on)\n", (long long)n_ctx, generated);
+        }
+        if (shifted)
+            fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
         if (spec)
             fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
                             "(%.2f per step), %lld draft steps\n",
@@ -357,6 +508,7 @@ int pkv_cli_run(int argc, char **argv) {
         /* K branches decoded together: one batched step per token. */
         int K = (int)n_fork;
         bool alive[64];
+        const char *why[64];
         for (int b = 0; b < K; b++) {
             pkv_sampler_params bp = sp;
             bp.seed = sp.seed + (uint64_t)b;
@@ -368,6 +520,7 @@ int pkv_cli_run(int argc, char **argv) {
             }
             pr[b].m = m;
             alive[b] = true;
+            why[b] = "-n reached";
         }
         fputc('\n', stdout);
         for (int step = 0; step < n_predict; step++) {
@@ -385,8 +538,11 @@ int pkv_cli_run(int argc, char **argv) {
                 pkv_sampler_accept(smp[b], t);
                 emit_token(t, &pr[b]);
                 generated++;
-                if (pkv_model_is_eog(m, t) || step + 1 == n_predict) {
+                if (pkv_model_is_eog(m, t) || step + 1 == n_predict ||
+                    pkv_context_n_tokens(br[b]) >= pkv_context_n_ctx(br[b])) {
                     alive[b] = false;
+                    if (pkv_model_is_eog(m, t)) why[b] = "end-of-generation token";
+                    else if (step + 1 < n_predict) why[b] = "context full";
                     continue;
                 }
                 next[nb] = t;
@@ -401,8 +557,8 @@ int pkv_cli_run(int argc, char **argv) {
             }
         }
         for (int b = 0; b < K; b++)
-            printf("--- branch %d (seed %llu) ---\n%s%s\n", b, (unsigned long long)(sp.seed + (uint64_t)b), prompt,
-                   pr[b].text ? pr[b].text : "");
+            printf("--- branch %d (seed %llu, stopped: %s) ---\n%s%s\n", b, (unsigned long long)(sp.seed + (uint64_t)b),
+                   why[b], prompt, pr[b].text ? pr[b].text : "");
     }
     double t_decode = pkv_time_now_cli() - t0;
     fprintf(stderr, "pagekv run: load %.2f s, prefill %zu tokens in %.3f s (%.1f tok/s), decode %d tokens in %.3f s (%.1f tok/s)\n",
@@ -416,6 +572,7 @@ out:
         free(pr[b].text);
     }
     free(toks);
+    free(prompt_buf);
     pkv_spec_free(spec); /* before the target's context and cache: a shared-KV draft lives in them */
     pkv_model_free(draft); /* before the target model: it may use the target's device */
     pkv_context_free(ctx);
