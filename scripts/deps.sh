@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install what pagekv needs to build on Debian/Ubuntu, when we may (root or
 # passwordless sudo); otherwise print the command and say what is missing.
-#   required: cmake (>= 3.25), make, a C11 compiler (gcc)
+#   required: cmake (>= 3.25), make, a C11 compiler (gcc), pkgconf (install test)
 #   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
 set -u
-pkgs=(cmake make gcc libc6-dev libvulkan-dev glslc mesa-vulkan-drivers)
+pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
