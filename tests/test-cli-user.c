@@ -159,6 +159,10 @@ int main(void) {
     const char *first = strstr(out, "/nonexistent/model.gguf");
     CHECK(first && !strstr(first + 1, "/nonexistent/model.gguf"));
 
+    CHECK_INT(cli(true, "mkmodel --arch gpt-j -o %s", th_tmp("user-x.gguf")), 1);
+    first = strstr(out, "mkmodel");
+    CHECK(first && !strstr(first + 1, "mkmodel"));
+
     /* mkmodel: k-quant defaults work; the success line says what the file holds */
     CHECK_INT(cli(true, "mkmodel --type q4_k_m -o %s", th_tmp("user-q4km.gguf")), 0);
     HAS("q4_k_m");

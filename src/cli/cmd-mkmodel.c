@@ -110,7 +110,9 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     }
     pkv_status s = pkv_mkmodel_write(&p, out);
     if (s) {
-        fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
+        const char *msg = pkv_errmsg();
+        if (!strncmp(msg, "mkmodel: ", 9)) msg += 9; /* the command name is said once */
+        fprintf(stderr, "pagekv mkmodel: %s\n", msg);
         return 1;
     }
     /* say what was written as the file says it (a draft takes its target's arch) */
