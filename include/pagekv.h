@@ -539,6 +539,9 @@ typedef struct pkv_model_info {
     bool shared_kv;          /* a draft whose layers attend over a target's cache layers
                                 (GGUF key pagekv.shared_kv_layers): see pkv_context_attach */
     double load_seconds;
+    uint64_t weight_bytes_mapped; /* of weight_bytes, used in place from the mapped GGUF file
+                                     (CPU devices, pkv_model_load): not copied, so they take
+                                     no memory beyond the file's page cache */
 } pkv_model_info;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);

@@ -10,7 +10,7 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/pkv-install.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${PKV_KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "install-check: FAIL: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
@@ -32,7 +32,9 @@ cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags pagekv) "$work/readme.c"
 LD_LIBRARY_PATH="$libdir" "$work/readme" "$work/m.gguf" >"$work/readme.out" || { cat "$work/readme.out"; fail "README program failed"; }
 tail -1 "$work/readme.out" | grep -qx ok || fail "README program did not print ok"
 [ "$(wc -l <"$work/readme.out")" -ge 2 ] || fail "README program generated nothing"
-LD_LIBRARY_PATH="$libdir" ldd "$work/readme" | grep -q "$libdir/libpagekv.so" || fail "README program is not linked to the installed shared library"
+# (ldd into a file: grep -q closing the pipe early would fail the pipeline under pipefail)
+LD_LIBRARY_PATH="$libdir" ldd "$work/readme" >"$work/ldd.txt"
+grep -q "$libdir/libpagekv.so" "$work/ldd.txt" || fail "README program is not linked to the installed shared library"
 
 # 2. find_package(pagekv) with the static library
 mkdir -p "$work/cm"
@@ -63,7 +65,8 @@ cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$work/prefix" >"$wo
 cmake --build "$work/cm/build" >>"$work/cm.log" 2>&1 || { cat "$work/cm.log"; fail "building against pagekv::pagekv"; }
 out=$("$work/cm/build/consumer")
 [ "$out" = "$(pkg-config --modversion pagekv) llama 2" ] || fail "consumer printed '$out'"
-ldd "$work/cm/build/consumer" | grep -q libpagekv && fail "consumer should link the static library"
+ldd "$work/cm/build/consumer" >"$work/ldd2.txt"
+grep -q libpagekv "$work/ldd2.txt" && fail "consumer should link the static library"
 
 # 3. add_subdirectory: the parent's ctest holds only the parent's test
 mkdir -p "$work/parent"

@@ -36,6 +36,11 @@ typedef struct pkv_backend_ops {
 
     /* Kernels; NULL when the backend has none (caps.has_kernels false). */
     const struct pkv_kernel_ops *kernels;
+
+    /* Optional (may be NULL): a buffer over host memory the caller keeps alive and
+     * never changes (weights in a mapped GGUF file), used in place. Only a backend
+     * whose kernels read host memory directly (the CPU) has it. */
+    pkv_status (*buffer_wrap)(void *ctx, const void *host, size_t size, void **handle);
 } pkv_backend_ops;
 
 struct pkv_device {
@@ -57,6 +62,7 @@ struct pkv_buffer {
     pkv_device *dev;
     void *handle; /* backend object */
     size_t size;
+    bool wrapped; /* memory owned by someone else (pkv_buffer_wrap_host): read-only, not counted */
 };
 
 /* Backend constructors, used by pkv_device_open. On failure they return an error

@@ -253,13 +253,48 @@ pkv_buffer *pkv_buffer_alloc(pkv_device *dev, size_t size) {
     return b;
 }
 
+pkv_buffer *pkv_buffer_wrap_host(pkv_device *dev, const void *host, size_t size) {
+    if (!dev || !host || size == 0) {
+        pkv_err(PKV_ERR_INVALID, "pkv_buffer_wrap_host: NULL device or memory, or size 0");
+        return NULL;
+    }
+    if (!dev->ops->buffer_wrap) {
+        pkv_err(PKV_ERR_UNSUPPORTED, "%s cannot use host memory in place", dev->caps.name);
+        return NULL;
+    }
+    pkv_buffer *b = pkv_calloc(1, sizeof *b);
+    if (!b) {
+        pkv_err(PKV_ERR_NOMEM, "wrapping %zu bytes on %s: out of host memory", size, dev->caps.name);
+        return NULL;
+    }
+    if (dev->ops->buffer_wrap(dev->ctx, host, size, &b->handle) != PKV_OK) {
+        pkv_free(b);
+        return NULL;
+    }
+    b->dev = dev;
+    b->size = size;
+    b->wrapped = true;
+    dev->n_buffers++;
+    return b;
+}
+
 void pkv_buffer_free(pkv_buffer *buf) {
     if (!buf) return;
     pkv_device *dev = buf->dev;
-    dev->ops->buffer_free(dev->ctx, buf->handle);
-    dev->allocated -= buf->size;
+    if (!buf->wrapped) {
+        dev->ops->buffer_free(dev->ctx, buf->handle);
+        dev->allocated -= buf->size;
+    }
     dev->n_buffers--;
     pkv_free(buf);
+}
+
+/* Transfers into a wrapped (read-only, borrowed) buffer are refused. */
+static pkv_status check_writable(const char *what, const pkv_buffer *buf) {
+    if (buf && buf->wrapped)
+        return pkv_err(PKV_ERR_INVALID, "%s on %s: the buffer wraps read-only host memory (mapped weights)", what,
+                       buf->dev->caps.name);
+    return PKV_OK;
 }
 
 size_t pkv_buffer_size(const pkv_buffer *buf) { return buf ? buf->size : 0; }
@@ -309,6 +344,7 @@ static pkv_status dev_write(pkv_buffer *dst, size_t off, const void *src, size_t
 
 pkv_status pkv_buffer_write(pkv_buffer *dst, size_t off, const void *src, size_t n) {
     pkv_status s = check_region("write", dst, off, n);
+    if (!s) s = check_writable("write", dst);
     if (s) return s;
     if (n == 0) return PKV_OK;
     if (!src) return pkv_err(PKV_ERR_INVALID, "write on %s: source pointer is NULL", dst->dev->caps.name);
@@ -325,6 +361,7 @@ pkv_status pkv_buffer_read(pkv_buffer *src, size_t off, void *dst, size_t n) {
 
 pkv_status pkv_buffer_fill(pkv_buffer *dst, size_t off, size_t n, uint8_t value) {
     pkv_status s = check_region("fill", dst, off, n);
+    if (!s) s = check_writable("fill", dst);
     if (s) return s;
     if (n == 0) return PKV_OK;
     return dst->dev->ops->fill(dst->dev->ctx, dst->handle, off, n, value);
@@ -350,6 +387,7 @@ pkv_status pkv_buffer_copy(pkv_buffer *src, size_t src_off, pkv_buffer *dst, siz
     pkv_status s = check_region("copy source", src, src_off, n);
     if (s) return s;
     if ((s = check_region("copy destination", dst, dst_off, n))) return s;
+    if ((s = check_writable("copy", dst))) return s;
     if (n == 0) return PKV_OK;
     if (src == dst && overlaps(src_off, dst_off, n))
         return pkv_err(PKV_ERR_INVALID,
@@ -418,7 +456,8 @@ pkv_status pkv_buffer_copy_regions(pkv_buffer *src, pkv_buffer *dst, const pkv_r
     if (n == 0) return PKV_OK;
     if (!regions) return pkv_err(PKV_ERR_INVALID, "copy_regions: %zu regions but the list is NULL", n);
     size_t k;
-    pkv_status s = check_regions(src, dst, regions, n, &k);
+    pkv_status s = check_writable("copy_regions", dst);
+    if (!s) s = check_regions(src, dst, regions, n, &k);
     if (s || k == 0) return s;
     if (src->dev != dst->dev) {
         for (size_t i = 0; i < n && !s; i++)

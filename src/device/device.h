@@ -169,6 +169,13 @@ pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a);
  * runs raw so it reports what the backend itself does. */
 bool pkv_device_set_raw(pkv_device *dev, bool raw);
 
+/* A read-only buffer over host memory that stays valid and unchanged until the
+ * buffer is freed (weights of a mapped GGUF file used in place, not copied).
+ * NULL with PKV_ERR_UNSUPPORTED when the device cannot use host memory directly
+ * (every device but the CPU): the caller then allocates and writes. Transfers
+ * into a wrapped buffer (write, fill, copy to it) are refused. */
+pkv_buffer *pkv_buffer_wrap_host(pkv_device *dev, const void *host, size_t size);
+
 /* Does the device have kernel slot `k` for weight type t (matmul/get_rows)? */
 bool pkv_device_supports_weight(const pkv_device *dev, pkv_type t);
 

@@ -81,6 +81,8 @@ struct pkv_model {
                                cache layer il of its own cache */
     uint64_t fingerprint;   /* hash of hparams and tensor metadata: keys prefix reuse and saved KV */
     uint64_t weight_bytes;  /* bytes of all weights on the device */
+    uint64_t mapped_bytes;  /* of those, used in place from the mapped file (CPU), not copied */
+    pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */
     double load_seconds;
 };
 

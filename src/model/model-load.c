@@ -22,6 +22,7 @@ typedef struct loader {
     pkv_model_params p;
     uint64_t total_bytes, done_bytes;
     int type_count[PKV_TYPE_COUNT];
+    bool in_place; /* the GGUF stays open with the model: use its memory where the device can */
 } loader;
 
 static void progress(loader *L, uint64_t add) {
@@ -96,8 +97,18 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
         for (int64_t r = 0; r < sl.nr; r++) memcpy(packed + (size_t)r * row, data + (size_t)r * row_full + col_off, row);
         data = packed;
     }
-    pkv_buffer *b = pkv_buffer_alloc(dev, bytes);
-    pkv_status s = b ? pkv_buffer_write(b, 0, data, bytes) : PKV_ERR_NOMEM;
+    pkv_buffer *b = NULL;
+    pkv_status s = PKV_OK;
+    /* Zero-copy: a device that reads host memory (the CPU) uses the mapped file's
+     * bytes in place, when nothing had to be converted or gathered. */
+    if (L->in_place && !tmp && !packed && (uintptr_t)data % 16 == 0) {
+        b = pkv_buffer_wrap_host(dev, data, bytes);
+        if (b) L->m->mapped_bytes += bytes;
+    }
+    if (!b) {
+        b = pkv_buffer_alloc(dev, bytes);
+        s = b ? pkv_buffer_write(b, 0, data, bytes) : PKV_ERR_NOMEM;
+    }
     pkv_free(tmp);
     pkv_free(packed);
     if (s) {
@@ -220,6 +231,7 @@ void pkv_model_free(pkv_model *m) {
     for (int d = 0; d < m->n_dev; d++)
         if (m->own_dev[d]) pkv_device_close(m->devs[d]);
     if (m->own_host) pkv_device_close(m->host);
+    pkv_gguf_close(m->gguf); /* after every weight buffer that wraps its memory */
     pkv_free(m);
 }
 
@@ -424,7 +436,7 @@ static pkv_status load_shared_kv(const pkv_gguf *g, pkv_model *m) {
 }
 
 /* Load from an opened GGUF. On failure everything is freed. */
-static pkv_model *load(const pkv_gguf *g, pkv_model_params p) {
+static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     double t0 = pkv_time_now();
     pkv_model *m = pkv_calloc(1, sizeof *m);
     if (!m) {
@@ -468,7 +480,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p) {
     if ((s = load_shared_kv(g, m))) goto fail;
 
     if ((s = open_devices(m, p))) goto fail;
-    loader L = {.g = g, .m = m, .p = p};
+    loader L = {.g = g, .m = m, .p = p, .in_place = in_place};
     for (int64_t i = 0; i < pkv_gguf_n_tensors(g); i++) L.total_bytes += pkv_gguf_tensor_at(g, i)->n_bytes;
     if ((s = load_weight(&L, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false, m->dev, k_all, &m->tok_embd)))
         goto fail;
@@ -509,15 +521,18 @@ pkv_model *pkv_model_load(const char *path, pkv_model_params p) {
     }
     pkv_gguf *g = pkv_gguf_open(path);
     if (!g) return NULL;
-    pkv_model *m = load(g, p);
-    pkv_gguf_close(g); /* weights were copied to the device */
+    pkv_model *m = load(g, p, true);
+    if (m && m->mapped_bytes)
+        m->gguf = g; /* weights are used in place from the mapping: it lives as long as the model */
+    else
+        pkv_gguf_close(g); /* weights were copied to the device */
     return m;
 }
 
 pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *label, pkv_model_params p) {
     pkv_gguf *g = pkv_gguf_open_memory(data, size, label);
     if (!g) return NULL;
-    pkv_model *m = load(g, p);
+    pkv_model *m = load(g, p, false); /* the caller's memory: copied, the caller may free it */
     pkv_gguf_close(g);
     return m;
 }
@@ -544,6 +559,7 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     }
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
     info->load_seconds = m->load_seconds;
+    info->weight_bytes_mapped = m->mapped_bytes;
     info->shared_kv = m->kv_layer != NULL;
     return PKV_OK;
 }

@@ -73,6 +73,13 @@ static pkv_status cpu_buffer_alloc(void *ctx, size_t size, void **handle) {
     return PKV_OK;
 }
 
+static pkv_status cpu_buffer_wrap(void *ctx, const void *host, size_t size, void **handle) {
+    (void)ctx;
+    (void)size;
+    *handle = (void *)(uintptr_t)host; /* kernels only read weights; the dispatcher refuses writes */
+    return PKV_OK;
+}
+
 static void cpu_buffer_free(void *ctx, void *handle) {
     (void)ctx;
     pkv_free(handle);
@@ -130,6 +137,7 @@ const pkv_backend_ops pkv_cpu_backend_ops = {
     .destroy = cpu_destroy,
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_free = cpu_buffer_free,
+    .buffer_wrap = cpu_buffer_wrap,
     .write = cpu_write,
     .read = cpu_read,
     .fill = cpu_fill,
