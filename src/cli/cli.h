@@ -21,6 +21,15 @@ int pkv_cli_extra_cpus(void);
  * NULL with an error printed. Free with free(). */
 char *pkv_cli_read_text(const char *cmd, const char *path, size_t *len);
 
+/* Host memory read bandwidth (bench-bandwidth.c): a buffer of at least 4x the
+ * last-level cache, several passes; all zero when the buffer cannot be had. */
+typedef struct pkv_cli_bw {
+    double best_gbps, median_gbps;
+    uint64_t llc_bytes, buffer_bytes;
+    int passes;
+} pkv_cli_bw;
+void pkv_cli_measure_bandwidth(int threads, pkv_cli_bw *r);
+
 /* Monotonic seconds. */
 double pkv_time_now_cli(void);
 

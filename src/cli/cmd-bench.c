@@ -116,70 +116,6 @@ int pkv_cli_bench(int argc, char **argv) {
 
 /* ------------------------------------------------------------ bandwidth */
 
-typedef struct {
-    const uint64_t *p;
-    size_t n; /* words */
-    uint64_t sums[64];
-} bw_job;
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-/* Sum 64-byte lines with 256-bit loads and 8 independent accumulators: as fast
- * as the memory system can feed one core (a scalar loop is not). */
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint64_t *p, size_t a, size_t b) {
-    __m256i s[8];
-    for (int k = 0; k < 8; k++) s[k] = _mm256_setzero_si256();
-    size_t i = a;
-    for (; i + 32 <= b; i += 32)
-        for (int k = 0; k < 8; k++) s[k] = _mm256_xor_si256(s[k], _mm256_loadu_si256((const __m256i *)(p + i + 4 * k)));
-    for (int k = 1; k < 8; k++) s[0] = _mm256_xor_si256(s[0], s[k]);
-    uint64_t out[4];
-    _mm256_storeu_si256((__m256i *)out, s[0]);
-    for (; i < b; i++) out[0] ^= p[i];
-    return out[0] ^ out[1] ^ out[2] ^ out[3];
-}
-#endif
-
-static void bw_task(int i, int n_tasks, void *arg) {
-    bw_job *j = arg;
-    size_t a = j->n * (size_t)i / (size_t)n_tasks, b = j->n * (size_t)(i + 1) / (size_t)n_tasks;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2")) {
-        j->sums[i % 64] += read_avx2(j->p, a, b);
-        return;
-    }
-#endif
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t k = a; k + 4 <= b; k += 4) {
-        s0 += j->p[k];
-        s1 += j->p[k + 1];
-        s2 += j->p[k + 2];
-        s3 += j->p[k + 3];
-    }
-    j->sums[i % 64] += s0 ^ s1 ^ s2 ^ s3;
-}
-
-/* Read bandwidth of host memory with n threads: the best of several passes over
- * 512 MiB (far past any cache). */
-static double measure_bandwidth(int threads) {
-    size_t bytes = (size_t)512 << 20;
-    uint64_t *p = malloc(bytes);
-    if (!p) return 0;
-    for (size_t i = 0; i < bytes / 8; i++) p[i] = i;
-    pkv_pool *pool = pkv_pool_create(threads);
-    bw_job j = {p, bytes / 8, {0}};
-    double best = 1e30;
-    for (int r = 0; r < 5; r++) {
-        double t0 = pkv_time_now();
-        pkv_pool_run(pool, pkv_pool_threads(pool), bw_task, &j);
-        double t = pkv_time_now() - t0;
-        if (t < best) best = t;
-    }
-    pkv_pool_free(pool);
-    free(p);
-    return (double)bytes / best / 1e9;
-}
-
 /* -------------------------------------------------------------- FMA peak */
 
 typedef struct {
@@ -386,7 +322,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
         goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
-        double bw = measure_bandwidth(threads);
+        pkv_cli_bw bwr;
+        pkv_cli_measure_bandwidth(threads, &bwr);
+        double bw = bwr.median_gbps;
         /* Decode reads every weight once per token, except the embedding table, of
          * which it reads one row (tied models read it whole as the output matrix):
          * see pkv_model_info.decode_bytes_per_token. */
@@ -412,25 +350,32 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
                    "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
                    "\"attn_paged_vs_contiguous\": %.3f, \"gflops\": %.1f, \"fma_peak_gflops\": %.1f, "
-                   "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f}",
+                   "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f, \"weights_mib\": %.1f, "
+                   "\"weights_mapped_mib\": %.1f, \"bandwidth_best_gbps\": %.2f, \"bandwidth_buffer_mib\": %.0f, "
+                   "\"llc_mib\": %.1f, \"bandwidth_passes\": %d}",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
                    s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
                    roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
-                   attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib);
+                   attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib,
+                   (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0, bwr.best_gbps,
+                   (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.passes);
             printf("\n");
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads);
             printf("prefill %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_prefill, s0.prefill_tok_s, depth, sd.prefill_tok_s);
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
-            printf("memory read bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n", bw, roofline,
+            printf("memory read bandwidth %.2f GB/s (median of %d passes over %.0f MiB, 4x the %.0f MiB last-level cache; "
+                   "best %.2f); decode roofline %.1f tok/s; reached %.1f%%\n", bw, bwr.passes,
+                   (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.best_gbps, roofline,
                    roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
             printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
                    attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);
             printf("prefill %.1f GFLOP/s of a measured FMA peak of %.1f GFLOP/s (%.1f%%)\n", gflops, peak,
                    peak > 0 ? 100 * gflops / peak : 0);
-            printf("peak RSS %.1f MiB\n", peak_mib);
+            printf("peak RSS %.1f MiB; weights %.1f MiB, of which %.1f MiB used in place from the mapped file\n", peak_mib,
+                   (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0);
         }
         rc = 0;
     }
