@@ -273,10 +273,57 @@ static int measure(pkv_model *m, pkv_kv_cache *c, int V, int depth, int n_prefil
     return 0;
 }
 
+/* Batched decode: a prompt of `prompt` tokens forked into n sequences, then
+ * n_decode steps of one token for each of the n sequences in one pkv_decode.
+ * Returns total generated tokens per second over the n sequences (0 on error). */
+static double measure_batched(pkv_model *m, const pkv_cli_model_opts *o, int V, int n, int prompt, int n_decode) {
+    pkv_cli_model_opts bo = *o;
+    bo.n_ctx = prompt + n_decode + 1;
+    int ps = bo.page_size ? bo.page_size : 16;
+    int64_t pages = (int64_t)n * ((bo.n_ctx + ps - 1) / ps + 1);
+    pkv_kv_cache *c = pkv_cli_open_cache_pages("bench model", m, &bo, n, pages);
+    if (!c) return 0;
+    pkv_context **ctx = calloc((size_t)n, sizeof *ctx);
+    int32_t *toks = malloc((size_t)(prompt + n) * sizeof *toks), *ones = malloc((size_t)n * sizeof *ones);
+    const int32_t **tp = malloc((size_t)n * sizeof *tp);
+    double rate = 0;
+    pkv_status s = PKV_ERR_NOMEM;
+    if (!ctx || !toks || !ones || !tp || !(ctx[0] = pkv_context_create(m, c, bo.n_ctx))) goto out;
+    uint64_t seed = 7;
+    for (int i = 0; i < prompt + n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((seed >> 33) % (uint64_t)V);
+    }
+    if ((s = pkv_context_decode(ctx[0], toks, prompt))) goto out;
+    for (int i = 1; i < n; i++)
+        if (!(ctx[i] = pkv_context_fork(ctx[0]))) {
+            s = PKV_ERR_OUT_OF_PAGES;
+            goto out;
+        }
+    for (int i = 0; i < n; i++) {
+        ones[i] = 1;
+        tp[i] = &toks[prompt + i]; /* a different token per sequence */
+    }
+    double t0 = pkv_time_now();
+    for (int k = 0; k < n_decode && !s; k++) s = pkv_decode(ctx, n, tp, ones);
+    double t = pkv_time_now() - t0;
+    if (!s && t > 0) rate = (double)n * n_decode / t;
+out:
+    if (s) pkv_cli_fail("bench model", "batched decode", s);
+    for (int i = n - 1; ctx && i >= 0; i--) pkv_context_free(ctx[i]);
+    free(ctx);
+    free(toks);
+    free(ones);
+    free(tp);
+    pkv_kv_cache_free(c);
+    return rate;
+}
+
 int pkv_cli_bench_model(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     bool json = false;
     long long depth = 4096, n_prefill = 512, n_decode = 128;
+    int n_seqs[8], n_nseq = 0;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
         if (r < 0) return 2;
@@ -284,10 +331,12 @@ int pkv_cli_bench_model(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
-                   "                          [--prefill N] [--decode N] [--depth N]\n"
+                   "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
                    "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
                    "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
                    "same run and the decode roofline (weight bytes per token / bandwidth).\n"
+                   "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
+                   "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
                    "Without -m: the built-in tiny model. For the reference shape:\n"
                    "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
                    "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
@@ -300,6 +349,19 @@ int pkv_cli_bench_model(int argc, char **argv) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_prefill)) return 2;
         } else if (!strcmp(a, "--decode")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_decode)) return 2;
+        } else if (!strcmp(a, "--n-seq")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            n_nseq = 0;
+            for (const char *q = v; *q;) {
+                char *end;
+                long x = strtol(q, &end, 10);
+                if (end == q || x < 1 || x > 256 || n_nseq == 8 || (*end && *end != ',')) {
+                    fprintf(stderr, "pagekv bench model: --n-seq expects up to 8 comma-separated counts in 1..256, got '%s'\n", v);
+                    return 2;
+                }
+                n_seqs[n_nseq++] = (int)x;
+                q = *end ? end + 1 : end;
+            }
         } else {
             fprintf(stderr, "pagekv bench model: unknown option '%s' (see 'pagekv bench model --help')\n", a);
             return 2;
@@ -316,6 +378,12 @@ int pkv_cli_bench_model(int argc, char **argv) {
     if (!c) goto out;
     if ((rc = measure(m, c, info.n_vocab, 0, (int)n_prefill, (int)n_decode, &s0))) goto out;
     if (depth > 0 && (rc = measure(m, c, info.n_vocab, (int)depth, (int)n_prefill, (int)n_decode, &sd))) goto out;
+    double batched[8] = {0};
+    for (int k = 0; k < n_nseq; k++)
+        if (!(batched[k] = measure_batched(m, &o, info.n_vocab, n_seqs[k], 64, (int)n_decode))) {
+            rc = 1;
+            goto out;
+        }
     double attn_paged = 0, attn_contig = 0;
     if ((rc = bench_attention(pkv_model_device(m), depth > 0 ? (int)depth : 4096, info.n_head, info.n_head_kv, info.head_dim,
                               &attn_paged, &attn_contig)))
@@ -352,7 +420,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"attn_paged_vs_contiguous\": %.3f, \"gflops\": %.1f, \"fma_peak_gflops\": %.1f, "
                    "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f, \"weights_mib\": %.1f, "
                    "\"weights_mapped_mib\": %.1f, \"bandwidth_best_gbps\": %.2f, \"bandwidth_buffer_mib\": %.0f, "
-                   "\"llc_mib\": %.1f, \"bandwidth_passes\": %d}",
+                   "\"llc_mib\": %.1f, \"bandwidth_passes\": %d",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
                    s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
@@ -360,7 +428,14 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib,
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0, bwr.best_gbps,
                    (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.passes);
-            printf("\n");
+            if (n_nseq) {
+                printf(", \"batched_decode\": [");
+                for (int k = 0; k < n_nseq; k++)
+                    printf("%s{\"n_seq\": %d, \"tok_s\": %.2f, \"vs_one_sequence\": %.2f}", k ? ", " : "", n_seqs[k],
+                           batched[k], s0.decode_tok_s > 0 ? batched[k] / s0.decode_tok_s : 0);
+                printf("]");
+            }
+            printf("}\n");
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads);
@@ -374,6 +449,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);
             printf("prefill %.1f GFLOP/s of a measured FMA peak of %.1f GFLOP/s (%.1f%%)\n", gflops, peak,
                    peak > 0 ? 100 * gflops / peak : 0);
+            for (int k = 0; k < n_nseq; k++)
+                printf("decode %d sequences together: %.1f tok/s in all (%.2fx one sequence)\n", n_seqs[k], batched[k],
+                       s0.decode_tok_s > 0 ? batched[k] / s0.decode_tok_s : 0);
             printf("peak RSS %.1f MiB; weights %.1f MiB, of which %.1f MiB used in place from the mapped file\n", peak_mib,
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0);
         }
