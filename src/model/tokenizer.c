@@ -439,10 +439,12 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
     bool add_bos = d->add_bos >= 0 ? d->add_bos != 0 : spm || (bpe && pre == PKV_PRETOK_LLAMA3);
     bool add_eos = d->add_eos > 0;
     if (kind != PKV_TOKENIZER_NONE && ((add_bos && bos < 0) || (add_eos && eos < 0))) {
-        pkv_err(PKV_ERR_FORMAT, "tokenizer: tokenizer.ggml.add_%s_token is %s, but the vocabulary "
-                "has no %s token (tokenizer.ggml.%s_token_id)", add_bos && bos < 0 ? "bos" : "eos",
-                (add_bos && bos < 0 ? d->add_bos : d->add_eos) >= 0 ? "true" : "absent and the model's default is true",
-                add_bos && bos < 0 ? "BOS" : "EOS", add_bos && bos < 0 ? "bos" : "eos");
+        bool b = add_bos && bos < 0; /* BOS is the one missing (else EOS) */
+        const char *name = b ? "bos" : "eos";
+        pkv_err(PKV_ERR_FORMAT, "tokenizer: tokenizer.ggml.add_%s_token is %s, but the vocabulary has no %s "
+                "token (tokenizer.ggml.%s_token_id absent and no default in range)", name,
+                (b ? d->add_bos : d->add_eos) >= 0 ? "true" : "absent and the model's default is true",
+                b ? "BOS" : "EOS", name);
         return NULL;
     }
     if (d->n_merges < 0 || (d->n_merges > 0 && !d->merges)) {
