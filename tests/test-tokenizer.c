@@ -668,9 +668,11 @@ static pkv_vocab_desc byte_vocab(const char *model, const char *pre, const extra
  * each pre-tokenizer name; the keys override it. */
 static void test_bos_defaults(void) {
     static const struct { const char *pre; bool bos; } pres[] = {
-        {"default", false},  {"gpt2", false},        {"gpt-2", false},      {NULL, false},
-        {"llama-bpe", true}, {"llama3", true},       {"llama-v3", true},    {"falcon3", true},
-        {"pixtral", true},   {"qwen2", false},       {"deepseek-r1-qwen", false}, {"megrez", false},
+        {"default", false},   {"gpt2", false},        {"gpt-2", false},    {NULL, false},
+        {"llama-bpe", true},  {"llama3", true},       {"llama-v3", true},  {"falcon3", true},
+        {"falcon-h1", true},  {"pixtral", true},      {"midm-2.0", true},  {"lfm2", true},
+        {"jina-v5-nano", true}, {"qwen2", false},     {"deepseek-r1-qwen", false}, {"kormo", false},
+        {"f2llmv2", false},   {"megrez", false},
     };
     const extra_tok ex[] = {{"<|begin_of_text|>", PKV_TOKEN_CONTROL}, {"<|end_of_text|>", PKV_TOKEN_CONTROL}};
     const int32_t B = 256, E = 257;
@@ -837,6 +839,17 @@ static void test_spm_unknown_special(void) {
     IDS(tok, "hello<unk>", false, true, S_SPHELLO, S_UNK);
     IDS(tok, "<unk>", false, false, S_SP, S_BYTE0 + '<', S_BYTE0 + 'u', S_BYTE0 + 'n', S_BYTE0 + 'k',
         S_BYTE0 + '>');
+    /* parsed and rendered back: the same text (the dummy space after it is dropped) */
+    const char *t = "<unk>hello <unk> world<unk>";
+    int32_t ids[32];
+    int k = tokenize(tok, t, strlen(t), false, true, ids, 32);
+    IDS(tok, "<unk>hello <unk> world<unk>", false, true, S_UNK, S_SPHELLO, S_SP, S_UNK, S_SP, S_SPWORLD,
+        S_UNK);
+    char buf[64];
+    size_t n = 0;
+    CHECK(k > 0);
+    CHECK_OK(pkv_detokenize(tok, ids, (size_t)k, true, buf, sizeof buf, &n));
+    CHECK(n == strlen(t) && !memcmp(buf, t, n));
     pkv_tokenizer_free(tok);
     /* untyped: <unk> is id 0 by llama.cpp's default and of the unknown type */
     const extra_tok sx[] = {{"\xe2\x96\x81", PKV_TOKEN_NORMAL}};

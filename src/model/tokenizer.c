@@ -609,9 +609,10 @@ static size_t piece_bytes(const pkv_tokenizer *tok, int32_t id, bool render_spec
     return pkv_spm_piece(tok, id, out, cap);
 }
 
-static bool is_special_type(int t) {
-    return t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED;
-}
+/* Tokens after which tokenize starts a new raw fragment (with its dummy prefix), so
+ * detokenize drops that prefix: the types cut out of text as specials. An unknown
+ * token from SPM's fallback (a vocabulary without byte tokens) is lossy anyway. */
+static bool is_special_type(int t) { return is_parsed_type(t); }
 
 pkv_status pkv_token_piece(const pkv_tokenizer *tok, int32_t id, bool render_special,
                            char *buf, size_t size, size_t *n_out) {
