@@ -146,16 +146,20 @@ int pkv_cli_tokenize(int argc, char **argv) {
     }
     size_t n = 0, cap = 256;
     int rc = 1;
-    int32_t *ids = NULL;
+    /* one pass in the usual case: a token per byte plus BOS/EOS is room enough for
+     * byte-level BPE; otherwise the first call tells the count needed */
+    size_t n_ids = len + 16;
+    int32_t *ids = malloc(n_ids * sizeof *ids);
     char *buf = malloc(cap);
-    pkv_status s = pkv_model_tokenize(m, t, len, bos, special, NULL, 0, &n);
-    if (s && s != PKV_ERR_INVALID) {
-        pkv_cli_fail("tokenize", "tokenize", s);
-        goto out;
+    pkv_status s = ids && buf ? pkv_model_tokenize(m, t, len, bos, special, ids, n_ids, &n) : PKV_ERR_NOMEM;
+    if (s == PKV_ERR_INVALID && n > n_ids) {
+        free(ids);
+        n_ids = n;
+        ids = malloc(n_ids * sizeof *ids);
+        s = ids ? pkv_model_tokenize(m, t, len, bos, special, ids, n_ids, &n) : PKV_ERR_NOMEM;
     }
-    ids = malloc((n + 1) * sizeof *ids);
-    if (!buf || !ids || (s = pkv_model_tokenize(m, t, len, bos, special, ids, n + 1, &n))) {
-        pkv_cli_fail("tokenize", "tokenize", s ? s : PKV_ERR_NOMEM);
+    if (s) {
+        pkv_cli_fail("tokenize", "tokenize", s);
         goto out;
     }
     if (mode == OUT_PIECES) {
