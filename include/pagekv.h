@@ -560,6 +560,10 @@ pkv_status pkv_model_token_piece(const pkv_model *m, int32_t id, bool render_spe
                                  size_t size, size_t *n_out);
 int32_t pkv_model_bos(const pkv_model *m); /* -1 when none */
 int32_t pkv_model_eos(const pkv_model *m);
+/* True when id ends generation, as llama.cpp decides it: the EOS/EOT/EOM ids, the FIM
+ * pad/repo/file-separator tokens, and tokens recognised by their text (<|im_end|>,
+ * <|eot_id|>, </s>, ...: docs/tokenizer.md). pkv_generate and pkv_spec_generate stop
+ * after such a token. False for a NULL model or an id out of range. */
 bool pkv_model_is_eog(const pkv_model *m, int32_t id);
 
 /* Test models with random weights (`pagekv mkmodel`). Weights are scaled so

@@ -274,8 +274,11 @@ static void test_bpe_handmade(void) {
         IDS(tok, "<|bos|>hello", false, false, '<', '|', 'b', 'o', 's', '|', '>', HELLO);
         IDS(tok, "hello<|user|> world", false, false, HELLO, USR, GWORLD);
         IDS(tok, "hello<|eos|><|bos|>", false, true, HELLO, EOS, BOS);
-        /* gpt2 default: no BOS on add_special */
-        IDS(tok, "hello", true, false, HELLO);
+        /* no add_bos_token: llama.cpp adds BOS for llama-bpe, not for the GPT-2 pattern */
+        if (p == 0)
+            IDS(tok, "hello", true, false, HELLO);
+        else
+            IDS(tok, "hello", true, false, BOS, HELLO);
         /* pieces and decode */
         char buf[64];
         size_t n = 0;
@@ -623,6 +626,245 @@ static void test_builtin(void) {
     CHECK_MSG("299");
 }
 
+
+/* ------------------------------------------- llama.cpp's defaults and specials */
+
+/* A vocabulary of the 256 byte tokens (BPE: GPT-2 byte form, no merges; SPM:
+ * "<0xNN>" after <unk>, <s>, </s> when spm_head) followed by extra tokens. */
+typedef struct { const char *text; int32_t type; } extra_tok;
+
+static pkv_vocab_desc byte_vocab(const char *model, const char *pre, const extra_tok *extra,
+                                 int n_extra) {
+    static char bytes[256][8];
+    static const char *toks[512];
+    static int32_t types[512];
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        if (!strcmp(model, "llama")) snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        else byte_text(b, bytes[b]);
+        toks[n] = bytes[b];
+        types[n++] = !strcmp(model, "llama") ? PKV_TOKEN_BYTE : PKV_TOKEN_NORMAL;
+    }
+    for (int i = 0; i < n_extra && n < 512; i++) {
+        toks[n] = extra[i].text;
+        types[n++] = extra[i].type;
+    }
+    pkv_vocab_desc d = pkv_vocab_desc_default();
+    d.model = model;
+    d.pre = pre;
+    d.n_tokens = n;
+    d.tokens = toks;
+    d.types = types;
+    return d;
+}
+
+#define NO_IDS(tok, text, add, parse)                                                  \
+    do {                                                                               \
+        int32_t _o[4];                                                                 \
+        CHECK_INT(tokenize(tok, text, strlen(text), add, parse, _o, 4), 0);            \
+    } while (0)
+
+/* BOS/EOS when the GGUF has no add_bos_token/add_eos_token: llama.cpp's default for
+ * each pre-tokenizer name; the keys override it. */
+static void test_bos_defaults(void) {
+    static const struct { const char *pre; bool bos; } pres[] = {
+        {"default", false},   {"gpt2", false},        {"gpt-2", false},    {NULL, false},
+        {"llama-bpe", true},  {"llama3", true},       {"llama-v3", true},  {"falcon3", true},
+        {"falcon-h1", true},  {"pixtral", true},      {"midm-2.0", true},  {"lfm2", true},
+        {"jina-v5-nano", true}, {"qwen2", false},     {"deepseek-r1-qwen", false}, {"kormo", false},
+        {"f2llmv2", false},   {"megrez", false},
+    };
+    const extra_tok ex[] = {{"<|begin_of_text|>", PKV_TOKEN_CONTROL}, {"<|end_of_text|>", PKV_TOKEN_CONTROL}};
+    const int32_t B = 256, E = 257;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(pres); i++) {
+        pkv_vocab_desc d = byte_vocab("gpt2", pres[i].pre, ex, 2);
+        d.bos_id = B;
+        d.eos_id = E;
+        pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+        REQUIRE_VOID(tok);
+        if (pres[i].bos) { /* e.g. Llama 3: "a" is [128000, 64], "" is [128000] */
+            IDS(tok, "a", true, false, B, 'a');
+            IDS(tok, "", true, false, B);
+        } else {
+            IDS(tok, "a", true, false, 'a');
+            NO_IDS(tok, "", true, false);
+        }
+        IDS(tok, "a", false, false, 'a'); /* add_special false: never */
+        pkv_tokenizer_free(tok);
+        /* the keys win over the default either way */
+        d.add_bos = !pres[i].bos;
+        d.add_eos = 1;
+        tok = pkv_tokenizer_create(&d);
+        REQUIRE_VOID(tok);
+        if (pres[i].bos)
+            IDS(tok, "a", true, false, 'a', E);
+        else
+            IDS(tok, "a", true, false, B, 'a', E);
+        pkv_tokenizer_free(tok);
+    }
+    /* ids absent: llama.cpp's gpt2 default is BOS = EOS = 11 (when in range) */
+    pkv_vocab_desc d = byte_vocab("gpt2", "llama-bpe", ex, 2);
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK_INT(pkv_tokenizer_bos(tok), 11);
+    CHECK_INT(pkv_tokenizer_eos(tok), 11);
+    CHECK(pkv_tokenizer_is_eog(tok, 11));
+    IDS(tok, "a", true, false, 11, 'a');
+    pkv_tokenizer_free(tok);
+    /* ... out of range: no BOS, so llama-bpe's default add_bos cannot be met */
+    const char *small[] = {"a", "b", "c"};
+    d = pkv_vocab_desc_default();
+    d.model = "gpt2";
+    d.pre = "llama-bpe";
+    d.n_tokens = 3;
+    d.tokens = small;
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("no BOS token");
+    d.pre = "qwen2"; /* no BOS asked: fine */
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK_INT(pkv_tokenizer_bos(tok), -1);
+    CHECK_INT(pkv_tokenizer_eos(tok), -1);
+    IDS(tok, "ab", true, false, 0, 1);
+    pkv_tokenizer_free(tok);
+    d.add_eos = 1;
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("add_eos_token is true");
+    /* SPM: BOS by default; ids absent: unk 0, bos 1, eos 2 */
+    const extra_tok sx[] = {{"\xe2\x96\x81" "a", PKV_TOKEN_NORMAL}};
+    d = byte_vocab("llama", NULL, sx, 1);
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK_INT(pkv_tokenizer_bos(tok), 1);
+    CHECK_INT(pkv_tokenizer_eos(tok), 2);
+    CHECK(pkv_tokenizer_is_eog(tok, 2));
+    IDS(tok, "a", true, false, 1, 256);
+    IDS(tok, "", true, false, 1);
+    pkv_tokenizer_free(tok);
+}
+
+/* End of generation and control tokens found by their text, as llama.cpp does. */
+static void test_eog_by_text(void) {
+    enum { IM_END = 256, S_END, EOT_TXT, IM_START, ENDOFTEXT, FIM_PAD, REPO, FILE_SEP, FIM_PRE,
+           EOT_ID, DS_END, S_BEGIN, HELLO_T, PLAIN, N_EX };
+    const extra_tok ex[] = {
+        {"<|im_end|>", PKV_TOKEN_NORMAL},   /* ordinary in the file: made control, EOG */
+        {"</s>", PKV_TOKEN_NORMAL},         /* likewise (Qwen3 has it as a plain token) */
+        {"<EOT>", PKV_TOKEN_USER_DEFINED},  /* user-defined: made control */
+        {"<|im_start|>", PKV_TOKEN_CONTROL}, /* control, but not an end */
+        {"<|endoftext|>", PKV_TOKEN_CONTROL},
+        {"<|fim_pad|>", PKV_TOKEN_CONTROL}, /* fim pad/repo/file separator end generation */
+        {"<|repo_name|>", PKV_TOKEN_NORMAL},
+        {"<|file_sep|>", PKV_TOKEN_NORMAL},
+        {"<|fim_prefix|>", PKV_TOKEN_NORMAL}, /* made control, but not an end */
+        {"<|eot_id|>", PKV_TOKEN_NORMAL},
+        {"<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", PKV_TOKEN_NORMAL},
+        {"<s>", PKV_TOKEN_NORMAL},          /* not a marker: stays ordinary text */
+        {"Hello", PKV_TOKEN_USER_DEFINED},
+        {"zz", PKV_TOKEN_NORMAL},
+    };
+    pkv_vocab_desc d = byte_vocab("gpt2", "qwen2", ex, N_EX - 256);
+    d.bos_id = ENDOFTEXT;
+    d.eos_id = ENDOFTEXT;
+    d.add_bos = 0;
+    pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    const int32_t ends[] = {IM_END, S_END, EOT_TXT, ENDOFTEXT, FIM_PAD, REPO, FILE_SEP, EOT_ID, DS_END};
+    for (size_t i = 0; i < PKV_ARRAY_LEN(ends); i++) {
+        th_checks++;
+        if (!pkv_tokenizer_is_eog(tok, ends[i])) TH_FAIL("token %d should end generation", ends[i]);
+    }
+    const int32_t not_ends[] = {IM_START, FIM_PRE, S_BEGIN, HELLO_T, PLAIN, 'a', N_EX, -1};
+    for (size_t i = 0; i < PKV_ARRAY_LEN(not_ends); i++) {
+        th_checks++;
+        if (pkv_tokenizer_is_eog(tok, not_ends[i])) TH_FAIL("token %d should not end generation", not_ends[i]);
+    }
+    /* the example: with parse_special, "</s>" is one token; without, its bytes */
+    IDS(tok, "<s>Hello</s>", false, true, '<', 's', '>', HELLO_T, S_END);
+    IDS(tok, "<s>Hello</s>", false, false, '<', 's', '>', HELLO_T, '<', '/', 's', '>');
+    IDS(tok, "x<|im_end|>\n", false, true, 'x', IM_END, '\n');
+    IDS(tok, "<EOT>", false, false, '<', 'E', 'O', 'T', '>'); /* user-defined, now control */
+    IDS(tok, "<EOT><|fim_prefix|>", false, true, EOT_TXT, FIM_PRE);
+    /* control tokens render only on request */
+    char buf[64];
+    size_t n = 0;
+    CHECK_OK(pkv_token_piece(tok, IM_END, false, buf, sizeof buf, &n));
+    CHECK_INT(n, 0);
+    CHECK_OK(pkv_token_piece(tok, IM_END, true, buf, sizeof buf, &n));
+    CHECK(n == 10 && memcmp(buf, "<|im_end|>", 10) == 0);
+    pkv_tokenizer_free(tok);
+
+    /* ids the file gives are taken as they are (no search by text, types kept) */
+    d.eot_id = PLAIN;
+    d.fim_pad_id = S_BEGIN;
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK(pkv_tokenizer_is_eog(tok, PLAIN));
+    CHECK(pkv_tokenizer_is_eog(tok, S_BEGIN));
+    CHECK(pkv_tokenizer_is_eog(tok, IM_END)); /* still by its text */
+    CHECK(!pkv_tokenizer_is_eog(tok, FIM_PAD)); /* the role went to the given id */
+    IDS(tok, "zz", false, true, 'z', 'z');    /* still ordinary text, not cut out */
+    pkv_tokenizer_free(tok);
+
+    /* llama.cpp's exceptions: <|end|> next to <|return|> and <|call|> (gpt-oss) is a
+     * user-defined token, not an end; </s> next to <|tool_response> is ordinary */
+    const extra_tok ex2[] = {{"<|end|>", PKV_TOKEN_CONTROL},  {"<|return|>", PKV_TOKEN_CONTROL},
+                             {"<|call|>", PKV_TOKEN_CONTROL}, {"</s>", PKV_TOKEN_NORMAL},
+                             {"<|tool_response>", PKV_TOKEN_CONTROL}};
+    d = byte_vocab("gpt2", "default", ex2, 5);
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK(!pkv_tokenizer_is_eog(tok, 256));
+    CHECK(pkv_tokenizer_is_eog(tok, 257));
+    CHECK(pkv_tokenizer_is_eog(tok, 258));
+    CHECK(!pkv_tokenizer_is_eog(tok, 259));
+    CHECK(pkv_tokenizer_is_eog(tok, 260));
+    IDS(tok, "<|end|></s>", false, false, 256, '<', '/', 's', '>');
+    pkv_tokenizer_free(tok);
+    /* without <|return|>, <|end|> is an end (Phi-3) */
+    d = byte_vocab("gpt2", "default", ex2, 1);
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    CHECK(pkv_tokenizer_is_eog(tok, 256));
+    pkv_tokenizer_free(tok);
+}
+
+/* SentencePiece: the unknown token's text is parsed with parse_special (llama.cpp
+ * gives [0] for "<unk>"), like control tokens, and only then. */
+static void test_spm_unknown_special(void) {
+    pkv_tokenizer *tok = make_spm(-1, true);
+    REQUIRE_VOID(tok);
+    IDS(tok, "<unk>", false, true, S_UNK);
+    IDS(tok, "<unk>", true, true, S_BOS, S_UNK);
+    IDS(tok, "hello<unk>", false, true, S_SPHELLO, S_UNK);
+    IDS(tok, "<unk>", false, false, S_SP, S_BYTE0 + '<', S_BYTE0 + 'u', S_BYTE0 + 'n', S_BYTE0 + 'k',
+        S_BYTE0 + '>');
+    /* parsed and rendered back: the same text (the dummy space after it is dropped) */
+    const char *t = "<unk>hello <unk> world<unk>";
+    int32_t ids[32];
+    int k = tokenize(tok, t, strlen(t), false, true, ids, 32);
+    IDS(tok, "<unk>hello <unk> world<unk>", false, true, S_UNK, S_SPHELLO, S_SP, S_UNK, S_SP, S_SPWORLD,
+        S_UNK);
+    char buf[64];
+    size_t n = 0;
+    CHECK(k > 0);
+    CHECK_OK(pkv_detokenize(tok, ids, (size_t)k, true, buf, sizeof buf, &n));
+    CHECK(n == strlen(t) && !memcmp(buf, t, n));
+    pkv_tokenizer_free(tok);
+    /* untyped: <unk> is id 0 by llama.cpp's default and of the unknown type */
+    const extra_tok sx[] = {{"\xe2\x96\x81", PKV_TOKEN_NORMAL}};
+    pkv_vocab_desc d = byte_vocab("llama", NULL, sx, 1);
+    static const char *toks[260];
+    memcpy(toks, d.tokens, sizeof(char *) * 257);
+    toks[0] = "<unk>"; /* replaces byte 0x00 */
+    d.tokens = toks;
+    d.types = NULL;
+    tok = pkv_tokenizer_create(&d);
+    REQUIRE_VOID(tok);
+    IDS(tok, "<unk>", false, true, 0);
+    pkv_tokenizer_free(tok);
+}
+
 /* ------------------------------------------------------------------ none */
 
 static void test_none(void) {
@@ -770,6 +1012,9 @@ int main(void) {
     test_spm();
     test_bpe_missing_bytes();
     test_spm_untyped();
+    test_bos_defaults();
+    test_eog_by_text();
+    test_spm_unknown_special();
     test_builtin();
     test_none();
     test_alloc_failures();

@@ -193,6 +193,19 @@ static pkv_status load_tokenizer(const pkv_gguf *g, int n_vocab, pkv_tokenizer *
         if (!pkv_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v)) d.eos_id = (int32_t)v;
         if (!pkv_gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v)) d.unk_id = (int32_t)v;
         if (!pkv_gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &v)) d.pad_id = (int32_t)v;
+        /* llama.cpp's other special-token keys (fim pre/suf/mid also under their older
+         * names prefix/suffix/middle) */
+        const struct { const char *key; int32_t *id; } more[] = {
+            {"tokenizer.ggml.eot_token_id", &d.eot_id},         {"tokenizer.ggml.eom_token_id", &d.eom_id},
+            {"tokenizer.ggml.fim_pre_token_id", &d.fim_pre_id}, {"tokenizer.ggml.fim_suf_token_id", &d.fim_suf_id},
+            {"tokenizer.ggml.fim_mid_token_id", &d.fim_mid_id}, {"tokenizer.ggml.fim_pad_token_id", &d.fim_pad_id},
+            {"tokenizer.ggml.fim_rep_token_id", &d.fim_rep_id}, {"tokenizer.ggml.fim_sep_token_id", &d.fim_sep_id},
+            /* read last, as llama.cpp does: they win when both names are present */
+            {"tokenizer.ggml.prefix_token_id", &d.fim_pre_id},  {"tokenizer.ggml.suffix_token_id", &d.fim_suf_id},
+            {"tokenizer.ggml.middle_token_id", &d.fim_mid_id},
+        };
+        for (size_t k = 0; k < PKV_ARRAY_LEN(more); k++)
+            if (!pkv_gguf_get_u32(g, more[k].key, &v)) *more[k].id = (int32_t)v;
         if (!pkv_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b)) d.add_bos = b;
         if (!pkv_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b)) d.add_eos = b;
         if (!pkv_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b)) d.add_space_prefix = b;

@@ -201,14 +201,7 @@ pkv_status pkv_pretokenize(const char *pre, const char *text, size_t len, size_t
     if (!pre || !n_out || (!text && len) || (!ends && max))
         return pkv_err(PKV_ERR_INVALID, "pkv_pretokenize: NULL argument");
     pkv_pretok p;
-    if (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0)
-        p = PKV_PRETOK_LLAMA3;
-    else if (strcmp(pre, "qwen2") == 0)
-        p = PKV_PRETOK_QWEN2;
-    else if (strcmp(pre, "default") == 0 || strcmp(pre, "gpt2") == 0 ||
-             strcmp(pre, "gpt-2") == 0)
-        p = PKV_PRETOK_GPT2;
-    else
+    if (!pkv_pretok_from_name(pre, &p))
         return pkv_err(PKV_ERR_NOT_FOUND, "pkv_pretokenize: unknown pattern \"%s\"", pre);
     bpe_work w;
     pkv_status s = work_init(&w, text, len, false);

@@ -14,6 +14,10 @@ typedef enum pkv_pretok {
 /* Merge table entry (BPE): the pair (left, right) of token ids merges into result
  * with priority rank (lower first). Open addressing; key 0 is never a valid pair
  * key because it is stored as key + 1. */
+/* The pattern named by a tokenizer.ggml.pre value (llama.cpp's names for the three
+ * patterns pagekv has); false for an unknown name. */
+bool pkv_pretok_from_name(const char *name, pkv_pretok *out);
+
 typedef struct pkv_merge_slot {
     uint64_t key1; /* ((uint64_t)left << 32 | right) + 1; 0 = empty */
     int32_t rank;
@@ -43,10 +47,10 @@ struct pkv_tokenizer {
     int32_t *special;   /* [n_special] */
     size_t n_special;
     bool special_first[256]; /* some special token starts with this byte */
-    /* end-of-generation ids other than eos */
+    /* end-of-generation ids (eos included), ascending */
     int32_t *eog;       /* [n_eog] */
     size_t n_eog;
-    int32_t bos, eos, unk, pad;
+    int32_t bos, eos, unk, pad; /* -1 = none */
     bool add_bos, add_eos, add_space_prefix;
 };
 

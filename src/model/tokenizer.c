@@ -7,7 +7,8 @@
 pkv_vocab_desc pkv_vocab_desc_default(void) {
     pkv_vocab_desc d;
     memset(&d, 0, sizeof d);
-    d.bos_id = d.eos_id = d.unk_id = d.pad_id = -1;
+    d.bos_id = d.eos_id = d.unk_id = d.pad_id = d.eot_id = d.eom_id = -1;
+    d.fim_pre_id = d.fim_suf_id = d.fim_mid_id = d.fim_pad_id = d.fim_rep_id = d.fim_sep_id = -1;
     d.add_bos = d.add_eos = d.add_space_prefix = -1;
     return d;
 }
@@ -148,9 +149,60 @@ int32_t pkv_tok_lookup(const pkv_tokenizer *tok, const char *s, size_t n) {
 
 /* ------------------------------------------------------------- create */
 
+/* llama.cpp's names for the three pre-tokenizer patterns pagekv has
+ * (llama_vocab::impl::load in llama.cpp's src/llama-vocab.cpp). */
+static const char *const k_pre_llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
+                                           "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"};
+static const char *const k_pre_qwen2[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"};
+static const char *const k_pre_gpt2[] = {"default", "gpt2", "gpt-2"};
+
+static bool name_in(const char *name, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, list[i]) == 0) return true;
+    return false;
+}
+
+bool pkv_pretok_from_name(const char *name, pkv_pretok *out) {
+    if (name_in(name, k_pre_llama3, PKV_ARRAY_LEN(k_pre_llama3)))
+        *out = PKV_PRETOK_LLAMA3;
+    else if (name_in(name, k_pre_qwen2, PKV_ARRAY_LEN(k_pre_qwen2)))
+        *out = PKV_PRETOK_QWEN2;
+    else if (name_in(name, k_pre_gpt2, PKV_ARRAY_LEN(k_pre_gpt2)))
+        *out = PKV_PRETOK_GPT2;
+    else
+        return false;
+    return true;
+}
+
+/* Tokens llama.cpp finds by their text when the GGUF does not give their id, and
+ * makes control tokens (same source). Each list is NULL-terminated. */
+#define FW_BAR "\xEF\xBD\x9C" /* U+FF5C FULLWIDTH VERTICAL LINE */
+#define SPM_SP "\xE2\x96\x81" /* U+2581 */
+enum { ROLE_EOT, ROLE_EOM, ROLE_FIM_PRE, ROLE_FIM_SUF, ROLE_FIM_MID, ROLE_FIM_PAD, ROLE_FIM_REP,
+       ROLE_FIM_SEP, N_ROLES };
+static const char *const k_role_texts[N_ROLES][12] = {
+    [ROLE_EOT] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                  "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+                  "<" FW_BAR "end" SPM_SP "of" SPM_SP "sentence" FW_BAR ">", "<end_of_utterance>", NULL},
+    [ROLE_EOM] = {"<|eom_id|>", NULL},
+    [ROLE_FIM_PRE] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FW_BAR "fim" SPM_SP "begin" FW_BAR ">",
+                      "<PRE>", SPM_SP "<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+    [ROLE_FIM_SUF] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FW_BAR "fim" SPM_SP "hole" FW_BAR ">",
+                      "<SUF>", SPM_SP "<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
+    [ROLE_FIM_MID] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FW_BAR "fim" SPM_SP "end" FW_BAR ">",
+                      "<MID>", SPM_SP "<MID>", "<|code_middle|>", "<|middle|>", NULL},
+    [ROLE_FIM_PAD] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+    [ROLE_FIM_REP] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    [ROLE_FIM_SEP] = {"<|file_sep|>", NULL},
+};
+
+/* Every token with one of these texts ends generation and becomes a control token
+ * (same source: the list that builds special_eog_ids). */
 static const char *const k_eog_texts[] = {
-    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>",
-    "<|end|>",    "<end_of_turn>", "</s>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<" FW_BAR "end" SPM_SP "of" SPM_SP "sentence" FW_BAR ">", "[e~[",
 };
 
 typedef struct special_ent {
@@ -166,9 +218,100 @@ static int special_cmp(const void *a, const void *b) {
 
 static pkv_status check_id(const char *what, int32_t id, int32_t n) {
     if (id < -1 || id >= n)
-        return pkv_err(PKV_ERR_FORMAT, "tokenizer: %s %d is out of range [0, %d) (-1 = none)",
+        return pkv_err(PKV_ERR_FORMAT, "tokenizer: %s %d is out of range [0, %d) (-1 = absent)",
                        what, id, n);
     return PKV_OK;
+}
+
+/* The id a desc gives, or the model's default when absent and in range, or -1. */
+static int32_t resolve_id(int32_t given, int32_t def, int32_t n) {
+    if (given >= 0) return given;
+    return def >= 0 && def < n ? def : -1;
+}
+
+static int32_t find_text(const pkv_tokenizer *tok, const char *t) {
+    return pkv_tok_lookup(tok, t, strlen(t));
+}
+
+static void make_control(pkv_tokenizer *tok, int32_t id) {
+    if (id >= 0) tok->types[id] = PKV_TOKEN_CONTROL;
+}
+
+/* Add id to the ascending set tok->eog (room for it was allocated). */
+static void eog_add(pkv_tokenizer *tok, int32_t id) {
+    if (id < 0) return;
+    size_t i = 0;
+    while (i < tok->n_eog && tok->eog[i] < id) i++;
+    if (i < tok->n_eog && tok->eog[i] == id) return;
+    memmove(tok->eog + i + 1, tok->eog + i, (tok->n_eog - i) * sizeof *tok->eog);
+    tok->eog[i] = id;
+    tok->n_eog++;
+}
+
+static void eog_remove(pkv_tokenizer *tok, int32_t id) {
+    for (size_t i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id) {
+            memmove(tok->eog + i, tok->eog + i + 1, (tok->n_eog - i - 1) * sizeof *tok->eog);
+            tok->n_eog--;
+            return;
+        }
+}
+
+static bool eog_has_text(const pkv_tokenizer *tok, const char *t) {
+    int32_t id = find_text(tok, t);
+    return id >= 0 && pkv_tokenizer_is_eog(tok, id);
+}
+
+/* The end-of-generation set and the tokens recognised by their text, as llama.cpp
+ * builds them: roles (eot, eom, fim) not given by the desc are looked for by text
+ * (the lowest matching id: llama.cpp takes whichever its hash map yields first) and
+ * made control; every token with an end-of-generation text is made control and
+ * joins the set, with the eos/eot/eom ids and the fim pad/repo/separator ids. */
+static pkv_status find_specials(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
+    int32_t role[N_ROLES] = {d->eot_id, d->eom_id, d->fim_pre_id, d->fim_suf_id, d->fim_mid_id,
+                             d->fim_pad_id, d->fim_rep_id, d->fim_sep_id};
+    for (int r = 0; r < N_ROLES; r++) {
+        if (role[r] >= 0) continue;
+        for (size_t k = 0; k_role_texts[r][k]; k++) {
+            int32_t id = find_text(tok, k_role_texts[r][k]);
+            if (id >= 0 && (role[r] < 0 || id < role[r])) role[r] = id;
+        }
+        make_control(tok, role[r]);
+    }
+    size_t cap = 6 + PKV_ARRAY_LEN(k_eog_texts);
+    tok->eog = pkv_calloc(cap, sizeof *tok->eog);
+    if (!tok->eog) return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate eog ids");
+    eog_add(tok, role[ROLE_FIM_PAD]);
+    eog_add(tok, role[ROLE_FIM_REP]);
+    eog_add(tok, role[ROLE_FIM_SEP]);
+    for (size_t e = 0; e < PKV_ARRAY_LEN(k_eog_texts); e++) {
+        int32_t id = find_text(tok, k_eog_texts[e]);
+        make_control(tok, id);
+        eog_add(tok, id);
+    }
+    eog_add(tok, tok->eos);
+    eog_add(tok, role[ROLE_EOT]);
+    eog_add(tok, role[ROLE_EOM]);
+    /* llama.cpp's two exceptions: in gpt-oss/solar-open vocabularies <|end|> ends a
+     * message but not generation (it becomes user-defined); next to <|tool_response>
+     * (gemma4) </s> is an ordinary token */
+    bool has_call = eog_has_text(tok, "<|call|>") || eog_has_text(tok, "<|calls|>");
+    if (eog_has_text(tok, "<|end|>") && has_call &&
+        (eog_has_text(tok, "<|return|>") || eog_has_text(tok, "<|flush|>"))) {
+        int32_t id = find_text(tok, "<|end|>");
+        eog_remove(tok, id);
+        tok->types[id] = PKV_TOKEN_USER_DEFINED;
+    }
+    if (eog_has_text(tok, "<|tool_response>") && eog_has_text(tok, "</s>")) {
+        int32_t id = find_text(tok, "</s>");
+        eog_remove(tok, id);
+        tok->types[id] = PKV_TOKEN_NORMAL;
+    }
+    return PKV_OK;
+}
+
+static bool is_parsed_type(int t) {
+    return t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED || t == PKV_TOKEN_UNKNOWN;
 }
 
 static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
@@ -194,7 +337,7 @@ static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
     if (!tok->text || !tok->off || !tok->len || !tok->types || !tok->map)
         return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate the vocabulary (%d tokens, "
                        "%zu bytes of text)", n, total);
-    size_t at = 0, n_special = 0;
+    size_t at = 0;
     for (int32_t i = 0; i < n; i++) {
         size_t l = d->token_lens ? d->token_lens[i] : strlen(d->tokens[i]);
         if (l) memcpy(tok->text + at, d->tokens[i], l);
@@ -203,11 +346,10 @@ static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
         at += l;
         int32_t t = d->types ? d->types[i] : PKV_TOKEN_NORMAL;
         if (t < PKV_TOKEN_NORMAL || t > PKV_TOKEN_BYTE) t = PKV_TOKEN_NORMAL;
-        if (!d->types && (i == d->bos_id || i == d->eos_id || i == d->pad_id))
+        if (!d->types && (i == tok->bos || i == tok->eos || i == tok->pad))
             t = PKV_TOKEN_CONTROL; /* without types, the named specials are control */
-        if (!d->types && i == d->unk_id) t = PKV_TOKEN_UNKNOWN;
+        if (!d->types && i == tok->unk) t = PKV_TOKEN_UNKNOWN;
         tok->types[i] = (uint8_t)t;
-        if ((t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED) && l > 0) n_special++;
         /* insert into the map; a duplicate text keeps its first id */
         size_t mask = n_map - 1;
         for (size_t h = pkv_hash64(tok->text + tok->off[i], l, 0) & mask;; h = (h + 1) & mask) {
@@ -221,6 +363,13 @@ static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
                 break;
         }
     }
+    pkv_status s = find_specials(tok, d);
+    if (s) return s;
+    /* the tokens cut out of text before tokenizing: control, unknown and user-defined
+     * (llama.cpp's special-token cache) */
+    size_t n_special = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (is_parsed_type(tok->types[i]) && tok->len[i] > 0) n_special++;
     if (n_special) {
         special_ent *ents = pkv_calloc(n_special, sizeof *ents);
         tok->special = pkv_calloc(n_special, sizeof *tok->special);
@@ -231,8 +380,7 @@ static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
         }
         size_t k = 0;
         for (int32_t i = 0; i < n; i++)
-            if ((tok->types[i] == PKV_TOKEN_CONTROL || tok->types[i] == PKV_TOKEN_USER_DEFINED) &&
-                tok->len[i] > 0)
+            if (is_parsed_type(tok->types[i]) && tok->len[i] > 0)
                 ents[k++] = (special_ent){tok->len[i], i};
         qsort(ents, n_special, sizeof *ents, special_cmp);
         for (size_t j = 0; j < n_special; j++) {
@@ -241,20 +389,6 @@ static pkv_status build_vocab(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
         }
         tok->n_special = n_special;
         pkv_free(ents);
-    }
-    /* end-of-generation markers besides eos */
-    size_t n_eog = 0;
-    for (size_t e = 0; e < PKV_ARRAY_LEN(k_eog_texts); e++) {
-        int32_t id = pkv_tok_lookup(tok, k_eog_texts[e], strlen(k_eog_texts[e]));
-        if (id >= 0 && tok->types[id] == PKV_TOKEN_CONTROL) n_eog++;
-    }
-    if (n_eog) {
-        tok->eog = pkv_calloc(n_eog, sizeof *tok->eog);
-        if (!tok->eog) return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate eog ids");
-        for (size_t e = 0; e < PKV_ARRAY_LEN(k_eog_texts); e++) {
-            int32_t id = pkv_tok_lookup(tok, k_eog_texts[e], strlen(k_eog_texts[e]));
-            if (id >= 0 && tok->types[id] == PKV_TOKEN_CONTROL) tok->eog[tok->n_eog++] = id;
-        }
     }
     return PKV_OK;
 }
@@ -278,28 +412,41 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
         return NULL;
     }
     pkv_pretok pre = PKV_PRETOK_GPT2;
-    if (kind == PKV_TOKENIZER_BPE && d->pre) {
-        if (strcmp(d->pre, "llama-bpe") == 0 || strcmp(d->pre, "llama3") == 0)
-            pre = PKV_PRETOK_LLAMA3;
-        else if (strcmp(d->pre, "qwen2") == 0)
-            pre = PKV_PRETOK_QWEN2;
-        else if (strcmp(d->pre, "default") == 0 || strcmp(d->pre, "gpt2") == 0 ||
-                 strcmp(d->pre, "gpt-2") == 0)
-            pre = PKV_PRETOK_GPT2;
-        else {
-            pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%s\" "
-                    "is not supported (supported: llama-bpe, qwen2, default)", d->pre);
-            return NULL;
-        }
+    if (kind == PKV_TOKENIZER_BPE && d->pre && !pkv_pretok_from_name(d->pre, &pre)) {
+        pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%s\" "
+                "is not supported (supported: llama-bpe, qwen2, default and their other "
+                "names in docs/tokenizer.md)", d->pre);
+        return NULL;
     }
     if (d->n_tokens < 0 || (kind != PKV_TOKENIZER_NONE && d->n_tokens == 0)) {
         pkv_err(PKV_ERR_FORMAT, "tokenizer: model \"%s\" with %d tokens", model, d->n_tokens);
         return NULL;
     }
     pkv_status s;
-    if ((s = check_id("bos_id", d->bos_id, d->n_tokens)) || (s = check_id("eos_id", d->eos_id, d->n_tokens)) ||
-        (s = check_id("unk_id", d->unk_id, d->n_tokens)) || (s = check_id("pad_id", d->pad_id, d->n_tokens)))
+    const struct { const char *name; int32_t id; } ids[] = {
+        {"bos_id", d->bos_id}, {"eos_id", d->eos_id}, {"unk_id", d->unk_id}, {"pad_id", d->pad_id},
+        {"eot_id", d->eot_id}, {"eom_id", d->eom_id}, {"fim_pre_id", d->fim_pre_id},
+        {"fim_suf_id", d->fim_suf_id}, {"fim_mid_id", d->fim_mid_id}, {"fim_pad_id", d->fim_pad_id},
+        {"fim_rep_id", d->fim_rep_id}, {"fim_sep_id", d->fim_sep_id},
+    };
+    for (size_t i = 0; i < PKV_ARRAY_LEN(ids); i++)
+        if ((s = check_id(ids[i].name, ids[i].id, d->n_tokens))) return NULL;
+    /* llama.cpp's defaults when the GGUF has no key (llama_vocab::impl::load) */
+    bool spm = kind == PKV_TOKENIZER_SPM, bpe = kind == PKV_TOKENIZER_BPE;
+    int32_t bos = resolve_id(d->bos_id, spm ? 1 : bpe ? 11 : -1, d->n_tokens);
+    int32_t eos = resolve_id(d->eos_id, spm ? 2 : bpe ? 11 : -1, d->n_tokens);
+    int32_t unk = resolve_id(d->unk_id, spm ? 0 : -1, d->n_tokens);
+    bool add_bos = d->add_bos >= 0 ? d->add_bos != 0 : spm || (bpe && pre == PKV_PRETOK_LLAMA3);
+    bool add_eos = d->add_eos > 0;
+    if (kind != PKV_TOKENIZER_NONE && ((add_bos && bos < 0) || (add_eos && eos < 0))) {
+        bool b = add_bos && bos < 0; /* BOS is the one missing (else EOS) */
+        const char *name = b ? "bos" : "eos";
+        pkv_err(PKV_ERR_FORMAT, "tokenizer: tokenizer.ggml.add_%s_token is %s, but the vocabulary has no %s "
+                "token (tokenizer.ggml.%s_token_id absent and no default in range)", name,
+                (b ? d->add_bos : d->add_eos) >= 0 ? "true" : "absent and the model's default is true",
+                b ? "BOS" : "EOS", name);
         return NULL;
+    }
     if (d->n_merges < 0 || (d->n_merges > 0 && !d->merges)) {
         pkv_err(PKV_ERR_FORMAT, "tokenizer: %d merges but no merge array", d->n_merges);
         return NULL;
@@ -313,15 +460,25 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
     tok->kind = kind;
     tok->pre = pre;
     tok->n_tokens = d->n_tokens;
-    tok->bos = d->bos_id;
-    tok->eos = d->eos_id;
-    tok->unk = d->unk_id;
+    tok->bos = bos;
+    tok->eos = eos;
+    tok->unk = unk;
     tok->pad = d->pad_id;
-    tok->add_bos = d->add_bos >= 0 ? d->add_bos != 0 : kind == PKV_TOKENIZER_SPM;
-    tok->add_eos = d->add_eos > 0;
+    tok->add_bos = add_bos;
+    tok->add_eos = add_eos;
     tok->add_space_prefix = kind == PKV_TOKENIZER_SPM && d->add_space_prefix != 0;
     for (int b = 0; b < 256; b++) tok->byte_id[b] = -1;
-    if (kind == PKV_TOKENIZER_NONE) return tok;
+    if (kind == PKV_TOKENIZER_NONE) { /* no texts: only the ids given */
+        int32_t eog[] = {tok->eos, d->eot_id, d->eom_id, d->fim_pad_id, d->fim_rep_id, d->fim_sep_id};
+        tok->eog = pkv_calloc(PKV_ARRAY_LEN(eog), sizeof *tok->eog);
+        if (!tok->eog) {
+            pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate eog ids");
+            pkv_tokenizer_free(tok);
+            return NULL;
+        }
+        for (size_t i = 0; i < PKV_ARRAY_LEN(eog); i++) eog_add(tok, eog[i]);
+        return tok;
+    }
 
     s = build_vocab(tok, d);
     if (!s) s = kind == PKV_TOKENIZER_BPE ? pkv_bpe_init(tok, d) : pkv_spm_init(tok, d);
@@ -355,7 +512,6 @@ int32_t pkv_tokenizer_eos(const pkv_tokenizer *tok) { return tok ? tok->eos : -1
 
 bool pkv_tokenizer_is_eog(const pkv_tokenizer *tok, int32_t id) {
     if (!tok || id < 0 || id >= tok->n_tokens) return false;
-    if (id == tok->eos) return true;
     for (size_t i = 0; i < tok->n_eog; i++)
         if (tok->eog[i] == id) return true;
     return false;
@@ -387,7 +543,7 @@ static int32_t match_special(const pkv_tokenizer *tok, const char *text, size_t 
         int32_t id = tok->special[k];
         size_t l = tok->len[id];
         if (l > len - pos) continue;
-        if (tok->types[id] == PKV_TOKEN_CONTROL && !parse_special) continue;
+        if (tok->types[id] != PKV_TOKEN_USER_DEFINED && !parse_special) continue;
         const char *t = tok->text + tok->off[id];
         if (t[0] == text[pos] && memcmp(t, text + pos, l) == 0) return id;
     }
@@ -453,9 +609,10 @@ static size_t piece_bytes(const pkv_tokenizer *tok, int32_t id, bool render_spec
     return pkv_spm_piece(tok, id, out, cap);
 }
 
-static bool is_special_type(int t) {
-    return t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_USER_DEFINED;
-}
+/* Tokens after which tokenize starts a new raw fragment (with its dummy prefix), so
+ * detokenize drops that prefix: the types cut out of text as specials. An unknown
+ * token from SPM's fallback (a vocabulary without byte tokens) is lossy anyway. */
+static bool is_special_type(int t) { return is_parsed_type(t); }
 
 pkv_status pkv_token_piece(const pkv_tokenizer *tok, int32_t id, bool render_special,
                            char *buf, size_t size, size_t *n_out) {

@@ -35,8 +35,10 @@ enum {
  * what it needs, so the desc and its arrays may be freed after creation. */
 typedef struct pkv_vocab_desc {
     const char *model;  /* tokenizer.ggml.model: "gpt2", "llama", "none"; NULL = "none" */
-    const char *pre;    /* tokenizer.ggml.pre: "llama-bpe" (also "llama3", "default" is
-                           the GPT-2 pattern), "qwen2", "gpt2"/"gpt-2"; NULL = "default";
+    const char *pre;    /* tokenizer.ggml.pre: "llama-bpe" (and llama.cpp's other names
+                           of that pattern: "llama3", "llama-v3", "falcon3", ...),
+                           "qwen2" (also "deepseek-r1-qwen", "megrez", ...),
+                           "default"/"gpt2"/"gpt-2" (the GPT-2 pattern); NULL = "default";
                            ignored unless model is "gpt2" */
     int32_t n_tokens;   /* tokenizer.ggml.tokens length, or <arch>.vocab_size for "none" */
     const char *const *tokens;  /* [n_tokens] token texts (NULL for "none") */
@@ -49,13 +51,21 @@ typedef struct pkv_vocab_desc {
     int32_t n_merges;           /* tokenizer.ggml.merges length (BPE), 0 if absent */
     const char *const *merges;  /* [n_merges] "left right", lower index = higher priority */
     const size_t *merge_lens;   /* [n_merges] byte lengths; NULL = strlen of each */
-    int32_t bos_id, eos_id, unk_id, pad_id; /* -1 when absent */
-    int add_bos, add_eos;  /* 0/1, -1 = absent: model default (gpt2: BOS no; llama: BOS yes;
-                              EOS no for both) */
+    /* Special token ids (tokenizer.ggml.<name>_token_id). -1 = the key is absent:
+     * then llama.cpp's default for the model is taken when it is in range
+     * (llama: bos 1, eos 2, unk 0; gpt2: bos 11, eos 11; none: none), and
+     * eot/eom/fim are looked for by their text (docs/tokenizer.md). */
+    int32_t bos_id, eos_id, unk_id, pad_id;
+    int32_t eot_id, eom_id; /* end of turn / end of message */
+    int32_t fim_pre_id, fim_suf_id, fim_mid_id, fim_pad_id, fim_rep_id, fim_sep_id;
+    int add_bos, add_eos;  /* 0/1, -1 = absent: llama.cpp's default for the model and
+                              pre-tokenizer: BOS yes for llama and for the llama3 family
+                              of gpt2 pre-tokenizers, no for the others; EOS never.
+                              Creation fails when one is on and its token is missing */
     int add_space_prefix;  /* tokenizer.ggml.add_space_prefix, SPM only; -1 = absent: yes */
 } pkv_vocab_desc;
 
-/* A desc with every id -1, every flag -1 and no arrays. */
+/* A desc with every id -1 (absent), every flag -1 and no arrays. */
 pkv_vocab_desc pkv_vocab_desc_default(void);
 
 typedef struct pkv_tokenizer pkv_tokenizer;
@@ -79,16 +89,19 @@ pkv_tokenizer_kind pkv_tokenizer_kind_of(const pkv_tokenizer *tok);
 int32_t pkv_tokenizer_n_tokens(const pkv_tokenizer *tok);
 int32_t pkv_tokenizer_bos(const pkv_tokenizer *tok); /* -1 when none */
 int32_t pkv_tokenizer_eos(const pkv_tokenizer *tok); /* -1 when none */
-/* End of generation: the EOS id, or a control token whose text is one of the
- * usual end-of-turn markers (<|eot_id|>, <|eom_id|>, <|im_end|>, <|endoftext|>,
- * <|end_of_text|>, <|end|>, <end_of_turn>, </s>). False for ids out of range. */
+/* End of generation, as llama.cpp decides it: the EOS, EOT and EOM ids; the FIM
+ * pad/repo/file-separator ids; and every token whose text is one of llama.cpp's
+ * end-of-generation markers (<|eot_id|>, <|im_end|>, <|endoftext|>, </s>, ... the
+ * list is in docs/tokenizer.md), whatever its type in the file: such tokens are
+ * made control tokens (so parse_special matches them). False for ids out of range. */
 bool pkv_tokenizer_is_eog(const pkv_tokenizer *tok, int32_t id);
 /* Id of the token whose text is exactly text[0..len), or -1. */
 int32_t pkv_tokenizer_find(const pkv_tokenizer *tok, const char *text, size_t len);
 
 /* Tokenize text[0..len) (any bytes; NUL is an ordinary byte).
  * add_special: prepend BOS / append EOS as the model asks (add_bos/add_eos).
- * parse_special: text equal to a control token's text (type 3) becomes that token.
+ * parse_special: text equal to a control or unknown token's text (types 3, 2)
+ * becomes that token.
  * User-defined tokens (type 4) are always matched as whole tokens.
  * On success *n_out is the token count and out[0..*n_out) the ids.
  * Errors: PKV_ERR_INVALID when max is too small (*n_out then gets the count needed,
