@@ -45,6 +45,21 @@ pkv_status pkv_device_enumerate(int n_extra_cpu, char (*names)[64], int max, int
 #else
     if (why && why_size) snprintf(why, why_size, "vulkan: not built (PKV_VULKAN=OFF)");
 #endif
+    {
+        /* CUDA devices, and why there are none, after Vulkan's line */
+        char cwhy[256] = "";
+        int nc = 0;
+#ifdef PKV_HAVE_CUDA
+        nc = pkv_cuda_count(cwhy, sizeof cwhy);
+        for (int i = 0; i < nc; i++) ADD("cuda:%d", i);
+#else
+        snprintf(cwhy, sizeof cwhy, "not built (PKV_CUDA=OFF)");
+#endif
+        if (nc == 0 && why && why_size) {
+            size_t len = strlen(why);
+            snprintf(why + len, why_size - len, "%scuda: %s", len ? "; " : "", cwhy);
+        }
+    }
     if (faulty_enabled()) ADD("faulty");
 #undef ADD
     *n = count;
@@ -53,7 +68,7 @@ pkv_status pkv_device_enumerate(int n_extra_cpu, char (*names)[64], int max, int
 
 static pkv_status self_check(pkv_device *dev);
 
-/* Parse "cpu", "cpu:N", "vulkan:N", "faulty". */
+/* Parse "cpu", "cpu:N", "vulkan:N", "cuda:N", "faulty". */
 pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
     if (!name) {
         pkv_err(PKV_ERR_INVALID, "pkv_device_open: name is NULL");
@@ -97,6 +112,23 @@ pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
         s = pkv_vulkan_backend_create(name, (int)idx, params, &ops, &ctx, &caps);
 #else
         pkv_err(PKV_ERR_UNSUPPORTED, "no device '%s': this build has no Vulkan backend (PKV_VULKAN=OFF)", name);
+        return NULL;
+#endif
+    } else if (strncmp(name, "cuda:", 5) == 0) {
+#ifdef PKV_HAVE_CUDA
+        long idx = strtol(name + 5, &end, 10);
+        char why[256] = "";
+        int nc = pkv_cuda_count(why, sizeof why);
+        if (end == name + 5 || *end || idx < 0 || idx >= nc) {
+            if (nc == 0)
+                pkv_err(PKV_ERR_NOT_FOUND, "no device '%s': no CUDA devices (%s)", name, why);
+            else
+                pkv_err(PKV_ERR_NOT_FOUND, "no device '%s': CUDA devices are cuda:0 ... cuda:%d", name, nc - 1);
+            return NULL;
+        }
+        s = pkv_cuda_backend_create(name, (int)idx, params, &ops, &ctx, &caps);
+#else
+        pkv_err(PKV_ERR_UNSUPPORTED, "no device '%s': this build has no CUDA backend (PKV_CUDA=OFF)", name);
         return NULL;
 #endif
     } else {
