@@ -2,12 +2,16 @@
 /* The CUDA backend's host-side logic, which runs without a GPU: the region
  * copy plan (applied on the host, it must copy exactly what the regions say),
  * the attention split count and the token ranges of the splits (every visible
- * token in exactly one split), the alignment checks, the weight-type table, and
+ * token in exactly one split), the alignment checks, the weight-type table, the
+ * kernels' dequantizers (cuda-deq.h, compiled here for the host) bit for bit
+ * against the reference, the copy kernel's word layout for every alignment, and
  * what the device list and pkv_device_open say about cuda:N on this machine
  * (with no GPU or driver: nothing listed, a reason given, open refused). */
 #include "testhelp.h"
 
 #include "base/base.h"
+#include "base/quant.h"
+#include "device/cuda/cuda-deq.h"
 #include "device/cuda/cuda-plan.h"
 #include "device/device.h"
 
@@ -224,8 +228,87 @@ static void test_registry(void) {
 #endif
 }
 
+/* The dequantizers the kernels use, run on the host: equal to the reference
+ * bit for bit on random blocks (random bytes everywhere but the scales, which get
+ * random finite values; and blocks from the reference quantizer). */
+static void test_deq(void) {
+    uint64_t rng = 99;
+    enum { COLS = 1024 };
+    static float x[COLS], ref[COLS];
+    static uint8_t row[COLS * 4];
+    for (int t = 0; t < PKV_TYPE_COUNT; t++) {
+        const int code = pkv_cu_wtype((pkv_type)t);
+        if (code < 0) continue;
+        const size_t be = pkv_type_block_elems((pkv_type)t), bb = pkv_type_block_bytes((pkv_type)t);
+        const size_t rb = pkv_type_row_bytes((pkv_type)t, COLS);
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 0) {
+                for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)th_rand(&rng);
+                for (size_t b = 0; be > 1 && b < COLS / be; b++) { /* finite scales */
+                    uint8_t *blk = row + b * bb;
+                    uint16_t h1 = pkv_f32_to_f16(th_randf(&rng)), h2 = pkv_f32_to_f16(th_randf(&rng) * 0.1f);
+                    size_t o = (pkv_type)t == PKV_TYPE_Q6_K ? 208 : 0;
+                    blk[o] = (uint8_t)h1, blk[o + 1] = (uint8_t)(h1 >> 8);
+                    if ((pkv_type)t == PKV_TYPE_Q4_K || (pkv_type)t == PKV_TYPE_Q5_K)
+                        blk[2] = (uint8_t)h2, blk[3] = (uint8_t)(h2 >> 8);
+                }
+                if ((pkv_type)t == PKV_TYPE_F32)
+                    for (int i = 0; i < COLS; i++) {
+                        float f = th_randf(&rng) * 100.0f;
+                        memcpy(row + 4 * i, &f, 4);
+                    }
+            } else {
+                for (int i = 0; i < COLS; i++) x[i] = th_randf(&rng) * (float)(1 + i % 7);
+                CHECK_OK(pkv_quantize_row((pkv_type)t, x, row, COLS));
+            }
+            CHECK_OK(pkv_dequantize_row((pkv_type)t, row, ref, COLS));
+            int bad = -1, nonzero = 0;
+            for (int k = 0; k < COLS; k++) {
+                const float g = pkv_cu_deq(code, row, k);
+                nonzero += g != 0.0f;
+                if (bad < 0 && memcmp(&g, &ref[k], 4) != 0) bad = k;
+            }
+            th_checks++;
+            if (bad >= 0)
+                TH_FAIL("%s pass %d: element %d: cuda %.9g, reference %.9g", pkv_type_name((pkv_type)t), pass, bad,
+                        pkv_cu_deq(code, row, bad), ref[bad]);
+            CHECK(nonzero > COLS / 2);
+        }
+    }
+}
+
+/* The copy kernel's split of a chunk into a byte head, aligned words and a byte
+ * tail covers every byte once, with words aligned at both ends. */
+static void test_copy_layout(void) {
+    static const uint64_t sizes[] = {0, 1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 63, 64, 100, 4096, 65536 + 7};
+    for (uint64_t sa = 0; sa < 32; sa++)
+        for (uint64_t da = 0; da < 32; da++)
+            for (size_t si = 0; si < PKV_ARRAY_LEN(sizes); si++) {
+                const uint64_t s = 0x10000 + sa, d = 0x7f0000 + da, n = sizes[si];
+                unsigned wb;
+                uint64_t head, words;
+                pkv_cu_copy_layout(s, d, n, &wb, &head, &words);
+                const uint64_t tail0 = head + words * wb;
+                const unsigned want = (s ^ d) % 16 == 0 ? 16 : (s ^ d) % 4 == 0 ? 4 : 1;
+                th_checks++;
+                /* head < one word, tail < one word, words aligned in both buffers */
+                bool ok = wb == want && head <= n && tail0 <= n && n - tail0 < wb + (wb == 1 ? n : 0);
+                if (ok && wb == 1) ok = head == 0 && words == 0;
+                if (ok && wb > 1) ok = head < wb && (words == 0 || ((s + head) % wb == 0 && (d + head) % wb == 0));
+                if (ok && wb > 1 && n >= 2 * wb) ok = words > 0; /* a chunk of two words uses words */
+                if (!ok) {
+                    TH_FAIL("copy layout s%%32 %llu d%%32 %llu n %llu: wb %u head %llu words %llu", (unsigned long long)sa,
+                            (unsigned long long)da, (unsigned long long)n, wb, (unsigned long long)head,
+                            (unsigned long long)words);
+                    return;
+                }
+            }
+}
+
 int main(void) {
     test_plan_regions();
+    test_deq();
+    test_copy_layout();
     test_attention_split();
     test_align_and_types();
     test_registry();

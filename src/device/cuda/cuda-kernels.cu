@@ -5,9 +5,8 @@
 // lists what a GPU session must run before any of this is trusted.
 //
 // Weights are read in place in their GGUF block layouts (src/base/quant.c):
-// deq<T>(row, k) is element k of a weight row, computed in float in the same
-// order as the reference dequantizer (explicit round-to-nearest operations, so
-// no fused multiply-add changes a bit).
+// deq<T>(row, k) is element k of a weight row (cuda-deq.h).
+#include "device/cuda/cuda-deq.h"
 #include "device/cuda/cuda-launch.h"
 
 #include <cuda_bf16.h>
@@ -59,88 +58,26 @@ __device__ float block_reduce(float v, float *sh) {
     return sh[0];
 }
 
-__device__ __forceinline__ float ld_f16(const uint8_t *p) { return __half2float(*(const __half *)p); }
-
 // ---------------------------------------------------- weight dequantization
 
-// 6-bit scale and min of sub-block j of a q4_k/q5_k super-block (quant.c).
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
+// deq<T>(row, k): element k of a weight row (cuda-deq.h, shared with the host
+// test that checks it against the reference bit for bit).
 template <int T>
 __device__ __forceinline__ float deq(const uint8_t *row, int64_t k);
-
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_F32>(const uint8_t *row, int64_t k) {
-    return ((const float *)row)[k];
-}
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_F16>(const uint8_t *row, int64_t k) {
-    return __half2float(((const __half *)row)[k]);
-}
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_BF16>(const uint8_t *row, int64_t k) {
-    return __uint_as_float((uint32_t)((const uint16_t *)row)[k] << 16);
-}
-// q8_0: { f16 d; i8 q[32]; } x = d * q
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_Q8_0>(const uint8_t *row, int64_t k) {
-    const uint8_t *b = row + (k >> 5) * 34;
-    return __fmul_rn(ld_f16(b), (float)(int8_t)b[2 + (k & 31)]);
-}
-// q4_0: { f16 d; u8 q[16]; } element j < 16 low nibble of q[j], j >= 16 high
-// nibble of q[j - 16]; x = d * (q - 8)
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_Q4_0>(const uint8_t *row, int64_t k) {
-    const uint8_t *b = row + (k >> 5) * 18;
-    const int j = (int)(k & 31);
-    const int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
-    return __fmul_rn(ld_f16(b), (float)(q - 8));
-}
-// q4_k: 144-byte super-blocks of 256 (layout in quant.c)
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_Q4_K>(const uint8_t *row, int64_t k) {
-    const uint8_t *b = row + (k >> 8) * 144;
-    const int e = (int)(k & 255), g = e >> 6, hi = (e >> 5) & 1, l = e & 31;
-    int sc, m;
-    scale_min_k4(2 * g + hi, b + 4, &sc, &m);
-    const uint8_t qb = b[16 + 32 * g + l];
-    const int q = hi ? qb >> 4 : qb & 15;
-    const float d = __fmul_rn(ld_f16(b), (float)sc), mn = __fmul_rn(ld_f16(b + 2), (float)m);
-    return __fsub_rn(__fmul_rn(d, (float)q), mn);
-}
-// q5_k: 176-byte super-blocks: q4_k plus a fifth bit from qh
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_Q5_K>(const uint8_t *row, int64_t k) {
-    const uint8_t *b = row + (k >> 8) * 176;
-    const int e = (int)(k & 255), g = e >> 6, hi = (e >> 5) & 1, l = e & 31;
-    int sc, m;
-    scale_min_k4(2 * g + hi, b + 4, &sc, &m);
-    const uint8_t qb = b[48 + 32 * g + l];
-    const int q = (hi ? qb >> 4 : qb & 15) + ((b[16 + l] >> (2 * g + hi)) & 1 ? 16 : 0);
-    const float d = __fmul_rn(ld_f16(b), (float)sc), mn = __fmul_rn(ld_f16(b + 2), (float)m);
-    return __fsub_rn(__fmul_rn(d, (float)q), mn);
-}
-// q6_k: 210-byte super-blocks: halves of 128, each four quarters of 32
-template <>
-__device__ __forceinline__ float deq<PKV_CU_W_Q6_K>(const uint8_t *row, int64_t k) {
-    const uint8_t *b = row + (k >> 8) * 210;
-    const int e = (int)(k & 255), h = e >> 7, quarter = (e >> 5) & 3, l = e & 31;
-    const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-    const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
-    const uint8_t lb = ql[l + 32 * (quarter & 1)];
-    const int nib = quarter >= 2 ? lb >> 4 : lb & 15;
-    const int q = (nib | ((qh[l] >> (2 * quarter)) & 3) << 4) - 32;
-    const float ds = __fmul_rn(ld_f16(b + 208), (float)sc[l / 16 + 2 * quarter]);
-    return __fmul_rn(ds, (float)q);
-}
+#define DEQ(T, fn)                                                                         \
+    template <>                                                                            \
+    __device__ __forceinline__ float deq<T>(const uint8_t *row, int64_t k) {               \
+        return fn(row, k);                                                                 \
+    }
+DEQ(PKV_CU_W_F32, pkv_cu_deq_f32)
+DEQ(PKV_CU_W_F16, pkv_cu_deq_f16)
+DEQ(PKV_CU_W_BF16, pkv_cu_deq_bf16)
+DEQ(PKV_CU_W_Q8_0, pkv_cu_deq_q8_0)
+DEQ(PKV_CU_W_Q4_0, pkv_cu_deq_q4_0)
+DEQ(PKV_CU_W_Q4_K, pkv_cu_deq_q4_k)
+DEQ(PKV_CU_W_Q5_K, pkv_cu_deq_q5_k)
+DEQ(PKV_CU_W_Q6_K, pkv_cu_deq_q6_k)
+#undef DEQ
 
 // ------------------------------------------------------------------ matmul
 
@@ -609,12 +546,10 @@ __global__ void k_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chu
         const uint8_t *s = src + c.src_off;
         uint8_t *d = dst + c.dst_off;
         const uint64_t n = c.size;
-        const uintptr_t mis = ((uintptr_t)s ^ (uintptr_t)d);
-        const unsigned wb = (mis & 15) == 0 ? 16 : (mis & 3) == 0 ? 4 : 1;
-        uint64_t head = (wb - ((uintptr_t)d & (wb - 1))) & (wb - 1);
-        if (head > n) head = n;
+        unsigned wb;
+        uint64_t head, words;
+        pkv_cu_copy_layout((uint64_t)(uintptr_t)s, (uint64_t)(uintptr_t)d, n, &wb, &head, &words);
         for (uint64_t k = threadIdx.x; k < head; k += blockDim.x) d[k] = s[k];
-        const uint64_t words = (n - head) / wb;
         if (wb == 16) {
             const uint4 *s4 = (const uint4 *)(s + head);
             uint4 *d4 = (uint4 *)(d + head);
@@ -624,7 +559,7 @@ __global__ void k_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chu
             uint32_t *d4 = (uint32_t *)(d + head);
             for (uint64_t k = threadIdx.x; k < words; k += blockDim.x) d4[k] = s4[k];
         }
-        const uint64_t tail0 = wb == 1 ? head : head + words * wb;
+        const uint64_t tail0 = head + words * wb;
         for (uint64_t k = tail0 + threadIdx.x; k < n; k += blockDim.x) d[k] = s[k];
     }
 }

@@ -58,6 +58,22 @@ static inline PKV_CU_HD void pkv_cu_split_range(int64_t len, int n_split, int sp
     *t1 = b < len ? b : len;
 }
 
+/* How the copy kernel moves a chunk of n bytes from address s to address d:
+ * *head bytes one by one, then *words words of *wb bytes (16 or 4: the widest
+ * to which s and d are equally aligned, the words then aligned in both), then
+ * the rest byte by byte from *head + *words * *wb. With *wb == 1 it is all
+ * bytes (*head = *words = 0). */
+static inline PKV_CU_HD void pkv_cu_copy_layout(uint64_t s, uint64_t d, uint64_t n, unsigned *wb, uint64_t *head,
+                                                uint64_t *words) {
+    const uint64_t mis = s ^ d;
+    const unsigned w = (mis & 15) == 0 ? 16 : (mis & 3) == 0 ? 4 : 1;
+    uint64_t h = (w - (d & (w - 1))) & (w - 1);
+    if (h > n) h = n;
+    *wb = w;
+    *head = h;
+    *words = w == 1 ? 0 : (n - h) / w;
+}
+
 /* One piece of a batched region copy: one thread block copies it. */
 typedef struct pkv_cu_chunk {
     uint64_t src_off, dst_off, size; /* bytes */
