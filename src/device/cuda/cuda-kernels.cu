@@ -383,7 +383,7 @@ extern "C" int pkv_cu_launch_set_rows(const pkv_cu_set_rows *a, void *stream) {
 
 // --------------------------------------------------------------- attention
 
-#define ATT_WARPS 4
+#define ATT_WARPS PKV_CU_ATT_WARPS
 
 template <bool F16>
 __device__ __forceinline__ float ld_kv(const void *p, size_t i) {
@@ -405,21 +405,8 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
     __shared__ float sm_acc[ATT_WARPS][PKV_CU_ATT_MAX_D];
     const int i = blockIdx.x, h = blockIdx.y, sp = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int32_t *q_seq = a.meta, *q_len = a.meta + a.n_q, *indptr = a.meta + 2 * a.n_q;
-    const int32_t *pages = indptr + a.n_seq + 1;
-
-    const int s = q_seq[i];
-    int64_t len = 0;
-    int32_t lo = 0;
-    if (s >= 0 && s < a.n_seq) {
-        lo = indptr[s];
-        const int32_t hi = indptr[s + 1];
-        if (lo >= 0 && hi >= lo && hi <= a.meta_pages) {
-            const int64_t cap = (int64_t)(hi - lo) * a.page_size;
-            len = q_len[i] < cap ? q_len[i] : cap;
-            if (len < 0) len = 0;
-        }
-    }
+    int32_t lo;
+    const int64_t len = pkv_cu_att_len(a.meta, a.n_q, a.n_seq, a.meta_pages, a.page_size, i, &lo);
     int64_t t0, t1;
     pkv_cu_split_range(len, a.n_split, sp, &t0, &t1);
 
@@ -434,9 +421,9 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
     }
     float m = -INFINITY, l = 0.0f;
     for (int64_t t = t0 + warp; t < t1; t += ATT_WARPS) {
-        const int32_t page = pages[lo + t / a.page_size];
-        if (page < 0 || page >= a.n_pages) continue; // the same for the whole warp
-        const size_t slot = ((size_t)page * a.page_size + (size_t)(t % a.page_size)) * a.n_kv + kvh;
+        const int64_t sl = pkv_cu_att_slot(a.meta, a.n_q, a.n_seq, lo, t, a.page_size, a.n_pages, a.n_kv, kvh);
+        if (sl < 0) continue; // the same for the whole warp
+        const size_t slot = (size_t)sl;
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < PKV_CU_ATT_DPL; j++) {

@@ -39,6 +39,8 @@ enum {
  * elements: head sizes dk, dv up to 32 * PKV_CU_ATT_DPL. */
 #define PKV_CU_ATT_DPL 16
 #define PKV_CU_ATT_MAX_D (32 * PKV_CU_ATT_DPL)
+/* Warps of an attention block; warp w takes tokens t0 + w, t0 + w + 4, ... */
+#define PKV_CU_ATT_WARPS 4
 /* Most splits of one query's tokens in the split-K decode attention. */
 #define PKV_CU_ATT_MAX_SPLIT 64
 
@@ -56,6 +58,35 @@ static inline PKV_CU_HD void pkv_cu_split_range(int64_t len, int n_split, int sp
     int64_t a = per * sp, b = a + per;
     *t0 = a < len ? a : len;
     *t1 = b < len ? b : len;
+}
+
+/* Attention index logic, shared by the kernel and a host emulation in
+ * tests/test-cuda-plan.c. meta is the kernel's i32 table (device.h).
+ * The tokens query i sees: its sequence's first block-table index in *lo, and the
+ * count, 0 for a sequence outside [0, n_seq) or a bad page range, and never more
+ * than its pages hold (the reference skips those tokens). */
+static inline PKV_CU_HD int64_t pkv_cu_att_len(const int32_t *meta, int n_q, int n_seq, int meta_pages, int page_size,
+                                               int i, int32_t *lo) {
+    const int32_t *q_seq = meta, *q_len = meta + n_q, *indptr = meta + 2 * n_q;
+    const int32_t s = q_seq[i];
+    *lo = 0;
+    if (s < 0 || s >= n_seq) return 0;
+    const int32_t a = indptr[s], b = indptr[s + 1];
+    if (a < 0 || b < a || b > meta_pages) return 0;
+    *lo = a;
+    const int64_t cap = (int64_t)(b - a) * page_size, len = q_len[i];
+    return len < 0 ? 0 : len < cap ? len : cap;
+}
+
+/* The KV row of token t (t < the length above) for KV head kvh, in units of one
+ * head's vector: k at slot * dk, v at slot * dv; -1 when the page id is outside
+ * [0, n_pages) (skipped). */
+static inline PKV_CU_HD int64_t pkv_cu_att_slot(const int32_t *meta, int n_q, int n_seq, int32_t lo, int64_t t,
+                                                int page_size, int n_pages, int n_kv, int kvh) {
+    const int32_t *pages = meta + 2 * n_q + n_seq + 1;
+    const int32_t page = pages[lo + t / page_size];
+    if (page < 0 || page >= n_pages) return -1;
+    return ((int64_t)page * page_size + t % page_size) * n_kv + kvh;
 }
 
 /* How the copy kernel moves a chunk of n bytes from address s to address d:
