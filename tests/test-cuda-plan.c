@@ -275,6 +275,18 @@ static void test_deq(void) {
             if (bad >= 0)
                 TH_FAIL("%s pass %d: element %d: cuda %.9g, reference %.9g", pkv_type_name((pkv_type)t), pass, bad,
                         pkv_cu_deq(code, row, bad), ref[bad]);
+            /* 32 at a time (the decode kernel's unit) */
+            int bad32 = -1;
+            for (int sb = 0; sb < COLS / 32; sb++) {
+                float y[32];
+                pkv_cu_deq32(code, row, sb, y);
+                for (int j = 0; j < 32 && bad32 < 0; j++)
+                    if (memcmp(&y[j], &ref[32 * sb + j], 4) != 0) bad32 = 32 * sb + j;
+            }
+            th_checks++;
+            if (bad32 >= 0)
+                TH_FAIL("%s pass %d: deq32 differs from the reference at element %d", pkv_type_name((pkv_type)t), pass,
+                        bad32);
             CHECK(nonzero > COLS / 2);
         }
     }

@@ -111,6 +111,58 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP)
     }
 }
 
+// The same for block-quantized weights, a lane taking whole blocks of 32
+// (pkv_cu_deq32: the scales read once per block, not per element).
+template <int T>
+__device__ __forceinline__ void deq32(const uint8_t *row, int64_t sb, float *y);
+#define DEQ32(T, call)                                                                     \
+    template <>                                                                            \
+    __device__ __forceinline__ void deq32<T>(const uint8_t *row, int64_t sb, float *y) {   \
+        call;                                                                              \
+    }
+DEQ32(PKV_CU_W_Q8_0, pkv_cu_deq32_q8_0(row, sb, y))
+DEQ32(PKV_CU_W_Q4_0, pkv_cu_deq32_q4_0(row, sb, y))
+DEQ32(PKV_CU_W_Q4_K, pkv_cu_deq32_kmin(row, sb, y, 0))
+DEQ32(PKV_CU_W_Q5_K, pkv_cu_deq32_kmin(row, sb, y, 1))
+DEQ32(PKV_CU_W_Q6_K, pkv_cu_deq32_q6_k(row, sb, y))
+#undef DEQ32
+
+template <int T>
+__global__ void __launch_bounds__(MMV_WARPS * WARP)
+    k_mmv_q(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, const float *x, float *y, int64_t n) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return; // whole warps leave: the shuffles below stay full
+    const uint8_t *wr = w + r * rb;
+    const int64_t n_sb = cols >> 5; // block types have cols % 32 == 0
+    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
+        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
+        float acc[PKV_CU_MMV_MAX];
+#pragma unroll
+        for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[j] = 0.0f;
+        const float *xi = x + i0 * cols;
+        for (int64_t sb = lane; sb < n_sb; sb += WARP) {
+            float wv[32];
+            deq32<T>(wr, sb, wv);
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+                if (j < nt) {
+                    const float *xs = xi + j * cols + 32 * sb;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 32; e++) s += wv[e] * xs[e];
+                    acc[j] += s;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+            const float v = warp_sum(acc[j]);
+            if (lane == 0 && j < nt) y[(i0 + j) * rows + r] = v;
+        }
+    }
+}
+
 // Tiled matrix-matrix product for prefill: a block computes a 64 x 64 tile of y
 // (64 weight rows x 64 x rows), staging 32 columns of both (weights
 // dequantized) in shared memory per step; each thread owns 4 x 4 outputs.
@@ -174,8 +226,12 @@ __global__ void k_get_rows(const uint8_t *w, size_t rb, int64_t n_vocab, int64_t
 template <int T>
 static int launch_matmul_t(const pkv_cu_matmul *a, cudaStream_t st) {
     if (a->n <= PKV_CU_MMV_MAX) {
-        k_mmv<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x,
-                                                                        a->y, a->n);
+        if constexpr (T >= PKV_CU_W_Q8_0)
+            k_mmv_q<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols,
+                                                                              a->x, a->y, a->n);
+        else
+            k_mmv<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols,
+                                                                            a->x, a->y, a->n);
     } else {
         // grid.y is limited to 65535 tiles of 64 x rows: split longer batches
         const int64_t step = (int64_t)65535 * GN;

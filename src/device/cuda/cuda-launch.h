@@ -23,7 +23,7 @@ enum {
     PKV_CU_W_F32 = 0,
     PKV_CU_W_F16,
     PKV_CU_W_BF16,
-    PKV_CU_W_Q8_0,
+    PKV_CU_W_Q8_0, /* the block types follow: the kernels test T >= PKV_CU_W_Q8_0 */
     PKV_CU_W_Q4_0,
     PKV_CU_W_Q4_K,
     PKV_CU_W_Q5_K,
