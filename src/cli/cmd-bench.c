@@ -135,6 +135,29 @@ static double measure_bandwidth(int threads) {
     return (double)bytes / best / 1e9;
 }
 
+/* Bandwidth of a device's own memory (a GPU's HBM), for the decode roofline of
+ * a device whose buffers are not host memory: the best of several copies of a
+ * 256 MiB buffer within the device, counting the bytes read and written (twice
+ * the size per copy). 0 when the buffers cannot be had. */
+static double measure_device_bandwidth(pkv_device *dev) {
+    const pkv_device_caps *caps = pkv_device_get_caps(dev);
+    size_t size = (size_t)256 << 20;
+    if (caps->memory_bytes && size > caps->memory_bytes / 8) size = (size_t)(caps->memory_bytes / 8) & ~(size_t)4095;
+    if (size < 4096) return 0;
+    pkv_buffer *a = pkv_buffer_alloc(dev, size), *b = a ? pkv_buffer_alloc(dev, size) : NULL;
+    double best = 0;
+    if (b && !pkv_buffer_fill(a, 0, size, 1) && !pkv_device_sync(dev))
+        for (int r = 0; r < 5; r++) {
+            double t0 = pkv_time_now();
+            if (pkv_buffer_copy(a, 0, b, 0, size) || pkv_device_sync(dev)) break;
+            double t = pkv_time_now() - t0;
+            if (t > 0 && 2.0 * (double)size / t / 1e9 > best) best = 2.0 * (double)size / t / 1e9;
+        }
+    pkv_buffer_free(a);
+    pkv_buffer_free(b);
+    return best;
+}
+
 /* -------------------------------------------------------------- FMA peak */
 
 typedef struct {
@@ -306,7 +329,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "                          [--prefill N] [--decode N] [--depth N]\n"
                    "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
                    "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
-                   "same run and the decode roofline (weight bytes per token / bandwidth).\n"
+                   "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
+                   "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
+                   "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
                    "Without -m: the built-in tiny model. For the reference shape:\n"
                    "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
                    "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
@@ -341,7 +366,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
         goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
-        double bw = measure_bandwidth(threads);
+        /* a GPU's decode reads its own memory, not the host's */
+        bool on_device = !pkv_device_get_caps(pkv_model_device(m))->host_memory;
+        double bw = on_device ? measure_device_bandwidth(pkv_model_device(m)) : measure_bandwidth(threads);
         /* Decode reads every weight once per token, except the embedding table, of
          * which it reads one row (tied models read it whole as the output matrix):
          * see pkv_model_info.decode_bytes_per_token. */
@@ -364,13 +391,14 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
-                   "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
+                   "\"bandwidth_gbps\": %.2f, \"bandwidth_kind\": \"%s\", \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
                    "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
                    "\"attn_paged_vs_contiguous\": %.3f, \"gflops\": %.1f, \"fma_peak_gflops\": %.1f, "
                    "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f}",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
-                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
+                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw,
+                   on_device ? "device copy" : "host read", bytes_per_token, roofline,
                    roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
                    attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib);
             printf("\n");
@@ -379,7 +407,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    pkv_device_name(pkv_model_device(m)), threads);
             printf("prefill %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_prefill, s0.prefill_tok_s, depth, sd.prefill_tok_s);
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
-            printf("memory read bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n", bw, roofline,
+            printf("%s bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n",
+                   on_device ? "device memory (copy)" : "memory read", bw, roofline,
                    roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
             printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
                    attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);

@@ -313,7 +313,8 @@ __global__ void k_softmax(const float *x, float *y, int64_t row_len) {
 
 // First index of the largest value: each thread scans its elements in order
 // (strictly greater replaces), then pairs combine preferring the larger value,
-// on ties the smaller index.
+// on ties the smaller index. NaNs as in the reference (which compares with >):
+// never chosen, except that a NaN at index 0 makes the answer 0.
 __global__ void k_argmax(const float *x, int32_t *out, int64_t row_len) {
     __shared__ float sv[256];
     __shared__ int64_t si[256];
@@ -322,7 +323,7 @@ __global__ void k_argmax(const float *x, int32_t *out, int64_t row_len) {
     int64_t bi = INT64_MAX;
     for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) {
         const float v = xr[j];
-        if (bi == INT64_MAX || v > bv) {
+        if (!isnan(v) && (bi == INT64_MAX || v > bv)) {
             bv = v;
             bi = j;
         }
@@ -343,7 +344,7 @@ __global__ void k_argmax(const float *x, int32_t *out, int64_t row_len) {
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = (int32_t)si[0];
+    if (threadIdx.x == 0) out[blockIdx.x] = (si[0] == INT64_MAX || isnan(xr[0])) ? 0 : (int32_t)si[0];
 }
 
 // Row blocks: grid.x is limited to 2^31 - 1, far above any row count here.
