@@ -89,7 +89,7 @@ static void region_copies(pkv_device *dev) {
     CHECK_OK(pkv_buffer_write(b, 0, hb, size));
     pkv_region r[64];
     size_t nr = 0;
-    for (size_t i = 0; i < 56; i++) r[nr++] = (pkv_region){i * page, ((i * 7) % 56) * page, page};
+    for (size_t i = 0; i < 56; i++) r[nr++] = (pkv_region){i * page, ((i * 5) % 56) * page, page}; /* a permutation */
     r[nr++] = (pkv_region){56 * page + 1, 56 * page + 3, page - 5};  /* bytes */
     r[nr++] = (pkv_region){57 * page + 4, 57 * page + 8, page - 12}; /* 4-byte words */
     r[nr++] = (pkv_region){58 * page + 3, 58 * page + 19, 1};        /* one byte */
@@ -366,9 +366,8 @@ int main(void) {
     test_attention(dev);
     pkv_device_close(dev);
 
-    int rc = model_main(); /* fork == replay, swap, save/load, batches on cuda:0 */
-    if (rc == 77) TH_FAIL("test-model on cuda:0 skipped although the device opened");
-    if (rc == 1) TH_FAIL("test-model on cuda:0 failed");
+    /* fork == replay, swap, save/load, batches on cuda:0 (its failures count in th_failures) */
+    if (model_main() == 77) TH_FAIL("test-model on cuda:0 skipped although the device opened");
     test_logits();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
