@@ -220,6 +220,19 @@ static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len
 
 static void test_attention(pkv_device *dev) {
     static const int long1[1] = {9000}, two[2] = {5000, 3}, four[4] = {1, 700, 4097, 64};
+    /* the same cases unsplit and with 64 splits, forced (PKV_CUDA_ATT_SPLIT) */
+    static const char *forced[] = {"1", "64"};
+    for (int fi = 0; fi < 2; fi++) {
+        setenv("PKV_CUDA_ATT_SPLIT", forced[fi], 1);
+        pkv_device *d = pkv_device_open("cuda:0", pkv_device_default_params());
+        unsetenv("PKV_CUDA_ATT_SPLIT");
+        REQUIRE_VOID(d != NULL);
+        fprintf(stderr, "  attention with PKV_CUDA_ATT_SPLIT=%s:\n", forced[fi]);
+        attention_case(d, PKV_TYPE_F16, 1, long1, 8, 2, 128, 16);
+        attention_case(d, PKV_TYPE_F32, 2, two, 4, 4, 64, 32);
+        attention_case(d, PKV_TYPE_F16, 4, four, 32, 8, 128, 16);
+        pkv_device_close(d);
+    }
     for (int f = 0; f < 2; f++) {
         pkv_type kt = f ? PKV_TYPE_F32 : PKV_TYPE_F16;
         attention_case(dev, kt, 1, long1, 8, 2, 128, 16); /* split-K: 16 blocks, 9000 tokens */

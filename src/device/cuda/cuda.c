@@ -47,6 +47,7 @@ typedef struct pkv_cu_ctx {
     /* partial results of the split decode attention, bytes */
     void *att_part;
     size_t att_part_cap;
+    int att_split; /* PKV_CUDA_ATT_SPLIT: splits forced for every attention, 0 = chosen per call */
 } pkv_cu_ctx;
 
 /* ------------------------------------------------------------------ errors */
@@ -412,7 +413,8 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
     ALIGN("attention", "out", a->out.off, 4);
     ALIGN("attention", "meta", a->meta.off, 4);
     TRY(use(c));
-    int n_split = pkv_cu_attention_splits(a->n_q, a->n_head, a->meta_pages, a->page_size, a->n_seq, c->n_sm);
+    int n_split = c->att_split ? c->att_split
+                               : pkv_cu_attention_splits(a->n_q, a->n_head, a->meta_pages, a->page_size, a->n_seq, c->n_sm);
     const size_t part = (size_t)a->n_q * (size_t)a->n_head * (size_t)n_split * (size_t)(a->dv + 2) * sizeof(float);
     if (n_split > 1 && !att_partial(c, part)) n_split = 1;
     pkv_cu_attention p = {(const float *)(void *)PTR(a->q),
@@ -519,6 +521,9 @@ static pkv_status cu_open(pkv_cu_ctx *c, pkv_device_caps *caps) {
     }
     CU_TRY(c, "cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     c->n_sm = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+    /* For tests and debugging: force the attention's split count (1 = never split). */
+    const char *split = getenv("PKV_CUDA_ATT_SPLIT");
+    if (split && atoi(split) >= 1 && atoi(split) <= PKV_CU_ATT_MAX_SPLIT) c->att_split = atoi(split);
     int drv = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     memset(caps, 0, sizeof *caps);
