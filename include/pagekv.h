@@ -125,7 +125,7 @@ typedef enum pkv_device_kind {
 } pkv_device_kind;
 
 typedef struct pkv_device_caps {
-    char name[64];         /* "cpu", "cpu:1", "vulkan:0", "faulty" */
+    char name[64];         /* "cpu", "cpu:1", "vulkan:0", "cuda:0", "faulty" */
     char description[128]; /* backend and driver, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)" */
     pkv_device_kind kind;
     uint64_t memory_bytes; /* usable device memory, bytes */
@@ -144,7 +144,7 @@ typedef struct pkv_device_params {
 pkv_device_params pkv_device_default_params(void);
 
 /* Names of the devices that can be opened here, in order: "cpu", then
- * "cpu:1".."cpu:<n_extra_cpu>", then "vulkan:N", then "faulty" when the
+ * "cpu:1".."cpu:<n_extra_cpu>", then "vulkan:N", then "cuda:N", then "faulty" when the
  * environment has PKV_FAULTY_DEVICE=1. Writes at most max names of up to 63
  * chars into names[i]; *n gets the total. why, when not NULL, receives a line
  * explaining missing backends (e.g. "vulkan: no loader found"). */

@@ -5,7 +5,9 @@
 #   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
 set -u
+#   optional: g++ where the CUDA toolkit is installed (nvcc's host compiler)
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

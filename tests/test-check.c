@@ -80,5 +80,13 @@ int main(void) {
     rc = th_cli("", true, "check --device nosuch");
     CHECK_INT(rc, 2);
     CHECK(strstr(out, "no device 'nosuch'") != NULL);
+    /* demo --devices A,B: only that pair, sharded, with the cache on the devices and on the host */
+    rc = th_cli("", true, "demo --devices cpu,cpu:1");
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "cpu,cpu:1+host") != NULL && strstr(out, "FAIL") == NULL);
+    CHECK(strstr(out, "10 checks, 10 passed, 0 failed") != NULL);
+    rc = th_cli("", true, "demo --devices cpu");
+    CHECK_INT(rc, 2);
+    CHECK(strstr(out, "two device names") != NULL);
     return th_done();
 }

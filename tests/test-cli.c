@@ -95,6 +95,14 @@ int main(void) {
         HAS(trunc);
     }
     unlink(trunc);
+    /* bench model's roofline: the host's read bandwidth on the CPU; on a device whose
+     * memory is not the host's (a GPU; here Vulkan forced to staging), its own */
+    CHECK_INT(cli(false, "bench model -m %s --prefill 4 --decode 2 --depth 0 --json", m), 0);
+    HAS("\"bandwidth_kind\": \"host read\"");
+    {
+        int rc = th_cli("PKV_VK_FORCE_STAGING=1", false, "bench model -m %s -d vulkan:0 --prefill 4 --decode 2 --depth 0 --json", m);
+        if (rc == 0) HAS("\"bandwidth_kind\": \"device copy\"");
+    }
     unlink(lg);
     unlink(m);
     unlink(nv);

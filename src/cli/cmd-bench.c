@@ -116,6 +116,29 @@ int pkv_cli_bench(int argc, char **argv) {
 
 /* ------------------------------------------------------------ bandwidth */
 
+/* Bandwidth of a device's own memory (a GPU's HBM), for the decode roofline of
+ * a device whose buffers are not host memory: the best of several copies of a
+ * 256 MiB buffer within the device, counting the bytes read and written (twice
+ * the size per copy). 0 when the buffers cannot be had. */
+static double measure_device_bandwidth(pkv_device *dev) {
+    const pkv_device_caps *caps = pkv_device_get_caps(dev);
+    size_t size = (size_t)256 << 20;
+    if (caps->memory_bytes && size > caps->memory_bytes / 8) size = (size_t)(caps->memory_bytes / 8) & ~(size_t)4095;
+    if (size < 4096) return 0;
+    pkv_buffer *a = pkv_buffer_alloc(dev, size), *b = a ? pkv_buffer_alloc(dev, size) : NULL;
+    double best = 0;
+    if (b && !pkv_buffer_fill(a, 0, size, 1) && !pkv_device_sync(dev))
+        for (int r = 0; r < 5; r++) {
+            double t0 = pkv_time_now();
+            if (pkv_buffer_copy(a, 0, b, 0, size) || pkv_device_sync(dev)) break;
+            double t = pkv_time_now() - t0;
+            if (t > 0 && 2.0 * (double)size / t / 1e9 > best) best = 2.0 * (double)size / t / 1e9;
+        }
+    pkv_buffer_free(a);
+    pkv_buffer_free(b);
+    return best;
+}
+
 /* -------------------------------------------------------------- FMA peak */
 
 typedef struct {
@@ -334,7 +357,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
                    "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
                    "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
-                   "same run and the decode roofline (weight bytes per token / bandwidth).\n"
+                   "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
+                   "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
+                   "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
                    "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
                    "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
                    "Without -m: the built-in tiny model. For the reference shape:\n"
@@ -390,9 +415,11 @@ int pkv_cli_bench_model(int argc, char **argv) {
         goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
+        /* a GPU's decode reads its own memory, not the host's */
+        bool on_device = !pkv_device_get_caps(pkv_model_device(m))->host_memory;
         pkv_cli_bw bwr;
         pkv_cli_measure_bandwidth(threads, &bwr);
-        double bw = bwr.median_gbps;
+        double bw = on_device ? measure_device_bandwidth(pkv_model_device(m)) : bwr.median_gbps;
         /* Decode reads every weight once per token, except the embedding table, of
          * which it reads one row (tied models read it whole as the output matrix):
          * see pkv_model_info.decode_bytes_per_token. */
@@ -415,7 +442,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
-                   "\"bandwidth_gbps\": %.2f, \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
+                   "\"bandwidth_gbps\": %.2f, \"bandwidth_kind\": \"%s\", \"decode_bytes_per_token\": %.0f, \"roofline_tok_s\": %.2f, "
                    "\"roofline_fraction\": %.3f, \"attn_depth\": %lld, \"attn_paged_us\": %.1f, \"attn_contiguous_us\": %.1f, "
                    "\"attn_paged_vs_contiguous\": %.3f, \"gflops\": %.1f, \"fma_peak_gflops\": %.1f, "
                    "\"prefill_peak_fraction\": %.3f, \"peak_rss_mib\": %.1f, \"weights_mib\": %.1f, "
@@ -423,7 +450,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "\"llc_mib\": %.1f, \"bandwidth_passes\": %d",
                    o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads, (unsigned long long)info.weight_bytes, n_prefill, n_decode,
-                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw, bytes_per_token, roofline,
+                   s0.prefill_tok_s, s0.decode_tok_s, depth, sd.prefill_tok_s, sd.decode_tok_s, bw,
+                   on_device ? "device copy" : "host read", bytes_per_token, roofline,
                    roofline > 0 ? s0.decode_tok_s / roofline : 0, depth > 0 ? depth : 4096, attn_paged, attn_contig,
                    attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib,
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0, bwr.best_gbps,
@@ -441,9 +469,13 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    pkv_device_name(pkv_model_device(m)), threads);
             printf("prefill %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_prefill, s0.prefill_tok_s, depth, sd.prefill_tok_s);
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
-            printf("memory read bandwidth %.2f GB/s (median of %d passes over %.0f MiB, 4x the %.0f MiB last-level cache; "
-                   "best %.2f); decode roofline %.1f tok/s; reached %.1f%%\n", bw, bwr.passes,
-                   (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.best_gbps, roofline,
+            if (on_device)
+                printf("device memory (copy) bandwidth %.2f GB/s; decode roofline %.1f tok/s; reached %.1f%%\n", bw, roofline,
+                       roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
+            else
+                printf("memory read bandwidth %.2f GB/s (median of %d passes over %.0f MiB, 4x the %.0f MiB last-level "
+                       "cache; best %.2f); decode roofline %.1f tok/s; reached %.1f%%\n", bw, bwr.passes,
+                       (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.best_gbps, roofline,
                    roofline > 0 ? 100 * s0.decode_tok_s / roofline : 0);
             printf("attention at depth %lld: paged %.1f us, contiguous %.1f us (%.3fx)\n", depth > 0 ? depth : 4096, attn_paged,
                    attn_contig, attn_contig > 0 ? attn_paged / attn_contig : 0);

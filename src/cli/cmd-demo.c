@@ -276,18 +276,26 @@ out:
 }
 
 int pkv_cli_demo(int argc, char **argv) {
-    const char *only = NULL;
+    const char *only = NULL, *pair = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: pagekv demo [--device NAME]\n"
+            printf("usage: pagekv demo [--device NAME | --devices A,B]\n"
                    "On every device (or just NAME): the built-in model generates from a prompt, forks,\n"
                    "swaps out and in, shifts, saves and loads, and each continuation is checked against\n"
                    "a replay from scratch. Then the same on the first two devices as a tensor-parallel\n"
                    "pair (heads split, KV sharded), with the cache on the devices and on the host\n"
-                   "(\"+host\"). Exit 1 when a check fails.\n");
+                   "(\"+host\"). --devices A,B runs just that pair (e.g. cuda:0,vulkan:0), with the\n"
+                   "cache on the devices and on the host. Exit 1 when a check fails.\n");
             return 0;
         } else if (!strcmp(argv[i], "--device") || !strcmp(argv[i], "-d")) {
             if (!(only = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--devices")) {
+            if (!(pair = pkv_cli_value(argc, argv, &i))) return 2;
+            const char *comma = strchr(pair, ',');
+            if (!comma || comma == pair || !comma[1] || strchr(comma + 1, ',') || comma - pair > 60 || strlen(comma + 1) > 60) {
+                fprintf(stderr, "pagekv demo: --devices takes two device names, A,B (got '%s')\n", pair);
+                return 2;
+            }
         } else {
             fprintf(stderr, "pagekv demo: unknown option '%s' (see 'pagekv demo --help')\n", argv[i]);
             return 2;
@@ -295,7 +303,13 @@ int pkv_cli_demo(int argc, char **argv) {
     }
     char names[80][64], why[256];
     int n = 0;
-    if (only) {
+    if (pair) {
+        /* the pair alone: names[0], names[1] feed the sharded runs below */
+        const char *comma = strchr(pair, ',');
+        snprintf(names[0], 64, "%.*s", (int)(comma - pair), pair);
+        snprintf(names[1], 64, "%s", comma + 1);
+        n = 0;
+    } else if (only) {
         snprintf(names[0], 64, "%s", only);
         n = 1;
     } else {
@@ -309,7 +323,7 @@ int pkv_cli_demo(int argc, char **argv) {
      * with the cache on the devices and on the host */
     char sharded[2][160];
     int n_runs = n;
-    if (!only && n >= 2) {
+    if (pair || (!only && n >= 2)) {
         snprintf(sharded[0], sizeof sharded[0], "%.60s,%.60s", names[0], names[1]);
         snprintf(sharded[1], sizeof sharded[1], "%.60s,%.60s+host", names[0], names[1]);
         n_runs = n + 2;

@@ -630,6 +630,8 @@ static pkv_status check_attention(ck *k, pkv_type kt) {
         {3, 3, 8, 8, 1, 9, 1, 2, {0, 0}, {1, 9}, {0, 9}, {8, 7, 6, 5, 4, 3, 2, 1, 0}},
         /* GQA 4:1 with a long page */
         {4, 1, 128, 128, 64, 3, 2, 2, {1, 0}, {100, 64}, {0, 1, 3}, {2, 0, 1}},
+        /* long decode of few heads (a GPU splits its tokens over blocks), 2000 of 2048 tokens */
+        {2, 1, 64, 64, 256, 10, 1, 1, {0}, {2000}, {0, 8}, {9, 1, 2, 3, 4, 5, 6, 7}},
     };
     const size_t es = kt == PKV_TYPE_F32 ? 4 : 2;
     row_begin(k, "kernel attention %s", pkv_type_name(kt), 1e-8);

@@ -80,5 +80,11 @@ pkv_status pkv_vulkan_backend_create(const char *name, int index, pkv_device_par
                                      const pkv_backend_ops **ops, void **ctx,
                                      pkv_device_caps *caps);
 #endif
+#ifdef PKV_HAVE_CUDA
+/* Number of CUDA devices, or 0 with *why set (no driver, no GPU, ...). */
+int pkv_cuda_count(char *why, size_t why_size);
+pkv_status pkv_cuda_backend_create(const char *name, int index, pkv_device_params params,
+                                   const pkv_backend_ops **ops, void **ctx, pkv_device_caps *caps);
+#endif
 
 #endif /* PKV_DEVICE_IMPL_H */

@@ -45,6 +45,21 @@ pkv_status pkv_device_enumerate(int n_extra_cpu, char (*names)[64], int max, int
 #else
     if (why && why_size) snprintf(why, why_size, "vulkan: not built (PKV_VULKAN=OFF)");
 #endif
+    {
+        /* CUDA devices, and why there are none, after Vulkan's line */
+        char cwhy[256] = "";
+        int nc = 0;
+#ifdef PKV_HAVE_CUDA
+        nc = pkv_cuda_count(cwhy, sizeof cwhy);
+        for (int i = 0; i < nc; i++) ADD("cuda:%d", i);
+#else
+        snprintf(cwhy, sizeof cwhy, "not built (PKV_CUDA=OFF)");
+#endif
+        if (nc == 0 && why && why_size) {
+            size_t len = strlen(why);
+            snprintf(why + len, why_size - len, "%scuda: %s", len ? "; " : "", cwhy);
+        }
+    }
     if (faulty_enabled()) ADD("faulty");
 #undef ADD
     *n = count;
@@ -69,7 +84,7 @@ static void no_device(pkv_status st, const char *name, const char *why) {
             list, vwhy[0] ? "; " : "", vwhy);
 }
 
-/* Parse "cpu", "cpu:N", "vulkan:N", "faulty". */
+/* Parse "cpu", "cpu:N", "vulkan:N", "cuda:N", "faulty". */
 pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
     if (!name) {
         pkv_err(PKV_ERR_INVALID, "pkv_device_open: name is NULL");
@@ -113,6 +128,20 @@ pkv_device *pkv_device_open(const char *name, pkv_device_params params) {
         s = pkv_vulkan_backend_create(name, (int)idx, params, &ops, &ctx, &caps);
 #else
         no_device(PKV_ERR_UNSUPPORTED, name, "this build has no Vulkan backend (PKV_VULKAN=OFF)");
+        return NULL;
+#endif
+    } else if (strncmp(name, "cuda:", 5) == 0) {
+#ifdef PKV_HAVE_CUDA
+        long idx = strtol(name + 5, &end, 10);
+        char why[256] = "";
+        int nc = pkv_cuda_count(why, sizeof why);
+        if (end == name + 5 || *end || idx < 0 || idx >= nc) {
+            no_device(PKV_ERR_NOT_FOUND, name, nc == 0 ? "no CUDA devices" : NULL); /* the list says why */
+            return NULL;
+        }
+        s = pkv_cuda_backend_create(name, (int)idx, params, &ops, &ctx, &caps);
+#else
+        no_device(PKV_ERR_UNSUPPORTED, name, "this build has no CUDA backend (PKV_CUDA=OFF)");
         return NULL;
 #endif
     } else {

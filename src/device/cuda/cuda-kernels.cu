@@ -1,0 +1,622 @@
+// CUDA kernels of pagekv (see cuda-launch.h for the interface and
+// src/device/cpu/ref.c for the definition of every result).
+//
+// Written without access to a GPU: compiled in CI, never run yet. docs/gpu.md
+// lists what a GPU session must run before any of this is trusted.
+//
+// Weights are read in place in their GGUF block layouts (src/base/quant.c):
+// deq<T>(row, k) is element k of a weight row (cuda-deq.h).
+#include "device/cuda/cuda-deq.h"
+#include "device/cuda/cuda-launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#define WARP 32
+#define FULL 0xffffffffu
+
+static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+// Blocks for a grid-stride loop over n items with `threads` per block.
+static inline unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b > (1 << 20)) b = 1 << 20;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+// ------------------------------------------------------------- helpers
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+
+// Sum (or max) over the block; sh holds 32 floats. Every thread gets the result.
+// The leading barrier lets a block call these back to back on the same sh.
+template <bool MAX>
+__device__ float block_reduce(float v, float *sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        v = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
+        v = MAX ? warp_max(v) : warp_sum(v);
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+// ---------------------------------------------------- weight dequantization
+
+// deq<T>(row, k): element k of a weight row (cuda-deq.h, shared with the host
+// test that checks it against the reference bit for bit).
+template <int T>
+__device__ __forceinline__ float deq(const uint8_t *row, int64_t k);
+#define DEQ(T, fn)                                                                         \
+    template <>                                                                            \
+    __device__ __forceinline__ float deq<T>(const uint8_t *row, int64_t k) {               \
+        return fn(row, k);                                                                 \
+    }
+DEQ(PKV_CU_W_F32, pkv_cu_deq_f32)
+DEQ(PKV_CU_W_F16, pkv_cu_deq_f16)
+DEQ(PKV_CU_W_BF16, pkv_cu_deq_bf16)
+DEQ(PKV_CU_W_Q8_0, pkv_cu_deq_q8_0)
+DEQ(PKV_CU_W_Q4_0, pkv_cu_deq_q4_0)
+DEQ(PKV_CU_W_Q4_K, pkv_cu_deq_q4_k)
+DEQ(PKV_CU_W_Q5_K, pkv_cu_deq_q5_k)
+DEQ(PKV_CU_W_Q6_K, pkv_cu_deq_q6_k)
+#undef DEQ
+
+// ------------------------------------------------------------------ matmul
+
+// y[i][r] = sum_k W[r][k] x[i][k] for small batches: one warp per weight row,
+// lanes over k, PKV_CU_MMV_MAX rows of x per pass over the weights.
+#define MMV_WARPS 4
+template <int T>
+__global__ void __launch_bounds__(MMV_WARPS * WARP)
+    k_mmv(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, const float *x, float *y, int64_t n) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return; // whole warps leave: the shuffles below stay full
+    const uint8_t *wr = w + r * rb;
+    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
+        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
+        float acc[PKV_CU_MMV_MAX];
+#pragma unroll
+        for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[j] = 0.0f;
+        const float *xi = x + i0 * cols;
+        for (int64_t k = lane; k < cols; k += WARP) {
+            const float wv = deq<T>(wr, k);
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++)
+                if (j < nt) acc[j] += wv * xi[j * cols + k];
+        }
+#pragma unroll
+        for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+            const float v = warp_sum(acc[j]);
+            if (lane == 0 && j < nt) y[(i0 + j) * rows + r] = v;
+        }
+    }
+}
+
+// The same for block-quantized weights, a lane taking whole blocks of 32
+// (pkv_cu_deq32: the scales read once per block, not per element).
+template <int T>
+__device__ __forceinline__ void deq32(const uint8_t *row, int64_t sb, float *y);
+#define DEQ32(T, call)                                                                     \
+    template <>                                                                            \
+    __device__ __forceinline__ void deq32<T>(const uint8_t *row, int64_t sb, float *y) {   \
+        call;                                                                              \
+    }
+DEQ32(PKV_CU_W_Q8_0, pkv_cu_deq32_q8_0(row, sb, y))
+DEQ32(PKV_CU_W_Q4_0, pkv_cu_deq32_q4_0(row, sb, y))
+DEQ32(PKV_CU_W_Q4_K, pkv_cu_deq32_kmin(row, sb, y, 0))
+DEQ32(PKV_CU_W_Q5_K, pkv_cu_deq32_kmin(row, sb, y, 1))
+DEQ32(PKV_CU_W_Q6_K, pkv_cu_deq32_q6_k(row, sb, y))
+#undef DEQ32
+
+template <int T>
+__global__ void __launch_bounds__(MMV_WARPS * WARP)
+    k_mmv_q(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, const float *x, float *y, int64_t n) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return; // whole warps leave: the shuffles below stay full
+    const uint8_t *wr = w + r * rb;
+    const int64_t n_sb = cols >> 5; // block types have cols % 32 == 0
+    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
+        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
+        float acc[PKV_CU_MMV_MAX];
+#pragma unroll
+        for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[j] = 0.0f;
+        const float *xi = x + i0 * cols;
+        for (int64_t sb = lane; sb < n_sb; sb += WARP) {
+            float wv[32];
+            deq32<T>(wr, sb, wv);
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+                if (j < nt) {
+                    const float *xs = xi + j * cols + 32 * sb;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 32; e++) s += wv[e] * xs[e];
+                    acc[j] += s;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+            const float v = warp_sum(acc[j]);
+            if (lane == 0 && j < nt) y[(i0 + j) * rows + r] = v;
+        }
+    }
+}
+
+// Tiled matrix-matrix product for prefill: a block computes a 64 x 64 tile of y
+// (64 weight rows x 64 x rows), staging 32 columns of both (weights
+// dequantized) in shared memory per step; each thread owns 4 x 4 outputs.
+#define GM 64
+#define GN 64
+#define GK 32
+template <int T>
+__global__ void __launch_bounds__(256)
+    k_gemm(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, const float *x, float *y, int64_t n) {
+    __shared__ float ws[GK][GM + 1];
+    __shared__ float xs[GK][GN + 1];
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int64_t m0 = (int64_t)blockIdx.x * GM, n0 = (int64_t)blockIdx.y * GN;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int64_t k0 = 0; k0 < cols; k0 += GK) {
+        for (int e = tid; e < GM * GK; e += 256) {
+            const int mm = e / GK, kk = e % GK;
+            const int64_t k = k0 + kk, r = m0 + mm, i = n0 + mm;
+            ws[kk][mm] = (r < rows && k < cols) ? deq<T>(w + r * rb, k) : 0.0f;
+            xs[kk][mm] = (i < n && k < cols) ? x[i * cols + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = ws[kk][tx + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = xs[kk][ty + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t r = m0 + tx + 16 * i, ii = n0 + ty + 16 * j;
+            if (r < rows && ii < n) y[ii * rows + r] = acc[i][j];
+        }
+}
+
+template <int T>
+__global__ void k_get_rows(const uint8_t *w, size_t rb, int64_t n_vocab, int64_t cols, const int32_t *ids,
+                           float *out, int64_t n) {
+    const int64_t total = n * cols;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = e / cols, c = e % cols;
+        const int32_t id = ids[i];
+        out[e] = (id >= 0 && id < n_vocab) ? deq<T>(w + (int64_t)id * rb, c) : 0.0f;
+    }
+}
+
+template <int T>
+static int launch_matmul_t(const pkv_cu_matmul *a, cudaStream_t st) {
+    if (a->n <= PKV_CU_MMV_MAX) {
+        if constexpr (T >= PKV_CU_W_Q8_0)
+            k_mmv_q<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols,
+                                                                              a->x, a->y, a->n);
+        else
+            k_mmv<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols,
+                                                                            a->x, a->y, a->n);
+    } else {
+        // grid.y is limited to 65535 tiles of 64 x rows: split longer batches
+        const int64_t step = (int64_t)65535 * GN;
+        for (int64_t i0 = 0; i0 < a->n; i0 += step) {
+            const int64_t ni = a->n - i0 < step ? a->n - i0 : step;
+            dim3 grid(cdiv(a->rows, GM), cdiv(ni, GN));
+            k_gemm<T><<<grid, 256, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x + i0 * a->cols,
+                                            a->y + i0 * a->rows, ni);
+        }
+    }
+    return (int)cudaGetLastError();
+}
+
+template <int T>
+static int launch_get_rows_t(const pkv_cu_get_rows *a, cudaStream_t st) {
+    k_get_rows<T><<<grid_for(a->n * a->cols, 256), 256, 0, st>>>(a->w, a->row_bytes, a->n_vocab, a->cols, a->ids,
+                                                                 a->out, a->n);
+    return (int)cudaGetLastError();
+}
+
+#define BY_TYPE(fn, a, st)                                                                 \
+    switch ((a)->wtype) {                                                                  \
+    case PKV_CU_W_F32: return fn<PKV_CU_W_F32>(a, st);                                     \
+    case PKV_CU_W_F16: return fn<PKV_CU_W_F16>(a, st);                                     \
+    case PKV_CU_W_BF16: return fn<PKV_CU_W_BF16>(a, st);                                   \
+    case PKV_CU_W_Q8_0: return fn<PKV_CU_W_Q8_0>(a, st);                                   \
+    case PKV_CU_W_Q4_0: return fn<PKV_CU_W_Q4_0>(a, st);                                   \
+    case PKV_CU_W_Q4_K: return fn<PKV_CU_W_Q4_K>(a, st);                                   \
+    case PKV_CU_W_Q5_K: return fn<PKV_CU_W_Q5_K>(a, st);                                   \
+    case PKV_CU_W_Q6_K: return fn<PKV_CU_W_Q6_K>(a, st);                                   \
+    default: return (int)cudaErrorInvalidValue;                                            \
+    }
+
+extern "C" int pkv_cu_launch_matmul(const pkv_cu_matmul *a, void *stream) {
+    BY_TYPE(launch_matmul_t, a, (cudaStream_t)stream)
+}
+
+extern "C" int pkv_cu_launch_get_rows(const pkv_cu_get_rows *a, void *stream) {
+    BY_TYPE(launch_get_rows_t, a, (cudaStream_t)stream)
+}
+
+// ------------------------------------------------------------ elementwise
+
+__global__ void k_rms_norm(const float *x, const float *w, float *y, int64_t row_len, float eps) {
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * row_len;
+    float *yr = y + (int64_t)blockIdx.x * row_len;
+    float ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) ss += xr[j] * xr[j];
+    ss = block_reduce<false>(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)row_len + eps);
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) yr[j] = xr[j] * inv * w[j];
+}
+
+__global__ void k_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[b_len == n ? i : i % b_len];
+}
+
+__global__ void k_swiglu(const float *g, const float *u, float *y, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = g[i];
+        y[i] = x / (1.0f + expf(-x)) * u[i];
+    }
+}
+
+__global__ void k_softmax(const float *x, float *y, int64_t row_len) {
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * row_len;
+    float *yr = y + (int64_t)blockIdx.x * row_len;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) mx = fmaxf(mx, xr[j]);
+    mx = block_reduce<true>(mx, sh);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) sum += expf(xr[j] - mx);
+    sum = block_reduce<false>(sum, sh);
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) yr[j] = expf(xr[j] - mx) / sum;
+}
+
+// First index of the largest value: each thread scans its elements in order
+// (strictly greater replaces), then pairs combine preferring the larger value,
+// on ties the smaller index. NaNs as in the reference (which compares with >):
+// never chosen, except that a NaN at index 0 makes the answer 0.
+__global__ void k_argmax(const float *x, int32_t *out, int64_t row_len) {
+    __shared__ float sv[256];
+    __shared__ int64_t si[256];
+    const float *xr = x + (int64_t)blockIdx.x * row_len;
+    float bv = -INFINITY;
+    int64_t bi = INT64_MAX;
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) {
+        const float v = xr[j];
+        if (!isnan(v) && (bi == INT64_MAX || v > bv)) {
+            bv = v;
+            bi = j;
+        }
+    }
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            const float ov = sv[threadIdx.x + s];
+            const int64_t oi = si[threadIdx.x + s];
+            const float mv = sv[threadIdx.x];
+            const int64_t mi = si[threadIdx.x];
+            if (oi != INT64_MAX && (mi == INT64_MAX || ov > mv || (ov == mv && oi < mi))) {
+                sv[threadIdx.x] = ov;
+                si[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = (si[0] == INT64_MAX || isnan(xr[0])) ? 0 : (int32_t)si[0];
+}
+
+// Row blocks: grid.x is limited to 2^31 - 1, far above any row count here.
+extern "C" int pkv_cu_launch_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len,
+                                      float eps, void *stream) {
+    k_rms_norm<<<(unsigned)n_rows, 256, 0, (cudaStream_t)stream>>>(x, w, y, row_len, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len, void *stream) {
+    k_add<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(a, b, y, n, b_len);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_swiglu(const float *g, const float *u, float *y, int64_t n, void *stream) {
+    k_swiglu<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(g, u, y, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len, void *stream) {
+    k_softmax<<<(unsigned)n_rows, 256, 0, (cudaStream_t)stream>>>(x, y, row_len);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len, void *stream) {
+    k_argmax<<<(unsigned)n_rows, 256, 0, (cudaStream_t)stream>>>(x, out, row_len);
+    return (int)cudaGetLastError();
+}
+
+// -------------------------------------------------------------------- rope
+
+// One thread per (row, head, pair). The angle and the rotation are computed in
+// double, as in the reference; the result is rounded to float (then to f16 for
+// f16 rows, as the reference stores it).
+__global__ void k_rope(pkv_cu_rope a) {
+    const int half = a.n_rot / 2;
+    const int64_t total = a.n_rows * a.n_heads * half;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int i = (int)(e % half);
+        const int64_t t = e / half;
+        const int h = (int)(t % a.n_heads);
+        const int64_t r = t / a.n_heads;
+        const int64_t row = a.rows ? a.rows[r] : r;
+        if (row < 0 || row >= a.max_rows) continue;
+        const double theta =
+            (double)a.pos[r] * (double)a.freq_scale * pow((double)a.freq_base, -2.0 * i / (double)a.n_rot);
+        double s, c;
+        sincos(theta, &s, &c);
+        const int64_t base = (int64_t)h * a.head_dim;
+        const int64_t i0 = base + (a.neox ? i : 2 * i), i1 = base + (a.neox ? i + half : 2 * i + 1);
+        uint8_t *xr = a.x + row * (int64_t)a.row_stride;
+        if (a.f16) {
+            __half *p = (__half *)xr;
+            const double x0 = __half2float(p[i0]), x1 = __half2float(p[i1]);
+            p[i0] = __float2half_rn((float)(x0 * c - x1 * s));
+            p[i1] = __float2half_rn((float)(x0 * s + x1 * c));
+        } else {
+            float *p = (float *)xr;
+            const double x0 = p[i0], x1 = p[i1];
+            p[i0] = (float)(x0 * c - x1 * s);
+            p[i1] = (float)(x0 * s + x1 * c);
+        }
+    }
+}
+
+extern "C" int pkv_cu_launch_rope(const pkv_cu_rope *a, void *stream) {
+    const int64_t total = a->n_rows * a->n_heads * (a->n_rot / 2);
+    k_rope<<<grid_for(total, 128), 128, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- set_rows
+
+__global__ void k_set_rows(pkv_cu_set_rows a) {
+    const int64_t total = a.n * a.row_elems;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = e / a.row_elems, j = e % a.row_elems;
+        const int32_t d = a.idx[i];
+        if (d < 0 || d >= a.dst_rows) continue;
+        const float v = ((const float *)(a.src + i * (int64_t)a.src_stride))[j];
+        uint8_t *dr = a.dst + (int64_t)d * (int64_t)a.dst_stride;
+        if (a.dst_f16)
+            ((__half *)dr)[j] = __float2half_rn(v);
+        else
+            ((float *)dr)[j] = v;
+    }
+}
+
+extern "C" int pkv_cu_launch_set_rows(const pkv_cu_set_rows *a, void *stream) {
+    k_set_rows<<<grid_for(a->n * a->row_elems, 256), 256, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+// --------------------------------------------------------------- attention
+
+#define ATT_WARPS PKV_CU_ATT_WARPS
+
+template <bool F16>
+__device__ __forceinline__ float ld_kv(const void *p, size_t i) {
+    if (F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+// Paged causal attention. Block (query row i, head h, split sp): the split's
+// share of the query's visible tokens (pkv_cu_split_range), four warps taking
+// every fourth token, each warp an online softmax with q and its accumulator in
+// registers (lane holds dims lane + 32 j); the warps merge through shared memory.
+// With one split the block writes the normalized output; with several it writes
+// (max, sum, unnormalized accumulator) to a.partial for k_att_combine.
+// Tokens on a page id outside [0, n_pages), past the sequence's pages, and
+// queries of a sequence outside [0, n_seq) are skipped as in the reference.
+template <bool F16>
+__global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention a) {
+    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
+    __shared__ float sm_acc[ATT_WARPS][PKV_CU_ATT_MAX_D];
+    const int i = blockIdx.x, h = blockIdx.y, sp = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int32_t lo;
+    const int64_t len = pkv_cu_att_len(a.meta, a.n_q, a.n_seq, a.meta_pages, a.page_size, i, &lo);
+    int64_t t0, t1;
+    pkv_cu_split_range(len, a.n_split, sp, &t0, &t1);
+
+    const int kvh = h / (a.n_head / a.n_kv);
+    const float *qh = a.q + ((size_t)i * a.n_head + h) * a.dk;
+    float qr[PKV_CU_ATT_DPL], acc[PKV_CU_ATT_DPL];
+#pragma unroll
+    for (int j = 0; j < PKV_CU_ATT_DPL; j++) {
+        const int d = lane + 32 * j;
+        qr[j] = d < a.dk ? qh[d] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t t = t0 + warp; t < t1; t += ATT_WARPS) {
+        const int64_t sl = pkv_cu_att_slot(a.meta, a.n_q, a.n_seq, lo, t, a.page_size, a.n_pages, a.n_kv, kvh);
+        if (sl < 0) continue; // the same for the whole warp
+        const size_t slot = (size_t)sl;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PKV_CU_ATT_DPL; j++) {
+            const int d = lane + 32 * j;
+            if (d < a.dk) dot += qr[j] * ld_kv<F16>(a.k, slot * a.dk + d);
+        }
+        const float score = warp_sum(dot) * a.scale;
+        const float mn = fmaxf(m, score);
+        const float corr = expf(m - mn), p = expf(score - mn); // corr is 0 while m is -inf
+        l = l * corr + p;
+#pragma unroll
+        for (int j = 0; j < PKV_CU_ATT_DPL; j++) {
+            const int d = lane + 32 * j;
+            if (d < a.dv) acc[j] = acc[j] * corr + p * ld_kv<F16>(a.v, slot * a.dv + d);
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < PKV_CU_ATT_DPL; j++) {
+        const int d = lane + 32 * j;
+        if (d < a.dv) sm_acc[warp][d] = acc[j];
+    }
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w]);
+    float f[ATT_WARPS], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - M);
+        L += sm_l[w] * f[w];
+    }
+    const size_t row = (size_t)i * a.n_head + h;
+    if (a.n_split == 1) {
+        float *o = a.out + row * a.dv;
+        for (int d = threadIdx.x; d < a.dv; d += blockDim.x) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) v += sm_acc[w][d] * f[w];
+            o[d] = M == -INFINITY ? 0.0f : v / L;
+        }
+    } else {
+        float *p = a.partial + (row * a.n_split + sp) * (size_t)(a.dv + 2);
+        for (int d = threadIdx.x; d < a.dv; d += blockDim.x) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) v += sm_acc[w][d] * f[w];
+            p[2 + d] = v;
+        }
+        if (threadIdx.x == 0) {
+            p[0] = M;
+            p[1] = L;
+        }
+    }
+}
+
+// Merge the splits of one (query row, head): rescale each split's sum and
+// accumulator to the common maximum.
+__global__ void k_att_combine(const float *partial, float *out, int n_split, int dv) {
+    const size_t row = blockIdx.x;
+    const float *p = partial + row * n_split * (size_t)(dv + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, p[(size_t)s * (dv + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float ms = p[(size_t)s * (dv + 2)];
+        if (ms != -INFINITY) L += p[(size_t)s * (dv + 2) + 1] * expf(ms - M);
+    }
+    for (int d = threadIdx.x; d < dv; d += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float ms = p[(size_t)s * (dv + 2)];
+            if (ms != -INFINITY) v += p[(size_t)s * (dv + 2) + 2 + d] * expf(ms - M);
+        }
+        out[row * dv + d] = M == -INFINITY ? 0.0f : v / L;
+    }
+}
+
+extern "C" int pkv_cu_launch_attention(const pkv_cu_attention *a, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    if (a->dk > PKV_CU_ATT_MAX_D || a->dv > PKV_CU_ATT_MAX_D || a->n_head > 65535 || a->n_split < 1 ||
+        a->n_split > PKV_CU_ATT_MAX_SPLIT || (a->n_split > 1 && !a->partial))
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)a->n_q, (unsigned)a->n_head, (unsigned)a->n_split);
+    if (a->kv_f16)
+        k_attention<true><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
+    else
+        k_attention<false><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || a->n_split == 1) return (int)e;
+    k_att_combine<<<(unsigned)((int64_t)a->n_q * a->n_head), 128, 0, st>>>(a->partial, a->out, a->n_split, a->dv);
+    return (int)cudaGetLastError();
+}
+
+// ------------------------------------------------------- batched region copy
+
+// Block b copies chunk b (and b + gridDim.x, ...). Chunks whose source and
+// destination agree modulo 16 (pages at page-aligned offsets: the usual case)
+// move 16-byte words after a byte head; modulo 4, 4-byte words; else bytes.
+__global__ void k_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chunk *chunks, int64_t n_chunks) {
+    for (int64_t b = blockIdx.x; b < n_chunks; b += gridDim.x) {
+        const pkv_cu_chunk c = chunks[b];
+        const uint8_t *s = src + c.src_off;
+        uint8_t *d = dst + c.dst_off;
+        const uint64_t n = c.size;
+        unsigned wb;
+        uint64_t head, words;
+        pkv_cu_copy_layout((uint64_t)(uintptr_t)s, (uint64_t)(uintptr_t)d, n, &wb, &head, &words);
+        for (uint64_t k = threadIdx.x; k < head; k += blockDim.x) d[k] = s[k];
+        if (wb == 16) {
+            const uint4 *s4 = (const uint4 *)(s + head);
+            uint4 *d4 = (uint4 *)(d + head);
+            for (uint64_t k = threadIdx.x; k < words; k += blockDim.x) d4[k] = s4[k];
+        } else if (wb == 4) {
+            const uint32_t *s4 = (const uint32_t *)(s + head);
+            uint32_t *d4 = (uint32_t *)(d + head);
+            for (uint64_t k = threadIdx.x; k < words; k += blockDim.x) d4[k] = s4[k];
+        }
+        const uint64_t tail0 = head + words * wb;
+        for (uint64_t k = tail0 + threadIdx.x; k < n; k += blockDim.x) d[k] = s[k];
+    }
+}
+
+extern "C" int pkv_cu_launch_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chunk *chunks,
+                                         int64_t n_chunks, void *stream) {
+    if (n_chunks <= 0) return 0;
+    const unsigned blocks = (unsigned)(n_chunks < (1 << 20) ? n_chunks : (1 << 20));
+    k_copy_chunks<<<blocks, 256, 0, (cudaStream_t)stream>>>(src, dst, chunks, n_chunks);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_probe(void) {
+    cudaFuncAttributes fa;
+    return (int)cudaFuncGetAttributes(&fa, k_add);
+}

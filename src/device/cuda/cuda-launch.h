@@ -1,0 +1,189 @@
+/* The boundary between the CUDA backend's host code (cuda.c, plain C11 built by
+ * the C compiler) and its kernels (cuda-kernels.cu, built by nvcc). Only plain C
+ * types cross it, so this header compiles as C and as C++ and needs no CUDA
+ * header. Pointers here are device pointers, already offset to the argument's
+ * first byte; the host side has checked bounds (kernels.c) and alignment
+ * (cuda-plan.c) before any of these is called.
+ *
+ * Every pkv_cu_launch_* queues its kernel(s) on `stream` (a cudaStream_t) and
+ * returns the cudaError_t of the launch as an int (0 = cudaSuccess). */
+#ifndef PKV_CUDA_LAUNCH_H
+#define PKV_CUDA_LAUNCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Weight types of matmul and get_rows (pkv_cu_wtype in cuda-plan.c maps
+ * pkv_type to these). */
+enum {
+    PKV_CU_W_F32 = 0,
+    PKV_CU_W_F16,
+    PKV_CU_W_BF16,
+    PKV_CU_W_Q8_0, /* the block types follow: the kernels test T >= PKV_CU_W_Q8_0 */
+    PKV_CU_W_Q4_0,
+    PKV_CU_W_Q4_K,
+    PKV_CU_W_Q5_K,
+    PKV_CU_W_Q6_K,
+    PKV_CU_W_COUNT
+};
+
+/* Batches up to this many x rows take the matrix-vector kernel (one warp per
+ * weight row, weights read once per PKV_CU_MMV_MAX rows of x); larger ones the
+ * tiled matrix-matrix kernel. */
+#define PKV_CU_MMV_MAX 8
+/* Attention keeps a head's q and accumulator in registers, 32 lanes x this many
+ * elements: head sizes dk, dv up to 32 * PKV_CU_ATT_DPL. */
+#define PKV_CU_ATT_DPL 16
+#define PKV_CU_ATT_MAX_D (32 * PKV_CU_ATT_DPL)
+/* Warps of an attention block; warp w takes tokens t0 + w, t0 + w + 4, ... */
+#define PKV_CU_ATT_WARPS 4
+/* Most splits of one query's tokens in the split-K decode attention. */
+#define PKV_CU_ATT_MAX_SPLIT 64
+
+#ifdef __CUDACC__
+#define PKV_CU_HD __host__ __device__
+#else
+#define PKV_CU_HD
+#endif
+
+/* The tokens [*t0, *t1) that split sp of n_split handles of a query that sees
+ * len tokens: equal parts, the last ones possibly empty. Shared by the kernel
+ * and the host-side tests so both use the same formula. */
+static inline PKV_CU_HD void pkv_cu_split_range(int64_t len, int n_split, int sp, int64_t *t0, int64_t *t1) {
+    int64_t per = (len + n_split - 1) / n_split;
+    int64_t a = per * sp, b = a + per;
+    *t0 = a < len ? a : len;
+    *t1 = b < len ? b : len;
+}
+
+/* Attention index logic, shared by the kernel and a host emulation in
+ * tests/test-cuda-plan.c. meta is the kernel's i32 table (device.h).
+ * The tokens query i sees: its sequence's first block-table index in *lo, and the
+ * count, 0 for a sequence outside [0, n_seq) or a bad page range, and never more
+ * than its pages hold (the reference skips those tokens). */
+static inline PKV_CU_HD int64_t pkv_cu_att_len(const int32_t *meta, int n_q, int n_seq, int meta_pages, int page_size,
+                                               int i, int32_t *lo) {
+    const int32_t *q_seq = meta, *q_len = meta + n_q, *indptr = meta + 2 * n_q;
+    const int32_t s = q_seq[i];
+    *lo = 0;
+    if (s < 0 || s >= n_seq) return 0;
+    const int32_t a = indptr[s], b = indptr[s + 1];
+    if (a < 0 || b < a || b > meta_pages) return 0;
+    *lo = a;
+    const int64_t cap = (int64_t)(b - a) * page_size, len = q_len[i];
+    return len < 0 ? 0 : len < cap ? len : cap;
+}
+
+/* The KV row of token t (t < the length above) for KV head kvh, in units of one
+ * head's vector: k at slot * dk, v at slot * dv; -1 when the page id is outside
+ * [0, n_pages) (skipped). */
+static inline PKV_CU_HD int64_t pkv_cu_att_slot(const int32_t *meta, int n_q, int n_seq, int32_t lo, int64_t t,
+                                                int page_size, int n_pages, int n_kv, int kvh) {
+    const int32_t *pages = meta + 2 * n_q + n_seq + 1;
+    const int32_t page = pages[lo + t / page_size];
+    if (page < 0 || page >= n_pages) return -1;
+    return ((int64_t)page * page_size + t % page_size) * n_kv + kvh;
+}
+
+/* How the copy kernel moves a chunk of n bytes from address s to address d:
+ * *head bytes one by one, then *words words of *wb bytes (16 or 4: the widest
+ * to which s and d are equally aligned, the words then aligned in both), then
+ * the rest byte by byte from *head + *words * *wb. With *wb == 1 it is all
+ * bytes (*head = *words = 0). */
+static inline PKV_CU_HD void pkv_cu_copy_layout(uint64_t s, uint64_t d, uint64_t n, unsigned *wb, uint64_t *head,
+                                                uint64_t *words) {
+    const uint64_t mis = s ^ d;
+    const unsigned w = (mis & 15) == 0 ? 16 : (mis & 3) == 0 ? 4 : 1;
+    uint64_t h = (w - (d & (w - 1))) & (w - 1);
+    if (h > n) h = n;
+    *wb = w;
+    *head = h;
+    *words = w == 1 ? 0 : (n - h) / w;
+}
+
+/* One piece of a batched region copy: one thread block copies it. */
+typedef struct pkv_cu_chunk {
+    uint64_t src_off, dst_off, size; /* bytes */
+} pkv_cu_chunk;
+
+typedef struct pkv_cu_matmul {
+    const uint8_t *w; /* [rows][row_bytes] */
+    int wtype;        /* PKV_CU_W_* */
+    size_t row_bytes;
+    int64_t rows, cols, n;
+    const float *x; /* [n][cols] */
+    float *y;       /* [n][rows] */
+} pkv_cu_matmul;
+
+typedef struct pkv_cu_get_rows {
+    const uint8_t *w; /* [n_vocab][row_bytes] */
+    int wtype;
+    size_t row_bytes;
+    int64_t n_vocab, cols, n;
+    const int32_t *ids; /* [n] */
+    float *out;         /* [n][cols] */
+} pkv_cu_get_rows;
+
+typedef struct pkv_cu_rope {
+    uint8_t *x; /* f32 or f16 rows of row_stride bytes */
+    int f16;
+    int64_t n_rows, max_rows;
+    size_t row_stride;
+    int n_heads, head_dim, n_rot, neox;
+    float freq_base, freq_scale;
+    const int32_t *pos;  /* [n_rows] */
+    const int32_t *rows; /* [n_rows] or NULL */
+} pkv_cu_rope;
+
+typedef struct pkv_cu_set_rows {
+    const uint8_t *src;
+    size_t src_stride;
+    uint8_t *dst;
+    int dst_f16;
+    size_t dst_stride;
+    int64_t dst_rows, n, row_elems;
+    const int32_t *idx;
+} pkv_cu_set_rows;
+
+typedef struct pkv_cu_attention {
+    const float *q;
+    const void *k, *v; /* f16 or f32 pools */
+    int kv_f16;
+    const int32_t *meta;
+    float *out;
+    /* [n_q][n_head][n_split][2 + dv] floats (running max, sum, accumulator) when
+     * n_split > 1, else unused */
+    float *partial;
+    int n_split;
+    int n_q, n_seq, meta_pages, n_pages, page_size, n_head, n_kv, dk, dv;
+    float scale;
+} pkv_cu_attention;
+
+int pkv_cu_launch_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chunk *chunks, int64_t n_chunks,
+                              void *stream);
+int pkv_cu_launch_matmul(const pkv_cu_matmul *a, void *stream);
+int pkv_cu_launch_get_rows(const pkv_cu_get_rows *a, void *stream);
+int pkv_cu_launch_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps,
+                           void *stream);
+int pkv_cu_launch_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len, void *stream);
+int pkv_cu_launch_swiglu(const float *g, const float *u, float *y, int64_t n, void *stream);
+int pkv_cu_launch_rope(const pkv_cu_rope *a, void *stream);
+int pkv_cu_launch_set_rows(const pkv_cu_set_rows *a, void *stream);
+int pkv_cu_launch_attention(const pkv_cu_attention *a, void *stream);
+int pkv_cu_launch_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len, void *stream);
+int pkv_cu_launch_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len, void *stream);
+
+/* Is there code in this binary the current device can run? Returns the
+ * cudaError_t of querying a kernel's attributes (cudaErrorNoKernelImageForDevice
+ * for a GPU older than the oldest compiled architecture). */
+int pkv_cu_probe(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PKV_CUDA_LAUNCH_H */

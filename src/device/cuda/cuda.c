@@ -1,0 +1,560 @@
+/* CUDA backend: discovery, device memory, the in-order stream, transfers at any
+ * byte offset, and the host side of every kernel (alignment checks, launch
+ * parameters); the kernels themselves are in cuda-kernels.cu.
+ *
+ * Written on a machine without a GPU: it compiles in CI but has never run.
+ * docs/gpu.md lists what a GPU session must run.
+ *
+ * Queue model (I3): every operation of a device instance (transfers and
+ * kernels) goes on one CUDA stream, created non-blocking so work other code puts
+ * on the legacy default stream does not serialize with it. Stream order is
+ * submission order, so a copy queued before a kernel is seen by that kernel.
+ * read waits for the stream (and so for everything queued before it); sync too.
+ *
+ * Memory: one cudaMalloc per buffer; the buffer handle is the device pointer.
+ * Host data moves through pinned, device-mapped staging memory (a bump allocator
+ * reset when the stream is idle; transfers above PKV_CU_STAGING_MAX go in
+ * chunks): write copies the caller's bytes into staging before it returns, as the
+ * device API promises, and queues the copy to the device. read copies straight
+ * into the caller's memory and waits. fill is cudaMemsetAsync, copy
+ * cudaMemcpyAsync: both take any byte offset and size.
+ *
+ * copy_regions: the region list is cut into chunks (cuda-plan.c), the chunk
+ * table written to staging, and one kernel launch copies every chunk, reading
+ * the table from the mapped staging memory. Staging is only reused after the
+ * stream has drained, so the table outlives the kernel. */
+#include "device/cuda/cuda-plan.h"
+#include "device/device-impl.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PKV_CU_STAGING_MIN ((size_t)1 << 20)
+#define PKV_CU_STAGING_MAX ((size_t)64 << 20)
+
+typedef struct pkv_cu_ctx {
+    char name[64];
+    int index;
+    cudaStream_t stream;
+    int n_sm;
+    /* pinned, mapped staging: host address, the device's address of it */
+    uint8_t *stage;
+    uint8_t *stage_dev;
+    size_t stage_cap, stage_used;
+    /* partial results of the split decode attention, bytes */
+    void *att_part;
+    size_t att_part_cap;
+    int att_split; /* PKV_CUDA_ATT_SPLIT: splits forced for every attention, 0 = chosen per call */
+} pkv_cu_ctx;
+
+/* ------------------------------------------------------------------ errors */
+
+static pkv_status cu_fail(const pkv_cu_ctx *c, const char *call, cudaError_t e) {
+    pkv_status s = e == cudaErrorMemoryAllocation ? PKV_ERR_NOMEM : PKV_ERR_DEVICE;
+    /* Clear the runtime's last error, so the next launch's check does not report
+     * this one again (errors that poison the context stay and are reported by
+     * every later call: the device is lost then). */
+    (void)cudaGetLastError();
+    return pkv_err(s, "%s: %s failed: %s (%s)", c ? c->name : "cuda", call, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
+}
+
+#define CU_TRY(c, call, expr)                                                              \
+    do {                                                                                   \
+        cudaError_t _e = (expr);                                                           \
+        if (_e != cudaSuccess) return cu_fail((c), (call), _e);                            \
+    } while (0)
+#define TRY(x)                                                                             \
+    do {                                                                                   \
+        pkv_status _s = (x);                                                               \
+        if (_s) return _s;                                                                 \
+    } while (0)
+
+/* The runtime's current device is per thread: set it before every call, since
+ * instances on different GPUs may be used from one thread. */
+static pkv_status use(pkv_cu_ctx *c) {
+    CU_TRY(c, "cudaSetDevice", cudaSetDevice(c->index));
+    return PKV_OK;
+}
+
+/* --------------------------------------------------------------- discovery */
+
+static struct {
+    pthread_once_t once;
+    int n;
+    char why[256];
+} g_cu = {PTHREAD_ONCE_INIT, 0, ""};
+
+static void cu_discover(void) {
+    const char *off = getenv("PKV_CUDA_DISABLE");
+    if (off && strcmp(off, "1") == 0) {
+        snprintf(g_cu.why, sizeof g_cu.why, "disabled by PKV_CUDA_DISABLE=1");
+        return;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        pkv_cu_why((int)e, cudaGetErrorName(e), cudaGetErrorString(e), g_cu.why, sizeof g_cu.why);
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    g_cu.n = n;
+}
+
+int pkv_cuda_count(char *why, size_t why_size) {
+    pthread_once(&g_cu.once, cu_discover);
+    if (why && why_size) snprintf(why, why_size, "%s", g_cu.n ? "" : g_cu.why);
+    return g_cu.n;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static pkv_status cu_buffer_alloc(void *ctx, size_t size, void **handle) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) return cu_fail(c, "cudaMalloc", e);
+    *handle = p;
+    return PKV_OK;
+}
+
+static void cu_buffer_free(void *ctx, void *handle) {
+    pkv_cu_ctx *c = ctx;
+    /* Queued work may still use the buffer: wait for it. A failure leaves
+     * nothing better to do than free anyway (the device is lost). */
+    if (use(c) == PKV_OK) (void)cudaStreamSynchronize(c->stream);
+    (void)cudaFree(handle);
+    (void)cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------- queue */
+
+static pkv_status cu_sync(void *ctx) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    CU_TRY(c, "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+    c->stage_used = 0;
+    return PKV_OK;
+}
+
+/* Work starts when queued; flush only reports an error of earlier work. */
+static pkv_status cu_flush(void *ctx) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    cudaError_t e = cudaStreamQuery(c->stream);
+    if (e != cudaSuccess && e != cudaErrorNotReady) return cu_fail(c, "cudaStreamQuery", e);
+    return PKV_OK;
+}
+
+/* ----------------------------------------------------------------- staging */
+
+static void staging_release(pkv_cu_ctx *c) {
+    if (c->stage) (void)cudaFreeHost(c->stage);
+    c->stage = c->stage_dev = NULL;
+    c->stage_cap = c->stage_used = 0;
+}
+
+/* Reserve n (<= PKV_CU_STAGING_MAX) bytes of staging at *p; may wait for the
+ * stream to drain (the space is reclaimed only when idle) and grow it. */
+static pkv_status staging_get(pkv_cu_ctx *c, size_t n, uint8_t **p) {
+    size_t start = (c->stage_used + 15) & ~(size_t)15;
+    if (c->stage && start + n <= c->stage_cap) {
+        *p = c->stage + start;
+        c->stage_used = start + n;
+        return PKV_OK;
+    }
+    TRY(cu_sync(c));
+    if (n > c->stage_cap) {
+        size_t cap = PKV_MAX(PKV_MAX(n, 2 * c->stage_cap), PKV_CU_STAGING_MIN);
+        if (cap > PKV_CU_STAGING_MAX) cap = PKV_MAX(n, PKV_CU_STAGING_MAX);
+        staging_release(c);
+        void *h = NULL, *d = NULL;
+        cudaError_t e = cudaHostAlloc(&h, cap, cudaHostAllocPortable | cudaHostAllocMapped);
+        if (e == cudaSuccess) {
+            e = cudaHostGetDevicePointer(&d, h, 0);
+            if (e != cudaSuccess) (void)cudaFreeHost(h);
+        }
+        if (e != cudaSuccess) {
+            pkv_status s = cu_fail(c, "cudaHostAlloc", e);
+            return pkv_err_prefix(s, "%s: %zu bytes of pinned staging", c->name, cap);
+        }
+        c->stage = h;
+        c->stage_dev = d;
+        c->stage_cap = cap;
+    }
+    *p = c->stage;
+    c->stage_used = n;
+    return PKV_OK;
+}
+
+/* --------------------------------------------------------------- transfers */
+
+static pkv_status cu_write(void *ctx, void *dst, size_t off, const void *src, size_t n) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    for (size_t done = 0; done < n;) {
+        size_t k = PKV_MIN(n - done, PKV_CU_STAGING_MAX);
+        uint8_t *p = NULL;
+        pkv_status s = staging_get(c, k, &p);
+        if (s) return pkv_err_prefix(s, "%s: write of %zu bytes at offset %zu", c->name, n, off);
+        memcpy(p, (const uint8_t *)src + done, k);
+        CU_TRY(c, "cudaMemcpyAsync (host to device)",
+               cudaMemcpyAsync((uint8_t *)dst + off + done, p, k, cudaMemcpyHostToDevice, c->stream));
+        done += k;
+    }
+    return PKV_OK;
+}
+
+static pkv_status cu_read(void *ctx, void *src, size_t off, void *dst, size_t n) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    CU_TRY(c, "cudaMemcpyAsync (device to host)",
+           cudaMemcpyAsync(dst, (const uint8_t *)src + off, n, cudaMemcpyDeviceToHost, c->stream));
+    pkv_status s = cu_sync(c);
+    if (s) return pkv_err_prefix(s, "%s: read of %zu bytes at offset %zu", c->name, n, off);
+    return PKV_OK;
+}
+
+static pkv_status cu_fill(void *ctx, void *dst, size_t off, size_t n, uint8_t value) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    CU_TRY(c, "cudaMemsetAsync", cudaMemsetAsync((uint8_t *)dst + off, value, n, c->stream));
+    return PKV_OK;
+}
+
+static pkv_status cu_copy(void *ctx, void *src, size_t src_off, void *dst, size_t dst_off, size_t n) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    CU_TRY(c, "cudaMemcpyAsync (device to device)",
+           cudaMemcpyAsync((uint8_t *)dst + dst_off, (const uint8_t *)src + src_off, n, cudaMemcpyDeviceToDevice,
+                           c->stream));
+    return PKV_OK;
+}
+
+static pkv_status cu_copy_regions(void *ctx, void *src, void *dst, const pkv_region *r, size_t n) {
+    pkv_cu_ctx *c = ctx;
+    TRY(use(c));
+    size_t count = pkv_cu_plan_regions(r, n, PKV_CU_CHUNK_BYTES, NULL, 0);
+    if (count == 0) return PKV_OK;
+    pkv_cu_chunk *chunks = pkv_malloc(count * sizeof *chunks);
+    if (!chunks) return pkv_err(PKV_ERR_NOMEM, "%s: copy_regions: no host memory for %zu chunks", c->name, count);
+    pkv_cu_plan_regions(r, n, PKV_CU_CHUNK_BYTES, chunks, count);
+    /* Normally one launch; a table larger than the staging limit (over 2.7
+     * million chunks, 170 GiB of copies) takes one launch per staging load. */
+    const size_t per = PKV_CU_STAGING_MAX / sizeof *chunks;
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < count && !s; i += per) {
+        size_t k = PKV_MIN(per, count - i);
+        uint8_t *p = NULL;
+        s = staging_get(c, k * sizeof *chunks, &p);
+        if (s) break;
+        memcpy(p, chunks + i, k * sizeof *chunks);
+        int e = pkv_cu_launch_copy_chunks(src, dst, (const pkv_cu_chunk *)(void *)(c->stage_dev + (p - c->stage)),
+                                          (int64_t)k, c->stream);
+        if (e) s = cu_fail(c, "copy_regions kernel launch", (cudaError_t)e);
+    }
+    pkv_free(chunks);
+    return s;
+}
+
+/* ----------------------------------------------------------------- kernels */
+
+#define PTR(t) ((uint8_t *)(t).buf->handle + (t).off)
+#define ALIGN(kernel, arg, off, a) TRY(pkv_cu_check_align(c->name, kernel, arg, off, a))
+
+static pkv_status launched(pkv_cu_ctx *c, const char *kernel, int e) {
+    if (!e) return PKV_OK;
+    char call[64];
+    snprintf(call, sizeof call, "kernel %s launch", kernel);
+    return cu_fail(c, call, (cudaError_t)e);
+}
+
+static bool cu_supports_type(void *ctx, pkv_type t) {
+    (void)ctx;
+    return pkv_cu_wtype(t) >= 0;
+}
+
+static size_t weight_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : 2; }
+
+static pkv_status cu_matmul(void *ctx, const pkv_k_matmul_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("matmul", "w", a->w.off, weight_align(a->wtype));
+    ALIGN("matmul", "x", a->x.off, 4);
+    ALIGN("matmul", "y", a->y.off, 4);
+    TRY(use(c));
+    pkv_cu_matmul p = {PTR(a->w), pkv_cu_wtype(a->wtype), pkv_type_row_bytes(a->wtype, (size_t)a->cols), a->rows,
+                       a->cols, a->n, (const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y)};
+    return launched(c, "matmul", pkv_cu_launch_matmul(&p, c->stream));
+}
+
+static pkv_status cu_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("get_rows", "w", a->w.off, weight_align(a->wtype));
+    ALIGN("get_rows", "ids", a->ids.off, 4);
+    ALIGN("get_rows", "out", a->out.off, 4);
+    TRY(use(c));
+    pkv_cu_get_rows p = {PTR(a->w), pkv_cu_wtype(a->wtype), pkv_type_row_bytes(a->wtype, (size_t)a->cols),
+                         a->n_vocab, a->cols, a->n, (const int32_t *)(void *)PTR(a->ids),
+                         (float *)(void *)PTR(a->out)};
+    return launched(c, "get_rows", pkv_cu_launch_get_rows(&p, c->stream));
+}
+
+static pkv_status cu_rms_norm(void *ctx, const pkv_k_rms_norm_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("rms_norm", "x", a->x.off, 4);
+    ALIGN("rms_norm", "w", a->w.off, 4);
+    ALIGN("rms_norm", "y", a->y.off, 4);
+    TRY(use(c));
+    return launched(c, "rms_norm",
+                    pkv_cu_launch_rms_norm((const float *)(void *)PTR(a->x), (const float *)(void *)PTR(a->w),
+                                           (float *)(void *)PTR(a->y), a->n_rows, a->row_len, a->eps, c->stream));
+}
+
+static pkv_status cu_add(void *ctx, const pkv_k_add_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("add", "a", a->a.off, 4);
+    ALIGN("add", "b", a->b.off, 4);
+    ALIGN("add", "y", a->y.off, 4);
+    TRY(use(c));
+    return launched(c, "add",
+                    pkv_cu_launch_add((const float *)(void *)PTR(a->a), (const float *)(void *)PTR(a->b),
+                                      (float *)(void *)PTR(a->y), a->n, a->b_len, c->stream));
+}
+
+static pkv_status cu_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("swiglu", "g", a->g.off, 4);
+    ALIGN("swiglu", "u", a->u.off, 4);
+    ALIGN("swiglu", "y", a->y.off, 4);
+    TRY(use(c));
+    return launched(c, "swiglu",
+                    pkv_cu_launch_swiglu((const float *)(void *)PTR(a->g), (const float *)(void *)PTR(a->u),
+                                         (float *)(void *)PTR(a->y), a->n, c->stream));
+}
+
+static pkv_status cu_rope(void *ctx, const pkv_k_rope_args *a) {
+    pkv_cu_ctx *c = ctx;
+    const bool f16 = a->dtype == PKV_TYPE_F16;
+    const size_t es = f16 ? 2 : 4;
+    ALIGN("rope", "x", a->x.off, es);
+    ALIGN("rope", "row_stride", a->row_stride, es);
+    ALIGN("rope", "pos", a->pos.off, 4);
+    if (a->rows.buf) ALIGN("rope", "rows", a->rows.off, 4);
+    TRY(use(c));
+    pkv_cu_rope p = {PTR(a->x),
+                     f16,
+                     a->n_rows,
+                     a->rows.buf ? a->max_rows : a->n_rows,
+                     a->row_stride,
+                     a->n_heads,
+                     a->head_dim,
+                     a->n_rot,
+                     a->neox,
+                     a->freq_base,
+                     a->freq_scale,
+                     (const int32_t *)(void *)PTR(a->pos),
+                     a->rows.buf ? (const int32_t *)(void *)PTR(a->rows) : NULL};
+    return launched(c, "rope", pkv_cu_launch_rope(&p, c->stream));
+}
+
+static pkv_status cu_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
+    pkv_cu_ctx *c = ctx;
+    const bool f16 = a->dst_type == PKV_TYPE_F16;
+    const size_t es = f16 ? 2 : 4;
+    ALIGN("set_rows", "src", a->src.off, 4);
+    ALIGN("set_rows", "src_stride", a->src_stride, 4);
+    ALIGN("set_rows", "dst", a->dst.off, es);
+    ALIGN("set_rows", "dst_stride", a->dst_stride, es);
+    ALIGN("set_rows", "idx", a->idx.off, 4);
+    TRY(use(c));
+    pkv_cu_set_rows p = {PTR(a->src), a->src_stride, PTR(a->dst), f16, a->dst_stride, a->dst_rows, a->n,
+                         a->row_elems, (const int32_t *)(void *)PTR(a->idx)};
+    return launched(c, "set_rows", pkv_cu_launch_set_rows(&p, c->stream));
+}
+
+/* Room for the split attention's partial results; on failure the caller runs
+ * unsplit instead (slower for long decodes, same results up to rounding). */
+static bool att_partial(pkv_cu_ctx *c, size_t bytes) {
+    if (bytes <= c->att_part_cap) return true;
+    if (c->att_part) {
+        if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        (void)cudaFree(c->att_part);
+        c->att_part = NULL;
+        c->att_part_cap = 0;
+    }
+    size_t cap = PKV_MAX(bytes, (size_t)1 << 20);
+    if (cudaMalloc(&c->att_part, cap) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->att_part = NULL;
+        return false;
+    }
+    c->att_part_cap = cap;
+    return true;
+}
+
+static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
+    pkv_cu_ctx *c = ctx;
+    if (a->dk > PKV_CU_ATT_MAX_D || a->dv > PKV_CU_ATT_MAX_D || a->n_head > 65535)
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "kernel attention on %s: head sizes dk %d, dv %d, %d heads (the CUDA kernel supports head "
+                       "sizes up to %d and up to 65535 heads)",
+                       c->name, a->dk, a->dv, a->n_head, PKV_CU_ATT_MAX_D);
+    const size_t es = a->kv_type == PKV_TYPE_F16 ? 2 : 4;
+    ALIGN("attention", "q", a->q.off, 4);
+    ALIGN("attention", "k", a->k.off, es);
+    ALIGN("attention", "v", a->v.off, es);
+    ALIGN("attention", "out", a->out.off, 4);
+    ALIGN("attention", "meta", a->meta.off, 4);
+    TRY(use(c));
+    int n_split = c->att_split ? c->att_split
+                               : pkv_cu_attention_splits(a->n_q, a->n_head, a->meta_pages, a->page_size, a->n_seq, c->n_sm);
+    const size_t part = (size_t)a->n_q * (size_t)a->n_head * (size_t)n_split * (size_t)(a->dv + 2) * sizeof(float);
+    if (n_split > 1 && !att_partial(c, part)) n_split = 1;
+    pkv_cu_attention p = {(const float *)(void *)PTR(a->q),
+                          PTR(a->k),
+                          PTR(a->v),
+                          a->kv_type == PKV_TYPE_F16,
+                          (const int32_t *)(void *)PTR(a->meta),
+                          (float *)(void *)PTR(a->out),
+                          n_split > 1 ? c->att_part : NULL,
+                          n_split,
+                          a->n_q,
+                          a->n_seq,
+                          a->meta_pages,
+                          a->n_pages,
+                          a->page_size,
+                          a->n_head,
+                          a->n_kv,
+                          a->dk,
+                          a->dv,
+                          a->scale};
+    return launched(c, "attention", pkv_cu_launch_attention(&p, c->stream));
+}
+
+static pkv_status cu_softmax(void *ctx, const pkv_k_softmax_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("softmax", "x", a->x.off, 4);
+    ALIGN("softmax", "y", a->y.off, 4);
+    TRY(use(c));
+    return launched(c, "softmax",
+                    pkv_cu_launch_softmax((const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y), a->n_rows,
+                                          a->row_len, c->stream));
+}
+
+static pkv_status cu_argmax(void *ctx, const pkv_k_argmax_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("argmax", "x", a->x.off, 4);
+    ALIGN("argmax", "out", a->out.off, 4);
+    TRY(use(c));
+    return launched(c, "argmax",
+                    pkv_cu_launch_argmax((const float *)(void *)PTR(a->x), (int32_t *)(void *)PTR(a->out), a->n_rows,
+                                         a->row_len, c->stream));
+}
+
+static const pkv_kernel_ops cu_kernel_ops = {
+    .supports_type = cu_supports_type,
+    .matmul = cu_matmul,
+    .get_rows = cu_get_rows,
+    .rms_norm = cu_rms_norm,
+    .add = cu_add,
+    .swiglu = cu_swiglu,
+    .rope = cu_rope,
+    .set_rows = cu_set_rows,
+    .attention = cu_attention,
+    .softmax = cu_softmax,
+    .argmax = cu_argmax,
+};
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void cu_destroy(void *ctx) {
+    pkv_cu_ctx *c = ctx;
+    if (!c) return;
+    if (cudaSetDevice(c->index) == cudaSuccess) {
+        if (c->stream) {
+            (void)cudaStreamSynchronize(c->stream);
+            (void)cudaStreamDestroy(c->stream);
+        }
+        if (c->att_part) (void)cudaFree(c->att_part);
+        staging_release(c);
+    }
+    (void)cudaGetLastError();
+    pkv_free(c);
+}
+
+static const pkv_backend_ops cu_ops = {
+    .version = PKV_BACKEND_VERSION,
+    .destroy = cu_destroy,
+    .buffer_alloc = cu_buffer_alloc,
+    .buffer_free = cu_buffer_free,
+    .write = cu_write,
+    .read = cu_read,
+    .fill = cu_fill,
+    .copy = cu_copy,
+    .copy_regions = cu_copy_regions,
+    .flush = cu_flush,
+    .sync = cu_sync,
+    .kernels = &cu_kernel_ops,
+};
+
+static pkv_status cu_open(pkv_cu_ctx *c, pkv_device_caps *caps) {
+    TRY(use(c));
+    struct cudaDeviceProp p;
+    CU_TRY(c, "cudaGetDeviceProperties", cudaGetDeviceProperties(&p, c->index));
+    if (!p.canMapHostMemory)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s (%s): the device cannot map host memory, which this backend needs",
+                       c->name, p.name);
+    cudaError_t e = (cudaError_t)pkv_cu_probe();
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "%s (%s, compute capability %d.%d): this build has no code it can run (%s); rebuild with "
+                       "CMAKE_CUDA_ARCHITECTURES including %d%d",
+                       c->name, p.name, p.major, p.minor, cudaGetErrorName(e), p.major, p.minor);
+    }
+    CU_TRY(c, "cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    c->n_sm = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+    /* For tests and debugging: force the attention's split count (1 = never split). */
+    const char *split = getenv("PKV_CUDA_ATT_SPLIT");
+    if (split && atoi(split) >= 1 && atoi(split) <= PKV_CU_ATT_MAX_SPLIT) c->att_split = atoi(split);
+    int drv = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    memset(caps, 0, sizeof *caps);
+    snprintf(caps->name, sizeof caps->name, "%s", c->name);
+    snprintf(caps->description, sizeof caps->description, "%.80s, sm_%d%d, %d SMs, driver %d.%d", p.name, p.major,
+             p.minor, p.multiProcessorCount, drv / 1000, drv % 1000 / 10);
+    caps->kind = PKV_DEVICE_CUDA;
+    caps->memory_bytes = p.totalGlobalMem;
+    caps->max_buffer_bytes = p.totalGlobalMem;
+    caps->transfer_align = 16; /* region copies move 16-byte words when offsets allow */
+    caps->host_memory = false;
+    return PKV_OK;
+}
+
+pkv_status pkv_cuda_backend_create(const char *name, int index, pkv_device_params params,
+                                   const pkv_backend_ops **ops, void **ctx, pkv_device_caps *caps) {
+    (void)params;
+    char why[256];
+    int n = pkv_cuda_count(why, sizeof why);
+    if (index < 0 || index >= n)
+        return pkv_err(PKV_ERR_NOT_FOUND, "no CUDA device %d (%d found%s%s)", index, n, n ? "" : ": ", why);
+    pkv_cu_ctx *c = pkv_calloc(1, sizeof *c);
+    if (!c) return pkv_err(PKV_ERR_NOMEM, "opening %s: out of memory", name);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->index = index;
+    pkv_status s = cu_open(c, caps);
+    if (s) {
+        cu_destroy(c);
+        return pkv_err_prefix(s, "opening %s", name);
+    }
+    *ops = &cu_ops;
+    *ctx = c;
+    return PKV_OK;
+}

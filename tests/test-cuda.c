@@ -1,0 +1,387 @@
+// labels: device cuda timeout=900
+/* The CUDA backend on cuda:0. Skipped (77) when no CUDA device opens, so it can
+ * never pass without a GPU; a device that is listed must open.
+ *   - conformance: pkv_check_transfers, pkv_check_cross with the CPU both ways,
+ *     pkv_check_kernels (every kernel and weight type against the reference);
+ *   - transfers past the staging limit, batched region copies of many pages
+ *     (chunked, merged, unaligned) against a host shadow, queue order of a copy
+ *     before a kernel and of a fill before a read;
+ *   - attention on the split-K path (long decode, few heads) and unsplit, f16
+ *     and f32 KV, against the double-precision reference;
+ *   - the model (test-model.c on cuda:0): fork == replay bitwise, swap and
+ *     save/load round trips, batches;
+ *   - whole-model logits of every architecture and weight type against the CPU:
+ *     nmse 1e-5 for f32/f16/bf16 weights, 2e-3 for the block-quantized ones
+ *     (the CPU rounds activations to 8 bits, the CUDA kernels do not), and the
+ *     k-quants also against the CPU running their f32 twin within 1e-5. */
+#define MODEL_DEVICE "cuda:0"
+#include "device/device.h"
+int model_main(void);
+#define main model_main
+#include "test-model.c"
+#undef main
+
+#include "base/quant.h"
+#include "device/cpu/ref.h"
+#include "model/gguf.h"
+
+/* ------------------------------------------------------------ conformance */
+
+static void report_row(const pkv_check_result *r, void *user) {
+    (void)user;
+    th_checks++;
+    fprintf(stderr, "  %-10s %-26s %-4s %6ld  %s\n", r->device, r->test, r->skipped ? "skip" : r->passed ? "ok" : "FAIL",
+            r->count, r->detail);
+    if (!r->passed && !r->skipped) TH_FAIL("conformance %s on %s: %s", r->test, r->device, r->detail);
+    if (r->skipped) TH_FAIL("conformance %s on %s skipped: %s", r->test, r->device, r->detail);
+}
+
+static void conformance(pkv_device *cu) {
+    pkv_check_params p = pkv_check_default_params();
+    CHECK_OK(pkv_check_transfers(cu, p, report_row, NULL));
+    pkv_device *cpu = pkv_device_open("cpu", pkv_device_default_params());
+    REQUIRE_VOID(cpu != NULL);
+    CHECK_OK(pkv_check_cross(cpu, cu, p, report_row, NULL));
+    CHECK_OK(pkv_check_cross(cu, cpu, p, report_row, NULL));
+    pkv_device_close(cpu);
+    pkv_status s = pkv_check_kernels(cu, p, report_row, NULL);
+    th_checks++;
+    if (s != PKV_OK) TH_FAIL("pkv_check_kernels: %s: %s", pkv_status_str(s), pkv_errmsg());
+}
+
+/* -------------------------------------------------------------- transfers */
+
+/* 65 MiB + 3 bytes at offset 5: more than one staging load (64 MiB). */
+static void big_transfer(pkv_device *dev) {
+    size_t n = ((size_t)65 << 20) + 3;
+    pkv_buffer *b = pkv_buffer_alloc(dev, n + 8);
+    REQUIRE_VOID(b != NULL);
+    uint8_t *h = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (uint8_t)(i * 2654435761u >> 13);
+    CHECK_OK(pkv_buffer_fill(b, 0, 5, 0x11));
+    CHECK_OK(pkv_buffer_write(b, 5, h, n));
+    memset(h + n / 2, 0, 16); /* write must have taken its copy already */
+    CHECK_OK(pkv_buffer_fill(b, n + 5, 3, 0x22));
+    CHECK_OK(pkv_buffer_read(b, 5, back, n));
+    for (size_t i = n / 2; i < n / 2 + 16; i++) h[i] = (uint8_t)(i * 2654435761u >> 13);
+    CHECK_MEM(back, h, n);
+    uint8_t edge[8];
+    CHECK_OK(pkv_buffer_read(b, 0, edge, 5));
+    CHECK(edge[0] == 0x11 && edge[4] == 0x11);
+    CHECK_OK(pkv_buffer_read(b, n + 5, edge, 3));
+    CHECK(edge[0] == 0x22 && edge[2] == 0x22);
+    pkv_buffer_free(b);
+    free(h);
+    free(back);
+}
+
+/* A fork's page copy on a real shape: 28 layers x 2 (K, V) pages of 32 KiB
+ * (several chunks each), plus pages at odd offsets (byte and word paths), in
+ * one call; then the same buffer copied within itself. */
+static void region_copies(pkv_device *dev) {
+    const size_t page = 32 << 10, n_pages = 64, size = n_pages * page + 4096;
+    pkv_buffer *a = pkv_buffer_alloc(dev, size), *b = pkv_buffer_alloc(dev, size);
+    REQUIRE_VOID(a && b);
+    uint8_t *ha = malloc(size), *hb = malloc(size), *got = malloc(size);
+    uint64_t rng = 3;
+    for (size_t i = 0; i < size; i++) ha[i] = (uint8_t)th_rand(&rng), hb[i] = (uint8_t)th_rand(&rng);
+    CHECK_OK(pkv_buffer_write(a, 0, ha, size));
+    CHECK_OK(pkv_buffer_write(b, 0, hb, size));
+    pkv_region r[64];
+    size_t nr = 0;
+    for (size_t i = 0; i < 56; i++) r[nr++] = (pkv_region){i * page, ((i * 5) % 56) * page, page}; /* a permutation */
+    r[nr++] = (pkv_region){56 * page + 1, 56 * page + 3, page - 5};  /* bytes */
+    r[nr++] = (pkv_region){57 * page + 4, 57 * page + 8, page - 12}; /* 4-byte words */
+    r[nr++] = (pkv_region){58 * page + 3, 58 * page + 19, 1};        /* one byte */
+    r[nr++] = (pkv_region){59 * page, 59 * page, 0};                  /* empty */
+    CHECK_OK(pkv_buffer_copy_regions(a, b, r, nr));
+    for (size_t i = 0; i < nr; i++) memcpy(hb + r[i].dst_off, ha + r[i].src_off, r[i].size);
+    CHECK_OK(pkv_buffer_read(b, 0, got, size));
+    CHECK_MEM(got, hb, size);
+    /* within one buffer: the lower half's pages to the upper half, reversed */
+    nr = 0;
+    for (size_t i = 0; i < 32; i++) r[nr++] = (pkv_region){i * page, (63 - i) * page, page};
+    CHECK_OK(pkv_buffer_copy_regions(b, b, r, nr));
+    for (size_t i = 0; i < nr; i++) memcpy(hb + r[i].dst_off, hb + r[i].src_off, r[i].size);
+    CHECK_OK(pkv_buffer_read(b, 0, got, size));
+    CHECK_MEM(got, hb, size);
+    pkv_buffer_free(a);
+    pkv_buffer_free(b);
+    free(ha);
+    free(hb);
+    free(got);
+}
+
+/* I3: a write, a copy and a kernel queued without waiting see each other. */
+static void queue_order(pkv_device *dev) {
+    enum { N = 1 << 20 };
+    pkv_buffer *x = pkv_buffer_alloc(dev, N * 4), *y = pkv_buffer_alloc(dev, N * 4), *o = pkv_buffer_alloc(dev, N * 4);
+    REQUIRE_VOID(x && y && o);
+    float *h = malloc(N * 4), *got = malloc(N * 4);
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < N; i++) h[i] = (float)(i % 1000) + (float)round;
+        CHECK_OK(pkv_buffer_write(x, 0, h, N * 4));
+        CHECK_OK(pkv_buffer_copy(x, 0, y, 0, N * 4));
+        pkv_k_add_args a = {pkv_tref_make(x, 0), pkv_tref_make(y, 0), pkv_tref_make(o, 0), N, N};
+        CHECK_OK(pkv_k_add(dev, &a));
+        CHECK_OK(pkv_buffer_fill(x, 0, N * 4, 0));
+        CHECK_OK(pkv_buffer_read(o, 0, got, N * 4));
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += got[i] != 2 * h[i];
+        CHECK_INT(bad, 0);
+    }
+    pkv_buffer_free(x);
+    pkv_buffer_free(y);
+    pkv_buffer_free(o);
+    free(h);
+    free(got);
+}
+
+/* -------------------------------------------------------------- attention */
+
+static uint64_t arng = 17;
+
+/* n_q queries, each of its own sequence of len[i] tokens on shuffled pages. */
+static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len, int n_head, int n_kv, int d,
+                           int page_size) {
+    int total_pages = 0;
+    for (int i = 0; i < n_q; i++) total_pages += (len[i] + page_size - 1) / page_size;
+    const int n_pages = total_pages + 3;
+    const size_t es = kt == PKV_TYPE_F16 ? 2 : 4, slots = (size_t)n_pages * page_size * n_kv;
+    const size_t nq = (size_t)n_q * n_head * d, no = nq, nkv = slots * d;
+    float *q = malloc(nq * 4), *ref = malloc(no * 4), *got = malloc(no * 4);
+    uint8_t *k = malloc(nkv * es), *v = malloc(nkv * es);
+    int32_t *meta = malloc((size_t)(3 * n_q + 1 + total_pages) * 4);
+    for (size_t i = 0; i < nq; i++) q[i] = th_randf(&arng) * 2;
+    for (size_t i = 0; i < nkv; i++) {
+        float a = th_randf(&arng), b = th_randf(&arng);
+        if (kt == PKV_TYPE_F16) {
+            uint16_t ha = pkv_f32_to_f16(a), hb = pkv_f32_to_f16(b);
+            memcpy(k + 2 * i, &ha, 2);
+            memcpy(v + 2 * i, &hb, 2);
+        } else {
+            memcpy(k + 4 * i, &a, 4);
+            memcpy(v + 4 * i, &b, 4);
+        }
+    }
+    int32_t *q_seq = meta, *q_len = meta + n_q, *indptr = meta + 2 * n_q, *pages = indptr + n_q + 1;
+    int p = 0;
+    indptr[0] = 0;
+    for (int i = 0; i < n_q; i++) {
+        q_seq[i] = n_q - 1 - i; /* query i reads sequence n_q-1-i */
+        q_len[i] = len[n_q - 1 - i];
+    }
+    for (int s = 0; s < n_q; s++) {
+        int np = (len[s] + page_size - 1) / page_size;
+        for (int j = 0; j < np; j++, p++) pages[p] = (p * 7 + 3) % n_pages; /* shuffled (shared, like a fork, when 7 divides n_pages) */
+        indptr[s + 1] = p;
+    }
+    pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, kt, n_q, n_q, total_pages, n_pages, page_size,
+                              n_head, n_kv, d, d, 1.0f / sqrtf((float)d)};
+    pkv_ref_attention(&a, q, k, v, meta, ref);
+    pkv_buffer *bq = pkv_buffer_alloc(dev, nq * 4 + 4), *bk = pkv_buffer_alloc(dev, nkv * es),
+               *bv = pkv_buffer_alloc(dev, nkv * es), *bo = pkv_buffer_alloc(dev, no * 4 + 8),
+               *bm = pkv_buffer_alloc(dev, (size_t)(3 * n_q + 1 + total_pages) * 4);
+    REQUIRE_VOID(bq && bk && bv && bo && bm);
+    CHECK_OK(pkv_buffer_write(bq, 4, q, nq * 4));
+    CHECK_OK(pkv_buffer_write(bk, 0, k, nkv * es));
+    CHECK_OK(pkv_buffer_write(bv, 0, v, nkv * es));
+    CHECK_OK(pkv_buffer_fill(bo, 0, no * 4 + 8, 0xA5));
+    CHECK_OK(pkv_buffer_write(bm, 0, meta, (size_t)(3 * n_q + 1 + total_pages) * 4));
+    a.q = pkv_tref_make(bq, 4);
+    a.k = pkv_tref_make(bk, 0);
+    a.v = pkv_tref_make(bv, 0);
+    a.out = pkv_tref_make(bo, 4);
+    a.meta = pkv_tref_make(bm, 0);
+    CHECK_OK(pkv_k_attention(dev, &a));
+    CHECK_OK(pkv_buffer_read(bo, 4, got, no * 4));
+    uint8_t guard[4];
+    CHECK_OK(pkv_buffer_read(bo, 0, guard, 4));
+    CHECK(guard[0] == 0xA5 && guard[3] == 0xA5);
+    CHECK_OK(pkv_buffer_read(bo, 4 + no * 4, guard, 4));
+    CHECK(guard[0] == 0xA5 && guard[3] == 0xA5);
+    double e = th_nmse(ref, got, no);
+    th_checks++;
+    fprintf(stderr, "  attention %s n_q %d heads %d/%d d %d page %d len[0] %d: nmse %.2e\n", pkv_type_name(kt), n_q,
+            n_head, n_kv, d, page_size, len[0], e);
+    if (!(e <= 1e-8)) TH_FAIL("attention %s n_q %d len[0] %d: nmse %g > 1e-8", pkv_type_name(kt), n_q, len[0], e);
+    pkv_buffer_free(bq);
+    pkv_buffer_free(bk);
+    pkv_buffer_free(bv);
+    pkv_buffer_free(bo);
+    pkv_buffer_free(bm);
+    free(q);
+    free(ref);
+    free(got);
+    free(k);
+    free(v);
+    free(meta);
+}
+
+static void test_attention(pkv_device *dev) {
+    static const int long1[1] = {9000}, two[2] = {5000, 3}, four[4] = {1, 700, 4097, 64};
+    /* the same cases unsplit and with 64 splits, forced (PKV_CUDA_ATT_SPLIT) */
+    static const char *forced[] = {"1", "64"};
+    for (int fi = 0; fi < 2; fi++) {
+        setenv("PKV_CUDA_ATT_SPLIT", forced[fi], 1);
+        pkv_device *d = pkv_device_open("cuda:0", pkv_device_default_params());
+        unsetenv("PKV_CUDA_ATT_SPLIT");
+        REQUIRE_VOID(d != NULL);
+        fprintf(stderr, "  attention with PKV_CUDA_ATT_SPLIT=%s:\n", forced[fi]);
+        attention_case(d, PKV_TYPE_F16, 1, long1, 8, 2, 128, 16);
+        attention_case(d, PKV_TYPE_F32, 2, two, 4, 4, 64, 32);
+        attention_case(d, PKV_TYPE_F16, 4, four, 32, 8, 128, 16);
+        pkv_device_close(d);
+    }
+    for (int f = 0; f < 2; f++) {
+        pkv_type kt = f ? PKV_TYPE_F32 : PKV_TYPE_F16;
+        attention_case(dev, kt, 1, long1, 8, 2, 128, 16); /* split-K: 16 blocks, 9000 tokens */
+        attention_case(dev, kt, 2, two, 4, 4, 64, 32);    /* split, one query of 3 tokens (empty splits) */
+        attention_case(dev, kt, 4, four, 32, 8, 128, 16); /* 128 blocks: splits only on small GPUs */
+        attention_case(dev, kt, 1, long1, 2, 1, 256, 256);
+    }
+}
+
+/* --------------------------------------------------------------- logits */
+
+static void decode19(pkv_model *m, float *out, bool *ok) {
+    *ok = m != NULL;
+    if (!m) return;
+    pkv_kv_cache *c = cache(m, 16, PKV_TYPE_F16);
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    int32_t toks[19];
+    for (int i = 0; i < 19; i++) toks[i] = (i * 41 + 2) % V;
+    *ok = ctx && pkv_context_decode_all(ctx, toks, 19, out) == PKV_OK;
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+}
+
+static pkv_mkmodel_params kq_params(const char *arch, pkv_type t) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = arch;
+    p.type = t;
+    p.n_layer = 2;
+    p.n_embd = 256;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 256;
+    p.n_vocab = V;
+    return p;
+}
+
+/* The f32 twin of a k-quant model image (as in test-model-vulkan.c): the same
+ * model with every tensor dequantized, so the CPU runs it without rounding
+ * activations. */
+static bool kq_twin(const pkv_mkmodel_params *p, const void *kq, size_t kq_size, void **img, size_t *size) {
+    pkv_mkmodel_params p32 = *p;
+    p32.type = PKV_TYPE_F32;
+    if (pkv_mkmodel_memory(&p32, img, size)) return false;
+    pkv_gguf *gq = pkv_gguf_open_memory(kq, kq_size, "kq"), *g32 = pkv_gguf_open_memory(*img, *size, "f32");
+    bool ok = gq && g32 && pkv_gguf_n_tensors(gq) == pkv_gguf_n_tensors(g32);
+    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(gq); i++) {
+        const pkv_gguf_tensor *tq = pkv_gguf_tensor_at(gq, i), *t32 = pkv_gguf_find_tensor(g32, tq->name);
+        ok = t32 && t32->type == PKV_TYPE_F32 && t32->n_elements == tq->n_elements;
+        if (ok) ok = pkv_dequantize_row(tq->type, tq->data, (float *)(void *)((uint8_t *)*img + t32->file_offset),
+                                        (int64_t)tq->n_elements) == PKV_OK;
+    }
+    pkv_gguf_close(gq);
+    pkv_gguf_close(g32);
+    if (!ok) pkv_mkmodel_free_memory(*img);
+    return ok;
+}
+
+static pkv_model *load_img(const void *img, size_t size, const char *dev) {
+    pkv_model_params mp = pkv_model_default_params();
+    mp.device = dev;
+    return pkv_model_load_memory(img, size, "img", mp);
+}
+
+static void nmse_check(const char *arch, pkv_type t, const char *vs, const float *a, const float *b, double tol) {
+    double e = th_nmse(a, b, 19 * V);
+    th_checks++;
+    fprintf(stderr, "  %-6s %-5s cuda:0 vs %-15s nmse %.2e (tol %.0e)\n", arch, pkv_type_name(t), vs, e, tol);
+    if (!(e <= tol)) TH_FAIL("%s %s vs %s: nmse %g > %g", arch, pkv_type_name(t), vs, e, tol);
+}
+
+static void test_logits(void) {
+    static const char *archs[] = {"llama", "qwen2", "qwen3"};
+    static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
+                                     PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    static float a[19 * V], b[19 * V], t32[19 * V];
+    for (int ai = 0; ai < 3; ai++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            pkv_type t = types[ti];
+            bool kq = pkv_type_block_elems(t) == 256;
+            bool ok_c, ok_g;
+            if (!kq) {
+                decode19(make(archs[ai], t, 2, "cpu"), a, &ok_c);
+                decode19(make(archs[ai], t, 2, "cuda:0"), b, &ok_g);
+                if (!ok_c || !ok_g) {
+                    TH_FAIL("%s %s: %s", archs[ai], pkv_type_name(t), pkv_errmsg());
+                    continue;
+                }
+                nmse_check(archs[ai], t, "cpu", a, b, pkv_type_block_elems(t) > 1 ? 2e-3 : 1e-5);
+                continue;
+            }
+            pkv_mkmodel_params p = kq_params(archs[ai], t);
+            void *img, *twin;
+            size_t size, twin_size;
+            if (pkv_mkmodel_memory(&p, &img, &size)) {
+                TH_FAIL("mkmodel %s %s: %s", archs[ai], pkv_type_name(t), pkv_errmsg());
+                continue;
+            }
+            bool ok_t;
+            decode19(load_img(img, size, "cpu"), a, &ok_c);
+            decode19(load_img(img, size, "cuda:0"), b, &ok_g);
+            ok_t = kq_twin(&p, img, size, &twin, &twin_size);
+            if (ok_t) {
+                decode19(load_img(twin, twin_size, "cpu"), t32, &ok_t);
+                pkv_mkmodel_free_memory(twin);
+            }
+            pkv_mkmodel_free_memory(img);
+            if (!ok_c || !ok_g || !ok_t) {
+                TH_FAIL("%s %s: %s", archs[ai], pkv_type_name(t), pkv_errmsg());
+                continue;
+            }
+            nmse_check(archs[ai], t, "cpu", a, b, 2e-3);
+            nmse_check(archs[ai], t, "cpu on f32 twin", t32, b, 1e-5);
+        }
+}
+
+/* ------------------------------------------------------------------- main */
+
+int main(void) {
+    char names[80][64], why[512] = "";
+    int n = 0;
+    CHECK_OK(pkv_device_enumerate(0, names, 80, &n, why, sizeof why));
+    bool listed = false;
+    for (int i = 0; i < n && i < 80; i++) listed |= strcmp(names[i], "cuda:0") == 0;
+    pkv_device *dev = pkv_device_open("cuda:0", pkv_device_default_params());
+    if (!dev) {
+        CHECK(!listed); /* a listed device must open */
+        if (th_failures) return th_done();
+        char msg[1024];
+        snprintf(msg, sizeof msg, "no CUDA device: %s", pkv_errmsg());
+        return th_skip(msg);
+    }
+    CHECK(listed);
+    const pkv_device_caps *caps = pkv_device_get_caps(dev);
+    fprintf(stderr, "cuda:0 = %s, %llu MiB\n", caps->description, (unsigned long long)(caps->memory_bytes >> 20));
+    CHECK_INT(caps->kind, PKV_DEVICE_CUDA);
+    CHECK(strcmp(caps->name, "cuda:0") == 0);
+    CHECK(caps->has_kernels && !caps->host_memory && caps->memory_bytes > 0);
+
+    conformance(dev);
+    big_transfer(dev);
+    region_copies(dev);
+    queue_order(dev);
+    test_attention(dev);
+    pkv_device_close(dev);
+
+    /* fork == replay, swap, save/load, batches on cuda:0 (its failures count in th_failures) */
+    if (model_main() == 77) TH_FAIL("test-model on cuda:0 skipped although the device opened");
+    test_logits();
+    CHECK_INT(pkv_alloc_live(), 0);
+    return th_done();
+}
