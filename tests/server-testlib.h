@@ -19,7 +19,7 @@
 static pid_t ts_pids[TS_MAX_SERVERS];
 static int ts_n_pids;
 
-static void ts_kill_all(void) {
+static inline void ts_kill_all(void) {
     for (int i = 0; i < ts_n_pids; i++)
         if (ts_pids[i] > 0) {
             kill(ts_pids[i], SIGKILL);
@@ -28,7 +28,7 @@ static void ts_kill_all(void) {
         }
 }
 
-static void ts_sleep_ms(int ms) {
+static inline void ts_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
@@ -36,7 +36,7 @@ static void ts_sleep_ms(int ms) {
 /* Start `pagekv serve ARGS --host 127.0.0.1 --port 0 --port-file ...`; its
  * output goes to log (a file). Returns the pid (> 0) and the port in *port, or
  * -1 when it did not come up within 30 s (its exit status in *port then). */
-static pid_t ts_start(const char *args, const char *log, int *port) {
+static inline pid_t ts_start(const char *args, const char *log, int *port) {
     static int k = 0;
     const char *bin = getenv("PKV_CLI");
     char pf[512], cmd[4096];
@@ -78,7 +78,7 @@ static pid_t ts_start(const char *args, const char *log, int *port) {
 
 /* Send sig and wait (at most 30 s, then SIGKILL). Returns the exit status, or
  * -2 when it had to be killed or died from a signal. */
-static int ts_stop(pid_t pid, int sig) {
+static inline int ts_stop(pid_t pid, int sig) {
     if (pid <= 0) return -1;
     kill(pid, sig);
     int st = 0;
@@ -104,7 +104,7 @@ static size_t ts_len;
 /* curl ARGS against http://127.0.0.1:port (ARGS includes the path, e.g.
  * "/health" or "-d @file /v1/completions"). Returns the HTTP status (0 when
  * curl got no response). */
-static int ts_http(int port, const char *fmt, ...) {
+static inline int ts_http(int port, const char *fmt, ...) {
     char args[4096], cmd[8192];
     va_list ap;
     va_start(ap, fmt);
@@ -135,7 +135,7 @@ static int ts_http(int port, const char *fmt, ...) {
 }
 
 /* Write text to a scratch file (for curl -d @file); returns its path. */
-static const char *ts_file(const char *name, const char *text, size_t n) {
+static inline const char *ts_file(const char *name, const char *text, size_t n) {
     const char *p = th_tmp(name);
     FILE *f = fopen(p, "wb");
     if (f) {
