@@ -290,8 +290,8 @@ static void route(srv *s, struct MHD_Connection *conn, const char *url, const ch
     json_t *body = NULL;
     if (post) {
         json_error_t je;
-        if (!cs->len) return srv_error(o, 400, "the request body must be a JSON object");
-        body = json_loadb(cs->body, cs->len, JSON_REJECT_DUPLICATES, &je);
+        if (!cs->len && r != R_CTX) return srv_error(o, 400, "the request body must be a JSON object");
+        body = !cs->len ? json_object() : json_loadb(cs->body, cs->len, JSON_REJECT_DUPLICATES, &je);
         if (!body) return srv_error(o, 400, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
         if (!json_is_object(body)) {
             json_decref(body);
