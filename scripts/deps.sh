@@ -4,10 +4,15 @@
 #   required: cmake (>= 3.25), make, a C11 compiler (gcc)
 #   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
+#             pkg-config + libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
+#             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 set -u
 pkgs=(cmake make gcc libc6-dev libvulkan-dev glslc mesa-vulkan-drivers)
+pkgs+=(pkg-config libmicrohttpd-dev libjansson-dev curl nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
+  # node and npm may come from elsewhere (nodesource bundles npm and conflicts with Debian's)
+  case "$p" in nodejs) command -v node >/dev/null 2>&1 && continue ;; npm) command -v npm >/dev/null 2>&1 && continue ;; esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
