@@ -325,7 +325,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         return 1;
     }
     bool first = s->st == SEQ_NONE;
-    if (first && (st = seq_alloc_tokens(s, r->prompt, r->p.n_prompt, r->p.n_prompt + r->max_tokens))) goto fail;
+    if (first && !s->tok && (st = seq_alloc_tokens(s, r->prompt, r->p.n_prompt, r->p.n_prompt + r->max_tokens))) goto fail;
     if ((st = seq_sampler(e, s))) goto fail;
     int32_t kv;
     if ((st = pkv_kv_seq_create(e->c, e->fp, &kv))) goto fail;
