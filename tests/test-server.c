@@ -568,25 +568,32 @@ int main(void) {
     const char *log = th_tmp("serve.log");
     char logp[512];
     snprintf(logp, sizeof logp, "%s", log);
-    snprintf(args, sizeof args, "-m '%s' -c 256 --chat-template chatml --api-key test-key --alias tiny --max-body 65536 "
-                                "--parallel 4", g_model);
-    pid_t pid = ts_start(args, logp, &g_port);
-    REQUIRE(pid > 0);
-    test_errors_and_basics();
-    test_greedy_vs_run_and_stream();
-    test_chat_n_and_seeds();
-    test_stop_and_logprobs();
-    test_prefix_cache();
-    test_contexts();
-    CHECK_INT(ts_http(g_port, "/health"), 200);
-    /* the metrics counted what happened */
-    CHECK_INT(ts_http(g_port, "/metrics"), 200);
-    CHECK(strstr(ts_body, "pagekv_http_responses_total{code=\"413\"} 1") != NULL);
-    CHECK(strstr(ts_body, "pagekv_prefix_cache_hit_tokens_total 0\n") == NULL);
-    /* SIGTERM while a stream is running: the stream completes, exit status 0 */
-    {
+    /* the battery against both generation backends: the serving engine, and the
+     * simple batching worker (--simple) */
+    static const char *const backends[2] = {"", "--simple"};
+    for (int b = 0; b < 2; b++) {
+        fprintf(stderr, "== backend: %s\n", b ? "simple" : "engine");
+        g_auth = "-H 'Authorization: Bearer test-key'";
+        snprintf(args, sizeof args, "-m '%s' -c 256 --chat-template chatml --api-key test-key --alias tiny --max-body 65536 "
+                                    "--parallel 4 %s", g_model, backends[b]);
+        pid_t pid = ts_start(args, logp, &g_port);
+        REQUIRE(pid > 0);
+        int f0 = th_failures;
+        test_errors_and_basics();
+        test_greedy_vs_run_and_stream();
+        test_chat_n_and_seeds();
+        test_stop_and_logprobs();
+        test_prefix_cache();
+        test_contexts();
+        CHECK_INT(ts_http(g_port, "/health"), 200);
+        /* the metrics counted what happened */
+        CHECK_INT(ts_http(g_port, "/metrics"), 200);
+        CHECK(strstr(ts_body, "pagekv_http_responses_total{code=\"413\"} 1") != NULL);
+        CHECK(strstr(ts_body, "pagekv_prefix_cache_hit_tokens_total 0\n") == NULL);
+        /* SIGTERM while a stream is running: the stream completes, exit status 0 */
         char cmd[1024], out[512];
         snprintf(out, sizeof out, "%s", th_tmp("drain.sse"));
+        unlink(out);
         snprintf(cmd, sizeof cmd,
                  "curl -sS --max-time 60 -N -H 'Authorization: Bearer test-key' -d '{\"prompt\": \"go\", \"max_tokens\": 200, "
                  "\"temperature\": 1, \"seed\": 3, \"stream\": true}' http://127.0.0.1:%d/v1/completions > '%s' 2>/dev/null",
@@ -606,10 +613,15 @@ int main(void) {
         buf[n] = 0;
         if (g) fclose(g);
         CHECK(strstr(buf, "data: [DONE]") != NULL);
+        if (th_failures > f0) {
+            char c2[1024];
+            snprintf(c2, sizeof c2, "tail -20 '%s' >&2", logp);
+            if (system(c2)) {}
+        }
     }
     /* a server with no room in its queue answers 503 with Retry-After */
     snprintf(args, sizeof args, "-m '%s' -c 128 --queue 0", g_model);
-    pid = ts_start(args, logp, &g_port);
+    pid_t pid = ts_start(args, logp, &g_port);
     REQUIRE(pid > 0);
     g_auth = "";
     CHECK_INT(ts_http(g_port, "-i -d '{\"prompt\": \"hi\"}' /v1/completions"), 503);

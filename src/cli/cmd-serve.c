@@ -37,6 +37,9 @@ static void serve_usage(FILE *f) {
             "  --port-file FILE       write the port there once listening\n"
             "  -c, --ctx-size N       tokens per sequence (default: min(model's, 4096))\n"
             "  --parallel N           sequences decoded together per step (default %d)\n"
+            "  --batch-tokens N       tokens per engine step: decode tokens + prefill chunks (default 256)\n"
+            "  --simple               generate with the simple batching worker instead of the serving\n"
+            "                         engine (whole-prompt prefill, no preemption; for comparison)\n"
             "  --kv-pages N | --kv-mem MiB   device KV pool (default: parallel x context)\n"
             "  --swap-mem MiB         host swap pool for idle contexts (default: as large as the device pool)\n"
             "  --page-size N          KV page size in tokens (default 16)\n"
@@ -84,6 +87,11 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--parallel")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 256, &x)) return 2;
             so.parallel = (int)x;
+        } else if (!strcmp(a, "--batch-tokens")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
+            so.batch_tokens = (int)x;
+        } else if (!strcmp(a, "--simple")) {
+            so.simple = true;
         } else if (!strcmp(a, "--kv-pages")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
             so.kv_pages = x;

@@ -98,8 +98,8 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
     r->sp.repeat_penalty = (float)rep;
     if (sv && !json_is_null(sv)) r->sp.seed = (uint64_t)seed;
     else r->sp.seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r; /* no seed: a fresh one */
-    r->presence_penalty = (float)pres;
-    r->frequency_penalty = (float)freq;
+    r->sp.presence_penalty = (float)pres;
+    r->sp.frequency_penalty = (float)freq;
     r->max_tokens = (int)max_tokens;
     *logprobs = false;
     if (fmt == SRV_FMT_COMPLETION) { /* logprobs: integer 0..20 = top alternatives */
@@ -148,6 +148,7 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
         srv_error(o, 400, "'%s' is not supported by pagekv serve", unsupported[i]);
         return false;
     }
+    if (!get_bool(b, "ignore_eos", &r->ignore_eos, o)) return false;
     bool echo = false;
     long long best_of = 1;
     if (!get_bool(b, "echo", &echo, o) || !get_int(b, "best_of", 1, 1, &best_of, o)) return false;

@@ -35,12 +35,12 @@ typedef struct gseq {
     srv_ctx *ce;       /* contexts API: the registry entry (ctx is its context) */
     pkv_sampler *smp;
     int n_gen;
-    int32_t *counts;   /* [n_vocab] occurrences of generated tokens, for penalties; lazily */
     double t_last;
     bool finished;     /* no more tokens; removed after this step's decode */
 } gseq;
 
 struct srv_gen {
+    pkv_engine *eng; /* the serving-engine backend, or NULL (simple backend) */
     pkv_model *m;
     pkv_kv_cache *c;
     srv_gen_params p;
@@ -50,6 +50,7 @@ struct srv_gen {
     pthread_mutex_t mu; /* guards everything below up to the worker-only part */
     pthread_cond_t cv, cv_done;
     bool stop;
+    int eng_waiting;    /* requests the engine has not started (snapshot) */
     srv_req **waiting;
     int n_waiting, cap_waiting;
     call *calls, *calls_tail;
@@ -62,6 +63,7 @@ struct srv_gen {
     int64_t next_ctx_id;
     float *work; /* [n_vocab] */
     double last_sweep;
+    int eng_pending; /* unfinished engine requests after the last step */
 };
 
 /* ------------------------------------------------------------- requests */
@@ -147,6 +149,19 @@ srv_gen *srv_gen_create(pkv_model *m, pkv_kv_cache *c, srv_gen_params p) {
     return g;
 }
 
+srv_gen *srv_gen_create_engine(pkv_engine *e, srv_gen_params p) {
+    srv_gen *g = srv_gen_create(pkv_engine_model(e), pkv_engine_cache(e), p);
+    if (!g) {
+        pkv_engine_free(e);
+        return NULL;
+    }
+    pthread_mutex_lock(&g->mu); /* the worker reads eng under mu when it wakes */
+    g->eng = e;
+    g->st.engine = true;
+    pthread_mutex_unlock(&g->mu);
+    return g;
+}
+
 void srv_gen_free(srv_gen *g) {
     if (!g) return;
     if (g->started) {
@@ -160,6 +175,8 @@ void srv_gen_free(srv_gen *g) {
         pkv_context_free(g->ctxs[i]->ctx);
         free(g->ctxs[i]);
     }
+    /* after the contexts (they live in its cache): final CANCELLED events for what is left */
+    pkv_engine_free(g->eng);
     free(g->ctxs);
     free(g->act);
     free(g->waiting);
@@ -175,7 +192,7 @@ pkv_kv_cache *srv_gen_cache(srv_gen *g) { return g->c; }
 
 bool srv_gen_submit(srv_gen *g, srv_req *r) {
     pthread_mutex_lock(&g->mu);
-    if (g->stop || g->n_waiting >= g->p.queue) {
+    if (g->stop || g->n_waiting + g->eng_waiting >= g->p.queue) {
         pthread_mutex_unlock(&g->mu);
         return false;
     }
@@ -203,7 +220,9 @@ bool srv_gen_submit(srv_gen *g, srv_req *r) {
 void srv_gen_cancel(srv_gen *g, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     r->cancelled = true;
+    uint64_t eid = r->engine_id;
     pthread_mutex_unlock(&r->mu);
+    if (eid && g->eng) pkv_engine_cancel(g->eng, eid); /* thread-safe; unknown once finished */
     pthread_mutex_lock(&g->mu);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
@@ -212,7 +231,18 @@ void srv_gen_cancel(srv_gen *g, srv_req *r) {
 void srv_gen_stats(srv_gen *g, srv_stats *out) {
     pthread_mutex_lock(&g->mu);
     *out = g->st;
+    pkv_engine *e = g->eng;
     pthread_mutex_unlock(&g->mu);
+    if (e) { /* the engine's own figures (its snapshot is thread-safe) */
+        pkv_engine_stats es;
+        pkv_engine_stats_get(e, &es);
+        out->waiting += es.n_waiting;
+        out->running += es.n_requests - es.n_waiting;
+        out->prompt_tokens += es.prompt_tokens;
+        out->prefix_hit_tokens += es.prefix_hit_tokens;
+        out->gen_tokens += es.generated_tokens;
+        out->preemptions += es.preemptions_swap + es.preemptions_recompute;
+    }
 }
 
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg) {
@@ -351,7 +381,6 @@ static void sweep(srv_gen *g) {
 
 static void seq_free(srv_gen *g, gseq *s) {
     pkv_sampler_free(s->smp);
-    free(s->counts);
     if (s->ce) {
         s->ce->busy = false;
         s->ce->last_used = srv_now();
@@ -547,37 +576,20 @@ static size_t stop_holdback(const srv_req *r, const char *text, size_t len) {
     return best;
 }
 
-/* Record token t (with its logprobs) in the choice; returns the finish reason or NULL. */
-static const char *choice_add(srv_gen *g, gseq *q, int32_t t, const float *lg) {
-    srv_req *r = q->r;
-    srv_choice *c = &r->ch[q->idx];
-    /* log-softmax of the raw logits */
-    float mx = lg[0];
-    for (int32_t v = 1; v < g->n_vocab; v++)
-        if (lg[v] > mx) mx = lg[v];
-    double sum = 0;
-    for (int32_t v = 0; v < g->n_vocab; v++) sum += exp((double)(lg[v] - mx));
-    double lse = (double)mx + log(sum);
-    srv_tok tk;
-    memset(&tk, 0, sizeof tk);
-    tk.id = t;
-    tk.logprob = (float)((double)lg[t] - lse);
-    for (int k = 0; k < r->top_logprobs; k++) { /* selection: k is at most 20 */
-        int32_t best = -1;
-        for (int32_t v = 0; v < g->n_vocab; v++) {
-            bool taken = false;
-            for (int j = 0; j < k && !taken; j++) taken = tk.top_id[j] == v;
-            if (!taken && (best < 0 || lg[v] > lg[best])) best = v;
-        }
-        tk.top_id[k] = best;
-        tk.top_lp[k] = (float)((double)lg[best] - lse);
-        tk.n_top = k + 1;
-    }
+static void hist_add(uint64_t *h, const double *b, int nb, double v) {
+    int i = 0;
+    while (i < nb && v > b[i]) i++;
+    h[i]++;
+}
+
+/* Append token tk to choice idx of r: its text, stop strings, max_tokens. eog:
+ * an end-of-generation token (no text). Returns the finish reason or NULL. */
+static const char *choice_push(srv_gen *g, srv_req *r, int idx, const srv_tok *tk0, bool eog) {
+    srv_choice *c = &r->ch[idx];
+    srv_tok tk = *tk0;
     char piece[512];
     size_t np = 0;
-    bool eog = pkv_model_is_eog(g->m, t);
-    for (int k = 0; k < r->n_stop_ids && !eog; k++) eog = r->stop_ids[k] == t;
-    if (eog || pkv_model_token_piece(g->m, t, false, piece, sizeof piece, &np)) np = 0;
+    if (eog || pkv_model_token_piece(g->m, tk.id, false, piece, sizeof piece, &np)) np = 0;
     const char *fin = NULL;
     pthread_mutex_lock(&r->mu);
     if (c->n_toks == c->cap_toks) {
@@ -615,8 +627,7 @@ static const char *choice_add(srv_gen *g, gseq *q, int32_t t, const float *lg) {
             c->text[cut] = 0;
             fin = "stop";
         }
-        q->n_gen++;
-        if (!fin && q->n_gen >= r->max_tokens) fin = "length";
+        if (!fin && c->n_toks >= r->max_tokens) fin = "length";
         size_t st = c->len - stop_holdback(r, c->text, c->len);
         st = pkv_utf8_stable(c->text, st);
         if (st > c->stable) c->stable = st;
@@ -631,45 +642,65 @@ static const char *choice_add(srv_gen *g, gseq *q, int32_t t, const float *lg) {
         c->finish = fin;
         c->stable = c->len;
     }
+    /* latency: first token since arrival, then the gap between tokens */
+    double now = srv_now(), v = c->n_toks <= 1 ? now - r->t_submit : now - c->t_last;
+    c->t_last = now;
+    bool first = c->n_toks <= 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&g->mu);
+    if (first) {
+        hist_add(g->st.ttft_hist, srv_ttft_buckets, 11, v);
+        g->st.ttft_sum += v;
+        g->st.ttft_count++;
+    } else {
+        hist_add(g->st.tpot_hist, srv_tpot_buckets, 10, v);
+        g->st.tpot_sum += v;
+        g->st.tpot_count++;
+    }
+    pthread_mutex_unlock(&g->mu);
     return fin;
 }
 
-static int32_t sample_one(srv_gen *g, gseq *q, const float *lg, pkv_status *st) {
+/* Simple backend: token t sampled from logits lg; logprobs from the raw logits. */
+static const char *choice_add(srv_gen *g, gseq *q, int32_t t, const float *lg) {
     srv_req *r = q->r;
-    const float *use = lg;
-    if ((r->presence_penalty != 0 || r->frequency_penalty != 0) && q->n_gen > 0 && q->counts) {
-        memcpy(g->work, lg, (size_t)g->n_vocab * sizeof(float));
-        srv_choice *c = &r->ch[q->idx];
-        for (int i = 0; i < c->n_toks; i++) { /* each distinct token once */
-            int32_t t = c->toks[i].id;
-            if (t < 0 || t >= g->n_vocab || q->counts[t] < 0) continue;
-            g->work[t] -= r->presence_penalty + r->frequency_penalty * (float)q->counts[t];
-            q->counts[t] = -q->counts[t]; /* mark as done for this step */
+    float mx = lg[0];
+    for (int32_t v = 1; v < g->n_vocab; v++)
+        if (lg[v] > mx) mx = lg[v];
+    double sum = 0;
+    for (int32_t v = 0; v < g->n_vocab; v++) sum += exp((double)(lg[v] - mx));
+    double lse = (double)mx + log(sum);
+    srv_tok tk;
+    memset(&tk, 0, sizeof tk);
+    tk.id = t;
+    tk.logprob = (float)((double)lg[t] - lse);
+    for (int k = 0; k < r->top_logprobs; k++) { /* selection: k is at most 20 */
+        int32_t best = -1;
+        for (int32_t v = 0; v < g->n_vocab; v++) {
+            bool taken = false;
+            for (int j = 0; j < k && !taken; j++) taken = tk.top_id[j] == v;
+            if (!taken && (best < 0 || lg[v] > lg[best])) best = v;
         }
-        for (int i = 0; i < c->n_toks; i++) {
-            int32_t t = c->toks[i].id;
-            if (t >= 0 && t < g->n_vocab && q->counts[t] < 0) q->counts[t] = -q->counts[t];
-        }
-        use = g->work;
+        tk.top_id[k] = best;
+        tk.top_lp[k] = (float)((double)lg[best] - lse);
+        tk.n_top = k + 1;
     }
-    int32_t t = 0;
-    *st = pkv_sampler_sample(q->smp, use, &t);
-    if (!*st) {
-        pkv_sampler_accept(q->smp, t);
-        if ((r->presence_penalty != 0 || r->frequency_penalty != 0)) {
-            if (!q->counts) q->counts = calloc((size_t)g->n_vocab, sizeof *q->counts);
-            if (q->counts) q->counts[t]++;
-        }
-    }
-    return t;
+    bool eog = !r->ignore_eos && pkv_model_is_eog(g->m, t);
+    for (int k = 0; k < r->n_stop_ids && !eog; k++) eog = r->stop_ids[k] == t;
+    const char *fin = choice_push(g, r, q->idx, &tk, eog);
+    q->n_gen++;
+    pthread_mutex_lock(&g->mu);
+    g->st.gen_tokens++;
+    pthread_mutex_unlock(&g->mu);
+    return fin;
 }
 
-static void hist_add(uint64_t *h, const double *b, int nb, double v) {
-    int i = 0;
-    while (i < nb && v > b[i]) i++;
-    h[i]++;
+static int32_t sample_one(gseq *q, const float *lg, pkv_status *st) {
+    int32_t t = 0;
+    *st = pkv_sampler_sample(q->smp, lg, &t);
+    if (!*st) pkv_sampler_accept(q->smp, t);
+    return t;
 }
 
 static void step(srv_gen *g) {
@@ -696,29 +727,13 @@ static void step(srv_gen *g) {
         }
         const float *lg = pkv_context_logits(q->ctx);
         pkv_status st = PKV_OK;
-        int32_t t = lg ? sample_one(g, q, lg, &st) : 0;
+        int32_t t = lg ? sample_one(q, lg, &st) : 0;
         if (!lg || st) {
             req_fail(r, 500, "sampling failed: %s", lg ? pkv_errmsg() : "no logits");
             q->finished = true;
             continue;
         }
         const char *fin = choice_add(g, q, t, lg);
-        double now = srv_now();
-        pthread_mutex_lock(&g->mu);
-        g->st.gen_tokens++;
-        if (q->n_gen == 1) {
-            double v = now - r->t_submit;
-            hist_add(g->st.ttft_hist, srv_ttft_buckets, 11, v);
-            g->st.ttft_sum += v;
-            g->st.ttft_count++;
-        } else {
-            double v = now - q->t_last;
-            hist_add(g->st.tpot_hist, srv_tpot_buckets, 10, v);
-            g->st.tpot_sum += v;
-            g->st.tpot_count++;
-        }
-        pthread_mutex_unlock(&g->mu);
-        q->t_last = now;
         bool room = pkv_context_n_tokens(q->ctx) + 1 <= pkv_context_n_ctx(q->ctx);
         if (fin) q->finished = true;
         if (!room) {
@@ -792,11 +807,108 @@ drop:
 
 static int active_seqs(srv_gen *g) { return g->n_act; }
 
+/* ------------------------------------------------------- engine backend */
+
+/* Events of the serving engine, on the worker thread (it steps the engine). */
+static bool on_engine_event(const pkv_engine_event *ev, void *user) {
+    srv_req *r = user;
+    srv_gen *g = r->backend;
+    const char *fin = NULL;
+    if (ev->sample < 0 || ev->sample >= r->n) return false;
+    if (ev->token >= 0) {
+        srv_tok tk;
+        memset(&tk, 0, sizeof tk);
+        tk.id = ev->token;
+        tk.logprob = ev->logprob;
+        tk.n_top = ev->n_top < r->top_logprobs ? ev->n_top : r->top_logprobs;
+        for (int k = 0; k < tk.n_top; k++) {
+            tk.top_id[k] = ev->top[k].token;
+            tk.top_lp[k] = ev->top[k].logprob;
+        }
+        fin = choice_push(g, r, ev->sample, &tk, ev->stop_token);
+    }
+    pthread_mutex_lock(&r->mu);
+    r->cached_tokens = ev->n_cached;
+    bool cancelled = r->cancelled;
+    if (ev->finish != PKV_FINISH_NONE) {
+        srv_choice *c = &r->ch[ev->sample];
+        if (!c->finish) c->finish = ev->finish == PKV_FINISH_LENGTH ? "length" : "stop";
+        c->stable = c->len;
+        if (ev->finish == PKV_FINISH_ERROR && !r->http_status) {
+            r->http_status = ev->status == PKV_ERR_INVALID ? 400 : 500;
+            snprintf(r->err, sizeof r->err, "%s", ev->message ? ev->message : "engine error");
+        }
+        if (ev->finish == PKV_FINISH_CANCELLED && !r->cancelled && !r->http_status) {
+            r->http_status = 503;
+            snprintf(r->err, sizeof r->err, "the server is shutting down");
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (ev->finish != PKV_FINISH_NONE) {
+        req_finish_one(g, r);
+        return false;
+    }
+    return !fin && !cancelled;
+}
+
+static void admit_engine(srv_gen *g, srv_req *r) {
+    if (r->cancelled) {
+        admit_fail(g, r, 499, "cancelled%s", "");
+        return;
+    }
+    int64_t room = g->p.n_ctx - r->n_prompt;
+    if (r->max_tokens > room) r->max_tokens = (int)room;
+    pkv_request_params rp = pkv_request_default_params();
+    rp.prompt = r->prompt;
+    rp.n_prompt = r->n_prompt;
+    rp.sampling = r->sp;
+    rp.max_tokens = r->max_tokens;
+    rp.stop_tokens = r->stop_ids;
+    rp.n_stop = r->n_stop_ids;
+    rp.n = r->n;
+    rp.top_logprobs = r->top_logprobs;
+    rp.ignore_eos = r->ignore_eos;
+    rp.on_event = on_engine_event;
+    rp.user = r;
+    r->backend = g;
+    uint64_t id = 0;
+    pkv_status st = pkv_engine_submit(g->eng, &rp, &id);
+    if (st) {
+        admit_fail(g, r, st == PKV_ERR_INVALID ? 400 : 503, "%s", pkv_errmsg());
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->engine_id = id;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The engine cannot see contexts of the contexts API holding pages: while it
+ * has requests waiting or preempted, swap the least recently used idle one out. */
+static void engine_room(srv_gen *g) {
+    pkv_engine_stats es;
+    pkv_engine_stats_get(g->eng, &es);
+    pthread_mutex_lock(&g->mu);
+    g->eng_waiting = es.n_waiting;
+    pthread_mutex_unlock(&g->mu);
+    if (es.n_waiting + es.n_swapped + es.n_recompute == 0) return;
+    srv_ctx *lru = NULL;
+    for (int i = 0; i < g->n_ctxs; i++) {
+        srv_ctx *e = g->ctxs[i];
+        if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used)) lru = e;
+    }
+    if (lru && pkv_context_swap_out(lru->ctx) == PKV_OK) {
+        lru->swapped = true;
+        pthread_mutex_lock(&g->mu);
+        g->st.preemptions++;
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
 static void *worker(void *arg) {
     srv_gen *g = arg;
     for (;;) {
         pthread_mutex_lock(&g->mu);
-        if (!g->stop && !g->calls && g->n_act == 0 && g->n_waiting == 0) {
+        if (!g->stop && !g->calls && g->n_act == 0 && g->n_waiting == 0 && g->eng_pending == 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
@@ -810,8 +922,9 @@ static void *worker(void *arg) {
         g->calls = g->calls_tail = NULL;
         srv_req *adm[256];
         int n_adm = 0, room = g->p.parallel - active_seqs(g);
-        while (g->n_waiting > 0 && n_adm < 256 && (g->waiting[0]->n <= room || (g->n_act == 0 && n_adm == 0))) {
-            room -= g->waiting[0]->n;
+        while (g->n_waiting > 0 && n_adm < 256 &&
+               ((g->eng && !g->waiting[0]->ctx_id) || g->waiting[0]->n <= room || (g->n_act == 0 && n_adm == 0))) {
+            if (!g->eng || g->waiting[0]->ctx_id) room -= g->waiting[0]->n; /* engine requests: the engine schedules */
             adm[n_adm++] = g->waiting[0];
             memmove(g->waiting, g->waiting + 1, (size_t)(g->n_waiting - 1) * sizeof *g->waiting);
             g->n_waiting--;
@@ -826,8 +939,17 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&g->mu);
             k = next;
         }
-        for (int i = 0; i < n_adm; i++) admit(g, adm[i]);
+        for (int i = 0; i < n_adm; i++) {
+            if (g->eng && !adm[i]->ctx_id) admit_engine(g, adm[i]);
+            else admit(g, adm[i]);
+        }
         step(g);
+        if (g->eng) {
+            engine_room(g);
+            int pending = 0;
+            if (pkv_engine_step(g->eng, &pending) == PKV_OK) g->eng_pending = pending;
+            else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
+        }
         sweep(g);
         pthread_mutex_lock(&g->mu);
         pkv_kv_stats_get(g->c, &g->st.kv);

@@ -488,7 +488,20 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                 (unsigned long long)pb);
         goto out;
     }
-    if (!(s.c = pkv_model_cache_create(s.m, cp))) {
+    srv_gen_params gp = {.parallel = so->parallel, .queue = so->queue, .max_contexts = so->max_contexts,
+                         .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
+    pkv_engine *eng = NULL;
+    if (!so->simple) {
+        pkv_engine_params ep = pkv_engine_default_params();
+        ep.cache = cp;
+        ep.max_seqs = so->parallel;
+        ep.max_batch_tokens = so->batch_tokens;
+        if (!(eng = pkv_engine_create(s.m, ep))) {
+            fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
+            goto out;
+        }
+        s.c = pkv_engine_cache(eng);
+    } else if (!(s.c = pkv_model_cache_create(s.m, cp))) {
         fprintf(stderr, "pagekv serve: cannot create the KV cache: %s\n", pkv_errmsg());
         goto out;
     }
@@ -497,10 +510,12 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
         s.n_ctx = probe ? pkv_context_n_ctx(probe) : 0;
         pkv_context_free(probe);
     }
-    srv_gen_params gp = {.n_ctx = s.n_ctx, .parallel = so->parallel, .queue = so->queue, .max_contexts = so->max_contexts,
-                         .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
-    if (!(s.g = srv_gen_create(s.m, s.c, gp))) {
+    gp.n_ctx = s.n_ctx;
+    s.g = eng ? srv_gen_create_engine(eng, gp) : srv_gen_create(s.m, s.c, gp);
+    if (!s.g) {
         fprintf(stderr, "pagekv serve: cannot start the worker thread\n");
+        if (!eng) pkv_kv_cache_free(s.c);
+        s.c = NULL; /* srv_gen_create_engine freed the engine and its cache */
         goto out;
     }
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
@@ -522,9 +537,10 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
     printf("pagekv serve: %s (%s %s, %d layers, vocab %d) on %s\n", s.model_id, s.info.arch, s.info.weight_type,
            s.info.n_layer, s.info.n_vocab, pkv_device_name(pkv_model_device(s.m)));
     printf("pagekv serve: KV cache %lld pages of %d tokens (%.1f MiB), host swap pool %lld pages; context %lld tokens, "
-           "%d parallel sequences\n",
+           "%d parallel sequences; %s\n",
            (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)),
-           (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages, (long long)s.n_ctx, so->parallel);
+           (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages, (long long)s.n_ctx, so->parallel,
+           so->simple ? "simple batching worker (--simple)" : "serving engine (continuous batching, chunked prefill, preemption)");
     printf("pagekv serve: chat template: %s\n",
            s.tpl ? pkv_tpl_name(s.tpl) : "none (the model has none: /v1/chat/completions needs --chat-template NAME)");
     printf("pagekv serve: listening on http://%s:%d (Ctrl-C stops after the requests in flight)\n", host, port);
@@ -561,8 +577,8 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
     fprintf(stderr, "pagekv serve: stopped\n");
 out:
     if (d) MHD_stop_daemon(d);
-    srv_gen_free(s.g);
-    pkv_kv_cache_free(s.c);
+    srv_gen_free(s.g); /* the engine backend: frees the engine and its cache too */
+    if (so->simple) pkv_kv_cache_free(s.c);
     pkv_model_free(s.m);
     pthread_mutex_destroy(&s.mu);
     return rc;

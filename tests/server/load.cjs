@@ -124,7 +124,9 @@ async function loadTest() {
 
 async function disconnects(m0) {
   const before = (await metrics()).pagekv_client_disconnects_total;
-  const body = { prompt: 'an endless story begins', max_tokens: 1500, temperature: 1, seed: 1 };
+  // long enough (ignore_eos, most of the context) that no stream can end before
+  // its client is gone
+  const body = { prompt: 'an endless story begins', max_tokens: 4000, temperature: 1, seed: 1, ignore_eos: true };
   const rs = await Promise.all(Array.from({ length: 20 }, (_, i) => stream({ ...body, seed: i }, 2)));
   check(rs.every(r => r.aborted), '20 streams aborted by their clients');
   let m;
