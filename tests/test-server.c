@@ -533,6 +533,107 @@ static void test_contexts(void) {
     CHECK(strstr(ts_body, "\npagekv_contexts 0\n") != NULL);
 }
 
+/* Idle contexts are swapped to the host pool after --context-swap and dropped
+ * after --context-ttl; a swapped context comes back on use with the same KV
+ * (its generation equals a replay). */
+static void test_ttl(void) {
+    json_t *j;
+    CHECK_INT(post("/v1/contexts", "{\"prompt\": \"a context that sleeps for a while and then wakes up again\"}", &j), 200);
+    char id[32], path[128];
+    snprintf(id, sizeof id, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+    json_decref(j);
+    static int32_t toks[1024], gen[64], ref[64];
+    int n = ctx_tokens(id, toks, 1024);
+    CHECK(n > 0);
+    bool swapped = false;
+    snprintf(path, sizeof path, "/v1/contexts/%s", id);
+    for (int i = 0; i < 60 && !swapped; i++) { /* --context-swap 0.3: the worker sweeps every 0.5 s */
+        ts_sleep_ms(100);
+        CHECK_INT(get(path, &j), 200);
+        swapped = json_is_true(json_object_get(j, "swapped"));
+        json_decref(j);
+    }
+    CHECK(swapped);
+    CHECK_INT(ts_http(g_port, "/metrics"), 200);
+    CHECK(strstr(ts_body, "\npagekv_requests_swapped 1\n") != NULL);
+    int ng = ctx_generate(id, 12, false, gen); /* swaps it back in */
+    char *req = tokens_json(toks, n);
+    CHECK_INT(post("/v1/contexts", req, &j), 200);
+    free(req);
+    char rid[32];
+    snprintf(rid, sizeof rid, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+    json_decref(j);
+    int nr = ctx_generate(rid, 12, false, ref);
+    CHECK(ng > 0 && ng == nr && !memcmp(gen, ref, (size_t)ng * 4));
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) { /* --context-ttl 1.5 */
+        ts_sleep_ms(100);
+        gone = get(path, NULL) == 404;
+    }
+    CHECK(gone);
+    snprintf(path, sizeof path, "/v1/contexts/%s", rid);
+    for (int i = 0; i < 100 && get(path, NULL) != 404; i++) ts_sleep_ms(100);
+    CHECK_INT(ts_http(g_port, "/metrics"), 200);
+    CHECK(strstr(ts_body, "\npagekv_contexts 0\n") != NULL);
+    CHECK(strstr(ts_body, "\npagekv_kv_pages_used 0\n") != NULL);
+}
+
+/* A pool too small for the idle contexts plus a request (32 pages: contexts of
+ * about 5 pages each, a request of about 29): the contexts are
+ * swapped out to make room, the request completes with the text it gets on an
+ * empty server, and the contexts still generate what a replay generates. */
+static void test_pressure(void) {
+    json_t *j;
+    char ids[3][32];
+    static int32_t toks[3][1024];
+    int nt[3];
+    for (int i = 0; i < 3; i++) {
+        char body[1024] = "{\"prompt\": \"";
+        for (int k = 0; k < 3; k++) strcat(body, i == 0 ? "red apples and green pears " : i == 1 ? "blue skies over grey seas " : "old books on wooden shelves ");
+        strcat(body, "\"}");
+        CHECK_INT(post("/v1/contexts", body, &j), 200);
+        snprintf(ids[i], sizeof ids[i], "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+        json_decref(j);
+        nt[i] = ctx_tokens(ids[i], toks[i], 1024);
+    }
+    CHECK_INT(ts_http(g_port, "/metrics"), 200);
+    const char *pu = strstr(ts_body, "\npagekv_kv_pages_used ");
+    fprintf(stderr, "pressure: contexts of %d, %d, %d tokens hold %s pages\n", nt[0], nt[1], nt[2], pu ? pu + 22 : "?");
+    char big[8192] = "{\"prompt\": \"";
+    for (int k = 0; k < 10; k++) strcat(big, "a request that needs many pages of the pool ");
+    strcat(big, "\", \"max_tokens\": 150, \"temperature\": 0, \"ignore_eos\": true}");
+    CHECK_INT(post("/v1/completions", big, &j), 200);
+    if (!j || !jstr(j, "choices.0.text")) fprintf(stderr, "pressure: %s\n", ts_body);
+    char text[8192];
+    snprintf(text, sizeof text, "%s", jstr(j, "choices.0.text") ? jstr(j, "choices.0.text") : "?");
+    CHECK_INT(jint(j, "usage.completion_tokens"), 150);
+    json_decref(j);
+    CHECK_INT(ts_http(g_port, "/metrics"), 200);
+    CHECK(strstr(ts_body, "\npagekv_preemptions_total 0\n") == NULL);
+    /* the contexts come back and generate what a fresh replay generates */
+    for (int i = 0; i < 3; i++) {
+        int32_t gen[64], ref[64];
+        char path[128];
+        int ng = ctx_generate(ids[i], 8, false, gen);
+        snprintf(path, sizeof path, "/v1/contexts/%s", ids[i]);
+        CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+        char *req = tokens_json(toks[i], nt[i]);
+        CHECK_INT(post("/v1/contexts", req, &j), 200);
+        free(req);
+        char rid[32];
+        snprintf(rid, sizeof rid, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+        json_decref(j);
+        int nr = ctx_generate(rid, 8, false, ref);
+        CHECK(ng > 0 && ng == nr && !memcmp(gen, ref, (size_t)ng * 4));
+        snprintf(path, sizeof path, "/v1/contexts/%s", rid);
+        CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+    }
+    /* the same request on the now empty pool: the same text */
+    CHECK_INT(post("/v1/completions", big, &j), 200);
+    CHECK(jstr(j, "choices.0.text") && !strcmp(jstr(j, "choices.0.text"), text));
+    json_decref(j);
+}
+
 static void test_templates(void) {
     static const struct { const char *tmpl, *want; } t[] = {
         {"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}", "chatml"},
@@ -619,6 +720,20 @@ int main(void) {
             if (system(c2)) {}
         }
     }
+    /* contexts under a TTL, and under page pressure, on both backends */
+    g_auth = "";
+    for (int b = 0; b < 2; b++) {
+        snprintf(args, sizeof args, "-m '%s' -c 512 --kv-pages 32 --context-swap 0 %s", g_model, backends[b]);
+        pid_t pid = ts_start(args, logp, &g_port);
+        REQUIRE(pid > 0);
+        test_pressure();
+        CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    }
+    snprintf(args, sizeof args, "-m '%s' -c 512 --context-swap 0.3 --context-ttl 1.5", g_model);
+    pid_t tpid = ts_start(args, logp, &g_port);
+    REQUIRE(tpid > 0);
+    test_ttl();
+    CHECK_INT(ts_stop(tpid, SIGTERM), 0);
     /* a server with no room in its queue answers 503 with Retry-After */
     snprintf(args, sizeof args, "-m '%s' -c 128 --queue 0", g_model);
     pid_t pid = ts_start(args, logp, &g_port);

@@ -882,22 +882,35 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* The engine cannot see contexts of the contexts API holding pages: while it
- * has requests waiting or preempted, swap the least recently used idle one out. */
+/* The engine cannot see the contexts of the contexts API: their pages look
+ * taken to it. Before each step, idle contexts yield: the least recently used
+ * are swapped out to the host pool until the engine has room for one step (its
+ * running sequences plus a full batch of new tokens), and one more each step
+ * while the engine has requests waiting or preempted. */
 static void engine_room(srv_gen *g) {
     pkv_engine_stats es;
     pkv_engine_stats_get(g->eng, &es);
     pthread_mutex_lock(&g->mu);
     g->eng_waiting = es.n_waiting;
     pthread_mutex_unlock(&g->mu);
-    if (es.n_waiting + es.n_swapped + es.n_recompute == 0) return;
-    srv_ctx *lru = NULL;
-    for (int i = 0; i < g->n_ctxs; i++) {
-        srv_ctx *e = g->ctxs[i];
-        if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used)) lru = e;
-    }
-    if (lru && pkv_context_swap_out(lru->ctx) == PKV_OK) {
+    if (es.n_requests == 0) return;
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
+    int bt = g->p.batch_tokens > 0 ? g->p.batch_tokens : 256;
+    int64_t need = es.n_running + (bt + ps - 1) / ps + 1;
+    int extra = es.n_waiting + es.n_swapped + es.n_recompute > 0 ? 1 : 0;
+    for (;;) {
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(g->c, &ks);
+        if (ks.pages_free + ks.pages_cached >= need && extra == 0) return;
+        srv_ctx *lru = NULL;
+        for (int i = 0; i < g->n_ctxs; i++) {
+            srv_ctx *e = g->ctxs[i];
+            if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used))
+                lru = e;
+        }
+        if (!lru || pkv_context_swap_out(lru->ctx) != PKV_OK) return;
         lru->swapped = true;
+        if (extra) extra--;
         pthread_mutex_lock(&g->mu);
         g->st.preemptions++;
         pthread_mutex_unlock(&g->mu);

@@ -79,6 +79,7 @@ typedef struct srv_gen srv_gen;
 typedef struct srv_gen_params {
     int64_t n_ctx;      /* tokens per sequence (the cache's per-sequence limit) */
     int parallel;       /* sequences per decode step */
+    int batch_tokens;   /* engine backend: its tokens per step (0 = 256), for page headroom */
     int queue;          /* waiting requests before srv_gen_submit refuses */
     int max_contexts;
     double ctx_swap_s, ctx_ttl_s;

@@ -488,7 +488,7 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                 (unsigned long long)pb);
         goto out;
     }
-    srv_gen_params gp = {.parallel = so->parallel, .queue = so->queue, .max_contexts = so->max_contexts,
+    srv_gen_params gp = {.parallel = so->parallel, .batch_tokens = so->batch_tokens, .queue = so->queue, .max_contexts = so->max_contexts,
                          .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
     pkv_engine *eng = NULL;
     if (!so->simple) {
