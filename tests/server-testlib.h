@@ -105,7 +105,7 @@ static size_t ts_len;
  * "/health" or "-d @file /v1/completions"). Returns the HTTP status (0 when
  * curl got no response). */
 static inline int ts_http(int port, const char *fmt, ...) {
-    char args[4096], cmd[8192];
+    char args[4096], cmd[16384];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);

@@ -509,20 +509,22 @@ srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool incl
     st->logprobs = logprobs;
     st->include_usage = include_usage;
     snprintf(st->id, sizeof st->id, "%s", id);
-    st->conn = conn ? *conn : (srv_conn){-1};
+    st->conn = conn ? *conn : (srv_conn){-1, NULL, 0};
     return st;
 }
 
 void srv_stream_free(srv_stream *st) {
     if (!st) return;
     pthread_mutex_lock(&st->r->mu);
-    bool done = st->r->done;
+    bool done = st->r->done, failed = st->r->http_status != 0;
     pthread_mutex_unlock(&st->r->mu);
-    if (!done) { /* the client went away mid-stream: stop generating for it */
+    if (!done) { /* the client went away mid-stream (or a choice failed): stop the rest */
         srv_gen_cancel(st->s->g, st->r);
-        pthread_mutex_lock(&st->s->mu);
-        st->s->disconnects++;
-        pthread_mutex_unlock(&st->s->mu);
+        if (!failed) {
+            pthread_mutex_lock(&st->s->mu);
+            st->s->disconnects++;
+            pthread_mutex_unlock(&st->s->mu);
+        }
     }
     srv_req_release(st->r);
     free(st->pend);
@@ -656,6 +658,8 @@ ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max) {
         if (st->ended) return 0;
         srv_req *r = st->r;
         pthread_mutex_lock(&r->mu);
+        bool waited = !progressed(st);
+        if (waited) srv_conn_waiting(&st->conn, true); /* generating is not the client being idle */
         while (!progressed(st)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -672,6 +676,7 @@ ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max) {
         }
         build_events(st);
         pthread_mutex_unlock(&r->mu);
+        if (waited) srv_conn_waiting(&st->conn, false);
     }
     size_t n = st->pend_len - st->pend_pos;
     if (n > max) n = max;

@@ -69,6 +69,12 @@ bool srv_conn_gone(const srv_conn *c) {
     return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
+void srv_conn_waiting(const srv_conn *c, bool waiting) {
+    if (c && c->mhd)
+        MHD_set_connection_option((struct MHD_Connection *)c->mhd, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  waiting ? 0u : c->timeout);
+}
+
 bool srv_wait_done(srv *s, srv_req *r, const srv_conn *conn) {
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
@@ -261,7 +267,7 @@ static void route(srv *s, struct MHD_Connection *conn, const char *url, const ch
                   srv_out *o) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    srv_conn sc = {ci ? ci->connect_fd : -1};
+    srv_conn sc = {ci ? ci->connect_fd : -1, conn, (unsigned)s->o.timeout_s};
     if (!strcmp(url, "/health")) {
         if (!get) return srv_error(o, 405, "use GET %s", url);
         o->status = 200;
@@ -352,8 +358,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    srv_conn waiting = {-1, conn, (unsigned)s->o.timeout_s};
+    srv_conn_waiting(&waiting, true); /* the handler may wait for the worker: not the client's idle time */
     if (cs->too_big) srv_error(&o, 413, "the request body is larger than the limit of %zu bytes (--max-body)", s->o.max_body);
     else route(s, conn, url, method, cs, &o);
+    srv_conn_waiting(&waiting, false);
     if (!o.status) srv_error(&o, 500, "no response");
     return send_out(s, conn, &o);
 }

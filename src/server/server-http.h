@@ -46,9 +46,14 @@ void srv_error(srv_out *o, int status, const char *fmt, ...) __attribute__((form
 /* The connection's socket, to notice a client that went away while waiting. */
 typedef struct srv_conn {
     int fd;
+    void *mhd;        /* struct MHD_Connection */
+    unsigned timeout; /* --timeout, seconds */
 } srv_conn;
 /* True when the peer closed the connection. */
 bool srv_conn_gone(const srv_conn *c);
+/* The idle timeout is for the client: while the server itself is busy (waiting
+ * for the worker) it is off, and switching it back on restarts its timer. */
+void srv_conn_waiting(const srv_conn *c, bool waiting);
 
 /* Wait for r to finish (checking every 200 ms that the client is still there;
  * if not, cancel it). Returns false when the client went away. */
