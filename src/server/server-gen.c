@@ -242,6 +242,8 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
         out->prefix_hit_tokens += es.prefix_hit_tokens;
         out->gen_tokens += es.generated_tokens;
         out->preemptions += es.preemptions_swap + es.preemptions_recompute;
+        out->seqs_swapped = es.n_swapped;
+        out->seqs_recompute = es.n_recompute;
     }
 }
 

@@ -90,6 +90,7 @@ typedef struct srv_stats {
     int running, waiting;
     bool engine;          /* the serving-engine backend */
     int contexts, contexts_swapped;
+    int seqs_swapped, seqs_recompute; /* engine sequences preempted (to host; dropped for recompute) */
     pkv_kv_stats kv;
     uint64_t prompt_tokens, gen_tokens, prefix_hit_tokens, preemptions, requests_done, requests_failed;
     uint64_t ttft_hist[12], tpot_hist[11]; /* counts per bucket (cumulated when printed) */

@@ -154,7 +154,9 @@ static void api_metrics(srv *s, srv_out *o) {
            (unsigned long long)(v))
     G("requests_running", "Generation requests with sequences in the running batch.", st.running);
     G("requests_waiting", "Generation requests queued for a slot.", st.waiting);
-    G("requests_swapped", "Idle contexts (contexts API) swapped out to the host pool.", st.contexts_swapped);
+    G("requests_swapped", "Preempted sequences in the host pool, plus idle contexts swapped out there.",
+      st.seqs_swapped + st.contexts_swapped);
+    G("sequences_preempted_recompute", "Preempted sequences without KV, to be recomputed.", st.seqs_recompute);
     G("contexts", "Contexts of the contexts API alive.", st.contexts);
     G("kv_pages_total", "Device KV pages in the pool.", st.kv.n_pages);
     G("kv_pages_used", "Device KV pages referenced by sequences.", st.kv.pages_used);
