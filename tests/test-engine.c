@@ -597,6 +597,55 @@ static void test_free_pending(void) {
         }
 }
 
+/* The n-th allocation failing, for n spread over a whole run (engine creation,
+ * submit, admission, prefix match, fork, forward, sampling): no crash, no leak,
+ * every accepted request still gets exactly one final event per sample, and a
+ * request that completes has exactly its tokens. */
+static void test_alloc_failures(void) {
+    int32_t a[20], b[20];
+    for (int i = 0; i < 20; i++) a[i] = b[i] = (int32_t)(i * 7 + 3);
+    b[19] = 1;
+    static et_rec ref[2], got[2];
+    pkv_request_params rp[2] = {greedy(a, 20, 6), greedy(b, 20, 5)};
+    rp[1].n = 2;
+    rp[1].sampling.temp = 0.8f;
+    for (int i = 0; i < 2; i++) et_alone(g_m, &rp[i], &ref[i]);
+    int64_t live = pkv_alloc_live();
+    pkv_alloc_fail_at(0);
+    uint64_t total = 0;
+    for (uint64_t n = 0, k = 0; n == 0 || n <= total; k++) {
+        pkv_alloc_fail_at(n);
+        pkv_engine *e = pkv_engine_create(g_m, et_params(128, 8, 0));
+        bool accepted[2] = {false, false};
+        for (int i = 0; e && i < 2; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            pkv_request_params r = rp[i];
+            r.on_event = et_on_event;
+            r.user = &got[i];
+            pkv_status s = pkv_engine_submit(e, &r, NULL);
+            if (s) CHECK_INT(s, PKV_ERR_NOMEM);
+            accepted[i] = s == PKV_OK;
+            if (i == 0) CHECK_OK(pkv_engine_step(e, NULL)); /* the second shares a page with the first */
+        }
+        if (e) et_drain(e);
+        pkv_engine_free(e);
+        uint64_t used = pkv_alloc_fail_at(0);
+        if (n == 0) total = used; /* the run without a failure counts the allocations */
+        CHECK_INT(pkv_alloc_live(), live);
+        for (int i = 0; i < 2; i++) {
+            if (!accepted[i]) continue;
+            bool err = false;
+            for (int j = 0; j < rp[i].n; j++) {
+                CHECK_INT(got[i].s[j].finals, 1);
+                err |= got[i].s[j].fin == PKV_FINISH_ERROR;
+            }
+            if (!err) et_same(&ref[i], &got[i], rp[i].n, "request under allocation failure", (int)n);
+        }
+        n++; /* every allocation of the run fails once */
+    }
+    fprintf(stderr, "allocation failures: a run makes %llu allocations\n", (unsigned long long)total);
+}
+
 /* `pagekv bench serve` runs the load: a pool too small preempts, a 90% shared
  * prefix is served from the cache, no request fails. */
 static double json_num(const char *key) {
@@ -657,6 +706,7 @@ int main(void) {
         test_finish();
         test_bad_input();
         test_free_pending();
+        test_alloc_failures();
         test_bench_cli();
     }
     CHECK_INT(pkv_alloc_live(), live1); /* every engine freed everything */
