@@ -167,6 +167,8 @@ static void test_batch_invariance(void) {
     CHECK(st.steps * 3 < total); /* it did batch */
     CHECK(st.prefix_hit_tokens > 0);
     CHECK_INT(st.requests_finished, g_nb);
+    CHECK(st.batch_invariant); /* the device claims what this test checks */
+    CHECK(pkv_device_get_caps(pkv_model_device(g_m))->batch_invariant);
     CHECK_INT(st.pages_used, 0);
     CHECK_INT(st.n_requests, 0);
     pkv_engine_free(e);

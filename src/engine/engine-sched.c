@@ -211,6 +211,7 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.preemptions_recompute = e->pre_drop;
     st.steps = e->steps;
     st.busy_seconds = e->busy;
+    st.batch_invariant = e->invariant;
     st.tokens_per_second = e->busy > 0 ? (double)e->generated / e->busy : 0.0;
     pthread_mutex_lock(&e->mu);
     for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;

@@ -58,6 +58,8 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     e->p = p;
     e->n_vocab = m->hp.n_vocab;
     e->fp = p.prefix_cache ? m->fingerprint : 0;
+    e->invariant = true;
+    for (int d = 0; d < m->n_dev; d++) e->invariant &= pkv_device_get_caps(m->devs[d])->batch_invariant;
     if (pthread_mutex_init(&e->mu, NULL)) {
         pkv_free(e);
         pkv_err(PKV_ERR_NOMEM, "engine: cannot create a mutex");
