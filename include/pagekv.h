@@ -131,6 +131,9 @@ typedef struct pkv_device_caps {
     size_t max_buffer_bytes; /* largest single buffer, bytes */
     bool host_memory;      /* buffers live in this process's host memory */
     bool has_kernels;      /* the compute kernels are implemented */
+    bool batch_invariant;  /* a token's results do not depend on the other rows of its batch or
+                              on how a prompt is split into steps: bitwise the same alone or
+                              batched (the serving engine's contract; tests/test-engine*.c) */
 } pkv_device_caps;
 
 typedef struct pkv_device_params {
@@ -977,6 +980,8 @@ typedef struct pkv_engine_stats {
     uint64_t steps;              /* forward passes */
     double busy_seconds;         /* time spent in steps */
     double tokens_per_second;    /* generated tokens / busy_seconds (0 before any) */
+    bool batch_invariant;        /* every device of the model claims caps.batch_invariant: a
+                                    request's tokens do not depend on what it is batched with */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the

@@ -11,6 +11,8 @@
 #define ET_MAXN 8   /* most samples per request in these tests */
 #define ET_TOP 4    /* top logprobs recorded per token */
 
+static const char *et_device = "cpu"; /* where et_model loads */
+
 typedef struct et_sample {
     int32_t tok[ET_MAXT];
     float lp[ET_MAXT];
@@ -89,6 +91,7 @@ static pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
     }
     pkv_model_params mp = pkv_model_default_params();
     mp.n_threads = 2;
+    mp.device = et_device;
     pkv_model *m = pkv_model_load_memory(data, size, "engine-test", mp);
     pkv_mkmodel_free_memory(data);
     if (!m) TH_FAIL("load: %s", pkv_errmsg());

@@ -64,6 +64,7 @@ struct pkv_engine {
     int ps;             /* page size */
     int64_t n_pages;    /* device pool */
     uint64_t fp;        /* fingerprint of new KV sequences: the model's, or 0 without prefix caching */
+    bool invariant;     /* every device of the model is batch-invariant */
 
     /* engine-thread state */
     pkv_fwd_ws *ws;

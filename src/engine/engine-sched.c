@@ -211,6 +211,7 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.preemptions_recompute = e->pre_drop;
     st.steps = e->steps;
     st.busy_seconds = e->busy;
+    st.batch_invariant = e->invariant;
     st.tokens_per_second = e->busy > 0 ? (double)e->generated / e->busy : 0.0;
     pthread_mutex_lock(&e->mu);
     for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;
@@ -546,7 +547,9 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 e->computed += (uint64_t)q->step_n;
                 q->step_n = 0;
             }
-            pkv_engine_snapshot(e); /* peak pages: the pool is fullest right after the step */
+            pkv_kv_stats ks; /* peak pages: the pool is fullest right after the step */
+            pkv_kv_stats_get(e->c, &ks);
+            if (ks.pages_used > e->pages_peak) e->pages_peak = ks.pages_used;
             for (int i = 0; i < nb; i++) {
                 eng_seq *q = e->batch[i];
                 eng_req *r = q->r;

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "engine/engine-impl.h"
+#include "engine/sampler.h"
 #include "model/model-impl.h"
 
 const char *pkv_finish_reason_str(pkv_finish_reason r) {
@@ -57,6 +58,8 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     e->p = p;
     e->n_vocab = m->hp.n_vocab;
     e->fp = p.prefix_cache ? m->fingerprint : 0;
+    e->invariant = true;
+    for (int d = 0; d < m->n_dev; d++) e->invariant &= pkv_device_get_caps(m->devs[d])->batch_invariant;
     if (pthread_mutex_init(&e->mu, NULL)) {
         pkv_free(e);
         pkv_err(PKV_ERR_NOMEM, "engine: cannot create a mutex");
@@ -159,11 +162,7 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     if (r->top_logprobs < 0 || r->top_logprobs > PKV_ENGINE_MAX_TOP_LOGPROBS)
         return pkv_err(PKV_ERR_INVALID, "submit: top_logprobs = %d; must be 0..%d", r->top_logprobs,
                        PKV_ENGINE_MAX_TOP_LOGPROBS);
-    /* The sampling params are checked by making a sampler over a 1-token vocabulary
-     * (the same checks, without the scratch of the real one). */
-    pkv_sampler *probe = pkv_sampler_create(r->sampling, 1);
-    if (!probe) return pkv_err_prefix(PKV_ERR_INVALID, "submit: ");
-    pkv_sampler_free(probe);
+    if (pkv_sampler_check_params(&r->sampling)) return pkv_err_prefix(PKV_ERR_INVALID, "submit: ");
     return PKV_OK;
 }
 

@@ -83,41 +83,31 @@ static double rng_double(uint64_t st[4]) { return (double)(rng_next(st) >> 11) *
 
 /* ------------------------------------------------------- create / free */
 
+pkv_status pkv_sampler_check_params(const pkv_sampler_params *pp) {
+    pkv_sampler_params p = *pp;
+    if (isnan(p.temp)) return pkv_err(PKV_ERR_INVALID, "sampler: temp is NaN");
+    if (p.top_k < 0) return pkv_err(PKV_ERR_INVALID, "sampler: top_k must be >= 0 (0 = off), got %d", p.top_k);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return pkv_err(PKV_ERR_INVALID, "sampler: top_p must be in (0, 1] (1 = off), got %g", (double)p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return pkv_err(PKV_ERR_INVALID, "sampler: min_p must be in [0, 1] (0 = off), got %g", (double)p.min_p);
+    if (!(p.repeat_penalty > 0.0f && isfinite(p.repeat_penalty)))
+        return pkv_err(PKV_ERR_INVALID, "sampler: repeat_penalty must be finite and > 0 (1 = off), got %g",
+                       (double)p.repeat_penalty);
+    if (!isfinite(p.presence_penalty) || !isfinite(p.frequency_penalty))
+        return pkv_err(PKV_ERR_INVALID, "sampler: presence_penalty and frequency_penalty must be finite, got %g and %g",
+                       (double)p.presence_penalty, (double)p.frequency_penalty);
+    if (p.repeat_last_n < 0)
+        return pkv_err(PKV_ERR_INVALID, "sampler: repeat_last_n must be >= 0 (0 = off), got %d", p.repeat_last_n);
+    return PKV_OK;
+}
+
 pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab) {
     if (n_vocab <= 0) {
         pkv_err(PKV_ERR_INVALID, "sampler: n_vocab must be > 0, got %d", (int)n_vocab);
         return NULL;
     }
-    if (isnan(p.temp)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: temp is NaN");
-        return NULL;
-    }
-    if (p.top_k < 0) {
-        pkv_err(PKV_ERR_INVALID, "sampler: top_k must be >= 0 (0 = off), got %d", p.top_k);
-        return NULL;
-    }
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: top_p must be in (0, 1] (1 = off), got %g", (double)p.top_p);
-        return NULL;
-    }
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: min_p must be in [0, 1] (0 = off), got %g", (double)p.min_p);
-        return NULL;
-    }
-    if (!(p.repeat_penalty > 0.0f && isfinite(p.repeat_penalty))) {
-        pkv_err(PKV_ERR_INVALID, "sampler: repeat_penalty must be finite and > 0 (1 = off), got %g",
-                (double)p.repeat_penalty);
-        return NULL;
-    }
-    if (!isfinite(p.presence_penalty) || !isfinite(p.frequency_penalty)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: presence_penalty and frequency_penalty must be finite, got %g and %g",
-                (double)p.presence_penalty, (double)p.frequency_penalty);
-        return NULL;
-    }
-    if (p.repeat_last_n < 0) {
-        pkv_err(PKV_ERR_INVALID, "sampler: repeat_last_n must be >= 0 (0 = off), got %d", p.repeat_last_n);
-        return NULL;
-    }
+    if (pkv_sampler_check_params(&p)) return NULL;
     pkv_sampler *s = pkv_calloc(1, sizeof *s);
     if (!s) goto nomem;
     s->par = p;
