@@ -64,6 +64,9 @@ struct srv_gen {
     float *work; /* [n_vocab] */
     double last_sweep;
     int eng_pending; /* unfinished engine requests after the last step */
+    bool defer;      /* inside a loop iteration: req_finish_one queues to fin */
+    srv_req **fin;
+    int n_fin, cap_fin;
 };
 
 /* ------------------------------------------------------------- requests */
@@ -178,6 +181,7 @@ void srv_gen_free(srv_gen *g) {
     /* after the contexts (they live in its cache): final CANCELLED events for what is left */
     pkv_engine_free(g->eng);
     free(g->ctxs);
+    free(g->fin);
     free(g->act);
     free(g->waiting);
     free(g->work);
@@ -405,7 +409,7 @@ static bool act_push(srv_gen *g, gseq *s) {
     return true;
 }
 
-static void req_finish_one(srv_gen *g, srv_req *r) {
+static void req_finish_now(srv_gen *g, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     r->n_done++;
     bool all = r->n_done >= r->n;
@@ -423,6 +427,32 @@ static void req_finish_one(srv_gen *g, srv_req *r) {
         pthread_mutex_unlock(&g->mu);
         srv_req_release(r);
     }
+}
+
+/* One choice of r is over. On the worker thread this is deferred to the end of
+ * the loop iteration, after the statistics snapshot is refreshed: a client that
+ * reads /metrics right after its answer sees its pages returned. */
+static void req_finish_one(srv_gen *g, srv_req *r) {
+    if (g->defer) {
+        if (g->n_fin == g->cap_fin) {
+            int nc = g->cap_fin ? g->cap_fin * 2 : 64;
+            srv_req **a = realloc(g->fin, (size_t)nc * sizeof *a);
+            if (!a) { /* cannot defer: finish now (only the snapshot is late) */
+                req_finish_now(g, r);
+                return;
+            }
+            g->fin = a;
+            g->cap_fin = nc;
+        }
+        g->fin[g->n_fin++] = r;
+        return;
+    }
+    req_finish_now(g, r);
+}
+
+static void flush_finished(srv_gen *g) {
+    for (int i = 0; i < g->n_fin; i++) req_finish_now(g, g->fin[i]);
+    g->n_fin = 0;
 }
 
 /* Fail a request that has no sequences yet. */
@@ -919,6 +949,22 @@ static void engine_room(srv_gen *g) {
     }
 }
 
+/* The statistics /metrics reads, as of now. Worker thread. */
+static void snapshot(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    pkv_kv_stats_get(g->c, &g->st.kv);
+    int running = 0;
+    for (int i = 0; i < g->n_act; i++)
+        if (g->act[i]->idx == 0) running++;
+    g->st.running = running;
+    g->st.waiting = g->n_waiting;
+    g->st.contexts = g->n_ctxs;
+    int sw = 0;
+    for (int i = 0; i < g->n_ctxs; i++) sw += g->ctxs[i]->swapped;
+    g->st.contexts_swapped = sw;
+    pthread_mutex_unlock(&g->mu);
+}
+
 static void *worker(void *arg) {
     srv_gen *g = arg;
     for (;;) {
@@ -945,14 +991,18 @@ static void *worker(void *arg) {
             g->n_waiting--;
         }
         pthread_mutex_unlock(&g->mu);
-        for (call *k = calls; k;) {
-            call *next = k->next; /* k lives on the caller's stack until done is seen */
-            k->fn(g, k->arg);
+        g->defer = true;
+        for (call *k = calls; k; k = k->next) k->fn(g, k->arg);
+        if (calls) { /* answers leave after the snapshot shows their effect */
+            snapshot(g);
             pthread_mutex_lock(&g->mu);
-            k->done = true;
+            for (call *k = calls; k;) {
+                call *next = k->next; /* k lives on the caller's stack until done is seen */
+                k->done = true;
+                k = next;
+            }
             pthread_cond_broadcast(&g->cv_done);
             pthread_mutex_unlock(&g->mu);
-            k = next;
         }
         for (int i = 0; i < n_adm; i++) {
             if (g->eng && !adm[i]->ctx_id) admit_engine(g, adm[i]);
@@ -966,18 +1016,9 @@ static void *worker(void *arg) {
             else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
         }
         sweep(g);
-        pthread_mutex_lock(&g->mu);
-        pkv_kv_stats_get(g->c, &g->st.kv);
-        int running = 0;
-        for (int i = 0; i < g->n_act; i++)
-            if (g->act[i]->idx == 0) running++;
-        g->st.running = running;
-        g->st.waiting = g->n_waiting;
-        g->st.contexts = g->n_ctxs;
-        int sw = 0;
-        for (int i = 0; i < g->n_ctxs; i++) sw += g->ctxs[i]->swapped;
-        g->st.contexts_swapped = sw;
-        pthread_mutex_unlock(&g->mu);
+        snapshot(g);
+        g->defer = false;
+        flush_finished(g);
     }
     /* Shutting down: fail what is left. */
     for (int i = 0; i < g->n_act; i++) req_fail(g->act[i]->r, 503, "the server is shutting down%s", "");
