@@ -27,11 +27,11 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The unit, KV and server tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPKV_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|kv'
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|kv|server'
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -134,6 +134,9 @@ typedef struct pkv_device_caps {
     size_t max_buffer_bytes; /* largest single buffer, bytes */
     bool host_memory;      /* buffers live in this process's host memory */
     bool has_kernels;      /* the compute kernels are implemented */
+    bool batch_invariant;  /* a token's results do not depend on the other rows of its batch or
+                              on how a prompt is split into steps: bitwise the same alone or
+                              batched (the serving engine's contract; tests/test-engine*.c) */
 } pkv_device_caps;
 
 typedef struct pkv_device_params {
@@ -706,17 +709,23 @@ typedef struct pkv_sampler_params {
     float repeat_penalty; /* > 0; 1: off */
     int repeat_last_n;    /* how many accepted tokens the penalty looks back; 0: off; >= 0 */
     uint64_t seed;        /* PRNG seed; every value (0 included) is a fixed, reproducible seed */
+    /* OpenAI-style additive penalties, applied with the repetition penalty (step 1)
+     * over the same last repeat_last_n accepted tokens: a token seen c > 0 times
+     * there gets logit -= presence_penalty + c * frequency_penalty. Finite; 0: off. */
+    float presence_penalty;
+    float frequency_penalty;
 } pkv_sampler_params;
 
 typedef struct pkv_sampler pkv_sampler;
 
 /* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0 (off),
- * repeat_last_n 64, seed 0. */
+ * repeat_last_n 64, seed 0, presence and frequency penalties 0 (off). */
 pkv_sampler_params pkv_sampler_default_params(void);
 
 /* A sampler for rows of n_vocab logits. Returns NULL with a message naming the field
  * on bad params (top_k < 0, top_p outside (0, 1], min_p outside [0, 1],
- * repeat_penalty <= 0, repeat_last_n < 0, NaN anywhere, n_vocab <= 0), or on
+ * repeat_penalty <= 0, repeat_last_n < 0, non-finite presence or frequency
+ * penalty, NaN anywhere, n_vocab <= 0), or on
  * allocation failure. */
 pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab);
 void pkv_sampler_free(pkv_sampler *s);
@@ -819,6 +828,185 @@ pkv_context *pkv_spec_draft_context(pkv_spec *s);
  * the target holds all of them but the last, with its logits, as on success. */
 pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
                              pkv_spec_stats *stats);
+
+/* -------------------------------------------------------- serving engine */
+/* (section owned by the engine layer: src/engine/engine*.c; docs/engine.md)
+ *
+ * Many requests over one model and one paged KV cache: continuous batching with
+ * chunked prefill, automatic prefix caching across requests, preemption by swap
+ * (or recompute) instead of failure, n > 1 samples by fork, cancellation.
+ *
+ * Threads: pkv_engine_submit, pkv_engine_cancel and pkv_engine_stats_get may be
+ * called from any thread at any time (also from inside a token callback). Device
+ * work and callbacks run on ONE thread: the engine thread (pkv_engine_start), or,
+ * when it is not running, the thread calling pkv_engine_step. The model given to
+ * the engine must not be used by anything else while the engine lives.
+ *
+ * Batch invariance: with greedy sampling (or a fixed seed) a request's tokens and
+ * logprobs are bitwise identical whether it runs alone, in any batch, after a
+ * preemption, or with its prompt from the prefix cache, on devices whose kernels
+ * compute each batch row independently (the CPU's). */
+
+typedef struct pkv_engine pkv_engine;
+
+typedef enum pkv_finish_reason {
+    PKV_FINISH_NONE = 0,      /* the sample goes on */
+    PKV_FINISH_STOP = 1,      /* an end-of-generation token, a stop token id, or the callback returned false */
+    PKV_FINISH_LENGTH = 2,    /* max_tokens generated */
+    PKV_FINISH_CANCELLED = 3, /* pkv_engine_cancel, or the engine was freed first */
+    PKV_FINISH_ERROR = 4,     /* the event's status and message say why */
+} pkv_finish_reason;
+
+/* "none", "stop", "length", "cancelled", "error"; "?" for other values. */
+const char *pkv_finish_reason_str(pkv_finish_reason r);
+
+#define PKV_ENGINE_MAX_TOP_LOGPROBS 20
+#define PKV_ENGINE_MAX_N 64     /* most parallel samples of one request */
+#define PKV_ENGINE_MAX_STOP 64  /* most stop token ids of one request */
+
+typedef struct pkv_token_logprob {
+    int32_t token;
+    float logprob; /* natural log of the probability */
+} pkv_token_logprob;
+
+/* One event of one sample, passed to the request's callback. Pointers are valid
+ * during the callback only.
+ * Every sample gets events in order: zero or more token events (finish NONE),
+ * then exactly one final event (finish != NONE), which may carry the last token
+ * (stop token, max_tokens reached) or none (token -1: cancelled, error, or the
+ * callback returned false on the previous event). Nothing comes after the final
+ * event; the request is finished when all its n samples had theirs. */
+typedef struct pkv_engine_event {
+    uint64_t request;        /* id from pkv_engine_submit */
+    int sample;              /* 0..n-1: which of the request's n samples */
+    int32_t token;           /* the sampled token, or -1 when the event carries none */
+    float logprob;           /* its log-probability under the model's own distribution
+                                (log-softmax of the raw logits: before penalties,
+                                temperature and filters); 0 without a token */
+    int n_top;               /* entries in top (the request's top_logprobs; 0 without a token) */
+    const pkv_token_logprob *top; /* [n_top] the most likely tokens under the same
+                                distribution, most likely first (lower id on ties) */
+    pkv_finish_reason finish;
+    bool stop_token;         /* finish == STOP because token is an end-of-generation
+                                token or one of stop_tokens (a server leaves its text out) */
+    int32_t n_prompt;        /* prompt tokens of the request */
+    int32_t n_cached;        /* prompt tokens reused from the prefix cache (not computed) */
+    int32_t n_generated;     /* tokens of this sample so far, this event's included */
+    pkv_status status;       /* PKV_OK unless finish == ERROR */
+    const char *message;     /* with ERROR: what failed; otherwise "" */
+} pkv_engine_event;
+
+/* Called on the engine thread for every event. Must not call pkv_engine_step,
+ * _start, _stop or _free; may call submit, cancel and stats_get. Returning false
+ * on a token event ends that sample: its final event follows (token -1, finish
+ * STOP). The return value of a final event is ignored. */
+typedef bool (*pkv_engine_event_fn)(const pkv_engine_event *ev, void *user);
+
+typedef struct pkv_request_params {
+    const int32_t *prompt;   /* [n_prompt] token ids, copied by submit */
+    int32_t n_prompt;        /* >= 1 */
+    pkv_sampler_params sampling; /* sample i of n uses seed sampling.seed + i; the penalties
+                                    look at generated tokens only */
+    int32_t max_tokens;      /* most tokens generated per sample, >= 0; 0 = up to the
+                                context limit (n_ctx - n_prompt) */
+    const int32_t *stop_tokens; /* [n_stop] ids that end a sample (finish STOP), copied */
+    int n_stop;              /* 0..PKV_ENGINE_MAX_STOP */
+    bool ignore_eos;         /* do not stop at the model's end-of-generation tokens */
+    int n;                   /* parallel samples, 1..PKV_ENGINE_MAX_N: the prompt is computed
+                                once and forked (copy-on-write) */
+    int priority;            /* larger runs first and is preempted last; ties: earlier
+                                submission first; default 0 */
+    int top_logprobs;        /* alternatives per token event, 0..PKV_ENGINE_MAX_TOP_LOGPROBS */
+    pkv_engine_event_fn on_event; /* may be NULL (then tokens are only counted) */
+    void *user;
+} pkv_request_params;
+
+/* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),
+ * no stop tokens, priority 0, top_logprobs 0, no callback. */
+pkv_request_params pkv_request_default_params(void);
+
+typedef struct pkv_engine_params {
+    pkv_cache_params cache;  /* the engine's own KV cache: n_ctx is the per-sequence limit
+                                (prompt + max_tokens <= n_ctx), n_pages the device pool,
+                                host_pages the swap pool; n_seq_max 0 = 8 here */
+    int max_batch_tokens;    /* tokens per step (decode tokens + prefill chunks); 0 = 256 */
+    int max_seqs;            /* sequences per step; 0 = 64 */
+    bool prefix_cache;       /* reuse cached prompt pages across requests (default true) */
+    bool swap;               /* preempt by swapping to the host pool when it has room
+                                (default true); false: always drop and recompute */
+} pkv_engine_params;
+
+pkv_engine_params pkv_engine_default_params(void);
+
+/* An engine over model m (not owned; must outlive the engine) with its own cache.
+ * Does not start a thread. NULL on failure (bad params, cache allocation). */
+pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p);
+/* Stops the engine thread if running, gives every unfinished sample its final
+ * event (finish CANCELLED) on the calling thread, frees everything. NULL: no-op. */
+void pkv_engine_free(pkv_engine *e);
+
+/* Queue a request; *id (may be NULL) gets its id (> 0). Thread-safe. Checked here,
+ * synchronously: NULL/empty prompt, a token id outside [0, n_vocab) (the message
+ * names the index and value), n outside 1..64, max_tokens < 0, n_prompt +
+ * max_tokens above the context limit, a request whose one sequence could never
+ * fit the device pool (pages needed vs pages in the pool), bad sampling params,
+ * top_logprobs or n_stop out of range: PKV_ERR_INVALID with a message naming the
+ * sizes; PKV_ERR_NOMEM. On error nothing is queued and no callback is called.
+ * Once accepted, the request always ends with final events (see
+ * pkv_engine_event), never by a silent drop; lack of pages only delays it. */
+pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *r, uint64_t *id);
+
+/* Cancel a request from any thread. Its final events (finish CANCELLED) come from
+ * the engine thread at the next step boundary, and its pages are freed then (full
+ * pages stay in the prefix cache). PKV_ERR_NOT_FOUND when the id is unknown or
+ * the request has finished already (its final events have been or are being
+ * delivered). */
+pkv_status pkv_engine_cancel(pkv_engine *e, uint64_t id);
+
+/* One scheduling step on the calling thread: admit, cancel, preempt, run one
+ * batched forward pass, sample, deliver events. *n_pending (may be NULL) gets the
+ * requests not yet finished afterwards. PKV_ERR_INVALID while the engine thread
+ * runs. Request failures go to the requests' final events, not to the return
+ * value: it is an error only for misuse or an internal failure. */
+pkv_status pkv_engine_step(pkv_engine *e, int *n_pending);
+
+/* Start the engine thread: it steps while there is work and sleeps otherwise.
+ * PKV_ERR_INVALID when already running. */
+pkv_status pkv_engine_start(pkv_engine *e);
+/* Stop the engine thread after its current step (requests stay queued; step or
+ * start again to go on). No-op when not running. Not from a callback. */
+pkv_status pkv_engine_stop(pkv_engine *e);
+
+typedef struct pkv_engine_stats {
+    int n_waiting;           /* requests submitted, not yet started */
+    int n_running;           /* sequences (samples) holding device pages */
+    int n_swapped;           /* sequences preempted to the host pool */
+    int n_recompute;         /* sequences preempted by dropping their pages, to be recomputed */
+    int n_requests;          /* requests not yet finished (waiting or started) */
+    int64_t pages_total, pages_used, pages_free, pages_cached; /* device pool */
+    int64_t pages_peak;      /* most pages used at once since creation */
+    int64_t host_pages, host_free;
+    uint64_t requests_submitted, requests_finished, requests_cancelled, requests_failed;
+    uint64_t prompt_tokens;      /* prompt tokens of started requests */
+    uint64_t prefix_hit_tokens;  /* of those, reused from the prefix cache */
+    uint64_t computed_tokens;    /* tokens run through the model (prefill, decode, recompute) */
+    uint64_t generated_tokens;   /* tokens sampled */
+    uint64_t preemptions_swap, preemptions_recompute;
+    uint64_t steps;              /* forward passes */
+    double busy_seconds;         /* time spent in steps */
+    double tokens_per_second;    /* generated tokens / busy_seconds (0 before any) */
+    bool batch_invariant;        /* every device of the model claims caps.batch_invariant: a
+                                    request's tokens do not depend on what it is batched with */
+} pkv_engine_stats;
+
+/* A consistent snapshot, from any thread (as of the last step boundary for the
+ * pool and sequence figures). Never fails; NULL arguments are ignored. */
+void pkv_engine_stats_get(pkv_engine *e, pkv_engine_stats *out);
+
+/* The engine's cache and model, for tests and tools: use only from the stepping
+ * thread while the engine thread is stopped. */
+pkv_kv_cache *pkv_engine_cache(pkv_engine *e);
+pkv_model *pkv_engine_model(pkv_engine *e);
 
 #ifdef __cplusplus
 }

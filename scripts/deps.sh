@@ -4,12 +4,17 @@
 #   required: cmake (>= 3.25), make, a C11 compiler (gcc), pkgconf (install test)
 #   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
+#             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
+#             curl, nodejs, npm: the server tests (curl; the official openai npm client)
+#             g++ where the CUDA toolkit is installed (nvcc's host compiler)
 set -u
-#   optional: g++ where the CUDA toolkit is installed (nvcc's host compiler)
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
+pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
+  # node and npm may come from elsewhere (nodesource bundles npm and conflicts with Debian's)
+  case "$p" in nodejs) command -v node >/dev/null 2>&1 && continue ;; npm) command -v npm >/dev/null 2>&1 && continue ;; esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi

@@ -288,11 +288,13 @@ static void naive_chain(pkv_sampler_params p, const float *logits, int n, const 
     for (int i = 0; i < n; i++) l[i] = logits[i];
     int from = n_hist > p.repeat_last_n ? n_hist - p.repeat_last_n : 0;
     for (int i = 0; i < n; i++) {
-        bool seen = false;
-        for (int j = from; j < n_hist; j++) seen |= hist[j] == i;
-        if (seen && p.repeat_penalty != 1.0f) {
+        int seen = 0;
+        for (int j = from; j < n_hist; j++) seen += hist[j] == i;
+        if (seen) { /* repetition penalty, then presence + count x frequency, in float */
             float v = logits[i];
-            l[i] = v > 0 ? (double)(v / p.repeat_penalty) : (double)(v * p.repeat_penalty);
+            if (p.repeat_penalty != 1.0f) v = v > 0 ? v / p.repeat_penalty : v * p.repeat_penalty;
+            v -= p.presence_penalty + (float)seen * p.frequency_penalty;
+            l[i] = (double)v;
         }
     }
     for (int i = 0; i < n; i++) {
@@ -354,6 +356,8 @@ static void test_against_naive(void) {
         p.min_p = th_rand(&rs) % 3 ? (float)(th_rand(&rs) % 1000) / 3011.0f : 0.0f;
         p.repeat_penalty = th_rand(&rs) % 2 ? 1.0f : 0.5f + (float)(th_rand(&rs) % 100) / 50.0f;
         p.repeat_last_n = (int)(th_rand(&rs) % 20);
+        p.presence_penalty = th_rand(&rs) % 2 ? 0.0f : (float)(th_rand(&rs) % 100) / 40.0f - 0.5f;
+        p.frequency_penalty = th_rand(&rs) % 2 ? 0.0f : (float)(th_rand(&rs) % 100) / 60.0f - 0.3f;
         int n_hist = (int)(th_rand(&rs) % 100);
         for (int j = 0; j < n_hist; j++) hist[j] = (int32_t)(th_rand(&rs) % (uint64_t)n);
         pkv_sampler *s = pkv_sampler_create(p, n);
@@ -654,8 +658,8 @@ static void test_bad_input(void) {
         pkv_sampler_params p;
         int32_t n_vocab;
         const char *msg;
-    } bad[8];
-    for (int i = 0; i < 8; i++) {
+    } bad[10];
+    for (int i = 0; i < 10; i++) {
         bad[i].p = pkv_sampler_default_params();
         bad[i].n_vocab = 10;
     }
@@ -667,8 +671,10 @@ static void test_bad_input(void) {
     bad[5].p.repeat_last_n = -1, bad[5].msg = "repeat_last_n";
     bad[6].p.temp = NAN, bad[6].msg = "temp";
     bad[7].n_vocab = 0, bad[7].msg = "n_vocab";
+    bad[8].p.presence_penalty = INFINITY, bad[8].msg = "presence_penalty";
+    bad[9].p.frequency_penalty = NAN, bad[9].msg = "frequency_penalty";
     int64_t live = pkv_alloc_live();
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 10; i++) {
         pkv_err_clear();
         pkv_sampler *s = pkv_sampler_create(bad[i].p, bad[i].n_vocab);
         CHECK(s == NULL);

@@ -49,10 +49,11 @@ static int capture(int (*fn)(int, char **), int argc, char **argv, char **out) {
 }
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | all [options]\n"
+    fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | serve [options] | all [options]\n"
                "  bench kv     fork, copy-on-write, swap, shift, append on a 28-layer f16 layout\n"
                "  bench model  prefill and decode tokens/s, memory bandwidth and decode roofline\n"
                "  bench spec   speculative vs plain decoding: acceptance, tokens per target step, speed-up\n"
+               "  bench serve  serving load through the engine: throughput, TTFT/TPOT percentiles, prefix hits, preemptions\n"
                "  bench all    all three, one JSON object {\"kv\": ..., \"model\": ..., \"spec\": ...}\n"
                "'pagekv bench kv --help' and 'pagekv bench model --help' list the options.\n");
 }
@@ -65,6 +66,7 @@ int pkv_cli_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "kv")) return pkv_cli_bench_kv(argc - 1, argv + 1);
     if (!strcmp(argv[1], "model")) return pkv_cli_bench_model(argc - 1, argv + 1);
     if (!strcmp(argv[1], "spec")) return pkv_cli_bench_spec(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return pkv_cli_bench_serve(argc - 1, argv + 1);
     if (!strcmp(argv[1], "all")) {
         /* One JSON object. model gets every option given (plus --json); kv and
          * spec get the device, and spec the model and threads. */

@@ -21,6 +21,7 @@ static const command k_commands[] = {
     {"mkmodel", pkv_cli_mkmodel, "write a GGUF test model with random weights"},
     {"demo", pkv_cli_demo, "every KV operation on every device, checked against replay"},
     {"bench", pkv_cli_bench, "measure speed, print JSON: bench kv | model | all"},
+    {"serve", pkv_cli_serve, "OpenAI-compatible HTTP server with a contexts API (docs/server.md)"},
 };
 
 static void usage(FILE *f) {

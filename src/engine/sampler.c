@@ -29,7 +29,7 @@ struct pkv_sampler {
     int32_t n_vocab;
     float *work;   /* [n_vocab] logits after the repetition penalty */
     cand *cand;    /* [n_vocab] candidates of the current call */
-    uint8_t *mark; /* [n_vocab] all zero between calls; marks tokens already penalized */
+    int32_t *cnt;  /* [n_vocab] all zero between calls; occurrences in the history */
     int32_t *hist; /* [repeat_last_n] ring of accepted tokens */
     double *mass;  /* [N_BUCKETS] top-p bucket masses */
     int n_hist;    /* valid entries in hist, <= repeat_last_n */
@@ -85,46 +85,41 @@ static double rng_double(uint64_t st[4]) { return (double)(rng_next(st) >> 11) *
 
 int32_t pkv_sampler_n_vocab(const pkv_sampler *s) { return s ? s->n_vocab : 0; }
 
+pkv_status pkv_sampler_check_params(const pkv_sampler_params *pp) {
+    pkv_sampler_params p = *pp;
+    if (isnan(p.temp)) return pkv_err(PKV_ERR_INVALID, "sampler: temp is NaN");
+    if (p.top_k < 0) return pkv_err(PKV_ERR_INVALID, "sampler: top_k must be >= 0 (0 = off), got %d", p.top_k);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return pkv_err(PKV_ERR_INVALID, "sampler: top_p must be in (0, 1] (1 = off), got %g", (double)p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return pkv_err(PKV_ERR_INVALID, "sampler: min_p must be in [0, 1] (0 = off), got %g", (double)p.min_p);
+    if (!(p.repeat_penalty > 0.0f && isfinite(p.repeat_penalty)))
+        return pkv_err(PKV_ERR_INVALID, "sampler: repeat_penalty must be finite and > 0 (1 = off), got %g",
+                       (double)p.repeat_penalty);
+    if (!isfinite(p.presence_penalty) || !isfinite(p.frequency_penalty))
+        return pkv_err(PKV_ERR_INVALID, "sampler: presence_penalty and frequency_penalty must be finite, got %g and %g",
+                       (double)p.presence_penalty, (double)p.frequency_penalty);
+    if (p.repeat_last_n < 0)
+        return pkv_err(PKV_ERR_INVALID, "sampler: repeat_last_n must be >= 0 (0 = off), got %d", p.repeat_last_n);
+    return PKV_OK;
+}
+
 pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab) {
     if (n_vocab <= 0) {
         pkv_err(PKV_ERR_INVALID, "sampler: n_vocab must be > 0, got %d", (int)n_vocab);
         return NULL;
     }
-    if (isnan(p.temp)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: temp is NaN");
-        return NULL;
-    }
-    if (p.top_k < 0) {
-        pkv_err(PKV_ERR_INVALID, "sampler: top_k must be >= 0 (0 = off), got %d", p.top_k);
-        return NULL;
-    }
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: top_p must be in (0, 1] (1 = off), got %g", (double)p.top_p);
-        return NULL;
-    }
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-        pkv_err(PKV_ERR_INVALID, "sampler: min_p must be in [0, 1] (0 = off), got %g", (double)p.min_p);
-        return NULL;
-    }
-    if (!(p.repeat_penalty > 0.0f && isfinite(p.repeat_penalty))) {
-        pkv_err(PKV_ERR_INVALID, "sampler: repeat_penalty must be finite and > 0 (1 = off), got %g",
-                (double)p.repeat_penalty);
-        return NULL;
-    }
-    if (p.repeat_last_n < 0) {
-        pkv_err(PKV_ERR_INVALID, "sampler: repeat_last_n must be >= 0 (0 = off), got %d", p.repeat_last_n);
-        return NULL;
-    }
+    if (pkv_sampler_check_params(&p)) return NULL;
     pkv_sampler *s = pkv_calloc(1, sizeof *s);
     if (!s) goto nomem;
     s->par = p;
     s->n_vocab = n_vocab;
     s->work = pkv_calloc((size_t)n_vocab, sizeof *s->work);
     s->cand = pkv_calloc((size_t)n_vocab, sizeof *s->cand);
-    s->mark = pkv_calloc((size_t)n_vocab, sizeof *s->mark);
+    s->cnt = pkv_calloc((size_t)n_vocab, sizeof *s->cnt);
     s->hist = pkv_calloc((size_t)p.repeat_last_n, sizeof *s->hist);
     s->mass = pkv_calloc(N_BUCKETS, sizeof *s->mass);
-    if (!s->work || !s->cand || !s->mark || !s->hist || !s->mass) goto nomem;
+    if (!s->work || !s->cand || !s->cnt || !s->hist || !s->mass) goto nomem;
     rng_seed(s->rng, p.seed);
     return s;
 nomem:
@@ -137,7 +132,7 @@ void pkv_sampler_free(pkv_sampler *s) {
     if (!s) return;
     pkv_free(s->work);
     pkv_free(s->cand);
-    pkv_free(s->mark);
+    pkv_free(s->cnt);
     pkv_free(s->hist);
     pkv_free(s->mass);
     pkv_free(s);
@@ -265,25 +260,27 @@ static pkv_status check_args(const pkv_sampler *s, const float *logits, const vo
     return PKV_OK;
 }
 
-/* Copies logits into work, applying the repetition penalty once per distinct token
- * of the history. Results are clamped to finite values. */
+/* Copies logits into work, applying the repetition penalty, then the presence and
+ * frequency penalties, once per distinct token of the history. Results are clamped
+ * to finite values. */
 static void apply_penalty(pkv_sampler *s, const float *logits) {
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
-    float pen = s->par.repeat_penalty;
-    if (pen == 1.0f || s->n_hist == 0) return;
+    float pen = s->par.repeat_penalty, pres = s->par.presence_penalty, freq = s->par.frequency_penalty;
+    if ((pen == 1.0f && pres == 0.0f && freq == 0.0f) || s->n_hist == 0) return;
     for (int j = 0; j < s->n_hist; j++) {
         int32_t t = s->hist[j];
-        if (t < 0 || t >= s->n_vocab || s->mark[t]) continue;
-        s->mark[t] = 1;
-        float v = s->work[t];
-        v = v > 0.0f ? v / pen : v * pen;
-        if (v > FLT_MAX) v = FLT_MAX;
-        if (v < -FLT_MAX) v = -FLT_MAX;
-        s->work[t] = v;
+        if (t >= 0 && t < s->n_vocab) s->cnt[t]++;
     }
     for (int j = 0; j < s->n_hist; j++) {
         int32_t t = s->hist[j];
-        if (t >= 0 && t < s->n_vocab) s->mark[t] = 0;
+        if (t < 0 || t >= s->n_vocab || s->cnt[t] == 0) continue;
+        float v = s->work[t];
+        if (pen != 1.0f) v = v > 0.0f ? v / pen : v * pen;
+        v -= pres + (float)s->cnt[t] * freq;
+        if (v > FLT_MAX) v = FLT_MAX;
+        if (v < -FLT_MAX) v = -FLT_MAX;
+        s->work[t] = v;
+        s->cnt[t] = 0; /* once per distinct token */
     }
 }
 

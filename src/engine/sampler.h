@@ -14,4 +14,8 @@
 double pkv_sampler_uniform(pkv_sampler *s);
 pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_token);
 
+/* The checks of pkv_sampler_create on its params alone (no allocation):
+ * PKV_ERR_INVALID with a message naming the field. */
+pkv_status pkv_sampler_check_params(const pkv_sampler_params *p);
+
 #endif /* PKV_SAMPLER_H */

@@ -168,6 +168,7 @@ pkv_status pkv_cpu_backend_create(const char *name, pkv_device_params params, co
     caps->transfer_align = 1;
     caps->max_buffer_bytes = 0;
     caps->host_memory = true;
+    caps->batch_invariant = true; /* every kernel computes a row the same way whatever the batch */
     *ops = &pkv_cpu_backend_ops;
     *ctx = c;
     return PKV_OK;

@@ -589,6 +589,7 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     if (mr && strtoull(mr, NULL, 10) >= 1024 && strtoull(mr, NULL, 10) < c->max_range)
         c->max_range = strtoull(mr, NULL, 10);
     caps->host_memory = c->direct;
+    caps->batch_invariant = true; /* rows are independent in every shader (tested on lavapipe) */
     return PKV_OK;
 }
 

@@ -1,0 +1,371 @@
+/* pagekv bench serve: a load generator over the serving engine, in process.
+ * N requests arrive by a Poisson process (--rate) or from a closed loop of C
+ * clients (each submits its next request when the last one finished); prompts
+ * are random token ids, a --shared-prefix fraction of each being one common
+ * "system prompt". The engine runs on its own thread; the figures are measured
+ * in this run: throughput, time to first token and time per output token
+ * (p50/p90/p99 over requests), prefix-hit fraction, preemptions, peak pages.
+ * Without -m the model is the Qwen3-0.6B shape (q8_0, random weights) made in
+ * memory, the reference shape of docs/BENCHMARKS.md. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "pagekv.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pagekv bench serve [-m FILE.gguf | --tiny] [options] [--json]\n"
+            "Serving load through the engine (continuous batching, prefix cache, preemption).\n"
+            "Without -m: the Qwen3-0.6B shape (28 layers, q8_0, random weights) made in memory.\n"
+            "  --tiny                 the built-in tiny model instead (a quick smoke run)\n"
+            "  -n, --requests N       requests (default 32)\n"
+            "  --clients C            closed loop of C clients (default 8)\n"
+            "  --rate R               Poisson arrivals, R requests/s (instead of --clients)\n"
+            "  --prompt-tokens P      mean prompt length; uniform in [P/2, 3P/2] (default 96)\n"
+            "  --output-tokens G      mean output length; uniform in [G/2, 3G/2] (default 32)\n"
+            "  --shared-prefix F      fraction of the mean prompt that is a common prefix, 0..0.99 (default 0)\n"
+            "  --pool-pages N         device KV pages (default: room for every client's longest request)\n"
+            "  --host-pages N         host swap pages (default: as many as the device pool)\n"
+            "  --no-swap              preempt by recompute only\n"
+            "  --no-prefix-cache      no prefix reuse across requests\n"
+            "  --batch-tokens N       tokens per step (default 256)\n"
+            "  --max-seqs N           sequences per step (default 64)\n"
+            "  --temp T               0 = greedy (default)\n"
+            "  --seed S               load and sampling seed (default 1)\n"
+            "  -d, -t, --page-size, --kv-type   as for run\n"
+            "  --json                 one JSON object\n");
+}
+
+typedef struct bench bench;
+
+typedef struct req_stat {
+    bench *b;
+    int32_t *prompt;
+    int n_prompt, max_tokens;
+    double t_submit, t_first, t_last;
+    int n_gen;
+    int n_cached;
+    pkv_finish_reason fin;
+    bool done;
+} req_stat;
+
+struct bench {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_done;
+    int n_error;
+};
+
+static bool on_event(const pkv_engine_event *ev, void *user) {
+    req_stat *r = user;
+    double t = pkv_time_now_cli();
+    if (ev->token >= 0) {
+        if (r->n_gen == 0) r->t_first = t;
+        r->t_last = t;
+        r->n_gen++;
+    }
+    if (ev->finish != PKV_FINISH_NONE) {
+        bench *b = r->b;
+        pthread_mutex_lock(&b->mu);
+        r->fin = ev->finish;
+        r->n_cached = ev->n_cached;
+        r->done = true;
+        b->n_done++;
+        if (ev->finish == PKV_FINISH_ERROR) {
+            b->n_error++;
+            fprintf(stderr, "pagekv bench serve: request %llu failed: %s\n", (unsigned long long)ev->request, ev->message);
+        }
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+    }
+    return true;
+}
+
+static uint64_t rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double pct(const double *v, int n, double p) {
+    if (n == 0) return 0;
+    int k = (int)ceil(p / 100.0 * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+static void sleep_until(double t) {
+    double now = pkv_time_now_cli();
+    if (t <= now) return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)(t - now);
+    ts.tv_nsec = (long)((t - now - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+static pkv_model *reference_model(const pkv_cli_model_opts *o) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "qwen3";
+    p.type = PKV_TYPE_Q8_0;
+    p.n_layer = 28;
+    p.n_embd = 1024;
+    p.n_head = 16;
+    p.n_head_kv = 8;
+    p.head_dim = 128;
+    p.n_ff = 3072;
+    p.n_vocab = 151936;
+    p.no_vocab = true;
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(&p, &data, &size)) {
+        fprintf(stderr, "pagekv bench serve: cannot make the model: %s\n", pkv_errmsg());
+        return NULL;
+    }
+    pkv_model_params mp = pkv_model_default_params();
+    mp.device = o->device;
+    mp.n_threads = o->threads;
+    pkv_model *m = pkv_model_load_memory(data, size, "qwen3-0.6b-shape-q8_0", mp);
+    pkv_mkmodel_free_memory(data);
+    if (!m) fprintf(stderr, "pagekv bench serve: cannot load the model: %s\n", pkv_errmsg());
+    return m;
+}
+
+int pkv_cli_bench_serve(int argc, char **argv) {
+    pkv_cli_model_opts o = pkv_cli_model_defaults();
+    long long n_req = 32, clients = 8, p_mean = 96, g_mean = 32, pool = 0, host = 0, batch_tokens = 256, max_seqs = 64,
+              seed = 1;
+    double rate = 0, shared = 0, temp = 0;
+    bool json = false, swap = true, prefix = true, tiny = false;
+    for (int i = 1; i < argc; i++) {
+        int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *a = argv[i], *v;
+#define INT_OPT(name, lo, hi, dst)                                                                   \
+    else if (!strcmp(a, name)) {                                                                      \
+        if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, lo, hi, &dst)) return 2;      \
+    }
+#define FLT_OPT(name, lo, hi, dst)                                                                   \
+    else if (!strcmp(a, name)) {                                                                      \
+        if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, lo, hi, &dst)) return 2;    \
+    }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        INT_OPT("-n", 1, 100000, n_req)
+        INT_OPT("--requests", 1, 100000, n_req)
+        INT_OPT("--clients", 1, 4096, clients)
+        INT_OPT("--prompt-tokens", 2, 1 << 16, p_mean)
+        INT_OPT("--output-tokens", 1, 1 << 16, g_mean)
+        INT_OPT("--pool-pages", 1, 1 << 24, pool)
+        INT_OPT("--host-pages", 1, 1 << 24, host)
+        INT_OPT("--batch-tokens", 1, 1 << 16, batch_tokens)
+        INT_OPT("--max-seqs", 1, 4096, max_seqs)
+        INT_OPT("--seed", 0, (1LL << 62), seed)
+        FLT_OPT("--rate", 0.001, 1e6, rate)
+        FLT_OPT("--shared-prefix", 0, 0.99, shared)
+        FLT_OPT("--temp", 0, 100, temp)
+        else if (!strcmp(a, "--no-swap")) swap = false;
+        else if (!strcmp(a, "--no-prefix-cache")) prefix = false;
+        else if (!strcmp(a, "--tiny")) tiny = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else {
+            fprintf(stderr, "pagekv bench serve: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+#undef INT_OPT
+#undef FLT_OPT
+    }
+    pkv_model *m = o.model || tiny ? pkv_cli_open_model("bench serve", &o) : reference_model(&o);
+    if (!m) return 1;
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    int n_vocab = info.n_vocab;
+
+    /* The load, fixed by the seed. */
+    uint64_t rs = (uint64_t)seed * 2654435761u + 1;
+    int p_max = (int)(p_mean * 3 / 2), g_max = (int)(g_mean * 3 / 2);
+    int sys_len = (int)llround(shared * (double)p_mean);
+    int32_t *sys = malloc((size_t)(sys_len + 1) * sizeof *sys);
+    req_stat *rq = calloc((size_t)n_req, sizeof *rq);
+    double *arrive = calloc((size_t)n_req, sizeof *arrive);
+    double *ttft = calloc((size_t)n_req, sizeof *ttft), *tpot = calloc((size_t)n_req, sizeof *tpot);
+    bench b = {.n_done = 0};
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_cond_init(&b.cv, NULL);
+    pkv_engine *e = NULL;
+    int rc = 1;
+    if (!sys || !rq || !arrive || !ttft || !tpot) {
+        fprintf(stderr, "pagekv bench serve: out of memory\n");
+        goto out;
+    }
+    for (int k = 0; k < sys_len; k++) sys[k] = (int32_t)(rnd(&rs) % (uint64_t)n_vocab);
+    double t_arr = 0;
+    for (int i = 0; i < n_req; i++) {
+        req_stat *r = &rq[i];
+        r->b = &b;
+        r->n_prompt = (int)(p_mean / 2 + (long long)(rnd(&rs) % (uint64_t)(p_mean + 1)));
+        if (r->n_prompt < 1) r->n_prompt = 1;
+        r->max_tokens = (int)(g_mean / 2 + (long long)(rnd(&rs) % (uint64_t)(g_mean + 1)));
+        if (r->max_tokens < 1) r->max_tokens = 1;
+        if (!(r->prompt = malloc((size_t)r->n_prompt * sizeof *r->prompt))) {
+            fprintf(stderr, "pagekv bench serve: out of memory\n");
+            goto out;
+        }
+        int k = 0;
+        for (; k < sys_len && k < r->n_prompt - 1; k++) r->prompt[k] = sys[k];
+        for (; k < r->n_prompt; k++) r->prompt[k] = (int32_t)(rnd(&rs) % (uint64_t)n_vocab);
+        if (rate > 0) { /* exponential gaps */
+            double u = (double)(rnd(&rs) >> 11) * 0x1.0p-53;
+            t_arr += -log(1.0 - u) / rate;
+            arrive[i] = t_arr;
+        }
+    }
+
+    pkv_engine_params ep = pkv_engine_default_params();
+    int ps = o.page_size ? o.page_size : 16;
+    int n_ctx = o.n_ctx ? o.n_ctx : p_max + g_max + 1;
+    long long conc = rate > 0 ? PKV_ENGINE_MAX_N : clients; /* open loop: size for 64 in flight */
+    if (rate > 0 && conc > n_req) conc = n_req;
+    if (!rate && conc > n_req) conc = n_req;
+    ep.cache.n_ctx = n_ctx;
+    ep.cache.page_size = ps;
+    ep.cache.kv_type = (pkv_type)o.kv_type;
+    ep.cache.n_pages = pool ? pool : conc * ((n_ctx + ps - 1) / ps);
+    ep.cache.host_pages = host;
+    ep.max_batch_tokens = (int)batch_tokens;
+    ep.max_seqs = (int)max_seqs;
+    ep.swap = swap;
+    ep.prefix_cache = prefix;
+    if (!(e = pkv_engine_create(m, ep))) {
+        fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
+        goto out;
+    }
+    if (pkv_engine_start(e)) {
+        fprintf(stderr, "pagekv bench serve: engine thread: %s\n", pkv_errmsg());
+        goto out;
+    }
+    double t0 = pkv_time_now_cli();
+    int next = 0;
+    pthread_mutex_lock(&b.mu);
+    while (b.n_done < n_req) {
+        int in_flight = next - b.n_done;
+        bool go = next < n_req && (rate > 0 ? pkv_time_now_cli() - t0 >= arrive[next] : in_flight < clients);
+        if (go) {
+            pthread_mutex_unlock(&b.mu);
+            req_stat *r = &rq[next];
+            pkv_request_params q = pkv_request_default_params();
+            q.prompt = r->prompt;
+            q.n_prompt = r->n_prompt;
+            q.max_tokens = r->max_tokens;
+            q.ignore_eos = true;
+            q.sampling.temp = (float)temp;
+            q.sampling.seed = (uint64_t)seed + (uint64_t)next;
+            q.on_event = on_event;
+            q.user = r;
+            r->t_submit = pkv_time_now_cli();
+            pkv_status s = pkv_engine_submit(e, &q, NULL);
+            pthread_mutex_lock(&b.mu);
+            if (s) {
+                fprintf(stderr, "pagekv bench serve: submit: %s\n", pkv_errmsg());
+                r->done = true;
+                b.n_done++;
+                b.n_error++;
+            }
+            next++;
+            continue;
+        }
+        if (rate > 0 && next < n_req) {
+            pthread_mutex_unlock(&b.mu);
+            sleep_until(t0 + arrive[next]);
+            pthread_mutex_lock(&b.mu);
+        } else {
+            pthread_cond_wait(&b.cv, &b.mu);
+        }
+    }
+    pthread_mutex_unlock(&b.mu);
+    double wall = pkv_time_now_cli() - t0;
+    pkv_engine_stop(e); /* the last step's statistics are complete once it returned */
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+
+    int n_t = 0, n_p = 0;
+    long long gen = 0, prompt_tok = 0;
+    for (int i = 0; i < n_req; i++) {
+        req_stat *r = &rq[i];
+        gen += r->n_gen;
+        prompt_tok += r->n_prompt;
+        if (r->n_gen > 0) ttft[n_t++] = (r->t_first - r->t_submit) * 1e3;
+        if (r->n_gen > 1) tpot[n_p++] = (r->t_last - r->t_first) * 1e3 / (r->n_gen - 1);
+    }
+    qsort(ttft, (size_t)n_t, sizeof *ttft, cmp_double);
+    qsort(tpot, (size_t)n_p, sizeof *tpot, cmp_double);
+    double hit = st.prompt_tokens ? (double)st.prefix_hit_tokens / (double)st.prompt_tokens : 0;
+    if (json) {
+        printf("{\"model\": \"%s\", \"weights\": \"%s\", \"layers\": %d, \"device\": \"%s\",\n", o.model ? o.model : tiny ? "builtin" : "qwen3-0.6b-shape (made in memory)",
+               info.weight_type, info.n_layer, pkv_device_name(pkv_model_device(m)));
+        printf(" \"requests\": %lld, \"arrivals\": \"%s\", \"clients\": %lld, \"rate\": %g,\n", n_req,
+               rate > 0 ? "poisson" : "closed", rate > 0 ? 0 : clients, rate);
+        printf(" \"prompt_tokens_mean\": %lld, \"output_tokens_mean\": %lld, \"shared_prefix\": %g, \"temp\": %g,\n",
+               p_mean, g_mean, shared, temp);
+        printf(" \"page_size\": %d, \"pool_pages\": %lld, \"host_pages\": %lld, \"batch_tokens\": %lld, \"swap\": %s, "
+               "\"prefix_cache\": %s,\n",
+               ps, (long long)st.pages_total, (long long)st.host_pages, batch_tokens, swap ? "true" : "false",
+               prefix ? "true" : "false");
+        printf(" \"wall_s\": %.3f, \"output_tok_s\": %.2f, \"total_tok_s\": %.2f, \"computed_tok_s\": %.2f,\n", wall,
+               (double)gen / wall, (double)(gen + prompt_tok) / wall, (double)st.computed_tokens / wall);
+        printf(" \"ttft_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(ttft, n_t, 50), pct(ttft, n_t, 90),
+               pct(ttft, n_t, 99));
+        printf(" \"tpot_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(tpot, n_p, 50), pct(tpot, n_p, 90),
+               pct(tpot, n_p, 99));
+        printf(" \"prompt_tokens\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_hit_fraction\": %.3f, "
+               "\"generated_tokens\": %llu, \"computed_tokens\": %llu,\n",
+               (unsigned long long)st.prompt_tokens, (unsigned long long)st.prefix_hit_tokens, hit,
+               (unsigned long long)st.generated_tokens, (unsigned long long)st.computed_tokens);
+        printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu}, \"peak_pages\": %lld, \"steps\": %llu, "
+               "\"tokens_per_step\": %.1f, \"failed\": %d}\n",
+               (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
+               (long long)st.pages_peak, (unsigned long long)st.steps,
+               st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0, b.n_error);
+    } else {
+        printf("bench serve: %lld requests (%s), prompt ~%lld tokens (%.0f%% shared), output ~%lld, %s weights, %s\n",
+               n_req, rate > 0 ? "Poisson arrivals" : "closed loop", p_mean, shared * 100, g_mean, info.weight_type,
+               pkv_device_name(pkv_model_device(m)));
+        printf("  %.2f s: %.2f output tok/s, %.2f total tok/s; %llu steps, %.1f tokens per step\n", wall,
+               (double)gen / wall, (double)(gen + prompt_tok) / wall, (unsigned long long)st.steps,
+               st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0);
+        printf("  TTFT ms p50 %.1f p90 %.1f p99 %.1f; TPOT ms p50 %.1f p90 %.1f p99 %.1f\n", pct(ttft, n_t, 50),
+               pct(ttft, n_t, 90), pct(ttft, n_t, 99), pct(tpot, n_p, 50), pct(tpot, n_p, 90), pct(tpot, n_p, 99));
+        printf("  prefix hits %.1f%% of prompt tokens; preemptions %llu swap + %llu recompute; peak %lld of %lld pages\n",
+               hit * 100, (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
+               (long long)st.pages_peak, (long long)st.pages_total);
+        if (b.n_error) printf("  %d requests failed\n", b.n_error);
+    }
+    rc = b.n_error ? 1 : 0;
+out:
+    pkv_engine_free(e);
+    pkv_model_free(m);
+    for (int i = 0; rq && i < n_req; i++) free(rq[i].prompt);
+    free(rq);
+    free(sys);
+    free(arrive);
+    free(ttft);
+    free(tpot);
+    pthread_cond_destroy(&b.cv);
+    pthread_mutex_destroy(&b.mu);
+    return rc;
+}

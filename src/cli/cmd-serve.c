@@ -1,0 +1,159 @@
+/* pagekv serve: the OpenAI-compatible HTTP server (src/server/, docs/server.md).
+ * Built when libmicrohttpd and jansson are found; otherwise this command says
+ * what to install. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "pagekv.h"
+#ifdef PKV_HAVE_SERVER
+#include "server/server.h"
+#endif
+
+#ifndef PKV_HAVE_SERVER
+int pkv_cli_serve(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "pagekv serve: this pagekv was built without the HTTP server: it needs libmicrohttpd (HTTP) and "
+                    "jansson (JSON).\n"
+                    "Install them (Debian/Ubuntu: sudo apt-get install pkg-config libmicrohttpd-dev libjansson-dev) "
+                    "and rebuild (make build; a fresh build folder picks them up).\n");
+    return 1;
+}
+#else
+
+static void serve_usage(FILE *f) {
+    pkv_serve_opts d = pkv_serve_default_opts();
+    fprintf(f,
+            "usage: pagekv serve [-m FILE.gguf] [options]\n"
+            "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models), plus\n"
+            "/tokenize, /detokenize, /health, /metrics (Prometheus) and the contexts API (/v1/contexts:\n"
+            "fork, append, truncate, generate over HTTP). See docs/server.md.\n"
+            "  -m, --model FILE       GGUF model (without -m: the built-in tiny model, random weights)\n"
+            "  --host ADDR            IPv4 address to listen on (default %s: this machine only)\n"
+            "  --port N               port (default %d; 0 = any free port)\n"
+            "  --port-file FILE       write the port there once listening\n"
+            "  -c, --ctx-size N       tokens per sequence (default: min(model's, 4096))\n"
+            "  --parallel N           sequences decoded together per step (default %d)\n"
+            "  --batch-tokens N       tokens per engine step: decode tokens + prefill chunks (default 256)\n"
+            "  --simple               generate with the simple batching worker instead of the serving\n"
+            "                         engine (whole-prompt prefill, no preemption; for comparison)\n"
+            "  --kv-pages N | --kv-mem MiB   device KV pool (default: parallel x context)\n"
+            "  --swap-mem MiB         host swap pool for idle contexts (default: as large as the device pool)\n"
+            "  --page-size N          KV page size in tokens (default 16)\n"
+            "  --kv-type f16|f32      KV cache type (default f16)\n"
+            "  --api-key KEY          require 'Authorization: Bearer KEY' (also from PKV_API_KEY)\n"
+            "  --chat-template NAME   force a chat template family: %s\n"
+            "  --alias NAME           model id for /v1/models (default: the file name)\n"
+            "  --max-body BYTES       request body limit (default %zu) -> 413\n"
+            "  --max-header BYTES     per-connection memory for request line + headers (default %zu) -> 431\n"
+            "  --max-conns N          simultaneous connections (default %d)\n"
+            "  --queue N              requests waiting for a slot before 503 (default %d)\n"
+            "  --timeout S            idle connection timeout, slow clients (default %d)\n"
+            "  --max-contexts N       contexts alive at once (default %d)\n"
+            "  --context-swap S       swap idle contexts to host after S seconds (default %.0f; 0 = never)\n"
+            "  --context-ttl S        drop idle contexts after S seconds (default %.0f; 0 = never)\n"
+            "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
+            "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
+            "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
+            d.host, d.port, d.parallel, pkv_tpl_names(), d.max_body, d.max_header, d.max_conns, d.queue, d.timeout_s,
+            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s);
+}
+
+int pkv_cli_serve(int argc, char **argv) {
+    pkv_cli_model_opts mo = pkv_cli_model_defaults();
+    pkv_serve_opts so = pkv_serve_default_opts();
+    so.api_key = getenv("PKV_API_KEY");
+    if (so.api_key && !*so.api_key) so.api_key = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r = pkv_cli_model_opt(argc, argv, &i, &mo);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *a = argv[i], *v;
+        long long x;
+        double dd;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--host")) {
+            if (!(so.host = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--port")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 65535, &x)) return 2;
+            so.port = (int)x;
+        } else if (!strcmp(a, "--port-file")) {
+            if (!(so.port_file = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--parallel")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 256, &x)) return 2;
+            so.parallel = (int)x;
+        } else if (!strcmp(a, "--batch-tokens")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
+            so.batch_tokens = (int)x;
+        } else if (!strcmp(a, "--simple")) {
+            so.simple = true;
+        } else if (!strcmp(a, "--kv-pages")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
+            so.kv_pages = x;
+        } else if (!strcmp(a, "--kv-mem")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
+            so.kv_mem_mib = x;
+        } else if (!strcmp(a, "--swap-mem")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
+            so.swap_mem_mib = x;
+        } else if (!strcmp(a, "--api-key")) {
+            if (!(so.api_key = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!(so.chat_template = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--alias")) {
+            if (!(so.alias = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--max-body")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1024, 1ll << 30, &x)) return 2;
+            so.max_body = (size_t)x;
+        } else if (!strcmp(a, "--max-header")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 16384, 1 << 24, &x)) return 2;
+            so.max_header = (size_t)x;
+        } else if (!strcmp(a, "--max-conns")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 65536, &x)) return 2;
+            so.max_conns = (int)x;
+        } else if (!strcmp(a, "--queue")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &x)) return 2;
+            so.queue = (int)x;
+        } else if (!strcmp(a, "--timeout")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 86400, &x)) return 2;
+            so.timeout_s = (int)x;
+        } else if (!strcmp(a, "--max-contexts")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
+            so.max_contexts = (int)x;
+        } else if (!strcmp(a, "--context-swap")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
+            so.ctx_swap_s = dd;
+        } else if (!strcmp(a, "--context-ttl")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
+            so.ctx_ttl_s = dd;
+        } else if (!strcmp(a, "--draft") || !strcmp(a, "--draft-device") || !strcmp(a, "--draft-max")) {
+            fprintf(stderr, "pagekv serve: %s: speculative decoding is not supported by the server yet "
+                            "(use 'pagekv run --draft')\n", a);
+            return 2;
+        } else if (!strcmp(a, "--detect-template")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            size_t len = 0;
+            char *t = pkv_cli_read_text("serve", v, &len);
+            if (!t) return 1;
+            pkv_tpl tp = pkv_tpl_detect(t, len);
+            free(t);
+            if (tp == PKV_TPL_NONE) {
+                fprintf(stderr, "pagekv serve: %s matches no known chat template family (%s)\n", v, pkv_tpl_names());
+                return 1;
+            }
+            printf("%s\n", pkv_tpl_name(tp));
+            return 0;
+        } else {
+            fprintf(stderr, "pagekv serve: unknown option '%s'\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+    }
+    return pkv_serve_run(&mo, &so);
+}
+#endif

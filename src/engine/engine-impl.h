@@ -1,0 +1,104 @@
+/* The serving engine's internals, shared by engine.c (API, queue, thread, stats)
+ * and engine-sched.c (the step: admission, batching, preemption, sampling).
+ * docs/engine.md describes the scheduler. */
+#ifndef PKV_ENGINE_IMPL_H
+#define PKV_ENGINE_IMPL_H
+
+#include <pthread.h>
+
+#include "base/base.h"
+#include "model/forward.h"
+
+typedef enum eng_seq_state {
+    SEQ_NONE = 0, /* not created yet (samples 1..n-1 before the fork) */
+    SEQ_RUNNING,  /* holds a resident KV sequence */
+    SEQ_SWAPPED,  /* preempted: its KV sequence is in the host pool */
+    SEQ_DROPPED,  /* preempted: no KV; tokens are recomputed on resume */
+    SEQ_DONE,     /* its final event was delivered */
+} eng_seq_state;
+
+typedef struct eng_req eng_req;
+
+/* One sample of a request: a KV sequence plus the tokens it must hold. Tokens
+ * [0, n_kv) are in the cache; [n_kv, n_tok) still have to be run through the
+ * model (the rest of the prompt, the last sampled token, or everything after a
+ * drop). When n_kv reaches n_tok the step's logits row samples the next token. */
+typedef struct eng_seq {
+    eng_req *r;
+    int sample;
+    eng_seq_state st;
+    int32_t kv;       /* KV sequence id, -1 without one */
+    int32_t *tok;     /* [cap] prompt, then generated tokens */
+    int32_t n_tok, cap;
+    int32_t n_kv;
+    int32_t n_gen;
+    pkv_sampler *smp; /* seed + sample; NULL before the sample starts */
+    int32_t step_n;   /* tokens in the current step's batch (0: not in it) */
+} eng_seq;
+
+struct eng_req {
+    uint64_t id;
+    uint64_t order;     /* submission order: ties of priority go to the earlier */
+    pkv_request_params p; /* prompt and stop_tokens point at the copies below */
+    int32_t *prompt;    /* [n_prompt] */
+    int32_t *stop;      /* [n_stop] */
+    int32_t max_tokens; /* resolved: > 0 */
+    int n;
+    int32_t n_cached;   /* prompt tokens reused from the prefix cache at admission */
+    bool started;       /* sample 0 has been admitted once */
+    bool forked;        /* samples 1..n-1 exist */
+    bool cancel;        /* engine-thread copy of cancel_flag */
+    bool cancel_flag;   /* set by pkv_engine_cancel under the mutex */
+    bool failed;
+    int n_final;        /* samples whose final event was delivered */
+    eng_seq *seqs;      /* [n] */
+    eng_req *next;      /* incoming queue link */
+};
+
+struct pkv_engine {
+    pkv_model *m;
+    pkv_kv_cache *c;
+    pkv_engine_params p;
+    int32_t n_vocab;
+    int64_t n_ctx;
+    int ps;             /* page size */
+    int64_t n_pages;    /* device pool */
+    uint64_t fp;        /* fingerprint of new KV sequences: the model's, or 0 without prefix caching */
+    bool invariant;     /* every device of the model is batch-invariant */
+
+    /* engine-thread state */
+    pkv_fwd_ws *ws;
+    float *logits;      /* [max_seqs][n_vocab] rows of the last step */
+    eng_req **reqs;     /* [n_reqs] admitted and waiting requests, priority order */
+    int n_reqs, reqs_cap;
+    eng_seq **batch;    /* [max_seqs] this step's sequences */
+    int32_t *b_kv, *b_n, *b_tok; /* [max_seqs], [max_seqs], [max_batch_tokens] */
+    pkv_token_logprob top[PKV_ENGINE_MAX_TOP_LOGPROBS];
+    uint64_t hit_tokens, prompt_tokens, computed, generated, pre_swap, pre_drop, steps;
+    uint64_t finished, cancelled, failed;
+    int64_t pages_peak;
+    double busy;
+
+    /* shared state, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_req *in_head, *in_tail; /* submitted, not yet taken by a step */
+    eng_req **live;             /* [n_live] every unfinished request (for cancel) */
+    int n_live, live_cap;
+    bool cancel_pending;
+    uint64_t next_id, submitted;
+    pkv_engine_stats snap;      /* as of the last step boundary */
+    pthread_t th;
+    bool running, stop;
+    int in_step;                /* guards pkv_engine_step against the thread */
+};
+
+/* engine-sched.c */
+pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work); /* one step; mu not held */
+/* Final CANCELLED events for everything still unfinished; frees the requests. */
+void pkv_engine_cancel_all(pkv_engine *e);
+void pkv_engine_req_free(pkv_engine *e, eng_req *r);
+/* Refresh the statistics snapshot (takes the mutex). */
+void pkv_engine_snapshot(pkv_engine *e);
+
+#endif

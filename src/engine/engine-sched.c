@@ -1,0 +1,577 @@
+/* The engine step (docs/engine.md): take new requests and cancellations, resume
+ * preempted sequences and admit waiting requests while pages and the token budget
+ * allow, form one batch of decode tokens and prefill chunks, run it as one
+ * forward pass (preempting the least important sequence whenever the pool runs
+ * out), then sample and deliver events. Runs on one thread; the mutex is taken
+ * only to exchange queues and the statistics snapshot. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine-impl.h"
+#include "model/model-impl.h"
+
+static int64_t pages_for(const pkv_engine *e, int64_t n_tokens) { return (n_tokens + e->ps - 1) / e->ps; }
+
+static int64_t pool_avail(const pkv_engine *e) {
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(e->c, &ks);
+    return ks.pages_free + ks.pages_cached;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static void seq_release(pkv_engine *e, eng_seq *s) {
+    if (s->kv >= 0) pkv_kv_seq_free(e->c, s->kv);
+    s->kv = -1;
+    pkv_sampler_free(s->smp);
+    s->smp = NULL;
+    pkv_free(s->tok);
+    s->tok = NULL;
+    s->n_tok = s->cap = s->n_kv = 0;
+    s->step_n = 0;
+    s->st = SEQ_DONE;
+}
+
+void pkv_engine_req_free(pkv_engine *e, eng_req *r) {
+    if (!r) return;
+    for (int i = 0; r->seqs && i < r->n; i++)
+        if (r->seqs[i].st != SEQ_DONE) seq_release(e, &r->seqs[i]);
+    pkv_free(r->prompt);
+    pkv_free(r->stop);
+    pkv_free(r->seqs);
+    pkv_free(r);
+}
+
+/* Is a scheduled before b (more important)? Priority, then submission order, then
+ * sample index: a total order over all sequences. */
+static bool seq_before(const eng_seq *a, const eng_seq *b) {
+    if (a->r->p.priority != b->r->p.priority) return a->r->p.priority > b->r->p.priority;
+    if (a->r->order != b->r->order) return a->r->order < b->r->order;
+    return a->sample < b->sample;
+}
+
+/* log-softmax of row at tok, and the n_top most likely tokens. Computed the same
+ * way for every row, so equal rows give bitwise equal figures. */
+static float logprob_of(pkv_engine *e, const float *row, int32_t tok, int n_top) {
+    int32_t V = e->n_vocab;
+    float mx = row[0];
+    for (int32_t i = 1; i < V; i++)
+        if (row[i] > mx) mx = row[i];
+    double z = 0.0;
+    for (int32_t i = 0; i < V; i++) z += exp((double)row[i] - (double)mx);
+    double lz = (double)mx + log(z);
+    int k = 0;
+    pkv_token_logprob *t = e->top;
+    for (int32_t i = 0; i < V && n_top > 0; i++) {
+        if (k == n_top && !(row[i] > t[k - 1].logprob)) continue; /* ties keep the lower id */
+        int j = k < n_top ? k++ : k - 1;
+        while (j > 0 && row[i] > t[j - 1].logprob) {
+            t[j] = t[j - 1];
+            j--;
+        }
+        t[j].token = i;
+        t[j].logprob = row[i];
+    }
+    for (int j = 0; j < k; j++) t[j].logprob = (float)((double)t[j].logprob - lz);
+    return (float)((double)row[tok] - lz);
+}
+
+/* Deliver one event of sample s; a final event (fin != NONE) releases the sample.
+ * Returns the callback's answer (true without a callback). */
+static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_finish_reason fin, bool stop_tok,
+                 pkv_status st, const char *msg) {
+    eng_req *r = s->r;
+    pkv_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.request = r->id;
+    ev.sample = s->sample;
+    ev.token = tok;
+    ev.finish = fin;
+    ev.stop_token = stop_tok;
+    ev.n_prompt = r->p.n_prompt;
+    ev.n_cached = r->n_cached;
+    ev.n_generated = s->n_gen;
+    ev.status = st;
+    ev.message = msg ? msg : "";
+    if (tok >= 0 && row) {
+        ev.logprob = logprob_of(e, row, tok, r->p.top_logprobs);
+        ev.n_top = r->p.top_logprobs;
+        ev.top = e->top;
+    }
+    bool go = true;
+    if (r->p.on_event) go = r->p.on_event(&ev, r->p.user);
+    if (fin != PKV_FINISH_NONE) {
+        seq_release(e, s);
+        r->n_final++;
+    }
+    return go;
+}
+
+/* Final events for every sample of r not finished yet. */
+static void req_finish(pkv_engine *e, eng_req *r, pkv_finish_reason fin, pkv_status st, const char *msg) {
+    if (fin == PKV_FINISH_ERROR) r->failed = true;
+    for (int i = 0; i < r->n; i++)
+        if (r->seqs[i].st != SEQ_DONE) emit(e, &r->seqs[i], -1, NULL, fin, false, st, msg);
+}
+
+static void req_fail(pkv_engine *e, eng_req *r, pkv_status st) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+    PKV_WARN("engine: request %llu failed: %s", (unsigned long long)r->id, msg);
+    req_finish(e, r, PKV_FINISH_ERROR, st, msg);
+}
+
+/* -------------------------------------------------------------- queues */
+
+/* Take submitted requests (in priority order into reqs) and cancellations. */
+static void drain(pkv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int n_in = 0;
+    for (eng_req *r = e->in_head; r; r = r->next) n_in++;
+    if (n_in) {
+        void *p = e->reqs;
+        size_t cap = (size_t)e->reqs_cap;
+        if (pkv_grow(&p, &cap, (size_t)e->n_reqs + (size_t)n_in, sizeof *e->reqs) == PKV_OK) {
+            e->reqs = p;
+            e->reqs_cap = (int)cap;
+            for (eng_req *r = e->in_head; r; r = r->next) {
+                int at = e->n_reqs;
+                while (at > 0 && e->reqs[at - 1]->p.priority < r->p.priority) at--;
+                memmove(e->reqs + at + 1, e->reqs + at, (size_t)(e->n_reqs - at) * sizeof *e->reqs);
+                e->reqs[at] = r;
+                e->n_reqs++;
+            }
+            e->in_head = e->in_tail = NULL;
+        } /* else: they stay queued until memory is found */
+    }
+    if (e->cancel_pending) {
+        for (int i = 0; i < e->n_reqs; i++) e->reqs[i]->cancel |= e->reqs[i]->cancel_flag;
+        e->cancel_pending = false;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Drop finished requests from reqs and the live list, and free them. */
+static void sweep(pkv_engine *e) {
+    int k = 0;
+    for (int i = 0; i < e->n_reqs; i++) {
+        eng_req *r = e->reqs[i];
+        if (r->n_final < r->n) {
+            e->reqs[k++] = r;
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        for (int j = 0; j < e->n_live; j++)
+            if (e->live[j] == r) {
+                e->live[j] = e->live[--e->n_live];
+                break;
+            }
+        pthread_mutex_unlock(&e->mu);
+        e->finished++;
+        if (r->failed) e->failed++;
+        else if (r->cancel) e->cancelled++;
+        pkv_engine_req_free(e, r);
+    }
+    e->n_reqs = k;
+}
+
+void pkv_engine_snapshot(pkv_engine *e) {
+    pkv_engine_stats st;
+    memset(&st, 0, sizeof st);
+    for (int i = 0; i < e->n_reqs; i++) {
+        eng_req *r = e->reqs[i];
+        if (!r->started) st.n_waiting++;
+        for (int j = 0; j < r->n; j++) {
+            eng_seq_state ss = r->seqs[j].st;
+            st.n_running += ss == SEQ_RUNNING;
+            st.n_swapped += ss == SEQ_SWAPPED;
+            st.n_recompute += ss == SEQ_DROPPED;
+        }
+    }
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(e->c, &ks);
+    st.pages_total = ks.n_pages;
+    st.pages_used = ks.pages_used;
+    st.pages_free = ks.pages_free;
+    st.pages_cached = ks.pages_cached;
+    if (ks.pages_used > e->pages_peak) e->pages_peak = ks.pages_used;
+    st.pages_peak = e->pages_peak;
+    st.host_pages = ks.host_pages;
+    st.host_free = ks.host_free;
+    st.requests_finished = e->finished;
+    st.requests_cancelled = e->cancelled;
+    st.requests_failed = e->failed;
+    st.prompt_tokens = e->prompt_tokens;
+    st.prefix_hit_tokens = e->hit_tokens;
+    st.computed_tokens = e->computed;
+    st.generated_tokens = e->generated;
+    st.preemptions_swap = e->pre_swap;
+    st.preemptions_recompute = e->pre_drop;
+    st.steps = e->steps;
+    st.busy_seconds = e->busy;
+    st.batch_invariant = e->invariant;
+    st.tokens_per_second = e->busy > 0 ? (double)e->generated / e->busy : 0.0;
+    pthread_mutex_lock(&e->mu);
+    for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;
+    st.n_requests = e->n_live;
+    st.requests_submitted = e->submitted;
+    e->snap = st;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void pkv_engine_cancel_all(pkv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    for (eng_req *r = e->in_head; r; r = r->next) r->cancel_flag = true;
+    e->cancel_pending = true;
+    pthread_mutex_unlock(&e->mu);
+    drain(e);
+    for (int i = 0; i < e->n_reqs; i++) {
+        e->reqs[i]->cancel = true;
+        req_finish(e, e->reqs[i], PKV_FINISH_CANCELLED, PKV_OK, NULL);
+    }
+    sweep(e);
+    /* a request the drain could not take (out of memory) */
+    pthread_mutex_lock(&e->mu);
+    eng_req *r = e->in_head;
+    e->in_head = e->in_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    while (r) {
+        eng_req *nx = r->next;
+        req_finish(e, r, PKV_FINISH_CANCELLED, PKV_OK, NULL);
+        pthread_mutex_lock(&e->mu);
+        for (int j = 0; j < e->n_live; j++)
+            if (e->live[j] == r) e->live[j] = e->live[--e->n_live];
+        pthread_mutex_unlock(&e->mu);
+        pkv_engine_req_free(e, r);
+        r = nx;
+    }
+    pkv_engine_snapshot(e);
+}
+
+/* ---------------------------------------------------------- preemption */
+
+/* The least important resident sequence other than keep; with a limit, only
+ * sequences of requests whose priority is below it. NULL when none. */
+static eng_seq *pick_victim(pkv_engine *e, const eng_seq *keep, bool limited, int limit) {
+    eng_seq *v = NULL;
+    for (int i = 0; i < e->n_reqs; i++) {
+        eng_req *r = e->reqs[i];
+        if (limited && r->p.priority >= limit) continue;
+        for (int j = 0; j < r->n; j++) {
+            eng_seq *s = &r->seqs[j];
+            if (s->st != SEQ_RUNNING || s == keep) continue;
+            if (!v || seq_before(v, s)) v = s;
+        }
+    }
+    return v;
+}
+
+/* Swap the sequence to the host pool, or when that is off or full, drop its
+ * pages (its full pages stay in the prefix cache) to recompute it later. */
+static void preempt(pkv_engine *e, eng_seq *v) {
+    if (e->p.swap && pkv_kv_swap_out(e->c, v->kv) == PKV_OK) {
+        v->st = SEQ_SWAPPED;
+        e->pre_swap++;
+    } else {
+        pkv_kv_seq_free(e->c, v->kv);
+        v->kv = -1;
+        v->n_kv = 0;
+        v->st = SEQ_DROPPED;
+        e->pre_drop++;
+    }
+    v->step_n = 0;
+}
+
+static int n_resident(const pkv_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        for (int j = 0; j < e->reqs[i]->n; j++) n += e->reqs[i]->seqs[j].st == SEQ_RUNNING;
+    return n;
+}
+
+/* ----------------------------------------------------------- admission */
+
+static pkv_status seq_alloc_tokens(eng_seq *s, const int32_t *tok, int32_t n, int32_t cap) {
+    s->tok = pkv_malloc((size_t)cap * sizeof *s->tok);
+    if (!s->tok) return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %d tokens", (int)cap);
+    memcpy(s->tok, tok, (size_t)n * sizeof *tok);
+    s->n_tok = n;
+    s->cap = cap;
+    return PKV_OK;
+}
+
+static pkv_status seq_sampler(pkv_engine *e, eng_seq *s) {
+    if (s->smp) return PKV_OK;
+    pkv_sampler_params sp = s->r->p.sampling;
+    sp.seed += (uint64_t)s->sample;
+    s->smp = pkv_sampler_create(sp, e->n_vocab);
+    return s->smp ? PKV_OK : PKV_ERR_NOMEM;
+}
+
+/* Start (sample 0 of a new request) or resume (a preempted sample) s when the pool
+ * has room for what it must compute beyond `reserve` pages; `alone` (nothing is
+ * resident) skips the check: a request that fits at all fits then.
+ * Returns 1 started, 0 no room (nothing changed), or -1 error (request failed). */
+static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
+    eng_req *r = s->r;
+    pkv_status st;
+    if (s->st == SEQ_SWAPPED) {
+        if (!alone && pool_avail(e) - reserve < pages_for(e, s->n_kv + 1)) return 0;
+        st = pkv_kv_swap_in(e->c, s->kv);
+        if (st == PKV_ERR_OUT_OF_PAGES) return 0;
+        if (st) goto fail;
+        s->st = SEQ_RUNNING;
+        return 1;
+    }
+    bool first = s->st == SEQ_NONE;
+    if (first && !s->tok && (st = seq_alloc_tokens(s, r->prompt, r->p.n_prompt, r->p.n_prompt + r->max_tokens))) goto fail;
+    if ((st = seq_sampler(e, s))) goto fail;
+    int32_t kv;
+    if ((st = pkv_kv_seq_create(e->c, e->fp, &kv))) goto fail;
+    int64_t matched = 0;
+    if (e->p.prefix_cache && s->n_tok > 1 && (st = pkv_kv_prefix_match(e->c, kv, s->tok, NULL, s->n_tok - 1, &matched))) {
+        pkv_kv_seq_free(e->c, kv);
+        goto fail;
+    }
+    int64_t need = pages_for(e, s->n_tok + 1) - matched / e->ps + (r->n > 1 && !r->forked ? r->n - 1 : 0);
+    if (!alone && pool_avail(e) - reserve < need) {
+        pkv_kv_seq_free(e->c, kv); /* the matched pages go back to the cache */
+        return 0;
+    }
+    s->kv = kv;
+    s->n_kv = (int32_t)matched;
+    s->st = SEQ_RUNNING;
+    if (first) {
+        r->started = true;
+        r->n_cached = (int32_t)matched;
+        e->prompt_tokens += (uint64_t)r->p.n_prompt;
+        e->hit_tokens += (uint64_t)matched;
+    }
+    return 1;
+fail:
+    req_fail(e, r, st);
+    return -1;
+}
+
+/* Pages the resident sequences need to compute what they hold pending, plus one
+ * token each: what admitting more must leave them. */
+static int64_t reserve_pages(const pkv_engine *e) {
+    int64_t n = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        for (int j = 0; j < e->reqs[i]->n; j++) {
+            const eng_seq *s = &e->reqs[i]->seqs[j];
+            if (s->st == SEQ_RUNNING) n += pages_for(e, s->n_tok + 1) - pages_for(e, s->n_kv);
+        }
+    return n;
+}
+
+static int64_t pending_tokens(const pkv_engine *e) {
+    int64_t n = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        for (int j = 0; j < e->reqs[i]->n; j++) {
+            const eng_seq *s = &e->reqs[i]->seqs[j];
+            if (s->st == SEQ_RUNNING) n += s->n_tok - s->n_kv;
+        }
+    return n;
+}
+
+/* Resume preempted sequences and admit new requests in priority order, while the
+ * step has token budget left and the pool has room; a candidate that does not
+ * fit may preempt sequences of lower priority, else admission stops there (no
+ * overtaking, so nothing starves). Returns whether anything changed. */
+static bool admit(pkv_engine *e) {
+    bool changed = false;
+    int resident = n_resident(e);
+    int64_t budget = e->p.max_batch_tokens - pending_tokens(e);
+    for (int i = 0; i < e->n_reqs; i++) {
+        eng_req *r = e->reqs[i];
+        if (r->cancel || r->n_final == r->n) continue;
+        for (int j = 0; j < r->n; j++) {
+            eng_seq *s = &r->seqs[j];
+            bool cand = s->st == SEQ_SWAPPED || s->st == SEQ_DROPPED || (s->st == SEQ_NONE && j == 0);
+            if (!cand) continue;
+            for (;;) {
+                if (budget <= 0 || resident >= e->p.max_seqs) return changed;
+                int got = seq_start(e, s, reserve_pages(e), resident == 0);
+                if (got < 0) {
+                    changed = true;
+                    break; /* the request failed; go on with the next */
+                }
+                if (got > 0) {
+                    changed = true;
+                    resident++;
+                    budget -= s->n_tok - s->n_kv;
+                    break;
+                }
+                eng_seq *v = pick_victim(e, NULL, true, r->p.priority);
+                if (!v) return changed;
+                preempt(e, v);
+                resident--;
+                changed = true;
+            }
+            if (r->n_final == r->n) break;
+        }
+    }
+    return changed;
+}
+
+/* ---------------------------------------------------------------- batch */
+
+/* The step's batch: resident sequences in priority order, first one decode token
+ * each, then prefill chunks from what the token budget leaves. */
+static int form_batch(pkv_engine *e) {
+    int nb = 0;
+    int64_t budget = e->p.max_batch_tokens;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < e->n_reqs; i++)
+            for (int j = 0; j < e->reqs[i]->n; j++) {
+                eng_seq *s = &e->reqs[i]->seqs[j];
+                if (s->st != SEQ_RUNNING || s->step_n) continue;
+                int32_t left = s->n_tok - s->n_kv;
+                if ((pass == 0) != (left == 1) || budget <= 0 || nb >= e->p.max_seqs) continue;
+                s->step_n = (int32_t)PKV_MIN((int64_t)left, budget);
+                budget -= s->step_n;
+                e->batch[nb++] = s;
+            }
+    return nb;
+}
+
+static int pack_batch(pkv_engine *e, int nb) {
+    int k = 0;
+    int64_t t = 0;
+    for (int i = 0; i < nb; i++) {
+        eng_seq *s = e->batch[i];
+        if (!s->step_n) continue; /* preempted */
+        e->batch[k] = s;
+        e->b_kv[k] = s->kv;
+        e->b_n[k] = s->step_n;
+        memcpy(e->b_tok + t, s->tok + s->n_kv, (size_t)s->step_n * sizeof *e->b_tok);
+        t += s->step_n;
+        k++;
+    }
+    return k;
+}
+
+/* Sample the next token of s from its logits row and deliver it. */
+static void sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
+    eng_req *r = s->r;
+    int32_t tok;
+    pkv_status st = pkv_sampler_sample(s->smp, row, &tok);
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        r->failed = true;
+        emit(e, s, -1, NULL, PKV_FINISH_ERROR, false, st, msg);
+        return;
+    }
+    pkv_sampler_accept(s->smp, tok);
+    s->tok[s->n_tok++] = tok;
+    s->n_gen++;
+    e->generated++;
+    pkv_finish_reason fin = PKV_FINISH_NONE;
+    bool stop = !r->p.ignore_eos && pkv_model_is_eog(e->m, tok);
+    for (int i = 0; !stop && i < r->p.n_stop; i++) stop = r->stop[i] == tok;
+    if (stop) fin = PKV_FINISH_STOP;
+    else if (s->n_gen >= r->max_tokens) fin = PKV_FINISH_LENGTH;
+    bool go = emit(e, s, tok, row, fin, stop, PKV_OK, NULL);
+    if (fin == PKV_FINISH_NONE && !go) emit(e, s, -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
+}
+
+/* Samples 1..n-1 of r as forks of sample 0, which just finished the prompt. */
+static pkv_status fork_samples(pkv_engine *e, eng_req *r) {
+    eng_seq *p = &r->seqs[0];
+    pkv_status st = PKV_OK;
+    for (int j = 1; j < r->n && !st; j++) {
+        eng_seq *s = &r->seqs[j];
+        if ((st = seq_alloc_tokens(s, p->tok, p->n_tok, p->cap))) break;
+        if ((st = seq_sampler(e, s))) break;
+        if ((st = pkv_kv_fork(e->c, p->kv, &s->kv))) break;
+        s->n_kv = p->n_kv;
+        s->st = SEQ_RUNNING;
+    }
+    r->forked = true;
+    return st;
+}
+
+pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
+    double t0 = pkv_time_now();
+    *did_work = false;
+    drain(e);
+    for (int i = 0; i < e->n_reqs; i++) {
+        eng_req *r = e->reqs[i];
+        if (r->cancel && r->n_final < r->n) {
+            req_finish(e, r, PKV_FINISH_CANCELLED, PKV_OK, NULL);
+            *did_work = true;
+        }
+    }
+    sweep(e);
+    if (admit(e)) *did_work = true;
+    int nb = form_batch(e);
+    pkv_status s = PKV_OK;
+    while (nb > 0) {
+        nb = pack_batch(e, nb);
+        if (nb == 0) break;
+        pkv_fwd_batch b;
+        memset(&b, 0, sizeof b);
+        b.n_seqs = nb;
+        b.seqs = e->b_kv;
+        b.n_tokens = e->b_n;
+        b.tokens = e->b_tok;
+        s = pkv_model_forward(e->m, e->c, &e->ws, &b, e->logits);
+        if (s != PKV_ERR_OUT_OF_PAGES) break;
+        eng_seq *v = pick_victim(e, NULL, false, 0);
+        if (!v || n_resident(e) < 2) break;
+        preempt(e, v);
+        *did_work = true;
+    }
+    if (nb > 0) {
+        *did_work = true;
+        if (s) { /* the step did not happen: fail its requests, keep serving the others */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+            for (int i = 0; i < nb; i++) {
+                eng_req *r = e->batch[i]->r;
+                e->batch[i]->step_n = 0;
+                if (r->n_final < r->n) {
+                    r->failed = true;
+                    req_finish(e, r, PKV_FINISH_ERROR, s, msg);
+                }
+            }
+        } else {
+            e->steps++;
+            for (int i = 0; i < nb; i++) {
+                eng_seq *q = e->batch[i];
+                q->n_kv += q->step_n;
+                e->computed += (uint64_t)q->step_n;
+                q->step_n = 0;
+            }
+            pkv_kv_stats ks; /* peak pages: the pool is fullest right after the step */
+            pkv_kv_stats_get(e->c, &ks);
+            if (ks.pages_used > e->pages_peak) e->pages_peak = ks.pages_used;
+            for (int i = 0; i < nb; i++) {
+                eng_seq *q = e->batch[i];
+                eng_req *r = q->r;
+                if (q->n_kv != q->n_tok || r->n_final == r->n) continue;
+                const float *row = e->logits + (size_t)i * (size_t)e->n_vocab;
+                if (q->sample == 0 && r->n > 1 && !r->forked) {
+                    pkv_status fs = fork_samples(e, r);
+                    if (fs) {
+                        req_fail(e, r, fs);
+                        continue;
+                    }
+                    for (int j = 0; j < r->n; j++) sample_seq(e, &r->seqs[j], row);
+                } else {
+                    sample_seq(e, q, row);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < e->n_reqs; i++)
+        for (int j = 0; j < e->reqs[i]->n; j++) e->reqs[i]->seqs[j].step_n = 0;
+    sweep(e);
+    if (*did_work) e->busy += pkv_time_now() - t0;
+    pkv_engine_snapshot(e);
+    return PKV_OK;
+}

@@ -1,0 +1,329 @@
+/* The serving engine's public face: parameters, submission and cancellation
+ * (thread-safe, under one mutex), the engine thread and statistics. The step
+ * itself is in engine-sched.c. */
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine-impl.h"
+#include "engine/sampler.h"
+#include "model/model-impl.h"
+
+const char *pkv_finish_reason_str(pkv_finish_reason r) {
+    switch (r) {
+    case PKV_FINISH_NONE: return "none";
+    case PKV_FINISH_STOP: return "stop";
+    case PKV_FINISH_LENGTH: return "length";
+    case PKV_FINISH_CANCELLED: return "cancelled";
+    case PKV_FINISH_ERROR: return "error";
+    }
+    return "?";
+}
+
+pkv_request_params pkv_request_default_params(void) {
+    pkv_request_params r;
+    memset(&r, 0, sizeof r);
+    r.sampling = pkv_sampler_default_params();
+    r.n = 1;
+    return r;
+}
+
+pkv_engine_params pkv_engine_default_params(void) {
+    pkv_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.cache = pkv_cache_default_params();
+    p.prefix_cache = true;
+    p.swap = true;
+    return p;
+}
+
+pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
+    if (!m) {
+        pkv_err(PKV_ERR_INVALID, "engine: model is NULL");
+        return NULL;
+    }
+    if (p.max_batch_tokens < 0 || p.max_seqs < 0) {
+        pkv_err(PKV_ERR_INVALID, "engine: max_batch_tokens (%d) and max_seqs (%d) must be >= 0", p.max_batch_tokens,
+                p.max_seqs);
+        return NULL;
+    }
+    if (!p.max_batch_tokens) p.max_batch_tokens = 256;
+    if (!p.max_seqs) p.max_seqs = 64;
+    if (!p.cache.n_seq_max) p.cache.n_seq_max = 8;
+    pkv_engine *e = pkv_calloc(1, sizeof *e);
+    if (!e) {
+        pkv_err(PKV_ERR_NOMEM, "engine: out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->p = p;
+    e->n_vocab = m->hp.n_vocab;
+    e->fp = p.prefix_cache ? m->fingerprint : 0;
+    e->invariant = true;
+    for (int d = 0; d < m->n_dev; d++) e->invariant &= pkv_device_get_caps(m->devs[d])->batch_invariant;
+    if (pthread_mutex_init(&e->mu, NULL)) {
+        pkv_free(e);
+        pkv_err(PKV_ERR_NOMEM, "engine: cannot create a mutex");
+        return NULL;
+    }
+    if (pthread_cond_init(&e->cv, NULL)) {
+        pthread_mutex_destroy(&e->mu);
+        pkv_free(e);
+        pkv_err(PKV_ERR_NOMEM, "engine: cannot create a condition variable");
+        return NULL;
+    }
+    e->next_id = 1;
+    if (!(e->c = pkv_model_cache_create(m, p.cache))) goto fail;
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(e->c);
+    e->ps = pkv_kv_layout_page_size(lay);
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(e->c, &ks);
+    e->n_pages = ks.n_pages;
+    e->n_ctx = p.cache.n_ctx > 0 ? p.cache.n_ctx : PKV_MIN(m->hp.n_ctx_train, 4096);
+    size_t V = (size_t)e->n_vocab, S = (size_t)p.max_seqs, T = (size_t)p.max_batch_tokens, rows;
+    if (!pkv_mul_ok(V, S, &rows)) goto nomem;
+    e->logits = pkv_calloc(rows, sizeof *e->logits);
+    e->batch = pkv_calloc(S, sizeof *e->batch);
+    e->b_kv = pkv_calloc(S, sizeof *e->b_kv);
+    e->b_n = pkv_calloc(S, sizeof *e->b_n);
+    e->b_tok = pkv_calloc(T, sizeof *e->b_tok);
+    if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_tok) goto nomem;
+    pkv_engine_snapshot(e);
+    return e;
+nomem:
+    pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %d sequences x %d vocabulary rows and %d batch tokens",
+            p.max_seqs, (int)e->n_vocab, p.max_batch_tokens);
+fail:
+    pkv_engine_free(e);
+    return NULL;
+}
+
+void pkv_engine_free(pkv_engine *e) {
+    if (!e) return;
+    pkv_engine_stop(e);
+    pkv_engine_cancel_all(e);
+    pkv_fwd_ws_free(e->ws);
+    pkv_kv_cache_free(e->c);
+    pkv_free(e->logits);
+    pkv_free(e->batch);
+    pkv_free(e->b_kv);
+    pkv_free(e->b_n);
+    pkv_free(e->b_tok);
+    pkv_free(e->reqs);
+    pkv_free(e->live);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    pkv_free(e);
+}
+
+pkv_kv_cache *pkv_engine_cache(pkv_engine *e) { return e ? e->c : NULL; }
+pkv_model *pkv_engine_model(pkv_engine *e) { return e ? e->m : NULL; }
+
+/* ---------------------------------------------------------------- submit */
+
+static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r, int *n, int32_t *max_tokens) {
+    if (!r->prompt || r->n_prompt < 1)
+        return pkv_err(PKV_ERR_INVALID, "submit: the prompt is empty (%d tokens; at least 1 is needed)", (int)r->n_prompt);
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+            return pkv_err(PKV_ERR_INVALID, "submit: prompt token %d is %d, outside the vocabulary [0, %d)", (int)i,
+                           (int)r->prompt[i], (int)e->n_vocab);
+    *n = r->n;
+    if (*n < 1 || *n > PKV_ENGINE_MAX_N)
+        return pkv_err(PKV_ERR_INVALID, "submit: n = %d parallel samples; must be 1..%d", r->n, PKV_ENGINE_MAX_N);
+    if (r->max_tokens < 0) return pkv_err(PKV_ERR_INVALID, "submit: max_tokens = %d; must be >= 0 (0 = up to the context limit)", (int)r->max_tokens);
+    if ((int64_t)r->n_prompt >= e->n_ctx)
+        return pkv_err(PKV_ERR_INVALID,
+                       "submit: the prompt has %d tokens, the context limit is %lld tokens (prompt + generated); "
+                       "no room to generate",
+                       (int)r->n_prompt, (long long)e->n_ctx);
+    int64_t room = e->n_ctx - r->n_prompt;
+    *max_tokens = r->max_tokens ? r->max_tokens : (int32_t)room;
+    if ((int64_t)r->n_prompt + *max_tokens > e->n_ctx)
+        return pkv_err(PKV_ERR_INVALID,
+                       "submit: prompt %d + max_tokens %d = %lld tokens exceed the context limit of %lld tokens "
+                       "(at most %lld new tokens for this prompt)",
+                       (int)r->n_prompt, (int)*max_tokens, (long long)r->n_prompt + *max_tokens, (long long)e->n_ctx,
+                       (long long)room);
+    /* The sequence holds at most prompt + max_tokens - 1 tokens (the last sampled one
+     * is never run through the model). It alone must fit the device pool. */
+    int64_t len = (int64_t)r->n_prompt + *max_tokens - 1, need = (len + e->ps - 1) / e->ps;
+    if (need > e->n_pages)
+        return pkv_err(PKV_ERR_INVALID,
+                       "submit: prompt %d + max_tokens %d needs %lld KV pages of %d tokens for one sequence; the "
+                       "device pool has only %lld pages",
+                       (int)r->n_prompt, (int)*max_tokens, (long long)need, e->ps, (long long)e->n_pages);
+    if (r->n_stop < 0 || r->n_stop > PKV_ENGINE_MAX_STOP || (r->n_stop > 0 && !r->stop_tokens))
+        return pkv_err(PKV_ERR_INVALID, "submit: %d stop tokens%s; at most %d", r->n_stop,
+                       r->n_stop > 0 && !r->stop_tokens ? " but stop_tokens is NULL" : "", PKV_ENGINE_MAX_STOP);
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->n_vocab)
+            return pkv_err(PKV_ERR_INVALID, "submit: stop token %d is %d, outside the vocabulary [0, %d)", i,
+                           (int)r->stop_tokens[i], (int)e->n_vocab);
+    if (r->top_logprobs < 0 || r->top_logprobs > PKV_ENGINE_MAX_TOP_LOGPROBS)
+        return pkv_err(PKV_ERR_INVALID, "submit: top_logprobs = %d; must be 0..%d", r->top_logprobs,
+                       PKV_ENGINE_MAX_TOP_LOGPROBS);
+    if (pkv_sampler_check_params(&r->sampling)) return pkv_err_prefix(PKV_ERR_INVALID, "submit: ");
+    return PKV_OK;
+}
+
+pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64_t *id) {
+    if (id) *id = 0;
+    if (!e || !rp) return pkv_err(PKV_ERR_INVALID, "submit: NULL engine or request");
+    int n = 1;
+    int32_t max_tokens = 0;
+    pkv_status s = check_request(e, rp, &n, &max_tokens);
+    if (s) return s;
+    eng_req *r = pkv_calloc(1, sizeof *r);
+    if (!r) return pkv_err(PKV_ERR_NOMEM, "submit: out of memory");
+    r->p = *rp;
+    r->n = n;
+    r->max_tokens = max_tokens;
+    r->prompt = pkv_malloc((size_t)rp->n_prompt * sizeof *r->prompt);
+    r->stop = pkv_malloc((size_t)rp->n_stop * sizeof *r->stop);
+    r->seqs = pkv_calloc((size_t)n, sizeof *r->seqs);
+    if (!r->prompt || !r->stop || !r->seqs) {
+        pkv_engine_req_free(e, r);
+        return pkv_err(PKV_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", (int)rp->n_prompt);
+    }
+    memcpy(r->prompt, rp->prompt, (size_t)rp->n_prompt * sizeof *r->prompt);
+    if (rp->n_stop) memcpy(r->stop, rp->stop_tokens, (size_t)rp->n_stop * sizeof *r->stop);
+    r->p.prompt = r->prompt;
+    r->p.stop_tokens = r->stop;
+    r->p.n = n;
+    for (int i = 0; i < n; i++) {
+        r->seqs[i].r = r;
+        r->seqs[i].sample = i;
+        r->seqs[i].kv = -1;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->n_live == e->live_cap) {
+        void *p = e->live;
+        size_t cap = (size_t)e->live_cap;
+        s = pkv_grow(&p, &cap, (size_t)e->n_live + 1, sizeof *e->live);
+        e->live = p;
+        e->live_cap = (int)cap;
+    }
+    if (!s) {
+        r->id = e->next_id++;
+        r->order = r->id;
+        e->live[e->n_live++] = r;
+        if (e->in_tail) e->in_tail->next = r;
+        else e->in_head = r;
+        e->in_tail = r;
+        e->submitted++;
+        e->snap.requests_submitted = e->submitted;
+        e->snap.n_waiting++;
+        e->snap.n_requests++;
+        if (id) *id = r->id;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (s) pkv_engine_req_free(e, r);
+    return s;
+}
+
+pkv_status pkv_engine_cancel(pkv_engine *e, uint64_t id) {
+    if (!e) return pkv_err(PKV_ERR_INVALID, "cancel: engine is NULL");
+    pkv_status s = PKV_ERR_NOT_FOUND;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_live; i++)
+        if (e->live[i]->id == id) {
+            e->live[i]->cancel_flag = true;
+            e->cancel_pending = true;
+            pthread_cond_broadcast(&e->cv);
+            s = PKV_OK;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    if (s) pkv_err(s, "cancel: no unfinished request has id %llu", (unsigned long long)id);
+    return s;
+}
+
+/* ----------------------------------------------------------- the thread */
+
+pkv_status pkv_engine_step(pkv_engine *e, int *n_pending) {
+    if (n_pending) *n_pending = 0;
+    if (!e) return pkv_err(PKV_ERR_INVALID, "step: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    bool busy = e->running || e->in_step;
+    if (!busy) e->in_step = 1;
+    pthread_mutex_unlock(&e->mu);
+    if (busy) return pkv_err(PKV_ERR_INVALID, "step: the engine thread is running (pkv_engine_stop first)");
+    bool did;
+    pkv_status s = pkv_engine_step_locked_out(e, &did);
+    pthread_mutex_lock(&e->mu);
+    e->in_step = 0;
+    if (n_pending) *n_pending = e->n_live;
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}
+
+static void *engine_main(void *arg) {
+    pkv_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    bool idle = false;
+    while (!e->stop) {
+        if (e->n_live == 0 || idle) {
+            if (idle) { /* work exists but nothing could run: look again shortly */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 2000000;
+                if (ts.tv_nsec >= 1000000000) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+                idle = false;
+            } else {
+                pthread_cond_wait(&e->cv, &e->mu);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        bool did = false;
+        pkv_status s = pkv_engine_step_locked_out(e, &did);
+        if (s) PKV_WARN("engine: step failed: %s", pkv_errmsg());
+        pthread_mutex_lock(&e->mu);
+        idle = !did;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+pkv_status pkv_engine_start(pkv_engine *e) {
+    if (!e) return pkv_err(PKV_ERR_INVALID, "start: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    pkv_status s = PKV_OK;
+    if (e->running || e->in_step) {
+        s = pkv_err(PKV_ERR_INVALID, "start: the engine is already running or stepping");
+    } else {
+        e->stop = false;
+        if (pthread_create(&e->th, NULL, engine_main, e)) s = pkv_err(PKV_ERR_NOMEM, "start: cannot create the engine thread");
+        else e->running = true;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}
+
+pkv_status pkv_engine_stop(pkv_engine *e) {
+    if (!e) return pkv_err(PKV_ERR_INVALID, "stop: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    bool running = e->running;
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (running) {
+        pthread_join(e->th, NULL);
+        pthread_mutex_lock(&e->mu);
+        e->running = false;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return PKV_OK;
+}
+
+void pkv_engine_stats_get(pkv_engine *e, pkv_engine_stats *out) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    if (out) *out = e->snap;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,729 @@
+/* OpenAI endpoints of pagekv serve: /v1/models, /v1/completions,
+ * /v1/chat/completions (JSON or SSE streams as OpenAI sends them), and
+ * /tokenize, /detokenize. Requests are validated field by field: a wrong type
+ * or a value out of range is a 400 naming the field; parameters pagekv does not
+ * implement are a 400 saying so, never silently ignored. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server-http.h"
+
+/* ------------------------------------------------------------ parameters */
+
+/* A present, non-null field that is not a number, or out of [lo, hi]: 400. */
+static bool get_num(json_t *b, const char *k, double lo, double hi, double *out, srv_out *o) {
+    json_t *v = json_object_get(b, k);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) {
+        srv_error(o, 400, "'%s' must be a number", k);
+        return false;
+    }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        srv_error(o, 400, "'%s' must be in [%g, %g], got %g", k, lo, hi, x);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool get_int(json_t *b, const char *k, long long lo, long long hi, long long *out, srv_out *o) {
+    json_t *v = json_object_get(b, k);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) {
+        srv_error(o, 400, "'%s' must be an integer", k);
+        return false;
+    }
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        srv_error(o, 400, "'%s' must be in [%lld, %lld], got %lld", k, lo, hi, x);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool get_bool(json_t *b, const char *k, bool *out, srv_out *o) {
+    json_t *v = json_object_get(b, k);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        srv_error(o, 400, "'%s' must be true or false", k);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+static bool add_stop(srv_req *r, const char *s, size_t n, srv_out *o) {
+    if (n == 0) return true; /* an empty stop string matches nothing useful */
+    if (n > 256) {
+        srv_error(o, 400, "'stop' strings are at most 256 bytes");
+        return false;
+    }
+    char *c = malloc(n + 1);
+    char **a = realloc(r->stop, (size_t)(r->n_stop + 1) * sizeof *a);
+    if (!c || !a) {
+        free(c);
+        if (a) r->stop = a;
+        srv_error(o, 500, "out of memory");
+        return false;
+    }
+    memcpy(c, s, n);
+    c[n] = 0;
+    r->stop = a;
+    r->stop[r->n_stop++] = c;
+    return true;
+}
+
+bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, srv_out *o) {
+    double temp = 1.0, top_p = 1.0, min_p = 0.0, pres = 0, freq = 0, rep = 1.0;
+    long long top_k = 0, seed = -1, max_tokens = fmt == SRV_FMT_COMPLETION ? s->o.max_tokens_default : s->n_ctx,
+              top_lp = 0;
+    json_t *sv = json_object_get(b, "seed");
+    if (!get_num(b, "temperature", 0, 2, &temp, o) || !get_num(b, "top_p", 1e-9, 1, &top_p, o) ||
+        !get_num(b, "min_p", 0, 1, &min_p, o) || !get_int(b, "top_k", -1, 1 << 30, &top_k, o) ||
+        !get_num(b, "presence_penalty", -2, 2, &pres, o) || !get_num(b, "frequency_penalty", -2, 2, &freq, o) ||
+        !get_num(b, "repetition_penalty", 1e-3, 10, &rep, o) ||
+        !get_int(b, "seed", INT64_MIN, INT64_MAX, &seed, o) || !get_int(b, "max_tokens", 1, 1 << 30, &max_tokens, o) ||
+        !get_int(b, "max_completion_tokens", 1, 1 << 30, &max_tokens, o))
+        return false;
+    r->sp = pkv_sampler_default_params();
+    r->sp.temp = (float)temp;
+    r->sp.top_p = (float)top_p;
+    r->sp.min_p = (float)min_p;
+    r->sp.top_k = top_k < 0 ? 0 : (int)top_k;
+    r->sp.repeat_penalty = (float)rep;
+    if (sv && !json_is_null(sv)) r->sp.seed = (uint64_t)seed;
+    else r->sp.seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r; /* no seed: a fresh one */
+    r->sp.presence_penalty = (float)pres;
+    r->sp.frequency_penalty = (float)freq;
+    r->max_tokens = (int)max_tokens;
+    *logprobs = false;
+    if (fmt == SRV_FMT_COMPLETION) { /* logprobs: integer 0..20 = top alternatives */
+        long long lp = -1;
+        if (!get_int(b, "logprobs", 0, SRV_MAX_TOP, &lp, o)) return false;
+        if (lp >= 0) {
+            *logprobs = true;
+            top_lp = lp;
+        }
+    } else {
+        if (!get_bool(b, "logprobs", logprobs, o) || !get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top_lp, o)) return false;
+        if (top_lp > 0 && !*logprobs) {
+            srv_error(o, 400, "'top_logprobs' needs 'logprobs': true");
+            return false;
+        }
+    }
+    r->top_logprobs = (int)top_lp;
+    json_t *st = json_object_get(b, "stop");
+    if (st && !json_is_null(st)) {
+        if (json_is_string(st)) {
+            if (!add_stop(r, json_string_value(st), json_string_length(st), o)) return false;
+        } else if (json_is_array(st) && json_array_size(st) <= 16) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(st, i, e) {
+                if (!json_is_string(e)) {
+                    srv_error(o, 400, "'stop[%zu]' must be a string", i);
+                    return false;
+                }
+                if (!add_stop(r, json_string_value(e), json_string_length(e), o)) return false;
+            }
+        } else {
+            srv_error(o, 400, "'stop' must be a string or an array of at most 16 strings");
+            return false;
+        }
+    }
+    static const char *const unsupported[] = {"tools", "functions", "logit_bias", "suffix", "response_format", NULL};
+    for (int i = 0; unsupported[i]; i++) {
+        json_t *v = json_object_get(b, unsupported[i]);
+        if (!v || json_is_null(v) || (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)) ||
+            (json_is_string(v) && !json_string_length(v)))
+            continue;
+        if (!strcmp(unsupported[i], "response_format") && json_is_object(v) &&
+            json_is_string(json_object_get(v, "type")) && !strcmp(json_string_value(json_object_get(v, "type")), "text"))
+            continue;
+        srv_error(o, 400, "'%s' is not supported by pagekv serve", unsupported[i]);
+        return false;
+    }
+    if (!get_bool(b, "ignore_eos", &r->ignore_eos, o)) return false;
+    bool echo = false;
+    long long best_of = 1;
+    if (!get_bool(b, "echo", &echo, o) || !get_int(b, "best_of", 1, 1, &best_of, o)) return false;
+    if (echo) {
+        srv_error(o, 400, "'echo' is not supported by pagekv serve");
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- tokens */
+
+bool srv_tokenize(srv *s, const char *text, size_t len, bool add_special, bool parse_special, int32_t **out, int *n,
+                  srv_out *o) {
+    size_t need = 0;
+    pkv_status st = pkv_model_tokenize(s->m, text, len, add_special, parse_special, NULL, 0, &need);
+    if (st && st != PKV_ERR_INVALID) {
+        srv_error(o, 400, "cannot tokenize: %s", pkv_errmsg());
+        return false;
+    }
+    if (need > (size_t)1 << 28) {
+        srv_error(o, 400, "the text has too many tokens");
+        return false;
+    }
+    int32_t *ids = malloc((need + 1) * sizeof *ids);
+    if (!ids) {
+        srv_error(o, 500, "out of memory");
+        return false;
+    }
+    if ((st = pkv_model_tokenize(s->m, text, len, add_special, parse_special, ids, need + 1, &need))) {
+        free(ids);
+        srv_error(o, 400, "cannot tokenize: %s", pkv_errmsg());
+        return false;
+    }
+    *out = ids;
+    *n = (int)need;
+    return true;
+}
+
+bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o) {
+    if (!json_is_array(a)) {
+        srv_error(o, 400, "'%s' must be an array of token ids", field);
+        return false;
+    }
+    size_t k = json_array_size(a);
+    if (k > (size_t)1 << 24) {
+        srv_error(o, 400, "'%s' is too long", field);
+        return false;
+    }
+    int32_t *ids = malloc((k + 1) * sizeof *ids);
+    if (!ids) {
+        srv_error(o, 500, "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(a, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= s->info.n_vocab) {
+            free(ids);
+            srv_error(o, 400, "'%s[%zu]' must be a token id in [0, %d)", field, i, s->info.n_vocab);
+            return false;
+        }
+        ids[i] = (int32_t)json_integer_value(e);
+    }
+    *out = ids;
+    *n = (int)k;
+    return true;
+}
+
+json_t *srv_text_json(const char *p, size_t n) {
+    size_t m;
+    char *c = pkv_utf8_sanitize(p ? p : "", p ? n : 0, &m);
+    if (!c) return json_null();
+    json_t *j = json_stringn_nocheck(c, m);
+    free(c);
+    return j ? j : json_null();
+}
+
+static size_t piece(srv *s, int32_t id, char *buf, size_t size) {
+    size_t n = 0;
+    if (pkv_model_token_piece(s->m, id, true, buf, size, &n)) return 0;
+    return n;
+}
+
+json_t *srv_token_string(srv *s, int32_t id) {
+    char buf[512];
+    return srv_text_json(buf, piece(s, id, buf, sizeof buf));
+}
+
+static json_t *token_bytes(srv *s, int32_t id) {
+    char buf[512];
+    size_t n = piece(s, id, buf, sizeof buf);
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)buf[i]));
+    return a;
+}
+
+/* Logprobs of tokens [from, to) of a choice, in the chat or the completions syntax. */
+static json_t *logprobs_json(srv *s, const srv_choice *c, int from, int to, int fmt, size_t text_base) {
+    if (fmt == SRV_FMT_CHAT) {
+        json_t *content = json_array();
+        for (int i = from; i < to; i++) {
+            const srv_tok *t = &c->toks[i];
+            json_t *top = json_array();
+            for (int k = 0; k < t->n_top; k++)
+                json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", srv_token_string(s, t->top_id[k]),
+                                                     "logprob", (double)t->top_lp[k], "bytes", token_bytes(s, t->top_id[k])));
+            json_array_append_new(content, json_pack("{s:o,s:f,s:o,s:o}", "token", srv_token_string(s, t->id), "logprob",
+                                                     (double)t->logprob, "bytes", token_bytes(s, t->id), "top_logprobs", top));
+        }
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = from; i < to; i++) {
+        const srv_tok *t = &c->toks[i];
+        json_array_append_new(toks, srv_token_string(s, t->id));
+        json_array_append_new(lps, json_real(t->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t->n_top; k++) {
+            char buf[512];
+            size_t n = piece(s, t->top_id[k], buf, sizeof buf), m;
+            char *key = pkv_utf8_sanitize(buf, n, &m);
+            if (key && !memchr(key, 0, m)) json_object_set_new(top, key, json_real(t->top_lp[k]));
+            free(key);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)(text_base + t->text_off)));
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
+}
+
+static json_t *usage_json(const srv_req *r) {
+    int completion = 0;
+    for (int i = 0; i < r->n; i++) completion += r->ch[i].n_toks;
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", r->n_prompt, "completion_tokens", completion,
+                     "total_tokens", r->n_prompt + completion, "prompt_tokens_details", "cached_tokens", r->cached_tokens);
+}
+
+/* --------------------------------------------------------------- models */
+
+void srv_api_models(srv *s, srv_out *o) {
+    o->status = 200;
+    o->json = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:I,s:s}}]}", "object", "list", "data", "id", s->model_id,
+                        "object", "model", "created", (json_int_t)s->created, "owned_by", "pagekv", "meta", "arch",
+                        s->info.arch, "n_vocab", s->info.n_vocab, "n_layer", s->info.n_layer, "n_ctx", (json_int_t)s->n_ctx,
+                        "chat_template", s->tpl ? pkv_tpl_name(s->tpl) : "none");
+}
+
+/* ---------------------------------------------------------- completions */
+
+static char *chat_prompt(srv *s, json_t *b, srv_out *o) {
+    json_t *msgs = json_object_get(b, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > 4096) {
+        srv_error(o, 400, "'messages' must be a non-empty array of messages");
+        return NULL;
+    }
+    if (s->tpl == PKV_TPL_NONE) {
+        srv_error(o, 400, "the model has no chat template (tokenizer.chat_template): start the server with "
+                          "--chat-template NAME (%s), or use /v1/completions",
+                  pkv_tpl_names());
+        return NULL;
+    }
+    size_t n = json_array_size(msgs);
+    pkv_chat_msg *m = calloc(n, sizeof *m);
+    char **owned = calloc(n, sizeof *owned);
+    char *out = NULL;
+    if (!m || !owned) {
+        srv_error(o, 500, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(msgs, i), *role = json_object_get(e, "role"), *content = json_object_get(e, "content");
+        if (!json_is_object(e) || !json_is_string(role)) {
+            srv_error(o, 400, "'messages[%zu]' must be an object with a string 'role'", i);
+            goto done;
+        }
+        m[i].role = json_string_value(role);
+        if (!strcmp(m[i].role, "developer")) m[i].role = "system";
+        if (json_object_get(e, "tool_calls") || !strcmp(m[i].role, "tool") || !strcmp(m[i].role, "function")) {
+            srv_error(o, 400, "'messages[%zu]': tool calls and tool messages are not supported by pagekv serve", i);
+            goto done;
+        }
+        if (json_is_string(content)) {
+            if (memchr(json_string_value(content), 0, json_string_length(content))) {
+                srv_error(o, 400, "'messages[%zu].content' contains a NUL character", i);
+                goto done;
+            }
+            m[i].content = json_string_value(content);
+        } else if (!content || json_is_null(content)) {
+            m[i].content = "";
+        } else if (json_is_array(content)) { /* parts: only text parts */
+            size_t total = 0, k;
+            json_t *part;
+            json_array_foreach(content, k, part) {
+                json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+                if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx)) {
+                    srv_error(o, 400, "'messages[%zu].content[%zu]': only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
+                    goto done;
+                }
+                total += json_string_length(tx);
+            }
+            if (!(owned[i] = malloc(total + 1))) {
+                srv_error(o, 500, "out of memory");
+                goto done;
+            }
+            owned[i][0] = 0;
+            json_array_foreach(content, k, part) strcat(owned[i], json_string_value(json_object_get(part, "text")));
+            m[i].content = owned[i];
+        } else {
+            srv_error(o, 400, "'messages[%zu].content' must be a string or an array of text parts", i);
+            goto done;
+        }
+    }
+    char err[256];
+    if (!(out = pkv_tpl_render(s->tpl, m, (int)n, err, sizeof err))) srv_error(o, 400, "%s", err);
+done:
+    if (owned)
+        for (size_t i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+    free(m);
+    return out;
+}
+
+static json_t *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, const char *id) {
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n; i++) {
+        srv_choice *c = &r->ch[i];
+        json_t *lp = logprobs ? logprobs_json(s, c, 0, c->n_toks, chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION, 0) : json_null();
+        json_t *text = srv_text_json(c->text, c->len);
+        const char *fin = c->finish ? c->finish : "length";
+        if (chat)
+            json_array_append_new(choices, json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role",
+                                                     "assistant", "content", text, "logprobs", lp, "finish_reason", fin));
+        else
+            json_array_append_new(choices, json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", i, "logprobs", lp,
+                                                     "finish_reason", fin));
+    }
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
+                     "created", (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", "pagekv", "choices",
+                     choices, "usage", usage_json(r));
+}
+
+void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv_out *o) {
+    json_t *model = json_object_get(b, "model");
+    if (model && !json_is_string(model)) return srv_error(o, 400, "'model' must be a string");
+    bool stream = false, include_usage = false, logprobs = false;
+    if (!get_bool(b, "stream", &stream, o)) return;
+    json_t *so = json_object_get(b, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return srv_error(o, 400, "'stream_options' must be an object");
+        if (!get_bool(so, "include_usage", &include_usage, o)) return;
+    }
+    long long n = 1;
+    if (!get_int(b, "n", 1, 16, &n, o)) return;
+    srv_req *r = srv_req_new((int)n);
+    if (!r) return srv_error(o, 500, "out of memory");
+    int fmt = chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION;
+    if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o)) goto out;
+    if (chat) {
+        char *text = chat_prompt(s, b, o);
+        if (!text) goto out;
+        bool ok = srv_tokenize(s, text, strlen(text), true, true, &r->prompt, &r->n_prompt, o);
+        free(text);
+        if (!ok) goto out;
+        r->stop_ids = s->stop_ids;
+        r->n_stop_ids = s->n_stop_ids;
+    } else {
+        json_t *p = json_object_get(b, "prompt");
+        if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+        if (json_is_string(p)) {
+            if (!srv_tokenize(s, json_string_value(p), json_string_length(p), true, true, &r->prompt, &r->n_prompt, o))
+                goto out;
+        } else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+            if (!srv_json_tokens(s, p, "prompt", &r->prompt, &r->n_prompt, o)) goto out;
+        } else if (json_is_array(p) && json_array_size(p) > 1) {
+            srv_error(o, 400, "'prompt': several prompts in one request are not supported; send one request each");
+            goto out;
+        } else {
+            srv_error(o, 400, "'prompt' must be a string or an array of token ids");
+            goto out;
+        }
+    }
+    if (r->n_prompt == 0) {
+        srv_error(o, 400, "the prompt is empty (and the model adds no BOS token)");
+        goto out;
+    }
+    if (r->n_prompt >= s->n_ctx) {
+        srv_error(o, 400, "the prompt has %d tokens; the context holds %lld (start the server with a larger -c)",
+                  r->n_prompt, (long long)s->n_ctx);
+        goto out;
+    }
+    if (!srv_gen_submit(s->g, r)) {
+        srv_error(o, 503, "the server is busy: %d requests are waiting already (--queue); retry later", s->o.queue);
+        goto out;
+    }
+    char id[64];
+    srv_next_id(s, chat ? "chatcmpl" : "cmpl", id, sizeof id);
+    if (stream) {
+        o->stream = srv_stream_new(s, r, fmt, logprobs, include_usage, id, conn);
+        if (!o->stream) {
+            srv_gen_cancel(s->g, r);
+            srv_error(o, 500, "out of memory");
+        } else {
+            o->status = 200;
+        }
+        goto out;
+    }
+    if (!srv_wait_done(s, r, conn)) {
+        srv_error(o, 499, "client closed the connection");
+        goto out;
+    }
+    if (r->http_status) {
+        srv_error(o, r->http_status, "%s", r->err);
+        goto out;
+    }
+    o->status = 200;
+    o->json = completion_body(s, r, chat, logprobs, id);
+out:
+    srv_req_release(r);
+}
+
+/* --------------------------------------------------------------- stream */
+
+struct srv_stream {
+    srv *s;
+    srv_req *r;
+    int fmt;
+    bool logprobs, include_usage;
+    char id[64];
+    srv_conn conn;
+    size_t *sent;     /* [n] text bytes sent */
+    int *sent_toks;   /* [n] tokens sent */
+    bool *fin_sent;   /* [n] */
+    bool role_sent, ended;
+    char *pend;
+    size_t pend_len, pend_pos;
+};
+
+srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
+                           const srv_conn *conn) {
+    srv_stream *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->sent = calloc((size_t)r->n, sizeof *st->sent);
+    st->sent_toks = calloc((size_t)r->n, sizeof *st->sent_toks);
+    st->fin_sent = calloc((size_t)r->n, sizeof *st->fin_sent);
+    if (!st->sent || !st->sent_toks || !st->fin_sent) {
+        free(st->sent);
+        free(st->sent_toks);
+        free(st->fin_sent);
+        free(st);
+        return NULL;
+    }
+    st->s = s;
+    st->r = r;
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    pthread_mutex_unlock(&r->mu);
+    st->fmt = fmt;
+    st->logprobs = logprobs;
+    st->include_usage = include_usage;
+    snprintf(st->id, sizeof st->id, "%s", id);
+    st->conn = conn ? *conn : (srv_conn){-1, NULL, 0};
+    return st;
+}
+
+void srv_stream_free(srv_stream *st) {
+    if (!st) return;
+    pthread_mutex_lock(&st->r->mu);
+    bool done = st->r->done, failed = st->r->http_status != 0;
+    pthread_mutex_unlock(&st->r->mu);
+    if (!done) { /* the client went away mid-stream (or a choice failed): stop the rest */
+        srv_gen_cancel(st->s->g, st->r);
+        if (!failed) {
+            pthread_mutex_lock(&st->s->mu);
+            st->s->disconnects++;
+            pthread_mutex_unlock(&st->s->mu);
+        }
+    }
+    srv_req_release(st->r);
+    free(st->pend);
+    free(st->sent);
+    free(st->sent_toks);
+    free(st->fin_sent);
+    free(st);
+}
+
+static void emit(srv_stream *st, json_t *j) {
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!t) return;
+    size_t n = strlen(t);
+    char *p = realloc(st->pend, st->pend_len + n + 9);
+    if (p) {
+        st->pend = p;
+        memcpy(p + st->pend_len, "data: ", 6);
+        memcpy(p + st->pend_len + 6, t, n);
+        memcpy(p + st->pend_len + 6 + n, "\n\n", 2);
+        st->pend_len += n + 8;
+    }
+    free(t);
+}
+
+static void emit_raw(srv_stream *st, const char *text) {
+    size_t n = strlen(text);
+    char *p = realloc(st->pend, st->pend_len + n + 1);
+    if (p) {
+        st->pend = p;
+        memcpy(p + st->pend_len, text, n);
+        st->pend_len += n;
+    }
+}
+
+static json_t *chunk(srv_stream *st, json_t *choices) {
+    const char *obj = st->fmt == SRV_FMT_CHAT ? "chat.completion.chunk" : st->fmt == SRV_FMT_COMPLETION ? "text_completion"
+                                                                                                          : "context.generation.chunk";
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", st->id, "object", obj, "created", (json_int_t)time(NULL),
+                          "model", st->s->model_id, "system_fingerprint", "pagekv", "choices", choices);
+    if (st->include_usage && j) json_object_set_new(j, "usage", json_null());
+    return j;
+}
+
+/* Events for whatever progressed since the last call; r->mu held. */
+static void build_events(srv_stream *st) {
+    srv_req *r = st->r;
+    srv *s = st->s;
+    if (r->http_status) { /* failed mid-stream: an error event, then the end */
+        srv_out eo = {0};
+        srv_error(&eo, r->http_status, "%s", r->err);
+        emit(st, eo.json);
+        st->ended = true;
+        return;
+    }
+    if (st->fmt == SRV_FMT_CHAT && !st->role_sent) {
+        json_t *cs = json_array();
+        for (int i = 0; i < r->n; i++)
+            json_array_append_new(cs, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role", "assistant",
+                                                "content", "", "logprobs", "finish_reason"));
+        emit(st, chunk(st, cs));
+        st->role_sent = true;
+    }
+    bool all = true;
+    for (int i = 0; i < r->n; i++) {
+        srv_choice *c = &r->ch[i];
+        size_t upto = c->stable;
+        bool text_new = upto > st->sent[i], toks_new = c->n_toks > st->sent_toks[i];
+        if (text_new || (toks_new && (st->logprobs || st->fmt == SRV_FMT_CONTEXT))) {
+            json_t *text = srv_text_json(c->text + st->sent[i], upto - st->sent[i]);
+            json_t *lp = st->logprobs ? logprobs_json(s, c, st->sent_toks[i], c->n_toks, st->fmt == SRV_FMT_CHAT ? SRV_FMT_CHAT : SRV_FMT_COMPLETION, 0)
+                                      : json_null();
+            json_t *ch;
+            if (st->fmt == SRV_FMT_CHAT) {
+                ch = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", i, "delta", "content", text, "logprobs", lp, "finish_reason");
+            } else if (st->fmt == SRV_FMT_COMPLETION) {
+                ch = json_pack("{s:o,s:i,s:o,s:n}", "text", text, "index", i, "logprobs", lp, "finish_reason");
+            } else {
+                json_t *ids = json_array();
+                for (int k = st->sent_toks[i]; k < c->n_toks; k++) json_array_append_new(ids, json_integer(c->toks[k].id));
+                ch = json_pack("{s:o,s:i,s:o,s:o,s:n}", "text", text, "index", i, "tokens", ids, "logprobs", lp,
+                               "finish_reason");
+            }
+            emit(st, chunk(st, json_pack("[o]", ch)));
+            st->sent[i] = upto;
+            st->sent_toks[i] = c->n_toks;
+        }
+        if (c->finish && !st->fin_sent[i] && st->sent[i] == c->len && (r->done || c->stable == c->len)) {
+            json_t *ch;
+            if (st->fmt == SRV_FMT_CHAT)
+                ch = json_pack("{s:i,s:{},s:n,s:s}", "index", i, "delta", "logprobs", "finish_reason", c->finish);
+            else if (st->fmt == SRV_FMT_COMPLETION)
+                ch = json_pack("{s:s,s:i,s:n,s:s}", "text", "", "index", i, "logprobs", "finish_reason", c->finish);
+            else
+                ch = json_pack("{s:s,s:i,s:[],s:n,s:s,s:I}", "text", "", "index", i, "tokens", "logprobs", "finish_reason",
+                               c->finish, "n_tokens", (json_int_t)r->ctx_len);
+            emit(st, chunk(st, json_pack("[o]", ch)));
+            st->fin_sent[i] = true;
+        }
+        if (!st->fin_sent[i]) all = false;
+    }
+    if (r->done && all) {
+        if (st->include_usage) {
+            json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o}", "id", st->id, "object",
+                                  st->fmt == SRV_FMT_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                                  (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", "pagekv", "choices",
+                                  "usage", usage_json(r));
+            emit(st, j);
+        }
+        emit_raw(st, "data: [DONE]\n\n");
+        st->ended = true;
+    }
+}
+
+static bool progressed(const srv_stream *st) {
+    const srv_req *r = st->r;
+    if (r->done || r->http_status || (st->fmt == SRV_FMT_CHAT && !st->role_sent)) return true;
+    for (int i = 0; i < r->n; i++) {
+        const srv_choice *c = &r->ch[i];
+        if (c->stable > st->sent[i] || (c->finish && !st->fin_sent[i])) return true;
+        if (c->n_toks > st->sent_toks[i] && (st->logprobs || st->fmt == SRV_FMT_CONTEXT)) return true;
+    }
+    return false;
+}
+
+ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max) {
+    while (st->pend_pos >= st->pend_len) {
+        free(st->pend);
+        st->pend = NULL;
+        st->pend_len = st->pend_pos = 0;
+        if (st->ended) return 0;
+        srv_req *r = st->r;
+        pthread_mutex_lock(&r->mu);
+        bool waited = !progressed(st);
+        if (waited) srv_conn_waiting(&st->conn, true); /* generating is not the client being idle */
+        while (!progressed(st)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            if (!progressed(st) && srv_conn_gone(&st->conn)) {
+                pthread_mutex_unlock(&r->mu);
+                return -1; /* srv_stream_free cancels it */
+            }
+        }
+        build_events(st);
+        pthread_mutex_unlock(&r->mu);
+        if (waited) srv_conn_waiting(&st->conn, false);
+    }
+    size_t n = st->pend_len - st->pend_pos;
+    if (n > max) n = max;
+    memcpy(buf, st->pend + st->pend_pos, n);
+    st->pend_pos += n;
+    return (ssize_t)n;
+}
+
+/* ------------------------------------------------------------ tokenize */
+
+void srv_api_tokenize(srv *s, json_t *b, srv_out *o) {
+    json_t *t = json_object_get(b, "content");
+    if (!t) t = json_object_get(b, "text");
+    if (!t) t = json_object_get(b, "prompt");
+    if (!json_is_string(t)) return srv_error(o, 400, "'content' must be a string");
+    bool add_special = true, parse_special = true, with_pieces = false;
+    if (!get_bool(b, "add_special", &add_special, o) || !get_bool(b, "parse_special", &parse_special, o) ||
+        !get_bool(b, "with_pieces", &with_pieces, o))
+        return;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!srv_tokenize(s, json_string_value(t), json_string_length(t), add_special, parse_special, &ids, &n, o)) return;
+    json_t *a = json_array(), *p = with_pieces ? json_array() : NULL;
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(a, json_integer(ids[i]));
+        if (p) json_array_append_new(p, srv_token_string(s, ids[i]));
+    }
+    free(ids);
+    o->status = 200;
+    o->json = json_pack("{s:o}", "tokens", a);
+    if (p) json_object_set_new(o->json, "pieces", p);
+}
+
+void srv_api_detokenize(srv *s, json_t *b, srv_out *o) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!srv_json_tokens(s, json_object_get(b, "tokens"), "tokens", &ids, &n, o)) return;
+    size_t need = 0;
+    pkv_status st = pkv_model_detokenize(s->m, ids, (size_t)n, false, NULL, 0, &need);
+    char *text = (st == PKV_OK || st == PKV_ERR_INVALID) ? malloc(need + 1) : NULL;
+    if (!text || pkv_model_detokenize(s->m, ids, (size_t)n, false, text, need + 1, &need)) {
+        free(ids);
+        free(text);
+        return srv_error(o, 400, "cannot detokenize: %s", pkv_errmsg());
+    }
+    free(ids);
+    o->status = 200;
+    o->json = json_pack("{s:o}", "content", srv_text_json(text, need));
+    free(text);
+}

@@ -1,0 +1,1048 @@
+/* The generation worker of pagekv serve (see server-gen.h). One thread owns the
+ * model and the cache. Each loop: run queued calls (contexts API), admit
+ * waiting requests while there is room for their sequences (prefill the prompt
+ * after a prefix-cache match, fork it n ways), then one step: sample a token for
+ * every running sequence and decode all of them in ONE batched pkv_decode. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server-gen.h"
+#include "server/server.h"
+
+const double srv_ttft_buckets[11] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+const double srv_tpot_buckets[10] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct call {
+    srv_call_fn fn;
+    void *arg;
+    bool done;
+    struct call *next;
+} call;
+
+typedef struct gseq {
+    srv_req *r;
+    int idx;
+    pkv_context *ctx;
+    srv_ctx *ce;       /* contexts API: the registry entry (ctx is its context) */
+    pkv_sampler *smp;
+    int n_gen;
+    double t_last;
+    bool finished;     /* no more tokens; removed after this step's decode */
+} gseq;
+
+struct srv_gen {
+    pkv_engine *eng; /* the serving-engine backend, or NULL (simple backend) */
+    pkv_model *m;
+    pkv_kv_cache *c;
+    srv_gen_params p;
+    int32_t n_vocab;
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu; /* guards everything below up to the worker-only part */
+    pthread_cond_t cv, cv_done;
+    bool stop;
+    int eng_waiting;    /* requests the engine has not started (snapshot) */
+    srv_req **waiting;
+    int n_waiting, cap_waiting;
+    call *calls, *calls_tail;
+    srv_stats st;
+    /* worker-only */
+    gseq **act;
+    int n_act, cap_act;
+    srv_ctx **ctxs;
+    int n_ctxs;
+    int64_t next_ctx_id;
+    float *work; /* [n_vocab] */
+    double last_sweep;
+    int eng_pending; /* unfinished engine requests after the last step */
+    bool defer;      /* inside a loop iteration: req_finish_one queues to fin */
+    srv_req **fin;
+    int n_fin, cap_fin;
+};
+
+/* ------------------------------------------------------------- requests */
+
+srv_req *srv_req_new(int n) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->ch = calloc((size_t)(n > 0 ? n : 1), sizeof *r->ch);
+    if (!r->ch) {
+        free(r);
+        return NULL;
+    }
+    r->n = n;
+    r->refs = 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+void srv_req_release(srv_req *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left > 0) return;
+    for (int i = 0; i < r->n; i++) {
+        free(r->ch[i].text);
+        free(r->ch[i].toks);
+    }
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->ch);
+    free(r->prompt);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Mark a request failed (the worker drops its sequences at the next step). */
+static void req_fail(srv_req *r, int status, const char *fmt, const char *detail) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->http_status) {
+        r->http_status = status;
+        snprintf(r->err, sizeof r->err, fmt, detail ? detail : "");
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ----------------------------------------------------------------- create */
+
+static void *worker(void *arg);
+
+srv_gen *srv_gen_create(pkv_model *m, pkv_kv_cache *c, srv_gen_params p) {
+    srv_gen *g = calloc(1, sizeof *g);
+    pkv_model_info info;
+    if (!g || pkv_model_get_info(m, &info)) {
+        free(g);
+        return NULL;
+    }
+    g->m = m;
+    g->c = c;
+    g->p = p;
+    g->n_vocab = info.n_vocab;
+    g->next_ctx_id = 1;
+    g->work = malloc((size_t)info.n_vocab * sizeof(float));
+    g->ctxs = calloc((size_t)(p.max_contexts > 0 ? p.max_contexts : 1), sizeof *g->ctxs);
+    if (!g->work || !g->ctxs) {
+        free(g->work);
+        free(g->ctxs);
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    pthread_cond_init(&g->cv_done, NULL);
+    pkv_kv_stats_get(c, &g->st.kv);
+    if (pthread_create(&g->th, NULL, worker, g)) {
+        srv_gen_free(g);
+        return NULL;
+    }
+    g->started = true;
+    return g;
+}
+
+srv_gen *srv_gen_create_engine(pkv_engine *e, srv_gen_params p) {
+    srv_gen *g = srv_gen_create(pkv_engine_model(e), pkv_engine_cache(e), p);
+    if (!g) {
+        pkv_engine_free(e);
+        return NULL;
+    }
+    pthread_mutex_lock(&g->mu); /* the worker reads eng under mu when it wakes */
+    g->eng = e;
+    g->st.engine = true;
+    pthread_mutex_unlock(&g->mu);
+    return g;
+}
+
+void srv_gen_free(srv_gen *g) {
+    if (!g) return;
+    if (g->started) {
+        pthread_mutex_lock(&g->mu);
+        g->stop = true;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->th, NULL);
+    }
+    for (int i = 0; i < g->n_ctxs; i++) {
+        pkv_context_free(g->ctxs[i]->ctx);
+        free(g->ctxs[i]);
+    }
+    /* after the contexts (they live in its cache): final CANCELLED events for what is left */
+    pkv_engine_free(g->eng);
+    free(g->ctxs);
+    free(g->fin);
+    free(g->act);
+    free(g->waiting);
+    free(g->work);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    pthread_cond_destroy(&g->cv_done);
+    free(g);
+}
+
+pkv_model *srv_gen_model(srv_gen *g) { return g->m; }
+pkv_kv_cache *srv_gen_cache(srv_gen *g) { return g->c; }
+
+bool srv_gen_submit(srv_gen *g, srv_req *r) {
+    pthread_mutex_lock(&g->mu);
+    if (g->stop || g->n_waiting + g->eng_waiting >= g->p.queue) {
+        pthread_mutex_unlock(&g->mu);
+        return false;
+    }
+    if (g->n_waiting == g->cap_waiting) {
+        int nc = g->cap_waiting ? g->cap_waiting * 2 : 16;
+        srv_req **w = realloc(g->waiting, (size_t)nc * sizeof *w);
+        if (!w) {
+            pthread_mutex_unlock(&g->mu);
+            return false;
+        }
+        g->waiting = w;
+        g->cap_waiting = nc;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    r->t_submit = srv_now();
+    pthread_mutex_unlock(&r->mu);
+    g->waiting[g->n_waiting++] = r;
+    g->st.waiting = g->n_waiting;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return true;
+}
+
+void srv_gen_cancel(srv_gen *g, srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->cancelled = true;
+    uint64_t eid = r->engine_id;
+    pthread_mutex_unlock(&r->mu);
+    if (eid && g->eng) pkv_engine_cancel(g->eng, eid); /* thread-safe; unknown once finished */
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void srv_gen_stats(srv_gen *g, srv_stats *out) {
+    pthread_mutex_lock(&g->mu);
+    *out = g->st;
+    pkv_engine *e = g->eng;
+    pthread_mutex_unlock(&g->mu);
+    if (e) { /* the engine's own figures (its snapshot is thread-safe) */
+        pkv_engine_stats es;
+        pkv_engine_stats_get(e, &es);
+        out->waiting += es.n_waiting;
+        out->running += es.n_requests - es.n_waiting;
+        out->prompt_tokens += es.prompt_tokens;
+        out->prefix_hit_tokens += es.prefix_hit_tokens;
+        out->gen_tokens += es.generated_tokens;
+        out->preemptions += es.preemptions_swap + es.preemptions_recompute;
+        out->seqs_swapped = es.n_swapped;
+        out->seqs_recompute = es.n_recompute;
+    }
+}
+
+void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg) {
+    call k = {fn, arg, false, NULL};
+    pthread_mutex_lock(&g->mu);
+    if (g->stop) { /* the worker is gone: nothing else uses the model now */
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    if (g->calls_tail) g->calls_tail->next = &k;
+    else g->calls = &k;
+    g->calls_tail = &k;
+    pthread_cond_broadcast(&g->cv);
+    while (!k.done) pthread_cond_wait(&g->cv_done, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ------------------------------------------------------------- contexts */
+
+srv_ctx *srv_ctx_find(srv_gen *g, int64_t id) {
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (g->ctxs[i]->id == id) return g->ctxs[i];
+    return NULL;
+}
+
+int srv_ctx_count(srv_gen *g) { return g->n_ctxs; }
+srv_ctx *srv_ctx_at(srv_gen *g, int i) { return i >= 0 && i < g->n_ctxs ? g->ctxs[i] : NULL; }
+
+srv_ctx *srv_ctx_add(srv_gen *g, pkv_context *ctx) {
+    if (g->n_ctxs >= g->p.max_contexts) return NULL;
+    srv_ctx *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->id = g->next_ctx_id++;
+    e->ctx = ctx;
+    e->last_used = srv_now();
+    g->ctxs[g->n_ctxs++] = e;
+    return e;
+}
+
+void srv_ctx_remove(srv_gen *g, srv_ctx *e) {
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (g->ctxs[i] == e) {
+            g->ctxs[i] = g->ctxs[--g->n_ctxs];
+            break;
+        }
+    pkv_context_free(e->ctx);
+    free(e);
+}
+
+void srv_gen_make_room(srv_gen *g, int64_t pages) {
+    for (;;) {
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(g->c, &ks);
+        if (ks.pages_free + ks.pages_cached >= pages) return;
+        srv_ctx *lru = NULL;
+        for (int i = 0; i < g->n_ctxs; i++) {
+            srv_ctx *e = g->ctxs[i];
+            if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used))
+                lru = e;
+        }
+        if (!lru || pkv_context_swap_out(lru->ctx)) return;
+        lru->swapped = true;
+        pthread_mutex_lock(&g->mu);
+        g->st.preemptions++;
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+pkv_status srv_ctx_resident(srv_gen *g, srv_ctx *e) {
+    if (!e->swapped) return PKV_OK;
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
+    int64_t need = (pkv_context_n_tokens(e->ctx) + ps - 1) / ps;
+    pkv_status s = pkv_context_swap_in(e->ctx);
+    if (s == PKV_ERR_OUT_OF_PAGES) {
+        e->busy = true; /* not a candidate for make_room */
+        srv_gen_make_room(g, need);
+        e->busy = false;
+        s = pkv_context_swap_in(e->ctx);
+    }
+    if (!s) e->swapped = false;
+    return s;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void srv_ctx_pages(srv_gen *g, srv_ctx *e, int64_t *pages, int64_t *shared) {
+    *pages = *shared = 0;
+    if (e->swapped) return;
+    int32_t *seqs = malloc((size_t)(g->n_ctxs + g->n_act + 1) * sizeof *seqs);
+    if (!seqs) return;
+    int n = 0;
+    seqs[n++] = pkv_context_seq(e->ctx);
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (g->ctxs[i] != e && !g->ctxs[i]->swapped) seqs[n++] = pkv_context_seq(g->ctxs[i]->ctx);
+    for (int i = 0; i < g->n_act; i++)
+        if (!g->act[i]->ce) seqs[n++] = pkv_context_seq(g->act[i]->ctx);
+    pkv_kv_block_table bt;
+    if (pkv_kv_block_table_get(g->c, n, seqs, false, &bt) == PKV_OK) {
+        *pages = bt.indptr[1] - bt.indptr[0];
+        int32_t n_other = bt.indptr[n] - bt.indptr[1];
+        int32_t *other = malloc(((size_t)n_other + 1) * sizeof *other);
+        if (other) {
+            memcpy(other, bt.pages + bt.indptr[1], (size_t)n_other * sizeof *other);
+            qsort(other, (size_t)n_other, sizeof *other, cmp_i32);
+            for (int32_t k = bt.indptr[0]; k < bt.indptr[1]; k++)
+                if (bsearch(&bt.pages[k], other, (size_t)n_other, sizeof *other, cmp_i32)) (*shared)++;
+            free(other);
+        }
+    }
+    free(seqs);
+}
+
+/* Swap out contexts idle past ctx_swap_s, drop those idle past ctx_ttl_s. */
+static void sweep(srv_gen *g) {
+    double now = srv_now();
+    if (now - g->last_sweep < 0.5) return;
+    g->last_sweep = now;
+    for (int i = 0; i < g->n_ctxs;) {
+        srv_ctx *e = g->ctxs[i];
+        double idle = now - e->last_used;
+        if (!e->busy && g->p.ctx_ttl_s > 0 && idle > g->p.ctx_ttl_s) {
+            srv_ctx_remove(g, e);
+            continue;
+        }
+        if (!e->busy && !e->swapped && g->p.ctx_swap_s > 0 && idle > g->p.ctx_swap_s &&
+            pkv_context_n_tokens(e->ctx) > 0 && pkv_context_swap_out(e->ctx) == PKV_OK)
+            e->swapped = true;
+        i++;
+    }
+}
+
+/* --------------------------------------------------------------- admit */
+
+static void seq_free(srv_gen *g, gseq *s) {
+    pkv_sampler_free(s->smp);
+    if (s->ce) {
+        s->ce->busy = false;
+        s->ce->last_used = srv_now();
+    } else {
+        pkv_context_free(s->ctx);
+    }
+    (void)g;
+    free(s);
+}
+
+static bool act_push(srv_gen *g, gseq *s) {
+    if (g->n_act == g->cap_act) {
+        int nc = g->cap_act ? g->cap_act * 2 : 16;
+        gseq **a = realloc(g->act, (size_t)nc * sizeof *a);
+        if (!a) return false;
+        g->act = a;
+        g->cap_act = nc;
+    }
+    g->act[g->n_act++] = s;
+    return true;
+}
+
+static void req_finish_now(srv_gen *g, srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->n_done++;
+    bool all = r->n_done >= r->n;
+    if (all) {
+        r->done = true;
+        for (int i = 0; i < r->n; i++) r->ch[i].stable = r->ch[i].len;
+    }
+    bool failed = r->http_status != 0;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (all) {
+        pthread_mutex_lock(&g->mu);
+        if (failed) g->st.requests_failed++;
+        else g->st.requests_done++;
+        pthread_mutex_unlock(&g->mu);
+        srv_req_release(r);
+    }
+}
+
+/* One choice of r is over. On the worker thread this is deferred to the end of
+ * the loop iteration, after the statistics snapshot is refreshed: a client that
+ * reads /metrics right after its answer sees its pages returned. */
+static void req_finish_one(srv_gen *g, srv_req *r) {
+    if (g->defer) {
+        if (g->n_fin == g->cap_fin) {
+            int nc = g->cap_fin ? g->cap_fin * 2 : 64;
+            srv_req **a = realloc(g->fin, (size_t)nc * sizeof *a);
+            if (!a) { /* cannot defer: finish now (only the snapshot is late) */
+                req_finish_now(g, r);
+                return;
+            }
+            g->fin = a;
+            g->cap_fin = nc;
+        }
+        g->fin[g->n_fin++] = r;
+        return;
+    }
+    req_finish_now(g, r);
+}
+
+static void flush_finished(srv_gen *g) {
+    for (int i = 0; i < g->n_fin; i++) req_finish_now(g, g->fin[i]);
+    g->n_fin = 0;
+}
+
+/* Fail a request that has no sequences yet. */
+static void admit_fail(srv_gen *g, srv_req *r, int status, const char *fmt, const char *detail) {
+    req_fail(r, status, fmt, detail);
+    pthread_mutex_lock(&r->mu);
+    r->n_done = r->n - 1;
+    pthread_mutex_unlock(&r->mu);
+    req_finish_one(g, r);
+}
+
+static void admit(srv_gen *g, srv_req *r) {
+    pkv_context *base = NULL;
+    srv_ctx *ce = NULL;
+    int matched = 0;
+    pkv_status s;
+    if (r->cancelled) {
+        admit_fail(g, r, 499, "cancelled%s", "");
+        return;
+    }
+    if (r->ctx_id) {
+        ce = srv_ctx_find(g, r->ctx_id);
+        if (!ce) {
+            admit_fail(g, r, 404, "no context %s", "with this id (deleted, or dropped after its TTL)");
+            return;
+        }
+        if (ce->busy) {
+            admit_fail(g, r, 409, "the context is generating already%s", "");
+            return;
+        }
+        if ((s = srv_ctx_resident(g, ce))) {
+            admit_fail(g, r, 503, "cannot swap the context in: %s", pkv_errmsg());
+            return;
+        }
+        base = ce->ctx;
+        int64_t len = pkv_context_n_tokens(base);
+        if (len == 0) {
+            admit_fail(g, r, 400, "the context is empty: append tokens first%s", "");
+            return;
+        }
+        if (!pkv_context_logits(base)) { /* after truncate: decode the last token again */
+            int32_t last;
+            if ((s = pkv_context_tokens(base, len - 1, 1, &last)) || (s = pkv_context_truncate(base, len - 1)) ||
+                (s = pkv_context_decode(base, &last, 1))) {
+                admit_fail(g, r, 500, "cannot restore the context's logits: %s", pkv_errmsg());
+                return;
+            }
+        }
+        int64_t room = pkv_context_n_ctx(base) - len;
+        if (r->max_tokens > room) r->max_tokens = (int)room;
+        ce->busy = true;
+    } else {
+        base = pkv_context_create(g->m, g->c, g->p.n_ctx);
+        if (!base) {
+            admit_fail(g, r, 503, "cannot create a sequence: %s", pkv_errmsg());
+            return;
+        }
+        int64_t nm = 0;
+        if (r->n_prompt > 1 && pkv_kv_prefix_match(g->c, pkv_context_seq(base), r->prompt, NULL, r->n_prompt - 1, &nm))
+            nm = 0;
+        matched = (int)nm;
+        s = pkv_context_decode(base, r->prompt + matched, r->n_prompt - matched);
+        if (s == PKV_ERR_OUT_OF_PAGES) {
+            int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
+            srv_gen_make_room(g, (r->n_prompt - matched) / ps + 2);
+            s = pkv_context_decode(base, r->prompt + matched, r->n_prompt - matched);
+        }
+        if (s) {
+            pkv_context_free(base);
+            admit_fail(g, r, s == PKV_ERR_OUT_OF_PAGES ? 503 : 400, "prefill failed: %s", pkv_errmsg());
+            return;
+        }
+        int64_t room = pkv_context_n_ctx(base) - r->n_prompt + 1; /* the last token is never decoded */
+        if (r->max_tokens > room) r->max_tokens = (int)room;
+    }
+    gseq *seqs[64] = {0};
+    bool ok = true;
+    for (int i = 0; i < r->n && ok; i++) {
+        gseq *q = calloc(1, sizeof *q);
+        pkv_sampler_params sp = r->sp;
+        sp.seed = r->sp.seed + (uint64_t)i;
+        if (!q) {
+            ok = false;
+            break;
+        }
+        seqs[i] = q;
+        q->r = r;
+        q->idx = i;
+        q->ce = ce;
+        q->ctx = i == 0 ? base : pkv_context_fork(base); /* n > 1: O(1) copy-on-write forks */
+        q->smp = pkv_sampler_create(sp, g->n_vocab);
+        if (!q->ctx || !q->smp) ok = false;
+    }
+    if (!ok) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        for (int i = 0; i < r->n; i++) {
+            if (!seqs[i]) continue;
+            pkv_sampler_free(seqs[i]->smp);
+            if (!ce && seqs[i]->ctx) pkv_context_free(seqs[i]->ctx);
+            free(seqs[i]);
+        }
+        if (ce) ce->busy = false;
+        admit_fail(g, r, 503, "cannot start the request: %s", msg);
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->cached_tokens = matched;
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        seqs[i]->t_last = srv_now();
+        if (!act_push(g, seqs[i])) { /* cannot grow the list: drop the request cleanly */
+            req_fail(r, 500, "out of memory%s", "");
+            for (int k = i; k < r->n; k++) {
+                if (k > 0 || !ce) pkv_context_free(seqs[k]->ctx);
+                pkv_sampler_free(seqs[k]->smp);
+                free(seqs[k]);
+                req_finish_one(g, r);
+            }
+            if (ce) ce->busy = false;
+            break;
+        }
+    }
+    pthread_mutex_lock(&g->mu);
+    g->st.prompt_tokens += (uint64_t)r->n_prompt;
+    g->st.prefix_hit_tokens += (uint64_t)matched;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ----------------------------------------------------------------- step */
+
+static bool grow_text(srv_choice *c, size_t add) {
+    if (c->len + add + 1 <= c->cap) return true;
+    size_t nc = (c->len + add + 1) * 2 + 64;
+    char *t = realloc(c->text, nc);
+    if (!t) return false;
+    c->text = t;
+    c->cap = nc;
+    return true;
+}
+
+/* Bytes at the end of text that are the start of some stop string (held back). */
+static size_t stop_holdback(const srv_req *r, const char *text, size_t len) {
+    size_t best = 0;
+    for (int k = 0; k < r->n_stop; k++) {
+        size_t sl = strlen(r->stop[k]);
+        for (size_t m = sl - 1; m > best; m--)
+            if (m <= len && !memcmp(text + len - m, r->stop[k], m)) {
+                best = m;
+                break;
+            }
+    }
+    return best;
+}
+
+static void hist_add(uint64_t *h, const double *b, int nb, double v) {
+    int i = 0;
+    while (i < nb && v > b[i]) i++;
+    h[i]++;
+}
+
+/* Append token tk to choice idx of r: its text, stop strings, max_tokens. eog:
+ * an end-of-generation token (no text). Returns the finish reason or NULL. */
+static const char *choice_push(srv_gen *g, srv_req *r, int idx, const srv_tok *tk0, bool eog) {
+    srv_choice *c = &r->ch[idx];
+    srv_tok tk = *tk0;
+    char piece[512];
+    size_t np = 0;
+    if (eog || pkv_model_token_piece(g->m, tk.id, false, piece, sizeof piece, &np)) np = 0;
+    const char *fin = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (c->n_toks == c->cap_toks) {
+        int nc = c->cap_toks ? c->cap_toks * 2 : 32;
+        srv_tok *a = realloc(c->toks, (size_t)nc * sizeof *a);
+        if (a) {
+            c->toks = a;
+            c->cap_toks = nc;
+        }
+    }
+    if (c->n_toks < c->cap_toks && grow_text(c, np)) {
+        tk.text_off = c->len;
+        c->toks[c->n_toks++] = tk;
+        size_t old = c->len;
+        memcpy(c->text + c->len, piece, np);
+        c->len += np;
+        c->text[c->len] = 0;
+        if (eog) fin = "stop";
+        /* stop strings: the earliest match in the region the new bytes can complete */
+        size_t maxs = 0;
+        for (int k = 0; k < r->n_stop; k++)
+            if (strlen(r->stop[k]) > maxs) maxs = strlen(r->stop[k]);
+        size_t from = old >= maxs ? old - maxs + 1 : 0;
+        size_t cut = (size_t)-1;
+        for (int k = 0; k < r->n_stop && np; k++) {
+            size_t sl = strlen(r->stop[k]);
+            for (size_t i = from; i + sl <= c->len; i++)
+                if (!memcmp(c->text + i, r->stop[k], sl)) {
+                    if (i < cut) cut = i;
+                    break;
+                }
+        }
+        if (cut != (size_t)-1) {
+            c->len = cut;
+            c->text[cut] = 0;
+            fin = "stop";
+        }
+        if (!fin && c->n_toks >= r->max_tokens) fin = "length";
+        size_t st = c->len - stop_holdback(r, c->text, c->len);
+        st = pkv_utf8_stable(c->text, st);
+        if (st > c->stable) c->stable = st;
+    } else {
+        if (!r->http_status) {
+            r->http_status = 500;
+            snprintf(r->err, sizeof r->err, "out of memory recording tokens");
+        }
+        fin = "length";
+    }
+    if (fin) {
+        c->finish = fin;
+        c->stable = c->len;
+    }
+    /* latency: first token since arrival, then the gap between tokens */
+    double now = srv_now(), v = c->n_toks <= 1 ? now - r->t_submit : now - c->t_last;
+    c->t_last = now;
+    bool first = c->n_toks <= 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&g->mu);
+    if (first) {
+        hist_add(g->st.ttft_hist, srv_ttft_buckets, 11, v);
+        g->st.ttft_sum += v;
+        g->st.ttft_count++;
+    } else {
+        hist_add(g->st.tpot_hist, srv_tpot_buckets, 10, v);
+        g->st.tpot_sum += v;
+        g->st.tpot_count++;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return fin;
+}
+
+/* Simple backend: token t sampled from logits lg; logprobs from the raw logits. */
+static const char *choice_add(srv_gen *g, gseq *q, int32_t t, const float *lg) {
+    srv_req *r = q->r;
+    float mx = lg[0];
+    for (int32_t v = 1; v < g->n_vocab; v++)
+        if (lg[v] > mx) mx = lg[v];
+    double sum = 0;
+    for (int32_t v = 0; v < g->n_vocab; v++) sum += exp((double)(lg[v] - mx));
+    double lse = (double)mx + log(sum);
+    srv_tok tk;
+    memset(&tk, 0, sizeof tk);
+    tk.id = t;
+    tk.logprob = (float)((double)lg[t] - lse);
+    for (int k = 0; k < r->top_logprobs; k++) { /* selection: k is at most 20 */
+        int32_t best = -1;
+        for (int32_t v = 0; v < g->n_vocab; v++) {
+            bool taken = false;
+            for (int j = 0; j < k && !taken; j++) taken = tk.top_id[j] == v;
+            if (!taken && (best < 0 || lg[v] > lg[best])) best = v;
+        }
+        tk.top_id[k] = best;
+        tk.top_lp[k] = (float)((double)lg[best] - lse);
+        tk.n_top = k + 1;
+    }
+    bool eog = !r->ignore_eos && pkv_model_is_eog(g->m, t);
+    for (int k = 0; k < r->n_stop_ids && !eog; k++) eog = r->stop_ids[k] == t;
+    const char *fin = choice_push(g, r, q->idx, &tk, eog);
+    q->n_gen++;
+    pthread_mutex_lock(&g->mu);
+    g->st.gen_tokens++;
+    pthread_mutex_unlock(&g->mu);
+    return fin;
+}
+
+static int32_t sample_one(gseq *q, const float *lg, pkv_status *st) {
+    int32_t t = 0;
+    *st = pkv_sampler_sample(q->smp, lg, &t);
+    if (!*st) pkv_sampler_accept(q->smp, t);
+    return t;
+}
+
+static void step(srv_gen *g) {
+    int n = g->n_act;
+    if (n == 0) return;
+    pkv_context **bc = malloc((size_t)n * sizeof *bc);
+    int32_t *bt = malloc((size_t)n * sizeof *bt), *ones = malloc((size_t)n * sizeof *ones);
+    const int32_t **bp = malloc((size_t)n * sizeof *bp);
+    gseq **bs = malloc((size_t)n * sizeof *bs);
+    int nb = 0;
+    if (!bc || !bt || !ones || !bp || !bs) {
+        for (int i = 0; i < n; i++) req_fail(g->act[i]->r, 500, "out of memory%s", "");
+        goto drop;
+    }
+    for (int i = 0; i < n; i++) {
+        gseq *q = g->act[i];
+        srv_req *r = q->r;
+        pthread_mutex_lock(&r->mu);
+        bool stop = r->cancelled || r->http_status;
+        pthread_mutex_unlock(&r->mu);
+        if (stop) {
+            q->finished = true;
+            continue;
+        }
+        const float *lg = pkv_context_logits(q->ctx);
+        pkv_status st = PKV_OK;
+        int32_t t = lg ? sample_one(q, lg, &st) : 0;
+        if (!lg || st) {
+            req_fail(r, 500, "sampling failed: %s", lg ? pkv_errmsg() : "no logits");
+            q->finished = true;
+            continue;
+        }
+        const char *fin = choice_add(g, q, t, lg);
+        bool room = pkv_context_n_tokens(q->ctx) + 1 <= pkv_context_n_ctx(q->ctx);
+        if (fin) q->finished = true;
+        if (!room) {
+            if (!fin) {
+                pthread_mutex_lock(&r->mu);
+                r->ch[q->idx].finish = "length";
+                r->ch[q->idx].stable = r->ch[q->idx].len;
+                pthread_mutex_unlock(&r->mu);
+            }
+            q->finished = true;
+        }
+        /* A context of the contexts API keeps every sampled token: decode the last too. */
+        if (room && (!q->finished || q->ce)) {
+            bt[nb] = t;
+            ones[nb] = 1;
+            bc[nb] = q->ctx;
+            bs[nb] = q;
+            nb++;
+        }
+    }
+    for (int i = 0; i < nb; i++) bp[i] = &bt[i];
+    while (nb > 0) {
+        pkv_status s = pkv_decode(bc, nb, bp, ones);
+        if (s == PKV_OK) break;
+        if (s == PKV_ERR_OUT_OF_PAGES) {
+            srv_gen_make_room(g, nb + 1);
+            if ((s = pkv_decode(bc, nb, bp, ones)) == PKV_OK) break;
+        }
+        /* Drop the newest sequence of the batch and try again with the rest. */
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s: %s", pkv_status_str(s), pkv_errmsg());
+        gseq *q = bs[nb - 1];
+        req_fail(q->r, s == PKV_ERR_OUT_OF_PAGES ? 503 : 500, "decode failed: %s", msg);
+        q->finished = true;
+        nb--;
+        if (s != PKV_ERR_OUT_OF_PAGES) { /* not a capacity problem: fail the whole batch */
+            for (int i = 0; i < nb; i++) {
+                req_fail(bs[i]->r, 500, "decode failed: %s", msg);
+                bs[i]->finished = true;
+            }
+            break;
+        }
+    }
+drop:
+    for (int i = 0; i < g->n_act;) {
+        gseq *q = g->act[i];
+        srv_req *r = q->r;
+        pthread_mutex_lock(&r->mu);
+        bool stop = r->cancelled || r->http_status;
+        pthread_mutex_unlock(&r->mu);
+        if (!q->finished && !stop && bc) {
+            i++;
+            continue;
+        }
+        if (q->ce) {
+            pthread_mutex_lock(&r->mu);
+            r->ctx_len = pkv_context_n_tokens(q->ctx);
+            pthread_mutex_unlock(&r->mu);
+        }
+        memmove(g->act + i, g->act + i + 1, (size_t)(g->n_act - i - 1) * sizeof *g->act); /* keep arrival order */
+        g->n_act--;
+        seq_free(g, q);
+        req_finish_one(g, r);
+    }
+    free(bc);
+    free(bt);
+    free(ones);
+    free(bp);
+    free(bs);
+}
+
+static int active_seqs(srv_gen *g) { return g->n_act; }
+
+/* ------------------------------------------------------- engine backend */
+
+/* Events of the serving engine, on the worker thread (it steps the engine). */
+static bool on_engine_event(const pkv_engine_event *ev, void *user) {
+    srv_req *r = user;
+    srv_gen *g = r->backend;
+    const char *fin = NULL;
+    if (ev->sample < 0 || ev->sample >= r->n) return false;
+    if (ev->token >= 0) {
+        srv_tok tk;
+        memset(&tk, 0, sizeof tk);
+        tk.id = ev->token;
+        tk.logprob = ev->logprob;
+        tk.n_top = ev->n_top < r->top_logprobs ? ev->n_top : r->top_logprobs;
+        for (int k = 0; k < tk.n_top; k++) {
+            tk.top_id[k] = ev->top[k].token;
+            tk.top_lp[k] = ev->top[k].logprob;
+        }
+        fin = choice_push(g, r, ev->sample, &tk, ev->stop_token);
+    }
+    pthread_mutex_lock(&r->mu);
+    r->cached_tokens = ev->n_cached;
+    bool cancelled = r->cancelled;
+    if (ev->finish != PKV_FINISH_NONE) {
+        srv_choice *c = &r->ch[ev->sample];
+        if (!c->finish) c->finish = ev->finish == PKV_FINISH_LENGTH ? "length" : "stop";
+        c->stable = c->len;
+        if (ev->finish == PKV_FINISH_ERROR && !r->http_status) {
+            r->http_status = ev->status == PKV_ERR_INVALID ? 400 : 500;
+            snprintf(r->err, sizeof r->err, "%s", ev->message ? ev->message : "engine error");
+        }
+        if (ev->finish == PKV_FINISH_CANCELLED && !r->cancelled && !r->http_status) {
+            r->http_status = 503;
+            snprintf(r->err, sizeof r->err, "the server is shutting down");
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (ev->finish != PKV_FINISH_NONE) {
+        req_finish_one(g, r);
+        return false;
+    }
+    return !fin && !cancelled;
+}
+
+static void admit_engine(srv_gen *g, srv_req *r) {
+    if (r->cancelled) {
+        admit_fail(g, r, 499, "cancelled%s", "");
+        return;
+    }
+    int64_t room = g->p.n_ctx - r->n_prompt;
+    if (r->max_tokens > room) r->max_tokens = (int)room;
+    pkv_request_params rp = pkv_request_default_params();
+    rp.prompt = r->prompt;
+    rp.n_prompt = r->n_prompt;
+    rp.sampling = r->sp;
+    rp.max_tokens = r->max_tokens;
+    rp.stop_tokens = r->stop_ids;
+    rp.n_stop = r->n_stop_ids;
+    rp.n = r->n;
+    rp.top_logprobs = r->top_logprobs;
+    rp.ignore_eos = r->ignore_eos;
+    rp.on_event = on_engine_event;
+    rp.user = r;
+    r->backend = g;
+    uint64_t id = 0;
+    pkv_status st = pkv_engine_submit(g->eng, &rp, &id);
+    if (st) {
+        admit_fail(g, r, st == PKV_ERR_INVALID ? 400 : 503, "%s", pkv_errmsg());
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->engine_id = id;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The engine cannot see the contexts of the contexts API: their pages look
+ * taken to it. Before each step, idle contexts yield: the least recently used
+ * are swapped out to the host pool until the engine has room for one step (its
+ * running sequences plus a full batch of new tokens), and one more each step
+ * while the engine has requests waiting or preempted. */
+static void engine_room(srv_gen *g) {
+    pkv_engine_stats es;
+    pkv_engine_stats_get(g->eng, &es);
+    pthread_mutex_lock(&g->mu);
+    g->eng_waiting = es.n_waiting;
+    pthread_mutex_unlock(&g->mu);
+    if (es.n_requests == 0) return;
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
+    int bt = g->p.batch_tokens > 0 ? g->p.batch_tokens : 256;
+    int64_t need = es.n_running + (bt + ps - 1) / ps + 1;
+    int extra = es.n_waiting + es.n_swapped + es.n_recompute > 0 ? 1 : 0;
+    for (;;) {
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(g->c, &ks);
+        if (ks.pages_free + ks.pages_cached >= need && extra == 0) return;
+        srv_ctx *lru = NULL;
+        for (int i = 0; i < g->n_ctxs; i++) {
+            srv_ctx *e = g->ctxs[i];
+            if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used))
+                lru = e;
+        }
+        if (!lru || pkv_context_swap_out(lru->ctx) != PKV_OK) return;
+        lru->swapped = true;
+        if (extra) extra--;
+        pthread_mutex_lock(&g->mu);
+        g->st.preemptions++;
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+/* The statistics /metrics reads, as of now. Worker thread. */
+static void snapshot(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    pkv_kv_stats_get(g->c, &g->st.kv);
+    int running = 0;
+    for (int i = 0; i < g->n_act; i++)
+        if (g->act[i]->idx == 0) running++;
+    g->st.running = running;
+    g->st.waiting = g->n_waiting;
+    g->st.contexts = g->n_ctxs;
+    int sw = 0;
+    for (int i = 0; i < g->n_ctxs; i++) sw += g->ctxs[i]->swapped;
+    g->st.contexts_swapped = sw;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void *worker(void *arg) {
+    srv_gen *g = arg;
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        if (!g->stop && !g->calls && g->n_act == 0 && g->n_waiting == 0 && g->eng_pending == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        }
+        if (g->stop) {
+            pthread_mutex_unlock(&g->mu);
+            break;
+        }
+        call *calls = g->calls;
+        g->calls = g->calls_tail = NULL;
+        srv_req *adm[256];
+        int n_adm = 0, room = g->p.parallel - active_seqs(g);
+        while (g->n_waiting > 0 && n_adm < 256 &&
+               ((g->eng && !g->waiting[0]->ctx_id) || g->waiting[0]->n <= room || (g->n_act == 0 && n_adm == 0))) {
+            if (!g->eng || g->waiting[0]->ctx_id) room -= g->waiting[0]->n; /* engine requests: the engine schedules */
+            adm[n_adm++] = g->waiting[0];
+            memmove(g->waiting, g->waiting + 1, (size_t)(g->n_waiting - 1) * sizeof *g->waiting);
+            g->n_waiting--;
+        }
+        pthread_mutex_unlock(&g->mu);
+        g->defer = true;
+        for (call *k = calls; k; k = k->next) k->fn(g, k->arg);
+        if (calls) { /* answers leave after the snapshot shows their effect */
+            snapshot(g);
+            pthread_mutex_lock(&g->mu);
+            for (call *k = calls; k;) {
+                call *next = k->next; /* k lives on the caller's stack until done is seen */
+                k->done = true;
+                k = next;
+            }
+            pthread_cond_broadcast(&g->cv_done);
+            pthread_mutex_unlock(&g->mu);
+        }
+        for (int i = 0; i < n_adm; i++) {
+            if (g->eng && !adm[i]->ctx_id) admit_engine(g, adm[i]);
+            else admit(g, adm[i]);
+        }
+        step(g);
+        if (g->eng) {
+            engine_room(g);
+            int pending = 0;
+            if (pkv_engine_step(g->eng, &pending) == PKV_OK) g->eng_pending = pending;
+            else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
+        }
+        sweep(g);
+        snapshot(g);
+        g->defer = false;
+        flush_finished(g);
+    }
+    /* Shutting down: fail what is left. */
+    for (int i = 0; i < g->n_act; i++) req_fail(g->act[i]->r, 503, "the server is shutting down%s", "");
+    while (g->n_act > 0) {
+        gseq *q = g->act[--g->n_act];
+        srv_req *r = q->r;
+        seq_free(g, q);
+        req_finish_one(g, r);
+    }
+    pthread_mutex_lock(&g->mu);
+    int nw = g->n_waiting;
+    g->n_waiting = 0;
+    call *calls = g->calls;
+    g->calls = g->calls_tail = NULL;
+    pthread_mutex_unlock(&g->mu);
+    for (int i = 0; i < nw; i++) admit_fail(g, g->waiting[i], 503, "the server is shutting down%s", "");
+    for (call *k = calls; k;) { /* callers waiting: run them, nothing else uses the model now */
+        call *next = k->next;
+        k->fn(g, k->arg);
+        pthread_mutex_lock(&g->mu);
+        k->done = true;
+        pthread_cond_broadcast(&g->cv_done);
+        pthread_mutex_unlock(&g->mu);
+        k = next;
+    }
+    return NULL;
+}

@@ -1,0 +1,94 @@
+/* Shared by the HTTP layer (server-http.c) and the endpoint handlers
+ * (server-api.c: OpenAI endpoints; server-contexts.c: the contexts API). */
+#ifndef PKV_SERVER_HTTP_H
+#define PKV_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <pthread.h>
+
+#include "server/server-gen.h"
+#include "server/server.h"
+
+typedef struct srv {
+    pkv_serve_opts o;
+    pkv_model *m;
+    pkv_kv_cache *c;
+    srv_gen *g;
+    pkv_model_info info;
+    char model_id[256];
+    pkv_tpl tpl;           /* PKV_TPL_NONE: the model has no chat template */
+    int32_t stop_ids[16];  /* the template's end-of-turn tokens */
+    int n_stop_ids;
+    int64_t n_ctx;
+    int64_t created;       /* unix time of startup, for /v1/models */
+    pthread_mutex_t mu;    /* guards the counters below */
+    uint64_t http_count[600]; /* responses by status code */
+    uint64_t disconnects;  /* requests cancelled because the client went away */
+    int inflight;          /* requests between their first byte and their completion */
+    uint64_t seq;          /* for response ids */
+} srv;
+
+typedef struct srv_stream srv_stream;
+
+/* What a handler answers: a JSON body, a text body, or a stream. */
+typedef struct srv_out {
+    int status;
+    json_t *json;          /* owned */
+    char *text;            /* owned (malloc) */
+    const char *ctype;     /* for text */
+    srv_stream *stream;    /* owned */
+    int retry_after;       /* seconds, for 503 */
+} srv_out;
+
+/* An OpenAI error object: {"error": {"message", "type", "param", "code"}}. */
+void srv_error(srv_out *o, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The connection's socket, to notice a client that went away while waiting. */
+typedef struct srv_conn {
+    int fd;
+    void *mhd;        /* struct MHD_Connection */
+    unsigned timeout; /* --timeout, seconds */
+} srv_conn;
+/* True when the peer closed the connection. */
+bool srv_conn_gone(const srv_conn *c);
+/* The idle timeout is for the client: while the server itself is busy (waiting
+ * for the worker) it is off, and switching it back on restarts its timer. */
+void srv_conn_waiting(const srv_conn *c, bool waiting);
+
+/* Wait for r to finish (checking every 200 ms that the client is still there;
+ * if not, cancel it). Returns false when the client went away. */
+bool srv_wait_done(srv *s, srv_req *r, const srv_conn *conn);
+
+/* Streams (server-api.c): next bytes of the SSE body. Blocks until there are
+ * some; 0 at the end. < 0 on error. */
+ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max);
+void srv_stream_free(srv_stream *st); /* cancels the request if unfinished */
+
+/* Handlers. body is the parsed JSON (NULL for GET/DELETE). */
+void srv_api_models(srv *s, srv_out *o);
+void srv_api_completions(srv *s, json_t *body, bool chat, const srv_conn *conn, srv_out *o);
+void srv_api_tokenize(srv *s, json_t *body, srv_out *o);
+void srv_api_detokenize(srv *s, json_t *body, srv_out *o);
+/* /v1/contexts[/...]: rest is what follows "/v1/contexts" */
+void srv_api_contexts(srv *s, const char *method, const char *rest, json_t *body, const srv_conn *conn, srv_out *o);
+
+/* Helpers shared by the handlers. */
+/* Tokenize text; malloc'd ids in *out. false with an error in o. */
+bool srv_tokenize(srv *s, const char *text, size_t len, bool add_special, bool parse_special, int32_t **out,
+                  int *n, srv_out *o);
+/* A token array from JSON (every element an integer in [0, n_vocab)). */
+bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o);
+enum { SRV_FMT_CHAT, SRV_FMT_COMPLETION, SRV_FMT_CONTEXT };
+/* Sampling, length, n, logprobs and stop parameters shared by completions and
+ * contexts/generate (fmt selects the defaults and the logprobs syntax). */
+bool srv_parse_sampling(srv *s, json_t *body, srv_req *r, int fmt, bool *logprobs, srv_out *o);
+/* The bytes of token id, sanitized to UTF-8, as a JSON string. */
+json_t *srv_token_string(srv *s, int32_t id);
+/* A finished or streaming request's text segment as a JSON string (UTF-8 sanitized). */
+json_t *srv_text_json(const char *p, size_t n);
+/* A streaming response over r; fmt selects the chunk format. */
+srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
+                           const srv_conn *conn);
+void srv_next_id(srv *s, const char *prefix, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,95 @@
+/* pagekv serve: an OpenAI-compatible HTTP server (libmicrohttpd + jansson).
+ * Internal header shared by the files of src/server/ and src/cli/cmd-serve.c.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; those threads parse
+ * requests, tokenize (the tokenizer is read-only after load) and format
+ * responses. Everything that touches the model or the KV cache (prefill,
+ * decode, fork, truncate, swap, cache statistics) runs on ONE worker thread
+ * (server-gen.c), because a model and its cache are used by one thread at a
+ * time. Connection threads hand work to it and wait on a condition variable. */
+#ifndef PKV_SERVER_H
+#define PKV_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli/cli.h"
+#include "pagekv.h"
+
+typedef struct pkv_serve_opts {
+    const char *host;          /* IPv4 address to bind; default 127.0.0.1 */
+    int port;                  /* 0 = any free port (printed, and written to port_file) */
+    const char *port_file;     /* when set, the port is written there once listening */
+    int parallel;              /* sequences decoded together per step (requests x n) */
+    int64_t kv_pages;          /* device KV pages; 0 = from kv_mem_mib or the default */
+    int64_t kv_mem_mib;        /* device KV budget in MiB; 0 = default */
+    int64_t swap_mem_mib;      /* host swap pool in MiB; 0 = as many pages as the device pool */
+    const char *api_key;       /* required as "Authorization: Bearer KEY"; NULL = none */
+    const char *chat_template; /* a family name forcing the chat template; NULL = detect */
+    const char *alias;         /* model id reported by /v1/models; NULL = file name */
+    size_t max_body;           /* request body limit in bytes */
+    size_t max_header;         /* per-connection memory for the request line and headers */
+    int max_conns;             /* simultaneous connections */
+    int queue;                 /* requests waiting for a slot before 503 */
+    int timeout_s;             /* idle connection timeout (slow clients) */
+    int max_contexts;          /* contexts of the contexts API alive at once */
+    double ctx_swap_s;         /* idle contexts are swapped to host after this */
+    double ctx_ttl_s;          /* idle contexts are dropped after this */
+    int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
+    bool simple;               /* the simple batching worker instead of the serving engine */
+    int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
+} pkv_serve_opts;
+
+pkv_serve_opts pkv_serve_default_opts(void);
+
+/* Load the model, start serving, return the process exit code after SIGINT or
+ * SIGTERM (in-flight requests are drained first). */
+int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so);
+
+/* ---------------------------------------------------------- chat templates */
+
+typedef enum pkv_tpl {
+    PKV_TPL_NONE = 0,
+    PKV_TPL_CHATML,   /* <|im_start|>role ... <|im_end|> (Qwen, many fine-tunes) */
+    PKV_TPL_LLAMA3,   /* <|start_header_id|>role<|end_header_id|> ... <|eot_id|> */
+    PKV_TPL_LLAMA2,   /* [INST] <<SYS>> ... <</SYS>> ... [/INST] */
+    PKV_TPL_MISTRAL,  /* [INST] ... [/INST] without <<SYS>> */
+    PKV_TPL_GEMMA,    /* <start_of_turn>user ... <end_of_turn> */
+    PKV_TPL_PHI3,     /* <|user|> ... <|end|> */
+    PKV_TPL_DEEPSEEK, /* <｜User｜> ... <｜Assistant｜> (DeepSeek V2/V3/R1) */
+    PKV_TPL_COUNT
+} pkv_tpl;
+
+typedef struct pkv_chat_msg {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} pkv_chat_msg;
+
+/* Family by name ("chatml", "qwen", "llama3", ...); PKV_TPL_NONE when unknown. */
+pkv_tpl pkv_tpl_from_name(const char *name);
+const char *pkv_tpl_name(pkv_tpl t);
+/* The names accepted by --chat-template, comma separated. */
+const char *pkv_tpl_names(void);
+/* Recognise a Jinja chat template (tokenizer.chat_template) by its markers.
+ * PKV_TPL_NONE when no family's markers are present. */
+pkv_tpl pkv_tpl_detect(const char *tmpl, size_t len);
+/* Render messages followed by the assistant's generation prompt. Returns a
+ * malloc'd string, or NULL with a reason in err (a role the family has no
+ * place for, an empty conversation). */
+char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size_t err_size);
+/* Texts that end an assistant turn in this family (special tokens); the server
+ * stops on each that is one token of the vocabulary. NULL-terminated. */
+const char *const *pkv_tpl_end_texts(pkv_tpl t);
+
+/* ------------------------------------------------------------------ utf-8 */
+
+/* Length of the longest prefix of s[0..n) that does not end inside a UTF-8
+ * sequence that could still be completed by more bytes. */
+size_t pkv_utf8_stable(const char *s, size_t n);
+/* s[0..n) with every invalid byte replaced by U+FFFD; malloc'd, *out_len set. */
+char *pkv_utf8_sanitize(const char *s, size_t n, size_t *out_len);
+/* True when s[0..n) is valid UTF-8 without NUL bytes. */
+bool pkv_utf8_valid(const char *s, size_t n);
+
+#endif

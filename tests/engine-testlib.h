@@ -1,0 +1,174 @@
+/* Helpers of the engine tests: a small model, an event recorder, "run it alone"
+ * references and bitwise comparison of two runs of a request. */
+#ifndef PKV_ENGINE_TESTLIB_H
+#define PKV_ENGINE_TESTLIB_H
+
+#include <stdatomic.h>
+
+#include "testhelp.h"
+
+#define ET_MAXT 96  /* most tokens recorded per sample */
+#define ET_MAXN 8   /* most samples per request in these tests */
+#define ET_TOP 4    /* top logprobs recorded per token */
+
+static const char *et_device = "cpu"; /* where et_model loads */
+
+typedef struct et_sample {
+    int32_t tok[ET_MAXT];
+    float lp[ET_MAXT];
+    pkv_token_logprob top[ET_MAXT][ET_TOP];
+    int n_top;
+    int n;               /* token events (the final one included when it had a token) */
+    int finals;          /* final events seen: must end at exactly 1 */
+    int after_final;     /* events after the final one: must stay 0 */
+    int bad_order;       /* n_generated not matching the count of tokens */
+    pkv_finish_reason fin;
+    bool stop_token;
+    int32_t final_token;
+    int32_t n_cached, n_prompt;
+    pkv_status status;
+} et_sample;
+
+typedef struct et_rec {
+    et_sample s[ET_MAXN];
+    int stop_after;      /* the callback returns false after this many tokens of a sample; 0: never */
+    atomic_int n_final;  /* samples finished (read by other threads) */
+    atomic_int n_tokens; /* token events (read by other threads) */
+} et_rec;
+
+static bool et_on_event(const pkv_engine_event *ev, void *user) {
+    et_rec *r = user;
+    if (ev->sample < 0 || ev->sample >= ET_MAXN) {
+        TH_FAIL("event for sample %d", ev->sample);
+        return true;
+    }
+    et_sample *s = &r->s[ev->sample];
+    if (s->finals) {
+        s->after_final++;
+        return true;
+    }
+    s->n_cached = ev->n_cached;
+    s->n_prompt = ev->n_prompt;
+    if (ev->token >= 0 && s->n < ET_MAXT) {
+        s->tok[s->n] = ev->token;
+        s->lp[s->n] = ev->logprob;
+        s->n_top = ev->n_top;
+        for (int i = 0; i < ev->n_top && i < ET_TOP; i++) s->top[s->n][i] = ev->top[i];
+        s->n++;
+        if (ev->n_generated != s->n) s->bad_order++;
+        atomic_fetch_add(&r->n_tokens, 1);
+    }
+    if (ev->finish != PKV_FINISH_NONE) {
+        s->finals++;
+        s->fin = ev->finish;
+        s->stop_token = ev->stop_token;
+        s->final_token = ev->token;
+        s->status = ev->status;
+        atomic_fetch_add(&r->n_final, 1);
+        return true;
+    }
+    return !(r->stop_after && s->n >= r->stop_after);
+}
+
+/* A small llama-shaped q8_0 model made in memory (q8_0: the quantized batched
+ * matmul path; 320 tokens of vocabulary). */
+static pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = arch;
+    p.type = type;
+    p.n_layer = 2;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 128;
+    p.n_vocab = 320;
+    p.seed = seed;
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(&p, &data, &size)) {
+        TH_FAIL("mkmodel: %s", pkv_errmsg());
+        return NULL;
+    }
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    mp.device = et_device;
+    pkv_model *m = pkv_model_load_memory(data, size, "engine-test", mp);
+    pkv_mkmodel_free_memory(data);
+    if (!m) TH_FAIL("load: %s", pkv_errmsg());
+    return m;
+}
+
+static pkv_engine_params et_params(int n_ctx, int page_size, int64_t n_pages) {
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache.n_ctx = n_ctx;
+    ep.cache.page_size = page_size;
+    ep.cache.n_pages = n_pages;
+    return ep;
+}
+
+/* Step until every request finished (bounded, so a scheduler bug fails rather than hangs). */
+static void et_drain(pkv_engine *e) {
+    int left = 1;
+    for (long i = 0; left > 0 && i < 1000000; i++) {
+        pkv_status s = pkv_engine_step(e, &left);
+        if (s) {
+            TH_FAIL("step: %s", pkv_errmsg());
+            return;
+        }
+    }
+    if (left) TH_FAIL("%d requests still pending", left);
+}
+
+/* The request run alone: a fresh engine with a pool large enough for it. */
+static void et_alone(pkv_model *m, const pkv_request_params *rp, et_rec *out) {
+    memset(out, 0, sizeof *out);
+    out->stop_after = 0;
+    pkv_engine *e = pkv_engine_create(m, et_params(256, 8, 0));
+    if (!e) {
+        TH_FAIL("engine: %s", pkv_errmsg());
+        return;
+    }
+    pkv_request_params r = *rp;
+    r.on_event = et_on_event;
+    r.user = out;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    et_drain(e);
+    pkv_engine_free(e);
+}
+
+/* Same tokens, bitwise the same logprobs and top alternatives, same finish. */
+static bool et_same(const et_rec *a, const et_rec *b, int n, const char *what, int idx) {
+    for (int j = 0; j < n; j++) {
+        const et_sample *x = &a->s[j], *y = &b->s[j];
+        bool ok = x->n == y->n && x->fin == y->fin && x->finals == 1 && y->finals == 1 && !x->after_final &&
+                  !y->after_final && !x->bad_order && !y->bad_order && x->n > 0;
+        ok = ok && !memcmp(x->tok, y->tok, (size_t)x->n * sizeof x->tok[0]) &&
+             !memcmp(x->lp, y->lp, (size_t)x->n * sizeof x->lp[0]);
+        for (int t = 0; ok && t < x->n && t < ET_MAXT; t++)
+            for (int k = 0; k < x->n_top && k < ET_TOP; k++)
+                ok = ok && x->top[t][k].token == y->top[t][k].token &&
+                     !memcmp(&x->top[t][k].logprob, &y->top[t][k].logprob, sizeof(float));
+        if (!ok) {
+            int first = 0;
+            while (first < x->n && first < y->n && x->tok[first] == y->tok[first] &&
+                   !memcmp(&x->lp[first], &y->lp[first], sizeof(float)))
+                first++;
+            TH_FAIL("%s %d sample %d: %d tokens (finish %s, %d finals) vs %d (finish %s, %d finals); first "
+                    "difference at token %d",
+                    what, idx, j, x->n, pkv_finish_reason_str(x->fin), x->finals, y->n,
+                    pkv_finish_reason_str(y->fin), y->finals, first);
+            return false;
+        }
+    }
+    th_checks++;
+    return true;
+}
+
+static uint64_t et_rand(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+#endif

@@ -1,0 +1,148 @@
+/* Helpers for the server tests: start `pagekv serve` on 127.0.0.1 on a free
+ * port, always stop it (it dies with the test process: PR_SET_PDEATHSIG, and
+ * atexit kills it), and talk to it with curl (bounded: --max-time). */
+#ifndef PKV_SERVER_TESTLIB_H
+#define PKV_SERVER_TESTLIB_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "testhelp.h"
+
+#define TS_MAX_SERVERS 8
+static pid_t ts_pids[TS_MAX_SERVERS];
+static int ts_n_pids;
+
+static inline void ts_kill_all(void) {
+    for (int i = 0; i < ts_n_pids; i++)
+        if (ts_pids[i] > 0) {
+            kill(ts_pids[i], SIGKILL);
+            waitpid(ts_pids[i], NULL, 0);
+            ts_pids[i] = 0;
+        }
+}
+
+static inline void ts_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Start `pagekv serve ARGS --host 127.0.0.1 --port 0 --port-file ...`; its
+ * output goes to log (a file). Returns the pid (> 0) and the port in *port, or
+ * -1 when it did not come up within 30 s (its exit status in *port then). */
+static inline pid_t ts_start(const char *args, const char *log, int *port) {
+    static int k = 0;
+    const char *bin = getenv("PKV_CLI");
+    char pf[512], cmd[4096];
+    snprintf(pf, sizeof pf, "%s", th_tmp(k++ % 2 ? "port-b" : "port-a"));
+    unlink(pf);
+    snprintf(cmd, sizeof cmd, "exec '%s' serve %s --host 127.0.0.1 --port 0 --port-file '%s' >'%s' 2>&1", bin, args, pf, log);
+    if (ts_n_pids == 0) atexit(ts_kill_all);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    if (ts_n_pids < TS_MAX_SERVERS) ts_pids[ts_n_pids++] = pid;
+    for (int i = 0; i < 600; i++) {
+        FILE *f = fopen(pf, "r");
+        if (f) {
+            int p = 0;
+            int ok = fscanf(f, "%d", &p);
+            fclose(f);
+            if (ok == 1 && p > 0) {
+                *port = p;
+                return pid;
+            }
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            for (int j = 0; j < ts_n_pids; j++)
+                if (ts_pids[j] == pid) ts_pids[j] = 0;
+            *port = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            return -1;
+        }
+        ts_sleep_ms(50);
+    }
+    *port = -1;
+    return -1;
+}
+
+/* Send sig and wait (at most 30 s, then SIGKILL). Returns the exit status, or
+ * -2 when it had to be killed or died from a signal. */
+static inline int ts_stop(pid_t pid, int sig) {
+    if (pid <= 0) return -1;
+    kill(pid, sig);
+    int st = 0;
+    for (int i = 0; i < 600; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            for (int j = 0; j < ts_n_pids; j++)
+                if (ts_pids[j] == pid) ts_pids[j] = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -2;
+        }
+        ts_sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    for (int j = 0; j < ts_n_pids; j++)
+        if (ts_pids[j] == pid) ts_pids[j] = 0;
+    return -2;
+}
+
+/* Body of the last ts_http call (NUL-terminated) and its length. */
+static char ts_body[1 << 22];
+static size_t ts_len;
+
+/* curl ARGS against http://127.0.0.1:port (ARGS includes the path, e.g.
+ * "/health" or "-d @file /v1/completions"). Returns the HTTP status (0 when
+ * curl got no response). */
+static inline int ts_http(int port, const char *fmt, ...) {
+    char args[4096], cmd[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    /* the path is the last word of args */
+    char *path = strrchr(args, ' ');
+    char pre[4096] = "";
+    if (path) {
+        *path++ = 0;
+        snprintf(pre, sizeof pre, "%s", args);
+    } else {
+        path = args;
+    }
+    snprintf(cmd, sizeof cmd, "curl -sS --max-time 60 -o - -w '\\n%%{http_code}' %s 'http://127.0.0.1:%d%s' 2>/dev/null", pre,
+             port, path);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    ts_len = fread(ts_body, 1, sizeof ts_body - 1, f);
+    ts_body[ts_len] = 0;
+    pclose(f);
+    char *nl = strrchr(ts_body, '\n');
+    if (!nl) return 0;
+    int code = atoi(nl + 1);
+    *nl = 0;
+    ts_len = (size_t)(nl - ts_body);
+    return code;
+}
+
+/* Write text to a scratch file (for curl -d @file); returns its path. */
+static inline const char *ts_file(const char *name, const char *text, size_t n) {
+    const char *p = th_tmp(name);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fwrite(text, 1, n, f);
+        fclose(f);
+    }
+    return p;
+}
+
+#endif

@@ -1,0 +1,116 @@
+// The official OpenAI Node client (tests/package.json pins it) against
+// `pagekv serve`: chat and completions, streamed and not, n=2, seeds, stop
+// strings, logprobs, usage, errors. Every check compares content: the stream
+// against the non-streamed answer, n=2 against two requests with seeds s, s+1,
+// a stop string against the text without it.
+// usage: PKV_NODE_DIR=<dir with node_modules> node openai-client.cjs PORT
+'use strict';
+const { createRequire } = require('module');
+const path = require('path');
+const req = createRequire(path.join(process.env.PKV_NODE_DIR || __dirname, 'x.js'));
+const OpenAI = req('openai');
+
+const port = process.argv[2];
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'test-key', maxRetries: 0, timeout: 60000 });
+let failures = 0, checks = 0;
+function check(cond, what) {
+  checks++;
+  if (!cond) { failures++; console.error('FAIL:', what); }
+}
+
+async function streamText(params, chat) {
+  const s = chat ? await client.chat.completions.create({ ...params, stream: true })
+                 : await client.completions.create({ ...params, stream: true });
+  const text = [], finish = [];
+  let usage = null;
+  for await (const chunk of s) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text[c.index] = (text[c.index] || '') + ((chat ? c.delta.content : c.text) || '');
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+  }
+  return { text, finish, usage };
+}
+
+async function main() {
+  const models = await client.models.list();
+  check(models.data.length === 1 && models.data[0].id === 'tiny', 'models.list: ' + JSON.stringify(models.data));
+
+  // chat: stream == non-stream (greedy), usage consistent
+  const msgs = [{ role: 'system', content: 'you are terse' }, { role: 'user', content: 'name three colors' }];
+  const a = await client.chat.completions.create({ model: 'tiny', messages: msgs, max_tokens: 20, temperature: 0 });
+  check(a.object === 'chat.completion' && a.choices[0].message.role === 'assistant', 'chat object');
+  const as = await streamText({ model: 'tiny', messages: msgs, max_tokens: 20, temperature: 0,
+                                stream_options: { include_usage: true } }, true);
+  check(as.text[0] === a.choices[0].message.content, `chat stream ${JSON.stringify(as.text[0])} vs ${JSON.stringify(a.choices[0].message.content)}`);
+  check(as.finish[0] === a.choices[0].finish_reason, 'chat finish reason');
+  check(as.usage && as.usage.completion_tokens === a.usage.completion_tokens &&
+        as.usage.prompt_tokens === a.usage.prompt_tokens, 'chat stream usage');
+  check(a.usage.total_tokens === a.usage.prompt_tokens + a.usage.completion_tokens, 'usage total');
+
+  // completions: stream == non-stream
+  const c = await client.completions.create({ model: 'tiny', prompt: 'the little dog', max_tokens: 24, temperature: 0 });
+  const cs = await streamText({ model: 'tiny', prompt: 'the little dog', max_tokens: 24, temperature: 0 }, false);
+  check(cs.text[0] === c.choices[0].text, 'completion stream == non-stream');
+  check(c.choices[0].finish_reason === 'length' ? c.usage.completion_tokens === 24 : c.choices[0].finish_reason === 'stop',
+        'completion finish reason');
+
+  // n = 2 with a seed == two requests with seeds s and s+1 (sampled, not greedy)
+  const p = { model: 'tiny', messages: [{ role: 'user', content: 'a story about a cat' }], max_tokens: 16,
+              temperature: 1.0, top_p: 0.9 };
+  const n2 = await client.chat.completions.create({ ...p, n: 2, seed: 7 });
+  const s7 = await client.chat.completions.create({ ...p, seed: 7 });
+  const s8 = await client.chat.completions.create({ ...p, seed: 8 });
+  check(n2.choices.length === 2, 'n=2 gives two choices');
+  check(n2.choices[0].message.content === s7.choices[0].message.content, 'n=2 choice 0 == seed 7');
+  check(n2.choices[1].message.content === s8.choices[0].message.content, 'n=2 choice 1 == seed 8');
+  const n2s = await streamText({ ...p, n: 2, seed: 7 }, true);
+  check(n2s.text[0] === n2.choices[0].message.content && n2s.text[1] === n2.choices[1].message.content,
+        'n=2 streamed == not streamed');
+
+  // stop strings: the text ends right before the first occurrence
+  const full = c.choices[0].text;
+  let stop = '';
+  for (let i = 2; i + 3 <= full.length && !stop; i++)
+    if (/^[ -~]{3}$/.test(full.slice(i, i + 3))) stop = full.slice(i, i + 3); // printable ASCII, mid-text
+  if (stop) {
+    const cut = full.indexOf(stop);
+    const st = await client.completions.create({ model: 'tiny', prompt: 'the little dog', max_tokens: 24, temperature: 0,
+                                                 stop: ['never-there', stop] });
+    check(st.choices[0].text === full.slice(0, cut), `stop: ${JSON.stringify(st.choices[0].text)} vs ${JSON.stringify(full.slice(0, cut))}`);
+    check(st.choices[0].finish_reason === 'stop', 'stop finish reason');
+    const sts = await streamText({ model: 'tiny', prompt: 'the little dog', max_tokens: 24, temperature: 0, stop }, false);
+    check(sts.text[0] === full.slice(0, cut), 'stop streamed');
+  } else {
+    console.error('note: the stop-string check found no clean 3-byte slice');
+  }
+
+  // logprobs: one entry per generated token, greedy = the most likely one
+  const lp = await client.chat.completions.create({ ...p, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const content = lp.choices[0].logprobs.content;
+  check(content.length === lp.usage.completion_tokens, 'one logprob per token');
+  check(content.every(e => e.logprob <= 0 && e.top_logprobs.length === 2 && Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6),
+        'greedy tokens are the top-1 alternatives');
+  const clp = await client.completions.create({ model: 'tiny', prompt: 'the little dog', max_tokens: 8, temperature: 0, logprobs: 1 });
+  check(clp.choices[0].logprobs.tokens.length === clp.usage.completion_tokens &&
+        clp.choices[0].logprobs.token_logprobs.every(x => x <= 0), 'completion logprobs: one per token');
+
+  // errors surface as the client's typed errors
+  try {
+    await client.completions.create({ model: 'tiny', prompt: 'x', temperature: 9 });
+    check(false, 'temperature 9 accepted');
+  } catch (e) {
+    check(e.status === 400 && /temperature/.test(e.message), 'bad temperature: ' + e.message);
+  }
+  const bad = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  try {
+    await bad.models.list();
+    check(false, 'wrong key accepted');
+  } catch (e) {
+    check(e.status === 401, 'wrong key: ' + e.status);
+  }
+  console.error(`openai client: ${checks - failures}/${checks} checks passed`);
+  process.exit(failures ? 1 : 0);
+}
+main().catch(e => { console.error('FAIL: exception', e); process.exit(1); });

@@ -1,0 +1,722 @@
+// labels: kv timeout=600
+/* The serving engine (src/engine/engine*.c), content-checked against the same
+ * request run alone and against the plain context API:
+ *  - greedy through the engine equals pkv_context_decode + pkv_generate;
+ *  - batch invariance: 64 mixed requests (random arrival steps, prompt lengths,
+ *    shared prefixes, greedy and seeded sampling, chunked prefill) give bitwise
+ *    the tokens, logprobs and top alternatives each gives alone;
+ *  - preemption: a pool holding a fraction of the load, by swap, by recompute
+ *    (swap off, and host pool too small), with and without the prefix cache:
+ *    every request still equals its lone run; the pool ends empty;
+ *  - prefix cache: a shared prefix is reused (counted, computed tokens counted)
+ *    with the same tokens as with the cache off;
+ *  - n = 4 by fork equals 4 requests with seeds s..s+3, the prompt computed once;
+ *  - cancellation (running, waiting, n > 1) returns every page;
+ *  - finish reasons: stop ids, end by callback, max_tokens; priorities;
+ *  - bad input: clear errors, the engine keeps serving. */
+#include "base/base.h"
+#include "engine-testlib.h"
+
+static pkv_model *g_m;
+
+static pkv_request_params greedy(const int32_t *prompt, int n_prompt, int max_tokens) {
+    pkv_request_params r = pkv_request_default_params();
+    r.prompt = prompt;
+    r.n_prompt = n_prompt;
+    r.max_tokens = max_tokens;
+    r.sampling.temp = 0;
+    r.ignore_eos = true;
+    return r;
+}
+
+/* ---------------------------------------------------- vs the context API */
+
+static void test_vs_context(void) {
+    int32_t prompt[37];
+    uint64_t rs = 5;
+    for (int i = 0; i < 37; i++) prompt[i] = (int32_t)(et_rand(&rs) % 320);
+    enum { N = 24 };
+    static et_rec got;
+    pkv_request_params r = greedy(prompt, 37, N);
+    r.ignore_eos = false;
+    r.top_logprobs = 3;
+    et_alone(g_m, &r, &got);
+
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 256;
+    cp.page_size = 8;
+    pkv_kv_cache *c = pkv_model_cache_create(g_m, cp);
+    pkv_context *ctx = c ? pkv_context_create(g_m, c, 256) : NULL;
+    REQUIRE_VOID(ctx);
+    CHECK_OK(pkv_context_decode(ctx, prompt, 37));
+    int32_t want[N];
+    float want_lp[N];
+    int n = 0;
+    pkv_sampler_params sp = pkv_sampler_default_params();
+    sp.temp = 0;
+    pkv_sampler *smp = pkv_sampler_create(sp, 320);
+    for (; n < N; n++) { /* pkv_generate's loop, keeping each step's logits */
+        const float *lg = pkv_context_logits(ctx);
+        CHECK_OK(pkv_sampler_sample(smp, lg, &want[n]));
+        double mx = lg[0], z = 0;
+        for (int i = 1; i < 320; i++) mx = lg[i] > mx ? lg[i] : mx;
+        for (int i = 0; i < 320; i++) z += exp((double)lg[i] - mx);
+        want_lp[n] = (float)((double)lg[want[n]] - (mx + log(z)));
+        if (pkv_model_is_eog(g_m, want[n]) || n + 1 == N) {
+            n++;
+            break;
+        }
+        CHECK_OK(pkv_context_decode(ctx, &want[n], 1));
+    }
+    CHECK_INT(got.s[0].n, n);
+    CHECK_INT(got.s[0].finals, 1);
+    CHECK_INT(got.s[0].fin, pkv_model_is_eog(g_m, want[n - 1]) ? PKV_FINISH_STOP : PKV_FINISH_LENGTH);
+    for (int i = 0; i < n && i < got.s[0].n; i++) {
+        CHECK_INT(got.s[0].tok[i], want[i]);
+        CHECK_NEAR(got.s[0].lp[i], want_lp[i], 1e-6);
+        CHECK_INT(got.s[0].top[i][0].token, want[i]); /* greedy: the chosen token is the most likely */
+        CHECK(got.s[0].top[i][0].logprob >= got.s[0].top[i][1].logprob);
+        CHECK(got.s[0].top[i][1].logprob >= got.s[0].top[i][2].logprob);
+    }
+    CHECK_INT(got.s[0].n_prompt, 37);
+    CHECK_INT(got.s[0].n_cached, 0);
+    pkv_sampler_free(smp);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+}
+
+/* ------------------------------------------------------- batch invariance */
+
+enum { NB = 64 };
+static int g_nb = NB; /* requests of the mixed load used (fewer on slow devices) */
+
+typedef struct mixed {
+    int32_t prompt[NB][64];
+    int n_prompt[NB], max_tokens[NB], arrive[NB];
+    pkv_request_params rp[NB];
+    et_rec alone[NB], got[NB];
+} mixed;
+
+static void make_mixed(mixed *w, uint64_t seed) {
+    uint64_t rs = seed;
+    int32_t sys_a[24], sys_b[13];
+    for (int i = 0; i < 24; i++) sys_a[i] = (int32_t)(et_rand(&rs) % 320);
+    for (int i = 0; i < 13; i++) sys_b[i] = (int32_t)(et_rand(&rs) % 320);
+    for (int i = 0; i < g_nb; i++) {
+        int n = 1 + (int)(et_rand(&rs) % 48), k = 0;
+        int kind = (int)(et_rand(&rs) % 3); /* 0: own prompt, 1: shares sys_a, 2: shares sys_b */
+        if (kind == 1)
+            for (; k < 24 && k < n; k++) w->prompt[i][k] = sys_a[k];
+        if (kind == 2)
+            for (; k < 13 && k < n; k++) w->prompt[i][k] = sys_b[k];
+        for (; k < n; k++) w->prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
+        w->n_prompt[i] = n;
+        w->max_tokens[i] = 1 + (int)(et_rand(&rs) % 24);
+        w->arrive[i] = (int)(et_rand(&rs) % 30);
+        pkv_request_params r = greedy(w->prompt[i], n, w->max_tokens[i]);
+        if (i % 4 == 3) { /* seeded sampling is batch-invariant too */
+            r.sampling.temp = 0.9f;
+            r.sampling.seed = 1000 + (uint64_t)i;
+        }
+        if (i % 5 == 0) r.top_logprobs = ET_TOP;
+        if (i % 7 == 0) r.ignore_eos = false;
+        w->rp[i] = r;
+    }
+}
+
+/* Run w's requests through e, submitting request i before step arrive[i]. */
+static void run_mixed(pkv_engine *e, mixed *w) {
+    int left = 1;
+    for (int step = 0; step < 30 || left > 0; step++) {
+        for (int i = 0; i < g_nb; i++)
+            if (w->arrive[i] == step) {
+                memset(&w->got[i], 0, sizeof w->got[i]);
+                pkv_request_params r = w->rp[i];
+                r.on_event = et_on_event;
+                r.user = &w->got[i];
+                CHECK_OK(pkv_engine_submit(e, &r, NULL));
+            }
+        CHECK_OK(pkv_engine_step(e, &left));
+        if (step > 100000) {
+            TH_FAIL("not done after %d steps", step);
+            break;
+        }
+    }
+}
+
+static void test_batch_invariance(void) {
+    static mixed w;
+    make_mixed(&w, 11);
+    for (int i = 0; i < g_nb; i++) et_alone(g_m, &w.rp[i], &w.alone[i]);
+    /* A small token budget: prompts are split in chunks and share steps with decodes. */
+    pkv_engine_params ep = et_params(256, 8, 0);
+    ep.cache.n_seq_max = NB;
+    ep.max_batch_tokens = 40;
+    pkv_engine *e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    run_mixed(e, &w);
+    int bad = 0;
+    for (int i = 0; i < g_nb; i++) bad += !et_same(&w.alone[i], &w.got[i], 1, "mixed request", i);
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    uint64_t total = 0;
+    for (int i = 0; i < g_nb; i++) total += (uint64_t)w.n_prompt[i] + (uint64_t)w.got[i].s[0].n;
+    fprintf(stderr, "batch invariance: %d of %d requests differ; %llu steps for %llu tokens, %llu prefix-hit tokens\n",
+            bad, g_nb, (unsigned long long)st.steps, (unsigned long long)total,
+            (unsigned long long)st.prefix_hit_tokens);
+    CHECK(st.steps * 3 < total); /* it did batch */
+    CHECK(st.prefix_hit_tokens > 0);
+    CHECK_INT(st.requests_finished, g_nb);
+    CHECK(st.batch_invariant); /* the device claims what this test checks */
+    CHECK(pkv_device_get_caps(pkv_model_device(g_m))->batch_invariant);
+    CHECK_INT(st.pages_used, 0);
+    CHECK_INT(st.n_requests, 0);
+    pkv_engine_free(e);
+}
+
+/* ------------------------------------------------------------ preemption */
+
+static void test_preemption(void) {
+    enum { NP = 12 };
+    static int32_t prompt[NP][32];
+    static pkv_request_params rp[NP];
+    static et_rec alone[NP], got[NP];
+    uint64_t rs = 21;
+    int64_t sum_pages = 0;
+    for (int i = 0; i < NP; i++) {
+        int n = 10 + (int)(et_rand(&rs) % 21), mt = 24 + (int)(et_rand(&rs) % 17);
+        for (int k = 0; k < n; k++) prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
+        if (i % 3 == 1) /* some share the first page with the previous request */
+            for (int k = 0; k < 4; k++) prompt[i][k] = prompt[i - 1][k];
+        rp[i] = greedy(prompt[i], n, mt);
+        if (i % 3 == 2) {
+            rp[i].sampling.temp = 0.8f;
+            rp[i].sampling.seed = (uint64_t)i;
+        }
+        rp[i].priority = i % 4 == 0 ? 1 : 0;
+        sum_pages += (n + mt + 3) / 4;
+        et_alone(g_m, &rp[i], &alone[i]);
+    }
+    struct {
+        bool swap, prefix;
+        int64_t host_pages;
+        const char *name;
+    } cfg[] = {
+        {true, true, 1000, "swap"},
+        {false, true, 0, "recompute (swap off)"},
+        {false, false, 0, "recompute without prefix cache"},
+        {true, true, 12, "host pool too small: swap and recompute"},
+    };
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        if (g_nb < NB && (c == 1 || c == 2)) continue; /* slow device: swap, and swap + recompute */
+        /* 24 pages of 4 tokens: the longest request needs 18 alone, all together ~190 */
+        pkv_engine_params ep = et_params(128, 4, 24);
+        ep.cache.host_pages = cfg[c].host_pages ? cfg[c].host_pages : 1;
+        ep.swap = cfg[c].swap;
+        ep.prefix_cache = cfg[c].prefix;
+        ep.max_batch_tokens = 32;
+        pkv_engine *e = pkv_engine_create(g_m, ep);
+        REQUIRE_VOID(e);
+        for (int i = 0; i < NP; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            pkv_request_params r = rp[i];
+            r.on_event = et_on_event;
+            r.user = &got[i];
+            CHECK_OK(pkv_engine_submit(e, &r, NULL));
+            if (i % 2) CHECK_OK(pkv_engine_step(e, NULL));
+        }
+        et_drain(e);
+        int bad = 0;
+        for (int i = 0; i < NP; i++) bad += !et_same(&alone[i], &got[i], 1, cfg[c].name, i);
+        pkv_engine_stats st;
+        pkv_engine_stats_get(e, &st);
+        fprintf(stderr, "preemption, %s: %llu by swap, %llu by recompute, peak %lld of %lld pages (load %lld), %d differ\n",
+                cfg[c].name, (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
+                (long long)st.pages_peak, (long long)st.pages_total, (long long)sum_pages, bad);
+        if (cfg[c].swap) CHECK(st.preemptions_swap > 0);
+        else CHECK_INT(st.preemptions_swap, 0);
+        if (!cfg[c].swap || cfg[c].host_pages < 100) CHECK(st.preemptions_recompute > 0);
+        else CHECK_INT(st.preemptions_recompute, 0);
+        CHECK(st.pages_peak <= st.pages_total);
+        CHECK_INT(st.requests_finished, NP);
+        CHECK_INT(st.requests_failed, 0);
+        CHECK_INT(st.pages_used, 0);
+        CHECK_INT(st.host_free, st.host_pages);
+        CHECK_INT(st.n_swapped + st.n_recompute + st.n_running + st.n_waiting, 0);
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+        CHECK_INT(ks.n_seqs, 0);
+        pkv_engine_free(e);
+    }
+}
+
+/* ---------------------------------------------------------- prefix cache */
+
+static void test_prefix_cache(void) {
+    int32_t a[40], b[42];
+    uint64_t rs = 33;
+    for (int i = 0; i < 40; i++) a[i] = (int32_t)(et_rand(&rs) % 320);
+    memcpy(b, a, 32 * sizeof *b);
+    for (int i = 32; i < 42; i++) b[i] = (int32_t)(et_rand(&rs) % 320);
+    static et_rec ra, rb, rc, nb, nc;
+    for (int cached = 1; cached >= 0; cached--) {
+        pkv_engine_params ep = et_params(256, 8, 0);
+        ep.prefix_cache = cached;
+        pkv_engine *e = pkv_engine_create(g_m, ep);
+        REQUIRE_VOID(e);
+        et_rec *out_b = cached ? &rb : &nb, *out_c = cached ? &rc : &nc;
+        memset(&ra, 0, sizeof ra);
+        memset(out_b, 0, sizeof *out_b);
+        memset(out_c, 0, sizeof *out_c);
+        pkv_request_params r = greedy(a, 40, 8);
+        r.on_event = et_on_event;
+        r.user = &ra;
+        CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        et_drain(e);
+        pkv_engine_stats s0, s1, s2;
+        pkv_engine_stats_get(e, &s0);
+        CHECK_INT(s0.pages_used, 0);
+        /* the finished request's full pages stay cached: 47 tokens in KV, 5 full pages */
+        CHECK_INT(s0.pages_cached, cached ? 5 : 0);
+        r = greedy(b, 42, 8);
+        r.on_event = et_on_event;
+        r.user = out_b;
+        CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        et_drain(e);
+        pkv_engine_stats_get(e, &s1);
+        /* the same prompt again: everything but the last page holding token 39 */
+        r = greedy(a, 40, 8);
+        r.on_event = et_on_event;
+        r.user = out_c;
+        CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        et_drain(e);
+        pkv_engine_stats_get(e, &s2);
+        CHECK_INT(out_b->s[0].n_cached, cached ? 32 : 0);
+        CHECK_INT(s1.prefix_hit_tokens - s0.prefix_hit_tokens, cached ? 32 : 0);
+        /* prompt tokens computed: only the new ones; plus 7 decode steps */
+        CHECK_INT(s1.computed_tokens - s0.computed_tokens, (cached ? 10 : 42) + 7);
+        CHECK_INT(out_c->s[0].n_cached, cached ? 32 : 0);
+        CHECK_INT(s2.computed_tokens - s1.computed_tokens, (cached ? 8 : 40) + 7);
+        CHECK_INT(s2.prompt_tokens, 40 + 42 + 40);
+        pkv_engine_free(e);
+    }
+    et_same(&rb, &nb, 1, "prefix-cached vs uncached request", 1);
+    et_same(&rc, &nc, 1, "prefix-cached vs uncached request", 2);
+    et_same(&ra, &rc, 1, "repeated prompt", 0);
+}
+
+/* ------------------------------------------------------------- n by fork */
+
+static void test_n_fork(void) {
+    int32_t prompt[29];
+    uint64_t rs = 44;
+    for (int i = 0; i < 29; i++) prompt[i] = (int32_t)(et_rand(&rs) % 320);
+    pkv_request_params r = pkv_request_default_params();
+    r.prompt = prompt;
+    r.n_prompt = 29;
+    r.max_tokens = 20;
+    r.sampling.temp = 1.0f;
+    r.sampling.top_k = 0;
+    r.sampling.min_p = 0;
+    r.sampling.presence_penalty = 0.5f;
+    r.sampling.frequency_penalty = 0.25f;
+    r.sampling.seed = 9000;
+    r.ignore_eos = true;
+    r.top_logprobs = 2;
+    static et_rec sep[4], fork;
+    for (int i = 0; i < 4; i++) {
+        pkv_request_params q = r;
+        q.sampling.seed = 9000 + (uint64_t)i;
+        et_alone(g_m, &q, &sep[i]);
+    }
+    pkv_engine *e = pkv_engine_create(g_m, et_params(256, 8, 0));
+    REQUIRE_VOID(e);
+    memset(&fork, 0, sizeof fork);
+    r.n = 4;
+    r.on_event = et_on_event;
+    r.user = &fork;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    et_drain(e);
+    for (int i = 0; i < 4; i++) {
+        et_rec one;
+        memset(&one, 0, sizeof one);
+        one.s[0] = fork.s[i];
+        et_same(&sep[i], &one, 1, "fork sample vs separate request with seed s+i", i);
+    }
+    int differ = 0;
+    for (int i = 1; i < 4; i++) differ += memcmp(fork.s[0].tok, fork.s[i].tok, sizeof fork.s[0].tok) != 0;
+    CHECK(differ > 0); /* the seeds do make different samples */
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    CHECK_INT(st.computed_tokens, 29 + 4 * 19); /* the prompt once, then 19 decode tokens each */
+    CHECK_INT(st.generated_tokens, 80);
+    CHECK_INT(st.pages_used, 0);
+    pkv_engine_free(e);
+}
+
+/* ----------------------------------------------------------- cancellation */
+
+static void test_cancel(void) {
+    int32_t prompt[6][20];
+    uint64_t rs = 55;
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 20; k++) prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
+    static et_rec got[6], alone[6];
+    for (int cached = 0; cached < 2; cached++) {
+        pkv_engine_params ep = et_params(256, 8, 64);
+        ep.prefix_cache = cached;
+        pkv_engine *e = pkv_engine_create(g_m, ep);
+        REQUIRE_VOID(e);
+        pkv_engine_stats base;
+        pkv_engine_stats_get(e, &base);
+        CHECK_INT(base.pages_free, 64);
+        uint64_t id[6];
+        for (int i = 0; i < 6; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            pkv_request_params r = greedy(prompt[i], 20, 40);
+            if (i == 3) r.n = 3;
+            if (!cached) et_alone(g_m, &r, &alone[i]);
+            r.on_event = et_on_event;
+            r.user = &got[i];
+            CHECK_OK(pkv_engine_submit(e, &r, &id[i]));
+            CHECK(id[i] > 0);
+        }
+        CHECK_OK(pkv_engine_cancel(e, id[5])); /* still waiting */
+        for (int k = 0; k < 6; k++) CHECK_OK(pkv_engine_step(e, NULL));
+        CHECK(got[1].s[0].n > 0 && got[1].s[0].n < 40); /* mid-generation */
+        CHECK(got[3].s[2].n > 0);
+        CHECK_OK(pkv_engine_cancel(e, id[1]));
+        CHECK_OK(pkv_engine_cancel(e, id[3]));
+        int n1 = got[1].s[0].n;
+        et_drain(e);
+        CHECK_STATUS(pkv_engine_cancel(e, id[1]), PKV_ERR_NOT_FOUND);
+        CHECK_STATUS(pkv_engine_cancel(e, 999999), PKV_ERR_NOT_FOUND);
+        CHECK_INT(got[1].s[0].n, n1); /* nothing after the cancel */
+        CHECK_INT(got[1].s[0].fin, PKV_FINISH_CANCELLED);
+        CHECK_INT(got[1].s[0].final_token, -1);
+        for (int j = 0; j < 3; j++) {
+            CHECK_INT(got[3].s[j].finals, 1);
+            CHECK_INT(got[3].s[j].fin, PKV_FINISH_CANCELLED);
+            CHECK(!memcmp(got[3].s[j].tok, alone[3].s[j].tok, (size_t)got[3].s[j].n * 4)); /* a prefix of its run */
+        }
+        CHECK(!memcmp(got[1].s[0].tok, alone[1].s[0].tok, (size_t)n1 * 4));
+        CHECK_INT(got[5].s[0].finals, 1);
+        CHECK_INT(got[5].s[0].n, 0);
+        CHECK_INT(got[5].s[0].fin, PKV_FINISH_CANCELLED);
+        for (int i = 0; i < 6; i++)
+            if (i != 1 && i != 3 && i != 5) et_same(&alone[i], &got[i], 1, "request beside cancelled ones", i);
+        pkv_engine_stats st;
+        pkv_engine_stats_get(e, &st);
+        CHECK_INT(st.requests_cancelled, 3);
+        CHECK_INT(st.pages_used, 0);
+        /* every page back: free, or (with the prefix cache) cached and evictable */
+        CHECK_INT(st.pages_free + st.pages_cached, 64);
+        if (!cached) CHECK_INT(st.pages_free, 64);
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+        CHECK_INT(ks.n_seqs, 0);
+        pkv_engine_free(e);
+    }
+}
+
+/* ------------------------------------------------- finish reasons, priority */
+
+static void test_finish(void) {
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = (int32_t)(i * 17 % 320);
+    static et_rec ref, got;
+    pkv_request_params r = greedy(prompt, 16, 12);
+    et_alone(g_m, &r, &ref);
+    CHECK_INT(ref.s[0].n, 12);
+    CHECK_INT(ref.s[0].fin, PKV_FINISH_LENGTH);
+    CHECK_INT(ref.s[0].final_token, ref.s[0].tok[11]); /* the last token comes with the final event */
+
+    /* a stop id: the sample ends at its first occurrence, which is delivered flagged */
+    int32_t stop = ref.s[0].tok[4];
+    int first = 0;
+    while (ref.s[0].tok[first] != stop) first++;
+    r.stop_tokens = &stop;
+    r.n_stop = 1;
+    et_alone(g_m, &r, &got);
+    CHECK_INT(got.s[0].n, first + 1);
+    CHECK_INT(got.s[0].fin, PKV_FINISH_STOP);
+    CHECK(got.s[0].stop_token);
+    CHECK_INT(got.s[0].final_token, stop);
+    CHECK(!memcmp(got.s[0].tok, ref.s[0].tok, (size_t)(first + 1) * 4));
+
+    /* the callback says stop after 3 tokens: a final STOP event without a token follows */
+    pkv_engine *e = pkv_engine_create(g_m, et_params(256, 8, 0));
+    REQUIRE_VOID(e);
+    memset(&got, 0, sizeof got);
+    got.stop_after = 3;
+    r = greedy(prompt, 16, 12);
+    r.on_event = et_on_event;
+    r.user = &got;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    et_drain(e);
+    CHECK_INT(got.s[0].n, 3);
+    CHECK_INT(got.s[0].fin, PKV_FINISH_STOP);
+    CHECK_INT(got.s[0].final_token, -1);
+    CHECK(!got.s[0].stop_token);
+    CHECK_INT(got.s[0].finals, 1);
+
+    /* priority: with room for one sequence at a time the higher priority, submitted
+     * last, finishes first */
+    pkv_engine_free(e);
+    pkv_engine_params ep = et_params(64, 8, 0);
+    ep.max_seqs = 1;
+    e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    static et_rec lo, hi;
+    memset(&lo, 0, sizeof lo);
+    memset(&hi, 0, sizeof hi);
+    r = greedy(prompt, 16, 4);
+    r.on_event = et_on_event;
+    r.user = &lo;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    r.user = &hi;
+    r.priority = 5;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    int left = 2;
+    while (left == 2) CHECK_OK(pkv_engine_step(e, &left));
+    CHECK_INT(hi.s[0].finals, 1);
+    CHECK_INT(lo.s[0].finals, 0);
+    et_drain(e);
+    et_same(&hi, &lo, 1, "same request at two priorities", 0);
+    pkv_engine_free(e);
+}
+
+/* -------------------------------------------------------------- bad input */
+
+static void test_bad_input(void) {
+    pkv_engine_params ep = et_params(64, 4, 20);
+    pkv_engine *e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    int32_t ok_prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8}, long_prompt[80] = {0}, bad_tok[3] = {5, 320, 7}, neg_tok[2] = {-1, 4};
+    static et_rec good, ref, before;
+    pkv_request_params g = greedy(ok_prompt, 8, 10);
+    et_alone(g_m, &g, &ref);
+    memset(&good, 0, sizeof good);
+    memset(&before, 0, sizeof before);
+    g.on_event = et_on_event;
+    g.user = &before;
+    CHECK_OK(pkv_engine_submit(e, &g, NULL)); /* running while the bad ones arrive */
+    CHECK_OK(pkv_engine_step(e, NULL));
+    struct {
+        pkv_request_params r;
+        const char *msg;
+    } bad[16];
+    int nbad = 0;
+    for (int i = 0; i < 16; i++) bad[i].r = greedy(ok_prompt, 8, 10);
+    bad[nbad].r.n_prompt = 0, bad[nbad++].msg = "empty";
+    bad[nbad].r.prompt = NULL, bad[nbad++].msg = "empty";
+    bad[nbad].r.prompt = long_prompt, bad[nbad].r.n_prompt = 80, bad[nbad++].msg = "the context limit is 64 tokens";
+    bad[nbad].r.n = 0, bad[nbad++].msg = "n = 0";
+    bad[nbad].r.n = 65, bad[nbad++].msg = "n = 65";
+    bad[nbad].r.max_tokens = 1000000000, bad[nbad++].msg = "exceed the context limit of 64";
+    bad[nbad].r.max_tokens = -1, bad[nbad++].msg = "max_tokens = -1";
+    bad[nbad].r.prompt = bad_tok, bad[nbad].r.n_prompt = 3, bad[nbad++].msg = "prompt token 1 is 320";
+    bad[nbad].r.prompt = neg_tok, bad[nbad].r.n_prompt = 2, bad[nbad++].msg = "prompt token 0 is -1";
+    bad[nbad].r.top_logprobs = 21, bad[nbad++].msg = "top_logprobs";
+    bad[nbad].r.sampling.top_p = 2, bad[nbad++].msg = "top_p";
+    bad[nbad].r.n_stop = 2, bad[nbad++].msg = "stop_tokens is NULL";
+    bad[nbad].r.stop_tokens = bad_tok, bad[nbad].r.n_stop = 3, bad[nbad++].msg = "stop token 1 is 320";
+    int64_t live = pkv_alloc_live();
+    for (int i = 0; i < nbad; i++) {
+        uint64_t id = 77;
+        pkv_err_clear();
+        CHECK_STATUS(pkv_engine_submit(e, &bad[i].r, &id), PKV_ERR_INVALID);
+        CHECK_MSG(bad[i].msg);
+        CHECK_INT(id, 0);
+    }
+    CHECK_INT(pkv_alloc_live(), live);
+    CHECK_STATUS(pkv_engine_submit(e, NULL, NULL), PKV_ERR_INVALID);
+    CHECK_STATUS(pkv_engine_submit(NULL, &g, NULL), PKV_ERR_INVALID);
+    g.user = &good;
+    CHECK_OK(pkv_engine_submit(e, &g, NULL));
+    et_drain(e);
+    et_same(&ref, &good, 1, "request after bad ones", 0);
+    et_same(&ref, &before, 1, "request running while bad ones came", 0);
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    CHECK_INT(st.requests_submitted, 2);
+    CHECK_INT(st.requests_finished, 2);
+    pkv_engine_free(e);
+
+    /* a request that could never fit the pool, though it fits the context */
+    ep = et_params(64, 4, 10);
+    e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    pkv_request_params big = greedy(ok_prompt, 8, 50);
+    pkv_err_clear();
+    CHECK_STATUS(pkv_engine_submit(e, &big, NULL), PKV_ERR_INVALID);
+    CHECK_MSG("needs 15 KV pages of 4 tokens");
+    CHECK_MSG("only 10 pages");
+    big.max_tokens = 33; /* 8 + 33 - 1 = 40 tokens = 10 pages: fits exactly, alone */
+    CHECK_OK(pkv_engine_submit(e, &big, NULL));
+    et_drain(e);
+
+    /* thread misuse */
+    CHECK_OK(pkv_engine_start(e));
+    CHECK_STATUS(pkv_engine_start(e), PKV_ERR_INVALID);
+    CHECK_STATUS(pkv_engine_step(e, NULL), PKV_ERR_INVALID);
+    CHECK_OK(pkv_engine_stop(e));
+    CHECK_OK(pkv_engine_stop(e));
+    CHECK_OK(pkv_engine_step(e, NULL));
+    pkv_engine_free(e);
+
+    /* bad engine params */
+    ep = pkv_engine_default_params();
+    ep.max_batch_tokens = -1;
+    CHECK(pkv_engine_create(g_m, ep) == NULL);
+    CHECK_MSG("max_batch_tokens");
+    CHECK(pkv_engine_create(NULL, pkv_engine_default_params()) == NULL);
+    pkv_engine_free(NULL);
+    CHECK_STATUS(pkv_engine_cancel(NULL, 1), PKV_ERR_INVALID);
+    CHECK(!strcmp(pkv_finish_reason_str(PKV_FINISH_LENGTH), "length"));
+}
+
+/* Freeing an engine with work left gives every sample its CANCELLED event. */
+static void test_free_pending(void) {
+    pkv_engine *e = pkv_engine_create(g_m, et_params(128, 8, 0));
+    REQUIRE_VOID(e);
+    int32_t p[5] = {3, 1, 4, 1, 5};
+    static et_rec r[3];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 3; i++) {
+        pkv_request_params q = greedy(p, 5, 20);
+        q.n = i + 1;
+        q.on_event = et_on_event;
+        q.user = &r[i];
+        CHECK_OK(pkv_engine_submit(e, &q, NULL));
+        if (i == 1) CHECK_OK(pkv_engine_step(e, NULL));
+    }
+    pkv_engine_free(e);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j <= i; j++) {
+            CHECK_INT(r[i].s[j].finals, 1);
+            CHECK_INT(r[i].s[j].fin, PKV_FINISH_CANCELLED);
+        }
+}
+
+/* The n-th allocation failing, for n spread over a whole run (engine creation,
+ * submit, admission, prefix match, fork, forward, sampling): no crash, no leak,
+ * every accepted request still gets exactly one final event per sample, and a
+ * request that completes has exactly its tokens. */
+static void test_alloc_failures(void) {
+    int32_t a[20], b[20];
+    for (int i = 0; i < 20; i++) a[i] = b[i] = (int32_t)(i * 7 + 3);
+    b[19] = 1;
+    static et_rec ref[2], got[2];
+    pkv_request_params rp[2] = {greedy(a, 20, 6), greedy(b, 20, 5)};
+    rp[1].n = 2;
+    rp[1].sampling.temp = 0.8f;
+    for (int i = 0; i < 2; i++) et_alone(g_m, &rp[i], &ref[i]);
+    int64_t live = pkv_alloc_live();
+    pkv_alloc_fail_at(0);
+    uint64_t total = 0;
+    for (uint64_t n = 0, k = 0; n == 0 || n <= total; k++) {
+        pkv_alloc_fail_at(n);
+        pkv_engine *e = pkv_engine_create(g_m, et_params(128, 8, 0));
+        bool accepted[2] = {false, false};
+        for (int i = 0; e && i < 2; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            pkv_request_params r = rp[i];
+            r.on_event = et_on_event;
+            r.user = &got[i];
+            pkv_status s = pkv_engine_submit(e, &r, NULL);
+            if (s) CHECK_INT(s, PKV_ERR_NOMEM);
+            accepted[i] = s == PKV_OK;
+            if (i == 0) CHECK_OK(pkv_engine_step(e, NULL)); /* the second shares a page with the first */
+        }
+        if (e) et_drain(e);
+        pkv_engine_free(e);
+        uint64_t used = pkv_alloc_fail_at(0);
+        if (n == 0) total = used; /* the run without a failure counts the allocations */
+        CHECK_INT(pkv_alloc_live(), live);
+        for (int i = 0; i < 2; i++) {
+            if (!accepted[i]) continue;
+            bool err = false;
+            for (int j = 0; j < rp[i].n; j++) {
+                CHECK_INT(got[i].s[j].finals, 1);
+                err |= got[i].s[j].fin == PKV_FINISH_ERROR;
+            }
+            if (!err) et_same(&ref[i], &got[i], rp[i].n, "request under allocation failure", (int)n);
+        }
+        n++; /* every allocation of the run fails once */
+    }
+    fprintf(stderr, "allocation failures: a run makes %llu allocations\n", (unsigned long long)total);
+}
+
+/* `pagekv bench serve` runs the load: a pool too small preempts, a 90% shared
+ * prefix is served from the cache, no request fails. */
+static double json_num(const char *key) {
+    const char *p = strstr(th_out, key);
+    return p ? atof(p + strlen(key)) : -1;
+}
+
+static void test_bench_cli(void) {
+    const char *base = "bench serve --tiny -t 2 -n 8 --clients 4 --prompt-tokens 20 --output-tokens 6 --page-size 8 --json";
+    int rc = th_cli("", false, "%s --pool-pages 6", base);
+    if (rc == -1) {
+        fprintf(stderr, "bench serve: no CLI (PKV_CLI unset), not checked\n");
+        return;
+    }
+    CHECK_INT(rc, 0);
+    HAS("\"failed\": 0}");
+    CHECK(json_num("\"preemptions\": {\"swap\": ") + json_num("\"recompute\": ") > 0);
+    CHECK(json_num("\"peak_pages\": ") <= 6);
+    double gen = json_num("\"generated_tokens\": ");
+    CHECK(gen >= 8 * 3 && gen <= 8 * 9); /* every request its 3..9 tokens */
+    /* one client, no preemption: computed = prompt tokens - prefix hits + (generated - 1) per request */
+    CHECK_INT(th_cli("", false, "%s --shared-prefix 0.9 --clients 1 --prompt-tokens 40", base), 0);
+    double hit = json_num("\"prefix_hit_tokens\": ");
+    CHECK(json_num("\"prefix_hit_fraction\": ") > 0.4); /* ~36 of 20..60 tokens shared, whole pages of 8 */
+    CHECK_INT(json_num("\"computed_tokens\": "),
+              json_num("\"prompt_tokens\": ") - hit + json_num("\"generated_tokens\": ") - 8);
+    CHECK_INT(th_cli("", false, "%s --rate 1000", base), 0);
+    HAS("\"arrivals\": \"poisson\"");
+    CHECK_INT(th_cli("", false, "bench serve --tiny --shared-prefix 2"), 2);
+}
+
+#ifndef ET_DEVICE
+#define ET_DEVICE "cpu"
+#endif
+
+int main(void) {
+    et_device = ET_DEVICE;
+    if (strcmp(ET_DEVICE, "cpu")) g_nb = 24; /* the mixed load is 64 requests on the CPU */
+    pkv_device *probe = pkv_device_open(ET_DEVICE, pkv_device_default_params());
+    if (!probe) return th_skip(pkv_errmsg());
+    pkv_device_close(probe);
+    int64_t live0 = pkv_alloc_live();
+    g_m = et_model("llama", PKV_TYPE_Q8_0, 7);
+    if (!g_m) return th_done();
+    int64_t live1 = pkv_alloc_live();
+    {   /* what a model load leaves behind (process-wide caches) is not the engine's */
+        pkv_engine *e = pkv_engine_create(g_m, et_params(64, 8, 0));
+        pkv_engine_free(e);
+        CHECK_INT(pkv_alloc_live(), live1);
+    }
+    test_vs_context();
+    test_batch_invariance();
+    test_preemption();
+    if (!strcmp(ET_DEVICE, "cpu")) { /* device-independent scheduling checks: once */
+        test_prefix_cache();
+        test_n_fork();
+        test_cancel();
+        test_finish();
+        test_bad_input();
+        test_free_pending();
+        test_alloc_failures();
+        test_bench_cli();
+    }
+    CHECK_INT(pkv_alloc_live(), live1); /* every engine freed everything */
+    pkv_model_free(g_m);
+    /* qwen3 (its own norms) in f16: batch invariance again */
+    g_m = et_model("qwen3", PKV_TYPE_F16, 8);
+    if (g_m) test_batch_invariance();
+    pkv_model_free(g_m);
+    fprintf(stderr, "allocations left by the model loads: %lld\n", (long long)(pkv_alloc_live() - live0));
+    return th_done();
+}
