@@ -300,6 +300,32 @@ static void test_prefix_cache(void) {
         CHECK_INT(s2.prompt_tokens, 40 + 42 + 40);
         pkv_engine_free(e);
     }
+    /* A burst: both arrive before the first step. B waits for the pages A is
+     * computing instead of computing them too, then reuses them. */
+    static et_rec xa, xb;
+    memset(&xa, 0, sizeof xa);
+    memset(&xb, 0, sizeof xb);
+    pkv_engine_params ep = et_params(256, 8, 0);
+    ep.max_batch_tokens = 64; /* room for both prompts in one step */
+    pkv_engine *e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    pkv_request_params r = greedy(a, 40, 8);
+    r.on_event = et_on_event;
+    r.user = &xa;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    r = greedy(b, 42, 8);
+    r.on_event = et_on_event;
+    r.user = &xb;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    et_drain(e);
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    CHECK_INT(xb.s[0].n_cached, 32);
+    CHECK_INT(st.computed_tokens, 40 + 10 + 2 * 7);
+    et_same(&ra, &xa, 1, "burst request", 0);
+    et_same(&nb, &xb, 1, "burst request", 1);
+    pkv_engine_free(e);
+
     et_same(&rb, &nb, 1, "prefix-cached vs uncached request", 1);
     et_same(&rc, &nc, 1, "prefix-cached vs uncached request", 2);
     et_same(&ra, &rc, 1, "repeated prompt", 0);
