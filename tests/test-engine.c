@@ -300,6 +300,32 @@ static void test_prefix_cache(void) {
         CHECK_INT(s2.prompt_tokens, 40 + 42 + 40);
         pkv_engine_free(e);
     }
+    /* A burst: both arrive before the first step. B waits for the pages A is
+     * computing instead of computing them too, then reuses them. */
+    static et_rec xa, xb;
+    memset(&xa, 0, sizeof xa);
+    memset(&xb, 0, sizeof xb);
+    pkv_engine_params ep = et_params(256, 8, 0);
+    ep.max_batch_tokens = 64; /* room for both prompts in one step */
+    pkv_engine *e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    pkv_request_params r = greedy(a, 40, 8);
+    r.on_event = et_on_event;
+    r.user = &xa;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    r = greedy(b, 42, 8);
+    r.on_event = et_on_event;
+    r.user = &xb;
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    et_drain(e);
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    CHECK_INT(xb.s[0].n_cached, 32);
+    CHECK_INT(st.computed_tokens, 40 + 10 + 2 * 7);
+    et_same(&ra, &xa, 1, "burst request", 0);
+    et_same(&nb, &xb, 1, "burst request", 1);
+    pkv_engine_free(e);
+
     et_same(&rb, &nb, 1, "prefix-cached vs uncached request", 1);
     et_same(&rc, &nc, 1, "prefix-cached vs uncached request", 2);
     et_same(&ra, &rc, 1, "repeated prompt", 0);
@@ -483,6 +509,49 @@ static void test_finish(void) {
     CHECK_INT(lo.s[0].finals, 0);
     et_drain(e);
     et_same(&hi, &lo, 1, "same request at two priorities", 0);
+    pkv_engine_free(e);
+
+    /* A high-priority request arriving at a full pool preempts running ones of
+     * lower priority at admission, finishes before them, and nobody's tokens change. */
+    ep = et_params(128, 4, 18);
+    e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    static et_rec low[2], high, low_ref[2], high_ref;
+    int32_t long_prompt[2][28];
+    for (int i = 0; i < 28; i++) long_prompt[0][i] = long_prompt[1][i] = (int32_t)(i * 31 % 320);
+    long_prompt[1][0] = 5; /* no shared pages between the two */
+    /* after 3 steps two lows hold 16 of the 18 pages; the high one needs 4 */
+    pkv_request_params lr[2] = {greedy(long_prompt[0], 28, 20), greedy(long_prompt[1], 28, 20)};
+    pkv_request_params hr = greedy(prompt + 2, 14, 12);
+    hr.priority = 3;
+    et_alone(g_m, &hr, &high_ref);
+    for (int i = 0; i < 2; i++) {
+        et_alone(g_m, &lr[i], &low_ref[i]);
+        memset(&low[i], 0, sizeof low[i]);
+        pkv_request_params q = lr[i];
+        q.on_event = et_on_event;
+        q.user = &low[i];
+        CHECK_OK(pkv_engine_submit(e, &q, NULL));
+    }
+    for (int k = 0; k < 3; k++) CHECK_OK(pkv_engine_step(e, NULL));
+    memset(&high, 0, sizeof high);
+    hr.on_event = et_on_event;
+    hr.user = &high;
+    CHECK_OK(pkv_engine_submit(e, &hr, NULL));
+    pkv_engine_stats before, after;
+    pkv_engine_stats_get(e, &before);
+    CHECK_INT(before.pages_used, 16);
+    CHECK_INT(before.preemptions_swap + before.preemptions_recompute, 0);
+    CHECK_OK(pkv_engine_step(e, NULL)); /* admission preempts a low one for the high one */
+    pkv_engine_stats_get(e, &after);
+    CHECK(after.preemptions_swap + after.preemptions_recompute > before.preemptions_swap + before.preemptions_recompute);
+    CHECK_INT(high.s[0].n, 1);
+    left = 3;
+    while (high.s[0].finals == 0 && left > 0) CHECK_OK(pkv_engine_step(e, &left));
+    for (int i = 0; i < 2; i++) CHECK_INT(low[i].s[0].finals, 0); /* the high one finished first */
+    et_drain(e);
+    et_same(&high_ref, &high, 1, "high-priority request", 0);
+    for (int i = 0; i < 2; i++) et_same(&low_ref[i], &low[i], 1, "preempted low-priority request", i);
     pkv_engine_free(e);
 }
 

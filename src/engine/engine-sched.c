@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/engine-impl.h"
+#include "kv/kv-impl.h" /* pkv_kv_seq_publish: offer a step's full pages at once */
 #include "model/model-impl.h"
 
 static int64_t pages_for(const pkv_engine *e, int64_t n_tokens) { return (n_tokens + e->ps - 1) / e->ps; }
@@ -355,6 +356,29 @@ fail:
     return -1;
 }
 
+/* Does a resident sequence (of another request) share at least one more full page
+ * of r's prompt than the cache holds now, and is it still computing it? Then r
+ * waits for those pages rather than computing them a second time: a burst of
+ * requests with one system prompt computes it once. Never waits on a sequence
+ * that is not running (it may never finish the part). */
+static bool wait_for_prefix(const pkv_engine *e, const eng_req *r) {
+    if (!e->p.prefix_cache) return false;
+    int64_t can = r->p.n_prompt - 1; /* prefix match leaves one token to compute */
+    for (int i = 0; i < e->n_reqs; i++) {
+        const eng_req *o = e->reqs[i];
+        if (o == r) continue;
+        for (int j = 0; j < o->n; j++) {
+            const eng_seq *s = &o->seqs[j];
+            if (s->st != SEQ_RUNNING) continue;
+            int64_t L = 0, lim = PKV_MIN(can, (int64_t)s->n_tok);
+            while (L < lim && s->tok[L] == r->prompt[L]) L++;
+            L = L / e->ps * e->ps;
+            if (L > 0 && s->n_kv < L) return true;
+        }
+    }
+    return false;
+}
+
 /* Pages the resident sequences need to compute what they hold pending, plus one
  * token each: what admitting more must leave them. */
 static int64_t reserve_pages(const pkv_engine *e) {
@@ -392,6 +416,7 @@ static bool admit(pkv_engine *e) {
             eng_seq *s = &r->seqs[j];
             bool cand = s->st == SEQ_SWAPPED || s->st == SEQ_DROPPED || (s->st == SEQ_NONE && j == 0);
             if (!cand) continue;
+            if (s->st == SEQ_NONE && wait_for_prefix(e, r)) break; /* later requests may go first */
             for (;;) {
                 if (budget <= 0 || resident >= e->p.max_seqs) return changed;
                 int got = seq_start(e, s, reserve_pages(e), resident == 0);
@@ -546,6 +571,10 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 q->n_kv += q->step_n;
                 e->computed += (uint64_t)q->step_n;
                 q->step_n = 0;
+                /* The step wrote its K/V: its full pages can serve prefix matches from
+                 * the next admission on, not only after this sequence's next step. */
+                kv_seq *ks = pkv_kv_seq_get(e->c, q->kv, "publish");
+                if (ks) pkv_kv_seq_publish(e->c, ks);
             }
             pkv_kv_stats ks; /* peak pages: the pool is fullest right after the step */
             pkv_kv_stats_get(e->c, &ks);
