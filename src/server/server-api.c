@@ -390,6 +390,33 @@ static json_t *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, con
                      choices, "usage", usage_json(r));
 }
 
+bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
+                         const srv_conn *conn, srv_out *o) {
+    if (!srv_gen_submit(s->g, r)) {
+        srv_error(o, 503, "the server is busy: %d requests are waiting already (--queue); retry later", s->o.queue);
+        return false;
+    }
+    if (fmt >= 0) { /* streamed: the stream owns the answer from here */
+        o->stream = srv_stream_new(s, r, fmt, logprobs, include_usage, id, conn);
+        if (!o->stream) {
+            srv_gen_cancel(s->g, r);
+            srv_error(o, 500, "out of memory");
+        } else {
+            o->status = 200;
+        }
+        return false;
+    }
+    if (!srv_wait_done(s, r, conn)) {
+        srv_error(o, 499, "client closed the connection");
+        return false;
+    }
+    if (r->http_status) {
+        srv_error(o, r->http_status, "%s", r->err);
+        return false;
+    }
+    return true;
+}
+
 void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv_out *o) {
     json_t *model = json_object_get(b, "model");
     if (model && !json_is_string(model)) return srv_error(o, 400, "'model' must be a string");
@@ -439,30 +466,9 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
                   r->n_prompt, (long long)s->n_ctx);
         goto out;
     }
-    if (!srv_gen_submit(s->g, r)) {
-        srv_error(o, 503, "the server is busy: %d requests are waiting already (--queue); retry later", s->o.queue);
-        goto out;
-    }
     char id[64];
     srv_next_id(s, chat ? "chatcmpl" : "cmpl", id, sizeof id);
-    if (stream) {
-        o->stream = srv_stream_new(s, r, fmt, logprobs, include_usage, id, conn);
-        if (!o->stream) {
-            srv_gen_cancel(s->g, r);
-            srv_error(o, 500, "out of memory");
-        } else {
-            o->status = 200;
-        }
-        goto out;
-    }
-    if (!srv_wait_done(s, r, conn)) {
-        srv_error(o, 499, "client closed the connection");
-        goto out;
-    }
-    if (r->http_status) {
-        srv_error(o, r->http_status, "%s", r->err);
-        goto out;
-    }
+    if (!srv_submit_and_wait(s, r, stream ? fmt : -1, logprobs, include_usage, id, conn, o)) goto out;
     o->status = 200;
     o->json = completion_body(s, r, chat, logprobs, id);
 out:

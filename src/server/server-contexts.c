@@ -228,30 +228,9 @@ static void generate(srv *s, int64_t id, json_t *b, const srv_conn *conn, srv_ou
     r->ctx_id = id;
     r->stop_ids = s->stop_ids;
     r->n_stop_ids = s->n_stop_ids;
-    if (!srv_gen_submit(s->g, r)) {
-        srv_error(o, 503, "the server is busy: %d requests are waiting already (--queue); retry later", s->o.queue);
-        goto out;
-    }
     char rid[32];
     idstr(id, rid, sizeof rid);
-    if (stream) {
-        o->stream = srv_stream_new(s, r, SRV_FMT_CONTEXT, logprobs, false, rid, conn);
-        if (!o->stream) {
-            srv_gen_cancel(s->g, r);
-            srv_error(o, 500, "out of memory");
-        } else {
-            o->status = 200;
-        }
-        goto out;
-    }
-    if (!srv_wait_done(s, r, conn)) {
-        srv_error(o, 499, "client closed the connection");
-        goto out;
-    }
-    if (r->http_status) {
-        srv_error(o, r->http_status, "%s", r->err);
-        goto out;
-    }
+    if (!srv_submit_and_wait(s, r, stream ? SRV_FMT_CONTEXT : -1, logprobs, false, rid, conn, o)) goto out;
     srv_choice *c = &r->ch[0];
     json_t *ids = json_array();
     for (int i = 0; i < c->n_toks; i++) json_array_append_new(ids, json_integer(c->toks[i].id));

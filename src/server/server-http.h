@@ -90,5 +90,11 @@ json_t *srv_text_json(const char *p, size_t n);
 srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
                            const srv_conn *conn);
 void srv_next_id(srv *s, const char *prefix, char *buf, size_t size);
+/* Submit r and answer: a stream (o->stream set, status 200), or wait for it to
+ * finish. Returns true when r finished without error and the caller writes the
+ * body; false when o already holds the answer (stream or error: 503 queue full,
+ * 499 client gone, 500, or r's own error). id: "chatcmpl-…" or a context id. */
+bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
+                         const srv_conn *conn, srv_out *o);
 
 #endif
