@@ -257,45 +257,7 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
     pkv_model_free(m);
 }
 
-static pkv_mkmodel_params kq_params(const char *arch, pkv_type t) {
-    pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = arch;
-    p.type = t;
-    p.n_layer = 2;
-    p.n_embd = 256;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.n_ff = 256;
-    p.n_vocab = V;
-    return p;
-}
-
-/* The f32 twin of a k-quant model image (as in test-model-vulkan.c): the same
- * model with every tensor dequantized, so the CPU runs it without rounding
- * activations. */
-static bool kq_twin(const pkv_mkmodel_params *p, const void *kq, size_t kq_size, void **img, size_t *size) {
-    pkv_mkmodel_params p32 = *p;
-    p32.type = PKV_TYPE_F32;
-    if (pkv_mkmodel_memory(&p32, img, size)) return false;
-    pkv_gguf *gq = pkv_gguf_open_memory(kq, kq_size, "kq"), *g32 = pkv_gguf_open_memory(*img, *size, "f32");
-    bool ok = gq && g32 && pkv_gguf_n_tensors(gq) == pkv_gguf_n_tensors(g32);
-    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(gq); i++) {
-        const pkv_gguf_tensor *tq = pkv_gguf_tensor_at(gq, i), *t32 = pkv_gguf_find_tensor(g32, tq->name);
-        ok = t32 && t32->type == PKV_TYPE_F32 && t32->n_elements == tq->n_elements;
-        if (ok) ok = pkv_dequantize_row(tq->type, tq->data, (float *)(void *)((uint8_t *)*img + t32->file_offset),
-                                        (int64_t)tq->n_elements) == PKV_OK;
-    }
-    pkv_gguf_close(gq);
-    pkv_gguf_close(g32);
-    if (!ok) pkv_mkmodel_free_memory(*img);
-    return ok;
-}
-
-static pkv_model *load_img(const void *img, size_t size, const char *dev) {
-    pkv_model_params mp = pkv_model_default_params();
-    mp.device = dev;
-    return pkv_model_load_memory(img, size, "img", mp);
-}
+#include "kq-twin.h"
 
 static void nmse_check(const char *arch, pkv_type t, const char *vs, const float *a, const float *b, double tol) {
     double e = th_nmse(a, b, 19 * V);
@@ -332,11 +294,11 @@ static void test_logits(void) {
                 continue;
             }
             bool ok_t;
-            decode19(load_img(img, size, "cpu"), a, &ok_c);
-            decode19(load_img(img, size, "cuda:0"), b, &ok_g);
+            decode19(kq_load(img, size, "cpu"), a, &ok_c);
+            decode19(kq_load(img, size, "cuda:0"), b, &ok_g);
             ok_t = kq_twin(&p, img, size, &twin, &twin_size);
             if (ok_t) {
-                decode19(load_img(twin, twin_size, "cpu"), t32, &ok_t);
+                decode19(kq_load(twin, twin_size, "cpu"), t32, &ok_t);
                 pkv_mkmodel_free_memory(twin);
             }
             pkv_mkmodel_free_memory(img);
