@@ -417,6 +417,10 @@ int pkv_cli_bench_model(int argc, char **argv) {
         goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
+        /* the model's peak, before the bandwidth probe's buffer (4x the LLC) */
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double peak_mib = (double)ru.ru_maxrss / 1024.0;
         /* a GPU's decode reads its own memory, not the host's */
         bool on_device = !pkv_device_get_caps(pkv_model_device(m))->host_memory;
         pkv_cli_bw bwr;
@@ -436,9 +440,6 @@ int pkv_cli_bench_model(int argc, char **argv) {
         double attn = (double)info.n_layer * 4.0 * info.n_head * info.head_dim * (double)n_prefill / 2;
         double gflops = (2 * mat_params + attn) * s0.prefill_tok_s / 1e9;
         double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        double peak_mib = (double)ru.ru_maxrss / 1024.0;
         if (json) {
             printf("{\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
