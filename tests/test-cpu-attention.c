@@ -114,7 +114,7 @@ static void test_shape(const char *path, pkv_type kt, int n_head, int n_kv, int 
     const int32_t seq[NQ] = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1};
     const int32_t len[NQ] = {1195, 1196, 1197, 1198, 1199, 1200, 300, 1, 256, 17, 257, 513, 640, 320};
     const bool f16 = kt == PKV_TYPE_F16;
-    pkv_k_attention_args a = {.kv_type = kt, .n_seq = NSEQ, .meta_pages = 95, .n_pages = NP, .page_size = PS,
+    pkv_k_attention_args a = {.k_type = kt, .v_type = kt, .n_seq = NSEQ, .meta_pages = 95, .n_pages = NP, .page_size = PS,
                               .n_head = n_head, .n_kv = n_kv, .dk = d, .dv = d, .scale = 0.125f};
     static int32_t meta[2 * NQ + NSEQ + 1 + NP];
     make_meta(meta, NQ, seq, len, indptr, pages);

@@ -33,7 +33,7 @@ typedef struct bench_kv {
 
 static pkv_kv_cache *make_cache(pkv_device *dev, int page_size, int64_t n_pages, int64_t host_pages,
                                 pkv_kv_layer_desc *L) {
-    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, PKV_TYPE_F16, 0, NULL};
+    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = BK_LAYERS;
     p.layers = L;

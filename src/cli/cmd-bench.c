@@ -229,8 +229,8 @@ static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int
         }
         if (pkv_buffer_write(meta, 0, mh, (size_t)(4 + np) * 4)) goto out;
         pkv_k_attention_args a = {.q = pkv_tref_make(q, 0), .k = pkv_tref_make(k, 0), .v = pkv_tref_make(v, 0),
-                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .kv_type = PKV_TYPE_F16,
-                                  .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
+                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .k_type = PKV_TYPE_F16,
+                                  .v_type = PKV_TYPE_F16, .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
                                   .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dk, .scale = 0.088f};
         int reps = 30;
         double best = 1e30;

@@ -57,7 +57,15 @@ void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n) {
     }
 }
 
+/* Element i of a row of type t: f32, f16, or a quantized KV type (i counts
+ * elements across blocks of 32). */
 static double ld(const void *p, pkv_type t, size_t i) {
+    if (pkv_kv_type_quant(t)) {
+        float blk[32];
+        const size_t bb = pkv_type_block_bytes(t);
+        pkv_dequantize_row(t, (const uint8_t *)p + i / 32 * bb, blk, 32);
+        return blk[i % 32];
+    }
     if (t == PKV_TYPE_F16) {
         uint16_t h;
         memcpy(&h, (const uint8_t *)p + 2 * i, 2);
@@ -78,8 +86,39 @@ static void st(void *p, pkv_type t, size_t i, double v) {
     }
 }
 
+/* A quantized row: each head is dequantized, rotated in double, rounded to f32
+ * and quantized again (device.h). */
+static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
+    const int half = a->n_rot / 2;
+    const size_t hbytes = pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
+    float *f = pkv_malloc((size_t)a->head_dim * sizeof(float));
+    if (!f) return; /* the reference runs on the host, outside any failure path worth testing */
+    for (int h = 0; h < a->n_heads; h++) {
+        uint8_t *hp = xr + (size_t)h * hbytes;
+        pkv_dequantize_row(a->dtype, hp, f, a->head_dim);
+        for (int i = 0; i < half; i++) {
+            const double theta = (double)pos * (double)a->freq_scale * pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+            const double c = cos(theta), s = sin(theta);
+            const int i0 = a->neox ? i : 2 * i, i1 = a->neox ? i + half : 2 * i + 1;
+            const double x0 = f[i0], x1 = f[i1];
+            f[i0] = (float)(x0 * c - x1 * s);
+            f[i1] = (float)(x0 * s + x1 * c);
+        }
+        pkv_quantize_row(a->dtype, f, hp, a->head_dim);
+    }
+    pkv_free(f);
+}
+
 void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows) {
     const int half = a->n_rot / 2;
+    if (pkv_kv_type_quant(a->dtype)) {
+        const int64_t max_rows = rows ? a->max_rows : a->n_rows;
+        for (int64_t r = 0; r < a->n_rows; r++) {
+            const int64_t row = rows ? rows[r] : r;
+            if (row >= 0 && row < max_rows) ref_rope_quant(a, (uint8_t *)x + (size_t)row * a->row_stride, pos[r]);
+        }
+        return;
+    }
     const int64_t max_rows = rows ? a->max_rows : a->n_rows;
     for (int64_t r = 0; r < a->n_rows; r++) {
         const int64_t row = rows ? rows[r] : r;
@@ -106,6 +145,14 @@ void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, 
         if (idx[i] < 0 || idx[i] >= a->dst_rows) continue;
         const uint8_t *s = (const uint8_t *)src + (size_t)i * a->src_stride;
         uint8_t *d = (uint8_t *)dst + (size_t)idx[i] * a->dst_stride;
+        if (pkv_kv_type_quant(a->dst_type)) {
+            float *f = pkv_malloc((size_t)a->row_elems * sizeof(float));
+            if (!f) continue;
+            memcpy(f, s, (size_t)a->row_elems * sizeof(float));
+            pkv_quantize_row(a->dst_type, f, d, a->row_elems);
+            pkv_free(f);
+            continue;
+        }
         for (int64_t j = 0; j < a->row_elems; j++) st(d, a->dst_type, (size_t)j, ld(s, PKV_TYPE_F32, (size_t)j));
     }
 }
@@ -115,6 +162,7 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
+    const size_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
     double *score = NULL;
     int64_t max_len = 0;
     for (int i = 0; i < a->n_q; i++) max_len = PKV_MAX(max_len, (int64_t)q_len[i]);
@@ -141,7 +189,7 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
                 double dot = 0;
                 for (int d = 0; d < a->dk; d++)
-                    dot += (double)qh[d] * ld(k, a->kv_type, slot * (size_t)a->dk + (size_t)d);
+                    dot += (double)qh[d] * ld((const uint8_t *)k + slot * krow, a->k_type, (size_t)d);
                 score[t] = dot * (double)a->scale;
                 if (score[t] > mx) mx = score[t];
             }
@@ -155,7 +203,7 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
                     if (isnan(score[t])) continue;
                     const int32_t page = pages[lo + t / a->page_size];
                     const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                    acc += exp(score[t] - mx) * ld(v, a->kv_type, slot * (size_t)a->dv + (size_t)d);
+                    acc += exp(score[t] - mx) * ld((const uint8_t *)v + slot * vrow, a->v_type, (size_t)d);
                 }
                 o[d] = (float)(acc / sum);
             }
