@@ -295,7 +295,7 @@ static int measure(pkv_model *m, pkv_kv_cache *c, int V, int depth, int n_prefil
 int pkv_cli_bench_model(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     bool json = false;
-    long long depth = 4096, n_prefill = 512, n_decode = 128;
+    long long depth = 4096, n_prefill = 512, n_decode = 128, mem_mib = 8192;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
         if (r < 0) return 2;
@@ -303,16 +303,21 @@ int pkv_cli_bench_model(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
-                   "                          [--prefill N] [--decode N] [--depth N]\n"
+                   "                          [--prefill N] [--decode N] [--depth N] [--kv-type T]\n"
+                   "                          [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
                    "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
                    "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
-                   "same run and the decode roofline (weight bytes per token / bandwidth).\n"
+                   "same run and the decode roofline (weight bytes per token / bandwidth); the KV\n"
+                   "bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the largest\n"
+                   "context that fits in --kv-memory MiB (default 8192).\n"
                    "Without -m: the built-in tiny model. For the reference shape:\n"
                    "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
                    "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--kv-memory")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 30, &mem_mib)) return 2;
         } else if (!strcmp(a, "--depth")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &depth)) return 2;
         } else if (!strcmp(a, "--prefill")) {
@@ -359,8 +364,13 @@ int pkv_cli_bench_model(int argc, char **argv) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         double peak_mib = (double)ru.ru_maxrss / 1024.0;
+        const double kv_tok = pkv_cli_kv_bytes_per_token(c);
+        const long long kv_max = pkv_cli_kv_max_tokens(c, (double)mem_mib * 1048576.0);
         if (json) {
-            printf("{\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
+            printf("{\"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"kv_bytes_per_token\": %.0f, \"kv_memory_mib\": %lld, "
+                   "\"kv_max_context\": %lld, ",
+                   pkv_type_name((pkv_type)o.kv_type), pkv_type_name((pkv_type)o.kv_type_v), kv_tok, mem_mib, kv_max);
+            printf("\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
@@ -386,6 +396,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
             printf("prefill %.1f GFLOP/s of a measured FMA peak of %.1f GFLOP/s (%.1f%%)\n", gflops, peak,
                    peak > 0 ? 100 * gflops / peak : 0);
             printf("peak RSS %.1f MiB\n", peak_mib);
+            printf("KV %s: %.0f bytes per token; %lld tokens fit in %lld MiB\n", pkv_cli_kv_desc(&o), kv_tok, kv_max,
+                   mem_mib);
         }
         rc = 0;
     }
