@@ -157,24 +157,34 @@ void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, 
     }
 }
 
+/* Row `slot` (d elements) of a K or V pool of type t, as floats. */
+static void ref_row(const void *pool, pkv_type t, size_t slot, int d, float *out) {
+    const uint8_t *r = (const uint8_t *)pool + slot * pkv_type_row_bytes(t, (size_t)d);
+    if (pkv_kv_type_quant(t)) {
+        pkv_dequantize_row(t, r, out, d);
+        return;
+    }
+    for (int i = 0; i < d; i++) out[i] = (float)ld(r, t, (size_t)i);
+}
+
 void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                        const int32_t *meta, float *out) {
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
-    const size_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
-    double *score = NULL;
     int64_t max_len = 0;
     for (int i = 0; i < a->n_q; i++) max_len = PKV_MAX(max_len, (int64_t)q_len[i]);
     /* The reference may allocate: it runs on the host, outside any failure path
      * worth testing; without memory it writes zeros. */
-    score = pkv_malloc((size_t)PKV_MAX(max_len, 1) * sizeof(double));
+    double *score = pkv_malloc((size_t)PKV_MAX(max_len, 1) * sizeof(double));
+    double *acc = pkv_malloc((size_t)a->dv * sizeof(double));
+    float *row = pkv_malloc((size_t)PKV_MAX(a->dk, a->dv) * sizeof(float));
     for (int i = 0; i < a->n_q; i++) {
         for (int h = 0; h < a->n_head; h++) {
             float *o = out + ((size_t)i * a->n_head + h) * (size_t)a->dv;
             for (int d = 0; d < a->dv; d++) o[d] = 0;
             const int s = q_seq[i];
-            if (!score || s < 0 || s >= a->n_seq) continue;
+            if (!score || !acc || !row || s < 0 || s >= a->n_seq) continue;
             const int32_t lo = indptr[s], hi = indptr[s + 1];
             if (lo < 0 || hi < lo || hi > a->meta_pages) continue;
             const int kvh = h / group;
@@ -187,9 +197,9 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
                 const int32_t page = pages[lo + pi];
                 if (page < 0 || page >= a->n_pages) continue;
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                ref_row(k, a->k_type, slot, a->dk, row);
                 double dot = 0;
-                for (int d = 0; d < a->dk; d++)
-                    dot += (double)qh[d] * ld((const uint8_t *)k + slot * krow, a->k_type, (size_t)d);
+                for (int d = 0; d < a->dk; d++) dot += (double)qh[d] * (double)row[d];
                 score[t] = dot * (double)a->scale;
                 if (score[t] > mx) mx = score[t];
             }
@@ -197,19 +207,21 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
             double sum = 0;
             for (int64_t t = 0; t < q_len[i]; t++)
                 if (!isnan(score[t])) sum += exp(score[t] - mx);
-            for (int d = 0; d < a->dv; d++) {
-                double acc = 0;
-                for (int64_t t = 0; t < q_len[i]; t++) {
-                    if (isnan(score[t])) continue;
-                    const int32_t page = pages[lo + t / a->page_size];
-                    const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                    acc += exp(score[t] - mx) * ld((const uint8_t *)v + slot * vrow, a->v_type, (size_t)d);
-                }
-                o[d] = (float)(acc / sum);
+            for (int d = 0; d < a->dv; d++) acc[d] = 0;
+            for (int64_t t = 0; t < q_len[i]; t++) {
+                if (isnan(score[t])) continue;
+                const int32_t page = pages[lo + t / a->page_size];
+                const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                ref_row(v, a->v_type, slot, a->dv, row);
+                const double p = exp(score[t] - mx);
+                for (int d = 0; d < a->dv; d++) acc[d] += p * (double)row[d];
             }
+            for (int d = 0; d < a->dv; d++) o[d] = (float)(acc[d] / sum);
         }
     }
     pkv_free(score);
+    pkv_free(acc);
+    pkv_free(row);
 }
 
 void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len) {
