@@ -622,7 +622,9 @@ typedef struct pkv_cache_params {
 
 pkv_cache_params pkv_cache_default_params(void);
 /* A KV cache with the model's per-layer geometry on the model's device, RoPE set up
- * for context shift. NULL on failure. */
+ * for context shift. NULL on failure: e.g. a KV type other than f16, f32, q8_0,
+ * q4_0, or a quantized type for head sizes that are not multiples of 32 (the
+ * message names the type or the layer). */
 pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p);
 
 /* New empty context (a new sequence of c) holding at most n_ctx tokens (0 =

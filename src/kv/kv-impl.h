@@ -4,8 +4,8 @@
  * largest buffer is too small) holding, at its own offset, the K array and the V
  * array of every (layer, shard) stored there. Every such array is page-major:
  *     dtype [n_pages][page_size][n_heads_of_shard][head_dim]
- * (a quantized dtype stores each head's row as head_dim / 32 blocks), 
- * so page p of an array starts at off + p * page_bytes. Batched operations (COW,
+ * (a quantized dtype stores each head's row as head_dim / 32 blocks), so page p
+ * of an array starts at off + p * page_bytes. Batched operations (COW,
  * shift, clear) therefore need one pkv_buffer_copy_regions per arena.
  *
  * Sequences: a block table is a chain of immutable, reference-counted nodes of
