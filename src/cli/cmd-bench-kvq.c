@@ -4,8 +4,9 @@
  * positions D .. D+N-1 (decoded one at a time, as in generation) are compared with
  * those of the f16-KV run: normalized mean squared error (sum of squared
  * differences over the sum of squared f16 logits) and top-1 agreement (the share
- * of positions whose argmax is the same). Printed as JSON. Measured, never
- * asserted. */
+ * of positions whose argmax is the same). f32 pages are in the default list as
+ * the noise floor: how far the model moves for a perturbation of the K/V by f16
+ * rounding. Printed as JSON. Measured, never asserted. */
 #include "cli/cli.h"
 #include "cli/commands.h"
 
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #define MAX_DEPTHS 8
+#define MAX_TYPES 8
 
 typedef struct {
     int k, v; /* pkv_type */
@@ -74,6 +76,11 @@ int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     long long depths[MAX_DEPTHS] = {512, 4096}, n = 32;
     int nd = 2;
+    kv_pair types[MAX_TYPES] = {{PKV_TYPE_F32, PKV_TYPE_F32},
+                                {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0},
+                                {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                                {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}};
+    int nt = 4;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
         if (r < 0) return 2;
@@ -81,10 +88,32 @@ int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: pagekv bench kv-accuracy [-m FILE.gguf] [-t N] [-d DEVICE] [--depths D1,D2,...] [-n N]\n"
-                   "Logits NMSE and top-1 agreement of q8_0, q4_0 and K q8_0 / V q4_0 KV pages against f16\n"
-                   "pages, over the N (default 32) tokens after each depth (default 512,4096), on the same\n"
-                   "teacher-forced random tokens. JSON on stdout.\n");
+                   "                                [--types T1,T2,...]\n"
+                   "Logits NMSE and top-1 agreement of KV page types against f16 pages, over the N (default\n"
+                   "32) tokens after each depth (default 512,4096), on the same teacher-forced random tokens.\n"
+                   "--types: T (K and V) or K/V, of f32, f16, q8_0, q4_0 (default f32,q8_0,q4_0,q8_0/q4_0;\n"
+                   "f32 shows the noise floor of the model). JSON on stdout.\n");
             return 0;
+        } else if (!strcmp(a, "--types")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            nt = 0;
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (nt == MAX_TYPES) {
+                    fprintf(stderr, "pagekv bench kv-accuracy: at most %d types\n", MAX_TYPES);
+                    return 2;
+                }
+                char *slash = strchr(tok, '/');
+                if (slash) *slash = 0;
+                if (!pkv_cli_kv_type(a, tok, &types[nt].k) || !pkv_cli_kv_type(a, slash ? slash + 1 : tok, &types[nt].v))
+                    return 2;
+                nt++;
+            }
+            if (!nt) {
+                fprintf(stderr, "pagekv bench kv-accuracy: --types is empty\n");
+                return 2;
+            }
         } else if (!strcmp(a, "-n")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 4096, &n)) return 2;
         } else if (!strcmp(a, "--depths")) {
@@ -133,12 +162,11 @@ int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((seed >> 33) % (uint64_t)V);
     }
-    static const kv_pair types[] = {{PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0}, {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}};
     if ((rc = run_types(m, &o, (kv_pair){PKV_TYPE_F16, PKV_TYPE_F16}, toks, depths, nd, (int)n, V, ref))) goto out;
     printf("{\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"tokens_per_depth\": %lld, "
            "\"against\": \"f16\", \"results\": [",
            o.model ? o.model : "builtin", info.arch, info.weight_type, pkv_device_name(pkv_model_device(m)), n);
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    for (int t = 0; t < nt; t++) {
         if ((rc = run_types(m, &o, types[t], toks, depths, nd, (int)n, V, got))) goto out;
         for (int d = 0; d < nd; d++) {
             double num = 0, den = 0;

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include "base/base.h"     /* thread pool for the bandwidth probe */
+#include "base/quant.h"    /* quantized K/V for the attention probe */
 #include "device/device.h" /* the attention kernel, for paged vs contiguous */
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -195,22 +196,28 @@ static double measure_fma_peak(int threads) {
 
 /* ------------------------------------------------- paged vs contiguous */
 
-/* Microseconds per decode-step attention call over `depth` f16 tokens of one
- * layer (n_kv heads of dk, n_head query heads): with the KV in pages of 16
- * tokens in shuffled order (what a long-running cache looks like), and in one
- * contiguous run (a single page of depth tokens: the plain contiguous layout). */
-static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, double *paged_us, double *contig_us) {
-    size_t kv_bytes = (size_t)depth * (size_t)n_kv * (size_t)dk * 2;
+/* Microseconds per decode-step attention call over `depth` tokens of one layer
+ * (n_kv heads of dk, n_head query heads, K of type kt and V of type vt): with the
+ * KV in pages of 16 tokens in shuffled order (what a long-running cache looks
+ * like), and in one contiguous run (a single page of depth tokens: the plain
+ * contiguous layout). */
+static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, pkv_type kt, pkv_type vt,
+                           double *paged_us, double *contig_us) {
+    const size_t rows = (size_t)depth * (size_t)n_kv;
+    const size_t k_bytes = rows * pkv_type_row_bytes(kt, (size_t)dk), v_bytes = rows * pkv_type_row_bytes(vt, (size_t)dk);
+    const size_t f_bytes = rows * (size_t)dk * 4;
     int ps = 16, n_pages = (depth + ps - 1) / ps;
-    pkv_buffer *k = pkv_buffer_alloc(dev, kv_bytes), *v = pkv_buffer_alloc(dev, kv_bytes);
+    pkv_buffer *k = pkv_buffer_alloc(dev, k_bytes), *v = pkv_buffer_alloc(dev, v_bytes);
     pkv_buffer *q = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4), *o = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4);
     pkv_buffer *meta = pkv_buffer_alloc(dev, (size_t)(n_pages + 8) * 4);
     int32_t *mh = malloc((size_t)(n_pages + 8) * sizeof *mh);
-    uint16_t *fill = malloc(kv_bytes);
+    float *fill = malloc(f_bytes);
+    uint8_t *enc = malloc(f_bytes);
     int rc = 1;
-    if (!k || !v || !q || !o || !meta || !mh || !fill) goto out;
-    for (size_t i = 0; i < kv_bytes / 2; i++) fill[i] = pkv_f32_to_f16((float)((i * 7919) % 1000) / 1000.0f - 0.5f);
-    if (pkv_buffer_write(k, 0, fill, kv_bytes) || pkv_buffer_write(v, 0, fill, kv_bytes) ||
+    if (!k || !v || !q || !o || !meta || !mh || !fill || !enc) goto out;
+    for (size_t i = 0; i < f_bytes / 4; i++) fill[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    if (pkv_quantize_row(kt, fill, enc, (int64_t)(f_bytes / 4)) || pkv_buffer_write(k, 0, enc, k_bytes) ||
+        pkv_quantize_row(vt, fill, enc, (int64_t)(f_bytes / 4)) || pkv_buffer_write(v, 0, enc, v_bytes) ||
         pkv_buffer_write(q, 0, fill, (size_t)n_head * (size_t)dk * 4))
         goto out;
     for (int pass = 0; pass < 2; pass++) {
@@ -231,8 +238,8 @@ static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int
         }
         if (pkv_buffer_write(meta, 0, mh, (size_t)(4 + np) * 4)) goto out;
         pkv_k_attention_args a = {.q = pkv_tref_make(q, 0), .k = pkv_tref_make(k, 0), .v = pkv_tref_make(v, 0),
-                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .k_type = PKV_TYPE_F16,
-                                  .v_type = PKV_TYPE_F16, .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
+                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .k_type = kt,
+                                  .v_type = vt, .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
                                   .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dk, .scale = 0.088f};
         int reps = 30;
         double best = 1e30;
@@ -249,6 +256,7 @@ out:
     if (rc) pkv_cli_fail("bench model", "attention", PKV_ERR_DEVICE);
     free(mh);
     free(fill);
+    free(enc);
     pkv_buffer_free(k);
     pkv_buffer_free(v);
     pkv_buffer_free(q);
@@ -344,7 +352,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
     if (depth > 0 && (rc = measure(m, c, info.n_vocab, (int)depth, (int)n_prefill, (int)n_decode, &sd))) goto out;
     double attn_paged = 0, attn_contig = 0;
     if ((rc = bench_attention(pkv_model_device(m), depth > 0 ? (int)depth : 4096, info.n_head, info.n_head_kv, info.head_dim,
-                              &attn_paged, &attn_contig)))
+                              (pkv_type)o.kv_type, (pkv_type)o.kv_type_v, &attn_paged, &attn_contig)))
         goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
