@@ -14,5 +14,6 @@ int pkv_cli_bench_kv(int argc, char **argv);    /* src/cli/cmd-bench-kv.c */
 int pkv_cli_bench_model(int argc, char **argv); /* src/cli/cmd-bench-model.c */
 int pkv_cli_bench_spec(int argc, char **argv);  /* src/cli/cmd-bench-spec.c */
 int pkv_cli_bench_kv_accuracy(int argc, char **argv); /* src/cli/cmd-bench-kvq.c */
+int pkv_cli_bench_kv_speed(int argc, char **argv);    /* src/cli/cmd-bench-kvq.c */
 
 #endif
