@@ -243,8 +243,11 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
  * A paged KV cache. Every layer's K and V live in pages of page_size tokens; a
  * page id means the same token slots in every layer and every shard, so one block
  * table serves all of them. Within a page the layout is tokens-then-heads (NHD):
- *     K of (layer l, shard s): dtype [n_pages][page_size][n_heads_s][head_dim_k]
- *     V of (layer l, shard s): dtype [n_pages][page_size][n_heads_s][head_dim_v]
+ *     K of (layer l, shard s): dtype_k [n_pages][page_size][n_heads_s][head_dim_k]
+ *     V of (layer l, shard s): dtype_v [n_pages][page_size][n_heads_s][head_dim_v]
+ * With a quantized dtype (q8_0, q4_0) a head's row is head_dim / 32 GGUF blocks
+ * (blocks of 32 along the head dimension), so a token row of n heads is
+ * n * pkv_type_row_bytes(dtype, head_dim) bytes.
  * A token's "row" is page * page_size + slot: the row index a pkv_k_set_rows /
  * attention kernel uses in the (layer, shard) K or V array.
  *
@@ -282,7 +285,8 @@ typedef struct pkv_kv_layer_desc {
     int n_kv_heads;  /* > 0 */
     int head_dim_k;  /* elements, > 0 */
     int head_dim_v;  /* elements, > 0 */
-    pkv_type dtype;  /* PKV_TYPE_F32 or PKV_TYPE_F16 */
+    pkv_type dtype_k; /* K pages: PKV_TYPE_F32, F16, Q8_0 or Q4_0 (quantized: head_dim_k % 32 == 0) */
+    pkv_type dtype_v; /* V pages: the same choices (quantized: head_dim_v % 32 == 0) */
     int n_shards;    /* 0 = one shard of all heads on pkv_kv_params.device */
     const pkv_kv_shard_desc *shards; /* [n_shards], covering every head exactly once */
 } pkv_kv_layer_desc;
@@ -309,7 +313,8 @@ typedef struct pkv_kv_params {
 pkv_kv_params pkv_kv_default_params(void);
 
 /* Create a cache: validates the layout (every error names the layer and what is
- * wrong: heads, head sizes, dtype, shards not covering the heads exactly once, a
+ * wrong: heads, head sizes, dtypes (a quantized dtype needs head sizes that are
+ * multiples of 32), shards not covering the heads exactly once, a
  * compute device that cannot access its storage device), then allocates the pages
  * on each shard's storage device. NULL on failure (PKV_ERR_INVALID for a bad
  * layout, PKV_ERR_NOMEM when memory runs out); nothing is left allocated. */
@@ -327,7 +332,7 @@ uint64_t pkv_kv_layout_fingerprint(const pkv_kv_layout *l);
 
 typedef struct pkv_kv_layer_info {
     int n_kv_heads, head_dim_k, head_dim_v;
-    pkv_type dtype;
+    pkv_type dtype_k, dtype_v;
     int n_shards;
     size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
 } pkv_kv_layer_info;
@@ -342,7 +347,7 @@ typedef struct pkv_kv_shard_info {
     int head_begin, n_heads;
     pkv_buffer *k, *v;
     size_t k_off, v_off;             /* bytes: page 0 of this layer and shard */
-    size_t k_row_bytes, v_row_bytes; /* one token: n_heads * head_dim * element size */
+    size_t k_row_bytes, v_row_bytes; /* one token: n_heads * pkv_type_row_bytes(dtype, head_dim) */
     size_t k_page_bytes, v_page_bytes;
     int64_t n_pages;                 /* rows = n_pages * page_size */
 } pkv_kv_shard_info;
@@ -427,7 +432,9 @@ pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep);
 /* Context shift: remove tokens [start, start + n_remove), move the later tokens
  * down by n_remove, add pos_delta to their positions, and re-rotate their cached K
  * on the storage device by pos_delta (RoPE composes: rotating by the delta equals
- * rotating from scratch at the new position, up to rounding of the K dtype).
+ * rotating from scratch at the new position, up to rounding of the K dtype; a
+ * quantized K is dequantized, rotated and quantized again on the device, one
+ * more rounding per shift: see docs/kv-cache.md for the bound).
  * n_remove 0 re-positions tokens [start, len) without removing any. The moved
  * tokens are written into fresh pages (pages shared with other sequences are never
  * written), so it needs up to ceil(moved / page_size) + 1 free pages even though
@@ -474,20 +481,20 @@ pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *toke
 pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path);
 /* Load a saved sequence into a new sequence of this cache (any devices and
  * sharding of the same geometry). PKV_ERR_FORMAT names what differs: layer
- * count, a layer's heads, head sizes or dtype, the page size, a truncated file,
+ * count, a layer's heads, head sizes or K/V dtypes, the page size, a truncated file,
  * a bad checksum; PKV_ERR_IO, PKV_ERR_OUT_OF_PAGES. On error nothing changes.
  * The new sequence gets `fingerprint`, or the saved one when it is 0. */
 pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerprint, int32_t *seq);
 
 /* Attach validation (I6): a second consumer (draft model, multi-token-prediction
  * head) maps its layer j onto cache layer layers[j].kv_layer. Checks the layer
- * exists, equal heads, head sizes, dtype and page size, and that the consumer's
+ * exists, equal heads, head sizes, K and V dtypes and page size, and that the consumer's
  * compute device can access each shard's storage device. The error names the
  * consumer layer, the cache layer, both devices and the fix. Changes nothing. */
 typedef struct pkv_kv_attach_layer {
     int kv_layer;                /* cache layer this consumer layer shares */
     int n_kv_heads, head_dim_k, head_dim_v;
-    pkv_type dtype;
+    pkv_type dtype_k, dtype_v;
     pkv_device *compute;         /* where the consumer layer runs; NULL = each shard's compute device */
 } pkv_kv_attach_layer;
 pkv_status pkv_kv_attach(const pkv_kv_cache *c, const char *consumer, int page_size,
@@ -619,14 +626,18 @@ typedef struct pkv_cache_params {
     int n_ctx;               /* most tokens of one sequence; 0 = min(training context, 4096) */
     int n_seq_max;           /* sequences (contexts, forks) to size the pool for; 0 = 4 */
     int page_size;           /* tokens per page, 1..256; 0 = 16 */
-    pkv_type kv_type;        /* PKV_TYPE_F16 (default) or PKV_TYPE_F32 */
+    pkv_type kv_type;        /* K pages, and V pages unless kv_type_v is set: PKV_TYPE_F16 (default),
+                                F32, Q8_0 or Q4_0 (quantized: head sizes must be multiples of 32) */
+    pkv_type kv_type_v;      /* V pages; PKV_TYPE_COUNT (the default) = kv_type */
     int64_t n_pages;         /* device pages; 0 = n_seq_max * ceil(n_ctx / page_size) */
     int64_t host_pages;      /* host swap pool pages; 0 = as many as the device pool */
 } pkv_cache_params;
 
 pkv_cache_params pkv_cache_default_params(void);
 /* A KV cache with the model's per-layer geometry on the model's device, RoPE set up
- * for context shift. NULL on failure. */
+ * for context shift. NULL on failure: e.g. a KV type other than f16, f32, q8_0,
+ * q4_0, or a quantized type for head sizes that are not multiples of 32 (the
+ * message names the type or the layer). */
 pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p);
 
 /* New empty context (a new sequence of c) holding at most n_ctx tokens (0 =

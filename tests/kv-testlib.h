@@ -6,6 +6,7 @@
 
 #include "testhelp.h"
 #include "kv/kv-impl.h"
+#include "base/quant.h"
 
 #define KT_MAX_LAYERS 4
 
@@ -20,10 +21,10 @@ typedef struct kt_env {
  * Layer 1: 2 heads, K 4 / V 6, f16, head 0 on cpu:1, head 1 on cpu. */
 static inline void kt_layout_sharded(kt_env *e) {
     e->n_layers = 2;
-    e->layers[0] = (pkv_kv_layer_desc){3, 8, 4, PKV_TYPE_F32, 2, e->shards[0]};
+    e->layers[0] = (pkv_kv_layer_desc){3, 8, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, e->shards[0]};
     e->shards[0][0] = (pkv_kv_shard_desc){e->cpu, e->cpu, 0, 2};
     e->shards[0][1] = (pkv_kv_shard_desc){e->cpu1, e->cpu1, 2, 1};
-    e->layers[1] = (pkv_kv_layer_desc){2, 4, 6, PKV_TYPE_F16, 2, e->shards[1]};
+    e->layers[1] = (pkv_kv_layer_desc){2, 4, 6, PKV_TYPE_F16, PKV_TYPE_F16, 2, e->shards[1]};
     e->shards[1][0] = (pkv_kv_shard_desc){e->cpu1, NULL, 0, 1};
     e->shards[1][1] = (pkv_kv_shard_desc){e->cpu, e->cpu, 1, 1};
 }
@@ -66,29 +67,31 @@ static inline int kt_dim(const pkv_kv_cache *c, int il, int v) {
 
 static inline float kt_round(pkv_type t, float x) { return t == PKV_TYPE_F16 ? pkv_f16_to_f32(pkv_f32_to_f16(x)) : x; }
 
+/* n heads of d floats <-> bytes of KV type t (rows of pkv_type_row_bytes(t, d)). */
+static inline void kt_encode(pkv_type t, const float *x, int n, int d, uint8_t *out) {
+    const size_t hb = pkv_type_row_bytes(t, (size_t)d);
+    for (int h = 0; h < n; h++) pkv_quantize_row(t, x + (size_t)h * d, out + (size_t)h * hb, d);
+}
+static inline void kt_decode(pkv_type t, const uint8_t *in, int n, int d, float *x) {
+    const size_t hb = pkv_type_row_bytes(t, (size_t)d);
+    for (int h = 0; h < n; h++) pkv_dequantize_row(t, in + (size_t)h * hb, x + (size_t)h * d, d);
+}
+
 /* Write one token's full K or V row (vals: [n_kv_heads][dim] floats) of layer il
  * at cache row `row`, split over the shards. */
 static inline pkv_status kt_write_row(pkv_kv_cache *c, int il, int v, int32_t row, const float *vals) {
     pkv_kv_layer_info li;
     pkv_kv_layout_layer(pkv_kv_cache_layout(c), il, &li);
     int d = v ? li.head_dim_v : li.head_dim_k;
-    size_t es = li.dtype == PKV_TYPE_F32 ? 4 : 2;
+    pkv_type t = v ? li.dtype_v : li.dtype_k;
     for (int s = 0; s < li.n_shards; s++) {
         pkv_kv_shard_info si;
         pkv_kv_shard(c, il, s, &si);
         uint8_t buf[4096];
-        int n = si.n_heads * d;
-        for (int i = 0; i < n; i++) {
-            float x = vals[si.head_begin * d + i];
-            if (es == 4)
-                memcpy(buf + 4 * i, &x, 4);
-            else {
-                uint16_t h = pkv_f32_to_f16(x);
-                memcpy(buf + 2 * i, &h, 2);
-            }
-        }
-        pkv_status st = v ? pkv_buffer_write(si.v, si.v_off + (size_t)row * si.v_row_bytes, buf, (size_t)n * es)
-                          : pkv_buffer_write(si.k, si.k_off + (size_t)row * si.k_row_bytes, buf, (size_t)n * es);
+        size_t bytes = (size_t)si.n_heads * pkv_type_row_bytes(t, (size_t)d);
+        kt_encode(t, vals + (size_t)si.head_begin * d, si.n_heads, d, buf);
+        pkv_status st = v ? pkv_buffer_write(si.v, si.v_off + (size_t)row * si.v_row_bytes, buf, bytes)
+                          : pkv_buffer_write(si.k, si.k_off + (size_t)row * si.k_row_bytes, buf, bytes);
         if (st) return st;
     }
     return PKV_OK;
@@ -104,7 +107,7 @@ static inline pkv_status kt_read_seq(pkv_kv_cache *c, int32_t seq, int il, int v
     pkv_kv_layer_info li;
     pkv_kv_layout_layer(pkv_kv_cache_layout(c), il, &li);
     int d = v ? li.head_dim_v : li.head_dim_k, H = li.n_kv_heads;
-    size_t es = li.dtype == PKV_TYPE_F32 ? 4 : 2;
+    pkv_type ty = v ? li.dtype_v : li.dtype_k;
     int64_t n = bt.seq_len[0];
     for (int s = 0; s < li.n_shards; s++) {
         pkv_kv_shard_info si;
@@ -116,17 +119,7 @@ static inline pkv_status kt_read_seq(pkv_kv_cache *c, int32_t seq, int il, int v
             st = v ? pkv_buffer_read(si.v, si.v_off + (size_t)row * rb, buf, rb)
                    : pkv_buffer_read(si.k, si.k_off + (size_t)row * rb, buf, rb);
             if (st) return st;
-            for (int i = 0; i < si.n_heads * d; i++) {
-                float x;
-                if (es == 4)
-                    memcpy(&x, buf + 4 * i, 4);
-                else {
-                    uint16_t h;
-                    memcpy(&h, buf + 2 * i, 2);
-                    x = pkv_f16_to_f32(h);
-                }
-                out[(size_t)t * H * d + (size_t)si.head_begin * d + i] = x;
-            }
+            kt_decode(ty, buf, si.n_heads, d, out + (size_t)t * H * d + (size_t)si.head_begin * d);
         }
     }
     return PKV_OK;

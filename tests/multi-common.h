@@ -38,11 +38,15 @@ static pkv_model *mc_load(const char *devices, const char *split, bool host) {
     return pkv_model_load_memory(mc_img, mc_size, "multi", mp);
 }
 
+static pkv_type mc_kv_k = PKV_TYPE_F16, mc_kv_v = PKV_TYPE_F16; /* KV page types of mc_cache */
+
 static pkv_kv_cache *mc_cache(pkv_model *m) {
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 128;
     cp.n_seq_max = 8;
     cp.page_size = 8;
+    cp.kv_type = mc_kv_k;
+    cp.kv_type_v = mc_kv_v;
     return pkv_model_cache_create(m, cp);
 }
 

@@ -56,6 +56,19 @@ int main(void) {
     CHECK_INT(cli(true, "logits -m %s --tokens 1,x", m), 2);
     CHECK_INT(cli(true, "logits -m %s --tokens 1,2,3", nv), 0); /* ids work without a vocabulary */
 
+    /* quantized KV pages: K and V types apart; a head size of 16 is refused naming
+     * the layer; bench kv reports what a token costs (28 layers x 8 heads x 128:
+     * q4_0 rows of 4 blocks of 18 bytes, K and V: 28 * 8 * 2 * 72 = 32256 bytes)
+     * and the whole pages that fit 1 GiB (2080 pages of 16 tokens) */
+    CHECK_INT(cli(true, "run -p 'the cat' -n 4 --temp 0 --kv-type-k q8_0 --kv-type-v q4_0"), 0);
+    HAS("K q8_0 V q4_0 KV on cpu");
+    CHECK_INT(cli(true, "run -m %s -p 'the cat' -n 4 --kv-type q8_0", m), 1);
+    HAS("KV layout layer 0: K head size 16 is not a multiple of 32, the block of q8_0 pages");
+    CHECK_INT(cli(true, "run -p 'the cat' --kv-type q5_0"), 2);
+    HAS("--kv-type is f16, f32, q8_0 or q4_0, got 'q5_0'");
+    CHECK_INT(cli(false, "bench kv --kv-type q4_0 --kv-memory 1024 --json"), 0);
+    HAS("\"dtype_k\": \"q4_0\", \"dtype_v\": \"q4_0\"}, \"kv_bytes_per_token\": 32256, \"kv_memory_mib\": 1024, \"max_context\": 33280");
+
     /* run: greedy is deterministic; forks print branches; errors exit non-zero */
     CHECK_INT(cli(false, "run -m %s -p 'the cat' -n 8 --temp 0", m), 0);
     char first[4096];

@@ -1,13 +1,17 @@
 // labels: unit kernels
 /* The CPU attention at depth: sequences of several 256-token spans (the
  * flash-decoding split and its fold), runs of queries of one sequence (the
- * prefill blocks), a page id outside the pool, f32 and f16 K/V, head sizes that
- * are and are not multiples of 16; on every instruction-set path. Checked: the
- * reference (nmse < 1e-8, the bound of check-kernels.c), and bitwise equality
- * of each query computed alone, in the whole call, and on 1 or 3 threads (the
- * split of the work must not show in any result: fork == replay). */
+ * prefill blocks), a page id outside the pool, f32, f16, q8_0 and q4_0 K/V (and
+ * mixed K/V types), head sizes that are and are not multiples of 16; on every
+ * instruction-set path. Checked: the reference on the same K/V bytes (nmse <
+ * 1e-8, the bound of check-kernels.c); the reference on the unrounded f32 K/V,
+ * the error the page type itself costs (nmse bounds per type: f16 1e-6, q8_0
+ * 1e-4, q4_0 1e-2; measured 3.5e-8, 1.3e-5, 4.2e-3); and bitwise equality of
+ * each query computed alone, in the whole call, and on 1 or 3 threads (the split
+ * of the work must not show in any result: fork == replay). */
 #include "testhelp.h"
 
+#include "base/quant.h"
 #include "device/cpu/ref.h"
 #include "device/device.h"
 
@@ -83,23 +87,42 @@ static bool run(int threads, pkv_k_attention_args a, const float *q, const void 
     return ok;
 }
 
-static void test_shape(const char *path, pkv_type kt, int n_head, int n_kv, int d) {
+/* Rows of d floats as KV type t (bytes out), and x replaced by what the page holds. */
+static void encode(pkv_type t, float *x, size_t rows, int d, uint8_t *out) {
+    const size_t rb = pkv_type_row_bytes(t, (size_t)d);
+    for (size_t r = 0; r < rows; r++) {
+        pkv_quantize_row(t, x + r * d, out + r * rb, d);
+        pkv_dequantize_row(t, out + r * rb, x + r * d, d);
+    }
+}
+
+static double type_bound(pkv_type t) {
+    return t == PKV_TYPE_F32 ? 1e-12 : t == PKV_TYPE_F16 ? 1e-6 : t == PKV_TYPE_Q8_0 ? 1e-4 : 1e-2;
+}
+
+static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, int n_kv, int d) {
     const size_t n_kv_el = (size_t)NP * PS * n_kv * d, nq_el = (size_t)NQ * n_head * d;
+    const size_t kbytes = (size_t)NP * PS * n_kv * pkv_type_row_bytes(kt, (size_t)d);
+    const size_t vbytes = (size_t)NP * PS * n_kv * pkv_type_row_bytes(vt, (size_t)d);
+    const size_t bytes = kbytes > vbytes ? kbytes : vbytes;
     float *q = malloc(nq_el * 4), *k = malloc(n_kv_el * 4), *v = malloc(n_kv_el * 4);
-    uint16_t *k16 = malloc(n_kv_el * 2), *v16 = malloc(n_kv_el * 2);
-    float *ref = malloc(nq_el * 4), *out[2], *alone[2];
+    float *kr = malloc(n_kv_el * 4), *vr = malloc(n_kv_el * 4);
+    uint8_t *kb = calloc(bytes, 1), *vb = calloc(bytes, 1);
+    float *ref = malloc(nq_el * 4), *ref_raw = malloc(nq_el * 4), *out[2], *alone[2];
     for (int i = 0; i < 2; i++) {
         out[i] = malloc(nq_el * 4);
         alone[i] = malloc(nq_el * 4);
     }
-    NEED(q && k && v && k16 && v16 && ref && out[0] && out[1] && alone[0] && alone[1]);
+    NEED(q && k && v && kr && vr && kb && vb && ref && ref_raw && out[0] && out[1] && alone[0] && alone[1]);
+    char name[64];
+    snprintf(name, sizeof name, "%s K %s V %s h%d/%d d%d", path, pkv_type_name(kt), pkv_type_name(vt), n_head, n_kv, d);
     for (size_t i = 0; i < nq_el; i++) q[i] = th_randf(&g_seed) * 2.0f;
     for (size_t i = 0; i < n_kv_el; i++) {
-        k16[i] = pkv_f32_to_f16(th_randf(&g_seed));
-        v16[i] = pkv_f32_to_f16(th_randf(&g_seed));
-        k[i] = pkv_f16_to_f32(k16[i]);
-        v[i] = pkv_f16_to_f32(v16[i]);
+        kr[i] = k[i] = th_randf(&g_seed);
+        vr[i] = v[i] = th_randf(&g_seed);
     }
+    encode(kt, k, n_kv_el / (size_t)d, d, kb);
+    encode(vt, v, n_kv_el / (size_t)d, d, vb);
     /* sequence 0: 75 pages in shuffled order, entry 40 outside the pool;
      * sequence 1: 20 pages */
     int32_t pages[95], indptr[NSEQ + 1] = {0, 75, 95};
@@ -113,40 +136,54 @@ static void test_shape(const char *path, pkv_type kt, int n_head, int n_kv, int 
     /* a run of six queries of sequence 0 (prefill), others interleaved */
     const int32_t seq[NQ] = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1};
     const int32_t len[NQ] = {1195, 1196, 1197, 1198, 1199, 1200, 300, 1, 256, 17, 257, 513, 640, 320};
-    const bool f16 = kt == PKV_TYPE_F16;
-    pkv_k_attention_args a = {.kv_type = kt, .n_seq = NSEQ, .meta_pages = 95, .n_pages = NP, .page_size = PS,
+    pkv_k_attention_args a = {.k_type = kt, .v_type = vt, .n_seq = NSEQ, .meta_pages = 95, .n_pages = NP, .page_size = PS,
                               .n_head = n_head, .n_kv = n_kv, .dk = d, .dv = d, .scale = 0.125f};
     static int32_t meta[2 * NQ + NSEQ + 1 + NP];
     make_meta(meta, NQ, seq, len, indptr, pages);
     a.n_q = NQ;
-    pkv_ref_attention(&a, q, f16 ? (const void *)k16 : k, f16 ? (const void *)v16 : v, meta, ref);
+    pkv_ref_attention(&a, q, kb, vb, meta, ref);
+    pkv_k_attention_args araw = a;
+    araw.k_type = araw.v_type = PKV_TYPE_F32;
+    pkv_ref_attention(&araw, q, kr, vr, meta, ref_raw);
     const int threads[2] = {1, 3};
-    for (int t = 0; t < 2; t++)
-        NEED(run(threads[t], a, q, f16 ? (const void *)k16 : k, f16 ? (const void *)v16 : v, n_kv_el * (f16 ? 2 : 4),
-                    seq, len, indptr, pages, out[t], alone[t]));
+    for (int t = 0; t < 2; t++) NEED(run(threads[t], a, q, kb, vb, bytes, seq, len, indptr, pages, out[t], alone[t]));
     const double e = th_nmse(ref, out[0], nq_el);
-    if (!(e < 1e-8)) TH_FAIL("%s %s h%d/%d d%d: nmse %g against the reference", path, f16 ? "f16" : "f32", n_head, n_kv, d, e);
+    if (!(e < 1e-8)) TH_FAIL("%s: nmse %g against the reference", name, e);
     th_checks++;
-    if (memcmp(out[0], out[1], nq_el * 4)) TH_FAIL("%s %s d%d: 1 vs 3 threads differ", path, f16 ? "f16" : "f32", d);
+    /* what the page types cost: against attention over the unrounded values */
+    const double eraw = th_nmse(ref_raw, out[0], nq_el), bound = type_bound(kt) > type_bound(vt) ? type_bound(kt) : type_bound(vt);
+    if (path[0] == 'g' && d == 64) fprintf(stderr, "%s: nmse vs unrounded f32 K/V %.2e (bound %.0e)\n", name, eraw, bound);
+    if (!(eraw < bound)) TH_FAIL("%s: nmse %g against attention over the unrounded K/V, bound %g", name, eraw, bound);
+    th_checks++;
+    if (memcmp(out[0], out[1], nq_el * 4)) TH_FAIL("%s: 1 vs 3 threads differ", name);
     th_checks++;
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < NQ; i++) {
             th_checks++;
             if (memcmp(out[t] + (size_t)i * n_head * d, alone[t] + (size_t)i * n_head * d, (size_t)n_head * d * 4))
-                TH_FAIL("%s %s d%d threads %d: query %d alone differs from batched", path, f16 ? "f16" : "f32", d,
-                        threads[t], i);
+                TH_FAIL("%s threads %d: query %d alone differs from batched", name, threads[t], i);
         }
-    /* query 7 sees one token: its output is that token's V row */
+    /* query 7 sees one token: its output is that token's V row (as the page holds it;
+     * compared as values: a q4_0 zero d * (8 - 8) is -0 when d < 0, the sum +0) */
     const int32_t p0 = pages[indptr[1]];
-    for (int h = 0; h < n_head; h++)
-        CHECK(!memcmp(out[0] + ((size_t)7 * n_head + h) * d, v + ((size_t)p0 * PS * n_kv + h / (n_head / n_kv)) * d,
-                      (size_t)d * 4));
+    for (int h = 0; h < n_head; h++) {
+        th_checks++;
+        const float *o7 = out[0] + ((size_t)7 * n_head + h) * d, *v7 = v + ((size_t)p0 * PS * n_kv + h / (n_head / n_kv)) * d;
+        for (int i = 0; i < d; i++)
+            if (o7[i] != v7[i]) {
+                TH_FAIL("%s: query 7 (one visible token) head %d is not that token's V row", name, h);
+                break;
+            }
+    }
     free(q);
     free(k);
     free(v);
-    free(k16);
-    free(v16);
+    free(kr);
+    free(vr);
+    free(kb);
+    free(vb);
     free(ref);
+    free(ref_raw);
     for (int i = 0; i < 2; i++) {
         free(out[i]);
         free(alone[i]);
@@ -157,10 +194,14 @@ int main(void) {
     static const char *paths[] = {"generic", "avx2", "avx512"};
     for (int p = 0; p < 3; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
-        test_shape(paths[p], PKV_TYPE_F16, 8, 2, 64);
-        test_shape(paths[p], PKV_TYPE_F32, 8, 2, 64);
-        test_shape(paths[p], PKV_TYPE_F16, 6, 3, 40);
-        test_shape(paths[p], PKV_TYPE_F32, 4, 4, 48);
+        test_shape(paths[p], PKV_TYPE_F16, PKV_TYPE_F16, 8, 2, 64);
+        test_shape(paths[p], PKV_TYPE_F32, PKV_TYPE_F32, 8, 2, 64);
+        test_shape(paths[p], PKV_TYPE_F16, PKV_TYPE_F16, 6, 3, 40);
+        test_shape(paths[p], PKV_TYPE_F32, PKV_TYPE_F32, 4, 4, 48);
+        test_shape(paths[p], PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, 8, 2, 64);
+        test_shape(paths[p], PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, 8, 2, 64);
+        test_shape(paths[p], PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, 6, 3, 96);
+        test_shape(paths[p], PKV_TYPE_Q4_0, PKV_TYPE_F16, 4, 4, 32);
     }
     unsetenv("PKV_CPU_PATH");
     return th_done();

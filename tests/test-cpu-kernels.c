@@ -217,7 +217,8 @@ static const int32_t k_meta[] = {
 
 static void attn_args(pkv_k_attention_args *a, pkv_type kt) {
     memset(a, 0, sizeof *a);
-    a->kv_type = kt;
+    a->k_type = kt;
+    a->v_type = kt;
     a->n_q = AQ;
     a->n_seq = ASEQ;
     a->meta_pages = 7;
@@ -311,10 +312,13 @@ static void run_suite(pkv_device *dev, const char *label) {
     th_checks++;
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
-    CHECK_INT(l.rows, 8 * 2 + 11);
+    CHECK_INT(l.rows, 8 * 2 + 11 + 8); /* + quantized KV: set_rows, rope (2 each), attention (4) */
     CHECK(has_row(&l, "kernel matmul q4_k"));
     CHECK(has_row(&l, "kernel attention f16"));
     CHECK(has_row(&l, "kernel rope f16"));
+    CHECK(has_row(&l, "kernel rope q4_0"));
+    CHECK(has_row(&l, "kernel set_rows q8_0"));
+    CHECK(has_row(&l, "kernel attention K q8_0 V f16"));
 }
 
 static pkv_buffer *upload(pkv_device *dev, const void *data, size_t n, size_t off) {
@@ -679,7 +683,7 @@ static void test_guards(void) {
     fill(q, sizeof q / 4, 1.0f);
     fill(k, sizeof k / 4, 1.0f);
     fill(v, sizeof v / 4, 1.0f);
-    pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, PKV_TYPE_F32, 4, 2, 4, NP, PS, H, KV, D, D, 0.5f};
+    pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, PKV_TYPE_F32, PKV_TYPE_F32, 4, 2, 4, NP, PS, H, KV, D, D, 0.5f};
     pkv_ref_attention(&a, q, k, v, meta, ref);
     int zeros = 0;
     for (int e = H * D; e < 3 * H * D; e++) zeros += ref[e] == 0.0f; /* q1 and q2 see nothing */

@@ -389,7 +389,7 @@ static void test_attention_emulated(void) {
     for (int it = 0; it < 60; it++) {
         pkv_k_attention_args a;
         memset(&a, 0, sizeof a);
-        a.kv_type = PKV_TYPE_F32;
+        a.k_type = a.v_type = PKV_TYPE_F32;
         a.n_kv = 1 + (int)(th_rand(&rng) % 3);
         a.n_head = a.n_kv * (1 + (int)(th_rand(&rng) % 3));
         a.dk = 1 + (int)(th_rand(&rng) % 70);

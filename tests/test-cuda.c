@@ -176,8 +176,9 @@ static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len
         for (int j = 0; j < np; j++, p++) pages[p] = (p * 7 + 3) % n_pages; /* shuffled (shared, like a fork, when 7 divides n_pages) */
         indptr[s + 1] = p;
     }
-    pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, kt, n_q, n_q, total_pages, n_pages, page_size,
-                              n_head, n_kv, d, d, 1.0f / sqrtf((float)d)};
+    pkv_k_attention_args a = {.k_type = kt, .v_type = kt, .n_q = n_q, .n_seq = n_q, .meta_pages = total_pages,
+                              .n_pages = n_pages, .page_size = page_size, .n_head = n_head, .n_kv = n_kv,
+                              .dk = d, .dv = d, .scale = 1.0f / sqrtf((float)d)};
     pkv_ref_attention(&a, q, k, v, meta, ref);
     pkv_buffer *bq = pkv_buffer_alloc(dev, nq * 4 + 4), *bk = pkv_buffer_alloc(dev, nkv * es),
                *bv = pkv_buffer_alloc(dev, nkv * es), *bo = pkv_buffer_alloc(dev, no * 4 + 8),

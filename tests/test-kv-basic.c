@@ -55,10 +55,14 @@ static void test_layout_errors(kt_env *e) {
     CHECK(pkv_kv_cache_create(p) == NULL);
     CHECK_MSG("stored on cpu but computed on cpu:1");
     e->shards[1][1].compute = e->cpu;
-    e->layers[1].dtype = PKV_TYPE_Q8_0;
+    e->layers[1].dtype_v = PKV_TYPE_Q8_0; /* V head size 6: not whole blocks of 32 */
     CHECK(pkv_kv_cache_create(p) == NULL);
-    CHECK_MSG("layer 1: dtype q8_0");
-    e->layers[1].dtype = PKV_TYPE_F16;
+    CHECK_MSG("layer 1: V head size 6 is not a multiple of 32, the block of q8_0 pages");
+    e->layers[1].dtype_v = PKV_TYPE_F16;
+    e->layers[1].dtype_k = PKV_TYPE_BF16;
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK_MSG("layer 1: K dtype bf16 (KV pages are f32, f16, q8_0 or q4_0)");
+    e->layers[1].dtype_k = PKV_TYPE_F16;
     p.page_size = 257;
     CHECK(pkv_kv_cache_create(p) == NULL);
     CHECK_MSG("page size 257");
@@ -239,7 +243,7 @@ static void test_cow(kt_env *e) {
 static void test_attach(kt_env *e) {
     pkv_kv_layer_desc L[28];
     pkv_kv_shard_desc sh = {e->cpu1, e->cpu1, 0, 8};
-    for (int i = 0; i < 28; i++) L[i] = (pkv_kv_layer_desc){8, 16, 16, PKV_TYPE_F16, 1, &sh};
+    for (int i = 0; i < 28; i++) L[i] = (pkv_kv_layer_desc){8, 32, 32, PKV_TYPE_Q8_0, PKV_TYPE_F16, 1, &sh};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 28;
     p.layers = L;
@@ -250,7 +254,7 @@ static void test_attach(kt_env *e) {
         TH_FAIL("%s", pkv_errmsg());
         return;
     }
-    pkv_kv_attach_layer d = {27, 8, 16, 16, PKV_TYPE_F16, e->cpu};
+    pkv_kv_attach_layer d = {27, 8, 32, 32, PKV_TYPE_Q8_0, PKV_TYPE_F16, e->cpu};
     CHECK_STATUS(pkv_kv_attach(c, "draft", 16, &d, 1), PKV_ERR_MISMATCH);
     CHECK_MSG("draft layer 0 shares KV layer 27, stored on cpu:1, but computes on cpu: place the draft on cpu:1 or "
               "store the cache on cpu");
@@ -262,14 +266,18 @@ static void test_attach(kt_env *e) {
     CHECK_STATUS(pkv_kv_attach(c, "draft", 16, &d, 1), PKV_ERR_MISMATCH);
     CHECK_MSG("draft layer 0 shares KV layer 27: it has 4 KV heads, the cache layer 8");
     d.n_kv_heads = 8;
-    d.dtype = PKV_TYPE_F32;
+    d.dtype_v = PKV_TYPE_F32;
     CHECK_STATUS(pkv_kv_attach(c, "mtp", 16, &d, 1), PKV_ERR_MISMATCH);
-    CHECK_MSG("mtp layer 0 shares KV layer 27: dtype f32, the cache layer stores f16");
-    d.dtype = PKV_TYPE_F16;
+    CHECK_MSG("mtp layer 0 shares KV layer 27: V dtype f32, the cache layer stores f16");
+    d.dtype_v = PKV_TYPE_F16;
+    d.dtype_k = PKV_TYPE_F16;
+    CHECK_STATUS(pkv_kv_attach(c, "mtp", 16, &d, 1), PKV_ERR_MISMATCH);
+    CHECK_MSG("mtp layer 0 shares KV layer 27: K dtype f16, the cache layer stores q8_0");
+    d.dtype_k = PKV_TYPE_Q8_0;
     d.head_dim_v = 8;
     CHECK_STATUS(pkv_kv_attach(c, "draft", 16, &d, 1), PKV_ERR_MISMATCH);
-    CHECK_MSG("head sizes K 16, V 8");
-    d.head_dim_v = 16;
+    CHECK_MSG("head sizes K 32, V 8");
+    d.head_dim_v = 32;
     CHECK_STATUS(pkv_kv_attach(c, "draft", 32, &d, 1), PKV_ERR_MISMATCH);
     CHECK_MSG("pages of 32 tokens, the cache 16");
     d.kv_layer = 28;
@@ -279,7 +287,7 @@ static void test_attach(kt_env *e) {
     /* sharded cache: a draft on one device cannot reach the other shard */
     c = pkv_kv_cache_create(kt_params(e, 4, 4, 0));
     if (!c) return;
-    pkv_kv_attach_layer d2 = {0, 3, 8, 4, PKV_TYPE_F32, e->cpu};
+    pkv_kv_attach_layer d2 = {0, 3, 8, 4, PKV_TYPE_F32, PKV_TYPE_F32, e->cpu};
     CHECK_STATUS(pkv_kv_attach(c, "draft", 4, &d2, 1), PKV_ERR_MISMATCH);
     CHECK_MSG("draft layer 0 shares KV layer 0 heads 2..2, stored on cpu:1, but computes on cpu");
     d2.compute = NULL; /* same split as the target */

@@ -8,23 +8,30 @@
  * Token content is a deterministic function of the token's prefix (a chained hash
  * of tokens and positions), as in a real model, so pages shared by prefix reuse
  * have a known expected content. Keys moved by a shift are compared with a
- * tolerance of n_shifts * (2e-6 for f32, 1e-3 for f16): every re-rotation rounds
- * once to the K dtype; everything else is compared exactly. One seed runs with
- * every prefix hash colliding, one with the host swap pool in plain host memory
- * (the path of non-host devices) instead of a buffer on the CPU device. */
+ * tolerance of n_shifts * (2e-6 for f32, 1e-3 for f16, 0.01 for q8_0, 0.25 for
+ * q4_0, values in [-1, 1]): every re-rotation rounds once to the K dtype (a
+ * quantized head is dequantized, rotated and quantized again: at most half a step
+ * amax/127 for q8_0, one step amax/8 for q4_0, amax <= sqrt(2) after rotation);
+ * everything else is compared exactly. One seed runs with every prefix hash
+ * colliding, one with the host swap pool in plain host memory (the path of
+ * non-host devices) instead of a buffer on the CPU device. The seeds run on a
+ * float layout (f32 / f16 pages, K and V head sizes differing) and on a quantized
+ * one (layer 0: K q8_0, V q4_0; layer 1: K q4_0, V f16; heads of 32), whose
+ * expected K/V are the quantized-then-dequantized contents. */
 #include "kv-testlib.h"
 
 #define MAX_SEQ 64
 #define MAX_LIVE 10
 #define MAX_TOK 160
 #define FP 7
+#define MAX_DIM 96 /* one token's K or V floats in a layer, all heads */
 
 typedef struct rtok {
     int32_t tok, pos;
     uint64_t h; /* chained hash of (tok, pos) of the prefix up to this token */
     int nshift;
-    double k[2][24];
-    float v[2][24];
+    double k[2][MAX_DIM];
+    float v[2][MAX_DIM];
 } rtok;
 
 typedef struct rseq {
@@ -38,8 +45,43 @@ static pkv_kv_cache *g_c;
 static uint64_t g_rng;
 static bool g_neox;
 static int g_ps;
-static const int kdim[2] = {24, 8}, vdim[2] = {12, 12}, hd[2] = {8, 4};
-static const pkv_type dtype[2] = {PKV_TYPE_F32, PKV_TYPE_F16};
+/* the layout of the current seed (kt_layout_sharded or the quantized one) */
+static int kdim[2], vdim[2], hd[2], hdv[2], g_nrot;
+static pkv_type dtype[2], vtype[2];
+
+static void set_layout(kt_env *e, bool quant) {
+    kt_layout_sharded(e);
+    if (quant) {
+        e->layers[0].head_dim_k = e->layers[0].head_dim_v = 32;
+        e->layers[0].dtype_k = PKV_TYPE_Q8_0;
+        e->layers[0].dtype_v = PKV_TYPE_Q4_0;
+        e->layers[1].head_dim_k = e->layers[1].head_dim_v = 32;
+        e->layers[1].dtype_k = PKV_TYPE_Q4_0;
+        e->layers[1].dtype_v = PKV_TYPE_F16;
+    }
+    for (int il = 0; il < 2; il++) {
+        const pkv_kv_layer_desc *d = &e->layers[il];
+        hd[il] = d->head_dim_k;
+        hdv[il] = d->head_dim_v;
+        kdim[il] = d->n_kv_heads * d->head_dim_k;
+        vdim[il] = d->n_kv_heads * d->head_dim_v;
+        dtype[il] = d->dtype_k;
+        vtype[il] = d->dtype_v;
+    }
+    g_nrot = quant ? 16 : 4;
+}
+
+/* A row of n heads of d values as stored in pages of type t. */
+static void round_row(pkv_type t, float *x, int n, int d) {
+    if (t == PKV_TYPE_F32) return;
+    if (t == PKV_TYPE_F16) {
+        for (int i = 0; i < n * d; i++) x[i] = kt_round(t, x[i]);
+        return;
+    }
+    uint8_t b[4096];
+    kt_encode(t, x, n, d, b);
+    kt_decode(t, b, n, d, x);
+}
 static long g_ops[16], g_fail_oop, g_prefix_hits, g_cow;
 
 static uint64_t chain(uint64_t h, int32_t tok, int32_t pos) {
@@ -49,20 +91,24 @@ static uint64_t chain(uint64_t h, int32_t tok, int32_t pos) {
 
 static float content(uint64_t h, int il, int v, int i) {
     uint64_t s = h ^ (uint64_t)(il * 1000 + v * 100 + i) * 0x9e3779b97f4a7c15ull;
-    return kt_round(dtype[il], th_randf(&s));
+    return th_randf(&s);
 }
 
 static void fill_token(rtok *t) {
     for (int il = 0; il < 2; il++) {
-        for (int i = 0; i < kdim[il]; i++) t->k[il][i] = content(t->h, il, 0, i);
+        float k[MAX_DIM];
+        for (int i = 0; i < kdim[il]; i++) k[i] = content(t->h, il, 0, i);
+        round_row(dtype[il], k, kdim[il] / hd[il], hd[il]);
+        for (int i = 0; i < kdim[il]; i++) t->k[il][i] = k[i];
         for (int i = 0; i < vdim[il]; i++) t->v[il][i] = content(t->h, il, 1, i);
+        round_row(vtype[il], t->v[il], vdim[il] / hdv[il], hdv[il]);
     }
     t->nshift = 0;
 }
 
 static int write_token(int32_t row, const rtok *t) {
     for (int il = 0; il < 2; il++) {
-        float k[24], v[24];
+        float k[MAX_DIM], v[MAX_DIM];
         for (int i = 0; i < kdim[il]; i++) k[i] = (float)t->k[il][i];
         for (int i = 0; i < vdim[il]; i++) v[i] = t->v[il][i];
         if (kt_write_row(g_c, il, 0, row, k) || kt_write_row(g_c, il, 1, row, v)) return 0;
@@ -122,7 +168,7 @@ static void check_refcounts(void) {
     free(refs);
 }
 
-static float g_buf[MAX_TOK * 24];
+static float g_buf[MAX_TOK * MAX_DIM];
 
 static void verify(long step) {
     int fails0 = th_failures;
@@ -146,7 +192,8 @@ static void verify(long step) {
         for (int il = 0; il < 2; il++) {
             CHECK_OK(kt_read_seq(g_c, id, il, 0, g_buf));
             for (int t = 0; t < r->n; t++) {
-                double tol = r->t[t].nshift * (dtype[il] == PKV_TYPE_F32 ? 2e-6 : 1e-3);
+                double kstep = dtype[il] == PKV_TYPE_F32 ? 2e-6 : dtype[il] == PKV_TYPE_F16 ? 1e-3 : dtype[il] == PKV_TYPE_Q8_0 ? 0.01 : 0.25;
+                double tol = r->t[t].nshift * kstep;
                 for (int i = 0; i < kdim[il]; i++) {
                     double want = r->t[t].k[il][i], got = g_buf[t * kdim[il] + i];
                     if (!(fabs(got - want) <= tol)) {
@@ -329,7 +376,7 @@ static void op_shift(void) {
         t->nshift++;
         for (int il = 0; il < 2; il++)
             for (int h = 0; h < kdim[il] / hd[il]; h++)
-                kt_rope_ref(&t->k[il][h * hd[il]], hd[il], 4, g_neox, 10000.0, 1.0, delta);
+                kt_rope_ref(&t->k[il][h * hd[il]], hd[il], g_nrot, g_neox, 10000.0, 1.0, delta);
     }
 }
 
@@ -400,8 +447,9 @@ static void op_clear_all(void) {
     }
 }
 
-static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, bool plain_host, long n_ops) {
+static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, bool plain_host, long n_ops, bool quant) {
     memset(g_ref, 0, sizeof g_ref);
+    set_layout(e, quant);
     g_rng = seed;
     g_ps = page_size;
     g_neox = seed & 1;
@@ -409,6 +457,7 @@ static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, bool
     pkv_kv_test_plain_host_pool = plain_host;
     pkv_kv_params p = kt_params(e, page_size, 40, 24);
     p.rope_neox = g_neox;
+    p.rope_n_rot = g_nrot;
     g_c = pkv_kv_cache_create(p);
     if (!g_c) {
         TH_FAIL("create: %s", pkv_errmsg());
@@ -451,8 +500,8 @@ static void run_seed(kt_env *e, uint64_t seed, int page_size, bool collide, bool
     pkv_kv_cache_free(g_c);
     pkv_kv_test_hash_collide = false;
     pkv_kv_test_plain_host_pool = false;
-    fprintf(stderr, "seed %llu page_size %d%s%s: %ld ops, %ld out-of-pages, %ld prefix hits, %ld cow pages\n",
-            (unsigned long long)seed, page_size, collide ? " (all hashes collide)" : "",
+    fprintf(stderr, "seed %llu page_size %d %s%s%s: %ld ops, %ld out-of-pages, %ld prefix hits, %ld cow pages\n",
+            (unsigned long long)seed, page_size, quant ? "quantized KV" : "f32/f16 KV", collide ? " (all hashes collide)" : "",
             plain_host ? " (host pool in plain memory)" : "", n_ops, g_fail_oop,
             g_prefix_hits, g_cow);
     g_fail_oop = g_prefix_hits = g_cow = 0;
@@ -471,16 +520,18 @@ int main(void) {
     kt_env e;
     if (!kt_open_names(&e, devs[dv][0], devs[dv][1])) return th_skip(pkv_errmsg());
     fprintf(stderr, "cache sharded over %s and %s\n", devs[dv][0], devs[dv][1]);
-    kt_layout_sharded(&e);
     int64_t live0 = pkv_alloc_live();
     long n_ops = KV_RANDOM_OPS;
     const char *env = getenv("PKV_KV_RANDOM_OPS");
     if (env) n_ops = atol(env);
-    run_seed(&e, 1, 4, false, false, n_ops);
-    run_seed(&e, 2, 3, false, true, n_ops);
-    run_seed(&e, 3, 1, false, false, n_ops);
-    run_seed(&e, 4, 4, true, false, n_ops);
-    run_seed(&e, 5, 8, false, false, n_ops);
+    run_seed(&e, 1, 4, false, false, n_ops, false);
+    run_seed(&e, 2, 3, false, true, n_ops, false);
+    run_seed(&e, 3, 1, false, false, n_ops, false);
+    run_seed(&e, 4, 4, true, false, n_ops, false);
+    run_seed(&e, 5, 8, false, false, n_ops, false);
+    run_seed(&e, 6, 4, false, false, n_ops, true);
+    run_seed(&e, 7, 3, false, true, n_ops, true);
+    run_seed(&e, 8, 8, true, false, n_ops, true);
     CHECK_INT(pkv_alloc_live(), live0);
     fprintf(stderr, "ops:");
     for (int i = 0; i < 12; i++) fprintf(stderr, " %ld", g_ops[i]);

@@ -26,8 +26,8 @@ static void rotated(double *out, int il, int t, double pos, bool neox, double ba
 static void run(kt_env *e, bool neox) {
     pkv_kv_layer_desc L[2];
     pkv_kv_shard_desc sh0[2] = {{e->cpu, e->cpu, 0, 1}, {e->cpu1, e->cpu1, 1, 1}};
-    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, 2, sh0};
-    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, 0, NULL};
+    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, sh0};
+    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 2;
     p.layers = L;

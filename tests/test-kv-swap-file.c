@@ -192,7 +192,7 @@ static void test_file(kt_env *e) {
     } cases[] = {
         {0, 2, 8, PKV_TYPE_F32, 4, "layer 0 has 3 KV heads in the file, 2 in the cache"},
         {0, 3, 16, PKV_TYPE_F32, 4, "layer 0 has head sizes K 8, V 4 in the file, K 16, V 4 in the cache"},
-        {1, 2, 4, PKV_TYPE_F32, 4, "layer 1 stores f16 in the file, f32 in the cache"},
+        {1, 2, 4, PKV_TYPE_F32, 4, "layer 1 stores K f16, V f16 in the file, K f32, V f32 in the cache"},
         {1, 2, 4, PKV_TYPE_F16, 8, "pages of 4 tokens in the file, 8 in the cache"},
     };
     for (size_t k = 0; k < PKV_ARRAY_LEN(cases); k++) {
@@ -200,7 +200,7 @@ static void test_file(kt_env *e) {
         L2[0].n_shards = L2[1].n_shards = 0;
         L2[cases[k].layer].n_kv_heads = cases[k].heads;
         L2[cases[k].layer].head_dim_k = cases[k].dk;
-        L2[cases[k].layer].dtype = cases[k].dtype;
+        L2[cases[k].layer].dtype_k = L2[cases[k].layer].dtype_v = cases[k].dtype;
         p2 = kt_params(e, cases[k].page_size, 8, 0);
         p2.layers = L2;
         p2.rope_n_rot = 4;

@@ -2,19 +2,24 @@
 /* The model on the paged cache, on the CPU: fork == replay (tokens and logits
  * bitwise), swap and save/load round trips, a batch of 4 sequences equals 4
  * separate runs, and bad input (files, architectures, RoPE scaling, token ids)
- * is refused with a message. */
+ * is refused with a message. All of it for f16, f32 and quantized KV pages
+ * (q8_0, q4_0, and K q8_0 with V q4_0, on a model with heads of 32); a saved
+ * quantized sequence loaded into a cache of other KV types is refused naming
+ * both. */
 #include <unistd.h>
 
 #include "base/base.h"
 #include "model/gguf.h"
 #include "testhelp.h"
 
+static int g_embd = 64; /* 128 for heads of 32 (quantized KV) */
+
 static pkv_model *make(const char *arch, pkv_type t, int n_layer, const char *dev) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = t;
     p.n_layer = n_layer;
-    p.n_embd = 64;
+    p.n_embd = g_embd;
     p.n_head = 4;
     p.n_head_kv = 2;
     p.n_ff = 128;
@@ -30,14 +35,17 @@ static pkv_model *make(const char *arch, pkv_type t, int n_layer, const char *de
     return m;
 }
 
-static pkv_kv_cache *cache(pkv_model *m, int page_size, pkv_type kv) {
+static pkv_kv_cache *cache2(pkv_model *m, int page_size, pkv_type kv, pkv_type kv_v) {
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 12;
     cp.page_size = page_size;
     cp.kv_type = kv;
+    cp.kv_type_v = kv_v;
     return pkv_model_cache_create(m, cp);
 }
+
+static pkv_kv_cache *cache(pkv_model *m, int page_size, pkv_type kv) { return cache2(m, page_size, kv, kv); }
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -149,6 +157,10 @@ static void test_swap_save(pkv_model *m, pkv_kv_cache *c) {
     pkv_context_free(ref);
 }
 
+/* Batched vs alone: float rounding (f16/f32 pages); a quantized page can round a
+ * K or V value that differs in its last bit to the neighbouring step. */
+static double g_batch_tol = 1e-10;
+
 /* 4 sequences of different lengths in one batch == each alone. */
 static void test_batch(pkv_model *m, pkv_kv_cache *c) {
     pkv_context *ctx[4];
@@ -173,7 +185,7 @@ static void test_batch(pkv_model *m, pkv_kv_cache *c) {
         /* The same tokens through a different batch composition: the matmul may
          * block rows differently, so equal within float rounding, not bitwise. */
         double e = th_nmse(y, x, V);
-        if (!(e < 1e-10)) TH_FAIL("sequence %d: batched vs alone nmse %g", s, e);
+        if (!(e < g_batch_tol)) TH_FAIL("sequence %d: batched vs alone nmse %g", s, e);
         CHECK_INT(argmax(x, V), argmax(y, V));
         pkv_context_free(r);
     }
@@ -346,6 +358,36 @@ static void test_no_vocab(void) {
 #define MODEL_DEVICE "cpu"
 #endif
 
+/* A sequence saved from c (K q8_0, V q4_0) does not load into caches of other
+ * KV types of the same model: PKV_ERR_FORMAT naming both, nothing changed. */
+static void test_load_other_types(pkv_model *m, pkv_kv_cache *c) {
+    int32_t prompt[21];
+    for (int i = 0; i < 21; i++) prompt[i] = (i * 5 + 2) % V;
+    pkv_context *a = pkv_context_create(m, c, 0);
+    REQUIRE_VOID(a);
+    CHECK_OK(pkv_context_decode(a, prompt, 21));
+    const char *path = th_tmp("test-model-kvq.kv");
+    CHECK_OK(pkv_context_save(a, path));
+    static const pkv_type other[3][2] = {{PKV_TYPE_F16, PKV_TYPE_F16}, {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0}};
+    for (int k = 0; k < 3; k++) {
+        pkv_kv_cache *oc = cache2(m, 16, other[k][0], other[k][1]);
+        REQUIRE_VOID(oc);
+        pkv_context *l = pkv_context_load(m, oc, path, 0);
+        CHECK(l == NULL);
+        char want[128];
+        snprintf(want, sizeof want, "layer 0 stores K q8_0, V q4_0 in the file, K %s, V %s in the cache",
+                 pkv_type_name(other[k][0]), pkv_type_name(other[k][1]));
+        CHECK_MSG(want);
+        pkv_kv_stats st;
+        pkv_kv_stats_get(oc, &st);
+        CHECK_INT(st.pages_used, 0);
+        pkv_context_free(l);
+        pkv_kv_cache_free(oc);
+    }
+    unlink(path);
+    pkv_context_free(a);
+}
+
 int main(void) {
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
     pkv_device *probe = pkv_device_open(MODEL_DEVICE, pkv_device_default_params());
@@ -364,6 +406,28 @@ int main(void) {
         }
         pkv_model_free(m);
     }
+    /* quantized KV pages: heads of 32 */
+    g_embd = 128;
+    static const pkv_type kt[3][2] = {{PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0}, {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}};
+    for (int a = 0; a < 3; a++) {
+        pkv_model *m = make(archs[a], a == 1 ? PKV_TYPE_Q8_0 : PKV_TYPE_F16, 2, MODEL_DEVICE);
+        REQUIRE(m != NULL);
+        for (int k = 0; k < 3; k++) {
+            pkv_kv_cache *c = cache2(m, k == 1 ? 7 : 16, kt[k][0], kt[k][1]);
+            if (!c) TH_FAIL("%s K %s V %s: %s", archs[a], pkv_type_name(kt[k][0]), pkv_type_name(kt[k][1]), pkv_errmsg());
+            REQUIRE(c != NULL);
+            fprintf(stderr, "%s on %s, KV K %s V %s\n", archs[a], MODEL_DEVICE, pkv_type_name(kt[k][0]), pkv_type_name(kt[k][1]));
+            test_fork_replay(m, c);
+            test_swap_save(m, c);
+            g_batch_tol = 1e-6;
+            test_batch(m, c);
+            g_batch_tol = 1e-10;
+            if (k == 2) test_load_other_types(m, c);
+            pkv_kv_cache_free(c);
+        }
+        pkv_model_free(m);
+    }
+    g_embd = 64;
     if (!strcmp(MODEL_DEVICE, "cpu")) { /* device-independent checks: once */
         test_errors();
         test_no_vocab();

@@ -6,16 +6,22 @@
  * Tolerance: nmse 1e-10 for f16 weights — the same products, summed across
  * devices in another order (not bitwise); 1e-4 for q8_0, whose activations are
  * rounded to 8 bits per block: a last-bit difference in the residual can move one
- * rounded activation (seen: 6e-6). */
+ * rounded activation (seen: 6e-6). Then the f16 model again with quantized KV
+ * pages (K q8_0, V q4_0) sharded on the devices and on the host, against the
+ * single device with the same KV types: 1e-6 (a last-bit difference in K or V can
+ * move one quantized value by a step). */
 #include "multi-common.h"
 
 int main(void) {
     static float ref_lg[MNG * MV];
     int32_t ref_toks[MNG];
-    static const pkv_type types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0};
-    static const char *archs[] = {"qwen3", "qwen2"};
-    for (int t = 0; t < 2; t++) {
-        double tol = types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
+    static const pkv_type types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_F16};
+    static const char *archs[] = {"qwen3", "qwen2", "llama"};
+    for (int t = 0; t < 3; t++) {
+        double tol = t == 2 ? 1e-6 : types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
+        mc_kv_k = t == 2 ? PKV_TYPE_Q8_0 : PKV_TYPE_F16;
+        mc_kv_v = t == 2 ? PKV_TYPE_Q4_0 : PKV_TYPE_F16;
+        if (t == 2) fprintf(stderr, "KV K q8_0, V q4_0:\n");
         mc_make(types[t], archs[t]);
         pkv_model *single = mc_load("cpu", NULL, false);
         pkv_kv_cache *sc = single ? mc_cache(single) : NULL;

@@ -157,6 +157,44 @@ static void test_q8_k(void) {
     check_exact(PKV_TYPE_Q8_K, b, want, 256);
 }
 
+/* The KV quantizers (q8_0, q4_0 pages) on blocks whose result is worked out by
+ * hand, rounding ties included. Shared with test-kv-quant.c through these tables. */
+static const float kq8_v[32] = {-127, 3.5f, 4.5f, -2.5f, 10.25f, -10.75f, 126.9f, 0,    0.49f, -0.51f, 1,
+                                -1,   2,    -2,   64,    -64,    100.5f,  101.5f, -100.5f, 50.4f, 50.6f, -50.4f,
+                                -50.6f, 7,  8,    9,     -7,     -8,      -9,     120,    -120,  33};
+/* x = 0.125 * v: amax 15.875 = 127 * 0.125, so d = 0.125 (f16 0x3000) and 1/d = 8
+ * exactly; q = v rounded to nearest, ties to even (3.5 -> 4, 4.5 -> 4, -2.5 -> -2,
+ * 100.5 -> 100, 101.5 -> 102), 126.9 -> 127. */
+static const int kq8_q[32] = {-127, 4, 4, -2, 10, -11, 127, 0, 0, -1, 1, -1, 2, -2, 64, -64,
+                              100, 102, -100, 50, 51, -50, -51, 7, 8, 9, -7, -8, -9, 120, -120, 33};
+/* q4_0: the signed extreme is -16, so d = -16 / -8 = 2 (f16 0x4000), 1/d = 0.5, and
+ * q = trunc(x / 2 + 8.5) clamped to [0, 15]: -16 -> 0, 15.9 -> 16 -> 15, -1 -> 8,
+ * -1.1 -> 7 (7.95), 2 -> 9 (9.5 truncates), -2 -> 7 (7.5). */
+static const float kq4_x[32] = {-16, 14,   15.9f, 0,  1,  0.9f, -1, -1.1f, 3, -3, -15, -14.5f, 7, -7, 5,  -5,
+                                2,   -2,   4,     -4, 6,  -6,   8,  -8,    10, -10, 12, -12,   0.5f, -0.5f, 13, -13};
+static const int kq4_q[32] = {0, 15, 15, 8, 9, 8, 8, 7, 10, 7, 1, 1, 12, 5, 11, 6,
+                              9, 7,  10, 6, 11, 5, 12, 4, 13, 3, 14, 2, 8, 8, 15, 2};
+
+static void test_kv_quantize_blocks(void) {
+    float x[32];
+    uint8_t got[34], want[34];
+    for (int j = 0; j < 32; j++) x[j] = 0.125f * kq8_v[j];
+    put16(want, 0x3000);
+    for (int j = 0; j < 32; j++) want[2 + j] = (uint8_t)(int8_t)kq8_q[j];
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_Q8_0, x, got, 32));
+    CHECK_MEM(got, want, 34);
+    put16(want, 0x4000);
+    for (int j = 0; j < 16; j++) want[2 + j] = (uint8_t)(kq4_q[j] | kq4_q[j + 16] << 4);
+    CHECK_INT(want[2], 0x90); /* element 0 (q 0) low, element 16 (q 9) high */
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_Q4_0, kq4_x, got, 32));
+    CHECK_MEM(got, want, 18);
+    /* an all-zero block: d = 0 / -8 = -0 (f16 0x8000), every q the zero point */
+    memset(x, 0, sizeof x);
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_Q4_0, x, got, 32));
+    for (int j = 0; j < 16; j++) CHECK_INT(got[2 + j], 0x88);
+    CHECK_INT(got[0] | got[1] << 8, 0x8000);
+}
+
 static double row_nmse(pkv_type t, const float *x, int n, float *y) {
     uint8_t q[4096];
     CHECK_OK(pkv_quantize_row(t, x, q, n));
@@ -245,6 +283,7 @@ int main(void) {
     test_q5_k();
     test_q6_k();
     test_q8_k();
+    test_kv_quantize_blocks();
     test_round_trip();
     test_dot_and_errors();
     return th_done();

@@ -648,7 +648,7 @@ static void test_attention(pkv_device *d, pkv_type kvt) {
                *bv = up(d, 8, vb, slots * dv * es), *bo = up(d, PAD, NULL, sizeof(float) * n_q * n_head * dv),
                *bm = up(d, 12, meta, sizeof meta);
     pkv_k_attention_args aa = {pkv_tref_make(bq, 4), pkv_tref_make(bk, koff), pkv_tref_make(bv, 8),
-                               pkv_tref_make(bo, PAD), pkv_tref_make(bm, 12), kvt, n_q, n_seq, 21, n_pages,
+                               pkv_tref_make(bo, PAD), pkv_tref_make(bm, 12), kvt, kvt, n_q, n_seq, 21, n_pages,
                                page_size, n_head, n_kv, dk, dv, scale};
     CHECK_OK(pkv_k_attention(d, &aa));
     down(bo, PAD, got, sizeof(float) * n_q * n_head * dv);

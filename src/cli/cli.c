@@ -20,6 +20,39 @@ bool pkv_cli_int(const char *opt, const char *s, long long lo, long long hi, lon
     return true;
 }
 
+bool pkv_cli_kv_type(const char *opt, const char *v, int *out) {
+    static const struct {
+        const char *name;
+        pkv_type t;
+    } types[] = {{"f16", PKV_TYPE_F16}, {"f32", PKV_TYPE_F32}, {"q8_0", PKV_TYPE_Q8_0}, {"q4_0", PKV_TYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(v, types[i].name)) {
+            *out = (int)types[i].t;
+            return true;
+        }
+    fprintf(stderr, "pagekv: %s is f16, f32, q8_0 or q4_0, got '%s'\n", opt, v);
+    return false;
+}
+
+static double kv_page_bytes(const pkv_kv_cache *c) {
+    const pkv_kv_layout *l = pkv_kv_cache_layout(c);
+    double b = 0;
+    for (int il = 0; il < pkv_kv_layout_n_layers(l); il++) {
+        pkv_kv_layer_info li;
+        if (pkv_kv_layout_layer(l, il, &li) == PKV_OK) b += (double)li.k_page_bytes + (double)li.v_page_bytes;
+    }
+    return b;
+}
+
+double pkv_cli_kv_bytes_per_token(const pkv_kv_cache *c) {
+    return kv_page_bytes(c) / pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
+}
+
+long long pkv_cli_kv_max_tokens(const pkv_kv_cache *c, double mem) {
+    double pb = kv_page_bytes(c);
+    return pb > 0 ? (long long)(mem / pb) * pkv_kv_layout_page_size(pkv_kv_cache_layout(c)) : 0;
+}
+
 bool pkv_cli_float(const char *opt, const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;

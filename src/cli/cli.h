@@ -43,7 +43,8 @@ typedef struct pkv_cli_model_opts {
     int threads;        /* -t; 0 = all cores */
     int n_ctx;          /* -c; 0 = default */
     int page_size;      /* --page-size; 0 = 16 */
-    int kv_type;        /* --kv-type (pkv_type) */
+    int kv_type;        /* --kv-type / --kv-type-k (pkv_type of K pages) */
+    int kv_type_v;      /* --kv-type / --kv-type-v (pkv_type of V pages) */
 } pkv_cli_model_opts;
 
 #include "pagekv.h"
@@ -51,6 +52,15 @@ pkv_cli_model_opts pkv_cli_model_defaults(void);
 /* 1: argv[*i] was a shared option (consumed); 0: not one; -1: bad value (printed). */
 int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o);
 pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o);
+/* A KV page type named on the command line: f16, f32, q8_0, q4_0. Prints an
+ * error naming opt and returns false otherwise. */
+bool pkv_cli_kv_type(const char *opt, const char *v, int *out);
+/* KV bytes one token takes in c (every layer and shard, K and V), and the most
+ * tokens (whole pages) that fit in mem bytes. */
+double pkv_cli_kv_bytes_per_token(const pkv_kv_cache *c);
+long long pkv_cli_kv_max_tokens(const pkv_kv_cache *c, double mem);
+/* "K q8_0 V f16 KV" or "q8_0 KV" for messages (static buffer). */
+const char *pkv_cli_kv_desc(const pkv_cli_model_opts *o);
 pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq);
 /* The same with an explicit page count (0 = n_seq sequences of the full context). */
 pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,

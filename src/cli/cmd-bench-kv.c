@@ -1,13 +1,16 @@
 /* pagekv bench kv: speed of the KV cache operations on one device, printed as one
  * JSON object (--json) or a table. Measured, never asserted.
  *
- * Layout: 28 layers, 8 KV heads, head size 128 (K and V), f16 (a 7B-class GQA
- * model). fork_us: mean fork time of a context of 256 .. 65,536 tokens (the fork is
+ * Layout: 28 layers, 8 KV heads, head size 128 (K and V), f16 by default (a
+ * 7B-class GQA model); --kv-type, --kv-type-k, --kv-type-v choose f16, f32, q8_0,
+ * q4_0. kv_bytes_per_token and max_context: what one token costs, and the most
+ * tokens (whole pages) that fit in --kv-memory MiB (default 8192). fork_us: mean fork time of a context of 256 .. 65,536 tokens (the fork is
  * O(1): the target is the 65,536-token fork within 2x of the 256-token fork).
  * cow_bytes: bytes copied by the first append after a fork into a shared partial
  * page. swap_*_gbps vs memcpy_gbps: a 2,048-token sequence moved to the host pool
  * and back, against a plain host memcpy of the same size in the same run. */
 #include "cli/commands.h"
+#include "cli/cli.h"
 #include "base/base.h"
 
 #include <stdio.h>
@@ -31,9 +34,11 @@ typedef struct bench_kv {
     int64_t shift_tokens;
 } bench_kv;
 
+static pkv_type g_tk = PKV_TYPE_F16, g_tv = PKV_TYPE_F16; /* --kv-type* */
+
 static pkv_kv_cache *make_cache(pkv_device *dev, int page_size, int64_t n_pages, int64_t host_pages,
                                 pkv_kv_layer_desc *L) {
-    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, PKV_TYPE_F16, 0, NULL};
+    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, g_tk, g_tv, 0, NULL};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = BK_LAYERS;
     p.layers = L;
@@ -189,11 +194,14 @@ static pkv_status bench_swap_shift(pkv_device *dev, int ps, bench_kv *r) {
 }
 
 static int usage(FILE *f, int rc) {
-    fprintf(f, "usage: pagekv bench kv [--json] [--device NAME] [--page-size N]\n"
-               "Fork, copy-on-write, swap, shift and append on a 28-layer f16 layout (Qwen3-0.6B's KV shape).\n"
+    fprintf(f, "usage: pagekv bench kv [--json] [--device NAME] [--page-size N] [--kv-type T]\n"
+               "                     [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
+               "Fork, copy-on-write, swap, shift and append on a 28-layer layout (Qwen3-0.6B's KV shape).\n"
                "  --json          one JSON object on stdout (else a table)\n"
                "  --device NAME   where the cache lives (default cpu)\n"
-               "  --page-size N   tokens per page, 1..%d (default 16)\n", PKV_KV_MAX_PAGE_SIZE);
+               "  --page-size N   tokens per page, 1..%d (default 16)\n"
+               "  T: f16 (default), f32, q8_0, q4_0; --kv-memory: memory for max_context (default 8192)\n",
+            PKV_KV_MAX_PAGE_SIZE);
     return rc;
 }
 
@@ -201,6 +209,7 @@ int pkv_cli_bench_kv(int argc, char **argv) {
     bool json = false;
     const char *devname = "cpu";
     int ps = 16;
+    double mem_mib = 8192;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
             return usage(stdout, 0);
@@ -214,6 +223,18 @@ int pkv_cli_bench_kv(int argc, char **argv) {
                 fprintf(stderr, "pagekv bench kv: page size %s is outside [1, %d]\n", argv[i], PKV_KV_MAX_PAGE_SIZE);
                 return 2;
             }
+        } else if ((!strcmp(argv[i], "--kv-type") || !strcmp(argv[i], "--kv-type-k") || !strcmp(argv[i], "--kv-type-v")) &&
+                   i + 1 < argc) {
+            int t;
+            if (!pkv_cli_kv_type(argv[i], argv[i + 1], &t)) return 2;
+            if (strcmp(argv[i], "--kv-type-v")) g_tk = (pkv_type)t;
+            if (strcmp(argv[i], "--kv-type-k")) g_tv = (pkv_type)t;
+            i++;
+        } else if (strcmp(argv[i], "--kv-memory") == 0 && i + 1 < argc) {
+            long long x;
+            if (!pkv_cli_int(argv[i], argv[i + 1], 1, 1 << 30, &x)) return 2;
+            mem_mib = (double)x;
+            i++;
         } else if (strcmp(argv[i], "kv") == 0 && i == 0)
             continue; /* tolerate "bench kv ..." passed through whole */
         else {
@@ -228,6 +249,20 @@ int pkv_cli_bench_kv(int argc, char **argv) {
     }
     bench_kv r;
     memset(&r, 0, sizeof r);
+    double per_token = 0;
+    long long max_ctx = 0;
+    {
+        pkv_kv_layer_desc L[BK_LAYERS];
+        pkv_kv_cache *c = make_cache(dev, ps, 1, 0, L);
+        if (!c) {
+            fprintf(stderr, "pagekv bench kv on %s: %s\n", devname, pkv_errmsg());
+            pkv_device_close(dev);
+            return 1;
+        }
+        per_token = pkv_cli_kv_bytes_per_token(c);
+        max_ctx = pkv_cli_kv_max_tokens(c, mem_mib * 1048576.0);
+        pkv_kv_cache_free(c);
+    }
     pkv_status st = bench_fork(dev, ps, &r);
     if (!st) st = bench_swap_shift(dev, ps, &r);
     if (st) {
@@ -238,8 +273,10 @@ int pkv_cli_bench_kv(int argc, char **argv) {
     double ratio = r.n_ctx ? r.fork_us[r.n_ctx - 1] / r.fork_us[0] : 0;
     if (json) {
         printf("{\"device\": \"%s\", \"page_size\": %d, \"layout\": {\"layers\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
-               "\"dtype\": \"f16\"}, ",
-               pkv_device_name(dev), ps, BK_LAYERS, BK_HEADS, BK_DIM);
+               "\"dtype_k\": \"%s\", \"dtype_v\": \"%s\"}, \"kv_bytes_per_token\": %.0f, \"kv_memory_mib\": %.0f, "
+               "\"max_context\": %lld, ",
+               pkv_device_name(dev), ps, BK_LAYERS, BK_HEADS, BK_DIM, pkv_type_name(g_tk), pkv_type_name(g_tv), per_token,
+               mem_mib, max_ctx);
         printf("\"fork_us\": [");
         for (int i = 0; i < r.n_ctx; i++) printf("%s{\"tokens\": %d, \"us\": %.3f}", i ? ", " : "", r.ctx[i], r.fork_us[i]);
         printf("], \"fork_ratio_max_vs_256\": %.3f, ", ratio);
@@ -253,8 +290,9 @@ int pkv_cli_bench_kv(int argc, char **argv) {
                "\"append_us\": %.4f}\n",
                (long long)r.shift_tokens, r.shift_us_per_token, r.shift_move_us_per_token, r.append_us);
     } else {
-        printf("KV cache on %s: %d layers x %d KV heads x %d dims, f16, pages of %d tokens\n", pkv_device_name(dev),
-               BK_LAYERS, BK_HEADS, BK_DIM, ps);
+        printf("KV cache on %s: %d layers x %d KV heads x %d dims, K %s, V %s, pages of %d tokens\n",
+               pkv_device_name(dev), BK_LAYERS, BK_HEADS, BK_DIM, pkv_type_name(g_tk), pkv_type_name(g_tv), ps);
+        printf("  %.0f KV bytes per token; %lld tokens fit in %.0f MiB\n", per_token, max_ctx, mem_mib);
         for (int i = 0; i < r.n_ctx; i++) printf("  fork, %6d tokens   %10.3f us\n", r.ctx[i], r.fork_us[i]);
         printf("  fork %d / 256 tokens  %8.2fx (target <= 2)\n", r.n_ctx ? r.ctx[r.n_ctx - 1] : 0, ratio);
         printf("  cow bytes (first append after fork)  %llu\n", (unsigned long long)r.cow_bytes);

@@ -111,6 +111,7 @@ int pkv_cli_bench_spec(int argc, char **argv) {
     spp.draft_max = (int)K;
     spp.draft_cache.page_size = o.page_size;
     spp.draft_cache.kv_type = o.kv_type;
+    spp.draft_cache.kv_type_v = o.kv_type_v;
     if (!(spec = pkv_spec_create(ctx, dm, spp))) {
         fprintf(stderr, "pagekv bench spec: draft %s: %s\n", draft_path ? draft_path : "(the target)", pkv_errmsg());
         goto out;

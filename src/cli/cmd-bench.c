@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/base.h"     /* thread pool for the bandwidth probe */
+#include "base/quant.h"    /* quantized K/V for the attention probe */
 #include "device/device.h" /* the attention kernel, for paged vs contiguous */
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -55,6 +56,8 @@ static void bench_usage(FILE *f) {
                "  bench spec   speculative vs plain decoding: acceptance, tokens per target step, speed-up\n"
                "  bench serve  serving load through the engine: throughput, TTFT/TPOT percentiles, prefix hits, preemptions\n"
                "  bench all    all three, one JSON object {\"kv\": ..., \"model\": ..., \"spec\": ...}\n"
+               "  bench kv-accuracy  logits NMSE and top-1 agreement of q8_0/q4_0 KV pages against f16\n"
+               "  bench kv-speed     decode tokens/s at a depth per KV type, the types interleaved\n"
                "'pagekv bench kv --help' and 'pagekv bench model --help' list the options.\n");
 }
 
@@ -67,6 +70,8 @@ int pkv_cli_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "model")) return pkv_cli_bench_model(argc - 1, argv + 1);
     if (!strcmp(argv[1], "spec")) return pkv_cli_bench_spec(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return pkv_cli_bench_serve(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "kv-accuracy")) return pkv_cli_bench_kv_accuracy(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "kv-speed")) return pkv_cli_bench_kv_speed(argc - 1, argv + 1);
     if (!strcmp(argv[1], "all")) {
         /* One JSON object. model gets every option given (plus --json); kv and
          * spec get the device, and spec the model and threads. */
@@ -199,22 +204,28 @@ static double measure_fma_peak(int threads) {
 
 /* ------------------------------------------------- paged vs contiguous */
 
-/* Microseconds per decode-step attention call over `depth` f16 tokens of one
- * layer (n_kv heads of dk, n_head query heads): with the KV in pages of 16
- * tokens in shuffled order (what a long-running cache looks like), and in one
- * contiguous run (a single page of depth tokens: the plain contiguous layout). */
-static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, double *paged_us, double *contig_us) {
-    size_t kv_bytes = (size_t)depth * (size_t)n_kv * (size_t)dk * 2;
+/* Microseconds per decode-step attention call over `depth` tokens of one layer
+ * (n_kv heads of dk, n_head query heads, K of type kt and V of type vt): with the
+ * KV in pages of 16 tokens in shuffled order (what a long-running cache looks
+ * like), and in one contiguous run (a single page of depth tokens: the plain
+ * contiguous layout). */
+static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int dk, pkv_type kt, pkv_type vt,
+                           double *paged_us, double *contig_us) {
+    const size_t rows = (size_t)depth * (size_t)n_kv;
+    const size_t k_bytes = rows * pkv_type_row_bytes(kt, (size_t)dk), v_bytes = rows * pkv_type_row_bytes(vt, (size_t)dk);
+    const size_t f_bytes = rows * (size_t)dk * 4;
     int ps = 16, n_pages = (depth + ps - 1) / ps;
-    pkv_buffer *k = pkv_buffer_alloc(dev, kv_bytes), *v = pkv_buffer_alloc(dev, kv_bytes);
+    pkv_buffer *k = pkv_buffer_alloc(dev, k_bytes), *v = pkv_buffer_alloc(dev, v_bytes);
     pkv_buffer *q = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4), *o = pkv_buffer_alloc(dev, (size_t)n_head * (size_t)dk * 4);
     pkv_buffer *meta = pkv_buffer_alloc(dev, (size_t)(n_pages + 8) * 4);
     int32_t *mh = malloc((size_t)(n_pages + 8) * sizeof *mh);
-    uint16_t *fill = malloc(kv_bytes);
+    float *fill = malloc(f_bytes);
+    uint8_t *enc = malloc(f_bytes);
     int rc = 1;
-    if (!k || !v || !q || !o || !meta || !mh || !fill) goto out;
-    for (size_t i = 0; i < kv_bytes / 2; i++) fill[i] = pkv_f32_to_f16((float)((i * 7919) % 1000) / 1000.0f - 0.5f);
-    if (pkv_buffer_write(k, 0, fill, kv_bytes) || pkv_buffer_write(v, 0, fill, kv_bytes) ||
+    if (!k || !v || !q || !o || !meta || !mh || !fill || !enc) goto out;
+    for (size_t i = 0; i < f_bytes / 4; i++) fill[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    if (pkv_quantize_row(kt, fill, enc, (int64_t)(f_bytes / 4)) || pkv_buffer_write(k, 0, enc, k_bytes) ||
+        pkv_quantize_row(vt, fill, enc, (int64_t)(f_bytes / 4)) || pkv_buffer_write(v, 0, enc, v_bytes) ||
         pkv_buffer_write(q, 0, fill, (size_t)n_head * (size_t)dk * 4))
         goto out;
     for (int pass = 0; pass < 2; pass++) {
@@ -235,8 +246,8 @@ static int bench_attention(pkv_device *dev, int depth, int n_head, int n_kv, int
         }
         if (pkv_buffer_write(meta, 0, mh, (size_t)(4 + np) * 4)) goto out;
         pkv_k_attention_args a = {.q = pkv_tref_make(q, 0), .k = pkv_tref_make(k, 0), .v = pkv_tref_make(v, 0),
-                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .kv_type = PKV_TYPE_F16,
-                                  .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
+                                  .out = pkv_tref_make(o, 0), .meta = pkv_tref_make(meta, 0), .k_type = kt,
+                                  .v_type = vt, .n_q = 1, .n_seq = 1, .meta_pages = np, .n_pages = np, .page_size = page_size,
                                   .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dk, .scale = 0.088f};
         int reps = 30;
         double best = 1e30;
@@ -253,6 +264,7 @@ out:
     if (rc) pkv_cli_fail("bench model", "attention", PKV_ERR_DEVICE);
     free(mh);
     free(fill);
+    free(enc);
     pkv_buffer_free(k);
     pkv_buffer_free(v);
     pkv_buffer_free(q);
@@ -347,7 +359,7 @@ out:
 int pkv_cli_bench_model(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     bool json = false;
-    long long depth = 4096, n_prefill = 512, n_decode = 128;
+    long long depth = 4096, n_prefill = 512, n_decode = 128, mem_mib = 8192;
     int n_seqs[8], n_nseq = 0;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
@@ -357,11 +369,14 @@ int pkv_cli_bench_model(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
                    "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
+                   "                          [--kv-type T] [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
                    "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
                    "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
                    "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
                    "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
                    "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
+                   "The KV bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the\n"
+                   "largest context that fits in --kv-memory MiB (default 8192).\n"
                    "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
                    "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
                    "Without -m: the built-in tiny model. For the reference shape:\n"
@@ -370,6 +385,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--kv-memory")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 30, &mem_mib)) return 2;
         } else if (!strcmp(a, "--depth")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &depth)) return 2;
         } else if (!strcmp(a, "--prefill")) {
@@ -413,7 +430,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
         }
     double attn_paged = 0, attn_contig = 0;
     if ((rc = bench_attention(pkv_model_device(m), depth > 0 ? (int)depth : 4096, info.n_head, info.n_head_kv, info.head_dim,
-                              &attn_paged, &attn_contig)))
+                              (pkv_type)o.kv_type, (pkv_type)o.kv_type_v, &attn_paged, &attn_contig)))
         goto out;
     {
         int threads = o.threads > 0 ? o.threads : pkv_cpu_count();
@@ -440,8 +457,13 @@ int pkv_cli_bench_model(int argc, char **argv) {
         double attn = (double)info.n_layer * 4.0 * info.n_head * info.head_dim * (double)n_prefill / 2;
         double gflops = (2 * mat_params + attn) * s0.prefill_tok_s / 1e9;
         double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
+        const double kv_tok = pkv_cli_kv_bytes_per_token(c);
+        const long long kv_max = pkv_cli_kv_max_tokens(c, (double)mem_mib * 1048576.0);
         if (json) {
-            printf("{\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
+            printf("{\"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"kv_bytes_per_token\": %.0f, \"kv_memory_mib\": %lld, "
+                   "\"kv_max_context\": %lld, ",
+                   pkv_type_name((pkv_type)o.kv_type), pkv_type_name((pkv_type)o.kv_type_v), kv_tok, mem_mib, kv_max);
+            printf("\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
                    "\"prefill_tok_s_at_depth\": %.2f, \"decode_tok_s_at_depth\": %.2f, "
@@ -489,6 +511,8 @@ int pkv_cli_bench_model(int argc, char **argv) {
                        s0.decode_tok_s > 0 ? batched[k] / s0.decode_tok_s : 0);
             printf("peak RSS %.1f MiB; weights %.1f MiB, of which %.1f MiB used in place from the mapped file\n", peak_mib,
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0);
+            printf("KV %s: %.0f bytes per token; %lld tokens fit in %lld MiB\n", pkv_cli_kv_desc(&o), kv_tok, kv_max,
+                   mem_mib);
         }
         rc = 0;
     }

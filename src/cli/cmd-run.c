@@ -93,14 +93,11 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
     } else if (!strcmp(a, "--page-size")) {
         if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, PKV_KV_MAX_PAGE_SIZE, &x)) return -1;
         o->page_size = (int)x;
-    } else if (!strcmp(a, "--kv-type")) {
-        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
-        if (!strcmp(v, "f16")) o->kv_type = PKV_TYPE_F16;
-        else if (!strcmp(v, "f32")) o->kv_type = PKV_TYPE_F32;
-        else {
-            fprintf(stderr, "pagekv: --kv-type is f16 or f32, got '%s'\n", v);
-            return -1;
-        }
+    } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--kv-type-k") || !strcmp(a, "--kv-type-v")) {
+        int t;
+        if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_kv_type(a, v, &t)) return -1;
+        if (strcmp(a, "--kv-type-v")) o->kv_type = t;
+        if (strcmp(a, "--kv-type-k")) o->kv_type_v = t;
     } else {
         return 0;
     }
@@ -111,7 +108,16 @@ pkv_cli_model_opts pkv_cli_model_defaults(void) {
     pkv_cli_model_opts o;
     memset(&o, 0, sizeof o);
     o.kv_type = PKV_TYPE_F16;
+    o.kv_type_v = PKV_TYPE_F16;
     return o;
+}
+
+const char *pkv_cli_kv_desc(const pkv_cli_model_opts *o) {
+    static char buf[64];
+    const char *k = pkv_type_name((pkv_type)o->kv_type), *v = pkv_type_name((pkv_type)o->kv_type_v);
+    if (o->kv_type == o->kv_type_v) snprintf(buf, sizeof buf, "%s KV", k);
+    else snprintf(buf, sizeof buf, "K %s V %s KV", k, v);
+    return buf;
 }
 
 pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,
@@ -120,6 +126,7 @@ pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_
     cp.n_ctx = o->n_ctx;
     cp.page_size = o->page_size;
     cp.kv_type = o->kv_type;
+    cp.kv_type_v = o->kv_type_v;
     cp.n_seq_max = n_seq;
     cp.n_pages = n_pages;
     pkv_kv_cache *c = pkv_model_cache_create(m, cp);
@@ -200,7 +207,10 @@ static void run_usage(FILE *f) {
             "  --temp T             temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K --top-p P --min-p P --repeat-penalty R   sampling filters\n"
             "  --page-size N        KV page size in tokens (default 16)\n"
-            "  --kv-type f16|f32    KV cache type (default f16)\n"
+            "  --kv-type T          KV cache type of K and V: f16 (default), f32, q8_0, q4_0\n"
+            "                       (q8_0/q4_0: GGUF blocks of 32 along each head; head sizes\n"
+            "                       must be multiples of 32)\n"
+            "  --kv-type-k T, --kv-type-v T   the K or the V type alone\n"
             "  --fork K             after the prompt, fork into K branches (seeds S..S+K-1),\n"
             "                       decode them together in batched steps, print each\n"
             "  --draft FILE         speculative decoding with this draft model (same vocabulary;\n"
@@ -383,6 +393,7 @@ int pkv_cli_run(int argc, char **argv) {
         spp.draft_max = (int)draft_max;
         spp.draft_cache.page_size = o.page_size;
         spp.draft_cache.kv_type = o.kv_type;
+        spp.draft_cache.kv_type_v = o.kv_type_v;
         if (!(spec = pkv_spec_create(ctx, draft, spp))) {
             fprintf(stderr, "pagekv run: draft %s: %s\n", draft_path, pkv_errmsg());
             goto out;
@@ -399,7 +410,7 @@ int pkv_cli_run(int argc, char **argv) {
         goto out;
     }
     fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", info.arch, info.weight_type, info.n_layer,
-            o.kv_type == PKV_TYPE_F32 ? "f32 KV" : "f16 KV", pkv_device_name(pkv_model_device(m)), n_prompt);
+            pkv_cli_kv_desc(&o), pkv_device_name(pkv_model_device(m)), n_prompt);
     double t0 = pkv_time_now_cli();
     if ((s = pkv_context_decode(ctx, toks, (int32_t)n_prompt))) {
         pkv_cli_fail("run", "prefill", s);
@@ -635,7 +646,7 @@ int pkv_cli_logits(int argc, char **argv) {
                    "                     [--devices A,B [--split P,Q] [--kv-on-host]]\n"
                    "Runs the token ids as one prompt and writes the last position's logits: as\n"
                    "little-endian float32 to FILE with -o, else as JSON to stdout.\n"
-                   "Also: -c N, --page-size N, --kv-type f16|f32.\n");
+                   "Also: -c N, --page-size N, --kv-type f16|f32|q8_0|q4_0 (--kv-type-k, --kv-type-v).\n");
             return 0;
         } else if (!strcmp(argv[i], "--tokens")) {
             if (!(tokens = pkv_cli_value(argc, argv, &i))) return 2;

@@ -614,7 +614,51 @@ static pkv_status check_set_rows(ck *k, pkv_type dt) {
 
 /* --------------------------------------------------------------- attention */
 
-static pkv_status check_attention(ck *k, pkv_type kt) {
+/* n rows of d floats as KV type t (rows of pkv_type_row_bytes(t, d) bytes). */
+static void kv_encode(pkv_type t, const float *x, size_t n, int d, uint8_t *out) {
+    const size_t rb = pkv_type_row_bytes(t, (size_t)d);
+    for (size_t r = 0; r < n; r++) {
+        if (pkv_kv_type_quant(t)) {
+            pkv_quantize_row(t, x + r * (size_t)d, out + r * rb, d);
+            continue;
+        }
+        for (int i = 0; i < d; i++) {
+            const float f = x[r * (size_t)d + (size_t)i];
+            if (t == PKV_TYPE_F32) {
+                memcpy(out + r * rb + 4 * (size_t)i, &f, 4);
+            } else {
+                const uint16_t hv = pkv_f32_to_f16(f);
+                memcpy(out + r * rb + 2 * (size_t)i, &hv, 2);
+            }
+        }
+    }
+}
+
+/* n rows of d elements of KV type t back to floats. */
+static void kv_decode(pkv_type t, const uint8_t *in, size_t n, int d, float *x) {
+    const size_t rb = pkv_type_row_bytes(t, (size_t)d);
+    for (size_t r = 0; r < n; r++) {
+        if (pkv_kv_type_quant(t)) {
+            pkv_dequantize_row(t, in + r * rb, x + r * (size_t)d, d);
+            continue;
+        }
+        for (int i = 0; i < d; i++) {
+            float f;
+            if (t == PKV_TYPE_F32) {
+                memcpy(&f, in + r * rb + 4 * (size_t)i, 4);
+            } else {
+                uint16_t hv;
+                memcpy(&hv, in + r * rb + 2 * (size_t)i, 2);
+                f = pkv_f16_to_f32(hv);
+            }
+            x[r * (size_t)d + (size_t)i] = f;
+        }
+    }
+}
+
+/* Both read the same K/V bytes as the reference, so the bound is the f32
+ * arithmetic's, whatever the KV types. */
+static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt) {
     typedef struct {
         int n_head, n_kv, dk, dv, page_size, n_pages, n_seq, n_q;
         int q_seq[8], q_len[8];
@@ -633,18 +677,21 @@ static pkv_status check_attention(ck *k, pkv_type kt) {
         /* long decode of few heads (a GPU splits its tokens over blocks), 2000 of 2048 tokens */
         {2, 1, 64, 64, 256, 10, 1, 1, {0}, {2000}, {0, 8}, {9, 1, 2, 3, 4, 5, 6, 7}},
     };
-    const size_t es = kt == PKV_TYPE_F32 ? 4 : 2;
-    row_begin(k, "kernel attention %s", pkv_type_name(kt), 1e-8);
+    char name[32];
+    snprintf(name, sizeof name, kt == vt ? "%s" : "K %s V %s", pkv_type_name(kt), pkv_type_name(vt));
+    row_begin(k, "kernel attention %s", name, 1e-8);
     pkv_status s = PKV_OK;
     for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
         const acase *c = &cases[ci];
         const size_t nq = (size_t)c->n_q * c->n_head * c->dk, no = (size_t)c->n_q * c->n_head * c->dv;
         const size_t slots = (size_t)c->n_pages * c->page_size * c->n_kv;
         const size_t nk = slots * c->dk, nv = slots * c->dv;
+        const size_t kbytes = slots * pkv_type_row_bytes(kt, (size_t)c->dk), vbytes = slots * pkv_type_row_bytes(vt, (size_t)c->dv);
+        if ((pkv_kv_type_quant(kt) && c->dk % 32) || (pkv_kv_type_quant(vt) && c->dv % 32)) continue;
         const int meta_pages = c->indptr[c->n_seq];
         const size_t n_meta = 2 * (size_t)c->n_q + c->n_seq + 1 + (size_t)meta_pages;
         float *h = scratch(nq + no + nk + nv, 1);
-        uint8_t *kb = pkv_malloc(nk * es + nv * es + 1);
+        uint8_t *kb = pkv_malloc(kbytes + vbytes + 1);
         int32_t meta[64];
         if (!h || !kb) {
             pkv_free(h);
@@ -652,30 +699,23 @@ static pkv_status check_attention(ck *k, pkv_type kt) {
             return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
         }
         float *q = h, *out = q + nq, *kf = out + no, *vf = kf + nk;
-        uint8_t *vb = kb + nk * es;
+        uint8_t *vb = kb + kbytes;
         fill_rand(k, q, nq, 2.0f);
         fill_rand(k, kf, nk + nv, 1.0f);
-        for (size_t i = 0; i < nk + nv; i++) {
-            uint8_t *dst = i < nk ? kb + i * es : vb + (i - nk) * es;
-            if (kt == PKV_TYPE_F32) {
-                memcpy(dst, &kf[i], 4);
-            } else {
-                const uint16_t hv = pkv_f32_to_f16(kf[i]);
-                memcpy(dst, &hv, 2);
-            }
-        }
+        kv_encode(kt, kf, slots, c->dk, kb);
+        kv_encode(vt, vf, slots, c->dv, vb);
         size_t m = 0;
         for (int i = 0; i < c->n_q; i++) meta[m++] = c->q_seq[i];
         for (int i = 0; i < c->n_q; i++) meta[m++] = c->q_len[i];
         for (int i = 0; i <= c->n_seq; i++) meta[m++] = c->indptr[i];
         for (int i = 0; i < meta_pages; i++) meta[m++] = c->pages[i];
-        pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, kt, c->n_q, c->n_seq, meta_pages, c->n_pages, c->page_size,
+        pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, kt, vt, c->n_q, c->n_seq, meta_pages, c->n_pages, c->page_size,
                                   c->n_head, c->n_kv, c->dk, c->dv, 1.0f / sqrtf((float)c->dk)};
         pkv_ref_attention(&a, q, kb, vb, meta, out);
         dbuf *bq, *bk, *bv, *bo, *bm;
         TRY(s = put(k, &bq, q, nq * 4));
-        TRY(s = put(k, &bk, kb, nk * es));
-        TRY(s = put(k, &bv, vb, nv * es));
+        TRY(s = put(k, &bk, kb, kbytes));
+        TRY(s = put(k, &bv, vb, vbytes));
         TRY(s = put(k, &bo, NULL, no * 4));
         TRY(s = put(k, &bm, meta, n_meta * 4));
         a.q = tr(bq);
@@ -683,7 +723,6 @@ static pkv_status check_attention(ck *k, pkv_type kt) {
         a.v = tr(bv);
         a.out = tr(bo);
         a.meta = tr(bm);
-        (void)vf;
         if (kernel_ok(k, pkv_k_attention(k->dev, &a), "attention")) {
             char what[64];
             snprintf(what, sizeof what, "case %zu (heads %d/%d, page %d)", ci, c->n_head, c->n_kv, c->page_size);
@@ -693,6 +732,121 @@ static pkv_status check_attention(ck *k, pkv_type kt) {
         bufs_free(k);
         pkv_free(h);
         pkv_free(kb);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* ------------------------------------------------ quantized KV pages */
+
+/* set_rows into q8_0 / q4_0 rows: the device's blocks against the reference
+ * quantizer's, compared dequantized (the CPU's are the same bytes; a device may
+ * round 1/d differently and move an element by one step). */
+static pkv_status check_set_rows_q(ck *k, pkv_type dt) {
+    static const int64_t shapes[][3] = {{1, 32, 1}, {3, 96, 11}, {16, 256, 41}, {5, 64, 7}}; /* n, row_elems, dst_rows */
+    row_begin(k, "kernel set_rows %s", pkv_type_name(dt), 1e-6);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t n = shapes[si][0], re = shapes[si][1], dr = shapes[si][2];
+        const size_t rb = pkv_type_row_bytes(dt, (size_t)re), src_el = (size_t)(n * re), dst_el = (size_t)(dr * re);
+        float *h = scratch(src_el + 3 * dst_el, 1);
+        uint8_t *bytes = pkv_malloc(2 * (size_t)dr * rb + 1);
+        int32_t idx[64];
+        if (!h || !bytes) {
+            pkv_free(h);
+            pkv_free(bytes);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *src = h, *ref = h + src_el, *got = ref + dst_el, *old = got + dst_el;
+        uint8_t *rbuf = bytes, *gbuf = bytes + (size_t)dr * rb;
+        fill_rand(k, src, src_el, 4.0f);
+        fill_rand(k, old, dst_el, 1.0f); /* old rows the kernel must leave alone */
+        kv_encode(dt, old, (size_t)dr, (int)re, rbuf);
+        for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 5 + 3) % dr);
+        dbuf *bs, *bd, *bi;
+        TRY(s = put(k, &bs, src, src_el * 4));
+        TRY(s = put(k, &bd, rbuf, (size_t)dr * rb));
+        TRY(s = put(k, &bi, idx, (size_t)n * 4));
+        pkv_k_set_rows_args a = {tr(bs), (size_t)re * 4, tr(bd), dt, rb, dr, tr(bi), n, re};
+        pkv_ref_set_rows(&a, src, rbuf, idx);
+        if (kernel_ok(k, pkv_k_set_rows(k->dev, &a), "set_rows")) {
+            bool guard = true;
+            TRY(s = get(k, bd, gbuf, &guard));
+            kv_decode(dt, rbuf, (size_t)dr, (int)re, ref);
+            kv_decode(dt, gbuf, (size_t)dr, (int)re, got);
+            char what[64];
+            snprintf(what, sizeof what, "%lld rows of %lld", (long long)n, (long long)re);
+            row_case(k, what, nmse(ref, got, dst_el));
+            if (!guard) row_fail(k, "%s: %s", "set_rows", "wrote outside its destination");
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        pkv_free(bytes);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* rope of q8_0 / q4_0 rows (the shift's re-rotation): dequantize, rotate,
+ * quantize on the device, against the reference doing the same in double. A
+ * rotated value near a rounding boundary may land one quantization step away. */
+static pkv_status check_rope_q(ck *k, pkv_type dt) {
+    typedef struct {
+        int n_rows, max_rows, n_heads, head_dim, n_rot;
+        bool neox, list;
+    } rcase;
+    static const rcase cases[] = {
+        {3, 3, 2, 32, 32, false, false}, {4, 9, 3, 64, 48, true, true}, {5, 7, 2, 128, 128, true, true},
+        {2, 2, 4, 128, 64, false, false},
+    };
+    row_begin(k, "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_Q8_0 ? 1e-5 : 1e-3);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+        const rcase *c = &cases[ci];
+        const size_t hrow = (size_t)c->n_heads * (size_t)c->max_rows; /* head rows */
+        const size_t n_el = hrow * (size_t)c->head_dim, stride = (size_t)c->n_heads * pkv_type_row_bytes(dt, (size_t)c->head_dim);
+        const size_t nbytes = (size_t)c->max_rows * stride;
+        float *h = scratch(n_el, 3);
+        uint8_t *bytes = pkv_malloc(2 * nbytes + 1);
+        int32_t pos[16], rows[16];
+        if (!h || !bytes) {
+            pkv_free(h);
+            pkv_free(bytes);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *xf = h, *rf = h + n_el, *gf = h + 2 * n_el;
+        uint8_t *xb = bytes, *gb = bytes + nbytes;
+        fill_rand(k, xf, n_el, 2.0f);
+        kv_encode(dt, xf, hrow, c->head_dim, xb);
+        for (int r = 0; r < c->n_rows; r++) {
+            pos[r] = (int32_t)(rnd(k) % 1000) - 500; /* shifts go both ways */
+            rows[r] = c->list ? (int32_t)((r * 5 + 2) % c->max_rows) : r; /* distinct */
+        }
+        dbuf *bx, *bp, *brw = NULL;
+        TRY(s = put(k, &bx, xb, nbytes));
+        TRY(s = put(k, &bp, pos, (size_t)c->n_rows * 4));
+        if (c->list) TRY(s = put(k, &brw, rows, (size_t)c->n_rows * 4));
+        pkv_k_rope_args a = {tr(bx), dt, c->n_rows, c->max_rows, stride, c->n_heads, c->head_dim, c->n_rot, c->neox,
+                             10000.0f, 1.0f, tr(bp), brw ? tr(brw) : pkv_tref_make(NULL, 0)};
+        pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
+        if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
+            bool guard = true;
+            TRY(s = get(k, bx, gb, &guard));
+            kv_decode(dt, xb, hrow, c->head_dim, rf);
+            kv_decode(dt, gb, hrow, c->head_dim, gf);
+            char what[64];
+            snprintf(what, sizeof what, "%s n_rot %d/%d%s", c->neox ? "neox" : "normal", c->n_rot, c->head_dim,
+                     c->list ? " row list" : "");
+            row_case(k, what, nmse(rf, gf, n_el));
+            if (!guard) row_fail(k, "%s: %s", "rope", "wrote outside its rows");
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        pkv_free(bytes);
         if (s) return s;
     }
     row_end(k);
@@ -730,8 +884,16 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     if (!s) s = check_rope(&k, PKV_TYPE_F16);
     if (!s) s = check_set_rows(&k, PKV_TYPE_F32);
     if (!s) s = check_set_rows(&k, PKV_TYPE_F16);
-    if (!s) s = check_attention(&k, PKV_TYPE_F32);
-    if (!s) s = check_attention(&k, PKV_TYPE_F16);
+    if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q8_0);
+    if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q4_0);
+    if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0);
+    if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0);
+    if (!s) s = check_attention(&k, PKV_TYPE_F32, PKV_TYPE_F32);
+    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q4_0, PKV_TYPE_Q4_0);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_F16);
+    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_Q4_0);
     if (!s) s = check_softmax(&k);
     if (!s) s = check_argmax(&k);
     bufs_free(&k);

@@ -13,6 +13,14 @@
 
 #include "pagekv.h"
 
+/* The types a KV page (and so set_rows' dst, rope's x and attention's k/v) may
+ * hold: f32, f16, and the GGUF blocks q8_0 and q4_0 (32 elements per block along
+ * a head's dimension, quant.h). Quantized rows are head_dim / 32 blocks per head. */
+static inline bool pkv_kv_type_ok(pkv_type t) {
+    return t == PKV_TYPE_F32 || t == PKV_TYPE_F16 || t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0;
+}
+static inline bool pkv_kv_type_quant(pkv_type t) { return t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0; }
+
 typedef struct pkv_tref {
     pkv_buffer *buf;
     size_t off; /* bytes */
@@ -66,10 +74,13 @@ typedef struct pkv_k_swiglu_args {
     int64_t n;
 } pkv_k_swiglu_args;
 
-/* Rotary embedding, in place, on rows of x (f32 or f16).
+/* Rotary embedding, in place, on rows of x (f32, f16, or a KV type q8_0 / q4_0).
  * Row r lives at x.off + row(r) * row_stride bytes, with row(r) = rows[r], or r when
  * rows.buf is NULL; it holds n_heads heads of head_dim elements, head h at element
- * h * head_dim. Only the first n_rot (even, <= head_dim) dims of a head rotate.
+ * h * head_dim (quantized: at byte h * pkv_type_row_bytes(dtype, head_dim); the
+ * head is dequantized, rotated in f32 and quantized again with quant.h's
+ * quantizer, so head_dim must be a multiple of 32). Only the first n_rot (even,
+ * <= head_dim) dims of a head rotate.
  * With theta_i = pos[r] * freq_scale * freq_base^(-2i/n_rot), i in [0, n_rot/2):
  *   normal (llama):  pairs (2i, 2i+1);   neox (qwen2/3): pairs (i, i + n_rot/2);
  *   (a, b) -> (a cos - b sin, a sin + b cos).
@@ -77,7 +88,7 @@ typedef struct pkv_k_swiglu_args {
  * pos: i32 [n_rows]. max_rows bounds row(r) for the bounds check. */
 typedef struct pkv_k_rope_args {
     pkv_tref x;
-    pkv_type dtype; /* f32 or f16 */
+    pkv_type dtype; /* f32, f16, q8_0, q4_0 */
     int64_t n_rows, max_rows;
     size_t row_stride; /* bytes */
     int n_heads, head_dim, n_rot;
@@ -89,8 +100,9 @@ typedef struct pkv_k_rope_args {
 
 /* dst row idx[i] = convert(src row i), i in [0, n): the KV-cache write.
  * src: f32, row i at src.off + i*src_stride, row_elems elements.
- * dst: dst_type (f32 or f16), row j at dst.off + j*dst_stride; idx: i32 [n] in
- * [0, dst_rows). */
+ * dst: dst_type (f32, f16, q8_0 or q4_0), row j at dst.off + j*dst_stride; idx:
+ * i32 [n] in [0, dst_rows). Quantized: row_elems is a multiple of 32 and each run
+ * of 32 becomes one block, quantized exactly as pkv_quantize_row does (quant.h). */
 typedef struct pkv_k_set_rows_args {
     pkv_tref src;
     size_t src_stride;
@@ -104,8 +116,10 @@ typedef struct pkv_k_set_rows_args {
 
 /* Paged grouped-query causal attention.
  * q:   f32 [n_q][n_head][dk]
- * k:   kv_type [n_pages][page_size][n_kv][dk]    (one shard's pool, page-major)
- * v:   kv_type [n_pages][page_size][n_kv][dv]
+ * k:   k_type [n_pages][page_size][n_kv][dk]    (one shard's pool, page-major)
+ * v:   v_type [n_pages][page_size][n_kv][dv]
+ *      (types f32, f16, q8_0, q4_0; quantized: each head's row is d / 32 blocks,
+ *      read as they are: no dequantized copy of the pool is made)
  * out: f32 [n_q][n_head][dv]
  * meta: i32, laid out as
  *   q_seq[n_q]   sequence of each query row, in [0, n_seq)
@@ -117,7 +131,7 @@ typedef struct pkv_k_set_rows_args {
  * The kernel skips page ids outside [0, n_pages) (they cannot come from kv/). */
 typedef struct pkv_k_attention_args {
     pkv_tref q, k, v, out, meta;
-    pkv_type kv_type;
+    pkv_type k_type, v_type;
     int n_q, n_seq, meta_pages; /* meta_pages = indptr[n_seq], for the bounds check */
     int n_pages, page_size;
     int n_head, n_kv, dk, dv;

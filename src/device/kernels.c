@@ -124,13 +124,14 @@ pkv_status pkv_k_swiglu(pkv_device *dev, const pkv_k_swiglu_args *a) {
 pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
     kctx k;
     TRY(start(&k, dev, "rope", a, SLOT(dev, rope)));
-    SHAPE(a->dtype == PKV_TYPE_F32 || a->dtype == PKV_TYPE_F16, "dtype must be f32 or f16");
+    SHAPE(pkv_kv_type_ok(a->dtype), "dtype must be f32, f16, q8_0 or q4_0");
     SHAPE(a->n_rows > 0 && a->n_heads > 0 && a->head_dim > 0, "empty shape");
+    SHAPE(!pkv_kv_type_quant(a->dtype) || a->head_dim % 32 == 0, "head_dim %d of a %s row is not a multiple of 32",
+          a->head_dim, pkv_type_name(a->dtype));
     SHAPE(a->n_rot > 0 && a->n_rot % 2 == 0 && a->n_rot <= a->head_dim,
           "n_rot %d must be even and in (0, head_dim %d]", a->n_rot, a->head_dim);
     SHAPE(a->freq_base > 0 && a->freq_scale > 0, "freq_base and freq_scale must be > 0");
-    size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
-    uint64_t row_bytes = (uint64_t)a->n_heads * (uint64_t)a->head_dim * es;
+    uint64_t row_bytes = (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
     SHAPE(a->row_stride >= row_bytes, "row stride %zu < row of %llu bytes", a->row_stride, (unsigned long long)row_bytes);
     int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
     SHAPE(max_rows >= (a->rows.buf ? 1 : a->n_rows), "max_rows %lld", (long long)max_rows);
@@ -143,13 +144,14 @@ pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
 pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a) {
     kctx k;
     TRY(start(&k, dev, "set_rows", a, SLOT(dev, set_rows)));
-    SHAPE(a->dst_type == PKV_TYPE_F32 || a->dst_type == PKV_TYPE_F16, "dst_type must be f32 or f16");
+    SHAPE(pkv_kv_type_ok(a->dst_type), "dst_type must be f32, f16, q8_0 or q4_0");
     SHAPE(a->n > 0 && a->row_elems > 0 && a->dst_rows > 0, "empty shape");
-    size_t es = a->dst_type == PKV_TYPE_F32 ? 4 : 2;
-    SHAPE(a->src_stride >= (size_t)a->row_elems * 4 && a->dst_stride >= (size_t)a->row_elems * es,
-          "strides smaller than a row");
+    SHAPE(!pkv_kv_type_quant(a->dst_type) || a->row_elems % 32 == 0, "row of %lld elements is not whole %s blocks",
+          (long long)a->row_elems, pkv_type_name(a->dst_type));
+    const uint64_t drow = pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems);
+    SHAPE(a->src_stride >= (size_t)a->row_elems * 4 && a->dst_stride >= drow, "strides smaller than a row");
     TRY(arg(&k, "src", a->src, (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4));
-    TRY(arg(&k, "dst", a->dst, (uint64_t)(a->dst_rows - 1) * a->dst_stride + (uint64_t)a->row_elems * es));
+    TRY(arg(&k, "dst", a->dst, (uint64_t)(a->dst_rows - 1) * a->dst_stride + drow));
     TRY(arg(&k, "idx", a->idx, (uint64_t)a->n * 4));
     return dev->ops->kernels->set_rows(dev->ctx, a);
 }
@@ -157,16 +159,17 @@ pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a) {
 pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a) {
     kctx k;
     TRY(start(&k, dev, "attention", a, SLOT(dev, attention)));
-    SHAPE(a->kv_type == PKV_TYPE_F32 || a->kv_type == PKV_TYPE_F16, "kv_type must be f32 or f16");
+    SHAPE(pkv_kv_type_ok(a->k_type) && pkv_kv_type_ok(a->v_type), "k_type and v_type must be f32, f16, q8_0 or q4_0");
     SHAPE(a->n_q > 0 && a->n_seq > 0 && a->n_pages > 0 && a->page_size > 0 && a->meta_pages >= 0, "empty shape");
     SHAPE(a->n_kv > 0 && a->n_head > 0 && a->n_head % a->n_kv == 0, "n_head %d is not a multiple of n_kv %d",
           a->n_head, a->n_kv);
     SHAPE(a->dk > 0 && a->dv > 0, "head sizes dk %d, dv %d", a->dk, a->dv);
-    size_t es = a->kv_type == PKV_TYPE_F32 ? 4 : 2;
+    SHAPE((!pkv_kv_type_quant(a->k_type) || a->dk % 32 == 0) && (!pkv_kv_type_quant(a->v_type) || a->dv % 32 == 0),
+          "quantized K/V need head sizes that are multiples of 32 (dk %d, dv %d)", a->dk, a->dv);
     uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
     TRY(arg(&k, "q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4));
-    TRY(arg(&k, "k", a->k, slots * (uint64_t)a->dk * es));
-    TRY(arg(&k, "v", a->v, slots * (uint64_t)a->dv * es));
+    TRY(arg(&k, "k", a->k, slots * pkv_type_row_bytes(a->k_type, (size_t)a->dk)));
+    TRY(arg(&k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
     TRY(arg(&k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
     TRY(arg(&k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
     return dev->ops->kernels->attention(dev->ctx, a);

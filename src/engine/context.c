@@ -29,6 +29,7 @@ pkv_cache_params pkv_cache_default_params(void) {
     pkv_cache_params p;
     memset(&p, 0, sizeof p);
     p.kv_type = PKV_TYPE_F16;
+    p.kv_type_v = PKV_TYPE_COUNT;
     return p;
 }
 
@@ -43,7 +44,8 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].n_kv_heads = m->layers[l].n_head_kv;
         layers[l].head_dim_k = m->hp.head_dim_k;
         layers[l].head_dim_v = m->hp.head_dim_v;
-        layers[l].dtype = PKV_TYPE_F16;
+        layers[l].dtype_k = PKV_TYPE_F16;
+        layers[l].dtype_v = PKV_TYPE_F16;
         /* I5: shards follow the model's head split; with the cache on the host the
          * host storage is split by the same head ranges, and attention runs there. */
         layers[l].n_shards = m->n_dev;
@@ -71,9 +73,11 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
         pkv_err(PKV_ERR_INVALID, "cache: model is NULL");
         return NULL;
     }
-    if (p.kv_type != PKV_TYPE_F16 && p.kv_type != PKV_TYPE_F32) {
-        pkv_err(PKV_ERR_INVALID, "cache: KV type %s is not supported (f16 or f32)",
-                pkv_type_name(p.kv_type) ? pkv_type_name(p.kv_type) : "?");
+    const pkv_type tk = p.kv_type, tv = p.kv_type_v == PKV_TYPE_COUNT ? p.kv_type : p.kv_type_v;
+    if (!pkv_kv_type_ok(tk) || !pkv_kv_type_ok(tv)) {
+        pkv_type bad = pkv_kv_type_ok(tk) ? tv : tk;
+        pkv_err(PKV_ERR_INVALID, "cache: %s type %s is not supported (f16, f32, q8_0 or q4_0)",
+                bad == tk ? "K" : "V", pkv_type_name(bad) ? pkv_type_name(bad) : "?");
         return NULL;
     }
     if (p.n_ctx < 0 || p.n_seq_max < 0 || p.page_size < 0 || p.page_size > PKV_KV_MAX_PAGE_SIZE || p.n_pages < 0 ||
@@ -90,7 +94,10 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
         return NULL;
     }
     pkv_kv_params kp = pkv_model_kv_params(m, layers, shards);
-    for (int l = 0; l < m->hp.n_layer; l++) layers[l].dtype = p.kv_type;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        layers[l].dtype_k = tk;
+        layers[l].dtype_v = tv;
+    }
     kp.page_size = p.page_size ? p.page_size : 16;
     int64_t per_seq = (n_ctx_of(m, &p) + kp.page_size - 1) / kp.page_size;
     kp.n_pages = p.n_pages ? p.n_pages : per_seq * (p.n_seq_max ? p.n_seq_max : 4);
@@ -247,7 +254,9 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
         al[l].head_dim_k = draft->hp.head_dim_k;
         al[l].head_dim_v = draft->hp.head_dim_v;
         /* the draft computes in whatever dtype the cache stores */
-        al[l].dtype = pkv_kv_layout_layer(lay, draft->kv_layer[l], &li) == PKV_OK ? li.dtype : PKV_TYPE_F16;
+        bool have = pkv_kv_layout_layer(lay, draft->kv_layer[l], &li) == PKV_OK;
+        al[l].dtype_k = have ? li.dtype_k : PKV_TYPE_F16;
+        al[l].dtype_v = have ? li.dtype_v : PKV_TYPE_F16;
         al[l].compute = draft->dev;
     }
     pkv_status s = pkv_kv_attach(c, "draft", pkv_kv_layout_page_size(lay), al, draft->hp.n_layer);

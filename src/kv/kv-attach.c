@@ -27,10 +27,14 @@ pkv_status pkv_kv_attach(const pkv_kv_cache *c, const char *consumer, int page_s
             return pkv_err(PKV_ERR_MISMATCH,
                            "%s layer %d shares KV layer %d: head sizes K %d, V %d, the cache layer has K %d, V %d", who,
                            j, i, d->head_dim_k, d->head_dim_v, L->dk, L->dv);
-        if (d->dtype != L->dtype) {
-            const char *a = pkv_type_name(d->dtype), *b = pkv_type_name(L->dtype);
-            return pkv_err(PKV_ERR_MISMATCH, "%s layer %d shares KV layer %d: dtype %s, the cache layer stores %s", who,
-                           j, i, a ? a : "unknown", b);
+        for (int v = 0; v < 2; v++) {
+            const pkv_type want = v ? d->dtype_v : d->dtype_k, have = v ? L->tv : L->tk;
+            if (want == have) continue;
+            const char *a = pkv_type_name(want), *b = pkv_type_name(have);
+            return pkv_err(PKV_ERR_MISMATCH,
+                           "%s layer %d shares KV layer %d: %s dtype %s, the cache layer stores %s: give the %s the "
+                           "cache's KV types",
+                           who, j, i, v ? "V" : "K", a ? a : "unknown", b, who);
         }
         for (int k = 0; k < L->n_shards; k++) {
             const kv_shard *sh = &L->shards[k];

@@ -39,7 +39,7 @@ static pkv_status plan_arrays(pkv_kv_cache *c) {
                 a->layer = il;
                 a->shard = is;
                 a->is_v = v;
-                a->row_bytes = (size_t)sh->n_heads * (size_t)(v ? L->dv : L->dk) * L->elem;
+                a->row_bytes = (size_t)sh->n_heads * (v ? L->hv : L->hk);
                 a->page_bytes = ps * a->row_bytes;
                 size_t bytes;
                 if (!pkv_mul_ok(a->page_bytes, (size_t)c->n_pages, &bytes) || bytes > SIZE_MAX / 2)
@@ -79,7 +79,7 @@ static size_t layout_page_bytes(const pkv_kv_layout *l) {
     size_t t = 0;
     for (int il = 0; il < l->n_layers; il++) {
         const kv_layer *L = &l->layers[il];
-        t += (size_t)l->page_size * (size_t)L->n_kv_heads * (size_t)(L->dk + L->dv) * L->elem;
+        t += (size_t)l->page_size * (size_t)L->n_kv_heads * (L->hk + L->hv);
     }
     return t;
 }

@@ -5,11 +5,14 @@
  *   "PKVKVSEQ"                          8 bytes magic
  *   u32 version, u32 n_layers, u32 page_size, u32 reserved (0)
  *   u64 layout fingerprint               (pkv_kv_layout_fingerprint)
- *   n_layers x {u32 n_kv_heads, u32 head_dim_k, u32 head_dim_v, u32 dtype}
+ *   n_layers x {u32 n_kv_heads, u32 head_dim_k, u32 head_dim_v, u32 dtypes}
+ *       dtypes: the K type (pkv_type) in bits 0-7; when V's type differs, V's
+ *       type + 1 in bits 8-15 (0 = V as K, so files of f16/f32 caches are as before)
  *   u64 n_tokens, u64 sequence fingerprint, u64 exact_until (first token moved by a
  *       shift, never published for prefix reuse; 2^63-1 when none)
  *   i32 tokens[n_tokens], i32 positions[n_tokens]
- *   per layer: K dtype [n_tokens][n_kv_heads][head_dim_k], V dtype [n_tokens][n_kv_heads][head_dim_v]
+ *   per layer: K dtype_k [n_tokens][n_kv_heads][head_dim_k], V dtype_v [n_tokens][n_kv_heads][head_dim_v]
+ *       (quantized types: each head's row is head_dim / 32 GGUF blocks, stored as is)
  *   u64 checksum: h = pkv_hash64(header, 0), then h = pkv_hash64(section, h) for
  *       each layer's K and V section in order.
  * The payload is in token-then-head order for the whole layer, so a file loads
@@ -27,7 +30,7 @@ static size_t header_bytes(int n_layers, int64_t n_tokens) {
 }
 
 static size_t layer_bytes(const kv_layer *L, int64_t n_tokens, bool v) {
-    return (size_t)n_tokens * (size_t)L->n_kv_heads * (size_t)(v ? L->dv : L->dk) * L->elem;
+    return (size_t)n_tokens * (size_t)L->n_kv_heads * (v ? L->hv : L->hk);
 }
 
 /* Copy the sequence's rows of array `a` between its device pages and the
@@ -36,8 +39,8 @@ static pkv_status move_array(pkv_kv_cache *c, const kv_array *a, const int32_t *
                              int64_t n_tokens, uint8_t *canon, uint8_t *tmp, bool to_device) {
     const kv_layer *L = &c->layout.layers[a->layer];
     const kv_shard *sh = &L->shards[a->shard];
-    size_t d = (size_t)(a->is_v ? L->dv : L->dk);
-    size_t canon_row = (size_t)L->n_kv_heads * d * L->elem, head_off = (size_t)sh->head_begin * d * L->elem;
+    size_t hb = a->is_v ? L->hv : L->hk; /* one head's row */
+    size_t canon_row = (size_t)L->n_kv_heads * hb, head_off = (size_t)sh->head_begin * hb;
     int ps = c->page_size;
     pkv_buffer *buf = kv_array_buf(c, a);
     if (to_device)
@@ -121,7 +124,7 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
         put32(&p, (uint32_t)L->n_kv_heads);
         put32(&p, (uint32_t)L->dk);
         put32(&p, (uint32_t)L->dv);
-        put32(&p, (uint32_t)L->dtype);
+        put32(&p, kv_dtype_word(L->tk, L->tv));
     }
     put64(&p, (uint64_t)n);
     put64(&p, s->fp);
@@ -196,9 +199,12 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
         if (dk != (uint32_t)L->dk || dv != (uint32_t)L->dv)
             return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has head sizes K %u, V %u in the file, K %d, V %d in the cache",
                            path, il, dk, dv, L->dk, L->dv);
-        if (dt != (uint32_t)L->dtype)
-            return pkv_err(PKV_ERR_FORMAT, "%s: layer %d stores %s in the file, %s in the cache", path, il,
-                           type_name(dt), type_name((uint32_t)L->dtype));
+        if (dt != kv_dtype_word(L->tk, L->tv))
+            return pkv_err(PKV_ERR_FORMAT,
+                           "%s: layer %d stores K %s, V %s in the file, K %s, V %s in the cache: load it into a cache "
+                           "of the file's KV types",
+                           path, il, type_name(kv_word_k(dt)), type_name(kv_word_v(dt)), type_name(L->tk),
+                           type_name(L->tv));
     }
     if (page_size != (uint32_t)l->page_size)
         return pkv_err(PKV_ERR_FORMAT, "%s: pages of %u tokens in the file, %d in the cache", path, page_size,

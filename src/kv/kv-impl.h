@@ -4,7 +4,8 @@
  * largest buffer is too small) holding, at its own offset, the K array and the V
  * array of every (layer, shard) stored there. Every such array is page-major:
  *     dtype [n_pages][page_size][n_heads_of_shard][head_dim]
- * so page p of an array starts at off + p * page_bytes. Batched operations (COW,
+ * (a quantized dtype stores each head's row as head_dim / 32 blocks), so page p
+ * of an array starts at off + p * page_bytes. Batched operations (COW,
  * shift, clear) therefore need one pkv_buffer_copy_regions per arena.
  *
  * Sequences: a block table is a chain of immutable, reference-counted nodes of
@@ -47,8 +48,8 @@ typedef struct kv_shard {
 
 typedef struct kv_layer {
     int n_kv_heads, dk, dv;
-    pkv_type dtype;
-    size_t elem; /* bytes per element */
+    pkv_type tk, tv;  /* K and V dtypes: f32, f16, q8_0, q4_0 */
+    size_t hk, hv;    /* bytes of one head's K / V row: pkv_type_row_bytes(tk, dk), (tv, dv) */
     int n_shards;
     kv_shard *shards; /* [n_shards], sorted by head_begin */
 } kv_layer;
@@ -202,6 +203,14 @@ typedef struct kv_run {
 pkv_status pkv_kv_copy_runs(pkv_kv_cache *c, const kv_run *runs, size_t n_runs);
 /* Zero-fill pages (sorted in place, coalesced into runs) in every array. */
 pkv_status pkv_kv_fill_pages(pkv_kv_cache *c, int32_t *pages, int64_t n);
+
+/* Geometry-hash / file word of a layer's dtypes: K type in bits 0-7, and when V
+ * differs, V type + 1 in bits 8-15 (so caches with K == V hash and save as before). */
+static inline uint32_t kv_dtype_word(pkv_type k, pkv_type v) {
+    return (uint32_t)k | (k == v ? 0u : ((uint32_t)v + 1u) << 8);
+}
+static inline pkv_type kv_word_k(uint32_t w) { return (pkv_type)(w & 0xffu); }
+static inline pkv_type kv_word_v(uint32_t w) { return (w >> 8) ? (pkv_type)((w >> 8) - 1u) : (pkv_type)(w & 0xffu); }
 
 static inline pkv_buffer *kv_array_buf(const pkv_kv_cache *c, const kv_array *a) { return c->arenas[a->arena].buf; }
 

@@ -22,10 +22,19 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (d->head_dim_k <= 0 || d->head_dim_v <= 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: head sizes K %d, V %d (must be > 0)", il,
                        d->head_dim_k, d->head_dim_v);
-    if (d->dtype != PKV_TYPE_F32 && d->dtype != PKV_TYPE_F16) {
-        const char *n = pkv_type_name(d->dtype);
-        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: dtype %s (KV pages are f32 or f16)", il,
-                       n ? n : "unknown");
+    for (int v = 0; v < 2; v++) {
+        const pkv_type t = v ? d->dtype_v : d->dtype_k;
+        const int hd = v ? d->head_dim_v : d->head_dim_k;
+        if (!pkv_kv_type_ok(t)) {
+            const char *n = pkv_type_name(t);
+            return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %s dtype %s (KV pages are f32, f16, q8_0 or q4_0)", il,
+                           v ? "V" : "K", n ? n : "unknown");
+        }
+        if (pkv_type_block_elems(t) > 1 && hd % (int)pkv_type_block_elems(t))
+            return pkv_err(PKV_ERR_INVALID,
+                           "KV layout layer %d: %s head size %d is not a multiple of %zu, the block of %s pages: "
+                           "use f16 or f32 for %s",
+                           il, v ? "V" : "K", hd, pkv_type_block_elems(t), pkv_type_name(t), v ? "V" : "K");
     }
     int n_rot = p->rope_n_rot ? p->rope_n_rot : d->head_dim_k;
     if (n_rot <= 0 || n_rot % 2 || n_rot > d->head_dim_k)
@@ -61,8 +70,10 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->n_kv_heads = d->n_kv_heads;
         L->dk = d->head_dim_k;
         L->dv = d->head_dim_v;
-        L->dtype = d->dtype;
-        L->elem = d->dtype == PKV_TYPE_F32 ? 4 : 2;
+        L->tk = d->dtype_k;
+        L->tv = d->dtype_v;
+        L->hk = pkv_type_row_bytes(L->tk, (size_t)L->dk);
+        L->hv = pkv_type_row_bytes(L->tv, (size_t)L->dv);
         int ns = d->n_shards ? d->n_shards : 1;
         L->shards = pkv_calloc((size_t)ns, sizeof *L->shards);
         if (!L->shards) {
@@ -128,7 +139,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         geom[il * 4 + 0] = l->layers[il].n_kv_heads;
         geom[il * 4 + 1] = l->layers[il].dk;
         geom[il * 4 + 2] = l->layers[il].dv;
-        geom[il * 4 + 3] = (int32_t)l->layers[il].dtype;
+        geom[il * 4 + 3] = (int32_t)kv_dtype_word(l->layers[il].tk, l->layers[il].tv);
     }
     l->fingerprint = pkv_kv_geometry_hash(l->n_layers, l->page_size, geom);
     pkv_free(geom);
@@ -155,10 +166,11 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     out->n_kv_heads = L->n_kv_heads;
     out->head_dim_k = L->dk;
     out->head_dim_v = L->dv;
-    out->dtype = L->dtype;
+    out->dtype_k = L->tk;
+    out->dtype_v = L->tv;
     out->n_shards = L->n_shards;
-    out->k_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * (size_t)L->dk * L->elem;
-    out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * (size_t)L->dv * L->elem;
+    out->k_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hk;
+    out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hv;
     return PKV_OK;
 }
 

@@ -77,7 +77,7 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             pkv_k_rope_args ra;
             memset(&ra, 0, sizeof ra);
             ra.x = pkv_tref_make(kv_array_buf(c, a), a->off);
-            ra.dtype = L->dtype;
+            ra.dtype = L->tk;
             ra.n_rows = n;
             ra.max_rows = c->n_pages * c->page_size;
             ra.row_stride = a->row_bytes;

@@ -13,6 +13,25 @@ static void g_cvt(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
 }
 
+static inline float g_d(const uint8_t *b) { return pkv_f16_to_f32((uint16_t)(b[0] | b[1] << 8)); }
+
+static void g_deq(pkv_type t, const uint8_t *src, float *dst, int64_t n) {
+    if (t == PKV_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / 32; b++, src += 34, dst += 32) {
+            const float d = g_d(src);
+            for (int j = 0; j < 32; j++) dst[j] = d * (float)(int8_t)src[2 + j];
+        }
+        return;
+    }
+    for (int64_t b = 0; b < n / 32; b++, src += 18, dst += 32) {
+        const float d = g_d(src);
+        for (int j = 0; j < 16; j++) {
+            dst[j] = d * (float)((src[2 + j] & 15) - 8);
+            dst[j + 16] = d * (float)((src[2 + j] >> 4) - 8);
+        }
+    }
+}
+
 static float g_tree(float *l) {
     for (int w = 8; w >= 1; w /= 2)
         for (int j = 0; j < w; j++) l[j] = l[j] + l[j + w];
@@ -47,7 +66,7 @@ static float g_softexp(float *p, int n, float m) {
     return l;
 }
 
-static const pkv_cpu_att att_generic = {"generic", g_cvt, g_scores, g_softexp, g_vsum};
+static const pkv_cpu_att att_generic = {"generic", g_cvt, g_deq, g_scores, g_softexp, g_vsum};
 
 #ifdef PKV_CPU_X86
 #include <immintrin.h>
@@ -60,6 +79,37 @@ T2 static void a2_cvt(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
+}
+
+/* A block's f16 scale with F16C (exact, as pkv_f16_to_f32, without a call). */
+T2 static inline __m256 a2_d(const uint8_t *b) {
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+T2 static void a2_deq(pkv_type t, const uint8_t *src, float *dst, int64_t n) {
+    if (t == PKV_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / 32; b++, src += 34, dst += 32) {
+            const __m256 d = a2_d(src);
+            for (int j = 0; j < 32; j += 8) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + 2 + j)));
+                _mm256_storeu_ps(dst + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+            }
+        }
+        return;
+    }
+    const __m128i lo4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    for (int64_t b = 0; b < n / 32; b++, src += 18, dst += 32) {
+        const __m256 d = a2_d(src);
+        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 2));
+        const __m128i l = _mm_sub_epi8(_mm_and_si128(x, lo4), eight);
+        const __m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), lo4), eight);
+        _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(l))));
+        _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(l, 8)))));
+        _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h))));
+        _mm256_storeu_ps(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(h, 8)))));
+    }
 }
 
 /* lanes lo (0..7) and hi (8..15) summed in the tree of cpu-attention.h */
@@ -161,7 +211,7 @@ T2 static float a2_softexp(float *p, int n, float m) {
     return a2_tree(e0, e1);
 }
 
-static const pkv_cpu_att att_avx2 = {"avx2", a2_cvt, a2_scores, a2_softexp, a2_vsum};
+static const pkv_cpu_att att_avx2 = {"avx2", a2_cvt, a2_deq, a2_scores, a2_softexp, a2_vsum};
 
 /* ----------------------------------------------------------------- avx512 */
 
@@ -172,6 +222,34 @@ T5 static void a5_cvt(const uint16_t *src, float *dst, int64_t n) {
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
     for (; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
+}
+
+T5 static inline __m512 a5_d(const uint8_t *b) {
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+T5 static void a5_deq(pkv_type t, const uint8_t *src, float *dst, int64_t n) {
+    if (t == PKV_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / 32; b++, src += 34, dst += 32) {
+            const __m512 d = a5_d(src);
+            const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + 2)));
+            const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + 18)));
+            _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)));
+            _mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)));
+        }
+        return;
+    }
+    const __m128i lo4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    for (int64_t b = 0; b < n / 32; b++, src += 18, dst += 32) {
+        const __m512 d = a5_d(src);
+        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 2));
+        const __m128i l = _mm_sub_epi8(_mm_and_si128(x, lo4), eight);
+        const __m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), lo4), eight);
+        _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l))));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h))));
+    }
 }
 
 /* Pairs of 16-lane sums folded so that each keeps the tree of cpu-attention.h. */
@@ -283,7 +361,7 @@ T5 static float a5_softexp(float *p, int n, float m) {
     return _mm_cvtss_f32(s);
 }
 
-static const pkv_cpu_att att_avx512 = {"avx512", a5_cvt, a5_scores, a5_softexp, a5_vsum};
+static const pkv_cpu_att att_avx512 = {"avx512", a5_cvt, a5_deq, a5_scores, a5_softexp, a5_vsum};
 #endif
 
 const pkv_cpu_att *pkv_cpu_att_for(const char *path) {

@@ -14,6 +14,10 @@ typedef struct pkv_cpu_att {
     const char *name;
     /* dst[i] = src[i] (f16) as f32, i < n */
     void (*cvt)(const uint16_t *src, float *dst, int64_t n);
+    /* dst[0..n) = the n / 32 blocks at src (q8_0 or q4_0) dequantized: d * q as
+     * quant.h defines it, one exact product per element, so every path gives the
+     * same bits */
+    void (*deq)(pkv_type t, const uint8_t *src, float *dst, int64_t n);
     /* s[r * ss + c] = scale * (k[c] . q[r]) for c < PKV_ATT_TOKENS, r < nr, where
      * q[r] = q + r * qs and the dot of d elements is summed in 16 lanes (lane j
      * takes elements j, j + 16, ... in order), then the lanes in a fixed tree

@@ -496,6 +496,24 @@ static void rope_row(const pkv_k_rope_args *a, const pkv_cpu_dots *d, uint8_t *x
     }
 }
 
+/* A quantized row (device.h): each head dequantized into hb (head_dim floats),
+ * rotated with the f32 arithmetic above, and quantized again. */
+static void rope_row_quant(const pkv_k_rope_args *a, uint8_t *xr, const float *cs, const float *sn, float *hb) {
+    const int half = a->n_rot / 2;
+    const size_t hbytes = pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
+    for (int h = 0; h < a->n_heads; h++) {
+        uint8_t *hp = xr + (size_t)h * hbytes;
+        pkv_dequantize_row(a->dtype, hp, hb, a->head_dim);
+        for (int i = 0; i < half; i++) {
+            const size_t e0 = (size_t)(a->neox ? i : 2 * i), e1 = (size_t)(a->neox ? i + half : 2 * i + 1);
+            const float v0 = hb[e0], v1 = hb[e1];
+            hb[e0] = v0 * cs[i] - v1 * sn[i];
+            hb[e1] = v0 * sn[i] + v1 * cs[i];
+        }
+        pkv_quantize_row(a->dtype, hb, hp, a->head_dim);
+    }
+}
+
 typedef struct {
     const pkv_k_rope_args *a;
     const pkv_cpu_dots *dots;
@@ -534,7 +552,10 @@ static void rope_task(int ti, int n_tasks, void *arg) {
                 have = true;
                 last = pos[r];
             }
-            rope_row(a, j->dots, x + (size_t)row * a->row_stride, 0, half, cs, sn, hbp);
+            if (pkv_kv_type_quant(a->dtype))
+                rope_row_quant(a, x + (size_t)row * a->row_stride, cs, sn, hb);
+            else
+                rope_row(a, j->dots, x + (size_t)row * a->row_stride, 0, half, cs, sn, hbp);
         }
         return;
     }
@@ -557,6 +578,9 @@ static pkv_status cpu_rope(void *ctx, const pkv_k_rope_args *a) {
     pkv_cpu_ctx *c = ctx;
     rope_job j = {a, dots_select()};
     const size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
+    if (pkv_kv_type_quant(a->dtype) && a->head_dim > 2 * ROPE_PAIRS)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: rope of %s rows: head size %d is above the %d this kernel re-quantizes",
+                       c->name, pkv_type_name(a->dtype), a->head_dim, 2 * ROPE_PAIRS);
     TRY(aligned(c, "rope", "x", a->x, es));
     TRY(aligned(c, "rope", "pos", a->pos, 4));
     if (a->row_stride % es) return pkv_err(PKV_ERR_INVALID, "%s: rope: row stride %zu is not a multiple of %zu", c->name, a->row_stride, es);
@@ -582,6 +606,14 @@ static void set_rows_task(int ti, int n_tasks, void *arg) {
         if (idx[i] < 0 || idx[i] >= a->dst_rows) continue;
         const uint8_t *s = src + (size_t)i * a->src_stride;
         uint8_t *d = dst + (size_t)idx[i] * a->dst_stride;
+        if (pkv_kv_type_quant(a->dst_type)) { /* the reference quantizer itself, block by block */
+            float f[32];
+            for (int64_t b = 0; b < a->row_elems / 32; b++) {
+                memcpy(f, s + (size_t)b * 128, sizeof f);
+                pkv_quantize_row(a->dst_type, f, d + (size_t)b * pkv_type_block_bytes(a->dst_type), 32);
+            }
+            continue;
+        }
         if (a->dst_type == PKV_TYPE_F32) {
             memcpy(d, s, (size_t)a->row_elems * 4);
             continue;
@@ -772,8 +804,11 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     const att_block *blk = &j->blocks[bi];
     const int group = a->n_head / a->n_kv, nq = blk->nq, qg = nq * group, rows = nk * qg;
     const int32_t *pages = j->meta + 2 * (size_t)a->n_q + a->n_seq + 1;
-    const bool f16 = a->kv_type == PKV_TYPE_F16;
-    const size_t es = f16 ? 2 : 4, krow = (size_t)a->dk * es, vrow = (size_t)a->dv * es;
+    /* K and V rows other than f32 are widened to f32 per chunk (f16, or quantized
+     * blocks dequantized as they are read: the pool itself is never copied) */
+    const pkv_type kt = a->k_type, vt = a->v_type;
+    const bool kwide = kt != PKV_TYPE_F32, vwide = vt != PKV_TYPE_F32;
+    const size_t krow = pkv_type_row_bytes(kt, (size_t)a->dk), vrow = pkv_type_row_bytes(vt, (size_t)a->dv);
     const size_t kslab = krow * a->n_kv, vslab = vrow * a->n_kv; /* one token, all KV heads */
     float *qbuf = sc, *acc = qbuf + (size_t)rows * a->dk, *FA = acc + (size_t)rows * a->dv;
     float *m = FA + (size_t)rows * a->dv, *l = m + rows, *FM = l + rows, *FL = FM + rows, *p = FL + rows;
@@ -834,18 +869,23 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
                 if (!ks) continue;
                 krs[n] = ks;
                 vrs[n] = tv[t - t0];
-                if (f16) { /* our heads' rows of a token are adjacent: one call each */
+                /* our heads' rows of a token are adjacent: one call each */
+                if (kt == PKV_TYPE_F16)
                     j->att->cvt((const uint16_t *)(const void *)ks, kf + (size_t)n * nk * a->dk, (int64_t)nk * a->dk);
+                else if (kwide)
+                    j->att->deq(kt, ks, kf + (size_t)n * nk * a->dk, (int64_t)nk * a->dk);
+                if (vt == PKV_TYPE_F16)
                     j->att->cvt((const uint16_t *)(const void *)vrs[n], vf + (size_t)n * nk * a->dv, (int64_t)nk * a->dv);
-                }
+                else if (vwide)
+                    j->att->deq(vt, vrs[n], vf + (size_t)n * nk * a->dv, (int64_t)nk * a->dv);
                 n++;
             }
             if (!n) continue;
             for (int kk = 0; kk < nk; kk++) {
                 const float *kp[ATT_CHUNK], *vp[ATT_CHUNK];
                 for (int x = 0; x < n; x++) {
-                    kp[x] = f16 ? kf + ((size_t)x * nk + kk) * a->dk : (const float *)(const void *)(krs[x] + kk * krow);
-                    vp[x] = f16 ? vf + ((size_t)x * nk + kk) * a->dv : (const float *)(const void *)(vrs[x] + kk * vrow);
+                    kp[x] = kwide ? kf + ((size_t)x * nk + kk) * a->dk : (const float *)(const void *)(krs[x] + kk * krow);
+                    vp[x] = vwide ? vf + ((size_t)x * nk + kk) * a->dv : (const float *)(const void *)(vrs[x] + kk * vrow);
                 }
                 for (int x = n; x < ATT_CHUNK; x++) kp[x] = kp[0];
                 j->att->scores(kp, qbuf + (size_t)kk * qg * a->dk, a->dk, qg, a->dk, a->scale, p + (size_t)kk * qg * ATT_CHUNK,
@@ -940,10 +980,9 @@ static void att_merge_task(int ti, int n_tasks, void *arg) {
 
 static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     pkv_cpu_ctx *c = ctx;
-    const size_t es = a->kv_type == PKV_TYPE_F16 ? 2 : 4;
     TRY(aligned(c, "attention", "q", a->q, 4));
-    TRY(aligned(c, "attention", "k", a->k, es));
-    TRY(aligned(c, "attention", "v", a->v, es));
+    TRY(aligned(c, "attention", "k", a->k, a->k_type == PKV_TYPE_F32 ? 4 : 2));
+    TRY(aligned(c, "attention", "v", a->v, a->v_type == PKV_TYPE_F32 ? 4 : 2));
     TRY(aligned(c, "attention", "out", a->out, 4));
     TRY(aligned(c, "attention", "meta", a->meta, 4));
     if (a->n_q <= 0) return PKV_OK;

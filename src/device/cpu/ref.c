@@ -57,7 +57,15 @@ void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n) {
     }
 }
 
+/* Element i of a row of type t: f32, f16, or a quantized KV type (i counts
+ * elements across blocks of 32). */
 static double ld(const void *p, pkv_type t, size_t i) {
+    if (pkv_kv_type_quant(t)) {
+        float blk[32];
+        const size_t bb = pkv_type_block_bytes(t);
+        pkv_dequantize_row(t, (const uint8_t *)p + i / 32 * bb, blk, 32);
+        return blk[i % 32];
+    }
     if (t == PKV_TYPE_F16) {
         uint16_t h;
         memcpy(&h, (const uint8_t *)p + 2 * i, 2);
@@ -78,8 +86,39 @@ static void st(void *p, pkv_type t, size_t i, double v) {
     }
 }
 
+/* A quantized row: each head is dequantized, rotated in double, rounded to f32
+ * and quantized again (device.h). */
+static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
+    const int half = a->n_rot / 2;
+    const size_t hbytes = pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
+    float *f = pkv_malloc((size_t)a->head_dim * sizeof(float));
+    if (!f) return; /* the reference runs on the host, outside any failure path worth testing */
+    for (int h = 0; h < a->n_heads; h++) {
+        uint8_t *hp = xr + (size_t)h * hbytes;
+        pkv_dequantize_row(a->dtype, hp, f, a->head_dim);
+        for (int i = 0; i < half; i++) {
+            const double theta = (double)pos * (double)a->freq_scale * pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+            const double c = cos(theta), s = sin(theta);
+            const int i0 = a->neox ? i : 2 * i, i1 = a->neox ? i + half : 2 * i + 1;
+            const double x0 = f[i0], x1 = f[i1];
+            f[i0] = (float)(x0 * c - x1 * s);
+            f[i1] = (float)(x0 * s + x1 * c);
+        }
+        pkv_quantize_row(a->dtype, f, hp, a->head_dim);
+    }
+    pkv_free(f);
+}
+
 void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows) {
     const int half = a->n_rot / 2;
+    if (pkv_kv_type_quant(a->dtype)) {
+        const int64_t max_rows = rows ? a->max_rows : a->n_rows;
+        for (int64_t r = 0; r < a->n_rows; r++) {
+            const int64_t row = rows ? rows[r] : r;
+            if (row >= 0 && row < max_rows) ref_rope_quant(a, (uint8_t *)x + (size_t)row * a->row_stride, pos[r]);
+        }
+        return;
+    }
     const int64_t max_rows = rows ? a->max_rows : a->n_rows;
     for (int64_t r = 0; r < a->n_rows; r++) {
         const int64_t row = rows ? rows[r] : r;
@@ -106,8 +145,26 @@ void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, 
         if (idx[i] < 0 || idx[i] >= a->dst_rows) continue;
         const uint8_t *s = (const uint8_t *)src + (size_t)i * a->src_stride;
         uint8_t *d = (uint8_t *)dst + (size_t)idx[i] * a->dst_stride;
+        if (pkv_kv_type_quant(a->dst_type)) {
+            float *f = pkv_malloc((size_t)a->row_elems * sizeof(float));
+            if (!f) continue;
+            memcpy(f, s, (size_t)a->row_elems * sizeof(float));
+            pkv_quantize_row(a->dst_type, f, d, a->row_elems);
+            pkv_free(f);
+            continue;
+        }
         for (int64_t j = 0; j < a->row_elems; j++) st(d, a->dst_type, (size_t)j, ld(s, PKV_TYPE_F32, (size_t)j));
     }
+}
+
+/* Row `slot` (d elements) of a K or V pool of type t, as floats. */
+static void ref_row(const void *pool, pkv_type t, size_t slot, int d, float *out) {
+    const uint8_t *r = (const uint8_t *)pool + slot * pkv_type_row_bytes(t, (size_t)d);
+    if (pkv_kv_type_quant(t)) {
+        pkv_dequantize_row(t, r, out, d);
+        return;
+    }
+    for (int i = 0; i < d; i++) out[i] = (float)ld(r, t, (size_t)i);
 }
 
 void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
@@ -115,18 +172,19 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
-    double *score = NULL;
     int64_t max_len = 0;
     for (int i = 0; i < a->n_q; i++) max_len = PKV_MAX(max_len, (int64_t)q_len[i]);
     /* The reference may allocate: it runs on the host, outside any failure path
      * worth testing; without memory it writes zeros. */
-    score = pkv_malloc((size_t)PKV_MAX(max_len, 1) * sizeof(double));
+    double *score = pkv_malloc((size_t)PKV_MAX(max_len, 1) * sizeof(double));
+    double *acc = pkv_malloc((size_t)a->dv * sizeof(double));
+    float *row = pkv_malloc((size_t)PKV_MAX(a->dk, a->dv) * sizeof(float));
     for (int i = 0; i < a->n_q; i++) {
         for (int h = 0; h < a->n_head; h++) {
             float *o = out + ((size_t)i * a->n_head + h) * (size_t)a->dv;
             for (int d = 0; d < a->dv; d++) o[d] = 0;
             const int s = q_seq[i];
-            if (!score || s < 0 || s >= a->n_seq) continue;
+            if (!score || !acc || !row || s < 0 || s >= a->n_seq) continue;
             const int32_t lo = indptr[s], hi = indptr[s + 1];
             if (lo < 0 || hi < lo || hi > a->meta_pages) continue;
             const int kvh = h / group;
@@ -139,9 +197,9 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
                 const int32_t page = pages[lo + pi];
                 if (page < 0 || page >= a->n_pages) continue;
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                ref_row(k, a->k_type, slot, a->dk, row);
                 double dot = 0;
-                for (int d = 0; d < a->dk; d++)
-                    dot += (double)qh[d] * ld(k, a->kv_type, slot * (size_t)a->dk + (size_t)d);
+                for (int d = 0; d < a->dk; d++) dot += (double)qh[d] * (double)row[d];
                 score[t] = dot * (double)a->scale;
                 if (score[t] > mx) mx = score[t];
             }
@@ -149,19 +207,21 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
             double sum = 0;
             for (int64_t t = 0; t < q_len[i]; t++)
                 if (!isnan(score[t])) sum += exp(score[t] - mx);
-            for (int d = 0; d < a->dv; d++) {
-                double acc = 0;
-                for (int64_t t = 0; t < q_len[i]; t++) {
-                    if (isnan(score[t])) continue;
-                    const int32_t page = pages[lo + t / a->page_size];
-                    const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                    acc += exp(score[t] - mx) * ld(v, a->kv_type, slot * (size_t)a->dv + (size_t)d);
-                }
-                o[d] = (float)(acc / sum);
+            for (int d = 0; d < a->dv; d++) acc[d] = 0;
+            for (int64_t t = 0; t < q_len[i]; t++) {
+                if (isnan(score[t])) continue;
+                const int32_t page = pages[lo + t / a->page_size];
+                const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
+                ref_row(v, a->v_type, slot, a->dv, row);
+                const double p = exp(score[t] - mx);
+                for (int d = 0; d < a->dv; d++) acc[d] += p * (double)row[d];
             }
+            for (int d = 0; d < a->dv; d++) o[d] = (float)(acc[d] / sum);
         }
     }
     pkv_free(score);
+    pkv_free(acc);
+    pkv_free(row);
 }
 
 void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len) {

@@ -14,7 +14,9 @@
  * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
  * bigger weights and batches into chunks of rows (one dispatch each); for other
  * kernels a bigger argument is PKV_ERR_UNSUPPORTED. Attention needs dk <= 512 and
- * dv <= 256. */
+ * dv <= 256; the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
+ * KV pages of every KV type (f32, f16, q8_0, q4_0: kvq.glsl) are read and written
+ * in place by set_rows, rope and attention. */
 #include "device/vulkan/vulkan-impl.h"
 
 #include <stdio.h>
@@ -224,6 +226,11 @@ static bool vk_supports_type(void *ctx, pkv_type t) {
 
 static unsigned type_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : 2; }
 
+/* The KV type codes of kvq.glsl. */
+static uint32_t kv_code(pkv_type t) {
+    return t == PKV_TYPE_F32 ? 0u : t == PKV_TYPE_F16 ? 1u : t == PKV_TYPE_Q8_0 ? 2u : 3u;
+}
+
 /* Bytes an argument may span so that its window (which starts up to
  * minStorageBufferOffsetAlignment - 1 bytes before it and is rounded up to 4)
  * fits in max_range. */
@@ -320,14 +327,18 @@ static pkv_status vk_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
 
 static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
     pkv_vk_ctx *c = ctx;
-    bool f16 = a->dtype == PKV_TYPE_F16;
-    size_t es = f16 ? 2 : 4;
+    const bool quant = pkv_kv_type_quant(a->dtype);
+    size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
     if (a->row_stride % es)
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: row stride %zu is not a multiple of %zu", c->name,
                        a->row_stride, es);
+    if (quant && a->head_dim > 512)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: %s head size %d (the Vulkan kernel re-quantizes heads "
+                       "of up to 512)", c->name, pkv_type_name(a->dtype), a->head_dim);
     int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
-    uint64_t xbytes = (uint64_t)(max_rows - 1) * a->row_stride + (uint64_t)a->n_heads * (uint64_t)a->head_dim * es;
-    uint64_t work = (uint64_t)a->n_rows * (uint64_t)a->n_heads * (uint64_t)(a->n_rot / 2);
+    uint64_t xbytes = (uint64_t)(max_rows - 1) * a->row_stride +
+                      (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
+    uint64_t work = (uint64_t)a->n_rows * (uint64_t)a->n_heads * (quant ? 1u : (uint64_t)(a->n_rot / 2));
     TRY(fits(c, "rope", "x bytes", xbytes));
     TRY(fits(c, "rope", "rows*heads*pairs", work));
     varg v[3] = {{"x", a->x, xbytes, (unsigned)es},
@@ -342,7 +353,7 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
                        (uint32_t)a->head_dim,
                        (uint32_t)a->n_rot,
                        a->neox ? 1u : 0u,
-                       f16 ? 1u : 0u,
+                       kv_code(a->dtype),
                        a->rows.buf ? 1u : 0u,
                        fbits(a->freq_base),
                        fbits(a->freq_scale)};
@@ -351,21 +362,22 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
 
 static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
     pkv_vk_ctx *c = ctx;
-    bool f16 = a->dst_type == PKV_TYPE_F16;
-    size_t es = f16 ? 2 : 4;
+    const bool quant = pkv_kv_type_quant(a->dst_type);
+    size_t es = a->dst_type == PKV_TYPE_F32 ? 4 : 2;
     if (a->src_stride % 4 || a->dst_stride % es)
         return pkv_err(PKV_ERR_UNSUPPORTED,
                        "kernel set_rows on %s: strides (src %zu, dst %zu) must be multiples of 4 and %zu bytes",
                        c->name, a->src_stride, a->dst_stride, es);
     uint64_t sbytes = (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4;
-    uint64_t dbytes = (uint64_t)(a->dst_rows - 1) * a->dst_stride + (uint64_t)a->row_elems * es;
+    uint64_t dbytes = (uint64_t)(a->dst_rows - 1) * a->dst_stride + pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems);
+    uint64_t work = (uint64_t)a->n * (uint64_t)a->row_elems / (quant ? 32u : 1u);
     TRY(fits(c, "set_rows", "src bytes", sbytes));
     TRY(fits(c, "set_rows", "dst bytes", dbytes));
     TRY(fits(c, "set_rows", "n*row_elems", (uint64_t)a->n * (uint64_t)a->row_elems));
     varg v[3] = {{"src", a->src, sbytes, 4}, {"dst", a->dst, dbytes, (unsigned)es}, {"idx", a->idx, (uint64_t)a->n * 4, 4}};
     uint32_t pc[9] = {0, 0, 0, (uint32_t)a->n, (uint32_t)a->row_elems, (uint32_t)a->src_stride,
-                      (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, f16 ? 1u : 0u};
-    return dispatch(c, PKV_VK_K_SET_ROWS, v, 3, pc, 9, CDIV((uint64_t)a->n * (uint64_t)a->row_elems, WG));
+                      (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, kv_code(a->dst_type)};
+    return dispatch(c, PKV_VK_K_SET_ROWS, v, 3, pc, 9, CDIV(work, WG));
 }
 
 static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
@@ -373,20 +385,20 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
     if (a->dk > 512 || a->dv > 256)
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
                        "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
-    bool f16 = a->kv_type == PKV_TYPE_F16;
-    size_t es = f16 ? 2 : 4;
+    const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
     uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
-    TRY(fits(c, "attention", "k bytes", slots * (uint64_t)a->dk * es));
-    TRY(fits(c, "attention", "v bytes", slots * (uint64_t)a->dv * es));
+    TRY(fits(c, "attention", "k bytes", slots * krow));
+    TRY(fits(c, "attention", "v bytes", slots * vrow));
     varg v[5] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
-                 {"k", a->k, slots * (uint64_t)a->dk * es, (unsigned)es},
-                 {"v", a->v, slots * (uint64_t)a->dv * es, (unsigned)es},
+                 {"k", a->k, slots * krow, type_align(a->k_type)},
+                 {"v", a->v, slots * vrow, type_align(a->v_type)},
                  {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
                  {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4}};
-    uint32_t pc[15] = {0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
+    uint32_t pc[18] = {0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
                        (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv, (uint32_t)a->dk,
-                       (uint32_t)a->dv, f16 ? 1u : 0u, fbits(a->scale)};
-    return dispatch(c, PKV_VK_K_ATTENTION, v, 5, pc, 15, (uint64_t)a->n_q * (uint64_t)a->n_head);
+                       (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow, (uint32_t)vrow,
+                       fbits(a->scale)};
+    return dispatch(c, PKV_VK_K_ATTENTION, v, 5, pc, 18, (uint64_t)a->n_q * (uint64_t)a->n_head);
 }
 
 static pkv_status vk_softmax(void *ctx, const pkv_k_softmax_args *a) {

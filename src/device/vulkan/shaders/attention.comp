@@ -1,5 +1,6 @@
 #version 450
 #include "common.glsl"
+#include "kvq.glsl"
 // Paged grouped-query causal attention; one workgroup per (query row, head).
 // Tokens are processed in chunks of WG: each invocation scores one token of the
 // chunk, then every invocation accumulates its own output dims (tid + WG*j) over
@@ -12,15 +13,17 @@ layout(binding = 2) buffer V { uint d[]; } vb;
 layout(binding = 3) buffer O { uint d[]; } o;
 layout(binding = 4) buffer M { uint d[]; } meta;
 layout(push_constant) uniform PC {
-    uint oq, ok, ov, oo, om, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, f16;
+    uint oq, ok, ov, oo, om, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
     float scale;
 } pc;
 shared float qv[MAX_DK];
 shared float sp[WG];
 shared int sslot[WG];
 
-float kget(uint a) { return pc.f16 != 0u ? half_to_float(LDH(kb, pc.ok + a * 2u)) : LDF(kb, pc.ok + a * 4u); }
-float vget(uint a) { return pc.f16 != 0u ? half_to_float(LDH(vb, pc.ov + a * 2u)) : LDF(vb, pc.ov + a * 4u); }
+// K/V rows read in place (krow/vrow: bytes of one head's row; quantized blocks
+// are decoded as they are read)
+KV_LOADER(kload, kb)
+KV_LOADER(vload, vb)
 int mget(uint i) { return int(LDW(meta, pc.om + i * 4u)); }
 
 void main() {
@@ -53,8 +56,8 @@ void main() {
                 int page = mget(pages + uint(start + pi));
                 if (page >= 0 && uint(page) < pc.n_pages) {
                     slot = int((uint(page) * pc.page_size + uint(tok) % pc.page_size) * pc.n_kv + kvh);
-                    uint kbase = uint(slot) * pc.dk;
-                    for (uint c = 0u; c < pc.dk; c++) s += qv[c] * kget(kbase + c);
+                    uint kbase = pc.ok + uint(slot) * pc.krow;
+                    for (uint c = 0u; c < pc.dk; c++) s += qv[c] * kload(pc.kt, kbase, c);
                     s *= pc.scale;
                 }
             }
@@ -81,7 +84,7 @@ void main() {
                 l += pk;
                 for (uint j = 0u; j < MAX_DV_PER; j++) {
                     uint dd = t + j * WG;
-                    if (dd < pc.dv) acc[j] += pk * vget(uint(sl) * pc.dv + dd);
+                    if (dd < pc.dv) acc[j] += pk * vload(pc.vt, pc.ov + uint(sl) * pc.vrow, dd);
                 }
             }
             m = nm;
