@@ -6,9 +6,16 @@
  *                    u unsigned bytes (<= 128 in the products used here), x signed
  *   QB_NAME(n)       the name of the exported function for type n
  *   QB_VNNI          1 for the VNNI build (accumulation order, see below)
- * Each function computes the dot of one weight row with nx (1..4) activation rows
- * (x, x + xs, x + 2xs, ... in blocks) and writes out[0..nx). With 4 rows the
- * weight block is decoded once and used four times: the prefill fast path.
+ *   QB_NXMAX         8 or 4: the most activation rows one pass over a weight row
+ *                    serves (8 needs 32 vector registers: the AVX-512 build)
+ * Each function computes the dot of one weight row with nx (1..8) activation rows
+ * (x, x + xs, x + 2xs, ... in blocks) and writes out[0..nx). Rows go in groups
+ * of 8 (QB_NXMAX 8; not q4_k/q5_k, whose per-row scalar work made 8 slower than
+ * 4), then 4, then one at a time: within a group each weight block
+ * is decoded once and used by every row of the group (prefill and batched
+ * decode). A row gets the same operations in every group size (the bodies are
+ * written per row, NX only repeats them), so its result does not depend on the
+ * batch.
  * The algebra is in cpu-dots.c (generic versions). */
 
 #define QB_AI __attribute__((always_inline)) QB_T inline
@@ -39,7 +46,7 @@ static inline void QB_NAME(scale_min)(int j, const uint8_t *q, int *sc, int *m) 
 #define QB_XQS(p) _mm256_loadu_si256((const __m256i *)(p)->qs)
 
 QB_AI void QB_NAME(q8_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc[4];
+    __m256 acc[QB_NXMAX];
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, w += 34) {
         const __m256i qw = _mm256_loadu_si256((const __m256i *)(w + 2));
@@ -55,8 +62,8 @@ QB_AI void QB_NAME(q8_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
 }
 
 QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc[4];
-    float corr[4]; /* sum over blocks of dw * dx * sum(qx) */
+    __m256 acc[QB_NXMAX];
+    float corr[QB_NXMAX]; /* sum over blocks of dw * dx * sum(qx) */
     for (int r = 0; r < NX; r++) {
         acc[r] = _mm256_setzero_ps();
         corr[r] = 0;
@@ -82,8 +89,8 @@ QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
  * d * sum(q). */
 QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, const bool five,
                               float *out) {
-    __m256 acc0[4], acc1[4];
-    float corr[4];
+    __m256 acc0[QB_NXMAX], acc1[QB_NXMAX];
+    float corr[QB_NXMAX];
     for (int r = 0; r < NX; r++) {
         acc0[r] = _mm256_setzero_ps();
         acc1[r] = _mm256_setzero_ps();
@@ -126,8 +133,8 @@ QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
 }
 
 QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc0[4], acc1[4];
-    float corr[4];
+    __m256 acc0[QB_NXMAX], acc1[QB_NXMAX];
+    float corr[QB_NXMAX];
     for (int r = 0; r < NX; r++) {
         acc0[r] = _mm256_setzero_ps();
         acc1[r] = _mm256_setzero_ps();
@@ -178,38 +185,43 @@ QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
 }
 
 QB_T void QB_NAME(q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    if (nx == 4)
-        QB_NAME(q8_0_body)(w, x, xs, nb, 4, out);
-    else
-        for (int r = 0; r < nx; r++) QB_NAME(q8_0_body)(w, x + r * xs, xs, nb, 1, out + r);
+    int r = 0;
+#if QB_NXMAX >= 8
+    for (; r + 8 <= nx; r += 8) QB_NAME(q8_0_body)(w, x + r * xs, xs, nb, 8, out + r);
+#endif
+    for (; r + 4 <= nx; r += 4) QB_NAME(q8_0_body)(w, x + r * xs, xs, nb, 4, out + r);
+    for (; r < nx; r++) QB_NAME(q8_0_body)(w, x + r * xs, xs, nb, 1, out + r);
 }
 
 QB_T void QB_NAME(q4_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    if (nx == 4)
-        QB_NAME(q4_0_body)(w, x, xs, nb, 4, out);
-    else
-        for (int r = 0; r < nx; r++) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 1, out + r);
+    int r = 0;
+#if QB_NXMAX >= 8
+    for (; r + 8 <= nx; r += 8) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 8, out + r);
+#endif
+    for (; r + 4 <= nx; r += 4) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 4, out + r);
+    for (; r < nx; r++) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 1, out + r);
 }
 
 QB_T void QB_NAME(q4_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    if (nx == 4)
-        QB_NAME(kmin_body)(w, x, xs, nb, 4, false, out);
-    else
-        for (int r = 0; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, false, out + r);
+    int r = 0;
+    /* groups of 4 only: 8 measured slower (the per-row scalar work dominates) */
+    for (; r + 4 <= nx; r += 4) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 4, false, out + r);
+    for (; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, false, out + r);
 }
 
 QB_T void QB_NAME(q5_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    if (nx == 4)
-        QB_NAME(kmin_body)(w, x, xs, nb, 4, true, out);
-    else
-        for (int r = 0; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, true, out + r);
+    int r = 0;
+    for (; r + 4 <= nx; r += 4) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 4, true, out + r);
+    for (; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, true, out + r);
 }
 
 QB_T void QB_NAME(q6_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    if (nx == 4)
-        QB_NAME(q6_k_body)(w, x, xs, nb, 4, out);
-    else
-        for (int r = 0; r < nx; r++) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 1, out + r);
+    int r = 0;
+#if QB_NXMAX >= 8
+    for (; r + 8 <= nx; r += 8) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 8, out + r);
+#endif
+    for (; r + 4 <= nx; r += 4) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 4, out + r);
+    for (; r < nx; r++) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 1, out + r);
 }
 
 #undef QB_AI
