@@ -151,7 +151,7 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #define QB_DOT_U8(u, x) dot_u8(u, x)
 #define QB_NAME(n) a_##n
 #define QB_VNNI 0
-#define QB_NXMAX 4 /* 16 ymm registers: 8 rows of k-quant accumulators would spill */
+#define QB_NXMAX 8
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
 #undef QB_NXMAX

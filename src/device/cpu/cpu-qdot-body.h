@@ -7,7 +7,8 @@
  *   QB_NAME(n)       the name of the exported function for type n
  *   QB_VNNI          1 for the VNNI build (accumulation order, see below)
  *   QB_NXMAX         8 or 4: the most activation rows one pass over a weight row
- *                    serves (8 needs 32 vector registers: the AVX-512 build)
+ *                    serves (both builds use 8: measured faster than 4 for q8_0
+ *                    and q6_k on AVX2 too, despite its 16 ymm registers)
  * Each function computes the dot of one weight row with nx (1..8) activation rows
  * (x, x + xs, x + 2xs, ... in blocks) and writes out[0..nx). Rows go in groups
  * of 8 (QB_NXMAX 8; not q4_k/q5_k, whose per-row scalar work made 8 slower than
