@@ -7,12 +7,11 @@
  *   QB_NAME(n)       the name of the exported function for type n
  *   QB_VNNI          1 for the VNNI build (accumulation order, see below)
  *   QB_NXMAX         8 or 4: the most activation rows one pass over a weight row
- *                    serves (both builds use 8: measured faster than 4 for q8_0
- *                    and q6_k on AVX2 too, despite its 16 ymm registers)
+ *                    serves (both builds use 8: measured faster than 4 on AVX2
+ *                    too, despite its 16 ymm registers)
  * Each function computes the dot of one weight row with nx (1..8) activation rows
  * (x, x + xs, x + 2xs, ... in blocks) and writes out[0..nx). Rows go in groups
- * of 8 (QB_NXMAX 8; not q4_k/q5_k, whose per-row scalar work made 8 slower than
- * 4), then 4, then one at a time: within a group each weight block
+ * of 8, then 4, then one at a time: within a group each weight block
  * is decoded once and used by every row of the group (prefill and batched
  * decode). A row gets the same operations in every group size (the bodies are
  * written per row, NX only repeats them), so its result does not depend on the
@@ -120,12 +119,16 @@ QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
                 q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
                 q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
             }
+            /* the scale products x->d * (d*sc) as 8-lane products of broadcasts
+             * (the same value in every lane as the scalar product; the weight
+             * side broadcast once per group, the activation's from memory) */
+            const __m256 s0 = _mm256_set1_ps(dsc[2 * g]), s1 = _mm256_set1_ps(dsc[2 * g + 1]);
             for (int r = 0; r < NX; r++) {
                 const pkv_q8a *x0 = x + r * xs + 8 * b + 2 * g, *x1 = x0 + 1;
                 const __m256i p0 = QB_DOT_U8(q0, QB_XQS(x0));
                 const __m256i p1 = QB_DOT_U8(q1, QB_XQS(x1));
-                acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(x0->d * dsc[2 * g]), _mm256_cvtepi32_ps(p0), acc0[r]);
-                acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(x1->d * dsc[2 * g + 1]), _mm256_cvtepi32_ps(p1), acc1[r]);
+                acc0[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&x0->d), s0), _mm256_cvtepi32_ps(p0), acc0[r]);
+                acc1[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&x1->d), s1), _mm256_cvtepi32_ps(p1), acc1[r]);
                 corr[r] += dmm[2 * g] * x0->ds + dmm[2 * g + 1] * x1->ds;
             }
         }
@@ -205,13 +208,18 @@ QB_T void QB_NAME(q4_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t 
 
 QB_T void QB_NAME(q4_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
     int r = 0;
-    /* groups of 4 only: 8 measured slower (the per-row scalar work dominates) */
+#if QB_NXMAX >= 8
+    for (; r + 8 <= nx; r += 8) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 8, false, out + r);
+#endif
     for (; r + 4 <= nx; r += 4) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 4, false, out + r);
     for (; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, false, out + r);
 }
 
 QB_T void QB_NAME(q5_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
     int r = 0;
+#if QB_NXMAX >= 8
+    for (; r + 8 <= nx; r += 8) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 8, true, out + r);
+#endif
     for (; r + 4 <= nx; r += 4) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 4, true, out + r);
     for (; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, true, out + r);
 }
