@@ -439,15 +439,18 @@ static void test_threads_deterministic(void) {
 }
 
 /* A matmul row's result does not depend on the batch: each of N x rows computed
- * alone equals the same row inside one call of N (bitwise), with weight rows and
- * x rows that do not fill the register tiles and a column tail, on every path
- * and weight type (fork == replay relies on this). */
+ * alone equals the same row inside calls of many sizes (bitwise): 1, 3, 4, 5
+ * (groups of 4 and single rows), 8, 9, 16, 17 (groups of 8 of the batched
+ * decode/prefill dots plus remainders) and 64, at several offsets, with weight
+ * rows and x rows that do not fill the register tiles and a column tail, on
+ * every path and weight type (fork == replay relies on this). */
 static void test_batch_deterministic(void) {
     static const char *paths[] = {"generic", "avx2", "avx512"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
-                                     PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
-    enum { R = 13, N = 11, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows */
-    static float w[R * CMAX], x[N * CMAX], yb[N * R], y1[R];
+                                     PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    static const int sizes[] = {1, 3, 4, 5, 8, 9, 16, 17, 64};
+    enum { R = 13, N = 64, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows */
+    static float w[R * CMAX], x[N * CMAX], yb[N * R], ya[N * R], ref[N * R];
     static uint8_t wq[R * CMAX * 4];
     fill(w, R * CMAX, 1.0f);
     fill(x, N * CMAX, 1.0f);
@@ -465,21 +468,28 @@ static void test_batch_deterministic(void) {
             pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0),
                        *by = upload(dev, NULL, sizeof yb, 0);
             NEED(bw && bx && by);
-            pkv_k_matmul_args a = {pkv_tref_make(bw, 0), ty, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), N};
-            CHECK_OK(pkv_k_matmul(dev, &a));
-            CHECK_OK(pkv_buffer_read(by, 0, yb, sizeof yb));
-            float ref[N * R]; /* and close to the reference (an odd number of q8_0 blocks) */
-            for (int i = 0; i < N; i++)
-                for (int r = 0; r < R; r++) ref[i * R + r] = (float)pkv_dot_ref(ty, wq + r * rb, x + i * C, C);
-            CHECK(th_nmse(ref, yb, N * R) < (pkv_type_block_elems(ty) == 1 ? 1e-9 : 1e-4));
+            pkv_k_matmul_args a = {pkv_tref_make(bw, 0), ty, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), 1};
+            /* every row alone; close to the reference (an odd number of q8_0 blocks) */
             for (int i = 0; i < N; i++) {
                 a.x = pkv_tref_make(bx, (size_t)i * C * 4);
-                a.n = 1;
                 CHECK_OK(pkv_k_matmul(dev, &a));
-                CHECK_OK(pkv_buffer_read(by, 0, y1, sizeof y1));
-                if (memcmp(y1, yb + i * R, sizeof y1) != 0)
-                    fprintf(stderr, "batch vs alone differ: path %s type %s row %d\n", paths[p], pkv_type_name(ty), i);
-                CHECK_MEM(y1, yb + i * R, sizeof y1);
+                CHECK_OK(pkv_buffer_read(by, 0, ya + i * R, R * sizeof(float)));
+                for (int r = 0; r < R; r++) ref[i * R + r] = (float)pkv_dot_ref(ty, wq + r * rb, x + i * C, C);
+            }
+            CHECK(th_nmse(ref, ya, N * R) < (pkv_type_block_elems(ty) == 1 ? 1e-9 : 1e-4));
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                const int n = sizes[k];
+                for (int s0 = 0; s0 + n <= N; s0 += n < 16 ? 23 : N) { /* several offsets for small batches */
+                    a.x = pkv_tref_make(bx, (size_t)s0 * C * 4);
+                    a.n = n;
+                    CHECK_OK(pkv_k_matmul(dev, &a));
+                    CHECK_OK(pkv_buffer_read(by, 0, yb, (size_t)n * R * sizeof(float)));
+                    for (int i = 0; i < n; i++)
+                        if (memcmp(ya + (s0 + i) * R, yb + i * R, R * sizeof(float)) != 0)
+                            fprintf(stderr, "batch vs alone differ: path %s type %s batch %d row %d\n", paths[p],
+                                    pkv_type_name(ty), n, s0 + i);
+                    CHECK_MEM(ya + s0 * R, yb, (size_t)n * R * sizeof(float));
+                }
             }
             pkv_buffer_free(bw);
             pkv_buffer_free(bx);

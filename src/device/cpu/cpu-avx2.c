@@ -151,8 +151,10 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #define QB_DOT_U8(u, x) dot_u8(u, x)
 #define QB_NAME(n) a_##n
 #define QB_VNNI 0
+#define QB_NXMAX 8
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
+#undef QB_NXMAX
 #undef QB_T
 #undef QB_DOT_U8
 #undef QB_NAME

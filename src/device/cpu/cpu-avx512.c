@@ -141,8 +141,10 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #define QB_DOT_U8(u, x) v_dot(u, x)
 #define QB_NAME(n) v_##n
 #define QB_VNNI 1
+#define QB_NXMAX 8
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
+#undef QB_NXMAX
 #undef QB_T
 #undef QB_DOT_U8
 #undef QB_NAME
@@ -156,7 +158,7 @@ V static inline __m512 halves(__m256 lo, __m256 hi) {
  * with the offset taken out by starting vpdpbusd from the lane sums c. */
 __attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, const pkv_q8z *x, int64_t xs,
                                                              int64_t nb, const int NX, float *out) {
-    __m512 acc[4];
+    __m512 acc[8];
     for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
     int64_t b = 0, k = 0;
@@ -185,11 +187,14 @@ __attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, c
     for (int r = 0; r < NX; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+/* Rows in groups of 8, then 4, then one at a time (as cpu-qdot-body.h): each
+ * weight pair is loaded and made unsigned once per group; a row gets the same
+ * operations in every group size. */
 V static void v_q8_0z(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out) {
-    if (nx == 4)
-        q8z_body(w, x, xs, nb, 4, out);
-    else
-        for (int r = 0; r < nx; r++) q8z_body(w, x + r * xs, xs, nb, 1, out + r);
+    int r = 0;
+    for (; r + 8 <= nx; r += 8) q8z_body(w, x + r * xs, xs, nb, 8, out + r);
+    for (; r + 4 <= nx; r += 4) q8z_body(w, x + r * xs, xs, nb, 4, out + r);
+    for (; r < nx; r++) q8z_body(w, x + r * xs, xs, nb, 1, out + r);
 }
 
 V static void v_q8z(const pkv_q8a *x, pkv_q8z *z, int64_t nb) {

@@ -19,8 +19,11 @@ typedef struct pkv_q8a {
     int8_t qs[32];
 } pkv_q8a;
 
+/* Most activation rows one call of the quantized dots takes (PKV_QDOT_NX). */
+#define PKV_QDOT_NX 8
+
 /* Dots of one weight row of nb blocks (of the weight type's own size: 32 for
- * q8_0/q4_0, 256 for k-quants) with nx (1..4) activation rows: row r starts at
+ * q8_0/q4_0, 256 for k-quants) with nx (1..PKV_QDOT_NX) activation rows: row r starts at
  * x + r*xs (xs in activation blocks); out[r] receives its dot. */
 typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
@@ -60,7 +63,7 @@ typedef struct pkv_cpu_dots {
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
     /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
      * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
-     * then one fixed reduction. Used for decode and prefill alike where present.
+     * then one fixed reduction; nx 1..PKV_QDOT_NX. Used for decode and prefill alike where present.
      * q8z lays nb blocks out as (nb + 1) / 2 pairs. NULL without VNNI. */
     void (*q8_0z)(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb, int nx, float *out);
     void (*q8z)(const pkv_q8a *x, pkv_q8z *z, int64_t nb);

@@ -163,7 +163,9 @@ static pkv_status aligned(const pkv_cpu_ctx *c, const char *kernel, const char *
 
 /* Weight rows prefetched ahead: with short rows (1024 q8_0 columns are 17 cache
  * lines) the hardware prefetcher alone left a third of the bandwidth unused. */
+#ifndef PF_ROWS
 #define PF_ROWS 2
+#endif
 /* Weight rows per L2-resident chunk of the float tile loop (a multiple of 4). */
 #ifndef MM_QCHUNK
 #define MM_QCHUNK 64
@@ -232,15 +234,17 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         return;
     }
     if (qd && j->n > 1) {
-        /* Quantized prefill: a chunk of weight rows stays in cache while each
-         * group of 4 activation rows (in L1) meets all of its rows. */
+        /* Quantized prefill and batched decode: a chunk of weight rows stays in
+         * cache while each group of PKV_QDOT_NX (8) activation rows (in L1) meets
+         * all of its rows; a weight block is decoded once per group (the dots
+         * take a row's operations the same in every group size). */
         for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
             const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
             for (int64_t c0 = r0; c0 < r1; c0 += MM_QCHUNK) {
                 const int64_t c1 = PKV_MIN(r1, c0 + MM_QCHUNK);
-                for (int64_t i = x0; i < x1; i += 4) {
-                    const int nx = (int)PKV_MIN(4, x1 - i);
-                    float out[4];
+                for (int64_t i = x0; i < x1; i += PKV_QDOT_NX) {
+                    const int nx = (int)PKV_MIN(PKV_QDOT_NX, x1 - i);
+                    float out[PKV_QDOT_NX];
                     for (int64_t r = c0; r < c1; r++) {
                         const uint8_t *wr = j->w + (size_t)r * j->rb;
                         if (i == x0 && r + PF_ROWS < r1)
