@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kv/kv-file.h"
 #include "model/forward.h"
 
 /* The forward workspace, shared by a context and its forks (a batch step uses
@@ -323,13 +324,8 @@ pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, 
     return pkv_kv_seq_tokens(ctx->c, ctx->seq, start, n, out, NULL);
 }
 
-pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx) {
-    if (!m || !c || !path) {
-        pkv_err(PKV_ERR_INVALID, "load: NULL argument");
-        return NULL;
-    }
-    int32_t seq;
-    if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) return NULL;
+/* The context of a freshly loaded sequence; label names the source in messages. */
+static pkv_context *ctx_loaded(pkv_model *m, pkv_kv_cache *c, int32_t seq, const char *label, int64_t n_ctx) {
     pkv_context *ctx = ctx_own(m, c, seq, n_ctx);
     if (!ctx) return NULL;
     /* Recompute the last token so the context has logits, as it had when saved. */
@@ -337,7 +333,7 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
     if (n > 0) {
         int32_t last;
         pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, NULL);
-        if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", path);
+        if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", label);
         if (!s) s = pkv_kv_truncate(c, seq, n - 1);
         if (!s) s = pkv_context_decode(ctx, &last, 1);
         if (s) {
@@ -346,6 +342,28 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
         }
     }
     return ctx;
+}
+
+pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx) {
+    if (!m || !c || !path) {
+        pkv_err(PKV_ERR_INVALID, "load: NULL argument");
+        return NULL;
+    }
+    int32_t seq;
+    if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) return NULL;
+    return ctx_loaded(m, c, seq, path, n_ctx);
+}
+
+pkv_context *pkv_context_load_memory(pkv_model *m, pkv_kv_cache *c, const char *label, const void *data, size_t size,
+                                     int64_t n_ctx) {
+    if (!m || !c) {
+        pkv_err(PKV_ERR_INVALID, "load: NULL argument");
+        return NULL;
+    }
+    if (!label) label = "<memory>";
+    int32_t seq;
+    if (pkv_kv_seq_load_memory(c, label, data, size, m->fingerprint, &seq)) return NULL;
+    return ctx_loaded(m, c, seq, label, n_ctx);
 }
 
 pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {
