@@ -4,8 +4,11 @@
 #   required: cmake (>= 3.25), make, a C11 compiler (gcc)
 #   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
+#   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
+#             libclang-rt-14-dev (libFuzzer and the sanitizer runtimes)
 set -u
 pkgs=(cmake make gcc libc6-dev libvulkan-dev glslc mesa-vulkan-drivers)
+if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
