@@ -4,7 +4,10 @@
  * checks the corrected behaviour (a status and message, or exact content). */
 #include "testhelp.h"
 
+#include "device/cpu/cpu-dots.h"
 #include "model/tokenizer.h"
+
+#include <math.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +61,47 @@ static void test_spm_detokenize_exact_buffer(void) {
     pkv_tokenizer_free(tok);
 }
 
+/* fuzz-gguf: a model with an infinite weight made the AVX2 activation quantizer
+ * convert NaN lanes to 0x80000000 and add them as int (signed overflow, UBSan);
+ * the bytes were also outside the format (-128, sums wrapped). Every path now
+ * clamps: quants in [-127, 127] and s[h] their sums, whatever the input. */
+static void check_q8a(const char *path, const pkv_q8a *y, int nb) {
+    for (int b = 0; b < nb; b++)
+        for (int h = 0; h < 2; h++) {
+            int sum = 0;
+            th_checks += 2;
+            for (int j = 16 * h; j < 16 * h + 16; j++) {
+                if (y[b].qs[j] < -127) TH_FAIL("%s: block %d quant %d is %d", path, b, j, y[b].qs[j]);
+                sum += y[b].qs[j];
+            }
+            if (sum != y[b].s[h]) TH_FAIL("%s: block %d s[%d] = %d, the quants sum to %d", path, b, h, y[b].s[h], sum);
+        }
+}
+
+static void test_q8a_non_finite(void) {
+    enum { NB = 4 };
+    float x[NB * 32];
+    for (int i = 0; i < NB * 32; i++) x[i] = (float)(i % 7) - 3.0f;
+    x[3] = INFINITY;       /* block 0: amax inf, every other lane inf * 0 */
+    x[32 + 5] = NAN;       /* block 1: one NaN */
+    x[64 + 1] = -INFINITY; /* block 2 */
+    for (int j = 0; j < 32; j++) x[96 + j] = NAN; /* block 3: all NaN */
+    pkv_q8a y[NB];
+    pkv_cpu_quantize_q8a(x, y, NB);
+    check_q8a("generic", y, NB);
+#ifdef PKV_CPU_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        memset(y, 0x55, sizeof y);
+        pkv_cpu_dots_avx2.q8a(x, y, NB);
+        check_q8a("avx2", y, NB);
+    }
+#endif
+}
+
 int main(void) {
     test_spm_detokenize_exact_buffer();
+    test_q8a_non_finite();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }
