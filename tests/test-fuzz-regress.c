@@ -99,9 +99,66 @@ static void test_q8a_non_finite(void) {
 #endif
 }
 
+static pkv_model *tiny_model(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.type = PKV_TYPE_F32;
+    p.n_layer = 2;
+    p.n_embd = 32;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 64;
+    p.n_vocab = 300;
+    p.n_ctx = 128;
+    void *img = NULL;
+    size_t n = 0;
+    if (pkv_mkmodel_memory(&p, &img, &n)) return NULL;
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 1;
+    pkv_model *m = pkv_model_load_memory(img, n, "tiny", mp);
+    pkv_mkmodel_free_memory(img);
+    return m;
+}
+
+/* fuzz-kvfile: pkv_context_load re-decodes the saved last token to get logits,
+ * and did so at "previous position + 1": a sequence whose positions have a gap
+ * (pkv_kv_shift re-positions tokens) came back with its last position changed.
+ * Now it is decoded at its saved position: tokens and positions equal the
+ * saved ones. */
+static void test_context_load_keeps_positions(void) {
+    pkv_model *m = tiny_model();
+    REQUIRE_VOID(m);
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 64;
+    cp.page_size = 4;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    REQUIRE_VOID(ctx);
+    const int32_t toks[6] = {10, 20, 30, 40, 50, 60};
+    CHECK_OK(pkv_context_decode(ctx, toks, 6));
+    CHECK_OK(pkv_kv_shift(c, pkv_context_seq(ctx), 5, 0, 5)); /* positions 0 1 2 3 4 10 */
+    int32_t want_pos[6], got_tok[6], got_pos[6];
+    CHECK_OK(pkv_kv_seq_tokens(c, pkv_context_seq(ctx), 0, 6, NULL, want_pos));
+    CHECK(want_pos[4] == 4 && want_pos[5] == 10);
+    const char *path = th_tmp("fuzz-regress-gap.seq");
+    CHECK_OK(pkv_context_save(ctx, path));
+    pkv_context *back = pkv_context_load(m, c, path, 0);
+    REQUIRE_VOID(back);
+    CHECK_INT(pkv_context_n_tokens(back), 6);
+    CHECK_OK(pkv_kv_seq_tokens(c, pkv_context_seq(back), 0, 6, got_tok, got_pos));
+    CHECK_MEM(got_tok, toks, sizeof toks);
+    CHECK_MEM(got_pos, want_pos, sizeof want_pos);
+    CHECK(pkv_context_logits(back) != NULL);
+    pkv_context_free(back);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    remove(path);
+}
+
 int main(void) {
     test_spm_detokenize_exact_buffer();
     test_q8a_non_finite();
+    test_context_load_keeps_positions();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }

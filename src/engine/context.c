@@ -226,9 +226,10 @@ int64_t pkv_context_n_ctx(const pkv_context *ctx) { return ctx ? ctx->n_ctx : 0;
 const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has_logits ? ctx->logits : NULL; }
 
 /* One batched step; all_logits (host) receives every token's logits for a single
- * context, else each context gets its last token's logits. */
+ * context, else each context gets its last token's logits. pos: the tokens'
+ * positions (concatenated), NULL = each sequence's last position + 1. */
 static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
-                         float *all_logits) {
+                         const int32_t *pos, float *all_logits) {
     if (!ctxs || n <= 0 || !tokens || !n_tokens) return pkv_err(PKV_ERR_INVALID, "decode: bad arguments");
     pkv_model *m = ctxs[0]->m;
     pkv_kv_cache *c = ctxs[0]->c;
@@ -262,7 +263,7 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
         k += n_tokens[i];
     }
     if (!s) {
-        pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = NULL,
+        pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = pos,
                            .all_logits = all_logits != NULL};
         s = pkv_model_forward(m, c, &ctxs[0]->run->ws, &b, all_logits ? all_logits : lg);
     }
@@ -280,16 +281,16 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
 }
 
 pkv_status pkv_decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens) {
-    return decode(ctxs, n, tokens, n_tokens, NULL);
+    return decode(ctxs, n, tokens, n_tokens, NULL, NULL);
 }
 
 pkv_status pkv_context_decode(pkv_context *ctx, const int32_t *tokens, int32_t n) {
-    return decode(&ctx, 1, &tokens, &n, NULL);
+    return decode(&ctx, 1, &tokens, &n, NULL, NULL);
 }
 
 pkv_status pkv_context_decode_all(pkv_context *ctx, const int32_t *tokens, int32_t n, float *all_logits) {
     if (!all_logits) return pkv_err(PKV_ERR_INVALID, "decode_all: all_logits is NULL");
-    return decode(&ctx, 1, &tokens, &n, all_logits);
+    return decode(&ctx, 1, &tokens, &n, NULL, all_logits);
 }
 
 pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep) {
@@ -328,14 +329,17 @@ pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, 
 static pkv_context *ctx_loaded(pkv_model *m, pkv_kv_cache *c, int32_t seq, const char *label, int64_t n_ctx) {
     pkv_context *ctx = ctx_own(m, c, seq, n_ctx);
     if (!ctx) return NULL;
-    /* Recompute the last token so the context has logits, as it had when saved. */
+    /* Recompute the last token so the context has logits, as it had when saved:
+     * at its saved position, which need not follow the one before (a shift with
+     * n_remove 0 re-positions tokens; found by fuzz-kvfile). */
     int64_t n = pkv_kv_seq_len(c, seq);
     if (n > 0) {
-        int32_t last;
-        pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, NULL);
+        int32_t last, last_pos, one = 1;
+        const int32_t *lastp = &last;
+        pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, &last_pos);
         if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", label);
         if (!s) s = pkv_kv_truncate(c, seq, n - 1);
-        if (!s) s = pkv_context_decode(ctx, &last, 1);
+        if (!s) s = decode(&ctx, 1, &lastp, &one, &last_pos, NULL);
         if (s) {
             pkv_context_free(ctx);
             return NULL;
