@@ -8,9 +8,9 @@
  *               top_p and min_p in [0, 1], penalty in [0, 4), last_n < 300)
  *   mode bit 1: logits as raw f32 bits (NaN and inf included), else small
  *               multiples of 1/4 (many ties)
- *   n_vocab is taken modulo 3000 (0 must be refused; 2048 and up reaches the
- *   bucketed top-p path).
- *   operations (at most 64), one byte each: 0 sample, 1 probs then sample,
+ *   mode bit 2: n_vocab modulo 3000 (2048 and up reaches the bucketed top-p
+ *               path), else modulo 300 (faster); 0 must be refused
+ *   operations (at most 24), one byte each: 0 sample, 1 probs then sample,
  *   2 accept (next byte: a token, some out of range), 3 reset, 4 set one logit
  *   (next 3 bytes), 5 replace the logits from the next bytes.
  * repeat_last_n is an i16: the history is allocated up front, so INT32_MAX asks
@@ -36,7 +36,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-enum { HDR = 31, MAX_OPS = 64, MAX_TOK = 2 * MAX_OPS };
+enum { HDR = 31, MAX_OPS = 24, MAX_TOK = MAX_OPS };
 
 static float f32_at(const uint8_t *p) {
     float f;
@@ -151,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         p.repeat_last_n = u16_at(data + 18) % 300;
     }
     memcpy(&p.seed, data + 20, 8);
-    int32_t nv = u16_at(data + 28) % 3000;
+    int32_t nv = u16_at(data + 28) % ((mode & 4) ? 3000 : 300);
     int64_t live0 = pkv_alloc_live();
     pkv_sampler *s = pkv_sampler_create(p, nv);
     FUZZ_CHECK((s != NULL) == params_valid(p, nv));
