@@ -5,6 +5,7 @@
 #include "testhelp.h"
 
 #include "device/cpu/cpu-dots.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 
 #include <math.h>
@@ -155,10 +156,36 @@ static void test_context_load_keeps_positions(void) {
     remove(path);
 }
 
+/* fuzz-gguf: a GGUF with no tensors that ends before the alignment padding
+ * (29 bytes: header, no keys, 5 stray bytes) opened with data_offset 32, past
+ * the end of the file. Still accepted (there is no tensor data to miss), with
+ * the empty data section at the end of the file. */
+static void test_gguf_data_offset_in_file(void) {
+    static const uint8_t img[29] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, /* version 3 */
+                                    0, 0, 0, 0, 0, 0, 0, 0,          /* tensor_count 0 */
+                                    0, 0, 0, 0, 0, 0, 0, 0,          /* kv_count 0 */
+                                    0xff, '1', '.', 'c', 0x16};
+    pkv_gguf *g = NULL;
+    CHECK_OK(pkv_gguf_read_memory(img, sizeof img, "short", &g));
+    REQUIRE_VOID(g);
+    CHECK_INT(pkv_gguf_n_tensors(g), 0);
+    CHECK_INT(pkv_gguf_file_size(g), 29);
+    CHECK_INT(pkv_gguf_data_offset(g), 29);
+    pkv_gguf_close(g);
+    /* with the padding present the data section starts at the alignment, as before */
+    uint8_t padded[40] = {0};
+    memcpy(padded, img, 24);
+    CHECK_OK(pkv_gguf_read_memory(padded, sizeof padded, "padded", &g));
+    REQUIRE_VOID(g);
+    CHECK_INT(pkv_gguf_data_offset(g), 32);
+    pkv_gguf_close(g);
+}
+
 int main(void) {
     test_spm_detokenize_exact_buffer();
     test_q8a_non_finite();
     test_context_load_keeps_positions();
+    test_gguf_data_offset_in_file();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();
 }
