@@ -35,3 +35,22 @@ test-asan: deps
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# libFuzzer harnesses (fuzz/, docs/testing.md): built with clang into build-fuzz/,
+# seeds written by the project itself, each harness run FUZZ_SECONDS seconds.
+# Crashes land in build-fuzz/crashes/ with a one-line reproduce command.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+.PHONY: fuzz fuzz-build fuzz-corpus
+fuzz-build:
+	@bash scripts/deps.sh fuzz
+	cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz-corpus: fuzz-build
+	rm -rf $(FUZZ_BUILD)/seeds
+	$(FUZZ_BUILD)/bin/pkv-fuzz-seeds $(FUZZ_BUILD)/seeds
+
+fuzz: fuzz-corpus
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh $(FUZZ_BUILD)

@@ -7,10 +7,13 @@
 #             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
+#   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
+#             libclang-rt-14-dev (libFuzzer and the sanitizer runtimes)
 set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm)
+if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
   # node and npm may come from elsewhere (nodesource bundles npm and conflicts with Debian's)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kv/kv-file.h"
 #include "model/forward.h"
 
 /* The forward workspace, shared by a context and its forks (a batch step uses
@@ -275,9 +276,10 @@ int64_t pkv_context_n_ctx(const pkv_context *ctx) { return ctx ? ctx->n_ctx : 0;
 const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has_logits ? ctx->logits : NULL; }
 
 /* One batched step; all_logits (host) receives every token's logits for a single
- * context, else each context gets its last token's logits. */
+ * context, else each context gets its last token's logits. pos: the tokens'
+ * positions (concatenated), NULL = each sequence's last position + 1. */
 static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
-                         float *all_logits) {
+                         const int32_t *pos, float *all_logits) {
     if (!ctxs || n <= 0 || !tokens || !n_tokens || !ctxs[0])
         return pkv_err(PKV_ERR_INVALID, "decode: NULL context, tokens or counts, or n_ctxs <= 0");
     pkv_model *m = ctxs[0]->m;
@@ -312,7 +314,7 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
         k += n_tokens[i];
     }
     if (!s) {
-        pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = NULL,
+        pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = pos,
                            .all_logits = all_logits != NULL};
         s = pkv_model_forward(m, c, &ctxs[0]->run->ws, &b, all_logits ? all_logits : lg);
     }
@@ -330,16 +332,16 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
 }
 
 pkv_status pkv_decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens) {
-    return decode(ctxs, n, tokens, n_tokens, NULL);
+    return decode(ctxs, n, tokens, n_tokens, NULL, NULL);
 }
 
 pkv_status pkv_context_decode(pkv_context *ctx, const int32_t *tokens, int32_t n) {
-    return decode(&ctx, 1, &tokens, &n, NULL);
+    return decode(&ctx, 1, &tokens, &n, NULL, NULL);
 }
 
 pkv_status pkv_context_decode_all(pkv_context *ctx, const int32_t *tokens, int32_t n, float *all_logits) {
     if (!all_logits) return pkv_err(PKV_ERR_INVALID, "decode_all: all_logits is NULL");
-    return decode(&ctx, 1, &tokens, &n, all_logits);
+    return decode(&ctx, 1, &tokens, &n, NULL, all_logits);
 }
 
 pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep) {
@@ -374,6 +376,29 @@ pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, 
     return pkv_kv_seq_tokens(ctx->c, ctx->seq, start, n, out, NULL);
 }
 
+/* The context of a freshly loaded sequence; label names the source in messages. */
+static pkv_context *ctx_loaded(pkv_model *m, pkv_kv_cache *c, int32_t seq, const char *label, int64_t n_ctx) {
+    pkv_context *ctx = ctx_own(m, c, seq, n_ctx);
+    if (!ctx) return NULL;
+    /* Recompute the last token so the context has logits, as it had when saved:
+     * at its saved position, which need not follow the one before (a shift with
+     * n_remove 0 re-positions tokens; found by fuzz-kvfile). */
+    int64_t n = pkv_kv_seq_len(c, seq);
+    if (n > 0) {
+        int32_t last, last_pos, one = 1;
+        const int32_t *lastp = &last;
+        pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, &last_pos);
+        if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", label);
+        if (!s) s = pkv_kv_truncate(c, seq, n - 1);
+        if (!s) s = decode(&ctx, 1, &lastp, &one, &last_pos, NULL);
+        if (s) {
+            pkv_context_free(ctx);
+            return NULL;
+        }
+    }
+    return ctx;
+}
+
 pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx) {
     if (!m || !c || !path) {
         pkv_err(PKV_ERR_INVALID, "load: NULL argument");
@@ -386,22 +411,19 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
     if (cache_fits_model(m, c)) return NULL;
     int32_t seq;
     if (pkv_kv_seq_load(c, path, m->fingerprint, &seq)) return NULL;
-    pkv_context *ctx = ctx_own(m, c, seq, n_ctx);
-    if (!ctx) return NULL;
-    /* Recompute the last token so the context has logits, as it had when saved. */
-    int64_t n = pkv_kv_seq_len(c, seq);
-    if (n > 0) {
-        int32_t last;
-        pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, NULL);
-        if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", path);
-        if (!s) s = pkv_kv_truncate(c, seq, n - 1);
-        if (!s) s = pkv_context_decode(ctx, &last, 1);
-        if (s) {
-            pkv_context_free(ctx);
-            return NULL;
-        }
+    return ctx_loaded(m, c, seq, path, n_ctx);
+}
+
+pkv_context *pkv_context_load_memory(pkv_model *m, pkv_kv_cache *c, const char *label, const void *data, size_t size,
+                                     int64_t n_ctx) {
+    if (!m || !c) {
+        pkv_err(PKV_ERR_INVALID, "load: NULL argument");
+        return NULL;
     }
-    return ctx;
+    if (!label) label = "<memory>";
+    int32_t seq;
+    if (pkv_kv_seq_load_memory(c, label, data, size, m->fingerprint, &seq)) return NULL;
+    return ctx_loaded(m, c, seq, label, n_ctx);
 }
 
 pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {

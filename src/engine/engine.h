@@ -15,4 +15,10 @@ pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target);
  * the context's last token (speculative decoding keeps every verified row). */
 void pkv_context_set_logits(pkv_context *ctx, const float *logits);
 
+/* pkv_context_load on a sequence file image in memory (only read during the
+ * call); label names it in messages (NULL = "<memory>"). Same checks and failure
+ * contract. The fuzz harnesses use it. */
+pkv_context *pkv_context_load_memory(pkv_model *m, pkv_kv_cache *c, const char *label, const void *data, size_t size,
+                                     int64_t n_ctx);
+
 #endif

@@ -17,6 +17,7 @@
  *       each layer's K and V section in order.
  * The payload is in token-then-head order for the whole layer, so a file loads
  * into any sharding and any devices of the same geometry. */
+#include "kv/kv-file.h"
 #include "kv/kv-impl.h"
 
 #include <stdio.h>
@@ -254,23 +255,33 @@ pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerpri
         return pkv_err(PKV_ERR_IO, "load: cannot determine the size of %s", path);
     }
     size_t size = (size_t)end;
-    uint8_t *data = pkv_malloc(size);
+    uint8_t *data = pkv_malloc(size ? size : 1);
     if (!data) {
         fclose(f);
         return pkv_err(PKV_ERR_NOMEM, "load: cannot buffer %s (%zu bytes)", path, size);
     }
     size_t got = fread(data, 1, size, f);
     fclose(f);
+    pkv_status st;
+    if (got != size)
+        st = pkv_err(PKV_ERR_IO, "load: reading %s failed after %zu of %zu bytes", path, got, size);
+    else
+        st = pkv_kv_seq_load_memory(c, path, data, size, fingerprint, seq);
+    pkv_free(data);
+    return st;
+}
+
+pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void *bytes, size_t size,
+                                  uint64_t fingerprint, int32_t *seq) {
+    if (!c || !seq || (!bytes && size)) return pkv_err(PKV_ERR_INVALID, "pkv_kv_seq_load_memory: NULL argument");
+    const char *path = label ? label : "<memory>";
+    const uint8_t *data = bytes;
     pkv_status st = PKV_OK;
     uint8_t *canon = NULL, *tmp = NULL;
     int32_t *pages = NULL;
     int64_t n = 0;
     uint64_t file_fp = 0;
     int64_t exact_until = INT64_MAX;
-    if (got != size) {
-        st = pkv_err(PKV_ERR_IO, "load: reading %s failed after %zu of %zu bytes", path, got, size);
-        goto done;
-    }
     if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until))) goto done;
     int ps = c->page_size;
     int64_t n_pages = (n + ps - 1) / ps, avail = pkv_kv_pool_available(c);
@@ -297,7 +308,7 @@ pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerpri
         for (int v = 0; v < 2 && !st; v++) {
             for (int ish = 0; ish < L->n_shards && !st; ish++) {
                 const kv_array *a = &c->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
-                st = move_array(c, a, pages, n_pages, n, data + off, tmp, true);
+                st = move_array(c, a, pages, n_pages, n, (uint8_t *)data + off, tmp, true); /* to_device: only read */
             }
             off += layer_bytes(L, n, v);
         }
@@ -326,7 +337,6 @@ pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerpri
     c->n_live++;
     *seq = id;
 done:
-    pkv_free(data);
     pkv_free(canon);
     pkv_free(tmp);
     pkv_free(pages);

@@ -127,7 +127,9 @@ void pkv_gguf_close(pkv_gguf *g);
 const char *pkv_gguf_label(const pkv_gguf *g); /* the path or label given to open */
 uint32_t pkv_gguf_version(const pkv_gguf *g);  /* 2 or 3 */
 size_t pkv_gguf_alignment(const pkv_gguf *g);  /* general.alignment or 32 */
-size_t pkv_gguf_data_offset(const pkv_gguf *g); /* start of the data section */
+size_t pkv_gguf_data_offset(const pkv_gguf *g); /* start of the data section, <= the file
+                                                   size (a file without tensor data may end
+                                                   before the padding) */
 size_t pkv_gguf_file_size(const pkv_gguf *g);
 
 /* Key-value pairs, in file order; i in [0, pkv_gguf_n_kv). An index out of

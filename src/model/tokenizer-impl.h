@@ -107,6 +107,9 @@ size_t pkv_bpe_piece(const pkv_tokenizer *tok, int32_t id, char *out, size_t cap
 pkv_status pkv_spm_init(pkv_tokenizer *tok, const pkv_vocab_desc *desc);
 pkv_status pkv_spm_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
                             bool add_prefix, pkv_idvec *out);
-size_t pkv_spm_piece(const pkv_tokenizer *tok, int32_t id, char *out, size_t cap);
+/* Bytes of an SPM token's piece without its first `skip` bytes (detokenize skips
+ * the dummy prefix space this way): writes out[0..cap), returns the byte count
+ * after the skip (which may exceed cap, then nothing past cap is written). */
+size_t pkv_spm_piece(const pkv_tokenizer *tok, int32_t id, size_t skip, char *out, size_t cap);
 
 #endif /* PKV_TOKENIZER_IMPL_H */

@@ -152,27 +152,29 @@ pkv_status pkv_spm_tokenize(const pkv_tokenizer *tok, const char *text, size_t l
     return s;
 }
 
-size_t pkv_spm_piece(const pkv_tokenizer *tok, int32_t id, char *out, size_t cap) {
+size_t pkv_spm_piece(const pkv_tokenizer *tok, int32_t id, size_t skip, char *out, size_t cap) {
     const char *t = tok->text + tok->off[id];
     size_t n = tok->len[id];
-    if (tok->types[id] == PKV_TOKEN_BYTE) {
-        int b = byte_token_value(t, n);
-        if (b >= 0) {
-            if (cap) out[0] = (char)b;
-            return 1;
+    size_t count = 0; /* bytes of the whole piece so far; byte i goes to out[i - skip] */
+#define EMIT(c)                                                        \
+    do {                                                               \
+        if (count >= skip && count - skip < cap) out[count - skip] = (c); \
+        count++;                                                       \
+    } while (0)
+    int b = tok->types[id] == PKV_TOKEN_BYTE ? byte_token_value(t, n) : -1;
+    if (b >= 0) {
+        EMIT((char)b);
+    } else {
+        for (size_t k = 0; k < n;) {
+            if (k + 3 <= n && memcmp(t + k, k_space, 3) == 0) {
+                EMIT(' ');
+                k += 3;
+            } else {
+                EMIT(t[k]);
+                k++;
+            }
         }
     }
-    size_t count = 0;
-    for (size_t k = 0; k < n;) {
-        if (k + 3 <= n && memcmp(t + k, k_space, 3) == 0) {
-            if (count < cap) out[count] = ' ';
-            count++;
-            k += 3;
-        } else {
-            if (count < cap) out[count] = t[k];
-            count++;
-            k++;
-        }
-    }
-    return count;
+#undef EMIT
+    return count > skip ? count - skip : 0;
 }

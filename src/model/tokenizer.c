@@ -594,19 +594,22 @@ pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
 
 /* ------------------------------------------------------------- decode */
 
-/* Piece bytes of id into out[0..cap), returning the full count. */
-static size_t piece_bytes(const pkv_tokenizer *tok, int32_t id, bool render_special, char *out,
+/* Piece bytes of id without the first `skip` into out[0..cap), returning the
+ * count after the skip (nothing past cap is written). skip > 0 only for SPM,
+ * whose dummy prefix space detokenize drops. */
+static size_t piece_bytes(const pkv_tokenizer *tok, int32_t id, bool render_special, size_t skip, char *out,
                           size_t cap) {
     int t = tok->types[id];
     if (t == PKV_TOKEN_CONTROL || t == PKV_TOKEN_UNKNOWN || t == PKV_TOKEN_UNUSED ||
         t == PKV_TOKEN_USER_DEFINED) {
         if (!render_special && t != PKV_TOKEN_USER_DEFINED) return 0;
         size_t l = tok->len[id];
-        if (cap) memcpy(out, tok->text + tok->off[id], PKV_MIN(l, cap));
-        return l;
+        if (skip >= l) return 0;
+        if (cap) memcpy(out, tok->text + tok->off[id] + skip, PKV_MIN(l - skip, cap));
+        return l - skip;
     }
     if (tok->kind == PKV_TOKENIZER_BPE) return pkv_bpe_piece(tok, id, out, cap);
-    return pkv_spm_piece(tok, id, out, cap);
+    return pkv_spm_piece(tok, id, skip, out, cap);
 }
 
 /* Tokens after which tokenize starts a new raw fragment (with its dummy prefix), so
@@ -622,12 +625,12 @@ pkv_status pkv_token_piece(const pkv_tokenizer *tok, int32_t id, bool render_spe
     if (id < 0 || id >= tok->n_tokens)
         return pkv_err(PKV_ERR_INVALID, "pkv_token_piece: token id %d is out of range [0, %d)",
                        id, tok->n_tokens);
-    size_t n = piece_bytes(tok, id, render_special, NULL, 0);
+    size_t n = piece_bytes(tok, id, render_special, 0, NULL, 0);
     *n_out = n;
     if (n > size)
         return pkv_err(PKV_ERR_INVALID, "pkv_token_piece: token %d needs %zu bytes, buffer has %zu",
                        id, n, size);
-    piece_bytes(tok, id, render_special, buf, n);
+    piece_bytes(tok, id, render_special, 0, buf, n);
     if (n < size) buf[n] = 0;
     return PKV_OK;
 }
@@ -640,25 +643,22 @@ static size_t detok_pass(const pkv_tokenizer *tok, const int32_t *ids, size_t n,
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (is_special_type(tok->types[id])) {
-            size_t l = piece_bytes(tok, id, render_special, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
+            size_t l = piece_bytes(tok, id, render_special, 0, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
             total += l;
             strip = tok->add_space_prefix;
             continue;
         }
         if (strip) {
             char first = 0;
-            size_t l = piece_bytes(tok, id, render_special, &first, 1);
+            size_t l = piece_bytes(tok, id, render_special, 0, &first, 1);
             strip = false;
             if (l > 0 && first == ' ') {
-                if (buf) {
-                    piece_bytes(tok, id, render_special, buf + total, SIZE_MAX);
-                    memmove(buf + total, buf + total + 1, l - 1);
-                }
-                total += l - 1;
+                /* written from its second byte: the buffer may end at the piece's end */
+                total += piece_bytes(tok, id, render_special, 1, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
                 continue;
             }
         }
-        total += piece_bytes(tok, id, render_special, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
+        total += piece_bytes(tok, id, render_special, 0, buf ? buf + total : NULL, buf ? SIZE_MAX : 0);
     }
     return total;
 }

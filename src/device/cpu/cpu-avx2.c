@@ -175,8 +175,13 @@ T static void a_q8a(const float *x, pkv_q8a *y, int64_t nb) {
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4), d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
         const __m256 vid = _mm256_set1_ps(id);
-        const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
-        const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+        /* Clamped to [-127, 127] as the scalar path clamps lrintf: a no-op for finite
+         * input; for NaN/inf (0x80000000 from the conversion) it keeps the int sums
+         * below from overflowing (undefined behaviour; found by fuzz-gguf). */
+        const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+#define Q8A_CVT(v) _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v, vid)), lo), hi)
+        const __m256i i0 = Q8A_CVT(v0), i1 = Q8A_CVT(v1), i2 = Q8A_CVT(v2), i3 = Q8A_CVT(v3);
+#undef Q8A_CVT
         y[b].d = d;
         __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
         __m256i h = _mm256_hadd_epi32(s01, s23); /* lane-wise pair sums of both halves */

@@ -79,7 +79,10 @@ extern const pkv_cpu_dots pkv_cpu_dots_avx512;
 extern const pkv_cpu_dots pkv_cpu_dots_vnni; /* only the 8-bit dots; needs AVX512-VNNI */
 #endif
 
-/* Quantize nb blocks of 32 floats to pkv_q8a (d = amax/127, nearest rounding). */
+/* Quantize nb blocks of 32 floats to pkv_q8a (d = amax/127, nearest rounding,
+ * clamped to [-127, 127]). A block with a NaN or infinity gives a meaningless
+ * but defined result (no overflow); the paths agree bit for bit only on finite
+ * input. */
 void pkv_cpu_quantize_q8a(const float *x, pkv_q8a *y, int64_t nb);
 
 #endif

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Run every fuzz harness (or those named in FUZZ_ONLY, e.g. "gguf kvfile") for
+# FUZZ_SECONDS seconds each, one after the other, at the lowest CPU priority.
+#   bash fuzz/run.sh [BUILD_DIR]      (make fuzz FUZZ_SECONDS=N does this)
+# Corpora grow in BUILD_DIR/corpus/<harness>/ and are kept between runs; the seeds
+# (make fuzz-corpus) are read from BUILD_DIR/seeds/<harness>/. A crash, leak,
+# sanitizer report, timeout (FUZZ_TIMEOUT seconds for one input, default 30) or
+# out-of-memory input is saved under BUILD_DIR/crashes/ and printed with the
+# one-line command that reproduces it; the script then exits 1 (after running the
+# remaining harnesses). Logs: BUILD_DIR/logs/<harness>.log.
+set -u
+cd "$(dirname "$0")/.."
+B=${1:-build-fuzz}
+secs=${FUZZ_SECONDS:-60}
+only=${FUZZ_ONLY:-}
+timeout=${FUZZ_TIMEOUT:-30}
+harnesses=()
+for src in fuzz/fuzz-*.c; do
+  h=$(basename "$src" .c)
+  if [ -n "$only" ] && [[ " $only " != *" ${h#fuzz-} "* ]]; then continue; fi
+  harnesses+=("$h")
+done
+if [ ${#harnesses[@]} -eq 0 ]; then echo "fuzz: no harness matches FUZZ_ONLY='$only'" >&2; exit 2; fi
+mkdir -p "$B/crashes" "$B/logs"
+failed=0
+for h in "${harnesses[@]}"; do
+  name=${h#fuzz-}
+  bin="$B/bin/$h"
+  if [ ! -x "$bin" ]; then echo "fuzz: $bin is missing (make fuzz builds it)" >&2; exit 2; fi
+  corpus="$B/corpus/$name"
+  seeds="$B/seeds/$name"
+  mkdir -p "$corpus" "$seeds"
+  dict=()
+  [ -f "fuzz/$name.dict" ] && dict=("-dict=fuzz/$name.dict")
+  log="$B/logs/$name.log"
+  echo "== $h: ${secs}s (corpus $corpus, seeds $seeds)"
+  # One job, lowest priority: the machine is shared. Leaks count as failures.
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
+    nice -n 19 "$bin" -max_total_time="$secs" -timeout="$timeout" -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$B/crashes/$name-" "${dict[@]}" "$corpus" "$seeds" >"$log" 2>&1
+  rc=$?
+  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$log" | sed 's/^/   /'
+  grep -E "^#[0-9]+ +DONE" "$log" | tail -1 | sed 's/^/   /'
+  if [ $rc -ne 0 ]; then
+    failed=1
+    echo "FAIL: $h exited with $rc; the report:"
+    grep -E "ERROR: |FUZZ_CHECK failed|runtime error|SUMMARY" "$log" | head -8 | sed 's/^/   /'
+    for unit in $(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log"); do
+      echo "   saved: $unit"
+      echo "   reproduce: $bin $unit"
+    done
+  fi
+done
+exit $failed

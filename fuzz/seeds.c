@@ -1,0 +1,287 @@
+/* Writes the seed corpora of the fuzz harnesses, made by pagekv itself:
+ *   <dir>/gguf/       mkmodel models (the code of `pagekv mkmodel`) of every
+ *                     architecture and weight type, without vocabulary, tied, a
+ *                     k-quant mixture, and a GGUF with one tensor of every type
+ *                     and keys of every value type
+ *   <dir>/kvfile/     sequences saved from the harness's model and cache
+ *                     (fuzz_kv_model_params), each behind a flags byte
+ *   <dir>/tokenizer/  texts (English, code, digits, whitespace, non-Latin
+ *                     scripts, invalid UTF-8, special-token text) behind each
+ *                     tokenizer selector, and a few input-made vocabularies
+ *   <dir>/sampler/    params and logits in the harness's layout
+ * Usage: pkv-fuzz-seeds DIR. Small files only (the largest gguf is ~150 KB);
+ * nothing here is committed: `make fuzz-corpus` regenerates it. */
+#include "fuzz-common.h"
+
+#include "model/gguf.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+static const char *g_dir;
+static int g_files;
+
+static void mkdir_p(const char *sub) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "seeds: cannot create %s\n", path);
+        exit(1);
+    }
+}
+
+static void put(const char *sub, const char *name, const void *pre, size_t npre, const void *data, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/%s", g_dir, sub, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || (npre && fwrite(pre, 1, npre, f) != npre) || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
+        fprintf(stderr, "seeds: cannot write %s\n", path);
+        exit(1);
+    }
+    g_files++;
+}
+
+static void need(pkv_status st, const char *what) {
+    if (st) {
+        fprintf(stderr, "seeds: %s: %s\n", what, pkv_errmsg());
+        exit(1);
+    }
+}
+
+/* ------------------------------------------------------------------ gguf */
+
+static void gguf_model(const char *name, pkv_mkmodel_params p) {
+    void *img;
+    size_t n;
+    need(pkv_mkmodel_memory(&p, &img, &n), name);
+    put("gguf", name, NULL, 0, img, n);
+    pkv_mkmodel_free_memory(img);
+}
+
+static pkv_mkmodel_params tiny(const char *arch, pkv_type t) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    bool k = t == PKV_TYPE_Q4_K || t == PKV_TYPE_Q5_K || t == PKV_TYPE_Q6_K;
+    p.arch = arch;
+    p.type = t;
+    p.n_layer = 1;
+    p.n_embd = k ? 256 : 32;
+    p.n_head = 2;
+    p.n_head_kv = 1;
+    p.n_ff = k ? 256 : 64;
+    p.n_vocab = 300;
+    p.n_ctx = 64;
+    p.tied = k; /* no output matrix: k-quant rows are 256 wide, keep the files small */
+    return p;
+}
+
+/* Keys of every value type (arrays of each too) and a tensor of every type. */
+static void gguf_all_types(void) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    need(w ? PKV_OK : PKV_ERR_NOMEM, "writer");
+    uint8_t raw[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    char key[64];
+    for (int t = 0; t < PKV_GGUF_TYPE_COUNT; t++) {
+        if (t == PKV_GGUF_STRING || t == PKV_GGUF_ARRAY) continue;
+        uint8_t v[8];
+        memcpy(v, raw, 8);
+        if (t == PKV_GGUF_BOOL) v[0] = 1;
+        snprintf(key, sizeof key, "fuzz.value.%s", pkv_gguf_type_name((pkv_gguf_type)t));
+        need(pkv_gguf_writer_add(w, key, (pkv_gguf_type)t, v), key);
+        uint8_t arr[3 * 8] = {0};
+        for (int i = 0; i < 3 * 8; i++) arr[i] = t == PKV_GGUF_BOOL ? (uint8_t)(i & 1) : (uint8_t)(i * 37);
+        snprintf(key, sizeof key, "fuzz.array.%s", pkv_gguf_type_name((pkv_gguf_type)t));
+        need(pkv_gguf_writer_add_arr(w, key, (pkv_gguf_type)t, arr, 3), key);
+    }
+    need(pkv_gguf_writer_add_str(w, "general.name", "fuzz seed"), "str");
+    const char *strs[] = {"a", "", "three"};
+    need(pkv_gguf_writer_add_arr_str(w, "fuzz.array.string", strs, NULL, 3), "arr str");
+    for (int t = 0; t < PKV_TYPE_COUNT; t++) {
+        size_t be = pkv_type_block_elems((pkv_type)t), bb = pkv_type_block_bytes((pkv_type)t);
+        if (!be || !bb) continue;
+        int64_t ne[2] = {(int64_t)be * 2, 3};
+        size_t bytes = pkv_type_row_bytes((pkv_type)t, (size_t)ne[0]) * 3;
+        snprintf(key, sizeof key, "fuzz.%s", pkv_type_name((pkv_type)t));
+        need(pkv_gguf_writer_add_tensor(w, key, (pkv_type)t, 2, ne, NULL, bytes), key);
+    }
+    void *img;
+    size_t n;
+    need(pkv_gguf_writer_write_memory(w, &img, &n), "write");
+    put("gguf", "all-types.gguf", NULL, 0, img, n);
+    pkv_free(img);
+    pkv_gguf_writer_free(w);
+}
+
+static void gguf_seeds(void) {
+    mkdir_p("gguf");
+    static const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0,
+                                     PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3"};
+    char name[128];
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        snprintf(name, sizeof name, "llama-%s.gguf", pkv_type_name(types[i]));
+        gguf_model(name, tiny("llama", types[i]));
+    }
+    for (size_t a = 1; a < 3; a++) {
+        snprintf(name, sizeof name, "%s-f16.gguf", archs[a]);
+        gguf_model(name, tiny(archs[a], PKV_TYPE_F16));
+    }
+    pkv_mkmodel_params p = tiny("llama", PKV_TYPE_F32);
+    p.no_vocab = true;
+    gguf_model("llama-novocab.gguf", p);
+    p = tiny("qwen2", PKV_TYPE_Q8_0);
+    p.tied = true;
+    gguf_model("qwen2-tied.gguf", p);
+    p = tiny("llama", PKV_TYPE_Q4_K);
+    p.k_mixture = true;
+    p.tied = false;
+    gguf_model("llama-q4_k_m.gguf", p);
+    p = tiny("llama", PKV_TYPE_F16);
+    int32_t shared[1] = {0};
+    p.shared_kv_layers = shared;
+    gguf_model("llama-shared-kv.gguf", p);
+    gguf_all_types();
+}
+
+/* ---------------------------------------------------------------- kvfile */
+
+static void kv_seeds(void) {
+    mkdir_p("kvfile");
+    pkv_mkmodel_params mp = fuzz_kv_model_params();
+    void *img;
+    size_t n;
+    need(pkv_mkmodel_memory(&mp, &img, &n), "kv model");
+    pkv_model *m = pkv_model_load_memory(img, n, "kv model", fuzz_model_params());
+    pkv_mkmodel_free_memory(img);
+    need(m ? PKV_OK : PKV_ERR_FORMAT, "kv model load");
+    pkv_kv_cache *c = pkv_model_cache_create(m, fuzz_kv_cache_params());
+    need(c ? PKV_OK : PKV_ERR_NOMEM, "kv cache");
+    static const int lens[] = {0, 1, 4, 7, 17};
+    char path[4096], name[64];
+    snprintf(path, sizeof path, "%s/kvfile/.tmp-seq", g_dir);
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        for (int shifted = 0; shifted < 2; shifted++) {
+            if (shifted && lens[i] < 7) continue;
+            pkv_context *ctx = pkv_context_create(m, c, 0);
+            need(ctx ? PKV_OK : PKV_ERR_NOMEM, "context");
+            int32_t toks[17];
+            for (int t = 0; t < lens[i]; t++) toks[t] = (t * 37 + 11) % 300;
+            if (lens[i]) need(pkv_context_decode(ctx, toks, lens[i]), "decode");
+            if (shifted) need(pkv_context_shift(ctx, 2, 3), "shift");
+            need(pkv_context_save(ctx, path), "save");
+            FILE *f = fopen(path, "rb");
+            need(f ? PKV_OK : PKV_ERR_IO, path);
+            uint8_t buf[1 << 16];
+            size_t got = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            remove(path);
+            /* flags (fuzz-kvfile.c): 0 seq load, 1 fixed checksum, 2 context load,
+             * 3 both, 5 with a busy sequence, 0x39 / 0x7b allocation failures */
+            static const uint8_t flags[] = {0x00, 0x01, 0x02, 0x03, 0x05, 0x39, 0x7b};
+            for (size_t k = 0; k < sizeof flags; k++) {
+                snprintf(name, sizeof name, "seq%d%s-f%02x", lens[i], shifted ? "-shifted" : "", flags[k]);
+                put("kvfile", name, &flags[k], 1, buf, got);
+            }
+            pkv_context_free(ctx);
+            need(pkv_kv_clear(c), "clear");
+        }
+    }
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+}
+
+/* ------------------------------------------------------------- tokenizer */
+
+static const char *const k_texts[] = {
+    "Hello world! How are you today?",
+    "The quick brown fox jumps over the lazy dog. It's 12:45, and they've said I'll go.",
+    "int main(void) {\n\treturn a[i] + b->c * 3.14159;\n}\n",
+    "  leading and trailing spaces   \n\n\r\n  \t ",
+    "1234567890 3.14 1e-9 0x1F 1,000,000",
+    "caf\xc3\xa9 na\xc3\xafve \xc3\x9c" "ber stra\xc3\x9f" "e",
+    "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 "
+    "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xf0\x9f\x98\x80\xf0\x9f\x91\x8d",
+    "\xff\xfe invalid \xc3 utf8 \xed\xa0\x80 \xf4\x90\x80\x80 \x80",
+    "<|begin_of_text|>Hello<|end_of_text|><|reserved_3|>",
+    "<s> the and</s><unk><tool> x",
+    "\xe2\x96\x81the\xe2\x96\x81" "and",
+    "'s 're 'VE 'Ll 'd \xc5\xbf's",
+    "",
+};
+
+static void tok_seeds(void) {
+    mkdir_p("tokenizer");
+    char name[64];
+    for (int sel = 0; sel < 7; sel++)
+        for (size_t i = 0; i < sizeof k_texts / sizeof k_texts[0]; i++) {
+            uint8_t cfg = (uint8_t)(sel | ((i & 3) << 3) | ((i & 4) << 3));
+            snprintf(name, sizeof name, "t%d-%02zu", sel, i);
+            put("tokenizer", name, &cfg, 1, k_texts[i], strlen(k_texts[i]));
+        }
+    /* input-made vocabularies (make_vocab in fuzz-tokenizer.c) */
+    static const char *const vocabs[] = {
+        "\x10\x00\x01\xff" "!<s>\n!</s>\na\nb\nab\nc\n=a b\n?<x>\n\nab c<x>abab</s>",
+        "\x11\x00\x01\x02" "!<s>\n!</s>\n<unk>\n\xe2\x96\x81\n\xe2\x96\x81" "a\nb\nab\n#<0x41>\n\nab b A",
+        "\x52\xff\xff\xff" "h\ne\nl\no\nhe\nll\nhell\nhello\n=h e\n=l l\n=he ll\n=hell o\n\nhello hell",
+        "\x71\x00\xff\x02" "~x\n!y\n\xc4\xa0\nz\n\n yz xz",
+    };
+    for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
+        uint8_t cfg = (uint8_t)(7 | (i << 3));
+        snprintf(name, sizeof name, "vocab-%zu", i);
+        const char *v = vocabs[i];
+        size_t len = 4 + strlen(v + 4);
+        put("tokenizer", name, &cfg, 1, v, len);
+    }
+}
+
+/* --------------------------------------------------------------- sampler */
+
+static void smp_seeds(void) {
+    mkdir_p("sampler");
+    struct {
+        float temp;
+        int16_t top_k;
+        float top_p, min_p, pen;
+        int16_t last_n;
+        uint16_t nv;
+        uint8_t mode;
+    } cases[] = {
+        {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 300, 1},  {0.0f, 0, 1.0f, 0.0f, 1.0f, 0, 10, 1},
+        {1.5f, 0, 0.9f, 0.0f, 1.3f, 16, 2500, 5},    {0.7f, 5, 1.0f, 0.3f, 0.8f, 8, 50, 3},
+        {-1.0f, 0, 0.5f, 0.0f, 1.0f, 0, 1, 1},       {1e-30f, 3, 1e-7f, 1.0f, 1e30f, 4, 100, 1},
+    };
+    char name[64];
+    uint8_t buf[31 + 96];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memcpy(buf, &cases[i].temp, 4);
+        memcpy(buf + 4, &cases[i].top_k, 2);
+        memcpy(buf + 6, &cases[i].top_p, 4);
+        memcpy(buf + 10, &cases[i].min_p, 4);
+        memcpy(buf + 14, &cases[i].pen, 4);
+        memcpy(buf + 18, &cases[i].last_n, 2);
+        uint64_t seed = i * 1234567;
+        memcpy(buf + 20, &seed, 8);
+        memcpy(buf + 28, &cases[i].nv, 2);
+        buf[30] = cases[i].mode;
+        /* operations: sample, probs, accept, sample, new logits, probs, reset, ... */
+        for (size_t k = 0; k < 96; k++) buf[31 + k] = (uint8_t)((k * 7 + i) % 6 == 5 ? 1 : (k * 7 + i) % 5);
+        snprintf(name, sizeof name, "params-%zu", i);
+        put("sampler", name, NULL, 0, buf, sizeof buf);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    g_dir = argv[1];
+    pkv_log_set(NULL, NULL, PKV_LOG_WARN);
+    mkdir_p("");
+    gguf_seeds();
+    kv_seeds();
+    tok_seeds();
+    smp_seeds();
+    printf("pkv-fuzz-seeds: %d files under %s\n", g_files, g_dir);
+    return 0;
+}
