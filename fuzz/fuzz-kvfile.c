@@ -74,9 +74,9 @@ static void fix_checksum(uint8_t *f, size_t size) {
     for (int il = 0; il < nl; il++) {
         pkv_kv_layer_info li;
         if (pkv_kv_layout_layer(l, il, &li)) return;
-        size_t e = pkv_type_row_bytes(li.dtype, 1);
-        sec[2 * il] = (size_t)n * (size_t)li.n_kv_heads * (size_t)li.head_dim_k * e;
-        sec[2 * il + 1] = (size_t)n * (size_t)li.n_kv_heads * (size_t)li.head_dim_v * e;
+        /* a token's row: each head's elements (or blocks of 32 for quantized pages) */
+        sec[2 * il] = (size_t)n * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_k, (size_t)li.head_dim_k);
+        sec[2 * il + 1] = (size_t)n * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_v, (size_t)li.head_dim_v);
         want += sec[2 * il] + sec[2 * il + 1];
     }
     if (want != size) return;
