@@ -12,6 +12,8 @@
 #define ET_TOP 4    /* top logprobs recorded per token */
 
 static const char *et_device = "cpu"; /* where et_model loads */
+static int et_n_embd = 64;            /* et_model's width (128: head size 32, for quantized KV pages) */
+static pkv_type et_kv_k = PKV_TYPE_F16, et_kv_v = PKV_TYPE_F16; /* et_params' KV page types */
 
 typedef struct et_sample {
     int32_t tok[ET_MAXT];
@@ -77,7 +79,7 @@ static pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
     p.arch = arch;
     p.type = type;
     p.n_layer = 2;
-    p.n_embd = 64;
+    p.n_embd = et_n_embd;
     p.n_head = 4;
     p.n_head_kv = 2;
     p.n_ff = 128;
@@ -103,6 +105,8 @@ static pkv_engine_params et_params(int n_ctx, int page_size, int64_t n_pages) {
     ep.cache.n_ctx = n_ctx;
     ep.cache.page_size = page_size;
     ep.cache.n_pages = n_pages;
+    ep.cache.kv_type = et_kv_k;
+    ep.cache.kv_type_v = et_kv_v;
     return ep;
 }
 

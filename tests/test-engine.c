@@ -786,6 +786,17 @@ int main(void) {
     g_m = et_model("qwen3", PKV_TYPE_F16, 8);
     if (g_m) test_batch_invariance();
     pkv_model_free(g_m);
+    /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
+    et_n_embd = 128;
+    et_kv_k = PKV_TYPE_Q8_0;
+    et_kv_v = PKV_TYPE_Q4_0;
+    g_m = et_model("qwen3", PKV_TYPE_Q8_0, 9);
+    if (g_m) {
+        fprintf(stderr, "quantized KV pages (K q8_0, V q4_0):\n");
+        test_batch_invariance();
+        test_preemption();
+    }
+    pkv_model_free(g_m);
     fprintf(stderr, "allocations left by the model loads: %lld\n", (long long)(pkv_alloc_live() - live0));
     return th_done();
 }
