@@ -142,24 +142,35 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
         put(&b, "<|assistant|>\n");
         break;
     case PKV_TPL_GEMMA: {
-        /* Gemma has no system turn: the system text opens the first user turn. */
-        const char *sys = NULL;
+        /* Gemma has no system turn: the system text opens the next user turn
+         * (several system messages are joined, none is dropped). */
+        sbuf sys = {0};
         for (int i = 0; i < n; i++) {
             if (is_role(&msgs[i], "system")) {
-                sys = msgs[i].content;
+                if (sys.len) put(&sys, "\n\n");
+                put(&sys, msgs[i].content);
+                if (!sys.p) put(&sys, ""); /* an empty system text still counts */
                 continue;
             }
             put(&b, "<start_of_turn>");
             put(&b, is_role(&msgs[i], "assistant") ? "model" : "user");
             put(&b, "\n");
-            if (sys && is_role(&msgs[i], "user")) {
-                put(&b, sys);
+            if (sys.p && is_role(&msgs[i], "user")) {
+                put(&b, sys.p);
                 put(&b, "\n\n");
-                sys = NULL;
+                free(sys.p);
+                sys = (sbuf){0};
             }
             put(&b, msgs[i].content);
             put(&b, "<end_of_turn>\n");
         }
+        if (sys.p) { /* a system text no user turn followed: a user turn of its own, not dropped */
+            put(&b, "<start_of_turn>user\n");
+            put(&b, sys.p);
+            put(&b, "<end_of_turn>\n");
+        }
+        if (sys.oom) b.oom = true;
+        free(sys.p);
         put(&b, "<start_of_turn>model\n");
         break;
     }
@@ -167,24 +178,27 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
     case PKV_TPL_MISTRAL: {
         /* [INST] user [/INST] assistant</s>; the system text goes into the first
          * user turn (llama2 wraps it in <<SYS>>). BOS comes from the tokenizer. */
-        const char *sys = NULL;
+        sbuf sys = {0}; /* several system messages are joined, none is dropped */
         bool first = true;
         for (int i = 0; i < n; i++) {
             if (is_role(&msgs[i], "system")) {
-                sys = msgs[i].content;
+                if (sys.len) put(&sys, "\n\n");
+                put(&sys, msgs[i].content);
+                if (!sys.p) put(&sys, "");
             } else if (is_role(&msgs[i], "user")) {
                 if (!first) put(&b, "<s>");
                 put(&b, "[INST] ");
-                if (sys) {
+                if (sys.p) {
                     if (t == PKV_TPL_LLAMA2) {
                         put(&b, "<<SYS>>\n");
-                        put(&b, sys);
+                        put(&b, sys.p);
                         put(&b, "\n<</SYS>>\n\n");
                     } else {
-                        put(&b, sys);
+                        put(&b, sys.p);
                         put(&b, "\n\n");
                     }
-                    sys = NULL;
+                    free(sys.p);
+                    sys = (sbuf){0};
                 }
                 put(&b, msgs[i].content);
                 put(&b, " [/INST]");
@@ -196,6 +210,21 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
                 first = false;
             }
         }
+        if (sys.p) { /* a system text no user turn followed (e.g. system only): its own [INST] turn */
+            if (!first) put(&b, "<s>");
+            put(&b, "[INST] ");
+            if (t == PKV_TPL_LLAMA2) {
+                put(&b, "<<SYS>>\n");
+                put(&b, sys.p);
+                put(&b, "\n<</SYS>>\n\n");
+            } else {
+                put(&b, sys.p);
+                put(&b, "\n\n");
+            }
+            put(&b, " [/INST]");
+        }
+        if (sys.oom) b.oom = true;
+        free(sys.p);
         break;
     }
     case PKV_TPL_DEEPSEEK:
