@@ -99,6 +99,18 @@ static void put(sbuf *b, const char *s) {
 
 static bool is_role(const pkv_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
 
+/* The system text at the start of an [INST] turn: llama2 wraps it in <<SYS>>. */
+static void put_inst_sys(sbuf *b, pkv_tpl t, const char *sys) {
+    if (t == PKV_TPL_LLAMA2) {
+        put(b, "<<SYS>>\n");
+        put(b, sys);
+        put(b, "\n<</SYS>>\n\n");
+    } else {
+        put(b, sys);
+        put(b, "\n\n");
+    }
+}
+
 char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size_t err_size) {
     sbuf b = {0};
     if (n <= 0) {
@@ -189,14 +201,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
                 if (!first) put(&b, "<s>");
                 put(&b, "[INST] ");
                 if (sys.p) {
-                    if (t == PKV_TPL_LLAMA2) {
-                        put(&b, "<<SYS>>\n");
-                        put(&b, sys.p);
-                        put(&b, "\n<</SYS>>\n\n");
-                    } else {
-                        put(&b, sys.p);
-                        put(&b, "\n\n");
-                    }
+                    put_inst_sys(&b, t, sys.p);
                     free(sys.p);
                     sys = (sbuf){0};
                 }
@@ -213,14 +218,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
         if (sys.p) { /* a system text no user turn followed (e.g. system only): its own [INST] turn */
             if (!first) put(&b, "<s>");
             put(&b, "[INST] ");
-            if (t == PKV_TPL_LLAMA2) {
-                put(&b, "<<SYS>>\n");
-                put(&b, sys.p);
-                put(&b, "\n<</SYS>>\n\n");
-            } else {
-                put(&b, sys.p);
-                put(&b, "\n\n");
-            }
+            put_inst_sys(&b, t, sys.p);
             put(&b, " [/INST]");
         }
         if (sys.oom) b.oom = true;
