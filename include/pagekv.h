@@ -521,6 +521,9 @@ typedef struct pkv_model_params {
     int n_threads;               /* CPU threads when the model opens a CPU device; 0 = all cores */
     pkv_progress_fn progress;    /* may be NULL */
     void *progress_user;
+    bool no_mmap;                /* CPU devices: copy the weights instead of using them in place
+                                    from the mapped file (more memory; the copies may get huge
+                                    pages: measured ~5% faster decode on this project's machine) */
 } pkv_model_params;
 
 pkv_model_params pkv_model_default_params(void);

@@ -33,6 +33,14 @@ int main(void) {
         CHECK_OK(pkv_mkmodel_memory(&kp, &data, &size));
         pkv_model_params mp = pkv_model_default_params();
         mp.n_threads = 1;
+        pkv_model_params cp = mp;
+        cp.no_mmap = true;
+        pkv_model *mc = pkv_model_load(path, cp); /* --no-mmap: copied */
+        REQUIRE(mc);
+        pkv_model_info ci;
+        CHECK_OK(pkv_model_get_info(mc, &ci));
+        CHECK_INT(ci.weight_bytes_mapped, 0);
+        pkv_model_free(mc);
         pkv_model *mf = pkv_model_load(path, mp);
         pkv_model *mm = data ? pkv_model_load_memory(data, size, "memory", mp) : NULL;
         pkv_mkmodel_free_memory(data); /* the memory-loaded model must not need it */

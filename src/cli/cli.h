@@ -40,6 +40,7 @@ typedef struct pkv_cli_model_opts {
     const char *devices; /* --devices: tensor parallelism over a comma list */
     const char *split;   /* --split: proportions */
     bool kv_on_host;     /* --kv-on-host */
+    bool no_mmap;        /* --no-mmap: copy the weights instead of using the mapped file */
     int threads;        /* -t; 0 = all cores */
     int n_ctx;          /* -c; 0 = default */
     int page_size;      /* --page-size; 0 = 16 */

@@ -28,6 +28,7 @@ pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) {
     mp.devices = o->devices;
     mp.split = o->split;
     mp.kv_on_host = o->kv_on_host;
+    mp.no_mmap = o->no_mmap;
     mp.n_threads = o->threads;
     static int last = -1;
     pkv_model *m;
@@ -87,6 +88,8 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
         o->split = v;
     } else if (!strcmp(a, "--kv-on-host")) {
         o->kv_on_host = true;
+    } else if (!strcmp(a, "--no-mmap")) {
+        o->no_mmap = true;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
         if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return -1;
         o->n_ctx = (int)x;
@@ -203,6 +206,8 @@ static void run_usage(FILE *f) {
             "  --split P,Q,...      proportions for --devices (default equal)\n"
             "  --kv-on-host         keep every KV shard in host memory, split by the same heads;\n"
             "                       attention runs on the host\n"
+            "  --no-mmap            copy the weights into memory instead of using the mapped\n"
+            "                       file in place (CPU; more memory, a few %% faster here)\n"
             "  --seed S             sampling seed (default 0; -1 = a random seed, printed)\n"
             "  --temp T             temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K --top-p P --min-p P --repeat-penalty R   sampling filters\n"

@@ -534,7 +534,7 @@ pkv_model *pkv_model_load(const char *path, pkv_model_params p) {
     }
     pkv_gguf *g = pkv_gguf_open(path);
     if (!g) return NULL;
-    pkv_model *m = load(g, p, true);
+    pkv_model *m = load(g, p, !p.no_mmap);
     if (m && m->mapped_bytes)
         m->gguf = g; /* weights are used in place from the mapping: it lives as long as the model */
     else
