@@ -21,6 +21,27 @@ typedef struct {
     int k, v; /* pkv_type */
 } kv_pair;
 
+/* "--types f32,q8_0,q8_0/q4_0": T (K and V) or K/V, at most MAX_TYPES; the
+ * count, or 0 with the error printed. */
+static int parse_types(const char *cmd, const char *opt, const char *v, kv_pair *types) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    int nt = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (nt == MAX_TYPES) {
+            fprintf(stderr, "pagekv bench %s: at most %d types\n", cmd, MAX_TYPES);
+            return 0;
+        }
+        char *slash = strchr(tok, '/');
+        if (slash) *slash = 0;
+        if (!pkv_cli_kv_type(opt, tok, &types[nt].k) || !pkv_cli_kv_type(opt, slash ? slash + 1 : tok, &types[nt].v))
+            return 0;
+        nt++;
+    }
+    if (!nt) fprintf(stderr, "pagekv bench %s: %s is empty\n", cmd, opt);
+    return nt;
+}
+
 /* Logits [n_depths][n][V] of one run with KV types kp. */
 static int run_types(pkv_model *m, const pkv_cli_model_opts *base, kv_pair kp, const int32_t *toks, const long long *depths,
                      int nd, int n, int V, float *out) {
@@ -95,25 +116,7 @@ int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
                    "f32 shows the noise floor of the model). JSON on stdout.\n");
             return 0;
         } else if (!strcmp(a, "--types")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            nt = 0;
-            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (nt == MAX_TYPES) {
-                    fprintf(stderr, "pagekv bench kv-accuracy: at most %d types\n", MAX_TYPES);
-                    return 2;
-                }
-                char *slash = strchr(tok, '/');
-                if (slash) *slash = 0;
-                if (!pkv_cli_kv_type(a, tok, &types[nt].k) || !pkv_cli_kv_type(a, slash ? slash + 1 : tok, &types[nt].v))
-                    return 2;
-                nt++;
-            }
-            if (!nt) {
-                fprintf(stderr, "pagekv bench kv-accuracy: --types is empty\n");
-                return 2;
-            }
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !(nt = parse_types("kv-accuracy", a, v, types))) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 4096, &n)) return 2;
         } else if (!strcmp(a, "--depths")) {
@@ -225,22 +228,7 @@ int pkv_cli_bench_kv_speed(int argc, char **argv) {
         } else if (!strcmp(a, "--rounds")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 100, &rounds)) return 2;
         } else if (!strcmp(a, "--types")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            nt = 0;
-            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (nt == MAX_TYPES) {
-                    fprintf(stderr, "pagekv bench kv-speed: at most %d types\n", MAX_TYPES);
-                    return 2;
-                }
-                char *slash = strchr(tok, '/');
-                if (slash) *slash = 0;
-                if (!pkv_cli_kv_type(a, tok, &types[nt].k) || !pkv_cli_kv_type(a, slash ? slash + 1 : tok, &types[nt].v))
-                    return 2;
-                nt++;
-            }
-            if (!nt) return 2;
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !(nt = parse_types("kv-speed", a, v, types))) return 2;
         } else {
             fprintf(stderr, "pagekv bench kv-speed: unknown option '%s'\n", a);
             return 2;
