@@ -515,7 +515,7 @@ srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool incl
     st->logprobs = logprobs;
     st->include_usage = include_usage;
     snprintf(st->id, sizeof st->id, "%s", id);
-    st->conn = conn ? *conn : (srv_conn){-1, NULL, 0};
+    st->conn = conn ? *conn : (srv_conn){-1, NULL, 0, NULL};
     return st;
 }
 

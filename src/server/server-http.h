@@ -21,6 +21,7 @@ typedef struct srv {
     int n_stop_ids;
     int64_t n_ctx;
     int64_t created;       /* unix time of startup, for /v1/models */
+    uint64_t page_bytes;   /* bytes of one KV page, all layers */
     pthread_mutex_t mu;    /* guards the counters below */
     uint64_t http_count[600]; /* responses by status code */
     uint64_t disconnects;  /* requests cancelled because the client went away */
@@ -45,9 +46,10 @@ void srv_error(srv_out *o, int status, const char *fmt, ...) __attribute__((form
 
 /* The connection's socket, to notice a client that went away while waiting. */
 typedef struct srv_conn {
-    int fd;
-    void *mhd;        /* struct MHD_Connection */
+    int fd;           /* -1: no socket (never "gone") */
+    void *mhd;        /* struct MHD_Connection; NULL outside the HTTP layer */
     unsigned timeout; /* --timeout, seconds */
+    void (*set_timeout)(void *mhd, unsigned seconds); /* the HTTP layer's; may be NULL */
 } srv_conn;
 /* True when the peer closed the connection. */
 bool srv_conn_gone(const srv_conn *c);
@@ -63,6 +65,17 @@ bool srv_wait_done(srv *s, srv_req *r, const srv_conn *conn);
  * some; 0 at the end. < 0 on error. */
 ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max);
 void srv_stream_free(srv_stream *st); /* cancels the request if unfinished */
+
+/* Start serving model s->m with options s->o (the caller set both): the chat
+ * template (forced, or detected in model_path's GGUF; NULL = none), the KV cache
+ * or serving engine and the worker thread. false with a message on stderr. */
+bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo);
+/* Stop the worker, free the cache/engine (not the model). */
+void srv_stop(srv *s);
+/* Answer one request: method, path, body bytes (may be empty), the value of
+ * the Authorization header (NULL when absent) and the connection. Sets o. */
+void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len,
+                const char *authorization, const srv_conn *sc, srv_out *o);
 
 /* Handlers. body is the parsed JSON (NULL for GET/DELETE). */
 void srv_api_models(srv *s, srv_out *o);

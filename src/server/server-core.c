@@ -1,0 +1,365 @@
+/* The transport-independent core of pagekv serve: errors, request routing
+ * (srv_handle: method + path + body -> an answer), API keys, /health and
+ * /metrics, waiting for the worker, and starting/stopping the model's worker
+ * (srv_start/srv_stop). The HTTP layer (server-http.c, libmicrohttpd) feeds
+ * requests in; the fuzz harness fuzz/fuzz-server.c feeds request bodies in
+ * directly. No libmicrohttpd here. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "model/gguf.h"
+#include "server/server-http.h"
+
+/* ----------------------------------------------------------------- errors */
+
+void srv_error(srv_out *o, int status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t n;
+    char *clean = pkv_utf8_sanitize(msg, strlen(msg), &n); /* messages may quote client bytes */
+    const char *type = status == 401   ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 503 ? "server_overloaded"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_request_error";
+    json_decref(o->json);
+    o->json = json_pack("{s:{s:s%,s:s,s:n,s:n}}", "error", "message", clean ? clean : "error", clean ? n : (size_t)5,
+                        "type", type, "param", "code");
+    free(clean);
+    o->status = status;
+    if (status == 503 && !o->retry_after) o->retry_after = 1;
+}
+
+bool srv_conn_gone(const srv_conn *c) {
+    if (!c || c->fd < 0) return false;
+    char b;
+    ssize_t k = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0) return true;
+    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+void srv_conn_waiting(const srv_conn *c, bool waiting) {
+    if (c && c->mhd && c->set_timeout) c->set_timeout(c->mhd, waiting ? 0u : c->timeout);
+}
+
+bool srv_wait_done(srv *s, srv_req *r, const srv_conn *conn) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (!r->done && srv_conn_gone(conn)) {
+            pthread_mutex_unlock(&r->mu);
+            srv_gen_cancel(s->g, r);
+            pthread_mutex_lock(&s->mu);
+            s->disconnects++;
+            pthread_mutex_unlock(&s->mu);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+void srv_next_id(srv *s, const char *prefix, char *buf, size_t size) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t k = ++s->seq;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(buf, size, "%s-%llx%06llu", prefix, (unsigned long long)s->created, (unsigned long long)k);
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static void metric(char **p, size_t *len, size_t *cap, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(*p ? *p + *len : NULL, *p ? *cap - *len : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if (*p && *len + (size_t)k < *cap) {
+            *len += (size_t)k;
+            return;
+        }
+        size_t nc = (*cap + (size_t)k + 1) * 2;
+        char *q = realloc(*p, nc);
+        if (!q) return;
+        if (!*p) q[0] = 0;
+        *p = q;
+        *cap = nc;
+    }
+}
+
+static void hist(char **p, size_t *len, size_t *cap, const char *name, const char *help, const uint64_t *h,
+                 const double *b, int nb, double sum, uint64_t count) {
+    metric(p, len, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < nb; i++) {
+        cum += h[i];
+        metric(p, len, cap, "%s_bucket{le=\"%g\"} %llu\n", name, b[i], (unsigned long long)cum);
+    }
+    cum += h[nb];
+    metric(p, len, cap, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name,
+           sum, name, (unsigned long long)count);
+}
+
+static void api_metrics(srv *s, srv_out *o) {
+    srv_stats st;
+    srv_gen_stats(s->g, &st);
+    char *p = NULL;
+    size_t len = 0, cap = 0;
+#define G(name, help, v)                                                                                          \
+    metric(&p, &len, &cap, "# HELP pagekv_" name " " help "\n# TYPE pagekv_" name " gauge\npagekv_" name " %lld\n", \
+           (long long)(v))
+#define C(name, help, v)                                                                                            \
+    metric(&p, &len, &cap, "# HELP pagekv_" name " " help "\n# TYPE pagekv_" name " counter\npagekv_" name " %llu\n", \
+           (unsigned long long)(v))
+    G("requests_running", "Generation requests with sequences in the running batch.", st.running);
+    G("requests_waiting", "Generation requests queued for a slot.", st.waiting);
+    G("requests_swapped", "Preempted sequences in the host pool, plus idle contexts swapped out there.",
+      st.seqs_swapped + st.contexts_swapped);
+    G("sequences_preempted_recompute", "Preempted sequences without KV, to be recomputed.", st.seqs_recompute);
+    G("contexts", "Contexts of the contexts API alive.", st.contexts);
+    G("kv_pages_total", "Device KV pages in the pool.", st.kv.n_pages);
+    G("kv_pages_used", "Device KV pages referenced by sequences.", st.kv.pages_used);
+    G("kv_pages_free", "Device KV pages on the free list.", st.kv.pages_free);
+    G("kv_pages_cached", "Unreferenced device KV pages kept for prefix reuse (evictable).", st.kv.pages_cached);
+    G("kv_host_pages_total", "Pages of the host swap pool.", st.kv.host_pages);
+    G("kv_host_pages_free", "Free pages of the host swap pool.", st.kv.host_free);
+    C("prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", st.prefix_hit_tokens);
+    C("preemptions_total", "Idle contexts swapped out to make room for running requests.", st.preemptions);
+    C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
+    C("generation_tokens_total", "Tokens generated.", st.gen_tokens);
+    C("requests_finished_total", "Generation requests finished.", st.requests_done);
+    C("requests_failed_total", "Generation requests failed or cancelled.", st.requests_failed);
+    pthread_mutex_lock(&s->mu);
+    uint64_t disc = s->disconnects;
+    int inflight = s->inflight;
+    uint64_t codes[600];
+    memcpy(codes, s->http_count, sizeof codes);
+    pthread_mutex_unlock(&s->mu);
+    C("client_disconnects_total", "Requests cancelled because the client went away.", disc);
+    G("http_requests_in_flight", "HTTP requests being received or answered.", inflight);
+    metric(&p, &len, &cap, "# HELP pagekv_http_responses_total HTTP responses by status code.\n"
+                           "# TYPE pagekv_http_responses_total counter\n");
+    for (int i = 100; i < 600; i++)
+        if (codes[i]) metric(&p, &len, &cap, "pagekv_http_responses_total{code=\"%d\"} %llu\n", i, (unsigned long long)codes[i]);
+    hist(&p, &len, &cap, "pagekv_time_to_first_token_seconds", "Time from arrival to the first generated token.",
+         st.ttft_hist, srv_ttft_buckets, 11, st.ttft_sum, st.ttft_count);
+    hist(&p, &len, &cap, "pagekv_time_per_output_token_seconds", "Time between consecutive tokens of a sequence.",
+         st.tpot_hist, srv_tpot_buckets, 10, st.tpot_sum, st.tpot_count);
+#undef G
+#undef C
+    if (!p) {
+        srv_error(o, 500, "out of memory");
+        return;
+    }
+    o->status = 200;
+    o->text = p;
+    o->ctype = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+static bool key_ok(srv *s, const char *h) {
+    if (!s->o.api_key) return true;
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t a = strlen(h), b = strlen(s->o.api_key);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(h[i] ^ s->o.api_key[i]);
+    return diff == 0;
+}
+
+/* ------------------------------------------------------------------ routes */
+
+void srv_handle(srv *s, const char *method, const char *url, const char *body_text, size_t body_len,
+                const char *authorization, const srv_conn *sc, srv_out *o) {
+    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+    if (!strcmp(url, "/health")) {
+        if (!get) return srv_error(o, 405, "use GET %s", url);
+        o->status = 200;
+        o->json = json_pack("{s:s}", "status", "ok");
+        return;
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return srv_error(o, 405, "use GET %s", url);
+        return api_metrics(s, o);
+    }
+    if (!key_ok(s, authorization)) return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+    enum { R_NONE, R_MODELS, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_CTX } r = R_NONE;
+    if (!strcmp(url, "/v1/models")) r = R_MODELS;
+    else if (!strcmp(url, "/v1/chat/completions")) r = R_CHAT;
+    else if (!strcmp(url, "/v1/completions")) r = R_COMPL;
+    else if (!strcmp(url, "/tokenize")) r = R_TOK;
+    else if (!strcmp(url, "/detokenize")) r = R_DETOK;
+    else if (!strncmp(url, "/v1/contexts", 12) && (url[12] == 0 || url[12] == '/')) r = R_CTX;
+    if (r == R_NONE) return srv_error(o, 404, "no such endpoint: %s %s", method, url);
+    if (r == R_MODELS) {
+        if (!get) return srv_error(o, 405, "use GET %s", url);
+        return srv_api_models(s, o);
+    }
+    if (r != R_CTX && !post) return srv_error(o, 405, "use POST %s", url);
+    if (r == R_CTX && !get && !post && !del) return srv_error(o, 405, "%s is not a method of %s", method, url);
+    json_t *body = NULL;
+    if (post) {
+        json_error_t je;
+        if (!body_len && r != R_CTX) return srv_error(o, 400, "the request body must be a JSON object");
+        body = !body_len ? json_object() : json_loadb(body_text, body_len, JSON_REJECT_DUPLICATES, &je);
+        if (!body) return srv_error(o, 400, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+        if (!json_is_object(body)) {
+            json_decref(body);
+            return srv_error(o, 400, "the request body must be a JSON object");
+        }
+    }
+    switch (r) {
+    case R_CHAT: srv_api_completions(s, body, true, sc, o); break;
+    case R_COMPL: srv_api_completions(s, body, false, sc, o); break;
+    case R_TOK: srv_api_tokenize(s, body, o); break;
+    case R_DETOK: srv_api_detokenize(s, body, o); break;
+    case R_CTX: srv_api_contexts(s, method, url + 12, body, sc, o); break;
+    default: break;
+    }
+    json_decref(body);
+}
+
+static bool pick_template(srv *s, const char *model_path) {
+    if (s->o.chat_template) {
+        s->tpl = pkv_tpl_from_name(s->o.chat_template);
+        if (s->tpl == PKV_TPL_NONE) {
+            fprintf(stderr, "pagekv serve: --chat-template '%s' is not a known family (one of: %s)\n",
+                    s->o.chat_template, pkv_tpl_names());
+            return false;
+        }
+    } else if (model_path) {
+        pkv_gguf *gf = pkv_gguf_open(model_path);
+        const char *t = NULL;
+        size_t n = 0;
+        if (gf && pkv_gguf_get_str(gf, "tokenizer.chat_template", &t, &n) == PKV_OK) {
+            s->tpl = pkv_tpl_detect(t, n);
+            if (s->tpl == PKV_TPL_NONE) {
+                fprintf(stderr,
+                        "pagekv serve: the model's chat template (tokenizer.chat_template, %zu bytes, starting "
+                        "\"%.60s\") matches none of the families pagekv renders; start with --chat-template NAME "
+                        "(one of: %s)\n",
+                        n, t, pkv_tpl_names());
+                pkv_gguf_close(gf);
+                return false;
+            }
+        }
+        pkv_gguf_close(gf);
+    }
+    /* End-of-turn texts that are one token of the vocabulary stop generation. */
+    const char *const *ends = pkv_tpl_end_texts(s->tpl);
+    for (int i = 0; ends[i] && s->n_stop_ids < 16; i++) {
+        int32_t ids[4];
+        size_t n = 0;
+        if (pkv_model_tokenize(s->m, ends[i], strlen(ends[i]), false, true, ids, 4, &n) == PKV_OK && n == 1)
+            s->stop_ids[s->n_stop_ids++] = ids[0];
+    }
+    return true;
+}
+
+static uint64_t page_bytes(pkv_model *m, const pkv_cli_model_opts *mo) {
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.page_size = mo->page_size;
+    cp.kv_type = (pkv_type)mo->kv_type;
+    cp.kv_type_v = (pkv_type)mo->kv_type_v;
+    cp.n_ctx = 1;
+    cp.n_pages = 1;
+    cp.host_pages = 1;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    if (!c) return 0;
+    const pkv_kv_layout *l = pkv_kv_cache_layout(c);
+    uint64_t b = 0;
+    for (int i = 0; i < pkv_kv_layout_n_layers(l); i++) {
+        pkv_kv_layer_info li;
+        if (pkv_kv_layout_layer(l, i, &li) == PKV_OK) b += li.k_page_bytes + li.v_page_bytes;
+    }
+    pkv_kv_cache_free(c);
+    return b;
+}
+
+/* ---------------------------------------------------------------- startup */
+
+bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
+    const pkv_serve_opts *so = &s->o;
+    pthread_mutex_init(&s->mu, NULL);
+    s->created = (int64_t)time(NULL);
+    pkv_model_get_info(s->m, &s->info);
+    if (!s->info.has_vocab) {
+        fprintf(stderr, "pagekv serve: the model has no vocabulary (tokenizer.ggml.model = none): the server needs text\n");
+        return false;
+    }
+    if (!pick_template(s, model_path)) return false;
+    {
+        const char *base = model_path ? strrchr(model_path, '/') : NULL;
+        snprintf(s->model_id, sizeof s->model_id, "%s",
+                 so->alias ? so->alias : model_path ? (base ? base + 1 : model_path) : "pagekv-builtin");
+    }
+    uint64_t pb = s->page_bytes = page_bytes(s->m, mo);
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = mo->n_ctx;
+    cp.page_size = mo->page_size;
+    cp.kv_type = (pkv_type)mo->kv_type;
+    cp.kv_type_v = (pkv_type)mo->kv_type_v;
+    cp.n_seq_max = so->parallel;
+    if (so->kv_pages) cp.n_pages = so->kv_pages;
+    else if (so->kv_mem_mib && pb) cp.n_pages = (int64_t)(((uint64_t)so->kv_mem_mib << 20) / pb);
+    if (so->swap_mem_mib && pb) cp.host_pages = (int64_t)(((uint64_t)so->swap_mem_mib << 20) / pb);
+    if ((so->kv_mem_mib && cp.n_pages < 1) || (so->swap_mem_mib && cp.host_pages < 1)) {
+        fprintf(stderr, "pagekv serve: --kv-mem/--swap-mem hold no page (one page is %llu bytes)\n",
+                (unsigned long long)pb);
+        return false;
+    }
+    srv_gen_params gp = {.parallel = so->parallel, .batch_tokens = so->batch_tokens, .queue = so->queue,
+                         .max_contexts = so->max_contexts, .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
+    pkv_engine *eng = NULL;
+    if (!so->simple) {
+        pkv_engine_params ep = pkv_engine_default_params();
+        ep.cache = cp;
+        ep.max_seqs = so->parallel;
+        ep.max_batch_tokens = so->batch_tokens;
+        if (!(eng = pkv_engine_create(s->m, ep))) {
+            fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
+            return false;
+        }
+        s->c = pkv_engine_cache(eng);
+    } else if (!(s->c = pkv_model_cache_create(s->m, cp))) {
+        fprintf(stderr, "pagekv serve: cannot create the KV cache: %s\n", pkv_errmsg());
+        return false;
+    }
+    {
+        pkv_context *probe = pkv_context_create(s->m, s->c, mo->n_ctx);
+        s->n_ctx = probe ? pkv_context_n_ctx(probe) : 0;
+        pkv_context_free(probe);
+    }
+    gp.n_ctx = s->n_ctx;
+    s->g = eng ? srv_gen_create_engine(eng, gp) : srv_gen_create(s->m, s->c, gp);
+    if (!s->g) {
+        fprintf(stderr, "pagekv serve: cannot start the worker thread\n");
+        if (!eng) pkv_kv_cache_free(s->c);
+        s->c = NULL; /* srv_gen_create_engine freed the engine and its cache */
+        return false;
+    }
+    return true;
+}
+
+void srv_stop(srv *s) {
+    srv_gen_free(s->g); /* the engine backend: frees the engine and its cache too */
+    if (s->o.simple) pkv_kv_cache_free(s->c);
+    s->g = NULL;
+    s->c = NULL;
+    pthread_mutex_destroy(&s->mu);
+}
