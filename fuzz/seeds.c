@@ -9,6 +9,8 @@
  *                     scripts, invalid UTF-8, special-token text) behind each
  *                     tokenizer selector, and a few input-made vocabularies
  *   <dir>/sampler/    params and logits in the harness's layout
+ *   <dir>/server/     request sequences of every endpoint (completions, chat,
+ *                     streams, tokenize, the contexts API, bad requests)
  * Usage: pkv-fuzz-seeds DIR. Small files only (the largest gguf is ~150 KB);
  * nothing here is committed: `make fuzz-corpus` regenerates it. */
 #include "fuzz-common.h"
@@ -270,6 +272,64 @@ static void smp_seeds(void) {
     }
 }
 
+/* ---------------------------------------------------------------- server */
+
+/* One input of fuzz-server: requests "selector byte + body", NUL separated. */
+static void server_input(const char *name, int n, const int *sel, const char *const *body) {
+    char buf[4096];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = strlen(body[i]);
+        if (len + b + 2 > sizeof buf) exit(1);
+        if (i) buf[len++] = 0;
+        buf[len++] = (char)sel[i];
+        memcpy(buf + len, body[i], b);
+        len += b;
+    }
+    put("server", name, NULL, 0, buf, len);
+}
+
+static void server_seeds(void) {
+    mkdir_p("server");
+    /* selectors: see fuzz/fuzz-server.c (low 4 bits: endpoint; bits 4-6: template or context) */
+    enum { CHAT = 0, COMPL = 1, TOK = 2, DETOK = 3, CREATE = 4, LIST = 5, INFO = 6, FORK = 7, APPEND = 8,
+           TRUNC = 9, GEN = 10, DEL = 11, MODELS = 12, METRICS = 13, HEALTH = 14, RAW = 15 };
+    static const struct {
+        const char *name;
+        int n;
+        int sel[8];
+        const char *body[8];
+    } in[] = {
+        {"completion", 1, {COMPL}, {"{\"prompt\":\"hello world\",\"max_tokens\":8,\"temperature\":0}"}},
+        {"completion-simple", 1, {COMPL | 0x80}, {"{\"prompt\":\"hello\",\"max_tokens\":4,\"seed\":3,\"top_k\":5}"}},
+        {"completion-ids", 1, {COMPL}, {"{\"prompt\":[1,2,3,250],\"max_tokens\":3,\"logprobs\":3,\"n\":2}"}},
+        {"completion-stream", 1, {COMPL},
+         {"{\"prompt\":\"a b c\",\"max_tokens\":6,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+          "\"stop\":[\"e\",\"xy\"],\"top_p\":0.9,\"min_p\":0.05,\"presence_penalty\":0.5}"}},
+        {"chat-chatml", 1, {CHAT | 0x10},
+         {"{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}],"
+          "\"max_tokens\":5,\"temperature\":0}"}},
+        {"chat-llama3-stream", 1, {CHAT | 0x20},
+         {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}],\"stream\":true,"
+          "\"max_completion_tokens\":4,\"logprobs\":true,\"top_logprobs\":2,\"n\":3}"}},
+        {"chat-notemplate", 1, {CHAT | 0x80}, {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"}},
+        {"tokenize", 2, {TOK, DETOK},
+         {"{\"content\":\"<|im_start|>hello\",\"with_pieces\":true,\"add_special\":false}", "{\"tokens\":[1,2,299]}"}},
+        {"contexts", 8, {CREATE, FORK, APPEND | 0x10, GEN | 0x10, TRUNC, INFO | 0x10, LIST, DEL},
+         {"{\"prompt\":\"once upon a time\"}", "{}", "{\"text\":\" there was\"}",
+          "{\"max_tokens\":4,\"temperature\":0}", "{\"n_tokens\":2}", "", "", ""}},
+        {"contexts-stream", 3, {CREATE, GEN, GEN | 0x60},
+         {"{\"tokens\":[5,6,7,8,9]}", "{\"max_tokens\":5,\"stream\":true,\"seed\":1}", "{\"max_tokens\":1}"}},
+        {"misc", 4, {MODELS, METRICS, HEALTH, RAW},
+         {"", "", "", "POST /v1/completions\n{\"prompt\":\"x\",\"max_tokens\":2}"}},
+        {"raw-context", 2, {RAW, RAW}, {"POST /v1/contexts\n{\"prompt\":\"abc\"}", "GET /v1/contexts/ctx-1\n"}},
+        {"bad", 3, {COMPL, COMPL, CHAT | 0x10},
+         {"{\"prompt\":\"x\",\"prompt\":\"y\"}", "{\"prompt\":\"x\",\"temperature\":7,\"logit_bias\":{\"1\":2}}",
+          "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}"}},
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) server_input(in[i].name, in[i].n, in[i].sel, in[i].body);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -282,6 +342,7 @@ int main(int argc, char **argv) {
     kv_seeds();
     tok_seeds();
     smp_seeds();
+    server_seeds();
     printf("pkv-fuzz-seeds: %d files under %s\n", g_files, g_dir);
     return 0;
 }

@@ -20,24 +20,6 @@
 #include "model/gguf.h"
 #include "server/server-http.h"
 
-pkv_serve_opts pkv_serve_default_opts(void) {
-    pkv_serve_opts o;
-    memset(&o, 0, sizeof o);
-    o.host = "127.0.0.1";
-    o.port = 8080;
-    o.parallel = 4;
-    o.max_body = 1u << 20;
-    o.max_header = 64u << 10;
-    o.max_conns = 256;
-    o.queue = 64;
-    o.timeout_s = 30;
-    o.max_contexts = 256;
-    o.ctx_swap_s = 300;
-    o.ctx_ttl_s = 3600;
-    o.max_tokens_default = 16;
-    return o;
-}
-
 /* ------------------------------------------------------------------- HTTP */
 
 /* srv_conn's hook: the idle timeout of a libmicrohttpd connection. */
