@@ -191,8 +191,8 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
 }
 
 int main(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512"};
-    for (int p = 0; p < 3; p++) {
+    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
+    for (int p = 0; p < 4; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         test_shape(paths[p], PKV_TYPE_F16, PKV_TYPE_F16, 8, 2, 64);
         test_shape(paths[p], PKV_TYPE_F32, PKV_TYPE_F32, 8, 2, 64);

@@ -397,8 +397,8 @@ static void test_bad_path(void) {
 }
 
 static void test_paths(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512"};
-    for (int i = 0; i < 3; i++) {
+    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
+    for (int i = 0; i < 4; i++) {
         setenv("PKV_CPU_PATH", paths[i], 1);
         pkv_device_params dp = pkv_device_default_params();
         dp.n_threads = 2;
@@ -411,31 +411,38 @@ static void test_paths(void) {
     unsetenv("PKV_CPU_PATH");
 }
 
-/* Results do not depend on the thread count: bitwise equal with 1 and 3 threads. */
+/* Results do not depend on the thread count: bitwise equal with 1 and 3 threads
+ * (q4_0, and q8_0, which takes the amx path where the CPU has AMX: 200 rows are
+ * 12 groups of 16 split over the tasks and a tail of 8). */
 static void test_threads_deterministic(void) {
     enum { R = 200, C = 512, N = 5 };
     static float w[R * C], x[N * C], y1[N * R], y3[N * R];
     static uint8_t wq[R * C];
     fill(w, R * C, 1.0f);
     fill(x, N * C, 1.0f);
-    const size_t rb = pkv_type_row_bytes(PKV_TYPE_Q4_0, C);
-    for (int r = 0; r < R; r++) pkv_quantize_row(PKV_TYPE_Q4_0, w + r * C, wq + r * rb, C);
-    for (int th = 1; th <= 3; th += 2) {
-        pkv_device_params dp = pkv_device_default_params();
-        dp.n_threads = th;
-        pkv_device *dev = pkv_device_open("cpu", dp);
-        NEED(dev);
-        pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0), *by = upload(dev, NULL, sizeof y1, 0);
-        NEED(bw && bx && by);
-        pkv_k_matmul_args a = {pkv_tref_make(bw, 0), PKV_TYPE_Q4_0, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), N};
-        CHECK_OK(pkv_k_matmul(dev, &a));
-        CHECK_OK(pkv_buffer_read(by, 0, th == 1 ? y1 : y3, sizeof y1));
-        pkv_buffer_free(bw);
-        pkv_buffer_free(bx);
-        pkv_buffer_free(by);
-        pkv_device_close(dev);
+    static const pkv_type types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q8_0};
+    for (int t = 0; t < 2; t++) {
+        const pkv_type ty = types[t];
+        const size_t rb = pkv_type_row_bytes(ty, C);
+        for (int r = 0; r < R; r++) pkv_quantize_row(ty, w + r * C, wq + r * rb, C);
+        for (int th = 1; th <= 3; th += 2) {
+            pkv_device_params dp = pkv_device_default_params();
+            dp.n_threads = th;
+            pkv_device *dev = pkv_device_open("cpu", dp);
+            NEED(dev);
+            pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0),
+                       *by = upload(dev, NULL, sizeof y1, 0);
+            NEED(bw && bx && by);
+            pkv_k_matmul_args a = {pkv_tref_make(bw, 0), ty, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), N};
+            CHECK_OK(pkv_k_matmul(dev, &a));
+            CHECK_OK(pkv_buffer_read(by, 0, th == 1 ? y1 : y3, sizeof y1));
+            pkv_buffer_free(bw);
+            pkv_buffer_free(bx);
+            pkv_buffer_free(by);
+            pkv_device_close(dev);
+        }
+        CHECK_MEM(y1, y3, sizeof y1);
     }
-    CHECK_MEM(y1, y3, sizeof y1);
 }
 
 /* A matmul row's result does not depend on the batch: each of N x rows computed
@@ -445,16 +452,17 @@ static void test_threads_deterministic(void) {
  * rows and x rows that do not fill the register tiles and a column tail, on
  * every path and weight type (fork == replay relies on this). */
 static void test_batch_deterministic(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512"};
+    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static const int sizes[] = {1, 3, 4, 5, 8, 9, 16, 17, 64};
-    enum { R = 13, N = 64, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows */
+    enum { R = 37, N = 64, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows; R: two groups of
+                                          * 16 rows of the amx path and a tail */
     static float w[R * CMAX], x[N * CMAX], yb[N * R], ya[N * R], ref[N * R];
     static uint8_t wq[R * CMAX * 4];
     fill(w, R * CMAX, 1.0f);
     fill(x, N * CMAX, 1.0f);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 4; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         pkv_device_params dp = pkv_device_default_params();
         dp.n_threads = 2;
@@ -505,7 +513,7 @@ static void test_batch_deterministic(void) {
  * positions), all bitwise equal to the same rows rotated one call per row on
  * the generic path (scalar conversions), and close to the reference. */
 static void test_rope_paths(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512"};
+    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
     enum { NR = 9, H = 3, D = 40 };
     static const int32_t pos[NR] = {5, 5, 5, -3, -3, 70000, 5, 0, 123456};
     static float x0[NR * H * D], want[NR * H * D];
@@ -531,7 +539,7 @@ static void test_rope_paths(void) {
             a.neox = neox;
             a.freq_base = 10000.0f;
             a.freq_scale = 1.0f;
-            for (int p = 0; p < 3; p++) {
+            for (int p = 0; p < 4; p++) {
                 setenv("PKV_CPU_PATH", paths[p], 1);
                 pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
                 NEED(dev);
@@ -592,7 +600,7 @@ static void test_rope_paths(void) {
 /* set_rows to f16 rounds exactly as pkv_f32_to_f16 on every path (vectorized
  * where the path has F16C): ties, subnormals, overflow, infinities, NaN. */
 static void test_set_rows_f16_paths(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512"};
+    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
     enum { E = 37 };
     float src[2 * E];
     fill(src, 2 * E, 3.0f);
@@ -602,7 +610,7 @@ static void test_set_rows_f16_paths(void) {
     uint16_t want[2 * E], got[2 * E];
     for (int e = 0; e < 2 * E; e++) want[e] = pkv_f32_to_f16(src[e]);
     const int32_t idx[2] = {1, 0};
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 4; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
         NEED(dev);

@@ -10,8 +10,9 @@
  *
  * Instruction-set path: the matmul inner products come from one of the tables
  * in cpu-dots.h (attention's from the matching one of cpu-attention.h), chosen
- * at EVERY kernel call: the best the CPU supports (avx512 > avx2 > generic), or
- * the one named by the environment variable PKV_CPU_PATH=generic|avx2|avx512. Reading it per call lets a test
+ * at EVERY kernel call: the best the CPU supports (amx > avx512 > avx2 > generic;
+ * amx is avx512 with q8_0 matmuls on AMX tiles, cpu-amx.c), or the one named by
+ * the environment variable PKV_CPU_PATH=generic|avx2|avx512|amx. Reading it per call lets a test
  * setenv() between calls; an unavailable path falls back to the next best with
  * one warning in the log.
  *
@@ -25,6 +26,7 @@
 #include "device/cpu/cpu-impl.h"
 
 #include "base/quant.h"
+#include "device/cpu/cpu-amx.h"
 #include "device/cpu/cpu-attention.h"
 #include "device/cpu/cpu-dots.h"
 
@@ -76,9 +78,10 @@ static void avx512_init(void) {
 }
 #endif
 
-static const pkv_cpu_dots *dots_select(void) {
+/* The path for this call: 0 generic, 1 avx2, 2 avx512, 3 amx. */
+static int path_select(void) {
     const char *env = getenv("PKV_CPU_PATH");
-    int want = 2; /* 0 generic, 1 avx2, 2 avx512 */
+    int want = 3;
     if (env && *env) {
         if (strcmp(env, "generic") == 0)
             want = 0;
@@ -86,15 +89,21 @@ static const pkv_cpu_dots *dots_select(void) {
             want = 1;
         else if (strcmp(env, "avx512") == 0)
             want = 2;
+        else if (strcmp(env, "amx") == 0)
+            want = 3;
         else if (!atomic_exchange(&g_warned_unknown, 1))
-            PKV_WARN("PKV_CPU_PATH=%s is not one of generic, avx2, avx512; using the best available", env);
+            PKV_WARN("PKV_CPU_PATH=%s is not one of generic, avx2, avx512, amx; using the best available", env);
     }
-    int have = have_avx512() ? 2 : have_avx2() ? 1 : 0;
+    int have = have_avx512() ? (pkv_cpu_amx_available() ? 3 : 2) : have_avx2() ? 1 : 0;
+    static const char *const names[] = {"generic", "avx2", "avx512", "amx"};
     if (env && *env && want > have && !atomic_exchange(&g_warned_missing, 1))
-        PKV_WARN("PKV_CPU_PATH=%s: this CPU lacks it; using %s", env, have == 2 ? "avx512" : have == 1 ? "avx2" : "generic");
-    int use = PKV_MIN(want, have);
+        PKV_WARN("PKV_CPU_PATH=%s: this CPU (or kernel) lacks it; using %s", env, names[have]);
+    return PKV_MIN(want, have);
+}
+
+static const pkv_cpu_dots *dots_for(int use) {
 #ifdef PKV_CPU_X86
-    if (use == 2) {
+    if (use >= 2) {
         pthread_once(&g_avx512_once, avx512_init);
         return &g_avx512_full;
     }
@@ -103,6 +112,8 @@ static const pkv_cpu_dots *dots_select(void) {
     (void)use;
     return &pkv_cpu_dots_generic;
 }
+
+static const pkv_cpu_dots *dots_select(void) { return dots_for(path_select()); }
 
 static pkv_qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
     switch (t) {
@@ -182,12 +193,19 @@ typedef struct {
     const float *x;                /* f32 [n][cols] */
     const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
     const pkv_q8z *xz;             /* [n][(cols/32 + 1)/2], q8_0 with q8_0z */
+    const pkv_amx_xb *xa;          /* [ceil(n/16)][cols/32], q8_0 on the amx path */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
 
 static void mm_task(int ti, int n_tasks, void *arg) {
     const mm_job *j = arg;
     int64_t r0, r1;
+    if (j->xa) { /* whole groups of 16 weight rows per task */
+        range((j->rows + 15) / 16, ti, n_tasks, &r0, &r1);
+        pkv_amx_q8_0_rows(j->w, j->rb, r0 * 16, PKV_MIN(j->rows, r1 * 16), j->cols / 32, j->xq, j->xa, j->n, j->y,
+                          j->rows);
+        return;
+    }
     range(j->rows, ti, n_tasks, &r0, &r1);
     const int64_t xb = j->cols / 32, wb = j->cols / (int64_t)pkv_type_block_elems(j->wt);
     const pkv_qdot_fn qd = qdot(j->dots, j->wt);
@@ -309,7 +327,8 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     if (a->wtype == PKV_TYPE_F32 || a->wtype == PKV_TYPE_F16 || a->wtype == PKV_TYPE_BF16)
         TRY(aligned(c, "matmul", "w", a->w, pkv_type_block_bytes(a->wtype)));
     mm_job j = {0};
-    j.dots = dots_select();
+    const int path = path_select();
+    j.dots = dots_for(path);
     j.w = pkv_cpu_ptr(a->w);
     j.wt = a->wtype;
     j.rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols);
@@ -332,6 +351,19 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
         j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
+        if (a->wtype == PKV_TYPE_Q8_0 && path == 3) {
+            pkv_amx_xb *xa = pkv_malloc((size_t)((a->n + 15) / 16) * (size_t)nb * sizeof *xa);
+            if (!xa) {
+                pkv_free(xq);
+                return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to lay out %lld activation rows", c->name, (long long)a->n);
+            }
+            pkv_amx_x_layout(xq, a->n, nb, xa);
+            j.xa = xa;
+            pkv_pool_run(c->pool, n_tasks, mm_task, &j);
+            pkv_free(xa);
+            pkv_free(xq);
+            return PKV_OK;
+        }
         if (a->wtype == PKV_TYPE_Q8_0 && j.dots->q8_0z && j.dots->q8z) {
             xz = pkv_malloc((size_t)a->n * (size_t)((nb + 1) / 2) * sizeof *xz);
             if (!xz) {
