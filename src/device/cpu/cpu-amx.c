@@ -55,9 +55,10 @@ bool pkv_cpu_amx_available(void) {
     return g_amx;
 }
 
-/* The tile configuration (palette 1): tile 0 = P (16 rows x 16 int32), tile 1 =
- * A (16 weight rows x 32 bytes), tile 2 = B (8 rows x 64 bytes: 4 bytes of each
- * of 16 activation rows). */
+/* The tile configuration (palette 1): tiles 0, 1 = P (16 rows x 16 int32),
+ * 2, 3 = A (16 weight rows x 32 bytes), 4, 5 = B (8 rows x 64 bytes: 4 bytes of
+ * each of 16 activation rows); two of each so that the tile unit computes the
+ * next block while the vector units scale the last one. */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -68,9 +69,11 @@ AMX_T static void cfg_load(int cols) { /* cols: activation rows in B and P, 16 o
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    cfg.colsb[0] = (uint16_t)(4 * cols), cfg.rows[0] = 16;
-    cfg.colsb[1] = 32, cfg.rows[1] = 16;
-    cfg.colsb[2] = (uint16_t)(4 * cols), cfg.rows[2] = 8;
+    for (int t = 0; t < 2; t++) { /* two of each: block b in tiles 0/2/4, block b+1 in 1/3/5 */
+        cfg.colsb[0 + t] = (uint16_t)(4 * cols), cfg.rows[0 + t] = 16;
+        cfg.colsb[2 + t] = 32, cfg.rows[2 + t] = 16;
+        cfg.colsb[4 + t] = (uint16_t)(4 * cols), cfg.rows[4 + t] = 8;
+    }
     _tile_loadconfig(&cfg);
 }
 
@@ -103,25 +106,47 @@ AMX_T static float tail_dot(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     return acc;
 }
 
-/* 16 weight rows at w (stride rb) against one group of 16 activation rows. */
+/* 16 weight rows at w (stride rb) against one group of 16 activation rows.
+ * Blocks go through the tiles in pairs (even block: tiles 0/2/4, odd: 1/3/5),
+ * the dot of the next block issued before the scaling of the current one; the
+ * scaling itself runs block after block in order. */
+#define AMX_DOT(tp, ta, tb, blk)                                                                                   \
+    do {                                                                                                           \
+        _tile_zero(tp);                                                                                            \
+        _tile_loadd(ta, w + (blk) * 34 + 2, (long)rb);                                                             \
+        _tile_loadd(tb, xg[blk].q, 64);                                                                            \
+        _tile_dpbssd(tp, ta, tb);                                                                                  \
+    } while (0)
+
+AMX_T static inline void scale16(__m512 *acc, const int32_t (*p)[16], const pkv_amx_xb *xb, const float *dw) {
+    const __m512 dx = _mm512_loadu_ps(xb->d);
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p[m])), _mm512_mul_ps(dx, _mm512_set1_ps(dw[m])),
+                                 acc[m]);
+}
+
 AMX_T static void group16(const uint8_t *w, size_t rb, int64_t nb, const pkv_amx_xb *xg, const float *dwf, int nx,
-                          float *y, int64_t ys) {
-    __m512 acc[16];
+                          float *y, int64_t ys, const pkv_amx_xb *next) {
+    __m512 acc[16]; /* in registers: every loop over m is unrolled */
+#pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
-    int32_t p[16][16] __attribute__((aligned(64)));
-    for (int64_t b = 0; b < nb; b++) {
-        _tile_zero(0);
-        _tile_loadd(1, w + b * 34 + 2, (long)rb);
-        _tile_loadd(2, xg[b].q, 64);
-        _tile_dpbssd(0, 1, 2);
-        _tile_stored(0, p, 64);
-        const __m512 dx = _mm512_loadu_ps(xg[b].d);
-        const float *dw = dwf + b * 16;
-        for (int m = 0; m < 16; m++)
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p[m])), _mm512_mul_ps(dx, _mm512_set1_ps(dw[m])),
-                                     acc[m]);
+    int32_t p0[16][16] __attribute__((aligned(64))), p1[16][16] __attribute__((aligned(64)));
+    AMX_DOT(0, 2, 4, 0);
+    for (int64_t b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) AMX_DOT(1, 3, 5, b + 1);
+        if (next) /* the next group's tiles B, two blocks ahead of their use */
+            for (int k = 0; k < (int)(2 * sizeof *next); k += 64) _mm_prefetch((const char *)(next + b) + k, _MM_HINT_T0);
+        _tile_stored(0, p0, 64);
+        if (b + 2 < nb) AMX_DOT(0, 2, 4, b + 2);
+        scale16(acc, (const int32_t(*)[16])p0, xg + b, dwf + b * 16);
+        if (b + 1 < nb) {
+            _tile_stored(1, p1, 64);
+            scale16(acc, (const int32_t(*)[16])p1, xg + b + 1, dwf + (b + 1) * 16);
+        }
     }
     float t[16][16] __attribute__((aligned(64)));
+#pragma GCC unroll 16
     for (int m = 0; m < 16; m++) _mm512_store_ps(t[m], acc[m]);
     for (int n = 0; n < nx; n++)
         for (int m = 0; m < 16; m++) y[n * ys + m] = t[m][n];
@@ -133,18 +158,23 @@ AMX_T static void group16(const uint8_t *w, size_t rb, int64_t nb, const pkv_amx
 AMX_T static void group16_one(const uint8_t *w, size_t rb, int64_t nb, const pkv_amx_xb *xg, const float *dwf,
                               float *y) {
     __m512 acc = _mm512_setzero_ps();
-    int32_t p[16] __attribute__((aligned(64)));
-    for (int64_t b = 0; b < nb; b++) {
-        _tile_zero(0);
-        _tile_loadd(1, w + b * 34 + 2, (long)rb);
-        _tile_loadd(2, xg[b].q, 64);
-        _tile_dpbssd(0, 1, 2);
-        _tile_stored(0, p, 4);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p)),
+    int32_t p0[16] __attribute__((aligned(64))), p1[16] __attribute__((aligned(64)));
+    AMX_DOT(0, 2, 4, 0);
+    for (int64_t b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) AMX_DOT(1, 3, 5, b + 1);
+        _tile_stored(0, p0, 4);
+        if (b + 2 < nb) AMX_DOT(0, 2, 4, b + 2);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p0)),
                               _mm512_mul_ps(_mm512_set1_ps(xg[b].d[0]), _mm512_loadu_ps(dwf + b * 16)), acc);
+        if (b + 1 < nb) {
+            _tile_stored(1, p1, 4);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p1)),
+                                  _mm512_mul_ps(_mm512_set1_ps(xg[b + 1].d[0]), _mm512_loadu_ps(dwf + (b + 1) * 16)), acc);
+        }
     }
     _mm512_storeu_ps(y, acc);
 }
+#undef AMX_DOT
 
 AMX_T void pkv_amx_q8_0_rows(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t nb, const pkv_q8a *xq,
                              const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys) {
@@ -167,7 +197,8 @@ AMX_T void pkv_amx_q8_0_rows(const uint8_t *w, size_t rb, int64_t r0, int64_t r1
                 group16_one(wr, rb, nb, xa, dwf, y + r);
             else
                 for (int64_t g = 0; g < groups; g++)
-                    group16(wr, rb, nb, xa + g * nb, dwf, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys + r, ys);
+                    group16(wr, rb, nb, xa + g * nb, dwf, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys + r, ys,
+                            g + 1 < groups ? xa + (g + 1) * nb : NULL);
         }
         _tile_release();
     }
