@@ -30,7 +30,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX_T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AMX_T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 static bool g_amx;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
@@ -86,63 +86,124 @@ void pkv_amx_x_layout(const pkv_q8a *x, int64_t n, int64_t nb, pkv_amx_xb *out) 
             for (int k = 0; k < 16 && g * 16 + k < n; k++) {
                 const pkv_q8a *xb = x + (g * 16 + k) * nb + b;
                 o->d[k] = xb->d;
+                o->ds[k] = xb->ds;
                 for (int q = 0; q < 8; q++) memcpy(o->q + q * 64 + k * 4, xb->qs + q * 4, 4);
             }
         }
 }
 
-/* The formula of the file comment for one weight row and one activation row
- * (the scale converted by the same instruction as the tiles' scales). */
-AMX_T static float tail_dot(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+/* ------------------------------------------------------------ the formula */
+
+/* Per output element and block (q8_0) or sub-block (q4_k) b, in order:
+ *     acc = fma((float)P[b], dx[b] * ws[b], acc)           ws: the weight scale
+ *     acc = fma(wm[b], ds[b], acc)           (q4_k only)   wm: -(dmin * min)
+ * with P the exact int32 dot of the block's weight quants (q4_k: 0..15) and
+ * activation quants, ds the activation block's d * (sum of its quants). */
+enum { K_Q8_0, K_Q4_K };
+
+static void scale_min(int j, const uint8_t *q, int *sc, int *m) { /* q4_k's 6-bit pairs (quant.c) */
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* One weight row against one activation row, scalar (rows that do not fill a
+ * group of 16; the scales converted by the instruction the groups use). */
+AMX_T static float tail_dot(int kind, const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++, w += 34) {
+    if (kind == K_Q8_0) {
+        for (int64_t b = 0; b < nb; b++, w += 34) {
+            int32_t p = 0;
+            const int8_t *qw = (const int8_t *)(w + 2);
+            for (int k = 0; k < 32; k++) p += (int32_t)qw[k] * (int32_t)x[b].qs[k];
+            uint16_t h;
+            memcpy(&h, w, 2);
+            acc = fmaf((float)p, x[b].d * _cvtsh_ss(h), acc);
+        }
+        return acc;
+    }
+    for (int64_t b = 0; b < nb; b++) { /* sub-block b of super-block b / 8 */
+        const uint8_t *sb = w + (b / 8) * 144;
+        uint16_t h, hm;
+        memcpy(&h, sb, 2);
+        memcpy(&hm, sb + 2, 2);
+        const int j = (int)(b % 8);
+        int sc, mn;
+        scale_min(j, sb + 4, &sc, &mn);
+        const uint8_t *q = sb + 16 + 32 * (j / 2);
         int32_t p = 0;
-        const int8_t *qw = (const int8_t *)(w + 2);
-        for (int k = 0; k < 32; k++) p += (int32_t)qw[k] * (int32_t)x[b].qs[k];
-        uint16_t h;
-        memcpy(&h, w, 2);
-        acc = fmaf((float)p, x[b].d * _cvtsh_ss(h), acc);
+        for (int k = 0; k < 32; k++) p += (int32_t)((j & 1) ? q[k] >> 4 : q[k] & 15) * (int32_t)x[b].qs[k];
+        acc = fmaf((float)p, x[b].d * (_cvtsh_ss(h) * (float)sc), acc);
+        acc = fmaf(-(_cvtsh_ss(hm) * (float)mn), x[b].ds, acc);
     }
     return acc;
 }
 
-/* 16 weight rows at w (stride rb) against one group of 16 activation rows.
- * Blocks go through the tiles in pairs (even block: tiles 0/2/4, odd: 1/3/5),
- * the dot of the next block issued before the scaling of the current one; the
- * scaling itself runs block after block in order. */
-#define AMX_DOT(tp, ta, tb, blk)                                                                                   \
+/* A group of 16 weight rows made ready for the tiles: tile A of block b at
+ * a + b * astep (row stride as), scales ws[b*16 + m], and for q4_k the min
+ * terms wm[b*16 + m]. */
+typedef struct amx_w {
+    const uint8_t *a;
+    size_t as, astep;
+    const float *ws, *wm;
+    const uint8_t *raw; /* q4_k: the rows themselves (rb apart), for group16_one_q4_k */
+    size_t rb;
+} amx_w;
+
+/* The tiles of block blk into P tile tp: q8_0 signed x signed, q4_k unsigned
+ * weights x signed activations. */
+#define AMX_DOT(kind, tp, ta, tb, blk)                                                                             \
     do {                                                                                                           \
         _tile_zero(tp);                                                                                            \
-        _tile_loadd(ta, w + (blk) * 34 + 2, (long)rb);                                                             \
+        _tile_loadd(ta, W->a + (size_t)(blk) * W->astep, (long)W->as);                                            \
         _tile_loadd(tb, xg[blk].q, 64);                                                                            \
-        _tile_dpbssd(tp, ta, tb);                                                                                  \
+        if ((kind) == K_Q8_0)                                                                                      \
+            _tile_dpbssd(tp, ta, tb);                                                                              \
+        else                                                                                                       \
+            _tile_dpbusd(tp, ta, tb);                                                                              \
     } while (0)
 
-AMX_T static inline void scale16(__m512 *acc, const int32_t (*p)[16], const pkv_amx_xb *xb, const float *dw) {
+__attribute__((always_inline)) AMX_T static inline void scale16(const int kind, __m512 *acc, const int32_t (*p)[16],
+                                                                 const pkv_amx_xb *xb, const float *ws, const float *wm) {
     const __m512 dx = _mm512_loadu_ps(xb->d);
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++)
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p[m])), _mm512_mul_ps(dx, _mm512_set1_ps(dw[m])),
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p[m])), _mm512_mul_ps(dx, _mm512_set1_ps(ws[m])),
                                  acc[m]);
+    if (kind == K_Q4_K) {
+        const __m512 ds = _mm512_loadu_ps(xb->ds);
+#pragma GCC unroll 16
+        for (int m = 0; m < 16; m++) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(wm[m]), ds, acc[m]);
+    }
 }
 
-AMX_T static void group16(const uint8_t *w, size_t rb, int64_t nb, const pkv_amx_xb *xg, const float *dwf, int nx,
-                          float *y, int64_t ys, const pkv_amx_xb *next) {
+/* 16 weight rows against one group of 16 activation rows (lanes: activation
+ * rows). Blocks go through the tiles in pairs (even block: tiles 0/2/4, odd:
+ * 1/3/5), the dot of the next block issued before the scaling of the current
+ * one; the scaling runs block after block in order. */
+__attribute__((always_inline)) AMX_T static inline void group16(const int kind, const amx_w *W, int64_t nb,
+                                                                 const pkv_amx_xb *xg, int nx, float *y, int64_t ys,
+                                                                 const pkv_amx_xb *next) {
     __m512 acc[16]; /* in registers: every loop over m is unrolled */
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
     int32_t p0[16][16] __attribute__((aligned(64))), p1[16][16] __attribute__((aligned(64)));
-    AMX_DOT(0, 2, 4, 0);
+    AMX_DOT(kind, 0, 2, 4, 0);
     for (int64_t b = 0; b < nb; b += 2) {
-        if (b + 1 < nb) AMX_DOT(1, 3, 5, b + 1);
+        if (b + 1 < nb) AMX_DOT(kind, 1, 3, 5, b + 1);
         if (next) /* the next group's tiles B, two blocks ahead of their use */
             for (int k = 0; k < (int)(2 * sizeof *next); k += 64) _mm_prefetch((const char *)(next + b) + k, _MM_HINT_T0);
         _tile_stored(0, p0, 64);
-        if (b + 2 < nb) AMX_DOT(0, 2, 4, b + 2);
-        scale16(acc, (const int32_t(*)[16])p0, xg + b, dwf + b * 16);
+        if (b + 2 < nb) AMX_DOT(kind, 0, 2, 4, b + 2);
+        scale16(kind, acc, (const int32_t(*)[16])p0, xg + b, W->ws + b * 16, W->wm ? W->wm + b * 16 : NULL);
         if (b + 1 < nb) {
             _tile_stored(1, p1, 64);
-            scale16(acc, (const int32_t(*)[16])p1, xg + b + 1, dwf + (b + 1) * 16);
+            scale16(kind, acc, (const int32_t(*)[16])p1, xg + b + 1, W->ws + (b + 1) * 16,
+                    W->wm ? W->wm + (b + 1) * 16 : NULL);
         }
     }
     float t[16][16] __attribute__((aligned(64)));
@@ -155,66 +216,187 @@ AMX_T static void group16(const uint8_t *w, size_t rb, int64_t nb, const pkv_amx
 /* The same for one activation row (decode): tiles of one column, so P is 16
  * int32 of 16 weight rows and the lanes run over the weight rows. Per element
  * the same operations as group16. */
-AMX_T static void group16_one(const uint8_t *w, size_t rb, int64_t nb, const pkv_amx_xb *xg, const float *dwf,
-                              float *y) {
+__attribute__((always_inline)) AMX_T static inline void group16_one(const int kind, const amx_w *W, int64_t nb,
+                                                                     const pkv_amx_xb *xg, float *y, const uint8_t *next) {
     __m512 acc = _mm512_setzero_ps();
-    int32_t p0[16] __attribute__((aligned(64))), p1[16] __attribute__((aligned(64)));
-    AMX_DOT(0, 2, 4, 0);
+    int32_t p[2][16] __attribute__((aligned(64)));
+    AMX_DOT(kind, 0, 2, 4, 0);
     for (int64_t b = 0; b < nb; b += 2) {
-        if (b + 1 < nb) AMX_DOT(1, 3, 5, b + 1);
-        _tile_stored(0, p0, 4);
-        if (b + 2 < nb) AMX_DOT(0, 2, 4, b + 2);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p0)),
-                              _mm512_mul_ps(_mm512_set1_ps(xg[b].d[0]), _mm512_loadu_ps(dwf + b * 16)), acc);
-        if (b + 1 < nb) {
-            _tile_stored(1, p1, 4);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p1)),
-                                  _mm512_mul_ps(_mm512_set1_ps(xg[b + 1].d[0]), _mm512_loadu_ps(dwf + (b + 1) * 16)), acc);
+        if (b + 1 < nb) AMX_DOT(kind, 1, 3, 5, b + 1);
+        if (next) /* the next group's rows, as far along as this pair: 16 rows are 16 streams */
+            for (int m = 0; m < 16; m++) {
+                _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34, _MM_HINT_T0);
+                _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34 + 64, _MM_HINT_T0);
+            }
+        _tile_stored(0, p[0], 4);
+        if (b + 2 < nb) AMX_DOT(kind, 0, 2, 4, b + 2);
+        if (b + 1 < nb) _tile_stored(1, p[1], 4);
+        for (int h = 0; h < 2 && b + h < nb; h++) {
+            const int64_t k = b + h;
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p[h])),
+                                  _mm512_mul_ps(_mm512_set1_ps(xg[k].d[0]), _mm512_loadu_ps(W->ws + k * 16)), acc);
+            if (kind == K_Q4_K)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(xg[k].ds[0]), _mm512_loadu_ps(W->wm + k * 16), acc);
         }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+/* q4_k, one activation row (decode), without the tiles: one round trip through
+ * the tile unit per sub-block pair costs more than the work. The 16 rows sit in
+ * the lanes: a gather takes 4 packed bytes of each row (8 quants of each
+ * sub-block of the pair), vpdpbusd multiplies them by 4 activation bytes and
+ * adds into the row's lane, so 8 gathers give the pair's exact int32 dots of
+ * all 16 rows; then the same operations per element as group16. */
+AMX_T static void group16_one_q4_k(const amx_w *W, int64_t nb, const pkv_amx_xb *xg, const pkv_q8a *x, float *y,
+                                   const uint8_t *next) {
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)W->rb));
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) { /* nb is a multiple of 8 */
+        const uint8_t *q = W->raw + (size_t)(b / 8) * 144 + 16 + 32 * (size_t)((b % 8) / 2);
+        if (next && b % 8 == 0) /* the next group's super-block: 16 rows read at once are 16 streams */
+            for (int m = 0; m < 16; m++)
+                for (int l = 0; l < 144; l += 64) _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)(b / 8) * 144 + l, _MM_HINT_T0);
+        __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+        int32_t x0[8], x1[8];
+        memcpy(x0, x[b].qs, 32);
+        memcpy(x1, x[b + 1].qs, 32);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i g = _mm512_i32gather_epi32(rows, q + 4 * k, 1);
+            p0 = _mm512_dpbusd_epi32(p0, _mm512_and_si512(g, m4), _mm512_set1_epi32(x0[k]));
+            p1 = _mm512_dpbusd_epi32(p1, _mm512_and_si512(_mm512_srli_epi16(g, 4), m4), _mm512_set1_epi32(x1[k]));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_mul_ps(_mm512_set1_ps(xg[b].d[0]), _mm512_loadu_ps(W->ws + b * 16)), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(xg[b].ds[0]), _mm512_loadu_ps(W->wm + b * 16), acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1),
+                              _mm512_mul_ps(_mm512_set1_ps(xg[b + 1].d[0]), _mm512_loadu_ps(W->ws + (b + 1) * 16)), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(xg[b + 1].ds[0]), _mm512_loadu_ps(W->wm + (b + 1) * 16), acc);
     }
     _mm512_storeu_ps(y, acc);
 }
 #undef AMX_DOT
 
-AMX_T void pkv_amx_q8_0_rows(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t nb, const pkv_q8a *xq,
-                             const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys) {
+AMX_T static void run_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys,
+                           const uint8_t *next) {
     const int64_t groups = (n + 15) / 16;
-    float *dwf = malloc((size_t)nb * 16 * sizeof *dwf);
-    int64_t r = r0;
+    if (n == 1) return group16_one(K_Q8_0, W, nb, xa, y, next);
+    for (int64_t g = 0; g < groups; g++)
+        group16(K_Q8_0, W, nb, xa + g * nb, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys, ys,
+                g + 1 < groups ? xa + (g + 1) * nb : NULL);
+}
+
+AMX_T static void run_q4_k(const amx_w *W, int64_t nb, const pkv_amx_xb *xa, const pkv_q8a *xq, int64_t n, float *y,
+                           int64_t ys, const uint8_t *next) {
+    const int64_t groups = (n + 15) / 16;
+    if (n == 1) return group16_one_q4_k(W, nb, xa, xq, y, next);
+    for (int64_t g = 0; g < groups; g++)
+        group16(K_Q4_K, W, nb, xa + g * nb, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys, ys,
+                g + 1 < groups ? xa + (g + 1) * nb : NULL);
+}
+
+/* Make 16 q8_0 rows ready: tiles straight from the rows; the scales of each
+ * block with one gather (4 bytes at each block start; the low 2 are the f16). */
+AMX_T static void prep_q8_0(const uint8_t *wr, size_t rb, int64_t nb, float *ws, amx_w *W) {
     const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)rb));
-    if (dwf && r1 - r0 >= 16 && rb <= (size_t)INT32_MAX / 16) {
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i g = _mm512_i32gather_epi32(rows, wr + b * 34, 1);
+        _mm512_storeu_ps(ws + b * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+    }
+    *W = (amx_w){wr + 2, rb, 34, ws, NULL, wr, rb};
+}
+
+/* Make 16 q4_k rows ready: the sub-block scales and mins of each super-block
+ * as floats, the 16 rows in the lanes (4 gathers: d/dmin and the 12 scale
+ * bytes; then the 6-bit fields as quant.c defines them); the 4-bit quants
+ * unpacked to bytes (stg: 16 rows of nb * 32). */
+AMX_T static void prep_q4_k(const uint8_t *wr, size_t rb, int64_t nb, uint8_t *stg, float *ws, float *wm, amx_w *W) {
+    *W = (amx_w){stg, (size_t)(nb * 32), 32, ws, wm, wr, rb};
+    const int64_t cols = nb * 32, nsb = nb / 8;
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)rb));
+    const __m512i b63 = _mm512_set1_epi32(63), b15 = _mm512_set1_epi32(15), sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *sb = wr + s * 144;
+        const __m512i g0 = _mm512_i32gather_epi32(rows, sb, 1), g1 = _mm512_i32gather_epi32(rows, sb + 4, 1),
+                      g2 = _mm512_i32gather_epi32(rows, sb + 8, 1), g3 = _mm512_i32gather_epi32(rows, sb + 12, 1);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0)),
+                     dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)));
+        for (int j = 0; j < 8; j++) {
+            const int k = 8 * (j & 3); /* byte j (or j - 4) of a dword */
+            __m512i sc, mn;
+            if (j < 4) {
+                sc = _mm512_and_si512(_mm512_srli_epi32(g1, (unsigned)k), b63);
+                mn = _mm512_and_si512(_mm512_srli_epi32(g2, (unsigned)k), b63);
+            } else {
+                const __m512i hi = _mm512_srli_epi32(g3, (unsigned)k);
+                sc = _mm512_or_si512(_mm512_and_si512(hi, b15),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(g1, (unsigned)k + 6), _mm512_set1_epi32(3)), 4));
+                mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(hi, 4), b15),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(g2, (unsigned)k + 6), _mm512_set1_epi32(3)), 4));
+            }
+            _mm512_storeu_ps(ws + (s * 8 + j) * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            _mm512_storeu_ps(wm + (s * 8 + j) * 16, _mm512_castsi512_ps(_mm512_xor_si512(
+                                                         _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), sign)));
+        }
+    }
+    if (!stg) return; /* one activation row: group16_one_q4_k unpacks as it goes */
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int m = 0; m < 16; m++) {
+        const uint8_t *row = wr + (size_t)m * rb;
+        uint8_t *o = stg + m * cols;
+        for (int64_t s = 0; s < nsb; s++)
+            for (int g = 0; g < 4; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(row + s * 144 + 16 + 32 * g));
+                _mm256_storeu_si256((__m256i *)(o + s * 256 + 64 * g), _mm256_and_si256(v, m4));
+                _mm256_storeu_si256((__m256i *)(o + s * 256 + 64 * g + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            }
+    }
+}
+
+bool pkv_amx_supports(pkv_type t) { return t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_K; }
+
+AMX_T void pkv_amx_rows(pkv_type t, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t nb,
+                        const pkv_q8a *xq, const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys) {
+    const int kind = t == PKV_TYPE_Q8_0 ? K_Q8_0 : K_Q4_K;
+    float *ws = malloc((size_t)nb * 16 * sizeof *ws * 2);
+    uint8_t *stg = kind == K_Q4_K && n > 1 ? malloc((size_t)nb * 32 * 16) : NULL;
+    int64_t r = r0;
+    if (ws && (kind == K_Q8_0 || n == 1 || stg) && r1 - r0 >= 16 && rb <= (size_t)INT32_MAX / 16) {
         cfg_load(n == 1 ? 1 : 16);
         for (; r + 16 <= r1; r += 16) {
             const uint8_t *wr = w + (size_t)r * rb;
-            /* the 16 rows' scales of each block: one gather (4 bytes at each
-             * block start; the low 2 are the f16 scale) */
-            for (int64_t b = 0; b < nb; b++) {
-                const __m512i g = _mm512_i32gather_epi32(rows, wr + b * 34, 1);
-                _mm512_storeu_ps(dwf + b * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+            amx_w W;
+            if (kind == K_Q8_0) {
+                prep_q8_0(wr, rb, nb, ws, &W);
+                run_q8_0(&W, nb, xa, n, y + r, ys, r + 32 <= r1 ? wr + 16 * rb : NULL);
+            } else {
+                prep_q4_k(wr, rb, nb, stg, ws, ws + nb * 16, &W);
+                run_q4_k(&W, nb, xa, xq, n, y + r, ys, r + 32 <= r1 ? wr + 16 * rb : NULL);
             }
-            if (n == 1)
-                group16_one(wr, rb, nb, xa, dwf, y + r);
-            else
-                for (int64_t g = 0; g < groups; g++)
-                    group16(wr, rb, nb, xa + g * nb, dwf, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys + r, ys,
-                            g + 1 < groups ? xa + (g + 1) * nb : NULL);
         }
         _tile_release();
     }
-    free(dwf);
+    free(ws);
+    free(stg);
     for (; r < r1; r++) /* the rows that do not fill a group (or all, without memory for the scales) */
-        for (int64_t i = 0; i < n; i++) y[i * ys + r] = tail_dot(w + (size_t)r * rb, xq + i * nb, nb);
+        for (int64_t i = 0; i < n; i++) y[i * ys + r] = tail_dot(kind, w + (size_t)r * rb, xq + i * nb, nb);
 }
 
 #else /* no AMX on this target */
 
 bool pkv_cpu_amx_available(void) { return false; }
+bool pkv_amx_supports(pkv_type t) {
+    (void)t;
+    return false;
+}
 void pkv_amx_x_layout(const pkv_q8a *x, int64_t n, int64_t nb, pkv_amx_xb *out) {
     (void)x, (void)n, (void)nb, (void)out;
 }
-void pkv_amx_q8_0_rows(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t nb, const pkv_q8a *xq,
-                       const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys) {
-    (void)w, (void)rb, (void)r0, (void)r1, (void)nb, (void)xq, (void)xa, (void)n, (void)y, (void)ys;
+void pkv_amx_rows(pkv_type t, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t nb, const pkv_q8a *xq,
+                  const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys) {
+    (void)t, (void)w, (void)rb, (void)r0, (void)r1, (void)nb, (void)xq, (void)xa, (void)n, (void)y, (void)ys;
 }
 #endif

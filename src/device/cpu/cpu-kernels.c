@@ -193,7 +193,7 @@ typedef struct {
     const float *x;                /* f32 [n][cols] */
     const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
     const pkv_q8z *xz;             /* [n][(cols/32 + 1)/2], q8_0 with q8_0z */
-    const pkv_amx_xb *xa;          /* [ceil(n/16)][cols/32], q8_0 on the amx path */
+    const pkv_amx_xb *xa;          /* [ceil(n/16)][cols/32], q8_0 and q4_k on the amx path */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
 
@@ -202,8 +202,8 @@ static void mm_task(int ti, int n_tasks, void *arg) {
     int64_t r0, r1;
     if (j->xa) { /* whole groups of 16 weight rows per task */
         range((j->rows + 15) / 16, ti, n_tasks, &r0, &r1);
-        pkv_amx_q8_0_rows(j->w, j->rb, r0 * 16, PKV_MIN(j->rows, r1 * 16), j->cols / 32, j->xq, j->xa, j->n, j->y,
-                          j->rows);
+        pkv_amx_rows(j->wt, j->w, j->rb, r0 * 16, PKV_MIN(j->rows, r1 * 16), j->cols / 32, j->xq, j->xa, j->n, j->y,
+                     j->rows);
         return;
     }
     range(j->rows, ti, n_tasks, &r0, &r1);
@@ -351,7 +351,7 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
         j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
-        if (a->wtype == PKV_TYPE_Q8_0 && path == 3) {
+        if (path == 3 && pkv_amx_supports(a->wtype)) {
             pkv_amx_xb *xa = pkv_malloc((size_t)((a->n + 15) / 16) * (size_t)nb * sizeof *xa);
             if (!xa) {
                 pkv_free(xq);
