@@ -1,17 +1,21 @@
-/* Q8_0 matmuls on Intel AMX (the "amx" CPU path, cpu-amx.h).
+/* Q8_0 and Q4_K matmuls on Intel AMX (the "amx" CPU path, cpu-amx.h).
  *
- * The tile multiply TDPBSSD takes 16 weight rows x one 32-element block (tile A,
- * read in place from the GGUF's q8_0 rows: 32 quant bytes per row, the row
- * stride as tile stride) and 16 activation rows of the same block (tile B, laid
- * out once per call in AMX's 4-byte-interleaved form) and gives the 16 x 16
- * exact int32 block dots P. Each output pair (weight row m, activation row n)
- * then gets, block after block in order,
- *     acc = fma((float)P[m][n][b], dx[n][b] * dw[m][b], acc)
- * and y = acc: no reduction at the end. The same formula, scalar, serves weight
- * rows that do not fill a group of 16 (pkv_amx_q8_0_rows' tail) and activation
- * rows that do not fill one (their B columns are zero and their results
- * dropped), so a row's result does not depend on the batch, the thread count or
- * where a task's rows start (I5-style determinism, as the other CPU paths).
+ * The tile multiply takes 16 weight rows x one 32-element block (tile A) and
+ * 16 activation rows of the same block (tile B, laid out once per call in AMX's
+ * 4-byte-interleaved form) and gives the 16 x 16 exact int32 block dots P.
+ * q8_0: TDPBSSD, tile A read in place from the GGUF rows (32 quant bytes per
+ * row, the row stride as tile stride). q4_k: TDPBUSD on the 4-bit quants
+ * unpacked to bytes once per group of 16 rows (sub-block of 32 = block). Each
+ * output pair (weight row m, activation row n) then gets, block after block in
+ * order (the formula, also in the comment before tail_dot),
+ *     acc = fma((float)P, dx * ws, acc)        ws: the block's weight scale
+ *     acc = fma(wm, ds, acc)        q4_k only; wm = -(dmin * min), ds = dx * sum(x)
+ * and y = acc: no reduction at the end. The same formula serves weight rows
+ * that do not fill a group of 16 (scalar tail_dot), a single activation row
+ * (other kernels, same operations per element) and activation rows that do not
+ * fill a group (their B columns are zero and their results dropped), so a row's
+ * result does not depend on the batch, the thread count or where a task's rows
+ * start (I5-style determinism, as the other CPU paths; test-cpu-kernels).
  *
  * Linux lends the tile registers only after arch_prctl(ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA); pkv_cpu_amx_available asks once per process. */
@@ -213,34 +217,33 @@ __attribute__((always_inline)) AMX_T static inline void group16(const int kind, 
         for (int m = 0; m < 16; m++) y[n * ys + m] = t[m][n];
 }
 
-/* The same for one activation row (decode): tiles of one column, so P is 16
- * int32 of 16 weight rows and the lanes run over the weight rows. Per element
- * the same operations as group16. */
-__attribute__((always_inline)) AMX_T static inline void group16_one(const int kind, const amx_w *W, int64_t nb,
-                                                                     const pkv_amx_xb *xg, float *y, const uint8_t *next) {
+/* q8_0, one activation row (decode): tiles of one column, so P is 16 int32 of
+ * 16 weight rows and the lanes run over the weight rows. Per element the same
+ * operations as group16. (Gathers as in the q4_k one below measured slower
+ * here: 8 per 32-element block instead of per 64.) */
+AMX_T static void group16_one_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb *xg, float *y, const uint8_t *next) {
     __m512 acc = _mm512_setzero_ps();
     int32_t p[2][16] __attribute__((aligned(64)));
-    AMX_DOT(kind, 0, 2, 4, 0);
+    AMX_DOT(K_Q8_0, 0, 2, 4, 0);
     for (int64_t b = 0; b < nb; b += 2) {
-        if (b + 1 < nb) AMX_DOT(kind, 1, 3, 5, b + 1);
+        if (b + 1 < nb) AMX_DOT(K_Q8_0, 1, 3, 5, b + 1);
         if (next) /* the next group's rows, as far along as this pair: 16 rows are 16 streams */
             for (int m = 0; m < 16; m++) {
                 _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34, _MM_HINT_T0);
                 _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34 + 64, _MM_HINT_T0);
             }
         _tile_stored(0, p[0], 4);
-        if (b + 2 < nb) AMX_DOT(kind, 0, 2, 4, b + 2);
+        if (b + 2 < nb) AMX_DOT(K_Q8_0, 0, 2, 4, b + 2);
         if (b + 1 < nb) _tile_stored(1, p[1], 4);
         for (int h = 0; h < 2 && b + h < nb; h++) {
             const int64_t k = b + h;
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p[h])),
                                   _mm512_mul_ps(_mm512_set1_ps(xg[k].d[0]), _mm512_loadu_ps(W->ws + k * 16)), acc);
-            if (kind == K_Q4_K)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(xg[k].ds[0]), _mm512_loadu_ps(W->wm + k * 16), acc);
         }
     }
     _mm512_storeu_ps(y, acc);
 }
+
 /* q4_k, one activation row (decode), without the tiles: one round trip through
  * the tile unit per sub-block pair costs more than the work. The 16 rows sit in
  * the lanes: a gather takes 4 packed bytes of each row (8 quants of each
@@ -281,7 +284,7 @@ AMX_T static void group16_one_q4_k(const amx_w *W, int64_t nb, const pkv_amx_xb 
 AMX_T static void run_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys,
                            const uint8_t *next) {
     const int64_t groups = (n + 15) / 16;
-    if (n == 1) return group16_one(K_Q8_0, W, nb, xa, y, next);
+    if (n == 1) return group16_one_q8_0(W, nb, xa, y, next);
     for (int64_t g = 0; g < groups; g++)
         group16(K_Q8_0, W, nb, xa + g * nb, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys, ys,
                 g + 1 < groups ? xa + (g + 1) * nb : NULL);
