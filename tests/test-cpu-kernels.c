@@ -412,7 +412,7 @@ static void test_paths(void) {
 }
 
 /* Results do not depend on the thread count: bitwise equal with 1 and 3 threads
- * (q4_0, and q8_0 and q4_k, which take the amx path where the CPU has AMX: 200
+ * (q4_0, and q8_0, q4_k and q6_k, which take the amx path where the CPU has AMX: 200
  * rows are 12 groups of 16 split over the tasks and a tail of 8). */
 static void test_threads_deterministic(void) {
     enum { R = 200, C = 512, N = 5 };
@@ -420,8 +420,8 @@ static void test_threads_deterministic(void) {
     static uint8_t wq[R * C];
     fill(w, R * C, 1.0f);
     fill(x, N * C, 1.0f);
-    static const pkv_type types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K};
-    for (int t = 0; t < 3; t++) {
+    static const pkv_type types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
+    for (int t = 0; t < 4; t++) {
         const pkv_type ty = types[t];
         const size_t rb = pkv_type_row_bytes(ty, C);
         for (int r = 0; r < R; r++) pkv_quantize_row(ty, w + r * C, wq + r * rb, C);

@@ -34,6 +34,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 #define AMX_T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 static bool g_amx;
@@ -69,14 +72,16 @@ typedef struct {
     uint8_t rows[16];
 } amx_cfg;
 
-AMX_T static void cfg_load(int cols) { /* cols: activation rows in B and P, 16 or 1 */
+/* cols: activation rows in B and P (16 or 1); depth: elements per block (32,
+ * or 16 for q6_k, whose scales change every 16). */
+AMX_T static void cfg_load(int cols, int depth) {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 2; t++) { /* two of each: block b in tiles 0/2/4, block b+1 in 1/3/5 */
         cfg.colsb[0 + t] = (uint16_t)(4 * cols), cfg.rows[0 + t] = 16;
-        cfg.colsb[2 + t] = 32, cfg.rows[2 + t] = 16;
-        cfg.colsb[4 + t] = (uint16_t)(4 * cols), cfg.rows[4 + t] = 8;
+        cfg.colsb[2 + t] = (uint16_t)depth, cfg.rows[2 + t] = 16;
+        cfg.colsb[4 + t] = (uint16_t)(4 * cols), cfg.rows[4 + t] = (uint8_t)(depth / 4);
     }
     _tile_loadconfig(&cfg);
 }
@@ -91,6 +96,8 @@ void pkv_amx_x_layout(const pkv_q8a *x, int64_t n, int64_t nb, pkv_amx_xb *out) 
                 const pkv_q8a *xb = x + (g * 16 + k) * nb + b;
                 o->d[k] = xb->d;
                 o->ds[k] = xb->ds;
+                o->s32[0][k] = 32 * (int32_t)xb->s[0];
+                o->s32[1][k] = 32 * (int32_t)xb->s[1];
                 for (int q = 0; q < 8; q++) memcpy(o->q + q * 64 + k * 4, xb->qs + q * 4, 4);
             }
         }
@@ -103,7 +110,7 @@ void pkv_amx_x_layout(const pkv_q8a *x, int64_t n, int64_t nb, pkv_amx_xb *out) 
  *     acc = fma(wm[b], ds[b], acc)           (q4_k only)   wm: -(dmin * min)
  * with P the exact int32 dot of the block's weight quants (q4_k: 0..15) and
  * activation quants, ds the activation block's d * (sum of its quants). */
-enum { K_Q8_0, K_Q4_K };
+enum { K_Q8_0, K_Q4_K, K_Q6_K };
 
 static void scale_min(int j, const uint8_t *q, int *sc, int *m) { /* q4_k's 6-bit pairs (quant.c) */
     if (j < 4) {
@@ -128,6 +135,23 @@ AMX_T static float tail_dot(int kind, const uint8_t *w, const pkv_q8a *x, int64_
             memcpy(&h, w, 2);
             acc = fmaf((float)p, x[b].d * _cvtsh_ss(h), acc);
         }
+        return acc;
+    }
+    if (kind == K_Q6_K) {
+        for (int64_t b = 0; b < nb; b++) /* block b: quarter k of half h of super-block b / 8 */
+            for (int e = 0; e < 2; e++) { /* its two 16-element halves */
+                const uint8_t *sb = w + (b / 8) * 210;
+                const int h = (int)(b % 8) / 4, k = (int)(b % 4);
+                const uint8_t *ql = sb + 64 * h + 32 * (k & 1), *qh = sb + 128 + 32 * h;
+                uint16_t hd;
+                memcpy(&hd, sb + 208, 2);
+                const int sc = ((const int8_t *)(sb + 192))[8 * h + 2 * k + e];
+                int32_t p = 0;
+                for (int l = 16 * e; l < 16 * e + 16; l++)
+                    p += (int32_t)(((ql[l] >> (4 * (k >> 1))) & 15) | ((qh[l] >> (2 * k)) & 3) << 4) * (int32_t)x[b].qs[l];
+                p -= 32 * (int32_t)x[b].s[e];
+                acc = fmaf((float)p, x[b].d * (_cvtsh_ss(hd) * (float)sc), acc);
+            }
         return acc;
     }
     for (int64_t b = 0; b < nb; b++) { /* sub-block b of super-block b / 8 */
@@ -157,6 +181,15 @@ typedef struct amx_w {
     const uint8_t *raw; /* q4_k: the rows themselves (rb apart), for group16_one_q4_k */
     size_t rb;
 } amx_w;
+
+/* Prefetch the part of the next group's 16 rows (rows rb bytes apart) that
+ * corresponds to blocks [b, b + 2) of nb: the weights come from DRAM once per
+ * call, and 16 rows read at once are 16 streams. */
+AMX_T static inline void prefetch_rows(const uint8_t *next, size_t rb, int64_t b, int64_t nb) {
+    const size_t o0 = (size_t)b * rb / (size_t)nb, o1 = PKV_MIN(rb, (size_t)(b + 2) * rb / (size_t)nb + 64);
+    for (int m = 0; m < 16; m++)
+        for (size_t o = o0 & ~(size_t)63; o < o1; o += 64) _mm_prefetch((const char *)next + (size_t)m * rb + o, PF_HINT);
+}
 
 /* The tiles of block blk into P tile tp: q8_0 signed x signed, q4_k unsigned
  * weights x signed activations. */
@@ -191,7 +224,7 @@ __attribute__((always_inline)) AMX_T static inline void scale16(const int kind, 
  * one; the scaling runs block after block in order. */
 __attribute__((always_inline)) AMX_T static inline void group16(const int kind, const amx_w *W, int64_t nb,
                                                                  const pkv_amx_xb *xg, int nx, float *y, int64_t ys,
-                                                                 const pkv_amx_xb *next) {
+                                                                 const pkv_amx_xb *next, const uint8_t *wnext) {
     __m512 acc[16]; /* in registers: every loop over m is unrolled */
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
@@ -201,6 +234,7 @@ __attribute__((always_inline)) AMX_T static inline void group16(const int kind, 
         if (b + 1 < nb) AMX_DOT(kind, 1, 3, 5, b + 1);
         if (next) /* the next group's tiles B, two blocks ahead of their use */
             for (int k = 0; k < (int)(2 * sizeof *next); k += 64) _mm_prefetch((const char *)(next + b) + k, _MM_HINT_T0);
+        if (wnext) prefetch_rows(wnext, W->rb, b, nb);
         _tile_stored(0, p0, 64);
         if (b + 2 < nb) AMX_DOT(kind, 0, 2, 4, b + 2);
         scale16(kind, acc, (const int32_t(*)[16])p0, xg + b, W->ws + b * 16, W->wm ? W->wm + b * 16 : NULL);
@@ -229,8 +263,8 @@ AMX_T static void group16_one_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb 
         if (b + 1 < nb) AMX_DOT(K_Q8_0, 1, 3, 5, b + 1);
         if (next) /* the next group's rows, as far along as this pair: 16 rows are 16 streams */
             for (int m = 0; m < 16; m++) {
-                _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34, _MM_HINT_T0);
-                _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34 + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34, PF_HINT);
+                _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)b * 34 + 64, PF_HINT);
             }
         _tile_stored(0, p[0], 4);
         if (b + 2 < nb) AMX_DOT(K_Q8_0, 0, 2, 4, b + 2);
@@ -244,40 +278,55 @@ AMX_T static void group16_one_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb 
     _mm512_storeu_ps(y, acc);
 }
 
-/* q4_k, one activation row (decode), without the tiles: one round trip through
- * the tile unit per sub-block pair costs more than the work. The 16 rows sit in
- * the lanes: a gather takes 4 packed bytes of each row (8 quants of each
- * sub-block of the pair), vpdpbusd multiplies them by 4 activation bytes and
- * adds into the row's lane, so 8 gathers give the pair's exact int32 dots of
- * all 16 rows; then the same operations per element as group16. */
-AMX_T static void group16_one_q4_k(const amx_w *W, int64_t nb, const pkv_amx_xb *xg, const pkv_q8a *x, float *y,
+/* q4_k, up to AMX_FEW activation rows (decode, small batches), without the
+ * tiles: one round trip through the tile unit per sub-block pair costs more
+ * than the work, and 16-column tiles would be mostly empty. The 16 weight rows
+ * sit in the lanes: a gather takes 4 packed bytes of each row (8 quants of each
+ * sub-block of the pair), vpdpbusd multiplies them by 4 bytes of an activation
+ * row and adds into the weight row's lane, so 8 gathers give the pair's exact
+ * int32 dots of all 16 rows with every activation row; then the same
+ * operations per element as group16. */
+#define AMX_FEW 8
+AMX_T static void group16_few_q4_k(const amx_w *W, int64_t nb, const pkv_q8a *x, int nx, float *y, int64_t ys,
                                    const uint8_t *next) {
     const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)W->rb));
     const __m512i m4 = _mm512_set1_epi8(15);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[AMX_FEW];
+    for (int i = 0; i < nx; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) { /* nb is a multiple of 8 */
         const uint8_t *q = W->raw + (size_t)(b / 8) * 144 + 16 + 32 * (size_t)((b % 8) / 2);
         if (next && b % 8 == 0) /* the next group's super-block: 16 rows read at once are 16 streams */
             for (int m = 0; m < 16; m++)
-                for (int l = 0; l < 144; l += 64) _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)(b / 8) * 144 + l, _MM_HINT_T0);
-        __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-        int32_t x0[8], x1[8];
-        memcpy(x0, x[b].qs, 32);
-        memcpy(x1, x[b + 1].qs, 32);
+                for (int l = 0; l < 144; l += 64) _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)(b / 8) * 144 + l, PF_HINT);
+        __m512i lo[8], hi[8];
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m512i g = _mm512_i32gather_epi32(rows, q + 4 * k, 1);
-            p0 = _mm512_dpbusd_epi32(p0, _mm512_and_si512(g, m4), _mm512_set1_epi32(x0[k]));
-            p1 = _mm512_dpbusd_epi32(p1, _mm512_and_si512(_mm512_srli_epi16(g, 4), m4), _mm512_set1_epi32(x1[k]));
+            lo[k] = _mm512_and_si512(g, m4);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(g, 4), m4);
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_mul_ps(_mm512_set1_ps(xg[b].d[0]), _mm512_loadu_ps(W->ws + b * 16)), acc);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(xg[b].ds[0]), _mm512_loadu_ps(W->wm + b * 16), acc);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1),
-                              _mm512_mul_ps(_mm512_set1_ps(xg[b + 1].d[0]), _mm512_loadu_ps(W->ws + (b + 1) * 16)), acc);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(xg[b + 1].ds[0]), _mm512_loadu_ps(W->wm + (b + 1) * 16), acc);
+        const __m512 ws0 = _mm512_loadu_ps(W->ws + b * 16), ws1 = _mm512_loadu_ps(W->ws + (b + 1) * 16);
+        const __m512 wm0 = _mm512_loadu_ps(W->wm + b * 16), wm1 = _mm512_loadu_ps(W->wm + (b + 1) * 16);
+        for (int i = 0; i < nx; i++) {
+            const pkv_q8a *x0 = x + i * nb + b, *x1 = x0 + 1;
+            int32_t d0[8], d1[8];
+            memcpy(d0, x0->qs, 32);
+            memcpy(d1, x1->qs, 32);
+            __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                p0 = _mm512_dpbusd_epi32(p0, lo[k], _mm512_set1_epi32(d0[k]));
+                p1 = _mm512_dpbusd_epi32(p1, hi[k], _mm512_set1_epi32(d1[k]));
+            }
+            __m512 a = acc[i];
+            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_mul_ps(_mm512_set1_ps(x0->d), ws0), a);
+            a = _mm512_fmadd_ps(_mm512_set1_ps(x0->ds), wm0, a);
+            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_mul_ps(_mm512_set1_ps(x1->d), ws1), a);
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x1->ds), wm1, a);
+        }
     }
-    _mm512_storeu_ps(y, acc);
+    for (int i = 0; i < nx; i++) _mm512_storeu_ps(y + i * ys, acc[i]);
 }
 #undef AMX_DOT
 
@@ -287,16 +336,17 @@ AMX_T static void run_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb *xa, int
     if (n == 1) return group16_one_q8_0(W, nb, xa, y, next);
     for (int64_t g = 0; g < groups; g++)
         group16(K_Q8_0, W, nb, xa + g * nb, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys, ys,
-                g + 1 < groups ? xa + (g + 1) * nb : NULL);
+                g + 1 < groups ? xa + (g + 1) * nb : NULL, g == 0 ? next : NULL);
 }
 
 AMX_T static void run_q4_k(const amx_w *W, int64_t nb, const pkv_amx_xb *xa, const pkv_q8a *xq, int64_t n, float *y,
                            int64_t ys, const uint8_t *next) {
     const int64_t groups = (n + 15) / 16;
-    if (n == 1) return group16_one_q4_k(W, nb, xa, xq, y, next);
+    (void)xa;
+    if (n <= AMX_FEW) return group16_few_q4_k(W, nb, xq, (int)n, y, ys, next);
     for (int64_t g = 0; g < groups; g++)
         group16(K_Q4_K, W, nb, xa + g * nb, (int)PKV_MIN(16, n - g * 16), y + g * 16 * ys, ys,
-                g + 1 < groups ? xa + (g + 1) * nb : NULL);
+                g + 1 < groups ? xa + (g + 1) * nb : NULL, g == 0 ? next : NULL);
 }
 
 /* Make 16 q8_0 rows ready: tiles straight from the rows; the scales of each
@@ -359,25 +409,156 @@ AMX_T static void prep_q4_k(const uint8_t *wr, size_t rb, int64_t nb, uint8_t *s
     }
 }
 
-bool pkv_amx_supports(pkv_type t) { return t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_K; }
+/* ------------------------------------------------------------------- q6_k */
+
+/* q6_k keeps a scale per 16 elements: its "blocks" here are halves of the
+ * activation blocks (depth-16 tiles; half hb of activation block hb / 2), the
+ * quants 0..63 unsigned, and the -32 offset taken out in integers:
+ *     P' = P - 32 * (sum of the half's activation quants)
+ *     acc = fma((float)P', dx * ws, acc)          ws = d * sc  */
+AMX_T static void group16_q6(const amx_w *W, int64_t nb, const pkv_amx_xb *xg, int nx, float *y, int64_t ys,
+                             const uint8_t *wnext) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+    int32_t p[2][16][16] __attribute__((aligned(64)));
+    for (int64_t b = 0; b < nb; b++) { /* the two halves of activation block b: tiles 0/2/4 and 1/3/5 */
+        if (wnext && b % 2 == 0) prefetch_rows(wnext, W->rb, b, nb);
+        _tile_zero(0);
+        _tile_loadd(2, W->a + (size_t)(2 * b) * 16, (long)W->as);
+        _tile_loadd(4, xg[b].q, 64);
+        _tile_dpbusd(0, 2, 4);
+        _tile_zero(1);
+        _tile_loadd(3, W->a + (size_t)(2 * b + 1) * 16, (long)W->as);
+        _tile_loadd(5, xg[b].q + 256, 64);
+        _tile_dpbusd(1, 3, 5);
+        _tile_stored(0, p[0], 64);
+        _tile_stored(1, p[1], 64);
+        const __m512 dx = _mm512_loadu_ps(xg[b].d);
+        for (int e = 0; e < 2; e++) {
+            const __m512i off = _mm512_loadu_si512(xg[b].s32[e]);
+            const float *ws = W->ws + (2 * b + e) * 16;
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++)
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(p[e][m]), off)),
+                                         _mm512_mul_ps(dx, _mm512_set1_ps(ws[m])), acc[m]);
+        }
+    }
+    float t[16][16] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) _mm512_store_ps(t[m], acc[m]);
+    for (int n = 0; n < nx; n++)
+        for (int m = 0; m < 16; m++) y[n * ys + m] = t[m][n];
+}
+
+/* One activation row: gathers, as group16_one_q4_k. Per half super-block
+ * (128 elements, 4 activation blocks) 24 gathers: ql's 64 bytes (the low
+ * nibbles of quarters 0 and 1, the high ones of 2 and 3) and qh's 32 bytes (2
+ * bits of each quarter). */
+AMX_T static void group16_one_q6(const amx_w *W, int64_t nb, const pkv_q8a *x, float *y, const uint8_t *next) {
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)W->rb));
+    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) { /* half h of super-block b0 / 8 */
+        const uint8_t *sb = W->raw + (size_t)(b0 / 8) * 210;
+        const int h = (int)(b0 % 8) / 4;
+        const uint8_t *ql = sb + 64 * h, *qh = sb + 128 + 32 * h;
+        if (next && h == 0)
+            for (int m = 0; m < 16; m++)
+                for (int l = 0; l < 210; l += 64) _mm_prefetch((const char *)next + (size_t)m * W->rb + (size_t)(b0 / 8) * 210 + l, PF_HINT);
+        __m512i gl[2][8], gh[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            gl[0][i] = _mm512_i32gather_epi32(rows, ql + 4 * i, 1);
+            gl[1][i] = _mm512_i32gather_epi32(rows, ql + 32 + 4 * i, 1);
+            gh[i] = _mm512_i32gather_epi32(rows, qh + 4 * i, 1);
+        }
+        for (int k = 0; k < 4; k++) {
+            const pkv_q8a *xb = &x[b0 + k];
+            int32_t xd[8];
+            memcpy(xd, xb->qs, 32);
+            __m512i pe[2] = {_mm512_set1_epi32(-32 * (int32_t)xb->s[0]), _mm512_set1_epi32(-32 * (int32_t)xb->s[1])};
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(gl[k & 1][i], (unsigned)(4 * (k >> 1))), m4);
+                const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(gh[i], (unsigned)(2 * k)), m2), 4);
+                pe[i / 4] = _mm512_dpbusd_epi32(pe[i / 4], _mm512_or_si512(lo, hi), _mm512_set1_epi32(xd[i]));
+            }
+            for (int e = 0; e < 2; e++)
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe[e]),
+                                      _mm512_mul_ps(_mm512_set1_ps(xb->d), _mm512_loadu_ps(W->ws + (2 * (b0 + k) + e) * 16)), acc);
+        }
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
+/* 16 q6_k rows: the scales of each 16-element half as d * sc (16 rows in the
+ * lanes: a gather for d, four for the 16 signed scale bytes); for more than one
+ * activation row, the quants unpacked to bytes 0..63 (stg: 16 rows of nb * 32). */
+AMX_T static void prep_q6_k(const uint8_t *wr, size_t rb, int64_t nb, uint8_t *stg, float *ws, amx_w *W) {
+    const int64_t cols = nb * 32, nsb = nb / 8;
+    *W = (amx_w){stg, (size_t)cols, 16, ws, NULL, wr, rb};
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)rb));
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *sb = wr + s * 210;
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, sb + 208, 1)));
+        for (int q = 0; q < 4; q++) {
+            const __m512i g = _mm512_i32gather_epi32(rows, sb + 192 + 4 * q, 1);
+            for (int c = 0; c < 4; c++) { /* scale 4q + c: byte c, sign-extended */
+                const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(g, (unsigned)(24 - 8 * c)), 24);
+                _mm512_storeu_ps(ws + (s * 16 + 4 * q + c) * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            }
+        }
+    }
+    if (!stg) return;
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    for (int m = 0; m < 16; m++) {
+        const uint8_t *row = wr + (size_t)m * rb;
+        uint8_t *o = stg + m * cols;
+        for (int64_t s = 0; s < nsb; s++)
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = row + s * 210 + 64 * h, *qh = row + s * 210 + 128 + 32 * h;
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32)),
+                              hb = _mm256_loadu_si256((const __m256i *)qh);
+                for (int k = 0; k < 4; k++) {
+                    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(k & 1 ? l1 : l0, 4 * (k >> 1)), m4);
+                    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4);
+                    _mm256_storeu_si256((__m256i *)(o + s * 256 + 128 * h + 32 * k), _mm256_or_si256(lo, hi));
+                }
+            }
+    }
+}
+
+bool pkv_amx_supports(pkv_type t) { return t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_K || t == PKV_TYPE_Q6_K; }
 
 AMX_T void pkv_amx_rows(pkv_type t, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t nb,
                         const pkv_q8a *xq, const pkv_amx_xb *xa, int64_t n, float *y, int64_t ys) {
-    const int kind = t == PKV_TYPE_Q8_0 ? K_Q8_0 : K_Q4_K;
+    const int kind = t == PKV_TYPE_Q8_0 ? K_Q8_0 : t == PKV_TYPE_Q4_K ? K_Q4_K : K_Q6_K;
     float *ws = malloc((size_t)nb * 16 * sizeof *ws * 2);
-    uint8_t *stg = kind == K_Q4_K && n > 1 ? malloc((size_t)nb * 32 * 16) : NULL;
+    uint8_t *stg = (kind == K_Q4_K && n > AMX_FEW) || (kind == K_Q6_K && n > 1) ? malloc((size_t)nb * 32 * 16) : NULL;
     int64_t r = r0;
-    if (ws && (kind == K_Q8_0 || n == 1 || stg) && r1 - r0 >= 16 && rb <= (size_t)INT32_MAX / 16) {
-        cfg_load(n == 1 ? 1 : 16);
+    if (ws && (kind == K_Q8_0 || (kind == K_Q4_K && n <= AMX_FEW) || n == 1 || stg) && r1 - r0 >= 16 &&
+        rb <= (size_t)INT32_MAX / 16) {
+        cfg_load(n == 1 ? 1 : 16, kind == K_Q6_K ? 16 : 32);
         for (; r + 16 <= r1; r += 16) {
             const uint8_t *wr = w + (size_t)r * rb;
             amx_w W;
             if (kind == K_Q8_0) {
                 prep_q8_0(wr, rb, nb, ws, &W);
                 run_q8_0(&W, nb, xa, n, y + r, ys, r + 32 <= r1 ? wr + 16 * rb : NULL);
-            } else {
+            } else if (kind == K_Q4_K) {
                 prep_q4_k(wr, rb, nb, stg, ws, ws + nb * 16, &W);
                 run_q4_k(&W, nb, xa, xq, n, y + r, ys, r + 32 <= r1 ? wr + 16 * rb : NULL);
+            } else {
+                prep_q6_k(wr, rb, nb, stg, ws, &W);
+                if (n == 1)
+                    group16_one_q6(&W, nb, xq, y + r, r + 32 <= r1 ? wr + 16 * rb : NULL);
+                else
+                    for (int64_t g = 0; g < (n + 15) / 16; g++)
+                        group16_q6(&W, nb, xa + g * nb, (int)PKV_MIN(16, n - g * 16), y + r + g * 16 * ys, ys,
+                                   g == 0 && r + 32 <= r1 ? wr + 16 * rb : NULL);
             }
         }
         _tile_release();

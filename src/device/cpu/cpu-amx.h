@@ -22,13 +22,14 @@ typedef struct pkv_amx_xb {
     int8_t q[512];
     float d[16];
     float ds[16]; /* d * (sum of the block's quants), for q4_k's mins */
+    int32_t s32[2][16]; /* 32 * (sum of each 16-quant half), for q6_k's offset */
 } pkv_amx_xb;
 
 /* Lay out n quantized activation rows of nb blocks (x[i*nb + b]) as
  * ceil(n/16) groups of nb tiles: out[g*nb + b]. */
 void pkv_amx_x_layout(const pkv_q8a *x, int64_t n, int64_t nb, pkv_amx_xb *out);
 
-/* The weight types pkv_amx_rows takes (q8_0, q4_k). */
+/* The weight types pkv_amx_rows takes (q8_0, q4_k, q6_k). */
 bool pkv_amx_supports(pkv_type t);
 
 /* y[i*ys + r] = row r of the weights of type t (rows of rb bytes at w) . x row
