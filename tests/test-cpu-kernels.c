@@ -417,7 +417,7 @@ static void test_paths(void) {
 static void test_threads_deterministic(void) {
     enum { R = 200, C = 512, N = 5 };
     static float w[R * C], x[N * C], y1[N * R], y3[N * R];
-    static uint8_t wq[R * C];
+    static uint8_t wq[R * C * 2]; /* q8_0 takes 34 bytes per 32 weights */
     fill(w, R * C, 1.0f);
     fill(x, N * C, 1.0f);
     static const pkv_type types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
