@@ -481,6 +481,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    attn_contig > 0 ? attn_paged / attn_contig : 0, gflops, peak, peak > 0 ? gflops / peak : 0, peak_mib,
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0, bwr.best_gbps,
                    (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.passes);
+            printf(", \"device_description\": \"%s\"", pkv_device_get_caps(pkv_model_device(m))->description);
             if (n_nseq) {
                 printf(", \"batched_decode\": [");
                 for (int k = 0; k < n_nseq; k++)

@@ -17,6 +17,10 @@ static inline void *pkv_cpu_ptr(pkv_tref t) { return (uint8_t *)t.buf->handle + 
 /* The CPU kernel table (cpu-kernels.c). */
 extern const pkv_kernel_ops pkv_cpu_kernel_ops;
 
+/* The instruction-set path the kernels take now: "generic", "avx2", "avx512"
+ * or "amx" (the best available, or PKV_CPU_PATH's choice; read per call). */
+const char *pkv_cpu_path_name(void);
+
 /* The CPU transfer table, reused by the faulty device. */
 extern const pkv_backend_ops pkv_cpu_backend_ops;
 

@@ -101,6 +101,11 @@ static int path_select(void) {
     return PKV_MIN(want, have);
 }
 
+const char *pkv_cpu_path_name(void) {
+    static const char *const names[] = {"generic", "avx2", "avx512", "amx"};
+    return names[path_select()];
+}
+
 static const pkv_cpu_dots *dots_for(int use) {
 #ifdef PKV_CPU_X86
     if (use >= 2) {

@@ -162,7 +162,8 @@ pkv_status pkv_cpu_backend_create(const char *name, pkv_device_params params, co
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     memset(caps, 0, sizeof *caps);
     snprintf(caps->name, sizeof caps->name, "%s", name);
-    snprintf(caps->description, sizeof caps->description, "host CPU, %d threads", pkv_pool_threads(c->pool));
+    snprintf(caps->description, sizeof caps->description, "host CPU, %d threads, %s kernels", pkv_pool_threads(c->pool),
+             pkv_cpu_path_name());
     caps->kind = PKV_DEVICE_CPU;
     caps->memory_bytes = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
     caps->transfer_align = 1;
