@@ -667,14 +667,7 @@ ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max) {
         bool waited = !progressed(st);
         if (waited) srv_conn_waiting(&st->conn, true); /* generating is not the client being idle */
         while (!progressed(st)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            srv_req_wait_200ms(r);
             if (!progressed(st) && srv_conn_gone(&st->conn)) {
                 pthread_mutex_unlock(&r->mu);
                 return -1; /* srv_stream_free cancels it */

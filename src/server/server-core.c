@@ -68,17 +68,21 @@ void srv_conn_waiting(const srv_conn *c, bool waiting) {
     if (c && c->mhd && c->set_timeout) c->set_timeout(c->mhd, waiting ? 0u : c->timeout);
 }
 
+void srv_req_wait_200ms(srv_req *r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
 bool srv_wait_done(srv *s, srv_req *r, const srv_conn *conn) {
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        srv_req_wait_200ms(r);
         if (!r->done && srv_conn_gone(conn)) {
             pthread_mutex_unlock(&r->mu);
             srv_gen_cancel(s->g, r);

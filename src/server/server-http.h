@@ -57,6 +57,9 @@ bool srv_conn_gone(const srv_conn *c);
  * for the worker) it is off, and switching it back on restarts its timer. */
 void srv_conn_waiting(const srv_conn *c, bool waiting);
 
+/* Wait on r->cv (r->mu held) for at most 200 ms: the waits below check the
+ * client between wake-ups. */
+void srv_req_wait_200ms(srv_req *r);
 /* Wait for r to finish (checking every 200 ms that the client is still there;
  * if not, cancel it). Returns false when the client went away. */
 bool srv_wait_done(srv *s, srv_req *r, const srv_conn *conn);

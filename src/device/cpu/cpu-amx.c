@@ -182,6 +182,13 @@ typedef struct amx_w {
     size_t rb;
 } amx_w;
 
+/* The byte offsets of 16 rows rb apart, for gathers (rb < 2^31 / 16, checked
+ * by pkv_amx_rows). */
+AMX_T static inline __m512i row_offsets(size_t rb) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)rb));
+}
+
 /* Prefetch the part of the next group's 16 rows (rows rb bytes apart) that
  * corresponds to blocks [b, b + 2) of nb: the weights come from DRAM once per
  * call, and 16 rows read at once are 16 streams. */
@@ -289,8 +296,7 @@ AMX_T static void group16_one_q8_0(const amx_w *W, int64_t nb, const pkv_amx_xb 
 #define AMX_FEW 8
 AMX_T static void group16_few_q4_k(const amx_w *W, int64_t nb, const pkv_q8a *x, int nx, float *y, int64_t ys,
                                    const uint8_t *next) {
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)W->rb));
+    const __m512i rows = row_offsets(W->rb);
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[AMX_FEW];
     for (int i = 0; i < nx; i++) acc[i] = _mm512_setzero_ps();
@@ -352,8 +358,7 @@ AMX_T static void run_q4_k(const amx_w *W, int64_t nb, const pkv_amx_xb *xa, con
 /* Make 16 q8_0 rows ready: tiles straight from the rows; the scales of each
  * block with one gather (4 bytes at each block start; the low 2 are the f16). */
 AMX_T static void prep_q8_0(const uint8_t *wr, size_t rb, int64_t nb, float *ws, amx_w *W) {
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)rb));
+    const __m512i rows = row_offsets(rb);
     for (int64_t b = 0; b < nb; b++) {
         const __m512i g = _mm512_i32gather_epi32(rows, wr + b * 34, 1);
         _mm512_storeu_ps(ws + b * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
@@ -368,8 +373,7 @@ AMX_T static void prep_q8_0(const uint8_t *wr, size_t rb, int64_t nb, float *ws,
 AMX_T static void prep_q4_k(const uint8_t *wr, size_t rb, int64_t nb, uint8_t *stg, float *ws, float *wm, amx_w *W) {
     *W = (amx_w){stg, (size_t)(nb * 32), 32, ws, wm, wr, rb};
     const int64_t cols = nb * 32, nsb = nb / 8;
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)rb));
+    const __m512i rows = row_offsets(rb);
     const __m512i b63 = _mm512_set1_epi32(63), b15 = _mm512_set1_epi32(15), sign = _mm512_set1_epi32((int)0x80000000u);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = wr + s * 144;
@@ -456,8 +460,7 @@ AMX_T static void group16_q6(const amx_w *W, int64_t nb, const pkv_amx_xb *xg, i
  * nibbles of quarters 0 and 1, the high ones of 2 and 3) and qh's 32 bytes (2
  * bits of each quarter). */
 AMX_T static void group16_one_q6(const amx_w *W, int64_t nb, const pkv_q8a *x, float *y, const uint8_t *next) {
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)W->rb));
+    const __m512i rows = row_offsets(W->rb);
     const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += 4) { /* half h of super-block b0 / 8 */
@@ -499,8 +502,7 @@ AMX_T static void group16_one_q6(const amx_w *W, int64_t nb, const pkv_q8a *x, f
 AMX_T static void prep_q6_k(const uint8_t *wr, size_t rb, int64_t nb, uint8_t *stg, float *ws, amx_w *W) {
     const int64_t cols = nb * 32, nsb = nb / 8;
     *W = (amx_w){stg, (size_t)cols, 16, ws, NULL, wr, rb};
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)rb));
+    const __m512i rows = row_offsets(rb);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = wr + s * 210;
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, sb + 208, 1)));
