@@ -51,8 +51,8 @@ static void amx_probe(void) {
     if (!tile || !int8 || !osxsave) return;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl"))
-        return;
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
+        return; /* the few-row kernels use vpdpbusd (every AMX CPU has it; a VM could hide it) */
     /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
     g_amx = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
