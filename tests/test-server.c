@@ -667,6 +667,38 @@ static void test_templates(void) {
     HAS("not supported");
 }
 
+/* Quantized KV pages through serve: --kv-type-k/--kv-type-v reach the cache (the
+ * banner names both) and the greedy text equals `pagekv run` with the same types. */
+static void test_kv_types(const char *logp) {
+    char args[1024];
+    snprintf(args, sizeof args, "-m '%s' -c 256 --kv-type-k q8_0 --kv-type-v q4_0", g_model);
+    pid_t pid = ts_start(args, logp, &g_port);
+    REQUIRE_VOID(pid > 0);
+    g_auth = "";
+    json_t *j;
+    CHECK_INT(post("/v1/completions", "{\"prompt\": \"the quick brown fox\", \"max_tokens\": 24, \"temperature\": 0}", &j), 200);
+    const char *text = jstr(j, "choices.0.text");
+    char got[8192];
+    snprintf(got, sizeof got, "%s", text ? text : "(none)");
+    json_decref(j);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    FILE *f = fopen(logp, "r");
+    static char log[1 << 16];
+    size_t n = f ? fread(log, 1, sizeof log - 1, f) : 0;
+    log[n] = 0;
+    if (f) fclose(f);
+    CHECK(strstr(log, "K q8_0, V q4_0") != NULL);
+    CHECK_INT(th_cli("", false, "run -m '%s' -p 'the quick brown fox' -n 24 --temp 0 --kv-type-k q8_0 --kv-type-v q4_0",
+                     g_model),
+              0);
+    char want[9000];
+    static char run_clean[1 << 16];
+    snprintf(want, sizeof want, "the quick brown fox%s\n", got);
+    utf8_replace(th_out, run_clean, sizeof run_clean);
+    if (strcmp(run_clean, want)) TH_FAIL("serve with q8_0/q4_0 KV differs from pagekv run:\n run: %s\n srv: %s", run_clean, want);
+    th_checks++;
+}
+
 int main(void) {
     if (th_cli("", true, "serve --help") != 0) return th_skip("pagekv serve is not available");
     snprintf(g_model, sizeof g_model, "%s", th_tmp("srv.gguf"));
@@ -741,6 +773,7 @@ int main(void) {
     REQUIRE(tpid > 0);
     test_ttl();
     CHECK_INT(ts_stop(tpid, SIGTERM), 0);
+    test_kv_types(logp);
     /* a server with no room in its queue answers 503 with Retry-After */
     snprintf(args, sizeof args, "-m '%s' -c 128 --queue 0", g_model);
     pid_t pid = ts_start(args, logp, &g_port);

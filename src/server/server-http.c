@@ -206,12 +206,15 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
     if (di) port = di->port;
     pkv_kv_stats ks;
     pkv_kv_stats_get(s.c, &ks);
+    pkv_kv_layer_info kv0; /* the types the cache really has (layer 0) */
+    memset(&kv0, 0, sizeof kv0);
+    pkv_kv_layout_layer(pkv_kv_cache_layout(s.c), 0, &kv0);
     printf("pagekv serve: %s (%s %s, %d layers, vocab %d) on %s\n", s.model_id, s.info.arch, s.info.weight_type,
            s.info.n_layer, s.info.n_vocab, pkv_device_name(pkv_model_device(s.m)));
     printf("pagekv serve: KV cache %lld pages of %d tokens (K %s, V %s, %.1f MiB), host swap pool %lld pages; context "
            "%lld tokens, %d parallel sequences; %s\n",
-           (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name((pkv_type)mo->kv_type),
-           pkv_type_name((pkv_type)mo->kv_type_v),
+           (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name(kv0.dtype_k),
+           pkv_type_name(kv0.dtype_v),
            (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages, (long long)s.n_ctx, so->parallel,
            so->simple ? "simple batching worker (--simple)" : "serving engine (continuous batching, chunked prefill, preemption)");
     printf("pagekv serve: chat template: %s\n",
