@@ -63,6 +63,13 @@ static void serve_usage(FILE *f) {
             d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s);
 }
 
+/* The server's startup banner, on stdout (tests and scripts read the URL there). */
+static void show_banner(const char *banner, void *ud) {
+    (void)ud;
+    fputs(banner, stdout);
+    fflush(stdout);
+}
+
 int pkv_cli_serve(int argc, char **argv) {
     pkv_cli_model_opts mo = pkv_cli_model_defaults();
     pkv_serve_opts so = pkv_serve_default_opts();
@@ -155,6 +162,7 @@ int pkv_cli_serve(int argc, char **argv) {
             return 2;
         }
     }
+    so.on_ready = show_banner;
     return pkv_serve_run(&mo, &so);
 }
 #endif

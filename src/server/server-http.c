@@ -209,18 +209,24 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
     pkv_kv_layer_info kv0; /* the types the cache really has (layer 0) */
     memset(&kv0, 0, sizeof kv0);
     pkv_kv_layout_layer(pkv_kv_cache_layout(s.c), 0, &kv0);
-    printf("pagekv serve: %s (%s %s, %d layers, vocab %d) on %s\n", s.model_id, s.info.arch, s.info.weight_type,
-           s.info.n_layer, s.info.n_vocab, pkv_device_name(pkv_model_device(s.m)));
-    printf("pagekv serve: KV cache %lld pages of %d tokens (K %s, V %s, %.1f MiB), host swap pool %lld pages; context "
-           "%lld tokens, %d parallel sequences; %s\n",
-           (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name(kv0.dtype_k),
-           pkv_type_name(kv0.dtype_v),
-           (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages, (long long)s.n_ctx, so->parallel,
-           so->simple ? "simple batching worker (--simple)" : "serving engine (continuous batching, chunked prefill, preemption)");
-    printf("pagekv serve: chat template: %s\n",
-           s.tpl ? pkv_tpl_name(s.tpl) : "none (the model has none: /v1/chat/completions needs --chat-template NAME)");
-    printf("pagekv serve: listening on http://%s:%d (Ctrl-C stops after the requests in flight)\n", host, port);
-    fflush(stdout);
+    char banner[2048]; /* what was loaded and where it listens: the caller shows it (so->on_ready) */
+    int bl = snprintf(banner, sizeof banner, "pagekv serve: %s (%s %s, %d layers, vocab %d) on %s\n", s.model_id,
+                      s.info.arch, s.info.weight_type, s.info.n_layer, s.info.n_vocab,
+                      pkv_device_name(pkv_model_device(s.m)));
+    bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
+                   "pagekv serve: KV cache %lld pages of %d tokens (K %s, V %s, %.1f MiB), host swap pool %lld pages; "
+                   "context %lld tokens, %d parallel sequences; %s\n",
+                   (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name(kv0.dtype_k),
+                   pkv_type_name(kv0.dtype_v), (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages,
+                   (long long)s.n_ctx, so->parallel,
+                   so->simple ? "simple batching worker (--simple)"
+                              : "serving engine (continuous batching, chunked prefill, preemption)");
+    bl += snprintf(banner + bl, sizeof banner - (size_t)bl, "pagekv serve: chat template: %s\n",
+                   s.tpl ? pkv_tpl_name(s.tpl)
+                         : "none (the model has none: /v1/chat/completions needs --chat-template NAME)");
+    snprintf(banner + bl, sizeof banner - (size_t)bl,
+             "pagekv serve: listening on http://%s:%d (Ctrl-C stops after the requests in flight)\n", host, port);
+    if (so->on_ready) so->on_ready(banner, so->on_ready_ud);
     if (so->port_file) { /* written last, atomically: tests wait for it */
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", so->port_file);

@@ -39,6 +39,10 @@ typedef struct pkv_serve_opts {
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
     bool simple;               /* the simple batching worker instead of the serving engine */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
+    /* called once, when listening, with the startup banner (what was loaded, the
+     * URL; lines ending in newlines); NULL = silent */
+    void (*on_ready)(const char *banner, void *ud);
+    void *on_ready_ud;
 } pkv_serve_opts;
 
 pkv_serve_opts pkv_serve_default_opts(void);
