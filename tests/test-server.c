@@ -682,12 +682,8 @@ static void test_kv_types(const char *logp) {
     snprintf(got, sizeof got, "%s", text ? text : "(none)");
     json_decref(j);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
-    FILE *f = fopen(logp, "r");
     static char log[1 << 16];
-    size_t n = f ? fread(log, 1, sizeof log - 1, f) : 0;
-    log[n] = 0;
-    if (f) fclose(f);
-    CHECK(strstr(log, "K q8_0, V q4_0") != NULL);
+    CHECK(strstr(th_read_text(logp, log, sizeof log), "K q8_0, V q4_0") != NULL);
     CHECK_INT(th_cli("", false, "run -m '%s' -p 'the quick brown fox' -n 24 --temp 0 --kv-type-k q8_0 --kv-type-v q4_0",
                      g_model),
               0);
@@ -747,12 +743,8 @@ int main(void) {
         int rc = ts_stop(pid, SIGTERM);
         CHECK_INT(rc, 0);
         if (f) pclose(f);
-        FILE *g = fopen(out, "r");
         static char buf[1 << 20];
-        size_t n = g ? fread(buf, 1, sizeof buf - 1, g) : 0;
-        buf[n] = 0;
-        if (g) fclose(g);
-        CHECK(strstr(buf, "data: [DONE]") != NULL);
+        CHECK(strstr(th_read_text(out, buf, sizeof buf), "data: [DONE]") != NULL);
         if (th_failures > f0) {
             char c2[1024];
             snprintf(c2, sizeof c2, "tail -20 '%s' >&2", logp);

@@ -151,6 +151,16 @@ static inline const char *th_tmp(const char *name) {
 /* Output of the last th_cli call. */
 static char th_out[1 << 20];
 
+/* The first size - 1 bytes of a file as a NUL-terminated string ("" when it
+ * cannot be read); returns buf. */
+static inline char *th_read_text(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    return buf;
+}
+
 /* Run `pagekv ARGS` (the binary ctest passes in PKV_CLI) with the environment
  * assignments env ("" for none), capturing stdout, and stderr too when merge.
  * Returns the exit status, -2 when it died from a signal (a crash), -1 when it
