@@ -379,6 +379,18 @@ pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq);
 int64_t pkv_kv_seq_len(const pkv_kv_cache *c, int32_t seq);
 /* True when the sequence is swapped out to the host pool. */
 bool pkv_kv_seq_swapped(const pkv_kv_cache *c, int32_t seq);
+/* Pages a sequence holds (device pages when resident, host pages when swapped) and
+ * how many of them another holder also references (another sequence, directly or
+ * through a fork's shared prefix): what freeing or swapping this sequence alone
+ * would not release. Cost: O(fork nodes in its chain + pages outside shared nodes),
+ * never a scan of other sequences. PKV_ERR_NOT_FOUND for an unknown id. */
+pkv_status pkv_kv_seq_page_stats(const pkv_kv_cache *c, int32_t seq, int64_t *pages, int64_t *shared);
+/* Distinct pages held by a set of sequences together: device pages of the resident
+ * ones (a page shared by several counts once) and host pages of the swapped ones.
+ * Cost: O(distinct pages + fork nodes); uses a bitmap of the pool (n_pages / 8
+ * bytes). Unknown ids are skipped. PKV_ERR_NOMEM when the bitmap cannot be had. */
+pkv_status pkv_kv_pages_held(const pkv_kv_cache *c, int n_seqs, const int32_t *seqs, int64_t *device_pages,
+                             int64_t *host_pages);
 /* Copy tokens [start, start + n) into tokens[] and/or pos[] (either may be NULL).
  * Works for swapped sequences too. PKV_ERR_INVALID when out of range. */
 pkv_status pkv_kv_seq_tokens(const pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n, int32_t *tokens,

@@ -168,6 +168,60 @@ static void check_refcounts(void) {
     free(refs);
 }
 
+/* pkv_kv_seq_page_stats and pkv_kv_pages_held against a brute force over every
+ * resident sequence's block table: a page is shared when another sequence's table
+ * has it too; the pages held by a set are the union of their tables (swapped ones:
+ * their host pages). */
+static void check_page_stats(long step) {
+    pkv_kv_cache *c = g_c;
+    int32_t ids[MAX_SEQ];
+    int n = 0;
+    for (int id = 0; id < MAX_SEQ; id++)
+        if (g_ref[id].live) ids[n++] = id;
+    int32_t *holders = calloc((size_t)c->n_pages, sizeof *holders); /* resident sequences holding each page */
+    int32_t *tab[MAX_SEQ] = {0};
+    int64_t len[MAX_SEQ] = {0};
+    for (int k = 0; k < n; k++) {
+        kv_seq *s = &c->seqs[ids[k]];
+        len[k] = pkv_kv_seq_pages(c, s);
+        if (s->swapped) continue;
+        tab[k] = malloc((size_t)(len[k] + 1) * sizeof *tab[k]);
+        pkv_kv_seq_flatten(s, len[k], tab[k]);
+        for (int64_t i = 0; i < len[k]; i++) holders[tab[k][i]]++;
+    }
+    for (int k = 0; k < n; k++) {
+        int64_t pages = -1, shared = -1, want = 0;
+        CHECK_OK(pkv_kv_seq_page_stats(c, ids[k], &pages, &shared));
+        for (int64_t i = 0; tab[k] && i < len[k]; i++) want += holders[tab[k][i]] > 1;
+        if (pages != len[k] || shared != want) {
+            TH_FAIL("step %ld seq %d: page stats %lld/%lld shared, want %lld/%lld", step, ids[k], (long long)shared,
+                    (long long)pages, (long long)want, (long long)len[k]);
+            break;
+        }
+    }
+    /* the union of a random half and of all of them */
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t sub[MAX_SEQ];
+        int m = 0;
+        int64_t dev_want = 0, host_want = 0, dev = -1, host = -1;
+        uint8_t *seen = calloc((size_t)c->n_pages, 1);
+        for (int k = 0; k < n; k++) {
+            if (pass == 0 && (th_rand(&g_rng) & 1)) continue;
+            sub[m++] = ids[k];
+            if (!tab[k]) host_want += len[k];
+            for (int64_t i = 0; tab[k] && i < len[k]; i++)
+                if (!seen[tab[k][i]]++) dev_want++;
+        }
+        CHECK_OK(pkv_kv_pages_held(c, m, sub, &dev, &host));
+        if (dev != dev_want || host != host_want)
+            TH_FAIL("step %ld: pages held by %d sequences %lld + %lld host, want %lld + %lld", step, m, (long long)dev,
+                    (long long)host, (long long)dev_want, (long long)host_want);
+        free(seen);
+    }
+    for (int k = 0; k < n; k++) free(tab[k]);
+    free(holders);
+}
+
 static float g_buf[MAX_TOK * MAX_DIM];
 
 static void verify(long step) {
@@ -213,6 +267,7 @@ static void verify(long step) {
         }
     }
     check_refcounts();
+    check_page_stats(step);
     if (th_failures > fails0) fprintf(stderr, "  (after step %ld)\n", step);
 }
 

@@ -207,6 +207,84 @@ pkv_status pkv_kv_seq_tokens(const pkv_kv_cache *c, int32_t seq, int64_t start, 
     return PKV_OK;
 }
 
+/* ------------------------------------------------------------- page stats */
+
+pkv_status pkv_kv_seq_page_stats(const pkv_kv_cache *c, int32_t seq, int64_t *pages, int64_t *shared) {
+    if (!pages || !shared) return pkv_err(PKV_ERR_INVALID, "sequence page stats: NULL output");
+    *pages = *shared = 0;
+    kv_seq *s = pkv_kv_seq_get((pkv_kv_cache *)c, seq, "sequence page stats");
+    if (!s) return PKV_ERR_NOT_FOUND;
+    *pages = pkv_kv_seq_pages(c, s);
+    if (s->swapped) return PKV_OK; /* host copies are the sequence's own */
+    /* A node's pages are reached by every holder of it and of every node below it
+     * in this chain: once one of those has another holder, the rest of the chain is
+     * shared whole. Otherwise a page is shared when it has another holder itself
+     * (a prefix match put it in someone else's list too). */
+    bool chain_shared = false;
+    for (const kv_node *nd = s->prefix; nd; nd = nd->parent) {
+        chain_shared = chain_shared || nd->refs > 1;
+        if (chain_shared) {
+            *shared += nd->n;
+            continue;
+        }
+        for (int64_t i = 0; i < nd->n; i++) *shared += c->pages[nd->pages[i]].refs > 1;
+    }
+    for (size_t i = 0; i < s->n_own; i++) *shared += c->pages[s->own[i]].refs > 1;
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_pages_held(const pkv_kv_cache *c, int n_seqs, const int32_t *seqs, int64_t *device_pages,
+                             int64_t *host_pages) {
+    if (!c || !device_pages || !host_pages || n_seqs < 0 || (n_seqs && !seqs))
+        return pkv_err(PKV_ERR_INVALID, "pages held: NULL argument");
+    *device_pages = *host_pages = 0;
+    uint8_t *seen = pkv_calloc((size_t)(c->n_pages / 8 + 1), 1); /* [n_pages] bits */
+    if (!seen) return pkv_err(PKV_ERR_NOMEM, "pages held: out of memory for a %lld-page bitmap", (long long)c->n_pages);
+    const kv_node **done = NULL; /* nodes already counted (a shared chain is walked once) */
+    size_t n_done = 0, cap_done = 0;
+    pkv_status st = PKV_OK;
+#define MARK(p)                                                   \
+    do {                                                          \
+        int32_t p_ = (p);                                         \
+        if (!(seen[p_ >> 3] & (1u << (p_ & 7)))) {                \
+            seen[p_ >> 3] |= (uint8_t)(1u << (p_ & 7));           \
+            (*device_pages)++;                                    \
+        }                                                         \
+    } while (0)
+    for (int k = 0; k < n_seqs && !st; k++) {
+        if (seqs[k] < 0 || (size_t)seqs[k] >= c->n_seqs || !c->seqs[seqs[k]].live) continue;
+        const kv_seq *s = &c->seqs[seqs[k]];
+        if (s->swapped) {
+            *host_pages += pkv_kv_seq_pages(c, s);
+            continue;
+        }
+        for (const kv_node *nd = s->prefix; nd; nd = nd->parent) {
+            bool seen_node = false;
+            if (nd->refs > 1) { /* only a shared node can be met twice */
+                for (size_t i = 0; i < n_done && !seen_node; i++) seen_node = done[i] == nd;
+                if (seen_node) break; /* it and everything above it are counted */
+                if (n_done == cap_done) {
+                    size_t nc = cap_done ? cap_done * 2 : 16;
+                    const kv_node **a = pkv_realloc(done, nc * sizeof *a);
+                    if (!a) {
+                        st = pkv_err(PKV_ERR_NOMEM, "pages held: out of memory");
+                        break;
+                    }
+                    done = a;
+                    cap_done = nc;
+                }
+                done[n_done++] = nd;
+            }
+            for (int64_t i = 0; i < nd->n; i++) MARK(nd->pages[i]);
+        }
+        for (size_t i = 0; i < s->n_own; i++) MARK(s->own[i]);
+    }
+#undef MARK
+    pkv_free(done);
+    pkv_free(seen);
+    return st;
+}
+
 /* ------------------------------------------------------------------ append */
 
 pkv_status pkv_kv_append(pkv_kv_cache *c, int32_t seq, int32_t n, const int32_t *tokens, const int32_t *pos,
