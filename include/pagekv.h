@@ -619,6 +619,13 @@ typedef struct pkv_mkmodel_params {
                              (draft layer j attends over target cache layer [j]; heads are
                              taken from the first listed layer the target has). Indices are
                              not checked against a target here: attaching checks them (I6) */
+    const char *chat_template; /* a chat-template family: "chatml", "llama3", "llama2", "mistral",
+                             "gemma", "phi3", "deepseek"; NULL = none. The vocabulary gets the
+                             family's special tokens as control tokens at ids 256.. (in place of
+                             <|begin_of_text|> 256 and <|end_of_text|> 257; the word tokens follow
+                             them), that family's BOS/EOS/EOT ids, add-BOS flag and pre-tokenizer
+                             name, and tokenizer.chat_template a Jinja template of the family's turn
+                             format. Not with no_vocab or draft_of */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

@@ -53,13 +53,21 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
-                   "                       --vocab N --ctx N --seed N --no-vocab --tied] -o FILE.gguf\n"
+                   "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
+                   "                      -o FILE.gguf\n"
                    "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
                    "q4_k_m: q4_k with q6_k for the output matrix and every other layer's attn_v and ffn_down.\n"
-                   
                    "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512;\n"
                    "for k-quants (q4_k, q5_k, q6_k, q4_k_m) dim 256 and ffn 512 (rows are blocks of 256).\n"
+                   "The vocabulary's special tokens are <|begin_of_text|> 256 (BOS, added) and <|end_of_text|> 257.\n"
+                   "Chat models (for 'pagekv serve' and special-token tests):\n"
+                   "  --chat-template NAME     family NAME: chatml (Qwen), llama3, llama2, mistral, gemma, phi3,\n"
+                   "                           deepseek. Its special tokens become control tokens at ids 256..\n"
+                   "                           in place of the two above (chatml: <|endoftext|> 256,\n"
+                   "                           <|im_start|> 257, <|im_end|> 258), with the family's BOS, EOS,\n"
+                   "                           EOT and add-BOS settings; tokenizer.chat_template gets a Jinja\n"
+                   "                           template of its turn format\n"
                    "Drafts for speculative decoding ('pagekv run --draft'):\n"
                    "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
                    "                           heads and head size (random weights; --layers N, default 1)\n"
@@ -85,6 +93,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             p.no_vocab = true;
         } else if (!strcmp(a, "--tied")) {
             p.tied = true;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!(p.chat_template = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-of")) {
             if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--shared-kv-layers")) {
@@ -98,6 +108,15 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     }
     if (!out) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
+        return 2;
+    }
+    if (p.chat_template && p.no_vocab) {
+        fprintf(stderr, "pagekv mkmodel: --chat-template needs a vocabulary: leave out --no-vocab\n");
+        return 2;
+    }
+    if (p.chat_template && p.draft_of) {
+        fprintf(stderr, "pagekv mkmodel: --chat-template does not go with --draft-of: a draft takes its target's "
+                        "vocabulary and chat template\n");
         return 2;
     }
     if (n_kv_layers) {
@@ -127,8 +146,9 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         snprintf(key, sizeof key, "%.*s.embedding_length", (int)alen, arch);
         pkv_gguf_get_u32(g, key, &embd);
     }
-    fprintf(stderr, "pagekv mkmodel: wrote %s (%.*s, %s%s, %u layers, width %u)\n", out, (int)alen, arch,
-            pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd);
+    fprintf(stderr, "pagekv mkmodel: wrote %s (%.*s, %s%s, %u layers, width %u%s%s)\n", out, (int)alen, arch,
+            pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd,
+            p.chat_template ? ", chat template " : "", p.chat_template ? p.chat_template : "");
     pkv_gguf_close(g);
     return 0;
 }

@@ -16,6 +16,153 @@ pkv_mkmodel_params pkv_mkmodel_default_params(void) {
     return p;
 }
 
+/* ------------------------------------------------------- chat templates */
+
+/* The chat-template families a test model can carry: the family's special tokens
+ * (control tokens at ids 256.., in the order the real vocabulary has them), the
+ * tokenizer settings its real GGUF files have, and a Jinja template (written for
+ * pagekv) that renders the turn format the server renders for that family
+ * (src/server/chat-template.c, whose detector recognises each one by its markers).
+ * The vocabulary stays the builtin byte-level BPE for every family: the families
+ * whose real models use SentencePiece (llama2, mistral, gemma) get their special
+ * tokens and flags, not their tokenizer. None of the templates writes bos_token:
+ * the BOS, where the family has one, comes from tokenizer.ggml.add_bos_token, as
+ * the server (which renders the turns in C and tokenizes with BOS) sees it. */
+#define FW "\xef\xbd\x9c" /* U+FF5C FULLWIDTH VERTICAL LINE */
+#define SP "\xe2\x96\x81" /* U+2581 LOWER ONE EIGHTH BLOCK */
+
+typedef struct {
+    const char *name;
+    const char *pre;           /* tokenizer.ggml.pre */
+    bool add_bos;              /* tokenizer.ggml.add_bos_token */
+    const char *specials[8];   /* ids 256.., NULL-terminated */
+    int bos, eos, eot, pad;    /* index in specials of each id key written; -1 = key absent */
+    const char *jinja;         /* tokenizer.chat_template */
+} chat_family;
+
+/* Families with no system turn: system texts are joined (a blank line between
+ * non-empty ones) and open the next user turn; one no user turn follows becomes a
+ * turn of its own. The server does the same. */
+#define JINJA_SYS_JOIN                                                                                          \
+    "{%- if message['role'] == 'system' -%}\n"                                                                  \
+    "{%- set ns.sys = ns.sys + '\\n\\n' + message['content'] if ns.sys else message['content'] -%}\n"
+
+/* [INST] families: the system text opens the first user turn after it (llama2 wraps
+ * it in <<SYS>>, mistral does not); turns after the first start with <s>. */
+#define JINJA_INST(SYS_OPEN, SYS_CLOSE)                                                                         \
+    "{%- set ns = namespace(sys=none, first=true) -%}\n"                                                        \
+    "{%- for message in messages -%}\n" JINJA_SYS_JOIN                                                          \
+    "{%- elif message['role'] == 'user' -%}\n"                                                                  \
+    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
+    "{{- '[INST] ' -}}\n"                                                                                       \
+    "{%- if ns.sys is not none -%}\n"                                                                           \
+    "{{- " SYS_OPEN " + ns.sys + " SYS_CLOSE " -}}{%- set ns.sys = none -%}\n"                                 \
+    "{%- endif -%}\n"                                                                                           \
+    "{{- message['content'] + ' [/INST]' -}}\n"                                                                 \
+    "{%- set ns.first = false -%}\n"                                                                            \
+    "{%- else -%}\n"                                                                                            \
+    "{{- ' ' + message['content'] + ' </s>' -}}\n"                                                              \
+    "{%- set ns.first = false -%}\n"                                                                            \
+    "{%- endif -%}\n"                                                                                           \
+    "{%- endfor -%}\n"                                                                                          \
+    "{%- if ns.sys is not none -%}\n"                                                                           \
+    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
+    "{{- '[INST] ' + " SYS_OPEN " + ns.sys + " SYS_CLOSE " + ' [/INST]' -}}\n"                                  \
+    "{%- endif -%}\n"
+
+static const chat_family k_families[] = {
+    /* Qwen2/2.5 instruct files: no BOS added, though bos_token_id names
+     * <|endoftext|>; eos is <|im_end|> (the instruct models' end of turn, also
+     * written as eot) and <|endoftext|> is the padding token. */
+    {"chatml", "qwen2", false, {"<|endoftext|>", "<|im_start|>", "<|im_end|>", NULL}, 0, 2, 2, 0,
+     "{%- for message in messages -%}\n"
+     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
+     "{%- endfor -%}\n"
+     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"},
+    /* Llama 3.1 instruct files: BOS added; eos and eot are <|eot_id|> (the end of
+     * an instruct turn); <|end_of_text|> and <|eom_id|> end generation by their text. */
+    {"llama3", "llama-bpe", true,
+     {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
+      NULL},
+     0, 5, 5, -1,
+     "{%- for message in messages -%}\n"
+     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' -}}\n"
+     "{%- endfor -%}\n"
+     "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}"},
+    /* Llama 2 chat: only <s> and </s> are special; [INST] and <<SYS>> are text. */
+    {"llama2", "default", true, {"<s>", "</s>", NULL}, 0, 1, -1, -1,
+     JINJA_INST("'<<SYS>>\\n'", "'\\n<</SYS>>\\n\\n'")},
+    /* Mistral v0.3 instruct: [INST] and [/INST] are control tokens. */
+    {"mistral", "default", true, {"<s>", "</s>", "[INST]", "[/INST]", NULL}, 0, 1, -1, -1,
+     JINJA_INST("''", "'\\n\\n'")},
+    /* Gemma 2/3 instruct: <pad> 0, <eos> 1, <bos> 2 as there; <end_of_turn> is eot. */
+    {"gemma", "default", true, {"<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", NULL}, 2, 1, 4, 0,
+     "{%- set ns = namespace(sys=none) -%}\n"
+     "{%- for message in messages -%}\n" JINJA_SYS_JOIN
+     "{%- else -%}\n"
+     "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' -}}\n"
+     "{%- if message['role'] == 'user' and ns.sys is not none -%}\n"
+     "{{- ns.sys + '\\n\\n' -}}{%- set ns.sys = none -%}\n"
+     "{%- endif -%}\n"
+     "{{- message['content'] + '<end_of_turn>\\n' -}}\n"
+     "{%- endif -%}\n"
+     "{%- endfor -%}\n"
+     "{%- if ns.sys is not none -%}{{- '<start_of_turn>user\\n' + ns.sys + '<end_of_turn>\\n' -}}{%- endif -%}\n"
+     "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"},
+    /* In the manner of Phi-4-mini instruct (the family's byte-level BPE model): no
+     * BOS added, <|endoftext|> as bos and padding, <|end|> (end of a turn) as eos and eot. */
+    {"phi3", "llama-bpe", false, {"<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>", "<|system|>", NULL}, 0, 2, 2,
+     0,
+     "{%- for message in messages -%}\n"
+     "{%- if message['role'] == 'system' -%}{{- '<|system|>\\n' -}}\n"
+     "{%- elif message['role'] == 'user' -%}{{- '<|user|>\\n' -}}\n"
+     "{%- else -%}{{- '<|assistant|>\\n' -}}{%- endif -%}\n"
+     "{{- message['content'] + '<|end|>\\n' -}}\n"
+     "{%- endfor -%}\n"
+     "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"},
+    /* DeepSeek-R1-Distill-Qwen: the Qwen pre-tokenizer under DeepSeek's name, BOS
+     * added, ids in that vocabulary's order (end of sentence first). */
+    {"deepseek", "deepseek-r1-qwen", true,
+     {"<" FW "end" SP "of" SP "sentence" FW ">", "<" FW "User" FW ">", "<" FW "Assistant" FW ">",
+      "<" FW "begin" SP "of" SP "sentence" FW ">", NULL},
+     3, 0, -1, -1,
+     "{%- for message in messages -%}\n"
+     "{%- if message['role'] == 'system' -%}{{- message['content'] -}}\n"
+     "{%- elif message['role'] == 'user' -%}{{- '<" FW "User" FW ">' + message['content'] -}}\n"
+     "{%- else -%}{{- '<" FW "Assistant" FW ">' + message['content'] + '<" FW "end" SP "of" SP "sentence" FW ">' -}}\n"
+     "{%- endif -%}\n"
+     "{%- endfor -%}\n"
+     "{%- if add_generation_prompt -%}{{- '<" FW "Assistant" FW ">' -}}{%- endif -%}"},
+};
+#undef JINJA_INST
+#undef JINJA_SYS_JOIN
+#undef FW
+#undef SP
+
+#define FAMILY_NAMES "chatml, llama3, llama2, mistral, gemma, phi3, deepseek"
+
+static const chat_family *find_family(const char *name) {
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_families); i++)
+        if (!strcmp(name, k_families[i].name)) return &k_families[i];
+    return NULL;
+}
+
+/* The builtin vocabulary, with the family's special tokens when there is one. */
+static pkv_vocab_desc *family_vocab(const chat_family *f, int32_t n_vocab) {
+    if (!f) return pkv_vocab_builtin_create(n_vocab);
+    int n = 0;
+    while (f->specials[n]) n++;
+    pkv_vocab_desc *d = pkv_vocab_builtin_create_specials(n_vocab, f->specials, n);
+    if (!d) return NULL;
+    d->pre = f->pre;
+    d->add_bos = f->add_bos;
+    d->bos_id = f->bos >= 0 ? 256 + f->bos : -1;
+    d->eos_id = f->eos >= 0 ? 256 + f->eos : -1;
+    d->eot_id = f->eot >= 0 ? 256 + f->eot : -1;
+    d->pad_id = f->pad >= 0 ? 256 + f->pad : -1;
+    return d;
+}
+
 typedef struct {
     uint64_t s;
 } rng;
@@ -68,6 +215,11 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3"))
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3)", p->arch);
+    if (p->chat_template && !find_family(p->chat_template))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: unknown chat template '%s': the families are " FAMILY_NAMES,
+                       p->chat_template);
+    if (p->chat_template && p->no_vocab)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a chat template needs a vocabulary (not with no_vocab)");
     if (!p->n_layer) p->n_layer = 2;
     /* k-quants pack rows in blocks of 256: the default width follows */
     bool kq = pkv_type_block_elems(p->type) == 256;
@@ -202,6 +354,9 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     pkv_gguf *tg = NULL;
     pkv_status s;
     if (p.draft_of) {
+        if (p.chat_template)
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: a draft takes its target's vocabulary and chat template: "
+                                            "no chat_template with draft_of");
         if (!p.n_layer && p.shared_kv_layers) return pkv_err(PKV_ERR_INVALID, "mkmodel: shared_kv_layers needs n_layer");
         if ((s = pkv_gguf_read(p.draft_of, &tg))) return s;
         if (!p.n_layer) p.n_layer = 1;
@@ -223,7 +378,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
-    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : pkv_vocab_builtin_create(p.n_vocab);
+    const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
+    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : family_vocab(fam, p.n_vocab);
     if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !voc)) {
         s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
         goto done;
@@ -276,7 +432,11 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             TRY(pkv_gguf_writer_add_arr_str(G.w, "tokenizer.ggml.merges", voc->merges, voc->merge_lens, (uint64_t)voc->n_merges));
         if (voc->bos_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.bos_token_id", (uint32_t)voc->bos_id));
         if (voc->eos_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.eos_token_id", (uint32_t)voc->eos_id));
+        if (voc->eot_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.eot_token_id", (uint32_t)voc->eot_id));
+        if (voc->pad_id >= 0)
+            TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.padding_token_id", (uint32_t)voc->pad_id));
         TRY(pkv_gguf_writer_add_bool(G.w, "tokenizer.ggml.add_bos_token", voc->add_bos == 1));
+        if (fam) TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.chat_template", fam->jinja));
     }
     double lin_e = sqrt(3.0 / (double)E), lin_q = sqrt(3.0 / (double)qd), lin_f = sqrt(3.0 / (double)p.n_ff);
     TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));

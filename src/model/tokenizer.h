@@ -150,7 +150,22 @@ pkv_status pkv_pretokenize(const char *pre, const char *text, size_t len, size_t
  * n_tokens must be in [300, 1000000]. Returns NULL with a message on bad size or
  * out of memory. The desc owns all its memory: free it with pkv_vocab_builtin_free. */
 pkv_vocab_desc *pkv_vocab_builtin_create(int32_t n_tokens);
-/* Frees a desc from pkv_vocab_builtin_create (only such a desc); NULL is a no-op. */
+
+/* The same vocabulary with other control tokens at 256..: specials[0..n_specials)
+ * (1 to PKV_VOCAB_BUILTIN_MAX_SPECIALS texts, each 2 to 64 bytes, starting with '<'
+ * or '[' so no merge can build it, none repeated) take the place of the two above;
+ * the merge-built tokens follow them (each id moves by n_specials - 2, and as many
+ * of the last merges as the budget lacks are left out) and the reserved ones fill
+ * up to n_tokens. With {"<|begin_of_text|>", "<|end_of_text|>"} the tokens and
+ * merges are those of pkv_vocab_builtin_create. The desc names no special ids
+ * (bos_id, eos_id, ... all -1) and has add_bos 0, add_eos 0, model "gpt2", pre
+ * "llama-bpe": the caller sets what its family needs. Same errors and ownership as
+ * pkv_vocab_builtin_create. */
+#define PKV_VOCAB_BUILTIN_MAX_SPECIALS 16
+pkv_vocab_desc *pkv_vocab_builtin_create_specials(int32_t n_tokens, const char *const *specials,
+                                                  int n_specials);
+/* Frees a desc from pkv_vocab_builtin_create or _create_specials (only such a desc);
+ * NULL is a no-op. */
 void pkv_vocab_builtin_free(pkv_vocab_desc *desc);
 
 #endif /* PKV_TOKENIZER_H */

@@ -207,14 +207,13 @@ static size_t write_mapped(const vb *b, int32_t id, char *out) {
     return n;
 }
 
-static pkv_status vb_build(vb *b) {
+static pkv_status vb_build(vb *b, const char *const *specials, int n_specials) {
     for (int c = 0; c < 256; c++) {
         char ch = (char)c;
         if (vb_add(b, &ch, 1, PKV_TOKEN_NORMAL) < 0) return PKV_ERR_NOMEM;
     }
-    if (vb_add(b, "<|begin_of_text|>", 17, PKV_TOKEN_CONTROL) < 0 ||
-        vb_add(b, "<|end_of_text|>", 15, PKV_TOKEN_CONTROL) < 0)
-        return PKV_ERR_NOMEM;
+    for (int i = 0; i < n_specials; i++)
+        if (vb_add(b, specials[i], strlen(specials[i]), PKV_TOKEN_CONTROL) < 0) return PKV_ERR_NOMEM;
     pkv_status s;
     for (size_t i = 0; i < PKV_ARRAY_LEN(k_words); i++) {
         char w[64];
@@ -239,11 +238,29 @@ static pkv_status vb_build(vb *b) {
     return PKV_OK;
 }
 
-pkv_vocab_desc *pkv_vocab_builtin_create(int32_t n_tokens) {
+pkv_vocab_desc *pkv_vocab_builtin_create_specials(int32_t n_tokens, const char *const *specials,
+                                                  int n_specials) {
     if (n_tokens < 300 || n_tokens > 1000000) {
         pkv_err(PKV_ERR_INVALID, "builtin vocab: %d tokens requested, must be in [300, 1000000]",
                 n_tokens);
         return NULL;
+    }
+    if (n_specials < 1 || n_specials > PKV_VOCAB_BUILTIN_MAX_SPECIALS || !specials) {
+        pkv_err(PKV_ERR_INVALID, "builtin vocab: %d special tokens, must be 1 to %d", n_specials,
+                PKV_VOCAB_BUILTIN_MAX_SPECIALS);
+        return NULL;
+    }
+    for (int i = 0; i < n_specials; i++) {
+        /* a text the merges could build, or a repeated one, would give two ids one text */
+        size_t l = specials[i] ? strlen(specials[i]) : 0;
+        bool dup = false;
+        for (int j = 0; l && j < i && !dup; j++) dup = !strcmp(specials[i], specials[j]);
+        if (l < 2 || l > 64 || (specials[i][0] != '<' && specials[i][0] != '[') || dup) {
+            pkv_err(PKV_ERR_INVALID,
+                    "builtin vocab: special token %d \"%s\" must be 2 to 64 bytes starting with '<' or '[', "
+                    "and appear once", i, specials[i] ? specials[i] : "(null)");
+            return NULL;
+        }
     }
     vb b;
     memset(&b, 0, sizeof b);
@@ -261,7 +278,7 @@ pkv_vocab_desc *pkv_vocab_builtin_create(int32_t n_tokens) {
     b.mval = pkv_calloc(b.n_map, sizeof *b.mval);
     builtin_desc *bd = NULL;
     if (!b.off || !b.len || !b.type || !b.map || !b.ml || !b.mr || !b.mkey || !b.mval ||
-        vb_build(&b) != PKV_OK)
+        vb_build(&b, specials, n_specials) != PKV_OK)
         goto nomem;
     bd = pkv_calloc(1, sizeof *bd);
     if (!bd) goto nomem;
@@ -302,9 +319,7 @@ pkv_vocab_desc *pkv_vocab_builtin_create(int32_t n_tokens) {
     d->n_merges = b.n_mer;
     d->merges = bd->merges;
     d->merge_lens = bd->merge_lens;
-    d->bos_id = 256;
-    d->eos_id = 257;
-    d->add_bos = 1;
+    d->add_bos = 0;
     d->add_eos = 0;
     vb_free(&b);
     return d;
@@ -313,4 +328,14 @@ nomem:
     pkv_vocab_builtin_free(bd ? &bd->desc : NULL);
     pkv_err(PKV_ERR_NOMEM, "builtin vocab: out of memory building %d tokens", n_tokens);
     return NULL;
+}
+
+pkv_vocab_desc *pkv_vocab_builtin_create(int32_t n_tokens) {
+    static const char *const specials[] = {"<|begin_of_text|>", "<|end_of_text|>"};
+    pkv_vocab_desc *d = pkv_vocab_builtin_create_specials(n_tokens, specials, 2);
+    if (!d) return NULL;
+    d->bos_id = 256;
+    d->eos_id = 257;
+    d->add_bos = 1;
+    return d;
 }
