@@ -578,6 +578,14 @@ pkv_device *pkv_model_device(const pkv_model *m);
  * vocabulary: PKV_ERR_UNSUPPORTED ("use token ids"). */
 pkv_status pkv_model_tokenize(const pkv_model *m, const char *text, size_t len, bool add_special,
                               bool parse_special, int32_t *out, size_t max, size_t *n_out);
+/* pkv_model_tokenize with special tokens parsed only outside the data spans:
+ * data_spans holds n_spans sorted pairs [start, end) of byte offsets into text
+ * (e.g. the message contents inside a rendered chat prompt); special-token text
+ * that touches a span is tokenized as plain text. The rest of the contract, and
+ * the ids of text without such markers, are those of pkv_model_tokenize. */
+pkv_status pkv_model_tokenize_spans(const pkv_model *m, const char *text, size_t len, bool add_special,
+                                    const size_t *data_spans, size_t n_spans, int32_t *out, size_t max,
+                                    size_t *n_out);
 /* The bytes of token ids (pieces concatenated); buffer contract as tokenize. */
 pkv_status pkv_model_detokenize(const pkv_model *m, const int32_t *ids, size_t n, bool render_special,
                                 char *buf, size_t size, size_t *n_out);

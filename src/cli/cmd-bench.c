@@ -50,11 +50,13 @@ static int capture(int (*fn)(int, char **), int argc, char **argv, char **out) {
 }
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | serve [options] | all [options]\n"
+    fprintf(f, "usage: pagekv bench kv [options] | model [options] | spec [options] | serve [options] | server [options] | all [options]\n"
                "  bench kv     fork, copy-on-write, swap, shift, append on a 28-layer f16 layout\n"
                "  bench model  prefill and decode tokens/s, memory bandwidth and decode roofline\n"
                "  bench spec   speculative vs plain decoding: acceptance, tokens per target step, speed-up\n"
                "  bench serve  serving load through the engine: throughput, TTFT/TPOT percentiles, prefix hits, preemptions\n"
+               "  bench server pagekv serve over HTTP: a completion's latency while clients poll the contexts\n"
+               "               list, the server's peak memory under large tokenize and logprobs answers\n"
                "  bench all    all three, one JSON object {\"kv\": ..., \"model\": ..., \"spec\": ...}\n"
                "  bench kv-accuracy  logits NMSE and top-1 agreement of q8_0/q4_0 KV pages against f16\n"
                "  bench kv-speed     decode tokens/s at a depth per KV type, the types interleaved\n"
@@ -70,6 +72,7 @@ int pkv_cli_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "model")) return pkv_cli_bench_model(argc - 1, argv + 1);
     if (!strcmp(argv[1], "spec")) return pkv_cli_bench_spec(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return pkv_cli_bench_serve(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "server")) return pkv_cli_bench_server(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kv-accuracy")) return pkv_cli_bench_kv_accuracy(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kv-speed")) return pkv_cli_bench_kv_speed(argc - 1, argv + 1);
     if (!strcmp(argv[1], "all")) {

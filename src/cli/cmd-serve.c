@@ -56,6 +56,10 @@ static void serve_usage(FILE *f) {
             "  --max-contexts N       contexts alive at once (default %d)\n"
             "  --context-swap S       swap idle contexts to host after S seconds (default %.0f; 0 = never)\n"
             "  --context-ttl S        drop idle contexts after S seconds (default %.0f; 0 = never)\n"
+            "  --context-pages N      KV pages the contexts may hold together, device pages counted once\n"
+            "                         plus host pages of swapped ones (default: half the device pool) -> 503\n"
+            "  --special-in-content   let message text produce special tokens (default: message text is\n"
+            "                         data; only the chat template's own markup makes special tokens)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
@@ -100,6 +104,11 @@ int pkv_cli_serve(int argc, char **argv) {
             so.batch_tokens = (int)x;
         } else if (!strcmp(a, "--simple")) {
             so.simple = true;
+        } else if (!strcmp(a, "--special-in-content")) {
+            so.special_in_content = true;
+        } else if (!strcmp(a, "--context-pages")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 40, &x)) return 2;
+            so.context_pages = x;
         } else if (!strcmp(a, "--kv-pages")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
             so.kv_pages = x;

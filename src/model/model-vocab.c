@@ -8,6 +8,13 @@ pkv_status pkv_model_tokenize(const pkv_model *m, const char *text, size_t len, 
     return pkv_tokenize(m->tok, text ? text : "", len, add_special, parse_special, out, max, n_out);
 }
 
+pkv_status pkv_model_tokenize_spans(const pkv_model *m, const char *text, size_t len, bool add_special,
+                                    const size_t *data_spans, size_t n_spans, int32_t *out, size_t max,
+                                    size_t *n_out) {
+    if (!m || (!text && len) || !n_out) return pkv_err(PKV_ERR_INVALID, "tokenize: NULL argument");
+    return pkv_tokenize_spans(m->tok, text ? text : "", len, add_special, true, data_spans, n_spans, out, max, n_out);
+}
+
 pkv_status pkv_model_detokenize(const pkv_model *m, const int32_t *ids, size_t n, bool render_special, char *buf,
                                 size_t size, size_t *n_out) {
     if (!m || (!ids && n) || !n_out) return pkv_err(PKV_ERR_INVALID, "detokenize: NULL argument");

@@ -553,8 +553,27 @@ static int32_t match_special(const pkv_tokenizer *tok, const char *text, size_t 
 pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
                         bool add_special, bool parse_special, int32_t *out, size_t max,
                         size_t *n_out) {
-    if (!tok || !n_out || (!text && len) || (!out && max))
+    return pkv_tokenize_spans(tok, text, len, add_special, parse_special, NULL, 0, out, max, n_out);
+}
+
+/* Does [pos, end) overlap one of the data spans (sorted pairs [start, end))? *at
+ * is the first span that may still matter; positions only grow, so it only moves on. */
+static bool in_data(const size_t *spans, size_t n_spans, size_t *at, size_t pos, size_t end) {
+    while (*at < n_spans && spans[2 * *at + 1] <= pos) (*at)++;
+    return *at < n_spans && spans[2 * *at] < end;
+}
+
+pkv_status pkv_tokenize_spans(const pkv_tokenizer *tok, const char *text, size_t len, bool add_special,
+                              bool parse_special, const size_t *data_spans, size_t n_spans, int32_t *out,
+                              size_t max, size_t *n_out) {
+    if (!tok || !n_out || (!text && len) || (!out && max) || (n_spans && !data_spans))
         return pkv_err(PKV_ERR_INVALID, "pkv_tokenize: NULL argument");
+    for (size_t k = 0; k < n_spans; k++)
+        if (data_spans[2 * k] > data_spans[2 * k + 1] || data_spans[2 * k + 1] > len ||
+            (k && data_spans[2 * k] < data_spans[2 * k - 1]))
+            return pkv_err(PKV_ERR_INVALID, "pkv_tokenize: data span %zu [%zu, %zu) is out of order or past the "
+                           "text's %zu bytes", k, data_spans[2 * k], data_spans[2 * k + 1], len);
+    size_t span_at = 0;
     if (tok->kind == PKV_TOKENIZER_NONE) return no_vocab();
     pkv_idvec ids = {0};
     pkv_status s = PKV_OK;
@@ -566,6 +585,11 @@ pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
     while (!s && pos < len) {
         int32_t id = any_special && tok->special_first[(unsigned char)text[pos]]
                          ? match_special(tok, text, len, pos, parse_special) : -1;
+        /* request text is data: a special token's text that touches a data span is
+         * not the special token (user-defined tokens are text tokens: kept) */
+        if (id >= 0 && n_spans && tok->types[id] != PKV_TOKEN_USER_DEFINED &&
+            in_data(data_spans, n_spans, &span_at, pos, pos + tok->len[id]))
+            id = match_special(tok, text, len, pos, false);
         if (id < 0) {
             pos++;
             continue;

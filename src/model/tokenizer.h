@@ -110,6 +110,13 @@ int32_t pkv_tokenizer_find(const pkv_tokenizer *tok, const char *text, size_t le
 pkv_status pkv_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
                         bool add_special, bool parse_special, int32_t *out, size_t max,
                         size_t *n_out);
+/* pkv_tokenize where data_spans (n_spans sorted pairs [start, end) of byte offsets)
+ * mark text that came from outside (a chat message): a special token is parsed only
+ * where its text lies wholly outside every span, so a message can never produce a
+ * control token. Tokenization is otherwise that of the whole text in one pass. */
+pkv_status pkv_tokenize_spans(const pkv_tokenizer *tok, const char *text, size_t len, bool add_special,
+                              bool parse_special, const size_t *data_spans, size_t n_spans, int32_t *out,
+                              size_t max, size_t *n_out);
 
 /* The bytes a token stands for: BPE pieces are mapped back through the byte
  * table, SPM pieces have U+2581 turned into spaces and <0xNN> into byte NN.

@@ -77,6 +77,8 @@ typedef struct sbuf {
     char *p;
     size_t len, cap;
     bool oom;
+    size_t *spans; /* [2 * n_spans]: [start, end) of the bytes that came from messages */
+    size_t n_spans, cap_spans;
 } sbuf;
 
 static void put(sbuf *b, const char *s) {
@@ -97,22 +99,56 @@ static void put(sbuf *b, const char *s) {
     b->p[b->len] = 0;
 }
 
+/* Message text: recorded as a data span, so its special-token text stays text. */
+static void put_data(sbuf *b, const char *s) {
+    size_t start = b->len;
+    put(b, s);
+    if (b->oom || b->len == start) return;
+    if (b->n_spans && b->spans[2 * b->n_spans - 1] == start) { /* adjoining: one span */
+        b->spans[2 * b->n_spans - 1] = b->len;
+        return;
+    }
+    if (b->n_spans == b->cap_spans) {
+        size_t nc = b->cap_spans ? b->cap_spans * 2 : 16;
+        size_t *q = realloc(b->spans, 2 * nc * sizeof *q);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->spans = q;
+        b->cap_spans = nc;
+    }
+    b->spans[2 * b->n_spans] = start;
+    b->spans[2 * b->n_spans + 1] = b->len;
+    b->n_spans++;
+}
+
 static bool is_role(const pkv_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
 
 /* The system text at the start of an [INST] turn: llama2 wraps it in <<SYS>>. */
 static void put_inst_sys(sbuf *b, pkv_tpl t, const char *sys) {
     if (t == PKV_TPL_LLAMA2) {
         put(b, "<<SYS>>\n");
-        put(b, sys);
+        put_data(b, sys);
         put(b, "\n<</SYS>>\n\n");
     } else {
-        put(b, sys);
+        put_data(b, sys);
         put(b, "\n\n");
     }
 }
 
 char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size_t err_size) {
+    size_t *spans = NULL, n_spans = 0;
+    char *r = pkv_tpl_render_spans(t, msgs, n, &spans, &n_spans, err, err_size);
+    free(spans);
+    return r;
+}
+
+char *pkv_tpl_render_spans(pkv_tpl t, const pkv_chat_msg *msgs, int n, size_t **spans, size_t *n_spans, char *err,
+                           size_t err_size) {
     sbuf b = {0};
+    *spans = NULL;
+    *n_spans = 0;
     if (n <= 0) {
         snprintf(err, err_size, "messages is empty");
         return NULL;
@@ -128,7 +164,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
             put(&b, "<|im_start|>");
             put(&b, msgs[i].role);
             put(&b, "\n");
-            put(&b, msgs[i].content);
+            put_data(&b, msgs[i].content);
             put(&b, "<|im_end|>\n");
         }
         put(&b, "<|im_start|>assistant\n");
@@ -138,7 +174,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
             put(&b, "<|start_header_id|>");
             put(&b, msgs[i].role);
             put(&b, "<|end_header_id|>\n\n");
-            put(&b, msgs[i].content);
+            put_data(&b, msgs[i].content);
             put(&b, "<|eot_id|>");
         }
         put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -148,7 +184,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
             put(&b, "<|");
             put(&b, msgs[i].role);
             put(&b, "|>\n");
-            put(&b, msgs[i].content);
+            put_data(&b, msgs[i].content);
             put(&b, "<|end|>\n");
         }
         put(&b, "<|assistant|>\n");
@@ -160,7 +196,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
         for (int i = 0; i < n; i++) {
             if (is_role(&msgs[i], "system")) {
                 if (sys.len) put(&sys, "\n\n");
-                put(&sys, msgs[i].content);
+                put(&sys, msgs[i].content); /* all of sys is put as data */
                 if (!sys.p) put(&sys, ""); /* an empty system text still counts */
                 continue;
             }
@@ -168,17 +204,17 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
             put(&b, is_role(&msgs[i], "assistant") ? "model" : "user");
             put(&b, "\n");
             if (sys.p && is_role(&msgs[i], "user")) {
-                put(&b, sys.p);
+                put_data(&b, sys.p);
                 put(&b, "\n\n");
                 free(sys.p);
                 sys = (sbuf){0};
             }
-            put(&b, msgs[i].content);
+            put_data(&b, msgs[i].content);
             put(&b, "<end_of_turn>\n");
         }
         if (sys.p) { /* a system text no user turn followed: a user turn of its own, not dropped */
             put(&b, "<start_of_turn>user\n");
-            put(&b, sys.p);
+            put_data(&b, sys.p);
             put(&b, "<end_of_turn>\n");
         }
         if (sys.oom) b.oom = true;
@@ -195,7 +231,7 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
         for (int i = 0; i < n; i++) {
             if (is_role(&msgs[i], "system")) {
                 if (sys.len) put(&sys, "\n\n");
-                put(&sys, msgs[i].content);
+                put(&sys, msgs[i].content); /* all of sys is put as data */
                 if (!sys.p) put(&sys, "");
             } else if (is_role(&msgs[i], "user")) {
                 if (!first) put(&b, "<s>");
@@ -205,12 +241,12 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
                     free(sys.p);
                     sys = (sbuf){0};
                 }
-                put(&b, msgs[i].content);
+                put_data(&b, msgs[i].content);
                 put(&b, " [/INST]");
                 first = false;
             } else {
                 put(&b, " ");
-                put(&b, msgs[i].content);
+                put_data(&b, msgs[i].content);
                 put(&b, " </s>");
                 first = false;
             }
@@ -228,13 +264,13 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
     case PKV_TPL_DEEPSEEK:
         for (int i = 0; i < n; i++) {
             if (is_role(&msgs[i], "system")) {
-                put(&b, msgs[i].content);
+                put_data(&b, msgs[i].content);
             } else if (is_role(&msgs[i], "user")) {
                 put(&b, "<\xef\xbd\x9cUser\xef\xbd\x9c>");
-                put(&b, msgs[i].content);
+                put_data(&b, msgs[i].content);
             } else {
                 put(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
-                put(&b, msgs[i].content);
+                put_data(&b, msgs[i].content);
                 put(&b, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
             }
         }
@@ -243,13 +279,17 @@ char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size
     default:
         snprintf(err, err_size, "no chat template");
         free(b.p);
+        free(b.spans);
         return NULL;
     }
     if (b.oom || !b.p) {
         snprintf(err, err_size, "out of memory rendering the chat template");
         free(b.p);
+        free(b.spans);
         return NULL;
     }
+    *spans = b.spans;
+    *n_spans = b.n_spans;
     return b.p;
 }
 

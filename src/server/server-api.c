@@ -4,6 +4,7 @@
  * or a value out of range is a 400 naming the field; parameters pagekv does not
  * implement are a 400 saying so, never silently ignored. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,31 +162,73 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
 
 /* ------------------------------------------------------------- tokens */
 
-bool srv_tokenize(srv *s, const char *text, size_t len, bool add_special, bool parse_special, int32_t **out, int *n,
-                  srv_out *o) {
-    size_t need = 0;
-    pkv_status st = pkv_model_tokenize(s->m, text, len, add_special, parse_special, NULL, 0, &need);
-    if (st && st != PKV_ERR_INVALID) {
-        srv_error(o, 400, "cannot tokenize: %s", pkv_errmsg());
+/* One tokenizer slot for a large text (SRV_TOK_SLOTS at a time); small texts pass. */
+static void tok_gate(srv *s, size_t len, bool enter) {
+    if (len < SRV_TOK_BIG) return;
+    pthread_mutex_lock(&s->tok_mu);
+    if (enter) {
+        while (s->tok_busy >= SRV_TOK_SLOTS) pthread_cond_wait(&s->tok_cv, &s->tok_mu);
+        s->tok_busy++;
+    } else {
+        s->tok_busy--;
+        pthread_cond_signal(&s->tok_cv);
+    }
+    pthread_mutex_unlock(&s->tok_mu);
+}
+
+static pkv_status tok_call(srv *s, const char *text, size_t len, bool add_special, bool parse_special,
+                           const size_t *spans, size_t n_spans, int32_t *ids, size_t cap, size_t *need) {
+    if (spans && parse_special)
+        return pkv_model_tokenize_spans(s->m, text, len, add_special, spans, n_spans, ids, cap, need);
+    return pkv_model_tokenize(s->m, text, len, add_special, parse_special, ids, cap, need);
+}
+
+static bool tokenize_any(srv *s, const char *text, size_t len, bool add_special, bool parse_special,
+                         const size_t *spans, size_t n_spans, int32_t **out, int *n, srv_out *o) {
+    if (len > ((size_t)1 << 28)) {
+        srv_error(o, 400, "the text is too long to tokenize (%zu bytes)", len);
         return false;
     }
-    if (need > (size_t)1 << 28) {
-        srv_error(o, 400, "the text has too many tokens");
-        return false;
-    }
-    int32_t *ids = malloc((need + 1) * sizeof *ids);
+    /* One pass: a text of len bytes has at most len + 2 tokens (BOS, EOS) with a
+     * vocabulary that covers every byte; if not, the count needed comes back and a
+     * second pass fits it. */
+    size_t cap = len + 3, need = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
     if (!ids) {
         srv_error(o, 500, "out of memory");
         return false;
     }
-    if ((st = pkv_model_tokenize(s->m, text, len, add_special, parse_special, ids, need + 1, &need))) {
+    tok_gate(s, len, true);
+    pkv_status st = tok_call(s, text, len, add_special, parse_special, spans, n_spans, ids, cap, &need);
+    if (st == PKV_ERR_INVALID && need > cap && need <= ((size_t)1 << 28)) {
+        int32_t *b = realloc(ids, (need + 1) * sizeof *b);
+        if (b) {
+            ids = b;
+            cap = need + 1;
+            st = tok_call(s, text, len, add_special, parse_special, spans, n_spans, ids, cap, &need);
+        }
+    }
+    tok_gate(s, len, false);
+    if (st) {
         free(ids);
         srv_error(o, 400, "cannot tokenize: %s", pkv_errmsg());
         return false;
     }
-    *out = ids;
+    int32_t *fit = realloc(ids, (need + 1) * sizeof *fit); /* give the slack back */
+    *out = fit ? fit : ids;
     *n = (int)need;
     return true;
+}
+
+bool srv_tokenize(srv *s, const char *text, size_t len, bool add_special, bool parse_special, int32_t **out, int *n,
+                  srv_out *o) {
+    return tokenize_any(s, text, len, add_special, parse_special, NULL, 0, out, n, o);
+}
+
+bool srv_tokenize_spans(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans, int32_t **out,
+                        int *n, srv_out *o) {
+    if (s->o.special_in_content) return tokenize_any(s, text, len, true, true, NULL, 0, out, n, o);
+    return tokenize_any(s, text, len, true, true, spans, n_spans, out, n, o);
 }
 
 bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o) {
@@ -245,19 +288,34 @@ static json_t *token_bytes(srv *s, int32_t id) {
     return a;
 }
 
+/* One token of chat logprobs: {"token", "logprob", "bytes", "top_logprobs": [...]}. */
+static json_t *lp_chat_entry(srv *s, const srv_tok *t) {
+    json_t *top = json_array();
+    for (int k = 0; k < t->n_top; k++)
+        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", srv_token_string(s, t->top_id[k]), "logprob",
+                                             (double)t->top_lp[k], "bytes", token_bytes(s, t->top_id[k])));
+    return json_pack("{s:o,s:f,s:o,s:o}", "token", srv_token_string(s, t->id), "logprob", (double)t->logprob, "bytes",
+                     token_bytes(s, t->id), "top_logprobs", top);
+}
+
+/* The completions syntax's top alternatives of one token: {piece: logprob}. */
+static json_t *lp_top_object(srv *s, const srv_tok *t) {
+    json_t *top = json_object();
+    for (int k = 0; k < t->n_top; k++) {
+        char buf[512];
+        size_t n = piece(s, t->top_id[k], buf, sizeof buf), m;
+        char *key = pkv_utf8_sanitize(buf, n, &m);
+        if (key && !memchr(key, 0, m)) json_object_set_new(top, key, json_real(t->top_lp[k]));
+        free(key);
+    }
+    return top;
+}
+
 /* Logprobs of tokens [from, to) of a choice, in the chat or the completions syntax. */
 static json_t *logprobs_json(srv *s, const srv_choice *c, int from, int to, int fmt, size_t text_base) {
     if (fmt == SRV_FMT_CHAT) {
         json_t *content = json_array();
-        for (int i = from; i < to; i++) {
-            const srv_tok *t = &c->toks[i];
-            json_t *top = json_array();
-            for (int k = 0; k < t->n_top; k++)
-                json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", srv_token_string(s, t->top_id[k]),
-                                                     "logprob", (double)t->top_lp[k], "bytes", token_bytes(s, t->top_id[k])));
-            json_array_append_new(content, json_pack("{s:o,s:f,s:o,s:o}", "token", srv_token_string(s, t->id), "logprob",
-                                                     (double)t->logprob, "bytes", token_bytes(s, t->id), "top_logprobs", top));
-        }
+        for (int i = from; i < to; i++) json_array_append_new(content, lp_chat_entry(s, &c->toks[i]));
         return json_pack("{s:o}", "content", content);
     }
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
@@ -265,15 +323,7 @@ static json_t *logprobs_json(srv *s, const srv_choice *c, int from, int to, int 
         const srv_tok *t = &c->toks[i];
         json_array_append_new(toks, srv_token_string(s, t->id));
         json_array_append_new(lps, json_real(t->logprob));
-        json_t *top = json_object();
-        for (int k = 0; k < t->n_top; k++) {
-            char buf[512];
-            size_t n = piece(s, t->top_id[k], buf, sizeof buf), m;
-            char *key = pkv_utf8_sanitize(buf, n, &m);
-            if (key && !memchr(key, 0, m)) json_object_set_new(top, key, json_real(t->top_lp[k]));
-            free(key);
-        }
-        json_array_append_new(tops, top);
+        json_array_append_new(tops, lp_top_object(s, t));
         json_array_append_new(offs, json_integer((json_int_t)(text_base + t->text_off)));
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
@@ -298,7 +348,7 @@ void srv_api_models(srv *s, srv_out *o) {
 
 /* ---------------------------------------------------------- completions */
 
-static char *chat_prompt(srv *s, json_t *b, srv_out *o) {
+static char *chat_prompt(srv *s, json_t *b, size_t **spans, size_t *n_spans, srv_out *o) {
     json_t *msgs = json_object_get(b, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > 4096) {
         srv_error(o, 400, "'messages' must be a non-empty array of messages");
@@ -362,7 +412,7 @@ static char *chat_prompt(srv *s, json_t *b, srv_out *o) {
         }
     }
     char err[256];
-    if (!(out = pkv_tpl_render(s->tpl, m, (int)n, err, sizeof err))) srv_error(o, 400, "%s", err);
+    if (!(out = pkv_tpl_render_spans(s->tpl, m, (int)n, spans, n_spans, err, sizeof err))) srv_error(o, 400, "%s", err);
 done:
     if (owned)
         for (size_t i = 0; i < n; i++) free(owned[i]);
@@ -371,23 +421,217 @@ done:
     return out;
 }
 
-static json_t *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, const char *id) {
-    json_t *choices = json_array();
-    for (int i = 0; i < r->n; i++) {
-        srv_choice *c = &r->ch[i];
-        json_t *lp = logprobs ? logprobs_json(s, c, 0, c->n_toks, chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION, 0) : json_null();
-        json_t *text = srv_text_json(c->text, c->len);
-        const char *fin = c->finish ? c->finish : "length";
-        if (chat)
-            json_array_append_new(choices, json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role",
-                                                     "assistant", "content", text, "logprobs", lp, "finish_reason", fin));
-        else
-            json_array_append_new(choices, json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", i, "logprobs", lp,
-                                                     "finish_reason", fin));
+/* ---------------------------------------------------------- lazy bodies */
+
+/* A body written piece by piece as the client reads it (srv_body): fill appends
+ * the next pieces (about LAZY_PIECE bytes) to pend, so what is in memory at once is
+ * one piece plus the records the answer is made from, never the whole JSON text
+ * or a JSON tree of it (a 22 MB logprobs answer was ~300 MB as a tree). */
+#define LAZY_PIECE ((size_t)32 << 10)
+
+typedef struct lazy {
+    srv_body base;
+    char *pend;
+    size_t len, pos, cap;
+    bool end, oom;
+    void (*fill)(struct lazy *z); /* appends; sets end after the last piece */
+    void (*drop)(struct lazy *z); /* frees what the kind holds (not z) */
+} lazy;
+
+static void lz_put(lazy *z, const char *p, size_t n) {
+    if (z->oom) return;
+    if (z->len + n > z->cap) {
+        size_t nc = (z->len + n) * 2;
+        char *q = realloc(z->pend, nc);
+        if (!q) {
+            z->oom = true;
+            return;
+        }
+        z->pend = q;
+        z->cap = nc;
     }
-    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
-                     "created", (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", "pagekv", "choices",
-                     choices, "usage", usage_json(r));
+    memcpy(z->pend + z->len, p, n);
+    z->len += n;
+}
+
+static void lz_str(lazy *z, const char *t) { lz_put(z, t, strlen(t)); }
+
+static void lz_fmt(lazy *z, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void lz_fmt(lazy *z, const char *fmt, ...) {
+    char b[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    if (k > 0) lz_put(z, b, (size_t)k < sizeof b ? (size_t)k : sizeof b - 1);
+}
+
+/* A JSON value (taken over), compact. */
+static void lz_json(lazy *z, json_t *v) {
+    char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(v);
+    if (!t) {
+        z->oom = true;
+        return;
+    }
+    lz_str(z, t);
+    free(t);
+}
+
+static ssize_t lz_read(srv_body *b, char *buf, size_t max) {
+    lazy *z = (lazy *)b;
+    while (z->pos >= z->len) {
+        if (z->end) return 0;
+        z->len = z->pos = 0;
+        z->fill(z);
+        if (z->oom) return -1;
+    }
+    size_t n = z->len - z->pos < max ? z->len - z->pos : max;
+    memcpy(buf, z->pend + z->pos, n);
+    z->pos += n;
+    return (ssize_t)n;
+}
+
+static void lz_free(srv_body *b) {
+    lazy *z = (lazy *)b;
+    if (z->drop) z->drop(z);
+    free(z->pend);
+    free(z);
+}
+
+static lazy *lz_new(size_t size, void (*fill)(lazy *), void (*drop)(lazy *)) {
+    lazy *z = calloc(1, size);
+    if (!z) return NULL;
+    z->base.read = lz_read;
+    z->base.free = lz_free;
+    z->fill = fill;
+    z->drop = drop;
+    return z;
+}
+
+/* A finished completion: the object OpenAI answers, written choice by choice and,
+ * with logprobs, token by token. */
+typedef struct cbody {
+    lazy z;
+    srv *s;
+    srv_req *r; /* a reference; finished, so nothing changes it any more */
+    bool chat, logprobs, token_ids;
+    char id[64];
+    int phase, ci, ti, arr;
+} cbody;
+
+enum { CB_HEAD, CB_CHOICE, CB_TOKENS, CB_CHOICE_END, CB_TAIL };
+
+static void cbody_fill(lazy *z) {
+    cbody *b = (cbody *)z;
+    srv_req *r = b->r;
+    while (!z->end && !z->oom && z->len < LAZY_PIECE) {
+        switch (b->phase) {
+        case CB_HEAD:
+            lz_str(z, "{\"id\":");
+            lz_json(z, json_string(b->id));
+            lz_fmt(z, ",\"object\":\"%s\",\"created\":%lld,\"model\":", b->chat ? "chat.completion" : "text_completion",
+                   (long long)time(NULL));
+            lz_json(z, json_string(b->s->model_id));
+            lz_str(z, ",\"system_fingerprint\":\"pagekv\",\"choices\":[");
+            b->phase = CB_CHOICE;
+            break;
+        case CB_CHOICE: {
+            if (b->ci >= r->n) {
+                b->phase = CB_TAIL;
+                break;
+            }
+            srv_choice *c = &r->ch[b->ci];
+            if (b->ci) lz_str(z, ",");
+            if (b->chat) {
+                lz_fmt(z, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", b->ci);
+                lz_json(z, srv_text_json(c->text, c->len));
+                lz_str(z, "},\"logprobs\":");
+            } else {
+                lz_str(z, "{\"text\":");
+                lz_json(z, srv_text_json(c->text, c->len));
+                lz_fmt(z, ",\"index\":%d,\"logprobs\":", b->ci);
+            }
+            if (!b->logprobs) {
+                lz_str(z, "null");
+                b->phase = CB_CHOICE_END;
+            } else {
+                lz_str(z, b->chat ? "{\"content\":[" : "{\"tokens\":[");
+                b->ti = b->arr = 0;
+                b->phase = CB_TOKENS;
+            }
+            break;
+        }
+        case CB_TOKENS: {
+            srv_choice *c = &r->ch[b->ci];
+            if (b->ti < c->n_toks) {
+                const srv_tok *t = &c->toks[b->ti];
+                if (b->ti) lz_str(z, ",");
+                if (b->chat) lz_json(z, lp_chat_entry(b->s, t));
+                else if (b->arr == 0) lz_json(z, srv_token_string(b->s, t->id));
+                else if (b->arr == 1) lz_json(z, json_real(t->logprob));
+                else if (b->arr == 2) lz_json(z, lp_top_object(b->s, t));
+                else lz_fmt(z, "%zu", t->text_off);
+                b->ti++;
+                break;
+            }
+            static const char *const next[] = {"],\"token_logprobs\":[", "],\"top_logprobs\":[", "],\"text_offset\":["};
+            if (!b->chat && b->arr < 3) {
+                lz_str(z, next[b->arr++]);
+                b->ti = 0;
+                break;
+            }
+            lz_str(z, "]}");
+            b->phase = CB_CHOICE_END;
+            break;
+        }
+        case CB_CHOICE_END: {
+            srv_choice *c = &r->ch[b->ci];
+            lz_fmt(z, ",\"finish_reason\":\"%s\"", c->finish ? c->finish : "length");
+            if (b->token_ids) { /* the generated ids too (a choice has at most the context's tokens) */
+                lz_str(z, ",\"token_ids\":[");
+                for (int k = 0; k < c->n_toks; k++) lz_fmt(z, k ? ",%d" : "%d", c->toks[k].id);
+                lz_str(z, "]");
+            }
+            lz_str(z, "}");
+            b->ci++;
+            b->ti = 0;
+            b->phase = CB_CHOICE;
+            break;
+        }
+        default:
+            if (b->token_ids && b->ti >= 0) { /* vLLM's return_token_ids: the prompt as the model saw it */
+                lz_str(z, b->ti == 0 ? "],\"prompt_token_ids\":[" : "");
+                for (int k = 0; b->ti < r->n_prompt && k < 4096; k++, b->ti++)
+                    lz_fmt(z, b->ti ? ",%d" : "%d", r->prompt[b->ti]);
+                if (b->ti < r->n_prompt) break;
+                b->ti = -1;
+                lz_str(z, "],\"usage\":");
+            } else {
+                lz_str(z, "],\"usage\":");
+            }
+            lz_json(z, usage_json(r));
+            lz_str(z, "}");
+            z->end = true;
+        }
+    }
+}
+
+static void cbody_drop(lazy *z) { srv_req_release(((cbody *)z)->r); }
+
+static srv_body *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, bool token_ids, const char *id) {
+    cbody *b = (cbody *)lz_new(sizeof *b, cbody_fill, cbody_drop);
+    if (!b) return NULL;
+    b->s = s;
+    b->r = r;
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    pthread_mutex_unlock(&r->mu);
+    b->chat = chat;
+    b->logprobs = logprobs;
+    b->token_ids = token_ids;
+    snprintf(b->id, sizeof b->id, "%s", id);
+    return &b->z.base;
 }
 
 bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
@@ -420,8 +664,9 @@ bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool includ
 void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv_out *o) {
     json_t *model = json_object_get(b, "model");
     if (model && !json_is_string(model)) return srv_error(o, 400, "'model' must be a string");
-    bool stream = false, include_usage = false, logprobs = false;
-    if (!get_bool(b, "stream", &stream, o)) return;
+    bool stream = false, include_usage = false, logprobs = false, token_ids = false;
+    if (!get_bool(b, "stream", &stream, o) || !get_bool(b, "return_token_ids", &token_ids, o)) return;
+    if (stream && token_ids) return srv_error(o, 400, "'return_token_ids' is for answers that are not streamed");
     json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return srv_error(o, 400, "'stream_options' must be an object");
@@ -434,9 +679,11 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     int fmt = chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION;
     if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o)) goto out;
     if (chat) {
-        char *text = chat_prompt(s, b, o);
+        size_t *spans = NULL, n_spans = 0;
+        char *text = chat_prompt(s, b, &spans, &n_spans, o);
         if (!text) goto out;
-        bool ok = srv_tokenize(s, text, strlen(text), true, true, &r->prompt, &r->n_prompt, o);
+        bool ok = srv_tokenize_spans(s, text, strlen(text), spans, n_spans, &r->prompt, &r->n_prompt, o);
+        free(spans);
         free(text);
         if (!ok) goto out;
         r->stop_ids = s->stop_ids;
@@ -469,8 +716,12 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     char id[64];
     srv_next_id(s, chat ? "chatcmpl" : "cmpl", id, sizeof id);
     if (!srv_submit_and_wait(s, r, stream ? fmt : -1, logprobs, include_usage, id, conn, o)) goto out;
+    if (!(o->body = completion_body(s, r, chat, logprobs, token_ids, id))) {
+        srv_error(o, 500, "out of memory");
+        goto out;
+    }
     o->status = 200;
-    o->json = completion_body(s, r, chat, logprobs, id);
+    o->ctype = "application/json";
 out:
     srv_req_release(r);
 }
@@ -618,7 +869,10 @@ static void build_events(srv_stream *st) {
             st->sent[i] = upto;
             st->sent_toks[i] = c->n_toks;
         }
-        if (c->finish && !st->fin_sent[i] && st->sent[i] == c->len && (r->done || c->stable == c->len)) {
+        /* A context's last chunk names its length: it waits until the worker has
+         * finished the request (and recorded the length), not just the choice. */
+        if (c->finish && !st->fin_sent[i] && st->sent[i] == c->len &&
+            (r->done || (c->stable == c->len && st->fmt != SRV_FMT_CONTEXT))) {
             json_t *ch;
             if (st->fmt == SRV_FMT_CHAT)
                 ch = json_pack("{s:i,s:{},s:n,s:s}", "index", i, "delta", "logprobs", "finish_reason", c->finish);
@@ -650,7 +904,7 @@ static bool progressed(const srv_stream *st) {
     if (r->done || r->http_status || (st->fmt == SRV_FMT_CHAT && !st->role_sent)) return true;
     for (int i = 0; i < r->n; i++) {
         const srv_choice *c = &r->ch[i];
-        if (c->stable > st->sent[i] || (c->finish && !st->fin_sent[i])) return true;
+        if (c->stable > st->sent[i] || (c->finish && !st->fin_sent[i] && st->fmt != SRV_FMT_CONTEXT)) return true;
         if (c->n_toks > st->sent_toks[i] && (st->logprobs || st->fmt == SRV_FMT_CONTEXT)) return true;
     }
     return false;
@@ -686,6 +940,39 @@ ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max) {
 
 /* ------------------------------------------------------------ tokenize */
 
+/* /tokenize's answer, written as it is sent: {"tokens": [ids], "pieces": [texts]}. */
+typedef struct tbody {
+    lazy z;
+    srv *s;
+    int32_t *ids;
+    int n, i, phase;
+    bool pieces;
+} tbody;
+
+static void tbody_fill(lazy *z) {
+    tbody *b = (tbody *)z;
+    while (!z->end && !z->oom && z->len < LAZY_PIECE) {
+        if (b->phase == 0) {
+            lz_str(z, "{\"tokens\":[");
+            b->phase = 1;
+        } else if (b->i < b->n) {
+            if (b->i) lz_str(z, ",");
+            if (b->phase == 1) lz_fmt(z, "%d", b->ids[b->i]);
+            else lz_json(z, srv_token_string(b->s, b->ids[b->i]));
+            b->i++;
+        } else if (b->phase == 1 && b->pieces) {
+            lz_str(z, "],\"pieces\":[");
+            b->phase = 2;
+            b->i = 0;
+        } else {
+            lz_str(z, "]}");
+            z->end = true;
+        }
+    }
+}
+
+static void tbody_drop(lazy *z) { free(((tbody *)z)->ids); }
+
 void srv_api_tokenize(srv *s, json_t *b, srv_out *o) {
     json_t *t = json_object_get(b, "content");
     if (!t) t = json_object_get(b, "text");
@@ -698,15 +985,18 @@ void srv_api_tokenize(srv *s, json_t *b, srv_out *o) {
     int32_t *ids = NULL;
     int n = 0;
     if (!srv_tokenize(s, json_string_value(t), json_string_length(t), add_special, parse_special, &ids, &n, o)) return;
-    json_t *a = json_array(), *p = with_pieces ? json_array() : NULL;
-    for (int i = 0; i < n; i++) {
-        json_array_append_new(a, json_integer(ids[i]));
-        if (p) json_array_append_new(p, srv_token_string(s, ids[i]));
+    tbody *tb = (tbody *)lz_new(sizeof *tb, tbody_fill, tbody_drop);
+    if (!tb) {
+        free(ids);
+        return srv_error(o, 500, "out of memory");
     }
-    free(ids);
+    tb->s = s;
+    tb->ids = ids;
+    tb->n = n;
+    tb->pieces = with_pieces;
     o->status = 200;
-    o->json = json_pack("{s:o}", "tokens", a);
-    if (p) json_object_set_new(o->json, "pieces", p);
+    o->body = &tb->z.base;
+    o->ctype = "application/json";
 }
 
 void srv_api_detokenize(srv *s, json_t *b, srv_out *o) {

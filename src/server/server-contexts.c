@@ -23,6 +23,11 @@ typedef struct ctx_call {
     int32_t *toks;
     int n_toks;
     int64_t n_keep;
+    /* a prefill in pieces (create, append): where it stands between the worker's calls */
+    pkv_context *building; /* create: the context until it is registered */
+    srv_ctx *target;       /* append: the context (busy meanwhile) */
+    int done_toks;         /* tokens of toks decoded so far (create: from the prefix match on) */
+    int64_t matched;
     /* result */
     int status;
     char err[600];
@@ -51,9 +56,10 @@ static json_t *ctx_json(srv_gen *g, srv_ctx *e, bool with_tokens) {
     return j;
 }
 
-static void fail(ctx_call *k, int status, const char *msg) {
+static bool fail(ctx_call *k, int status, const char *msg) {
     k->status = status;
     snprintf(k->err, sizeof k->err, "%s", msg);
+    return true;
 }
 
 /* Decode tokens into a context, making room by swapping idle contexts out when
@@ -62,44 +68,101 @@ static pkv_status decode_room(srv_gen *g, srv_ctx *self, pkv_context *ctx, const
     pkv_status st = pkv_context_decode(ctx, t, n);
     if (st == PKV_ERR_OUT_OF_PAGES) {
         int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(srv_gen_cache(g)));
+        bool was = self && self->busy;
         if (self) self->busy = true; /* not swapped out for itself */
         srv_gen_make_room(g, n / ps + 2);
-        if (self) self->busy = false;
+        if (self) self->busy = was;
         st = pkv_context_decode(ctx, t, n);
     }
     return st;
 }
 
-static void run_call(srv_gen *g, void *arg) {
-    ctx_call *k = arg;
+/* Pages n more tokens may take (a partial page copied on write, a new last page). */
+static int64_t pages_for(srv_gen *g, int64_t n) {
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(srv_gen_cache(g)));
+    return (n + ps - 1) / ps + 1;
+}
+
+/* The next piece of k's prefill (create or append): at most one chunk of tokens,
+ * so the engine steps between pieces. true when the prefill is over (or failed). */
+static bool prefill_piece(srv_gen *g, ctx_call *k, pkv_context *ctx, srv_ctx *self) {
+    int left = k->n_toks - k->done_toks, n = left < srv_gen_chunk(g) ? left : srv_gen_chunk(g);
+    pkv_status st = n ? decode_room(g, self, ctx, k->toks + k->done_toks, n) : PKV_OK;
+    if (st) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s failed: %s: %s", k->op == OP_CREATE ? "prefill" : "append", pkv_status_str(st),
+                 pkv_errmsg());
+        return fail(k, st == PKV_ERR_OUT_OF_PAGES ? 503 : 400, msg);
+    }
+    k->done_toks += n;
+    return k->done_toks >= k->n_toks;
+}
+
+static bool create_call(srv_gen *g, ctx_call *k) {
     srv *s = k->s;
     char msg[600];
-    if (k->op == OP_CREATE) {
+    if (!k->building) { /* first piece: the context, its prefix match, the quota */
         pkv_context *ctx = pkv_context_create(srv_gen_model(g), srv_gen_cache(g), s->n_ctx);
         if (!ctx) {
             snprintf(msg, sizeof msg, "cannot create a context: %s", pkv_errmsg());
+            return fail(k, 503, msg);
+        }
+        if (srv_ctx_count(g) >= s->o.max_contexts) {
+            pkv_context_free(ctx);
+            snprintf(msg, sizeof msg, "%d contexts are alive already (--max-contexts): delete some", s->o.max_contexts);
             return fail(k, 503, msg);
         }
         int64_t matched = 0;
         if (k->n_toks > 1 &&
             pkv_kv_prefix_match(srv_gen_cache(g), pkv_context_seq(ctx), k->toks, NULL, k->n_toks - 1, &matched))
             matched = 0;
-        pkv_status st = k->n_toks ? decode_room(g, NULL, ctx, k->toks + matched, k->n_toks - (int)matched) : PKV_OK;
-        if (st) {
-            snprintf(msg, sizeof msg, "prefill failed: %s: %s", pkv_status_str(st), pkv_errmsg());
+        if (!srv_ctx_quota_ok(g, pkv_context_seq(ctx), pages_for(g, k->n_toks - matched), msg, sizeof msg)) {
             pkv_context_free(ctx);
-            return fail(k, st == PKV_ERR_OUT_OF_PAGES ? 503 : 400, msg);
-        }
-        srv_ctx *e = srv_ctx_add(g, ctx);
-        if (!e) {
-            pkv_context_free(ctx);
-            snprintf(msg, sizeof msg, "%d contexts are alive already (--max-contexts): delete some", s->o.max_contexts);
             return fail(k, 503, msg);
         }
-        k->res = ctx_json(g, e, false);
-        json_object_set_new(k->res, "cached_tokens", json_integer(matched));
-        k->status = 200;
-        return;
+        k->building = ctx;
+        k->matched = matched;
+        k->done_toks = (int)matched;
+        if (k->done_toks < k->n_toks) return false; /* the prefill runs from the next piece on */
+    } else if (!prefill_piece(g, k, k->building, NULL)) {
+        return false;
+    }
+    pkv_context *ctx = k->building;
+    k->building = NULL;
+    if (k->status) { /* a piece failed */
+        pkv_context_free(ctx);
+        return true;
+    }
+    srv_ctx *e = srv_ctx_add(g, ctx);
+    if (!e) {
+        pkv_context_free(ctx);
+        snprintf(msg, sizeof msg, "%d contexts are alive already (--max-contexts): delete some", s->o.max_contexts);
+        return fail(k, 503, msg);
+    }
+    k->res = ctx_json(g, e, false);
+    json_object_set_new(k->res, "cached_tokens", json_integer(k->matched));
+    k->status = 200;
+    return true;
+}
+
+static bool run_call(srv_gen *g, void *arg) {
+    ctx_call *k = arg;
+    srv *s = k->s;
+    char msg[600];
+    if (k->op == OP_CREATE) return create_call(g, k);
+    if (k->target) { /* an append in progress */
+        srv_ctx *e = k->target;
+        if (!prefill_piece(g, k, e->ctx, e)) return false;
+        if (k->status && pkv_context_truncate(e->ctx, k->n_keep) == PKV_OK) /* a piece failed: as before */
+            k->res = NULL;
+        e->busy = false;
+        e->last_used = srv_now();
+        k->target = NULL;
+        if (!k->status) {
+            k->res = ctx_json(g, e, false);
+            k->status = 200;
+        }
+        return true;
     }
     srv_ctx *e = srv_ctx_find(g, k->id);
     if (!e) return fail(k, 404, "no such context (deleted, or dropped after its idle TTL)");
@@ -108,14 +171,14 @@ static void run_call(srv_gen *g, void *arg) {
     if (k->op == OP_INFO) {
         k->res = ctx_json(g, e, true);
         k->status = 200;
-        return;
+        return true;
     }
-    if (e->busy) return fail(k, 409, "the context is generating: wait for the generation to finish");
+    if (e->busy) return fail(k, 409, "the context is busy (a generation or an append runs on it): wait for it to finish");
     if (k->op == OP_DELETE) {
         srv_ctx_remove(g, e);
         k->res = json_pack("{s:s,s:s,s:b}", "id", id, "object", "context", "deleted", 1);
         k->status = 200;
-        return;
+        return true;
     }
     pkv_status st = srv_ctx_resident(g, e);
     if (st) {
@@ -135,7 +198,7 @@ static void run_call(srv_gen *g, void *arg) {
         k->res = ctx_json(g, ce, false);
         json_object_set_new(k->res, "parent", json_string(id));
         k->status = 200;
-        return;
+        return true;
     }
     if (k->op == OP_APPEND) {
         int64_t len = pkv_context_n_tokens(e->ctx);
@@ -144,10 +207,11 @@ static void run_call(srv_gen *g, void *arg) {
                      (long long)(len + k->n_toks), (long long)pkv_context_n_ctx(e->ctx));
             return fail(k, 400, msg);
         }
-        if ((st = decode_room(g, e, e->ctx, k->toks, k->n_toks))) {
-            snprintf(msg, sizeof msg, "append failed: %s: %s", pkv_status_str(st), pkv_errmsg());
-            return fail(k, st == PKV_ERR_OUT_OF_PAGES ? 503 : 400, msg);
-        }
+        if (!srv_ctx_quota_ok(g, -1, pages_for(g, k->n_toks), msg, sizeof msg)) return fail(k, 503, msg);
+        e->busy = true; /* no fork, delete or generation between the pieces */
+        k->target = e;
+        k->n_keep = len; /* where a failed append goes back to */
+        return false;
     } else if (k->op == OP_TRUNCATE) {
         int64_t len = pkv_context_n_tokens(e->ctx);
         if (k->n_keep > len) {
@@ -162,14 +226,16 @@ static void run_call(srv_gen *g, void *arg) {
     }
     k->res = ctx_json(g, e, false);
     k->status = 200;
+    return true;
 }
 
-static void list_call(srv_gen *g, void *arg) {
+static bool list_call(srv_gen *g, void *arg) {
     ctx_call *k = arg;
     json_t *a = json_array();
     for (int i = 0, n = srv_ctx_count(g); i < n; i++) json_array_append_new(a, ctx_json(g, srv_ctx_at(g, i), false));
     k->res = json_pack("{s:s,s:o}", "object", "list", "data", a);
     k->status = 200;
+    return true;
 }
 
 static bool parse_id(const char *p, int64_t *id, const char **rest) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -58,10 +59,14 @@ void srv_error(srv_out *o, int status, const char *fmt, ...) {
 
 bool srv_conn_gone(const srv_conn *c) {
     if (!c || c->fd < 0) return false;
-    char b;
-    ssize_t k = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k == 0) return true;
-    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    /* End of input is not a disconnect: a client may shut down its sending side
+     * once the request is out (legal TCP; `nc -N`, many HTTP/1.0 clients) and still
+     * read the answer. Only a reset or a socket error says the peer is gone; a
+     * client that closed its socket whole is found when a write to it fails (a
+     * stream's next chunk, or the answer itself). */
+    struct pollfd p = {.fd = c->fd, .events = 0, .revents = 0};
+    if (poll(&p, 1, 0) < 0) return false;
+    return (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
 }
 
 void srv_conn_waiting(const srv_conn *c, bool waiting) {
@@ -318,6 +323,8 @@ static uint64_t page_bytes(pkv_model *m, const pkv_cli_model_opts *mo) {
 bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
     const pkv_serve_opts *so = &s->o;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->tok_mu, NULL);
+    pthread_cond_init(&s->tok_cv, NULL);
     s->created = (int64_t)time(NULL);
     pkv_model_get_info(s->m, &s->info);
     if (!s->info.has_vocab) {
@@ -368,6 +375,12 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
         pkv_context_free(probe);
     }
     gp.n_ctx = s->n_ctx;
+    {
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(s->c, &ks);
+        gp.ctx_pages = so->context_pages > 0 ? so->context_pages : ks.n_pages / 2;
+        s->ctx_pages = gp.ctx_pages;
+    }
     s->g = eng ? srv_gen_create_engine(eng, gp) : srv_gen_create(s->m, s->c, gp);
     if (!s->g) {
         fprintf(stderr, "pagekv serve: cannot start the worker thread\n");
@@ -384,4 +397,6 @@ void srv_stop(srv *s) {
     s->g = NULL;
     s->c = NULL;
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->tok_mu);
+    pthread_cond_destroy(&s->tok_cv);
 }

@@ -251,6 +251,33 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
     }
 }
 
+int srv_gen_chunk(srv_gen *g) { return g->p.batch_tokens > 0 ? g->p.batch_tokens : 256; }
+
+bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size_t size) {
+    if (g->p.ctx_pages <= 0) return true;
+    int32_t *seqs = malloc((size_t)(g->n_ctxs + 1) * sizeof *seqs);
+    if (!seqs) {
+        snprintf(msg, size, "out of memory");
+        return false;
+    }
+    int n = 0;
+    for (int i = 0; i < g->n_ctxs; i++) seqs[n++] = pkv_context_seq(g->ctxs[i]->ctx);
+    if (pending >= 0) seqs[n++] = pending;
+    int64_t dev = 0, host = 0;
+    pkv_status st = pkv_kv_pages_held(g->c, n, seqs, &dev, &host);
+    free(seqs);
+    if (st) {
+        snprintf(msg, size, "%s", pkv_errmsg());
+        return false;
+    }
+    if (dev + host + more <= g->p.ctx_pages) return true;
+    snprintf(msg, size,
+             "the contexts hold %lld KV pages (%lld on the device, %lld swapped to host) and this needs %lld more; "
+             "their quota is %lld pages (--context-pages): delete contexts or wait for idle ones to expire",
+             (long long)(dev + host), (long long)dev, (long long)host, (long long)more, (long long)g->p.ctx_pages);
+    return false;
+}
+
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg) {
     call k = {fn, arg, false, NULL};
     pthread_mutex_lock(&g->mu);
@@ -332,36 +359,11 @@ pkv_status srv_ctx_resident(srv_gen *g, srv_ctx *e) {
     return s;
 }
 
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 void srv_ctx_pages(srv_gen *g, srv_ctx *e, int64_t *pages, int64_t *shared) {
-    *pages = *shared = 0;
-    if (e->swapped) return;
-    int32_t *seqs = malloc((size_t)(g->n_ctxs + g->n_act + 1) * sizeof *seqs);
-    if (!seqs) return;
-    int n = 0;
-    seqs[n++] = pkv_context_seq(e->ctx);
-    for (int i = 0; i < g->n_ctxs; i++)
-        if (g->ctxs[i] != e && !g->ctxs[i]->swapped) seqs[n++] = pkv_context_seq(g->ctxs[i]->ctx);
-    for (int i = 0; i < g->n_act; i++)
-        if (!g->act[i]->ce) seqs[n++] = pkv_context_seq(g->act[i]->ctx);
-    pkv_kv_block_table bt;
-    if (pkv_kv_block_table_get(g->c, n, seqs, false, &bt) == PKV_OK) {
-        *pages = bt.indptr[1] - bt.indptr[0];
-        int32_t n_other = bt.indptr[n] - bt.indptr[1];
-        int32_t *other = malloc(((size_t)n_other + 1) * sizeof *other);
-        if (other) {
-            memcpy(other, bt.pages + bt.indptr[1], (size_t)n_other * sizeof *other);
-            qsort(other, (size_t)n_other, sizeof *other, cmp_i32);
-            for (int32_t k = bt.indptr[0]; k < bt.indptr[1]; k++)
-                if (bsearch(&bt.pages[k], other, (size_t)n_other, sizeof *other, cmp_i32)) (*shared)++;
-            free(other);
-        }
-    }
-    free(seqs);
+    /* The cache answers from the sequence's own chain: a list of N contexts costs
+     * O(N), not a block table of every context per entry. A swapped context's host
+     * copy is its own (shared 0). */
+    if (pkv_kv_seq_page_stats(g->c, pkv_context_seq(e->ctx), pages, shared)) *pages = *shared = 0;
 }
 
 /* Swap out contexts idle past ctx_swap_s, drop those idle past ctx_ttl_s. */
@@ -502,7 +504,22 @@ static void admit(srv_gen *g, srv_req *r) {
             }
         }
         int64_t room = pkv_context_n_ctx(base) - len;
+        if (room <= 0) { /* full: a token it sampled could not be kept, so none is sampled */
+            pthread_mutex_lock(&r->mu);
+            r->ch[0].finish = "length";
+            r->ctx_len = len;
+            r->n_done = r->n - 1;
+            pthread_mutex_unlock(&r->mu);
+            req_finish_one(g, r);
+            return;
+        }
         if (r->max_tokens > room) r->max_tokens = (int)room;
+        char qmsg[400];
+        int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
+        if (!srv_ctx_quota_ok(g, -1, (r->max_tokens + ps - 1) / ps + 1, qmsg, sizeof qmsg)) {
+            admit_fail(g, r, 503, "%s", qmsg);
+            return;
+        }
         ce->busy = true;
     } else {
         base = pkv_context_create(g->m, g->c, g->p.n_ctx);
@@ -867,7 +884,8 @@ static bool on_engine_event(const pkv_engine_event *ev, void *user) {
         if (!c->finish) c->finish = ev->finish == PKV_FINISH_LENGTH ? "length" : "stop";
         c->stable = c->len;
         if (ev->finish == PKV_FINISH_ERROR && !r->http_status) {
-            r->http_status = ev->status == PKV_ERR_INVALID ? 400 : 500;
+            /* out of pages is the pool's state, not the request's fault: try again later */
+            r->http_status = ev->status == PKV_ERR_INVALID ? 400 : ev->status == PKV_ERR_OUT_OF_PAGES ? 503 : 500;
             snprintf(r->err, sizeof r->err, "%s", ev->message ? ev->message : "engine error");
         }
         if (ev->finish == PKV_FINISH_CANCELLED && !r->cancelled && !r->http_status) {
@@ -992,14 +1010,32 @@ static void *worker(void *arg) {
         }
         pthread_mutex_unlock(&g->mu);
         g->defer = true;
-        for (call *k = calls; k; k = k->next) k->fn(g, k->arg);
+        call *fin = NULL, *again = NULL, *again_last = NULL, **fin_tail = &fin;
+        for (call *k = calls; k;) {
+            call *next = k->next;
+            k->next = NULL;
+            if (k->fn(g, k->arg)) { /* finished */
+                *fin_tail = k;
+                fin_tail = &k->next;
+            } else { /* one piece done: again after this step */
+                if (again_last) again_last->next = k;
+                else again = k;
+                again_last = k;
+            }
+            k = next;
+        }
         if (calls) { /* answers leave after the snapshot shows their effect */
             snapshot(g);
             pthread_mutex_lock(&g->mu);
-            for (call *k = calls; k;) {
+            for (call *k = fin; k;) {
                 call *next = k->next; /* k lives on the caller's stack until done is seen */
                 k->done = true;
                 k = next;
+            }
+            if (again) { /* ahead of calls that came meanwhile */
+                again_last->next = g->calls;
+                if (!g->calls) g->calls_tail = again_last;
+                g->calls = again;
             }
             pthread_cond_broadcast(&g->cv_done);
             pthread_mutex_unlock(&g->mu);
@@ -1037,7 +1073,7 @@ static void *worker(void *arg) {
     for (int i = 0; i < nw; i++) admit_fail(g, g->waiting[i], 503, "the server is shutting down%s", "");
     for (call *k = calls; k;) { /* callers waiting: run them, nothing else uses the model now */
         call *next = k->next;
-        k->fn(g, k->arg);
+        while (!k->fn(g, k->arg)) continue; /* pieces of bounded work: to the end */
         pthread_mutex_lock(&g->mu);
         k->done = true;
         pthread_cond_broadcast(&g->cv_done);

@@ -82,6 +82,7 @@ typedef struct srv_gen_params {
     int batch_tokens;   /* engine backend: its tokens per step (0 = 256), for page headroom */
     int queue;          /* waiting requests before srv_gen_submit refuses */
     int max_contexts;
+    int64_t ctx_pages;  /* page quota of the contexts API (srv_ctx_quota_ok); 0 = none */
     double ctx_swap_s, ctx_ttl_s;
 } srv_gen_params;
 
@@ -116,9 +117,17 @@ bool srv_gen_submit(srv_gen *g, srv_req *r);
 void srv_gen_cancel(srv_gen *g, srv_req *r);
 void srv_gen_stats(srv_gen *g, srv_stats *out);
 
-/* Run fn(g, m, c, arg) on the worker thread between steps and wait for it. */
-typedef void (*srv_call_fn)(srv_gen *g, void *arg);
+/* Run fn(g, arg) on the worker thread between steps and wait until it returns
+ * true. A call that returns false has done one bounded piece of its work (a chunk
+ * of a prefill) and runs again after the next step, so no client call holds the
+ * engine for longer than one chunk. */
+typedef bool (*srv_call_fn)(srv_gen *g, void *arg);
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg);
+/* Tokens a call may prefill per piece (the engine's tokens per step). */
+int srv_gen_chunk(srv_gen *g);
+/* Can the contexts hold `more` pages beyond what they hold now (plus the
+ * sequence `pending`, a context being built; -1 = none)? false with a message. */
+bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size_t size);
 
 /* For calls running on the worker. */
 pkv_model *srv_gen_model(srv_gen *g);

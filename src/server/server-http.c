@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "model/gguf.h"
 #include "server/server-http.h"
 
@@ -43,6 +44,20 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) { srv_stream_free(cls); }
 
+static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_body *b = cls;
+    ssize_t n = b->read(b, buf, max);
+    if (n == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    return n;
+}
+
+static void body_free(void *cls) {
+    srv_body *b = cls;
+    b->free(b);
+}
+
 static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o) {
     struct MHD_Response *r = NULL;
     if (o->stream) {
@@ -53,6 +68,11 @@ static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o)
             MHD_add_response_header(r, "Content-Type", "text/event-stream");
             MHD_add_response_header(r, "Cache-Control", "no-cache");
         }
+    } else if (o->body) {
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, body_reader, o->body, body_free);
+        if (!r) o->body->free(o->body);
+        o->body = NULL;
+        if (r) MHD_add_response_header(r, "Content-Type", o->ctype ? o->ctype : "application/json");
     } else if (o->json) {
         char *t = json_dumps(o->json, JSON_COMPACT);
         if (t) {
@@ -186,6 +206,10 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
         fprintf(stderr, "pagekv serve: --host '%s' is not an IPv4 address (IPv6 is not supported yet)\n", so->host);
         return 2;
     }
+    if (so->port_file && pkv_file_check_output(so->port_file)) { /* before minutes of loading */
+        fprintf(stderr, "pagekv serve: --port-file: %s\n", pkv_errmsg());
+        return 2;
+    }
     if (!(s.m = pkv_cli_open_model("serve", mo))) return 1;
     if (!srv_start(&s, mo->model, mo)) goto out;
     started = true;
@@ -221,18 +245,28 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                    (long long)s.n_ctx, so->parallel,
                    so->simple ? "simple batching worker (--simple)"
                               : "serving engine (continuous batching, chunked prefill, preemption)");
-    bl += snprintf(banner + bl, sizeof banner - (size_t)bl, "pagekv serve: chat template: %s\n",
+    bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
+                   "pagekv serve: contexts API: up to %d contexts holding up to %lld KV pages (--context-pages)\n",
+                   so->max_contexts, (long long)s.ctx_pages);
+    bl += snprintf(banner + bl, sizeof banner - (size_t)bl, "pagekv serve: chat template: %s%s\n",
                    s.tpl ? pkv_tpl_name(s.tpl)
-                         : "none (the model has none: /v1/chat/completions needs --chat-template NAME)");
+                         : "none (the model has none: /v1/chat/completions needs --chat-template NAME)",
+                   s.tpl && so->special_in_content ? " (message text may produce special tokens: --special-in-content)"
+                                                   : "");
     snprintf(banner + bl, sizeof banner - (size_t)bl,
              "pagekv serve: listening on http://%s:%d (Ctrl-C stops after the requests in flight)\n", host, port);
     if (so->on_ready) so->on_ready(banner, so->on_ready_ud);
-    if (so->port_file) { /* written last, atomically: tests wait for it */
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", so->port_file);
-        FILE *f = fopen(tmp, "w");
-        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) || rename(tmp, so->port_file)) {
-            fprintf(stderr, "pagekv serve: cannot write %s\n", so->port_file);
+    if (so->port_file) { /* written last, atomically (tests wait for it), through the safe-output path */
+        pkv_wfile w;
+        pkv_status ws = pkv_wfile_open(&w, so->port_file);
+        if (!ws && fprintf(w.f, "%d\n", port) < 0) {
+            pkv_wfile_abort(&w);
+            ws = pkv_err(PKV_ERR_IO, "%s: write failed", so->port_file);
+        } else if (!ws) {
+            ws = pkv_wfile_commit(&w);
+        }
+        if (ws) {
+            fprintf(stderr, "pagekv serve: --port-file: %s\n", pkv_errmsg());
             goto out;
         }
     }

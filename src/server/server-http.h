@@ -20,6 +20,7 @@ typedef struct srv {
     int32_t stop_ids[16];  /* the template's end-of-turn tokens */
     int n_stop_ids;
     int64_t n_ctx;
+    int64_t ctx_pages;     /* the contexts' page quota in force */
     int64_t created;       /* unix time of startup, for /v1/models */
     uint64_t page_bytes;   /* bytes of one KV page, all layers */
     pthread_mutex_t mu;    /* guards the counters below */
@@ -27,9 +28,26 @@ typedef struct srv {
     uint64_t disconnects;  /* requests cancelled because the client went away */
     int inflight;          /* requests between their first byte and their completion */
     uint64_t seq;          /* for response ids */
+    /* Large texts are tokenized SRV_TOK_SLOTS at a time (the tokenizer's scratch is
+     * ~40 bytes per byte of text): the server's peak memory does not grow with the
+     * number of connections sending them. */
+    pthread_mutex_t tok_mu;
+    pthread_cond_t tok_cv;
+    int tok_busy;
 } srv;
 
+#define SRV_TOK_SLOTS 2
+#define SRV_TOK_BIG ((size_t)64 << 10) /* texts from this size on take a slot */
+
 typedef struct srv_stream srv_stream;
+
+/* A response body produced piece by piece while it is sent, so a large answer
+ * (logprobs of many tokens, the ids of a long text) never exists whole in memory:
+ * read gives the next bytes (0 at the end, < 0 on error); free releases it. */
+typedef struct srv_body {
+    ssize_t (*read)(struct srv_body *b, char *buf, size_t max);
+    void (*free)(struct srv_body *b);
+} srv_body;
 
 /* What a handler answers: a JSON body, a text body, or a stream. */
 typedef struct srv_out {
@@ -38,6 +56,7 @@ typedef struct srv_out {
     char *text;            /* owned (malloc) */
     const char *ctype;     /* for text */
     srv_stream *stream;    /* owned */
+    srv_body *body;        /* owned; a lazily produced body of type ctype */
     int retry_after;       /* seconds, for 503 */
 } srv_out;
 
@@ -92,6 +111,11 @@ void srv_api_contexts(srv *s, const char *method, const char *rest, json_t *body
 /* Tokenize text; malloc'd ids in *out. false with an error in o. */
 bool srv_tokenize(srv *s, const char *text, size_t len, bool add_special, bool parse_special, int32_t **out,
                   int *n, srv_out *o);
+/* srv_tokenize of a rendered chat prompt: special tokens only outside the data
+ * spans (the messages' text; pkv_model_tokenize_spans), unless the server allows
+ * them in content (--special-in-content). */
+bool srv_tokenize_spans(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans, int32_t **out,
+                        int *n, srv_out *o);
 /* A token array from JSON (every element an integer in [0, n_vocab)). */
 bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o);
 enum { SRV_FMT_CHAT, SRV_FMT_COMPLETION, SRV_FMT_CONTEXT };

@@ -39,6 +39,10 @@ typedef struct pkv_serve_opts {
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
     bool simple;               /* the simple batching worker instead of the serving engine */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
+    bool special_in_content;   /* message text may produce special tokens (off: it is data) */
+    int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
+                                  counted once + host pages of swapped contexts);
+                                  0 = half the device pool */
     /* called once, when listening, with the startup banner (what was loaded, the
      * URL; lines ending in newlines); NULL = silent */
     void (*on_ready)(const char *banner, void *ud);
@@ -82,6 +86,11 @@ pkv_tpl pkv_tpl_detect(const char *tmpl, size_t len);
  * malloc'd string, or NULL with a reason in err (a role the family has no
  * place for, an empty conversation). */
 char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size_t err_size);
+/* pkv_tpl_render that also returns where the messages' text landed: *spans gets
+ * *n_spans sorted pairs [start, end) of byte offsets (malloc'd; free it), for
+ * pkv_model_tokenize_spans, so only the template's own text makes special tokens. */
+char *pkv_tpl_render_spans(pkv_tpl t, const pkv_chat_msg *msgs, int n, size_t **spans, size_t *n_spans, char *err,
+                           size_t err_size);
 /* Texts that end an assistant turn in this family (special tokens); the server
  * stops on each that is one token of the vocabulary. NULL-terminated. */
 const char *const *pkv_tpl_end_texts(pkv_tpl t);

@@ -1,0 +1,355 @@
+/* pagekv bench server: pagekv serve as a client meets it over HTTP, for what the
+ * in-process `bench serve` cannot see: the worker shared between generation and
+ * the contexts API, and the server's memory under requests that ask for a lot.
+ * It starts `pagekv serve` (this binary) on 127.0.0.1 on a free port, sends
+ * bounded traffic only there, stops it, and prints one JSON object:
+ *  - contexts: one long context forked F times; the latency of a small greedy
+ *    completion alone and while P clients poll GET /v1/contexts without pause,
+ *    and the list's own latency (medians);
+ *  - memory: the server's peak RSS (VmHWM) after startup, after 8 parallel
+ *    /tokenize of 1 MB of 'é' with pieces, after 8 parallel chats with n = 4,
+ *    logprobs and 20 alternatives per token.
+ * Figures from one run; never asserted anywhere. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pagekv bench server [-m FILE.gguf] [options]\n"
+               "pagekv serve under attack-shaped load over HTTP (127.0.0.1, a free port), JSON on stdout.\n"
+               "  -m FILE                the model (default: the built-in tiny model)\n"
+               "  --ctx-tokens N         the long context's length in tokens (default 1800)\n"
+               "  --forks F              forks of it (default 256)\n"
+               "  --pollers P            clients polling GET /v1/contexts (default 2)\n"
+               "  --runs R               completions timed per case (default 5)\n"
+               "  --no-memory            skip the tokenize and logprobs loads\n"
+               "  -c N                   the server's context (default 2048)\n"
+               "  --serve-with PATH      run the server from another pagekv binary (before/after figures)\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One HTTP/1.0 request to 127.0.0.1:port; the answer's status, its body bytes in
+ * *body_len, the body itself in *body when asked (malloc'd). -1 when it failed. */
+static int http(int port, const char *method, const char *path, const char *body, size_t blen, char **out,
+                size_t *out_len) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                      method, path, blen);
+    bool ok = write(fd, head, (size_t)hn) == hn;
+    for (size_t at = 0; ok && at < blen;) {
+        ssize_t k = write(fd, body + at, blen - at);
+        ok = k > 0;
+        at += ok ? (size_t)k : 0;
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    while (ok && buf) {
+        if (len + 4096 > cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) break;
+            buf = b;
+        }
+        ssize_t k = read(fd, buf + len, cap - len - 1);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    close(fd);
+    int status = -1;
+    if (buf && len > 12 && !strncmp(buf, "HTTP/1.", 7)) status = atoi(buf + 9);
+    const char *sep = buf ? strstr(buf, "\r\n\r\n") : NULL;
+    size_t off = sep ? (size_t)(sep + 4 - buf) : len;
+    if (out_len) *out_len = len - off;
+    if (out && buf) {
+        memmove(buf, buf + off, len - off);
+        buf[len - off] = 0;
+        *out = buf;
+    } else {
+        free(buf);
+    }
+    return status;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n ? v[n / 2] : 0;
+}
+
+static long hwm_kib(pid_t pid) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    const char *p = strstr(buf, "VmHWM:");
+    return p ? atol(p + 6) : -1;
+}
+
+typedef struct poller {
+    int port;
+    volatile bool *stop;
+    long lists;
+    double t_sum;
+} poller;
+
+static void *poll_main(void *arg) {
+    poller *p = arg;
+    while (!*p->stop) {
+        double t0 = now_s();
+        if (http(p->port, "GET", "/v1/contexts", "", 0, NULL, NULL) != 200) break;
+        p->t_sum += now_s() - t0;
+        p->lists++;
+    }
+    return NULL;
+}
+
+typedef struct loader {
+    int port;
+    const char *path, *body;
+    size_t len;
+    int status;
+    size_t got;
+} loader;
+
+static void *load_main(void *arg) {
+    loader *l = arg;
+    l->status = http(l->port, "POST", l->path, l->body, l->len, NULL, &l->got);
+    return NULL;
+}
+
+/* n parallel POSTs of the same body; how many answered 200, bytes of the first. */
+static int parallel(int port, int n, const char *path, const char *body, size_t len, size_t *bytes) {
+    loader l[16];
+    pthread_t th[16];
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        l[i] = (loader){port, path, body, len, 0, 0};
+        pthread_create(&th[i], NULL, load_main, &l[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        ok += l[i].status == 200;
+    }
+    *bytes = l[0].got;
+    return ok;
+}
+
+static double completion_ms(int port) {
+    static const char req[] = "{\"prompt\": \"the cache of the model\", \"max_tokens\": 20, \"temperature\": 0}";
+    double t0 = now_s();
+    if (http(port, "POST", "/v1/completions", req, sizeof req - 1, NULL, NULL) != 200) return -1;
+    return (now_s() - t0) * 1e3;
+}
+
+int pkv_cli_bench_server(int argc, char **argv) {
+    const char *model = NULL;
+    long long ctx_tokens = 1800, forks = 256, pollers = 2, runs = 5, n_ctx = 2048;
+    bool memory = true;
+    const char *serve_with = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ctx-tokens")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 2, 1 << 20, &ctx_tokens)) return 2;
+        } else if (!strcmp(a, "--forks")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 100000, &forks)) return 2;
+        } else if (!strcmp(a, "--pollers")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 64, &pollers)) return 2;
+        } else if (!strcmp(a, "--runs")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1000, &runs)) return 2;
+        } else if (!strcmp(a, "-c")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 16, 1 << 20, &n_ctx)) return 2;
+        } else if (!strcmp(a, "--serve-with")) {
+            if (!(serve_with = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-memory")) {
+            memory = false;
+        } else {
+            fprintf(stderr, "pagekv bench server: unknown option '%s' (see 'pagekv bench server --help')\n", a);
+            return 2;
+        }
+    }
+    if (ctx_tokens >= n_ctx) {
+        fprintf(stderr, "pagekv bench server: --ctx-tokens %lld does not fit -c %lld\n", ctx_tokens, n_ctx);
+        return 2;
+    }
+    char pf[64], self[4096];
+    snprintf(pf, sizeof pf, "/tmp/pagekv-bench-%d.port", (int)getpid());
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) {
+        fprintf(stderr, "pagekv bench server: cannot find this program (/proc/self/exe)\n");
+        return 1;
+    }
+    self[sl] = 0;
+    if (serve_with) snprintf(self, sizeof self, "%s", serve_with);
+    unlink(pf);
+    char cc[32], par[32];
+    snprintf(cc, sizeof cc, "%lld", n_ctx);
+    snprintf(par, sizeof par, "%d", 16);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        char *args[20] = {self, "serve", "--port", "0", "--port-file", pf, "-c", cc, "--parallel", par,
+                          "--max-contexts", "100000", "--context-pages", "1000000", NULL};
+        int k = serve_with ? 12 : 14; /* a binary from before --context-pages: without it */
+        if (model) args[k++] = "-m", args[k++] = (char *)model;
+        args[k] = NULL;
+        execv(self, args);
+        _exit(127);
+    }
+    if (pid < 0) return 1;
+    int port = 0;
+    for (int i = 0; i < 1200 && port <= 0; i++) {
+        FILE *f = fopen(pf, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1) port = 0;
+            fclose(f);
+        }
+        int st;
+        if (port <= 0 && waitpid(pid, &st, WNOHANG) == pid) {
+            fprintf(stderr, "pagekv bench server: the server exited (%d) before listening\n", WEXITSTATUS(st));
+            return 1;
+        }
+        if (port <= 0) usleep(50000);
+    }
+    unlink(pf);
+    int rc = 1;
+    if (port <= 0) {
+        fprintf(stderr, "pagekv bench server: the server did not come up in 60 s\n");
+        goto out;
+    }
+    long hwm_start = hwm_kib(pid);
+    fprintf(stderr, "pagekv bench server: serving on 127.0.0.1:%d; a %lld-token context and %lld forks\n", port,
+            ctx_tokens, forks);
+    double *t = calloc((size_t)runs, sizeof *t);
+    /* the context and its forks */
+    size_t cap = (size_t)ctx_tokens * 8 + 64, at = 0;
+    char *body = malloc(cap);
+    at += (size_t)snprintf(body, cap, "{\"tokens\": [");
+    for (long long i = 0; i < ctx_tokens; i++)
+        at += (size_t)snprintf(body + at, cap - at, "%s%lld", i ? "," : "", 260 + (i * 37) % 240);
+    at += (size_t)snprintf(body + at, cap - at, "]}");
+    double t0 = now_s();
+    int st = http(port, "POST", "/v1/contexts", body, at, NULL, NULL);
+    double create_ms = (now_s() - t0) * 1e3;
+    free(body);
+    if (st != 200) {
+        fprintf(stderr, "pagekv bench server: creating the context answered %d\n", st);
+        goto out;
+    }
+    t0 = now_s();
+    for (long long i = 0; i < forks; i++)
+        if ((st = http(port, "POST", "/v1/contexts/ctx-1/fork", "", 0, NULL, NULL)) != 200) {
+            fprintf(stderr, "pagekv bench server: fork %lld answered %d\n", i, st);
+            goto out;
+        }
+    double fork_ms = (now_s() - t0) * 1e3 / (double)(forks ? forks : 1);
+    for (int i = 0; i < runs; i++) t[i] = completion_ms(port);
+    double alone = median(t, (int)runs);
+    for (int i = 0; i < runs; i++) {
+        t0 = now_s();
+        http(port, "GET", "/v1/contexts", "", 0, NULL, NULL);
+        t[i] = (now_s() - t0) * 1e3;
+    }
+    double list_alone = median(t, (int)runs);
+    volatile bool stop = false;
+    poller pl[64];
+    pthread_t pth[64];
+    for (int i = 0; i < pollers; i++) {
+        pl[i] = (poller){port, &stop, 0, 0};
+        pthread_create(&pth[i], NULL, poll_main, &pl[i]);
+    }
+    usleep(100000);
+    double tp0 = now_s();
+    for (int i = 0; i < runs; i++) t[i] = completion_ms(port);
+    double polled_s = now_s() - tp0;
+    double polled = median(t, (int)runs);
+    stop = true;
+    long lists = 0;
+    double list_sum = 0;
+    for (int i = 0; i < pollers; i++) {
+        pthread_join(pth[i], NULL);
+        lists += pl[i].lists;
+        list_sum += pl[i].t_sum;
+    }
+    free(t);
+    printf("{\n  \"server\": {\"port\": %d, \"model\": \"%s\", \"n_ctx\": %lld},\n", port, model ? model : "built-in",
+           n_ctx);
+    printf("  \"contexts\": {\"ctx_tokens\": %lld, \"forks\": %lld, \"create_ms\": %.2f, \"fork_ms_each\": %.3f, "
+           "\"completion_ms_alone\": %.2f, \"completion_ms_while_polled\": %.2f, \"pollers\": %lld, "
+           "\"lists_while_timed\": %ld, \"lists_per_s\": %.1f, \"list_ms_alone\": %.2f, \"list_ms_while_polled\": %.2f}",
+           ctx_tokens, forks, create_ms, fork_ms, alone, polled, pollers, lists, lists / (polled_s > 0 ? polled_s : 1),
+           list_alone, lists ? list_sum * 1e3 / (double)lists : 0.0);
+    if (memory) {
+        /* ~1 MB of 'é' (under the default 1 MiB body limit) with pieces, 8 at once */
+        size_t n = 1000000;
+        char *big = malloc(n + 64);
+        size_t bl = (size_t)sprintf(big, "{\"content\": \"");
+        for (size_t i = 0; i < n / 2; i++) big[bl++] = '\xc3', big[bl++] = '\xa9';
+        bl += (size_t)sprintf(big + bl, "\", \"with_pieces\": true}");
+        size_t tok_bytes = 0, lp_bytes = 0;
+        int tok_ok = parallel(port, 8, "/tokenize", big, bl, &tok_bytes);
+        free(big);
+        long hwm_tok = hwm_kib(pid);
+        static const char lp[] = "{\"prompt\": \"tell me a long story\", \"n\": 4, \"logprobs\": 20, "
+                                 "\"temperature\": 0, \"ignore_eos\": true, \"max_tokens\": 100000}";
+        int lp_ok = parallel(port, 8, "/v1/completions", lp, sizeof lp - 1, &lp_bytes);
+        long hwm_lp = hwm_kib(pid);
+        printf(",\n  \"memory\": {\"peak_rss_kib_start\": %ld, \"tokenize_parallel\": 8, \"tokenize_ok\": %d, "
+               "\"tokenize_answer_bytes\": %zu, \"peak_rss_kib_after_tokenize\": %ld, \"logprobs_parallel\": 8, "
+               "\"logprobs_ok\": %d, \"logprobs_answer_bytes\": %zu, \"peak_rss_kib_after_logprobs\": %ld}",
+               hwm_start, tok_ok, tok_bytes, hwm_tok, lp_ok, lp_bytes, hwm_lp);
+    }
+    printf("\n}\n");
+    rc = 0;
+out:
+    kill(pid, SIGTERM);
+    int wst;
+    for (int i = 0; i < 600; i++) {
+        if (waitpid(pid, &wst, WNOHANG) == pid) {
+            pid = 0;
+            break;
+        }
+        usleep(100000);
+    }
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wst, 0);
+    }
+    return rc;
+}
