@@ -1,7 +1,8 @@
 // labels: unit model
 /* Tokenizer tests: pre-tokenizer splits, exact ids on hand-made BPE and SPM
  * vocabularies, special tokens, byte fallback, round trips, the builtin vocabulary,
- * "none", buffer contracts, and allocation failure injection without leaks. */
+ * "none", buffer contracts, the scratch tokenizing takes for 1 MiB texts, and
+ * allocation failure injection without leaks. */
 #include "testhelp.h"
 
 #include "base/base.h"
@@ -380,7 +381,8 @@ enum { S_UNK, S_BOS, S_EOS, S_BYTE0, S_SP = S_BYTE0 + 256, S_SPH, S_LL, S_SPHE, 
        S_SPHELLO, S_EL, S_OR, S_SPW, S_LD, S_SPWOR, S_SPWORLD, S_H, S_E, S_L, S_O, S_W, S_R,
        S_D, N_SPM };
 
-static pkv_tokenizer *make_spm(int add_space_prefix, bool with_bytes) {
+/* tied: every normal token scores the same, so each merge is decided by position */
+static pkv_tokenizer *make_spm_scored(int add_space_prefix, bool with_bytes, bool tied) {
     static char bytes[256][8];
     static const char *toks[N_SPM];
     static float scores[N_SPM];
@@ -408,7 +410,7 @@ static pkv_tokenizer *make_spm(int add_space_prefix, bool with_bytes) {
     };
     for (size_t i = 0; i < PKV_ARRAY_LEN(v); i++) {
         toks[v[i].id] = v[i].t;
-        scores[v[i].id] = v[i].s;
+        scores[v[i].id] = tied ? -1.0f : v[i].s;
         types[v[i].id] = PKV_TOKEN_NORMAL;
     }
     pkv_vocab_desc d = pkv_vocab_desc_default();
@@ -422,6 +424,10 @@ static pkv_tokenizer *make_spm(int add_space_prefix, bool with_bytes) {
     d.unk_id = S_UNK;
     d.add_space_prefix = add_space_prefix;
     return pkv_tokenizer_create(&d);
+}
+
+static pkv_tokenizer *make_spm(int add_space_prefix, bool with_bytes) {
+    return make_spm_scored(add_space_prefix, with_bytes, false);
 }
 
 static void test_spm(void) {
@@ -890,6 +896,216 @@ static void test_none(void) {
     pkv_tokenizer_free(NULL);
 }
 
+/* ------------------------------------------- scratch on 1 MiB texts */
+
+/* Counts the bytes live through the allocator hooks and their peak: a header in
+ * front of each block holds its size, so realloc and free know what they release. */
+typedef struct count_alloc {
+    size_t cur, peak;
+} count_alloc;
+
+enum { CA_HEAD = 16 }; /* keeps the blocks 16-byte aligned */
+
+static void *ca_alloc(size_t n, void *user) {
+    count_alloc *c = user;
+    char *p = malloc(n + CA_HEAD);
+    if (!p) return NULL;
+    memcpy(p, &n, sizeof n);
+    c->cur += n;
+    if (c->cur > c->peak) c->peak = c->cur;
+    return p + CA_HEAD;
+}
+
+static void *ca_realloc(void *ptr, size_t n, void *user) {
+    if (!ptr) return ca_alloc(n, user);
+    count_alloc *c = user;
+    char *p = (char *)ptr - CA_HEAD;
+    size_t old;
+    memcpy(&old, p, sizeof old);
+    char *q = realloc(p, n + CA_HEAD);
+    if (!q) return NULL;
+    memcpy(q, &n, sizeof n);
+    c->cur = c->cur - old + n;
+    if (c->cur > c->peak) c->peak = c->cur;
+    return q + CA_HEAD;
+}
+
+static void ca_free(void *ptr, void *user) {
+    if (!ptr) return;
+    count_alloc *c = user;
+    char *p = (char *)ptr - CA_HEAD;
+    size_t old;
+    memcpy(&old, p, sizeof old);
+    c->cur -= old;
+    free(p);
+}
+
+/* FNV-1a over the ids as little-endian 32-bit values. */
+static uint64_t fnv_ids(uint64_t h, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 32; b += 8) {
+            h ^= (uint8_t)((uint32_t)ids[i] >> b);
+            h *= 0x100000001b3ull;
+        }
+    return h;
+}
+
+enum { BIG = 1 << 20, N_BIG = 4, N_LARGE_TOKS = 5 };
+
+/* The large texts, BIG bytes each: 'é' repeated (one \p{L}+ pre-token, the worst
+ * case for scratch per byte), words of many kinds (short pre-tokens), spaces (one
+ * whitespace pre-token), and letters without a space (one pre-token, made of
+ * words so that it merges a lot, with runs like "lll" where equal ranks tie). */
+static char *big_text(int which) {
+    char *t = malloc(BIG);
+    if (!t) return NULL;
+    static const char *const words[] = {
+        "the", "quick", "Brown", "fox", "don't", "WE'LL", "12345", "3.14159", "caf\xc3\xa9",
+        "na\xc3\xafve", "\xe4\xbd\xa0\xe5\xa5\xbd", "\xf0\x9f\x98\x80!", "(parens)", "x[i]", "--",
+        "hello", "world", "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82", "tab\there",
+        "\xc2\xa0nbsp", "question", "memory", "\xff\xfe", "token"};
+    static const char *const seps[] = {" ", " ", " ", "  ", "\n", ", ", ". ", "\r\n", "\t"};
+    static const char *const letters[] = {"the", "hello", "world", "memory", "token", "question",
+                                          "because", "ll", "l", "e", "he", "lo", "or", "ld"};
+    uint64_t rng = 99;
+    size_t len = 0;
+    switch (which) {
+    case 0:
+        for (size_t i = 0; i < BIG; i += 2) memcpy(t + i, "\xc3\xa9", 2);
+        break;
+    case 1:
+        for (;;) {
+            const char *w = words[th_rand(&rng) % PKV_ARRAY_LEN(words)];
+            const char *s = seps[th_rand(&rng) % PKV_ARRAY_LEN(seps)];
+            size_t wl = strlen(w), sl = strlen(s);
+            if (len + wl + sl > BIG) break;
+            memcpy(t + len, w, wl);
+            memcpy(t + len + wl, s, sl);
+            len += wl + sl;
+        }
+        memset(t + len, 'a', BIG - len);
+        break;
+    case 2:
+        memset(t, ' ', BIG);
+        break;
+    default:
+        for (;;) {
+            const char *w = letters[th_rand(&rng) % PKV_ARRAY_LEN(letters)];
+            size_t wl = strlen(w);
+            if (len + wl > BIG) break;
+            memcpy(t + len, w, wl);
+            len += wl;
+        }
+        memset(t + len, 'l', BIG - len);
+        break;
+    }
+    return t;
+}
+
+/* Tokenizer scratch stays linear in the text with a small constant, and the ids are
+ * those of the implementation before the scratch was made compact (commit 4f6f717,
+ * which took about 100 bytes of scratch per input byte for one long word). */
+static void test_large_texts(void) {
+    /* ids hashes (fnv_ids) and counts recorded with the implementation of commit
+     * 4f6f717: [tokenizer][text], the last text being k_texts then k_invalid (the
+     * count and then the ids of each). The three BPE pre-tokenizers agree on these
+     * texts with the builtin vocabulary (it has no digit or contraction merges). */
+    static const struct { uint64_t hash; size_t n; } want[N_LARGE_TOKS][N_BIG + 1] = {
+        {{0x0d4e48c3b9a22325ull, 1048576}, {0xebe8c6a3312b3dfcull, 738493},
+         {0xd1f02fe3e9222325ull, 1048576}, {0xbe9bff1ed97f3316ull, 300298},
+         {0x2684899fa2155e24ull, 466}},
+        {{0x0d4e48c3b9a22325ull, 1048576}, {0xebe8c6a3312b3dfcull, 738493},
+         {0xd1f02fe3e9222325ull, 1048576}, {0xbe9bff1ed97f3316ull, 300298},
+         {0x2684899fa2155e24ull, 466}},
+        {{0x0d4e48c3b9a22325ull, 1048576}, {0xebe8c6a3312b3dfcull, 738493},
+         {0xd1f02fe3e9222325ull, 1048576}, {0xbe9bff1ed97f3316ull, 300298},
+         {0x2684899fa2155e24ull, 466}},
+        {{0x49346b1164ebcf31ull, 1048577}, {0x2fcf59ef060ab25aull, 994319},
+         {0x80e4fb5e4fabcf31ull, 1048577}, {0xa6c240c7bf9a2433ull, 891506},
+         {0x8ad0a37935554a28ull, 701}},
+        {{0x49346b1164ebcf31ull, 1048577}, {0xeeea601073828d7aull, 994319},
+         {0x80e4fb5e4fabcf31ull, 1048577}, {0xbf5b262255c19d8eull, 889796},
+         {0x3a1fb481a90e386dull, 701}},
+    };
+    static const char *const tok_names[N_LARGE_TOKS] = {"llama-bpe", "default", "qwen2", "spm",
+                                                        "spm-tied"};
+    static const char *const text_names[N_BIG + 1] = {"1 MiB of U+00E9", "1 MiB of words",
+                                                      "1 MiB of spaces", "1 MiB of letters",
+                                                      "the test texts"};
+    pkv_tokenizer *toks[N_LARGE_TOKS] = {0};
+    for (int t = 0; t < 3; t++) {
+        pkv_vocab_desc *d = pkv_vocab_builtin_create(5000);
+        REQUIRE_VOID(d);
+        d->pre = tok_names[t];
+        toks[t] = pkv_tokenizer_create(d);
+        pkv_vocab_builtin_free(d);
+    }
+    toks[3] = make_spm(-1, true);
+    toks[4] = make_spm_scored(-1, true, true);
+    char *texts[N_BIG];
+    bool ready = true;
+    for (int x = 0; x < N_BIG; x++) ready = (texts[x] = big_text(x)) != NULL && ready;
+    int32_t *ids = malloc((BIG + 8) * sizeof *ids);
+    ready = ready && ids;
+    for (int t = 0; t < N_LARGE_TOKS; t++) ready = ready && toks[t];
+    CHECK(ready);
+    for (int t = 0; ready && t < N_LARGE_TOKS; t++) {
+        for (int x = 0; x <= N_BIG; x++) {
+            uint64_t h = 0xcbf29ce484222325ull;
+            size_t n = 0;
+            if (x < N_BIG) {
+                count_alloc c = {0, 0};
+                pkv_allocator a = {ca_alloc, ca_realloc, ca_free, &c};
+                int64_t live = pkv_alloc_live();
+                pkv_allocator_set(&a);
+                pkv_status s = pkv_tokenize(toks[t], texts[x], BIG, false, false, ids, BIG + 8, &n);
+                pkv_allocator_set(NULL);
+                CHECK_INT(pkv_alloc_live(), live);
+                CHECK_INT(c.cur, 0);
+                if (s) {
+                    TH_FAIL("%s on %s: %s", tok_names[t], text_names[x], pkv_errmsg());
+                    continue;
+                }
+                h = fnv_ids(h, ids, n);
+                /* The bound: 48 bytes of scratch per input byte (the worst case is
+                 * 34 for BPE, one pre-token as long as the text, and 35 for SPM,
+                 * all spaces), plus the id vector (it doubles, so its capacity is
+                 * at most twice the count, 4 bytes each) and a little for small
+                 * blocks. */
+                size_t bound = 48 * (size_t)BIG + 8 * n + 4096;
+                fprintf(stderr, "scratch: %-9s %-16s %7zu ids, peak %9zu bytes (%.2f per input byte)\n",
+                        tok_names[t], text_names[x], n, c.peak, (double)c.peak / BIG);
+                th_checks++;
+                if (c.peak > bound)
+                    TH_FAIL("%s on %s: peak %zu bytes > %zu", tok_names[t], text_names[x], c.peak, bound);
+            } else {
+                size_t nt = PKV_ARRAY_LEN(k_texts);
+                for (size_t i = 0; i < nt + PKV_ARRAY_LEN(k_invalid); i++) {
+                    const char *s = i < nt ? k_texts[i] : k_invalid[i - nt];
+                    int k = tokenize(toks[t], s, strlen(s), true, false, ids, BIG);
+                    CHECK(k >= 0);
+                    int32_t nk = k;
+                    h = fnv_ids(h, &nk, 1);
+                    if (k > 0) h = fnv_ids(h, ids, (size_t)k), n += (size_t)k;
+                }
+            }
+            th_checks++;
+            if (h != want[t][x].hash || n != want[t][x].n)
+                TH_FAIL("%s on %s: %zu ids hashing to {0x%016" PRIx64 "ull, %zu}, want %zu and 0x%016" PRIx64,
+                        tok_names[t], text_names[x], n, h, n, want[t][x].n, want[t][x].hash);
+        }
+    }
+    for (int t = 0; t < N_LARGE_TOKS; t++) pkv_tokenizer_free(toks[t]);
+    for (int x = 0; x < N_BIG; x++) free(texts[x]);
+    free(ids);
+    /* byte offsets are 32-bit: 4 GiB of text is refused before it is read (so a
+     * short buffer stands for it) */
+    size_t ends[1], n = 0;
+    CHECK_STATUS(pkv_pretokenize("llama-bpe", "x", (size_t)UINT32_MAX + 1, ends, 1, &n),
+                 PKV_ERR_INVALID);
+    CHECK_MSG("4 GiB");
+}
+
 /* ------------------------------------------------- allocation failures */
 
 static void test_alloc_failures(void) {
@@ -1017,6 +1233,7 @@ int main(void) {
     test_spm_unknown_special();
     test_builtin();
     test_none();
+    test_large_texts();
     test_alloc_failures();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();

@@ -49,22 +49,29 @@ static int cp_class(int32_t cp) {
 
 /* ------------------------------------------------------------- pre-tokenizer */
 
+/* The patterns test code points against ASCII characters and U+017F (which folds to
+ * 's') only, so one byte per code point says all they need: */
+enum {
+    CH_LONG_S = 0x80, /* U+017F */
+    CH_OTHER = 0xFF,  /* any other code point above ASCII, or an invalid byte */
+};
+
 typedef struct cps_view {
-    const int32_t *cp; /* [n] code points, -1 for an invalid byte */
+    const uint8_t *cp; /* [n] the code point if ASCII, else CH_LONG_S or CH_OTHER */
     const uint8_t *cl; /* [n] classes */
     size_t n;
 } cps_view;
 
 /* Case folding for the contraction letters: ASCII, and U+017F (long s) folds to 's'. */
-static int32_t fold(int32_t c) {
-    if (c == 0x17F) return 's';
+static int fold(int c) {
+    if (c == CH_LONG_S) return 's';
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
 /* Length (in code points) of a contraction 's 't 're 've 'm 'll 'd at i, or 0. */
 static size_t match_contraction(const cps_view *v, size_t i, bool icase) {
     if (v->cp[i] != '\'' || i + 1 >= v->n) return 0;
-    int32_t a = v->cp[i + 1], b = i + 2 < v->n ? v->cp[i + 2] : -1;
+    int a = v->cp[i + 1], b = i + 2 < v->n ? v->cp[i + 2] : -1;
     if (icase) a = fold(a), b = fold(b);
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
@@ -76,7 +83,7 @@ static size_t run_of(const cps_view *v, size_t i, int cls) {
     return i;
 }
 
-static bool is_crlf(int32_t c) { return c == '\r' || c == '\n'; }
+static bool is_crlf(int c) { return c == '\r' || c == '\n'; }
 
 /* \s+(?!\S) then \s+, from i where cl[i] is space: the end of the match. */
 static size_t match_spaces(const cps_view *v, size_t i) {
@@ -132,66 +139,42 @@ static size_t pretok_next(pkv_pretok pre, const cps_view *v, size_t i) {
     return pretok_next_gpt2(v, i);
 }
 
-/* Scratch for one fragment of n bytes, one allocation:
- * code points, classes, byte offsets, symbols, heap, mapped text. */
-typedef struct bpe_work {
+/* Scratch for pre-tokenizing a fragment of n bytes (6 bytes per code point). */
+typedef struct pretok_work {
     void *mem;
-    int32_t *cp;    /* [n] */
-    uint8_t *cl;    /* [n] */
-    size_t *boff;   /* [n + 1] byte offset of each code point */
-    int32_t *sym;   /* [n] token id of each symbol */
-    int32_t *prev;  /* [n] */
-    int32_t *next;  /* [n] */
-    pkv_tok_heap heap; /* [3n] */
-    char *mapped;   /* [2n] byte-to-unicode text of a word */
+    uint32_t *boff; /* [n_cp + 1] byte offset of each code point, then n */
+    uint8_t *cp;    /* [n_cp] as cps_view.cp */
+    uint8_t *cl;    /* [n_cp] classes */
     size_t n_cp;
-} bpe_work;
+} pretok_work;
 
-static pkv_status work_init(bpe_work *w, const char *text, size_t n, bool symbols) {
-    size_t sz = 0, per = sizeof(int32_t) + 1 + sizeof(size_t);
-    if (symbols) per += 3 * sizeof(int32_t) + 3 * sizeof(pkv_tok_pair) + 2;
-    if (!pkv_mul_ok(per, n + 1, &sz) || !pkv_add_ok(sz, 64, &sz))
-        return pkv_err(PKV_ERR_NOMEM, "tokenizer: text of %zu bytes is too large", n);
+/* On error nothing is allocated (w->mem is NULL). */
+static pkv_status pretok_init(pretok_work *w, const char *text, size_t n) {
     memset(w, 0, sizeof *w);
+    /* byte offsets are 32-bit to keep the scratch small */
+    size_t sz;
+    if (n > UINT32_MAX || !pkv_mul_ok(n + 1, sizeof(uint32_t) + 2, &sz))
+        return pkv_err(PKV_ERR_INVALID, "tokenizer: text of %zu bytes is too large (the limit is "
+                       "4 GiB - 1)", n);
     w->mem = pkv_malloc(sz);
     if (!w->mem)
         return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate %zu bytes of scratch for %zu "
                        "bytes of text", sz, n);
-    /* carve, largest alignment first */
-    char *p = w->mem;
-    if (symbols) {
-        w->heap.v = (pkv_tok_pair *)p;
-        w->heap.cap = 3 * (n + 1);
-        p += sizeof(pkv_tok_pair) * 3 * (n + 1);
-    }
-    w->boff = (size_t *)p;
-    p += sizeof(size_t) * (n + 1);
-    w->cp = (int32_t *)p;
-    p += sizeof(int32_t) * (n + 1);
-    if (symbols) {
-        w->sym = (int32_t *)p;
-        p += sizeof(int32_t) * (n + 1);
-        w->prev = (int32_t *)p;
-        p += sizeof(int32_t) * (n + 1);
-        w->next = (int32_t *)p;
-        p += sizeof(int32_t) * (n + 1);
-        w->mapped = p;
-        p += 2 * (n + 1);
-    }
-    w->cl = (uint8_t *)p;
-    /* decode */
+    w->boff = w->mem;
+    w->cp = (uint8_t *)(w->boff + n + 1);
+    w->cl = w->cp + n + 1;
     size_t at = 0, k = 0;
     const unsigned char *u = (const unsigned char *)text;
     while (at < n) {
         int32_t cp;
         size_t l = pkv_utf8_decode(u + at, n - at, &cp);
-        w->cp[k] = cp;
+        w->cp[k] = cp >= 0 && cp < 0x80 ? (uint8_t)cp : cp == 0x17F ? CH_LONG_S : CH_OTHER;
         w->cl[k] = (uint8_t)cp_class(cp);
-        w->boff[k] = at;
+        w->boff[k] = (uint32_t)at;
         at += l;
         k++;
     }
-    w->boff[k] = n;
+    w->boff[k] = (uint32_t)n;
     w->n_cp = k;
     return PKV_OK;
 }
@@ -203,8 +186,8 @@ pkv_status pkv_pretokenize(const char *pre, const char *text, size_t len, size_t
     pkv_pretok p;
     if (!pkv_pretok_from_name(pre, &p))
         return pkv_err(PKV_ERR_NOT_FOUND, "pkv_pretokenize: unknown pattern \"%s\"", pre);
-    bpe_work w;
-    pkv_status s = work_init(&w, text, len, false);
+    pretok_work w;
+    pkv_status s = pretok_init(&w, text, len);
     if (s) return s;
     cps_view v = {w.cp, w.cl, w.n_cp};
     size_t count = 0;
@@ -303,18 +286,61 @@ pkv_status pkv_bpe_init(pkv_tokenizer *tok, const pkv_vocab_desc *d) {
     return PKV_OK;
 }
 
-static void push_pair(const pkv_tokenizer *tok, bpe_work *w, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
-    const pkv_merge_slot *m = find_merge(tok, w->sym[l], w->sym[r]);
-    if (!m) return;
-    pkv_tok_heap_push(&w->heap, (pkv_tok_pair){(double)m->rank, l, r, w->sym[l], w->sym[r]});
+/* Scratch for BPE on one pre-token of up to n bytes: 28 bytes per byte. */
+typedef struct bpe_work {
+    void *mem;
+    const pkv_tokenizer *tok;
+    pkv_tok_cands heap; /* [2n] keys, priority = merge rank */
+    int32_t *sym;       /* [n] token id of each symbol (-1: a byte without a token) */
+    uint32_t *prev;     /* [n] previous symbol, NO_SYM at the first */
+    uint32_t *next;     /* [n] next symbol, NO_SYM at the last and once merged away */
+    /* [2n] byte-to-unicode text of the word (2 bytes per byte at most), only for the
+     * whole-word lookup before the merges: it lives in the heap's memory */
+    char *mapped;
+} bpe_work;
+
+#define NO_SYM UINT32_MAX /* pre-tokens are shorter than 4 GiB, so no index reaches it */
+
+/* The merge of the pair now at key's left symbol if it has key's rank, else NULL
+ * (the key is stale: that symbol was merged away, or the pair changed since). */
+static const pkv_merge_slot *current_merge(const bpe_work *w, uint64_t key) {
+    uint32_t l = (uint32_t)key, r = w->next[l];
+    if (r == NO_SYM) return NULL;
+    const pkv_merge_slot *m = find_merge(w->tok, w->sym[l], w->sym[r]);
+    return m && (uint32_t)m->rank == (uint32_t)(key >> 32) ? m : NULL;
 }
 
-/* BPE on bytes text[b0..b1) (one pre-token), appending ids. */
-static pkv_status bpe_word(const pkv_tokenizer *tok, bpe_work *w, const char *text, size_t b0,
-                           size_t b1, pkv_idvec *out) {
+/* On error nothing is allocated (w->mem is NULL). */
+static pkv_status bpe_work_init(bpe_work *w, const pkv_tokenizer *tok, size_t n) {
+    memset(w, 0, sizeof *w);
+    size_t sz;
+    if (!pkv_mul_ok(n + 1, 2 * sizeof(uint64_t) + sizeof(int32_t) + 2 * sizeof(uint32_t), &sz))
+        return pkv_err(PKV_ERR_NOMEM, "tokenizer: a word of %zu bytes is too large", n);
+    w->mem = pkv_malloc(sz);
+    if (!w->mem)
+        return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate %zu bytes of scratch for a "
+                       "word of %zu bytes", sz, n);
+    w->tok = tok;
+    w->heap = (pkv_tok_cands){.v = w->mem, .cap = 2 * (n + 1)};
+    w->mapped = w->mem;
+    w->sym = (int32_t *)(w->heap.v + w->heap.cap);
+    w->prev = (uint32_t *)(w->sym + n + 1);
+    w->next = w->prev + n + 1;
+    return PKV_OK;
+}
+
+static void push_pair(bpe_work *w, uint32_t l, uint32_t r) {
+    if (l == NO_SYM || r == NO_SYM) return;
+    const pkv_merge_slot *m = find_merge(w->tok, w->sym[l], w->sym[r]);
+    if (m) pkv_tok_cands_push(&w->heap, pkv_tok_cand((uint32_t)m->rank, l));
+}
+
+/* BPE on bytes text[b0..b1) (one pre-token of at most the size w was made for),
+ * appending ids. */
+static pkv_status bpe_word(bpe_work *w, const char *text, size_t b0, size_t b1, pkv_idvec *out) {
+    const pkv_tokenizer *tok = w->tok;
     const unsigned char *u = (const unsigned char *)text;
-    size_t n = b1 - b0;
+    uint32_t n = (uint32_t)(b1 - b0);
     if (tok->pre == PKV_PRETOK_LLAMA3 && n > 1) {
         /* Llama 3's tokenizer ignores merges for a word that is itself a token */
         size_t ml = 0;
@@ -322,34 +348,31 @@ static pkv_status bpe_word(const pkv_tokenizer *tok, bpe_work *w, const char *te
         int32_t id = pkv_tok_lookup(tok, w->mapped, ml);
         if (id >= 0 && tok->types[id] == PKV_TOKEN_NORMAL) return pkv_idvec_push(out, id);
     }
-    for (size_t k = 0; k < n; k++) {
+    for (uint32_t k = 0; k < n; k++) {
         w->sym[k] = tok->byte_id[u[b0 + k]];
-        w->prev[k] = (int32_t)k - 1;
-        w->next[k] = k + 1 < n ? (int32_t)k + 1 : -1;
+        w->prev[k] = k ? k - 1 : NO_SYM;
+        w->next[k] = k + 1 < n ? k + 1 : NO_SYM;
     }
     w->heap.n = 0;
-    for (size_t k = 0; k + 1 < n; k++) push_pair(tok, w, (int32_t)k, (int32_t)k + 1);
+    for (uint32_t k = 0; k + 1 < n; k++) push_pair(w, k, k + 1);
     while (w->heap.n) {
-        pkv_tok_pair p = pkv_tok_heap_pop(&w->heap);
-        /* stale when either symbol changed or was merged away */
-        if (w->sym[p.left] != p.a || w->sym[p.right] != p.b || w->next[p.left] != p.right)
-            continue;
-        const pkv_merge_slot *m = find_merge(tok, p.a, p.b);
-        w->sym[p.left] = m->result;
-        w->sym[p.right] = -2; /* dead */
-        int32_t nx = w->next[p.right];
-        w->next[p.left] = nx;
-        if (nx >= 0) w->prev[nx] = p.left;
-        w->next[p.right] = -1;
-        push_pair(tok, w, w->prev[p.left], p.left);
-        push_pair(tok, w, p.left, nx);
+        uint64_t key = pkv_tok_cands_pop(&w->heap);
+        const pkv_merge_slot *m = current_merge(w, key);
+        if (!m) continue;
+        uint32_t l = (uint32_t)key, r = w->next[l], nx = w->next[r];
+        w->sym[l] = m->result;
+        w->next[l] = nx;
+        if (nx != NO_SYM) w->prev[nx] = l;
+        w->next[r] = NO_SYM;
+        push_pair(w, w->prev[l], l);
+        push_pair(w, l, nx);
     }
-    for (int32_t k = 0; k >= 0; k = w->next[k]) {
+    for (uint32_t k = 0; k != NO_SYM; k = w->next[k]) {
         int32_t id = w->sym[k];
         if (id < 0) {
             if (tok->unk < 0)
                 return pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: byte 0x%02x has no token and "
-                               "the vocabulary has no unknown token", u[b0 + (size_t)k]);
+                               "the vocabulary has no unknown token", u[b0 + k]);
             id = tok->unk;
         }
         pkv_status s = pkv_idvec_push(out, id);
@@ -360,16 +383,27 @@ static pkv_status bpe_word(const pkv_tokenizer *tok, bpe_work *w, const char *te
 
 pkv_status pkv_bpe_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
                             pkv_idvec *out) {
-    bpe_work w;
-    pkv_status s = work_init(&w, text, len, true);
+    pretok_work p;
+    pkv_status s = pretok_init(&p, text, len);
     if (s) return s;
-    cps_view v = {w.cp, w.cl, w.n_cp};
+    cps_view v = {p.cp, p.cl, p.n_cp};
+    /* The BPE scratch is sized for the longest pre-token, found by a first pass of
+     * the (cheap) pre-tokenizer: text made of short words needs little. */
+    size_t longest = 0;
+    for (size_t i = 0; i < v.n;) {
+        size_t j = pretok_next(tok->pre, &v, i);
+        longest = PKV_MAX(longest, (size_t)(p.boff[j] - p.boff[i]));
+        i = j;
+    }
+    bpe_work w;
+    s = bpe_work_init(&w, tok, longest);
     for (size_t i = 0; i < v.n && !s;) {
         size_t j = pretok_next(tok->pre, &v, i);
-        s = bpe_word(tok, &w, text, w.boff[i], w.boff[j], out);
+        s = bpe_word(&w, text, p.boff[i], p.boff[j], out);
         i = j;
     }
     pkv_free(w.mem);
+    pkv_free(p.mem);
     return s;
 }
 

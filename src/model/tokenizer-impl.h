@@ -62,22 +62,59 @@ typedef struct pkv_idvec {
 
 pkv_status pkv_idvec_push(pkv_idvec *vec, int32_t id);
 
-/* A candidate merge of the adjacent symbols left and right, in a binary min-heap
- * ordered by key, then by left (so equal keys merge leftmost first). a and b let the
- * popper check the candidate is still current (the symbols did not change). */
-typedef struct pkv_tok_pair {
-    double key;
-    int32_t left, right;
-    int32_t a, b;
-} pkv_tok_pair;
+/* Merge candidates of BPE and SPM in 8 bytes each (a 24-byte entry with room for 3
+ * per symbol made the scratch about 100 bytes per byte of text): a binary min-heap
+ * of keys priority << 32 | left, where left is the index of the pair's left symbol,
+ * so equal priorities merge leftmost first. A key does not say which pair it was
+ * made for: the tokenizer takes it as current when the pair now at `left` has that
+ * priority, and skips it otherwise.
+ *
+ * Why the ids do not depend on the heap: both tokenizers merge, at each step, the
+ * current pair of least (priority, left). Every current pair has its key in the
+ * heap (pushed when the pair formed), so a popped key taken as current is the least
+ * of all current pairs' keys and names that pair. A stale key can equal a current
+ * one (SPM: the pair at left changed into one of the same score); popping either
+ * merges the same pair.
+ *
+ * Capacity: a word of n symbols pushes n - 1 keys, then at most 2 per merge, and
+ * each merge pops at least one key; there are at most n - 1 merges, so the heap
+ * never holds more than 2n - 2 keys. */
+typedef struct pkv_tok_cands {
+    uint64_t *v;   /* [cap], cap >= 2 * symbols */
+    size_t n, cap;
+} pkv_tok_cands;
 
-typedef struct pkv_tok_heap {
-    pkv_tok_pair *v; /* [cap] */
-    size_t n, cap;   /* the caller sizes cap for every push it will make */
-} pkv_tok_heap;
+static inline uint64_t pkv_tok_cand(uint32_t priority, uint32_t left) {
+    return (uint64_t)priority << 32 | left;
+}
 
-void pkv_tok_heap_push(pkv_tok_heap *h, pkv_tok_pair p);
-pkv_tok_pair pkv_tok_heap_pop(pkv_tok_heap *h); /* h->n > 0 */
+/* h->n < h->cap */
+static inline void pkv_tok_cands_push(pkv_tok_cands *h, uint64_t key) {
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (h->v[parent] <= key) break;
+        h->v[i] = h->v[parent];
+        i = parent;
+    }
+    h->v[i] = key;
+}
+
+/* The least key; h->n > 0. */
+static inline uint64_t pkv_tok_cands_pop(pkv_tok_cands *h) {
+    uint64_t *v = h->v, top = v[0], x = v[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && v[c + 1] < v[c]) c++;
+        if (v[c] >= x) break;
+        v[i] = v[c];
+        i = c;
+    }
+    if (n) v[i] = x;
+    return top;
+}
 
 /* Look up text in the token map: id or -1. */
 int32_t pkv_tok_lookup(const pkv_tokenizer *tok, const char *s, size_t n);

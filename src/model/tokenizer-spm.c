@@ -51,45 +51,74 @@ static int32_t lookup_normal(const pkv_tokenizer *tok, const char *s, size_t n) 
     return id;
 }
 
+/* Scratch for one fragment of len bytes, one allocation: 32 bytes per symbol (at
+ * most one per byte, plus the prefix) and the escaped text (3 bytes per space). */
 typedef struct spm_work {
-    char *text;     /* [3 + 3n] escaped text */
-    int32_t *start; /* [m] byte offset of each symbol */
-    int32_t *len;   /* [m] byte length; 0 = merged away */
-    int32_t *prev, *next;
-    pkv_tok_heap heap;
+    const pkv_tokenizer *tok;
+    pkv_tok_cands heap;   /* [2m] keys, priority = score_priority of the pair's token */
+    int32_t *start;       /* [m] byte offset of each symbol in text */
+    int32_t *len;         /* [m] byte length; 0 = merged away */
+    int32_t *prev, *next; /* [m] -1 = none */
+    char *text;           /* [tl] escaped text */
 } spm_work;
 
-static void push_pair(const pkv_tokenizer *tok, spm_work *w, int32_t l, int32_t r) {
+/* Heap priority of a score: higher scores first; -0 ties with +0 as in the float
+ * comparison; NaN last. */
+static uint32_t score_priority(float f) {
+    if (f != f) return UINT32_MAX;
+    if (f == 0) f = 0;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = u >> 31 ? ~u : u | 0x80000000u; /* now increasing with f */
+    return ~u;
+}
+
+/* Priority of the token the symbols l and r (adjacent) would merge into, or -1. */
+static int64_t pair_priority(const spm_work *w, int32_t l, int32_t r) {
+    int32_t id = lookup_normal(w->tok, w->text + w->start[l], (size_t)(w->len[l] + w->len[r]));
+    return id < 0 ? -1 : (int64_t)score_priority(w->tok->scores[id]);
+}
+
+static void push_pair(spm_work *w, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
-    int32_t size = w->len[l] + w->len[r];
-    int32_t id = lookup_normal(tok, w->text + w->start[l], (size_t)size);
-    if (id < 0) return;
-    pkv_tok_heap_push(&w->heap, (pkv_tok_pair){-(double)tok->scores[id], l, r, size, 0});
+    int64_t p = pair_priority(w, l, r);
+    if (p >= 0) pkv_tok_cands_push(&w->heap, pkv_tok_cand((uint32_t)p, (uint32_t)l));
+}
+
+/* Whether key is the pair now at its left symbol (else stale: that symbol was
+ * merged away, or the pair changed since, into one of another score). */
+static bool is_current(const spm_work *w, uint64_t key) {
+    int32_t l = (int32_t)(uint32_t)key;
+    if (w->len[l] == 0 || w->next[l] < 0) return false;
+    return pair_priority(w, l, w->next[l]) == (int64_t)(key >> 32);
 }
 
 pkv_status pkv_spm_tokenize(const pkv_tokenizer *tok, const char *text, size_t len,
                             bool add_prefix, pkv_idvec *out) {
-    /* escaped text: at most 3 bytes per input byte plus the prefix */
-    size_t tn, per = 3 + 4 * sizeof(int32_t) + 3 * sizeof(pkv_tok_pair);
+    /* offsets into the escaped text (3 bytes per space) are int32 */
+    if (len > INT32_MAX / 4)
+        return pkv_err(PKV_ERR_INVALID, "tokenizer: text of %zu bytes is too large (the limit is "
+                       "%d bytes)", len, INT32_MAX / 4);
+    size_t tl = add_prefix ? 3 : 0;
+    for (size_t i = 0; i < len; i++) tl += text[i] == ' ' ? 3 : 1;
     size_t m_max = len + 1; /* symbols: at most one per input byte plus the prefix */
-    if (len > INT32_MAX / 4 || !pkv_mul_ok(per, m_max + 1, &tn))
+    size_t tn;
+    if (!pkv_mul_ok(m_max, 2 * sizeof(uint64_t) + 4 * sizeof(int32_t), &tn) ||
+        !pkv_add_ok(tn, tl, &tn))
         return pkv_err(PKV_ERR_NOMEM, "tokenizer: text of %zu bytes is too large", len);
     char *mem = pkv_malloc(tn);
     if (!mem)
         return pkv_err(PKV_ERR_NOMEM, "tokenizer: cannot allocate %zu bytes of scratch", tn);
     spm_work w;
-    char *p = mem;
-    w.heap.v = (pkv_tok_pair *)p;
-    w.heap.cap = 3 * (m_max + 1);
-    w.heap.n = 0;
-    p += sizeof(pkv_tok_pair) * 3 * (m_max + 1);
-    w.start = (int32_t *)p;
-    w.len = w.start + (m_max + 1);
-    w.prev = w.len + (m_max + 1);
-    w.next = w.prev + (m_max + 1);
-    w.text = (char *)(w.next + (m_max + 1));
+    w.tok = tok;
+    w.heap = (pkv_tok_cands){.v = (uint64_t *)mem, .cap = 2 * m_max};
+    w.start = (int32_t *)(w.heap.v + w.heap.cap);
+    w.len = w.start + m_max;
+    w.prev = w.len + m_max;
+    w.next = w.prev + m_max;
+    w.text = (char *)(w.next + m_max);
 
-    size_t tl = 0;
+    tl = 0;
     if (add_prefix) {
         memcpy(w.text, k_space, 3);
         tl = 3;
@@ -113,19 +142,17 @@ pkv_status pkv_spm_tokenize(const pkv_tokenizer *tok, const char *text, size_t l
         w.next[m] = at + l < tl ? m + 1 : -1;
         at += l;
     }
-    for (int32_t k = 0; k + 1 < m; k++) push_pair(tok, &w, k, k + 1);
+    for (int32_t k = 0; k + 1 < m; k++) push_pair(&w, k, k + 1);
     while (w.heap.n) {
-        pkv_tok_pair q = pkv_tok_heap_pop(&w.heap);
-        if (w.len[q.left] == 0 || w.len[q.right] == 0 || w.next[q.left] != q.right ||
-            w.len[q.left] + w.len[q.right] != q.a)
-            continue; /* stale */
-        w.len[q.left] += w.len[q.right];
-        w.len[q.right] = 0;
-        int32_t nx = w.next[q.right];
-        w.next[q.left] = nx;
-        if (nx >= 0) w.prev[nx] = q.left;
-        push_pair(tok, &w, w.prev[q.left], q.left);
-        push_pair(tok, &w, q.left, nx);
+        uint64_t key = pkv_tok_cands_pop(&w.heap);
+        if (!is_current(&w, key)) continue;
+        int32_t l = (int32_t)(uint32_t)key, r = w.next[l], nx = w.next[r];
+        w.len[l] += w.len[r];
+        w.len[r] = 0;
+        w.next[l] = nx;
+        if (nx >= 0) w.prev[nx] = l;
+        push_pair(&w, w.prev[l], l);
+        push_pair(&w, l, nx);
     }
     pkv_status s = PKV_OK;
     for (int32_t k = m ? 0 : -1; k >= 0 && !s; k = w.next[k]) {

@@ -24,37 +24,6 @@ pkv_status pkv_idvec_push(pkv_idvec *vec, int32_t id) {
     return PKV_OK;
 }
 
-static bool pair_before(const pkv_tok_pair *x, const pkv_tok_pair *y) {
-    return x->key < y->key || (x->key == y->key && x->left < y->left);
-}
-
-void pkv_tok_heap_push(pkv_tok_heap *h, pkv_tok_pair p) {
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = p;
-}
-
-pkv_tok_pair pkv_tok_heap_pop(pkv_tok_heap *h) {
-    pkv_tok_pair top = h->v[0];
-    pkv_tok_pair last = h->v[--h->n];
-    size_t i = 0, n = h->n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!pair_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n) h->v[i] = last;
-    return top;
-}
-
 size_t pkv_utf8_decode(const unsigned char *s, size_t n, int32_t *cp) {
     unsigned c = s[0];
     if (c < 0x80) {
