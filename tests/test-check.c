@@ -88,5 +88,44 @@ int main(void) {
     rc = th_cli("", true, "demo --devices cpu");
     CHECK_INT(rc, 2);
     CHECK(strstr(out, "two device names") != NULL);
+
+    /* demo -m FILE: the same checks on a model file (issue 23: a user checks their
+     * own model on their own device): a qwen3 q8_0 model with a vocabulary, a qwen2
+     * model without one (token ids) as a tensor-parallel pair, and on vulkan:0 when
+     * there is one; a file that does not load fails (exit 1), a missing one is exit 2 */
+    char q3[512], nv[512], bad[512];
+    snprintf(q3, sizeof q3, "%s", th_tmp("demo-q3.gguf"));
+    snprintf(nv, sizeof nv, "%s", th_tmp("demo-nv.gguf"));
+    snprintf(bad, sizeof bad, "%s", th_tmp("demo-bad.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen3 --type q8_0 --chat-template chatml -o '%s'", q3), 0);
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen2 --no-vocab -o '%s'", nv), 0);
+    rc = th_cli("", true, "demo -m '%s' --device cpu", q3);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL && strstr(out, "model: ") != NULL);
+    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", nv);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "10 checks, 10 passed, 0 failed") != NULL && strstr(out, "cpu,cpu:1+host") != NULL);
+    if (th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0")) {
+        rc = th_cli("", true, "demo -m '%s' --device vulkan:0", q3);
+        CHECK_INT(rc, 0);
+        CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
+    } else {
+        printf("note: no vulkan:0 here; demo -m on Vulkan not run\n");
+    }
+    {
+        FILE *src = fopen(q3, "rb"), *dst = fopen(bad, "wb"); /* the file cut after 4 KiB */
+        char buf[4096];
+        size_t n = src ? fread(buf, 1, sizeof buf, src) : 0;
+        if (dst) fwrite(buf, 1, n, dst);
+        if (src) fclose(src);
+        if (dst) fclose(dst);
+    }
+    rc = th_cli("", true, "demo -m '%s' --device cpu", bad);
+    CHECK_INT(rc, 1);
+    CHECK(strstr(out, "load") != NULL && strstr(out, "FAIL") != NULL);
+    rc = th_cli("", true, "demo -m '%s.missing' --device cpu", bad);
+    CHECK_INT(rc, 2);
+    CHECK(strstr(out, "cannot read") != NULL);
+    unlink(q3), unlink(nv), unlink(bad);
     return th_done();
 }

@@ -1,7 +1,7 @@
-/* pagekv demo: on every device, the built-in model generates from a prompt, and
- * each KV operation (fork, swap out/in, shift, save/load) is checked by comparing
- * the continuation with a replay from scratch. Prints operation, device, result,
- * time; exits 1 if any check fails. */
+/* pagekv demo: on every device, the built-in model (or any GGUF file, -m) generates
+ * from a prompt, and each KV operation (fork, swap out/in, shift, save/load) is
+ * checked by comparing the continuation with a replay from scratch. Prints
+ * operation, device, result, time; exits 1 if any check fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@ typedef struct {
     pkv_kv_cache *c;
     int V;
     const char *dev;
+    const char *path;    /* the model file (-m), or NULL for the built-in model */
     pkv_model_params mp; /* how the model was placed (device or split) */
     int failed, rows;
 } demo;
@@ -87,11 +88,14 @@ static pkv_status check_shift(demo *d, const int32_t *hist, int n_hist, double *
     const int start = 1, drop = 4;
     pkv_mkmodel_params mp = pkv_mkmodel_default_params();
     mp.n_layer = 1;
+    /* a model file: one layer of its own shape, RoPE and vocabulary (random weights) */
+    mp.draft_of = d->path;
     void *img = NULL;
     size_t size = 0;
     pkv_status s = pkv_mkmodel_memory(&mp, &img, &size);
     if (s) return s;
-    pkv_model *m = pkv_model_load_memory(img, size, "builtin-1-layer", d->mp); /* same placement */
+    pkv_model *m = pkv_model_load_memory(img, size, d->path ? "1-layer model of the file's shape" : "builtin-1-layer",
+                                         d->mp); /* same placement */
     pkv_mkmodel_free_memory(img);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 256;
@@ -276,17 +280,27 @@ out:
 }
 
 int pkv_cli_demo(int argc, char **argv) {
-    const char *only = NULL, *pair = NULL;
+    const char *only = NULL, *pair = NULL, *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: pagekv demo [--device NAME | --devices A,B]\n"
-                   "On every device (or just NAME): the built-in model generates from a prompt, forks,\n"
+            printf("usage: pagekv demo [-m FILE.gguf] [--device NAME | --devices A,B]\n"
+                   "On every device (or just NAME): the model generates from a prompt, forks,\n"
                    "swaps out and in, shifts, saves and loads, and each continuation is checked against\n"
                    "a replay from scratch. Then the same on the first two devices as a tensor-parallel\n"
                    "pair (heads split, KV sharded), with the cache on the devices and on the host\n"
                    "(\"+host\"). --devices A,B runs just that pair (e.g. cuda:0,vulkan:0), with the\n"
-                   "cache on the devices and on the host. Exit 1 when a check fails.\n");
+                   "cache on the devices and on the host. Exit 1 when a check fails.\n"
+                   "  -m FILE    a GGUF model (default: the built-in tiny model): your model on your\n"
+                   "             device. The shift check runs on a 1-layer model of the file's shape,\n"
+                   "             RoPE and vocabulary (random weights): shift is exact only in layer 0.\n"
+                   "             A model without a vocabulary is given token ids.\n");
             return 0;
+        } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (!(path = pkv_cli_value(argc, argv, &i))) return 2;
+            if (access(path, R_OK)) {
+                fprintf(stderr, "pagekv demo: cannot read %s\n", path);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--device") || !strcmp(argv[i], "-d")) {
             if (!(only = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--devices")) {
@@ -317,6 +331,7 @@ int pkv_cli_demo(int argc, char **argv) {
         if (n > 80) n = 80;
         if (why[0]) printf("note: %s\n", why);
     }
+    if (path) printf("model: %s\n", path);
     printf("%-12s %-18s %-5s %8s  %s\n", "operation", "device", "result", "seconds", "detail");
     int failed = 0, rows = 0;
     /* every device alone, then the first two CPU devices as a tensor-parallel pair,
@@ -342,8 +357,9 @@ int pkv_cli_demo(int argc, char **argv) {
         }
         demo d = {0};
         d.dev = label;
+        d.path = path;
         d.mp = mp;
-        d.m = pkv_model_builtin(mp);
+        d.m = path ? pkv_model_load(path, mp) : pkv_model_builtin(mp);
         pkv_cache_params cp = pkv_cache_default_params();
         cp.n_ctx = 256;
         cp.n_seq_max = 8;
@@ -361,7 +377,9 @@ int pkv_cli_demo(int argc, char **argv) {
         const char *text = "The quick brown fox jumps over the lazy dog";
         int32_t prompt[128];
         size_t np = 0;
-        if (pkv_model_tokenize(d.m, text, strlen(text), true, false, prompt, 128, &np)) {
+        if (!info.has_vocab) /* token ids only: a fixed spread of ids */
+            for (np = 0; np < 12; np++) prompt[np] = (int32_t)((np * 7919 + 1) % (size_t)d.V);
+        if (info.has_vocab && pkv_model_tokenize(d.m, text, strlen(text), true, false, prompt, 128, &np)) {
             printf("%-12s %-10s %-5s %8.3f  %s\n", "tokenize", names[i], "FAIL", 0.0, pkv_errmsg());
             failed++;
         } else {
