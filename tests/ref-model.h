@@ -2,8 +2,9 @@
  *
  * The paged forward pass is compared against this. It is written for clarity, not
  * speed: one token at a time, a contiguous KV cache per layer, every tensor
- * dequantized to double. Architectures: llama, qwen2, qwen3 (decoder-only,
- * pre-norm, RMS norm, RoPE, grouped-query causal attention, SwiGLU FFN).
+ * dequantized to double. Architectures: llama, qwen2, qwen3, qwen3moe (decoder-only,
+ * pre-norm, RMS norm, RoPE, grouped-query causal attention, SwiGLU FFN; qwen3moe is
+ * qwen3 with every layer's FFN replaced by a mixture of SwiGLU experts).
  *
  * Tensor names and shapes are GGUF's (llama.cpp's) standard names; a matrix is
  * row-major [rows][cols] and applied as y = W·x (row r dotted with x):
@@ -14,17 +15,30 @@
  *   blk.N.attn_q.weight                     [n_head*head_dim][n_embd]
  *   blk.N.attn_k.weight, blk.N.attn_v.weight [n_head_kv*head_dim][n_embd]
  *   blk.N.attn_{q,k,v}.bias                 (required for qwen2, optional otherwise)
- *   blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim] (required for qwen3: an
- *                                           RMS norm of each head of Q and K, before RoPE)
+ *   blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim] (required for qwen3 and
+ *                                           qwen3moe: an RMS norm of each head of Q and K,
+ *                                           before RoPE)
  *   blk.N.attn_output.weight                [n_embd][n_head*head_dim]
  *   blk.N.ffn_norm.weight                   [n_embd]
+ * dense models (llama, qwen2, qwen3):
  *   blk.N.ffn_gate.weight, ffn_up.weight    [n_ff][n_embd]
  *   blk.N.ffn_down.weight                   [n_embd][n_ff]
+ * qwen3moe (no ffn_gate/ffn_up/ffn_down; a 3-D tensor is n_expert matrices one after
+ * another, GGUF ne = {cols, rows, n_expert}):
+ *   blk.N.ffn_gate_inp.weight               [n_expert][n_embd] (the router)
+ *   blk.N.ffn_gate_exps.weight, ffn_up_exps.weight [n_expert][n_ff_exp][n_embd]
+ *   blk.N.ffn_down_exps.weight              [n_expert][n_embd][n_ff_exp]
  * RoPE over the whole head: normal (pairs 2i, 2i+1) when !rope_neox, neox (pairs i,
  * i + head_dim/2) otherwise; the pair i turns by pos * base^(-2i/head_dim).
  * Attention scale 1/sqrt(head_dim); query head h reads KV head h / (n_head/n_head_kv).
  * FFN: down(silu(gate(x)) * up(x)). Residual adds after attention and after FFN;
  * then the final RMS norm and the output projection give the logits.
+ * MoE (llama.cpp's build_moe_ffn as qwen3moe calls it: softmax gating, top-k weights
+ * normalized, no shared expert, no weight scale): with x the normed FFN input,
+ * p = softmax(gate_inp·x); the n_expert_used experts of largest p are selected (ties:
+ * the lower index); w_e = p_e / max(sum of the selected p, 2^-14); the FFN output is
+ * sum over the selected e of w_e * FFN_e(x), FFN_e being the FFN above with expert e's
+ * matrices.
  *
  * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
  * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
@@ -44,10 +58,17 @@
 #include <string.h>
 
 typedef struct ref_hparams {
-    const char *arch; /* "llama", "qwen2", "qwen3" */
-    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe" */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim;
+    int n_ff; /* rows of the dense FFN; ignored by qwen3moe */
+    int n_vocab;
     double rms_eps, rope_base;
     bool rope_neox;
+    /* MoE, last so that positional initializers of dense models leave them 0 (they
+     * must be 0 for the dense architectures; qwen3moe needs all three > 0). */
+    int n_expert;      /* experts per layer */
+    int n_expert_used; /* experts per token, <= n_expert */
+    int n_ff_exp;      /* rows of each expert's FFN */
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -63,8 +84,12 @@ typedef struct ref_layer {
     double *q_norm, *k_norm; /* [head_dim] or NULL */
     double *wo;              /* [n_embd][n_head*head_dim] */
     double *ffn_norm;        /* [n_embd] */
-    double *gate, *up;       /* [n_ff][n_embd] */
-    double *down;            /* [n_embd][n_ff] */
+    double *gate, *up;       /* [n_ff][n_embd], dense models; NULL for MoE */
+    double *down;            /* [n_embd][n_ff], dense models; NULL for MoE */
+    double *gate_inp;        /* [n_expert][n_embd], the router, MoE; else NULL */
+    double *gate_exps;       /* [n_expert][n_ff_exp][n_embd], MoE; else NULL */
+    double *up_exps;         /* [n_expert][n_ff_exp][n_embd], MoE; else NULL */
+    double *down_exps;       /* [n_expert][n_embd][n_ff_exp], MoE; else NULL */
     double *k_cache;         /* [cap][n_head_kv*head_dim], after RoPE */
     double *v_cache;         /* [cap][n_head_kv*head_dim] */
 } ref_layer;
@@ -82,8 +107,11 @@ typedef struct ref_model {
     double *x, *h, *tmp;  /* [n_embd] */
     double *q, *att;      /* [n_head*head_dim] */
     double *k, *v;        /* [n_head_kv*head_dim] */
-    double *g, *u;        /* [n_ff] */
+    double *g, *u;        /* [n_ff] (dense) or [n_ff_exp] (MoE) */
     double *scores;       /* [cap] */
+    double *probs;        /* [n_expert], the router's softmax; MoE only */
+    bool *chosen;         /* [n_expert], the experts selected for this token; MoE only */
+    double *ffn_out;      /* [n_embd], the weighted sum of the experts; MoE only */
 } ref_model;
 
 /* ------------------------------------------------------------- math */
@@ -125,6 +153,17 @@ static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, do
 
 static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
+/* SwiGLU FFN of n_ff rows: y = down · (silu(gate · x) * up · x), with gate, up
+ * [n_ff][n_embd] and down [n_embd][n_ff]; g and u are scratch [n_ff]. Both the dense
+ * FFN and each expert of a MoE are this. */
+static inline void ref_ffn(const double *gate, const double *up, const double *down, int n_embd, int n_ff,
+                           const double *x, double *g, double *u, double *y) {
+    ref_matvec(gate, x, NULL, n_ff, n_embd, g);
+    ref_matvec(up, x, NULL, n_ff, n_embd, u);
+    for (int i = 0; i < n_ff; i++) g[i] = ref_silu(g[i]) * u[i];
+    ref_matvec(down, g, NULL, n_embd, n_ff, y);
+}
+
 /* ------------------------------------------------------ create / free */
 
 static inline void ref_model_free(ref_model *m) {
@@ -133,7 +172,8 @@ static inline void ref_model_free(ref_model *m) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             ref_layer *L = &m->layers[il];
             double *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->q_norm,
-                             L->k_norm, L->wo, L->ffn_norm, L->gate, L->up, L->down, L->k_cache, L->v_cache};
+                             L->k_norm, L->wo, L->ffn_norm, L->gate, L->up, L->down, L->gate_inp,
+                             L->gate_exps, L->up_exps, L->down_exps, L->k_cache, L->v_cache};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -141,8 +181,9 @@ static inline void ref_model_free(ref_model *m) {
     if (m->output != m->tok_embd) free(m->output);
     free(m->tok_embd);
     free(m->out_norm);
-    double *scratch[] = {m->x, m->h, m->tmp, m->q, m->att, m->k, m->v, m->g, m->u, m->scores};
+    double *scratch[] = {m->x, m->h, m->tmp, m->q, m->att, m->k, m->v, m->g, m->u, m->scores, m->probs, m->ffn_out};
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
+    free(m->chosen);
     free(m);
 }
 
@@ -173,16 +214,24 @@ static inline bool ref_load(ref_get_tensor get, void *user, const char *name, in
 static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor get, void *user) {
     if (!hp || !get || !hp->arch) return NULL;
     bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
-         qwen3 = strcmp(hp->arch, "qwen3") == 0;
-    if (!llama && !qwen2 && !qwen3) {
+         qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0;
+    if (!llama && !qwen2 && !qwen3 && !moe) {
         fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
         return NULL;
     }
+    const bool qk_norm = qwen3 || moe;
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->head_dim <= 0 ||
-        hp->head_dim % 2 != 0 || hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
+        hp->head_dim % 2 != 0 || (!moe && hp->n_ff <= 0) || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
         !(hp->rms_eps >= 0) || !(hp->rope_base > 0)) {
-        fprintf(stderr, "ref_model: bad hparams (n_layer %d n_embd %d n_head %d n_head_kv %d head_dim %d)\n",
-                hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim);
+        fprintf(stderr, "ref_model: bad hparams (n_layer %d n_embd %d n_head %d n_head_kv %d head_dim %d n_ff %d)\n",
+                hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff);
+        return NULL;
+    }
+    /* A dense arch with experts set is refused rather than silently run dense. */
+    if (moe ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
+            : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
+        fprintf(stderr, "ref_model: bad MoE hparams for %s (n_expert %d n_expert_used %d n_ff_exp %d)\n", hp->arch,
+                hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
         return NULL;
     }
     ref_model *m = calloc(1, sizeof *m);
@@ -190,8 +239,10 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     m->hp = *hp;
     snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
     m->hp.arch = m->arch;
-    const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, Q = (int64_t)hp->n_head * hp->head_dim,
-                  KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    /* F: rows of the FFN a token runs (each expert's, for MoE); X: experts */
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = moe ? hp->n_ff_exp : hp->n_ff,
+                  Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
+                  X = hp->n_expert;
     bool ok = ref_load(get, user, "token_embd.weight", V * E, true, &m->tok_embd) &&
               ref_load(get, user, "output_norm.weight", E, true, &m->out_norm) &&
               ref_load(get, user, "output.weight", V * E, false, &m->output);
@@ -207,11 +258,17 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
              REF_LOAD(wk, "attn_k.weight", KV * E, true) && REF_LOAD(wv, "attn_v.weight", KV * E, true) &&
              REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
              REF_LOAD(bv, "attn_v.bias", KV, qwen2) &&
-             REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qwen3) &&
-             REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qwen3) &&
-             REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true) &&
-             REF_LOAD(gate, "ffn_gate.weight", F * E, true) && REF_LOAD(up, "ffn_up.weight", F * E, true) &&
-             REF_LOAD(down, "ffn_down.weight", E * F, true);
+             REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
+             REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qk_norm) &&
+             REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true);
+        if (ok && !moe)
+            ok = REF_LOAD(gate, "ffn_gate.weight", F * E, true) && REF_LOAD(up, "ffn_up.weight", F * E, true) &&
+                 REF_LOAD(down, "ffn_down.weight", E * F, true);
+        if (ok && moe)
+            ok = REF_LOAD(gate_inp, "ffn_gate_inp.weight", X * E, true) &&
+                 REF_LOAD(gate_exps, "ffn_gate_exps.weight", X * F * E, true) &&
+                 REF_LOAD(up_exps, "ffn_up_exps.weight", X * F * E, true) &&
+                 REF_LOAD(down_exps, "ffn_down_exps.weight", X * E * F, true);
 #undef REF_LOAD
     }
     if (ok) {
@@ -225,6 +282,12 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         m->g = calloc((size_t)F, sizeof(double));
         m->u = calloc((size_t)F, sizeof(double));
         ok = m->x && m->h && m->tmp && m->q && m->att && m->k && m->v && m->g && m->u;
+        if (ok && moe) {
+            m->probs = calloc((size_t)X, sizeof(double));
+            m->chosen = calloc((size_t)X, sizeof(bool));
+            m->ffn_out = calloc((size_t)E, sizeof(double));
+            ok = m->probs && m->chosen && m->ffn_out;
+        }
         if (!ok) fprintf(stderr, "ref_model: out of memory\n");
     }
     if (!ok) {
@@ -262,11 +325,44 @@ static inline bool ref_reserve(ref_model *m, int need) {
     return true;
 }
 
+/* The mixture of experts of layer L on the normed FFN input x [n_embd]; the result
+ * goes to m->ffn_out [n_embd]. Uses m->probs, m->chosen, m->g, m->u, m->tmp. */
+static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
+    const int E = m->hp.n_embd, F = m->hp.n_ff_exp, X = m->hp.n_expert, K = m->hp.n_expert_used;
+    /* router: softmax over all experts, before the selection */
+    ref_matvec(L->gate_inp, x, NULL, X, E, m->probs);
+    double mx = -INFINITY, z = 0;
+    for (int e = 0; e < X; e++) mx = fmax(mx, m->probs[e]);
+    for (int e = 0; e < X; e++) z += (m->probs[e] = exp(m->probs[e] - mx));
+    for (int e = 0; e < X; e++) m->probs[e] /= z;
+    /* top K by probability; the strict > keeps the lower index on a tie */
+    double sum = 0;
+    for (int e = 0; e < X; e++) m->chosen[e] = false;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < X; e++)
+            if (!m->chosen[e] && (best < 0 || m->probs[e] > m->probs[best])) best = e;
+        m->chosen[best] = true;
+        sum += m->probs[best];
+    }
+    /* normalized top-K weights; llama.cpp floors the sum at 2^-14 (the smallest normal
+     * f16), which a softmax's top K (sum >= K / n_expert) only reaches past 16384 experts */
+    sum = fmax(sum, 6.103515625e-5);
+    for (int i = 0; i < E; i++) m->ffn_out[i] = 0;
+    for (int e = 0; e < X; e++) {
+        if (!m->chosen[e]) continue;
+        const size_t off = (size_t)e * (size_t)F * (size_t)E; /* expert e's matrix in each 3-D tensor */
+        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, x, m->g, m->u, m->tmp);
+        const double w = m->probs[e] / sum;
+        for (int i = 0; i < E; i++) m->ffn_out[i] += w * m->tmp[i];
+    }
+}
+
 /* One token at position m->n_past through every layer; leaves the final hidden
  * state (before the output norm) in m->x. */
 static inline void ref_forward_token(ref_model *m, int32_t token) {
     const ref_hparams *hp = &m->hp;
-    const int E = hp->n_embd, D = hp->head_dim, F = hp->n_ff;
+    const int E = hp->n_embd, D = hp->head_dim;
     const int Q = hp->n_head * D, KV = hp->n_head_kv * D, group = hp->n_head / hp->n_head_kv;
     const int pos = m->n_past;
     const double scale = 1.0 / sqrt((double)D);
@@ -309,13 +405,17 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
         }
         ref_matvec(L->wo, m->att, NULL, E, Q, m->tmp);
         for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
-        /* feed-forward */
+        /* feed-forward: dense, or a mixture of experts */
         ref_rms_norm(m->x, L->ffn_norm, E, hp->rms_eps, m->h);
-        ref_matvec(L->gate, m->h, NULL, F, E, m->g);
-        ref_matvec(L->up, m->h, NULL, F, E, m->u);
-        for (int i = 0; i < F; i++) m->g[i] = ref_silu(m->g[i]) * m->u[i];
-        ref_matvec(L->down, m->g, NULL, E, F, m->tmp);
-        for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
+        const double *ffn;
+        if (L->gate_inp) {
+            ref_moe(m, L, m->h);
+            ffn = m->ffn_out;
+        } else {
+            ref_ffn(L->gate, L->up, L->down, E, hp->n_ff, m->h, m->g, m->u, m->tmp);
+            ffn = m->tmp;
+        }
+        for (int i = 0; i < E; i++) m->x[i] += ffn[i];
     }
     m->n_past++;
 }

@@ -120,6 +120,25 @@ int main(void) {
         if (src) fclose(src);
         if (dst) fclose(dst);
     }
+    /* a mixture-of-experts model: every KV operation == replay on cpu, with the cache
+     * on the host, and on vulkan:0; a tensor-parallel split is refused by name */
+    char moe[512];
+    snprintf(moe, sizeof moe, "%s", th_tmp("demo-moe.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen3moe --type q8_0 --experts 4 --experts-used 2 -o '%s'", moe), 0);
+    rc = th_cli("", true, "demo -m '%s' --device cpu", moe);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
+    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", moe);
+    CHECK_INT(rc, 1);
+    CHECK(strstr(out, "mixture-of-experts model (qwen3moe) cannot be split") != NULL);
+    rc = th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", moe);
+    CHECK_INT(rc, 0);
+    if (th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0")) {
+        rc = th_cli("", true, "demo -m '%s' --device vulkan:0", moe);
+        CHECK_INT(rc, 0);
+        CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
+    }
+    unlink(moe);
     rc = th_cli("", true, "demo -m '%s' --device cpu", bad);
     CHECK_INT(rc, 1);
     CHECK(strstr(out, "load") != NULL && strstr(out, "FAIL") != NULL);

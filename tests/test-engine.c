@@ -786,6 +786,17 @@ int main(void) {
     g_m = et_model("qwen3", PKV_TYPE_F16, 8);
     if (g_m) test_batch_invariance();
     pkv_model_free(g_m);
+    /* a mixture of experts (qwen3moe): routing is per token, each expert runs on the
+     * rows routed to it, so a request's tokens are the same alone or batched, and
+     * preemption (swap, recompute) changes nothing */
+    g_m = et_model("qwen3moe", PKV_TYPE_Q8_0, 10);
+    if (g_m) {
+        fprintf(stderr, "mixture of experts (qwen3moe, 4 experts, 2 per token):\n");
+        test_vs_context();
+        test_batch_invariance();
+        test_preemption();
+    }
+    pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
     et_n_embd = 128;
     et_kv_k = PKV_TYPE_Q8_0;

@@ -5,7 +5,12 @@
  * zero query weights give uniform causal attention; zero attention weights leave the
  * FFN path alone; GQA equals MHA with duplicated KV heads; one token at a time equals
  * all at once; causality; reset; tied output; the qwen3 Q/K norm removes the scale of
- * Wq and Wk; context shift and truncate against fresh evaluation; bad inputs. */
+ * Wq and Wk; context shift and truncate against fresh evaluation; bad inputs.
+ * qwen3moe runs every test above that is per arch, its FFN written out independently
+ * (softmax router, top-k by a stable sort, normalized weights); and the MoE block
+ * against the dense path: one expert used of two gives bitwise one dense FFN (which
+ * one follows the router; a tie picks expert 0), two identical experts used of two
+ * give the dense FFN; every expert is reached; bad MoE hparams and tensors. */
 #include "ref-model.h"
 #include "testhelp.h"
 
@@ -75,14 +80,18 @@ static double *tsf(tstore *ts, const char *fmt, int il) {
     return ts_find(ts, nm);
 }
 
+static bool is_moe(const char *arch) { return strcmp(arch, "qwen3moe") == 0; }
+
 static ref_hparams tiny_hp(const char *arch) {
     ref_hparams hp = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 4, .n_head_kv = 2, .head_dim = 8,
                       .n_ff = 24, .n_vocab = 32, .rms_eps = 1e-6, .rope_base = 10000.0,
                       .rope_neox = strcmp(arch, "llama") != 0};
+    if (is_moe(arch)) hp.n_expert = 4, hp.n_expert_used = 2, hp.n_ff_exp = 12;
     return hp;
 }
 
-/* Random weights for every tensor the arch has (qwen2: biases; qwen3: Q/K norms). */
+/* Random weights for every tensor the arch has (qwen2: biases; qwen3, qwen3moe: Q/K
+ * norms; qwen3moe: router and experts instead of the dense FFN). */
 static void make_model(tstore *ts, const ref_hparams *hp, uint64_t seed, bool with_output) {
     uint64_t rs = seed;
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
@@ -103,15 +112,23 @@ static void make_model(tstore *ts, const ref_hparams *hp, uint64_t seed, bool wi
             ADD("attn_k.bias", KV, 0, 0.3);
             ADD("attn_v.bias", KV, 0, 0.3);
         }
-        if (strcmp(hp->arch, "qwen3") == 0) {
+        if (strcmp(hp->arch, "qwen3") == 0 || is_moe(hp->arch)) {
             ADD("attn_q_norm.weight", hp->head_dim, 1, 0.3);
             ADD("attn_k_norm.weight", hp->head_dim, 1, 0.3);
         }
         ADD("attn_output.weight", E * Q, 0, 0.3);
         ADD("ffn_norm.weight", E, 1, 0.2);
-        ADD("ffn_gate.weight", F * E, 0, 0.5);
-        ADD("ffn_up.weight", F * E, 0, 0.5);
-        ADD("ffn_down.weight", E * F, 0, 0.3);
+        if (is_moe(hp->arch)) {
+            const int64_t X = hp->n_expert, FX = hp->n_ff_exp;
+            ADD("ffn_gate_inp.weight", X * E, 0, 1.0);
+            ADD("ffn_gate_exps.weight", X * FX * E, 0, 0.5);
+            ADD("ffn_up_exps.weight", X * FX * E, 0, 0.5);
+            ADD("ffn_down_exps.weight", X * E * FX, 0, 0.3);
+        } else {
+            ADD("ffn_gate.weight", F * E, 0, 0.5);
+            ADD("ffn_up.weight", F * E, 0, 0.5);
+            ADD("ffn_down.weight", E * F, 0, 0.3);
+        }
 #undef ADD
     }
 }
@@ -134,13 +151,52 @@ static void t_mv(const double *W, const double *x, int rows, int cols, double *y
         for (int c = 0; c < cols; c++) y[r] += W[r * cols + c] * x[c];
     }
 }
+/* d = down · (silu(gate · h) * up · h), F rows */
+static void t_swiglu(const double *gate, const double *up, const double *down, int E, int F, const double *h,
+                     double *d) {
+    double g[64], u[64];
+    t_mv(gate, h, F, E, g);
+    t_mv(up, h, F, E, u);
+    for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+    t_mv(down, g, E, F, d);
+}
+static unsigned t_moe_seen; /* bit e: t_moe selected expert e at least once */
+/* d = the qwen3moe FFN of h: experts sorted by router probability (an insertion sort,
+ * stable, so on a tie the lower index comes first), the first n_expert_used taken,
+ * their probabilities divided by their sum. */
+static void t_moe(tstore *ts, const ref_hparams *hp, int il, const double *h, double *d) {
+    const int E = hp->n_embd, FX = hp->n_ff_exp, X = hp->n_expert;
+    double logit[16], p[16], z = 0, mx = -1e300, sum = 0;
+    int order[16];
+    t_mv(tsf(ts, "blk.%d.ffn_gate_inp.weight", il), h, X, E, logit);
+    for (int e = 0; e < X; e++) mx = fmax(mx, logit[e]);
+    for (int e = 0; e < X; e++) z += p[e] = exp(logit[e] - mx);
+    for (int e = 0; e < X; e++) p[e] /= z;
+    for (int e = 0; e < X; e++) {
+        int j = e;
+        for (; j > 0 && p[order[j - 1]] < p[e]; j--) order[j] = order[j - 1];
+        order[j] = e;
+    }
+    for (int k = 0; k < hp->n_expert_used; k++) sum += p[order[k]];
+    for (int i = 0; i < E; i++) d[i] = 0;
+    for (int k = 0; k < hp->n_expert_used; k++) {
+        const int e = order[k];
+        double y[64];
+        t_moe_seen |= 1u << e;
+        t_swiglu(tsf(ts, "blk.%d.ffn_gate_exps.weight", il) + e * FX * E,
+                 tsf(ts, "blk.%d.ffn_up_exps.weight", il) + e * FX * E,
+                 tsf(ts, "blk.%d.ffn_down_exps.weight", il) + e * E * FX, E, FX, h, y);
+        for (int i = 0; i < E; i++) d[i] += p[e] / sum * y[i];
+    }
+}
 static void t_ffn(tstore *ts, const ref_hparams *hp, int il, double *x) { /* x += ffn(x) */
-    double h[64], g[64], u[64], d[64];
+    double h[64], d[64];
     t_norm(x, tsf(ts, "blk.%d.ffn_norm.weight", il), hp->n_embd, hp->rms_eps, h);
-    t_mv(tsf(ts, "blk.%d.ffn_gate.weight", il), h, hp->n_ff, hp->n_embd, g);
-    t_mv(tsf(ts, "blk.%d.ffn_up.weight", il), h, hp->n_ff, hp->n_embd, u);
-    for (int i = 0; i < hp->n_ff; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-    t_mv(tsf(ts, "blk.%d.ffn_down.weight", il), g, hp->n_embd, hp->n_ff, d);
+    if (is_moe(hp->arch))
+        t_moe(ts, hp, il, h, d);
+    else
+        t_swiglu(tsf(ts, "blk.%d.ffn_gate.weight", il), tsf(ts, "blk.%d.ffn_up.weight", il),
+                 tsf(ts, "blk.%d.ffn_down.weight", il), hp->n_embd, hp->n_ff, h, d);
     for (int i = 0; i < hp->n_embd; i++) x[i] += d[i];
 }
 static void t_out(tstore *ts, const ref_hparams *hp, const double *x, double *logits) {
@@ -168,7 +224,7 @@ static void t_attn_out(tstore *ts, const ref_hparams *hp, int il, const double *
     for (int i = 0; i < hp->n_embd; i++) x[i] += o[i];
 }
 
-static const char *ARCHS[3] = {"llama", "qwen2", "qwen3"};
+static const char *ARCHS[4] = {"llama", "qwen2", "qwen3", "qwen3moe"};
 
 /* ------------------------------------------------------------- tests */
 
@@ -384,7 +440,9 @@ static void test_gqa(const char *arch) {
         const char *same[] = {"blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_q.bias",
                               "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight",
                               "blk.%d.attn_output.weight", "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight",
-                              "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight"};
+                              "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight", "blk.%d.ffn_gate_inp.weight",
+                              "blk.%d.ffn_gate_exps.weight", "blk.%d.ffn_up_exps.weight",
+                              "blk.%d.ffn_down_exps.weight"};
         for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
             char nm[64];
             snprintf(nm, sizeof nm, same[i], il);
@@ -659,9 +717,208 @@ static void test_errors(void) {
     ts_free(&t3);
 }
 
+/* ------------------------------------------------------------- MoE */
+
+/* gate, up, down: the experts' and the dense FFN's (expert and dense matrices have
+ * the same shapes, [n_ff_exp][n_embd] or [n_embd][n_ff_exp]) */
+static const char *EXPS[3] = {"blk.%d.ffn_gate_exps.weight", "blk.%d.ffn_up_exps.weight",
+                              "blk.%d.ffn_down_exps.weight"};
+static const char *DENSE_FFN[3] = {"blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight"};
+
+/* dst = src's qwen3moe model as a dense qwen3 model whose FFN is expert e's matrices
+ * (the same attention, norms, embeddings). */
+static void dense_from_expert(tstore *dst, tstore *src, const ref_hparams *hp, int e) {
+    const int64_t E = hp->n_embd, FX = hp->n_ff_exp;
+    uint64_t rs = 0;
+    dst->n = 0;
+    for (int i = 0; i < src->n; i++) {
+        if (strstr(src->name[i], "_exps.") || strstr(src->name[i], "gate_inp.")) continue;
+        memcpy(ts_add(dst, src->name[i], src->size[i], 0, 0, &rs), src->data[i], (size_t)src->size[i] * sizeof(double));
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        for (int t = 0; t < 3; t++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, DENSE_FFN[t], il);
+            memcpy(ts_add(dst, nm, FX * E, 0, 0, &rs), tsf(src, EXPS[t], il) + e * FX * E,
+                   (size_t)(FX * E) * sizeof(double));
+        }
+    }
+}
+
+static ref_hparams dense_hp(const ref_hparams *moe) {
+    ref_hparams hd = *moe;
+    hd.arch = "qwen3";
+    hd.n_ff = moe->n_ff_exp;
+    hd.n_expert = hd.n_expert_used = hd.n_ff_exp = 0;
+    return hd;
+}
+
+/* Two experts, one used: its weight is exactly p / p = 1, so each position's logits
+ * are bitwise those of the dense model of the expert the router picked. One layer,
+ * so the FFN input does not depend on earlier choices. With a zero router the two
+ * tie and expert 0 is taken. */
+static void test_moe_one_of_two(void) {
+    ref_hparams hp = tiny_hp("qwen3moe");
+    hp.n_layer = 1, hp.n_expert = 2, hp.n_expert_used = 1;
+    ref_hparams hd = dense_hp(&hp);
+    tstore tm, ta, tb;
+    make_model(&tm, &hp, 31, true);
+    dense_from_expert(&ta, &tm, &hp, 0);
+    dense_from_expert(&tb, &tm, &hp, 1);
+    ref_model *m = ref_model_create(&hp, ts_get, &tm), *a = ref_model_create(&hd, ts_get, &ta),
+              *b = ref_model_create(&hd, ts_get, &tb);
+    REQUIRE_VOID(m && a && b);
+    enum { N = 16, V = 32 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (i * 7 + 3) % V;
+    double lm[N * V], la[N * V], lb[N * V];
+    CHECK_INT(ref_model_eval(m, toks, N, NULL, lm), 0);
+    CHECK_INT(ref_model_eval(a, toks, N, NULL, la), 0);
+    CHECK_INT(ref_model_eval(b, toks, N, NULL, lb), 0);
+    int n_a = 0, n_b = 0;
+    for (int p = 0; p < N; p++) {
+        CHECK(max_diff(la + p * V, lb + p * V, V) > 1e-3); /* the experts differ */
+        bool is_a = memcmp(lm + p * V, la + p * V, V * sizeof(double)) == 0;
+        bool is_b = memcmp(lm + p * V, lb + p * V, V * sizeof(double)) == 0;
+        n_a += is_a, n_b += is_b;
+        th_checks++;
+        if (!is_a && !is_b)
+            TH_FAIL("one of two experts at %d: max diff %g to expert 0, %g to expert 1", p,
+                    max_diff(lm + p * V, la + p * V, V), max_diff(lm + p * V, lb + p * V, V));
+    }
+    th_checks++;
+    if (n_a == 0 || n_b == 0) TH_FAIL("one of two experts: expert 0 %d times, expert 1 %d times", n_a, n_b);
+    ref_model_free(m);
+    /* a tie: expert 0, at every position */
+    memset(tsf(&tm, "blk.%d.ffn_gate_inp.weight", 0), 0, (size_t)(hp.n_expert * hp.n_embd) * sizeof(double));
+    m = ref_model_create(&hp, ts_get, &tm);
+    REQUIRE_VOID(m);
+    CHECK_INT(ref_model_eval(m, toks, N, NULL, lm), 0);
+    CHECK_MEM(lm, la, sizeof lm);
+    ref_model_free(m);
+    ref_model_free(a);
+    ref_model_free(b);
+    ts_free(&tm);
+    ts_free(&ta);
+    ts_free(&tb);
+}
+
+/* Two identical experts: whatever the router says, the normalized weights sum to 1
+ * and the MoE is the dense FFN (to rounding when both are used, bitwise when one). */
+static void test_moe_identical(void) {
+    for (int used = 1; used <= 2; used++) {
+        ref_hparams hp = tiny_hp("qwen3moe");
+        hp.n_expert = 2, hp.n_expert_used = used;
+        ref_hparams hd = dense_hp(&hp);
+        tstore tm, td;
+        make_model(&tm, &hp, 32, true);
+        const int64_t n = (int64_t)hp.n_ff_exp * hp.n_embd;
+        for (int il = 0; il < hp.n_layer; il++) /* expert 1 = expert 0 */
+            for (int t = 0; t < 3; t++)
+                memcpy(tsf(&tm, EXPS[t], il) + n, tsf(&tm, EXPS[t], il), (size_t)n * sizeof(double));
+        dense_from_expert(&td, &tm, &hp, 1);
+        ref_model *m = ref_model_create(&hp, ts_get, &tm), *d = ref_model_create(&hd, ts_get, &td);
+        REQUIRE_VOID(m && d);
+        enum { N = 8, V = 32 };
+        int32_t toks[N] = {5, 1, 30, 5, 12, 0, 19, 7};
+        double lm[N * V], ld[N * V];
+        CHECK_INT(ref_model_eval(m, toks, N, NULL, lm), 0);
+        CHECK_INT(ref_model_eval(d, toks, N, NULL, ld), 0);
+        double diff = max_diff(lm, ld, N * V);
+        th_checks++;
+        if (diff > (used == 1 ? 0 : 1e-12)) TH_FAIL("%d of 2 identical experts: max diff %g", used, diff);
+        ref_model_free(m);
+        ref_model_free(d);
+        ts_free(&tm);
+        ts_free(&td);
+    }
+}
+
+/* 1 to 4 experts used of 4, the attention silenced (Wo = 0) so that each position is
+ * the FFN chain of its own token: the model against t_moe; the router spreads the
+ * tokens over every expert. */
+static void test_moe_used(void) {
+    for (int used = 1; used <= 4; used++) {
+        ref_hparams hp = tiny_hp("qwen3moe");
+        hp.n_expert_used = used;
+        tstore ts;
+        make_model(&ts, &hp, 33, true);
+        for (int il = 0; il < hp.n_layer; il++)
+            memset(tsf(&ts, "blk.%d.attn_output.weight", il), 0,
+                   (size_t)hp.n_embd * hp.n_head * hp.head_dim * sizeof(double));
+        ref_model *m = ref_model_create(&hp, ts_get, &ts);
+        REQUIRE_VOID(m);
+        enum { V = 32 };
+        int32_t toks[V];
+        for (int i = 0; i < V; i++) toks[i] = i;
+        double all[V * V];
+        CHECK_INT(ref_model_eval(m, toks, V, NULL, all), 0);
+        t_moe_seen = 0;
+        for (int p = 0; p < V; p++) {
+            double x[16], want[32];
+            memcpy(x, ts_find(&ts, "token_embd.weight") + toks[p] * hp.n_embd, sizeof x);
+            for (int il = 0; il < hp.n_layer; il++) t_ffn(&ts, &hp, il, x);
+            t_out(&ts, &hp, x, want);
+            double d = max_diff(all + p * V, want, V);
+            th_checks++;
+            if (d > 1e-10) TH_FAIL("%d of 4 experts at %d: max diff %g", used, p, d);
+        }
+        CHECK_INT(t_moe_seen, 0xf);
+        ref_model_free(m);
+        ts_free(&ts);
+    }
+}
+
+static void test_moe_errors(void) {
+    ref_hparams hp = tiny_hp("qwen3moe");
+    tstore ts;
+    make_model(&ts, &hp, 34, true);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    CHECK(m != NULL);
+    ref_model_free(m);
+    /* n_ff is not used by qwen3moe */
+    ref_hparams h0 = hp;
+    h0.n_ff = 0;
+    m = ref_model_create(&h0, ts_get, &ts);
+    CHECK(m != NULL);
+    ref_model_free(m);
+    /* bad MoE hparams, or ones the tensors do not match (n_ff_exp 13, n_expert 3);
+     * then MoE fields on a dense arch */
+    int bad[][3] = {{0, 0, 12}, {4, 0, 12}, {4, 5, 12}, {4, 2, 0}, {4, 2, 13}, {3, 2, 12}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ref_hparams hb = hp;
+        hb.n_expert = bad[i][0], hb.n_expert_used = bad[i][1], hb.n_ff_exp = bad[i][2];
+        m = ref_model_create(&hb, ts_get, &ts);
+        th_checks++;
+        if (m) TH_FAIL("accepted n_expert %d n_expert_used %d n_ff_exp %d", bad[i][0], bad[i][1], bad[i][2]);
+        ref_model_free(m);
+    }
+    ref_hparams hq = tiny_hp("qwen3");
+    tstore t3;
+    make_model(&t3, &hq, 35, true);
+    hq.n_expert = 4, hq.n_expert_used = 2, hq.n_ff_exp = 12;
+    CHECK(ref_model_create(&hq, ts_get, &t3) == NULL);
+    /* a dense model's tensors are not a MoE's */
+    CHECK(ref_model_create(&hp, ts_get, &t3) == NULL);
+    /* a mis-sized expert tensor, a missing router, missing Q/K norms */
+    for (int i = 0; i < ts.n; i++)
+        if (strcmp(ts.name[i], "blk.1.ffn_down_exps.weight") == 0) ts.size[i] -= hp.n_embd;
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ts_free(&ts);
+    make_model(&ts, &hp, 34, true);
+    ts_remove(&ts, "blk.0.ffn_gate_inp.weight");
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ts_free(&ts);
+    make_model(&ts, &hp, 34, true);
+    ts_remove(&ts, "blk.1.attn_k_norm.weight");
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ts_free(&ts);
+    ts_free(&t3);
+}
+
 int main(void) {
     test_rope();
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 4; a++) {
         test_first_token(ARCHS[a]);
         test_second_token(ARCHS[a]);
         test_uniform_attention(ARCHS[a]);
@@ -674,5 +931,9 @@ int main(void) {
     test_tied_output();
     test_qk_norm();
     test_errors();
+    test_moe_one_of_two();
+    test_moe_identical();
+    test_moe_used();
+    test_moe_errors();
     return th_done();
 }

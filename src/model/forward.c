@@ -41,6 +41,10 @@ typedef struct dev_ws {
     pkv_buffer *hb, *hb2; /* f32 [T][F] */
     pkv_buffer *logits; /* f32 [n_out][V] (first device) */
     pkv_buffer *ints;   /* i32: ids[T] pos[T] rows[T] out[n_out] meta[...] */
+    /* mixture of experts (first device) */
+    pkv_buffer *router; /* f32 [T][n_expert] */
+    pkv_buffer *xe;     /* f32 [T][E] the rows routed to one expert */
+    pkv_buffer *moe_ids; /* i32 [T] */
 } dev_ws;
 
 struct pkv_fwd_ws {
@@ -48,16 +52,29 @@ struct pkv_fwd_ws {
     dev_ws d[PKV_MAX_DEVICES + 1]; /* every device of the model, and the host */
     int32_t *host_ints;
     size_t host_cap;
+    /* MoE routing and combining on the host: probs [T][n_expert], out [T][E],
+     * y [T][E], rows [T] (token of each routed row), sel [T][n_expert_used],
+     * wsel [T][n_expert_used] */
+    float *h_probs, *h_out, *h_y, *h_wsel;
+    int32_t *h_rows, *h_sel;
+    int64_t h_cap_tokens;
 };
 
 void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     if (!ws) return;
     for (int i = 0; i < ws->n; i++) {
         dev_ws *d = &ws->d[i];
-        pkv_buffer *bufs[] = {d->x, d->xb, d->y, d->q, d->k, d->v, d->att, d->hb, d->hb2, d->logits, d->ints};
+        pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
+                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
+    pkv_free(ws->h_probs);
+    pkv_free(ws->h_out);
+    pkv_free(ws->h_y);
+    pkv_free(ws->h_wsel);
+    pkv_free(ws->h_rows);
+    pkv_free(ws->h_sel);
     pkv_free(ws);
 }
 
@@ -107,6 +124,10 @@ static pkv_status dev_reserve(const pkv_model *m, dev_ws *w, bool main_dev, int6
             (s = realloc_buf(dev, &w->q, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->k, t4 * (size_t)kd)) ||
             (s = realloc_buf(dev, &w->v, t4 * (size_t)vd)) || (s = realloc_buf(dev, &w->att, t4 * (size_t)od)) ||
             (s = realloc_buf(dev, &w->hb, t4 * (size_t)ff)) || (s = realloc_buf(dev, &w->hb2, t4 * (size_t)ff)))
+            return s;
+        if (main_dev && m->hp.n_expert > 0 &&
+            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
+             (s = realloc_buf(dev, &w->moe_ids, t4))))
             return s;
         w->cap_tokens = cap;
     }
@@ -281,6 +302,99 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
     return reduce(m, ws, w0, T);
 }
 
+/* rows [r0, r0 + rows) of weight w (one expert's matrix), times x. */
+static pkv_status matmul_rows(pkv_device *dev, const pkv_weight *w, int64_t r0, int64_t rows, pkv_buffer *x, pkv_buffer *y,
+                              int64_t T) {
+    size_t rb = pkv_type_row_bytes(w->type, (size_t)w->ne0);
+    pkv_k_matmul_args a = {.w = R(w->buf, (size_t)r0 * rb), .wtype = w->type, .rows = rows, .cols = w->ne0,
+                           .x = R(x, 0), .y = R(y, 0), .n = T};
+    return pkv_k_matmul(dev, &a);
+}
+
+static pkv_status moe_host_reserve(pkv_fwd_ws *ws, const pkv_hparams *hp, int64_t T) {
+    if (T <= ws->h_cap_tokens) return PKV_OK;
+    int64_t cap = PKV_MAX(T, ws->h_cap_tokens * 2);
+    size_t t = (size_t)cap, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    float *p = pkv_malloc(t * X * 4), *o = pkv_malloc(t * E * 4), *y = pkv_malloc(t * E * 4), *w = pkv_malloc(t * K * 4);
+    int32_t *r = pkv_malloc(t * 4), *sel = pkv_malloc(t * K * 4);
+    if (!p || !o || !y || !w || !r || !sel) {
+        pkv_free(p), pkv_free(o), pkv_free(y), pkv_free(w), pkv_free(r), pkv_free(sel);
+        return pkv_err(PKV_ERR_NOMEM, "forward: mixture-of-experts scratch for %lld tokens", (long long)cap);
+    }
+    pkv_free(ws->h_probs), pkv_free(ws->h_out), pkv_free(ws->h_y), pkv_free(ws->h_wsel), pkv_free(ws->h_rows),
+        pkv_free(ws->h_sel);
+    ws->h_probs = p, ws->h_out = o, ws->h_y = y, ws->h_wsel = w, ws->h_rows = r, ws->h_sel = sel;
+    ws->h_cap_tokens = cap;
+    return PKV_OK;
+}
+
+/* A mixture of experts in place of the FFN (qwen3moe, llama.cpp's semantics):
+ *   probs = softmax(router · xb)            per token, over n_expert
+ *   sel   = the n_expert_used largest probs (ties: the lower expert first)
+ *   w     = probs[sel] / sum(probs[sel])    (Qwen3-MoE normalizes the top k)
+ *   x    += sum over sel of w_e * down_e(silu(gate_e · xb) * (up_e · xb))
+ * Routing is per token, so it does not depend on the batch. Each expert runs once
+ * per step on the rows routed to it (gathered with get_rows), its weights read in
+ * place. Routing and the weighted sum run on the host for now (one read of the
+ * probabilities and one of each active expert's output per layer: correct on every
+ * backend, a round trip per expert on a GPU); each token's sum adds its experts in
+ * ascending index order, so the result is the same whatever else is in the batch. */
+static pkv_status moe_layer(const pkv_model *m, pkv_fwd_ws *ws, const pkv_layer *ly, dev_ws *w0, int64_t T) {
+    const pkv_hparams *hp = &m->hp;
+    pkv_device *dev = m->dev;
+    int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = ly->n_ff;
+    pkv_status s;
+    if ((s = moe_host_reserve(ws, hp, T))) return s;
+    if ((s = matmul(dev, &ly->moe_router, w0->xb, w0->router, T))) return s;
+    pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
+    if ((s = pkv_k_softmax(dev, &sm))) return s;
+    if ((s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)(T * X) * 4))) return s;
+    for (int64_t t = 0; t < T; t++) { /* top k by selection (k is small), then the weights */
+        const float *p = ws->h_probs + t * X;
+        int32_t *sel = ws->h_sel + t * K;
+        double sum = 0;
+        for (int64_t k = 0; k < K; k++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < X; e++) {
+                bool taken = false;
+                for (int64_t j = 0; j < k && !taken; j++) taken = sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            sum += p[best];
+        }
+        for (int64_t k = 0; k < K; k++) ws->h_wsel[t * K + k] = (float)(p[sel[k]] / sum);
+    }
+    memset(ws->h_out, 0, (size_t)(T * E) * 4);
+    for (int32_t e = 0; e < X; e++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < K; k++)
+                if (ws->h_sel[t * K + k] == e) ws->h_rows[n++] = (int32_t)t;
+        if (!n) continue;
+        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
+        pkv_k_swiglu_args sg = {.g = R(w0->hb, 0), .u = R(w0->hb2, 0), .y = R(w0->hb, 0), .n = n * F};
+        if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g)) ||
+            (s = matmul_rows(dev, &ly->moe_gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
+            (s = matmul_rows(dev, &ly->moe_up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
+            (s = matmul_rows(dev, &ly->moe_down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
+            (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
+            return s;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t t = ws->h_rows[i];
+            float wt = 0;
+            for (int64_t k = 0; k < K; k++)
+                if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
+            float *o = ws->h_out + t * E;
+            const float *y = ws->h_y + i * E;
+            for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
+        }
+    }
+    if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
+    return add(dev, w0->x, w0->y, T * E);
+}
+
 static pkv_status ffn_layer(const pkv_model *m, pkv_fwd_ws *ws, int il, int64_t T) {
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
@@ -288,6 +402,7 @@ static pkv_status ffn_layer(const pkv_model *m, pkv_fwd_ws *ws, int il, int64_t 
     int64_t E = hp->n_embd;
     pkv_status s;
     if ((s = rmsnorm(m->dev, w0->x, &ly->ffn_norm, w0->xb, T, E, hp->rms_eps))) return s;
+    if (hp->n_expert > 0) return moe_layer(m, ws, ly, w0, T);
     for (int d = 0; d < m->n_dev; d++) {
         const pkv_shard_w *sw = &ly->sh[d];
         pkv_device *dev = m->devs[d];

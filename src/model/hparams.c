@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe"};
 
 const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
 
@@ -104,7 +104,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     for (int a = 0; a < PKV_ARCH_COUNT; a++)
         if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
     if (hp->arch == PKV_ARCH_COUNT)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3)", lab, arch);
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+                       lab, arch);
 
     if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
     if ((s = need_u32(g, arch, "embedding_length", 1, 1 << 20, &hp->n_embd))) return s;
@@ -121,7 +122,19 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
     }
-    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, -1, 1, 1 << 24, &n_ff);
+    bool moe = hp->arch == PKV_ARCH_QWEN3MOE;
+    if (!s && moe) { /* expert counts and sizes: llama.cpp's keys */
+        s = need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert);
+        if (!s) s = need_u32(g, arch, "expert_used_count", 1, 4096, &hp->n_expert_used);
+        if (!s) s = need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp);
+        if (!s && hp->n_expert_used > hp->n_expert)
+            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.expert_used_count' is %d, more than the %d experts of '%s.expert_count'",
+                        lab, arch, hp->n_expert_used, hp->n_expert, arch);
+    }
+    /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
+     * also carry) is not used */
+    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->n_ff_exp : -1, 1, 1 << 24, &n_ff);
+    for (int l = 0; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->n_ff_exp;
     for (int l = 0; !s && l < hp->n_layer; l++)
         if (n_head[l] % n_head_kv[l])
             s = pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %d attention heads, not a multiple of its %d KV heads", lab, l,

@@ -200,6 +200,23 @@ static pkv_status add(gen *G, const char *name, pkv_type type, int64_t cols, int
     return pkv_gguf_writer_add_tensor(G->w, name, type, rows > 1 ? 2 : 1, ne, G->q, row * (size_t)rows);
 }
 
+/* Add a 3-D tensor of n matrices [rows][cols] (experts), values scale * U(-1, 1). */
+static pkv_status add3(gen *G, const char *name, pkv_type type, int64_t cols, int64_t rows, int64_t n, double scale) {
+    size_t count = (size_t)cols * (size_t)rows * (size_t)n;
+    if (count > G->cap) return pkv_err(PKV_ERR_INTERNAL, "mkmodel: tensor %s larger than scratch", name);
+    for (size_t i = 0; i < count; i++) G->f[i] = (float)(scale * urand(&G->r));
+    size_t row = pkv_type_row_bytes(type, (size_t)cols);
+    if (!row)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: tensor %s: %lld columns is not a multiple of the %s block (%zu)", name,
+                       (long long)cols, pkv_type_name(type), pkv_type_block_elems(type));
+    for (int64_t r = 0; r < rows * n; r++) {
+        pkv_status s = pkv_quantize_row(type, G->f + (size_t)r * (size_t)cols, (uint8_t *)G->q + (size_t)r * row, cols);
+        if (s) return pkv_err_prefix(s, "mkmodel: tensor %s", name);
+    }
+    int64_t ne[3] = {cols, rows, n};
+    return pkv_gguf_writer_add_tensor(G->w, name, type, 3, ne, G->q, row * (size_t)(rows * n));
+}
+
 /* The type of a matrix: p->type, or for the "Q4_K_M"-style mixture (k_mixture
  * with type q4_k) q6_k for the output matrix and for attn_v and ffn_down of every
  * other layer, as published Q4_K_M files mix them (llama.cpp's exact layer choice
@@ -213,8 +230,18 @@ static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) 
 
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
-    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3"))
-        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3)", p->arch);
+    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe"))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe)",
+                       p->arch);
+    bool moe = !strcmp(p->arch, "qwen3moe");
+    if (!moe && (p->n_expert || p->n_expert_used))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe), not %s",
+                       p->arch);
+    if (moe && !p->n_expert) p->n_expert = 4;
+    if (moe && !p->n_expert_used) p->n_expert_used = p->n_expert >= 2 ? 2 : 1;
+    if (moe && (p->n_expert < 1 || p->n_expert > 256 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %d experts with %d used per token: need 1 <= used <= experts <= 256",
+                       p->n_expert, p->n_expert_used);
     if (p->chat_template && !find_family(p->chat_template))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: unknown chat template '%s': the families are " FAMILY_NAMES,
                        p->chat_template);
@@ -279,6 +306,8 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     p->n_head_kv = nkv[l0];
     p->head_dim = hp.head_dim_k;
     p->n_ff = nff[l0];
+    p->n_expert = hp.n_expert; /* a draft of a MoE model is one too */
+    p->n_expert_used = hp.n_expert_used;
     p->n_ctx = hp.n_ctx_train;
     const char *tm;
     size_t tml;
@@ -374,7 +403,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     memset(&G, 0, sizeof G);
     G.r.s = p.seed;
     int64_t E = p.n_embd, qd = (int64_t)p.n_head * p.head_dim, kd = (int64_t)p.n_head_kv * p.head_dim;
-    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * qd), PKV_MAX(E * p.n_ff, E * kd));
+    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * qd), PKV_MAX(E * p.n_ff * PKV_MAX(p.n_expert, 1), E * kd));
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
@@ -406,7 +435,13 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
-    if (p.head_dim * p.n_head != E || !strcmp(a, "qwen3")) {
+    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || moe;
+    if (moe) { /* llama.cpp's keys */
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
+    }
+    if (p.head_dim * p.n_head != E || qk_norm) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
@@ -454,15 +489,25 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
             T("attn_v.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
         }
-        if (!strcmp(a, "qwen3")) {
+        if (qk_norm) {
             T("attn_q_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
             T("attn_k_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
         }
         T("attn_output.weight", p.type, qd, E, 0.0, lin_q);
         T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
-        T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
-        T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
+        if (moe) { /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
+            T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
+#define T3(suffix, type, cols, rows, sc) \
+    TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add3(&G, n, type, cols, rows, p.n_expert, sc)))
+            T3("ffn_gate_exps.weight", p.type, E, p.n_ff, lin_e);
+            T3("ffn_up_exps.weight", p.type, E, p.n_ff, lin_e);
+            T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), p.n_ff, E, lin_f);
+#undef T3
+        } else {
+            T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
+            T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
+            T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
+        }
 #undef T
     }
 #undef KEY

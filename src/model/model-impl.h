@@ -12,6 +12,7 @@ typedef enum pkv_arch {
     PKV_ARCH_LLAMA = 0, /* Llama 2/3, Mistral: normal RoPE, optional GQA */
     PKV_ARCH_QWEN2 = 1, /* Q/K/V biases, neox RoPE */
     PKV_ARCH_QWEN3 = 2, /* per-head Q/K RMS norms, explicit head size, neox RoPE */
+    PKV_ARCH_QWEN3MOE = 3, /* qwen3 attention, a mixture of experts in place of the FFN */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -42,10 +43,15 @@ typedef struct pkv_shard_w {
 } pkv_shard_w;
 
 typedef struct pkv_layer {
-    int n_head, n_head_kv, n_ff; /* per layer (I4) */
+    int n_head, n_head_kv, n_ff; /* per layer (I4); a MoE layer: n_ff = the experts' rows */
     pkv_weight attn_norm;        /* f32 [n_embd], on devs[0] */
     pkv_weight ffn_norm;         /* f32 [n_embd], on devs[0] */
     pkv_shard_w *sh;             /* [n_dev] */
+    /* Mixture of experts (hp.n_expert > 0), on devs[0]; used in place from the file
+     * where the device reads host memory. Expert e's matrix is the e-th block of rows. */
+    pkv_weight moe_router;       /* [n_expert][n_embd] */
+    pkv_weight moe_gate, moe_up; /* [n_expert * n_ff][n_embd] */
+    pkv_weight moe_down;         /* [n_expert * n_embd][n_ff] */
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -56,6 +62,8 @@ typedef struct pkv_hparams {
     bool rope_neox;
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
     float rms_eps;
+    int n_expert, n_expert_used; /* mixture of experts; 0 = a dense FFN */
+    int n_ff_exp;                /* rows of one expert's FFN */
 } pkv_hparams;
 
 struct pkv_model {

@@ -23,6 +23,7 @@ typedef struct loader {
     uint64_t total_bytes, done_bytes;
     int type_count[PKV_TYPE_COUNT];
     bool in_place; /* the GGUF stays open with the model: use its memory where the device can */
+    int64_t ne2;   /* > 0: load_weight takes a 3-D tensor of ne2 matrices as one of ne1 rows */
 } loader;
 
 static void progress(loader *L, uint64_t add) {
@@ -48,7 +49,8 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
     memset(w, 0, sizeof *w);
     if (!t) return required ? pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' not found", lab, name) : PKV_OK;
     int64_t t1 = t->ne[1] * t->ne[2] * t->ne[3];
-    bool shape_ok = t->ne[0] == ne0 && t1 == ne1 && (t->n_dims <= 2 || (t->ne[2] == 1 && t->ne[3] == 1));
+    bool shape_ok = t->ne[0] == ne0 && t1 == ne1 &&
+                    (L->ne2 > 0 ? t->ne[2] == L->ne2 && t->ne[3] == 1 : t->n_dims <= 2 || (t->ne[2] == 1 && t->ne[3] == 1));
     if (!shape_ok)
         return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] (ne0, ne1)", lab,
                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
@@ -230,6 +232,10 @@ void pkv_model_free(pkv_model *m) {
             pkv_layer *ly = &m->layers[l];
             free_weight(&ly->attn_norm);
             free_weight(&ly->ffn_norm);
+            free_weight(&ly->moe_router);
+            free_weight(&ly->moe_gate);
+            free_weight(&ly->moe_up);
+            free_weight(&ly->moe_down);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
                 for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].w_down; e++) free_weight(e);
@@ -311,25 +317,49 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     return PKV_OK;
 }
 
+/* The experts of a MoE layer: 3-D tensors of n_expert matrices of [rows][cols],
+ * loaded whole (on the main device) as one matrix of n_expert * rows rows. */
+static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_t rows, pkv_weight *w) {
+    L->ne2 = L->m->hp.n_expert;
+    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.n_expert, true, false, L->m->dev, k_all, w);
+    L->ne2 = 0;
+    if (s == PKV_ERR_FORMAT && !pkv_gguf_find_tensor(L->g, name)) return s;
+    if (s == PKV_ERR_FORMAT) /* name the shape a MoE tensor must have */
+        return pkv_err(s, "%s: tensor '%s' must have shape [%lld, %lld, %d] (ne0, ne1, experts)", pkv_gguf_label(L->g), name,
+                       (long long)cols, (long long)rows, L->m->hp.n_expert);
+    return s;
+}
+
 static pkv_status load_layers(loader *L) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
     char name[96];
     pkv_status s = PKV_OK;
     int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
-    bool qwen2 = hp->arch == PKV_ARCH_QWEN2, qwen3 = hp->arch == PKV_ARCH_QWEN3;
+    bool qwen2 = hp->arch == PKV_ARCH_QWEN2, qwen3 = hp->arch == PKV_ARCH_QWEN3 || hp->arch == PKV_ARCH_QWEN3MOE;
+    bool moe = hp->n_expert > 0;
+    if (moe && m->n_dev > 1)
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "%s: a mixture-of-experts model (%s) cannot be split over %d devices yet: run it on one device (-d); "
+                       "the KV cache may still be on the host (--kv-on-host)",
+                       m->label, pkv_arch_name(hp->arch), m->n_dev);
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
     for (int l = 0; l < hp->n_layer; l++) {
         pkv_layer *ly = &m->layers[l];
         ly->sh = pkv_calloc((size_t)m->n_dev, sizeof *ly->sh);
         if (!ly->sh) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
-        const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME("ffn_down.weight"));
+        const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME(moe ? "ffn_down_exps.weight" : "ffn_down.weight"));
         int64_t fblk = down ? (int64_t)pkv_type_block_elems(down->type) : 1;
         if ((s = plan_layer(m, l, fblk ? fblk : 1))) return s;
         int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
                 od = (int64_t)ly->n_head * hv;
         if ((s = load_weight(L, NAME("attn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->attn_norm))) return s;
         if ((s = load_weight(L, NAME("ffn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->ffn_norm))) return s;
+        if (moe && ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, hp->n_expert, true, false, m->dev, k_all, &ly->moe_router)) ||
+                    (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
+                    (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
+                    (s = load_experts(L, NAME("ffn_down_exps.weight"), ly->n_ff, E, &ly->moe_down))))
+            return s;
         for (int d = 0; d < m->n_dev; d++) {
             pkv_shard_w *w = &ly->sh[d];
             pkv_device *dev = m->devs[d];
@@ -346,10 +376,11 @@ static pkv_status load_layers(loader *L) {
                 (s = load_weight(L, NAME("attn_v.bias"), vd, 1, qwen2, true, dev, vb, &w->bv)) ||
                 (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->q_norm)) ||
                 (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->k_norm)) ||
-                (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)) ||
-                (s = load_weight(L, NAME("ffn_gate.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
-                (s = load_weight(L, NAME("ffn_up.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_up)) ||
-                (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down)))
+                (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
+                return s;
+            if (!moe && ((s = load_weight(L, NAME("ffn_gate.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
+                         (s = load_weight(L, NAME("ffn_up.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_up)) ||
+                         (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down))))
                 return s;
         }
     }
