@@ -678,7 +678,9 @@ static void test_bos_defaults(void) {
         {"llama-bpe", true},  {"llama3", true},       {"llama-v3", true},  {"falcon3", true},
         {"falcon-h1", true},  {"pixtral", true},      {"midm-2.0", true},  {"lfm2", true},
         {"jina-v5-nano", true}, {"qwen2", false},     {"deepseek-r1-qwen", false}, {"kormo", false},
-        {"f2llmv2", false},   {"megrez", false},
+        {"f2llmv2", false},   {"megrez", false},      {"gpt-4o", false},   {"llama4", false},
+        {"deepseek-v3", false}, {"kimi-k2", false},   {"seed-coder", false}, {"superbpe", false},
+        {"tekken", true},
     };
     const extra_tok ex[] = {{"<|begin_of_text|>", PKV_TOKEN_CONTROL}, {"<|end_of_text|>", PKV_TOKEN_CONTROL}};
     const int32_t B = 256, E = 257;
@@ -747,6 +749,424 @@ static void test_bos_defaults(void) {
     IDS(tok, "a", true, false, 1, 256);
     IDS(tok, "", true, false, 1);
     pkv_tokenizer_free(tok);
+}
+
+/* ------------------------------------------- llama.cpp's other pre-tokenizers */
+
+typedef struct oracle_case {
+    const char *pre;
+    int text;             /* index in k_oracle_texts */
+    int n;                /* pieces */
+    const uint16_t *ends; /* [n] byte offset where each piece ends */
+} oracle_case;
+
+/* Generated on 2026-11-24 by `python3 tools/pretok-oracle.py` (Python regex module
+ * 2026.5.9): the splits of the regular expressions llama.cpp applies for each
+ * tokenizer.ggml.pre name (src/llama-vocab.cpp at commit 00ad355, facts of the
+ * format), applied as its unicode_regex_split does (src/unicode.cpp). Not to be
+ * edited by hand: change the script's corpus and regenerate. */
+static const char *const k_oracle_texts[] = {
+    "Hello world! It's a test, isn't it? We're here; THEY'LL see, I'VE got, I'm, you'd.",
+    "DON'T Won'T 'S 's x'Re it'\xc5\xbf a'S 'll '' '",
+    "1 12 123 1234 12345 123456 1234567 12345678 123456789 1234567890",
+    "3.14159, 1,000,000 and 2024-11-24T10:00 v1.2.3 x86_64 abc123def4567ghi 98765x",
+    "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c\xef\xbc\x8c\xe8\xbf\x99\xe6\x98\xaf\xe4"
+        "\xb8\x80\xe4\xb8\xaa\xe6\xb5\x8b\xe8\xaf\x95\xe3\x80\x82\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa"
+        "\x9e\xe3\x81\xae\xe3\x83\x86\xe3\x82\xad\xe3\x82\xb9\xe3\x83\x88\xe3\x81\xa8\xe3\x82\xab"
+        "\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a\xe3\x83\xbb\xe3\x81\xb2\xe3\x82\x89\xe3\x81\x8c\xe3"
+        "\x81\xaa",
+    "\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xed\x85\x8d\xec\x8a\xa4\xed\x8a\xb8 \xec\x9e\x85"
+        "\xeb\x8b\x88\xeb\x8b\xa4 2024\xeb\x85\x84",
+    "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xd8\xa8\xd8\xa7\xd9\x84\xd8\xb9\xd8\xa7\xd9"
+        "\x84\xd9\x85 \xd9\xa1\xd9\xa2\xd9\xa3\xd9\xa4 \xd9\xa5\xd9\xa6 \xd8\xb4\xd9\x8f\xd9\x83"
+        "\xd9\x92\xd8\xb1\xd9\x8b\xd8\xa7",
+    "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82, \xd0\x9c\xd0\xb8\xd1\x80! \xd0\x9f\xd0"
+        "\xa0\xd0\x98\xd0\x92\xd0\x95\xd0\xa2\xd0\xbc\xd0\xb8\xd1\x80 \xd0\xbf\xd1\x80\xd0\xb8"
+        "\xd0\x92\xd0\x95\xd0\xa2 \xd0\x9c\xd0\x9e\xd0\xa1\xd0\x9a\xd0\x92\xd0\x90 Hello\xd0\x9c"
+        "\xd0\xb8\xd1\x80",
+    "caf\xc3\xa9 na\xc3\xafve \xc3\x89ric \xc3\x89\x43OLE r\xc3\xa9sum\xc3\xa9 cafe\xcc\x81 e"
+        "\xcc\x80le\xcc\x80ve \xc3\x85ngstr\xc3\xb6m STRA\xc3\x9f\x45",
+    "\xce\x95\xce\xbb\xce\xbb\xce\xb7\xce\xbd\xce\xb9\xce\xba\xce\xac \xce\x91\xce\x92\xce"
+        "\x93 \xce\xb1\xce\xb2\xce\xb3 \xce\xa3\xce\xbf\xcf\x86\xce\xaf\xce\xb1",
+    "emoji \xf0\x9f\x98\x80\xf0\x9f\x98\x81 \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd family \xf0\x9f"
+        "\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 flag \xf0\x9f\x87\xab"
+        "\xf0\x9f\x87\xb7!",
+    "punctuation!!! ??? ... --- (parens) [brackets] {braces} \"quotes\" ~tilde~ a~b ~x ~~ x ~"
+        "y",
+    "new\nlines\n\nand\r\nCRLF\n  \n\tindented\t\ttabs   multiple   spaces  ",
+    "   leading",
+    "trailing   ",
+    "def f(x):\n    return x**2 // 3  # comment\nif (a<=b && c!=d) { y[i] = z->w; }\n",
+    "/usr/local/bin/ a//b https://example.com/path?q=1&r=2 !!/\n/x ,/\r\n y",
+    "HelloWorld iPhone ABCdef camelCaseWord XMLHttpRequest getHTTPResponse ABC",
+    "Mixed\xc3\x89t\xc3\xa9WORD \xc7\x85ungla \xc7\x88 \xca\xb0\x65llo \xe1\xba\x9e\xc3\x9f",
+    "\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87 \xe0\xa4\xa6"
+        "\xe0\xa5\x81\xe0\xa4\xa8\xe0\xa4\xbf\xe0\xa4\xaf\xe0\xa4\xbe \xe0\xb8\xaa\xe0\xb8\xa7"
+        "\xe0\xb8\xb1\xe0\xb8\xaa\xe0\xb8\x94\xe0\xb8\xb5\xe0\xb8\x84\xe0\xb8\xa3\xe0\xb8\xb1\xe0"
+        "\xb8\x9a",
+    "mixed\xe3\x80\x80ideographic space and \xc2\xa0nbsp\xe2\x80\x83\x65m\xc2\x85nel",
+    "a\x01\x02\x7f control bytes \x1c\x1f end",
+    "\xef\xbc\xa1\xef\xbc\xa2\xef\xbc\xa3\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93\xef\xbc\x94\xef"
+        "\xbd\x98\xef\xbd\x99\xef\xbd\x9a",
+    "x\xc2\xb2 \xc2\xbd \xe2\x85\x93 \xe2\x85\xab \xe2\x91\xa0\xe2\x91\xa1",
+    "zero\xe2\x80\x8bwidth joiner\xe2\x80\x8d and \xef\xbb\xbf\x62om",
+    "\n\n\n",
+    " ",
+    "a",
+    "\xf0\xa0\x80\x80\xf0\xa0\x80\x81 \xf0\xaf\xa0\x80 \xef\xa4\x80 \xe3\x80\x85\xe3\x80\x87 "
+        "\xe3\x82\x9d\xe3\x82\x9e\xe3\x82\x9b\xe3\x82\x9c\xe3\x83\xbc\xe3\x83\xbb",
+    "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d \xd7\xa2\xd7\x95\xd7\x9c\xd7\x9d",
+    "1234567890123 \xd9\xa1\xd9\xa2\xd9\xa3\xd9\xa4 12\xd9\xa3\x34\x35\x36 \xef\xbc\x91\xef"
+        "\xbc\x92\xef\xbc\x93\xef\xbc\x94",
+    "rock'n'roll o'clock 'quoted' l'\xc3\xa9t\xc3\xa9 \xe2\x80\x99s",
+};
+
+static const oracle_case k_oracle_cases[] = {
+    {"gpt-4o", 0, 23, (const uint16_t[]){5, 11, 12, 17, 19, 24, 25, 31, 34, 35, 41, 46, 47, 55, 59,
+        60, 65, 69, 70, 74, 75, 81, 82}},
+    {"gpt-4o", 1, 14, (const uint16_t[]){5, 11, 13, 14, 16, 17, 22, 25, 28, 32, 34, 36, 39, 41}},
+    {"gpt-4o", 2, 31, (const uint16_t[]){1, 2, 4, 5, 8, 9, 12, 13, 14, 17, 19, 20, 23, 26, 27, 30,
+        33, 34, 35, 38, 41, 43, 44, 47, 50, 53, 54, 57, 60, 63, 64}},
+    {"gpt-4o", 3, 43, (const uint16_t[]){1, 2, 5, 7, 8, 9, 10, 11, 14, 15, 18, 22, 23, 26, 27, 28,
+        30, 31, 33, 34, 36, 37, 39, 41, 42, 43, 44, 45, 46, 48, 50, 51, 53, 57, 60, 63, 66, 67, 70,
+        71, 74, 76, 77}},
+    {"gpt-4o", 4, 4, (const uint16_t[]){12, 33, 75, 90}},
+    {"gpt-4o", 5, 7, (const uint16_t[]){9, 19, 29, 30, 33, 34, 37}},
+    {"gpt-4o", 6, 11, (const uint16_t[]){10, 25, 26, 32, 34, 35, 39, 42, 46, 50, 54}},
+    {"gpt-4o", 7, 8, (const uint16_t[]){12, 13, 20, 21, 40, 53, 66, 78}},
+    {"gpt-4o", 8, 14, (const uint16_t[]){5, 12, 18, 21, 25, 34, 39, 41, 43, 47, 51, 62, 69, 70}},
+    {"gpt-4o", 9, 4, (const uint16_t[]){16, 23, 30, 41}},
+    {"gpt-4o", 10, 7, (const uint16_t[]){5, 14, 23, 30, 49, 54, 64}},
+    {"gpt-4o", 11, 28, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54, 55,
+        57, 63, 64, 66, 71, 72, 74, 76, 78, 79, 82, 84, 86, 87}},
+    {"gpt-4o", 12, 16, (const uint16_t[]){3, 4, 9, 11, 14, 16, 20, 24, 33, 34, 39, 41, 50, 52, 59,
+        61}},
+    {"gpt-4o", 13, 2, (const uint16_t[]){2, 10}},
+    {"gpt-4o", 14, 2, (const uint16_t[]){8, 11}},
+    {"gpt-4o", 15, 36, (const uint16_t[]){3, 5, 7, 10, 13, 20, 22, 24, 25, 28, 29, 30, 31, 33, 41,
+        42, 44, 46, 47, 49, 50, 53, 55, 57, 58, 59, 61, 63, 65, 66, 68, 70, 72, 73, 74, 77}},
+    {"gpt-4o", 16, 22, (const uint16_t[]){4, 10, 14, 15, 17, 19, 20, 26, 29, 36, 40, 45, 47, 48,
+        49, 51, 52, 53, 59, 60, 65, 67}},
+    {"gpt-4o", 17, 13, (const uint16_t[]){5, 10, 12, 17, 24, 30, 34, 38, 46, 53, 57, 69, 73}},
+    {"gpt-4o", 18, 6, (const uint16_t[]){10, 14, 22, 25, 32, 38}},
+    {"gpt-4o", 19, 11, (const uint16_t[]){9, 15, 18, 22, 28, 34, 37, 44, 53, 62, 68}},
+    {"gpt-4o", 20, 8, (const uint16_t[]){5, 19, 25, 29, 30, 36, 41, 46}},
+    {"gpt-4o", 21, 6, (const uint16_t[]){1, 4, 12, 18, 21, 25}},
+    {"gpt-4o", 22, 4, (const uint16_t[]){9, 18, 21, 30}},
+    {"gpt-4o", 23, 10, (const uint16_t[]){1, 3, 4, 6, 7, 10, 11, 14, 15, 21}},
+    {"gpt-4o", 24, 7, (const uint16_t[]){4, 12, 19, 22, 26, 30, 33}},
+    {"gpt-4o", 25, 1, (const uint16_t[]){3}},
+    {"gpt-4o", 26, 1, (const uint16_t[]){1}},
+    {"gpt-4o", 27, 1, (const uint16_t[]){1}},
+    {"gpt-4o", 28, 9, (const uint16_t[]){8, 13, 17, 21, 24, 31, 37, 40, 43}},
+    {"gpt-4o", 29, 2, (const uint16_t[]){8, 17}},
+    {"gpt-4o", 30, 14, (const uint16_t[]){3, 6, 9, 12, 13, 14, 20, 22, 23, 27, 30, 31, 40, 43}},
+    {"gpt-4o", 31, 12, (const uint16_t[]){4, 6, 11, 13, 19, 21, 27, 28, 30, 36, 40, 41}},
+    {"tekken", 0, 30, (const uint16_t[]){5, 11, 12, 15, 17, 19, 24, 25, 29, 31, 34, 35, 38, 41, 46,
+        47, 52, 55, 59, 60, 62, 65, 69, 70, 72, 74, 75, 79, 81, 82}},
+    {"tekken", 1, 18, (const uint16_t[]){3, 5, 9, 11, 13, 14, 16, 17, 19, 22, 25, 28, 30, 32, 34,
+        36, 39, 41}},
+    {"tekken", 2, 64, (const uint16_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+        18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+        41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+        64}},
+    {"tekken", 3, 65, (const uint16_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+        18, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 41, 42, 43, 44,
+        45, 46, 48, 49, 50, 51, 52, 53, 57, 58, 59, 60, 63, 64, 65, 66, 67, 70, 71, 72, 73, 74, 75,
+        76, 77}},
+    {"tekken", 4, 4, (const uint16_t[]){12, 33, 75, 90}},
+    {"tekken", 5, 9, (const uint16_t[]){9, 19, 29, 30, 31, 32, 33, 34, 37}},
+    {"tekken", 6, 14, (const uint16_t[]){10, 25, 26, 28, 30, 32, 34, 35, 37, 39, 42, 46, 50, 54}},
+    {"tekken", 7, 8, (const uint16_t[]){12, 13, 20, 21, 40, 53, 66, 78}},
+    {"tekken", 8, 14, (const uint16_t[]){5, 12, 18, 21, 25, 34, 39, 41, 43, 47, 51, 62, 69, 70}},
+    {"tekken", 9, 4, (const uint16_t[]){16, 23, 30, 41}},
+    {"tekken", 10, 7, (const uint16_t[]){5, 14, 23, 30, 49, 54, 64}},
+    {"tekken", 11, 28, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54, 55,
+        57, 63, 64, 66, 71, 72, 74, 76, 78, 79, 82, 84, 86, 87}},
+    {"tekken", 12, 16, (const uint16_t[]){3, 4, 9, 11, 14, 16, 20, 24, 33, 34, 39, 41, 50, 52, 59,
+        61}},
+    {"tekken", 13, 2, (const uint16_t[]){2, 10}},
+    {"tekken", 14, 2, (const uint16_t[]){8, 11}},
+    {"tekken", 15, 36, (const uint16_t[]){3, 5, 7, 10, 13, 20, 22, 24, 25, 28, 29, 30, 31, 33, 41,
+        42, 44, 46, 47, 49, 50, 53, 55, 57, 58, 59, 61, 63, 65, 66, 68, 70, 72, 73, 74, 77}},
+    {"tekken", 16, 22, (const uint16_t[]){4, 10, 14, 15, 17, 19, 20, 26, 29, 36, 40, 45, 47, 48,
+        49, 51, 52, 53, 59, 60, 65, 67}},
+    {"tekken", 17, 13, (const uint16_t[]){5, 10, 12, 17, 24, 30, 34, 38, 46, 53, 57, 69, 73}},
+    {"tekken", 18, 6, (const uint16_t[]){10, 14, 22, 25, 32, 38}},
+    {"tekken", 19, 11, (const uint16_t[]){9, 15, 18, 22, 28, 34, 37, 44, 53, 62, 68}},
+    {"tekken", 20, 8, (const uint16_t[]){5, 19, 25, 29, 30, 36, 41, 46}},
+    {"tekken", 21, 6, (const uint16_t[]){1, 4, 12, 18, 21, 25}},
+    {"tekken", 22, 6, (const uint16_t[]){9, 12, 15, 18, 21, 30}},
+    {"tekken", 23, 11, (const uint16_t[]){1, 3, 4, 6, 7, 10, 11, 14, 15, 18, 21}},
+    {"tekken", 24, 7, (const uint16_t[]){4, 12, 19, 22, 26, 30, 33}},
+    {"tekken", 25, 1, (const uint16_t[]){3}},
+    {"tekken", 26, 1, (const uint16_t[]){1}},
+    {"tekken", 27, 1, (const uint16_t[]){1}},
+    {"tekken", 28, 9, (const uint16_t[]){8, 13, 17, 21, 24, 31, 37, 40, 43}},
+    {"tekken", 29, 2, (const uint16_t[]){8, 17}},
+    {"tekken", 30, 30, (const uint16_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 18,
+        20, 22, 23, 24, 25, 27, 28, 29, 30, 31, 34, 37, 40, 43}},
+    {"tekken", 31, 12, (const uint16_t[]){4, 6, 11, 13, 19, 21, 27, 28, 30, 36, 40, 41}},
+    {"deepseek-v3", 0, 30, (const uint16_t[]){5, 11, 12, 15, 17, 19, 24, 25, 29, 31, 34, 35, 38,
+        41, 46, 47, 52, 55, 59, 60, 62, 65, 69, 70, 72, 74, 75, 79, 81, 82}},
+    {"deepseek-v3", 1, 19, (const uint16_t[]){3, 5, 9, 11, 13, 14, 16, 17, 19, 22, 25, 26, 28, 30,
+        32, 34, 36, 39, 41}},
+    {"deepseek-v3", 2, 31, (const uint16_t[]){1, 2, 4, 5, 8, 9, 12, 13, 14, 17, 19, 20, 23, 26, 27,
+        30, 33, 34, 35, 38, 41, 43, 44, 47, 50, 53, 54, 57, 60, 63, 64}},
+    {"deepseek-v3", 3, 43, (const uint16_t[]){1, 2, 5, 7, 8, 9, 10, 11, 14, 15, 18, 22, 23, 26, 27,
+        28, 30, 31, 33, 34, 36, 37, 39, 41, 42, 43, 44, 45, 46, 48, 50, 51, 53, 57, 60, 63, 66, 67,
+        70, 71, 74, 76, 77}},
+    {"deepseek-v3", 4, 7, (const uint16_t[]){12, 15, 33, 36, 75, 78, 90}},
+    {"deepseek-v3", 5, 7, (const uint16_t[]){9, 19, 29, 30, 33, 34, 37}},
+    {"deepseek-v3", 6, 8, (const uint16_t[]){10, 25, 26, 32, 34, 35, 39, 54}},
+    {"deepseek-v3", 7, 8, (const uint16_t[]){12, 13, 20, 21, 40, 53, 66, 78}},
+    {"deepseek-v3", 8, 9, (const uint16_t[]){5, 12, 18, 25, 34, 41, 51, 62, 70}},
+    {"deepseek-v3", 9, 4, (const uint16_t[]){16, 23, 30, 41}},
+    {"deepseek-v3", 10, 11, (const uint16_t[]){5, 14, 23, 30, 35, 38, 42, 45, 49, 54, 64}},
+    {"deepseek-v3", 11, 29, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54,
+        55, 57, 63, 64, 65, 71, 72, 74, 76, 77, 79, 80, 82, 84, 85, 87}},
+    {"deepseek-v3", 12, 16, (const uint16_t[]){3, 4, 9, 11, 14, 16, 20, 24, 33, 34, 39, 41, 50, 52,
+        59, 61}},
+    {"deepseek-v3", 13, 2, (const uint16_t[]){2, 10}},
+    {"deepseek-v3", 14, 2, (const uint16_t[]){8, 11}},
+    {"deepseek-v3", 15, 36, (const uint16_t[]){3, 5, 7, 10, 13, 20, 22, 24, 25, 28, 29, 30, 31, 33,
+        41, 42, 44, 46, 47, 49, 50, 53, 55, 57, 58, 59, 61, 63, 65, 66, 68, 70, 72, 73, 74, 77}},
+    {"deepseek-v3", 16, 22, (const uint16_t[]){4, 10, 14, 15, 17, 19, 20, 26, 29, 36, 40, 45, 47,
+        48, 49, 51, 52, 53, 58, 60, 65, 67}},
+    {"deepseek-v3", 17, 7, (const uint16_t[]){10, 17, 24, 38, 53, 69, 73}},
+    {"deepseek-v3", 18, 5, (const uint16_t[]){14, 22, 25, 32, 38}},
+    {"deepseek-v3", 19, 3, (const uint16_t[]){18, 37, 68}},
+    {"deepseek-v3", 20, 8, (const uint16_t[]){5, 19, 25, 29, 30, 36, 41, 46}},
+    {"deepseek-v3", 21, 7, (const uint16_t[]){1, 4, 12, 18, 19, 21, 25}},
+    {"deepseek-v3", 22, 4, (const uint16_t[]){9, 18, 21, 30}},
+    {"deepseek-v3", 23, 10, (const uint16_t[]){1, 3, 4, 6, 7, 10, 11, 14, 15, 21}},
+    {"deepseek-v3", 24, 7, (const uint16_t[]){4, 12, 19, 22, 26, 27, 33}},
+    {"deepseek-v3", 25, 1, (const uint16_t[]){3}},
+    {"deepseek-v3", 26, 1, (const uint16_t[]){1}},
+    {"deepseek-v3", 27, 1, (const uint16_t[]){1}},
+    {"deepseek-v3", 28, 10, (const uint16_t[]){8, 13, 17, 21, 24, 25, 31, 37, 40, 43}},
+    {"deepseek-v3", 29, 2, (const uint16_t[]){8, 17}},
+    {"deepseek-v3", 30, 14, (const uint16_t[]){3, 6, 9, 12, 13, 14, 20, 22, 23, 27, 30, 31, 40,
+        43}},
+    {"deepseek-v3", 31, 13, (const uint16_t[]){4, 6, 11, 13, 19, 21, 27, 28, 30, 31, 36, 40, 41}},
+    {"kimi-k2", 0, 23, (const uint16_t[]){5, 11, 12, 17, 19, 24, 25, 31, 34, 35, 41, 46, 47, 55,
+        59, 60, 65, 69, 70, 74, 75, 81, 82}},
+    {"kimi-k2", 1, 14, (const uint16_t[]){5, 11, 13, 14, 16, 17, 22, 25, 28, 32, 34, 36, 39, 41}},
+    {"kimi-k2", 2, 31, (const uint16_t[]){1, 2, 4, 5, 8, 9, 12, 13, 14, 17, 19, 20, 23, 26, 27, 30,
+        33, 34, 35, 38, 41, 43, 44, 47, 50, 53, 54, 57, 60, 63, 64}},
+    {"kimi-k2", 3, 43, (const uint16_t[]){1, 2, 5, 7, 8, 9, 10, 11, 14, 15, 18, 22, 23, 26, 27, 28,
+        30, 31, 33, 34, 36, 37, 39, 41, 42, 43, 44, 45, 46, 48, 50, 51, 53, 57, 60, 63, 66, 67, 70,
+        71, 74, 76, 77}},
+    {"kimi-k2", 4, 7, (const uint16_t[]){12, 15, 33, 36, 45, 75, 90}},
+    {"kimi-k2", 5, 7, (const uint16_t[]){9, 19, 29, 30, 33, 34, 37}},
+    {"kimi-k2", 6, 11, (const uint16_t[]){10, 25, 26, 32, 34, 35, 39, 42, 46, 50, 54}},
+    {"kimi-k2", 7, 8, (const uint16_t[]){12, 13, 20, 21, 40, 53, 66, 78}},
+    {"kimi-k2", 8, 12, (const uint16_t[]){5, 12, 18, 25, 34, 39, 41, 43, 47, 51, 62, 70}},
+    {"kimi-k2", 9, 4, (const uint16_t[]){16, 23, 30, 41}},
+    {"kimi-k2", 10, 7, (const uint16_t[]){5, 14, 23, 30, 49, 54, 64}},
+    {"kimi-k2", 11, 28, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54, 55,
+        57, 63, 64, 66, 71, 72, 74, 76, 78, 79, 82, 84, 86, 87}},
+    {"kimi-k2", 12, 16, (const uint16_t[]){3, 4, 9, 11, 14, 16, 20, 24, 33, 34, 39, 41, 50, 52, 59,
+        61}},
+    {"kimi-k2", 13, 2, (const uint16_t[]){2, 10}},
+    {"kimi-k2", 14, 2, (const uint16_t[]){8, 11}},
+    {"kimi-k2", 15, 36, (const uint16_t[]){3, 5, 7, 10, 13, 20, 22, 24, 25, 28, 29, 30, 31, 33, 41,
+        42, 44, 46, 47, 49, 50, 53, 55, 57, 58, 59, 61, 63, 65, 66, 68, 70, 72, 73, 74, 77}},
+    {"kimi-k2", 16, 22, (const uint16_t[]){4, 10, 14, 15, 17, 19, 20, 26, 29, 36, 40, 45, 47, 48,
+        49, 51, 52, 53, 58, 60, 65, 67}},
+    {"kimi-k2", 17, 7, (const uint16_t[]){10, 17, 24, 38, 53, 69, 73}},
+    {"kimi-k2", 18, 5, (const uint16_t[]){14, 22, 25, 32, 38}},
+    {"kimi-k2", 19, 11, (const uint16_t[]){9, 15, 18, 22, 28, 34, 37, 44, 53, 62, 68}},
+    {"kimi-k2", 20, 8, (const uint16_t[]){5, 19, 25, 29, 30, 36, 41, 46}},
+    {"kimi-k2", 21, 6, (const uint16_t[]){1, 4, 12, 18, 21, 25}},
+    {"kimi-k2", 22, 4, (const uint16_t[]){9, 18, 21, 30}},
+    {"kimi-k2", 23, 10, (const uint16_t[]){1, 3, 4, 6, 7, 10, 11, 14, 15, 21}},
+    {"kimi-k2", 24, 7, (const uint16_t[]){4, 12, 19, 22, 26, 30, 33}},
+    {"kimi-k2", 25, 1, (const uint16_t[]){3}},
+    {"kimi-k2", 26, 1, (const uint16_t[]){1}},
+    {"kimi-k2", 27, 1, (const uint16_t[]){1}},
+    {"kimi-k2", 28, 11, (const uint16_t[]){8, 9, 13, 14, 17, 21, 24, 31, 37, 40, 43}},
+    {"kimi-k2", 29, 2, (const uint16_t[]){8, 17}},
+    {"kimi-k2", 30, 14, (const uint16_t[]){3, 6, 9, 12, 13, 14, 20, 22, 23, 27, 30, 31, 40, 43}},
+    {"kimi-k2", 31, 12, (const uint16_t[]){4, 6, 11, 13, 19, 21, 27, 28, 30, 36, 40, 41}},
+    {"seed-coder", 0, 30, (const uint16_t[]){5, 11, 12, 15, 17, 19, 24, 25, 29, 31, 34, 35, 38, 41,
+        46, 47, 52, 55, 59, 60, 62, 65, 69, 70, 72, 74, 75, 79, 81, 82}},
+    {"seed-coder", 1, 18, (const uint16_t[]){3, 5, 9, 11, 13, 14, 16, 17, 19, 22, 25, 28, 30, 32,
+        34, 36, 39, 41}},
+    {"seed-coder", 2, 64, (const uint16_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+        17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+        40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62,
+        63, 64}},
+    {"seed-coder", 3, 65, (const uint16_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+        17, 18, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 41, 42, 43,
+        44, 45, 46, 48, 49, 50, 51, 52, 53, 57, 58, 59, 60, 63, 64, 65, 66, 67, 70, 71, 72, 73, 74,
+        75, 76, 77}},
+    {"seed-coder", 4, 4, (const uint16_t[]){12, 33, 75, 90}},
+    {"seed-coder", 5, 9, (const uint16_t[]){9, 19, 29, 30, 31, 32, 33, 34, 37}},
+    {"seed-coder", 6, 14, (const uint16_t[]){10, 25, 26, 28, 30, 32, 34, 35, 37, 39, 42, 46, 50,
+        54}},
+    {"seed-coder", 7, 8, (const uint16_t[]){12, 13, 20, 21, 40, 53, 66, 78}},
+    {"seed-coder", 8, 12, (const uint16_t[]){5, 12, 18, 25, 34, 39, 41, 43, 47, 51, 62, 70}},
+    {"seed-coder", 9, 4, (const uint16_t[]){16, 23, 30, 41}},
+    {"seed-coder", 10, 7, (const uint16_t[]){5, 14, 23, 30, 49, 54, 64}},
+    {"seed-coder", 11, 28, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54,
+        55, 57, 63, 64, 66, 71, 72, 74, 76, 78, 79, 82, 84, 86, 87}},
+    {"seed-coder", 12, 16, (const uint16_t[]){3, 4, 9, 11, 14, 16, 20, 24, 33, 34, 39, 41, 50, 52,
+        59, 61}},
+    {"seed-coder", 13, 2, (const uint16_t[]){2, 10}},
+    {"seed-coder", 14, 2, (const uint16_t[]){8, 11}},
+    {"seed-coder", 15, 38, (const uint16_t[]){3, 5, 7, 9, 10, 13, 20, 22, 24, 25, 28, 29, 30, 31,
+        33, 41, 42, 44, 46, 47, 49, 50, 53, 55, 57, 58, 59, 61, 63, 65, 66, 68, 70, 72, 73, 74, 76,
+        77}},
+    {"seed-coder", 16, 24, (const uint16_t[]){4, 10, 14, 15, 17, 19, 20, 26, 29, 36, 40, 45, 47,
+        48, 49, 51, 52, 53, 57, 58, 60, 63, 65, 67}},
+    {"seed-coder", 17, 7, (const uint16_t[]){10, 17, 24, 38, 53, 69, 73}},
+    {"seed-coder", 18, 5, (const uint16_t[]){14, 22, 25, 32, 38}},
+    {"seed-coder", 19, 11, (const uint16_t[]){9, 15, 18, 22, 28, 34, 37, 44, 53, 62, 68}},
+    {"seed-coder", 20, 8, (const uint16_t[]){5, 19, 25, 29, 30, 36, 41, 46}},
+    {"seed-coder", 21, 6, (const uint16_t[]){1, 4, 12, 18, 21, 25}},
+    {"seed-coder", 22, 6, (const uint16_t[]){9, 12, 15, 18, 21, 30}},
+    {"seed-coder", 23, 11, (const uint16_t[]){1, 3, 4, 6, 7, 10, 11, 14, 15, 18, 21}},
+    {"seed-coder", 24, 7, (const uint16_t[]){4, 12, 19, 22, 26, 30, 33}},
+    {"seed-coder", 25, 1, (const uint16_t[]){3}},
+    {"seed-coder", 26, 1, (const uint16_t[]){1}},
+    {"seed-coder", 27, 1, (const uint16_t[]){1}},
+    {"seed-coder", 28, 9, (const uint16_t[]){8, 13, 17, 21, 24, 31, 37, 40, 43}},
+    {"seed-coder", 29, 2, (const uint16_t[]){8, 17}},
+    {"seed-coder", 30, 30, (const uint16_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16,
+        18, 20, 22, 23, 24, 25, 27, 28, 29, 30, 31, 34, 37, 40, 43}},
+    {"seed-coder", 31, 12, (const uint16_t[]){4, 6, 11, 13, 19, 21, 27, 28, 30, 36, 40, 41}},
+    {"superbpe", 0, 1, (const uint16_t[]){82}},
+    {"superbpe", 1, 1, (const uint16_t[]){41}},
+    {"superbpe", 2, 31, (const uint16_t[]){1, 2, 4, 5, 8, 9, 10, 13, 14, 16, 19, 20, 23, 26, 27,
+        28, 31, 34, 35, 37, 40, 43, 44, 47, 50, 53, 54, 55, 58, 61, 64}},
+    {"superbpe", 3, 40, (const uint16_t[]){1, 2, 4, 7, 9, 10, 11, 14, 15, 18, 23, 24, 27, 28, 30,
+        31, 33, 34, 36, 37, 39, 41, 42, 43, 44, 45, 46, 48, 50, 51, 53, 57, 60, 63, 64, 67, 71, 73,
+        76, 77}},
+    {"superbpe", 4, 1, (const uint16_t[]){90}},
+    {"superbpe", 5, 4, (const uint16_t[]){30, 31, 34, 37}},
+    {"superbpe", 6, 5, (const uint16_t[]){26, 34, 35, 39, 54}},
+    {"superbpe", 7, 1, (const uint16_t[]){78}},
+    {"superbpe", 8, 1, (const uint16_t[]){70}},
+    {"superbpe", 9, 1, (const uint16_t[]){41}},
+    {"superbpe", 10, 1, (const uint16_t[]){64}},
+    {"superbpe", 11, 1, (const uint16_t[]){87}},
+    {"superbpe", 12, 1, (const uint16_t[]){61}},
+    {"superbpe", 13, 1, (const uint16_t[]){10}},
+    {"superbpe", 14, 1, (const uint16_t[]){11}},
+    {"superbpe", 15, 5, (const uint16_t[]){24, 25, 29, 30, 77}},
+    {"superbpe", 16, 5, (const uint16_t[]){48, 49, 52, 53, 67}},
+    {"superbpe", 17, 1, (const uint16_t[]){73}},
+    {"superbpe", 18, 1, (const uint16_t[]){38}},
+    {"superbpe", 19, 1, (const uint16_t[]){68}},
+    {"superbpe", 20, 1, (const uint16_t[]){46}},
+    {"superbpe", 21, 1, (const uint16_t[]){25}},
+    {"superbpe", 22, 3, (const uint16_t[]){9, 21, 30}},
+    {"superbpe", 23, 10, (const uint16_t[]){1, 3, 4, 6, 7, 10, 11, 14, 15, 21}},
+    {"superbpe", 24, 1, (const uint16_t[]){33}},
+    {"superbpe", 25, 1, (const uint16_t[]){3}},
+    {"superbpe", 26, 1, (const uint16_t[]){1}},
+    {"superbpe", 27, 1, (const uint16_t[]){1}},
+    {"superbpe", 28, 3, (const uint16_t[]){21, 24, 43}},
+    {"superbpe", 29, 1, (const uint16_t[]){17}},
+    {"superbpe", 30, 12, (const uint16_t[]){1, 4, 7, 10, 13, 14, 22, 23, 27, 30, 31, 43}},
+    {"superbpe", 31, 1, (const uint16_t[]){41}},
+};
+
+/* Names llama.cpp gives the same regular expressions as a name above. */
+static const struct { const char *alias, *name; } k_oracle_aliases[] = {
+    {"llama4", "gpt-4o"},       {"kanana2", "gpt-4o"},         {"talkie", "gpt-4o"},
+    {"minimax-m2", "gpt-4o"},   {"hunyuan-dense", "deepseek-v3"}, {"joyai-llm", "deepseek-v3"},
+    {"hy_v4", "deepseek-v3"},
+};
+
+static bool check_oracle_split(const char *pre, const oracle_case *c) {
+    const char *text = k_oracle_texts[c->text];
+    size_t ends[128], n = 0;
+    th_checks++;
+    pkv_status s = pkv_pretokenize(pre, text, strlen(text), ends, 128, &n);
+    if (s != PKV_OK) {
+        TH_FAIL("pretokenize(%s, text %d) -> %s", pre, c->text, pkv_errmsg());
+        return false;
+    }
+    bool ok = n == (size_t)c->n;
+    for (size_t i = 0; ok && i < n; i++) ok = ends[i] == c->ends[i];
+    if (!ok) {
+        fprintf(stderr, "pre=%s text %d\n  got: ", pre, c->text);
+        size_t start = 0;
+        for (size_t i = 0; i < n; start = ends[i++])
+            fprintf(stderr, "[%.*s]", (int)(ends[i] - start), text + start);
+        fprintf(stderr, "\n want: ");
+        start = 0;
+        for (int i = 0; i < c->n; start = c->ends[i++])
+            fprintf(stderr, "[%.*s]", (int)(c->ends[i] - start), text + start);
+        fprintf(stderr, "\n");
+        TH_FAIL("split of text %d by %s differs", c->text, pre);
+    }
+    return ok;
+}
+
+static void test_pretok_oracle(void) {
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_oracle_cases); i++) {
+        const oracle_case *c = &k_oracle_cases[i];
+        check_oracle_split(c->pre, c);
+        for (size_t a = 0; a < PKV_ARRAY_LEN(k_oracle_aliases); a++)
+            if (!strcmp(k_oracle_aliases[a].name, c->pre)) check_oracle_split(k_oracle_aliases[a].alias, c);
+    }
+    /* the empty text has no pieces */
+    size_t ends[2], n = 1;
+    CHECK_OK(pkv_pretokenize("deepseek-v3", "", 0, ends, 2, &n));
+    CHECK_INT(n, 0);
+    /* the break marks of the patterns in sequence stay inside the text */
+    CHECK_OK(pkv_pretokenize("superbpe", "123456", 6, ends, 2, &n));
+    CHECK(n == 2 && ends[0] == 3 && ends[1] == 6);
+    /* invalid bytes are "other", one code point each */
+    SPLIT("gpt-4o", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
+    SPLIT("deepseek-v3", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
+    SPLIT("kimi-k2", "\xe4\xbd\xa0" "a\xff", "\xe4\xbd\xa0", "a", "\xff");
+}
+
+/* An unknown tokenizer.ggml.pre is refused, naming the key and every name known. */
+static void test_pretok_unknown(void) {
+    pkv_vocab_desc d = byte_vocab("gpt2", "gpt-5", NULL, 0);
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("tokenizer.ggml.pre = \"gpt-5\"");
+    static const char *const names[] = {
+        "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+        "jina-v5-nano", "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "default",
+        "gpt2", "gpt-2", "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2", "tekken",
+        "deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4", "kimi-k2", "seed-coder", "superbpe",
+    };
+    for (size_t i = 0; i < PKV_ARRAY_LEN(names); i++) {
+        CHECK_MSG(names[i]);
+        /* each is accepted */
+        d.pre = names[i];
+        pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+        CHECK(tok != NULL);
+        pkv_tokenizer_free(tok);
+        d.pre = "gpt-5";
+        CHECK(pkv_tokenizer_create(&d) == NULL);
+    }
+    /* a long value is cut, the list still fits */
+    char longname[400];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    d.pre = longname;
+    CHECK(pkv_tokenizer_create(&d) == NULL);
+    CHECK_MSG("superbpe)");
+    /* tekken takes a word that is a token whole, as llama-bpe does; gpt-4o merges */
+    const extra_tok ab[] = {{"ab", PKV_TOKEN_NORMAL}};
+    const char *pres[] = {"tekken", "llama-bpe", "gpt-4o"};
+    for (int p = 0; p < 3; p++) {
+        d = byte_vocab("gpt2", pres[p], ab, 1);
+        pkv_tokenizer *tok = pkv_tokenizer_create(&d);
+        REQUIRE_VOID(tok);
+        if (p < 2)
+            IDS(tok, "ab", false, false, 256);
+        else
+            IDS(tok, "ab", false, false, 'a', 'b');
+        pkv_tokenizer_free(tok);
+    }
 }
 
 /* End of generation and control tokens found by their text, as llama.cpp does. */
@@ -1229,6 +1649,8 @@ int main(void) {
     test_bpe_missing_bytes();
     test_spm_untyped();
     test_bos_defaults();
+    test_pretok_oracle();
+    test_pretok_unknown();
     test_eog_by_text();
     test_spm_unknown_special();
     test_builtin();

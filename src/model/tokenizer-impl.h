@@ -5,18 +5,28 @@
 #include "base/base.h"
 #include "model/tokenizer.h"
 
+/* The patterns are in tokenizer-bpe.c; the names of each in tokenizer.c. */
 typedef enum pkv_pretok {
-    PKV_PRETOK_GPT2 = 0,  /* "default", "gpt2" */
-    PKV_PRETOK_LLAMA3 = 1, /* "llama-bpe", "llama3" */
-    PKV_PRETOK_QWEN2 = 2, /* "qwen2": llama-bpe with single digits */
+    PKV_PRETOK_GPT2 = 0,       /* "default", "gpt2" */
+    PKV_PRETOK_LLAMA3 = 1,     /* "llama-bpe", "llama3" */
+    PKV_PRETOK_QWEN2 = 2,      /* "qwen2": llama-bpe with single digits */
+    PKV_PRETOK_GPT4O = 3,      /* "gpt-4o", "llama4": o200k, split at case changes */
+    PKV_PRETOK_TEKKEN = 4,     /* "tekken" (Mistral) */
+    PKV_PRETOK_DEEPSEEK3 = 5,  /* "deepseek-v3": three patterns in sequence */
+    PKV_PRETOK_KIMI_K2 = 6,    /* "kimi-k2" */
+    PKV_PRETOK_SEED_CODER = 7, /* "seed-coder" */
+    PKV_PRETOK_SUPERBPE = 8,   /* "superbpe": numbers only */
 } pkv_pretok;
 
 /* Merge table entry (BPE): the pair (left, right) of token ids merges into result
  * with priority rank (lower first). Open addressing; key 0 is never a valid pair
  * key because it is stored as key + 1. */
-/* The pattern named by a tokenizer.ggml.pre value (llama.cpp's names for the three
+/* The pattern named by a tokenizer.ggml.pre value (llama.cpp's names for the
  * patterns pagekv has); false for an unknown name. */
 bool pkv_pretok_from_name(const char *name, pkv_pretok *out);
+/* Every name pkv_pretok_from_name knows, ", "-separated, into buf[0..size)
+ * (truncated to fit, always terminated; size > 0). */
+void pkv_pretok_names(char *buf, size_t size);
 
 typedef struct pkv_merge_slot {
     uint64_t key1; /* ((uint64_t)left << 32 | right) + 1; 0 = empty */

@@ -118,29 +118,51 @@ int32_t pkv_tok_lookup(const pkv_tokenizer *tok, const char *s, size_t n) {
 
 /* ------------------------------------------------------------- create */
 
-/* llama.cpp's names for the three pre-tokenizer patterns pagekv has
- * (llama_vocab::impl::load in llama.cpp's src/llama-vocab.cpp). */
-static const char *const k_pre_llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
-                                           "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"};
-static const char *const k_pre_qwen2[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"};
-static const char *const k_pre_gpt2[] = {"default", "gpt2", "gpt-2"};
+/* llama.cpp's names for the pre-tokenizer patterns pagekv has: the
+ * tokenizer_pre == "..." tests of llama_vocab::impl::load in llama.cpp's
+ * src/llama-vocab.cpp (commit 00ad355), each name with the pattern of its
+ * LLAMA_VOCAB_PRE_TYPE_*. Types whose regex lists are the same share a pattern:
+ * MINIMAX_M2 that of GPT4O; HUNYUAN_DENSE, JOYAI_LLM and HY_V4 that of
+ * DEEPSEEK3_LLM. */
+static const struct {
+    const char *name;
+    pkv_pretok pre;
+} k_pre_names[] = {
+    {"llama3", PKV_PRETOK_LLAMA3}, {"llama-v3", PKV_PRETOK_LLAMA3},
+    {"llama-bpe", PKV_PRETOK_LLAMA3}, {"falcon3", PKV_PRETOK_LLAMA3},
+    {"falcon-h1", PKV_PRETOK_LLAMA3}, {"pixtral", PKV_PRETOK_LLAMA3},
+    {"midm-2.0", PKV_PRETOK_LLAMA3}, {"lfm2", PKV_PRETOK_LLAMA3},
+    {"jina-v5-nano", PKV_PRETOK_LLAMA3},
+    {"qwen2", PKV_PRETOK_QWEN2}, {"deepseek-r1-qwen", PKV_PRETOK_QWEN2},
+    {"kormo", PKV_PRETOK_QWEN2}, {"f2llmv2", PKV_PRETOK_QWEN2}, {"megrez", PKV_PRETOK_QWEN2},
+    {"default", PKV_PRETOK_GPT2}, {"gpt2", PKV_PRETOK_GPT2}, {"gpt-2", PKV_PRETOK_GPT2},
+    {"gpt-4o", PKV_PRETOK_GPT4O}, {"llama4", PKV_PRETOK_GPT4O}, {"kanana2", PKV_PRETOK_GPT4O},
+    {"talkie", PKV_PRETOK_GPT4O}, {"minimax-m2", PKV_PRETOK_GPT4O},
+    {"tekken", PKV_PRETOK_TEKKEN},
+    {"deepseek-v3", PKV_PRETOK_DEEPSEEK3}, {"hunyuan-dense", PKV_PRETOK_DEEPSEEK3},
+    {"joyai-llm", PKV_PRETOK_DEEPSEEK3}, {"hy_v4", PKV_PRETOK_DEEPSEEK3},
+    {"kimi-k2", PKV_PRETOK_KIMI_K2},
+    {"seed-coder", PKV_PRETOK_SEED_CODER},
+    {"superbpe", PKV_PRETOK_SUPERBPE},
+};
 
-static bool name_in(const char *name, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(name, list[i]) == 0) return true;
+bool pkv_pretok_from_name(const char *name, pkv_pretok *out) {
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_pre_names); i++)
+        if (strcmp(name, k_pre_names[i].name) == 0) {
+            *out = k_pre_names[i].pre;
+            return true;
+        }
     return false;
 }
 
-bool pkv_pretok_from_name(const char *name, pkv_pretok *out) {
-    if (name_in(name, k_pre_llama3, PKV_ARRAY_LEN(k_pre_llama3)))
-        *out = PKV_PRETOK_LLAMA3;
-    else if (name_in(name, k_pre_qwen2, PKV_ARRAY_LEN(k_pre_qwen2)))
-        *out = PKV_PRETOK_QWEN2;
-    else if (name_in(name, k_pre_gpt2, PKV_ARRAY_LEN(k_pre_gpt2)))
-        *out = PKV_PRETOK_GPT2;
-    else
-        return false;
-    return true;
+void pkv_pretok_names(char *buf, size_t size) {
+    size_t at = 0;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_pre_names); i++) {
+        const char *sep = i ? ", " : "", *name = k_pre_names[i].name;
+        for (const char *p = sep; *p && at + 1 < size; p++) buf[at++] = *p;
+        for (const char *p = name; *p && at + 1 < size; p++) buf[at++] = *p;
+    }
+    buf[at] = 0;
 }
 
 /* Tokens llama.cpp finds by their text when the GGUF does not give their id, and
@@ -382,9 +404,11 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
     }
     pkv_pretok pre = PKV_PRETOK_GPT2;
     if (kind == PKV_TOKENIZER_BPE && d->pre && !pkv_pretok_from_name(d->pre, &pre)) {
-        pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%s\" "
-                "is not supported (supported: llama-bpe, qwen2, default and their other "
-                "names in docs/tokenizer.md)", d->pre);
+        char names[512];
+        pkv_pretok_names(names, sizeof names);
+        /* the value is cut so that the list always fits in the message */
+        pkv_err(PKV_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer tokenizer.ggml.pre = \"%.64s\" "
+                "is not supported (supported: %s)", d->pre, names);
         return NULL;
     }
     if (d->n_tokens < 0 || (kind != PKV_TOKENIZER_NONE && d->n_tokens == 0)) {
@@ -405,7 +429,8 @@ pkv_tokenizer *pkv_tokenizer_create(const pkv_vocab_desc *d) {
     int32_t bos = resolve_id(d->bos_id, spm ? 1 : bpe ? 11 : -1, d->n_tokens);
     int32_t eos = resolve_id(d->eos_id, spm ? 2 : bpe ? 11 : -1, d->n_tokens);
     int32_t unk = resolve_id(d->unk_id, spm ? 0 : -1, d->n_tokens);
-    bool add_bos = d->add_bos >= 0 ? d->add_bos != 0 : spm || (bpe && pre == PKV_PRETOK_LLAMA3);
+    /* llama.cpp's default where the file is silent: BOS for SPM, the llama-bpe family and tekken */
+    bool add_bos = d->add_bos >= 0 ? d->add_bos != 0 : spm || (bpe && (pre == PKV_PRETOK_LLAMA3 || pre == PKV_PRETOK_TEKKEN));
     bool add_eos = d->add_eos > 0;
     if (kind != PKV_TOKENIZER_NONE && ((add_bos && bos < 0) || (add_eos && eos < 0))) {
         bool b = add_bos && bos < 0; /* BOS is the one missing (else EOS) */

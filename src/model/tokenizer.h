@@ -137,7 +137,9 @@ pkv_status pkv_detokenize(const pkv_tokenizer *tok, const int32_t *ids, size_t n
                           bool render_special, char *buf, size_t size, size_t *n_out);
 
 /* The byte-level BPE pre-tokenizer alone (exposed for tests and tools): splits
- * text[0..len) by the pattern named pre ("llama-bpe", "qwen2", "default"/"gpt2")
+ * text[0..len) by the pattern named pre (any name tokenizer.ggml.pre may hold that
+ * pagekv knows: "llama-bpe", "qwen2", "default"/"gpt2", "gpt-4o", "tekken",
+ * "deepseek-v3", "kimi-k2", "seed-coder", "superbpe" and their aliases)
  * and writes the end byte offset of each piece to ends[0..*n). Same buffer
  * contract as pkv_tokenize (PKV_ERR_INVALID with the needed count when max is too
  * small); PKV_ERR_NOT_FOUND for an unknown pattern name. */
