@@ -214,8 +214,9 @@ static inline bool ref_load(ref_get_tensor get, void *user, const char *name, in
 static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor get, void *user) {
     if (!hp || !get || !hp->arch) return NULL;
     bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
-         qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0;
-    if (!llama && !qwen2 && !qwen3 && !moe) {
+         qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0,
+         phi3 = strcmp(hp->arch, "phi3") == 0;
+    if (!llama && !qwen2 && !qwen3 && !moe && !phi3) {
         fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
         return NULL;
     }
@@ -254,14 +255,42 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         char nm[96];
 #define REF_LOAD(field, suffix, n, req) \
     (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), ref_load(get, user, nm, n, req, &L->field))
-        ok = REF_LOAD(attn_norm, "attn_norm.weight", E, true) && REF_LOAD(wq, "attn_q.weight", Q * E, true) &&
-             REF_LOAD(wk, "attn_k.weight", KV * E, true) && REF_LOAD(wv, "attn_v.weight", KV * E, true) &&
+        if (phi3) { /* phi3: Q, K and V rows in one fused attn_qkv (in that order); split here */
+            double *qkv = NULL;
+            ok = REF_LOAD(attn_norm, "attn_norm.weight", E, true) &&
+                 (snprintf(nm, sizeof nm, "blk.%d.attn_qkv.weight", il), ref_load(get, user, nm, (Q + 2 * KV) * E, true, &qkv));
+            L->wq = ok ? malloc((size_t)(Q * E) * sizeof(double)) : NULL;
+            L->wk = ok ? malloc((size_t)(KV * E) * sizeof(double)) : NULL;
+            L->wv = ok ? malloc((size_t)(KV * E) * sizeof(double)) : NULL;
+            ok = ok && L->wq && L->wk && L->wv;
+            if (ok) {
+                memcpy(L->wq, qkv, (size_t)(Q * E) * sizeof(double));
+                memcpy(L->wk, qkv + Q * E, (size_t)(KV * E) * sizeof(double));
+                memcpy(L->wv, qkv + (Q + KV) * E, (size_t)(KV * E) * sizeof(double));
+            }
+            free(qkv);
+        }
+        ok = ok && (phi3 || REF_LOAD(attn_norm, "attn_norm.weight", E, true)) &&
+             (phi3 || (REF_LOAD(wq, "attn_q.weight", Q * E, true) && REF_LOAD(wk, "attn_k.weight", KV * E, true) &&
+                       REF_LOAD(wv, "attn_v.weight", KV * E, true))) &&
              REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
              REF_LOAD(bv, "attn_v.bias", KV, qwen2) &&
              REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
              REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qk_norm) &&
              REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true);
-        if (ok && !moe)
+        if (ok && phi3) { /* phi3: gate and up rows in one fused ffn_up (gate first) */
+            double *gu = NULL;
+            ok = (snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", il), ref_load(get, user, nm, 2 * F * E, true, &gu)) &&
+                 REF_LOAD(down, "ffn_down.weight", E * F, true);
+            L->gate = ok ? malloc((size_t)(F * E) * sizeof(double)) : NULL;
+            L->up = ok ? malloc((size_t)(F * E) * sizeof(double)) : NULL;
+            ok = ok && L->gate && L->up;
+            if (ok) {
+                memcpy(L->gate, gu, (size_t)(F * E) * sizeof(double));
+                memcpy(L->up, gu + F * E, (size_t)(F * E) * sizeof(double));
+            }
+            free(gu);
+        } else if (ok && !moe)
             ok = REF_LOAD(gate, "ffn_gate.weight", F * E, true) && REF_LOAD(up, "ffn_up.weight", F * E, true) &&
                  REF_LOAD(down, "ffn_down.weight", E * F, true);
         if (ok && moe)

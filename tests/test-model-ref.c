@@ -53,7 +53,7 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     p.n_vocab = 300;
     p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
     p.k_mixture = g_mixture;
-    bool moe = !strcmp(arch, "qwen3moe");
+    bool moe = !strcmp(arch, "qwen3moe"), llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
     p.n_expert = moe ? 4 : 0; /* n_ff is then one expert's rows */
     /* Top-2 of 4 with exact weights (f32, f16, bf16: the router sees what the
      * reference sees, within 1e-13). With quantized weights the CPU rounds the
@@ -81,8 +81,8 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       p.head_dim,
                       p.n_ff,
                       p.n_vocab,
-                      strcmp(arch, "llama") ? 1e-6 : 1e-5,
-                      strcmp(arch, "llama") ? 1e6 : 1e4,
+                      llama_like ? 1e-5 : 1e-6, /* mkmodel: Llama's and Phi-3's norm epsilon and RoPE base, or Qwen's */
+                      llama_like ? 1e4 : 1e6,
                       strcmp(arch, "llama") != 0,
                       p.n_expert,
                       p.n_expert_used,
@@ -144,11 +144,11 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
 }
 
 int main(void) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"};
     static const pkv_type exact[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16};
     static const pkv_type quant[] = {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     int cases = 0;
-    for (int a = 0; a < 4; a++) {
+    for (int a = 0; a < 5; a++) {
         for (size_t t = 0; t < sizeof exact / sizeof exact[0]; t++) {
             run_case(archs[a], exact[t], PKV_TYPE_F32, 1e-9, 1e-3, &cases);
             run_case(archs[a], exact[t], PKV_TYPE_F16, 1e-5, 1e-3, &cases);
@@ -157,6 +157,6 @@ int main(void) {
     }
     g_mixture = true; /* a "Q4_K_M"-style file: q4_k and q6_k tensors mixed */
     run_case("qwen3", PKV_TYPE_Q4_K, PKV_TYPE_F16, 2e-3, 0.1, &cases);
-    CHECK_INT(cases, 4 * (2 * 3 + 5) + 1);
+    CHECK_INT(cases, 5 * (2 * 3 + 5) + 1);
     return th_done();
 }

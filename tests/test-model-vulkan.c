@@ -47,11 +47,11 @@ int main(void) {
     int rc = model_main();
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];
-    for (int ai = 0; ai < 3; ai++)
+    for (int ai = 0; ai < (int)(sizeof archs / sizeof archs[0]); ai++)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             pkv_type t = types[ti];
             if (pkv_type_block_elems(t) == 256) continue; /* needs dims of 256: checked below */
@@ -70,7 +70,7 @@ int main(void) {
      * the last bits before quantization, which can move a value to the
      * neighbouring step; the logits stay close */
     g_embd = 128;
-    for (int ai = 0; ai < 3; ai++)
+    for (int ai = 0; ai < (int)(sizeof archs / sizeof archs[0]); ai++)
         for (int k = 0; k < 2; k++) {
             g_kv = k ? PKV_TYPE_Q4_0 : PKV_TYPE_Q8_0;
             bool ok_c, ok_v;
@@ -89,7 +89,7 @@ int main(void) {
     /* k-quants: supported on the device and close to the CPU (which rounds
      * activations to 8 bits in blocks of 32, the Vulkan shaders do not), or
      * refused with a clear message */
-    for (int ai = 0; ai < 3; ai++)
+    for (int ai = 0; ai < (int)(sizeof archs / sizeof archs[0]); ai++)
         for (int k = 5; k < 8; k++) {
             pkv_mkmodel_params p = kq_params(archs[ai], types[k]);
             void *img;

@@ -52,7 +52,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
                    "                      -o FILE.gguf\n"

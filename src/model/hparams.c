@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"};
 
 const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
 
@@ -104,7 +104,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     for (int a = 0; a < PKV_ARCH_COUNT; a++)
         if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
     if (hp->arch == PKV_ARCH_COUNT)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3)",
                        lab, arch);
 
     if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
@@ -175,6 +175,12 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
             }
         }
     }
+    /* Phi-3 128k / Phi-3.5 / Phi-4-mini: LongRoPE's per-dimension factors */
+    if (!s && (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
+        s = pkv_err(PKV_ERR_UNSUPPORTED,
+                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE: Phi-3 128k, Phi-3.5, "
+                    "Phi-4-mini) are not supported yet; Phi-3 4k-context files are",
+                    lab);
     if (!s && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);

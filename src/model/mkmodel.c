@@ -230,9 +230,10 @@ static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) 
 
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
-    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe"))
-        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe)",
-                       p->arch);
+    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe") &&
+        strcmp(p->arch, "phi3"))
+        return pkv_err(PKV_ERR_UNSUPPORTED,
+                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3)", p->arch);
     bool moe = !strcmp(p->arch, "qwen3moe");
     if (!moe && (p->n_expert || p->n_expert_used))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe), not %s",
@@ -403,7 +404,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     memset(&G, 0, sizeof G);
     G.r.s = p.seed;
     int64_t E = p.n_embd, qd = (int64_t)p.n_head * p.head_dim, kd = (int64_t)p.n_head_kv * p.head_dim;
-    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * qd), PKV_MAX(E * p.n_ff * PKV_MAX(p.n_expert, 1), E * kd));
+    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * (qd + 2 * kd)), E * p.n_ff * PKV_MAX(2 * p.n_expert, 2));
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
@@ -414,7 +415,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         goto done;
     }
     const char *a = p.arch;
-    bool qwen = strcmp(a, "llama") != 0;
+    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0; /* Qwen's RoPE base and norm epsilon */
+    bool phi3 = !strcmp(a, "phi3");
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
 #define TRY(x)                                                                                      \
@@ -481,9 +483,13 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         char n[96];
 #define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
         T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
-        T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
-        T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
+        if (phi3) { /* Q, K, V in one matrix, as Phi-3's GGUFs have them */
+            T("attn_qkv.weight", p.type, E, qd + 2 * kd, 0.0, lin_e);
+        } else {
+            T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
+            T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
+            T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
+        }
         if (!strcmp(a, "qwen2")) {
             T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
             T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
@@ -503,6 +509,9 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T3("ffn_up_exps.weight", p.type, E, p.n_ff, lin_e);
             T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), p.n_ff, E, lin_f);
 #undef T3
+        } else if (phi3) { /* the gate's rows, then the up projection's, in one matrix */
+            T("ffn_up.weight", p.type, E, 2 * p.n_ff, 0.0, lin_e);
+            T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
         } else {
             T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
             T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);

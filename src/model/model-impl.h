@@ -13,6 +13,7 @@ typedef enum pkv_arch {
     PKV_ARCH_QWEN2 = 1, /* Q/K/V biases, neox RoPE */
     PKV_ARCH_QWEN3 = 2, /* per-head Q/K RMS norms, explicit head size, neox RoPE */
     PKV_ARCH_QWEN3MOE = 3, /* qwen3 attention, a mixture of experts in place of the FFN */
+    PKV_ARCH_PHI3 = 4,     /* fused QKV and gate/up matrices, neox RoPE */
     PKV_ARCH_COUNT
 } pkv_arch;
 

@@ -337,6 +337,7 @@ static pkv_status load_layers(loader *L) {
     pkv_status s = PKV_OK;
     int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
     bool qwen2 = hp->arch == PKV_ARCH_QWEN2, qwen3 = hp->arch == PKV_ARCH_QWEN3 || hp->arch == PKV_ARCH_QWEN3MOE;
+    bool phi3 = hp->arch == PKV_ARCH_PHI3; /* fused attn_qkv (optional) and ffn_up = [gate; up] */
     bool moe = hp->n_expert > 0;
     if (moe && m->n_dev > 1)
         return pkv_err(PKV_ERR_UNSUPPORTED,
@@ -368,9 +369,19 @@ static pkv_status load_layers(loader *L) {
                   f_rows = {w->ff0, w->n_ff, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff};
             /* biases are vectors [1][n]: a slice of columns */
             slice qb = {0, 0, q_rows.r0, q_rows.nr}, kb = {0, 0, k_rows.r0, k_rows.nr}, vb = {0, 0, v_rows.r0, v_rows.nr};
-            if ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
-                (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
-                (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)) ||
+            bool fused = phi3 && pkv_gguf_find_tensor(L->g, NAME("attn_qkv.weight"));
+            if (fused) { /* one matrix of qd + kd + vd rows: Q, then K, then V; each shard takes its rows */
+                slice fk = k_rows, fv = v_rows;
+                fk.r0 += qd;
+                fv.r0 += qd + kd;
+                if ((s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, q_rows, &w->wq)) ||
+                    (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fk, &w->wk)) ||
+                    (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv)))
+                    return s;
+            }
+            if ((!fused && ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
+                            (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
+                            (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)))) ||
                 (s = load_weight(L, NAME("attn_q.bias"), qd, 1, qwen2, true, dev, qb, &w->bq)) ||
                 (s = load_weight(L, NAME("attn_k.bias"), kd, 1, qwen2, true, dev, kb, &w->bk)) ||
                 (s = load_weight(L, NAME("attn_v.bias"), vd, 1, qwen2, true, dev, vb, &w->bv)) ||
@@ -378,7 +389,14 @@ static pkv_status load_layers(loader *L) {
                 (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->k_norm)) ||
                 (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
                 return s;
-            if (!moe && ((s = load_weight(L, NAME("ffn_gate.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
+            if (phi3) { /* ffn_up holds the gate's rows, then the up projection's */
+                slice fu = f_rows;
+                fu.r0 += ly->n_ff;
+                if ((s = load_weight(L, NAME("ffn_up.weight"), E, 2 * (int64_t)ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
+                    (s = load_weight(L, NAME("ffn_up.weight"), E, 2 * (int64_t)ly->n_ff, true, false, dev, fu, &w->w_up)) ||
+                    (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down)))
+                    return s;
+            } else if (!moe && ((s = load_weight(L, NAME("ffn_gate.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
                          (s = load_weight(L, NAME("ffn_up.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_up)) ||
                          (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down))))
                 return s;
