@@ -51,6 +51,11 @@ static pkv_buffer *put(pkv_device *dev, const void *data, size_t n) {
     return b;
 }
 
+/* The attention kind's constants of the next test_shape calls (0 / NULL: off). */
+static int g_window;
+static float g_softcap;
+static const float *g_sinks; /* [n_head] */
+
 /* Runs the kernel on `threads` threads: all NQ queries (out) and each alone (alone). */
 static bool run(int threads, pkv_k_attention_args a, const float *q, const void *k, const void *v, size_t kv_bytes,
                 const int32_t *seq, const int32_t *len, const int32_t *indptr, const int32_t *pages, float *out,
@@ -64,7 +69,9 @@ static bool run(int threads, pkv_k_attention_args a, const float *q, const void 
     int nm = make_meta(meta, NQ, seq, len, indptr, pages);
     pkv_buffer *bq = put(dev, q, NQ * qrow), *bk = put(dev, k, kv_bytes), *bv = put(dev, v, kv_bytes),
                *bo = put(dev, NULL, NQ * orow), *bm = put(dev, meta, (size_t)nm * 4);
-    bool ok = bq && bk && bv && bo && bm;
+    pkv_buffer *bs = g_sinks ? put(dev, g_sinks, (size_t)a.n_head * 4) : NULL;
+    bool ok = bq && bk && bv && bo && bm && (!g_sinks || bs);
+    if (bs) a.sinks = pkv_tref_make(bs, 0);
     a.q = pkv_tref_make(bq, 0);
     a.k = pkv_tref_make(bk, 0);
     a.v = pkv_tref_make(bv, 0);
@@ -83,6 +90,7 @@ static bool run(int threads, pkv_k_attention_args a, const float *q, const void 
     pkv_buffer_free(bv);
     pkv_buffer_free(bo);
     pkv_buffer_free(bm);
+    pkv_buffer_free(bs);
     pkv_device_close(dev);
     return ok;
 }
@@ -114,8 +122,9 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
         alone[i] = malloc(nq_el * 4);
     }
     NEED(q && k && v && kr && vr && kb && vb && ref && ref_raw && out[0] && out[1] && alone[0] && alone[1]);
-    char name[64];
-    snprintf(name, sizeof name, "%s K %s V %s h%d/%d d%d", path, pkv_type_name(kt), pkv_type_name(vt), n_head, n_kv, d);
+    char name[128];
+    snprintf(name, sizeof name, "%s K %s V %s h%d/%d d%d%s%s%s", path, pkv_type_name(kt), pkv_type_name(vt), n_head, n_kv, d,
+             g_window ? " window" : "", g_softcap > 0 ? " softcap" : "", g_sinks ? " sinks" : "");
     for (size_t i = 0; i < nq_el; i++) q[i] = th_randf(&g_seed) * 2.0f;
     for (size_t i = 0; i < n_kv_el; i++) {
         kr[i] = k[i] = th_randf(&g_seed);
@@ -137,14 +146,15 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
     const int32_t seq[NQ] = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1};
     const int32_t len[NQ] = {1195, 1196, 1197, 1198, 1199, 1200, 300, 1, 256, 17, 257, 513, 640, 320};
     pkv_k_attention_args a = {.k_type = kt, .v_type = vt, .n_seq = NSEQ, .meta_pages = 95, .n_pages = NP, .page_size = PS,
-                              .n_head = n_head, .n_kv = n_kv, .dk = d, .dv = d, .scale = 0.125f};
+                              .n_head = n_head, .n_kv = n_kv, .dk = d, .dv = d, .scale = 0.125f, .window = g_window,
+                              .softcap = g_softcap};
     static int32_t meta[2 * NQ + NSEQ + 1 + NP];
     make_meta(meta, NQ, seq, len, indptr, pages);
     a.n_q = NQ;
-    pkv_ref_attention(&a, q, kb, vb, meta, ref);
+    pkv_ref_attention_sinks(&a, q, kb, vb, meta, g_sinks, ref);
     pkv_k_attention_args araw = a;
     araw.k_type = araw.v_type = PKV_TYPE_F32;
-    pkv_ref_attention(&araw, q, kr, vr, meta, ref_raw);
+    pkv_ref_attention_sinks(&araw, q, kr, vr, meta, g_sinks, ref_raw);
     const int threads[2] = {1, 3};
     for (int t = 0; t < 2; t++) NEED(run(threads[t], a, q, kb, vb, bytes, seq, len, indptr, pages, out[t], alone[t]));
     const double e = th_nmse(ref, out[0], nq_el);
@@ -166,7 +176,7 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
     /* query 7 sees one token: its output is that token's V row (as the page holds it;
      * compared as values: a q4_0 zero d * (8 - 8) is -0 when d < 0, the sum +0) */
     const int32_t p0 = pages[indptr[1]];
-    for (int h = 0; h < n_head; h++) {
+    for (int h = 0; h < n_head && !g_sinks; h++) { /* (a sink takes a share of the softmax) */
         th_checks++;
         const float *o7 = out[0] + ((size_t)7 * n_head + h) * d, *v7 = v + ((size_t)p0 * PS * n_kv + h / (n_head / n_kv)) * d;
         for (int i = 0; i < d; i++)
@@ -202,6 +212,23 @@ int main(void) {
         test_shape(paths[p], PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, 8, 2, 64);
         test_shape(paths[p], PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, 6, 3, 96);
         test_shape(paths[p], PKV_TYPE_Q4_0, PKV_TYPE_F16, 4, 4, 32);
+    }
+    /* the attention kinds: a sliding window of 300 (it starts inside spans and
+     * pages; the one-token query still sees its token), Gemma 2's soft-cap, gpt-oss's
+     * sinks, and all three, on every path: reference, threads, alone == batched */
+    static const float sinks[8] = {-1.5f, 0.25f, 2.0f, -0.5f, 6.0f, 1.0f, -3.0f, 0.0f};
+    for (int p = 0; p < 4; p++) {
+        setenv("PKV_CPU_PATH", paths[p], 1);
+        for (int variant = 0; variant < 4; variant++) {
+            g_window = variant == 0 || variant == 3 ? 300 : 0;
+            g_softcap = variant == 1 || variant == 3 ? 1.5f : 0;
+            g_sinks = variant == 2 || variant == 3 ? sinks : NULL;
+            test_shape(paths[p], PKV_TYPE_F16, PKV_TYPE_F16, 8, 2, 64);
+            test_shape(paths[p], PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, 6, 3, 96);
+        }
+        g_window = 0;
+        g_softcap = 0;
+        g_sinks = NULL;
     }
     unsetenv("PKV_CPU_PATH");
     return th_done();

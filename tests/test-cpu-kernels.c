@@ -313,8 +313,11 @@ static void run_suite(pkv_device *dev, const char *label) {
     th_checks++;
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
-    CHECK_INT(l.rows, 8 * 2 + 11 + 8); /* + quantized KV: set_rows, rope (2 each), attention (4) */
+    /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
+    CHECK_INT(l.rows, 8 * 2 + 11 + 8 + 2);
     CHECK(has_row(&l, "kernel matmul q4_k"));
+    CHECK(has_row(&l, "kernel attention f16 window/softcap/sinks"));
+    CHECK(has_row(&l, "kernel attention q8_0 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention f16"));
     CHECK(has_row(&l, "kernel rope f16"));
     CHECK(has_row(&l, "kernel rope q4_0"));
@@ -704,7 +707,8 @@ static void test_guards(void) {
     fill(q, sizeof q / 4, 1.0f);
     fill(k, sizeof k / 4, 1.0f);
     fill(v, sizeof v / 4, 1.0f);
-    pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, PKV_TYPE_F32, PKV_TYPE_F32, 4, 2, 4, NP, PS, H, KV, D, D, 0.5f};
+    pkv_k_attention_args a = {.k_type = PKV_TYPE_F32, .v_type = PKV_TYPE_F32, .n_q = 4, .n_seq = 2, .meta_pages = 4,
+                              .n_pages = NP, .page_size = PS, .n_head = H, .n_kv = KV, .dk = D, .dv = D, .scale = 0.5f};
     pkv_ref_attention(&a, q, k, v, meta, ref);
     int zeros = 0;
     for (int e = H * D; e < 3 * H * D; e++) zeros += ref[e] == 0.0f; /* q1 and q2 see nothing */

@@ -7,7 +7,8 @@
  *     (chunked, merged, unaligned) against a host shadow, queue order of a copy
  *     before a kernel and of a fill before a read;
  *   - attention on the split-K path (long decode, few heads) and unsplit, f16
- *     and f32 KV, against the double-precision reference;
+ *     and f32 KV, against the double-precision reference; the attention kinds
+ *     (sliding window, softcap, sinks, all three) both ways too;
  *   - the model (test-model.c on cuda:0): fork == replay bitwise, swap and
  *     save/load round trips, batches;
  *   - whole-model logits of every architecture and weight type against the CPU:
@@ -141,18 +142,34 @@ static void queue_order(pkv_device *dev) {
 
 static uint64_t arng = 17;
 
+/* The per-layer options of an attention kind (device.h); all zero: plain. */
+typedef struct att_kind {
+    int window;    /* tokens; 0 = none */
+    float softcap; /* 0 = none */
+    bool sinks;    /* random sinks [n_head], one head's -inf */
+    int over;      /* each q_len is this many tokens past its sequence's pages
+                    * (tokens the reference skips; a window starts from q_len) */
+} att_kind;
+static const att_kind plain = {.window = 0};
+
 /* n_q queries, each of its own sequence of len[i] tokens on shuffled pages. */
 static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len, int n_head, int n_kv, int d,
-                           int page_size) {
+                           int page_size, att_kind kind) {
     int total_pages = 0;
     for (int i = 0; i < n_q; i++) total_pages += (len[i] + page_size - 1) / page_size;
     const int n_pages = total_pages + 3;
     const size_t es = kt == PKV_TYPE_F16 ? 2 : 4, slots = (size_t)n_pages * page_size * n_kv;
     const size_t nq = (size_t)n_q * n_head * d, no = nq, nkv = slots * d;
-    float *q = malloc(nq * 4), *ref = malloc(no * 4), *got = malloc(no * 4);
+    float *q = malloc(nq * 4), *ref = malloc(no * 4), *got = malloc(no * 4), *sinks = malloc((size_t)n_head * 4);
     uint8_t *k = malloc(nkv * es), *v = malloc(nkv * es);
     int32_t *meta = malloc((size_t)(3 * n_q + 1 + total_pages) * 4);
     for (size_t i = 0; i < nq; i++) q[i] = th_randf(&arng) * 2;
+    /* around the log of the longest length, so the sink takes a real share; drawn
+     * only when used, so the plain cases keep their data */
+    int max_len = 1;
+    for (int i = 0; i < n_q; i++) max_len = len[i] > max_len ? len[i] : max_len;
+    for (int h = 0; kind.sinks && h < n_head; h++)
+        sinks[h] = h % 4 == 3 ? -INFINITY : logf((float)max_len) + 3 * th_randf(&arng);
     for (size_t i = 0; i < nkv; i++) {
         float a = th_randf(&arng), b = th_randf(&arng);
         if (kt == PKV_TYPE_F16) {
@@ -169,7 +186,7 @@ static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len
     indptr[0] = 0;
     for (int i = 0; i < n_q; i++) {
         q_seq[i] = n_q - 1 - i; /* query i reads sequence n_q-1-i */
-        q_len[i] = len[n_q - 1 - i];
+        q_len[i] = len[n_q - 1 - i] + kind.over;
     }
     for (int s = 0; s < n_q; s++) {
         int np = (len[s] + page_size - 1) / page_size;
@@ -178,12 +195,18 @@ static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len
     }
     pkv_k_attention_args a = {.k_type = kt, .v_type = kt, .n_q = n_q, .n_seq = n_q, .meta_pages = total_pages,
                               .n_pages = n_pages, .page_size = page_size, .n_head = n_head, .n_kv = n_kv,
-                              .dk = d, .dv = d, .scale = 1.0f / sqrtf((float)d)};
-    pkv_ref_attention(&a, q, k, v, meta, ref);
+                              .dk = d, .dv = d, .scale = 1.0f / sqrtf((float)d), .window = kind.window,
+                              .softcap = kind.softcap};
+    pkv_ref_attention_sinks(&a, q, k, v, meta, kind.sinks ? sinks : NULL, ref);
     pkv_buffer *bq = pkv_buffer_alloc(dev, nq * 4 + 4), *bk = pkv_buffer_alloc(dev, nkv * es),
                *bv = pkv_buffer_alloc(dev, nkv * es), *bo = pkv_buffer_alloc(dev, no * 4 + 8),
-               *bm = pkv_buffer_alloc(dev, (size_t)(3 * n_q + 1 + total_pages) * 4);
-    REQUIRE_VOID(bq && bk && bv && bo && bm);
+               *bm = pkv_buffer_alloc(dev, (size_t)(3 * n_q + 1 + total_pages) * 4),
+               *bs = kind.sinks ? pkv_buffer_alloc(dev, (size_t)n_head * 4 + 8) : NULL;
+    REQUIRE_VOID(bq && bk && bv && bo && bm && (bs || !kind.sinks));
+    if (kind.sinks) {
+        CHECK_OK(pkv_buffer_write(bs, 8, sinks, (size_t)n_head * 4));
+        a.sinks = pkv_tref_make(bs, 8);
+    }
     CHECK_OK(pkv_buffer_write(bq, 4, q, nq * 4));
     CHECK_OK(pkv_buffer_write(bk, 0, k, nkv * es));
     CHECK_OK(pkv_buffer_write(bv, 0, v, nkv * es));
@@ -201,17 +224,34 @@ static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len
     CHECK(guard[0] == 0xA5 && guard[3] == 0xA5);
     CHECK_OK(pkv_buffer_read(bo, 4 + no * 4, guard, 4));
     CHECK(guard[0] == 0xA5 && guard[3] == 0xA5);
+    /* a (query, head) that sees no token writes exact zeros, sink or not */
+    int blind = 0, bad_zero = 0;
+    for (size_t r = 0; r < no; r += (size_t)d) {
+        bool zero = true;
+        for (int j = 0; j < d; j++) zero &= ref[r + (size_t)j] == 0.0f;
+        if (!zero) continue;
+        blind++;
+        for (int j = 0; j < d; j++) bad_zero += got[r + (size_t)j] != 0.0f;
+    }
+    CHECK_INT(bad_zero, 0);
     double e = th_nmse(ref, got, no);
     th_checks++;
-    fprintf(stderr, "  attention %s n_q %d heads %d/%d d %d page %d len[0] %d: nmse %.2e\n", pkv_type_name(kt), n_q,
-            n_head, n_kv, d, page_size, len[0], e);
-    if (!(e <= 1e-8)) TH_FAIL("attention %s n_q %d len[0] %d: nmse %g > 1e-8", pkv_type_name(kt), n_q, len[0], e);
+    fprintf(stderr,
+            "  attention %s n_q %d heads %d/%d d %d page %d len[0] %d window %d softcap %g sinks %d over %d: nmse "
+            "%.2e (%d blind rows)\n",
+            pkv_type_name(kt), n_q, n_head, n_kv, d, page_size, len[0], kind.window, (double)kind.softcap,
+            (int)kind.sinks, kind.over, e, blind);
+    if (!(e <= 1e-8))
+        TH_FAIL("attention %s n_q %d len[0] %d window %d softcap %g sinks %d over %d: nmse %g > 1e-8",
+                pkv_type_name(kt), n_q, len[0], kind.window, (double)kind.softcap, (int)kind.sinks, kind.over, e);
     pkv_buffer_free(bq);
     pkv_buffer_free(bk);
     pkv_buffer_free(bv);
     pkv_buffer_free(bo);
     pkv_buffer_free(bm);
+    pkv_buffer_free(bs);
     free(q);
+    free(sinks);
     free(ref);
     free(got);
     free(k);
@@ -219,8 +259,40 @@ static void attention_case(pkv_device *dev, pkv_type kt, int n_q, const int *len
     free(meta);
 }
 
+static const int long1[1] = {9000}, two[2] = {5000, 3}, four[4] = {1, 700, 4097, 64};
+
+/* The attention kinds (window, softcap, sinks) on dev, f16 KV unless named.
+ * With page 16: lens 700 and 64 under a window of 8 stay inside one page
+ * ([692, 700) of page 43, [56, 64) of page 3); under 20 the four lens' windows
+ * cross a page boundary (but 1 sees its only token); 5000 is more than every
+ * q_len (the whole sequence, as plain). */
+static void attention_kinds(pkv_device *dev) {
+    static const int inpage[2] = {700, 64}, past[2] = {64, 70};
+    const pkv_type f16 = PKV_TYPE_F16, f32 = PKV_TYPE_F32;
+    attention_case(dev, f16, 4, four, 32, 8, 128, 16, (att_kind){.window = 1});
+    attention_case(dev, f16, 2, inpage, 8, 2, 128, 16, (att_kind){.window = 8});
+    attention_case(dev, f16, 4, four, 32, 8, 128, 16, (att_kind){.window = 20});
+    attention_case(dev, f16, 4, four, 32, 8, 128, 16, (att_kind){.window = 5000});
+    attention_case(dev, f16, 1, long1, 8, 2, 128, 16, (att_kind){.window = 3000}); /* split-K inside the window */
+    attention_case(dev, f32, 2, two, 4, 4, 64, 32, (att_kind){.window = 100});
+    attention_case(dev, f16, 4, four, 32, 8, 128, 16, (att_kind){.softcap = 0.5f});
+    attention_case(dev, f16, 1, long1, 8, 2, 128, 16, (att_kind){.softcap = 0.5f});
+    attention_case(dev, f16, 4, four, 32, 8, 128, 16, (att_kind){.sinks = true});
+    attention_case(dev, f16, 1, long1, 8, 2, 128, 16, (att_kind){.sinks = true});
+    attention_case(dev, f32, 2, two, 4, 4, 64, 32, (att_kind){.sinks = true});
+    for (int f = 0; f < 2; f++) {
+        const pkv_type kt = f ? f32 : f16;
+        attention_case(dev, kt, 4, four, 32, 8, 128, 16, (att_kind){.window = 300, .softcap = 0.5f, .sinks = true});
+        attention_case(dev, kt, 1, long1, 8, 2, 128, 16, (att_kind){.window = 4000, .softcap = 0.5f, .sinks = true});
+        attention_case(dev, kt, 1, long1, 2, 1, 256, 256, (att_kind){.window = 700, .softcap = 30.0f, .sinks = true});
+    }
+    /* q_len 25 past the pages, window 20: the window starts from q_len, so the
+     * query of 64 tokens (no slack in its last page) sees none and writes zeros
+     * despite its sink; the one of 70 sees slots [75, 80) of its last page. */
+    attention_case(dev, f16, 2, past, 4, 2, 64, 16, (att_kind){.window = 20, .sinks = true, .over = 25});
+}
+
 static void test_attention(pkv_device *dev) {
-    static const int long1[1] = {9000}, two[2] = {5000, 3}, four[4] = {1, 700, 4097, 64};
     /* the same cases unsplit and with 64 splits, forced (PKV_CUDA_ATT_SPLIT) */
     static const char *forced[] = {"1", "64"};
     for (int fi = 0; fi < 2; fi++) {
@@ -229,18 +301,21 @@ static void test_attention(pkv_device *dev) {
         unsetenv("PKV_CUDA_ATT_SPLIT");
         REQUIRE_VOID(d != NULL);
         fprintf(stderr, "  attention with PKV_CUDA_ATT_SPLIT=%s:\n", forced[fi]);
-        attention_case(d, PKV_TYPE_F16, 1, long1, 8, 2, 128, 16);
-        attention_case(d, PKV_TYPE_F32, 2, two, 4, 4, 64, 32);
-        attention_case(d, PKV_TYPE_F16, 4, four, 32, 8, 128, 16);
+        attention_case(d, PKV_TYPE_F16, 1, long1, 8, 2, 128, 16, plain);
+        attention_case(d, PKV_TYPE_F32, 2, two, 4, 4, 64, 32, plain);
+        attention_case(d, PKV_TYPE_F16, 4, four, 32, 8, 128, 16, plain);
+        attention_kinds(d);
         pkv_device_close(d);
     }
     for (int f = 0; f < 2; f++) {
         pkv_type kt = f ? PKV_TYPE_F32 : PKV_TYPE_F16;
-        attention_case(dev, kt, 1, long1, 8, 2, 128, 16); /* split-K: 16 blocks, 9000 tokens */
-        attention_case(dev, kt, 2, two, 4, 4, 64, 32);    /* split, one query of 3 tokens (empty splits) */
-        attention_case(dev, kt, 4, four, 32, 8, 128, 16); /* 128 blocks: splits only on small GPUs */
-        attention_case(dev, kt, 1, long1, 2, 1, 256, 256);
+        attention_case(dev, kt, 1, long1, 8, 2, 128, 16, plain); /* split-K: 16 blocks, 9000 tokens */
+        attention_case(dev, kt, 2, two, 4, 4, 64, 32, plain);    /* split, one query of 3 tokens (empty splits) */
+        attention_case(dev, kt, 4, four, 32, 8, 128, 16, plain); /* 128 blocks: splits only on small GPUs */
+        attention_case(dev, kt, 1, long1, 2, 1, 256, 256, plain);
     }
+    fprintf(stderr, "  attention kinds, splits chosen per call:\n");
+    attention_kinds(dev);
 }
 
 /* --------------------------------------------------------------- logits */

@@ -647,9 +647,11 @@ static void test_attention(pkv_device *d, pkv_type kvt) {
     pkv_buffer *bq = up(d, 4, q, sizeof(float) * n_q * n_head * dk), *bk = up(d, koff, kb, slots * dk * es),
                *bv = up(d, 8, vb, slots * dv * es), *bo = up(d, PAD, NULL, sizeof(float) * n_q * n_head * dv),
                *bm = up(d, 12, meta, sizeof meta);
-    pkv_k_attention_args aa = {pkv_tref_make(bq, 4), pkv_tref_make(bk, koff), pkv_tref_make(bv, 8),
-                               pkv_tref_make(bo, PAD), pkv_tref_make(bm, 12), kvt, kvt, n_q, n_seq, 21, n_pages,
-                               page_size, n_head, n_kv, dk, dv, scale};
+    pkv_k_attention_args aa = {.q = pkv_tref_make(bq, 4), .k = pkv_tref_make(bk, koff), .v = pkv_tref_make(bv, 8),
+                               .out = pkv_tref_make(bo, PAD), .meta = pkv_tref_make(bm, 12), .k_type = kvt,
+                               .v_type = kvt, .n_q = n_q, .n_seq = n_seq, .meta_pages = 21, .n_pages = n_pages,
+                               .page_size = page_size, .n_head = n_head, .n_kv = n_kv, .dk = dk, .dv = dv,
+                               .scale = scale};
     CHECK_OK(pkv_k_attention(d, &aa));
     down(bo, PAD, got, sizeof(float) * n_q * n_head * dv);
     char what[64];
@@ -657,6 +659,113 @@ static void test_attention(pkv_device *d, pkv_type kvt) {
     near(what, ref, got, (size_t)(n_q * n_head * dv), 1e-10);
     pkv_buffer_free(bq), pkv_buffer_free(bk), pkv_buffer_free(bv), pkv_buffer_free(bo), pkv_buffer_free(bm);
     free(kf), free(vf), free(kb), free(vb), free(q), free(ref), free(got);
+}
+
+/* The per-layer options of attention (window, softcap, sinks) against
+ * pkv_ref_attention_sinks, GQA group 4, in a prefill batch (six queries of one
+ * sequence) and a decode batch (one query per sequence and edge queries). Each
+ * option must change the reference's output (so ignoring it fails), a window
+ * larger than every q_len must give the bits of no window, and a query that sees
+ * no token (q_len 0, or a window on a skipped page or past its sequence's pages)
+ * must write exact zeros, sink or not. */
+static void test_attention_opts(pkv_device *d, pkv_type kvt) {
+    enum { H = 8, KV = 2, DK = 64, DV = 32, PS = 16, NP = 48, NSEQ = 3, NPAGES = 14, MAXQ = 7 };
+    const size_t slots = (size_t)NP * PS * KV, krow = pkv_type_row_bytes(kvt, DK), vrow = pkv_type_row_bytes(kvt, DV);
+    float *kf = malloc(sizeof(float) * slots * DK), *vf = malloc(sizeof(float) * slots * DV);
+    uint8_t *kb = malloc(slots * krow), *vb = malloc(slots * vrow);
+    randv(kf, slots * DK, 1.0f);
+    randv(vf, slots * DV, 1.0f);
+    make_weights(kvt, kf, kb, (int64_t)slots, DK);
+    make_weights(kvt, vf, vb, (int64_t)slots, DV);
+    /* seq 0: 150 tokens on 10 scattered pages (more than two 64-token chunks);
+     * seq 1: 40 tokens on 3 pages, the last id out of range (tokens 32..39
+     * skipped); seq 2: 20 tokens with one page listed (tokens 16..19 have none). */
+    const int32_t indptr[NSEQ + 1] = {0, 10, 13, 14};
+    int32_t pages[NPAGES];
+    for (int i = 0; i < 10; i++) pages[i] = (i * 7 + 3) % NP;
+    pages[10] = 40, pages[11] = 41, pages[12] = NP + 3, pages[13] = 10 /* shared with seq 0 */;
+    static const struct {
+        const char *name;
+        int n_q;
+        int32_t q_seq[MAXQ], q_len[MAXQ];
+    } batches[2] = {
+        {"prefill", 6, {0, 0, 0, 0, 0, 0}, {145, 146, 147, 148, 149, 150}},
+        {"decode", 7, {0, 1, 2, 1, 0, 0, 2}, {150, 40, 20, 17, 0, 1, 15}},
+    };
+    static const struct {
+        int window;
+        float softcap;
+        bool sinks;
+    } cases[] = {
+        {0, 0, false},  {1, 0, false}, {5, 0, false}, {20, 0, false}, {70, 0, false},
+        {1000, 0, false}, {0, 5, false}, {0, 0, true}, {20, 5, true}, {1, 5, true},
+    };
+    enum { NCASE = sizeof cases / sizeof cases[0] };
+    /* q of 12x the usual size: scaled scores up to ~15, so a softcap of 5 bites */
+    float q[MAXQ * H * DK], sinks[H];
+    randv(q, MAXQ * H * DK, 12.0f);
+    for (int h = 0; h < H; h++) sinks[h] = 2.0f * th_randf(&krng);
+    sinks[1] = 20.0f; /* dominates its head's softmax */
+    pkv_buffer *bk = up(d, PAD + 2, kb, slots * krow), *bv = up(d, 8, vb, slots * vrow),
+               *bq = up(d, 4, q, sizeof q), *bs = up(d, PAD + 4, sinks, sizeof sinks);
+    for (int bi = 0; bi < 2; bi++) {
+        const int n_q = batches[bi].n_q;
+        const size_t n_out = (size_t)n_q * H * DV;
+        int32_t meta[2 * MAXQ + NSEQ + 1 + NPAGES];
+        memcpy(meta, batches[bi].q_seq, sizeof(int32_t) * n_q);
+        memcpy(meta + n_q, batches[bi].q_len, sizeof(int32_t) * n_q);
+        memcpy(meta + 2 * n_q, indptr, sizeof indptr);
+        memcpy(meta + 2 * n_q + NSEQ + 1, pages, sizeof pages);
+        pkv_buffer *bm = up(d, 12, meta, sizeof meta), *bo = up(d, PAD, NULL, n_out * 4);
+        float *ref = malloc(sizeof(float) * n_out * NCASE), *got = malloc(sizeof(float) * n_out * NCASE);
+        float ref1[MAXQ * DV], got1[MAXQ * DV];
+        for (int ci = 0; ci < NCASE; ci++) {
+            float *r = ref + ci * n_out, *g = got + ci * n_out;
+            pkv_k_attention_args a = {.q = pkv_tref_make(bq, 4), .k = pkv_tref_make(bk, PAD + 2),
+                                      .v = pkv_tref_make(bv, 8), .out = pkv_tref_make(bo, PAD),
+                                      .meta = pkv_tref_make(bm, 12), .k_type = kvt, .v_type = kvt, .n_q = n_q,
+                                      .n_seq = NSEQ, .meta_pages = NPAGES, .n_pages = NP, .page_size = PS,
+                                      .n_head = H, .n_kv = KV, .dk = DK, .dv = DV, .scale = 1.0f / 8.0f,
+                                      .window = cases[ci].window, .softcap = cases[ci].softcap,
+                                      .sinks = cases[ci].sinks ? pkv_tref_make(bs, PAD + 4) : (pkv_tref){0}};
+            CHECK_OK(pkv_buffer_fill(bo, PAD, n_out * 4, 0xFF)); /* NaN: every output must be written */
+            CHECK_OK(pkv_k_attention(d, &a));
+            down(bo, PAD, g, n_out * 4);
+            pkv_ref_attention_sinks(&a, q, kb, vb, meta, cases[ci].sinks ? sinks : NULL, r);
+            char what[96];
+            snprintf(what, sizeof what, "attn %s %s w%d c%g%s", pkv_type_name(kvt), batches[bi].name,
+                     cases[ci].window, (double)cases[ci].softcap, cases[ci].sinks ? " sinks" : "");
+            near(what, r, g, n_out, 1e-8);
+            if (cases[ci].sinks) { /* the head whose sink dominates, on its own */
+                for (int qi = 0; qi < n_q; qi++) {
+                    memcpy(ref1 + qi * DV, r + ((size_t)qi * H + 1) * DV, sizeof(float) * DV);
+                    memcpy(got1 + qi * DV, g + ((size_t)qi * H + 1) * DV, sizeof(float) * DV);
+                }
+                strncat(what, " h1=20", sizeof what - strlen(what) - 1);
+                near(what, ref1, got1, (size_t)n_q * DV, 1e-8);
+            }
+            if (ci == 0) continue;
+            if (cases[ci].window >= 150) CHECK_MEM(g, got, n_out * 4); /* the path of no window */
+            else CHECK(th_nmse(ref, r, n_out) > 1e-4);                  /* the option matters here */
+            /* rows that see no token: exact zeros, with or without a sink */
+            for (size_t row = 0; row < (size_t)n_q * H; row++) {
+                bool zero = true;
+                for (int c = 0; c < DV; c++) zero &= r[row * DV + c] == 0.0f;
+                if (zero)
+                    for (int c = 0; c < DV; c++) CHECK(g[row * DV + c] == 0.0f);
+            }
+        }
+        if (bi == 1) /* q_len 0 everywhere; window 1 also on seq 1's skipped page and past seq 2's pages */
+            for (int h = 0; h < H; h++) {
+                CHECK(got[((size_t)4 * H + h) * DV] == 0.0f && got[(9 * n_out) + ((size_t)4 * H + h) * DV] == 0.0f);
+                CHECK(got[(9 * n_out) + ((size_t)1 * H + h) * DV] == 0.0f);
+                CHECK(got[(9 * n_out) + ((size_t)2 * H + h) * DV] == 0.0f);
+            }
+        pkv_buffer_free(bm), pkv_buffer_free(bo);
+        free(ref), free(got);
+    }
+    pkv_buffer_free(bq), pkv_buffer_free(bk), pkv_buffer_free(bv), pkv_buffer_free(bs);
+    free(kf), free(vf), free(kb), free(vb);
 }
 
 /* Kernel arguments at offsets the shaders cannot address are refused with a
@@ -744,6 +853,8 @@ static void test_kernels(pkv_device *d) {
     test_set_rows(d, PKV_TYPE_F16);
     test_attention(d, PKV_TYPE_F32);
     test_attention(d, PKV_TYPE_F16);
+    test_attention_opts(d, PKV_TYPE_F16);
+    test_attention_opts(d, PKV_TYPE_Q8_0);
     test_alignment(d);
     test_ordering(d);
     test_long_chain(d);

@@ -43,7 +43,7 @@ typedef struct {
     bool any_failed;
     /* the row being built */
     pkv_check_result row;
-    char test[64];
+    char test[96];
     double tol, worst, t0;
     bool row_error; /* first failure already in detail */
     /* buffers of the current case */
@@ -657,8 +657,10 @@ static void kv_decode(pkv_type t, const uint8_t *in, size_t n, int d, float *x) 
 }
 
 /* Both read the same K/V bytes as the reference, so the bound is the f32
- * arithmetic's, whatever the KV types. */
-static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt) {
+ * arithmetic's, whatever the KV types. opts: the attention kinds' constants, each
+ * case run with a sliding window (3 tokens: inside pages, across them, or more
+ * than a query sees), a soft-cap (2, below the scores), sinks, and all three. */
+static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
     typedef struct {
         int n_head, n_kv, dk, dv, page_size, n_pages, n_seq, n_q;
         int q_seq[8], q_len[8];
@@ -677,11 +679,14 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt) {
         /* long decode of few heads (a GPU splits its tokens over blocks), 2000 of 2048 tokens */
         {2, 1, 64, 64, 256, 10, 1, 1, {0}, {2000}, {0, 8}, {9, 1, 2, 3, 4, 5, 6, 7}},
     };
-    char name[32];
-    snprintf(name, sizeof name, kt == vt ? "%s" : "K %s V %s", pkv_type_name(kt), pkv_type_name(vt));
+    char name[64];
+    char types[24];
+    snprintf(types, sizeof types, kt == vt ? "%s" : "K %s V %s", pkv_type_name(kt), pkv_type_name(vt));
+    snprintf(name, sizeof name, "%s%s", types, opts ? " window/softcap/sinks" : "");
     row_begin(k, "kernel attention %s", name, 1e-8);
     pkv_status s = PKV_OK;
-    for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+    for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 4 : 1) && !k->row_error && !k->row.skipped; cv++) {
+        const size_t ci = cv % PKV_ARRAY_LEN(cases), variant = opts ? 1 + cv / PKV_ARRAY_LEN(cases) : 0;
         const acase *c = &cases[ci];
         const size_t nq = (size_t)c->n_q * c->n_head * c->dk, no = (size_t)c->n_q * c->n_head * c->dv;
         const size_t slots = (size_t)c->n_pages * c->page_size * c->n_kv;
@@ -709,15 +714,23 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt) {
         for (int i = 0; i < c->n_q; i++) meta[m++] = c->q_len[i];
         for (int i = 0; i <= c->n_seq; i++) meta[m++] = c->indptr[i];
         for (int i = 0; i < meta_pages; i++) meta[m++] = c->pages[i];
-        pkv_k_attention_args a = {{0}, {0}, {0}, {0}, {0}, kt, vt, c->n_q, c->n_seq, meta_pages, c->n_pages, c->page_size,
-                                  c->n_head, c->n_kv, c->dk, c->dv, 1.0f / sqrtf((float)c->dk)};
-        pkv_ref_attention(&a, q, kb, vb, meta, out);
-        dbuf *bq, *bk, *bv, *bo, *bm;
+        pkv_k_attention_args a = {.k_type = kt, .v_type = vt, .n_q = c->n_q, .n_seq = c->n_seq, .meta_pages = meta_pages,
+                                  .n_pages = c->n_pages, .page_size = c->page_size, .n_head = c->n_head, .n_kv = c->n_kv,
+                                  .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk)};
+        /* variant 1: window; 2: softcap and sinks; 3: all three */
+        float sinks[16];
+        for (int hh = 0; hh < c->n_head; hh++) sinks[hh] = hh == 1 ? 8.0f : 4.0f * (float)((hh * 37 % 11) - 5) / 10.0f;
+        if (variant == 1 || variant == 3) a.window = 3 + (int)ci * 5;
+        if (variant == 2 || variant == 3) a.softcap = 2.0f;
+        pkv_ref_attention_sinks(&a, q, kb, vb, meta, variant >= 2 ? sinks : NULL, out);
+        dbuf *bq, *bk, *bv, *bo, *bm, *bs = NULL;
         TRY(s = put(k, &bq, q, nq * 4));
         TRY(s = put(k, &bk, kb, kbytes));
         TRY(s = put(k, &bv, vb, vbytes));
         TRY(s = put(k, &bo, NULL, no * 4));
         TRY(s = put(k, &bm, meta, n_meta * 4));
+        if (variant >= 2) TRY(s = put(k, &bs, sinks, (size_t)c->n_head * 4));
+        if (bs) a.sinks = tr(bs);
         a.q = tr(bq);
         a.k = tr(bk);
         a.v = tr(bv);
@@ -725,7 +738,8 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt) {
         a.meta = tr(bm);
         if (kernel_ok(k, pkv_k_attention(k->dev, &a), "attention")) {
             char what[64];
-            snprintf(what, sizeof what, "case %zu (heads %d/%d, page %d)", ci, c->n_head, c->n_kv, c->page_size);
+            snprintf(what, sizeof what, "case %zu (heads %d/%d, page %d)%s", ci, c->n_head, c->n_kv, c->page_size,
+                     variant == 1 ? " window" : variant == 2 ? " softcap+sinks" : variant == 3 ? " window+softcap+sinks" : "");
             s = compare_f32(k, bo, out, no, what);
         }
     done:
@@ -888,12 +902,14 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q4_0);
     if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0);
     if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0);
-    if (!s) s = check_attention(&k, PKV_TYPE_F32, PKV_TYPE_F32);
-    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q4_0, PKV_TYPE_Q4_0);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_F16);
-    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_Q4_0);
+    if (!s) s = check_attention(&k, PKV_TYPE_F32, PKV_TYPE_F32, false);
+    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16, false);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false);
+    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16, true);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false);
+    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_F16, false);
+    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_Q4_0, false);
     if (!s) s = check_softmax(&k);
     if (!s) s = check_argmax(&k);
     bufs_free(&k);

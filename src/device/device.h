@@ -128,7 +128,14 @@ typedef struct pkv_k_set_rows_args {
  *                pages[indptr[s] .. indptr[s+1]), token t at page pages[indptr[s] +
  *                t / page_size], slot t % page_size.
  * Query head h reads KV head h / (n_head / n_kv). Scores are scaled by `scale`.
- * The kernel skips page ids outside [0, n_pages) (they cannot come from kv/). */
+ * The kernel skips page ids outside [0, n_pages) (they cannot come from kv/).
+ * Per-layer constants of the attention kind (0 / NULL: off), in this order:
+ *   window  (sliding-window layers) query i sees only its last `window` visible
+ *           tokens: [max(0, q_len[i] - window), q_len[i]);
+ *   softcap (Gemma 2) a score s (after `scale`) becomes softcap * tanh(s / softcap);
+ *   sinks   (gpt-oss) f32 [n_head]: head h's softmax has one more logit, sinks[h],
+ *           whose value vector is zero: out = sum_t e^{s_t} v_t / (sum_t e^{s_t} + e^{sinks[h]}).
+ * A query that sees no token writes zeros, with or without a sink. */
 typedef struct pkv_k_attention_args {
     pkv_tref q, k, v, out, meta;
     pkv_type k_type, v_type;
@@ -136,6 +143,9 @@ typedef struct pkv_k_attention_args {
     int n_pages, page_size;
     int n_head, n_kv, dk, dv;
     float scale;
+    int window;      /* tokens; 0 = all visible tokens */
+    float softcap;   /* 0 = none */
+    pkv_tref sinks;  /* f32 [n_head]; buf NULL = none */
 } pkv_k_attention_args;
 
 /* Row-wise softmax, f32 [n_rows][row_len]; in place ok. */

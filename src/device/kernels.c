@@ -4,6 +4,7 @@
  * memory, which no host-side check can see). */
 #include "device/device-impl.h"
 
+#include <math.h>
 #include <stdio.h>
 
 typedef struct {
@@ -172,6 +173,9 @@ pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a) {
     TRY(arg(&k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
     TRY(arg(&k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
     TRY(arg(&k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
+    SHAPE(a->window >= 0, "window %d is negative", a->window);
+    SHAPE(a->softcap >= 0 && a->softcap < INFINITY, "softcap %g must be finite and >= 0", (double)a->softcap);
+    if (a->sinks.buf) TRY(arg(&k, "sinks", a->sinks, (uint64_t)a->n_head * 4));
     return dev->ops->kernels->attention(dev->ctx, a);
 }
 

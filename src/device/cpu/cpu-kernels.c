@@ -776,6 +776,7 @@ typedef struct {
     const pkv_k_attention_args *a;
     const pkv_cpu_att *att;
     const float *q;
+    const float *sinks; /* [n_head] or NULL */
     const uint8_t *k, *v;
     const int32_t *meta;
     float *out;
@@ -810,6 +811,16 @@ __attribute__((noinline)) static void att_fold(float *M, float *L, float *A, flo
     const float so = expf(*M - mx), sn = expf(m - mx); /* so = 0 on the first partial */
     *L = *L * so + l * sn;
     for (int d = 0; d < dv; d++) A[d] = A[d] * so + pa[d] * sn;
+    *M = mx;
+}
+
+/* A sink: one more logit (value zero) in the softmax of a head that saw a token. */
+__attribute__((noinline)) static void att_sink(float *M, float *L, float *A, float sink, int dv) {
+    if (*M == -INFINITY) return; /* no token seen: the output stays zero */
+    const float mx = sink > *M ? sink : *M;
+    const float so = expf(*M - mx), sn = expf(sink - mx);
+    *L = *L * so + sn;
+    for (int d = 0; d < dv; d++) A[d] = A[d] * so;
     *M = mx;
 }
 
@@ -863,10 +874,13 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)nk * ATT_CHUNK * a->dk; /* the chunk's rows as f32 */
     const uint8_t **tk = (const uint8_t **)(void *)(((uintptr_t)(vf + (size_t)nk * ATT_CHUNK * a->dv) + 15) & ~(uintptr_t)15);
     const uint8_t **tv = tk + ATT_SPAN + ATT_PREFETCH;
-    int64_t len[64], lo = 0, np = 0, len_max = 0;
+    int64_t len[64], start[64], lo = 0, np = 0, len_max = 0, start_min = INT64_MAX;
     for (int b = 0; b < nq; b++) {
         len[b] = att_len(j, blk->i0 + b, &lo, &np);
         len_max = PKV_MAX(len_max, len[b]);
+        /* a sliding window: the query's last `window` tokens */
+        start[b] = a->window > 0 && len[b] > a->window ? len[b] - a->window : 0;
+        start_min = PKV_MIN(start_min, start[b]);
     }
     for (int kk = 0; kk < nk; kk++)
         for (int b = 0; b < nq; b++)
@@ -879,7 +893,8 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     }
     memset(FA, 0, (size_t)rows * a->dv * sizeof(float));
     for (int c = c0; c < c1; c++) {
-        const int64_t t0 = (int64_t)c * ATT_SPAN, t1 = PKV_MIN(t0 + ATT_SPAN, len_max);
+        const int64_t t0 = (int64_t)c * ATT_SPAN, t1 = (int64_t)(c + 1) * ATT_SPAN <= start_min ? t0 /* before every window */
+                                                                                          : PKV_MIN(t0 + ATT_SPAN, len_max);
         /* token slabs of the span and the few after it (NULL: page outside the pool) */
         const int64_t t_pf = PKV_MIN(t1 + ATT_PREFETCH, np * a->page_size);
         for (int64_t t = t0; t < t_pf; t++) {
@@ -938,16 +953,24 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
                 for (int x = n; x < ATT_CHUNK; x++) kp[x] = kp[0];
                 j->att->scores(kp, qbuf + (size_t)kk * qg * a->dk, a->dk, qg, a->dk, a->scale, p + (size_t)kk * qg * ATT_CHUNK,
                                ATT_CHUNK);
-                /* query b sees the chunk's first nb tokens with t < len[b]; skipped
-                 * pages come before or after them within the chunk in token order,
-                 * so count its tokens again */
+                if (a->softcap > 0) /* Gemma 2: cap * tanh(s / cap), the same libm call on every path */
+                    for (int r = kk * qg; r < (kk + 1) * qg; r++)
+                        for (int x = 0; x < n; x++)
+                            p[(size_t)r * ATT_CHUNK + x] = a->softcap * tanhf(p[(size_t)r * ATT_CHUNK + x] / a->softcap);
+                /* query b sees the chunk's tokens with start[b] <= t < len[b]: the
+                 * scores from index xb on, nb of them; skipped pages come before or
+                 * after them within the chunk in token order, so count its tokens */
                 for (int b = 0; b < nq; b++) {
-                    int nb = 0;
-                    for (int64_t t = u0; t < PKV_MIN(u1, len[b]); t++) nb += tk[t - t0] != NULL;
+                    int nb = 0, xb = 0;
+                    for (int64_t t = u0; t < PKV_MIN(u1, len[b]); t++) {
+                        if (!tk[t - t0]) continue;
+                        if (t < start[b]) xb++;
+                        else nb++;
+                    }
                     if (!nb) continue;
                     for (int g = 0; g < group; g++) {
                         const int r = kk * qg + b * group + g;
-                        att_flush_row(j, acc + (size_t)r * a->dv, &m[r], &l[r], p + (size_t)r * ATT_CHUNK, vp, nb);
+                        att_flush_row(j, acc + (size_t)r * a->dv, &m[r], &l[r], p + (size_t)r * ATT_CHUNK + xb, vp + xb, nb);
                     }
                 }
             }
@@ -974,9 +997,10 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     for (int kk = 0; kk < nk; kk++)
         for (int b = 0; b < nq; b++)
             for (int g = 0; g < group; g++) {
-                const int r = kk * qg + b * group + g;
-                att_finish(j->out + ((size_t)(blk->i0 + b) * a->n_head + (size_t)(k0 + kk) * group + g) * a->dv, FL[r],
-                           FA + (size_t)r * a->dv, a->dv);
+                const int r = kk * qg + b * group + g, h = (k0 + kk) * group + g;
+                if (j->sinks) att_sink(&FM[r], &FL[r], FA + (size_t)r * a->dv, j->sinks[h], a->dv);
+                att_finish(j->out + ((size_t)(blk->i0 + b) * a->n_head + (size_t)h) * a->dv, FL[r], FA + (size_t)r * a->dv,
+                           a->dv);
             }
 }
 
@@ -1020,6 +1044,7 @@ static void att_merge_task(int ti, int n_tasks, void *arg) {
                         j->part + ((size_t)blk->part + ((size_t)b * j->max_spans + c) * a->n_head + h) * (size_t)(a->dv + 2);
                     att_fold(&M, &L, A, pp[0], pp[1], pp + 2, a->dv);
                 }
+                if (j->sinks) att_sink(&M, &L, A, j->sinks[h], a->dv);
                 att_finish(j->out + ((size_t)(blk->i0 + b) * a->n_head + h) * a->dv, L, A, a->dv);
             }
         }
@@ -1033,11 +1058,13 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     TRY(aligned(c, "attention", "v", a->v, a->v_type == PKV_TYPE_F32 ? 4 : 2));
     TRY(aligned(c, "attention", "out", a->out, 4));
     TRY(aligned(c, "attention", "meta", a->meta, 4));
+    if (a->sinks.buf) TRY(aligned(c, "attention", "sinks", a->sinks, 4));
     if (a->n_q <= 0) return PKV_OK;
     att_job j = {0};
     j.a = a;
     j.att = pkv_cpu_att_for(dots_select()->name);
     j.q = pkv_cpu_ptr(a->q);
+    j.sinks = a->sinks.buf ? pkv_cpu_ptr(a->sinks) : NULL;
     j.k = pkv_cpu_ptr(a->k);
     j.v = pkv_cpu_ptr(a->v);
     j.meta = pkv_cpu_ptr(a->meta);

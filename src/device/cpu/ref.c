@@ -169,6 +169,11 @@ static void ref_row(const void *pool, pkv_type t, size_t slot, int d, float *out
 
 void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                        const int32_t *meta, float *out) {
+    pkv_ref_attention_sinks(a, q, k, v, meta, NULL, out);
+}
+
+void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
+                             const int32_t *meta, const float *sinks, float *out) {
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
@@ -190,8 +195,11 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
             const int kvh = h / group;
             const float *qh = q + ((size_t)i * a->n_head + h) * (size_t)a->dk;
             double mx = -INFINITY;
+            /* a sliding window sees the last `window` tokens only */
+            const int64_t t_lo = a->window > 0 && q_len[i] > a->window ? q_len[i] - a->window : 0;
             for (int64_t t = 0; t < q_len[i]; t++) {
                 score[t] = NAN; /* NAN marks a skipped token */
+                if (t < t_lo) continue;
                 const int64_t pi = t / a->page_size;
                 if (pi >= hi - lo) continue;
                 const int32_t page = pages[lo + pi];
@@ -201,10 +209,14 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
                 double dot = 0;
                 for (int d = 0; d < a->dk; d++) dot += (double)qh[d] * (double)row[d];
                 score[t] = dot * (double)a->scale;
+                if (a->softcap > 0) score[t] = (double)a->softcap * tanh(score[t] / (double)a->softcap);
                 if (score[t] > mx) mx = score[t];
             }
-            if (mx == -INFINITY) continue;
-            double sum = 0;
+            if (mx == -INFINITY) continue; /* no token seen: zeros, sink or not */
+            /* a sink is one more logit whose value is zero: it only adds to the sum */
+            const double sink = sinks ? (double)sinks[h] : -INFINITY;
+            if (sink > mx) mx = sink;
+            double sum = sinks ? exp(sink - mx) : 0;
             for (int64_t t = 0; t < q_len[i]; t++)
                 if (!isnan(score[t])) sum += exp(score[t] - mx);
             for (int d = 0; d < a->dv; d++) acc[d] = 0;

@@ -29,6 +29,10 @@ void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, 
  * sees no valid token gets zeros. */
 void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                        const int32_t *meta, float *out);
+/* pkv_ref_attention with the attention's sinks (f32 [n_head], host memory; NULL =
+ * none): a->window and a->softcap are read from a, the sinks from here. */
+void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
+                             const int32_t *meta, const float *sinks, float *out);
 void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len);
 void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len);
 

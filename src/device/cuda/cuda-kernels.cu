@@ -449,14 +449,19 @@ __device__ __forceinline__ float ld_kv(const void *p, size_t i) {
 }
 
 // Paged causal attention. Block (query row i, head h, split sp): the split's
-// share of the query's visible tokens (pkv_cu_split_range), four warps taking
+// share (pkv_cu_split_range) of the tokens the query sees, [first, len) (a
+// sliding window only moves the start: pkv_cu_att_first), four warps taking
 // every fourth token, each warp an online softmax with q and its accumulator in
 // registers (lane holds dims lane + 32 j); the warps merge through shared memory.
 // With one split the block writes the normalized output; with several it writes
 // (max, sum, unnormalized accumulator) to a.partial for k_att_combine.
+// Softcap applies to each score; the sink, once per output, where the output is
+// formed (here unsplit, in k_att_combine split): one more online-softmax term of
+// max sinks[h], sum 1 and a zero vector, added only when some token was seen.
 // Tokens on a page id outside [0, n_pages), past the sequence's pages, and
 // queries of a sequence outside [0, n_seq) are skipped as in the reference.
-template <bool F16>
+// CAP: a.softcap > 0 (its tanhf costs registers the other layers need not pay).
+template <bool F16, bool CAP>
 __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention a) {
     __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
     __shared__ float sm_acc[ATT_WARPS][PKV_CU_ATT_MAX_D];
@@ -464,8 +469,11 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t lo;
     const int64_t len = pkv_cu_att_len(a.meta, a.n_q, a.n_seq, a.meta_pages, a.page_size, i, &lo);
+    const int64_t first = pkv_cu_att_first(a.meta, a.n_q, a.window, i, len);
     int64_t t0, t1;
-    pkv_cu_split_range(len, a.n_split, sp, &t0, &t1);
+    pkv_cu_split_range(len - first, a.n_split, sp, &t0, &t1);
+    t0 += first;
+    t1 += first;
 
     const int kvh = h / (a.n_head / a.n_kv);
     const float *qh = a.q + ((size_t)i * a.n_head + h) * a.dk;
@@ -487,7 +495,8 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
             const int d = lane + 32 * j;
             if (d < a.dk) dot += qr[j] * ld_kv<F16>(a.k, slot * a.dk + d);
         }
-        const float score = warp_sum(dot) * a.scale;
+        float score = warp_sum(dot) * a.scale;
+        if (CAP) score = a.softcap * tanhf(score / a.softcap);
         const float mn = fmaxf(m, score);
         const float corr = expf(m - mn), p = expf(score - mn); // corr is 0 while m is -inf
         l = l * corr + p;
@@ -511,12 +520,17 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w]);
+    // M stays -inf (zeros written) when no token was seen, sink or not
+    const bool sink = a.sinks && a.n_split == 1 && M != -INFINITY;
+    const float sv = sink ? a.sinks[h] : 0.0f;
+    if (sink) M = fmaxf(M, sv);
     float f[ATT_WARPS], L = 0.0f;
 #pragma unroll
     for (int w = 0; w < ATT_WARPS; w++) {
         f[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - M);
         L += sm_l[w] * f[w];
     }
+    if (sink) L += expf(sv - M);
     const size_t row = (size_t)i * a.n_head + h;
     if (a.n_split == 1) {
         float *o = a.out + row * a.dv;
@@ -542,17 +556,24 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
 }
 
 // Merge the splits of one (query row, head): rescale each split's sum and
-// accumulator to the common maximum.
-__global__ void k_att_combine(const float *partial, float *out, int n_split, int dv) {
+// accumulator to the common maximum. The head's sink (sinks: [n_head] or NULL)
+// joins as one more split of max sinks[h], sum 1 and a zero accumulator, when
+// some split saw a token (M stays -inf and zeros are written otherwise).
+__global__ void k_att_combine(const float *partial, float *out, int n_split, int dv, const float *sinks,
+                              int n_head) {
     const size_t row = blockIdx.x;
     const float *p = partial + row * n_split * (size_t)(dv + 2);
     float M = -INFINITY;
     for (int s = 0; s < n_split; s++) M = fmaxf(M, p[(size_t)s * (dv + 2)]);
+    const bool sink = sinks && M != -INFINITY;
+    const float sv = sink ? sinks[row % (size_t)n_head] : 0.0f;
+    if (sink) M = fmaxf(M, sv);
     float L = 0.0f;
     for (int s = 0; s < n_split; s++) {
         const float ms = p[(size_t)s * (dv + 2)];
         if (ms != -INFINITY) L += p[(size_t)s * (dv + 2) + 1] * expf(ms - M);
     }
+    if (sink) L += expf(sv - M);
     for (int d = threadIdx.x; d < dv; d += blockDim.x) {
         float v = 0.0f;
         for (int s = 0; s < n_split; s++) {
@@ -569,13 +590,19 @@ extern "C" int pkv_cu_launch_attention(const pkv_cu_attention *a, void *stream) 
         a->n_split > PKV_CU_ATT_MAX_SPLIT || (a->n_split > 1 && !a->partial))
         return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)a->n_q, (unsigned)a->n_head, (unsigned)a->n_split);
-    if (a->kv_f16)
-        k_attention<true><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
+    const bool cap = a->softcap > 0.0f;
+    if (a->kv_f16 && cap)
+        k_attention<true, true><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
+    else if (a->kv_f16)
+        k_attention<true, false><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
+    else if (cap)
+        k_attention<false, true><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
     else
-        k_attention<false><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
+        k_attention<false, false><<<grid, ATT_WARPS * WARP, 0, st>>>(*a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || a->n_split == 1) return (int)e;
-    k_att_combine<<<(unsigned)((int64_t)a->n_q * a->n_head), 128, 0, st>>>(a->partial, a->out, a->n_split, a->dv);
+    k_att_combine<<<(unsigned)((int64_t)a->n_q * a->n_head), 128, 0, st>>>(a->partial, a->out, a->n_split, a->dv,
+                                                                          a->sinks, a->n_head);
     return (int)cudaGetLastError();
 }
 

@@ -78,6 +78,16 @@ static inline PKV_CU_HD int64_t pkv_cu_att_len(const int32_t *meta, int n_q, int
     return len < 0 ? 0 : len < cap ? len : cap;
 }
 
+/* The first token query i sees under a sliding window of `window` tokens (0 =
+ * none): max(0, q_len[i] - window), from the query's own q_len as in the
+ * reference (not from the length above, which its pages may cut short), and
+ * never past len. The query's tokens are [first, len). */
+static inline PKV_CU_HD int64_t pkv_cu_att_first(const int32_t *meta, int n_q, int window, int i, int64_t len) {
+    if (window <= 0) return 0;
+    const int64_t first = (int64_t)meta[n_q + i] - window;
+    return first <= 0 ? 0 : first < len ? first : len;
+}
+
 /* The KV row of token t (t < the length above) for KV head kvh, in units of one
  * head's vector: k at slot * dk, v at slot * dv; -1 when the page id is outside
  * [0, n_pages) (skipped). */
@@ -156,11 +166,14 @@ typedef struct pkv_cu_attention {
     const int32_t *meta;
     float *out;
     /* [n_q][n_head][n_split][2 + dv] floats (running max, sum, accumulator) when
-     * n_split > 1, else unused */
+     * n_split > 1, else unused; the sink is not in them (the merge adds it) */
     float *partial;
     int n_split;
     int n_q, n_seq, meta_pages, n_pages, page_size, n_head, n_kv, dk, dv;
     float scale;
+    int window;         /* tokens; 0 = every visible token (pkv_cu_att_first) */
+    float softcap;      /* 0 = none */
+    const float *sinks; /* [n_head], or NULL */
 } pkv_cu_attention;
 
 int pkv_cu_launch_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chunk *chunks, int64_t n_chunks,

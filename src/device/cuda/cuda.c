@@ -427,29 +427,40 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
     ALIGN("attention", "v", a->v.off, es);
     ALIGN("attention", "out", a->out.off, 4);
     ALIGN("attention", "meta", a->meta.off, 4);
+    if (a->sinks.buf) ALIGN("attention", "sinks", a->sinks.off, 4);
     TRY(use(c));
+    /* A sliding window caps the tokens a query reads: size the splits by the
+     * pages of one window per sequence when that is less than the block table. */
+    int split_pages = a->meta_pages;
+    if (a->window > 0) {
+        const int64_t wp = (int64_t)a->n_seq * (((int64_t)a->window + a->page_size - 1) / a->page_size);
+        if (wp < split_pages) split_pages = (int)wp;
+    }
     int n_split = c->att_split ? c->att_split
-                               : pkv_cu_attention_splits(a->n_q, a->n_head, a->meta_pages, a->page_size, a->n_seq, c->n_sm);
+                               : pkv_cu_attention_splits(a->n_q, a->n_head, split_pages, a->page_size, a->n_seq, c->n_sm);
     const size_t part = (size_t)a->n_q * (size_t)a->n_head * (size_t)n_split * (size_t)(a->dv + 2) * sizeof(float);
     if (n_split > 1 && !att_partial(c, part)) n_split = 1;
-    pkv_cu_attention p = {(const float *)(void *)PTR(a->q),
-                          PTR(a->k),
-                          PTR(a->v),
-                          a->k_type == PKV_TYPE_F16,
-                          (const int32_t *)(void *)PTR(a->meta),
-                          (float *)(void *)PTR(a->out),
-                          n_split > 1 ? c->att_part : NULL,
-                          n_split,
-                          a->n_q,
-                          a->n_seq,
-                          a->meta_pages,
-                          a->n_pages,
-                          a->page_size,
-                          a->n_head,
-                          a->n_kv,
-                          a->dk,
-                          a->dv,
-                          a->scale};
+    pkv_cu_attention p = {.q = (const float *)(void *)PTR(a->q),
+                          .k = PTR(a->k),
+                          .v = PTR(a->v),
+                          .kv_f16 = a->k_type == PKV_TYPE_F16,
+                          .meta = (const int32_t *)(void *)PTR(a->meta),
+                          .out = (float *)(void *)PTR(a->out),
+                          .partial = n_split > 1 ? c->att_part : NULL,
+                          .n_split = n_split,
+                          .n_q = a->n_q,
+                          .n_seq = a->n_seq,
+                          .meta_pages = a->meta_pages,
+                          .n_pages = a->n_pages,
+                          .page_size = a->page_size,
+                          .n_head = a->n_head,
+                          .n_kv = a->n_kv,
+                          .dk = a->dk,
+                          .dv = a->dv,
+                          .scale = a->scale,
+                          .window = a->window,
+                          .softcap = a->softcap,
+                          .sinks = a->sinks.buf ? (const float *)(void *)PTR(a->sinks) : NULL};
     return launched(c, "attention", pkv_cu_launch_attention(&p, c->stream));
 }
 

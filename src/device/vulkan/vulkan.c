@@ -555,7 +555,7 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     if (!c->push_descriptor) {
         /* Without push descriptors: one pool per command buffer, reset when the
          * command buffer is reused (see pkv_vk_begin). */
-        VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, PKV_VK_POOL_SETS * 5};
+        VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, PKV_VK_POOL_SETS * 6};
         VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
         dpi.maxSets = PKV_VK_POOL_SETS;
         dpi.poolSizeCount = 1;

@@ -5,6 +5,12 @@
 // Tokens are processed in chunks of WG: each invocation scores one token of the
 // chunk, then every invocation accumulates its own output dims (tid + WG*j) over
 // the chunk with an online softmax (running max M and sum L).
+// Per-layer options, all off when zero: window (a query sees its last `window`
+// visible tokens; the chunks start at the window, so earlier pages are never
+// read), softcap (a scaled score s becomes softcap * tanh(s / softcap)) and sinks
+// (one more logit per head whose value vector is zero, added to the denominator
+// at the end; binding 5, f32 [n_head], read only when has_sinks != 0, else the
+// host binds a dummy window).
 #define MAX_DK 512u
 #define MAX_DV_PER (256u / WG)
 layout(binding = 0) buffer Q { uint d[]; } q;
@@ -12,9 +18,13 @@ layout(binding = 1) buffer K { uint d[]; } kb;
 layout(binding = 2) buffer V { uint d[]; } vb;
 layout(binding = 3) buffer O { uint d[]; } o;
 layout(binding = 4) buffer M { uint d[]; } meta;
+layout(binding = 5) buffer S { uint d[]; } sinks;
 layout(push_constant) uniform PC {
-    uint oq, ok, ov, oo, om, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
+    uint oq, ok, ov, oo, om, os, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
     float scale;
+    uint window;
+    float softcap;
+    uint has_sinks;
 } pc;
 shared float qv[MAX_DK];
 shared float sp[WG];
@@ -42,11 +52,12 @@ void main() {
         len = 0;
     }
     uint pages = 2u * pc.n_q + pc.n_seq + 1u;
+    int lo = pc.window > 0u && len > int(pc.window) ? len - int(pc.window) : 0;
     barrier();
     float m = -3.402823466e38, l = 0.0;
     float acc[MAX_DV_PER];
     for (uint j = 0u; j < MAX_DV_PER; j++) acc[j] = 0.0;
-    for (int c0 = 0; c0 < len; c0 += int(WG)) {
+    for (int c0 = lo; c0 < len; c0 += int(WG)) {
         int tok = c0 + int(t);
         int slot = -1;
         float s = 0.0;
@@ -59,6 +70,9 @@ void main() {
                     uint kbase = pc.ok + uint(slot) * pc.krow;
                     for (uint c = 0u; c < pc.dk; c++) s += qv[c] * kload(pc.kt, kbase, c);
                     s *= pc.scale;
+                    // tanh saturates to +-1 in f32 beyond |x| ~ 9; the clamp keeps
+                    // drivers that evaluate it through exp(2x) away from inf / inf.
+                    if (pc.softcap > 0.0) s = pc.softcap * tanh(clamp(s / pc.softcap, -10.0, 10.0));
                 }
             }
         }
@@ -90,6 +104,14 @@ void main() {
             m = nm;
         }
         barrier();
+    }
+    if (pc.has_sinks != 0u && l > 0.0) {
+        // out = acc / (l + e^{sink - m}), rescaled to max(m, sink) so a large sink
+        // cannot overflow; a query that saw no token (l == 0) still writes zeros.
+        float sk = LDF(sinks, pc.os + h * 4u);
+        float nm = max(m, sk), alpha = exp(m - nm);
+        l = l * alpha + exp(sk - nm);
+        for (uint j = 0u; j < MAX_DV_PER; j++) acc[j] *= alpha;
     }
     for (uint j = 0u; j < MAX_DV_PER; j++) {
         uint dd = t + j * WG;
