@@ -314,7 +314,7 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    CHECK_INT(l.rows, 8 * 2 + 11 + 8 + 2);
+    CHECK_INT(l.rows, 8 * 2 + 11 + 8 + 2 + 1); /* + geglu */
     CHECK(has_row(&l, "kernel matmul q4_k"));
     CHECK(has_row(&l, "kernel attention f16 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention q8_0 window/softcap/sinks"));

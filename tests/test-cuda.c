@@ -3,6 +3,9 @@
  * never pass without a GPU; a device that is listed must open.
  *   - conformance: pkv_check_transfers, pkv_check_cross with the CPU both ways,
  *     pkv_check_kernels (every kernel and weight type against the reference);
+ *   - geglu over [-12, 12] against a double-precision loop; get_rows with
+ *     scale 0 (exact copies) and 11.3 (one f32 multiply, bit for bit) for f32,
+ *     f16, q8_0 and q4_k rows;
  *   - transfers past the staging limit, batched region copies of many pages
  *     (chunked, merged, unaligned) against a host shadow, queue order of a copy
  *     before a kernel and of a fill before a read;
@@ -136,6 +139,117 @@ static void queue_order(pkv_device *dev) {
     pkv_buffer_free(o);
     free(h);
     free(got);
+}
+
+/* ------------------------------------------------- geglu, get_rows scale */
+
+static uint64_t erng = 29;
+
+/* GeGLU: y = gelu(g) * u, the tanh form, against a double-precision loop of the
+ * formula in device.h, g over [-12, 12] with the large magnitudes planted: above
+ * 9 gelu(x) is x, below -9 it is 0 to f32 precision. On [-6, 0) every element
+ * keeps its relative precision (1e-4), which 0.5 x (1 + tanhf(t)) evaluated in
+ * f32 does not below x = -4. Out of place, then in place (y = g), same bits. */
+static void test_geglu(pkv_device *dev) {
+    static const float planted[] = {12.0f, -12.0f, 11.99f, -11.99f, 10.0f, -10.0f, 9.0f, -9.0f, 7.5f, -7.5f,
+                                    5.0f,  -5.0f,  4.0f,   -4.0f,   3.0f,  -3.0f,  1.0f, -1.0f, 1e-3f, -1e-3f,
+                                    1e-20f, -1e-20f, 0.0f, -0.0f};
+    const int64_t np = (int64_t)(sizeof planted / sizeof planted[0]), n = 70001; /* several blocks, a partial one */
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n),
+          *got = malloc(sizeof(float) * n), *got2 = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) {
+        g[i] = i < np ? planted[i] : 12.0f * th_randf(&erng);
+        u[i] = i < np ? 1.0f : 2.0f * th_randf(&erng);
+    }
+    const double c = sqrt(2.0 / M_PI);
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i];
+        ref[i] = (float)(0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x))) * (double)u[i]);
+    }
+    pkv_buffer *bg = pkv_buffer_alloc(dev, n * 4 + 8), *bu = pkv_buffer_alloc(dev, n * 4 + 4),
+               *by = pkv_buffer_alloc(dev, n * 4 + 4);
+    REQUIRE_VOID(bg && bu && by);
+    CHECK_OK(pkv_buffer_write(bg, 8, g, n * 4));
+    CHECK_OK(pkv_buffer_write(bu, 4, u, n * 4));
+    pkv_k_swiglu_args a = {.g = pkv_tref_make(bg, 8), .u = pkv_tref_make(bu, 4), .y = pkv_tref_make(by, 0), .n = n,
+                           .gelu = true};
+    CHECK_OK(pkv_k_swiglu(dev, &a));
+    CHECK_OK(pkv_buffer_read(by, 0, got, n * 4));
+    double e = th_nmse(ref, got, (size_t)n);
+    th_checks++;
+    fprintf(stderr, "  geglu [-12, 12] n %lld: nmse %.2e (tol 1e-10)\n", (long long)n, e);
+    if (!(e <= 1e-10)) TH_FAIL("geglu: nmse %g > 1e-10", e);
+    /* where the curve bends, alone, so that the large values cannot hide it */
+    float *rs = malloc(sizeof(float) * n), *gs = malloc(sizeof(float) * n);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(g[i]) < 6.0f) rs[m] = ref[i], gs[m] = got[i], m++;
+    e = th_nmse(rs, gs, (size_t)m);
+    th_checks++;
+    fprintf(stderr, "  geglu |g| < 6 (%lld values): nmse %.2e (tol 1e-10)\n", (long long)m, e);
+    if (!(e <= 1e-10)) TH_FAIL("geglu |g| < 6: nmse %g > 1e-10", e);
+    free(rs), free(gs);
+    int big_bad = 0, neg_bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i], xu = fabs(x * u[i]);
+        if (x >= 9.0) big_bad += !(fabs((double)got[i] - x * u[i]) <= 1e-6 * xu);
+        if (x <= -9.0) big_bad += !(fabs((double)got[i]) <= 1e-6 * xu);
+        if (x >= -6.0 && x < 0.0) neg_bad += !(fabs((double)got[i] - ref[i]) <= 1e-4 * fabs((double)ref[i]));
+    }
+    CHECK_INT(big_bad, 0);
+    CHECK_INT(neg_bad, 0);
+    a.y = a.g; /* in place */
+    CHECK_OK(pkv_k_swiglu(dev, &a));
+    CHECK_OK(pkv_buffer_read(bg, 8, got2, n * 4));
+    CHECK_MEM(got2, got, n * 4);
+    pkv_buffer_free(bg);
+    pkv_buffer_free(bu);
+    pkv_buffer_free(by);
+    free(g), free(u), free(ref), free(got), free(got2);
+}
+
+/* get_rows with Gemma's embedding scale. Scale 0: exact copies of the
+ * dequantization; 11.3 (and 1): one f32 multiply of the dequantized value, bit
+ * for bit (a product of two floats is correctly rounded). Ids out of range stay
+ * zeros. Weights at a 2-byte offset unless f32. */
+static void test_get_rows_scale(pkv_device *dev, pkv_type t) {
+    const int64_t vocab = 13, cols = 512, n = 7;
+    const size_t rb = pkv_type_row_bytes(t, (size_t)cols), woff = t == PKV_TYPE_F32 ? 4 : 2;
+    const int32_t ids[7] = {12, 0, -1, 5, 13, 12, 3};
+    float *wf = malloc(sizeof(float) * vocab * cols), *deqd = malloc(sizeof(float) * vocab * cols);
+    float *ref = malloc(sizeof(float) * n * cols), *got = malloc(sizeof(float) * n * cols);
+    uint8_t *w = malloc(rb * vocab);
+    for (int64_t i = 0; i < vocab * cols; i++) wf[i] = 2.0f * th_randf(&erng);
+    for (int64_t r = 0; r < vocab; r++) {
+        CHECK_OK(pkv_quantize_row(t, wf + r * cols, w + r * rb, cols));
+        CHECK_OK(pkv_dequantize_row(t, w + r * rb, deqd + r * cols, cols));
+    }
+    pkv_buffer *bw = pkv_buffer_alloc(dev, woff + rb * vocab), *bi = pkv_buffer_alloc(dev, sizeof ids + 4),
+               *bo = pkv_buffer_alloc(dev, sizeof(float) * n * cols + 4);
+    REQUIRE_VOID(bw && bi && bo);
+    CHECK_OK(pkv_buffer_write(bw, woff, w, rb * vocab));
+    CHECK_OK(pkv_buffer_write(bi, 4, ids, sizeof ids));
+    static const float scales[3] = {0.0f, 11.3f, 1.0f};
+    for (int si = 0; si < 3; si++) {
+        const float sc = scales[si];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < cols; c++) {
+                float v = ids[i] >= 0 && ids[i] < vocab ? deqd[ids[i] * cols + c] : 0.0f;
+                ref[i * cols + c] = sc != 0.0f ? v * sc : v;
+            }
+        CHECK_OK(pkv_buffer_fill(bo, 0, sizeof(float) * n * cols + 4, 0xA5));
+        pkv_k_get_rows_args a = {.w = pkv_tref_make(bw, woff), .wtype = t, .n_vocab = vocab, .cols = cols,
+                                 .ids = pkv_tref_make(bi, 4), .out = pkv_tref_make(bo, 4), .n = n, .scale = sc};
+        CHECK_OK(pkv_k_get_rows(dev, &a));
+        CHECK_OK(pkv_buffer_read(bo, 4, got, sizeof(float) * n * cols));
+        CHECK_MEM(got, ref, sizeof(float) * n * cols);
+        fprintf(stderr, "  get_rows %-5s scale %-4g bit-exact: %s\n", pkv_type_name(t), (double)sc,
+                memcmp(got, ref, sizeof(float) * n * cols) ? "NO" : "yes");
+    }
+    pkv_buffer_free(bw);
+    pkv_buffer_free(bi);
+    pkv_buffer_free(bo);
+    free(wf), free(deqd), free(ref), free(got), free(w);
 }
 
 /* -------------------------------------------------------------- attention */
@@ -414,6 +528,9 @@ int main(void) {
     big_transfer(dev);
     region_copies(dev);
     queue_order(dev);
+    test_geglu(dev);
+    static const pkv_type st[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K};
+    for (int i = 0; i < 4; i++) test_get_rows_scale(dev, st[i]);
     test_attention(dev);
     pkv_device_close(dev);
 

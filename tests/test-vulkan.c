@@ -340,7 +340,8 @@ static void test_matmul_getrows(pkv_device *d, pkv_type t, int64_t n) {
     /* get_rows, with two ids out of range (zeros) */
     int32_t ids[6] = {3, 0, (int32_t)vocab - 1, -1, (int32_t)vocab, 3};
     pkv_buffer *bi = up(d, 12, ids, sizeof ids), *bo = up(d, PAD, NULL, sizeof(float) * 6 * cols);
-    pkv_k_get_rows_args ga = {pkv_tref_make(bw, woff), t, vocab, cols, pkv_tref_make(bi, 12), pkv_tref_make(bo, PAD), 6};
+    pkv_k_get_rows_args ga = {pkv_tref_make(bw, woff), t, vocab, cols, pkv_tref_make(bi, 12), pkv_tref_make(bo, PAD), 6,
+                              0.0f};
     CHECK_OK(pkv_k_get_rows(d, &ga));
     float *gr = malloc(sizeof(float) * 6 * cols), *gg = malloc(sizeof(float) * 6 * cols);
     for (int i = 0; i < 6; i++)
@@ -402,7 +403,8 @@ static void test_kquant(pkv_device *d, pkv_type t, int64_t rows, int64_t cols, i
 
     int32_t ids[7] = {(int32_t)rows - 1, 0, -1, (int32_t)rows / 2, (int32_t)rows, (int32_t)rows - 1, 1};
     pkv_buffer *bi = up(d, 12, ids, sizeof ids), *bo = up(d, PAD, NULL, sizeof(float) * 7 * cols);
-    pkv_k_get_rows_args ga = {pkv_tref_make(bw, woff), t, rows, cols, pkv_tref_make(bi, 12), pkv_tref_make(bo, PAD), 7};
+    pkv_k_get_rows_args ga = {pkv_tref_make(bw, woff), t, rows, cols, pkv_tref_make(bi, 12), pkv_tref_make(bo, PAD), 7,
+                              0.0f};
     CHECK_OK(pkv_k_get_rows(d, &ga));
     float *gr = malloc(sizeof(float) * 7 * cols), *gg = malloc(sizeof(float) * 7 * cols);
     CHECK_OK(pkv_ref_get_rows(w, t, rows, cols, ids, 7, gr));
@@ -439,7 +441,7 @@ static void test_elementwise(pkv_device *d) {
     down(by, PAD + 64, got, sizeof(float) * n);
     CHECK_MEM(got, ref, sizeof(float) * n);
     /* swiglu */
-    pkv_k_swiglu_args sa = {pkv_tref_make(ba, PAD), pkv_tref_make(bb, 4), pkv_tref_make(by, PAD + 64), n};
+    pkv_k_swiglu_args sa = {pkv_tref_make(ba, PAD), pkv_tref_make(bb, 4), pkv_tref_make(by, PAD + 64), n, false};
     CHECK_OK(pkv_k_swiglu(d, &sa));
     for (int64_t i = 0; i < n; i++) ref[i] = (float)(a[i] / (1.0 + exp(-(double)a[i])) * b[i]);
     down(by, PAD + 64, got, sizeof(float) * n);
@@ -488,6 +490,102 @@ static void test_elementwise(pkv_device *d) {
     pkv_buffer_free(bw);
     pkv_buffer_free(by);
     free(a), free(b), free(w), free(ref), free(got);
+}
+
+/* GeGLU: y = gelu(g) * u, the tanh form, against a double-precision loop of the
+ * formula in device.h, g over [-12, 12] with the large magnitudes planted: above
+ * 9 gelu(x) is x, below -9 it is 0 to f32 precision. On [-6, 0) every element
+ * keeps its relative precision (1e-4), which 0.5 x (1 + tanhf(t)) evaluated in
+ * f32 does not below x = -4. Out of place, then in place (y = g), same bits. */
+static void test_geglu(pkv_device *d) {
+    static const float planted[] = {12.0f, -12.0f, 11.99f, -11.99f, 10.0f, -10.0f, 9.0f, -9.0f, 7.5f, -7.5f,
+                                    5.0f,  -5.0f,  4.0f,   -4.0f,   3.0f,  -3.0f,  1.0f, -1.0f, 1e-3f, -1e-3f,
+                                    1e-20f, -1e-20f, 0.0f, -0.0f};
+    const int64_t np = (int64_t)(sizeof planted / sizeof planted[0]), n = 4099; /* not a multiple of WG */
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n),
+          *got = malloc(sizeof(float) * n), *got2 = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) {
+        g[i] = i < np ? planted[i] : 12.0f * th_randf(&krng);
+        u[i] = i < np ? 1.0f : 2.0f * th_randf(&krng);
+    }
+    const double c = sqrt(2.0 / M_PI);
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i];
+        ref[i] = (float)(0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x))) * (double)u[i]);
+    }
+    pkv_buffer *bg = up(d, PAD, g, sizeof(float) * n), *bu = up(d, 4, u, sizeof(float) * n),
+               *by = up(d, PAD + 64, NULL, sizeof(float) * n);
+    pkv_k_swiglu_args sa = {.g = pkv_tref_make(bg, PAD), .u = pkv_tref_make(bu, 4), .y = pkv_tref_make(by, PAD + 64),
+                            .n = n, .gelu = true};
+    CHECK_OK(pkv_k_swiglu(d, &sa));
+    down(by, PAD + 64, got, sizeof(float) * n);
+    near("geglu [-12, 12]", ref, got, (size_t)n, 1e-10);
+    /* where the curve bends, alone, so that the large values cannot hide it */
+    float *rs = malloc(sizeof(float) * n), *gs = malloc(sizeof(float) * n);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(g[i]) < 6.0f) rs[m] = ref[i], gs[m] = got[i], m++;
+    near("geglu |g| < 6", rs, gs, (size_t)m, 1e-10);
+    free(rs), free(gs);
+    int big_bad = 0, neg_bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i], xu = fabs(x * u[i]);
+        if (x >= 9.0) big_bad += !(fabs((double)got[i] - x * u[i]) <= 1e-6 * xu);
+        if (x <= -9.0) big_bad += !(fabs((double)got[i]) <= 1e-6 * xu);
+        if (x >= -6.0 && x < 0.0) neg_bad += !(fabs((double)got[i] - ref[i]) <= 1e-4 * fabs((double)ref[i]));
+    }
+    CHECK_INT(big_bad, 0);
+    CHECK_INT(neg_bad, 0);
+    sa.y = sa.g; /* in place */
+    CHECK_OK(pkv_k_swiglu(d, &sa));
+    down(bg, PAD, got2, sizeof(float) * n);
+    CHECK_MEM(got2, got, sizeof(float) * n);
+    pkv_buffer_free(bg);
+    pkv_buffer_free(bu);
+    pkv_buffer_free(by);
+    free(g), free(u), free(ref), free(got), free(got2);
+}
+
+/* get_rows with Gemma's embedding scale. Scale 0: exact copies, bit-identical
+ * to the dequantization (as before the field existed). Scale 11.3: one f32
+ * multiply of the dequantized value, also bit for bit (a product of two floats
+ * is correctly rounded). Ids out of range stay zeros either way. */
+static void test_get_rows_scale(pkv_device *d, pkv_type t) {
+    const int64_t vocab = 13, cols = 512, n = 7;
+    const size_t rb = pkv_type_row_bytes(t, (size_t)cols);
+    const int32_t ids[7] = {12, 0, -1, 5, 13, 12, 3};
+    float *wf = malloc(sizeof(float) * vocab * cols), *deqd = malloc(sizeof(float) * vocab * cols);
+    float *ref = malloc(sizeof(float) * n * cols), *got = malloc(sizeof(float) * n * cols);
+    uint8_t *w = malloc(rb * vocab);
+    randv(wf, (size_t)(vocab * cols), 2.0f);
+    for (int64_t r = 0; r < vocab; r++) {
+        CHECK_OK(pkv_quantize_row(t, wf + r * cols, w + r * rb, cols));
+        CHECK_OK(pkv_dequantize_row(t, w + r * rb, deqd + r * cols, cols));
+    }
+    size_t woff = t == PKV_TYPE_F32 ? PAD : PAD + 2;
+    pkv_buffer *bw = up(d, woff, w, rb * vocab), *bi = up(d, 12, ids, sizeof ids),
+               *bo = up(d, PAD, NULL, sizeof(float) * n * cols);
+    static const float scales[3] = {0.0f, 11.3f, 1.0f};
+    for (int si = 0; si < 3; si++) {
+        const float sc = scales[si];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < cols; c++) {
+                float v = ids[i] >= 0 && ids[i] < vocab ? deqd[ids[i] * cols + c] : 0.0f;
+                ref[i * cols + c] = sc != 0.0f ? v * sc : v;
+            }
+        CHECK_OK(pkv_buffer_fill(bo, PAD, sizeof(float) * n * cols, 0xA5));
+        pkv_k_get_rows_args ga = {.w = pkv_tref_make(bw, woff), .wtype = t, .n_vocab = vocab, .cols = cols,
+                                  .ids = pkv_tref_make(bi, 12), .out = pkv_tref_make(bo, PAD), .n = n, .scale = sc};
+        CHECK_OK(pkv_k_get_rows(d, &ga));
+        down(bo, PAD, got, sizeof(float) * n * cols);
+        CHECK_MEM(got, ref, sizeof(float) * n * cols);
+        fprintf(stderr, "  get_rows %-5s scale %-4g      bit-exact: %s\n", pkv_type_name(t), (double)sc,
+                memcmp(got, ref, sizeof(float) * n * cols) ? "NO" : "yes");
+    }
+    pkv_buffer_free(bw);
+    pkv_buffer_free(bi);
+    pkv_buffer_free(bo);
+    free(wf), free(deqd), free(ref), free(got), free(w);
 }
 
 /* rope: reference rotation in double on one element pair. */
@@ -845,6 +943,9 @@ static void test_kernels(pkv_device *d) {
         test_kquant(d, ktypes[i], 3, 512, 9, true);
     }
     test_elementwise(d);
+    test_geglu(d);
+    static const pkv_type st[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K};
+    for (int i = 0; i < 4; i++) test_get_rows_scale(d, st[i]);
     test_rope(d, PKV_TYPE_F32, false, false);
     test_rope(d, PKV_TYPE_F32, true, true);
     test_rope(d, PKV_TYPE_F16, false, true);

@@ -258,7 +258,9 @@ static pkv_status check_get_rows(ck *k, pkv_type t) {
     static const int64_t cols_list[] = {5, 64, 256, 512};
     row_begin(k, "kernel get_rows %s", pkv_type_name(t), 1e-12);
     pkv_status s = PKV_OK;
-    for (size_t ci = 0; ci < PKV_ARRAY_LEN(cols_list) && !k->row_error && !k->row.skipped; ci++) {
+    for (size_t cv = 0; cv < 2 * PKV_ARRAY_LEN(cols_list) && !k->row_error && !k->row.skipped; cv++) {
+        const size_t ci = cv / 2;
+        const float scale = cv & 1 ? 11.3f : 0.0f; /* and Gemma's embedding scale */
         const int64_t cols = cols_list[ci], n_vocab = 11, n = 6;
         const size_t rb = pkv_type_row_bytes(t, (size_t)cols);
         if (rb == 0) continue;
@@ -278,7 +280,9 @@ static pkv_status check_get_rows(ck *k, pkv_type t) {
         TRY(s = put(k, &bi, ids, sizeof ids));
         TRY(s = put(k, &bo, NULL, (size_t)(n * cols) * 4));
         TRY(s = pkv_ref_get_rows(wq, t, n_vocab, cols, ids, n, out));
-        pkv_k_get_rows_args a = {tr(bw), t, n_vocab, cols, tr(bi), tr(bo), n};
+        pkv_ref_scale(out, n * cols, scale);
+        pkv_k_get_rows_args a = {.w = tr(bw), .wtype = t, .n_vocab = n_vocab, .cols = cols, .ids = tr(bi), .out = tr(bo),
+                                 .n = n, .scale = scale};
         if (kernel_ok(k, pkv_k_get_rows(k->dev, &a), "get_rows")) s = compare_f32(k, bo, out, (size_t)(n * cols), "get_rows");
     done:
         bufs_free(k);
@@ -358,9 +362,9 @@ static pkv_status check_add(ck *k) {
     return PKV_OK;
 }
 
-static pkv_status check_swiglu(ck *k) {
+static pkv_status check_swiglu(ck *k, bool gelu) {
     static const int64_t sizes[] = {1, 37, 1000, 70000};
-    row_begin(k, "kernel %s", "swiglu", 1e-10);
+    row_begin(k, "kernel %s", gelu ? "geglu (gelu, tanh form)" : "swiglu", 1e-10);
     pkv_status s = PKV_OK;
     for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(sizes) && !k->row_error && !k->row.skipped; si++) {
         const int64_t n = sizes[si / 2];
@@ -370,7 +374,7 @@ static pkv_status check_swiglu(ck *k) {
         float *g = h, *u = h + n, *y = h + 2 * n;
         fill_rand(k, g, (size_t)n, 6.0f);
         fill_rand(k, u, (size_t)n, 2.0f);
-        pkv_ref_swiglu(g, u, y, n);
+        pkv_ref_glu(g, u, y, n, gelu);
         dbuf *bg, *bu, *by;
         TRY(s = put(k, &bg, g, (size_t)n * 4));
         TRY(s = put(k, &bu, u, (size_t)n * 4));
@@ -378,7 +382,7 @@ static pkv_status check_swiglu(ck *k) {
             by = bg;
         else
             TRY(s = put(k, &by, NULL, (size_t)n * 4));
-        pkv_k_swiglu_args a = {tr(bg), tr(bu), tr(by), n};
+        pkv_k_swiglu_args a = {.g = tr(bg), .u = tr(bu), .y = tr(by), .n = n, .gelu = gelu};
         if (kernel_ok(k, pkv_k_swiglu(k->dev, &a), "swiglu")) s = compare_f32(k, by, y, (size_t)n, alias ? "y = g" : "swiglu");
     done:
         bufs_free(k);
@@ -893,7 +897,8 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     }
     if (!s) s = check_rms_norm(&k);
     if (!s) s = check_add(&k);
-    if (!s) s = check_swiglu(&k);
+    if (!s) s = check_swiglu(&k, false);
+    if (!s) s = check_swiglu(&k, true);
     if (!s) s = check_rope(&k, PKV_TYPE_F32);
     if (!s) s = check_rope(&k, PKV_TYPE_F16);
     if (!s) s = check_set_rows(&k, PKV_TYPE_F32);

@@ -42,8 +42,11 @@ typedef struct pkv_k_matmul_args {
     int64_t n;
 } pkv_k_matmul_args;
 
-/* out[i] = dequant(W[ids[i]]). W: wtype [n_vocab][cols]. ids: i32 [n], each in
- * [0, n_vocab) (the kernel writes zeros for an id out of range). out: f32 [n][cols]. */
+/* out[i] = dequant(W[ids[i]]) * scale (scale 0 = 1: no multiply at all, so the
+ * rows are exact copies). W: wtype [n_vocab][cols]. ids: i32 [n], each in
+ * [0, n_vocab) (the kernel writes zeros for an id out of range). out: f32 [n][cols].
+ * scale: Gemma's embedding scale sqrt(n_embd), one f32 multiply per element after
+ * the dequantization. */
 typedef struct pkv_k_get_rows_args {
     pkv_tref w;
     pkv_type wtype;
@@ -51,6 +54,7 @@ typedef struct pkv_k_get_rows_args {
     pkv_tref ids;
     pkv_tref out;
     int64_t n;
+    float scale;
 } pkv_k_get_rows_args;
 
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. x, y: f32 [n_rows][row_len]; w: f32
@@ -68,10 +72,13 @@ typedef struct pkv_k_add_args {
     int64_t n, b_len;
 } pkv_k_add_args;
 
-/* y[i] = silu(g[i]) * u[i], silu(x) = x / (1 + exp(-x)). f32 [n]. y may alias g. */
+/* y[i] = act(g[i]) * u[i]. f32 [n]. y may alias g. act:
+ *   silu (gelu false): x / (1 + exp(-x))
+ *   gelu (gelu true, the tanh form, Gemma): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 typedef struct pkv_k_swiglu_args {
     pkv_tref g, u, y;
     int64_t n;
+    bool gelu;
 } pkv_k_swiglu_args;
 
 /* Rotary embedding, in place, on rows of x (f32, f16, or a KV type q8_0 / q4_0).

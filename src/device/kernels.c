@@ -87,6 +87,7 @@ pkv_status pkv_k_get_rows(pkv_device *dev, const pkv_k_get_rows_args *a) {
     TRY(arg(&k, "w", a->w, (uint64_t)a->n_vocab * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
     TRY(arg(&k, "ids", a->ids, (uint64_t)a->n * 4));
     TRY(arg(&k, "out", a->out, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    SHAPE(a->scale < INFINITY && a->scale > -INFINITY, "scale %g must be finite", (double)a->scale);
     return dev->ops->kernels->get_rows(dev->ctx, a);
 }
 

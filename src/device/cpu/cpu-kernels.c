@@ -406,6 +406,8 @@ static void gr_task(int ti, int n_tasks, void *arg) {
             memset(o, 0, (size_t)j->a->cols * sizeof(float));
         else
             pkv_dequantize_row(j->a->wtype, j->w + (size_t)id * j->rb, o, j->a->cols);
+        if (j->a->scale != 0) /* Gemma's embedding scale: one f32 multiply per element */
+            for (int64_t c = 0; c < j->a->cols; c++) o[c] = o[c] * j->a->scale;
     }
 }
 
@@ -490,6 +492,18 @@ static void swiglu_task(int ti, int n_tasks, void *arg) {
     float *y = pkv_cpu_ptr(a->y);
     int64_t i0, i1;
     range(a->n, ti, n_tasks, &i0, &i1);
+    if (a->gelu) { /* the tanh form as x * sigmoid(2t) (0.5 (1 + tanh t) = sigmoid(2t)): 1 + tanh(t)
+                    * cancels to nothing in f32 for x < -4.5; exp(-2|t|) never overflows or cancels.
+                    * The same expression as the Vulkan and CUDA kernels. */
+        for (int64_t i = i0; i < i1; i++) {
+            const float x = g[i];
+            float t = 0.7978845608f * (x + 0.044715f * x * x * x);
+            t = t > 50.0f ? 50.0f : t < -50.0f ? -50.0f : t;
+            const float e = expf(-2.0f * fabsf(t));
+            y[i] = (t >= 0 ? x / (1.0f + e) : x * e / (1.0f + e)) * u[i];
+        }
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 

@@ -50,11 +50,21 @@ void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_
     for (int64_t i = 0; i < n; i++) y[i] = (float)((double)a[i] + (double)b[i % b_len]);
 }
 
-void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n) {
+void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n) { pkv_ref_glu(g, u, y, n, false); }
+
+void pkv_ref_glu(const float *g, const float *u, float *y, int64_t n, bool gelu) {
     for (int64_t i = 0; i < n; i++) {
         const double x = g[i];
-        y[i] = (float)(x / (1.0 + exp(-x)) * (double)u[i]);
+        /* gelu as x * sigmoid(2t), t = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh t) without its cancellation */
+        const double t = 0.7978845608028654 * (x + 0.044715 * x * x * x), e = exp(-2.0 * fabs(t));
+        const double act = gelu ? (t >= 0 ? x / (1.0 + e) : x * e / (1.0 + e)) : x / (1.0 + exp(-x));
+        y[i] = (float)(act * (double)u[i]);
     }
+}
+
+void pkv_ref_scale(float *x, int64_t n, float scale) {
+    if (scale == 0) return; /* 0 means no multiply (get_rows' contract) */
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] * scale;
 }
 
 /* Element i of a row of type t: f32, f16, or a quantized KV type (i counts

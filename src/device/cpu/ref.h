@@ -20,6 +20,10 @@ pkv_status pkv_ref_get_rows(const void *w, pkv_type wt, int64_t n_vocab, int64_t
 void pkv_ref_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps);
 void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len);
 void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n);
+/* y = act(g) * u with act silu (gelu false) or the tanh form of gelu (device.h). */
+void pkv_ref_glu(const float *g, const float *u, float *y, int64_t n, bool gelu);
+/* x *= scale in f32 (get_rows' scale; 0 = nothing). */
+void pkv_ref_scale(float *x, int64_t n, float scale);
 /* x: the bytes at a->x (rows at row(r) * a->row_stride). rows NULL: identity.
  * Rows outside [0, a->max_rows) are skipped; the list should not repeat a row. */
 void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows);

@@ -212,14 +212,20 @@ __global__ void __launch_bounds__(256)
         }
 }
 
+// scale 0: no multiply, the rows are exact copies.
 template <int T>
 __global__ void k_get_rows(const uint8_t *w, size_t rb, int64_t n_vocab, int64_t cols, const int32_t *ids,
-                           float *out, int64_t n) {
+                           float *out, int64_t n, float scale) {
     const int64_t total = n * cols;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e / cols, c = e % cols;
         const int32_t id = ids[i];
-        out[e] = (id >= 0 && id < n_vocab) ? deq<T>(w + (int64_t)id * rb, c) : 0.0f;
+        float v = 0.0f;
+        if (id >= 0 && id < n_vocab) {
+            v = deq<T>(w + (int64_t)id * rb, c);
+            if (scale != 0.0f) v = __fmul_rn(v, scale); // one rounded f32 multiply, never fused
+        }
+        out[e] = v;
     }
 }
 
@@ -248,7 +254,7 @@ static int launch_matmul_t(const pkv_cu_matmul *a, cudaStream_t st) {
 template <int T>
 static int launch_get_rows_t(const pkv_cu_get_rows *a, cudaStream_t st) {
     k_get_rows<T><<<grid_for(a->n * a->cols, 256), 256, 0, st>>>(a->w, a->row_bytes, a->n_vocab, a->cols, a->ids,
-                                                                 a->out, a->n);
+                                                                 a->out, a->n, a->scale);
     return (int)cudaGetLastError();
 }
 
@@ -291,10 +297,21 @@ __global__ void k_add(const float *a, const float *b, float *y, int64_t n, int64
         y[i] = a[i] + b[b_len == n ? i : i % b_len];
 }
 
+// GELU, the tanh form 0.5 x (1 + tanh(t)), evaluated as x * sigmoid(2t) with
+// expf of a non-positive argument, as swiglu.comp does: 1 + tanhf(t) cancels
+// where tanh is near -1 and in f32 keeps no correct digit below x = -5. t is
+// clamped (as there) so that an x whose cube overflows meets expf(-100), not -inf.
+template <bool GELU>
 __global__ void k_swiglu(const float *g, const float *u, float *y, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float x = g[i];
-        y[i] = x / (1.0f + expf(-x)) * u[i];
+        if (GELU) {
+            const float t = fminf(fmaxf(0.7978845608028654f * (x + 0.044715f * x * x * x), -50.0f), 50.0f);
+            const float e = expf(-2.0f * fabsf(t));
+            y[i] = (t >= 0.0f ? x / (1.0f + e) : x * e / (1.0f + e)) * u[i];
+        } else {
+            y[i] = x / (1.0f + expf(-x)) * u[i];
+        }
     }
 }
 
@@ -359,8 +376,11 @@ extern "C" int pkv_cu_launch_add(const float *a, const float *b, float *y, int64
     return (int)cudaGetLastError();
 }
 
-extern "C" int pkv_cu_launch_swiglu(const float *g, const float *u, float *y, int64_t n, void *stream) {
-    k_swiglu<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(g, u, y, n);
+extern "C" int pkv_cu_launch_swiglu(const pkv_cu_swiglu *a, void *stream) {
+    if (a->gelu)
+        k_swiglu<true><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n);
+    else
+        k_swiglu<false><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n);
     return (int)cudaGetLastError();
 }
 

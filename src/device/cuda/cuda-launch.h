@@ -136,7 +136,15 @@ typedef struct pkv_cu_get_rows {
     int64_t n_vocab, cols, n;
     const int32_t *ids; /* [n] */
     float *out;         /* [n][cols] */
+    float scale;        /* out = dequant * scale, one f32 multiply; 0 = none (exact copies) */
 } pkv_cu_get_rows;
+
+typedef struct pkv_cu_swiglu {
+    const float *g, *u; /* [n] */
+    float *y;           /* [n], may alias g */
+    int64_t n;
+    int gelu; /* 0: silu(g) * u; 1: gelu(g) * u, the tanh form (device.h) */
+} pkv_cu_swiglu;
 
 typedef struct pkv_cu_rope {
     uint8_t *x; /* f32 or f16 rows of row_stride bytes */
@@ -183,7 +191,7 @@ int pkv_cu_launch_get_rows(const pkv_cu_get_rows *a, void *stream);
 int pkv_cu_launch_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps,
                            void *stream);
 int pkv_cu_launch_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len, void *stream);
-int pkv_cu_launch_swiglu(const float *g, const float *u, float *y, int64_t n, void *stream);
+int pkv_cu_launch_swiglu(const pkv_cu_swiglu *a, void *stream);
 int pkv_cu_launch_rope(const pkv_cu_rope *a, void *stream);
 int pkv_cu_launch_set_rows(const pkv_cu_set_rows *a, void *stream);
 int pkv_cu_launch_attention(const pkv_cu_attention *a, void *stream);

@@ -299,7 +299,7 @@ static pkv_status cu_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
     TRY(use(c));
     pkv_cu_get_rows p = {PTR(a->w), pkv_cu_wtype(a->wtype), pkv_type_row_bytes(a->wtype, (size_t)a->cols),
                          a->n_vocab, a->cols, a->n, (const int32_t *)(void *)PTR(a->ids),
-                         (float *)(void *)PTR(a->out)};
+                         (float *)(void *)PTR(a->out), a->scale};
     return launched(c, "get_rows", pkv_cu_launch_get_rows(&p, c->stream));
 }
 
@@ -331,9 +331,9 @@ static pkv_status cu_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
     ALIGN("swiglu", "u", a->u.off, 4);
     ALIGN("swiglu", "y", a->y.off, 4);
     TRY(use(c));
-    return launched(c, "swiglu",
-                    pkv_cu_launch_swiglu((const float *)(void *)PTR(a->g), (const float *)(void *)PTR(a->u),
-                                         (float *)(void *)PTR(a->y), a->n, c->stream));
+    pkv_cu_swiglu p = {(const float *)(void *)PTR(a->g), (const float *)(void *)PTR(a->u), (float *)(void *)PTR(a->y),
+                       a->n, a->gelu ? 1 : 0};
+    return launched(c, "swiglu", pkv_cu_launch_swiglu(&p, c->stream));
 }
 
 /* Quantized KV pages (q8_0/q4_0) have CPU and Vulkan kernels; the CUDA ones are

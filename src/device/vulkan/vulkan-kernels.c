@@ -290,9 +290,9 @@ static pkv_status vk_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
             varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
                          {"ids", pkv_tref_make(a->ids.buf, a->ids.off + i0 * 4), ni * 4, 4},
                          {"out", pkv_tref_make(a->out.buf, a->out.off + i0 * cols * 4), ni * cols * 4, 4}};
-            uint32_t pc[11] = {0, 0, 0, (uint32_t)ni, (uint32_t)cols, (uint32_t)vocab, (uint32_t)rb,
-                               (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt, r0 == 0 ? 1u : 0u};
-            TRY(dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 11, CDIV(ni * cols, WG)));
+            uint32_t pc[12] = {0, 0, 0, (uint32_t)ni, (uint32_t)cols, (uint32_t)vocab, (uint32_t)rb,
+                               (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt, r0 == 0 ? 1u : 0u, fbits(a->scale)};
+            TRY(dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 12, CDIV(ni * cols, WG)));
         }
     }
     return PKV_OK;
@@ -321,8 +321,8 @@ static pkv_status vk_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
     TRY(fits(c, "swiglu", "n", (uint64_t)a->n));
     varg v[3] = {{"g", a->g, (uint64_t)a->n * 4, 4}, {"u", a->u, (uint64_t)a->n * 4, 4},
                  {"y", a->y, (uint64_t)a->n * 4, 4}};
-    uint32_t pc[4] = {0, 0, 0, (uint32_t)a->n};
-    return dispatch(c, PKV_VK_K_SWIGLU, v, 3, pc, 4, CDIV((uint64_t)a->n, WG));
+    uint32_t pc[5] = {0, 0, 0, (uint32_t)a->n, a->gelu ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_SWIGLU, v, 3, pc, 5, CDIV((uint64_t)a->n, WG));
 }
 
 static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {

@@ -1,13 +1,15 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
-// out[i][c] = dequant(W[ids[i]])[c]; zeros for an id outside [0, n_vocab).
+// out[i][c] = dequant(W[ids[i]])[c] * scale (scale 0: no multiply, an exact copy);
+// zeros for an id outside [0, n_vocab).
 // The bound weights are rows [r0, r0 + cnt) of W; only outputs whose id falls in
 // them are written, and the dispatch with `first` set writes the zeros.
 layout(binding = 0) buffer WB { uint d[]; } wbuf;
 layout(binding = 1) buffer I { uint d[]; } ids;
 layout(binding = 2) buffer O { uint d[]; } o;
-layout(push_constant) uniform PC { uint ow, oi, oo, n, cols, n_vocab, row_bytes, wtype, r0, cnt, first; } pc;
+layout(push_constant) uniform PC { uint ow, oi, oo, n, cols, n_vocab, row_bytes, wtype, r0, cnt, first;
+                                 float scale; } pc;
 #include "weights.glsl"
 void main() {
     uint e = group_id() * WG + gl_LocalInvocationID.x;
@@ -17,6 +19,8 @@ void main() {
     if (id < 0 || uint(id) >= pc.n_vocab) {
         if (pc.first != 0u) STF(o, pc.oo + e * 4u, 0.0);
     } else if (uint(id) >= pc.r0 && uint(id) - pc.r0 < pc.cnt) {
-        STF(o, pc.oo + e * 4u, wget(pc.ow + (uint(id) - pc.r0) * pc.row_bytes, c, pc.wtype));
+        float v = wget(pc.ow + (uint(id) - pc.r0) * pc.row_bytes, c, pc.wtype);
+        if (pc.scale != 0.0) v *= pc.scale;
+        STF(o, pc.oo + e * 4u, v);
     }
 }
