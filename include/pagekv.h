@@ -613,6 +613,7 @@ typedef struct pkv_mkmodel_params {
     int n_ff;            /* 0 = 256; qwen3moe: the rows of one expert's FFN */
     int n_expert;        /* qwen3moe: experts per layer; 0 = 4 (other architectures: must be 0) */
     int n_expert_used;   /* qwen3moe: experts each token goes to; 0 = 2 */
+    int sliding_window;  /* gemma2: tokens its sliding layers (the even ones) see; 0 = 8 */
     int n_vocab;         /* 0 = 512 */
     int n_ctx;           /* 0 = 2048 */
     uint64_t seed;       /* 0 = 1 */

@@ -2,9 +2,10 @@
  *
  * The paged forward pass is compared against this. It is written for clarity, not
  * speed: one token at a time, a contiguous KV cache per layer, every tensor
- * dequantized to double. Architectures: llama, qwen2, qwen3, qwen3moe (decoder-only,
- * pre-norm, RMS norm, RoPE, grouped-query causal attention, SwiGLU FFN; qwen3moe is
- * qwen3 with every layer's FFN replaced by a mixture of SwiGLU experts).
+ * dequantized to double. Architectures: llama, qwen2, qwen3, qwen3moe, phi3, gemma2
+ * (decoder-only, pre-norm, RMS norm, RoPE, grouped-query causal attention, gated FFN;
+ * qwen3moe is qwen3 with every layer's FFN replaced by a mixture of SwiGLU experts;
+ * phi3 is llama with fused Q/K/V and gate/up tensors; gemma2 is described below).
  *
  * Tensor names and shapes are GGUF's (llama.cpp's) standard names; a matrix is
  * row-major [rows][cols] and applied as y = W·x (row r dotted with x):
@@ -14,13 +15,16 @@
  *   blk.N.attn_norm.weight                  [n_embd]
  *   blk.N.attn_q.weight                     [n_head*head_dim][n_embd]
  *   blk.N.attn_k.weight, blk.N.attn_v.weight [n_head_kv*head_dim][n_embd]
- *   blk.N.attn_{q,k,v}.bias                 (required for qwen2, optional otherwise)
+ *   blk.N.attn_{q,k,v}.bias                 (required for qwen2, not read for gemma2,
+ *                                           optional otherwise)
  *   blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim] (required for qwen3 and
  *                                           qwen3moe: an RMS norm of each head of Q and K,
  *                                           before RoPE)
  *   blk.N.attn_output.weight                [n_embd][n_head*head_dim]
  *   blk.N.ffn_norm.weight                   [n_embd]
- * dense models (llama, qwen2, qwen3):
+ *   blk.N.post_attention_norm.weight, post_ffw_norm.weight [n_embd] (gemma2, required;
+ *                                           not read for the others)
+ * dense models (llama, qwen2, qwen3, gemma2):
  *   blk.N.ffn_gate.weight, ffn_up.weight    [n_ff][n_embd]
  *   blk.N.ffn_down.weight                   [n_embd][n_ff]
  * qwen3moe (no ffn_gate/ffn_up/ffn_down; a 3-D tensor is n_expert matrices one after
@@ -30,20 +34,34 @@
  *   blk.N.ffn_down_exps.weight              [n_expert][n_embd][n_ff_exp]
  * RoPE over the whole head: normal (pairs 2i, 2i+1) when !rope_neox, neox (pairs i,
  * i + head_dim/2) otherwise; the pair i turns by pos * base^(-2i/head_dim).
- * Attention scale 1/sqrt(head_dim); query head h reads KV head h / (n_head/n_head_kv).
- * FFN: down(silu(gate(x)) * up(x)). Residual adds after attention and after FFN;
- * then the final RMS norm and the output projection give the logits.
+ * Attention scale 1/sqrt(head_dim) (gemma2: attn_scale); query head h reads KV head
+ * h / (n_head/n_head_kv). FFN: down(silu(gate(x)) * up(x)) (gemma2: gelu). Residual
+ * adds after attention and after FFN; then the final RMS norm and the output
+ * projection give the logits.
  * MoE (llama.cpp's build_moe_ffn as qwen3moe calls it: softmax gating, top-k weights
  * normalized, no shared expert, no weight scale): with x the normed FFN input,
  * p = softmax(gate_inp·x); the n_expert_used experts of largest p are selected (ties:
  * the lower index); w_e = p_e / max(sum of the selected p, 2^-14); the FFN output is
  * sum over the selected e of w_e * FFN_e(x), FFN_e being the FFN above with expert e's
  * matrices.
+ * gemma2 (llama.cpp's src/models/gemma2-iswa.cpp; no biases or Q/K norms are read,
+ * RoPE is neox, the output is usually tied):
+ *   x = token_embd row * sqrt(n_embd)
+ *   per layer: score = softcap_a(attn_scale * q·k) over the visible keys, where
+ *     softcap_c(s) = c * tanh(s / c) (the identity when c = 0) and a sliding layer
+ *     (ref_layer_is_swa) at position pos sees only positions (pos - sliding_window, pos];
+ *     x += rmsnorm(Wo·attention) * post_attention_norm
+ *     x += rmsnorm(down(gelu(gate(h)) * up(h))) * post_ffw_norm, h = rmsnorm(x) * ffn_norm,
+ *     gelu the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ *   logits = softcap_final(output · (rmsnorm(x) * output_norm))
+ * The norm weights are used as stored (llama.cpp's converter already added Gemma's 1).
  *
  * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
  * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
  * their K is re-rotated by the distance) and ref_model_copy_cache (a fork) are the
  * references for the KV cache operations; ref_model_k / ref_model_v expose entries.
+ * A sliding layer's cache keeps every entry as well: the window is a mask by position
+ * (as llama.cpp's is_masked_swa), so after a context shift it counts the new positions.
  *
  * Header-only (every test is one file): all functions are static inline. Errors are
  * printed to stderr and returned as NULL / -1; on error the model is unchanged. */
@@ -58,7 +76,7 @@
 #include <string.h>
 
 typedef struct ref_hparams {
-    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe" */
+    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim;
     int n_ff; /* rows of the dense FFN; ignored by qwen3moe */
     int n_vocab;
@@ -69,6 +87,13 @@ typedef struct ref_hparams {
     int n_expert;      /* experts per layer */
     int n_expert_used; /* experts per token, <= n_expert */
     int n_ff_exp;      /* rows of each expert's FFN */
+    /* gemma2, last for the same reason; all must be 0 for the other architectures. */
+    double attn_scale;    /* the score is attn_scale * q·k; 0 = 1/sqrt(head_dim) */
+    double attn_softcap;  /* scores become c * tanh(s / c), c this; 0 = none */
+    double final_softcap; /* the same on the logits; 0 = none */
+    int sliding_window;   /* positions a sliding layer sees, its own included; 0 = none */
+    int swa_pattern;      /* layer il slides when il % swa_pattern < swa_pattern - 1 (so 1:
+                           * none); 0 = 2 (gemma2: even layers) when sliding_window > 0 */
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -84,6 +109,8 @@ typedef struct ref_layer {
     double *q_norm, *k_norm; /* [head_dim] or NULL */
     double *wo;              /* [n_embd][n_head*head_dim] */
     double *ffn_norm;        /* [n_embd] */
+    double *post_attn_norm;  /* [n_embd], gemma2 (post_attention_norm); else NULL */
+    double *post_ffw_norm;   /* [n_embd], gemma2; else NULL */
     double *gate, *up;       /* [n_ff][n_embd], dense models; NULL for MoE */
     double *down;            /* [n_embd][n_ff], dense models; NULL for MoE */
     double *gate_inp;        /* [n_expert][n_embd], the router, MoE; else NULL */
@@ -95,8 +122,11 @@ typedef struct ref_layer {
 } ref_layer;
 
 typedef struct ref_model {
-    ref_hparams hp;
+    ref_hparams hp; /* the caller's, with attn_scale and swa_pattern resolved (never 0
+                     * where 0 meant a default) */
     char arch[16];
+    double embd_scale; /* the embedding row is multiplied by this: sqrt(n_embd) for gemma2, else 1 */
+    bool gelu;         /* the FFN's activation is gelu (gemma2), else silu */
     double *tok_embd; /* [n_vocab][n_embd] */
     double *out_norm; /* [n_embd] */
     double *output;   /* [n_vocab][n_embd]; == tok_embd when tied */
@@ -153,15 +183,31 @@ static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, do
 
 static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
-/* SwiGLU FFN of n_ff rows: y = down · (silu(gate · x) * up · x), with gate, up
- * [n_ff][n_embd] and down [n_embd][n_ff]; g and u are scratch [n_ff]. Both the dense
- * FFN and each expert of a MoE are this. */
+/* GELU, the tanh form (ggml_gelu's); 0.79788... = sqrt(2/pi). */
+static inline double ref_gelu(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+/* c * tanh(s / c): s squashed into (-c, c), about s where |s| << c; c = 0: s. */
+static inline double ref_softcap(double s, double c) { return c > 0 ? c * tanh(s / c) : s; }
+
+/* Gated FFN of n_ff rows: y = down · (act(gate · x) * up · x), act silu (SwiGLU) or
+ * gelu (GeGLU), with gate, up [n_ff][n_embd] and down [n_embd][n_ff]; g and u are
+ * scratch [n_ff]. Both the dense FFN and each expert of a MoE are this. */
 static inline void ref_ffn(const double *gate, const double *up, const double *down, int n_embd, int n_ff,
-                           const double *x, double *g, double *u, double *y) {
+                           bool gelu, const double *x, double *g, double *u, double *y) {
     ref_matvec(gate, x, NULL, n_ff, n_embd, g);
     ref_matvec(up, x, NULL, n_ff, n_embd, u);
-    for (int i = 0; i < n_ff; i++) g[i] = ref_silu(g[i]) * u[i];
+    for (int i = 0; i < n_ff; i++) g[i] = (gelu ? ref_gelu(g[i]) : ref_silu(g[i])) * u[i];
     ref_matvec(down, g, NULL, n_embd, n_ff, y);
+}
+
+/* Whether layer il attends through the sliding window (llama.cpp's set_swa_pattern
+ * with the window's size > 0); hp may be the caller's or the model's resolved one. */
+static inline bool ref_layer_is_swa(const ref_hparams *hp, int il) {
+    if (hp->sliding_window <= 0) return false;
+    const int p = hp->swa_pattern > 0 ? hp->swa_pattern : 2;
+    return il % p < p - 1;
 }
 
 /* ------------------------------------------------------ create / free */
@@ -172,8 +218,9 @@ static inline void ref_model_free(ref_model *m) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             ref_layer *L = &m->layers[il];
             double *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->q_norm,
-                             L->k_norm, L->wo, L->ffn_norm, L->gate, L->up, L->down, L->gate_inp,
-                             L->gate_exps, L->up_exps, L->down_exps, L->k_cache, L->v_cache};
+                             L->k_norm, L->wo, L->ffn_norm, L->post_attn_norm, L->post_ffw_norm, L->gate,
+                             L->up, L->down, L->gate_inp, L->gate_exps, L->up_exps, L->down_exps,
+                             L->k_cache, L->v_cache};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -215,8 +262,8 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     if (!hp || !get || !hp->arch) return NULL;
     bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
          qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0,
-         phi3 = strcmp(hp->arch, "phi3") == 0;
-    if (!llama && !qwen2 && !qwen3 && !moe && !phi3) {
+         phi3 = strcmp(hp->arch, "phi3") == 0, gemma2 = strcmp(hp->arch, "gemma2") == 0;
+    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma2) {
         fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
         return NULL;
     }
@@ -235,11 +282,30 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
         return NULL;
     }
+    /* The gemma2 fields are refused on the other architectures rather than ignored;
+     * gemma2's RoPE is neox, so normal RoPE there is a caller's mistake. */
+    if (gemma2 ? !(hp->attn_scale >= 0 && hp->attn_scale < INFINITY) ||
+                     !(hp->attn_softcap >= 0 && hp->attn_softcap < INFINITY) ||
+                     !(hp->final_softcap >= 0 && hp->final_softcap < INFINITY) || hp->sliding_window < 0 ||
+                     hp->swa_pattern < 0 || !hp->rope_neox
+               : hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 ||
+                     hp->sliding_window != 0 || hp->swa_pattern != 0) {
+        fprintf(stderr,
+                "ref_model: bad gemma2 hparams for %s (attn_scale %g attn_softcap %g final_softcap %g "
+                "sliding_window %d swa_pattern %d rope_neox %d)\n",
+                hp->arch, hp->attn_scale, hp->attn_softcap, hp->final_softcap, hp->sliding_window,
+                hp->swa_pattern, (int)hp->rope_neox);
+        return NULL;
+    }
     ref_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->hp = *hp;
     snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
     m->hp.arch = m->arch;
+    if (m->hp.attn_scale == 0) m->hp.attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    if (m->hp.sliding_window > 0 && m->hp.swa_pattern == 0) m->hp.swa_pattern = 2;
+    m->embd_scale = gemma2 ? sqrt((double)hp->n_embd) : 1.0;
+    m->gelu = gemma2;
     /* F: rows of the FFN a token runs (each expert's, for MoE); X: experts */
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = moe ? hp->n_ff_exp : hp->n_ff,
                   Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
@@ -273,11 +339,14 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         ok = ok && (phi3 || REF_LOAD(attn_norm, "attn_norm.weight", E, true)) &&
              (phi3 || (REF_LOAD(wq, "attn_q.weight", Q * E, true) && REF_LOAD(wk, "attn_k.weight", KV * E, true) &&
                        REF_LOAD(wv, "attn_v.weight", KV * E, true))) &&
-             REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
-             REF_LOAD(bv, "attn_v.bias", KV, qwen2) &&
-             REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
-             REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qk_norm) &&
-             REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true);
+             (gemma2 || /* llama.cpp's gemma2 has neither biases nor Q/K norms */
+              (REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
+               REF_LOAD(bv, "attn_v.bias", KV, qwen2) &&
+               REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
+               REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qk_norm))) &&
+             REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true) &&
+             (!gemma2 || (REF_LOAD(post_attn_norm, "post_attention_norm.weight", E, true) &&
+                          REF_LOAD(post_ffw_norm, "post_ffw_norm.weight", E, true)));
         if (ok && phi3) { /* phi3: gate and up rows in one fused ffn_up (gate first) */
             double *gu = NULL;
             ok = (snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", il), ref_load(get, user, nm, 2 * F * E, true, &gu)) &&
@@ -381,7 +450,7 @@ static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
     for (int e = 0; e < X; e++) {
         if (!m->chosen[e]) continue;
         const size_t off = (size_t)e * (size_t)F * (size_t)E; /* expert e's matrix in each 3-D tensor */
-        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, x, m->g, m->u, m->tmp);
+        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, false, x, m->g, m->u, m->tmp);
         const double w = m->probs[e] / sum;
         for (int i = 0; i < E; i++) m->ffn_out[i] += w * m->tmp[i];
     }
@@ -394,10 +463,14 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
     const int E = hp->n_embd, D = hp->head_dim;
     const int Q = hp->n_head * D, KV = hp->n_head_kv * D, group = hp->n_head / hp->n_head_kv;
     const int pos = m->n_past;
-    const double scale = 1.0 / sqrt((double)D);
+    const double scale = hp->attn_scale; /* resolved at create */
     memcpy(m->x, m->tok_embd + (size_t)token * (size_t)E, (size_t)E * sizeof(double));
+    if (m->embd_scale != 1.0)
+        for (int i = 0; i < E; i++) m->x[i] *= m->embd_scale;
     for (int il = 0; il < hp->n_layer; il++) {
         ref_layer *L = &m->layers[il];
+        /* first visible cache entry: pos - sliding_window + 1 on a sliding layer */
+        const int t0 = ref_layer_is_swa(hp, il) && pos >= hp->sliding_window ? pos - hp->sliding_window + 1 : 0;
         /* attention */
         ref_rms_norm(m->x, L->attn_norm, E, hp->rms_eps, m->h);
         ref_matvec(L->wq, m->h, L->bq, Q, E, m->q);
@@ -416,43 +489,48 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
             const int hk = hq / group;
             const double *q = m->q + hq * D;
             double mx = -INFINITY, z = 0;
-            for (int t = 0; t <= pos; t++) {
+            for (int t = t0; t <= pos; t++) {
                 const double *k = L->k_cache + (size_t)t * KV + hk * D;
                 double s = 0;
                 for (int d = 0; d < D; d++) s += q[d] * k[d];
-                m->scores[t] = s * scale;
+                m->scores[t] = ref_softcap(s * scale, hp->attn_softcap);
                 if (m->scores[t] > mx) mx = m->scores[t];
             }
-            for (int t = 0; t <= pos; t++) z += (m->scores[t] = exp(m->scores[t] - mx));
+            for (int t = t0; t <= pos; t++) z += (m->scores[t] = exp(m->scores[t] - mx));
             double *o = m->att + hq * D;
             for (int d = 0; d < D; d++) o[d] = 0;
-            for (int t = 0; t <= pos; t++) {
+            for (int t = t0; t <= pos; t++) {
                 const double *v = L->v_cache + (size_t)t * KV + hk * D;
                 double p = m->scores[t] / z;
                 for (int d = 0; d < D; d++) o[d] += p * v[d];
             }
         }
         ref_matvec(L->wo, m->att, NULL, E, Q, m->tmp);
+        if (L->post_attn_norm) ref_rms_norm(m->tmp, L->post_attn_norm, E, hp->rms_eps, m->tmp);
         for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
         /* feed-forward: dense, or a mixture of experts */
         ref_rms_norm(m->x, L->ffn_norm, E, hp->rms_eps, m->h);
-        const double *ffn;
+        double *ffn;
         if (L->gate_inp) {
             ref_moe(m, L, m->h);
             ffn = m->ffn_out;
         } else {
-            ref_ffn(L->gate, L->up, L->down, E, hp->n_ff, m->h, m->g, m->u, m->tmp);
+            ref_ffn(L->gate, L->up, L->down, E, hp->n_ff, m->gelu, m->h, m->g, m->u, m->tmp);
             ffn = m->tmp;
         }
+        if (L->post_ffw_norm) ref_rms_norm(ffn, L->post_ffw_norm, E, hp->rms_eps, ffn);
         for (int i = 0; i < E; i++) m->x[i] += ffn[i];
     }
     m->n_past++;
 }
 
-/* Final norm and output projection of m->x into logits [n_vocab]. */
+/* Final norm and output projection of m->x into logits [n_vocab], then the final
+ * softcap (gemma2). */
 static inline void ref_logits(ref_model *m, double *logits) {
     ref_rms_norm(m->x, m->out_norm, m->hp.n_embd, m->hp.rms_eps, m->h);
     ref_matvec(m->output, m->h, NULL, m->hp.n_vocab, m->hp.n_embd, logits);
+    if (m->hp.final_softcap > 0)
+        for (int i = 0; i < m->hp.n_vocab; i++) logits[i] = ref_softcap(logits[i], m->hp.final_softcap);
 }
 
 /* Appends n tokens at positions n_past .. n_past+n-1, one at a time. Writes the last

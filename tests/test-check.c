@@ -139,6 +139,21 @@ int main(void) {
         CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
     }
     unlink(moe);
+    /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
+     * == replay across the window, on the tensor-parallel pair with the cache on the
+     * devices and on the host too, and on vulkan:0 */
+    char g2[512];
+    snprintf(g2, sizeof g2, "%s", th_tmp("demo-g2.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma2 --type q8_0 --sliding-window 8 -o '%s'", g2), 0);
+    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", g2);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "10 checks, 10 passed, 0 failed") != NULL);
+    if (th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0")) {
+        rc = th_cli("", true, "demo -m '%s' --device vulkan:0", g2);
+        CHECK_INT(rc, 0);
+        CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
+    }
+    unlink(g2);
     rc = th_cli("", true, "demo -m '%s' --device cpu", bad);
     CHECK_INT(rc, 1);
     CHECK(strstr(out, "load") != NULL && strstr(out, "FAIL") != NULL);

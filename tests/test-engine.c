@@ -797,6 +797,16 @@ int main(void) {
         test_preemption();
     }
     pkv_model_free(g_m);
+    /* Gemma 2 (sliding layers of 8 tokens, soft-caps, GeGLU, post-norms): the window
+     * is cut at absolute positions, so batching and preemption change nothing */
+    g_m = et_model("gemma2", PKV_TYPE_F16, 11);
+    if (g_m) {
+        fprintf(stderr, "gemma2 (sliding window 8 on even layers):\n");
+        test_vs_context();
+        test_batch_invariance();
+        test_preemption();
+    }
+    pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
     et_n_embd = 128;
     et_kv_k = PKV_TYPE_Q8_0;

@@ -10,7 +10,16 @@
  * (softmax router, top-k by a stable sort, normalized weights); and the MoE block
  * against the dense path: one expert used of two gives bitwise one dense FFN (which
  * one follows the router; a tie picks expert 0), two identical experts used of two
- * give the dense FFN; every expert is reached; bad MoE hparams and tensors. */
+ * give the dense FFN; every expert is reached; bad MoE hparams and tensors.
+ * gemma2 runs the per-arch tests too (the helpers write out its embedding scale, post
+ * norms, GELU, attention scale, both softcaps and sliding window), with a window short
+ * enough to cut; and: a window at least the sequence's length is bitwise no window, a
+ * shorter one changes exactly the positions past it; a window of 1 makes a sliding
+ * layer attend to its own position only (bitwise the token alone), and the layers that
+ * slide follow swa_pattern (2, 3, 6, 1); huge softcaps equal none, a tiny attention
+ * softcap equals uniform attention, the final softcap bounds every logit; with the
+ * layers silenced the logits are the embedding times sqrt(n_embd); tied output; bad
+ * gemma2 hparams and tensors, and gemma2 fields refused on other architectures. */
 #include "ref-model.h"
 #include "testhelp.h"
 
@@ -81,17 +90,21 @@ static double *tsf(tstore *ts, const char *fmt, int il) {
 }
 
 static bool is_moe(const char *arch) { return strcmp(arch, "qwen3moe") == 0; }
+static bool is_gemma2(const char *arch) { return strcmp(arch, "gemma2") == 0; }
 
+/* gemma2: a scale other than 1/sqrt(head_dim), softcaps that bite (scores and logits
+ * reach about them), a window shorter than the tests' sequences; layer 0 slides. */
 static ref_hparams tiny_hp(const char *arch) {
     ref_hparams hp = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 4, .n_head_kv = 2, .head_dim = 8,
                       .n_ff = 24, .n_vocab = 32, .rms_eps = 1e-6, .rope_base = 10000.0,
                       .rope_neox = strcmp(arch, "llama") != 0};
     if (is_moe(arch)) hp.n_expert = 4, hp.n_expert_used = 2, hp.n_ff_exp = 12;
+    if (is_gemma2(arch)) hp.attn_scale = 0.3, hp.attn_softcap = 2, hp.final_softcap = 3, hp.sliding_window = 3;
     return hp;
 }
 
 /* Random weights for every tensor the arch has (qwen2: biases; qwen3, qwen3moe: Q/K
- * norms; qwen3moe: router and experts instead of the dense FFN). */
+ * norms; qwen3moe: router and experts instead of the dense FFN; gemma2: post norms). */
 static void make_model(tstore *ts, const ref_hparams *hp, uint64_t seed, bool with_output) {
     uint64_t rs = seed;
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
@@ -118,6 +131,10 @@ static void make_model(tstore *ts, const ref_hparams *hp, uint64_t seed, bool wi
         }
         ADD("attn_output.weight", E * Q, 0, 0.3);
         ADD("ffn_norm.weight", E, 1, 0.2);
+        if (is_gemma2(hp->arch)) {
+            ADD("post_attention_norm.weight", E, 1, 0.2);
+            ADD("post_ffw_norm.weight", E, 1, 0.2);
+        }
         if (is_moe(hp->arch)) {
             const int64_t X = hp->n_expert, FX = hp->n_ff_exp;
             ADD("ffn_gate_inp.weight", X * E, 0, 1.0);
@@ -151,14 +168,32 @@ static void t_mv(const double *W, const double *x, int rows, int cols, double *y
         for (int c = 0; c < cols; c++) y[r] += W[r * cols + c] * x[c];
     }
 }
-/* d = down · (silu(gate · h) * up · h), F rows */
-static void t_swiglu(const double *gate, const double *up, const double *down, int E, int F, const double *h,
-                     double *d) {
+/* d = down · (act(gate · h) * up · h), F rows; act silu, or gelu's tanh form */
+static void t_glu(const double *gate, const double *up, const double *down, int E, int F, bool gelu,
+                  const double *h, double *d) {
     double g[64], u[64];
     t_mv(gate, h, F, E, g);
     t_mv(up, h, F, E, u);
-    for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+    for (int i = 0; i < F; i++)
+        g[i] = (gelu ? 0.5 * g[i] * (1 + tanh(sqrt(2 / acos(-1.0)) * (g[i] + 0.044715 * pow(g[i], 3))))
+                     : g[i] / (1 + exp(-g[i]))) *
+               u[i];
     t_mv(down, g, E, F, d);
+}
+/* x = the token's embedding row, times sqrt(n_embd) for gemma2 */
+static void t_embd(tstore *ts, const ref_hparams *hp, int32_t tok, double *x) {
+    const double *e = ts_find(ts, "token_embd.weight") + tok * hp->n_embd;
+    for (int i = 0; i < hp->n_embd; i++) x[i] = is_gemma2(hp->arch) ? e[i] * sqrt((double)hp->n_embd) : e[i];
+}
+/* the attention score of the dot product q·k: scaled, then softcapped (gemma2) */
+static double t_score(const ref_hparams *hp, double qk) {
+    double s = qk * (hp->attn_scale > 0 ? hp->attn_scale : 1 / sqrt((double)hp->head_dim));
+    return hp->attn_softcap > 0 ? hp->attn_softcap * tanh(s / hp->attn_softcap) : s;
+}
+/* the first position the query at p sees in layer il: p - W + 1 in a sliding layer */
+static int t_first_visible(const ref_hparams *hp, int il, int p) {
+    const int W = hp->sliding_window, P = hp->swa_pattern ? hp->swa_pattern : 2;
+    return W > 0 && il % P != P - 1 && p - W + 1 > 0 ? p - W + 1 : 0;
 }
 static unsigned t_moe_seen; /* bit e: t_moe selected expert e at least once */
 /* d = the qwen3moe FFN of h: experts sorted by router probability (an insertion sort,
@@ -183,9 +218,9 @@ static void t_moe(tstore *ts, const ref_hparams *hp, int il, const double *h, do
         const int e = order[k];
         double y[64];
         t_moe_seen |= 1u << e;
-        t_swiglu(tsf(ts, "blk.%d.ffn_gate_exps.weight", il) + e * FX * E,
-                 tsf(ts, "blk.%d.ffn_up_exps.weight", il) + e * FX * E,
-                 tsf(ts, "blk.%d.ffn_down_exps.weight", il) + e * E * FX, E, FX, h, y);
+        t_glu(tsf(ts, "blk.%d.ffn_gate_exps.weight", il) + e * FX * E,
+              tsf(ts, "blk.%d.ffn_up_exps.weight", il) + e * FX * E,
+              tsf(ts, "blk.%d.ffn_down_exps.weight", il) + e * E * FX, E, FX, false, h, y);
         for (int i = 0; i < E; i++) d[i] += p[e] / sum * y[i];
     }
 }
@@ -195,8 +230,10 @@ static void t_ffn(tstore *ts, const ref_hparams *hp, int il, double *x) { /* x +
     if (is_moe(hp->arch))
         t_moe(ts, hp, il, h, d);
     else
-        t_swiglu(tsf(ts, "blk.%d.ffn_gate.weight", il), tsf(ts, "blk.%d.ffn_up.weight", il),
-                 tsf(ts, "blk.%d.ffn_down.weight", il), hp->n_embd, hp->n_ff, h, d);
+        t_glu(tsf(ts, "blk.%d.ffn_gate.weight", il), tsf(ts, "blk.%d.ffn_up.weight", il),
+              tsf(ts, "blk.%d.ffn_down.weight", il), hp->n_embd, hp->n_ff, is_gemma2(hp->arch), h, d);
+    double *pn = tsf(ts, "blk.%d.post_ffw_norm.weight", il);
+    if (pn) t_norm(d, pn, hp->n_embd, hp->rms_eps, d);
     for (int i = 0; i < hp->n_embd; i++) x[i] += d[i];
 }
 static void t_out(tstore *ts, const ref_hparams *hp, const double *x, double *logits) {
@@ -204,6 +241,8 @@ static void t_out(tstore *ts, const ref_hparams *hp, const double *x, double *lo
     t_norm(x, ts_find(ts, "output_norm.weight"), hp->n_embd, hp->rms_eps, h);
     double *out = ts_find(ts, "output.weight");
     t_mv(out ? out : ts_find(ts, "token_embd.weight"), h, hp->n_vocab, hp->n_embd, logits);
+    const double c = hp->final_softcap;
+    for (int i = 0; c > 0 && i < hp->n_vocab; i++) logits[i] = c * tanh(logits[i] / c);
 }
 /* v = Wv norm(x) + bv for layer il */
 static void t_v(tstore *ts, const ref_hparams *hp, int il, const double *x, double *v) {
@@ -214,17 +253,25 @@ static void t_v(tstore *ts, const ref_hparams *hp, int il, const double *x, doub
     double *bv = tsf(ts, "blk.%d.attn_v.bias", il);
     for (int i = 0; bv && i < KV; i++) v[i] += bv[i];
 }
-/* x += Wo · (each query head hq reading vhead[hq / group]) */
+/* x += Wo · att, normed by the post-attention norm where there is one (gemma2) */
+static void t_add_attn(tstore *ts, const ref_hparams *hp, int il, const double *att, double *x) {
+    double o[64];
+    t_mv(tsf(ts, "blk.%d.attn_output.weight", il), att, hp->n_embd, hp->n_head * hp->head_dim, o);
+    double *pn = tsf(ts, "blk.%d.post_attention_norm.weight", il);
+    if (pn) t_norm(o, pn, hp->n_embd, hp->rms_eps, o);
+    for (int i = 0; i < hp->n_embd; i++) x[i] += o[i];
+}
+/* x += the attention output of each query head hq reading vhead[hq / group] */
 static void t_attn_out(tstore *ts, const ref_hparams *hp, int il, const double *vheads, double *x) {
-    double att[128], o[64];
+    double att[128];
     int D = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     for (int hq = 0; hq < hp->n_head; hq++)
         for (int d = 0; d < D; d++) att[hq * D + d] = vheads[(hq / group) * D + d];
-    t_mv(tsf(ts, "blk.%d.attn_output.weight", il), att, hp->n_embd, hp->n_head * D, o);
-    for (int i = 0; i < hp->n_embd; i++) x[i] += o[i];
+    t_add_attn(ts, hp, il, att, x);
 }
 
-static const char *ARCHS[4] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+enum { N_ARCHS = 5 };
+static const char *ARCHS[N_ARCHS] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2"};
 
 /* ------------------------------------------------------------- tests */
 
@@ -286,7 +333,7 @@ static void test_first_token(const char *arch) {
         double got[32], want[32], x[16], v[16];
         ref_model_reset(m);
         CHECK_INT(ref_model_eval(m, &tok, 1, got, NULL), 0);
-        memcpy(x, ts_find(&ts, "token_embd.weight") + tok * hp.n_embd, sizeof x);
+        t_embd(&ts, &hp, tok, x);
         for (int il = 0; il < hp.n_layer; il++) {
             t_v(&ts, &hp, il, x, v);
             t_attn_out(&ts, &hp, il, v, x);
@@ -302,8 +349,9 @@ static void test_first_token(const char *arch) {
 }
 
 /* Two tokens through one layer, written out: Q/K/V with biases, the per-head Q/K norm
- * before RoPE, RoPE at positions 0 and 1, scores scaled by 1/sqrt(head_dim), a
- * softmax over the two positions, GQA head mapping, output projection, FFN. */
+ * before RoPE, RoPE at positions 0 and 1, scores scaled by 1/sqrt(head_dim) (gemma2:
+ * its scale and softcap), a softmax over the two positions, GQA head mapping, output
+ * projection, FFN. */
 static void test_second_token(const char *arch) {
     ref_hparams hp = tiny_hp(arch);
     hp.n_layer = 1;
@@ -317,7 +365,7 @@ static void test_second_token(const char *arch) {
     double q[2][32], k[2][16], v[2][16], x[2][16];
     for (int p = 0; p < 2; p++) {
         double h[16];
-        memcpy(x[p], ts_find(&ts, "token_embd.weight") + toks[p] * E, sizeof x[p]);
+        t_embd(&ts, &hp, toks[p], x[p]);
         t_norm(x[p], tsf(&ts, "blk.%d.attn_norm.weight", 0), E, hp.rms_eps, h);
         t_mv(tsf(&ts, "blk.%d.attn_q.weight", 0), h, NQ, E, q[p]);
         t_mv(tsf(&ts, "blk.%d.attn_k.weight", 0), h, NKV, E, k[p]);
@@ -332,20 +380,19 @@ static void test_second_token(const char *arch) {
         ref_rope(q[p], hp.n_head, D, p, hp.rope_base, hp.rope_neox);
         ref_rope(k[p], hp.n_head_kv, D, p, hp.rope_base, hp.rope_neox);
     }
-    double att[32], o[16], want[32], got[2 * 32];
+    double att[32], want[32], got[2 * 32];
     for (int hq = 0; hq < hp.n_head; hq++) {
         int hk = hq / group;
         double s[2];
         for (int t = 0; t < 2; t++) {
             s[t] = 0;
             for (int d = 0; d < D; d++) s[t] += q[1][hq * D + d] * k[t][hk * D + d];
-            s[t] /= sqrt((double)D);
+            s[t] = t_score(&hp, s[t]);
         }
         double p0 = 1.0 / (1.0 + exp(s[1] - s[0])); /* softmax of two */
         for (int d = 0; d < D; d++) att[hq * D + d] = p0 * v[0][hk * D + d] + (1 - p0) * v[1][hk * D + d];
     }
-    t_mv(tsf(&ts, "blk.%d.attn_output.weight", 0), att, E, NQ, o);
-    for (int i = 0; i < E; i++) x[1][i] += o[i];
+    t_add_attn(&ts, &hp, 0, att, x[1]);
     t_ffn(&ts, &hp, 0, x[1]);
     t_out(&ts, &hp, x[1], want);
     CHECK_INT(ref_model_eval(m, toks, 2, NULL, got), 0);
@@ -356,8 +403,9 @@ static void test_second_token(const char *arch) {
     ts_free(&ts);
 }
 
-/* With Wq = 0 (and no Q bias) every score is 0: position p attends uniformly to
- * positions 0..p. One layer, so V of each token depends only on the token. */
+/* With Wq = 0 (and no Q bias) every score is 0 (softcapped too): position p attends
+ * uniformly to positions 0..p, or to its window. One layer, so V of each token depends
+ * only on the token. */
 static void test_uniform_attention(const char *arch) {
     ref_hparams hp = tiny_hp(arch);
     hp.n_layer = 1;
@@ -371,13 +419,15 @@ static void test_uniform_attention(const char *arch) {
     int32_t toks[6] = {3, 17, 3, 30, 0, 9};
     double all[6 * 32];
     CHECK_INT(ref_model_eval(m, toks, 6, NULL, all), 0);
-    double vsum[16] = {0};
+    double v[6][16];
     int KV = hp.n_head_kv * hp.head_dim;
     for (int p = 0; p < 6; p++) {
-        double x[16], v[16], mean[16], want[32];
-        memcpy(x, ts_find(&ts, "token_embd.weight") + toks[p] * hp.n_embd, sizeof x);
-        t_v(&ts, &hp, 0, x, v);
-        for (int i = 0; i < KV; i++) mean[i] = (vsum[i] += v[i]) / (p + 1);
+        double x[16], mean[16] = {0}, want[32];
+        t_embd(&ts, &hp, toks[p], x);
+        t_v(&ts, &hp, 0, x, v[p]);
+        const int p0 = t_first_visible(&hp, 0, p);
+        for (int t = p0; t <= p; t++)
+            for (int i = 0; i < KV; i++) mean[i] += v[t][i] / (p - p0 + 1);
         t_attn_out(&ts, &hp, 0, mean, x);
         t_ffn(&ts, &hp, 0, x);
         t_out(&ts, &hp, x, want);
@@ -413,7 +463,7 @@ static void test_attention_zero(const char *arch) {
     CHECK_INT(ref_model_eval(m, toks, 5, NULL, all), 0);
     for (int p = 0; p < 5; p++) {
         double x[16], want[32];
-        memcpy(x, ts_find(&ts, "token_embd.weight") + toks[p] * hp.n_embd, sizeof x);
+        t_embd(&ts, &hp, toks[p], x);
         for (int il = 0; il < hp.n_layer; il++) t_ffn(&ts, &hp, il, x);
         t_out(&ts, &hp, x, want);
         double d = max_diff(all + p * 32, want, 32);
@@ -440,6 +490,7 @@ static void test_gqa(const char *arch) {
         const char *same[] = {"blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_q.bias",
                               "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight",
                               "blk.%d.attn_output.weight", "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight",
+                              "blk.%d.post_attention_norm.weight", "blk.%d.post_ffw_norm.weight",
                               "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight", "blk.%d.ffn_gate_inp.weight",
                               "blk.%d.ffn_gate_exps.weight", "blk.%d.ffn_up_exps.weight",
                               "blk.%d.ffn_down_exps.weight"};
@@ -535,8 +586,8 @@ static void test_rope_in_model(void) {
     ts_free(&ts);
 }
 
-static void test_tied_output(void) {
-    ref_hparams hp = tiny_hp("qwen2");
+static void test_tied_output(const char *arch) {
+    ref_hparams hp = tiny_hp(arch);
     tstore ta, tb;
     make_model(&ta, &hp, 17, false);
     make_model(&tb, &hp, 17, false);
@@ -916,9 +967,279 @@ static void test_moe_errors(void) {
     ts_free(&t3);
 }
 
+/* ------------------------------------------------------------- gemma2 */
+
+/* Logits [n][n_vocab] of toks through a fresh model of hp over ts. */
+static bool eval_all(const ref_hparams *hp, tstore *ts, const int32_t *toks, int n, double *all) {
+    ref_model *m = ref_model_create(hp, ts_get, ts);
+    bool ok = m && ref_model_eval(m, toks, n, NULL, all) == 0;
+    ref_model_free(m);
+    th_checks++;
+    if (!ok) TH_FAIL("%s: evaluation failed", hp->arch);
+    return ok;
+}
+
+/* A window at least as long as the sequence is no window, bitwise; a shorter one keeps
+ * the positions before it bitwise and changes the later ones. */
+static void test_gemma2_window(void) {
+    ref_hparams hp = tiny_hp("gemma2");
+    tstore ts;
+    make_model(&ts, &hp, 41, false);
+    enum { N = 9, V = 32 };
+    int32_t toks[N] = {3, 14, 15, 9, 26, 5, 3, 5, 8};
+    double none[N * V], got[N * V];
+    hp.sliding_window = 0;
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, none));
+    int ws[] = {N, N + 1, 1000};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        hp.sliding_window = ws[i];
+        REQUIRE_VOID(eval_all(&hp, &ts, toks, N, got));
+        th_checks++;
+        if (memcmp(got, none, sizeof got) != 0)
+            TH_FAIL("window %d over %d tokens: max diff %g to no window", ws[i], N, max_diff(got, none, N * V));
+    }
+    for (int w = 1; w < N; w++) {
+        hp.sliding_window = w;
+        REQUIRE_VOID(eval_all(&hp, &ts, toks, N, got));
+        CHECK_MEM(got, none, (size_t)w * V * sizeof(double)); /* positions < w see everything */
+        for (int p = w; p < N; p++) {
+            double d = max_diff(got + p * V, none + p * V, V);
+            th_checks++;
+            if (d < 1e-6) TH_FAIL("window %d at %d: the same as no window (max diff %g)", w, p, d);
+        }
+    }
+    ts_free(&ts);
+}
+
+/* A window of 1: a sliding layer attends to its own position only, and one softmax
+ * entry gives its V whatever Q and K are. swa_pattern 6 on 2 layers slides both, so
+ * each position's logits are bitwise those of its token evaluated alone. */
+static void test_gemma2_window_one(void) {
+    ref_hparams hp = tiny_hp("gemma2");
+    hp.sliding_window = 1, hp.swa_pattern = 6;
+    tstore ts;
+    make_model(&ts, &hp, 42, false);
+    enum { N = 7, V = 32 };
+    int32_t toks[N] = {1, 20, 7, 7, 31, 0, 12};
+    double all[N * V], alone[V];
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, all));
+    for (int p = 0; p < N; p++) {
+        REQUIRE_VOID(eval_all(&hp, &ts, &toks[p], 1, alone));
+        th_checks++;
+        if (memcmp(all + p * V, alone, sizeof alone) != 0)
+            TH_FAIL("window 1 at %d: max diff %g to the token alone", p, max_diff(all + p * V, alone, V));
+    }
+    CHECK_MEM(all + 2 * V, all + 3 * V, V * sizeof(double)); /* the same token at 2 and 3 */
+    ts_free(&ts);
+}
+
+/* Which layers slide: with a window of 1, scaling a sliding layer's Wq by 3 changes
+ * nothing (bitwise) and a full layer's changes every position past the first. */
+static void test_gemma2_swa_pattern(void) {
+    struct {
+        int pattern;
+        bool slides[4]; /* layers 0..3 */
+    } cases[] = {{0, {1, 0, 1, 0}}, {2, {1, 0, 1, 0}}, {3, {1, 1, 0, 1}}, {6, {1, 1, 1, 1}}, {1, {0, 0, 0, 0}}};
+    enum { N = 5, V = 32 };
+    int32_t toks[N] = {2, 9, 30, 4, 17};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ref_hparams hp = tiny_hp("gemma2");
+        hp.n_layer = 4, hp.sliding_window = 1, hp.swa_pattern = cases[c].pattern;
+        tstore ts;
+        make_model(&ts, &hp, 43, false);
+        double base[N * V], got[N * V];
+        REQUIRE_VOID(eval_all(&hp, &ts, toks, N, base));
+        for (int il = 0; il < hp.n_layer; il++) {
+            const bool slides = cases[c].slides[il];
+            CHECK_INT(ref_layer_is_swa(&hp, il), slides);
+            double *wq = tsf(&ts, "blk.%d.attn_q.weight", il);
+            const int64_t n = ts_size(&ts, "blk.0.attn_q.weight");
+            for (int64_t i = 0; i < n; i++) wq[i] *= 3;
+            REQUIRE_VOID(eval_all(&hp, &ts, toks, N, got));
+            for (int64_t i = 0; i < n; i++) wq[i] /= 3;
+            CHECK_MEM(got, base, V * sizeof(double)); /* position 0 has one key anyway */
+            for (int p = 1; p < N; p++) {
+                double d = max_diff(got + p * V, base + p * V, V);
+                th_checks++;
+                if (slides ? d != 0 : d < 1e-6)
+                    TH_FAIL("swa_pattern %d layer %d (%s) at %d: Wq * 3 changes logits by %g", cases[c].pattern,
+                            il, slides ? "sliding" : "full", p, d);
+            }
+        }
+        ts_free(&ts);
+    }
+}
+
+/* Softcaps: huge ones are none (c tanh(s/c) = s - s^3/(3c^2) + ...); a tiny attention
+ * softcap squashes every score to about 0, which is uniform attention (Wq = 0); the
+ * final softcap is c tanh(l/c) of the uncapped logits, within (-c, c). */
+static void test_gemma2_softcap(void) {
+    ref_hparams hp = tiny_hp("gemma2");
+    tstore ts;
+    make_model(&ts, &hp, 44, false);
+    enum { N = 8, V = 32 };
+    int32_t toks[N] = {6, 1, 28, 6, 19, 0, 3, 22};
+    double none[N * V], got[N * V], capped[N * V];
+    ref_hparams h0 = hp;
+    h0.attn_softcap = h0.final_softcap = 0;
+    REQUIRE_VOID(eval_all(&h0, &ts, toks, N, none));
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, capped));
+    CHECK(max_diff(capped, none, N * V) > 1e-2); /* tiny_hp's caps bite */
+    ref_hparams hh = hp;
+    hh.attn_softcap = hh.final_softcap = 1e9;
+    REQUIRE_VOID(eval_all(&hh, &ts, toks, N, got));
+    double d = max_diff(got, none, N * V);
+    th_checks++;
+    if (d > 1e-12) TH_FAIL("softcaps 1e9: max diff %g to none", d);
+    /* only the attention's capped, huge: the final cap of the uncapped logits */
+    hh = h0;
+    hh.attn_softcap = 1e9, hh.final_softcap = 0.5;
+    REQUIRE_VOID(eval_all(&hh, &ts, toks, N, got));
+    double lmax = 0, gmax = 0, dc = 0;
+    for (int i = 0; i < N * V; i++) {
+        lmax = fmax(lmax, fabs(none[i]));
+        gmax = fmax(gmax, fabs(got[i]));
+        dc = fmax(dc, fabs(got[i] - 0.5 * tanh(none[i] / 0.5)));
+    }
+    th_checks++;
+    if (!(gmax <= 0.5) || lmax < 1.5 || dc > 1e-12)
+        TH_FAIL("final softcap 0.5: max |logit| %g (uncapped %g), max diff to 0.5 tanh(l / 0.5) %g", gmax, lmax,
+                dc);
+    /* every logit of the tiny_hp model is within its cap 3 */
+    gmax = 0;
+    for (int i = 0; i < N * V; i++) gmax = fmax(gmax, fabs(capped[i]));
+    CHECK(gmax <= hp.final_softcap && gmax > 1);
+    /* a tiny attention softcap: scores within 1e-9 of 0, so uniform attention */
+    hh = hp;
+    hh.attn_softcap = 1e-9;
+    REQUIRE_VOID(eval_all(&hh, &ts, toks, N, got));
+    for (int il = 0; il < hp.n_layer; il++)
+        memset(tsf(&ts, "blk.%d.attn_q.weight", il), 0, (size_t)ts_size(&ts, "blk.0.attn_q.weight") * sizeof(double));
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, capped));
+    d = max_diff(got, capped, N * V);
+    th_checks++;
+    if (d > 1e-7) TH_FAIL("attention softcap 1e-9: max diff %g to Wq = 0", d);
+    ts_free(&ts);
+}
+
+/* The embedding scale: with Wo and W_down zero the post norms give exact zeros and x
+ * stays the scaled embedding; a norm epsilon of 1 keeps the final RMS norm from
+ * hiding the scale. */
+static void test_gemma2_embd_scale(void) {
+    ref_hparams hp = tiny_hp("gemma2");
+    hp.rms_eps = 1;
+    tstore ts;
+    make_model(&ts, &hp, 45, false);
+    for (int il = 0; il < hp.n_layer; il++) {
+        const char *zero[] = {"blk.%d.attn_output.weight", "blk.%d.ffn_down.weight"};
+        for (int i = 0; i < 2; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, zero[i], il);
+            memset(ts_find(&ts, nm), 0, (size_t)ts_size(&ts, nm) * sizeof(double));
+        }
+    }
+    enum { N = 4, V = 32, E = 16 };
+    int32_t toks[N] = {0, 13, 31, 13};
+    double all[N * V];
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, all));
+    for (int p = 0; p < N; p++) {
+        double x[E], want[V], unscaled[V];
+        const double *e = ts_find(&ts, "token_embd.weight") + toks[p] * E;
+        for (int i = 0; i < E; i++) x[i] = e[i] * 4; /* sqrt(16) */
+        t_out(&ts, &hp, x, want);
+        t_out(&ts, &hp, e, unscaled);
+        double d = max_diff(all + p * V, want, V);
+        th_checks++;
+        if (d > 1e-12) TH_FAIL("embedding scale at %d: max diff %g", p, d);
+        CHECK(max_diff(all + p * V, unscaled, V) > 1e-3);
+    }
+    ts_free(&ts);
+}
+
+static void test_gemma2_errors(void) {
+    ref_hparams hp = tiny_hp("gemma2");
+    tstore ts;
+    make_model(&ts, &hp, 46, false);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    CHECK(m != NULL);
+    CHECK(m && m->hp.swa_pattern == 2 && m->hp.attn_scale == 0.3); /* resolved */
+    ref_model_free(m);
+    /* biases and Q/K norms are not gemma2's: present, they are not read */
+    enum { N = 4, V = 32 };
+    int32_t toks[N] = {8, 2, 25, 2};
+    double base[N * V], got[N * V];
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, base));
+    uint64_t rs = 5;
+    ts_add(&ts, "blk.0.attn_q.bias", hp.n_head * hp.head_dim, 0, 1, &rs);
+    ts_add(&ts, "blk.1.attn_v.bias", hp.n_head_kv * hp.head_dim, 0, 1, &rs);
+    ts_add(&ts, "blk.0.attn_k_norm.weight", hp.head_dim, 3, 1, &rs);
+    REQUIRE_VOID(eval_all(&hp, &ts, toks, N, got));
+    CHECK_MEM(got, base, sizeof got);
+    ref_hparams hd = hp;
+    hd.attn_scale = 0;
+    m = ref_model_create(&hd, ts_get, &ts);
+    CHECK(m && m->hp.attn_scale == 1 / sqrt(8.0));
+    ref_model_free(m);
+    /* bad values: negative, NaN, infinite; normal RoPE */
+    for (int i = 0; i < 9; i++) {
+        ref_hparams hb = hp;
+        switch (i) {
+        case 0: hb.attn_scale = -1; break;
+        case 1: hb.attn_softcap = -1; break;
+        case 2: hb.final_softcap = -0.5; break;
+        case 3: hb.sliding_window = -1; break;
+        case 4: hb.swa_pattern = -2; break;
+        case 5: hb.attn_softcap = NAN; break;
+        case 6: hb.final_softcap = INFINITY; break;
+        case 7: hb.attn_scale = NAN; break;
+        default: hb.rope_neox = false; break;
+        }
+        m = ref_model_create(&hb, ts_get, &ts);
+        th_checks++;
+        if (m) TH_FAIL("gemma2: accepted bad hparams (case %d)", i);
+        ref_model_free(m);
+    }
+    /* the post norms are required and sized [n_embd] */
+    ts_remove(&ts, "blk.1.post_ffw_norm.weight");
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ts_free(&ts);
+    make_model(&ts, &hp, 46, false);
+    ts_remove(&ts, "blk.0.post_attention_norm.weight");
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ts_free(&ts);
+    make_model(&ts, &hp, 46, false);
+    for (int i = 0; i < ts.n; i++)
+        if (strcmp(ts.name[i], "blk.0.post_ffw_norm.weight") == 0) ts.size[i]--;
+    CHECK(ref_model_create(&hp, ts_get, &ts) == NULL);
+    ts_free(&ts);
+    /* the gemma2 fields on another arch, one at a time */
+    ref_hparams hl = tiny_hp("llama");
+    tstore tl;
+    make_model(&tl, &hl, 47, true);
+    for (int i = 0; i < 5; i++) {
+        ref_hparams hb = hl;
+        switch (i) {
+        case 0: hb.attn_scale = 0.3; break;
+        case 1: hb.attn_softcap = 50; break;
+        case 2: hb.final_softcap = 30; break;
+        case 3: hb.sliding_window = 4; break;
+        default: hb.swa_pattern = 2; break;
+        }
+        m = ref_model_create(&hb, ts_get, &tl);
+        th_checks++;
+        if (m) TH_FAIL("llama: accepted gemma2 hparams (case %d)", i);
+        ref_model_free(m);
+    }
+    /* a llama model's tensors lack the post norms */
+    ref_hparams hg = hl;
+    hg.arch = "gemma2", hg.rope_neox = true;
+    CHECK(ref_model_create(&hg, ts_get, &tl) == NULL);
+    ts_free(&tl);
+}
+
 int main(void) {
     test_rope();
-    for (int a = 0; a < 4; a++) {
+    for (int a = 0; a < N_ARCHS; a++) {
         test_first_token(ARCHS[a]);
         test_second_token(ARCHS[a]);
         test_uniform_attention(ARCHS[a]);
@@ -928,12 +1249,19 @@ int main(void) {
         test_shift_truncate(ARCHS[a]);
     }
     test_rope_in_model();
-    test_tied_output();
+    test_tied_output("qwen2");
+    test_tied_output("gemma2"); /* the embedding's scale stays off the output */
     test_qk_norm();
     test_errors();
     test_moe_one_of_two();
     test_moe_identical();
     test_moe_used();
     test_moe_errors();
+    test_gemma2_window();
+    test_gemma2_window_one();
+    test_gemma2_swa_pattern();
+    test_gemma2_softcap();
+    test_gemma2_embd_scale();
+    test_gemma2_errors();
     return th_done();
 }

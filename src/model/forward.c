@@ -211,9 +211,20 @@ static pkv_status move(pkv_buffer *src, pkv_buffer *dst, size_t n) {
 }
 
 /* Fold each shard's partial output y into the residual stream x on the main
- * device (summing in device order). */
-static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, dev_ws *w0, int64_t T) {
+ * device (summing in device order). post_norm (Gemma): the whole output is RMS
+ * normed first, so the partials are summed into w0->y, normed, then added. */
+static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, dev_ws *w0, int64_t T, const pkv_weight *post_norm) {
     size_t bytes = (size_t)T * (size_t)m->hp.n_embd * 4;
+    if (post_norm && post_norm->buf) {
+        pkv_status s;
+        for (int d = 1; d < m->n_dev; d++) { /* w0 is device 0's: sum the others into its y */
+            dev_ws *w = ws_of(ws, m->devs[d]);
+            if ((s = pkv_buffer_copy(w->y, 0, w0->xb, 0, bytes)) || (s = add(m->dev, w0->y, w0->xb, T * m->hp.n_embd)))
+                return s;
+        }
+        if ((s = rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps))) return s;
+        return add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
+    }
     for (int d = 0; d < m->n_dev; d++) {
         dev_ws *w = ws_of(ws, m->devs[d]);
         pkv_buffer *part = w->y;
@@ -294,12 +305,14 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
                                    .meta = R(kw->ints, pl->off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
                                    .n_seq = pl->n_seqs, .meta_pages = pl->meta_pages, .n_pages = (int)sh.n_pages,
                                    .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hp->head_dim_k,
-                                   .dv = hp->head_dim_v, .scale = 1.0f / sqrtf((float)hp->head_dim_k)};
+                                   .dv = hp->head_dim_v,
+                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim_k),
+                                   .window = ly->window, .softcap = hp->attn_softcap};
         if ((s = pkv_k_attention(kdev, &at))) return s;
         if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
         if ((s = matmul(dev, &sw->wo, w->att, w->y, T))) return s;
     }
-    return reduce(m, ws, w0, T);
+    return reduce(m, ws, w0, T, &ly->post_attn_norm);
 }
 
 /* rows [r0, r0 + rows) of weight w (one expert's matrix), times x. */
@@ -409,11 +422,11 @@ static pkv_status ffn_layer(const pkv_model *m, pkv_fwd_ws *ws, int il, int64_t 
         dev_ws *w = ws_of(ws, dev);
         if ((s = move(w0->xb, w->xb, (size_t)T * (size_t)E * 4))) return s;
         if ((s = matmul(dev, &sw->w_gate, w->xb, w->hb, T)) || (s = matmul(dev, &sw->w_up, w->xb, w->hb2, T))) return s;
-        pkv_k_swiglu_args sg = {.g = R(w->hb, 0), .u = R(w->hb2, 0), .y = R(w->hb, 0), .n = T * sw->n_ff};
+        pkv_k_swiglu_args sg = {.g = R(w->hb, 0), .u = R(w->hb2, 0), .y = R(w->hb, 0), .n = T * sw->n_ff, .gelu = hp->gelu};
         if ((s = pkv_k_swiglu(dev, &sg))) return s;
         if ((s = matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
-    return reduce(m, ws, w0, T);
+    return reduce(m, ws, w0, T, &ly->post_ffn_norm);
 }
 
 /* Build the host-side integer block (ids, positions, rows, output rows, attention
@@ -492,7 +505,8 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     dev_ws *w0 = s ? NULL : ws_of(ws, dev);
     if (!s) {
         pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab,
-                                  .cols = m->hp.n_embd, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T};
+                                  .cols = m->hp.n_embd, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T,
+                                  .scale = m->hp.embd_scale};
         s = pkv_k_get_rows(dev, &ge);
     }
     for (int il = 0; !s && il < m->hp.n_layer; il++) {
@@ -507,6 +521,10 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     if (!s) s = rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, m->hp.n_embd, m->hp.rms_eps);
     if (!s) s = matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
     if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl.n_out * (size_t)m->hp.n_vocab * 4);
+    if (!s && logits && m->hp.final_softcap > 0) { /* Gemma 2: cap * tanh(logit / cap), on the host copy */
+        const float cap = m->hp.final_softcap;
+        for (size_t i = 0; i < (size_t)pl.n_out * (size_t)m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    }
     else if (!s) s = pkv_device_sync(dev);
     if (s) { /* roll the cache back: the step never happened */
         pkv_status keep = s;

@@ -3,10 +3,11 @@
  * FFN sizes may be per-layer arrays (I4: never assume layer 0 speaks for all). */
 #include "model/model-impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"};
+static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2"};
 
 const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
 
@@ -104,7 +105,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     for (int a = 0; a < PKV_ARCH_COUNT; a++)
         if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
     if (hp->arch == PKV_ARCH_COUNT)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3)",
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2)",
                        lab, arch);
 
     if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
@@ -185,6 +186,21 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
     hp->rope_neox = hp->arch != PKV_ARCH_LLAMA;
+    if (!s && hp->arch == PKV_ARCH_GEMMA2) { /* llama.cpp's keys and rules for Gemma 2 */
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+        hp->gelu = true;
+        hp->swa_pattern = 2; /* even layers slide, odd layers see everything */
+        s = opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
+        if (!s) s = opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->attn_softcap);
+        if (!s) s = opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap);
+        if (!s && (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0) || hp->attn_softcap == INFINITY ||
+                   hp->final_softcap == INFINITY))
+            s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attn_logit_softcapping' %g and '%s.final_logit_softcapping' %g must be >= 0",
+                        lab, arch, (double)hp->attn_softcap, arch, (double)hp->final_softcap);
+        /* the query scale: by model size, as llama.cpp does (the 27B, 46 layers, uses
+         * n_embd / n_head; the others the head size) */
+        if (!s) hp->attn_scale = 1.0f / sqrtf(hp->n_layer == 46 ? (float)(hp->n_embd / n_head[0]) : (float)hp->head_dim_k);
+    }
     if (s) {
         pkv_free(n_head);
         pkv_free(n_head_kv);

@@ -231,9 +231,16 @@ static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) 
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe") &&
-        strcmp(p->arch, "phi3"))
+        strcmp(p->arch, "phi3") && strcmp(p->arch, "gemma2"))
         return pkv_err(PKV_ERR_UNSUPPORTED,
-                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3)", p->arch);
+                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma2)", p->arch);
+    if (!strcmp(p->arch, "gemma2")) {
+        if (!p->sliding_window) p->sliding_window = 8;
+        p->tied = true; /* Gemma files have no output.weight */
+    } else if (p->sliding_window) {
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2, not %s", p->arch);
+    }
+    if (p->sliding_window < 0) return pkv_err(PKV_ERR_INVALID, "mkmodel: sliding window %d", p->sliding_window);
     bool moe = !strcmp(p->arch, "qwen3moe");
     if (!moe && (p->n_expert || p->n_expert_used))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe), not %s",
@@ -415,8 +422,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         goto done;
     }
     const char *a = p.arch;
-    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0; /* Qwen's RoPE base and norm epsilon */
-    bool phi3 = !strcmp(a, "phi3");
+    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && strcmp(a, "gemma2") != 0; /* Qwen's RoPE base, eps */
+    bool phi3 = !strcmp(a, "phi3"), gemma = !strcmp(a, "gemma2");
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
 #define TRY(x)                                                                                      \
@@ -443,13 +450,18 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
     }
-    if (p.head_dim * p.n_head != E || qk_norm) {
+    if (gemma) { /* Gemma 2's values: the soft-caps and the window (small here, so tests cross it) */
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)p.sliding_window));
+        TRY(pkv_gguf_writer_add_f32(G.w, KEY("attn_logit_softcapping"), 50.0f));
+        TRY(pkv_gguf_writer_add_f32(G.w, KEY("final_logit_softcapping"), 30.0f));
+    }
+    if (p.head_dim * p.n_head != E || qk_norm || gemma) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
     TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), tgt.g ? tgt.rope_base : qwen ? 1000000.0f : 10000.0f));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : p.head_dim)));
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen ? 1e-6f : 1e-5f));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen || gemma ? 1e-6f : 1e-5f));
     if (p.shared_kv_layers)
         TRY(pkv_gguf_writer_add_arr(G.w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p.shared_kv_layers, (uint64_t)p.n_layer));
     if (tgt.g) { /* the target's vocabulary, key by key */
@@ -500,7 +512,9 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("attn_k_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
         }
         T("attn_output.weight", p.type, qd, E, 0.0, lin_q);
+        if (gemma) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        if (gemma) T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         if (moe) { /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
             T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
 #define T3(suffix, type, cols, rows, sc) \

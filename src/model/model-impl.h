@@ -14,6 +14,7 @@ typedef enum pkv_arch {
     PKV_ARCH_QWEN3 = 2, /* per-head Q/K RMS norms, explicit head size, neox RoPE */
     PKV_ARCH_QWEN3MOE = 3, /* qwen3 attention, a mixture of experts in place of the FFN */
     PKV_ARCH_PHI3 = 4,     /* fused QKV and gate/up matrices, neox RoPE */
+    PKV_ARCH_GEMMA2 = 5,   /* embedding scale, post-norms, GeGLU, soft-caps, sliding layers */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -53,6 +54,10 @@ typedef struct pkv_layer {
     pkv_weight moe_router;       /* [n_expert][n_embd] */
     pkv_weight moe_gate, moe_up; /* [n_expert * n_ff][n_embd] */
     pkv_weight moe_down;         /* [n_expert * n_embd][n_ff] */
+    /* Gemma: RMS norms of the attention's and the FFN's outputs before the residual
+     * adds, f32 [n_embd] on devs[0]; absent elsewhere */
+    pkv_weight post_attn_norm, post_ffn_norm;
+    int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -65,6 +70,12 @@ typedef struct pkv_hparams {
     float rms_eps;
     int n_expert, n_expert_used; /* mixture of experts; 0 = a dense FFN */
     int n_ff_exp;                /* rows of one expert's FFN */
+    /* Gemma 2 (0 = off elsewhere) */
+    float embd_scale;            /* token embeddings times this (sqrt(n_embd)) */
+    float attn_scale;            /* scores times this; 0 = 1/sqrt(head_dim_k) */
+    float attn_softcap, final_softcap;
+    int n_swa, swa_pattern;      /* sliding window; layer il slides when il % pattern < pattern - 1 */
+    bool gelu;                   /* GeGLU FFN (gelu, tanh form) instead of SwiGLU */
 } pkv_hparams;
 
 struct pkv_model {

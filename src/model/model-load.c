@@ -236,6 +236,8 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe_gate);
             free_weight(&ly->moe_up);
             free_weight(&ly->moe_down);
+            free_weight(&ly->post_attn_norm);
+            free_weight(&ly->post_ffn_norm);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
                 for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].w_down; e++) free_weight(e);
@@ -356,6 +358,12 @@ static pkv_status load_layers(loader *L) {
                 od = (int64_t)ly->n_head * hv;
         if ((s = load_weight(L, NAME("attn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->attn_norm))) return s;
         if ((s = load_weight(L, NAME("ffn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->ffn_norm))) return s;
+        bool gemma = hp->arch == PKV_ARCH_GEMMA2;
+        if (gemma && ((s = load_weight(L, NAME("post_attention_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_attn_norm)) ||
+                      (s = load_weight(L, NAME("post_ffw_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_ffn_norm))))
+            return s;
+        /* the attention kind of the layer: sliding layers see the last n_swa tokens */
+        ly->window = hp->n_swa > 0 && hp->swa_pattern > 0 && l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
         if (moe && ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, hp->n_expert, true, false, m->dev, k_all, &ly->moe_router)) ||
                     (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
                     (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
