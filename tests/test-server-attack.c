@@ -25,7 +25,7 @@
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
 #else
 #include <arpa/inet.h>
-#include <jansson.h>
+#include "server-json.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
@@ -50,20 +50,6 @@ static int get(const char *path, json_t **out) {
     int code = ts_http(g_port, "%s", path);
     if (out) *out = json_loads(ts_body, 0, NULL);
     return code;
-}
-
-static json_t *jget(json_t *j, const char *path) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = j;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
-        cur = json_is_array(cur) ? json_array_get(cur, (size_t)atoi(tok)) : json_object_get(cur, tok);
-    return cur;
-}
-
-static long long jint(json_t *j, const char *path) {
-    json_t *v = jget(j, path);
-    return json_is_integer(v) ? json_integer_value(v) : -999999;
 }
 
 static const char *jstr(json_t *j, const char *path) {

@@ -9,7 +9,7 @@
 #ifndef PKV_HAVE_SERVER
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
 #else
-#include <jansson.h>
+#include "server-json.h"
 
 static int g_port;
 static const char *g_auth = "-H 'Authorization: Bearer test-key'";
@@ -29,28 +29,10 @@ static int get(const char *path, json_t **out) {
     return code;
 }
 
+/* The string at path ("a.b.0.c"), or NULL. */
 static const char *jstr(json_t *j, const char *path) {
-    /* path: "a.b.0.c" */
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = j;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
-        cur = json_is_array(cur) ? json_array_get(cur, (size_t)atoi(tok)) : json_object_get(cur, tok);
-    return json_is_string(cur) ? json_string_value(cur) : NULL;
-}
-
-static json_t *jget(json_t *j, const char *path) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = j;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
-        cur = json_is_array(cur) ? json_array_get(cur, (size_t)atoi(tok)) : json_object_get(cur, tok);
-    return cur;
-}
-
-static long long jint(json_t *j, const char *path) {
     json_t *v = jget(j, path);
-    return json_is_integer(v) ? json_integer_value(v) : -999999;
+    return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 /* Parse an SSE body: every event must be "data: {json}" or "data: [DONE]" (the
