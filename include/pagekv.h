@@ -557,7 +557,8 @@ typedef struct pkv_model_info {
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
     uint64_t weight_bytes;   /* bytes of weights on the devices */
     uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
-                                        embedding table, of which it reads one row */
+                                        embedding table, of which it reads one row, and of a
+                                        mixture of experts only the experts used per token */
     bool has_vocab;          /* false for tokenizer.ggml.model = none */
     int n_devices;           /* devices the layers are split over */
     bool kv_on_host;

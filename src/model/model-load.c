@@ -626,6 +626,13 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     {
         size_t embd = pkv_buffer_size(m->tok_embd.buf), row = pkv_type_row_bytes(m->tok_embd.type, (size_t)m->hp.n_embd);
         info->decode_bytes_per_token = m->tied ? m->weight_bytes : m->weight_bytes - embd + row;
+        /* a mixture of experts reads only the experts a token is routed to */
+        for (int l = 0; l < m->hp.n_layer && m->hp.n_expert > 0; l++) {
+            const pkv_layer *ly = &m->layers[l];
+            uint64_t experts = (uint64_t)pkv_buffer_size(ly->moe_gate.buf) + pkv_buffer_size(ly->moe_up.buf) +
+                               pkv_buffer_size(ly->moe_down.buf);
+            info->decode_bytes_per_token -= experts / (uint64_t)m->hp.n_expert * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
+        }
     }
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
     info->load_seconds = m->load_seconds;
