@@ -21,6 +21,13 @@ static void on_row(const pkv_check_result *r, void *user) {
     }
 }
 
+/* `pagekv demo -m path DEVICES` exits 0 and its summary says want. */
+static void demo_passes(const char *path, const char *devices, const char *want) {
+    CHECK_INT(th_cli("", true, "demo -m '%s' %s", path, devices), 0);
+    if (!strstr(th_out, want)) TH_FAIL("demo -m %s %s: no '%s' in its output", path, devices, want);
+    th_checks++;
+}
+
 int main(void) {
     pkv_check_params p = pkv_check_default_params();
     p.iterations = 1500;
@@ -99,19 +106,13 @@ int main(void) {
     snprintf(bad, sizeof bad, "%s", th_tmp("demo-bad.gguf"));
     CHECK_INT(th_cli("", true, "mkmodel --arch qwen3 --type q8_0 --chat-template chatml -o '%s'", q3), 0);
     CHECK_INT(th_cli("", true, "mkmodel --arch qwen2 --no-vocab -o '%s'", nv), 0);
-    rc = th_cli("", true, "demo -m '%s' --device cpu", q3);
-    CHECK_INT(rc, 0);
-    CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL && strstr(out, "model: ") != NULL);
-    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", nv);
-    CHECK_INT(rc, 0);
-    CHECK(strstr(out, "10 checks, 10 passed, 0 failed") != NULL && strstr(out, "cpu,cpu:1+host") != NULL);
-    if (th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0")) {
-        rc = th_cli("", true, "demo -m '%s' --device vulkan:0", q3);
-        CHECK_INT(rc, 0);
-        CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
-    } else {
-        printf("note: no vulkan:0 here; demo -m on Vulkan not run\n");
-    }
+    const bool vk = th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0");
+    if (!vk) printf("note: no vulkan:0 here; demo -m on Vulkan not run\n");
+    demo_passes(q3, "--device cpu", "5 checks, 5 passed, 0 failed");
+    CHECK(strstr(out, "model: ") != NULL);
+    demo_passes(nv, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
+    CHECK(strstr(out, "cpu,cpu:1+host") != NULL);
+    if (vk) demo_passes(q3, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
     {
         FILE *src = fopen(q3, "rb"), *dst = fopen(bad, "wb"); /* the file cut after 4 KiB */
         char buf[4096];
@@ -125,19 +126,13 @@ int main(void) {
     char moe[512];
     snprintf(moe, sizeof moe, "%s", th_tmp("demo-moe.gguf"));
     CHECK_INT(th_cli("", true, "mkmodel --arch qwen3moe --type q8_0 --experts 4 --experts-used 2 -o '%s'", moe), 0);
-    rc = th_cli("", true, "demo -m '%s' --device cpu", moe);
-    CHECK_INT(rc, 0);
-    CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
+    demo_passes(moe, "--device cpu", "5 checks, 5 passed, 0 failed");
     rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", moe);
     CHECK_INT(rc, 1);
     CHECK(strstr(out, "mixture-of-experts model (qwen3moe) cannot be split") != NULL);
     rc = th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", moe);
     CHECK_INT(rc, 0);
-    if (th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0")) {
-        rc = th_cli("", true, "demo -m '%s' --device vulkan:0", moe);
-        CHECK_INT(rc, 0);
-        CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
-    }
+    if (vk) demo_passes(moe, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
     unlink(moe);
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
@@ -145,14 +140,8 @@ int main(void) {
     char g2[512];
     snprintf(g2, sizeof g2, "%s", th_tmp("demo-g2.gguf"));
     CHECK_INT(th_cli("", true, "mkmodel --arch gemma2 --type q8_0 --sliding-window 8 -o '%s'", g2), 0);
-    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", g2);
-    CHECK_INT(rc, 0);
-    CHECK(strstr(out, "10 checks, 10 passed, 0 failed") != NULL);
-    if (th_cli("", true, "devices") == 0 && strstr(out, "vulkan:0")) {
-        rc = th_cli("", true, "demo -m '%s' --device vulkan:0", g2);
-        CHECK_INT(rc, 0);
-        CHECK(strstr(out, "5 checks, 5 passed, 0 failed") != NULL);
-    }
+    demo_passes(g2, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
+    if (vk) demo_passes(g2, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
     unlink(g2);
     rc = th_cli("", true, "demo -m '%s' --device cpu", bad);
     CHECK_INT(rc, 1);
