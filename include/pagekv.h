@@ -94,6 +94,7 @@ typedef enum pkv_type {
     PKV_TYPE_Q8_K = 15,
     PKV_TYPE_I32 = 26,
     PKV_TYPE_BF16 = 30,
+    PKV_TYPE_MXFP4 = 39, /* OCP MX FP4 (gpt-oss expert weights): 32 E2M1 values, one E8M0 exponent */
     PKV_TYPE_COUNT = 40,
 } pkv_type;
 
@@ -430,6 +431,25 @@ typedef struct pkv_kv_block_table {
 /* PKV_ERR_INVALID for unknown or swapped sequences; PKV_ERR_NOMEM. */
 pkv_status pkv_kv_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, bool with_positions,
                                   pkv_kv_block_table *out);
+/* The block table of the window pool (layers with window > 0): page i covers
+ * tokens [i * page_size, (i + 1) * page_size) as in the main table, but pages that
+ * have left the window are -1 (released; attention with a window never reads
+ * them). Without positions. PKV_ERR_INVALID when the cache has no window layers. */
+pkv_status pkv_kv_block_table_window(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, pkv_kv_block_table *out);
+/* Tokens of the sequence whose window-layer KV is present: equal to
+ * pkv_kv_seq_len except after a truncate or a shift back into pages the window
+ * had released, when the window layers must be recomputed from this token on
+ * (pkv_model_forward does it before its next step: pkv_kv_window_replay). Equal to
+ * pkv_kv_seq_len for caches without window layers; -1 for an unknown id. */
+int64_t pkv_kv_seq_window_len(const pkv_kv_cache *c, int32_t seq);
+/* Append to the window pool only the next n of the sequence's tokens that are
+ * already in the main pool (pkv_kv_seq_window_len .. + n): rows_window[k] gets their
+ * rows, for a forward pass that recomputes the window layers. */
+pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t *rows_window);
+/* Forget the window layers' KV of a sequence (pkv_kv_seq_window_len becomes 0, so
+ * they are recomputed): what a failed replay step leaves. No-op without window
+ * layers; PKV_ERR_NOT_FOUND for an unknown id. */
+pkv_status pkv_kv_window_reset(pkv_kv_cache *c, int32_t seq);
 
 /* New sequence sharing every page of `parent` (O(1) in the context length: no page
  * is copied and the block table is shared structurally). Either may then append:

@@ -2,10 +2,11 @@
  *
  * The paged forward pass is compared against this. It is written for clarity, not
  * speed: one token at a time, a contiguous KV cache per layer, every tensor
- * dequantized to double. Architectures: llama, qwen2, qwen3, qwen3moe, phi3, gemma2
- * (decoder-only, pre-norm, RMS norm, RoPE, grouped-query causal attention, gated FFN;
- * qwen3moe is qwen3 with every layer's FFN replaced by a mixture of SwiGLU experts;
- * phi3 is llama with fused Q/K/V and gate/up tensors; gemma2 is described below).
+ * dequantized to double. Architectures: llama, qwen2, qwen3, qwen3moe, phi3, gemma2,
+ * gemma3 (decoder-only, pre-norm, RMS norm, RoPE, grouped-query causal attention, gated
+ * FFN; qwen3moe is qwen3 with every layer's FFN replaced by a mixture of SwiGLU experts;
+ * phi3 is llama with fused Q/K/V and gate/up tensors; gemma2 and gemma3 are described
+ * below).
  *
  * Tensor names and shapes are GGUF's (llama.cpp's) standard names; a matrix is
  * row-major [rows][cols] and applied as y = W·x (row r dotted with x):
@@ -15,16 +16,16 @@
  *   blk.N.attn_norm.weight                  [n_embd]
  *   blk.N.attn_q.weight                     [n_head*head_dim][n_embd]
  *   blk.N.attn_k.weight, blk.N.attn_v.weight [n_head_kv*head_dim][n_embd]
- *   blk.N.attn_{q,k,v}.bias                 (required for qwen2, not read for gemma2,
- *                                           optional otherwise)
- *   blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim] (required for qwen3 and
- *                                           qwen3moe: an RMS norm of each head of Q and K,
- *                                           before RoPE)
+ *   blk.N.attn_{q,k,v}.bias                 (required for qwen2, not read for gemma2
+ *                                           and gemma3, optional otherwise)
+ *   blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim] (required for qwen3,
+ *                                           qwen3moe and gemma3: an RMS norm of each head
+ *                                           of Q and K, before RoPE; not read for gemma2)
  *   blk.N.attn_output.weight                [n_embd][n_head*head_dim]
  *   blk.N.ffn_norm.weight                   [n_embd]
- *   blk.N.post_attention_norm.weight, post_ffw_norm.weight [n_embd] (gemma2, required;
- *                                           not read for the others)
- * dense models (llama, qwen2, qwen3, gemma2):
+ *   blk.N.post_attention_norm.weight, post_ffw_norm.weight [n_embd] (gemma2 and gemma3,
+ *                                           required; not read for the others)
+ * dense models (llama, qwen2, qwen3, gemma2, gemma3):
  *   blk.N.ffn_gate.weight, ffn_up.weight    [n_ff][n_embd]
  *   blk.N.ffn_down.weight                   [n_embd][n_ff]
  * qwen3moe (no ffn_gate/ffn_up/ffn_down; a 3-D tensor is n_expert matrices one after
@@ -33,9 +34,11 @@
  *   blk.N.ffn_gate_exps.weight, ffn_up_exps.weight [n_expert][n_ff_exp][n_embd]
  *   blk.N.ffn_down_exps.weight              [n_expert][n_embd][n_ff_exp]
  * RoPE over the whole head: normal (pairs 2i, 2i+1) when !rope_neox, neox (pairs i,
- * i + head_dim/2) otherwise; the pair i turns by pos * base^(-2i/head_dim).
- * Attention scale 1/sqrt(head_dim) (gemma2: attn_scale); query head h reads KV head
- * h / (n_head/n_head_kv). FFN: down(silu(gate(x)) * up(x)) (gemma2: gelu). Residual
+ * i + head_dim/2) otherwise; the pair i turns by pos * scale * base^(-2i/head_dim),
+ * base rope_base and scale rope_freq_scale (1 / the linear scaling factor), except on
+ * gemma3's sliding layers (below).
+ * Attention scale 1/sqrt(head_dim) (gemma: attn_scale); query head h reads KV head
+ * h / (n_head/n_head_kv). FFN: down(silu(gate(x)) * up(x)) (gemma: gelu). Residual
  * adds after attention and after FFN; then the final RMS norm and the output
  * projection give the logits.
  * MoE (llama.cpp's build_moe_ffn as qwen3moe calls it: softmax gating, top-k weights
@@ -55,11 +58,18 @@
  *     gelu the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
  *   logits = softcap_final(output · (rmsnorm(x) * output_norm))
  * The norm weights are used as stored (llama.cpp's converter already added Gemma's 1).
+ * gemma3 (llama.cpp's src/models/gemma3.cpp): gemma2 with the Q/K norms of qwen3 (each
+ * head of q and k RMS-normed before RoPE) and no soft-caps in its files (the fields
+ * still apply when set); five of every six layers slide (swa_pattern 6: il % 6 < 5),
+ * and those rotate with base rope_base_swa and scale 1 (llama.cpp's
+ * rope_freq_base_train_swa = 10000), while the global layers use rope_base and
+ * rope_freq_scale.
  *
  * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
  * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
  * their K is re-rotated by the distance) and ref_model_copy_cache (a fork) are the
- * references for the KV cache operations; ref_model_k / ref_model_v expose entries.
+ * references for the KV cache operations (the shift re-rotates each layer's K with that
+ * layer's base and scale); ref_model_k / ref_model_v expose entries.
  * A sliding layer's cache keeps every entry as well: the window is a mask by position
  * (as llama.cpp's is_masked_swa), so after a context shift it counts the new positions.
  *
@@ -76,7 +86,7 @@
 #include <string.h>
 
 typedef struct ref_hparams {
-    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2" */
+    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim;
     int n_ff; /* rows of the dense FFN; ignored by qwen3moe */
     int n_vocab;
@@ -87,13 +97,21 @@ typedef struct ref_hparams {
     int n_expert;      /* experts per layer */
     int n_expert_used; /* experts per token, <= n_expert */
     int n_ff_exp;      /* rows of each expert's FFN */
-    /* gemma2, last for the same reason; all must be 0 for the other architectures. */
+    /* gemma2 and gemma3, last for the same reason; all must be 0 for the other
+     * architectures. */
     double attn_scale;    /* the score is attn_scale * q·k; 0 = 1/sqrt(head_dim) */
     double attn_softcap;  /* scores become c * tanh(s / c), c this; 0 = none */
     double final_softcap; /* the same on the logits; 0 = none */
-    int sliding_window;   /* positions a sliding layer sees, its own included; 0 = none */
+    int sliding_window;   /* positions a sliding layer sees, its own included; 0 = none
+                           * (gemma3 needs one, as llama.cpp does) */
     int swa_pattern;      /* layer il slides when il % swa_pattern < swa_pattern - 1 (so 1:
-                           * none); 0 = 2 (gemma2: even layers) when sliding_window > 0 */
+                           * none); 0 = 2 (gemma2: even layers), 6 (gemma3) when
+                           * sliding_window > 0 */
+    /* RoPE scaling and per-layer bases, last for the same reason. */
+    double rope_freq_scale; /* positions times this before RoPE (1 / the linear scaling
+                             * factor), every architecture; 0 = 1 */
+    double rope_base_swa;   /* gemma3 only (0 elsewhere): the base of the sliding layers,
+                             * which use no scaling; 0 = rope_base and rope_freq_scale */
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -109,8 +127,8 @@ typedef struct ref_layer {
     double *q_norm, *k_norm; /* [head_dim] or NULL */
     double *wo;              /* [n_embd][n_head*head_dim] */
     double *ffn_norm;        /* [n_embd] */
-    double *post_attn_norm;  /* [n_embd], gemma2 (post_attention_norm); else NULL */
-    double *post_ffw_norm;   /* [n_embd], gemma2; else NULL */
+    double *post_attn_norm;  /* [n_embd], gemma2 and gemma3 (post_attention_norm); else NULL */
+    double *post_ffw_norm;   /* [n_embd], gemma2 and gemma3; else NULL */
     double *gate, *up;       /* [n_ff][n_embd], dense models; NULL for MoE */
     double *down;            /* [n_embd][n_ff], dense models; NULL for MoE */
     double *gate_inp;        /* [n_expert][n_embd], the router, MoE; else NULL */
@@ -125,8 +143,8 @@ typedef struct ref_model {
     ref_hparams hp; /* the caller's, with attn_scale and swa_pattern resolved (never 0
                      * where 0 meant a default) */
     char arch[16];
-    double embd_scale; /* the embedding row is multiplied by this: sqrt(n_embd) for gemma2, else 1 */
-    bool gelu;         /* the FFN's activation is gelu (gemma2), else silu */
+    double embd_scale; /* the embedding row is multiplied by this: sqrt(n_embd) for gemma, else 1 */
+    bool gelu;         /* the FFN's activation is gelu (gemma2, gemma3), else silu */
     double *tok_embd; /* [n_vocab][n_embd] */
     double *out_norm; /* [n_embd] */
     double *output;   /* [n_vocab][n_embd]; == tok_embd when tied */
@@ -206,8 +224,16 @@ static inline void ref_ffn(const double *gate, const double *up, const double *d
  * with the window's size > 0); hp may be the caller's or the model's resolved one. */
 static inline bool ref_layer_is_swa(const ref_hparams *hp, int il) {
     if (hp->sliding_window <= 0) return false;
-    const int p = hp->swa_pattern > 0 ? hp->swa_pattern : 2;
+    const int p = hp->swa_pattern > 0 ? hp->swa_pattern : strcmp(hp->arch, "gemma3") == 0 ? 6 : 2;
     return il % p < p - 1;
+}
+
+/* The RoPE base and position scale of layer il: gemma3's sliding layers have their
+ * own base and no scaling, every other layer rope_base and rope_freq_scale. */
+static inline void ref_layer_rope(const ref_hparams *hp, int il, double *base, double *scale) {
+    const bool local = hp->rope_base_swa > 0 && ref_layer_is_swa(hp, il);
+    *base = local ? hp->rope_base_swa : hp->rope_base;
+    *scale = local || hp->rope_freq_scale == 0 ? 1.0 : hp->rope_freq_scale;
 }
 
 /* ------------------------------------------------------ create / free */
@@ -262,12 +288,13 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     if (!hp || !get || !hp->arch) return NULL;
     bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
          qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0,
-         phi3 = strcmp(hp->arch, "phi3") == 0, gemma2 = strcmp(hp->arch, "gemma2") == 0;
-    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma2) {
+         phi3 = strcmp(hp->arch, "phi3") == 0, gemma3 = strcmp(hp->arch, "gemma3") == 0,
+         gemma2 = strcmp(hp->arch, "gemma2") == 0, gemma = gemma2 || gemma3;
+    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma) {
         fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
         return NULL;
     }
-    const bool qk_norm = qwen3 || moe;
+    const bool qk_norm = qwen3 || moe || gemma3;
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->head_dim <= 0 ||
         hp->head_dim % 2 != 0 || (!moe && hp->n_ff <= 0) || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
         !(hp->rms_eps >= 0) || !(hp->rope_base > 0)) {
@@ -282,19 +309,26 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
         return NULL;
     }
-    /* The gemma2 fields are refused on the other architectures rather than ignored;
-     * gemma2's RoPE is neox, so normal RoPE there is a caller's mistake. */
-    if (gemma2 ? !(hp->attn_scale >= 0 && hp->attn_scale < INFINITY) ||
-                     !(hp->attn_softcap >= 0 && hp->attn_softcap < INFINITY) ||
-                     !(hp->final_softcap >= 0 && hp->final_softcap < INFINITY) || hp->sliding_window < 0 ||
-                     hp->swa_pattern < 0 || !hp->rope_neox
-               : hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 ||
-                     hp->sliding_window != 0 || hp->swa_pattern != 0) {
+    /* The gemma fields are refused on the other architectures rather than ignored;
+     * Gemma's RoPE is neox, so normal RoPE there is a caller's mistake; gemma3 without
+     * a window would run its sliding layers as global ones. */
+    if (gemma ? !(hp->attn_scale >= 0 && hp->attn_scale < INFINITY) ||
+                    !(hp->attn_softcap >= 0 && hp->attn_softcap < INFINITY) ||
+                    !(hp->final_softcap >= 0 && hp->final_softcap < INFINITY) || hp->sliding_window < 0 ||
+                    hp->swa_pattern < 0 || !hp->rope_neox || (gemma3 && hp->sliding_window == 0)
+              : hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 ||
+                    hp->sliding_window != 0 || hp->swa_pattern != 0) {
         fprintf(stderr,
-                "ref_model: bad gemma2 hparams for %s (attn_scale %g attn_softcap %g final_softcap %g "
+                "ref_model: bad gemma hparams for %s (attn_scale %g attn_softcap %g final_softcap %g "
                 "sliding_window %d swa_pattern %d rope_neox %d)\n",
                 hp->arch, hp->attn_scale, hp->attn_softcap, hp->final_softcap, hp->sliding_window,
                 hp->swa_pattern, (int)hp->rope_neox);
+        return NULL;
+    }
+    if (!(hp->rope_freq_scale >= 0 && hp->rope_freq_scale < INFINITY) ||
+        (gemma3 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
+        fprintf(stderr, "ref_model: bad RoPE hparams for %s (rope_freq_scale %g rope_base_swa %g: gemma3's only)\n",
+                hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
         return NULL;
     }
     ref_model *m = calloc(1, sizeof *m);
@@ -303,9 +337,10 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
     m->hp.arch = m->arch;
     if (m->hp.attn_scale == 0) m->hp.attn_scale = 1.0 / sqrt((double)hp->head_dim);
-    if (m->hp.sliding_window > 0 && m->hp.swa_pattern == 0) m->hp.swa_pattern = 2;
-    m->embd_scale = gemma2 ? sqrt((double)hp->n_embd) : 1.0;
-    m->gelu = gemma2;
+    if (m->hp.sliding_window > 0 && m->hp.swa_pattern == 0) m->hp.swa_pattern = gemma3 ? 6 : 2;
+    if (m->hp.rope_freq_scale == 0) m->hp.rope_freq_scale = 1;
+    m->embd_scale = gemma ? sqrt((double)hp->n_embd) : 1.0;
+    m->gelu = gemma;
     /* F: rows of the FFN a token runs (each expert's, for MoE); X: experts */
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = moe ? hp->n_ff_exp : hp->n_ff,
                   Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
@@ -339,14 +374,15 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         ok = ok && (phi3 || REF_LOAD(attn_norm, "attn_norm.weight", E, true)) &&
              (phi3 || (REF_LOAD(wq, "attn_q.weight", Q * E, true) && REF_LOAD(wk, "attn_k.weight", KV * E, true) &&
                        REF_LOAD(wv, "attn_v.weight", KV * E, true))) &&
-             (gemma2 || /* llama.cpp's gemma2 has neither biases nor Q/K norms */
+             (gemma || /* llama.cpp's gemma2 and gemma3 have no biases */
               (REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
-               REF_LOAD(bv, "attn_v.bias", KV, qwen2) &&
-               REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
+               REF_LOAD(bv, "attn_v.bias", KV, qwen2))) &&
+             (gemma2 || /* nor gemma2 Q/K norms */
+              (REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
                REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qk_norm))) &&
              REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true) &&
-             (!gemma2 || (REF_LOAD(post_attn_norm, "post_attention_norm.weight", E, true) &&
-                          REF_LOAD(post_ffw_norm, "post_ffw_norm.weight", E, true)));
+             (!gemma || (REF_LOAD(post_attn_norm, "post_attention_norm.weight", E, true) &&
+                         REF_LOAD(post_ffw_norm, "post_ffw_norm.weight", E, true)));
         if (ok && phi3) { /* phi3: gate and up rows in one fused ffn_up (gate first) */
             double *gu = NULL;
             ok = (snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", il), ref_load(get, user, nm, 2 * F * E, true, &gu)) &&
@@ -481,8 +517,10 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
         if (L->k_norm)
             for (int hd = 0; hd < hp->n_head_kv; hd++)
                 ref_rms_norm(m->k + hd * D, L->k_norm, D, hp->rms_eps, m->k + hd * D);
-        ref_rope(m->q, hp->n_head, D, pos, hp->rope_base, hp->rope_neox);
-        ref_rope(m->k, hp->n_head_kv, D, pos, hp->rope_base, hp->rope_neox);
+        double base, fscale;
+        ref_layer_rope(hp, il, &base, &fscale);
+        ref_rope(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox);
+        ref_rope(m->k, hp->n_head_kv, D, pos * fscale, base, hp->rope_neox);
         memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));
         memcpy(L->v_cache + (size_t)pos * KV, m->v, (size_t)KV * sizeof(double));
         for (int hq = 0; hq < hp->n_head; hq++) {
@@ -525,7 +563,7 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
 }
 
 /* Final norm and output projection of m->x into logits [n_vocab], then the final
- * softcap (gemma2). */
+ * softcap (gemma2; gemma3 where set). */
 static inline void ref_logits(ref_model *m, double *logits) {
     ref_rms_norm(m->x, m->out_norm, m->hp.n_embd, m->hp.rms_eps, m->h);
     ref_matvec(m->output, m->h, NULL, m->hp.n_vocab, m->hp.n_embd, logits);
@@ -612,11 +650,13 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
     if (d == 0) return 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         ref_layer *L = &m->layers[il];
+        double base, fscale;
+        ref_layer_rope(&m->hp, il, &base, &fscale);
         for (int t = p1; t < m->n_past; t++) {
             double *k = L->k_cache + (size_t)(t - d) * KV;
             memcpy(k, L->k_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
             memcpy(L->v_cache + (size_t)(t - d) * KV, L->v_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
-            ref_rope(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d, m->hp.rope_base, m->hp.rope_neox);
+            ref_rope(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d * fscale, base, m->hp.rope_neox);
         }
     }
     m->n_past -= d;

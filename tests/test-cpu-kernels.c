@@ -314,8 +314,10 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    CHECK_INT(l.rows, 8 * 2 + 11 + 8 + 2 + 1); /* + geglu */
+    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1); /* + geglu */
     CHECK(has_row(&l, "kernel matmul q4_k"));
+    CHECK(has_row(&l, "kernel matmul mxfp4"));
+    CHECK(has_row(&l, "kernel get_rows mxfp4"));
     CHECK(has_row(&l, "kernel attention f16 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention q8_0 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention f16"));
@@ -339,8 +341,8 @@ static void matmul_vs_ref(pkv_device *dev, const char *label) {
     static uint8_t wq[R * C * 4];
     fill(w, R * C, 1.0f);
     fill(x, N * C, 1.0f);
-    const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0,
-                              PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
+                              PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_MXFP4};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const pkv_type t = types[ti];
         const size_t rb = pkv_type_row_bytes(t, C);
@@ -459,8 +461,8 @@ static void test_threads_deterministic(void) {
  * every path and weight type (fork == replay relies on this). */
 static void test_batch_deterministic(void) {
     static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
-    static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
-                                     PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+    static const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
+                                     PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_MXFP4};
     static const int sizes[] = {1, 3, 4, 5, 8, 9, 16, 17, 64};
     enum { R = 37, N = 64, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows; R: two groups of
                                           * 16 rows of the amx path and a tail */

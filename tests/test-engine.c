@@ -807,6 +807,17 @@ int main(void) {
         test_preemption();
     }
     pkv_model_free(g_m);
+    /* Gemma 3 (Q/K norms, no soft-caps, sliding layers of 8 with their own RoPE base;
+     * et_model's two layers are both sliding ones: test-model-ref covers the global
+     * layers' RoPE): the same invariances */
+    g_m = et_model("gemma3", PKV_TYPE_F16, 12);
+    if (g_m) {
+        fprintf(stderr, "gemma3 (sliding window 8, five of six layers):\n");
+        test_vs_context();
+        test_batch_invariance();
+        test_preemption();
+    }
+    pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
     et_n_embd = 128;
     et_kv_k = PKV_TYPE_Q8_0;

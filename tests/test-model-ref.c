@@ -43,7 +43,8 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = wt;
-    p.n_layer = 2;
+    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2");
+    p.n_layer = gemma3 ? 6 : 2; /* gemma3: five sliding layers, then a global one */
     bool kq = pkv_type_block_elems(wt) == 256;
     p.n_embd = kq ? 256 : 64;
     p.n_head = 4;
@@ -54,7 +55,6 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
     p.k_mixture = g_mixture;
     bool moe = !strcmp(arch, "qwen3moe"), llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
-    bool gemma = !strcmp(arch, "gemma2");
     p.sliding_window = gemma ? 3 : 0;
     p.n_expert = moe ? 4 : 0; /* n_ff is then one expert's rows */
     /* Top-2 of 4 with exact weights (f32, f16, bf16: the router sees what the
@@ -84,16 +84,18 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       p.n_ff,
                       p.n_vocab,
                       llama_like ? 1e-5 : 1e-6, /* mkmodel: Llama's and Phi-3's norm epsilon and RoPE base, or Qwen's */
-                      llama_like || gemma ? 1e4 : 1e6,
+                      llama_like || (gemma && !gemma3) ? 1e4 : 1e6, /* gemma3: its global layers' base */
                       strcmp(arch, "llama") != 0,
                       p.n_expert,
                       p.n_expert_used,
                       moe ? p.n_ff : 0,
-                      gemma ? 1.0 / sqrt((double)p.head_dim) : 0, /* llama.cpp's rule below 46 layers */
-                      gemma ? 50.0 : 0,                          /* mkmodel's Gemma 2 soft-caps */
-                      gemma ? 30.0 : 0,
-                      gemma ? 3 : 0, /* window of the even layers: the prompt crosses it */
-                      gemma ? 2 : 0};
+                      gemma ? 1.0 / sqrt((double)p.head_dim) : 0, /* llama.cpp's rule below 46 (62) layers */
+                      gemma && !gemma3 ? 50.0 : 0,               /* mkmodel's Gemma 2 soft-caps; Gemma 3 has none */
+                      gemma && !gemma3 ? 30.0 : 0,
+                      gemma ? 3 : 0, /* window of the sliding layers: the prompt crosses it */
+                      gemma3 ? 6 : gemma ? 2 : 0,
+                      gemma3 ? 0.25 : 0, /* mkmodel's gemma3: linear RoPE scaling by 4 on the global layers */
+                      gemma3 ? 1e4 : 0}; /* and base 10000 unscaled on the sliding ones */
     ref_model *r = ref_model_create(&hp, get_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
@@ -151,11 +153,12 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
 }
 
 int main(void) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
+    enum { N_ARCHS = sizeof archs / sizeof archs[0] };
     static const pkv_type exact[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16};
     static const pkv_type quant[] = {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     int cases = 0;
-    for (int a = 0; a < 6; a++) {
+    for (int a = 0; a < N_ARCHS; a++) {
         for (size_t t = 0; t < sizeof exact / sizeof exact[0]; t++) {
             run_case(archs[a], exact[t], PKV_TYPE_F32, 1e-9, 1e-3, &cases);
             run_case(archs[a], exact[t], PKV_TYPE_F16, 1e-5, 1e-3, &cases);
@@ -164,6 +167,6 @@ int main(void) {
     }
     g_mixture = true; /* a "Q4_K_M"-style file: q4_k and q6_k tensors mixed */
     run_case("qwen3", PKV_TYPE_Q4_K, PKV_TYPE_F16, 2e-3, 0.1, &cases);
-    CHECK_INT(cases, 6 * (2 * 3 + 5) + 1);
+    CHECK_INT(cases, N_ARCHS * (2 * 3 + 5) + 1);
     return th_done();
 }

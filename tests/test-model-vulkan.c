@@ -37,8 +37,11 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
     pkv_model_free(m);
 }
 
+/* gemma3 gets its first global layer (the sixth): RoPE differs by layer there */
+static int layers_of(const char *arch) { return strcmp(arch, "gemma3") ? 2 : 6; }
+
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
-    decode19(make(arch, t, 2, dev), out, ok);
+    decode19(make(arch, t, layers_of(arch), dev), out, ok);
 }
 
 #include "kq-twin.h"
@@ -47,7 +50,7 @@ int main(void) {
     int rc = model_main();
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];
@@ -92,6 +95,7 @@ int main(void) {
     for (int ai = 0; ai < (int)(sizeof archs / sizeof archs[0]); ai++)
         for (int k = 5; k < 8; k++) {
             pkv_mkmodel_params p = kq_params(archs[ai], types[k]);
+            p.n_layer = layers_of(archs[ai]);
             void *img;
             size_t size;
             if (pkv_mkmodel_memory(&p, &img, &size)) {

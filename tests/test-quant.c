@@ -157,6 +157,101 @@ static void test_q8_k(void) {
     check_exact(PKV_TYPE_Q8_K, b, want, 256);
 }
 
+/* mxfp4 (OCP Microscaling Formats v1.0, MXFP4; ggml type 39): the value of a
+ * 4-bit E2M1 code as the spec defines it: sign bit 3, exponent bits 2..1 with
+ * bias 1, mantissa bit 0; exponent 0 is subnormal (0.5 * m). Written from the
+ * spec's formula, not from a table: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives. */
+static float e2m1_spec(int code) {
+    const int s = code >> 3, ex = (code >> 1) & 3, m = code & 1;
+    const float mag = ex == 0 ? 0.5f * (float)m : ldexpf(1.0f + 0.5f * (float)m, ex - 1);
+    return s && mag != 0 ? -mag : mag; /* code 8 (-0) reads as +0, as ggml's table has it */
+}
+
+/* Bitwise compare (the sign of zero and infinities included). */
+static void check_bits(const char *what, const float *got, const float *want, int n) {
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], 4) != 0 && bad++ < 4)
+            TH_FAIL("%s element %d: %.9g, want %.9g", what, i, got[i], want[i]);
+    th_checks++;
+}
+
+static void test_mxfp4(void) {
+    CHECK_INT(PKV_TYPE_MXFP4, 39);
+    CHECK(PKV_TYPE_COUNT > PKV_TYPE_MXFP4);
+    CHECK(strcmp(pkv_type_name(PKV_TYPE_MXFP4), "mxfp4") == 0);
+    pkv_type t;
+    CHECK_OK(pkv_type_from_name("MXFP4", &t));
+    CHECK_INT(t, PKV_TYPE_MXFP4);
+    CHECK_INT(pkv_type_block_elems(PKV_TYPE_MXFP4), 32);
+    CHECK_INT(pkv_type_block_bytes(PKV_TYPE_MXFP4), 17);
+    CHECK_INT(pkv_type_row_bytes(PKV_TYPE_MXFP4, 96), 51);
+    /* the spec's code values, spelled out */
+    static const float codes[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (int c = 0; c < 16; c++) CHECK(e2m1_spec(c) == codes[c]);
+
+    /* Blocks { u8 e; u8 qs[16]; }: qs[j] = j | (15 - j) << 4 puts every code in
+     * the low nibbles (elements 0..15: code j) and in the high ones (elements
+     * 16..31: code 15 - j). x = e2m1 * 2^(e - 127): ldexpf is exact here, and
+     * overflows to infinity where the product is past FLT_MAX, as the float
+     * multiply of the dequantizer does. */
+    static const int exps[] = {0, 1, 127, 128, 200, 254};
+    uint8_t row[6 * 17];
+    float want[6 * 32], got[6 * 32];
+    for (int b = 0; b < 6; b++) {
+        uint8_t *blk = row + 17 * b;
+        blk[0] = (uint8_t)exps[b];
+        for (int j = 0; j < 16; j++) {
+            blk[1 + j] = (uint8_t)(j | (15 - j) << 4);
+            want[32 * b + j] = ldexpf(e2m1_spec(j), exps[b] - 127);
+            want[32 * b + 16 + j] = ldexpf(e2m1_spec(15 - j), exps[b] - 127);
+        }
+    }
+    /* a few by hand: e = 127 is scale 1 (element 7: code 7 = 6; element 16:
+     * code 15 = -6); e = 128 doubles; e = 0 is 2^-127 (element 1: 0.5 * 2^-127 =
+     * 2^-128, a subnormal; element 16: -6 * 2^-127); e = 200: code 6 is 4 * 2^73,
+     * element 17 (code 14) its negative; e = 254: code 3 is 1.5 * 2^127, code 4
+     * (and element 19, code 12) 2 * 2^127, past FLT_MAX */
+    CHECK(want[2 * 32 + 7] == 6.0f && want[2 * 32 + 16] == -6.0f && want[2 * 32 + 31] == 0.0f);
+    CHECK(want[3 * 32 + 5] == 6.0f && want[3 * 32 + 6] == 8.0f && want[3 * 32 + 9] == -1.0f);
+    CHECK(want[0 * 32 + 1] == 0x1p-128f && want[0 * 32 + 7] == 0x1.8p-125f && want[0 * 32 + 16] == -0x1.8p-125f);
+    CHECK(want[1 * 32 + 1] == 0x1p-127f);
+    CHECK(want[4 * 32 + 6] == 0x1p75f && want[4 * 32 + 17] == -0x1p75f);
+    CHECK(want[5 * 32 + 3] == 0x1.8p127f && isinf(want[5 * 32 + 4]) && want[5 * 32 + 19] < 0 && isinf(want[5 * 32 + 19]));
+    CHECK_OK(pkv_dequantize_row(PKV_TYPE_MXFP4, row, got, 6 * 32));
+    check_bits("mxfp4", got, want, 6 * 32);
+    /* e = 255 (NaN in the spec) reads as the scale 2^127 (ggml's E8M0 decode) */
+    uint8_t b255[17] = {255, 0x01};
+    CHECK_OK(pkv_dequantize_row(PKV_TYPE_MXFP4, b255, got, 32));
+    CHECK(got[0] == 0x1p127f && got[16] == 0.0f);
+
+    /* The quantizer on a block worked out by hand: amax 7, floor(log2 7) = 2,
+     * so e = 2 - 2 + 127 = 127 (scale 1). On-grid values keep their code; 7
+     * saturates to 6; ties go to the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1,
+     * 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); a negative that rounds to zero is
+     * code 0. */
+    static const float qx[32] = {0,     0.5f,  1,     1.5f,  2,    3,     4,  6,  -0.5f, -1,   -1.5f,
+                                 -2,    -3,    -4,    -6,    7,    0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f,
+                                 5,     -0.25f, -0.75f, -5,  -7,   0.1f,  -2.2f, 4.9f, 5.1f,  -0.0f};
+    static const int qc[32] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 7,
+                               0, 2, 2, 4, 4, 6, 6, 0, 10, 14, 15, 0, 12, 6, 7, 0};
+    uint8_t qb[17], qwant[17];
+    qwant[0] = 127;
+    for (int j = 0; j < 16; j++) qwant[1 + j] = (uint8_t)(qc[j] | qc[j + 16] << 4);
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_MXFP4, qx, qb, 32));
+    CHECK_MEM(qb, qwant, 17);
+    /* tiny and huge blocks clamp the exponent to [0, 254] */
+    float tiny[32] = {0x1p-140f}, huge[32] = {0x1p127f};
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_MXFP4, tiny, qb, 32));
+    CHECK_INT(qb[0], 0);
+    CHECK_OK(pkv_dequantize_row(PKV_TYPE_MXFP4, qb, got, 32));
+    CHECK(got[0] == 0.0f); /* 2^-140 is below half of the smallest step 2^-128 */
+    CHECK_OK(pkv_quantize_row(PKV_TYPE_MXFP4, huge, qb, 32));
+    CHECK_INT(qb[0], 252);
+    CHECK_OK(pkv_dequantize_row(PKV_TYPE_MXFP4, qb, got, 32));
+    CHECK(got[0] == 0x1p127f);
+}
+
 /* The KV quantizers (q8_0, q4_0 pages) on blocks whose result is worked out by
  * hand, rounding ties included. Shared with test-kv-quant.c through these tables. */
 static const float kq8_v[32] = {-127, 3.5f, 4.5f, -2.5f, 10.25f, -10.75f, 126.9f, 0,    0.49f, -0.51f, 1,
@@ -202,6 +297,10 @@ static double row_nmse(pkv_type t, const float *x, int n, float *y) {
     return th_nmse(x, y, (size_t)n);
 }
 
+/* mxfp4's grid is coarse at the top of a block (steps of a quarter of the
+ * largest value, which may saturate to 6/8 of itself). */
+#define MXFP4_NMSE 3e-2
+
 static void test_round_trip(void) {
     static const struct {
         pkv_type t;
@@ -210,7 +309,7 @@ static void test_round_trip(void) {
         /* uniform data: error variance step^2/12 against signal variance amax^2/3 */
         {PKV_TYPE_F32, 0},       {PKV_TYPE_F16, 1e-7},    {PKV_TYPE_BF16, 2e-5},   {PKV_TYPE_Q8_0, 1e-4},
         {PKV_TYPE_Q4_0, 1.5e-2}, {PKV_TYPE_Q4_K, 1.5e-2}, {PKV_TYPE_Q5_K, 4e-3},   {PKV_TYPE_Q6_K, 1e-3},
-        {PKV_TYPE_Q8_K, 1e-4},
+        {PKV_TYPE_Q8_K, 1e-4},   {PKV_TYPE_MXFP4, MXFP4_NMSE},
     };
     uint64_t seed = 42;
     float x[512], y[512];
@@ -261,7 +360,7 @@ static void test_dot_and_errors(void) {
         x[j] = th_randf(&seed);
     }
     const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K,
-                              PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_Q8_K};
+                              PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_Q8_K, PKV_TYPE_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         CHECK_OK(pkv_quantize_row(types[i], w, q, 512));
         CHECK_OK(pkv_dequantize_row(types[i], q, d, 512));
@@ -273,7 +372,8 @@ static void test_dot_and_errors(void) {
     CHECK_MSG("q8_0");
     CHECK_STATUS(pkv_quantize_row(PKV_TYPE_Q4_K, w, q, 128), PKV_ERR_INVALID);
     CHECK_STATUS(pkv_dequantize_row(PKV_TYPE_I32, q, d, 4), PKV_ERR_UNSUPPORTED);
-    CHECK_STATUS(pkv_dequantize_row((pkv_type)39, q, d, 4), PKV_ERR_UNSUPPORTED);
+    CHECK_STATUS(pkv_dequantize_row((pkv_type)3, q, d, 32), PKV_ERR_UNSUPPORTED); /* q4_1: not a type here */
+    CHECK_STATUS(pkv_dequantize_row(PKV_TYPE_MXFP4, q, d, 16), PKV_ERR_INVALID);
     CHECK(isnan(pkv_dot_ref(PKV_TYPE_Q8_0, q, x, 31)));
 }
 
@@ -283,6 +383,7 @@ int main(void) {
     test_q5_k();
     test_q6_k();
     test_q8_k();
+    test_mxfp4();
     test_kv_quantize_blocks();
     test_round_trip();
     test_dot_and_errors();

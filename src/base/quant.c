@@ -54,6 +54,18 @@ static void deq_q4_0(const uint8_t *b, float *y) {
     }
 }
 
+const int8_t pkv_mxfp4_kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Every product is exact: a small integer times a power of two (or an
+ * overflow to infinity for e >= 254 and the largest codes, as in ggml). */
+static void deq_mxfp4(const uint8_t *b, float *y) {
+    const float d = pkv_e8m0_half(b[0]);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)pkv_mxfp4_kvalues[b[1 + j] & 15] * d;
+        y[j + 16] = (float)pkv_mxfp4_kvalues[b[1 + j] >> 4] * d;
+    }
+}
+
 static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
         *sc = q[j] & 63;
@@ -133,6 +145,7 @@ static bool deq_block(pkv_type t, const uint8_t *b, float *y) {
     case PKV_TYPE_Q5_K: deq_q5_k(b, y); return true;
     case PKV_TYPE_Q6_K: deq_q6_k(b, y); return true;
     case PKV_TYPE_Q8_K: deq_q8_k(b, y); return true;
+    case PKV_TYPE_MXFP4: deq_mxfp4(b, y); return true;
     default: return false;
     }
 }
@@ -196,6 +209,35 @@ static void q_q4_0(const float *x, uint8_t *b) {
         const int q1 = clampi((int)(x[j + 16] * id + 8.5f), 0, 15);
         b[2 + j] = (uint8_t)(q0 | q1 << 4);
     }
+}
+
+/* mxfp4 as the MX spec converts: the shared exponent is floor(log2(amax)) minus
+ * E2M1's largest exponent (2), so amax / 2^(e - 127) lies in [4, 8); each element
+ * is then rounded to the nearest E2M1 value, ties to the even code, and
+ * magnitudes past 6 saturate to 6. Works in the doubled units of
+ * pkv_mxfp4_kvalues: v = x / 2^(e - 128) by ldexpf (exact for every x that can
+ * round to a non-zero code). */
+static int mxfp4_code(float x, int e) {
+    const float v = fabsf(ldexpf(x, 128 - e));
+    /* midpoints between 0, 1, 2, 3, 4, 6, 8, 12; at a tie the even code wins */
+    const int m = v <= 0.5f ? 0 : v < 1.5f ? 1 : v <= 2.5f ? 2 : v < 3.5f ? 3 : v <= 5.0f ? 4 : v < 7.0f ? 5
+                : v <= 10.0f ? 6 : 7;
+    return m == 0 ? 0 : x < 0 ? m | 8 : m;
+}
+
+static void q_mxfp4(const float *x, uint8_t *b) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    int e = 0;
+    if (!isfinite(amax)) { /* no meaningful scale: the largest finite one */
+        e = 254;
+    } else if (amax > 0) {
+        int ex;
+        frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1): floor(log2(amax)) = ex - 1 */
+        e = clampi(ex - 1 - 2 + 127, 0, 254);
+    }
+    b[0] = (uint8_t)e;
+    for (int j = 0; j < 16; j++) b[1 + j] = (uint8_t)(mxfp4_code(x[j], e) | mxfp4_code(x[j + 16], e) << 4);
 }
 
 /* q4_k / q5_k: per sub-block of 32, x ≈ scale*q - min with q in [0, qmax]. */
@@ -325,6 +367,7 @@ pkv_status pkv_quantize_row(pkv_type t, const float *src, void *dst, int64_t n) 
         case PKV_TYPE_Q5_K: q_kmin(x, b, 31, true); break;
         case PKV_TYPE_Q6_K: q_q6_k(x, b); break;
         case PKV_TYPE_Q8_K: q_q8_k(x, b); break;
+        case PKV_TYPE_MXFP4: q_mxfp4(x, b); break;
         default: return pkv_err(PKV_ERR_UNSUPPORTED, "quantize: type %s", pkv_type_name(t));
         }
     }

@@ -19,6 +19,7 @@ static const type_info k_types[PKV_TYPE_COUNT] = {
     [PKV_TYPE_Q8_K] = {"q8_k", 256, 292}, /* f32 d; 256 int8; 16 int16 block sums */
     [PKV_TYPE_I32] = {"i32", 1, 4},
     [PKV_TYPE_BF16] = {"bf16", 1, 2},
+    [PKV_TYPE_MXFP4] = {"mxfp4", 32, 17}, /* u8 e (E8M0); 16 bytes of 4-bit E2M1 codes */
 };
 
 static const type_info *info(pkv_type t) {

@@ -52,7 +52,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
                    "                      -o FILE.gguf\n"
@@ -65,8 +65,12 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "Mixture of experts (--arch qwen3moe: qwen3 attention, experts in place of the FFN):\n"
                    "  --experts N              experts per layer (default 4); --ffn is one expert's rows\n"
                    "  --experts-used K         experts each token is routed to (default 2)\n"
-                   "Gemma 2 (--arch gemma2: embedding scale, post-norms, GeGLU, soft-caps 50/30, tied output):\n"
-                   "  --sliding-window N       tokens the sliding layers (the even ones) see (default 8)\n"
+                   "Gemma 2 (--arch gemma2: embedding scale, post-norms, GeGLU, soft-caps 50/30, tied output)\n"
+                   "and Gemma 3 (--arch gemma3: gemma2 with Q/K norms and no soft-caps; RoPE base 1e6 and\n"
+                   "linear scaling by 4 on the global layers, base 10000 on the sliding ones):\n"
+                   "  --sliding-window N       tokens the sliding layers see (default 8): gemma2's even\n"
+                   "                           layers; gemma3's five of every six (--layers 6 or more\n"
+                   "                           for a global layer)\n"
                    "Chat models (for 'pagekv serve' and special-token tests):\n"
                    "  --chat-template NAME     family NAME: chatml (Qwen), llama3, llama2, mistral, gemma, phi3,\n"
                    "                           deepseek. Its special tokens become control tokens at ids 256..\n"

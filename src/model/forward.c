@@ -7,8 +7,8 @@
  *   x = embed(tokens)                                   f32 [T][E]
  *   per layer:  xb = rmsnorm(x)
  *               q, k, v = xb·Wqᵀ (+b), xb·Wkᵀ (+b), xb·Wvᵀ (+b)
- *               (qwen3: per-head rmsnorm of q and k)
- *               rope(q), rope(k) at the tokens' positions
+ *               (qwen3, gemma3: per-head rmsnorm of q and k)
+ *               rope(q), rope(k) at the tokens' positions (the layer's base and scale)
  *               K/V cache rows <- k, v                   (set_rows, f16 or f32)
  *               att = paged_attention(q, cache, block tables)
  *               x += att·Woᵀ
@@ -197,11 +197,13 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
     return pkv_k_add(dev, &x);
 }
 
-static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, pkv_buffer *x, int64_t T, int n_heads, pkv_tref pos) {
+/* RoPE with the layer's own base and scale (gemma3's sliding and global layers differ). */
+static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
+                       pkv_tref pos) {
     pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
                          .row_stride = (size_t)n_heads * (size_t)hp->head_dim_k * 4, .n_heads = n_heads,
                          .head_dim = hp->head_dim_k, .n_rot = hp->n_rot, .neox = hp->rope_neox,
-                         .freq_base = hp->rope_base, .freq_scale = hp->rope_freq_scale, .pos = pos};
+                         .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos};
     return pkv_k_rope(dev, &a);
 }
 
@@ -278,7 +280,7 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
                 return s;
         }
         pkv_tref pos = R(w->ints, pl->off_pos * 4);
-        if ((s = rope(dev, hp, w->q, T, sw->n_q, pos)) || (s = rope(dev, hp, w->k, T, sw->n_kv, pos))) return s;
+        if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))) return s;
 
         pkv_kv_shard_info sh;
         if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;

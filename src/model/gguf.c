@@ -425,7 +425,7 @@ static pkv_status parse_tensor_info(pkv_gguf *g, cursor *c, size_t i) {
         const char *gn = type < PKV_ARRAY_LEN(k_ggml_names) ? k_ggml_names[type] : NULL;
         return gerr(g, PKV_ERR_FORMAT,
                     "%s: unknown or unsupported tensor type %u%s%s%s (this build reads f32, f16, "
-                    "bf16, i32, q4_0, q8_0, q4_k, q5_k, q6_k, q8_k)",
+                    "bf16, i32, q4_0, q8_0, q4_k, q5_k, q6_k, q8_k, mxfp4)",
                     c->ctx, type, gn ? " (ggml " : "", gn ? gn : "", gn ? ")" : "");
     }
     t->type = (pkv_type)type;

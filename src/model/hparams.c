@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2"};
+static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
 
 const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
 
@@ -105,7 +105,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     for (int a = 0; a < PKV_ARCH_COUNT; a++)
         if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
     if (hp->arch == PKV_ARCH_COUNT)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2)",
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)",
                        lab, arch);
 
     if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
@@ -186,20 +186,33 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
     hp->rope_neox = hp->arch != PKV_ARCH_LLAMA;
-    if (!s && hp->arch == PKV_ARCH_GEMMA2) { /* llama.cpp's keys and rules for Gemma 2 */
+    bool gemma3 = hp->arch == PKV_ARCH_GEMMA3;
+    if (!s && (hp->arch == PKV_ARCH_GEMMA2 || gemma3)) { /* llama.cpp's keys and rules for Gemma 2 and 3 */
         hp->embd_scale = sqrtf((float)hp->n_embd);
         hp->gelu = true;
-        hp->swa_pattern = 2; /* even layers slide, odd layers see everything */
-        s = opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
+        /* gemma2: even layers slide, odd layers see everything; gemma3: five of every
+         * six layers slide, with their own RoPE base (llama.cpp's
+         * rope_freq_base_train_swa) and no RoPE scaling, which is for the global layers */
+        hp->swa_pattern = gemma3 ? 6 : 2;
+        hp->rope_base_swa = gemma3 ? 10000.0f : 0.0f;
+        /* gemma3 needs the window, as llama.cpp does: without it the sliding layers
+         * would see everything, silently wrong */
+        s = gemma3 ? need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa)
+                   : opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
         if (!s) s = opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->attn_softcap);
         if (!s) s = opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap);
         if (!s && (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0) || hp->attn_softcap == INFINITY ||
                    hp->final_softcap == INFINITY))
             s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attn_logit_softcapping' %g and '%s.final_logit_softcapping' %g must be >= 0",
                         lab, arch, (double)hp->attn_softcap, arch, (double)hp->final_softcap);
-        /* the query scale: by model size, as llama.cpp does (the 27B, 46 layers, uses
-         * n_embd / n_head; the others the head size) */
-        if (!s) hp->attn_scale = 1.0f / sqrtf(hp->n_layer == 46 ? (float)(hp->n_embd / n_head[0]) : (float)hp->head_dim_k);
+        /* the query scale: by model size, as llama.cpp does (the 27B models, gemma2's
+         * 46 layers and gemma3's 62, use n_embd / n_head; the others the head size).
+         * gemma3 has no soft-caps in its files; where the keys are there anyway they
+         * are honoured, as for gemma2. */
+        int n_layer_27b = gemma3 ? 62 : 46;
+        if (!s)
+            hp->attn_scale =
+                1.0f / sqrtf(hp->n_layer == n_layer_27b ? (float)(hp->n_embd / n_head[0]) : (float)hp->head_dim_k);
     }
     if (s) {
         pkv_free(n_head);

@@ -231,14 +231,15 @@ static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) 
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe") &&
-        strcmp(p->arch, "phi3") && strcmp(p->arch, "gemma2"))
+        strcmp(p->arch, "phi3") && strcmp(p->arch, "gemma2") && strcmp(p->arch, "gemma3"))
         return pkv_err(PKV_ERR_UNSUPPORTED,
-                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma2)", p->arch);
-    if (!strcmp(p->arch, "gemma2")) {
+                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)",
+                       p->arch);
+    if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3")) {
         if (!p->sliding_window) p->sliding_window = 8;
         p->tied = true; /* Gemma files have no output.weight */
     } else if (p->sliding_window) {
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2, not %s", p->arch);
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2 and gemma3, not %s", p->arch);
     }
     if (p->sliding_window < 0) return pkv_err(PKV_ERR_INVALID, "mkmodel: sliding window %d", p->sliding_window);
     bool moe = !strcmp(p->arch, "qwen3moe");
@@ -293,6 +294,7 @@ static pkv_status validate(pkv_mkmodel_params *p) {
 typedef struct {
     const pkv_gguf *g; /* the target, for its tokenizer.* keys */
     float rope_base, rms_eps;
+    float rope_freq_scale; /* 1 / linear RoPE scaling factor */
     int n_rot;
 } target_of;
 
@@ -317,6 +319,7 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     p->n_expert = hp.n_expert; /* a draft of a MoE model is one too */
     p->n_expert_used = hp.n_expert_used;
     p->n_ctx = hp.n_ctx_train;
+    p->sliding_window = hp.n_swa; /* gemma: the target's window (0 elsewhere) */
     const char *tm;
     size_t tml;
     p->no_vocab = pkv_gguf_get_str(g, "tokenizer.ggml.model", &tm, &tml) || (tml == 4 && !memcmp(tm, "none", 4));
@@ -328,6 +331,7 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
                     hp.head_dim_v);
     t->g = g;
     t->rope_base = hp.rope_base;
+    t->rope_freq_scale = hp.rope_freq_scale;
     t->rms_eps = hp.rms_eps;
     t->n_rot = hp.n_rot;
     pkv_free(nh);
@@ -387,7 +391,7 @@ static pkv_status copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
 }
 
 static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
-    target_of tgt = {NULL, 0, 0, 0};
+    target_of tgt = {NULL, 0, 0, 0, 0};
     pkv_gguf *tg = NULL;
     pkv_status s;
     if (p.draft_of) {
@@ -422,8 +426,9 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         goto done;
     }
     const char *a = p.arch;
-    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && strcmp(a, "gemma2") != 0; /* Qwen's RoPE base, eps */
-    bool phi3 = !strcmp(a, "phi3"), gemma = !strcmp(a, "gemma2");
+    bool gemma3 = !strcmp(a, "gemma3"), gemma = !strcmp(a, "gemma2") || gemma3;
+    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !gemma; /* Qwen's RoPE base, eps */
+    bool phi3 = !strcmp(a, "phi3");
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
 #define TRY(x)                                                                                      \
@@ -436,6 +441,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
      * the ones this writer can make */
     uint32_t ftype = p.type == PKV_TYPE_F32 ? 0 : p.type == PKV_TYPE_F16 ? 1 : p.type == PKV_TYPE_Q4_0 ? 2 : p.type == PKV_TYPE_Q8_0 ? 7
                    : p.type == PKV_TYPE_BF16 ? 32 : p.type == PKV_TYPE_Q6_K ? 18 : p.type == PKV_TYPE_Q5_K ? 17
+                   : p.type == PKV_TYPE_MXFP4 ? 38 /* MXFP4_MOE */
                    : p.k_mixture ? 15 : 14; /* q4_k: 14 = Q4_K_S, 15 = Q4_K_M */
     TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", ftype));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)p.n_layer));
@@ -444,22 +450,32 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
-    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || moe;
+    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || moe || gemma3;
     if (moe) { /* llama.cpp's keys */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
     }
-    if (gemma) { /* Gemma 2's values: the soft-caps and the window (small here, so tests cross it) */
+    if (gemma) /* the window: small here, so tests cross it */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)p.sliding_window));
+    if (gemma && !gemma3) { /* Gemma 2's soft-caps (Gemma 3 has none) */
         TRY(pkv_gguf_writer_add_f32(G.w, KEY("attn_logit_softcapping"), 50.0f));
         TRY(pkv_gguf_writer_add_f32(G.w, KEY("final_logit_softcapping"), 30.0f));
+    }
+    /* Gemma 3's global layers: base 1e6 and linear scaling by 8 as the 4B-27B files
+     * have them (here by 4: any factor but 1 shows whether the scaling is applied,
+     * and to the global layers only) */
+    float rope_base = tgt.g ? tgt.rope_base : qwen || gemma3 ? 1000000.0f : 10000.0f;
+    float rope_factor = tgt.g ? 1.0f / tgt.rope_freq_scale : gemma3 ? 4.0f : 1.0f;
+    if (rope_factor != 1.0f) {
+        TRY(pkv_gguf_writer_add_str(G.w, KEY("rope.scaling.type"), "linear"));
+        TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.scaling.factor"), rope_factor));
     }
     if (p.head_dim * p.n_head != E || qk_norm || gemma) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), tgt.g ? tgt.rope_base : qwen ? 1000000.0f : 10000.0f));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), rope_base));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : p.head_dim)));
     TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen || gemma ? 1e-6f : 1e-5f));
     if (p.shared_kv_layers)

@@ -15,6 +15,7 @@ typedef enum pkv_arch {
     PKV_ARCH_QWEN3MOE = 3, /* qwen3 attention, a mixture of experts in place of the FFN */
     PKV_ARCH_PHI3 = 4,     /* fused QKV and gate/up matrices, neox RoPE */
     PKV_ARCH_GEMMA2 = 5,   /* embedding scale, post-norms, GeGLU, soft-caps, sliding layers */
+    PKV_ARCH_GEMMA3 = 6,   /* gemma2 without soft-caps, with qwen3's Q/K norms; 5 of 6 layers slide */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -58,6 +59,9 @@ typedef struct pkv_layer {
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
     pkv_weight post_attn_norm, post_ffn_norm;
     int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
+    /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except gemma3's sliding
+     * layers (base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
+    float rope_base, rope_freq_scale;
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -70,12 +74,14 @@ typedef struct pkv_hparams {
     float rms_eps;
     int n_expert, n_expert_used; /* mixture of experts; 0 = a dense FFN */
     int n_ff_exp;                /* rows of one expert's FFN */
-    /* Gemma 2 (0 = off elsewhere) */
+    /* Gemma 2 and 3 (0 = off elsewhere) */
     float embd_scale;            /* token embeddings times this (sqrt(n_embd)) */
     float attn_scale;            /* scores times this; 0 = 1/sqrt(head_dim_k) */
     float attn_softcap, final_softcap;
     int n_swa, swa_pattern;      /* sliding window; layer il slides when il % pattern < pattern - 1 */
     bool gelu;                   /* GeGLU FFN (gelu, tanh form) instead of SwiGLU */
+    float rope_base_swa;         /* gemma3: the sliding layers' RoPE base (scale 1); 0 = rope_base and
+                                    rope_freq_scale on every layer */
 } pkv_hparams;
 
 struct pkv_model {

@@ -338,7 +338,8 @@ static pkv_status load_layers(loader *L) {
     char name[96];
     pkv_status s = PKV_OK;
     int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
-    bool qwen2 = hp->arch == PKV_ARCH_QWEN2, qwen3 = hp->arch == PKV_ARCH_QWEN3 || hp->arch == PKV_ARCH_QWEN3MOE;
+    bool qwen2 = hp->arch == PKV_ARCH_QWEN2;
+    bool qwen3 = hp->arch == PKV_ARCH_QWEN3 || hp->arch == PKV_ARCH_QWEN3MOE || hp->arch == PKV_ARCH_GEMMA3; /* Q/K norms */
     bool phi3 = hp->arch == PKV_ARCH_PHI3; /* fused attn_qkv (optional) and ffn_up = [gate; up] */
     bool moe = hp->n_expert > 0;
     if (moe && m->n_dev > 1)
@@ -358,12 +359,17 @@ static pkv_status load_layers(loader *L) {
                 od = (int64_t)ly->n_head * hv;
         if ((s = load_weight(L, NAME("attn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->attn_norm))) return s;
         if ((s = load_weight(L, NAME("ffn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->ffn_norm))) return s;
-        bool gemma = hp->arch == PKV_ARCH_GEMMA2;
+        bool gemma = hp->arch == PKV_ARCH_GEMMA2 || hp->arch == PKV_ARCH_GEMMA3;
         if (gemma && ((s = load_weight(L, NAME("post_attention_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_attn_norm)) ||
                       (s = load_weight(L, NAME("post_ffw_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_ffn_norm))))
             return s;
         /* the attention kind of the layer: sliding layers see the last n_swa tokens */
-        ly->window = hp->n_swa > 0 && hp->swa_pattern > 0 && l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
+        bool sliding = hp->swa_pattern > 0 && l % hp->swa_pattern < hp->swa_pattern - 1;
+        ly->window = sliding && hp->n_swa > 0 ? hp->n_swa : 0;
+        /* gemma3's sliding layers rotate with their own base and no scaling */
+        bool local_rope = sliding && hp->rope_base_swa > 0;
+        ly->rope_base = local_rope ? hp->rope_base_swa : hp->rope_base;
+        ly->rope_freq_scale = local_rope ? 1.0f : hp->rope_freq_scale;
         if (moe && ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, hp->n_expert, true, false, m->dev, k_all, &ly->moe_router)) ||
                     (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
                     (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||

@@ -3,6 +3,8 @@
  * this table when the CPU reports the features. */
 #include "device/cpu/cpu-dots.h"
 
+#include "base/quant.h"
+
 #ifdef PKV_CPU_X86
 #include <immintrin.h>
 #include <math.h>
@@ -210,6 +212,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q4_k = a_q4_k,
     .q5_k = a_q5_k,
     .q6_k = a_q6_k,
+    .mxfp4 = a_mxfp4,
     .q8a = a_q8a,
 };
 #endif

@@ -4,6 +4,8 @@
  * (pkv_cpu_dots_vnni); otherwise the AVX2 ones. */
 #include "device/cpu/cpu-dots.h"
 
+#include "base/quant.h"
+
 #ifdef PKV_CPU_X86
 #include <immintrin.h>
 #include <math.h>
@@ -220,5 +222,6 @@ const pkv_cpu_dots pkv_cpu_dots_vnni = {
     .q4_k = v_q4_k,
     .q5_k = v_q5_k,
     .q6_k = v_q6_k,
+    .mxfp4 = v_mxfp4,
 };
 #endif

@@ -3,6 +3,8 @@
  * offers. */
 #include "device/cpu/cpu-dots.h"
 
+#include "base/quant.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -103,6 +105,19 @@ static float g1_q4_0(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     return s;
 }
 
+/* mxfp4: the block's dot in integers (the doubled E2M1 values times the 8-bit
+ * activations, exact), scaled once by 2^(e - 128) * dx. */
+static float g1_mxfp4(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
+    float s = 0;
+    for (int64_t b = 0; b < nb; b++, w += 17) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++)
+            sum += pkv_mxfp4_kvalues[w[1 + j] & 15] * x[b].qs[j] + pkv_mxfp4_kvalues[w[1 + j] >> 4] * x[b].qs[j + 16];
+        s += (float)sum * (pkv_e8m0_half(w[0]) * x[b].d);
+    }
+    return s;
+}
+
 /* The 6-bit scale and min of sub-block j of a q4_k/q5_k super-block. */
 static void scale_min(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
@@ -173,6 +188,7 @@ MULTI(q4_0)
 MULTI(q4_k)
 MULTI(q5_k)
 MULTI(q6_k)
+MULTI(mxfp4)
 #undef MULTI
 
 static void g_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
@@ -195,5 +211,6 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .q4_k = g_q4_k,
     .q5_k = g_q5_k,
     .q6_k = g_q6_k,
+    .mxfp4 = g_mxfp4,
     .q8a = pkv_cpu_quantize_q8a,
 };

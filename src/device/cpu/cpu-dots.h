@@ -23,7 +23,7 @@ typedef struct pkv_q8a {
 #define PKV_QDOT_NX 8
 
 /* Dots of one weight row of nb blocks (of the weight type's own size: 32 for
- * q8_0/q4_0, 256 for k-quants) with nx (1..PKV_QDOT_NX) activation rows: row r starts at
+ * q8_0/q4_0/mxfp4, 256 for k-quants) with nx (1..PKV_QDOT_NX) activation rows: row r starts at
  * x + r*xs (xs in activation blocks); out[r] receives its dot. */
 typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
@@ -60,7 +60,7 @@ typedef struct pkv_cpu_dots {
     void (*f16row)(const uint16_t *src, float *dst, int64_t n);
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
-    pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
+    pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4;
     /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
      * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
      * then one fixed reduction; nx 1..PKV_QDOT_NX. Used for decode and prefill alike where present.

@@ -16,7 +16,7 @@
  * setenv() between calls; an unavailable path falls back to the next best with
  * one warning in the log.
  *
- * Accuracy: matmuls with quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k)
+ * Accuracy: matmuls with quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4)
  * quantize each activation row to 8 bits per block of 32 once per call
  * (d = amax/127, block sums kept), as ggml's CPU backend does, and use integer
  * dot products; their normalized mean squared error against the reference is
@@ -69,10 +69,10 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(mxfp4); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(q8_0z); TAKE(q8z);
+        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
     }
 #undef TAKE
 }
@@ -127,6 +127,7 @@ static pkv_qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
     case PKV_TYPE_Q4_K: return d->q4_k;
     case PKV_TYPE_Q5_K: return d->q5_k;
     case PKV_TYPE_Q6_K: return d->q6_k;
+    case PKV_TYPE_MXFP4: return d->mxfp4;
     default: return NULL;
     }
 }
@@ -155,7 +156,8 @@ static bool supports_type(void *ctx, pkv_type t) {
     case PKV_TYPE_Q4_0:
     case PKV_TYPE_Q4_K:
     case PKV_TYPE_Q5_K:
-    case PKV_TYPE_Q6_K: return true;
+    case PKV_TYPE_Q6_K:
+    case PKV_TYPE_MXFP4: return true;
     default: return false;
     }
 }

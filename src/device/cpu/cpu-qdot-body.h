@@ -83,6 +83,29 @@ QB_AI void QB_NAME(q4_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, in
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - 8.0f * corr[r];
 }
 
+/* mxfp4: a table shuffle turns the E2M1 codes into their doubled values
+ * (signed bytes, |v| <= 12); the byte dot takes |v| unsigned with the sign moved
+ * onto the activation (as q8_0), so a block's integer dot is exact and is scaled
+ * once by 2^(e - 128) * dx. */
+QB_AI void QB_NAME(mxfp4_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    const __m128i tbl = _mm_loadu_si128((const __m128i *)(const void *)pkv_mxfp4_kvalues), m4 = _mm_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++, w += 17) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(w + 1));
+        const __m256i q = _mm256_set_m128i(_mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(raw, 4), m4)),
+                                           _mm_shuffle_epi8(tbl, _mm_and_si128(raw, m4)));
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float dw = pkv_e8m0_half(w[0]);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8a *xb = x + r * xs + b;
+            const __m256i p = QB_DOT_U8(aq, _mm256_sign_epi8(QB_XQS(xb), q));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
 /* q4_k / q5_k: the sub-block scales d*sc and mins dmin*m are decoded once per
  * super-block (and shared by the NX activation rows); per sub-block and row one
  * byte dot, one scaled FMA, and the min folded through the activation's
@@ -231,6 +254,15 @@ QB_T void QB_NAME(q6_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t 
 #endif
     for (; r + 4 <= nx; r += 4) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 4, out + r);
     for (; r < nx; r++) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 1, out + r);
+}
+
+QB_T void QB_NAME(mxfp4)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    int r = 0;
+#if QB_NXMAX >= 8
+    for (; r + 8 <= nx; r += 8) QB_NAME(mxfp4_body)(w, x + r * xs, xs, nb, 8, out + r);
+#endif
+    for (; r + 4 <= nx; r += 4) QB_NAME(mxfp4_body)(w, x + r * xs, xs, nb, 4, out + r);
+    for (; r < nx; r++) QB_NAME(mxfp4_body)(w, x + r * xs, xs, nb, 1, out + r);
 }
 
 #undef QB_AI

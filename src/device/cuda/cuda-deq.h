@@ -6,7 +6,8 @@
  * Each computes in float in the reference's order with explicit round-to-nearest
  * multiplies and subtractions (no fused multiply-add), so the result is the
  * reference's. On the GPU the row must be 4-byte aligned for f32 and 2-byte
- * aligned for the others (every block size is even). */
+ * aligned for the types with f16 fields (their block sizes are even); mxfp4
+ * (17-byte blocks, read byte by byte) may start at any address. */
 #ifndef PKV_CUDA_DEQ_H
 #define PKV_CUDA_DEQ_H
 
@@ -21,6 +22,7 @@
 PKV_CU_DQ float pkv_cu_ld_f16(const uint8_t *p) { return __half2float(*(const __half *)p); }
 PKV_CU_DQ float pkv_cu_ld_bf16(const uint8_t *p) { return __uint_as_float((uint32_t)(*(const uint16_t *)p) << 16); }
 PKV_CU_DQ float pkv_cu_ld_f32(const uint8_t *p) { return *(const float *)p; }
+PKV_CU_DQ float pkv_cu_bits_f32(uint32_t u) { return __uint_as_float(u); }
 #else
 #include "pagekv.h"
 #include <string.h>
@@ -33,6 +35,11 @@ PKV_CU_DQ float pkv_cu_ld_bf16(const uint8_t *p) { return pkv_bf16_to_f32((uint1
 PKV_CU_DQ float pkv_cu_ld_f32(const uint8_t *p) {
     float f;
     memcpy(&f, p, 4);
+    return f;
+}
+PKV_CU_DQ float pkv_cu_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
     return f;
 }
 #endif
@@ -65,6 +72,29 @@ PKV_CU_DQ float pkv_cu_deq_q4_0(const uint8_t *row, int64_t k) {
     const int j = (int)(k & 31);
     const int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
     return PKV_CU_MUL(pkv_cu_ld_f16(b), (float)(q - 8));
+}
+
+/* mxfp4: the doubled E2M1 value of code q (quant.h's pkv_mxfp4_kvalues, without
+ * a table the GPU would have to keep in memory): magnitude code m < 4 is m,
+ * above that (2 + (m & 1)) << ((m >> 1) - 1), i.e. 4, 6, 8, 12; bit 3 the sign */
+PKV_CU_DQ int pkv_cu_fp4x2(int q) {
+    const int m = q & 7, v = m < 4 ? m : (2 + (m & 1)) << ((m >> 1) - 1);
+    return q & 8 ? -v : v;
+}
+
+/* The E8M0 byte e as the scale of the doubled values: 2^(e - 128), subnormal
+ * for e < 2 (quant.h's pkv_e8m0_half) */
+PKV_CU_DQ float pkv_cu_e8m0_half(uint8_t e) {
+    return pkv_cu_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+/* mxfp4: { u8 e; u8 q[16]; } element j < 16: low nibble of q[j]; j >= 16: high
+ * nibble of q[j - 16]; x = fp4x2(q) * 2^(e - 128), an exact product */
+PKV_CU_DQ float pkv_cu_deq_mxfp4(const uint8_t *row, int64_t k) {
+    const uint8_t *b = row + (k >> 5) * 17;
+    const int j = (int)(k & 31);
+    const int q = j < 16 ? (b[1 + j] & 15) : (b[1 + j - 16] >> 4);
+    return PKV_CU_MUL((float)pkv_cu_fp4x2(q), pkv_cu_e8m0_half(b[0]));
 }
 
 /* q4_k: 144-byte super-blocks of 256: element 64g + 32h + l is nibble h of
@@ -108,7 +138,7 @@ PKV_CU_DQ float pkv_cu_deq_q6_k(const uint8_t *row, int64_t k) {
     return PKV_CU_MUL(ds, (float)q);
 }
 
-/* The 32 elements 32 sb .. 32 sb + 31 of a row at once (a q8_0/q4_0 block, a
+/* The 32 elements 32 sb .. 32 sb + 31 of a row at once (a q8_0/q4_0/mxfp4 block, a
  * k-quant sub-block; for float types 32 consecutive values), each equal to
  * the element-wise functions above: the decode kernel's unit of work. */
 PKV_CU_DQ void pkv_cu_deq32_q8_0(const uint8_t *row, int64_t sb, float *y) {
@@ -125,6 +155,16 @@ PKV_CU_DQ void pkv_cu_deq32_q4_0(const uint8_t *row, int64_t sb, float *y) {
     for (int j = 0; j < 16; j++) {
         y[j] = PKV_CU_MUL(d, (float)((b[2 + j] & 15) - 8));
         y[j + 16] = PKV_CU_MUL(d, (float)((b[2 + j] >> 4) - 8));
+    }
+}
+
+PKV_CU_DQ void pkv_cu_deq32_mxfp4(const uint8_t *row, int64_t sb, float *y) {
+    const uint8_t *b = row + sb * 17;
+    const float d = pkv_cu_e8m0_half(b[0]);
+    PKV_CU_UNROLL
+    for (int j = 0; j < 16; j++) {
+        y[j] = PKV_CU_MUL((float)pkv_cu_fp4x2(b[1 + j] & 15), d);
+        y[j + 16] = PKV_CU_MUL((float)pkv_cu_fp4x2(b[1 + j] >> 4), d);
     }
 }
 
@@ -168,6 +208,7 @@ PKV_CU_DQ void pkv_cu_deq32(int t, const uint8_t *row, int64_t sb, float *y) {
     case PKV_CU_W_Q4_K: pkv_cu_deq32_kmin(row, sb, y, 0); return;
     case PKV_CU_W_Q5_K: pkv_cu_deq32_kmin(row, sb, y, 1); return;
     case PKV_CU_W_Q6_K: pkv_cu_deq32_q6_k(row, sb, y); return;
+    case PKV_CU_W_MXFP4: pkv_cu_deq32_mxfp4(row, sb, y); return;
     case PKV_CU_W_F32:
         for (int j = 0; j < 32; j++) y[j] = pkv_cu_deq_f32(row, 32 * sb + j);
         return;
@@ -195,6 +236,7 @@ PKV_CU_DQ float pkv_cu_deq(int t, const uint8_t *row, int64_t k) {
     case PKV_CU_W_Q4_K: return pkv_cu_deq_q4_k(row, k);
     case PKV_CU_W_Q5_K: return pkv_cu_deq_q5_k(row, k);
     case PKV_CU_W_Q6_K: return pkv_cu_deq_q6_k(row, k);
+    case PKV_CU_W_MXFP4: return pkv_cu_deq_mxfp4(row, k);
     default: return 0.0f;
     }
 }

@@ -77,6 +77,7 @@ DEQ(PKV_CU_W_Q4_0, pkv_cu_deq_q4_0)
 DEQ(PKV_CU_W_Q4_K, pkv_cu_deq_q4_k)
 DEQ(PKV_CU_W_Q5_K, pkv_cu_deq_q5_k)
 DEQ(PKV_CU_W_Q6_K, pkv_cu_deq_q6_k)
+DEQ(PKV_CU_W_MXFP4, pkv_cu_deq_mxfp4)
 #undef DEQ
 
 // ------------------------------------------------------------------ matmul
@@ -125,6 +126,7 @@ DEQ32(PKV_CU_W_Q4_0, pkv_cu_deq32_q4_0(row, sb, y))
 DEQ32(PKV_CU_W_Q4_K, pkv_cu_deq32_kmin(row, sb, y, 0))
 DEQ32(PKV_CU_W_Q5_K, pkv_cu_deq32_kmin(row, sb, y, 1))
 DEQ32(PKV_CU_W_Q6_K, pkv_cu_deq32_q6_k(row, sb, y))
+DEQ32(PKV_CU_W_MXFP4, pkv_cu_deq32_mxfp4(row, sb, y))
 #undef DEQ32
 
 template <int T>
@@ -268,6 +270,7 @@ static int launch_get_rows_t(const pkv_cu_get_rows *a, cudaStream_t st) {
     case PKV_CU_W_Q4_K: return fn<PKV_CU_W_Q4_K>(a, st);                                   \
     case PKV_CU_W_Q5_K: return fn<PKV_CU_W_Q5_K>(a, st);                                   \
     case PKV_CU_W_Q6_K: return fn<PKV_CU_W_Q6_K>(a, st);                                   \
+    case PKV_CU_W_MXFP4: return fn<PKV_CU_W_MXFP4>(a, st);                                 \
     default: return (int)cudaErrorInvalidValue;                                            \
     }
 

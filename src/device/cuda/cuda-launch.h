@@ -28,6 +28,7 @@ enum {
     PKV_CU_W_Q4_K,
     PKV_CU_W_Q5_K,
     PKV_CU_W_Q6_K,
+    PKV_CU_W_MXFP4,
     PKV_CU_W_COUNT
 };
 

@@ -13,6 +13,7 @@ int pkv_cu_wtype(pkv_type t) {
     case PKV_TYPE_Q4_K: return PKV_CU_W_Q4_K;
     case PKV_TYPE_Q5_K: return PKV_CU_W_Q5_K;
     case PKV_TYPE_Q6_K: return PKV_CU_W_Q6_K;
+    case PKV_TYPE_MXFP4: return PKV_CU_W_MXFP4;
     default: return -1;
     }
 }

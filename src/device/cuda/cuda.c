@@ -278,7 +278,8 @@ static bool cu_supports_type(void *ctx, pkv_type t) {
     return pkv_cu_wtype(t) >= 0;
 }
 
-static size_t weight_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : 2; }
+/* mxfp4 blocks (17 bytes) are read byte by byte: any offset */
+static size_t weight_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : t == PKV_TYPE_MXFP4 ? 1 : 2; }
 
 static pkv_status cu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     pkv_cu_ctx *c = ctx;

@@ -9,7 +9,8 @@
  * down to minStorageBufferOffsetAlignment and passes the remainder in push
  * constants. Hence the alignment rule for kernel arguments (transfers take any
  * offset): f32 and i32 tensors (and their strides) at multiples of 4 bytes, f16,
- * bf16 and quantized (q8_0, q4_0, q4_k, q5_k, q6_k) data at multiples of 2; anything else returns
+ * bf16 and quantized (q8_0, q4_0, q4_k, q5_k, q6_k) data at multiples of 2, mxfp4
+ * weights (17-byte blocks, no 16-bit fields) at any offset; anything else returns
  * PKV_ERR_UNSUPPORTED naming the argument. A window is at most
  * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
  * bigger weights and batches into chunks of rows (one dispatch each); for other
@@ -221,10 +222,10 @@ static pkv_status fits(pkv_vk_ctx *c, const char *kn, const char *what, uint64_t
 static bool vk_supports_type(void *ctx, pkv_type t) {
     (void)ctx;
     return t == PKV_TYPE_F32 || t == PKV_TYPE_F16 || t == PKV_TYPE_BF16 || t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0 ||
-           t == PKV_TYPE_Q4_K || t == PKV_TYPE_Q5_K || t == PKV_TYPE_Q6_K;
+           t == PKV_TYPE_Q4_K || t == PKV_TYPE_Q5_K || t == PKV_TYPE_Q6_K || t == PKV_TYPE_MXFP4;
 }
 
-static unsigned type_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : 2; }
+static unsigned type_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : t == PKV_TYPE_MXFP4 ? 1 : 2; }
 
 /* The KV type codes of kvq.glsl. */
 static uint32_t kv_code(pkv_type t) {

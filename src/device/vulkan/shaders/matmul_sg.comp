@@ -31,7 +31,7 @@ void main() {
         float acc[NT];
         [[unroll]] for (uint k = 0u; k < NT; k++) acc[k] = 0.0;
         if (pc.wtype == T_Q8_0 || pc.wtype == T_Q4_0 || pc.wtype == T_Q4_K || pc.wtype == T_Q5_K ||
-            pc.wtype == T_Q6_K) {
+            pc.wtype == T_Q6_K || pc.wtype == T_MXFP4) {
             for (uint b = lane; b < (pc.cols >> 5); b += ls) {
                 float wv[32];
                 wget32(row, b, pc.wtype, wv);

@@ -1,9 +1,12 @@
 // Element c of a weight row starting at byte address `row` of buffer `wbuf`, for
 // the pkv_type ids f32 (0), f16 (1), q4_0 (2), q8_0 (8), q4_k (12), q5_k (13),
-// q6_k (14), bf16 (30). Rows start at even byte addresses (q6_k rows are 210
-// bytes), so blocks are read as bytes, halves or straddling words (word_at).
+// q6_k (14), bf16 (30), mxfp4 (39). Rows start at even byte addresses (q6_k rows
+// are 210 bytes), so blocks are read as bytes, halves or straddling words
+// (word_at); mxfp4 rows (17-byte blocks) at any byte address, so they are read
+// as bytes or as words from any address (word_any).
 // Blocks (GGUF): q8_0 {f16 d; int8 q[32]} = d*q; q4_0 {f16 d; u8 q[16]}, element
-// j<16 is q[j]&15, element j+16 is q[j]>>4, value d*(q-8). The k-quant
+// j<16 is q[j]&15, element j+16 is q[j]>>4, value d*(q-8); mxfp4 {u8 e; u8 q[16]},
+// the same nibble order, value KV_MXFP4[q] * 2^(e-128) (an exact product). The k-quant
 // super-blocks of 256 are laid out as src/base/quant.c states; values are
 // computed in the same float operations and order as pkv_dequantize_row, and
 // `precise` keeps the compiler from fusing d*q - m into an fma, so get_rows is
@@ -16,6 +19,13 @@
 #define T_Q5_K 13u
 #define T_Q6_K 14u
 #define T_BF16 30u
+#define T_MXFP4 39u
+
+// The E2M1 values doubled (src/base/quant.h, pkv_mxfp4_kvalues).
+const float KV_MXFP4[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+
+// The mxfp4 scale 2^(e - 128) from the E8M0 byte e (subnormal for e < 2).
+float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23)); }
 
 // The 32-bit word at an even byte address a (2 halves straddling two words when a % 4 == 2).
 uint word_at(uint a) {
@@ -30,6 +40,13 @@ uvec2 kq_scale_min(uint s, uint j) {
     if (j < 4u) return uvec2(LDB(wbuf, s + j) & 63u, LDB(wbuf, s + j + 4u) & 63u);
     uint a = LDB(wbuf, s + j + 4u);
     return uvec2((a & 15u) | ((LDB(wbuf, s + j - 4u) >> 6) << 4), (a >> 4) | ((LDB(wbuf, s + j) >> 6) << 4));
+}
+
+// The 32-bit word at any byte address a (bytes a .. a+3 must lie in the buffer).
+uint word_any(uint a) {
+    uint s = (a & 3u) * 8u, lo = wbuf.d[a >> 2];
+    if (s == 0u) return lo;
+    return (lo >> s) | (wbuf.d[(a >> 2) + 1u] << (32u - s));
 }
 
 int sbyte(uint b) { return b >= 128u ? int(b) - 256 : int(b); }
@@ -63,6 +80,11 @@ float wget(uint row, uint c, uint wtype) {
     if (wtype == T_BF16) return bf16_to_float(LDH(wbuf, row + c * 2u));
     if (wtype == T_Q4_K || wtype == T_Q5_K || wtype == T_Q6_K) return wget_k(row, c, wtype);
     uint j = c & 31u;
+    if (wtype == T_MXFP4) {
+        uint blk = row + (c >> 5) * 17u;
+        uint b = LDB(wbuf, blk + 1u + (j & 15u));
+        return KV_MXFP4[j < 16u ? (b & 15u) : (b >> 4)] * e8m0_half(LDB(wbuf, blk));
+    }
     if (wtype == T_Q8_0) {
         uint blk = row + (c >> 5) * 34u;
         float d = half_to_float(LDH(wbuf, blk));
@@ -78,9 +100,22 @@ float wget(uint row, uint c, uint wtype) {
     return d * (float(q) - 8.0);
 }
 
-// Elements 32g .. 32g+31 of a row of a block-quantized type (q8_0, q4_0, k-quants),
-// decoded from whole words: the scales once per group.
+// Elements 32g .. 32g+31 of a row of a block-quantized type (q8_0, q4_0, mxfp4,
+// k-quants), decoded from whole words: the scales once per group.
 void wget32(uint row, uint g, uint wtype, out float wv[32]) {
+    if (wtype == T_MXFP4) {
+        uint blk = row + g * 17u;
+        float d = e8m0_half(LDB(wbuf, blk));
+        [[unroll]] for (uint w = 0u; w < 4u; w++) {
+            uint wd = word_any(blk + 1u + 4u * w);
+            [[unroll]] for (uint q = 0u; q < 4u; q++) {
+                uint by = (wd >> (8u * q)) & 0xffu;
+                wv[4u * w + q] = KV_MXFP4[by & 15u] * d;
+                wv[4u * w + q + 16u] = KV_MXFP4[by >> 4] * d;
+            }
+        }
+        return;
+    }
     if (wtype == T_Q8_0 || wtype == T_Q4_0) {
         uint blk = row + g * (wtype == T_Q8_0 ? 34u : 18u);
         float dq = half_to_float(LDH(wbuf, blk));
