@@ -290,6 +290,15 @@ typedef struct pkv_kv_layer_desc {
     pkv_type dtype_v; /* V pages: the same choices (quantized: head_dim_v % 32 == 0) */
     int n_shards;    /* 0 = one shard of all heads on pkv_kv_params.device */
     const pkv_kv_shard_desc *shards; /* [n_shards], covering every head exactly once */
+    /* Sliding-window layer: 0 = full attention (keeps every token). > 0: the layer
+     * attends to the last `window` tokens only, so its K/V live in a second page
+     * pool (the window pool, pkv_kv_params.window_pages) where a sequence's pages
+     * go back to the pool once they have left the window (plus one page kept for
+     * rollback). Every KV operation covers both pools; see docs/kv-cache.md. */
+    int window;
+    /* RoPE of this layer's K, for pkv_kv_shift's re-rotation (gemma3's sliding and
+     * global layers differ); 0 = pkv_kv_params.rope_freq_base / rope_freq_scale. */
+    float rope_freq_base, rope_freq_scale;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -309,6 +318,10 @@ typedef struct pkv_kv_params {
     bool rope_neox;                   /* false: pairs (2i, 2i+1) (llama); true: (i, i + n_rot/2) (qwen) */
     float rope_freq_base;             /* 0 = 10000 */
     float rope_freq_scale;            /* 0 = 1 */
+    /* Pages of the window pool (layers with window > 0); 0 = n_pages. A sequence
+     * holds at most ceil((window + page_size + step) / page_size) + 1 of them, where
+     * step is the tokens appended in one call, so a few per sequence suffice. */
+    int64_t window_pages;
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);
@@ -336,6 +349,7 @@ typedef struct pkv_kv_layer_info {
     pkv_type dtype_k, dtype_v;
     int n_shards;
     size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
+    int window;                        /* tokens; 0 = full attention (pkv_kv_layer_desc.window) */
 } pkv_kv_layer_info;
 /* PKV_ERR_INVALID when il is out of range. */
 pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out);
@@ -366,6 +380,13 @@ typedef struct pkv_kv_stats {
     uint64_t cow_bytes;    /* bytes copied by copy-on-write (all layers, shards, K and V) */
     uint64_t prefix_hit_pages; /* pages shared by pkv_kv_prefix_match since creation */
     uint64_t evicted_pages;    /* cached pages evicted for reuse */
+    /* The window pool (layers with window > 0; all 0 without such layers): */
+    int64_t window_pages, window_free, window_cached, window_used;
+    uint64_t window_released; /* pages a sequence let go because they left the window */
+    uint64_t window_replays;  /* sequences whose window layers had to be recomputed
+                                 (pkv_kv_seq_window_len) after a truncate or shift into
+                                 released pages */
+    size_t page_bytes, window_page_bytes; /* one page of the full layers / of the window layers */
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 
@@ -410,6 +431,13 @@ pkv_status pkv_kv_seq_tokens(const pkv_kv_cache *c, int32_t seq, int64_t start, 
  * (only a device error after the checks may have evicted cached pages). */
 pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
                                const int32_t *tokens, const int32_t *pos, int32_t *rows);
+/* pkv_kv_append_batch that also returns, in rows_window[k] (NULL = not wanted),
+ * the row of token k in the window pool's arrays (layers with window > 0). Before
+ * appending, each sequence gives back the window pages that no query of this or a
+ * later step can see (whole pages before len + 1 - window - page_size): a failed
+ * append may have released those. */
+pkv_status pkv_kv_append_batch_w(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                                 const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window);
 /* pkv_kv_append_batch for one sequence. */
 pkv_status pkv_kv_append(pkv_kv_cache *c, int32_t seq, int32_t n, const int32_t *tokens, const int32_t *pos,
                          int32_t *rows);
@@ -625,7 +653,7 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
  * printable words (or none). */
 typedef struct pkv_mkmodel_params {
     const char *arch;    /* "llama" (default), "qwen2", "qwen3" */
-    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k */
+    pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
     int n_head;          /* 0 = 4 */
@@ -685,6 +713,10 @@ typedef struct pkv_cache_params {
     pkv_type kv_type_v;      /* V pages; PKV_TYPE_COUNT (the default) = kv_type */
     int64_t n_pages;         /* device pages; 0 = n_seq_max * ceil(n_ctx / page_size) */
     int64_t host_pages;      /* host swap pool pages; 0 = as many as the device pool */
+    /* Models with sliding-window layers: pages of the window pool (their K/V; a
+     * sequence holds about (window + page_size + 256) / page_size + 1 of them). 0 =
+     * that times 2 * n_seq_max, at most n_pages. */
+    int64_t n_window_pages;
 } pkv_cache_params;
 
 pkv_cache_params pkv_cache_default_params(void);

@@ -4,7 +4,8 @@
  * positions by an independent double-precision RoPE, within 2e-6 absolute for f32
  * and 2e-3 for f16 (one rounding of the K dtype per rotation, values in [-1, 1]);
  * V and the tokens before the range are bit-identical. Both RoPE styles, rotary
- * dims < head size, a non-default frequency base and scale, two devices. */
+ * dims < head size, a non-default frequency base and scale, a layer with its own
+ * base and scale (gemma3), two devices. */
 #include "kv-testlib.h"
 
 #define NT 40
@@ -23,11 +24,14 @@ static void rotated(double *out, int il, int t, double pos, bool neox, double ba
     }
 }
 
+static const double base[2] = {500000.0, 10000.0}, scale[2] = {0.5, 1.0};
+
 static void run(kt_env *e, bool neox) {
     pkv_kv_layer_desc L[2];
     pkv_kv_shard_desc sh0[2] = {{e->cpu, e->cpu, 0, 1}, {e->cpu1, e->cpu1, 1, 1}};
-    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, sh0};
-    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL};
+    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, sh0, 0, 0, 0};
+    /* layer 1 has its own RoPE (gemma3's sliding layers: base 10000, no scaling) */
+    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 10000.0f, 1.0f};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 2;
     p.layers = L;
@@ -53,7 +57,7 @@ static void run(kt_env *e, bool neox) {
             double k[2 * HD];
             float kf[2 * HD];
             for (int i = 0; i < n_heads[il] * HD; i++) g_raw[t][il][i] = th_randf(&rng);
-            rotated(k, il, t, pos[t], neox, 500000.0, 0.5);
+            rotated(k, il, t, pos[t], neox, base[il], scale[il]);
             for (int i = 0; i < n_heads[il] * HD; i++) kf[i] = (float)k[i];
             int dv = il == 0 ? 2 * 4 : 8;
             for (int i = 0; i < dv; i++) g_v[t][il][i] = kt_round(dt[il], th_randf(&rng));
@@ -85,7 +89,7 @@ static void run(kt_env *e, bool neox) {
                 CHECK_MEM(&k[t * kd], &before[il][t * kd], (size_t)kd * 4);
             } else {
                 double ref[2 * HD];
-                rotated(ref, il, src, want_pos, neox, 500000.0, 0.5);
+                rotated(ref, il, src, want_pos, neox, base[il], scale[il]);
                 for (int i = 0; i < kd; i++) worst[il] = fmax(worst[il], fabs(ref[i] - k[t * kd + i]));
             }
             CHECK_MEM(&v[t * vd], g_v[src][il], (size_t)vd * 4);

@@ -34,14 +34,35 @@ bool pkv_cli_kv_type(const char *opt, const char *v, int *out) {
     return false;
 }
 
-static double kv_page_bytes(const pkv_kv_cache *c) {
+/* One page of the layers that keep every token (windowed: false) or of the
+ * sliding-window layers (true), all shards. */
+static double kv_page_bytes_of(const pkv_kv_cache *c, bool windowed) {
     const pkv_kv_layout *l = pkv_kv_cache_layout(c);
     double b = 0;
     for (int il = 0; il < pkv_kv_layout_n_layers(l); il++) {
         pkv_kv_layer_info li;
-        if (pkv_kv_layout_layer(l, il, &li) == PKV_OK) b += (double)li.k_page_bytes + (double)li.v_page_bytes;
+        if (pkv_kv_layout_layer(l, il, &li) == PKV_OK && (li.window > 0) == windowed)
+            b += (double)li.k_page_bytes + (double)li.v_page_bytes;
     }
     return b;
+}
+
+static double kv_page_bytes(const pkv_kv_cache *c) { return kv_page_bytes_of(c, false); }
+
+double pkv_cli_kv_bytes_per_token_all(const pkv_kv_cache *c) {
+    return (kv_page_bytes_of(c, false) + kv_page_bytes_of(c, true)) / pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
+}
+
+double pkv_cli_kv_window_bytes_per_seq(const pkv_kv_cache *c) {
+    const pkv_kv_layout *l = pkv_kv_cache_layout(c);
+    int ps = pkv_kv_layout_page_size(l), window = 0;
+    for (int il = 0; il < pkv_kv_layout_n_layers(l); il++) {
+        pkv_kv_layer_info li;
+        if (pkv_kv_layout_layer(l, il, &li) == PKV_OK && li.window > window) window = li.window;
+    }
+    if (window == 0) return 0;
+    /* the window, the page kept for rollback, and the page being filled */
+    return kv_page_bytes_of(c, true) * (double)((window + ps + ps - 1) / ps + 1);
 }
 
 double pkv_cli_kv_bytes_per_token(const pkv_kv_cache *c) {

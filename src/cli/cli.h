@@ -58,7 +58,12 @@ pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o);
 bool pkv_cli_kv_type(const char *opt, const char *v, int *out);
 /* KV bytes one token takes in c (every layer and shard, K and V), and the most
  * tokens (whole pages) that fit in mem bytes. */
+/* KV bytes per token of context: the layers that keep every token (with
+ * sliding-window layers, those add a fixed pkv_cli_kv_window_bytes_per_seq per
+ * sequence instead); _all: what every layer would cost keeping every token. */
 double pkv_cli_kv_bytes_per_token(const pkv_kv_cache *c);
+double pkv_cli_kv_bytes_per_token_all(const pkv_kv_cache *c);
+double pkv_cli_kv_window_bytes_per_seq(const pkv_kv_cache *c);
 long long pkv_cli_kv_max_tokens(const pkv_kv_cache *c, double mem);
 /* "K q8_0 V f16 KV" or "q8_0 KV" for messages (static buffer). */
 const char *pkv_cli_kv_desc(const pkv_cli_model_opts *o);

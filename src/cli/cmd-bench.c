@@ -379,7 +379,10 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
                    "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
                    "The KV bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the\n"
-                   "largest context that fits in --kv-memory MiB (default 8192).\n"
+                   "largest context that fits in --kv-memory MiB (default 8192). With sliding-window layers\n"
+                   "(gemma2/3) the per-token bytes count the layers that keep every token; the window\n"
+                   "layers add a fixed kv_window_bytes_per_seq per sequence (kv_bytes_per_token_all_layers:\n"
+                   "the cost if every layer kept every token).\n"
                    "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
                    "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
                    "Without -m: the built-in tiny model. For the reference shape:\n"
@@ -463,9 +466,11 @@ int pkv_cli_bench_model(int argc, char **argv) {
         const double kv_tok = pkv_cli_kv_bytes_per_token(c);
         const long long kv_max = pkv_cli_kv_max_tokens(c, (double)mem_mib * 1048576.0);
         if (json) {
-            printf("{\"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"kv_bytes_per_token\": %.0f, \"kv_memory_mib\": %lld, "
+            printf("{\"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"kv_bytes_per_token\": %.0f, "
+                   "\"kv_bytes_per_token_all_layers\": %.0f, \"kv_window_bytes_per_seq\": %.0f, \"kv_memory_mib\": %lld, "
                    "\"kv_max_context\": %lld, ",
-                   pkv_type_name((pkv_type)o.kv_type), pkv_type_name((pkv_type)o.kv_type_v), kv_tok, mem_mib, kv_max);
+                   pkv_type_name((pkv_type)o.kv_type), pkv_type_name((pkv_type)o.kv_type_v), kv_tok,
+                   pkv_cli_kv_bytes_per_token_all(c), pkv_cli_kv_window_bytes_per_seq(c), mem_mib, kv_max);
             printf("\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
@@ -517,6 +522,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0);
             printf("KV %s: %.0f bytes per token; %lld tokens fit in %lld MiB\n", pkv_cli_kv_desc(&o), kv_tok, kv_max,
                    mem_mib);
+            if (pkv_cli_kv_window_bytes_per_seq(c) > 0)
+                printf("KV of the sliding-window layers: %.0f bytes per sequence at most (%.0f bytes per token if every "
+                       "layer kept every token)\n", pkv_cli_kv_window_bytes_per_seq(c), pkv_cli_kv_bytes_per_token_all(c));
         }
         rc = 0;
     }

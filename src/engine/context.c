@@ -47,6 +47,10 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].head_dim_v = m->hp.head_dim_v;
         layers[l].dtype_k = PKV_TYPE_F16;
         layers[l].dtype_v = PKV_TYPE_F16;
+        /* Sliding-window layers keep their K/V in the cache's window pool. */
+        layers[l].window = m->layers[l].window;
+        layers[l].rope_freq_base = m->layers[l].rope_base; /* gemma3: per layer */
+        layers[l].rope_freq_scale = m->layers[l].rope_freq_scale;
         /* I5: shards follow the model's head split; with the cache on the host the
          * host storage is split by the same head ranges, and attention runs there. */
         layers[l].n_shards = m->n_dev;
@@ -103,6 +107,19 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
     int64_t per_seq = (n_ctx_of(m, &p) + kp.page_size - 1) / kp.page_size;
     kp.n_pages = p.n_pages ? p.n_pages : per_seq * (p.n_seq_max ? p.n_seq_max : 4);
     kp.host_pages = p.host_pages ? p.host_pages : kp.n_pages;
+    int window = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) window = PKV_MAX(window, m->layers[l].window);
+    if (p.n_window_pages < 0) {
+        pkv_err(PKV_ERR_INVALID, "cache: %lld window pages", (long long)p.n_window_pages);
+        pkv_free(layers);
+        pkv_free(shards);
+        return NULL;
+    }
+    if (window > 0) { /* what one sequence holds at most: the window, a page kept for rollback, one step */
+        int64_t per_seq_w = (window + kp.page_size + 256 + kp.page_size - 1) / kp.page_size + 1;
+        kp.window_pages = p.n_window_pages ? p.n_window_pages
+                                           : PKV_MIN(kp.n_pages, 2 * per_seq_w * (p.n_seq_max ? p.n_seq_max : 4));
+    }
     pkv_kv_cache *c = pkv_kv_cache_create(kp);
     pkv_free(layers);
     pkv_free(shards);

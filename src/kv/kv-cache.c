@@ -20,11 +20,15 @@ pkv_kv_params pkv_kv_default_params(void) {
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Assign every (layer, shard, K/V) array an arena and an offset. */
+/* Does this cache hold layer L's arrays? The window sub-cache holds the window
+ * layers, the main cache the others. */
+static bool holds(const pkv_kv_cache *c, const kv_layer *L) { return (L->window > 0) == (c->window > 0); }
+
+/* Assign every (layer, shard, K/V) array of this pool an arena and an offset. */
 static pkv_status plan_arrays(pkv_kv_cache *c) {
     const pkv_kv_layout *l = &c->layout;
     int n = 0;
-    for (int il = 0; il < l->n_layers; il++) n += 2 * l->layers[il].n_shards;
+    for (int il = 0; il < l->n_layers; il++) n += holds(c, &l->layers[il]) ? 2 * l->layers[il].n_shards : 0;
     c->arrays = pkv_calloc((size_t)n, sizeof *c->arrays);
     c->arenas = pkv_calloc((size_t)n, sizeof *c->arenas); /* at most one arena per array */
     if (!c->arrays || !c->arenas) return pkv_err(PKV_ERR_NOMEM, "KV cache: out of memory for %d page arrays", n);
@@ -32,7 +36,7 @@ static pkv_status plan_arrays(pkv_kv_cache *c) {
     size_t total_page = 0;
     for (int il = 0; il < l->n_layers; il++) {
         kv_layer *L = &l->layers[il];
-        for (int is = 0; is < L->n_shards; is++) {
+        for (int is = 0; is < L->n_shards && holds(c, L); is++) {
             kv_shard *sh = &L->shards[is];
             for (int v = 0; v < 2; v++) {
                 kv_array *a = &c->arrays[c->n_arrays];
@@ -84,7 +88,9 @@ static size_t layout_page_bytes(const pkv_kv_layout *l) {
     return t;
 }
 
-pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
+/* One pool: the main one (window 0: the full-attention layers, or every layer
+ * when none has a window) or the window sub-cache (window > 0). */
+static pkv_kv_cache *create_pool(pkv_kv_params p, int window) {
     pkv_kv_cache *c = pkv_calloc(1, sizeof *c);
     if (!c) {
         pkv_err(PKV_ERR_NOMEM, "KV cache: out of memory");
@@ -96,6 +102,8 @@ pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
         return NULL;
     }
     c->page_size = c->layout.page_size;
+    c->window = window;
+    c->keep = window > 0 ? (int64_t)window + c->page_size : 0;
     c->n_rot = p.rope_n_rot;
     c->neox = p.rope_neox;
     c->freq_base = p.rope_freq_base > 0 ? p.rope_freq_base : 10000.0f;
@@ -167,8 +175,31 @@ fail:
     return NULL;
 }
 
+pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
+    int window = 0;
+    for (int il = 0; p.layers && il < p.n_layers; il++) window = PKV_MAX(window, p.layers[il].window);
+    pkv_kv_cache *c = create_pool(p, 0);
+    if (!c || window <= 0) return c;
+    if (p.window_pages < 0) {
+        pkv_err(PKV_ERR_INVALID, "KV cache: %lld window pages", (long long)p.window_pages);
+        pkv_kv_cache_free(c);
+        return NULL;
+    }
+    p.n_pages = p.window_pages ? p.window_pages : c->n_pages;
+    p.host_pages = c->host_pages;
+    c->sub = create_pool(p, window);
+    if (!c->sub) {
+        pkv_err_prefix(PKV_ERR_INVALID, "KV cache: the pool of the sliding-window layers");
+        pkv_kv_cache_free(c);
+        return NULL;
+    }
+    c->sub->main = c;
+    return c;
+}
+
 void pkv_kv_cache_free(pkv_kv_cache *c) {
     if (!c) return;
+    pkv_kv_cache_free(c->sub);
     for (size_t i = 0; i < c->n_seqs; i++)
         if (c->seqs[i].live) pkv_kv_seq_release(c, &c->seqs[i]);
     pkv_free(c->seqs);
@@ -191,7 +222,7 @@ void pkv_kv_cache_free(pkv_kv_cache *c) {
     pkv_free(c);
 }
 
-void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out) {
+void kv1_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!c) return;

@@ -1,5 +1,12 @@
 /* Save / load one sequence.
  *
+ * Version 2 is written by caches with sliding-window layers: after exact_until
+ * come u64 w_first, u64 w_len, and each window layer's K and V sections hold
+ * tokens [w_first, w_len) only (w_first is page-aligned: the pages before it had
+ * left the window; w_len < n_tokens when the window layers were behind, to be
+ * recomputed). A version-2 file loads only into a cache of equal layout
+ * fingerprint (which covers the windows); version 1 is as below.
+ *
  * File format, version 1, all integers little-endian (the host order of every
  * supported platform):
  *   "PKVKVSEQ"                          8 bytes magic
@@ -25,9 +32,28 @@
 
 #define KV_FILE_MAGIC "PKVKVSEQ"
 #define KV_FILE_VERSION 1u
+#define KV_FILE_VERSION_WINDOW 2u
 
-static size_t header_bytes(int n_layers, int64_t n_tokens) {
-    return 8 + 16 + 8 + (size_t)n_layers * 16 + 24 + (size_t)n_tokens * 8;
+static size_t header_bytes(const pkv_kv_cache *c, int64_t n_tokens) {
+    return 8 + 16 + 8 + (size_t)c->layout.n_layers * 16 + 24 + (c->sub ? 16 : 0) + (size_t)n_tokens * 8;
+}
+
+/* Which pool holds a layer and the tokens its sections cover. */
+typedef struct kv_span {
+    pkv_kv_cache *pool;
+    const int32_t *pages; /* the sequence's pages in that pool, from page t0 / page_size */
+    int64_t t0, t1;
+} kv_span;
+
+static kv_span span_of(pkv_kv_cache *c, const kv_layer *L, const int32_t *pages, const int32_t *wpages, int64_t n,
+                       int64_t w_first, int64_t w_len) {
+    if (L->window > 0 && c->sub) return (kv_span){c->sub, wpages + w_first / c->page_size, w_first, w_len};
+    return (kv_span){c, pages, 0, n};
+}
+
+static int64_t span_pages(const kv_span *sp) {
+    int ps = sp->pool->page_size;
+    return (sp->t1 + ps - 1) / ps - sp->t0 / ps;
 }
 
 static size_t layer_bytes(const kv_layer *L, int64_t n_tokens, bool v) {
@@ -91,7 +117,19 @@ static void scratch_sizes(const pkv_kv_cache *c, int64_t n_tokens, size_t *canon
     int64_t n_pages = (n_tokens + c->page_size - 1) / c->page_size;
     for (int il = 0; il < c->layout.n_layers; il++)
         for (int v = 0; v < 2; v++) *canon = PKV_MAX(*canon, layer_bytes(&c->layout.layers[il], n_tokens, v));
-    for (int a = 0; a < c->n_arrays; a++) *tmp = PKV_MAX(*tmp, (size_t)n_pages * c->arrays[a].page_bytes);
+    for (const pkv_kv_cache *pc = c; pc; pc = pc->sub)
+        for (int a = 0; a < pc->n_arrays; a++) *tmp = PKV_MAX(*tmp, (size_t)n_pages * pc->arrays[a].page_bytes);
+}
+
+/* Move one layer's K or V between the pool and the canonical buffer. */
+static pkv_status move_layer(const kv_span *sp, int il, bool v, uint8_t *canon, uint8_t *tmp, bool to_device) {
+    const kv_layer *L = &sp->pool->layout.layers[il]; /* the pool's own copy names its arrays */
+    pkv_status st = PKV_OK;
+    for (int ish = 0; ish < L->n_shards && !st; ish++) {
+        const kv_array *a = &sp->pool->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
+        st = move_array(sp->pool, a, sp->pages, span_pages(sp), sp->t1 - sp->t0, canon, tmp, to_device);
+    }
+    return st;
 }
 
 pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
@@ -100,10 +138,12 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     if (!s) return PKV_ERR_INVALID;
     const pkv_kv_layout *l = &c->layout;
     int64_t n = s->n_tokens, n_pages = pkv_kv_seq_pages(c, s);
-    size_t hb = header_bytes(l->n_layers, n), canon_b, tmp_b;
+    kv_seq *w = c->sub ? &c->sub->seqs[seq] : NULL;
+    int64_t w_len = w ? w->n_tokens : 0, w_first = w ? PKV_MIN(w->n_hole * c->page_size, w_len) : 0;
+    size_t hb = header_bytes(c, n), canon_b, tmp_b;
     scratch_sizes(c, n, &canon_b, &tmp_b);
     uint8_t *hdr = pkv_malloc(hb), *canon = pkv_malloc(canon_b), *tmp = pkv_malloc(tmp_b);
-    int32_t *pages = pkv_malloc((size_t)(n_pages ? n_pages : 1) * sizeof *pages);
+    int32_t *pages = pkv_malloc((size_t)(2 * n_pages + 1) * sizeof *pages), *wpages = pages + n_pages;
     pkv_status st = PKV_OK;
     FILE *f = NULL;
     if (!hdr || !canon || !tmp || !pages) {
@@ -112,10 +152,11 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     }
     pkv_kv_seq_publish(c, s);
     pkv_kv_seq_flatten(s, n_pages, pages);
+    if (w) pkv_kv_seq_flatten(w, pkv_kv_seq_pages(c->sub, w), wpages);
     uint8_t *p = hdr;
     memcpy(p, KV_FILE_MAGIC, 8);
     p += 8;
-    put32(&p, KV_FILE_VERSION);
+    put32(&p, c->sub ? KV_FILE_VERSION_WINDOW : KV_FILE_VERSION);
     put32(&p, (uint32_t)l->n_layers);
     put32(&p, (uint32_t)l->page_size);
     put32(&p, 0);
@@ -130,6 +171,10 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     put64(&p, (uint64_t)n);
     put64(&p, s->fp);
     put64(&p, (uint64_t)s->exact_until);
+    if (c->sub) {
+        put64(&p, (uint64_t)w_first);
+        put64(&p, (uint64_t)w_len);
+    }
     pkv_kv_seq_tokens(c, seq, 0, n, (int32_t *)(void *)p, (int32_t *)(void *)(p + (size_t)n * 4));
     pkv_wfile wf;
     if ((st = pkv_wfile_open(&wf, path))) {
@@ -141,12 +186,10 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     if (fwrite(hdr, 1, hb, f) != hb) st = pkv_err(PKV_ERR_IO, "save: writing the header of %s failed", path);
     for (int il = 0; il < l->n_layers && !st; il++) {
         const kv_layer *L = &l->layers[il];
+        kv_span sp = span_of(c, L, pages, wpages, n, w_first, w_len);
         for (int v = 0; v < 2 && !st; v++) {
-            for (int ish = 0; ish < L->n_shards && !st; ish++) {
-                const kv_array *a = &c->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
-                st = move_array(c, a, pages, n_pages, n, canon, tmp, false);
-            }
-            size_t bytes = layer_bytes(L, n, v);
+            st = move_layer(&sp, il, v, canon, tmp, false);
+            size_t bytes = layer_bytes(L, sp.t1 - sp.t0, v);
             if (!st) {
                 h = pkv_hash64(canon, bytes, h);
                 if (fwrite(canon, 1, bytes, f) != bytes)
@@ -175,7 +218,7 @@ static const char *type_name(uint32_t t) {
 /* Parse and check the whole file against the cache; on success *n_tokens and the
  * offsets of tokens/positions/payload are set. */
 static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint8_t *data, size_t size,
-                             int64_t *n_tokens, uint64_t *fp, int64_t *exact_until) {
+                             int64_t *n_tokens, uint64_t *fp, int64_t *exact_until, int64_t *w_first, int64_t *w_len) {
     const pkv_kv_layout *l = &c->layout;
     if (size < 8 + 16 + 8 || memcmp(data, KV_FILE_MAGIC, 8) != 0)
         return pkv_err(PKV_ERR_FORMAT, "%s is not a pagekv sequence file (bad magic or shorter than a header: %zu bytes)",
@@ -183,13 +226,19 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     const uint8_t *p = data + 8;
     uint32_t version = get32(&p), n_layers = get32(&p), page_size = get32(&p);
     (void)get32(&p);
-    (void)get64(&p);
-    if (version != KV_FILE_VERSION)
-        return pkv_err(PKV_ERR_FORMAT, "%s: format version %u, this build reads version %u", path, version,
-                       KV_FILE_VERSION);
+    uint64_t layout_fp = get64(&p);
+    if (version != KV_FILE_VERSION && version != KV_FILE_VERSION_WINDOW)
+        return pkv_err(PKV_ERR_FORMAT, "%s: format version %u, this build reads versions %u and %u", path, version,
+                       KV_FILE_VERSION, KV_FILE_VERSION_WINDOW);
+    if ((version == KV_FILE_VERSION_WINDOW) != (c->sub != NULL))
+        return pkv_err(PKV_ERR_FORMAT, "%s was saved from a cache %s sliding-window layers, this cache has %s", path,
+                       c->sub ? "without" : "with", c->sub ? "some" : "none");
+    if (c->sub && layout_fp != l->fingerprint)
+        return pkv_err(PKV_ERR_FORMAT, "%s: layout fingerprint %016llx, the cache's is %016llx (layers, windows or page "
+                       "size differ)", path, (unsigned long long)layout_fp, (unsigned long long)l->fingerprint);
     if (n_layers != (uint32_t)l->n_layers)
         return pkv_err(PKV_ERR_FORMAT, "%s: the file has %u layers, the cache has %d", path, n_layers, l->n_layers);
-    if (size < header_bytes(l->n_layers, 0))
+    if (size < header_bytes(c, 0))
         return pkv_err(PKV_ERR_FORMAT, "%s is truncated: %zu bytes, shorter than its header", path, size);
     for (int il = 0; il < l->n_layers; il++) {
         const kv_layer *L = &l->layers[il];
@@ -214,24 +263,37 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     *fp = get64(&p);
     uint64_t ex = get64(&p);
     *exact_until = ex > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ex;
+    uint64_t wf = 0, wl = n;
+    if (c->sub) {
+        wf = get64(&p);
+        wl = get64(&p);
+    }
     /* Each token needs at least 8 bytes of header, so this bounds n before any product. */
     if (n > (uint64_t)INT32_MAX || n > size / 8)
         return pkv_err(PKV_ERR_FORMAT, "%s is truncated or corrupt: %llu tokens in a file of %zu bytes", path,
                        (unsigned long long)n, size);
-    size_t want = header_bytes(l->n_layers, (int64_t)n) + 8;
-    for (int il = 0; il < l->n_layers; il++)
-        want += layer_bytes(&l->layers[il], (int64_t)n, false) + layer_bytes(&l->layers[il], (int64_t)n, true);
+    if (wl > n || wf > wl || wf % (uint64_t)l->page_size)
+        return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: window tokens [%llu, %llu) of %llu (pages of %d)", path,
+                       (unsigned long long)wf, (unsigned long long)wl, (unsigned long long)n, l->page_size);
+    *w_first = (int64_t)wf;
+    *w_len = (int64_t)wl;
+    size_t want = header_bytes(c, (int64_t)n) + 8;
+    for (int il = 0; il < l->n_layers; il++) {
+        int64_t nt = l->layers[il].window > 0 && c->sub ? (int64_t)(wl - wf) : (int64_t)n;
+        want += layer_bytes(&l->layers[il], nt, false) + layer_bytes(&l->layers[il], nt, true);
+    }
     if (size < want)
         return pkv_err(PKV_ERR_FORMAT, "%s is truncated: %zu bytes, %zu expected for %llu tokens", path, size, want,
                        (unsigned long long)n);
     if (size > want)
         return pkv_err(PKV_ERR_FORMAT, "%s has %zu bytes after the expected end (%zu bytes)", path, size - want, want);
-    size_t hb = header_bytes(l->n_layers, (int64_t)n);
+    size_t hb = header_bytes(c, (int64_t)n);
     uint64_t h = pkv_hash64(data, hb, 0);
     size_t off = hb;
     for (int il = 0; il < l->n_layers; il++)
         for (int v = 0; v < 2; v++) {
-            size_t b = layer_bytes(&l->layers[il], (int64_t)n, v);
+            int64_t nt = l->layers[il].window > 0 && c->sub ? (int64_t)(wl - wf) : (int64_t)n;
+            size_t b = layer_bytes(&l->layers[il], nt, v);
             h = pkv_hash64(data + off, b, h);
             off += b;
         }
@@ -278,51 +340,71 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     const uint8_t *data = bytes;
     pkv_status st = PKV_OK;
     uint8_t *canon = NULL, *tmp = NULL;
-    int32_t *pages = NULL;
+    int32_t *pages = NULL, *wpages = NULL;
     int64_t n = 0;
     uint64_t file_fp = 0;
-    int64_t exact_until = INT64_MAX;
-    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until))) goto done;
+    int64_t exact_until = INT64_MAX, w_first = 0, w_len = 0;
+    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until, &w_first, &w_len))) goto done;
     int ps = c->page_size;
     int64_t n_pages = (n + ps - 1) / ps, avail = pkv_kv_pool_available(c);
+    int64_t w_hole = w_first / ps, w_pages = (w_len + ps - 1) / ps; /* window pool: -1 before w_hole */
     if (n_pages > avail) {
         st = pkv_err(PKV_ERR_OUT_OF_PAGES, "load of %s needs %lld pages, %lld are free or evictable", path,
                      (long long)n_pages, (long long)avail);
+        goto done;
+    }
+    if (c->sub && w_pages - w_hole > pkv_kv_pool_available(c->sub)) {
+        st = pkv_err(PKV_ERR_OUT_OF_PAGES, "load of %s needs %lld pages of the sliding-window pool, %lld are free or "
+                     "evictable", path, (long long)(w_pages - w_hole), (long long)pkv_kv_pool_available(c->sub));
         goto done;
     }
     size_t canon_b, tmp_b;
     scratch_sizes(c, n, &canon_b, &tmp_b);
     tmp = pkv_malloc(tmp_b);
     pages = pkv_malloc((size_t)(n_pages ? n_pages : 1) * sizeof *pages);
-    int32_t id = -1;
-    if (!tmp || !pages) {
+    wpages = c->sub ? pkv_malloc((size_t)(w_pages ? w_pages : 1) * sizeof *wpages) : NULL;
+    int32_t id = -1, wid = -1;
+    if (!tmp || !pages || (c->sub && !wpages)) {
         st = pkv_err(PKV_ERR_NOMEM, "load of %s: out of memory", path);
         goto done;
     }
     if ((st = pkv_kv_seq_alloc_slot(c, &id))) goto done;
+    if (c->sub && (st = pkv_kv_seq_alloc_slot(c->sub, &wid))) goto done;
+    if (c->sub && wid != id) {
+        st = pkv_err(PKV_ERR_INTERNAL, "load of %s: the window pool gave sequence %d for %d", path, wid, id);
+        goto done;
+    }
     pkv_kv_pool_take(c, n_pages, pages);
+    if (c->sub) {
+        for (int64_t i = 0; i < w_hole; i++) wpages[i] = -1;
+        pkv_kv_pool_take(c->sub, w_pages - w_hole, wpages + w_hole);
+    }
     const pkv_kv_layout *l = &c->layout;
-    size_t off = header_bytes(l->n_layers, n);
+    size_t off = header_bytes(c, n);
     for (int il = 0; il < l->n_layers && !st; il++) {
         const kv_layer *L = &l->layers[il];
+        kv_span sp = span_of(c, L, pages, wpages, n, w_first, w_len);
         for (int v = 0; v < 2 && !st; v++) {
-            for (int ish = 0; ish < L->n_shards && !st; ish++) {
-                const kv_array *a = &c->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
-                st = move_array(c, a, pages, n_pages, n, (uint8_t *)data + off, tmp, true); /* to_device: only read */
-            }
-            off += layer_bytes(L, n, v);
+            st = move_layer(&sp, il, v, (uint8_t *)data + off, tmp, true); /* to_device: only read */
+            off += layer_bytes(L, sp.t1 - sp.t0, v);
         }
     }
     if (st) {
         for (int64_t i = 0; i < n_pages; i++) pkv_kv_page_unref(c, pages[i]);
+        for (int64_t i = 0; c->sub && i < w_pages; i++) pkv_kv_page_unref(c->sub, wpages[i]);
         pkv_err_prefix(st, "load of %s", path);
         goto done;
     }
-    const uint8_t *tp = data + header_bytes(l->n_layers, 0);
+    const uint8_t *tp = data + header_bytes(c, 0);
     for (int64_t t = 0; t < n; t++) {
         size_t at = (size_t)pages[t / ps] * ps + (size_t)(t % ps);
         memcpy(&c->tok[at], tp + (size_t)t * 4, 4);
         memcpy(&c->pos[at], tp + (size_t)(n + t) * 4, 4);
+        if (c->sub && t >= w_first && t < w_len) {
+            size_t wa = (size_t)wpages[t / ps] * ps + (size_t)(t % ps);
+            c->sub->tok[wa] = c->tok[at];
+            c->sub->pos[wa] = c->pos[at];
+        }
     }
     kv_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
@@ -335,10 +417,25 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     s->cap_own = (size_t)(n_pages ? n_pages : 1);
     pages = NULL;
     c->n_live++;
+    if (c->sub) {
+        kv_seq *w = &c->sub->seqs[id];
+        memset(w, 0, sizeof *w);
+        w->live = true;
+        w->fp = s->fp;
+        w->exact_until = exact_until;
+        w->n_tokens = w_len;
+        w->n_hole = w_hole;
+        w->own = wpages;
+        w->n_own = (size_t)w_pages;
+        w->cap_own = (size_t)(w_pages ? w_pages : 1);
+        wpages = NULL;
+        c->sub->n_live++;
+    }
     *seq = id;
 done:
     pkv_free(canon);
     pkv_free(tmp);
     pkv_free(pages);
+    pkv_free(wpages);
     return st;
 }

@@ -51,7 +51,10 @@ typedef struct kv_layer {
     pkv_type tk, tv;  /* K and V dtypes: f32, f16, q8_0, q4_0 */
     size_t hk, hv;    /* bytes of one head's K / V row: pkv_type_row_bytes(tk, dk), (tv, dv) */
     int n_shards;
-    kv_shard *shards; /* [n_shards], sorted by head_begin */
+    kv_shard *shards; /* [n_shards], sorted by head_begin; k_array/v_array -1 in the
+                         cache of the other pool (see `sub` below) */
+    int window;       /* tokens; 0 = full attention */
+    float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
 } kv_layer;
 
 struct pkv_kv_layout {
@@ -72,6 +75,11 @@ typedef struct kv_page {
     bool free;
     uint64_t key; /* chained hash */
     uint64_t fp;  /* fingerprint of the producer */
+    /* Window pool: the main-pool page of the same sequence and index that was
+     * indexed when this one was (its id and gen), or -1. A prefix hit in the window
+     * pool is trusted through it: the main pool verified that page's whole prefix. */
+    int32_t link;
+    uint32_t link_gen;
 } kv_page;
 
 typedef struct kv_node {
@@ -94,13 +102,21 @@ typedef struct kv_seq {
     bool pub_stop;    /* page pub_n cannot be published (unknown tokens) */
     int64_t exact_until; /* tokens from here on were moved by a shift: their KV is not
                             what a fresh forward pass computes, so never published */
+    int64_t n_hole;   /* window pool: leading pages released (their entries are -1) */
     /* swapped out: */
     int32_t *host;    /* [ceil(n_tokens / page_size)] host pool pages */
     int32_t *sw_tok, *sw_pos; /* [n_tokens] */
 } kv_seq;
 
 struct pkv_kv_cache {
-    pkv_kv_layout layout;
+    pkv_kv_layout layout; /* every layer; this cache has arrays only for its pool's layers */
+    /* Two pools when some layers have a window (kv-window.c): the cache the user
+     * holds keeps the full-attention layers and owns `sub`, a cache of the same
+     * layout, page size and sequence ids holding the window layers, whose
+     * sequences release pages that have left the window. */
+    struct pkv_kv_cache *sub, *main; /* main: set in the sub-cache only */
+    int window;                      /* sub-cache: the largest layer window; 0 in the main one */
+    int64_t keep;                    /* sub-cache: tokens kept behind the end (window + page_size) */
     int page_size;
     int n_rot;
     bool neox;
@@ -191,6 +207,33 @@ void pkv_kv_keep_apply(pkv_kv_cache *c, kv_seq *s, kv_keep_plan *plan, const int
                        int64_t n_tokens);
 pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id);
 void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s); /* drop every page and host page, keep the slot */
+
+/* The per-pool operations behind the public ones (the public functions in
+ * kv-window.c run them on the cache and on its window sub-cache). */
+pkv_status kv1_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq);
+pkv_status kv1_seq_free(pkv_kv_cache *c, int32_t seq);
+pkv_status kv1_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                            const int32_t *tokens, const int32_t *pos, int32_t *rows);
+pkv_status kv1_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, bool with_positions,
+                               pkv_kv_block_table *out);
+pkv_status kv1_fork(pkv_kv_cache *c, int32_t parent, int32_t *child);
+pkv_status kv1_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep);
+pkv_status kv1_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta);
+pkv_status kv1_seq_clear(pkv_kv_cache *c, int32_t seq);
+pkv_status kv1_clear(pkv_kv_cache *c);
+pkv_status kv1_swap_out(pkv_kv_cache *c, int32_t seq);
+pkv_status kv1_swap_in(pkv_kv_cache *c, int32_t seq);
+pkv_status kv1_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                            int64_t *n_matched);
+void kv1_stats(const pkv_kv_cache *c, pkv_kv_stats *out);
+/* Window pool: pages of a sequence of len tokens that no later query can see
+ * (wholly before len + 1 - keep). */
+static inline int64_t kv_window_first_page(const pkv_kv_cache *c, int64_t len) {
+    int64_t first = len + 1 - c->keep;
+    return first > 0 ? first / c->page_size : 0;
+}
+/* Window pool: give back the pages of s before page `upto` (kv-window.c). */
+pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto);
 
 /* host pool (kv-swap.c) */
 void pkv_kv_host_release_pages(pkv_kv_cache *c, const int32_t *h, int64_t n);

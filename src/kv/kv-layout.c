@@ -40,6 +40,9 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (n_rot <= 0 || n_rot % 2 || n_rot > d->head_dim_k)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: rope_n_rot %d must be even and <= head_dim_k %d", il,
                        n_rot, d->head_dim_k);
+    if (d->window < 0)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: window %d tokens (0 = full attention, > 0 = sliding)", il,
+                       d->window);
     if (d->n_shards < 0 || (d->n_shards > 0 && !d->shards))
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d shards but no shard list", il, d->n_shards);
     if (d->n_shards == 0 && !p->device)
@@ -72,6 +75,9 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->dv = d->head_dim_v;
         L->tk = d->dtype_k;
         L->tv = d->dtype_v;
+        L->window = d->window;
+        L->freq_base = d->rope_freq_base > 0 ? d->rope_freq_base : p->rope_freq_base > 0 ? p->rope_freq_base : 10000.0f;
+        L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
         L->hk = pkv_type_row_bytes(L->tk, (size_t)L->dk);
         L->hv = pkv_type_row_bytes(L->tv, (size_t)L->dv);
         int ns = d->n_shards ? d->n_shards : 1;
@@ -142,6 +148,14 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         geom[il * 4 + 3] = (int32_t)kv_dtype_word(l->layers[il].tk, l->layers[il].tv);
     }
     l->fingerprint = pkv_kv_geometry_hash(l->n_layers, l->page_size, geom);
+    bool windows = false;
+    for (int il = 0; il < l->n_layers; il++) {
+        geom[il] = l->layers[il].window;
+        windows |= geom[il] > 0;
+    }
+    /* Windows change which tokens a file holds: part of the geometry (hashed only
+     * when present, so caches without them keep their fingerprints). */
+    if (windows) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint);
     pkv_free(geom);
     return PKV_OK;
 }
@@ -171,6 +185,7 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     out->n_shards = L->n_shards;
     out->k_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hk;
     out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hv;
+    out->window = L->window;
     return PKV_OK;
 }
 
@@ -182,6 +197,7 @@ pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_inf
     const kv_layer *L = &c->layout.layers[il];
     if (ish < 0 || ish >= L->n_shards)
         return pkv_err(PKV_ERR_INVALID, "KV layer %d has no shard %d (it has %d)", il, ish, L->n_shards);
+    if (L->window > 0 && c->sub) return pkv_kv_shard(c->sub, il, ish, out); /* its arrays are in the window pool */
     const kv_shard *sh = &L->shards[ish];
     const kv_array *k = &c->arrays[sh->k_array], *v = &c->arrays[sh->v_array];
     out->storage = sh->storage;

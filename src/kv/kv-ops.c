@@ -85,8 +85,8 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             ra.head_dim = L->dk;
             ra.n_rot = c->n_rot ? c->n_rot : L->dk;
             ra.neox = c->neox;
-            ra.freq_base = c->freq_base;
-            ra.freq_scale = c->freq_scale;
+            ra.freq_base = L->freq_base;
+            ra.freq_scale = L->freq_scale;
             ra.pos = pkv_tref_make(idx, (size_t)n * sizeof(int32_t));
             ra.rows = pkv_tref_make(idx, 0);
             st = pkv_k_rope(dev, &ra);
@@ -101,17 +101,34 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
     return st;
 }
 
-pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+pkv_status kv1_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
     kv_seq *s = pkv_kv_seq_resident(c, seq, "shift");
     if (!s) return PKV_ERR_INVALID;
     if (start < 0 || n_remove < 0 || start > s->n_tokens || n_remove > s->n_tokens - start)
         return pkv_err(PKV_ERR_INVALID, "shift: range [%lld, +%lld) is outside sequence %d of %lld tokens",
                        (long long)start, (long long)n_remove, seq, (long long)s->n_tokens);
     int64_t len = s->n_tokens, moved = len - start - n_remove;
-    if (moved == 0) return pkv_kv_truncate(c, seq, start);
+    if (moved == 0) return kv1_truncate(c, seq, start);
     if (n_remove == 0 && pos_delta == 0) return PKV_OK;
     int ps = c->page_size;
-    int64_t first = start / ps, new_len = len - n_remove;
+    int64_t first = start / ps, new_len = len - n_remove, holes = 0;
+    if (first < s->n_hole) {
+        /* A window sequence shifted from inside its released pages: the pages the
+         * new window cannot see become released too, and the rest is rebuilt from
+         * sources that must all be resident (else PKV_ERR_UNSUPPORTED: the caller
+         * recomputes the window layers instead). */
+        holes = PKV_MIN(kv_window_first_page(c, new_len), (new_len + ps - 1) / ps);
+        /* A page is kept only whole: after the last token whose source is gone. The
+         * next query's window must still be covered. */
+        for (int64_t d = holes * ps; d < new_len; d++) {
+            int64_t t = d < start ? d : d + n_remove;
+            if (t / ps < s->n_hole) holes = d / ps + 1;
+        }
+        int64_t need = new_len + 1 - c->window;
+        if (holes > (need > 0 ? need / ps : 0))
+            return pkv_err(PKV_ERR_UNSUPPORTED, "shift of sequence %d: the new window needs released tokens", seq);
+        first = holes;
+    }
     int64_t n_dst = (new_len + ps - 1) / ps - first, n_src = pkv_kv_seq_pages(c, s);
     int64_t avail = pkv_kv_pool_available(c);
     if (n_dst > avail)
@@ -119,43 +136,47 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
                        seq, (long long)n_dst, (long long)avail);
     pkv_kv_seq_publish(c, s);
     kv_keep_plan plan;
-    pkv_status st = pkv_kv_keep_prepare(c, s, first, n_dst, new_len, &plan);
+    pkv_status st = pkv_kv_keep_prepare(c, s, holes ? 0 : first, holes + n_dst, new_len, &plan);
     if (st) return pkv_err_prefix(st, "shift of sequence %d", seq);
-    int32_t *fresh = pkv_malloc((size_t)n_dst * sizeof *fresh);
-    int32_t *src = pkv_malloc((size_t)n_src * sizeof *src);
-    int32_t *rows = pkv_malloc((size_t)moved * sizeof *rows);
+    const int64_t r0 = PKV_MAX(start, first * ps); /* the first moved token rebuilt */
+    int32_t *fresh = pkv_malloc((size_t)(holes + n_dst + 1) * sizeof *fresh);
+    int32_t *src = pkv_malloc((size_t)(n_src + 1) * sizeof *src);
+    int32_t *rows = pkv_malloc((size_t)(moved + 1) * sizeof *rows);
     kv_run *runs = pkv_malloc((size_t)(2 * n_dst + 2) * sizeof *runs);
     if (!fresh || !src || !rows || !runs) {
         st = pkv_err(PKV_ERR_NOMEM, "shift of sequence %d: out of memory", seq);
         goto done;
     }
     pkv_kv_seq_flatten(s, n_src, src);
-    pkv_kv_pool_take(c, n_dst, fresh);
+    for (int64_t i = 0; i < holes; i++) fresh[i] = -1;
+    int32_t *dst = fresh + holes; /* dst[i]: new page first + i */
+    pkv_kv_pool_take(c, n_dst, dst);
     size_t n_runs = 0;
     for (int64_t d = first * ps; d < new_len; d++) {
         int64_t t = d < start ? d : d + n_remove;
         int64_t sr = (int64_t)src[t / ps] * ps + t % ps;
-        int64_t dr = (int64_t)fresh[d / ps - first] * ps + d % ps;
+        int64_t dr = (int64_t)dst[d / ps - first] * ps + d % ps;
         if (n_runs && runs[n_runs - 1].src + runs[n_runs - 1].n == sr && runs[n_runs - 1].dst + runs[n_runs - 1].n == dr)
             runs[n_runs - 1].n++;
         else
             runs[n_runs++] = (kv_run){sr, dr, 1};
-        if (d >= start) rows[d - start] = (int32_t)dr;
+        if (d >= r0) rows[d - r0] = (int32_t)dr;
     }
     st = pkv_kv_copy_runs(c, runs, n_runs);
-    if (!st && pos_delta != 0) st = rerotate(c, rows, moved, pos_delta);
+    if (!st && pos_delta != 0 && new_len > r0) st = rerotate(c, rows, new_len - r0, pos_delta);
     if (st) {
-        for (int64_t i = 0; i < n_dst; i++) pkv_kv_page_unref(c, fresh[i]);
+        for (int64_t i = 0; i < n_dst; i++) pkv_kv_page_unref(c, dst[i]);
         goto done;
     }
     for (int64_t d = first * ps; d < new_len; d++) {
         int64_t t = d < start ? d : d + n_remove;
         size_t si = (size_t)src[t / ps] * ps + (size_t)(t % ps);
-        size_t di = (size_t)fresh[d / ps - first] * ps + (size_t)(d % ps);
+        size_t di = (size_t)dst[d / ps - first] * ps + (size_t)(d % ps);
         c->tok[di] = c->tok[si];
         c->pos[di] = c->pos[si] + (d >= start ? pos_delta : 0);
     }
-    pkv_kv_keep_apply(c, s, &plan, fresh, n_dst, new_len);
+    pkv_kv_keep_apply(c, s, &plan, fresh, holes + n_dst, new_len);
+    s->n_hole = holes ? holes : s->n_hole;
     s->exact_until = PKV_MIN(s->exact_until, start);
 done:
     pkv_free(plan.arr); /* NULL once applied */
@@ -166,7 +187,7 @@ done:
     return st;
 }
 
-pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq) {
+pkv_status kv1_seq_clear(pkv_kv_cache *c, int32_t seq) {
     kv_seq *s = pkv_kv_seq_get(c, seq, "clear sequence");
     if (!s) return PKV_ERR_NOT_FOUND;
     if (s->swapped) {
@@ -181,13 +202,13 @@ pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq) {
     pkv_kv_seq_release(c, s);
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
-        if (c->pages[pages[i]].free) pages[k++] = pages[i];
+        if (pages[i] >= 0 && c->pages[pages[i]].free) pages[k++] = pages[i];
     pkv_status st = pkv_kv_fill_pages(c, pages, k);
     pkv_free(pages);
     return st;
 }
 
-pkv_status pkv_kv_clear(pkv_kv_cache *c) {
+pkv_status kv1_clear(pkv_kv_cache *c) {
     if (!c) return pkv_err(PKV_ERR_INVALID, "pkv_kv_clear: cache is NULL");
     for (size_t i = 0; i < c->n_seqs; i++)
         if (c->seqs[i].live) pkv_kv_seq_release(c, &c->seqs[i]);

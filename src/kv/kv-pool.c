@@ -102,13 +102,16 @@ void pkv_kv_pool_take(pkv_kv_cache *c, int64_t n, int32_t *out) {
     if (n > 1) qsort(out, (size_t)n, sizeof *out, cmp_i32);
 }
 
+/* Both ignore -1, a window page already released (kv-window.c). */
 void pkv_kv_page_ref(pkv_kv_cache *c, int32_t id) {
+    if (id < 0) return;
     kv_page *p = &c->pages[id];
     if (p->refs == 0 && !p->free) lru_unlink(c, id); /* a cached page comes back into use */
     p->refs++;
 }
 
 bool pkv_kv_page_unref(pkv_kv_cache *c, int32_t id) {
+    if (id < 0) return false;
     kv_page *p = &c->pages[id];
     if (--p->refs > 0) return false;
     if (p->indexed) {

@@ -47,6 +47,11 @@ void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
     int64_t full = PKV_MIN(s->n_tokens, s->exact_until) / ps;
     while (!s->pub_stop && s->pub_n < full) {
         int32_t id = pkv_kv_seq_page(s, s->pub_n);
+        int32_t prev = s->pub_n > 0 ? pkv_kv_seq_page(s, s->pub_n - 1) : -1;
+        if (id < 0 || (s->pub_n > 0 && prev < 0)) { /* released window pages: the chain is cut */
+            s->pub_stop = true;
+            break;
+        }
         kv_page *p = &c->pages[id];
         if (!p->indexed) {
             const int32_t *tok = &c->tok[(size_t)id * ps], *pos = &c->pos[(size_t)id * ps];
@@ -56,15 +61,25 @@ void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
                 s->pub_stop = true;
                 break;
             }
-            int32_t prev = s->pub_n > 0 ? pkv_kv_seq_page(s, s->pub_n - 1) : -1;
             uint64_t seed = prev >= 0 ? c->pages[prev].key : fp_seed(s->fp);
             index_insert(c, id, pkv_kv_page_key(c, seed, tok, pos), s->fp, prev);
+            p->link = -1;
+            if (c->main) { /* window pool: remember the main page this one sits beside */
+                const kv_seq *ms = &c->main->seqs[s - c->seqs];
+                if (ms->live && !ms->swapped && s->pub_n < pkv_kv_seq_pages(c->main, ms)) {
+                    int32_t mp = pkv_kv_seq_page(ms, s->pub_n);
+                    if (c->main->pages[mp].indexed) {
+                        p->link = mp;
+                        p->link_gen = c->main->pages[mp].gen;
+                    }
+                }
+            }
         }
         s->pub_n++;
     }
 }
 
-pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+pkv_status kv1_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
                                int64_t *n_matched) {
     if (!c || !n_matched || (n > 0 && !tokens) || n < 0)
         return pkv_err(PKV_ERR_INVALID, "pkv_kv_prefix_match: NULL or negative argument");

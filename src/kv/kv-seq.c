@@ -100,6 +100,7 @@ void pkv_kv_keep_apply(pkv_kv_cache *c, kv_seq *s, kv_keep_plan *plan, const int
     if (n_tail) memcpy(s->own + s->n_own, tail, (size_t)n_tail * sizeof *tail);
     s->n_own += (size_t)n_tail;
     s->n_tokens = n_tokens;
+    s->n_hole = PKV_MIN(s->n_hole, keep);
     if (n_tokens <= s->exact_until) s->exact_until = INT64_MAX; /* every moved token is gone */
     int64_t full = n_tokens / c->page_size;
     if (s->pub_n >= full) {
@@ -131,7 +132,7 @@ pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id) {
     return PKV_OK;
 }
 
-pkv_status pkv_kv_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq) {
+pkv_status kv1_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq) {
     if (!c || !seq) return pkv_err(PKV_ERR_INVALID, "pkv_kv_seq_create: NULL argument");
     int32_t id = -1;
     pkv_status st = pkv_kv_seq_alloc_slot(c, &id);
@@ -163,7 +164,7 @@ void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s) {
     s->exact_until = INT64_MAX;
 }
 
-pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
+pkv_status kv1_seq_free(pkv_kv_cache *c, int32_t seq) {
     kv_seq *s = pkv_kv_seq_get(c, seq, "free sequence");
     if (!s) return PKV_ERR_NOT_FOUND;
     pkv_kv_seq_publish(c, s);
@@ -297,7 +298,7 @@ static bool page_is_shared(const pkv_kv_cache *c, int32_t id) {
     return c->pages[id].refs > 1 || c->pages[id].indexed;
 }
 
-pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+pkv_status kv1_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
                                const int32_t *tokens, const int32_t *pos, int32_t *rows) {
     if (!c || n_seqs < 0 || (n_seqs > 0 && (!seqs || !n_tokens)))
         return pkv_err(PKV_ERR_INVALID, "pkv_kv_append_batch: NULL argument or negative count");
@@ -422,7 +423,7 @@ pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs,
 
 /* ------------------------------------------------------------- block table */
 
-pkv_status pkv_kv_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, bool with_positions,
+pkv_status kv1_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, bool with_positions,
                                   pkv_kv_block_table *out) {
     if (!c || !out || n_seqs < 0 || (n_seqs > 0 && !seqs))
         return pkv_err(PKV_ERR_INVALID, "pkv_kv_block_table_get: NULL argument or negative count");
@@ -488,7 +489,7 @@ pkv_status pkv_kv_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *se
 
 /* -------------------------------------------------------------------- fork */
 
-pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
+pkv_status kv1_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     if (!c || !child) return pkv_err(PKV_ERR_INVALID, "pkv_kv_fork: NULL argument");
     kv_seq *p = pkv_kv_seq_resident(c, parent, "fork");
     if (!p) return PKV_ERR_INVALID;
@@ -545,6 +546,7 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     s->pub_n = p->pub_n;
     s->pub_stop = p->pub_stop;
     s->exact_until = p->exact_until;
+    s->n_hole = p->n_hole;
     c->n_live++;
     *child = id;
     return PKV_OK;
@@ -552,7 +554,7 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
 
 /* ---------------------------------------------------------------- truncate */
 
-pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+pkv_status kv1_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     kv_seq *s = pkv_kv_seq_resident(c, seq, "truncate");
     if (!s) return PKV_ERR_INVALID;
     if (n_keep < 0 || n_keep > s->n_tokens)

@@ -9,6 +9,7 @@
 
 void pkv_kv_host_release_pages(pkv_kv_cache *c, const int32_t *h, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
+        if (h[i] < 0) continue; /* a released window page */
         c->host_used[h[i]] = 0;
         c->host_free++;
     }
@@ -84,13 +85,14 @@ static pkv_status transfer(pkv_kv_cache *c, const int32_t *dev, const int32_t *h
     return st;
 }
 
-pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
+pkv_status kv1_swap_out(pkv_kv_cache *c, int32_t seq) {
     kv_seq *s = pkv_kv_seq_resident(c, seq, "swap out");
     if (!s) return PKV_ERR_INVALID;
-    int64_t n = pkv_kv_seq_pages(c, s);
-    if (n > c->host_free)
+    /* A window sequence's released leading pages (-1) have nothing to move. */
+    int64_t n = pkv_kv_seq_pages(c, s), h = s->n_hole, nr = n - h;
+    if (nr > c->host_free)
         return pkv_err(PKV_ERR_OUT_OF_PAGES, "swap out of sequence %d needs %lld host pages, %lld of %lld are free%s",
-                       seq, (long long)n, (long long)c->host_free, (long long)c->host_pages,
+                       seq, (long long)nr, (long long)c->host_free, (long long)c->host_pages,
                        c->host_pages ? "" : " (no host pool: set host_pages or host_budget_bytes)");
     int32_t *dev = pkv_malloc((size_t)(n ? n : 1) * sizeof *dev);
     int32_t *host = pkv_malloc((size_t)(n ? n : 1) * sizeof *host);
@@ -103,14 +105,17 @@ pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
     }
     pkv_kv_seq_publish(c, s);
     pkv_kv_seq_flatten(s, n, dev);
-    host_take(c, n, host);
-    st = transfer(c, dev, host, n, true);
+    for (int64_t i = 0; i < h; i++) host[i] = -1;
+    host_take(c, nr, host + h);
+    st = transfer(c, dev + h, host + h, nr, true);
     if (st) {
         pkv_kv_host_release_pages(c, host, n);
         pkv_err_prefix(st, "swap out of sequence %d", seq);
         goto fail;
     }
-    pkv_kv_seq_tokens(c, seq, 0, s->n_tokens, tok, pos);
+    int64_t t0 = PKV_MIN(h * c->page_size, s->n_tokens);
+    for (int64_t t = 0; t < t0; t++) tok[t] = pos[t] = -1;
+    pkv_kv_seq_tokens(c, seq, t0, s->n_tokens - t0, tok + t0, pos + t0);
     for (size_t i = 0; i < s->n_own; i++) pkv_kv_page_unref(c, s->own[i]);
     pkv_kv_node_unref(c, s->prefix);
     pkv_free(s->own);
@@ -134,25 +139,26 @@ fail:
     return st;
 }
 
-pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq) {
+pkv_status kv1_swap_in(pkv_kv_cache *c, int32_t seq) {
     kv_seq *s = pkv_kv_seq_get(c, seq, "swap in");
     if (!s) return PKV_ERR_NOT_FOUND;
     if (!s->swapped) return pkv_err(PKV_ERR_INVALID, "swap in: sequence %d is not swapped out", seq);
-    int64_t n = pkv_kv_seq_pages(c, s), avail = pkv_kv_pool_available(c);
-    if (n > avail)
+    int64_t n = pkv_kv_seq_pages(c, s), h = s->n_hole, avail = pkv_kv_pool_available(c);
+    if (n - h > avail)
         return pkv_err(PKV_ERR_OUT_OF_PAGES, "swap in of sequence %d needs %lld pages, %lld are free or evictable", seq,
-                       (long long)n, (long long)avail);
+                       (long long)(n - h), (long long)avail);
     int32_t *own = pkv_malloc((size_t)(n ? n : 1) * sizeof *own);
     if (!own) return pkv_err(PKV_ERR_NOMEM, "swap in of sequence %d: out of memory", seq);
-    pkv_kv_pool_take(c, n, own);
-    pkv_status st = transfer(c, own, s->host, n, false);
+    for (int64_t i = 0; i < h; i++) own[i] = -1;
+    pkv_kv_pool_take(c, n - h, own + h);
+    pkv_status st = transfer(c, own + h, s->host + h, n - h, false);
     if (st) {
         for (int64_t i = 0; i < n; i++) pkv_kv_page_unref(c, own[i]);
         pkv_free(own);
         return pkv_err_prefix(st, "swap in of sequence %d", seq);
     }
     int ps = c->page_size;
-    for (int64_t t = 0; t < s->n_tokens; t++) {
+    for (int64_t t = h * ps; t < s->n_tokens; t++) {
         size_t at = (size_t)own[t / ps] * ps + (size_t)(t % ps);
         c->tok[at] = s->sw_tok[t];
         c->pos[at] = s->sw_pos[t];

@@ -262,6 +262,14 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
                        il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k,
                        hp->head_dim_v, m->n_dev);
     int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
+    /* A cache layer with a window keeps only that many tokens (plus a page): the
+     * model's layer must not look further back. */
+    if (li.window > 0 && (ly->window == 0 || ly->window > li.window))
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps a window of %d tokens, the model's layer "
+                       "attends to %s%d", il, kl, li.window, ly->window ? "" : "all tokens, not ", ly->window ? ly->window : li.window);
+    const bool wpool = li.window > 0;
+    const size_t off_rows = wpool ? pl->off_rows_w : pl->off_rows, off_meta = wpool ? pl->off_meta_w : pl->off_meta;
+    const int meta_pages = wpool ? pl->meta_pages_w : pl->meta_pages;
     for (int d = 0; d < m->n_dev; d++) {
         const pkv_shard_w *sw = &ly->sh[d];
         pkv_device *dev = m->devs[d];
@@ -297,15 +305,16 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
                 return s;
         }
         int64_t rows = sh.n_pages * page_size;
-        pkv_tref idx = R(kw->ints, pl->off_rows * 4);
+        pkv_tref idx = R(kw->ints, off_rows * 4);
         pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype_k,
                                   .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
         pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
                                   .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
-        if ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv))) return s;
+        /* A replay recomputes window layers only: the full layers' rows are cached. */
+        if ((wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
         pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
-                                   .meta = R(kw->ints, pl->off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
-                                   .n_seq = pl->n_seqs, .meta_pages = pl->meta_pages, .n_pages = (int)sh.n_pages,
+                                   .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
+                                   .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
                                    .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hp->head_dim_k,
                                    .dv = hp->head_dim_v,
                                    .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim_k),
@@ -432,34 +441,43 @@ static pkv_status ffn_layer(const pkv_model *m, pkv_fwd_ws *ws, int il, int64_t 
 }
 
 /* Build the host-side integer block (ids, positions, rows, output rows, attention
- * meta) for the step; the cache append already happened. */
+ * meta of the main pool and of the window pool) for the step; the cache append
+ * already happened. rows NULL: a replay (pl->replay; the tokens are in the main
+ * pool already, at len_before[i] onwards). rows_w NULL: no window pool. */
 static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, const int32_t *rows,
-                       const int64_t *len_before, pkv_fwd_plan *pl) {
-    pkv_kv_block_table bt;
+                       const int32_t *rows_w, const int64_t *len_before, pkv_fwd_plan *pl) {
+    pkv_kv_block_table bt, bw;
     pkv_status s = pkv_kv_block_table_get(c, b->n_seqs, b->seqs, true, &bt);
+    if (!s && rows_w) s = pkv_kv_block_table_window(c, b->n_seqs, b->seqs, &bw);
     if (s) return s;
     int64_t T = 0;
     for (int i = 0; i < b->n_seqs; i++) T += b->n_tokens[i];
     int64_t n_out = b->all_logits ? T : b->n_seqs;
     pl->n_seqs = b->n_seqs;
     pl->meta_pages = bt.indptr[b->n_seqs];
+    pl->window = rows_w != NULL;
+    pl->replay = rows == NULL;
+    pl->meta_pages_w = rows_w ? bw.indptr[b->n_seqs] : 0;
     pl->off_ids = 0;
     pl->off_pos = (size_t)T;
     pl->off_rows = 2 * (size_t)T;
-    pl->off_out = 3 * (size_t)T;
+    pl->off_rows_w = 3 * (size_t)T;
+    pl->off_out = 4 * (size_t)T;
     pl->off_meta = pl->off_out + (size_t)n_out;
-    size_t n_ints = pl->off_meta + 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages;
+    pl->off_meta_w = pl->off_meta + 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages;
+    size_t n_ints = pl->off_meta_w + (rows_w ? 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages_w : 0);
     if ((s = ws_reserve(m, c, wsp, T, n_out, n_ints))) return s;
     int32_t *I = (*wsp)->host_ints;
     int32_t *q_seq = I + pl->off_meta, *q_len = q_seq + T, *indptr = q_len + T, *pages = indptr + b->n_seqs + 1;
     int64_t k = 0, o = 0;
     for (int i = 0; i < b->n_seqs; i++) {
         int32_t nt = b->n_tokens[i];
-        const int32_t *positions = bt.positions + bt.tok_indptr[i] + (bt.tok_indptr[i + 1] - bt.tok_indptr[i] - nt);
+        const int32_t *positions = bt.positions + bt.tok_indptr[i] + len_before[i];
         for (int32_t j = 0; j < nt; j++, k++) {
             I[pl->off_ids + k] = b->tokens[k];
             I[pl->off_pos + k] = positions[j];
-            I[pl->off_rows + k] = rows[k];
+            I[pl->off_rows + k] = rows ? rows[k] : -1;
+            I[pl->off_rows_w + k] = rows_w ? rows_w[k] : -1;
             q_seq[k] = i;
             q_len[k] = (int32_t)(len_before[i] + j + 1);
             if (b->all_logits) I[pl->off_out + o++] = (int32_t)k;
@@ -468,6 +486,12 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     }
     memcpy(indptr, bt.indptr, ((size_t)b->n_seqs + 1) * sizeof *indptr);
     memcpy(pages, bt.pages, (size_t)pl->meta_pages * sizeof *pages);
+    if (rows_w) { /* the same queries over the window pool's table */
+        int32_t *mw = I + pl->off_meta_w;
+        memcpy(mw, q_seq, 2 * (size_t)T * sizeof *mw);
+        memcpy(mw + 2 * T, bw.indptr, ((size_t)b->n_seqs + 1) * sizeof *mw);
+        memcpy(mw + 2 * T + b->n_seqs + 1, bw.pages, (size_t)pl->meta_pages_w * sizeof *mw);
+    }
     pl->T = T;
     pl->n_out = n_out;
     for (int i = 0; i < (*wsp)->n; i++) /* every device that runs a kernel of the step */
@@ -475,33 +499,50 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     return PKV_OK;
 }
 
-pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits) {
-    if (!m || !c || !wsp || !b || b->n_seqs <= 0 || !b->seqs || !b->n_tokens || !b->tokens)
-        return pkv_err(PKV_ERR_INVALID, "forward: bad arguments");
-    int64_t T = 0;
-    for (int i = 0; i < b->n_seqs; i++) {
-        if (b->n_tokens[i] <= 0) return pkv_err(PKV_ERR_INVALID, "forward: sequence %d of the batch has %d tokens", i, b->n_tokens[i]);
-        T += b->n_tokens[i];
+/* Does the cache keep some layers in a window pool? Then the last such layer. */
+static int last_window_layer(const pkv_kv_cache *c) {
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
+    int last = -1;
+    for (int l = 0; l < pkv_kv_layout_n_layers(lay); l++) {
+        pkv_kv_layer_info li;
+        if (!pkv_kv_layout_layer(lay, l, &li) && li.window > 0) last = l;
     }
-    for (int64_t k = 0; k < T; k++)
-        if (b->tokens[k] < 0 || b->tokens[k] >= m->hp.n_vocab)
-            return pkv_err(PKV_ERR_INVALID, "token id %d at batch position %lld is outside the vocabulary [0, %d)", b->tokens[k],
-                           (long long)k, m->hp.n_vocab);
+    return last;
+}
+
+/* Tokens per forward step on a cache with a window pool, so one step never needs
+ * more window pages than pkv_cache_params.n_window_pages provides for. */
+#define FWD_WINDOW_STEP 256
+
+/* One step. Normally b's tokens are appended and run through every layer, and
+ * logits (or, with no_output, nothing) come out. replay: b holds one sequence's
+ * tokens that are in the main pool already, from its window length on; only the
+ * layers up to the last window layer run, writing the window layers' KV. */
+static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits, int last_w,
+                       bool replay, bool no_output) {
+    int64_t T = 0;
+    for (int i = 0; i < b->n_seqs; i++) T += b->n_tokens[i];
     int64_t stack_len[16];
     int64_t *len_before = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len_before);
-    int32_t *rows = pkv_malloc((size_t)T * sizeof *rows);
+    int32_t *rows = pkv_malloc((size_t)T * 2 * sizeof *rows), *rows_w = last_w >= 0 ? rows + T : NULL;
     pkv_status s = PKV_OK;
     if (!len_before || !rows) {
         s = pkv_err(PKV_ERR_NOMEM, "forward: %lld tokens", (long long)T);
         goto out;
     }
-    for (int i = 0; i < b->n_seqs; i++) len_before[i] = pkv_kv_seq_len(c, b->seqs[i]);
+    for (int i = 0; i < b->n_seqs; i++)
+        len_before[i] = replay ? pkv_kv_seq_window_len(c, b->seqs[i]) : pkv_kv_seq_len(c, b->seqs[i]);
     /* A shared-KV draft writes only its mapped layers of a page: such pages must
      * never be offered for prefix reuse, so they are appended without token ids. */
     bool publish = !b->no_publish && !m->kv_layer;
-    if ((s = pkv_kv_append_batch(c, b->n_seqs, b->seqs, b->n_tokens, publish ? b->tokens : NULL, b->pos, rows))) goto out;
+    if (replay)
+        s = pkv_kv_window_replay(c, b->seqs[0], b->n_tokens[0], rows_w);
+    else
+        s = pkv_kv_append_batch_w(c, b->n_seqs, b->seqs, b->n_tokens, publish ? b->tokens : NULL, b->pos, rows, rows_w);
+    if (s) goto out;
     pkv_fwd_plan pl;
-    s = plan(m, c, wsp, b, rows, len_before, &pl);
+    memset(&pl, 0, sizeof pl);
+    s = plan(m, c, wsp, b, replay ? NULL : rows, rows_w, len_before, &pl);
     pkv_fwd_ws *ws = *wsp;
     pkv_device *dev = m->dev;
     dev_ws *w0 = s ? NULL : ws_of(ws, dev);
@@ -511,9 +552,14 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
                                   .scale = m->hp.embd_scale};
         s = pkv_k_get_rows(dev, &ge);
     }
-    for (int il = 0; !s && il < m->hp.n_layer; il++) {
+    const int n_layer = replay ? last_w + 1 : m->hp.n_layer;
+    for (int il = 0; !s && il < n_layer; il++) {
         s = attention_layer(m, c, ws, il, T, &pl);
-        if (!s) s = ffn_layer(m, ws, il, T);
+        if (!s && il + 1 < n_layer + (replay ? 0 : 1)) s = ffn_layer(m, ws, il, T);
+    }
+    if (replay || no_output) {
+        if (!s) s = pkv_device_sync(dev);
+        goto done;
     }
     if (!s) { /* gather the rows that need logits, final norm, output projection */
         pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = m->hp.n_embd,
@@ -528,16 +574,89 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         for (size_t i = 0; i < (size_t)pl.n_out * (size_t)m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
     }
     else if (!s) s = pkv_device_sync(dev);
+done:
     if (s) { /* roll the cache back: the step never happened */
         pkv_status keep = s;
         char msg[1024];
         strncpy(msg, pkv_errmsg(), sizeof msg - 1);
         msg[sizeof msg - 1] = 0;
-        for (int i = 0; i < b->n_seqs; i++) pkv_kv_truncate(c, b->seqs[i], len_before[i]);
+        if (replay)
+            pkv_kv_window_reset(c, b->seqs[0]);
+        else
+            for (int i = 0; i < b->n_seqs; i++) pkv_kv_truncate(c, b->seqs[i], len_before[i]);
         s = pkv_err(keep, "%s", msg);
     }
 out:
     if (len_before != stack_len) pkv_free(len_before);
     pkv_free(rows);
+    return s;
+}
+
+/* Recompute the window layers of sequence seq up to its length (after a truncate
+ * or shift back into released window pages), FWD_WINDOW_STEP tokens at a time. */
+static pkv_status window_catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int32_t seq, int last_w) {
+    int64_t len = pkv_kv_seq_len(c, seq), wl = pkv_kv_seq_window_len(c, seq);
+    if (wl >= len) return PKV_OK;
+    int32_t *tok = pkv_malloc((size_t)FWD_WINDOW_STEP * sizeof *tok);
+    if (!tok) return pkv_err(PKV_ERR_NOMEM, "forward: out of memory");
+    pkv_status s = PKV_OK;
+    while (!s && wl < len) {
+        int32_t n = (int32_t)PKV_MIN(len - wl, FWD_WINDOW_STEP);
+        s = pkv_kv_seq_tokens(c, seq, wl, n, tok, NULL);
+        for (int32_t j = 0; !s && j < n; j++)
+            if (tok[j] < 0)
+                s = pkv_err(PKV_ERR_INVALID, "sequence %d: the sliding-window layers must be recomputed from token %lld, "
+                            "but its token ids were not recorded (appended without tokens)", seq, (long long)(wl + j));
+        pkv_fwd_batch rb = {.n_seqs = 1, .seqs = &seq, .n_tokens = &n, .tokens = tok};
+        if (!s) s = step(m, c, wsp, &rb, NULL, last_w, true, true);
+        wl += n;
+    }
+    pkv_free(tok);
+    return s ? pkv_err_prefix(s, "recomputing the sliding-window layers of sequence %d", seq) : PKV_OK;
+}
+
+pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits) {
+    if (!m || !c || !wsp || !b || b->n_seqs <= 0 || !b->seqs || !b->n_tokens || !b->tokens)
+        return pkv_err(PKV_ERR_INVALID, "forward: bad arguments");
+    int64_t T = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        if (b->n_tokens[i] <= 0) return pkv_err(PKV_ERR_INVALID, "forward: sequence %d of the batch has %d tokens", i, b->n_tokens[i]);
+        T += b->n_tokens[i];
+    }
+    for (int64_t k = 0; k < T; k++)
+        if (b->tokens[k] < 0 || b->tokens[k] >= m->hp.n_vocab)
+            return pkv_err(PKV_ERR_INVALID, "token id %d at batch position %lld is outside the vocabulary [0, %d)", b->tokens[k],
+                           (long long)k, m->hp.n_vocab);
+    const int last_w = last_window_layer(c);
+    if (last_w < 0) return step(m, c, wsp, b, logits, -1, false, false);
+    /* A window pool: catch its sequences up, then at most FWD_WINDOW_STEP tokens
+     * per step (the kernels are batch-invariant, so the result does not depend on
+     * the split). */
+    pkv_status s = PKV_OK;
+    for (int i = 0; i < b->n_seqs && !s; i++) s = window_catch_up(m, c, wsp, b->seqs[i], last_w);
+    if (s || T <= FWD_WINDOW_STEP) return s ? s : step(m, c, wsp, b, logits, last_w, false, false);
+    int64_t stack_len[16];
+    int64_t *len0 = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len0);
+    if (!len0) return pkv_err(PKV_ERR_NOMEM, "forward: out of memory");
+    for (int i = 0; i < b->n_seqs; i++) len0[i] = pkv_kv_seq_len(c, b->seqs[i]);
+    const size_t V = (size_t)m->hp.n_vocab;
+    int64_t k0 = 0;
+    for (int i = 0; i < b->n_seqs && !s; k0 += b->n_tokens[i], i++)
+        for (int32_t off = 0; off < b->n_tokens[i] && !s; off += FWD_WINDOW_STEP) {
+            int32_t n = PKV_MIN(b->n_tokens[i] - off, FWD_WINDOW_STEP);
+            bool last = off + n == b->n_tokens[i];
+            pkv_fwd_batch sb = {.n_seqs = 1, .seqs = &b->seqs[i], .n_tokens = &n, .tokens = b->tokens + k0 + off,
+                                .pos = b->pos ? b->pos + k0 + off : NULL, .all_logits = b->all_logits,
+                                .no_publish = b->no_publish};
+            float *out = !logits ? NULL : b->all_logits ? logits + (size_t)(k0 + off) * V : last ? logits + (size_t)i * V : NULL;
+            s = step(m, c, wsp, &sb, out, last_w, false, !b->all_logits && !last);
+        }
+    if (s) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        for (int i = 0; i < b->n_seqs; i++) pkv_kv_truncate(c, b->seqs[i], len0[i]);
+        s = pkv_err(s, "%s", msg);
+    }
+    if (len0 != stack_len) pkv_free(len0);
     return s;
 }

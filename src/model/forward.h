@@ -24,6 +24,11 @@ typedef struct pkv_fwd_plan {
     int64_t T, n_out;
     int n_seqs, meta_pages;
     size_t off_ids, off_pos, off_rows, off_out, off_meta;
+    /* The window pool (layers whose cache layer has a window): its rows and meta. */
+    bool window;
+    int meta_pages_w;
+    size_t off_rows_w, off_meta_w;
+    bool replay; /* recomputing window layers: full layers' KV is already cached */
 } pkv_fwd_plan;
 
 /* Run one step. logits (host, may be NULL) receives f32 [n_out][n_vocab] with

@@ -1,0 +1,366 @@
+/* Sliding-window layers: a second page pool.
+ *
+ * A layer with a window attends to the last `window` tokens only. When a cache
+ * has such layers, their K/V live in a sub-cache (c->sub) with the same layout,
+ * page size and sequence ids as the cache the user holds (which keeps the
+ * full-attention layers). Page i of a sequence covers the same tokens in both
+ * pools; in the window pool, pages wholly before len + 1 - keep (keep = window +
+ * page_size) are given back as the sequence grows, and their block-table entries
+ * become -1 (s->n_hole of them, always leading). The page kept beyond the window
+ * makes short rollbacks (speculative decoding) free.
+ *
+ * Every public KV operation below runs the per-pool operation (kv1_*) on both
+ * pools. When an operation goes back into released pages (a truncate or a shift
+ * whose result needs window tokens that are gone), the window pool's sequence is
+ * emptied instead and pkv_kv_seq_window_len reports how far it is behind: the
+ * model recomputes the window layers from the tokens (pkv_kv_window_replay), so
+ * the result equals a replay. Prefix reuse in the window pool is trusted through
+ * the main pool's verified pages (kv_page.link). */
+#include "kv/kv-impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static kv_seq *sub_seq(pkv_kv_cache *c, int32_t seq) { return &c->sub->seqs[seq]; }
+
+/* Both pools hand out sequence ids the same way; they must agree. */
+static pkv_status same_id(int32_t a, int32_t b, const char *what) {
+    if (a != b) return pkv_err(PKV_ERR_INTERNAL, "%s: the window pool gave sequence %d for %d", what, b, a);
+    return PKV_OK;
+}
+
+/* Publish both pools' full pages (main first: the window pool's pages link to
+ * the main pool's). */
+static void publish_both(pkv_kv_cache *c, int32_t seq) {
+    pkv_kv_seq_publish(c, &c->seqs[seq]);
+    pkv_kv_seq_publish(c->sub, sub_seq(c, seq));
+}
+
+/* The window sequence no longer holds what its layers need: empty it (its
+ * layers are recomputed from token 0 by the next forward pass). Cannot fail. */
+static void window_reset(pkv_kv_cache *c, int32_t seq) {
+    kv_seq *w = sub_seq(c, seq);
+    if (w->n_tokens == 0 && !w->swapped) return;
+    pkv_kv_seq_publish(c->sub, w);
+    pkv_kv_seq_release(c->sub, w);
+    c->stats.window_replays++;
+}
+
+pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto) {
+    upto = PKV_MIN(upto, pkv_kv_seq_pages(sub, s));
+    if (upto <= s->n_hole) return PKV_OK;
+    pkv_kv_seq_publish(sub, s); /* published pages stay cached for prefix reuse */
+    if (s->prefix) { /* shared nodes are immutable: take the pages into the own list */
+        int64_t n = pkv_kv_seq_pages(sub, s);
+        int32_t *arr = pkv_malloc((size_t)(n + 1) * sizeof *arr);
+        if (!arr) return pkv_err(PKV_ERR_NOMEM, "window: out of memory for %lld page ids", (long long)n);
+        pkv_kv_seq_flatten(s, n, arr);
+        for (int64_t i = 0; i < s->n_prefix; i++) pkv_kv_page_ref(sub, arr[i]);
+        pkv_kv_node_unref(sub, s->prefix);
+        pkv_free(s->own);
+        s->prefix = NULL;
+        s->n_prefix = 0;
+        s->own = arr;
+        s->cap_own = (size_t)(n + 1);
+        s->n_own = (size_t)n;
+    }
+    for (int64_t i = s->n_hole; i < upto; i++) {
+        pkv_kv_page_unref(sub, s->own[i]);
+        s->own[i] = -1;
+    }
+    sub->main->stats.window_released += (uint64_t)(upto - s->n_hole);
+    s->n_hole = upto;
+    return PKV_OK;
+}
+
+
+/* ------------------------------------------------------------ sequences */
+
+pkv_status pkv_kv_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq) {
+    pkv_status st = kv1_seq_create(c, fingerprint, seq);
+    if (st || !c->sub) return st;
+    int32_t w;
+    if ((st = kv1_seq_create(c->sub, fingerprint, &w)) || (st = same_id(*seq, w, "create sequence"))) {
+        if (!st) kv1_seq_free(c->sub, w);
+        kv1_seq_free(c, *seq);
+        return st;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
+    if (c && c->sub && pkv_kv_seq_get(c, seq, "free sequence")) {
+        if (!c->seqs[seq].swapped && !sub_seq(c, seq)->swapped) publish_both(c, seq);
+        kv1_seq_free(c->sub, seq);
+    }
+    return kv1_seq_free(c, seq);
+}
+
+int64_t pkv_kv_seq_window_len(const pkv_kv_cache *c, int32_t seq) {
+    int64_t n = pkv_kv_seq_len(c, seq);
+    if (n < 0 || !c->sub) return n;
+    return c->sub->seqs[seq].n_tokens;
+}
+
+/* --------------------------------------------------------------- append */
+
+pkv_status pkv_kv_append_batch_w(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                                 const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window) {
+    if (!c || !c->sub) return kv1_append_batch(c, n_seqs, seqs, n_tokens, tokens, pos, rows);
+    if (n_seqs < 0 || (n_seqs > 0 && (!seqs || !n_tokens)))
+        return pkv_err(PKV_ERR_INVALID, "pkv_kv_append_batch: NULL argument or negative count");
+    int64_t total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        kv_seq *s = pkv_kv_seq_resident(c, seqs[i], "append");
+        if (!s) return PKV_ERR_INVALID;
+        const kv_seq *w = sub_seq(c, seqs[i]);
+        if (w->n_tokens != s->n_tokens)
+            return pkv_err(PKV_ERR_INVALID,
+                           "append: the sliding-window layers of sequence %d hold %lld of its %lld tokens: recompute "
+                           "them first (pkv_kv_window_replay; pkv_model_forward does it)",
+                           seqs[i], (long long)w->n_tokens, (long long)s->n_tokens);
+        if (n_tokens[i] > 0) total += n_tokens[i];
+    }
+    if (total == 0) return kv1_append_batch(c, n_seqs, seqs, n_tokens, tokens, pos, rows);
+    pkv_status st;
+    for (int i = 0; i < n_seqs; i++) { /* what no query of this step or later can see */
+        kv_seq *w = sub_seq(c, seqs[i]);
+        if ((st = pkv_kv_window_drop(c->sub, w, kv_window_first_page(c->sub, w->n_tokens)))) return st;
+    }
+    int64_t stack_len[16];
+    int64_t *len = n_seqs <= 16 ? stack_len : pkv_malloc((size_t)n_seqs * sizeof *len);
+    int32_t *wp = pkv_malloc((size_t)total * sizeof *wp), *wr = rows_window ? rows_window : pkv_malloc((size_t)total * 4);
+    if (!len || !wp || !wr) {
+        st = pkv_err(PKV_ERR_NOMEM, "append: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_seqs; i++) len[i] = c->seqs[seqs[i]].n_tokens;
+    if ((st = kv1_append_batch(c, n_seqs, seqs, n_tokens, tokens, pos, rows))) goto out;
+    /* The window pool takes the positions the main pool assigned. */
+    int64_t k = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (n_tokens[i] > 0) pkv_kv_seq_tokens(c, seqs[i], len[i], n_tokens[i], NULL, wp + k);
+        k += PKV_MAX(n_tokens[i], 0);
+    }
+    if ((st = kv1_append_batch(c->sub, n_seqs, seqs, n_tokens, tokens, wp, wr))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        for (int i = 0; i < n_seqs; i++) kv1_truncate(c, seqs[i], len[i]);
+        st = pkv_err(st, "%s (the pool of the sliding-window layers: %lld pages)", msg, (long long)c->sub->n_pages);
+    }
+out:
+    if (len != stack_len) pkv_free(len);
+    pkv_free(wp);
+    if (wr != rows_window) pkv_free(wr);
+    return st;
+}
+
+pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                               const int32_t *tokens, const int32_t *pos, int32_t *rows) {
+    return pkv_kv_append_batch_w(c, n_seqs, seqs, n_tokens, tokens, pos, rows, NULL);
+}
+
+pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t *rows_window) {
+    if (!c || !c->sub) return pkv_err(PKV_ERR_INVALID, "window replay: the cache has no sliding-window layers");
+    kv_seq *s = pkv_kv_seq_resident(c, seq, "window replay");
+    if (!s) return PKV_ERR_INVALID;
+    kv_seq *w = sub_seq(c, seq);
+    if (n < 0 || w->n_tokens + n > s->n_tokens || (n > 0 && !rows_window))
+        return pkv_err(PKV_ERR_INVALID, "window replay: %d tokens from %lld of sequence %d (%lld tokens)", n,
+                       (long long)w->n_tokens, seq, (long long)s->n_tokens);
+    if (n == 0) return PKV_OK;
+    int32_t *tp = pkv_malloc((size_t)n * 2 * sizeof *tp);
+    if (!tp) return pkv_err(PKV_ERR_NOMEM, "window replay: out of memory");
+    pkv_status st = pkv_kv_seq_tokens(c, seq, w->n_tokens, n, tp, tp + n);
+    if (!st) st = pkv_kv_window_drop(c->sub, w, kv_window_first_page(c->sub, w->n_tokens));
+    if (!st) st = kv1_append_batch(c->sub, 1, &seq, &n, tp, tp + n, rows_window);
+    pkv_free(tp);
+    return st;
+}
+
+pkv_status pkv_kv_window_reset(pkv_kv_cache *c, int32_t seq) {
+    if (!pkv_kv_seq_get(c, seq, "window reset")) return PKV_ERR_NOT_FOUND;
+    if (c->sub) window_reset(c, seq);
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, bool with_positions,
+                                  pkv_kv_block_table *out) {
+    return kv1_block_table_get(c, n_seqs, seqs, with_positions, out);
+}
+
+pkv_status pkv_kv_block_table_window(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, pkv_kv_block_table *out) {
+    if (!c || !c->sub) return pkv_err(PKV_ERR_INVALID, "window block table: the cache has no sliding-window layers");
+    for (int i = 0; i < n_seqs && seqs; i++)
+        if (!pkv_kv_seq_resident(c, seqs[i], "window block table")) return PKV_ERR_INVALID;
+    return kv1_block_table_get(c->sub, n_seqs, seqs, false, out);
+}
+
+/* ------------------------------------------------------------ fork etc. */
+
+pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
+    if (!c || !c->sub) return kv1_fork(c, parent, child);
+    if (!pkv_kv_seq_resident(c, parent, "fork")) return PKV_ERR_INVALID;
+    publish_both(c, parent);
+    pkv_status st = kv1_fork(c, parent, child);
+    if (st) return st;
+    int32_t w;
+    if ((st = kv1_fork(c->sub, parent, &w)) || (st = same_id(*child, w, "fork"))) {
+        if (!st) kv1_seq_free(c->sub, w);
+        kv1_seq_free(c, *child);
+    }
+    return st;
+}
+
+pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    if (!c || !c->sub) return kv1_truncate(c, seq, n_keep);
+    if (!pkv_kv_seq_resident(c, seq, "truncate")) return PKV_ERR_INVALID;
+    publish_both(c, seq);
+    pkv_status st = kv1_truncate(c, seq, n_keep);
+    if (st) return st;
+    kv_seq *w = sub_seq(c, seq);
+    if (n_keep >= w->n_tokens) return PKV_OK; /* behind already: the replay covers it */
+    /* Back into released pages: the next query needs tokens from n_keep + 1 - window. */
+    int64_t need = n_keep + 1 - c->sub->window;
+    if ((need > 0 ? need / c->page_size : 0) < w->n_hole || kv1_truncate(c->sub, seq, n_keep)) window_reset(c, seq);
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+    if (!c || !c->sub) return kv1_shift(c, seq, start, n_remove, pos_delta);
+    if (!pkv_kv_seq_resident(c, seq, "shift")) return PKV_ERR_INVALID;
+    publish_both(c, seq);
+    int64_t len = c->seqs[seq].n_tokens;
+    pkv_status st = kv1_shift(c, seq, start, n_remove, pos_delta);
+    if (st) return st;
+    kv_seq *w = sub_seq(c, seq);
+    if (w->n_tokens <= start) return PKV_OK; /* the shift moves nothing the window pool holds */
+    /* The window pool shifts the same way (kv1_shift rebuilds only what the new
+     * window needs when the shift starts in released pages); when a token the new
+     * window needs is gone, or pages run out, its layers are recomputed instead. */
+    if (w->n_tokens != len || kv1_shift(c->sub, seq, start, n_remove, pos_delta)) window_reset(c, seq);
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq) {
+    if (c && c->sub && pkv_kv_seq_get(c, seq, "clear sequence")) {
+        pkv_status st = kv1_seq_clear(c->sub, seq);
+        if (st) return st;
+    }
+    return kv1_seq_clear(c, seq);
+}
+
+pkv_status pkv_kv_clear(pkv_kv_cache *c) {
+    if (c && c->sub) {
+        pkv_status st = kv1_clear(c->sub);
+        if (st) return st;
+    }
+    return kv1_clear(c);
+}
+
+/* ------------------------------------------------------------------ swap */
+
+pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
+    if (!c || !c->sub) return kv1_swap_out(c, seq);
+    if (!pkv_kv_seq_resident(c, seq, "swap out")) return PKV_ERR_INVALID;
+    publish_both(c, seq);
+    pkv_status st = kv1_swap_out(c->sub, seq);
+    if (st) return pkv_err_prefix(st, "the pool of the sliding-window layers");
+    if ((st = kv1_swap_out(c, seq))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        if (kv1_swap_in(c->sub, seq)) window_reset(c, seq); /* its pages were just freed: cannot really fail */
+        return pkv_err(st, "%s", msg);
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq) {
+    pkv_status st = kv1_swap_in(c, seq);
+    if (st || !c->sub) return st;
+    /* Without room in the window pool the window layers are recomputed instead. */
+    if (sub_seq(c, seq)->swapped && kv1_swap_in(c->sub, seq)) window_reset(c, seq);
+    return PKV_OK;
+}
+
+/* ---------------------------------------------------------- prefix reuse */
+
+/* The window page published beside main page mp (same sequence, same index). */
+static int32_t linked(const pkv_kv_cache *c, int32_t mp) {
+    const kv_page *m = &c->pages[mp];
+    const pkv_kv_cache *w = c->sub;
+    for (int32_t q = w->buckets[m->key & (w->n_buckets - 1)]; q >= 0; q = w->pages[q].hnext)
+        if (w->pages[q].link == mp && w->pages[q].link_gen == m->gen && w->pages[q].key == m->key) return q;
+    return -1;
+}
+
+pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                               int64_t *n_matched) {
+    pkv_status st = kv1_prefix_match(c, seq, tokens, pos, n, n_matched);
+    if (st || !c->sub || *n_matched == 0) return st;
+    /* A hit needs the window before its end resident: the longest matched page
+     * boundary whose window pages are all still cached beside the main pages. */
+    int ps = c->page_size;
+    kv_seq *s = &c->seqs[seq], *w = sub_seq(c, seq);
+    int64_t np = *n_matched / ps;
+    int32_t *found = pkv_malloc((size_t)np * sizeof *found);
+    if (!found) {
+        kv1_truncate(c, seq, 0);
+        *n_matched = 0;
+        return pkv_err(PKV_ERR_NOMEM, "prefix match: out of memory");
+    }
+    int64_t m = np, first = 0;
+    for (; m > 0; m--) {
+        int64_t need = m * ps + 1 - c->sub->window;
+        first = need > 0 ? need / ps : 0;
+        int64_t j = m - 1;
+        for (; j >= first; j--)
+            if ((found[j] = linked(c, pkv_kv_seq_page(s, j))) < 0) break;
+        if (j < first) break;
+    }
+    if (m < np) kv1_truncate(c, seq, m * ps);
+    if (m > 0) {
+        void *arr = w->own;
+        size_t cap = w->cap_own;
+        if ((st = pkv_grow(&arr, &cap, (size_t)m, sizeof(int32_t)))) {
+            pkv_free(found);
+            kv1_truncate(c, seq, 0);
+            *n_matched = 0;
+            return st;
+        }
+        w->own = arr;
+        w->cap_own = cap;
+        for (int64_t j = 0; j < m; j++) {
+            w->own[j] = j < first ? -1 : found[j];
+            pkv_kv_page_ref(c->sub, w->own[j]);
+        }
+        w->n_own = (size_t)m;
+        w->n_hole = first;
+        w->n_tokens = m * ps;
+        w->pub_n = m;
+        w->pub_stop = false;
+        c->sub->stats.prefix_hit_pages += (uint64_t)(m - first);
+    }
+    pkv_free(found);
+    *n_matched = m * ps;
+    return PKV_OK;
+}
+
+/* ----------------------------------------------------------------- stats */
+
+void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out) {
+    kv1_stats(c, out);
+    if (!c || !out) return;
+    out->page_bytes = c->page_bytes_all;
+    if (!c->sub) return;
+    pkv_kv_stats w;
+    kv1_stats(c->sub, &w);
+    out->window_pages = w.n_pages;
+    out->window_free = w.pages_free;
+    out->window_cached = w.pages_cached;
+    out->window_used = w.pages_used;
+    out->window_page_bytes = c->sub->page_bytes_all;
+    out->cow_pages += w.cow_pages;
+    out->cow_bytes += w.cow_bytes;
+    out->evicted_pages += w.evicted_pages;
+}
