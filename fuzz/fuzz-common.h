@@ -40,6 +40,15 @@ static inline pkv_mkmodel_params fuzz_kv_model_params(void) {
     return p;
 }
 
+/* The model with sliding-window layers for window-pool files (format version 2):
+ * gemma2, window 4 on its even layers. */
+static inline pkv_mkmodel_params fuzz_kv_window_model_params(void) {
+    pkv_mkmodel_params p = fuzz_kv_model_params();
+    p.arch = "gemma2";
+    p.sliding_window = 4;
+    return p;
+}
+
 /* Its cache: pages of 4 tokens, 2 x 16 pages (f16 KV). */
 static inline pkv_cache_params fuzz_kv_cache_params(void) {
     pkv_cache_params p = pkv_cache_default_params();

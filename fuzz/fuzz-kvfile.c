@@ -11,6 +11,10 @@
  * Both loaders take paths; the harness uses their in-memory forms
  * (pkv_kv_seq_load_memory, pkv_context_load_memory), which the file loaders call.
  *
+ * A file of format version 2 (bytes 8..11) goes to a second model and cache with
+ * sliding-window layers (a gemma2 whose window pool releases pages), whose files
+ * carry the window layers' token range; every other input to the first.
+ *
  * Checked: no crash, leak or undefined behaviour; a failed load changes nothing
  * (pool counts and live sequences as before; see stats_equal for the one
  * difference after a failed context load); a successful one holds exactly the
@@ -26,8 +30,8 @@
 
 #include <stdint.h>
 
-static pkv_model *g_model;
-static pkv_kv_cache *g_cache;
+static pkv_model *g_model, *g_model_w;
+static pkv_kv_cache *g_cache, *g_cache_w;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -46,7 +50,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     g_model = pkv_model_load_memory(img, n, "fuzz-kv-model", fuzz_model_params());
     pkv_mkmodel_free_memory(img);
     g_cache = g_model ? pkv_model_cache_create(g_model, fuzz_kv_cache_params()) : NULL;
-    if (!g_cache) {
+    mp = fuzz_kv_window_model_params();
+    if (g_cache && !pkv_mkmodel_memory(&mp, &img, &n)) {
+        g_model_w = pkv_model_load_memory(img, n, "fuzz-kv-window-model", fuzz_model_params());
+        pkv_mkmodel_free_memory(img);
+    }
+    g_cache_w = g_model_w ? pkv_model_cache_create(g_model_w, fuzz_kv_cache_params()) : NULL;
+    if (!g_cache || !g_cache_w) {
         fprintf(stderr, "fuzz-kvfile: model/cache: %s\n", pkv_errmsg());
         abort();
     }
@@ -59,29 +69,51 @@ static uint64_t rd64(const uint8_t *p) {
     return v;
 }
 
+/* Where a file's parts are, for the cache it goes to (the format is in
+ * src/kv/kv-file.c): tokens at `tok`, payload from `hb`. Version 2 (window
+ * layers) has w_first, w_len after exact_until. False when the header is short. */
+typedef struct file_parts {
+    size_t tok, hb;
+    uint64_t n, w_first, w_len;
+} file_parts;
+
+static bool parts_of(const pkv_kv_cache *c, const uint8_t *f, size_t size, file_parts *o) {
+    pkv_kv_stats st;
+    pkv_kv_stats_get(c, &st);
+    const bool win = st.window_pages > 0;
+    size_t h0 = 8 + 16 + 8 + (size_t)pkv_kv_layout_n_layers(pkv_kv_cache_layout(c)) * 16;
+    o->tok = h0 + 24 + (win ? 16 : 0);
+    if (size < o->tok + 8) return false;
+    o->n = rd64(f + h0);
+    o->w_first = win ? rd64(f + h0 + 24) : 0;
+    o->w_len = win ? rd64(f + h0 + 32) : o->n;
+    if (o->n > size / 8) return false;
+    o->hb = o->tok + (size_t)o->n * 8;
+    return true;
+}
+
 /* Rewrite the trailing checksum as the loader computes it, when the size fits the
- * token count in the header (the format is in src/kv/kv-file.c). */
-static void fix_checksum(uint8_t *f, size_t size) {
-    const pkv_kv_layout *l = pkv_kv_cache_layout(g_cache);
+ * token counts in the header. */
+static void fix_checksum(const pkv_kv_cache *c, uint8_t *f, size_t size) {
+    const pkv_kv_layout *l = pkv_kv_cache_layout(c);
     int nl = pkv_kv_layout_n_layers(l);
-    size_t h0 = 8 + 16 + 8 + (size_t)nl * 16;
-    if (size < h0 + 24 + 8) return;
-    uint64_t n = rd64(f + h0);
-    if (n > size / 8) return;
-    size_t hb = h0 + 24 + (size_t)n * 8, want = hb + 8;
+    file_parts fp;
+    if (!parts_of(c, f, size, &fp) || fp.w_first > fp.w_len || fp.w_len > fp.n) return;
+    size_t want = fp.hb + 8;
     size_t sec[2 * 64];
     if (nl > 64) return;
     for (int il = 0; il < nl; il++) {
         pkv_kv_layer_info li;
         if (pkv_kv_layout_layer(l, il, &li)) return;
+        size_t nt = li.window > 0 ? (size_t)(fp.w_len - fp.w_first) : (size_t)fp.n;
         /* a token's row: each head's elements (or blocks of 32 for quantized pages) */
-        sec[2 * il] = (size_t)n * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_k, (size_t)li.head_dim_k);
-        sec[2 * il + 1] = (size_t)n * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_v, (size_t)li.head_dim_v);
+        sec[2 * il] = nt * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_k, (size_t)li.head_dim_k);
+        sec[2 * il + 1] = nt * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_v, (size_t)li.head_dim_v);
         want += sec[2 * il] + sec[2 * il + 1];
     }
     if (want != size) return;
-    uint64_t h = pkv_hash64(f, hb, 0);
-    size_t off = hb;
+    uint64_t h = pkv_hash64(f, fp.hb, 0);
+    size_t off = fp.hb;
     for (int i = 0; i < 2 * nl; i++) {
         h = pkv_hash64(f + off, sec[i], h);
         off += sec[i];
@@ -105,23 +137,28 @@ static void stats_equal(const pkv_kv_stats *a, const pkv_kv_stats *b, bool stric
     FUZZ_CHECK(a->pages_free + a->pages_cached == b->pages_free + b->pages_cached);
     FUZZ_CHECK(a->pages_used == b->pages_used);
     FUZZ_CHECK(a->n_seqs == b->n_seqs);
+    if (strict) FUZZ_CHECK(a->window_free == b->window_free && a->window_cached == b->window_cached);
+    FUZZ_CHECK(a->window_free + a->window_cached == b->window_free + b->window_cached);
+    FUZZ_CHECK(a->window_used == b->window_used);
 }
 
-/* The loaded sequence holds the file's tokens and positions. */
-static void check_content(int32_t seq, const uint8_t *f, size_t size) {
-    const pkv_kv_layout *l = pkv_kv_cache_layout(g_cache);
-    size_t h0 = 8 + 16 + 8 + (size_t)pkv_kv_layout_n_layers(l) * 16;
-    FUZZ_CHECK(size >= h0 + 24);
-    uint64_t n = rd64(f + h0);
-    int64_t len = pkv_kv_seq_len(g_cache, seq);
-    FUZZ_CHECK(len >= 0 && (uint64_t)len == n);
+/* The loaded sequence holds the file's tokens and positions; a window cache's
+ * window layers hold what the file says (w_len tokens), or the whole sequence
+ * after a context load (which decodes the last token again, recomputing them). */
+static void check_content(pkv_kv_cache *c, int32_t seq, const uint8_t *f, size_t size, bool decoded) {
+    file_parts fp;
+    FUZZ_CHECK(parts_of(c, f, size, &fp));
+    int64_t len = pkv_kv_seq_len(c, seq);
+    FUZZ_CHECK(len >= 0 && (uint64_t)len == fp.n);
+    int64_t wl = pkv_kv_seq_window_len(c, seq);
+    FUZZ_CHECK(decoded ? wl == len : (uint64_t)wl == fp.w_len);
     if (len == 0) return;
     int32_t *tok = malloc((size_t)len * 4), *pos = malloc((size_t)len * 4);
     FUZZ_CHECK(tok && pos);
-    FUZZ_CHECK(pkv_kv_seq_tokens(g_cache, seq, 0, len, tok, pos) == PKV_OK);
-    const uint8_t *ft = f + h0 + 24, *fp = ft + n * 4;
+    FUZZ_CHECK(pkv_kv_seq_tokens(c, seq, 0, len, tok, pos) == PKV_OK);
+    const uint8_t *ft = f + fp.tok, *fpos = ft + fp.n * 4;
     FUZZ_CHECK(memcmp(tok, ft, (size_t)len * 4) == 0);
-    FUZZ_CHECK(memcmp(pos, fp, (size_t)len * 4) == 0);
+    FUZZ_CHECK(memcmp(pos, fpos, (size_t)len * 4) == 0);
     free(tok);
     free(pos);
 }
@@ -133,48 +170,52 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *f = malloc(fsize ? fsize : 1);
     FUZZ_CHECK(f);
     memcpy(f, data + 1, fsize);
-    if (flags & 1) fix_checksum(f, fsize);
+    uint32_t version = 0;
+    if (fsize >= 12) memcpy(&version, f + 8, 4);
+    pkv_model *model = version == 2 ? g_model_w : g_model;
+    pkv_kv_cache *cache = version == 2 ? g_cache_w : g_cache;
+    if (flags & 1) fix_checksum(cache, f, fsize);
 
     pkv_context *busy = NULL;
     if (flags & 4) {
-        busy = pkv_context_create(g_model, g_cache, 0);
+        busy = pkv_context_create(model, cache, 0);
         const int32_t toks[5] = {1, 2, 3, 4, 5};
         FUZZ_CHECK(busy && pkv_context_decode(busy, toks, 5) == PKV_OK);
     }
     pkv_kv_stats before, after;
-    pkv_kv_stats_get(g_cache, &before);
+    pkv_kv_stats_get(cache, &before);
     int64_t live0 = pkv_alloc_live();
     if (flags & 8) pkv_alloc_fail_at((uint64_t)(flags >> 4) + 1);
 
     if (flags & 2) {
-        pkv_context *ctx = pkv_context_load_memory(g_model, g_cache, "fuzz-input", f, fsize, 0);
+        pkv_context *ctx = pkv_context_load_memory(model, cache, "fuzz-input", f, fsize, 0);
         pkv_alloc_fail_at(0);
         if (ctx) {
             /* the last token was truncated and decoded again: the file's tokens */
-            check_content(pkv_context_seq(ctx), f, fsize);
+            check_content(cache, pkv_context_seq(ctx), f, fsize, true);
             FUZZ_CHECK(pkv_context_logits(ctx) != NULL || pkv_context_n_tokens(ctx) == 0);
             pkv_context_free(ctx);
         } else {
-            pkv_kv_stats_get(g_cache, &after);
+            pkv_kv_stats_get(cache, &after);
             stats_equal(&before, &after, false);
             FUZZ_CHECK(pkv_alloc_live() == live0);
         }
     } else {
         int32_t seq = -1;
-        pkv_status st = pkv_kv_seq_load_memory(g_cache, "fuzz-input", f, fsize, 0, &seq);
+        pkv_status st = pkv_kv_seq_load_memory(cache, "fuzz-input", f, fsize, 0, &seq);
         pkv_alloc_fail_at(0);
         if (st == PKV_OK) {
-            check_content(seq, f, fsize);
-            FUZZ_CHECK(pkv_kv_seq_free(g_cache, seq) == PKV_OK);
+            check_content(cache, seq, f, fsize, false);
+            FUZZ_CHECK(pkv_kv_seq_free(cache, seq) == PKV_OK);
         } else {
             FUZZ_CHECK(seq == -1);
-            pkv_kv_stats_get(g_cache, &after);
+            pkv_kv_stats_get(cache, &after);
             stats_equal(&before, &after, true);
             FUZZ_CHECK(pkv_alloc_live() == live0);
         }
     }
     pkv_context_free(busy);
-    FUZZ_CHECK(pkv_kv_clear(g_cache) == PKV_OK);
+    FUZZ_CHECK(pkv_kv_clear(cache) == PKV_OK);
     free(f);
     return 0;
 }

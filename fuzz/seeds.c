@@ -4,7 +4,8 @@
  *                     k-quant mixture, and a GGUF with one tensor of every type
  *                     and keys of every value type
  *   <dir>/kvfile/     sequences saved from the harness's model and cache
- *                     (fuzz_kv_model_params), each behind a flags byte
+ *                     (fuzz_kv_model_params) and from its model with sliding-window
+ *                     layers (fuzz_kv_window_model_params), each behind a flags byte
  *   <dir>/tokenizer/  texts (English, code, digits, whitespace, non-Latin
  *                     scripts, invalid UTF-8, special-token text) behind each
  *                     tokenizer selector, and a few input-made vocabularies
@@ -117,17 +118,20 @@ static void gguf_all_types(void) {
 static void gguf_seeds(void) {
     mkdir_p("gguf");
     static const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0,
-                                     PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
-    static const char *const archs[] = {"llama", "qwen2", "qwen3"};
+                                     PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_MXFP4};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
     char name[128];
+    pkv_mkmodel_params p0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         snprintf(name, sizeof name, "llama-%s.gguf", pkv_type_name(types[i]));
         gguf_model(name, tiny("llama", types[i]));
     }
-    for (size_t a = 1; a < 3; a++) {
+    for (size_t a = 1; a < sizeof archs / sizeof archs[0]; a++) {
         snprintf(name, sizeof name, "%s-f16.gguf", archs[a]);
         gguf_model(name, tiny(archs[a], PKV_TYPE_F16));
     }
+    p0 = tiny("qwen3moe", PKV_TYPE_MXFP4);
+    gguf_model("qwen3moe-mxfp4.gguf", p0);
     pkv_mkmodel_params p = tiny("llama", PKV_TYPE_F32);
     p.no_vocab = true;
     gguf_model("llama-novocab.gguf", p);
@@ -147,9 +151,10 @@ static void gguf_seeds(void) {
 
 /* ---------------------------------------------------------------- kvfile */
 
-static void kv_seeds(void) {
-    mkdir_p("kvfile");
-    pkv_mkmodel_params mp = fuzz_kv_model_params();
+/* Sequence files of the fuzz model (version 1) and of the model with
+ * sliding-window layers (version 2: some with released window pages, one whose
+ * window layers are behind after a deep truncate). */
+static void kv_seeds_of(pkv_mkmodel_params mp, const char *prefix) {
     void *img;
     size_t n;
     need(pkv_mkmodel_memory(&mp, &img, &n), "kv model");
@@ -158,18 +163,19 @@ static void kv_seeds(void) {
     need(m ? PKV_OK : PKV_ERR_FORMAT, "kv model load");
     pkv_kv_cache *c = pkv_model_cache_create(m, fuzz_kv_cache_params());
     need(c ? PKV_OK : PKV_ERR_NOMEM, "kv cache");
-    static const int lens[] = {0, 1, 4, 7, 17};
+    static const int lens[] = {0, 1, 4, 7, 17, 30};
     char path[4096], name[64];
     snprintf(path, sizeof path, "%s/kvfile/.tmp-seq", g_dir);
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-        for (int shifted = 0; shifted < 2; shifted++) {
-            if (shifted && lens[i] < 7) continue;
+        for (int op = 0; op < 3; op++) { /* 0 as decoded, 1 shifted, 2 truncated back to 3 tokens less than half */
+            if ((op == 1 && lens[i] < 7) || (op == 2 && lens[i] < 17)) continue;
             pkv_context *ctx = pkv_context_create(m, c, 0);
             need(ctx ? PKV_OK : PKV_ERR_NOMEM, "context");
-            int32_t toks[17];
+            int32_t toks[30];
             for (int t = 0; t < lens[i]; t++) toks[t] = (t * 37 + 11) % 300;
             if (lens[i]) need(pkv_context_decode(ctx, toks, lens[i]), "decode");
-            if (shifted) need(pkv_context_shift(ctx, 2, 3), "shift");
+            if (op == 1) need(pkv_context_shift(ctx, 2, 3), "shift");
+            if (op == 2) need(pkv_context_truncate(ctx, lens[i] / 2 - 3), "truncate");
             need(pkv_context_save(ctx, path), "save");
             FILE *f = fopen(path, "rb");
             need(f ? PKV_OK : PKV_ERR_IO, path);
@@ -180,8 +186,9 @@ static void kv_seeds(void) {
             /* flags (fuzz-kvfile.c): 0 seq load, 1 fixed checksum, 2 context load,
              * 3 both, 5 with a busy sequence, 0x39 / 0x7b allocation failures */
             static const uint8_t flags[] = {0x00, 0x01, 0x02, 0x03, 0x05, 0x39, 0x7b};
+            static const char *const ops[] = {"", "-shifted", "-truncated"};
             for (size_t k = 0; k < sizeof flags; k++) {
-                snprintf(name, sizeof name, "seq%d%s-f%02x", lens[i], shifted ? "-shifted" : "", flags[k]);
+                snprintf(name, sizeof name, "%sseq%d%s-f%02x", prefix, lens[i], ops[op], flags[k]);
                 put("kvfile", name, &flags[k], 1, buf, got);
             }
             pkv_context_free(ctx);
@@ -190,6 +197,12 @@ static void kv_seeds(void) {
     }
     pkv_kv_cache_free(c);
     pkv_model_free(m);
+}
+
+static void kv_seeds(void) {
+    mkdir_p("kvfile");
+    kv_seeds_of(fuzz_kv_model_params(), "");
+    kv_seeds_of(fuzz_kv_window_model_params(), "window-");
 }
 
 /* ------------------------------------------------------------- tokenizer */
