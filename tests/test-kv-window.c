@@ -283,8 +283,20 @@ static void device(const char *dev, unsigned mask) {
     }
 }
 
-/* Layout errors name the layer. */
+/* Layout errors name the layer; a window longer than the context names the key. */
 static void test_errors(void) {
+    pkv_mkmodel_params mp = pkv_mkmodel_default_params();
+    mp.arch = "gemma2";
+    mp.n_ctx = 64;
+    mp.sliding_window = 100;
+    void *img;
+    size_t size;
+    CHECK_OK(pkv_mkmodel_memory(&mp, &img, &size));
+    if (img) {
+        CHECK(pkv_model_load_memory(img, size, "long window", pkv_model_default_params()) == NULL);
+        CHECK(strstr(pkv_errmsg(), "'gemma2.attention.sliding_window' 100 is larger than 'gemma2.context_length' 64"));
+        pkv_mkmodel_free_memory(img);
+    }
     pkv_kv_layer_desc L[2] = {{2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0},
                               {2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, -3, 0, 0}};
     pkv_kv_params p = pkv_kv_default_params();

@@ -199,6 +199,9 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
          * would see everything, silently wrong */
         s = gemma3 ? need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa)
                    : opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
+        if (!s && hp->n_swa > hp->n_ctx_train)
+            s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d", lab,
+                        arch, hp->n_swa, arch, hp->n_ctx_train);
         if (!s) s = opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->attn_softcap);
         if (!s) s = opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap);
         if (!s && (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0) || hp->attn_softcap == INFINITY ||
