@@ -46,6 +46,12 @@ static void window_reset(pkv_kv_cache *c, int32_t seq) {
     c->stats.window_replays++;
 }
 
+/* Does the window sequence hold every token its next query needs? */
+static bool window_covers(const pkv_kv_cache *c, const kv_seq *w) {
+    int64_t need = w->n_tokens + 1 - c->sub->window;
+    return (need > 0 ? need / c->page_size : 0) >= w->n_hole;
+}
+
 pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto) {
     upto = PKV_MIN(upto, pkv_kv_seq_pages(sub, s));
     if (upto <= s->n_hole) return PKV_OK;
@@ -124,6 +130,9 @@ pkv_status pkv_kv_append_batch_w(pkv_kv_cache *c, int n_seqs, const int32_t *seq
     if (total == 0) return kv1_append_batch(c, n_seqs, seqs, n_tokens, tokens, pos, rows);
     pkv_status st;
     for (int i = 0; i < n_seqs; i++) { /* what no query of this step or later can see */
+        /* the main pool first publishes what the last step wrote, so the window
+         * pages published by the drop can link to it */
+        pkv_kv_seq_publish(c, &c->seqs[seqs[i]]);
         kv_seq *w = sub_seq(c, seqs[i]);
         if ((st = pkv_kv_window_drop(c->sub, w, kv_window_first_page(c->sub, w->n_tokens)))) return st;
     }
@@ -172,6 +181,7 @@ pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t
     int32_t *tp = pkv_malloc((size_t)n * 2 * sizeof *tp);
     if (!tp) return pkv_err(PKV_ERR_NOMEM, "window replay: out of memory");
     pkv_status st = pkv_kv_seq_tokens(c, seq, w->n_tokens, n, tp, tp + n);
+    pkv_kv_seq_publish(c, s);
     if (!st) st = pkv_kv_window_drop(c->sub, w, kv_window_first_page(c->sub, w->n_tokens));
     if (!st) st = kv1_append_batch(c->sub, 1, &seq, &n, tp, tp + n, rows_window);
     pkv_free(tp);
@@ -212,17 +222,23 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     return st;
 }
 
+/* The window pool's side of a truncate (the main pool's succeeded). Cannot fail. */
+static void window_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    kv_seq *w = sub_seq(c, seq);
+    if (n_keep >= w->n_tokens) return; /* behind already: the replay covers it */
+    /* Back into released pages: the next query needs tokens from n_keep + 1 - window. */
+    int64_t need = n_keep + 1 - c->sub->window;
+    if ((need > 0 ? need / c->page_size : 0) < w->n_hole || kv1_truncate(c->sub, seq, n_keep) || !window_covers(c, w))
+        window_reset(c, seq);
+}
+
 pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     if (!c || !c->sub) return kv1_truncate(c, seq, n_keep);
     if (!pkv_kv_seq_resident(c, seq, "truncate")) return PKV_ERR_INVALID;
     publish_both(c, seq);
     pkv_status st = kv1_truncate(c, seq, n_keep);
     if (st) return st;
-    kv_seq *w = sub_seq(c, seq);
-    if (n_keep >= w->n_tokens) return PKV_OK; /* behind already: the replay covers it */
-    /* Back into released pages: the next query needs tokens from n_keep + 1 - window. */
-    int64_t need = n_keep + 1 - c->sub->window;
-    if ((need > 0 ? need / c->page_size : 0) < w->n_hole || kv1_truncate(c->sub, seq, n_keep)) window_reset(c, seq);
+    window_truncate(c, seq, n_keep);
     return PKV_OK;
 }
 
@@ -235,10 +251,17 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     if (st) return st;
     kv_seq *w = sub_seq(c, seq);
     if (w->n_tokens <= start) return PKV_OK; /* the shift moves nothing the window pool holds */
+    if (start + n_remove == len) { /* nothing moves: a truncate */
+        window_truncate(c, seq, start);
+        return PKV_OK;
+    }
     /* The window pool shifts the same way (kv1_shift rebuilds only what the new
      * window needs when the shift starts in released pages); when a token the new
      * window needs is gone, or pages run out, its layers are recomputed instead. */
-    if (w->n_tokens != len || kv1_shift(c->sub, seq, start, n_remove, pos_delta)) window_reset(c, seq);
+    /* Shrinking brings older tokens into the window: those must not be released
+     * (checked after the shift, whichever path it took). */
+    if (w->n_tokens != len || kv1_shift(c->sub, seq, start, n_remove, pos_delta) || !window_covers(c, w))
+        window_reset(c, seq);
     return PKV_OK;
 }
 
