@@ -322,6 +322,14 @@ typedef struct pkv_kv_params {
      * holds at most ceil((window + page_size + step) / page_size) + 1 of them, where
      * step is the tokens appended in one call, so a few per sequence suffice. */
     int64_t window_pages;
+    /* YaRN RoPE scaling of the model (gpt-oss), for the shift's re-rotation: it turns
+     * cached K with the forward pass's per-pair angles (YaRN's mix of scaled and
+     * unscaled angles, its correction range from each layer's base and rope_n_rot)
+     * and no magnitude factor, which K got once when it was written. 0 = no YaRN. */
+    float rope_yarn_ext_factor;       /* YaRN's mix (1 as llama.cpp runs it); 0 = none */
+    int rope_yarn_n_ctx_orig;         /* the original context length; > 0 with YaRN */
+    float rope_yarn_beta_fast;        /* 0 = 32 */
+    float rope_yarn_beta_slow;        /* 0 = 1 */
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);
@@ -616,6 +624,8 @@ typedef struct pkv_model_info {
     uint64_t weight_bytes_mapped; /* of weight_bytes, used in place from the mapped GGUF file
                                      (CPU devices, pkv_model_load): not copied, so they take
                                      no memory beyond the file's page cache */
+    int n_expert, n_expert_used; /* mixture of experts (0 for a dense model); such models run
+                                    on one device (a tensor-parallel split is refused) */
 } pkv_model_info;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
@@ -652,17 +662,18 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
  * activations stay in a sane range; the vocabulary is a small byte-level BPE of
  * printable words (or none). */
 typedef struct pkv_mkmodel_params {
-    const char *arch;    /* "llama" (default), "qwen2", "qwen3" */
+    const char *arch;    /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
+                            "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
     int n_head;          /* 0 = 4 */
     int n_head_kv;       /* 0 = 2 */
     int head_dim;        /* 0 = n_embd / n_head */
-    int n_ff;            /* 0 = 256; qwen3moe: the rows of one expert's FFN */
-    int n_expert;        /* qwen3moe: experts per layer; 0 = 4 (other architectures: must be 0) */
-    int n_expert_used;   /* qwen3moe: experts each token goes to; 0 = 2 */
-    int sliding_window;  /* gemma2: tokens its sliding layers (the even ones) see; 0 = 8 */
+    int n_ff;            /* 0 = 256; qwen3moe, gpt-oss: the rows of one expert's FFN */
+    int n_expert;        /* qwen3moe, gpt-oss: experts per layer; 0 = 4 (other architectures: must be 0) */
+    int n_expert_used;   /* qwen3moe, gpt-oss: experts each token goes to; 0 = 2 */
+    int sliding_window;  /* gemma2, gemma3, gpt-oss: tokens their sliding layers see; 0 = 8 */
     int n_vocab;         /* 0 = 512 */
     int n_ctx;           /* 0 = 2048 */
     uint64_t seed;       /* 0 = 1 */

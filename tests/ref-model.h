@@ -3,7 +3,7 @@
  * The paged forward pass is compared against this. It is written for clarity, not
  * speed: one token at a time, a contiguous KV cache per layer, every tensor
  * dequantized to double. Architectures: llama, qwen2, qwen3, qwen3moe, phi3, gemma2,
- * gemma3 (decoder-only, pre-norm, RMS norm, RoPE, grouped-query causal attention, gated
+ * gemma3, gpt-oss (decoder-only, pre-norm, RMS norm, RoPE, grouped-query causal attention, gated
  * FFN; qwen3moe is qwen3 with every layer's FFN replaced by a mixture of SwiGLU experts;
  * phi3 is llama with fused Q/K/V and gate/up tensors; gemma2 and gemma3 are described
  * below).
@@ -64,12 +64,33 @@
  * and those rotate with base rope_base_swa and scale 1 (llama.cpp's
  * rope_freq_base_train_swa = 10000), while the global layers use rope_base and
  * rope_freq_scale.
+ * gpt-oss (llama.cpp's src/models/openai-moe-iswa.cpp, LLM_ARCH_OPENAI_MOE): no Q/K
+ * norms; the biases attn_{q,k,v}.bias and attn_output.bias [n_embd] are required; each
+ * query head h has a sink, blk.N.attn_sinks.weight [n_head]: one more logit in its
+ * softmax whose value vector is zero, so the weights are e^{s_t} / (sum_t e^{s_t} +
+ * e^{sink_h}); the even layers slide (swa_pattern 2, sliding_window required); the FFN
+ * norm is named blk.N.post_attention_norm.weight (no ffn_norm); every layer's FFN is a
+ * mixture of experts with biases (ffn_gate_inp.bias [n_expert], ffn_gate_exps.bias and
+ * ffn_up_exps.bias [n_expert][n_ff_exp], ffn_down_exps.bias [n_expert][n_embd], expert
+ * e's row e added after its matrix), routed by llama.cpp's SOFTMAX_WEIGHT gating: the
+ * n_expert_used largest router logits (ties: the lower index), weights the softmax of
+ * those logits alone; and each expert's activation is the clamped SwiGLU (swiglu_oai,
+ * alpha 1.702, limit 7): with g = gate·x + b and u = up·x + b, x' = min(g, 7),
+ * h = x' / (1 + e^{-1.702 x'}) * (clamp(u, -7, 7) + 1). Its RoPE is neox with YaRN.
+ * YaRN (yarn_orig_ctx > 0, any architecture; llama.cpp's rope_yarn with ext_factor 1):
+ * with s = rope_freq_scale (1 / the factor), D the head size and
+ * d(b) = D ln(yarn_orig_ctx / (2 pi b)) / (2 ln base), the pairs lo = max(0,
+ * floor(d(beta_fast))) .. hi = min(D - 1, ceil(d(beta_slow))) ramp from unscaled to
+ * scaled: r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1), pair i turns by
+ * pos * base^(-2i/D) * (s (1 - r_i) + r_i), and cos and sin are multiplied by
+ * 1 + 0.1 ln(1/s) (when s < 1), so q and k each carry that magnitude.
  *
  * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
  * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
  * their K is re-rotated by the distance) and ref_model_copy_cache (a fork) are the
  * references for the KV cache operations (the shift re-rotates each layer's K with that
- * layer's base and scale); ref_model_k / ref_model_v expose entries.
+ * layer's base and scale, and with YaRN's angles but not its magnitude factor, which
+ * the cached K already has); ref_model_k / ref_model_v expose entries.
  * A sliding layer's cache keeps every entry as well: the window is a mask by position
  * (as llama.cpp's is_masked_swa), so after a context shift it counts the new positions.
  *
@@ -86,19 +107,19 @@
 #include <string.h>
 
 typedef struct ref_hparams {
-    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3" */
+    const char *arch; /* "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim;
     int n_ff; /* rows of the dense FFN; ignored by qwen3moe */
     int n_vocab;
     double rms_eps, rope_base;
     bool rope_neox;
     /* MoE, last so that positional initializers of dense models leave them 0 (they
-     * must be 0 for the dense architectures; qwen3moe needs all three > 0). */
+     * must be 0 for the dense architectures; qwen3moe and gpt-oss need all three > 0). */
     int n_expert;      /* experts per layer */
     int n_expert_used; /* experts per token, <= n_expert */
     int n_ff_exp;      /* rows of each expert's FFN */
     /* gemma2 and gemma3, last for the same reason; all must be 0 for the other
-     * architectures. */
+     * architectures, except the window's two (required for gpt-oss: its even layers slide). */
     double attn_scale;    /* the score is attn_scale * q·k; 0 = 1/sqrt(head_dim) */
     double attn_softcap;  /* scores become c * tanh(s / c), c this; 0 = none */
     double final_softcap; /* the same on the logits; 0 = none */
@@ -112,6 +133,10 @@ typedef struct ref_hparams {
                              * factor), every architecture; 0 = 1 */
     double rope_base_swa;   /* gemma3 only (0 elsewhere): the base of the sliding layers,
                              * which use no scaling; 0 = rope_base and rope_freq_scale */
+    /* YaRN, last for the same reason: any architecture (gpt-oss has it) */
+    int yarn_orig_ctx;      /* > 0: YaRN RoPE (above) over this original context; 0 = none */
+    double yarn_beta_fast;  /* 0 = 32 */
+    double yarn_beta_slow;  /* 0 = 1 */
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -131,7 +156,12 @@ typedef struct ref_layer {
     double *post_ffw_norm;   /* [n_embd], gemma2 and gemma3; else NULL */
     double *gate, *up;       /* [n_ff][n_embd], dense models; NULL for MoE */
     double *down;            /* [n_embd][n_ff], dense models; NULL for MoE */
+    double *bo;              /* [n_embd] attention output bias, gpt-oss; else NULL */
+    double *sinks;           /* [n_head] attention sinks, gpt-oss; else NULL */
     double *gate_inp;        /* [n_expert][n_embd], the router, MoE; else NULL */
+    double *gate_inp_b;      /* [n_expert], gpt-oss; else NULL */
+    double *gate_exps_b, *up_exps_b; /* [n_expert][n_ff_exp], gpt-oss; else NULL */
+    double *down_exps_b;     /* [n_expert][n_embd], gpt-oss; else NULL */
     double *gate_exps;       /* [n_expert][n_ff_exp][n_embd], MoE; else NULL */
     double *up_exps;         /* [n_expert][n_ff_exp][n_embd], MoE; else NULL */
     double *down_exps;       /* [n_expert][n_embd][n_ff_exp], MoE; else NULL */
@@ -145,6 +175,7 @@ typedef struct ref_model {
     char arch[16];
     double embd_scale; /* the embedding row is multiplied by this: sqrt(n_embd) for gemma, else 1 */
     bool gelu;         /* the FFN's activation is gelu (gemma2, gemma3), else silu */
+    bool oss;          /* gpt-oss: sinks, softmax-weight gating, clamped SwiGLU experts */
     double *tok_embd; /* [n_vocab][n_embd] */
     double *out_norm; /* [n_embd] */
     double *output;   /* [n_vocab][n_embd]; == tok_embd when tied */
@@ -199,6 +230,32 @@ static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, do
     }
 }
 
+/* ref_rope with YaRN (the header above): each of the n_heads heads of x turned to
+ * position pos (negative: back) with base, scale s and original context orig; cos and
+ * sin times mscale (1: a pure rotation, the re-rotation of a shift). */
+static inline void ref_rope_yarn(double *x, int n_heads, int head_dim, double pos, double base, double scale, int orig,
+                                 double beta_fast, double beta_slow, bool neox, double mscale) {
+    const double pi = 3.14159265358979323846, lb = 2.0 * log(base);
+    double lo = floor(head_dim * log(orig / (2.0 * pi * beta_fast)) / lb);
+    double hi = ceil(head_dim * log(orig / (2.0 * pi * beta_slow)) / lb);
+    lo = lo > 0 ? lo : 0;
+    hi = hi < head_dim - 1 ? hi : head_dim - 1;
+    int half = head_dim / 2;
+    for (int hd = 0; hd < n_heads; hd++) {
+        double *v = x + (size_t)hd * (size_t)head_dim;
+        for (int i = 0; i < half; i++) {
+            double y = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            double ramp = 1.0 - (y < 0 ? 0 : y > 1 ? 1 : y);
+            double theta = pos * pow(base, -2.0 * i / head_dim) * (scale * (1.0 - ramp) + ramp);
+            double c = cos(theta) * mscale, s = sin(theta) * mscale;
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            double x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
 static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
 /* GELU, the tanh form (ggml_gelu's); 0.79788... = sqrt(2/pi). */
@@ -224,7 +281,7 @@ static inline void ref_ffn(const double *gate, const double *up, const double *d
  * with the window's size > 0); hp may be the caller's or the model's resolved one. */
 static inline bool ref_layer_is_swa(const ref_hparams *hp, int il) {
     if (hp->sliding_window <= 0) return false;
-    const int p = hp->swa_pattern > 0 ? hp->swa_pattern : strcmp(hp->arch, "gemma3") == 0 ? 6 : 2;
+    const int p = hp->swa_pattern > 0 ? hp->swa_pattern : strcmp(hp->arch, "gemma3") == 0 ? 6 : 2; /* gpt-oss: 2 */
     return il % p < p - 1;
 }
 
@@ -246,7 +303,8 @@ static inline void ref_model_free(ref_model *m) {
             double *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->q_norm,
                              L->k_norm, L->wo, L->ffn_norm, L->post_attn_norm, L->post_ffw_norm, L->gate,
                              L->up, L->down, L->gate_inp, L->gate_exps, L->up_exps, L->down_exps,
-                             L->k_cache, L->v_cache};
+                             L->k_cache, L->v_cache, L->bo, L->sinks, L->gate_inp_b, L->gate_exps_b,
+                             L->up_exps_b, L->down_exps_b};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -289,22 +347,23 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
          qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0,
          phi3 = strcmp(hp->arch, "phi3") == 0, gemma3 = strcmp(hp->arch, "gemma3") == 0,
-         gemma2 = strcmp(hp->arch, "gemma2") == 0, gemma = gemma2 || gemma3;
-    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma) {
+         gemma2 = strcmp(hp->arch, "gemma2") == 0, gemma = gemma2 || gemma3, oss = strcmp(hp->arch, "gpt-oss") == 0;
+    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma && !oss) {
         fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
         return NULL;
     }
     const bool qk_norm = qwen3 || moe || gemma3;
+    const bool experts = moe || oss;
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->head_dim <= 0 ||
-        hp->head_dim % 2 != 0 || (!moe && hp->n_ff <= 0) || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
+        hp->head_dim % 2 != 0 || (!experts && hp->n_ff <= 0) || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
         !(hp->rms_eps >= 0) || !(hp->rope_base > 0)) {
         fprintf(stderr, "ref_model: bad hparams (n_layer %d n_embd %d n_head %d n_head_kv %d head_dim %d n_ff %d)\n",
                 hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff);
         return NULL;
     }
     /* A dense arch with experts set is refused rather than silently run dense. */
-    if (moe ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
-            : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
+    if (experts ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
+                : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
         fprintf(stderr, "ref_model: bad MoE hparams for %s (n_expert %d n_expert_used %d n_ff_exp %d)\n", hp->arch,
                 hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
         return NULL;
@@ -312,10 +371,13 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     /* The gemma fields are refused on the other architectures rather than ignored;
      * Gemma's RoPE is neox, so normal RoPE there is a caller's mistake; gemma3 without
      * a window would run its sliding layers as global ones. */
+    /* gpt-oss takes the window fields (a window is required) but no gemma scales */
     if (gemma ? !(hp->attn_scale >= 0 && hp->attn_scale < INFINITY) ||
                     !(hp->attn_softcap >= 0 && hp->attn_softcap < INFINITY) ||
                     !(hp->final_softcap >= 0 && hp->final_softcap < INFINITY) || hp->sliding_window < 0 ||
                     hp->swa_pattern < 0 || !hp->rope_neox || (gemma3 && hp->sliding_window == 0)
+        : oss ? hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 || hp->sliding_window <= 0 ||
+                    hp->swa_pattern < 0 || !hp->rope_neox
               : hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 ||
                     hp->sliding_window != 0 || hp->swa_pattern != 0) {
         fprintf(stderr,
@@ -331,6 +393,12 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
         return NULL;
     }
+    if (hp->yarn_orig_ctx < 0 || !(hp->yarn_beta_fast >= 0 && hp->yarn_beta_fast < INFINITY) ||
+        !(hp->yarn_beta_slow >= 0 && hp->yarn_beta_slow < INFINITY)) {
+        fprintf(stderr, "ref_model: bad YaRN hparams (yarn_orig_ctx %d beta_fast %g beta_slow %g)\n", hp->yarn_orig_ctx,
+                hp->yarn_beta_fast, hp->yarn_beta_slow);
+        return NULL;
+    }
     ref_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->hp = *hp;
@@ -339,10 +407,13 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     if (m->hp.attn_scale == 0) m->hp.attn_scale = 1.0 / sqrt((double)hp->head_dim);
     if (m->hp.sliding_window > 0 && m->hp.swa_pattern == 0) m->hp.swa_pattern = gemma3 ? 6 : 2;
     if (m->hp.rope_freq_scale == 0) m->hp.rope_freq_scale = 1;
+    if (m->hp.yarn_beta_fast == 0) m->hp.yarn_beta_fast = 32;
+    if (m->hp.yarn_beta_slow == 0) m->hp.yarn_beta_slow = 1;
     m->embd_scale = gemma ? sqrt((double)hp->n_embd) : 1.0;
     m->gelu = gemma;
+    m->oss = oss;
     /* F: rows of the FFN a token runs (each expert's, for MoE); X: experts */
-    const int64_t E = hp->n_embd, V = hp->n_vocab, F = moe ? hp->n_ff_exp : hp->n_ff,
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = experts ? hp->n_ff_exp : hp->n_ff,
                   Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
                   X = hp->n_expert;
     bool ok = ref_load(get, user, "token_embd.weight", V * E, true, &m->tok_embd) &&
@@ -375,14 +446,17 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
              (phi3 || (REF_LOAD(wq, "attn_q.weight", Q * E, true) && REF_LOAD(wk, "attn_k.weight", KV * E, true) &&
                        REF_LOAD(wv, "attn_v.weight", KV * E, true))) &&
              (gemma || /* llama.cpp's gemma2 and gemma3 have no biases */
-              (REF_LOAD(bq, "attn_q.bias", Q, qwen2) && REF_LOAD(bk, "attn_k.bias", KV, qwen2) &&
-               REF_LOAD(bv, "attn_v.bias", KV, qwen2))) &&
-             (gemma2 || /* nor gemma2 Q/K norms */
+              (REF_LOAD(bq, "attn_q.bias", Q, qwen2 || oss) && REF_LOAD(bk, "attn_k.bias", KV, qwen2 || oss) &&
+               REF_LOAD(bv, "attn_v.bias", KV, qwen2 || oss))) &&
+             (gemma2 || oss || /* nor gemma2's and gpt-oss's Q/K norms */
               (REF_LOAD(q_norm, "attn_q_norm.weight", hp->head_dim, qk_norm) &&
                REF_LOAD(k_norm, "attn_k_norm.weight", hp->head_dim, qk_norm))) &&
-             REF_LOAD(wo, "attn_output.weight", E * Q, true) && REF_LOAD(ffn_norm, "ffn_norm.weight", E, true) &&
+             REF_LOAD(wo, "attn_output.weight", E * Q, true) &&
+             /* gpt-oss's FFN norm is its post_attention_norm */
+             REF_LOAD(ffn_norm, oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, true) &&
              (!gemma || (REF_LOAD(post_attn_norm, "post_attention_norm.weight", E, true) &&
-                         REF_LOAD(post_ffw_norm, "post_ffw_norm.weight", E, true)));
+                         REF_LOAD(post_ffw_norm, "post_ffw_norm.weight", E, true))) &&
+             (!oss || (REF_LOAD(bo, "attn_output.bias", E, true) && REF_LOAD(sinks, "attn_sinks.weight", hp->n_head, true)));
         if (ok && phi3) { /* phi3: gate and up rows in one fused ffn_up (gate first) */
             double *gu = NULL;
             ok = (snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", il), ref_load(get, user, nm, 2 * F * E, true, &gu)) &&
@@ -395,14 +469,19 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 memcpy(L->up, gu + F * E, (size_t)(F * E) * sizeof(double));
             }
             free(gu);
-        } else if (ok && !moe)
+        } else if (ok && !experts)
             ok = REF_LOAD(gate, "ffn_gate.weight", F * E, true) && REF_LOAD(up, "ffn_up.weight", F * E, true) &&
                  REF_LOAD(down, "ffn_down.weight", E * F, true);
-        if (ok && moe)
+        if (ok && experts)
             ok = REF_LOAD(gate_inp, "ffn_gate_inp.weight", X * E, true) &&
                  REF_LOAD(gate_exps, "ffn_gate_exps.weight", X * F * E, true) &&
                  REF_LOAD(up_exps, "ffn_up_exps.weight", X * F * E, true) &&
                  REF_LOAD(down_exps, "ffn_down_exps.weight", X * E * F, true);
+        if (ok && oss)
+            ok = REF_LOAD(gate_inp_b, "ffn_gate_inp.bias", X, true) &&
+                 REF_LOAD(gate_exps_b, "ffn_gate_exps.bias", X * F, true) &&
+                 REF_LOAD(up_exps_b, "ffn_up_exps.bias", X * F, true) &&
+                 REF_LOAD(down_exps_b, "ffn_down_exps.bias", X * E, true);
 #undef REF_LOAD
     }
     if (ok) {
@@ -416,7 +495,7 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         m->g = calloc((size_t)F, sizeof(double));
         m->u = calloc((size_t)F, sizeof(double));
         ok = m->x && m->h && m->tmp && m->q && m->att && m->k && m->v && m->g && m->u;
-        if (ok && moe) {
+        if (ok && experts) {
             m->probs = calloc((size_t)X, sizeof(double));
             m->chosen = calloc((size_t)X, sizeof(bool));
             m->ffn_out = calloc((size_t)E, sizeof(double));
@@ -463,6 +542,35 @@ static inline bool ref_reserve(ref_model *m, int need) {
  * goes to m->ffn_out [n_embd]. Uses m->probs, m->chosen, m->g, m->u, m->tmp. */
 static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
     const int E = m->hp.n_embd, F = m->hp.n_ff_exp, X = m->hp.n_expert, K = m->hp.n_expert_used;
+    if (m->oss) { /* gpt-oss: biased router, top K logits, softmax over those K; biased clamped-SwiGLU experts */
+        ref_matvec(L->gate_inp, x, L->gate_inp_b, X, E, m->probs); /* logits */
+        for (int e = 0; e < X; e++) m->chosen[e] = false;
+        double top = -INFINITY, z = 0;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < X; e++)
+                if (!m->chosen[e] && (best < 0 || m->probs[e] > m->probs[best])) best = e;
+            m->chosen[best] = true;
+            if (k == 0) top = m->probs[best];
+            z += exp(m->probs[best] - top);
+        }
+        for (int i = 0; i < E; i++) m->ffn_out[i] = 0;
+        for (int e = 0; e < X; e++) {
+            if (!m->chosen[e]) continue;
+            const size_t off = (size_t)e * (size_t)F * (size_t)E;
+            ref_matvec(L->gate_exps + off, x, L->gate_exps_b + (size_t)e * F, F, E, m->g);
+            ref_matvec(L->up_exps + off, x, L->up_exps_b + (size_t)e * F, F, E, m->u);
+            for (int i = 0; i < F; i++) {
+                const double g = m->g[i] < 7.0 ? m->g[i] : 7.0;
+                const double u = m->u[i] < -7.0 ? -7.0 : m->u[i] > 7.0 ? 7.0 : m->u[i];
+                m->g[i] = g / (1.0 + exp(-1.702 * g)) * (u + 1.0);
+            }
+            ref_matvec(L->down_exps + off, m->g, L->down_exps_b + (size_t)e * E, E, F, m->tmp);
+            const double w = exp(m->probs[e] - top) / z;
+            for (int i = 0; i < E; i++) m->ffn_out[i] += w * m->tmp[i];
+        }
+        return;
+    }
     /* router: softmax over all experts, before the selection */
     ref_matvec(L->gate_inp, x, NULL, X, E, m->probs);
     double mx = -INFINITY, z = 0;
@@ -519,8 +627,16 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
                 ref_rms_norm(m->k + hd * D, L->k_norm, D, hp->rms_eps, m->k + hd * D);
         double base, fscale;
         ref_layer_rope(hp, il, &base, &fscale);
-        ref_rope(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox);
-        ref_rope(m->k, hp->n_head_kv, D, pos * fscale, base, hp->rope_neox);
+        if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
+            const double ms = fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
+            ref_rope_yarn(m->q, hp->n_head, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
+                          hp->rope_neox, ms);
+            ref_rope_yarn(m->k, hp->n_head_kv, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast,
+                          hp->yarn_beta_slow, hp->rope_neox, ms);
+        } else {
+            ref_rope(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox);
+            ref_rope(m->k, hp->n_head_kv, D, pos * fscale, base, hp->rope_neox);
+        }
         memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));
         memcpy(L->v_cache + (size_t)pos * KV, m->v, (size_t)KV * sizeof(double));
         for (int hq = 0; hq < hp->n_head; hq++) {
@@ -534,6 +650,10 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
                 m->scores[t] = ref_softcap(s * scale, hp->attn_softcap);
                 if (m->scores[t] > mx) mx = m->scores[t];
             }
+            /* a sink (gpt-oss) is one more logit whose value is zero: it only adds to z */
+            const double sink = L->sinks ? L->sinks[hq] : -INFINITY;
+            if (sink > mx) mx = sink;
+            if (L->sinks) z = exp(sink - mx);
             for (int t = t0; t <= pos; t++) z += (m->scores[t] = exp(m->scores[t] - mx));
             double *o = m->att + hq * D;
             for (int d = 0; d < D; d++) o[d] = 0;
@@ -543,7 +663,7 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
                 for (int d = 0; d < D; d++) o[d] += p * v[d];
             }
         }
-        ref_matvec(L->wo, m->att, NULL, E, Q, m->tmp);
+        ref_matvec(L->wo, m->att, L->bo, E, Q, m->tmp);
         if (L->post_attn_norm) ref_rms_norm(m->tmp, L->post_attn_norm, E, hp->rms_eps, m->tmp);
         for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
         /* feed-forward: dense, or a mixture of experts */
@@ -656,7 +776,11 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
             double *k = L->k_cache + (size_t)(t - d) * KV;
             memcpy(k, L->k_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
             memcpy(L->v_cache + (size_t)(t - d) * KV, L->v_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
-            ref_rope(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d * fscale, base, m->hp.rope_neox);
+            if (m->hp.yarn_orig_ctx > 0) /* YaRN's angles; the magnitude is in k already */
+                ref_rope_yarn(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d, base, fscale, m->hp.yarn_orig_ctx,
+                              m->hp.yarn_beta_fast, m->hp.yarn_beta_slow, m->hp.rope_neox, 1.0);
+            else
+                ref_rope(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d * fscale, base, m->hp.rope_neox);
         }
     }
     m->n_past -= d;

@@ -130,6 +130,11 @@ int main(void) {
     rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", moe);
     CHECK_INT(rc, 1);
     CHECK(strstr(out, "mixture-of-experts model (qwen3moe) cannot be split") != NULL);
+    /* without --devices the pair is skipped, said so, and the rest decides */
+    rc = th_cli("", true, "demo -m '%s'", moe);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "skip") != NULL && strstr(out, "tensor-parallel splits are unsupported") != NULL);
+    CHECK(strstr(out, " 0 failed") != NULL);
     rc = th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", moe);
     CHECK_INT(rc, 0);
     if (vk) demo_passes(moe, "--device vulkan:0", "5 checks, 5 passed, 0 failed");

@@ -314,7 +314,7 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1); /* + geglu */
+    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1 + 5); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
     CHECK(has_row(&l, "kernel matmul q4_k"));
     CHECK(has_row(&l, "kernel matmul mxfp4"));
     CHECK(has_row(&l, "kernel get_rows mxfp4"));
@@ -323,6 +323,9 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK(has_row(&l, "kernel attention f16"));
     CHECK(has_row(&l, "kernel rope f16"));
     CHECK(has_row(&l, "kernel rope q4_0"));
+    CHECK(has_row(&l, "kernel rope f32 yarn"));
+    CHECK(has_row(&l, "kernel rope q8_0 yarn"));
+    CHECK(has_row(&l, "kernel swiglu_oai (gpt-oss, alpha 1.702, limit 7)"));
     CHECK(has_row(&l, "kernel set_rows q8_0"));
     CHECK(has_row(&l, "kernel attention K q8_0 V f16"));
 }

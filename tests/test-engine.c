@@ -13,7 +13,9 @@
  *  - n = 4 by fork equals 4 requests with seeds s..s+3, the prompt computed once;
  *  - cancellation (running, waiting, n > 1) returns every page;
  *  - finish reasons: stop ids, end by callback, max_tokens; priorities;
- *  - bad input: clear errors, the engine keeps serving. */
+ *  - bad input: clear errors, the engine keeps serving.
+ * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
+ * the first three on qwen3moe, gemma2, gemma3 and gpt-oss. */
 #include "base/base.h"
 #include "engine-testlib.h"
 
@@ -813,6 +815,16 @@ int main(void) {
     g_m = et_model("gemma3", PKV_TYPE_F16, 12);
     if (g_m) {
         fprintf(stderr, "gemma3 (sliding window 8, five of six layers):\n");
+        test_vs_context();
+        test_batch_invariance();
+        test_preemption();
+    }
+    pkv_model_free(g_m);
+    /* gpt-oss (attention sinks, even layers sliding over 8 tokens, YaRN, biased experts
+     * with the clamped SwiGLU and softmax-after-top-k routing): the same invariances */
+    g_m = et_model("gpt-oss", PKV_TYPE_Q8_0, 13);
+    if (g_m) {
+        fprintf(stderr, "gpt-oss (sinks, sliding window 8 on even layers, YaRN, 4 experts, 2 per token):\n");
         test_vs_context();
         test_batch_invariance();
         test_preemption();

@@ -9,10 +9,13 @@
  *   f32 / f16 / bf16 weights, f32 KV:  1e-9   (float accumulation only)
  *   same weights, f16 KV:              1e-5   (K and V rounded to half)
  *   q8_0 / q4_0 / k-quant weights:     2e-3   (activations quantized to 8 bits for
- *                                              the integer dot products, as ggml does)
+ *                                              the integer dot products, as ggml does;
+ *                                              gpt-oss also with mxfp4 weights)
  * and the greedy token of every position must agree unless the reference's top
  * two logits are closer than a near-tie margin: the larger of 1e-3 (or 0.1 where
- * activations are quantized) and 6x the position's RMS logit error. */
+ * activations are quantized) and 6x the position's RMS logit error.
+ * A gpt-oss file without a sink, a bias or its FFN norm, or with a YaRN original
+ * context of 0, is refused with a message naming the tensor or the key. */
 #include "base/quant.h"
 #include "model/gguf.h"
 #include "ref-model.h"
@@ -43,7 +46,7 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = wt;
-    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2");
+    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2"), oss = !strcmp(arch, "gpt-oss");
     p.n_layer = gemma3 ? 6 : 2; /* gemma3: five sliding layers, then a global one */
     bool kq = pkv_type_block_elems(wt) == 256;
     p.n_embd = kq ? 256 : 64;
@@ -54,8 +57,8 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     p.n_vocab = 300;
     p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
     p.k_mixture = g_mixture;
-    bool moe = !strcmp(arch, "qwen3moe"), llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
-    p.sliding_window = gemma ? 3 : 0;
+    bool moe = !strcmp(arch, "qwen3moe") || oss, llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
+    p.sliding_window = gemma || oss ? 3 : 0;
     p.n_expert = moe ? 4 : 0; /* n_ff is then one expert's rows */
     /* Top-2 of 4 with exact weights (f32, f16, bf16: the router sees what the
      * reference sees, within 1e-13). With quantized weights the CPU rounds the
@@ -83,8 +86,8 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       p.head_dim,
                       p.n_ff,
                       p.n_vocab,
-                      llama_like ? 1e-5 : 1e-6, /* mkmodel: Llama's and Phi-3's norm epsilon and RoPE base, or Qwen's */
-                      llama_like || (gemma && !gemma3) ? 1e4 : 1e6, /* gemma3: its global layers' base */
+                      llama_like || oss ? 1e-5 : 1e-6, /* mkmodel: Llama's, Phi-3's and gpt-oss's norm epsilon, or Qwen's */
+                      oss ? 1.5e5 : llama_like || (gemma && !gemma3) ? 1e4 : 1e6, /* gemma3: its global layers' base */
                       strcmp(arch, "llama") != 0,
                       p.n_expert,
                       p.n_expert_used,
@@ -92,10 +95,14 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       gemma ? 1.0 / sqrt((double)p.head_dim) : 0, /* llama.cpp's rule below 46 (62) layers */
                       gemma && !gemma3 ? 50.0 : 0,               /* mkmodel's Gemma 2 soft-caps; Gemma 3 has none */
                       gemma && !gemma3 ? 30.0 : 0,
-                      gemma ? 3 : 0, /* window of the sliding layers: the prompt crosses it */
-                      gemma3 ? 6 : gemma ? 2 : 0,
-                      gemma3 ? 0.25 : 0, /* mkmodel's gemma3: linear RoPE scaling by 4 on the global layers */
-                      gemma3 ? 1e4 : 0}; /* and base 10000 unscaled on the sliding ones */
+                      gemma || oss ? 3 : 0, /* window of the sliding layers: the prompt crosses it */
+                      gemma3 ? 6 : gemma || oss ? 2 : 0,
+                      gemma3 || oss ? 0.25 : 0, /* mkmodel's gemma3: linear RoPE scaling by 4 on the global layers;
+                                                   gpt-oss: YaRN by 4 */
+                      gemma3 ? 1e4 : 0, /* and base 10000 unscaled on the sliding ones */
+                      oss ? 256 : 0,    /* gpt-oss: YaRN over mkmodel's original context of 256 */
+                      0,
+                      0};
     ref_model *r = ref_model_create(&hp, get_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
@@ -152,8 +159,49 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     pkv_mkmodel_free_memory(img);
 }
 
+/* A gpt-oss image with one tensor renamed (the same length, so the file stays
+ * valid), or its YaRN original context set to 0, must be refused naming it. */
+static void bad_gpt_oss(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "gpt-oss";
+    p.n_embd = 64;
+    p.n_ff = 64;
+    p.n_vocab = 300;
+    static const struct {
+        const char *find, *patch, *expect;
+    } cases[] = {
+        {"blk.1.attn_sinks.weight", "blk.1.attn_sinks.weighX", "tensor 'blk.1.attn_sinks.weight' not found"},
+        {"blk.0.attn_output.bias", "blk.0.attn_output.biaX", "tensor 'blk.0.attn_output.bias' not found"},
+        {"blk.1.attn_k.bias", "blk.1.attn_k.biaX", "tensor 'blk.1.attn_k.bias' not found"},
+        {"blk.0.ffn_gate_inp.bias", "blk.0.ffn_gate_inp.biaX", "tensor 'blk.0.ffn_gate_inp.bias' not found"},
+        {"blk.1.ffn_down_exps.bias", "blk.1.ffn_down_exps.biaX", "tensor 'blk.1.ffn_down_exps.bias' not found"},
+        {"blk.0.post_attention_norm.weight", "blk.0.post_attention_norm.weighX",
+         "tensor 'blk.0.post_attention_norm.weight' not found"},
+        {"gpt-oss.rope.scaling.original_context_length", NULL,
+         "key 'gpt-oss.rope.scaling.original_context_length' is 0"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        void *img;
+        size_t size;
+        REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+        uint8_t *b = img, *hit = NULL;
+        const size_t n = strlen(cases[k].find);
+        for (size_t i = 0; !hit && i + n <= size; i++)
+            if (!memcmp(b + i, cases[k].find, n)) hit = b + i;
+        CHECK(hit != NULL);
+        if (hit && cases[k].patch) memcpy(hit, cases[k].patch, n);
+        if (hit && !cases[k].patch) memset(hit + n + 4, 0, 4); /* after the key: u32 type, u32 value */
+        pkv_model *m = hit ? pkv_model_load_memory(img, size, "bad gpt-oss", pkv_model_default_params()) : NULL;
+        CHECK(m == NULL);
+        if (hit && !strstr(pkv_errmsg(), cases[k].expect))
+            TH_FAIL("%s: message '%s' lacks '%s'", cases[k].find, pkv_errmsg(), cases[k].expect);
+        pkv_model_free(m);
+        pkv_mkmodel_free_memory(img);
+    }
+}
+
 int main(void) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
     enum { N_ARCHS = sizeof archs / sizeof archs[0] };
     static const pkv_type exact[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16};
     static const pkv_type quant[] = {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
@@ -165,8 +213,10 @@ int main(void) {
         }
         for (size_t t = 0; t < sizeof quant / sizeof quant[0]; t++) run_case(archs[a], quant[t], PKV_TYPE_F16, 2e-3, 0.1, &cases);
     }
+    run_case("gpt-oss", PKV_TYPE_MXFP4, PKV_TYPE_F16, 2e-3, 0.1, &cases); /* gpt-oss's own expert type */
     g_mixture = true; /* a "Q4_K_M"-style file: q4_k and q6_k tensors mixed */
     run_case("qwen3", PKV_TYPE_Q4_K, PKV_TYPE_F16, 2e-3, 0.1, &cases);
-    CHECK_INT(cases, N_ARCHS * (2 * 3 + 5) + 1);
+    CHECK_INT(cases, N_ARCHS * (2 * 3 + 5) + 2);
+    bad_gpt_oss();
     return th_done();
 }

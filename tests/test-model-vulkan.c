@@ -1,7 +1,7 @@
 // labels: model vulkan timeout=900
 /* The model on vulkan:0: fork == replay bitwise, swap and save/load round trips,
  * batches (test-model.c on that device); then whole-model logits of every
- * architecture and weight type against the CPU. Tolerance: nmse 1e-5 for
+ * architecture (gpt-oss also with mxfp4 experts) and weight type against the CPU. Tolerance: nmse 1e-5 for
  * f32/f16/bf16 weights (f16 KV on both); 2e-3 for q8_0/q4_0 and the k-quants
  * (the CPU rounds activations to 8 bits in blocks of 32, the Vulkan shaders do
  * not: measured 1.5e-4 to 2e-4 for all of them). The k-quant models (dims of
@@ -50,7 +50,7 @@ int main(void) {
     int rc = model_main();
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];
@@ -69,6 +69,20 @@ int main(void) {
             fprintf(stderr, "%-6s %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", archs[ai], pkv_type_name(t), e, tol);
             if (!(e <= tol)) TH_FAIL("%s %s: nmse %g > %g", archs[ai], pkv_type_name(t), e, tol);
         }
+    /* gpt-oss with its own expert type, mxfp4 (as the q8_0/q4_0 models: the CPU rounds
+     * activations to 8 bits, the shaders do not) */
+    if (pkv_device_supports_weight(v, PKV_TYPE_MXFP4)) {
+        bool ok_c, ok_v;
+        logits_of("gpt-oss", PKV_TYPE_MXFP4, "cpu", a, &ok_c);
+        logits_of("gpt-oss", PKV_TYPE_MXFP4, "vulkan:0", b, &ok_v);
+        if (!ok_c || !ok_v) {
+            TH_FAIL("gpt-oss mxfp4: %s", pkv_errmsg());
+        } else {
+            double e = th_nmse(a, b, 19 * V), tol = 2e-3;
+            fprintf(stderr, "%-6s %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", "gpt-oss", "mxfp4", e, tol);
+            if (!(e <= tol)) TH_FAIL("gpt-oss mxfp4: nmse %g > %g", e, tol);
+        }
+    }
     /* quantized KV pages (heads of 32, f32 weights): the two devices' K/V differ in
      * the last bits before quantization, which can move a value to the
      * neighbouring step; the logits stay close */

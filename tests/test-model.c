@@ -205,7 +205,7 @@ static void test_errors(void) {
     unlink(bad);
 
     /* Build variants with the writer: unsupported arch, missing tensor, wrong shape,
-     * unsupported RoPE scaling. */
+     * unsupported RoPE scaling, YaRN with an original context of 0. */
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.n_layer = 1;
     void *img;
@@ -219,8 +219,9 @@ static void test_errors(void) {
     } cases[] = {{"arch gpt-j", "architecture 'gptj' is not supported", 0},
                  {"no attn_q", "tensor 'blk.0.attn_q.weight' not found", 1},
                  {"wrong shape", "blk.0.ffn_up.weight", 2},
-                 {"yarn", "RoPE scaling 'yarn' is not supported", 3},
-                 {"rope_freqs", "rope_freqs.weight", 4}};
+                 {"longrope", "RoPE scaling 'longrope' is not supported", 3},
+                 {"rope_freqs", "rope_freqs.weight", 4},
+                 {"yarn without context", "key 'llama.rope.scaling.original_context_length' is 0", 5}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         pkv_gguf_writer *w = pkv_gguf_writer_create();
         for (int64_t i = 0; i < pkv_gguf_n_kv(g); i++) {
@@ -271,10 +272,11 @@ static void test_errors(void) {
         if (cases[k].mode == 0) { /* keys are renamed for the new arch name too */
             /* rename llama.* keys to gptj.* is unnecessary: the arch check comes first */
         }
-        if (cases[k].mode == 3) {
-            CHECK_OK(pkv_gguf_writer_add_str(w, "llama.rope.scaling.type", "yarn"));
+        if (cases[k].mode == 3 || cases[k].mode == 5) { /* YaRN loads; with an original context of 0 it does not */
+            CHECK_OK(pkv_gguf_writer_add_str(w, "llama.rope.scaling.type", cases[k].mode == 3 ? "longrope" : "yarn"));
             CHECK_OK(pkv_gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f));
         }
+        if (cases[k].mode == 5) CHECK_OK(pkv_gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 0));
         for (int64_t i = 0; i < pkv_gguf_n_tensors(g); i++) {
             const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
             if (cases[k].mode == 1 && !strcmp(t->name, "blk.0.attn_q.weight")) continue;

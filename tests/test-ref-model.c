@@ -19,7 +19,12 @@
  * slide follow swa_pattern (2, 3, 6, 1); huge softcaps equal none, a tiny attention
  * softcap equals uniform attention, the final softcap bounds every logit; with the
  * layers silenced the logits are the embedding times sqrt(n_embd); tied output; bad
- * gemma2 hparams and tensors, and gemma2 fields refused on other architectures. */
+ * gemma2 hparams and tensors, and gemma2 fields refused on other architectures.
+ * YaRN's rotation against numbers worked out by hand (its ramp over the correction
+ * range, its magnitude factor; factor 1 is plain RoPE, turns compose), and gpt-oss's
+ * forward pass written out for three tokens (biases, sinks, a window, YaRN, the FFN
+ * norm's name, softmax over the top-2 biased router logits, clamped SwiGLU experts
+ * with the clamps taken); missing gpt-oss tensors and bad hparams are refused. */
 #include "ref-model.h"
 #include "testhelp.h"
 
@@ -1237,6 +1242,199 @@ static void test_gemma2_errors(void) {
     ts_free(&tl);
 }
 
+/* ------------------------------------------------------------------ gpt-oss */
+
+/* YaRN by hand: heads of 8, base 1e4, original context 64, betas 32 and 1, factor 4.
+ * d(32) = 8 ln(64 / (2 pi 32)) / (2 ln 1e4) = -0.50, so lo = 0; d(1) = 8 ln(64 / (2 pi))
+ * / (2 ln 1e4) = 1.008, so hi = 2: pair 0 turns unscaled, pair 1 by half the mix
+ * (0.25 * 0.5 + 0.5 = 0.625), pairs 2 and 3 scaled by 0.25; cos and sin times mscale.
+ * Factor 1 is plain RoPE; with mscale 1 turns compose and keep the norm. */
+static void test_yarn_rope(void) {
+    const double base = 1e4, f[4] = {1.0, 0.625, 0.25, 0.25}, pos = 5, ms = 1.25;
+    for (int neox = 0; neox < 2; neox++) {
+        double x[8], want[8], y[8], z[8];
+        for (int i = 0; i < 8; i++) x[i] = want[i] = 0.1 * (i + 1) * (i % 3 ? 1 : -1);
+        for (int i = 0; i < 4; i++) {
+            const double th = pos * pow(base, -2.0 * i / 8) * f[i];
+            const int a = neox ? i : 2 * i, b = neox ? i + 4 : 2 * i + 1;
+            want[a] = ms * (x[a] * cos(th) - x[b] * sin(th));
+            want[b] = ms * (x[a] * sin(th) + x[b] * cos(th));
+        }
+        memcpy(y, x, sizeof x);
+        ref_rope_yarn(y, 1, 8, pos, base, 0.25, 64, 32, 1, neox, ms);
+        CHECK(max_diff(y, want, 8) < 1e-14);
+        memcpy(y, x, sizeof x); /* factor 1: the mix changes nothing */
+        memcpy(z, x, sizeof x);
+        ref_rope_yarn(y, 1, 8, pos, base, 1.0, 64, 32, 1, neox, 1.0);
+        ref_rope(z, 1, 8, pos, base, neox);
+        CHECK(max_diff(y, z, 8) < 1e-14);
+        memcpy(y, x, sizeof x); /* 3 then 4 == 7, and back by -7 is the start */
+        memcpy(z, x, sizeof x);
+        ref_rope_yarn(y, 1, 8, 3, base, 0.25, 64, 32, 1, neox, 1.0);
+        ref_rope_yarn(y, 1, 8, 4, base, 0.25, 64, 32, 1, neox, 1.0);
+        ref_rope_yarn(z, 1, 8, 7, base, 0.25, 64, 32, 1, neox, 1.0);
+        CHECK(max_diff(y, z, 8) < 1e-14);
+        ref_rope_yarn(z, 1, 8, -7, base, 0.25, 64, 32, 1, neox, 1.0);
+        CHECK(max_diff(z, x, 8) < 1e-14);
+    }
+}
+
+static ref_hparams oss_hp(void) {
+    ref_hparams hp = {.arch = "gpt-oss", .n_layer = 1, .n_embd = 16, .n_head = 4, .n_head_kv = 2, .head_dim = 8,
+                      .n_vocab = 32, .rms_eps = 1e-5, .rope_base = 10000.0, .rope_neox = true, .n_expert = 4,
+                      .n_expert_used = 2, .n_ff_exp = 12, .sliding_window = 2, .rope_freq_scale = 0.25,
+                      .yarn_orig_ctx = 64};
+    return hp;
+}
+
+/* gpt-oss's tensors; gate and up experts large enough that the clamps at 7 bite. */
+static void make_oss(tstore *ts, const ref_hparams *hp, uint64_t seed) {
+    uint64_t rs = seed;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
+                  X = hp->n_expert, F = hp->n_ff_exp;
+    ts->n = 0;
+    ts_add(ts, "token_embd.weight", hp->n_vocab * E, 0, 1, &rs);
+    ts_add(ts, "output_norm.weight", E, 1, 0.2, &rs);
+    ts_add(ts, "output.weight", hp->n_vocab * E, 0, 0.5, &rs);
+    for (int il = 0; il < hp->n_layer; il++) {
+        char nm[64];
+#define ADD(suffix, n, c, s) (snprintf(nm, sizeof nm, "blk.%d." suffix, il), ts_add(ts, nm, n, c, s, &rs))
+        ADD("attn_norm.weight", E, 1, 0.2);
+        ADD("attn_q.weight", Q * E, 0, 0.5);
+        ADD("attn_k.weight", KV * E, 0, 0.5);
+        ADD("attn_v.weight", KV * E, 0, 0.5);
+        ADD("attn_q.bias", Q, 0, 0.3);
+        ADD("attn_k.bias", KV, 0, 0.3);
+        ADD("attn_v.bias", KV, 0, 0.3);
+        ADD("attn_output.weight", E * Q, 0, 0.3);
+        ADD("attn_output.bias", E, 0, 0.3);
+        ADD("attn_sinks.weight", hp->n_head, 0.5, 1.5);
+        ADD("post_attention_norm.weight", E, 1, 0.2);
+        ADD("ffn_gate_inp.weight", X * E, 0, 1.0);
+        ADD("ffn_gate_inp.bias", X, 0, 0.5);
+        ADD("ffn_gate_exps.weight", X * F * E, 0, 2.0);
+        ADD("ffn_up_exps.weight", X * F * E, 0, 2.0);
+        ADD("ffn_down_exps.weight", X * E * F, 0, 0.3);
+        ADD("ffn_gate_exps.bias", X * F, 0, 0.5);
+        ADD("ffn_up_exps.bias", X * F, 0, 0.5);
+        ADD("ffn_down_exps.bias", X * E, 0, 0.3);
+#undef ADD
+    }
+}
+
+/* gpt-oss's forward pass written out for a one-layer model and three tokens (the
+ * window of 2 cuts the third's view), against ref_model_eval: biases, sinks (a softmax
+ * with one more logit of value zero), YaRN (ref_rope_yarn, checked by hand above,
+ * with its magnitude on q and k), post_attention_norm as the FFN norm, top 2 of the
+ * biased router logits with a softmax over those 2, and the clamped SwiGLU experts. */
+static void test_oss_by_hand(void) {
+    ref_hparams hp = oss_hp();
+    tstore ts;
+    make_oss(&ts, &hp, 91);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    enum { E = 16, D = 8, KV = 16, F = 12, V = 32, NT = 3 };
+    const int32_t toks[NT] = {5, 17, 2};
+    double want[NT][V], got[NT][V], kc[NT][KV], vc[NT][KV];
+    int clamped = 0;
+    const double ms = 1 + 0.1 * log(4.0);
+    for (int t = 0; t < NT; t++) {
+        double x[E], h[E], q[32], k[KV], v[KV], att[32], o[E];
+        memcpy(x, ts_find(&ts, "token_embd.weight") + toks[t] * E, sizeof x);
+        t_norm(x, tsf(&ts, "blk.%d.attn_norm.weight", 0), E, hp.rms_eps, h);
+        t_mv(tsf(&ts, "blk.%d.attn_q.weight", 0), h, 32, E, q);
+        t_mv(tsf(&ts, "blk.%d.attn_k.weight", 0), h, KV, E, k);
+        t_mv(tsf(&ts, "blk.%d.attn_v.weight", 0), h, KV, E, v);
+        for (int i = 0; i < 32; i++) q[i] += tsf(&ts, "blk.%d.attn_q.bias", 0)[i];
+        for (int i = 0; i < KV; i++) k[i] += tsf(&ts, "blk.%d.attn_k.bias", 0)[i], v[i] += tsf(&ts, "blk.%d.attn_v.bias", 0)[i];
+        ref_rope_yarn(q, 4, D, t, 1e4, 0.25, 64, 32, 1, true, ms);
+        ref_rope_yarn(k, 2, D, t, 1e4, 0.25, 64, 32, 1, true, ms);
+        memcpy(kc[t], k, sizeof k);
+        memcpy(vc[t], v, sizeof v);
+        const int t0 = t >= 2 ? t - 1 : 0; /* a window of 2: this token and the one before */
+        for (int hq = 0; hq < 4; hq++) {
+            const int hk = hq / 2;
+            double sc[NT], z = exp(tsf(&ts, "blk.%d.attn_sinks.weight", 0)[hq]); /* the sink's e^sink */
+            for (int j = t0; j <= t; j++) {
+                double d = 0;
+                for (int i = 0; i < D; i++) d += q[hq * D + i] * kc[j][hk * D + i];
+                sc[j] = exp(d / sqrt((double)D));
+                z += sc[j];
+            }
+            for (int i = 0; i < D; i++) {
+                att[hq * D + i] = 0;
+                for (int j = t0; j <= t; j++) att[hq * D + i] += sc[j] / z * vc[j][hk * D + i];
+            }
+        }
+        t_mv(tsf(&ts, "blk.%d.attn_output.weight", 0), att, E, 32, o);
+        for (int i = 0; i < E; i++) x[i] += o[i] + tsf(&ts, "blk.%d.attn_output.bias", 0)[i];
+        t_norm(x, tsf(&ts, "blk.%d.post_attention_norm.weight", 0), E, hp.rms_eps, h);
+        double lg[4];
+        t_mv(tsf(&ts, "blk.%d.ffn_gate_inp.weight", 0), h, 4, E, lg);
+        int order[4] = {0, 1, 2, 3};
+        for (int e = 0; e < 4; e++) lg[e] += tsf(&ts, "blk.%d.ffn_gate_inp.bias", 0)[e];
+        for (int a = 1; a < 4; a++) /* stable insertion sort by logit, largest first */
+            for (int b = a; b > 0 && lg[order[b]] > lg[order[b - 1]]; b--) {
+                int tmp = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = tmp;
+            }
+        const double w0 = 1 / (1 + exp(lg[order[1]] - lg[order[0]])), wt[2] = {w0, 1 - w0};
+        for (int c = 0; c < 2; c++) {
+            const int e = order[c];
+            double g[F], u[F], d[E];
+            t_mv(tsf(&ts, "blk.%d.ffn_gate_exps.weight", 0) + e * F * E, h, F, E, g);
+            t_mv(tsf(&ts, "blk.%d.ffn_up_exps.weight", 0) + e * F * E, h, F, E, u);
+            for (int i = 0; i < F; i++) {
+                double gg = g[i] + tsf(&ts, "blk.%d.ffn_gate_exps.bias", 0)[e * F + i];
+                double uu = u[i] + tsf(&ts, "blk.%d.ffn_up_exps.bias", 0)[e * F + i];
+                clamped += (gg > 7) + (fabs(uu) > 7);
+                gg = fmin(gg, 7), uu = fmax(-7, fmin(uu, 7));
+                g[i] = gg / (1 + exp(-1.702 * gg)) * (uu + 1);
+            }
+            t_mv(tsf(&ts, "blk.%d.ffn_down_exps.weight", 0) + e * E * F, g, E, F, d);
+            for (int i = 0; i < E; i++) x[i] += wt[c] * (d[i] + tsf(&ts, "blk.%d.ffn_down_exps.bias", 0)[e * E + i]);
+        }
+        t_out(&ts, &hp, x, want[t]);
+    }
+    CHECK_INT(ref_model_eval(m, toks, NT, NULL, &got[0][0]), 0);
+    CHECK(max_diff(&want[0][0], &got[0][0], (size_t)NT * V) < 1e-11);
+    CHECK(clamped > 0); /* the clamps were taken */
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* gpt-oss needs its sinks, biases and post_attention_norm, a window, no gemma scales. */
+static void test_oss_errors(void) {
+    ref_hparams hp = oss_hp();
+    static const char *need[] = {"blk.0.attn_sinks.weight", "blk.0.attn_output.bias", "blk.0.attn_q.bias",
+                                 "blk.0.post_attention_norm.weight", "blk.0.ffn_gate_inp.bias",
+                                 "blk.0.ffn_down_exps.bias"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        tstore ts;
+        make_oss(&ts, &hp, 92);
+        ts_remove(&ts, need[i]);
+        ref_model *m = ref_model_create(&hp, ts_get, &ts);
+        th_checks++;
+        if (m) TH_FAIL("gpt-oss: loaded without %s", need[i]);
+        ref_model_free(m);
+        ts_free(&ts);
+    }
+    tstore ts;
+    make_oss(&ts, &hp, 93);
+    for (int i = 0; i < 3; i++) {
+        ref_hparams hb = hp;
+        if (i == 0) hb.sliding_window = 0;
+        if (i == 1) hb.attn_softcap = 30;
+        if (i == 2) hb.yarn_orig_ctx = -1;
+        ref_model *m = ref_model_create(&hb, ts_get, &ts);
+        th_checks++;
+        if (m) TH_FAIL("gpt-oss: accepted bad hparams (case %d)", i);
+        ref_model_free(m);
+    }
+    ts_free(&ts);
+}
+
 int main(void) {
     test_rope();
     for (int a = 0; a < N_ARCHS; a++) {
@@ -1263,5 +1461,8 @@ int main(void) {
     test_gemma2_softcap();
     test_gemma2_embd_scale();
     test_gemma2_errors();
+    test_yarn_rope();
+    test_oss_by_hand();
+    test_oss_errors();
     return th_done();
 }

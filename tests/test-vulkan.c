@@ -441,7 +441,7 @@ static void test_elementwise(pkv_device *d) {
     down(by, PAD + 64, got, sizeof(float) * n);
     CHECK_MEM(got, ref, sizeof(float) * n);
     /* swiglu */
-    pkv_k_swiglu_args sa = {pkv_tref_make(ba, PAD), pkv_tref_make(bb, 4), pkv_tref_make(by, PAD + 64), n, false};
+    pkv_k_swiglu_args sa = {pkv_tref_make(ba, PAD), pkv_tref_make(bb, 4), pkv_tref_make(by, PAD + 64), n, false, false, 0, 0};
     CHECK_OK(pkv_k_swiglu(d, &sa));
     for (int64_t i = 0; i < n; i++) ref[i] = (float)(a[i] / (1.0 + exp(-(double)a[i])) * b[i]);
     down(by, PAD + 64, got, sizeof(float) * n);
@@ -618,7 +618,8 @@ static void test_rope(pkv_device *d, pkv_type dtype, bool neox, bool with_rows) 
     size_t xoff = PAD + (es == 2 ? 2 : 0);
     pkv_buffer *bx = up(d, xoff, x, total), *bp = up(d, 4, pos, sizeof pos), *br = up(d, 8, rows, sizeof rows);
     pkv_k_rope_args ra = {pkv_tref_make(bx, xoff), dtype, n_rows, max_rows, stride, n_heads, head_dim, n_rot, neox,
-                          10000.0f, 0.5f, pkv_tref_make(bp, 4), with_rows ? pkv_tref_make(br, 8) : pkv_tref_make(NULL, 0)};
+                          10000.0f, 0.5f, pkv_tref_make(bp, 4), with_rows ? pkv_tref_make(br, 8) : pkv_tref_make(NULL, 0),
+                          0, 0, 0, 0};
     CHECK_OK(pkv_k_rope(d, &ra));
     down(bx, xoff, got, total);
     float *rf = malloc(sizeof(float) * max_rows * n_heads * head_dim), *gf = malloc(sizeof(float) * max_rows * n_heads * head_dim);

@@ -52,7 +52,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gpt-oss --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
                    "                      -o FILE.gguf\n"
@@ -62,9 +62,13 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512;\n"
                    "for k-quants (q4_k, q5_k, q6_k, q4_k_m) dim 256 and ffn 512 (rows are blocks of 256).\n"
                    "The vocabulary's special tokens are <|begin_of_text|> 256 (BOS, added) and <|end_of_text|> 257.\n"
-                   "Mixture of experts (--arch qwen3moe: qwen3 attention, experts in place of the FFN):\n"
+                   "Mixture of experts (--arch qwen3moe: qwen3 attention, experts in place of the FFN;\n"
+                   "--arch gpt-oss: below):\n"
                    "  --experts N              experts per layer (default 4); --ffn is one expert's rows\n"
                    "  --experts-used K         experts each token is routed to (default 2)\n"
+                   "gpt-oss (--arch gpt-oss: Q/K/V/O biases, attention sinks, every other layer sliding\n"
+                   "(--sliding-window, default 8), RoPE base 150000 with YaRN factor 4 over an original\n"
+                   "context of 256, biased experts with the clamped SwiGLU; --type mxfp4 gives MXFP4 experts)\n"
                    "Gemma 2 (--arch gemma2: embedding scale, post-norms, GeGLU, soft-caps 50/30, tied output)\n"
                    "and Gemma 3 (--arch gemma3: gemma2 with Q/K norms and no soft-caps; RoPE base 1e6 and\n"
                    "linear scaling by 4 on the global layers, base 10000 on the sliding ones):\n"

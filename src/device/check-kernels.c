@@ -13,8 +13,9 @@
  *   outputs: a dot product whose terms cancel has a tiny result but the same
  *   absolute rounding error, and must not fail for that)
  *   get_rows                       1e-12  dequantization is exact
- *   rms_norm, add, swiglu, softmax 1e-10
- *   rope f32 / f16                 1e-8 / 1e-6   angles may be computed in f32
+ *   rms_norm, add, swiglu, softmax 1e-10   (swiglu: silu, gelu and gpt-oss's clamped form)
+ *   rope f32 / f16                 1e-8 / 1e-6   angles may be computed in f32; also with
+ *                                                YaRN (its own rows, q8_0/q4_0 too)
  *   set_rows f32 / f16             0 / 1e-7      f16 rounding may differ by an ulp
  *   attention (f32 or f16 KV)      1e-8
  *   argmax                         exact indices
@@ -363,9 +364,12 @@ static pkv_status check_add(ck *k) {
     return PKV_OK;
 }
 
-static pkv_status check_swiglu(ck *k, bool gelu) {
+/* gelu: the tanh form of GeGLU; oai: gpt-oss's clamped SwiGLU (alpha 1.702, limit 7),
+ * with inputs past the limit both ways so that every clamp is taken. */
+static pkv_status check_swiglu(ck *k, bool gelu, bool oai) {
     static const int64_t sizes[] = {1, 37, 1000, 70000};
-    row_begin(k, "kernel %s", gelu ? "geglu (gelu, tanh form)" : "swiglu", 1e-10);
+    row_begin(k, "kernel %s", oai ? "swiglu_oai (gpt-oss, alpha 1.702, limit 7)" : gelu ? "geglu (gelu, tanh form)" : "swiglu",
+              1e-10);
     pkv_status s = PKV_OK;
     for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(sizes) && !k->row_error && !k->row.skipped; si++) {
         const int64_t n = sizes[si / 2];
@@ -373,9 +377,12 @@ static pkv_status check_swiglu(ck *k, bool gelu) {
         float *h = scratch((size_t)n, 3);
         if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
         float *g = h, *u = h + n, *y = h + 2 * n;
-        fill_rand(k, g, (size_t)n, 6.0f);
-        fill_rand(k, u, (size_t)n, 2.0f);
-        pkv_ref_glu(g, u, y, n, gelu);
+        fill_rand(k, g, (size_t)n, oai ? 12.0f : 6.0f);
+        fill_rand(k, u, (size_t)n, oai ? 12.0f : 2.0f);
+        if (oai)
+            pkv_ref_swiglu_oai(g, u, y, n, 1.702f, 7.0f);
+        else
+            pkv_ref_glu(g, u, y, n, gelu);
         dbuf *bg, *bu, *by;
         TRY(s = put(k, &bg, g, (size_t)n * 4));
         TRY(s = put(k, &bu, u, (size_t)n * 4));
@@ -383,7 +390,8 @@ static pkv_status check_swiglu(ck *k, bool gelu) {
             by = bg;
         else
             TRY(s = put(k, &by, NULL, (size_t)n * 4));
-        pkv_k_swiglu_args a = {.g = tr(bg), .u = tr(bu), .y = tr(by), .n = n, .gelu = gelu};
+        pkv_k_swiglu_args a = {.g = tr(bg), .u = tr(bu), .y = tr(by), .n = n, .gelu = gelu, .oai = oai, .alpha = 1.702f,
+                               .limit = 7.0f};
         if (kernel_ok(k, pkv_k_swiglu(k->dev, &a), "swiglu")) s = compare_f32(k, by, y, (size_t)n, alias ? "y = g" : "swiglu");
     done:
         bufs_free(k);
@@ -470,7 +478,22 @@ static pkv_status check_argmax(ck *k) {
 
 /* -------------------------------------------------------------------- rope */
 
-static pkv_status check_rope(ck *k, pkv_type dt) {
+/* YaRN on a rope case (yarn true): linear factor 4 over an original context of 256,
+ * beta 32 / 1 (the correction range from pkv_rope_yarn_corr_dims for the case's n_rot
+ * and base), ext_factor 1, and YaRN's magnitude factor 1 + 0.1 ln 4 on every other case
+ * (none on the others, as the shift's re-rotation passes). */
+static void rope_yarn(pkv_k_rope_args *a, bool yarn, size_t ci) {
+    if (!yarn) return;
+    a->freq_scale = 0.25f;
+    a->ext_factor = 1.0f;
+    float dims[2];
+    pkv_rope_yarn_corr_dims(a->n_rot, 256, a->freq_base, 32.0f, 1.0f, dims);
+    a->corr_lo = dims[0];
+    a->corr_hi = dims[1];
+    a->mscale = ci % 2 ? 0.0f : 1.0f + 0.1f * logf(4.0f);
+}
+
+static pkv_status check_rope(ck *k, pkv_type dt, bool yarn) {
     typedef struct {
         int n_rows, max_rows, n_heads, head_dim, n_rot, extra; /* extra: padding elements per row */
         bool neox, list;
@@ -484,7 +507,7 @@ static pkv_status check_rope(ck *k, pkv_type dt) {
         {1, 1, 8, 128, 128, 0, true, false, 10000.0f, 1.0f},
     };
     const size_t es = dt == PKV_TYPE_F32 ? 4 : 2;
-    row_begin(k, "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_F32 ? 1e-8 : 1e-6);
+    row_begin(k, yarn ? "kernel rope %s yarn" : "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_F32 ? 1e-8 : 1e-6);
     pkv_status s = PKV_OK;
     for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
         const rcase *c = &cases[ci];
@@ -515,8 +538,11 @@ static pkv_status check_rope(ck *k, pkv_type dt) {
         TRY(s = put(k, &bx, xb, n_el * es));
         TRY(s = put(k, &bp, pos, (size_t)c->n_rows * 4));
         if (c->list) TRY(s = put(k, &brw, rows, (size_t)c->n_rows * 4));
-        pkv_k_rope_args a = {tr(bx), dt, c->n_rows, c->max_rows, stride, c->n_heads, c->head_dim, c->n_rot, c->neox,
-                             c->base, c->scale, tr(bp), brw ? tr(brw) : pkv_tref_make(NULL, 0)};
+        pkv_k_rope_args a = {.x = tr(bx), .dtype = dt, .n_rows = c->n_rows, .max_rows = c->max_rows, .row_stride = stride,
+                             .n_heads = c->n_heads, .head_dim = c->head_dim, .n_rot = c->n_rot, .neox = c->neox,
+                             .freq_base = c->base, .freq_scale = c->scale, .pos = tr(bp),
+                             .rows = brw ? tr(brw) : pkv_tref_make(NULL, 0)};
+        rope_yarn(&a, yarn, ci);
         pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
         if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
             bool guard = true;
@@ -812,7 +838,7 @@ static pkv_status check_set_rows_q(ck *k, pkv_type dt) {
 /* rope of q8_0 / q4_0 rows (the shift's re-rotation): dequantize, rotate,
  * quantize on the device, against the reference doing the same in double. A
  * rotated value near a rounding boundary may land one quantization step away. */
-static pkv_status check_rope_q(ck *k, pkv_type dt) {
+static pkv_status check_rope_q(ck *k, pkv_type dt, bool yarn) {
     typedef struct {
         int n_rows, max_rows, n_heads, head_dim, n_rot;
         bool neox, list;
@@ -821,7 +847,7 @@ static pkv_status check_rope_q(ck *k, pkv_type dt) {
         {3, 3, 2, 32, 32, false, false}, {4, 9, 3, 64, 48, true, true}, {5, 7, 2, 128, 128, true, true},
         {2, 2, 4, 128, 64, false, false},
     };
-    row_begin(k, "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_Q8_0 ? 1e-5 : 1e-3);
+    row_begin(k, yarn ? "kernel rope %s yarn" : "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_Q8_0 ? 1e-5 : 1e-3);
     pkv_status s = PKV_OK;
     for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
         const rcase *c = &cases[ci];
@@ -848,8 +874,11 @@ static pkv_status check_rope_q(ck *k, pkv_type dt) {
         TRY(s = put(k, &bx, xb, nbytes));
         TRY(s = put(k, &bp, pos, (size_t)c->n_rows * 4));
         if (c->list) TRY(s = put(k, &brw, rows, (size_t)c->n_rows * 4));
-        pkv_k_rope_args a = {tr(bx), dt, c->n_rows, c->max_rows, stride, c->n_heads, c->head_dim, c->n_rot, c->neox,
-                             10000.0f, 1.0f, tr(bp), brw ? tr(brw) : pkv_tref_make(NULL, 0)};
+        pkv_k_rope_args a = {.x = tr(bx), .dtype = dt, .n_rows = c->n_rows, .max_rows = c->max_rows, .row_stride = stride,
+                             .n_heads = c->n_heads, .head_dim = c->head_dim, .n_rot = c->n_rot, .neox = c->neox,
+                             .freq_base = 10000.0f, .freq_scale = 1.0f, .pos = tr(bp),
+                             .rows = brw ? tr(brw) : pkv_tref_make(NULL, 0)};
+        rope_yarn(&a, yarn, ci);
         pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
         if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
             bool guard = true;
@@ -898,16 +927,21 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     }
     if (!s) s = check_rms_norm(&k);
     if (!s) s = check_add(&k);
-    if (!s) s = check_swiglu(&k, false);
-    if (!s) s = check_swiglu(&k, true);
-    if (!s) s = check_rope(&k, PKV_TYPE_F32);
-    if (!s) s = check_rope(&k, PKV_TYPE_F16);
+    if (!s) s = check_swiglu(&k, false, false);
+    if (!s) s = check_swiglu(&k, true, false);
+    if (!s) s = check_swiglu(&k, false, true);
+    if (!s) s = check_rope(&k, PKV_TYPE_F32, false);
+    if (!s) s = check_rope(&k, PKV_TYPE_F16, false);
+    if (!s) s = check_rope(&k, PKV_TYPE_F32, true);
+    if (!s) s = check_rope(&k, PKV_TYPE_F16, true);
     if (!s) s = check_set_rows(&k, PKV_TYPE_F32);
     if (!s) s = check_set_rows(&k, PKV_TYPE_F16);
     if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q8_0);
     if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q4_0);
-    if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0);
-    if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0);
+    if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0, false);
+    if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0, false);
+    if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0, true);
+    if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0, true);
     if (!s) s = check_attention(&k, PKV_TYPE_F32, PKV_TYPE_F32, false);
     if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16, false);
     if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false);

@@ -73,12 +73,17 @@ typedef struct pkv_k_add_args {
 } pkv_k_add_args;
 
 /* y[i] = act(g[i]) * u[i]. f32 [n]. y may alias g. act:
- *   silu (gelu false): x / (1 + exp(-x))
- *   gelu (gelu true, the tanh form, Gemma): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+ *   silu (gelu and oai false): x / (1 + exp(-x))
+ *   gelu (gelu true, the tanh form, Gemma): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * oai (gpt-oss's clamped SwiGLU, llama.cpp's swiglu_oai; gelu must be false): with
+ *   x = min(g[i], limit) and v = clamp(u[i], -limit, limit),
+ *   y[i] = x / (1 + exp(-alpha x)) * (v + 1). */
 typedef struct pkv_k_swiglu_args {
     pkv_tref g, u, y;
     int64_t n;
     bool gelu;
+    bool oai;
+    float alpha, limit; /* oai only: gpt-oss has 1.702 and 7; limit > 0 */
 } pkv_k_swiglu_args;
 
 /* Rotary embedding, in place, on rows of x (f32, f16, or a KV type q8_0 / q4_0).
@@ -91,6 +96,12 @@ typedef struct pkv_k_swiglu_args {
  * With theta_i = pos[r] * freq_scale * freq_base^(-2i/n_rot), i in [0, n_rot/2):
  *   normal (llama):  pairs (2i, 2i+1);   neox (qwen2/3): pairs (i, i + n_rot/2);
  *   (a, b) -> (a cos - b sin, a sin + b cos).
+ * YaRN (ext_factor != 0; llama.cpp's rope_yarn): pair i's angle mixes the scaled and
+ * the unscaled angle, theta_i = pos * freq_base^(-2i/n_rot) * (freq_scale (1 - m_i) + m_i),
+ * m_i = ext_factor * (1 - clamp((i - corr_lo) / max(0.001, corr_hi - corr_lo), 0, 1))
+ * (corr_lo, corr_hi from pkv_rope_yarn_corr_dims). Then cos and sin are multiplied by
+ * mscale (0 = 1): the forward pass passes YaRN's magnitude factor,
+ * a re-rotation of cached K none, so rotations by a position delta still compose.
  * Rotations compose, so rotating cached K by a position delta re-positions it.
  * pos: i32 [n_rows]. max_rows bounds row(r) for the bounds check. */
 typedef struct pkv_k_rope_args {
@@ -102,8 +113,18 @@ typedef struct pkv_k_rope_args {
     bool neox;
     float freq_base, freq_scale;
     pkv_tref pos;
-    pkv_tref rows; /* buf NULL: identity */
+    pkv_tref rows;          /* buf NULL: identity */
+    float ext_factor;       /* YaRN's mix; 0 = no YaRN (the angle is pos * freq_scale * base^(-2i/n_rot)) */
+    float corr_lo, corr_hi; /* YaRN's correction range, in pairs */
+    float mscale;           /* cos and sin times this; 0 = 1 */
 } pkv_k_rope_args;
+
+/* YaRN's correction range (ggml's ggml_rope_yarn_corr_dims, in f32 as there): the
+ * pairs from floor(d(beta_fast)) to ceil(d(beta_slow)), clamped to [0, n_rot - 1], with
+ * d(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln freq_base), the pair that turns b
+ * times over n_ctx_orig positions. dims[0] = corr_lo, dims[1] = corr_hi. */
+void pkv_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                             float dims[2]);
 
 /* dst row idx[i] = convert(src row i), i in [0, n): the KV-cache write.
  * src: f32, row i at src.off + i*src_stride, row_elems elements.

@@ -120,6 +120,9 @@ pkv_status pkv_k_swiglu(pkv_device *dev, const pkv_k_swiglu_args *a) {
     TRY(arg(&k, "g", a->g, (uint64_t)a->n * 4));
     TRY(arg(&k, "u", a->u, (uint64_t)a->n * 4));
     TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
+    SHAPE(!a->oai || (!a->gelu && a->limit > 0 && a->limit < INFINITY && a->alpha > -INFINITY && a->alpha < INFINITY),
+          "oai needs gelu off, a finite alpha and a limit in (0, inf) (alpha %g, limit %g)", (double)a->alpha,
+          (double)a->limit);
     return dev->ops->kernels->swiglu(dev->ctx, a);
 }
 
@@ -133,6 +136,9 @@ pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
     SHAPE(a->n_rot > 0 && a->n_rot % 2 == 0 && a->n_rot <= a->head_dim,
           "n_rot %d must be even and in (0, head_dim %d]", a->n_rot, a->head_dim);
     SHAPE(a->freq_base > 0 && a->freq_scale > 0, "freq_base and freq_scale must be > 0");
+    SHAPE(isfinite(a->ext_factor) && isfinite(a->corr_lo) && isfinite(a->corr_hi) && isfinite(a->mscale) && a->mscale >= 0,
+          "YaRN ext_factor %g, corr %g..%g and mscale %g must be finite (mscale >= 0)", (double)a->ext_factor,
+          (double)a->corr_lo, (double)a->corr_hi, (double)a->mscale);
     uint64_t row_bytes = (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
     SHAPE(a->row_stride >= row_bytes, "row stride %zu < row of %llu bytes", a->row_stride, (unsigned long long)row_bytes);
     int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
@@ -141,6 +147,15 @@ pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
     TRY(arg(&k, "pos", a->pos, (uint64_t)a->n_rows * 4));
     if (a->rows.buf) TRY(arg(&k, "rows", a->rows, (uint64_t)a->n_rows * 4));
     return dev->ops->kernels->rope(dev->ctx, a);
+}
+
+void pkv_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                             float dims[2]) {
+    const float two_pi = 6.28318530717958647692f, lb = 2.0f * logf(freq_base);
+    const float lo = floorf((float)n_rot * logf((float)n_ctx_orig / (beta_fast * two_pi)) / lb);
+    const float hi = ceilf((float)n_rot * logf((float)n_ctx_orig / (beta_slow * two_pi)) / lb);
+    dims[0] = lo > 0 ? lo : 0;
+    dims[1] = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
 }
 
 pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a) {

@@ -55,6 +55,7 @@ typedef struct kv_layer {
                          cache of the other pool (see `sub` below) */
     int window;       /* tokens; 0 = full attention */
     float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
+    float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
 } kv_layer;
 
 struct pkv_kv_layout {

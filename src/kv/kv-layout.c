@@ -2,6 +2,7 @@
  * validated once at creation with errors that name the layer. */
 #include "kv/kv-impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,14 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
     if (ps < 1 || ps > PKV_KV_MAX_PAGE_SIZE)
         return pkv_err(PKV_ERR_INVALID, "KV layout: page size %d tokens is outside [1, %d]", p->page_size,
                        PKV_KV_MAX_PAGE_SIZE);
+    if (!isfinite(p->rope_yarn_ext_factor) || !(p->rope_yarn_beta_fast >= 0 && p->rope_yarn_beta_fast < INFINITY) ||
+        !(p->rope_yarn_beta_slow >= 0 && p->rope_yarn_beta_slow < INFINITY))
+        return pkv_err(PKV_ERR_INVALID, "KV layout: YaRN rope_yarn_ext_factor %g, beta_fast %g, beta_slow %g must be finite "
+                       "(betas >= 0; 0 = 32 and 1)", (double)p->rope_yarn_ext_factor, (double)p->rope_yarn_beta_fast,
+                       (double)p->rope_yarn_beta_slow);
+    if (p->rope_yarn_ext_factor != 0 && p->rope_yarn_n_ctx_orig <= 0)
+        return pkv_err(PKV_ERR_INVALID, "KV layout: YaRN (rope_yarn_ext_factor %g) needs rope_yarn_n_ctx_orig > 0, the "
+                       "model's original context length (got %d)", (double)p->rope_yarn_ext_factor, p->rope_yarn_n_ctx_orig);
     for (int il = 0; il < p->n_layers; il++) {
         pkv_status s = check_layer(p, il, &p->layers[il]);
         if (s) return s;
@@ -78,6 +87,12 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->window = d->window;
         L->freq_base = d->rope_freq_base > 0 ? d->rope_freq_base : p->rope_freq_base > 0 ? p->rope_freq_base : 10000.0f;
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
+        if (p->rope_yarn_ext_factor != 0) { /* the forward pass's correction range: this layer's base */
+            L->yarn_ext = p->rope_yarn_ext_factor;
+            pkv_rope_yarn_corr_dims(p->rope_n_rot ? p->rope_n_rot : d->head_dim_k, p->rope_yarn_n_ctx_orig, L->freq_base,
+                                    p->rope_yarn_beta_fast > 0 ? p->rope_yarn_beta_fast : 32.0f,
+                                    p->rope_yarn_beta_slow > 0 ? p->rope_yarn_beta_slow : 1.0f, L->yarn_corr);
+        }
         L->hk = pkv_type_row_bytes(L->tk, (size_t)L->dk);
         L->hv = pkv_type_row_bytes(L->tv, (size_t)L->dv);
         int ns = d->n_shards ? d->n_shards : 1;

@@ -8,11 +8,13 @@
  *   per layer:  xb = rmsnorm(x)
  *               q, k, v = xb·Wqᵀ (+b), xb·Wkᵀ (+b), xb·Wvᵀ (+b)
  *               (qwen3, gemma3: per-head rmsnorm of q and k)
- *               rope(q), rope(k) at the tokens' positions (the layer's base and scale)
+ *               rope(q), rope(k) at the tokens' positions (the layer's base and scale;
+ *               YaRN's mix and magnitude where the model has it)
  *               K/V cache rows <- k, v                   (set_rows, f16 or f32)
- *               att = paged_attention(q, cache, block tables)
- *               x += att·Woᵀ
+ *               att = paged_attention(q, cache, block tables)   (gpt-oss: with sinks)
+ *               x += att·Woᵀ (+b)
  *               x += down(silu(xb·Wgᵀ) * (xb·Wuᵀ)) with xb = rmsnorm(x)
+ *               (or a mixture of experts, moe_layer)
  *   logits = rmsnorm(x[out rows])·Woutᵀ
  * With tensor parallelism (several devices), each device computes the heads and
  * FFN rows of its shard from the normed input broadcast to it, and the partial
@@ -197,13 +199,26 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
     return pkv_k_add(dev, &x);
 }
 
-/* RoPE with the layer's own base and scale (gemma3's sliding and global layers differ). */
+/* RoPE with the layer's own base and scale (gemma3's sliding and global layers differ).
+ * YaRN as llama.cpp runs it: the correction range from the layer's base, and cos and
+ * sin times rope.scaling.attn_factor and, where the layer scales (factor > 1),
+ * 1 + 0.1 ln(factor): llama.cpp's context divides that factor out of its attn_factor and
+ * ggml's rope multiplies it back in; the product is computed once here. */
 static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
                        pkv_tref pos) {
     pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
                          .row_stride = (size_t)n_heads * (size_t)hp->head_dim_k * 4, .n_heads = n_heads,
                          .head_dim = hp->head_dim_k, .n_rot = hp->n_rot, .neox = hp->rope_neox,
-                         .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos};
+                         .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos,
+                         .mscale = hp->rope_attn_factor};
+    if (hp->rope_ext_factor != 0) {
+        float dims[2];
+        pkv_rope_yarn_corr_dims(hp->n_rot, hp->rope_n_ctx_orig, ly->rope_base, hp->rope_beta_fast, hp->rope_beta_slow, dims);
+        a.ext_factor = hp->rope_ext_factor;
+        a.corr_lo = dims[0];
+        a.corr_hi = dims[1];
+        if (ly->rope_freq_scale < 1.0f) a.mscale *= 1.0f + 0.1f * logf(1.0f / ly->rope_freq_scale);
+    }
     return pkv_k_rope(dev, &a);
 }
 
@@ -318,10 +333,11 @@ static pkv_status attention_layer(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_w
                                    .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hp->head_dim_k,
                                    .dv = hp->head_dim_v,
                                    .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim_k),
-                                   .window = ly->window, .softcap = hp->attn_softcap};
+                                   .window = ly->window, .softcap = hp->attn_softcap,
+                                   .sinks = pkv_tref_make(sw->sinks.buf, 0)};
         if ((s = pkv_k_attention(kdev, &at))) return s;
         if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
-        if ((s = matmul(dev, &sw->wo, w->att, w->y, T))) return s;
+        if ((s = matmul(dev, &sw->wo, w->att, w->y, T)) || (s = add_bias(dev, &sw->bo, w->y, T))) return s;
     }
     return reduce(m, ws, w0, T, &ly->post_attn_norm);
 }
@@ -352,11 +368,24 @@ static pkv_status moe_host_reserve(pkv_fwd_ws *ws, const pkv_hparams *hp, int64_
     return PKV_OK;
 }
 
-/* A mixture of experts in place of the FFN (qwen3moe, llama.cpp's semantics):
- *   probs = softmax(router · xb)            per token, over n_expert
- *   sel   = the n_expert_used largest probs (ties: the lower expert first)
- *   w     = probs[sel] / sum(probs[sel])    (Qwen3-MoE normalizes the top k)
- *   x    += sum over sel of w_e * down_e(silu(gate_e · xb) * (up_e · xb))
+/* Bias row `row` of b ([rows][ne0], absent: nothing) added to each of the n rows of y. */
+static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row, pkv_buffer *y, int64_t n) {
+    if (!b->buf) return PKV_OK;
+    pkv_k_add_args a = {.a = R(y, 0), .b = R(b->buf, (size_t)(row * b->ne0) * 4), .y = R(y, 0), .n = n * b->ne0,
+                        .b_len = b->ne0};
+    return pkv_k_add(dev, &a);
+}
+
+/* A mixture of experts in place of the FFN (qwen3moe, gpt-oss; llama.cpp's semantics):
+ *   qwen3moe:  probs = softmax(router · xb)           per token, over n_expert
+ *              sel   = the n_expert_used largest probs (ties: the lower expert first)
+ *              w     = probs[sel] / sum(probs[sel])   (Qwen3-MoE normalizes the top k)
+ *   gpt-oss:   logits = router · xb + b_router
+ *              sel   = the n_expert_used largest logits (ties: the lower expert first)
+ *              w     = softmax(logits[sel])           (llama.cpp's SOFTMAX_WEIGHT gating)
+ *   x += sum over sel of w_e * down_e(act(gate_e · xb) * (up_e · xb)), act silu (SwiGLU);
+ *   gpt-oss adds expert e's bias row after each of its three matmuls and its act is the
+ *   clamped SwiGLU (pkv_k_swiglu_args.oai, alpha 1.702, limit 7).
  * Routing is per token, so it does not depend on the batch. Each expert runs once
  * per step on the rows routed to it (gathered with get_rows), its weights read in
  * place. Routing and the weighted sum run on the host for now (one read of the
@@ -369,12 +398,15 @@ static pkv_status moe_layer(const pkv_model *m, pkv_fwd_ws *ws, const pkv_layer 
     int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = ly->n_ff;
     pkv_status s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
-    if ((s = matmul(dev, &ly->moe_router, w0->xb, w0->router, T))) return s;
-    pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
-    if ((s = pkv_k_softmax(dev, &sm))) return s;
+    if ((s = matmul(dev, &ly->moe_router, w0->xb, w0->router, T)) || (s = add_bias(dev, &ly->moe_router_b, w0->router, T)))
+        return s;
+    if (!hp->moe_weight_softmax) {
+        pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
+        if ((s = pkv_k_softmax(dev, &sm))) return s;
+    }
     if ((s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)(T * X) * 4))) return s;
     for (int64_t t = 0; t < T; t++) { /* top k by selection (k is small), then the weights */
-        const float *p = ws->h_probs + t * X;
+        const float *p = ws->h_probs + t * X; /* probabilities, or (gpt-oss) logits */
         int32_t *sel = ws->h_sel + t * K;
         double sum = 0;
         for (int64_t k = 0; k < K; k++) {
@@ -385,9 +417,10 @@ static pkv_status moe_layer(const pkv_model *m, pkv_fwd_ws *ws, const pkv_layer 
                 if (!taken && (best < 0 || p[e] > p[best])) best = e;
             }
             sel[k] = best;
-            sum += p[best];
+            sum += hp->moe_weight_softmax ? exp((double)p[best] - (double)p[sel[0]]) : p[best];
         }
-        for (int64_t k = 0; k < K; k++) ws->h_wsel[t * K + k] = (float)(p[sel[k]] / sum);
+        for (int64_t k = 0; k < K; k++)
+            ws->h_wsel[t * K + k] = (float)((hp->moe_weight_softmax ? exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]]) / sum);
     }
     memset(ws->h_out, 0, (size_t)(T * E) * 4);
     for (int32_t e = 0; e < X; e++) {
@@ -398,12 +431,15 @@ static pkv_status moe_layer(const pkv_model *m, pkv_fwd_ws *ws, const pkv_layer 
         if (!n) continue;
         pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
                                  .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
-        pkv_k_swiglu_args sg = {.g = R(w0->hb, 0), .u = R(w0->hb2, 0), .y = R(w0->hb, 0), .n = n * F};
+        pkv_k_swiglu_args sg = {.g = R(w0->hb, 0), .u = R(w0->hb2, 0), .y = R(w0->hb, 0), .n = n * F,
+                                .oai = hp->swiglu_oai, .alpha = 1.702f, .limit = 7.0f};
         if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g)) ||
             (s = matmul_rows(dev, &ly->moe_gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
-            (s = matmul_rows(dev, &ly->moe_up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
+            (s = add_bias_row(dev, &ly->moe_gate_b, e, w0->hb, n)) ||
+            (s = matmul_rows(dev, &ly->moe_up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
+            (s = add_bias_row(dev, &ly->moe_up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
             (s = matmul_rows(dev, &ly->moe_down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
-            (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
+            (s = add_bias_row(dev, &ly->moe_down_b, e, w0->y, n)) || (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
             return s;
         for (int64_t i = 0; i < n; i++) {
             int64_t t = ws->h_rows[i];

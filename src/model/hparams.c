@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"};
+static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama",  "qwen2",  "qwen3", "qwen3moe",
+                                                    "phi3",   "gemma2", "gemma3", "gpt-oss"};
 
 const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
 
@@ -105,7 +106,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     for (int a = 0; a < PKV_ARCH_COUNT; a++)
         if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
     if (hp->arch == PKV_ARCH_COUNT)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)",
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt-oss)",
                        lab, arch);
 
     if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
@@ -123,7 +124,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
     }
-    bool moe = hp->arch == PKV_ARCH_QWEN3MOE;
+    const bool oss = hp->arch == PKV_ARCH_GPT_OSS;
+    bool moe = hp->arch == PKV_ARCH_QWEN3MOE || oss;
     if (!s && moe) { /* expert counts and sizes: llama.cpp's keys */
         s = need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert);
         if (!s) s = need_u32(g, arch, "expert_used_count", 1, 4096, &hp->n_expert_used);
@@ -157,25 +159,50 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     if (!s && !(hp->rms_eps > 0 && hp->rms_eps < 1))
         s = pkv_err(PKV_ERR_FORMAT, "%s: attention.layer_norm_rms_epsilon %g is outside (0, 1)", lab, (double)hp->rms_eps);
     hp->rope_freq_scale = 1.0f;
-    /* RoPE scaling: only none and linear are implemented; anything else would give
+    /* RoPE scaling: none, linear and YaRN; anything else (LongRoPE, ...) would give
      * silently wrong output, so it is refused. */
     key(k, sizeof k, arch, "rope.scaling.type");
     if (!s && pkv_gguf_find_key(g, k) >= 0) {
         const char *st;
         size_t sl;
         s = pkv_gguf_get_str(g, k, &st, &sl);
+        const bool yarn = !s && sl == 4 && !memcmp(st, "yarn", 4);
         if (!s && !(sl == 4 && !memcmp(st, "none", 4))) {
-            if (sl == 6 && !memcmp(st, "linear", 6)) {
+            if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn) {
                 float f = 1.0f;
                 s = opt_f32(g, arch, "rope.scaling.factor", 1.0f, &f);
-                if (!s && !(f > 0)) s = pkv_err(PKV_ERR_FORMAT, "%s: rope.scaling.factor %g must be > 0", lab, (double)f);
+                if (!s && !(f > 0 && f < INFINITY))
+                    s = pkv_err(PKV_ERR_FORMAT, "%s: rope.scaling.factor %g must be > 0", lab, (double)f);
                 if (!s) hp->rope_freq_scale = 1.0f / f;
             } else {
-                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear)", lab,
-                            (int)sl, st);
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear, yarn)",
+                            lab, (int)sl, st);
             }
         }
+        /* YaRN as llama.cpp runs it: ext_factor 1, the correction range from the
+         * original context and beta_fast / beta_slow, and the magnitude factor
+         * 1 + 0.1 ln(factor) on cos and sin (forward.c). A zero original context
+         * would put the whole range at -inf: refused, not replaced. */
+        if (!s && yarn) {
+            hp->rope_ext_factor = 1.0f;
+            s = opt_u32(g, arch, "rope.scaling.original_context_length", 1, 1u << 30, hp->n_ctx_train, &hp->rope_n_ctx_orig);
+            if (!s) s = opt_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &hp->rope_beta_fast);
+            if (!s) s = opt_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &hp->rope_beta_slow);
+            if (!s && !(hp->rope_beta_fast > 0 && hp->rope_beta_fast < INFINITY && hp->rope_beta_slow > 0 &&
+                        hp->rope_beta_slow < INFINITY))
+                s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.rope.scaling.yarn_beta_fast' %g and '_slow' %g must be > 0", lab, arch,
+                            (double)hp->rope_beta_fast, (double)hp->rope_beta_slow);
+            float log_mul = 0;
+            if (!s) s = opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul);
+            if (!s && log_mul != 0)
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.yarn_log_multiplier' (%g, DeepSeek's YaRN "
+                            "magnitude) is not supported", lab, arch, (double)log_mul);
+        }
     }
+    if (!s) s = opt_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor);
+    if (!s && !(hp->rope_attn_factor > 0 && hp->rope_attn_factor < INFINITY))
+        s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.attn_factor' is %g, must be > 0", lab, arch,
+                    (double)hp->rope_attn_factor);
     /* Phi-3 128k / Phi-3.5 / Phi-4-mini: LongRoPE's per-dimension factors */
     if (!s && (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
@@ -195,6 +222,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
          * rope_freq_base_train_swa) and no RoPE scaling, which is for the global layers */
         hp->swa_pattern = gemma3 ? 6 : 2;
         hp->rope_base_swa = gemma3 ? 10000.0f : 0.0f;
+        hp->rope_freq_scale_swa = 1.0f;
         /* gemma3 needs the window, as llama.cpp does: without it the sliding layers
          * would see everything, silently wrong */
         s = gemma3 ? need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa)
@@ -216,6 +244,30 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         if (!s)
             hp->attn_scale =
                 1.0f / sqrtf(hp->n_layer == n_layer_27b ? (float)(hp->n_embd / n_head[0]) : (float)hp->head_dim_k);
+    }
+    if (!s && oss) { /* llama.cpp's llama_model_openai_moe::load_arch_hparams */
+        hp->attn_sinks = true;
+        hp->swiglu_oai = true;
+        hp->moe_weight_softmax = true;
+        /* every other layer slides, the even ones (set_swa_pattern(2); the file may
+         * say otherwise), over the required attention.sliding_window */
+        s = need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa);
+        if (!s && hp->n_swa > hp->n_ctx_train)
+            s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d", lab,
+                        arch, hp->n_swa, arch, hp->n_ctx_train);
+        if (!s) s = opt_u32(g, arch, "attention.sliding_window_pattern", 1, 4096, 2, &hp->swa_pattern);
+        /* the sliding layers rotate as the others unless the file gives them a base */
+        float base_swa = 0;
+        if (!s) s = opt_f32(g, arch, "rope.freq_base_swa", 0.0f, &base_swa);
+        if (!s && base_swa != 0 && !(base_swa > 0 && base_swa < INFINITY))
+            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)base_swa);
+        hp->rope_base_swa = base_swa;
+        hp->rope_freq_scale_swa = hp->rope_freq_scale;
+        /* llama.cpp sizes the heads by the rotary dimensions and scales scores by
+         * 1/sqrt(n_rot): both are the head size here, or the file is refused */
+        if (!s && hp->n_rot != hp->head_dim_k)
+            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: '%s.rope.dimension_count' %d differs from '%s.attention.key_length' %d "
+                        "(gpt-oss rotates whole heads)", lab, arch, hp->n_rot, arch, hp->head_dim_k);
     }
     if (s) {
         pkv_free(n_head);

@@ -231,21 +231,23 @@ static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) 
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe") &&
-        strcmp(p->arch, "phi3") && strcmp(p->arch, "gemma2") && strcmp(p->arch, "gemma3"))
+        strcmp(p->arch, "phi3") && strcmp(p->arch, "gemma2") && strcmp(p->arch, "gemma3") && strcmp(p->arch, "gpt-oss"))
         return pkv_err(PKV_ERR_UNSUPPORTED,
-                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)",
+                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, "
+                       "gpt-oss)",
                        p->arch);
-    if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3")) {
+    const bool oss = !strcmp(p->arch, "gpt-oss");
+    if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3") || oss) {
         if (!p->sliding_window) p->sliding_window = 8;
-        p->tied = true; /* Gemma files have no output.weight */
+        if (!oss) p->tied = true; /* Gemma files have no output.weight */
     } else if (p->sliding_window) {
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2 and gemma3, not %s", p->arch);
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2, gemma3 and gpt-oss, not %s", p->arch);
     }
     if (p->sliding_window < 0) return pkv_err(PKV_ERR_INVALID, "mkmodel: sliding window %d", p->sliding_window);
-    bool moe = !strcmp(p->arch, "qwen3moe");
+    bool moe = !strcmp(p->arch, "qwen3moe") || oss;
     if (!moe && (p->n_expert || p->n_expert_used))
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe), not %s",
-                       p->arch);
+        return pkv_err(PKV_ERR_INVALID,
+                       "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe, gpt-oss), not %s", p->arch);
     if (moe && !p->n_expert) p->n_expert = 4;
     if (moe && !p->n_expert_used) p->n_expert_used = p->n_expert >= 2 ? 2 : 1;
     if (moe && (p->n_expert < 1 || p->n_expert > 256 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert))
@@ -294,8 +296,9 @@ static pkv_status validate(pkv_mkmodel_params *p) {
 typedef struct {
     const pkv_gguf *g; /* the target, for its tokenizer.* keys */
     float rope_base, rms_eps;
-    float rope_freq_scale; /* 1 / linear RoPE scaling factor */
+    float rope_freq_scale; /* 1 / the RoPE scaling factor */
     int n_rot;
+    int yarn_orig; /* YaRN's original context (the scaling is YaRN's); 0 = linear or none */
 } target_of;
 
 /* Read the target's sizes into p (a draft shares its geometry and vocabulary). */
@@ -334,6 +337,7 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     t->rope_freq_scale = hp.rope_freq_scale;
     t->rms_eps = hp.rms_eps;
     t->n_rot = hp.n_rot;
+    t->yarn_orig = hp.rope_ext_factor != 0 ? hp.rope_n_ctx_orig : 0;
     pkv_free(nh);
     pkv_free(nkv);
     pkv_free(nff);
@@ -391,7 +395,7 @@ static pkv_status copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
 }
 
 static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
-    target_of tgt = {NULL, 0, 0, 0, 0};
+    target_of tgt = {NULL, 0, 0, 0, 0, 0};
     pkv_gguf *tg = NULL;
     pkv_status s;
     if (p.draft_of) {
@@ -427,7 +431,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     }
     const char *a = p.arch;
     bool gemma3 = !strcmp(a, "gemma3"), gemma = !strcmp(a, "gemma2") || gemma3;
-    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !gemma; /* Qwen's RoPE base, eps */
+    bool oss = !strcmp(a, "gpt-oss");
+    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !gemma && !oss; /* Qwen's RoPE base, eps */
     bool phi3 = !strcmp(a, "phi3");
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
@@ -450,13 +455,13 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
-    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || moe || gemma3;
+    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || gemma3;
     if (moe) { /* llama.cpp's keys */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
     }
-    if (gemma) /* the window: small here, so tests cross it */
+    if (gemma || oss) /* the window: small here, so tests cross it */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)p.sliding_window));
     if (gemma && !gemma3) { /* Gemma 2's soft-caps (Gemma 3 has none) */
         TRY(pkv_gguf_writer_add_f32(G.w, KEY("attn_logit_softcapping"), 50.0f));
@@ -465,13 +470,17 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     /* Gemma 3's global layers: base 1e6 and linear scaling by 8 as the 4B-27B files
      * have them (here by 4: any factor but 1 shows whether the scaling is applied,
      * and to the global layers only) */
-    float rope_base = tgt.g ? tgt.rope_base : qwen || gemma3 ? 1000000.0f : 10000.0f;
-    float rope_factor = tgt.g ? 1.0f / tgt.rope_freq_scale : gemma3 ? 4.0f : 1.0f;
-    if (rope_factor != 1.0f) {
-        TRY(pkv_gguf_writer_add_str(G.w, KEY("rope.scaling.type"), "linear"));
+    /* gpt-oss: base 150000 and YaRN as its files have them (factor 32 over 4096
+     * positions), here factor 4 over 256, so tests' positions pass the original context */
+    float rope_base = tgt.g ? tgt.rope_base : oss ? 150000.0f : qwen || gemma3 ? 1000000.0f : 10000.0f;
+    float rope_factor = tgt.g ? 1.0f / tgt.rope_freq_scale : gemma3 || oss ? 4.0f : 1.0f;
+    int yarn_orig = tgt.g ? tgt.yarn_orig : oss ? PKV_MIN(256, p.n_ctx) : 0;
+    if (rope_factor != 1.0f || yarn_orig) {
+        TRY(pkv_gguf_writer_add_str(G.w, KEY("rope.scaling.type"), yarn_orig ? "yarn" : "linear"));
         TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.scaling.factor"), rope_factor));
     }
-    if (p.head_dim * p.n_head != E || qk_norm || gemma) {
+    if (yarn_orig) TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.scaling.original_context_length"), (uint32_t)yarn_orig));
+    if (p.head_dim * p.n_head != E || qk_norm || gemma || oss) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
@@ -518,7 +527,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
             T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
         }
-        if (!strcmp(a, "qwen2")) {
+        if (!strcmp(a, "qwen2") || oss) {
             T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
             T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
             T("attn_v.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
@@ -528,8 +537,13 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("attn_k_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
         }
         T("attn_output.weight", p.type, qd, E, 0.0, lin_q);
-        if (gemma) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        if (oss) { /* the output's bias, and a sink logit per query head (U(-1, 2): about a score) */
+            T("attn_output.bias", PKV_TYPE_F32, E, 1, 0.0, 0.1);
+            T("attn_sinks.weight", PKV_TYPE_F32, p.n_head, 1, 0.5, 1.5);
+        }
+        /* gpt-oss's FFN norm has the name of Gemma's post-attention norm */
+        if (gemma || oss) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        if (!oss) T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         if (gemma) T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         if (moe) { /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
             T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
@@ -539,6 +553,12 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T3("ffn_up_exps.weight", p.type, E, p.n_ff, lin_e);
             T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), p.n_ff, E, lin_f);
 #undef T3
+            if (oss) { /* the router's bias and each expert's bias rows [experts][rows] */
+                T("ffn_gate_inp.bias", PKV_TYPE_F32, p.n_expert, 1, 0.0, 0.5);
+                T("ffn_gate_exps.bias", PKV_TYPE_F32, p.n_ff, p.n_expert, 0.0, 0.1);
+                T("ffn_up_exps.bias", PKV_TYPE_F32, p.n_ff, p.n_expert, 0.0, 0.1);
+                T("ffn_down_exps.bias", PKV_TYPE_F32, E, p.n_expert, 0.0, 0.1);
+            }
         } else if (phi3) { /* the gate's rows, then the up projection's, in one matrix */
             T("ffn_up.weight", p.type, E, 2 * p.n_ff, 0.0, lin_e);
             T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);

@@ -16,6 +16,7 @@ typedef enum pkv_arch {
     PKV_ARCH_PHI3 = 4,     /* fused QKV and gate/up matrices, neox RoPE */
     PKV_ARCH_GEMMA2 = 5,   /* embedding scale, post-norms, GeGLU, soft-caps, sliding layers */
     PKV_ARCH_GEMMA3 = 6,   /* gemma2 without soft-caps, with qwen3's Q/K norms; 5 of 6 layers slide */
+    PKV_ARCH_GPT_OSS = 7,  /* QKVO biases, attention sinks, every other layer slides, YaRN, biased experts */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -38,9 +39,12 @@ typedef struct pkv_shard_w {
     int q_h0, n_q;             /* query heads (n_kv groups of n_head / n_head_kv) */
     int ff0, n_ff;             /* FFN rows [ff0, ff0 + n_ff) */
     pkv_weight wq, wk, wv;     /* [n_q*hd_k][n_embd], [n_kv*hd_k][n_embd], [n_kv*hd_v][n_embd] */
-    pkv_weight bq, bk, bv;     /* f32 bias slices (qwen2), else absent */
+    pkv_weight bq, bk, bv;     /* f32 bias slices (qwen2, gpt-oss), else absent */
     pkv_weight q_norm, k_norm; /* f32 [hd_k] (qwen3), else absent; replicated */
     pkv_weight wo;             /* [n_embd][n_q*hd_v]: the columns of this shard's heads */
+    pkv_weight bo;             /* f32 [n_embd] output bias (gpt-oss), on shard 0 only (added once) */
+    pkv_weight sinks;          /* f32 [n_q] attention sinks of this shard's query heads (gpt-oss), on the
+                                  device that stores the shard's KV (attention runs there) */
     pkv_weight w_gate, w_up;   /* [n_ff][n_embd] row slices */
     pkv_weight w_down;         /* [n_embd][n_ff]: column slice */
 } pkv_shard_w;
@@ -55,12 +59,16 @@ typedef struct pkv_layer {
     pkv_weight moe_router;       /* [n_expert][n_embd] */
     pkv_weight moe_gate, moe_up; /* [n_expert * n_ff][n_embd] */
     pkv_weight moe_down;         /* [n_expert * n_embd][n_ff] */
+    /* gpt-oss's biases, f32 on devs[0] (absent elsewhere): expert e's is row e */
+    pkv_weight moe_router_b;         /* [n_expert] */
+    pkv_weight moe_gate_b, moe_up_b; /* [n_expert][n_ff] */
+    pkv_weight moe_down_b;           /* [n_expert][n_embd] */
     /* Gemma: RMS norms of the attention's and the FFN's outputs before the residual
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
     pkv_weight post_attn_norm, post_ffn_norm;
     int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
-    /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except gemma3's sliding
-     * layers (base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
+    /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except sliding layers with
+     * their own (gemma3: base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
     float rope_base, rope_freq_scale;
 } pkv_layer;
 
@@ -80,8 +88,20 @@ typedef struct pkv_hparams {
     float attn_softcap, final_softcap;
     int n_swa, swa_pattern;      /* sliding window; layer il slides when il % pattern < pattern - 1 */
     bool gelu;                   /* GeGLU FFN (gelu, tanh form) instead of SwiGLU */
-    float rope_base_swa;         /* gemma3: the sliding layers' RoPE base (scale 1); 0 = rope_base and
+    float rope_base_swa;         /* the sliding layers' RoPE base (gemma3: 10000; gpt-oss: rope.freq_base_swa
+                                    where the file has it) with rope_freq_scale_swa; 0 = rope_base and
                                     rope_freq_scale on every layer */
+    float rope_freq_scale_swa;   /* with rope_base_swa: gemma3 1, gpt-oss rope_freq_scale */
+    /* YaRN RoPE scaling (rope.scaling.type "yarn", llama.cpp's keys; any architecture) */
+    float rope_ext_factor;       /* 1 with YaRN; 0 = none */
+    int rope_n_ctx_orig;         /* rope.scaling.original_context_length (default context_length) */
+    float rope_beta_fast, rope_beta_slow; /* rope.scaling.yarn_beta_fast/_slow (32, 1) */
+    float rope_attn_factor;      /* rope.scaling.attn_factor (1): times YaRN's 1 + 0.1 ln(factor) */
+    /* gpt-oss (false elsewhere) */
+    bool attn_sinks;             /* blk.N.attn_sinks.weight: one more softmax logit per query head */
+    bool swiglu_oai;             /* the experts' clamped SwiGLU, alpha 1.702, limit 7 */
+    bool moe_weight_softmax;     /* experts: top k of the router's logits, weights = softmax over those k
+                                    (llama.cpp's SOFTMAX_WEIGHT gating); else softmax, top k, normalized */
 } pkv_hparams;
 
 struct pkv_model {

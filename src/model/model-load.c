@@ -236,6 +236,10 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe_gate);
             free_weight(&ly->moe_up);
             free_weight(&ly->moe_down);
+            free_weight(&ly->moe_router_b);
+            free_weight(&ly->moe_gate_b);
+            free_weight(&ly->moe_up_b);
+            free_weight(&ly->moe_down_b);
             free_weight(&ly->post_attn_norm);
             free_weight(&ly->post_ffn_norm);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
@@ -338,7 +342,8 @@ static pkv_status load_layers(loader *L) {
     char name[96];
     pkv_status s = PKV_OK;
     int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
-    bool qwen2 = hp->arch == PKV_ARCH_QWEN2;
+    const bool oss = hp->arch == PKV_ARCH_GPT_OSS;
+    bool qkv_bias = hp->arch == PKV_ARCH_QWEN2 || oss; /* Q/K/V biases required */
     bool qwen3 = hp->arch == PKV_ARCH_QWEN3 || hp->arch == PKV_ARCH_QWEN3MOE || hp->arch == PKV_ARCH_GEMMA3; /* Q/K norms */
     bool phi3 = hp->arch == PKV_ARCH_PHI3; /* fused attn_qkv (optional) and ffn_up = [gate; up] */
     bool moe = hp->n_expert > 0;
@@ -358,7 +363,11 @@ static pkv_status load_layers(loader *L) {
         int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
                 od = (int64_t)ly->n_head * hv;
         if ((s = load_weight(L, NAME("attn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->attn_norm))) return s;
-        if ((s = load_weight(L, NAME("ffn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->ffn_norm))) return s;
+        /* gpt-oss's FFN norm is named post_attention_norm (llama.cpp's attn_post_norm):
+         * it norms the FFN's input, unlike Gemma's post-norms of outputs */
+        if ((s = load_weight(L, NAME(oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, true, true, m->dev,
+                             k_all, &ly->ffn_norm)))
+            return s;
         bool gemma = hp->arch == PKV_ARCH_GEMMA2 || hp->arch == PKV_ARCH_GEMMA3;
         if (gemma && ((s = load_weight(L, NAME("post_attention_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_attn_norm)) ||
                       (s = load_weight(L, NAME("post_ffw_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_ffn_norm))))
@@ -366,14 +375,20 @@ static pkv_status load_layers(loader *L) {
         /* the attention kind of the layer: sliding layers see the last n_swa tokens */
         bool sliding = hp->swa_pattern > 0 && l % hp->swa_pattern < hp->swa_pattern - 1;
         ly->window = sliding && hp->n_swa > 0 ? hp->n_swa : 0;
-        /* gemma3's sliding layers rotate with their own base and no scaling */
+        /* sliding layers with a base of their own (gemma3: and no scaling) */
         bool local_rope = sliding && hp->rope_base_swa > 0;
         ly->rope_base = local_rope ? hp->rope_base_swa : hp->rope_base;
-        ly->rope_freq_scale = local_rope ? 1.0f : hp->rope_freq_scale;
+        ly->rope_freq_scale = local_rope ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
         if (moe && ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, hp->n_expert, true, false, m->dev, k_all, &ly->moe_router)) ||
                     (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
                     (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
                     (s = load_experts(L, NAME("ffn_down_exps.weight"), ly->n_ff, E, &ly->moe_down))))
+            return s;
+        /* gpt-oss: the router's bias, and each expert's bias rows [n_expert][rows] */
+        if (oss && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), hp->n_expert, 1, true, true, m->dev, k_all, &ly->moe_router_b)) ||
+                    (s = load_weight(L, NAME("ffn_gate_exps.bias"), ly->n_ff, hp->n_expert, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
+                    (s = load_weight(L, NAME("ffn_up_exps.bias"), ly->n_ff, hp->n_expert, true, true, m->dev, k_all, &ly->moe_up_b)) ||
+                    (s = load_weight(L, NAME("ffn_down_exps.bias"), E, hp->n_expert, true, true, m->dev, k_all, &ly->moe_down_b))))
             return s;
         for (int d = 0; d < m->n_dev; d++) {
             pkv_shard_w *w = &ly->sh[d];
@@ -396,12 +411,20 @@ static pkv_status load_layers(loader *L) {
             if ((!fused && ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
                             (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
                             (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)))) ||
-                (s = load_weight(L, NAME("attn_q.bias"), qd, 1, qwen2, true, dev, qb, &w->bq)) ||
-                (s = load_weight(L, NAME("attn_k.bias"), kd, 1, qwen2, true, dev, kb, &w->bk)) ||
-                (s = load_weight(L, NAME("attn_v.bias"), vd, 1, qwen2, true, dev, vb, &w->bv)) ||
-                (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->q_norm)) ||
-                (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->k_norm)) ||
+                (s = load_weight(L, NAME("attn_q.bias"), qd, 1, qkv_bias, true, dev, qb, &w->bq)) ||
+                (s = load_weight(L, NAME("attn_k.bias"), kd, 1, qkv_bias, true, dev, kb, &w->bk)) ||
+                (s = load_weight(L, NAME("attn_v.bias"), vd, 1, qkv_bias, true, dev, vb, &w->bv)) ||
+                /* gpt-oss has no Q/K norms (llama.cpp reads none) */
+                (!oss && (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->q_norm))) ||
+                (!oss && (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->k_norm))) ||
                 (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
+                return s;
+            /* gpt-oss: the output's bias, added once (by the first shard), and one sink
+             * per query head where the shard's attention runs (the host with the KV there) */
+            slice sinks = {0, 0, w->q_h0, w->n_q};
+            if (oss && ((d == 0 && (s = load_weight(L, NAME("attn_output.bias"), E, 1, true, true, dev, k_all, &w->bo))) ||
+                        (s = load_weight(L, NAME("attn_sinks.weight"), ly->n_head, 1, true, true,
+                                         m->kv_on_host ? m->host : dev, sinks, &w->sinks))))
                 return s;
             if (phi3) { /* ffn_up holds the gate's rows, then the up projection's */
                 slice fu = f_rows;
@@ -644,6 +667,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->load_seconds = m->load_seconds;
     info->weight_bytes_mapped = m->mapped_bytes;
     info->shared_kv = m->kv_layer != NULL;
+    info->n_expert = m->hp.n_expert;
+    info->n_expert_used = m->hp.n_expert_used;
     return PKV_OK;
 }
 

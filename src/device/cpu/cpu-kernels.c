@@ -506,6 +506,14 @@ static void swiglu_task(int ti, int n_tasks, void *arg) {
         }
         return;
     }
+    if (a->oai) { /* gpt-oss: the gate clamped above, the up projection both ways, plus one */
+        const float alpha = a->alpha, lim = a->limit;
+        for (int64_t i = i0; i < i1; i++) {
+            const float x = fminf(g[i], lim), v = fminf(fmaxf(u[i], -lim), lim);
+            y[i] = x / (1.0f + expf(-alpha * x)) * (v + 1.0f);
+        }
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
@@ -583,6 +591,14 @@ typedef struct {
     const pkv_cpu_dots *dots;
 } rope_job;
 
+/* YaRN's factor on pair i's unscaled angle (device.h): freq_scale without YaRN. */
+static double rope_factor(const pkv_k_rope_args *a, int i) {
+    if (a->ext_factor == 0) return (double)a->freq_scale;
+    const double y = ((double)i - (double)a->corr_lo) / fmax(0.001, (double)a->corr_hi - (double)a->corr_lo);
+    const double mix = (1.0 - fmin(1.0, fmax(0.0, y))) * (double)a->ext_factor;
+    return (double)a->freq_scale * (1.0 - mix) + mix;
+}
+
 #define ROPE_PAIRS 512 /* cos/sin for up to 512 pairs at a time */
 static void rope_task(int ti, int n_tasks, void *arg) {
     const rope_job *j = arg;
@@ -594,6 +610,7 @@ static void rope_task(int ti, int n_tasks, void *arg) {
     const int half = a->n_rot / 2;
     float cs[ROPE_PAIRS], sn[ROPE_PAIRS], hb[2 * ROPE_PAIRS];
     double pw[ROPE_PAIRS];
+    const double ms = a->mscale > 0 ? (double)a->mscale : 1.0;
     float *hbp = a->n_rot <= 2 * ROPE_PAIRS ? hb : NULL;
     int64_t r0, r1;
     range(a->n_rows, ti, n_tasks, &r0, &r1);
@@ -601,7 +618,10 @@ static void rope_task(int ti, int n_tasks, void *arg) {
     if (half <= ROPE_PAIRS) {
         /* The powers once per task, cos/sin once per distinct position in a run of
          * rows (a shift rotates every row by the same delta): the same values. */
-        for (int i = 0; i < half; i++) pw[i] = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+        /* YaRN folds its mix into the powers; without it the angle is pos * freq_scale * pw */
+        for (int i = 0; i < half; i++)
+            pw[i] = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot) * (a->ext_factor == 0 ? 1.0 : rope_factor(a, i));
+        const double fs = a->ext_factor == 0 ? (double)a->freq_scale : 1.0;
         bool have = false;
         int32_t last = 0;
         for (int64_t r = r0; r < r1; r++) {
@@ -609,9 +629,9 @@ static void rope_task(int ti, int n_tasks, void *arg) {
             if (row < 0 || row >= max_rows) continue;
             if (!have || pos[r] != last) {
                 for (int i = 0; i < half; i++) {
-                    const double th = (double)pos[r] * (double)a->freq_scale * pw[i];
-                    cs[i] = (float)cos(th);
-                    sn[i] = (float)sin(th);
+                    const double th = (double)pos[r] * fs * pw[i];
+                    cs[i] = (float)(cos(th) * ms);
+                    sn[i] = (float)(sin(th) * ms);
                 }
                 have = true;
                 last = pos[r];
@@ -629,9 +649,11 @@ static void rope_task(int ti, int n_tasks, void *arg) {
         for (int i0 = 0; i0 < half; i0 += ROPE_PAIRS) {
             const int i1 = PKV_MIN(half, i0 + ROPE_PAIRS);
             for (int i = i0; i < i1; i++) {
-                const double th = (double)pos[r] * (double)a->freq_scale * pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
-                cs[i - i0] = (float)cos(th);
-                sn[i - i0] = (float)sin(th);
+                const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+                const double th = a->ext_factor == 0 ? (double)pos[r] * (double)a->freq_scale * p
+                                                     : (double)pos[r] * p * rope_factor(a, i);
+                cs[i - i0] = (float)(cos(th) * ms);
+                sn[i - i0] = (float)(sin(th) * ms);
             }
             rope_row(a, j->dots, x + (size_t)row * a->row_stride, i0, i1, cs, sn, NULL);
         }

@@ -62,6 +62,13 @@ void pkv_ref_glu(const float *g, const float *u, float *y, int64_t n, bool gelu)
     }
 }
 
+void pkv_ref_swiglu_oai(const float *g, const float *u, float *y, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        const double x = fmin((double)g[i], (double)limit), v = fmax(-(double)limit, fmin((double)u[i], (double)limit));
+        y[i] = (float)(x / (1.0 + exp(-(double)alpha * x)) * (v + 1.0));
+    }
+}
+
 void pkv_ref_scale(float *x, int64_t n, float scale) {
     if (scale == 0) return; /* 0 means no multiply (get_rows' contract) */
     for (int64_t i = 0; i < n; i++) x[i] = x[i] * scale;
@@ -96,6 +103,17 @@ static void st(void *p, pkv_type t, size_t i, double v) {
     }
 }
 
+/* The angle of pair i at position pos (device.h), YaRN's mix included. */
+static double rope_theta(const pkv_k_rope_args *a, int32_t pos, int i) {
+    const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+    if (a->ext_factor == 0) return (double)pos * (double)a->freq_scale * p;
+    const double y = ((double)i - (double)a->corr_lo) / fmax(0.001, (double)a->corr_hi - (double)a->corr_lo);
+    const double mix = (1.0 - fmin(1.0, fmax(0.0, y))) * (double)a->ext_factor;
+    return (double)pos * p * ((double)a->freq_scale * (1.0 - mix) + mix);
+}
+
+static double rope_mscale(const pkv_k_rope_args *a) { return a->mscale > 0 ? (double)a->mscale : 1.0; }
+
 /* A quantized row: each head is dequantized, rotated in double, rounded to f32
  * and quantized again (device.h). */
 static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
@@ -107,8 +125,8 @@ static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
         uint8_t *hp = xr + (size_t)h * hbytes;
         pkv_dequantize_row(a->dtype, hp, f, a->head_dim);
         for (int i = 0; i < half; i++) {
-            const double theta = (double)pos * (double)a->freq_scale * pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
-            const double c = cos(theta), s = sin(theta);
+            const double theta = rope_theta(a, pos, i);
+            const double c = cos(theta) * rope_mscale(a), s = sin(theta) * rope_mscale(a);
             const int i0 = a->neox ? i : 2 * i, i1 = a->neox ? i + half : 2 * i + 1;
             const double x0 = f[i0], x1 = f[i1];
             f[i0] = (float)(x0 * c - x1 * s);
@@ -137,9 +155,8 @@ void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const i
         for (int h = 0; h < a->n_heads; h++) {
             const size_t base = (size_t)h * (size_t)a->head_dim;
             for (int i = 0; i < half; i++) {
-                const double theta = (double)pos[r] * (double)a->freq_scale *
-                                     pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
-                const double c = cos(theta), s = sin(theta);
+                const double theta = rope_theta(a, pos[r], i);
+                const double c = cos(theta) * rope_mscale(a), s = sin(theta) * rope_mscale(a);
                 const size_t i0 = base + (size_t)(a->neox ? i : 2 * i);
                 const size_t i1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);
                 const double x0 = ld(xr, a->dtype, i0), x1 = ld(xr, a->dtype, i1);

@@ -22,6 +22,8 @@ void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_
 void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n);
 /* y = act(g) * u with act silu (gelu false) or the tanh form of gelu (device.h). */
 void pkv_ref_glu(const float *g, const float *u, float *y, int64_t n, bool gelu);
+/* gpt-oss's clamped SwiGLU (device.h, pkv_k_swiglu_args.oai), in double. */
+void pkv_ref_swiglu_oai(const float *g, const float *u, float *y, int64_t n, float alpha, float limit);
 /* x *= scale in f32 (get_rows' scale; 0 = nothing). */
 void pkv_ref_scale(float *x, int64_t n, float scale);
 /* x: the bytes at a->x (rows at row(r) * a->row_stride). rows NULL: identity.

@@ -304,11 +304,15 @@ __global__ void k_add(const float *a, const float *b, float *y, int64_t n, int64
 // expf of a non-positive argument, as swiglu.comp does: 1 + tanhf(t) cancels
 // where tanh is near -1 and in f32 keeps no correct digit below x = -5. t is
 // clamped (as there) so that an x whose cube overflows meets expf(-100), not -inf.
-template <bool GELU>
-__global__ void k_swiglu(const float *g, const float *u, float *y, int64_t n) {
+// OAI (gpt-oss): min(g, limit) * sigmoid(alpha min(g, limit)) * (clamp(u, -limit, limit) + 1).
+template <bool GELU, bool OAI>
+__global__ void k_swiglu(const float *g, const float *u, float *y, int64_t n, float alpha, float limit) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float x = g[i];
-        if (GELU) {
+        if (OAI) {
+            const float xc = fminf(x, limit), v = fminf(fmaxf(u[i], -limit), limit);
+            y[i] = xc / (1.0f + expf(-alpha * xc)) * (v + 1.0f);
+        } else if (GELU) {
             const float t = fminf(fmaxf(0.7978845608028654f * (x + 0.044715f * x * x * x), -50.0f), 50.0f);
             const float e = expf(-2.0f * fabsf(t));
             y[i] = (t >= 0.0f ? x / (1.0f + e) : x * e / (1.0f + e)) * u[i];
@@ -380,10 +384,13 @@ extern "C" int pkv_cu_launch_add(const float *a, const float *b, float *y, int64
 }
 
 extern "C" int pkv_cu_launch_swiglu(const pkv_cu_swiglu *a, void *stream) {
-    if (a->gelu)
-        k_swiglu<true><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n);
+    if (a->oai)
+        k_swiglu<false, true><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n, a->alpha,
+                                                                                     a->limit);
+    else if (a->gelu)
+        k_swiglu<true, false><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n, 0.0f, 0.0f);
     else
-        k_swiglu<false><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n);
+        k_swiglu<false, false><<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(a->g, a->u, a->y, a->n, 0.0f, 0.0f);
     return (int)cudaGetLastError();
 }
 
@@ -412,10 +419,17 @@ __global__ void k_rope(pkv_cu_rope a) {
         const int64_t r = t / a.n_heads;
         const int64_t row = a.rows ? a.rows[r] : r;
         if (row < 0 || row >= a.max_rows) continue;
-        const double theta =
-            (double)a.pos[r] * (double)a.freq_scale * pow((double)a.freq_base, -2.0 * i / (double)a.n_rot);
+        const double p = pow((double)a.freq_base, -2.0 * i / (double)a.n_rot);
+        double theta = (double)a.pos[r] * (double)a.freq_scale * p;
+        if (a.ext_factor != 0.0f) { // YaRN: mix the scaled and the unscaled angle (device.h)
+            const double y = ((double)i - (double)a.corr_lo) / fmax(0.001, (double)a.corr_hi - (double)a.corr_lo);
+            const double mix = (1.0 - fmin(1.0, fmax(0.0, y))) * (double)a.ext_factor;
+            theta = (double)a.pos[r] * p * ((double)a.freq_scale * (1.0 - mix) + mix);
+        }
         double s, c;
         sincos(theta, &s, &c);
+        s *= (double)a.mscale;
+        c *= (double)a.mscale;
         const int64_t base = (int64_t)h * a.head_dim;
         const int64_t i0 = base + (a.neox ? i : 2 * i), i1 = base + (a.neox ? i + half : 2 * i + 1);
         uint8_t *xr = a.x + row * (int64_t)a.row_stride;

@@ -145,6 +145,8 @@ typedef struct pkv_cu_swiglu {
     float *y;           /* [n], may alias g */
     int64_t n;
     int gelu; /* 0: silu(g) * u; 1: gelu(g) * u, the tanh form (device.h) */
+    int oai;  /* 1: gpt-oss's clamped form with alpha and limit (device.h); gelu is then 0 */
+    float alpha, limit;
 } pkv_cu_swiglu;
 
 typedef struct pkv_cu_rope {
@@ -156,6 +158,8 @@ typedef struct pkv_cu_rope {
     float freq_base, freq_scale;
     const int32_t *pos;  /* [n_rows] */
     const int32_t *rows; /* [n_rows] or NULL */
+    float ext_factor, corr_lo, corr_hi; /* YaRN (device.h); ext_factor 0 = none */
+    float mscale;                       /* cos and sin times this (1 = none) */
 } pkv_cu_rope;
 
 typedef struct pkv_cu_set_rows {

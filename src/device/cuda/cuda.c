@@ -333,7 +333,7 @@ static pkv_status cu_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
     ALIGN("swiglu", "y", a->y.off, 4);
     TRY(use(c));
     pkv_cu_swiglu p = {(const float *)(void *)PTR(a->g), (const float *)(void *)PTR(a->u), (float *)(void *)PTR(a->y),
-                       a->n, a->gelu ? 1 : 0};
+                       a->n, a->gelu ? 1 : 0, a->oai ? 1 : 0, a->alpha, a->limit};
     return launched(c, "swiglu", pkv_cu_launch_swiglu(&p, c->stream));
 }
 
@@ -367,7 +367,11 @@ static pkv_status cu_rope(void *ctx, const pkv_k_rope_args *a) {
                      a->freq_base,
                      a->freq_scale,
                      (const int32_t *)(void *)PTR(a->pos),
-                     a->rows.buf ? (const int32_t *)(void *)PTR(a->rows) : NULL};
+                     a->rows.buf ? (const int32_t *)(void *)PTR(a->rows) : NULL,
+                     a->ext_factor,
+                     a->corr_lo,
+                     a->corr_hi,
+                     a->mscale > 0 ? a->mscale : 1.0f};
     return launched(c, "rope", pkv_cu_launch_rope(&p, c->stream));
 }
 

@@ -322,8 +322,8 @@ static pkv_status vk_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
     TRY(fits(c, "swiglu", "n", (uint64_t)a->n));
     varg v[3] = {{"g", a->g, (uint64_t)a->n * 4, 4}, {"u", a->u, (uint64_t)a->n * 4, 4},
                  {"y", a->y, (uint64_t)a->n * 4, 4}};
-    uint32_t pc[5] = {0, 0, 0, (uint32_t)a->n, a->gelu ? 1u : 0u};
-    return dispatch(c, PKV_VK_K_SWIGLU, v, 3, pc, 5, CDIV((uint64_t)a->n, WG));
+    uint32_t pc[8] = {0, 0, 0, (uint32_t)a->n, a->gelu ? 1u : 0u, a->oai ? 1u : 0u, fbits(a->alpha), fbits(a->limit)};
+    return dispatch(c, PKV_VK_K_SWIGLU, v, 3, pc, 8, CDIV((uint64_t)a->n, WG));
 }
 
 static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
@@ -345,7 +345,7 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
     varg v[3] = {{"x", a->x, xbytes, (unsigned)es},
                  {"pos", a->pos, (uint64_t)a->n_rows * 4, 4},
                  {"rows", a->rows.buf ? a->rows : a->pos, (uint64_t)a->n_rows * 4, 4}};
-    uint32_t pc[13] = {0,
+    uint32_t pc[17] = {0,
                        0,
                        0,
                        (uint32_t)a->n_rows,
@@ -357,8 +357,12 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
                        kv_code(a->dtype),
                        a->rows.buf ? 1u : 0u,
                        fbits(a->freq_base),
-                       fbits(a->freq_scale)};
-    return dispatch(c, PKV_VK_K_ROPE, v, 3, pc, 13, CDIV(work, WG));
+                       fbits(a->freq_scale),
+                       fbits(a->ext_factor),
+                       fbits(a->corr_lo),
+                       fbits(a->corr_hi),
+                       fbits(a->mscale > 0 ? a->mscale : 1.0f)};
+    return dispatch(c, PKV_VK_K_ROPE, v, 3, pc, 17, CDIV(work, WG));
 }
 
 static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {

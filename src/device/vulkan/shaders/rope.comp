@@ -11,7 +11,18 @@ layout(binding = 2) buffer R { uint d[]; } rw;
 layout(push_constant) uniform PC {
     uint ox, op, orw, n_rows, row_stride, n_heads, head_dim, n_rot, neox, t, has_rows;
     float freq_base, freq_scale;
+    float ext_factor, corr_lo, corr_hi, mscale; // YaRN (ext_factor 0: none); mscale 1 = none
 } pc;
+
+// The angle of pair i (device.h): pos * freq_scale * base^(-2i/n_rot), or with YaRN
+// the mix of that and the unscaled angle.
+float rope_theta(float pos, uint i) {
+    float p = pow(pc.freq_base, -2.0 * float(i) / float(pc.n_rot));
+    if (pc.ext_factor == 0.0) return pos * pc.freq_scale * p;
+    float y = (float(i) - pc.corr_lo) / max(0.001, pc.corr_hi - pc.corr_lo);
+    float mix = (1.0 - min(1.0, max(0.0, y))) * pc.ext_factor;
+    return pos * p * (pc.freq_scale * (1.0 - mix) + mix);
+}
 KV_LOADER(xload, x)
 KV_BYTE_STORER(store_bytes, x)
 
@@ -26,8 +37,8 @@ void rope_quant(uint e) {
     for (uint c = 0u; c < pc.head_dim; c++) f[c] = xload(pc.t, base, c);
     uint half_rot = pc.n_rot / 2u;
     for (uint i = 0u; i < half_rot; i++) {
-        float theta = pos * pc.freq_scale * pow(pc.freq_base, -2.0 * float(i) / float(pc.n_rot));
-        float cs = cos(theta), sn = sin(theta);
+        float theta = rope_theta(pos, i);
+        float cs = cos(theta) * pc.mscale, sn = sin(theta) * pc.mscale;
         uint e0 = pc.neox != 0u ? i : 2u * i, e1 = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
         float a = f[e0], b = f[e1];
         f[e0] = a * cs - b * sn;
@@ -53,8 +64,8 @@ void main() {
     uint i = e % half_rot, h = (e / half_rot) % pc.n_heads, r = e / (half_rot * pc.n_heads);
     uint row = pc.has_rows != 0u ? LDW(rw, pc.orw + r * 4u) : r;
     float pos = float(int(LDW(p, pc.op + r * 4u)));
-    float theta = pos * pc.freq_scale * pow(pc.freq_base, -2.0 * float(i) / float(pc.n_rot));
-    float cs = cos(theta), sn = sin(theta);
+    float theta = rope_theta(pos, i);
+    float cs = cos(theta) * pc.mscale, sn = sin(theta) * pc.mscale;
     uint e0 = pc.neox != 0u ? i : 2u * i, e1 = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
     uint es = pc.t == KVT_F16 ? 2u : 4u;
     uint base = pc.ox + row * pc.row_stride + h * pc.head_dim * es;
