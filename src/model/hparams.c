@@ -230,6 +230,11 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         if (!s && hp->n_swa > hp->n_ctx_train)
             s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d", lab,
                         arch, hp->n_swa, arch, hp->n_ctx_train);
+        /* a file may give the sliding layers' base (llama.cpp reads the key too) */
+        if (!s && gemma3) s = opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa);
+        if (!s && gemma3 && !(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
+            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch,
+                        (double)hp->rope_base_swa);
         if (!s) s = opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->attn_softcap);
         if (!s) s = opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap);
         if (!s && (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0) || hp->attn_softcap == INFINITY ||
