@@ -15,9 +15,11 @@
  * two logits are closer than a near-tie margin: the larger of 1e-3 (or 0.1 where
  * activations are quantized) and 6x the position's RMS logit error.
  * A gpt-oss file without a sink, a bias or its FFN norm, or with a YaRN original
- * context of 0, is refused with a message naming the tensor or the key. */
+ * context of 0, is refused with a message naming the tensor or the key. The RoPE
+ * scaling keys are read as llama.cpp reads them (scaling_keys). */
 #include "base/quant.h"
 #include "model/gguf.h"
+#include "model/model-impl.h"
 #include "ref-model.h"
 #include "testhelp.h"
 
@@ -200,6 +202,69 @@ static void bad_gpt_oss(void) {
     }
 }
 
+/* RoPE scaling keys, as llama.cpp reads them: without rope.scaling.type the scaling is
+ * linear, by rope.scaling.factor or the older rope.scale_linear (files converted
+ * before the type key existed); "none" scales nothing; YaRN's betas are the file's
+ * (32 and 1 when absent). A loader that needed the type key ran such files unscaled. */
+static void scaling_keys(void) {
+    static const struct {
+        const char *type, *fkey;
+        float factor, want_scale;
+        const char *beta_key;
+        float beta, want_fast, want_slow;
+    } cases[] = {
+        {NULL, NULL, 0, 1.0f, NULL, 0, 0, 0},
+        {NULL, "rope.scaling.factor", 4, 0.25f, NULL, 0, 0, 0},
+        {NULL, "rope.scale_linear", 2, 0.5f, NULL, 0, 0, 0},
+        {"linear", "rope.scaling.factor", 4, 0.25f, NULL, 0, 0, 0},
+        {"none", "rope.scaling.factor", 4, 1.0f, NULL, 0, 0, 0},
+        {"yarn", "rope.scaling.factor", 8, 0.125f, NULL, 0, 32, 1},
+        {"yarn", "rope.scaling.factor", 8, 0.125f, "rope.scaling.yarn_beta_slow", 4, 32, 4},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pkv_gguf_writer *w = pkv_gguf_writer_create();
+        REQUIRE_VOID(w);
+        CHECK_OK(pkv_gguf_writer_add_str(w, "general.architecture", "llama"));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, "llama.block_count", 1));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, "llama.embedding_length", 64));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, "llama.attention.head_count", 4));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, "llama.feed_forward_length", 96));
+        if (cases[k].type) CHECK_OK(pkv_gguf_writer_add_str(w, "llama.rope.scaling.type", cases[k].type));
+        char key[96];
+        if (cases[k].fkey) {
+            snprintf(key, sizeof key, "llama.%s", cases[k].fkey);
+            CHECK_OK(pkv_gguf_writer_add_f32(w, key, cases[k].factor));
+        }
+        if (cases[k].beta_key) {
+            snprintf(key, sizeof key, "llama.%s", cases[k].beta_key);
+            CHECK_OK(pkv_gguf_writer_add_f32(w, key, cases[k].beta));
+        }
+        void *data = NULL;
+        size_t n = 0;
+        CHECK_OK(pkv_gguf_writer_write_memory(w, &data, &n));
+        pkv_gguf *g = data ? pkv_gguf_open_memory(data, n, "scaling") : NULL;
+        pkv_hparams hp;
+        int *nh = NULL, *nkv = NULL, *nff = NULL;
+        CHECK(g != NULL);
+        if (g && pkv_hparams_read(g, &hp, &nh, &nkv, &nff) == PKV_OK) {
+            CHECK_NEAR(hp.rope_freq_scale, cases[k].want_scale, 0);
+            CHECK_NEAR(hp.rope_ext_factor, cases[k].type && !strcmp(cases[k].type, "yarn") ? 1.0 : 0.0, 0);
+            if (cases[k].want_fast > 0) {
+                CHECK_NEAR(hp.rope_beta_fast, cases[k].want_fast, 0);
+                CHECK_NEAR(hp.rope_beta_slow, cases[k].want_slow, 0);
+            }
+        } else {
+            TH_FAIL("case %zu: %s", k, pkv_errmsg());
+        }
+        pkv_free(nh);
+        pkv_free(nkv);
+        pkv_free(nff);
+        pkv_gguf_close(g);
+        pkv_free(data);
+        pkv_gguf_writer_free(w);
+    }
+}
+
 int main(void) {
     static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
     enum { N_ARCHS = sizeof archs / sizeof archs[0] };
@@ -218,5 +283,6 @@ int main(void) {
     run_case("qwen3", PKV_TYPE_Q4_K, PKV_TYPE_F16, 2e-3, 0.1, &cases);
     CHECK_INT(cases, N_ARCHS * (2 * 3 + 5) + 2);
     bad_gpt_oss();
+    scaling_keys();
     return th_done();
 }

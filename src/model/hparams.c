@@ -160,19 +160,24 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         s = pkv_err(PKV_ERR_FORMAT, "%s: attention.layer_norm_rms_epsilon %g is outside (0, 1)", lab, (double)hp->rms_eps);
     hp->rope_freq_scale = 1.0f;
     /* RoPE scaling: none, linear and YaRN; anything else (LongRoPE, ...) would give
-     * silently wrong output, so it is refused. */
+     * silently wrong output, so it is refused. Without rope.scaling.type the scaling
+     * is linear, as llama.cpp reads a file: its rope.scaling.factor, or the older
+     * rope.scale_linear, still applies (absent: 1). */
     key(k, sizeof k, arch, "rope.scaling.type");
-    if (!s && pkv_gguf_find_key(g, k) >= 0) {
-        const char *st;
-        size_t sl;
-        s = pkv_gguf_get_str(g, k, &st, &sl);
+    {
+        const char *st = "linear";
+        size_t sl = 6;
+        if (!s && pkv_gguf_find_key(g, k) >= 0) s = pkv_gguf_get_str(g, k, &st, &sl);
         const bool yarn = !s && sl == 4 && !memcmp(st, "yarn", 4);
         if (!s && !(sl == 4 && !memcmp(st, "none", 4))) {
             if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn) {
                 float f = 1.0f;
-                s = opt_f32(g, arch, "rope.scaling.factor", 1.0f, &f);
+                char kf[128];
+                key(kf, sizeof kf, arch, "rope.scaling.factor");
+                const char *fk = pkv_gguf_find_key(g, kf) >= 0 ? "rope.scaling.factor" : "rope.scale_linear";
+                s = opt_f32(g, arch, fk, 1.0f, &f);
                 if (!s && !(f > 0 && f < INFINITY))
-                    s = pkv_err(PKV_ERR_FORMAT, "%s: rope.scaling.factor %g must be > 0", lab, (double)f);
+                    s = pkv_err(PKV_ERR_FORMAT, "%s: %s.%s %g must be > 0", lab, arch, fk, (double)f);
                 if (!s) hp->rope_freq_scale = 1.0f / f;
             } else {
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear, yarn)",
@@ -182,7 +187,13 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         /* YaRN as llama.cpp runs it: ext_factor 1, the correction range from the
          * original context and beta_fast / beta_slow, and the magnitude factor
          * 1 + 0.1 ln(factor) on cos and sin (forward.c). A zero original context
-         * would put the whole range at -inf: refused, not replaced. */
+         * would put the whole range at -inf: refused, not replaced. The betas are the
+         * file's (its converter copies the model's config; 32 and 1 when absent, which
+         * is what gpt-oss has): llama.cpp reads those two keys only for grok and
+         * mistral3 and runs every other architecture at 32 / 1, so a file with other
+         * values differs there, deliberately. Its rope.scaling.yarn_ext_factor and
+         * yarn_attn_factor are ignored, as llama.cpp ignores them for these
+         * architectures. */
         if (!s && yarn) {
             hp->rope_ext_factor = 1.0f;
             s = opt_u32(g, arch, "rope.scaling.original_context_length", 1, 1u << 30, hp->n_ctx_train, &hp->rope_n_ctx_orig);
