@@ -333,6 +333,23 @@ pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerpri
     return st;
 }
 
+/* Slot id of pool c becomes a live sequence owning pages[n_pages] (the first
+ * n_hole of them released window pages, -1). */
+static void adopt(pkv_kv_cache *c, int32_t id, uint64_t fp, int64_t exact_until, int64_t n_tokens, int64_t n_hole,
+                  int32_t *pages, int64_t n_pages) {
+    kv_seq *s = &c->seqs[id];
+    memset(s, 0, sizeof *s);
+    s->live = true;
+    s->fp = fp;
+    s->exact_until = exact_until;
+    s->n_tokens = n_tokens;
+    s->n_hole = n_hole;
+    s->own = pages;
+    s->n_own = (size_t)n_pages;
+    s->cap_own = (size_t)(n_pages ? n_pages : 1);
+    c->n_live++;
+}
+
 pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void *bytes, size_t size,
                                   uint64_t fingerprint, int32_t *seq) {
     if (!c || !seq || (!bytes && size)) return pkv_err(PKV_ERR_INVALID, "pkv_kv_seq_load_memory: NULL argument");
@@ -406,30 +423,12 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
             c->sub->pos[wa] = c->pos[at];
         }
     }
-    kv_seq *s = &c->seqs[id];
-    memset(s, 0, sizeof *s);
-    s->live = true;
-    s->fp = fingerprint ? fingerprint : file_fp;
-    s->exact_until = exact_until;
-    s->n_tokens = n;
-    s->own = pages;
-    s->n_own = (size_t)n_pages;
-    s->cap_own = (size_t)(n_pages ? n_pages : 1);
+    uint64_t fp = fingerprint ? fingerprint : file_fp;
+    adopt(c, id, fp, exact_until, n, 0, pages, n_pages);
     pages = NULL;
-    c->n_live++;
     if (c->sub) {
-        kv_seq *w = &c->sub->seqs[id];
-        memset(w, 0, sizeof *w);
-        w->live = true;
-        w->fp = s->fp;
-        w->exact_until = exact_until;
-        w->n_tokens = w_len;
-        w->n_hole = w_hole;
-        w->own = wpages;
-        w->n_own = (size_t)w_pages;
-        w->cap_own = (size_t)(w_pages ? w_pages : 1);
+        adopt(c->sub, id, fp, exact_until, w_len, w_hole, wpages, w_pages);
         wpages = NULL;
-        c->sub->n_live++;
     }
     *seq = id;
 done:
