@@ -1,21 +1,36 @@
 /* Hyper-parameters from GGUF metadata, with the key names llama.cpp's converters
  * write ("<arch>.block_count", "<arch>.attention.head_count", ...). Head counts and
  * FFN sizes may be per-layer arrays (I4: never assume layer 0 speaks for all). */
-#include "model/model-impl.h"
+#include "model/arch/arch.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_arch_names[PKV_ARCH_COUNT] = {"llama",  "qwen2",  "qwen3", "qwen3moe",
-                                                    "phi3",   "gemma2", "gemma3", "gpt-oss"};
+/* Every architecture, in the order of pkv_arch; each is one file in src/model/arch/. */
+static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
+    [PKV_ARCH_LLAMA] = &pkv_arch_llama,   [PKV_ARCH_QWEN2] = &pkv_arch_qwen2,   [PKV_ARCH_QWEN3] = &pkv_arch_qwen3,
+    [PKV_ARCH_QWEN3MOE] = &pkv_arch_qwen3moe, [PKV_ARCH_PHI3] = &pkv_arch_phi3, [PKV_ARCH_GEMMA2] = &pkv_arch_gemma2,
+    [PKV_ARCH_GEMMA3] = &pkv_arch_gemma3, [PKV_ARCH_GPT_OSS] = &pkv_arch_gpt_oss,
+};
 
-const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_arch_names[a] : "unknown"; }
+const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }
+
+const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_archs[a]->name : "unknown"; }
+
+/* "llama, qwen2, ...": the supported list for messages. */
+const char *pkv_arch_list(void) {
+    static char buf[256];
+    if (!buf[0])
+        for (int a = 0; a < PKV_ARCH_COUNT; a++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", a ? ", " : "", k_archs[a]->name);
+    return buf;
+}
 
 static void key(char *buf, size_t n, const char *arch, const char *suffix) { snprintf(buf, n, "%s.%s", arch, suffix); }
 
 /* A u32 that must be present. */
-static pkv_status need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out) {
+pkv_status pkv_hp_need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out) {
     char k[128];
     key(k, sizeof k, arch, suffix);
     uint32_t v;
@@ -28,17 +43,17 @@ static pkv_status need_u32(const pkv_gguf *g, const char *arch, const char *suff
 }
 
 /* An optional u32 (def when absent). */
-static pkv_status opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out) {
+pkv_status pkv_hp_opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out) {
     char k[128];
     key(k, sizeof k, arch, suffix);
     if (pkv_gguf_find_key(g, k) < 0) {
         *out = def;
         return PKV_OK;
     }
-    return need_u32(g, arch, suffix, lo, hi, out);
+    return pkv_hp_need_u32(g, arch, suffix, lo, hi, out);
 }
 
-static pkv_status opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out) {
+pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out) {
     char k[128];
     key(k, sizeof k, arch, suffix);
     if (pkv_gguf_find_key(g, k) < 0) {
@@ -46,6 +61,15 @@ static pkv_status opt_f32(const pkv_gguf *g, const char *arch, const char *suffi
         return PKV_OK;
     }
     return pkv_gguf_get_f32(g, k, out);
+}
+
+pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required) {
+    pkv_status s = required ? pkv_hp_need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa)
+                            : pkv_hp_opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
+    if (!s && hp->n_swa > hp->n_ctx_train)
+        s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d",
+                    pkv_gguf_label(g), arch, hp->n_swa, arch, hp->n_ctx_train);
+    return s;
 }
 
 /* A per-layer value: a scalar u32 applying to every layer, or an array of
@@ -80,7 +104,7 @@ static pkv_status per_layer(const pkv_gguf *g, const char *arch, const char *suf
         }
     } else {
         int x = 0;
-        s = need_u32(g, arch, suffix, (uint32_t)lo, (uint32_t)hi, &x);
+        s = pkv_hp_need_u32(g, arch, suffix, (uint32_t)lo, (uint32_t)hi, &x);
         for (int l = 0; !s && l < n_layer; l++) v[l] = x;
     }
     if (s) {
@@ -104,14 +128,14 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     memset(hp, 0, sizeof *hp);
     hp->arch = PKV_ARCH_COUNT;
     for (int a = 0; a < PKV_ARCH_COUNT; a++)
-        if (!strcmp(arch, k_arch_names[a])) hp->arch = (pkv_arch)a;
+        if (!strcmp(arch, k_archs[a]->name)) hp->arch = (pkv_arch)a;
     if (hp->arch == PKV_ARCH_COUNT)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt-oss)",
-                       lab, arch);
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", lab, arch, pkv_arch_list());
+    const pkv_arch_ops *ops = k_archs[hp->arch];
 
-    if ((s = need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
-    if ((s = need_u32(g, arch, "embedding_length", 1, 1 << 20, &hp->n_embd))) return s;
-    if ((s = opt_u32(g, arch, "context_length", 1, 1u << 30, 4096, &hp->n_ctx_train))) return s;
+    if ((s = pkv_hp_need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
+    if ((s = pkv_hp_need_u32(g, arch, "embedding_length", 1, 1 << 20, &hp->n_embd))) return s;
+    if ((s = pkv_hp_opt_u32(g, arch, "context_length", 1, 1u << 30, 4096, &hp->n_ctx_train))) return s;
     int *n_head = NULL, *n_head_kv = NULL, *n_ff = NULL;
     if ((s = per_layer(g, arch, "attention.head_count", hp->n_layer, -1, 1, 4096, &n_head))) return s;
     /* head_count_kv defaults to head_count, layer by layer */
@@ -124,12 +148,11 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
     }
-    const bool oss = hp->arch == PKV_ARCH_GPT_OSS;
-    bool moe = hp->arch == PKV_ARCH_QWEN3MOE || oss;
+    const bool moe = ops->moe;
     if (!s && moe) { /* expert counts and sizes: llama.cpp's keys */
-        s = need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert);
-        if (!s) s = need_u32(g, arch, "expert_used_count", 1, 4096, &hp->n_expert_used);
-        if (!s) s = need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp);
+        s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert);
+        if (!s) s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, 4096, &hp->n_expert_used);
+        if (!s) s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp);
         if (!s && hp->n_expert_used > hp->n_expert)
             s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.expert_used_count' is %d, more than the %d experts of '%s.expert_count'",
                         lab, arch, hp->n_expert_used, hp->n_expert, arch);
@@ -143,17 +166,17 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
             s = pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %d attention heads, not a multiple of its %d KV heads", lab, l,
                         n_head[l], n_head_kv[l]);
     int def_hd = n_head && n_head[0] && hp->n_embd % n_head[0] == 0 ? hp->n_embd / n_head[0] : 0;
-    if (!s) s = opt_u32(g, arch, "attention.key_length", 1, 4096, def_hd, &hp->head_dim_k);
-    if (!s) s = opt_u32(g, arch, "attention.value_length", 1, 4096, hp->head_dim_k, &hp->head_dim_v);
+    if (!s) s = pkv_hp_opt_u32(g, arch, "attention.key_length", 1, 4096, def_hd, &hp->head_dim_k);
+    if (!s) s = pkv_hp_opt_u32(g, arch, "attention.value_length", 1, 4096, hp->head_dim_k, &hp->head_dim_v);
     if (!s && hp->head_dim_k == 0)
         s = pkv_err(PKV_ERR_FORMAT, "%s: no '%s.attention.key_length' and embedding_length %d is not a multiple of head_count %d",
                     lab, arch, hp->n_embd, n_head[0]);
-    if (!s) s = opt_u32(g, arch, "rope.dimension_count", 2, 4096, hp->head_dim_k, &hp->n_rot);
+    if (!s) s = pkv_hp_opt_u32(g, arch, "rope.dimension_count", 2, 4096, hp->head_dim_k, &hp->n_rot);
     if (!s && (hp->n_rot > hp->head_dim_k || hp->n_rot % 2))
         s = pkv_err(PKV_ERR_FORMAT, "%s: rope.dimension_count %d must be even and at most the head size %d", lab, hp->n_rot,
                     hp->head_dim_k);
-    if (!s) s = opt_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base);
-    if (!s) s = opt_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps);
+    if (!s) s = pkv_hp_opt_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base);
+    if (!s) s = pkv_hp_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps);
     if (!s && !(hp->rope_base > 0))
         s = pkv_err(PKV_ERR_FORMAT, "%s: rope.freq_base %g must be > 0", lab, (double)hp->rope_base);
     if (!s && !(hp->rms_eps > 0 && hp->rms_eps < 1))
@@ -175,7 +198,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                 char kf[128];
                 key(kf, sizeof kf, arch, "rope.scaling.factor");
                 const char *fk = pkv_gguf_find_key(g, kf) >= 0 ? "rope.scaling.factor" : "rope.scale_linear";
-                s = opt_f32(g, arch, fk, 1.0f, &f);
+                s = pkv_hp_opt_f32(g, arch, fk, 1.0f, &f);
                 if (!s && !(f > 0 && f < INFINITY))
                     s = pkv_err(PKV_ERR_FORMAT, "%s: %s.%s %g must be > 0", lab, arch, fk, (double)f);
                 if (!s) hp->rope_freq_scale = 1.0f / f;
@@ -196,21 +219,21 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
          * architectures. */
         if (!s && yarn) {
             hp->rope_ext_factor = 1.0f;
-            s = opt_u32(g, arch, "rope.scaling.original_context_length", 1, 1u << 30, hp->n_ctx_train, &hp->rope_n_ctx_orig);
-            if (!s) s = opt_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &hp->rope_beta_fast);
-            if (!s) s = opt_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &hp->rope_beta_slow);
+            s = pkv_hp_opt_u32(g, arch, "rope.scaling.original_context_length", 1, 1u << 30, hp->n_ctx_train, &hp->rope_n_ctx_orig);
+            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &hp->rope_beta_fast);
+            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &hp->rope_beta_slow);
             if (!s && !(hp->rope_beta_fast > 0 && hp->rope_beta_fast < INFINITY && hp->rope_beta_slow > 0 &&
                         hp->rope_beta_slow < INFINITY))
                 s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.rope.scaling.yarn_beta_fast' %g and '_slow' %g must be > 0", lab, arch,
                             (double)hp->rope_beta_fast, (double)hp->rope_beta_slow);
             float log_mul = 0;
-            if (!s) s = opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul);
+            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul);
             if (!s && log_mul != 0)
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.yarn_log_multiplier' (%g, DeepSeek's YaRN "
                             "magnitude) is not supported", lab, arch, (double)log_mul);
         }
     }
-    if (!s) s = opt_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor);
+    if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor);
     if (!s && !(hp->rope_attn_factor > 0 && hp->rope_attn_factor < INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.attn_factor' is %g, must be > 0", lab, arch,
                     (double)hp->rope_attn_factor);
@@ -223,68 +246,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     if (!s && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
-    hp->rope_neox = hp->arch != PKV_ARCH_LLAMA;
-    bool gemma3 = hp->arch == PKV_ARCH_GEMMA3;
-    if (!s && (hp->arch == PKV_ARCH_GEMMA2 || gemma3)) { /* llama.cpp's keys and rules for Gemma 2 and 3 */
-        hp->embd_scale = sqrtf((float)hp->n_embd);
-        hp->gelu = true;
-        /* gemma2: even layers slide, odd layers see everything; gemma3: five of every
-         * six layers slide, with their own RoPE base (llama.cpp's
-         * rope_freq_base_train_swa) and no RoPE scaling, which is for the global layers */
-        hp->swa_pattern = gemma3 ? 6 : 2;
-        hp->rope_base_swa = gemma3 ? 10000.0f : 0.0f;
-        hp->rope_freq_scale_swa = 1.0f;
-        /* gemma3 needs the window, as llama.cpp does: without it the sliding layers
-         * would see everything, silently wrong */
-        s = gemma3 ? need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa)
-                   : opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
-        if (!s && hp->n_swa > hp->n_ctx_train)
-            s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d", lab,
-                        arch, hp->n_swa, arch, hp->n_ctx_train);
-        /* a file may give the sliding layers' base (llama.cpp reads the key too) */
-        if (!s && gemma3) s = opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa);
-        if (!s && gemma3 && !(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
-            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch,
-                        (double)hp->rope_base_swa);
-        if (!s) s = opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->attn_softcap);
-        if (!s) s = opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap);
-        if (!s && (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0) || hp->attn_softcap == INFINITY ||
-                   hp->final_softcap == INFINITY))
-            s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attn_logit_softcapping' %g and '%s.final_logit_softcapping' %g must be >= 0",
-                        lab, arch, (double)hp->attn_softcap, arch, (double)hp->final_softcap);
-        /* the query scale: by model size, as llama.cpp does (the 27B models, gemma2's
-         * 46 layers and gemma3's 62, use n_embd / n_head; the others the head size).
-         * gemma3 has no soft-caps in its files; where the keys are there anyway they
-         * are honoured, as for gemma2. */
-        int n_layer_27b = gemma3 ? 62 : 46;
-        if (!s)
-            hp->attn_scale =
-                1.0f / sqrtf(hp->n_layer == n_layer_27b ? (float)(hp->n_embd / n_head[0]) : (float)hp->head_dim_k);
-    }
-    if (!s && oss) { /* llama.cpp's llama_model_openai_moe::load_arch_hparams */
-        hp->attn_sinks = true;
-        hp->swiglu_oai = true;
-        hp->moe_weight_softmax = true;
-        /* every other layer slides, the even ones (set_swa_pattern(2); the file may
-         * say otherwise), over the required attention.sliding_window */
-        s = need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa);
-        if (!s && hp->n_swa > hp->n_ctx_train)
-            s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d", lab,
-                        arch, hp->n_swa, arch, hp->n_ctx_train);
-        if (!s) s = opt_u32(g, arch, "attention.sliding_window_pattern", 1, 4096, 2, &hp->swa_pattern);
-        /* the sliding layers rotate as the others unless the file gives them a base */
-        float base_swa = 0;
-        if (!s) s = opt_f32(g, arch, "rope.freq_base_swa", 0.0f, &base_swa);
-        if (!s && base_swa != 0 && !(base_swa > 0 && base_swa < INFINITY))
-            s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)base_swa);
-        hp->rope_base_swa = base_swa;
-        hp->rope_freq_scale_swa = hp->rope_freq_scale;
-        /* llama.cpp sizes the heads by the rotary dimensions and scales scores by
-         * 1/sqrt(n_rot): both are the head size here, or the file is refused */
-        if (!s && hp->n_rot != hp->head_dim_k)
-            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: '%s.rope.dimension_count' %d differs from '%s.attention.key_length' %d "
-                        "(gpt-oss rotates whole heads)", lab, arch, hp->n_rot, arch, hp->head_dim_k);
-    }
+    hp->rope_neox = ops->rope_neox;
+    if (!s && ops->hparams) s = ops->hparams(g, arch, hp, n_head);
     if (s) {
         pkv_free(n_head);
         pkv_free(n_head_kv);

@@ -230,12 +230,10 @@ static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) 
 
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
-    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") && strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe") &&
-        strcmp(p->arch, "phi3") && strcmp(p->arch, "gemma2") && strcmp(p->arch, "gemma3") && strcmp(p->arch, "gpt-oss"))
-        return pkv_err(PKV_ERR_UNSUPPORTED,
-                       "mkmodel: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, "
-                       "gpt-oss)",
-                       p->arch);
+    bool known = false;
+    for (int a = 0; a < PKV_ARCH_COUNT; a++) known = known || !strcmp(p->arch, pkv_arch_name((pkv_arch)a));
+    if (!known)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (%s)", p->arch, pkv_arch_list());
     const bool oss = !strcmp(p->arch, "gpt-oss");
     if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3") || oss) {
         if (!p->sliding_window) p->sliding_window = 8;

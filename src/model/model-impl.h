@@ -21,6 +21,7 @@ typedef enum pkv_arch {
 } pkv_arch;
 
 const char *pkv_arch_name(pkv_arch a);
+const char *pkv_arch_list(void); /* the supported names, ", "-separated */
 
 /* A weight on the model's device. buf NULL: the tensor is absent. */
 typedef struct pkv_weight {
@@ -87,7 +88,6 @@ typedef struct pkv_hparams {
     float attn_scale;            /* scores times this; 0 = 1/sqrt(head_dim_k) */
     float attn_softcap, final_softcap;
     int n_swa, swa_pattern;      /* sliding window; layer il slides when il % pattern < pattern - 1 */
-    bool gelu;                   /* GeGLU FFN (gelu, tanh form) instead of SwiGLU */
     float rope_base_swa;         /* the sliding layers' RoPE base (gemma3: 10000; gpt-oss: rope.freq_base_swa
                                     where the file has it) with rope_freq_scale_swa; 0 = rope_base and
                                     rope_freq_scale on every layer */
@@ -97,11 +97,6 @@ typedef struct pkv_hparams {
     int rope_n_ctx_orig;         /* rope.scaling.original_context_length (default context_length) */
     float rope_beta_fast, rope_beta_slow; /* rope.scaling.yarn_beta_fast/_slow (32, 1) */
     float rope_attn_factor;      /* rope.scaling.attn_factor (1): times YaRN's 1 + 0.1 ln(factor) */
-    /* gpt-oss (false elsewhere) */
-    bool attn_sinks;             /* blk.N.attn_sinks.weight: one more softmax logit per query head */
-    bool swiglu_oai;             /* the experts' clamped SwiGLU, alpha 1.702, limit 7 */
-    bool moe_weight_softmax;     /* experts: top k of the router's logits, weights = softmax over those k
-                                    (llama.cpp's SOFTMAX_WEIGHT gating); else softmax, top k, normalized */
 } pkv_hparams;
 
 struct pkv_model {

@@ -1,6 +1,6 @@
 /* Loading a GGUF model: hyper-parameters, tokenizer, and every weight checked
  * against the shape the architecture expects, then uploaded to the device. */
-#include "model/model-impl.h"
+#include "model/arch/arch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@ pkv_model_params pkv_model_default_params(void) {
     return p;
 }
 
-typedef struct loader {
+struct pkv_loader {
     const pkv_gguf *g;
     pkv_model *m;
     pkv_model_params p;
@@ -24,7 +24,10 @@ typedef struct loader {
     int type_count[PKV_TYPE_COUNT];
     bool in_place; /* the GGUF stays open with the model: use its memory where the device can */
     int64_t ne2;   /* > 0: load_weight takes a 3-D tensor of ne2 matrices as one of ne1 rows */
-} loader;
+};
+typedef struct pkv_loader loader;
+
+pkv_model *pkv_loader_model(pkv_loader *L) { return L->m; }
 
 static void progress(loader *L, uint64_t add) {
     L->done_bytes += add;
@@ -336,112 +339,151 @@ static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_
     return s;
 }
 
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il, suffix), name)
+
+pkv_status pkv_load_norm(pkv_loader *L, int il, const char *suffix, pkv_weight *w) {
+    char name[96];
+    return load_weight(L, NAME(suffix), L->m->hp.n_embd, 1, true, true, L->m->dev, k_all, w);
+}
+
+pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
+    const int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
+                  od = (int64_t)ly->n_head * hv;
+    const bool fused = t->fused_qkv && pkv_gguf_find_tensor(L->g, NAME("attn_qkv.weight"));
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        slice q_rows = {w->q_h0 * hk, w->n_q * hk, 0, 0}, k_rows = {w->kv_h0 * hk, w->n_kv * hk, 0, 0},
+              v_rows = {w->kv_h0 * hv, w->n_kv * hv, 0, 0}, o_cols = {0, 0, w->q_h0 * hv, w->n_q * hv};
+        /* biases are vectors [1][n]: a slice of columns */
+        slice qb = {0, 0, q_rows.r0, q_rows.nr}, kb = {0, 0, k_rows.r0, k_rows.nr}, vb = {0, 0, v_rows.r0, v_rows.nr};
+        if (fused) { /* one matrix of qd + kd + vd rows: Q, then K, then V; each shard takes its rows */
+            slice fk = k_rows, fv = v_rows;
+            fk.r0 += qd;
+            fv.r0 += qd + kd;
+            if ((s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, q_rows, &w->wq)) ||
+                (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fk, &w->wk)) ||
+                (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv)))
+                return s;
+        } else if ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
+                   (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
+                   (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv))) {
+            return s;
+        }
+        if ((s = load_weight(L, NAME("attn_q.bias"), qd, 1, t->qkv_bias, true, dev, qb, &w->bq)) ||
+            (s = load_weight(L, NAME("attn_k.bias"), kd, 1, t->qkv_bias, true, dev, kb, &w->bk)) ||
+            (s = load_weight(L, NAME("attn_v.bias"), vd, 1, t->qkv_bias, true, dev, vb, &w->bv)) ||
+            (t->qk_norm && (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, true, true, dev, k_all, &w->q_norm))) ||
+            (t->qk_norm && (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, true, true, dev, k_all, &w->k_norm))) ||
+            (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
+            return s;
+        /* the output's bias is added once (by the first shard); a sink per query head
+         * lives where the shard's attention runs (the host with the KV there) */
+        slice sinks = {0, 0, w->q_h0, w->n_q};
+        if ((t->out_bias && d == 0 && (s = load_weight(L, NAME("attn_output.bias"), E, 1, true, true, dev, k_all, &w->bo))) ||
+            (t->sinks && (s = load_weight(L, NAME("attn_sinks.weight"), ly->n_head, 1, true, true, m->kv_on_host ? m->host : dev,
+                                          sinks, &w->sinks))))
+            return s;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
+    pkv_model *m = L->m;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = m->hp.n_embd, F = ly->n_ff;
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        slice f_rows = {w->ff0, w->n_ff, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff};
+        if (fused_up) {
+            slice fu = f_rows;
+            fu.r0 += F;
+            if ((s = load_weight(L, NAME("ffn_up.weight"), E, 2 * F, true, false, dev, f_rows, &w->w_gate)) ||
+                (s = load_weight(L, NAME("ffn_up.weight"), E, 2 * F, true, false, dev, fu, &w->w_up)))
+                return s;
+        } else if ((s = load_weight(L, NAME("ffn_gate.weight"), E, F, true, false, dev, f_rows, &w->w_gate)) ||
+                   (s = load_weight(L, NAME("ffn_up.weight"), E, F, true, false, dev, f_rows, &w->w_up))) {
+            return s;
+        }
+        if ((s = load_weight(L, NAME("ffn_down.weight"), F, E, true, false, dev, f_cols, &w->w_down))) return s;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, X = hp->n_expert;
+    if (X <= 0) return pkv_err(PKV_ERR_INTERNAL, "%s: layer %d: experts without an expert count", m->label, il);
+    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe_router)) ||
+        (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
+        (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
+        (s = load_experts(L, NAME("ffn_down_exps.weight"), ly->n_ff, E, &ly->moe_down)))
+        return s;
+    if (biases && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe_router_b)) ||
+                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), ly->n_ff, X, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
+                   (s = load_weight(L, NAME("ffn_up_exps.bias"), ly->n_ff, X, true, true, m->dev, k_all, &ly->moe_up_b)) ||
+                   (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe_down_b))))
+        return s;
+    return PKV_OK;
+}
+
+pkv_status pkv_load_prenorm(pkv_loader *L, int il, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn) {
+    pkv_layer *ly = &L->m->layers[il];
+    pkv_status s;
+    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) || (s = pkv_load_attention(L, il, attn)) ||
+        (s = pkv_load_norm(L, il, ffn_norm ? ffn_norm : "ffn_norm.weight", &ly->ffn_norm)))
+        return s;
+    return ffn == PKV_FFN_EXPERTS || ffn == PKV_FFN_EXPERTS_BIASED ? pkv_load_moe(L, il, ffn == PKV_FFN_EXPERTS_BIASED)
+                                                                   : pkv_load_ffn(L, il, ffn == PKV_FFN_FUSED_UP);
+}
+
+/* Every layer: its shards' ranges, its attention kind (window, RoPE), then the
+ * architecture's tensors. */
 static pkv_status load_layers(loader *L) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
+    const pkv_arch_ops *ops = pkv_arch_ops_of(hp->arch);
     char name[96];
     pkv_status s = PKV_OK;
-    int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
-    const bool oss = hp->arch == PKV_ARCH_GPT_OSS;
-    bool qkv_bias = hp->arch == PKV_ARCH_QWEN2 || oss; /* Q/K/V biases required */
-    bool qwen3 = hp->arch == PKV_ARCH_QWEN3 || hp->arch == PKV_ARCH_QWEN3MOE || hp->arch == PKV_ARCH_GEMMA3; /* Q/K norms */
-    bool phi3 = hp->arch == PKV_ARCH_PHI3; /* fused attn_qkv (optional) and ffn_up = [gate; up] */
     bool moe = hp->n_expert > 0;
     if (moe && m->n_dev > 1)
         return pkv_err(PKV_ERR_UNSUPPORTED,
                        "%s: a mixture-of-experts model (%s) cannot be split over %d devices yet: run it on one device (-d); "
                        "the KV cache may still be on the host (--kv-on-host)",
                        m->label, pkv_arch_name(hp->arch), m->n_dev);
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
-    for (int l = 0; l < hp->n_layer; l++) {
-        pkv_layer *ly = &m->layers[l];
+    for (int il = 0; il < hp->n_layer; il++) {
+        pkv_layer *ly = &m->layers[il];
         ly->sh = pkv_calloc((size_t)m->n_dev, sizeof *ly->sh);
         if (!ly->sh) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
+        /* FFN rows are split in whole blocks of the down projection's type */
         const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME(moe ? "ffn_down_exps.weight" : "ffn_down.weight"));
         int64_t fblk = down ? (int64_t)pkv_type_block_elems(down->type) : 1;
-        if ((s = plan_layer(m, l, fblk ? fblk : 1))) return s;
-        int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
-                od = (int64_t)ly->n_head * hv;
-        if ((s = load_weight(L, NAME("attn_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->attn_norm))) return s;
-        /* gpt-oss's FFN norm is named post_attention_norm (llama.cpp's attn_post_norm):
-         * it norms the FFN's input, unlike Gemma's post-norms of outputs */
-        if ((s = load_weight(L, NAME(oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, true, true, m->dev,
-                             k_all, &ly->ffn_norm)))
-            return s;
-        bool gemma = hp->arch == PKV_ARCH_GEMMA2 || hp->arch == PKV_ARCH_GEMMA3;
-        if (gemma && ((s = load_weight(L, NAME("post_attention_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_attn_norm)) ||
-                      (s = load_weight(L, NAME("post_ffw_norm.weight"), E, 1, true, true, m->dev, k_all, &ly->post_ffn_norm))))
-            return s;
+        if ((s = plan_layer(m, il, fblk ? fblk : 1))) return s;
         /* the attention kind of the layer: sliding layers see the last n_swa tokens */
-        bool sliding = hp->swa_pattern > 0 && l % hp->swa_pattern < hp->swa_pattern - 1;
+        bool sliding = hp->swa_pattern > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
         ly->window = sliding && hp->n_swa > 0 ? hp->n_swa : 0;
         /* sliding layers with a base of their own (gemma3: and no scaling) */
         bool local_rope = sliding && hp->rope_base_swa > 0;
         ly->rope_base = local_rope ? hp->rope_base_swa : hp->rope_base;
         ly->rope_freq_scale = local_rope ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
-        if (moe && ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, hp->n_expert, true, false, m->dev, k_all, &ly->moe_router)) ||
-                    (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
-                    (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
-                    (s = load_experts(L, NAME("ffn_down_exps.weight"), ly->n_ff, E, &ly->moe_down))))
-            return s;
-        /* gpt-oss: the router's bias, and each expert's bias rows [n_expert][rows] */
-        if (oss && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), hp->n_expert, 1, true, true, m->dev, k_all, &ly->moe_router_b)) ||
-                    (s = load_weight(L, NAME("ffn_gate_exps.bias"), ly->n_ff, hp->n_expert, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
-                    (s = load_weight(L, NAME("ffn_up_exps.bias"), ly->n_ff, hp->n_expert, true, true, m->dev, k_all, &ly->moe_up_b)) ||
-                    (s = load_weight(L, NAME("ffn_down_exps.bias"), E, hp->n_expert, true, true, m->dev, k_all, &ly->moe_down_b))))
-            return s;
-        for (int d = 0; d < m->n_dev; d++) {
-            pkv_shard_w *w = &ly->sh[d];
-            pkv_device *dev = m->devs[d];
-            slice q_rows = {w->q_h0 * hk, w->n_q * hk, 0, 0}, k_rows = {w->kv_h0 * hk, w->n_kv * hk, 0, 0},
-                  v_rows = {w->kv_h0 * hv, w->n_kv * hv, 0, 0}, o_cols = {0, 0, w->q_h0 * hv, w->n_q * hv},
-                  f_rows = {w->ff0, w->n_ff, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff};
-            /* biases are vectors [1][n]: a slice of columns */
-            slice qb = {0, 0, q_rows.r0, q_rows.nr}, kb = {0, 0, k_rows.r0, k_rows.nr}, vb = {0, 0, v_rows.r0, v_rows.nr};
-            bool fused = phi3 && pkv_gguf_find_tensor(L->g, NAME("attn_qkv.weight"));
-            if (fused) { /* one matrix of qd + kd + vd rows: Q, then K, then V; each shard takes its rows */
-                slice fk = k_rows, fv = v_rows;
-                fk.r0 += qd;
-                fv.r0 += qd + kd;
-                if ((s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, q_rows, &w->wq)) ||
-                    (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fk, &w->wk)) ||
-                    (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv)))
-                    return s;
-            }
-            if ((!fused && ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
-                            (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
-                            (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)))) ||
-                (s = load_weight(L, NAME("attn_q.bias"), qd, 1, qkv_bias, true, dev, qb, &w->bq)) ||
-                (s = load_weight(L, NAME("attn_k.bias"), kd, 1, qkv_bias, true, dev, kb, &w->bk)) ||
-                (s = load_weight(L, NAME("attn_v.bias"), vd, 1, qkv_bias, true, dev, vb, &w->bv)) ||
-                /* gpt-oss has no Q/K norms (llama.cpp reads none) */
-                (!oss && (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->q_norm))) ||
-                (!oss && (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, qwen3, true, dev, k_all, &w->k_norm))) ||
-                (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
-                return s;
-            /* gpt-oss: the output's bias, added once (by the first shard), and one sink
-             * per query head where the shard's attention runs (the host with the KV there) */
-            slice sinks = {0, 0, w->q_h0, w->n_q};
-            if (oss && ((d == 0 && (s = load_weight(L, NAME("attn_output.bias"), E, 1, true, true, dev, k_all, &w->bo))) ||
-                        (s = load_weight(L, NAME("attn_sinks.weight"), ly->n_head, 1, true, true,
-                                         m->kv_on_host ? m->host : dev, sinks, &w->sinks))))
-                return s;
-            if (phi3) { /* ffn_up holds the gate's rows, then the up projection's */
-                slice fu = f_rows;
-                fu.r0 += ly->n_ff;
-                if ((s = load_weight(L, NAME("ffn_up.weight"), E, 2 * (int64_t)ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
-                    (s = load_weight(L, NAME("ffn_up.weight"), E, 2 * (int64_t)ly->n_ff, true, false, dev, fu, &w->w_up)) ||
-                    (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down)))
-                    return s;
-            } else if (!moe && ((s = load_weight(L, NAME("ffn_gate.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_gate)) ||
-                         (s = load_weight(L, NAME("ffn_up.weight"), E, ly->n_ff, true, false, dev, f_rows, &w->w_up)) ||
-                         (s = load_weight(L, NAME("ffn_down.weight"), ly->n_ff, E, true, false, dev, f_cols, &w->w_down))))
-                return s;
-        }
+        if ((s = ops->load_layer(L, il))) return s;
     }
-#undef NAME
     return s;
 }
+#undef NAME
 
 /* Open the devices of p: one (device / device_handle) or a comma list (devices)
  * with proportions (split), and the host device for kv_on_host. */

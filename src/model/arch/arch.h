@@ -1,0 +1,45 @@
+/* One architecture, one file (model layer, internal). An architecture is its GGUF
+ * keys beyond the common ones (hparams.c), the tensors of a layer (loaded with the
+ * blocks of load.h) and the forward pass of a layer (composed of the blocks of
+ * blocks.h). Its file reads as the model's block diagram; what the blocks share
+ * lives in them, so adding an architecture is one short file and one line in the
+ * table of hparams.c. */
+#ifndef PKV_ARCH_H
+#define PKV_ARCH_H
+
+#include "model/blocks.h"
+#include "model/load.h"
+
+typedef struct pkv_arch_ops {
+    const char *name;   /* general.architecture */
+    bool moe;           /* the FFN of every layer is a mixture of experts (expert_* keys required) */
+    bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
+    /* The architecture's own keys and rules, after the common ones are read; n_head
+     * is per layer. NULL: none. */
+    pkv_status (*hparams)(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head);
+    /* The tensors of layer il (the shards' ranges, window and RoPE are set). */
+    pkv_status (*load_layer)(pkv_loader *L, int il);
+    /* Layer il of a forward step. */
+    pkv_status (*layer)(pkv_fwd *f, int il);
+} pkv_arch_ops;
+
+/* The operations of a (valid) architecture. */
+const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a);
+
+extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
+    pkv_arch_gemma3, pkv_arch_gpt_oss;
+
+/* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
+ * an optional one (def when absent); an optional f32. Messages name the key. */
+pkv_status pkv_hp_need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out);
+pkv_status pkv_hp_opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out);
+pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out);
+/* hp->n_swa from '<arch>.attention.sliding_window' (0 when absent and not
+ * required), at most the training context. */
+pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required);
+
+/* Gemma 2 and 3's keys and rules (gemma2.c): gemma3 has a window in five of six
+ * layers, with a RoPE base of their own. */
+pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head, bool gemma3);
+
+#endif

@@ -1,0 +1,450 @@
+/* The building blocks of a forward step: the workspace, the kernels' thin wrappers,
+ * and the attention, FFN and mixture-of-experts blocks that src/model/arch/ composes
+ * (blocks.h says what each computes).
+ *
+ * Tensor parallelism (several devices): each device computes the heads and FFN rows
+ * of its shard from the normed input broadcast to it, and the partial outputs are
+ * summed into the residual stream on the first device. Each shard's K/V live where
+ * the cache put them; when that is another device than the shard's (the cache on
+ * the host), q, k and v go there, attention runs there, and its output comes back:
+ * attention always runs where its KV is stored. */
+#include <math.h>
+#include <string.h>
+
+#include "model/blocks.h"
+
+void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
+    if (!ws) return;
+    for (int i = 0; i < ws->n; i++) {
+        pkv_dev_ws *d = &ws->d[i];
+        pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
+                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids};
+        for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
+    }
+    pkv_free(ws->host_ints);
+    pkv_free(ws->h_probs);
+    pkv_free(ws->h_out);
+    pkv_free(ws->h_y);
+    pkv_free(ws->h_wsel);
+    pkv_free(ws->h_rows);
+    pkv_free(ws->h_sel);
+    pkv_free(ws);
+}
+
+/* The largest per-token widths over all layers (I4: layers may differ). */
+static void widths(const pkv_model *m, int64_t *qd, int64_t *kd, int64_t *vd, int64_t *od, int64_t *ff) {
+    *qd = *kd = *vd = *od = *ff = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const pkv_layer *ly = &m->layers[l];
+        *qd = PKV_MAX(*qd, (int64_t)ly->n_head * m->hp.head_dim_k);
+        *kd = PKV_MAX(*kd, (int64_t)ly->n_head_kv * m->hp.head_dim_k);
+        *vd = PKV_MAX(*vd, (int64_t)ly->n_head_kv * m->hp.head_dim_v);
+        *od = PKV_MAX(*od, (int64_t)ly->n_head * m->hp.head_dim_v);
+        *ff = PKV_MAX(*ff, (int64_t)ly->n_ff);
+    }
+}
+
+static pkv_status realloc_buf(pkv_device *dev, pkv_buffer **b, size_t bytes) {
+    pkv_buffer *nb = pkv_buffer_alloc(dev, bytes ? bytes : 4);
+    if (!nb) return pkv_err_prefix(PKV_ERR_NOMEM, "forward workspace");
+    pkv_buffer_free(*b);
+    *b = nb;
+    return PKV_OK;
+}
+
+/* The workspace of dev (created empty on first use). */
+pkv_dev_ws *pkv_fwd_dev(pkv_fwd_ws *ws, pkv_device *dev) {
+    for (int i = 0; i < ws->n; i++)
+        if (ws->d[i].dev == dev) return &ws->d[i];
+    if (ws->n == PKV_MAX_DEVICES + 1) return NULL;
+    memset(&ws->d[ws->n], 0, sizeof ws->d[0]);
+    ws->d[ws->n].dev = dev;
+    return &ws->d[ws->n++];
+}
+
+/* Make sure dev's workspace holds T tokens, n_out logits rows (main device only)
+ * and n_ints ints. */
+static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, int64_t T, int64_t n_out, size_t n_ints) {
+    pkv_status s = PKV_OK;
+    pkv_device *dev = w->dev;
+    if (T > w->cap_tokens) {
+        int64_t cap = PKV_MAX(T, w->cap_tokens * 2);
+        int64_t qd, kd, vd, od, ff, E = m->hp.n_embd;
+        widths(m, &qd, &kd, &vd, &od, &ff);
+        size_t t4 = (size_t)cap * 4;
+        if ((main_dev && (s = realloc_buf(dev, &w->x, t4 * (size_t)E))) ||
+            (s = realloc_buf(dev, &w->xb, t4 * (size_t)PKV_MAX(E, PKV_MAX(qd, od)))) || (s = realloc_buf(dev, &w->y, t4 * (size_t)E)) ||
+            (s = realloc_buf(dev, &w->q, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->k, t4 * (size_t)kd)) ||
+            (s = realloc_buf(dev, &w->v, t4 * (size_t)vd)) || (s = realloc_buf(dev, &w->att, t4 * (size_t)od)) ||
+            (s = realloc_buf(dev, &w->hb, t4 * (size_t)ff)) || (s = realloc_buf(dev, &w->hb2, t4 * (size_t)ff)))
+            return s;
+        if (main_dev && m->hp.n_expert > 0 &&
+            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
+             (s = realloc_buf(dev, &w->moe_ids, t4))))
+            return s;
+        w->cap_tokens = cap;
+    }
+    if (main_dev && n_out > w->cap_out) {
+        int64_t cap = PKV_MAX(n_out, w->cap_out * 2);
+        if ((s = realloc_buf(dev, &w->logits, (size_t)cap * 4 * (size_t)m->hp.n_vocab))) return s;
+        w->cap_out = cap;
+    }
+    if (n_ints > w->cap_ints) {
+        size_t cap = PKV_MAX(n_ints, w->cap_ints * 2);
+        if ((s = realloc_buf(dev, &w->ints, cap * 4))) return s;
+        w->cap_ints = cap;
+    }
+    return PKV_OK;
+}
+
+/* Every device the step touches: the model's devices, and the KV storage devices. */
+pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int64_t T, int64_t n_out, size_t n_ints) {
+    pkv_fwd_ws *ws = *wsp;
+    if (!ws) {
+        ws = pkv_calloc(1, sizeof *ws);
+        if (!ws) return pkv_err(PKV_ERR_NOMEM, "forward workspace");
+        *wsp = ws;
+    }
+    pkv_status s;
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
+        if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
+        if ((s = dev_reserve(m, w, d == 0, T, n_out, n_ints))) return s;
+    }
+    pkv_kv_shard_info sh;
+    for (int d = 0; d < m->n_dev && pkv_kv_shard(c, m->kv_layer ? m->kv_layer[0] : 0, d, &sh) == PKV_OK; d++) {
+        pkv_dev_ws *w = pkv_fwd_dev(ws, sh.storage);
+        if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
+        if ((s = dev_reserve(m, w, w->dev == m->dev, T, n_out, n_ints))) return s;
+    }
+    if (n_ints > ws->host_cap) {
+        void *p = ws->host_ints;
+        if ((s = pkv_grow(&p, &ws->host_cap, n_ints, sizeof(int32_t)))) return s;
+        ws->host_ints = p;
+    }
+    return PKV_OK;
+}
+
+static pkv_tref R(pkv_buffer *b, size_t off) { return pkv_tref_make(b, off); }
+
+pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T) {
+    pkv_k_matmul_args a = {.w = R(w->buf, 0), .wtype = w->type, .rows = w->ne1, .cols = w->ne0,
+                           .x = R(x, 0), .y = R(y, 0), .n = T};
+    return pkv_k_matmul(dev, &a);
+}
+
+static pkv_status add_bias(pkv_device *dev, const pkv_weight *b, pkv_buffer *y, int64_t T) {
+    if (!b->buf) return PKV_OK;
+    pkv_k_add_args a = {.a = R(y, 0), .b = R(b->buf, 0), .y = R(y, 0), .n = T * b->ne0, .b_len = b->ne0};
+    return pkv_k_add(dev, &a);
+}
+
+pkv_status pkv_blk_rmsnorm(pkv_device *dev, pkv_buffer *x, const pkv_weight *w, pkv_buffer *y, int64_t rows, int64_t len,
+                          float eps) {
+    pkv_k_rms_norm_args a = {.x = R(x, 0), .w = R(w->buf, 0), .y = R(y, 0), .n_rows = rows, .row_len = len, .eps = eps};
+    return pkv_k_rms_norm(dev, &a);
+}
+
+static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) {
+    pkv_k_add_args x = {.a = R(a, 0), .b = R(b, 0), .y = R(a, 0), .n = n, .b_len = n};
+    return pkv_k_add(dev, &x);
+}
+
+/* RoPE with the layer's own base and scale (gemma3's sliding and global layers differ).
+ * YaRN as llama.cpp runs it: the correction range from the layer's base, and cos and
+ * sin times rope.scaling.attn_factor and, where the layer scales (factor > 1),
+ * 1 + 0.1 ln(factor): llama.cpp's context divides that factor out of its attn_factor and
+ * ggml's rope multiplies it back in; the product is computed once here. */
+static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
+                       pkv_tref pos) {
+    pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
+                         .row_stride = (size_t)n_heads * (size_t)hp->head_dim_k * 4, .n_heads = n_heads,
+                         .head_dim = hp->head_dim_k, .n_rot = hp->n_rot, .neox = hp->rope_neox,
+                         .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos,
+                         .mscale = hp->rope_attn_factor};
+    if (hp->rope_ext_factor != 0) {
+        float dims[2];
+        pkv_rope_yarn_corr_dims(hp->n_rot, hp->rope_n_ctx_orig, ly->rope_base, hp->rope_beta_fast, hp->rope_beta_slow, dims);
+        a.ext_factor = hp->rope_ext_factor;
+        a.corr_lo = dims[0];
+        a.corr_hi = dims[1];
+        if (ly->rope_freq_scale < 1.0f) a.mscale *= 1.0f + 0.1f * logf(1.0f / ly->rope_freq_scale);
+    }
+    return pkv_k_rope(dev, &a);
+}
+
+/* Copy n bytes between workspaces; nothing to do on the same buffer. */
+static pkv_status move(pkv_buffer *src, pkv_buffer *dst, size_t n) {
+    return src == dst ? PKV_OK : pkv_buffer_copy(src, 0, dst, 0, n);
+}
+
+/* Fold each shard's partial output y into the residual stream x on the main
+ * device (summing in device order). post_norm (Gemma): the whole output is RMS
+ * normed first, so the partials are summed into w0->y, normed, then added. */
+static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm) {
+    size_t bytes = (size_t)T * (size_t)m->hp.n_embd * 4;
+    if (post_norm && post_norm->buf) {
+        pkv_status s;
+        for (int d = 1; d < m->n_dev; d++) { /* w0 is device 0's: sum the others into its y */
+            pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
+            if ((s = pkv_buffer_copy(w->y, 0, w0->xb, 0, bytes)) || (s = add(m->dev, w0->y, w0->xb, T * m->hp.n_embd)))
+                return s;
+        }
+        if ((s = pkv_blk_rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps))) return s;
+        return add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
+    }
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
+        pkv_buffer *part = w->y;
+        if (w != w0) { /* bring the partial to the main device (its xb is free now) */
+            pkv_status s = pkv_buffer_copy(w->y, 0, w0->xb, 0, bytes);
+            if (s) return s;
+            part = w0->xb;
+        }
+        pkv_status s = add(m->dev, w0->x, part, T * m->hp.n_embd);
+        if (s) return s;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
+    const pkv_model *m = f->m;
+    pkv_kv_cache *c = f->c;
+    pkv_fwd_ws *ws = f->ws;
+    const pkv_fwd_plan *pl = f->pl;
+    const int64_t T = f->T;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    int64_t E = hp->n_embd;
+    size_t xbytes = (size_t)T * (size_t)E * 4;
+    pkv_status s;
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    int kl = m->kv_layer ? m->kv_layer[il] : il; /* shared-KV drafts read another layer */
+    pkv_kv_layer_info li;
+    if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li))) return s;
+    if (li.n_shards != m->n_dev || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hp->head_dim_k ||
+        li.head_dim_v != hp->head_dim_v)
+        return pkv_err(PKV_ERR_MISMATCH,
+                       "layer %d (cache layer %d): the KV cache (%d heads of %d/%d in %d shards) does not match the model (%d "
+                       "heads of %d/%d on %d devices)",
+                       il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k,
+                       hp->head_dim_v, m->n_dev);
+    int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
+    /* A cache layer with a window keeps only that many tokens (plus a page): the
+     * model's layer must not look further back. */
+    if (li.window > 0 && (ly->window == 0 || ly->window > li.window))
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps a window of %d tokens, the model's layer "
+                       "attends to %s%d", il, kl, li.window, ly->window ? "" : "all tokens, not ", ly->window ? ly->window : li.window);
+    const bool wpool = li.window > 0;
+    const size_t off_rows = wpool ? pl->off_rows_w : pl->off_rows, off_meta = wpool ? pl->off_meta_w : pl->off_meta;
+    const int meta_pages = wpool ? pl->meta_pages_w : pl->meta_pages;
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
+        int64_t qd = (int64_t)sw->n_q * hp->head_dim_k, kd = (int64_t)sw->n_kv * hp->head_dim_k,
+                vd = (int64_t)sw->n_kv * hp->head_dim_v, od = (int64_t)sw->n_q * hp->head_dim_v;
+        if ((s = move(w0->xb, w->xb, xbytes))) return s;
+        if ((s = pkv_blk_matmul(dev, &sw->wq, w->xb, w->q, T)) || (s = pkv_blk_matmul(dev, &sw->wk, w->xb, w->k, T)) ||
+            (s = pkv_blk_matmul(dev, &sw->wv, w->xb, w->v, T)))
+            return s;
+        if ((s = add_bias(dev, &sw->bq, w->q, T)) || (s = add_bias(dev, &sw->bk, w->k, T)) || (s = add_bias(dev, &sw->bv, w->v, T)))
+            return s;
+        if (kind->qk_norm) { /* RMS norm of each head before RoPE */
+            PKV_CHECK_INTERNAL(sw->q_norm.buf && sw->k_norm.buf);
+            if ((s = pkv_blk_rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hp->head_dim_k, hp->rms_eps)) ||
+                (s = pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hp->head_dim_k, hp->rms_eps)))
+                return s;
+        }
+        pkv_tref pos = R(w->ints, pl->off_pos * 4);
+        if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))) return s;
+
+        pkv_kv_shard_info sh;
+        if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
+        if (sh.head_begin != sw->kv_h0 || sh.n_heads != sw->n_kv)
+            return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds KV heads [%d, %d) but the model computes [%d, %d)",
+                           il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0, sw->kv_h0 + sw->n_kv);
+        /* Attention runs where the shard's KV is stored (I5): on the host with --kv-on-host. */
+        pkv_device *kdev = sh.storage;
+        pkv_dev_ws *kw = pkv_fwd_dev(ws, kdev);
+        if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
+        if (kw != w) {
+            if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) || (s = move(w->k, kw->k, (size_t)(T * kd * 4))) ||
+                (s = move(w->v, kw->v, (size_t)(T * vd * 4))))
+                return s;
+        }
+        int64_t rows = sh.n_pages * page_size;
+        pkv_tref idx = R(kw->ints, off_rows * 4);
+        pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype_k,
+                                  .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
+        pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
+                                  .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
+        /* A replay recomputes window layers only: the full layers' rows are cached. */
+        if ((wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
+        pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
+                                   .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
+                                   .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
+                                   .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hp->head_dim_k,
+                                   .dv = hp->head_dim_v,
+                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim_k),
+                                   .window = ly->window, .softcap = hp->attn_softcap,
+                                   .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
+        PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
+        if ((s = pkv_k_attention(kdev, &at))) return s;
+        if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
+        if ((s = pkv_blk_matmul(dev, &sw->wo, w->att, w->y, T)) || (s = add_bias(dev, &sw->bo, w->y, T))) return s;
+    }
+    return reduce(m, ws, w0, T, kind->post_norm);
+}
+
+/* hb = act(hb) * hb2 over n elements of w's workspace. */
+static pkv_k_swiglu_args glu(pkv_glu act, pkv_dev_ws *w, int64_t n) {
+    return (pkv_k_swiglu_args){.g = R(w->hb, 0), .u = R(w->hb2, 0), .y = R(w->hb, 0), .n = n, .gelu = act == PKV_GLU_GELU,
+                               .oai = act == PKV_GLU_SILU_OAI, .alpha = 1.702f, .limit = 7.0f};
+}
+
+/* rows [r0, r0 + rows) of weight w (one expert's matrix), times x. */
+static pkv_status matmul_rows(pkv_device *dev, const pkv_weight *w, int64_t r0, int64_t rows, pkv_buffer *x, pkv_buffer *y,
+                              int64_t T) {
+    size_t rb = pkv_type_row_bytes(w->type, (size_t)w->ne0);
+    pkv_k_matmul_args a = {.w = R(w->buf, (size_t)r0 * rb), .wtype = w->type, .rows = rows, .cols = w->ne0,
+                           .x = R(x, 0), .y = R(y, 0), .n = T};
+    return pkv_k_matmul(dev, &a);
+}
+
+static pkv_status moe_host_reserve(pkv_fwd_ws *ws, const pkv_hparams *hp, int64_t T) {
+    if (T <= ws->h_cap_tokens) return PKV_OK;
+    int64_t cap = PKV_MAX(T, ws->h_cap_tokens * 2);
+    size_t t = (size_t)cap, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    float *p = pkv_malloc(t * X * 4), *o = pkv_malloc(t * E * 4), *y = pkv_malloc(t * E * 4), *w = pkv_malloc(t * K * 4);
+    int32_t *r = pkv_malloc(t * 4), *sel = pkv_malloc(t * K * 4);
+    if (!p || !o || !y || !w || !r || !sel) {
+        pkv_free(p), pkv_free(o), pkv_free(y), pkv_free(w), pkv_free(r), pkv_free(sel);
+        return pkv_err(PKV_ERR_NOMEM, "forward: mixture-of-experts scratch for %lld tokens", (long long)cap);
+    }
+    pkv_free(ws->h_probs), pkv_free(ws->h_out), pkv_free(ws->h_y), pkv_free(ws->h_wsel), pkv_free(ws->h_rows),
+        pkv_free(ws->h_sel);
+    ws->h_probs = p, ws->h_out = o, ws->h_y = y, ws->h_wsel = w, ws->h_rows = r, ws->h_sel = sel;
+    ws->h_cap_tokens = cap;
+    return PKV_OK;
+}
+
+/* Bias row `row` of b ([rows][ne0], absent: nothing) added to each of the n rows of y. */
+static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row, pkv_buffer *y, int64_t n) {
+    if (!b->buf) return PKV_OK;
+    pkv_k_add_args a = {.a = R(y, 0), .b = R(b->buf, (size_t)(row * b->ne0) * 4), .y = R(y, 0), .n = n * b->ne0,
+                        .b_len = b->ne0};
+    return pkv_k_add(dev, &a);
+}
+
+/* A mixture of experts in place of the FFN (qwen3moe, gpt-oss; llama.cpp's semantics):
+ *   qwen3moe:  probs = softmax(router · xb)           per token, over n_expert
+ *              sel   = the n_expert_used largest probs (ties: the lower expert first)
+ *              w     = probs[sel] / sum(probs[sel])   (Qwen3-MoE normalizes the top k)
+ *   gpt-oss:   logits = router · xb + b_router
+ *              sel   = the n_expert_used largest logits (ties: the lower expert first)
+ *              w     = softmax(logits[sel])           (llama.cpp's SOFTMAX_WEIGHT gating)
+ *   x += sum over sel of w_e * down_e(act(gate_e · xb) * (up_e · xb)), act silu (SwiGLU);
+ *   gpt-oss adds expert e's bias row after each of its three matmuls and its act is the
+ *   clamped SwiGLU (pkv_k_swiglu_args.oai, alpha 1.702, limit 7).
+ * Routing is per token, so it does not depend on the batch. Each expert runs once
+ * per step on the rows routed to it (gathered with get_rows), its weights read in
+ * place. Routing and the weighted sum run on the host for now (one read of the
+ * probabilities and one of each active expert's output per layer: correct on every
+ * backend, a round trip per expert on a GPU); each token's sum adds its experts in
+ * ascending index order, so the result is the same whatever else is in the batch. */
+pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
+    if (f->attn_only) return PKV_OK;
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    pkv_device *dev = m->dev;
+    const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = ly->n_ff;
+    const bool topk_softmax = kind->gating == PKV_MOE_TOPK_SOFTMAX;
+    pkv_status s;
+    PKV_CHECK_INTERNAL(X > 0 && ly->moe_router.buf);
+    if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    if ((s = moe_host_reserve(ws, hp, T))) return s;
+    if ((s = pkv_blk_matmul(dev, &ly->moe_router, w0->xb, w0->router, T)) || (s = add_bias(dev, &ly->moe_router_b, w0->router, T)))
+        return s;
+    if (!topk_softmax) {
+        pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
+        if ((s = pkv_k_softmax(dev, &sm))) return s;
+    }
+    if ((s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)(T * X) * 4))) return s;
+    for (int64_t t = 0; t < T; t++) { /* top k by selection (k is small), then the weights */
+        const float *p = ws->h_probs + t * X; /* probabilities, or (gpt-oss) logits */
+        int32_t *sel = ws->h_sel + t * K;
+        double sum = 0;
+        for (int64_t k = 0; k < K; k++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < X; e++) {
+                bool taken = false;
+                for (int64_t j = 0; j < k && !taken; j++) taken = sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            sum += topk_softmax ? exp((double)p[best] - (double)p[sel[0]]) : p[best];
+        }
+        for (int64_t k = 0; k < K; k++)
+            ws->h_wsel[t * K + k] = (float)((topk_softmax ? exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]]) / sum);
+    }
+    memset(ws->h_out, 0, (size_t)(T * E) * 4);
+    for (int32_t e = 0; e < X; e++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < K; k++)
+                if (ws->h_sel[t * K + k] == e) ws->h_rows[n++] = (int32_t)t;
+        if (!n) continue;
+        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
+        pkv_k_swiglu_args sg = glu(kind->act, w0, n * F);
+        if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g)) ||
+            (s = matmul_rows(dev, &ly->moe_gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
+            (s = add_bias_row(dev, &ly->moe_gate_b, e, w0->hb, n)) ||
+            (s = matmul_rows(dev, &ly->moe_up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
+            (s = add_bias_row(dev, &ly->moe_up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
+            (s = matmul_rows(dev, &ly->moe_down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
+            (s = add_bias_row(dev, &ly->moe_down_b, e, w0->y, n)) || (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
+            return s;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t t = ws->h_rows[i];
+            float wt = 0;
+            for (int64_t k = 0; k < K; k++)
+                if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
+            float *o = ws->h_out + t * E;
+            const float *y = ws->h_y + i * E;
+            for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
+        }
+    }
+    if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
+    return add(dev, w0->x, w0->y, T * E);
+}
+
+pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
+    if (f->attn_only) return PKV_OK;
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    const int64_t T = f->T, E = hp->n_embd;
+    pkv_status s;
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
+        PKV_CHECK_INTERNAL(sw->w_gate.buf && sw->w_up.buf && sw->w_down.buf);
+        if ((s = move(w0->xb, w->xb, (size_t)T * (size_t)E * 4))) return s;
+        if ((s = pkv_blk_matmul(dev, &sw->w_gate, w->xb, w->hb, T)) || (s = pkv_blk_matmul(dev, &sw->w_up, w->xb, w->hb2, T)))
+            return s;
+        pkv_k_swiglu_args sg = glu(kind->act, w, T * sw->n_ff);
+        if ((s = pkv_k_swiglu(dev, &sg))) return s;
+        if ((s = pkv_blk_matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
+    }
+    return reduce(m, ws, w0, T, kind->post_norm);
+}

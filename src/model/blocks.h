@@ -1,0 +1,121 @@
+/* The building blocks of a forward step (model layer, internal): the kinds of
+ * attention, FFN and mixture of experts that architectures compose, one layer at a
+ * time, in src/model/arch/<arch>.c. Each block reads the residual stream x (f32
+ * [T][n_embd] on the model's first device) and adds its output to it; what differs
+ * between architectures is said in the block's kind, never by testing the
+ * architecture inside a block.
+ *
+ * The workspace the blocks share (device buffers grown on demand and kept between
+ * steps, so a decode step allocates nothing) is declared here too, for forward.c,
+ * which plans the step, runs the embedding, calls the architecture's layers and
+ * produces the logits. */
+#ifndef PKV_BLOCKS_H
+#define PKV_BLOCKS_H
+
+#include "model/forward.h"
+
+/* Workspace buffers of one device. */
+typedef struct pkv_dev_ws {
+    pkv_device *dev;
+    int64_t cap_tokens, cap_out;
+    size_t cap_ints;
+    pkv_buffer *x;      /* f32 [T][E] residual stream (first device) */
+    pkv_buffer *xb;     /* f32 [T][max(E, qd, od)] */
+    pkv_buffer *y;      /* f32 [T][E] a shard's partial output */
+    pkv_buffer *q;      /* f32 [T][qd] */
+    pkv_buffer *k, *v;  /* f32 [T][kd], [T][vd] */
+    pkv_buffer *att;    /* f32 [T][od] */
+    pkv_buffer *hb, *hb2; /* f32 [T][F] */
+    pkv_buffer *logits; /* f32 [n_out][V] (first device) */
+    pkv_buffer *ints;   /* i32: ids[T] pos[T] rows[T] out[n_out] meta[...] (pkv_fwd_plan) */
+    /* mixture of experts (first device) */
+    pkv_buffer *router; /* f32 [T][n_expert] */
+    pkv_buffer *xe;     /* f32 [T][E] the rows routed to one expert */
+    pkv_buffer *moe_ids; /* i32 [T] */
+} pkv_dev_ws;
+
+struct pkv_fwd_ws {
+    int n;
+    pkv_dev_ws d[PKV_MAX_DEVICES + 1]; /* every device of the model, and the host */
+    int32_t *host_ints;
+    size_t host_cap;
+    /* MoE routing and combining on the host: probs [T][n_expert], out [T][E],
+     * y [T][E], rows [T] (token of each routed row), sel [T][n_expert_used],
+     * wsel [T][n_expert_used] */
+    float *h_probs, *h_out, *h_y, *h_wsel;
+    int32_t *h_rows, *h_sel;
+    int64_t h_cap_tokens;
+};
+
+/* The workspace of dev (created empty on first use); NULL when there are more
+ * devices than the workspace holds. */
+pkv_dev_ws *pkv_fwd_dev(pkv_fwd_ws *ws, pkv_device *dev);
+
+/* Make every device the step touches (the model's, and where the cache stores
+ * KV) hold T tokens, n_out logits rows and n_ints ints; *wsp is created if NULL. */
+pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int64_t T, int64_t n_out, size_t n_ints);
+
+/* One step as the blocks see it. */
+typedef struct pkv_fwd {
+    pkv_model *m;
+    pkv_kv_cache *c;
+    pkv_fwd_ws *ws;
+    const pkv_fwd_plan *pl;
+    int64_t T;
+    /* Recomputing window layers (pkv_fwd_plan.replay) ends with an attention: the
+     * FFN and expert blocks of that last layer do nothing. */
+    bool attn_only;
+} pkv_fwd;
+
+/* y = x·wᵀ for T rows on dev. */
+pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T);
+/* y = rmsnorm(x) * w over rows of len. */
+pkv_status pkv_blk_rmsnorm(pkv_device *dev, pkv_buffer *x, const pkv_weight *w, pkv_buffer *y, int64_t rows, int64_t len,
+                           float eps);
+
+/* Attention over the paged cache. x += post_norm(o(attn(rope(q), rope(k), v))) with
+ * q, k, v the layer's projections of norm(x), each plus its bias where the file has
+ * one, and o's bias likewise. Every shard on its device; attention runs where the
+ * shard's KV is stored; the layer's window, RoPE base and scale are its own
+ * (pkv_layer), the scale and soft-cap the model's (pkv_hparams). */
+typedef struct pkv_attn_kind {
+    const pkv_weight *norm;      /* RMS norm of the input */
+    bool qk_norm;                /* per-head RMS norms of q and k before RoPE (qwen3, gemma3) */
+    bool sinks;                  /* a learned logit per head in each softmax (gpt-oss) */
+    const pkv_weight *post_norm; /* RMS norm of the output before the residual add (gemma); NULL: none */
+} pkv_attn_kind;
+pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *k);
+
+/* The gated activations: act(g) * u. */
+typedef enum pkv_glu {
+    PKV_GLU_SILU,     /* SwiGLU */
+    PKV_GLU_GELU,     /* GeGLU, the tanh form */
+    PKV_GLU_SILU_OAI, /* gpt-oss's clamped SwiGLU (alpha 1.702, limit 7) */
+} pkv_glu;
+
+/* A gated FFN: x += post_norm(down(act(gate·xb) * (up·xb))), xb = norm(x); each
+ * device computes its rows of the FFN. */
+typedef struct pkv_ffn_kind {
+    const pkv_weight *norm;
+    pkv_glu act;
+    const pkv_weight *post_norm; /* NULL: none */
+} pkv_ffn_kind;
+pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *k);
+
+/* How a token's experts are chosen and weighted. */
+typedef enum pkv_moe_gating {
+    PKV_MOE_SOFTMAX_TOPK, /* probs = softmax(router·xb); the top k; weights = probs / their sum (Qwen3-MoE) */
+    PKV_MOE_TOPK_SOFTMAX, /* the top k of the router's logits; weights = softmax over those k (gpt-oss) */
+} pkv_moe_gating;
+
+/* A mixture of experts in place of the FFN: x += sum over the token's experts e of
+ * w_e * down_e(act(gate_e·xb) * (up_e·xb)), xb = norm(x), each matmul plus expert
+ * e's bias row where the file has them (and the router's bias). */
+typedef struct pkv_moe_kind {
+    const pkv_weight *norm;
+    pkv_glu act;
+    pkv_moe_gating gating;
+} pkv_moe_kind;
+pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *k);
+
+#endif

@@ -1,0 +1,50 @@
+/* Loading a layer's tensors (model layer, internal): the blocks an architecture's
+ * load_layer composes (src/model/arch/). Every tensor is checked against the shape
+ * the model's hyper-parameters give it, and a missing required one is named. With
+ * several devices each shard gets its rows or columns. */
+#ifndef PKV_LOAD_H
+#define PKV_LOAD_H
+
+#include "model/model-impl.h"
+
+typedef struct pkv_loader pkv_loader;
+
+/* The model being loaded. */
+pkv_model *pkv_loader_model(pkv_loader *L);
+
+/* blk.<il>.<name>: an f32 [n_embd] norm on the model's first device. */
+pkv_status pkv_load_norm(pkv_loader *L, int il, const char *name, pkv_weight *w);
+
+/* The attention's tensors: attn_q, attn_k, attn_v (or, where allowed, one attn_qkv
+ * of Q's rows, then K's, then V's) and attn_output, split by heads; their biases
+ * attn_{q,k,v}.bias where present (required with qkv_bias); and as asked: */
+typedef struct pkv_attn_tensors {
+    bool qkv_bias;  /* attn_q/k/v.bias required */
+    bool qk_norm;   /* attn_q_norm, attn_k_norm [head_dim_k] required */
+    bool fused_qkv; /* attn_qkv.weight accepted in place of the three */
+    bool out_bias;  /* attn_output.bias [n_embd] required */
+    bool sinks;     /* attn_sinks.weight [n_head] required: each shard's heads where its KV is attended */
+} pkv_attn_tensors;
+pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
+
+/* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
+ * the gate's rows, then the up projection's (no ffn_gate). */
+pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
+
+/* A mixture of experts on the first device: ffn_gate_inp (the router) and the
+ * experts as 3-D tensors ffn_{gate,up,down}_exps; biases: the router's and each
+ * expert's bias rows are required. */
+pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases);
+
+/* The pre-norm layer every architecture here starts from: attn_norm, the
+ * attention's tensors, the FFN's norm (ffn_norm, or the name given) and the FFN's
+ * tensors of the kind given. */
+typedef enum pkv_ffn_tensors {
+    PKV_FFN_GATED,          /* pkv_load_ffn */
+    PKV_FFN_FUSED_UP,       /* pkv_load_ffn, fused_up */
+    PKV_FFN_EXPERTS,        /* pkv_load_moe */
+    PKV_FFN_EXPERTS_BIASED, /* pkv_load_moe, biases */
+} pkv_ffn_tensors;
+pkv_status pkv_load_prenorm(pkv_loader *L, int il, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn);
+
+#endif
