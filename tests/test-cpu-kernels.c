@@ -314,7 +314,12 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1 + 5); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1 + 5 + 9); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4) */
+    CHECK(has_row(&l, "kernel ssm_conv (silu)"));
+    CHECK(has_row(&l, "kernel delta_net (grouped heads)"));
+    CHECK(has_row(&l, "kernel l2_norm"));
+    CHECK(has_row(&l, "kernel unary softplus"));
     CHECK(has_row(&l, "kernel matmul q4_k"));
     CHECK(has_row(&l, "kernel matmul mxfp4"));
     CHECK(has_row(&l, "kernel get_rows mxfp4"));

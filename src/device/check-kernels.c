@@ -19,6 +19,9 @@
  *   set_rows f32 / f16             0 / 1e-7      f16 rounding may differ by an ulp
  *   attention (f32 or f16 KV)      1e-8
  *   argmax                         exact indices
+ *   ssm_conv, l2_norm, unary       1e-10  (conv: several sequences and slots, in place, a bad slot)
+ *   delta_net                      1e-9   f32 state and sums; several sequences of different
+ *                                         lengths, strided q/k/v, tiled and grouped heads, a bad slot
  */
 #include "base/base.h"
 #include "base/quant.h"
@@ -901,6 +904,269 @@ static pkv_status check_rope_q(ck *k, pkv_type dt, bool yarn) {
     return PKV_OK;
 }
 
+/* ------------------------------------------------------- recurrent layers */
+
+/* The meta of a recurrent kernel for n_seq sequences of cnt[s] tokens each, in
+ * distinct slots taken in a random order from [0, n_slots) (n_seq <= n_slots <= 16); with bad_slot, sequence 1
+ * gets a slot outside the pool (its rows must come back as zeros, no slot changed).
+ * meta: i32 [2 n_seq + 1]. Returns the token count. */
+static int64_t rec_meta(ck *k, const int *cnt, int n_seq, int n_slots, bool bad_slot, int32_t *meta) {
+    int64_t n = 0;
+    meta[0] = 0;
+    for (int s = 0; s < n_seq; s++) meta[s + 1] = (int32_t)(n += cnt[s]);
+    int perm[16]; /* a random permutation of the slots (Fisher-Yates); n_slots <= 16 */
+    for (int i = 0; i < n_slots; i++) perm[i] = i;
+    for (int i = n_slots - 1; i > 0; i--) {
+        const int j = (int)(rnd(k) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int s = 0; s < n_seq; s++) meta[n_seq + 1 + s] = perm[s];
+    if (bad_slot && n_seq > 1) meta[n_seq + 2] = (int32_t)n_slots + 2;
+    return n;
+}
+
+/* A state pool: n_slots slots of slot_floats at a stride of stride_floats, random
+ * (the padding too: it must come back unchanged). */
+static float *rec_pool(ck *k, int n_slots, size_t slot_floats, size_t stride_floats, float scale) {
+    float *p = pkv_malloc(((size_t)(n_slots - 1) * stride_floats + slot_floats) * sizeof(float) + 1);
+    if (p) fill_rand(k, p, (size_t)(n_slots - 1) * stride_floats + slot_floats, scale);
+    return p;
+}
+
+static pkv_status check_ssm_conv(ck *k, bool silu) {
+    /* channels, d_conv, then the token counts of up to 4 sequences (0 = none) */
+    static const int cases[][6] = {{5, 2, 1, 0, 0, 0}, {70, 4, 1, 3, 9, 0}, {96, 4, 6, 1, 2, 4}, {33, 7, 2, 12, 0, 0}};
+    row_begin(k, "kernel %s", silu ? "ssm_conv (silu)" : "ssm_conv", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < 2 * PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+        const int64_t C = cases[ci / 2][0];
+        const int K = cases[ci / 2][1], *cnt = &cases[ci / 2][2];
+        const bool inplace = ci & 1;
+        int n_seq = 0;
+        while (n_seq < 4 && cnt[n_seq]) n_seq++;
+        const int n_slots = n_seq + 2;
+        int32_t meta[9];
+        const int64_t n = rec_meta(k, cnt, n_seq, n_slots, inplace && n_seq > 1, meta);
+        const size_t slot = (size_t)(K - 1) * (size_t)C, stride = slot + 3;
+        float *h = scratch((size_t)(n * C), 2), *w = scratch((size_t)(C * K), 1);
+        float *pool = rec_pool(k, n_slots, slot, stride, 2.0f);
+        if (!h || !w || !pool) {
+            pkv_free(h);
+            pkv_free(w);
+            pkv_free(pool);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *x = h, *y = h + n * C;
+        fill_rand(k, x, (size_t)(n * C), 2.0f);
+        fill_rand(k, w, (size_t)(C * K), 1.0f);
+        dbuf *bx, *bw, *by, *bs, *bm;
+        TRY(s = put(k, &bx, x, (size_t)(n * C) * 4));
+        TRY(s = put(k, &bw, w, (size_t)(C * K) * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, (size_t)(n * C) * 4));
+        const size_t pool_floats = (size_t)(n_slots - 1) * stride + slot;
+        TRY(s = put(k, &bs, pool, pool_floats * 4));
+        TRY(s = put(k, &bm, meta, (size_t)(2 * n_seq + 1) * 4));
+        pkv_k_ssm_conv_args a = {.x = tr(bx), .w = tr(bw), .y = tr(by), .state = tr(bs), .state_stride = stride * 4,
+                                 .n_slots = n_slots, .meta = tr(bm), .n_tok = n, .channels = C, .n_seq = n_seq,
+                                 .d_conv = K, .silu = silu};
+        pkv_ref_ssm_conv(&a, x, w, y, pool, meta);
+        if (kernel_ok(k, pkv_k_ssm_conv(k->dev, &a), "ssm_conv")) {
+            s = compare_f32(k, by, y, (size_t)(n * C), inplace ? "y = x, one bad slot" : "y");
+            if (!s) s = compare_f32(k, bs, pool, pool_floats, "state");
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        pkv_free(w);
+        pkv_free(pool);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* q and k heads L2-normalized on the host (as the model feeds them): with raw
+ * vectors the delta rule grows without bound and no tolerance means anything. */
+static void l2_rows(float *x, size_t rows, int d) {
+    for (size_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += (double)x[r * d + i] * x[r * d + i];
+        for (int i = 0; i < d; i++) x[r * d + i] = (float)(x[r * d + i] / sqrt(ss + 1e-6));
+    }
+}
+
+static pkv_status check_delta_net(ck *k, bool grouped) {
+    /* n_k_heads, n_v_heads, d_k, d_v, then the token counts of up to 3 sequences */
+    static const int cases[][7] = {{1, 1, 8, 8, 1, 0, 0}, {2, 4, 32, 16, 5, 1, 7}, {2, 6, 64, 80, 3, 9, 0},
+                                   {1, 2, 128, 128, 4, 2, 0}};
+    row_begin(k, "kernel %s", grouped ? "delta_net (grouped heads)" : "delta_net", 1e-9);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < 2 * PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+        const int hk = cases[ci / 2][0], hv = cases[ci / 2][1], dk = cases[ci / 2][2], dv = cases[ci / 2][3];
+        const int *cnt = &cases[ci / 2][4];
+        const bool bad = ci & 1;
+        int n_seq = 0;
+        while (n_seq < 3 && cnt[n_seq]) n_seq++;
+        const int n_slots = n_seq + 1;
+        int32_t meta[7];
+        const int64_t n = rec_meta(k, cnt, n_seq, n_slots, bad, meta);
+        /* q, k, v as the column ranges of one conv output row, as in the model */
+        const size_t kd = (size_t)hk * dk, vd = (size_t)hv * dv, row = 2 * kd + vd;
+        const size_t slot = (size_t)hv * dk * dv, stride = slot + 1;
+        float *in = scratch((size_t)n * row, 1), *gb = scratch((size_t)n * hv, 2), *out = scratch((size_t)n * vd, 1);
+        float *pool = rec_pool(k, n_slots, slot, stride, 0.5f);
+        if (!in || !gb || !out || !pool) {
+            pkv_free(in);
+            pkv_free(gb);
+            pkv_free(out);
+            pkv_free(pool);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *g = gb, *beta = gb + n * hv;
+        fill_rand(k, in, (size_t)n * row, 1.0f);
+        for (int64_t t = 0; t < n; t++) l2_rows(in + t * row, 2 * (size_t)hk, dk);
+        for (int64_t i = 0; i < n * hv; i++) {
+            g[i] = -0.5f * (rndf(k) + 1.0f);         /* log-decay in [-1, 0] */
+            beta[i] = 0.5f * (rndf(k) + 1.0f) + 0.01f; /* (0, 1] */
+        }
+        dbuf *bin, *bg, *bb, *bo, *bs, *bm;
+        TRY(s = put(k, &bin, in, (size_t)n * row * 4));
+        TRY(s = put(k, &bg, g, (size_t)(n * hv) * 4));
+        TRY(s = put(k, &bb, beta, (size_t)(n * hv) * 4));
+        TRY(s = put(k, &bo, NULL, (size_t)n * vd * 4));
+        const size_t pool_floats = (size_t)(n_slots - 1) * stride + slot;
+        TRY(s = put(k, &bs, pool, pool_floats * 4));
+        TRY(s = put(k, &bm, meta, (size_t)(2 * n_seq + 1) * 4));
+        pkv_k_delta_net_args a = {.q = tr(bin),
+                                  .k = pkv_tref_make(bin->buf, bin->off + kd * 4),
+                                  .v = pkv_tref_make(bin->buf, bin->off + 2 * kd * 4),
+                                  .q_stride = row * 4,
+                                  .k_stride = row * 4,
+                                  .v_stride = row * 4,
+                                  .g = tr(bg),
+                                  .beta = tr(bb),
+                                  .out = tr(bo),
+                                  .state = tr(bs),
+                                  .state_stride = stride * 4,
+                                  .n_slots = n_slots,
+                                  .meta = tr(bm),
+                                  .n_tok = n,
+                                  .n_seq = n_seq,
+                                  .n_k_heads = hk,
+                                  .n_v_heads = hv,
+                                  .d_k = dk,
+                                  .d_v = dv,
+                                  .grouped = grouped};
+        pkv_ref_delta_net(&a, in, in + kd, in + 2 * kd, g, beta, out, pool, meta);
+        if (kernel_ok(k, pkv_k_delta_net(k->dev, &a), "delta_net")) {
+            s = compare_f32(k, bo, out, (size_t)n * vd, bad ? "out, one bad slot" : "out");
+            if (!s) s = compare_f32(k, bs, pool, pool_floats, "state");
+        }
+    done:
+        bufs_free(k);
+        pkv_free(in);
+        pkv_free(gb);
+        pkv_free(out);
+        pkv_free(pool);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_l2_norm(ck *k) {
+    /* tokens, heads, head_dim, extra floats between tokens (q and k inside a wider row) */
+    static const int64_t shapes[][4] = {{1, 1, 7, 0}, {3, 4, 128, 64}, {5, 2, 300, 0}, {2, 8, 16, 5}};
+    row_begin(k, "kernel %s", "l2_norm", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t nt = shapes[si / 2][0], nh = shapes[si / 2][1], d = shapes[si / 2][2], pad = shapes[si / 2][3];
+        const bool inplace = si & 1;
+        const size_t row = (size_t)(nh * d + pad), n = (size_t)nt * row;
+        float *h = scratch(n, 2);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *x = h, *y = h + n;
+        fill_rand(k, x, n, 3.0f);
+        if (inplace) memcpy(y, x, n * 4); /* the padding between rows stays as it was */
+        pkv_k_l2_norm_args a = {.n = nt, .n_heads = nh, .head_dim = d, .x_stride = row * 4, .y_stride = row * 4,
+                                .eps = 1e-6f};
+        pkv_ref_l2_norm(&a, x, y);
+        dbuf *bx, *by;
+        TRY(s = put(k, &bx, x, n * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, n * 4));
+        a.x = tr(bx);
+        a.y = tr(by);
+        if (kernel_ok(k, pkv_k_l2_norm(k->dev, &a), "l2_norm")) {
+            if (!inplace) /* only the rows are written: compare them, not the padding */
+                for (size_t t = 0; t < (size_t)nt; t++)
+                    for (size_t i = (size_t)(nh * d); i < row; i++) y[t * row + i] = 0;
+            float *got = scratch(n, 1);
+            bool guard = true;
+            if (!got) {
+                s = pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+                goto done;
+            }
+            s = get(k, by, got, &guard);
+            if (!s && !inplace)
+                for (size_t t = 0; t < (size_t)nt; t++)
+                    for (size_t i = (size_t)(nh * d); i < row; i++) got[t * row + i] = 0;
+            if (!s) row_case(k, inplace ? "in place" : "l2_norm", nmse(y, got, n));
+            if (!guard) row_fail(k, "%s: %s", "l2_norm", "wrote outside its output region");
+            pkv_free(got);
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_unary(ck *k, pkv_unary_op op) {
+    static const char *names[] = {"unary id (bias, mul)", "unary sigmoid", "unary softplus", "unary silu"};
+    /* n, bias_len, mul_len (0 = none) */
+    static const int64_t shapes[][3] = {{1, 0, 0}, {48, 16, 16}, {1000, 0, 1000}, {4096, 32, 0}};
+    row_begin(k, "kernel %s", names[op], 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t n = shapes[si / 2][0], bl = shapes[si / 2][1], ml = shapes[si / 2][2];
+        const bool inplace = si & 1;
+        float *h = scratch((size_t)n, 4);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *x = h, *b = h + n, *m = h + 2 * n, *y = h + 3 * n;
+        fill_rand(k, x, (size_t)n, 30.0f); /* past softplus' switch at 20 both ways */
+        fill_rand(k, b, (size_t)bl, 2.0f);
+        fill_rand(k, m, (size_t)ml, 2.0f);
+        pkv_ref_unary(op, x, y, n, bl ? b : NULL, bl, ml ? m : NULL, ml);
+        dbuf *bx, *bb = NULL, *bm = NULL, *by;
+        TRY(s = put(k, &bx, x, (size_t)n * 4));
+        if (bl) TRY(s = put(k, &bb, b, (size_t)bl * 4));
+        if (ml) TRY(s = put(k, &bm, m, (size_t)ml * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, (size_t)n * 4));
+        pkv_k_unary_args a = {.x = tr(bx), .y = tr(by), .n = n, .op = op, .bias_len = bl, .mul_len = ml};
+        if (bb) a.bias = tr(bb);
+        if (bm) a.mul = tr(bm);
+        if (kernel_ok(k, pkv_k_unary(k->dev, &a), "unary")) s = compare_f32(k, by, y, (size_t)n, inplace ? "in place" : "unary");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
 pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user) {
     if (!dev) return pkv_err(PKV_ERR_INVALID, "check kernels: device is NULL");
     ck k;
@@ -952,6 +1218,12 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_Q4_0, false);
     if (!s) s = check_softmax(&k);
     if (!s) s = check_argmax(&k);
+    if (!s) s = check_ssm_conv(&k, false);
+    if (!s) s = check_ssm_conv(&k, true);
+    if (!s) s = check_delta_net(&k, false);
+    if (!s) s = check_delta_net(&k, true);
+    if (!s) s = check_l2_norm(&k);
+    for (int op = PKV_UNARY_ID; op <= PKV_UNARY_SILU && !s; op++) s = check_unary(&k, (pkv_unary_op)op);
     bufs_free(&k);
     pkv_device_set_raw(dev, was_raw);
     if (s) return s;

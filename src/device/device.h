@@ -189,6 +189,104 @@ typedef struct pkv_k_argmax_args {
     int64_t n_rows, row_len;
 } pkv_k_argmax_args;
 
+/* ---- Recurrent (gated delta-net, Mamba-style) layers: Qwen3.5's linear attention.
+ *
+ * State slots. A recurrent kernel keeps one fixed-size state per sequence in a
+ * pool: slot i lives at state.off + i * state_stride bytes, i in [0, n_slots), and
+ * is updated in place. The tokens of a call are grouped by sequence, consecutively,
+ * and described by meta, i32 laid out as
+ *   indptr[n_seq + 1]   sequence s owns token rows [indptr[s], indptr[s+1]), in order
+ *   slot[n_seq]         the state slot of sequence s
+ * (the same meta serves the conv and the delta-net kernels of a layer). A token's
+ * result depends only on its sequence's state and earlier tokens of that sequence
+ * in the call: running a sequence's tokens in one call or in several consecutive
+ * calls gives the same bits on one device. The token ranges of one call must not
+ * overlap and its slots must be distinct (not checkable on the host). The kernels
+ * guard what only device memory holds: a sequence whose range is not inside
+ * [0, n_tok) in order is skipped (nothing written); one whose slot is outside
+ * [0, n_slots) gets zero output rows and no state change. */
+
+/* Causal depthwise conv1d with a rolling state (ggml_ssm_conv), SiLU optional.
+ * x, y: f32 [n_tok][channels]; y may alias x.
+ * w:    f32 [channels][d_conv] (GGUF ssm_conv1d, ne {d_conv, channels}).
+ * slot: f32 [d_conv - 1][channels], the sequence's last d_conv - 1 input rows,
+ *       oldest first (zeros for a new sequence).
+ * For a sequence, let u = its slot's rows followed by its x rows; its i-th token gets
+ *   y[c] = act(sum_{j < d_conv} w[c][j] * u[i + j][c])   (w[c][d_conv-1]: the token itself)
+ * and its slot becomes the last d_conv - 1 rows of u. act: silu (x / (1 + e^-x)) or none. */
+typedef struct pkv_k_ssm_conv_args {
+    pkv_tref x, w, y;
+    pkv_tref state;      /* the slot pool */
+    size_t state_stride; /* bytes between slots, >= (d_conv - 1) * channels * 4, a multiple of 4 */
+    int64_t n_slots;
+    pkv_tref meta; /* i32 [2 n_seq + 1]: indptr, slot (above) */
+    int64_t n_tok, channels;
+    int n_seq, d_conv; /* d_conv in [2, PKV_SSM_CONV_MAX] */
+    bool silu;
+} pkv_k_ssm_conv_args;
+#define PKV_SSM_CONV_MAX 16
+
+/* Gated delta rule (Qwen3-Next / Qwen3.5; ggml_gated_delta_net with a scalar gate).
+ * q, k: f32, token t's head h (of n_k_heads) at q.off + t * q_stride + h * d_k * 4;
+ * v:    f32, token t's head h (of n_v_heads) at v.off + t * v_stride + h * d_v * 4;
+ *       (strides in bytes, multiples of 4; 0 = packed rows) — so q, k, v may be
+ *       column ranges of one conv output row.
+ * g, beta: f32 [n_tok][n_v_heads] (log-decay, usually <= 0, and the write strength).
+ * out:  f32 [n_tok][n_v_heads][d_v]; may not alias any input.
+ * slot: f32 [n_v_heads][d_k][d_v]: S_h[i][j] at (h * d_k + i) * d_v + j (i: key dim,
+ *       j: value dim; the per-head transpose of llama.cpp's layout). Zeros when new.
+ * V head h reads q/k head hk = h % n_k_heads (grouped false: llama.cpp's tiled order,
+ * what GGUF files hold) or h / (n_v_heads / n_k_heads) (grouped true: HF order).
+ * For each token of a sequence, in order, per v head (S = S_h, k = k_hk, q = q_hk):
+ *   S[i][j] <- S[i][j] * exp(g)
+ *   d_j = beta * (v_j - sum_i S[i][j] k_i)
+ *   S[i][j] <- S[i][j] + k_i d_j
+ *   out_j = scale * sum_i S[i][j] q_i          (scale 0 = 1/sqrt(d_k))
+ * The state is f32 between tokens (rounded after every token, also inside a call).
+ * q and k are used as given: the caller L2-normalizes them (pkv_k_l2_norm). */
+typedef struct pkv_k_delta_net_args {
+    pkv_tref q, k, v;
+    size_t q_stride, k_stride, v_stride;
+    pkv_tref g, beta, out;
+    pkv_tref state;      /* the slot pool */
+    size_t state_stride; /* bytes between slots, >= n_v_heads * d_k * d_v * 4, a multiple of 4 */
+    int64_t n_slots;
+    pkv_tref meta; /* i32 [2 n_seq + 1]: indptr, slot (above) */
+    int64_t n_tok;
+    int n_seq;
+    int n_k_heads, n_v_heads, d_k, d_v; /* n_v_heads a multiple of n_k_heads */
+    bool grouped;
+    float scale;
+} pkv_k_delta_net_args;
+
+/* y = x / sqrt(sum(x^2) + eps) over every head: row (t, h), t < n, h < n_heads, of
+ * head_dim f32 at x.off + t * x_stride + h * head_dim * 4 (y likewise with y_stride;
+ * strides in bytes, multiples of 4, 0 = packed). In place ok (y == x, same stride).
+ * The gated delta-net's q/k norm: llama.cpp's rms_norm(eps / d) / sqrt(d), which is
+ * this (not ggml_l2_norm's max(|x|, eps)). */
+typedef struct pkv_k_l2_norm_args {
+    pkv_tref x, y;
+    int64_t n, n_heads, head_dim;
+    size_t x_stride, y_stride;
+    float eps;
+} pkv_k_l2_norm_args;
+
+/* y[i] = op(x[i] + bias[i % bias_len]) * mul[i % mul_len], i in [0, n); bias and mul
+ * are optional (buf NULL: none) and their lengths divide n. f32; in place ok (y == x).
+ * op: id (none), sigmoid 1 / (1 + e^-x), softplus (x > 20 ? x : log(1 + e^x), as
+ * ggml), silu x / (1 + e^-x). Qwen3.5: beta = sigmoid(b); g = softplus(a + dt_bias) *
+ * ssm_a; the attention output gate o * sigmoid(gate) (mul = o). */
+typedef enum pkv_unary_op { PKV_UNARY_ID = 0, PKV_UNARY_SIGMOID, PKV_UNARY_SOFTPLUS, PKV_UNARY_SILU } pkv_unary_op;
+typedef struct pkv_k_unary_args {
+    pkv_tref x, y;
+    int64_t n;
+    pkv_unary_op op;
+    pkv_tref bias;
+    int64_t bias_len;
+    pkv_tref mul;
+    int64_t mul_len;
+} pkv_k_unary_args;
+
 /* The kernel slots of a backend. A NULL slot means "not supported on this device". */
 typedef struct pkv_kernel_ops {
     /* Which weight types matmul/get_rows accept; NULL = all of the reference's. */
@@ -203,6 +301,10 @@ typedef struct pkv_kernel_ops {
     pkv_status (*attention)(void *ctx, const pkv_k_attention_args *a);
     pkv_status (*softmax)(void *ctx, const pkv_k_softmax_args *a);
     pkv_status (*argmax)(void *ctx, const pkv_k_argmax_args *a);
+    pkv_status (*ssm_conv)(void *ctx, const pkv_k_ssm_conv_args *a);
+    pkv_status (*delta_net)(void *ctx, const pkv_k_delta_net_args *a);
+    pkv_status (*l2_norm)(void *ctx, const pkv_k_l2_norm_args *a);
+    pkv_status (*unary)(void *ctx, const pkv_k_unary_args *a);
 } pkv_kernel_ops;
 
 pkv_status pkv_k_matmul(pkv_device *dev, const pkv_k_matmul_args *a);
@@ -215,6 +317,10 @@ pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a);
 pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a);
 pkv_status pkv_k_softmax(pkv_device *dev, const pkv_k_softmax_args *a);
 pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a);
+pkv_status pkv_k_ssm_conv(pkv_device *dev, const pkv_k_ssm_conv_args *a);
+pkv_status pkv_k_delta_net(pkv_device *dev, const pkv_k_delta_net_args *a);
+pkv_status pkv_k_l2_norm(pkv_device *dev, const pkv_k_l2_norm_args *a);
+pkv_status pkv_k_unary(pkv_device *dev, const pkv_k_unary_args *a);
 
 /* Turn the safe routing of transfers that failed the open-time self-check off
  * (raw true) or back on; returns the previous setting. The conformance suite

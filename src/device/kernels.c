@@ -213,3 +213,103 @@ pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a) {
     TRY(arg(&k, "out", a->out, (uint64_t)a->n_rows * 4));
     return dev->ops->kernels->argmax(dev->ctx, a);
 }
+
+/* ---- recurrent layers: strides of 0 become the packed row size here, so backends
+ * always see real strides. */
+
+static pkv_status stride_of(const kctx *k, const char *name, size_t *stride, uint64_t row_bytes) {
+    if (*stride == 0) *stride = (size_t)row_bytes;
+    if (*stride % 4 || *stride < row_bytes)
+        return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: %s stride %zu must be a multiple of 4 and >= a row of %llu bytes",
+                       k->kernel, k->dev->caps.name, name, *stride, (unsigned long long)row_bytes);
+    return PKV_OK;
+}
+
+/* The slot pool and the meta table shared by ssm_conv and delta_net. */
+static pkv_status state_args(const kctx *k, pkv_tref state, size_t stride, int64_t n_slots, uint64_t slot_bytes,
+                             pkv_tref meta, int n_seq) {
+    if (n_slots <= 0 || n_seq <= 0)
+        return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: n_slots %lld, n_seq %d must be > 0", k->kernel,
+                       k->dev->caps.name, (long long)n_slots, n_seq);
+    if (stride % 4 || stride < slot_bytes)
+        return pkv_err(PKV_ERR_INVALID,
+                       "kernel %s on %s: state stride %zu must be a multiple of 4 and >= a slot of %llu bytes",
+                       k->kernel, k->dev->caps.name, stride, (unsigned long long)slot_bytes);
+    TRY(arg(k, "state", state, (uint64_t)(n_slots - 1) * stride + slot_bytes));
+    return arg(k, "meta", meta, (2 * (uint64_t)n_seq + 1) * 4);
+}
+
+pkv_status pkv_k_ssm_conv(pkv_device *dev, const pkv_k_ssm_conv_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "ssm_conv", a, SLOT(dev, ssm_conv)));
+    SHAPE(a->n_tok > 0 && a->channels > 0, "n_tok %lld, channels %lld", (long long)a->n_tok, (long long)a->channels);
+    SHAPE(a->d_conv >= 2 && a->d_conv <= PKV_SSM_CONV_MAX, "d_conv %d must be in [2, %d]", a->d_conv, PKV_SSM_CONV_MAX);
+    const uint64_t bytes = (uint64_t)a->n_tok * (uint64_t)a->channels * 4;
+    TRY(arg(&k, "x", a->x, bytes));
+    TRY(arg(&k, "w", a->w, (uint64_t)a->channels * (uint64_t)a->d_conv * 4));
+    TRY(arg(&k, "y", a->y, bytes));
+    TRY(state_args(&k, a->state, a->state_stride, a->n_slots, (uint64_t)(a->d_conv - 1) * (uint64_t)a->channels * 4,
+                   a->meta, a->n_seq));
+    return dev->ops->kernels->ssm_conv(dev->ctx, a);
+}
+
+pkv_status pkv_k_delta_net(pkv_device *dev, const pkv_k_delta_net_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "delta_net", a, SLOT(dev, delta_net)));
+    SHAPE(a->n_tok > 0, "n_tok %lld", (long long)a->n_tok);
+    SHAPE(a->n_k_heads > 0 && a->n_v_heads > 0 && a->n_v_heads % a->n_k_heads == 0,
+          "n_v_heads %d is not a multiple of n_k_heads %d", a->n_v_heads, a->n_k_heads);
+    SHAPE(a->d_k > 0 && a->d_v > 0, "head sizes d_k %d, d_v %d", a->d_k, a->d_v);
+    SHAPE(isfinite(a->scale), "scale %g must be finite", (double)a->scale);
+    pkv_k_delta_net_args r = *a;
+    const uint64_t qk_row = (uint64_t)a->n_k_heads * (uint64_t)a->d_k * 4, v_row = (uint64_t)a->n_v_heads * (uint64_t)a->d_v * 4;
+    TRY(stride_of(&k, "q", &r.q_stride, qk_row));
+    TRY(stride_of(&k, "k", &r.k_stride, qk_row));
+    TRY(stride_of(&k, "v", &r.v_stride, v_row));
+    const uint64_t last = (uint64_t)(a->n_tok - 1);
+    TRY(arg(&k, "q", a->q, last * r.q_stride + qk_row));
+    TRY(arg(&k, "k", a->k, last * r.k_stride + qk_row));
+    TRY(arg(&k, "v", a->v, last * r.v_stride + v_row));
+    TRY(arg(&k, "g", a->g, (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4));
+    TRY(arg(&k, "beta", a->beta, (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4));
+    TRY(arg(&k, "out", a->out, (uint64_t)a->n_tok * v_row));
+    TRY(state_args(&k, a->state, a->state_stride, a->n_slots, (uint64_t)a->n_v_heads * (uint64_t)a->d_k * (uint64_t)a->d_v * 4,
+                   a->meta, a->n_seq));
+    if (r.scale == 0) r.scale = (float)(1.0 / sqrt((double)a->d_k));
+    return dev->ops->kernels->delta_net(dev->ctx, &r);
+}
+
+pkv_status pkv_k_l2_norm(pkv_device *dev, const pkv_k_l2_norm_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "l2_norm", a, SLOT(dev, l2_norm)));
+    SHAPE(a->n > 0 && a->n_heads > 0 && a->head_dim > 0, "n %lld, n_heads %lld, head_dim %lld", (long long)a->n,
+          (long long)a->n_heads, (long long)a->head_dim);
+    SHAPE(a->eps >= 0 && a->eps < INFINITY, "eps %g must be finite and >= 0", (double)a->eps);
+    pkv_k_l2_norm_args r = *a;
+    const uint64_t row = (uint64_t)a->n_heads * (uint64_t)a->head_dim * 4;
+    TRY(stride_of(&k, "x", &r.x_stride, row));
+    TRY(stride_of(&k, "y", &r.y_stride, row));
+    TRY(arg(&k, "x", a->x, (uint64_t)(a->n - 1) * r.x_stride + row));
+    TRY(arg(&k, "y", a->y, (uint64_t)(a->n - 1) * r.y_stride + row));
+    return dev->ops->kernels->l2_norm(dev->ctx, &r);
+}
+
+pkv_status pkv_k_unary(pkv_device *dev, const pkv_k_unary_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "unary", a, SLOT(dev, unary)));
+    SHAPE(a->n > 0, "n %lld", (long long)a->n);
+    SHAPE(a->op >= PKV_UNARY_ID && a->op <= PKV_UNARY_SILU, "unknown op %d", (int)a->op);
+    TRY(arg(&k, "x", a->x, (uint64_t)a->n * 4));
+    TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
+    if (a->bias.buf) {
+        SHAPE(a->bias_len > 0 && a->n % a->bias_len == 0, "n %lld is not a multiple of bias_len %lld", (long long)a->n,
+              (long long)a->bias_len);
+        TRY(arg(&k, "bias", a->bias, (uint64_t)a->bias_len * 4));
+    }
+    if (a->mul.buf) {
+        SHAPE(a->mul_len > 0 && a->n % a->mul_len == 0, "n %lld is not a multiple of mul_len %lld", (long long)a->n,
+              (long long)a->mul_len);
+        TRY(arg(&k, "mul", a->mul, (uint64_t)a->mul_len * 4));
+    }
+    return dev->ops->kernels->unary(dev->ctx, a);
+}

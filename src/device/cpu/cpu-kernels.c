@@ -782,6 +782,225 @@ static pkv_status cpu_argmax(void *ctx, const pkv_k_argmax_args *a) {
     return PKV_OK;
 }
 
+/* ------------------------------------------------------- recurrent layers */
+
+/* Sequence s of a recurrent kernel's meta (device.h): 0 = bad range (skip), 1 =
+ * bad slot (zero output rows), 2 = run it. */
+static int rec_seq(const int32_t *meta, int n_seq, int64_t n_tok, int64_t n_slots, int s, int64_t *lo, int64_t *hi,
+                   int64_t *slot) {
+    *lo = meta[s];
+    *hi = meta[s + 1];
+    *slot = meta[n_seq + 1 + s];
+    if (*lo < 0 || *hi < *lo || *hi > n_tok) return 0;
+    return *slot >= 0 && *slot < n_slots ? 2 : 1;
+}
+
+/* Channels per block of the conv: a block's windows stay in L1 while the
+ * block walks the sequence's token rows. */
+#define CONV_BLOCK 64
+
+static void conv_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_ssm_conv_args *a = j->args;
+    const float *x = pkv_cpu_ptr(a->x), *w = pkv_cpu_ptr(a->w);
+    float *y = pkv_cpu_ptr(a->y);
+    const int32_t *meta = pkv_cpu_ptr(a->meta);
+    const int64_t C = a->channels, nb = (C + CONV_BLOCK - 1) / CONV_BLOCK;
+    const int K = a->d_conv;
+    int64_t b0, b1;
+    range((int64_t)a->n_seq * nb, ti, n_tasks, &b0, &b1);
+    for (int64_t item = b0; item < b1; item++) {
+        const int s = (int)(item / nb);
+        const int64_t c0 = item % nb * CONV_BLOCK, c1 = PKV_MIN(c0 + CONV_BLOCK, C);
+        int64_t lo, hi, slot;
+        const int ok = rec_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            for (int64_t t = lo; t < hi; t++) memset(y + t * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+            continue;
+        }
+        float *st = (float *)(void *)((uint8_t *)pkv_cpu_ptr(a->state) + (size_t)slot * a->state_stride);
+        /* win[j][c - c0]: channel c's input j steps into its window (oldest first).
+         * x[t][c] is read before y[t][c] is written, so y may alias x. */
+        float win[PKV_SSM_CONV_MAX - 1][CONV_BLOCK];
+        for (int jj = 0; jj < K - 1; jj++)
+            for (int64_t c = c0; c < c1; c++) win[jj][c - c0] = st[(size_t)jj * C + c];
+        for (int64_t t = lo; t < hi; t++) {
+            for (int64_t c = c0; c < c1; c++) {
+                const float *wc = w + c * K;
+                const float xin = x[t * C + c];
+                /* taps oldest to newest, the token itself last: the order of every backend */
+                float acc = 0.0f;
+                for (int jj = 0; jj < K - 1; jj++) acc += wc[jj] * win[jj][c - c0];
+                acc += wc[K - 1] * xin;
+                for (int jj = 0; jj + 1 < K - 1; jj++) win[jj][c - c0] = win[jj + 1][c - c0];
+                win[K - 2][c - c0] = xin;
+                y[t * C + c] = a->silu ? acc / (1.0f + expf(-acc)) : acc;
+            }
+        }
+        for (int jj = 0; jj < K - 1; jj++)
+            for (int64_t c = c0; c < c1; c++) st[(size_t)jj * C + c] = win[jj][c - c0];
+    }
+}
+
+static pkv_status cpu_ssm_conv(void *ctx, const pkv_k_ssm_conv_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "ssm_conv", "x", a->x, 4));
+    TRY(aligned(c, "ssm_conv", "w", a->w, 4));
+    TRY(aligned(c, "ssm_conv", "y", a->y, 4));
+    TRY(aligned(c, "ssm_conv", "state", a->state, 4));
+    TRY(aligned(c, "ssm_conv", "meta", a->meta, 4));
+    const int64_t items = (int64_t)a->n_seq * ((a->channels + CONV_BLOCK - 1) / CONV_BLOCK);
+    rows_job j = {a, items};
+    pkv_pool_run(c->pool, n_tasks_for(c, items, (double)a->n_tok * (double)a->channels * a->d_conv), conv_task, &j);
+    return PKV_OK;
+}
+
+typedef struct {
+    const pkv_k_delta_net_args *a;
+    float *scratch; /* [n_tasks][2 d_v] */
+} dn_job;
+
+/* One (sequence, v head) at a time, tokens in order, the state updated in place
+ * in f32. Every value column j of the state sees the same operations in the same
+ * order (sums over the key dim i ascending) whatever the batch, the thread count or
+ * how a sequence's tokens are split over calls. The j loops are contiguous (the
+ * slot is [d_k][d_v]) and vectorize. */
+static void dn_task(int ti, int n_tasks, void *arg) {
+    const dn_job *jb = arg;
+    const pkv_k_delta_net_args *a = jb->a;
+    const int dk = a->d_k, dv = a->d_v, hv = a->n_v_heads, hk = a->n_k_heads;
+    const uint8_t *q = pkv_cpu_ptr(a->q), *k = pkv_cpu_ptr(a->k), *v = pkv_cpu_ptr(a->v);
+    const float *g = pkv_cpu_ptr(a->g), *beta = pkv_cpu_ptr(a->beta);
+    float *out = pkv_cpu_ptr(a->out);
+    const int32_t *meta = pkv_cpu_ptr(a->meta);
+    float *kv = jb->scratch + (size_t)ti * 2 * dv, *o = kv + dv;
+    int64_t i0, i1;
+    range((int64_t)a->n_seq * hv, ti, n_tasks, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        const int s = (int)(item / hv), h = (int)(item % hv);
+        const int kh = a->grouped ? h / (hv / hk) : h % hk;
+        int64_t lo, hi, slot;
+        const int ok = rec_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            for (int64_t t = lo; t < hi; t++) memset(out + (t * hv + h) * dv, 0, (size_t)dv * sizeof(float));
+            continue;
+        }
+        float *S = (float *)(void *)((uint8_t *)pkv_cpu_ptr(a->state) + (size_t)slot * a->state_stride) + (size_t)h * dk * dv;
+        for (int64_t t = lo; t < hi; t++) {
+            const float *qt = (const float *)(const void *)(q + (size_t)t * a->q_stride) + (size_t)kh * dk;
+            const float *kt = (const float *)(const void *)(k + (size_t)t * a->k_stride) + (size_t)kh * dk;
+            const float *vt = (const float *)(const void *)(v + (size_t)t * a->v_stride) + (size_t)h * dv;
+            const float decay = expf(g[t * hv + h]), b = beta[t * hv + h];
+            for (int jj = 0; jj < dv; jj++) kv[jj] = 0.0f;
+            for (int i = 0; i < dk; i++) {
+                float *row = S + (size_t)i * dv;
+                const float ki = kt[i];
+                for (int jj = 0; jj < dv; jj++) {
+                    const float sv = row[jj] * decay;
+                    row[jj] = sv;
+                    kv[jj] += sv * ki;
+                }
+            }
+            for (int jj = 0; jj < dv; jj++) {
+                kv[jj] = b * (vt[jj] - kv[jj]); /* now the delta d_j */
+                o[jj] = 0.0f;
+            }
+            for (int i = 0; i < dk; i++) {
+                float *row = S + (size_t)i * dv;
+                const float ki = kt[i], qi = qt[i];
+                for (int jj = 0; jj < dv; jj++) {
+                    const float sv = row[jj] + ki * kv[jj];
+                    row[jj] = sv;
+                    o[jj] += sv * qi;
+                }
+            }
+            float *ot = out + (t * hv + h) * dv;
+            for (int jj = 0; jj < dv; jj++) ot[jj] = o[jj] * a->scale;
+        }
+    }
+}
+
+static pkv_status cpu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    const char *names[] = {"q", "k", "v", "g", "beta", "out", "state", "meta"};
+    const pkv_tref refs[] = {a->q, a->k, a->v, a->g, a->beta, a->out, a->state, a->meta};
+    for (int i = 0; i < 8; i++) TRY(aligned(c, "delta_net", names[i], refs[i], 4));
+    const int64_t items = (int64_t)a->n_seq * a->n_v_heads;
+    const int n_tasks = n_tasks_for(c, items, (double)a->n_tok * a->n_v_heads * (double)a->d_k * a->d_v * 4);
+    dn_job j = {a, pkv_malloc((size_t)n_tasks * 2 * (size_t)a->d_v * sizeof(float))};
+    if (!j.scratch) return pkv_err(PKV_ERR_NOMEM, "%s: kernel delta_net: no memory for %d x %d floats of scratch", c->name,
+                                   n_tasks, 2 * a->d_v);
+    pkv_pool_run(c->pool, n_tasks, dn_task, &j);
+    pkv_free(j.scratch);
+    return PKV_OK;
+}
+
+static void l2_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_l2_norm_args *a = j->args;
+    const uint8_t *x = pkv_cpu_ptr(a->x);
+    uint8_t *y = pkv_cpu_ptr(a->y);
+    int64_t r0, r1;
+    range(a->n * a->n_heads, ti, n_tasks, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = r / a->n_heads, h = r % a->n_heads, d = a->head_dim;
+        const float *xr = (const float *)(const void *)(x + (size_t)t * a->x_stride) + h * d;
+        float *yr = (float *)(void *)(y + (size_t)t * a->y_stride) + h * d;
+        /* as rms_norm: 8 partial sums in double, a fixed combination */
+        double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= d; i += 8)
+            for (int u = 0; u < 8; u++) p[u] += (double)xr[i + u] * xr[i + u];
+        for (int u = 0; i < d; i++, u++) p[u] += (double)xr[i] * xr[i];
+        const double ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+        const float inv = (float)(1.0 / sqrt(ss + (double)a->eps));
+        for (i = 0; i < d; i++) yr[i] = xr[i] * inv;
+    }
+}
+
+static pkv_status cpu_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "l2_norm", "x", a->x, 4));
+    TRY(aligned(c, "l2_norm", "y", a->y, 4));
+    rows_job j = {a, a->n * a->n_heads};
+    pkv_pool_run(c->pool, n_tasks_for(c, j.n, (double)j.n * (double)a->head_dim), l2_task, &j);
+    return PKV_OK;
+}
+
+static void unary_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_unary_args *a = j->args;
+    const float *x = pkv_cpu_ptr(a->x);
+    const float *bias = a->bias.buf ? pkv_cpu_ptr(a->bias) : NULL, *mul = a->mul.buf ? pkv_cpu_ptr(a->mul) : NULL;
+    float *y = pkv_cpu_ptr(a->y);
+    int64_t i0, i1;
+    range(a->n, ti, n_tasks, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        float v = x[i];
+        if (bias) v += bias[i % a->bias_len];
+        switch (a->op) {
+        case PKV_UNARY_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
+        case PKV_UNARY_SOFTPLUS: v = v > 20.0f ? v : log1pf(expf(v)); break;
+        case PKV_UNARY_SILU: v = v / (1.0f + expf(-v)); break;
+        case PKV_UNARY_ID: break;
+        }
+        y[i] = mul ? v * mul[i % a->mul_len] : v;
+    }
+}
+
+static pkv_status cpu_unary(void *ctx, const pkv_k_unary_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "unary", "x", a->x, 4));
+    TRY(aligned(c, "unary", "y", a->y, 4));
+    if (a->bias.buf) TRY(aligned(c, "unary", "bias", a->bias, 4));
+    if (a->mul.buf) TRY(aligned(c, "unary", "mul", a->mul, 4));
+    rows_job j = {a, a->n};
+    pkv_pool_run(c->pool, n_tasks_for(c, a->n / 1024 + 1, (double)a->n * 8), unary_task, &j);
+    return PKV_OK;
+}
+
 /* -------------------------------------------------------------- attention */
 
 /* A query's visible tokens are cut into fixed spans of ATT_SPAN tokens at
@@ -1183,4 +1402,8 @@ const pkv_kernel_ops pkv_cpu_kernel_ops = {
     .attention = cpu_attention,
     .softmax = cpu_softmax,
     .argmax = cpu_argmax,
+    .ssm_conv = cpu_ssm_conv,
+    .delta_net = cpu_delta_net,
+    .l2_norm = cpu_l2_norm,
+    .unary = cpu_unary,
 };

@@ -281,3 +281,124 @@ void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_le
         out[r] = (int32_t)best;
     }
 }
+
+/* ------------------------------------------------------ recurrent layers */
+
+/* Sequence s of a recurrent kernel's meta: its token range [*lo, *hi) and slot.
+ * Returns 0 when the range is bad (skip), 1 when the slot is bad (zero rows), 2
+ * when both are good. */
+static int ref_seq(const int32_t *meta, int n_seq, int64_t n_tok, int64_t n_slots, int s, int64_t *lo, int64_t *hi,
+                   int64_t *slot) {
+    *lo = meta[s];
+    *hi = meta[s + 1];
+    *slot = meta[n_seq + 1 + s];
+    if (*lo < 0 || *hi < *lo || *hi > n_tok) return 0;
+    return *slot >= 0 && *slot < n_slots ? 2 : 1;
+}
+
+void pkv_ref_ssm_conv(const pkv_k_ssm_conv_args *a, const float *x, const float *w, float *y, void *state,
+                      const int32_t *meta) {
+    const int64_t C = a->channels;
+    const int K = a->d_conv;
+    for (int s = 0; s < a->n_seq; s++) {
+        int64_t lo, hi, slot;
+        const int ok = ref_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            memset(y + lo * C, 0, (size_t)((hi - lo) * C) * sizeof(float));
+            continue;
+        }
+        float *st = (float *)(void *)((uint8_t *)state + (size_t)slot * a->state_stride); /* [K-1][C] */
+        for (int64_t c = 0; c < C; c++) {
+            /* win: the last K-1 inputs of this channel, oldest first; x[t][c] is read
+             * before y[t][c] is written, so y may alias x */
+            float win[PKV_SSM_CONV_MAX];
+            for (int j = 0; j < K - 1; j++) win[j] = st[(size_t)j * C + c];
+            const float *wc = w + c * K;
+            for (int64_t t = lo; t < hi; t++) {
+                const float xin = x[t * C + c];
+                double acc = (double)wc[K - 1] * xin;
+                for (int j = 0; j < K - 1; j++) acc += (double)wc[j] * win[j];
+                for (int j = 0; j + 1 < K - 1; j++) win[j] = win[j + 1];
+                win[K - 2] = xin;
+                y[t * C + c] = (float)(a->silu ? acc / (1.0 + exp(-acc)) : acc);
+            }
+            for (int j = 0; j < K - 1; j++) st[(size_t)j * C + c] = win[j];
+        }
+    }
+}
+
+void pkv_ref_delta_net(const pkv_k_delta_net_args *a, const void *q, const void *k, const void *v, const float *g,
+                       const float *beta, float *out, void *state, const int32_t *meta) {
+    const int dk = a->d_k, dv = a->d_v, hv = a->n_v_heads, hk = a->n_k_heads;
+    const size_t qs = a->q_stride ? a->q_stride : (size_t)hk * dk * 4, ks = a->k_stride ? a->k_stride : (size_t)hk * dk * 4;
+    const size_t vs = a->v_stride ? a->v_stride : (size_t)hv * dv * 4;
+    const double scale = a->scale != 0 ? (double)a->scale : 1.0 / sqrt((double)dk);
+    /* Columns j of a head's state evolve independently given the token's k, q, g,
+     * beta and v_j: one column at a time, in double within a token. */
+    double *col = pkv_malloc((size_t)dk * sizeof(double));
+    if (!col) return; /* the reference runs on the host, outside any failure path worth testing */
+    for (int s = 0; s < a->n_seq; s++) {
+        int64_t lo, hi, slot;
+        const int ok = ref_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            memset(out + lo * hv * dv, 0, (size_t)((hi - lo) * hv * dv) * sizeof(float));
+            continue;
+        }
+        for (int h = 0; h < hv; h++) {
+            const int kh = a->grouped ? h / (hv / hk) : h % hk;
+            float *S = (float *)(void *)((uint8_t *)state + (size_t)slot * a->state_stride) + (size_t)h * dk * dv;
+            for (int64_t t = lo; t < hi; t++) {
+                const float *qt = (const float *)(const void *)((const uint8_t *)q + (size_t)t * qs) + (size_t)kh * dk;
+                const float *kt = (const float *)(const void *)((const uint8_t *)k + (size_t)t * ks) + (size_t)kh * dk;
+                const float *vt = (const float *)(const void *)((const uint8_t *)v + (size_t)t * vs) + (size_t)h * dv;
+                const double decay = exp((double)g[t * hv + h]), b = beta[t * hv + h];
+                for (int j = 0; j < dv; j++) {
+                    double kv = 0;
+                    for (int i = 0; i < dk; i++) {
+                        col[i] = (double)S[(size_t)i * dv + j] * decay;
+                        kv += col[i] * kt[i];
+                    }
+                    const double d = b * ((double)vt[j] - kv);
+                    double o = 0;
+                    for (int i = 0; i < dk; i++) {
+                        col[i] += (double)kt[i] * d;
+                        o += col[i] * qt[i];
+                        S[(size_t)i * dv + j] = (float)col[i];
+                    }
+                    out[(t * hv + h) * dv + j] = (float)(o * scale);
+                }
+            }
+        }
+    }
+    pkv_free(col);
+}
+
+void pkv_ref_l2_norm(const pkv_k_l2_norm_args *a, const void *x, void *y) {
+    const size_t row = (size_t)(a->n_heads * a->head_dim) * 4;
+    const size_t xs = a->x_stride ? a->x_stride : row, ys = a->y_stride ? a->y_stride : row;
+    for (int64_t t = 0; t < a->n; t++)
+        for (int64_t h = 0; h < a->n_heads; h++) {
+            const float *xr = (const float *)(const void *)((const uint8_t *)x + (size_t)t * xs) + h * a->head_dim;
+            float *yr = (float *)(void *)((uint8_t *)y + (size_t)t * ys) + h * a->head_dim;
+            double ss = 0;
+            for (int64_t i = 0; i < a->head_dim; i++) ss += (double)xr[i] * xr[i];
+            const double inv = 1.0 / sqrt(ss + (double)a->eps);
+            for (int64_t i = 0; i < a->head_dim; i++) yr[i] = (float)((double)xr[i] * inv);
+        }
+}
+
+void pkv_ref_unary(pkv_unary_op op, const float *x, float *y, int64_t n, const float *bias, int64_t bias_len,
+                   const float *mul, int64_t mul_len) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)x[i] + (bias ? (double)bias[i % bias_len] : 0.0);
+        switch (op) {
+        case PKV_UNARY_SIGMOID: v = 1.0 / (1.0 + exp(-v)); break;
+        case PKV_UNARY_SOFTPLUS: v = v > 20.0 ? v : log1p(exp(v)); break;
+        case PKV_UNARY_SILU: v = v / (1.0 + exp(-v)); break;
+        case PKV_UNARY_ID: break;
+        }
+        y[i] = (float)(mul ? v * (double)mul[i % mul_len] : v);
+    }
+}

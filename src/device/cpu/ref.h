@@ -42,4 +42,20 @@ void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, cons
 void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len);
 void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len);
 
+/* The recurrent-layer kernels. state: the slot pool's bytes (slot i at
+ * i * a->state_stride); meta: i32 [2 n_seq + 1] as device.h says; strides of 0
+ * mean packed. Sums in double within a token; the states stay f32 between tokens
+ * (rounded after every token), so one call and consecutive calls over the same
+ * tokens agree bitwise. Bad ranges and slots are guarded as device.h states. */
+void pkv_ref_ssm_conv(const pkv_k_ssm_conv_args *a, const float *x, const float *w, float *y, void *state,
+                      const int32_t *meta);
+/* q, k, v: the bytes at a->q, a->k, a->v (rows at their strides). a->scale 0 = 1/sqrt(d_k). */
+void pkv_ref_delta_net(const pkv_k_delta_net_args *a, const void *q, const void *k, const void *v, const float *g,
+                       const float *beta, float *out, void *state, const int32_t *meta);
+/* x, y: the bytes at a->x, a->y (rows at their strides); y may equal x. */
+void pkv_ref_l2_norm(const pkv_k_l2_norm_args *a, const void *x, void *y);
+/* bias / mul NULL: none. */
+void pkv_ref_unary(pkv_unary_op op, const float *x, float *y, int64_t n, const float *bias, int64_t bias_len,
+                   const float *mul, int64_t mul_len);
+
 #endif

@@ -17,6 +17,8 @@
 
 #define WARP 32
 #define FULL 0xffffffffu
+// device.h's PKV_SSM_CONV_MAX (that header is C, not included here)
+#define PKV_SSM_CONV_MAX_CU 16
 
 static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 // Blocks for a grid-stride loop over n items with `threads` per block.
@@ -472,6 +474,153 @@ __global__ void k_set_rows(pkv_cu_set_rows a) {
 
 extern "C" int pkv_cu_launch_set_rows(const pkv_cu_set_rows *a, void *stream) {
     k_set_rows<<<grid_for(a->n * a->row_elems, 256), 256, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+// ---------------------------------------------------------- recurrent layers
+
+// Causal depthwise conv with a rolling state: one thread per (sequence, channel)
+// walks its sequence's tokens with the channel's window in registers, taps summed
+// oldest to newest (the token last) as on the CPU. x[t][c] is read before y[t][c]
+// is written by the same thread, so y may alias x.
+__global__ void k_ssm_conv(pkv_cu_ssm_conv a) {
+    const int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (int64_t)a.n_seq * a.channels) return;
+    const int s = (int)(gid / a.channels);
+    const int64_t c = gid % a.channels, C = a.channels;
+    const int K = a.d_conv;
+    int64_t lo, hi, slot;
+    const int ok = pkv_cu_rec_seq(a.meta, a.n_seq, a.n_tok, a.n_slots, s, &lo, &hi, &slot);
+    if (ok == 0) return;
+    if (ok == 1) {
+        for (int64_t t = lo; t < hi; t++) a.y[t * C + c] = 0.0f;
+        return;
+    }
+    float *st = (float *)(a.state + slot * (int64_t)a.state_stride);
+    const float *wc = a.w + c * K;
+    float win[PKV_SSM_CONV_MAX_CU - 1];
+    for (int j = 0; j < K - 1; j++) win[j] = st[(int64_t)j * C + c];
+    for (int64_t t = lo; t < hi; t++) {
+        const float xin = a.x[t * C + c];
+        float acc = 0.0f;
+        for (int j = 0; j < K - 1; j++) acc += wc[j] * win[j];
+        acc += wc[K - 1] * xin;
+        for (int j = 0; j + 1 < K - 1; j++) win[j] = win[j + 1];
+        win[K - 2] = xin;
+        a.y[t * C + c] = a.silu ? acc / (1.0f + expf(-acc)) : acc;
+    }
+    for (int j = 0; j < K - 1; j++) st[(int64_t)j * C + c] = win[j];
+}
+
+// Gated delta rule: one warp per (sequence, v head, value column j), DN_WARPS
+// columns per block. Lane l holds the column's rows i = l + 32 m in registers for
+// all of the sequence's tokens; the two sums over i per token are lane partials
+// in m order, then warp_sum's fixed butterfly: deterministic and independent of
+// the rest of the batch (not the CPU's order: equal within rounding).
+#define DN_WARPS 4
+#define DN_DPL (PKV_CU_DN_MAX_DK / WARP)
+__global__ void __launch_bounds__(DN_WARPS * WARP) k_delta_net(pkv_cu_delta_net a) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int nb = (a.d_v + DN_WARPS - 1) / DN_WARPS;
+    const int64_t b = blockIdx.x;
+    const int j = (int)(b % nb) * DN_WARPS + w, h = (int)(b / nb % a.n_v_heads), s = (int)(b / nb / a.n_v_heads);
+    if (s >= a.n_seq || j >= a.d_v) return;
+    int64_t lo, hi, slot;
+    const int ok = pkv_cu_rec_seq(a.meta, a.n_seq, a.n_tok, a.n_slots, s, &lo, &hi, &slot);
+    if (ok == 0) return;
+    const int hv = a.n_v_heads, dk = a.d_k, dv = a.d_v;
+    if (ok == 1) {
+        if (lane == 0)
+            for (int64_t t = lo; t < hi; t++) a.out[(t * hv + h) * dv + j] = 0.0f;
+        return;
+    }
+    const int kh = a.grouped ? h / (hv / a.n_k_heads) : h % a.n_k_heads;
+    float *S = (float *)(a.state + slot * (int64_t)a.state_stride) + (int64_t)h * dk * dv + j;
+    float col[DN_DPL];
+#pragma unroll
+    for (int m = 0; m < DN_DPL; m++) {
+        const int i = lane + WARP * m;
+        col[m] = i < dk ? S[(int64_t)i * dv] : 0.0f;
+    }
+    for (int64_t t = lo; t < hi; t++) {
+        const float *qt = (const float *)(a.q + t * (int64_t)a.q_stride) + (int64_t)kh * dk;
+        const float *kt = (const float *)(a.k + t * (int64_t)a.k_stride) + (int64_t)kh * dk;
+        const float vj = ((const float *)(a.v + t * (int64_t)a.v_stride))[(int64_t)h * dv + j];
+        const float decay = expf(a.g[t * hv + h]), beta = a.beta[t * hv + h];
+        float kr[DN_DPL], p = 0.0f;
+#pragma unroll
+        for (int m = 0; m < DN_DPL; m++) {
+            const int i = lane + WARP * m;
+            kr[m] = i < dk ? kt[i] : 0.0f;
+            col[m] *= decay;
+            p += col[m] * kr[m];
+        }
+        const float d = beta * (vj - warp_sum(p));
+        p = 0.0f;
+#pragma unroll
+        for (int m = 0; m < DN_DPL; m++) {
+            const int i = lane + WARP * m;
+            col[m] += kr[m] * d;
+            p += col[m] * (i < dk ? qt[i] : 0.0f);
+        }
+        p = warp_sum(p);
+        if (lane == 0) a.out[(t * hv + h) * dv + j] = p * a.scale;
+    }
+#pragma unroll
+    for (int m = 0; m < DN_DPL; m++) {
+        const int i = lane + WARP * m;
+        if (i < dk) S[(int64_t)i * dv] = col[m];
+    }
+}
+
+// y = x / sqrt(sum(x^2) + eps) per head row; one block per row. Every thread reads
+// its elements for the sum before block_reduce's barriers, so y may equal x.
+__global__ void k_l2_norm(pkv_cu_l2_norm a) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x, t = r / a.n_heads, h = r % a.n_heads, d = a.head_dim;
+    const float *xr = (const float *)(a.x + t * (int64_t)a.x_stride) + h * d;
+    float *yr = (float *)(a.y + t * (int64_t)a.y_stride) + h * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_reduce<false>(ss, sh);
+    const float inv = 1.0f / sqrtf(ss + a.eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv;
+}
+
+__global__ void k_unary(pkv_cu_unary a) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = a.x[i];
+        if (a.bias) v += a.bias[i % a.bias_len];
+        if (a.op == 1)
+            v = 1.0f / (1.0f + expf(-v));
+        else if (a.op == 2)
+            v = v > 20.0f ? v : log1pf(expf(v));
+        else if (a.op == 3)
+            v = v / (1.0f + expf(-v));
+        if (a.mul) v *= a.mul[i % a.mul_len];
+        a.y[i] = v;
+    }
+}
+
+extern "C" int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream) {
+    const int64_t n = (int64_t)a->n_seq * a->channels;
+    k_ssm_conv<<<cdiv(n, 128), 128, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream) {
+    const int64_t blocks = (int64_t)a->n_seq * a->n_v_heads * ((a->d_v + DN_WARPS - 1) / DN_WARPS);
+    k_delta_net<<<(unsigned)blocks, DN_WARPS * WARP, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_l2_norm(const pkv_cu_l2_norm *a, void *stream) {
+    k_l2_norm<<<(unsigned)(a->n * a->n_heads), 128, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_unary(const pkv_cu_unary *a, void *stream) {
+    k_unary<<<grid_for(a->n, 256), 256, 0, (cudaStream_t)stream>>>(*a);
     return (int)cudaGetLastError();
 }
 

@@ -189,6 +189,64 @@ typedef struct pkv_cu_attention {
     const float *sinks; /* [n_head], or NULL */
 } pkv_cu_attention;
 
+/* The recurrent kernels' meta (device.h): sequence s's token range and slot.
+ * Returns 0 for a bad range (skipped), 1 for a bad slot (zero output rows, state
+ * untouched), 2 to run it. Shared by the kernels and host-side tests. */
+static inline PKV_CU_HD int pkv_cu_rec_seq(const int32_t *meta, int n_seq, int64_t n_tok, int64_t n_slots, int s,
+                                           int64_t *lo, int64_t *hi, int64_t *slot) {
+    *lo = meta[s];
+    *hi = meta[s + 1];
+    *slot = meta[n_seq + 1 + s];
+    if (*lo < 0 || *hi < *lo || *hi > n_tok) return 0;
+    return *slot >= 0 && *slot < n_slots ? 2 : 1;
+}
+
+typedef struct pkv_cu_ssm_conv {
+    const float *x, *w; /* [n_tok][channels], [channels][d_conv] */
+    float *y;           /* [n_tok][channels], may alias x */
+    uint8_t *state;     /* slot i at i * state_stride: f32 [d_conv - 1][channels] */
+    size_t state_stride;
+    int64_t n_slots;
+    const int32_t *meta; /* indptr[n_seq + 1], slot[n_seq] */
+    int64_t n_tok, channels;
+    int n_seq, d_conv, silu;
+} pkv_cu_ssm_conv;
+
+/* delta_net keeps a state column in registers, d_k / 32 values per lane. */
+#define PKV_CU_DN_MAX_DK 256
+typedef struct pkv_cu_delta_net {
+    const uint8_t *q, *k, *v; /* rows at their strides (bytes) */
+    size_t q_stride, k_stride, v_stride;
+    const float *g, *beta; /* [n_tok][n_v_heads] */
+    float *out;            /* [n_tok][n_v_heads][d_v] */
+    uint8_t *state;        /* slot i at i * state_stride: f32 [n_v_heads][d_k][d_v] */
+    size_t state_stride;
+    int64_t n_slots;
+    const int32_t *meta;
+    int64_t n_tok;
+    int n_seq, n_k_heads, n_v_heads, d_k, d_v, grouped;
+    float scale; /* already resolved (never 0) */
+} pkv_cu_delta_net;
+
+typedef struct pkv_cu_l2_norm {
+    const uint8_t *x; /* row (t, h) at t * x_stride + h * head_dim * 4 */
+    uint8_t *y;
+    int64_t n, n_heads, head_dim;
+    size_t x_stride, y_stride;
+    float eps;
+} pkv_cu_l2_norm;
+
+typedef struct pkv_cu_unary {
+    const float *x;
+    float *y;
+    int64_t n;
+    int op;            /* pkv_unary_op: 0 id, 1 sigmoid, 2 softplus, 3 silu */
+    const float *bias; /* [bias_len] or NULL */
+    int64_t bias_len;
+    const float *mul; /* [mul_len] or NULL */
+    int64_t mul_len;
+} pkv_cu_unary;
+
 int pkv_cu_launch_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chunk *chunks, int64_t n_chunks,
                               void *stream);
 int pkv_cu_launch_matmul(const pkv_cu_matmul *a, void *stream);
@@ -202,6 +260,10 @@ int pkv_cu_launch_set_rows(const pkv_cu_set_rows *a, void *stream);
 int pkv_cu_launch_attention(const pkv_cu_attention *a, void *stream);
 int pkv_cu_launch_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len, void *stream);
 int pkv_cu_launch_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len, void *stream);
+int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream);
+int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream);
+int pkv_cu_launch_l2_norm(const pkv_cu_l2_norm *a, void *stream);
+int pkv_cu_launch_unary(const pkv_cu_unary *a, void *stream);
 
 /* Is there code in this binary the current device can run? Returns the
  * cudaError_t of querying a kernel's attributes (cudaErrorNoKernelImageForDevice

@@ -489,6 +489,61 @@ static pkv_status cu_argmax(void *ctx, const pkv_k_argmax_args *a) {
                                          a->row_len, c->stream));
 }
 
+/* ---- recurrent layers */
+
+static pkv_status cu_ssm_conv(void *ctx, const pkv_k_ssm_conv_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("ssm_conv", "x", a->x.off, 4);
+    ALIGN("ssm_conv", "w", a->w.off, 4);
+    ALIGN("ssm_conv", "y", a->y.off, 4);
+    ALIGN("ssm_conv", "state", a->state.off, 4);
+    ALIGN("ssm_conv", "meta", a->meta.off, 4);
+    TRY(use(c));
+    pkv_cu_ssm_conv p = {(const float *)(void *)PTR(a->x), (const float *)(void *)PTR(a->w), (float *)(void *)PTR(a->y),
+                         PTR(a->state), a->state_stride, a->n_slots, (const int32_t *)(void *)PTR(a->meta), a->n_tok,
+                         a->channels, a->n_seq, a->d_conv, a->silu ? 1 : 0};
+    return launched(c, "ssm_conv", pkv_cu_launch_ssm_conv(&p, c->stream));
+}
+
+static pkv_status cu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
+    pkv_cu_ctx *c = ctx;
+    if (a->d_k > PKV_CU_DN_MAX_DK)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel delta_net on %s: key head size %d (the CUDA kernel keeps a state "
+                       "column of up to %d in registers)", c->name, a->d_k, PKV_CU_DN_MAX_DK);
+    const char *names[] = {"q", "k", "v", "g", "beta", "out", "state", "meta"};
+    const pkv_tref refs[] = {a->q, a->k, a->v, a->g, a->beta, a->out, a->state, a->meta};
+    for (int i = 0; i < 8; i++) ALIGN("delta_net", names[i], refs[i].off, 4);
+    TRY(use(c));
+    pkv_cu_delta_net p = {PTR(a->q), PTR(a->k), PTR(a->v), a->q_stride, a->k_stride, a->v_stride,
+                          (const float *)(void *)PTR(a->g), (const float *)(void *)PTR(a->beta),
+                          (float *)(void *)PTR(a->out), PTR(a->state), a->state_stride, a->n_slots,
+                          (const int32_t *)(void *)PTR(a->meta), a->n_tok, a->n_seq, a->n_k_heads, a->n_v_heads, a->d_k,
+                          a->d_v, a->grouped ? 1 : 0, a->scale};
+    return launched(c, "delta_net", pkv_cu_launch_delta_net(&p, c->stream));
+}
+
+static pkv_status cu_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("l2_norm", "x", a->x.off, 4);
+    ALIGN("l2_norm", "y", a->y.off, 4);
+    TRY(use(c));
+    pkv_cu_l2_norm p = {PTR(a->x), PTR(a->y), a->n, a->n_heads, a->head_dim, a->x_stride, a->y_stride, a->eps};
+    return launched(c, "l2_norm", pkv_cu_launch_l2_norm(&p, c->stream));
+}
+
+static pkv_status cu_unary(void *ctx, const pkv_k_unary_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("unary", "x", a->x.off, 4);
+    ALIGN("unary", "y", a->y.off, 4);
+    if (a->bias.buf) ALIGN("unary", "bias", a->bias.off, 4);
+    if (a->mul.buf) ALIGN("unary", "mul", a->mul.off, 4);
+    TRY(use(c));
+    pkv_cu_unary p = {(const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y), a->n, (int)a->op,
+                      a->bias.buf ? (const float *)(void *)PTR(a->bias) : NULL, a->bias_len,
+                      a->mul.buf ? (const float *)(void *)PTR(a->mul) : NULL, a->mul_len};
+    return launched(c, "unary", pkv_cu_launch_unary(&p, c->stream));
+}
+
 static const pkv_kernel_ops cu_kernel_ops = {
     .supports_type = cu_supports_type,
     .matmul = cu_matmul,
@@ -501,6 +556,10 @@ static const pkv_kernel_ops cu_kernel_ops = {
     .attention = cu_attention,
     .softmax = cu_softmax,
     .argmax = cu_argmax,
+    .ssm_conv = cu_ssm_conv,
+    .delta_net = cu_delta_net,
+    .l2_norm = cu_l2_norm,
+    .unary = cu_unary,
 };
 
 /* ---------------------------------------------------------------- lifetime */

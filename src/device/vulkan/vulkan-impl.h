@@ -26,6 +26,10 @@ typedef enum pkv_vk_kernel {
     PKV_VK_K_SET_ROWS,
     PKV_VK_K_ATTENTION,
     PKV_VK_K_MATMUL_SG,
+    PKV_VK_K_SSM_CONV,
+    PKV_VK_K_DELTA_NET,
+    PKV_VK_K_L2_NORM,
+    PKV_VK_K_UNARY,
     PKV_VK_K_COUNT
 } pkv_vk_kernel;
 

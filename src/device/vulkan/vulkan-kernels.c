@@ -17,7 +17,9 @@
  * kernels a bigger argument is PKV_ERR_UNSUPPORTED. Attention needs dk <= 512 and
  * dv <= 256; the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
  * KV pages of every KV type (f32, f16, q8_0, q4_0: kvq.glsl) are read and written
- * in place by set_rows, rope and attention. */
+ * in place by set_rows, rope and attention. The recurrent kernels (ssm_conv,
+ * delta_net) bind the whole slot pool of a call as one argument (slots are picked
+ * on the device), so the pool must fit one window; delta_net needs d_k <= 256. */
 #include "device/vulkan/vulkan-impl.h"
 
 #include <stdio.h>
@@ -41,7 +43,9 @@ static const struct {
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
     [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
     [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 6},
-    [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3},
+    [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
+    [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
+    [PKV_VK_K_UNARY] = {"unary", 4},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -427,6 +431,75 @@ static pkv_status vk_argmax(void *ctx, const pkv_k_argmax_args *a) {
     return dispatch(c, PKV_VK_K_ARGMAX, v, 2, pc, 4, (uint64_t)a->n_rows);
 }
 
+/* ---- recurrent layers */
+
+static pkv_status vk_ssm_conv(void *ctx, const pkv_k_ssm_conv_args *a) {
+    pkv_vk_ctx *c = ctx;
+    const uint64_t bytes = (uint64_t)a->n_tok * (uint64_t)a->channels * 4;
+    const uint64_t sbytes = (uint64_t)(a->n_slots - 1) * a->state_stride + (uint64_t)(a->d_conv - 1) * (uint64_t)a->channels * 4;
+    TRY(fits(c, "ssm_conv", "x bytes", bytes));
+    TRY(fits(c, "ssm_conv", "state bytes", sbytes));
+    TRY(fits(c, "ssm_conv", "n_seq*channels", (uint64_t)a->n_seq * (uint64_t)a->channels));
+    varg v[5] = {{"x", a->x, bytes, 4},
+                 {"w", a->w, (uint64_t)a->channels * (uint64_t)a->d_conv * 4, 4},
+                 {"y", a->y, bytes, 4},
+                 {"state", a->state, sbytes, 4},
+                 {"meta", a->meta, (2 * (uint64_t)a->n_seq + 1) * 4, 4}};
+    uint32_t pc[12] = {0, 0, 0, 0, 0, (uint32_t)a->n_tok, (uint32_t)a->channels, (uint32_t)a->n_seq, (uint32_t)a->d_conv,
+                       (uint32_t)a->n_slots, (uint32_t)a->state_stride, a->silu ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_SSM_CONV, v, 5, pc, 12, CDIV((uint64_t)a->n_seq * (uint64_t)a->channels, WG));
+}
+
+static pkv_status vk_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
+    pkv_vk_ctx *c = ctx;
+    if (a->d_k > 256)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel delta_net on %s: key head size %d (the Vulkan kernel keeps a state "
+                       "column of up to 256 in registers)", c->name, a->d_k);
+    const uint64_t last = (uint64_t)(a->n_tok - 1), qk_row = (uint64_t)a->n_k_heads * (uint64_t)a->d_k * 4,
+                   v_row = (uint64_t)a->n_v_heads * (uint64_t)a->d_v * 4, gb = (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4;
+    const uint64_t sbytes = (uint64_t)(a->n_slots - 1) * a->state_stride + (uint64_t)a->n_v_heads * (uint64_t)a->d_k * (uint64_t)a->d_v * 4;
+    varg v[8] = {{"q", a->q, last * a->q_stride + qk_row, 4},
+                 {"k", a->k, last * a->k_stride + qk_row, 4},
+                 {"v", a->v, last * a->v_stride + v_row, 4},
+                 {"g", a->g, gb, 4},
+                 {"beta", a->beta, gb, 4},
+                 {"out", a->out, (uint64_t)a->n_tok * v_row, 4},
+                 {"state", a->state, sbytes, 4},
+                 {"meta", a->meta, (2 * (uint64_t)a->n_seq + 1) * 4, 4}};
+    for (int i = 0; i < 7; i++) TRY(fits(c, "delta_net", v[i].name, v[i].bytes));
+    const uint64_t groups = (uint64_t)a->n_seq * (uint64_t)a->n_v_heads * CDIV((uint64_t)a->d_v, WG);
+    uint32_t pc[21] = {0, 0, 0, 0, 0, 0, 0, 0, (uint32_t)a->q_stride, (uint32_t)a->k_stride, (uint32_t)a->v_stride,
+                       (uint32_t)a->n_tok, (uint32_t)a->n_seq, (uint32_t)a->n_slots, (uint32_t)a->state_stride,
+                       (uint32_t)a->n_k_heads, (uint32_t)a->n_v_heads, (uint32_t)a->d_k, (uint32_t)a->d_v,
+                       a->grouped ? 1u : 0u, fbits(a->scale)};
+    return dispatch(c, PKV_VK_K_DELTA_NET, v, 8, pc, 21, groups);
+}
+
+static pkv_status vk_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {
+    pkv_vk_ctx *c = ctx;
+    const uint64_t row = (uint64_t)a->n_heads * (uint64_t)a->head_dim * 4, last = (uint64_t)(a->n - 1);
+    varg v[2] = {{"x", a->x, last * a->x_stride + row, 4}, {"y", a->y, last * a->y_stride + row, 4}};
+    TRY(fits(c, "l2_norm", "x bytes", v[0].bytes));
+    TRY(fits(c, "l2_norm", "y bytes", v[1].bytes));
+    uint32_t pc[8] = {0, 0, (uint32_t)a->n, (uint32_t)a->n_heads, (uint32_t)a->head_dim, (uint32_t)a->x_stride,
+                      (uint32_t)a->y_stride, fbits(a->eps)};
+    return dispatch(c, PKV_VK_K_L2_NORM, v, 2, pc, 8, (uint64_t)a->n * (uint64_t)a->n_heads);
+}
+
+static pkv_status vk_unary(void *ctx, const pkv_k_unary_args *a) {
+    pkv_vk_ctx *c = ctx;
+    TRY(fits(c, "unary", "n", (uint64_t)a->n * 4));
+    const bool hb = a->bias.buf != NULL, hm = a->mul.buf != NULL;
+    /* an absent bias or mul binds a 4-byte window of x that the shader never reads */
+    varg v[4] = {{"x", a->x, (uint64_t)a->n * 4, 4},
+                 {"y", a->y, (uint64_t)a->n * 4, 4},
+                 {"bias", hb ? a->bias : a->x, hb ? (uint64_t)a->bias_len * 4 : 4, 4},
+                 {"mul", hm ? a->mul : a->x, hm ? (uint64_t)a->mul_len * 4 : 4, 4}};
+    uint32_t pc[10] = {0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->op, hb ? (uint32_t)a->bias_len : 1u,
+                       hm ? (uint32_t)a->mul_len : 1u, hb ? 1u : 0u, hm ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_UNARY, v, 4, pc, 10, CDIV((uint64_t)a->n, WG));
+}
+
 const pkv_kernel_ops pkv_vk_kernel_ops = {
     .supports_type = vk_supports_type,
     .matmul = vk_matmul,
@@ -439,4 +512,8 @@ const pkv_kernel_ops pkv_vk_kernel_ops = {
     .attention = vk_attention,
     .softmax = vk_softmax,
     .argmax = vk_argmax,
+    .ssm_conv = vk_ssm_conv,
+    .delta_net = vk_delta_net,
+    .l2_norm = vk_l2_norm,
+    .unary = vk_unary,
 };
