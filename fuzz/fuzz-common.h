@@ -59,6 +59,30 @@ static inline pkv_cache_params fuzz_kv_cache_params(void) {
     return p;
 }
 
+/* The cache of recurrent-state files (format version 3), made without a model on
+ * `dev`: an attention layer (2 KV heads of 8, f16), a recurrent layer (2 heads x 6
+ * floats of state) and another attention layer; pages of 4 tokens, 32 pages, 8
+ * state slots. */
+static inline pkv_kv_params fuzz_kv_state_params(pkv_device *dev) {
+    static pkv_kv_layer_desc L[3];
+    memset(L, 0, sizeof L);
+    L[0].n_kv_heads = L[2].n_kv_heads = 2;
+    L[0].head_dim_k = L[0].head_dim_v = L[2].head_dim_k = L[2].head_dim_v = 8;
+    L[0].dtype_k = L[0].dtype_v = L[2].dtype_k = L[2].dtype_v = PKV_TYPE_F16;
+    L[1].n_kv_heads = 2;
+    L[1].state_per_head = 6;
+    pkv_kv_params p = pkv_kv_default_params();
+    p.n_layers = 3;
+    p.layers = L;
+    p.device = dev;
+    p.page_size = 4;
+    p.n_pages = 32;
+    p.host_pages = 32;
+    p.state_slots = 8;
+    p.state_ckpt_max = 2;
+    return p;
+}
+
 static inline pkv_model_params fuzz_model_params(void) {
     pkv_model_params p = pkv_model_default_params();
     p.n_threads = 1;

@@ -13,7 +13,10 @@
  *
  * A file of format version 2 (bytes 8..11) goes to a second model and cache with
  * sliding-window layers (a gemma2 whose window pool releases pages), whose files
- * carry the window layers' token range; every other input to the first.
+ * carry the window layers' token range; version 3 to a cache with a recurrent
+ * layer (fuzz_kv_state_params, no model: bit 1 loads with pkv_kv_seq_load, bit 2
+ * appends the busy sequence directly), whose files carry the live state; every
+ * other input to the first.
  *
  * Checked: no crash, leak or undefined behaviour; a failed load changes nothing
  * (pool counts and live sequences as before; see stats_equal for the one
@@ -31,7 +34,8 @@
 #include <stdint.h>
 
 static pkv_model *g_model, *g_model_w;
-static pkv_kv_cache *g_cache, *g_cache_w;
+static pkv_kv_cache *g_cache, *g_cache_w, *g_cache_s;
+static pkv_device *g_dev;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -56,10 +60,30 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         pkv_mkmodel_free_memory(img);
     }
     g_cache_w = g_model_w ? pkv_model_cache_create(g_model_w, fuzz_kv_cache_params()) : NULL;
-    if (!g_cache || !g_cache_w) {
+    pkv_device_params dp = pkv_device_default_params();
+    dp.n_threads = 1;
+    g_dev = pkv_device_open("cpu", dp);
+    g_cache_s = g_dev ? pkv_kv_cache_create(fuzz_kv_state_params(g_dev)) : NULL;
+    if (!g_cache || !g_cache_w || !g_cache_s) {
         fprintf(stderr, "fuzz-kvfile: model/cache: %s\n", pkv_errmsg());
         abort();
     }
+    /* Warm each cache up: arrays a cache grows once and keeps (its sequence table,
+     * block-table scratch) must not count as leaks of the first input that fails. */
+    const int32_t toks[5] = {1, 2, 3, 4, 5};
+    pkv_model *models[2] = {g_model, g_model_w};
+    pkv_kv_cache *caches[2] = {g_cache, g_cache_w};
+    for (int i = 0; i < 2; i++) {
+        pkv_context *ctx = pkv_context_create(models[i], caches[i], 0);
+        FUZZ_CHECK(ctx && pkv_context_decode(ctx, toks, 5) == PKV_OK);
+        pkv_context_free(ctx);
+        FUZZ_CHECK(pkv_kv_clear(caches[i]) == PKV_OK);
+    }
+    int32_t s = -1, rows[5];
+    pkv_kv_block_table bt;
+    FUZZ_CHECK(pkv_kv_seq_create(g_cache_s, 0, &s) == PKV_OK && pkv_kv_append(g_cache_s, s, 5, toks, NULL, rows) == PKV_OK);
+    FUZZ_CHECK(pkv_kv_block_table_get(g_cache_s, 1, &s, true, &bt) == PKV_OK);
+    FUZZ_CHECK(pkv_kv_seq_free(g_cache_s, s) == PKV_OK && pkv_kv_clear(g_cache_s) == PKV_OK);
     return 0;
 }
 
@@ -71,22 +95,24 @@ static uint64_t rd64(const uint8_t *p) {
 
 /* Where a file's parts are, for the cache it goes to (the format is in
  * src/kv/kv-file.c): tokens at `tok`, payload from `hb`. Version 2 (window
- * layers) has w_first, w_len after exact_until. False when the header is short. */
+ * layers) has w_first, w_len after exact_until; version 3 (recurrent layers)
+ * those and state_len. False when the header is short. */
 typedef struct file_parts {
     size_t tok, hb;
-    uint64_t n, w_first, w_len;
+    uint64_t n, w_first, w_len, state_len;
 } file_parts;
 
 static bool parts_of(const pkv_kv_cache *c, const uint8_t *f, size_t size, file_parts *o) {
     pkv_kv_stats st;
     pkv_kv_stats_get(c, &st);
-    const bool win = st.window_pages > 0;
+    const bool win = st.window_pages > 0, state = st.state_slots > 0;
     size_t h0 = 8 + 16 + 8 + (size_t)pkv_kv_layout_n_layers(pkv_kv_cache_layout(c)) * 16;
-    o->tok = h0 + 24 + (win ? 16 : 0);
+    o->tok = h0 + 24 + (state ? 24 : win ? 16 : 0);
     if (size < o->tok + 8) return false;
     o->n = rd64(f + h0);
-    o->w_first = win ? rd64(f + h0 + 24) : 0;
-    o->w_len = win ? rd64(f + h0 + 32) : o->n;
+    o->w_first = win || state ? rd64(f + h0 + 24) : 0;
+    o->w_len = win || state ? rd64(f + h0 + 32) : o->n;
+    o->state_len = state ? rd64(f + h0 + 40) : o->n;
     if (o->n > size / 8) return false;
     o->hb = o->tok + (size_t)o->n * 8;
     return true;
@@ -101,10 +127,18 @@ static void fix_checksum(const pkv_kv_cache *c, uint8_t *f, size_t size) {
     if (!parts_of(c, f, size, &fp) || fp.w_first > fp.w_len || fp.w_len > fp.n) return;
     size_t want = fp.hb + 8;
     size_t sec[2 * 64];
+    bool one[64]; /* a recurrent layer: one section (its state), not K and V */
     if (nl > 64) return;
     for (int il = 0; il < nl; il++) {
         pkv_kv_layer_info li;
         if (pkv_kv_layout_layer(l, il, &li)) return;
+        one[il] = li.state_per_head > 0;
+        if (one[il]) {
+            sec[2 * il] = (size_t)li.n_kv_heads * (size_t)li.state_per_head * 4;
+            sec[2 * il + 1] = 0;
+            want += sec[2 * il];
+            continue;
+        }
         size_t nt = li.window > 0 ? (size_t)(fp.w_len - fp.w_first) : (size_t)fp.n;
         /* a token's row: each head's elements (or blocks of 32 for quantized pages) */
         sec[2 * il] = nt * (size_t)li.n_kv_heads * pkv_type_row_bytes(li.dtype_k, (size_t)li.head_dim_k);
@@ -115,6 +149,7 @@ static void fix_checksum(const pkv_kv_cache *c, uint8_t *f, size_t size) {
     uint64_t h = pkv_hash64(f, fp.hb, 0);
     size_t off = fp.hb;
     for (int i = 0; i < 2 * nl; i++) {
+        if (one[i / 2] && i % 2) continue;
         h = pkv_hash64(f + off, sec[i], h);
         off += sec[i];
     }
@@ -138,6 +173,7 @@ static void stats_equal(const pkv_kv_stats *a, const pkv_kv_stats *b, bool stric
     FUZZ_CHECK(a->pages_used == b->pages_used);
     FUZZ_CHECK(a->n_seqs == b->n_seqs);
     if (strict) FUZZ_CHECK(a->window_free == b->window_free && a->window_cached == b->window_cached);
+    FUZZ_CHECK(a->state_free == b->state_free && a->state_checkpoints == b->state_checkpoints);
     FUZZ_CHECK(a->window_free + a->window_cached == b->window_free + b->window_cached);
     FUZZ_CHECK(a->window_used == b->window_used);
 }
@@ -152,6 +188,7 @@ static void check_content(pkv_kv_cache *c, int32_t seq, const uint8_t *f, size_t
     FUZZ_CHECK(len >= 0 && (uint64_t)len == fp.n);
     int64_t wl = pkv_kv_seq_window_len(c, seq);
     FUZZ_CHECK(decoded ? wl == len : (uint64_t)wl == fp.w_len);
+    FUZZ_CHECK((uint64_t)pkv_kv_seq_state_len(c, seq) == fp.state_len);
     if (len == 0) return;
     int32_t *tok = malloc((size_t)len * 4), *pos = malloc((size_t)len * 4);
     FUZZ_CHECK(tok && pos);
@@ -172,12 +209,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(f, data + 1, fsize);
     uint32_t version = 0;
     if (fsize >= 12) memcpy(&version, f + 8, 4);
-    pkv_model *model = version == 2 ? g_model_w : g_model;
-    pkv_kv_cache *cache = version == 2 ? g_cache_w : g_cache;
+    pkv_model *model = version == 2 ? g_model_w : version == 3 ? NULL : g_model;
+    pkv_kv_cache *cache = version == 2 ? g_cache_w : version == 3 ? g_cache_s : g_cache;
     if (flags & 1) fix_checksum(cache, f, fsize);
 
     pkv_context *busy = NULL;
-    if (flags & 4) {
+    int32_t busy_seq = -1; /* the busy sequence of the cache without a model */
+    if ((flags & 4) && !model) {
+        int32_t rows[5];
+        const int32_t toks[5] = {1, 2, 3, 4, 5};
+        FUZZ_CHECK(pkv_kv_seq_create(cache, 0, &busy_seq) == PKV_OK &&
+                   pkv_kv_append(cache, busy_seq, 5, toks, NULL, rows) == PKV_OK);
+    } else if (flags & 4) {
         busy = pkv_context_create(model, cache, 0);
         const int32_t toks[5] = {1, 2, 3, 4, 5};
         FUZZ_CHECK(busy && pkv_context_decode(busy, toks, 5) == PKV_OK);
@@ -187,7 +230,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t live0 = pkv_alloc_live();
     if (flags & 8) pkv_alloc_fail_at((uint64_t)(flags >> 4) + 1);
 
-    if (flags & 2) {
+    if ((flags & 2) && model) {
         pkv_context *ctx = pkv_context_load_memory(model, cache, "fuzz-input", f, fsize, 0);
         pkv_alloc_fail_at(0);
         if (ctx) {
@@ -215,6 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     pkv_context_free(busy);
+    if (busy_seq >= 0) FUZZ_CHECK(pkv_kv_seq_free(cache, busy_seq) == PKV_OK);
     FUZZ_CHECK(pkv_kv_clear(cache) == PKV_OK);
     free(f);
     return 0;

@@ -4,8 +4,9 @@
  *                     k-quant mixture, and a GGUF with one tensor of every type
  *                     and keys of every value type
  *   <dir>/kvfile/     sequences saved from the harness's model and cache
- *                     (fuzz_kv_model_params) and from its model with sliding-window
- *                     layers (fuzz_kv_window_model_params), each behind a flags byte
+ *                     (fuzz_kv_model_params), from its model with sliding-window
+ *                     layers (fuzz_kv_window_model_params) and from its cache with a
+ *                     recurrent layer (fuzz_kv_state_params), each behind a flags byte
  *   <dir>/tokenizer/  texts (English, code, digits, whitespace, non-Latin
  *                     scripts, invalid UTF-8, special-token text) behind each
  *                     tokenizer selector, and a few input-made vocabularies
@@ -199,10 +200,58 @@ static void kv_seeds_of(pkv_mkmodel_params mp, const char *prefix) {
     pkv_model_free(m);
 }
 
+/* Version 3: sequences of the cache with a recurrent layer (no model: tokens
+ * appended, a known state written into the live slot), as appended and with the
+ * state behind after a truncate. */
+static void kv_state_seeds(void) {
+    pkv_device_params dp = pkv_device_default_params();
+    dp.n_threads = 1;
+    pkv_device *dev = pkv_device_open("cpu", dp);
+    need(dev ? PKV_OK : PKV_ERR_NOT_FOUND, "cpu device");
+    pkv_kv_cache *c = pkv_kv_cache_create(fuzz_kv_state_params(dev));
+    need(c ? PKV_OK : PKV_ERR_NOMEM, "state cache");
+    static const int lens[] = {0, 1, 4, 7, 17, 30};
+    char path[4096], name[64];
+    snprintf(path, sizeof path, "%s/kvfile/.tmp-seq", g_dir);
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int op = 0; op < 2; op++) { /* 0 as appended, 1 truncated to half: the state behind */
+            if (op == 1 && lens[i] < 4) continue;
+            int32_t seq, toks[30], rows[30], slot;
+            need(pkv_kv_seq_create(c, 9, &seq), "create");
+            for (int t = 0; t < lens[i]; t++) toks[t] = (t * 37 + 11) % 300;
+            if (lens[i]) need(pkv_kv_append(c, seq, lens[i], toks, NULL, rows), "append");
+            need(pkv_kv_state_slots(c, 1, &seq, &slot), "state slots");
+            pkv_kv_shard_info si;
+            need(pkv_kv_shard(c, 1, 0, &si), "shard");
+            float st[12];
+            for (int k = 0; k < 12; k++) st[k] = (float)(lens[i] * 16 + k) * 0.125f;
+            need(pkv_buffer_write(si.state, si.state_off + (size_t)slot * si.state_slot_bytes, st, sizeof st), "state");
+            need(pkv_kv_state_step_done(c, 1, &seq, &lens[i]), "step done");
+            if (op == 1) need(pkv_kv_truncate(c, seq, lens[i] / 2), "truncate");
+            need(pkv_kv_seq_save(c, seq, path), "save");
+            FILE *f = fopen(path, "rb");
+            need(f ? PKV_OK : PKV_ERR_IO, path);
+            uint8_t buf[1 << 16];
+            size_t got = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            remove(path);
+            static const uint8_t flags[] = {0x00, 0x01, 0x05, 0x39, 0x7b};
+            for (size_t k = 0; k < sizeof flags; k++) {
+                snprintf(name, sizeof name, "state-seq%d%s-f%02x", lens[i], op ? "-behind" : "", flags[k]);
+                put("kvfile", name, &flags[k], 1, buf, got);
+            }
+            need(pkv_kv_clear(c), "clear");
+            need(pkv_kv_seq_free(c, seq), "free");
+        }
+    pkv_kv_cache_free(c);
+    pkv_device_close(dev);
+}
+
 static void kv_seeds(void) {
     mkdir_p("kvfile");
     kv_seeds_of(fuzz_kv_model_params(), "");
     kv_seeds_of(fuzz_kv_window_model_params(), "window-");
+    kv_state_seeds();
 }
 
 /* ------------------------------------------------------------- tokenizer */

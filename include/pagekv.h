@@ -299,6 +299,15 @@ typedef struct pkv_kv_layer_desc {
     /* RoPE of this layer's K, for pkv_kv_shift's re-rotation (gemma3's sliding and
      * global layers differ); 0 = pkv_kv_params.rope_freq_base / rope_freq_scale. */
     float rope_freq_base, rope_freq_scale;
+    /* Recurrent layer (Qwen3.5's gated delta-net): > 0 makes the layer keep, per
+     * sequence, a fixed-size f32 state of n_kv_heads * state_per_head floats (its
+     * "heads" shard as attention heads do) instead of K/V pages; head_dim_k,
+     * head_dim_v, dtypes and window are then ignored (0 is fine). The state lives in
+     * slots on each shard's storage device (pkv_kv_params.state_slots): a sequence
+     * holds one for its live state, and checkpoints hold others, so truncating
+     * restores the last checkpoint at or before the new end and the rest is
+     * recomputed (pkv_kv_seq_state_len). See docs/kv-cache.md. */
+    int state_per_head;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -330,6 +339,19 @@ typedef struct pkv_kv_params {
     int rope_yarn_n_ctx_orig;         /* the original context length; > 0 with YaRN */
     float rope_yarn_beta_fast;        /* 0 = 32 */
     float rope_yarn_beta_slow;        /* 0 = 1 */
+    /* Recurrent layers (pkv_kv_layer_desc.state_per_head > 0; ignored without):
+     * state slots on every storage device; a resident sequence holds one, each kept
+     * checkpoint one (checkpoints are dropped, oldest first, when a sequence needs a
+     * slot). Creating, forking, loading or swapping in a sequence when every slot
+     * holds a live state is PKV_ERR_NOMEM. Not part of budget_bytes.
+     * 0 = 4 * (state_ckpt_max + 1) */
+    int64_t state_slots;
+    /* A checkpoint of the live state at the end of every step of more than one token
+     * (a prompt), and otherwise once state_ckpt_interval tokens have passed since the
+     * last one; 0 = 64. */
+    int state_ckpt_interval;
+    /* Checkpoints kept per sequence (the oldest is dropped); 0 = 4. */
+    int state_ckpt_max;
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);
@@ -358,6 +380,7 @@ typedef struct pkv_kv_layer_info {
     int n_shards;
     size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
     int window;                        /* tokens; 0 = full attention (pkv_kv_layer_desc.window) */
+    int state_per_head;                /* > 0: a recurrent layer (no K/V pages); see pkv_kv_layer_desc */
 } pkv_kv_layer_info;
 /* PKV_ERR_INVALID when il is out of range. */
 pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out);
@@ -373,6 +396,11 @@ typedef struct pkv_kv_shard_info {
     size_t k_row_bytes, v_row_bytes; /* one token: n_heads * pkv_type_row_bytes(dtype, head_dim) */
     size_t k_page_bytes, v_page_bytes;
     int64_t n_pages;                 /* rows = n_pages * page_size */
+    /* Recurrent layer: slot i's state, f32 [n_heads][state_per_head], is at
+     * state_off + i * state_slot_bytes of `state` (on `storage`); NULL otherwise. */
+    pkv_buffer *state;
+    size_t state_off, state_slot_bytes;
+    int64_t n_state_slots;
 } pkv_kv_shard_info;
 /* PKV_ERR_INVALID when il or ish is out of range. */
 pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_info *out);
@@ -395,6 +423,14 @@ typedef struct pkv_kv_stats {
                                  (pkv_kv_seq_window_len) after a truncate or shift into
                                  released pages */
     size_t page_bytes, window_page_bytes; /* one page of the full layers / of the window layers */
+    /* Recurrent state (all 0 without recurrent layers): */
+    int64_t state_slots, state_free; /* slots, and those holding neither a live state nor a checkpoint */
+    int64_t state_checkpoints;       /* checkpoints held (a checkpoint shared by forks counts once) */
+    size_t state_slot_bytes;         /* one slot: every recurrent layer and shard */
+    uint64_t state_copies;           /* slot copies (fork, checkpoint, restore, prefix hit) since creation */
+    uint64_t state_restores;         /* truncates/shifts that put a checkpoint back (a replay follows) */
+    uint64_t state_prefix_hits;      /* prefix matches that took a stored state */
+    uint64_t state_ckpt_skipped;     /* checkpoints pkv_kv_state_step_done skipped for lack of a slot */
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 
@@ -487,6 +523,41 @@ pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t
  * layers; PKV_ERR_NOT_FOUND for an unknown id. */
 pkv_status pkv_kv_window_reset(pkv_kv_cache *c, int32_t seq);
 
+/* Recurrent state (layers with state_per_head > 0). A new sequence's state is
+ * zero. pkv_kv_append_batch moves a sequence's state length along with its length
+ * (the forward pass writes the state in that step); it refuses a sequence whose
+ * state is behind (replay first). fork copies the live state and shares the
+ * checkpoints; truncate and shift put back the last checkpoint at or before the
+ * first changed token (or zero at 0); swap and save/load carry the live state;
+ * a prefix match stops at the deepest matched page boundary with a stored state
+ * and takes that state. */
+/* The live slot of each sequence: slots[i] indexes pkv_kv_shard_info's state.
+ * A slot can change on swap in, clear and load; ask before each step.
+ * PKV_ERR_INVALID for unknown or swapped sequences and for a cache without
+ * recurrent layers. */
+pkv_status pkv_kv_state_slots(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, int32_t *slots);
+/* Tokens the live state has taken in: pkv_kv_seq_len except after a truncate or
+ * shift put a checkpoint back or a failed step rolled back, when the state must be
+ * recomputed from here (pkv_model_forward does it: pkv_kv_state_replay).
+ * pkv_kv_seq_len for caches without recurrent layers; -1 for an unknown id. */
+int64_t pkv_kv_seq_state_len(const pkv_kv_cache *c, int32_t seq);
+/* The next n tokens of the sequence (already in the cache, from its state length
+ * on) have been run through the recurrent layers: the state length moves by n.
+ * PKV_ERR_INVALID past the sequence's length, for a swapped sequence, or without
+ * recurrent layers. */
+pkv_status pkv_kv_state_replay(pkv_kv_cache *c, int32_t seq, int32_t n);
+/* Put the last checkpoint at or before the state length back into the live slot
+ * (zero when none) and set the state length to its position: what a failed replay
+ * step (which may have updated part of the state) leaves. The KV is untouched. */
+pkv_status pkv_kv_state_reset(pkv_kv_cache *c, int32_t seq);
+/* After a forward step over these sequences (n_tokens[i] appended or replayed for
+ * seqs[i]) succeeded: take the checkpoints the policy asks for (pkv_kv_params.
+ * state_ckpt_interval); a checkpoint at a page boundary of published pages is
+ * offered to prefix matching (the step's full pages are published first: its K/V
+ * are written). Never fails for lack of slots: checkpoints are skipped then
+ * (pkv_kv_stats.state_ckpt_skipped). A no-op without recurrent layers. */
+pkv_status pkv_kv_state_step_done(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens);
+
 /* New sequence sharing every page of `parent` (O(1) in the context length: no page
  * is copied and the block table is shared structurally). Either may then append:
  * the first append into the shared partial last page copies that page. Forks of
@@ -512,10 +583,14 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
 
 /* Drop every token of a sequence (it stays valid and empty; a swapped one becomes
  * resident and empty). Pages it was the last holder of are zero-filled on the
- * device, except published pages, which stay cached for prefix reuse. */
+ * device, except published pages, which stay cached for prefix reuse. Its
+ * recurrent state is zeroed and its checkpoints dropped (a swapped sequence needs
+ * a state slot again: PKV_ERR_NOMEM, nothing changed, when none can be had). */
 pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq);
 /* Empty every sequence (ids stay valid), the prefix index and the host pool, and
- * zero-fill all pages on every storage device. */
+ * zero-fill all pages and state slots on every storage device; every checkpoint
+ * goes. PKV_ERR_NOMEM (nothing changed) when the swapped sequences, becoming
+ * resident, would need more state slots than there are. */
 pkv_status pkv_kv_clear(pkv_kv_cache *c);
 
 /* Swap a resident sequence out to the host pool: the content of all its pages is
@@ -626,6 +701,9 @@ typedef struct pkv_model_info {
                                      no memory beyond the file's page cache */
     int n_expert, n_expert_used; /* mixture of experts (0 for a dense model); such models run
                                     on one device (a tensor-parallel split is refused) */
+    int n_recurrent;             /* recurrent layers (qwen35's gated delta-net): each sequence keeps a
+                                    fixed-size state per such layer in the cache's state slots;
+                                    such models run on one device for now */
 } pkv_model_info;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
@@ -697,6 +775,10 @@ typedef struct pkv_mkmodel_params {
                              them), that family's BOS/EOS/EOT ids, add-BOS flag and pre-tokenizer
                              name, and tokenizer.chat_template a Jinja template of the family's turn
                              format. Not with no_vocab or draft_of */
+    /* qwen35's gated delta-net layers (every layer but each 4th; n_layer 0 = 4):
+     * value heads (0 = 4), key heads (0 = 2; a divisor of the value heads) and the
+     * head size of both (0 = 16); the conv kernel is 4 */
+    int ssm_v_heads, ssm_k_heads, ssm_head_dim;
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);
@@ -894,10 +976,21 @@ pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token
  *    sequence (O(1)) so it always reads the target's own K/V. */
 typedef struct pkv_spec pkv_spec;
 
+/* One propose-verify round of pkv_spec_generate, for logs and cross-checks. */
+typedef struct pkv_spec_round {
+    int64_t pos;             /* position of the last committed token, from which the draft went on */
+    const int32_t *proposed; /* the draft's tokens, in order [n_proposed] (valid during the call) */
+    int n_proposed;
+    int n_accepted;          /* of those, how many the target kept */
+} pkv_spec_round;
+
 typedef struct pkv_spec_params {
     int draft_max;                /* most tokens proposed per round, 1..64; 0 = 4 */
     pkv_cache_params draft_cache; /* own-cache drafts: n_ctx 0 = the target's context,
                                      n_seq_max 0 = 1, kv_type as given (default f16) */
+    /* Called after each round's verification (NULL = none). */
+    void (*on_round)(const pkv_spec_round *r, void *user);
+    void *round_user;
 } pkv_spec_params;
 
 pkv_spec_params pkv_spec_default_params(void);

@@ -20,6 +20,10 @@ pkv_status pkv_kv_attach(const pkv_kv_cache *c, const char *consumer, int page_s
             return pkv_err(PKV_ERR_MISMATCH, "%s layer %d shares KV layer %d, but the cache has %d layers (0..%d)", who,
                            j, i, c->layout.n_layers, c->layout.n_layers - 1);
         const kv_layer *L = &c->layout.layers[i];
+        if (L->state_per_head > 0)
+            return pkv_err(PKV_ERR_MISMATCH, "%s layer %d shares KV layer %d, which is recurrent (a state of %d x %d "
+                           "floats per sequence, no K/V pages): map the %s onto an attention layer", who, j, i,
+                           L->n_kv_heads, L->state_per_head, who);
         if (d->n_kv_heads != L->n_kv_heads)
             return pkv_err(PKV_ERR_MISMATCH, "%s layer %d shares KV layer %d: it has %d KV heads, the cache layer %d",
                            who, j, i, d->n_kv_heads, L->n_kv_heads);

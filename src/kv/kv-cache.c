@@ -20,9 +20,12 @@ pkv_kv_params pkv_kv_default_params(void) {
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Does this cache hold layer L's arrays? The window sub-cache holds the window
- * layers, the main cache the others. */
-static bool holds(const pkv_kv_cache *c, const kv_layer *L) { return (L->window > 0) == (c->window > 0); }
+/* Does this cache hold layer L's K/V arrays? The window sub-cache holds the window
+ * layers, the main cache the other attention layers; recurrent layers have none
+ * (their state slots are in the main cache, kv-state.c). */
+static bool holds(const pkv_kv_cache *c, const kv_layer *L) {
+    return L->state_per_head == 0 && (L->window > 0) == (c->window > 0);
+}
 
 /* Assign every (layer, shard, K/V) array of this pool an arena and an offset. */
 static pkv_status plan_arrays(pkv_kv_cache *c) {
@@ -115,6 +118,11 @@ static pkv_kv_cache *create_pool(pkv_kv_params p, int window) {
                     (long long)p.n_pages, (long long)p.host_pages);
         goto fail;
     }
+    if (pb == 0 && p.n_pages == 0) { /* every layer is recurrent: pages hold only token ids */
+        s = pkv_err(PKV_ERR_INVALID, "KV cache: no layer has K/V pages (all are recurrent): set n_pages, the pages "
+                    "that then hold only token ids");
+        goto fail;
+    }
     c->n_pages = p.n_pages ? p.n_pages : (int64_t)(p.budget_bytes / pb);
     if (c->n_pages <= 0) {
         s = pkv_err(PKV_ERR_INVALID, "KV cache: a budget of %llu bytes holds no page of %zu bytes (all layers, K+V)",
@@ -126,7 +134,8 @@ static pkv_kv_cache *create_pool(pkv_kv_params p, int window) {
                     c->page_size);
         goto fail;
     }
-    c->host_pages = p.host_pages ? p.host_pages : (int64_t)(p.host_budget_bytes / pb);
+    c->host_pages = p.host_pages ? p.host_pages : pb ? (int64_t)(p.host_budget_bytes / pb)
+                                                     : p.host_budget_bytes ? c->n_pages : 0;
     if ((s = plan_arrays(c))) goto fail;
     for (int k = 0; k < c->n_arenas; k++) {
         c->arenas[k].buf = pkv_buffer_alloc(c->arenas[k].dev, c->arenas[k].size);
@@ -168,6 +177,7 @@ static pkv_kv_cache *create_pool(pkv_kv_params p, int window) {
         c->host_free = c->host_pages;
     }
     if ((s = pkv_kv_pool_init(c))) goto fail;
+    if (window == 0 && (s = pkv_kv_state_init(c, &p))) goto fail; /* states live in the main cache */
     return c;
 fail:
     (void)s; /* the message is set; freeing sets none */
@@ -177,7 +187,8 @@ fail:
 
 pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
     int window = 0;
-    for (int il = 0; p.layers && il < p.n_layers; il++) window = PKV_MAX(window, p.layers[il].window);
+    for (int il = 0; p.layers && il < p.n_layers; il++)
+        if (p.layers[il].state_per_head <= 0) window = PKV_MAX(window, p.layers[il].window);
     pkv_kv_cache *c = create_pool(p, 0);
     if (!c || window <= 0) return c;
     if (p.window_pages < 0) {
@@ -202,6 +213,7 @@ void pkv_kv_cache_free(pkv_kv_cache *c) {
     pkv_kv_cache_free(c->sub);
     for (size_t i = 0; i < c->n_seqs; i++)
         if (c->seqs[i].live) pkv_kv_seq_release(c, &c->seqs[i]);
+    pkv_kv_state_free(c);
     pkv_free(c->seqs);
     pkv_kv_pool_release(c);
     for (int k = 0; k < c->n_arenas; k++) {
@@ -234,4 +246,10 @@ void kv1_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
     out->host_pages = c->host_pages;
     out->host_free = c->host_free;
     out->n_seqs = c->n_live;
+    if (kv_has_state(c)) {
+        out->state_slots = c->n_slots;
+        out->state_free = c->n_slot_free;
+        out->state_checkpoints = c->n_ck;
+        out->state_slot_bytes = c->state_slot_bytes;
+    }
 }

@@ -1,5 +1,14 @@
 /* Save / load one sequence.
  *
+ * Version 3 is written by caches with recurrent layers (state_per_head > 0), with
+ * or without sliding-window layers: after exact_until come u64 w_first, u64 w_len
+ * (as in version 2; 0 and n_tokens without window layers) and u64 state_len (the
+ * tokens the live state has taken in, <= n_tokens). A recurrent layer's row in the
+ * geometry is {n_kv_heads, 0, state_per_head, 0x80000000}, and its payload
+ * section, in place of K and V, is its live state f32 [n_kv_heads][state_per_head]
+ * (heads in the layer's order, whatever the sharding). A version-3 file loads only
+ * into a cache of equal layout fingerprint (which covers the state sizes).
+ *
  * Version 2 is written by caches with sliding-window layers: after exact_until
  * come u64 w_first, u64 w_len, and each window layer's K and V sections hold
  * tokens [w_first, w_len) only (w_first is page-aligned: the pages before it had
@@ -33,9 +42,17 @@
 #define KV_FILE_MAGIC "PKVKVSEQ"
 #define KV_FILE_VERSION 1u
 #define KV_FILE_VERSION_WINDOW 2u
+#define KV_FILE_VERSION_STATE 3u
+#define KV_FILE_RECURRENT 0x80000000u /* the dtypes word of a recurrent layer */
+
+/* The version a cache writes, and the only one it reads. */
+static uint32_t file_version(const pkv_kv_cache *c) {
+    return kv_has_state(c) ? KV_FILE_VERSION_STATE : c->sub ? KV_FILE_VERSION_WINDOW : KV_FILE_VERSION;
+}
 
 static size_t header_bytes(const pkv_kv_cache *c, int64_t n_tokens) {
-    return 8 + 16 + 8 + (size_t)c->layout.n_layers * 16 + 24 + (c->sub ? 16 : 0) + (size_t)n_tokens * 8;
+    size_t ext = kv_has_state(c) ? 24 : c->sub ? 16 : 0;
+    return 8 + 16 + 8 + (size_t)c->layout.n_layers * 16 + 24 + ext + (size_t)n_tokens * 8;
 }
 
 /* Which pool holds a layer and the tokens its sections cover. */
@@ -56,8 +73,27 @@ static int64_t span_pages(const kv_span *sp) {
     return (sp->t1 + ps - 1) / ps - sp->t0 / ps;
 }
 
+/* One payload section: K (v false) or V of n_tokens tokens; a recurrent layer has
+ * one section, its state (v false), and an empty V. */
 static size_t layer_bytes(const kv_layer *L, int64_t n_tokens, bool v) {
+    if (L->state_per_head > 0) return v ? 0 : (size_t)L->n_kv_heads * (size_t)L->state_per_head * sizeof(float);
     return (size_t)n_tokens * (size_t)L->n_kv_heads * (v ? L->hv : L->hk);
+}
+
+/* Move a recurrent layer's state in slot `slot` between its shards and the
+ * canonical section canon ([n_kv_heads][state_per_head] f32): a shard's heads are
+ * one contiguous range of it. */
+static pkv_status move_state(pkv_kv_cache *c, int il, int32_t slot, uint8_t *canon, bool to_device) {
+    const kv_layer *L = &c->layout.layers[il];
+    pkv_status st = PKV_OK;
+    for (int ish = 0; ish < L->n_shards && !st; ish++) {
+        const kv_state_array *a = &c->st_arrays[L->shards[ish].s_array];
+        pkv_buffer *buf = c->st_arenas[a->arena].buf;
+        size_t off = a->off + (size_t)slot * a->slot_bytes;
+        uint8_t *h = canon + (size_t)L->shards[ish].head_begin * (size_t)L->state_per_head * sizeof(float);
+        st = to_device ? pkv_buffer_write(buf, off, h, a->slot_bytes) : pkv_buffer_read(buf, off, h, a->slot_bytes);
+    }
+    return st;
 }
 
 /* Copy the sequence's rows of array `a` between its device pages and the
@@ -117,6 +153,7 @@ static void scratch_sizes(const pkv_kv_cache *c, int64_t n_tokens, size_t *canon
     int64_t n_pages = (n_tokens + c->page_size - 1) / c->page_size;
     for (int il = 0; il < c->layout.n_layers; il++)
         for (int v = 0; v < 2; v++) *canon = PKV_MAX(*canon, layer_bytes(&c->layout.layers[il], n_tokens, v));
+    /* (a recurrent layer's section is read straight from the file on load) */
     for (const pkv_kv_cache *pc = c; pc; pc = pc->sub)
         for (int a = 0; a < pc->n_arrays; a++) *tmp = PKV_MAX(*tmp, (size_t)n_pages * pc->arrays[a].page_bytes);
 }
@@ -156,25 +193,27 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     uint8_t *p = hdr;
     memcpy(p, KV_FILE_MAGIC, 8);
     p += 8;
-    put32(&p, c->sub ? KV_FILE_VERSION_WINDOW : KV_FILE_VERSION);
+    put32(&p, file_version(c));
     put32(&p, (uint32_t)l->n_layers);
     put32(&p, (uint32_t)l->page_size);
     put32(&p, 0);
     put64(&p, l->fingerprint);
     for (int il = 0; il < l->n_layers; il++) {
         const kv_layer *L = &l->layers[il];
+        const bool rec = L->state_per_head > 0;
         put32(&p, (uint32_t)L->n_kv_heads);
         put32(&p, (uint32_t)L->dk);
-        put32(&p, (uint32_t)L->dv);
-        put32(&p, kv_dtype_word(L->tk, L->tv));
+        put32(&p, (uint32_t)(rec ? L->state_per_head : L->dv));
+        put32(&p, rec ? KV_FILE_RECURRENT : kv_dtype_word(L->tk, L->tv));
     }
     put64(&p, (uint64_t)n);
     put64(&p, s->fp);
     put64(&p, (uint64_t)s->exact_until);
-    if (c->sub) {
-        put64(&p, (uint64_t)w_first);
-        put64(&p, (uint64_t)w_len);
+    if (c->sub || kv_has_state(c)) {
+        put64(&p, (uint64_t)(c->sub ? w_first : 0));
+        put64(&p, (uint64_t)(c->sub ? w_len : n));
     }
+    if (kv_has_state(c)) put64(&p, (uint64_t)s->st.len);
     pkv_kv_seq_tokens(c, seq, 0, n, (int32_t *)(void *)p, (int32_t *)(void *)(p + (size_t)n * 4));
     pkv_wfile wf;
     if ((st = pkv_wfile_open(&wf, path))) {
@@ -188,7 +227,9 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
         const kv_layer *L = &l->layers[il];
         kv_span sp = span_of(c, L, pages, wpages, n, w_first, w_len);
         for (int v = 0; v < 2 && !st; v++) {
-            st = move_layer(&sp, il, v, canon, tmp, false);
+            if (L->state_per_head > 0 && v) break; /* one section: the state */
+            st = L->state_per_head > 0 ? move_state(c, il, s->st.slot, canon, false)
+                                       : move_layer(&sp, il, v, canon, tmp, false);
             size_t bytes = layer_bytes(L, sp.t1 - sp.t0, v);
             if (!st) {
                 h = pkv_hash64(canon, bytes, h);
@@ -218,7 +259,8 @@ static const char *type_name(uint32_t t) {
 /* Parse and check the whole file against the cache; on success *n_tokens and the
  * offsets of tokens/positions/payload are set. */
 static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint8_t *data, size_t size,
-                             int64_t *n_tokens, uint64_t *fp, int64_t *exact_until, int64_t *w_first, int64_t *w_len) {
+                             int64_t *n_tokens, uint64_t *fp, int64_t *exact_until, int64_t *w_first, int64_t *w_len,
+                             int64_t *state_len) {
     const pkv_kv_layout *l = &c->layout;
     if (size < 8 + 16 + 8 || memcmp(data, KV_FILE_MAGIC, 8) != 0)
         return pkv_err(PKV_ERR_FORMAT, "%s is not a pagekv sequence file (bad magic or shorter than a header: %zu bytes)",
@@ -227,15 +269,16 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     uint32_t version = get32(&p), n_layers = get32(&p), page_size = get32(&p);
     (void)get32(&p);
     uint64_t layout_fp = get64(&p);
-    if (version != KV_FILE_VERSION && version != KV_FILE_VERSION_WINDOW)
-        return pkv_err(PKV_ERR_FORMAT, "%s: format version %u, this build reads versions %u and %u", path, version,
-                       KV_FILE_VERSION, KV_FILE_VERSION_WINDOW);
-    if ((version == KV_FILE_VERSION_WINDOW) != (c->sub != NULL))
+    if (version != KV_FILE_VERSION && version != KV_FILE_VERSION_WINDOW && version != KV_FILE_VERSION_STATE)
+        return pkv_err(PKV_ERR_FORMAT, "%s: format version %u, this build reads versions %u to %u", path, version,
+                       KV_FILE_VERSION, KV_FILE_VERSION_STATE);
+    const bool state = kv_has_state(c);
+    if ((version == KV_FILE_VERSION_STATE) != state)
+        return pkv_err(PKV_ERR_FORMAT, "%s was saved from a cache %s recurrent layers, this cache has %s", path,
+                       state ? "without" : "with", state ? "some" : "none");
+    if (!state && (version == KV_FILE_VERSION_WINDOW) != (c->sub != NULL))
         return pkv_err(PKV_ERR_FORMAT, "%s was saved from a cache %s sliding-window layers, this cache has %s", path,
                        c->sub ? "without" : "with", c->sub ? "some" : "none");
-    if (c->sub && layout_fp != l->fingerprint)
-        return pkv_err(PKV_ERR_FORMAT, "%s: layout fingerprint %016llx, the cache's is %016llx (layers, windows or page "
-                       "size differ)", path, (unsigned long long)layout_fp, (unsigned long long)l->fingerprint);
     if (n_layers != (uint32_t)l->n_layers)
         return pkv_err(PKV_ERR_FORMAT, "%s: the file has %u layers, the cache has %d", path, n_layers, l->n_layers);
     if (size < header_bytes(c, 0))
@@ -243,6 +286,16 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     for (int il = 0; il < l->n_layers; il++) {
         const kv_layer *L = &l->layers[il];
         uint32_t h = get32(&p), dk = get32(&p), dv = get32(&p), dt = get32(&p);
+        if ((dt == KV_FILE_RECURRENT) != (L->state_per_head > 0))
+            return pkv_err(PKV_ERR_FORMAT, "%s: layer %d is %s in the file, %s in the cache", path, il,
+                           dt == KV_FILE_RECURRENT ? "recurrent" : "an attention layer",
+                           L->state_per_head > 0 ? "recurrent" : "an attention layer");
+        if (L->state_per_head > 0) {
+            if (h != (uint32_t)L->n_kv_heads || dk != 0 || dv != (uint32_t)L->state_per_head)
+                return pkv_err(PKV_ERR_FORMAT, "%s: recurrent layer %d has a state of %u heads x %u floats in the "
+                               "file, %d x %d in the cache", path, il, h, dv, L->n_kv_heads, L->state_per_head);
+            continue;
+        }
         if (h != (uint32_t)L->n_kv_heads)
             return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %u KV heads in the file, %d in the cache", path, il, h,
                            L->n_kv_heads);
@@ -259,15 +312,20 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     if (page_size != (uint32_t)l->page_size)
         return pkv_err(PKV_ERR_FORMAT, "%s: pages of %u tokens in the file, %d in the cache", path, page_size,
                        l->page_size);
+    if ((c->sub || state) && layout_fp != l->fingerprint)
+        return pkv_err(PKV_ERR_FORMAT, "%s: layout fingerprint %016llx, the cache's is %016llx (layers, windows, "
+                       "state sizes or page size differ)", path, (unsigned long long)layout_fp,
+                       (unsigned long long)l->fingerprint);
     uint64_t n = get64(&p);
     *fp = get64(&p);
     uint64_t ex = get64(&p);
     *exact_until = ex > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ex;
-    uint64_t wf = 0, wl = n;
-    if (c->sub) {
+    uint64_t wf = 0, wl = n, sl = 0;
+    if (c->sub || state) {
         wf = get64(&p);
         wl = get64(&p);
     }
+    if (state) sl = get64(&p);
     /* Each token needs at least 8 bytes of header, so this bounds n before any product. */
     if (n > (uint64_t)INT32_MAX || n > size / 8)
         return pkv_err(PKV_ERR_FORMAT, "%s is truncated or corrupt: %llu tokens in a file of %zu bytes", path,
@@ -275,8 +333,15 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     if (wl > n || wf > wl || wf % (uint64_t)l->page_size)
         return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: window tokens [%llu, %llu) of %llu (pages of %d)", path,
                        (unsigned long long)wf, (unsigned long long)wl, (unsigned long long)n, l->page_size);
+    if (!c->sub && (wf != 0 || wl != n))
+        return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: window tokens [%llu, %llu) of %llu in a file without window "
+                       "layers", path, (unsigned long long)wf, (unsigned long long)wl, (unsigned long long)n);
+    if (sl > n)
+        return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: a recurrent state of %llu tokens in a sequence of %llu", path,
+                       (unsigned long long)sl, (unsigned long long)n);
     *w_first = (int64_t)wf;
     *w_len = (int64_t)wl;
+    *state_len = (int64_t)sl;
     size_t want = header_bytes(c, (int64_t)n) + 8;
     for (int il = 0; il < l->n_layers; il++) {
         int64_t nt = l->layers[il].window > 0 && c->sub ? (int64_t)(wl - wf) : (int64_t)n;
@@ -292,6 +357,7 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     size_t off = hb;
     for (int il = 0; il < l->n_layers; il++)
         for (int v = 0; v < 2; v++) {
+            if (l->layers[il].state_per_head > 0 && v) break; /* one section, as saved */
             int64_t nt = l->layers[il].window > 0 && c->sub ? (int64_t)(wl - wf) : (int64_t)n;
             size_t b = layer_bytes(&l->layers[il], nt, v);
             h = pkv_hash64(data + off, b, h);
@@ -360,14 +426,20 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     int32_t *pages = NULL, *wpages = NULL;
     int64_t n = 0;
     uint64_t file_fp = 0;
-    int64_t exact_until = INT64_MAX, w_first = 0, w_len = 0;
-    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until, &w_first, &w_len))) goto done;
+    int64_t exact_until = INT64_MAX, w_first = 0, w_len = 0, state_len = 0;
+    int32_t slot = -1;
+    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until, &w_first, &w_len, &state_len))) goto done;
     int ps = c->page_size;
     int64_t n_pages = (n + ps - 1) / ps, avail = pkv_kv_pool_available(c);
     int64_t w_hole = w_first / ps, w_pages = (w_len + ps - 1) / ps; /* window pool: -1 before w_hole */
     if (n_pages > avail) {
         st = pkv_err(PKV_ERR_OUT_OF_PAGES, "load of %s needs %lld pages, %lld are free or evictable", path,
                      (long long)n_pages, (long long)avail);
+        goto done;
+    }
+    if (kv_has_state(c) && pkv_kv_state_available(c) < 1) {
+        st = pkv_err(PKV_ERR_NOMEM, "load of %s: no recurrent-state slot can be had: all %lld state slots hold the "
+                     "live states of other sequences (raise pkv_kv_params.state_slots)", path, (long long)c->n_slots);
         goto done;
     }
     if (c->sub && w_pages - w_hole > pkv_kv_pool_available(c->sub)) {
@@ -396,19 +468,22 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
         for (int64_t i = 0; i < w_hole; i++) wpages[i] = -1;
         pkv_kv_pool_take(c->sub, w_pages - w_hole, wpages + w_hole);
     }
+    if (kv_has_state(c)) slot = pkv_kv_state_slot_take(c); /* available: checked above */
     const pkv_kv_layout *l = &c->layout;
     size_t off = header_bytes(c, n);
     for (int il = 0; il < l->n_layers && !st; il++) {
         const kv_layer *L = &l->layers[il];
         kv_span sp = span_of(c, L, pages, wpages, n, w_first, w_len);
-        for (int v = 0; v < 2 && !st; v++) {
-            st = move_layer(&sp, il, v, (uint8_t *)data + off, tmp, true); /* to_device: only read */
+        for (int v = 0; v < 2 && !st; v++) { /* to_device: the file image is only read */
+            if (L->state_per_head > 0 && !v) st = move_state(c, il, slot, (uint8_t *)data + off, true);
+            else if (L->state_per_head == 0) st = move_layer(&sp, il, v, (uint8_t *)data + off, tmp, true);
             off += layer_bytes(L, sp.t1 - sp.t0, v);
         }
     }
     if (st) {
         for (int64_t i = 0; i < n_pages; i++) pkv_kv_page_unref(c, pages[i]);
         for (int64_t i = 0; c->sub && i < w_pages; i++) pkv_kv_page_unref(c->sub, wpages[i]);
+        if (slot >= 0) pkv_kv_state_slot_unref(c, slot, c->slots[slot].gen);
         pkv_err_prefix(st, "load of %s", path);
         goto done;
     }
@@ -425,6 +500,8 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     }
     uint64_t fp = fingerprint ? fingerprint : file_fp;
     adopt(c, id, fp, exact_until, n, 0, pages, n_pages);
+    c->seqs[id].st.slot = slot;
+    c->seqs[id].st.len = state_len;
     pages = NULL;
     if (c->sub) {
         adopt(c->sub, id, fp, exact_until, w_len, w_hole, wpages, w_pages);

@@ -44,7 +44,46 @@ typedef struct kv_shard {
     pkv_device *storage, *compute;
     int head_begin, n_heads;
     int k_array, v_array; /* indices into pkv_kv_cache.arrays */
+    int s_array;          /* recurrent layer: index into pkv_kv_cache.st_arrays; -1 otherwise */
 } kv_shard;
+
+/* The state array of one recurrent (layer, shard): slot i at off + i * slot_bytes
+ * of its state arena's buffer. */
+typedef struct kv_state_array {
+    int layer, shard;
+    int arena;         /* index into pkv_kv_cache.st_arenas */
+    size_t off;        /* bytes: slot 0 */
+    size_t slot_bytes; /* n_heads * state_per_head * 4 */
+    size_t host_off;   /* bytes: this array's part of a swapped sequence's host copy */
+} kv_state_array;
+
+/* One state slot. refs counts holders: a live state (1), or, for a checkpoint,
+ * the sequences' checkpoint lists and the prefix-index page it is offered at.
+ * References are (slot, gen): a checkpoint evicted for room bumps gen, so the
+ * references still held elsewhere stop matching (and are pruned lazily). */
+typedef struct kv_slot {
+    int32_t refs;       /* 0 = free */
+    uint32_t gen;       /* bumped whenever the slot is freed or evicted */
+    bool ckpt;          /* holds a checkpoint: on the checkpoint list, evictable */
+    int64_t pos;        /* checkpoint: tokens the state had taken in */
+    int32_t prev, next; /* checkpoint list, oldest first */
+} kv_slot;
+
+/* A sequence's reference to a checkpoint. */
+typedef struct kv_ckpt {
+    int64_t pos;
+    int32_t slot;
+    uint32_t gen;
+} kv_ckpt;
+
+/* A sequence's recurrent state (main cache of a cache with recurrent layers). */
+typedef struct kv_seq_state {
+    int32_t slot;   /* live state slot; -1 when swapped (or no recurrent layers) */
+    int64_t len;    /* tokens the live state has taken in (<= n_tokens) */
+    kv_ckpt *ckpt;  /* [n_ckpt] ascending pos; may hold stale (evicted) entries */
+    int n_ckpt, cap_ckpt;
+    uint8_t *host;  /* swapped out: the live state, st_arrays in order, [state_slot_bytes] */
+} kv_seq_state;
 
 typedef struct kv_layer {
     int n_kv_heads, dk, dv;
@@ -56,6 +95,7 @@ typedef struct kv_layer {
     int window;       /* tokens; 0 = full attention */
     float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
     float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
+    int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
 } kv_layer;
 
 struct pkv_kv_layout {
@@ -81,6 +121,11 @@ typedef struct kv_page {
      * pool is trusted through it: the main pool verified that page's whole prefix. */
     int32_t link;
     uint32_t link_gen;
+    /* Main pool of a cache with recurrent layers: the checkpoint of the state after
+     * this page (the last of its indexed prefix), offered to prefix matching; -1
+     * none. Released when the page leaves the index. */
+    int32_t st_slot;
+    uint32_t st_gen;
 } kv_page;
 
 typedef struct kv_node {
@@ -107,6 +152,7 @@ typedef struct kv_seq {
     /* swapped out: */
     int32_t *host;    /* [ceil(n_tokens / page_size)] host pool pages */
     int32_t *sw_tok, *sw_pos; /* [n_tokens] */
+    kv_seq_state st; /* recurrent state; kept by pkv_kv_seq_release (kv-state.c owns it) */
 } kv_seq;
 
 struct pkv_kv_cache {
@@ -155,6 +201,22 @@ struct pkv_kv_cache {
     /* scratch for block tables */
     int32_t *bt_indptr, *bt_pages, *bt_last, *bt_len, *bt_tok_indptr, *bt_pos;
     size_t cap_seqs_bt, cap_pages_bt, cap_pos_bt;
+
+    /* Recurrent state (kv-state.c), in the main cache only; n_slots 0 without
+     * recurrent layers. */
+    int n_state_layers;
+    kv_state_array *st_arrays; /* [n_st_arrays]: every recurrent (layer, shard) */
+    int n_st_arrays;
+    kv_arena *st_arenas;       /* [n_st_arenas] (dev, buf, size only) */
+    int n_st_arenas;
+    size_t state_slot_bytes;   /* one slot of every state array */
+    int64_t n_slots;
+    kv_slot *slots;            /* [n_slots] */
+    int32_t *slot_free;        /* [n_slots] free stack */
+    int64_t n_slot_free;
+    int32_t ck_head, ck_tail;  /* checkpoint slots, oldest first */
+    int64_t n_ck;
+    int ckpt_interval, ckpt_max;
 
     pkv_kv_stats stats;
 };
@@ -235,6 +297,53 @@ static inline int64_t kv_window_first_page(const pkv_kv_cache *c, int64_t len) {
 }
 /* Window pool: give back the pages of s before page `upto` (kv-window.c). */
 pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto);
+
+/* recurrent state (kv-state.c). The public wrappers (kv-window.c) call these on
+ * the main cache; each is a no-op (PKV_OK) when the cache has no recurrent layers. */
+static inline bool kv_has_state(const pkv_kv_cache *c) { return c && c->n_slots > 0; }
+pkv_status pkv_kv_state_init(pkv_kv_cache *c, const pkv_kv_params *p);
+void pkv_kv_state_free(pkv_kv_cache *c);
+/* Slots that can be had: free ones plus checkpoints that could be evicted. */
+int64_t pkv_kv_state_available(const pkv_kv_cache *c);
+/* A zeroed live slot for a new or emptied sequence (PKV_ERR_NOMEM naming state_slots
+ * when none can be had; nothing changes then). */
+pkv_status pkv_kv_state_seq_new(pkv_kv_cache *c, int32_t seq);
+/* An emptied sequence (seq_clear): no checkpoint, no host copy, a zeroed live slot
+ * (taken when it had none: the caller checked pkv_kv_state_available), len = 0. */
+pkv_status pkv_kv_state_seq_empty(pkv_kv_cache *c, int32_t seq);
+/* Drop the live slot, the checkpoints and the host copy; len = 0. */
+void pkv_kv_state_seq_release(pkv_kv_cache *c, kv_seq *s);
+/* Take a slot (evicting the oldest checkpoint when none is free); -1 when none. */
+int32_t pkv_kv_state_slot_take(pkv_kv_cache *c);
+void pkv_kv_state_slot_unref(pkv_kv_cache *c, int32_t slot, uint32_t gen);
+/* The state as it was after n_keep tokens (truncate / shift from n_keep): when the
+ * live state has taken in more, the last checkpoint at or before n_keep goes back
+ * into the live slot (or zero), later checkpoints are dropped. */
+pkv_status pkv_kv_state_rewind(pkv_kv_cache *c, int32_t seq, int64_t n_keep);
+/* Fork: child (already created by the pools) gets a copy of parent's live state
+ * and shares its checkpoints. */
+pkv_status pkv_kv_state_fork(pkv_kv_cache *c, int32_t parent, int32_t child);
+/* Swap: the live state to a host copy (nothing changes on error) and back. The
+ * _commit / _abort halves run after the pools' swap succeeded / failed. */
+pkv_status pkv_kv_state_swap_out_prepare(pkv_kv_cache *c, int32_t seq, uint8_t **host);
+void pkv_kv_state_swap_out_commit(pkv_kv_cache *c, int32_t seq, uint8_t *host);
+pkv_status pkv_kv_state_swap_in_prepare(pkv_kv_cache *c, int32_t seq, int32_t *slot);
+void pkv_kv_state_swap_in_commit(pkv_kv_cache *c, int32_t seq, int32_t slot);
+/* Prefix match: is the state after n_tokens tokens stored at indexed page `page`
+ * (the last page of those tokens)? */
+bool pkv_kv_state_stored(const pkv_kv_cache *c, int32_t page, int64_t n_tokens);
+/* Take the state stored after the sequence's page m - 1 into its live slot. */
+pkv_status pkv_kv_state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m);
+/* A page leaves the prefix index: release the state stored at it. */
+void pkv_kv_state_page_drop(pkv_kv_cache *c, int32_t page);
+/* The cache was cleared: every sequence empty with a zeroed live slot (checked
+ * beforehand with pkv_kv_state_clear_check), no checkpoint. */
+pkv_status pkv_kv_state_clear_check(const pkv_kv_cache *c);
+pkv_status pkv_kv_state_clear(pkv_kv_cache *c);
+/* Move slot `slot` of every state array to / from host bytes [state_slot_bytes]
+ * (st_arrays in order, each [n_heads][state_per_head] of its shard). */
+pkv_status pkv_kv_state_read(pkv_kv_cache *c, int32_t slot, uint8_t *host);
+pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host);
 
 /* host pool (kv-swap.c) */
 void pkv_kv_host_release_pages(pkv_kv_cache *c, const int32_t *h, int64_t n);

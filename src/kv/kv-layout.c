@@ -17,9 +17,26 @@ uint64_t pkv_kv_geometry_hash(int n_layers, int page_size, const int32_t *geom) 
     return pkv_hash64(geom, (size_t)n_layers * 4 * sizeof(int32_t), h);
 }
 
+static pkv_status check_shards(const pkv_kv_params *p, int il, const pkv_kv_layer_desc *d) {
+    if (d->n_shards < 0 || (d->n_shards > 0 && !d->shards))
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d shards but no shard list", il, d->n_shards);
+    if (d->n_shards == 0 && !p->device)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: no shards and no default device (params.device)", il);
+    return PKV_OK;
+}
+
 static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer_desc *d) {
     if (d->n_kv_heads <= 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d KV heads (must be > 0)", il, d->n_kv_heads);
+    if (d->state_per_head < 0)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: state_per_head %d (0 = attention, > 0 = recurrent)", il,
+                       d->state_per_head);
+    if (d->state_per_head > 0) { /* recurrent: head sizes, dtypes, window and RoPE do not apply */
+        if ((uint64_t)d->n_kv_heads * (uint64_t)d->state_per_head > (uint64_t)INT32_MAX / 4)
+            return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: a state of %d heads x %d floats is too large", il,
+                           d->n_kv_heads, d->state_per_head);
+        return check_shards(p, il, d);
+    }
     if (d->head_dim_k <= 0 || d->head_dim_v <= 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: head sizes K %d, V %d (must be > 0)", il,
                        d->head_dim_k, d->head_dim_v);
@@ -44,11 +61,7 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (d->window < 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: window %d tokens (0 = full attention, > 0 = sliding)", il,
                        d->window);
-    if (d->n_shards < 0 || (d->n_shards > 0 && !d->shards))
-        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d shards but no shard list", il, d->n_shards);
-    if (d->n_shards == 0 && !p->device)
-        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: no shards and no default device (params.device)", il);
-    return PKV_OK;
+    return check_shards(p, il, d);
 }
 
 pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
@@ -80,14 +93,16 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         const pkv_kv_layer_desc *d = &p->layers[il];
         kv_layer *L = &l->layers[il];
         L->n_kv_heads = d->n_kv_heads;
-        L->dk = d->head_dim_k;
-        L->dv = d->head_dim_v;
-        L->tk = d->dtype_k;
-        L->tv = d->dtype_v;
-        L->window = d->window;
+        L->state_per_head = d->state_per_head;
+        const bool rec = d->state_per_head > 0; /* no K/V: sizes, types and window are ignored */
+        L->dk = rec ? 0 : d->head_dim_k;
+        L->dv = rec ? 0 : d->head_dim_v;
+        L->tk = rec ? PKV_TYPE_F32 : d->dtype_k;
+        L->tv = rec ? PKV_TYPE_F32 : d->dtype_v;
+        L->window = rec ? 0 : d->window;
         L->freq_base = d->rope_freq_base > 0 ? d->rope_freq_base : p->rope_freq_base > 0 ? p->rope_freq_base : 10000.0f;
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
-        if (p->rope_yarn_ext_factor != 0) { /* the forward pass's correction range: this layer's base */
+        if (p->rope_yarn_ext_factor != 0 && !rec) { /* the forward pass's correction range: this layer's base */
             L->yarn_ext = p->rope_yarn_ext_factor;
             pkv_rope_yarn_corr_dims(p->rope_n_rot ? p->rope_n_rot : d->head_dim_k, p->rope_yarn_n_ctx_orig, L->freq_base,
                                     p->rope_yarn_beta_fast > 0 ? p->rope_yarn_beta_fast : 32.0f,
@@ -103,7 +118,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         }
         L->n_shards = ns;
         if (d->n_shards == 0) {
-            L->shards[0] = (kv_shard){p->device, p->device, 0, d->n_kv_heads, -1, -1};
+            L->shards[0] = (kv_shard){p->device, p->device, 0, d->n_kv_heads, -1, -1, -1};
         } else {
             for (int i = 0; i < ns; i++) {
                 const pkv_kv_shard_desc *sd = &d->shards[i];
@@ -118,7 +133,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
                     break;
                 }
                 L->shards[i] = (kv_shard){sd->storage, sd->compute ? sd->compute : sd->storage, sd->head_begin,
-                                          sd->n_heads, -1, -1};
+                                          sd->n_heads, -1, -1, -1};
             }
             if (s) break;
             qsort(L->shards, (size_t)ns, sizeof *L->shards, cmp_shard);
@@ -171,6 +186,13 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
     /* Windows change which tokens a file holds: part of the geometry (hashed only
      * when present, so caches without them keep their fingerprints). */
     if (windows) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint);
+    bool states = false;
+    for (int il = 0; il < l->n_layers; il++) {
+        geom[il] = l->layers[il].state_per_head;
+        states |= geom[il] > 0;
+    }
+    /* So are recurrent layers and their state sizes (again only when present). */
+    if (states) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), ~l->fingerprint);
     pkv_free(geom);
     return PKV_OK;
 }
@@ -201,6 +223,7 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     out->k_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hk;
     out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hv;
     out->window = L->window;
+    out->state_per_head = L->state_per_head;
     return PKV_OK;
 }
 
@@ -214,11 +237,21 @@ pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_inf
         return pkv_err(PKV_ERR_INVALID, "KV layer %d has no shard %d (it has %d)", il, ish, L->n_shards);
     if (L->window > 0 && c->sub) return pkv_kv_shard(c->sub, il, ish, out); /* its arrays are in the window pool */
     const kv_shard *sh = &L->shards[ish];
-    const kv_array *k = &c->arrays[sh->k_array], *v = &c->arrays[sh->v_array];
+    memset(out, 0, sizeof *out);
     out->storage = sh->storage;
     out->compute = sh->compute;
     out->head_begin = sh->head_begin;
     out->n_heads = sh->n_heads;
+    out->n_pages = c->n_pages;
+    if (L->state_per_head > 0) { /* recurrent: state slots, no K/V */
+        const kv_state_array *a = &c->st_arrays[sh->s_array];
+        out->state = c->st_arenas[a->arena].buf;
+        out->state_off = a->off;
+        out->state_slot_bytes = a->slot_bytes;
+        out->n_state_slots = c->n_slots;
+        return PKV_OK;
+    }
+    const kv_array *k = &c->arrays[sh->k_array], *v = &c->arrays[sh->v_array];
     out->k = kv_array_buf(c, k);
     out->v = kv_array_buf(c, v);
     out->k_off = k->off;
@@ -227,6 +260,5 @@ pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_inf
     out->v_row_bytes = v->row_bytes;
     out->k_page_bytes = k->page_bytes;
     out->v_page_bytes = v->page_bytes;
-    out->n_pages = c->n_pages;
     return PKV_OK;
 }

@@ -41,6 +41,7 @@ void pkv_kv_pool_reset(pkv_kv_cache *c) {
         memset(p, 0, sizeof *p);
         p->gen = gen;
         p->lru_prev = p->lru_next = p->hnext = p->prev_page = -1;
+        p->st_slot = -1; /* the caller (kv1_clear) releases the state slots wholesale */
         p->free = true;
         c->free_stack[i] = (int32_t)(c->n_pages - 1 - i);
     }

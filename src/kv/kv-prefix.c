@@ -39,6 +39,7 @@ void pkv_kv_index_remove(pkv_kv_cache *c, int32_t id) {
     p->hnext = -1;
     p->indexed = false;
     p->gen++; /* pages chained after this one no longer match */
+    if (p->st_slot >= 0) pkv_kv_state_page_drop(c, id);
 }
 
 void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
@@ -64,6 +65,7 @@ void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
             uint64_t seed = prev >= 0 ? c->pages[prev].key : fp_seed(s->fp);
             index_insert(c, id, pkv_kv_page_key(c, seed, tok, pos), s->fp, prev);
             p->link = -1;
+            p->st_slot = -1;
             if (c->main) { /* window pool: remember the main page this one sits beside */
                 const kv_seq *ms = &c->main->seqs[s - c->seqs];
                 if (ms->live && !ms->swapped && s->pub_n < pkv_kv_seq_pages(c->main, ms)) {
@@ -131,12 +133,14 @@ pkv_status kv1_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens,
         }
         cur[depth] = q;
         path[depth] = q;
-        if (depth + 1 > m) {
+        /* With recurrent layers a hit must end where a state is stored (a duplicate
+         * chain may have one where the first does not). */
+        if (depth + 1 > m && (!kv_has_state(c) || pkv_kv_state_stored(c, q, (depth + 1) * ps))) {
             m = depth + 1;
             memcpy(found, path, (size_t)m * sizeof *found);
         }
         if (m == n_full) break;
-        cur[++depth] = -2;
+        if (depth + 1 < n_full) cur[++depth] = -2; /* else: the next candidate at this depth */
     }
     pkv_free(posbuf);
     if (m > 0 && (size_t)m > s->cap_own) {

@@ -128,6 +128,7 @@ pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id) {
     }
     memset(&c->seqs[i], 0, sizeof c->seqs[i]);
     c->seqs[i].exact_until = INT64_MAX;
+    c->seqs[i].st.slot = -1;
     *id = (int32_t)i;
     return PKV_OK;
 }
@@ -158,9 +159,11 @@ void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s) {
     pkv_free(s->sw_pos);
     bool live = s->live;
     uint64_t fp = s->fp;
+    kv_seq_state st = s->st; /* the state's owner (kv-state.c) releases it */
     memset(s, 0, sizeof *s);
     s->live = live;
     s->fp = fp;
+    s->st = st;
     s->exact_until = INT64_MAX;
 }
 
@@ -169,6 +172,7 @@ pkv_status kv1_seq_free(pkv_kv_cache *c, int32_t seq) {
     if (!s) return PKV_ERR_NOT_FOUND;
     pkv_kv_seq_publish(c, s);
     pkv_kv_seq_release(c, s);
+    pkv_kv_state_seq_release(c, s); /* no-op without recurrent layers */
     s->live = false;
     c->n_live--;
     return PKV_OK;
@@ -530,6 +534,7 @@ pkv_status kv1_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     }
     kv_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
+    s->st.slot = -1; /* the state (kv-state.c) is forked by the caller */
     s->live = true;
     s->fp = p->fp;
     s->n_tokens = p->n_tokens;

@@ -15,7 +15,11 @@
  * emptied instead and pkv_kv_seq_window_len reports how far it is behind: the
  * model recomputes the window layers from the tokens (pkv_kv_window_replay), so
  * the result equals a replay. Prefix reuse in the window pool is trusted through
- * the main pool's verified pages (kv_page.link). */
+ * the main pool's verified pages (kv_page.link).
+ *
+ * The recurrent state of layers with state_per_head > 0 (kv-state.c) lives in the
+ * main cache only; the wrappers here run its part of each operation after (or,
+ * where it must be able to fail first, before) the pools' parts. */
 #include "kv/kv-impl.h"
 
 #include <stdio.h>
@@ -82,15 +86,34 @@ pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto) {
 
 /* ------------------------------------------------------------ sequences */
 
+/* A new live state slot can be had (checked before anything changes). */
+static pkv_status state_slot_check(const pkv_kv_cache *c, const char *what, int32_t seq) {
+    if (!kv_has_state(c) || pkv_kv_state_available(c) > 0) return PKV_OK;
+    char who[48] = "";
+    if (seq >= 0) snprintf(who, sizeof who, " of sequence %d", seq);
+    return pkv_err(PKV_ERR_NOMEM, "%s%s: no recurrent-state slot can be had: all %lld state slots hold the live "
+                   "states of other sequences (raise pkv_kv_params.state_slots)", what, who, (long long)c->n_slots);
+}
+
 pkv_status pkv_kv_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq) {
-    pkv_status st = kv1_seq_create(c, fingerprint, seq);
-    if (st || !c->sub) return st;
-    int32_t w;
-    if ((st = kv1_seq_create(c->sub, fingerprint, &w)) || (st = same_id(*seq, w, "create sequence"))) {
-        if (!st) kv1_seq_free(c->sub, w);
-        kv1_seq_free(c, *seq);
-        return st;
+    pkv_status st = c ? state_slot_check(c, "create sequence", -1) : PKV_OK;
+    if (st) return st;
+    int32_t id = -1;
+    if ((st = kv1_seq_create(c, fingerprint, seq ? &id : NULL))) return st;
+    if (c->sub) {
+        int32_t w;
+        if ((st = kv1_seq_create(c->sub, fingerprint, &w)) || (st = same_id(id, w, "create sequence"))) {
+            if (!st) kv1_seq_free(c->sub, w);
+            kv1_seq_free(c, id);
+            return st;
+        }
     }
+    if ((st = pkv_kv_state_seq_new(c, id))) {
+        if (c->sub) kv1_seq_free(c->sub, id);
+        kv1_seq_free(c, id);
+        return pkv_err_prefix(st, "create sequence");
+    }
+    *seq = id;
     return PKV_OK;
 }
 
@@ -110,8 +133,8 @@ int64_t pkv_kv_seq_window_len(const pkv_kv_cache *c, int32_t seq) {
 
 /* --------------------------------------------------------------- append */
 
-pkv_status pkv_kv_append_batch_w(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
-                                 const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window) {
+static pkv_status append_pools(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                               const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window) {
     if (!c || !c->sub) return kv1_append_batch(c, n_seqs, seqs, n_tokens, tokens, pos, rows);
     if (n_seqs < 0 || (n_seqs > 0 && (!seqs || !n_tokens)))
         return pkv_err(PKV_ERR_INVALID, "pkv_kv_append_batch: NULL argument or negative count");
@@ -164,6 +187,27 @@ out:
     return st;
 }
 
+/* The recurrent state moves along with the tokens: the forward pass writes it in
+ * the step that appends them, so it must hold every earlier token. */
+pkv_status pkv_kv_append_batch_w(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                                 const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window) {
+    const bool state = kv_has_state(c) && n_seqs > 0 && seqs && n_tokens;
+    for (int i = 0; state && i < n_seqs; i++) {
+        if (seqs[i] < 0 || (size_t)seqs[i] >= c->n_seqs || !c->seqs[seqs[i]].live || c->seqs[seqs[i]].swapped)
+            continue; /* the pools report it */
+        const kv_seq *s = &c->seqs[seqs[i]];
+        if (n_tokens[i] > 0 && s->st.len < s->n_tokens)
+            return pkv_err(PKV_ERR_INVALID,
+                           "append: the recurrent state of sequence %d has taken in %lld of its %lld tokens: run the "
+                           "rest through the recurrent layers first (pkv_kv_state_replay; pkv_model_forward does it)",
+                           seqs[i], (long long)s->st.len, (long long)s->n_tokens);
+    }
+    pkv_status st = append_pools(c, n_seqs, seqs, n_tokens, tokens, pos, rows, rows_window);
+    for (int i = 0; state && !st && i < n_seqs; i++)
+        if (n_tokens[i] > 0) c->seqs[seqs[i]].st.len += n_tokens[i];
+    return st;
+}
+
 pkv_status pkv_kv_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
                                const int32_t *tokens, const int32_t *pos, int32_t *rows) {
     return pkv_kv_append_batch_w(c, n_seqs, seqs, n_tokens, tokens, pos, rows, NULL);
@@ -208,7 +252,7 @@ pkv_status pkv_kv_block_table_window(pkv_kv_cache *c, int n_seqs, const int32_t 
 
 /* ------------------------------------------------------------ fork etc. */
 
-pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
+static pkv_status fork_pools(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     if (!c || !c->sub) return kv1_fork(c, parent, child);
     if (!pkv_kv_seq_resident(c, parent, "fork")) return PKV_ERR_INVALID;
     publish_both(c, parent);
@@ -222,6 +266,25 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     return st;
 }
 
+/* The child's live state is a copy of the parent's; the checkpoints are shared. */
+pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
+    if (kv_has_state(c)) {
+        if (!pkv_kv_seq_resident(c, parent, "fork")) return PKV_ERR_INVALID;
+        pkv_status st = state_slot_check(c, "fork", parent);
+        if (st) return st;
+    }
+    int32_t id = -1;
+    pkv_status st = fork_pools(c, parent, child ? &id : NULL);
+    if (st) return st;
+    if ((st = pkv_kv_state_fork(c, parent, id))) {
+        if (c->sub) kv1_seq_free(c->sub, id);
+        kv1_seq_free(c, id);
+        return st;
+    }
+    *child = id;
+    return PKV_OK;
+}
+
 /* The window pool's side of a truncate (the main pool's succeeded). Cannot fail. */
 static void window_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     kv_seq *w = sub_seq(c, seq);
@@ -232,7 +295,7 @@ static void window_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
         window_reset(c, seq);
 }
 
-pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+static pkv_status truncate_pools(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     if (!c || !c->sub) return kv1_truncate(c, seq, n_keep);
     if (!pkv_kv_seq_resident(c, seq, "truncate")) return PKV_ERR_INVALID;
     publish_both(c, seq);
@@ -242,7 +305,13 @@ pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     return PKV_OK;
 }
 
-pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+/* The recurrent state goes back to the last checkpoint at or before n_keep. */
+pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    pkv_status st = truncate_pools(c, seq, n_keep);
+    return st ? st : pkv_kv_state_rewind(c, seq, n_keep);
+}
+
+static pkv_status shift_pools(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
     if (!c || !c->sub) return kv1_shift(c, seq, start, n_remove, pos_delta);
     if (!pkv_kv_seq_resident(c, seq, "shift")) return PKV_ERR_INVALID;
     publish_both(c, seq);
@@ -265,25 +334,38 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     return PKV_OK;
 }
 
+/* Every token from `start` on changes (the attention layers' outputs feed the
+ * recurrent ones): the state goes back to the last checkpoint at or before start,
+ * as for a truncate there. */
+pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+    pkv_status st = shift_pools(c, seq, start, n_remove, pos_delta);
+    if (st || (n_remove == 0 && pos_delta == 0)) return st;
+    return pkv_kv_state_rewind(c, seq, start);
+}
+
 pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq) {
-    if (c && c->sub && pkv_kv_seq_get(c, seq, "clear sequence")) {
-        pkv_status st = kv1_seq_clear(c->sub, seq);
-        if (st) return st;
-    }
-    return kv1_seq_clear(c, seq);
+    kv_seq *s = pkv_kv_seq_get(c, seq, "clear sequence");
+    if (!s) return PKV_ERR_NOT_FOUND;
+    pkv_status st;
+    /* a swapped sequence becomes resident: it needs a live state slot again */
+    if (s->swapped && (st = state_slot_check(c, "clear", seq))) return st;
+    if (c->sub && (st = kv1_seq_clear(c->sub, seq))) return st;
+    if ((st = kv1_seq_clear(c, seq))) return st;
+    return pkv_kv_state_seq_empty(c, seq);
 }
 
 pkv_status pkv_kv_clear(pkv_kv_cache *c) {
-    if (c && c->sub) {
-        pkv_status st = kv1_clear(c->sub);
-        if (st) return st;
-    }
-    return kv1_clear(c);
+    if (!c) return pkv_err(PKV_ERR_INVALID, "pkv_kv_clear: cache is NULL");
+    pkv_status st = pkv_kv_state_clear_check(c); /* swapped sequences need live slots again */
+    if (st) return st;
+    if (c->sub && (st = kv1_clear(c->sub))) return st;
+    if ((st = kv1_clear(c))) return st;
+    return pkv_kv_state_clear(c);
 }
 
 /* ------------------------------------------------------------------ swap */
 
-pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
+static pkv_status swap_out_pools(pkv_kv_cache *c, int32_t seq) {
     if (!c || !c->sub) return kv1_swap_out(c, seq);
     if (!pkv_kv_seq_resident(c, seq, "swap out")) return PKV_ERR_INVALID;
     publish_both(c, seq);
@@ -298,9 +380,33 @@ pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
     return PKV_OK;
 }
 
+/* The live state goes to a host copy with the pages (its slot is freed, its
+ * checkpoints dropped) and comes back into a fresh slot. */
+pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
+    if (!kv_has_state(c)) return swap_out_pools(c, seq);
+    if (!pkv_kv_seq_resident(c, seq, "swap out")) return PKV_ERR_INVALID;
+    uint8_t *host = NULL;
+    pkv_status st = pkv_kv_state_swap_out_prepare(c, seq, &host);
+    if (st) return st;
+    if ((st = swap_out_pools(c, seq))) {
+        pkv_free(host);
+        return st;
+    }
+    pkv_kv_state_swap_out_commit(c, seq, host);
+    return PKV_OK;
+}
+
 pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq) {
-    pkv_status st = kv1_swap_in(c, seq);
-    if (st || !c->sub) return st;
+    int32_t slot = -1;
+    kv_seq *s = kv_has_state(c) ? pkv_kv_seq_get(c, seq, "swap in") : NULL;
+    pkv_status st;
+    if (s && s->swapped && (st = pkv_kv_state_swap_in_prepare(c, seq, &slot))) return st;
+    if ((st = kv1_swap_in(c, seq))) {
+        if (slot >= 0) pkv_kv_state_slot_unref(c, slot, c->slots[slot].gen);
+        return st;
+    }
+    if (slot >= 0) pkv_kv_state_swap_in_commit(c, seq, slot);
+    if (!c->sub) return PKV_OK;
     /* Without room in the window pool the window layers are recomputed instead. */
     if (sub_seq(c, seq)->swapped && kv1_swap_in(c->sub, seq)) window_reset(c, seq);
     return PKV_OK;
@@ -320,20 +426,23 @@ static int32_t linked(const pkv_kv_cache *c, int32_t mp) {
 pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
                                int64_t *n_matched) {
     pkv_status st = kv1_prefix_match(c, seq, tokens, pos, n, n_matched);
-    if (st || !c->sub || *n_matched == 0) return st;
+    if (st || (!c->sub && !kv_has_state(c)) || *n_matched == 0) return st;
     /* A hit needs the window before its end resident: the longest matched page
-     * boundary whose window pages are all still cached beside the main pages. */
+     * boundary whose window pages are all still cached beside the main pages.
+     * With recurrent layers it also needs the state stored at that boundary. */
     int ps = c->page_size;
-    kv_seq *s = &c->seqs[seq], *w = sub_seq(c, seq);
+    kv_seq *s = &c->seqs[seq];
     int64_t np = *n_matched / ps;
-    int32_t *found = pkv_malloc((size_t)np * sizeof *found);
-    if (!found) {
+    int32_t *found = c->sub ? pkv_malloc((size_t)np * sizeof *found) : NULL;
+    if (c->sub && !found) {
         kv1_truncate(c, seq, 0);
         *n_matched = 0;
         return pkv_err(PKV_ERR_NOMEM, "prefix match: out of memory");
     }
     int64_t m = np, first = 0;
     for (; m > 0; m--) {
+        if (kv_has_state(c) && !pkv_kv_state_stored(c, pkv_kv_seq_page(s, m - 1), m * ps)) continue;
+        if (!c->sub) break;
         int64_t need = m * ps + 1 - c->sub->window;
         first = need > 0 ? need / ps : 0;
         int64_t j = m - 1;
@@ -342,7 +451,8 @@ pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *toke
         if (j < first) break;
     }
     if (m < np) kv1_truncate(c, seq, m * ps);
-    if (m > 0) {
+    if (m > 0 && c->sub) {
+        kv_seq *w = sub_seq(c, seq);
         void *arr = w->own;
         size_t cap = w->cap_own;
         if ((st = pkv_grow(&arr, &cap, (size_t)m, sizeof(int32_t)))) {
@@ -365,6 +475,12 @@ pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *toke
         c->sub->stats.prefix_hit_pages += (uint64_t)(m - first);
     }
     pkv_free(found);
+    if (m > 0 && (st = pkv_kv_state_prefix_take(c, seq, m))) {
+        if (c->sub) pkv_kv_seq_release(c->sub, sub_seq(c, seq));
+        kv1_truncate(c, seq, 0);
+        *n_matched = 0;
+        return st;
+    }
     *n_matched = m * ps;
     return PKV_OK;
 }

@@ -1,0 +1,650 @@
+/* Recurrent state beside the paged KV (gated delta-net and other recurrent layers
+ * of hybrid models: pkv_kv_layer_desc.state_per_head > 0).
+ *
+ * Storage: every recurrent (layer, shard) has a state array of n_slots slots on
+ * its storage device, f32 [n_slots][n_heads_of_shard][state_per_head], packed at
+ * 256-byte-aligned offsets into one buffer per device (a "state arena"; another is
+ * started past the device's largest buffer). Slot i means the same index in every
+ * state array, so copying a state is one pkv_buffer_copy_regions per arena.
+ *
+ * Slots are a pool: a sequence holds one for its live state; a checkpoint (the
+ * live state copied at some length) holds another, shared by reference count
+ * between the sequences that took it over by fork and the prefix-index page it is
+ * offered at. When no slot is free, the oldest checkpoint (in creation order) is
+ * evicted: its generation changes, so every reference still held to it stops
+ * matching and is dropped when next seen.
+ *
+ * Everything touches device memory only through pkv_buffer_* (I1), in queue order
+ * with compute (I3). The public wrappers in kv-window.c call the pieces here on
+ * the main cache (the window sub-cache never holds states). */
+#include "kv/kv-impl.h"
+
+#include <string.h>
+
+#define KV_STATE_ALIGN 256
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* ---------------------------------------------------------------- storage */
+
+pkv_status pkv_kv_state_init(pkv_kv_cache *c, const pkv_kv_params *p) {
+    c->ck_head = c->ck_tail = -1;
+    pkv_kv_layout *l = &c->layout;
+    int n = 0, nl = 0;
+    for (int il = 0; il < l->n_layers; il++)
+        if (l->layers[il].state_per_head > 0) {
+            nl++;
+            n += l->layers[il].n_shards;
+        }
+    if (nl == 0) return PKV_OK;
+    if (p->state_slots < 0 || p->state_ckpt_interval < 0 || p->state_ckpt_max < 0)
+        return pkv_err(PKV_ERR_INVALID, "KV cache: state_slots %lld, state_ckpt_interval %d, state_ckpt_max %d "
+                       "(0 = default, negative is invalid)", (long long)p->state_slots, p->state_ckpt_interval,
+                       p->state_ckpt_max);
+    c->ckpt_max = p->state_ckpt_max ? p->state_ckpt_max : 4;
+    c->ckpt_interval = p->state_ckpt_interval ? p->state_ckpt_interval : 64;
+    int64_t n_slots = p->state_slots ? p->state_slots : 4 * ((int64_t)c->ckpt_max + 1);
+    if (n_slots > INT32_MAX)
+        return pkv_err(PKV_ERR_INVALID, "KV cache: %lld state slots (at most 2^31 - 1)", (long long)n_slots);
+    c->st_arrays = pkv_calloc((size_t)n, sizeof *c->st_arrays);
+    c->st_arenas = pkv_calloc((size_t)n, sizeof *c->st_arenas); /* at most one arena per array */
+    c->slots = pkv_calloc((size_t)n_slots, sizeof *c->slots);
+    c->slot_free = pkv_calloc((size_t)n_slots, sizeof *c->slot_free);
+    if (!c->st_arrays || !c->st_arenas || !c->slots || !c->slot_free)
+        return pkv_err(PKV_ERR_NOMEM, "KV cache: out of memory for %lld state slots", (long long)n_slots);
+    size_t host = 0;
+    for (int il = 0; il < l->n_layers; il++) {
+        kv_layer *L = &l->layers[il];
+        if (L->state_per_head <= 0) continue;
+        for (int is = 0; is < L->n_shards; is++) {
+            kv_shard *sh = &L->shards[is];
+            kv_state_array *a = &c->st_arrays[c->n_st_arrays];
+            a->layer = il;
+            a->shard = is;
+            a->slot_bytes = (size_t)sh->n_heads * (size_t)L->state_per_head * sizeof(float);
+            size_t bytes;
+            if (!pkv_mul_ok(a->slot_bytes, (size_t)n_slots, &bytes) || bytes > SIZE_MAX / 2)
+                return pkv_err(PKV_ERR_NOMEM, "KV cache layer %d: %lld state slots of %zu bytes overflow", il,
+                               (long long)n_slots, a->slot_bytes);
+            int ar = -1;
+            for (int k = c->n_st_arenas - 1; k >= 0 && ar < 0; k--)
+                if (c->st_arenas[k].dev == sh->storage) ar = k;
+            size_t maxb = pkv_device_get_caps(sh->storage)->max_buffer_bytes;
+            if (ar >= 0 && maxb && align_up(c->st_arenas[ar].size, KV_STATE_ALIGN) + bytes > maxb) ar = -1;
+            if (ar < 0) {
+                ar = c->n_st_arenas++;
+                c->st_arenas[ar].dev = sh->storage;
+            }
+            a->arena = ar;
+            a->off = align_up(c->st_arenas[ar].size, KV_STATE_ALIGN);
+            c->st_arenas[ar].size = a->off + bytes;
+            a->host_off = host;
+            host += a->slot_bytes;
+            sh->s_array = c->n_st_arrays++;
+        }
+    }
+    c->state_slot_bytes = host;
+    for (int k = 0; k < c->n_st_arenas; k++) {
+        c->st_arenas[k].buf = pkv_buffer_alloc(c->st_arenas[k].dev, c->st_arenas[k].size);
+        if (!c->st_arenas[k].buf)
+            return pkv_err_prefix(PKV_ERR_NOMEM, "KV cache: %lld state slots of %zu bytes on %s (pkv_kv_params."
+                                  "state_slots)", (long long)n_slots, host, pkv_device_name(c->st_arenas[k].dev));
+    }
+    for (int64_t i = 0; i < n_slots; i++) {
+        c->slots[i].prev = c->slots[i].next = -1;
+        c->slot_free[i] = (int32_t)(n_slots - 1 - i); /* ascending ids first */
+    }
+    c->n_slot_free = n_slots;
+    c->n_state_layers = nl;
+    c->n_slots = n_slots; /* from here on kv_has_state(c) */
+    return PKV_OK;
+}
+
+void pkv_kv_state_free(pkv_kv_cache *c) {
+    for (size_t i = 0; i < c->n_seqs; i++) {
+        pkv_free(c->seqs[i].st.ckpt);
+        pkv_free(c->seqs[i].st.host);
+        c->seqs[i].st.ckpt = NULL;
+        c->seqs[i].st.host = NULL;
+    }
+    for (int k = 0; k < c->n_st_arenas; k++) pkv_buffer_free(c->st_arenas[k].buf);
+    pkv_free(c->st_arenas);
+    pkv_free(c->st_arrays);
+    pkv_free(c->slots);
+    pkv_free(c->slot_free);
+    c->st_arenas = NULL;
+    c->st_arrays = NULL;
+    c->slots = NULL;
+    c->slot_free = NULL;
+    c->n_st_arenas = c->n_st_arrays = 0;
+    c->n_slots = 0;
+}
+
+/* ------------------------------------------------------------------ slots */
+
+static void ck_unlink(pkv_kv_cache *c, int32_t id) {
+    kv_slot *s = &c->slots[id];
+    if (s->prev >= 0)
+        c->slots[s->prev].next = s->next;
+    else
+        c->ck_head = s->next;
+    if (s->next >= 0)
+        c->slots[s->next].prev = s->prev;
+    else
+        c->ck_tail = s->prev;
+    s->prev = s->next = -1;
+    s->ckpt = false;
+    c->n_ck--;
+}
+
+static void ck_push(pkv_kv_cache *c, int32_t id, int64_t pos) {
+    kv_slot *s = &c->slots[id];
+    s->ckpt = true;
+    s->pos = pos;
+    s->next = -1;
+    s->prev = c->ck_tail;
+    if (c->ck_tail >= 0)
+        c->slots[c->ck_tail].next = id;
+    else
+        c->ck_head = id;
+    c->ck_tail = id;
+    c->n_ck++;
+}
+
+/* Back to the free stack; every reference still held to it goes stale. */
+static void slot_release(pkv_kv_cache *c, int32_t id) {
+    kv_slot *s = &c->slots[id];
+    if (s->ckpt) ck_unlink(c, id);
+    s->refs = 0;
+    s->gen++;
+    c->slot_free[c->n_slot_free++] = id;
+}
+
+int64_t pkv_kv_state_available(const pkv_kv_cache *c) { return c->n_slot_free + c->n_ck; }
+
+int32_t pkv_kv_state_slot_take(pkv_kv_cache *c) {
+    if (c->n_slot_free == 0) {
+        if (c->ck_head < 0) return -1;
+        slot_release(c, c->ck_head); /* the oldest checkpoint, wherever it is held */
+    }
+    int32_t id = c->slot_free[--c->n_slot_free];
+    c->slots[id].refs = 1;
+    return id;
+}
+
+static bool slot_valid(const pkv_kv_cache *c, int32_t slot, uint32_t gen) {
+    return slot >= 0 && slot < c->n_slots && c->slots[slot].gen == gen && c->slots[slot].refs > 0;
+}
+
+void pkv_kv_state_slot_unref(pkv_kv_cache *c, int32_t slot, uint32_t gen) {
+    if (!slot_valid(c, slot, gen)) return; /* evicted meanwhile */
+    if (--c->slots[slot].refs == 0) slot_release(c, slot);
+}
+
+static void live_release(pkv_kv_cache *c, kv_seq *s) {
+    if (s->st.slot >= 0) pkv_kv_state_slot_unref(c, s->st.slot, c->slots[s->st.slot].gen);
+    s->st.slot = -1;
+}
+
+/* ------------------------------------------------------- device transfers */
+
+/* Copy slot src[j] to slot dst[j] in every state array: one batched region copy
+ * per state arena (r: room for n_st_arrays * n regions). No dst may equal another
+ * dst or any src. A single pair is copied array by array instead, which allocates
+ * nothing (r may be NULL): a fork, restore or prefix hit cannot then fail for
+ * memory after its slot was taken. */
+static pkv_status copy_slots(pkv_kv_cache *c, const int32_t *src, const int32_t *dst, int64_t n, pkv_region *r) {
+    if (n <= 0) return PKV_OK;
+    pkv_status st = PKV_OK;
+    if (n == 1) { /* one copy per array: the same-device copy allocates nothing */
+        for (int i = 0; i < c->n_st_arrays && !st; i++) {
+            const kv_state_array *a = &c->st_arrays[i];
+            pkv_buffer *buf = c->st_arenas[a->arena].buf;
+            st = pkv_buffer_copy(buf, a->off + (size_t)src[0] * a->slot_bytes, buf,
+                                 a->off + (size_t)dst[0] * a->slot_bytes, a->slot_bytes);
+        }
+        if (st) return pkv_err_prefix(st, "KV state copy of slot %d to %d", src[0], dst[0]);
+        c->stats.state_copies++;
+        return PKV_OK;
+    }
+    if (!r) return pkv_err(PKV_ERR_INTERNAL, "KV state copy: no room for %lld regions", (long long)n);
+    for (int ar = 0; ar < c->n_st_arenas && !st; ar++) {
+        size_t k = 0;
+        for (int i = 0; i < c->n_st_arrays; i++) {
+            const kv_state_array *a = &c->st_arrays[i];
+            if (a->arena != ar) continue;
+            for (int64_t j = 0; j < n; j++) {
+                r[k].src_off = a->off + (size_t)src[j] * a->slot_bytes;
+                r[k].dst_off = a->off + (size_t)dst[j] * a->slot_bytes;
+                r[k].size = a->slot_bytes;
+                k++;
+            }
+        }
+        st = pkv_buffer_copy_regions(c->st_arenas[ar].buf, c->st_arenas[ar].buf, r, k);
+    }
+    if (st) return pkv_err_prefix(st, "KV state copy of %lld slots", (long long)n);
+    c->stats.state_copies += (uint64_t)n;
+    return PKV_OK;
+}
+
+static pkv_status zero_slot(pkv_kv_cache *c, int32_t slot) {
+    pkv_status st = PKV_OK;
+    for (int i = 0; i < c->n_st_arrays && !st; i++) {
+        const kv_state_array *a = &c->st_arrays[i];
+        st = pkv_buffer_fill(c->st_arenas[a->arena].buf, a->off + (size_t)slot * a->slot_bytes, a->slot_bytes, 0);
+    }
+    return st ? pkv_err_prefix(st, "KV state: zeroing slot %d", slot) : PKV_OK;
+}
+
+pkv_status pkv_kv_state_read(pkv_kv_cache *c, int32_t slot, uint8_t *host) {
+    pkv_status st = PKV_OK;
+    for (int i = 0; i < c->n_st_arrays && !st; i++) {
+        const kv_state_array *a = &c->st_arrays[i];
+        st = pkv_buffer_read(c->st_arenas[a->arena].buf, a->off + (size_t)slot * a->slot_bytes, host + a->host_off,
+                             a->slot_bytes);
+    }
+    return st;
+}
+
+pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host) {
+    pkv_status st = PKV_OK;
+    for (int i = 0; i < c->n_st_arrays && !st; i++) {
+        const kv_state_array *a = &c->st_arrays[i];
+        st = pkv_buffer_write(c->st_arenas[a->arena].buf, a->off + (size_t)slot * a->slot_bytes, host + a->host_off,
+                              a->slot_bytes);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* Drop the references that went stale (their checkpoint was evicted). */
+static void ckpt_prune(pkv_kv_cache *c, kv_seq *s) {
+    int k = 0;
+    for (int i = 0; i < s->st.n_ckpt; i++)
+        if (slot_valid(c, s->st.ckpt[i].slot, s->st.ckpt[i].gen)) s->st.ckpt[k++] = s->st.ckpt[i];
+    s->st.n_ckpt = k;
+}
+
+/* Drop the checkpoints after `pos` tokens (all with pos < 0). */
+static void ckpt_drop_after(pkv_kv_cache *c, kv_seq *s, int64_t pos) {
+    int k = 0;
+    for (int i = 0; i < s->st.n_ckpt; i++) {
+        kv_ckpt *e = &s->st.ckpt[i];
+        if (pos >= 0 && e->pos <= pos)
+            s->st.ckpt[k++] = *e;
+        else
+            pkv_kv_state_slot_unref(c, e->slot, e->gen);
+    }
+    s->st.n_ckpt = k;
+}
+
+/* Drop a sequence's oldest checkpoint. */
+static void ckpt_drop_first(pkv_kv_cache *c, kv_seq *s) {
+    pkv_kv_state_slot_unref(c, s->st.ckpt[0].slot, s->st.ckpt[0].gen);
+    memmove(s->st.ckpt, s->st.ckpt + 1, (size_t)(s->st.n_ckpt - 1) * sizeof *s->st.ckpt);
+    s->st.n_ckpt--;
+}
+
+static pkv_status ckpt_reserve(kv_seq *s, int n) {
+    if (n <= s->st.cap_ckpt) return PKV_OK;
+    void *arr = s->st.ckpt;
+    size_t cap = (size_t)s->st.cap_ckpt;
+    pkv_status st = pkv_grow(&arr, &cap, (size_t)n, sizeof(kv_ckpt));
+    if (st) return st;
+    s->st.ckpt = arr;
+    s->st.cap_ckpt = (int)PKV_MIN(cap, (size_t)INT32_MAX);
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------------- sequences */
+
+pkv_status pkv_kv_state_seq_new(pkv_kv_cache *c, int32_t seq) {
+    if (!kv_has_state(c)) return PKV_OK;
+    kv_seq *s = &c->seqs[seq];
+    int32_t slot = pkv_kv_state_slot_take(c);
+    if (slot < 0)
+        return pkv_err(PKV_ERR_NOMEM, "KV state: no state slot for sequence %d: all %lld slots hold the live states "
+                       "of other sequences (raise pkv_kv_params.state_slots)", seq, (long long)c->n_slots);
+    pkv_status st = zero_slot(c, slot);
+    if (st) {
+        slot_release(c, slot);
+        return st;
+    }
+    s->st.slot = slot;
+    s->st.len = 0;
+    return PKV_OK;
+}
+
+void pkv_kv_state_seq_release(pkv_kv_cache *c, kv_seq *s) {
+    if (!kv_has_state(c)) return;
+    ckpt_drop_after(c, s, -1);
+    live_release(c, s);
+    pkv_free(s->st.ckpt);
+    pkv_free(s->st.host);
+    memset(&s->st, 0, sizeof s->st);
+    s->st.slot = -1;
+}
+
+pkv_status pkv_kv_state_seq_empty(pkv_kv_cache *c, int32_t seq) {
+    if (!kv_has_state(c)) return PKV_OK;
+    kv_seq *s = &c->seqs[seq];
+    ckpt_drop_after(c, s, -1);
+    pkv_free(s->st.host);
+    s->st.host = NULL;
+    s->st.len = 0;
+    if (s->st.slot < 0 && (s->st.slot = pkv_kv_state_slot_take(c)) < 0)
+        return pkv_err(PKV_ERR_NOMEM, "KV state: no state slot for sequence %d: all %lld slots hold the live states "
+                       "of other sequences (raise pkv_kv_params.state_slots)", seq, (long long)c->n_slots);
+    return zero_slot(c, s->st.slot);
+}
+
+pkv_status pkv_kv_state_rewind(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    if (!kv_has_state(c)) return PKV_OK;
+    kv_seq *s = &c->seqs[seq];
+    if (n_keep >= s->st.len) return PKV_OK; /* the live state covers only kept tokens */
+    ckpt_prune(c, s);
+    ckpt_drop_after(c, s, n_keep);
+    pkv_status st;
+    if (s->st.n_ckpt > 0) {
+        const kv_ckpt *e = &s->st.ckpt[s->st.n_ckpt - 1];
+        st = copy_slots(c, &e->slot, &s->st.slot, 1, NULL);
+        s->st.len = e->pos;
+    } else {
+        st = zero_slot(c, s->st.slot);
+        s->st.len = 0;
+    }
+    c->stats.state_restores++;
+    if (st) { /* what the live slot holds is unknown: recompute from scratch */
+        ckpt_drop_after(c, s, -1);
+        s->st.len = 0;
+        zero_slot(c, s->st.slot);
+        return pkv_err_prefix(st, "restoring the recurrent state of sequence %d", seq);
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_state_fork(pkv_kv_cache *c, int32_t parent, int32_t child) {
+    if (!kv_has_state(c)) return PKV_OK;
+    kv_seq *p = &c->seqs[parent], *s = &c->seqs[child];
+    ckpt_prune(c, p);
+    pkv_status st = ckpt_reserve(s, p->st.n_ckpt);
+    if (st) return pkv_err_prefix(st, "fork of sequence %d: its state checkpoints", parent);
+    int32_t slot = pkv_kv_state_slot_take(c);
+    if (slot < 0)
+        return pkv_err(PKV_ERR_NOMEM, "fork of sequence %d: no state slot for the child: all %lld slots hold live "
+                       "states (raise pkv_kv_params.state_slots)", parent, (long long)c->n_slots);
+    ckpt_prune(c, p); /* taking the slot may have evicted one of p's */
+    if ((st = copy_slots(c, &p->st.slot, &slot, 1, NULL))) {
+        slot_release(c, slot);
+        return pkv_err_prefix(st, "fork of sequence %d", parent);
+    }
+    s->st.slot = slot;
+    s->st.len = p->st.len;
+    for (int i = 0; i < p->st.n_ckpt; i++) {
+        s->st.ckpt[i] = p->st.ckpt[i];
+        c->slots[p->st.ckpt[i].slot].refs++;
+    }
+    s->st.n_ckpt = p->st.n_ckpt;
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_state_swap_out_prepare(pkv_kv_cache *c, int32_t seq, uint8_t **host) {
+    *host = NULL;
+    if (!kv_has_state(c)) return PKV_OK;
+    uint8_t *h = pkv_malloc(c->state_slot_bytes);
+    if (!h) return pkv_err(PKV_ERR_NOMEM, "swap out of sequence %d: out of memory for its state (%zu bytes)", seq,
+                           c->state_slot_bytes);
+    pkv_status st = pkv_kv_state_read(c, c->seqs[seq].st.slot, h);
+    if (st) {
+        pkv_free(h);
+        return pkv_err_prefix(st, "swap out of sequence %d: its recurrent state", seq);
+    }
+    *host = h;
+    return PKV_OK;
+}
+
+void pkv_kv_state_swap_out_commit(pkv_kv_cache *c, int32_t seq, uint8_t *host) {
+    if (!kv_has_state(c)) return;
+    kv_seq *s = &c->seqs[seq];
+    ckpt_drop_after(c, s, -1);
+    live_release(c, s);
+    s->st.host = host;
+}
+
+pkv_status pkv_kv_state_swap_in_prepare(pkv_kv_cache *c, int32_t seq, int32_t *slot) {
+    *slot = -1;
+    if (!kv_has_state(c)) return PKV_OK;
+    int32_t id = pkv_kv_state_slot_take(c);
+    if (id < 0)
+        return pkv_err(PKV_ERR_NOMEM, "swap in of sequence %d: no state slot: all %lld hold the live states of "
+                       "resident sequences (raise pkv_kv_params.state_slots)", seq, (long long)c->n_slots);
+    pkv_status st = pkv_kv_state_write(c, id, c->seqs[seq].st.host);
+    if (st) {
+        slot_release(c, id);
+        return pkv_err_prefix(st, "swap in of sequence %d: its recurrent state", seq);
+    }
+    *slot = id;
+    return PKV_OK;
+}
+
+void pkv_kv_state_swap_in_commit(pkv_kv_cache *c, int32_t seq, int32_t slot) {
+    if (!kv_has_state(c)) return;
+    kv_seq *s = &c->seqs[seq];
+    pkv_free(s->st.host);
+    s->st.host = NULL;
+    s->st.slot = slot;
+}
+
+/* ------------------------------------------------------------ prefix reuse */
+
+bool pkv_kv_state_stored(const pkv_kv_cache *c, int32_t page, int64_t n_tokens) {
+    if (!kv_has_state(c) || page < 0) return false;
+    const kv_page *p = &c->pages[page];
+    return p->indexed && p->st_slot >= 0 && slot_valid(c, p->st_slot, p->st_gen) && c->slots[p->st_slot].ckpt &&
+           c->slots[p->st_slot].pos == n_tokens;
+}
+
+pkv_status pkv_kv_state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m) {
+    if (!kv_has_state(c) || m <= 0) return PKV_OK;
+    kv_seq *s = &c->seqs[seq];
+    const kv_page *p = &c->pages[pkv_kv_seq_page(s, m - 1)];
+    int32_t src = p->st_slot;
+    pkv_status st = copy_slots(c, &src, &s->st.slot, 1, NULL);
+    if (st) return pkv_err_prefix(st, "prefix match of sequence %d: its recurrent state", seq);
+    s->st.len = m * c->page_size;
+    c->stats.state_prefix_hits++;
+    /* The sequence keeps the checkpoint too (a truncate may go back to it). */
+    ckpt_prune(c, s);
+    if (!ckpt_reserve(s, s->st.n_ckpt + 1)) {
+        s->st.ckpt[s->st.n_ckpt++] = (kv_ckpt){s->st.len, src, p->st_gen};
+        c->slots[src].refs++;
+    }
+    return PKV_OK;
+}
+
+void pkv_kv_state_page_drop(pkv_kv_cache *c, int32_t page) {
+    kv_page *p = &c->pages[page];
+    if (kv_has_state(c)) pkv_kv_state_slot_unref(c, p->st_slot, p->st_gen);
+    p->st_slot = -1;
+}
+
+/* ------------------------------------------------------------------ clear */
+
+pkv_status pkv_kv_state_clear_check(const pkv_kv_cache *c) {
+    if (!kv_has_state(c)) return PKV_OK;
+    int64_t held = 0, need = 0;
+    for (size_t i = 0; i < c->n_seqs; i++)
+        if (c->seqs[i].live) {
+            held += c->seqs[i].st.slot >= 0;
+            need += c->seqs[i].st.slot < 0;
+        }
+    if (need > c->n_slots - held)
+        return pkv_err(PKV_ERR_NOMEM, "clear: %lld swapped sequences need a state slot each, %lld of %lld are not "
+                       "live states (raise pkv_kv_params.state_slots)", (long long)need,
+                       (long long)(c->n_slots - held), (long long)c->n_slots);
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_state_clear(pkv_kv_cache *c) {
+    if (!kv_has_state(c)) return PKV_OK;
+    /* The pages' offers went with the index (kv1_clear). Every slot is freed (its
+     * references go stale) except the resident sequences' live ones; allocates
+     * nothing, so it cannot fail halfway. */
+    c->ck_head = c->ck_tail = -1;
+    c->n_ck = 0;
+    for (int64_t i = 0; i < c->n_slots; i++) {
+        kv_slot *sl = &c->slots[i];
+        if (sl->refs > 0) sl->gen++;
+        sl->refs = 0;
+        sl->ckpt = false;
+        sl->prev = sl->next = -1;
+    }
+    for (size_t i = 0; i < c->n_seqs; i++) {
+        kv_seq *s = &c->seqs[i];
+        if (!s->live) continue;
+        s->st.n_ckpt = 0;
+        s->st.len = 0;
+        pkv_free(s->st.host);
+        s->st.host = NULL;
+        if (s->st.slot >= 0) c->slots[s->st.slot].refs = 1;
+    }
+    c->n_slot_free = 0;
+    for (int64_t i = c->n_slots - 1; i >= 0; i--)
+        if (c->slots[i].refs == 0) c->slot_free[c->n_slot_free++] = (int32_t)i;
+    for (size_t i = 0; i < c->n_seqs; i++) /* swapped sequences became resident and empty */
+        if (c->seqs[i].live && c->seqs[i].st.slot < 0) c->seqs[i].st.slot = pkv_kv_state_slot_take(c);
+    pkv_status st = PKV_OK;
+    for (int k = 0; k < c->n_st_arenas && !st; k++)
+        st = pkv_buffer_fill(c->st_arenas[k].buf, 0, c->st_arenas[k].size, 0);
+    return st;
+}
+
+/* ------------------------------------------------------------- public API */
+
+pkv_status pkv_kv_state_slots(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, int32_t *slots) {
+    if (!c || n_seqs < 0 || (n_seqs > 0 && (!seqs || !slots)))
+        return pkv_err(PKV_ERR_INVALID, "pkv_kv_state_slots: NULL argument or negative count");
+    if (!kv_has_state(c))
+        return pkv_err(PKV_ERR_INVALID, "state slots: the cache has no recurrent layers (state_per_head)");
+    for (int i = 0; i < n_seqs; i++) {
+        kv_seq *s = pkv_kv_seq_resident(c, seqs[i], "state slots");
+        if (!s) return PKV_ERR_INVALID;
+        slots[i] = s->st.slot;
+    }
+    return PKV_OK;
+}
+
+int64_t pkv_kv_seq_state_len(const pkv_kv_cache *c, int32_t seq) {
+    int64_t n = pkv_kv_seq_len(c, seq);
+    if (n < 0 || !kv_has_state(c)) return n;
+    return c->seqs[seq].st.len;
+}
+
+pkv_status pkv_kv_state_replay(pkv_kv_cache *c, int32_t seq, int32_t n) {
+    if (!c) return pkv_err(PKV_ERR_INVALID, "state replay: cache is NULL");
+    if (!kv_has_state(c)) return pkv_err(PKV_ERR_INVALID, "state replay: the cache has no recurrent layers");
+    kv_seq *s = pkv_kv_seq_resident(c, seq, "state replay");
+    if (!s) return PKV_ERR_INVALID;
+    if (n < 0 || s->st.len + n > s->n_tokens)
+        return pkv_err(PKV_ERR_INVALID, "state replay: %d tokens from %lld of sequence %d, which has %lld", n,
+                       (long long)s->st.len, seq, (long long)s->n_tokens);
+    s->st.len += n;
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_state_step_done(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens) {
+    if (!c || n_seqs < 0 || (n_seqs > 0 && (!seqs || !n_tokens)))
+        return pkv_err(PKV_ERR_INVALID, "pkv_kv_state_step_done: NULL argument or negative count");
+    for (int i = 0; i < n_seqs; i++) {
+        if (!pkv_kv_seq_resident(c, seqs[i], "state step done")) return PKV_ERR_INVALID;
+        if (n_tokens[i] < 0)
+            return pkv_err(PKV_ERR_INVALID, "state step done: %d tokens for sequence %d", n_tokens[i], seqs[i]);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i])
+                return pkv_err(PKV_ERR_INVALID, "state step done: sequence %d appears twice", seqs[i]);
+    }
+    if (!kv_has_state(c) || n_seqs == 0) return PKV_OK;
+    /* Everything allocated first: after the slots are taken, only a device error
+     * can fail (and then gives them back). */
+    int32_t stack[48];
+    int32_t *take = n_seqs <= 16 ? stack : pkv_malloc((size_t)n_seqs * 3 * sizeof *take); /* [3][n_seqs] */
+    pkv_region *r = pkv_malloc((size_t)c->n_st_arrays * (size_t)n_seqs * sizeof *r);
+    if (!take || !r) {
+        if (take != stack) pkv_free(take);
+        pkv_free(r);
+        return pkv_err(PKV_ERR_NOMEM, "state step done: out of memory for %d sequences", n_seqs);
+    }
+    int32_t *src = take + n_seqs, *dst = src + n_seqs;
+    pkv_status st = PKV_OK;
+    int ps = c->page_size;
+    /* Which sequences take a checkpoint; reserve their lists (nothing changed if
+     * that fails), then take the slots: fresh slots are on no list, so taking one
+     * never evicts another taken here. */
+    for (int i = 0; i < n_seqs; i++) {
+        kv_seq *s = &c->seqs[seqs[i]];
+        pkv_kv_seq_publish(c, s); /* the step's K/V are written: offer its full pages */
+        ckpt_prune(c, s);
+        int64_t last = s->st.n_ckpt ? s->st.ckpt[s->st.n_ckpt - 1].pos : 0;
+        bool want = s->st.len > last && (n_tokens[i] > 1 || s->st.len - last >= c->ckpt_interval);
+        take[i] = want ? -2 : -1;
+        if (want && (st = ckpt_reserve(s, s->st.n_ckpt + 1))) goto done;
+    }
+    int64_t k = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (take[i] != -2) continue;
+        kv_seq *s = &c->seqs[seqs[i]];
+        /* Its oldest goes once the new one is in (below); first when no slot is
+         * free, so its slot may serve the new one before another's is evicted. */
+        if (s->st.n_ckpt >= c->ckpt_max && c->n_slot_free == 0) ckpt_drop_first(c, s);
+        take[i] = pkv_kv_state_slot_take(c);
+        if (take[i] < 0) {
+            c->stats.state_ckpt_skipped++;
+            continue;
+        }
+        src[k] = s->st.slot;
+        dst[k++] = take[i];
+    }
+    /* One batched copy per state arena: the live slots into the fresh ones. */
+    st = copy_slots(c, src, dst, k, r);
+    for (int i = 0; i < n_seqs; i++) {
+        if (take[i] < 0) continue;
+        if (st) { /* nothing was kept: the fresh slots go back */
+            slot_release(c, take[i]);
+            continue;
+        }
+        kv_seq *s = &c->seqs[seqs[i]];
+        int32_t slot = take[i];
+        int64_t pos = s->st.len;
+        ck_push(c, slot, pos);
+        ckpt_prune(c, s); /* a take above may have evicted one of its checkpoints */
+        if (s->st.n_ckpt >= c->ckpt_max) ckpt_drop_first(c, s);
+        s->st.ckpt[s->st.n_ckpt++] = (kv_ckpt){pos, slot, c->slots[slot].gen};
+        /* At a page boundary of indexed pages: offer it to prefix matching (the
+         * page holds a reference; it lets go when the page leaves the index). */
+        int64_t m = pos / ps;
+        if (pos % ps == 0 && m >= 1 && s->pub_n >= m && m <= pkv_kv_seq_pages(c, s)) {
+            kv_page *p = &c->pages[pkv_kv_seq_page(s, m - 1)];
+            if (p->indexed && !(p->st_slot >= 0 && slot_valid(c, p->st_slot, p->st_gen))) {
+                p->st_slot = slot;
+                p->st_gen = c->slots[slot].gen;
+                c->slots[slot].refs++;
+            }
+        }
+    }
+done:
+    if (take != stack) pkv_free(take);
+    pkv_free(r);
+    return st;
+}
+
+pkv_status pkv_kv_state_reset(pkv_kv_cache *c, int32_t seq) {
+    if (!c) return pkv_err(PKV_ERR_INVALID, "state reset: cache is NULL");
+    if (!kv_has_state(c)) return PKV_OK;
+    kv_seq *s = pkv_kv_seq_resident(c, seq, "state reset");
+    if (!s) return PKV_ERR_INVALID;
+    /* as a rewind to the state's own length: a checkpoint there is kept and put back */
+    int64_t len = s->st.len;
+    s->st.len = len + 1;
+    return pkv_kv_state_rewind(c, seq, len);
+}
