@@ -78,7 +78,7 @@ static pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = type;
-    p.n_layer = 2;
+    p.n_layer = strcmp(arch, "qwen35") ? 2 : 4; /* qwen35: three delta-net layers, then attention */
     p.n_embd = et_n_embd;
     p.n_head = 4;
     p.n_head_kv = 2;

@@ -18,6 +18,9 @@ static pkv_mkmodel_params kq_params(const char *arch, pkv_type t) {
     p.n_head_kv = 2;
     p.n_ff = 256;
     p.n_vocab = V;
+    /* qwen35: the delta-net output rows (value heads x head size) a block of 256, and
+     * the same in the f32 twin */
+    if (!strcmp(arch, "qwen35")) p.ssm_head_dim = 64;
     return p;
 }
 

@@ -139,6 +139,23 @@ int main(void) {
     CHECK_INT(rc, 0);
     if (vk) demo_passes(moe, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
     unlink(moe);
+    /* Qwen3.5 (gated delta-net layers: a recurrent state per sequence in the cache's
+     * state slots): generate, fork, swap, shift, save/load == replay on cpu, with the
+     * cache on the host, and on vulkan:0; a tensor-parallel split is refused by name */
+    char q35[512];
+    snprintf(q35, sizeof q35, "%s", th_tmp("demo-q35.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type q8_0 -o '%s'", q35), 0);
+    demo_passes(q35, "--device cpu", "5 checks, 5 passed, 0 failed");
+    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", q35);
+    CHECK_INT(rc, 1);
+    CHECK(strstr(out, "a qwen35 model cannot be split over 2 devices") != NULL);
+    rc = th_cli("", true, "demo -m '%s'", q35);
+    CHECK_INT(rc, 0);
+    CHECK(strstr(out, "recurrent layers runs on one device") != NULL);
+    rc = th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", q35);
+    CHECK_INT(rc, 0);
+    if (vk) demo_passes(q35, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
+    unlink(q35);
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */

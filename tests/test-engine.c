@@ -15,7 +15,8 @@
  *  - finish reasons: stop ids, end by callback, max_tokens; priorities;
  *  - bad input: clear errors, the engine keeps serving.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
- * the first three on qwen3moe, gemma2, gemma3 and gpt-oss. */
+ * the first three on qwen3moe, gemma2, gemma3, gpt-oss and qwen35 (recurrent state:
+ * preemption by recompute replays it, by swap carries it). */
 #include "base/base.h"
 #include "engine-testlib.h"
 
@@ -825,6 +826,18 @@ int main(void) {
     g_m = et_model("gpt-oss", PKV_TYPE_Q8_0, 13);
     if (g_m) {
         fprintf(stderr, "gpt-oss (sinks, sliding window 8 on even layers, YaRN, 4 experts, 2 per token):\n");
+        test_vs_context();
+        test_batch_invariance();
+        test_preemption();
+    }
+    pkv_model_free(g_m);
+    /* Qwen3.5 (gated delta-net layers with a recurrent state per sequence in the
+     * cache's state slots, and a gated attention layer): a sequence's state depends
+     * only on its own tokens, so batching changes nothing; preemption swaps the state
+     * with the pages or recomputes it */
+    g_m = et_model("qwen35", PKV_TYPE_Q8_0, 14);
+    if (g_m) {
+        fprintf(stderr, "qwen35 (3 delta-net layers, 1 attention layer):\n");
         test_vs_context();
         test_batch_invariance();
         test_preemption();

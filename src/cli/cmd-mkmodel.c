@@ -39,7 +39,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         int *dst;
     } ints[] = {{"--layers", &p.n_layer}, {"--dim", &p.n_embd}, {"--heads", &p.n_head}, {"--kv-heads", &p.n_head_kv},
                 {"--head-dim", &p.head_dim}, {"--ffn", &p.n_ff}, {"--vocab", &p.n_vocab}, {"--ctx", &p.n_ctx},
-                {"--experts", &p.n_expert}, {"--experts-used", &p.n_expert_used}, {"--sliding-window", &p.sliding_window}};
+                {"--experts", &p.n_expert}, {"--experts-used", &p.n_expert_used}, {"--sliding-window", &p.sliding_window},
+                {"--ssm-v-heads", &p.ssm_v_heads}, {"--ssm-k-heads", &p.ssm_k_heads}, {"--ssm-head-dim", &p.ssm_head_dim}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long x;
@@ -52,7 +53,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gpt-oss --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gpt-oss|qwen35 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
                    "                      -o FILE.gguf\n"
@@ -75,6 +76,11 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --sliding-window N       tokens the sliding layers see (default 8): gemma2's even\n"
                    "                           layers; gemma3's five of every six (--layers 6 or more\n"
                    "                           for a global layer)\n"
+                   "Qwen3.5 (--arch qwen35: gated delta-net layers, with full attention (gated output,\n"
+                   "Q/K norms, half of each head rotated) in every 4th layer; default 4 layers):\n"
+                   "  --ssm-v-heads N          value heads of the delta-net layers (default 4)\n"
+                   "  --ssm-k-heads N          key heads (default 2; divides the value heads)\n"
+                   "  --ssm-head-dim N         head size of both (default 16); the conv kernel is 4\n"
                    "Chat models (for 'pagekv serve' and special-token tests):\n"
                    "  --chat-template NAME     family NAME: chatml (Qwen), llama3, llama2, mistral, gemma, phi3,\n"
                    "                           deepseek. Its special tokens become control tokens at ids 256..\n"

@@ -5,7 +5,7 @@
 
 #include "engine/engine.h"
 #include "kv/kv-file.h"
-#include "model/forward.h"
+#include "model/blocks.h"
 
 /* The forward workspace, shared by a context and its forks (a batch step uses
  * the first context's). */
@@ -51,16 +51,23 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].window = m->layers[l].window;
         layers[l].rope_freq_base = m->layers[l].rope_base; /* gemma3: per layer */
         layers[l].rope_freq_scale = m->layers[l].rope_freq_scale;
+        if (m->layers[l].recurrent) { /* a state slot per sequence instead of K/V pages */
+            int64_t ssm_off, total;
+            pkv_fwd_state_layout(&m->hp, &ssm_off, &total);
+            layers[l].n_kv_heads = 1;
+            layers[l].state_per_head = (int)total;
+        }
         /* I5: shards follow the model's head split; with the cache on the host the
          * host storage is split by the same head ranges, and attention runs there. */
         layers[l].n_shards = m->n_dev;
         layers[l].shards = shards + (size_t)l * (size_t)m->n_dev;
         for (int d = 0; d < m->n_dev; d++) {
             pkv_kv_shard_desc *sd = &shards[(size_t)l * (size_t)m->n_dev + (size_t)d];
-            sd->storage = m->kv_on_host ? m->host : m->devs[d];
+            /* a recurrent layer's state stays where its kernels run, also with --kv-on-host */
+            sd->storage = m->kv_on_host && !m->layers[l].recurrent ? m->host : m->devs[d];
             sd->compute = sd->storage;
-            sd->head_begin = m->layers[l].sh[d].kv_h0;
-            sd->n_heads = m->layers[l].sh[d].n_kv;
+            sd->head_begin = m->layers[l].recurrent ? 0 : m->layers[l].sh[d].kv_h0;
+            sd->n_heads = m->layers[l].recurrent ? 1 : m->layers[l].sh[d].n_kv;
         }
     }
     kp.n_layers = m->hp.n_layer;
@@ -124,6 +131,9 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
         kp.window_pages = p.n_window_pages ? p.n_window_pages
                                            : PKV_MIN(kp.n_pages, 2 * per_seq_w * (p.n_seq_max ? p.n_seq_max : 4));
     }
+    /* Recurrent layers: a live state per sequence and about two checkpoints each, so
+     * a truncate usually finds one near (more are taken while slots last) */
+    if (m->hp.recurrent) kp.state_slots = 3 * (int64_t)(p.n_seq_max ? p.n_seq_max : 4) + 4;
     pkv_kv_cache *c = pkv_kv_cache_create(kp);
     pkv_free(layers);
     pkv_free(shards);
@@ -176,6 +186,15 @@ static pkv_status cache_fits_model(const pkv_model *m, const pkv_kv_cache *c) {
         pkv_kv_layer_info li;
         pkv_status s = pkv_kv_layout_layer(lay, l, &li);
         if (s) return s;
+        if (m->layers[l].recurrent || li.state_per_head > 0) { /* a state slot, not K/V pages */
+            int64_t ssm_off, total = 0;
+            if (m->layers[l].recurrent) pkv_fwd_state_layout(&m->hp, &ssm_off, &total);
+            if (li.state_per_head != total)
+                return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d keeps a recurrent state of %d floats, model %s %s "
+                               "%lld", l, li.state_per_head, m->label, m->layers[l].recurrent ? "needs" : "has attention there, not",
+                               (long long)total);
+            continue;
+        }
         if (li.n_kv_heads != m->layers[l].n_head_kv || li.head_dim_k != m->hp.head_dim_k ||
             li.head_dim_v != m->hp.head_dim_v)
             return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d has %d KV heads of sizes %d/%d, model %s expects "

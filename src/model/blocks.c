@@ -18,7 +18,8 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     for (int i = 0; i < ws->n; i++) {
         pkv_dev_ws *d = &ws->d[i];
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
-                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids};
+                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids,
+                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
@@ -78,6 +79,16 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
             (s = realloc_buf(dev, &w->v, t4 * (size_t)vd)) || (s = realloc_buf(dev, &w->att, t4 * (size_t)od)) ||
             (s = realloc_buf(dev, &w->hb, t4 * (size_t)ff)) || (s = realloc_buf(dev, &w->hb2, t4 * (size_t)ff)))
             return s;
+        if (main_dev && m->hp.recurrent) {
+            const pkv_hparams *hp = &m->hp;
+            int64_t C = 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_d_k + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v,
+                    Z = (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v;
+            if ((s = realloc_buf(dev, &w->ssm_u, t4 * (size_t)C)) || (s = realloc_buf(dev, &w->ssm_z, t4 * (size_t)Z)) ||
+                (s = realloc_buf(dev, &w->ssm_bg, t4 * 2 * (size_t)hp->ssm_n_v_heads)) ||
+                (s = realloc_buf(dev, &w->ssm_o, t4 * (size_t)Z)))
+                return s;
+        }
+        if ((s = realloc_buf(dev, &w->gate, t4 * (size_t)od))) return s;
         if (main_dev && m->hp.n_expert > 0 &&
             ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
              (s = realloc_buf(dev, &w->moe_ids, t4))))
@@ -111,8 +122,12 @@ pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp
         if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
         if ((s = dev_reserve(m, w, d == 0, T, n_out, n_ints))) return s;
     }
+    /* where the attention layers' KV is stored: the first attention layer says it
+     * (every one is stored alike; recurrent layers keep their state on the device) */
+    int l0 = 0;
+    while (l0 + 1 < m->hp.n_layer && m->layers[l0].recurrent) l0++;
     pkv_kv_shard_info sh;
-    for (int d = 0; d < m->n_dev && pkv_kv_shard(c, m->kv_layer ? m->kv_layer[0] : 0, d, &sh) == PKV_OK; d++) {
+    for (int d = 0; d < m->n_dev && pkv_kv_shard(c, m->kv_layer ? m->kv_layer[l0] : l0, d, &sh) == PKV_OK; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, sh.storage);
         if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
         if ((s = dev_reserve(m, w, w->dev == m->dev, T, n_out, n_ints))) return s;
@@ -130,6 +145,12 @@ static pkv_tref R(pkv_buffer *b, size_t off) { return pkv_tref_make(b, off); }
 pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T) {
     pkv_k_matmul_args a = {.w = R(w->buf, 0), .wtype = w->type, .rows = w->ne1, .cols = w->ne0,
                            .x = R(x, 0), .y = R(y, 0), .n = T};
+    return pkv_k_matmul(dev, &a);
+}
+
+/* y (a region of a buffer) = x·wᵀ for T rows. */
+static pkv_status matmul_at(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_tref y, int64_t T) {
+    pkv_k_matmul_args a = {.w = R(w->buf, 0), .wtype = w->type, .rows = w->ne1, .cols = w->ne0, .x = R(x, 0), .y = y, .n = T};
     return pkv_k_matmul(dev, &a);
 }
 
@@ -293,6 +314,12 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
         if ((s = pkv_k_attention(kdev, &at))) return s;
         if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
+        if (kind->out_gate) { /* att *= sigmoid(gate·xb) */
+            PKV_CHECK_INTERNAL(sw->wq_gate.buf);
+            pkv_k_unary_args ga = {.x = R(w->gate, 0), .y = R(w->att, 0), .n = T * od, .op = PKV_UNARY_SIGMOID,
+                                   .mul = R(w->att, 0), .mul_len = T * od};
+            if ((s = pkv_blk_matmul(dev, &sw->wq_gate, w->xb, w->gate, T)) || (s = pkv_k_unary(dev, &ga))) return s;
+        }
         if ((s = pkv_blk_matmul(dev, &sw->wo, w->att, w->y, T)) || (s = add_bias(dev, &sw->bo, w->y, T))) return s;
     }
     return reduce(m, ws, w0, T, kind->post_norm);
@@ -447,4 +474,65 @@ pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
         if ((s = pkv_blk_matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
     return reduce(m, ws, w0, T, kind->post_norm);
+}
+
+void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *ssm_off, int64_t *total) {
+    int64_t C = 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_d_k + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v;
+    /* the delta rule's part starts on a 256-byte boundary, as a GPU binds it */
+    *ssm_off = ((int64_t)(hp->ssm_d_conv - 1) * C + 63) / 64 * 64;
+    *total = *ssm_off + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_k * hp->ssm_d_v;
+}
+
+pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    const pkv_fwd_plan *pl = f->pl;
+    pkv_dev_ws *w = pkv_fwd_dev(f->ws, m->dev);
+    pkv_device *dev = m->dev;
+    const int64_t T = f->T, E = hp->n_embd, Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k,
+                  dv = hp->ssm_d_v, C = 2 * Hk * dk + Hv * dv;
+    pkv_status s;
+    PKV_CHECK_INTERNAL(ly->recurrent && pl->state && m->n_dev == 1);
+    int kl = m->kv_layer ? m->kv_layer[il] : il;
+    pkv_kv_shard_info sh;
+    if ((s = pkv_kv_shard(f->c, kl, 0, &sh))) return s;
+    int64_t ssm_off, total;
+    pkv_fwd_state_layout(hp, &ssm_off, &total);
+    if (!sh.state || sh.state_slot_bytes < (size_t)total * 4 || sh.n_heads != 1)
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps no recurrent state of %lld floats there",
+                       il, kl, (long long)total);
+    if (sh.storage != dev)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "layer %d: the recurrent state is on %s but the layer runs on %s: keep the cache "
+                       "on the model's device for recurrent layers", il, pkv_device_name(sh.storage), pkv_device_name(dev));
+    const size_t stride = sh.state_slot_bytes;
+    const pkv_tref meta = R(w->ints, pl->off_smeta * 4);
+    pkv_k_unary_args beta = {.x = R(w->ssm_bg, 0), .y = R(w->ssm_bg, 0), .n = T * Hv, .op = PKV_UNARY_SIGMOID};
+    pkv_k_unary_args gate = {.x = R(w->ssm_bg, (size_t)(T * Hv) * 4), .y = R(w->ssm_bg, (size_t)(T * Hv) * 4), .n = T * Hv,
+                             .op = PKV_UNARY_SOFTPLUS, .bias = R(ly->ssm_dt.buf, 0), .bias_len = Hv,
+                             .mul = R(ly->ssm_a.buf, 0), .mul_len = Hv};
+    pkv_k_ssm_conv_args conv = {.x = R(w->ssm_u, 0), .w = R(ly->ssm_conv.buf, 0), .y = R(w->ssm_u, 0),
+                                .state = R(sh.state, sh.state_off), .state_stride = stride, .n_slots = sh.n_state_slots,
+                                .meta = meta, .n_tok = T, .channels = C, .n_seq = pl->n_seqs, .d_conv = hp->ssm_d_conv,
+                                .silu = true};
+    pkv_k_l2_norm_args l2 = {.x = R(w->ssm_u, 0), .y = R(w->ssm_u, 0), .n = T, .n_heads = 2 * Hk, .head_dim = dk,
+                             .x_stride = (size_t)C * 4, .y_stride = (size_t)C * 4, .eps = hp->rms_eps};
+    pkv_k_delta_net_args dn = {.q = R(w->ssm_u, 0), .k = R(w->ssm_u, (size_t)(Hk * dk) * 4),
+                               .v = R(w->ssm_u, (size_t)(2 * Hk * dk) * 4), .q_stride = (size_t)C * 4,
+                               .k_stride = (size_t)C * 4, .v_stride = (size_t)C * 4, .g = gate.y, .beta = beta.y,
+                               .out = R(w->ssm_o, 0), .state = R(sh.state, sh.state_off + (size_t)ssm_off * 4),
+                               .state_stride = stride, .n_slots = sh.n_state_slots, .meta = meta, .n_tok = T,
+                               .n_seq = pl->n_seqs, .n_k_heads = (int)Hk, .n_v_heads = (int)Hv, .d_k = (int)dk,
+                               .d_v = (int)dv, .grouped = false};
+    /* the output norm per value head, then times silu(z) */
+    pkv_k_swiglu_args zg = {.g = R(w->ssm_z, 0), .u = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * Hv * dv};
+    if ((s = pkv_blk_rmsnorm(dev, w->x, norm, w->xb, T, E, hp->rms_eps)) ||
+        (s = pkv_blk_matmul(dev, &ly->ssm_qkv, w->xb, w->ssm_u, T)) || (s = pkv_blk_matmul(dev, &ly->ssm_z, w->xb, w->ssm_z, T)) ||
+        (s = pkv_blk_matmul(dev, &ly->ssm_beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
+        (s = matmul_at(dev, &ly->ssm_alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
+        (s = pkv_k_ssm_conv(dev, &conv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
+        (s = pkv_blk_rmsnorm(dev, w->ssm_o, &ly->ssm_norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
+        (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(dev, &ly->ssm_out, w->ssm_o, w->y, T)))
+        return s;
+    return add(dev, w->x, w->y, T * E);
 }

@@ -32,6 +32,12 @@ typedef struct pkv_dev_ws {
     pkv_buffer *router; /* f32 [T][n_expert] */
     pkv_buffer *xe;     /* f32 [T][E] the rows routed to one expert */
     pkv_buffer *moe_ids; /* i32 [T] */
+    pkv_buffer *gate;   /* f32 [T][od] the attention output's gate (qwen35) */
+    /* gated delta-net layers (first device) */
+    pkv_buffer *ssm_u;  /* f32 [T][channels] */
+    pkv_buffer *ssm_z;  /* f32 [T][Hv dv], then the normed, gated output */
+    pkv_buffer *ssm_bg; /* f32 [2][T][Hv]: beta, then g */
+    pkv_buffer *ssm_o;  /* f32 [T][Hv dv] */
 } pkv_dev_ws;
 
 struct pkv_fwd_ws {
@@ -83,6 +89,7 @@ typedef struct pkv_attn_kind {
     bool qk_norm;                /* per-head RMS norms of q and k before RoPE (qwen3, gemma3) */
     bool sinks;                  /* a learned logit per head in each softmax (gpt-oss) */
     const pkv_weight *post_norm; /* RMS norm of the output before the residual add (gemma); NULL: none */
+    bool out_gate;               /* attention output times sigmoid(wq_gate·xb) before o (qwen35) */
 } pkv_attn_kind;
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *k);
 
@@ -101,6 +108,20 @@ typedef struct pkv_ffn_kind {
     const pkv_weight *post_norm; /* NULL: none */
 } pkv_ffn_kind;
 pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *k);
+
+/* A gated delta-net layer (qwen35) in place of attention, its state in the cache's
+ * state slots (conv window, then the delta rule's matrices; see pkv_fwd_state_layout):
+ *   xb = norm(x); u = qkv·xb (q, k, v channels); z = z·xb
+ *   beta = sigmoid(beta·xb); g = softplus(alpha·xb + dt) * a       per value head
+ *   c = silu(conv(u)) over the last d_conv inputs; q, k = l2norm(c's q and k heads)
+ *   o = delta_rule(q, k, c's v, g, beta)                         (pkv_k_delta_net)
+ *   x += out·(rmsnorm(o) * silu(z))                                per value head */
+pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm);
+
+/* Where a recurrent layer's state sits in one slot of the cache (floats): the conv
+ * window [d_conv - 1][channels] at 0, the delta rule's [Hv][dk][dv] at *ssm_off;
+ * *total floats in all (pkv_kv_layer_desc.state_per_head with one head). */
+void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *ssm_off, int64_t *total);
 
 /* How a token's experts are chosen and weighted. */
 typedef enum pkv_moe_gating {

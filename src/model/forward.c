@@ -19,11 +19,12 @@
 
 static pkv_tref R(pkv_buffer *b, size_t off) { return pkv_tref_make(b, off); }
 /* Build the host-side integer block (ids, positions, rows, output rows, attention
- * meta of the main pool and of the window pool) for the step; the cache append
- * already happened. rows NULL: a replay (pl->replay; the tokens are in the main
- * pool already, at len_before[i] onwards). rows_w NULL: no window pool. */
+ * meta of the main pool and of the window pool, and the recurrent kernels' meta)
+ * for the step; the cache append already happened. rows NULL: a replay
+ * (pl->replay; the tokens are in the main pool already, at len_before[i] onwards).
+ * rows_w NULL: no window pool. state: the cache has recurrent layers. */
 static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, const int32_t *rows,
-                       const int32_t *rows_w, const int64_t *len_before, pkv_fwd_plan *pl) {
+                       const int32_t *rows_w, bool state, const int64_t *len_before, pkv_fwd_plan *pl) {
     pkv_kv_block_table bt, bw;
     pkv_status s = pkv_kv_block_table_get(c, b->n_seqs, b->seqs, true, &bt);
     if (!s && rows_w) s = pkv_kv_block_table_window(c, b->n_seqs, b->seqs, &bw);
@@ -35,6 +36,7 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     pl->meta_pages = bt.indptr[b->n_seqs];
     pl->window = rows_w != NULL;
     pl->replay = rows == NULL;
+    pl->state = state;
     pl->meta_pages_w = rows_w ? bw.indptr[b->n_seqs] : 0;
     pl->off_ids = 0;
     pl->off_pos = (size_t)T;
@@ -43,7 +45,8 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     pl->off_out = 4 * (size_t)T;
     pl->off_meta = pl->off_out + (size_t)n_out;
     pl->off_meta_w = pl->off_meta + 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages;
-    size_t n_ints = pl->off_meta_w + (rows_w ? 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages_w : 0);
+    pl->off_smeta = pl->off_meta_w + (rows_w ? 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages_w : 0);
+    size_t n_ints = pl->off_smeta + (state ? 2 * (size_t)b->n_seqs + 1 : 0);
     if ((s = pkv_fwd_reserve(m, c, wsp, T, n_out, n_ints))) return s;
     int32_t *I = (*wsp)->host_ints;
     int32_t *q_seq = I + pl->off_meta, *q_len = q_seq + T, *indptr = q_len + T, *pages = indptr + b->n_seqs + 1;
@@ -70,6 +73,12 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         memcpy(mw + 2 * T, bw.indptr, ((size_t)b->n_seqs + 1) * sizeof *mw);
         memcpy(mw + 2 * T + b->n_seqs + 1, bw.pages, (size_t)pl->meta_pages_w * sizeof *mw);
     }
+    if (state) { /* each sequence's token rows and its live state slot */
+        int32_t *sm = I + pl->off_smeta;
+        sm[0] = 0;
+        for (int i = 0; i < b->n_seqs; i++) sm[i + 1] = sm[i] + b->n_tokens[i];
+        if ((s = pkv_kv_state_slots(c, b->n_seqs, b->seqs, sm + b->n_seqs + 1))) return s;
+    }
     pl->T = T;
     pl->n_out = n_out;
     for (int i = 0; i < (*wsp)->n; i++) /* every device that runs a kernel of the step */
@@ -77,50 +86,62 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     return PKV_OK;
 }
 
-/* Does the cache keep some layers in a window pool? Then the last such layer. */
-static int last_window_layer(const pkv_kv_cache *c) {
+/* The last layer of the cache with a window (window > 0) or with recurrent state
+ * (state), or -1. */
+static int last_layer_of(const pkv_kv_cache *c, bool state) {
     const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
     int last = -1;
     for (int l = 0; l < pkv_kv_layout_n_layers(lay); l++) {
         pkv_kv_layer_info li;
-        if (!pkv_kv_layout_layer(lay, l, &li) && li.window > 0) last = l;
+        if (!pkv_kv_layout_layer(lay, l, &li) && (state ? li.state_per_head > 0 : li.window > 0)) last = l;
     }
     return last;
 }
 
-/* Tokens per forward step on a cache with a window pool, so one step never needs
- * more window pages than pkv_cache_params.n_window_pages provides for. */
+/* Tokens per forward step on a cache with a window pool or recurrent state, so one
+ * step never needs more window pages than pkv_cache_params.n_window_pages provides
+ * for, and a replay is done in bounded pieces. */
 #define FWD_WINDOW_STEP 256
+
+/* What a step must keep beside the full layers' KV: the last window layer and the
+ * last recurrent layer (-1: none). */
+typedef struct fwd_mem {
+    int last_w, last_r;
+} fwd_mem;
 
 /* One step. Normally b's tokens are appended and run through every layer, and
  * logits (or, with no_output, nothing) come out. replay: b holds one sequence's
- * tokens that are in the main pool already, from its window length on; only the
- * layers up to the last window layer run, writing the window layers' KV. */
-static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits, int last_w,
+ * tokens that are in the main pool already, from its window length (a window
+ * pool) or its state length (recurrent layers) on; only the layers up to the last
+ * such layer run, writing the window layers' KV or the recurrent state. */
+static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits, fwd_mem mem,
                        bool replay, bool no_output) {
     int64_t T = 0;
     for (int i = 0; i < b->n_seqs; i++) T += b->n_tokens[i];
+    const bool state = mem.last_r >= 0;
     int64_t stack_len[16];
     int64_t *len_before = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len_before);
-    int32_t *rows = pkv_malloc((size_t)T * 2 * sizeof *rows), *rows_w = last_w >= 0 ? rows + T : NULL;
+    int32_t *rows = pkv_malloc((size_t)T * 2 * sizeof *rows), *rows_w = mem.last_w >= 0 ? rows + T : NULL;
     pkv_status s = PKV_OK;
     if (!len_before || !rows) {
         s = pkv_err(PKV_ERR_NOMEM, "forward: %lld tokens", (long long)T);
         goto out;
     }
     for (int i = 0; i < b->n_seqs; i++)
-        len_before[i] = replay ? pkv_kv_seq_window_len(c, b->seqs[i]) : pkv_kv_seq_len(c, b->seqs[i]);
+        len_before[i] = !replay ? pkv_kv_seq_len(c, b->seqs[i])
+                        : state ? pkv_kv_seq_state_len(c, b->seqs[i])
+                                : pkv_kv_seq_window_len(c, b->seqs[i]);
     /* A shared-KV draft writes only its mapped layers of a page: such pages must
      * never be offered for prefix reuse, so they are appended without token ids. */
     bool publish = !b->no_publish && !m->kv_layer;
-    if (replay)
+    if (replay && rows_w)
         s = pkv_kv_window_replay(c, b->seqs[0], b->n_tokens[0], rows_w);
-    else
+    else if (!replay)
         s = pkv_kv_append_batch_w(c, b->n_seqs, b->seqs, b->n_tokens, publish ? b->tokens : NULL, b->pos, rows, rows_w);
     if (s) goto out;
     pkv_fwd_plan pl;
     memset(&pl, 0, sizeof pl);
-    s = plan(m, c, wsp, b, replay ? NULL : rows, rows_w, len_before, &pl);
+    s = plan(m, c, wsp, b, replay ? NULL : rows, rows_w, state, len_before, &pl);
     pkv_fwd_ws *ws = *wsp;
     pkv_device *dev = m->dev;
     pkv_dev_ws *w0 = s ? NULL : pkv_fwd_dev(ws, dev);
@@ -130,8 +151,9 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
                                   .scale = m->hp.embd_scale};
         s = pkv_k_get_rows(dev, &ge);
     }
-    /* the architecture's layers; a replay stops after the last window layer's attention */
-    const int n_layer = replay ? last_w + 1 : m->hp.n_layer;
+    /* the architecture's layers; a replay stops after the last layer it recomputes,
+     * whose FFN is not needed */
+    const int n_layer = !replay ? m->hp.n_layer : (state ? mem.last_r : mem.last_w) + 1;
     const pkv_arch_ops *ops = pkv_arch_ops_of(m->hp.arch);
     pkv_fwd f = {.m = m, .c = c, .ws = ws, .pl = &pl, .T = T};
     for (int il = 0; !s && il < n_layer; il++) {
@@ -156,12 +178,18 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     }
     else if (!s) s = pkv_device_sync(dev);
 done:
+    /* the recurrent state took the tokens in: its length moves (a replay), and the
+     * cache takes the checkpoints its policy asks for */
+    if (!s && replay && state) s = pkv_kv_state_replay(c, b->seqs[0], b->n_tokens[0]);
+    if (!s && state) s = pkv_kv_state_step_done(c, b->n_seqs, b->seqs, b->n_tokens);
     if (s) { /* roll the cache back: the step never happened */
         pkv_status keep = s;
         char msg[1024];
         strncpy(msg, pkv_errmsg(), sizeof msg - 1);
         msg[sizeof msg - 1] = 0;
-        if (replay)
+        if (replay && state)
+            pkv_kv_state_reset(c, b->seqs[0]); /* the state is half-updated: back to a checkpoint */
+        else if (replay)
             pkv_kv_window_reset(c, b->seqs[0]);
         else
             for (int i = 0; i < b->n_seqs; i++) pkv_kv_truncate(c, b->seqs[i], len_before[i]);
@@ -173,27 +201,45 @@ out:
     return s;
 }
 
-/* Recompute the window layers of sequence seq up to its length (after a truncate
- * or shift back into released window pages), FWD_WINDOW_STEP tokens at a time. */
-static pkv_status window_catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int32_t seq, int last_w) {
-    int64_t len = pkv_kv_seq_len(c, seq), wl = pkv_kv_seq_window_len(c, seq);
-    if (wl >= len) return PKV_OK;
+/* Recompute what the sequence's full-layer KV does not hold, up to its length: the
+ * window layers (after a truncate or shift back into released window pages) or the
+ * recurrent state (after a truncate or shift put a checkpoint back, or a failed
+ * step), FWD_WINDOW_STEP tokens at a time. */
+static pkv_status catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int32_t seq, fwd_mem mem) {
+    const bool state = mem.last_r >= 0;
+    int64_t len = pkv_kv_seq_len(c, seq), have = state ? pkv_kv_seq_state_len(c, seq) : pkv_kv_seq_window_len(c, seq);
+    if (have >= len) return PKV_OK;
     int32_t *tok = pkv_malloc((size_t)FWD_WINDOW_STEP * sizeof *tok);
     if (!tok) return pkv_err(PKV_ERR_NOMEM, "forward: out of memory");
     pkv_status s = PKV_OK;
-    while (!s && wl < len) {
-        int32_t n = (int32_t)PKV_MIN(len - wl, FWD_WINDOW_STEP);
-        s = pkv_kv_seq_tokens(c, seq, wl, n, tok, NULL);
+    while (!s && have < len) {
+        int32_t n = (int32_t)PKV_MIN(len - have, FWD_WINDOW_STEP);
+        s = pkv_kv_seq_tokens(c, seq, have, n, tok, NULL);
         for (int32_t j = 0; !s && j < n; j++)
             if (tok[j] < 0)
-                s = pkv_err(PKV_ERR_INVALID, "sequence %d: the sliding-window layers must be recomputed from token %lld, "
-                            "but its token ids were not recorded (appended without tokens)", seq, (long long)(wl + j));
+                s = pkv_err(PKV_ERR_INVALID, "sequence %d: the %s must be recomputed from token %lld, but its token ids were not "
+                            "recorded (appended without tokens)", seq, state ? "recurrent state" : "sliding-window layers",
+                            (long long)(have + j));
         pkv_fwd_batch rb = {.n_seqs = 1, .seqs = &seq, .n_tokens = &n, .tokens = tok};
-        if (!s) s = step(m, c, wsp, &rb, NULL, last_w, true, true);
-        wl += n;
+        if (!s) s = step(m, c, wsp, &rb, NULL, mem, true, true);
+        have += n;
     }
     pkv_free(tok);
-    return s ? pkv_err_prefix(s, "recomputing the sliding-window layers of sequence %d", seq) : PKV_OK;
+    return s ? pkv_err_prefix(s, "recomputing the %s of sequence %d", state ? "recurrent state" : "sliding-window layers", seq)
+             : PKV_OK;
+}
+
+/* Where sequence i's tokens are cut into steps: every FWD_WINDOW_STEP tokens, and
+ * with recurrent state also at the last page boundary inside them, so the state
+ * there is checkpointed and offered to prefix matching with the pages before it. */
+static int32_t chunk_len(const pkv_kv_cache *c, fwd_mem mem, int64_t len0, int32_t off, int32_t n_tokens) {
+    int32_t n = PKV_MIN(n_tokens - off, FWD_WINDOW_STEP);
+    if (mem.last_r >= 0) {
+        int64_t ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(c)), start = len0 + off, end = len0 + n_tokens;
+        int64_t boundary = end / ps * ps;
+        if (boundary > start && boundary < start + n) n = (int32_t)(boundary - start);
+    }
+    return n;
 }
 
 pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits) {
@@ -208,14 +254,21 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         if (b->tokens[k] < 0 || b->tokens[k] >= m->hp.n_vocab)
             return pkv_err(PKV_ERR_INVALID, "token id %d at batch position %lld is outside the vocabulary [0, %d)", b->tokens[k],
                            (long long)k, m->hp.n_vocab);
-    const int last_w = last_window_layer(c);
-    if (last_w < 0) return step(m, c, wsp, b, logits, -1, false, false);
-    /* A window pool: catch its sequences up, then at most FWD_WINDOW_STEP tokens
-     * per step (the kernels are batch-invariant, so the result does not depend on
-     * the split). */
+    const fwd_mem mem = {.last_w = last_layer_of(c, false), .last_r = last_layer_of(c, true)};
+    if (mem.last_w >= 0 && mem.last_r >= 0)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "forward: a cache with both sliding-window layers (layer %d) and recurrent layers "
+                       "(layer %d) is not supported", mem.last_w, mem.last_r);
+    if (mem.last_w < 0 && mem.last_r < 0) return step(m, c, wsp, b, logits, mem, false, false);
+    /* A window pool or recurrent state: catch its sequences up, then steps of at most
+     * FWD_WINDOW_STEP tokens per sequence (the kernels are batch-invariant, so the
+     * result does not depend on the split). */
     pkv_status s = PKV_OK;
-    for (int i = 0; i < b->n_seqs && !s; i++) s = window_catch_up(m, c, wsp, b->seqs[i], last_w);
-    if (s || T <= FWD_WINDOW_STEP) return s ? s : step(m, c, wsp, b, logits, last_w, false, false);
+    for (int i = 0; i < b->n_seqs && !s; i++) s = catch_up(m, c, wsp, b->seqs[i], mem);
+    if (s) return s;
+    bool one_step = true;
+    for (int i = 0; i < b->n_seqs && one_step; i++)
+        one_step = chunk_len(c, mem, pkv_kv_seq_len(c, b->seqs[i]), 0, b->n_tokens[i]) == b->n_tokens[i];
+    if (one_step) return step(m, c, wsp, b, logits, mem, false, false);
     int64_t stack_len[16];
     int64_t *len0 = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len0);
     if (!len0) return pkv_err(PKV_ERR_NOMEM, "forward: out of memory");
@@ -223,14 +276,14 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     const size_t V = (size_t)m->hp.n_vocab;
     int64_t k0 = 0;
     for (int i = 0; i < b->n_seqs && !s; k0 += b->n_tokens[i], i++)
-        for (int32_t off = 0; off < b->n_tokens[i] && !s; off += FWD_WINDOW_STEP) {
-            int32_t n = PKV_MIN(b->n_tokens[i] - off, FWD_WINDOW_STEP);
+        for (int32_t off = 0, n = 0; off < b->n_tokens[i] && !s; off += n) {
+            n = chunk_len(c, mem, len0[i], off, b->n_tokens[i]);
             bool last = off + n == b->n_tokens[i];
             pkv_fwd_batch sb = {.n_seqs = 1, .seqs = &b->seqs[i], .n_tokens = &n, .tokens = b->tokens + k0 + off,
                                 .pos = b->pos ? b->pos + k0 + off : NULL, .all_logits = b->all_logits,
                                 .no_publish = b->no_publish};
             float *out = !logits ? NULL : b->all_logits ? logits + (size_t)(k0 + off) * V : last ? logits + (size_t)i * V : NULL;
-            s = step(m, c, wsp, &sb, out, last_w, false, !b->all_logits && !last);
+            s = step(m, c, wsp, &sb, out, mem, false, !b->all_logits && !last);
         }
     if (s) {
         char msg[1024];

@@ -28,7 +28,11 @@ typedef struct pkv_fwd_plan {
     bool window;
     int meta_pages_w;
     size_t off_rows_w, off_meta_w;
-    bool replay; /* recomputing window layers: full layers' KV is already cached */
+    bool replay; /* recomputing window layers or recurrent state: full layers' KV is already cached */
+    /* Recurrent layers: the kernels' meta, indptr[n_seqs + 1] then each sequence's
+     * state slot[n_seqs] */
+    bool state;
+    size_t off_smeta;
 } pkv_fwd_plan;
 
 /* Run one step. logits (host, may be NULL) receives f32 [n_out][n_vocab] with

@@ -24,8 +24,13 @@ typedef struct pkv_attn_tensors {
     bool fused_qkv; /* attn_qkv.weight accepted in place of the three */
     bool out_bias;  /* attn_output.bias [n_embd] required */
     bool sinks;     /* attn_sinks.weight [n_head] required: each shard's heads where its KV is attended */
+    bool q_gate;    /* attn_q has 2 head_dim rows per head: q's, then the output gate's (qwen35) */
 } pkv_attn_tensors;
 pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
+
+/* blk.<il>.<suffix>, shape [ne1][ne0], required, whole on the first device; f32:
+ * converted to f32 (norms, biases, small vectors). */
+pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);
 
 /* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
  * the gate's rows, then the up projection's (no ffn_gate). */

@@ -256,7 +256,23 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                        p->chat_template);
     if (p->chat_template && p->no_vocab)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: a chat template needs a vocabulary (not with no_vocab)");
-    if (!p->n_layer) p->n_layer = 2;
+    const bool q35 = !strcmp(p->arch, "qwen35");
+    if (!p->n_layer) p->n_layer = q35 ? 4 : 2; /* qwen35: three delta-net layers and one attention layer */
+    if (!q35 && (p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: delta-net sizes are for qwen35, not %s", p->arch);
+    if (q35) {
+        if (!p->ssm_v_heads) p->ssm_v_heads = 4;
+        if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads >= 2 ? 2 : 1;
+        /* k-quant rows are blocks of 256: the output projection's rows too */
+        if (!p->ssm_head_dim) p->ssm_head_dim = pkv_type_block_elems(p->type) == 256 ? 256 / p->ssm_v_heads : 16;
+        if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
+            p->ssm_head_dim > 256 || p->n_layer > 64)
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 needs value heads a multiple of key heads, a head size of 1 "
+                           "to 256 and at most 64 layers");
+    }
+    if (q35 && (p->head_dim ? p->head_dim : p->n_embd / (p->n_head ? p->n_head : 4)) % 4)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 rotates half of each head in pairs of sections: the head size must be a "
+                       "multiple of 4");
     /* k-quants pack rows in blocks of 256: the default width follows */
     bool kq = pkv_type_block_elems(p->type) == 256;
     if (!p->n_embd) p->n_embd = kq ? 256 : 128;
@@ -281,11 +297,12 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     size_t blk = pkv_type_block_elems(p->type);
     if (!blk || p->type == PKV_TYPE_I32 || p->type == PKV_TYPE_Q8_K)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: weight type %s is not supported", pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
-    int64_t cols[3] = {p->n_embd, (int64_t)p->n_head * p->head_dim, p->n_ff};
-    for (int i = 0; i < 3; i++)
+    int64_t cols[4] = {p->n_embd, (int64_t)p->n_head * p->head_dim, p->n_ff, (int64_t)p->ssm_v_heads * p->ssm_head_dim};
+    for (int i = 0; i < (q35 ? 4 : 3); i++)
         if (cols[i] % (int64_t)blk)
             return pkv_err(PKV_ERR_INVALID, "mkmodel: type %s needs row lengths that are multiples of %zu: %s is %lld",
-                           pkv_type_name(p->type), blk, i == 0 ? "--dim" : i == 1 ? "--heads x --head-dim" : "--ffn",
+                           pkv_type_name(p->type), blk,
+                           i == 0 ? "--dim" : i == 1 ? "--heads x --head-dim" : i == 2 ? "--ffn" : "value heads x head size",
                            (long long)cols[i]);
     return PKV_OK;
 }
@@ -453,11 +470,28 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
-    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || gemma3;
+    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || gemma3 || !strcmp(a, "qwen35");
     if (moe) { /* llama.cpp's keys */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
+    }
+    const bool q35 = !strcmp(a, "qwen35");
+    const int64_t Hk = p.ssm_k_heads, Hv = p.ssm_v_heads, dS = p.ssm_head_dim, C = 2 * Hk * dS + Hv * dS;
+    if (q35) { /* llama.cpp's keys: every 4th layer attends, the others are delta-net layers */
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.conv_kernel"), 4));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.state_size"), (uint32_t)dS));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.group_count"), (uint32_t)Hk));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.time_step_rank"), (uint32_t)Hv));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.inner_size"), (uint32_t)(Hv * dS)));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("full_attention_interval"), 4));
+        uint8_t recr[64];
+        for (int l = 0; l < p.n_layer; l++) recr[l] = (l + 1) % 4 != 0;
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.recurrent_layers"), PKV_GGUF_BOOL, recr, (uint64_t)p.n_layer));
+        /* M-RoPE sections over half the head (Qwen3.5 rotates a quarter), so every pair
+         * takes the text position: [ceil, mid, floor] thirds of the pairs, and 0 */
+        int32_t P = p.head_dim / 4, sec[4] = {(P + 2) / 3, (P + 1) / 3, P / 3, 0};
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("rope.dimension_sections"), PKV_GGUF_INT32, sec, 4));
     }
     if (gemma || oss) /* the window: small here, so tests cross it */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)p.sliding_window));
@@ -483,7 +517,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
     TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), rope_base));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : p.head_dim)));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : q35 ? p.head_dim / 2 : p.head_dim)));
     TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen || gemma ? 1e-6f : 1e-5f));
     if (p.shared_kv_layers)
         TRY(pkv_gguf_writer_add_arr(G.w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p.shared_kv_layers, (uint64_t)p.n_layer));
@@ -518,7 +552,28 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         char n[96];
 #define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
         T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (phi3) { /* Q, K, V in one matrix, as Phi-3's GGUFs have them */
+        if (q35 && (l + 1) % 4 != 0) { /* a gated delta-net layer, llama.cpp's tensors */
+            double lin_v = sqrt(3.0 / (double)(Hv * dS));
+            T("attn_qkv.weight", p.type, E, C, 0.0, lin_e);
+            T("attn_gate.weight", p.type, E, Hv * dS, 0.0, lin_e);
+            T("ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5);
+            T("ssm_dt.bias", PKV_TYPE_F32, Hv, 1, 0.0, 1.0);
+            T("ssm_a", PKV_TYPE_F32, Hv, 1, -1.0, 0.5); /* -exp(A_log) < 0 */
+            T("ssm_beta.weight", p.type, E, Hv, 0.0, lin_e);
+            T("ssm_alpha.weight", p.type, E, Hv, 0.0, lin_e);
+            T("ssm_norm.weight", PKV_TYPE_F32, dS, 1, 1.0, 0.1);
+            T("ssm_out.weight", p.type, Hv * dS, E, 0.0, lin_v);
+            T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
+            T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
+            T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
+            continue;
+        }
+        if (q35) { /* per head: its q rows, then its output gate's */
+            T("attn_q.weight", p.type, E, 2 * qd, 0.0, lin_e);
+            T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
+            T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
+        } else if (phi3) { /* Q, K, V in one matrix, as Phi-3's GGUFs have them */
             T("attn_qkv.weight", p.type, E, qd + 2 * kd, 0.0, lin_e);
         } else {
             T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
@@ -540,8 +595,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("attn_sinks.weight", PKV_TYPE_F32, p.n_head, 1, 0.5, 1.5);
         }
         /* gpt-oss's FFN norm has the name of Gemma's post-attention norm */
-        if (gemma || oss) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (!oss) T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        if (gemma || oss || q35) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        if (!oss && !q35) T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         if (gemma) T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         if (moe) { /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
             T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);

@@ -17,6 +17,7 @@ typedef enum pkv_arch {
     PKV_ARCH_GEMMA2 = 5,   /* embedding scale, post-norms, GeGLU, soft-caps, sliding layers */
     PKV_ARCH_GEMMA3 = 6,   /* gemma2 without soft-caps, with qwen3's Q/K norms; 5 of 6 layers slide */
     PKV_ARCH_GPT_OSS = 7,  /* QKVO biases, attention sinks, every other layer slides, YaRN, biased experts */
+    PKV_ARCH_QWEN35 = 8,   /* gated delta-net layers with three of every four, gated attention in the fourth */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -40,6 +41,7 @@ typedef struct pkv_shard_w {
     int q_h0, n_q;             /* query heads (n_kv groups of n_head / n_head_kv) */
     int ff0, n_ff;             /* FFN rows [ff0, ff0 + n_ff) */
     pkv_weight wq, wk, wv;     /* [n_q*hd_k][n_embd], [n_kv*hd_k][n_embd], [n_kv*hd_v][n_embd] */
+    pkv_weight wq_gate;        /* [n_q*hd_v][n_embd]: the attention output's gate (qwen35), else absent */
     pkv_weight bq, bk, bv;     /* f32 bias slices (qwen2, gpt-oss), else absent */
     pkv_weight q_norm, k_norm; /* f32 [hd_k] (qwen3), else absent; replicated */
     pkv_weight wo;             /* [n_embd][n_q*hd_v]: the columns of this shard's heads */
@@ -68,6 +70,16 @@ typedef struct pkv_layer {
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
     pkv_weight post_attn_norm, post_ffn_norm;
     int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
+    /* A recurrent layer (qwen35's gated delta-net) in place of attention: its state
+     * lives in the cache's state slots; weights on devs[0], f32 where marked */
+    bool recurrent;
+    pkv_weight ssm_qkv;   /* [2 Hk dk + Hv dv][n_embd]: q, k, v channels before the conv */
+    pkv_weight ssm_z;     /* [Hv dv][n_embd]: the output gate */
+    pkv_weight ssm_beta, ssm_alpha; /* [Hv][n_embd] */
+    pkv_weight ssm_conv;  /* f32 [channels][d_conv] */
+    pkv_weight ssm_dt, ssm_a; /* f32 [Hv]: dt bias, -exp(A_log) */
+    pkv_weight ssm_norm;  /* f32 [dv] */
+    pkv_weight ssm_out;   /* [n_embd][Hv dv] */
     /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except sliding layers with
      * their own (gemma3: base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
     float rope_base, rope_freq_scale;
@@ -97,6 +109,11 @@ typedef struct pkv_hparams {
     int rope_n_ctx_orig;         /* rope.scaling.original_context_length (default context_length) */
     float rope_beta_fast, rope_beta_slow; /* rope.scaling.yarn_beta_fast/_slow (32, 1) */
     float rope_attn_factor;      /* rope.scaling.attn_factor (1): times YaRN's 1 + 0.1 ln(factor) */
+    /* Gated delta-net layers (qwen35; 0 elsewhere): ssm.* keys */
+    int ssm_d_conv;              /* conv kernel */
+    int ssm_n_k_heads, ssm_n_v_heads, ssm_d_k, ssm_d_v; /* group_count, time_step_rank, state_size, inner/Hv */
+    int n_nextn;                 /* MTP layers after the n_layer trunk layers (nextn_predict_layers) */
+    uint64_t recurrent;          /* bit l: layer l is recurrent (n_layer <= 64 then) */
 } pkv_hparams;
 
 struct pkv_model {

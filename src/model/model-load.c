@@ -35,12 +35,15 @@ static void progress(loader *L, uint64_t add) {
 }
 
 /* A part of a matrix: rows [r0, r0 + nr), columns [c0, c0 + nc); nr = 0 or nc = 0
- * mean all rows or all columns. */
+ * mean all rows or all columns. rstride > 0: the nr rows are taken rblock at a
+ * time, one block every rstride rows from r0 (interleaved heads: qwen35's Q and
+ * its gate). */
 typedef struct slice {
     int64_t r0, nr, c0, nc;
+    int64_t rblock, rstride;
 } slice;
 
-static const slice k_all = {0, 0, 0, 0};
+static const slice k_all = {0};
 
 /* Upload tensor `name`, whose shape must be [ne1][ne0], or the slice `sl` of it, to
  * dev. f32_only: norms and biases are converted to f32 on the host (kernels take
@@ -60,7 +63,11 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
                        (long long)ne0, (long long)ne1);
     if (sl.nr == 0) sl.nr = ne1 - sl.r0;
     if (sl.nc == 0) sl.nc = ne0 - sl.c0;
-    if (sl.r0 < 0 || sl.c0 < 0 || sl.r0 + sl.nr > ne1 || sl.c0 + sl.nc > ne0 || sl.nr <= 0 || sl.nc <= 0)
+    /* the last row read: strided blocks end (nr / rblock - 1) strides on */
+    const bool strided = sl.rstride > 0;
+    int64_t r_end = strided ? sl.r0 + (sl.nr / PKV_MAX(sl.rblock, 1) - 1) * sl.rstride + sl.rblock : sl.r0 + sl.nr;
+    if (sl.r0 < 0 || sl.c0 < 0 || r_end > ne1 || sl.c0 + sl.nc > ne0 || sl.nr <= 0 || sl.nc <= 0 ||
+        (strided && (sl.rblock <= 0 || sl.nr % sl.rblock || sl.rblock > sl.rstride)))
         return pkv_err(PKV_ERR_INTERNAL, "%s: tensor '%s': slice out of range", lab, name);
     pkv_type type = t->type;
     size_t blk = pkv_type_block_elems(type);
@@ -93,13 +100,16 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
     size_t row_full = pkv_type_row_bytes(type, (size_t)ne0), row = pkv_type_row_bytes(type, (size_t)sl.nc);
     size_t col_off = pkv_type_row_bytes(type, (size_t)sl.c0), bytes = row * (size_t)sl.nr;
     const uint8_t *data = src + (size_t)sl.r0 * row_full;
-    if (sl.nc != ne0) { /* a column slice: gather each row's part */
+    if (sl.nc != ne0 || strided) { /* a column slice or strided rows: gather each row's part */
         packed = pkv_malloc(bytes);
         if (!packed) {
             pkv_free(tmp);
             return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
         }
-        for (int64_t r = 0; r < sl.nr; r++) memcpy(packed + (size_t)r * row, data + (size_t)r * row_full + col_off, row);
+        for (int64_t r = 0; r < sl.nr; r++) {
+            int64_t src_r = strided ? (r / sl.rblock) * sl.rstride + r % sl.rblock : r;
+            memcpy(packed + (size_t)r * row, data + (size_t)src_r * row_full + col_off, row);
+        }
         data = packed;
     }
     pkv_buffer *b = NULL;
@@ -245,6 +255,7 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe_down_b);
             free_weight(&ly->post_attn_norm);
             free_weight(&ly->post_ffn_norm);
+            for (pkv_weight *e = &ly->ssm_qkv; e <= &ly->ssm_out; e++) free_weight(e);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
                 for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].w_down; e++) free_weight(e);
@@ -356,13 +367,15 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
     const int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
                   od = (int64_t)ly->n_head * hv;
     const bool fused = t->fused_qkv && pkv_gguf_find_tensor(L->g, NAME("attn_qkv.weight"));
+    /* q_gate: attn_q holds, per head, its q rows then its gate rows */
+    const int64_t qrows = t->q_gate ? 2 * qd : qd;
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
         pkv_device *dev = m->devs[d];
-        slice q_rows = {w->q_h0 * hk, w->n_q * hk, 0, 0}, k_rows = {w->kv_h0 * hk, w->n_kv * hk, 0, 0},
-              v_rows = {w->kv_h0 * hv, w->n_kv * hv, 0, 0}, o_cols = {0, 0, w->q_h0 * hv, w->n_q * hv};
+        slice q_rows = {w->q_h0 * hk, w->n_q * hk, 0, 0, 0, 0}, k_rows = {w->kv_h0 * hk, w->n_kv * hk, 0, 0, 0, 0},
+              v_rows = {w->kv_h0 * hv, w->n_kv * hv, 0, 0, 0, 0}, o_cols = {0, 0, w->q_h0 * hv, w->n_q * hv, 0, 0};
         /* biases are vectors [1][n]: a slice of columns */
-        slice qb = {0, 0, q_rows.r0, q_rows.nr}, kb = {0, 0, k_rows.r0, k_rows.nr}, vb = {0, 0, v_rows.r0, v_rows.nr};
+        slice qb = {0, 0, q_rows.r0, q_rows.nr, 0, 0}, kb = {0, 0, k_rows.r0, k_rows.nr, 0, 0}, vb = {0, 0, v_rows.r0, v_rows.nr, 0, 0};
         if (fused) { /* one matrix of qd + kd + vd rows: Q, then K, then V; each shard takes its rows */
             slice fk = k_rows, fv = v_rows;
             fk.r0 += qd;
@@ -370,6 +383,14 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
             if ((s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, q_rows, &w->wq)) ||
                 (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fk, &w->wk)) ||
                 (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv)))
+                return s;
+        } else if (t->q_gate) {
+            slice qs = {w->q_h0 * 2 * hk, w->n_q * hk, 0, 0, hk, 2 * hk}, gs = qs;
+            gs.r0 += hk;
+            if ((s = load_weight(L, NAME("attn_q.weight"), E, qrows, true, false, dev, qs, &w->wq)) ||
+                (s = load_weight(L, NAME("attn_q.weight"), E, qrows, true, false, dev, gs, &w->wq_gate)) ||
+                (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
+                (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)))
                 return s;
         } else if ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
                    (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
@@ -385,13 +406,18 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
             return s;
         /* the output's bias is added once (by the first shard); a sink per query head
          * lives where the shard's attention runs (the host with the KV there) */
-        slice sinks = {0, 0, w->q_h0, w->n_q};
+        slice sinks = {0, 0, w->q_h0, w->n_q, 0, 0};
         if ((t->out_bias && d == 0 && (s = load_weight(L, NAME("attn_output.bias"), E, 1, true, true, dev, k_all, &w->bo))) ||
             (t->sinks && (s = load_weight(L, NAME("attn_sinks.weight"), ly->n_head, 1, true, true, m->kv_on_host ? m->host : dev,
                                           sinks, &w->sinks))))
             return s;
     }
     return PKV_OK;
+}
+
+pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w) {
+    char name[96];
+    return load_weight(L, NAME(suffix), ne0, ne1, true, f32, L->m->dev, k_all, w);
 }
 
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
@@ -403,7 +429,7 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
         pkv_device *dev = m->devs[d];
-        slice f_rows = {w->ff0, w->n_ff, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff};
+        slice f_rows = {w->ff0, w->n_ff, 0, 0, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff, 0, 0};
         if (fused_up) {
             slice fu = f_rows;
             fu.r0 += F;
@@ -711,6 +737,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->shared_kv = m->kv_layer != NULL;
     info->n_expert = m->hp.n_expert;
     info->n_expert_used = m->hp.n_expert_used;
+    info->n_recurrent = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) info->n_recurrent += m->layers[l].recurrent;
     return PKV_OK;
 }
 

@@ -27,7 +27,7 @@ typedef struct pkv_arch_ops {
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a);
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
-    pkv_arch_gemma3, pkv_arch_gpt_oss;
+    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */

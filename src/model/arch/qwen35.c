@@ -1,0 +1,142 @@
+/* qwen35: Qwen3.5 (dense). Three of every four layers are gated delta-net linear
+ * attention with a fixed-size recurrent state per sequence (kept in the cache's
+ * state slots); the fourth is full attention whose Q projection also gives a
+ * per-head output gate. Both kinds have a SwiGLU FFN behind a norm named
+ * post_attention_norm. RoPE: llama.cpp's interleaved M-RoPE, which for text (every
+ * section at the token's position) is plain neox RoPE over rope.dimension_count
+ * dims; files whose sections leave dims at the fourth section's position 0 are
+ * refused.
+ *
+ *   recurrent:  x += delta_net(attn_norm(x))            (blocks.h: pkv_blk_delta_net)
+ *   attention:  x += o(attention(rope(q_norm(q)), rope(k_norm(k)), v) * sigmoid(gate))   of attn_norm(x)
+ *   both:       x += down(silu(gate·h) * (up·h))        h = post_attention_norm(x)
+ *
+ * The MTP ("nextn") layers after the trunk (nextn_predict_layers) are not run. */
+#include <string.h>
+
+#include "model/arch/arch.h"
+
+/* Which layers are recurrent: attention.recurrent_layers (one bool per layer, MTP
+ * layers included), else every layer but each full_attention_interval-th. */
+static pkv_status pattern(const pkv_gguf *g, const char *arch, pkv_hparams *hp, int n_layer_all) {
+    const char *lab = pkv_gguf_label(g);
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.recurrent_layers", arch);
+    hp->recurrent = 0;
+    if (pkv_gguf_find_key(g, k) >= 0) {
+        pkv_gguf_array a;
+        pkv_status s = pkv_gguf_get_arr(g, k, PKV_GGUF_TYPE_COUNT, &a);
+        if (s) return s;
+        if (a.type == PKV_GGUF_STRING || a.type == PKV_GGUF_FLOAT32 || a.type == PKV_GGUF_FLOAT64 ||
+            a.count != (uint64_t)n_layer_all)
+            return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' must hold one bool per layer (%d), found %llu of %s", lab, k,
+                           n_layer_all, (unsigned long long)a.count, pkv_gguf_type_name(a.type));
+        for (int l = 0; l < hp->n_layer; l++)
+            if (pkv_gguf_arr_int(&a, (uint64_t)l)) hp->recurrent |= 1ull << l;
+        for (int l = hp->n_layer; l < n_layer_all; l++)
+            if (pkv_gguf_arr_int(&a, (uint64_t)l))
+                return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' marks layer %d, an MTP layer, recurrent", lab, k, l);
+        return PKV_OK;
+    }
+    int every = 4;
+    pkv_status s = pkv_hp_opt_u32(g, arch, "full_attention_interval", 1, 4096, 4, &every);
+    for (int l = 0; !s && l < hp->n_layer; l++)
+        if ((l + 1) % every != 0) hp->recurrent |= 1ull << l;
+    return s;
+}
+
+static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
+    (void)n_head;
+    const char *lab = pkv_gguf_label(g);
+    const int n_layer_all = hp->n_layer;
+    pkv_status s = pkv_hp_opt_u32(g, arch, "nextn_predict_layers", 0, (uint32_t)n_layer_all - 1, 0, &hp->n_nextn);
+    if (s) return s;
+    hp->n_layer = n_layer_all - hp->n_nextn;
+    if (hp->n_layer > 64)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; qwen35 files of more than 64 layers are not supported yet",
+                       lab, hp->n_layer);
+    int inner = 0;
+    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm_d_conv)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm_d_k)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm_n_v_heads)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm_n_k_heads)))
+        return s;
+    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.time_step_rank' %d (value heads) is not a multiple of '%s.ssm.group_count' %d "
+                       "(key heads)", lab, arch, hp->ssm_n_v_heads, arch, hp->ssm_n_k_heads);
+    if (inner % hp->ssm_n_v_heads || inner / hp->ssm_n_v_heads != hp->ssm_d_k)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.inner_size' %d must be '%s.ssm.time_step_rank' %d times '%s.ssm.state_size' %d "
+                       "(key and value heads of one size)", lab, arch, inner, arch, hp->ssm_n_v_heads, arch, hp->ssm_d_k);
+    hp->ssm_d_v = inner / hp->ssm_n_v_heads;
+    if (hp->head_dim_k != hp->head_dim_v)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ (the output gate needs "
+                       "them equal)", lab, arch, hp->head_dim_k, hp->head_dim_v);
+    /* M-RoPE sections: for text every dim pair takes the token's position unless its
+     * sector falls to the fourth section (position 0 for text in llama.cpp) */
+    char k[128];
+    snprintf(k, sizeof k, "%s.rope.dimension_sections", arch);
+    pkv_gguf_array a;
+    if ((s = pkv_gguf_get_arr(g, k, PKV_GGUF_TYPE_COUNT, &a))) return s;
+    if (a.type == PKV_GGUF_STRING || a.type == PKV_GGUF_FLOAT32 || a.type == PKV_GGUF_FLOAT64 || a.count < 3 || a.count > 4)
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' must hold 3 or 4 integers", lab, k);
+    int64_t sec[4] = {0, 0, 0, 0}, sum = 0;
+    for (uint64_t i = 0; i < a.count; i++) {
+        sec[i] = pkv_gguf_arr_int(&a, i);
+        if (sec[i] < 0 || sec[i] > 4096) return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' entry %llu is %lld", lab, k,
+                                                        (unsigned long long)i, (long long)sec[i]);
+        sum += sec[i];
+    }
+    if (sum <= 0) return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' sums to 0", lab, k);
+    for (int i = 0; i < hp->n_rot / 2; i++) { /* llama.cpp's interleaved assignment of pair i */
+        int64_t sector = i % sum;
+        bool pos = (sector % 3 == 0 && sector < 3 * sec[0]) || (sector % 3 == 1 && sector < 3 * sec[1]) ||
+                   (sector % 3 == 2 && sector < 3 * sec[2]);
+        if (!pos)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s' [%lld, %lld, %lld, %lld] leaves rotary pair %d to the fourth "
+                           "section, which text does not rotate: not supported", lab, k, (long long)sec[0],
+                           (long long)sec[1], (long long)sec[2], (long long)sec[3], i);
+    }
+    return pattern(g, arch, hp, n_layer_all);
+}
+
+static pkv_status load_layer(pkv_loader *L, int il) {
+    pkv_model *m = pkv_loader_model(L);
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    pkv_status s;
+    ly->recurrent = hp->recurrent >> il & 1;
+    if (!ly->recurrent) {
+        return pkv_load_prenorm(L, il, &(pkv_attn_tensors){.qk_norm = true, .q_gate = true}, "post_attention_norm.weight",
+                                PKV_FFN_GATED);
+    }
+    if (m->n_dev > 1)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a qwen35 model cannot be split over %d devices yet (its delta-net layers "
+                       "run on one): run it on one device; the KV cache may be on the host (--kv-on-host)", m->label, m->n_dev);
+    const int64_t E = hp->n_embd, Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    const int64_t channels = 2 * Hk * dk + Hv * dv;
+    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) ||
+        (s = pkv_load_tensor(L, il, "attn_qkv.weight", E, channels, false, &ly->ssm_qkv)) ||
+        (s = pkv_load_tensor(L, il, "attn_gate.weight", E, Hv * dv, false, &ly->ssm_z)) ||
+        (s = pkv_load_tensor(L, il, "ssm_beta.weight", E, Hv, false, &ly->ssm_beta)) ||
+        (s = pkv_load_tensor(L, il, "ssm_alpha.weight", E, Hv, false, &ly->ssm_alpha)) ||
+        (s = pkv_load_tensor(L, il, "ssm_conv1d.weight", hp->ssm_d_conv, channels, true, &ly->ssm_conv)) ||
+        (s = pkv_load_tensor(L, il, "ssm_dt.bias", Hv, 1, true, &ly->ssm_dt)) ||
+        (s = pkv_load_tensor(L, il, "ssm_a", Hv, 1, true, &ly->ssm_a)) ||
+        (s = pkv_load_tensor(L, il, "ssm_norm.weight", dv, 1, true, &ly->ssm_norm)) ||
+        (s = pkv_load_tensor(L, il, "ssm_out.weight", Hv * dv, E, false, &ly->ssm_out)) ||
+        (s = pkv_load_norm(L, il, "post_attention_norm.weight", &ly->ffn_norm)))
+        return s;
+    return pkv_load_ffn(L, il, false);
+}
+
+static pkv_status layer(pkv_fwd *f, int il) {
+    const pkv_layer *ly = &f->m->layers[il];
+    pkv_status s = ly->recurrent ? pkv_blk_delta_net(f, il, &ly->attn_norm)
+                                 : pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true,
+                                                                              .out_gate = true});
+    return s ? s : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
+}
+
+const pkv_arch_ops pkv_arch_qwen35 = {
+    .name = "qwen35", .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer};
