@@ -1,5 +1,6 @@
 /* pagekv run / logits: the model commands, with llama.cpp's
  * option names where they exist. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,12 +159,22 @@ typedef struct {
     int32_t last;    /* the last token generated (-1: none) */
     char *text; /* accumulated output (for --fork) */
     size_t len, cap;
+    int32_t *ids; /* every generated id (for --ids-out) */
+    size_t n_ids, cap_ids;
 } printer;
 
 static bool emit_token(int32_t tok, void *user) {
     printer *p = user;
     size_t n = 0;
     p->last = tok;
+    if (p->n_ids == p->cap_ids) {
+        size_t nc = p->cap_ids ? 2 * p->cap_ids : 64;
+        int32_t *t = realloc(p->ids, nc * sizeof *t);
+        if (!t) return false;
+        p->ids = t;
+        p->cap_ids = nc;
+    }
+    p->ids[p->n_ids++] = tok;
     if (pkv_model_token_piece(p->m, tok, false, p->buf, sizeof p->buf, &n)) return true;
     if (p->stream) {
         if (fwrite(p->buf, 1, n, stdout) != n || fflush(stdout) != 0) {
@@ -183,6 +194,31 @@ static bool emit_token(int32_t tok, void *user) {
         p->text[p->len] = 0;
     }
     return true;
+}
+
+static bool parse_tokens(const char *s, int32_t **out, size_t *n);
+
+/* --spec-log: one JSON object per round */
+static void log_round(const pkv_spec_round *r, void *user) {
+    FILE *f = user;
+    fprintf(f, "{\"pos\": %lld, \"proposed\": [", (long long)r->pos);
+    for (int i = 0; i < r->n_proposed; i++) fprintf(f, "%s%d", i ? ", " : "", r->proposed[i]);
+    fprintf(f, "], \"accepted\": %d}\n", r->n_accepted);
+}
+
+/* --ids-out: the ids as a JSON array; false (said on stderr) when it cannot be written */
+static bool write_ids(const char *path, const int32_t *ids, size_t n) {
+    FILE *f = fopen(path, "w");
+    bool ok = f != NULL;
+    if (f) {
+        fputc('[', f);
+        for (size_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ids[i]);
+        fputs("]\n", f);
+        ok = !ferror(f);
+        ok = fclose(f) == 0 && ok;
+    }
+    if (!ok) fprintf(stderr, "pagekv run: cannot write %s: %s\n", path, strerror(errno));
+    return ok;
 }
 
 static void run_usage(FILE *f) {
@@ -224,6 +260,14 @@ static void run_usage(FILE *f) {
             "  --draft-device NAME  device of the draft (default: the target's). A shared-KV draft\n"
             "                       must reach the device that stores the target's KV\n"
             "  --draft-max N        tokens the draft proposes per round (default 4, at most 64)\n"
+            "For checking against other implementations:\n"
+            "  --tokens 1,2,3       the prompt as token ids (as 'pagekv logits' takes it; no -p/-f;\n"
+            "                       also for models without a vocabulary)\n"
+            "  --ids-out FILE       the generated ids as a JSON array, with the end-of-generation\n"
+            "                       token that stopped it (not with --fork)\n"
+            "  --spec-log FILE      with --draft: one JSON object per verification round, a line\n"
+            "                       each: {\"pos\": position of the last committed token the draft\n"
+            "                       went on from, \"proposed\": [ids], \"accepted\": how many kept}\n"
             "Timings (load, prefill and decode tokens/s) go to stderr.\n");
 }
 
@@ -235,6 +279,8 @@ int pkv_cli_run(int argc, char **argv) {
     long long n_keep = 0;
     long long n_predict = 64, n_fork = 0, draft_max = 4;
     const char *draft_path = NULL, *draft_dev = NULL;
+    const char *tokens_arg = NULL, *ids_out = NULL, *spec_log = NULL;
+    FILE *spec_f = NULL;
     pkv_sampler_params sp = pkv_sampler_default_params();
     bool random_seed = false;
     for (int i = 1; i < argc; i++) {
@@ -282,6 +328,12 @@ int pkv_cli_run(int argc, char **argv) {
             if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-device")) {
             if (!(draft_dev = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!(tokens_arg = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ids-out")) {
+            if (!(ids_out = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--spec-log")) {
+            if (!(spec_log = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-max")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &draft_max)) return 2;
         } else {
@@ -297,8 +349,16 @@ int pkv_cli_run(int argc, char **argv) {
         fprintf(stderr, "pagekv run: --draft-device and --draft-max need --draft FILE\n");
         return 2;
     }
-    if (prompt && prompt_file) {
-        fprintf(stderr, "pagekv run: give the prompt with -p or -f, not both\n");
+    if ((prompt != NULL) + (prompt_file != NULL) + (tokens_arg != NULL) > 1) {
+        fprintf(stderr, "pagekv run: give the prompt with one of -p, -f or --tokens\n");
+        return 2;
+    }
+    if (ids_out && n_fork) {
+        fprintf(stderr, "pagekv run: --ids-out writes one sequence's ids: not with --fork\n");
+        return 2;
+    }
+    if (spec_log && !draft_path) {
+        fprintf(stderr, "pagekv run: --spec-log logs the rounds of speculative decoding: it needs --draft FILE\n");
         return 2;
     }
     if (ctx_shift && (draft_path || n_fork)) {
@@ -314,6 +374,8 @@ int pkv_cli_run(int argc, char **argv) {
             return 1;
         }
         prompt = prompt_buf;
+    } else if (tokens_arg) {
+        prompt = ""; /* ids, not text */
     } else if (!prompt) {
         prompt = "Once upon a time";
         if (!isatty(STDIN_FILENO))
@@ -342,21 +404,34 @@ int pkv_cli_run(int argc, char **argv) {
     pkv_spec *spec = NULL;
     printer pr[64];
     memset(pr, 0, sizeof pr);
-    if (!info.has_vocab) {
+    if (!info.has_vocab && !tokens_arg) {
         fprintf(stderr, "pagekv run: this model has no vocabulary (tokenizer.ggml.model = none): "
-                        "use 'pagekv logits --tokens ...' with token ids\n");
+                        "give the prompt as token ids with --tokens 1,2,3\n");
         goto out;
     }
     size_t n_prompt = 0, len = strlen(prompt);
-    pkv_status s;
-    s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
-    if (s && s != PKV_ERR_INVALID) {
-        pkv_cli_fail("run", "tokenize", s);
-        goto out;
+    pkv_status s = PKV_OK;
+    if (tokens_arg) {
+        if (!parse_tokens(tokens_arg, &toks, &n_prompt)) goto out;
+        for (size_t k = 0; k < n_prompt; k++)
+            if (toks[k] >= info.n_vocab) {
+                fprintf(stderr, "pagekv run: --tokens: id %d is outside the vocabulary [0, %d)\n", toks[k], info.n_vocab);
+                goto out;
+            }
+    } else {
+        s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
+        if (s && s != PKV_ERR_INVALID) {
+            pkv_cli_fail("run", "tokenize", s);
+            goto out;
+        }
+        toks = malloc((n_prompt + 1) * sizeof *toks);
+        if (!toks || (s = pkv_model_tokenize(m, prompt, len, true, false, toks, n_prompt + 1, &n_prompt))) {
+            pkv_cli_fail("run", "tokenize", s ? s : PKV_ERR_NOMEM);
+            goto out;
+        }
     }
-    toks = malloc((n_prompt + 1) * sizeof *toks);
-    if (!toks || (s = pkv_model_tokenize(m, prompt, len, true, false, toks, n_prompt + 1, &n_prompt))) {
-        pkv_cli_fail("run", "tokenize", s ? s : PKV_ERR_NOMEM);
+    if (spec_log && !(spec_f = fopen(spec_log, "w"))) {
+        fprintf(stderr, "pagekv run: cannot write %s: %s\n", spec_log, strerror(errno));
         goto out;
     }
     if (n_prompt == 0) {
@@ -399,6 +474,10 @@ int pkv_cli_run(int argc, char **argv) {
         spp.draft_cache.page_size = o.page_size;
         spp.draft_cache.kv_type = o.kv_type;
         spp.draft_cache.kv_type_v = o.kv_type_v;
+        if (spec_f) {
+            spp.on_round = log_round;
+            spp.round_user = spec_f;
+        }
         if (!(spec = pkv_spec_create(ctx, draft, spp))) {
             fprintf(stderr, "pagekv run: draft %s: %s\n", draft_path, pkv_errmsg());
             goto out;
@@ -576,6 +655,16 @@ int pkv_cli_run(int argc, char **argv) {
             printf("--- branch %d (seed %llu, stopped: %s) ---\n%s%s\n", b, (unsigned long long)(sp.seed + (uint64_t)b),
                    why[b], prompt, pr[b].text ? pr[b].text : "");
     }
+    if (ids_out && !write_ids(ids_out, pr[0].ids, pr[0].n_ids)) goto out;
+    if (spec_f) {
+        int bad = ferror(spec_f);
+        FILE *f = spec_f;
+        spec_f = NULL;
+        if (fclose(f) != 0 || bad) {
+            fprintf(stderr, "pagekv run: cannot write %s\n", spec_log);
+            goto out;
+        }
+    }
     double t_decode = pkv_time_now_cli() - t0;
     fprintf(stderr, "pagekv run: load %.2f s, prefill %zu tokens in %.3f s (%.1f tok/s), decode %d tokens in %.3f s (%.1f tok/s)\n",
             t_loaded - t_start, n_prompt, t_prefill, (double)n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), generated, t_decode,
@@ -586,7 +675,9 @@ out:
         pkv_context_free(br[b]);
         pkv_sampler_free(smp[b]);
         free(pr[b].text);
+        free(pr[b].ids);
     }
+    if (spec_f) fclose(spec_f);
     free(toks);
     free(prompt_buf);
     pkv_spec_free(spec); /* before the target's context and cache: a shared-KV draft lives in them */
@@ -608,7 +699,7 @@ static bool parse_tokens(const char *s, int32_t **out, size_t *n) {
         char *end;
         long x = strtol(p, &end, 10);
         if (end == p || x < 0 || x > INT32_MAX) {
-            fprintf(stderr, "pagekv logits: --tokens expects comma-separated token ids, got '%s'\n", s);
+            fprintf(stderr, "pagekv: --tokens expects comma-separated token ids, got '%s'\n", s);
             free(v);
             return false;
         }
@@ -624,13 +715,13 @@ static bool parse_tokens(const char *s, int32_t **out, size_t *n) {
         p = end;
         if (*p == ',') p++;
         else if (*p) {
-            fprintf(stderr, "pagekv logits: unexpected '%c' in --tokens\n", *p);
+            fprintf(stderr, "pagekv: unexpected '%c' in --tokens\n", *p);
             free(v);
             return false;
         }
     }
     if (!k) {
-        fprintf(stderr, "pagekv logits: --tokens is empty\n");
+        fprintf(stderr, "pagekv: --tokens is empty\n");
         free(v);
         return false;
     }

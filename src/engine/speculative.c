@@ -30,6 +30,8 @@ struct pkv_spec {
     pkv_model *draft;
     bool shared;          /* the draft attends over the target's cache */
     int K;                /* draft_max */
+    void (*on_round)(const pkv_spec_round *r, void *user);
+    void *round_user;
     int32_t V;            /* vocabulary size of both */
     pkv_kv_cache *dcache; /* own-cache draft: its cache; NULL when shared */
     pkv_context *dctx;    /* the draft's context */
@@ -95,6 +97,8 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     s->draft = draft;
     s->shared = di.shared_kv;
     s->K = K;
+    s->on_round = p.on_round;
+    s->round_user = p.round_user;
     s->V = ti.n_vocab;
     size_t V = (size_t)s->V;
     if (s->shared) {
@@ -216,6 +220,7 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
         int64_t room = n_ctx - base - pending;
         int K = (int)PKV_MIN((int64_t)PKV_MIN(s->K, n_max - e.emitted - 1), PKV_MAX(room, 0));
         int32_t D[SPEC_MAX_DRAFT], B[SPEC_MAX_DRAFT + 1];
+        const int64_t from = nc - 1, acc0 = st.accepted;
         st.rounds++;
         /* 1. proposals */
         if (K > 0) {
@@ -269,6 +274,10 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
             if (y < 0 && (r = pkv_sampler_sample(smp, ROW(K), &y))) goto out; /* all accepted: the bonus token */
             j++;
             stop = emit(&e, s, &nc, y, &st);
+        }
+        if (s->on_round) {
+            pkv_spec_round rd = {.pos = from, .proposed = D, .n_proposed = K, .n_accepted = (int)(st.accepted - acc0)};
+            s->on_round(&rd, s->round_user);
         }
         /* 4. the target keeps all committed tokens but the newest (j emitted this round) */
         int64_t keep = base + pending + j - 1;
