@@ -6,7 +6,9 @@
  * tokens follow the target's distribution (chi-square on a 16-token vocabulary);
  * a shared-KV draft naming a missing layer or placed on another device than the
  * target's KV fails at creation with the I6 message, and `pagekv run` exits 1
- * with it before generating anything. */
+ * with it before generating anything. `pagekv run --tokens --ids-out --spec-log` on a
+ * qwen35 (recurrent) target: ids equal plain greedy, the log's rounds account for
+ * them. */
 #include <math.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -628,6 +630,93 @@ static void test_errors(void) {
     HAS("place the draft on cpu");
 }
 
+/* Parse a JSON array of ints ("[1, 2]") into v; the count, or -1. */
+static int parse_ids(const char *t, int32_t *v, int cap) {
+    while (*t == ' ') t++;
+    if (*t++ != '[') return -1;
+    int n = 0;
+    while (*t && *t != ']') {
+        char *e;
+        long x = strtol(t, &e, 10);
+        if (e == t || n == cap) return -1;
+        v[n++] = (int32_t)x;
+        t = e;
+        while (*t == ',' || *t == ' ') t++;
+    }
+    return *t == ']' ? n : -1;
+}
+
+/* `pagekv run --tokens --ids-out --spec-log` on a hybrid (qwen35) target with a
+ * qwen35 draft: every round's rollback truncates the target's recurrent state back
+ * to a checkpoint; the ids equal plain greedy decoding's, and the log's rounds
+ * account for them: round r starts at the position of the last committed token,
+ * and its accepted proposals are the next generated ids. */
+static void test_cli_logs(void) {
+    char tgt[512], dft[512], ids_a[512], ids_b[512], log[512];
+    snprintf(tgt, sizeof tgt, "%s", th_tmp("spec-q35.gguf"));
+    snprintf(dft, sizeof dft, "%s", th_tmp("spec-q35-draft.gguf"));
+    snprintf(ids_a, sizeof ids_a, "%s", th_tmp("spec-ids-a.json"));
+    snprintf(ids_b, sizeof ids_b, "%s", th_tmp("spec-ids-b.json"));
+    snprintf(log, sizeof log, "%s", th_tmp("spec-log.jsonl"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type f32 --layers 8 --dim 64 --vocab 320 --seed 21 -o '%s'", tgt), 0);
+    CHECK_INT(th_cli("", true, "mkmodel --draft-of '%s' --layers 1 --seed 4 -o '%s'", tgt, dft), 0);
+    const char *prompt = "--tokens 5,17,33,2,9,101,7";
+    CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --ids-out '%s'", tgt, prompt, ids_a), 0);
+    static char ta[8192], tb[8192], tl[1 << 16];
+    int32_t a[64], b[64];
+    int na = parse_ids(th_read_text(ids_a, ta, sizeof ta), a, 64);
+    CHECK(na > 0 && na <= 24);
+    /* the target as its own draft (every proposal accepted) and a random one-layer
+     * draft (rejections: the target's state is rolled back every round) */
+    for (int w = 0; w < 2; w++) {
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --draft '%s' --draft-max 3 --ids-out '%s' --spec-log '%s'",
+                         tgt, prompt, w ? dft : tgt, ids_b, log), 0);
+        int nb = parse_ids(th_read_text(ids_b, tb, sizeof tb), b, 64);
+        CHECK_INT(nb, na);
+        for (int i = 0; i < na && i < nb; i++)
+            if (a[i] != b[i]) {
+                TH_FAIL("%s draft: speculative id %d is %d, plain greedy %d", w ? "random" : "self", i, b[i], a[i]);
+                break;
+            }
+        /* the rounds: {"pos": P, "proposed": [...], "accepted": A} */
+        th_read_text(log, tl, sizeof tl);
+        int64_t pos_expect = 7 - 1, emitted = 0, rounds = 0, accepted = 0, proposed = 0;
+        for (char *line = tl; *line; rounds++) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            long long pos = -1;
+            int acc = -1;
+            int32_t prop[64];
+            char *pp = strstr(line, "\"proposed\": "), *pa = strstr(line, "\"accepted\": ");
+            int np = pp ? parse_ids(pp + 12, prop, 64) : -1;
+            if (sscanf(line, "{\"pos\": %lld", &pos) != 1 || np < 0 || !pa || sscanf(pa + 12, "%d", &acc) != 1) {
+                TH_FAIL("spec log line %lld: '%s'", (long long)rounds, line);
+                break;
+            }
+            CHECK_INT(pos, pos_expect);
+            CHECK(acc >= 0 && acc <= np);
+            for (int k = 0; k < acc && emitted + k < nb; k++) CHECK_INT(prop[k], b[emitted + k]);
+            emitted += acc + 1; /* the accepted proposals and the target's own token */
+            pos_expect += acc + 1;
+            accepted += acc;
+            proposed += np;
+            line = nl ? nl + 1 : line + strlen(line);
+        }
+        CHECK(rounds > 0);
+        CHECK(emitted >= nb); /* the last round may stop inside its proposals */
+        if (w == 0) CHECK_INT(accepted, proposed); /* a draft equal to the target is always right */
+    }
+    /* bad use */
+    CHECK_INT(th_cli("", true, "run -m '%s' %s --spec-log '%s'", tgt, prompt, log), 2);
+    HAS("--spec-log");
+    CHECK_INT(th_cli("", true, "run -m '%s' %s --fork 2 --ids-out '%s'", tgt, prompt, ids_a), 2);
+    CHECK_INT(th_cli("", true, "run -m '%s' --tokens 1,99999 -n 2", tgt), 1);
+    HAS("outside the vocabulary");
+    CHECK_INT(th_cli("", true, "run -m '%s' --tokens 1,x -n 2", tgt), 1);
+    HAS("--tokens");
+    unlink(tgt), unlink(dft), unlink(ids_a), unlink(ids_b), unlink(log);
+}
+
 int main(void) {
     snprintf(g_target, sizeof g_target, "%s", th_tmp("spec-target.gguf"));
     snprintf(g_tiny, sizeof g_tiny, "%s", th_tmp("spec-tiny.gguf"));
@@ -640,5 +729,6 @@ int main(void) {
     test_vulkan();
     test_sampling();
     test_errors();
+    test_cli_logs();
     return th_done();
 }
