@@ -8,7 +8,12 @@
  * O(1): the target is the 65,536-token fork within 2x of the 256-token fork).
  * cow_bytes: bytes copied by the first append after a fork into a shared partial
  * page. swap_*_gbps vs memcpy_gbps: a 2,048-token sequence moved to the host pool
- * and back, against a plain host memcpy of the same size in the same run. */
+ * and back, against a plain host memcpy of the same size in the same run.
+ * hybrid: a Qwen3.5-0.8B-shaped cache (24 layers: 18 gated delta-net layers of 16
+ * value heads of 128, conv window 3 x 6144, and 6 attention layers of 2 KV heads of
+ * 256): the recurrent state's bytes per sequence and the fork of a 4,096-token
+ * context with and without the recurrent layers (the state is copied, the pages
+ * shared). */
 #include "cli/commands.h"
 #include "cli/cli.h"
 #include "base/base.h"
@@ -32,6 +37,8 @@ typedef struct bench_kv {
     size_t chunk_bytes;
     double shift_us_per_token, shift_move_us_per_token, append_us;
     int64_t shift_tokens;
+    size_t hy_state_bytes;                 /* one sequence's recurrent state (all 18 layers) */
+    double hy_fork_us, hy_fork_kv_only_us; /* fork at 4,096 tokens: with the state, attention layers alone */
 } bench_kv;
 
 static pkv_type g_tk = PKV_TYPE_F16, g_tv = PKV_TYPE_F16; /* --kv-type* */
@@ -54,6 +61,53 @@ static pkv_kv_cache *make_cache(pkv_device *dev, int page_size, int64_t n_pages,
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Fork of a 4,096-token context on the Qwen3.5-0.8B shape; recurrent false: the
+ * attention layers alone. Median of 101. */
+static pkv_status bench_fork_hybrid(pkv_device *dev, int ps, bool recurrent, double *us, size_t *state_bytes) {
+    enum { HL = 24, REPS = 101 };
+    const int conv = 3 * (2 * 16 * 128 + 16 * 128), ssm = 16 * 128 * 128;
+    pkv_kv_layer_desc L[HL];
+    int n = 0;
+    for (int i = 0; i < HL; i++) {
+        bool attn = (i + 1) % 4 == 0;
+        if (!attn && !recurrent) continue;
+        L[n++] = attn ? (pkv_kv_layer_desc){.n_kv_heads = 2, .head_dim_k = 256, .head_dim_v = 256, .dtype_k = g_tk,
+                                            .dtype_v = g_tv}
+                      : (pkv_kv_layer_desc){.n_kv_heads = 1, .state_per_head = (conv + 63) / 64 * 64 + ssm};
+    }
+    pkv_kv_params p = pkv_kv_default_params();
+    p.n_layers = n;
+    p.layers = L;
+    p.device = dev;
+    p.page_size = ps;
+    p.n_pages = 4096 / ps + 8;
+    p.state_slots = 4;
+    p.rope_neox = true;
+    pkv_kv_cache *c = pkv_kv_cache_create(p);
+    if (!c) return PKV_ERR_NOMEM;
+    int32_t seq, child, *rows = pkv_malloc(4096 * sizeof *rows);
+    pkv_status st = rows ? pkv_kv_seq_create(c, 0, &seq) : PKV_ERR_NOMEM;
+    if (!st) st = pkv_kv_append(c, seq, 4096, NULL, NULL, rows);
+    static double t[REPS];
+    for (int i = 0; i < REPS && !st; i++) {
+        double t0 = pkv_time_now();
+        st = pkv_kv_fork(c, seq, &child);
+        if (!st) st = pkv_device_sync(dev); /* the state copy is device work */
+        t[i] = pkv_time_now() - t0;
+        if (!st) st = pkv_kv_seq_free(c, child);
+    }
+    if (!st) {
+        qsort(t, REPS, sizeof t[0], cmp_double);
+        *us = t[REPS / 2] * 1e6;
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(c, &ks);
+        *state_bytes = ks.state_slot_bytes;
+    }
+    pkv_free(rows);
+    pkv_kv_cache_free(c);
+    return st;
 }
 
 /* Fork times for contexts of 256 .. 65,536 tokens in one cache. */
@@ -265,6 +319,9 @@ int pkv_cli_bench_kv(int argc, char **argv) {
     }
     pkv_status st = bench_fork(dev, ps, &r);
     if (!st) st = bench_swap_shift(dev, ps, &r);
+    if (!st) st = bench_fork_hybrid(dev, ps, true, &r.hy_fork_us, &r.hy_state_bytes);
+    size_t none = 0;
+    if (!st) st = bench_fork_hybrid(dev, ps, false, &r.hy_fork_kv_only_us, &none);
     if (st) {
         fprintf(stderr, "pagekv bench kv on %s: %s: %s\n", devname, pkv_status_str(st), pkv_errmsg());
         pkv_device_close(dev);
@@ -287,8 +344,12 @@ int pkv_cli_bench_kv(int argc, char **argv) {
                r.memcpy_gbps, r.swap_out_gbps / r.memcpy_gbps, r.swap_in_gbps / r.memcpy_gbps, r.chunk_bytes,
                r.memcpy_chunk_gbps);
         printf("\"shift_tokens\": %lld, \"shift_us_per_token\": %.4f, \"shift_move_only_us_per_token\": %.4f, "
-               "\"append_us\": %.4f}\n",
+               "\"append_us\": %.4f, ",
                (long long)r.shift_tokens, r.shift_us_per_token, r.shift_move_us_per_token, r.append_us);
+        printf("\"hybrid\": {\"shape\": \"qwen35-0.8b\", \"state_bytes_per_seq\": %zu, \"fork_4096_us\": %.3f, "
+               "\"fork_4096_kv_only_us\": %.3f, \"fork_state_vs_kv\": %.2f}}\n",
+               r.hy_state_bytes, r.hy_fork_us, r.hy_fork_kv_only_us,
+               r.hy_fork_kv_only_us > 0 ? r.hy_fork_us / r.hy_fork_kv_only_us : 0.0);
     } else {
         printf("KV cache on %s: %d layers x %d KV heads x %d dims, K %s, V %s, pages of %d tokens\n",
                pkv_device_name(dev), BK_LAYERS, BK_HEADS, BK_DIM, pkv_type_name(g_tk), pkv_type_name(g_tv), ps);
@@ -305,6 +366,9 @@ int pkv_cli_bench_kv(int argc, char **argv) {
         printf("  shift     %8.4f us per moved token without re-rotation (page copies only)\n",
                r.shift_move_us_per_token);
         printf("  append    %8.4f us per 1-token append\n", r.append_us);
+        printf("  hybrid (Qwen3.5-0.8B shape): recurrent state %.1f MiB per sequence; fork at 4096 tokens %.1f us, "
+               "%.1f us for its attention layers alone (%.0fx)\n", (double)r.hy_state_bytes / 1048576.0, r.hy_fork_us,
+               r.hy_fork_kv_only_us, r.hy_fork_kv_only_us > 0 ? r.hy_fork_us / r.hy_fork_kv_only_us : 0.0);
     }
     pkv_device_close(dev);
     return 0;
