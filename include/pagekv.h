@@ -667,6 +667,10 @@ typedef struct pkv_model_params {
     bool no_mmap;                /* CPU devices: copy the weights instead of using them in place
                                     from the mapped file (more memory; the copies may get huge
                                     pages: measured ~5% faster decode on this project's machine) */
+    bool mtp;                    /* load the file's MTP ("nextn") head as a model of its own: its
+                                    first MTP layer, fed the token's embedding and the target's
+                                    hidden state (qwen35 files with nextn_predict_layers > 0), a
+                                    draft for pkv_spec_create ('pagekv run --mtp') */
 } pkv_model_params;
 
 pkv_model_params pkv_model_default_params(void);
@@ -704,6 +708,8 @@ typedef struct pkv_model_info {
     int n_recurrent;             /* recurrent layers (qwen35's gated delta-net): each sequence keeps a
                                     fixed-size state per such layer in the cache's state slots;
                                     such models run on one device for now */
+    bool mtp;                    /* an MTP head (pkv_model_params.mtp): a draft fed the target's hidden states */
+    int n_nextn;                 /* MTP layers the file has after its trunk (0: none) */
 } pkv_model_info;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
@@ -779,6 +785,7 @@ typedef struct pkv_mkmodel_params {
      * value heads (0 = 4), key heads (0 = 2; a divisor of the value heads) and the
      * head size of both (0 = 16); the conv kernel is 4 */
     int ssm_v_heads, ssm_k_heads, ssm_head_dim;
+    int n_mtp;           /* qwen35: MTP ("nextn") layers after the trunk (nextn_predict_layers), 0..4 */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);
@@ -824,6 +831,13 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p);
 pkv_context *pkv_context_create(pkv_model *m, pkv_kv_cache *c, int64_t n_ctx);
 /* Frees the context and its sequence (published pages stay cached). NULL: no-op. */
 void pkv_context_free(pkv_context *ctx);
+/* Keep every decoded token's final normed hidden state (what the output matrix
+ * multiplies) from now on: n_ctx x n_embd floats of host memory. An MTP draft
+ * (pkv_model_params.mtp) needs the target's: pkv_spec_create turns it on, but a
+ * prompt decoded before that has none, and the head drafts worse over it. */
+pkv_status pkv_context_keep_hidden(pkv_context *ctx);
+/* Token i's kept hidden state (n_embd floats), or NULL (not kept, or i out of range). */
+const float *pkv_context_hidden(const pkv_context *ctx, int64_t i);
 /* A child sharing every page and the logits of ctx. NULL on failure. */
 pkv_context *pkv_context_fork(pkv_context *ctx);
 /* A context of a shared-KV draft model (info.shared_kv) on the target context's

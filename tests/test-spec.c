@@ -706,6 +706,40 @@ static void test_cli_logs(void) {
         CHECK(emitted >= nb); /* the last round may stop inside its proposals */
         if (w == 0) CHECK_INT(accepted, proposed); /* a draft equal to the target is always right */
     }
+    /* the file's own MTP head as the draft (--mtp: fed the target's hidden states,
+     * its own one-layer cache), on the target's device, on another one, and on
+     * vulkan:0 when there is one: ids equal plain greedy's */
+    char mtp[512];
+    snprintf(mtp, sizeof mtp, "%s", th_tmp("spec-q35-mtp.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type f32 --layers 8 --dim 64 --vocab 320 --seed 21 --mtp 1 -o '%s'", mtp),
+              0);
+    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (vk) pkv_device_close(vk);
+    else printf("note: no vulkan:0 here; run --mtp on Vulkan not run\n");
+    const char *where[] = {"", "--draft-device cpu:1", "-d vulkan:0"};
+    for (int w = 0; w < (vk ? 3 : 2); w++) {
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 %s --ids-out '%s'", mtp, prompt, w == 2 ? where[2] : "",
+                         ids_a), 0);
+        na = parse_ids(th_read_text(ids_a, ta, sizeof ta), a, 64);
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --mtp --draft-max 3 %s --ids-out '%s' --spec-log '%s'", mtp,
+                         prompt, where[w], ids_b, log), 0);
+        HAS("(its MTP head)");
+        int nb = parse_ids(th_read_text(ids_b, tb, sizeof tb), b, 64);
+        CHECK(na > 0);
+        CHECK_INT(nb, na);
+        for (int i = 0; i < na && i < nb; i++)
+            if (a[i] != b[i]) {
+                TH_FAIL("--mtp %s: id %d is %d, plain greedy %d", where[w], i, b[i], a[i]);
+                break;
+            }
+        CHECK(strstr(th_read_text(log, tl, sizeof tl), "\"proposed\": [") != NULL);
+    }
+    CHECK_INT(th_cli("", true, "run -m '%s' %s --mtp -n 4", tgt, prompt), 1); /* no MTP layers */
+    HAS("nextn_predict_layers");
+    CHECK_INT(th_cli("", true, "run -m '%s' %s --mtp --draft '%s' -n 4", mtp, prompt, dft), 2);
+    CHECK_INT(th_cli("", true, "mkmodel --arch qwen3 --mtp 1 -o '%s'", log), 1);
+    HAS("MTP layers");
+    unlink(mtp);
     /* bad use */
     CHECK_INT(th_cli("", true, "run -m '%s' %s --spec-log '%s'", tgt, prompt, log), 2);
     HAS("--spec-log");

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
                "(own cache: acceptance 1, so this shows the mechanics and their overhead).\n"
                "  --draft FILE          draft model (own-cache or shared-KV, see docs/speculative.md)\n"
                "  --draft-device NAME   draft device (default: the target's)\n"
+               "  --mtp                 the MTP head of -m FILE as the draft (qwen35 with nextn layers)\n"
                "  --draft-max N         tokens proposed per round (default 4)\n"
                "  -n N                  tokens to generate per run (default 128)\n"
                "  --prompt-tokens N     prompt length, random token ids (default 32)\n"
@@ -44,6 +45,7 @@ static bool keep(int32_t tok, void *user) {
 int pkv_cli_bench_spec(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     const char *draft_path = NULL, *draft_dev = NULL;
+    bool use_mtp = false;
     long long K = 4, n_gen = 128, n_prompt = 32, reps = 3;
     double temp = 0;
     bool json = false;
@@ -57,6 +59,8 @@ int pkv_cli_bench_spec(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--draft")) {
             if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--mtp")) {
+            use_mtp = true;
         } else if (!strcmp(a, "--draft-device")) {
             if (!(draft_dev = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-max")) {
@@ -76,6 +80,11 @@ int pkv_cli_bench_spec(int argc, char **argv) {
             return 2;
         }
     }
+    if (use_mtp && (draft_path || !o.model)) {
+        fprintf(stderr, "pagekv bench spec: --mtp takes the MTP head of -m FILE (not with --draft)\n");
+        return 2;
+    }
+    if (use_mtp) draft_path = o.model;
     if (!o.n_ctx) o.n_ctx = (int)(n_prompt + n_gen + 64);
     pkv_model *m = pkv_cli_open_model("bench spec", &o);
     if (!m) return 1;
@@ -95,6 +104,7 @@ int pkv_cli_bench_spec(int argc, char **argv) {
         if (!draft_dev || !strcmp(draft_dev, pkv_device_name(tdev))) dp.device_handle = tdev;
         else dp.device = draft_dev;
         dp.n_threads = o.threads;
+        dp.mtp = use_mtp;
         if (!(draft = pkv_model_load(draft_path, dp))) {
             fprintf(stderr, "pagekv bench spec: cannot load the draft %s: %s\n", draft_path, pkv_errmsg());
             goto out;

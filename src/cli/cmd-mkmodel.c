@@ -40,7 +40,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     } ints[] = {{"--layers", &p.n_layer}, {"--dim", &p.n_embd}, {"--heads", &p.n_head}, {"--kv-heads", &p.n_head_kv},
                 {"--head-dim", &p.head_dim}, {"--ffn", &p.n_ff}, {"--vocab", &p.n_vocab}, {"--ctx", &p.n_ctx},
                 {"--experts", &p.n_expert}, {"--experts-used", &p.n_expert_used}, {"--sliding-window", &p.sliding_window},
-                {"--ssm-v-heads", &p.ssm_v_heads}, {"--ssm-k-heads", &p.ssm_k_heads}, {"--ssm-head-dim", &p.ssm_head_dim}};
+                {"--ssm-v-heads", &p.ssm_v_heads}, {"--ssm-k-heads", &p.ssm_k_heads}, {"--ssm-head-dim", &p.ssm_head_dim}, {"--mtp", &p.n_mtp}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long x;
@@ -81,6 +81,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --ssm-v-heads N          value heads of the delta-net layers (default 4)\n"
                    "  --ssm-k-heads N          key heads (default 2; divides the value heads)\n"
                    "  --ssm-head-dim N         head size of both (default 16); the conv kernel is 4\n"
+                   "  --mtp N                  N MTP (nextn) layers after the trunk: 'pagekv run --mtp'\n"
                    "Chat models (for 'pagekv serve' and special-token tests):\n"
                    "  --chat-template NAME     family NAME: chatml (Qwen), llama3, llama2, mistral, gemma, phi3,\n"
                    "                           deepseek. Its special tokens become control tokens at ids 256..\n"

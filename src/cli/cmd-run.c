@@ -260,6 +260,10 @@ static void run_usage(FILE *f) {
             "  --draft-device NAME  device of the draft (default: the target's). A shared-KV draft\n"
             "                       must reach the device that stores the target's KV\n"
             "  --draft-max N        tokens the draft proposes per round (default 4, at most 64)\n"
+            "  --mtp                the model's own MTP (nextn) head as the draft (qwen35 files with\n"
+            "                       nextn_predict_layers): fed the target's hidden states, its own\n"
+            "                       one-layer KV cache on the target's device; greedy output equals\n"
+            "                       plain decoding\n"
             "For checking against other implementations:\n"
             "  --tokens 1,2,3       the prompt as token ids (as 'pagekv logits' takes it; no -p/-f;\n"
             "                       also for models without a vocabulary)\n"
@@ -280,6 +284,7 @@ int pkv_cli_run(int argc, char **argv) {
     long long n_predict = 64, n_fork = 0, draft_max = 4;
     const char *draft_path = NULL, *draft_dev = NULL;
     const char *tokens_arg = NULL, *ids_out = NULL, *spec_log = NULL;
+    bool use_mtp = false;
     FILE *spec_f = NULL;
     pkv_sampler_params sp = pkv_sampler_default_params();
     bool random_seed = false;
@@ -328,6 +333,8 @@ int pkv_cli_run(int argc, char **argv) {
             if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-device")) {
             if (!(draft_dev = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--mtp")) {
+            use_mtp = true;
         } else if (!strcmp(a, "--tokens")) {
             if (!(tokens_arg = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--ids-out")) {
@@ -341,6 +348,15 @@ int pkv_cli_run(int argc, char **argv) {
             return 2;
         }
     }
+    if (use_mtp && draft_path) {
+        fprintf(stderr, "pagekv run: give --mtp (the model's own MTP head) or --draft FILE, not both\n");
+        return 2;
+    }
+    if (use_mtp && !o.model) {
+        fprintf(stderr, "pagekv run: --mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')\n");
+        return 2;
+    }
+    if (use_mtp) draft_path = o.model; /* the same file, loaded as its MTP head */
     if (draft_path && n_fork) {
         fprintf(stderr, "pagekv run: --draft and --fork cannot be combined\n");
         return 2;
@@ -465,6 +481,7 @@ int pkv_cli_run(int argc, char **argv) {
         if (!draft_dev || !strcmp(draft_dev, pkv_device_name(tdev))) dp.device_handle = tdev;
         else dp.device = draft_dev;
         dp.n_threads = o.threads;
+        dp.mtp = use_mtp;
         if (!(draft = pkv_model_load(draft_path, dp))) {
             fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", draft_path, pkv_errmsg());
             goto out;
@@ -484,9 +501,9 @@ int pkv_cli_run(int argc, char **argv) {
         }
         pkv_model_info di;
         pkv_model_get_info(draft, &di);
-        fprintf(stderr, "pagekv run: draft %s: %d layers on %s, %s, up to %lld tokens per round\n", draft_path, di.n_layer,
-                pkv_device_name(pkv_model_device(draft)), di.shared_kv ? "shares the target's KV cache" : "own KV cache",
-                draft_max);
+        fprintf(stderr, "pagekv run: draft %s%s: %d layers on %s, %s, up to %lld tokens per round\n", draft_path,
+                di.mtp ? " (its MTP head)" : "", di.n_layer, pkv_device_name(pkv_model_device(draft)),
+                di.shared_kv ? "shares the target's KV cache" : "own KV cache", draft_max);
     }
     if ((int64_t)n_prompt + (n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(ctx)) {
         fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,

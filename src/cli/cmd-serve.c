@@ -148,9 +148,10 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--context-ttl")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
             so.ctx_ttl_s = dd;
-        } else if (!strcmp(a, "--draft") || !strcmp(a, "--draft-device") || !strcmp(a, "--draft-max")) {
+        } else if (!strcmp(a, "--draft") || !strcmp(a, "--draft-device") || !strcmp(a, "--draft-max") ||
+                   !strcmp(a, "--mtp")) {
             fprintf(stderr, "pagekv serve: %s: speculative decoding is not supported by the server yet "
-                            "(use 'pagekv run --draft')\n", a);
+                            "(use 'pagekv run --draft' or 'pagekv run --mtp')\n", a);
             return 2;
         } else if (!strcmp(a, "--detect-template")) {
             if (!(v = pkv_cli_value(argc, argv, &i))) return 2;

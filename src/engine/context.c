@@ -24,6 +24,8 @@ struct pkv_context {
     int64_t n_ctx;
     float *logits;   /* [n_vocab] */
     bool has_logits;
+    float *hidden;   /* pkv_context_keep_hidden: [n_ctx][n_embd], row i the final normed hidden
+                        state of token i, written by every decode; NULL = not kept */
 };
 
 pkv_cache_params pkv_cache_default_params(void) {
@@ -247,7 +249,21 @@ void pkv_context_free(pkv_context *ctx) {
     pkv_kv_seq_free(ctx->c, ctx->seq);
     runner_release(ctx->run);
     pkv_free(ctx->logits);
+    pkv_free(ctx->hidden);
     pkv_free(ctx);
+}
+
+pkv_status pkv_context_keep_hidden(pkv_context *ctx) {
+    if (!ctx) return pkv_err(PKV_ERR_INVALID, "keep_hidden: context is NULL");
+    if (ctx->hidden) return PKV_OK;
+    ctx->hidden = pkv_calloc((size_t)ctx->n_ctx * (size_t)ctx->m->hp.n_embd, sizeof(float));
+    return ctx->hidden ? PKV_OK
+                       : pkv_err(PKV_ERR_NOMEM, "keep_hidden: %lld x %d floats", (long long)ctx->n_ctx, ctx->m->hp.n_embd);
+}
+
+const float *pkv_context_hidden(const pkv_context *ctx, int64_t i) {
+    if (!ctx || !ctx->hidden || i < 0 || i >= pkv_kv_seq_len(ctx->c, ctx->seq)) return NULL;
+    return ctx->hidden + (size_t)i * (size_t)ctx->m->hp.n_embd;
 }
 
 pkv_context *pkv_context_fork(pkv_context *ctx) {
@@ -318,8 +334,24 @@ const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has
 /* One batched step; all_logits (host) receives every token's logits for a single
  * context, else each context gets its last token's logits. pos: the tokens'
  * positions (concatenated), NULL = each sequence's last position + 1. */
+static pkv_status decode_h(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
+                           const int32_t *pos, float *all_logits, const float *h_in, float *h_out);
+
 static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
                          const int32_t *pos, float *all_logits) {
+    return decode_h(ctxs, n, tokens, n_tokens, pos, all_logits, NULL, NULL);
+}
+
+pkv_status pkv_context_decode_mtp(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out) {
+    if (!ctx || !h_in || !h_out) return pkv_err(PKV_ERR_INVALID, "decode_mtp: NULL argument");
+    return decode_h(&ctx, 1, &tokens, &n, NULL, NULL, h_in, h_out);
+}
+
+/* decode, with an MTP head's hidden-state input rows h_in and every token's final
+ * normed hidden state in h_out (both f32 [T][n_embd], may be NULL); contexts that
+ * keep their hidden states get their rows. */
+static pkv_status decode_h(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
+                           const int32_t *pos, float *all_logits, const float *h_in, float *h_out) {
     if (!ctxs || n <= 0 || !tokens || !n_tokens || !ctxs[0])
         return pkv_err(PKV_ERR_INVALID, "decode: NULL context, tokens or counts, or n_ctxs <= 0");
     pkv_model *m = ctxs[0]->m;
@@ -353,11 +385,30 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
         memcpy(tok + k, tokens[i], (size_t)n_tokens[i] * sizeof *tok);
         k += n_tokens[i];
     }
+    bool keep = false;
+    int64_t *before = NULL;
+    float *hid = h_out;
+    for (int i = 0; i < n; i++) keep |= ctxs[i]->hidden != NULL;
+    if (!s && keep) { /* where each context's rows go */
+        before = pkv_malloc((size_t)n * sizeof *before);
+        if (!hid) hid = pkv_malloc((size_t)T * (size_t)m->hp.n_embd * sizeof *hid);
+        if (!before || !hid) s = pkv_err(PKV_ERR_NOMEM, "decode: hidden states of %lld tokens", (long long)T);
+        for (int i = 0; !s && i < n; i++) before[i] = pkv_kv_seq_len(c, ctxs[i]->seq);
+    }
     if (!s) {
         pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = pos,
-                           .all_logits = all_logits != NULL};
+                           .all_logits = all_logits != NULL, .hidden_in = h_in, .hidden_out = hid};
         s = pkv_model_forward(m, c, &ctxs[0]->run->ws, &b, all_logits ? all_logits : lg);
     }
+    if (!s && keep) {
+        const size_t E = (size_t)m->hp.n_embd;
+        size_t row = 0;
+        for (int i = 0; i < n; row += (size_t)n_tokens[i], i++)
+            if (ctxs[i]->hidden)
+                memcpy(ctxs[i]->hidden + (size_t)before[i] * E, hid + row * E, (size_t)n_tokens[i] * E * sizeof(float));
+    }
+    pkv_free(before);
+    if (hid != h_out) pkv_free(hid);
     if (!s) {
         size_t V = (size_t)m->hp.n_vocab;
         for (int i = 0; i < n; i++) {

@@ -14,6 +14,10 @@ pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target);
 /* Set the context's logits (f32 [n_vocab], copied): the caller computed them for
  * the context's last token (speculative decoding keeps every verified row). */
 void pkv_context_set_logits(pkv_context *ctx, const float *logits);
+/* Decode n tokens of an MTP head's context: h_in f32 [n][n_embd] the target's hidden
+ * state of each token's previous position; h_out f32 [n][n_embd] receives the head's
+ * own (its next input when it drafts on). The last token's logits are kept. */
+pkv_status pkv_context_decode_mtp(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out);
 
 /* pkv_context_load on a sequence file image in memory (only read during the
  * call); label names it in messages (NULL = "<memory>"). Same checks and failure

@@ -16,7 +16,13 @@
  *   4. the target keeps ctoks minus the new last token (truncate) with the
  *      logits row of its new last token; the draft rolls back lazily at its
  *      next catch-up (own cache: truncate to the common prefix; shared KV:
- *      re-fork the target's sequence). */
+ *      re-fork the target's sequence).
+ * An MTP head (pkv_model_params.mtp) is an own-cache draft fed two rows per token:
+ * its embedding and the hidden state of the previous position, the target's where
+ * the target decoded that position (kept by pkv_context_keep_hidden), else the
+ * head's own from its previous draft step (llama.cpp's MTP drafting). Its rows
+ * computed from its own hidden states are redone from the target's at the next
+ * catch-up, so its cache always holds what the target's states give. */
 #include <string.h>
 
 #include "base/base.h"
@@ -44,6 +50,14 @@ struct pkv_spec {
     float *q;             /* f32 [K][V]: the draft's distributions of one round */
     float *p;             /* f32 [V]: the target's distribution (then the residual) */
     float *p0;            /* f32 [V]: target logits when nothing is pending */
+    /* MTP head: hidden-state rows in and out of one draft step [cap_h][n_embd], the
+     * head's last output row, and how many leading draft rows came from the
+     * target's states */
+    bool mtp;
+    int64_t E;
+    float *hin, *hout, *hlast;
+    size_t cap_h;
+    int64_t n_true;
 };
 
 pkv_spec_params pkv_spec_default_params(void) {
@@ -60,6 +74,8 @@ void pkv_spec_free(pkv_spec *s) {
     pkv_context_free(s->dctx);
     pkv_kv_cache_free(s->dcache);
     pkv_free(s->dtoks);
+    pkv_free(s->hin);
+    pkv_free(s->hout);
     pkv_free(s->ctoks);
     pkv_free(s->all);
     pkv_free(s->q);
@@ -100,6 +116,13 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     s->on_round = p.on_round;
     s->round_user = p.round_user;
     s->V = ti.n_vocab;
+    s->mtp = di.mtp;
+    s->E = ti.n_embd;
+    if (s->mtp && (di.n_embd != ti.n_embd || s->shared)) {
+        pkv_err(PKV_ERR_MISMATCH, "spec: the MTP head's width %d differs from the target's %d", di.n_embd, ti.n_embd);
+        goto fail;
+    }
+    if (s->mtp && pkv_context_keep_hidden(target)) goto fail;
     size_t V = (size_t)s->V;
     if (s->shared) {
         s->dctx = pkv_context_attach(draft, target); /* the I6 check */
@@ -127,6 +150,34 @@ fail:
     return NULL;
 }
 
+/* An MTP head's input rows for draft tokens [n_dtoks, n_dtoks + n): the target's
+ * hidden state of the previous position where the target has it, else the head's
+ * last output (zero before the first token). */
+static pkv_status mtp_rows(pkv_spec *s, int64_t n) {
+    const size_t E = (size_t)s->E;
+    if ((size_t)n + 1 > s->cap_h) {
+        size_t cap = (size_t)n + 1 > 2 * s->cap_h ? (size_t)n + 1 : 2 * s->cap_h;
+        float *a = pkv_malloc(cap * E * sizeof *a), *b = pkv_malloc((cap + 1) * E * sizeof *b);
+        if (!a || !b) {
+            pkv_free(a), pkv_free(b);
+            return pkv_err(PKV_ERR_NOMEM, "spec: MTP rows of %lld tokens", (long long)n);
+        }
+        if (s->hout) memcpy(b + cap * E, s->hlast, E * sizeof *b); /* keep the last output */
+        else memset(b + cap * E, 0, E * sizeof *b);
+        pkv_free(s->hin), pkv_free(s->hout);
+        s->hin = a, s->hout = b, s->hlast = b + cap * E, s->cap_h = cap;
+    }
+    const int64_t have = pkv_context_n_tokens(s->target);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t prev = s->n_dtoks + k - 1;
+        const float *h = prev < 0 ? NULL : prev < have ? pkv_context_hidden(s->target, prev) : s->hlast;
+        if (h) memcpy(s->hin + (size_t)k * E, h, E * sizeof(float));
+        else memset(s->hin + (size_t)k * E, 0, E * sizeof(float));
+        if (prev < have && s->n_true == s->n_dtoks + k) s->n_true++; /* still from the target's states */
+    }
+    return PKV_OK;
+}
+
 /* Decode n tokens in the own-cache draft, mirroring them on the host. */
 static pkv_status draft_decode(pkv_spec *s, const int32_t *toks, int64_t n, pkv_spec_stats *st) {
     if (!s->shared) {
@@ -135,8 +186,17 @@ static pkv_status draft_decode(pkv_spec *s, const int32_t *toks, int64_t n, pkv_
         if (g) return g;
         s->dtoks = d;
     }
-    pkv_status r = pkv_context_decode(s->dctx, toks, (int32_t)n);
-    if (r) return r;
+    pkv_status r;
+    if (s->mtp) {
+        int64_t n_true = s->n_true;
+        if ((r = mtp_rows(s, n)) || (r = pkv_context_decode_mtp(s->dctx, toks, (int32_t)n, s->hin, s->hout))) {
+            s->n_true = n_true;
+            return r;
+        }
+        memcpy(s->hlast, s->hout + (size_t)(n - 1) * (size_t)s->E, (size_t)s->E * sizeof(float));
+    } else if ((r = pkv_context_decode(s->dctx, toks, (int32_t)n))) {
+        return r;
+    }
     st->draft_steps++;
     if (!s->shared) {
         memcpy(s->dtoks + s->n_dtoks, toks, (size_t)n * sizeof *toks);
@@ -160,11 +220,13 @@ static pkv_status draft_catch_up(pkv_spec *s, const int32_t *toks, int64_t n, in
     }
     int64_t L = 0, nd = s->n_dtoks;
     while (L < nd && L < n && s->dtoks[L] == toks[L]) L++;
+    if (s->mtp && L > s->n_true) L = s->n_true; /* rows made from the head's own states are redone */
     if (L == n && nd == n && pkv_context_logits(s->dctx)) return PKV_OK;
     if (L == n) L = n - 1; /* everything is there but the logits: decode the last token again */
     if (L < nd) {
         if ((r = pkv_context_truncate(s->dctx, L))) return r;
         s->n_dtoks = L;
+        if (s->n_true > L) s->n_true = L;
     }
     return draft_decode(s, toks + L, n - L, st);
 }

@@ -131,6 +131,15 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
         len_before[i] = !replay ? pkv_kv_seq_len(c, b->seqs[i])
                         : state ? pkv_kv_seq_state_len(c, b->seqs[i])
                                 : pkv_kv_seq_window_len(c, b->seqs[i]);
+    /* Recurrent state: a step of several tokens (a prompt, a speculative
+     * verification) starts with a checkpoint where the state is, so rolling some of
+     * them back costs a copy and the replay of the kept ones, not of everything
+     * since the last checkpoint */
+    for (int i = 0; state && !replay && i < b->n_seqs; i++)
+        if (b->n_tokens[i] > 1) {
+            const int32_t two = 2;
+            pkv_kv_state_step_done(c, 1, &b->seqs[i], &two); /* checkpoints only when the state has moved on */
+        }
     /* A shared-KV draft writes only its mapped layers of a page: such pages must
      * never be offered for prefix reuse, so they are appended without token ids. */
     bool publish = !b->no_publish && !m->kv_layer;
@@ -145,11 +154,22 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     pkv_fwd_ws *ws = *wsp;
     pkv_device *dev = m->dev;
     pkv_dev_ws *w0 = s ? NULL : pkv_fwd_dev(ws, dev);
+    const int64_t E = m->hp.n_embd;
     if (!s) {
         pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab,
-                                  .cols = m->hp.n_embd, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T,
+                                  .cols = E, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T,
                                   .scale = m->hp.embd_scale};
         s = pkv_k_get_rows(dev, &ge);
+    }
+    if (!s && m->mtp) { /* x = eh_e·enorm(embedding) + eh_h·hnorm(h) */
+        if (!b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
+        if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->mtp_enorm, w0->x, T, E, m->hp.rms_eps);
+        if (!s) s = pkv_blk_matmul(dev, &m->mtp_eh_e, w0->x, w0->xb, T);
+        if (!s) s = pkv_buffer_write(w0->y, 0, b->hidden_in, (size_t)(T * E) * 4);
+        if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->mtp_hnorm, w0->y, T, E, m->hp.rms_eps);
+        if (!s) s = pkv_blk_matmul(dev, &m->mtp_eh_h, w0->y, w0->x, T);
+        pkv_k_add_args ad = {.a = R(w0->x, 0), .b = R(w0->xb, 0), .y = R(w0->x, 0), .n = T * E, .b_len = T * E};
+        if (!s) s = pkv_k_add(dev, &ad);
     }
     /* the architecture's layers; a replay stops after the last layer it recomputes,
      * whose FFN is not needed */
@@ -164,13 +184,22 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
         if (!s) s = pkv_device_sync(dev);
         goto done;
     }
-    if (!s) { /* gather the rows that need logits, final norm, output projection */
-        pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = m->hp.n_embd,
-                                 .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->xb, 0), .n = pl.n_out};
-        s = pkv_k_get_rows(dev, &g);
+    if (!s && b->hidden_out) { /* every row's final norm, kept; then the rows that need logits */
+        s = pkv_blk_rmsnorm(dev, w0->x, &m->output_norm, w0->xb, T, E, m->hp.rms_eps);
+        if (!s) s = pkv_buffer_read(w0->xb, 0, b->hidden_out, (size_t)(T * E) * 4);
+        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->y, 0), .n = pl.n_out};
+        if (!s) s = pkv_k_get_rows(dev, &g);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->y, w0->logits, pl.n_out);
+    } else {
+        if (!s) { /* gather the rows that need logits, final norm, output projection */
+            pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                     .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->xb, 0), .n = pl.n_out};
+            s = pkv_k_get_rows(dev, &g);
+        }
+        if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, E, m->hp.rms_eps);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
     }
-    if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, m->hp.n_embd, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
     if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl.n_out * (size_t)m->hp.n_vocab * 4);
     if (!s && logits && m->hp.final_softcap > 0) { /* Gemma 2: cap * tanh(logit / cap), on the host copy */
         const float cap = m->hp.final_softcap;
@@ -281,9 +310,11 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
             bool last = off + n == b->n_tokens[i];
             pkv_fwd_batch sb = {.n_seqs = 1, .seqs = &b->seqs[i], .n_tokens = &n, .tokens = b->tokens + k0 + off,
                                 .pos = b->pos ? b->pos + k0 + off : NULL, .all_logits = b->all_logits,
-                                .no_publish = b->no_publish};
+                                .no_publish = b->no_publish,
+                                .hidden_in = b->hidden_in ? b->hidden_in + (size_t)(k0 + off) * (size_t)m->hp.n_embd : NULL,
+                                .hidden_out = b->hidden_out ? b->hidden_out + (size_t)(k0 + off) * (size_t)m->hp.n_embd : NULL};
             float *out = !logits ? NULL : b->all_logits ? logits + (size_t)(k0 + off) * V : last ? logits + (size_t)i * V : NULL;
-            s = step(m, c, wsp, &sb, out, mem, false, !b->all_logits && !last);
+            s = step(m, c, wsp, &sb, out, mem, false, !b->all_logits && !last && !b->hidden_out);
         }
     if (s) {
         char msg[1024];

@@ -17,6 +17,12 @@ typedef struct pkv_fwd_batch {
     const int32_t *pos;
     bool all_logits; /* logits for every token, else for the last token of each sequence */
     bool no_publish; /* append without token ids: pages never enter the prefix index */
+    /* An MTP head's second input (pkv_model.mtp): f32 [T][n_embd] host rows, the
+     * target's final normed hidden state of each token's previous position */
+    const float *hidden_in;
+    /* f32 [T][n_embd] host rows (NULL = not wanted): every token's final normed
+     * hidden state (what the output matrix multiplies; an MTP head's next input) */
+    float *hidden_out;
 } pkv_fwd_batch;
 
 /* Offsets (in int32 elements) of the step's integer block on the device. */

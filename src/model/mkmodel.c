@@ -270,6 +270,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
             return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 needs value heads a multiple of key heads, a head size of 1 "
                            "to 256 and at most 64 layers");
     }
+    if (p->n_mtp && (!q35 || p->n_mtp < 0 || p->n_mtp > 4))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: MTP layers (0 to 4) are for qwen35, not %s", p->arch);
     if (q35 && (p->head_dim ? p->head_dim : p->n_embd / (p->n_head ? p->n_head : 4)) % 4)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 rotates half of each head in pairs of sections: the head size must be a "
                        "multiple of 4");
@@ -464,7 +466,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
                    : p.type == PKV_TYPE_MXFP4 ? 38 /* MXFP4_MOE */
                    : p.k_mixture ? 15 : 14; /* q4_k: 14 = Q4_K_S, 15 = Q4_K_M */
     TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", ftype));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)p.n_layer));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)(p.n_layer + p.n_mtp)));
+    if (p.n_mtp) TRY(pkv_gguf_writer_add_u32(G.w, KEY("nextn_predict_layers"), (uint32_t)p.n_mtp));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)p.n_ctx));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
@@ -485,9 +488,10 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.time_step_rank"), (uint32_t)Hv));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.inner_size"), (uint32_t)(Hv * dS)));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("full_attention_interval"), 4));
-        uint8_t recr[64];
-        for (int l = 0; l < p.n_layer; l++) recr[l] = (l + 1) % 4 != 0;
-        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.recurrent_layers"), PKV_GGUF_BOOL, recr, (uint64_t)p.n_layer));
+        uint8_t recr[64 + 4];
+        for (int l = 0; l < p.n_layer + p.n_mtp; l++) recr[l] = l < p.n_layer && (l + 1) % 4 != 0;
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.recurrent_layers"), PKV_GGUF_BOOL, recr,
+                                    (uint64_t)(p.n_layer + p.n_mtp)));
         /* M-RoPE sections over half the head (Qwen3.5 rotates a quarter), so every pair
          * takes the text position: [ceil, mid, floor] thirds of the pairs, and 0 */
         int32_t P = p.head_dim / 4, sec[4] = {(P + 2) / 3, (P + 1) / 3, P / 3, 0};
@@ -548,11 +552,12 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));
     TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
     if (!p.tied) TRY(add(&G, "output.weight", mtype(&p, "output", 0), E, p.n_vocab, 0.0, 3.0 * lin_e));
-    for (int l = 0; l < p.n_layer; l++) {
+    for (int l = 0; l < p.n_layer + p.n_mtp; l++) {
+        const bool mtp_layer = l >= p.n_layer; /* an MTP layer: a gated attention block plus its nextn tensors */
         char n[96];
 #define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
         T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (q35 && (l + 1) % 4 != 0) { /* a gated delta-net layer, llama.cpp's tensors */
+        if (q35 && !mtp_layer && (l + 1) % 4 != 0) { /* a gated delta-net layer, llama.cpp's tensors */
             double lin_v = sqrt(3.0 / (double)(Hv * dS));
             T("attn_qkv.weight", p.type, E, C, 0.0, lin_e);
             T("attn_gate.weight", p.type, E, Hv * dS, 0.0, lin_e);
@@ -619,6 +624,12 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
             T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
             T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
+        }
+        if (mtp_layer) { /* x = eh_proj [enorm(embedding); hnorm(h)], its own final norm */
+            T("nextn.eh_proj.weight", p.type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E)));
+            T("nextn.enorm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("nextn.hnorm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("nextn.shared_head_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         }
 #undef T
     }

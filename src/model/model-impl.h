@@ -114,6 +114,7 @@ typedef struct pkv_hparams {
     int ssm_n_k_heads, ssm_n_v_heads, ssm_d_k, ssm_d_v; /* group_count, time_step_rank, state_size, inner/Hv */
     int n_nextn;                 /* MTP layers after the n_layer trunk layers (nextn_predict_layers) */
     uint64_t recurrent;          /* bit l: layer l is recurrent (n_layer <= 64 then) */
+    int layer_base;              /* the file's index of layer 0 (an MTP head: the trunk's layer count) */
 } pkv_hparams;
 
 struct pkv_model {
@@ -141,6 +142,11 @@ struct pkv_model {
     uint64_t weight_bytes;  /* bytes of all weights on the device */
     uint64_t mapped_bytes;  /* of those, used in place from the mapped file (CPU), not copied */
     pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */
+    /* An MTP head (pkv_model_params.mtp): x = eh_e·enorm(embed(token)) + eh_h·hnorm(h),
+     * h the target's final normed hidden state of the previous position; eh_e, eh_h
+     * are nextn.eh_proj's two column halves */
+    bool mtp;
+    pkv_weight mtp_eh_e, mtp_eh_h, mtp_enorm, mtp_hnorm;
     double load_seconds;
 };
 

@@ -264,6 +264,10 @@ void pkv_model_free(pkv_model *m) {
     pkv_free(m->layers);
     free_weight(&m->tok_embd);
     free_weight(&m->output_norm);
+    free_weight(&m->mtp_eh_e);
+    free_weight(&m->mtp_eh_h);
+    free_weight(&m->mtp_enorm);
+    free_weight(&m->mtp_hnorm);
     if (!m->tied) free_weight(&m->output);
     pkv_tokenizer_free(m->tok);
     pkv_free(m->kv_layer);
@@ -350,7 +354,7 @@ static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_
     return s;
 }
 
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il, suffix), name)
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il + L->m->hp.layer_base, suffix), name)
 
 pkv_status pkv_load_norm(pkv_loader *L, int il, const char *suffix, pkv_weight *w) {
     char name[96];
@@ -624,6 +628,21 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
         goto fail;
     }
     m->hp.n_vocab = (int)te->ne[1];
+    if (p.mtp) { /* the MTP head: the first layer after the trunk, alone */
+        if (m->hp.arch != PKV_ARCH_QWEN35 || m->hp.n_nextn < 1) {
+            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: %s", m->label,
+                        m->hp.arch != PKV_ARCH_QWEN35 ? "MTP heads are read for qwen35 files only"
+                                                      : "key 'qwen35.nextn_predict_layers' is absent or 0");
+            goto fail;
+        }
+        m->mtp = true;
+        n_head[0] = n_head[m->hp.n_layer];
+        n_head_kv[0] = n_head_kv[m->hp.n_layer];
+        n_ff[0] = n_ff[m->hp.n_layer];
+        m->hp.layer_base = m->hp.n_layer;
+        m->hp.n_layer = 1;
+        m->hp.recurrent = 0;
+    }
     {
         char k[96];
         snprintf(k, sizeof k, "%s.vocab_size", pkv_arch_name(m->hp.arch));
@@ -649,11 +668,38 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     if ((s = open_devices(m, p))) goto fail;
     loader L = {.g = g, .m = m, .p = p, .in_place = in_place};
     for (int64_t i = 0; i < pkv_gguf_n_tensors(g); i++) L.total_bytes += pkv_gguf_tensor_at(g, i)->n_bytes;
-    if ((s = load_weight(&L, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false, m->dev, k_all, &m->tok_embd)))
-        goto fail;
-    if ((s = load_weight(&L, "output_norm.weight", m->hp.n_embd, 1, true, true, m->dev, k_all, &m->output_norm))) goto fail;
-    if ((s = load_weight(&L, "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, m->dev, k_all, &m->output)))
-        goto fail;
+    {
+        /* an MTP head takes its own embedding, final norm and output matrix where the
+         * file has them (nextn.embed_tokens, .shared_head_norm, .shared_head_head) */
+        char ne[96], nn[96], no[96];
+        int b = m->hp.layer_base;
+        snprintf(ne, sizeof ne, "blk.%d.nextn.embed_tokens.weight", b);
+        snprintf(nn, sizeof nn, "blk.%d.nextn.shared_head_norm.weight", b);
+        snprintf(no, sizeof no, "blk.%d.nextn.shared_head_head.weight", b);
+        bool own_e = m->mtp && pkv_gguf_find_tensor(g, ne), own_n = m->mtp && pkv_gguf_find_tensor(g, nn),
+             own_o = m->mtp && pkv_gguf_find_tensor(g, no);
+        if ((s = load_weight(&L, own_e ? ne : "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false, m->dev, k_all,
+                             &m->tok_embd)))
+            goto fail;
+        if ((s = load_weight(&L, own_n ? nn : "output_norm.weight", m->hp.n_embd, 1, true, true, m->dev, k_all, &m->output_norm)))
+            goto fail;
+        if ((s = load_weight(&L, own_o ? no : "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, m->dev, k_all,
+                             &m->output)))
+            goto fail;
+        if (m->mtp) { /* eh_proj [n_embd][2 n_embd]: the embedding's columns, then the hidden state's */
+            char nh[96], nen[96], nhn[96];
+            snprintf(nh, sizeof nh, "blk.%d.nextn.eh_proj.weight", b);
+            snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
+            snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
+            int64_t E = m->hp.n_embd;
+            slice ce = {0, 0, 0, E, 0, 0}, ch = {0, 0, E, E, 0, 0};
+            if ((s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ce, &m->mtp_eh_e)) ||
+                (s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ch, &m->mtp_eh_h)) ||
+                (s = load_weight(&L, nen, E, 1, true, true, m->dev, k_all, &m->mtp_enorm)) ||
+                (s = load_weight(&L, nhn, E, 1, true, true, m->dev, k_all, &m->mtp_hnorm)))
+                goto fail;
+        }
+    }
     if (!m->output.buf) { /* tied embeddings */
         m->output = m->tok_embd;
         m->tied = true;
@@ -737,6 +783,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->shared_kv = m->kv_layer != NULL;
     info->n_expert = m->hp.n_expert;
     info->n_expert_used = m->hp.n_expert_used;
+    info->mtp = m->mtp;
+    info->n_nextn = m->hp.n_nextn;
     info->n_recurrent = 0;
     for (int l = 0; l < m->hp.n_layer; l++) info->n_recurrent += m->layers[l].recurrent;
     return PKV_OK;
