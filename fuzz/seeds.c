@@ -133,6 +133,14 @@ static void gguf_seeds(void) {
     }
     p0 = tiny("qwen3moe", PKV_TYPE_MXFP4);
     gguf_model("qwen3moe-mxfp4.gguf", p0);
+    /* qwen35: three delta-net layers, an attention layer, an MTP layer */
+    p0 = tiny("qwen35", PKV_TYPE_F16);
+    p0.n_layer = 4;
+    p0.ssm_v_heads = 2;
+    p0.ssm_k_heads = 1;
+    p0.ssm_head_dim = 8;
+    p0.n_mtp = 1;
+    gguf_model("qwen35-mtp-f16.gguf", p0);
     pkv_mkmodel_params p = tiny("llama", PKV_TYPE_F32);
     p.no_vocab = true;
     gguf_model("llama-novocab.gguf", p);

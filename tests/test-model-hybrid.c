@@ -1,0 +1,180 @@
+// labels: model unit
+/* qwen35 (gated delta-net layers with a recurrent state, gated attention, an MTP
+ * head) given bad input: every missing or inconsistent delta-net key, a missing
+ * tensor, a missing MTP tensor, are refused naming the key or tensor; a saved
+ * sequence of another model (another state shape) is refused on load; a model's
+ * MTP head loads from a file that has one and is refused from one that has not. */
+#include "base/base.h"
+#include "model/gguf.h"
+#include "testhelp.h"
+
+/* A copy of the GGUF image g with key `drop_key` left out (or set to u32 value
+ * `set` when set >= 0) and tensor `drop_tensor` left out. */
+static void *variant(const pkv_gguf *g, const char *drop_key, int64_t set, const char *drop_tensor, size_t *size) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    if (!w) return NULL;
+    bool ok = true;
+    for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++) {
+        const char *key = pkv_gguf_kv_key(g, i);
+        pkv_gguf_type t = pkv_gguf_kv_type(g, i);
+        if (drop_key && !strcmp(key, drop_key)) {
+            if (set >= 0) ok = !pkv_gguf_writer_add_u32(w, key, (uint32_t)set);
+            continue;
+        }
+        if (t == PKV_GGUF_STRING) {
+            const char *s;
+            size_t n;
+            char buf[512];
+            pkv_gguf_get_str(g, key, &s, &n);
+            snprintf(buf, sizeof buf, "%.*s", (int)n, s);
+            ok = !pkv_gguf_writer_add_str(w, key, buf);
+        } else if (t == PKV_GGUF_ARRAY) {
+            pkv_gguf_array a;
+            pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a);
+            if (a.type == PKV_GGUF_STRING) {
+                const char **strs = malloc(a.count * sizeof *strs);
+                size_t *lens = malloc(a.count * sizeof *lens);
+                for (uint64_t j = 0; strs && lens && j < a.count; j++) pkv_gguf_arr_str(g, &a, j, &strs[j], &lens[j]);
+                ok = strs && lens && !pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count);
+                free(strs);
+                free(lens);
+            } else {
+                ok = !pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count);
+            }
+        } else {
+            uint8_t buf[8] = {0};
+            if (t == PKV_GGUF_FLOAT32) {
+                float v;
+                pkv_gguf_get_f32(g, key, &v);
+                memcpy(buf, &v, 4);
+            } else if (t == PKV_GGUF_BOOL) {
+                bool v;
+                pkv_gguf_get_bool(g, key, &v);
+                buf[0] = v;
+            } else {
+                int64_t v;
+                pkv_gguf_get_i64(g, key, &v);
+                memcpy(buf, &v, 8);
+            }
+            ok = !pkv_gguf_writer_add(w, key, t, buf);
+        }
+    }
+    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
+        ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+    }
+    void *img = NULL;
+    if (ok && pkv_gguf_writer_write_memory(w, &img, size)) img = NULL;
+    pkv_gguf_writer_free(w);
+    return img;
+}
+
+static pkv_mkmodel_params params(int seed, int v_heads) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "qwen35";
+    p.type = PKV_TYPE_F32;
+    p.n_layer = 4;
+    p.n_embd = 64;
+    p.n_vocab = 320;
+    p.ssm_v_heads = v_heads;
+    p.n_mtp = 1;
+    p.seed = (uint64_t)seed;
+    return p;
+}
+
+static pkv_model *load_img(const void *img, size_t size, bool mtp) {
+    pkv_model_params mp = pkv_model_default_params();
+    mp.mtp = mtp;
+    return pkv_model_load_memory(img, size, "q35", mp);
+}
+
+int main(void) {
+    pkv_mkmodel_params p = params(3, 4);
+    void *img = NULL;
+    size_t size = 0;
+    REQUIRE(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "q35");
+    REQUIRE(g);
+    /* the unchanged image, and its MTP head, load */
+    pkv_model *m = load_img(img, size, false), *h = load_img(img, size, true);
+    CHECK(m != NULL && h != NULL);
+    pkv_model_info mi, hi;
+    if (m && h && !pkv_model_get_info(m, &mi) && !pkv_model_get_info(h, &hi)) {
+        CHECK_INT(mi.n_layer, 4);
+        CHECK_INT(mi.n_recurrent, 3);
+        CHECK_INT(mi.n_nextn, 1);
+        CHECK(!mi.mtp && hi.mtp);
+        CHECK_INT(hi.n_layer, 1);
+    }
+    pkv_model_free(h);
+    static const struct {
+        const char *key;
+        int64_t set;
+        const char *tensor;
+        bool mtp;
+        const char *want;
+    } cases[] = {
+        {"qwen35.ssm.conv_kernel", -1, NULL, false, "key 'qwen35.ssm.conv_kernel' not found"},
+        {"qwen35.ssm.conv_kernel", 40, NULL, false, "key 'qwen35.ssm.conv_kernel' is 40"},
+        {"qwen35.ssm.state_size", -1, NULL, false, "key 'qwen35.ssm.state_size' not found"},
+        {"qwen35.ssm.group_count", 3, NULL, false, "is not a multiple of 'qwen35.ssm.group_count' 3"},
+        {"qwen35.ssm.inner_size", 100, NULL, false, "'qwen35.ssm.inner_size' 100 must be"},
+        {"qwen35.ssm.time_step_rank", -1, NULL, false, "key 'qwen35.ssm.time_step_rank' not found"},
+        {"qwen35.rope.dimension_sections", -1, NULL, false, "qwen35.rope.dimension_sections"},
+        {"qwen35.nextn_predict_layers", 5, NULL, false, "key 'qwen35.nextn_predict_layers' is 5"},
+        {NULL, -1, "blk.0.ssm_a", false, "tensor 'blk.0.ssm_a' not found"},
+        {NULL, -1, "blk.1.ssm_conv1d.weight", false, "tensor 'blk.1.ssm_conv1d.weight' not found"},
+        {NULL, -1, "blk.3.attn_q_norm.weight", false, "tensor 'blk.3.attn_q_norm.weight' not found"},
+        {NULL, -1, "blk.4.nextn.eh_proj.weight", true, "tensor 'blk.4.nextn.eh_proj.weight' not found"},
+        {NULL, -1, "blk.4.attn_q.weight", true, "tensor 'blk.4.attn_q.weight' not found"},
+        {"qwen35.nextn_predict_layers", -1, NULL, true, "key 'qwen35.nextn_predict_layers' is absent or 0"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t vs = 0;
+        void *v = variant(g, cases[k].key, cases[k].set, cases[k].tensor, &vs);
+        if (!v) {
+            TH_FAIL("case %zu: could not write the variant", k);
+            continue;
+        }
+        pkv_model *bad = load_img(v, vs, cases[k].mtp);
+        if (bad) TH_FAIL("case %zu (%s%s): loaded", k, cases[k].key ? cases[k].key : "", cases[k].tensor ? cases[k].tensor : "");
+        else if (!strstr(pkv_errmsg(), cases[k].want))
+            TH_FAIL("case %zu: message '%s' lacks '%s'", k, pkv_errmsg(), cases[k].want);
+        th_checks++;
+        pkv_model_free(bad);
+        pkv_free(v);
+    }
+    /* a saved sequence of another model (another state shape) is refused on load */
+    pkv_mkmodel_params p2 = params(3, 2);
+    void *img2 = NULL;
+    size_t size2 = 0;
+    pkv_model *m2 = pkv_mkmodel_memory(&p2, &img2, &size2) ? NULL : load_img(img2, size2, false);
+    CHECK(m2 != NULL);
+    if (m && m2) {
+        pkv_cache_params cp = pkv_cache_default_params();
+        cp.n_ctx = 128;
+        pkv_kv_cache *c = pkv_model_cache_create(m, cp), *c2 = pkv_model_cache_create(m2, cp);
+        pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+        const int32_t toks[5] = {3, 1, 4, 1, 5};
+        const char *path = th_tmp("hybrid.pkvseq");
+        CHECK(ctx && pkv_context_decode(ctx, toks, 5) == PKV_OK && pkv_context_save(ctx, path) == PKV_OK);
+        pkv_context *back = c2 ? pkv_context_load(m2, c2, path, 0) : NULL;
+        CHECK(back == NULL);
+        pkv_context *same = c ? pkv_context_load(m, c, path, 0) : NULL; /* and into its own model it loads */
+        CHECK(same != NULL);
+        if (same && ctx) CHECK_INT(pkv_context_n_tokens(same), 5);
+        pkv_context_free(same);
+        pkv_context_free(back);
+        pkv_context_free(ctx);
+        pkv_kv_cache_free(c);
+        pkv_kv_cache_free(c2);
+        unlink(path);
+    }
+    pkv_model_free(m2);
+    pkv_mkmodel_free_memory(img2);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+    return th_done();
+}
