@@ -150,10 +150,11 @@ fail:
     return NULL;
 }
 
-/* An MTP head's input rows for draft tokens [n_dtoks, n_dtoks + n): the target's
- * hidden state of the previous position where the target has it, else the head's
- * last output (zero before the first token). */
-static pkv_status mtp_rows(pkv_spec *s, int64_t n) {
+/* An MTP head's input rows for draft tokens [n_dtoks, n_dtoks + n): catching up,
+ * the target's hidden state of the previous position (zero before the first
+ * token); proposing (drafting), the head's own last output, as llama.cpp drafts
+ * (also where the target's state exists: its first round). */
+static pkv_status mtp_rows(pkv_spec *s, int64_t n, bool drafting) {
     const size_t E = (size_t)s->E;
     if ((size_t)n + 1 > s->cap_h) {
         size_t cap = (size_t)n + 1 > 2 * s->cap_h ? (size_t)n + 1 : 2 * s->cap_h;
@@ -170,16 +171,18 @@ static pkv_status mtp_rows(pkv_spec *s, int64_t n) {
     const int64_t have = pkv_context_n_tokens(s->target);
     for (int64_t k = 0; k < n; k++) {
         int64_t prev = s->n_dtoks + k - 1;
-        const float *h = prev < 0 ? NULL : prev < have ? pkv_context_hidden(s->target, prev) : s->hlast;
+        const bool own = drafting || prev >= have;
+        const float *h = own ? s->hlast : prev < 0 ? NULL : pkv_context_hidden(s->target, prev);
         if (h) memcpy(s->hin + (size_t)k * E, h, E * sizeof(float));
         else memset(s->hin + (size_t)k * E, 0, E * sizeof(float));
-        if (prev < have && s->n_true == s->n_dtoks + k) s->n_true++; /* still from the target's states */
+        if (!own && s->n_true == s->n_dtoks + k) s->n_true++; /* still from the target's states */
     }
     return PKV_OK;
 }
 
-/* Decode n tokens in the own-cache draft, mirroring them on the host. */
-static pkv_status draft_decode(pkv_spec *s, const int32_t *toks, int64_t n, pkv_spec_stats *st) {
+/* Decode n tokens in the own-cache draft, mirroring them on the host; drafting:
+ * proposals (an MTP head then feeds itself its own hidden state). */
+static pkv_status draft_decode(pkv_spec *s, const int32_t *toks, int64_t n, bool drafting, pkv_spec_stats *st) {
     if (!s->shared) {
         void *d = s->dtoks;
         pkv_status g = pkv_grow(&d, &s->cap_dtoks, (size_t)(s->n_dtoks + n), sizeof(int32_t));
@@ -189,7 +192,7 @@ static pkv_status draft_decode(pkv_spec *s, const int32_t *toks, int64_t n, pkv_
     pkv_status r;
     if (s->mtp) {
         int64_t n_true = s->n_true;
-        if ((r = mtp_rows(s, n)) || (r = pkv_context_decode_mtp(s->dctx, toks, (int32_t)n, s->hin, s->hout))) {
+        if ((r = mtp_rows(s, n, drafting)) || (r = pkv_context_decode_mtp(s->dctx, toks, (int32_t)n, s->hin, s->hout))) {
             s->n_true = n_true;
             return r;
         }
@@ -216,7 +219,7 @@ static pkv_status draft_catch_up(pkv_spec *s, const int32_t *toks, int64_t n, in
             if ((r = pkv_context_truncate(s->dctx, n - 1))) return r;
             pending = 1;
         }
-        return draft_decode(s, toks + n - pending, pending, st);
+        return draft_decode(s, toks + n - pending, pending, false, st);
     }
     int64_t L = 0, nd = s->n_dtoks;
     while (L < nd && L < n && s->dtoks[L] == toks[L]) L++;
@@ -228,7 +231,7 @@ static pkv_status draft_catch_up(pkv_spec *s, const int32_t *toks, int64_t n, in
         s->n_dtoks = L;
         if (s->n_true > L) s->n_true = L;
     }
-    return draft_decode(s, toks + L, n - L, st);
+    return draft_decode(s, toks + L, n - L, false, st);
 }
 
 typedef struct {
@@ -293,7 +296,7 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
                     (r = pkv_sampler_draw(smp, qi, &D[i])))
                     goto out;
                 st.drafted++;
-                if (i + 1 < K && (r = draft_decode(s, &D[i], 1, &st))) goto out;
+                if (i + 1 < K && (r = draft_decode(s, &D[i], 1, true, &st))) goto out;
             }
             /* a shared-KV draft gives its pages back before the target needs some */
             if (s->shared && (r = pkv_context_truncate(s->dctx, 0))) goto out;
