@@ -16,7 +16,7 @@
  *  - bad input: clear errors, the engine keeps serving.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
  * the first three on qwen3moe, gemma2, gemma3, gpt-oss and qwen35 (recurrent state:
- * preemption by recompute replays it, by swap carries it). */
+ * preemption by recompute replays it, by swap carries it; n by fork copies it). */
 #include "base/base.h"
 #include "engine-testlib.h"
 
@@ -841,6 +841,7 @@ int main(void) {
         test_vs_context();
         test_batch_invariance();
         test_preemption();
+        test_n_fork(); /* n = 4 by fork: the state is copied, the prompt computed once */
     }
     pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
