@@ -16,48 +16,11 @@ static void *variant(const pkv_gguf *g, const char *drop_key, int64_t set, const
     bool ok = true;
     for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++) {
         const char *key = pkv_gguf_kv_key(g, i);
-        pkv_gguf_type t = pkv_gguf_kv_type(g, i);
         if (drop_key && !strcmp(key, drop_key)) {
             if (set >= 0) ok = !pkv_gguf_writer_add_u32(w, key, (uint32_t)set);
             continue;
         }
-        if (t == PKV_GGUF_STRING) {
-            const char *s;
-            size_t n;
-            char buf[512];
-            pkv_gguf_get_str(g, key, &s, &n);
-            snprintf(buf, sizeof buf, "%.*s", (int)n, s);
-            ok = !pkv_gguf_writer_add_str(w, key, buf);
-        } else if (t == PKV_GGUF_ARRAY) {
-            pkv_gguf_array a;
-            pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a);
-            if (a.type == PKV_GGUF_STRING) {
-                const char **strs = malloc(a.count * sizeof *strs);
-                size_t *lens = malloc(a.count * sizeof *lens);
-                for (uint64_t j = 0; strs && lens && j < a.count; j++) pkv_gguf_arr_str(g, &a, j, &strs[j], &lens[j]);
-                ok = strs && lens && !pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count);
-                free(strs);
-                free(lens);
-            } else {
-                ok = !pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count);
-            }
-        } else {
-            uint8_t buf[8] = {0};
-            if (t == PKV_GGUF_FLOAT32) {
-                float v;
-                pkv_gguf_get_f32(g, key, &v);
-                memcpy(buf, &v, 4);
-            } else if (t == PKV_GGUF_BOOL) {
-                bool v;
-                pkv_gguf_get_bool(g, key, &v);
-                buf[0] = v;
-            } else {
-                int64_t v;
-                pkv_gguf_get_i64(g, key, &v);
-                memcpy(buf, &v, 8);
-            }
-            ok = !pkv_gguf_writer_add(w, key, t, buf);
-        }
+        ok = !pkv_gguf_writer_copy_kv(w, g, i);
     }
     for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
         const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);

@@ -226,47 +226,10 @@ static void test_errors(void) {
         pkv_gguf_writer *w = pkv_gguf_writer_create();
         for (int64_t i = 0; i < pkv_gguf_n_kv(g); i++) {
             const char *key = pkv_gguf_kv_key(g, i);
-            pkv_gguf_type t = pkv_gguf_kv_type(g, i);
             if (!strcmp(key, "general.architecture")) {
                 CHECK_OK(pkv_gguf_writer_add_str(w, key, cases[k].mode == 0 ? "gptj" : "llama"));
-            } else if (t == PKV_GGUF_STRING) {
-                const char *s;
-                size_t n;
-                pkv_gguf_get_str(g, key, &s, &n);
-                char buf[256];
-                snprintf(buf, sizeof buf, "%.*s", (int)n, s);
-                CHECK_OK(pkv_gguf_writer_add_str(w, key, buf));
-            } else if (t == PKV_GGUF_ARRAY) {
-                pkv_gguf_array a;
-                pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a);
-                if (a.type == PKV_GGUF_STRING) {
-                    const char **strs = malloc(a.count * sizeof *strs);
-                    size_t *lens = malloc(a.count * sizeof *lens);
-                    for (uint64_t j = 0; j < a.count; j++) pkv_gguf_arr_str(g, &a, j, &strs[j], &lens[j]);
-                    CHECK_OK(pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count));
-                    free(strs);
-                    free(lens);
-                } else {
-                    CHECK_OK(pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count));
-                }
             } else {
-                uint8_t buf[8] = {0};
-                int64_t idx = pkv_gguf_find_key(g, key);
-                (void)idx;
-                if (t == PKV_GGUF_FLOAT32) {
-                    float v;
-                    pkv_gguf_get_f32(g, key, &v);
-                    memcpy(buf, &v, 4);
-                } else if (t == PKV_GGUF_BOOL) {
-                    bool v;
-                    pkv_gguf_get_bool(g, key, &v);
-                    buf[0] = v;
-                } else {
-                    int64_t v;
-                    pkv_gguf_get_i64(g, key, &v);
-                    memcpy(buf, &v, 8);
-                }
-                CHECK_OK(pkv_gguf_writer_add(w, key, t, buf));
+                CHECK_OK(pkv_gguf_writer_copy_kv(w, g, i));
             }
         }
         if (cases[k].mode == 0) { /* keys are renamed for the new arch name too */

@@ -361,56 +361,6 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     return s;
 }
 
-/* Copy key-value pair i of g (any type) into w. */
-static pkv_status copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
-    const char *key = pkv_gguf_kv_key(g, i);
-    pkv_gguf_type t = pkv_gguf_kv_type(g, i);
-    pkv_status s;
-    if (t == PKV_GGUF_STRING) {
-        const char *v;
-        size_t n;
-        if ((s = pkv_gguf_get_str(g, key, &v, &n))) return s;
-        char *z = pkv_malloc(n + 1);
-        if (!z) return pkv_err(PKV_ERR_NOMEM, "mkmodel: key %s", key);
-        memcpy(z, v, n);
-        z[n] = 0;
-        s = pkv_gguf_writer_add_str(w, key, z);
-        pkv_free(z);
-        return s;
-    }
-    if (t == PKV_GGUF_ARRAY) {
-        pkv_gguf_array a;
-        if ((s = pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a))) return s;
-        if (a.type != PKV_GGUF_STRING) return pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count);
-        const char **strs = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *strs);
-        size_t *lens = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *lens);
-        s = strs && lens ? PKV_OK : pkv_err(PKV_ERR_NOMEM, "mkmodel: key %s", key);
-        for (uint64_t k = 0; !s && k < a.count; k++) s = pkv_gguf_arr_str(g, &a, k, &strs[k], &lens[k]);
-        if (!s) s = pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count);
-        pkv_free(strs);
-        pkv_free(lens);
-        return s;
-    }
-    /* a scalar: its bytes follow the type in the file; re-read it through the typed getters */
-    uint8_t buf[8];
-    int64_t iv = 0;
-    float fv = 0;
-    bool bv = false;
-    switch (t) {
-    case PKV_GGUF_FLOAT32:
-    case PKV_GGUF_FLOAT64:
-        if ((s = pkv_gguf_get_f32(g, key, &fv))) return s;
-        return pkv_gguf_writer_add_f32(w, key, fv);
-    case PKV_GGUF_BOOL:
-        if ((s = pkv_gguf_get_bool(g, key, &bv))) return s;
-        return pkv_gguf_writer_add_bool(w, key, bv);
-    default:
-        if ((s = pkv_gguf_get_i64(g, key, &iv))) return s;
-        memcpy(buf, &iv, sizeof buf); /* little-endian: the low bytes are the narrower value */
-        return pkv_gguf_writer_add(w, key, t, buf);
-    }
-}
-
 static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     target_of tgt = {NULL, 0, 0, 0, 0, 0};
     pkv_gguf *tg = NULL;
@@ -528,7 +478,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     if (tgt.g) { /* the target's vocabulary, key by key */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
         for (int64_t i = 0; i < pkv_gguf_n_kv(tgt.g); i++)
-            if (!strncmp(pkv_gguf_kv_key(tgt.g, i), "tokenizer.", 10)) TRY(copy_kv(G.w, tgt.g, i));
+            if (!strncmp(pkv_gguf_kv_key(tgt.g, i), "tokenizer.", 10)) TRY(pkv_gguf_writer_copy_kv(G.w, tgt.g, i));
     } else if (p.no_vocab) {
         TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", "none"));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
