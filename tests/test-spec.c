@@ -748,6 +748,11 @@ static void test_cli_logs(void) {
     HAS("outside the vocabulary");
     CHECK_INT(th_cli("", true, "run -m '%s' --tokens 1,x -n 2", tgt), 1);
     HAS("--tokens");
+    /* the outputs go through the safe-output path: a device or a directory is refused */
+    CHECK_INT(th_cli("", true, "run -m '%s' %s -n 2 --ids-out /dev/null", tgt, prompt), 1);
+    HAS("--ids-out: /dev/null is a character device");
+    CHECK_INT(th_cli("", true, "run -m '%s' %s -n 2 --draft '%s' --spec-log /tmp", tgt, prompt, dft), 1);
+    HAS("--spec-log: /tmp is a directory");
     unlink(tgt), unlink(dft), unlink(ids_a), unlink(ids_b), unlink(log);
 }
 

@@ -1,6 +1,5 @@
 /* pagekv run / logits: the model commands, with llama.cpp's
  * option names where they exist. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,19 +205,19 @@ static void log_round(const pkv_spec_round *r, void *user) {
     fprintf(f, "], \"accepted\": %d}\n", r->n_accepted);
 }
 
-/* --ids-out: the ids as a JSON array; false (said on stderr) when it cannot be written */
+/* --ids-out: the ids as a JSON array, through the safe-output path (a temporary
+ * renamed over the target); false (said on stderr) when it cannot be written */
 static bool write_ids(const char *path, const int32_t *ids, size_t n) {
-    FILE *f = fopen(path, "w");
-    bool ok = f != NULL;
-    if (f) {
-        fputc('[', f);
-        for (size_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ids[i]);
-        fputs("]\n", f);
-        ok = !ferror(f);
-        ok = fclose(f) == 0 && ok;
+    pkv_wfile w;
+    pkv_status s = pkv_wfile_open(&w, path);
+    if (!s) {
+        fputc('[', w.f);
+        for (size_t i = 0; i < n; i++) fprintf(w.f, "%s%d", i ? ", " : "", ids[i]);
+        fputs("]\n", w.f);
+        s = pkv_wfile_commit(&w);
     }
-    if (!ok) fprintf(stderr, "pagekv run: cannot write %s: %s\n", path, strerror(errno));
-    return ok;
+    if (s) fprintf(stderr, "pagekv run: --ids-out: %s\n", pkv_errmsg());
+    return !s;
 }
 
 static void run_usage(FILE *f) {
@@ -285,7 +284,8 @@ int pkv_cli_run(int argc, char **argv) {
     const char *draft_path = NULL, *draft_dev = NULL;
     const char *tokens_arg = NULL, *ids_out = NULL, *spec_log = NULL;
     bool use_mtp = false;
-    FILE *spec_f = NULL;
+    FILE *spec_f = NULL; /* spec_w.f while --spec-log is open */
+    pkv_wfile spec_w = {0};
     pkv_sampler_params sp = pkv_sampler_default_params();
     bool random_seed = false;
     for (int i = 1; i < argc; i++) {
@@ -446,9 +446,12 @@ int pkv_cli_run(int argc, char **argv) {
             goto out;
         }
     }
-    if (spec_log && !(spec_f = fopen(spec_log, "w"))) {
-        fprintf(stderr, "pagekv run: cannot write %s: %s\n", spec_log, strerror(errno));
-        goto out;
+    if (spec_log) {
+        if (pkv_wfile_open(&spec_w, spec_log)) {
+            fprintf(stderr, "pagekv run: --spec-log: %s\n", pkv_errmsg());
+            goto out;
+        }
+        spec_f = spec_w.f;
     }
     if (n_prompt == 0) {
         fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
@@ -674,11 +677,9 @@ int pkv_cli_run(int argc, char **argv) {
     }
     if (ids_out && !write_ids(ids_out, pr[0].ids, pr[0].n_ids)) goto out;
     if (spec_f) {
-        int bad = ferror(spec_f);
-        FILE *f = spec_f;
         spec_f = NULL;
-        if (fclose(f) != 0 || bad) {
-            fprintf(stderr, "pagekv run: cannot write %s\n", spec_log);
+        if (pkv_wfile_commit(&spec_w)) {
+            fprintf(stderr, "pagekv run: --spec-log: %s\n", pkv_errmsg());
             goto out;
         }
     }
@@ -694,7 +695,7 @@ out:
         free(pr[b].text);
         free(pr[b].ids);
     }
-    if (spec_f) fclose(spec_f);
+    if (spec_f) pkv_wfile_abort(&spec_w); /* an error before the log was complete */
     free(toks);
     free(prompt_buf);
     pkv_spec_free(spec); /* before the target's context and cache: a shared-KV draft lives in them */
