@@ -88,7 +88,9 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
                 (s = realloc_buf(dev, &w->ssm_o, t4 * (size_t)Z)))
                 return s;
         }
-        if ((s = realloc_buf(dev, &w->gate, t4 * (size_t)od))) return s;
+        bool gated = false; /* an attention output gate somewhere (qwen35): its buffer */
+        for (int l = 0; l < m->hp.n_layer && !gated; l++) gated = m->layers[l].sh && m->layers[l].sh[0].wq_gate.buf;
+        if (gated && (s = realloc_buf(dev, &w->gate, t4 * (size_t)od))) return s;
         if (main_dev && m->hp.n_expert > 0 &&
             ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
              (s = realloc_buf(dev, &w->moe_ids, t4))))
