@@ -28,6 +28,23 @@ static void demo_passes(const char *path, const char *devices, const char *want)
     th_checks++;
 }
 
+/* A model that runs on one device: demo -m passes on cpu (and vulkan:0), a
+ * tensor-parallel demo is refused with `refused`, the default demo skips its split
+ * rows saying `skipped`, and run works with the cache on the host. */
+static void one_device_model(const char *name, const char *mkargs, const char *refused, const char *skipped, bool vk) {
+    char path[512];
+    snprintf(path, sizeof path, "%s", th_tmp(name));
+    CHECK_INT(th_cli("", true, "mkmodel %s -o '%s'", mkargs, path), 0);
+    demo_passes(path, "--device cpu", "5 checks, 5 passed, 0 failed");
+    CHECK_INT(th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", path), 1);
+    if (!strstr(th_out, refused)) TH_FAIL("%s: the split is not refused with '%s'", name, refused);
+    CHECK_INT(th_cli("", true, "demo -m '%s'", path), 0);
+    CHECK(strstr(th_out, "skip") != NULL && strstr(th_out, skipped) != NULL && strstr(th_out, " 0 failed") != NULL);
+    CHECK_INT(th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", path), 0);
+    if (vk) demo_passes(path, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
+    unlink(path);
+}
+
 int main(void) {
     pkv_check_params p = pkv_check_default_params();
     p.iterations = 1500;
@@ -121,41 +138,14 @@ int main(void) {
         if (src) fclose(src);
         if (dst) fclose(dst);
     }
-    /* a mixture-of-experts model: every KV operation == replay on cpu, with the cache
-     * on the host, and on vulkan:0; a tensor-parallel split is refused by name */
-    char moe[512];
-    snprintf(moe, sizeof moe, "%s", th_tmp("demo-moe.gguf"));
-    CHECK_INT(th_cli("", true, "mkmodel --arch qwen3moe --type q8_0 --experts 4 --experts-used 2 -o '%s'", moe), 0);
-    demo_passes(moe, "--device cpu", "5 checks, 5 passed, 0 failed");
-    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", moe);
-    CHECK_INT(rc, 1);
-    CHECK(strstr(out, "mixture-of-experts model (qwen3moe) cannot be split") != NULL);
-    /* without --devices the pair is skipped, said so, and the rest decides */
-    rc = th_cli("", true, "demo -m '%s'", moe);
-    CHECK_INT(rc, 0);
-    CHECK(strstr(out, "skip") != NULL && strstr(out, "tensor-parallel splits are unsupported") != NULL);
-    CHECK(strstr(out, " 0 failed") != NULL);
-    rc = th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", moe);
-    CHECK_INT(rc, 0);
-    if (vk) demo_passes(moe, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
-    unlink(moe);
-    /* Qwen3.5 (gated delta-net layers: a recurrent state per sequence in the cache's
-     * state slots): generate, fork, swap, shift, save/load == replay on cpu, with the
-     * cache on the host, and on vulkan:0; a tensor-parallel split is refused by name */
-    char q35[512];
-    snprintf(q35, sizeof q35, "%s", th_tmp("demo-q35.gguf"));
-    CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type q8_0 -o '%s'", q35), 0);
-    demo_passes(q35, "--device cpu", "5 checks, 5 passed, 0 failed");
-    rc = th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", q35);
-    CHECK_INT(rc, 1);
-    CHECK(strstr(out, "a qwen35 model cannot be split over 2 devices") != NULL);
-    rc = th_cli("", true, "demo -m '%s'", q35);
-    CHECK_INT(rc, 0);
-    CHECK(strstr(out, "recurrent layers runs on one device") != NULL);
-    rc = th_cli("", true, "run -m '%s' --kv-on-host -p 'the cache' -n 4 --temp 0", q35);
-    CHECK_INT(rc, 0);
-    if (vk) demo_passes(q35, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
-    unlink(q35);
+    /* a mixture-of-experts model and a qwen35 model (gated delta-net layers: a
+     * recurrent state per sequence in the cache's state slots) run on one device:
+     * every KV operation == replay on cpu, with the cache on the host, and on
+     * vulkan:0; a tensor-parallel split is refused by name */
+    one_device_model("moe", "--arch qwen3moe --type q8_0 --experts 4 --experts-used 2",
+                     "mixture-of-experts model (qwen3moe) cannot be split", "tensor-parallel splits are unsupported", vk);
+    one_device_model("q35", "--arch qwen35 --type q8_0", "a qwen35 model cannot be split over 2 devices",
+                     "recurrent layers runs on one device", vk);
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */
