@@ -1149,6 +1149,15 @@ typedef struct pkv_engine_params {
     bool prefix_cache;       /* reuse cached prompt pages across requests (default true) */
     bool swap;               /* preempt by swapping to the host pool when it has room
                                 (default true); false: always drop and recompute */
+    /* Speculative decoding (docs/engine.md): a draft proposes up to draft_max tokens
+     * per sequence and step, the step verifies them with the others' tokens, and a
+     * proposal is kept only where the sample drawn from the target's row equals it,
+     * so every request's tokens are those of plain decoding (any sampler, seeded).
+     * draft: NULL (off), an MTP head of the model (pkv_model_params.mtp: fed the
+     * target's hidden states), or a draft model with the model's vocabulary and its
+     * own cache; not owned, must outlive the engine. Not a shared-KV draft. */
+    pkv_model *draft;
+    int draft_max;           /* proposals per sequence and step, 1..64; 0 = 4 */
 } pkv_engine_params;
 
 pkv_engine_params pkv_engine_default_params(void);
@@ -1212,6 +1221,10 @@ typedef struct pkv_engine_stats {
     double tokens_per_second;    /* generated tokens / busy_seconds (0 before any) */
     bool batch_invariant;        /* every device of the model claims caps.batch_invariant: a
                                     request's tokens do not depend on what it is batched with */
+    uint64_t draft_proposed;     /* speculative decoding: proposals the model verified */
+    uint64_t draft_accepted;     /* of those, kept (the target sampled the same token) */
+    uint64_t draft_steps;        /* the draft's forward passes */
+    uint64_t draft_disabled;     /* sequences that went on without the draft (its pool ran out) */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the

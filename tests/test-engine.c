@@ -735,7 +735,8 @@ static void test_bench_cli(void) {
         return;
     }
     CHECK_INT(rc, 0);
-    HAS("\"failed\": 0}");
+    HAS("\"failed\": 0,");
+    HAS("\"draft\": null");
     CHECK(json_num("\"preemptions\": {\"swap\": ") + json_num("\"recompute\": ") > 0);
     CHECK(json_num("\"peak_pages\": ") <= 6);
     double gen = json_num("\"generated_tokens\": ");

@@ -645,8 +645,74 @@ static void test_templates(void) {
     HAS("matches no known chat template");
     CHECK_INT(th_cli("", true, "serve -m '%s' --chat-template bogus --port 0", g_model), 1);
     HAS("--chat-template 'bogus' is not a known family");
-    CHECK_INT(th_cli("", true, "serve -m '%s' --draft x.gguf", g_model), 2);
-    HAS("not supported");
+    CHECK_INT(th_cli("", true, "serve -m '%s' --draft-max 3", g_model), 2);
+    HAS("need --draft FILE or --mtp");
+    CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --simple", g_model), 2);
+    HAS("not with --simple");
+    CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --port 0", g_model), 1); /* a llama file: no MTP layers */
+    HAS("MTP");
+}
+
+/* Speculative decoding in the server (--mtp, --draft): every response equals the
+ * one the same server gives without a draft — greedy, seeded sampling, n = 2,
+ * streamed — and the metrics count the proposals. */
+static void test_speculative(const char *logp) {
+    char model[512], args[2048];
+    snprintf(model, sizeof model, "%s", th_tmp("srv-q35-mtp.gguf"));
+    REQUIRE_VOID(th_cli("", true, "mkmodel --arch qwen35 --layers 4 --mtp 1 --seed 5 -o '%s'", model) == 0);
+    static const char *const bodies[] = {
+        "{\"prompt\": \"the cache\", \"max_tokens\": 24, \"temperature\": 0}",
+        "{\"prompt\": \"the cache is paged\", \"max_tokens\": 20, \"temperature\": 0.8, \"seed\": 7}",
+        "{\"prompt\": \"two of them\", \"max_tokens\": 16, \"temperature\": 0.9, \"seed\": 3, \"n\": 2}",
+        "{\"prompt\": \"the cache\", \"max_tokens\": 24, \"temperature\": 0, \"stream\": true}",
+    };
+    enum { NB_ = sizeof bodies / sizeof bodies[0] };
+    static char want[NB_][8192];
+    static const char *const modes[] = {"", "--mtp --draft-max 3", "--draft '%s'"};
+    g_auth = "";
+    for (int mode = 0; mode < 3; mode++) {
+        char extra[700];
+        snprintf(extra, sizeof extra, modes[mode], model); /* the file itself as a --draft model */
+        snprintf(args, sizeof args, "-m '%s' -c 256 --parallel 4 --batch-tokens 32 %s", model, extra);
+        pid_t pid = ts_start(args, logp, &g_port);
+        REQUIRE_VOID(pid > 0);
+        for (int i = 0; i < NB_; i++) {
+            int code = post("/v1/completions", bodies[i], NULL);
+            CHECK_INT(code, 200);
+            if (strstr(bodies[i], "\"stream\": true")) { /* the deltas joined */
+                sse ev;
+                sse_parse(ts_body, false, &ev);
+                CHECK(ev.done && !ev.bad);
+                snprintf(ts_body, sizeof ts_body, "%s", ev.text[0]);
+            } else { /* the choices' texts, without the response's id and timing */
+                json_t *j = json_loads(ts_body, 0, NULL);
+                CHECK(j != NULL);
+                size_t k = 0;
+                for (int c = 0; j && c < 4 && jstr(j, c == 0 ? "choices.0.text" : c == 1 ? "choices.1.text" : "x"); c++)
+                    k += (size_t)snprintf(ts_body + k, sizeof ts_body - k, "[%s]",
+                                          jstr(j, c == 0 ? "choices.0.text" : "choices.1.text"));
+                if (!k) ts_body[0] = 0;
+                json_decref(j);
+            }
+            CHECK(ts_body[0] != 0);
+            if (mode == 0) snprintf(want[i], sizeof want[i], "%s", ts_body);
+            else if (strcmp(want[i], ts_body))
+                TH_FAIL("%s: request %d: '%s', without a draft '%s'", modes[mode], i, ts_body, want[i]);
+            else th_checks++;
+        }
+        CHECK_INT(ts_http(g_port, "/metrics"), 200);
+        const char *m = strstr(ts_body, "\npagekv_draft_proposed_tokens_total ");
+        CHECK(m != NULL);
+        if (m) {
+            long long proposed = atoll(m + strlen("\npagekv_draft_proposed_tokens_total "));
+            if (mode == 0) CHECK_INT(proposed, 0);
+            else CHECK(proposed > 0);
+        }
+        if (mode == 2) CHECK(strstr(ts_body, "\npagekv_draft_accepted_tokens_total 0\n") == NULL); /* itself: kept */
+        if (mode == 0) fprintf(stderr, "speculative: greedy text without a draft: %s\n", want[0]);
+        CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    }
+    unlink(model);
 }
 
 /* Quantized KV pages through serve: --kv-type-k/--kv-type-v reach the cache (the
@@ -748,6 +814,7 @@ int main(void) {
     test_ttl();
     CHECK_INT(ts_stop(tpid, SIGTERM), 0);
     test_kv_types(logp);
+    test_speculative(logp);
     /* a server with no room in its queue answers 503 with Retry-After */
     snprintf(args, sizeof args, "-m '%s' -c 128 --queue 0", g_model);
     pid_t pid = ts_start(args, logp, &g_port);

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  --pool-pages N         device KV pages (default: room for every client's longest request)\n"
             "  --host-pages N         host swap pages (default: as many as the device pool)\n"
             "  --no-swap              preempt by recompute only\n"
+            "  --mtp | --draft FILE   speculative decoding with the model's MTP head or a draft model\n"
+            "  --draft-max N          proposals per sequence and step (default 4)\n"
             "  --no-prefix-cache      no prefix reuse across requests\n"
             "  --batch-tokens N       tokens per step (default 256)\n"
             "  --max-seqs N           sequences per step (default 64)\n"
@@ -147,7 +149,9 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     long long n_req = 32, clients = 8, p_mean = 96, g_mean = 32, pool = 0, host = 0, batch_tokens = 256, max_seqs = 64,
               seed = 1;
     double rate = 0, shared = 0, temp = 0;
-    bool json = false, swap = true, prefix = true, tiny = false;
+    bool json = false, swap = true, prefix = true, tiny = false, use_mtp = false;
+    const char *draft_path = NULL;
+    long long draft_max = 0;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
         if (r < 0) return 2;
@@ -175,12 +179,17 @@ int pkv_cli_bench_serve(int argc, char **argv) {
         INT_OPT("--batch-tokens", 1, 1 << 16, batch_tokens)
         INT_OPT("--max-seqs", 1, 4096, max_seqs)
         INT_OPT("--seed", 0, (1LL << 62), seed)
+        INT_OPT("--draft-max", 1, 64, draft_max)
         FLT_OPT("--rate", 0.001, 1e6, rate)
         FLT_OPT("--shared-prefix", 0, 0.99, shared)
         FLT_OPT("--temp", 0, 100, temp)
         else if (!strcmp(a, "--no-swap")) swap = false;
         else if (!strcmp(a, "--no-prefix-cache")) prefix = false;
         else if (!strcmp(a, "--tiny")) tiny = true;
+        else if (!strcmp(a, "--mtp")) use_mtp = true;
+        else if (!strcmp(a, "--draft")) {
+            if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
+        }
         else if (!strcmp(a, "--json")) json = true;
         else {
             fprintf(stderr, "pagekv bench serve: unknown option '%s'\n", a);
@@ -190,8 +199,25 @@ int pkv_cli_bench_serve(int argc, char **argv) {
 #undef INT_OPT
 #undef FLT_OPT
     }
+    if ((use_mtp && (draft_path || !o.model)) || (draft_max && !use_mtp && !draft_path)) {
+        fprintf(stderr, "pagekv bench serve: --mtp needs -m FILE with MTP layers and no --draft; --draft-max needs "
+                        "--mtp or --draft FILE\n");
+        return 2;
+    }
     pkv_model *m = o.model || tiny ? pkv_cli_open_model("bench serve", &o) : reference_model(&o);
     if (!m) return 1;
+    pkv_model *draft = NULL;
+    if (use_mtp || draft_path) {
+        pkv_model_params dp = pkv_model_default_params();
+        dp.device_handle = pkv_model_device(m);
+        dp.n_threads = o.threads;
+        dp.mtp = use_mtp;
+        if (!(draft = pkv_model_load(use_mtp ? o.model : draft_path, dp))) {
+            fprintf(stderr, "pagekv bench serve: cannot load the draft: %s\n", pkv_errmsg());
+            pkv_model_free(m);
+            return 1;
+        }
+    }
     pkv_model_info info;
     pkv_model_get_info(m, &info);
     int n_vocab = info.n_vocab;
@@ -251,6 +277,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     ep.max_seqs = (int)max_seqs;
     ep.swap = swap;
     ep.prefix_cache = prefix;
+    ep.draft = draft;
+    ep.draft_max = (int)draft_max;
     if (!(e = pkv_engine_create(m, ep))) {
         fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
         goto out;
@@ -337,10 +365,14 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                (unsigned long long)st.prompt_tokens, (unsigned long long)st.prefix_hit_tokens, hit,
                (unsigned long long)st.generated_tokens, (unsigned long long)st.computed_tokens);
         printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu}, \"peak_pages\": %lld, \"steps\": %llu, "
-               "\"tokens_per_step\": %.1f, \"failed\": %d}\n",
+               "\"tokens_per_step\": %.1f, \"failed\": %d,\n",
                (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
                (long long)st.pages_peak, (unsigned long long)st.steps,
                st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0, b.n_error);
+        printf(" \"draft\": %s%s%s, \"draft_proposed\": %llu, \"draft_accepted\": %llu, \"draft_steps\": %llu}\n",
+               draft ? "\"" : "", use_mtp ? "mtp" : draft_path ? draft_path : "null", draft ? "\"" : "",
+               (unsigned long long)st.draft_proposed, (unsigned long long)st.draft_accepted,
+               (unsigned long long)st.draft_steps);
     } else {
         printf("bench serve: %lld requests (%s), prompt ~%lld tokens (%.0f%% shared), output ~%lld, %s weights, %s\n",
                n_req, rate > 0 ? "Poisson arrivals" : "closed loop", p_mean, shared * 100, g_mean, info.weight_type,
@@ -353,11 +385,18 @@ int pkv_cli_bench_serve(int argc, char **argv) {
         printf("  prefix hits %.1f%% of prompt tokens; preemptions %llu swap + %llu recompute; peak %lld of %lld pages\n",
                hit * 100, (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
                (long long)st.pages_peak, (long long)st.pages_total);
+        if (draft)
+            printf("  draft %s: %llu proposals verified, %llu kept (%.1f%%), %llu draft steps\n",
+                   use_mtp ? "(MTP head)" : draft_path, (unsigned long long)st.draft_proposed,
+                   (unsigned long long)st.draft_accepted,
+                   st.draft_proposed ? 100.0 * (double)st.draft_accepted / (double)st.draft_proposed : 0.0,
+                   (unsigned long long)st.draft_steps);
         if (b.n_error) printf("  %d requests failed\n", b.n_error);
     }
     rc = b.n_error ? 1 : 0;
 out:
     pkv_engine_free(e);
+    pkv_model_free(draft);
     pkv_model_free(m);
     for (int i = 0; rq && i < n_req; i++) free(rq[i].prompt);
     free(rq);

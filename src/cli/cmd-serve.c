@@ -60,6 +60,12 @@ static void serve_usage(FILE *f) {
             "                         plus host pages of swapped ones (default: half the device pool) -> 503\n"
             "  --special-in-content   let message text produce special tokens (default: message text is\n"
             "                         data; only the chat template's own markup makes special tokens)\n"
+            "  --draft FILE           speculative decoding with this draft model (same vocabulary, its own\n"
+            "                         cache): every response equals the one without (docs/engine.md)\n"
+            "  --mtp                  the model's own MTP (nextn) head as the draft (qwen35 files with\n"
+            "                         nextn layers), fed the model's hidden states\n"
+            "  --draft-max N          proposals per sequence and step (default 4, at most 64)\n"
+            "  --draft-device NAME    device of a --draft model (default: the model's)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
@@ -148,11 +154,15 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--context-ttl")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
             so.ctx_ttl_s = dd;
-        } else if (!strcmp(a, "--draft") || !strcmp(a, "--draft-device") || !strcmp(a, "--draft-max") ||
-                   !strcmp(a, "--mtp")) {
-            fprintf(stderr, "pagekv serve: %s: speculative decoding is not supported by the server yet "
-                            "(use 'pagekv run --draft' or 'pagekv run --mtp')\n", a);
-            return 2;
+        } else if (!strcmp(a, "--draft")) {
+            if (!(so.draft = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--draft-device")) {
+            if (!(so.draft_device = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--draft-max")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &x)) return 2;
+            so.draft_max = (int)x;
+        } else if (!strcmp(a, "--mtp")) {
+            so.mtp = true;
         } else if (!strcmp(a, "--detect-template")) {
             if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
             size_t len = 0;
@@ -171,6 +181,26 @@ int pkv_cli_serve(int argc, char **argv) {
             serve_usage(stderr);
             return 2;
         }
+    }
+    if (so.mtp && so.draft) {
+        fprintf(stderr, "pagekv serve: give --mtp (the model's own MTP head) or --draft FILE, not both\n");
+        return 2;
+    }
+    if (so.mtp && !mo.model) {
+        fprintf(stderr, "pagekv serve: --mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')\n");
+        return 2;
+    }
+    if (!so.draft && !so.mtp && (so.draft_device || so.draft_max)) {
+        fprintf(stderr, "pagekv serve: --draft-device and --draft-max need --draft FILE or --mtp\n");
+        return 2;
+    }
+    if (so.mtp && so.draft_device) {
+        fprintf(stderr, "pagekv serve: --draft-device is for a --draft model; the MTP head runs where the model runs\n");
+        return 2;
+    }
+    if ((so.draft || so.mtp) && so.simple) {
+        fprintf(stderr, "pagekv serve: speculative decoding (--draft, --mtp) runs in the serving engine, not with --simple\n");
+        return 2;
     }
     so.on_ready = show_banner;
     return pkv_serve_run(&mo, &so);

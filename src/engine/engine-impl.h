@@ -19,6 +19,8 @@ typedef enum eng_seq_state {
 
 typedef struct eng_req eng_req;
 
+enum { ENG_MAX_DRAFT = 64 };
+
 /* One sample of a request: a KV sequence plus the tokens it must hold. Tokens
  * [0, n_kv) are in the cache; [n_kv, n_tok) still have to be run through the
  * model (the rest of the prompt, the last sampled token, or everything after a
@@ -34,6 +36,17 @@ typedef struct eng_seq {
     int32_t n_gen;
     pkv_sampler *smp; /* seed + sample; NULL before the sample starts */
     int32_t step_n;   /* tokens in the current step's batch (0: not in it) */
+    /* Speculative decoding (engine-sched.c, "draft"). The draft holds a row per
+     * committed token up to n_dtrue (an MTP head's row p is made from token p and
+     * the target's hidden state at p - 1, so n_dtrue <= n_kv + 1), then the rows of
+     * the last proposals; prop[0..n_prop) are also at tok[n_tok..). */
+    int32_t dkv;      /* the draft's sequence, -1 without one */
+    int32_t n_dtrue, n_dkv;
+    int32_t n_prop;
+    int32_t prop[ENG_MAX_DRAFT];
+    int32_t h_row;    /* this step's hidden rows: row h_row is position h_pos; -1: none */
+    int32_t h_pos;
+    bool nodraft;     /* goes on without the draft (its pool ran out, or it failed) */
 } eng_seq;
 
 struct eng_req {
@@ -68,7 +81,24 @@ struct pkv_engine {
 
     /* engine-thread state */
     pkv_fwd_ws *ws;
-    float *logits;      /* [max_seqs][n_vocab] rows of the last step */
+    float *logits;      /* [cap_logits][n_vocab] rows of the last step */
+    size_t cap_logits;
+    int32_t *b_nl;      /* [max_seqs] logits rows per sequence of the step */
+    /* speculative decoding: the draft, its own cache and workspace */
+    pkv_model *dm;
+    pkv_kv_cache *dc;
+    pkv_fwd_ws *dws;
+    bool dmtp;          /* an MTP head: fed the target's hidden states */
+    int K;
+    uint64_t dfp;
+    float *hid;         /* [cap_hid][n_embd]: the target step's hidden states (MTP) */
+    float *dh_in, *dh_out; /* [cap_hid][n_embd]: a draft step's */
+    size_t cap_hid, cap_hid_d, cap_hid_o;
+    float *dlogits;     /* [max_seqs][n_vocab]: a draft step's */
+    int32_t *d_seq, *d_n, *d_tok; /* [max_seqs], [max_seqs], [cap_dtok]: a draft step's batch */
+    size_t cap_dtok;
+    eng_seq **d_who;    /* [max_seqs] */
+    uint64_t d_proposed, d_accepted, d_steps, d_disabled;
     eng_req **reqs;     /* [n_reqs] admitted and waiting requests, priority order */
     int n_reqs, reqs_cap;
     eng_seq **batch;    /* [max_seqs] this step's sequences */

@@ -26,6 +26,9 @@ static int64_t pool_avail(const pkv_engine *e) {
 static void seq_release(pkv_engine *e, eng_seq *s) {
     if (s->kv >= 0) pkv_kv_seq_free(e->c, s->kv);
     s->kv = -1;
+    if (s->dkv >= 0) pkv_kv_seq_free(e->dc, s->dkv);
+    s->dkv = -1;
+    s->n_prop = 0;
     pkv_sampler_free(s->smp);
     s->smp = NULL;
     pkv_free(s->tok);
@@ -213,6 +216,10 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.steps = e->steps;
     st.busy_seconds = e->busy;
     st.batch_invariant = e->invariant;
+    st.draft_proposed = e->d_proposed;
+    st.draft_accepted = e->d_accepted;
+    st.draft_steps = e->d_steps;
+    st.draft_disabled = e->d_disabled;
     st.tokens_per_second = e->busy > 0 ? (double)e->generated / e->busy : 0.0;
     pthread_mutex_lock(&e->mu);
     for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;
@@ -269,20 +276,36 @@ static eng_seq *pick_victim(pkv_engine *e, const eng_seq *keep, bool limited, in
     return v;
 }
 
-/* Swap the sequence to the host pool, or when that is off or full, drop its
- * pages (its full pages stay in the prefix cache) to recompute it later. */
+/* The sequence goes on without speculative decoding. */
+static void draft_off(pkv_engine *e, eng_seq *s) {
+    if (s->dkv >= 0) pkv_kv_seq_free(e->dc, s->dkv);
+    s->dkv = -1;
+    s->n_prop = 0;
+    s->n_dtrue = s->n_dkv = 0;
+    if (!s->nodraft) e->d_disabled++;
+    s->nodraft = true;
+}
+
+/* Swap the sequence (and its draft's) to the host pools, or when that is off or
+ * either is full, drop their pages (full pages stay in the prefix caches) to
+ * recompute them later. */
 static void preempt(pkv_engine *e, eng_seq *v) {
-    if (e->p.swap && pkv_kv_swap_out(e->c, v->kv) == PKV_OK) {
+    bool dswap = v->dkv < 0 || (e->p.swap && pkv_kv_swap_out(e->dc, v->dkv) == PKV_OK);
+    if (e->p.swap && dswap && pkv_kv_swap_out(e->c, v->kv) == PKV_OK) {
         v->st = SEQ_SWAPPED;
         e->pre_swap++;
     } else {
         pkv_kv_seq_free(e->c, v->kv);
         v->kv = -1;
         v->n_kv = 0;
+        if (v->dkv >= 0) pkv_kv_seq_free(e->dc, v->dkv); /* resident or swapped */
+        v->dkv = -1;
+        v->n_dtrue = v->n_dkv = 0;
         v->st = SEQ_DROPPED;
         e->pre_drop++;
     }
     v->step_n = 0;
+    v->n_prop = 0;
 }
 
 static int n_resident(const pkv_engine *e) {
@@ -311,6 +334,43 @@ static pkv_status seq_sampler(pkv_engine *e, eng_seq *s) {
     return s->smp ? PKV_OK : PKV_ERR_NOMEM;
 }
 
+/* The draft's sequence of s, whose model sequence kv matched *matched tokens of
+ * the prefix cache: the draft matches in its own cache, and both keep what both
+ * have (an MTP head's row p needs the model's hidden state at p - 1, so the model
+ * keeps one token less and recomputes it). Errors of the draft only turn it off
+ * for s; an error truncating the model's sequence is returned. */
+static pkv_status draft_start(pkv_engine *e, eng_seq *s, int32_t kv, int64_t *matched) {
+    int32_t dkv;
+    int64_t dm = 0;
+    s->n_dtrue = s->n_dkv = 0;
+    if (pkv_kv_seq_create(e->dc, e->dfp, &dkv)) {
+        draft_off(e, s);
+        return PKV_OK;
+    }
+    if (e->p.prefix_cache && s->n_tok > 1 && pkv_kv_prefix_match(e->dc, dkv, s->tok, NULL, s->n_tok - 1, &dm)) {
+        pkv_kv_seq_free(e->dc, dkv);
+        draft_off(e, s);
+        return PKV_OK;
+    }
+    int64_t both = PKV_MIN(*matched, dm), mt = e->dmtp && both > 0 ? both - 1 : both;
+    if (dm > both && pkv_kv_truncate(e->dc, dkv, both)) {
+        pkv_kv_seq_free(e->dc, dkv);
+        draft_off(e, s);
+        return PKV_OK;
+    }
+    if (*matched > mt) {
+        pkv_status st = pkv_kv_truncate(e->c, kv, mt);
+        if (st) {
+            pkv_kv_seq_free(e->dc, dkv);
+            return st;
+        }
+        *matched = mt;
+    }
+    s->dkv = dkv;
+    s->n_dtrue = s->n_dkv = (int32_t)both;
+    return PKV_OK;
+}
+
 /* Start (sample 0 of a new request) or resume (a preempted sample) s when the pool
  * has room for what it must compute beyond `reserve` pages; `alone` (nothing is
  * resident) skips the check: a request that fits at all fits then.
@@ -323,6 +383,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         st = pkv_kv_swap_in(e->c, s->kv);
         if (st == PKV_ERR_OUT_OF_PAGES) return 0;
         if (st) goto fail;
+        if (s->dkv >= 0 && pkv_kv_swap_in(e->dc, s->dkv)) draft_off(e, s);
         s->st = SEQ_RUNNING;
         return 1;
     }
@@ -336,9 +397,15 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         pkv_kv_seq_free(e->c, kv);
         goto fail;
     }
+    if (e->dc && !s->nodraft && (st = draft_start(e, s, kv, &matched))) {
+        pkv_kv_seq_free(e->c, kv);
+        goto fail;
+    }
     int64_t need = pages_for(e, s->n_tok + 1) - matched / e->ps + (r->n > 1 && !r->forked ? r->n - 1 : 0);
     if (!alone && pool_avail(e) - reserve < need) {
         pkv_kv_seq_free(e->c, kv); /* the matched pages go back to the cache */
+        if (s->dkv >= 0) pkv_kv_seq_free(e->dc, s->dkv);
+        s->dkv = -1;
         return 0;
     }
     s->kv = kv;
@@ -456,6 +523,10 @@ static int form_batch(pkv_engine *e) {
                 if (s->st != SEQ_RUNNING || s->step_n) continue;
                 int32_t left = s->n_tok - s->n_kv;
                 if ((pass == 0) != (left == 1) || budget <= 0 || nb >= e->p.max_seqs) continue;
+                if (left == 1) { /* a decode token and the draft's proposals after it */
+                    s->n_prop = (int32_t)PKV_MIN((int64_t)s->n_prop, budget - 1);
+                    left += s->n_prop;
+                }
                 s->step_n = (int32_t)PKV_MIN((int64_t)left, budget);
                 budget -= s->step_n;
                 e->batch[nb++] = s;
@@ -472,6 +543,9 @@ static int pack_batch(pkv_engine *e, int nb) {
         e->batch[k] = s;
         e->b_kv[k] = s->kv;
         e->b_n[k] = s->step_n;
+        e->b_nl[k] = 1 + s->n_prop; /* logits of the decode token and of each proposal */
+        s->h_row = (int32_t)t;
+        s->h_pos = s->n_kv;
         memcpy(e->b_tok + t, s->tok + s->n_kv, (size_t)s->step_n * sizeof *e->b_tok);
         t += s->step_n;
         k++;
@@ -479,8 +553,9 @@ static int pack_batch(pkv_engine *e, int nb) {
     return k;
 }
 
-/* Sample the next token of s from its logits row and deliver it. */
-static void sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
+/* Sample the next token of s from its logits row and deliver it; the token, or -1
+ * when sampling failed. */
+static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
     eng_req *r = s->r;
     int32_t tok;
     pkv_status st = pkv_sampler_sample(s->smp, row, &tok);
@@ -489,7 +564,7 @@ static void sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
         snprintf(msg, sizeof msg, "%s", pkv_errmsg());
         r->failed = true;
         emit(e, s, -1, NULL, PKV_FINISH_ERROR, false, st, msg);
-        return;
+        return -1;
     }
     pkv_sampler_accept(s->smp, tok);
     s->tok[s->n_tok++] = tok;
@@ -502,6 +577,7 @@ static void sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
     else if (s->n_gen >= r->max_tokens) fin = PKV_FINISH_LENGTH;
     bool go = emit(e, s, tok, row, fin, stop, PKV_OK, NULL);
     if (fin == PKV_FINISH_NONE && !go) emit(e, s, -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
+    return tok;
 }
 
 /* Samples 1..n-1 of r as forks of sample 0, which just finished the prompt. */
@@ -515,9 +591,192 @@ static pkv_status fork_samples(pkv_engine *e, eng_req *r) {
         if ((st = pkv_kv_fork(e->c, p->kv, &s->kv))) break;
         s->n_kv = p->n_kv;
         s->st = SEQ_RUNNING;
+        if (p->dkv >= 0 && !s->nodraft) { /* the draft's rows of the prompt too */
+            if (pkv_kv_fork(e->dc, p->dkv, &s->dkv)) {
+                draft_off(e, s);
+            } else {
+                s->n_dtrue = p->n_dtrue;
+                s->n_dkv = p->n_dkv;
+            }
+        }
+        s->h_row = p->h_row;
+        s->h_pos = p->h_pos;
     }
     r->forked = true;
     return st;
+}
+
+/* ------------------------------------------------------------- draft */
+
+/* Grow a host array of rows x width floats to hold n rows. */
+static pkv_status grow_rows(float **a, size_t *cap, size_t n, size_t width) {
+    if (n <= *cap) return PKV_OK;
+    size_t c = PKV_MAX(n, 2 * *cap), bytes;
+    if (!pkv_mul_ok(c, width * sizeof(float), &bytes)) return pkv_err(PKV_ERR_NOMEM, "engine: %zu rows", n);
+    float *p = pkv_malloc(bytes);
+    if (!p) return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %zu rows of %zu floats", c, width);
+    pkv_free(*a);
+    *a = p;
+    *cap = c;
+    return PKV_OK;
+}
+
+/* The proposals of s were verified by this step (the model's rows `lg`, one per
+ * token from its decode token at position a): sample from each row in turn as
+ * plain decoding would, keeping a proposal while the sample equals it; the model's
+ * rows after the last kept one are truncated away. */
+static void verify(pkv_engine *e, eng_seq *q, const float *lg, int32_t a) {
+    const int np = q->n_prop;
+    int j = 0;
+    e->d_proposed += (uint64_t)np;
+    for (int i = 0; i <= np; i++) {
+        int32_t y = sample_seq(e, q, lg + (size_t)i * (size_t)e->n_vocab);
+        bool kept = i < np && y == q->prop[i];
+        e->d_accepted += kept;
+        if (q->st != SEQ_RUNNING) return; /* finished (or failed): released */
+        if (!kept) break;
+        j++;
+    }
+    q->n_prop = 0;
+    int32_t keep = a + 1 + j;
+    if (keep < q->n_kv) {
+        pkv_status st = pkv_kv_truncate(e->c, q->kv, keep);
+        if (st) {
+            req_fail(e, q->r, st);
+            return;
+        }
+        q->n_kv = keep;
+    }
+}
+
+static int32_t argmax(const float *row, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (row[i] > row[best]) best = i;
+    return best;
+}
+
+/* One draft forward over d_who[0..n) with d_n[k] tokens each (in d_tok), hidden
+ * input rows dh_in (an MTP head); publish: rows made from committed tokens. The
+ * sequences of a failed step go on without the draft. */
+static bool draft_forward(pkv_engine *e, int n, bool publish) {
+    pkv_fwd_batch b;
+    memset(&b, 0, sizeof b);
+    b.n_seqs = n;
+    b.seqs = e->d_seq;
+    b.n_tokens = e->d_n;
+    b.tokens = e->d_tok;
+    b.no_publish = !publish;
+    if (e->dmtp) {
+        b.hidden_in = e->dh_in;
+        b.hidden_out = e->dh_out;
+    }
+    pkv_status st = pkv_model_forward(e->dm, e->dc, &e->dws, &b, e->dlogits);
+    e->d_steps++;
+    if (st) {
+        PKV_WARN("engine: the draft's step failed (%s); %d sequence(s) go on without it", pkv_errmsg(), n);
+        for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
+        return false;
+    }
+    return true;
+}
+
+/* After a step: the draft takes in what its sequences committed (from the rows
+ * the step computed), then proposes up to K tokens for each sequence that decodes
+ * next: the draft's most likely token, fed back K - 1 times. Batches of at most
+ * max_seqs sequences. */
+static void draft_round(pkv_engine *e) {
+    const size_t E = (size_t)e->m->hp.n_embd, V = (size_t)e->n_vocab;
+    int ri = 0, rj = 0; /* where the search for sequences goes on */
+    for (;;) {
+        int n = 0;
+        size_t T = 0;
+        for (; ri < e->n_reqs && n < e->p.max_seqs; ri++, rj = 0) {
+            eng_req *r = e->reqs[ri];
+            for (; rj < r->n && n < e->p.max_seqs; rj++) {
+                eng_seq *s = &r->seqs[rj];
+                if (s->st != SEQ_RUNNING || s->dkv < 0 || s->h_row < 0) continue;
+                int32_t end = PKV_MIN(s->n_kv + 1, s->n_tok);
+                s->n_prop = 0;
+                if (s->n_dkv > s->n_dtrue) { /* the last proposals' rows */
+                    if (pkv_kv_truncate(e->dc, s->dkv, s->n_dtrue)) {
+                        draft_off(e, s);
+                        continue;
+                    }
+                    s->n_dkv = s->n_dtrue;
+                }
+                if (end <= s->n_dtrue) continue;
+                if (e->dmtp && s->n_dtrue > 0 && s->n_dtrue - 1 < s->h_pos) { /* the hidden state is not at hand */
+                    draft_off(e, s);
+                    continue;
+                }
+                e->d_who[n] = s;
+                e->d_seq[n] = s->dkv;
+                e->d_n[n] = end - s->n_dtrue;
+                T += (size_t)e->d_n[n];
+                n++;
+            }
+            if (n == e->p.max_seqs) break;
+        }
+        if (!n) return;
+        void *dt = e->d_tok;
+        if (pkv_grow(&dt, &e->cap_dtok, T, sizeof(int32_t)) ||
+            (e->dmtp && (grow_rows(&e->dh_in, &e->cap_hid_d, T, E) ||
+                         grow_rows(&e->dh_out, &e->cap_hid_o, T, E)))) {
+            for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
+            continue;
+        }
+        e->d_tok = dt;
+        size_t t = 0;
+        for (int k = 0; k < n; k++) { /* catch up: row p from token p and the hidden state at p - 1 */
+            eng_seq *s = e->d_who[k];
+            for (int32_t p = s->n_dtrue; p < s->n_dtrue + e->d_n[k]; p++, t++) {
+                e->d_tok[t] = s->tok[p];
+                if (!e->dmtp) continue;
+                if (p == 0) memset(e->dh_in + t * E, 0, E * sizeof(float));
+                else memcpy(e->dh_in + t * E, e->hid + (size_t)(s->h_row + p - 1 - s->h_pos) * E, E * sizeof(float));
+            }
+        }
+        if (!draft_forward(e, n, true)) continue;
+        /* the sequences that decode next propose; the others only caught up */
+        int m = 0;
+        t = 0;
+        for (int k = 0; k < n; k++) {
+            eng_seq *s = e->d_who[k];
+            t += (size_t)e->d_n[k];
+            s->n_dtrue = s->n_dkv = s->n_dtrue + e->d_n[k];
+            int32_t room = s->r->max_tokens - s->n_gen - 1;
+            if (s->n_dtrue != s->n_tok || s->n_kv != s->n_tok - 1 || room < 1) continue;
+            s->prop[0] = s->tok[s->n_tok] = argmax(e->dlogits + (size_t)k * V, (int32_t)V);
+            s->n_prop = 1; /* the proposals go after the pending token, where the step reads them */
+            e->d_who[m] = s;
+            e->d_seq[m] = s->dkv;
+            if (e->dmtp) memmove(e->dh_in + (size_t)m * E, e->dh_out + (t - 1) * E, E * sizeof(float));
+            m++;
+        }
+        for (int i = 1; m > 0 && i < e->K; i++) { /* feed each its last proposal */
+            int w = 0;
+            for (int k = 0; k < m; k++) {
+                eng_seq *s = e->d_who[k];
+                if (s->n_prop < i || s->r->max_tokens - s->n_gen - 1 <= i) continue;
+                e->d_who[w] = s;
+                e->d_seq[w] = s->dkv;
+                e->d_n[w] = 1;
+                e->d_tok[w] = s->prop[i - 1];
+                if (e->dmtp && w != k) memcpy(e->dh_in + (size_t)w * E, e->dh_in + (size_t)k * E, E * sizeof(float));
+                w++;
+            }
+            m = w;
+            if (!m || !draft_forward(e, m, false)) break;
+            for (int k = 0; k < m; k++) {
+                eng_seq *s = e->d_who[k];
+                s->prop[i] = s->tok[s->n_tok + i] = argmax(e->dlogits + (size_t)k * V, (int32_t)V);
+                s->n_prop = i + 1;
+                s->n_dkv++;
+                if (e->dmtp) memcpy(e->dh_in + (size_t)k * E, e->dh_out + (size_t)k * E, E * sizeof(float));
+            }
+        }
+    }
 }
 
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
@@ -544,6 +803,14 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
         b.seqs = e->b_kv;
         b.n_tokens = e->b_n;
         b.tokens = e->b_tok;
+        b.n_logits = e->b_nl;
+        size_t rows = 0, T = 0;
+        for (int i = 0; i < nb; i++) rows += (size_t)e->b_nl[i], T += (size_t)e->b_n[i];
+        if ((s = grow_rows(&e->logits, &e->cap_logits, rows, (size_t)e->n_vocab))) break;
+        if (e->dmtp) { /* an MTP head drafts from the model's hidden states */
+            if ((s = grow_rows(&e->hid, &e->cap_hid, T, (size_t)e->m->hp.n_embd))) break;
+            b.hidden_out = e->hid;
+        }
         s = pkv_model_forward(e->m, e->c, &e->ws, &b, e->logits);
         if (s != PKV_ERR_OUT_OF_PAGES) break;
         eng_seq *v = pick_victim(e, NULL, false, 0);
@@ -566,11 +833,16 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             }
         } else {
             e->steps++;
+            size_t row = 0;
             for (int i = 0; i < nb; i++) {
                 eng_seq *q = e->batch[i];
+                int32_t a = q->n_kv;
                 q->n_kv += q->step_n;
                 e->computed += (uint64_t)q->step_n;
                 q->step_n = 0;
+                if (e->b_nl[i] > 1) verify(e, q, e->logits + row * (size_t)e->n_vocab, a); /* samples its tokens */
+                row += (size_t)e->b_nl[i];
+                if (q->st != SEQ_RUNNING) continue;
                 /* The step wrote its K/V: its full pages can serve prefix matches from
                  * the next admission on, not only after this sequence's next step. */
                 kv_seq *ks = pkv_kv_seq_get(e->c, q->kv, "publish");
@@ -579,26 +851,31 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             pkv_kv_stats ks; /* peak pages: the pool is fullest right after the step */
             pkv_kv_stats_get(e->c, &ks);
             if (ks.pages_used > e->pages_peak) e->pages_peak = ks.pages_used;
-            for (int i = 0; i < nb; i++) {
+            row = 0;
+            for (int i = 0; i < nb; i++, row += (size_t)e->b_nl[i - 1]) {
                 eng_seq *q = e->batch[i];
                 eng_req *r = q->r;
-                if (q->n_kv != q->n_tok || r->n_final == r->n) continue;
-                const float *row = e->logits + (size_t)i * (size_t)e->n_vocab;
+                if (e->b_nl[i] > 1 || q->n_kv != q->n_tok || r->n_final == r->n) continue;
+                const float *lg = e->logits + row * (size_t)e->n_vocab;
                 if (q->sample == 0 && r->n > 1 && !r->forked) {
                     pkv_status fs = fork_samples(e, r);
                     if (fs) {
                         req_fail(e, r, fs);
                         continue;
                     }
-                    for (int j = 0; j < r->n; j++) sample_seq(e, &r->seqs[j], row);
+                    for (int j = 0; j < r->n; j++) sample_seq(e, &r->seqs[j], lg);
                 } else {
-                    sample_seq(e, q, row);
+                    sample_seq(e, q, lg);
                 }
             }
+            if (e->dc) draft_round(e);
         }
     }
     for (int i = 0; i < e->n_reqs; i++)
-        for (int j = 0; j < e->reqs[i]->n; j++) e->reqs[i]->seqs[j].step_n = 0;
+        for (int j = 0; j < e->reqs[i]->n; j++) {
+            e->reqs[i]->seqs[j].step_n = 0;
+            e->reqs[i]->seqs[j].h_row = -1;
+        }
     sweep(e);
     if (*did_work) e->busy += pkv_time_now() - t0;
     pkv_engine_snapshot(e);

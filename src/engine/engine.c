@@ -36,6 +36,42 @@ pkv_engine_params pkv_engine_default_params(void) {
     return p;
 }
 
+/* Speculative decoding: the draft's own cache, as many pages as the model's pool
+ * plus room for every sequence's proposals (one layer's pages: small), the same
+ * page size and swap pool. */
+static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_pages) {
+    const pkv_engine_params *p = &e->p;
+    pkv_model *d = p->draft;
+    if (p->draft_max < 0 || p->draft_max > ENG_MAX_DRAFT)
+        return pkv_err(PKV_ERR_INVALID, "engine: draft_max %d is outside 1..%d", p->draft_max, ENG_MAX_DRAFT);
+    e->K = p->draft_max ? p->draft_max : 4;
+    if (d->hp.n_vocab != e->n_vocab)
+        return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
+                       "model's vocabulary", d->hp.n_vocab, (int)e->n_vocab);
+    if (d->kv_layer)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "engine: %s is a shared-KV draft (it attends over the target's cache): the "
+                       "engine runs drafts with a cache of their own (an MTP head or a separate draft model)", d->label);
+    if (d->mtp && d->hp.n_embd != e->m->hp.n_embd)
+        return pkv_err(PKV_ERR_MISMATCH, "engine: the MTP head's width %d differs from the model's %d", d->hp.n_embd,
+                       e->m->hp.n_embd);
+    e->dm = d;
+    e->dmtp = d->mtp;
+    e->dfp = p->prefix_cache ? d->fingerprint ^ 0x6472616674ull : 0;
+    pkv_cache_params cp = p->cache;
+    cp.n_pages = n_pages + (int64_t)p->max_seqs * ((e->K + e->ps) / e->ps + 1);
+    cp.host_pages = host_pages;
+    cp.n_ctx = (int)e->n_ctx + e->K;
+    if (!(e->dc = pkv_model_cache_create(d, cp))) return pkv_err_prefix(PKV_ERR_INVALID, "engine: the draft's cache");
+    size_t S = (size_t)p->max_seqs, V = (size_t)e->n_vocab;
+    e->dlogits = pkv_calloc(S * V, sizeof *e->dlogits);
+    e->d_seq = pkv_calloc(S, sizeof *e->d_seq);
+    e->d_n = pkv_calloc(S, sizeof *e->d_n);
+    e->d_who = pkv_calloc(S, sizeof *e->d_who);
+    if (!e->dlogits || !e->d_seq || !e->d_n || !e->d_who)
+        return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the draft's %d x %d logits", p->max_seqs, (int)V);
+    return PKV_OK;
+}
+
 pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     if (!m) {
         pkv_err(PKV_ERR_INVALID, "engine: model is NULL");
@@ -82,11 +118,14 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     size_t V = (size_t)e->n_vocab, S = (size_t)p.max_seqs, T = (size_t)p.max_batch_tokens, rows;
     if (!pkv_mul_ok(V, S, &rows)) goto nomem;
     e->logits = pkv_calloc(rows, sizeof *e->logits);
+    e->cap_logits = S;
     e->batch = pkv_calloc(S, sizeof *e->batch);
     e->b_kv = pkv_calloc(S, sizeof *e->b_kv);
     e->b_n = pkv_calloc(S, sizeof *e->b_n);
+    e->b_nl = pkv_calloc(S, sizeof *e->b_nl);
     e->b_tok = pkv_calloc(T, sizeof *e->b_tok);
-    if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_tok) goto nomem;
+    if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_nl || !e->b_tok) goto nomem;
+    if (p.draft && draft_create(e, ks.n_pages, ks.host_pages)) goto fail;
     pkv_engine_snapshot(e);
     return e;
 nomem:
@@ -103,6 +142,17 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_engine_cancel_all(e);
     pkv_fwd_ws_free(e->ws);
     pkv_kv_cache_free(e->c);
+    pkv_fwd_ws_free(e->dws);
+    pkv_kv_cache_free(e->dc);
+    pkv_free(e->hid);
+    pkv_free(e->dh_in);
+    pkv_free(e->dh_out);
+    pkv_free(e->dlogits);
+    pkv_free(e->d_seq);
+    pkv_free(e->d_n);
+    pkv_free(e->d_tok);
+    pkv_free(e->d_who);
+    pkv_free(e->b_nl);
     pkv_free(e->logits);
     pkv_free(e->batch);
     pkv_free(e->b_kv);
@@ -194,6 +244,7 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
         r->seqs[i].r = r;
         r->seqs[i].sample = i;
         r->seqs[i].kv = -1;
+        r->seqs[i].dkv = -1;
     }
     pthread_mutex_lock(&e->mu);
     if (e->n_live == e->live_cap) {

@@ -32,6 +32,8 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     int64_t T = 0;
     for (int i = 0; i < b->n_seqs; i++) T += b->n_tokens[i];
     int64_t n_out = b->all_logits ? T : b->n_seqs;
+    if (b->n_logits)
+        for (int i = n_out = 0; i < b->n_seqs; i++) n_out += b->n_logits[i];
     pl->n_seqs = b->n_seqs;
     pl->meta_pages = bt.indptr[b->n_seqs];
     pl->window = rows_w != NULL;
@@ -52,7 +54,7 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     int32_t *q_seq = I + pl->off_meta, *q_len = q_seq + T, *indptr = q_len + T, *pages = indptr + b->n_seqs + 1;
     int64_t k = 0, o = 0;
     for (int i = 0; i < b->n_seqs; i++) {
-        int32_t nt = b->n_tokens[i];
+        int32_t nt = b->n_tokens[i], first_out = b->n_logits ? nt - b->n_logits[i] : b->all_logits ? 0 : nt - 1;
         const int32_t *positions = bt.positions + bt.tok_indptr[i] + len_before[i];
         for (int32_t j = 0; j < nt; j++, k++) {
             I[pl->off_ids + k] = b->tokens[k];
@@ -61,9 +63,8 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
             I[pl->off_rows_w + k] = rows_w ? rows_w[k] : -1;
             q_seq[k] = i;
             q_len[k] = (int32_t)(len_before[i] + j + 1);
-            if (b->all_logits) I[pl->off_out + o++] = (int32_t)k;
+            if (j >= first_out) I[pl->off_out + o++] = (int32_t)k;
         }
-        if (!b->all_logits) I[pl->off_out + o++] = (int32_t)(k - 1);
     }
     memcpy(indptr, bt.indptr, ((size_t)b->n_seqs + 1) * sizeof *indptr);
     memcpy(pages, bt.pages, (size_t)pl->meta_pages * sizeof *pages);
@@ -278,6 +279,9 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     for (int i = 0; i < b->n_seqs; i++) {
         if (b->n_tokens[i] <= 0) return pkv_err(PKV_ERR_INVALID, "forward: sequence %d of the batch has %d tokens", i, b->n_tokens[i]);
         T += b->n_tokens[i];
+        if (b->n_logits && (b->n_logits[i] < 1 || b->n_logits[i] > b->n_tokens[i]))
+            return pkv_err(PKV_ERR_INVALID, "forward: sequence %d of the batch asks for logits of %d of its %d tokens", i,
+                           b->n_logits[i], b->n_tokens[i]);
     }
     for (int64_t k = 0; k < T; k++)
         if (b->tokens[k] < 0 || b->tokens[k] >= m->hp.n_vocab)
@@ -303,19 +307,23 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     if (!len0) return pkv_err(PKV_ERR_NOMEM, "forward: out of memory");
     for (int i = 0; i < b->n_seqs; i++) len0[i] = pkv_kv_seq_len(c, b->seqs[i]);
     const size_t V = (size_t)m->hp.n_vocab;
-    int64_t k0 = 0;
-    for (int i = 0; i < b->n_seqs && !s; k0 += b->n_tokens[i], i++)
-        for (int32_t off = 0, n = 0; off < b->n_tokens[i] && !s; off += n) {
-            n = chunk_len(c, mem, len0[i], off, b->n_tokens[i]);
-            bool last = off + n == b->n_tokens[i];
+    int64_t k0 = 0, o0 = 0; /* the sequence's first token and first logits row */
+    for (int i = 0; i < b->n_seqs && !s; k0 += b->n_tokens[i], i++) {
+        const int32_t nt = b->n_tokens[i], first_out = b->n_logits ? nt - b->n_logits[i] : b->all_logits ? 0 : nt - 1;
+        for (int32_t off = 0, n = 0; off < nt && !s; off += n) {
+            n = chunk_len(c, mem, len0[i], off, nt);
+            /* the chunk's rows with logits: a suffix of it (the sequence's are a suffix) */
+            int32_t from = PKV_MAX(off, first_out), rows = off + n > from ? off + n - from : 0;
             pkv_fwd_batch sb = {.n_seqs = 1, .seqs = &b->seqs[i], .n_tokens = &n, .tokens = b->tokens + k0 + off,
-                                .pos = b->pos ? b->pos + k0 + off : NULL, .all_logits = b->all_logits,
+                                .pos = b->pos ? b->pos + k0 + off : NULL, .n_logits = rows ? &rows : NULL,
                                 .no_publish = b->no_publish,
                                 .hidden_in = b->hidden_in ? b->hidden_in + (size_t)(k0 + off) * (size_t)m->hp.n_embd : NULL,
                                 .hidden_out = b->hidden_out ? b->hidden_out + (size_t)(k0 + off) * (size_t)m->hp.n_embd : NULL};
-            float *out = !logits ? NULL : b->all_logits ? logits + (size_t)(k0 + off) * V : last ? logits + (size_t)i * V : NULL;
-            s = step(m, c, wsp, &sb, out, mem, false, !b->all_logits && !last && !b->hidden_out);
+            float *out = logits && rows ? logits + (size_t)(o0 + from - first_out) * V : NULL;
+            s = step(m, c, wsp, &sb, out, mem, false, !rows && !b->hidden_out);
         }
+        o0 += nt - first_out;
+    }
     if (s) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", pkv_errmsg());

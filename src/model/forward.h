@@ -16,6 +16,10 @@ typedef struct pkv_fwd_batch {
     const int32_t *tokens;
     const int32_t *pos;
     bool all_logits; /* logits for every token, else for the last token of each sequence */
+    /* NULL, or logits for the last n_logits[i] tokens of sequence i (1..n_tokens[i];
+     * overrides all_logits): rows in batch order (a speculative verification next
+     * to prefill chunks that need one row) */
+    const int32_t *n_logits;
     bool no_publish; /* append without token ids: pages never enter the prefix index */
     /* An MTP head's second input (pkv_model.mtp): f32 [T][n_embd] host rows, the
      * target's final normed hidden state of each token's previous position */
@@ -42,7 +46,7 @@ typedef struct pkv_fwd_plan {
 } pkv_fwd_plan;
 
 /* Run one step. logits (host, may be NULL) receives f32 [n_out][n_vocab] with
- * n_out = total tokens when all_logits, else n_seqs. *ws is created or grown as
+ * n_out = the sum of n_logits, else total tokens when all_logits, else n_seqs. *ws is created or grown as
  * needed. On error the cache is as before the call (appended tokens truncated). */
 pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **ws, const pkv_fwd_batch *b, float *logits);
 

@@ -171,6 +171,9 @@ static void api_metrics(srv *s, srv_out *o) {
     C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
     C("generation_tokens_total", "Tokens generated.", st.gen_tokens);
     C("requests_finished_total", "Generation requests finished.", st.requests_done);
+    C("draft_proposed_tokens_total", "Speculative decoding: draft proposals the model verified.", st.draft_proposed);
+    C("draft_accepted_tokens_total", "Speculative decoding: proposals kept (the model sampled the same token).",
+      st.draft_accepted);
     C("requests_failed_total", "Generation requests failed or cancelled.", st.requests_failed);
     pthread_mutex_lock(&s->mu);
     uint64_t disc = s->disconnects;
@@ -360,6 +363,8 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
         ep.cache = cp;
         ep.max_seqs = so->parallel;
         ep.max_batch_tokens = so->batch_tokens;
+        ep.draft = s->draft;
+        ep.draft_max = so->draft_max;
         if (!(eng = pkv_engine_create(s->m, ep))) {
             fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
             return false;

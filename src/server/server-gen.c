@@ -248,6 +248,8 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
         out->preemptions += es.preemptions_swap + es.preemptions_recompute;
         out->seqs_swapped = es.n_swapped;
         out->seqs_recompute = es.n_recompute;
+        out->draft_proposed = es.draft_proposed;
+        out->draft_accepted = es.draft_accepted;
     }
 }
 

@@ -94,6 +94,7 @@ typedef struct srv_stats {
     int seqs_swapped, seqs_recompute; /* engine sequences preempted (to host; dropped for recompute) */
     pkv_kv_stats kv;
     uint64_t prompt_tokens, gen_tokens, prefix_hit_tokens, preemptions, requests_done, requests_failed;
+    uint64_t draft_proposed, draft_accepted; /* speculative decoding */
     uint64_t ttft_hist[12], tpot_hist[11]; /* counts per bucket (cumulated when printed) */
     double ttft_sum, tpot_sum;
     uint64_t ttft_count, tpot_count;

@@ -211,6 +211,20 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
         return 2;
     }
     if (!(s.m = pkv_cli_open_model("serve", mo))) return 1;
+    if (so->draft || so->mtp) { /* the draft, before the engine that runs it */
+        pkv_model_params dp = pkv_model_default_params();
+        pkv_device *tdev = pkv_model_device(s.m);
+        if (!so->draft_device || !strcmp(so->draft_device, pkv_device_name(tdev))) dp.device_handle = tdev;
+        else dp.device = so->draft_device;
+        dp.n_threads = mo->threads;
+        dp.mtp = so->mtp;
+        const char *path = so->mtp ? mo->model : so->draft;
+        if (!(s.draft = pkv_model_load(path, dp))) {
+            fprintf(stderr, "pagekv serve: cannot load the draft%s %s: %s\n", so->mtp ? " (the MTP head of)" : "", path,
+                    pkv_errmsg());
+            goto out;
+        }
+    }
     if (!srv_start(&s, mo->model, mo)) goto out;
     started = true;
     uint64_t pb = s.page_bytes;
@@ -245,6 +259,11 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                    (long long)s.n_ctx, so->parallel,
                    so->simple ? "simple batching worker (--simple)"
                               : "serving engine (continuous batching, chunked prefill, preemption)");
+    if (s.draft)
+        bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
+                       "pagekv serve: speculative decoding: %s on %s, up to %d proposals per sequence and step\n",
+                       so->mtp ? "the model's MTP head" : so->draft, pkv_device_name(pkv_model_device(s.draft)),
+                       so->draft_max ? so->draft_max : 4);
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                    "pagekv serve: contexts API: up to %d contexts holding up to %lld KV pages (--context-pages)\n",
                    so->max_contexts, (long long)s.ctx_pages);
@@ -294,6 +313,7 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
 out:
     if (d) MHD_stop_daemon(d);
     if (started) srv_stop(&s);
+    pkv_model_free(s.draft);
     pkv_model_free(s.m);
     return rc;
 }

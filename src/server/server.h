@@ -40,6 +40,11 @@ typedef struct pkv_serve_opts {
     bool simple;               /* the simple batching worker instead of the serving engine */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
+    /* speculative decoding in the serving engine (pkv_engine_params.draft) */
+    const char *draft;         /* a draft model file with the model's vocabulary; NULL = none */
+    bool mtp;                  /* the model file's own MTP head as the draft */
+    const char *draft_device;  /* device of a --draft model; NULL = the model's */
+    int draft_max;             /* proposals per sequence and step; 0 = 4 */
     int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
                                   counted once + host pages of swapped contexts);
                                   0 = half the device pool */

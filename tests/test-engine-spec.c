@@ -1,0 +1,259 @@
+// labels: kv timeout=900
+/* Speculative decoding in the serving engine (pkv_engine_params.draft): every
+ * request's events must be bitwise those of the same request served alone by an
+ * engine without a draft — tokens, logprobs, top alternatives, finish — for
+ * greedy and seeded sampling, while prompts share prefixes, prefill is chunked,
+ * sequences are preempted (swap, recompute) and n > 1 forks. Drafts:
+ *  - the model itself loaded a second time (its own cache): greedy proposals are
+ *    all accepted, sampled ones partly, so acceptance and rejection both happen;
+ *  - a different small model with the same vocabulary (mostly rejected);
+ *  - qwen35's own MTP head (fed the model's hidden states), where rejecting a
+ *    proposal also rolls the recurrent state back (checkpoint and replay).
+ * Then the same on vulkan:0 when it exists, and bad drafts refused. */
+#include "base/base.h"
+#include "engine-testlib.h"
+
+enum { NQ = 16 };
+
+static pkv_model *g_m;
+
+/* A model from mkmodel: arch, layers (qwen35: + n_mtp MTP layers), seed; mtp:
+ * load the file's MTP head instead of the trunk. */
+static pkv_model *load(const char *arch, int n_layer, int n_mtp, uint64_t seed, bool mtp) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = arch;
+    p.type = PKV_TYPE_Q8_0;
+    p.n_layer = n_layer;
+    p.n_mtp = n_mtp;
+    p.n_embd = et_n_embd;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 128;
+    p.n_vocab = 320;
+    p.seed = seed;
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(&p, &data, &size)) {
+        TH_FAIL("mkmodel: %s", pkv_errmsg());
+        return NULL;
+    }
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    mp.device = et_device;
+    mp.mtp = mtp;
+    pkv_model *m = pkv_model_load_memory(data, size, mtp ? "engine-spec-mtp" : "engine-spec", mp);
+    pkv_mkmodel_free_memory(data);
+    if (!m) TH_FAIL("load: %s", pkv_errmsg());
+    return m;
+}
+
+typedef struct work {
+    int32_t prompt[NQ][48];
+    pkv_request_params rp[NQ];
+    et_rec alone[NQ], got[NQ];
+    int arrive[NQ];
+} work;
+
+/* NQ requests: shared prefixes, greedy and seeded sampling, logprobs, some that
+ * stop at end-of-generation; request 5 asks for n = 3 samples. greedy: all greedy
+ * to their max_tokens. */
+static void make_work(work *w, uint64_t seed, bool greedy) {
+    uint64_t rs = seed;
+    int32_t sys[20];
+    for (int i = 0; i < 20; i++) sys[i] = (int32_t)(et_rand(&rs) % 320);
+    for (int i = 0; i < NQ; i++) {
+        int n = 1 + (int)(et_rand(&rs) % 44), k = 0;
+        if (i % 3 == 1)
+            for (; k < 20 && k < n; k++) w->prompt[i][k] = sys[k];
+        for (; k < n; k++) w->prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
+        pkv_request_params r = pkv_request_default_params();
+        r.prompt = w->prompt[i];
+        r.n_prompt = n;
+        r.max_tokens = 4 + (int)(et_rand(&rs) % 28);
+        r.sampling.temp = 0;
+        r.ignore_eos = i % 5 != 4;
+        if (i % 4 == 3) {
+            r.sampling.temp = 0.9f;
+            r.sampling.seed = 500 + (uint64_t)i;
+        }
+        if (i % 4 == 2) r.top_logprobs = ET_TOP;
+        if (i == 5) r.n = 3;
+        if (greedy) {
+            r.sampling.temp = 0;
+            r.ignore_eos = true;
+        }
+        w->rp[i] = r;
+        w->arrive[i] = (int)(et_rand(&rs) % 12);
+    }
+}
+
+/* Each request alone, on an engine without a draft. */
+static void run_alone(work *w) {
+    for (int i = 0; i < NQ; i++) et_alone(g_m, &w->rp[i], &w->alone[i]);
+}
+
+/* All of w through an engine with draft d, submitted over the first steps. */
+static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, bool swap, int draft_max,
+                     pkv_engine_stats *st) {
+    pkv_engine_params ep = et_params(256, 8, n_pages);
+    ep.cache.n_seq_max = NQ;
+    ep.cache.host_pages = n_pages ? 1000 : 0;
+    ep.max_batch_tokens = 40;
+    ep.swap = swap;
+    ep.draft = d;
+    ep.draft_max = draft_max;
+    pkv_engine *e = pkv_engine_create(g_m, ep);
+    if (!e) {
+        TH_FAIL("%s: engine: %s", what, pkv_errmsg());
+        return;
+    }
+    int left = 1;
+    for (int step = 0; step < 12 || left > 0; step++) {
+        for (int i = 0; i < NQ; i++)
+            if (w->arrive[i] == step) {
+                memset(&w->got[i], 0, sizeof w->got[i]);
+                pkv_request_params r = w->rp[i];
+                r.on_event = et_on_event;
+                r.user = &w->got[i];
+                CHECK_OK(pkv_engine_submit(e, &r, NULL));
+            }
+        CHECK_OK(pkv_engine_step(e, &left));
+        if (step > 100000) {
+            TH_FAIL("%s: not done after %d steps", what, step);
+            break;
+        }
+    }
+    int bad = 0;
+    for (int i = 0; i < NQ; i++) bad += !et_same(&w->alone[i], &w->got[i], w->rp[i].n, what, i);
+    pkv_engine_stats_get(e, st);
+    fprintf(stderr, "  %-44s %d of %d differ; proposed %llu, accepted %llu, %llu steps (+%llu draft), preempted %llu "
+                    "swap %llu recompute, %llu without draft\n",
+            what, bad, NQ, (unsigned long long)st->draft_proposed, (unsigned long long)st->draft_accepted,
+            (unsigned long long)st->steps, (unsigned long long)st->draft_steps, (unsigned long long)st->preemptions_swap,
+            (unsigned long long)st->preemptions_recompute, (unsigned long long)st->draft_disabled);
+    CHECK(st->draft_proposed > 0);
+    CHECK(st->draft_accepted <= st->draft_proposed);
+    CHECK_INT(st->requests_failed, 0);
+    CHECK_INT(st->pages_used, 0);
+    CHECK_INT(st->n_running + st->n_swapped + st->n_recompute, 0);
+    pkv_engine_free(e);
+}
+
+/* The workload with draft d: a roomy pool, then one that preempts by swap and one
+ * that preempts by recompute (the draft's sequences go along). */
+static void check_draft(work *w, pkv_model *d, const char *name, bool self, bool preemption) {
+    char what[96];
+    pkv_engine_stats st;
+    snprintf(what, sizeof what, "%s:", name);
+    run_spec(w, d, what, 0, true, 4, &st);
+    if (self) CHECK(st.draft_accepted > 0);
+    if (!preemption) return;
+    snprintf(what, sizeof what, "%s, 28 pages, swap:", name);
+    run_spec(w, d, what, 28, true, 3, &st);
+    CHECK(st.preemptions_swap > 0);
+    snprintf(what, sizeof what, "%s, 28 pages, recompute:", name);
+    run_spec(w, d, what, 28, false, 2, &st);
+    CHECK(st.preemptions_recompute > 0);
+}
+
+static void bad_drafts(void) {
+    pkv_engine_params ep = et_params(256, 8, 0);
+    ep.draft = g_m;
+    ep.draft_max = 65;
+    CHECK(!pkv_engine_create(g_m, ep));
+    CHECK(strstr(pkv_errmsg(), "draft_max 65") != NULL);
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.n_vocab = 300;
+    p.n_embd = 64;
+    void *data = NULL;
+    size_t size = 0;
+    REQUIRE_VOID(!pkv_mkmodel_memory(&p, &data, &size));
+    pkv_model_params mp = pkv_model_default_params();
+    mp.device = et_device;
+    pkv_model *other = pkv_model_load_memory(data, size, "other-vocab", mp);
+    pkv_mkmodel_free_memory(data);
+    REQUIRE_VOID(other);
+    ep.draft = other;
+    ep.draft_max = 0;
+    CHECK(!pkv_engine_create(g_m, ep));
+    CHECK(strstr(pkv_errmsg(), "vocabulary of 300") != NULL);
+    pkv_model_free(other);
+}
+
+/* The model as its own draft on greedy requests: every proposal is the token the
+ * model then samples, so every one is kept. */
+static void check_self_greedy(pkv_model *self, const char *name) {
+    static work w;
+    make_work(&w, 9, true);
+    run_alone(&w);
+    pkv_engine_stats st;
+    run_spec(&w, self, name, 0, true, 4, &st);
+    CHECK_INT(st.draft_accepted, st.draft_proposed);
+}
+
+static void run_device(const char *dev, bool full) {
+    static work w;
+    et_device = dev;
+    fprintf(stderr, "%s:\n", dev);
+    /* llama: itself as the draft, and another small model */
+    g_m = et_model("llama", PKV_TYPE_Q8_0, 1); /* as load("llama", 2, 0, 1, false) */
+    pkv_model *self = g_m ? load("llama", 2, 0, 1, false) : NULL, *other = g_m ? load("llama", 1, 0, 2, false) : NULL;
+    if (g_m && self && other) {
+        make_work(&w, 7, false);
+        run_alone(&w);
+        check_draft(&w, self, "llama, itself as draft", true, full);
+        check_self_greedy(self, "llama, itself as draft, greedy:");
+        if (full) check_draft(&w, other, "llama, another model as draft", false, false);
+        if (full) bad_drafts();
+    }
+    pkv_model_free(self);
+    pkv_model_free(other);
+    pkv_model_free(g_m);
+    /* qwen35 and its MTP head: a rejected proposal rolls the recurrent state back */
+    g_m = load("qwen35", 4, 1, 3, false);
+    pkv_model *head = g_m ? load("qwen35", 4, 1, 3, true) : NULL, *self35 = g_m ? load("qwen35", 4, 1, 3, false) : NULL;
+    if (g_m && head && self35) {
+        make_work(&w, 8, false);
+        run_alone(&w);
+        check_draft(&w, head, "qwen35, its MTP head as draft", false, full);
+        /* partly kept proposals: the state goes back to the last kept token */
+        if (full) check_draft(&w, self35, "qwen35, itself as draft", true, false);
+        check_self_greedy(self35, "qwen35, itself as draft, greedy:");
+    }
+    pkv_model_free(head);
+    pkv_model_free(self35);
+    pkv_model_free(g_m);
+    g_m = NULL;
+}
+
+/* bench serve --mtp: the engine's figures with the MTP head drafting. */
+static void bench_cli(void) {
+    char f[512];
+    snprintf(f, sizeof f, "%s", th_tmp("engine-spec-q35.gguf"));
+    int rc = th_cli("", true, "mkmodel --arch qwen35 --layers 4 --mtp 1 --seed 4 -o '%s'", f);
+    if (rc == -1) {
+        printf("note: no CLI (PKV_CLI unset): bench serve --mtp not checked\n");
+        return;
+    }
+    CHECK_INT(rc, 0);
+    CHECK_INT(th_cli("", false, "bench serve -m '%s' --mtp --draft-max 3 -t 2 -n 6 --clients 3 --prompt-tokens 16 "
+                     "--output-tokens 8 --json", f), 0);
+    CHECK(strstr(th_out, "\"draft\": \"mtp\"") != NULL);
+    CHECK(strstr(th_out, "\"draft_proposed\": 0,") == NULL);
+    CHECK(strstr(th_out, "\"failed\": 0,") != NULL);
+    CHECK_INT(th_cli("", true, "bench serve --tiny --mtp"), 2); /* no file with MTP layers */
+    unlink(f);
+}
+
+int main(void) {
+    bench_cli();
+    run_device("cpu", true);
+    pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (v) {
+        pkv_device_close(v);
+        run_device("vulkan:0", false);
+    } else {
+        printf("note: no vulkan:0 here; the engine's speculative decoding on Vulkan was not run\n");
+    }
+    return th_done();
+}
