@@ -72,13 +72,15 @@ static bool et_on_event(const pkv_engine_event *ev, void *user) {
     return !(r->stop_after && s->n >= r->stop_after);
 }
 
-/* A small llama-shaped q8_0 model made in memory (q8_0: the quantized batched
- * matmul path; 320 tokens of vocabulary). */
-static pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
+/* A small model made in memory (320 tokens of vocabulary) of n_layer layers (0:
+ * 2; qwen35 4: three delta-net layers, then attention) and n_mtp MTP layers
+ * (qwen35); mtp: load the file's MTP head instead of its trunk. */
+static pkv_model *et_model_ex(const char *arch, pkv_type type, uint64_t seed, int n_layer, int n_mtp, bool mtp) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = type;
-    p.n_layer = strcmp(arch, "qwen35") ? 2 : 4; /* qwen35: three delta-net layers, then attention */
+    p.n_layer = n_layer ? n_layer : strcmp(arch, "qwen35") ? 2 : 4;
+    p.n_mtp = n_mtp;
     p.n_embd = et_n_embd;
     p.n_head = 4;
     p.n_head_kv = 2;
@@ -94,10 +96,16 @@ static pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
     pkv_model_params mp = pkv_model_default_params();
     mp.n_threads = 2;
     mp.device = et_device;
-    pkv_model *m = pkv_model_load_memory(data, size, "engine-test", mp);
+    mp.mtp = mtp;
+    pkv_model *m = pkv_model_load_memory(data, size, mtp ? "engine-test-mtp" : "engine-test", mp);
     pkv_mkmodel_free_memory(data);
     if (!m) TH_FAIL("load: %s", pkv_errmsg());
     return m;
+}
+
+/* A small llama-shaped model (q8_0: the quantized batched matmul path). */
+static inline pkv_model *et_model(const char *arch, pkv_type type, uint64_t seed) {
+    return et_model_ex(arch, type, seed, 0, 0, false);
 }
 
 static pkv_engine_params et_params(int n_ctx, int page_size, int64_t n_pages) {

@@ -17,34 +17,8 @@ enum { NQ = 16 };
 
 static pkv_model *g_m;
 
-/* A model from mkmodel: arch, layers (qwen35: + n_mtp MTP layers), seed; mtp:
- * load the file's MTP head instead of the trunk. */
 static pkv_model *load(const char *arch, int n_layer, int n_mtp, uint64_t seed, bool mtp) {
-    pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = arch;
-    p.type = PKV_TYPE_Q8_0;
-    p.n_layer = n_layer;
-    p.n_mtp = n_mtp;
-    p.n_embd = et_n_embd;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.n_ff = 128;
-    p.n_vocab = 320;
-    p.seed = seed;
-    void *data = NULL;
-    size_t size = 0;
-    if (pkv_mkmodel_memory(&p, &data, &size)) {
-        TH_FAIL("mkmodel: %s", pkv_errmsg());
-        return NULL;
-    }
-    pkv_model_params mp = pkv_model_default_params();
-    mp.n_threads = 2;
-    mp.device = et_device;
-    mp.mtp = mtp;
-    pkv_model *m = pkv_model_load_memory(data, size, mtp ? "engine-spec-mtp" : "engine-spec", mp);
-    pkv_mkmodel_free_memory(data);
-    if (!m) TH_FAIL("load: %s", pkv_errmsg());
-    return m;
+    return et_model_ex(arch, PKV_TYPE_Q8_0, seed, n_layer, n_mtp, mtp);
 }
 
 typedef struct work {
@@ -196,7 +170,7 @@ static void run_device(const char *dev, bool full) {
     et_device = dev;
     fprintf(stderr, "%s:\n", dev);
     /* llama: itself as the draft, and another small model */
-    g_m = et_model("llama", PKV_TYPE_Q8_0, 1); /* as load("llama", 2, 0, 1, false) */
+    g_m = load("llama", 2, 0, 1, false);
     pkv_model *self = g_m ? load("llama", 2, 0, 1, false) : NULL, *other = g_m ? load("llama", 1, 0, 2, false) : NULL;
     if (g_m && self && other) {
         make_work(&w, 7, false);
