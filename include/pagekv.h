@@ -271,6 +271,7 @@ typedef struct pkv_kv_cache pkv_kv_cache;
 typedef struct pkv_kv_layout pkv_kv_layout; /* geometry and placement, owned by a cache */
 
 #define PKV_KV_MAX_PAGE_SIZE 256
+#define PKV_KV_STATE_MAX_PARTS 64 /* pkv_kv_layer_desc.state_n_parts */
 
 /* One shard of a layer: KV heads [head_begin, head_begin + n_heads) stored on
  * `storage`, attended on `compute` (which must be able to access storage). */
@@ -308,6 +309,15 @@ typedef struct pkv_kv_layer_desc {
      * restores the last checkpoint at or before the new end and the rest is
      * recomputed (pkv_kv_seq_state_len). See docs/kv-cache.md. */
     int state_per_head;
+    /* A state made of parts (0 = one part of state_per_head floats): a head's state
+     * is the concatenation of its state_n_parts parts, state_part[i] floats each
+     * (each > 0, summing to state_per_head), while a shard's slot holds part 0 of
+     * each of its heads in order, then part 1 of each, and so on: a kernel's
+     * part-major layout (a conv window of all the shard's channels, then its delta
+     * matrices) sharded by heads. Saved files, and any conversion between shardings,
+     * use the per-head order. The parts are part of the layout fingerprint. */
+    int state_n_parts;
+    int state_part[PKV_KV_STATE_MAX_PARTS];
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -381,6 +391,8 @@ typedef struct pkv_kv_layer_info {
     size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
     int window;                        /* tokens; 0 = full attention (pkv_kv_layer_desc.window) */
     int state_per_head;                /* > 0: a recurrent layer (no K/V pages); see pkv_kv_layer_desc */
+    int state_n_parts;                 /* its parts (0 = one), as pkv_kv_layer_desc */
+    int state_part[PKV_KV_STATE_MAX_PARTS];
 } pkv_kv_layer_info;
 /* PKV_ERR_INVALID when il is out of range. */
 pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out);
@@ -396,7 +408,8 @@ typedef struct pkv_kv_shard_info {
     size_t k_row_bytes, v_row_bytes; /* one token: n_heads * pkv_type_row_bytes(dtype, head_dim) */
     size_t k_page_bytes, v_page_bytes;
     int64_t n_pages;                 /* rows = n_pages * page_size */
-    /* Recurrent layer: slot i's state, f32 [n_heads][state_per_head], is at
+    /* Recurrent layer: slot i's state, f32 [n_heads][state_per_head] (with parts:
+     * [part][n_heads][that part's floats], see pkv_kv_layer_desc), is at
      * state_off + i * state_slot_bytes of `state` (on `storage`); NULL otherwise. */
     pkv_buffer *state;
     size_t state_off, state_slot_bytes;

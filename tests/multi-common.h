@@ -29,6 +29,31 @@ static void mc_make(pkv_type t, const char *arch) {
     if (pkv_mkmodel_memory(&p, &mc_img, &mc_size)) TH_FAIL("mkmodel: %s", pkv_errmsg());
 }
 
+/* qwen35: 3 gated delta-net layers and an attention layer. The delta-net layers
+ * have 4 key heads with 2 value heads each (value head h reads key head h % 4), so
+ * a shard's value heads are strided in every tensor; splits 1,1 and 2,1,1 give
+ * shards of 2 and of 2, 1, 1 key heads. Head size 32 keeps q8_0's strided column
+ * runs of ssm_out on whole blocks. */
+static void mc_make_qwen35(pkv_type t) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "qwen35";
+    p.type = t;
+    p.n_layer = 4;
+    p.n_embd = 128;
+    p.n_head = 8;
+    p.n_head_kv = 8;
+    p.head_dim = 32;
+    p.n_ff = 192;
+    p.n_vocab = MV;
+    p.ssm_k_heads = 4;
+    p.ssm_v_heads = 8;
+    p.ssm_head_dim = 32;
+    p.seed = 35;
+    pkv_mkmodel_free_memory(mc_img);
+    mc_img = NULL;
+    if (pkv_mkmodel_memory(&p, &mc_img, &mc_size)) TH_FAIL("mkmodel: %s", pkv_errmsg());
+}
+
 static pkv_model *mc_load(const char *devices, const char *split, bool host) {
     pkv_model_params mp = pkv_model_default_params();
     mp.devices = devices;
@@ -94,9 +119,13 @@ static void mc_compare(const char *what, const char *devices, const char *split,
     pkv_model_free(m);
 }
 
-/* On a split model: fork == replay bitwise, swap and save/load round trips, and
- * a file saved from the sharded cache loads into a single-device cache. */
-static void mc_kv_ops(const char *devices, bool host, pkv_model *single, pkv_kv_cache *single_c) {
+/* On a split model: fork == replay bitwise, swap and save/load round trips,
+ * truncate (a recurrent state goes back to a checkpoint and the rest is replayed)
+ * then the same tokens again: the same logits (bitwise where the devices compute a
+ * batch of tokens as they compute each alone, bitwise_batches: the CPU), and a file
+ * saved from the sharded cache loads into a single-device cache and one saved
+ * there loads into the sharded cache, continuing alike. */
+static void mc_kv_ops(const char *devices, bool host, pkv_model *single, pkv_kv_cache *single_c, bool bitwise_batches) {
     pkv_model *m = mc_load(devices, NULL, host);
     pkv_kv_cache *c = m ? mc_cache(m) : NULL;
     REQUIRE_VOID(c);
@@ -124,6 +153,19 @@ static void mc_kv_ops(const char *devices, bool host, pkv_model *single, pkv_kv_
     }
     CHECK_MEM(ta, tb, sizeof ta);
     CHECK_MEM(la, lb, sizeof la); /* fork + swap round trip: bitwise */
+    /* b: back to MNP + 2 tokens, then the same tokens again one at a time */
+    CHECK_OK(pkv_context_truncate(b, MNP + 2));
+    CHECK_INT(pkv_context_n_tokens(b), MNP + 2);
+    for (int i = 2; i + 1 < MNG; i++) { /* la[i + 1]: the logits after ta[i] */
+        CHECK_OK(pkv_context_decode(b, &ta[i], 1));
+        const float *got = pkv_context_logits(b), *want = la + (size_t)(i + 1) * MV;
+        if (bitwise_batches) {
+            CHECK_MEM(got, want, MV * 4);
+        } else {
+            double e = th_nmse(want, got, MV);
+            if (!(e < 1e-8)) TH_FAIL("%s: truncate and decode again, step %d: nmse %g", devices, i, e);
+        }
+    }
     /* replay from scratch: bitwise */
     pkv_context *r = pkv_context_create(m, c, 0);
     CHECK_OK(pkv_context_decode(r, prompt, MNP));
@@ -146,6 +188,22 @@ static void mc_kv_ops(const char *devices, bool host, pkv_model *single, pkv_kv_
         double e = th_nmse(pkv_context_logits(a), pkv_context_logits(ls), MV);
         if (!(e < 1e-8)) TH_FAIL("%s: sharded save -> single load: nmse %g", devices, e);
     }
+    /* the other way: saved on the single device, loaded into the sharded cache; both
+     * continue with the same tokens alike */
+    const char *path1 = th_tmp("multi-single.kv");
+    pkv_context *l1 = NULL;
+    if (ls && pkv_context_save(ls, path1) == PKV_OK) l1 = pkv_context_load(m, c, path1, 0);
+    CHECK(l1 != NULL);
+    for (int i = 0; l1 && ls && i < 4; i++) {
+        double e = th_nmse(pkv_context_logits(ls), pkv_context_logits(l1), MV);
+        if (!(e < 1e-8)) TH_FAIL("%s: single save -> sharded load, step %d: nmse %g", devices, i, e);
+        int32_t t = mc_argmax(pkv_context_logits(ls));
+        CHECK_INT(mc_argmax(pkv_context_logits(l1)), t);
+        CHECK_OK(pkv_context_decode(ls, &t, 1));
+        CHECK_OK(pkv_context_decode(l1, &t, 1));
+    }
+    pkv_context_free(l1);
+    unlink(path1);
     pkv_context_free(ls);
     pkv_context_free(l);
     pkv_context_free(r);

@@ -138,14 +138,37 @@ int main(void) {
         if (src) fclose(src);
         if (dst) fclose(dst);
     }
-    /* a mixture-of-experts model and a qwen35 model (gated delta-net layers: a
-     * recurrent state per sequence in the cache's state slots) run on one device:
-     * every KV operation == replay on cpu, with the cache on the host, and on
-     * vulkan:0; a tensor-parallel split is refused by name */
+    /* a mixture-of-experts model runs on one device: every KV operation == replay on
+     * cpu, with the cache on the host, and on vulkan:0; a tensor-parallel split is
+     * refused by name */
     one_device_model("moe", "--arch qwen3moe --type q8_0 --experts 4 --experts-used 2",
                      "mixture-of-experts model (qwen3moe) cannot be split", "tensor-parallel splits are unsupported", vk);
-    one_device_model("q35", "--arch qwen35 --type q8_0", "a qwen35 model cannot be split over 2 devices",
-                     "recurrent layers runs on one device", vk);
+    /* a qwen35 model (gated delta-net layers: a recurrent state per sequence in the
+     * cache's state slots): every KV operation == replay on cpu, on the
+     * tensor-parallel pair (delta-net layers by key-head groups, each shard's state on
+     * its device) with the cache on the devices and on the host, in the default
+     * demo's pair too, with `run` split and the KV on the host, and cpu + vulkan:0;
+     * value heads of 16 columns cannot be split on q8_0's blocks of 32: refused,
+     * naming the tensor and the split */
+    {
+        char q35[512];
+        snprintf(q35, sizeof q35, "%s", th_tmp("demo-q35.gguf"));
+        CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type q8_0 --ssm-head-dim 32 -o '%s'", q35), 0);
+        demo_passes(q35, "--device cpu", "5 checks, 5 passed, 0 failed");
+        demo_passes(q35, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
+        CHECK(strstr(out, "cpu,cpu:1+host") != NULL);
+        CHECK_INT(th_cli("", true, "demo -m '%s'", q35), 0);
+        CHECK(strstr(out, "cpu,cpu:1+host") != NULL && strstr(out, " skip ") == NULL && strstr(out, " 0 failed") != NULL);
+        CHECK_INT(th_cli("", true, "run -m '%s' --devices cpu,cpu:1 --kv-on-host -p 'the cache' -n 4 --temp 0", q35), 0);
+        if (vk) demo_passes(q35, "--devices cpu,vulkan:0", "10 checks, 10 passed, 0 failed");
+        CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type q8_0 --ssm-head-dim 16 -o '%s'", q35), 0);
+        CHECK_INT(th_cli("", true, "demo -m '%s' --devices cpu,cpu:1", q35), 1);
+        if (!strstr(out, "tensor 'blk.0.ssm_out.weight' cannot be split over 2 devices in proportions 1,1") ||
+            !strstr(out, "q8_0 block of 32"))
+            TH_FAIL("qwen35 q8_0, head size 16: the split is not refused naming ssm_out: %s", out);
+        th_checks++;
+        unlink(q35);
+    }
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */

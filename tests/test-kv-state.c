@@ -25,7 +25,13 @@
  *    nothing changed (lengths, state lengths, live states, slot and page counts);
  *  - random steps, truncates, shifts, forks, swaps, clears and frees against a
  *    reference of each sequence's live state, state length and checkpoints;
- *  - a cache without recurrent layers reports state stats 0.
+ *  - a cache without recurrent layers reports state stats 0;
+ *  - a state made of parts (pkv_kv_layer_desc.state_part, a gated delta-net's
+ *    layout): known slot images written in every shard save as the canonical
+ *    per-head state (found byte for byte in the file), load into caches of other
+ *    shardings and devices with exactly those bytes, and back; fork and swap keep
+ *    them; the parts are part of the fingerprint (sharding is not, one part is no
+ *    parts); bad part lists are refused naming the layer.
  * Devices: cpu; cpu + cpu:1 (heads split, tensor-parallel style); vulkan:0
  * (lavapipe) and cuda:0 when they open, else those parts are skipped with a note. */
 #include "kv-testlib.h"
@@ -538,6 +544,208 @@ static void test_files(env *e, pkv_device *other_a, pkv_device *other_b) {
     pkv_kv_cache_free(c);
 }
 
+/* ---------------------------------------------------------- state parts */
+
+/* A recurrent layer whose head state is made of parts (pkv_kv_layer_desc
+ * .state_part), as a gated delta-net's: 3 heads of parts {2, 3, 1} floats; a
+ * shard's slot holds part 0 of each of its heads, then part 1 of each, then part 2. */
+enum { P_HEADS = 3, P_SPH = 6 };
+static const int k_parts[3] = {2, 3, 1};
+
+/* Layer 0: attention (1 head on a); layer 1: the parts layer, shards (first head,
+ * heads, device) as given. */
+static void parts_layout(env *e, int n_shards, const int (*sh)[2], pkv_device *const *dev, int n_parts) {
+    memset(e->L, 0, sizeof e->L);
+    e->L[0] = (pkv_kv_layer_desc){.n_kv_heads = 1, .head_dim_k = 4, .head_dim_v = 4, .dtype_k = PKV_TYPE_F32,
+                                  .dtype_v = PKV_TYPE_F32};
+    e->L[1] = (pkv_kv_layer_desc){.n_kv_heads = P_HEADS, .state_per_head = P_SPH, .n_shards = n_shards,
+                                  .shards = e->S[1], .state_n_parts = n_parts};
+    for (int i = 0; i < n_parts; i++) e->L[1].state_part[i] = k_parts[i];
+    for (int i = 0; i < n_shards; i++) e->S[1][i] = (pkv_kv_shard_desc){dev[i], NULL, sh[i][0], sh[i][1]};
+}
+
+static pkv_kv_cache *parts_cache(env *e) {
+    pkv_kv_params p = params(e, 8, 0, 0);
+    p.n_layers = 2;
+    pkv_kv_cache *c = pkv_kv_cache_create(p);
+    if (!c) TH_FAIL("parts cache: %s", pkv_errmsg());
+    return c;
+}
+
+/* Element i of part q of head h in the canonical layout: distinct, not round. */
+static float parts_value(int h, int q, int i, float tag) { return tag + (float)(h * 100 + q * 10 + i) + 0.125f; }
+
+/* Every shard's slot image of seq's live state, gathered raw ([shard's bytes] in
+ * shard order) and as the canonical state it stands for (by the parts rule). */
+static pkv_status parts_io(pkv_kv_cache *c, int32_t seq, float *canon, bool write, float tag) {
+    int32_t slot;
+    pkv_status st = pkv_kv_state_slots(c, 1, &seq, &slot);
+    pkv_kv_layer_info li;
+    if (!st) st = pkv_kv_layout_layer(pkv_kv_cache_layout(c), 1, &li);
+    for (int s = 0; !st && s < li.n_shards; s++) {
+        pkv_kv_shard_info si;
+        if ((st = pkv_kv_shard(c, 1, s, &si))) break;
+        float img[P_HEADS * P_SPH];
+        size_t off = si.state_off + (size_t)slot * si.state_slot_bytes;
+        int at = 0;
+        if (write) { /* the slot image the kernels would leave for these heads */
+            for (int q = 0, in = 0; q < 3; in += k_parts[q++])
+                for (int h = si.head_begin; h < si.head_begin + si.n_heads; h++)
+                    for (int i = 0; i < k_parts[q]; i++) img[at++] = parts_value(h, q, i, tag);
+            st = pkv_buffer_write(si.state, off, img, si.state_slot_bytes);
+            continue;
+        }
+        if ((st = pkv_buffer_read(si.state, off, img, si.state_slot_bytes))) break;
+        for (int q = 0, in = 0; q < 3; in += k_parts[q++])
+            for (int h = si.head_begin; h < si.head_begin + si.n_heads; h++)
+                for (int i = 0; i < k_parts[q]; i++) canon[h * P_SPH + in + i] = img[at++];
+    }
+    return st;
+}
+
+static void parts_canon(float *canon, float tag) {
+    for (int h = 0; h < P_HEADS; h++)
+        for (int q = 0, in = 0; q < 3; in += k_parts[q++])
+            for (int i = 0; i < k_parts[q]; i++) canon[h * P_SPH + in + i] = parts_value(h, q, i, tag);
+}
+
+static void test_parts(env *e) {
+    const int sh_a[2][2] = {{0, 2}, {2, 1}}, sh_b[3][2] = {{0, 1}, {1, 1}, {2, 1}}, sh_one[1][2] = {{0, 3}};
+    pkv_device *dev_a[2] = {e->a, e->b}, *dev_b[3] = {e->b, e->a, e->b};
+    parts_layout(e, 2, sh_a, dev_a, 3);
+    pkv_kv_cache *c = parts_cache(e);
+    REQUIRE_VOID(c);
+    pkv_kv_layer_info li;
+    CHECK_OK(pkv_kv_layout_layer(pkv_kv_cache_layout(c), 1, &li));
+    CHECK_INT(li.state_n_parts, 3);
+    CHECK(li.state_part[0] == 2 && li.state_part[1] == 3 && li.state_part[2] == 1);
+    uint64_t fp = pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c));
+    int32_t a;
+    CHECK_OK(pkv_kv_seq_create(c, 7, &a));
+    CHECK_OK(app(c, a, 5, 30));
+    CHECK_OK(parts_io(c, a, NULL, true, 1000.0f));
+    const char *path = th_tmp("kv-parts.seq");
+    CHECK_OK(pkv_kv_seq_save(c, a, path));
+    /* the file holds the canonical state: each head's parts in a row, heads in order */
+    float want[P_HEADS * P_SPH], got[P_HEADS * P_SPH];
+    parts_canon(want, 1000.0f);
+    {
+        static uint8_t f1[1 << 14];
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(f1, 1, sizeof f1, f) : 0;
+        if (f) fclose(f);
+        bool found = false;
+        for (size_t at = 0; !found && at + sizeof want <= n; at++) found = memcmp(f1 + at, want, sizeof want) == 0;
+        CHECK(found);
+    }
+    /* into caches of other shardings (three shards; one shard) and devices: their
+     * slots hold the same canonical state, bit for bit */
+    for (int k = 0; k < 2; k++) {
+        env e2 = *e;
+        if (k == 0) parts_layout(&e2, 3, sh_b, dev_b, 3);
+        else parts_layout(&e2, 1, sh_one, dev_b, 3);
+        pkv_kv_cache *c2 = parts_cache(&e2);
+        REQUIRE_VOID(c2);
+        CHECK(pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c2)) == fp); /* sharding is not geometry */
+        int32_t x, d;
+        CHECK_OK(pkv_kv_seq_create(c2, 0, &x)); /* another slot than the file's sequence had */
+        CHECK_OK(pkv_kv_seq_load(c2, path, 0, &d));
+        memset(got, 0xcd, sizeof got);
+        CHECK_OK(parts_io(c2, d, got, false, 0));
+        CHECK_MEM(got, want, sizeof want);
+        /* and back: written in this sharding, saved, loaded into the first cache */
+        CHECK_OK(parts_io(c2, d, NULL, true, 2000.0f + (float)k * 1000.0f));
+        const char *path2 = th_tmp("kv-parts2.seq");
+        CHECK_OK(pkv_kv_seq_save(c2, d, path2));
+        int32_t b;
+        CHECK_OK(pkv_kv_seq_load(c, path2, 0, &b));
+        float want2[P_HEADS * P_SPH];
+        parts_canon(want2, 2000.0f + (float)k * 1000.0f);
+        memset(got, 0xcd, sizeof got);
+        CHECK_OK(parts_io(c, b, got, false, 0));
+        CHECK_MEM(got, want2, sizeof want2);
+        /* fork and swap carry the slot image as it is */
+        int32_t f;
+        CHECK_OK(pkv_kv_fork(c, b, &f));
+        CHECK_OK(pkv_kv_swap_out(c, f));
+        CHECK_OK(pkv_kv_swap_in(c, f));
+        memset(got, 0xcd, sizeof got);
+        CHECK_OK(parts_io(c, f, got, false, 0));
+        CHECK_MEM(got, want2, sizeof want2);
+        CHECK_OK(pkv_kv_seq_free(c, f));
+        CHECK_OK(pkv_kv_seq_free(c, b));
+        remove(path2);
+        pkv_kv_cache_free(c2);
+    }
+    /* the parts are geometry: other parts of the same size, or none, are another
+     * layout, and its files are refused */
+    for (int k = 0; k < 2; k++) {
+        env e2 = *e;
+        parts_layout(&e2, 2, sh_a, dev_a, k ? 0 : 3);
+        if (!k) e2.L[1].state_part[0] = 3, e2.L[1].state_part[1] = 2; /* {3, 2, 1} */
+        pkv_kv_cache *c2 = parts_cache(&e2);
+        REQUIRE_VOID(c2);
+        CHECK(pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c2)) != fp);
+        int32_t d;
+        CHECK_STATUS(pkv_kv_seq_load(c2, path, 0, &d), PKV_ERR_FORMAT);
+        CHECK_MSG("layout fingerprint");
+        pkv_kv_cache_free(c2);
+    }
+    /* one part is the plain layout */
+    {
+        env e2 = *e;
+        parts_layout(&e2, 2, sh_a, dev_a, 1);
+        e2.L[1].state_part[0] = P_SPH;
+        pkv_kv_cache *c2 = parts_cache(&e2);
+        REQUIRE_VOID(c2);
+        env e3 = *e;
+        parts_layout(&e3, 2, sh_a, dev_a, 0);
+        pkv_kv_cache *c3 = parts_cache(&e3);
+        REQUIRE_VOID(c3);
+        CHECK(pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c2)) == pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c3)));
+        CHECK_OK(pkv_kv_layout_layer(pkv_kv_cache_layout(c2), 1, &li));
+        CHECK_INT(li.state_n_parts, 0);
+        pkv_kv_cache_free(c3);
+        pkv_kv_cache_free(c2);
+    }
+    remove(path);
+    pkv_kv_cache_free(c);
+
+    /* bad descriptions are refused, naming the layer and what is wrong */
+    static const struct {
+        int n_parts, p0, p1, p2;
+        const char *want;
+    } bad[] = {
+        {3, 2, 3, 2, "KV layout layer 1: its 3 state parts sum to 7 floats, state_per_head is 6"},
+        {3, 2, 4, 0, "KV layout layer 1: state part 2 has 0 floats (must be > 0)"},
+        {3, -1, 6, 1, "KV layout layer 1: state part 0 has -1 floats (must be > 0)"},
+        {-1, 6, 0, 0, "KV layout layer 1: -1 state parts (0 = one, at most 64)"},
+        {PKV_KV_STATE_MAX_PARTS + 1, 6, 0, 0, "KV layout layer 1: 65 state parts (0 = one, at most 64)"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        env e2 = *e;
+        parts_layout(&e2, 2, sh_a, dev_a, 0);
+        e2.L[1].state_n_parts = bad[k].n_parts;
+        e2.L[1].state_part[0] = bad[k].p0;
+        e2.L[1].state_part[1] = bad[k].p1;
+        e2.L[1].state_part[2] = bad[k].p2;
+        pkv_kv_params p = params(&e2, 8, 0, 0);
+        p.n_layers = 2;
+        CHECK(pkv_kv_cache_create(p) == NULL);
+        CHECK_MSG(bad[k].want);
+    }
+    {
+        env e2 = *e;
+        parts_layout(&e2, 2, sh_a, dev_a, 0);
+        e2.L[0].state_n_parts = 2; /* parts on an attention layer */
+        e2.L[0].state_part[0] = e2.L[0].state_part[1] = 1;
+        pkv_kv_params p = params(&e2, 8, 0, 0);
+        p.n_layers = 2;
+        CHECK(pkv_kv_cache_create(p) == NULL);
+        CHECK_MSG("KV layout layer 0: 2 state parts but no state (state_per_head 0)");
+    }
+}
+
 /* ------------------------------------------------------------ prefix reuse */
 
 static void test_prefix(env *e) {
@@ -974,6 +1182,7 @@ static void run(const char *na, const char *nb) {
     } else {
         TH_FAIL("cpu:2 does not open: %s", pkv_errmsg());
     }
+    test_parts(&e);
     test_prefix(&e);
     test_slots(&e);
     test_window(&e);

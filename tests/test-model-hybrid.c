@@ -3,7 +3,9 @@
  * head) given bad input: every missing or inconsistent delta-net key, a missing
  * tensor, a missing MTP tensor, are refused naming the key or tensor; a saved
  * sequence of another model (another state shape) is refused on load; a model's
- * MTP head loads from a file that has one and is refused from one that has not. */
+ * MTP head loads from a file that has one and is refused from one that has not.
+ * Split over two CPU devices (the delta-net layers by key-head groups) it gives
+ * the one-device logits; splits it cannot make are refused by name. */
 #include "base/base.h"
 #include "model/gguf.h"
 #include "testhelp.h"
@@ -50,6 +52,77 @@ static pkv_model *load_img(const void *img, size_t size, bool mtp) {
     pkv_model_params mp = pkv_model_default_params();
     mp.mtp = mtp;
     return pkv_model_load_memory(img, size, "q35", mp);
+}
+
+/* Logits of a prompt and 4 greedy steps on the model placed as mp says. */
+static bool split_run(const void *img, size_t size, pkv_model_params mp, float *lg, int V) {
+    pkv_model *m = pkv_model_load_memory(img, size, "q35", mp);
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 64;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    const int32_t prompt[9] = {5, 17, 2, 250, 33, 8, 91, 4, 60};
+    bool ok = ctx && pkv_context_decode(ctx, prompt, 9) == PKV_OK;
+    for (int i = 0; ok && i < 5; i++) {
+        memcpy(lg + (size_t)i * (size_t)V, pkv_context_logits(ctx), (size_t)V * sizeof(float));
+        int32_t t = 0;
+        for (int k = 1; k < V; k++)
+            if (lg[(size_t)i * (size_t)V + k] > lg[(size_t)i * (size_t)V + t]) t = k;
+        ok = i == 4 || pkv_context_decode(ctx, &t, 1) == PKV_OK;
+    }
+    if (!ok) TH_FAIL("split run on %s: %s", mp.devices ? mp.devices : "cpu", pkv_errmsg());
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    return ok;
+}
+
+/* The delta-net layers split by key-head groups: 2 key heads with 2 value heads
+ * each (value head h reads key head h % 2), one group per device, f32: the split
+ * gives the one-device logits within nmse 1e-10 (test-multi's tolerance: the same
+ * products summed in another order), with the KV cache on the host too (the
+ * recurrent state stays on each device). A q8_0 file whose value heads are 16
+ * columns cannot split ssm_out on blocks of 32: refused naming the tensor and the
+ * split; 2 key heads cannot go to 3 devices. */
+static void test_split(const void *img, size_t size) {
+    enum { V = 320 };
+    static float ref[5 * V], lg[5 * V];
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 1;
+    if (!split_run(img, size, mp, ref, V)) return;
+    for (int host = 0; host < 2; host++) {
+        mp.devices = "cpu,cpu:1";
+        mp.kv_on_host = host;
+        if (!split_run(img, size, mp, lg, V)) continue;
+        double e = th_nmse(ref, lg, 5 * V);
+        fprintf(stderr, "qwen35 f32 cpu,cpu:1%s: nmse %.2e (tol 1e-10)\n", host ? " --kv-on-host" : "", e);
+        if (!(e <= 1e-10)) TH_FAIL("qwen35 split%s: nmse %g", host ? " (KV on host)" : "", e);
+        th_checks++;
+    }
+    mp.kv_on_host = false;
+    mp.devices = "cpu,cpu:1,cpu:2";
+    pkv_model *bad = pkv_model_load_memory(img, size, "q35", mp);
+    CHECK(bad == NULL);
+    CHECK_MSG("layer 0 (gated delta-net) has 2 key heads, which cannot be split over 3 devices");
+    pkv_model_free(bad);
+    pkv_mkmodel_params p = params(4, 4);
+    p.type = PKV_TYPE_Q8_0;
+    p.ssm_head_dim = 16;
+    p.n_embd = 128;
+    void *qimg = NULL;
+    size_t qsize = 0;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &qimg, &qsize) == PKV_OK);
+    mp.devices = NULL;
+    pkv_model *one = pkv_model_load_memory(qimg, qsize, "q35-q8", mp); /* on one device it loads */
+    CHECK(one != NULL);
+    pkv_model_free(one);
+    mp.devices = "cpu,cpu:1";
+    bad = pkv_model_load_memory(qimg, qsize, "q35-q8", mp);
+    CHECK(bad == NULL);
+    CHECK_MSG("tensor 'blk.0.ssm_out.weight' cannot be split over 2 devices in proportions 1,1");
+    CHECK_MSG("q8_0 block of 32");
+    pkv_model_free(bad);
+    pkv_mkmodel_free_memory(qimg);
 }
 
 int main(void) {
@@ -136,6 +209,7 @@ int main(void) {
     }
     pkv_model_free(m2);
     pkv_mkmodel_free_memory(img2);
+    test_split(img, size);
     pkv_model_free(m);
     pkv_gguf_close(g);
     pkv_mkmodel_free_memory(img);

@@ -2,7 +2,9 @@
 /* Tensor parallelism with the CUDA backend: the model split over cpu + cuda:0
  * (and cuda:0 + vulkan:0 when a Vulkan device opens too), with the KV cache on
  * the devices or on the host, against the model on the CPU alone; KV operations
- * on the sharded cache. Tolerance: nmse 1e-8 for f16 weights, as for Vulkan.
+ * on the sharded cache; the same for qwen35 (gated delta-net layers split by
+ * key-head groups with their recurrent state). Tolerance: nmse 1e-8 for f16
+ * weights, as for Vulkan.
  * Skipped (77) when no CUDA device opens, so it never passes without a GPU. */
 #include "multi-common.h"
 
@@ -24,13 +26,24 @@ int main(void) {
     mc_compare("cpu,cuda:0", "cpu,cuda:0", NULL, false, ref_lg, ref_toks, 1e-8);
     mc_compare("cpu,cuda:0 --kv-on-host", "cpu,cuda:0", NULL, true, ref_lg, ref_toks, 1e-8);
     mc_compare("cuda:0,cpu --kv-on-host", "cuda:0,cpu", NULL, true, ref_lg, ref_toks, 1e-8);
-    mc_kv_ops("cpu,cuda:0", false, single, sc);
-    mc_kv_ops("cpu,cuda:0", true, single, sc);
+    mc_kv_ops("cpu,cuda:0", false, single, sc, false);
+    mc_kv_ops("cpu,cuda:0", true, single, sc, false);
     if (vulkan) {
         mc_compare("cuda:0,vulkan:0", "cuda:0,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
         mc_compare("cuda:0,vulkan:0 --kv-on-host", "cuda:0,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
-        mc_kv_ops("cuda:0,vulkan:0", false, single, sc);
+        mc_kv_ops("cuda:0,vulkan:0", false, single, sc, false);
     }
+    pkv_kv_cache_free(sc);
+    pkv_model_free(single);
+    /* qwen35: gated delta-net layers split by key-head groups with their recurrent state */
+    mc_make_qwen35(PKV_TYPE_F16);
+    single = mc_load("cpu", NULL, false);
+    sc = single ? mc_cache(single) : NULL;
+    REQUIRE(sc != NULL);
+    REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+    mc_compare("qwen35 cpu,cuda:0", "cpu,cuda:0", NULL, false, ref_lg, ref_toks, 1e-8);
+    mc_compare("qwen35 cuda:0,cpu --kv-on-host", "cuda:0,cpu", NULL, true, ref_lg, ref_toks, 1e-8);
+    mc_kv_ops("cpu,cuda:0", true, single, sc, false);
     pkv_kv_cache_free(sc);
     pkv_model_free(single);
     pkv_mkmodel_free_memory(mc_img);

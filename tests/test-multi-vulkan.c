@@ -3,8 +3,9 @@
  * the KV cache on the devices or on the host, against the model on the CPU alone.
  * Tolerance: nmse 1e-8 for f16 weights (different kernels and summation order on
  * each backend); the same with quantized KV pages (K q8_0, V q4_0): 1e-6 (a
- * last-bit difference can move one quantized K/V value by a step). Skipped when
- * no Vulkan device can be opened. */
+ * last-bit difference can move one quantized K/V value by a step). Then qwen35
+ * (gated delta-net layers split by key-head groups with their recurrent state):
+ * 1e-8. Skipped when no Vulkan device can be opened. */
 #include "multi-common.h"
 
 int main(void) {
@@ -26,10 +27,30 @@ int main(void) {
     mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, tol);
     mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, tol);
     mc_compare("vulkan:0 alone", "vulkan:0", NULL, false, ref_lg, ref_toks, tol);
-    mc_kv_ops("cpu,vulkan:0", false, single, sc);
-    mc_kv_ops("cpu,vulkan:0", true, single, sc);
+    mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
+    mc_kv_ops("cpu,vulkan:0", true, single, sc, false);
     pkv_kv_cache_free(sc);
     pkv_model_free(single);
+    }
+    /* qwen35: the gated delta-net layers split by key-head groups, each shard's
+     * recurrent state in the cache's state slots on its own device (also with the
+     * KV on the host); a truncate replays the state (a batch on Vulkan is not
+     * bitwise one token at a time: nmse 1e-8) */
+    {
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        fprintf(stderr, "qwen35 f16:\n");
+        mc_make_qwen35(PKV_TYPE_F16);
+        pkv_model *single = mc_load("cpu", NULL, false);
+        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
+        REQUIRE(sc != NULL);
+        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
+        mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
+        mc_compare("vulkan:0,cpu --split 1,3", "vulkan:0,cpu", "1,3", false, ref_lg, ref_toks, 1e-8);
+        mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
+        mc_kv_ops("cpu,vulkan:0", true, single, sc, false);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
     }
     pkv_mkmodel_free_memory(mc_img);
     return th_done();

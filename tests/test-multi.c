@@ -17,6 +17,7 @@ int main(void) {
     int32_t ref_toks[MNG];
     static const pkv_type types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_F16};
     static const char *archs[] = {"qwen3", "qwen2", "llama"};
+    pkv_model *bad;
     for (int t = 0; t < 3; t++) {
         double tol = t == 2 ? 1e-6 : types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
         mc_kv_k = t == 2 ? PKV_TYPE_Q8_0 : PKV_TYPE_F16;
@@ -32,13 +33,40 @@ int main(void) {
         mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
         mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, tol);
         mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, tol);
-        mc_kv_ops("cpu:1,cpu:2", false, single, sc);
-        mc_kv_ops("cpu:1,cpu:2", true, single, sc);
+        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
+        mc_kv_ops("cpu:1,cpu:2", true, single, sc, true);
         pkv_kv_cache_free(sc);
         pkv_model_free(single);
     }
+    /* qwen35: the gated delta-net layers split by key-head groups with their share of
+     * the recurrent state (the cache's state slots sharded with them), the same
+     * tolerances; KV operations on the split, truncate replaying the state */
+    static const pkv_type q35_types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0};
+    for (int t = 0; t < 2; t++) {
+        double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        fprintf(stderr, "qwen35 %s:\n", pkv_type_name(q35_types[t]));
+        mc_make_qwen35(q35_types[t]);
+        pkv_model *single = mc_load("cpu", NULL, false);
+        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
+        REQUIRE(sc != NULL);
+        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, tol);
+        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
+        mc_kv_ops("cpu:1,cpu:2,cpu:3", true, single, sc, true);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
+    /* 4 key heads over 5 devices: a device would get no key-head group */
+    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
+    CHECK(bad == NULL);
+    CHECK_MSG("(gated delta-net) has 4 key heads, which cannot be split over 5 devices");
     /* 8 KV heads over 9 devices: a device would get no whole KV group */
-    pkv_model *bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7,cpu:8,cpu:9", NULL, false);
+    mc_make(PKV_TYPE_F16, "qwen3");
+    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7,cpu:8,cpu:9", NULL, false);
     CHECK(bad == NULL);
     CHECK_MSG("cannot be split over 9 devices");
     CHECK_MSG("whole KV-head groups");

@@ -53,12 +53,8 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].window = m->layers[l].window;
         layers[l].rope_freq_base = m->layers[l].rope_base; /* gemma3: per layer */
         layers[l].rope_freq_scale = m->layers[l].rope_freq_scale;
-        if (m->layers[l].recurrent) { /* a state slot per sequence instead of K/V pages */
-            int64_t ssm_off, total;
-            pkv_fwd_state_layout(&m->hp, &ssm_off, &total);
-            layers[l].n_kv_heads = 1;
-            layers[l].state_per_head = (int)total;
-        }
+        if (m->layers[l].recurrent) /* a state slot per sequence instead of K/V pages; key-head groups as heads */
+            pkv_fwd_state_desc(&m->hp, &layers[l]);
         /* I5: shards follow the model's head split; with the cache on the host the
          * host storage is split by the same head ranges, and attention runs there. */
         layers[l].n_shards = m->n_dev;
@@ -68,8 +64,8 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
             /* a recurrent layer's state stays where its kernels run, also with --kv-on-host */
             sd->storage = m->kv_on_host && !m->layers[l].recurrent ? m->host : m->devs[d];
             sd->compute = sd->storage;
-            sd->head_begin = m->layers[l].recurrent ? 0 : m->layers[l].sh[d].kv_h0;
-            sd->n_heads = m->layers[l].recurrent ? 1 : m->layers[l].sh[d].n_kv;
+            sd->head_begin = m->layers[l].sh[d].kv_h0; /* a recurrent layer: its key-head groups */
+            sd->n_heads = m->layers[l].sh[d].n_kv;
         }
     }
     kp.n_layers = m->hp.n_layer;

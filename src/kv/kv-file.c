@@ -6,8 +6,9 @@
  * tokens the live state has taken in, <= n_tokens). A recurrent layer's row in the
  * geometry is {n_kv_heads, 0, state_per_head, 0x80000000}, and its payload
  * section, in place of K and V, is its live state f32 [n_kv_heads][state_per_head]
- * (heads in the layer's order, whatever the sharding). A version-3 file loads only
- * into a cache of equal layout fingerprint (which covers the state sizes).
+ * (heads in the layer's order, each head's state parts concatenated, whatever the
+ * sharding: pkv_kv_layer_desc.state_part). A version-3 file loads only into a cache
+ * of equal layout fingerprint (which covers the state sizes and parts).
  *
  * Version 2 is written by caches with sliding-window layers: after exact_until
  * come u64 w_first, u64 w_len, and each window layer's K and V sections hold
@@ -81,17 +82,22 @@ static size_t layer_bytes(const kv_layer *L, int64_t n_tokens, bool v) {
 }
 
 /* Move a recurrent layer's state in slot `slot` between its shards and the
- * canonical section canon ([n_kv_heads][state_per_head] f32): a shard's heads are
- * one contiguous range of it. */
-static pkv_status move_state(pkv_kv_cache *c, int il, int32_t slot, uint8_t *canon, bool to_device) {
+ * canonical section canon ([n_kv_heads][state_per_head] f32, each head's parts
+ * concatenated): a shard's heads are one contiguous range of it, permuted through
+ * tmp (a slot of the shard) where the layer's state has parts. canon is only read
+ * when to_device. */
+static pkv_status move_state(pkv_kv_cache *c, int il, int32_t slot, uint8_t *canon, uint8_t *tmp, bool to_device) {
     const kv_layer *L = &c->layout.layers[il];
     pkv_status st = PKV_OK;
     for (int ish = 0; ish < L->n_shards && !st; ish++) {
-        const kv_state_array *a = &c->st_arrays[L->shards[ish].s_array];
+        const kv_shard *sh = &L->shards[ish];
+        const kv_state_array *a = &c->st_arrays[sh->s_array];
         pkv_buffer *buf = c->st_arenas[a->arena].buf;
         size_t off = a->off + (size_t)slot * a->slot_bytes;
-        uint8_t *h = canon + (size_t)L->shards[ish].head_begin * (size_t)L->state_per_head * sizeof(float);
+        uint8_t *h = L->n_parts ? tmp : canon + (size_t)sh->head_begin * (size_t)L->state_per_head * sizeof(float);
+        if (to_device && L->n_parts) pkv_kv_state_permute(L, sh->head_begin, sh->n_heads, tmp, canon, true);
         st = to_device ? pkv_buffer_write(buf, off, h, a->slot_bytes) : pkv_buffer_read(buf, off, h, a->slot_bytes);
+        if (!st && !to_device && L->n_parts) pkv_kv_state_permute(L, sh->head_begin, sh->n_heads, tmp, canon, false);
     }
     return st;
 }
@@ -153,9 +159,11 @@ static void scratch_sizes(const pkv_kv_cache *c, int64_t n_tokens, size_t *canon
     int64_t n_pages = (n_tokens + c->page_size - 1) / c->page_size;
     for (int il = 0; il < c->layout.n_layers; il++)
         for (int v = 0; v < 2; v++) *canon = PKV_MAX(*canon, layer_bytes(&c->layout.layers[il], n_tokens, v));
-    /* (a recurrent layer's section is read straight from the file on load) */
+    /* (a recurrent layer's section is read straight from the file on load, through
+     * a slot's staging where its state has parts) */
     for (const pkv_kv_cache *pc = c; pc; pc = pc->sub)
         for (int a = 0; a < pc->n_arrays; a++) *tmp = PKV_MAX(*tmp, (size_t)n_pages * pc->arrays[a].page_bytes);
+    for (int a = 0; a < c->n_st_arrays; a++) *tmp = PKV_MAX(*tmp, c->st_arrays[a].slot_bytes);
 }
 
 /* Move one layer's K or V between the pool and the canonical buffer. */
@@ -228,7 +236,7 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
         kv_span sp = span_of(c, L, pages, wpages, n, w_first, w_len);
         for (int v = 0; v < 2 && !st; v++) {
             if (L->state_per_head > 0 && v) break; /* one section: the state */
-            st = L->state_per_head > 0 ? move_state(c, il, s->st.slot, canon, false)
+            st = L->state_per_head > 0 ? move_state(c, il, s->st.slot, canon, tmp, false)
                                        : move_layer(&sp, il, v, canon, tmp, false);
             size_t bytes = layer_bytes(L, sp.t1 - sp.t0, v);
             if (!st) {
@@ -314,7 +322,7 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
                        l->page_size);
     if ((c->sub || state) && layout_fp != l->fingerprint)
         return pkv_err(PKV_ERR_FORMAT, "%s: layout fingerprint %016llx, the cache's is %016llx (layers, windows, "
-                       "state sizes or page size differ)", path, (unsigned long long)layout_fp,
+                       "state sizes or parts, or page size differ)", path, (unsigned long long)layout_fp,
                        (unsigned long long)l->fingerprint);
     uint64_t n = get64(&p);
     *fp = get64(&p);
@@ -475,7 +483,7 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
         const kv_layer *L = &l->layers[il];
         kv_span sp = span_of(c, L, pages, wpages, n, w_first, w_len);
         for (int v = 0; v < 2 && !st; v++) { /* to_device: the file image is only read */
-            if (L->state_per_head > 0 && !v) st = move_state(c, il, slot, (uint8_t *)data + off, true);
+            if (L->state_per_head > 0 && !v) st = move_state(c, il, slot, (uint8_t *)data + off, tmp, true);
             else if (L->state_per_head == 0) st = move_layer(&sp, il, v, (uint8_t *)data + off, tmp, true);
             off += layer_bytes(L, sp.t1 - sp.t0, v);
         }

@@ -96,6 +96,8 @@ typedef struct kv_layer {
     float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
     float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
     int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
+    int n_parts;        /* recurrent: parts of a head's state, 0 = one (pkv_kv_layer_desc.state_part) */
+    int part[PKV_KV_STATE_MAX_PARTS]; /* floats of each part; they sum to state_per_head */
 } kv_layer;
 
 struct pkv_kv_layout {
@@ -340,8 +342,12 @@ void pkv_kv_state_page_drop(pkv_kv_cache *c, int32_t page);
  * beforehand with pkv_kv_state_clear_check), no checkpoint. */
 pkv_status pkv_kv_state_clear_check(const pkv_kv_cache *c);
 pkv_status pkv_kv_state_clear(pkv_kv_cache *c);
+/* Between one shard's slot image (the shard's heads [h0, h0 + nh), part-major when
+ * the layer has parts) and the layer's canonical state ([n_kv_heads][state_per_head],
+ * each head's parts concatenated): to_slot fills slot from canon, else canon from slot. */
+void pkv_kv_state_permute(const kv_layer *L, int h0, int nh, uint8_t *slot, uint8_t *canon, bool to_slot);
 /* Move slot `slot` of every state array to / from host bytes [state_slot_bytes]
- * (st_arrays in order, each [n_heads][state_per_head] of its shard). */
+ * (st_arrays in order, each its shard's slot image as the kernels see it). */
 pkv_status pkv_kv_state_read(pkv_kv_cache *c, int32_t slot, uint8_t *host);
 pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host);
 

@@ -31,10 +31,26 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (d->state_per_head < 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: state_per_head %d (0 = attention, > 0 = recurrent)", il,
                        d->state_per_head);
+    if (d->state_per_head == 0 && d->state_n_parts != 0)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d state parts but no state (state_per_head 0)", il,
+                       d->state_n_parts);
     if (d->state_per_head > 0) { /* recurrent: head sizes, dtypes, window and RoPE do not apply */
         if ((uint64_t)d->n_kv_heads * (uint64_t)d->state_per_head > (uint64_t)INT32_MAX / 4)
             return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: a state of %d heads x %d floats is too large", il,
                            d->n_kv_heads, d->state_per_head);
+        if (d->state_n_parts < 0 || d->state_n_parts > PKV_KV_STATE_MAX_PARTS)
+            return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: %d state parts (0 = one, at most %d)", il,
+                           d->state_n_parts, PKV_KV_STATE_MAX_PARTS);
+        int64_t sum = 0;
+        for (int i = 0; i < d->state_n_parts; i++) {
+            if (d->state_part[i] <= 0)
+                return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: state part %d has %d floats (must be > 0)", il, i,
+                               d->state_part[i]);
+            sum += d->state_part[i];
+        }
+        if (d->state_n_parts > 0 && sum != d->state_per_head)
+            return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: its %d state parts sum to %lld floats, state_per_head "
+                           "is %d", il, d->state_n_parts, (long long)sum, d->state_per_head);
         return check_shards(p, il, d);
     }
     if (d->head_dim_k <= 0 || d->head_dim_v <= 0)
@@ -94,6 +110,10 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         kv_layer *L = &l->layers[il];
         L->n_kv_heads = d->n_kv_heads;
         L->state_per_head = d->state_per_head;
+        if (d->state_n_parts > 1) { /* one part is the plain layout */
+            L->n_parts = d->state_n_parts;
+            memcpy(L->part, d->state_part, (size_t)d->state_n_parts * sizeof *L->part);
+        }
         const bool rec = d->state_per_head > 0; /* no K/V: sizes, types and window are ignored */
         L->dk = rec ? 0 : d->head_dim_k;
         L->dv = rec ? 0 : d->head_dim_v;
@@ -193,6 +213,15 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
     }
     /* So are recurrent layers and their state sizes (again only when present). */
     if (states) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), ~l->fingerprint);
+    /* And how a state is made of parts (which fixes what a file's per-head state
+     * means), for the layers that have them. */
+    for (int il = 0; il < l->n_layers; il++) {
+        const kv_layer *L = &l->layers[il];
+        if (L->n_parts == 0) continue;
+        int32_t head[2] = {il, L->n_parts};
+        l->fingerprint = pkv_hash64(head, sizeof head, l->fingerprint ^ 0x7061727473ull);
+        l->fingerprint = pkv_hash64(L->part, (size_t)L->n_parts * sizeof *L->part, l->fingerprint);
+    }
     pkv_free(geom);
     return PKV_OK;
 }
@@ -214,6 +243,7 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     if (il < 0 || il >= l->n_layers)
         return pkv_err(PKV_ERR_INVALID, "KV layer %d does not exist (the layout has %d layers)", il, l->n_layers);
     const kv_layer *L = &l->layers[il];
+    memset(out, 0, sizeof *out);
     out->n_kv_heads = L->n_kv_heads;
     out->head_dim_k = L->dk;
     out->head_dim_v = L->dv;
@@ -224,6 +254,8 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hv;
     out->window = L->window;
     out->state_per_head = L->state_per_head;
+    out->state_n_parts = L->n_parts;
+    memcpy(out->state_part, L->part, (size_t)L->n_parts * sizeof *out->state_part);
     return PKV_OK;
 }
 

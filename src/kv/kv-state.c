@@ -2,7 +2,8 @@
  * of hybrid models: pkv_kv_layer_desc.state_per_head > 0).
  *
  * Storage: every recurrent (layer, shard) has a state array of n_slots slots on
- * its storage device, f32 [n_slots][n_heads_of_shard][state_per_head], packed at
+ * its storage device, f32 [n_slots][n_heads_of_shard][state_per_head] (a state of
+ * parts: [n_slots][part][n_heads_of_shard][part's floats]), packed at
  * 256-byte-aligned offsets into one buffer per device (a "state arena"; another is
  * started past the device's largest buffer). Slot i means the same index in every
  * state array, so copying a state is one pkv_buffer_copy_regions per arena.
@@ -254,6 +255,29 @@ pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host
                               a->slot_bytes);
     }
     return st;
+}
+
+void pkv_kv_state_permute(const kv_layer *L, int h0, int nh, uint8_t *slot, uint8_t *canon, bool to_slot) {
+    const size_t head = (size_t)L->state_per_head * sizeof(float);
+    if (L->n_parts == 0) { /* one part: the shard's heads are one contiguous range */
+        if (to_slot)
+            memcpy(slot, canon + (size_t)h0 * head, (size_t)nh * head);
+        else
+            memcpy(canon + (size_t)h0 * head, slot, (size_t)nh * head);
+        return;
+    }
+    size_t at = 0, in_head = 0; /* bytes: into the slot, and the part's offset inside a head */
+    for (int p = 0; p < L->n_parts; p++) {
+        const size_t part = (size_t)L->part[p] * sizeof(float);
+        for (int h = 0; h < nh; h++, at += part) {
+            uint8_t *c = canon + (size_t)(h0 + h) * head + in_head;
+            if (to_slot)
+                memcpy(slot + at, c, part);
+            else
+                memcpy(c, slot + at, part);
+        }
+        in_head += part;
+    }
 }
 
 /* ------------------------------------------------------------ checkpoints */

@@ -7,7 +7,9 @@
  * summed into the residual stream on the first device. Each shard's K/V live where
  * the cache put them; when that is another device than the shard's (the cache on
  * the host), q, k and v go there, attention runs there, and its output comes back:
- * attention always runs where its KV is stored. */
+ * attention always runs where its KV is stored. A gated delta-net layer splits
+ * the same way by key-head groups; each shard's recurrent state stays on its
+ * device (the cache keeps it there, also with the KV on the host). */
 #include <math.h>
 #include <string.h>
 
@@ -64,8 +66,9 @@ pkv_dev_ws *pkv_fwd_dev(pkv_fwd_ws *ws, pkv_device *dev) {
 }
 
 /* Make sure dev's workspace holds T tokens, n_out logits rows (main device only)
- * and n_ints ints. */
-static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, int64_t T, int64_t n_out, size_t n_ints) {
+ * and n_ints ints; the delta-net layers' buffers on the model's devices (model_dev). */
+static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, bool model_dev, int64_t T, int64_t n_out,
+                              size_t n_ints) {
     pkv_status s = PKV_OK;
     pkv_device *dev = w->dev;
     if (T > w->cap_tokens) {
@@ -79,7 +82,7 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
             (s = realloc_buf(dev, &w->v, t4 * (size_t)vd)) || (s = realloc_buf(dev, &w->att, t4 * (size_t)od)) ||
             (s = realloc_buf(dev, &w->hb, t4 * (size_t)ff)) || (s = realloc_buf(dev, &w->hb2, t4 * (size_t)ff)))
             return s;
-        if (main_dev && m->hp.recurrent) {
+        if (model_dev && m->hp.recurrent) { /* (each device's shard is at most the whole layer) */
             const pkv_hparams *hp = &m->hp;
             int64_t C = 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_d_k + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v,
                     Z = (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v;
@@ -122,7 +125,7 @@ pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp
     for (int d = 0; d < m->n_dev; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
         if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
-        if ((s = dev_reserve(m, w, d == 0, T, n_out, n_ints))) return s;
+        if ((s = dev_reserve(m, w, d == 0, true, T, n_out, n_ints))) return s;
     }
     /* where the attention layers' KV is stored: the first attention layer says it
      * (every one is stored alike; recurrent layers keep their state on the device) */
@@ -132,7 +135,9 @@ pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp
     for (int d = 0; d < m->n_dev && pkv_kv_shard(c, m->kv_layer ? m->kv_layer[l0] : l0, d, &sh) == PKV_OK; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, sh.storage);
         if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
-        if ((s = dev_reserve(m, w, w->dev == m->dev, T, n_out, n_ints))) return s;
+        bool model_dev = false;
+        for (int k = 0; k < m->n_dev; k++) model_dev |= m->devs[k] == w->dev;
+        if ((s = dev_reserve(m, w, w->dev == m->dev, model_dev, T, n_out, n_ints))) return s;
     }
     if (n_ints > ws->host_cap) {
         void *p = ws->host_ints;
@@ -478,11 +483,28 @@ pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
     return reduce(m, ws, w0, T, kind->post_norm);
 }
 
-void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *ssm_off, int64_t *total) {
-    int64_t C = 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_d_k + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v;
-    /* the delta rule's part starts on a 256-byte boundary, as a GPU binds it */
-    *ssm_off = ((int64_t)(hp->ssm_d_conv - 1) * C + 63) / 64 * 64;
-    *total = *ssm_off + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_k * hp->ssm_d_v;
+void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total) {
+    const int64_t R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    *conv = (int64_t)(hp->ssm_d_conv - 1) * (2 * dk + R * dv);
+    *total = *conv + R * dk * dv;
+}
+
+void pkv_fwd_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d) {
+    const int R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    int64_t conv, total;
+    pkv_fwd_state_layout(hp, &conv, &total);
+    d->n_kv_heads = hp->ssm_n_k_heads;
+    d->state_per_head = (int)total;
+    /* per conv row: the group's q, its k, its R value heads; then its R delta matrices
+     * (the model refuses files with more parts than the cache describes) */
+    int n = 0;
+    for (int t = 0; t < hp->ssm_d_conv - 1 && n + 2 + R <= PKV_KV_STATE_MAX_PARTS; t++) {
+        d->state_part[n++] = dk;
+        d->state_part[n++] = dk;
+        for (int r = 0; r < R; r++) d->state_part[n++] = dv;
+    }
+    for (int r = 0; r < R && n < PKV_KV_STATE_MAX_PARTS; r++) d->state_part[n++] = dk * dv;
+    d->state_n_parts = n;
 }
 
 pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
@@ -490,51 +512,76 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
     const pkv_fwd_plan *pl = f->pl;
-    pkv_dev_ws *w = pkv_fwd_dev(f->ws, m->dev);
-    pkv_device *dev = m->dev;
-    const int64_t T = f->T, E = hp->n_embd, Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k,
-                  dv = hp->ssm_d_v, C = 2 * Hk * dk + Hv * dv;
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    const int64_t T = f->T, E = hp->n_embd, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
     pkv_status s;
-    PKV_CHECK_INTERNAL(ly->recurrent && pl->state && m->n_dev == 1);
+    PKV_CHECK_INTERNAL(ly->recurrent && pl->state);
     int kl = m->kv_layer ? m->kv_layer[il] : il;
-    pkv_kv_shard_info sh;
-    if ((s = pkv_kv_shard(f->c, kl, 0, &sh))) return s;
-    int64_t ssm_off, total;
-    pkv_fwd_state_layout(hp, &ssm_off, &total);
-    if (!sh.state || sh.state_slot_bytes < (size_t)total * 4 || sh.n_heads != 1)
-        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps no recurrent state of %lld floats there",
-                       il, kl, (long long)total);
-    if (sh.storage != dev)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "layer %d: the recurrent state is on %s but the layer runs on %s: keep the cache "
-                       "on the model's device for recurrent layers", il, pkv_device_name(sh.storage), pkv_device_name(dev));
-    const size_t stride = sh.state_slot_bytes;
-    const pkv_tref meta = R(w->ints, pl->off_smeta * 4);
-    pkv_k_unary_args beta = {.x = R(w->ssm_bg, 0), .y = R(w->ssm_bg, 0), .n = T * Hv, .op = PKV_UNARY_SIGMOID};
-    pkv_k_unary_args gate = {.x = R(w->ssm_bg, (size_t)(T * Hv) * 4), .y = R(w->ssm_bg, (size_t)(T * Hv) * 4), .n = T * Hv,
-                             .op = PKV_UNARY_SOFTPLUS, .bias = R(ly->ssm_dt.buf, 0), .bias_len = Hv,
-                             .mul = R(ly->ssm_a.buf, 0), .mul_len = Hv};
-    pkv_k_ssm_conv_args conv = {.x = R(w->ssm_u, 0), .w = R(ly->ssm_conv.buf, 0), .y = R(w->ssm_u, 0),
-                                .state = R(sh.state, sh.state_off), .state_stride = stride, .n_slots = sh.n_state_slots,
-                                .meta = meta, .n_tok = T, .channels = C, .n_seq = pl->n_seqs, .d_conv = hp->ssm_d_conv,
-                                .silu = true};
-    pkv_k_l2_norm_args l2 = {.x = R(w->ssm_u, 0), .y = R(w->ssm_u, 0), .n = T, .n_heads = 2 * Hk, .head_dim = dk,
-                             .x_stride = (size_t)C * 4, .y_stride = (size_t)C * 4, .eps = hp->rms_eps};
-    pkv_k_delta_net_args dn = {.q = R(w->ssm_u, 0), .k = R(w->ssm_u, (size_t)(Hk * dk) * 4),
-                               .v = R(w->ssm_u, (size_t)(2 * Hk * dk) * 4), .q_stride = (size_t)C * 4,
-                               .k_stride = (size_t)C * 4, .v_stride = (size_t)C * 4, .g = gate.y, .beta = beta.y,
-                               .out = R(w->ssm_o, 0), .state = R(sh.state, sh.state_off + (size_t)ssm_off * 4),
-                               .state_stride = stride, .n_slots = sh.n_state_slots, .meta = meta, .n_tok = T,
-                               .n_seq = pl->n_seqs, .n_k_heads = (int)Hk, .n_v_heads = (int)Hv, .d_k = (int)dk,
-                               .d_v = (int)dv, .grouped = false};
-    /* the output norm per value head, then times silu(z) */
-    pkv_k_swiglu_args zg = {.g = R(w->ssm_z, 0), .u = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * Hv * dv};
-    if ((s = pkv_blk_rmsnorm(dev, w->x, norm, w->xb, T, E, hp->rms_eps)) ||
-        (s = pkv_blk_matmul(dev, &ly->ssm_qkv, w->xb, w->ssm_u, T)) || (s = pkv_blk_matmul(dev, &ly->ssm_z, w->xb, w->ssm_z, T)) ||
-        (s = pkv_blk_matmul(dev, &ly->ssm_beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
-        (s = matmul_at(dev, &ly->ssm_alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
-        (s = pkv_k_ssm_conv(dev, &conv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
-        (s = pkv_blk_rmsnorm(dev, w->ssm_o, &ly->ssm_norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
-        (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(dev, &ly->ssm_out, w->ssm_o, w->y, T)))
-        return s;
-    return add(dev, w->x, w->y, T * E);
+    /* the cache keeps this layer's state as the model describes it, sharded as it is split */
+    pkv_kv_layer_info li;
+    pkv_kv_layer_desc want;
+    memset(&want, 0, sizeof want);
+    pkv_fwd_state_desc(hp, &want);
+    if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(f->c), kl, &li))) return s;
+    if (li.n_kv_heads != want.n_kv_heads || li.state_per_head != want.state_per_head || li.n_shards != m->n_dev ||
+        li.state_n_parts != want.state_n_parts ||
+        memcmp(li.state_part, want.state_part, (size_t)want.state_n_parts * sizeof *want.state_part))
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps a recurrent state of %d heads x %d floats "
+                       "(%d parts) in %d shards, the model needs %d x %d (%d parts) on %d devices", il, kl, li.n_kv_heads,
+                       li.state_per_head, li.state_n_parts, li.n_shards, want.n_kv_heads, want.state_per_head,
+                       want.state_n_parts, m->n_dev);
+    int64_t conv, per_group;
+    pkv_fwd_state_layout(hp, &conv, &per_group);
+    const size_t xbytes = (size_t)T * (size_t)E * 4;
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, norm, w0->xb, T, E, hp->rms_eps))) return s;
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
+        /* this shard: key heads Hk, value heads Hv (r-major), channels C */
+        const int64_t Hk = sw->n_kv, Hv = sw->n_q, C = 2 * Hk * dk + Hv * dv;
+        pkv_kv_shard_info sh;
+        if ((s = pkv_kv_shard(f->c, kl, d, &sh))) return s;
+        if (sh.head_begin != sw->kv_h0 || sh.n_heads != Hk || !sh.state || sh.state_slot_bytes < (size_t)(Hk * per_group) * 4)
+            return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds the recurrent state of key heads [%d, %d) "
+                           "but the model computes [%d, %d)", il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0,
+                           sw->kv_h0 + sw->n_kv);
+        if (sh.storage != dev)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "layer %d: the recurrent state is on %s but the layer runs on %s: keep the "
+                           "cache on the model's devices for recurrent layers", il, pkv_device_name(sh.storage),
+                           pkv_device_name(dev));
+        /* the shard's slot: its conv window [d_conv - 1][C], then its delta matrices
+         * [Hv][dk][dv] (the parts of pkv_fwd_state_desc, shard-major) */
+        const size_t stride = sh.state_slot_bytes, delta_off = (size_t)(Hk * conv) * 4;
+        const pkv_tref meta = R(w->ints, pl->off_smeta * 4);
+        pkv_k_unary_args beta = {.x = R(w->ssm_bg, 0), .y = R(w->ssm_bg, 0), .n = T * Hv, .op = PKV_UNARY_SIGMOID};
+        pkv_k_unary_args gate = {.x = R(w->ssm_bg, (size_t)(T * Hv) * 4), .y = R(w->ssm_bg, (size_t)(T * Hv) * 4),
+                                 .n = T * Hv, .op = PKV_UNARY_SOFTPLUS, .bias = R(sw->ssm_dt.buf, 0), .bias_len = Hv,
+                                 .mul = R(sw->ssm_a.buf, 0), .mul_len = Hv};
+        pkv_k_ssm_conv_args cv = {.x = R(w->ssm_u, 0), .w = R(sw->ssm_conv.buf, 0), .y = R(w->ssm_u, 0),
+                                  .state = R(sh.state, sh.state_off), .state_stride = stride, .n_slots = sh.n_state_slots,
+                                  .meta = meta, .n_tok = T, .channels = C, .n_seq = pl->n_seqs, .d_conv = hp->ssm_d_conv,
+                                  .silu = true};
+        pkv_k_l2_norm_args l2 = {.x = R(w->ssm_u, 0), .y = R(w->ssm_u, 0), .n = T, .n_heads = 2 * Hk, .head_dim = dk,
+                                 .x_stride = (size_t)C * 4, .y_stride = (size_t)C * 4, .eps = hp->rms_eps};
+        pkv_k_delta_net_args dn = {.q = R(w->ssm_u, 0), .k = R(w->ssm_u, (size_t)(Hk * dk) * 4),
+                                   .v = R(w->ssm_u, (size_t)(2 * Hk * dk) * 4), .q_stride = (size_t)C * 4,
+                                   .k_stride = (size_t)C * 4, .v_stride = (size_t)C * 4, .g = gate.y, .beta = beta.y,
+                                   .out = R(w->ssm_o, 0), .state = R(sh.state, sh.state_off + delta_off),
+                                   .state_stride = stride, .n_slots = sh.n_state_slots, .meta = meta, .n_tok = T,
+                                   .n_seq = pl->n_seqs, .n_k_heads = (int)Hk, .n_v_heads = (int)Hv, .d_k = (int)dk,
+                                   .d_v = (int)dv, .grouped = false};
+        /* the output norm per value head, then times silu(z) */
+        pkv_k_swiglu_args zg = {.g = R(w->ssm_z, 0), .u = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * Hv * dv};
+        if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(dev, &sw->ssm_qkv, w->xb, w->ssm_u, T)) ||
+            (s = pkv_blk_matmul(dev, &sw->ssm_z, w->xb, w->ssm_z, T)) ||
+            (s = pkv_blk_matmul(dev, &sw->ssm_beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
+            (s = matmul_at(dev, &sw->ssm_alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
+            (s = pkv_k_ssm_conv(dev, &cv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
+            (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm_norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
+            (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(dev, &sw->ssm_out, w->ssm_o, w->y, T)))
+            return s;
+    }
+    return reduce(m, ws, w0, T, NULL);
 }

@@ -33,7 +33,7 @@ typedef struct pkv_dev_ws {
     pkv_buffer *xe;     /* f32 [T][E] the rows routed to one expert */
     pkv_buffer *moe_ids; /* i32 [T] */
     pkv_buffer *gate;   /* f32 [T][od] the attention output's gate (qwen35) */
-    /* gated delta-net layers (first device) */
+    /* gated delta-net layers (every model device; a shard uses its part of each) */
     pkv_buffer *ssm_u;  /* f32 [T][channels] */
     pkv_buffer *ssm_z;  /* f32 [T][Hv dv], then the normed, gated output */
     pkv_buffer *ssm_bg; /* f32 [2][T][Hv]: beta, then g */
@@ -110,18 +110,28 @@ typedef struct pkv_ffn_kind {
 pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *k);
 
 /* A gated delta-net layer (qwen35) in place of attention, its state in the cache's
- * state slots (conv window, then the delta rule's matrices; see pkv_fwd_state_layout):
+ * state slots (conv window, then the delta rule's matrices; see pkv_fwd_state_desc):
  *   xb = norm(x); u = qkv·xb (q, k, v channels); z = z·xb
  *   beta = sigmoid(beta·xb); g = softplus(alpha·xb + dt) * a       per value head
  *   c = silu(conv(u)) over the last d_conv inputs; q, k = l2norm(c's q and k heads)
  *   o = delta_rule(q, k, c's v, g, beta)                         (pkv_k_delta_net)
- *   x += out·(rmsnorm(o) * silu(z))                                per value head */
+ *   x += out·(rmsnorm(o) * silu(z))                                per value head
+ * Each shard (its key-head groups, pkv_shard_w) on its device with its state; the
+ * partial outputs are summed as attention's are. */
 pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm);
 
-/* Where a recurrent layer's state sits in one slot of the cache (floats): the conv
- * window [d_conv - 1][channels] at 0, the delta rule's [Hv][dk][dv] at *ssm_off;
- * *total floats in all (pkv_kv_layer_desc.state_per_head with one head). */
-void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *ssm_off, int64_t *total);
+/* One key-head group's state (floats): *conv of conv window (d_conv - 1 rows of
+ * its q (dk), k (dk) and Hv / Hk value heads (dv each)), *total with its delta
+ * matrices (Hv / Hk of [dk][dv]): pkv_kv_layer_desc.state_per_head. A shard of g
+ * groups keeps, in a slot, its conv window [d_conv - 1][its channels] (g * *conv
+ * floats), then its delta matrices [its value heads][dk][dv]. */
+void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total);
+/* The cache's description of a recurrent layer: ssm_n_k_heads "heads" (key-head
+ * groups) of pkv_fwd_state_layout's total, in parts: per conv row the group's q, k
+ * and value heads, then its delta matrices, so a shard's slot, part-major, is the
+ * layout above (pkv_kv_layer_desc.state_part). Sets n_kv_heads, state_per_head,
+ * state_n_parts and state_part; the shards are the model's key-head ranges. */
+void pkv_fwd_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d);
 
 /* How a token's experts are chosen and weighted. */
 typedef enum pkv_moe_gating {

@@ -28,6 +28,13 @@ typedef struct pkv_attn_tensors {
 } pkv_attn_tensors;
 pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
 
+/* A gated delta-net layer's tensors (qwen35), split by key-head groups (each
+ * shard's key heads and value heads, pkv_shard_w): attn_qkv (q, k, v channels),
+ * attn_gate, ssm_beta, ssm_alpha, ssm_conv1d, ssm_dt.bias, ssm_a, ssm_norm (whole)
+ * and ssm_out (its value heads' columns: with several devices a quantized ssm_out
+ * needs head sizes that keep each run of columns on whole blocks). */
+pkv_status pkv_load_delta_net(pkv_loader *L, int il);
+
 /* blk.<il>.<suffix>, shape [ne1][ne0], required, whole on the first device; f32:
  * converted to f32 (norms, biases, small vectors). */
 pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);

@@ -34,11 +34,17 @@ typedef struct pkv_weight {
 #define PKV_MAX_DEVICES 16
 
 /* One device's part of a layer (tensor parallelism): whole KV-head groups with
- * their query heads, and a range of FFN rows. With one device it is the layer. */
+ * their query heads, and a range of FFN rows. With one device it is the layer.
+ * A recurrent (gated delta-net) layer's shard is whole key-head groups instead:
+ * key heads [kv_h0, kv_h0 + n_kv) and their n_q = n_kv * Hv / Hk value heads
+ * g + r * Hk (g a key head of the shard, r < Hv / Hk), ordered r-major on the
+ * shard, so its value head j reads its key head j % n_kv, as the delta-net kernel
+ * pairs them (grouped = false) on the whole layer. */
 typedef struct pkv_shard_w {
     int dev;                   /* index into pkv_model.devs */
-    int kv_h0, n_kv;           /* KV heads [kv_h0, kv_h0 + n_kv) */
-    int q_h0, n_q;             /* query heads (n_kv groups of n_head / n_head_kv) */
+    int kv_h0, n_kv;           /* KV heads [kv_h0, kv_h0 + n_kv) (recurrent: key heads) */
+    int q_h0, n_q;             /* query heads (n_kv groups of n_head / n_head_kv); recurrent: n_q value
+                                  heads (q_h0 = kv_h0 * Hv / Hk, not a range) */
     int ff0, n_ff;             /* FFN rows [ff0, ff0 + n_ff) */
     pkv_weight wq, wk, wv;     /* [n_q*hd_k][n_embd], [n_kv*hd_k][n_embd], [n_kv*hd_v][n_embd] */
     pkv_weight wq_gate;        /* [n_q*hd_v][n_embd]: the attention output's gate (qwen35), else absent */
@@ -50,6 +56,16 @@ typedef struct pkv_shard_w {
                                   device that stores the shard's KV (attention runs there) */
     pkv_weight w_gate, w_up;   /* [n_ff][n_embd] row slices */
     pkv_weight w_down;         /* [n_embd][n_ff]: column slice */
+    /* A recurrent layer (qwen35's gated delta-net) in place of attention, this
+     * shard's key heads (n_kv) and value heads (n_q, in the shard's order); f32 where
+     * marked. Its state lives in the cache's state slots of the same shard. */
+    pkv_weight ssm_qkv;        /* [2 n_kv dk + n_q dv][n_embd]: its q, k, v channels before the conv */
+    pkv_weight ssm_z;          /* [n_q dv][n_embd]: the output gate */
+    pkv_weight ssm_beta, ssm_alpha; /* [n_q][n_embd] */
+    pkv_weight ssm_conv;       /* f32 [its channels][d_conv] */
+    pkv_weight ssm_dt, ssm_a;  /* f32 [n_q]: dt bias, -exp(A_log) */
+    pkv_weight ssm_norm;       /* f32 [dv], replicated */
+    pkv_weight ssm_out;        /* [n_embd][n_q dv]: the columns of its value heads */
 } pkv_shard_w;
 
 typedef struct pkv_layer {
@@ -71,15 +87,8 @@ typedef struct pkv_layer {
     pkv_weight post_attn_norm, post_ffn_norm;
     int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
     /* A recurrent layer (qwen35's gated delta-net) in place of attention: its state
-     * lives in the cache's state slots; weights on devs[0], f32 where marked */
+     * lives in the cache's state slots, its weights in the shards (pkv_shard_w) */
     bool recurrent;
-    pkv_weight ssm_qkv;   /* [2 Hk dk + Hv dv][n_embd]: q, k, v channels before the conv */
-    pkv_weight ssm_z;     /* [Hv dv][n_embd]: the output gate */
-    pkv_weight ssm_beta, ssm_alpha; /* [Hv][n_embd] */
-    pkv_weight ssm_conv;  /* f32 [channels][d_conv] */
-    pkv_weight ssm_dt, ssm_a; /* f32 [Hv]: dt bias, -exp(A_log) */
-    pkv_weight ssm_norm;  /* f32 [dv] */
-    pkv_weight ssm_out;   /* [n_embd][Hv dv] */
     /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except sliding layers with
      * their own (gemma3: base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
     float rope_base, rope_freq_scale;

@@ -37,17 +37,37 @@ static void progress(loader *L, uint64_t add) {
 /* A part of a matrix: rows [r0, r0 + nr), columns [c0, c0 + nc); nr = 0 or nc = 0
  * mean all rows or all columns. rstride > 0: the nr rows are taken rblock at a
  * time, one block every rstride rows from r0 (interleaved heads: qwen35's Q and
- * its gate). */
+ * its gate); cstride > 0 likewise takes the nc columns cblock at a time, one block
+ * every cstride columns from c0. more: further rows (a slice of its own rows, no
+ * columns of its own: the first slice's columns apply) that follow these in the
+ * weight (a gated delta-net shard's q and k channels, then its v channels). */
 typedef struct slice {
     int64_t r0, nr, c0, nc;
     int64_t rblock, rstride;
+    int64_t cblock, cstride;
+    const struct slice *more;
 } slice;
 
 static const slice k_all = {0};
 
+#define SLICE_MAX_PIECES 4
+
+/* The split proportions, "1,1" style. */
+static void split_text(const pkv_model *m, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int d = 0; d < m->n_dev && k + 16 < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%g", d ? "," : "", (double)m->split[d]);
+}
+
+/* Row r of a piece of rows (strided or not), as a row of the whole tensor. */
+static int64_t piece_row(const slice *p, int64_t r) {
+    return p->rstride > 0 ? p->r0 + (r / p->rblock) * p->rstride + r % p->rblock : p->r0 + r;
+}
+
 /* Upload tensor `name`, whose shape must be [ne1][ne0], or the slice `sl` of it, to
  * dev. f32_only: norms and biases are converted to f32 on the host (kernels take
- * them as f32). Column slices of block types must start and end on a block. */
+ * them as f32). Column slices of block types must start and end on a block (so
+ * must each run of strided columns). */
 static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t ne1, bool required, bool f32_only,
                               pkv_device *dev, slice sl, pkv_weight *w) {
     const char *lab = pkv_gguf_label(L->g);
@@ -61,13 +81,30 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
         return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] (ne0, ne1)", lab,
                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                        (long long)ne0, (long long)ne1);
-    if (sl.nr == 0) sl.nr = ne1 - sl.r0;
+    /* the pieces of rows, each checked; a strided piece whose blocks touch is contiguous */
+    slice pc[SLICE_MAX_PIECES];
+    int np = 0;
+    int64_t nr = 0;
+    for (const slice *p = &sl; p; p = p->more) {
+        if (np == SLICE_MAX_PIECES || (np > 0 && (p->c0 || p->nc || p->cstride)))
+            return pkv_err(PKV_ERR_INTERNAL, "%s: tensor '%s': bad slice pieces", lab, name);
+        slice q = *p;
+        if (q.nr == 0) q.nr = ne1 - q.r0;
+        if (q.rstride > 0 && q.rblock == q.rstride) q.rstride = 0;
+        const bool strided = q.rstride > 0;
+        /* the last row read: strided blocks end (nr / rblock - 1) strides on */
+        int64_t r_end = strided ? q.r0 + (q.nr / PKV_MAX(q.rblock, 1) - 1) * q.rstride + q.rblock : q.r0 + q.nr;
+        if (q.r0 < 0 || r_end > ne1 || q.nr <= 0 || (strided && (q.rblock <= 0 || q.nr % q.rblock || q.rblock > q.rstride)))
+            return pkv_err(PKV_ERR_INTERNAL, "%s: tensor '%s': slice out of range", lab, name);
+        pc[np++] = q;
+        nr += q.nr;
+    }
     if (sl.nc == 0) sl.nc = ne0 - sl.c0;
-    /* the last row read: strided blocks end (nr / rblock - 1) strides on */
-    const bool strided = sl.rstride > 0;
-    int64_t r_end = strided ? sl.r0 + (sl.nr / PKV_MAX(sl.rblock, 1) - 1) * sl.rstride + sl.rblock : sl.r0 + sl.nr;
-    if (sl.r0 < 0 || sl.c0 < 0 || r_end > ne1 || sl.c0 + sl.nc > ne0 || sl.nr <= 0 || sl.nc <= 0 ||
-        (strided && (sl.rblock <= 0 || sl.nr % sl.rblock || sl.rblock > sl.rstride)))
+    if (sl.cstride > 0 && sl.cblock == sl.cstride) sl.cstride = 0;
+    const bool cstrided = sl.cstride > 0;
+    int64_t c_end = cstrided ? sl.c0 + (sl.nc / PKV_MAX(sl.cblock, 1) - 1) * sl.cstride + sl.cblock : sl.c0 + sl.nc;
+    if (sl.c0 < 0 || sl.nc <= 0 || c_end > ne0 ||
+        (cstrided && (sl.cblock <= 0 || sl.nc % sl.cblock || sl.cblock > sl.cstride)))
         return pkv_err(PKV_ERR_INTERNAL, "%s: tensor '%s': slice out of range", lab, name);
     pkv_type type = t->type;
     size_t blk = pkv_type_block_elems(type);
@@ -90,7 +127,19 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which device %s does not support", lab, name,
                        pkv_type_name(type), pkv_device_name(dev));
     }
-    if (sl.c0 % (int64_t)blk || sl.nc % (int64_t)blk) {
+    const int64_t b = (int64_t)blk;
+    if (cstrided && (sl.c0 % b || sl.cblock % b || sl.cstride % b)) {
+        char sp[128];
+        split_text(L->m, sp, sizeof sp);
+        pkv_free(tmp);
+        return pkv_err(PKV_ERR_INVALID,
+                       "%s: tensor '%s' cannot be split over %d devices in proportions %s: device %s needs runs of %lld "
+                       "columns every %lld from column %lld (its heads), which do not start and end on a %s block of %zu: "
+                       "run the model on one device, or on devices and proportions that keep the runs whole blocks",
+                       lab, name, L->m->n_dev, sp, pkv_device_name(dev), (long long)sl.cblock, (long long)sl.cstride,
+                       (long long)sl.c0, pkv_type_name(type), blk);
+    }
+    if (sl.c0 % b || sl.nc % b) {
         pkv_free(tmp);
         return pkv_err(PKV_ERR_INVALID,
                        "%s: tensor '%s': the device split needs columns [%lld, %lld), which do not start and end on a %s "
@@ -98,42 +147,52 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
                        lab, name, (long long)sl.c0, (long long)(sl.c0 + sl.nc), pkv_type_name(type), blk, blk);
     }
     size_t row_full = pkv_type_row_bytes(type, (size_t)ne0), row = pkv_type_row_bytes(type, (size_t)sl.nc);
-    size_t col_off = pkv_type_row_bytes(type, (size_t)sl.c0), bytes = row * (size_t)sl.nr;
-    const uint8_t *data = src + (size_t)sl.r0 * row_full;
-    if (sl.nc != ne0 || strided) { /* a column slice or strided rows: gather each row's part */
+    size_t bytes = row * (size_t)nr;
+    /* one run of whole rows of the file: used as is */
+    bool rows_run = true;
+    const int64_t first = piece_row(&pc[0], 0);
+    for (int i = 0, k = 0; i < np && rows_run; i++)
+        for (int64_t r = 0; r < pc[i].nr && rows_run; r++, k++) rows_run = piece_row(&pc[i], r) == first + k;
+    const uint8_t *data = src + (size_t)first * row_full;
+    if (!rows_run || sl.nc != ne0) { /* a column slice or scattered rows: gather each row's part */
         packed = pkv_malloc(bytes);
         if (!packed) {
             pkv_free(tmp);
             return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
         }
-        for (int64_t r = 0; r < sl.nr; r++) {
-            int64_t src_r = strided ? (r / sl.rblock) * sl.rstride + r % sl.rblock : r;
-            memcpy(packed + (size_t)r * row, data + (size_t)src_r * row_full + col_off, row);
-        }
+        const int64_t cb = cstrided ? sl.cblock : sl.nc, n_cb = sl.nc / cb;
+        const size_t run = pkv_type_row_bytes(type, (size_t)cb);
+        uint8_t *out = packed;
+        for (int i = 0; i < np; i++)
+            for (int64_t r = 0; r < pc[i].nr; r++) {
+                const uint8_t *in = src + (size_t)piece_row(&pc[i], r) * row_full;
+                for (int64_t k = 0; k < n_cb; k++, out += run)
+                    memcpy(out, in + pkv_type_row_bytes(type, (size_t)(sl.c0 + k * (cstrided ? sl.cstride : cb))), run);
+            }
         data = packed;
     }
-    pkv_buffer *b = NULL;
+    pkv_buffer *buf = NULL;
     pkv_status s = PKV_OK;
     /* Zero-copy: a device that reads host memory (the CPU) uses the mapped file's
      * bytes in place, when nothing had to be converted or gathered. */
     if (L->in_place && !tmp && !packed && (uintptr_t)data % 16 == 0) {
-        b = pkv_buffer_wrap_host(dev, data, bytes);
-        if (b) L->m->mapped_bytes += bytes;
+        buf = pkv_buffer_wrap_host(dev, data, bytes);
+        if (buf) L->m->mapped_bytes += bytes;
     }
-    if (!b) {
-        b = pkv_buffer_alloc(dev, bytes);
-        s = b ? pkv_buffer_write(b, 0, data, bytes) : PKV_ERR_NOMEM;
+    if (!buf) {
+        buf = pkv_buffer_alloc(dev, bytes);
+        s = buf ? pkv_buffer_write(buf, 0, data, bytes) : PKV_ERR_NOMEM;
     }
     pkv_free(tmp);
     pkv_free(packed);
     if (s) {
-        pkv_buffer_free(b);
+        pkv_buffer_free(buf);
         return pkv_err_prefix(s, "%s: uploading tensor '%s' (%zu bytes) to %s", lab, name, bytes, pkv_device_name(dev));
     }
-    w->buf = b;
+    w->buf = buf;
     w->type = type;
     w->ne0 = sl.nc;
-    w->ne1 = sl.nr;
+    w->ne1 = nr;
     L->m->weight_bytes += bytes;
     if (!f32_only) L->type_count[type]++;
     progress(L, bytes);
@@ -255,10 +314,9 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe_down_b);
             free_weight(&ly->post_attn_norm);
             free_weight(&ly->post_ffn_norm);
-            for (pkv_weight *e = &ly->ssm_qkv; e <= &ly->ssm_out; e++) free_weight(e);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
-                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].w_down; e++) free_weight(e);
+                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].ssm_out; e++) free_weight(e);
             pkv_free(ly->sh);
         }
     pkv_free(m->layers);
@@ -301,22 +359,21 @@ static int64_t boundary(const float *split, int S, int k, int64_t n, int64_t uni
     return (int64_t)((double)units * cum / tot + 0.5) * unit;
 }
 
-static void split_text(const pkv_model *m, char *buf, size_t n) {
-    size_t k = 0;
-    buf[0] = 0;
-    for (int d = 0; d < m->n_dev && k + 16 < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%g", d ? "," : "", (double)m->split[d]);
-}
 
-/* Head and FFN ranges of each device for one layer (whole KV-head groups). */
+/* Head and FFN ranges of each device for one layer (whole KV-head groups; a
+ * recurrent layer: whole key-head groups with their value heads, pkv_shard_w). */
 static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     pkv_layer *ly = &m->layers[l];
-    int S = m->n_dev, group = ly->n_head / ly->n_head_kv;
+    const pkv_hparams *hp = &m->hp;
+    const bool rec = l < 64 && (hp->recurrent >> l & 1);
+    const int n_groups = rec ? hp->ssm_n_k_heads : ly->n_head_kv;
+    int S = m->n_dev, group = rec ? hp->ssm_n_v_heads / hp->ssm_n_k_heads : ly->n_head / ly->n_head_kv;
     char sp[128];
     for (int d = 0; d < S; d++) {
         pkv_shard_w *w = &ly->sh[d];
         w->dev = d;
-        w->kv_h0 = (int)boundary(m->split, S, d, ly->n_head_kv, 1);
-        w->n_kv = (int)boundary(m->split, S, d + 1, ly->n_head_kv, 1) - w->kv_h0;
+        w->kv_h0 = (int)boundary(m->split, S, d, n_groups, 1);
+        w->n_kv = (int)boundary(m->split, S, d + 1, n_groups, 1) - w->kv_h0;
         w->q_h0 = w->kv_h0 * group;
         w->n_q = w->n_kv * group;
         w->ff0 = (int)boundary(m->split, S, d, ly->n_ff, ffn_block);
@@ -325,6 +382,12 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     for (int d = 0; d < S; d++)
         if (ly->sh[d].n_kv <= 0) {
             split_text(m, sp, sizeof sp);
+            if (rec)
+                return pkv_err(PKV_ERR_INVALID,
+                               "%s: layer %d (gated delta-net) has %d key heads, which cannot be split over %d devices in "
+                               "proportions %s with whole key-head groups (device %s would get none): use fewer devices or "
+                               "other proportions",
+                               m->label, l, n_groups, S, sp, pkv_device_name(m->devs[d]));
             return pkv_err(PKV_ERR_INVALID,
                            "%s: layer %d has %d KV heads, which cannot be split over %d devices in proportions %s with whole "
                            "KV-head groups (device %s would get none): use fewer devices or other proportions",
@@ -376,10 +439,11 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
         pkv_device *dev = m->devs[d];
-        slice q_rows = {w->q_h0 * hk, w->n_q * hk, 0, 0, 0, 0}, k_rows = {w->kv_h0 * hk, w->n_kv * hk, 0, 0, 0, 0},
-              v_rows = {w->kv_h0 * hv, w->n_kv * hv, 0, 0, 0, 0}, o_cols = {0, 0, w->q_h0 * hv, w->n_q * hv, 0, 0};
+        slice q_rows = {.r0 = w->q_h0 * hk, .nr = w->n_q * hk}, k_rows = {.r0 = w->kv_h0 * hk, .nr = w->n_kv * hk},
+              v_rows = {.r0 = w->kv_h0 * hv, .nr = w->n_kv * hv}, o_cols = {.c0 = w->q_h0 * hv, .nc = w->n_q * hv};
         /* biases are vectors [1][n]: a slice of columns */
-        slice qb = {0, 0, q_rows.r0, q_rows.nr, 0, 0}, kb = {0, 0, k_rows.r0, k_rows.nr, 0, 0}, vb = {0, 0, v_rows.r0, v_rows.nr, 0, 0};
+        slice qb = {.c0 = q_rows.r0, .nc = q_rows.nr}, kb = {.c0 = k_rows.r0, .nc = k_rows.nr},
+              vb = {.c0 = v_rows.r0, .nc = v_rows.nr};
         if (fused) { /* one matrix of qd + kd + vd rows: Q, then K, then V; each shard takes its rows */
             slice fk = k_rows, fv = v_rows;
             fk.r0 += qd;
@@ -389,7 +453,7 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
                 (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv)))
                 return s;
         } else if (t->q_gate) {
-            slice qs = {w->q_h0 * 2 * hk, w->n_q * hk, 0, 0, hk, 2 * hk}, gs = qs;
+            slice qs = {.r0 = w->q_h0 * 2 * hk, .nr = w->n_q * hk, .rblock = hk, .rstride = 2 * hk}, gs = qs;
             gs.r0 += hk;
             if ((s = load_weight(L, NAME("attn_q.weight"), E, qrows, true, false, dev, qs, &w->wq)) ||
                 (s = load_weight(L, NAME("attn_q.weight"), E, qrows, true, false, dev, gs, &w->wq_gate)) ||
@@ -410,10 +474,46 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
             return s;
         /* the output's bias is added once (by the first shard); a sink per query head
          * lives where the shard's attention runs (the host with the KV there) */
-        slice sinks = {0, 0, w->q_h0, w->n_q, 0, 0};
+        slice sinks = {.c0 = w->q_h0, .nc = w->n_q};
         if ((t->out_bias && d == 0 && (s = load_weight(L, NAME("attn_output.bias"), E, 1, true, true, dev, k_all, &w->bo))) ||
             (t->sinks && (s = load_weight(L, NAME("attn_sinks.weight"), ly->n_head, 1, true, true, m->kv_on_host ? m->host : dev,
                                           sinks, &w->sinks))))
+            return s;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    const int64_t C = 2 * Hk * dk + Hv * dv, R = Hv / Hk;
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        const int64_t g0 = w->kv_h0, ng = w->n_kv;
+        /* its conv channels: q of its key heads, k of them (Hk dk further), then v of
+         * its value heads (r-major: ng dv of every Hk dv) */
+        slice v_ch = {.r0 = 2 * Hk * dk + g0 * dv, .nr = R * ng * dv, .rblock = ng * dv, .rstride = Hk * dv};
+        slice ch = {.r0 = g0 * dk, .nr = 2 * ng * dk, .rblock = ng * dk, .rstride = Hk * dk, .more = &v_ch};
+        /* per value head: rows of dv (the gate), rows of 1 (beta, alpha), entries of
+         * vectors (dt, a), columns of dv (the output) */
+        slice z_rows = {.r0 = g0 * dv, .nr = R * ng * dv, .rblock = ng * dv, .rstride = Hk * dv};
+        slice h_rows = {.r0 = g0, .nr = R * ng, .rblock = ng, .rstride = Hk};
+        slice h_cols = {.c0 = g0, .nc = R * ng, .cblock = ng, .cstride = Hk};
+        slice o_cols = {.c0 = g0 * dv, .nc = R * ng * dv, .cblock = ng * dv, .cstride = Hk * dv};
+        if ((s = load_weight(L, NAME("attn_qkv.weight"), E, C, true, false, dev, ch, &w->ssm_qkv)) ||
+            (s = load_weight(L, NAME("attn_gate.weight"), E, Hv * dv, true, false, dev, z_rows, &w->ssm_z)) ||
+            (s = load_weight(L, NAME("ssm_beta.weight"), E, Hv, true, false, dev, h_rows, &w->ssm_beta)) ||
+            (s = load_weight(L, NAME("ssm_alpha.weight"), E, Hv, true, false, dev, h_rows, &w->ssm_alpha)) ||
+            (s = load_weight(L, NAME("ssm_conv1d.weight"), hp->ssm_d_conv, C, true, true, dev, ch, &w->ssm_conv)) ||
+            (s = load_weight(L, NAME("ssm_dt.bias"), Hv, 1, true, true, dev, h_cols, &w->ssm_dt)) ||
+            (s = load_weight(L, NAME("ssm_a"), Hv, 1, true, true, dev, h_cols, &w->ssm_a)) ||
+            (s = load_weight(L, NAME("ssm_norm.weight"), dv, 1, true, true, dev, k_all, &w->ssm_norm)) ||
+            (s = load_weight(L, NAME("ssm_out.weight"), Hv * dv, E, true, false, dev, o_cols, &w->ssm_out)))
             return s;
     }
     return PKV_OK;
@@ -433,7 +533,7 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
         pkv_device *dev = m->devs[d];
-        slice f_rows = {w->ff0, w->n_ff, 0, 0, 0, 0}, f_cols = {0, 0, w->ff0, w->n_ff, 0, 0};
+        slice f_rows = {.r0 = w->ff0, .nr = w->n_ff}, f_cols = {.c0 = w->ff0, .nc = w->n_ff};
         if (fused_up) {
             slice fu = f_rows;
             fu.r0 += F;
@@ -692,7 +792,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
             snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
             snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
             int64_t E = m->hp.n_embd;
-            slice ce = {0, 0, 0, E, 0, 0}, ch = {0, 0, E, E, 0, 0};
+            slice ce = {.c0 = 0, .nc = E}, ch = {.c0 = E, .nc = E};
             if ((s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ce, &m->mtp_eh_e)) ||
                 (s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ch, &m->mtp_eh_h)) ||
                 (s = load_weight(&L, nen, E, 1, true, true, m->dev, k_all, &m->mtp_enorm)) ||

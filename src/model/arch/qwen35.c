@@ -11,6 +11,10 @@
  *   attention:  x += o(attention(rope(q_norm(q)), rope(k_norm(k)), v) * sigmoid(gate))   of attn_norm(x)
  *   both:       x += down(silu(gate·h) * (up·h))        h = post_attention_norm(x)
  *
+ * Split over several devices, a delta-net layer goes by key-head groups (each device
+ * its key heads, their value heads and that part of the recurrent state, kept in the
+ * cache's state slots of its shard), an attention layer by KV-head groups.
+ *
  * The MTP ("nextn") layers after the trunk (nextn_predict_layers) are not run. */
 #include <string.h>
 
@@ -69,6 +73,12 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.inner_size' %d must be '%s.ssm.time_step_rank' %d times '%s.ssm.state_size' %d "
                        "(key and value heads of one size)", lab, arch, inner, arch, hp->ssm_n_v_heads, arch, hp->ssm_d_k);
     hp->ssm_d_v = inner / hp->ssm_n_v_heads;
+    /* the cache describes a key head's state in parts (pkv_fwd_state_desc) */
+    const int R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, parts = (hp->ssm_d_conv - 1) * (2 + R) + R;
+    if (parts > PKV_KV_STATE_MAX_PARTS)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a key head's recurrent state is %d parts (conv kernel %d, %d value heads "
+                       "per key head), the cache describes at most %d: not supported", lab, parts, hp->ssm_d_conv, R,
+                       PKV_KV_STATE_MAX_PARTS);
     if (hp->head_dim_k != hp->head_dim_v)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ (the output gate needs "
                        "them equal)", lab, arch, hp->head_dim_k, hp->head_dim_v);
@@ -110,21 +120,7 @@ static pkv_status load_layer(pkv_loader *L, int il) {
         return pkv_load_prenorm(L, il, &(pkv_attn_tensors){.qk_norm = true, .q_gate = true}, "post_attention_norm.weight",
                                 PKV_FFN_GATED);
     }
-    if (m->n_dev > 1)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a qwen35 model cannot be split over %d devices yet (its delta-net layers "
-                       "run on one): run it on one device; the KV cache may be on the host (--kv-on-host)", m->label, m->n_dev);
-    const int64_t E = hp->n_embd, Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
-    const int64_t channels = 2 * Hk * dk + Hv * dv;
-    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) ||
-        (s = pkv_load_tensor(L, il, "attn_qkv.weight", E, channels, false, &ly->ssm_qkv)) ||
-        (s = pkv_load_tensor(L, il, "attn_gate.weight", E, Hv * dv, false, &ly->ssm_z)) ||
-        (s = pkv_load_tensor(L, il, "ssm_beta.weight", E, Hv, false, &ly->ssm_beta)) ||
-        (s = pkv_load_tensor(L, il, "ssm_alpha.weight", E, Hv, false, &ly->ssm_alpha)) ||
-        (s = pkv_load_tensor(L, il, "ssm_conv1d.weight", hp->ssm_d_conv, channels, true, &ly->ssm_conv)) ||
-        (s = pkv_load_tensor(L, il, "ssm_dt.bias", Hv, 1, true, &ly->ssm_dt)) ||
-        (s = pkv_load_tensor(L, il, "ssm_a", Hv, 1, true, &ly->ssm_a)) ||
-        (s = pkv_load_tensor(L, il, "ssm_norm.weight", dv, 1, true, &ly->ssm_norm)) ||
-        (s = pkv_load_tensor(L, il, "ssm_out.weight", Hv * dv, E, false, &ly->ssm_out)) ||
+    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) || (s = pkv_load_delta_net(L, il)) ||
         (s = pkv_load_norm(L, il, "post_attention_norm.weight", &ly->ffn_norm)))
         return s;
     return pkv_load_ffn(L, il, false);
