@@ -707,8 +707,8 @@ static void test_cli_logs(void) {
         if (w == 0) CHECK_INT(accepted, proposed); /* a draft equal to the target is always right */
     }
     /* the file's own MTP head as the draft (--mtp: fed the target's hidden states,
-     * its own one-layer cache), on the target's device, on another one, and on
-     * vulkan:0 when there is one: ids equal plain greedy's */
+     * its own one-layer cache), on the target's device, on another one, with a
+     * split target, and on vulkan:0 when there is one: ids equal plain greedy's */
     char mtp[512];
     snprintf(mtp, sizeof mtp, "%s", th_tmp("spec-q35-mtp.gguf"));
     CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type f32 --layers 8 --dim 64 --vocab 320 --seed 21 --mtp 1 -o '%s'", mtp),
@@ -716,20 +716,33 @@ static void test_cli_logs(void) {
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
     if (vk) pkv_device_close(vk);
     else printf("note: no vulkan:0 here; run --mtp on Vulkan not run\n");
-    const char *where[] = {"", "--draft-device cpu:1", "-d vulkan:0"};
-    for (int w = 0; w < (vk ? 3 : 2); w++) {
-        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 %s --ids-out '%s'", mtp, prompt, w == 2 ? where[2] : "",
-                         ids_a), 0);
+    /* the target's devices, then the draft's (the head runs on the target's first
+     * device unless --draft-device): one device, another device for the head, a
+     * tensor-parallel target (cache sharded, and on the host), vulkan */
+    const struct {
+        const char *tgt, *dft;
+        bool vulkan;
+    } where[] = {
+        {"", "", false},
+        {"", "--draft-device cpu:1", false},
+        {"--devices cpu,cpu:1", "", false},
+        {"--devices cpu,cpu:1 --kv-on-host", "", false},
+        {"-d vulkan:0", "", true},
+        {"--devices cpu,vulkan:0", "", true},
+    };
+    for (size_t w = 0; w < sizeof where / sizeof where[0]; w++) {
+        if (where[w].vulkan && !vk) continue;
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 %s --ids-out '%s'", mtp, prompt, where[w].tgt, ids_a), 0);
         na = parse_ids(th_read_text(ids_a, ta, sizeof ta), a, 64);
-        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --mtp --draft-max 3 %s --ids-out '%s' --spec-log '%s'", mtp,
-                         prompt, where[w], ids_b, log), 0);
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --mtp --draft-max 3 %s %s --ids-out '%s' --spec-log '%s'",
+                         mtp, prompt, where[w].tgt, where[w].dft, ids_b, log), 0);
         HAS("(its MTP head)");
         int nb = parse_ids(th_read_text(ids_b, tb, sizeof tb), b, 64);
         CHECK(na > 0);
         CHECK_INT(nb, na);
         for (int i = 0; i < na && i < nb; i++)
             if (a[i] != b[i]) {
-                TH_FAIL("--mtp %s: id %d is %d, plain greedy %d", where[w], i, b[i], a[i]);
+                TH_FAIL("--mtp %s %s: id %d is %d, plain greedy %d", where[w].tgt, where[w].dft, i, b[i], a[i]);
                 break;
             }
         CHECK(strstr(th_read_text(log, tl, sizeof tl), "\"proposed\": [") != NULL);
