@@ -302,27 +302,76 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     for (int i = 0; i < b->n_seqs && one_step; i++)
         one_step = chunk_len(c, mem, pkv_kv_seq_len(c, b->seqs[i]), 0, b->n_tokens[i]) == b->n_tokens[i];
     if (one_step) return step(m, c, wsp, b, logits, mem, false, false);
-    int64_t stack_len[16];
-    int64_t *len0 = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len0);
-    if (!len0) return pkv_err(PKV_ERR_NOMEM, "forward: out of memory");
-    for (int i = 0; i < b->n_seqs; i++) len0[i] = pkv_kv_seq_len(c, b->seqs[i]);
-    const size_t V = (size_t)m->hp.n_vocab;
-    int64_t k0 = 0, o0 = 0; /* the sequence's first token and first logits row */
-    for (int i = 0; i < b->n_seqs && !s; k0 += b->n_tokens[i], i++) {
-        const int32_t nt = b->n_tokens[i], first_out = b->n_logits ? nt - b->n_logits[i] : b->all_logits ? 0 : nt - 1;
-        for (int32_t off = 0, n = 0; off < nt && !s; off += n) {
-            n = chunk_len(c, mem, len0[i], off, nt);
-            /* the chunk's rows with logits: a suffix of it (the sequence's are a suffix) */
-            int32_t from = PKV_MAX(off, first_out), rows = off + n > from ? off + n - from : 0;
-            pkv_fwd_batch sb = {.n_seqs = 1, .seqs = &b->seqs[i], .n_tokens = &n, .tokens = b->tokens + k0 + off,
-                                .pos = b->pos ? b->pos + k0 + off : NULL, .n_logits = rows ? &rows : NULL,
-                                .no_publish = b->no_publish,
-                                .hidden_in = b->hidden_in ? b->hidden_in + (size_t)(k0 + off) * (size_t)m->hp.n_embd : NULL,
-                                .hidden_out = b->hidden_out ? b->hidden_out + (size_t)(k0 + off) * (size_t)m->hp.n_embd : NULL};
-            float *out = logits && rows ? logits + (size_t)(o0 + from - first_out) * V : NULL;
-            s = step(m, c, wsp, &sb, out, mem, false, !rows && !b->hidden_out);
+    /* Rounds of one chunk of every sequence that has tokens left, batched together
+     * (a sequence whose tokens cross a page boundary does not make the others run
+     * alone). Each round gathers its tokens, positions and hidden rows, and its
+     * logits and hidden rows are scattered back. */
+    const int ns = b->n_seqs;
+    const size_t V = (size_t)m->hp.n_vocab, E = (size_t)m->hp.n_embd;
+    int64_t n_out = 0;
+    for (int i = 0; i < ns; i++) n_out += b->n_logits ? b->n_logits[i] : b->all_logits ? b->n_tokens[i] : 1;
+    int64_t *len0 = pkv_malloc((size_t)ns * sizeof *len0);
+    int32_t *ints = pkv_malloc((size_t)ns * 8 * sizeof *ints + (size_t)T * 2 * sizeof *ints);
+    float *hin = b->hidden_in ? pkv_malloc((size_t)T * E * sizeof *hin) : NULL;
+    float *hout = b->hidden_out ? pkv_malloc((size_t)T * E * sizeof *hout) : NULL;
+    float *lg = logits ? pkv_malloc((size_t)n_out * V * sizeof *lg) : NULL;
+    if (!len0 || !ints || (b->hidden_in && !hin) || (b->hidden_out && !hout) || (logits && !lg)) {
+        s = pkv_err(PKV_ERR_NOMEM, "forward: out of memory for %lld tokens in rounds", (long long)T);
+        goto free;
+    }
+    /* per sequence: first token k0, first logits row o0, first token with logits,
+     * tokens done; per round: its sequences, their tokens and rows; tokens, pos */
+    int32_t *k0 = ints, *o0 = k0 + ns, *first = o0 + ns, *done = first + ns, *r_seq = done + ns, *r_n = r_seq + ns,
+            *r_nl = r_n + ns, *r_i = r_nl + ns, *r_tok = r_i + ns, *r_pos = r_tok + T;
+    for (int i = 0, k = 0, o = 0; i < ns; k += b->n_tokens[i], i++) {
+        len0[i] = pkv_kv_seq_len(c, b->seqs[i]);
+        const int32_t nt = b->n_tokens[i];
+        k0[i] = k;
+        o0[i] = o;
+        first[i] = b->n_logits ? nt - b->n_logits[i] : b->all_logits ? 0 : nt - 1;
+        o += nt - first[i];
+        done[i] = 0;
+    }
+    for (;;) {
+        int nr = 0;
+        int64_t t = 0, rows = 0;
+        for (int i = 0; i < ns; i++) {
+            const int32_t nt = b->n_tokens[i], off = done[i];
+            if (off >= nt) continue;
+            int32_t n = chunk_len(c, mem, len0[i], off, nt), from = PKV_MAX(off, first[i]);
+            r_seq[nr] = b->seqs[i];
+            r_n[nr] = n;
+            r_nl[nr] = off + n > from ? off + n - from : 0; /* the chunk's rows with logits: a suffix of it */
+            r_i[nr] = i;
+            memcpy(r_tok + t, b->tokens + k0[i] + off, (size_t)n * sizeof *r_tok);
+            if (b->pos) memcpy(r_pos + t, b->pos + k0[i] + off, (size_t)n * sizeof *r_pos);
+            if (hin) memcpy(hin + (size_t)t * E, b->hidden_in + (size_t)(k0[i] + off) * E, (size_t)n * E * sizeof *hin);
+            rows += r_nl[nr];
+            t += n;
+            nr++;
         }
-        o0 += nt - first_out;
+        if (!nr) break;
+        bool extra = !rows && hout; /* hidden rows wanted, no logits: one row computed and dropped */
+        if (extra) r_nl[0] = 1;
+        pkv_fwd_batch sb = {.n_seqs = nr, .seqs = r_seq, .n_tokens = r_n, .tokens = r_tok, .pos = b->pos ? r_pos : NULL,
+                            .n_logits = r_nl, .no_publish = b->no_publish, .hidden_in = hin, .hidden_out = hout};
+        if ((s = step(m, c, wsp, &sb, lg && rows ? lg : NULL, mem, false, !rows && !hout))) break;
+        for (int j = 0, o = 0; j < nr; j++) { /* scatter, and move each sequence on */
+            const int i = r_i[j];
+            const int32_t off = done[i], n = r_n[j];
+            if (lg && rows && r_nl[j] && !extra) {
+                int32_t from = PKV_MAX(off, first[i]);
+                memcpy(logits + (size_t)(o0[i] + from - first[i]) * V, lg + (size_t)o * V, (size_t)r_nl[j] * V * sizeof *lg);
+                o += r_nl[j];
+            }
+            done[i] += n;
+        }
+        if (hout) /* the round's hidden rows, in its token order */
+            for (int j = 0, tt = 0; j < nr; tt += r_n[j], j++) {
+                const int i = r_i[j];
+                memcpy(b->hidden_out + (size_t)(k0[i] + done[i] - r_n[j]) * E, hout + (size_t)tt * E,
+                       (size_t)r_n[j] * E * sizeof *hout);
+            }
     }
     if (s) {
         char msg[1024];
@@ -330,6 +379,11 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         for (int i = 0; i < b->n_seqs; i++) pkv_kv_truncate(c, b->seqs[i], len0[i]);
         s = pkv_err(s, "%s", msg);
     }
-    if (len0 != stack_len) pkv_free(len0);
+free:
+    pkv_free(len0);
+    pkv_free(ints);
+    pkv_free(hin);
+    pkv_free(hout);
+    pkv_free(lg);
     return s;
 }
