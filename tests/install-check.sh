@@ -29,12 +29,15 @@ awk '/^## The C API/{on=1} on && /^```c$/{grab=1; next} grab && /^```$/{exit} gr
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags pagekv) "$work/readme.c" -o "$work/readme" \
   $(pkg-config --libs pagekv) || fail "the README's C API block does not compile"
 "$work/prefix/bin/pagekv" mkmodel -o "$work/m.gguf" 2>/dev/null
-LD_LIBRARY_PATH="$libdir" "$work/readme" "$work/m.gguf" >"$work/readme.out" || { cat "$work/readme.out"; fail "README program failed"; }
+# run as a user would: no LD_LIBRARY_PATH (pagekv.pc's rpath finds the library)
+env -u LD_LIBRARY_PATH "$work/readme" "$work/m.gguf" >"$work/readme.out" || { cat "$work/readme.out"; fail "README program failed (run without LD_LIBRARY_PATH)"; }
 tail -1 "$work/readme.out" | grep -qx ok || fail "README program did not print ok"
 [ "$(wc -l <"$work/readme.out")" -ge 2 ] || fail "README program generated nothing"
 # (ldd into a file: grep -q closing the pipe early would fail the pipeline under pipefail)
-LD_LIBRARY_PATH="$libdir" ldd "$work/readme" >"$work/ldd.txt"
-grep -q "$libdir/libpagekv.so" "$work/ldd.txt" || fail "README program is not linked to the installed shared library"
+env -u LD_LIBRARY_PATH ldd "$work/readme" >"$work/ldd.txt"
+got=$(awk '/libpagekv\.so/ {print $3}' "$work/ldd.txt")
+[ -n "$got" ] && [ "$(realpath "$got")" = "$(realpath "$libdir/libpagekv.so")" ] ||
+  { cat "$work/ldd.txt"; fail "README program is not linked to the installed shared library"; }
 
 # 2. find_package(pagekv) with the static library
 mkdir -p "$work/cm"
