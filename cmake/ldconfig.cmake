@@ -1,7 +1,7 @@
 # Run at install time (install(SCRIPT)): refresh the dynamic linker's cache when
 # libpagekv.so went where it looks, so programs find it without LD_LIBRARY_PATH.
 # Not for a staged DESTDIR install; without the right to, say what to run.
-if(NOT "$ENV{DESTDIR}" AND PKV_INSTALLED_LIB MATCHES "^(/usr/local/lib|/usr/lib|/lib)")
+if("$ENV{DESTDIR}" STREQUAL "" AND PKV_INSTALLED_LIB MATCHES "^(/usr/local/lib|/usr/lib|/lib)")
   find_program(PKV_LDCONFIG ldconfig PATHS /sbin /usr/sbin)
   if(PKV_LDCONFIG)
     execute_process(COMMAND ${PKV_LDCONFIG} RESULT_VARIABLE PKV_LDCONFIG_RC ERROR_QUIET)
