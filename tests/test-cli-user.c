@@ -58,6 +58,24 @@ int main(void) {
     CHECK_INT(sh("\"$PKV\" bench kv --help"), 0);
     HAS("usage: pagekv bench kv");
     CHECK_INT(sh("\"$PKV\" bench model --help"), 0);
+    /* every bench the top-level help names has its own help */
+    {
+        static const char *const benches[] = {"kv", "model", "spec", "serve", "server", "all", "kv-accuracy", "kv-speed"};
+        CHECK_INT(sh("\"$PKV\" --help"), 0);
+        char top[8192];
+        snprintf(top, sizeof top, "%.8000s", out);
+        for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+            char word[32];
+            snprintf(word, sizeof word, " %s ", benches[i]);
+            char *line = strstr(top, "  bench ");
+            if (!line || !strstr(line, word)) { /* the last one ends the line */
+                snprintf(word, sizeof word, " %s\n", benches[i]);
+                if (!line || !strstr(line, word)) TH_FAIL("pagekv --help does not name bench %s", benches[i]);
+            }
+            if (sh("\"$PKV\" bench %s --help > /dev/null 2>&1", benches[i]) != 0) TH_FAIL("bench %s --help failed", benches[i]);
+            else th_checks++;
+        }
+    }
     CHECK_INT(sh("\"$PKV\" bench all -m /nonexistent-model.gguf --json 2>/dev/null"), 1);
     CHECK_INT((long long)strlen(out), 0);
     CHECK_INT(sh("\"$PKV\" bench kv --bogus 2>&1"), 2);
