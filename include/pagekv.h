@@ -308,6 +308,12 @@ typedef struct pkv_kv_layer_desc {
      * restores the last checkpoint at or before the new end and the rest is
      * recomputed (pkv_kv_seq_state_len). See docs/kv-cache.md. */
     int state_per_head;
+    /* RoPE of this layer's K beyond its base and scale (Gemma 4: sliding and full
+     * layers rotate different widths, the full layers only part of theirs):
+     * rope_n_rot 0 = pkv_kv_params.rope_n_rot; rope_n_pairs > 0: only the first
+     * rope_n_pairs of the rope_n_rot / 2 pairs turn, at the angles they have when all
+     * turn ("proportional" RoPE; not with YaRN); 0 = all. */
+    int rope_n_rot, rope_n_pairs;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {

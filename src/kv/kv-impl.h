@@ -95,6 +95,7 @@ typedef struct kv_layer {
     int window;       /* tokens; 0 = full attention */
     float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
     float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
+    int n_rot, n_pairs;           /* rotated dims of K (0 = the cache's); pairs that turn (0 = all) */
     int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
 } kv_layer;
 
