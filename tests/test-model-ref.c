@@ -48,8 +48,9 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = wt;
-    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2"), oss = !strcmp(arch, "gpt-oss");
-    p.n_layer = gemma3 ? 6 : 2; /* gemma3: five sliding layers, then a global one */
+    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2"), oss = !strcmp(arch, "gpt-oss"),
+         g4 = !strcmp(arch, "gemma4");
+    p.n_layer = gemma3 || g4 ? 6 : 2; /* gemma3: five sliding layers, then a global one; gemma4: 4 with KV, 2 sharing */
     bool kq = pkv_type_block_elems(wt) == 256;
     p.n_embd = kq ? 256 : 64;
     p.n_head = 4;
@@ -60,7 +61,11 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
     p.k_mixture = g_mixture;
     bool moe = !strcmp(arch, "qwen3moe") || oss, llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
-    p.sliding_window = gemma || oss ? 3 : 0;
+    p.sliding_window = gemma || g4 || oss ? 3 : 0;
+    if (g4) { /* sliding head size half the full one's, rows in whole blocks of the weight type */
+        p.head_dim_swa = kq ? 64 : 8;
+        p.n_embd_per_layer = kq ? 256 : 32;
+    }
     p.n_expert = moe ? 4 : 0; /* n_ff is then one expert's rows */
     /* Top-2 of 4 with exact weights (f32, f16, bf16: the router sees what the
      * reference sees, within 1e-13). With quantized weights the CPU rounds the
@@ -104,7 +109,33 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       gemma3 ? 1e4 : 0, /* and base 10000 unscaled on the sliding ones */
                       oss ? 256 : 0,    /* gpt-oss: YaRN over mkmodel's original context of 256 */
                       0,
-                      0};
+                      0,
+                      NULL, 0, NULL, NULL, 0, 0, 0};
+    unsigned char swa[16];
+    int kvh[16], ff[16];
+    if (g4) { /* mkmodel's Gemma 4 shape, per layer as the loaded model has it */
+        hp.final_softcap = 30;
+        hp.sliding_window = 3;
+        hp.rope_base_swa = 1e4;
+        for (int l = 0; l < p.n_layer; l++) {
+            swa[l] = m->layers[l].window > 0;
+            kvh[l] = m->layers[l].n_head_kv;
+            ff[l] = m->layers[l].n_ff;
+        }
+        hp.swa_layers = swa;
+        hp.head_dim_swa = p.head_dim_swa;
+        hp.layer_n_head_kv = kvh;
+        hp.layer_n_ff = ff;
+        hp.rope_pairs_full = p.head_dim / 8; /* mkmodel's proportional RoPE: a quarter of the pairs */
+        hp.n_shared_kv = 2;
+        hp.n_embd_per_layer = p.n_embd_per_layer;
+        /* what mkmodel's Gemma 4 is: full layers 0 and 3 with one KV head, sliding ones with two; 4 and 5
+         * share the KV of 2 (sliding) and 3 (full) with an FFN twice as wide */
+        static const unsigned char want_swa[6] = {0, 1, 1, 0, 1, 0};
+        CHECK(!memcmp(swa, want_swa, 6));
+        CHECK(kvh[0] == 1 && kvh[1] == 2 && kvh[5] == 1 && ff[3] == p.n_ff && ff[4] == 2 * p.n_ff);
+        CHECK(m->n_cache_layers == 4 && m->kv_layer && m->kv_layer[4] == 2 && m->kv_layer[5] == 3);
+    }
     ref_model *r = ref_model_create(&hp, get_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
@@ -266,7 +297,7 @@ static void scaling_keys(void) {
 }
 
 int main(void) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "gemma4"};
     enum { N_ARCHS = sizeof archs / sizeof archs[0] };
     static const pkv_type exact[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16};
     static const pkv_type quant[] = {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};

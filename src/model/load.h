@@ -9,8 +9,9 @@
 
 typedef struct pkv_loader pkv_loader;
 
-/* The model being loaded. */
+/* The model being loaded, and its file. */
 pkv_model *pkv_loader_model(pkv_loader *L);
+const pkv_gguf *pkv_loader_gguf(pkv_loader *L);
 
 /* blk.<il>.<name>: an f32 [n_embd] norm on the model's first device. */
 pkv_status pkv_load_norm(pkv_loader *L, int il, const char *name, pkv_weight *w);
@@ -25,12 +26,26 @@ typedef struct pkv_attn_tensors {
     bool out_bias;  /* attn_output.bias [n_embd] required */
     bool sinks;     /* attn_sinks.weight [n_head] required: each shard's heads where its KV is attended */
     bool q_gate;    /* attn_q has 2 head_dim rows per head: q's, then the output gate's (qwen35) */
+    bool v_optional; /* attn_v may be absent: V is then K's projection (gemma4) */
+    bool v_norm;    /* V gets a weightless RMS norm per head (gemma4): pkv_shard_w.v_norm, ones */
 } pkv_attn_tensors;
 pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
 
 /* blk.<il>.<suffix>, shape [ne1][ne0], required, whole on the first device; f32:
  * converted to f32 (norms, biases, small vectors). */
 pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);
+
+/* A tensor outside the layers (no blk. prefix), whole on the first device; absent
+ * and not required: w stays empty. */
+pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, bool required, bool f32, pkv_weight *w);
+
+/* A table [ne1][ne0] kept on the host and read row by row (gemma4's
+ * per_layer_token_embd: pkv_model.ple_tok): used in place from the mapped file where
+ * the model keeps it, else copied. */
+pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1);
+
+/* w = f32 [n] of value on dev (not from the file: constants the blocks need). */
+pkv_status pkv_weight_fill(pkv_model *m, pkv_device *dev, int64_t n, float value, pkv_weight *w);
 
 /* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
  * the gate's rows, then the up projection's (no ffn_gate). */
