@@ -797,14 +797,16 @@ typedef struct pkv_mkmodel_params {
     int ssm_v_heads, ssm_k_heads, ssm_head_dim;
     int n_mtp;           /* qwen35: MTP ("nextn") layers after the trunk (nextn_predict_layers), 0..4 */
     /* gemma4 (every field 0 = a test shape with each Gemma 4 feature; n_layer 0 = 6,
-     * head_dim 0 = 64 for the full layers, the window 0 = 8). Tied embeddings, the
-     * sharing layers' FFN twice n_ff wide (use_double_wide_mlp), full layers without
-     * attn_v (V = K), proportional RoPE turning a quarter of the full layers' pairs,
-     * layer_output_scale on every layer. */
-    int head_dim_swa;     /* head size of the sliding layers; 0 = head_dim / 2 */
+     * n_head 0 = 8, head_dim 0 = 64 for the full layers, the window 0 = 8). Tied
+     * embeddings, the sharing layers' FFN twice n_ff wide (use_double_wide_mlp), full
+     * layers without attn_v (V = K), proportional RoPE turning a quarter of the full
+     * layers' pairs, layer_output_scale on every layer. */
+    int head_dim_swa;     /* head size of the sliding layers; 0 = head_dim / 2 (head_dim where
+                             n_head of those are not whole blocks of the weight type) */
     int n_head_kv_full;   /* KV heads of the full layers (head_count_kv an array where it
-                             differs from n_head_kv); 0 = 1 */
-    int n_embd_per_layer; /* per-layer embedding size; 0 = 16, < 0 = none */
+                             differs from n_head_kv); 0 = n_head / 4 */
+    int n_embd_per_layer; /* per-layer embedding size; 0 = 16 (the weight type's block where
+                             larger), < 0 = none */
     int n_shared_kv;      /* the last layers, reusing an earlier layer's KV; 0 = 2, < 0 = none */
     const char *swa_layers; /* one 's' (sliding) or 'f' (full) per layer; NULL = a full layer every
                              third counting back from the last layer with KV of its own, which is

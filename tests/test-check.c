@@ -155,6 +155,16 @@ int main(void) {
     demo_passes(g2, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
     if (vk) demo_passes(g2, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
     unlink(g2);
+    /* Gemma 4 (per-layer head sizes and KV heads, proportional RoPE, per-layer
+     * embeddings, the last two layers reusing earlier layers' KV; window 8, pages of
+     * 16 by default): the same, and q8_0 weights */
+    char g4[512];
+    snprintf(g4, sizeof g4, "%s", th_tmp("demo-g4.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma4 --type q8_0 --per-layer-embd 32 -o '%s'", g4), 0);
+    demo_passes(g4, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
+    demo_passes(g4, "--device cpu", "5 checks, 5 passed, 0 failed");
+    if (vk) demo_passes(g4, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
+    unlink(g4);
     rc = th_cli("", true, "demo -m '%s' --device cpu", bad);
     CHECK_INT(rc, 1);
     CHECK(strstr(out, "load") != NULL && strstr(out, "FAIL") != NULL);

@@ -249,9 +249,11 @@ static pkv_status validate(pkv_mkmodel_params *p) {
         /* 8 heads: KV heads 4 (sliding) and 2 (full), so the test shape splits over two devices */
         if (!p->n_head) p->n_head = 8;
         if (!p->head_dim) p->head_dim = 64;
-        if (!p->head_dim_swa) p->head_dim_swa = p->head_dim / 2;
+        /* rows of the weight type's blocks: the sliding heads and per-layer embeddings too */
+        const int blk = (int)pkv_type_block_elems(p->type);
+        if (!p->head_dim_swa) p->head_dim_swa = blk && (p->n_head * p->head_dim / 2) % blk ? p->head_dim : p->head_dim / 2;
         if (!p->n_head_kv_full) p->n_head_kv_full = p->n_head >= 4 ? p->n_head / 4 : 1;
-        if (!p->n_embd_per_layer) p->n_embd_per_layer = 16;
+        if (!p->n_embd_per_layer) p->n_embd_per_layer = blk > 16 ? blk : 16;
         if (p->n_embd_per_layer < 0) p->n_embd_per_layer = 0;
         if (!p->n_shared_kv) p->n_shared_kv = 2;
         if (p->n_shared_kv < 0) p->n_shared_kv = 0;
