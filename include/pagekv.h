@@ -765,8 +765,10 @@ typedef struct pkv_mkmodel_params {
     int n_head_kv;       /* 0 = 2 */
     int head_dim;        /* 0 = n_embd / n_head */
     int n_ff;            /* 0 = 256; qwen3moe, gpt-oss: the rows of one expert's FFN */
-    int n_expert;        /* qwen3moe, gpt-oss: experts per layer; 0 = 4 (other architectures: must be 0) */
-    int n_expert_used;   /* qwen3moe, gpt-oss: experts each token goes to; 0 = 2 */
+    int n_expert;        /* qwen3moe, gpt-oss: experts per layer; 0 = 4; gemma4: 0 = none (dense), else every
+                            layer a MoE layer (26B-A4B's layout: experts of n_ff / 2 rows beside the dense
+                            FFN); other architectures: must be 0 */
+    int n_expert_used;   /* qwen3moe, gpt-oss, gemma4 with experts: experts each token goes to; 0 = 2 */
     int sliding_window;  /* gemma2, gemma3, gemma4, gpt-oss: tokens their sliding layers see; 0 = 8 */
     int n_vocab;         /* 0 = 512 */
     int n_ctx;           /* 0 = 2048 */

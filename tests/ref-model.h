@@ -199,6 +199,10 @@ typedef struct ref_layer {
     double *ple_proj;        /* [n_embd][P] */
     double *ple_post_norm;   /* [n_embd] */
     double *out_scale;       /* [1] layer_output_scale, gemma4 where present; else NULL */
+    /* gemma4's MoE layers (ffn_gate_inp present; experts beside the dense FFN); else NULL */
+    double *gate_inp_s;      /* [n_embd] ffn_gate_inp.scale */
+    double *down_exps_s;     /* [n_expert] ffn_down_exps.scale, or NULL */
+    double *pre_ffw_norm_2, *post_ffw_norm_1, *post_ffw_norm_2; /* [n_embd] */
 } ref_layer;
 
 typedef struct ref_model {
@@ -349,7 +353,8 @@ static inline void ref_model_free(ref_model *m) {
                              L->k_norm, L->wo, L->ffn_norm, L->post_attn_norm, L->post_ffw_norm, L->gate,
                              L->up, L->down, L->gate_inp, L->gate_exps, L->up_exps, L->down_exps,
                              L->k_cache, L->v_cache, L->bo, L->sinks, L->gate_inp_b, L->gate_exps_b,
-                             L->up_exps_b, L->down_exps_b, L->ple_gate, L->ple_proj, L->ple_post_norm, L->out_scale};
+                             L->up_exps_b, L->down_exps_b, L->ple_gate, L->ple_proj, L->ple_post_norm, L->out_scale,
+                             L->gate_inp_s, L->down_exps_s, L->pre_ffw_norm_2, L->post_ffw_norm_1, L->post_ffw_norm_2};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -412,9 +417,12 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff);
         return NULL;
     }
-    /* A dense arch with experts set is refused rather than silently run dense. */
-    if (experts ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
-                : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
+    /* A dense arch with experts set is refused rather than silently run dense (gemma4:
+     * experts are optional, in the layers with ffn_gate_inp) */
+    const bool g4moe = g4 && (hp->n_expert || hp->n_expert_used || hp->n_ff_exp);
+    if (experts || g4moe
+            ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
+            : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
         fprintf(stderr, "ref_model: bad MoE hparams for %s (n_expert %d n_expert_used %d n_ff_exp %d)\n", hp->arch,
                 hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
         return NULL;
@@ -516,8 +524,8 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     }
     /* F: rows of the FFN a token runs (each expert's, for MoE, the largest layer's for
      * gemma4); X: experts */
-    const int64_t E = hp->n_embd, V = hp->n_vocab, F = Fmax, Q = (int64_t)hp->n_head * Dmax, KV = KVmax,
-                  X = hp->n_expert, P = hp->n_embd_per_layer, NL = hp->n_layer;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = g4moe && hp->n_ff_exp > Fmax ? hp->n_ff_exp : Fmax,
+                  Q = (int64_t)hp->n_head * Dmax, KV = KVmax, X = hp->n_expert, P = hp->n_embd_per_layer, NL = hp->n_layer;
     bool ok = ref_load(get, user, "token_embd.weight", V * E, true, &m->tok_embd) &&
               ref_load(get, user, "output_norm.weight", E, true, &m->out_norm) &&
               ref_load(get, user, "output.weight", V * E, false, &m->output);
@@ -548,6 +556,17 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
              REF_LOAD(out_scale, "layer_output_scale.weight", 1, false) &&
              (P == 0 || (REF_LOAD(ple_gate, "inp_gate.weight", P * E, true) && REF_LOAD(ple_proj, "proj.weight", E * P, true) &&
                          REF_LOAD(ple_post_norm, "post_norm.weight", E, true)));
+        const int64_t Fe = hp->n_ff_exp;
+        if (ok && g4moe) ok = REF_LOAD(gate_inp, "ffn_gate_inp.weight", X * E, false);
+        if (ok && L->gate_inp) /* a MoE layer */
+            ok = REF_LOAD(gate_inp_s, "ffn_gate_inp.scale", E, true) &&
+                 REF_LOAD(gate_exps, "ffn_gate_exps.weight", X * Fe * E, true) &&
+                 REF_LOAD(up_exps, "ffn_up_exps.weight", X * Fe * E, true) &&
+                 REF_LOAD(down_exps, "ffn_down_exps.weight", X * E * Fe, true) &&
+                 REF_LOAD(down_exps_s, "ffn_down_exps.scale", X, false) &&
+                 REF_LOAD(pre_ffw_norm_2, "pre_ffw_norm_2.weight", E, true) &&
+                 REF_LOAD(post_ffw_norm_1, "post_ffw_norm_1.weight", E, true) &&
+                 REF_LOAD(post_ffw_norm_2, "post_ffw_norm_2.weight", E, true);
     }
     for (int il = 0; ok && !g4 && il < hp->n_layer; il++) {
         ref_layer *L = &m->layers[il];
@@ -613,14 +632,14 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         m->x = calloc((size_t)E, sizeof(double));
         m->h = calloc((size_t)E, sizeof(double));
         m->tmp = calloc((size_t)E, sizeof(double));
-        m->q = calloc((size_t)Q, sizeof(double));
-        m->att = calloc((size_t)Q, sizeof(double));
+        m->q = calloc((size_t)(Q > E ? Q : E), sizeof(double)); /* gemma4's MoE layers use q and att for */
+        m->att = calloc((size_t)(Q > E ? Q : E), sizeof(double)); /* vectors of n_embd */
         m->k = calloc((size_t)KV, sizeof(double));
         m->v = calloc((size_t)KV, sizeof(double));
         m->g = calloc((size_t)F, sizeof(double));
         m->u = calloc((size_t)F, sizeof(double));
         ok = m->x && m->h && m->tmp && m->q && m->att && m->k && m->v && m->g && m->u;
-        if (ok && experts) {
+        if (ok && (experts || g4moe)) {
             m->probs = calloc((size_t)X, sizeof(double));
             m->chosen = calloc((size_t)X, sizeof(bool));
             m->ffn_out = calloc((size_t)E, sizeof(double));
@@ -664,9 +683,10 @@ static inline bool ref_reserve(ref_model *m, int need) {
     return true;
 }
 
-/* The mixture of experts of layer L on the normed FFN input x [n_embd]; the result
- * goes to m->ffn_out [n_embd]. Uses m->probs, m->chosen, m->g, m->u, m->tmp. */
-static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
+/* The mixture of experts of layer L on the normed FFN input x [n_embd], routed by
+ * gate_inp · rx (rx: the router's input, x but for gemma4); the result goes to
+ * m->ffn_out [n_embd]. Uses m->probs, m->chosen, m->g, m->u, m->tmp. */
+static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x, const double *rx) {
     const int E = m->hp.n_embd, F = m->hp.n_ff_exp, X = m->hp.n_expert, K = m->hp.n_expert_used;
     if (m->oss) { /* gpt-oss: biased router, top K logits, softmax over those K; biased clamped-SwiGLU experts */
         ref_matvec(L->gate_inp, x, L->gate_inp_b, X, E, m->probs); /* logits */
@@ -698,7 +718,7 @@ static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
         return;
     }
     /* router: softmax over all experts, before the selection */
-    ref_matvec(L->gate_inp, x, NULL, X, E, m->probs);
+    ref_matvec(L->gate_inp, rx, NULL, X, E, m->probs);
     double mx = -INFINITY, z = 0;
     for (int e = 0; e < X; e++) mx = fmax(mx, m->probs[e]);
     for (int e = 0; e < X; e++) z += (m->probs[e] = exp(m->probs[e] - mx));
@@ -720,8 +740,8 @@ static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
     for (int e = 0; e < X; e++) {
         if (!m->chosen[e]) continue;
         const size_t off = (size_t)e * (size_t)F * (size_t)E; /* expert e's matrix in each 3-D tensor */
-        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, false, x, m->g, m->u, m->tmp);
-        const double w = m->probs[e] / sum;
+        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, m->gelu, x, m->g, m->u, m->tmp);
+        const double w = m->probs[e] / sum * (L->down_exps_s ? L->down_exps_s[e] : 1.0); /* gemma4's per-expert scale */
         for (int i = 0; i < E; i++) m->ffn_out[i] += w * m->tmp[i];
     }
 }
@@ -820,11 +840,25 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
         ref_matvec(L->wo, m->att, L->bo, E, Q, m->tmp);
         if (L->post_attn_norm) ref_rms_norm(m->tmp, L->post_attn_norm, E, hp->rms_eps, m->tmp);
         for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
-        /* feed-forward: dense, or a mixture of experts */
+        /* feed-forward: dense, or a mixture of experts, or (gemma4) both */
         ref_rms_norm(m->x, L->ffn_norm, E, hp->rms_eps, m->h);
         double *ffn;
-        if (L->gate_inp) {
-            ref_moe(m, L, m->h);
+        if (L->gate_inp && m->g4) {
+            /* the dense FFN normed by post_ffw_norm_1 (in tmp, then h) */
+            ref_ffn(L->gate, L->up, L->down, E, L->F, true, m->h, m->g, m->u, m->tmp);
+            ref_rms_norm(m->tmp, L->post_ffw_norm_1, E, hp->rms_eps, m->h);
+            /* the router's input: rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale (in att) */
+            double ss = 0;
+            for (int i = 0; i < E; i++) ss += m->x[i] * m->x[i];
+            for (int i = 0; i < E; i++) m->att[i] = m->x[i] / sqrt(ss / E + hp->rms_eps) / sqrt((double)E) * L->gate_inp_s[i];
+            /* the experts on pre_ffw_norm_2(x) (in q), normed by post_ffw_norm_2 */
+            ref_rms_norm(m->x, L->pre_ffw_norm_2, E, hp->rms_eps, m->q);
+            ref_moe(m, L, m->q, m->att);
+            ref_rms_norm(m->ffn_out, L->post_ffw_norm_2, E, hp->rms_eps, m->ffn_out);
+            for (int i = 0; i < E; i++) m->ffn_out[i] += m->h[i];
+            ffn = m->ffn_out;
+        } else if (L->gate_inp) {
+            ref_moe(m, L, m->h, m->h);
             ffn = m->ffn_out;
         } else {
             ref_ffn(L->gate, L->up, L->down, E, L->F, m->gelu, m->h, m->g, m->u, m->tmp);

@@ -146,6 +146,8 @@ int main(void) {
                      "mixture-of-experts model (qwen3moe) cannot be split", "tensor-parallel splits are unsupported", vk);
     one_device_model("q35", "--arch qwen35 --type q8_0", "a qwen35 model cannot be split over 2 devices",
                      "recurrent layers runs on one device", vk);
+    one_device_model("g4moe", "--arch gemma4 --type q8_0 --experts 4 --experts-used 2",
+                     "mixture-of-experts model (gemma4) cannot be split", "tensor-parallel splits are unsupported", vk);
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */

@@ -17,8 +17,11 @@
  *    fewer than two layers with KV, or leaving a last pair that is not sliding then
  *    full; a sharing layer whose KV heads differ from its owner's; per-layer
  *    embedding sizes that disagree with the tensors; missing per-layer tensors;
- *    head sizes; rope_freqs missing or not proportional; a MoE layer (ffn_gate_inp);
- *    the draft key pagekv.shared_kv_layers beside the model's own sharing. */
+ *    head sizes; rope_freqs missing or not proportional; a router (ffn_gate_inp)
+ *    without an expert count; the draft key pagekv.shared_kv_layers beside the
+ *    model's own sharing;
+ *  - the MoE layout (26B-A4B): its keys and tensors required, ffn_down_exps.scale
+ *    optional; merged ffn_gate_up_exps give bitwise the logits of separate ones. */
 #include <math.h>
 
 #include "base/base.h"
@@ -462,7 +465,7 @@ static void test_bad_input(void) {
         {{.u32 = -1, .drop = "blk.1.attn_k.weight"}, "tensor 'blk.1.attn_k.weight' not found"},
         {{.u32 = -1, .drop = "blk.3.attn_k_norm.weight"}, "tensor 'blk.3.attn_k_norm.weight' not found"},
         {{.u32 = -1, .add = "blk.0.ffn_gate_inp.weight", .add_ne0 = 64, .add_ne1 = 4},
-         "tensor 'blk.0.ffn_gate_inp.weight': Gemma 4's mixture-of-experts layers (26B-A4B) are not supported yet"},
+         "tensor 'blk.0.ffn_gate_inp.weight' makes layer 0 a mixture of experts, but key 'gemma4.expert_count' is absent"},
         {{.key = "pagekv.shared_kv_layers", .u32 = -1, .i32 = draft_map, .n_i32 = 6},
          "key 'pagekv.shared_kv_layers' (a draft's map into a target's cache) and 'gemma4.attention.shared_kv_layers'"},
     };
@@ -497,6 +500,114 @@ static void test_bad_input(void) {
     pkv_mkmodel_free_memory(img);
 }
 
+/* ------------------------------------------------------ mixture of experts */
+
+/* The MoE layout (the 26B-A4B checkpoint's): its tensors required, an expert count
+ * required where a layer has a router; gate and up experts merged into one
+ * ffn_gate_up_exps (each expert's gate rows, then its up rows) give bitwise the
+ * logits of the separate tensors. */
+static void test_moe(void) {
+    void *img = NULL;
+    size_t size = 0;
+    pkv_mkmodel_params p = g4_params(PKV_TYPE_F32, 0);
+    p.n_expert = 4;
+    p.n_expert_used = 2;
+    REQUIRE_VOID(!pkv_mkmodel_memory(&p, &img, &size));
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "g4 moe");
+    pkv_model *m = load(img, size, "g4 moe");
+    REQUIRE_VOID(g && m);
+    pkv_model_info info;
+    CHECK_OK(pkv_model_get_info(m, &info));
+    CHECK_INT(info.n_expert, 4);
+    CHECK_INT(info.n_expert_used, 2);
+    /* the merged form: a copy with ffn_gate_exps and ffn_up_exps replaced by ffn_gate_up_exps */
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    for (int64_t i = 0; w && i < pkv_gguf_n_kv(g); i++) pkv_gguf_writer_copy_kv(w, g, i);
+    const int64_t E = 64, Fe = 48, X = 4;
+    float *gu = malloc((size_t)(E * 2 * Fe * X) * sizeof *gu);
+    for (int64_t i = 0; w && gu && i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        const char *dot = strstr(t->name, ".ffn_gate_exps.weight");
+        if (strstr(t->name, ".ffn_up_exps.weight")) continue;
+        if (!dot) {
+            pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+            continue;
+        }
+        char up[96], gname[96];
+        snprintf(up, sizeof up, "%.*s.ffn_up_exps.weight", (int)(dot - t->name), t->name);
+        snprintf(gname, sizeof gname, "%.*s.ffn_gate_up_exps.weight", (int)(dot - t->name), t->name);
+        const pkv_gguf_tensor *tu = pkv_gguf_find_tensor(g, up);
+        CHECK(tu && t->ne[1] == Fe && t->type == PKV_TYPE_F32);
+        for (int64_t e = 0; tu && e < X; e++) {
+            memcpy(gu + (e * 2 * Fe) * E, (const float *)t->data + e * Fe * E, (size_t)(Fe * E) * 4);
+            memcpy(gu + (e * 2 * Fe + Fe) * E, (const float *)tu->data + e * Fe * E, (size_t)(Fe * E) * 4);
+        }
+        int64_t ne[3] = {E, 2 * Fe, X};
+        pkv_gguf_writer_add_tensor(w, gname, PKV_TYPE_F32, 3, ne, gu, (size_t)(E * 2 * Fe * X) * 4);
+    }
+    void *mi = NULL;
+    size_t ms = 0;
+    if (w) pkv_gguf_writer_write_memory(w, &mi, &ms);
+    pkv_gguf_writer_free(w);
+    free(gu);
+    pkv_model *mm = mi ? load(mi, ms, "g4 moe merged") : NULL;
+    CHECK(mm != NULL);
+    if (mm) {
+        pkv_cache_params cp = pkv_cache_default_params();
+        cp.n_ctx = 64;
+        float lg[2][V];
+        pkv_model *ms2[2] = {m, mm};
+        for (int k = 0; k < 2; k++) {
+            pkv_kv_cache *c = pkv_model_cache_create(ms2[k], cp);
+            pkv_context *x = c ? decoded(ms2[k], c, 0, 20, 7) : NULL;
+            CHECK(x != NULL);
+            if (x) memcpy(lg[k], pkv_context_logits(x), sizeof lg[k]);
+            pkv_context_free(x);
+            pkv_kv_cache_free(c);
+        }
+        CHECK(!memcmp(lg[0], lg[1], sizeof lg[0]));
+    }
+    pkv_model_free(mm);
+    pkv_free(mi);
+    const struct {
+        edit e;
+        const char *want;
+    } cases[] = {
+        {{.key = "gemma4.expert_count", .u32 = -1},
+         "tensor 'blk.0.ffn_gate_inp.weight' makes layer 0 a mixture of experts, but key 'gemma4.expert_count' is absent"},
+        {{.key = "gemma4.expert_used_count", .u32 = 5}, "key 'gemma4.expert_used_count' is 5, expected a value in [1, 4]"},
+        {{.key = "gemma4.expert_feed_forward_length", .u32 = -1}, "key 'gemma4.expert_feed_forward_length' not found"},
+        {{.key = "gemma4.expert_feed_forward_length", .u32 = 40},
+         "tensor 'blk.0.ffn_gate_exps.weight' must have shape [64, 40, 4]"},
+        {{.u32 = -1, .drop = "blk.2.ffn_gate_inp.scale"}, "tensor 'blk.2.ffn_gate_inp.scale' not found"},
+        {{.u32 = -1, .drop = "blk.1.pre_ffw_norm_2.weight"}, "tensor 'blk.1.pre_ffw_norm_2.weight' not found"},
+        {{.u32 = -1, .drop = "blk.5.post_ffw_norm_2.weight"}, "tensor 'blk.5.post_ffw_norm_2.weight' not found"},
+        {{.u32 = -1, .drop = "blk.3.ffn_down_exps.weight"}, "tensor 'blk.3.ffn_down_exps.weight' not found"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t vs = 0;
+        void *v = variant(g, &cases[k].e, &vs);
+        pkv_model *bad = v ? load(v, vs, "bad gemma4 moe") : NULL;
+        if (!v) TH_FAIL("moe case %zu: could not write the variant", k);
+        else if (bad) TH_FAIL("moe case %zu (%s): loaded", k, cases[k].want);
+        else if (!strstr(pkv_errmsg(), cases[k].want)) TH_FAIL("moe case %zu: message '%s' lacks '%s'", k, pkv_errmsg(), cases[k].want);
+        th_checks++;
+        pkv_model_free(bad);
+        pkv_free(v);
+    }
+    /* without ffn_down_exps.scale (optional, as in llama.cpp): loads */
+    size_t vs = 0;
+    edit noscale = {.u32 = -1, .drop = "blk.0.ffn_down_exps.scale"};
+    void *v = variant(g, &noscale, &vs);
+    pkv_model *ns = v ? load(v, vs, "no expert scale") : NULL;
+    CHECK(ns != NULL);
+    pkv_model_free(ns);
+    pkv_free(v);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
 int main(void) {
     test_layout();
     test_kv_ops(PKV_TYPE_F32);
@@ -505,5 +616,6 @@ int main(void) {
     test_shift();
     test_softcap();
     test_bad_input();
+    test_moe();
     return th_done();
 }

@@ -78,6 +78,34 @@ int main(void) {
             fprintf(stderr, "%-6s %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", archs[ai], pkv_type_name(t), e, tol);
             if (!(e <= tol)) TH_FAIL("%s %s: nmse %g > %g", archs[ai], pkv_type_name(t), e, tol);
         }
+    /* gemma4 with experts beside every layer's dense FFN (f32: top 2 of 4; q8_0: all 4,
+     * as the CPU's 8-bit activations can swap a close second and third expert) */
+    for (int k = 0; k < 2; k++) {
+        pkv_mkmodel_params p = pkv_mkmodel_default_params();
+        p.arch = "gemma4";
+        p.type = k ? PKV_TYPE_Q8_0 : PKV_TYPE_F32;
+        p.n_embd = g_embd;
+        p.n_head = 4;
+        p.n_ff = 128;
+        p.n_vocab = V;
+        p.n_expert = 4;
+        p.n_expert_used = k ? 4 : 2;
+        void *img = NULL;
+        size_t size = 0;
+        bool ok_c = false, ok_v = false;
+        if (!pkv_mkmodel_memory(&p, &img, &size)) {
+            decode19(kq_load(img, size, "cpu"), a, &ok_c);
+            decode19(kq_load(img, size, "vulkan:0"), b, &ok_v);
+        }
+        pkv_mkmodel_free_memory(img);
+        if (!ok_c || !ok_v) {
+            TH_FAIL("gemma4 experts %s: %s", pkv_type_name(p.type), pkv_errmsg());
+            continue;
+        }
+        double e = th_nmse(a, b, 19 * V), tol = k ? 2e-3 : 1e-5;
+        fprintf(stderr, "gemma4 experts %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", pkv_type_name(p.type), e, tol);
+        if (!(e <= tol)) TH_FAIL("gemma4 experts %s: nmse %g > %g", pkv_type_name(p.type), e, tol);
+    }
     /* qwen35 q8_0 / q4_0 on the device against the CPU running the same weights
      * dequantized to f32 (no activation rounding on either side) */
     for (int k = 0; k < 2; k++) {

@@ -102,6 +102,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --per-layer-embd N       per-layer embedding size (default 16; 0 = none)\n"
                    "  --shared-kv N            the last N layers reuse the KV of the last sliding / full layer\n"
                    "                           before them (default 2; 0 = none)\n"
+                   "  --experts N --experts-used K  every layer a mixture-of-experts layer as in 26B-A4B: N\n"
+                   "                           experts of --ffn / 2 rows beside the dense FFN, K per token\n"
                    "Qwen3.5 (--arch qwen35: gated delta-net layers, with full attention (gated output,\n"
                    "Q/K norms, half of each head rotated) in every 4th layer; default 4 layers):\n"
                    "  --ssm-v-heads N          value heads of the delta-net layers (default 4)\n"

@@ -20,7 +20,7 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
         pkv_dev_ws *d = &ws->d[i];
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
                               d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids,
-                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g};
+                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
@@ -45,6 +45,7 @@ static void widths(const pkv_model *m, int64_t *qd, int64_t *kd, int64_t *vd, in
         *od = PKV_MAX(*od, (int64_t)ly->n_head * ly->head_dim_v);
         *ff = PKV_MAX(*ff, (int64_t)ly->n_ff);
     }
+    *ff = PKV_MAX(*ff, (int64_t)m->hp.n_ff_exp); /* gemma4: experts beside a dense FFN of another size */
 }
 
 static pkv_status realloc_buf(pkv_device *dev, pkv_buffer **b, size_t bytes) {
@@ -99,6 +100,7 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
                 (s = realloc_buf(dev, &w->ple_g, t4 * P)))
                 return s;
         }
+        if (main_dev && m->hp.moe_dense && (s = realloc_buf(dev, &w->ffn_acc, t4 * 2 * (size_t)E))) return s;
         if (main_dev && m->hp.n_expert > 0 &&
             ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
              (s = realloc_buf(dev, &w->moe_ids, t4))))
@@ -213,17 +215,20 @@ static pkv_status move(pkv_buffer *src, pkv_buffer *dst, size_t n) {
 /* Fold each shard's partial output y into the residual stream x on the main
  * device (summing in device order). post_norm (Gemma): the whole output is RMS
  * normed first, so the partials are summed into w0->y, normed, then added. */
-static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm) {
+static pkv_status reduce_to(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm,
+                            pkv_tref out) {
     size_t bytes = (size_t)T * (size_t)m->hp.n_embd * 4;
-    if (post_norm && post_norm->buf) {
+    if ((post_norm && post_norm->buf) || out.buf) {
         pkv_status s;
         for (int d = 1; d < m->n_dev; d++) { /* w0 is device 0's: sum the others into its y */
             pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
             if ((s = pkv_buffer_copy(w->y, 0, w0->xb, 0, bytes)) || (s = add(m->dev, w0->y, w0->xb, T * m->hp.n_embd)))
                 return s;
         }
-        if ((s = pkv_blk_rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps))) return s;
-        return add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
+        if (post_norm && post_norm->buf &&
+            (s = pkv_blk_rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps)))
+            return s;
+        return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, bytes) : add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
     }
     for (int d = 0; d < m->n_dev; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
@@ -237,6 +242,11 @@ static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int
         if (s) return s;
     }
     return PKV_OK;
+}
+
+/* reduce into the residual stream. */
+static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm) {
+    return reduce_to(m, ws, w0, T, post_norm, R(NULL, 0));
 }
 
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
@@ -401,22 +411,25 @@ static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row
  * probabilities and one of each active expert's output per layer: correct on every
  * backend, a round trip per expert on a GPU); each token's sum adds its experts in
  * ascending index order, so the result is the same whatever else is in the batch. */
-pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
-    if (f->attn_only) return PKV_OK;
+/* The experts' sum, post-normed where the kind says, into out (NULL: added to x). */
+static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
     pkv_fwd_ws *ws = f->ws;
     pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
     pkv_device *dev = m->dev;
-    const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = ly->n_ff;
+    const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     const bool topk_softmax = kind->gating == PKV_MOE_TOPK_SOFTMAX;
     pkv_status s;
     PKV_CHECK_INTERNAL(X > 0 && ly->moe_router.buf);
-    if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    /* the router's input: the experts' (norm), or a norm of its own (gemma4) */
+    if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
+        return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
     if ((s = pkv_blk_matmul(dev, &ly->moe_router, w0->xb, w0->router, T)) || (s = add_bias(dev, &ly->moe_router_b, w0->router, T)))
         return s;
+    if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
     if (!topk_softmax) {
         pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
         if ((s = pkv_k_softmax(dev, &sm))) return s;
@@ -436,6 +449,7 @@ pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
             sel[k] = best;
             sum += topk_softmax ? exp((double)p[best] - (double)p[sel[0]]) : p[best];
         }
+        if (!topk_softmax) sum = fmax(sum, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
         for (int64_t k = 0; k < K; k++)
             ws->h_wsel[t * K + k] = (float)((topk_softmax ? exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]]) / sum);
     }
@@ -462,17 +476,25 @@ pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
             float wt = 0;
             for (int64_t k = 0; k < K; k++)
                 if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
+            if (kind->exp_scale) wt *= kind->exp_scale[e]; /* gemma4's per-expert output scale */
             float *o = ws->h_out + t * E;
             const float *y = ws->h_y + i * E;
             for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
         }
     }
     if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
-    return add(dev, w0->x, w0->y, T * E);
+    if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->y, kind->post_norm, w0->y, T, E, hp->rms_eps))) return s;
+    return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->y, T * E);
 }
 
-pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
-    if (f->attn_only) return PKV_OK;
+pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
+    return f->attn_only ? PKV_OK : moe_to(f, il, kind, R(NULL, 0));
+}
+
+
+
+/* The FFN's output, post-normed where the kind says, into out (NULL: added to x). */
+static pkv_status ffn_to(pkv_fwd *f, int il, const pkv_ffn_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
@@ -493,7 +515,29 @@ pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
         if ((s = pkv_k_swiglu(dev, &sg))) return s;
         if ((s = pkv_blk_matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
-    return reduce(m, ws, w0, T, kind->post_norm);
+    return reduce_to(m, ws, w0, T, kind->post_norm, out);
+}
+
+pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
+    return f->attn_only ? PKV_OK : ffn_to(f, il, kind, R(NULL, 0));
+}
+
+pkv_status pkv_blk_ffn_moe(pkv_fwd *f, int il, const pkv_ffn_kind *dense, const pkv_moe_kind *moe,
+                           const pkv_weight *post_norm) {
+    if (f->attn_only) return PKV_OK;
+    const pkv_model *m = f->m;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    const int64_t n = f->T * m->hp.n_embd;
+    PKV_CHECK_INTERNAL(w0->ffn_acc);
+    pkv_tref a = R(w0->ffn_acc, 0), b = R(w0->ffn_acc, (size_t)n * 4);
+    pkv_k_add_args ab = {.a = a, .b = b, .y = a, .n = n, .b_len = n};
+    pkv_status s;
+    if ((s = ffn_to(f, il, dense, a)) || (s = moe_to(f, il, moe, b)) || (s = pkv_k_add(m->dev, &ab))) return s;
+    pkv_k_rms_norm_args nm = {.x = a, .w = R(post_norm->buf, 0), .y = a, .n_rows = f->T, .row_len = m->hp.n_embd,
+                              .eps = m->hp.rms_eps};
+    pkv_k_add_args ax = {.a = R(w0->x, 0), .b = a, .y = R(w0->x, 0), .n = n, .b_len = n};
+    if ((s = pkv_k_rms_norm(m->dev, &nm))) return s;
+    return pkv_k_add(m->dev, &ax);
 }
 
 pkv_status pkv_blk_ple_inputs(pkv_fwd *f) {

@@ -42,6 +42,7 @@ typedef struct pkv_dev_ws {
     pkv_buffer *ple;     /* f32 [n_layer][T][P] every layer's per-layer input */
     pkv_buffer *ple_tok; /* f32 [n_layer][T][P] the tokens' rows of per_layer_token_embd, scaled */
     pkv_buffer *ple_g;   /* f32 [T][P] */
+    pkv_buffer *ffn_acc; /* f32 [2][T][E]: a dense FFN's and the experts' outputs (hp.moe_dense) */
 } pkv_dev_ws;
 
 struct pkv_fwd_ws {
@@ -162,7 +163,16 @@ typedef struct pkv_moe_kind {
     const pkv_weight *norm;
     pkv_glu act;
     pkv_moe_gating gating;
+    const pkv_weight *router_norm; /* the router's input norm where it has its own (gemma4); NULL: norm */
+    const float *exp_scale;        /* [n_expert] host: expert e's output times exp_scale[e] (gemma4); NULL: none */
+    const pkv_weight *post_norm;   /* RMS norm of the experts' sum (gemma4); NULL: none */
 } pkv_moe_kind;
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *k);
+
+/* A dense FFN and a mixture of experts side by side (gemma4's MoE layers):
+ *   x += post_norm(dense's output + the experts' output)
+ * each branch with its own input norm and post-norm (in its kind). */
+pkv_status pkv_blk_ffn_moe(pkv_fwd *f, int il, const pkv_ffn_kind *dense, const pkv_moe_kind *moe,
+                           const pkv_weight *post_norm);
 
 #endif

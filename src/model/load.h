@@ -44,16 +44,23 @@ pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t
  * the model keeps it, else copied. */
 pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1);
 
-/* w = f32 [n] of value on dev (not from the file: constants the blocks need). */
+/* w = f32 [n] of value on dev, or of the host's data (not from the file as it is:
+ * constants the blocks need, tensors changed at load). */
 pkv_status pkv_weight_fill(pkv_model *m, pkv_device *dev, int64_t n, float value, pkv_weight *w);
+pkv_status pkv_weight_host(pkv_model *m, pkv_device *dev, const float *data, int64_t n, pkv_weight *w);
+
+/* Tensor `name` (any type) of n elements in one row, as f32 in *out (pkv_malloc'd;
+ * NULL when absent and not required). */
+pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool required, float **out);
 
 /* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
  * the gate's rows, then the up projection's (no ffn_gate). */
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
 
 /* A mixture of experts on the first device: ffn_gate_inp (the router) and the
- * experts as 3-D tensors ffn_{gate,up,down}_exps; biases: the router's and each
- * expert's bias rows are required. */
+ * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.n_ff_exp rows (gate and up
+ * may be one ffn_gate_up_exps: each expert's gate rows, then its up rows); biases:
+ * the router's and each expert's bias rows are required. */
 pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases);
 
 /* The pre-norm layer every architecture here starts from: attn_norm, the

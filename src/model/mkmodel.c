@@ -274,10 +274,11 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                            "two of which (%d, %d) must be sliding and full", p->n_shared_kv, L, Lkv, Lkv - 2, Lkv - 1);
     }
     if (p->sliding_window < 0) return pkv_err(PKV_ERR_INVALID, "mkmodel: sliding window %d", p->sliding_window);
-    bool moe = !strcmp(p->arch, "qwen3moe") || oss;
+    /* gemma4: experts optional (0: dense), beside each layer's dense FFN */
+    bool moe = !strcmp(p->arch, "qwen3moe") || oss || (g4 && (p->n_expert || p->n_expert_used));
     if (!moe && (p->n_expert || p->n_expert_used))
         return pkv_err(PKV_ERR_INVALID,
-                       "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe, gpt-oss), not %s", p->arch);
+                       "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe, gpt-oss, gemma4), not %s", p->arch);
     if (moe && !p->n_expert) p->n_expert = 4;
     if (moe && !p->n_expert_used) p->n_expert_used = p->n_expert >= 2 ? 2 : 1;
     if (moe && (p->n_expert < 1 || p->n_expert > 256 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert))
@@ -512,7 +513,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     if (moe) { /* llama.cpp's keys */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)(g4 ? p.n_ff / 2 : p.n_ff)));
     }
     const bool q35 = !strcmp(a, "qwen35");
     const int64_t Hk = p.ssm_k_heads, Hv = p.ssm_v_heads, dS = p.ssm_head_dim, C = 2 * Hk * dS + Hv * dS;
@@ -619,6 +620,21 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         T("ffn_down.weight", mtype(&p, "ffn_down", l), F, E, 0.0, sqrt(3.0 / (double)F));
         T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
         T("layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5);
+        if (moe) { /* the 26B-A4B layout: experts of n_ff / 2 rows beside the dense FFN, their norms and scales */
+            const int64_t Fe = p.n_ff / 2;
+            T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
+            T("ffn_gate_inp.scale", PKV_TYPE_F32, E, 1, 1.0, 0.5);
+#define T3(suffix, type, cols, rows, sc) \
+    TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add3(&G, n, type, cols, rows, p.n_expert, sc)))
+            T3("ffn_gate_exps.weight", p.type, E, Fe, lin_e);
+            T3("ffn_up_exps.weight", p.type, E, Fe, lin_e);
+            T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), Fe, E, sqrt(3.0 / (double)Fe));
+#undef T3
+            T("ffn_down_exps.scale", PKV_TYPE_F32, p.n_expert, 1, 1.0, 0.5);
+            T("pre_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("post_ffw_norm_1.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("post_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        }
         if (P) {
             T("inp_gate.weight", p.type, E, P, 0.0, lin_e);
             T("proj.weight", p.type, P, E, 0.0, sqrt(3.0 / (double)P));

@@ -99,6 +99,12 @@ typedef struct pkv_layer {
     pkv_weight ple_proj;      /* proj [n_embd][P] */
     pkv_weight ple_post_norm; /* post_norm f32 [n_embd] */
     pkv_weight out_scale;     /* layer_output_scale f32 [1]: the residual stream times it; absent: none */
+    /* Gemma 4's MoE layers (ffn_gate_inp present): the experts beside the dense FFN, on devs[0] */
+    pkv_weight moe_router_in;   /* f32 [n_embd]: ffn_gate_inp.scale / sqrt(n_embd), the router input norm's weight */
+    pkv_weight moe_pre_norm;    /* pre_ffw_norm_2 f32 [n_embd]: the experts' input norm */
+    pkv_weight ffn_post_norm_1; /* post_ffw_norm_1 f32 [n_embd]: the dense FFN's output norm */
+    pkv_weight moe_post_norm;   /* post_ffw_norm_2 f32 [n_embd]: the experts' output norm */
+    float *moe_exp_scale;       /* host [n_expert]: ffn_down_exps.scale, expert e's output times it; NULL: none */
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -140,6 +146,7 @@ typedef struct pkv_hparams {
     int n_shared_kv;             /* attention.shared_kv_layers: the last layers attend over the KV of
                                     an earlier layer and own none */
     int n_embd_per_layer;        /* embedding_length_per_layer_input: per-layer embeddings; 0 = none */
+    bool moe_dense;              /* MoE layers keep their dense FFN beside the experts (gemma4) */
     int layer_base;              /* the file's index of layer 0 (an MTP head: the trunk's layer count) */
 } pkv_hparams;
 

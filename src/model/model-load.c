@@ -260,6 +260,11 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->ple_proj);
             free_weight(&ly->ple_post_norm);
             free_weight(&ly->out_scale);
+            free_weight(&ly->moe_router_in);
+            free_weight(&ly->moe_pre_norm);
+            free_weight(&ly->ffn_post_norm_1);
+            free_weight(&ly->moe_post_norm);
+            pkv_free(ly->moe_exp_scale);
             for (pkv_weight *e = &ly->ssm_qkv; e <= &ly->ssm_out; e++) free_weight(e);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
@@ -352,15 +357,19 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
 
 /* The experts of a MoE layer: 3-D tensors of n_expert matrices of [rows][cols],
  * loaded whole (on the main device) as one matrix of n_expert * rows rows. */
-static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_t rows, pkv_weight *w) {
+static pkv_status load_experts_at(loader *L, const char *name, int64_t cols, int64_t rows, slice sl, pkv_weight *w) {
     L->ne2 = L->m->hp.n_expert;
-    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.n_expert, true, false, L->m->dev, k_all, w);
+    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.n_expert, true, false, L->m->dev, sl, w);
     L->ne2 = 0;
     if (s == PKV_ERR_FORMAT && !pkv_gguf_find_tensor(L->g, name)) return s;
     if (s == PKV_ERR_FORMAT) /* name the shape a MoE tensor must have */
         return pkv_err(s, "%s: tensor '%s' must have shape [%lld, %lld, %d] (ne0, ne1, experts)", pkv_gguf_label(L->g), name,
                        (long long)cols, (long long)rows, L->m->hp.n_expert);
     return s;
+}
+
+static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_t rows, pkv_weight *w) {
+    return load_experts_at(L, name, cols, rows, k_all, w);
 }
 
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il + L->m->hp.layer_base, suffix), name)
@@ -446,18 +455,45 @@ pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t
     return load_weight(L, name, ne0, ne1, required, f32, L->m->dev, k_all, w);
 }
 
-pkv_status pkv_weight_fill(pkv_model *m, pkv_device *dev, int64_t n, float value, pkv_weight *w) {
+pkv_status pkv_weight_host(pkv_model *m, pkv_device *dev, const float *data, int64_t n, pkv_weight *w) {
     memset(w, 0, sizeof *w);
-    float *h = pkv_malloc((size_t)n * sizeof *h);
-    pkv_buffer *b = h ? pkv_buffer_alloc(dev, (size_t)n * sizeof *h) : NULL;
-    for (int64_t i = 0; b && i < n; i++) h[i] = value;
-    pkv_status s = b ? pkv_buffer_write(b, 0, h, (size_t)n * sizeof *h) : PKV_ERR_NOMEM;
-    pkv_free(h);
+    pkv_buffer *b = pkv_buffer_alloc(dev, (size_t)n * sizeof *data);
+    pkv_status s = b ? pkv_buffer_write(b, 0, data, (size_t)n * sizeof *data) : PKV_ERR_NOMEM;
     if (s) {
         pkv_buffer_free(b);
-        return pkv_err_prefix(s, "%s: a constant vector of %lld floats on %s", m->label, (long long)n, pkv_device_name(dev));
+        return pkv_err_prefix(s, "%s: a vector of %lld floats on %s", m->label, (long long)n, pkv_device_name(dev));
     }
     *w = (pkv_weight){.buf = b, .type = PKV_TYPE_F32, .ne0 = n, .ne1 = 1};
+    m->weight_bytes += (uint64_t)n * sizeof *data;
+    return PKV_OK;
+}
+
+pkv_status pkv_weight_fill(pkv_model *m, pkv_device *dev, int64_t n, float value, pkv_weight *w) {
+    float *h = pkv_malloc((size_t)n * sizeof *h);
+    if (!h) return pkv_err(PKV_ERR_NOMEM, "%s: a constant vector of %lld floats", m->label, (long long)n);
+    for (int64_t i = 0; i < n; i++) h[i] = value;
+    pkv_status s = pkv_weight_host(m, dev, h, n, w);
+    pkv_free(h);
+    return s;
+}
+
+pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool required, float **out) {
+    const char *lab = pkv_gguf_label(L->g);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, name);
+    *out = NULL;
+    if (!t) return required ? pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' not found", lab, name) : PKV_OK;
+    if ((int64_t)t->n_elements != n || t->ne[0] != n)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld]", lab, name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)n);
+    float *h = pkv_malloc((size_t)n * sizeof *h);
+    if (!h) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s'", lab, name);
+    pkv_status s = pkv_dequantize_row(t->type, t->data, h, n);
+    if (s) {
+        pkv_free(h);
+        return pkv_err_prefix(s, "%s: tensor '%s'", lab, name);
+    }
+    *out = h;
+    progress(L, t->n_bytes);
     return PKV_OK;
 }
 
@@ -519,16 +555,23 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
     pkv_layer *ly = &m->layers[il];
     char name[96];
     pkv_status s;
-    const int64_t E = hp->n_embd, X = hp->n_expert;
+    const int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
     if (X <= 0) return pkv_err(PKV_ERR_INTERNAL, "%s: layer %d: experts without an expert count", m->label, il);
-    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe_router)) ||
-        (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
-        (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
-        (s = load_experts(L, NAME("ffn_down_exps.weight"), ly->n_ff, E, &ly->moe_down)))
+    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe_router))) return s;
+    if (!pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) && pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"))) {
+        /* merged (llama.cpp's gate_up_exps): expert e's 2F rows are its gate's F, then its up's F */
+        slice gate = {0, X * F, 0, 0, F, 2 * F}, up = {F, X * F, 0, 0, F, 2 * F};
+        if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, &ly->moe_gate)) ||
+            (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, &ly->moe_up)))
+            return s;
+    } else if ((s = load_experts(L, NAME("ffn_gate_exps.weight"), E, F, &ly->moe_gate)) ||
+               (s = load_experts(L, NAME("ffn_up_exps.weight"), E, F, &ly->moe_up))) {
         return s;
+    }
+    if ((s = load_experts(L, NAME("ffn_down_exps.weight"), F, E, &ly->moe_down))) return s;
     if (biases && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe_router_b)) ||
-                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), ly->n_ff, X, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
-                   (s = load_weight(L, NAME("ffn_up_exps.bias"), ly->n_ff, X, true, true, m->dev, k_all, &ly->moe_up_b)) ||
+                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
+                   (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe_up_b)) ||
                    (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe_down_b))))
         return s;
     return PKV_OK;

@@ -19,11 +19,16 @@
  *
  *   x += post_attention_norm(o(attention(prope(q_norm(q)), prope(k_norm(k)), rmsnorm(v))))   of attn_norm(x)
  *   x += post_ffw_norm(down(gelu(gate·h) * (up·h)))                                           h = ffn_norm(x)
+ *     MoE layers (ffn_gate_inp): x += post_ffw_norm(post_ffw_norm_1(the FFN above, unnormed)
+ *                                   + post_ffw_norm_2(sum of the top-k experts' GeGLU FFNs of
+ *                                   pre_ffw_norm_2(x), each times its weight and ffn_down_exps.scale))
+ *     routed by softmax(ffn_gate_inp · (rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale)),
+ *     the top k renormalized
  *   x += post_norm(proj(gelu(inp_gate·x) * ple[layer]))                                      P > 0
  *   x *= layer_output_scale
  *
- * Not supported: the mixture-of-experts layers (ffn_gate_inp, the 26B-A4B
- * checkpoint), refused naming the tensor; YaRN scaling with proportional RoPE. */
+ * Not supported: YaRN scaling with proportional RoPE; a per-layer expert count or
+ * expert size; NVFP4's second-level scales. MoE models run on one device. */
 #include <math.h>
 #include <string.h>
 
@@ -129,6 +134,15 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (hp->rope_ext_factor != 0)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: YaRN RoPE scaling ('%s.rope.scaling.type') with Gemma 4's proportional RoPE "
                        "is not supported", lab, arch);
+    /* experts (26B-A4B): in the layers that have ffn_gate_inp, beside their dense FFN */
+    snprintf(k, sizeof k, "%s.expert_count", arch);
+    if (pkv_gguf_find_key(g, k) >= 0) {
+        if ((s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, (uint32_t)hp->n_expert, &hp->n_expert_used)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp)))
+            return s;
+        hp->moe_dense = true;
+    }
     return proportional_rope(g, hp);
 }
 
@@ -153,14 +167,29 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     const int64_t P = hp->n_embd_per_layer, E = hp->n_embd;
     char name[96];
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
-    if (pkv_gguf_find_tensor(pkv_loader_gguf(L), name))
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s': Gemma 4's mixture-of-experts layers (26B-A4B) are not supported "
-                       "yet", m->label, name);
+    const bool moe = pkv_gguf_find_tensor(pkv_loader_gguf(L), name) != NULL;
+    if (moe && hp->n_expert == 0)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' makes layer %d a mixture of experts, but key 'gemma4.expert_count' "
+                       "is absent", m->label, name, il);
     pkv_status s = pkv_load_prenorm(L, il,
                                     &(pkv_attn_tensors){.qk_norm = true, .fused_qkv = true, .v_optional = true, .v_norm = true},
                                     NULL, PKV_FFN_GATED);
     if (!s) s = pkv_load_norm(L, il, "post_attention_norm.weight", &ly->post_attn_norm);
     if (!s) s = pkv_load_norm(L, il, "post_ffw_norm.weight", &ly->post_ffn_norm);
+    if (!s && moe) { /* the experts, their norms, the router's input scale and each expert's output scale */
+        float *in = NULL;
+        s = pkv_load_moe(L, il, false);
+        if (!s) s = pkv_load_norm(L, il, "pre_ffw_norm_2.weight", &ly->moe_pre_norm);
+        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_1.weight", &ly->ffn_post_norm_1);
+        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_2.weight", &ly->moe_post_norm);
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
+        if (!s) s = pkv_load_host_f32(L, name, E, true, &in);
+        for (int64_t i = 0; !s && i < E; i++) in[i] *= 1.0f / sqrtf((float)E); /* llama.cpp: rmsnorm(x) / sqrt(E) * scale */
+        if (!s) s = pkv_weight_host(m, m->dev, in, E, &ly->moe_router_in);
+        pkv_free(in);
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
+        if (!s) s = pkv_load_host_f32(L, name, hp->n_expert, false, &ly->moe_exp_scale);
+    }
     snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
     if (!s) s = pkv_load_global(L, name, 1, 1, false, true, &ly->out_scale);
     if (!s && P > 0) {
@@ -177,7 +206,14 @@ static pkv_status layer(pkv_fwd *f, int il) {
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = pkv_blk_attention(
         f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true, .v_norm = true, .post_norm = &ly->post_attn_norm});
-    if (!s) s = pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
+    if (!s && ly->moe_router.buf) /* a MoE layer: the dense FFN and the experts, each normed, summed, normed */
+        s = pkv_blk_ffn_moe(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->ffn_post_norm_1},
+                            &(pkv_moe_kind){.norm = &ly->moe_pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK,
+                                            .router_norm = &ly->moe_router_in, .exp_scale = ly->moe_exp_scale,
+                                            .post_norm = &ly->moe_post_norm},
+                            &ly->post_ffn_norm);
+    else if (!s)
+        s = pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
     if (!s && f->m->hp.n_embd_per_layer > 0) s = pkv_blk_ple(f, il);
     return s ? s : pkv_blk_scale(f, &ly->out_scale);
 }
