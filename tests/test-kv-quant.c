@@ -277,6 +277,23 @@ static void test_layout_errors(pkv_device *dev) {
     CHECK_INT(li.v_page_bytes, 16 * 2 * 36);
     CHECK_INT(li.dtype_v, PKV_TYPE_Q4_0);
     pkv_kv_cache_free(c);
+    /* a layer's own rotary width and turning pairs (Gemma 4): bounded by its head size */
+    L[1].rope_n_rot = 80;
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK_MSG("KV layout layer 1: rope_n_rot 80 must be even and <= head_dim_k 64");
+    L[1].rope_n_rot = 32;
+    L[1].rope_n_pairs = 17;
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK_MSG("KV layout layer 1: rope_n_pairs 17 must be in [0, 16] (rope_n_rot / 2) and 0 with YaRN");
+    L[1].rope_n_pairs = 4;
+    p.rope_yarn_ext_factor = 1.0f;
+    p.rope_yarn_n_ctx_orig = 256;
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK_MSG("rope_n_pairs 4 must be in [0, 16] (rope_n_rot / 2) and 0 with YaRN");
+    p.rope_yarn_ext_factor = 0;
+    c = pkv_kv_cache_create(p);
+    CHECK(c != NULL);
+    pkv_kv_cache_free(c);
 }
 
 int main(void) {
