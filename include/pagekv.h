@@ -318,6 +318,12 @@ typedef struct pkv_kv_layer_desc {
      * use the per-head order. The parts are part of the layout fingerprint. */
     int state_n_parts;
     int state_part[PKV_KV_STATE_MAX_PARTS];
+    /* RoPE of this layer's K beyond its base and scale (Gemma 4: sliding and full
+     * layers rotate different widths, the full layers only part of theirs):
+     * rope_n_rot 0 = pkv_kv_params.rope_n_rot; rope_n_pairs > 0: only the first
+     * rope_n_pairs of the rope_n_rot / 2 pairs turn, at the angles they have when all
+     * turn ("proportional" RoPE; not with YaRN); 0 = all. */
+    int rope_n_rot, rope_n_pairs;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -700,8 +706,8 @@ void pkv_model_free(pkv_model *m);
 pkv_model *pkv_model_builtin(pkv_model_params p);
 
 typedef struct pkv_model_info {
-    const char *arch;        /* "llama", "qwen2", "qwen3" */
-    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn */
+    const char *arch;        /* "llama", "qwen2", "qwen3", ... (pkv_arch_list) */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn/head size */
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
     uint64_t weight_bytes;   /* bytes of weights on the devices */
     uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
@@ -723,6 +729,9 @@ typedef struct pkv_model_info {
                                     such models run on one device for now */
     bool mtp;                    /* an MTP head (pkv_model_params.mtp): a draft fed the target's hidden states */
     int n_nextn;                 /* MTP layers the file has after its trunk (0: none) */
+    int n_kv_layers;             /* layers with KV of their own: the layers of its cache. n_layer,
+                                    or fewer where the last layers reuse an earlier layer's KV
+                                    (gemma4's attention.shared_kv_layers) */
 } pkv_model_info;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
@@ -760,7 +769,8 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
  * printable words (or none). */
 typedef struct pkv_mkmodel_params {
     const char *arch;    /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
-                            "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000) */
+                            "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000),
+                            "qwen35", "gemma4" (its fields below) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
@@ -768,9 +778,11 @@ typedef struct pkv_mkmodel_params {
     int n_head_kv;       /* 0 = 2 */
     int head_dim;        /* 0 = n_embd / n_head */
     int n_ff;            /* 0 = 256; qwen3moe, gpt-oss: the rows of one expert's FFN */
-    int n_expert;        /* qwen3moe, gpt-oss: experts per layer; 0 = 4 (other architectures: must be 0) */
-    int n_expert_used;   /* qwen3moe, gpt-oss: experts each token goes to; 0 = 2 */
-    int sliding_window;  /* gemma2, gemma3, gpt-oss: tokens their sliding layers see; 0 = 8 */
+    int n_expert;        /* qwen3moe, gpt-oss: experts per layer; 0 = 4; gemma4: 0 = none (dense), else every
+                            layer a MoE layer (26B-A4B's layout: experts of n_ff / 2 rows beside the dense
+                            FFN); other architectures: must be 0 */
+    int n_expert_used;   /* qwen3moe, gpt-oss, gemma4 with experts: experts each token goes to; 0 = 2 */
+    int sliding_window;  /* gemma2, gemma3, gemma4, gpt-oss: tokens their sliding layers see; 0 = 8 */
     int n_vocab;         /* 0 = 512 */
     int n_ctx;           /* 0 = 2048 */
     uint64_t seed;       /* 0 = 1 */
@@ -799,6 +811,22 @@ typedef struct pkv_mkmodel_params {
      * head size of both (0 = 16); the conv kernel is 4 */
     int ssm_v_heads, ssm_k_heads, ssm_head_dim;
     int n_mtp;           /* qwen35: MTP ("nextn") layers after the trunk (nextn_predict_layers), 0..4 */
+    /* gemma4 (every field 0 = a test shape with each Gemma 4 feature; n_layer 0 = 6,
+     * n_head 0 = 8, head_dim 0 = 64 for the full layers, the window 0 = 8). Tied
+     * embeddings, the sharing layers' FFN twice n_ff wide (use_double_wide_mlp), full
+     * layers without attn_v (V = K), proportional RoPE turning a quarter of the full
+     * layers' pairs, layer_output_scale on every layer. */
+    int head_dim_swa;     /* head size of the sliding layers; 0 = head_dim / 2 (head_dim where
+                             n_head of those are not whole blocks of the weight type) */
+    int n_head_kv_full;   /* KV heads of the full layers (head_count_kv an array where it
+                             differs from n_head_kv); 0 = n_head / 4 */
+    int n_embd_per_layer; /* per-layer embedding size; 0 = 16 (the weight type's block where
+                             larger), < 0 = none */
+    int n_shared_kv;      /* the last layers, reusing an earlier layer's KV; 0 = 2, < 0 = none */
+    const char *swa_layers; /* one 's' (sliding) or 'f' (full) per layer; NULL = a full layer every
+                             third counting back from the last layer with KV of its own, which is
+                             full and follows a sliding one, and the sharing layers alternate
+                             sliding and full */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

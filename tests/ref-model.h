@@ -85,6 +85,22 @@
  * pos * base^(-2i/D) * (s (1 - r_i) + r_i), and cos and sin are multiplied by
  * 1 + 0.1 ln(1/s) (when s < 1), so q and k each carry that magnitude.
  *
+ * gemma4 (llama.cpp's src/models/gemma4.cpp): gemma3's block, with what varies by layer
+ * given per layer: which layers slide (swa_layers), their head size (head_dim_swa, all
+ * of it rotated, base rope_base_swa, scale 1), each layer's KV heads (layer_n_head_kv)
+ * and FFN rows (layer_n_ff). The full layers rotate only their first rope_pairs_full
+ * pairs (pairs (i, i + head_dim/2), angles pos * base^(-2i/head_dim); llama.cpp's
+ * rope_freqs of 1e30 for the others); V is RMS-normed per head without a weight, and
+ * is K's projection (before K's norm) where attn_v is absent; the score is q·k
+ * (attn_scale 1); K and V exist only in the first Lkv = n_layer - n_shared_kv layers:
+ * a later layer computes q only and attends over layer Lkv - 2's cache if it slides,
+ * Lkv - 1's if not. Per-layer embeddings (n_embd_per_layer = P > 0), with x0 the
+ * scaled embedding: ple_l = (rmsnorm(per_layer_model_proj[lP, (l+1)P) · x0 / sqrt(n_embd))
+ * * per_layer_proj_norm + per_layer_token_embd[token][lP, (l+1)P) * sqrt(P)) / sqrt(2);
+ * after layer l's FFN, x += rmsnorm(proj · (gelu(inp_gate · x) * ple_l)) * post_norm;
+ * then x *= layer_output_scale where the layer has one. final_softcap as given (a file
+ * without the key: 30).
+ *
  * The cache keeps K after RoPE, entry i at position i. ref_model_eval appends;
  * ref_model_truncate, ref_model_remove (a context shift: later entries move back and
  * their K is re-rotated by the distance) and ref_model_copy_cache (a fork) are the
@@ -137,6 +153,14 @@ typedef struct ref_hparams {
     int yarn_orig_ctx;      /* > 0: YaRN RoPE (above) over this original context; 0 = none */
     double yarn_beta_fast;  /* 0 = 32 */
     double yarn_beta_slow;  /* 0 = 1 */
+    /* gemma4 (above), last for the same reason: 0 / NULL elsewhere */
+    const unsigned char *swa_layers; /* [n_layer] 1 = the layer slides; required by gemma4 */
+    int head_dim_swa;                /* the sliding layers' head size; 0 = head_dim */
+    const int *layer_n_head_kv;      /* [n_layer] KV heads of each layer; NULL = n_head_kv */
+    const int *layer_n_ff;           /* [n_layer] FFN rows of each layer; NULL = n_ff */
+    int rope_pairs_full;             /* the full layers turn their first rope_pairs_full pairs; 0 = all */
+    int n_shared_kv;                 /* the last layers, which reuse an earlier layer's KV */
+    int n_embd_per_layer;            /* P, per-layer embeddings; 0 = none */
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -165,8 +189,20 @@ typedef struct ref_layer {
     double *gate_exps;       /* [n_expert][n_ff_exp][n_embd], MoE; else NULL */
     double *up_exps;         /* [n_expert][n_ff_exp][n_embd], MoE; else NULL */
     double *down_exps;       /* [n_expert][n_embd][n_ff_exp], MoE; else NULL */
-    double *k_cache;         /* [cap][n_head_kv*head_dim], after RoPE */
-    double *v_cache;         /* [cap][n_head_kv*head_dim] */
+    double *k_cache;         /* [cap][n_kv*D], after RoPE; NULL where the layer reuses another's */
+    double *v_cache;         /* [cap][n_kv*D] */
+    /* the layer's geometry: n_head_kv, head_dim, n_ff except where gemma4 varies them */
+    int D, n_kv, F;
+    int kv_src;              /* the layer whose cache it attends over: itself, or (gemma4) an earlier one */
+    int rope_pairs;          /* pairs that turn; D / 2 = all */
+    double *ple_gate;        /* [P][n_embd], gemma4 with per-layer embeddings; else NULL */
+    double *ple_proj;        /* [n_embd][P] */
+    double *ple_post_norm;   /* [n_embd] */
+    double *out_scale;       /* [1] layer_output_scale, gemma4 where present; else NULL */
+    /* gemma4's MoE layers (ffn_gate_inp present; experts beside the dense FFN); else NULL */
+    double *gate_inp_s;      /* [n_embd] ffn_gate_inp.scale */
+    double *down_exps_s;     /* [n_expert] ffn_down_exps.scale, or NULL */
+    double *pre_ffw_norm_2, *post_ffw_norm_1, *post_ffw_norm_2; /* [n_embd] */
 } ref_layer;
 
 typedef struct ref_model {
@@ -176,6 +212,12 @@ typedef struct ref_model {
     double embd_scale; /* the embedding row is multiplied by this: sqrt(n_embd) for gemma, else 1 */
     bool gelu;         /* the FFN's activation is gelu (gemma2, gemma3), else silu */
     bool oss;          /* gpt-oss: sinks, softmax-weight gating, clamped SwiGLU experts */
+    bool g4;           /* gemma4 */
+    double *ple_tok;   /* [n_vocab][n_layer*P], gemma4 with per-layer embeddings; else NULL */
+    double *ple_model_proj; /* [n_layer*P][n_embd] */
+    double *ple_proj_norm;  /* [P] */
+    double *ple;       /* scratch [n_layer*P]: the token's per-layer inputs */
+    double *pg;        /* scratch [P] */
     double *tok_embd; /* [n_vocab][n_embd] */
     double *out_norm; /* [n_embd] */
     double *output;   /* [n_vocab][n_embd]; == tok_embd when tied */
@@ -213,13 +255,14 @@ static inline void ref_rms_norm(const double *x, const double *w, int n, double 
     for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
 }
 
-/* Rotates each of the n_heads heads of x (head_dim each) to position pos (any real
- * value: a negative one rotates back). */
-static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, double base, bool neox) {
+/* Rotates the first n_pairs pairs of each of the n_heads heads of x (head_dim each) to
+ * position pos (any real value: a negative one rotates back), at the angles they have
+ * when every pair turns; the other pairs stay. */
+static inline void ref_rope_pairs(double *x, int n_heads, int head_dim, double pos, double base, bool neox, int n_pairs) {
     int half = head_dim / 2;
     for (int hd = 0; hd < n_heads; hd++) {
         double *v = x + (size_t)hd * (size_t)head_dim;
-        for (int i = 0; i < half; i++) {
+        for (int i = 0; i < n_pairs && i < half; i++) {
             double theta = pos * pow(base, -2.0 * i / head_dim);
             double c = cos(theta), s = sin(theta);
             int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
@@ -228,6 +271,11 @@ static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, do
             v[b] = x0 * s + x1 * c;
         }
     }
+}
+
+/* Rotates each of the n_heads heads of x (head_dim each) to position pos. */
+static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, double base, bool neox) {
+    ref_rope_pairs(x, n_heads, head_dim, pos, base, neox, head_dim / 2);
 }
 
 /* ref_rope with YaRN (the header above): each of the n_heads heads of x turned to
@@ -281,6 +329,7 @@ static inline void ref_ffn(const double *gate, const double *up, const double *d
  * with the window's size > 0); hp may be the caller's or the model's resolved one. */
 static inline bool ref_layer_is_swa(const ref_hparams *hp, int il) {
     if (hp->sliding_window <= 0) return false;
+    if (hp->swa_layers) return hp->swa_layers[il] != 0;
     const int p = hp->swa_pattern > 0 ? hp->swa_pattern : strcmp(hp->arch, "gemma3") == 0 ? 6 : 2; /* gpt-oss: 2 */
     return il % p < p - 1;
 }
@@ -304,7 +353,8 @@ static inline void ref_model_free(ref_model *m) {
                              L->k_norm, L->wo, L->ffn_norm, L->post_attn_norm, L->post_ffw_norm, L->gate,
                              L->up, L->down, L->gate_inp, L->gate_exps, L->up_exps, L->down_exps,
                              L->k_cache, L->v_cache, L->bo, L->sinks, L->gate_inp_b, L->gate_exps_b,
-                             L->up_exps_b, L->down_exps_b};
+                             L->up_exps_b, L->down_exps_b, L->ple_gate, L->ple_proj, L->ple_post_norm, L->out_scale,
+                             L->gate_inp_s, L->down_exps_s, L->pre_ffw_norm_2, L->post_ffw_norm_1, L->post_ffw_norm_2};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -312,6 +362,11 @@ static inline void ref_model_free(ref_model *m) {
     if (m->output != m->tok_embd) free(m->output);
     free(m->tok_embd);
     free(m->out_norm);
+    free(m->ple_tok);
+    free(m->ple_model_proj);
+    free(m->ple_proj_norm);
+    free(m->ple);
+    free(m->pg);
     double *scratch[] = {m->x, m->h, m->tmp, m->q, m->att, m->k, m->v, m->g, m->u, m->scores, m->probs, m->ffn_out};
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
     free(m->chosen);
@@ -347,12 +402,13 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
     bool llama = strcmp(hp->arch, "llama") == 0, qwen2 = strcmp(hp->arch, "qwen2") == 0,
          qwen3 = strcmp(hp->arch, "qwen3") == 0, moe = strcmp(hp->arch, "qwen3moe") == 0,
          phi3 = strcmp(hp->arch, "phi3") == 0, gemma3 = strcmp(hp->arch, "gemma3") == 0,
-         gemma2 = strcmp(hp->arch, "gemma2") == 0, gemma = gemma2 || gemma3, oss = strcmp(hp->arch, "gpt-oss") == 0;
-    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma && !oss) {
+         gemma2 = strcmp(hp->arch, "gemma2") == 0, gemma = gemma2 || gemma3, oss = strcmp(hp->arch, "gpt-oss") == 0,
+         g4 = strcmp(hp->arch, "gemma4") == 0;
+    if (!llama && !qwen2 && !qwen3 && !moe && !phi3 && !gemma && !oss && !g4) {
         fprintf(stderr, "ref_model: unknown arch %s\n", hp->arch);
         return NULL;
     }
-    const bool qk_norm = qwen3 || moe || gemma3;
+    const bool qk_norm = qwen3 || moe || gemma3 || g4;
     const bool experts = moe || oss;
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->head_dim <= 0 ||
         hp->head_dim % 2 != 0 || (!experts && hp->n_ff <= 0) || hp->n_vocab <= 0 || hp->n_head % hp->n_head_kv != 0 ||
@@ -361,9 +417,12 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff);
         return NULL;
     }
-    /* A dense arch with experts set is refused rather than silently run dense. */
-    if (experts ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
-                : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
+    /* A dense arch with experts set is refused rather than silently run dense (gemma4:
+     * experts are optional, in the layers with ffn_gate_inp) */
+    const bool g4moe = g4 && (hp->n_expert || hp->n_expert_used || hp->n_ff_exp);
+    if (experts || g4moe
+            ? hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0
+            : hp->n_expert != 0 || hp->n_expert_used != 0 || hp->n_ff_exp != 0) {
         fprintf(stderr, "ref_model: bad MoE hparams for %s (n_expert %d n_expert_used %d n_ff_exp %d)\n", hp->arch,
                 hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
         return NULL;
@@ -378,6 +437,9 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                     hp->swa_pattern < 0 || !hp->rope_neox || (gemma3 && hp->sliding_window == 0)
         : oss ? hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 || hp->sliding_window <= 0 ||
                     hp->swa_pattern < 0 || !hp->rope_neox
+        : g4  ? !(hp->attn_scale >= 0 && hp->attn_scale < INFINITY) || hp->attn_softcap != 0 ||
+                    !(hp->final_softcap >= 0 && hp->final_softcap < INFINITY) || hp->sliding_window <= 0 ||
+                    hp->swa_pattern != 0 || !hp->swa_layers || !hp->rope_neox
               : hp->attn_scale != 0 || hp->attn_softcap != 0 || hp->final_softcap != 0 ||
                     hp->sliding_window != 0 || hp->swa_pattern != 0) {
         fprintf(stderr,
@@ -388,7 +450,7 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         return NULL;
     }
     if (!(hp->rope_freq_scale >= 0 && hp->rope_freq_scale < INFINITY) ||
-        (gemma3 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
+        (gemma3 || g4 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
         fprintf(stderr, "ref_model: bad RoPE hparams for %s (rope_freq_scale %g rope_base_swa %g: gemma3's only)\n",
                 hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
         return NULL;
@@ -399,34 +461,116 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
                 hp->yarn_beta_fast, hp->yarn_beta_slow);
         return NULL;
     }
+    /* gemma4's fields: refused elsewhere; on gemma4, its KV sharing as llama.cpp needs it */
+    const int Lkv = hp->n_layer - hp->n_shared_kv;
+    if (g4 ? hp->head_dim_swa < 0 || hp->head_dim_swa % 2 || hp->rope_pairs_full < 0 || hp->rope_pairs_full > hp->head_dim / 2 ||
+                 hp->n_shared_kv < 0 || hp->n_embd_per_layer < 0 ||
+                 (hp->n_shared_kv > 0 && (Lkv < 2 || hp->swa_layers[Lkv - 1] || !hp->swa_layers[Lkv - 2]))
+           : hp->swa_layers || hp->head_dim_swa || hp->layer_n_head_kv || hp->layer_n_ff || hp->rope_pairs_full ||
+                 hp->n_shared_kv || hp->n_embd_per_layer) {
+        fprintf(stderr, "ref_model: bad gemma4 hparams for %s (head_dim_swa %d rope_pairs_full %d n_shared_kv %d "
+                        "n_embd_per_layer %d)\n", hp->arch, hp->head_dim_swa, hp->rope_pairs_full, hp->n_shared_kv,
+                hp->n_embd_per_layer);
+        return NULL;
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        const int kv = hp->layer_n_head_kv ? hp->layer_n_head_kv[il] : hp->n_head_kv,
+                  ff = hp->layer_n_ff ? hp->layer_n_ff[il] : hp->n_ff;
+        if (kv <= 0 || hp->n_head % kv || (!experts && ff <= 0)) {
+            fprintf(stderr, "ref_model: layer %d: %d KV heads for %d heads, %d FFN rows\n", il, kv, hp->n_head, ff);
+            return NULL;
+        }
+    }
     ref_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->hp = *hp;
     snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
     m->hp.arch = m->arch;
-    if (m->hp.attn_scale == 0) m->hp.attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    if (m->hp.attn_scale == 0) m->hp.attn_scale = g4 ? 1.0 : 1.0 / sqrt((double)hp->head_dim);
     if (m->hp.sliding_window > 0 && m->hp.swa_pattern == 0) m->hp.swa_pattern = gemma3 ? 6 : 2;
     if (m->hp.rope_freq_scale == 0) m->hp.rope_freq_scale = 1;
     if (m->hp.yarn_beta_fast == 0) m->hp.yarn_beta_fast = 32;
     if (m->hp.yarn_beta_slow == 0) m->hp.yarn_beta_slow = 1;
-    m->embd_scale = gemma ? sqrt((double)hp->n_embd) : 1.0;
-    m->gelu = gemma;
+    m->embd_scale = gemma || g4 ? sqrt((double)hp->n_embd) : 1.0;
+    m->gelu = gemma || g4;
     m->oss = oss;
-    /* F: rows of the FFN a token runs (each expert's, for MoE); X: experts */
-    const int64_t E = hp->n_embd, V = hp->n_vocab, F = experts ? hp->n_ff_exp : hp->n_ff,
-                  Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim,
-                  X = hp->n_expert;
+    m->g4 = g4;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        free(m);
+        return NULL;
+    }
+    /* each layer's geometry; F, Q, KV: the largest (scratch sizes) */
+    int64_t Fmax = 0, Dmax = 0, KVmax = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        ref_layer *L = &m->layers[il];
+        const bool swa = ref_layer_is_swa(hp, il);
+        L->D = g4 && swa && hp->head_dim_swa ? hp->head_dim_swa : hp->head_dim;
+        L->n_kv = hp->layer_n_head_kv ? hp->layer_n_head_kv[il] : hp->n_head_kv;
+        L->F = experts ? hp->n_ff_exp : hp->layer_n_ff ? hp->layer_n_ff[il] : hp->n_ff;
+        L->kv_src = il < Lkv ? il : swa ? Lkv - 2 : Lkv - 1;
+        L->rope_pairs = g4 && !swa && hp->rope_pairs_full ? hp->rope_pairs_full : L->D / 2;
+        Fmax = L->F > Fmax ? L->F : Fmax;
+        Dmax = L->D > Dmax ? L->D : Dmax;
+        KVmax = (int64_t)L->n_kv * L->D > KVmax ? (int64_t)L->n_kv * L->D : KVmax;
+    }
+    for (int il = Lkv; il < hp->n_layer; il++) {
+        const ref_layer *L = &m->layers[il], *o = &m->layers[L->kv_src];
+        if (L->D != o->D || L->n_kv != o->n_kv) {
+            fprintf(stderr, "ref_model: layer %d reads layer %d's KV but its geometry differs\n", il, L->kv_src);
+            ref_model_free(m);
+            return NULL;
+        }
+    }
+    /* F: rows of the FFN a token runs (each expert's, for MoE, the largest layer's for
+     * gemma4); X: experts */
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = g4moe && hp->n_ff_exp > Fmax ? hp->n_ff_exp : Fmax,
+                  Q = (int64_t)hp->n_head * Dmax, KV = KVmax, X = hp->n_expert, P = hp->n_embd_per_layer, NL = hp->n_layer;
     bool ok = ref_load(get, user, "token_embd.weight", V * E, true, &m->tok_embd) &&
               ref_load(get, user, "output_norm.weight", E, true, &m->out_norm) &&
               ref_load(get, user, "output.weight", V * E, false, &m->output);
     if (ok && !m->output) m->output = m->tok_embd;
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    ok = ok && m->layers;
-    for (int il = 0; ok && il < hp->n_layer; il++) {
+    if (ok && g4 && P > 0) {
+        ok = ref_load(get, user, "per_layer_token_embd.weight", V * NL * P, true, &m->ple_tok) &&
+             ref_load(get, user, "per_layer_model_proj.weight", NL * P * E, true, &m->ple_model_proj) &&
+             ref_load(get, user, "per_layer_proj_norm.weight", P, true, &m->ple_proj_norm);
+        m->ple = ok ? calloc((size_t)(NL * P), sizeof(double)) : NULL;
+        m->pg = ok ? calloc((size_t)P, sizeof(double)) : NULL;
+        ok = ok && m->ple && m->pg;
+    }
+    for (int il = 0; ok && g4 && il < hp->n_layer; il++) {
         ref_layer *L = &m->layers[il];
         char nm[96];
+        const int64_t lq = (int64_t)hp->n_head * L->D, lkv = (int64_t)L->n_kv * L->D;
+        const bool own = L->kv_src == il;
 #define REF_LOAD(field, suffix, n, req) \
     (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), ref_load(get, user, nm, n, req, &L->field))
+        ok = REF_LOAD(attn_norm, "attn_norm.weight", E, true) && REF_LOAD(wq, "attn_q.weight", lq * E, true) &&
+             (!own || (REF_LOAD(wk, "attn_k.weight", lkv * E, true) && REF_LOAD(wv, "attn_v.weight", lkv * E, false) &&
+                       REF_LOAD(k_norm, "attn_k_norm.weight", L->D, true))) &&
+             REF_LOAD(q_norm, "attn_q_norm.weight", L->D, true) && REF_LOAD(wo, "attn_output.weight", E * lq, true) &&
+             REF_LOAD(post_attn_norm, "post_attention_norm.weight", E, true) &&
+             REF_LOAD(ffn_norm, "ffn_norm.weight", E, true) && REF_LOAD(gate, "ffn_gate.weight", (int64_t)L->F * E, true) &&
+             REF_LOAD(up, "ffn_up.weight", (int64_t)L->F * E, true) &&
+             REF_LOAD(down, "ffn_down.weight", E * L->F, true) && REF_LOAD(post_ffw_norm, "post_ffw_norm.weight", E, true) &&
+             REF_LOAD(out_scale, "layer_output_scale.weight", 1, false) &&
+             (P == 0 || (REF_LOAD(ple_gate, "inp_gate.weight", P * E, true) && REF_LOAD(ple_proj, "proj.weight", E * P, true) &&
+                         REF_LOAD(ple_post_norm, "post_norm.weight", E, true)));
+        const int64_t Fe = hp->n_ff_exp;
+        if (ok && g4moe) ok = REF_LOAD(gate_inp, "ffn_gate_inp.weight", X * E, false);
+        if (ok && L->gate_inp) /* a MoE layer */
+            ok = REF_LOAD(gate_inp_s, "ffn_gate_inp.scale", E, true) &&
+                 REF_LOAD(gate_exps, "ffn_gate_exps.weight", X * Fe * E, true) &&
+                 REF_LOAD(up_exps, "ffn_up_exps.weight", X * Fe * E, true) &&
+                 REF_LOAD(down_exps, "ffn_down_exps.weight", X * E * Fe, true) &&
+                 REF_LOAD(down_exps_s, "ffn_down_exps.scale", X, false) &&
+                 REF_LOAD(pre_ffw_norm_2, "pre_ffw_norm_2.weight", E, true) &&
+                 REF_LOAD(post_ffw_norm_1, "post_ffw_norm_1.weight", E, true) &&
+                 REF_LOAD(post_ffw_norm_2, "post_ffw_norm_2.weight", E, true);
+    }
+    for (int il = 0; ok && !g4 && il < hp->n_layer; il++) {
+        ref_layer *L = &m->layers[il];
+        char nm[96];
         if (phi3) { /* phi3: Q, K and V rows in one fused attn_qkv (in that order); split here */
             double *qkv = NULL;
             ok = REF_LOAD(attn_norm, "attn_norm.weight", E, true) &&
@@ -488,14 +632,14 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         m->x = calloc((size_t)E, sizeof(double));
         m->h = calloc((size_t)E, sizeof(double));
         m->tmp = calloc((size_t)E, sizeof(double));
-        m->q = calloc((size_t)Q, sizeof(double));
-        m->att = calloc((size_t)Q, sizeof(double));
+        m->q = calloc((size_t)(Q > E ? Q : E), sizeof(double)); /* gemma4's MoE layers use q and att for */
+        m->att = calloc((size_t)(Q > E ? Q : E), sizeof(double)); /* vectors of n_embd */
         m->k = calloc((size_t)KV, sizeof(double));
         m->v = calloc((size_t)KV, sizeof(double));
         m->g = calloc((size_t)F, sizeof(double));
         m->u = calloc((size_t)F, sizeof(double));
         ok = m->x && m->h && m->tmp && m->q && m->att && m->k && m->v && m->g && m->u;
-        if (ok && experts) {
+        if (ok && (experts || g4moe)) {
             m->probs = calloc((size_t)X, sizeof(double));
             m->chosen = calloc((size_t)X, sizeof(bool));
             m->ffn_out = calloc((size_t)E, sizeof(double));
@@ -521,12 +665,13 @@ static inline bool ref_reserve(ref_model *m, int need) {
     if (need <= m->cap) return true;
     int cap = m->cap ? m->cap : 16;
     while (cap < need) cap *= 2;
-    size_t kv = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim;
     double *sc = realloc(m->scores, (size_t)cap * sizeof(double));
     if (!sc) return false;
     m->scores = sc;
     for (int il = 0; il < m->hp.n_layer; il++) {
         ref_layer *L = &m->layers[il];
+        if (L->kv_src != il) continue; /* it reads another layer's cache */
+        size_t kv = (size_t)L->n_kv * (size_t)L->D;
         double *k = realloc(L->k_cache, (size_t)cap * kv * sizeof(double));
         if (!k) return false;
         L->k_cache = k;
@@ -538,9 +683,10 @@ static inline bool ref_reserve(ref_model *m, int need) {
     return true;
 }
 
-/* The mixture of experts of layer L on the normed FFN input x [n_embd]; the result
- * goes to m->ffn_out [n_embd]. Uses m->probs, m->chosen, m->g, m->u, m->tmp. */
-static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
+/* The mixture of experts of layer L on the normed FFN input x [n_embd], routed by
+ * gate_inp · rx (rx: the router's input, x but for gemma4); the result goes to
+ * m->ffn_out [n_embd]. Uses m->probs, m->chosen, m->g, m->u, m->tmp. */
+static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x, const double *rx) {
     const int E = m->hp.n_embd, F = m->hp.n_ff_exp, X = m->hp.n_expert, K = m->hp.n_expert_used;
     if (m->oss) { /* gpt-oss: biased router, top K logits, softmax over those K; biased clamped-SwiGLU experts */
         ref_matvec(L->gate_inp, x, L->gate_inp_b, X, E, m->probs); /* logits */
@@ -572,7 +718,7 @@ static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
         return;
     }
     /* router: softmax over all experts, before the selection */
-    ref_matvec(L->gate_inp, x, NULL, X, E, m->probs);
+    ref_matvec(L->gate_inp, rx, NULL, X, E, m->probs);
     double mx = -INFINITY, z = 0;
     for (int e = 0; e < X; e++) mx = fmax(mx, m->probs[e]);
     for (int e = 0; e < X; e++) z += (m->probs[e] = exp(m->probs[e] - mx));
@@ -594,9 +740,24 @@ static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
     for (int e = 0; e < X; e++) {
         if (!m->chosen[e]) continue;
         const size_t off = (size_t)e * (size_t)F * (size_t)E; /* expert e's matrix in each 3-D tensor */
-        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, false, x, m->g, m->u, m->tmp);
-        const double w = m->probs[e] / sum;
+        ref_ffn(L->gate_exps + off, L->up_exps + off, L->down_exps + off, E, F, m->gelu, x, m->g, m->u, m->tmp);
+        const double w = m->probs[e] / sum * (L->down_exps_s ? L->down_exps_s[e] : 1.0); /* gemma4's per-expert scale */
         for (int i = 0; i < E; i++) m->ffn_out[i] += w * m->tmp[i];
+    }
+}
+
+/* gemma4's per-layer inputs of the token (the header), from x0 = the scaled embedding,
+ * into m->ple [n_layer][P]. */
+static inline void ref_ple_inputs(ref_model *m, int32_t token, const double *x0) {
+    const ref_hparams *hp = &m->hp;
+    const int E = hp->n_embd, P = hp->n_embd_per_layer, NL = hp->n_layer;
+    ref_matvec(m->ple_model_proj, x0, NULL, NL * P, E, m->ple);
+    const double *tok = m->ple_tok + (size_t)token * (size_t)(NL * P);
+    for (int l = 0; l < NL; l++) {
+        double *p = m->ple + (size_t)l * P;
+        for (int i = 0; i < P; i++) p[i] /= sqrt((double)E);
+        ref_rms_norm(p, m->ple_proj_norm, P, hp->rms_eps, p);
+        for (int i = 0; i < P; i++) p[i] = (p[i] + tok[l * P + i] * sqrt((double)P)) / sqrt(2.0);
     }
 }
 
@@ -604,47 +765,60 @@ static inline void ref_moe(ref_model *m, const ref_layer *L, const double *x) {
  * state (before the output norm) in m->x. */
 static inline void ref_forward_token(ref_model *m, int32_t token) {
     const ref_hparams *hp = &m->hp;
-    const int E = hp->n_embd, D = hp->head_dim;
-    const int Q = hp->n_head * D, KV = hp->n_head_kv * D, group = hp->n_head / hp->n_head_kv;
+    const int E = hp->n_embd;
     const int pos = m->n_past;
     const double scale = hp->attn_scale; /* resolved at create */
     memcpy(m->x, m->tok_embd + (size_t)token * (size_t)E, (size_t)E * sizeof(double));
     if (m->embd_scale != 1.0)
         for (int i = 0; i < E; i++) m->x[i] *= m->embd_scale;
+    if (m->ple) ref_ple_inputs(m, token, m->x);
     for (int il = 0; il < hp->n_layer; il++) {
         ref_layer *L = &m->layers[il];
+        const ref_layer *S = &m->layers[L->kv_src]; /* whose cache the layer attends over */
+        const int D = L->D, Q = hp->n_head * D, KV = L->n_kv * D, group = hp->n_head / L->n_kv;
         /* first visible cache entry: pos - sliding_window + 1 on a sliding layer */
         const int t0 = ref_layer_is_swa(hp, il) && pos >= hp->sliding_window ? pos - hp->sliding_window + 1 : 0;
         /* attention */
         ref_rms_norm(m->x, L->attn_norm, E, hp->rms_eps, m->h);
         ref_matvec(L->wq, m->h, L->bq, Q, E, m->q);
-        ref_matvec(L->wk, m->h, L->bk, KV, E, m->k);
-        ref_matvec(L->wv, m->h, L->bv, KV, E, m->v);
+        const bool own = L->kv_src == il;
+        if (own) {
+            ref_matvec(L->wk, m->h, L->bk, KV, E, m->k);
+            if (L->wv) ref_matvec(L->wv, m->h, L->bv, KV, E, m->v);
+            else memcpy(m->v, m->k, (size_t)KV * sizeof(double)); /* gemma4 without attn_v: V is K's projection */
+        }
         if (L->q_norm)
             for (int hd = 0; hd < hp->n_head; hd++) ref_rms_norm(m->q + hd * D, L->q_norm, D, hp->rms_eps, m->q + hd * D);
-        if (L->k_norm)
-            for (int hd = 0; hd < hp->n_head_kv; hd++)
-                ref_rms_norm(m->k + hd * D, L->k_norm, D, hp->rms_eps, m->k + hd * D);
+        if (own && L->k_norm)
+            for (int hd = 0; hd < L->n_kv; hd++) ref_rms_norm(m->k + hd * D, L->k_norm, D, hp->rms_eps, m->k + hd * D);
+        if (own && m->g4) /* V's norm without a weight */
+            for (int hd = 0; hd < L->n_kv; hd++) {
+                double ss = 0, *v = m->v + hd * D;
+                for (int i = 0; i < D; i++) ss += v[i] * v[i];
+                for (int i = 0; i < D; i++) v[i] /= sqrt(ss / D + hp->rms_eps);
+            }
         double base, fscale;
         ref_layer_rope(hp, il, &base, &fscale);
         if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
             const double ms = fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
             ref_rope_yarn(m->q, hp->n_head, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
                           hp->rope_neox, ms);
-            ref_rope_yarn(m->k, hp->n_head_kv, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast,
-                          hp->yarn_beta_slow, hp->rope_neox, ms);
+            ref_rope_yarn(m->k, L->n_kv, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
+                          hp->rope_neox, ms);
         } else {
-            ref_rope(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox);
-            ref_rope(m->k, hp->n_head_kv, D, pos * fscale, base, hp->rope_neox);
+            ref_rope_pairs(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
+            if (own) ref_rope_pairs(m->k, L->n_kv, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
         }
-        memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));
-        memcpy(L->v_cache + (size_t)pos * KV, m->v, (size_t)KV * sizeof(double));
+        if (own) {
+            memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));
+            memcpy(L->v_cache + (size_t)pos * KV, m->v, (size_t)KV * sizeof(double));
+        }
         for (int hq = 0; hq < hp->n_head; hq++) {
             const int hk = hq / group;
             const double *q = m->q + hq * D;
             double mx = -INFINITY, z = 0;
             for (int t = t0; t <= pos; t++) {
-                const double *k = L->k_cache + (size_t)t * KV + hk * D;
+                const double *k = S->k_cache + (size_t)t * KV + hk * D;
                 double s = 0;
                 for (int d = 0; d < D; d++) s += q[d] * k[d];
                 m->scores[t] = ref_softcap(s * scale, hp->attn_softcap);
@@ -658,7 +832,7 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
             double *o = m->att + hq * D;
             for (int d = 0; d < D; d++) o[d] = 0;
             for (int t = t0; t <= pos; t++) {
-                const double *v = L->v_cache + (size_t)t * KV + hk * D;
+                const double *v = S->v_cache + (size_t)t * KV + hk * D;
                 double p = m->scores[t] / z;
                 for (int d = 0; d < D; d++) o[d] += p * v[d];
             }
@@ -666,18 +840,42 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
         ref_matvec(L->wo, m->att, L->bo, E, Q, m->tmp);
         if (L->post_attn_norm) ref_rms_norm(m->tmp, L->post_attn_norm, E, hp->rms_eps, m->tmp);
         for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
-        /* feed-forward: dense, or a mixture of experts */
+        /* feed-forward: dense, or a mixture of experts, or (gemma4) both */
         ref_rms_norm(m->x, L->ffn_norm, E, hp->rms_eps, m->h);
         double *ffn;
-        if (L->gate_inp) {
-            ref_moe(m, L, m->h);
+        if (L->gate_inp && m->g4) {
+            /* the dense FFN normed by post_ffw_norm_1 (in tmp, then h) */
+            ref_ffn(L->gate, L->up, L->down, E, L->F, true, m->h, m->g, m->u, m->tmp);
+            ref_rms_norm(m->tmp, L->post_ffw_norm_1, E, hp->rms_eps, m->h);
+            /* the router's input: rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale (in att) */
+            double ss = 0;
+            for (int i = 0; i < E; i++) ss += m->x[i] * m->x[i];
+            for (int i = 0; i < E; i++) m->att[i] = m->x[i] / sqrt(ss / E + hp->rms_eps) / sqrt((double)E) * L->gate_inp_s[i];
+            /* the experts on pre_ffw_norm_2(x) (in q), normed by post_ffw_norm_2 */
+            ref_rms_norm(m->x, L->pre_ffw_norm_2, E, hp->rms_eps, m->q);
+            ref_moe(m, L, m->q, m->att);
+            ref_rms_norm(m->ffn_out, L->post_ffw_norm_2, E, hp->rms_eps, m->ffn_out);
+            for (int i = 0; i < E; i++) m->ffn_out[i] += m->h[i];
+            ffn = m->ffn_out;
+        } else if (L->gate_inp) {
+            ref_moe(m, L, m->h, m->h);
             ffn = m->ffn_out;
         } else {
-            ref_ffn(L->gate, L->up, L->down, E, hp->n_ff, m->gelu, m->h, m->g, m->u, m->tmp);
+            ref_ffn(L->gate, L->up, L->down, E, L->F, m->gelu, m->h, m->g, m->u, m->tmp);
             ffn = m->tmp;
         }
         if (L->post_ffw_norm) ref_rms_norm(ffn, L->post_ffw_norm, E, hp->rms_eps, ffn);
         for (int i = 0; i < E; i++) m->x[i] += ffn[i];
+        if (L->ple_gate) { /* gemma4's per-layer embedding */
+            const int P = hp->n_embd_per_layer;
+            ref_matvec(L->ple_gate, m->x, NULL, P, E, m->pg);
+            for (int i = 0; i < P; i++) m->pg[i] = ref_gelu(m->pg[i]) * m->ple[(size_t)il * P + i];
+            ref_matvec(L->ple_proj, m->pg, NULL, E, P, m->tmp);
+            ref_rms_norm(m->tmp, L->ple_post_norm, E, hp->rms_eps, m->tmp);
+            for (int i = 0; i < E; i++) m->x[i] += m->tmp[i];
+        }
+        if (L->out_scale)
+            for (int i = 0; i < E; i++) m->x[i] *= L->out_scale[0];
     }
     m->n_past++;
 }
@@ -726,11 +924,13 @@ static inline int ref_model_eval(ref_model *m, const int32_t *tokens, int n, dou
  * [n_head_kv][head_dim], for comparing a KV cache's content; NULL when out of range. */
 static inline const double *ref_model_k(const ref_model *m, int il, int pos) {
     if (il < 0 || il >= m->hp.n_layer || pos < 0 || pos >= m->n_past) return NULL;
-    return m->layers[il].k_cache + (size_t)pos * (size_t)(m->hp.n_head_kv * m->hp.head_dim);
+    const ref_layer *S = &m->layers[m->layers[il].kv_src]; /* gemma4's sharing layers: the owner's */
+    return S->k_cache + (size_t)pos * (size_t)(S->n_kv * S->D);
 }
 static inline const double *ref_model_v(const ref_model *m, int il, int pos) {
     if (il < 0 || il >= m->hp.n_layer || pos < 0 || pos >= m->n_past) return NULL;
-    return m->layers[il].v_cache + (size_t)pos * (size_t)(m->hp.n_head_kv * m->hp.head_dim);
+    const ref_layer *S = &m->layers[m->layers[il].kv_src];
+    return S->v_cache + (size_t)pos * (size_t)(S->n_kv * S->D);
 }
 
 /* Makes dst's sequence a copy of src's (the reference for a fork): the same cache
@@ -738,15 +938,21 @@ static inline const double *ref_model_v(const ref_model *m, int il, int pos) {
  * unchanged) on a geometry mismatch or no memory. */
 static inline int ref_model_copy_cache(ref_model *dst, const ref_model *src) {
     const ref_hparams *a = &dst->hp, *b = &src->hp;
-    if (a->n_layer != b->n_layer || a->n_head_kv != b->n_head_kv || a->head_dim != b->head_dim) {
+    bool same = a->n_layer == b->n_layer;
+    for (int il = 0; same && il < b->n_layer; il++)
+        same = dst->layers[il].n_kv == src->layers[il].n_kv && dst->layers[il].D == src->layers[il].D &&
+               dst->layers[il].kv_src == src->layers[il].kv_src;
+    if (!same) {
         fprintf(stderr, "ref_model: copy_cache between different geometries\n");
         return -1;
     }
     if (!ref_reserve(dst, src->n_past)) return -1;
-    size_t bytes = (size_t)src->n_past * (size_t)(b->n_head_kv * b->head_dim) * sizeof(double);
-    for (int il = 0; il < b->n_layer && bytes; il++) {
-        memcpy(dst->layers[il].k_cache, src->layers[il].k_cache, bytes);
-        memcpy(dst->layers[il].v_cache, src->layers[il].v_cache, bytes);
+    for (int il = 0; il < b->n_layer && src->n_past; il++) {
+        const ref_layer *L = &src->layers[il];
+        if (L->kv_src != il) continue;
+        size_t bytes = (size_t)src->n_past * (size_t)(L->n_kv * L->D) * sizeof(double);
+        memcpy(dst->layers[il].k_cache, L->k_cache, bytes);
+        memcpy(dst->layers[il].v_cache, L->v_cache, bytes);
     }
     dst->n_past = src->n_past;
     return 0;
@@ -766,10 +972,12 @@ static inline int ref_model_truncate(ref_model *m, int n) {
  * tokens), exactly what a KV cache shift does. Returns -1 on a bad range. */
 static inline int ref_model_remove(ref_model *m, int p0, int p1) {
     if (p0 < 0 || p1 < p0 || p1 > m->n_past) return -1;
-    const int d = p1 - p0, KV = m->hp.n_head_kv * m->hp.head_dim;
+    const int d = p1 - p0;
     if (d == 0) return 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         ref_layer *L = &m->layers[il];
+        if (L->kv_src != il) continue; /* gemma4's sharing layers have no cache */
+        const int KV = L->n_kv * L->D;
         double base, fscale;
         ref_layer_rope(&m->hp, il, &base, &fscale);
         for (int t = p1; t < m->n_past; t++) {
@@ -777,10 +985,10 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
             memcpy(k, L->k_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
             memcpy(L->v_cache + (size_t)(t - d) * KV, L->v_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
             if (m->hp.yarn_orig_ctx > 0) /* YaRN's angles; the magnitude is in k already */
-                ref_rope_yarn(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d, base, fscale, m->hp.yarn_orig_ctx,
-                              m->hp.yarn_beta_fast, m->hp.yarn_beta_slow, m->hp.rope_neox, 1.0);
+                ref_rope_yarn(k, L->n_kv, L->D, -(double)d, base, fscale, m->hp.yarn_orig_ctx, m->hp.yarn_beta_fast,
+                              m->hp.yarn_beta_slow, m->hp.rope_neox, 1.0);
             else
-                ref_rope(k, m->hp.n_head_kv, m->hp.head_dim, -(double)d * fscale, base, m->hp.rope_neox);
+                ref_rope_pairs(k, L->n_kv, L->D, -(double)d * fscale, base, m->hp.rope_neox, L->rope_pairs);
         }
     }
     m->n_past -= d;

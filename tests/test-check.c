@@ -169,6 +169,8 @@ int main(void) {
         th_checks++;
         unlink(q35);
     }
+    one_device_model("g4moe", "--arch gemma4 --type q8_0 --experts 4 --experts-used 2",
+                     "mixture-of-experts model (gemma4) cannot be split", "tensor-parallel splits are unsupported", vk);
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */
@@ -178,6 +180,16 @@ int main(void) {
     demo_passes(g2, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
     if (vk) demo_passes(g2, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
     unlink(g2);
+    /* Gemma 4 (per-layer head sizes and KV heads, proportional RoPE, per-layer
+     * embeddings, the last two layers reusing earlier layers' KV; window 8, pages of
+     * 16 by default): the same, and q8_0 weights */
+    char g4[512];
+    snprintf(g4, sizeof g4, "%s", th_tmp("demo-g4.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma4 --type q8_0 --per-layer-embd 32 -o '%s'", g4), 0);
+    demo_passes(g4, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
+    demo_passes(g4, "--device cpu", "5 checks, 5 passed, 0 failed");
+    if (vk) demo_passes(g4, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
+    unlink(g4);
     rc = th_cli("", true, "demo -m '%s' --device cpu", bad);
     CHECK_INT(rc, 1);
     CHECK(strstr(out, "load") != NULL && strstr(out, "FAIL") != NULL);

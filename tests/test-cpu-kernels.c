@@ -314,7 +314,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1 + 5 + 9); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    /* + partial rope (Gemma 4's proportional RoPE: f32, f16, q8_0, q4_0) */
     /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4) */
     CHECK(has_row(&l, "kernel ssm_conv (silu)"));
     CHECK(has_row(&l, "kernel delta_net (grouped heads)"));
@@ -330,6 +331,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK(has_row(&l, "kernel rope q4_0"));
     CHECK(has_row(&l, "kernel rope f32 yarn"));
     CHECK(has_row(&l, "kernel rope q8_0 yarn"));
+    CHECK(has_row(&l, "kernel rope f32 partial"));
+    CHECK(has_row(&l, "kernel rope q4_0 partial"));
     CHECK(has_row(&l, "kernel swiglu_oai (gpt-oss, alpha 1.702, limit 7)"));
     CHECK(has_row(&l, "kernel set_rows q8_0"));
     CHECK(has_row(&l, "kernel attention K q8_0 V f16"));

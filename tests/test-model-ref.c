@@ -44,12 +44,16 @@ enum { NP = 24, NS = 8 };
 
 static bool g_mixture; /* make the q4_k model a q4_k + q6_k mixture */
 
-static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, double tie, int *cases) {
+static void run_case(const char *name, pkv_type wt, pkv_type kv, double tol, double tie, int *cases) {
+    /* "gemma4+moe": gemma4 with experts beside every layer's dense FFN */
+    const bool g4moe = !strcmp(name, "gemma4+moe");
+    const char *arch = g4moe ? "gemma4" : name;
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = wt;
-    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2"), oss = !strcmp(arch, "gpt-oss");
-    p.n_layer = gemma3 ? 6 : 2; /* gemma3: five sliding layers, then a global one */
+    bool gemma3 = !strcmp(arch, "gemma3"), gemma = gemma3 || !strcmp(arch, "gemma2"), oss = !strcmp(arch, "gpt-oss"),
+         g4 = !strcmp(arch, "gemma4");
+    p.n_layer = gemma3 || g4 ? 6 : 2; /* gemma3: five sliding layers, then a global one; gemma4: 4 with KV, 2 sharing */
     bool kq = pkv_type_block_elems(wt) == 256;
     p.n_embd = kq ? 256 : 64;
     p.n_head = 4;
@@ -59,16 +63,23 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
     p.n_vocab = 300;
     p.tied = wt == PKV_TYPE_F32; /* tied embeddings once */
     p.k_mixture = g_mixture;
-    bool moe = !strcmp(arch, "qwen3moe") || oss, llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
-    p.sliding_window = gemma || oss ? 3 : 0;
+    bool moe = !strcmp(arch, "qwen3moe") || oss || g4moe, llama_like = !strcmp(arch, "llama") || !strcmp(arch, "phi3");
+    p.sliding_window = gemma || g4 || oss ? 3 : 0;
+    if (g4moe) p.n_ff = kq ? 512 : 128; /* experts of n_ff / 2 rows, whole blocks of the weight type */
+    if (g4) { /* sliding head size half the full one's, rows in whole blocks of the weight type */
+        p.head_dim_swa = kq ? 64 : 8;
+        p.n_embd_per_layer = kq ? 256 : 32;
+    }
     p.n_expert = moe ? 4 : 0; /* n_ff is then one expert's rows */
     /* Top-2 of 4 with exact weights (f32, f16, bf16: the router sees what the
      * reference sees, within 1e-13). With quantized weights the CPU rounds the
      * activations to 8 bits, which moves router logits enough to swap a close second
      * and third expert for some tokens: a discontinuity of top-k routing, not an
      * error. There every expert is used (k = 4): the weights and the experts' sum are
-     * compared without the selection. */
-    p.n_expert_used = moe ? (pkv_type_block_elems(wt) > 1 ? 4 : 2) : 0;
+     * compared without the selection. gemma4's router reads the residual stream after
+     * six layers of rounded K/V with f16 pages: there too (measured: one swapped pair
+     * of experts gives 2.8e-2), while f32 pages check its top 2 of 4 at 1e-13. */
+    p.n_expert_used = moe ? (pkv_type_block_elems(wt) > 1 || (g4moe && kv != PKV_TYPE_F32) ? 4 : 2) : 0;
     void *img;
     size_t size;
     if (pkv_mkmodel_memory(&p, &img, &size)) {
@@ -93,7 +104,7 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       strcmp(arch, "llama") != 0,
                       p.n_expert,
                       p.n_expert_used,
-                      moe ? p.n_ff : 0,
+                      moe ? (g4moe ? p.n_ff / 2 : p.n_ff) : 0, /* gemma4's experts: half the dense FFN */
                       gemma ? 1.0 / sqrt((double)p.head_dim) : 0, /* llama.cpp's rule below 46 (62) layers */
                       gemma && !gemma3 ? 50.0 : 0,               /* mkmodel's Gemma 2 soft-caps; Gemma 3 has none */
                       gemma && !gemma3 ? 30.0 : 0,
@@ -104,7 +115,33 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
                       gemma3 ? 1e4 : 0, /* and base 10000 unscaled on the sliding ones */
                       oss ? 256 : 0,    /* gpt-oss: YaRN over mkmodel's original context of 256 */
                       0,
-                      0};
+                      0,
+                      NULL, 0, NULL, NULL, 0, 0, 0};
+    unsigned char swa[16];
+    int kvh[16], ff[16];
+    if (g4) { /* mkmodel's Gemma 4 shape, per layer as the loaded model has it */
+        hp.final_softcap = 30;
+        hp.sliding_window = 3;
+        hp.rope_base_swa = 1e4;
+        for (int l = 0; l < p.n_layer; l++) {
+            swa[l] = m->layers[l].window > 0;
+            kvh[l] = m->layers[l].n_head_kv;
+            ff[l] = m->layers[l].n_ff;
+        }
+        hp.swa_layers = swa;
+        hp.head_dim_swa = p.head_dim_swa;
+        hp.layer_n_head_kv = kvh;
+        hp.layer_n_ff = ff;
+        hp.rope_pairs_full = p.head_dim / 8; /* mkmodel's proportional RoPE: a quarter of the pairs */
+        hp.n_shared_kv = 2;
+        hp.n_embd_per_layer = p.n_embd_per_layer;
+        /* what mkmodel's Gemma 4 is: full layers 0 and 3 with one KV head, sliding ones with two; 4 and 5
+         * share the KV of 2 (sliding) and 3 (full) with an FFN twice as wide */
+        static const unsigned char want_swa[6] = {0, 1, 1, 0, 1, 0};
+        CHECK(!memcmp(swa, want_swa, 6));
+        CHECK(kvh[0] == 1 && kvh[1] == 2 && kvh[5] == 1 && ff[3] == p.n_ff && ff[4] == 2 * p.n_ff);
+        CHECK(m->n_cache_layers == 4 && m->kv_layer && m->kv_layer[4] == 2 && m->kv_layer[5] == 3);
+    }
     ref_model *r = ref_model_create(&hp, get_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
@@ -146,9 +183,9 @@ static void run_case(const char *arch, pkv_type wt, pkv_type kv, double tol, dou
         bool near_tie = want[(size_t)t * V + aw] - want[(size_t)t * V + second] < fmax(tie, 6 * rms_err);
         if (ag != aw && !near_tie) disagree++;
     }
-    fprintf(stderr, "%-6s %-5s kv %-4s nmse %.2e (tol %.0e)%s\n", arch, pkv_type_name(wt), pkv_type_name(kv), worst, tol,
+    fprintf(stderr, "%-6s %-5s kv %-4s nmse %.2e (tol %.0e)%s\n", name, pkv_type_name(wt), pkv_type_name(kv), worst, tol,
             disagree ? " ARGMAX DIFFERS" : "");
-    if (!(worst <= tol)) TH_FAIL("%s %s kv %s: nmse %g > %g", arch, pkv_type_name(wt), pkv_type_name(kv), worst, tol);
+    if (!(worst <= tol)) TH_FAIL("%s %s kv %s: nmse %g > %g", name, pkv_type_name(wt), pkv_type_name(kv), worst, tol);
     CHECK_INT(disagree, 0);
     (*cases)++;
     free(got);
@@ -266,7 +303,8 @@ static void scaling_keys(void) {
 }
 
 int main(void) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
+    static const char *archs[] = {"llama", "qwen2",   "qwen3",  "qwen3moe", "phi3",
+                                  "gemma2", "gemma3", "gpt-oss", "gemma4", "gemma4+moe"};
     enum { N_ARCHS = sizeof archs / sizeof archs[0] };
     static const pkv_type exact[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16};
     static const pkv_type quant[] = {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};

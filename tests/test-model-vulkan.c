@@ -1,7 +1,8 @@
 // labels: model vulkan timeout=900
 /* The model on vulkan:0: fork == replay bitwise, swap and save/load round trips,
  * batches (test-model.c on that device); then whole-model logits of every
- * architecture (qwen35's delta-net layers included; gpt-oss also with mxfp4 experts) and weight type against the CPU. Tolerance: nmse 1e-5 for
+ * architecture (qwen35's delta-net layers included; gpt-oss also with mxfp4 experts; gemma4 with its shared
+ * KV layers and per-layer embeddings) and weight type against the CPU. Tolerance: nmse 1e-5 for
  * f32/f16/bf16 weights (f16 KV on both); 2e-3 for q8_0/q4_0 and the k-quants
  * (the CPU rounds activations to 8 bits in blocks of 32, the Vulkan shaders do
  * not: measured 1.5e-4 to 2e-4 for all of them). The k-quant models (dims of
@@ -37,8 +38,11 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
     pkv_model_free(m);
 }
 
-/* gemma3 gets its first global layer (the sixth): RoPE differs by layer there */
-static int layers_of(const char *arch) { return !strcmp(arch, "gemma3") ? 6 : !strcmp(arch, "qwen35") ? 4 : 2; }
+/* gemma3 gets its first global layer (the sixth): RoPE differs by layer there;
+ * gemma4 mkmodel's six (two of them reusing earlier layers' KV) */
+static int layers_of(const char *arch) {
+    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4") ? 6 : !strcmp(arch, "qwen35") ? 4 : 2;
+}
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
     decode19(make(arch, t, layers_of(arch), dev), out, ok);
@@ -50,7 +54,8 @@ int main(void) {
     int rc = model_main();
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35",
+                                  "gemma4"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];
@@ -73,6 +78,34 @@ int main(void) {
             fprintf(stderr, "%-6s %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", archs[ai], pkv_type_name(t), e, tol);
             if (!(e <= tol)) TH_FAIL("%s %s: nmse %g > %g", archs[ai], pkv_type_name(t), e, tol);
         }
+    /* gemma4 with experts beside every layer's dense FFN (f32: top 2 of 4; q8_0: all 4,
+     * as the CPU's 8-bit activations can swap a close second and third expert) */
+    for (int k = 0; k < 2; k++) {
+        pkv_mkmodel_params p = pkv_mkmodel_default_params();
+        p.arch = "gemma4";
+        p.type = k ? PKV_TYPE_Q8_0 : PKV_TYPE_F32;
+        p.n_embd = g_embd;
+        p.n_head = 4;
+        p.n_ff = 128;
+        p.n_vocab = V;
+        p.n_expert = 4;
+        p.n_expert_used = k ? 4 : 2;
+        void *img = NULL;
+        size_t size = 0;
+        bool ok_c = false, ok_v = false;
+        if (!pkv_mkmodel_memory(&p, &img, &size)) {
+            decode19(kq_load(img, size, "cpu"), a, &ok_c);
+            decode19(kq_load(img, size, "vulkan:0"), b, &ok_v);
+        }
+        pkv_mkmodel_free_memory(img);
+        if (!ok_c || !ok_v) {
+            TH_FAIL("gemma4 experts %s: %s", pkv_type_name(p.type), pkv_errmsg());
+            continue;
+        }
+        double e = th_nmse(a, b, 19 * V), tol = k ? 2e-3 : 1e-5;
+        fprintf(stderr, "gemma4 experts %-5s vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", pkv_type_name(p.type), e, tol);
+        if (!(e <= tol)) TH_FAIL("gemma4 experts %s: nmse %g > %g", pkv_type_name(p.type), e, tol);
+    }
     /* qwen35 q8_0 / q4_0 on the device against the CPU running the same weights
      * dequantized to f32 (no activation rounding on either side) */
     for (int k = 0; k < 2; k++) {

@@ -24,7 +24,12 @@
  * range, its magnitude factor; factor 1 is plain RoPE, turns compose), and gpt-oss's
  * forward pass written out for three tokens (biases, sinks, a window, YaRN, the FFN
  * norm's name, softmax over the top-2 biased router logits, clamped SwiGLU experts
- * with the clamps taken); missing gpt-oss tensors and bad hparams are refused. */
+ * with the clamps taken); missing gpt-oss tensors and bad hparams are refused.
+ * gemma4's forward pass written out for five layers and four tokens (per-layer head
+ * sizes and KV heads, one turning pair of four on the full layers, V = K and V's
+ * norm, sharing layers reading their owners' KV, per-layer embeddings, the output
+ * scale, the soft-cap); its shift turns only that pair; missing gemma4 tensors, KV
+ * owners of the wrong kinds and gemma4 fields on another architecture are refused. */
 #include "ref-model.h"
 #include "testhelp.h"
 
@@ -1435,6 +1440,219 @@ static void test_oss_errors(void) {
     ts_free(&ts);
 }
 
+/* ------------------------------------------------------------- gemma4 */
+
+/* Five layers: full, sliding, full with KV of their own; a sliding and a full layer
+ * reusing layers 1's and 2's; sliding heads of 4 (two KV heads), full heads of 8
+ * (one KV head) of which one pair of four turns; the sharing layers' FFN twice as
+ * wide; per-layer embeddings of 4; a window of 2. */
+static const unsigned char G4_SWA[5] = {0, 1, 0, 1, 0};
+static const int G4_KV[5] = {1, 2, 1, 2, 1}, G4_FF[5] = {12, 12, 12, 24, 24};
+
+static ref_hparams g4_hp(void) {
+    ref_hparams hp = {.arch = "gemma4", .n_layer = 5, .n_embd = 16, .n_head = 2, .n_head_kv = 2, .head_dim = 8,
+                      .n_ff = 12, .n_vocab = 32, .rms_eps = 1e-6, .rope_base = 1e6, .rope_neox = true,
+                      .final_softcap = 3, .sliding_window = 2, .rope_base_swa = 1e4, .swa_layers = G4_SWA,
+                      .head_dim_swa = 4, .layer_n_head_kv = G4_KV, .layer_n_ff = G4_FF, .rope_pairs_full = 1,
+                      .n_shared_kv = 2, .n_embd_per_layer = 4};
+    return hp;
+}
+
+/* gemma4's tensors: the full layers (0, 2) without attn_v (V = K), the sharing layers
+ * (3, 4) without K, V and the K norm. */
+static void make_g4(tstore *ts, uint64_t seed) {
+    uint64_t rs = seed;
+    enum { E = 16, V = 32, P = 4, NL = 5 };
+    ts->n = 0;
+    ts_add(ts, "token_embd.weight", V * E, 0, 1, &rs);
+    ts_add(ts, "output_norm.weight", E, 1, 0.2, &rs);
+    ts_add(ts, "per_layer_token_embd.weight", V * NL * P, 0, 1, &rs);
+    ts_add(ts, "per_layer_model_proj.weight", NL * P * E, 0, 0.5, &rs);
+    ts_add(ts, "per_layer_proj_norm.weight", P, 1, 0.2, &rs);
+    for (int il = 0; il < NL; il++) {
+        const int D = G4_SWA[il] ? 4 : 8, Q = 2 * D, KV = G4_KV[il] * D, F = G4_FF[il];
+        char nm[64];
+#define ADD(suffix, n, c, s) (snprintf(nm, sizeof nm, "blk.%d." suffix, il), ts_add(ts, nm, n, c, s, &rs))
+        ADD("attn_norm.weight", E, 1, 0.2);
+        ADD("attn_q.weight", Q * E, 0, 0.5);
+        if (il < 3) {
+            ADD("attn_k.weight", KV * E, 0, 0.5);
+            if (G4_SWA[il]) ADD("attn_v.weight", KV * E, 0, 0.5);
+            ADD("attn_k_norm.weight", D, 1, 0.2);
+        }
+        ADD("attn_q_norm.weight", D, 1, 0.2);
+        ADD("attn_output.weight", E * Q, 0, 0.3);
+        ADD("post_attention_norm.weight", E, 1, 0.2);
+        ADD("ffn_norm.weight", E, 1, 0.2);
+        ADD("ffn_gate.weight", F * E, 0, 0.5);
+        ADD("ffn_up.weight", F * E, 0, 0.5);
+        ADD("ffn_down.weight", E * F, 0, 0.3);
+        ADD("post_ffw_norm.weight", E, 1, 0.2);
+        ADD("layer_output_scale.weight", 1, 1, 0.5);
+        ADD("inp_gate.weight", P * E, 0, 0.5);
+        ADD("proj.weight", E * P, 0, 0.5);
+        ADD("post_norm.weight", E, 1, 0.2);
+#undef ADD
+    }
+}
+
+static double t_gelu(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / acos(-1.0)) * (x + 0.044715 * x * x * x))); }
+
+/* neox RoPE of one head of d, pairs (i, i + d/2) for i < pairs, angle pos * base^(-2i/d) */
+static void t_rope(double *h, int d, int pairs, double pos, double base) {
+    for (int i = 0; i < pairs; i++) {
+        const double th = pos * pow(base, -2.0 * i / d), c = cos(th), s = sin(th), a = h[i], b = h[i + d / 2];
+        h[i] = a * c - b * s;
+        h[i + d / 2] = a * s + b * c;
+    }
+}
+
+/* gemma4's forward pass written out for five layers and four tokens against
+ * ref_model_eval: the embedding times sqrt(16) and the per-layer inputs from it; the
+ * full layers' single turning pair (of four), V = K there and V's weightless norm; a
+ * score of q·k; the sharing layers reading layers 1's and 2's K and V; the window of
+ * 2 on the sliding layers; the per-layer embedding after the FFN, the output scale,
+ * the final soft-cap. */
+static void test_g4_by_hand(void) {
+    ref_hparams hp = g4_hp();
+    tstore ts;
+    make_g4(&ts, 95);
+    ref_model *m = ref_model_create(&hp, ts_get, &ts);
+    REQUIRE_VOID(m);
+    enum { E = 16, V = 32, P = 4, NL = 5, NT = 4 };
+    const int32_t toks[NT] = {5, 17, 2, 30};
+    double want[NT][V], got[NT][V];
+    static double kc[NL][NT][16], vc[NL][NT][16];
+    for (int t = 0; t < NT; t++) {
+        double x[E], h[E], ple[NL * P];
+        for (int i = 0; i < E; i++) x[i] = ts_find(&ts, "token_embd.weight")[toks[t] * E + i] * 4.0;
+        t_mv(ts_find(&ts, "per_layer_model_proj.weight"), x, NL * P, E, ple);
+        for (int l = 0; l < NL; l++) {
+            double pr[P];
+            for (int i = 0; i < P; i++) pr[i] = ple[l * P + i] / 4.0; /* 1 / sqrt(n_embd) */
+            t_norm(pr, ts_find(&ts, "per_layer_proj_norm.weight"), P, hp.rms_eps, pr);
+            for (int i = 0; i < P; i++)
+                ple[l * P + i] = (pr[i] + ts_find(&ts, "per_layer_token_embd.weight")[toks[t] * NL * P + l * P + i] * 2.0) /
+                                 sqrt(2.0);
+        }
+        for (int il = 0; il < NL; il++) {
+            const bool swa = G4_SWA[il];
+            const int D = swa ? 4 : 8, nkv = G4_KV[il], src = il < 3 ? il : swa ? 1 : 2, F = G4_FF[il];
+            const double base = swa ? 1e4 : 1e6;
+            const int pairs = swa ? D / 2 : 1;
+            double q[16], k[16], v[16], att[16], o[E], d[E];
+            t_norm(x, tsf(&ts, "blk.%d.attn_norm.weight", il), E, hp.rms_eps, h);
+            t_mv(tsf(&ts, "blk.%d.attn_q.weight", il), h, 2 * D, E, q);
+            for (int hd = 0; hd < 2; hd++) {
+                t_norm(q + hd * D, tsf(&ts, "blk.%d.attn_q_norm.weight", il), D, hp.rms_eps, q + hd * D);
+                t_rope(q + hd * D, D, pairs, t, base);
+            }
+            if (il == src) { /* K and V of its own */
+                t_mv(tsf(&ts, "blk.%d.attn_k.weight", il), h, nkv * D, E, k);
+                if (swa) t_mv(tsf(&ts, "blk.%d.attn_v.weight", il), h, nkv * D, E, v);
+                else memcpy(v, k, sizeof v);
+                double ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+                for (int hd = 0; hd < nkv; hd++) {
+                    t_norm(k + hd * D, tsf(&ts, "blk.%d.attn_k_norm.weight", il), D, hp.rms_eps, k + hd * D);
+                    t_rope(k + hd * D, D, pairs, t, base);
+                    t_norm(v + hd * D, ones, D, hp.rms_eps, v + hd * D);
+                }
+                memcpy(kc[il][t], k, sizeof k);
+                memcpy(vc[il][t], v, sizeof v);
+            }
+            const int t0 = swa && t >= 2 ? t - 1 : 0;
+            for (int hq = 0; hq < 2; hq++) {
+                const int hk = hq / (2 / nkv);
+                double sc[NT], z = 0, mx = -INFINITY;
+                for (int j = t0; j <= t; j++) {
+                    sc[j] = 0;
+                    for (int i = 0; i < D; i++) sc[j] += q[hq * D + i] * kc[src][j][hk * D + i];
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = t0; j <= t; j++) z += (sc[j] = exp(sc[j] - mx));
+                for (int i = 0; i < D; i++) {
+                    att[hq * D + i] = 0;
+                    for (int j = t0; j <= t; j++) att[hq * D + i] += sc[j] / z * vc[src][j][hk * D + i];
+                }
+            }
+            t_mv(tsf(&ts, "blk.%d.attn_output.weight", il), att, E, 2 * D, o);
+            t_norm(o, tsf(&ts, "blk.%d.post_attention_norm.weight", il), E, hp.rms_eps, o);
+            for (int i = 0; i < E; i++) x[i] += o[i];
+            t_norm(x, tsf(&ts, "blk.%d.ffn_norm.weight", il), E, hp.rms_eps, h);
+            t_glu(tsf(&ts, "blk.%d.ffn_gate.weight", il), tsf(&ts, "blk.%d.ffn_up.weight", il),
+                  tsf(&ts, "blk.%d.ffn_down.weight", il), E, F, true, h, d);
+            t_norm(d, tsf(&ts, "blk.%d.post_ffw_norm.weight", il), E, hp.rms_eps, d);
+            for (int i = 0; i < E; i++) x[i] += d[i];
+            double g[P];
+            t_mv(tsf(&ts, "blk.%d.inp_gate.weight", il), x, P, E, g);
+            for (int i = 0; i < P; i++) g[i] = t_gelu(g[i]) * ple[il * P + i];
+            t_mv(tsf(&ts, "blk.%d.proj.weight", il), g, E, P, d);
+            t_norm(d, tsf(&ts, "blk.%d.post_norm.weight", il), E, hp.rms_eps, d);
+            const double sc = tsf(&ts, "blk.%d.layer_output_scale.weight", il)[0];
+            for (int i = 0; i < E; i++) x[i] = (x[i] + d[i]) * sc;
+        }
+        t_out(&ts, &hp, x, want[t]);
+    }
+    CHECK_INT(ref_model_eval(m, toks, NT, NULL, &got[0][0]), 0);
+    CHECK(max_diff(&want[0][0], &got[0][0], (size_t)NT * V) < 1e-11);
+    /* the sharing layers expose their owners' cache */
+    CHECK(ref_model_k(m, 3, 1) == ref_model_k(m, 1, 1) && ref_model_v(m, 4, 2) == ref_model_v(m, 2, 2));
+    /* the cache holds the K written out above (pairs 1..3 of a full layer unturned) */
+    const double *k3 = ref_model_k(m, 0, 3);
+    CHECK(k3 && max_diff(k3, kc[0][3], 8) < 1e-12);
+    /* a shift re-turns only that pair: K of position 3 moved to 2 equals K computed at 2 */
+    double at2[8];
+    memcpy(at2, kc[0][3], sizeof at2);
+    t_rope(at2, 8, 1, -1, 1e6);
+    CHECK_INT(ref_model_remove(m, 1, 2), 0);
+    CHECK(max_diff(ref_model_k(m, 0, 2), at2, 8) < 1e-12);
+    CHECK(at2[1] == kc[0][3][1] && at2[5] == kc[0][3][5]); /* pair 1 did not move */
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
+/* gemma4 needs its per-layer pattern and window, KV owners of the right kinds, its
+ * per-layer tensors; its fields are refused elsewhere. */
+static void test_g4_errors(void) {
+    ref_hparams hp = g4_hp();
+    static const char *need[] = {"blk.0.attn_k.weight", "blk.2.attn_k_norm.weight", "blk.3.attn_q_norm.weight",
+                                 "per_layer_token_embd.weight", "blk.4.inp_gate.weight", "blk.1.post_norm.weight"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        tstore ts;
+        make_g4(&ts, 96);
+        ts_remove(&ts, need[i]);
+        ref_model *m = ref_model_create(&hp, ts_get, &ts);
+        th_checks++;
+        if (m) TH_FAIL("gemma4: loaded without %s", need[i]);
+        ref_model_free(m);
+        ts_free(&ts);
+    }
+    tstore ts;
+    make_g4(&ts, 97);
+    static const unsigned char bad_swa[5] = {0, 0, 1, 1, 0}; /* layer 2 (the last full owner) slides */
+    for (int i = 0; i < 5; i++) {
+        ref_hparams hb = hp;
+        if (i == 0) hb.swa_layers = NULL;
+        if (i == 1) hb.sliding_window = 0;
+        if (i == 2) hb.n_shared_kv = 4;
+        if (i == 3) hb.swa_layers = bad_swa;
+        if (i == 4) hb.attn_softcap = 50;
+        ref_model *m = ref_model_create(&hb, ts_get, &ts);
+        th_checks++;
+        if (m) TH_FAIL("gemma4: accepted bad hparams (case %d)", i);
+        ref_model_free(m);
+    }
+    ts_free(&ts);
+    ref_hparams hl = tiny_hp("llama");
+    hl.n_embd_per_layer = 4; /* a gemma4 field elsewhere */
+    make_model(&ts, &hl, 98, true);
+    ref_model *m = ref_model_create(&hl, ts_get, &ts);
+    th_checks++;
+    if (m) TH_FAIL("llama: accepted gemma4 hparams");
+    ref_model_free(m);
+    ts_free(&ts);
+}
+
 int main(void) {
     test_rope();
     for (int a = 0; a < N_ARCHS; a++) {
@@ -1464,5 +1682,7 @@ int main(void) {
     test_yarn_rope();
     test_oss_by_hand();
     test_oss_errors();
+    test_g4_by_hand();
+    test_g4_errors();
     return th_done();
 }

@@ -40,7 +40,13 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     } ints[] = {{"--layers", &p.n_layer}, {"--dim", &p.n_embd}, {"--heads", &p.n_head}, {"--kv-heads", &p.n_head_kv},
                 {"--head-dim", &p.head_dim}, {"--ffn", &p.n_ff}, {"--vocab", &p.n_vocab}, {"--ctx", &p.n_ctx},
                 {"--experts", &p.n_expert}, {"--experts-used", &p.n_expert_used}, {"--sliding-window", &p.sliding_window},
-                {"--ssm-v-heads", &p.ssm_v_heads}, {"--ssm-k-heads", &p.ssm_k_heads}, {"--ssm-head-dim", &p.ssm_head_dim}, {"--mtp", &p.n_mtp}};
+                {"--ssm-v-heads", &p.ssm_v_heads}, {"--ssm-k-heads", &p.ssm_k_heads}, {"--ssm-head-dim", &p.ssm_head_dim}, {"--mtp", &p.n_mtp},
+                {"--head-dim-swa", &p.head_dim_swa}, {"--kv-heads-full", &p.n_head_kv_full}};
+    /* gemma4's sizes where 0 means none (the params' 0 is the default, < 0 none) */
+    struct {
+        const char *opt;
+        int *dst;
+    } ints0[] = {{"--per-layer-embd", &p.n_embd_per_layer}, {"--shared-kv", &p.n_shared_kv}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long x;
@@ -51,9 +57,15 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                 *ints[k].dst = (int)x;
                 done = true;
             }
+        for (size_t k = 0; k < sizeof ints0 / sizeof ints0[0]; k++)
+            if (!strcmp(a, ints0[k].opt)) {
+                if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 16, &x)) return 2;
+                *ints0[k].dst = x ? (int)x : -1;
+                done = true;
+            }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gpt-oss|qwen35 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
                    "                      -o FILE.gguf\n"
@@ -76,6 +88,22 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --sliding-window N       tokens the sliding layers see (default 8): gemma2's even\n"
                    "                           layers; gemma3's five of every six (--layers 6 or more\n"
                    "                           for a global layer)\n"
+                   "Gemma 4 (--arch gemma4, llama.cpp's keys and tensors: per-layer head sizes and KV heads,\n"
+                   "proportional RoPE on the full layers (a quarter of their pairs turn, base 1e6; 1e4 on the\n"
+                   "sliding ones), V = K on the full layers (no attn_v), V norm, layer_output_scale, final\n"
+                   "soft-cap 30, tied output; the sharing layers' FFN twice --ffn; default 6 layers,\n"
+                   "--head-dim 64):\n"
+                   "  --swa-layers sfssf       one s (sliding) or f (full) per layer (default: a full layer every\n"
+                   "                           third counting back from the last layer with its own KV, the\n"
+                   "                           sharing layers alternating s and f)\n"
+                   "  --sliding-window N       tokens the sliding layers see (default 8)\n"
+                   "  --head-dim-swa N         head size of the sliding layers (default --head-dim / 2)\n"
+                   "  --kv-heads-full N        KV heads of the full layers (default 1; --kv-heads: sliding)\n"
+                   "  --per-layer-embd N       per-layer embedding size (default 16; 0 = none)\n"
+                   "  --shared-kv N            the last N layers reuse the KV of the last sliding / full layer\n"
+                   "                           before them (default 2; 0 = none)\n"
+                   "  --experts N --experts-used K  every layer a mixture-of-experts layer as in 26B-A4B: N\n"
+                   "                           experts of --ffn / 2 rows beside the dense FFN, K per token\n"
                    "Qwen3.5 (--arch qwen35: gated delta-net layers, with full attention (gated output,\n"
                    "Q/K norms, half of each head rotated) in every 4th layer; default 4 layers):\n"
                    "  --ssm-v-heads N          value heads of the delta-net layers (default 4)\n"
@@ -116,6 +144,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             p.tied = true;
         } else if (!strcmp(a, "--chat-template")) {
             if (!(p.chat_template = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--swa-layers")) {
+            if (!(p.swa_layers = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-of")) {
             if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--shared-kv-layers")) {

@@ -15,7 +15,9 @@
  *   get_rows                       1e-12  dequantization is exact
  *   rms_norm, add, swiglu, softmax 1e-10   (swiglu: silu, gelu and gpt-oss's clamped form)
  *   rope f32 / f16                 1e-8 / 1e-6   angles may be computed in f32; also with
- *                                                YaRN (its own rows, q8_0/q4_0 too)
+ *                                                YaRN and with partial RoPE (pkv_rope_partial:
+ *                                                Gemma 4's full layers), each its own row,
+ *                                                q8_0/q4_0 too
  *   set_rows f32 / f16             0 / 1e-7      f16 rounding may differ by an ulp
  *   attention (f32 or f16 KV)      1e-8
  *   argmax                         exact indices
@@ -481,12 +483,22 @@ static pkv_status check_argmax(ck *k) {
 
 /* -------------------------------------------------------------------- rope */
 
-/* YaRN on a rope case (yarn true): linear factor 4 over an original context of 256,
- * beta 32 / 1 (the correction range from pkv_rope_yarn_corr_dims for the case's n_rot
- * and base), ext_factor 1, and YaRN's magnitude factor 1 + 0.1 ln 4 on every other case
- * (none on the others, as the shift's re-rotation passes). */
-static void rope_yarn(pkv_k_rope_args *a, bool yarn, size_t ci) {
-    if (!yarn) return;
+/* The angles of a rope row: plain (ROPE_PLAIN); YaRN (ROPE_YARN): linear factor 4
+ * over an original context of 256, beta 32 / 1 (the correction range from
+ * pkv_rope_yarn_corr_dims for the case's n_rot and base), ext_factor 1, and YaRN's
+ * magnitude factor 1 + 0.1 ln 4 on every other case (none on the others, as the
+ * shift's re-rotation passes); partial (ROPE_PARTIAL): the first quarter of the pairs
+ * turn, or one pair (pkv_rope_partial, Gemma 4's proportional RoPE), at the case's
+ * scale. */
+enum { ROPE_PLAIN, ROPE_YARN, ROPE_PARTIAL };
+static const char *const k_rope_row[] = {"kernel rope %s", "kernel rope %s yarn", "kernel rope %s partial"};
+
+static void rope_mode(pkv_k_rope_args *a, int mode, size_t ci) {
+    if (mode == ROPE_PARTIAL) {
+        pkv_rope_partial(a, a->n_rot / 8 > 0 ? a->n_rot / 8 : 1);
+        return;
+    }
+    if (mode != ROPE_YARN) return;
     a->freq_scale = 0.25f;
     a->ext_factor = 1.0f;
     float dims[2];
@@ -496,7 +508,7 @@ static void rope_yarn(pkv_k_rope_args *a, bool yarn, size_t ci) {
     a->mscale = ci % 2 ? 0.0f : 1.0f + 0.1f * logf(4.0f);
 }
 
-static pkv_status check_rope(ck *k, pkv_type dt, bool yarn) {
+static pkv_status check_rope(ck *k, pkv_type dt, int mode) {
     typedef struct {
         int n_rows, max_rows, n_heads, head_dim, n_rot, extra; /* extra: padding elements per row */
         bool neox, list;
@@ -510,7 +522,7 @@ static pkv_status check_rope(ck *k, pkv_type dt, bool yarn) {
         {1, 1, 8, 128, 128, 0, true, false, 10000.0f, 1.0f},
     };
     const size_t es = dt == PKV_TYPE_F32 ? 4 : 2;
-    row_begin(k, yarn ? "kernel rope %s yarn" : "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_F32 ? 1e-8 : 1e-6);
+    row_begin(k, k_rope_row[mode], pkv_type_name(dt), dt == PKV_TYPE_F32 ? 1e-8 : 1e-6);
     pkv_status s = PKV_OK;
     for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
         const rcase *c = &cases[ci];
@@ -545,7 +557,7 @@ static pkv_status check_rope(ck *k, pkv_type dt, bool yarn) {
                              .n_heads = c->n_heads, .head_dim = c->head_dim, .n_rot = c->n_rot, .neox = c->neox,
                              .freq_base = c->base, .freq_scale = c->scale, .pos = tr(bp),
                              .rows = brw ? tr(brw) : pkv_tref_make(NULL, 0)};
-        rope_yarn(&a, yarn, ci);
+        rope_mode(&a, mode, ci);
         pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
         if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
             bool guard = true;
@@ -841,7 +853,7 @@ static pkv_status check_set_rows_q(ck *k, pkv_type dt) {
 /* rope of q8_0 / q4_0 rows (the shift's re-rotation): dequantize, rotate,
  * quantize on the device, against the reference doing the same in double. A
  * rotated value near a rounding boundary may land one quantization step away. */
-static pkv_status check_rope_q(ck *k, pkv_type dt, bool yarn) {
+static pkv_status check_rope_q(ck *k, pkv_type dt, int mode) {
     typedef struct {
         int n_rows, max_rows, n_heads, head_dim, n_rot;
         bool neox, list;
@@ -850,7 +862,7 @@ static pkv_status check_rope_q(ck *k, pkv_type dt, bool yarn) {
         {3, 3, 2, 32, 32, false, false}, {4, 9, 3, 64, 48, true, true}, {5, 7, 2, 128, 128, true, true},
         {2, 2, 4, 128, 64, false, false},
     };
-    row_begin(k, yarn ? "kernel rope %s yarn" : "kernel rope %s", pkv_type_name(dt), dt == PKV_TYPE_Q8_0 ? 1e-5 : 1e-3);
+    row_begin(k, k_rope_row[mode], pkv_type_name(dt), dt == PKV_TYPE_Q8_0 ? 1e-5 : 1e-3);
     pkv_status s = PKV_OK;
     for (size_t ci = 0; ci < PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
         const rcase *c = &cases[ci];
@@ -881,7 +893,7 @@ static pkv_status check_rope_q(ck *k, pkv_type dt, bool yarn) {
                              .n_heads = c->n_heads, .head_dim = c->head_dim, .n_rot = c->n_rot, .neox = c->neox,
                              .freq_base = 10000.0f, .freq_scale = 1.0f, .pos = tr(bp),
                              .rows = brw ? tr(brw) : pkv_tref_make(NULL, 0)};
-        rope_yarn(&a, yarn, ci);
+        rope_mode(&a, mode, ci);
         pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
         if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
             bool guard = true;
@@ -1196,18 +1208,18 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     if (!s) s = check_swiglu(&k, false, false);
     if (!s) s = check_swiglu(&k, true, false);
     if (!s) s = check_swiglu(&k, false, true);
-    if (!s) s = check_rope(&k, PKV_TYPE_F32, false);
-    if (!s) s = check_rope(&k, PKV_TYPE_F16, false);
-    if (!s) s = check_rope(&k, PKV_TYPE_F32, true);
-    if (!s) s = check_rope(&k, PKV_TYPE_F16, true);
+    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
+        s = check_rope(&k, PKV_TYPE_F32, mode);
+        if (!s) s = check_rope(&k, PKV_TYPE_F16, mode);
+    }
     if (!s) s = check_set_rows(&k, PKV_TYPE_F32);
     if (!s) s = check_set_rows(&k, PKV_TYPE_F16);
     if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q8_0);
     if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q4_0);
-    if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0, false);
-    if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0, false);
-    if (!s) s = check_rope_q(&k, PKV_TYPE_Q8_0, true);
-    if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0, true);
+    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
+        s = check_rope_q(&k, PKV_TYPE_Q8_0, mode);
+        if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0, mode);
+    }
     if (!s) s = check_attention(&k, PKV_TYPE_F32, PKV_TYPE_F32, false);
     if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16, false);
     if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false);

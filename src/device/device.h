@@ -102,6 +102,7 @@ typedef struct pkv_k_swiglu_args {
  * (corr_lo, corr_hi from pkv_rope_yarn_corr_dims). Then cos and sin are multiplied by
  * mscale (0 = 1): the forward pass passes YaRN's magnitude factor,
  * a re-rotation of cached K none, so rotations by a position delta still compose.
+ * freq_scale is > 0, or 0 inside YaRN's mix (ext_factor != 0): pkv_rope_partial.
  * Rotations compose, so rotating cached K by a position delta re-positions it.
  * pos: i32 [n_rows]. max_rows bounds row(r) for the bounds check. */
 typedef struct pkv_k_rope_args {
@@ -125,6 +126,22 @@ typedef struct pkv_k_rope_args {
  * times over n_ctx_orig positions. dims[0] = corr_lo, dims[1] = corr_hi. */
 void pkv_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
                              float dims[2]);
+
+/* Partial ("proportional") RoPE, Gemma 4's full-attention layers: only the first
+ * n_pairs of the n_rot / 2 pairs turn, each by the angle it has when all turn
+ * (pos * freq_scale * freq_base^(-2i/n_rot)); the others stay (llama.cpp's freq
+ * factors of 1e30 for them, an angle of about 1e-30 rad, which is 0 in f32 here).
+ * Written with YaRN's ramp, so every backend's rope kernel runs it as it is: the
+ * ramp steps from 1 to 0 between pairs n_pairs - 1 and n_pairs (corr_lo = corr_hi),
+ * the "scaled" angle is 0 (freq_scale 0) and the mix is the scale (ext_factor), so
+ * pair i turns by pos * base^(-2i/n_rot) * ext_factor * ramp_i. a must not use YaRN;
+ * n_pairs <= 0 or >= n_rot / 2 leaves a as it is (every pair turns). */
+static inline void pkv_rope_partial(pkv_k_rope_args *a, int n_pairs) {
+    if (n_pairs <= 0 || n_pairs >= a->n_rot / 2) return;
+    a->ext_factor = a->freq_scale;
+    a->freq_scale = 0.0f;
+    a->corr_lo = a->corr_hi = (float)(n_pairs - 1);
+}
 
 /* dst row idx[i] = convert(src row i), i in [0, n): the KV-cache write.
  * src: f32, row i at src.off + i*src_stride, row_elems elements.

@@ -135,7 +135,9 @@ pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
           a->head_dim, pkv_type_name(a->dtype));
     SHAPE(a->n_rot > 0 && a->n_rot % 2 == 0 && a->n_rot <= a->head_dim,
           "n_rot %d must be even and in (0, head_dim %d]", a->n_rot, a->head_dim);
-    SHAPE(a->freq_base > 0 && a->freq_scale > 0, "freq_base and freq_scale must be > 0");
+    /* freq_scale 0 only inside YaRN's mix: the partial RoPE of pkv_rope_partial */
+    SHAPE(a->freq_base > 0 && (a->freq_scale > 0 || (a->freq_scale == 0 && a->ext_factor != 0)),
+          "freq_base and freq_scale must be > 0 (freq_scale 0 only with ext_factor != 0)");
     SHAPE(isfinite(a->ext_factor) && isfinite(a->corr_lo) && isfinite(a->corr_hi) && isfinite(a->mscale) && a->mscale >= 0,
           "YaRN ext_factor %g, corr %g..%g and mscale %g must be finite (mscale >= 0)", (double)a->ext_factor,
           (double)a->corr_lo, (double)a->corr_hi, (double)a->mscale);

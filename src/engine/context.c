@@ -42,11 +42,15 @@ static int n_ctx_of(const pkv_model *m, const pkv_cache_params *p) {
 
 pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards) {
     pkv_kv_params kp = pkv_kv_default_params();
-    for (int l = 0; l < m->hp.n_layer; l++) {
+    /* the cache's layers: the model's, less the last ones where they reuse an
+     * earlier layer's KV (gemma4); cache layer l is model layer l then */
+    for (int l = 0; l < m->n_cache_layers; l++) {
         memset(&layers[l], 0, sizeof layers[l]);
         layers[l].n_kv_heads = m->layers[l].n_head_kv;
-        layers[l].head_dim_k = m->hp.head_dim_k;
-        layers[l].head_dim_v = m->hp.head_dim_v;
+        layers[l].head_dim_k = m->layers[l].head_dim_k;
+        layers[l].head_dim_v = m->layers[l].head_dim_v;
+        layers[l].rope_n_rot = m->layers[l].n_rot; /* gemma4: sliding and full layers rotate their own widths */
+        layers[l].rope_n_pairs = m->layers[l].rope_pairs;
         layers[l].dtype_k = PKV_TYPE_F16;
         layers[l].dtype_v = PKV_TYPE_F16;
         /* Sliding-window layers keep their K/V in the cache's window pool. */
@@ -68,7 +72,7 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
             sd->n_heads = m->layers[l].sh[d].n_kv;
         }
     }
-    kp.n_layers = m->hp.n_layer;
+    kp.n_layers = m->n_cache_layers;
     kp.layers = layers;
     kp.device = m->dev;
     kp.rope_n_rot = m->hp.n_rot;
@@ -108,7 +112,7 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
         return NULL;
     }
     pkv_kv_params kp = pkv_model_kv_params(m, layers, shards);
-    for (int l = 0; l < m->hp.n_layer; l++) {
+    for (int l = 0; l < kp.n_layers; l++) {
         layers[l].dtype_k = tk;
         layers[l].dtype_v = tv;
     }
@@ -177,9 +181,9 @@ static pkv_context *ctx_own(pkv_model *m, pkv_kv_cache *c, int32_t seq, int64_t 
 static pkv_status cache_fits_model(const pkv_model *m, const pkv_kv_cache *c) {
     const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
     int nl = pkv_kv_layout_n_layers(lay);
-    if (nl != m->hp.n_layer)
-        return pkv_err(PKV_ERR_MISMATCH, "context: the cache has %d layers, model %s has %d (make the cache with "
-                                         "pkv_model_cache_create for this model)", nl, m->label, m->hp.n_layer);
+    if (nl != m->n_cache_layers)
+        return pkv_err(PKV_ERR_MISMATCH, "context: the cache has %d layers, model %s has %d with KV of their own (make the "
+                                         "cache with pkv_model_cache_create for this model)", nl, m->label, m->n_cache_layers);
     for (int l = 0; l < nl; l++) {
         pkv_kv_layer_info li;
         pkv_status s = pkv_kv_layout_layer(lay, l, &li);
@@ -193,11 +197,11 @@ static pkv_status cache_fits_model(const pkv_model *m, const pkv_kv_cache *c) {
                                (long long)total);
             continue;
         }
-        if (li.n_kv_heads != m->layers[l].n_head_kv || li.head_dim_k != m->hp.head_dim_k ||
-            li.head_dim_v != m->hp.head_dim_v)
+        if (li.n_kv_heads != m->layers[l].n_head_kv || li.head_dim_k != m->layers[l].head_dim_k ||
+            li.head_dim_v != m->layers[l].head_dim_v)
             return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d has %d KV heads of sizes %d/%d, model %s expects "
                                              "%d of %d/%d", l, li.n_kv_heads, li.head_dim_k, li.head_dim_v, m->label,
-                           m->layers[l].n_head_kv, m->hp.head_dim_k, m->hp.head_dim_v);
+                           m->layers[l].n_head_kv, m->layers[l].head_dim_k, m->layers[l].head_dim_v);
         if (li.n_shards != m->n_dev)
             return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d has %d shards, model %s is split over %d devices",
                            l, li.n_shards, m->label, m->n_dev);
@@ -284,7 +288,7 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
         pkv_err(PKV_ERR_INVALID, "attach: NULL draft or target");
         return NULL;
     }
-    if (!draft->kv_layer) {
+    if (!draft->kv_draft) {
         pkv_err(PKV_ERR_INVALID, "attach: %s is not a shared-KV draft (no pagekv.shared_kv_layers key)", draft->label);
         return NULL;
     }
@@ -304,8 +308,8 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
         pkv_kv_layer_info li;
         al[l].kv_layer = draft->kv_layer[l];
         al[l].n_kv_heads = draft->layers[l].n_head_kv;
-        al[l].head_dim_k = draft->hp.head_dim_k;
-        al[l].head_dim_v = draft->hp.head_dim_v;
+        al[l].head_dim_k = draft->layers[l].head_dim_k;
+        al[l].head_dim_v = draft->layers[l].head_dim_v;
         /* the draft computes in whatever dtype the cache stores */
         bool have = pkv_kv_layout_layer(lay, draft->kv_layer[l], &li) == PKV_OK;
         al[l].dtype_k = have ? li.dtype_k : PKV_TYPE_F16;

@@ -48,7 +48,7 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     if (d->hp.n_vocab != e->n_vocab)
         return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
                        "model's vocabulary", d->hp.n_vocab, (int)e->n_vocab);
-    if (d->kv_layer)
+    if (d->kv_draft)
         return pkv_err(PKV_ERR_UNSUPPORTED, "engine: %s is a shared-KV draft (it attends over the target's cache): the "
                        "engine runs drafts with a cache of their own (an MTP head or a separate draft model)", d->label);
     if (d->mtp && d->hp.n_embd != e->m->hp.n_embd)

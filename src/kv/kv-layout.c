@@ -70,10 +70,13 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
                            "use f16 or f32 for %s",
                            il, v ? "V" : "K", hd, pkv_type_block_elems(t), pkv_type_name(t), v ? "V" : "K");
     }
-    int n_rot = p->rope_n_rot ? p->rope_n_rot : d->head_dim_k;
+    int n_rot = d->rope_n_rot ? d->rope_n_rot : p->rope_n_rot ? p->rope_n_rot : d->head_dim_k;
     if (n_rot <= 0 || n_rot % 2 || n_rot > d->head_dim_k)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: rope_n_rot %d must be even and <= head_dim_k %d", il,
                        n_rot, d->head_dim_k);
+    if (d->rope_n_pairs < 0 || d->rope_n_pairs > n_rot / 2 || (d->rope_n_pairs > 0 && p->rope_yarn_ext_factor != 0))
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: rope_n_pairs %d must be in [0, %d] (rope_n_rot / 2) and 0 "
+                       "with YaRN", il, d->rope_n_pairs, n_rot / 2);
     if (d->window < 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: window %d tokens (0 = full attention, > 0 = sliding)", il,
                        d->window);
@@ -122,9 +125,14 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->window = rec ? 0 : d->window;
         L->freq_base = d->rope_freq_base > 0 ? d->rope_freq_base : p->rope_freq_base > 0 ? p->rope_freq_base : 10000.0f;
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
+        L->n_rot = rec ? 0 : d->rope_n_rot;
+        L->n_pairs = rec ? 0 : d->rope_n_pairs;
         if (p->rope_yarn_ext_factor != 0 && !rec) { /* the forward pass's correction range: this layer's base */
             L->yarn_ext = p->rope_yarn_ext_factor;
-            pkv_rope_yarn_corr_dims(p->rope_n_rot ? p->rope_n_rot : d->head_dim_k, p->rope_yarn_n_ctx_orig, L->freq_base,
+            pkv_rope_yarn_corr_dims(d->rope_n_rot     ? d->rope_n_rot
+                                    : p->rope_n_rot ? p->rope_n_rot
+                                                    : d->head_dim_k,
+                                    p->rope_yarn_n_ctx_orig, L->freq_base,
                                     p->rope_yarn_beta_fast > 0 ? p->rope_yarn_beta_fast : 32.0f,
                                     p->rope_yarn_beta_slow > 0 ? p->rope_yarn_beta_slow : 1.0f, L->yarn_corr);
         }

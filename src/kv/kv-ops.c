@@ -83,13 +83,14 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             ra.row_stride = a->row_bytes;
             ra.n_heads = L->shards[a->shard].n_heads;
             ra.head_dim = L->dk;
-            ra.n_rot = c->n_rot ? c->n_rot : L->dk;
+            ra.n_rot = L->n_rot ? L->n_rot : c->n_rot ? c->n_rot : L->dk;
             ra.neox = c->neox;
             ra.freq_base = L->freq_base;
             ra.freq_scale = L->freq_scale;
             ra.ext_factor = L->yarn_ext; /* YaRN's angles, no magnitude factor: a pure turn */
             ra.corr_lo = L->yarn_corr[0];
             ra.corr_hi = L->yarn_corr[1];
+            pkv_rope_partial(&ra, L->n_pairs); /* Gemma 4's full layers: part of the pairs turn */
             ra.pos = pkv_tref_make(idx, (size_t)n * sizeof(int32_t));
             ra.rows = pkv_tref_make(idx, 0);
             st = pkv_k_rope(dev, &ra);

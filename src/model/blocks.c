@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/quant.h"
 #include "model/blocks.h"
 
 void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
@@ -21,10 +22,11 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
         pkv_dev_ws *d = &ws->d[i];
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
                               d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids,
-                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o};
+                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
+    pkv_free(ws->h_ple);
     pkv_free(ws->h_probs);
     pkv_free(ws->h_out);
     pkv_free(ws->h_y);
@@ -39,12 +41,13 @@ static void widths(const pkv_model *m, int64_t *qd, int64_t *kd, int64_t *vd, in
     *qd = *kd = *vd = *od = *ff = 0;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const pkv_layer *ly = &m->layers[l];
-        *qd = PKV_MAX(*qd, (int64_t)ly->n_head * m->hp.head_dim_k);
-        *kd = PKV_MAX(*kd, (int64_t)ly->n_head_kv * m->hp.head_dim_k);
-        *vd = PKV_MAX(*vd, (int64_t)ly->n_head_kv * m->hp.head_dim_v);
-        *od = PKV_MAX(*od, (int64_t)ly->n_head * m->hp.head_dim_v);
+        *qd = PKV_MAX(*qd, (int64_t)ly->n_head * ly->head_dim_k);
+        *kd = PKV_MAX(*kd, (int64_t)ly->n_head_kv * ly->head_dim_k);
+        *vd = PKV_MAX(*vd, (int64_t)ly->n_head_kv * ly->head_dim_v);
+        *od = PKV_MAX(*od, (int64_t)ly->n_head * ly->head_dim_v);
         *ff = PKV_MAX(*ff, (int64_t)ly->n_ff);
     }
+    *ff = PKV_MAX(*ff, (int64_t)m->hp.n_ff_exp); /* gemma4: experts beside a dense FFN of another size */
 }
 
 static pkv_status realloc_buf(pkv_device *dev, pkv_buffer **b, size_t bytes) {
@@ -94,6 +97,13 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
         bool gated = false; /* an attention output gate somewhere (qwen35): its buffer */
         for (int l = 0; l < m->hp.n_layer && !gated; l++) gated = m->layers[l].sh && m->layers[l].sh[0].wq_gate.buf;
         if (gated && (s = realloc_buf(dev, &w->gate, t4 * (size_t)od))) return s;
+        if (main_dev && m->hp.n_embd_per_layer > 0) { /* per-layer inputs [n_layer][T][P], staged tokens' rows, a gate */
+            const size_t P = (size_t)m->hp.n_embd_per_layer, nl = (size_t)m->hp.n_layer;
+            if ((s = realloc_buf(dev, &w->ple, t4 * P * nl)) || (s = realloc_buf(dev, &w->ple_tok, t4 * P * nl)) ||
+                (s = realloc_buf(dev, &w->ple_g, t4 * P)))
+                return s;
+        }
+        if (main_dev && m->hp.moe_dense && (s = realloc_buf(dev, &w->ffn_acc, t4 * 2 * (size_t)E))) return s;
         if (main_dev && m->hp.n_expert > 0 &&
             ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
              (s = realloc_buf(dev, &w->moe_ids, t4))))
@@ -186,18 +196,19 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
 static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
                        pkv_tref pos) {
     pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
-                         .row_stride = (size_t)n_heads * (size_t)hp->head_dim_k * 4, .n_heads = n_heads,
-                         .head_dim = hp->head_dim_k, .n_rot = hp->n_rot, .neox = hp->rope_neox,
+                         .row_stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4, .n_heads = n_heads,
+                         .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,
                          .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos,
                          .mscale = hp->rope_attn_factor};
     if (hp->rope_ext_factor != 0) {
         float dims[2];
-        pkv_rope_yarn_corr_dims(hp->n_rot, hp->rope_n_ctx_orig, ly->rope_base, hp->rope_beta_fast, hp->rope_beta_slow, dims);
+        pkv_rope_yarn_corr_dims(ly->n_rot, hp->rope_n_ctx_orig, ly->rope_base, hp->rope_beta_fast, hp->rope_beta_slow, dims);
         a.ext_factor = hp->rope_ext_factor;
         a.corr_lo = dims[0];
         a.corr_hi = dims[1];
         if (ly->rope_freq_scale < 1.0f) a.mscale *= 1.0f + 0.1f * logf(1.0f / ly->rope_freq_scale);
     }
+    pkv_rope_partial(&a, ly->rope_pairs); /* gemma4's full layers (never with YaRN: hparams refuses it) */
     return pkv_k_rope(dev, &a);
 }
 
@@ -209,17 +220,20 @@ static pkv_status move(pkv_buffer *src, pkv_buffer *dst, size_t n) {
 /* Fold each shard's partial output y into the residual stream x on the main
  * device (summing in device order). post_norm (Gemma): the whole output is RMS
  * normed first, so the partials are summed into w0->y, normed, then added. */
-static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm) {
+static pkv_status reduce_to(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm,
+                            pkv_tref out) {
     size_t bytes = (size_t)T * (size_t)m->hp.n_embd * 4;
-    if (post_norm && post_norm->buf) {
+    if ((post_norm && post_norm->buf) || out.buf) {
         pkv_status s;
         for (int d = 1; d < m->n_dev; d++) { /* w0 is device 0's: sum the others into its y */
             pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
             if ((s = pkv_buffer_copy(w->y, 0, w0->xb, 0, bytes)) || (s = add(m->dev, w0->y, w0->xb, T * m->hp.n_embd)))
                 return s;
         }
-        if ((s = pkv_blk_rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps))) return s;
-        return add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
+        if (post_norm && post_norm->buf &&
+            (s = pkv_blk_rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps)))
+            return s;
+        return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, bytes) : add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
     }
     for (int d = 0; d < m->n_dev; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
@@ -235,6 +249,11 @@ static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int
     return PKV_OK;
 }
 
+/* reduce into the residual stream. */
+static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int64_t T, const pkv_weight *post_norm) {
+    return reduce_to(m, ws, w0, T, post_norm, R(NULL, 0));
+}
+
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
     const pkv_model *m = f->m;
     pkv_kv_cache *c = f->c;
@@ -245,19 +264,21 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
     const pkv_layer *ly = &m->layers[il];
     pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
     int64_t E = hp->n_embd;
+    const int hk = ly->head_dim_k, hv = ly->head_dim_v;
     size_t xbytes = (size_t)T * (size_t)E * 4;
     pkv_status s;
     if ((s = pkv_blk_rmsnorm(m->dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
-    int kl = m->kv_layer ? m->kv_layer[il] : il; /* shared-KV drafts read another layer */
+    /* shared-KV drafts read another model's layer; a layer reusing KV (gemma4) an
+     * earlier layer's, which it neither computes nor writes */
+    int kl = m->kv_layer ? m->kv_layer[il] : il;
+    const bool own_kv = !ly->kv_reuse;
     pkv_kv_layer_info li;
     if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li))) return s;
-    if (li.n_shards != m->n_dev || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hp->head_dim_k ||
-        li.head_dim_v != hp->head_dim_v)
+    if (li.n_shards != m->n_dev || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hk || li.head_dim_v != hv)
         return pkv_err(PKV_ERR_MISMATCH,
                        "layer %d (cache layer %d): the KV cache (%d heads of %d/%d in %d shards) does not match the model (%d "
                        "heads of %d/%d on %d devices)",
-                       il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hp->head_dim_k,
-                       hp->head_dim_v, m->n_dev);
+                       il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hk, hv, m->n_dev);
     int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
     /* A cache layer with a window keeps only that many tokens (plus a page): the
      * model's layer must not look further back. */
@@ -271,22 +292,30 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         const pkv_shard_w *sw = &ly->sh[d];
         pkv_device *dev = m->devs[d];
         pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
-        int64_t qd = (int64_t)sw->n_q * hp->head_dim_k, kd = (int64_t)sw->n_kv * hp->head_dim_k,
-                vd = (int64_t)sw->n_kv * hp->head_dim_v, od = (int64_t)sw->n_q * hp->head_dim_v;
+        int64_t qd = (int64_t)sw->n_q * hk, kd = (int64_t)sw->n_kv * hk, vd = (int64_t)sw->n_kv * hv,
+                od = (int64_t)sw->n_q * hv;
         if ((s = move(w0->xb, w->xb, xbytes))) return s;
-        if ((s = pkv_blk_matmul(dev, &sw->wq, w->xb, w->q, T)) || (s = pkv_blk_matmul(dev, &sw->wk, w->xb, w->k, T)) ||
-            (s = pkv_blk_matmul(dev, &sw->wv, w->xb, w->v, T)))
-            return s;
-        if ((s = add_bias(dev, &sw->bq, w->q, T)) || (s = add_bias(dev, &sw->bk, w->k, T)) || (s = add_bias(dev, &sw->bv, w->v, T)))
-            return s;
+        if ((s = pkv_blk_matmul(dev, &sw->wq, w->xb, w->q, T)) || (s = add_bias(dev, &sw->bq, w->q, T))) return s;
+        if (own_kv) {
+            /* no V projection (gemma4's attention_k_eq_v): V is K's, before K's norm and RoPE */
+            if ((s = pkv_blk_matmul(dev, &sw->wk, w->xb, w->k, T)) ||
+                (s = sw->wv.buf ? pkv_blk_matmul(dev, &sw->wv, w->xb, w->v, T) : pkv_buffer_copy(w->k, 0, w->v, 0, (size_t)(T * kd * 4))))
+                return s;
+            if ((s = add_bias(dev, &sw->bk, w->k, T)) || (s = add_bias(dev, &sw->bv, w->v, T))) return s;
+        }
         if (kind->qk_norm) { /* RMS norm of each head before RoPE */
-            PKV_CHECK_INTERNAL(sw->q_norm.buf && sw->k_norm.buf);
-            if ((s = pkv_blk_rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hp->head_dim_k, hp->rms_eps)) ||
-                (s = pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hp->head_dim_k, hp->rms_eps)))
+            PKV_CHECK_INTERNAL(sw->q_norm.buf && (!own_kv || sw->k_norm.buf));
+            if ((s = pkv_blk_rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hk, hp->rms_eps)) ||
+                (own_kv && (s = pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hk, hp->rms_eps))))
                 return s;
         }
+        if (kind->v_norm && own_kv) { /* V's weightless RMS norm per head (the weight is ones) */
+            PKV_CHECK_INTERNAL(sw->v_norm.buf);
+            if ((s = pkv_blk_rmsnorm(dev, w->v, &sw->v_norm, w->v, T * sw->n_kv, hv, hp->rms_eps))) return s;
+        }
         pkv_tref pos = R(w->ints, pl->off_pos * 4);
-        if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))) return s;
+        if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (own_kv && (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))))
+            return s;
 
         pkv_kv_shard_info sh;
         if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
@@ -298,8 +327,8 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         pkv_dev_ws *kw = pkv_fwd_dev(ws, kdev);
         if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
         if (kw != w) {
-            if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) || (s = move(w->k, kw->k, (size_t)(T * kd * 4))) ||
-                (s = move(w->v, kw->v, (size_t)(T * vd * 4))))
+            if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) ||
+                (own_kv && ((s = move(w->k, kw->k, (size_t)(T * kd * 4))) || (s = move(w->v, kw->v, (size_t)(T * vd * 4))))))
                 return s;
         }
         int64_t rows = sh.n_pages * page_size;
@@ -309,13 +338,12 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
                                   .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
         /* A replay recomputes window layers only: the full layers' rows are cached. */
-        if ((wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
+        if (own_kv && (wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
         pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
                                    .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
                                    .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
-                                   .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hp->head_dim_k,
-                                   .dv = hp->head_dim_v,
-                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim_k),
+                                   .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
+                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
                                    .window = ly->window, .softcap = hp->attn_softcap,
                                    .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
         PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
@@ -388,22 +416,25 @@ static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row
  * probabilities and one of each active expert's output per layer: correct on every
  * backend, a round trip per expert on a GPU); each token's sum adds its experts in
  * ascending index order, so the result is the same whatever else is in the batch. */
-pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
-    if (f->attn_only) return PKV_OK;
+/* The experts' sum, post-normed where the kind says, into out (NULL: added to x). */
+static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
     pkv_fwd_ws *ws = f->ws;
     pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
     pkv_device *dev = m->dev;
-    const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = ly->n_ff;
+    const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     const bool topk_softmax = kind->gating == PKV_MOE_TOPK_SOFTMAX;
     pkv_status s;
     PKV_CHECK_INTERNAL(X > 0 && ly->moe_router.buf);
-    if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    /* the router's input: the experts' (norm), or a norm of its own (gemma4) */
+    if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
+        return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
     if ((s = pkv_blk_matmul(dev, &ly->moe_router, w0->xb, w0->router, T)) || (s = add_bias(dev, &ly->moe_router_b, w0->router, T)))
         return s;
+    if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
     if (!topk_softmax) {
         pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
         if ((s = pkv_k_softmax(dev, &sm))) return s;
@@ -423,6 +454,7 @@ pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
             sel[k] = best;
             sum += topk_softmax ? exp((double)p[best] - (double)p[sel[0]]) : p[best];
         }
+        if (!topk_softmax) sum = fmax(sum, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
         for (int64_t k = 0; k < K; k++)
             ws->h_wsel[t * K + k] = (float)((topk_softmax ? exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]]) / sum);
     }
@@ -449,17 +481,25 @@ pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
             float wt = 0;
             for (int64_t k = 0; k < K; k++)
                 if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
+            if (kind->exp_scale) wt *= kind->exp_scale[e]; /* gemma4's per-expert output scale */
             float *o = ws->h_out + t * E;
             const float *y = ws->h_y + i * E;
             for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
         }
     }
     if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
-    return add(dev, w0->x, w0->y, T * E);
+    if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->y, kind->post_norm, w0->y, T, E, hp->rms_eps))) return s;
+    return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->y, T * E);
 }
 
-pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
-    if (f->attn_only) return PKV_OK;
+pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
+    return f->attn_only ? PKV_OK : moe_to(f, il, kind, R(NULL, 0));
+}
+
+
+
+/* The FFN's output, post-normed where the kind says, into out (NULL: added to x). */
+static pkv_status ffn_to(pkv_fwd *f, int il, const pkv_ffn_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
     const pkv_hparams *hp = &m->hp;
     const pkv_layer *ly = &m->layers[il];
@@ -480,7 +520,96 @@ pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
         if ((s = pkv_k_swiglu(dev, &sg))) return s;
         if ((s = pkv_blk_matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
-    return reduce(m, ws, w0, T, kind->post_norm);
+    return reduce_to(m, ws, w0, T, kind->post_norm, out);
+}
+
+pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *kind) {
+    return f->attn_only ? PKV_OK : ffn_to(f, il, kind, R(NULL, 0));
+}
+
+pkv_status pkv_blk_ffn_moe(pkv_fwd *f, int il, const pkv_ffn_kind *dense, const pkv_moe_kind *moe,
+                           const pkv_weight *post_norm) {
+    if (f->attn_only) return PKV_OK;
+    const pkv_model *m = f->m;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    const int64_t n = f->T * m->hp.n_embd;
+    PKV_CHECK_INTERNAL(w0->ffn_acc);
+    pkv_tref a = R(w0->ffn_acc, 0), b = R(w0->ffn_acc, (size_t)n * 4);
+    pkv_k_add_args ab = {.a = a, .b = b, .y = a, .n = n, .b_len = n};
+    pkv_status s;
+    if ((s = ffn_to(f, il, dense, a)) || (s = moe_to(f, il, moe, b)) || (s = pkv_k_add(m->dev, &ab))) return s;
+    pkv_k_rms_norm_args nm = {.x = a, .w = R(post_norm->buf, 0), .y = a, .n_rows = f->T, .row_len = m->hp.n_embd,
+                              .eps = m->hp.rms_eps};
+    pkv_k_add_args ax = {.a = R(w0->x, 0), .b = a, .y = R(w0->x, 0), .n = n, .b_len = n};
+    if ((s = pkv_k_rms_norm(m->dev, &nm))) return s;
+    return pkv_k_add(m->dev, &ax);
+}
+
+pkv_status pkv_blk_ple_inputs(pkv_fwd *f) {
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    pkv_device *dev = m->dev;
+    const int64_t T = f->T, P = hp->n_embd_per_layer, NL = hp->n_layer, E = hp->n_embd;
+    const size_t n = (size_t)(NL * T * P);
+    pkv_status s;
+    PKV_CHECK_INTERNAL(P > 0 && m->ple_tok && m->ple_model_proj.buf && m->ple_half.buf);
+    if (n + (size_t)(NL * P) > ws->h_ple_cap) {
+        void *p = ws->h_ple;
+        if ((s = pkv_grow(&p, &ws->h_ple_cap, n + (size_t)(NL * P), sizeof(float)))) return s;
+        ws->h_ple = p;
+    }
+    /* the tokens' rows, dequantized and scaled as llama.cpp does (f32 multiply), to [l][t][P] */
+    float *row = ws->h_ple + n;
+    const size_t rb = pkv_type_row_bytes(m->ple_tok_type, (size_t)(NL * P));
+    const float sc = sqrtf((float)P);
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t id = ws->host_ints[f->pl->off_ids + (size_t)t];
+        if ((s = pkv_dequantize_row(m->ple_tok_type, m->ple_tok + (size_t)id * rb, row, NL * P))) return s;
+        for (int64_t l = 0; l < NL; l++)
+            for (int64_t j = 0; j < P; j++) ws->h_ple[(size_t)((l * T + t) * P + j)] = row[l * P + j] * sc;
+    }
+    if ((s = pkv_buffer_write(w0->ple_tok, 0, ws->h_ple, n * 4))) return s;
+    const size_t rows_b = pkv_type_row_bytes(m->ple_model_proj.type, (size_t)E);
+    for (int64_t l = 0; l < NL; l++) { /* layer l's P rows of the projection into its [T][P] block */
+        pkv_k_matmul_args a = {.w = R(m->ple_model_proj.buf, (size_t)(l * P) * rows_b), .wtype = m->ple_model_proj.type,
+                               .rows = P, .cols = E, .x = R(w0->x, 0), .y = R(w0->ple, (size_t)(l * T * P) * 4), .n = T};
+        if ((s = pkv_k_matmul(dev, &a))) return s;
+    }
+    pkv_k_rms_norm_args nm = {.x = R(w0->ple, 0), .w = R(m->ple_proj_norm.buf, 0), .y = R(w0->ple, 0), .n_rows = NL * T,
+                              .row_len = P, .eps = hp->rms_eps * (float)E};
+    pkv_k_unary_args mean = {.x = R(w0->ple, 0), .y = R(w0->ple, 0), .n = (int64_t)n, .op = PKV_UNARY_ID,
+                             .bias = R(w0->ple_tok, 0), .bias_len = (int64_t)n, .mul = R(m->ple_half.buf, 0), .mul_len = 1};
+    if ((s = pkv_k_rms_norm(dev, &nm)) || (s = pkv_k_unary(dev, &mean))) return s;
+    return PKV_OK;
+}
+
+pkv_status pkv_blk_ple(pkv_fwd *f, int il) {
+    if (f->attn_only) return PKV_OK;
+    const pkv_model *m = f->m;
+    const pkv_layer *ly = &m->layers[il];
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    pkv_device *dev = m->dev;
+    const int64_t T = f->T, P = m->hp.n_embd_per_layer, E = m->hp.n_embd;
+    PKV_CHECK_INTERNAL(P > 0 && ly->ple_gate.buf && ly->ple_proj.buf && ly->ple_post_norm.buf);
+    pkv_k_swiglu_args g = {.g = R(w0->ple_g, 0), .u = R(w0->ple, (size_t)(il * T * P) * 4), .y = R(w0->ple_g, 0), .n = T * P,
+                           .gelu = true};
+    pkv_status s;
+    if ((s = pkv_blk_matmul(dev, &ly->ple_gate, w0->x, w0->ple_g, T)) || (s = pkv_k_swiglu(dev, &g)) ||
+        (s = pkv_blk_matmul(dev, &ly->ple_proj, w0->ple_g, w0->y, T)) ||
+        (s = pkv_blk_rmsnorm(dev, w0->y, &ly->ple_post_norm, w0->y, T, E, m->hp.rms_eps)))
+        return s;
+    return add(dev, w0->x, w0->y, T * E);
+}
+
+pkv_status pkv_blk_scale(pkv_fwd *f, const pkv_weight *sc) {
+    if (f->attn_only || !sc->buf) return PKV_OK;
+    const pkv_model *m = f->m;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    pkv_k_unary_args a = {.x = R(w0->x, 0), .y = R(w0->x, 0), .n = f->T * m->hp.n_embd, .op = PKV_UNARY_ID,
+                          .mul = R(sc->buf, 0), .mul_len = 1};
+    return pkv_k_unary(m->dev, &a);
 }
 
 void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total) {

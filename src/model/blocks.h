@@ -38,6 +38,11 @@ typedef struct pkv_dev_ws {
     pkv_buffer *ssm_z;  /* f32 [T][Hv dv], then the normed, gated output */
     pkv_buffer *ssm_bg; /* f32 [2][T][Hv]: beta, then g */
     pkv_buffer *ssm_o;  /* f32 [T][Hv dv] */
+    /* per-layer embeddings (gemma4; first device) */
+    pkv_buffer *ple;     /* f32 [n_layer][T][P] every layer's per-layer input */
+    pkv_buffer *ple_tok; /* f32 [n_layer][T][P] the tokens' rows of per_layer_token_embd, scaled */
+    pkv_buffer *ple_g;   /* f32 [T][P] */
+    pkv_buffer *ffn_acc; /* f32 [2][T][E]: a dense FFN's and the experts' outputs (hp.moe_dense) */
 } pkv_dev_ws;
 
 struct pkv_fwd_ws {
@@ -51,6 +56,8 @@ struct pkv_fwd_ws {
     float *h_probs, *h_out, *h_y, *h_wsel;
     int32_t *h_rows, *h_sel;
     int64_t h_cap_tokens;
+    float *h_ple;      /* [n_layer][T][P] the tokens' per-layer rows, then one row [n_layer * P] */
+    size_t h_ple_cap;  /* floats */
 };
 
 /* The workspace of dev (created empty on first use); NULL when there are more
@@ -90,7 +97,11 @@ typedef struct pkv_attn_kind {
     bool sinks;                  /* a learned logit per head in each softmax (gpt-oss) */
     const pkv_weight *post_norm; /* RMS norm of the output before the residual add (gemma); NULL: none */
     bool out_gate;               /* attention output times sigmoid(wq_gate·xb) before o (qwen35) */
+    bool v_norm;                 /* a weightless RMS norm of each V head (gemma4) */
 } pkv_attn_kind;
+/* Where the file has no V projection, V is K's (before K's norm and RoPE). A layer
+ * that reuses an earlier layer's KV (pkv_layer.kv_reuse) computes only q and attends
+ * over that layer's cache. */
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *k);
 
 /* The gated activations: act(g) * u. */
@@ -108,6 +119,22 @@ typedef struct pkv_ffn_kind {
     const pkv_weight *post_norm; /* NULL: none */
 } pkv_ffn_kind;
 pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *k);
+
+/* Gemma 4's per-layer embeddings, P = hp.n_embd_per_layer floats per layer and
+ * token. Once per step, after the embedding (x = the scaled embedding rows), every
+ * layer's input (llama.cpp's project_per_layer_inputs):
+ *   tok[l][t]  = per_layer_token_embd[token t][l P, (l + 1) P) * sqrt(P)   (the
+ *                step's rows only, read on the host: the table stays in the file)
+ *   proj[l][t] = rmsnorm(per_layer_model_proj[l P, (l + 1) P) · x[t] / sqrt(n_embd)) * per_layer_proj_norm
+ *   ple[l][t]  = (proj[l][t] + tok[l][t]) / sqrt(2)                      f32 [n_layer][T][P]
+ * (the 1/sqrt(n_embd) goes into the norm as eps * n_embd: rmsnorm(c v, eps) =
+ * rmsnorm(v, eps / c^2)). */
+pkv_status pkv_blk_ple_inputs(pkv_fwd *f);
+/* Layer il's per-layer embedding, after its FFN:
+ *   x += rmsnorm(proj · (gelu(inp_gate · x) * ple[il])) * post_norm */
+pkv_status pkv_blk_ple(pkv_fwd *f, int il);
+/* x *= s[0] (gemma4's layer_output_scale, f32 [1]); s absent: nothing. */
+pkv_status pkv_blk_scale(pkv_fwd *f, const pkv_weight *s);
 
 /* A gated delta-net layer (qwen35) in place of attention, its state in the cache's
  * state slots (conv window, then the delta rule's matrices; see pkv_fwd_state_desc):
@@ -146,7 +173,16 @@ typedef struct pkv_moe_kind {
     const pkv_weight *norm;
     pkv_glu act;
     pkv_moe_gating gating;
+    const pkv_weight *router_norm; /* the router's input norm where it has its own (gemma4); NULL: norm */
+    const float *exp_scale;        /* [n_expert] host: expert e's output times exp_scale[e] (gemma4); NULL: none */
+    const pkv_weight *post_norm;   /* RMS norm of the experts' sum (gemma4); NULL: none */
 } pkv_moe_kind;
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *k);
+
+/* A dense FFN and a mixture of experts side by side (gemma4's MoE layers):
+ *   x += post_norm(dense's output + the experts' output)
+ * each branch with its own input norm and post-norm (in its kind). */
+pkv_status pkv_blk_ffn_moe(pkv_fwd *f, int il, const pkv_ffn_kind *dense, const pkv_moe_kind *moe,
+                           const pkv_weight *post_norm);
 
 #endif

@@ -142,8 +142,10 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
             pkv_kv_state_step_done(c, 1, &b->seqs[i], &two); /* checkpoints only when the state has moved on */
         }
     /* A shared-KV draft writes only its mapped layers of a page: such pages must
-     * never be offered for prefix reuse, so they are appended without token ids. */
-    bool publish = !b->no_publish && !m->kv_layer;
+     * never be offered for prefix reuse, so they are appended without token ids. (A
+     * model whose last layers reuse its own earlier layers' KV writes every layer of
+     * its cache: its pages are published.) */
+    bool publish = !b->no_publish && !m->kv_draft;
     if (replay && rows_w)
         s = pkv_kv_window_replay(c, b->seqs[0], b->n_tokens[0], rows_w);
     else if (!replay)
@@ -177,6 +179,7 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     const int n_layer = !replay ? m->hp.n_layer : (state ? mem.last_r : mem.last_w) + 1;
     const pkv_arch_ops *ops = pkv_arch_ops_of(m->hp.arch);
     pkv_fwd f = {.m = m, .c = c, .ws = ws, .pl = &pl, .T = T};
+    if (!s && ops->prepare) s = ops->prepare(&f);
     for (int il = 0; !s && il < n_layer; il++) {
         f.attn_only = replay && il == n_layer - 1;
         s = ops->layer(&f, il);

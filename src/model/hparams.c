@@ -12,6 +12,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_LLAMA] = &pkv_arch_llama,   [PKV_ARCH_QWEN2] = &pkv_arch_qwen2,   [PKV_ARCH_QWEN3] = &pkv_arch_qwen3,
     [PKV_ARCH_QWEN3MOE] = &pkv_arch_qwen3moe, [PKV_ARCH_PHI3] = &pkv_arch_phi3, [PKV_ARCH_GEMMA2] = &pkv_arch_gemma2,
     [PKV_ARCH_GEMMA3] = &pkv_arch_gemma3, [PKV_ARCH_GPT_OSS] = &pkv_arch_gpt_oss, [PKV_ARCH_QWEN35] = &pkv_arch_qwen35,
+    [PKV_ARCH_GEMMA4] = &pkv_arch_gemma4,
 };
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }
@@ -243,7 +244,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                     "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE: Phi-3 128k, Phi-3.5, "
                     "Phi-4-mini) are not supported yet; Phi-3 4k-context files are",
                     lab);
-    if (!s && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
+    if (!s && !ops->rope_freqs && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
     hp->rope_neox = ops->rope_neox;

@@ -9,8 +9,9 @@
 
 typedef struct pkv_loader pkv_loader;
 
-/* The model being loaded. */
+/* The model being loaded, and its file. */
 pkv_model *pkv_loader_model(pkv_loader *L);
+const pkv_gguf *pkv_loader_gguf(pkv_loader *L);
 
 /* blk.<il>.<name>: an f32 [n_embd] norm on the model's first device. */
 pkv_status pkv_load_norm(pkv_loader *L, int il, const char *name, pkv_weight *w);
@@ -25,6 +26,8 @@ typedef struct pkv_attn_tensors {
     bool out_bias;  /* attn_output.bias [n_embd] required */
     bool sinks;     /* attn_sinks.weight [n_head] required: each shard's heads where its KV is attended */
     bool q_gate;    /* attn_q has 2 head_dim rows per head: q's, then the output gate's (qwen35) */
+    bool v_optional; /* attn_v may be absent: V is then K's projection (gemma4) */
+    bool v_norm;    /* V gets a weightless RMS norm per head (gemma4): pkv_shard_w.v_norm, ones */
 } pkv_attn_tensors;
 pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
 
@@ -39,13 +42,32 @@ pkv_status pkv_load_delta_net(pkv_loader *L, int il);
  * converted to f32 (norms, biases, small vectors). */
 pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);
 
+/* A tensor outside the layers (no blk. prefix), whole on the first device; absent
+ * and not required: w stays empty. */
+pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, bool required, bool f32, pkv_weight *w);
+
+/* A table [ne1][ne0] kept on the host and read row by row (gemma4's
+ * per_layer_token_embd: pkv_model.ple_tok): used in place from the mapped file where
+ * the model keeps it, else copied. */
+pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1);
+
+/* w = f32 [n] of value on dev, or of the host's data (not from the file as it is:
+ * constants the blocks need, tensors changed at load). */
+pkv_status pkv_weight_fill(pkv_model *m, pkv_device *dev, int64_t n, float value, pkv_weight *w);
+pkv_status pkv_weight_host(pkv_model *m, pkv_device *dev, const float *data, int64_t n, pkv_weight *w);
+
+/* Tensor `name` (any type) of n elements in one row, as f32 in *out (pkv_malloc'd;
+ * NULL when absent and not required). */
+pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool required, float **out);
+
 /* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
  * the gate's rows, then the up projection's (no ffn_gate). */
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
 
 /* A mixture of experts on the first device: ffn_gate_inp (the router) and the
- * experts as 3-D tensors ffn_{gate,up,down}_exps; biases: the router's and each
- * expert's bias rows are required. */
+ * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.n_ff_exp rows (gate and up
+ * may be one ffn_gate_up_exps: each expert's gate rows, then its up rows); biases:
+ * the router's and each expert's bias rows are required. */
 pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases);
 
 /* The pre-norm layer every architecture here starts from: attn_norm, the

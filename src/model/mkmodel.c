@@ -234,18 +234,51 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     for (int a = 0; a < PKV_ARCH_COUNT; a++) known = known || !strcmp(p->arch, pkv_arch_name((pkv_arch)a));
     if (!known)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (%s)", p->arch, pkv_arch_list());
-    const bool oss = !strcmp(p->arch, "gpt-oss");
-    if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3") || oss) {
+    const bool oss = !strcmp(p->arch, "gpt-oss"), g4 = !strcmp(p->arch, "gemma4");
+    if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3") || g4 || oss) {
         if (!p->sliding_window) p->sliding_window = 8;
         if (!oss) p->tied = true; /* Gemma files have no output.weight */
     } else if (p->sliding_window) {
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2, gemma3 and gpt-oss, not %s", p->arch);
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a sliding window is for gemma2, gemma3, gemma4 and gpt-oss, not %s", p->arch);
+    }
+    if (!g4 && (p->head_dim_swa || p->n_head_kv_full || p->n_embd_per_layer || p->n_shared_kv || p->swa_layers))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: sliding head sizes, full-layer KV heads, per-layer embeddings, shared KV "
+                       "layers and a sliding pattern are for gemma4, not %s", p->arch);
+    if (g4) {
+        if (!p->n_layer) p->n_layer = p->swa_layers ? (int)strlen(p->swa_layers) : 6;
+        /* 8 heads: KV heads 4 (sliding) and 2 (full), so the test shape splits over two devices */
+        if (!p->n_head) p->n_head = 8;
+        if (!p->head_dim) p->head_dim = 64;
+        /* rows of the weight type's blocks: the sliding heads and per-layer embeddings too */
+        const int blk = (int)pkv_type_block_elems(p->type);
+        if (!p->head_dim_swa) p->head_dim_swa = blk && (p->n_head * p->head_dim / 2) % blk ? p->head_dim : p->head_dim / 2;
+        if (!p->n_head_kv_full) p->n_head_kv_full = p->n_head >= 4 ? p->n_head / 4 : 1;
+        if (!p->n_embd_per_layer) p->n_embd_per_layer = blk > 16 ? blk : 16;
+        if (p->n_embd_per_layer < 0) p->n_embd_per_layer = 0;
+        if (!p->n_shared_kv) p->n_shared_kv = 2;
+        if (p->n_shared_kv < 0) p->n_shared_kv = 0;
+        const int L = p->n_layer, Lkv = L - p->n_shared_kv;
+        if (p->head_dim_swa < 2 || p->head_dim_swa % 2 || p->n_embd_per_layer > 4096)
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: sliding head size %d (even, >= 2), per-layer embedding size %d "
+                           "(<= 4096)", p->head_dim_swa, p->n_embd_per_layer);
+        if (p->swa_layers && (int)strlen(p->swa_layers) != L)
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: the sliding pattern '%s' has %zu layers, the model %d",
+                           p->swa_layers, strlen(p->swa_layers), L);
+        for (int l = 0; p->swa_layers && l < L; l++)
+            if (p->swa_layers[l] != 's' && p->swa_layers[l] != 'f')
+                return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: sliding pattern '%s': one 's' (sliding) or 'f' (full) per "
+                               "layer", p->swa_layers);
+        /* what the loader checks (model-load.c: share_kv), refused here before a file is written */
+        if (p->n_shared_kv > 0 && (Lkv < 2 || (p->swa_layers && (p->swa_layers[Lkv - 1] != 'f' || p->swa_layers[Lkv - 2] != 's'))))
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: %d shared KV layers of %d leave %d with KV of their own, the last "
+                           "two of which (%d, %d) must be sliding and full", p->n_shared_kv, L, Lkv, Lkv - 2, Lkv - 1);
     }
     if (p->sliding_window < 0) return pkv_err(PKV_ERR_INVALID, "mkmodel: sliding window %d", p->sliding_window);
-    bool moe = !strcmp(p->arch, "qwen3moe") || oss;
+    /* gemma4: experts optional (0: dense), beside each layer's dense FFN */
+    bool moe = !strcmp(p->arch, "qwen3moe") || oss || (g4 && (p->n_expert || p->n_expert_used));
     if (!moe && (p->n_expert || p->n_expert_used))
         return pkv_err(PKV_ERR_INVALID,
-                       "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe, gpt-oss), not %s", p->arch);
+                       "mkmodel: experts are for a mixture-of-experts architecture (qwen3moe, gpt-oss, gemma4), not %s", p->arch);
     if (moe && !p->n_expert) p->n_expert = 4;
     if (moe && !p->n_expert_used) p->n_expert_used = p->n_expert >= 2 ? 2 : 1;
     if (moe && (p->n_expert < 1 || p->n_expert > 256 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert))
@@ -306,6 +339,10 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                            pkv_type_name(p->type), blk,
                            i == 0 ? "--dim" : i == 1 ? "--heads x --head-dim" : i == 2 ? "--ffn" : "value heads x head size",
                            (long long)cols[i]);
+    if (!strcmp(p->arch, "gemma4") && (((int64_t)p->n_head * p->head_dim_swa) % (int64_t)blk || p->n_embd_per_layer % (int64_t)blk))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: type %s needs row lengths that are multiples of %zu: --heads x --head-dim-swa "
+                       "is %lld, --per-layer-embd %d", pkv_type_name(p->type), blk, (long long)p->n_head * p->head_dim_swa,
+                       p->n_embd_per_layer);
     return PKV_OK;
 }
 
@@ -340,6 +377,20 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     p->n_expert_used = hp.n_expert_used;
     p->n_ctx = hp.n_ctx_train;
     p->sliding_window = hp.n_swa; /* gemma: the target's window (0 elsewhere) */
+    if (hp.arch == PKV_ARCH_GEMMA4) { /* its sliding and full layers' shapes; no KV sharing, the last layer full */
+        int ls = -1, lf = -1;
+        for (int l = 0; l < hp.n_layer; l++) {
+            bool sl = hp.swa_layers[l / 64] >> (l % 64) & 1;
+            if (sl && ls < 0) ls = l;
+            if (!sl && lf < 0) lf = l;
+        }
+        p->n_head = nh[lf >= 0 ? lf : ls];
+        p->n_head_kv = nkv[ls >= 0 ? ls : lf];
+        p->n_head_kv_full = nkv[lf >= 0 ? lf : ls];
+        p->head_dim_swa = hp.head_dim_k_swa;
+        p->n_embd_per_layer = hp.n_embd_per_layer ? hp.n_embd_per_layer : -1;
+        p->n_shared_kv = -1;
+    }
     const char *tm;
     size_t tml;
     p->no_vocab = pkv_gguf_get_str(g, "tokenizer.ggml.model", &tm, &tml) || (tml == 4 && !memcmp(tm, "none", 4));
@@ -386,7 +437,10 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     memset(&G, 0, sizeof G);
     G.r.s = p.seed;
     int64_t E = p.n_embd, qd = (int64_t)p.n_head * p.head_dim, kd = (int64_t)p.n_head_kv * p.head_dim;
-    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * (qd + 2 * kd)), E * p.n_ff * PKV_MAX(2 * p.n_expert, 2));
+    const int64_t PL = (int64_t)p.n_embd_per_layer * p.n_layer; /* gemma4's per-layer embedding columns */
+    G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * (qd + 2 * PKV_MAX(kd, (int64_t)p.n_head_kv_full * p.head_dim))),
+                            E * p.n_ff * PKV_MAX(2 * p.n_expert, 4));
+    G.cap = PKV_MAX(G.cap, (size_t)(PL * PKV_MAX((int64_t)p.n_vocab, E)));
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
@@ -397,9 +451,17 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         goto done;
     }
     const char *a = p.arch;
-    bool gemma3 = !strcmp(a, "gemma3"), gemma = !strcmp(a, "gemma2") || gemma3;
+    bool gemma3 = !strcmp(a, "gemma3"), gemma = !strcmp(a, "gemma2") || gemma3, g4 = !strcmp(a, "gemma4");
     bool oss = !strcmp(a, "gpt-oss");
-    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !gemma && !oss; /* Qwen's RoPE base, eps */
+    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !gemma && !oss && !g4; /* Qwen's RoPE base, eps */
+    /* gemma4: which layers slide, which own KV; the sharing layers' FFN is twice as wide */
+    bool slides[256];
+    const int Lkv = p.n_layer - p.n_shared_kv;
+    for (int l = 0; g4 && l < p.n_layer; l++)
+        slides[l] = p.swa_layers ? p.swa_layers[l] == 's' : l < Lkv ? (Lkv - 1 - l) % 3 != 0 : (l - Lkv) % 2 == 0;
+#define G4_FF(l) (g4 && (l) >= Lkv ? 2 * p.n_ff : p.n_ff)
+#define G4_HD(l) (g4 && slides[l] ? p.head_dim_swa : p.head_dim)
+#define G4_KV(l) (g4 && !slides[l] ? p.n_head_kv_full : p.n_head_kv)
     bool phi3 = !strcmp(a, "phi3");
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
@@ -420,14 +482,38 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     if (p.n_mtp) TRY(pkv_gguf_writer_add_u32(G.w, KEY("nextn_predict_layers"), (uint32_t)p.n_mtp));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)p.n_ctx));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
+    if (g4 && p.n_shared_kv > 0) { /* llama.cpp's keys: per-layer arrays where the layers differ */
+        int32_t ff[256];
+        for (int l = 0; l < p.n_layer; l++) ff[l] = G4_FF(l);
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("feed_forward_length"), PKV_GGUF_INT32, ff, (uint64_t)p.n_layer));
+    } else {
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
+    }
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
+    if (g4 && p.n_head_kv_full != p.n_head_kv) {
+        int32_t kv[256];
+        for (int l = 0; l < p.n_layer; l++) kv[l] = G4_KV(l);
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.head_count_kv"), PKV_GGUF_INT32, kv, (uint64_t)p.n_layer));
+    } else {
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
+    }
+    if (g4) { /* Gemma 4's keys, as its converter writes them */
+        uint8_t pat[256];
+        for (int l = 0; l < p.n_layer; l++) pat[l] = slides[l];
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.sliding_window_pattern"), PKV_GGUF_BOOL, pat, (uint64_t)p.n_layer));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length_swa"), (uint32_t)p.head_dim_swa));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length_swa"), (uint32_t)p.head_dim_swa));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count_swa"), (uint32_t)p.head_dim_swa));
+        TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base_swa"), 10000.0f));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.shared_kv_layers"), (uint32_t)p.n_shared_kv));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length_per_layer_input"), (uint32_t)p.n_embd_per_layer));
+        TRY(pkv_gguf_writer_add_f32(G.w, KEY("final_logit_softcapping"), 30.0f));
+    }
     bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || gemma3 || !strcmp(a, "qwen35");
     if (moe) { /* llama.cpp's keys */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)p.n_ff));
+        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)(g4 ? p.n_ff / 2 : p.n_ff)));
     }
     const bool q35 = !strcmp(a, "qwen35");
     const int64_t Hk = p.ssm_k_heads, Hv = p.ssm_v_heads, dS = p.ssm_head_dim, C = 2 * Hk * dS + Hv * dS;
@@ -447,7 +533,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         int32_t P = p.head_dim / 4, sec[4] = {(P + 2) / 3, (P + 1) / 3, P / 3, 0};
         TRY(pkv_gguf_writer_add_arr(G.w, KEY("rope.dimension_sections"), PKV_GGUF_INT32, sec, 4));
     }
-    if (gemma || oss) /* the window: small here, so tests cross it */
+    if (gemma || g4 || oss) /* the window: small here, so tests cross it */
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)p.sliding_window));
     if (gemma && !gemma3) { /* Gemma 2's soft-caps (Gemma 3 has none) */
         TRY(pkv_gguf_writer_add_f32(G.w, KEY("attn_logit_softcapping"), 50.0f));
@@ -458,7 +544,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
      * and to the global layers only) */
     /* gpt-oss: base 150000 and YaRN as its files have them (factor 32 over 4096
      * positions), here factor 4 over 256, so tests' positions pass the original context */
-    float rope_base = tgt.g ? tgt.rope_base : oss ? 150000.0f : qwen || gemma3 ? 1000000.0f : 10000.0f;
+    float rope_base = tgt.g ? tgt.rope_base : oss ? 150000.0f : qwen || gemma3 || g4 ? 1000000.0f : 10000.0f;
     float rope_factor = tgt.g ? 1.0f / tgt.rope_freq_scale : gemma3 || oss ? 4.0f : 1.0f;
     int yarn_orig = tgt.g ? tgt.yarn_orig : oss ? PKV_MIN(256, p.n_ctx) : 0;
     if (rope_factor != 1.0f || yarn_orig) {
@@ -466,13 +552,13 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.scaling.factor"), rope_factor));
     }
     if (yarn_orig) TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.scaling.original_context_length"), (uint32_t)yarn_orig));
-    if (p.head_dim * p.n_head != E || qk_norm || gemma || oss) {
+    if (p.head_dim * p.n_head != E || qk_norm || gemma || g4 || oss) {
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
         TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
     }
     TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), rope_base));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : q35 ? p.head_dim / 2 : p.head_dim)));
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen || gemma ? 1e-6f : 1e-5f));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen || gemma || g4 ? 1e-6f : 1e-5f));
     if (p.shared_kv_layers)
         TRY(pkv_gguf_writer_add_arr(G.w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p.shared_kv_layers, (uint64_t)p.n_layer));
     if (tgt.g) { /* the target's vocabulary, key by key */
@@ -502,7 +588,61 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));
     TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
     if (!p.tied) TRY(add(&G, "output.weight", mtype(&p, "output", 0), E, p.n_vocab, 0.0, 3.0 * lin_e));
-    for (int l = 0; l < p.n_layer + p.n_mtp; l++) {
+    if (g4) { /* proportional RoPE: a quarter of the full layers' pairs turn (partial_rotary_factor 0.25) */
+        const int half = p.head_dim / 2, turn = PKV_MAX(1, p.head_dim / 8);
+        for (int i = 0; i < half; i++) G.f[i] = i < turn ? 1.0f : 1e30f;
+        int64_t ne[1] = {half};
+        TRY(pkv_gguf_writer_add_tensor(G.w, "rope_freqs.weight", PKV_TYPE_F32, 1, ne, G.f, (size_t)half * 4));
+    }
+    if (g4 && PL) { /* per-layer embeddings: a second token table, the embedding's projection and its norm */
+        TRY(add(&G, "per_layer_token_embd.weight", p.type, PL, p.n_vocab, 0.0, 1.0));
+        TRY(add(&G, "per_layer_model_proj.weight", p.type, E, PL, 0.0, lin_e));
+        TRY(add(&G, "per_layer_proj_norm.weight", PKV_TYPE_F32, p.n_embd_per_layer, 1, 1.0, 0.1));
+    }
+    for (int l = 0; g4 && l < p.n_layer; l++) { /* Gemma 4's layers, llama.cpp's tensors */
+        char n[96];
+#define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
+        const int64_t D = G4_HD(l), lq = (int64_t)p.n_head * D, lk = (int64_t)G4_KV(l) * D, F = G4_FF(l);
+        const int64_t P = p.n_embd_per_layer;
+        T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("attn_q.weight", p.type, E, lq, 0.0, lin_e);
+        if (l < Lkv) { /* the layers that own KV; the full ones have no attn_v (V = K) */
+            T("attn_k.weight", p.type, E, lk, 0.0, lin_e);
+            if (slides[l]) T("attn_v.weight", mtype(&p, "attn_v", l), E, lk, 0.0, lin_e);
+            T("attn_k_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
+        }
+        T("attn_q_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
+        T("attn_output.weight", p.type, lq, E, 0.0, sqrt(3.0 / (double)lq));
+        T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("ffn_gate.weight", p.type, E, F, 0.0, lin_e);
+        T("ffn_up.weight", p.type, E, F, 0.0, lin_e);
+        T("ffn_down.weight", mtype(&p, "ffn_down", l), F, E, 0.0, sqrt(3.0 / (double)F));
+        T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5);
+        if (moe) { /* the 26B-A4B layout: experts of n_ff / 2 rows beside the dense FFN, their norms and scales */
+            const int64_t Fe = p.n_ff / 2;
+            T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
+            T("ffn_gate_inp.scale", PKV_TYPE_F32, E, 1, 1.0, 0.5);
+#define T3(suffix, type, cols, rows, sc) \
+    TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add3(&G, n, type, cols, rows, p.n_expert, sc)))
+            T3("ffn_gate_exps.weight", p.type, E, Fe, lin_e);
+            T3("ffn_up_exps.weight", p.type, E, Fe, lin_e);
+            T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), Fe, E, sqrt(3.0 / (double)Fe));
+#undef T3
+            T("ffn_down_exps.scale", PKV_TYPE_F32, p.n_expert, 1, 1.0, 0.5);
+            T("pre_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("post_ffw_norm_1.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+            T("post_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        }
+        if (P) {
+            T("inp_gate.weight", p.type, E, P, 0.0, lin_e);
+            T("proj.weight", p.type, P, E, 0.0, sqrt(3.0 / (double)P));
+            T("post_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        }
+#undef T
+    }
+    for (int l = 0; !g4 && l < p.n_layer + p.n_mtp; l++) {
         const bool mtp_layer = l >= p.n_layer; /* an MTP layer: a gated attention block plus its nextn tensors */
         char n[96];
 #define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
@@ -585,6 +725,9 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     }
 #undef KEY
 #undef TRY
+#undef G4_FF
+#undef G4_HD
+#undef G4_KV
 done:
     pkv_gguf_close(tg);
     pkv_vocab_builtin_free(voc);

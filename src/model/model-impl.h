@@ -18,6 +18,8 @@ typedef enum pkv_arch {
     PKV_ARCH_GEMMA3 = 6,   /* gemma2 without soft-caps, with qwen3's Q/K norms; 5 of 6 layers slide */
     PKV_ARCH_GPT_OSS = 7,  /* QKVO biases, attention sinks, every other layer slides, YaRN, biased experts */
     PKV_ARCH_QWEN35 = 8,   /* gated delta-net layers with three of every four, gated attention in the fourth */
+    PKV_ARCH_GEMMA4 = 9,   /* gemma3 with per-layer head sizes, proportional RoPE, V norm, per-layer
+                              embeddings and KV shared by the last layers */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -50,6 +52,7 @@ typedef struct pkv_shard_w {
     pkv_weight wq_gate;        /* [n_q*hd_v][n_embd]: the attention output's gate (qwen35), else absent */
     pkv_weight bq, bk, bv;     /* f32 bias slices (qwen2, gpt-oss), else absent */
     pkv_weight q_norm, k_norm; /* f32 [hd_k] (qwen3), else absent; replicated */
+    pkv_weight v_norm;         /* f32 [hd_v] of ones: V's weightless RMS norm (gemma4), else absent */
     pkv_weight wo;             /* [n_embd][n_q*hd_v]: the columns of this shard's heads */
     pkv_weight bo;             /* f32 [n_embd] output bias (gpt-oss), on shard 0 only (added once) */
     pkv_weight sinks;          /* f32 [n_q] attention sinks of this shard's query heads (gpt-oss), on the
@@ -92,6 +95,25 @@ typedef struct pkv_layer {
     /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except sliding layers with
      * their own (gemma3: base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
     float rope_base, rope_freq_scale;
+    /* Geometry of this layer's heads (I4): hp.head_dim_k / _v / n_rot, or the sliding
+     * layers' own (gemma4's key_length_swa, value_length_swa, rope.dimension_count_swa) */
+    int head_dim_k, head_dim_v, n_rot;
+    int rope_pairs;  /* > 0: only the first rope_pairs of the n_rot / 2 pairs turn (gemma4's
+                        proportional RoPE, from rope_freqs.weight); 0 = all */
+    /* KV shared between layers (gemma4): the layer computes no K/V of its own and
+     * attends over cache layer pkv_model.kv_layer[il], which an earlier layer writes */
+    bool kv_reuse;
+    /* Gemma 4's per-layer embeddings (hp.n_embd_per_layer > 0), on devs[0]: */
+    pkv_weight ple_gate;      /* inp_gate [P][n_embd] */
+    pkv_weight ple_proj;      /* proj [n_embd][P] */
+    pkv_weight ple_post_norm; /* post_norm f32 [n_embd] */
+    pkv_weight out_scale;     /* layer_output_scale f32 [1]: the residual stream times it; absent: none */
+    /* Gemma 4's MoE layers (ffn_gate_inp present): the experts beside the dense FFN, on devs[0] */
+    pkv_weight moe_router_in;   /* f32 [n_embd]: ffn_gate_inp.scale / sqrt(n_embd), the router input norm's weight */
+    pkv_weight moe_pre_norm;    /* pre_ffw_norm_2 f32 [n_embd]: the experts' input norm */
+    pkv_weight ffn_post_norm_1; /* post_ffw_norm_1 f32 [n_embd]: the dense FFN's output norm */
+    pkv_weight moe_post_norm;   /* post_ffw_norm_2 f32 [n_embd]: the experts' output norm */
+    float *moe_exp_scale;       /* host [n_expert]: ffn_down_exps.scale, expert e's output times it; NULL: none */
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -123,6 +145,17 @@ typedef struct pkv_hparams {
     int ssm_n_k_heads, ssm_n_v_heads, ssm_d_k, ssm_d_v; /* group_count, time_step_rank, state_size, inner/Hv */
     int n_nextn;                 /* MTP layers after the n_layer trunk layers (nextn_predict_layers) */
     uint64_t recurrent;          /* bit l: layer l is recurrent (n_layer <= 64 then) */
+    /* Gemma 4 (0 elsewhere) */
+    bool swa_per_layer;          /* swa_layers says which layers slide (in place of swa_pattern) */
+    uint64_t swa_layers[4096 / 64]; /* bit l of word l / 64: layer l slides (attention.sliding_window_pattern) */
+    int head_dim_k_swa, head_dim_v_swa, n_rot_swa; /* the sliding layers' head sizes and rotated dims;
+                                                      0 = head_dim_k, head_dim_v, n_rot */
+    int rope_pairs_full;         /* > 0: the full layers turn only their first rope_pairs_full pairs
+                                    (rope_freqs.weight: 1 for those, 1e30 for the rest); 0 = all */
+    int n_shared_kv;             /* attention.shared_kv_layers: the last layers attend over the KV of
+                                    an earlier layer and own none */
+    int n_embd_per_layer;        /* embedding_length_per_layer_input: per-layer embeddings; 0 = none */
+    bool moe_dense;              /* MoE layers keep their dense FFN beside the experts (gemma4) */
     int layer_base;              /* the file's index of layer 0 (an MTP head: the trunk's layer count) */
 } pkv_hparams;
 
@@ -144,9 +177,21 @@ struct pkv_model {
     bool kv_on_host;        /* KV shards stored (and attended) on `host` */
     pkv_device *host;       /* the host CPU device when kv_on_host */
     bool own_host;
-    int *kv_layer;          /* shared-KV draft: [n_layer] target cache layer each layer attends
-                               over (GGUF key pagekv.shared_kv_layers); NULL = layer il uses
-                               cache layer il of its own cache */
+    int *kv_layer;          /* [n_layer] the cache layer each layer attends over; NULL = layer il
+                               uses cache layer il. A shared-KV draft (kv_draft): layers of the
+                               target's cache (GGUF key pagekv.shared_kv_layers). A model whose
+                               last layers reuse an earlier layer's KV (gemma4): its own cache */
+    bool kv_draft;          /* kv_layer maps into another model's cache (pagekv.shared_kv_layers) */
+    int n_cache_layers;     /* layers of the model's own cache (pkv_model_kv_params): n_layer, or
+                               n_layer - hp.n_shared_kv where the last layers own no KV */
+    /* Gemma 4's per-layer embeddings (hp.n_embd_per_layer = P > 0): */
+    const uint8_t *ple_tok;   /* per_layer_token_embd [n_vocab][P * n_layer] of ple_tok_type on the
+                                 host (the mapped file, or ple_tok_own): only the step's rows are read */
+    uint8_t *ple_tok_own;     /* the table's copy when the file is not kept mapped */
+    pkv_type ple_tok_type;
+    pkv_weight ple_model_proj; /* per_layer_model_proj [P * n_layer][n_embd] */
+    pkv_weight ple_proj_norm;  /* per_layer_proj_norm f32 [P] */
+    pkv_weight ple_half;       /* f32 [1] = 1/sqrt(2) (the mean of the two per-layer inputs) */
     uint64_t fingerprint;   /* hash of hparams and tensor metadata: keys prefix reuse and saved KV */
     uint64_t weight_bytes;  /* bytes of all weights on the device */
     uint64_t mapped_bytes;  /* of those, used in place from the mapped file (CPU), not copied */

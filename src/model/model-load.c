@@ -28,6 +28,7 @@ struct pkv_loader {
 typedef struct pkv_loader loader;
 
 pkv_model *pkv_loader_model(pkv_loader *L) { return L->m; }
+const pkv_gguf *pkv_loader_gguf(pkv_loader *L) { return L->g; }
 
 static void progress(loader *L, uint64_t add) {
     L->done_bytes += add;
@@ -314,6 +315,15 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe_down_b);
             free_weight(&ly->post_attn_norm);
             free_weight(&ly->post_ffn_norm);
+            free_weight(&ly->ple_gate);
+            free_weight(&ly->ple_proj);
+            free_weight(&ly->ple_post_norm);
+            free_weight(&ly->out_scale);
+            free_weight(&ly->moe_router_in);
+            free_weight(&ly->moe_pre_norm);
+            free_weight(&ly->ffn_post_norm_1);
+            free_weight(&ly->moe_post_norm);
+            pkv_free(ly->moe_exp_scale);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
                 for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].ssm_out; e++) free_weight(e);
@@ -326,6 +336,10 @@ void pkv_model_free(pkv_model *m) {
     free_weight(&m->mtp_eh_h);
     free_weight(&m->mtp_enorm);
     free_weight(&m->mtp_hnorm);
+    free_weight(&m->ple_model_proj);
+    free_weight(&m->ple_proj_norm);
+    free_weight(&m->ple_half);
+    pkv_free(m->ple_tok_own);
     if (!m->tied) free_weight(&m->output);
     pkv_tokenizer_free(m->tok);
     pkv_free(m->kv_layer);
@@ -406,15 +420,19 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
 
 /* The experts of a MoE layer: 3-D tensors of n_expert matrices of [rows][cols],
  * loaded whole (on the main device) as one matrix of n_expert * rows rows. */
-static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_t rows, pkv_weight *w) {
+static pkv_status load_experts_at(loader *L, const char *name, int64_t cols, int64_t rows, slice sl, pkv_weight *w) {
     L->ne2 = L->m->hp.n_expert;
-    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.n_expert, true, false, L->m->dev, k_all, w);
+    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.n_expert, true, false, L->m->dev, sl, w);
     L->ne2 = 0;
     if (s == PKV_ERR_FORMAT && !pkv_gguf_find_tensor(L->g, name)) return s;
     if (s == PKV_ERR_FORMAT) /* name the shape a MoE tensor must have */
         return pkv_err(s, "%s: tensor '%s' must have shape [%lld, %lld, %d] (ne0, ne1, experts)", pkv_gguf_label(L->g), name,
                        (long long)cols, (long long)rows, L->m->hp.n_expert);
     return s;
+}
+
+static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_t rows, pkv_weight *w) {
+    return load_experts_at(L, name, cols, rows, k_all, w);
 }
 
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il + L->m->hp.layer_base, suffix), name)
@@ -430,10 +448,18 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
     pkv_layer *ly = &m->layers[il];
     char name[96];
     pkv_status s;
-    const int64_t E = hp->n_embd, hk = hp->head_dim_k, hv = hp->head_dim_v;
+    const int64_t E = hp->n_embd, hk = ly->head_dim_k, hv = ly->head_dim_v;
     const int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
                   od = (int64_t)ly->n_head * hv;
     const bool fused = t->fused_qkv && pkv_gguf_find_tensor(L->g, NAME("attn_qkv.weight"));
+    /* a layer that reuses another's KV computes only its queries: K and V tensors
+     * the file may still have are not read */
+    const bool kv = !ly->kv_reuse;
+    /* no attn_v where allowed: V is K's projection (before K's norm and RoPE) */
+    const bool v_is_k = kv && !fused && t->v_optional && !pkv_gguf_find_tensor(L->g, NAME("attn_v.weight"));
+    if (v_is_k && hk != hv)
+        return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has no attn_v.weight (V = K) but key and value head sizes %lld and %lld "
+                       "differ", m->label, il, (long long)hk, (long long)hv);
     /* q_gate: attn_q holds, per head, its q rows then its gate rows */
     const int64_t qrows = t->q_gate ? 2 * qd : qd;
     for (int d = 0; d < m->n_dev; d++) {
@@ -449,8 +475,8 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
             fk.r0 += qd;
             fv.r0 += qd + kd;
             if ((s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, q_rows, &w->wq)) ||
-                (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fk, &w->wk)) ||
-                (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv)))
+                (kv && (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fk, &w->wk))) ||
+                (kv && (s = load_weight(L, NAME("attn_qkv.weight"), E, qd + kd + vd, true, false, dev, fv, &w->wv))))
                 return s;
         } else if (t->q_gate) {
             slice qs = {.r0 = w->q_h0 * 2 * hk, .nr = w->n_q * hk, .rblock = hk, .rstride = 2 * hk}, gs = qs;
@@ -461,15 +487,16 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
                 (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)))
                 return s;
         } else if ((s = load_weight(L, NAME("attn_q.weight"), E, qd, true, false, dev, q_rows, &w->wq)) ||
-                   (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk)) ||
-                   (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv))) {
+                   (kv && (s = load_weight(L, NAME("attn_k.weight"), E, kd, true, false, dev, k_rows, &w->wk))) ||
+                   (kv && !v_is_k && (s = load_weight(L, NAME("attn_v.weight"), E, vd, true, false, dev, v_rows, &w->wv)))) {
             return s;
         }
         if ((s = load_weight(L, NAME("attn_q.bias"), qd, 1, t->qkv_bias, true, dev, qb, &w->bq)) ||
-            (s = load_weight(L, NAME("attn_k.bias"), kd, 1, t->qkv_bias, true, dev, kb, &w->bk)) ||
-            (s = load_weight(L, NAME("attn_v.bias"), vd, 1, t->qkv_bias, true, dev, vb, &w->bv)) ||
+            (kv && (s = load_weight(L, NAME("attn_k.bias"), kd, 1, t->qkv_bias, true, dev, kb, &w->bk))) ||
+            (kv && (s = load_weight(L, NAME("attn_v.bias"), vd, 1, t->qkv_bias, true, dev, vb, &w->bv))) ||
             (t->qk_norm && (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, true, true, dev, k_all, &w->q_norm))) ||
-            (t->qk_norm && (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, true, true, dev, k_all, &w->k_norm))) ||
+            (t->qk_norm && kv && (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, true, true, dev, k_all, &w->k_norm))) ||
+            (t->v_norm && kv && (s = pkv_weight_fill(m, dev, hv, 1.0f, &w->v_norm))) ||
             (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
             return s;
         /* the output's bias is added once (by the first shard); a sink per query head
@@ -524,6 +551,79 @@ pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne
     return load_weight(L, NAME(suffix), ne0, ne1, true, f32, L->m->dev, k_all, w);
 }
 
+pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, bool required, bool f32, pkv_weight *w) {
+    return load_weight(L, name, ne0, ne1, required, f32, L->m->dev, k_all, w);
+}
+
+pkv_status pkv_weight_host(pkv_model *m, pkv_device *dev, const float *data, int64_t n, pkv_weight *w) {
+    memset(w, 0, sizeof *w);
+    pkv_buffer *b = pkv_buffer_alloc(dev, (size_t)n * sizeof *data);
+    pkv_status s = b ? pkv_buffer_write(b, 0, data, (size_t)n * sizeof *data) : PKV_ERR_NOMEM;
+    if (s) {
+        pkv_buffer_free(b);
+        return pkv_err_prefix(s, "%s: a vector of %lld floats on %s", m->label, (long long)n, pkv_device_name(dev));
+    }
+    *w = (pkv_weight){.buf = b, .type = PKV_TYPE_F32, .ne0 = n, .ne1 = 1};
+    m->weight_bytes += (uint64_t)n * sizeof *data;
+    return PKV_OK;
+}
+
+pkv_status pkv_weight_fill(pkv_model *m, pkv_device *dev, int64_t n, float value, pkv_weight *w) {
+    float *h = pkv_malloc((size_t)n * sizeof *h);
+    if (!h) return pkv_err(PKV_ERR_NOMEM, "%s: a constant vector of %lld floats", m->label, (long long)n);
+    for (int64_t i = 0; i < n; i++) h[i] = value;
+    pkv_status s = pkv_weight_host(m, dev, h, n, w);
+    pkv_free(h);
+    return s;
+}
+
+pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool required, float **out) {
+    const char *lab = pkv_gguf_label(L->g);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, name);
+    *out = NULL;
+    if (!t) return required ? pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' not found", lab, name) : PKV_OK;
+    if ((int64_t)t->n_elements != n || t->ne[0] != n)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld]", lab, name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)n);
+    float *h = pkv_malloc((size_t)n * sizeof *h);
+    if (!h) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s'", lab, name);
+    pkv_status s = pkv_dequantize_row(t->type, t->data, h, n);
+    if (s) {
+        pkv_free(h);
+        return pkv_err_prefix(s, "%s: tensor '%s'", lab, name);
+    }
+    *out = h;
+    progress(L, t->n_bytes);
+    return PKV_OK;
+}
+
+pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1) {
+    pkv_model *m = L->m;
+    const char *lab = pkv_gguf_label(L->g);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, name);
+    if (!t) return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' not found", lab, name);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] (ne0, ne1)", lab,
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                       (long long)ne0, (long long)ne1);
+    if (!pkv_type_row_bytes(t->type, (size_t)ne0))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which cannot be read row by row", lab, name,
+                       pkv_type_name(t->type));
+    m->ple_tok_type = t->type;
+    if (L->in_place) { /* the mapping stays with the model (pkv_model_load) */
+        m->ple_tok = t->data;
+        m->mapped_bytes += t->n_bytes;
+    } else {
+        m->ple_tok_own = pkv_malloc(t->n_bytes);
+        if (!m->ple_tok_own) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s' (%zu bytes)", lab, name, (size_t)t->n_bytes);
+        memcpy(m->ple_tok_own, t->data, t->n_bytes);
+        m->ple_tok = m->ple_tok_own;
+    }
+    m->weight_bytes += t->n_bytes;
+    progress(L, t->n_bytes);
+    return PKV_OK;
+}
+
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     pkv_model *m = L->m;
     pkv_layer *ly = &m->layers[il];
@@ -555,16 +655,23 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
     pkv_layer *ly = &m->layers[il];
     char name[96];
     pkv_status s;
-    const int64_t E = hp->n_embd, X = hp->n_expert;
+    const int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
     if (X <= 0) return pkv_err(PKV_ERR_INTERNAL, "%s: layer %d: experts without an expert count", m->label, il);
-    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe_router)) ||
-        (s = load_experts(L, NAME("ffn_gate_exps.weight"), E, ly->n_ff, &ly->moe_gate)) ||
-        (s = load_experts(L, NAME("ffn_up_exps.weight"), E, ly->n_ff, &ly->moe_up)) ||
-        (s = load_experts(L, NAME("ffn_down_exps.weight"), ly->n_ff, E, &ly->moe_down)))
+    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe_router))) return s;
+    if (!pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) && pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"))) {
+        /* merged (llama.cpp's gate_up_exps): expert e's 2F rows are its gate's F, then its up's F */
+        slice gate = {.nr = X * F, .rblock = F, .rstride = 2 * F}, up = {.r0 = F, .nr = X * F, .rblock = F, .rstride = 2 * F};
+        if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, &ly->moe_gate)) ||
+            (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, &ly->moe_up)))
+            return s;
+    } else if ((s = load_experts(L, NAME("ffn_gate_exps.weight"), E, F, &ly->moe_gate)) ||
+               (s = load_experts(L, NAME("ffn_up_exps.weight"), E, F, &ly->moe_up))) {
         return s;
+    }
+    if ((s = load_experts(L, NAME("ffn_down_exps.weight"), F, E, &ly->moe_down))) return s;
     if (biases && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe_router_b)) ||
-                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), ly->n_ff, X, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
-                   (s = load_weight(L, NAME("ffn_up_exps.bias"), ly->n_ff, X, true, true, m->dev, k_all, &ly->moe_up_b)) ||
+                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
+                   (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe_up_b)) ||
                    (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe_down_b))))
         return s;
     return PKV_OK;
@@ -580,8 +687,52 @@ pkv_status pkv_load_prenorm(pkv_loader *L, int il, const pkv_attn_tensors *attn,
                                                                    : pkv_load_ffn(L, il, ffn == PKV_FFN_FUSED_UP);
 }
 
-/* Every layer: its shards' ranges, its attention kind (window, RoPE), then the
- * architecture's tensors. */
+/* Which layers slide: gemma4 lists them (swa_layers), the others repeat swa_pattern. */
+static bool layer_slides(const pkv_hparams *hp, int il) {
+    if (hp->swa_per_layer) return hp->swa_layers[il / 64] >> (il % 64) & 1;
+    return hp->swa_pattern > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
+}
+
+/* KV shared between layers (gemma4, llama.cpp's rule): the last n_shared_kv layers own
+ * no KV; each attends over the cache of the last layer of its kind that does: layer
+ * Lkv - 2 for a sliding layer, Lkv - 1 for a full one (Lkv = the layers that own KV).
+ * Those two must be of those kinds and the sharing layer's KV geometry the owner's. */
+static pkv_status share_kv(pkv_model *m) {
+    const pkv_hparams *hp = &m->hp;
+    const int L = hp->n_layer, Lkv = L - hp->n_shared_kv;
+    m->n_cache_layers = L;
+    if (hp->n_shared_kv == 0) return PKV_OK;
+    const char *arch = pkv_arch_name(hp->arch);
+    if (Lkv < 2)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.shared_kv_layers' %d of %d layers leaves %d with KV of their own: the "
+                       "sharing layers read the KV of the last sliding and the last full layer that have it, so at least two "
+                       "must", m->label, arch, hp->n_shared_kv, L, Lkv);
+    if (layer_slides(hp, Lkv - 1) || !layer_slides(hp, Lkv - 2))
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.shared_kv_layers' %d: the last two layers with KV of their own (layers "
+                       "%d and %d) must be a sliding and a full layer, whose KV the sharing layers read; key '%s.attention."
+                       "sliding_window_pattern' makes them %s and %s", m->label, arch, hp->n_shared_kv, Lkv - 2, Lkv - 1, arch,
+                       layer_slides(hp, Lkv - 2) ? "sliding" : "full", layer_slides(hp, Lkv - 1) ? "sliding" : "full");
+    if (m->kv_layer)
+        return pkv_err(PKV_ERR_FORMAT, "%s: key 'pagekv.shared_kv_layers' (a draft's map into a target's cache) and '%s."
+                       "attention.shared_kv_layers' (KV shared inside the model) cannot both be set", m->label, arch);
+    m->kv_layer = pkv_malloc((size_t)L * sizeof *m->kv_layer);
+    if (!m->kv_layer) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
+    for (int il = 0; il < L; il++) {
+        pkv_layer *ly = &m->layers[il];
+        m->kv_layer[il] = il < Lkv ? il : layer_slides(hp, il) ? Lkv - 2 : Lkv - 1;
+        ly->kv_reuse = il >= Lkv;
+        const pkv_layer *o = &m->layers[m->kv_layer[il]];
+        if (ly->kv_reuse && (ly->n_head_kv != o->n_head_kv || ly->head_dim_k != o->head_dim_k || ly->head_dim_v != o->head_dim_v))
+            return pkv_err(PKV_ERR_FORMAT, "%s: layer %d reads the KV of layer %d, but has %d KV heads of %d/%d where layer %d "
+                           "has %d of %d/%d (key '%s.attention.head_count_kv')", m->label, il, m->kv_layer[il], ly->n_head_kv,
+                           ly->head_dim_k, ly->head_dim_v, m->kv_layer[il], o->n_head_kv, o->head_dim_k, o->head_dim_v, arch);
+    }
+    m->n_cache_layers = Lkv;
+    return PKV_OK;
+}
+
+/* Every layer: its attention kind (window, RoPE, head sizes) and the KV it reads,
+ * then its shards' ranges and the architecture's tensors. */
 static pkv_status load_layers(loader *L) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
@@ -596,19 +747,29 @@ static pkv_status load_layers(loader *L) {
                        m->label, pkv_arch_name(hp->arch), m->n_dev);
     for (int il = 0; il < hp->n_layer; il++) {
         pkv_layer *ly = &m->layers[il];
+        /* the attention kind of the layer: sliding layers see the last n_swa tokens */
+        bool sliding = layer_slides(hp, il);
+        ly->window = sliding && hp->n_swa > 0 ? hp->n_swa : 0;
+        /* sliding layers with a base of their own (gemma3: and no scaling) */
+        bool local_rope = sliding && hp->rope_base_swa > 0;
+        ly->rope_base = local_rope ? hp->rope_base_swa : hp->rope_base;
+        ly->rope_freq_scale = local_rope ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
+        /* and head sizes of their own (gemma4) */
+        ly->head_dim_k = sliding && hp->head_dim_k_swa ? hp->head_dim_k_swa : hp->head_dim_k;
+        ly->head_dim_v = sliding && hp->head_dim_v_swa ? hp->head_dim_v_swa : hp->head_dim_v;
+        ly->n_rot = sliding && hp->n_rot_swa ? hp->n_rot_swa : hp->n_rot;
+        ly->rope_pairs = sliding ? 0 : hp->rope_pairs_full;
+    }
+    if ((s = share_kv(m))) return s;
+    if (ops->load_global && (s = ops->load_global(L))) return s;
+    for (int il = 0; il < hp->n_layer; il++) {
+        pkv_layer *ly = &m->layers[il];
         ly->sh = pkv_calloc((size_t)m->n_dev, sizeof *ly->sh);
         if (!ly->sh) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
         /* FFN rows are split in whole blocks of the down projection's type */
         const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME(moe ? "ffn_down_exps.weight" : "ffn_down.weight"));
         int64_t fblk = down ? (int64_t)pkv_type_block_elems(down->type) : 1;
         if ((s = plan_layer(m, il, fblk ? fblk : 1))) return s;
-        /* the attention kind of the layer: sliding layers see the last n_swa tokens */
-        bool sliding = hp->swa_pattern > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
-        ly->window = sliding && hp->n_swa > 0 ? hp->n_swa : 0;
-        /* sliding layers with a base of their own (gemma3: and no scaling) */
-        bool local_rope = sliding && hp->rope_base_swa > 0;
-        ly->rope_base = local_rope ? hp->rope_base_swa : hp->rope_base;
-        ly->rope_freq_scale = local_rope ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
         if ((s = ops->load_layer(L, il))) return s;
     }
     return s;
@@ -703,6 +864,7 @@ static pkv_status load_shared_kv(const pkv_gguf *g, pkv_model *m) {
         if (v < 0 || v > 4096) return pkv_err(PKV_ERR_FORMAT, "%s: %s[%d] = %lld is not a layer index", m->label, key, l, (long long)v);
         m->kv_layer[l] = (int)v;
     }
+    m->kv_draft = true;
     return PKV_OK;
 }
 
@@ -836,7 +998,8 @@ pkv_model *pkv_model_load(const char *path, pkv_model_params p) {
     if (!g) return NULL;
     pkv_model *m = load(g, p, !p.no_mmap);
     if (m && m->mapped_bytes)
-        m->gguf = g; /* weights are used in place from the mapping: it lives as long as the model */
+        m->gguf = g; /* weights (or gemma4's per-layer token table) are used in place from the mapping: it
+                        lives as long as the model */
     else
         pkv_gguf_close(g); /* weights were copied to the device */
     return m;
@@ -880,7 +1043,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
     info->load_seconds = m->load_seconds;
     info->weight_bytes_mapped = m->mapped_bytes;
-    info->shared_kv = m->kv_layer != NULL;
+    info->shared_kv = m->kv_draft;
+    info->n_kv_layers = m->n_cache_layers;
     info->n_expert = m->hp.n_expert;
     info->n_expert_used = m->hp.n_expert_used;
     info->mtp = m->mtp;

@@ -14,6 +14,7 @@ typedef struct pkv_arch_ops {
     const char *name;   /* general.architecture */
     bool moe;           /* the FFN of every layer is a mixture of experts (expert_* keys required) */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
+    bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
     /* The architecture's own keys and rules, after the common ones are read; n_head
      * is per layer. NULL: none. */
     pkv_status (*hparams)(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head);
@@ -21,13 +22,19 @@ typedef struct pkv_arch_ops {
     pkv_status (*load_layer)(pkv_loader *L, int il);
     /* Layer il of a forward step. */
     pkv_status (*layer)(pkv_fwd *f, int il);
+    /* Tensors outside the layers beyond the embedding, final norm and output, loaded
+     * before the layers (gemma4's per-layer embeddings). NULL: none. */
+    pkv_status (*load_global)(pkv_loader *L);
+    /* After the step's embedding, before the first layer (gemma4: the per-layer
+     * inputs of every layer). NULL: nothing. */
+    pkv_status (*prepare)(pkv_fwd *f);
 } pkv_arch_ops;
 
 /* The operations of a (valid) architecture. */
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a);
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
-    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35;
+    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */

@@ -1,0 +1,228 @@
+/* gemma4: Gemma 4 (text), with llama.cpp's keys, tensors and arithmetic
+ * (src/models/gemma4.cpp). Gemma 3's block with:
+ *   - which layers slide listed per layer (attention.sliding_window_pattern), and
+ *     head sizes, RoPE widths and KV head counts of their own (key_length_swa,
+ *     value_length_swa, rope.dimension_count_swa, per-layer head_count_kv);
+ *   - RoPE base rope.freq_base_swa on sliding layers; on full layers "proportional"
+ *     RoPE: rope_freqs.weight marks the pairs that turn (1) and those that do not (1e30);
+ *   - V RMS-normed per head without a weight, and V = K where attn_v is absent;
+ *   - attention scale 1 (the q and k norms stand in for 1/sqrt(d)); norms stored as w;
+ *   - per-layer embeddings (embedding_length_per_layer_input = P > 0): a P-wide input
+ *     per layer and token from a second token table and a projection of the embedding
+ *     (blocks.h: pkv_blk_ple_inputs), gated into the residual stream after the FFN;
+ *   - layer_output_scale: the residual stream times a scalar after each layer;
+ *   - the last attention.shared_kv_layers layers own no KV: they attend over the KV
+ *     of the last sliding / full layer that does (model-load.c: share_kv), and the
+ *     cache has no layers for them;
+ *   - the final logits soft-capped at final_logit_softcapping, 30 where the key is
+ *     absent (llama.cpp's default), 0 = off.
+ *
+ *   x += post_attention_norm(o(attention(prope(q_norm(q)), prope(k_norm(k)), rmsnorm(v))))   of attn_norm(x)
+ *   x += post_ffw_norm(down(gelu(gate·h) * (up·h)))                                           h = ffn_norm(x)
+ *     MoE layers (ffn_gate_inp): x += post_ffw_norm(post_ffw_norm_1(the FFN above, unnormed)
+ *                                   + post_ffw_norm_2(sum of the top-k experts' GeGLU FFNs of
+ *                                   pre_ffw_norm_2(x), each times its weight and ffn_down_exps.scale))
+ *     routed by softmax(ffn_gate_inp · (rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale)),
+ *     the top k renormalized
+ *   x += post_norm(proj(gelu(inp_gate·x) * ple[layer]))                                      P > 0
+ *   x *= layer_output_scale
+ *
+ * Not supported: YaRN scaling with proportional RoPE; a per-layer expert count or
+ * expert size; NVFP4's second-level scales. MoE models run on one device. */
+#include <math.h>
+#include <string.h>
+
+#include "model/arch/arch.h"
+
+/* attention.sliding_window_pattern: one bool (or integer) per layer, 1 = sliding. */
+static pkv_status sliding_pattern(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
+    const char *lab = pkv_gguf_label(g);
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+    if (pkv_gguf_find_key(g, k) < 0) return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' not found", lab, k);
+    pkv_gguf_array a;
+    pkv_status s = pkv_gguf_get_arr(g, k, PKV_GGUF_TYPE_COUNT, &a);
+    if (s) return s;
+    if (a.type == PKV_GGUF_STRING || a.type == PKV_GGUF_FLOAT32 || a.type == PKV_GGUF_FLOAT64 ||
+        a.count != (uint64_t)hp->n_layer)
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' must hold one bool per layer (%d), found %llu of %s", lab, k, hp->n_layer,
+                       (unsigned long long)a.count, pkv_gguf_type_name(a.type));
+    hp->swa_per_layer = true;
+    memset(hp->swa_layers, 0, sizeof hp->swa_layers);
+    for (int l = 0; l < hp->n_layer; l++)
+        if (pkv_gguf_arr_int(&a, (uint64_t)l)) hp->swa_layers[l / 64] |= 1ull << (l % 64);
+    return PKV_OK;
+}
+
+/* rope_freqs.weight [key_length / 2]: the full layers' pair i turns by its angle
+ * divided by entry i. The converter writes 1 for the first pairs and 1e30 (never
+ * turns) for the rest: that form is read into hp->rope_pairs_full; any other is
+ * refused rather than run wrong. */
+static pkv_status proportional_rope(const pkv_gguf *g, pkv_hparams *hp) {
+    const char *lab = pkv_gguf_label(g), *name = "rope_freqs.weight";
+    bool any_full = false;
+    for (int l = 0; l < hp->n_layer; l++) any_full |= !(hp->swa_layers[l / 64] >> (l % 64) & 1);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
+    if (!t) return any_full ? pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' not found (the full-attention layers' RoPE)", lab, name)
+                            : PKV_OK;
+    const int64_t n = hp->head_dim_k / 2, pairs = hp->n_rot / 2;
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld] (key_length / 2)", lab,
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)n);
+    if (t->type != PKV_TYPE_F32 && t->type != PKV_TYPE_F16)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' has type %s, expected f32", lab, name, pkv_type_name(t->type));
+    int r = -1;
+    for (int64_t i = 0; i < pairs; i++) {
+        float v;
+        if (t->type == PKV_TYPE_F32) {
+            memcpy(&v, (const uint8_t *)t->data + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
+            v = pkv_f16_to_f32(h);
+        }
+        /* >= 1e20: the angle stays below 1e-10 rad for any position a context holds */
+        const bool turns = v == 1.0f, still = v >= 1e20f;
+        if (r < 0 && turns) continue;
+        if (r < 0 && still) r = (int)i;
+        if ((r < 0 && !turns) || (r >= 0 && !still))
+            return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s' entry %lld is %g: only proportional RoPE is supported (1 for "
+                           "the pairs that turn, then 1e30 for those that do not)", lab, name, (long long)i, (double)v);
+    }
+    if (r == 0)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s' turns no pair of the full-attention layers: not supported", lab,
+                       name);
+    hp->rope_pairs_full = r < 0 ? 0 : r;
+    return PKV_OK;
+}
+
+static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
+    (void)n_head;
+    const char *lab = pkv_gguf_label(g);
+    char k[128];
+    pkv_status s;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->attn_scale = 1.0f; /* Gemma 4's q and k norms stand in for 1/sqrt(d) */
+    hp->rope_freq_scale_swa = 1.0f;
+    /* required, as llama.cpp's loader requires them (the common reader has defaults) */
+    snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
+    if (pkv_gguf_find_key(g, k) < 0) return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' not found", lab, k);
+    if ((s = pkv_hp_window(g, arch, hp, true)) || (s = sliding_pattern(g, arch, hp)) ||
+        (s = pkv_hp_need_u32(g, arch, "attention.key_length_swa", 1, 4096, &hp->head_dim_k_swa)) ||
+        (s = pkv_hp_need_u32(g, arch, "attention.value_length_swa", 1, 4096, &hp->head_dim_v_swa)) ||
+        (s = pkv_hp_need_u32(g, arch, "embedding_length_per_layer_input", 0, 1 << 16, &hp->n_embd_per_layer)) ||
+        (s = pkv_hp_opt_u32(g, arch, "attention.shared_kv_layers", 0, 1u << 20, 0, &hp->n_shared_kv)) ||
+        (s = pkv_hp_opt_u32(g, arch, "rope.dimension_count_swa", 2, 4096, hp->n_rot, &hp->n_rot_swa)) ||
+        (s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa)) ||
+        (s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap)))
+        return s;
+    if (hp->head_dim_k != hp->head_dim_v || hp->head_dim_k_swa != hp->head_dim_v_swa)
+        return pkv_err(PKV_ERR_FORMAT, "%s: Gemma 4 needs '%s.attention.key_length' %d == 'value_length' %d and "
+                       "'key_length_swa' %d == 'value_length_swa' %d", lab, arch, hp->head_dim_k, hp->head_dim_v,
+                       hp->head_dim_k_swa, hp->head_dim_v_swa);
+    if (hp->n_rot_swa % 2 || hp->n_rot_swa > hp->head_dim_k_swa)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.rope.dimension_count_swa' %d must be even and at most "
+                       "'%s.attention.key_length_swa' %d", lab, arch, hp->n_rot_swa, arch, hp->head_dim_k_swa);
+    if (hp->n_shared_kv >= hp->n_layer)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.shared_kv_layers' %d must be below '%s.block_count' %d", lab, arch,
+                       hp->n_shared_kv, arch, hp->n_layer);
+    if (!(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->rope_base_swa);
+    if (!(hp->final_softcap >= 0 && hp->final_softcap < INFINITY))
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.final_logit_softcapping' is %g, must be >= 0 (0 = off)", lab, arch,
+                       (double)hp->final_softcap);
+    if (hp->rope_ext_factor != 0)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: YaRN RoPE scaling ('%s.rope.scaling.type') with Gemma 4's proportional RoPE "
+                       "is not supported", lab, arch);
+    /* experts (26B-A4B): in the layers that have ffn_gate_inp, beside their dense FFN */
+    snprintf(k, sizeof k, "%s.expert_count", arch);
+    if (pkv_gguf_find_key(g, k) >= 0) {
+        if ((s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, (uint32_t)hp->n_expert, &hp->n_expert_used)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp)))
+            return s;
+        hp->moe_dense = true;
+    }
+    return proportional_rope(g, hp);
+}
+
+/* The per-layer embeddings' tensors outside the layers. */
+static pkv_status load_global(pkv_loader *L) {
+    pkv_model *m = pkv_loader_model(L);
+    const pkv_hparams *hp = &m->hp;
+    const int64_t P = hp->n_embd_per_layer, NL = hp->n_layer, E = hp->n_embd;
+    if (P == 0) return PKV_OK;
+    pkv_status s;
+    if ((s = pkv_load_host_table(L, "per_layer_token_embd.weight", P * NL, hp->n_vocab)) ||
+        (s = pkv_load_global(L, "per_layer_model_proj.weight", E, P * NL, true, false, &m->ple_model_proj)) ||
+        (s = pkv_load_global(L, "per_layer_proj_norm.weight", P, 1, true, true, &m->ple_proj_norm)))
+        return s;
+    return pkv_weight_fill(m, m->dev, 1, 1.0f / sqrtf(2.0f), &m->ple_half);
+}
+
+static pkv_status load_layer(pkv_loader *L, int il) {
+    pkv_model *m = pkv_loader_model(L);
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    const int64_t P = hp->n_embd_per_layer, E = hp->n_embd;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    const bool moe = pkv_gguf_find_tensor(pkv_loader_gguf(L), name) != NULL;
+    if (moe && hp->n_expert == 0)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' makes layer %d a mixture of experts, but key 'gemma4.expert_count' "
+                       "is absent", m->label, name, il);
+    pkv_status s = pkv_load_prenorm(L, il,
+                                    &(pkv_attn_tensors){.qk_norm = true, .fused_qkv = true, .v_optional = true, .v_norm = true},
+                                    NULL, PKV_FFN_GATED);
+    if (!s) s = pkv_load_norm(L, il, "post_attention_norm.weight", &ly->post_attn_norm);
+    if (!s) s = pkv_load_norm(L, il, "post_ffw_norm.weight", &ly->post_ffn_norm);
+    if (!s && moe) { /* the experts, their norms, the router's input scale and each expert's output scale */
+        float *in = NULL;
+        s = pkv_load_moe(L, il, false);
+        if (!s) s = pkv_load_norm(L, il, "pre_ffw_norm_2.weight", &ly->moe_pre_norm);
+        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_1.weight", &ly->ffn_post_norm_1);
+        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_2.weight", &ly->moe_post_norm);
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
+        if (!s) s = pkv_load_host_f32(L, name, E, true, &in);
+        for (int64_t i = 0; !s && i < E; i++) in[i] *= 1.0f / sqrtf((float)E); /* llama.cpp: rmsnorm(x) / sqrt(E) * scale */
+        if (!s) s = pkv_weight_host(m, m->dev, in, E, &ly->moe_router_in);
+        pkv_free(in);
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
+        if (!s) s = pkv_load_host_f32(L, name, hp->n_expert, false, &ly->moe_exp_scale);
+    }
+    snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
+    if (!s) s = pkv_load_global(L, name, 1, 1, false, true, &ly->out_scale);
+    if (!s && P > 0) {
+        s = pkv_load_tensor(L, il, "inp_gate.weight", E, P, false, &ly->ple_gate);
+        if (!s) s = pkv_load_tensor(L, il, "proj.weight", P, E, false, &ly->ple_proj);
+        if (!s) s = pkv_load_norm(L, il, "post_norm.weight", &ly->ple_post_norm);
+    }
+    return s;
+}
+
+static pkv_status prepare(pkv_fwd *f) { return f->m->hp.n_embd_per_layer > 0 ? pkv_blk_ple_inputs(f) : PKV_OK; }
+
+static pkv_status layer(pkv_fwd *f, int il) {
+    const pkv_layer *ly = &f->m->layers[il];
+    pkv_status s = pkv_blk_attention(
+        f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true, .v_norm = true, .post_norm = &ly->post_attn_norm});
+    if (!s && ly->moe_router.buf) /* a MoE layer: the dense FFN and the experts, each normed, summed, normed */
+        s = pkv_blk_ffn_moe(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->ffn_post_norm_1},
+                            &(pkv_moe_kind){.norm = &ly->moe_pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK,
+                                            .router_norm = &ly->moe_router_in, .exp_scale = ly->moe_exp_scale,
+                                            .post_norm = &ly->moe_post_norm},
+                            &ly->post_ffn_norm);
+    else if (!s)
+        s = pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
+    if (!s && f->m->hp.n_embd_per_layer > 0) s = pkv_blk_ple(f, il);
+    return s ? s : pkv_blk_scale(f, &ly->out_scale);
+}
+
+const pkv_arch_ops pkv_arch_gemma4 = {.name = "gemma4",
+                                      .rope_neox = true,
+                                      .rope_freqs = true,
+                                      .hparams = hparams,
+                                      .load_layer = load_layer,
+                                      .layer = layer,
+                                      .load_global = load_global,
+                                      .prepare = prepare};
