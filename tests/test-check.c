@@ -1,4 +1,4 @@
-// labels: device
+// labels: device timeout=900
 /* pagekv check: the conformance suite passes on cpu and cpu:1 (and across
  * them) and fails on the faulty device, naming the failing primitive — both
  * through the library and through the command a user runs. */
