@@ -181,6 +181,15 @@ const pkv_device_caps *pkv_device_get_caps(const pkv_device *dev);
 const char *pkv_device_name(const pkv_device *dev);
 /* Bytes currently allocated in buffers of this device. */
 uint64_t pkv_device_allocated(const pkv_device *dev);
+/* How a device runs matrix products with weights of type t: PKV_WEIGHT_FAST, a
+ * kernel written for the type; PKV_WEIGHT_SLOW, a generic fallback that works
+ * but is several times slower (on the CPU: blocks decoded in plain C before the
+ * dot products; on Vulkan: a shader that dequantizes to f32 and then multiplies);
+ * PKV_WEIGHT_NONE, not supported (a model with such tensors does not load on the
+ * device). On the CPU the answer is for the instruction-set path the next call
+ * takes (PKV_CPU_PATH may change it). */
+typedef enum pkv_weight_speed { PKV_WEIGHT_NONE = 0, PKV_WEIGHT_SLOW = 1, PKV_WEIGHT_FAST = 2 } pkv_weight_speed;
+pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t);
 /* Can kernels running on `compute` read and write buffers of `storage`?
  * True only for the same device in this version. */
 bool pkv_device_can_access(const pkv_device *compute, const pkv_device *storage);

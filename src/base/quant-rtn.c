@@ -221,95 +221,138 @@ static void q_tq2_0(const float *x, uint8_t *b) {
 /* --------------------------------------------------------------- grid search */
 
 /* A grid (quant.h, pkv_iq_tables) for the search: entry i has k values (8 or 4),
- * value j being vals[code_j]; inv maps a code (k fields of `bits` bits) to its
- * entry, -1 for codes that are not on the grid. */
+ * value j being vals[code_j]; near maps every code (k fields of `bits` bits, each
+ * a value index) to the entry nearest to that point: the point itself when it is
+ * on the grid, else the entry at the least squared distance (found once, by
+ * trying every entry). */
 typedef struct {
     int n, k, bits, nvals;
     float vals[8];
     uint16_t *codes;
-    int16_t *inv;
+    int16_t *near;
 } grid;
 
 enum { G_IQ2XXS, G_IQ2XS, G_IQ2S, G_IQ3XXS, G_IQ3S, G_IQ1S, G_COUNT };
 static grid g_grids[G_COUNT];
 static uint16_t g_codes[256 + 512 + 1024 + 256 + 512 + 2048];
-static int16_t g_inv8[4][65536], g_inv4[2][4096];
-static pthread_once_t g_grids_once = PTHREAD_ONCE_INIT;
+static int16_t g_near8[4][65536], g_near4[2][4096];
+static pthread_once_t g_grid_once[G_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                              PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
-static void grid_init(grid *g, int n, int k, const float *vals, int nvals, uint16_t *codes, int16_t *inv,
-                      const void *entries) {
-    g->n = n;
-    g->k = k;
-    g->bits = k == 8 ? 2 : 3;
-    g->nvals = nvals;
-    memcpy(g->vals, vals, (size_t)nvals * sizeof *vals);
-    g->codes = codes;
-    g->inv = inv;
-    memset(inv, 0xff, sizeof(int16_t) << (k * g->bits));
-    for (int i = 0; i < n; i++) {
-        unsigned c = 0;
-        for (int j = 0; j < k; j++) {
-            const int v = k == 8 ? (int)(int8_t)(((const uint64_t *)entries)[i] >> (8 * j))
-                                 : (int)((((const uint32_t *)entries)[i] >> (8 * j)) & 0xff);
-            int vi = 0;
-            while (vi < nvals && g->vals[vi] != (float)v) vi++;
-            c |= (unsigned)vi << (g->bits * j);
-        }
-        codes[i] = (uint16_t)c;
-        inv[c] = (int16_t)i;
+static float grid_dist(const grid *g, unsigned a, unsigned b) {
+    const unsigned mask = (1u << g->bits) - 1;
+    float e2 = 0;
+    for (int j = 0; j < g->k; j++) {
+        const float e = g->vals[(a >> (g->bits * j)) & mask] - g->vals[(b >> (g->bits * j)) & mask];
+        e2 += e * e;
     }
+    return e2;
 }
 
-static void grids_init(void) {
+static void grid_init(int which) {
     const pkv_iq_tables *t = pkv_iq_tables_get();
     static const float v2[3] = {8, 25, 43}, v1[3] = {-1, 0, 1};
     static const float v3xxs[8] = {4, 12, 20, 28, 36, 44, 52, 62}, v3s[8] = {1, 3, 5, 7, 9, 11, 13, 15};
-    uint16_t *c = g_codes;
-    grid_init(&g_grids[G_IQ2XXS], 256, 8, v2, 3, c, g_inv8[0], t->iq2xxs);
-    grid_init(&g_grids[G_IQ2XS], 512, 8, v2, 3, c += 256, g_inv8[1], t->iq2xs);
-    grid_init(&g_grids[G_IQ2S], 1024, 8, v2, 3, c += 512, g_inv8[2], t->iq2s);
-    grid_init(&g_grids[G_IQ3XXS], 256, 4, v3xxs, 8, c += 1024, g_inv4[0], t->iq3xxs);
-    grid_init(&g_grids[G_IQ3S], 512, 4, v3s, 8, c += 256, g_inv4[1], t->iq3s);
-    grid_init(&g_grids[G_IQ1S], 2048, 8, v1, 3, c += 512, g_inv8[3], t->iq1s);
+    static const struct {
+        int n, k, nvals, codes_at, near8; /* near8: index into g_near8, else -1 - index into g_near4 */
+        const float *vals;
+    } spec[G_COUNT] = {
+        {256, 8, 3, 0, 0, v2},     {512, 8, 3, 256, 1, v2},     {1024, 8, 3, 768, 2, v2},
+        {256, 4, 8, 1792, -1, v3xxs}, {512, 4, 8, 2048, -2, v3s}, {2048, 8, 3, 2560, 3, v1},
+    };
+    grid *g = &g_grids[which];
+    g->n = spec[which].n;
+    g->k = spec[which].k;
+    g->bits = g->k == 8 ? 2 : 3;
+    g->nvals = spec[which].nvals;
+    memcpy(g->vals, spec[which].vals, (size_t)g->nvals * sizeof(float));
+    g->codes = g_codes + spec[which].codes_at;
+    g->near = spec[which].near8 >= 0 ? g_near8[spec[which].near8] : g_near4[-1 - spec[which].near8];
+    const uint64_t *e8 = which == G_IQ2XXS ? t->iq2xxs : which == G_IQ2XS ? t->iq2xs : which == G_IQ2S ? t->iq2s : t->iq1s;
+    const uint32_t *e4 = which == G_IQ3XXS ? t->iq3xxs : t->iq3s;
+    const unsigned ncodes = 1u << (g->k * g->bits), mask = (1u << g->bits) - 1;
+    memset(g->near, 0xff, ncodes * sizeof(int16_t));
+    for (int i = 0; i < g->n; i++) {
+        unsigned c = 0;
+        for (int j = 0; j < g->k; j++) {
+            const int v = g->k == 8 ? (int)(int8_t)(e8[i] >> (8 * j)) : (int)((e4[i] >> (8 * j)) & 0xff);
+            int vi = 0;
+            while (vi < g->nvals - 1 && g->vals[vi] != (float)v) vi++;
+            c |= (unsigned)vi << (g->bits * j);
+        }
+        g->codes[i] = (uint16_t)c;
+        g->near[c] = (int16_t)i;
+    }
+    for (unsigned c = 0; c < ncodes; c++) {
+        bool valid = true;
+        for (int j = 0; j < g->k; j++) valid = valid && (int)((c >> (g->bits * j)) & mask) < g->nvals;
+        if (!valid || g->near[c] >= 0) continue;
+        float be = INFINITY;
+        for (int i = 0; i < g->n; i++) {
+            const float e = grid_dist(g, c, g->codes[i]);
+            if (e < be) {
+                be = e;
+                g->near[c] = (int16_t)i;
+            }
+        }
+    }
 }
 
+static void init_iq2xxs(void) { grid_init(G_IQ2XXS); }
+static void init_iq2xs(void) { grid_init(G_IQ2XS); }
+static void init_iq2s(void) { grid_init(G_IQ2S); }
+static void init_iq3xxs(void) { grid_init(G_IQ3XXS); }
+static void init_iq3s(void) { grid_init(G_IQ3S); }
+static void init_iq1s(void) { grid_init(G_IQ1S); }
+
 static const grid *grid_get(int which) {
-    pthread_once(&g_grids_once, grids_init);
+    static void (*const init[G_COUNT])(void) = {init_iq2xxs, init_iq2xs, init_iq2s, init_iq3xxs, init_iq3s, init_iq1s};
+    pthread_once(&g_grid_once[which], init[which]);
     return &g_grids[which];
 }
 
-/* The entry nearest to t[0..k) (least squares); *err gets its squared error.
- * Each value rounded on its own is optimal when that combination is on the
- * grid; otherwise every entry is tried. */
+static float grid_err(const grid *g, int i, const float *t) {
+    const unsigned e = g->codes[i], mask = (1u << g->bits) - 1;
+    float e2 = 0;
+    for (int j = 0; j < g->k; j++) {
+        const float d = t[j] - g->vals[(e >> (g->bits * j)) & mask];
+        e2 += d * d;
+    }
+    return e2;
+}
+
+/* The entry for targets t[0..k): each value rounded to its nearest level gives a
+ * point, and moving one value to its second-nearest level k more; of the
+ * nearest entries of these points (the point itself when it is on the grid) the
+ * one closest to t. Exact when the first point is on the grid; otherwise close,
+ * not always the least-squares entry. *err gets its squared error. */
 static int grid_nearest(const grid *g, const float *t, float *err) {
     unsigned c = 0;
+    int second[8];
     for (int j = 0; j < g->k; j++) {
-        int bi = 0;
-        for (int v = 1; v < g->nvals; v++)
-            if (fabsf(t[j] - g->vals[v]) < fabsf(t[j] - g->vals[bi])) bi = v;
-        c |= (unsigned)bi << (g->bits * j);
-    }
-    int best = g->inv[c];
-    float be = INFINITY;
-    const unsigned mask = (1u << g->bits) - 1;
-    if (best >= 0) {
-        be = 0;
-        for (int j = 0; j < g->k; j++) {
-            const float e = t[j] - g->vals[(c >> (g->bits * j)) & mask];
-            be += e * e;
+        int b1 = 0, b2 = -1;
+        for (int v = 1; v < g->nvals; v++) {
+            const float e = fabsf(t[j] - g->vals[v]);
+            if (e < fabsf(t[j] - g->vals[b1])) {
+                b2 = b1;
+                b1 = v;
+            } else if (b2 < 0 || e < fabsf(t[j] - g->vals[b2])) {
+                b2 = v;
+            }
         }
-    } else {
-        best = 0;
-        for (int i = 0; i < g->n; i++) {
-            float e2 = 0;
-            for (int j = 0; j < g->k && e2 < be; j++) {
-                const float e = t[j] - g->vals[(g->codes[i] >> (g->bits * j)) & mask];
-                e2 += e * e;
-            }
-            if (e2 < be) {
-                be = e2;
-                best = i;
-            }
+        c |= (unsigned)b1 << (g->bits * j);
+        second[j] = b2;
+    }
+    int best = g->near[c];
+    float be = grid_err(g, best, t);
+    const unsigned mask = (1u << g->bits) - 1;
+    for (int j = 0; j < g->k && be > 0; j++) {
+        const unsigned cj = (c & ~(mask << (g->bits * j))) | (unsigned)second[j] << (g->bits * j);
+        const int i = g->near[cj];
+        const float e = grid_err(g, i, t);
+        if (e < be) {
+            be = e;
+            best = i;
         }
     }
     if (err) *err = be;
