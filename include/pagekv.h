@@ -728,6 +728,8 @@ typedef struct pkv_model_info {
     const char *arch;        /* "llama", "qwen2", "qwen3" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn */
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
+    uint64_t weight_types;   /* every matrix type the model's devices hold: bit t set for pkv_type t
+                                (with pkv_device_weight_speed: which ones run on a slow path) */
     uint64_t weight_bytes;   /* bytes of weights on the devices */
     uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
                                         embedding table, of which it reads one row, and of a
@@ -801,8 +803,11 @@ typedef struct pkv_mkmodel_params {
     uint64_t seed;       /* 0 = 1 */
     bool no_vocab;       /* tokenizer.ggml.model = none, only <arch>.vocab_size */
     bool tied;           /* no output.weight: tied embeddings */
-    bool k_mixture;      /* with type q4_k: a "Q4_K_M"-style mixture, q6_k for the output
-                            matrix and for attn_v and ffn_down of every other layer */
+    bool k_mixture;      /* a mixture of `type` with k-quants, as llama-quantize's _M files: q6_k
+                            for the output matrix; with type q4_k ("Q4_K_M") q6_k for attn_v and
+                            ffn_down of every other layer; with any other quantized type ("Q3_K_M",
+                            "IQ3_M", ...) q4_k for those and q5_k for attn_k of the odd layers.
+                            Row lengths must then be multiples of 256 */
     const char *draft_of; /* a target GGUF: make a draft model for it. Copies the target's
                              vocabulary (every tokenizer.* key), architecture, n_embd, heads,
                              KV heads, head size, n_ff, context, RoPE and norm settings (the
