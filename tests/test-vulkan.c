@@ -1139,6 +1139,16 @@ int main(void) {
     REQUIRE(dev != NULL);
     for (int i = 0; i < 3; i++) test_kquant(dev, ktypes[i], 37, 768, 5, i != 1);
     pkv_device_close(dev);
+    /* The generic shaders of the other types also bind the 9 KiB i-quant grid
+     * table (a real device's window is at least 128 MiB): a 16 KiB window, which
+     * 100 rows of 330 (q3_k) to 576 (q5_1) bytes and 9 x rows of 3 KiB exceed */
+    setenv("PKV_VK_MAX_RANGE", "16384", 1);
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    test_kquant(dev, PKV_TYPE_Q3_K, 100, 768, 9, true);
+    test_kquant(dev, PKV_TYPE_IQ2_S, 100, 768, 9, true);
+    test_kquant(dev, PKV_TYPE_Q5_1, 100, 768, 9, false);
+    pkv_device_close(dev);
     unsetenv("PKV_VK_MAX_RANGE");
 
     test_alloc_failures();

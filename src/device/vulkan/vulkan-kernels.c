@@ -48,7 +48,7 @@ static const struct {
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
-    [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4},
+    [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -291,7 +291,10 @@ static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
                                (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt};
             if (grids) { /* matmul_int: the grid table's offset is a fourth leading word */
                 uint32_t pci[11] = {0, 0, 0, 0, pc[3], pc[4], pc[5], pc[6], pc[7], pc[8], pc[9]};
-                TRY(dispatch(c, PKV_VK_K_MATMUL_INT, v, 4, pci, 11, cnt * CDIV(ni, MM_TILE)));
+                if (c->subgroup_arith)
+                    TRY(dispatch(c, PKV_VK_K_MATMUL_INT_SG, v, 4, pci, 11, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
+                else
+                    TRY(dispatch(c, PKV_VK_K_MATMUL_INT, v, 4, pci, 11, cnt * CDIV(ni, MM_TILE)));
             }
             else if (c->subgroup_arith)
                 TRY(dispatch(c, PKV_VK_K_MATMUL_SG, v, 3, pc, 10, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
