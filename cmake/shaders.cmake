@@ -12,7 +12,7 @@ function(pkv_embed_shaders target)
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/shaders
       COMMAND ${GLSLC} --target-env=vulkan1.1 -O -I${PROJECT_SOURCE_DIR}/src/device/vulkan/shaders
               -o ${spv} ${comp}
-      DEPENDS ${comp} ${PROJECT_SOURCE_DIR}/src/device/vulkan/shaders
+      DEPENDS ${comp} ${PROJECT_SOURCE_DIR}/src/device/vulkan/shaders ${PROJECT_SOURCE_DIR}/src/base/iq-grids.h
       IMPLICIT_DEPENDS C ${comp}
       COMMENT "glslc ${n}.comp")
     list(APPEND spvs ${spv})

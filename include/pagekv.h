@@ -87,13 +87,29 @@ typedef enum pkv_type {
     PKV_TYPE_F32 = 0,
     PKV_TYPE_F16 = 1,
     PKV_TYPE_Q4_0 = 2,
+    PKV_TYPE_Q4_1 = 3,
+    PKV_TYPE_Q5_0 = 6,
+    PKV_TYPE_Q5_1 = 7,
     PKV_TYPE_Q8_0 = 8,
+    PKV_TYPE_Q2_K = 10,
+    PKV_TYPE_Q3_K = 11,
     PKV_TYPE_Q4_K = 12,
     PKV_TYPE_Q5_K = 13,
     PKV_TYPE_Q6_K = 14,
     PKV_TYPE_Q8_K = 15,
+    PKV_TYPE_IQ2_XXS = 16,
+    PKV_TYPE_IQ2_XS = 17,
+    PKV_TYPE_IQ3_XXS = 18,
+    PKV_TYPE_IQ1_S = 19,
+    PKV_TYPE_IQ4_NL = 20,
+    PKV_TYPE_IQ3_S = 21,
+    PKV_TYPE_IQ2_S = 22,
+    PKV_TYPE_IQ4_XS = 23,
     PKV_TYPE_I32 = 26,
+    PKV_TYPE_IQ1_M = 29,
     PKV_TYPE_BF16 = 30,
+    PKV_TYPE_TQ1_0 = 34, /* ternary weights (-1, 0, 1) times one scale per 256 */
+    PKV_TYPE_TQ2_0 = 35,
     PKV_TYPE_MXFP4 = 39, /* OCP MX FP4 (gpt-oss expert weights): 32 E2M1 values, one E8M0 exponent */
     PKV_TYPE_COUNT = 40,
 } pkv_type;
@@ -165,6 +181,15 @@ const pkv_device_caps *pkv_device_get_caps(const pkv_device *dev);
 const char *pkv_device_name(const pkv_device *dev);
 /* Bytes currently allocated in buffers of this device. */
 uint64_t pkv_device_allocated(const pkv_device *dev);
+/* How a device runs matrix products with weights of type t: PKV_WEIGHT_FAST, a
+ * kernel written for the type; PKV_WEIGHT_SLOW, a generic fallback that works
+ * but is several times slower (on the CPU: blocks decoded in plain C before the
+ * dot products; on Vulkan: a shader that dequantizes to f32 and then multiplies);
+ * PKV_WEIGHT_NONE, not supported (a model with such tensors does not load on the
+ * device). On the CPU the answer is for the instruction-set path the next call
+ * takes (PKV_CPU_PATH may change it). */
+typedef enum pkv_weight_speed { PKV_WEIGHT_NONE = 0, PKV_WEIGHT_SLOW = 1, PKV_WEIGHT_FAST = 2 } pkv_weight_speed;
+pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t);
 /* Can kernels running on `compute` read and write buffers of `storage`?
  * True only for the same device in this version. */
 bool pkv_device_can_access(const pkv_device *compute, const pkv_device *storage);
@@ -709,6 +734,8 @@ typedef struct pkv_model_info {
     const char *arch;        /* "llama", "qwen2", "qwen3", ... (pkv_arch_list) */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train; /* layer 0's heads/ffn/head size */
     const char *weight_type; /* the most common matrix type, e.g. "q8_0" */
+    uint64_t weight_types;   /* every matrix type the model's devices hold: bit t set for pkv_type t
+                                (with pkv_device_weight_speed: which ones run on a slow path) */
     uint64_t weight_bytes;   /* bytes of weights on the devices */
     uint64_t decode_bytes_per_token; /* weight bytes one decode step reads: all but the
                                         embedding table, of which it reads one row, and of a
@@ -788,8 +815,11 @@ typedef struct pkv_mkmodel_params {
     uint64_t seed;       /* 0 = 1 */
     bool no_vocab;       /* tokenizer.ggml.model = none, only <arch>.vocab_size */
     bool tied;           /* no output.weight: tied embeddings */
-    bool k_mixture;      /* with type q4_k: a "Q4_K_M"-style mixture, q6_k for the output
-                            matrix and for attn_v and ffn_down of every other layer */
+    bool k_mixture;      /* a mixture of `type` with k-quants, as llama-quantize's _M files: q6_k
+                            for the output matrix; with type q4_k ("Q4_K_M") q6_k for attn_v and
+                            ffn_down of every other layer; with any other quantized type ("Q3_K_M",
+                            "IQ3_M", ...) q4_k for those and q5_k for attn_k of the odd layers.
+                            Row lengths must then be multiples of 256 */
     const char *draft_of; /* a target GGUF: make a draft model for it. Copies the target's
                              vocabulary (every tokenizer.* key), architecture, n_embd, heads,
                              KV heads, head size, n_ff, context, RoPE and norm settings (the

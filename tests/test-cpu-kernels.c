@@ -277,12 +277,12 @@ static void test_ref_attention(void) {
 
 typedef struct {
     int rows, failed, skipped;
-    char names[64][64];
+    char names[128][64];
 } suite_log;
 
 static void on_row(const pkv_check_result *r, void *user) {
     suite_log *l = user;
-    if (l->rows < 64) snprintf(l->names[l->rows], 64, "%s", r->test);
+    if (l->rows < 128) snprintf(l->names[l->rows], 64, "%s", r->test);
     l->rows++;
     if (!r->passed) {
         l->failed++;
@@ -298,7 +298,7 @@ static void on_row_quiet(const pkv_check_result *r, void *user) {
 }
 
 static bool has_row(const suite_log *l, const char *name) {
-    for (int i = 0; i < l->rows && i < 64; i++)
+    for (int i = 0; i < l->rows && i < 128; i++)
         if (strcmp(l->names[i], name) == 0) return true;
     return false;
 }
@@ -314,7 +314,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    CHECK_INT(l.rows, 9 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    /* matmul and get_rows for 25 weight types */
+    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
     /* + partial rope (Gemma 4's proportional RoPE: f32, f16, q8_0, q4_0) */
     /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4) */
     CHECK(has_row(&l, "kernel ssm_conv (silu)"));
@@ -324,6 +325,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK(has_row(&l, "kernel matmul q4_k"));
     CHECK(has_row(&l, "kernel matmul mxfp4"));
     CHECK(has_row(&l, "kernel get_rows mxfp4"));
+    CHECK(has_row(&l, "kernel matmul iq1_m"));
+    CHECK(has_row(&l, "kernel get_rows tq2_0"));
     CHECK(has_row(&l, "kernel attention f16 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention q8_0 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention f16"));
@@ -352,8 +355,11 @@ static void matmul_vs_ref(pkv_device *dev, const char *label) {
     static uint8_t wq[R * C * 4];
     fill(w, R * C, 1.0f);
     fill(x, N * C, 1.0f);
-    const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
-                              PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_MXFP4};
+    const pkv_type types[] = {PKV_TYPE_F32,    PKV_TYPE_F16,    PKV_TYPE_BF16,    PKV_TYPE_Q8_0,   PKV_TYPE_Q4_0,
+                              PKV_TYPE_Q4_K,   PKV_TYPE_Q5_K,   PKV_TYPE_Q6_K,    PKV_TYPE_MXFP4,  PKV_TYPE_Q4_1,
+                              PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,    PKV_TYPE_Q3_K,   PKV_TYPE_IQ4_NL,
+                              PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_XXS, PKV_TYPE_IQ3_S,  PKV_TYPE_IQ2_XXS, PKV_TYPE_IQ2_XS,
+                              PKV_TYPE_IQ2_S,  PKV_TYPE_IQ1_S,  PKV_TYPE_IQ1_M,   PKV_TYPE_TQ1_0,  PKV_TYPE_TQ2_0};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const pkv_type t = types[ti];
         const size_t rb = pkv_type_row_bytes(t, C);
@@ -472,8 +478,11 @@ static void test_threads_deterministic(void) {
  * every path and weight type (fork == replay relies on this). */
 static void test_batch_deterministic(void) {
     static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
-    static const pkv_type types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
-                                     PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_MXFP4};
+    static const pkv_type types[] = {PKV_TYPE_F32,    PKV_TYPE_F16,    PKV_TYPE_BF16,    PKV_TYPE_Q8_0,   PKV_TYPE_Q4_0,
+                              PKV_TYPE_Q4_K,   PKV_TYPE_Q5_K,   PKV_TYPE_Q6_K,    PKV_TYPE_MXFP4,  PKV_TYPE_Q4_1,
+                              PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,    PKV_TYPE_Q3_K,   PKV_TYPE_IQ4_NL,
+                              PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_XXS, PKV_TYPE_IQ3_S,  PKV_TYPE_IQ2_XXS, PKV_TYPE_IQ2_XS,
+                              PKV_TYPE_IQ2_S,  PKV_TYPE_IQ1_S,  PKV_TYPE_IQ1_M,   PKV_TYPE_TQ1_0,  PKV_TYPE_TQ2_0};
     static const int sizes[] = {1, 3, 4, 5, 8, 9, 16, 17, 64};
     enum { R = 37, N = 64, CMAX = 512 }; /* N >= 8: f16/bf16 widen their weight rows; R: two groups of
                                           * 16 rows of the amx path and a tail */
@@ -686,7 +695,34 @@ static void test_device_attention_and_misc(void) {
     CHECK(pkv_device_supports_weight(dev, PKV_TYPE_Q6_K));
     CHECK(pkv_device_supports_weight(dev, PKV_TYPE_BF16));
     CHECK(!pkv_device_supports_weight(dev, PKV_TYPE_I32));
+    for (int t = 0; t < PKV_TYPE_COUNT; t++)
+        if (pkv_qblock_decoder((pkv_type)t)) CHECK(pkv_device_supports_weight(dev, (pkv_type)t));
     pkv_device_close(dev);
+}
+
+/* Which weight types run on the slow fallback, per path: every type with an
+ * integer form on the generic path; on avx2/avx512 all but the ones with
+ * kernels of their own (q5_0, q2_k, q3_k, iq4_nl, iq4_xs, iq3_s). The types
+ * of the first kernels are fast everywhere; i32 is not a weight type. */
+static void test_weight_speed(void) {
+    static const char *paths[] = {"generic", "avx2", "avx512"};
+    for (int p = 0; p < 3; p++) {
+        setenv("PKV_CPU_PATH", paths[p], 1);
+        pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+        NEED(dev);
+        const bool simd = p > 0 && strstr(pkv_device_get_caps(dev)->description, paths[p]) != NULL;
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_Q4_K), PKV_WEIGHT_FAST);
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_Q8_0), PKV_WEIGHT_FAST);
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_I32), PKV_WEIGHT_NONE);
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_IQ2_XXS), PKV_WEIGHT_SLOW);
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_TQ1_0), PKV_WEIGHT_SLOW);
+        static const pkv_type own[] = {PKV_TYPE_Q5_0, PKV_TYPE_Q2_K,  PKV_TYPE_Q3_K,
+                                       PKV_TYPE_IQ4_NL, PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_S};
+        for (int i = 0; i < 6; i++)
+            if (p == 0 || simd) CHECK_INT(pkv_device_weight_speed(dev, own[i]), simd ? PKV_WEIGHT_FAST : PKV_WEIGHT_SLOW);
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
 }
 
 /* The faulty device (offset reads return bytes from offset 0, DESIGN.md failure
@@ -839,6 +875,7 @@ int main(void) {
     test_paths();
     test_bad_path();
     test_faulty_caught();
+    test_weight_speed();
     test_guards();
     CHECK_INT(pkv_alloc_live(), 0);
     return th_done();

@@ -144,14 +144,16 @@ static void test_align_and_types(void) {
     CHECK_STATUS(pkv_cu_check_align("cuda:0", "rope", "row_stride", 6, 4), PKV_ERR_UNSUPPORTED);
     CHECK_MSG("kernel rope on cuda:0: argument row_stride at byte offset 6");
     CHECK_MSG("multiple of 4");
-    /* the CUDA kernels take exactly the weight types the CPU backend does */
+    /* the CUDA kernels take exactly the weight types the CPU backend does, except the
+     * ones with an integer form (q4_1 .. tq2_0: no CUDA kernels written yet), which
+     * the dispatcher refuses with PKV_ERR_UNSUPPORTED naming the type and device */
     pkv_device *cpu = pkv_device_open("cpu", pkv_device_default_params());
     REQUIRE_VOID(cpu != NULL);
     int seen[PKV_CU_W_COUNT] = {0};
     for (int t = 0; t < PKV_TYPE_COUNT; t++) {
         int w = pkv_cu_wtype((pkv_type)t);
         th_checks++;
-        if ((w >= 0) != pkv_device_supports_weight(cpu, (pkv_type)t))
+        if ((w >= 0) != (pkv_device_supports_weight(cpu, (pkv_type)t) && !pkv_qblock_decoder((pkv_type)t)))
             TH_FAIL("type %s: cuda code %d, cpu support %d", pkv_type_name((pkv_type)t) ? pkv_type_name((pkv_type)t) : "?",
                     w, pkv_device_supports_weight(cpu, (pkv_type)t));
         if (w >= 0) {

@@ -559,8 +559,14 @@ static void test_malformed(void) {
     /* tensor infos */
     bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 99, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
     CASE("unknown tensor type", PKV_ERR_FORMAT, "tensor 'w': unknown or unsupported tensor type 99");
-    bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 3, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
-    CASE("tensor type q4_1", PKV_ERR_FORMAT, "unsupported tensor type 3 (ggml q4_1) (this build reads");
+    bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 9, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
+    CASE("tensor type q8_1", PKV_ERR_FORMAT, "tensor 'w': unknown or unsupported tensor type 9 (ggml q8_1) (this build reads");
+    bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 40, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
+    CASE("tensor type nvfp4", PKV_ERR_FORMAT, "tensor 'w': unknown or unsupported tensor type 40 (ggml nvfp4)");
+    bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, (uint64_t[]){32}, 11, 0), bb_pad(&b, 32), bb_zeros(&b, 128);
+    CASE("q3_k row of 32", PKV_ERR_FORMAT, "tensor 'w': row length ne[0] = 32 is not a multiple of the q3_k block size 256");
+    bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 2, (uint64_t[]){256, 2}, 23, 0), bb_pad(&b, 32), bb_zeros(&b, 271);
+    CASE("iq4_xs data cut short", PKV_ERR_FORMAT, "tensor 'w': data [offset");
     bb_header(&b, 3, 1, 0), bb_tensor(&b, "w", 1, ne16, 4, 0), bb_pad(&b, 32), bb_zeros(&b, 64);
     CASE("removed tensor type 4", PKV_ERR_FORMAT, "unsupported tensor type 4 (this build");
     bb_header(&b, 3, 1, 0), bb_tensor(&b, "w5", 5, (uint64_t[]){1, 1, 1, 1, 1}, 0, 0);

@@ -372,7 +372,7 @@ static void test_dot_and_errors(void) {
     CHECK_MSG("q8_0");
     CHECK_STATUS(pkv_quantize_row(PKV_TYPE_Q4_K, w, q, 128), PKV_ERR_INVALID);
     CHECK_STATUS(pkv_dequantize_row(PKV_TYPE_I32, q, d, 4), PKV_ERR_UNSUPPORTED);
-    CHECK_STATUS(pkv_dequantize_row((pkv_type)3, q, d, 32), PKV_ERR_UNSUPPORTED); /* q4_1: not a type here */
+    CHECK_STATUS(pkv_dequantize_row((pkv_type)9, q, d, 32), PKV_ERR_UNSUPPORTED); /* q8_1: not a weight type */
     CHECK_STATUS(pkv_dequantize_row(PKV_TYPE_MXFP4, q, d, 16), PKV_ERR_INVALID);
     CHECK(isnan(pkv_dot_ref(PKV_TYPE_Q8_0, q, x, 31)));
 }

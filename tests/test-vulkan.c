@@ -358,6 +358,21 @@ static void test_matmul_getrows(pkv_device *d, pkv_type t, int64_t n) {
     free(wf), free(x), free(w), free(ref), free(got), free(gr), free(gg);
 }
 
+/* Byte offsets of a block's f16 factors (-1: none). */
+static void f16_fields(pkv_type t, int at[2]) {
+    at[0] = at[1] = -1;
+    switch (t) {
+    case PKV_TYPE_Q6_K: at[0] = 208; break;
+    case PKV_TYPE_Q2_K: at[0] = 80, at[1] = 82; break;
+    case PKV_TYPE_Q3_K: at[0] = 108; break;
+    case PKV_TYPE_TQ1_0: at[0] = 52; break;
+    case PKV_TYPE_TQ2_0: at[0] = 64; break;
+    case PKV_TYPE_IQ1_M: break;
+    case PKV_TYPE_Q4_K: case PKV_TYPE_Q5_K: case PKV_TYPE_Q4_1: case PKV_TYPE_Q5_1: at[0] = 0, at[1] = 2; break;
+    default: at[0] = 0; break; /* q5_0 and the other i-quants: d first */
+    }
+}
+
 /* K-quant weights (256-element super-blocks of 144, 176 and 210 bytes: q6_k rows
  * start at 2-byte alignment, and the weights sit at an offset that is 2 mod 4)
  * against the CPU reference: matmul n and n = 1 within nmse 1e-9 (the shaders
@@ -375,11 +390,17 @@ static void test_kquant(pkv_device *d, pkv_type t, int64_t rows, int64_t cols, i
     if (raw) {
         for (size_t i = 0; i < rb * rows; i++) w[i] = (uint8_t)th_rand(&krng);
         size_t bb = pkv_type_block_bytes(t);
+        int f16_at[2];
+        f16_fields(t, f16_at);
         for (size_t b = 0; b < rb * rows / bb; b++) {
             uint8_t *blk = w + b * bb;
-            for (int k = 0; k < (t == PKV_TYPE_Q6_K ? 1 : 2); k++) {
+            for (int k = 0; k < 2; k++) {
                 uint16_t h = pkv_f32_to_f16((th_randf(&krng) + 1.5f) * 0.01f);
-                memcpy(t == PKV_TYPE_Q6_K ? blk + 208 : blk + 2 * k, &h, 2);
+                if (f16_at[k] >= 0) memcpy(blk + f16_at[k], &h, 2);
+            }
+            if (t == PKV_TYPE_IQ1_M) { /* its f16 scale is the top nibbles of its four scale words */
+                uint16_t h = pkv_f32_to_f16((th_randf(&krng) + 1.5f) * 0.01f);
+                for (int i = 0; i < 4; i++) blk[49 + 2 * i] = (uint8_t)((blk[49 + 2 * i] & 15) | ((h >> (4 * i)) & 15) << 4);
             }
         }
     }
@@ -419,6 +440,11 @@ static void test_kquant(pkv_device *d, pkv_type t, int64_t rows, int64_t cols, i
 }
 
 static const pkv_type ktypes[3] = {PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
+/* The types of matmul_int/get_rows_int (the generic shaders), tested the same way. */
+static const pkv_type itypes[16] = {PKV_TYPE_Q4_1,    PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,
+                                    PKV_TYPE_Q3_K,    PKV_TYPE_IQ4_NL, PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_XXS,
+                                    PKV_TYPE_IQ3_S,   PKV_TYPE_IQ2_XXS, PKV_TYPE_IQ2_XS, PKV_TYPE_IQ2_S,
+                                    PKV_TYPE_IQ1_S,   PKV_TYPE_IQ1_M,  PKV_TYPE_TQ1_0,  PKV_TYPE_TQ2_0};
 
 static void test_elementwise(pkv_device *d) {
     const int64_t rows = 5, len = 200, n = rows * len;
@@ -943,6 +969,14 @@ static void test_kernels(pkv_device *d) {
         test_kquant(d, ktypes[i], 5, 768, 3, true);
         test_kquant(d, ktypes[i], 3, 512, 9, true);
     }
+    for (int i = 0; i < 16; i++) {
+        const int64_t c0 = pkv_type_block_elems(itypes[i]) == 32 ? 96 : 256; /* 32-blocks: not a whole 256 */
+        CHECK(pkv_device_supports_weight(d, itypes[i]));
+        CHECK_INT(pkv_device_weight_speed(d, itypes[i]), PKV_WEIGHT_SLOW);
+        test_kquant(d, itypes[i], 9, c0, 5, false);
+        test_kquant(d, itypes[i], 5, 512, 3, true);
+    }
+    CHECK_INT(pkv_device_weight_speed(d, PKV_TYPE_Q4_K), PKV_WEIGHT_FAST);
     test_elementwise(d);
     test_geglu(d);
     static const pkv_type st[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K};
@@ -1104,6 +1138,16 @@ int main(void) {
     dev = open_vk();
     REQUIRE(dev != NULL);
     for (int i = 0; i < 3; i++) test_kquant(dev, ktypes[i], 37, 768, 5, i != 1);
+    pkv_device_close(dev);
+    /* The generic shaders of the other types also bind the 9 KiB i-quant grid
+     * table (a real device's window is at least 128 MiB): a 16 KiB window, which
+     * 100 rows of 330 (q3_k) to 576 (q5_1) bytes and 9 x rows of 3 KiB exceed */
+    setenv("PKV_VK_MAX_RANGE", "16384", 1);
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    test_kquant(dev, PKV_TYPE_Q3_K, 100, 768, 9, true);
+    test_kquant(dev, PKV_TYPE_IQ2_S, 100, 768, 9, true);
+    test_kquant(dev, PKV_TYPE_Q5_1, 100, 768, 9, false);
     pkv_device_close(dev);
     unsetenv("PKV_VK_MAX_RANGE");
 

@@ -146,8 +146,18 @@ static bool deq_block(pkv_type t, const uint8_t *b, float *y) {
     case PKV_TYPE_Q6_K: deq_q6_k(b, y); return true;
     case PKV_TYPE_Q8_K: deq_q8_k(b, y); return true;
     case PKV_TYPE_MXFP4: deq_mxfp4(b, y); return true;
-    default: return false;
+    default: break;
     }
+    const pkv_qblock_fn dec = pkv_qblock_decoder(t);
+    if (!dec) return false;
+    pkv_qblock o;
+    dec(b, &o);
+    const int n = (int)pkv_type_block_elems(t);
+    if (pkv_qblock_has_min(t))
+        for (int i = 0; i < n; i++) y[i] = o.d[i / 16] * (float)o.q[i] + o.m[i / 16];
+    else
+        for (int i = 0; i < n; i++) y[i] = o.d[i / 16] * (float)o.q[i];
+    return true;
 }
 
 static pkv_status check_row(const char *what, pkv_type t, int64_t n) {
@@ -368,7 +378,8 @@ pkv_status pkv_quantize_row(pkv_type t, const float *src, void *dst, int64_t n) 
         case PKV_TYPE_Q6_K: q_q6_k(x, b); break;
         case PKV_TYPE_Q8_K: q_q8_k(x, b); break;
         case PKV_TYPE_MXFP4: q_mxfp4(x, b); break;
-        default: return pkv_err(PKV_ERR_UNSUPPORTED, "quantize: type %s", pkv_type_name(t));
+        default:
+            if (!pkv_quantize_block_int(t, x, b)) return pkv_err(PKV_ERR_UNSUPPORTED, "quantize: type %s", pkv_type_name(t));
         }
     }
     return PKV_OK;

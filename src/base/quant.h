@@ -14,6 +14,7 @@
 
 #include "pagekv.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 /* The value of each E2M1 (FP4) code, doubled so that every one is an integer
@@ -30,6 +31,44 @@ static inline float pkv_e8m0_half(uint8_t e) {
     memcpy(&f, &bits, 4);
     return f;
 }
+
+/* ---------------------------------------------------------------------------
+ * The integer form of the other GGUF block types: q4_1, q5_0, q5_1, q2_k, q3_k,
+ * iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m, iq4_nl, iq4_xs, tq1_0,
+ * tq2_0 (layouts in quant-int.c). Every one of them is, element by element,
+ *     x[i] = d[i / 16] * q[i]  (+ m[i / 16] for q4_1, q5_1, q2_k)
+ * with q a small signed integer (|q| <= 127) and one float scale d (and offset m)
+ * per 16 elements. The decoder computes d and m in the same float operations as
+ * GGUF's reference dequantization does, so that d*q (+ m), one rounding each,
+ * gives its values bit for bit: this is the reference dequantization of these
+ * types, and the form the CPU dots and the Vulkan shaders decode to. */
+typedef struct pkv_qblock {
+    int8_t q[256]; /* [block elems] */
+    float d[16];   /* [block elems / 16] */
+    float m[16];   /* [block elems / 16]; 0 for types without offsets */
+} pkv_qblock;
+typedef void (*pkv_qblock_fn)(const uint8_t *b, pkv_qblock *out);
+/* The decoder of a type of the list above; NULL for any other type. */
+pkv_qblock_fn pkv_qblock_decoder(pkv_type t);
+/* True for the types whose blocks have offsets (q4_1, q5_1, q2_k). */
+bool pkv_qblock_has_min(pkv_type t);
+/* Quantize one block (32 or 256 elements) of a type of the list above
+ * (quant-rtn.c); false for other types. */
+bool pkv_quantize_block_int(pkv_type t, const float *x, uint8_t *b);
+
+/* The i-quant lookup tables (src/base/iq-grids.h) expanded to bytes: entry i of
+ * an 8-value grid is 8 bytes (little-endian in the uint64), of a 4-value grid 4
+ * bytes. ksigns[s] = s | parity(s) << 7: the sign byte of 7 stored sign bits
+ * (bit j set: value j negative), the eighth making the count of negatives even. */
+typedef struct pkv_iq_tables {
+    uint64_t iq2xxs[256], iq2xs[512], iq2s[1024]; /* magnitudes 8, 25, 43 */
+    uint32_t iq3xxs[256], iq3s[512];              /* magnitudes 4..62 / 1..15 */
+    uint64_t iq1s[2048];                          /* int8 values -1, 0, 1 */
+    uint8_t ksigns[128];
+} pkv_iq_tables;
+const pkv_iq_tables *pkv_iq_tables_get(void);
+/* The 16 non-linear levels of iq4_nl and iq4_xs. */
+extern const int8_t pkv_iq4nl_values[16];
 
 /* dst[0..n) = dequantized row; n a multiple of the type's block. Any weight type
  * (f32, f16, bf16, q*, mxfp4) is accepted. Returns PKV_ERR_UNSUPPORTED for others. */

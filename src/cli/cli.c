@@ -155,3 +155,18 @@ char *pkv_cli_read_text(const char *cmd, const char *path, size_t *len) {
     *len = n;
     return buf;
 }
+
+void pkv_cli_weight_types(const pkv_device *dev, uint64_t types, pkv_weight_speed speed, bool json, char *buf,
+                          size_t size) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int t = 0; t < PKV_TYPE_COUNT && t < 64; t++) {
+        const char *name = pkv_type_name((pkv_type)t);
+        if (!name || (types && !(types >> t & 1))) continue;
+        if (!types && (t == PKV_TYPE_I32 || t == PKV_TYPE_Q8_K)) continue; /* not weight types of GGUF files */
+        if (pkv_device_weight_speed(dev, (pkv_type)t) != speed) continue;
+        int w = snprintf(buf + n, size - n, json ? "%s\"%s\"" : "%s%s", n ? ", " : "", name);
+        if (w < 0 || (size_t)w >= size - n) break;
+        n += (size_t)w;
+    }
+}

@@ -67,6 +67,11 @@ double pkv_cli_kv_window_bytes_per_seq(const pkv_kv_cache *c);
 long long pkv_cli_kv_max_tokens(const pkv_kv_cache *c, double mem);
 /* "K q8_0 V f16 KV" or "q8_0 KV" for messages (static buffer). */
 const char *pkv_cli_kv_desc(const pkv_cli_model_opts *o);
+/* The names of the weight types among `types` (bit t for pkv_type t; all weight
+ * types when 0) that dev runs at speed `speed` (pkv_device_weight_speed), as
+ * "a, b" or, with json, "\"a\", \"b\"" into buf; buf is "" when there are none. */
+void pkv_cli_weight_types(const pkv_device *dev, uint64_t types, pkv_weight_speed speed, bool json, char *buf,
+                          size_t size);
 pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq);
 /* The same with an explicit page count (0 = n_seq sequences of the full context). */
 pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,

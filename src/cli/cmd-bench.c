@@ -464,6 +464,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
         double gflops = (2 * mat_params + attn) * s0.prefill_tok_s / 1e9;
         double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
         const double kv_tok = pkv_cli_kv_bytes_per_token(c);
+        char slow[512], slow_json[640];
+        pkv_cli_weight_types(pkv_model_device(m), info.weight_types, PKV_WEIGHT_SLOW, false, slow, sizeof slow);
+        pkv_cli_weight_types(pkv_model_device(m), info.weight_types, PKV_WEIGHT_SLOW, true, slow_json, sizeof slow_json);
         const long long kv_max = pkv_cli_kv_max_tokens(c, (double)mem_mib * 1048576.0);
         if (json) {
             printf("{\"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"kv_bytes_per_token\": %.0f, "
@@ -490,6 +493,7 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0, bwr.best_gbps,
                    (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.passes);
             printf(", \"device_description\": \"%s\"", pkv_device_get_caps(pkv_model_device(m))->description);
+            printf(", \"slow_weight_types\": [%s]", slow_json);
             if (n_nseq) {
                 printf(", \"batched_decode\": [");
                 for (int k = 0; k < n_nseq; k++)
@@ -501,6 +505,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
         } else {
             printf("model %s (%s %s) on %s, %d threads\n", o.model ? o.model : "builtin", info.arch, info.weight_type,
                    pkv_device_name(pkv_model_device(m)), threads);
+            if (slow[0])
+                printf("note: weight types on a slow fallback path on %s: %s (no kernel of their own there: "
+                       "blocks are decoded before the dot products)\n", pkv_device_name(pkv_model_device(m)), slow);
             printf("prefill %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_prefill, s0.prefill_tok_s, depth, sd.prefill_tok_s);
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
             if (on_device)

@@ -39,6 +39,13 @@ int pkv_cli_devices(int argc, char **argv) {
         static const char *kinds[] = {"cpu", "vulkan", "cuda", "test"};
         printf("%-10s %-8s %12llu  %s%s\n", c->name, kinds[c->kind], (unsigned long long)(c->memory_bytes >> 20),
                c->description, c->has_kernels ? "" : " (no kernels)");
+        if (c->has_kernels) {
+            char list[512];
+            pkv_cli_weight_types(d, 0, PKV_WEIGHT_SLOW, false, list, sizeof list);
+            if (list[0]) printf("%-10s   weight types on a slow fallback path: %s\n", "", list);
+            pkv_cli_weight_types(d, 0, PKV_WEIGHT_NONE, false, list, sizeof list);
+            if (list[0]) printf("%-10s   weight types not supported: %s\n", "", list);
+        }
         pkv_device_close(d);
     }
     if (why[0]) printf("note: %s\n", why);

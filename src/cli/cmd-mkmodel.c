@@ -65,15 +65,22 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35 --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35 --type TYPE\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
                    "                      -o FILE.gguf\n"
                    "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
-                   "q4_k_m: q4_k with q6_k for the output matrix and every other layer's attn_v and ffn_down.\n"
+                   "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m iq1_s iq1_m\n"
+                   "iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs tq1_0 tq2_0 mxfp4 (quantized by nearest\n"
+                   "rounding: valid blocks, less accurate than llama-quantize's for the 1-3 bit types).\n"
+                   "Mixtures as llama-quantize's _M files: q4_k_m: q4_k with q6_k for the output matrix and\n"
+                   "every other layer's attn_v and ffn_down; q3_k_m, q5_k_m, iq3_m (iq3_s), iq2_m (iq2_s), or\n"
+                   "any TYPE_m: TYPE with q6_k output, q4_k attn_v/ffn_down and q5_k attn_k on alternate layers\n"
+                   "(dims then multiples of 256).\n"
                    "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512;\n"
-                   "for k-quants (q4_k, q5_k, q6_k, q4_k_m) dim 256 and ffn 512 (rows are blocks of 256).\n"
+                   "for the types of 256-element blocks (k-quants, iq2/iq3/iq1, iq4_xs, tq1_0, tq2_0) dim 256\n"
+                   "and ffn 512.\n"
                    "The vocabulary's special tokens are <|begin_of_text|> 256 (BOS, added) and <|end_of_text|> 257.\n"
                    "Mixture of experts (--arch qwen3moe: qwen3 attention, experts in place of the FFN;\n"
                    "--arch gpt-oss: below):\n"
@@ -128,8 +135,16 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             if (!(p.arch = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--type")) {
             if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            if (!strcasecmp(v, "q4_k_m")) {
-                p.type = PKV_TYPE_Q4_K;
+            /* the mixtures: q4_k_m, q3_k_m, q5_k_m, iq3_m (iq3_s base), iq2_m (iq2_s base) */
+            const char *mix = !strcasecmp(v, "iq3_m") ? "iq3_s" : !strcasecmp(v, "iq2_m") ? "iq2_s" : NULL;
+            char base[16];
+            size_t vl = strlen(v);
+            if (!mix && vl > 2 && vl < sizeof base && !strcasecmp(v + vl - 2, "_m") && strcasecmp(v, "iq1_m")) {
+                memcpy(base, v, vl - 2);
+                base[vl - 2] = 0;
+                mix = base;
+            }
+            if (mix && !pkv_type_from_name(mix, &p.type)) {
                 p.k_mixture = true;
             } else if (pkv_type_from_name(v, &p.type)) {
                 fprintf(stderr, "pagekv mkmodel: unknown type '%s'\n", v);

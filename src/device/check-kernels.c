@@ -8,7 +8,8 @@
  *
  *   matmul f32/f16/bf16            1e-9   f32 sums in another order
  *   matmul q8_0, q4_0, k-quants,   1e-4   devices may round activations to 8 bits
- *          mxfp4
+ *          mxfp4, q4_1, q5_0, q5_1,
+ *          i-quants, tq1_0, tq2_0
  *   (matmul errors are normalized by the squared sums of |w*x| terms, not of the
  *   outputs: a dot product whose terms cancel has a tiny result but the same
  *   absolute rounding error, and must not fail for that)
@@ -1188,8 +1189,12 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     k.user = user;
     k.rng = p.seed ? p.seed : 0x5eed5eedull;
     bool was_raw = pkv_device_set_raw(dev, true); /* results are read back through the device's own primitives */
-    static const pkv_type wtypes[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
-                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K, PKV_TYPE_MXFP4};
+    static const pkv_type wtypes[] = {
+        PKV_TYPE_F32,    PKV_TYPE_F16,    PKV_TYPE_BF16,    PKV_TYPE_Q8_0,   PKV_TYPE_Q4_0,   PKV_TYPE_Q4_1,
+        PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,    PKV_TYPE_Q3_K,   PKV_TYPE_Q4_K,   PKV_TYPE_Q5_K,
+        PKV_TYPE_Q6_K,   PKV_TYPE_MXFP4,  PKV_TYPE_IQ4_NL,  PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_XXS, PKV_TYPE_IQ3_S,
+        PKV_TYPE_IQ2_XXS, PKV_TYPE_IQ2_XS, PKV_TYPE_IQ2_S,  PKV_TYPE_IQ1_S,  PKV_TYPE_IQ1_M,  PKV_TYPE_TQ1_0,
+        PKV_TYPE_TQ2_0};
     pkv_status s = PKV_OK;
     for (size_t i = 0; i < PKV_ARRAY_LEN(wtypes) && !s; i++) {
         if (!pkv_device_supports_weight(dev, wtypes[i])) {

@@ -308,6 +308,9 @@ typedef struct pkv_k_unary_args {
 typedef struct pkv_kernel_ops {
     /* Which weight types matmul/get_rows accept; NULL = all of the reference's. */
     bool (*supports_type)(void *ctx, pkv_type t);
+    /* How matmuls with weights of type t run (pkv_device_weight_speed); NULL:
+     * PKV_WEIGHT_FAST for every supported type. */
+    pkv_weight_speed (*weight_speed)(void *ctx, pkv_type t);
     pkv_status (*matmul)(void *ctx, const pkv_k_matmul_args *a);
     pkv_status (*get_rows)(void *ctx, const pkv_k_get_rows_args *a);
     pkv_status (*rms_norm)(void *ctx, const pkv_k_rms_norm_args *a);

@@ -58,6 +58,12 @@ bool pkv_device_supports_weight(const pkv_device *dev, pkv_type t) {
     return ko->supports_type ? ko->supports_type(dev->ctx, t) : true;
 }
 
+pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t) {
+    if (!dev || !pkv_device_supports_weight(dev, t)) return PKV_WEIGHT_NONE;
+    const pkv_kernel_ops *ko = KOPS(dev);
+    return ko->weight_speed ? ko->weight_speed(dev->ctx, t) : PKV_WEIGHT_FAST;
+}
+
 static pkv_status weight_type(const kctx *k, pkv_type t, int64_t cols) {
     if (!pkv_device_supports_weight(k->dev, t))
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: weight type %s is not supported on this device",

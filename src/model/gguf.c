@@ -68,6 +68,7 @@ static const char *const k_ggml_names[] = {
     "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
     "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64", "iq1_m",
     "bf16", NULL, NULL, NULL, "tq1_0", "tq2_0", NULL, NULL, NULL, "mxfp4",
+    "nvfp4", "q1_0", "q2_0",
 };
 
 static const char *k_type_names[PKV_GGUF_TYPE_COUNT] = {
@@ -425,7 +426,8 @@ static pkv_status parse_tensor_info(pkv_gguf *g, cursor *c, size_t i) {
         const char *gn = type < PKV_ARRAY_LEN(k_ggml_names) ? k_ggml_names[type] : NULL;
         return gerr(g, PKV_ERR_FORMAT,
                     "%s: unknown or unsupported tensor type %u%s%s%s (this build reads f32, f16, "
-                    "bf16, i32, q4_0, q8_0, q4_k, q5_k, q6_k, q8_k, mxfp4)",
+                    "bf16, i32, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k..q8_k, iq1_s, iq1_m, iq2_xxs, "
+                    "iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl, iq4_xs, tq1_0, tq2_0, mxfp4)",
                     c->ctx, type, gn ? " (ggml " : "", gn ? gn : "", gn ? ")" : "");
     }
     t->type = (pkv_type)type;

@@ -217,15 +217,53 @@ static pkv_status add3(gen *G, const char *name, pkv_type type, int64_t cols, in
     return pkv_gguf_writer_add_tensor(G->w, name, type, 3, ne, G->q, row * (size_t)(rows * n));
 }
 
-/* The type of a matrix: p->type, or for the "Q4_K_M"-style mixture (k_mixture
- * with type q4_k) q6_k for the output matrix and for attn_v and ffn_down of every
- * other layer, as published Q4_K_M files mix them (llama.cpp's exact layer choice
- * differs; the point is a file with both types). */
+/* The type of a matrix: p->type, or in a mixture (k_mixture) like the ones
+ * llama-quantize writes (Q4_K_M, Q3_K_M, IQ3_M, ...): q6_k for the output
+ * matrix; for attn_v and ffn_down of every other layer q6_k when the base type
+ * is q4_k (as published Q4_K_M files), else q4_k; with other base types also
+ * q5_k for attn_k of the odd layers, so that one file holds four or five types.
+ * (llama.cpp's exact per-layer choice differs; the point is files of several
+ * types.) */
 static pkv_type mtype(const pkv_mkmodel_params *p, const char *what, int layer) {
     if (!p->k_mixture) return p->type;
     if (!strcmp(what, "output")) return PKV_TYPE_Q6_K;
-    if ((!strcmp(what, "attn_v") || !strcmp(what, "ffn_down")) && layer % 2 == 0) return PKV_TYPE_Q6_K;
+    const bool q4 = p->type == PKV_TYPE_Q4_K;
+    if ((!strcmp(what, "attn_v") || !strcmp(what, "ffn_down")) && layer % 2 == 0) return q4 ? PKV_TYPE_Q6_K : PKV_TYPE_Q4_K;
+    if (!q4 && !strcmp(what, "attn_k") && layer % 2 == 1) return PKV_TYPE_Q5_K;
     return p->type;
+}
+
+/* general.file_type: llama.cpp's file-type id of a file mostly of type t
+ * (the k-quants as their _S or _M mixes: 15 = Q4_K_M for the q4_k mixture). */
+static uint32_t llama_ftype(pkv_type t, bool k_mixture) {
+    switch (t) {
+    case PKV_TYPE_F32: return 0;
+    case PKV_TYPE_F16: return 1;
+    case PKV_TYPE_Q4_0: return 2;
+    case PKV_TYPE_Q4_1: return 3;
+    case PKV_TYPE_Q8_0: return 7;
+    case PKV_TYPE_Q5_0: return 8;
+    case PKV_TYPE_Q5_1: return 9;
+    case PKV_TYPE_Q2_K: return 10;
+    case PKV_TYPE_Q3_K: return k_mixture ? 12 : 11; /* Q3_K_M, Q3_K_S */
+    case PKV_TYPE_Q4_K: return k_mixture ? 15 : 14;
+    case PKV_TYPE_Q5_K: return 17;
+    case PKV_TYPE_Q6_K: return 18;
+    case PKV_TYPE_IQ2_XXS: return 19;
+    case PKV_TYPE_IQ2_XS: return 20;
+    case PKV_TYPE_IQ3_XXS: return 23;
+    case PKV_TYPE_IQ1_S: return 24;
+    case PKV_TYPE_IQ4_NL: return 25;
+    case PKV_TYPE_IQ3_S: return k_mixture ? 27 : 26; /* IQ3_M, IQ3_S */
+    case PKV_TYPE_IQ2_S: return k_mixture ? 29 : 28; /* IQ2_M, IQ2_S */
+    case PKV_TYPE_IQ4_XS: return 30;
+    case PKV_TYPE_IQ1_M: return 31;
+    case PKV_TYPE_BF16: return 32;
+    case PKV_TYPE_TQ1_0: return 36;
+    case PKV_TYPE_TQ2_0: return 37;
+    case PKV_TYPE_MXFP4: return 38; /* MXFP4_MOE */
+    default: return 1024;           /* LLAMA_FTYPE_GUESSED */
+    }
 }
 
 static pkv_status validate(pkv_mkmodel_params *p) {
@@ -326,10 +364,10 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (p->n_vocab < (p->no_vocab ? 2 : 300) || p->n_vocab > (1 << 20))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: vocabulary of %d tokens: need %d to %d", p->n_vocab, p->no_vocab ? 2 : 300,
                        1 << 20);
-    if (p->k_mixture && p->type != PKV_TYPE_Q4_K)
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: the k-quant mixture is made of q4_k and q6_k (type q4_k), not %s",
+    if (p->k_mixture && pkv_type_block_elems(p->type) <= 1)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a mixture is of a quantized base type with k-quants, not %s",
                        pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
-    size_t blk = pkv_type_block_elems(p->type);
+    size_t blk = p->k_mixture ? 256 : pkv_type_block_elems(p->type);
     if (!blk || p->type == PKV_TYPE_I32 || p->type == PKV_TYPE_Q8_K)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: weight type %s is not supported", pkv_type_name(p->type) ? pkv_type_name(p->type) : "?");
     int64_t cols[4] = {p->n_embd, (int64_t)p->n_head * p->head_dim, p->n_ff, (int64_t)p->ssm_v_heads * p->ssm_head_dim};
@@ -473,10 +511,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(pkv_gguf_writer_add_str(G.w, "general.name", "pagekv random test model"));
     /* general.file_type uses llama.cpp's file-type ids, not tensor types: only
      * the ones this writer can make */
-    uint32_t ftype = p.type == PKV_TYPE_F32 ? 0 : p.type == PKV_TYPE_F16 ? 1 : p.type == PKV_TYPE_Q4_0 ? 2 : p.type == PKV_TYPE_Q8_0 ? 7
-                   : p.type == PKV_TYPE_BF16 ? 32 : p.type == PKV_TYPE_Q6_K ? 18 : p.type == PKV_TYPE_Q5_K ? 17
-                   : p.type == PKV_TYPE_MXFP4 ? 38 /* MXFP4_MOE */
-                   : p.k_mixture ? 15 : 14; /* q4_k: 14 = Q4_K_S, 15 = Q4_K_M */
+    uint32_t ftype = llama_ftype(p.type, p.k_mixture);
     TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", ftype));
     TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)(p.n_layer + p.n_mtp)));
     if (p.n_mtp) TRY(pkv_gguf_writer_add_u32(G.w, KEY("nextn_predict_layers"), (uint32_t)p.n_mtp));
@@ -672,7 +707,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
             T("attn_qkv.weight", p.type, E, qd + 2 * kd, 0.0, lin_e);
         } else {
             T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
-            T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
+            T("attn_k.weight", mtype(&p, "attn_k", l), E, kd, 0.0, lin_e);
             T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
         }
         if (!strcmp(a, "qwen2") || oss) {

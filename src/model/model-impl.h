@@ -168,6 +168,7 @@ struct pkv_model {
     pkv_weight output;      /* [n_vocab][n_embd]; same buffer as tok_embd when tied */
     bool tied;
     pkv_type main_type;     /* the most common matrix type, for display */
+    uint64_t weight_types;  /* bit t: some matrix on a device has type t */
     pkv_tokenizer *tok;
     pkv_device *dev;        /* devs[0]: embeddings, norms, output, the residual stream */
     int n_dev;              /* devices the heads and FFN rows are split over (1 = no split) */

@@ -968,8 +968,10 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     }
     if ((s = load_layers(&L))) goto fail;
     int best = 0;
-    for (int t = 0; t < PKV_TYPE_COUNT; t++)
+    for (int t = 0; t < PKV_TYPE_COUNT; t++) {
         if (L.type_count[t] > L.type_count[best]) best = t;
+        if (L.type_count[t]) m->weight_types |= 1ull << t;
+    }
     m->main_type = (pkv_type)best;
     m->fingerprint = fingerprint(g, &m->hp);
     pkv_free(n_head);
@@ -1028,6 +1030,7 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->n_vocab = m->hp.n_vocab;
     info->n_ctx_train = m->hp.n_ctx_train;
     info->weight_type = pkv_type_name(m->main_type);
+    info->weight_types = m->weight_types;
     info->weight_bytes = m->weight_bytes;
     {
         size_t embd = pkv_buffer_size(m->tok_embd.buf), row = pkv_type_row_bytes(m->tok_embd.type, (size_t)m->hp.n_embd);

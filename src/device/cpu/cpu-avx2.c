@@ -159,7 +159,6 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #undef QB_NXMAX
 #undef QB_T
 #undef QB_DOT_U8
-#undef QB_NAME
 
 
 /* pkv_cpu_quantize_q8a vectorized, with the same float operations: amax, d =
@@ -213,6 +212,9 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q5_k = a_q5_k,
     .q6_k = a_q6_k,
     .mxfp4 = a_mxfp4,
+    .more = QB_MORE_TABLE,
+    .slow = QB_MORE_SLOW,
     .q8a = a_q8a,
 };
+#undef QB_NAME
 #endif

@@ -149,7 +149,6 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #undef QB_NXMAX
 #undef QB_T
 #undef QB_DOT_U8
-#undef QB_NAME
 
 /* lo in lanes 0..7, hi in 8..15 (AVX512F only, no DQ) */
 V static inline __m512 halves(__m256 lo, __m256 hi) {
@@ -223,5 +222,8 @@ const pkv_cpu_dots pkv_cpu_dots_vnni = {
     .q5_k = v_q5_k,
     .q6_k = v_q6_k,
     .mxfp4 = v_mxfp4,
+    .more = QB_MORE_TABLE,
+    .slow = QB_MORE_SLOW,
 };
+#undef QB_NAME
 #endif

@@ -179,6 +179,58 @@ static float g1_q6_k(const uint8_t *w, const pkv_q8a *x, int64_t nb) {
     return s;
 }
 
+/* The types with an integer form (quant.h, pkv_qblock): each block decoded once
+ * per call and row group, then per 32 elements (one activation block) and row
+ * sum over each 16 of (d*q + m) * dx*qx = dx * (d * sum(q*qx) + m * sum(qx)). */
+static void g_dec(pkv_type t, const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
+    const pkv_qblock_fn dec = pkv_qblock_decoder(t);
+    const bool has_min = pkv_qblock_has_min(t);
+    const size_t bb = pkv_type_block_bytes(t);
+    const int nsub = (int)pkv_type_block_elems(t) / 32;
+    float acc[PKV_QDOT_NX] = {0};
+    pkv_qblock o;
+    for (int64_t b = 0; b < nb; b++) {
+        dec(w + (size_t)b * bb, &o);
+        for (int j = 0; j < nsub; j++) {
+            const int8_t *q = o.q + 32 * j;
+            for (int r = 0; r < nx; r++) {
+                const pkv_q8a *xb = x + r * xs + b * nsub + j;
+                int s0 = 0, s1 = 0;
+                for (int l = 0; l < 16; l++) {
+                    s0 += q[l] * xb->qs[l];
+                    s1 += q[l + 16] * xb->qs[l + 16];
+                }
+                float v = o.d[2 * j] * (float)s0 + o.d[2 * j + 1] * (float)s1;
+                if (has_min) v += o.m[2 * j] * (float)xb->s[0] + o.m[2 * j + 1] * (float)xb->s[1];
+                acc[r] += xb->d * v;
+            }
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = acc[r];
+}
+
+#define DEC(n, T)                                                                                   \
+    static void gd_##n(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) { \
+        g_dec(T, w, x, xs, nb, nx, out);                                                            \
+    }
+DEC(q4_1, PKV_TYPE_Q4_1)
+DEC(q5_0, PKV_TYPE_Q5_0)
+DEC(q5_1, PKV_TYPE_Q5_1)
+DEC(q2_k, PKV_TYPE_Q2_K)
+DEC(q3_k, PKV_TYPE_Q3_K)
+DEC(iq2_xxs, PKV_TYPE_IQ2_XXS)
+DEC(iq2_xs, PKV_TYPE_IQ2_XS)
+DEC(iq2_s, PKV_TYPE_IQ2_S)
+DEC(iq3_xxs, PKV_TYPE_IQ3_XXS)
+DEC(iq3_s, PKV_TYPE_IQ3_S)
+DEC(iq1_s, PKV_TYPE_IQ1_S)
+DEC(iq1_m, PKV_TYPE_IQ1_M)
+DEC(iq4_nl, PKV_TYPE_IQ4_NL)
+DEC(iq4_xs, PKV_TYPE_IQ4_XS)
+DEC(tq1_0, PKV_TYPE_TQ1_0)
+DEC(tq2_0, PKV_TYPE_TQ2_0)
+#undef DEC
+
 #define MULTI(n)                                                                               \
     static void g_##n(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) { \
         for (int r = 0; r < nx; r++) out[r] = g1_##n(w, x + r * xs, nb);                             \
@@ -212,5 +264,12 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
     .q5_k = g_q5_k,
     .q6_k = g_q6_k,
     .mxfp4 = g_mxfp4,
+    .more = {[PKV_TYPE_Q4_1] = gd_q4_1,       [PKV_TYPE_Q5_0] = gd_q5_0,       [PKV_TYPE_Q5_1] = gd_q5_1,
+             [PKV_TYPE_Q2_K] = gd_q2_k,       [PKV_TYPE_Q3_K] = gd_q3_k,       [PKV_TYPE_IQ2_XXS] = gd_iq2_xxs,
+             [PKV_TYPE_IQ2_XS] = gd_iq2_xs,   [PKV_TYPE_IQ2_S] = gd_iq2_s,     [PKV_TYPE_IQ3_XXS] = gd_iq3_xxs,
+             [PKV_TYPE_IQ3_S] = gd_iq3_s,     [PKV_TYPE_IQ1_S] = gd_iq1_s,     [PKV_TYPE_IQ1_M] = gd_iq1_m,
+             [PKV_TYPE_IQ4_NL] = gd_iq4_nl,   [PKV_TYPE_IQ4_XS] = gd_iq4_xs,   [PKV_TYPE_TQ1_0] = gd_tq1_0,
+             [PKV_TYPE_TQ2_0] = gd_tq2_0},
+    .slow = PKV_QDOT_MORE_TYPES,
     .q8a = pkv_cpu_quantize_q8a,
 };

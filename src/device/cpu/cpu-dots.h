@@ -37,6 +37,16 @@ typedef struct pkv_q8z {
     float d[16];
 } pkv_q8z;
 
+/* The types of pkv_cpu_dots.more, as a bit mask (bit t for type t). */
+#define PKV_QDOT_BIT(t) (1ull << (t))
+#define PKV_QDOT_MORE_TYPES                                                                                     \
+    (PKV_QDOT_BIT(PKV_TYPE_Q4_1) | PKV_QDOT_BIT(PKV_TYPE_Q5_0) | PKV_QDOT_BIT(PKV_TYPE_Q5_1) |                   \
+     PKV_QDOT_BIT(PKV_TYPE_Q2_K) | PKV_QDOT_BIT(PKV_TYPE_Q3_K) | PKV_QDOT_BIT(PKV_TYPE_IQ2_XXS) |                \
+     PKV_QDOT_BIT(PKV_TYPE_IQ2_XS) | PKV_QDOT_BIT(PKV_TYPE_IQ2_S) | PKV_QDOT_BIT(PKV_TYPE_IQ3_XXS) |             \
+     PKV_QDOT_BIT(PKV_TYPE_IQ3_S) | PKV_QDOT_BIT(PKV_TYPE_IQ1_S) | PKV_QDOT_BIT(PKV_TYPE_IQ1_M) |                \
+     PKV_QDOT_BIT(PKV_TYPE_IQ4_NL) | PKV_QDOT_BIT(PKV_TYPE_IQ4_XS) | PKV_QDOT_BIT(PKV_TYPE_TQ1_0) |              \
+     PKV_QDOT_BIT(PKV_TYPE_TQ2_0))
+
 typedef struct pkv_cpu_dots {
     const char *name; /* "generic", "avx2", "avx512" */
     /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
@@ -61,6 +71,14 @@ typedef struct pkv_cpu_dots {
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4;
+    /* The types with an integer form (quant.h, pkv_qblock: q4_1 .. tq2_0),
+     * indexed by type; NULL: use the AVX2 one. */
+    pkv_qdot_fn more[PKV_TYPE_COUNT];
+    /* Bit t set: more[t] on this path is the fallback that decodes each block
+     * to its integer form in plain C before the dots (the generic path's only
+     * way; on AVX2/AVX-512 the dots themselves are vectorized), not a kernel
+     * written for the type. Reported by pagekv devices and bench model. */
+    uint64_t slow;
     /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
      * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
      * then one fixed reduction; nx 1..PKV_QDOT_NX. Used for decode and prefill alike where present.

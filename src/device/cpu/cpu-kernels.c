@@ -73,6 +73,8 @@ static void avx512_init(void) {
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
         TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
+        for (int t = 0; t < PKV_TYPE_COUNT; t++) TAKE(more[t]);
+        g_avx512_full.slow = x->slow;
     }
 #undef TAKE
 }
@@ -128,7 +130,7 @@ static pkv_qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
     case PKV_TYPE_Q5_K: return d->q5_k;
     case PKV_TYPE_Q6_K: return d->q6_k;
     case PKV_TYPE_MXFP4: return d->mxfp4;
-    default: return NULL;
+    default: return (int)t >= 0 && t < PKV_TYPE_COUNT ? d->more[t] : NULL;
     }
 }
 
@@ -158,8 +160,16 @@ static bool supports_type(void *ctx, pkv_type t) {
     case PKV_TYPE_Q5_K:
     case PKV_TYPE_Q6_K:
     case PKV_TYPE_MXFP4: return true;
-    default: return false;
+    default: return pkv_qblock_decoder(t) != NULL;
     }
+}
+
+/* Matmuls with weights of type t on the path the next call takes: slow where
+ * the type has no dot kernel of its own there (cpu-dots.h, slow). */
+static pkv_weight_speed weight_speed(void *ctx, pkv_type t) {
+    if (!supports_type(ctx, t)) return PKV_WEIGHT_NONE;
+    const pkv_cpu_dots *d = dots_select();
+    return (int)t < 64 && (d->slow >> t & 1) ? PKV_WEIGHT_SLOW : PKV_WEIGHT_FAST;
 }
 
 #define TRY(x)                                                                             \
@@ -1392,6 +1402,7 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
 
 const pkv_kernel_ops pkv_cpu_kernel_ops = {
     .supports_type = supports_type,
+    .weight_speed = weight_speed,
     .matmul = cpu_matmul,
     .get_rows = cpu_get_rows,
     .rms_norm = cpu_rms_norm,

@@ -265,5 +265,289 @@ QB_T void QB_NAME(mxfp4)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t
     for (; r < nx; r++) QB_NAME(mxfp4_body)(w, x + r * xs, xs, nb, 1, out + r);
 }
 
+/* ------------------------------------------------------------------------
+ * The types with an integer form (quant.h, pkv_qblock). Each activation block
+ * of 32 meets 32 weight values whose first and second 16 may have different
+ * scales: the byte dot's lanes 0-3 sum elements 0-15 and lanes 4-7 elements
+ * 16-31, so one vector of the two scales (times the activation's d) weights
+ * them. */
+
+/* 32 bits as 32 byte masks: byte i is 0xff if bit i of v is set. */
+QB_AI __m256i QB_NAME(bits32)(uint32_t v) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                          3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf), bit), bit);
+}
+
+QB_AI __m256 QB_NAME(two_scales)(float s0, float s1) { return _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)); }
+
+/* Any such type: each block decoded to its integer form in plain C (once per
+ * row group), the dots vectorized. The fallback for the types without a
+ * kernel of their own below. */
+QB_AI void QB_NAME(dec_body)(pkv_qblock_fn dec, int nsub, size_t bb, bool has_min, const uint8_t *w, const pkv_q8a *x,
+                             int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    float corr[QB_NXMAX];
+    for (int r = 0; r < NX; r++) {
+        acc[r] = _mm256_setzero_ps();
+        corr[r] = 0;
+    }
+    pkv_qblock o;
+    for (int64_t b = 0; b < nb; b++, w += bb) {
+        dec(w, &o);
+        for (int j = 0; j < nsub; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(o.q + 32 * j)), aq = _mm256_sign_epi8(q, q);
+            const __m256 dv = QB_NAME(two_scales)(o.d[2 * j], o.d[2 * j + 1]);
+            for (int r = 0; r < NX; r++) {
+                const pkv_q8a *xb = x + r * xs + b * nsub + j;
+                const __m256i p = QB_DOT_U8(aq, _mm256_sign_epi8(QB_XQS(xb), q));
+                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+                if (has_min) corr[r] += xb->d * (o.m[2 * j] * (float)xb->s[0] + o.m[2 * j + 1] * (float)xb->s[1]);
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) + corr[r];
+}
+
+/* q5_0: the nibbles as q4_0, the fifth bits from the 32-bit mask; the byte dot
+ * takes the unsigned 0..31 and the -16 comes off in integers (16 * sum(qx)). */
+QB_AI void QB_NAME(q5_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m256i b4 = _mm256_set1_epi8(16);
+    for (int64_t b = 0; b < nb; b++, w += 22) {
+        uint32_t qh;
+        memcpy(&qh, w + 2, 4);
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(w + 6));
+        __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+        q = _mm256_or_si256(q, _mm256_and_si256(QB_NAME(bits32)(qh), b4));
+        const float dw = QB_NAME(half)(w);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8a *xb = x + r * xs + b;
+            __m256i p = QB_DOT_U8(q, QB_XQS(xb));
+            p = _mm256_sub_epi32(p, _mm256_setr_epi32(16 * (xb->s[0] + xb->s[1]), 0, 0, 0, 0, 0, 0, 0));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+/* iq4_nl / iq4_xs: a table shuffle turns the nibbles into the 16 signed levels
+ * (as mxfp4); the sign moves onto the activation for the unsigned byte dot. */
+QB_AI __m256i QB_NAME(iq4_levels)(const uint8_t *qs) {
+    const __m128i tbl = _mm_loadu_si128((const __m128i *)(const void *)pkv_iq4nl_values), m4 = _mm_set1_epi8(15);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_set_m128i(_mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(raw, 4), m4)),
+                            _mm_shuffle_epi8(tbl, _mm_and_si128(raw, m4)));
+}
+
+QB_AI void QB_NAME(iq4_nl_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, w += 18) {
+        const __m256i q = QB_NAME(iq4_levels)(w + 2), aq = _mm256_sign_epi8(q, q);
+        const float dw = QB_NAME(half)(w);
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8a *xb = x + r * xs + b;
+            const __m256i p = QB_DOT_U8(aq, _mm256_sign_epi8(QB_XQS(xb), q));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+QB_AI void QB_NAME(iq4_xs_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, w += 136) {
+        const float d = QB_NAME(half)(w);
+        const unsigned sh = (unsigned)(w[2] | w[3] << 8);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (int)(((w[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((sh >> (2 * ib)) & 3) << 4);
+            const float dl = d * (float)(ls - 32);
+            const __m256i q = QB_NAME(iq4_levels)(w + 8 + 16 * ib), aq = _mm256_sign_epi8(q, q);
+            for (int r = 0; r < NX; r++) {
+                const pkv_q8a *xb = x + r * xs + 8 * b + ib;
+                const __m256i p = QB_DOT_U8(aq, _mm256_sign_epi8(QB_XQS(xb), q));
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dl * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+/* q2_k: element 128h + 32j + l is 2 bits of byte 32h + l, so activation block
+ * 4h + j is one shift and mask of a 32-byte load; scales and mins per 16. */
+QB_AI void QB_NAME(q2_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    float corr[QB_NXMAX];
+    for (int r = 0; r < NX; r++) {
+        acc[r] = _mm256_setzero_ps();
+        corr[r] = 0;
+    }
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int64_t b = 0; b < nb; b++, w += 84) {
+        const float d = QB_NAME(half)(w + 80), dmin = QB_NAME(half)(w + 82);
+        float dsc[16], dmn[16];
+        for (int g = 0; g < 16; g++) {
+            dsc[g] = d * (float)(w[g] & 15);
+            dmn[g] = dmin * (float)(w[g] >> 4);
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const int sb = 4 * h + j;
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                const __m256 dv = QB_NAME(two_scales)(dsc[2 * sb], dsc[2 * sb + 1]);
+                for (int r = 0; r < NX; r++) {
+                    const pkv_q8a *xb = x + r * xs + 8 * b + sb;
+                    const __m256i p = QB_DOT_U8(q, QB_XQS(xb));
+                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+                    corr[r] += xb->d * (dmn[2 * sb] * (float)xb->s[0] + dmn[2 * sb + 1] * (float)xb->s[1]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
+}
+
+/* q3_k: as q2_k plus the high bit (hmask[l] bit 4h + j) to an unsigned 0..7;
+ * the -4 comes off in integers per 16 (lane 0 and lane 4), the 6-bit scales are
+ * unpacked once per block. */
+QB_AI void QB_NAME(q3_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++, w += 110) {
+        const float d = QB_NAME(half)(w + 108);
+        const uint8_t *sc = w + 96;
+        float dsc[16];
+        for (int g = 0; g < 16; g++) {
+            const int s = ((sc[g % 8] >> (4 * (g / 8))) & 15) | ((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4;
+            dsc[g] = d * (float)(s - 32);
+        }
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)w);
+        for (int h = 0; h < 2; h++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 32 + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const int sb = 4 * h + j;
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
+                const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+                const __m256 dv = QB_NAME(two_scales)(dsc[2 * sb], dsc[2 * sb + 1]);
+                for (int r = 0; r < NX; r++) {
+                    const pkv_q8a *xb = x + r * xs + 8 * b + sb;
+                    __m256i p = QB_DOT_U8(u, QB_XQS(xb));
+                    p = _mm256_sub_epi32(p, _mm256_setr_epi32(4 * xb->s[0], 0, 0, 0, 4 * xb->s[1], 0, 0, 0));
+                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+/* iq3_s: per 32 elements eight 9-bit grid indices gathered as 4-byte entries
+ * (the magnitudes, unsigned), 32 sign bits as +-1 bytes applied to the
+ * activation, one scale. */
+QB_AI void QB_NAME(iq3_s_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    const int *grid = (const int *)(const void *)pkv_iq_tables_get()->iq3s;
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one32 = _mm256_set1_epi32(1), one8 = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++, w += 110) {
+        const float d = QB_NAME(half)(w);
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 2 + 8 * ib)));
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w[66 + ib]), shifts), one32);
+            const __m256i mag = _mm256_i32gather_epi32(grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), 4);
+            uint32_t sb;
+            memcpy(&sb, w + 74 + 4 * ib, 4);
+            const __m256i sgn = _mm256_or_si256(QB_NAME(bits32)(sb), one8); /* -1 or +1 */
+            const float db = d * (float)(1 + 2 * ((w[106 + ib / 2] >> (4 * (ib % 2))) & 15));
+            for (int r = 0; r < NX; r++) {
+                const pkv_q8a *xb = x + r * xs + 8 * b + ib;
+                const __m256i p = QB_DOT_U8(mag, _mm256_sign_epi8(QB_XQS(xb), sgn));
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(db * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+#if QB_NXMAX >= 8
+#define QB_GROUPS(call)                                                                            \
+    int r = 0;                                                                                     \
+    for (; r + 8 <= nx; r += 8) call(8);                                                           \
+    for (; r + 4 <= nx; r += 4) call(4);                                                           \
+    for (; r < nx; r++) call(1);
+#else
+#define QB_GROUPS(call)                                                                            \
+    int r = 0;                                                                                     \
+    for (; r + 4 <= nx; r += 4) call(4);                                                           \
+    for (; r < nx; r++) call(1);
+#endif
+
+#define QB_OWN(n)                                                                                       \
+    QB_T void QB_NAME(n)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) { \
+        QB_GROUPS(QB_CALL_##n)                                                                         \
+    }
+#define QB_CALL_OWN(n, K) QB_NAME(n##_body)(w, x + r * xs, xs, nb, K, out + r)
+#define QB_CALL_q5_0(K) QB_CALL_OWN(q5_0, K)
+#define QB_CALL_iq4_nl(K) QB_CALL_OWN(iq4_nl, K)
+#define QB_CALL_iq4_xs(K) QB_CALL_OWN(iq4_xs, K)
+#define QB_CALL_q2_k(K) QB_CALL_OWN(q2_k, K)
+#define QB_CALL_q3_k(K) QB_CALL_OWN(q3_k, K)
+#define QB_CALL_iq3_s(K) QB_CALL_OWN(iq3_s, K)
+QB_OWN(q5_0)
+QB_OWN(iq4_nl)
+QB_OWN(iq4_xs)
+QB_OWN(q2_k)
+QB_OWN(q3_k)
+QB_OWN(iq3_s)
+
+#define QB_DEC(n, T)                                                                                        \
+    QB_T void QB_NAME(dec_##n)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) { \
+        const pkv_qblock_fn dec = pkv_qblock_decoder(T);                                                    \
+        const int ns = (int)pkv_type_block_elems(T) / 32;                                                   \
+        const size_t bb = pkv_type_block_bytes(T);                                                          \
+        const bool hm = pkv_qblock_has_min(T);                                                              \
+        QB_GROUPS(QB_CALL_DEC)                                                                              \
+    }
+#define QB_CALL_DEC(K) QB_NAME(dec_body)(dec, ns, bb, hm, w, x + r * xs, xs, nb, K, out + r)
+QB_DEC(q4_1, PKV_TYPE_Q4_1)
+QB_DEC(q5_1, PKV_TYPE_Q5_1)
+QB_DEC(iq2_xxs, PKV_TYPE_IQ2_XXS)
+QB_DEC(iq2_xs, PKV_TYPE_IQ2_XS)
+QB_DEC(iq2_s, PKV_TYPE_IQ2_S)
+QB_DEC(iq3_xxs, PKV_TYPE_IQ3_XXS)
+QB_DEC(iq1_s, PKV_TYPE_IQ1_S)
+QB_DEC(iq1_m, PKV_TYPE_IQ1_M)
+QB_DEC(tq1_0, PKV_TYPE_TQ1_0)
+QB_DEC(tq2_0, PKV_TYPE_TQ2_0)
+
+/* The table entries of pkv_cpu_dots.more for this path, and which are the
+ * block-decoding fallback. */
+#define QB_MORE_TABLE                                                                                   \
+    {[PKV_TYPE_Q4_1] = QB_NAME(dec_q4_1),       [PKV_TYPE_Q5_0] = QB_NAME(q5_0),                          \
+     [PKV_TYPE_Q5_1] = QB_NAME(dec_q5_1),       [PKV_TYPE_Q2_K] = QB_NAME(q2_k),                          \
+     [PKV_TYPE_Q3_K] = QB_NAME(q3_k),           [PKV_TYPE_IQ2_XXS] = QB_NAME(dec_iq2_xxs),                \
+     [PKV_TYPE_IQ2_XS] = QB_NAME(dec_iq2_xs),   [PKV_TYPE_IQ2_S] = QB_NAME(dec_iq2_s),                    \
+     [PKV_TYPE_IQ3_XXS] = QB_NAME(dec_iq3_xxs), [PKV_TYPE_IQ3_S] = QB_NAME(iq3_s),                        \
+     [PKV_TYPE_IQ1_S] = QB_NAME(dec_iq1_s),     [PKV_TYPE_IQ1_M] = QB_NAME(dec_iq1_m),                    \
+     [PKV_TYPE_IQ4_NL] = QB_NAME(iq4_nl),       [PKV_TYPE_IQ4_XS] = QB_NAME(iq4_xs),                      \
+     [PKV_TYPE_TQ1_0] = QB_NAME(dec_tq1_0),     [PKV_TYPE_TQ2_0] = QB_NAME(dec_tq2_0)}
+#define QB_MORE_SLOW                                                                                    \
+    (PKV_QDOT_MORE_TYPES & ~(PKV_QDOT_BIT(PKV_TYPE_Q5_0) | PKV_QDOT_BIT(PKV_TYPE_Q2_K) |                   \
+                             PKV_QDOT_BIT(PKV_TYPE_Q3_K) | PKV_QDOT_BIT(PKV_TYPE_IQ3_S) |                  \
+                             PKV_QDOT_BIT(PKV_TYPE_IQ4_NL) | PKV_QDOT_BIT(PKV_TYPE_IQ4_XS)))
+
+#undef QB_GROUPS
+#undef QB_OWN
+#undef QB_DEC
+#undef QB_CALL_DEC
+#undef QB_CALL_OWN
 #undef QB_AI
 #undef QB_XQS

@@ -30,6 +30,9 @@ typedef enum pkv_vk_kernel {
     PKV_VK_K_DELTA_NET,
     PKV_VK_K_L2_NORM,
     PKV_VK_K_UNARY,
+    PKV_VK_K_MATMUL_INT,   /* matmul and get_rows of the types with an integer form */
+    PKV_VK_K_GET_ROWS_INT, /* (q4_1 .. tq2_0; weights_int.glsl) */
+    PKV_VK_K_MATMUL_INT_SG,
     PKV_VK_K_COUNT
 } pkv_vk_kernel;
 
@@ -88,6 +91,9 @@ typedef struct pkv_vk_ctx {
     /* Subgroup arithmetic in compute shaders (matmul_sg); PKV_VK_NO_SUBGROUP=1
      * turns it off so the portable matmul can be tested. */
     bool subgroup_arith;
+    /* The i-quant grids for matmul_int/get_rows_int (pkv_vk_grids); NULL until used. */
+    pkv_vk_buffer *grids;
+    pkv_buffer grids_ref; /* a device-layer view of it, for kernel arguments */
 } pkv_vk_ctx;
 
 /* Error for a failed Vulkan call: "vulkan:0: vkQueueSubmit: VK_ERROR_DEVICE_LOST". */
@@ -102,6 +108,11 @@ pkv_status pkv_vk_submit(pkv_vk_ctx *c);
 pkv_status pkv_vk_sync(pkv_vk_ctx *c);
 
 void pkv_vk_pipelines_destroy(pkv_vk_ctx *c);
+/* The i-quant grids (src/base/iq-grids.h: iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
+ * iq3_s, iq1_s, in that order, packed words) in a device buffer of their own,
+ * made and filled on first use (the fill is queued before the caller's next
+ * command). In the shaders as constant arrays they took lavapipe 80 s to compile. */
+pkv_status pkv_vk_grids(pkv_vk_ctx *c, pkv_buffer **out);
 extern const pkv_kernel_ops pkv_vk_kernel_ops;
 
 #endif

@@ -9,7 +9,7 @@
  * down to minStorageBufferOffsetAlignment and passes the remainder in push
  * constants. Hence the alignment rule for kernel arguments (transfers take any
  * offset): f32 and i32 tensors (and their strides) at multiples of 4 bytes, f16,
- * bf16 and quantized (q8_0, q4_0, q4_k, q5_k, q6_k) data at multiples of 2, mxfp4
+ * bf16 and quantized (q8_0, q4_0, k-quants, q4_1 .. tq2_0) data at multiples of 2, mxfp4
  * weights (17-byte blocks, no 16-bit fields) at any offset; anything else returns
  * PKV_ERR_UNSUPPORTED naming the argument. A window is at most
  * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
@@ -21,6 +21,8 @@
  * delta_net) bind the whole slot pool of a call as one argument (slots are picked
  * on the device), so the pool must fit one window; delta_net needs d_k <= 256. */
 #include "device/vulkan/vulkan-impl.h"
+
+#include "base/quant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -45,7 +47,8 @@ static const struct {
     [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 6},
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
-    [PKV_VK_K_UNARY] = {"unary", 4},
+    [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
+    [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -223,10 +226,19 @@ static pkv_status fits(pkv_vk_ctx *c, const char *kn, const char *what, uint64_t
     } while (0)
 #define CDIV(a, b) (((a) + (b) - 1) / (b))
 
+/* The types with an integer form (q4_1 .. tq2_0) run on matmul_int/get_rows_int,
+ * the generic dequantize-then-multiply shaders (weights_int.glsl). */
+static bool int_type(pkv_type t) { return pkv_qblock_decoder(t) != NULL; }
+
 static bool vk_supports_type(void *ctx, pkv_type t) {
     (void)ctx;
     return t == PKV_TYPE_F32 || t == PKV_TYPE_F16 || t == PKV_TYPE_BF16 || t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0 ||
-           t == PKV_TYPE_Q4_K || t == PKV_TYPE_Q5_K || t == PKV_TYPE_Q6_K || t == PKV_TYPE_MXFP4;
+           t == PKV_TYPE_Q4_K || t == PKV_TYPE_Q5_K || t == PKV_TYPE_Q6_K || t == PKV_TYPE_MXFP4 || int_type(t);
+}
+
+static pkv_weight_speed vk_weight_speed(void *ctx, pkv_type t) {
+    if (!vk_supports_type(ctx, t)) return PKV_WEIGHT_NONE;
+    return int_type(t) ? PKV_WEIGHT_SLOW : PKV_WEIGHT_FAST;
 }
 
 static unsigned type_align(pkv_type t) { return t == PKV_TYPE_F32 ? 4 : t == PKV_TYPE_MXFP4 ? 1 : 2; }
@@ -262,6 +274,8 @@ static pkv_status chunks(pkv_vk_ctx *c, const char *kn, uint64_t row_bytes, uint
 
 static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
     pkv_vk_ctx *c = ctx;
+    pkv_buffer *grids = NULL;
+    if (int_type(a->wtype)) TRY(pkv_vk_grids(c, &grids));
     uint64_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols), rows = (uint64_t)a->rows, cols = (uint64_t)a->cols,
              n = (uint64_t)a->n, rows_per, n_per;
     TRY(chunks(c, "matmul", rb, PKV_MAX(cols, rows) * 4, &rows_per, &n_per));
@@ -269,12 +283,20 @@ static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
         uint64_t ni = PKV_MIN(n_per, n - i0);
         for (uint64_t r0 = 0; r0 < rows; r0 += rows_per) {
             uint64_t cnt = PKV_MIN(rows_per, rows - r0);
-            varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
+            varg v[4] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
                          {"x", pkv_tref_make(a->x.buf, a->x.off + i0 * cols * 4), ni * cols * 4, 4},
-                         {"y", pkv_tref_make(a->y.buf, a->y.off + i0 * rows * 4), ni * rows * 4, 4}};
+                         {"y", pkv_tref_make(a->y.buf, a->y.off + i0 * rows * 4), ni * rows * 4, 4},
+                         {"grids", pkv_tref_make(grids, 0), grids ? grids->size : 0, 4}};
             uint32_t pc[10] = {0, 0, 0, (uint32_t)rows, (uint32_t)cols, (uint32_t)ni, (uint32_t)rb,
                                (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt};
-            if (c->subgroup_arith)
+            if (grids) { /* matmul_int: the grid table's offset is a fourth leading word */
+                uint32_t pci[11] = {0, 0, 0, 0, pc[3], pc[4], pc[5], pc[6], pc[7], pc[8], pc[9]};
+                if (c->subgroup_arith)
+                    TRY(dispatch(c, PKV_VK_K_MATMUL_INT_SG, v, 4, pci, 11, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
+                else
+                    TRY(dispatch(c, PKV_VK_K_MATMUL_INT, v, 4, pci, 11, cnt * CDIV(ni, MM_TILE)));
+            }
+            else if (c->subgroup_arith)
                 TRY(dispatch(c, PKV_VK_K_MATMUL_SG, v, 3, pc, 10, CDIV(cnt, SG_ROWS) * CDIV(ni, SG_TILE)));
             else
                 TRY(dispatch(c, PKV_VK_K_MATMUL, v, 3, pc, 10, cnt * CDIV(ni, MM_TILE)));
@@ -285,6 +307,8 @@ static pkv_status vk_matmul(void *ctx, const pkv_k_matmul_args *a) {
 
 static pkv_status vk_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
     pkv_vk_ctx *c = ctx;
+    pkv_buffer *grids = NULL;
+    if (int_type(a->wtype)) TRY(pkv_vk_grids(c, &grids));
     uint64_t rb = pkv_type_row_bytes(a->wtype, (size_t)a->cols), vocab = (uint64_t)a->n_vocab,
              cols = (uint64_t)a->cols, n = (uint64_t)a->n, rows_per, n_per;
     TRY(chunks(c, "get_rows", rb, cols * 4, &rows_per, &n_per));
@@ -292,12 +316,17 @@ static pkv_status vk_get_rows(void *ctx, const pkv_k_get_rows_args *a) {
         uint64_t ni = PKV_MIN(n_per, n - i0);
         for (uint64_t r0 = 0; r0 < vocab; r0 += rows_per) {
             uint64_t cnt = PKV_MIN(rows_per, vocab - r0);
-            varg v[3] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
+            varg v[4] = {{"w", pkv_tref_make(a->w.buf, a->w.off + r0 * rb), cnt * rb, type_align(a->wtype)},
                          {"ids", pkv_tref_make(a->ids.buf, a->ids.off + i0 * 4), ni * 4, 4},
-                         {"out", pkv_tref_make(a->out.buf, a->out.off + i0 * cols * 4), ni * cols * 4, 4}};
+                         {"out", pkv_tref_make(a->out.buf, a->out.off + i0 * cols * 4), ni * cols * 4, 4},
+                         {"grids", pkv_tref_make(grids, 0), grids ? grids->size : 0, 4}};
             uint32_t pc[12] = {0, 0, 0, (uint32_t)ni, (uint32_t)cols, (uint32_t)vocab, (uint32_t)rb,
                                (uint32_t)a->wtype, (uint32_t)r0, (uint32_t)cnt, r0 == 0 ? 1u : 0u, fbits(a->scale)};
-            TRY(dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 12, CDIV(ni * cols, WG)));
+            if (grids) {
+                uint32_t pci[13] = {0, 0, 0, 0, pc[3], pc[4], pc[5], pc[6], pc[7], pc[8], pc[9], pc[10], pc[11]};
+                TRY(dispatch(c, PKV_VK_K_GET_ROWS_INT, v, 4, pci, 13, CDIV(ni * cols, WG)));
+            } else
+                TRY(dispatch(c, PKV_VK_K_GET_ROWS, v, 3, pc, 12, CDIV(ni * cols, WG)));
         }
     }
     return PKV_OK;
@@ -502,6 +531,7 @@ static pkv_status vk_unary(void *ctx, const pkv_k_unary_args *a) {
 
 const pkv_kernel_ops pkv_vk_kernel_ops = {
     .supports_type = vk_supports_type,
+    .weight_speed = vk_weight_speed,
     .matmul = vk_matmul,
     .get_rows = vk_get_rows,
     .rms_norm = vk_rms_norm,

@@ -19,6 +19,8 @@
  * unaligned head and tail bytes through a staged copy. */
 #include "device/vulkan/vulkan-impl.h"
 
+#include "base/iq-grids.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -440,11 +442,32 @@ static pkv_status vk_copy_regions(void *ctx, void *src, void *dst, const pkv_reg
 
 /* ---------------------------------------------------------------- lifetime */
 
+static const uint32_t k_grid_words[] = {PKV_IQ2XXS_GRID, PKV_IQ2XS_GRID, PKV_IQ2S_GRID,
+                                        PKV_IQ3XXS_GRID, PKV_IQ3S_GRID, PKV_IQ1S_GRID};
+
+pkv_status pkv_vk_grids(pkv_vk_ctx *c, pkv_buffer **out) {
+    if (!c->grids) {
+        void *h = NULL;
+        pkv_status s = vk_buffer_alloc(c, sizeof k_grid_words, &h);
+        if (!s) s = vk_write(c, h, 0, k_grid_words, sizeof k_grid_words);
+        if (s) {
+            if (h) vk_buffer_free(c, h);
+            return pkv_err_prefix(s, "%s: the i-quant grid table", c->name);
+        }
+        c->grids = h;
+        c->grids_ref.handle = h;
+        c->grids_ref.size = sizeof k_grid_words;
+    }
+    *out = &c->grids_ref;
+    return PKV_OK;
+}
+
 static void vk_destroy(void *ctx) {
     pkv_vk_ctx *c = ctx;
     if (!c) return;
     if (c->dev) {
         vkDeviceWaitIdle(c->dev);
+        if (c->grids) vk_buffer_free(c, c->grids);
         pkv_vk_pipelines_destroy(c);
         staging_release(c);
         for (int i = 0; i < PKV_VK_RING; i++) {
