@@ -507,7 +507,7 @@ static bool parse_grammar(gparser *p) {
         skip_space(p, true);
         if (!parse_alternates(p, r, false)) return false;
         skip_space(p, false);
-        if (p->s < p->end && *p->s != '\n') {
+        if (p->s < p->end && *p->s != '\n' && !at_rule_start(p)) { /* an empty body ends at the next rule */
             char e[2] = {*p->s, 0};
             return perr(p, p->s, "unexpected '%s'", e), false;
         }

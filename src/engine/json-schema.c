@@ -889,8 +889,7 @@ pkv_grammar *pkv_grammar_from_json_schema(const char *text, size_t len) {
         sb_add(&all, json_prelude, sizeof json_prelude - 1);
         if (c.g.p) sb_add(&all, c.g.p, c.g.n);
         if (all.oom || c.g.oom) pkv_err(PKV_ERR_NOMEM, "json schema: out of memory");
-        else if (!(g = pkv_grammar_parse(all.p, all.n, "json schema (generated grammar)")))
-            pkv_err_prefix(PKV_ERR_INVALID, "json schema: ");
+        else g = pkv_grammar_parse(all.p, all.n, "json schema (the generated grammar)");
         pkv_free(all.p);
     } else {
         pkv_err(PKV_ERR_INVALID, "json schema: %s", c.err);
