@@ -413,11 +413,323 @@ static void test_masks(void) {
     pkv_grammar_vocab_free(v);
 }
 
+
+/* ------------------------------------------------------------ end to end */
+
+#ifdef PKV_HAVE_JANSSON
+static size_t utf8_count(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+/* Does doc satisfy schema (the supported subset; $ref to root defs)? */
+static bool validate(json_t *doc, json_t *schema, json_t *root) {
+    json_t *k;
+    if ((k = json_object_get(schema, "$ref"))) {
+        const char *r = json_string_value(k);
+        const char *name = strrchr(r, '/') + 1;
+        json_t *defs = json_object_get(root, "$defs");
+        return validate(doc, json_object_get(defs, name), root);
+    }
+    if ((k = json_object_get(schema, "const"))) return json_equal(doc, k);
+    if ((k = json_object_get(schema, "enum"))) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(k, i, e) if (json_equal(doc, e)) return true;
+        return false;
+    }
+    if ((k = json_object_get(schema, "anyOf"))) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(k, i, e) if (validate(doc, e, root)) return true;
+        return false;
+    }
+    const char *t = json_string_value(json_object_get(schema, "type"));
+    if (!t) return true;
+    if (!strcmp(t, "integer")) return json_is_integer(doc);
+    if (!strcmp(t, "number")) return json_is_number(doc);
+    if (!strcmp(t, "boolean")) return json_is_boolean(doc);
+    if (!strcmp(t, "null")) return json_is_null(doc);
+    if (!strcmp(t, "string")) {
+        if (!json_is_string(doc)) return false;
+        size_t n = utf8_count(json_string_value(doc));
+        json_t *mn = json_object_get(schema, "minLength"), *mx = json_object_get(schema, "maxLength");
+        return (!mn || n >= (size_t)json_integer_value(mn)) && (!mx || n <= (size_t)json_integer_value(mx));
+    }
+    if (!strcmp(t, "array")) {
+        if (!json_is_array(doc)) return false;
+        size_t n = json_array_size(doc), i;
+        json_t *mn = json_object_get(schema, "minItems"), *mx = json_object_get(schema, "maxItems"), *e;
+        if ((mn && n < (size_t)json_integer_value(mn)) || (mx && n > (size_t)json_integer_value(mx))) return false;
+        json_t *items = json_object_get(schema, "items");
+        json_array_foreach(doc, i, e) if (items && !validate(e, items, root)) return false;
+        return true;
+    }
+    if (!strcmp(t, "object")) {
+        if (!json_is_object(doc)) return false;
+        json_t *props = json_object_get(schema, "properties"), *req = json_object_get(schema, "required"), *e;
+        size_t i;
+        const char *key;
+        json_array_foreach(req, i, e) if (!json_object_get(doc, json_string_value(e))) return false;
+        json_object_foreach(doc, key, e) {
+            json_t *ps = json_object_get(props, key);
+            if (ps && !validate(e, ps, root)) return false;
+            if (!ps && props && !json_is_true(json_object_get(schema, "additionalProperties"))) return false;
+        }
+        return true;
+    }
+    return false;
+}
+#endif
+
+typedef struct run_rec {
+    int32_t tok[1024];
+    int n;
+    pkv_finish_reason fin;
+    bool stop_token;
+    pkv_status status;
+    char msg[256];
+} run_rec;
+
+static bool on_ev(const pkv_engine_event *ev, void *user) {
+    run_rec *r = (run_rec *)user + ev->sample;
+    if (ev->token >= 0 && r->n < 1024) r->tok[r->n++] = ev->token;
+    if (ev->finish != PKV_FINISH_NONE) {
+        r->fin = ev->finish;
+        r->stop_token = ev->stop_token;
+        r->status = ev->status;
+        snprintf(r->msg, sizeof r->msg, "%s", ev->message ? ev->message : "");
+    }
+    return true;
+}
+
+static pkv_model *e2e_model(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.type = PKV_TYPE_Q8_0;
+    p.n_layer = 2;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 128;
+    p.n_vocab = 512;
+    p.seed = 7;
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(&p, &data, &size)) {
+        TH_FAIL("mkmodel: %s", pkv_errmsg());
+        return NULL;
+    }
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    pkv_model *m = pkv_model_load_memory(data, size, "grammar-test", mp);
+    pkv_mkmodel_free_memory(data);
+    if (!m) TH_FAIL("load: %s", pkv_errmsg());
+    return m;
+}
+
+static pkv_engine *e2e_engine(pkv_model *m, pkv_model *draft) {
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache.n_ctx = 1024;
+    ep.cache.page_size = 16;
+    ep.draft = draft;
+    pkv_engine *e = pkv_engine_create(m, ep);
+    if (!e) TH_FAIL("engine: %s", pkv_errmsg());
+    return e;
+}
+
+static void drain(pkv_engine *e) {
+    int left = 1;
+    for (long i = 0; left > 0 && i < 100000; i++)
+        if (pkv_engine_step(e, &left)) {
+            TH_FAIL("step: %s", pkv_errmsg());
+            return;
+        }
+    if (left) TH_FAIL("%d requests pending", left);
+}
+
+static const int32_t k_prompt[] = {10, 20, 30, 40, 50, 60, 70};
+
+static pkv_request_params e2e_req(const pkv_grammar *g, float temp, uint64_t seed, int max_tokens, int n, run_rec *rec) {
+    pkv_request_params r = pkv_request_default_params();
+    r.prompt = k_prompt;
+    r.n_prompt = 7;
+    r.sampling.temp = temp;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    r.sampling.seed = seed;
+    r.max_tokens = max_tokens;
+    r.n = n;
+    r.grammar = g;
+    r.on_event = on_ev;
+    r.user = rec;
+    return r;
+}
+
+/* Check one finished sample: bounded ones end with EOS and parse; others are a valid prefix. */
+static void check_output(pkv_model *m, const pkv_grammar *g, const char *schema, const run_rec *r, bool bounded,
+                         const char *what) {
+    if (r->fin == PKV_FINISH_ERROR) {
+        TH_FAIL("%s: error %s", what, r->msg);
+        return;
+    }
+    bool eos = r->fin == PKV_FINISH_STOP && r->stop_token && r->n > 0 && pkv_model_is_eog(m, r->tok[r->n - 1]);
+    if (bounded && !eos) TH_FAIL("%s: a bounded schema must end with EOS (finish %s after %d tokens)", what,
+                                 pkv_finish_reason_str(r->fin), r->n);
+    th_checks++;
+    static char text[1 << 14];
+    size_t len = 0;
+    int n = eos ? r->n - 1 : r->n;
+    if (pkv_model_detokenize(m, r->tok, (size_t)n, false, text, sizeof text - 1, &len)) {
+        TH_FAIL("%s: detokenize: %s", what, pkv_errmsg());
+        return;
+    }
+    text[len] = 0;
+    for (int i = 0; i < n; i++) CHECK(!pkv_model_is_eog(m, r->tok[i]));
+    if (!eos) {
+        pkv_gmatch *gm = pkv_gmatch_create(g);
+        if (!pkv_gmatch_accept_bytes(gm, text, len)) TH_FAIL("%s: not a valid prefix: %s", what, text);
+        th_checks++;
+        pkv_gmatch_free(gm);
+        return;
+    }
+    if (getenv("PKV_TEST_VERBOSE")) fprintf(stderr, "  %s (%d tokens): %s\n", what, r->n, text);
+    if (!pkv_grammar_accepts(g, text, len)) TH_FAIL("%s: the grammar refuses its own output: %s", what, text);
+    th_checks++;
+#ifdef PKV_HAVE_JANSSON
+    if (schema) {
+        json_error_t err;
+        json_t *doc = json_loadb(text, len, JSON_DECODE_ANY, &err), *sch = json_loads(schema, 0, &err);
+        th_checks += 2;
+        if (!doc) TH_FAIL("%s: jansson cannot parse the output (%s): %s", what, err.text, text);
+        else if (!validate(doc, sch, sch)) TH_FAIL("%s: the output does not satisfy the schema: %s", what, text);
+        json_decref(doc);
+        json_decref(sch);
+    }
+#else
+    (void)schema;
+#endif
+}
+
+static const char *k_bounded =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
+    "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},"
+    "\"maxItems\":3},\"ok\":{\"type\":\"boolean\"},\"kind\":{\"anyOf\":[{\"const\":\"a\"},{\"type\":\"null\"}]}},"
+    "\"required\":[\"name\",\"age\"]}";
+/* The most bytes k_bounded's grammar admits (17 per whitespace slot, 6 per string
+ * character, 17 digits per integer): every sample must end before this many tokens. */
+enum { BOUNDED_MAX = 640 };
+
+static void test_engine(void) {
+    pkv_model *m = e2e_model();
+    if (!m) return;
+    pkv_grammar *gb_ = js(k_bounded), *go = js("{\"type\":\"object\"}");
+    pkv_grammar *gg = gb("root ::= \"The answer is \" [0-9]{1,3} \".\"");
+    if (!gb_ || !go || !gg) return;
+    static run_rec rec[8][4];
+    pkv_engine *e = e2e_engine(m, NULL);
+    if (!e) return;
+    /* many seeds at temperature 1 (top-k, top-p, min-p off) and greedy; n = 2 forks */
+    for (int round = 0; round < 3; round++) {
+        memset(rec, 0, sizeof rec);
+        for (int i = 0; i < 8; i++) {
+            float temp = i == 0 ? 0.0f : 1.0f;
+            const pkv_grammar *g = i < 5 ? gb_ : i < 7 ? go : gg;
+            pkv_request_params r = e2e_req(g, temp, (uint64_t)(100 * round + i), g == go ? 48 : BOUNDED_MAX, i == 1 ? 2 : 1,
+                                           rec[i]);
+            CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        }
+        drain(e);
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < (i == 1 ? 2 : 1); j++) {
+                char what[64];
+                snprintf(what, sizeof what, "round %d request %d sample %d", round, i, j);
+                const pkv_grammar *g = i < 5 ? gb_ : i < 7 ? go : gg;
+                check_output(m, g, i < 5 ? k_bounded : i < 7 ? "{\"type\":\"object\"}" : NULL, &rec[i][j], g != go, what);
+            }
+    }
+    pkv_engine_free(e);
+
+    /* batch invariance: the same constrained request alone, batched with others, and
+     * with speculative decoding (the model as its own draft) gives the same tokens */
+    static run_rec alone[1], batched[4][2], spec[1];
+    memset(alone, 0, sizeof alone), memset(batched, 0, sizeof batched), memset(spec, 0, sizeof spec);
+    e = e2e_engine(m, NULL);
+    pkv_request_params ra = e2e_req(gb_, 0.9f, 4242, BOUNDED_MAX, 1, alone);
+    CHECK_OK(pkv_engine_submit(e, &ra, NULL));
+    drain(e);
+    pkv_engine_free(e);
+    e = e2e_engine(m, NULL);
+    for (int i = 0; i < 4; i++) {
+        pkv_request_params r = i == 2 ? e2e_req(gb_, 0.9f, 4242, BOUNDED_MAX, 1, batched[i])
+                                      : e2e_req(i == 1 ? go : i == 3 ? NULL : gg, 1.0f, (uint64_t)i, 40, 2, batched[i]);
+        CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    }
+    drain(e);
+    pkv_engine_free(e);
+    e = e2e_engine(m, m);
+    pkv_request_params rs = e2e_req(gb_, 0.9f, 4242, BOUNDED_MAX, 1, spec);
+    CHECK_OK(pkv_engine_submit(e, &rs, NULL));
+    drain(e);
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    fprintf(stderr, "  speculative: proposed %llu, accepted %llu\n", (unsigned long long)st.draft_proposed,
+            (unsigned long long)st.draft_accepted);
+    CHECK(st.draft_proposed > 0);
+    pkv_engine_free(e);
+    CHECK_INT(batched[2][0].n, alone[0].n);
+    CHECK_INT(spec[0].n, alone[0].n);
+    CHECK(!memcmp(batched[2][0].tok, alone[0].tok, (size_t)alone[0].n * sizeof(int32_t)));
+    CHECK(!memcmp(spec[0].tok, alone[0].tok, (size_t)alone[0].n * sizeof(int32_t)));
+    check_output(m, gb_, k_bounded, &alone[0], true, "alone");
+
+    /* refusals at submit */
+    e = e2e_engine(m, NULL);
+    pkv_request_params rb = e2e_req(gg, 0.0f, 0, 10, 1, alone);
+    rb.ignore_eos = true;
+    CHECK_STATUS(pkv_engine_submit(e, &rb, NULL), PKV_ERR_INVALID);
+    pkv_engine_free(e);
+
+    /* pkv_generate with a constrained sampler; pkv_spec_generate refuses it */
+    pkv_kv_cache *c = pkv_model_cache_create(m, pkv_cache_default_params());
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    pkv_grammar_vocab *v = pkv_grammar_vocab_create(m);
+    pkv_sampler_params sp = pkv_sampler_default_params();
+    sp.seed = 5;
+    pkv_sampler *smp = pkv_sampler_create(sp, 512);
+    CHECK(ctx && v && smp);
+    if (ctx && v && smp) {
+        CHECK_OK(pkv_sampler_set_grammar(smp, gg, v));
+        CHECK_OK(pkv_context_decode(ctx, k_prompt, 7));
+        int n = 0;
+        CHECK_OK(pkv_generate(ctx, smp, 64, NULL, NULL, &n));
+        CHECK(pkv_sampler_grammar_complete(smp));
+        pkv_spec *spc = pkv_spec_create(ctx, m, pkv_spec_default_params());
+        if (spc) {
+            CHECK_STATUS(pkv_spec_generate(spc, smp, 4, NULL, NULL, NULL), PKV_ERR_UNSUPPORTED);
+            pkv_spec_free(spc);
+        }
+        pkv_sampler *s2 = pkv_sampler_create(sp, 300);
+        CHECK_STATUS(pkv_sampler_set_grammar(s2, gg, v), PKV_ERR_MISMATCH);
+        pkv_sampler_free(s2);
+    }
+    pkv_sampler_free(smp);
+    pkv_grammar_vocab_free(v);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_grammar_free(gb_);
+    pkv_grammar_free(go);
+    pkv_grammar_free(gg);
+    pkv_model_free(m);
+}
+
 int main(void) {
     test_gbnf();
     test_utf8();
     test_schema();
     test_masks();
+    test_engine();
     printf("test-grammar: %ld checks, %d failures\n", th_checks, th_failures);
     return th_failures ? 1 : 0;
 }

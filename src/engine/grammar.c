@@ -762,7 +762,8 @@ struct pkv_gmatch {
     uint32_t pval;       /* partial UTF-8 code point: bits so far */
     int pleft;           /* continuation bytes still expected (0: at a boundary) */
     int pmin;            /* smallest code point the sequence may encode (overlong check) */
-    bool dead;           /* an accepted token left no valid continuation */
+    bool dead;           /* no valid continuation (a state limit was hit) */
+    bool ended;          /* an end-of-generation token was accepted: complete, nothing may follow */
     /* scratch */
     int32_t *work;       /* [cap_work][2] closure worklist */
     size_t cap_work;
@@ -959,7 +960,7 @@ void pkv_gmatch_reset(pkv_gmatch *m) {
     cache_free(m); /* its states name nodes that the rollback below recycles */
     rollback(m, 1);
     m->pval = 0, m->pleft = 0, m->pmin = 0;
-    m->dead = false;
+    m->dead = m->ended = false;
     m->n_out = 0;
     int32_t root = m->g->root;
     bool ok = true;
@@ -1020,6 +1021,7 @@ pkv_gmatch *pkv_gmatch_clone(const pkv_gmatch *src) {
     m->n_cur = m->cap_cur = src->n_cur ? src->n_cur : 1;
     m->n_cur = src->n_cur;
     m->pval = src->pval, m->pleft = src->pleft, m->pmin = src->pmin, m->dead = src->dead;
+    m->ended = src->ended;
     return m;
 nomem:
     pkv_gmatch_free(m);
@@ -1028,7 +1030,7 @@ nomem:
 }
 
 bool pkv_gmatch_accept_bytes(pkv_gmatch *m, const void *bytes, size_t n) {
-    if (!m || m->dead) return false;
+    if (!m || m->dead || m->ended) return false;
     const uint8_t *b = bytes;
     size_t mark = m->n_nodes;
     utf8p u = {m->pval, m->pleft, m->pmin};
@@ -1070,11 +1072,12 @@ bool pkv_gmatch_accept_bytes(pkv_gmatch *m, const void *bytes, size_t n) {
 }
 
 bool pkv_gmatch_complete(const pkv_gmatch *m) {
+    if (m && m->ended) return true;
     return m && !m->dead && m->pleft == 0 && m->n_cur > 0 && m->cur[0] == 0;
 }
 
 bool pkv_gmatch_dead(const pkv_gmatch *m) {
-    return !m || m->dead || m->n_cur == 0 || (m->n_cur == 1 && m->cur[0] == 0 && m->pleft == 0);
+    return !m || m->dead || m->ended || m->n_cur == 0 || (m->n_cur == 1 && m->cur[0] == 0 && m->pleft == 0);
 }
 
 bool pkv_grammar_accepts(const pkv_grammar *g, const char *text, size_t len) {
@@ -1294,10 +1297,10 @@ bool pkv_grammar_vocab_is_eog(const pkv_grammar_vocab *v, int32_t t) {
 }
 
 bool pkv_gmatch_accept_token(pkv_gmatch *m, const pkv_grammar_vocab *v, int32_t t) {
-    if (!m || !v || t < 0 || t >= v->n_vocab || m->dead) return false;
+    if (!m || !v || t < 0 || t >= v->n_vocab || m->dead || m->ended) return false;
     if (v->eog[t]) {
         if (!pkv_gmatch_complete(m)) return false;
-        m->dead = true; /* generation ended: nothing may follow */
+        m->ended = true;
         return true;
     }
     if (!v->plen[t]) return false;
@@ -1466,7 +1469,7 @@ static void walk_node(walk *w, size_t ni, size_t so, size_t n, utf8p u) {
 int64_t pkv_gmatch_mask(pkv_gmatch *m, const pkv_grammar_vocab *v, uint64_t *bits) {
     size_t words = ((size_t)v->n_vocab + 63) / 64;
     memset(bits, 0, words * sizeof *bits);
-    if (m->dead) return 0;
+    if (m->dead || m->ended) return 0;
     utf8p u = {m->pval, m->pleft, m->pmin};
     bool complete = pkv_gmatch_complete(m);
     uint64_t h = state_hash(m->cur, m->n_cur, u);
