@@ -1309,7 +1309,7 @@ bool pkv_gmatch_accept_token(pkv_gmatch *m, const pkv_grammar_vocab *v, int32_t 
 
 /* --------------------------------------------------------------- masks */
 
-enum { MEMO_MAX = 64, CACHE_N = 8 };
+enum { MEMO_MAX = 256, CACHE_N = 8 };
 
 /* Loop sets of states met during one mask walk: which bytes take the state back
  * to itself. */
@@ -1390,56 +1390,78 @@ static memo *memo_get(walk *w, const int32_t *st, size_t n) {
     return e;
 }
 
-/* Does every byte string below node c (a subtree of tbits tb) keep state st (at a
- * boundary) and come back to it? Then all its tokens are allowed. */
-static bool loops_over(walk *w, const int32_t *st, size_t n, const tbits *tb) {
-    if (!tb->utf8_ok || (n == 1 && st[0] == 0)) return false;
-    memo *e = memo_get(w, st, n);
-    if (!e) return false;
-    pkv_gmatch *m = w->m;
-    for (int k = 0; k < 2; k++) {
-        uint64_t need = tb->ascii[k] & ~e->known[k];
-        while (need) {
-            int bit = __builtin_ctzll(need);
-            need &= need - 1;
-            uint32_t c = (uint32_t)(k * 64 + bit);
-            const int32_t *es = w->marena + e->off; /* st may alias m->out: use the memo's copy */
-            if (!step_cp(m, es, e->n, c)) {
+/* Does byte b (ASCII) take the memo's state back to itself? */
+static bool memo_byte(walk *w, memo *e, uint32_t b) {
+    int k = (int)(b >> 6);
+    uint64_t bit = 1ull << (b & 63);
+    if (!(e->known[k] & bit)) {
+        pkv_gmatch *m = w->m;
+        const int32_t *es = w->marena + e->off;
+        if (!step_cp(m, es, e->n, b)) {
+            w->fail = true;
+            return false;
+        }
+        e->known[k] |= bit;
+        if (same_state(m->out, m->n_out, es, e->n)) e->yes[k] |= bit;
+    }
+    return (e->yes[k] & bit) != 0;
+}
+
+/* Does every code point >= 0x80 take the memo's state back to itself? */
+static bool memo_high(walk *w, memo *e) {
+    if (e->high < 0) {
+        pkv_gmatch *m = w->m;
+        const int32_t *es = w->marena + e->off;
+        bool uni = true;
+        for (size_t i = 0; i < e->n && uni; i++)
+            if (es[i] != 0) uni = set_uniform(m->g, &m->g->elems[m->nodes[es[i]].pos], 0x80, 0x10ffff);
+        e->high = 0;
+        if (uni) {
+            if (!step_cp(m, es, e->n, 0x80)) {
                 w->fail = true;
                 return false;
             }
-            e->known[k] |= 1ull << bit;
-            if (same_state(m->out, m->n_out, es, e->n)) e->yes[k] |= 1ull << bit;
+            e->high = same_state(m->out, m->n_out, es, e->n);
         }
-        if (tb->ascii[k] & ~e->yes[k]) return false;
     }
-    if (tb->high) {
-        if (e->high < 0) {
-            const int32_t *es = w->marena + e->off;
-            bool uni = true;
-            for (size_t i = 0; i < e->n && uni; i++)
-                if (es[i] != 0) uni = set_uniform(m->g, &m->g->elems[m->nodes[es[i]].pos], 0x80, 0x10ffff);
-            e->high = 0;
-            if (uni) {
-                if (!step_cp(m, es, e->n, 0x80)) {
-                    w->fail = true;
-                    return false;
-                }
-                e->high = same_state(m->out, m->n_out, es, e->n);
-            }
-        }
-        if (!e->high) return false;
-    }
-    return true;
+    return e->high == 1;
 }
 
-/* Walk the children of trie node ni from state (st at sbuf offset so, n tops, u). */
-static void walk_node(walk *w, size_t ni, size_t so, size_t n, utf8p u) {
+/* Does every byte string of a subtree with byte set tb keep the memo's state (at a
+ * boundary) and come back to it? Then all its tokens are allowed. */
+static bool subtree_loops(walk *w, memo *e, const tbits *tb) {
+    if (!tb->utf8_ok) return false;
+    for (int k = 0; k < 2; k++)
+        for (uint64_t need = tb->ascii[k]; need; need &= need - 1)
+            if (!memo_byte(w, e, (uint32_t)(k * 64 + __builtin_ctzll(need)))) return false;
+    return !tb->high || memo_high(w, e);
+}
+
+/* Walk the children of trie node ni from state (st at sbuf offset so, n tops, u);
+ * me: the state's memo entry when known (at a boundary), else NULL. */
+static void walk_node(walk *w, size_t ni, size_t so, size_t n, utf8p u, memo *me) {
     const pkv_grammar_vocab *v = w->v;
     pkv_gmatch *m = w->m;
     const tnode *pn = &v->nodes[ni];
+    if (!me && u.left == 0 && pn->bits >= 0 && !(n == 1 && m->sbuf[so] == 0)) me = memo_get(w, m->sbuf + so, n);
     for (size_t ci = ni + 1; ci < pn->end && !w->fail; ci = v->nodes[ci].end) {
         const tnode *c = &v->nodes[ci];
+        const tbits *cb = c->bits >= 0 ? &v->bset[c->bits] : NULL;
+        if (me) { /* the state loops on some bytes: children along them need no step */
+            if (c->byte < 0x80 && memo_byte(w, me, c->byte)) {
+                set_tokens(w, c->lo, c->mid);
+                if (c->mid == c->hi) continue;
+                if (cb && subtree_loops(w, me, cb)) set_tokens(w, c->mid, c->hi);
+                else walk_node(w, ci, so, n, u, me);
+                continue;
+            }
+            /* a lead byte of a code point the state loops on, over a subtree that loops */
+            if (c->byte >= 0xc2 && cb && memo_high(w, me) && subtree_loops(w, me, cb)) {
+                set_tokens(w, c->lo, c->hi);
+                continue;
+            }
+            if (w->fail) return;
+        }
         utf8p nu;
         bool full;
         int r = step_byte(m, m->sbuf + so, n, u, c->byte, &nu, &full);
@@ -1457,12 +1479,16 @@ static void walk_node(walk *w, size_t ni, size_t so, size_t n, utf8p u) {
         memcpy(m->sbuf + no, full ? m->out : m->sbuf + so, nn * sizeof *m->sbuf);
         set_tokens(w, c->lo, c->mid);
         if (c->mid == c->hi) continue;
-        if (c->bits >= 0 && nu.left == 0 && loops_over(w, m->sbuf + no, nn, &v->bset[c->bits])) {
-            set_tokens(w, c->mid, c->hi);
-            continue;
+        memo *ce = NULL;
+        if (cb && nu.left == 0 && !(nn == 1 && m->sbuf[no] == 0)) {
+            ce = memo_get(w, m->sbuf + no, nn);
+            if (ce && subtree_loops(w, ce, cb)) {
+                set_tokens(w, c->mid, c->hi);
+                continue;
+            }
         }
         if (w->fail) return;
-        walk_node(w, ci, no, nn, nu);
+        walk_node(w, ci, no, nn, nu, ce);
     }
 }
 
@@ -1494,7 +1520,7 @@ int64_t pkv_gmatch_mask(pkv_gmatch *m, const pkv_grammar_vocab *v, uint64_t *bit
         return -1;
     }
     memcpy(m->sbuf, m->cur, m->n_cur * sizeof *m->sbuf);
-    walk_node(&w, 0, 0, m->n_cur, u);
+    walk_node(&w, 0, 0, m->n_cur, u, NULL);
     rollback(m, mark);
     pkv_free(w.marena);
     if (w.fail) return -1;
