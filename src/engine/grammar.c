@@ -628,7 +628,7 @@ static pkv_grammar *compile(gparser *p) {
     g->alt_off = pkv_malloc(((size_t)p->n_rules + 1) * sizeof *g->alt_off);
     g->ranges = pkv_malloc((2 * p->n_ranges + 2) * sizeof *g->ranges);
     if (!g->elems || !g->alts || !g->alt_off || !g->ranges) goto nomem;
-    memcpy(g->ranges, p->ranges, 2 * p->n_ranges * sizeof *g->ranges);
+    if (p->n_ranges) memcpy(g->ranges, p->ranges, 2 * p->n_ranges * sizeof *g->ranges);
     g->n_ranges = (int32_t)p->n_ranges;
     size_t e = 0, a = 0;
     for (int i = 0; i < p->n_rules; i++) {
@@ -636,7 +636,7 @@ static pkv_grammar *compile(gparser *p) {
         for (int j = 0; j < p->rules[i].n_alts; j++) {
             g->alts[a++] = (int32_t)e;
             bseq *q = &p->rules[i].alts[j];
-            memcpy(g->elems + e, q->e, (size_t)q->n * sizeof *q->e);
+            if (q->n) memcpy(g->elems + e, q->e, (size_t)q->n * sizeof *q->e);
             e += (size_t)q->n;
             g->elems[e++] = (gelem){GE_END, 0, 0, 0};
         }
