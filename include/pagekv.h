@@ -973,7 +973,8 @@ pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, 
  *   6. draw from the renormalized survivors with the sampler's own PRNG
  *      (xoshiro256** seeded through splitmix64): the same seed gives the same tokens
  *      on every machine.
- * The sampler does not allocate after pkv_sampler_create. Not thread-safe: one
+ * The sampler does not allocate after pkv_sampler_create (but a grammar's parse
+ * state does: pkv_sampler_set_grammar). Not thread-safe: one
  * sampler per sequence.
  * (The public parts move to include/pagekv.h's engine section later.) */
 typedef struct pkv_sampler_params {
@@ -1028,6 +1029,64 @@ void pkv_sampler_reset(pkv_sampler *s);
  * one-hot row). Does not advance the PRNG.
  * Errors: as pkv_sampler_sample; on error probs is not written. */
 pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs);
+
+/* Constrained output (docs/engine.md, "Constrained output"): a grammar limits the
+ * tokens a sampler may draw to those that keep the output a valid prefix of the
+ * grammar's language; end-of-generation tokens are allowed only where the output is
+ * complete. Masks come from a byte trie of the vocabulary walked with the parse
+ * state, never from scanning every token's text.
+ *
+ * A grammar is immutable once made and reference-counted: one may serve any number
+ * of samplers and requests on any threads; pkv_grammar_free drops the caller's
+ * reference (the engine and samplers keep their own). */
+typedef struct pkv_grammar pkv_grammar;
+/* Token pieces of a model's vocabulary in a byte trie, for masks. Immutable. */
+typedef struct pkv_grammar_vocab pkv_grammar_vocab;
+
+/* A GBNF grammar (llama.cpp's format: `name ::= ...` rules, `|`, groups, `*` `+` `?`
+ * `{m}` `{m,}` `{m,n}`, "literals" with \n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH
+ * escapes, [a-z] and [^...] classes, `.`, # comments; output starts at rule root),
+ * len bytes of text. NULL on error, with pkv_errmsg() naming line and column and the
+ * problem: a syntax error, an undefined rule, no root rule, a left-recursive rule
+ * (refused: write the recursion on the right), token references (<...>, not
+ * supported), a grammar above the size limits (1 MiB of text, 2M elements after
+ * expanding repetitions, counts up to 100000). */
+pkv_grammar *pkv_grammar_from_gbnf(const char *text, size_t len);
+/* A JSON schema (JSON text of len bytes) as a grammar for JSON documents it
+ * accepts: OpenAI's response_format json_schema and tool parameters. The subset,
+ * what is refused and the whitespace bound are in docs/engine.md. Errors name the
+ * JSON pointer of the offending place, e.g. "json schema: /properties/age/pattern:
+ * keyword 'pattern' is not supported". {"type":"object"} is any JSON object
+ * (response_format json_object); {} (or true) is any JSON value. */
+pkv_grammar *pkv_grammar_from_json_schema(const char *schema, size_t len);
+void pkv_grammar_free(pkv_grammar *g);
+/* The grammar's GBNF text (a schema's generated grammar); valid while g lives. */
+const char *pkv_grammar_gbnf(const pkv_grammar *g);
+/* Is text (len bytes) a complete sentence of the grammar? */
+bool pkv_grammar_accepts(const pkv_grammar *g, const char *text, size_t len);
+
+/* The vocabulary of m for masks (its pieces as pkv_model_token_piece gives them
+ * without special rendering; control tokens have none and are never allowed; the
+ * end-of-generation tokens of pkv_model_is_eog are allowed where the grammar is
+ * complete). PKV_ERR_UNSUPPORTED for a model without a vocabulary. Costs about a
+ * second per million tokens; build it once per model. NULL on failure. */
+pkv_grammar_vocab *pkv_grammar_vocab_create(const pkv_model *m);
+void pkv_grammar_vocab_free(pkv_grammar_vocab *v);
+
+/* Constrain s with g over vocabulary v (v must outlive s and have s's vocabulary
+ * size; g is retained). From then on pkv_sampler_sample and pkv_sampler_probs only
+ * give tokens g allows (greedy and stochastic alike: others are removed before the
+ * chain's filters), pkv_sampler_accept advances the grammar by the token, and
+ * pkv_sampler_reset starts it over. g NULL removes the constraint. With a grammar
+ * the sampler allocates as the parse grows. A token accepted that the grammar does
+ * not allow, or a state where nothing is allowed, makes the next sample fail with
+ * PKV_ERR_INVALID naming it. Not for pkv_spec_generate (PKV_ERR_UNSUPPORTED there);
+ * the engine's speculative decoding verifies proposals against it.
+ * Errors: PKV_ERR_MISMATCH for a vocabulary of another size, PKV_ERR_NOMEM; on
+ * error the sampler is unchanged. */
+pkv_status pkv_sampler_set_grammar(pkv_sampler *s, const pkv_grammar *g, const pkv_grammar_vocab *v);
+/* Is the sampler's grammar complete (its output may end here)? True without one. */
+bool pkv_sampler_grammar_complete(const pkv_sampler *s);
 
 
 /* Generate up to n_max tokens from the context's logits: sample, call on_token,
@@ -1205,6 +1264,12 @@ typedef struct pkv_request_params {
     int top_logprobs;        /* alternatives per token event, 0..PKV_ENGINE_MAX_TOP_LOGPROBS */
     pkv_engine_event_fn on_event; /* may be NULL (then tokens are only counted) */
     void *user;
+    /* Constrained output: every sample's tokens keep the output a valid prefix of
+     * the grammar, and it ends (finish STOP, stop_token) only where the grammar is
+     * complete. NULL = unconstrained. Retained by submit (the caller may free its
+     * reference right after). The engine builds its model's pkv_grammar_vocab at the
+     * first such request. ignore_eos is refused with a grammar. */
+    const pkv_grammar *grammar;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),

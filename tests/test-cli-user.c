@@ -60,7 +60,7 @@ int main(void) {
     CHECK_INT(sh("\"$PKV\" bench model --help"), 0);
     /* every bench the top-level help names has its own help */
     {
-        static const char *const benches[] = {"kv", "model", "spec", "serve", "server", "all", "kv-accuracy", "kv-speed"};
+        static const char *const benches[] = {"kv", "model", "spec", "serve", "server", "all", "kv-accuracy", "kv-speed", "grammar"};
         CHECK_INT(sh("\"$PKV\" --help"), 0);
         char top[8192];
         snprintf(top, sizeof top, "%.8000s", out);

@@ -60,6 +60,7 @@ static void bench_usage(FILE *f) {
                "  bench all    all three, one JSON object {\"kv\": ..., \"model\": ..., \"spec\": ...}\n"
                "  bench kv-accuracy  logits NMSE and top-1 agreement of q8_0/q4_0 KV pages against f16\n"
                "  bench kv-speed     decode tokens/s at a depth per KV type, the types interleaved\n"
+               "  bench grammar      constrained output: token-mask microseconds with a 150k vocabulary\n"
                "'pagekv bench kv --help' and 'pagekv bench model --help' list the options.\n");
 }
 
@@ -75,6 +76,7 @@ int pkv_cli_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "server")) return pkv_cli_bench_server(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kv-accuracy")) return pkv_cli_bench_kv_accuracy(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kv-speed")) return pkv_cli_bench_kv_speed(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "grammar")) return pkv_cli_bench_grammar(argc - 1, argv + 1);
     if (!strcmp(argv[1], "all")) {
         /* One JSON object. model gets every option given (plus --json); kv and
          * spec get the device, and spec the model and threads. */

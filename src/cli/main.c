@@ -20,7 +20,7 @@ static const command k_commands[] = {
     {"tokenize", pkv_cli_tokenize, "token ids (and pieces) of a text"},
     {"mkmodel", pkv_cli_mkmodel, "write a GGUF test model with random weights"},
     {"demo", pkv_cli_demo, "every KV operation on every device, checked against replay"},
-    {"bench", pkv_cli_bench, "measure speed: bench kv | model | spec | serve | server | all | kv-accuracy | kv-speed"},
+    {"bench", pkv_cli_bench, "measure speed: bench kv | model | spec | serve | server | all | kv-accuracy | kv-speed | grammar"},
     {"serve", pkv_cli_serve, "OpenAI-compatible HTTP server with a contexts API (docs/server.md)"},
 };
 

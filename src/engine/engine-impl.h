@@ -99,6 +99,7 @@ struct pkv_engine {
     size_t cap_dtok;
     eng_seq **d_who;    /* [max_seqs] */
     uint64_t d_proposed, d_accepted, d_steps, d_disabled;
+    pkv_grammar_vocab *gvocab; /* the model's token trie, made at the first request with a grammar */
     eng_req **reqs;     /* [n_reqs] admitted and waiting requests, priority order */
     int n_reqs, reqs_cap;
     eng_seq **batch;    /* [max_seqs] this step's sequences */

@@ -45,6 +45,7 @@ void pkv_engine_req_free(pkv_engine *e, eng_req *r) {
     pkv_free(r->prompt);
     pkv_free(r->stop);
     pkv_free(r->seqs);
+    pkv_grammar_free((pkv_grammar *)r->p.grammar);
     pkv_free(r);
 }
 
@@ -331,7 +332,16 @@ static pkv_status seq_sampler(pkv_engine *e, eng_seq *s) {
     pkv_sampler_params sp = s->r->p.sampling;
     sp.seed += (uint64_t)s->sample;
     s->smp = pkv_sampler_create(sp, e->n_vocab);
-    return s->smp ? PKV_OK : PKV_ERR_NOMEM;
+    if (!s->smp) return PKV_ERR_NOMEM;
+    if (!s->r->p.grammar) return PKV_OK;
+    /* constrained output: every sample has its own parse state (batch invariance) */
+    if (!e->gvocab && !(e->gvocab = pkv_grammar_vocab_create(e->m))) return pkv_err_prefix(PKV_ERR_INVALID, "engine: ");
+    pkv_status st = pkv_sampler_set_grammar(s->smp, s->r->p.grammar, e->gvocab);
+    if (st) {
+        pkv_sampler_free(s->smp);
+        s->smp = NULL;
+    }
+    return st;
 }
 
 /* The draft's sequence of s, whose model sequence kv matched *matched tokens of

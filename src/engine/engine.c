@@ -6,6 +6,7 @@
 
 #include "engine/engine-impl.h"
 #include "engine/sampler.h"
+#include "engine/grammar.h"
 #include "model/model-impl.h"
 
 const char *pkv_finish_reason_str(pkv_finish_reason r) {
@@ -148,6 +149,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->dh_in);
     pkv_free(e->dh_out);
     pkv_free(e->dlogits);
+    pkv_grammar_vocab_free(e->gvocab);
     pkv_free(e->d_seq);
     pkv_free(e->d_n);
     pkv_free(e->d_tok);
@@ -213,6 +215,15 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
         return pkv_err(PKV_ERR_INVALID, "submit: top_logprobs = %d; must be 0..%d", r->top_logprobs,
                        PKV_ENGINE_MAX_TOP_LOGPROBS);
     if (pkv_sampler_check_params(&r->sampling)) return pkv_err_prefix(PKV_ERR_INVALID, "submit: ");
+    if (r->grammar) {
+        pkv_model_info mi;
+        if (pkv_model_get_info(e->m, &mi) == PKV_OK && !mi.has_vocab)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "submit: a grammar needs the model's vocabulary (each token's text); "
+                           "this model has none (tokenizer.ggml.model = none)");
+    }
+    if (r->grammar && r->ignore_eos)
+        return pkv_err(PKV_ERR_INVALID, "submit: ignore_eos with a grammar: the grammar decides where the output may "
+                       "end, and allows the end-of-generation token only there");
     return PKV_OK;
 }
 
@@ -226,6 +237,7 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     eng_req *r = pkv_calloc(1, sizeof *r);
     if (!r) return pkv_err(PKV_ERR_NOMEM, "submit: out of memory");
     r->p = *rp;
+    r->p.grammar = pkv_grammar_retain(rp->grammar); /* dropped by pkv_engine_req_free */
     r->n = n;
     r->max_tokens = max_tokens;
     r->prompt = pkv_malloc((size_t)rp->n_prompt * sizeof *r->prompt);

@@ -4,6 +4,7 @@
  * without top-k buckets the candidates by log-probability, takes the buckets above
  * the nucleus boundary whole and sorts only the boundary bucket. */
 #include "engine/sampler.h"
+#include "engine/grammar.h"
 
 #include "base/base.h"
 
@@ -35,6 +36,12 @@ struct pkv_sampler {
     int n_hist;    /* valid entries in hist, <= repeat_last_n */
     int hist_next; /* ring slot the next accepted token goes to */
     uint64_t rng[4]; /* xoshiro256** state */
+    /* constrained output (pkv_sampler_set_grammar) */
+    pkv_gmatch *gm;               /* the grammar's parse state; NULL: unconstrained */
+    const pkv_grammar_vocab *gv;
+    uint64_t *gmask;              /* [ceil(n_vocab / 64)] allowed tokens of the current state */
+    bool gmask_ok;                /* gmask is that of the current state */
+    int32_t gbad;                 /* a token accepted that the grammar refused, -1: none */
 };
 
 pkv_sampler_params pkv_sampler_default_params(void) {
@@ -135,11 +142,65 @@ void pkv_sampler_free(pkv_sampler *s) {
     pkv_free(s->cnt);
     pkv_free(s->hist);
     pkv_free(s->mass);
+    pkv_gmatch_free(s->gm);
+    pkv_free(s->gmask);
     pkv_free(s);
 }
 
+pkv_status pkv_sampler_set_grammar(pkv_sampler *s, const pkv_grammar *g, const pkv_grammar_vocab *v) {
+    if (!s) return pkv_err(PKV_ERR_INVALID, "sampler: NULL argument");
+    if (!g) {
+        pkv_gmatch_free(s->gm);
+        pkv_free(s->gmask);
+        s->gm = NULL, s->gmask = NULL, s->gv = NULL;
+        return PKV_OK;
+    }
+    if (!v) return pkv_err(PKV_ERR_INVALID, "sampler: a grammar needs a vocabulary (pkv_grammar_vocab_create)");
+    if (pkv_grammar_vocab_n(v) != s->n_vocab)
+        return pkv_err(PKV_ERR_MISMATCH, "sampler: the grammar's vocabulary has %d tokens, the sampler %d",
+                       (int)pkv_grammar_vocab_n(v), (int)s->n_vocab);
+    pkv_gmatch *gm = pkv_gmatch_create(g);
+    uint64_t *mask = pkv_malloc(((size_t)s->n_vocab + 63) / 64 * sizeof *mask);
+    if (!gm || !mask) {
+        pkv_gmatch_free(gm);
+        pkv_free(mask);
+        return pkv_err(PKV_ERR_NOMEM, "sampler: out of memory for the grammar's state");
+    }
+    pkv_gmatch_free(s->gm);
+    pkv_free(s->gmask);
+    s->gm = gm, s->gmask = mask, s->gv = v;
+    s->gmask_ok = false;
+    s->gbad = -1;
+    return PKV_OK;
+}
+
+bool pkv_sampler_has_grammar(const pkv_sampler *s) { return s && s->gm; }
+
+bool pkv_sampler_grammar_complete(const pkv_sampler *s) { return !s || !s->gm || pkv_gmatch_complete(s->gm); }
+
+/* The sampler's grammar: the constraint of this state, or an error. */
+static pkv_status grammar_mask(pkv_sampler *s) {
+    if (s->gbad >= 0)
+        return pkv_err(PKV_ERR_INVALID, "sampler: token %d was accepted but the grammar does not allow it there",
+                       (int)s->gbad);
+    if (s->gmask_ok) return PKV_OK;
+    int64_t n = pkv_gmatch_mask(s->gm, s->gv, s->gmask);
+    if (n < 0) return pkv_err_prefix(PKV_ERR_INVALID, "sampler: ");
+    if (n == 0)
+        return pkv_err(PKV_ERR_INVALID, "sampler: the grammar allows no token here (%s)",
+                       pkv_gmatch_complete(s->gm) ? "it is complete but the vocabulary has no end-of-generation token"
+                                                  : "no token of the vocabulary continues it");
+    s->gmask_ok = true;
+    return PKV_OK;
+}
+
 void pkv_sampler_accept(pkv_sampler *s, int32_t token) {
-    if (!s || s->par.repeat_last_n == 0) return;
+    if (!s) return;
+    if (s->gm && s->gbad < 0) {
+        if (!pkv_gmatch_accept_token(s->gm, s->gv, token)) s->gbad = token;
+        s->gmask_ok = false;
+    }
+    if (s->par.repeat_last_n == 0) return;
     s->hist[s->hist_next] = token;
     s->hist_next = (s->hist_next + 1) % s->par.repeat_last_n;
     if (s->n_hist < s->par.repeat_last_n) s->n_hist++;
@@ -150,6 +211,11 @@ void pkv_sampler_reset(pkv_sampler *s) {
     s->n_hist = 0;
     s->hist_next = 0;
     rng_seed(s->rng, s->par.seed);
+    if (s->gm) {
+        pkv_gmatch_reset(s->gm);
+        s->gmask_ok = false;
+        s->gbad = -1;
+    }
 }
 
 /* --------------------------------------------------------------- chain */
@@ -290,6 +356,16 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
     const pkv_sampler_params *p = &s->par;
     int n = (int)s->n_vocab;
     apply_penalty(s, logits);
+    if (s->gm) { /* constrained: disallowed tokens leave before every filter */
+        const uint64_t *mk = s->gmask;
+        for (int w = 0; w < (n + 63) / 64; w++) {
+            uint64_t b = mk[w];
+            if (b == ~0ull) continue;
+            int hi = PKV_MIN(n, 64 * w + 64);
+            for (int i = 64 * w; i < hi; i++)
+                if (!(b >> (i & 63) & 1)) s->work[i] = -INFINITY;
+        }
+    }
     const float *work = s->work;
     cand *c = s->cand;
 
@@ -311,6 +387,18 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
         nc = p->top_k;
         sorted = true;
         maxl = c[0].logit;
+        if (s->gm) { /* fewer allowed tokens than k: the rest are -inf */
+            while (nc > 1 && c[nc - 1].logit == -INFINITY) nc--;
+        }
+    } else if (s->gm) {
+        nc = 0;
+        maxl = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            if (work[i] == -INFINITY) continue;
+            c[nc++] = (cand){0, work[i], i};
+            if (work[i] > maxl) maxl = work[i];
+        }
+        sorted = false;
     } else {
         maxl = work[0];
         for (int i = 0; i < n; i++) {
@@ -359,6 +447,7 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
 
 pkv_status pkv_sampler_sample(pkv_sampler *s, const float *logits, int32_t *out_token) {
     pkv_status st = check_args(s, logits, out_token);
+    if (st == PKV_OK && s->gm) st = grammar_mask(s);
     if (st != PKV_OK) return st;
     int nc;
     double total;
@@ -382,6 +471,7 @@ pkv_status pkv_sampler_sample(pkv_sampler *s, const float *logits, int32_t *out_
 
 pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs) {
     pkv_status st = check_args(s, logits, probs);
+    if (st == PKV_OK && s->gm) st = grammar_mask(s);
     if (st != PKV_OK) return st;
     int nc;
     double total;

@@ -18,4 +18,7 @@ pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_t
  * PKV_ERR_INVALID with a message naming the field. */
 pkv_status pkv_sampler_check_params(const pkv_sampler_params *p);
 
+/* The sampler has a grammar (pkv_sampler_set_grammar). */
+bool pkv_sampler_has_grammar(const pkv_sampler *s);
+
 #endif /* PKV_SAMPLER_H */

@@ -261,6 +261,10 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
     if (pkv_sampler_n_vocab(smp) != s->V)
         return pkv_err(PKV_ERR_MISMATCH, "spec: the sampler was made for a vocabulary of %d tokens, the model has %d",
                        (int)pkv_sampler_n_vocab(smp), s->V);
+    if (pkv_sampler_has_grammar(smp))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "spec: the sampler has a grammar; speculative sampling draws from the "
+                       "draft's distribution, which the grammar would have to follow too: use pkv_generate, or the "
+                       "engine (its speculative decoding verifies every proposal against the grammar)");
     if (n_max == 0) return PKV_OK;
     pkv_context *tg = s->target;
     const float *lg0 = pkv_context_logits(tg);
