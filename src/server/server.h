@@ -74,11 +74,6 @@ typedef enum pkv_tpl {
     PKV_TPL_COUNT
 } pkv_tpl;
 
-typedef struct pkv_chat_msg {
-    const char *role;    /* "system", "user", "assistant" */
-    const char *content;
-} pkv_chat_msg;
-
 /* Family by name ("chatml", "qwen", "llama3", ...); PKV_TPL_NONE when unknown. */
 pkv_tpl pkv_tpl_from_name(const char *name);
 const char *pkv_tpl_name(pkv_tpl t);
