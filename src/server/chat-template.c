@@ -494,7 +494,6 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
     creq q = {err, err_size, 0};
     char *out = NULL, *gen = NULL;
     json_t *msgs = NULL, *ctx = NULL, *cont = NULL;
-    size_t *sp2 = NULL, n2 = 0;
     if (spans) {
         *spans = NULL;
         *n_spans = 0;
@@ -698,8 +697,6 @@ done:
         *n_spans = 0;
     }
     free(gen);
-    free(sp2);
-    (void)n2;
     json_decref(msgs);
     json_decref(ctx);
     json_decref(cont);

@@ -334,7 +334,7 @@ static void lx_tag(lexer *L, bool expr) {
         char c = s[at];
         if (depth == 0) {
             size_t p = at;
-            if (c == '-' && p + 2 < L->len + 0 && s[p + 2] == '}' && (s[p + 1] == '}' || s[p + 1] == '%')) p++;
+            if (c == '-' && p + 2 < L->len && s[p + 2] == '}' && (s[p + 1] == '}' || s[p + 1] == '%')) p++;
             else if (c == '+' && p + 2 < L->len && s[p + 2] == '}' && s[p + 1] == '%') p++;
             if (p + 1 < L->len && s[p + 1] == '}' && (s[p] == '}' || s[p] == '%')) {
                 if ((s[p] == '}') != expr) lx_fail(L, at, expr ? "'}}' expected, found '%}'" : "'%}' expected, found '}}'");
@@ -3315,7 +3315,7 @@ static unsigned probe_path(ev *x, jdict *root, const char *path) {
 char *pkv_jinja_render(const pkv_jinja *t, json_t *ctx, bool data, int64_t now, const pkv_jinja_limits *lim,
                        size_t *len, size_t **spans, size_t *n_spans, pkv_jinja_probe *probe, pkv_jinja_error *e) {
     memset(e, 0, sizeof *e);
-    ev *x = calloc(1, sizeof *x);
+    ev *volatile x = calloc(1, sizeof *x);
     if (!x) {
         e->kind = PKV_JINJA_ENOMEM;
         snprintf(e->msg, sizeof e->msg, "out of memory");
