@@ -47,6 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     else FUZZ_CHECK(err[0] != 0 && (status == 400 || status == 500));
     free(out);
     free(sp);
+    sp = NULL;
+    nsp = 0;
     json_decref(body);
     pkv_chat_free(c);
 

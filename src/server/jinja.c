@@ -3315,6 +3315,10 @@ static unsigned probe_path(ev *x, jdict *root, const char *path) {
 char *pkv_jinja_render(const pkv_jinja *t, json_t *ctx, bool data, int64_t now, const pkv_jinja_limits *lim,
                        size_t *len, size_t **spans, size_t *n_spans, pkv_jinja_probe *probe, pkv_jinja_error *e) {
     memset(e, 0, sizeof *e);
+    if (spans) { /* nothing to free on error */
+        *spans = NULL;
+        *n_spans = 0;
+    }
     ev *volatile x = calloc(1, sizeof *x);
     if (!x) {
         e->kind = PKV_JINJA_ENOMEM;

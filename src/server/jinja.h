@@ -67,7 +67,8 @@ typedef struct pkv_jinja_probe {
  * data: the strings of ctx count as data (spans). now: strftime_now's clock (0 =
  * the current time). Returns the malloc'd text (NUL-terminated; *len its length)
  * and, when spans is not NULL, *n_spans sorted pairs [start, end) of bytes that
- * came from ctx strings (malloc'd). probe may be NULL. NULL with *e set on error. */
+ * came from ctx strings (malloc'd). probe may be NULL. NULL with *e set (and
+ * *spans NULL) on error. */
 char *pkv_jinja_render(const pkv_jinja *t, json_t *ctx, bool data, int64_t now, const pkv_jinja_limits *lim,
                        size_t *len, size_t **spans, size_t *n_spans, pkv_jinja_probe *probe, pkv_jinja_error *e);
 
