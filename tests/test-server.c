@@ -180,8 +180,14 @@ static void test_errors_and_basics(void) {
     CHECK_INT(post("/v1/completions", deep, NULL), 400);
     /* chat errors */
     CHECK_INT(post("/v1/chat/completions", "{\"messages\": []}", NULL), 400);
-    CHECK_INT(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", NULL), 400);
-    CHECK(strstr(ts_body, "not supported") != NULL);
+    /* POST /apply-template: the chat body in, the rendered prompt out (llama-server's) */
+    json_t *pj = NULL;
+    CHECK_INT(post("/apply-template", "{\"messages\": [{\"role\": \"developer\", \"content\": \"S\"}, {\"role\": \"tool\", \"content\": \"x\"}]}", &pj), 200);
+    const char *pr = jstr(pj, "prompt");
+    CHECK(pr && !strcmp(pr, "<|im_start|>system\nS<|im_end|>\n<|im_start|>tool\nx<|im_end|>\n<|im_start|>assistant\n"));
+    json_decref(pj);
+    CHECK_INT(post("/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}], \"continue_final_message\": true, \"add_generation_prompt\": true}", NULL), 400);
+    CHECK_INT(post("/apply-template", "{\"messages\": 3}", NULL), 400);
     CHECK_INT(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", NULL), 400);
     /* the prompt is longer than the context (-c 256) */
     {
@@ -644,7 +650,10 @@ static void test_templates(void) {
     CHECK_INT(th_cli("", true, "serve --detect-template '%s'", f), 1);
     HAS("matches no known chat template");
     CHECK_INT(th_cli("", true, "serve -m '%s' --chat-template bogus --port 0", g_model), 1);
-    HAS("--chat-template 'bogus' is not a known family");
+    HAS("--chat-template 'bogus' is neither a family");
+    f = ts_file("bad.jinja", "line one\n{% if %}", 18);
+    CHECK_INT(th_cli("", true, "serve -m '%s' --chat-template '%s' --port 0", g_model, f), 1);
+    HAS("line 2, column");
     CHECK_INT(th_cli("", true, "serve -m '%s' --draft-max 3", g_model), 2);
     HAS("need --draft FILE or --mtp");
     CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --simple", g_model), 2);

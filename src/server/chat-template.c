@@ -1,13 +1,19 @@
-/* Chat templates: GGUF files carry a Jinja template (tokenizer.chat_template).
- * pagekv does not run Jinja; it recognises the common families by the special
- * markers their templates contain and renders each family in C. A template
- * with no known markers is an error at startup (--chat-template NAME forces a
- * family), never a silently wrong prompt. */
+/* Chat templates: GGUF files carry a Jinja template (tokenizer.chat_template),
+ * which the server runs with its interpreter (jinja.c) the way llama.cpp's
+ * server does (common/chat.cpp): the same message normalisation, the same
+ * workarounds for templates without a system role or with object arguments,
+ * the same variables. --chat-template NAME picks one of the built-in family
+ * templates below; the family markers still name the end-of-turn tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <strings.h>
+#include <time.h>
 
+#include <jansson.h>
+
+#include "server/jinja.h"
 #include "server/server.h"
 
 static const char *const k_names[PKV_TPL_COUNT] = {
@@ -73,224 +79,629 @@ const char *const *pkv_tpl_end_texts(pkv_tpl t) {
     }
 }
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-    size_t *spans; /* [2 * n_spans]: [start, end) of the bytes that came from messages */
-    size_t n_spans, cap_spans;
-} sbuf;
+/* ------------------------------------------------------- family templates */
 
-static void put(sbuf *b, const char *s) {
-    size_t n = strlen(s);
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = (b->len + n + 1) * 2;
-        char *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
+/* The built-in templates of --chat-template NAME (the same as `pagekv mkmodel
+ * --chat-template NAME` writes). Families with no system turn join system texts
+ * (a blank line between) and open the next user turn with them; one no user turn
+ * follows becomes a turn of its own. */
+#define FW "\xef\xbd\x9c"
+#define SP "\xe2\x96\x81"
+#define JINJA_SYS_JOIN                                                                                          \
+    "{%- if message['role'] == 'system' -%}\n"                                                                  \
+    "{%- set ns.sys = ns.sys + '\\n\\n' + message['content'] if ns.sys else message['content'] -%}\n"
+#define JINJA_INST(SYS_OPEN, SYS_CLOSE)                                                                         \
+    "{%- set ns = namespace(sys=none, first=true) -%}\n"                                                        \
+    "{%- for message in messages -%}\n" JINJA_SYS_JOIN                                                          \
+    "{%- elif message['role'] == 'user' -%}\n"                                                                  \
+    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
+    "{{- '[INST] ' -}}\n"                                                                                       \
+    "{%- if ns.sys is not none -%}\n"                                                                           \
+    "{{- " SYS_OPEN " + ns.sys + " SYS_CLOSE " -}}{%- set ns.sys = none -%}\n"                                 \
+    "{%- endif -%}\n"                                                                                           \
+    "{{- message['content'] + ' [/INST]' -}}\n"                                                                 \
+    "{%- set ns.first = false -%}\n"                                                                            \
+    "{%- else -%}\n"                                                                                            \
+    "{{- ' ' + message['content'] + ' </s>' -}}\n"                                                              \
+    "{%- set ns.first = false -%}\n"                                                                            \
+    "{%- endif -%}\n"                                                                                           \
+    "{%- endfor -%}\n"                                                                                          \
+    "{%- if ns.sys is not none -%}\n"                                                                           \
+    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
+    "{{- '[INST] ' + " SYS_OPEN " + ns.sys + " SYS_CLOSE " + ' [/INST]' -}}\n"                                  \
+    "{%- endif -%}\n"
+
+const char *pkv_tpl_source(pkv_tpl t) {
+    switch (t) {
+    case PKV_TPL_CHATML:
+        return "{%- for message in messages -%}\n"
+               "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
+               "{%- endfor -%}\n"
+               "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+    case PKV_TPL_LLAMA3:
+        return "{%- for message in messages -%}\n"
+               "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' -}}\n"
+               "{%- endfor -%}\n"
+               "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}";
+    case PKV_TPL_LLAMA2: return JINJA_INST("'<<SYS>>\\n'", "'\\n<</SYS>>\\n\\n'");
+    case PKV_TPL_MISTRAL: return JINJA_INST("''", "'\\n\\n'");
+    case PKV_TPL_GEMMA:
+        return "{%- set ns = namespace(sys=none) -%}\n"
+               "{%- for message in messages -%}\n" JINJA_SYS_JOIN
+               "{%- else -%}\n"
+               "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' -}}\n"
+               "{%- if message['role'] == 'user' and ns.sys is not none -%}\n"
+               "{{- ns.sys + '\\n\\n' -}}{%- set ns.sys = none -%}\n"
+               "{%- endif -%}\n"
+               "{{- message['content'] + '<end_of_turn>\\n' -}}\n"
+               "{%- endif -%}\n"
+               "{%- endfor -%}\n"
+               "{%- if ns.sys is not none -%}{{- '<start_of_turn>user\\n' + ns.sys + '<end_of_turn>\\n' -}}{%- endif -%}\n"
+               "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}";
+    case PKV_TPL_PHI3:
+        return "{%- for message in messages -%}\n"
+               "{%- if message['role'] == 'system' -%}{{- '<|system|>\\n' -}}\n"
+               "{%- elif message['role'] == 'user' -%}{{- '<|user|>\\n' -}}\n"
+               "{%- else -%}{{- '<|assistant|>\\n' -}}{%- endif -%}\n"
+               "{{- message['content'] + '<|end|>\\n' -}}\n"
+               "{%- endfor -%}\n"
+               "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}";
+    case PKV_TPL_DEEPSEEK:
+        return "{%- for message in messages -%}\n"
+               "{%- if message['role'] == 'system' -%}{{- message['content'] -}}\n"
+               "{%- elif message['role'] == 'user' -%}{{- '<" FW "User" FW ">' + message['content'] -}}\n"
+               "{%- else -%}{{- '<" FW "Assistant" FW ">' + message['content'] + '<" FW "end" SP "of" SP "sentence" FW ">' -}}\n"
+               "{%- endif -%}\n"
+               "{%- endfor -%}\n"
+               "{%- if add_generation_prompt -%}{{- '<" FW "Assistant" FW ">' -}}{%- endif -%}";
+    default: return NULL;
+    }
+}
+#undef JINJA_INST
+#undef JINJA_SYS_JOIN
+#undef FW
+#undef SP
+
+/* ------------------------------------------------------------- chat layer */
+
+struct pkv_chat {
+    pkv_jinja *j;
+    char *src, *bos, *eos;
+    bool add_bos, add_eos;
+    /* what the template does with its inputs, found by rendering probe
+     * conversations as llama.cpp's jinja::caps_get does */
+    bool string_content, typed_content, system_role, tool_calls, object_arguments;
+};
+
+static json_t *jparse(const char *s) { return json_loads(s, 0, NULL); }
+
+/* Render one probe context; true when it rendered. */
+static bool probe(const pkv_chat *c, const char *ctx_json, const char *const *paths, int n, unsigned *flags, char **out) {
+    json_t *ctx = jparse(ctx_json);
+    if (!ctx) return false;
+    pkv_jinja_probe pr = {paths, n, flags};
+    pkv_jinja_error e;
+    size_t len;
+    pkv_jinja_limits lim = {.max_steps = 1000000, .max_output = (size_t)1 << 20, .max_memory = (size_t)64 << 20};
+    for (int i = 0; i < n; i++) flags[i] = 0;
+    char *r = pkv_jinja_render(c->j, ctx, false, 0, &lim, &len, NULL, NULL, &pr, &e);
+    json_decref(ctx);
+    if (out) *out = r;
+    else free(r);
+    return r != NULL;
+}
+
+#define PROBE_CTX(MSGS, TOOLS) \
+    "{\"messages\": " MSGS ", \"tools\": " TOOLS ", \"bos_token\": \"\", \"eos_token\": \"\", \"add_generation_prompt\": true}"
+#define PROBE_TOOLS \
+    "[{\"name\": \"tool\", \"type\": \"function\", \"function\": {\"name\": \"tool1\", \"description\": \"Tool description\", " \
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"arg\": {\"type\": \"string\", \"description\": \"Arg description\"}}, " \
+    "\"required\": [\"arg\"]}}}]"
+#define PROBE_TOOL_MSGS(ARGS) \
+    "[{\"role\": \"user\", \"content\": \"User message\"}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": " \
+    "[{\"id\": \"call00001\", \"type\": \"function\", \"function\": {\"name\": \"tool1\", \"arguments\": " ARGS "}}]}, " \
+    "{\"role\": \"tool\", \"content\": \"Tool response\", \"tool_call_id\": \"call00001\"}, " \
+    "{\"role\": \"assistant\", \"content\": \"The tool response was 'tool response'\"}, {\"role\": \"user\", \"content\": \"User message\"}]"
+
+static void find_caps(pkv_chat *c) {
+    unsigned f[4];
+    char *out = NULL;
+    c->string_content = true;
+    c->typed_content = false;
+    c->system_role = true;
+    c->tool_calls = true;
+    c->object_arguments = false;
+    static const char *const content[] = {"messages.0.content"};
+    bool ok = probe(c, PROBE_CTX("[{\"role\": \"user\", \"content\": \"STRING_MARKER\"}]", "[]"), content, 1, f, &out);
+    bool checks_string = f[0] & PKV_JINJA_OP_STRING, as_array = f[0] & PKV_JINJA_OP_ARRAY;
+    if (as_array) c->typed_content = true;
+    if (!ok) c->string_content = false;
+    else if (as_array && !strstr(out, "STRING_MARKER")) c->string_content = false;
+    free(out);
+    if (checks_string) {
+        ok = probe(c, PROBE_CTX("[{\"role\": \"user\", \"content\": []}]", "[]"), content, 1, f, NULL);
+        if (ok && (f[0] & PKV_JINJA_OP_ARRAY)) c->typed_content = true;
+    }
+    probe(c, PROBE_CTX("[{\"role\": \"system\", \"content\": \"System message\"}, {\"role\": \"user\", \"content\": \"User message\"}]", "[]"),
+          content, 1, f, NULL);
+    if (!(f[0] & PKV_JINJA_USED)) c->system_role = false;
+    static const char *const tp[] = {"tools.0.function.name", "messages.1.tool_calls", "messages.1.tool_calls.0.function.arguments.arg"};
+    ok = probe(c, PROBE_CTX(PROBE_TOOL_MSGS("{\"arg\": \"value\"}"), PROBE_TOOLS), tp, 3, f, NULL);
+    if (ok) {
+        if (!(f[1] & PKV_JINJA_USED)) c->tool_calls = false;
+        else if (f[2] & PKV_JINJA_USED) c->object_arguments = true;
+    }
+    if (!c->object_arguments && (!ok || c->tool_calls)) {
+        ok = probe(c, PROBE_CTX(PROBE_TOOL_MSGS("\"{\\\"arg\\\": \\\"value\\\"}\""), PROBE_TOOLS), tp, 2, f, NULL);
+        if (!ok) c->tool_calls = false;
+        else if (!(f[1] & PKV_JINJA_USED)) c->tool_calls = false;
+    }
+}
+
+void pkv_chat_free(pkv_chat *c) {
+    if (!c) return;
+    pkv_jinja_free(c->j);
+    free(c->src);
+    free(c->bos);
+    free(c->eos);
+    free(c);
+}
+
+static char *dupn(const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+/* llama.cpp patches two known template bugs before parsing (common_chat_templates_init) */
+static void patch_source(char **src) {
+    static const char *const fixes[][3] = {
+        {"<|channel|>", "in message.content or",
+         "{%- if \"<|channel|>analysis<|message|>\" in message.content or \"<|channel|>final<|message|>\" in message.content %}"},
+        {"[TOOL_CALLS]", "if (message['content'] is none or",
+         "{%- if (message['content'] is none or message['content'] == '' or message['content']|length == 0) and "
+         "(message['tool_calls'] is not defined or message['tool_calls'] is none or message['tool_calls']|length == 0) %}"},
+    };
+    for (size_t i = 0; i < sizeof fixes / sizeof fixes[0]; i++) {
+        if (!strstr(*src, fixes[i][0]) || !strstr(*src, fixes[i][1])) continue;
+        const char *from = fixes[i][2], *to = "{%- if false %}";
+        char *at;
+        while ((at = strstr(*src, from))) {
+            size_t n = strlen(*src), fl = strlen(from), tl = strlen(to);
+            memmove(at + tl, at + fl, n - (size_t)(at - *src) - fl + 1);
+            memcpy(at, to, tl);
         }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-/* Message text: recorded as a data span, so its special-token text stays text. */
-static void put_data(sbuf *b, const char *s) {
-    size_t start = b->len;
-    put(b, s);
-    if (b->oom || b->len == start) return;
-    if (b->n_spans && b->spans[2 * b->n_spans - 1] == start) { /* adjoining: one span */
-        b->spans[2 * b->n_spans - 1] = b->len;
-        return;
-    }
-    if (b->n_spans == b->cap_spans) {
-        size_t nc = b->cap_spans ? b->cap_spans * 2 : 16;
-        size_t *q = realloc(b->spans, 2 * nc * sizeof *q);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->spans = q;
-        b->cap_spans = nc;
-    }
-    b->spans[2 * b->n_spans] = start;
-    b->spans[2 * b->n_spans + 1] = b->len;
-    b->n_spans++;
-}
-
-static bool is_role(const pkv_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
-
-/* The system text at the start of an [INST] turn: llama2 wraps it in <<SYS>>. */
-static void put_inst_sys(sbuf *b, pkv_tpl t, const char *sys) {
-    if (t == PKV_TPL_LLAMA2) {
-        put(b, "<<SYS>>\n");
-        put_data(b, sys);
-        put(b, "\n<</SYS>>\n\n");
-    } else {
-        put_data(b, sys);
-        put(b, "\n\n");
     }
 }
 
-char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size_t err_size) {
-    size_t *spans = NULL, n_spans = 0;
-    char *r = pkv_tpl_render_spans(t, msgs, n, &spans, &n_spans, err, err_size);
-    free(spans);
+pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char *eos, bool add_bos, bool add_eos,
+                        char *err, size_t err_size) {
+    pkv_chat *c = calloc(1, sizeof *c);
+    if (!c || !(c->src = dupn(src, len)) || !(c->bos = strdup(bos ? bos : "")) || !(c->eos = strdup(eos ? eos : ""))) {
+        snprintf(err, err_size, "out of memory");
+        pkv_chat_free(c);
+        return NULL;
+    }
+    patch_source(&c->src);
+    c->add_bos = add_bos;
+    c->add_eos = add_eos;
+    pkv_jinja_error e;
+    if (!(c->j = pkv_jinja_parse(c->src, strlen(c->src), &e))) {
+        snprintf(err, err_size, "the chat template does not parse: %s", e.msg);
+        pkv_chat_free(c);
+        return NULL;
+    }
+    find_caps(c);
+    return c;
+}
+
+bool pkv_chat_system_role(const pkv_chat *c) { return c->system_role; }
+
+/* ---- request to template context (llama.cpp's oaicompat_chat_params_parse and
+ * common_chat_templates_apply_jinja) */
+
+typedef struct creq {
+    char *err;
+    size_t err_size;
+    int status;
+} creq;
+
+static bool bad(creq *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool bad(creq *q, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q->err, q->err_size, fmt, ap);
+    va_end(ap);
+    q->status = 400;
+    return false;
+}
+
+static const char *str_or(json_t *o, const char *k, const char *def) {
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : def;
+}
+
+/* text parts joined by newlines (common_chat_msg's content_parts as concatenated) */
+static json_t *concat_parts(json_t *parts) {
+    size_t total = 0, i;
+    json_t *p;
+    json_array_foreach(parts, i, p) total += json_string_length(json_object_get(p, "text")) + 1;
+    char *buf = malloc(total + 1);
+    if (!buf) return NULL;
+    size_t n = 0;
+    json_array_foreach(parts, i, p) {
+        json_t *t = json_object_get(p, "text");
+        if (strcmp(str_or(p, "type", ""), "text")) continue;
+        if (n) buf[n++] = '\n';
+        memcpy(buf + n, json_string_value(t), json_string_length(t));
+        n += json_string_length(t);
+    }
+    json_t *r = json_stringn_nocheck(buf, n);
+    free(buf);
     return r;
 }
 
-char *pkv_tpl_render_spans(pkv_tpl t, const pkv_chat_msg *msgs, int n, size_t **spans, size_t *n_spans, char *err,
-                           size_t err_size) {
-    sbuf b = {0};
-    *spans = NULL;
-    *n_spans = 0;
-    if (n <= 0) {
-        snprintf(err, err_size, "messages is empty");
+/* One message as llama.cpp hands it to a template: role, content (a string, the
+ * parts as {type, text}, or ""), reasoning_content, name, tool_call_id and
+ * tool_calls [{type, function: {name, arguments (a string)}, id}]. */
+static json_t *norm_msg(const pkv_chat *c, json_t *m, size_t i, creq *q) {
+    if (!json_is_object(m)) return bad(q, "Failed to parse messages: Expected 'message' to be an object"), NULL;
+    json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content"), *tcs = json_object_get(m, "tool_calls");
+    if (!role) return bad(q, "Failed to parse messages: Missing 'role' in message"), NULL;
+    if (!json_is_string(role)) return bad(q, "'messages[%zu].role' must be a string", i), NULL;
+    const char *r = json_string_value(role);
+    if (strcmp(r, "assistant") && !content) return bad(q, "All non-assistant messages must contain 'content'"), NULL;
+    if (!strcmp(r, "assistant") && !content && !tcs)
+        return bad(q, "Assistant message must contain either 'content' or 'tool_calls'!"), NULL;
+    json_t *o = json_object();
+    json_object_set(o, "role", role);
+    if (json_is_string(content) && json_string_length(content)) {
+        json_object_set(o, "content", content);
+    } else if (json_is_array(content) && json_array_size(content)) {
+        json_t *parts = json_array();
+        size_t k;
+        json_t *p;
+        json_array_foreach(content, k, p) {
+            const char *ty = str_or(p, "type", NULL);
+            json_t *tx = json_object_get(p, "text");
+            if (!ty) return json_decref(parts), json_decref(o), bad(q, "Failed to parse messages: Missing content part type"), NULL;
+            if (strcmp(ty, "text"))
+                return json_decref(parts), json_decref(o),
+                       bad(q, "'messages[%zu].content[%zu]': content parts of type '%s' are not supported (text only)", i, k, ty), NULL;
+            if (!json_is_string(tx)) return json_decref(parts), json_decref(o), bad(q, "'messages[%zu].content[%zu].text' must be a string", i, k), NULL;
+            json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", tx));
+        }
+        json_object_set_new(o, "content", parts);
+    } else if (content && !json_is_null(content) && !json_is_string(content) && !json_is_array(content)) {
+        json_decref(o);
+        return bad(q, "Failed to parse messages: Invalid 'content' type: expected string or array"), NULL;
+    } else {
+        json_object_set_new(o, "content", json_string(""));
+    }
+    /* caps: a template that reads only strings gets parts joined; one that reads
+     * only parts gets a string wrapped */
+    json_t *ct = json_object_get(o, "content");
+    if (c->string_content && !c->typed_content && json_is_array(ct)) {
+        json_t *s = concat_parts(ct);
+        if (s) json_object_set_new(o, "content", s);
+    } else if (!c->string_content && c->typed_content && json_is_string(ct)) {
+        json_object_set_new(o, "content", json_pack("[{s:s,s:O}]", "type", "text", "text", ct));
+    }
+    const char *rc = str_or(m, "reasoning_content", "");
+    if (*rc) json_object_set(o, "reasoning_content", json_object_get(m, "reasoning_content"));
+    const char *nm = str_or(m, "name", "");
+    if (*nm) json_object_set(o, "name", json_object_get(m, "name"));
+    const char *tci = str_or(m, "tool_call_id", "");
+    if (*tci) json_object_set(o, "tool_call_id", json_object_get(m, "tool_call_id"));
+    if (tcs && json_is_array(tcs) && json_array_size(tcs)) {
+        json_t *out = json_array();
+        size_t k;
+        json_t *tc;
+        json_array_foreach(tcs, k, tc) {
+            json_t *fn = json_object_get(tc, "function"), *args = json_object_get(fn, "arguments");
+            if (!json_is_object(tc) || strcmp(str_or(tc, "type", ""), "function") || !json_is_object(fn) ||
+                !json_is_string(json_object_get(fn, "name")) || !args) {
+                json_decref(out);
+                json_decref(o);
+                return bad(q, "Failed to parse messages: 'messages[%zu].tool_calls[%zu]' must be {\"type\": \"function\", "
+                              "\"function\": {\"name\", \"arguments\"}}", i, k), NULL;
+            }
+            json_t *a = json_is_string(args) ? json_incref(args) : NULL;
+            if (!a) {
+                char *d = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+                a = json_string(d ? d : "");
+                free(d);
+            }
+            json_t *e = json_pack("{s:s,s:{s:O,s:o}}", "type", "function", "function", "name", json_object_get(fn, "name"), "arguments", a);
+            const char *id = str_or(tc, "id", "");
+            if (*id) json_object_set(e, "id", json_object_get(tc, "id"));
+            json_array_append_new(out, e);
+        }
+        json_object_set_new(o, "tool_calls", out);
+    }
+    return o;
+}
+
+/* object arguments: tool-call argument strings parsed to JSON */
+static bool args_to_objects(json_t *msgs, creq *q) {
+    size_t i, k;
+    json_t *m, *tc;
+    json_array_foreach(msgs, i, m) {
+        json_array_foreach(json_object_get(m, "tool_calls"), k, tc) {
+            json_t *fn = json_object_get(tc, "function"), *a = json_object_get(fn, "arguments");
+            if (!json_is_string(a)) continue;
+            json_error_t je;
+            json_t *v = json_loadb(json_string_value(a), json_string_length(a), JSON_DECODE_ANY, &je);
+            if (!v) return bad(q, "Failed to parse tool call arguments as JSON: %s", je.text);
+            json_object_set_new(fn, "arguments", v);
+        }
+    }
+    return true;
+}
+
+static void put_date(json_t *ctx, int64_t now) {
+    time_t t = now ? (time_t)now : time(NULL);
+    struct tm tm;
+    char b[64];
+    localtime_r(&t, &tm);
+    strftime(b, sizeof b, "%b %d %Y", &tm);
+    json_object_set_new(ctx, "datetime", json_string(b));
+    strftime(b, sizeof b, "%d %b %Y", &tm);
+    json_object_set_new(ctx, "date_string", json_string(b));
+}
+
+static char *render_ctx(const pkv_chat *c, json_t *ctx, int64_t now, size_t *len, size_t **spans, size_t *n_spans, creq *q) {
+    pkv_jinja_error e;
+    char *out = pkv_jinja_render(c->j, ctx, true, now, NULL, len, spans, n_spans, NULL, &e);
+    if (!out) {
+        q->status = e.kind == PKV_JINJA_ENOMEM ? 500 : 400;
+        if (e.kind == PKV_JINJA_ERAISE) snprintf(q->err, q->err_size, "%s", e.msg);
+        else snprintf(q->err, q->err_size, "chat template error: %s", e.msg);
         return NULL;
     }
-    for (int i = 0; i < n; i++)
-        if (!is_role(&msgs[i], "system") && !is_role(&msgs[i], "user") && !is_role(&msgs[i], "assistant")) {
-            snprintf(err, err_size, "messages[%d].role '%s' is not supported (system, user, assistant)", i, msgs[i].role);
-            return NULL;
-        }
-    switch (t) {
-    case PKV_TPL_CHATML:
-        for (int i = 0; i < n; i++) {
-            put(&b, "<|im_start|>");
-            put(&b, msgs[i].role);
-            put(&b, "\n");
-            put_data(&b, msgs[i].content);
-            put(&b, "<|im_end|>\n");
-        }
-        put(&b, "<|im_start|>assistant\n");
-        break;
-    case PKV_TPL_LLAMA3:
-        for (int i = 0; i < n; i++) {
-            put(&b, "<|start_header_id|>");
-            put(&b, msgs[i].role);
-            put(&b, "<|end_header_id|>\n\n");
-            put_data(&b, msgs[i].content);
-            put(&b, "<|eot_id|>");
-        }
-        put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case PKV_TPL_PHI3:
-        for (int i = 0; i < n; i++) {
-            put(&b, "<|");
-            put(&b, msgs[i].role);
-            put(&b, "|>\n");
-            put_data(&b, msgs[i].content);
-            put(&b, "<|end|>\n");
-        }
-        put(&b, "<|assistant|>\n");
-        break;
-    case PKV_TPL_GEMMA: {
-        /* Gemma has no system turn: the system text opens the next user turn
-         * (several system messages are joined, none is dropped). */
-        sbuf sys = {0};
-        for (int i = 0; i < n; i++) {
-            if (is_role(&msgs[i], "system")) {
-                if (sys.len) put(&sys, "\n\n");
-                put(&sys, msgs[i].content); /* all of sys is put as data */
-                if (!sys.p) put(&sys, ""); /* an empty system text still counts */
-                continue;
-            }
-            put(&b, "<start_of_turn>");
-            put(&b, is_role(&msgs[i], "assistant") ? "model" : "user");
-            put(&b, "\n");
-            if (sys.p && is_role(&msgs[i], "user")) {
-                put_data(&b, sys.p);
-                put(&b, "\n\n");
-                free(sys.p);
-                sys = (sbuf){0};
-            }
-            put_data(&b, msgs[i].content);
-            put(&b, "<end_of_turn>\n");
-        }
-        if (sys.p) { /* a system text no user turn followed: a user turn of its own, not dropped */
-            put(&b, "<start_of_turn>user\n");
-            put_data(&b, sys.p);
-            put(&b, "<end_of_turn>\n");
-        }
-        if (sys.oom) b.oom = true;
-        free(sys.p);
-        put(&b, "<start_of_turn>model\n");
-        break;
+    /* BOS/EOS text the tokenizer adds anyway is taken off (llama.cpp does the same) */
+    size_t bl = strlen(c->bos), el = strlen(c->eos), cut = 0;
+    if (c->add_bos && bl && *len >= bl && !memcmp(out, c->bos, bl)) cut = bl;
+    if (c->add_eos && el && *len - cut >= el && !memcmp(out + *len - el, c->eos, el)) *len -= el;
+    if (cut) {
+        memmove(out, out + cut, *len - cut);
+        *len -= cut;
     }
-    case PKV_TPL_LLAMA2:
-    case PKV_TPL_MISTRAL: {
-        /* [INST] user [/INST] assistant</s>; the system text goes into the first
-         * user turn (llama2 wraps it in <<SYS>>). BOS comes from the tokenizer. */
-        sbuf sys = {0}; /* several system messages are joined, none is dropped */
-        bool first = true;
-        for (int i = 0; i < n; i++) {
-            if (is_role(&msgs[i], "system")) {
-                if (sys.len) put(&sys, "\n\n");
-                put(&sys, msgs[i].content); /* all of sys is put as data */
-                if (!sys.p) put(&sys, "");
-            } else if (is_role(&msgs[i], "user")) {
-                if (!first) put(&b, "<s>");
-                put(&b, "[INST] ");
-                if (sys.p) {
-                    put_inst_sys(&b, t, sys.p);
-                    free(sys.p);
-                    sys = (sbuf){0};
+    out[*len] = 0;
+    if (spans && *n_spans) { /* shift and clip the spans to the kept text */
+        size_t k = 0;
+        for (size_t i = 0; i < *n_spans; i++) {
+            size_t a = (*spans)[2 * i], b = (*spans)[2 * i + 1];
+            a = a > cut ? a - cut : 0;
+            b = b > cut ? b - cut : 0;
+            if (b > *len) b = *len;
+            if (a < b) {
+                (*spans)[2 * k] = a;
+                (*spans)[2 * k + 1] = b;
+                k++;
+            }
+        }
+        *n_spans = k;
+    }
+    return out;
+}
+
+char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, size_t **spans, size_t *n_spans, int *status,
+                     char *err, size_t err_size) {
+    creq q = {err, err_size, 0};
+    char *out = NULL, *gen = NULL;
+    json_t *msgs = NULL, *ctx = NULL, *cont = NULL;
+    if (spans) {
+        *spans = NULL;
+        *n_spans = 0;
+    }
+    json_t *jm = json_object_get(body, "messages");
+    if (!jm) {
+        bad(&q, "'messages' is required");
+        goto done;
+    }
+    if (!json_is_array(jm)) {
+        bad(&q, "Expected 'messages' to be an array");
+        goto done;
+    }
+    if (json_array_size(jm) > 65536) {
+        bad(&q, "'messages' has more than 65536 messages");
+        goto done;
+    }
+    msgs = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(jm, i, m) {
+        json_t *n = norm_msg(c, m, i, &q);
+        if (!n) goto done;
+        json_array_append_new(msgs, n);
+    }
+    /* tools: {type, function: {name, description, parameters}} */
+    json_t *tools = json_object_get(body, "tools"), *tl = NULL;
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) {
+            bad(&q, "Failed to parse tools: Expected 'tools' to be an array");
+            goto done;
+        }
+        json_t *t;
+        tl = json_array();
+        json_array_foreach(tools, i, t) {
+            json_t *fn = json_object_get(t, "function");
+            if (strcmp(str_or(t, "type", ""), "function") || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
+                json_decref(tl);
+                bad(&q, "Failed to parse tools: 'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\", ...}}", i);
+                goto done;
+            }
+            json_t *params = json_object_get(fn, "parameters");
+            json_array_append_new(tl, json_pack("{s:s,s:{s:O,s:s,s:O}}", "type", "function", "function", "name",
+                                                json_object_get(fn, "name"), "description", str_or(fn, "description", ""),
+                                                "parameters", params && !json_is_null(params) ? params : json_object()));
+        }
+        if (!json_array_size(tl)) {
+            json_decref(tl);
+            tl = NULL;
+        }
+    }
+    json_t *agp = json_object_get(body, "add_generation_prompt");
+    bool add_gen = json_is_boolean(agp) ? json_is_true(agp) : true;
+    /* continuing the final assistant message: its text is appended after the
+     * assistant's generation prompt instead of being closed by the template */
+    json_t *cfm = json_object_get(body, "continue_final_message");
+    bool continuing = json_is_true(cfm) || (json_is_string(cfm) && (!strcmp(json_string_value(cfm), "content") ||
+                                                                   !strcmp(json_string_value(cfm), "reasoning_content")));
+    size_t nm = json_array_size(msgs);
+    json_t *last = nm ? json_array_get(msgs, nm - 1) : NULL;
+    bool last_asst = last && !strcmp(str_or(last, "role", ""), "assistant");
+    if (!continuing && last_asst) {
+        if (nm >= 2 && !strcmp(str_or(json_array_get(msgs, nm - 2), "role", ""), "assistant")) {
+            bad(&q, "Cannot have 2 or more assistant messages at the end of the list.");
+            goto done;
+        }
+        continuing = true;
+        add_gen = false;
+    }
+    if (continuing && add_gen) {
+        bad(&q, "Cannot set both add_generation_prompt and continue_final_message to true.");
+        goto done;
+    }
+    if (continuing && last_asst && json_array_size(json_object_get(last, "tool_calls"))) {
+        bad(&q, "Cannot continue an assistant message that contains tool calls.");
+        goto done;
+    }
+    if (continuing && nm) {
+        cont = json_incref(last);
+        json_array_remove(msgs, nm - 1);
+    }
+    if (!strstr(c->src, "<|channel|>")) /* developer is system for every template but gpt-oss's */
+        json_array_foreach(msgs, i, m) if (!strcmp(str_or(m, "role", ""), "developer")) json_object_set_new(m, "role", json_string("system"));
+    if (!c->system_role && json_array_size(msgs) && !strcmp(str_or(json_array_get(msgs, 0), "role", ""), "system")) {
+        json_t *first = json_array_get(msgs, 0), *second = json_array_get(msgs, 1);
+        if (second) {
+            const char *a = str_or(first, "content", ""), *b = str_or(second, "content", "");
+            size_t la = strlen(a), lb = strlen(b);
+            char *joined = malloc(la + lb + 2);
+            if (!joined) {
+                q.status = 500;
+                snprintf(err, err_size, "out of memory");
+                goto done;
+            }
+            memcpy(joined, a, la);
+            joined[la] = '\n';
+            memcpy(joined + la + 1, b, lb + 1);
+            json_object_set_new(second, "content", json_string(joined));
+            free(joined);
+        }
+        json_array_remove(msgs, 0);
+    }
+    if (c->object_arguments && !args_to_objects(msgs, &q)) goto done;
+
+    bool thinking = true;
+    ctx = json_object();
+    json_object_set(ctx, "messages", msgs);
+    json_object_set_new(ctx, "bos_token", json_string(c->bos));
+    json_object_set_new(ctx, "eos_token", json_string(c->eos));
+    if (tl) json_object_set_new(ctx, "tools", tl);
+    put_date(ctx, now);
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    const char *k;
+    json_t *v;
+    if (json_is_object(kw)) json_object_foreach(kw, k, v) json_object_set(ctx, k, v);
+    json_t *et = json_object_get(kw, "enable_thinking");
+    if (json_is_boolean(et)) thinking = json_is_true(et);
+    else if (json_is_string(et)) {
+        bad(&q, "invalid type for \"enable_thinking\" (expected boolean, got string)");
+        goto done;
+    }
+    const char *effort = str_or(body, "reasoning_effort", NULL);
+    if (effort && !strcmp(effort, "none")) {
+        thinking = false;
+        json_object_del(ctx, "reasoning_effort");
+    } else if (effort && *effort) {
+        json_object_set_new(ctx, "reasoning_effort", json_string(effort));
+    }
+    json_t *re = json_object_get(ctx, "reasoning_effort");
+    if (json_is_string(re) && json_string_length(re)) json_object_set(ctx, "reasoning_strength", re);
+    json_object_set_new(ctx, "enable_thinking", json_boolean(thinking));
+    if (add_gen) json_object_set_new(ctx, "add_generation_prompt", json_true());
+
+    if (!(out = render_ctx(c, ctx, now, len, spans, n_spans, &q))) goto done;
+    if (cont) {
+        /* the generation prompt: what add_generation_prompt adds to the text */
+        size_t glen;
+        json_object_set_new(ctx, "add_generation_prompt", json_true());
+        if (!(gen = render_ctx(c, ctx, now, &glen, NULL, NULL, &q))) goto done;
+        size_t p = 0;
+        while (p < *len && p < glen && out[p] == gen[p]) p++;
+        const char *tail = gen + p;
+        size_t tl2 = glen - p;
+        const char *content = str_or(cont, "content", "");
+        const char *reasoning = str_or(cont, "reasoning_content", "");
+        bool think = strstr(c->src, "<think>") && strstr(c->src, "</think>");
+        size_t need = *len + tl2 + strlen(content) + strlen(reasoning) + 64;
+        char *r = realloc(out, need);
+        if (!r) {
+            q.status = 500;
+            snprintf(err, err_size, "out of memory");
+            goto done;
+        }
+        out = r;
+        const char *tk = think ? strstr(tail, "<think>") : NULL;
+        size_t keep = tk ? (size_t)(tk - tail) : tl2;
+        memcpy(out + *len, tail, keep);
+        *len += keep;
+        out[*len] = 0;
+        if (think) {
+            strcat(out, "<think>\n");
+            size_t a = strlen(out);
+            strcat(out, reasoning);
+            if (spans) {
+                size_t *q2 = realloc(*spans, (2 * *n_spans + 4) * sizeof *q2);
+                if (q2) {
+                    *spans = q2;
+                    if (strlen(reasoning)) {
+                        q2[2 * *n_spans] = a;
+                        q2[2 * *n_spans + 1] = strlen(out);
+                        (*n_spans)++;
+                    }
                 }
-                put_data(&b, msgs[i].content);
-                put(&b, " [/INST]");
-                first = false;
-            } else {
-                put(&b, " ");
-                put_data(&b, msgs[i].content);
-                put(&b, " </s>");
-                first = false;
+            }
+            bool content_mode = !(json_is_string(cfm) && !strcmp(json_string_value(cfm), "reasoning_content")) &&
+                                !(!*content && *reasoning && !json_is_string(cfm));
+            if (content_mode) strcat(out, "\n</think>\n\n");
+            else content = "";
+        }
+        size_t a = strlen(out);
+        strcat(out, content);
+        *len = strlen(out);
+        if (spans && *len > a) {
+            size_t *q2 = realloc(*spans, (2 * *n_spans + 2) * sizeof *q2);
+            if (q2) {
+                *spans = q2;
+                q2[2 * *n_spans] = a;
+                q2[2 * *n_spans + 1] = *len;
+                (*n_spans)++;
             }
         }
-        if (sys.p) { /* a system text no user turn followed (e.g. system only): its own [INST] turn */
-            if (!first) put(&b, "<s>");
-            put(&b, "[INST] ");
-            put_inst_sys(&b, t, sys.p);
-            put(&b, " [/INST]");
-        }
-        if (sys.oom) b.oom = true;
-        free(sys.p);
-        break;
     }
-    case PKV_TPL_DEEPSEEK:
-        for (int i = 0; i < n; i++) {
-            if (is_role(&msgs[i], "system")) {
-                put_data(&b, msgs[i].content);
-            } else if (is_role(&msgs[i], "user")) {
-                put(&b, "<\xef\xbd\x9cUser\xef\xbd\x9c>");
-                put_data(&b, msgs[i].content);
-            } else {
-                put(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
-                put_data(&b, msgs[i].content);
-                put(&b, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
-            }
-        }
-        put(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
-        break;
-    default:
-        snprintf(err, err_size, "no chat template");
-        free(b.p);
-        free(b.spans);
-        return NULL;
+done:
+    if (q.status && out) {
+        free(out);
+        out = NULL;
     }
-    if (b.oom || !b.p) {
-        snprintf(err, err_size, "out of memory rendering the chat template");
-        free(b.p);
-        free(b.spans);
-        return NULL;
+    if (!out && spans) {
+        free(*spans);
+        *spans = NULL;
+        *n_spans = 0;
     }
-    *spans = b.spans;
-    *n_spans = b.n_spans;
-    return b.p;
+    free(gen);
+    json_decref(msgs);
+    json_decref(ctx);
+    json_decref(cont);
+    if (status) *status = q.status;
+    return out;
 }
 
 /* ------------------------------------------------------------------ utf-8 */

@@ -343,82 +343,48 @@ void srv_api_models(srv *s, srv_out *o) {
     o->json = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:I,s:s}}]}", "object", "list", "data", "id", s->model_id,
                         "object", "model", "created", (json_int_t)s->created, "owned_by", "pagekv", "meta", "arch",
                         s->info.arch, "n_vocab", s->info.n_vocab, "n_layer", s->info.n_layer, "n_ctx", (json_int_t)s->n_ctx,
-                        "chat_template", s->tpl ? pkv_tpl_name(s->tpl) : "none");
+                        "chat_template", s->tpl_name);
 }
 
 /* ---------------------------------------------------------- completions */
 
-static char *chat_prompt(srv *s, json_t *b, size_t **spans, size_t *n_spans, srv_out *o) {
+static char *chat_prompt(srv *s, json_t *b, size_t *len, size_t **spans, size_t *n_spans, srv_out *o) {
     json_t *msgs = json_object_get(b, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > 4096) {
         srv_error(o, 400, "'messages' must be a non-empty array of messages");
         return NULL;
     }
-    if (s->tpl == PKV_TPL_NONE) {
+    if (!s->chat) {
         srv_error(o, 400, "the model has no chat template (tokenizer.chat_template): start the server with "
-                          "--chat-template NAME (%s), or use /v1/completions",
+                          "--chat-template NAME (%s) or FILE (a Jinja template), or use /v1/completions",
                   pkv_tpl_names());
         return NULL;
     }
-    size_t n = json_array_size(msgs);
-    pkv_chat_msg *m = calloc(n, sizeof *m);
-    char **owned = calloc(n, sizeof *owned);
-    char *out = NULL;
-    if (!m || !owned) {
-        srv_error(o, 500, "out of memory");
-        goto done;
+    char err[600];
+    int status = 0;
+    char *out = pkv_chat_apply(s->chat, b, 0, len, spans, n_spans, &status, err, sizeof err);
+    if (!out) {
+        srv_error(o, status ? status : 400, "%s", err);
+        return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(msgs, i), *role = json_object_get(e, "role"), *content = json_object_get(e, "content");
-        if (!json_is_object(e) || !json_is_string(role)) {
-            srv_error(o, 400, "'messages[%zu]' must be an object with a string 'role'", i);
-            goto done;
-        }
-        m[i].role = json_string_value(role);
-        if (!strcmp(m[i].role, "developer")) m[i].role = "system";
-        if (json_object_get(e, "tool_calls") || !strcmp(m[i].role, "tool") || !strcmp(m[i].role, "function")) {
-            srv_error(o, 400, "'messages[%zu]': tool calls and tool messages are not supported by pagekv serve", i);
-            goto done;
-        }
-        if (json_is_string(content)) {
-            if (memchr(json_string_value(content), 0, json_string_length(content))) {
-                srv_error(o, 400, "'messages[%zu].content' contains a NUL character", i);
-                goto done;
-            }
-            m[i].content = json_string_value(content);
-        } else if (!content || json_is_null(content)) {
-            m[i].content = "";
-        } else if (json_is_array(content)) { /* parts: only text parts */
-            size_t total = 0, k;
-            json_t *part;
-            json_array_foreach(content, k, part) {
-                json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
-                if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx)) {
-                    srv_error(o, 400, "'messages[%zu].content[%zu]': only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
-                    goto done;
-                }
-                total += json_string_length(tx);
-            }
-            if (!(owned[i] = malloc(total + 1))) {
-                srv_error(o, 500, "out of memory");
-                goto done;
-            }
-            owned[i][0] = 0;
-            json_array_foreach(content, k, part) strcat(owned[i], json_string_value(json_object_get(part, "text")));
-            m[i].content = owned[i];
-        } else {
-            srv_error(o, 400, "'messages[%zu].content' must be a string or an array of text parts", i);
-            goto done;
-        }
+    if (memchr(out, 0, *len)) { /* a NUL in a message: the tokenizer takes text */
+        free(out);
+        free(*spans);
+        *spans = NULL;
+        srv_error(o, 400, "the rendered prompt contains a NUL character");
+        return NULL;
     }
-    char err[256];
-    if (!(out = pkv_tpl_render_spans(s->tpl, m, (int)n, spans, n_spans, err, sizeof err))) srv_error(o, 400, "%s", err);
-done:
-    if (owned)
-        for (size_t i = 0; i < n; i++) free(owned[i]);
-    free(owned);
-    free(m);
     return out;
+}
+
+void srv_api_apply_template(srv *s, json_t *body, srv_out *o) {
+    size_t len = 0, *spans = NULL, n_spans = 0;
+    char *text = chat_prompt(s, body, &len, &spans, &n_spans, o);
+    free(spans);
+    if (!text) return;
+    o->status = 200;
+    o->json = json_pack("{s:o}", "prompt", srv_text_json(text, len));
+    free(text);
 }
 
 /* ---------------------------------------------------------- lazy bodies */
@@ -679,10 +645,10 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     int fmt = chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION;
     if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o)) goto out;
     if (chat) {
-        size_t *spans = NULL, n_spans = 0;
-        char *text = chat_prompt(s, b, &spans, &n_spans, o);
+        size_t *spans = NULL, n_spans = 0, tlen = 0;
+        char *text = chat_prompt(s, b, &tlen, &spans, &n_spans, o);
         if (!text) goto out;
-        bool ok = srv_tokenize_spans(s, text, strlen(text), spans, n_spans, &r->prompt, &r->n_prompt, o);
+        bool ok = srv_tokenize_spans(s, text, tlen, spans, n_spans, &r->prompt, &r->n_prompt, o);
         free(spans);
         free(text);
         if (!ok) goto out;

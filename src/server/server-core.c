@@ -228,12 +228,13 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
         return api_metrics(s, o);
     }
     if (!key_ok(s, authorization)) return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
-    enum { R_NONE, R_MODELS, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_CTX } r = R_NONE;
+    enum { R_NONE, R_MODELS, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_CTX, R_APPLY } r = R_NONE;
     if (!strcmp(url, "/v1/models")) r = R_MODELS;
     else if (!strcmp(url, "/v1/chat/completions")) r = R_CHAT;
     else if (!strcmp(url, "/v1/completions")) r = R_COMPL;
     else if (!strcmp(url, "/tokenize")) r = R_TOK;
     else if (!strcmp(url, "/detokenize")) r = R_DETOK;
+    else if (!strcmp(url, "/apply-template")) r = R_APPLY;
     else if (!strncmp(url, "/v1/contexts", 12) && (url[12] == 0 || url[12] == '/')) r = R_CTX;
     if (r == R_NONE) return srv_error(o, 404, "no such endpoint: %s %s", method, url);
     if (r == R_MODELS) {
@@ -258,44 +259,102 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
     case R_COMPL: srv_api_completions(s, body, false, sc, o); break;
     case R_TOK: srv_api_tokenize(s, body, o); break;
     case R_DETOK: srv_api_detokenize(s, body, o); break;
+    case R_APPLY: srv_api_apply_template(s, body, o); break;
     case R_CTX: srv_api_contexts(s, method, url + 12, body, sc, o); break;
     default: break;
     }
     json_decref(body);
 }
 
+/* The vocabulary's text of a special token ("" when there is none). */
+static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = 0;
+    if (id < 0 || pkv_model_token_piece(m, id, true, buf, size - 1, &n) != PKV_OK) n = 0;
+    buf[n] = 0;
+}
+
+/* Whether the tokenizer puts BOS first (tokenizing "" with add_special). */
+static bool adds_bos(pkv_model *m) {
+    int32_t ids[4];
+    size_t n = 0;
+    return pkv_model_bos(m) >= 0 && pkv_model_tokenize(m, "", 0, true, false, ids, 4, &n) == PKV_OK && n >= 1 &&
+           ids[0] == pkv_model_bos(m);
+}
+
+/* A template file (at most 4 MiB); NULL when it cannot be read. */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = (size_t)4 << 20;
+    char *p = malloc(cap + 1);
+    size_t n = p ? fread(p, 1, cap + 1, f) : 0;
+    fclose(f);
+    if (!p || n > cap) {
+        free(p);
+        return NULL;
+    }
+    p[n] = 0;
+    *len = n;
+    return p;
+}
+
 static bool pick_template(srv *s, const char *model_path) {
+    char *src = NULL;
+    size_t n = 0;
+    const char *what = NULL;
+    snprintf(s->tpl_name, sizeof s->tpl_name, "none");
     if (s->o.chat_template) {
-        s->tpl = pkv_tpl_from_name(s->o.chat_template);
-        if (s->tpl == PKV_TPL_NONE) {
-            fprintf(stderr, "pagekv serve: --chat-template '%s' is not a known family (one of: %s)\n",
-                    s->o.chat_template, pkv_tpl_names());
-            return false;
+        pkv_tpl fam = pkv_tpl_from_name(s->o.chat_template);
+        if (fam != PKV_TPL_NONE) {
+            src = strdup(pkv_tpl_source(fam));
+            n = src ? strlen(src) : 0;
+            what = "--chat-template";
+        } else {
+            /* not a family name: a Jinja file */
+            src = read_file(s->o.chat_template, &n);
+            if (!src) {
+                fprintf(stderr, "pagekv serve: --chat-template '%s' is neither a family (one of: %s) nor a readable "
+                                "template file\n", s->o.chat_template, pkv_tpl_names());
+                return false;
+            }
+            what = s->o.chat_template;
         }
     } else if (model_path) {
         pkv_gguf *gf = pkv_gguf_open(model_path);
         const char *t = NULL;
-        size_t n = 0;
         if (gf && pkv_gguf_get_str(gf, "tokenizer.chat_template", &t, &n) == PKV_OK) {
-            s->tpl = pkv_tpl_detect(t, n);
-            if (s->tpl == PKV_TPL_NONE) {
-                fprintf(stderr,
-                        "pagekv serve: the model's chat template (tokenizer.chat_template, %zu bytes, starting "
-                        "\"%.60s\") matches none of the families pagekv renders; start with --chat-template NAME "
-                        "(one of: %s)\n",
-                        n, t, pkv_tpl_names());
-                pkv_gguf_close(gf);
-                return false;
+            src = malloc(n + 1);
+            if (src) {
+                memcpy(src, t, n);
+                src[n] = 0;
             }
+            what = "the model's tokenizer.chat_template";
         }
         pkv_gguf_close(gf);
+    }
+    if (src) {
+        char bos[256], eos[256], err[600];
+        token_text(s->m, pkv_model_bos(s->m), bos, sizeof bos);
+        token_text(s->m, pkv_model_eos(s->m), eos, sizeof eos);
+        s->chat = pkv_chat_init(src, n, bos, eos, adds_bos(s->m), false, err, sizeof err);
+        if (!s->chat) {
+            fprintf(stderr, "pagekv serve: %s: %s\n", what, err);
+            free(src);
+            return false;
+        }
+        s->tpl = pkv_tpl_detect(src, n);
+        snprintf(s->tpl_name, sizeof s->tpl_name, "%s", s->o.chat_template && pkv_tpl_from_name(s->o.chat_template) != PKV_TPL_NONE
+                                                           ? pkv_tpl_name(s->tpl)
+                                                           : "jinja");
+        free(src);
     }
     /* End-of-turn texts that are one token of the vocabulary stop generation. */
     const char *const *ends = pkv_tpl_end_texts(s->tpl);
     for (int i = 0; ends[i] && s->n_stop_ids < 16; i++) {
         int32_t ids[4];
-        size_t n = 0;
-        if (pkv_model_tokenize(s->m, ends[i], strlen(ends[i]), false, true, ids, 4, &n) == PKV_OK && n == 1)
+        size_t nt = 0;
+        if (pkv_model_tokenize(s->m, ends[i], strlen(ends[i]), false, true, ids, 4, &nt) == PKV_OK && nt == 1)
             s->stop_ids[s->n_stop_ids++] = ids[0];
     }
     return true;
@@ -398,6 +457,8 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
 
 void srv_stop(srv *s) {
     srv_gen_free(s->g); /* the engine backend: frees the engine and its cache too */
+    pkv_chat_free(s->chat);
+    s->chat = NULL;
     if (s->o.simple) pkv_kv_cache_free(s->c);
     s->g = NULL;
     s->c = NULL;

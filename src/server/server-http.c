@@ -268,9 +268,9 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                    "pagekv serve: contexts API: up to %d contexts holding up to %lld KV pages (--context-pages)\n",
                    so->max_contexts, (long long)s.ctx_pages);
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl, "pagekv serve: chat template: %s%s\n",
-                   s.tpl ? pkv_tpl_name(s.tpl)
-                         : "none (the model has none: /v1/chat/completions needs --chat-template NAME)",
-                   s.tpl && so->special_in_content ? " (message text may produce special tokens: --special-in-content)"
+                   s.chat ? s.tpl_name
+                          : "none (the model has none: /v1/chat/completions needs --chat-template NAME|FILE)",
+                   s.chat && so->special_in_content ? " (message text may produce special tokens: --special-in-content)"
                                                    : "");
     snprintf(banner + bl, sizeof banner - (size_t)bl,
              "pagekv serve: listening on http://%s:%d (Ctrl-C stops after the requests in flight)\n", host, port);

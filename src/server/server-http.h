@@ -17,7 +17,9 @@ typedef struct srv {
     srv_gen *g;
     pkv_model_info info;
     char model_id[256];
-    pkv_tpl tpl;           /* PKV_TPL_NONE: the model has no chat template */
+    pkv_tpl tpl;           /* the family the template's markers name (end-of-turn tokens); may be NONE */
+    pkv_chat *chat;        /* the chat template run for /v1/chat/completions; NULL: none */
+    char tpl_name[64];     /* what /v1/models reports: a family name, "jinja" or "none" */
     int32_t stop_ids[16];  /* the template's end-of-turn tokens */
     int n_stop_ids;
     int64_t n_ctx;
@@ -105,6 +107,8 @@ void srv_api_models(srv *s, srv_out *o);
 void srv_api_completions(srv *s, json_t *body, bool chat, const srv_conn *conn, srv_out *o);
 void srv_api_tokenize(srv *s, json_t *body, srv_out *o);
 void srv_api_detokenize(srv *s, json_t *body, srv_out *o);
+/* POST /apply-template: the chat body in, {"prompt": "..."} out (llama-server's). */
+void srv_api_apply_template(srv *s, json_t *body, srv_out *o);
 /* /v1/contexts[/...]: rest is what follows "/v1/contexts" */
 void srv_api_contexts(srv *s, const char *method, const char *rest, json_t *body, const srv_conn *conn, srv_out *o);
 

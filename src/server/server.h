@@ -74,11 +74,6 @@ typedef enum pkv_tpl {
     PKV_TPL_COUNT
 } pkv_tpl;
 
-typedef struct pkv_chat_msg {
-    const char *role;    /* "system", "user", "assistant" */
-    const char *content;
-} pkv_chat_msg;
-
 /* Family by name ("chatml", "qwen", "llama3", ...); PKV_TPL_NONE when unknown. */
 pkv_tpl pkv_tpl_from_name(const char *name);
 const char *pkv_tpl_name(pkv_tpl t);
@@ -87,15 +82,32 @@ const char *pkv_tpl_names(void);
 /* Recognise a Jinja chat template (tokenizer.chat_template) by its markers.
  * PKV_TPL_NONE when no family's markers are present. */
 pkv_tpl pkv_tpl_detect(const char *tmpl, size_t len);
-/* Render messages followed by the assistant's generation prompt. Returns a
- * malloc'd string, or NULL with a reason in err (a role the family has no
- * place for, an empty conversation). */
-char *pkv_tpl_render(pkv_tpl t, const pkv_chat_msg *msgs, int n, char *err, size_t err_size);
-/* pkv_tpl_render that also returns where the messages' text landed: *spans gets
- * *n_spans sorted pairs [start, end) of byte offsets (malloc'd; free it), for
- * pkv_model_tokenize_spans, so only the template's own text makes special tokens. */
-char *pkv_tpl_render_spans(pkv_tpl t, const pkv_chat_msg *msgs, int n, size_t **spans, size_t *n_spans, char *err,
-                           size_t err_size);
+/* The Jinja source of a built-in family's template (--chat-template NAME). */
+const char *pkv_tpl_source(pkv_tpl t);
+
+/* A chat template ready to render requests (chat-template.c over jinja.c). */
+typedef struct pkv_chat pkv_chat;
+struct json_t;
+/* Parse src and find what it does with its inputs (system role, content parts,
+ * tool calls, object arguments), as llama.cpp does. bos/eos: the vocabulary's
+ * BOS/EOS text (bos_token, eos_token); add_bos/add_eos: the tokenizer adds them,
+ * so a rendered prompt's leading BOS / trailing EOS text is taken off. NULL with
+ * a reason in err when the template does not parse. */
+pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char *eos, bool add_bos, bool add_eos,
+                        char *err, size_t err_size);
+void pkv_chat_free(pkv_chat *c);
+/* Whether the template renders a system message (else llama.cpp's rule: the
+ * first system text is joined to the next message). */
+bool pkv_chat_system_role(const pkv_chat *c);
+/* Render a chat request body (messages, tools, add_generation_prompt,
+ * continue_final_message, chat_template_kwargs, reasoning_effort) the way
+ * llama.cpp's server does. now: the clock for dates (0 = now). Returns the
+ * malloc'd prompt (*len bytes) and, when spans is not NULL, *n_spans sorted
+ * [start, end) pairs in *spans that came from the request, for
+ * pkv_model_tokenize_spans. NULL with *status (400, or 500 for out of memory)
+ * and err: a template's raise_exception gives its own message. */
+char *pkv_chat_apply(const pkv_chat *c, struct json_t *body, int64_t now, size_t *len, size_t **spans, size_t *n_spans,
+                     int *status, char *err, size_t err_size);
 /* Texts that end an assistant turn in this family (special tokens); the server
  * stops on each that is one token of the vocabulary. NULL-terminated. */
 const char *const *pkv_tpl_end_texts(pkv_tpl t);
