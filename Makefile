@@ -51,6 +51,9 @@ fuzz-build:
 fuzz-corpus: fuzz-build
 	rm -rf $(FUZZ_BUILD)/seeds
 	$(FUZZ_BUILD)/bin/pkv-fuzz-seeds $(FUZZ_BUILD)/seeds
+	# the template interpreter's harness starts from the real model templates of the golden tests
+	mkdir -p $(FUZZ_BUILD)/seeds/jinja
+	cp tests/templates/*.jinja $(FUZZ_BUILD)/seeds/jinja/
 
 fuzz: fuzz-corpus
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh $(FUZZ_BUILD)
