@@ -857,6 +857,9 @@ typedef struct pkv_mkmodel_params {
                              third counting back from the last layer with KV of its own, which is
                              full and follows a sliding one, and the sharing layers alternate
                              sliding and full */
+    const char *chat_template_text; /* a Jinja template written as tokenizer.chat_template in place of
+                             the family's (chat_template names the family whose special tokens the
+                             vocabulary gets; NULL there = chatml); NULL = the family's own */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

@@ -516,7 +516,7 @@ int main(void) {
     char m[512];
     snprintf(m, sizeof m, "%s", th_tmp("vocab-model.gguf"));
     CHECK_INT(cli(true, "mkmodel --arch qwen2 --type f16 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 "
-                        "--vocab 400 --seed 3 -o %s", m), 0);
+                        "--vocab 400 --seed 3 --no-template -o %s", m), 0);
     test_tokenize_files(m);
     test_run_stops(m);
     test_bos_keys(m);

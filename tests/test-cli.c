@@ -18,7 +18,7 @@ int main(void) {
     snprintf(lg, sizeof lg, "%s", th_tmp("cli-logits.bin"));
     snprintf(trunc, sizeof trunc, "%s", th_tmp("cli-truncated.gguf"));
 
-    CHECK_INT(cli(true, "mkmodel --arch qwen2 --type q8_0 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 400 -o %s", m), 0);
+    CHECK_INT(cli(true, "mkmodel --arch qwen2 --type q8_0 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 400 --no-template -o %s", m), 0);
     CHECK_INT(cli(true, "mkmodel --arch llama --type f16 --no-vocab --vocab 50 -o %s", nv), 0);
     CHECK_INT(cli(true, "mkmodel --arch gpt-j -o %s", th_tmp("x.gguf")), 1);
     HAS("architecture 'gpt-j' is not supported");

@@ -260,6 +260,21 @@ static void check_errors(void) {
     CHECK(fails > 10);
 }
 
+/* Whether FILE has tokenizer.chat_template containing NEEDLE (NULL: any). */
+static bool gguf_has_template(const char *file, const char *needle) {
+    pkv_gguf *g = pkv_gguf_open(file);
+    const char *t = NULL;
+    size_t n = 0;
+    bool has = g && pkv_gguf_get_str(g, "tokenizer.chat_template", &t, &n) == PKV_OK;
+    if (has && needle) {
+        size_t k = strlen(needle);
+        has = false;
+        for (size_t i = 0; i + k <= n && !has; i++) has = !memcmp(t + i, needle, k);
+    }
+    pkv_gguf_close(g);
+    return has;
+}
+
 int main(void) {
     check_errors();
     for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++) {
@@ -325,9 +340,27 @@ int main(void) {
     if (getenv("PKV_CLI")) {
         CHECK_INT(th_cli("", true, "mkmodel --help"), 0);
         HAS("--chat-template NAME");
-        CHECK_INT(th_cli("", true, "mkmodel --chat-template qwen9 -o %s", out), 1);
-        HAS("unknown chat template 'qwen9'");
+        HAS("--no-template");
+        CHECK_INT(th_cli("", true, "mkmodel --chat-template qwen9 -o %s", out), 2);
+        HAS("'qwen9' is neither a family");
         HAS("chatml, llama3");
+        CHECK_INT(th_cli("", true, "mkmodel --chat-template chatml --no-template -o %s", out), 2);
+        HAS("contradict");
+        /* the default is chatml; --no-template writes none; a FILE is written as the template */
+        CHECK_INT(th_cli("", true, "mkmodel -o %s", out), 0);
+        HAS("chat template chatml");
+        CHECK(gguf_has_template(out, "<|im_start|>"));
+        CHECK_INT(th_cli("", true, "mkmodel --no-template -o %s", out), 0);
+        CHECK(!gguf_has_template(out, NULL));
+        const char *tf = th_tmp("mkt-cli.jinja");
+        FILE *f = fopen(tf, "w");
+        CHECK(f);
+        if (f) {
+            fputs("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}", f);
+            fclose(f);
+        }
+        CHECK_INT(th_cli("", true, "mkmodel --chat-template %s -o %s", tf, out), 0);
+        CHECK(gguf_has_template(out, "[{{ m.role }}]"));
         CHECK_INT(th_cli("", true, "mkmodel --chat-template chatml --no-vocab -o %s", out), 2);
         HAS("--no-vocab");
         CHECK_INT(th_cli("", true, "mkmodel --chat-template chatml --draft-of %s -o %s", target, out), 2);

@@ -11,6 +11,17 @@ int main(void) { return th_skip("pagekv was built without the server (libmicroht
 #else
 #include "server-json.h"
 
+/* Whether the text file PATH contains NEEDLE. */
+static bool log_has(const char *path, const char *needle) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
 static int g_port;
 static const char *g_auth = "-H 'Authorization: Bearer test-key'";
 
@@ -755,7 +766,7 @@ static void test_kv_types(const char *logp) {
 int main(void) {
     if (th_cli("", true, "serve --help") != 0) return th_skip("pagekv serve is not available");
     snprintf(g_model, sizeof g_model, "%s", th_tmp("srv.gguf"));
-    REQUIRE(th_cli("", true, "mkmodel -o '%s'", g_model) == 0);
+    REQUIRE(th_cli("", true, "mkmodel --no-template -o '%s'", g_model) == 0); /* no template: the chatml fallback is checked at the end */
     test_templates();
     char args[1024];
     const char *log = th_tmp("serve.log");
@@ -831,10 +842,11 @@ int main(void) {
     g_auth = "";
     CHECK_INT(ts_http(g_port, "-i -d '{\"prompt\": \"hi\"}' /v1/completions"), 503);
     CHECK(strstr(ts_body, "Retry-After: 1") != NULL);
-    /* no chat template in the model and none forced: chat is a 400 naming the option */
-    CHECK_INT(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", NULL), 400);
-    CHECK(strstr(ts_body, "--chat-template") != NULL);
+    /* no chat template in the model and none forced: served with chatml, and the log says so */
+    CHECK_INT(post("/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", NULL), 200);
+    CHECK(strstr(ts_body, "<|im_start|>user\\nhi<|im_end|>") != NULL);
     CHECK_INT(ts_stop(pid, SIGINT), 0);
+    CHECK(log_has(logp, "the model has no chat template (tokenizer.chat_template): chat requests use chatml"));
     return th_done();
 }
 #endif

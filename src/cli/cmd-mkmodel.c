@@ -29,8 +29,19 @@ static bool parse_layers(const char *s, int32_t *out, int max, int *n) {
     return *n > 0;
 }
 
+/* The chat-template families mkmodel writes (pkv_mkmodel_params.chat_template). */
+static bool family_known(const char *name) {
+    static const char *const k[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "deepseek"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(name, k[i])) return true;
+    return false;
+}
+
 int pkv_cli_mkmodel(int argc, char **argv) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    const char *tpl_arg = NULL;
+    char *tpl_text = NULL;
+    bool no_template = false;
     const char *out = NULL;
     int32_t kv_layers[256];
     int n_kv_layers = 0;
@@ -67,7 +78,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35 --type TYPE\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
-                   "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME]\n"
+                   "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
                    "                      -o FILE.gguf\n"
                    "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
@@ -81,7 +92,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "Defaults: llama f16, 2 layers, dim 128, 4 heads, 2 KV heads, ffn 256, vocab 512;\n"
                    "for the types of 256-element blocks (k-quants, iq2/iq3/iq1, iq4_xs, tq1_0, tq2_0) dim 256\n"
                    "and ffn 512.\n"
-                   "The vocabulary's special tokens are <|begin_of_text|> 256 (BOS, added) and <|end_of_text|> 257.\n"
+                   "The vocabulary's special tokens are chatml's (below), or with --no-template\n"
+                   "<|begin_of_text|> 256 (BOS, added) and <|end_of_text|> 257.\n"
                    "Mixture of experts (--arch qwen3moe: qwen3 attention, experts in place of the FFN;\n"
                    "--arch gpt-oss: below):\n"
                    "  --experts N              experts per layer (default 4); --ffn is one expert's rows\n"
@@ -123,7 +135,12 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "                           in place of the two above (chatml: <|endoftext|> 256,\n"
                    "                           <|im_start|> 257, <|im_end|> 258), with the family's BOS, EOS,\n"
                    "                           EOT and add-BOS settings; tokenizer.chat_template gets a Jinja\n"
-                   "                           template of its turn format\n"
+                   "                           template of its turn format. Default: chatml (no template\n"
+                   "                           with --no-vocab or --draft-of)\n"
+                   "  --chat-template FILE     a Jinja file (any name that is not a family) written as\n"
+                   "                           tokenizer.chat_template, over chatml's special tokens\n"
+                   "  --no-template            no chat template: the vocabulary's specials are\n"
+                   "                           <|begin_of_text|> 256 and <|end_of_text|> 257\n"
                    "Drafts for speculative decoding ('pagekv run --draft'):\n"
                    "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
                    "                           heads and head size (random weights; --layers N, default 1)\n"
@@ -158,7 +175,9 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--tied")) {
             p.tied = true;
         } else if (!strcmp(a, "--chat-template")) {
-            if (!(p.chat_template = pkv_cli_value(argc, argv, &i))) return 2;
+            if (!(tpl_arg = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-template")) {
+            no_template = true;
         } else if (!strcmp(a, "--swa-layers")) {
             if (!(p.swa_layers = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-of")) {
@@ -175,6 +194,46 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     if (!out) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
         return 2;
+    }
+    if (tpl_arg && no_template) {
+        fprintf(stderr, "pagekv mkmodel: --chat-template and --no-template contradict each other\n");
+        return 2;
+    }
+    if (tpl_arg && !family_known(tpl_arg)) {
+        /* not a family: a Jinja file, over chatml's special tokens */
+        FILE *f = fopen(tpl_arg, "rb");
+        if (!f) {
+            fprintf(stderr, "pagekv mkmodel: --chat-template '%s' is neither a family (chatml, llama3, llama2, "
+                            "mistral, gemma, phi3, deepseek) nor a readable file\n", tpl_arg);
+            return 2;
+        }
+        size_t cap = 1 << 16, n = 0;
+        tpl_text = malloc(cap + 1);
+        size_t got;
+        while (tpl_text && (got = fread(tpl_text + n, 1, cap - n, f)) > 0) {
+            n += got;
+            if (n == cap) {
+                char *t = cap < (64u << 20) ? realloc(tpl_text, 2 * cap + 1) : NULL;
+                if (!t) {
+                    free(tpl_text);
+                    tpl_text = NULL;
+                    break;
+                }
+                tpl_text = t;
+                cap *= 2;
+            }
+        }
+        fclose(f);
+        if (!tpl_text) {
+            fprintf(stderr, "pagekv mkmodel: --chat-template '%s': too large or out of memory\n", tpl_arg);
+            return 2;
+        }
+        tpl_text[n] = 0;
+        p.chat_template_text = tpl_text;
+    } else if (tpl_arg) {
+        p.chat_template = tpl_arg;
+    } else if (!no_template && !p.no_vocab && !p.draft_of) {
+        p.chat_template = "chatml"; /* a newcomer's model serves chat (issue 28) */
     }
     if (p.chat_template && p.no_vocab) {
         fprintf(stderr, "pagekv mkmodel: --chat-template needs a vocabulary: leave out --no-vocab\n");
@@ -194,6 +253,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         p.shared_kv_layers = kv_layers;
     }
     pkv_status s = pkv_mkmodel_write(&p, out);
+    free(tpl_text);
+    p.chat_template_text = NULL;
     if (s) {
         const char *msg = pkv_errmsg();
         if (!strncmp(msg, "mkmodel: ", 9)) msg += 9; /* the command name is said once */
@@ -214,7 +275,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     }
     fprintf(stderr, "pagekv mkmodel: wrote %s (%.*s, %s%s, %u layers, width %u%s%s)\n", out, (int)alen, arch,
             pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd,
-            p.chat_template ? ", chat template " : "", p.chat_template ? p.chat_template : "");
+            tpl_arg || p.chat_template ? ", chat template " : "", tpl_arg ? tpl_arg : p.chat_template ? p.chat_template : "");
     pkv_gguf_close(g);
     return 0;
 }

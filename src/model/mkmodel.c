@@ -322,6 +322,7 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (moe && (p->n_expert < 1 || p->n_expert > 256 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: %d experts with %d used per token: need 1 <= used <= experts <= 256",
                        p->n_expert, p->n_expert_used);
+    if (p->chat_template_text && !p->chat_template) p->chat_template = "chatml";
     if (p->chat_template && !find_family(p->chat_template))
         return pkv_err(PKV_ERR_INVALID, "mkmodel: unknown chat template '%s': the families are " FAMILY_NAMES,
                        p->chat_template);
@@ -455,7 +456,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     pkv_gguf *tg = NULL;
     pkv_status s;
     if (p.draft_of) {
-        if (p.chat_template)
+        if (p.chat_template || p.chat_template_text)
             return pkv_err(PKV_ERR_INVALID, "mkmodel: a draft takes its target's vocabulary and chat template: "
                                             "no chat_template with draft_of");
         if (!p.n_layer && p.shared_kv_layers) return pkv_err(PKV_ERR_INVALID, "mkmodel: shared_kv_layers needs n_layer");
@@ -617,7 +618,9 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         if (voc->pad_id >= 0)
             TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.padding_token_id", (uint32_t)voc->pad_id));
         TRY(pkv_gguf_writer_add_bool(G.w, "tokenizer.ggml.add_bos_token", voc->add_bos == 1));
-        if (fam) TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.chat_template", fam->jinja));
+        if (fam)
+            TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.chat_template",
+                                        p.chat_template_text ? p.chat_template_text : fam->jinja));
     }
     double lin_e = sqrt(3.0 / (double)E), lin_q = sqrt(3.0 / (double)qd), lin_f = sqrt(3.0 / (double)p.n_ff);
     TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));

@@ -333,6 +333,15 @@ static bool pick_template(srv *s, const char *model_path) {
         }
         pkv_gguf_close(gf);
     }
+    pkv_model_info mi;
+    if (!src && pkv_model_get_info(s->m, &mi) == PKV_OK && mi.has_vocab) {
+        /* as llama-server does: a model without a template is served with ChatML, and says so */
+        src = strdup(pkv_tpl_source(PKV_TPL_CHATML));
+        n = src ? strlen(src) : 0;
+        what = "the default chat template (chatml)";
+        fprintf(stderr, "pagekv serve: the model has no chat template (tokenizer.chat_template): chat requests "
+                        "use chatml; --chat-template NAME|FILE picks another\n");
+    }
     if (src) {
         char bos[256], eos[256], err[600];
         token_text(s->m, pkv_model_bos(s->m), bos, sizeof bos);
