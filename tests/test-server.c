@@ -656,8 +656,8 @@ static void test_templates(void) {
     HAS("line 2, column");
     CHECK_INT(th_cli("", true, "serve -m '%s' --draft-max 3", g_model), 2);
     HAS("need --draft FILE or --mtp");
-    CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --simple", g_model), 2);
-    HAS("not with --simple");
+    CHECK_INT(th_cli("", true, "serve -m '%s' --simple", g_model), 2); /* retired: one scheduler */
+    HAS("--simple was retired");
     CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --port 0", g_model), 1); /* a llama file: no MTP layers */
     HAS("MTP");
 }
@@ -761,11 +761,9 @@ int main(void) {
     const char *log = th_tmp("serve.log");
     char logp[512];
     snprintf(logp, sizeof logp, "%s", log);
-    /* the battery against both generation backends: the serving engine, and the
-     * simple batching worker (--simple) */
-    static const char *const backends[2] = {"", "--simple"};
-    for (int b = 0; b < 2; b++) {
-        fprintf(stderr, "== backend: %s\n", b ? "simple" : "engine");
+    /* the battery (one backend: the serving engine; --simple was retired) */
+    static const char *const backends[1] = {""};
+    for (int b = 0; b < 1; b++) {
         g_auth = "-H 'Authorization: Bearer test-key'";
         snprintf(args, sizeof args, "-m '%s' -c 256 --chat-template chatml --api-key test-key --alias tiny --max-body 65536 "
                                     "--parallel 4 %s", g_model, backends[b]);

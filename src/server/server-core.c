@@ -416,23 +416,18 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
     }
     srv_gen_params gp = {.parallel = so->parallel, .batch_tokens = so->batch_tokens, .queue = so->queue,
                          .max_contexts = so->max_contexts, .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
-    pkv_engine *eng = NULL;
-    if (!so->simple) {
-        pkv_engine_params ep = pkv_engine_default_params();
-        ep.cache = cp;
-        ep.max_seqs = so->parallel;
-        ep.max_batch_tokens = so->batch_tokens;
-        ep.draft = s->draft;
-        ep.draft_max = so->draft_max;
-        if (!(eng = pkv_engine_create(s->m, ep))) {
-            fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
-            return false;
-        }
-        s->c = pkv_engine_cache(eng);
-    } else if (!(s->c = pkv_model_cache_create(s->m, cp))) {
-        fprintf(stderr, "pagekv serve: cannot create the KV cache: %s\n", pkv_errmsg());
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache = cp;
+    ep.max_seqs = so->parallel;
+    ep.max_batch_tokens = so->batch_tokens;
+    ep.draft = s->draft;
+    ep.draft_max = so->draft_max;
+    pkv_engine *eng = pkv_engine_create(s->m, ep);
+    if (!eng) {
+        fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
         return false;
     }
+    s->c = pkv_engine_cache(eng);
     {
         pkv_context *probe = pkv_context_create(s->m, s->c, mo->n_ctx);
         s->n_ctx = probe ? pkv_context_n_ctx(probe) : 0;
@@ -445,10 +440,9 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
         gp.ctx_pages = so->context_pages > 0 ? so->context_pages : ks.n_pages / 2;
         s->ctx_pages = gp.ctx_pages;
     }
-    s->g = eng ? srv_gen_create_engine(eng, gp) : srv_gen_create(s->m, s->c, gp);
+    s->g = srv_gen_create_engine(eng, gp);
     if (!s->g) {
         fprintf(stderr, "pagekv serve: cannot start the worker thread\n");
-        if (!eng) pkv_kv_cache_free(s->c);
         s->c = NULL; /* srv_gen_create_engine freed the engine and its cache */
         return false;
     }
@@ -456,10 +450,9 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
 }
 
 void srv_stop(srv *s) {
-    srv_gen_free(s->g); /* the engine backend: frees the engine and its cache too */
+    srv_gen_free(s->g); /* frees the engine and its cache too */
     pkv_chat_free(s->chat);
     s->chat = NULL;
-    if (s->o.simple) pkv_kv_cache_free(s->c);
     s->g = NULL;
     s->c = NULL;
     pthread_mutex_destroy(&s->mu);

@@ -256,9 +256,7 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                    "context %lld tokens, %d parallel sequences; %s\n",
                    (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name(kv0.dtype_k),
                    pkv_type_name(kv0.dtype_v), (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages,
-                   (long long)s.n_ctx, so->parallel,
-                   so->simple ? "simple batching worker (--simple)"
-                              : "serving engine (continuous batching, chunked prefill, preemption)");
+                   (long long)s.n_ctx, so->parallel, "serving engine (continuous batching, chunked prefill, preemption)");
     if (s.draft)
         bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                        "pagekv serve: speculative decoding: %s on %s, up to %d proposals per sequence and step\n",

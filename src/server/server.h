@@ -37,7 +37,6 @@ typedef struct pkv_serve_opts {
     double ctx_swap_s;         /* idle contexts are swapped to host after this */
     double ctx_ttl_s;          /* idle contexts are dropped after this */
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
-    bool simple;               /* the simple batching worker instead of the serving engine */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
     /* speculative decoding in the serving engine (pkv_engine_params.draft) */
