@@ -170,6 +170,8 @@ static void api_metrics(srv *s, srv_out *o) {
     C("preemptions_total", "Idle contexts swapped out to make room for running requests.", st.preemptions);
     C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
     C("generation_tokens_total", "Tokens generated.", st.gen_tokens);
+    C("engine_steps_total", "Forward passes of the serving engine, each one batch over every running request "
+      "(the contexts API's generations included).", st.steps);
     C("requests_finished_total", "Generation requests finished.", st.requests_done);
     C("draft_proposed_tokens_total", "Speculative decoding: draft proposals the model verified.", st.draft_proposed);
     C("draft_accepted_tokens_total", "Speculative decoding: proposals kept (the model sampled the same token).",

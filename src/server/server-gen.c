@@ -222,6 +222,7 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
         out->seqs_recompute = es.n_recompute;
         out->draft_proposed = es.draft_proposed;
         out->draft_accepted = es.draft_accepted;
+        out->steps = es.steps;
     }
 }
 

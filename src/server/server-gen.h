@@ -95,6 +95,7 @@ typedef struct srv_stats {
     pkv_kv_stats kv;
     uint64_t prompt_tokens, gen_tokens, prefix_hit_tokens, preemptions, requests_done, requests_failed;
     uint64_t draft_proposed, draft_accepted; /* speculative decoding */
+    uint64_t steps;       /* the engine's forward passes (batches) */
     uint64_t ttft_hist[12], tpot_hist[11]; /* counts per bucket (cumulated when printed) */
     double ttft_sum, tpot_sum;
     uint64_t ttft_count, tpot_count;
