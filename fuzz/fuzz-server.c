@@ -49,7 +49,7 @@ static void start(srv *s, int batch_tokens) {
     s->o.chat_template = "chatml";
     s->o.batch_tokens = batch_tokens;
     s->m = g_model;
-    pkv_cli_model_opts mo = {0};
+    pkv_setup_model_opts mo = {0};
     mo.n_ctx = 128;
     mo.page_size = 4;
     mo.kv_type = PKV_TYPE_F16;

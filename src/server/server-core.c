@@ -362,11 +362,8 @@ static bool pick_template(srv *s, const char *model_path) {
     return true;
 }
 
-static uint64_t page_bytes(pkv_model *m, const pkv_cli_model_opts *mo) {
-    pkv_cache_params cp = pkv_cache_default_params();
-    cp.page_size = mo->page_size;
-    cp.kv_type = (pkv_type)mo->kv_type;
-    cp.kv_type_v = (pkv_type)mo->kv_type_v;
+static uint64_t page_bytes(pkv_model *m, const pkv_setup_model_opts *mo) {
+    pkv_cache_params cp = pkv_setup_cache_params(mo);
     cp.n_ctx = 1;
     cp.n_pages = 1;
     cp.host_pages = 1;
@@ -384,7 +381,7 @@ static uint64_t page_bytes(pkv_model *m, const pkv_cli_model_opts *mo) {
 
 /* ---------------------------------------------------------------- startup */
 
-bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
+bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     const pkv_serve_opts *so = &s->o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tok_mu, NULL);
@@ -402,11 +399,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
                  so->alias ? so->alias : model_path ? (base ? base + 1 : model_path) : "pagekv-builtin");
     }
     uint64_t pb = s->page_bytes = page_bytes(s->m, mo);
-    pkv_cache_params cp = pkv_cache_default_params();
-    cp.n_ctx = mo->n_ctx;
-    cp.page_size = mo->page_size;
-    cp.kv_type = (pkv_type)mo->kv_type;
-    cp.kv_type_v = (pkv_type)mo->kv_type_v;
+    pkv_cache_params cp = pkv_setup_cache_params(mo);
     cp.n_seq_max = so->parallel;
     if (so->kv_pages) cp.n_pages = so->kv_pages;
     else if (so->kv_mem_mib && pb) cp.n_pages = (int64_t)(((uint64_t)so->kv_mem_mib << 20) / pb);
