@@ -2,15 +2,16 @@
  * through the same entry point the HTTP layer calls (srv_handle in
  * src/server/server-core.c): JSON parsing (jansson, duplicates refused), every
  * field check of the OpenAI endpoints and the contexts API, chat templates,
- * tokenizing, generation on the worker thread (serving engine or the simple
- * worker) and the JSON / server-sent-event answers. libmicrohttpd itself is
+ * tokenizing, generation on the worker thread (the serving engine, the contexts
+ * API's generations included) and the JSON / server-sent-event answers. libmicrohttpd itself is
  * not in the loop (its limits are tested by test-server-load).
  *
  * Input: up to 8 requests separated by NUL bytes. Each starts with a selector
  * byte (never 0): its low 4 bits pick the endpoint (OP_*), bits 4-6 a chat-template
  * family (0 = none) or which known context a contexts call names (6 = a context
  * that does not exist, 7 = a malformed id), bit 7 of the first request the
- * backend (set: the simple worker). The rest is the body; for the "raw" endpoint its first line
+ * server (set: one whose engine steps 8 tokens, so prompts run in many chunks; the
+ * simple worker it used to pick is retired). The rest is the body; for the "raw" endpoint its first line
  * is "METHOD PATH" and the rest the body.
  *
  * The model is tiny (fuzz_kv_model_params, 300 tokens) with a 128-token context
@@ -36,27 +37,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 enum { N_VOCAB = 300, MAX_REQS = 8, MAX_CTX_IDS = 16 };
 
 static pkv_model *g_model;
-static srv g_srv[2]; /* [0] serving engine, [1] the simple worker */
+static srv g_srv[2]; /* [0] 32 tokens per engine step, [1] 8 */
 
-static void start(srv *s, bool simple) {
+static void start(srv *s, int batch_tokens) {
     memset(s, 0, sizeof *s);
     s->o = pkv_serve_default_opts();
-    s->o.simple = simple;
     s->o.parallel = 4;
     s->o.kv_pages = 80; /* 4 x 32 pages would hold four full sequences */
     s->o.max_contexts = 6;
     s->o.queue = 16;
     s->o.chat_template = "chatml";
-    s->o.batch_tokens = 32;
+    s->o.batch_tokens = batch_tokens;
     s->m = g_model;
-    pkv_cli_model_opts mo = {0};
+    pkv_setup_model_opts mo = {0};
     mo.n_ctx = 128;
     mo.page_size = 4;
     mo.kv_type = PKV_TYPE_F16;
     mo.kv_type_v = PKV_TYPE_F16;
     mo.threads = 1;
     if (!srv_start(s, NULL, &mo)) {
-        fprintf(stderr, "fuzz-server: cannot start the %s backend: %s\n", simple ? "simple" : "engine", pkv_errmsg());
+        fprintf(stderr, "fuzz-server: cannot start the server (%d tokens per step): %s\n", batch_tokens, pkv_errmsg());
         abort();
     }
 }
@@ -78,8 +78,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fprintf(stderr, "fuzz-server: model: %s\n", pkv_errmsg());
         abort();
     }
-    start(&g_srv[0], false);
-    start(&g_srv[1], true);
+    start(&g_srv[0], 32);
+    start(&g_srv[1], 8);
     return 0;
 }
 

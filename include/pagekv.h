@@ -1273,10 +1273,26 @@ typedef struct pkv_request_params {
      * reference right after). The engine builds its model's pkv_grammar_vocab at the
      * first such request. ignore_eos is refused with a grammar. */
     const pkv_grammar *grammar;
+    /* Generate on a persistent context instead of a fresh sequence (docs/engine.md,
+     * "Requests on a context"); NULL = a fresh sequence. ctx must be on the
+     * engine's cache (pkv_context_create(pkv_engine_model(e), pkv_engine_cache(e), ..)),
+     * resident; n must be 1. The request extends it: the prompt (n_prompt may be 0
+     * when ctx has logits: the first token is sampled from them) and then every
+     * generated token, the last included, go into its KV, so when the final event
+     * comes ctx holds them all and the logits of the last. n_ctx - len(ctx) -
+     * n_prompt bounds max_tokens (n_ctx: the smaller of the engine's and ctx's).
+     * No prefix matching and no draft for it; it is batched, and preempted by swap
+     * (or by truncating ctx back to its length at admission and recomputing), like
+     * any other. After a cancelled or failed request ctx holds a prefix of
+     * prompt + generated tokens, without logits, and may be left swapped
+     * (pkv_kv_seq_swapped). Not owned; until the final event nothing else may use
+     * ctx, and the request must be submitted from the stepping thread (or while no
+     * step runs): submit reads ctx's length. One request per context at a time. */
+    pkv_context *context;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),
- * no stop tokens, priority 0, top_logprobs 0, no callback. */
+ * no stop tokens, priority 0, top_logprobs 0, no callback, no context. */
 pkv_request_params pkv_request_default_params(void);
 
 typedef struct pkv_engine_params {

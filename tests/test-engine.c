@@ -13,7 +13,10 @@
  *  - n = 4 by fork equals 4 requests with seeds s..s+3, the prompt computed once;
  *  - cancellation (running, waiting, n > 1) returns every page;
  *  - finish reasons: stop ids, end by callback, max_tokens; priorities;
- *  - bad input: clear errors, the engine keeps serving.
+ *  - bad input: clear errors, the engine keeps serving;
+ *  - requests on a context (pkv_request_params.context): equal to the same tokens
+ *    served alone, batched with others, preempted by swap and by truncate +
+ *    recompute; the context keeps every token with the right KV and logits.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
  * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss and qwen35 (recurrent state:
  * preemption by recompute replays it, by swap carries it; n by fork copies it), and the
@@ -87,6 +90,189 @@ static void test_vs_context(void) {
     pkv_sampler_free(smp);
     pkv_context_free(ctx);
     pkv_kv_cache_free(c);
+}
+
+/* ------------------------------------------------------ requests on a context */
+
+/* A context's tokens (n) and logits equal a fresh context's that decoded the same
+ * tokens at once: the KV and logits a context request leaves are right. */
+static void check_context_state(pkv_engine *e, pkv_context *ctx, const int32_t *want, int n, const char *what) {
+    CHECK_INT(pkv_context_n_tokens(ctx), n);
+    int32_t got[256];
+    REQUIRE_VOID(n <= 256);
+    CHECK_OK(pkv_context_tokens(ctx, 0, n, got));
+    CHECK(!memcmp(got, want, (size_t)n * sizeof *got));
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 256;
+    cp.page_size = 8;
+    pkv_kv_cache *c = pkv_model_cache_create(g_m, cp);
+    pkv_context *ref = c ? pkv_context_create(g_m, c, 256) : NULL;
+    REQUIRE_VOID(ref);
+    CHECK_OK(pkv_context_decode(ref, want, n));
+    const float *a = pkv_context_logits(ctx), *b = pkv_context_logits(ref);
+    CHECK(a && b);
+    if (a && b && memcmp(a, b, 320 * sizeof *a)) TH_FAIL("%s: the context's logits differ from a fresh decode", what);
+    /* one more token decoded on both (on a fork of ctx): the context's KV is the fresh one's */
+    int32_t t = 7;
+    pkv_context *f = pkv_context_fork(ctx);
+    REQUIRE_VOID(f);
+    CHECK_OK(pkv_context_decode(f, &t, 1));
+    CHECK_OK(pkv_context_decode(ref, &t, 1));
+    a = pkv_context_logits(f);
+    b = pkv_context_logits(ref);
+    if (a && b && memcmp(a, b, 320 * sizeof *a)) TH_FAIL("%s: the context's KV differs from a fresh decode", what);
+    pkv_context_free(f);
+    pkv_context_free(ref);
+    pkv_kv_cache_free(c);
+    (void)e;
+}
+
+/* pkv_request_params.context: a generation on a persistent context is an engine
+ * request like any other. Its tokens equal the same prompt served alone (context
+ * tokens + prompt), it shares steps with the requests in flight, it survives
+ * preemption (swap, and truncate-and-recompute), and the context afterwards holds
+ * every token with the right KV and logits. A second generation from the
+ * context's logits (empty prompt) goes on from there. */
+static void test_on_context(void) {
+    enum { NP = 6, NC = 21, NQ = 5, MT = 20, MT2 = 12 };
+    static int32_t prompt[NP][32], full[256];
+    static pkv_request_params rp[NP];
+    static et_rec alone[NP], got[NP], calone, cgot, calone2, cgot2;
+    uint64_t rs = 77;
+    for (int i = 0; i < NP; i++) {
+        int n = 8 + (int)(et_rand(&rs) % 20);
+        for (int k = 0; k < n; k++) prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
+        rp[i] = greedy(prompt[i], n, 16 + (int)(et_rand(&rs) % 12));
+        if (i % 2) {
+            rp[i].sampling.temp = 0.8f;
+            rp[i].sampling.seed = (uint64_t)i;
+        }
+        et_alone(g_m, &rp[i], &alone[i]);
+    }
+    for (int k = 0; k < NC + NQ; k++) full[k] = (int32_t)(et_rand(&rs) % 320);
+    pkv_request_params cr = greedy(full, NC + NQ, MT); /* the context's tokens + the prompt, alone */
+    cr.top_logprobs = 3;
+    cr.sampling.temp = 0.7f;
+    cr.sampling.seed = 5;
+    et_alone(g_m, &cr, &calone);
+    REQUIRE_VOID(calone.s[0].n == MT);
+    memcpy(full + NC + NQ, calone.s[0].tok, MT * sizeof *full);
+    pkv_request_params cr2 = greedy(full, NC + NQ + MT, MT2); /* and the second generation */
+    et_alone(g_m, &cr2, &calone2);
+    REQUIRE_VOID(calone2.s[0].n == MT2);
+
+    struct {
+        int64_t pages, host;
+        bool swap;
+        const char *name;
+    } cfg[] = {{0, 0, true, "context request, room for all"},
+               {30, 1000, true, "context request, preempted by swap"},
+               {30, 1, false, "context request, preempted by truncate and recompute"}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        pkv_engine_params ep = et_params(128, 4, cfg[c].pages);
+        ep.cache.host_pages = cfg[c].host;
+        ep.swap = cfg[c].swap;
+        ep.max_batch_tokens = 24;
+        pkv_engine *e = pkv_engine_create(g_m, ep);
+        REQUIRE_VOID(e);
+        pkv_context *ctx = pkv_context_create(g_m, pkv_engine_cache(e), 128);
+        REQUIRE_VOID(ctx);
+        CHECK_OK(pkv_context_decode(ctx, full, NC));
+        memset(&cgot, 0, sizeof cgot);
+        pkv_request_params r = cr;
+        r.prompt = full + NC;
+        r.n_prompt = NQ;
+        r.context = ctx;
+        r.on_event = et_on_event;
+        r.user = &cgot;
+        for (int i = 0; i < NP; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            pkv_request_params o = rp[i];
+            o.on_event = et_on_event;
+            o.user = &got[i];
+            o.priority = i < 2 ? 1 : 0; /* these preempt the context request when the pool is short */
+            if (i == 2) {
+                CHECK_OK(pkv_engine_submit(e, &r, NULL));
+                CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID); /* one request per context */
+            }
+            CHECK_OK(pkv_engine_submit(e, &o, NULL));
+            if (i % 2) CHECK_OK(pkv_engine_step(e, NULL));
+        }
+        et_drain(e);
+        pkv_engine_stats st;
+        pkv_engine_stats_get(e, &st);
+        int bad = !et_same(&calone, &cgot, 1, cfg[c].name, 0);
+        CHECK_INT(cgot.s[0].n_prompt, NQ);
+        for (int i = 0; i < NP; i++) bad += !et_same(&alone[i], &got[i], 1, cfg[c].name, i + 1);
+        uint64_t toks = 0;
+        for (int i = 0; i < NP; i++) toks += (uint64_t)got[i].s[0].n;
+        fprintf(stderr, "%s: %llu steps for %llu + %d tokens, %llu by swap, %llu by recompute, %d differ\n",
+                cfg[c].name, (unsigned long long)st.steps, (unsigned long long)toks, cgot.s[0].n,
+                (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute, bad);
+        CHECK(st.steps < toks); /* batched: the requests shared steps */
+        if (c == 1) CHECK(st.preemptions_swap > 0);
+        if (c == 2) CHECK(st.preemptions_recompute > 0);
+        CHECK_INT(st.requests_failed, 0);
+        CHECK(!pkv_kv_seq_swapped(pkv_engine_cache(e), pkv_context_seq(ctx)));
+        check_context_state(e, ctx, full, NC + NQ + MT, cfg[c].name);
+        /* again from the context's logits: no prompt at all */
+        memset(&cgot2, 0, sizeof cgot2);
+        pkv_request_params r2 = greedy(NULL, 0, MT2);
+        r2.context = ctx;
+        r2.on_event = et_on_event;
+        r2.user = &cgot2;
+        CHECK_OK(pkv_engine_submit(e, &r2, NULL));
+        et_drain(e);
+        et_same(&calone2, &cgot2, 1, "second generation on the context", (int)c);
+        static int32_t full2[256];
+        memcpy(full2, full, (NC + NQ + MT) * sizeof *full2);
+        memcpy(full2 + NC + NQ + MT, cgot2.s[0].tok, MT2 * sizeof *full2);
+        check_context_state(e, ctx, full2, NC + NQ + MT + MT2, "after the second generation");
+        /* cancelled: the context keeps a prefix, without logits; the engine keeps serving */
+        memset(&cgot2, 0, sizeof cgot2);
+        uint64_t id;
+        CHECK_OK(pkv_engine_submit(e, &r2, &id));
+        CHECK_OK(pkv_engine_step(e, NULL));
+        CHECK_OK(pkv_engine_cancel(e, id));
+        et_drain(e);
+        CHECK_INT(cgot2.s[0].fin, PKV_FINISH_CANCELLED);
+        CHECK(pkv_context_n_tokens(ctx) >= NC + NQ + MT + MT2);
+        CHECK(!pkv_context_logits(ctx));
+        CHECK_INT(pkv_engine_submit(e, &r2, NULL), PKV_ERR_INVALID); /* no logits, no prompt */
+        pkv_context_free(ctx);
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+        CHECK_INT(ks.n_seqs, 0);
+        CHECK_INT(ks.pages_used, 0);
+        pkv_engine_free(e);
+    }
+    /* refused: n > 1, a context on another cache, a swapped context */
+    pkv_engine *e = pkv_engine_create(g_m, et_params(128, 4, 0));
+    REQUIRE_VOID(e);
+    pkv_context *ctx = pkv_context_create(g_m, pkv_engine_cache(e), 128);
+    REQUIRE_VOID(ctx);
+    CHECK_OK(pkv_context_decode(ctx, full, NC));
+    pkv_request_params r = greedy(full, 3, 4);
+    r.context = ctx;
+    r.n = 2;
+    CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID);
+    r.n = 1;
+    r.max_tokens = 128;
+    CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID); /* the context's 21 tokens count */
+    r.max_tokens = 4;
+    CHECK_OK(pkv_context_swap_out(ctx));
+    CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID);
+    CHECK_OK(pkv_context_swap_in(ctx));
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 128;
+    pkv_kv_cache *other = pkv_model_cache_create(g_m, cp);
+    pkv_context *octx = other ? pkv_context_create(g_m, other, 128) : NULL;
+    r.context = octx;
+    CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID);
+    pkv_context_free(octx);
+    pkv_kv_cache_free(other);
+    pkv_context_free(ctx);
+    pkv_engine_free(e);
 }
 
 /* ------------------------------------------------------- batch invariance */
@@ -779,6 +965,7 @@ int main(void) {
     test_vs_context();
     test_batch_invariance();
     test_preemption();
+    test_on_context();
     if (!strcmp(ET_DEVICE, "cpu")) { /* device-independent scheduling checks: once */
         test_prefix_cache(true);
         test_n_fork();
@@ -860,6 +1047,7 @@ int main(void) {
         test_batch_invariance();
         test_preemption();
         test_n_fork(); /* n = 4 by fork: the state is copied, the prompt computed once */
+        test_on_context(); /* a drop truncates the context back: its state from a checkpoint */
     }
     pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */

@@ -19,9 +19,8 @@ int main(void) {
     snprintf(model, sizeof model, "%s", th_tmp("load.gguf"));
     snprintf(log, sizeof log, "%s", th_tmp("load-serve.log"));
     REQUIRE(th_cli("", true, "mkmodel -o '%s'", model) == 0);
-    static const char *const backends[2] = {"", "--simple"}; /* the serving engine, the simple worker */
-    for (int b = 0; b < 2; b++) {
-        fprintf(stderr, "== backend: %s\n", b ? "simple" : "engine");
+    static const char *const backends[1] = {""}; /* the serving engine (--simple was retired) */
+    for (int b = 0; b < 1; b++) {
         snprintf(args, sizeof args, "-m '%s' -c 4096 --kv-pages 2048 --parallel 16 --timeout 2 --max-conns 200 --queue 128 %s", model, backends[b]);
         int port;
         pid_t pid = ts_start(args, log, &port);

@@ -539,6 +539,79 @@ static void test_contexts(void) {
     CHECK(strstr(ts_body, "\npagekv_contexts 0\n") != NULL);
 }
 
+static long long metric_value(const char *name) {
+    if (ts_http(g_port, "/metrics") != 200) return -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(ts_body, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+/* One scheduler: a contexts-API generation is an engine request, batched with a
+ * completion running at the same time (they share engine steps: fewer steps than
+ * their tokens), and both answers equal the same requests served alone. */
+static void test_context_in_batch(void) {
+    json_t *j;
+    CHECK_INT(post("/v1/contexts", "{\"prompt\": \"the old lighthouse keeper counted the ships\"}", &j), 200);
+    char id[32], path[128], out[512], cmd[1024];
+    snprintf(id, sizeof id, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+    json_decref(j);
+    static int32_t toks[1024];
+    int n = ctx_tokens(id, toks, 1024);
+    CHECK(n > 0);
+    const char *cbody = "{\"prompt\": \"far out at sea\", \"max_tokens\": 200, \"temperature\": 0, \"ignore_eos\": true}";
+    long long steps0 = metric_value("pagekv_engine_steps_total"), gen0 = metric_value("pagekv_generation_tokens_total");
+    snprintf(out, sizeof out, "%s", th_tmp("batch.json"));
+    unlink(out);
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --max-time 60 %s -H 'Content-Type: application/json' -d '%s' http://127.0.0.1:%d/v1/completions > '%s'",
+             g_auth, cbody, g_port, out);
+    FILE *f = popen(cmd, "r");
+    for (int i = 0; i < 2000 && metric_value("pagekv_generation_tokens_total") <= gen0; i++) ts_sleep_ms(1); /* it runs */
+    snprintf(path, sizeof path, "/v1/contexts/%s/generate", id);
+    CHECK_INT(post(path, "{\"max_tokens\": 60, \"temperature\": 0, \"ignore_eos\": true}", &j), 200);
+    json_t *t = json_object_get(j, "tokens");
+    static int32_t gen[256], ref[256];
+    int ng = 0;
+    for (size_t i = 0; i < json_array_size(t) && ng < 256; i++) gen[ng++] = (int32_t)json_integer_value(json_array_get(t, i));
+    json_decref(j);
+    CHECK_INT(ng, 60);
+    if (f) pclose(f);
+    long long steps = metric_value("pagekv_engine_steps_total") - steps0;
+    json_error_t je;
+    json_t *batched = json_load_file(out, 0, &je);
+    const char *btext = jstr(batched, "choices.0.text");
+    CHECK(btext != NULL);
+    CHECK_INT(jint(batched, "usage.completion_tokens"), 200);
+    fprintf(stderr, "context generation (60 tokens) beside a completion (200): %lld engine steps\n", steps);
+    CHECK(steps > 0 && steps < 60 + 200); /* they shared steps */
+    /* the completion alone */
+    CHECK_INT(post("/v1/completions", cbody, &j), 200);
+    CHECK(btext && jstr(j, "choices.0.text") && !strcmp(btext, jstr(j, "choices.0.text")));
+    json_decref(j);
+    json_decref(batched);
+    /* the context generation alone: a fresh context with the same tokens */
+    char *req = tokens_json(toks, n);
+    CHECK_INT(post("/v1/contexts", req, &j), 200);
+    free(req);
+    char rid[32];
+    snprintf(rid, sizeof rid, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/contexts/%s/generate", rid);
+    CHECK_INT(post(path, "{\"max_tokens\": 60, \"temperature\": 0, \"ignore_eos\": true}", &j), 200);
+    t = json_object_get(j, "tokens");
+    int nr = 0;
+    for (size_t i = 0; i < json_array_size(t) && nr < 256; i++) ref[nr++] = (int32_t)json_integer_value(json_array_get(t, i));
+    CHECK_INT(jint(j, "n_tokens"), n + 60);
+    json_decref(j);
+    CHECK(nr == ng && !memcmp(ref, gen, (size_t)ng * sizeof *gen));
+    const char *ids[2] = {id, rid};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/v1/contexts/%s", ids[i]);
+        CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+    }
+}
+
 /* Idle contexts are swapped to the host pool after --context-swap and dropped
  * after --context-ttl; a swapped context comes back on use with the same KV
  * (its generation equals a replay). */
@@ -667,8 +740,8 @@ static void test_templates(void) {
     HAS("line 2, column");
     CHECK_INT(th_cli("", true, "serve -m '%s' --draft-max 3", g_model), 2);
     HAS("need --draft FILE or --mtp");
-    CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --simple", g_model), 2);
-    HAS("not with --simple");
+    CHECK_INT(th_cli("", true, "serve -m '%s' --simple", g_model), 2); /* retired: one scheduler */
+    HAS("--simple was retired");
     CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --port 0", g_model), 1); /* a llama file: no MTP layers */
     HAS("MTP");
 }
@@ -772,11 +845,9 @@ int main(void) {
     const char *log = th_tmp("serve.log");
     char logp[512];
     snprintf(logp, sizeof logp, "%s", log);
-    /* the battery against both generation backends: the serving engine, and the
-     * simple batching worker (--simple) */
-    static const char *const backends[2] = {"", "--simple"};
-    for (int b = 0; b < 2; b++) {
-        fprintf(stderr, "== backend: %s\n", b ? "simple" : "engine");
+    /* the battery (one backend: the serving engine; --simple was retired) */
+    static const char *const backends[1] = {""};
+    for (int b = 0; b < 1; b++) {
         g_auth = "-H 'Authorization: Bearer test-key'";
         snprintf(args, sizeof args, "-m '%s' -c 256 --chat-template chatml --api-key test-key --alias tiny --max-body 65536 "
                                     "--parallel 4 %s", g_model, backends[b]);
@@ -789,6 +860,7 @@ int main(void) {
         test_stop_and_logprobs();
         test_prefix_cache();
         test_contexts();
+        test_context_in_batch();
         CHECK_INT(ts_http(g_port, "/health"), 200);
         /* the metrics counted what happened */
         CHECK_INT(ts_http(g_port, "/metrics"), 200);

@@ -33,22 +33,11 @@ void pkv_cli_measure_bandwidth(int threads, pkv_cli_bw *r);
 /* Monotonic seconds. */
 double pkv_time_now_cli(void);
 
-/* Options shared by the model commands (run, logits, tokenize, demo, bench). */
-typedef struct pkv_cli_model_opts {
-    const char *model;  /* -m; NULL = the built-in model */
-    const char *device; /* -d; NULL = cpu */
-    const char *devices; /* --devices: tensor parallelism over a comma list */
-    const char *split;   /* --split: proportions */
-    bool kv_on_host;     /* --kv-on-host */
-    bool no_mmap;        /* --no-mmap: copy the weights instead of using the mapped file */
-    int threads;        /* -t; 0 = all cores */
-    int n_ctx;          /* -c; 0 = default */
-    int page_size;      /* --page-size; 0 = 16 */
-    int kv_type;        /* --kv-type / --kv-type-k (pkv_type of K pages) */
-    int kv_type_v;      /* --kv-type / --kv-type-v (pkv_type of V pages) */
-} pkv_cli_model_opts;
-
+/* Options shared by the model commands (run, logits, tokenize, demo, bench,
+ * serve): the setup layer's (src/setup/setup.h), which the server uses too. */
 #include "pagekv.h"
+#include "setup/setup.h"
+typedef pkv_setup_model_opts pkv_cli_model_opts;
 pkv_cli_model_opts pkv_cli_model_defaults(void);
 /* 1: argv[*i] was a shared option (consumed); 0: not one; -1: bad value (printed). */
 int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o);

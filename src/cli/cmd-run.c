@@ -12,55 +12,7 @@
 #include "cli/commands.h"
 #include "pagekv.h"
 
-static void load_progress(double f, void *user) {
-    int *last = user;
-    int pct = (int)(f * 100);
-    if (pct / 10 != *last / 10 || pct == 100) {
-        fprintf(stderr, "\rloading: %3d%%", pct);
-        if (pct == 100) fputc('\n', stderr);
-        *last = pct;
-    }
-}
-
-pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) {
-    pkv_model_params mp = pkv_model_default_params();
-    mp.device = o->device;
-    mp.devices = o->devices;
-    mp.split = o->split;
-    mp.kv_on_host = o->kv_on_host;
-    mp.no_mmap = o->no_mmap;
-    mp.n_threads = o->threads;
-    static int last = -1;
-    pkv_model *m;
-    if (o->model) {
-        FILE *f = fopen(o->model, "rb");
-        long size = 0;
-        if (f) {
-            fseek(f, 0, SEEK_END);
-            size = ftell(f);
-            fclose(f);
-        }
-        if (size > (64L << 20) && isatty(STDERR_FILENO)) { /* progress where loading takes a while, on a terminal */
-            mp.progress = load_progress;
-            mp.progress_user = &last;
-        }
-        m = pkv_model_load(o->model, mp);
-    } else {
-        fprintf(stderr, "pagekv %s: no -m given: using the built-in tiny model (random weights, made in memory)\n", cmd);
-        m = pkv_model_builtin(mp);
-    }
-    if (!m) {
-        /* a device error is not the file's fault, and a message that already names
-         * the file needs no second prefix */
-        const char *msg = pkv_errmsg();
-        if (!strncmp(msg, "no device", 9) || !strncmp(msg, "device ", 7) ||
-            (o->model && !strncmp(msg, o->model, strlen(o->model))))
-            fprintf(stderr, "pagekv %s: %s\n", cmd, msg);
-        else
-            fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", msg);
-    }
-    return m;
-}
+pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o) { return pkv_setup_open_model(cmd, o); }
 
 /* Parse the options every model command shares. Returns 1 if argv[*i] was one of
  * them, 0 if not, -1 on a bad value. */

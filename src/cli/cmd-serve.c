@@ -38,8 +38,6 @@ static void serve_usage(FILE *f) {
             "  -c, --ctx-size N       tokens per sequence (default: min(model's, 4096))\n"
             "  --parallel N           sequences decoded together per step (default %d)\n"
             "  --batch-tokens N       tokens per engine step: decode tokens + prefill chunks (default 256)\n"
-            "  --simple               generate with the simple batching worker instead of the serving\n"
-            "                         engine (whole-prompt prefill, no preemption; for comparison)\n"
             "  --kv-pages N | --kv-mem MiB   device KV pool (default: parallel x context)\n"
             "  --swap-mem MiB         host swap pool for idle contexts (default: as large as the device pool)\n"
             "  --page-size N          KV page size in tokens (default 16)\n"
@@ -110,7 +108,9 @@ int pkv_cli_serve(int argc, char **argv) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
             so.batch_tokens = (int)x;
         } else if (!strcmp(a, "--simple")) {
-            so.simple = true;
+            fprintf(stderr, "pagekv serve: --simple was retired: the serving engine runs every request, the contexts "
+                            "API's generations included\n");
+            return 2;
         } else if (!strcmp(a, "--special-in-content")) {
             so.special_in_content = true;
         } else if (!strcmp(a, "--context-pages")) {
@@ -197,10 +197,6 @@ int pkv_cli_serve(int argc, char **argv) {
     }
     if (so.mtp && so.draft_device) {
         fprintf(stderr, "pagekv serve: --draft-device is for a --draft model; the MTP head runs where the model runs\n");
-        return 2;
-    }
-    if ((so.draft || so.mtp) && so.simple) {
-        fprintf(stderr, "pagekv serve: speculative decoding (--draft, --mtp) runs in the serving engine, not with --simple\n");
         return 2;
     }
     so.on_ready = show_banner;

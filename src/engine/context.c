@@ -531,6 +531,6 @@ pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {
 }
 
 void pkv_context_set_logits(pkv_context *ctx, const float *logits) {
-    memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
-    ctx->has_logits = true;
+    if (logits) memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
+    ctx->has_logits = logits != NULL;
 }

@@ -47,6 +47,15 @@ typedef struct eng_seq {
     int32_t h_row;    /* this step's hidden rows: row h_row is position h_pos; -1: none */
     int32_t h_pos;
     bool nodraft;     /* goes on without the draft (its pool ran out, or it failed) */
+    /* A request on a context (pkv_request_params.context) keeps its last token: the
+     * final event waits, with what it carries, until the step that runs the token
+     * into the context's KV. fin_wait NONE: no final event waiting. */
+    pkv_finish_reason fin_wait;
+    bool fin_stop;
+    int32_t fin_tok;  /* -1: the final event carries no token */
+    float fin_lp;
+    int fin_ntop;
+    pkv_token_logprob fin_top[PKV_ENGINE_MAX_TOP_LOGPROBS];
 } eng_seq;
 
 struct eng_req {
@@ -58,6 +67,7 @@ struct eng_req {
     int32_t max_tokens; /* resolved: > 0 */
     int n;
     int32_t n_cached;   /* prompt tokens reused from the prefix cache at admission */
+    int32_t n_base;     /* with a context: its length at admission (a drop truncates back to it) */
     bool started;       /* sample 0 has been admitted once */
     bool forked;        /* samples 1..n-1 exist */
     bool cancel;        /* engine-thread copy of cancel_flag */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/engine-impl.h"
+#include "engine/engine.h" /* pkv_context_set_logits: a context request leaves its last logits */
 #include "kv/kv-impl.h" /* pkv_kv_seq_publish: offer a step's full pages at once */
 #include "model/model-impl.h"
 
@@ -24,8 +25,9 @@ static int64_t pool_avail(const pkv_engine *e) {
 /* ------------------------------------------------------------ requests */
 
 static void seq_release(pkv_engine *e, eng_seq *s) {
-    if (s->kv >= 0) pkv_kv_seq_free(e->c, s->kv);
+    if (s->kv >= 0 && !s->r->p.context) pkv_kv_seq_free(e->c, s->kv); /* a context's sequence stays its own */
     s->kv = -1;
+    s->fin_wait = PKV_FINISH_NONE;
     if (s->dkv >= 0) pkv_kv_seq_free(e->dc, s->dkv);
     s->dkv = -1;
     s->n_prop = 0;
@@ -41,7 +43,7 @@ static void seq_release(pkv_engine *e, eng_seq *s) {
 void pkv_engine_req_free(pkv_engine *e, eng_req *r) {
     if (!r) return;
     for (int i = 0; r->seqs && i < r->n; i++)
-        if (r->seqs[i].st != SEQ_DONE) seq_release(e, &r->seqs[i]);
+        if (r->seqs[i].r && r->seqs[i].st != SEQ_DONE) seq_release(e, &r->seqs[i]); /* r NULL: submit failed first */
     pkv_free(r->prompt);
     pkv_free(r->stop);
     pkv_free(r->seqs);
@@ -106,6 +108,9 @@ static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_f
         ev.top = e->top;
     }
     bool go = true;
+    /* A context whose request ends early keeps what its KV holds, without logits
+     * (they would not be those of its last token); the normal end set them. */
+    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR)) pkv_context_set_logits(r->p.context, NULL);
     if (r->p.on_event) go = r->p.on_event(&ev, r->p.user);
     if (fin != PKV_FINISH_NONE) {
         seq_release(e, s);
@@ -126,6 +131,45 @@ static void req_fail(pkv_engine *e, eng_req *r, pkv_status st) {
     snprintf(msg, sizeof msg, "%s", pkv_errmsg());
     PKV_WARN("engine: request %llu failed: %s", (unsigned long long)r->id, msg);
     req_finish(e, r, PKV_FINISH_ERROR, st, msg);
+}
+
+/* A context request's final event was held until its token went into the
+ * context's KV (sample_seq): note what it carries. */
+static void defer_final(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_finish_reason fin, bool stop) {
+    s->fin_wait = fin;
+    s->fin_stop = stop;
+    s->fin_tok = tok;
+    s->fin_lp = 0;
+    s->fin_ntop = 0;
+    if (tok >= 0 && row) {
+        s->fin_lp = logprob_of(e, row, tok, s->r->p.top_logprobs);
+        s->fin_ntop = s->r->p.top_logprobs;
+        memcpy(s->fin_top, e->top, (size_t)s->fin_ntop * sizeof *s->fin_top);
+    }
+}
+
+/* Deliver the held final event of s: the step ran its last token, whose logits
+ * row is lg. */
+static void final_deferred(pkv_engine *e, eng_seq *s, const float *lg) {
+    eng_req *r = s->r;
+    pkv_context_set_logits(r->p.context, lg);
+    pkv_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.request = r->id;
+    ev.sample = s->sample;
+    ev.token = s->fin_tok;
+    ev.logprob = s->fin_lp;
+    ev.n_top = s->fin_ntop;
+    ev.top = s->fin_top;
+    ev.finish = s->fin_wait;
+    ev.stop_token = s->fin_stop;
+    ev.n_prompt = r->p.n_prompt;
+    ev.n_cached = r->n_cached;
+    ev.n_generated = s->n_gen;
+    ev.message = "";
+    if (r->p.on_event) r->p.on_event(&ev, r->p.user);
+    seq_release(e, s);
+    r->n_final++;
 }
 
 /* -------------------------------------------------------------- queues */
@@ -295,6 +339,16 @@ static void preempt(pkv_engine *e, eng_seq *v) {
     if (e->p.swap && dswap && pkv_kv_swap_out(e->c, v->kv) == PKV_OK) {
         v->st = SEQ_SWAPPED;
         e->pre_swap++;
+    } else if (v->r->p.context) { /* the context stays: only what the request added goes */
+        pkv_status st = pkv_kv_truncate(e->c, v->kv, v->r->n_base);
+        if (st) {
+            req_fail(e, v->r, st);
+            return;
+        }
+        v->kv = -1;
+        v->n_kv = v->r->n_base;
+        v->st = SEQ_DROPPED;
+        e->pre_drop++;
     } else {
         pkv_kv_seq_free(e->c, v->kv);
         v->kv = -1;
@@ -385,9 +439,55 @@ static pkv_status draft_start(pkv_engine *e, eng_seq *s, int32_t kv, int64_t *ma
  * has room for what it must compute beyond `reserve` pages; `alone` (nothing is
  * resident) skips the check: a request that fits at all fits then.
  * Returns 1 started, 0 no room (nothing changed), or -1 error (request failed). */
+static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row);
+
+/* seq_start for a request on a context: its sequence is the context's, holding
+ * the context's tokens; the prompt and what is generated go after them. A
+ * dropped one goes on from the context's length at admission. */
+static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
+    eng_req *r = s->r;
+    pkv_context *ctx = r->p.context;
+    pkv_status st;
+    if (s->st == SEQ_DROPPED) {
+        if (!alone && pool_avail(e) - reserve < pages_for(e, s->n_tok + 1) - pages_for(e, s->n_kv) + 1) return 0;
+        s->kv = pkv_context_seq(ctx);
+        s->st = SEQ_RUNNING;
+        return 1;
+    }
+    int64_t base = pkv_context_n_tokens(ctx), n = base + r->p.n_prompt;
+    /* + 1: the context's last page may be shared (a fork) and is copied on write */
+    if (!alone && pool_avail(e) - reserve < pages_for(e, n + 1) - pages_for(e, base) + 1) return 0;
+    if (!s->tok) {
+        s->tok = pkv_malloc((size_t)(n + r->max_tokens) * sizeof *s->tok);
+        if (!s->tok) {
+            st = pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %lld tokens", (long long)(n + r->max_tokens));
+            goto fail;
+        }
+        s->cap = (int32_t)(n + r->max_tokens);
+    }
+    if (base > 0 && (st = pkv_context_tokens(ctx, 0, base, s->tok))) goto fail;
+    memcpy(s->tok + base, r->prompt, (size_t)r->p.n_prompt * sizeof *s->tok);
+    s->n_tok = (int32_t)n;
+    if ((st = seq_sampler(e, s))) goto fail;
+    s->nodraft = true; /* the draft's cache does not hold the context */
+    s->kv = pkv_context_seq(ctx);
+    s->n_kv = (int32_t)base;
+    s->st = SEQ_RUNNING;
+    r->n_base = (int32_t)base;
+    r->started = true;
+    e->prompt_tokens += (uint64_t)r->p.n_prompt;
+    /* nothing to compute: the first token comes from the context's own logits */
+    if (r->p.n_prompt == 0 && sample_seq(e, s, pkv_context_logits(ctx)) < 0) return -1;
+    return 1;
+fail:
+    req_fail(e, r, st);
+    return -1;
+}
+
 static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     eng_req *r = s->r;
     pkv_status st;
+    if (r->p.context && s->st != SEQ_SWAPPED) return ctx_start(e, s, reserve, alone);
     if (s->st == SEQ_SWAPPED) {
         if (!alone && pool_avail(e) - reserve < pages_for(e, s->n_kv + 1)) return 0;
         st = pkv_kv_swap_in(e->c, s->kv);
@@ -493,7 +593,7 @@ static bool admit(pkv_engine *e) {
             eng_seq *s = &r->seqs[j];
             bool cand = s->st == SEQ_SWAPPED || s->st == SEQ_DROPPED || (s->st == SEQ_NONE && j == 0);
             if (!cand) continue;
-            if (s->st == SEQ_NONE && wait_for_prefix(e, r)) break; /* later requests may go first */
+            if (s->st == SEQ_NONE && !r->p.context && wait_for_prefix(e, r)) break; /* later requests may go first */
             for (;;) {
                 if (budget <= 0 || resident >= e->p.max_seqs) return changed;
                 int got = seq_start(e, s, reserve_pages(e), resident == 0);
@@ -585,8 +685,15 @@ static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
     for (int i = 0; !stop && i < r->p.n_stop; i++) stop = r->stop[i] == tok;
     if (stop) fin = PKV_FINISH_STOP;
     else if (s->n_gen >= r->max_tokens) fin = PKV_FINISH_LENGTH;
+    if (r->p.context && fin != PKV_FINISH_NONE) { /* the context keeps the token: run it first */
+        defer_final(e, s, tok, row, fin, stop);
+        return tok;
+    }
     bool go = emit(e, s, tok, row, fin, stop, PKV_OK, NULL);
-    if (fin == PKV_FINISH_NONE && !go) emit(e, s, -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
+    if (fin == PKV_FINISH_NONE && !go) {
+        if (r->p.context) defer_final(e, s, -1, NULL, PKV_FINISH_STOP, false);
+        else emit(e, s, -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
+    }
     return tok;
 }
 
@@ -867,6 +974,10 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 eng_req *r = q->r;
                 if (e->b_nl[i] > 1 || q->n_kv != q->n_tok || r->n_final == r->n) continue;
                 const float *lg = e->logits + row * (size_t)e->n_vocab;
+                if (q->fin_wait != PKV_FINISH_NONE) { /* a context request's last token is in */
+                    final_deferred(e, q, lg);
+                    continue;
+                }
                 if (q->sample == 0 && r->n > 1 && !r->forked) {
                     pkv_status fs = fork_samples(e, r);
                     if (fs) {

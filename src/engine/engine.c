@@ -172,8 +172,31 @@ pkv_model *pkv_engine_model(pkv_engine *e) { return e ? e->m : NULL; }
 
 /* ---------------------------------------------------------------- submit */
 
+/* A request on a context: the context's own checks, and its length and limit for
+ * the size checks that follow. */
+static pkv_status check_context(const pkv_engine *e, const pkv_request_params *r, int64_t *base, int64_t *n_ctx) {
+    pkv_context *ctx = r->context;
+    if (pkv_context_cache(ctx) != e->c || pkv_context_model(ctx) != e->m)
+        return pkv_err(PKV_ERR_INVALID, "submit: the context is not on the engine's cache (make it with "
+                       "pkv_context_create(pkv_engine_model(e), pkv_engine_cache(e), n_ctx))");
+    if (r->n != 1) return pkv_err(PKV_ERR_INVALID, "submit: n = %d on a context; must be 1 (fork the context for more)", r->n);
+    if (pkv_kv_seq_swapped(e->c, pkv_context_seq(ctx)))
+        return pkv_err(PKV_ERR_INVALID, "submit: the context is swapped out; swap it in first (pkv_context_swap_in)");
+    if (r->n_prompt < 0 || (r->n_prompt > 0 && !r->prompt))
+        return pkv_err(PKV_ERR_INVALID, "submit: %d prompt tokens%s", (int)r->n_prompt, r->n_prompt > 0 ? " but prompt is NULL" : "");
+    *base = pkv_context_n_tokens(ctx);
+    if (r->n_prompt == 0 && !pkv_context_logits(ctx))
+        return pkv_err(PKV_ERR_INVALID, "submit: the context has %s and the prompt is empty: give at least one token "
+                       "(after a truncate: its last token again)", *base ? "no logits (truncated or shifted)" : "no tokens");
+    *n_ctx = PKV_MIN(e->n_ctx, pkv_context_n_ctx(ctx));
+    return PKV_OK;
+}
+
 static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r, int *n, int32_t *max_tokens) {
-    if (!r->prompt || r->n_prompt < 1)
+    int64_t base = 0, n_ctx = e->n_ctx; /* tokens before the prompt; the sequence's limit */
+    pkv_status cs = r->context ? check_context(e, r, &base, &n_ctx) : PKV_OK;
+    if (cs) return cs;
+    if (!r->context && (!r->prompt || r->n_prompt < 1))
         return pkv_err(PKV_ERR_INVALID, "submit: the prompt is empty (%d tokens; at least 1 is needed)", (int)r->n_prompt);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
@@ -183,22 +206,23 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     if (*n < 1 || *n > PKV_ENGINE_MAX_N)
         return pkv_err(PKV_ERR_INVALID, "submit: n = %d parallel samples; must be 1..%d", r->n, PKV_ENGINE_MAX_N);
     if (r->max_tokens < 0) return pkv_err(PKV_ERR_INVALID, "submit: max_tokens = %d; must be >= 0 (0 = up to the context limit)", (int)r->max_tokens);
-    if ((int64_t)r->n_prompt >= e->n_ctx)
+    if (base + r->n_prompt >= n_ctx)
         return pkv_err(PKV_ERR_INVALID,
-                       "submit: the prompt has %d tokens, the context limit is %lld tokens (prompt + generated); "
+                       "submit: the prompt has %lld tokens, the context limit is %lld tokens (prompt + generated); "
                        "no room to generate",
-                       (int)r->n_prompt, (long long)e->n_ctx);
-    int64_t room = e->n_ctx - r->n_prompt;
+                       (long long)(base + r->n_prompt), (long long)n_ctx);
+    int64_t room = n_ctx - base - r->n_prompt;
     *max_tokens = r->max_tokens ? r->max_tokens : (int32_t)room;
-    if ((int64_t)r->n_prompt + *max_tokens > e->n_ctx)
+    if (base + r->n_prompt + *max_tokens > n_ctx)
         return pkv_err(PKV_ERR_INVALID,
-                       "submit: prompt %d + max_tokens %d = %lld tokens exceed the context limit of %lld tokens "
+                       "submit: prompt %lld + max_tokens %d = %lld tokens exceed the context limit of %lld tokens "
                        "(at most %lld new tokens for this prompt)",
-                       (int)r->n_prompt, (int)*max_tokens, (long long)r->n_prompt + *max_tokens, (long long)e->n_ctx,
-                       (long long)room);
+                       (long long)(base + r->n_prompt), (int)*max_tokens, (long long)(base + r->n_prompt + *max_tokens),
+                       (long long)n_ctx, (long long)room);
     /* The sequence holds at most prompt + max_tokens - 1 tokens (the last sampled one
-     * is never run through the model). It alone must fit the device pool. */
-    int64_t len = (int64_t)r->n_prompt + *max_tokens - 1, need = (len + e->ps - 1) / e->ps;
+     * is never run through the model; on a context it is). It alone must fit the
+     * device pool. */
+    int64_t len = base + r->n_prompt + *max_tokens - (r->context ? 0 : 1), need = (len + e->ps - 1) / e->ps;
     if (need > e->n_pages)
         return pkv_err(PKV_ERR_INVALID,
                        "submit: prompt %d + max_tokens %d needs %lld KV pages of %d tokens for one sequence; the "
@@ -240,14 +264,14 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     r->p.grammar = pkv_grammar_retain(rp->grammar); /* dropped by pkv_engine_req_free */
     r->n = n;
     r->max_tokens = max_tokens;
-    r->prompt = pkv_malloc((size_t)rp->n_prompt * sizeof *r->prompt);
+    r->prompt = pkv_malloc((size_t)(rp->n_prompt ? rp->n_prompt : 1) * sizeof *r->prompt);
     r->stop = pkv_malloc((size_t)rp->n_stop * sizeof *r->stop);
     r->seqs = pkv_calloc((size_t)n, sizeof *r->seqs);
     if (!r->prompt || !r->stop || !r->seqs) {
         pkv_engine_req_free(e, r);
         return pkv_err(PKV_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", (int)rp->n_prompt);
     }
-    memcpy(r->prompt, rp->prompt, (size_t)rp->n_prompt * sizeof *r->prompt);
+    if (rp->n_prompt) memcpy(r->prompt, rp->prompt, (size_t)rp->n_prompt * sizeof *r->prompt);
     if (rp->n_stop) memcpy(r->stop, rp->stop_tokens, (size_t)rp->n_stop * sizeof *r->stop);
     r->p.prompt = r->prompt;
     r->p.stop_tokens = r->stop;
@@ -259,7 +283,11 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
         r->seqs[i].dkv = -1;
     }
     pthread_mutex_lock(&e->mu);
-    if (e->n_live == e->live_cap) {
+    for (int i = 0; i < e->n_live && rp->context && !s; i++) /* under the mutex: two submits cannot both pass */
+        if (e->live[i]->p.context == rp->context)
+            s = pkv_err(PKV_ERR_INVALID, "submit: request %llu runs on this context already",
+                        (unsigned long long)e->live[i]->id);
+    if (!s && e->n_live == e->live_cap) {
         void *p = e->live;
         size_t cap = (size_t)e->live_cap;
         s = pkv_grow(&p, &cap, (size_t)e->n_live + 1, sizeof *e->live);

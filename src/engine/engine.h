@@ -12,7 +12,8 @@
 pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target);
 
 /* Set the context's logits (f32 [n_vocab], copied): the caller computed them for
- * the context's last token (speculative decoding keeps every verified row). */
+ * the context's last token (speculative decoding keeps every verified row; the
+ * serving engine a context request's last row). NULL: the context has none. */
 void pkv_context_set_logits(pkv_context *ctx, const float *logits);
 /* Decode n tokens of an MTP head's context: h_in f32 [n][n_embd] the target's hidden
  * state of each token's previous position; h_out f32 [n][n_embd] receives the head's

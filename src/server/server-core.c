@@ -170,6 +170,8 @@ static void api_metrics(srv *s, srv_out *o) {
     C("preemptions_total", "Idle contexts swapped out to make room for running requests.", st.preemptions);
     C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
     C("generation_tokens_total", "Tokens generated.", st.gen_tokens);
+    C("engine_steps_total", "Forward passes of the serving engine, each one batch over every running request "
+      "(the contexts API's generations included).", st.steps);
     C("requests_finished_total", "Generation requests finished.", st.requests_done);
     C("draft_proposed_tokens_total", "Speculative decoding: draft proposals the model verified.", st.draft_proposed);
     C("draft_accepted_tokens_total", "Speculative decoding: proposals kept (the model sampled the same token).",
@@ -369,11 +371,8 @@ static bool pick_template(srv *s, const char *model_path) {
     return true;
 }
 
-static uint64_t page_bytes(pkv_model *m, const pkv_cli_model_opts *mo) {
-    pkv_cache_params cp = pkv_cache_default_params();
-    cp.page_size = mo->page_size;
-    cp.kv_type = (pkv_type)mo->kv_type;
-    cp.kv_type_v = (pkv_type)mo->kv_type_v;
+static uint64_t page_bytes(pkv_model *m, const pkv_setup_model_opts *mo) {
+    pkv_cache_params cp = pkv_setup_cache_params(mo);
     cp.n_ctx = 1;
     cp.n_pages = 1;
     cp.host_pages = 1;
@@ -391,7 +390,7 @@ static uint64_t page_bytes(pkv_model *m, const pkv_cli_model_opts *mo) {
 
 /* ---------------------------------------------------------------- startup */
 
-bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
+bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     const pkv_serve_opts *so = &s->o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tok_mu, NULL);
@@ -409,11 +408,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
                  so->alias ? so->alias : model_path ? (base ? base + 1 : model_path) : "pagekv-builtin");
     }
     uint64_t pb = s->page_bytes = page_bytes(s->m, mo);
-    pkv_cache_params cp = pkv_cache_default_params();
-    cp.n_ctx = mo->n_ctx;
-    cp.page_size = mo->page_size;
-    cp.kv_type = (pkv_type)mo->kv_type;
-    cp.kv_type_v = (pkv_type)mo->kv_type_v;
+    pkv_cache_params cp = pkv_setup_cache_params(mo);
     cp.n_seq_max = so->parallel;
     if (so->kv_pages) cp.n_pages = so->kv_pages;
     else if (so->kv_mem_mib && pb) cp.n_pages = (int64_t)(((uint64_t)so->kv_mem_mib << 20) / pb);
@@ -425,23 +420,18 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
     }
     srv_gen_params gp = {.parallel = so->parallel, .batch_tokens = so->batch_tokens, .queue = so->queue,
                          .max_contexts = so->max_contexts, .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
-    pkv_engine *eng = NULL;
-    if (!so->simple) {
-        pkv_engine_params ep = pkv_engine_default_params();
-        ep.cache = cp;
-        ep.max_seqs = so->parallel;
-        ep.max_batch_tokens = so->batch_tokens;
-        ep.draft = s->draft;
-        ep.draft_max = so->draft_max;
-        if (!(eng = pkv_engine_create(s->m, ep))) {
-            fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
-            return false;
-        }
-        s->c = pkv_engine_cache(eng);
-    } else if (!(s->c = pkv_model_cache_create(s->m, cp))) {
-        fprintf(stderr, "pagekv serve: cannot create the KV cache: %s\n", pkv_errmsg());
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache = cp;
+    ep.max_seqs = so->parallel;
+    ep.max_batch_tokens = so->batch_tokens;
+    ep.draft = s->draft;
+    ep.draft_max = so->draft_max;
+    pkv_engine *eng = pkv_engine_create(s->m, ep);
+    if (!eng) {
+        fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());
         return false;
     }
+    s->c = pkv_engine_cache(eng);
     {
         pkv_context *probe = pkv_context_create(s->m, s->c, mo->n_ctx);
         s->n_ctx = probe ? pkv_context_n_ctx(probe) : 0;
@@ -454,10 +444,9 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
         gp.ctx_pages = so->context_pages > 0 ? so->context_pages : ks.n_pages / 2;
         s->ctx_pages = gp.ctx_pages;
     }
-    s->g = eng ? srv_gen_create_engine(eng, gp) : srv_gen_create(s->m, s->c, gp);
+    s->g = srv_gen_create_engine(eng, gp);
     if (!s->g) {
         fprintf(stderr, "pagekv serve: cannot start the worker thread\n");
-        if (!eng) pkv_kv_cache_free(s->c);
         s->c = NULL; /* srv_gen_create_engine freed the engine and its cache */
         return false;
     }
@@ -465,10 +454,9 @@ bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo) {
 }
 
 void srv_stop(srv *s) {
-    srv_gen_free(s->g); /* the engine backend: frees the engine and its cache too */
+    srv_gen_free(s->g); /* frees the engine and its cache too */
     pkv_chat_free(s->chat);
     s->chat = NULL;
-    if (s->o.simple) pkv_kv_cache_free(s->c);
     s->g = NULL;
     s->c = NULL;
     pthread_mutex_destroy(&s->mu);

@@ -1,8 +1,8 @@
 /* The generation worker of pagekv serve (see server-gen.h). One thread owns the
- * model and the cache. Each loop: run queued calls (contexts API), admit
- * waiting requests while there is room for their sequences (prefill the prompt
- * after a prefix-cache match, fork it n ways), then one step: sample a token for
- * every running sequence and decode all of them in ONE batched pkv_decode. */
+ * serving engine, its model and its cache. Each loop: run queued calls (the
+ * contexts API's operations), hand waiting requests to the engine (completions,
+ * and the contexts API's generations as requests on their context), then one
+ * engine step: one batch over every running request. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,19 +28,8 @@ typedef struct call {
     struct call *next;
 } call;
 
-typedef struct gseq {
-    srv_req *r;
-    int idx;
-    pkv_context *ctx;
-    srv_ctx *ce;       /* contexts API: the registry entry (ctx is its context) */
-    pkv_sampler *smp;
-    int n_gen;
-    double t_last;
-    bool finished;     /* no more tokens; removed after this step's decode */
-} gseq;
-
 struct srv_gen {
-    pkv_engine *eng; /* the serving-engine backend, or NULL (simple backend) */
+    pkv_engine *eng; /* the serving engine (owned) */
     pkv_model *m;
     pkv_kv_cache *c;
     srv_gen_params p;
@@ -56,12 +45,9 @@ struct srv_gen {
     call *calls, *calls_tail;
     srv_stats st;
     /* worker-only */
-    gseq **act;
-    int n_act, cap_act;
     srv_ctx **ctxs;
     int n_ctxs;
     int64_t next_ctx_id;
-    float *work; /* [n_vocab] */
     double last_sweep;
     int eng_pending; /* unfinished engine requests after the last step */
     bool defer;      /* inside a loop iteration: req_finish_one queues to fin */
@@ -120,48 +106,36 @@ static void req_fail(srv_req *r, int status, const char *fmt, const char *detail
 
 static void *worker(void *arg);
 
-srv_gen *srv_gen_create(pkv_model *m, pkv_kv_cache *c, srv_gen_params p) {
+srv_gen *srv_gen_create_engine(pkv_engine *e, srv_gen_params p) {
     srv_gen *g = calloc(1, sizeof *g);
     pkv_model_info info;
-    if (!g || pkv_model_get_info(m, &info)) {
+    if (!g || pkv_model_get_info(pkv_engine_model(e), &info)) {
         free(g);
+        pkv_engine_free(e);
         return NULL;
     }
-    g->m = m;
-    g->c = c;
+    g->eng = e;
+    g->m = pkv_engine_model(e);
+    g->c = pkv_engine_cache(e);
     g->p = p;
     g->n_vocab = info.n_vocab;
     g->next_ctx_id = 1;
-    g->work = malloc((size_t)info.n_vocab * sizeof(float));
+    g->st.engine = true;
     g->ctxs = calloc((size_t)(p.max_contexts > 0 ? p.max_contexts : 1), sizeof *g->ctxs);
-    if (!g->work || !g->ctxs) {
-        free(g->work);
-        free(g->ctxs);
+    if (!g->ctxs) {
         free(g);
+        pkv_engine_free(e);
         return NULL;
     }
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     pthread_cond_init(&g->cv_done, NULL);
-    pkv_kv_stats_get(c, &g->st.kv);
+    pkv_kv_stats_get(g->c, &g->st.kv);
     if (pthread_create(&g->th, NULL, worker, g)) {
         srv_gen_free(g);
         return NULL;
     }
     g->started = true;
-    return g;
-}
-
-srv_gen *srv_gen_create_engine(pkv_engine *e, srv_gen_params p) {
-    srv_gen *g = srv_gen_create(pkv_engine_model(e), pkv_engine_cache(e), p);
-    if (!g) {
-        pkv_engine_free(e);
-        return NULL;
-    }
-    pthread_mutex_lock(&g->mu); /* the worker reads eng under mu when it wakes */
-    g->eng = e;
-    g->st.engine = true;
-    pthread_mutex_unlock(&g->mu);
     return g;
 }
 
@@ -182,9 +156,7 @@ void srv_gen_free(srv_gen *g) {
     pkv_engine_free(g->eng);
     free(g->ctxs);
     free(g->fin);
-    free(g->act);
     free(g->waiting);
-    free(g->work);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     pthread_cond_destroy(&g->cv_done);
@@ -226,7 +198,7 @@ void srv_gen_cancel(srv_gen *g, srv_req *r) {
     r->cancelled = true;
     uint64_t eid = r->engine_id;
     pthread_mutex_unlock(&r->mu);
-    if (eid && g->eng) pkv_engine_cancel(g->eng, eid); /* thread-safe; unknown once finished */
+    if (eid) pkv_engine_cancel(g->eng, eid); /* thread-safe; unknown once finished */
     pthread_mutex_lock(&g->mu);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
@@ -237,7 +209,7 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
     *out = g->st;
     pkv_engine *e = g->eng;
     pthread_mutex_unlock(&g->mu);
-    if (e) { /* the engine's own figures (its snapshot is thread-safe) */
+    { /* the engine's own figures (its snapshot is thread-safe) */
         pkv_engine_stats es;
         pkv_engine_stats_get(e, &es);
         out->waiting += es.n_waiting;
@@ -250,6 +222,7 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
         out->seqs_recompute = es.n_recompute;
         out->draft_proposed = es.draft_proposed;
         out->draft_accepted = es.draft_accepted;
+        out->steps = es.steps;
     }
 }
 
@@ -389,30 +362,6 @@ static void sweep(srv_gen *g) {
 
 /* --------------------------------------------------------------- admit */
 
-static void seq_free(srv_gen *g, gseq *s) {
-    pkv_sampler_free(s->smp);
-    if (s->ce) {
-        s->ce->busy = false;
-        s->ce->last_used = srv_now();
-    } else {
-        pkv_context_free(s->ctx);
-    }
-    (void)g;
-    free(s);
-}
-
-static bool act_push(srv_gen *g, gseq *s) {
-    if (g->n_act == g->cap_act) {
-        int nc = g->cap_act ? g->cap_act * 2 : 16;
-        gseq **a = realloc(g->act, (size_t)nc * sizeof *a);
-        if (!a) return false;
-        g->act = a;
-        g->cap_act = nc;
-    }
-    g->act[g->n_act++] = s;
-    return true;
-}
-
 static void req_finish_now(srv_gen *g, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     r->n_done++;
@@ -466,139 +415,6 @@ static void admit_fail(srv_gen *g, srv_req *r, int status, const char *fmt, cons
     r->n_done = r->n - 1;
     pthread_mutex_unlock(&r->mu);
     req_finish_one(g, r);
-}
-
-static void admit(srv_gen *g, srv_req *r) {
-    pkv_context *base = NULL;
-    srv_ctx *ce = NULL;
-    int matched = 0;
-    pkv_status s;
-    if (r->cancelled) {
-        admit_fail(g, r, 499, "cancelled%s", "");
-        return;
-    }
-    if (r->ctx_id) {
-        ce = srv_ctx_find(g, r->ctx_id);
-        if (!ce) {
-            admit_fail(g, r, 404, "no context %s", "with this id (deleted, or dropped after its TTL)");
-            return;
-        }
-        if (ce->busy) {
-            admit_fail(g, r, 409, "the context is generating already%s", "");
-            return;
-        }
-        if ((s = srv_ctx_resident(g, ce))) {
-            admit_fail(g, r, 503, "cannot swap the context in: %s", pkv_errmsg());
-            return;
-        }
-        base = ce->ctx;
-        int64_t len = pkv_context_n_tokens(base);
-        if (len == 0) {
-            admit_fail(g, r, 400, "the context is empty: append tokens first%s", "");
-            return;
-        }
-        if (!pkv_context_logits(base)) { /* after truncate: decode the last token again */
-            int32_t last;
-            if ((s = pkv_context_tokens(base, len - 1, 1, &last)) || (s = pkv_context_truncate(base, len - 1)) ||
-                (s = pkv_context_decode(base, &last, 1))) {
-                admit_fail(g, r, 500, "cannot restore the context's logits: %s", pkv_errmsg());
-                return;
-            }
-        }
-        int64_t room = pkv_context_n_ctx(base) - len;
-        if (room <= 0) { /* full: a token it sampled could not be kept, so none is sampled */
-            pthread_mutex_lock(&r->mu);
-            r->ch[0].finish = "length";
-            r->ctx_len = len;
-            r->n_done = r->n - 1;
-            pthread_mutex_unlock(&r->mu);
-            req_finish_one(g, r);
-            return;
-        }
-        if (r->max_tokens > room) r->max_tokens = (int)room;
-        char qmsg[400];
-        int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
-        if (!srv_ctx_quota_ok(g, -1, (r->max_tokens + ps - 1) / ps + 1, qmsg, sizeof qmsg)) {
-            admit_fail(g, r, 503, "%s", qmsg);
-            return;
-        }
-        ce->busy = true;
-    } else {
-        base = pkv_context_create(g->m, g->c, g->p.n_ctx);
-        if (!base) {
-            admit_fail(g, r, 503, "cannot create a sequence: %s", pkv_errmsg());
-            return;
-        }
-        int64_t nm = 0;
-        if (r->n_prompt > 1 && pkv_kv_prefix_match(g->c, pkv_context_seq(base), r->prompt, NULL, r->n_prompt - 1, &nm))
-            nm = 0;
-        matched = (int)nm;
-        s = pkv_context_decode(base, r->prompt + matched, r->n_prompt - matched);
-        if (s == PKV_ERR_OUT_OF_PAGES) {
-            int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
-            srv_gen_make_room(g, (r->n_prompt - matched) / ps + 2);
-            s = pkv_context_decode(base, r->prompt + matched, r->n_prompt - matched);
-        }
-        if (s) {
-            pkv_context_free(base);
-            admit_fail(g, r, s == PKV_ERR_OUT_OF_PAGES ? 503 : 400, "prefill failed: %s", pkv_errmsg());
-            return;
-        }
-        int64_t room = pkv_context_n_ctx(base) - r->n_prompt + 1; /* the last token is never decoded */
-        if (r->max_tokens > room) r->max_tokens = (int)room;
-    }
-    gseq *seqs[64] = {0};
-    bool ok = true;
-    for (int i = 0; i < r->n && ok; i++) {
-        gseq *q = calloc(1, sizeof *q);
-        pkv_sampler_params sp = r->sp;
-        sp.seed = r->sp.seed + (uint64_t)i;
-        if (!q) {
-            ok = false;
-            break;
-        }
-        seqs[i] = q;
-        q->r = r;
-        q->idx = i;
-        q->ce = ce;
-        q->ctx = i == 0 ? base : pkv_context_fork(base); /* n > 1: O(1) copy-on-write forks */
-        q->smp = pkv_sampler_create(sp, g->n_vocab);
-        if (!q->ctx || !q->smp) ok = false;
-    }
-    if (!ok) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
-        for (int i = 0; i < r->n; i++) {
-            if (!seqs[i]) continue;
-            pkv_sampler_free(seqs[i]->smp);
-            if (!ce && seqs[i]->ctx) pkv_context_free(seqs[i]->ctx);
-            free(seqs[i]);
-        }
-        if (ce) ce->busy = false;
-        admit_fail(g, r, 503, "cannot start the request: %s", msg);
-        return;
-    }
-    pthread_mutex_lock(&r->mu);
-    r->cached_tokens = matched;
-    pthread_mutex_unlock(&r->mu);
-    for (int i = 0; i < r->n; i++) {
-        seqs[i]->t_last = srv_now();
-        if (!act_push(g, seqs[i])) { /* cannot grow the list: drop the request cleanly */
-            req_fail(r, 500, "out of memory%s", "");
-            for (int k = i; k < r->n; k++) {
-                if (k > 0 || !ce) pkv_context_free(seqs[k]->ctx);
-                pkv_sampler_free(seqs[k]->smp);
-                free(seqs[k]);
-                req_finish_one(g, r);
-            }
-            if (ce) ce->busy = false;
-            break;
-        }
-    }
-    pthread_mutex_lock(&g->mu);
-    g->st.prompt_tokens += (uint64_t)r->n_prompt;
-    g->st.prefix_hit_tokens += (uint64_t)matched;
-    pthread_mutex_unlock(&g->mu);
 }
 
 /* ----------------------------------------------------------------- step */
@@ -713,152 +529,22 @@ static const char *choice_push(srv_gen *g, srv_req *r, int idx, const srv_tok *t
     return fin;
 }
 
-/* Simple backend: token t sampled from logits lg; logprobs from the raw logits. */
-static const char *choice_add(srv_gen *g, gseq *q, int32_t t, const float *lg) {
-    srv_req *r = q->r;
-    float mx = lg[0];
-    for (int32_t v = 1; v < g->n_vocab; v++)
-        if (lg[v] > mx) mx = lg[v];
-    double sum = 0;
-    for (int32_t v = 0; v < g->n_vocab; v++) sum += exp((double)(lg[v] - mx));
-    double lse = (double)mx + log(sum);
-    srv_tok tk;
-    memset(&tk, 0, sizeof tk);
-    tk.id = t;
-    tk.logprob = (float)((double)lg[t] - lse);
-    for (int k = 0; k < r->top_logprobs; k++) { /* selection: k is at most 20 */
-        int32_t best = -1;
-        for (int32_t v = 0; v < g->n_vocab; v++) {
-            bool taken = false;
-            for (int j = 0; j < k && !taken; j++) taken = tk.top_id[j] == v;
-            if (!taken && (best < 0 || lg[v] > lg[best])) best = v;
-        }
-        tk.top_id[k] = best;
-        tk.top_lp[k] = (float)((double)lg[best] - lse);
-        tk.n_top = k + 1;
-    }
-    bool eog = !r->ignore_eos && pkv_model_is_eog(g->m, t);
-    for (int k = 0; k < r->n_stop_ids && !eog; k++) eog = r->stop_ids[k] == t;
-    const char *fin = choice_push(g, r, q->idx, &tk, eog);
-    q->n_gen++;
-    pthread_mutex_lock(&g->mu);
-    g->st.gen_tokens++;
-    pthread_mutex_unlock(&g->mu);
-    return fin;
-}
-
-static int32_t sample_one(gseq *q, const float *lg, pkv_status *st) {
-    int32_t t = 0;
-    *st = pkv_sampler_sample(q->smp, lg, &t);
-    if (!*st) pkv_sampler_accept(q->smp, t);
-    return t;
-}
-
-static void step(srv_gen *g) {
-    int n = g->n_act;
-    if (n == 0) return;
-    pkv_context **bc = malloc((size_t)n * sizeof *bc);
-    int32_t *bt = malloc((size_t)n * sizeof *bt), *ones = malloc((size_t)n * sizeof *ones);
-    const int32_t **bp = malloc((size_t)n * sizeof *bp);
-    gseq **bs = malloc((size_t)n * sizeof *bs);
-    int nb = 0;
-    if (!bc || !bt || !ones || !bp || !bs) {
-        for (int i = 0; i < n; i++) req_fail(g->act[i]->r, 500, "out of memory%s", "");
-        goto drop;
-    }
-    for (int i = 0; i < n; i++) {
-        gseq *q = g->act[i];
-        srv_req *r = q->r;
-        pthread_mutex_lock(&r->mu);
-        bool stop = r->cancelled || r->http_status;
-        pthread_mutex_unlock(&r->mu);
-        if (stop) {
-            q->finished = true;
-            continue;
-        }
-        const float *lg = pkv_context_logits(q->ctx);
-        pkv_status st = PKV_OK;
-        int32_t t = lg ? sample_one(q, lg, &st) : 0;
-        if (!lg || st) {
-            req_fail(r, 500, "sampling failed: %s", lg ? pkv_errmsg() : "no logits");
-            q->finished = true;
-            continue;
-        }
-        const char *fin = choice_add(g, q, t, lg);
-        bool room = pkv_context_n_tokens(q->ctx) + 1 <= pkv_context_n_ctx(q->ctx);
-        if (fin) q->finished = true;
-        if (!room) {
-            if (!fin) {
-                pthread_mutex_lock(&r->mu);
-                r->ch[q->idx].finish = "length";
-                r->ch[q->idx].stable = r->ch[q->idx].len;
-                pthread_mutex_unlock(&r->mu);
-            }
-            q->finished = true;
-        }
-        /* A context of the contexts API keeps every sampled token: decode the last too. */
-        if (room && (!q->finished || q->ce)) {
-            bt[nb] = t;
-            ones[nb] = 1;
-            bc[nb] = q->ctx;
-            bs[nb] = q;
-            nb++;
-        }
-    }
-    for (int i = 0; i < nb; i++) bp[i] = &bt[i];
-    while (nb > 0) {
-        pkv_status s = pkv_decode(bc, nb, bp, ones);
-        if (s == PKV_OK) break;
-        if (s == PKV_ERR_OUT_OF_PAGES) {
-            srv_gen_make_room(g, nb + 1);
-            if ((s = pkv_decode(bc, nb, bp, ones)) == PKV_OK) break;
-        }
-        /* Drop the newest sequence of the batch and try again with the rest. */
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s: %s", pkv_status_str(s), pkv_errmsg());
-        gseq *q = bs[nb - 1];
-        req_fail(q->r, s == PKV_ERR_OUT_OF_PAGES ? 503 : 500, "decode failed: %s", msg);
-        q->finished = true;
-        nb--;
-        if (s != PKV_ERR_OUT_OF_PAGES) { /* not a capacity problem: fail the whole batch */
-            for (int i = 0; i < nb; i++) {
-                req_fail(bs[i]->r, 500, "decode failed: %s", msg);
-                bs[i]->finished = true;
-            }
-            break;
-        }
-    }
-drop:
-    for (int i = 0; i < g->n_act;) {
-        gseq *q = g->act[i];
-        srv_req *r = q->r;
-        pthread_mutex_lock(&r->mu);
-        bool stop = r->cancelled || r->http_status;
-        pthread_mutex_unlock(&r->mu);
-        if (!q->finished && !stop && bc) {
-            i++;
-            continue;
-        }
-        if (q->ce) {
-            pthread_mutex_lock(&r->mu);
-            r->ctx_len = pkv_context_n_tokens(q->ctx);
-            pthread_mutex_unlock(&r->mu);
-        }
-        memmove(g->act + i, g->act + i + 1, (size_t)(g->n_act - i - 1) * sizeof *g->act); /* keep arrival order */
-        g->n_act--;
-        seq_free(g, q);
-        req_finish_one(g, r);
-    }
-    free(bc);
-    free(bt);
-    free(ones);
-    free(bp);
-    free(bs);
-}
-
-static int active_seqs(srv_gen *g) { return g->n_act; }
-
 /* ------------------------------------------------------- engine backend */
+
+/* A contexts-API generation is over (its final event, on the worker): the
+ * context is free again, holding every token the request ran into it. */
+static void ctx_gen_done(srv_gen *g, srv_req *r) {
+    srv_ctx *ce = srv_ctx_find(g, r->ctx_id);
+    if (!ce) return;
+    ce->busy = false;
+    ce->engine_req = 0;
+    ce->last_used = srv_now();
+    /* preempted by swap and cancelled before it came back: it stays swapped */
+    ce->swapped = pkv_kv_seq_swapped(g->c, pkv_context_seq(ce->ctx));
+    pthread_mutex_lock(&r->mu);
+    r->ctx_len = pkv_context_n_tokens(ce->ctx);
+    pthread_mutex_unlock(&r->mu);
+}
 
 /* Events of the serving engine, on the worker thread (it steps the engine). */
 static bool on_engine_event(const pkv_engine_event *ev, void *user) {
@@ -897,10 +583,66 @@ static bool on_engine_event(const pkv_engine_event *ev, void *user) {
     }
     pthread_mutex_unlock(&r->mu);
     if (ev->finish != PKV_FINISH_NONE) {
+        if (r->ctx_id) ctx_gen_done(g, r);
         req_finish_one(g, r);
         return false;
     }
     return !fin && !cancelled;
+}
+
+/* A contexts-API generation: the checks the context needs, then it becomes an
+ * engine request on the context (pkv_request_params.context). A context without
+ * logits (after a truncate) gives its last token back as the prompt, computed
+ * in the engine's batch. false: r was failed or finished here. */
+static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bool *relast) {
+    srv_ctx *ce = srv_ctx_find(g, r->ctx_id);
+    pkv_status s;
+    *relast = false;
+    if (!ce) {
+        admit_fail(g, r, 404, "no context %s", "with this id (deleted, or dropped after its TTL)");
+        return false;
+    }
+    if (ce->busy) {
+        admit_fail(g, r, 409, "the context is generating already%s", "");
+        return false;
+    }
+    if ((s = srv_ctx_resident(g, ce))) {
+        admit_fail(g, r, 503, "cannot swap the context in: %s", pkv_errmsg());
+        return false;
+    }
+    pkv_context *ctx = ce->ctx;
+    int64_t len = pkv_context_n_tokens(ctx);
+    if (len == 0) {
+        admit_fail(g, r, 400, "the context is empty: append tokens first%s", "");
+        return false;
+    }
+    int64_t room = pkv_context_n_ctx(ctx) - len;
+    if (g->p.n_ctx - len < room) room = g->p.n_ctx - len;
+    if (room <= 0) { /* full: a token it sampled could not be kept, so none is sampled */
+        pthread_mutex_lock(&r->mu);
+        r->ch[0].finish = "length";
+        r->ctx_len = len;
+        r->n_done = r->n - 1;
+        pthread_mutex_unlock(&r->mu);
+        req_finish_one(g, r);
+        return false;
+    }
+    if (r->max_tokens > room) r->max_tokens = (int)room;
+    char qmsg[400];
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
+    if (!srv_ctx_quota_ok(g, -1, (r->max_tokens + ps - 1) / ps + 1, qmsg, sizeof qmsg)) {
+        admit_fail(g, r, 503, "%s", qmsg);
+        return false;
+    }
+    if (!pkv_context_logits(ctx)) { /* after a truncate: its last token again, in the engine's batch */
+        if ((s = pkv_context_tokens(ctx, len - 1, 1, last)) || (s = pkv_context_truncate(ctx, len - 1))) {
+            admit_fail(g, r, 500, "cannot restore the context's logits: %s", pkv_errmsg());
+            return false;
+        }
+        *relast = true;
+    }
+    *out = ce;
+    return true;
 }
 
 static void admit_engine(srv_gen *g, srv_req *r) {
@@ -908,11 +650,18 @@ static void admit_engine(srv_gen *g, srv_req *r) {
         admit_fail(g, r, 499, "cancelled%s", "");
         return;
     }
-    int64_t room = g->p.n_ctx - r->n_prompt;
-    if (r->max_tokens > room) r->max_tokens = (int)room;
+    srv_ctx *ce = NULL;
+    int32_t last = 0;
+    bool relast = false;
+    if (r->ctx_id && !ctx_request(g, r, &ce, &last, &relast)) return;
+    if (!ce) {
+        int64_t room = g->p.n_ctx - r->n_prompt;
+        if (r->max_tokens > room) r->max_tokens = (int)room;
+    }
     pkv_request_params rp = pkv_request_default_params();
-    rp.prompt = r->prompt;
-    rp.n_prompt = r->n_prompt;
+    rp.prompt = ce ? (relast ? &last : NULL) : r->prompt;
+    rp.n_prompt = ce ? (relast ? 1 : 0) : r->n_prompt;
+    rp.context = ce ? ce->ctx : NULL;
     rp.sampling = r->sp;
     rp.max_tokens = r->max_tokens;
     rp.stop_tokens = r->stop_ids;
@@ -926,8 +675,16 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     uint64_t id = 0;
     pkv_status st = pkv_engine_submit(g->eng, &rp, &id);
     if (st) {
-        admit_fail(g, r, st == PKV_ERR_INVALID ? 400 : 503, "%s", pkv_errmsg());
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        if (relast && pkv_context_decode(ce->ctx, &last, 1)) /* the context as it was, logits included */
+            snprintf(msg, sizeof msg, "cannot restore the context: %s", pkv_errmsg());
+        admit_fail(g, r, st == PKV_ERR_INVALID ? 400 : 503, "%s", msg);
         return;
+    }
+    if (ce) { /* the engine's until its final event (ctx_gen_done): no swap, fork, append or delete */
+        ce->busy = true;
+        ce->engine_req = id;
     }
     pthread_mutex_lock(&r->mu);
     r->engine_id = id;
@@ -973,10 +730,7 @@ static void engine_room(srv_gen *g) {
 static void snapshot(srv_gen *g) {
     pthread_mutex_lock(&g->mu);
     pkv_kv_stats_get(g->c, &g->st.kv);
-    int running = 0;
-    for (int i = 0; i < g->n_act; i++)
-        if (g->act[i]->idx == 0) running++;
-    g->st.running = running;
+    g->st.running = 0; /* the engine's figures are added by srv_gen_stats */
     g->st.waiting = g->n_waiting;
     g->st.contexts = g->n_ctxs;
     int sw = 0;
@@ -989,7 +743,7 @@ static void *worker(void *arg) {
     srv_gen *g = arg;
     for (;;) {
         pthread_mutex_lock(&g->mu);
-        if (!g->stop && !g->calls && g->n_act == 0 && g->n_waiting == 0 && g->eng_pending == 0) {
+        if (!g->stop && !g->calls && g->n_waiting == 0 && g->eng_pending == 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
@@ -1002,10 +756,8 @@ static void *worker(void *arg) {
         call *calls = g->calls;
         g->calls = g->calls_tail = NULL;
         srv_req *adm[256];
-        int n_adm = 0, room = g->p.parallel - active_seqs(g);
-        while (g->n_waiting > 0 && n_adm < 256 &&
-               ((g->eng && !g->waiting[0]->ctx_id) || g->waiting[0]->n <= room || (g->n_act == 0 && n_adm == 0))) {
-            if (!g->eng || g->waiting[0]->ctx_id) room -= g->waiting[0]->n; /* engine requests: the engine schedules */
+        int n_adm = 0;
+        while (g->n_waiting > 0 && n_adm < 256) { /* all to the engine: it schedules */
             adm[n_adm++] = g->waiting[0];
             memmove(g->waiting, g->waiting + 1, (size_t)(g->n_waiting - 1) * sizeof *g->waiting);
             g->n_waiting--;
@@ -1042,29 +794,25 @@ static void *worker(void *arg) {
             pthread_cond_broadcast(&g->cv_done);
             pthread_mutex_unlock(&g->mu);
         }
-        for (int i = 0; i < n_adm; i++) {
-            if (g->eng && !adm[i]->ctx_id) admit_engine(g, adm[i]);
-            else admit(g, adm[i]);
-        }
-        step(g);
-        if (g->eng) {
-            engine_room(g);
-            int pending = 0;
-            if (pkv_engine_step(g->eng, &pending) == PKV_OK) g->eng_pending = pending;
-            else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
-        }
+        for (int i = 0; i < n_adm; i++) admit_engine(g, adm[i]);
+        engine_room(g);
+        int pending = 0;
+        if (pkv_engine_step(g->eng, &pending) == PKV_OK) g->eng_pending = pending;
+        else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
         sweep(g);
         snapshot(g);
         g->defer = false;
         flush_finished(g);
     }
-    /* Shutting down: fail what is left. */
-    for (int i = 0; i < g->n_act; i++) req_fail(g->act[i]->r, 503, "the server is shutting down%s", "");
-    while (g->n_act > 0) {
-        gseq *q = g->act[--g->n_act];
-        srv_req *r = q->r;
-        seq_free(g, q);
-        req_finish_one(g, r);
+    /* Shutting down: the generations on contexts end now, while their contexts
+     * live (srv_gen_free frees the contexts before the engine, whose cache they
+     * are in); the engine's other requests get their final events when it is freed. */
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (g->ctxs[i]->engine_req) pkv_engine_cancel(g->eng, g->ctxs[i]->engine_req);
+    for (int k = 0; k < 1000; k++) {
+        bool busy = false;
+        for (int i = 0; i < g->n_ctxs; i++) busy |= g->ctxs[i]->engine_req != 0;
+        if (!busy || pkv_engine_step(g->eng, NULL)) break;
     }
     pthread_mutex_lock(&g->mu);
     int nw = g->n_waiting;

@@ -1,14 +1,13 @@
-/* The generation backend of pagekv serve: one worker thread owns the model and
- * the KV cache. Connection threads submit generation requests (srv_req) and
- * run small operations on it (srv_gen_call); the contexts API lives here too,
- * because every context operation touches the cache.
+/* The generation backend of pagekv serve: one worker thread owns the serving
+ * engine (src/engine/), its model and its KV cache. Connection threads submit
+ * generation requests (srv_req) and run small operations on it (srv_gen_call);
+ * the contexts API's registry lives here too, because every context operation
+ * touches the cache.
  *
- * This is the only interface the HTTP layer uses to generate, so the backend
- * can be replaced (by the serving engine of src/engine/ once it exists)
- * without touching the HTTP code. The implementation in server-gen.c batches
- * the running sequences of all requests into one pkv_decode per step (whole
- * prompts are prefilled when a request is admitted; no chunked prefill, no
- * preemption of running requests). */
+ * Every generation is an engine request, batched with the rest and preemptible:
+ * a completion on a fresh sequence, a contexts-API generation on its context
+ * (pkv_request_params.context). This is the only interface the HTTP layer uses
+ * to generate. */
 #ifndef PKV_SERVER_GEN_H
 #define PKV_SERVER_GEN_H
 
@@ -52,7 +51,8 @@ typedef struct srv_req {
     const int32_t *stop_ids; /* extra end-of-turn token ids (the chat template's) */
     int n_stop_ids;
     bool ignore_eos;       /* do not stop at end-of-generation tokens (vLLM's ignore_eos) */
-    int64_t ctx_id;        /* contexts API: generate on this context (n must be 1); 0 = none */
+    int64_t ctx_id;        /* contexts API: generate on this context (n must be 1), an engine
+                              request on it; 0 = none */
 
     /* Shared state, under mu. */
     pthread_mutex_t mu;
@@ -78,8 +78,8 @@ typedef struct srv_gen srv_gen;
 
 typedef struct srv_gen_params {
     int64_t n_ctx;      /* tokens per sequence (the cache's per-sequence limit) */
-    int parallel;       /* sequences per decode step */
-    int batch_tokens;   /* engine backend: its tokens per step (0 = 256), for page headroom */
+    int parallel;       /* sequences per step (the engine's max_seqs) */
+    int batch_tokens;   /* the engine's tokens per step (0 = 256), for page headroom */
     int queue;          /* waiting requests before srv_gen_submit refuses */
     int max_contexts;
     int64_t ctx_pages;  /* page quota of the contexts API (srv_ctx_quota_ok); 0 = none */
@@ -89,12 +89,13 @@ typedef struct srv_gen_params {
 /* Statistics for /metrics (a snapshot, refreshed by the worker every step). */
 typedef struct srv_stats {
     int running, waiting;
-    bool engine;          /* the serving-engine backend */
+    bool engine;          /* always true: the serving engine runs every request */
     int contexts, contexts_swapped;
     int seqs_swapped, seqs_recompute; /* engine sequences preempted (to host; dropped for recompute) */
     pkv_kv_stats kv;
     uint64_t prompt_tokens, gen_tokens, prefix_hit_tokens, preemptions, requests_done, requests_failed;
     uint64_t draft_proposed, draft_accepted; /* speculative decoding */
+    uint64_t steps;       /* the engine's forward passes (batches) */
     uint64_t ttft_hist[12], tpot_hist[11]; /* counts per bucket (cumulated when printed) */
     double ttft_sum, tpot_sum;
     uint64_t ttft_count, tpot_count;
@@ -102,12 +103,11 @@ typedef struct srv_stats {
 extern const double srv_ttft_buckets[11];
 extern const double srv_tpot_buckets[10];
 
-/* The simple backend: the worker batches the sequences itself on cache c. */
-srv_gen *srv_gen_create(pkv_model *m, pkv_kv_cache *c, srv_gen_params p);
-/* The serving-engine backend (pkv_engine_*, src/engine/): completions go to the
- * engine (continuous batching with chunked prefill, prefix caching, preemption by
- * swap or recompute), which the worker steps; the contexts API uses the engine's
- * cache from the same thread between steps. The engine is owned. */
+/* The backend over the serving engine (pkv_engine_*, src/engine/): every
+ * generation goes to the engine (continuous batching with chunked prefill,
+ * prefix caching, preemption by swap or recompute), which the worker steps; the
+ * contexts API's other operations use the engine's cache from the same thread
+ * between steps. The engine is owned (freed here on failure too). */
 srv_gen *srv_gen_create_engine(pkv_engine *e, srv_gen_params p);
 /* Stops the worker (cancelling what still runs) and frees every context. */
 void srv_gen_free(srv_gen *g);
@@ -143,8 +143,9 @@ typedef struct srv_ctx {
     int64_t id;
     pkv_context *ctx;
     double last_used;
-    bool busy;       /* a generation is running on it */
+    bool busy;       /* a generation or an append is running on it */
     bool swapped;
+    uint64_t engine_req; /* the engine request generating on it, 0 = none */
 } srv_ctx;
 
 srv_ctx *srv_ctx_find(srv_gen *g, int64_t id);

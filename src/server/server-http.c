@@ -181,7 +181,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* -------------------------------------------------------------- startup */
 
-int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
+int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     srv s;
     memset(&s, 0, sizeof s);
     s.o = *so;
@@ -210,7 +210,7 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
         fprintf(stderr, "pagekv serve: --port-file: %s\n", pkv_errmsg());
         return 2;
     }
-    if (!(s.m = pkv_cli_open_model("serve", mo))) return 1;
+    if (!(s.m = pkv_setup_open_model("serve", mo))) return 1;
     if (so->draft || so->mtp) { /* the draft, before the engine that runs it */
         pkv_model_params dp = pkv_model_default_params();
         pkv_device *tdev = pkv_model_device(s.m);
@@ -256,9 +256,7 @@ int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
                    "context %lld tokens, %d parallel sequences; %s\n",
                    (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name(kv0.dtype_k),
                    pkv_type_name(kv0.dtype_v), (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages,
-                   (long long)s.n_ctx, so->parallel,
-                   so->simple ? "simple batching worker (--simple)"
-                              : "serving engine (continuous batching, chunked prefill, preemption)");
+                   (long long)s.n_ctx, so->parallel, "serving engine (continuous batching, chunked prefill, preemption)");
     if (s.draft)
         bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                        "pagekv serve: speculative decoding: %s on %s, up to %d proposals per sequence and step\n",

@@ -94,7 +94,7 @@ void srv_stream_free(srv_stream *st); /* cancels the request if unfinished */
 /* Start serving model s->m with options s->o (the caller set both): the chat
  * template (forced, or detected in model_path's GGUF; NULL = none), the KV cache
  * or serving engine and the worker thread. false with a message on stderr. */
-bool srv_start(srv *s, const char *model_path, const pkv_cli_model_opts *mo);
+bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo);
 /* Stop the worker, free the cache/engine (not the model). */
 void srv_stop(srv *s);
 /* Answer one request: method, path, body bytes (may be empty), the value of

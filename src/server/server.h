@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/cli.h"
 #include "pagekv.h"
+#include "setup/setup.h" /* model and cache setup, shared with the CLI below both */
 
 typedef struct pkv_serve_opts {
     const char *host;          /* IPv4 address to bind; default 127.0.0.1 */
@@ -37,7 +37,6 @@ typedef struct pkv_serve_opts {
     double ctx_swap_s;         /* idle contexts are swapped to host after this */
     double ctx_ttl_s;          /* idle contexts are dropped after this */
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
-    bool simple;               /* the simple batching worker instead of the serving engine */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
     /* speculative decoding in the serving engine (pkv_engine_params.draft) */
@@ -58,7 +57,7 @@ pkv_serve_opts pkv_serve_default_opts(void);
 
 /* Load the model, start serving, return the process exit code after SIGINT or
  * SIGTERM (in-flight requests are drained first). */
-int pkv_serve_run(const pkv_cli_model_opts *mo, const pkv_serve_opts *so);
+int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so);
 
 /* ---------------------------------------------------------- chat templates */
 

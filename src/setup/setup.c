@@ -1,0 +1,65 @@
+/* Model and cache setup shared by the CLI and the server (see setup.h). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "setup/setup.h"
+
+static void load_progress(double f, void *user) {
+    int *last = user;
+    int pct = (int)(f * 100);
+    if (pct / 10 != *last / 10 || pct == 100) {
+        fprintf(stderr, "\rloading: %3d%%", pct);
+        if (pct == 100) fputc('\n', stderr);
+        *last = pct;
+    }
+}
+
+pkv_model *pkv_setup_open_model(const char *cmd, const pkv_setup_model_opts *o) {
+    pkv_model_params mp = pkv_model_default_params();
+    mp.device = o->device;
+    mp.devices = o->devices;
+    mp.split = o->split;
+    mp.kv_on_host = o->kv_on_host;
+    mp.no_mmap = o->no_mmap;
+    mp.n_threads = o->threads;
+    static int last = -1;
+    pkv_model *m;
+    if (o->model) {
+        FILE *f = fopen(o->model, "rb");
+        long size = 0;
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            size = ftell(f);
+            fclose(f);
+        }
+        if (size > (64L << 20) && isatty(STDERR_FILENO)) { /* progress where loading takes a while, on a terminal */
+            mp.progress = load_progress;
+            mp.progress_user = &last;
+        }
+        m = pkv_model_load(o->model, mp);
+    } else {
+        fprintf(stderr, "pagekv %s: no -m given: using the built-in tiny model (random weights, made in memory)\n", cmd);
+        m = pkv_model_builtin(mp);
+    }
+    if (!m) {
+        /* a device error is not the file's fault, and a message that already names
+         * the file needs no second prefix */
+        const char *msg = pkv_errmsg();
+        if (!strncmp(msg, "no device", 9) || !strncmp(msg, "device ", 7) ||
+            (o->model && !strncmp(msg, o->model, strlen(o->model))))
+            fprintf(stderr, "pagekv %s: %s\n", cmd, msg);
+        else
+            fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", msg);
+    }
+    return m;
+}
+
+pkv_cache_params pkv_setup_cache_params(const pkv_setup_model_opts *o) {
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.page_size = o->page_size;
+    cp.kv_type = (pkv_type)o->kv_type;
+    cp.kv_type_v = (pkv_type)o->kv_type_v;
+    return cp;
+}
