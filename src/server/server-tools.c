@@ -258,7 +258,7 @@ bool srv_output_request(srv *s, json_t *b, bool chat, srv_req *r, srv_outfmt *of
     if (forced != -2 && calls) {
         of->tc = (pkv_tc_opts){PKV_TC_JSON, false, false, true};
         of->parse = true;
-    } else if (!g && (fmt != PKV_TC_NONE || think)) {
+    } else if (!schema_field && (fmt != PKV_TC_NONE || think)) { /* a GBNF grammar may write the family's format */
         of->tc = (pkv_tc_opts){fmt, think, false, calls};
         of->parse = true;
         r->special_text = true; /* markers may be special tokens */
