@@ -83,7 +83,7 @@ static void stream_check(const tcase *c, const pkv_tc_result *whole, unsigned se
     pkv_tc_stream *s = pkv_tc_stream_new(&c->o);
     REQUIRE_VOID(s);
     size_t n = strlen(c->text), at = 0;
-    char reasoning[1024] = "", content[1024] = "", names[4][64] = {{0}}, args[4][512] = {{0}};
+    char reasoning[1024] = "", content[1024] = "", names[4][600] = {{0}}, args[4][1024] = {{0}};
     int calls = 0;
     srand(seed);
     while (1) {
@@ -118,7 +118,39 @@ static void stream_check(const tcase *c, const pkv_tc_result *whole, unsigned se
     pkv_tc_stream_free(s);
 }
 
+/* Random texts made of each format's markers and JSON pieces: the streamed
+ * deltas still concatenate to the whole parse, whatever the model writes. */
+static void random_texts(void) {
+    static const char *const frag[] = {
+        "<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "[", "]", "\"name\"", "\"arguments\"",
+        "\"parameters\"", ": ", ", ", "\"f\"", "\"a b\"", "1", "true", " ", "\n", "text", "<|python_tag|>",
+        "[TOOL_CALLS]", "[ARGS]", "<|channel|>", "analysis", "final", "commentary to=functions.g ", "<|message|>", "<|end|>",
+        "<|start|>assistant", "<|call|>", DS_B, DS_CB, DS_S, DS_CE, DS_E, "function", "```json\n", "```", "<function=h>",
+        "<parameter=k>", "</parameter>", "</function>", "\"", "\\", "<", "|"};
+    static const pkv_tc_format fmts[] = {PKV_TC_NONE, PKV_TC_HERMES, PKV_TC_LLAMA3, PKV_TC_MISTRAL,
+                                         PKV_TC_GPT_OSS, PKV_TC_DEEPSEEK, PKV_TC_JSON};
+    srand(12345);
+    char text[600];
+    for (int it = 0; it < 6000; it++) {
+        text[0] = 0;
+        int nf = 1 + rand() % 24;
+        for (int k = 0; k < nf; k++) {
+            const char *f = frag[rand() % (int)(sizeof frag / sizeof frag[0])];
+            if (strlen(text) + strlen(f) < sizeof text) strcat(text, f);
+        }
+        tcase c = {"random", {fmts[it % 7], (it / 7) % 2 == 0, (it / 14) % 3 == 0, true}, text, "", "", 0, {0}, {0}};
+        pkv_tc_result r;
+        REQUIRE_VOID(pkv_tc_parse(&c.o, text, strlen(text), false, &r));
+        int f0 = th_failures;
+        stream_check(&c, &r, (unsigned)it);
+        if (th_failures > f0) fprintf(stderr, "  format %s think %d in_think %d, text: %s\n", pkv_tc_name(c.o.fmt), c.o.think, c.o.in_think, text);
+        pkv_tc_result_free(&r);
+        if (th_failures > 20) return;
+    }
+}
+
 int main(void) {
+    random_texts();
     for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
         const tcase *c = &k_cases[k];
         pkv_tc_result r;

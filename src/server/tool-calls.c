@@ -222,7 +222,7 @@ typedef struct callscan {
  * and {"function": {...}} wrapping (OpenAI's own shape) is looked into. */
 static int scan_call(const char *s, size_t n, size_t i, callscan *cs) {
     memset(cs, 0, sizeof *cs);
-    bool have_args = false, args_str = false;
+    bool have_args = false, args_str = false, args_done = false;
     i = skip_ws(s, i, n);
     if (i >= n) return SC_INC;
     if (s[i] != '{') return SC_ERR;
@@ -278,6 +278,7 @@ static int scan_call(const char *s, size_t n, size_t i, callscan *cs) {
                 cs->name = decode_string(s + vs, i - vs, &cs->nlen);
                 if (!cs->name) goto err;
             } else if (is_args) {
+                args_done = true;
                 cs->args_len = i - vs;
                 if (args_str) {
                     free(cs->args_dec);
@@ -306,6 +307,12 @@ inc:
     if (args_str) cs->args_len = 0;
     return SC_INC;
 err:
+    if (cs->name) {
+        /* broken after the name: a partial parse of a prefix announced the call
+         * already, so it stays a call (incomplete) with what follows as arguments */
+        if (have_args && !args_done) cs->args_len = args_str ? 0 : rtrim(s + cs->args_off, n - cs->args_off);
+        return SC_INC;
+    }
     free(cs->name);
     free(cs->args_dec);
     memset(cs, 0, sizeof *cs);
@@ -381,7 +388,7 @@ static size_t p_xml_function(P *p, const char *s, size_t n, size_t k) {
         k = (size_t)(pe - s) + 12;
     }
     if (done) sb_put(p, &args, "}", 1);
-    if (done || p->partial) add_call(p, s + ns, nl, args.p ? args.p : "", args.n, done);
+    add_call(p, s + ns, nl, args.p ? args.p : "", args.n, done);
     free(args.p);
     return done ? k : 0;
 }
@@ -589,8 +596,8 @@ static void p_deepseek(P *p, const char *s, size_t n) {
         }
         size_t vs = skip_ws(s, k, n);
         int r = scan_value(s, n, &k);
-        if (r != SC_OK) {
-            if (p->partial || r == SC_INC) add_call(p, s + ns, rtrim(s + ns, nl), s + vs, vs < n ? rtrim(s + vs, n - vs) : 0, false);
+        if (r != SC_OK) { /* cut, or broken: a call with what follows as arguments */
+            add_call(p, s + ns, rtrim(s + ns, nl), s + vs, vs < n ? rtrim(s + vs, n - vs) : 0, false);
             return;
         }
         add_call(p, s + ns, rtrim(s + ns, nl), s + vs, k - vs, true);
