@@ -6,6 +6,7 @@
  * deltas are the differences between successive parses (as llama.cpp streams). */
 #include <ctype.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,27 @@ static void add_call(P *p, const char *name, size_t nlen, const char *args, size
     if (alen) memcpy(a, args, alen);
     a[alen] = 0;
     p->calls[p->n_calls++] = (pkv_tc_call){nm, a, alen, complete};
+}
+
+/* s[0..n) as a JSON string; its bytes pass unchecked (the server replaces invalid
+ * UTF-8 when it writes the answer). */
+static void put_jstring(P *p, sb *b, const char *s, size_t n) {
+    sb_put(p, b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        if (c == '"' || c == '\\') {
+            e[0] = '\\';
+            e[1] = (char)c;
+            sb_put(p, b, e, 2);
+        } else if (c < 0x20) {
+            snprintf(e, sizeof e, "\\u%04x", c);
+            sb_put(p, b, e, 6);
+        } else {
+            sb_put(p, b, s + i, 1);
+        }
+    }
+    sb_put(p, b, "\"", 1);
 }
 
 /* ------------------------------------------------------------ JSON scan */
@@ -365,24 +387,18 @@ static size_t p_xml_function(P *p, const char *s, size_t n, size_t k) {
         if (!pg) break;
         const char *pe = find(pg + 1, (size_t)(s + n - pg - 1), "</parameter>");
         if (!pe) break;
-        json_t *key = json_stringn(s + k + 11, (size_t)(pg - s) - k - 11);
         const char *v = pg + 1;
         size_t vl = (size_t)(pe - v);
         if (vl && v[0] == '\n') v++, vl--;
         if (vl && v[vl - 1] == '\n') vl--;
+        if (!first) sb_put(p, &args, ", ", 2);
+        put_jstring(p, &args, s + k + 11, (size_t)(pg - s) - k - 11);
+        sb_put(p, &args, ": ", 2);
         json_t *val = json_loadb(v, vl, JSON_DECODE_ANY, NULL);
-        if (!val) val = json_stringn(v, vl);
-        char *kt = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL, *vt = val ? json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-        json_decref(key);
+        char *vt = val ? json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
         json_decref(val);
-        if (!kt || !vt) p->oom = true;
-        else {
-            if (!first) sb_put(p, &args, ", ", 2);
-            sb_put(p, &args, kt, strlen(kt));
-            sb_put(p, &args, ": ", 2);
-            sb_put(p, &args, vt, strlen(vt));
-        }
-        free(kt);
+        if (vt) sb_put(p, &args, vt, strlen(vt));
+        else put_jstring(p, &args, v, vl); /* not JSON: a string */
         free(vt);
         first = false;
         k = (size_t)(pe - s) + 12;
@@ -480,15 +496,12 @@ static void p_llama3(P *p, const char *s, size_t n) {
         return;
     }
     if (p->partial) return; /* code for the python tool: sent whole at the end */
-    json_t *a = json_pack("{s:s%}", "code", s + k, rtrim(s + k, n - k));
-    char *t = a ? json_dumps(a, JSON_COMPACT) : NULL;
-    json_decref(a);
-    if (!t) {
-        p->oom = true;
-        return;
-    }
-    add_call(p, "python", 6, t, strlen(t), true);
-    free(t);
+    sb a = {0};
+    sb_put(p, &a, "{\"code\":", 8);
+    put_jstring(p, &a, s + k, rtrim(s + k, n - k));
+    sb_put(p, &a, "}", 1);
+    if (!p->oom) add_call(p, "python", 6, a.p, a.n, true);
+    free(a.p);
 }
 
 static void p_mistral(P *p, const char *s, size_t n) {
