@@ -841,6 +841,14 @@ static void test_output_errors(void) {
                    "{\"type\": \"string\", \"pattern\": \"^a\"}}}}}]}", NULL), 200);
     CHECK_INT(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", NULL), 400);
     CHECK(strstr(ts_body, "needs 'tools'") != NULL);
+    /* the contexts API refuses the output fields rather than ignoring them */
+    json_t *cj = NULL;
+    CHECK_INT(post("/v1/contexts", "{\"prompt\": \"hello\"}", &cj), 200);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/contexts/%s/generate", jstr(cj, "id") ? jstr(cj, "id") : "none");
+    json_decref(cj);
+    CHECK_INT(post(path, "{\"max_tokens\": 2, \"grammar\": \"root ::= \\\"a\\\"\"}", NULL), 400);
+    CHECK(strstr(ts_body, "'grammar' is not supported by the contexts API") != NULL);
 }
 
 /* Each family's own output format, written by a GBNF grammar that spells it out,

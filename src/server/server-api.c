@@ -149,7 +149,7 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
         if (!strcmp(unsupported[i], "response_format") && json_is_object(v) &&
             json_is_string(json_object_get(v, "type")) && !strcmp(json_string_value(json_object_get(v, "type")), "text"))
             continue;
-        srv_error(o, 400, "'%s' is not supported by pagekv serve", unsupported[i]);
+        srv_error(o, 400, "'%s' is not supported by %s", unsupported[i], i >= 3 ? "the contexts API" : "pagekv serve");
         return false;
     }
     if (!get_bool(b, "ignore_eos", &r->ignore_eos, o)) return false;

@@ -261,7 +261,9 @@ bool srv_output_request(srv *s, json_t *b, bool chat, srv_req *r, srv_outfmt *of
     } else if (!schema_field && (fmt != PKV_TC_NONE || think)) { /* a GBNF grammar may write the family's format */
         of->tc = (pkv_tc_opts){fmt, think, false, calls};
         of->parse = true;
-        r->special_text = true; /* markers may be special tokens */
+        /* these families write their markers as control tokens, whose text a plain
+         * answer leaves out; Qwen/Hermes markers and <think> are ordinary tokens */
+        r->special_text = fmt == PKV_TC_LLAMA3 || fmt == PKV_TC_MISTRAL || fmt == PKV_TC_GPT_OSS || fmt == PKV_TC_DEEPSEEK;
     }
     return true;
 }
