@@ -263,7 +263,7 @@ bool srv_output_request(srv *s, json_t *b, bool chat, srv_req *r, srv_outfmt *of
         of->parse = true;
         /* these families write their markers as control tokens, whose text a plain
          * answer leaves out; Qwen/Hermes markers and <think> are ordinary tokens */
-        r->special_text = fmt == PKV_TC_LLAMA3 || fmt == PKV_TC_MISTRAL || fmt == PKV_TC_GPT_OSS || fmt == PKV_TC_DEEPSEEK;
+        r->special_text = fmt == PKV_TC_GPT_OSS || (calls && (fmt == PKV_TC_LLAMA3 || fmt == PKV_TC_MISTRAL || fmt == PKV_TC_DEEPSEEK));
     }
     return true;
 }
