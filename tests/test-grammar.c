@@ -128,6 +128,21 @@ static void test_utf8(void) {
     pkv_gmatch_free(c);
     pkv_gmatch_free(m);
     pkv_grammar_free(g);
+    /* any character: a prefix that can only become a surrogate, an overlong form or a
+     * value past U+10FFFF is refused at its second byte (else no byte could follow it;
+     * a random model once emitted ED A5 inside a JSON string and was stuck) */
+    g = gb("root ::= [^\"]*");
+    m = pkv_gmatch_create(g);
+    static const char *const bad[] = {"\xed\xa0", "\xed\xbf", "\xe0\x80", "\xe0\x9f", "\xf0\x80", "\xf0\x8f",
+                                      "\xf4\x90", "\xc0", "\xc1", "\xf5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(!pkv_gmatch_accept_bytes(m, bad[i], strlen(bad[i])));
+    CHECK(pkv_gmatch_accept_bytes(m, "\xed\x9f\xbf", 3)); /* U+D7FF */
+    CHECK(pkv_gmatch_accept_bytes(m, "\xee\x80\x80", 3)); /* U+E000 */
+    CHECK(pkv_gmatch_accept_bytes(m, "\xf4\x8f\xbf\xbf", 4)); /* U+10FFFF */
+    CHECK(pkv_gmatch_accept_bytes(m, "\xe0\xa0\x80", 3)); /* U+0800 */
+    CHECK(pkv_gmatch_complete(m));
+    pkv_gmatch_free(m);
+    pkv_grammar_free(g);
 }
 
 /* ------------------------------------------------------------ JSON schema */

@@ -15,8 +15,8 @@ static bool npm_install(const char *src, const char *dir) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s' && cmp -s '%s/tests/package-lock.json' '%s/package-lock.json' && "
-             "[ -f '%s/node_modules/openai/package.json' ]",
-             dir, src, dir, dir);
+             "[ -f '%s/node_modules/openai/package.json' ] && [ -f '%s/node_modules/ajv/package.json' ]",
+             dir, src, dir, dir, dir);
     if (system(cmd) == 0) return true;
     snprintf(cmd, sizeof cmd,
              "cd '%s' && cp '%s/tests/package.json' '%s/tests/package-lock.json' . && "

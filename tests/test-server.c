@@ -170,7 +170,7 @@ static void test_errors_and_basics(void) {
         {"{\"prompt\": \"hi\", \"n\": 99}", "'n' must be in"},
         {"{\"prompt\": 7}", "'prompt' must be"},
         {"{\"prompt\": [1, 99999]}", "token id"},
-        {"{\"prompt\": \"hi\", \"tools\": [{\"type\": \"function\"}]}", "not supported"},
+        {"{\"prompt\": \"hi\", \"tools\": [{\"type\": \"function\"}]}", "are for /v1/chat/completions"},
         {"{\"prompt\": \"hi\", \"stop\": [1]}", "'stop[0]' must be a string"},
         {"{\"prompt\": \"hi\", \"echo\": true}", "not supported"},
         {"{\"prompt\": \"hi\", \"prompt\": \"ho\"}", "invalid JSON"},
@@ -713,6 +713,294 @@ static void test_pressure(void) {
     json_decref(j);
 }
 
+
+/* ------------------------------------------------------------ tool calls */
+
+/* A streamed chat answer's deltas put together: reasoning, content, calls. */
+typedef struct tsse {
+    char reasoning[2048], content[4096], name[4][64], id[4][64], args[4][2048], finish[16];
+    int calls;
+    bool bad;
+} tsse;
+
+static void tsse_parse(const char *body, tsse *t) {
+    memset(t, 0, sizeof *t);
+    for (const char *p = body; (p = strstr(p, "data: ")); p += 6) {
+        const char *e = strstr(p, "\n\n");
+        if (!e) break;
+        json_t *j = json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL);
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        const char *v;
+        if ((v = jstr(c, "delta.reasoning_content"))) strncat(t->reasoning, v, sizeof t->reasoning - strlen(t->reasoning) - 1);
+        if ((v = jstr(c, "delta.content"))) strncat(t->content, v, sizeof t->content - strlen(t->content) - 1);
+        if ((v = jstr(c, "finish_reason"))) snprintf(t->finish, sizeof t->finish, "%s", v);
+        size_t i;
+        json_t *tc;
+        json_array_foreach(jget(c, "delta.tool_calls"), i, tc) {
+            int k = (int)json_integer_value(json_object_get(tc, "index"));
+            if (k < 0 || k > 3) {
+                t->bad = true;
+                continue;
+            }
+            if ((v = jstr(tc, "id"))) { /* a call's first delta: id, type, name, arguments "" */
+                if (k != t->calls || !jstr(tc, "function.name") || strcmp(jstr(tc, "type") ? jstr(tc, "type") : "", "function"))
+                    t->bad = true;
+                snprintf(t->id[k], sizeof t->id[k], "%s", v);
+                snprintf(t->name[k], sizeof t->name[k], "%s", jstr(tc, "function.name") ? jstr(tc, "function.name") : "");
+                t->calls++;
+            } else if (k >= t->calls) {
+                t->bad = true;
+            }
+            if ((v = jstr(tc, "function.arguments"))) strncat(t->args[k], v, sizeof t->args[k] - strlen(t->args[k]) - 1);
+        }
+        json_decref(j);
+    }
+}
+
+static const char *k_tools =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather in a city\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 12}, "
+    "\"unit\": {\"enum\": [\"C\", \"F\"]}}, \"required\": [\"city\", \"unit\"]}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"add\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"a\": {\"type\": \"integer\"}, \"b\": {\"$ref\": \"#/$defs/n\"}}, \"required\": [\"a\", \"b\"], "
+    "\"$defs\": {\"n\": {\"type\": \"integer\"}}}}}]";
+
+/* A forced call's arguments: JSON, and valid for the tool's schema. */
+static void check_args(const char *name, const char *args) {
+    json_t *a = json_loads(args, 0, NULL);
+    if (!json_is_object(a)) {
+        TH_FAIL("%s: arguments are not a JSON object: %s", name, args);
+        return;
+    }
+    th_checks++;
+    if (!strcmp(name, "get_weather")) {
+        const char *city = jstr(a, "city"), *unit = jstr(a, "unit");
+        CHECK(city && unit && json_object_size(a) == 2 && (!strcmp(unit, "C") || !strcmp(unit, "F")));
+    } else {
+        CHECK(!strcmp(name, "add") && json_is_integer(json_object_get(a, "a")) && json_is_integer(json_object_get(a, "b")) &&
+              json_object_size(a) == 2);
+    }
+    json_decref(a);
+}
+
+/* Forced calls (tool_choice required or named) are constrained to the tools'
+ * schemas, so even random weights must produce a valid call; streamed deltas
+ * equal the whole answer; the result goes back as a tool message. */
+static void test_forced_calls(void) {
+    char body[4096];
+    json_t *j = NULL;
+    for (int seed = 1; seed <= 3; seed++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": %s, "
+                 "\"tool_choice\": \"required\", \"max_tokens\": 400, \"seed\": %d, \"temperature\": 1}", k_tools, seed);
+        CHECK_INT(post("/v1/chat/completions", body, &j), 200);
+        const char *name = jstr(j, "choices.0.message.tool_calls.0.function.name");
+        const char *args = jstr(j, "choices.0.message.tool_calls.0.function.arguments");
+        const char *id = jstr(j, "choices.0.message.tool_calls.0.id");
+        if (!name || !args || !id) {
+            TH_FAIL("no tool call: %.400s", ts_body);
+            json_decref(j);
+            continue;
+        }
+        CHECK(!strncmp(id, "call_", 5));
+        CHECK(json_is_null(jget(j, "choices.0.message.content")));
+        CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "tool_calls"));
+        check_args(name, args);
+        char want_name[64], want_args[2048];
+        snprintf(want_name, sizeof want_name, "%s", name);
+        snprintf(want_args, sizeof want_args, "%s", args);
+        json_decref(j);
+        /* the same request streamed: the same call, in OpenAI's deltas */
+        size_t bl = strlen(body);
+        snprintf(body + bl - 1, sizeof body - bl + 1, ", \"stream\": true}");
+        CHECK_INT(post("/v1/chat/completions", body, NULL), 200);
+        tsse t;
+        tsse_parse(ts_body, &t);
+        CHECK(!t.bad);
+        CHECK_INT(t.calls, 1);
+        if (strcmp(t.name[0], want_name) || strcmp(t.args[0], want_args))
+            TH_FAIL("streamed call %s(%s) != %s(%s)", t.name[0], t.args[0], want_name, want_args);
+        CHECK(!strcmp(t.finish, "tool_calls") && !strncmp(t.id[0], "call_", 5) && !t.content[0]);
+    }
+    /* a named function */
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"1+2\"}], \"tools\": %s, \"tool_choice\": {\"type\": "
+             "\"function\", \"function\": {\"name\": \"add\"}}, \"max_tokens\": 400, \"seed\": 9}", k_tools);
+    CHECK_INT(post("/v1/chat/completions", body, &j), 200);
+    const char *name = jstr(j, "choices.0.message.tool_calls.0.function.name");
+    CHECK(name && !strcmp(name, "add"));
+    if (name) check_args(name, jstr(j, "choices.0.message.tool_calls.0.function.arguments"));
+    json_decref(j);
+    /* the round trip: the call and its result in the history, an answer in text */
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", "
+             "\"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+             "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\", \\\"unit\\\": \\\"C\\\"}\"}}]}, {\"role\": "
+             "\"tool\", \"tool_call_id\": \"call_1\", \"content\": \"18 C, sunny\"}], \"tools\": %s, \"tool_choice\": "
+             "\"none\", \"max_tokens\": 8, \"seed\": 1}", k_tools);
+    CHECK_INT(post("/v1/chat/completions", body, &j), 200);
+    CHECK(jstr(j, "choices.0.message.content") != NULL && !jget(j, "choices.0.message.tool_calls"));
+    json_decref(j);
+}
+
+/* response_format: json_schema outputs parse and follow the schema, streamed or not. */
+static void test_json_schema(void) {
+    static const char *schema =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 10}, \"age\": {\"type\": "
+        "\"integer\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"b\"]}, \"maxItems\": 3}, \"ok\": "
+        "{\"type\": \"boolean\"}}, \"required\": [\"name\", \"age\", \"ok\"]}";
+    char body[4096];
+    for (int stream = 0; stream < 2; stream++)
+        for (int seed = 1; seed <= 3; seed++) {
+            snprintf(body, sizeof body,
+                     "{\"messages\": [{\"role\": \"user\", \"content\": \"A person\"}], \"response_format\": {\"type\": "
+                     "\"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": %s}}, "
+                     "\"max_tokens\": 500, \"seed\": %d, \"stream\": %s}", schema, seed, stream ? "true" : "false");
+            json_t *j = NULL;
+            CHECK_INT(post("/v1/chat/completions", body, &j), 200);
+            char text[8192] = "";
+            if (stream) {
+                tsse t;
+                tsse_parse(ts_body, &t);
+                snprintf(text, sizeof text, "%s", t.content);
+            } else if (jstr(j, "choices.0.message.content")) {
+                snprintf(text, sizeof text, "%s", jstr(j, "choices.0.message.content"));
+            }
+            json_decref(j);
+            json_t *v = json_loads(text, 0, NULL);
+            if (!json_is_object(v)) {
+                TH_FAIL("json_schema output is not a JSON object: %s", text);
+                continue;
+            }
+            json_t *tags = json_object_get(v, "tags");
+            CHECK(jstr(v, "name") && json_is_integer(json_object_get(v, "age")) && json_is_boolean(json_object_get(v, "ok")));
+            CHECK(!tags || (json_is_array(tags) && json_array_size(tags) <= 3));
+            json_decref(v);
+        }
+    json_t *j = NULL;
+    CHECK_INT(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
+                                           "{\"type\": \"json_object\"}, \"max_tokens\": 500, \"seed\": 5}", &j), 200);
+    json_t *v = json_loads(jstr(j, "choices.0.message.content") ? jstr(j, "choices.0.message.content") : "", 0, NULL);
+    if (!json_is_object(v)) TH_FAIL("json_object output: %.300s", ts_body);
+    json_decref(v);
+    json_decref(j);
+    /* llama.cpp's grammar field, on completions too */
+    CHECK_INT(post("/v1/completions", "{\"prompt\": \"x\", \"grammar\": \"root ::= [a-c]{3} \\\"!\\\"\", \"max_tokens\": 10}", &j), 200);
+    const char *t = jstr(j, "choices.0.text");
+    CHECK(t && strlen(t) == 4 && strchr("abc", t[0]) && t[3] == '!');
+    json_decref(j);
+}
+
+static void test_output_errors(void) {
+    char body[4096];
+    static const struct { const char *extra, *msg; } bad[] = {
+        {"\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"nope\"}}", "names the function 'nope', which is not in 'tools'"},
+        {"\"tool_choice\": \"sometimes\"", "'tool_choice' must be"},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"object\", "
+         "\"properties\": {\"age\": {\"type\": \"integer\", \"minimum\": 3}}}}}", "/properties/age/minimum: keyword 'minimum'"},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"strnig\"}}}",
+         "'response_format.json_schema.schema': json schema: /type"},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\"}}", "must be a JSON schema"},
+        {"\"response_format\": {\"type\": \"yaml\"}", "'response_format.type' must be"},
+        {"\"grammar\": \"root ::= (\"", "'grammar': grammar: line 1, column"},
+        {"\"grammar\": \"root ::= \\\"a\\\"\", \"response_format\": {\"type\": \"json_object\"}", "only one of"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": %s, %s}", k_tools,
+                 bad[i].extra);
+        int code = post("/v1/chat/completions", body, NULL);
+        if (code != 400 || !strstr(ts_body, bad[i].msg)) TH_FAIL("%s: %d %s (want 400 with \"%s\")", bad[i].extra, code, ts_body, bad[i].msg);
+        th_checks++;
+    }
+    /* a tool's schema with a keyword pagekv cannot enforce: named with the tool's path */
+    CHECK_INT(post("/v1/chat/completions",
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\", \"tools\": [{\"type\": "
+                   "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"s\": "
+                   "{\"type\": \"string\", \"pattern\": \"^a\"}}}}}]}", NULL), 400);
+    CHECK(strstr(ts_body, "'tools[0].function.parameters': json schema: /properties/s/pattern") != NULL);
+    /* auto does not constrain, so the same tool is fine there */
+    CHECK_INT(post("/v1/chat/completions",
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 2, \"tools\": [{\"type\": "
+                   "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"s\": "
+                   "{\"type\": \"string\", \"pattern\": \"^a\"}}}}}]}", NULL), 200);
+    CHECK_INT(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", NULL), 400);
+    CHECK(strstr(ts_body, "needs 'tools'") != NULL);
+    /* the contexts API refuses the output fields rather than ignoring them */
+    json_t *cj = NULL;
+    CHECK_INT(post("/v1/contexts", "{\"prompt\": \"hello\"}", &cj), 200);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/contexts/%s/generate", jstr(cj, "id") ? jstr(cj, "id") : "none");
+    json_decref(cj);
+    CHECK_INT(post(path, "{\"max_tokens\": 2, \"grammar\": \"root ::= \\\"a\\\"\"}", NULL), 400);
+    CHECK(strstr(ts_body, "'grammar' is not supported by the contexts API") != NULL);
+}
+
+/* Each family's own output format, written by a GBNF grammar that spells it out,
+ * comes back as tool_calls and reasoning_content, whole and streamed. */
+static void test_family_formats(const char *logp) {
+    static const struct { const char *tmpl, *out, *reasoning, *content; } fam[] = {
+        {"Qwen-Qwen3-0.6B", "<think>\nplan\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"C\"}}\n</tool_call>", "plan\n", ""},
+        {"meta-llama-Llama-3.1-8B-Instruct", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"C\"}}", "", ""},
+        {"mistralai-Mistral-Nemo-Instruct-2407", "Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"C\"}, \"id\": \"abcdefghi\"}]", "", "Sure."},
+        {"openai-gpt-oss-120b", "<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"unit\": \"C\"}", "plan", ""},
+        {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "plan</think>\n\n<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>get_weather\n```json\n{\"city\": \"Paris\", \"unit\": \"C\"}\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>", "plan", ""},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        char args[1024];
+        snprintf(args, sizeof args, "-m '%s' -c 4096 --chat-template '%s/tests/templates/%s.jinja'", g_model, PKV_TEST_SRC, fam[f].tmpl);
+        pid_t pid = ts_start(args, logp, &g_port);
+        if (pid <= 0) {
+            TH_FAIL("%s: server did not start", fam[f].tmpl);
+            continue;
+        }
+        /* root ::= "the text", escaped for GBNF and then for JSON */
+        char gbnf[2048] = "root ::= \"";
+        for (const char *p = fam[f].out; *p; p++) {
+            size_t n = strlen(gbnf);
+            if (*p == '"' || *p == '\\') snprintf(gbnf + n, sizeof gbnf - n, "\\%c", *p);
+            else if (*p == '\n') snprintf(gbnf + n, sizeof gbnf - n, "\\n");
+            else snprintf(gbnf + n, sizeof gbnf - n, "%c", *p);
+        }
+        strncat(gbnf, "\"", sizeof gbnf - strlen(gbnf) - 1);
+        json_t *tools = json_loads(k_tools, 0, NULL);
+        for (int stream = 0; stream < 2; stream++) {
+            json_t *req = json_pack("{s:[{s:s,s:s}],s:O,s:s,s:i,s:b}", "messages", "role", "user", "content", "Weather?",
+                                    "tools", tools, "grammar", gbnf, "max_tokens", 400, "stream", stream);
+            char *b = json_dumps(req, 0);
+            json_decref(req);
+            json_t *j = NULL;
+            int code = post("/v1/chat/completions", b, &j);
+            free(b);
+            CHECK_INT(code, 200);
+            tsse t;
+            memset(&t, 0, sizeof t);
+            if (stream) tsse_parse(ts_body, &t);
+            else {
+                const char *v;
+                if ((v = jstr(j, "choices.0.message.reasoning_content"))) snprintf(t.reasoning, sizeof t.reasoning, "%s", v);
+                if ((v = jstr(j, "choices.0.message.content"))) snprintf(t.content, sizeof t.content, "%s", v);
+                if ((v = jstr(j, "choices.0.finish_reason"))) snprintf(t.finish, sizeof t.finish, "%s", v);
+                json_t *tc = jget(j, "choices.0.message.tool_calls.0");
+                if (tc) {
+                    t.calls = (int)json_array_size(jget(j, "choices.0.message.tool_calls"));
+                    snprintf(t.name[0], sizeof t.name[0], "%s", jstr(tc, "function.name") ? jstr(tc, "function.name") : "");
+                    snprintf(t.args[0], sizeof t.args[0], "%s", jstr(tc, "function.arguments") ? jstr(tc, "function.arguments") : "");
+                }
+            }
+            json_decref(j);
+            json_t *a = json_loads(t.args[0], 0, NULL);
+            if (t.calls != 1 || strcmp(t.name[0], "get_weather") || !jstr(a, "city") || strcmp(jstr(a, "city"), "Paris") ||
+                strcmp(t.reasoning, fam[f].reasoning) || strcmp(t.content, fam[f].content) || strcmp(t.finish, "tool_calls") || t.bad)
+                TH_FAIL("%s%s: %d calls %s(%s), reasoning '%s', content '%s', finish %s; body %.300s", fam[f].tmpl,
+                        stream ? " (streamed)" : "", t.calls, t.name[0], t.args[0], t.reasoning, t.content, t.finish, ts_body);
+            th_checks++;
+            json_decref(a);
+        }
+        json_decref(tools);
+        CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    }
+}
+
 static void test_templates(void) {
     static const struct { const char *tmpl, *want; } t[] = {
         {"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}", "chatml"},
@@ -905,6 +1193,15 @@ int main(void) {
     REQUIRE(tpid > 0);
     test_ttl();
     CHECK_INT(ts_stop(tpid, SIGTERM), 0);
+    /* tools and constrained output (serving engine), then each family's format */
+    snprintf(args, sizeof args, "-m '%s' -c 4096 --chat-template '%s/tests/templates/Qwen-Qwen3-0.6B.jinja'", g_model, PKV_TEST_SRC);
+    pid_t opid = ts_start(args, logp, &g_port);
+    REQUIRE(opid > 0);
+    test_forced_calls();
+    test_json_schema();
+    test_output_errors();
+    CHECK_INT(ts_stop(opid, SIGTERM), 0);
+    test_family_formats(logp);
     test_kv_types(logp);
     test_speculative(logp);
     /* a server with no room in its queue answers 503 with Retry-After */

@@ -937,8 +937,16 @@ static int step_byte(pkv_gmatch *m, const int32_t *st, size_t n, utf8p u, uint8_
     uint32_t lo = nu->val << (6 * nu->left), hi = lo | ((1u << (6 * nu->left)) - 1);
     if (lo < (uint32_t)nu->min) lo = (uint32_t)nu->min;
     if (hi > 0x10ffff) hi = 0x10ffff;
-    for (size_t i = 0; i < n; i++)
-        if (st[i] != 0 && set_meets(m->g, &m->g->elems[m->nodes[st[i]].pos], lo, hi)) return 1;
+    /* the surrogates D800..DFFF are no code points: a prefix that can only become one
+     * (ED A0..BF) is rejected here, or nothing could follow it */
+    uint32_t r[2][2] = {{lo, hi}, {1, 0}};
+    if (lo <= 0xdfff && hi >= 0xd800) {
+        r[0][1] = 0xd7ff, r[1][0] = 0xe000, r[1][1] = hi;
+        if (lo >= 0xd800) r[0][0] = 1, r[0][1] = 0; /* empty */
+    }
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; r[k][0] <= r[k][1] && i < n; i++)
+            if (st[i] != 0 && set_meets(m->g, &m->g->elems[m->nodes[st[i]].pos], r[k][0], r[k][1])) return 1;
     return 0;
 full:
     *completed = true;
@@ -1127,6 +1135,12 @@ static bool utf8_valid_prefix(const uint8_t *s, size_t n) {
         if (k < 0) return false;
         for (int j = 1; j <= k; j++)
             if (i + (size_t)j < n && (s[i + (size_t)j] & 0xc0) != 0x80) return false;
+        /* the second byte's narrower ranges: no overlong forms, surrogates or > U+10FFFF */
+        if (k > 1 && i + 1 < n) {
+            uint8_t c = s[i + 1];
+            if ((b == 0xe0 && c < 0xa0) || (b == 0xed && c > 0x9f) || (b == 0xf0 && c < 0x90) || (b == 0xf4 && c > 0x8f))
+                return false;
+        }
         i += (size_t)k + 1;
     }
     return true;

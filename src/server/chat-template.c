@@ -175,6 +175,8 @@ struct pkv_chat {
 
 static json_t *jparse(const char *s) { return json_loads(s, 0, NULL); }
 
+const char *pkv_chat_source(const pkv_chat *c) { return c ? c->src : NULL; }
+
 /* Render one probe context; true when it rendered. */
 static bool probe(const pkv_chat *c, const char *ctx_json, const char *const *paths, int n, unsigned *flags, char **out) {
     json_t *ctx = jparse(ctx_json);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "server/server-http.h"
+#include "server/server-tools.h"
 
 /* ------------------------------------------------------------ parameters */
 
@@ -137,8 +138,10 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
             return false;
         }
     }
-    static const char *const unsupported[] = {"tools", "functions", "logit_bias", "suffix", "response_format", NULL};
+    /* the last four are read by srv_output_request, for completions and chat only */
+    static const char *const unsupported[] = {"functions", "logit_bias", "suffix", "tools", "response_format", "grammar", "tool_choice", NULL};
     for (int i = 0; unsupported[i]; i++) {
+        if (i >= 3 && fmt != SRV_FMT_CONTEXT) continue;
         json_t *v = json_object_get(b, unsupported[i]);
         if (!v || json_is_null(v) || (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)) ||
             (json_is_string(v) && !json_string_length(v)))
@@ -146,7 +149,7 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
         if (!strcmp(unsupported[i], "response_format") && json_is_object(v) &&
             json_is_string(json_object_get(v, "type")) && !strcmp(json_string_value(json_object_get(v, "type")), "text"))
             continue;
-        srv_error(o, 400, "'%s' is not supported by pagekv serve", unsupported[i]);
+        srv_error(o, 400, "'%s' is not supported by %s", unsupported[i], i >= 3 ? "the contexts API" : "pagekv serve");
         return false;
     }
     if (!get_bool(b, "ignore_eos", &r->ignore_eos, o)) return false;
@@ -484,6 +487,8 @@ typedef struct cbody {
     bool chat, logprobs, token_ids;
     char id[64];
     int phase, ci, ti, arr;
+    srv_outfmt of;
+    int n_calls; /* tool calls of the current choice */
 } cbody;
 
 enum { CB_HEAD, CB_CHOICE, CB_TOKENS, CB_CHOICE_END, CB_TAIL };
@@ -510,9 +515,9 @@ static void cbody_fill(lazy *z) {
             srv_choice *c = &r->ch[b->ci];
             if (b->ci) lz_str(z, ",");
             if (b->chat) {
-                lz_fmt(z, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", b->ci);
-                lz_json(z, srv_text_json(c->text, c->len));
-                lz_str(z, "},\"logprobs\":");
+                lz_fmt(z, "{\"index\":%d,\"message\":", b->ci);
+                lz_json(z, srv_output_message(b->s, &b->of, c->text, c->len, &b->n_calls));
+                lz_str(z, ",\"logprobs\":");
             } else {
                 lz_str(z, "{\"text\":");
                 lz_json(z, srv_text_json(c->text, c->len));
@@ -553,7 +558,8 @@ static void cbody_fill(lazy *z) {
         }
         case CB_CHOICE_END: {
             srv_choice *c = &r->ch[b->ci];
-            lz_fmt(z, ",\"finish_reason\":\"%s\"", c->finish ? c->finish : "length");
+            const char *fin = c->finish ? c->finish : "length";
+            lz_fmt(z, ",\"finish_reason\":\"%s\"", b->n_calls && !strcmp(fin, "stop") ? "tool_calls" : fin);
             if (b->token_ids) { /* the generated ids too (a choice has at most the context's tokens) */
                 lz_str(z, ",\"token_ids\":[");
                 for (int k = 0; k < c->n_toks; k++) lz_fmt(z, k ? ",%d" : "%d", c->toks[k].id);
@@ -585,9 +591,11 @@ static void cbody_fill(lazy *z) {
 
 static void cbody_drop(lazy *z) { srv_req_release(((cbody *)z)->r); }
 
-static srv_body *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, bool token_ids, const char *id) {
+static srv_body *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, bool token_ids, const char *id,
+                                 const srv_outfmt *of) {
     cbody *b = (cbody *)lz_new(sizeof *b, cbody_fill, cbody_drop);
     if (!b) return NULL;
+    b->of = *of;
     b->s = s;
     b->r = r;
     pthread_mutex_lock(&r->mu);
@@ -643,11 +651,13 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     srv_req *r = srv_req_new((int)n);
     if (!r) return srv_error(o, 500, "out of memory");
     int fmt = chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION;
-    if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o)) goto out;
+    srv_outfmt of;
+    if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o) || !srv_output_request(s, b, chat, r, &of, o)) goto out;
     if (chat) {
         size_t *spans = NULL, n_spans = 0, tlen = 0;
         char *text = chat_prompt(s, b, &tlen, &spans, &n_spans, o);
         if (!text) goto out;
+        srv_output_prompt(&of, text, tlen);
         bool ok = srv_tokenize_spans(s, text, tlen, spans, n_spans, &r->prompt, &r->n_prompt, o);
         free(spans);
         free(text);
@@ -681,8 +691,15 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     }
     char id[64];
     srv_next_id(s, chat ? "chatcmpl" : "cmpl", id, sizeof id);
-    if (!srv_submit_and_wait(s, r, stream ? fmt : -1, logprobs, include_usage, id, conn, o)) goto out;
-    if (!(o->body = completion_body(s, r, chat, logprobs, token_ids, id))) {
+    if (!srv_submit_and_wait(s, r, stream ? fmt : -1, logprobs, include_usage, id, conn, o)) {
+        if (o->stream && of.parse && !srv_stream_parse(o->stream, &of.tc)) {
+            srv_stream_free(o->stream);
+            o->stream = NULL;
+            srv_error(o, 500, "out of memory");
+        }
+        goto out;
+    }
+    if (!(o->body = completion_body(s, r, chat, logprobs, token_ids, id, &of))) {
         srv_error(o, 500, "out of memory");
         goto out;
     }
@@ -707,7 +724,16 @@ struct srv_stream {
     bool role_sent, ended;
     char *pend;
     size_t pend_len, pend_pos;
+    pkv_tc_stream **tcs; /* [n] chat answers parsed for reasoning and tool calls; NULL: raw text */
 };
+
+bool srv_stream_parse(srv_stream *st, const pkv_tc_opts *tc) {
+    st->tcs = calloc((size_t)st->r->n, sizeof *st->tcs);
+    if (!st->tcs) return false;
+    for (int i = 0; i < st->r->n; i++)
+        if (!(st->tcs[i] = pkv_tc_stream_new(tc))) return false;
+    return true;
+}
 
 srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
                            const srv_conn *conn) {
@@ -749,6 +775,8 @@ void srv_stream_free(srv_stream *st) {
             pthread_mutex_unlock(&st->s->mu);
         }
     }
+    for (int i = 0; st->tcs && i < st->r->n; i++) pkv_tc_stream_free(st->tcs[i]);
+    free(st->tcs);
     srv_req_release(st->r);
     free(st->pend);
     free(st->sent);
@@ -792,6 +820,26 @@ static json_t *chunk(srv_stream *st, json_t *choices) {
     return j;
 }
 
+/* Chat deltas of choice i parsed for reasoning and tool calls (the text up to
+ * its stable end; final: all of it), logprobs on the first; r->mu held. */
+static void tc_events(srv_stream *st, int i, bool any, bool final) {
+    srv_choice *c = &st->r->ch[i];
+    if (!any && !final) return;
+    const pkv_tc_delta *d = NULL;
+    int nd = 0;
+    if (!pkv_tc_stream_update(st->tcs[i], c->text, final ? c->len : c->stable, final, &d, &nd)) nd = 0;
+    json_t *lp = st->logprobs && c->n_toks > st->sent_toks[i] ? logprobs_json(st->s, c, st->sent_toks[i], c->n_toks, SRV_FMT_CHAT, 0)
+                                                              : NULL;
+    for (int k = 0; k < nd || (k == 0 && lp); k++) {
+        json_t *delta = k < nd ? srv_output_delta(st->s, &d[k]) : json_object();
+        emit(st, chunk(st, json_pack("[{s:i,s:o,s:o,s:n}]", "index", i, "delta", delta, "logprobs", lp ? lp : json_null(),
+                                     "finish_reason")));
+        lp = NULL;
+    }
+    st->sent[i] = final ? c->len : c->stable;
+    st->sent_toks[i] = c->n_toks;
+}
+
 /* Events for whatever progressed since the last call; r->mu held. */
 static void build_events(srv_stream *st) {
     srv_req *r = st->r;
@@ -816,7 +864,9 @@ static void build_events(srv_stream *st) {
         srv_choice *c = &r->ch[i];
         size_t upto = c->stable;
         bool text_new = upto > st->sent[i], toks_new = c->n_toks > st->sent_toks[i];
-        if (text_new || (toks_new && (st->logprobs || st->fmt == SRV_FMT_CONTEXT))) {
+        if (st->tcs) {
+            tc_events(st, i, text_new || (toks_new && st->logprobs), false);
+        } else if (text_new || (toks_new && (st->logprobs || st->fmt == SRV_FMT_CONTEXT))) {
             json_t *text = srv_text_json(c->text + st->sent[i], upto - st->sent[i]);
             json_t *lp = st->logprobs ? logprobs_json(s, c, st->sent_toks[i], c->n_toks, st->fmt == SRV_FMT_CHAT ? SRV_FMT_CHAT : SRV_FMT_COMPLETION, 0)
                                       : json_null();
@@ -840,8 +890,13 @@ static void build_events(srv_stream *st) {
         if (c->finish && !st->fin_sent[i] && st->sent[i] == c->len &&
             (r->done || (c->stable == c->len && st->fmt != SRV_FMT_CONTEXT))) {
             json_t *ch;
+            const char *fin = c->finish;
+            if (st->tcs) {
+                tc_events(st, i, true, true); /* what was held back as a possible marker */
+                if (pkv_tc_stream_calls(st->tcs[i]) && !strcmp(fin, "stop")) fin = "tool_calls";
+            }
             if (st->fmt == SRV_FMT_CHAT)
-                ch = json_pack("{s:i,s:{},s:n,s:s}", "index", i, "delta", "logprobs", "finish_reason", c->finish);
+                ch = json_pack("{s:i,s:{},s:n,s:s}", "index", i, "delta", "logprobs", "finish_reason", fin);
             else if (st->fmt == SRV_FMT_COMPLETION)
                 ch = json_pack("{s:s,s:i,s:n,s:s}", "text", "", "index", i, "logprobs", "finish_reason", c->finish);
             else

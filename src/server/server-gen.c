@@ -86,6 +86,7 @@ void srv_req_release(srv_req *r) {
     free(r->stop);
     free(r->ch);
     free(r->prompt);
+    pkv_grammar_free(r->grammar);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -456,7 +457,7 @@ static const char *choice_push(srv_gen *g, srv_req *r, int idx, const srv_tok *t
     srv_tok tk = *tk0;
     char piece[512];
     size_t np = 0;
-    if (eog || pkv_model_token_piece(g->m, tk.id, false, piece, sizeof piece, &np)) np = 0;
+    if (eog || pkv_model_token_piece(g->m, tk.id, r->special_text, piece, sizeof piece, &np)) np = 0;
     const char *fin = NULL;
     pthread_mutex_lock(&r->mu);
     if (c->n_toks == c->cap_toks) {
@@ -669,6 +670,7 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     rp.n = r->n;
     rp.top_logprobs = r->top_logprobs;
     rp.ignore_eos = r->ignore_eos;
+    rp.grammar = r->grammar;
     rp.on_event = on_engine_event;
     rp.user = r;
     r->backend = g;

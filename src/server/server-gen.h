@@ -53,6 +53,8 @@ typedef struct srv_req {
     bool ignore_eos;       /* do not stop at end-of-generation tokens (vLLM's ignore_eos) */
     int64_t ctx_id;        /* contexts API: generate on this context (n must be 1), an engine
                               request on it; 0 = none */
+    pkv_grammar *grammar;  /* constrained output; a reference the request owns */
+    bool special_text;     /* special tokens' text is kept in the output (tool-call markers) */
 
     /* Shared state, under mu. */
     pthread_mutex_t mu;

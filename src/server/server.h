@@ -98,6 +98,8 @@ void pkv_chat_free(pkv_chat *c);
 /* Whether the template renders a system message (else llama.cpp's rule: the
  * first system text is joined to the next message). */
 bool pkv_chat_system_role(const pkv_chat *c);
+/* The template's Jinja source (NUL-terminated), e.g. for its tool-call markers. */
+const char *pkv_chat_source(const pkv_chat *c);
 /* Render a chat request body (messages, tools, add_generation_prompt,
  * continue_final_message, chat_template_kwargs, reasoning_effort) the way
  * llama.cpp's server does. now: the clock for dates (0 = now). Returns the

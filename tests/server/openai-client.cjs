@@ -1,6 +1,8 @@
 // The official OpenAI Node client (tests/package.json pins it) against
 // `pagekv serve`: chat and completions, streamed and not, n=2, seeds, stop
-// strings, logprobs, usage, errors. Every check compares content: the stream
+// strings, logprobs, usage, errors; a tool-call round trip (tool_choice
+// required: constrained, so random weights still call validly) and json_schema
+// output validated by ajv, streamed and not. Every check compares content: the stream
 // against the non-streamed answer, n=2 against two requests with seeds s, s+1,
 // a stop string against the text without it.
 // usage: PKV_NODE_DIR=<dir with node_modules> node openai-client.cjs PORT
@@ -9,6 +11,7 @@ const { createRequire } = require('module');
 const path = require('path');
 const req = createRequire(path.join(process.env.PKV_NODE_DIR || __dirname, 'x.js'));
 const OpenAI = req('openai');
+const Ajv = req('ajv');
 
 const port = process.argv[2];
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'test-key', maxRetries: 0, timeout: 60000 });
@@ -109,6 +112,77 @@ async function main() {
     check(false, 'wrong key accepted');
   } catch (e) {
     check(e.status === 401, 'wrong key: ' + e.status);
+  }
+
+  // tools: a forced call (constrained to the tool's schema), its result sent back, an answer
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['C', 'F'] } },
+                  required: ['city', 'unit'] } } }];
+  const ajv = new Ajv();
+  const argsOk = ajv.compile(tools[0].function.parameters);
+  for (const stream of [false, true]) {
+    const ask = [{ role: 'user', content: 'Weather in Paris?' }];
+    const tp = { model: 'tiny', messages: ask, tools, tool_choice: 'required', max_tokens: 300, seed: 4 };
+    let call, finish;
+    if (!stream) {
+      const r = await client.chat.completions.create(tp);
+      call = r.choices[0].message.tool_calls && r.choices[0].message.tool_calls[0];
+      finish = r.choices[0].finish_reason;
+      check(r.choices[0].message.content === null, 'tool call: content null');
+    } else {
+      // the client's own accumulation of OpenAI's tool_call deltas
+      const s = client.chat.completions.stream({ ...tp, stream: true });
+      const done = await s.finalChatCompletion();
+      call = done.choices[0].message.tool_calls && done.choices[0].message.tool_calls[0];
+      finish = done.choices[0].finish_reason;
+    }
+    check(call && call.type === 'function' && call.function.name === 'get_weather' && /^call_/.test(call.id),
+          `tool call (stream ${stream}): ${JSON.stringify(call)}`);
+    check(finish === 'tool_calls', `finish_reason tool_calls (stream ${stream}): ${finish}`);
+    let args = null;
+    try { args = JSON.parse(call.function.arguments); } catch (e) { check(false, 'arguments are JSON: ' + call.function.arguments); }
+    check(args && argsOk(args), `arguments valid: ${call && call.function.arguments} ${JSON.stringify(argsOk.errors)}`);
+    const back = [...ask, { role: 'assistant', content: null, tool_calls: [call] },
+                  { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ temperature: 18, unit: 'C' }) }];
+    const ans = stream ? await streamText({ model: 'tiny', messages: back, tools, max_tokens: 12, seed: 1 }, true)
+                       : await client.chat.completions.create({ model: 'tiny', messages: back, tools, max_tokens: 12, seed: 1 });
+    const text = stream ? ans.text[0] : ans.choices[0].message.content;
+    check(typeof text === 'string', `answer after the tool result (stream ${stream}): ${JSON.stringify(text)}`);
+  }
+  // a named function; an unknown one is a 400
+  const named = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], tools,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 300, seed: 5 });
+  check(named.choices[0].message.tool_calls[0].function.name === 'get_weather', 'named tool_choice');
+  try {
+    await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], tools,
+      tool_choice: { type: 'function', function: { name: 'nope' } } });
+    check(false, 'unknown function accepted');
+  } catch (e) {
+    check(e.status === 400 && /nope/.test(e.message), 'unknown function: ' + e.message);
+  }
+
+  // response_format json_schema: the output parses and ajv validates it, streamed and not
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer' },
+    tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 }, ok: { type: 'boolean' } },
+    required: ['name', 'age', 'ok'], additionalProperties: false };
+  const valid = ajv.compile(schema);
+  for (const seed of [1, 2, 3]) {
+    const rp = { model: 'tiny', messages: [{ role: 'user', content: 'a person' }], max_tokens: 400, seed,
+                 response_format: { type: 'json_schema', json_schema: { name: 'person', strict: true, schema } } };
+    const r = await client.chat.completions.create(rp);
+    const rs = await streamText(rp, true);
+    for (const [what, text] of [['whole', r.choices[0].message.content], ['streamed', rs.text[0]]]) {
+      let v;
+      try { v = JSON.parse(text); } catch (e) { check(false, `json_schema ${what} output is JSON: ${text}`); continue; }
+      check(valid(v), `json_schema ${what} output valid: ${text} ${JSON.stringify(valid.errors)}`);
+    }
+  }
+  try {
+    await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } } });
+    check(false, 'pattern accepted');
+  } catch (e) {
+    check(e.status === 400 && /\/pattern/.test(e.message), 'unsupported keyword: ' + e.message);
   }
   console.error(`openai client: ${checks - failures}/${checks} checks passed`);
   process.exit(failures ? 1 : 0);
