@@ -30,7 +30,7 @@
  * token: step 0 fed the pending token and the target's hidden state of its last
  * token, step i the proposal d_i and the assistant's own next hidden state of step
  * i - 1 (llama.cpp's Gemma 4 MTP drafting). With nothing pending (the first round)
- * it proposes nothing: the round takes the target's own token. */
+ * it drafts from the target's last token as if it were pending (assistant_draft). */
 #include <string.h>
 
 #include "base/base.h"
@@ -255,15 +255,23 @@ static pkv_status draft_catch_up(pkv_spec *s, const int32_t *toks, int64_t n, in
     return draft_decode(s, toks + L, n - L, false, st);
 }
 
-/* Gemma 4's assistant proposes D[0..K) after token `last` (pending: not in the
- * target's cache), reading the target's pages through a fork it gives back after. */
-static pkv_status assistant_draft(pkv_spec *s, int32_t last, int K, int32_t *D, pkv_sampler *smp, pkv_spec_stats *st) {
+/* Gemma 4's assistant proposes D[0..K) after the last committed token `last`,
+ * reading the target's pages through a fork it gives back after. pending: `last` is
+ * not in the target's cache, and the assistant starts from the target's hidden state
+ * of its last token; else (the first round) `last` is the target's last token, and
+ * the fork drops it so the assistant starts as if it were pending, from the state
+ * before it (llama.cpp's first round, whose target has not decoded the prompt's last
+ * token yet). */
+static pkv_status assistant_draft(pkv_spec *s, int32_t last, bool pending, int K, int32_t *D, pkv_sampler *smp,
+                                  pkv_spec_stats *st) {
     const size_t V = (size_t)s->V, E = (size_t)s->E;
-    const int64_t n = pkv_context_n_tokens(s->target);
+    const int64_t n = pkv_context_n_tokens(s->target) - (pending ? 0 : 1);
     const float *h = pkv_context_hidden(s->target, n - 1);
-    if (!h) return pkv_err(PKV_ERR_INVALID, "spec: the target has no hidden state of its last token for the assistant");
+    if (!h) return pkv_err(PKV_ERR_INVALID, "spec: the target has no hidden state of its token %lld for the assistant",
+                           (long long)(n - 1));
     memcpy(s->ah, h, E * sizeof *s->ah);
     pkv_status r = pkv_context_reattach(s->dctx, s->target);
+    if (!r && !pending) r = pkv_context_truncate(s->dctx, n);
     int32_t tok = last;
     for (int i = 0; !r && i < K; i++) {
         float *hin = s->ah + (size_t)(i % 2) * E, *hout = s->ah + (size_t)((i + 1) % 2) * E, *qi = s->q + (size_t)i * V;
@@ -330,10 +338,10 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
         int32_t D[SPEC_MAX_DRAFT], B[SPEC_MAX_DRAFT + 1];
         const int64_t from = nc - 1, acc0 = st.accepted;
         st.rounds++;
-        if (s->asst && !pending) K = 0; /* nothing for the assistant to start from yet */
+        if (s->asst && !pending && nc < 2) K = 0; /* nothing for the assistant to start from */
         /* 1. proposals */
         if (K > 0 && s->asst) {
-            if ((r = assistant_draft(s, s->ctoks[nc - 1], K, D, smp, &st))) goto out;
+            if ((r = assistant_draft(s, s->ctoks[nc - 1], pending, K, D, smp, &st))) goto out;
         } else if (K > 0) {
             if ((r = draft_catch_up(s, s->ctoks, nc, pending, &st))) goto out;
             for (int i = 0; i < K; i++) {
