@@ -882,7 +882,8 @@ void pkv_context_free(pkv_context *ctx);
  * (pkv_model_params.mtp) needs the target's: pkv_spec_create turns it on, but a
  * prompt decoded before that has none, and the head drafts worse over it. */
 pkv_status pkv_context_keep_hidden(pkv_context *ctx);
-/* Token i's kept hidden state (n_embd floats), or NULL (not kept, or i out of range). */
+/* Token i's kept hidden state (n_embd floats), or NULL (not kept, i out of range, or
+ * token i decoded before keeping began or moved by a shift since). */
 const float *pkv_context_hidden(const pkv_context *ctx, int64_t i);
 /* A child sharing every page and the logits of ctx. NULL on failure. */
 pkv_context *pkv_context_fork(pkv_context *ctx);

@@ -26,6 +26,8 @@ struct pkv_context {
     bool has_logits;
     float *hidden;   /* pkv_context_keep_hidden: [n_ctx][n_embd], row i the final normed hidden
                         state of token i, written by every decode; NULL = not kept */
+    int64_t hidden_from; /* rows [hidden_from, n_tokens) are kept: tokens decoded before keeping
+                            began (or moved by a shift) have none */
 };
 
 pkv_cache_params pkv_cache_default_params(void) {
@@ -257,12 +259,13 @@ pkv_status pkv_context_keep_hidden(pkv_context *ctx) {
     if (!ctx) return pkv_err(PKV_ERR_INVALID, "keep_hidden: context is NULL");
     if (ctx->hidden) return PKV_OK;
     ctx->hidden = pkv_calloc((size_t)ctx->n_ctx * (size_t)ctx->m->hp.n_embd, sizeof(float));
+    ctx->hidden_from = pkv_kv_seq_len(ctx->c, ctx->seq);
     return ctx->hidden ? PKV_OK
                        : pkv_err(PKV_ERR_NOMEM, "keep_hidden: %lld x %d floats", (long long)ctx->n_ctx, ctx->m->hp.n_embd);
 }
 
 const float *pkv_context_hidden(const pkv_context *ctx, int64_t i) {
-    if (!ctx || !ctx->hidden || i < 0 || i >= pkv_kv_seq_len(ctx->c, ctx->seq)) return NULL;
+    if (!ctx || !ctx->hidden || i < ctx->hidden_from || i < 0 || i >= pkv_kv_seq_len(ctx->c, ctx->seq)) return NULL;
     return ctx->hidden + (size_t)i * (size_t)ctx->m->hp.n_embd;
 }
 
@@ -542,6 +545,7 @@ pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep) {
     if (!ctx) return pkv_err(PKV_ERR_INVALID, "truncate: context is NULL");
     pkv_status s = pkv_kv_truncate(ctx->c, ctx->seq, n_keep);
     if (!s) ctx->has_logits = false;
+    if (!s && ctx->hidden_from > n_keep) ctx->hidden_from = n_keep; /* decoded again from there */
     return s;
 }
 
@@ -550,6 +554,7 @@ pkv_status pkv_context_shift(pkv_context *ctx, int64_t start, int64_t n_remove) 
     if (n_remove < 0 || n_remove > INT32_MAX) return pkv_err(PKV_ERR_INVALID, "shift: n_remove %lld", (long long)n_remove);
     pkv_status s = pkv_kv_shift(ctx->c, ctx->seq, start, n_remove, -(int32_t)n_remove);
     if (!s) ctx->has_logits = false;
+    if (!s && ctx->hidden) ctx->hidden_from = pkv_kv_seq_len(ctx->c, ctx->seq); /* the rows moved: none kept */
     return s;
 }
 

@@ -110,7 +110,7 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     }
     pkv_model_info ti, di;
     if (pkv_model_get_info(pkv_context_model(target), &ti) || pkv_model_get_info(draft, &di)) return NULL;
-    if (ti.n_vocab != di.n_vocab) {
+    if (ti.n_vocab != di.n_vocab && !di.assistant) { /* an assistant's attach says it, naming both files */
         pkv_err(PKV_ERR_MISMATCH, "spec: the draft has a vocabulary of %d tokens, the target %d: a draft needs the "
                                   "target's vocabulary (pagekv mkmodel --draft-of makes one)",
                 di.n_vocab, ti.n_vocab);
@@ -267,8 +267,8 @@ static pkv_status assistant_draft(pkv_spec *s, int32_t last, bool pending, int K
     const size_t V = (size_t)s->V, E = (size_t)s->E;
     const int64_t n = pkv_context_n_tokens(s->target) - (pending ? 0 : 1);
     const float *h = pkv_context_hidden(s->target, n - 1);
-    if (!h) return pkv_err(PKV_ERR_INVALID, "spec: the target has no hidden state of its token %lld for the assistant",
-                           (long long)(n - 1));
+    if (!h) return pkv_err(PKV_ERR_INVALID, "spec: the target kept no hidden state of its token %lld for the assistant "
+                           "(create the pkv_spec before decoding the prompt)", (long long)(n - 1));
     memcpy(s->ah, h, E * sizeof *s->ah);
     pkv_status r = pkv_context_reattach(s->dctx, s->target);
     if (!r && !pending) r = pkv_context_truncate(s->dctx, n);
