@@ -293,7 +293,7 @@ static bool slides(const pkv_model *m, int il) { return m->layers[il].window > 0
  * and last full layer (through the target's own sharing map), and its attention runs
  * where those layers' shards are stored, so those devices need the kernels. On
  * success draft->kv_layer and draft->embd_of point at the target. */
-static pkv_status attach_assistant(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
+pkv_status pkv_assistant_attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
     const char *an = a->label, *tn = t->label;
     if (t->hp.arch != PKV_ARCH_GEMMA4)
         return pkv_err(PKV_ERR_MISMATCH, "attach: %s is a gemma4-assistant, but the target %s is a %s model, not gemma4", an,
@@ -357,7 +357,7 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
     }
     if (draft->assistant) {
         int32_t child;
-        if (attach_assistant(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
+        if (pkv_assistant_attach(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
         return ctx_own(draft, target->c, child, target->n_ctx);
     }
     if (!draft->kv_draft) {
