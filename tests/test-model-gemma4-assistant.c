@@ -12,6 +12,8 @@
  *    on another device (cpu:1); a tensor-parallel target (cpu,cpu:1) whose cache
  *    shards the assistant attends one by one; that target with its cache on the host
  *    and the assistant on cpu:1 (test-assistant-vulkan: the pairs with vulkan:0);
+ *  - every proposal kept (the final norms zeroed: all logits 0, token 0 proposed and
+ *    taken every time): plain greedy output in ceil(n / (K + 1)) target steps;
  *  - bad input: an assistant of another width, of other KV heads, for a target that
  *    is not gemma4, with another vocabulary: refused at attach naming both files and
  *    the key or the two values; a file whose nextn_predict_layers is not its block
@@ -21,6 +23,7 @@
 #include "assistant-testlib.h"
 #include "base/quant.h"
 #include "model/gguf.h"
+#include "model/model-impl.h"
 #include "ref-model.h"
 
 static double *get_tensor(void *user, const char *name, int64_t *n) {
@@ -163,6 +166,56 @@ static void test_reference(const char *tpath, const char *apath) {
     pkv_model_free(m);
 }
 
+/* ------------------------------------------------------- every proposal kept */
+
+/* With the final norms' weights zeroed the target's logits are all 0 (greedy takes
+ * token 0 every time) and so are the assistant's (it proposes 0 every time): every
+ * proposal is accepted, rounds end with the bonus token, and the output must still
+ * be plain greedy output, in ceil(n / (K + 1)) target steps. */
+static void test_all_accepted(const char *tpath, const char *apath) {
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    mp.no_mmap = true; /* the norms are overwritten below */
+    pkv_model *m = pkv_model_load(tpath, mp), *a = pkv_model_load(apath, mp);
+    REQUIRE_VOID(m && a);
+    float zero[64] = {0};
+    CHECK_OK(pkv_buffer_write(m->output_norm.buf, 0, zero, 64 * sizeof(float)));
+    CHECK_OK(pkv_buffer_write(a->output_norm.buf, 0, zero, 48 * sizeof(float)));
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 128;
+    cp.page_size = 4;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    pkv_context *t = c ? pkv_context_create(m, c, 128) : NULL;
+    REQUIRE_VOID(t);
+    pkv_spec_params sp = pkv_spec_default_params();
+    sp.draft_max = AT_K;
+    pkv_spec *s = pkv_spec_create(t, a, sp);
+    REQUIRE_VOID(s);
+    int32_t prompt[AT_NP];
+    for (int i = 0; i < AT_NP; i++) prompt[i] = at_tok(i);
+    CHECK_OK(pkv_context_decode(t, prompt, AT_NP));
+    pkv_sampler_params gp = pkv_sampler_default_params();
+    gp.temp = 0;
+    pkv_sampler *smp = pkv_sampler_create(gp, AT_V);
+    at_out out = {.n = 0};
+    pkv_spec_stats st;
+    CHECK_OK(pkv_spec_generate(s, smp, AT_NG, at_collect, &out, &st));
+    CHECK_INT(out.n, AT_NG);
+    for (int i = 0; i < out.n; i++) CHECK_INT(out.tok[i], 0);
+    CHECK(st.drafted > 0);
+    CHECK_INT(st.accepted, st.drafted);
+    CHECK_INT(st.target_steps, (AT_NG + AT_K) / (AT_K + 1));
+    fprintf(stderr, "all kept: %lld drafted, %lld accepted, %lld target steps for %d tokens\n", (long long)st.drafted,
+            (long long)st.accepted, (long long)st.target_steps, AT_NG);
+    CHECK_INT(pkv_context_n_tokens(t), AT_NP + AT_NG - 1);
+    pkv_sampler_free(smp);
+    pkv_spec_free(s);
+    pkv_context_free(t);
+    pkv_kv_cache_free(c);
+    pkv_model_free(a);
+    pkv_model_free(m);
+}
+
 /* ------------------------------------------------------------ bad input */
 
 /* attach a to a context of target tpath: must fail, naming both files and want */
@@ -257,6 +310,7 @@ int main(void) {
         at_check_pair(tpath, apath, "cpu,cpu:1", false, NULL, &r, &first);
         at_check_pair(tpath, apath, "cpu,cpu:1", true, "cpu:1", &r, &first);
     }
+    test_all_accepted(tpath, apath);
     test_bad_input(tpath, apath);
     return th_done();
 }
