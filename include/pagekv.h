@@ -906,7 +906,9 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target);
  * of those layers (any device with the attention kernel for the cache's KV type; a
  * device without is refused here, naming both devices and the fix), the rest on the
  * assistant's device. Its context holds a fork of the target's sequence, from which
- * pkv_context_draft_step only reads. */
+ * pkv_context_draft_step only reads. The assistant model follows the target it was
+ * last attached to (its layers point at that target's cache layers): attach one
+ * assistant model to one target model at a time. */
 
 /* One drafting step of an assistant context (pkv_context_attach): n queries, token
  * tokens[i] with the target's hidden state h_in[i] (f32 [n][info.n_embd_out]), each

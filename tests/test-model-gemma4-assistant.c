@@ -12,6 +12,8 @@
  *    on another device (cpu:1); a tensor-parallel target (cpu,cpu:1) whose cache
  *    shards the assistant attends one by one; that target with its cache on the host
  *    and the assistant on cpu:1 (test-assistant-vulkan: the pairs with vulkan:0);
+ *  - pkv_spec_create with an assistant under every allocation failure: NULL, nothing
+ *    leaked;
  *  - every proposal kept (the final norms zeroed: all logits 0, token 0 proposed and
  *    taken every time): plain greedy output in ceil(n / (K + 1)) target steps;
  *  - bad input: an assistant of another width, of other KV heads, for a target that
@@ -189,7 +191,17 @@ static void test_all_accepted(const char *tpath, const char *apath) {
     REQUIRE_VOID(t);
     pkv_spec_params sp = pkv_spec_default_params();
     sp.draft_max = AT_K;
-    pkv_spec *s = pkv_spec_create(t, a, sp);
+    /* allocation failures: NULL with nothing leaked, then success (the target's kept
+     * hidden states are the target context's, kept once turned on) */
+    CHECK_OK(pkv_context_keep_hidden(t));
+    int64_t live = pkv_alloc_live();
+    pkv_spec *s = NULL;
+    for (uint64_t k = 1; !s && k < 200; k++) {
+        pkv_alloc_fail_at(k);
+        s = pkv_spec_create(t, a, sp);
+        pkv_alloc_fail_at(0);
+        if (!s) CHECK_INT(pkv_alloc_live(), live);
+    }
     REQUIRE_VOID(s);
     int32_t prompt[AT_NP];
     for (int i = 0; i < AT_NP; i++) prompt[i] = at_tok(i);
