@@ -16,11 +16,14 @@
  *    leaked;
  *  - every proposal kept (the final norms zeroed: all logits 0, token 0 proposed and
  *    taken every time): plain greedy output in ceil(n / (K + 1)) target steps;
+ *  - pagekv run --draft ASSISTANT (on cpu:1): the ids of plain run, rounds logged,
+ *    where each part runs said; a mismatched one: exit 1 naming both files;
  *  - bad input: an assistant of another width, of other KV heads, for a target that
  *    is not gemma4, with another vocabulary: refused at attach naming both files and
  *    the key or the two values; a file whose nextn_predict_layers is not its block
  *    count, and one of the target's width, refused at load. */
 #include <math.h>
+#include <unistd.h>
 
 #include "assistant-testlib.h"
 #include "base/quant.h"
@@ -312,6 +315,44 @@ static void test_bad_input(const char *tpath, const char *apath) {
     CHECK_MSG("nextn_predict_layers");
 }
 
+/* ------------------------------------------------------------------ CLI */
+
+/* pagekv run --draft ASSISTANT: the same ids as without, the rounds logged, where
+ * each part runs said; an assistant of another width: exit 1 naming both files,
+ * nothing on stdout. */
+static void test_cli(const char *tpath, const char *apath) {
+    char plain[512], spec[512], log[512], buf[4096], buf2[4096];
+    snprintf(plain, sizeof plain, "%s", th_tmp("cli-plain.txt"));
+    snprintf(spec, sizeof spec, "%s", th_tmp("cli-spec.txt"));
+    snprintf(log, sizeof log, "%s", th_tmp("cli-spec.jsonl"));
+    int rc = th_cli("", true, "run -m '%s' -n 12 --temp 0 --tokens 3,1,4,1,5,9 --ids-out '%s'", tpath, plain);
+    if (rc == -1) {
+        printf("note: no CLI (PKV_CLI unset): pagekv run --draft with an assistant not checked\n");
+        return;
+    }
+    CHECK_INT(rc, 0);
+    CHECK_INT(th_cli("", true, "run -m '%s' -n 12 --temp 0 --tokens 3,1,4,1,5,9 --draft '%s' --draft-device cpu:1 --ids-out '%s' "
+                     "--spec-log '%s'", tpath, apath, spec, log), 0);
+    HAS("(Gemma 4 assistant)");
+    HAS("no KV of its own: its attention runs over the target's pages where they are stored (cpu)");
+    CHECK(th_read_text(plain, buf, sizeof buf) && th_read_text(spec, buf2, sizeof buf2) && !strcmp(buf, buf2));
+    CHECK(th_read_text(log, buf, sizeof buf) && strstr(buf, "\"proposed\": [") != NULL);
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "gemma4";
+    p.n_embd = 96;
+    p.n_vocab = AT_V;
+    p.swa_layers = "fssfsf";
+    char wide[512];
+    snprintf(wide, sizeof wide, "%s", th_tmp("cli-wide.gguf"));
+    REQUIRE_VOID(!pkv_mkmodel_write(&p, wide));
+    CHECK_INT(th_cli("", false, "run -m '%s' -n 4 --tokens 3,1 --draft '%s'", wide, apath), 1);
+    CHECK_INT((int)strlen(th_out), 0);
+    CHECK_INT(th_cli("", true, "run -m '%s' -n 4 --tokens 3,1 --draft '%s'", wide, apath), 1);
+    HAS("embedding_length_out");
+    HAS(wide);
+    unlink(plain), unlink(spec), unlink(log), unlink(wide);
+}
+
 int main(void) {
     char tpath[512], apath[512];
     REQUIRE(at_files("g4-asst", tpath, apath, sizeof tpath));
@@ -323,6 +364,7 @@ int main(void) {
         at_check_pair(tpath, apath, "cpu,cpu:1", true, "cpu:1", &r, &first);
     }
     test_all_accepted(tpath, apath);
+    test_cli(tpath, apath);
     test_bad_input(tpath, apath);
     return th_done();
 }
