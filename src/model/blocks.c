@@ -105,7 +105,8 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
                 return s;
         }
         if (main_dev && m->hp.moe_dense && (s = realloc_buf(dev, &w->ffn_acc, t4 * 2 * (size_t)E))) return s;
-        if (m->kv_draft && ((s = realloc_buf(dev, &w->qpart, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->apart, t4 * (size_t)od))))
+        if (m->kv_draft &&
+            ((s = realloc_buf(dev, &w->qpart, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->apart, t4 * (size_t)od))))
             return s;
         if (m->hp.n_embd_out > 0 && ((s = realloc_buf(dev, &w->emb, t4 * (size_t)m->hp.n_embd_out)) ||
                                      (s = realloc_buf(dev, &w->hid, t4 * (size_t)m->hp.n_embd_out))))
@@ -388,38 +389,38 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         if (split_reader) {
             if ((s = attend_shards(f, ly, kl, &li, w))) return s;
         } else {
-        pkv_kv_shard_info sh;
-        if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
-        if (sh.head_begin != sw->kv_h0 || sh.n_heads != sw->n_kv)
-            return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds KV heads [%d, %d) but the model computes [%d, %d)",
-                           il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0, sw->kv_h0 + sw->n_kv);
-        /* Attention runs where the shard's KV is stored (I5): on the host with --kv-on-host. */
-        pkv_device *kdev = sh.storage;
-        pkv_dev_ws *kw = pkv_fwd_dev(ws, kdev);
-        if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
-        if (kw != w) {
-            if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) ||
-                (own_kv && ((s = move(w->k, kw->k, (size_t)(T * kd * 4))) || (s = move(w->v, kw->v, (size_t)(T * vd * 4))))))
-                return s;
-        }
-        int64_t rows = sh.n_pages * page_size;
-        pkv_tref idx = R(kw->ints, off_rows * 4);
-        pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype_k,
-                                  .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
-        pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
-                                  .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
-        /* A replay recomputes window layers only: the full layers' rows are cached. */
-        if (own_kv && (wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
-        pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
-                                   .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
-                                   .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
-                                   .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
-                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
-                                   .window = window_of(pl, ly), .softcap = hp->attn_softcap,
-                                   .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
-        PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
-        if ((s = pkv_k_attention(kdev, &at))) return s;
-        if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
+            pkv_kv_shard_info sh;
+            if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
+            if (sh.head_begin != sw->kv_h0 || sh.n_heads != sw->n_kv)
+                return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds KV heads [%d, %d) but the model computes [%d, %d)",
+                               il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0, sw->kv_h0 + sw->n_kv);
+            /* Attention runs where the shard's KV is stored (I5): on the host with --kv-on-host. */
+            pkv_device *kdev = sh.storage;
+            pkv_dev_ws *kw = pkv_fwd_dev(ws, kdev);
+            if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
+            if (kw != w) {
+                if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) ||
+                    (own_kv && ((s = move(w->k, kw->k, (size_t)(T * kd * 4))) || (s = move(w->v, kw->v, (size_t)(T * vd * 4))))))
+                    return s;
+            }
+            int64_t rows = sh.n_pages * page_size;
+            pkv_tref idx = R(kw->ints, off_rows * 4);
+            pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype_k,
+                                      .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
+            pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
+                                      .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
+            /* A replay recomputes window layers only: the full layers' rows are cached. */
+            if (own_kv && (wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
+            pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
+                                       .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
+                                       .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
+                                       .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
+                                       .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
+                                       .window = window_of(pl, ly), .softcap = hp->attn_softcap,
+                                       .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
+            PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
+            if ((s = pkv_k_attention(kdev, &at))) return s;
+            if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
         }
         if (kind->out_gate) { /* att *= sigmoid(gate·xb) */
             PKV_CHECK_INTERNAL(sw->wq_gate.buf);
