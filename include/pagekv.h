@@ -759,6 +759,11 @@ typedef struct pkv_model_info {
     int n_kv_layers;             /* layers with KV of their own: the layers of its cache. n_layer,
                                     or fewer where the last layers reuse an earlier layer's KV
                                     (gemma4's attention.shared_kv_layers) */
+    bool assistant;              /* Gemma 4's assistant (arch gemma4-assistant): a draft with no KV of its
+                                    own, fed its target's embedding and hidden states, whose layers attend
+                                    over the target's cache (pkv_context_attach, pkv_context_draft_step) */
+    int n_embd_out;              /* an assistant: the width of the target it drafts for (its
+                                    embedding_length_out); 0 otherwise */
 } pkv_model_info;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
@@ -910,7 +915,8 @@ void pkv_context_free(pkv_context *ctx);
  * (pkv_model_params.mtp) needs the target's: pkv_spec_create turns it on, but a
  * prompt decoded before that has none, and the head drafts worse over it. */
 pkv_status pkv_context_keep_hidden(pkv_context *ctx);
-/* Token i's kept hidden state (n_embd floats), or NULL (not kept, or i out of range). */
+/* Token i's kept hidden state (n_embd floats), or NULL (not kept, i out of range, or
+ * token i decoded before keeping began or moved by a shift since). */
 const float *pkv_context_hidden(const pkv_context *ctx, int64_t i);
 /* A child sharing every page and the logits of ctx. NULL on failure. */
 pkv_context *pkv_context_fork(pkv_context *ctx);
@@ -924,6 +930,26 @@ pkv_context *pkv_context_fork(pkv_context *ctx);
  * appends are never published for prefix reuse. Re-sync it with
  * pkv_context_attach again (cheap) after the target moves on. NULL on failure. */
 pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target);
+/* Gemma 4's assistant (info.assistant) attaches the same way, and more is checked
+ * first: the target is a gemma4 model of the assistant's embedding_length_out, with
+ * its vocabulary, and each assistant layer's KV heads and head sizes are those of the
+ * target layer it reads (a sliding layer: the target's last sliding layer that owns
+ * KV; a full layer: its last full one); the error names both files and the key or
+ * the two values. Its layers' attention runs on the device that stores each shard
+ * of those layers (any device with the attention kernel for the cache's KV type; a
+ * device without is refused here, naming both devices and the fix), the rest on the
+ * assistant's device. Its context holds a fork of the target's sequence, from which
+ * pkv_context_draft_step only reads. The assistant model follows the target it was
+ * last attached to (its layers point at that target's cache layers): attach one
+ * assistant model to one target model at a time. */
+
+/* One drafting step of an assistant context (pkv_context_attach): n queries, token
+ * tokens[i] with the target's hidden state h_in[i] (f32 [n][info.n_embd_out]), each
+ * at the position after the sequence's last token and seeing every token of it.
+ * Nothing is appended to any cache. The logits of the last query become the
+ * context's logits; h_out (f32 [n][n_embd_out], may be NULL) receives each query's
+ * next hidden state (the assistant's post_projection). On error nothing changes. */
+pkv_status pkv_context_draft_step(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out);
 
 int32_t pkv_context_seq(const pkv_context *ctx);      /* the KV sequence id */
 pkv_model *pkv_context_model(const pkv_context *ctx);

@@ -995,4 +995,141 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
     return 0;
 }
 
+/* ------------------------------------------- Gemma 4's assistant (MTP drafter) */
+
+/* The target's final normed hidden state of its last evaluated token (what its
+ * output matrix multiplies), out [n_embd]. */
+static inline void ref_model_hidden(const ref_model *m, double *out) {
+    ref_rms_norm(m->x, m->out_norm, m->hp.n_embd, m->hp.rms_eps, out);
+}
+
+/* The assistant's sizes: Ea = n_embd, its target's width Eb = n_embd_out; each layer
+ * slides or not (swa_layers) with the target's head sizes and KV heads of the target
+ * layer it reads; RoPE as the target's (the full layers turn rope_pairs_full pairs). */
+typedef struct ref_asst_hparams {
+    int n_layer, n_embd, n_embd_out, n_head, n_ff, n_vocab;
+    double rms_eps, rope_base, rope_base_swa;
+    const unsigned char *swa_layers; /* [n_layer] */
+} ref_asst_hparams;
+
+typedef struct ref_asst {
+    ref_asst_hparams hp;
+    double *tok_embd;   /* [n_vocab][Ea]: the tied head only */
+    double *out_norm;   /* [Ea] */
+    double *pre;        /* [Ea][2 Eb]: the target's scaled embedding, then h */
+    double *post;       /* [Eb][Ea] */
+    struct {
+        double *attn_norm, *wq, *q_norm, *wo, *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm, *out_scale;
+    } *L;
+    double *x, *h, *tmp, *in, *q, *att, *g, *u, *scores; /* scratch */
+} ref_asst;
+
+static inline void ref_asst_free(ref_asst *a) {
+    if (!a) return;
+    for (int il = 0; a->L && il < a->hp.n_layer; il++) {
+        free(a->L[il].attn_norm), free(a->L[il].wq), free(a->L[il].q_norm), free(a->L[il].wo), free(a->L[il].post_attn_norm);
+        free(a->L[il].ffn_norm), free(a->L[il].gate), free(a->L[il].up), free(a->L[il].down), free(a->L[il].post_ffw_norm);
+        free(a->L[il].out_scale);
+    }
+    free(a->L), free(a->tok_embd), free(a->out_norm), free(a->pre), free(a->post);
+    free(a->x), free(a->h), free(a->tmp), free(a->in), free(a->q), free(a->att), free(a->g), free(a->u), free(a->scores);
+    free(a);
+}
+
+/* The assistant for target t (whose layer geometry its layers take): NULL (with a
+ * message) on a missing or misshapen tensor. */
+static inline ref_asst *ref_asst_create(const ref_asst_hparams *hp, const ref_model *t, ref_get_tensor get, void *user) {
+    ref_asst *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->hp = *hp;
+    const int Ea = hp->n_embd, Eb = hp->n_embd_out, TL = t->hp.n_layer;
+    const int Dmax = t->layers[TL - 1].D > t->layers[TL - 2].D ? t->layers[TL - 1].D : t->layers[TL - 2].D;
+    const int64_t cap = 1 << 16;
+    a->L = calloc((size_t)hp->n_layer, sizeof *a->L);
+    a->x = calloc((size_t)Ea, 8), a->h = calloc((size_t)Ea, 8), a->tmp = calloc((size_t)(Ea > Eb ? Ea : Eb), 8);
+    a->in = calloc(2 * (size_t)Eb, 8), a->q = calloc((size_t)hp->n_head * Dmax, 8), a->att = calloc((size_t)hp->n_head * Dmax, 8);
+    a->g = calloc((size_t)hp->n_ff, 8), a->u = calloc((size_t)hp->n_ff, 8), a->scores = calloc((size_t)cap, 8);
+    bool ok = a->L && a->x && a->h && a->tmp && a->in && a->q && a->att && a->g && a->u && a->scores &&
+              ref_load(get, user, "token_embd.weight", (int64_t)hp->n_vocab * Ea, true, &a->tok_embd) &&
+              ref_load(get, user, "output_norm.weight", Ea, true, &a->out_norm) &&
+              ref_load(get, user, "nextn.pre_projection.weight", (int64_t)Ea * 2 * Eb, true, &a->pre) &&
+              ref_load(get, user, "nextn.post_projection.weight", (int64_t)Eb * Ea, true, &a->post);
+    for (int il = 0; ok && il < hp->n_layer; il++) {
+        const ref_layer *S = &t->layers[hp->swa_layers[il] ? TL - 2 : TL - 1];
+        const int64_t D = S->D, Q = (int64_t)hp->n_head * D, F = hp->n_ff;
+        char n[96];
+#define REF_ALOAD(field, suffix, cnt) \
+    (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), ref_load(get, user, n, (cnt), true, &a->L[il].field))
+        ok = REF_ALOAD(attn_norm, "attn_norm.weight", Ea) && REF_ALOAD(wq, "attn_q.weight", Q * Ea) &&
+             REF_ALOAD(q_norm, "attn_q_norm.weight", D) && REF_ALOAD(wo, "attn_output.weight", Ea * Q) &&
+             REF_ALOAD(post_attn_norm, "post_attention_norm.weight", Ea) && REF_ALOAD(ffn_norm, "ffn_norm.weight", Ea) &&
+             REF_ALOAD(gate, "ffn_gate.weight", F * Ea) && REF_ALOAD(up, "ffn_up.weight", F * Ea) &&
+             REF_ALOAD(down, "ffn_down.weight", Ea * F) && REF_ALOAD(post_ffw_norm, "post_ffw_norm.weight", Ea) &&
+             REF_ALOAD(out_scale, "layer_output_scale.weight", 1);
+#undef REF_ALOAD
+    }
+    if (!ok) {
+        ref_asst_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* One drafting step over target t's cache, as llama.cpp's gemma4-assistant graph:
+ * token `token` with the target's hidden state h [Eb], a query at position pos that
+ * sees the target's cached positions < pos (sliding layers: > pos - window); a
+ * sliding layer reads the KV of the target's layer n_layer - 2, a full one of
+ * n_layer - 1 (each resolved to its owner). logits [n_vocab] (tied, no soft-cap) and
+ * h_next [Eb] = post_projection of the final normed x. Returns -1 on bad arguments. */
+static inline int ref_asst_step(ref_asst *a, const ref_model *t, int32_t token, const double *h, int pos, double *logits,
+                                double *h_next) {
+    const ref_asst_hparams *hp = &a->hp;
+    const int Ea = hp->n_embd, Eb = hp->n_embd_out, TL = t->hp.n_layer;
+    if (token < 0 || token >= hp->n_vocab || pos < 1 || pos > t->n_past || Eb != t->hp.n_embd) return -1;
+    /* x = pre · [embd_target(token) * sqrt(Eb); h] */
+    for (int i = 0; i < Eb; i++) a->in[i] = t->tok_embd[(size_t)token * Eb + i] * sqrt((double)Eb);
+    memcpy(a->in + Eb, h, (size_t)Eb * sizeof(double));
+    ref_matvec(a->pre, a->in, NULL, Ea, 2 * Eb, a->x);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const bool swa = hp->swa_layers[il] != 0;
+        const ref_layer *S = &t->layers[t->layers[swa ? TL - 2 : TL - 1].kv_src];
+        const int D = S->D, Q = hp->n_head * D, KV = S->n_kv * D, group = hp->n_head / S->n_kv;
+        const int t0 = swa && pos >= t->hp.sliding_window ? pos - t->hp.sliding_window + 1 : 0;
+        ref_rms_norm(a->x, a->L[il].attn_norm, Ea, hp->rms_eps, a->h);
+        ref_matvec(a->L[il].wq, a->h, NULL, Q, Ea, a->q);
+        for (int hd = 0; hd < hp->n_head; hd++) ref_rms_norm(a->q + hd * D, a->L[il].q_norm, D, hp->rms_eps, a->q + hd * D);
+        ref_rope_pairs(a->q, hp->n_head, D, pos, swa ? hp->rope_base_swa : hp->rope_base, true, S->rope_pairs);
+        for (int hq = 0; hq < hp->n_head; hq++) {
+            const int hk = hq / group;
+            const double *q = a->q + hq * D;
+            double mx = -INFINITY, z = 0;
+            for (int u = t0; u < pos; u++) {
+                const double *k = S->k_cache + (size_t)u * KV + hk * D;
+                double sc = 0;
+                for (int d = 0; d < D; d++) sc += q[d] * k[d];
+                a->scores[u] = sc; /* scale 1 */
+                if (sc > mx) mx = sc;
+            }
+            for (int u = t0; u < pos; u++) z += (a->scores[u] = exp(a->scores[u] - mx));
+            double *o = a->att + hq * D;
+            for (int d = 0; d < D; d++) o[d] = 0;
+            for (int u = t0; u < pos; u++) {
+                const double *v = S->v_cache + (size_t)u * KV + hk * D;
+                for (int d = 0; d < D; d++) o[d] += a->scores[u] / z * v[d];
+            }
+        }
+        ref_matvec(a->L[il].wo, a->att, NULL, Ea, Q, a->tmp);
+        ref_rms_norm(a->tmp, a->L[il].post_attn_norm, Ea, hp->rms_eps, a->tmp);
+        for (int i = 0; i < Ea; i++) a->x[i] += a->tmp[i];
+        ref_rms_norm(a->x, a->L[il].ffn_norm, Ea, hp->rms_eps, a->h);
+        ref_ffn(a->L[il].gate, a->L[il].up, a->L[il].down, Ea, hp->n_ff, true, a->h, a->g, a->u, a->tmp);
+        ref_rms_norm(a->tmp, a->L[il].post_ffw_norm, Ea, hp->rms_eps, a->tmp);
+        for (int i = 0; i < Ea; i++) a->x[i] = (a->x[i] + a->tmp[i]) * a->L[il].out_scale[0];
+    }
+    ref_rms_norm(a->x, a->out_norm, Ea, hp->rms_eps, a->h);
+    ref_matvec(a->tok_embd, a->h, NULL, hp->n_vocab, Ea, logits);
+    ref_matvec(a->post, a->h, NULL, Eb, Ea, h_next);
+    return 0;
+}
+
 #endif /* PKV_REF_MODEL_H */

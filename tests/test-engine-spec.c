@@ -8,7 +8,8 @@
  *    all accepted, sampled ones partly, so acceptance and rejection both happen;
  *  - a different small model with the same vocabulary (mostly rejected);
  *  - qwen35's own MTP head (fed the model's hidden states), where rejecting a
- *    proposal also rolls the recurrent state back (checkpoint and replay).
+ *    proposal also rolls the recurrent state back (checkpoint and replay);
+ *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states).
  * Then the same on vulkan:0 when it exists, and bad drafts refused. */
 #include "base/base.h"
 #include "engine-testlib.h"
@@ -165,6 +166,8 @@ static void check_self_greedy(pkv_model *self, const char *name) {
     CHECK_INT(st.draft_accepted, st.draft_proposed);
 }
 
+static void check_assistant(const char *dev, bool full);
+
 static void run_device(const char *dev, bool full) {
     static work w;
     et_device = dev;
@@ -198,6 +201,46 @@ static void run_device(const char *dev, bool full) {
     pkv_model_free(self35);
     pkv_model_free(g_m);
     g_m = NULL;
+    check_assistant(dev, full);
+}
+
+/* gemma4 with Gemma 4's assistant (mkmodel --arch gemma4-assistant --draft-of): no
+ * cache of its own, it reads the model's pages at each sequence's next position. */
+static void check_assistant(const char *dev, bool full) {
+    static work w;
+    char tf[512], af[512];
+    snprintf(tf, sizeof tf, "%s", th_tmp("engine-spec-g4.gguf"));
+    snprintf(af, sizeof af, "%s", th_tmp("engine-spec-g4-asst.gguf"));
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "gemma4";
+    p.type = PKV_TYPE_Q8_0;
+    p.n_embd = et_n_embd;
+    p.n_ff = 128;
+    p.n_vocab = 320;
+    p.seed = 5;
+    pkv_mkmodel_params a = pkv_mkmodel_default_params();
+    a.arch = "gemma4-assistant";
+    a.type = PKV_TYPE_Q8_0;
+    a.draft_of = tf;
+    a.seed = 6;
+    REQUIRE_VOID(!pkv_mkmodel_write(&p, tf) && !pkv_mkmodel_write(&a, af));
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    mp.device = dev;
+    g_m = pkv_model_load(tf, mp);
+    pkv_model *asst = g_m ? pkv_model_load(af, mp) : NULL;
+    if (g_m && asst) {
+        make_work(&w, 10, false);
+        run_alone(&w);
+        check_draft(&w, asst, "gemma4, its assistant as draft", false, full);
+    } else {
+        TH_FAIL("gemma4 and its assistant on %s: %s", dev, pkv_errmsg());
+    }
+    pkv_model_free(asst);
+    pkv_model_free(g_m);
+    g_m = NULL;
+    unlink(tf);
+    unlink(af);
 }
 
 /* bench serve --mtp: the engine's figures with the MTP head drafting. */

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
                "Speculative vs plain decoding of the same target from the same prompt.\n"
                "Without -m the built-in tiny model; without --draft the target is its own draft\n"
                "(own cache: acceptance 1, so this shows the mechanics and their overhead).\n"
-               "  --draft FILE          draft model (own-cache or shared-KV, see docs/speculative.md)\n"
+               "  --draft FILE          draft model (own-cache, shared-KV or a Gemma 4 assistant,\n"
+               "                        see docs/speculative.md)\n"
                "  --draft-device NAME   draft device (default: the target's)\n"
                "  --mtp                 the MTP head of -m FILE as the draft (qwen35 with nextn layers)\n"
                "  --draft-max N         tokens proposed per round (default 4)\n"
@@ -188,7 +189,7 @@ int pkv_cli_bench_spec(int argc, char **argv) {
     double acc = st.drafted ? (double)st.accepted / (double)st.drafted : 0;
     double per_step = st.target_steps ? (double)st.n_tokens / (double)st.target_steps : 0;
     bool same = plain_out.n == spec_out.n && !memcmp(plain_out.t, spec_out.t, (size_t)plain_out.n * sizeof(int32_t));
-    const char *kind = di.shared_kv ? "shared-kv" : "own-cache";
+    const char *kind = di.assistant ? "assistant" : di.shared_kv ? "shared-kv" : "own-cache";
     if (json) {
         printf("{\"target\": \"%s\", \"draft\": \"%s\", \"draft_kind\": \"%s\", \"device\": \"%s\", \"draft_device\": \"%s\", "
                "\"target_layers\": %d, \"draft_layers\": %d, \"draft_max\": %lld, \"temp\": %g, \"prompt_tokens\": %lld, "

@@ -76,7 +76,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35 --type TYPE\n"
+            printf("usage: pagekv mkmodel --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35 --type TYPE\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
                    "                      -o FILE.gguf\n"
@@ -146,7 +146,12 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "                           heads and head size (random weights; --layers N, default 1)\n"
                    "  --shared-kv-layers 3,5   with --draft-of: a shared-KV draft, one layer per entry,\n"
                    "                           whose layer j attends over the target's cache layer [j]\n"
-                   "                           (GGUF key pagekv.shared_kv_layers; see docs/speculative.md)\n");
+                   "                           (GGUF key pagekv.shared_kv_layers; see docs/speculative.md)\n"
+                   "  --arch gemma4-assistant --draft-of GEMMA4.gguf\n"
+                   "                           Gemma 4's assistant (MTP drafter) for that target, as\n"
+                   "                           llama.cpp's converter writes it: query-only layers over\n"
+                   "                           the target's KV (--layers N, default 4; --dim, default half\n"
+                   "                           the target's; --swa-layers, default all sliding but the last)\n");
             return 0;
         } else if (!strcmp(a, "--arch")) {
             if (!(p.arch = pkv_cli_value(argc, argv, &i))) return 2;

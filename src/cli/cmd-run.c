@@ -207,9 +207,12 @@ static void run_usage(FILE *f) {
             "                       decode them together in batched steps, print each\n"
             "  --draft FILE         speculative decoding with this draft model (same vocabulary;\n"
             "                       'pagekv mkmodel --draft-of' makes one): greedy output equals\n"
-            "                       plain greedy output; sampled output has the target's distribution\n"
+            "                       plain greedy output; sampled output has the target's distribution.\n"
+            "                       A gemma4-assistant file (Gemma 4's MTP drafter) drafts from the\n"
+            "                       target's hidden states with no KV of its own\n"
             "  --draft-device NAME  device of the draft (default: the target's). A shared-KV draft\n"
-            "                       must reach the device that stores the target's KV\n"
+            "                       must reach the device that stores the target's KV; an assistant\n"
+            "                       runs anywhere: its attention where the target's pages are\n"
             "  --draft-max N        tokens the draft proposes per round (default 4, at most 64)\n"
             "  --mtp                the model's own MTP (nextn) head as the draft (qwen35 files with\n"
             "                       nextn_predict_layers): fed the target's hidden states, its own\n"
@@ -456,9 +459,21 @@ int pkv_cli_run(int argc, char **argv) {
         }
         pkv_model_info di;
         pkv_model_get_info(draft, &di);
-        fprintf(stderr, "pagekv run: draft %s%s: %d layers on %s, %s, up to %lld tokens per round\n", draft_path,
-                di.mtp ? " (its MTP head)" : "", di.n_layer, pkv_device_name(pkv_model_device(draft)),
-                di.shared_kv ? "shares the target's KV cache" : "own KV cache", draft_max);
+        if (di.assistant) { /* where each part runs: docs/speculative.md */
+            pkv_kv_shard_info sh;
+            pkv_model_info ti;
+            pkv_model_get_info(m, &ti);
+            const char *kv_dev = pkv_kv_shard(pkv_context_cache(ctx), 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
+            fprintf(stderr, "pagekv run: draft %s (Gemma 4 assistant): %d layers on %s, no KV of its own: its attention runs "
+                            "over the target's pages where they are stored (%s%s), its input embedding is the target's (on %s); "
+                            "up to %lld tokens per round\n",
+                    draft_path, di.n_layer, pkv_device_name(pkv_model_device(draft)), kv_dev,
+                    ti.n_devices > 1 ? " and the target's other shards" : "", pkv_device_name(tdev), draft_max);
+        } else {
+            fprintf(stderr, "pagekv run: draft %s%s: %d layers on %s, %s, up to %lld tokens per round\n", draft_path,
+                    di.mtp ? " (its MTP head)" : "", di.n_layer, pkv_device_name(pkv_model_device(draft)),
+                    di.shared_kv ? "shares the target's KV cache" : "own KV cache", draft_max);
+        }
     }
     if ((int64_t)n_prompt + (n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(ctx)) {
         fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,

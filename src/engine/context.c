@@ -26,6 +26,8 @@ struct pkv_context {
     bool has_logits;
     float *hidden;   /* pkv_context_keep_hidden: [n_ctx][n_embd], row i the final normed hidden
                         state of token i, written by every decode; NULL = not kept */
+    int64_t hidden_from; /* rows [hidden_from, n_tokens) are kept: tokens decoded before keeping
+                            began (or moved by a shift) have none */
 };
 
 pkv_cache_params pkv_cache_default_params(void) {
@@ -257,12 +259,13 @@ pkv_status pkv_context_keep_hidden(pkv_context *ctx) {
     if (!ctx) return pkv_err(PKV_ERR_INVALID, "keep_hidden: context is NULL");
     if (ctx->hidden) return PKV_OK;
     ctx->hidden = pkv_calloc((size_t)ctx->n_ctx * (size_t)ctx->m->hp.n_embd, sizeof(float));
+    ctx->hidden_from = pkv_kv_seq_len(ctx->c, ctx->seq);
     return ctx->hidden ? PKV_OK
                        : pkv_err(PKV_ERR_NOMEM, "keep_hidden: %lld x %d floats", (long long)ctx->n_ctx, ctx->m->hp.n_embd);
 }
 
 const float *pkv_context_hidden(const pkv_context *ctx, int64_t i) {
-    if (!ctx || !ctx->hidden || i < 0 || i >= pkv_kv_seq_len(ctx->c, ctx->seq)) return NULL;
+    if (!ctx || !ctx->hidden || i < ctx->hidden_from || i < 0 || i >= pkv_kv_seq_len(ctx->c, ctx->seq)) return NULL;
     return ctx->hidden + (size_t)i * (size_t)ctx->m->hp.n_embd;
 }
 
@@ -283,10 +286,79 @@ pkv_context *pkv_context_fork(pkv_context *ctx) {
     return k;
 }
 
+static bool slides(const pkv_model *m, int il) { return m->layers[il].window > 0; }
+
+/* Gemma 4's assistant on a target: it must be the target's (width, vocabulary,
+ * layer kinds and KV geometry); its layers read the KV of the target's last sliding
+ * and last full layer (through the target's own sharing map), and its attention runs
+ * where those layers' shards are stored, so those devices need the kernels. On
+ * success draft->kv_layer and draft->embd_of point at the target. */
+pkv_status pkv_assistant_attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
+    const char *an = a->label, *tn = t->label;
+    if (t->hp.arch != PKV_ARCH_GEMMA4)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: %s is a gemma4-assistant, but the target %s is a %s model, not gemma4", an,
+                       tn, pkv_arch_name(t->hp.arch));
+    if (a->hp.n_embd_out != t->hp.n_embd)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: %s is an assistant for a model of width %d (key 'gemma4-assistant."
+                       "embedding_length_out'), but the target %s has width %d (key 'gemma4.embedding_length')", an,
+                       a->hp.n_embd_out, tn, t->hp.n_embd);
+    if (a->hp.n_vocab != t->hp.n_vocab)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has %d tokens in its vocabulary (token_embd.weight), the "
+                       "target %s has %d", an, a->hp.n_vocab, tn, t->hp.n_vocab);
+    if (a->hp.n_swa != t->hp.n_swa)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has a sliding window of %d tokens, the target %s of %d (key "
+                       "'attention.sliding_window')", an, a->hp.n_swa, tn, t->hp.n_swa);
+    const int L = t->hp.n_layer;
+    if (L < 2 || !slides(t, L - 2) || slides(t, L - 1))
+        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s reads the KV of the target's last two layers, a sliding and "
+                       "a full one, but %s's layers %d and %d are %s and %s (key 'gemma4.attention.sliding_window_pattern')", an,
+                       tn, L - 2, L - 1, L >= 2 && slides(t, L - 2) ? "sliding" : "full", slides(t, L - 1) ? "sliding" : "full");
+    const int src[2] = {L - 1, L - 2}; /* full, sliding: the target's layers, then the cache layers they read */
+    for (int il = 0; il < a->hp.n_layer; il++) {
+        const pkv_layer *ly = &a->layers[il];
+        const int tl = src[slides(a, il)], kl = t->kv_layer ? t->kv_layer[tl] : tl;
+        const pkv_layer *to = &t->layers[kl];
+        if (ly->n_head_kv != to->n_head_kv || ly->head_dim_k != to->head_dim_k || ly->head_dim_v != to->head_dim_v)
+            return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s's layer %d (%s) has %d KV heads of size %d, but the "
+                           "target %s's layer %d, whose KV it reads, has %d of size %d (keys 'attention.head_count_kv', "
+                           "'attention.key_length%s')", an, il, slides(a, il) ? "sliding" : "full", ly->n_head_kv,
+                           ly->head_dim_k, tn, kl, to->n_head_kv, to->head_dim_k, slides(a, il) ? "_swa" : "");
+        if (ly->n_rot != to->n_rot || ly->rope_pairs != to->rope_pairs)
+            return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s's layer %d rotates %d dims (%d pairs turning), the "
+                           "target %s's layer %d %d (%d): their queries and keys would not meet (keys 'rope.dimension_count%s', "
+                           "rope_freqs.weight)", an, il, ly->n_rot, ly->rope_pairs, tn, kl, to->n_rot, to->rope_pairs,
+                           slides(a, il) ? "_swa" : "");
+        /* attention runs where each shard of the layer is stored */
+        pkv_kv_layer_info li;
+        pkv_status s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li);
+        if (s) return s;
+        for (int k = 0; k < li.n_shards; k++) {
+            pkv_kv_shard_info sh;
+            if ((s = pkv_kv_shard(c, kl, k, &sh))) return s;
+            if (!pkv_device_get_caps(sh.storage)->has_kernels)
+                return pkv_err(PKV_ERR_UNSUPPORTED, "attach: the assistant %s on %s attends over cache layer %d of %s, stored on "
+                               "%s, which has no compute kernels (attention runs where the pages live): store the target's "
+                               "cache on a device with kernels (-d, or --kv-on-host)", an, pkv_device_name(a->dev), kl, tn,
+                               pkv_device_name(sh.storage));
+        }
+    }
+    for (int il = 0; il < a->hp.n_layer; il++) {
+        const int tl = src[slides(a, il)];
+        a->kv_layer[il] = t->kv_layer ? t->kv_layer[tl] : tl;
+    }
+    a->embd_of = t;
+    return PKV_OK;
+}
+
 pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
     if (!draft || !target) {
         pkv_err(PKV_ERR_INVALID, "attach: NULL draft or target");
         return NULL;
+    }
+    if (draft->assistant) {
+        int32_t child;
+        if (pkv_assistant_attach(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
+        return ctx_own(draft, target->c, child, target->n_ctx);
     }
     if (!draft->kv_draft) {
         pkv_err(PKV_ERR_INVALID, "attach: %s is not a shared-KV draft (no pagekv.shared_kv_layers key)", draft->label);
@@ -345,6 +417,40 @@ static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *
 pkv_status pkv_context_decode_mtp(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out) {
     if (!ctx || !h_in || !h_out) return pkv_err(PKV_ERR_INVALID, "decode_mtp: NULL argument");
     return decode_h(&ctx, 1, &tokens, &n, NULL, NULL, h_in, h_out);
+}
+
+pkv_status pkv_context_draft_step(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out) {
+    if (!ctx || !tokens || n <= 0 || !h_in) return pkv_err(PKV_ERR_INVALID, "draft_step: NULL argument or n <= 0");
+    pkv_model *m = ctx->m;
+    if (!m->assistant || !m->embd_of)
+        return pkv_err(PKV_ERR_INVALID, "draft_step: %s is not a Gemma 4 assistant attached to a target", m->label);
+    const int64_t len = pkv_kv_seq_len(ctx->c, ctx->seq);
+    if (len < 1) return pkv_err(PKV_ERR_INVALID, "draft_step: the target's sequence is empty: nothing to draft from");
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return pkv_err(PKV_ERR_INVALID, "draft_step: token id %d is outside the vocabulary [0, %d)", tokens[i], m->hp.n_vocab);
+    /* every query at the position after the sequence's last token */
+    int32_t stack_pos[16], *pos = n <= 16 ? stack_pos : pkv_malloc((size_t)n * sizeof *pos);
+    pkv_runner *run = ctx->run;
+    void *p = run->lg;
+    pkv_status s = pos ? pkv_grow(&p, &run->lg_cap, (size_t)m->hp.n_vocab, sizeof(float)) : pkv_err(PKV_ERR_NOMEM, "draft_step");
+    run->lg = p;
+    if (!s) {
+        int32_t last;
+        s = pkv_kv_seq_tokens(ctx->c, ctx->seq, len - 1, 1, NULL, &last);
+        for (int32_t i = 0; i < n; i++) pos[i] = last + 1;
+    }
+    if (!s) {
+        pkv_fwd_batch b = {.n_seqs = 1, .seqs = &ctx->seq, .n_tokens = &n, .tokens = tokens, .pos = pos,
+                           .hidden_in = h_in, .hidden_out = h_out, .peek = true};
+        s = pkv_model_forward(m, ctx->c, &run->ws, &b, run->lg);
+    }
+    if (!s) {
+        memcpy(ctx->logits, run->lg, (size_t)m->hp.n_vocab * sizeof(float));
+        ctx->has_logits = true;
+    }
+    if (pos != stack_pos) pkv_free(pos);
+    return s;
 }
 
 /* decode, with an MTP head's hidden-state input rows h_in and every token's final
@@ -439,6 +545,7 @@ pkv_status pkv_context_truncate(pkv_context *ctx, int64_t n_keep) {
     if (!ctx) return pkv_err(PKV_ERR_INVALID, "truncate: context is NULL");
     pkv_status s = pkv_kv_truncate(ctx->c, ctx->seq, n_keep);
     if (!s) ctx->has_logits = false;
+    if (!s && ctx->hidden_from > n_keep) ctx->hidden_from = n_keep; /* decoded again from there */
     return s;
 }
 
@@ -447,6 +554,7 @@ pkv_status pkv_context_shift(pkv_context *ctx, int64_t start, int64_t n_remove) 
     if (n_remove < 0 || n_remove > INT32_MAX) return pkv_err(PKV_ERR_INVALID, "shift: n_remove %lld", (long long)n_remove);
     pkv_status s = pkv_kv_shift(ctx->c, ctx->seq, start, n_remove, -(int32_t)n_remove);
     if (!s) ctx->has_logits = false;
+    if (!s && ctx->hidden) ctx->hidden_from = pkv_kv_seq_len(ctx->c, ctx->seq); /* the rows moved: none kept */
     return s;
 }
 

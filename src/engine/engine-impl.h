@@ -99,6 +99,9 @@ struct pkv_engine {
     pkv_kv_cache *dc;
     pkv_fwd_ws *dws;
     bool dmtp;          /* an MTP head: fed the target's hidden states */
+    bool dasst;         /* Gemma 4's assistant: no cache (dc NULL), reads the model's pages, fed
+                           its hidden states; dh_in/dh_out rows are n_embd wide too */
+    int32_t *d_pos;     /* [max_seqs]: an assistant step's query positions */
     int K;
     uint64_t dfp;
     float *hid;         /* [cap_hid][n_embd]: the target step's hidden states (MTP) */

@@ -896,6 +896,89 @@ static void draft_round(pkv_engine *e) {
     }
 }
 
+/* Gemma 4's assistant (no cache of its own): each sequence whose next step decodes
+ * one pending token proposes up to K tokens after it, every query at the position
+ * after the sequence's cached tokens, reading the model's own pages: first fed the
+ * pending token and the model's hidden state of its last cached token (a row of the
+ * step just done), then each proposal and the assistant's own next hidden state.
+ * Batches of at most max_seqs sequences, one token each. */
+static void assistant_round(pkv_engine *e) {
+    const size_t E = (size_t)e->m->hp.n_embd, V = (size_t)e->n_vocab;
+    int ri = 0, rj = 0;
+    for (;;) {
+        int n = 0;
+        for (; ri < e->n_reqs && n < e->p.max_seqs; ri++, rj = 0) {
+            eng_req *r = e->reqs[ri];
+            for (; rj < r->n && n < e->p.max_seqs; rj++) {
+                eng_seq *s = &r->seqs[rj];
+                s->n_prop = 0;
+                /* (a request of n > 1 samples forks after its prompt's plain step: its first
+                 * sample proposes nothing before) */
+                if (s->st != SEQ_RUNNING || s->nodraft || s->h_row < 0 || s->n_kv != s->n_tok - 1 || s->n_kv < 1 ||
+                    s->n_kv - 1 < s->h_pos || r->max_tokens - s->n_gen - 1 < 1 || (r->n > 1 && !r->forked))
+                    continue;
+                int32_t last;
+                if (pkv_kv_seq_tokens(e->c, s->kv, s->n_kv - 1, 1, NULL, &last)) {
+                    draft_off(e, s);
+                    continue;
+                }
+                e->d_who[n] = s;
+                e->d_seq[n] = s->kv;
+                e->d_n[n] = 1;
+                e->d_pos[n] = last + 1;
+                n++;
+            }
+            if (n == e->p.max_seqs) break;
+        }
+        if (!n) return;
+        void *dt = e->d_tok;
+        if (pkv_grow(&dt, &e->cap_dtok, (size_t)n, sizeof(int32_t)) || grow_rows(&e->dh_in, &e->cap_hid_d, (size_t)n, E) ||
+            grow_rows(&e->dh_out, &e->cap_hid_o, (size_t)n, E)) {
+            for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
+            continue;
+        }
+        e->d_tok = dt;
+        for (int k = 0; k < n; k++) {
+            eng_seq *s = e->d_who[k];
+            e->d_tok[k] = s->tok[s->n_kv];
+            memcpy(e->dh_in + (size_t)k * E, e->hid + (size_t)(s->h_row + s->n_kv - 1 - s->h_pos) * E, E * sizeof(float));
+        }
+        for (int i = 0; n > 0 && i < e->K; i++) {
+            pkv_fwd_batch b;
+            memset(&b, 0, sizeof b);
+            b.n_seqs = n;
+            b.seqs = e->d_seq;
+            b.n_tokens = e->d_n;
+            b.tokens = e->d_tok;
+            b.pos = e->d_pos;
+            b.peek = true;
+            b.hidden_in = e->dh_in;
+            b.hidden_out = e->dh_out;
+            pkv_status st = pkv_model_forward(e->dm, e->c, &e->dws, &b, e->dlogits);
+            e->d_steps++;
+            if (st) {
+                PKV_WARN("engine: the assistant's step failed (%s); %d sequence(s) go on without it", pkv_errmsg(), n);
+                for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
+                break;
+            }
+            int w = 0; /* the sequences that go on: fed their proposal and next hidden state */
+            for (int k = 0; k < n; k++) {
+                eng_seq *s = e->d_who[k];
+                s->prop[i] = s->tok[s->n_tok + i] = argmax(e->dlogits + (size_t)k * V, (int32_t)V);
+                s->n_prop = i + 1;
+                if (s->r->max_tokens - s->n_gen - 1 <= i + 1) continue;
+                e->d_who[w] = s;
+                e->d_seq[w] = s->kv;
+                e->d_pos[w] = e->d_pos[k];
+                e->d_tok[w] = s->prop[i];
+                memcpy(e->dh_in + (size_t)w * E, e->dh_out + (size_t)k * E, E * sizeof(float));
+                w++;
+            }
+            n = w;
+        }
+    }
+}
+
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     double t0 = pkv_time_now();
     *did_work = false;
@@ -924,7 +1007,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
         size_t rows = 0, T = 0;
         for (int i = 0; i < nb; i++) rows += (size_t)e->b_nl[i], T += (size_t)e->b_n[i];
         if ((s = grow_rows(&e->logits, &e->cap_logits, rows, (size_t)e->n_vocab))) break;
-        if (e->dmtp) { /* an MTP head drafts from the model's hidden states */
+        if (e->dmtp || e->dasst) { /* an MTP head or an assistant drafts from the model's hidden states */
             if ((s = grow_rows(&e->hid, &e->cap_hid, T, (size_t)e->m->hp.n_embd))) break;
             b.hidden_out = e->hid;
         }
@@ -990,6 +1073,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 }
             }
             if (e->dc) draft_round(e);
+            else if (e->dasst) assistant_round(e);
         }
     }
     for (int i = 0; i < e->n_reqs; i++)

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "engine/engine-impl.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/grammar.h"
 #include "model/model-impl.h"
@@ -49,6 +50,21 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     if (d->hp.n_vocab != e->n_vocab)
         return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
                        "model's vocabulary", d->hp.n_vocab, (int)e->n_vocab);
+    if (d->assistant) { /* no cache of its own: it reads the model's pages, fed the model's hidden states */
+        pkv_status st = pkv_assistant_attach(d, e->m, e->c);
+        if (st) return st;
+        size_t S = (size_t)p->max_seqs, V = (size_t)e->n_vocab;
+        e->dm = d;
+        e->dasst = true;
+        e->dlogits = pkv_calloc(S * V, sizeof *e->dlogits);
+        e->d_seq = pkv_calloc(S, sizeof *e->d_seq);
+        e->d_n = pkv_calloc(S, sizeof *e->d_n);
+        e->d_pos = pkv_calloc(S, sizeof *e->d_pos);
+        e->d_who = pkv_calloc(S, sizeof *e->d_who);
+        if (!e->dlogits || !e->d_seq || !e->d_n || !e->d_pos || !e->d_who)
+            return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the assistant's %d x %d logits", p->max_seqs, (int)V);
+        return PKV_OK;
+    }
     if (d->kv_draft)
         return pkv_err(PKV_ERR_UNSUPPORTED, "engine: %s is a shared-KV draft (it attends over the target's cache): the "
                        "engine runs drafts with a cache of their own (an MTP head or a separate draft model)", d->label);
@@ -150,6 +166,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->dh_out);
     pkv_free(e->dlogits);
     pkv_grammar_vocab_free(e->gvocab);
+    pkv_free(e->d_pos);
     pkv_free(e->d_seq);
     pkv_free(e->d_n);
     pkv_free(e->d_tok);

@@ -22,7 +22,15 @@
  * the target decoded that position (kept by pkv_context_keep_hidden), else the
  * head's own from its previous draft step (llama.cpp's MTP drafting). Its rows
  * computed from its own hidden states are redone from the target's at the next
- * catch-up, so its cache always holds what the target's states give. */
+ * catch-up, so its cache always holds what the target's states give.
+ *
+ * Gemma 4's assistant (info.assistant) has no cache and appends nothing: each round
+ * it forks the target's sequence (to read its pages) and drafts with
+ * pkv_context_draft_step, every step a query at the position after the target's last
+ * token: step 0 fed the pending token and the target's hidden state of its last
+ * token, step i the proposal d_i and the assistant's own next hidden state of step
+ * i - 1 (llama.cpp's Gemma 4 MTP drafting). With nothing pending (the first round)
+ * it drafts from the target's last token as if it were pending (assistant_draft). */
 #include <string.h>
 
 #include "base/base.h"
@@ -58,6 +66,9 @@ struct pkv_spec {
     float *hin, *hout, *hlast;
     size_t cap_h;
     int64_t n_true;
+    /* Gemma 4's assistant: the hidden state in and out of a step [2][n_embd] */
+    bool asst;
+    float *ah;
 };
 
 pkv_spec_params pkv_spec_default_params(void) {
@@ -76,6 +87,7 @@ void pkv_spec_free(pkv_spec *s) {
     pkv_free(s->dtoks);
     pkv_free(s->hin);
     pkv_free(s->hout);
+    pkv_free(s->ah);
     pkv_free(s->ctoks);
     pkv_free(s->all);
     pkv_free(s->q);
@@ -98,7 +110,7 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     }
     pkv_model_info ti, di;
     if (pkv_model_get_info(pkv_context_model(target), &ti) || pkv_model_get_info(draft, &di)) return NULL;
-    if (ti.n_vocab != di.n_vocab) {
+    if (ti.n_vocab != di.n_vocab && !di.assistant) { /* an assistant's attach says it, naming both files */
         pkv_err(PKV_ERR_MISMATCH, "spec: the draft has a vocabulary of %d tokens, the target %d: a draft needs the "
                                   "target's vocabulary (pagekv mkmodel --draft-of makes one)",
                 di.n_vocab, ti.n_vocab);
@@ -124,7 +136,16 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     }
     if (s->mtp && pkv_context_keep_hidden(target)) goto fail;
     size_t V = (size_t)s->V;
-    if (s->shared) {
+    s->asst = di.assistant;
+    if (s->asst) { /* pkv_context_attach checks that it is the target's (width, vocabulary, layers, devices) */
+        if (pkv_context_keep_hidden(target) || !(s->dctx = pkv_context_attach(draft, target)) ||
+            pkv_context_truncate(s->dctx, 0))
+            goto fail;
+        if (!(s->ah = pkv_malloc(2 * (size_t)ti.n_embd * sizeof *s->ah))) {
+            pkv_err(PKV_ERR_NOMEM, "spec: out of memory");
+            goto fail;
+        }
+    } else if (s->shared) {
         s->dctx = pkv_context_attach(draft, target); /* the I6 check */
         /* it re-forks every round: hold no pages until then */
         if (!s->dctx || pkv_context_truncate(s->dctx, 0)) goto fail;
@@ -234,6 +255,36 @@ static pkv_status draft_catch_up(pkv_spec *s, const int32_t *toks, int64_t n, in
     return draft_decode(s, toks + L, n - L, false, st);
 }
 
+/* Gemma 4's assistant proposes D[0..K) after the last committed token `last`,
+ * reading the target's pages through a fork it gives back after. pending: `last` is
+ * not in the target's cache, and the assistant starts from the target's hidden state
+ * of its last token; else (the first round) `last` is the target's last token, and
+ * the fork drops it so the assistant starts as if it were pending, from the state
+ * before it (llama.cpp's first round, whose target has not decoded the prompt's last
+ * token yet). */
+static pkv_status assistant_draft(pkv_spec *s, int32_t last, bool pending, int K, int32_t *D, pkv_sampler *smp,
+                                  pkv_spec_stats *st) {
+    const size_t V = (size_t)s->V, E = (size_t)s->E;
+    const int64_t n = pkv_context_n_tokens(s->target) - (pending ? 0 : 1);
+    const float *h = pkv_context_hidden(s->target, n - 1);
+    if (!h) return pkv_err(PKV_ERR_INVALID, "spec: the target kept no hidden state of its token %lld for the assistant "
+                           "(create the pkv_spec before decoding the prompt)", (long long)(n - 1));
+    memcpy(s->ah, h, E * sizeof *s->ah);
+    pkv_status r = pkv_context_reattach(s->dctx, s->target);
+    if (!r && !pending) r = pkv_context_truncate(s->dctx, n);
+    int32_t tok = last;
+    for (int i = 0; !r && i < K; i++) {
+        float *hin = s->ah + (size_t)(i % 2) * E, *hout = s->ah + (size_t)((i + 1) % 2) * E, *qi = s->q + (size_t)i * V;
+        if ((r = pkv_context_draft_step(s->dctx, &tok, 1, hin, hout))) break;
+        st->draft_steps++;
+        if ((r = pkv_sampler_probs(smp, pkv_context_logits(s->dctx), qi)) || (r = pkv_sampler_draw(smp, qi, &D[i]))) break;
+        st->drafted++;
+        tok = D[i];
+    }
+    pkv_status r2 = pkv_context_truncate(s->dctx, 0); /* its pages back before the target needs some */
+    return r ? r : r2;
+}
+
 typedef struct {
     pkv_sampler *smp;
     pkv_token_fn on_token;
@@ -291,8 +342,11 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
         int32_t D[SPEC_MAX_DRAFT], B[SPEC_MAX_DRAFT + 1];
         const int64_t from = nc - 1, acc0 = st.accepted;
         st.rounds++;
+        if (s->asst && !pending && nc < 2) K = 0; /* nothing for the assistant to start from */
         /* 1. proposals */
-        if (K > 0) {
+        if (K > 0 && s->asst) {
+            if ((r = assistant_draft(s, s->ctoks[nc - 1], pending, K, D, smp, &st))) goto out;
+        } else if (K > 0) {
             if ((r = draft_catch_up(s, s->ctoks, nc, pending, &st))) goto out;
             for (int i = 0; i < K; i++) {
                 float *qi = s->q + (size_t)i * V;

@@ -22,7 +22,8 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
         pkv_dev_ws *d = &ws->d[i];
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
                               d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids,
-                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc};
+                              d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc,
+                              d->emb,    d->hid,  d->qpart, d->apart};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
@@ -104,6 +105,12 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
                 return s;
         }
         if (main_dev && m->hp.moe_dense && (s = realloc_buf(dev, &w->ffn_acc, t4 * 2 * (size_t)E))) return s;
+        if (m->kv_draft &&
+            ((s = realloc_buf(dev, &w->qpart, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->apart, t4 * (size_t)od))))
+            return s;
+        if (m->hp.n_embd_out > 0 && ((s = realloc_buf(dev, &w->emb, t4 * (size_t)m->hp.n_embd_out)) ||
+                                     (s = realloc_buf(dev, &w->hid, t4 * (size_t)m->hp.n_embd_out))))
+            return s;
         if (main_dev && m->hp.n_expert > 0 &&
             ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
              (s = realloc_buf(dev, &w->moe_ids, t4))))
@@ -138,12 +145,23 @@ pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp
         if ((s = dev_reserve(m, w, d == 0, true, T, n_out, n_ints))) return s;
     }
     /* where the attention layers' KV is stored: the first attention layer says it
-     * (every one is stored alike; recurrent layers keep their state on the device) */
+     * (every one is stored alike; recurrent layers keep their state on the device).
+     * A model reading another's cache may have other shards than devices. */
     int l0 = 0;
     while (l0 + 1 < m->hp.n_layer && m->layers[l0].recurrent) l0++;
     pkv_kv_shard_info sh;
-    for (int d = 0; d < m->n_dev && pkv_kv_shard(c, m->kv_layer ? m->kv_layer[l0] : l0, d, &sh) == PKV_OK; d++) {
+    pkv_kv_layer_info li;
+    const int kl0 = m->kv_layer ? m->kv_layer[l0] : l0;
+    const int n_sh = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl0, &li) == PKV_OK ? li.n_shards : 0;
+    for (int d = 0; d < n_sh && pkv_kv_shard(c, kl0, d, &sh) == PKV_OK; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, sh.storage);
+        if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
+        bool model_dev = false;
+        for (int k = 0; k < m->n_dev; k++) model_dev |= m->devs[k] == w->dev;
+        if ((s = dev_reserve(m, w, w->dev == m->dev, model_dev, T, n_out, n_ints))) return s;
+    }
+    if (m->embd_of) { /* an assistant: the embedding rows come from its target's device */
+        pkv_dev_ws *w = pkv_fwd_dev(ws, m->embd_of->dev);
         if (!w) return pkv_err(PKV_ERR_INTERNAL, "forward: too many devices");
         bool model_dev = false;
         for (int k = 0; k < m->n_dev; k++) model_dev |= m->devs[k] == w->dev;
@@ -254,6 +272,52 @@ static pkv_status reduce(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, int
     return reduce_to(m, ws, w0, T, post_norm, R(NULL, 0));
 }
 
+/* The window the attention kernel gets: the layer's, and for queries that append
+ * nothing (pl->peek) one less: the kernel counts the query's own position among
+ * the last `window`, and a query at the position after the cached tokens sees those
+ * with pos > its pos - window (llama.cpp's sliding mask), window - 1 of them. */
+static int window_of(const pkv_fwd_plan *pl, const pkv_layer *ly) {
+    return pl->peek && ly->window > 1 ? ly->window - 1 : ly->window;
+}
+
+/* A one-device reader's attention over every shard of cache layer kl (no K/V of its
+ * own, no sinks): per shard, its query heads of the shard's KV heads (whole groups)
+ * are gathered token by token into the storing device's qpart, attended there into
+ * apart, and scattered back into w->att. */
+static pkv_status attend_shards(pkv_fwd *f, const pkv_layer *ly, int kl, const pkv_kv_layer_info *li, pkv_dev_ws *w) {
+    const pkv_fwd_plan *pl = f->pl;
+    const int64_t T = f->T;
+    const int hk = ly->head_dim_k, hv = ly->head_dim_v, g = ly->n_head / ly->n_head_kv;
+    const int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(f->c));
+    const bool wpool = li->window > 0;
+    const size_t off_meta = wpool ? pl->off_meta_w : pl->off_meta;
+    const int meta_pages = wpool ? pl->meta_pages_w : pl->meta_pages;
+    const size_t qrow = (size_t)ly->n_head * hk * 4, orow = (size_t)ly->n_head * hv * 4;
+    pkv_status s;
+    for (int k = 0; k < li->n_shards; k++) {
+        pkv_kv_shard_info sh;
+        if ((s = pkv_kv_shard(f->c, kl, k, &sh))) return s;
+        pkv_dev_ws *kw = pkv_fwd_dev(f->ws, sh.storage);
+        if (!kw || !kw->qpart) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(sh.storage));
+        const int nq = sh.n_heads * g;
+        const size_t qb = (size_t)nq * hk * 4, ob = (size_t)nq * hv * 4;
+        for (int64_t t = 0; t < T; t++)
+            if ((s = pkv_buffer_copy(w->q, (size_t)t * qrow + (size_t)sh.head_begin * g * hk * 4, kw->qpart, (size_t)t * qb, qb)))
+                return s;
+        pkv_k_attention_args at = {.q = R(kw->qpart, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->apart, 0),
+                                   .meta = R(kw->ints, off_meta * 4), .k_type = li->dtype_k, .v_type = li->dtype_v,
+                                   .n_q = (int)T, .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
+                                   .page_size = page_size, .n_head = nq, .n_kv = sh.n_heads, .dk = hk, .dv = hv,
+                                   .scale = f->m->hp.attn_scale > 0 ? f->m->hp.attn_scale : 1.0f / sqrtf((float)hk),
+                                   .window = window_of(pl, ly), .softcap = f->m->hp.attn_softcap};
+        if ((s = pkv_k_attention(sh.storage, &at))) return s;
+        for (int64_t t = 0; t < T; t++)
+            if ((s = pkv_buffer_copy(kw->apart, (size_t)t * ob, w->att, (size_t)t * orow + (size_t)sh.head_begin * g * hv * 4, ob)))
+                return s;
+    }
+    return PKV_OK;
+}
+
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
     const pkv_model *m = f->m;
     pkv_kv_cache *c = f->c;
@@ -274,7 +338,12 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
     const bool own_kv = !ly->kv_reuse;
     pkv_kv_layer_info li;
     if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li))) return s;
-    if (li.n_shards != m->n_dev || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hk || li.head_dim_v != hv)
+    /* A one-device model that only reads another model's cache (an assistant over a
+     * tensor-parallel target) attends over each of the layer's shards in turn: its
+     * query heads of that shard's KV heads go where the shard is stored. */
+    const bool split_reader = !own_kv && m->n_dev == 1 && li.n_shards > 1;
+    if ((li.n_shards != m->n_dev && !split_reader) || li.n_kv_heads != ly->n_head_kv || li.head_dim_k != hk ||
+        li.head_dim_v != hv)
         return pkv_err(PKV_ERR_MISMATCH,
                        "layer %d (cache layer %d): the KV cache (%d heads of %d/%d in %d shards) does not match the model (%d "
                        "heads of %d/%d on %d devices)",
@@ -317,38 +386,42 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (own_kv && (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))))
             return s;
 
-        pkv_kv_shard_info sh;
-        if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
-        if (sh.head_begin != sw->kv_h0 || sh.n_heads != sw->n_kv)
-            return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds KV heads [%d, %d) but the model computes [%d, %d)",
-                           il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0, sw->kv_h0 + sw->n_kv);
-        /* Attention runs where the shard's KV is stored (I5): on the host with --kv-on-host. */
-        pkv_device *kdev = sh.storage;
-        pkv_dev_ws *kw = pkv_fwd_dev(ws, kdev);
-        if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
-        if (kw != w) {
-            if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) ||
-                (own_kv && ((s = move(w->k, kw->k, (size_t)(T * kd * 4))) || (s = move(w->v, kw->v, (size_t)(T * vd * 4))))))
-                return s;
+        if (split_reader) {
+            if ((s = attend_shards(f, ly, kl, &li, w))) return s;
+        } else {
+            pkv_kv_shard_info sh;
+            if ((s = pkv_kv_shard(c, kl, d, &sh))) return s;
+            if (sh.head_begin != sw->kv_h0 || sh.n_heads != sw->n_kv)
+                return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds KV heads [%d, %d) but the model computes [%d, %d)",
+                               il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0, sw->kv_h0 + sw->n_kv);
+            /* Attention runs where the shard's KV is stored (I5): on the host with --kv-on-host. */
+            pkv_device *kdev = sh.storage;
+            pkv_dev_ws *kw = pkv_fwd_dev(ws, kdev);
+            if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(kdev));
+            if (kw != w) {
+                if ((s = move(w->q, kw->q, (size_t)(T * qd * 4))) ||
+                    (own_kv && ((s = move(w->k, kw->k, (size_t)(T * kd * 4))) || (s = move(w->v, kw->v, (size_t)(T * vd * 4))))))
+                    return s;
+            }
+            int64_t rows = sh.n_pages * page_size;
+            pkv_tref idx = R(kw->ints, off_rows * 4);
+            pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype_k,
+                                      .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
+            pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
+                                      .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
+            /* A replay recomputes window layers only: the full layers' rows are cached. */
+            if (own_kv && (wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
+            pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
+                                       .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
+                                       .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
+                                       .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
+                                       .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
+                                       .window = window_of(pl, ly), .softcap = hp->attn_softcap,
+                                       .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
+            PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
+            if ((s = pkv_k_attention(kdev, &at))) return s;
+            if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
         }
-        int64_t rows = sh.n_pages * page_size;
-        pkv_tref idx = R(kw->ints, off_rows * 4);
-        pkv_k_set_rows_args sk = {.src = R(kw->k, 0), .src_stride = (size_t)kd * 4, .dst = R(sh.k, sh.k_off), .dst_type = li.dtype_k,
-                                  .dst_stride = sh.k_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = kd};
-        pkv_k_set_rows_args sv = {.src = R(kw->v, 0), .src_stride = (size_t)vd * 4, .dst = R(sh.v, sh.v_off), .dst_type = li.dtype_v,
-                                  .dst_stride = sh.v_row_bytes, .dst_rows = rows, .idx = idx, .n = T, .row_elems = vd};
-        /* A replay recomputes window layers only: the full layers' rows are cached. */
-        if (own_kv && (wpool || !pl->replay) && ((s = pkv_k_set_rows(kdev, &sk)) || (s = pkv_k_set_rows(kdev, &sv)))) return s;
-        pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .v = R(sh.v, sh.v_off), .out = R(kw->att, 0),
-                                   .meta = R(kw->ints, off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_v, .n_q = (int)T,
-                                   .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
-                                   .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
-                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
-                                   .window = ly->window, .softcap = hp->attn_softcap,
-                                   .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
-        PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
-        if ((s = pkv_k_attention(kdev, &at))) return s;
-        if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;
         if (kind->out_gate) { /* att *= sigmoid(gate·xb) */
             PKV_CHECK_INTERNAL(sw->wq_gate.buf);
             pkv_k_unary_args ga = {.x = R(w->gate, 0), .y = R(w->att, 0), .n = T * od, .op = PKV_UNARY_SIGMOID,

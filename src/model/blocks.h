@@ -43,6 +43,14 @@ typedef struct pkv_dev_ws {
     pkv_buffer *ple_tok; /* f32 [n_layer][T][P] the tokens' rows of per_layer_token_embd, scaled */
     pkv_buffer *ple_g;   /* f32 [T][P] */
     pkv_buffer *ffn_acc; /* f32 [2][T][E]: a dense FFN's and the experts' outputs (hp.moe_dense) */
+    /* a Gemma 4 assistant (hp.n_embd_out = Eb > 0): on its device, and on its target's
+     * (whose token table gives the embedding) */
+    pkv_buffer *emb;     /* f32 [T][Eb] the target's embedding rows, scaled */
+    pkv_buffer *hid;     /* f32 [T][Eb] the target's hidden states in; the next ones out */
+    /* a model reading another's tensor-parallel cache from one device: one shard's
+     * query heads and their attention output (pkv_model.kv_draft) */
+    pkv_buffer *qpart;   /* f32 [T][qd] */
+    pkv_buffer *apart;   /* f32 [T][od] */
 } pkv_dev_ws;
 
 struct pkv_fwd_ws {

@@ -38,6 +38,7 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     pl->meta_pages = bt.indptr[b->n_seqs];
     pl->window = rows_w != NULL;
     pl->replay = rows == NULL;
+    pl->peek = b->peek;
     pl->state = state;
     pl->meta_pages_w = rows_w ? bw.indptr[b->n_seqs] : 0;
     pl->off_ids = 0;
@@ -58,11 +59,11 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         const int32_t *positions = bt.positions + bt.tok_indptr[i] + len_before[i];
         for (int32_t j = 0; j < nt; j++, k++) {
             I[pl->off_ids + k] = b->tokens[k];
-            I[pl->off_pos + k] = positions[j];
+            I[pl->off_pos + k] = b->peek ? b->pos[k] : positions[j];
             I[pl->off_rows + k] = rows ? rows[k] : -1;
             I[pl->off_rows_w + k] = rows_w ? rows_w[k] : -1;
             q_seq[k] = i;
-            q_len[k] = (int32_t)(len_before[i] + j + 1);
+            q_len[k] = (int32_t)(b->peek ? len_before[i] : len_before[i] + j + 1);
             if (j >= first_out) I[pl->off_out + o++] = (int32_t)k;
         }
     }
@@ -119,7 +120,7 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
                        bool replay, bool no_output) {
     int64_t T = 0;
     for (int i = 0; i < b->n_seqs; i++) T += b->n_tokens[i];
-    const bool state = mem.last_r >= 0;
+    const bool state = mem.last_r >= 0 && !b->peek; /* queries that append nothing move no state */
     int64_t stack_len[16];
     int64_t *len_before = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len_before);
     int32_t *rows = pkv_malloc((size_t)T * 2 * sizeof *rows), *rows_w = mem.last_w >= 0 ? rows + T : NULL;
@@ -148,6 +149,8 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     bool publish = !b->no_publish && !m->kv_draft;
     if (replay && rows_w)
         s = pkv_kv_window_replay(c, b->seqs[0], b->n_tokens[0], rows_w);
+    else if (b->peek) /* nothing is appended: no rows to write (the layers write none) */
+        for (int64_t k = 0; k < 2 * T; k++) rows[k] = -1;
     else if (!replay)
         s = pkv_kv_append_batch_w(c, b->n_seqs, b->seqs, b->n_tokens, publish ? b->tokens : NULL, b->pos, rows, rows_w);
     if (s) goto out;
@@ -158,7 +161,24 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     pkv_device *dev = m->dev;
     pkv_dev_ws *w0 = s ? NULL : pkv_fwd_dev(ws, dev);
     const int64_t E = m->hp.n_embd;
-    if (!s) {
+    if (!s && m->assistant) { /* x = pre_e·(target's embedding * sqrt(Eb)) + pre_h·h */
+        const pkv_model *t = m->embd_of;
+        const int64_t Eb = m->hp.n_embd_out;
+        pkv_dev_ws *tw = t ? pkv_fwd_dev(ws, t->dev) : NULL;
+        if (!t || !b->hidden_in || !b->peek)
+            s = pkv_err(PKV_ERR_INVALID, "forward: %s is a Gemma 4 assistant: it runs attached to a target (pkv_context_attach), "
+                        "fed the target's hidden states, appending nothing", m->label);
+        pkv_k_get_rows_args ge = {.w = R(t ? t->tok_embd.buf : NULL, 0), .wtype = t ? t->tok_embd.type : PKV_TYPE_F32,
+                                  .n_vocab = t ? t->hp.n_vocab : 0, .cols = Eb, .ids = R(tw ? tw->ints : NULL, pl.off_ids * 4),
+                                  .out = R(tw ? tw->emb : NULL, 0), .n = T, .scale = m->hp.embd_scale};
+        if (!s) s = pkv_k_get_rows(t->dev, &ge); /* where the target's table is */
+        if (!s && tw != w0) s = pkv_buffer_copy(tw->emb, 0, w0->emb, 0, (size_t)(T * Eb) * 4);
+        if (!s) s = pkv_buffer_write(w0->hid, 0, b->hidden_in, (size_t)(T * Eb) * 4);
+        if (!s) s = pkv_blk_matmul(dev, &m->asst_pre_e, w0->emb, w0->x, T);
+        if (!s) s = pkv_blk_matmul(dev, &m->asst_pre_h, w0->hid, w0->xb, T);
+        pkv_k_add_args ad = {.a = R(w0->x, 0), .b = R(w0->xb, 0), .y = R(w0->x, 0), .n = T * E, .b_len = T * E};
+        if (!s) s = pkv_k_add(dev, &ad);
+    } else if (!s) {
         pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab,
                                   .cols = E, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T,
                                   .scale = m->hp.embd_scale};
@@ -188,7 +208,16 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
         if (!s) s = pkv_device_sync(dev);
         goto done;
     }
-    if (!s && b->hidden_out) { /* every row's final norm, kept; then the rows that need logits */
+    if (!s && m->assistant) { /* the output rows' final norm: logits (tied), and h_next = post·hn */
+        pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->xb, 0), .n = pl.n_out};
+        s = pkv_k_get_rows(dev, &g);
+        if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, E, m->hp.rms_eps);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
+        if (!s && b->hidden_out) s = pkv_blk_matmul(dev, &m->asst_post, w0->xb, w0->hid, pl.n_out);
+        if (!s && b->hidden_out)
+            s = pkv_buffer_read(w0->hid, 0, b->hidden_out, (size_t)(pl.n_out * m->hp.n_embd_out) * 4);
+    } else if (!s && b->hidden_out) { /* every row's final norm, kept; then the rows that need logits */
         s = pkv_blk_rmsnorm(dev, w0->x, &m->output_norm, w0->xb, T, E, m->hp.rms_eps);
         if (!s) s = pkv_buffer_read(w0->xb, 0, b->hidden_out, (size_t)(T * E) * 4);
         pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
@@ -291,6 +320,21 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
             return pkv_err(PKV_ERR_INVALID, "token id %d at batch position %lld is outside the vocabulary [0, %d)", b->tokens[k],
                            (long long)k, m->hp.n_vocab);
     const fwd_mem mem = {.last_w = last_layer_of(c, false), .last_r = last_layer_of(c, true)};
+    if (b->peek) { /* read-only queries: the cache must hold what they read; they run in one step */
+        if (!b->pos) return pkv_err(PKV_ERR_INVALID, "forward: queries that append nothing need their positions");
+        if (!m->assistant)
+            return pkv_err(PKV_ERR_INVALID, "forward: %s computes K/V: only a model whose layers only read (a Gemma 4 "
+                           "assistant) runs queries that append nothing", m->label);
+        for (int i = 0; i < b->n_seqs; i++) {
+            if (mem.last_r >= 0 && pkv_kv_seq_state_len(c, b->seqs[i]) < pkv_kv_seq_len(c, b->seqs[i]))
+                return pkv_err(PKV_ERR_INVALID, "forward: sequence %d's recurrent state is behind its tokens", b->seqs[i]);
+            if (mem.last_w >= 0 && pkv_kv_seq_window_len(c, b->seqs[i]) < pkv_kv_seq_len(c, b->seqs[i]))
+                return pkv_err(PKV_ERR_INVALID, "forward: sequence %d's sliding-window layers hold %lld of its %lld tokens: the "
+                               "model that owns the cache must decode first (it recomputes them)", b->seqs[i],
+                               (long long)pkv_kv_seq_window_len(c, b->seqs[i]), (long long)pkv_kv_seq_len(c, b->seqs[i]));
+        }
+        return step(m, c, wsp, b, logits, mem, false, false);
+    }
     if (mem.last_w >= 0 && mem.last_r >= 0)
         return pkv_err(PKV_ERR_UNSUPPORTED, "forward: a cache with both sliding-window layers (layer %d) and recurrent layers "
                        "(layer %d) is not supported", mem.last_w, mem.last_r);

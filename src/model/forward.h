@@ -25,8 +25,15 @@ typedef struct pkv_fwd_batch {
      * target's final normed hidden state of each token's previous position */
     const float *hidden_in;
     /* f32 [T][n_embd] host rows (NULL = not wanted): every token's final normed
-     * hidden state (what the output matrix multiplies; an MTP head's next input) */
+     * hidden state (what the output matrix multiplies; an MTP head's next input).
+     * A Gemma 4 assistant: f32 [n_out][n_embd_out], each logits row's next hidden
+     * state (post_projection of its final normed row). An assistant's hidden_in is
+     * f32 [T][n_embd_out]: the target's hidden state each query starts from. */
     float *hidden_out;
+    /* Queries that append nothing (a Gemma 4 assistant, whose layers only read a
+     * target's KV): token k of sequence i is a query at position pos[k] (required)
+     * that sees every cached token of the sequence; no cache changes. */
+    bool peek;
 } pkv_fwd_batch;
 
 /* Offsets (in int32 elements) of the step's integer block on the device. */
@@ -39,6 +46,8 @@ typedef struct pkv_fwd_plan {
     int meta_pages_w;
     size_t off_rows_w, off_meta_w;
     bool replay; /* recomputing window layers or recurrent state: full layers' KV is already cached */
+    bool peek;   /* pkv_fwd_batch.peek: queries see all cached tokens; a window of W shows the last
+                    W - 1 of them (the query's own position would be the W-th) */
     /* Recurrent layers: the kernels' meta, indptr[n_seqs + 1] then each sequence's
      * state slot[n_seqs] */
     bool state;

@@ -46,6 +46,11 @@ pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne
  * and not required: w stays empty. */
 pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, bool required, bool f32, pkv_weight *w);
 
+/* Columns [c0, c0 + nc) of a required matrix outside the layers, [ne1][ne0] in the
+ * file, on the first device (an MTP head's input projection, split by input). */
+pkv_status pkv_load_global_cols(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, int64_t c0, int64_t nc,
+                                pkv_weight *w);
+
 /* A table [ne1][ne0] kept on the host and read row by row (gemma4's
  * per_layer_token_embd: pkv_model.ple_tok): used in place from the mapped file where
  * the model keeps it, else copied. */

@@ -451,7 +451,149 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     return s;
 }
 
+/* gemma4-assistant (draft_of a gemma4 target): the file llama.cpp's converter writes
+ * for a Gemma 4 assistant checkpoint, with random weights. Width n_embd (0 = half the
+ * target's), n_layer layers (0 = 4; swa_layers, or every layer sliding but the last),
+ * n_head query heads (0 = the target's full layers'), n_ff (0 = 2 n_embd); each layer's
+ * KV heads and head size are those of the target layer it reads (its last sliding /
+ * full layer), RoPE and norms the target's, rope_freqs.weight copied from it. */
+static pkv_status build_assistant(pkv_mkmodel_params p, pkv_gguf_writer **out) {
+    if (!p.draft_of)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a gemma4-assistant drafts for a gemma4 model: give its target (draft_of)");
+    if (p.chat_template || p.no_vocab || p.shared_kv_layers || p.n_expert || p.n_mtp)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4-assistant: chat_template, no_vocab, shared_kv_layers, experts and MTP "
+                       "layers do not apply (it takes its target's vocabulary and reads its target's KV)");
+    pkv_gguf *tg = NULL;
+    pkv_status s = pkv_gguf_read(p.draft_of, &tg);
+    if (s) return s;
+    pkv_hparams hp;
+    int *nh = NULL, *nkv = NULL, *nff = NULL;
+    gen G;
+    memset(&G, 0, sizeof G);
+    if ((s = pkv_hparams_read(tg, &hp, &nh, &nkv, &nff))) goto done;
+    if (hp.arch != PKV_ARCH_GEMMA4) {
+        s = pkv_err(PKV_ERR_INVALID, "mkmodel: %s is a %s model: a gemma4-assistant drafts for a gemma4 model", p.draft_of,
+                    pkv_arch_name(hp.arch));
+        goto done;
+    }
+#define SLIDES(l) (hp.swa_layers[(l) / 64] >> ((l) % 64) & 1)
+    const int TL = hp.n_layer, Lkv = TL - hp.n_shared_kv;
+    if (TL < 2 || !SLIDES(TL - 2) || SLIDES(TL - 1) || Lkv < 2) {
+        s = pkv_err(PKV_ERR_INVALID, "mkmodel: %s's last two layers must be sliding then full (the assistant reads their KV)",
+                    p.draft_of);
+        goto done;
+    }
+    const int ksw = hp.n_shared_kv ? Lkv - 2 : TL - 2, kfu = hp.n_shared_kv ? Lkv - 1 : TL - 1; /* the KV they own */
+    const pkv_gguf_tensor *te = pkv_gguf_find_tensor(tg, "token_embd.weight"), *rf = pkv_gguf_find_tensor(tg, "rope_freqs.weight");
+    if (!te || !rf || rf->type != PKV_TYPE_F32) {
+        s = pkv_err(PKV_ERR_FORMAT, "mkmodel: %s: no token_embd.weight or f32 rope_freqs.weight", p.draft_of);
+        goto done;
+    }
+    const int64_t Eb = hp.n_embd, V = te->ne[1];
+    const int64_t E = p.n_embd ? p.n_embd : Eb / 2, L = p.n_layer ? p.n_layer : 4, H = p.n_head ? p.n_head : nh[TL - 1];
+    const int64_t F = p.n_ff ? p.n_ff : 2 * E, Dfull = hp.head_dim_k, Dswa = hp.head_dim_k_swa;
+    if (E == Eb || L > 256 || (p.swa_layers && (int64_t)strlen(p.swa_layers) != L) || H % nkv[ksw] || H % nkv[kfu]) {
+        s = pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4-assistant: width %lld must differ from the target's %lld, at most 256 "
+                    "layers, swa_layers one letter per layer, %lld heads a multiple of the target's KV heads (%d, %d)",
+                    (long long)E, (long long)Eb, (long long)H, nkv[ksw], nkv[kfu]);
+        goto done;
+    }
+    bool slides[256];
+    for (int64_t l = 0; l < L; l++) slides[l] = p.swa_layers ? p.swa_layers[l] == 's' : l < L - 1;
+    G.r.s = p.seed ? p.seed : 1;
+    G.cap = (size_t)PKV_MAX(PKV_MAX(E * V, 2 * Eb * E), PKV_MAX(E * H * PKV_MAX(Dfull, Dswa), E * F));
+    G.f = pkv_malloc(G.cap * sizeof(float));
+    G.q = pkv_malloc(G.cap * sizeof(float));
+    G.w = pkv_gguf_writer_create();
+    if (!G.f || !G.q || !G.w) {
+        s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
+        goto done;
+    }
+    const char *a = "gemma4-assistant";
+    char k[96];
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
+#define TRY(x)                                                                                      \
+    do {                                                                                            \
+        if ((s = (x))) goto done;                                                                   \
+    } while (0)
+    TRY(pkv_gguf_writer_add_str(G.w, "general.architecture", a));
+    TRY(pkv_gguf_writer_add_str(G.w, "general.name", "pagekv random test assistant"));
+    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", p.type == PKV_TYPE_F32 ? 0 : p.type == PKV_TYPE_BF16 ? 32 : 1));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)L));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("nextn_predict_layers"), (uint32_t)L));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)hp.n_ctx_train));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length_out"), (uint32_t)Eb));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)F));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)H));
+    {
+        int32_t kv[256];
+        uint8_t pat[256];
+        for (int64_t l = 0; l < L; l++) kv[l] = nkv[slides[l] ? ksw : kfu], pat[l] = slides[l];
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.head_count_kv"), PKV_GGUF_INT32, kv, (uint64_t)L));
+        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.sliding_window_pattern"), PKV_GGUF_BOOL, pat, (uint64_t)L));
+    }
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)Dfull));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)Dfull));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length_swa"), (uint32_t)Dswa));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length_swa"), (uint32_t)Dswa));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)hp.n_rot));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count_swa"), (uint32_t)hp.n_rot_swa));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), hp.rope_base));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base_swa"), hp.rope_base_swa));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)hp.n_swa));
+    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), hp.rms_eps));
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.shared_kv_layers"), 0)); /* read by llama.cpp, unused */
+    TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)V));
+    for (int64_t i = 0; i < pkv_gguf_n_kv(tg); i++)
+        if (!strncmp(pkv_gguf_kv_key(tg, i), "tokenizer.", 10)) TRY(pkv_gguf_writer_copy_kv(G.w, tg, i));
+    const double lin_e = sqrt(3.0 / (double)E);
+    TRY(add(&G, "token_embd.weight", p.type, E, V, 0.0, 1.0));
+    TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
+    TRY(add(&G, "nextn.pre_projection.weight", p.type, 2 * Eb, E, 0.0, sqrt(3.0 / (double)(2 * Eb))));
+    TRY(add(&G, "nextn.post_projection.weight", p.type, E, Eb, 0.0, 3.0 * lin_e));
+    {
+        int64_t ne[1] = {rf->ne[0]};
+        TRY(pkv_gguf_writer_add_tensor(G.w, "rope_freqs.weight", PKV_TYPE_F32, 1, ne, rf->data, (size_t)rf->ne[0] * 4));
+    }
+    for (int64_t l = 0; l < L; l++) {
+        char n[96];
+#define T(suffix, type, cols, rows, c, sc) \
+    TRY((snprintf(n, sizeof n, "blk.%lld.%s", (long long)l, suffix), add(&G, n, type, cols, rows, c, sc)))
+        const int64_t D = slides[l] ? Dswa : Dfull, lq = H * D;
+        T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("attn_q.weight", p.type, E, lq, 0.0, lin_e);
+        T("attn_q_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
+        T("attn_output.weight", p.type, lq, E, 0.0, sqrt(3.0 / (double)lq));
+        T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("ffn_gate.weight", p.type, E, F, 0.0, lin_e);
+        T("ffn_up.weight", p.type, E, F, 0.0, lin_e);
+        T("ffn_down.weight", p.type, F, E, 0.0, sqrt(3.0 / (double)F));
+        T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5);
+#undef T
+    }
+#undef KEY
+#undef TRY
+#undef SLIDES
+done:
+    pkv_free(nh);
+    pkv_free(nkv);
+    pkv_free(nff);
+    pkv_gguf_close(tg);
+    pkv_free(G.f);
+    pkv_free(G.q);
+    if (s) {
+        pkv_gguf_writer_free(G.w);
+        return s;
+    }
+    *out = G.w;
+    return PKV_OK;
+}
+
 static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
+    if (p.arch && !strcmp(p.arch, "gemma4-assistant")) return build_assistant(p, out);
     target_of tgt = {NULL, 0, 0, 0, 0, 0};
     pkv_gguf *tg = NULL;
     pkv_status s;

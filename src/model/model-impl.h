@@ -20,6 +20,8 @@ typedef enum pkv_arch {
     PKV_ARCH_QWEN35 = 8,   /* gated delta-net layers with three of every four, gated attention in the fourth */
     PKV_ARCH_GEMMA4 = 9,   /* gemma3 with per-layer head sizes, proportional RoPE, V norm, per-layer
                               embeddings and KV shared by the last layers */
+    PKV_ARCH_GEMMA4_ASSISTANT = 10, /* Gemma 4's MTP drafter: query-only layers over a gemma4 target's KV,
+                                       fed the target's embedding and hidden state */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -157,6 +159,8 @@ typedef struct pkv_hparams {
     int n_embd_per_layer;        /* embedding_length_per_layer_input: per-layer embeddings; 0 = none */
     bool moe_dense;              /* MoE layers keep their dense FFN beside the experts (gemma4) */
     int layer_base;              /* the file's index of layer 0 (an MTP head: the trunk's layer count) */
+    int n_embd_out;              /* gemma4-assistant: embedding_length_out, its target's width (the hidden
+                                    state it reads and writes); 0 elsewhere */
 } pkv_hparams;
 
 struct pkv_model {
@@ -202,6 +206,15 @@ struct pkv_model {
      * are nextn.eh_proj's two column halves */
     bool mtp;
     pkv_weight mtp_eh_e, mtp_eh_h, mtp_enorm, mtp_hnorm;
+    /* Gemma 4's assistant (hp.arch PKV_ARCH_GEMMA4_ASSISTANT, Ea = n_embd, Eb = n_embd_out):
+     *   x = pre_e·(target's token_embd[token] * sqrt(Eb)) + pre_h·h     h: the target's hidden state
+     *   logits = token_embd·hn (tied), h_next = post·hn                 hn: the final normed x
+     * Its layers attend over the target's cache (kv_layer, resolved by pkv_context_attach
+     * from the target: -1 until then) and write none. */
+    bool assistant;
+    pkv_weight asst_pre_e, asst_pre_h; /* nextn.pre_projection's column halves [Ea][Eb] each */
+    pkv_weight asst_post;              /* nextn.post_projection [Eb][Ea] */
+    const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;
 };
 

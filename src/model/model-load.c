@@ -332,6 +332,9 @@ void pkv_model_free(pkv_model *m) {
     pkv_free(m->layers);
     free_weight(&m->tok_embd);
     free_weight(&m->output_norm);
+    free_weight(&m->asst_pre_e);
+    free_weight(&m->asst_pre_h);
+    free_weight(&m->asst_post);
     free_weight(&m->mtp_eh_e);
     free_weight(&m->mtp_eh_h);
     free_weight(&m->mtp_enorm);
@@ -555,6 +558,12 @@ pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t
     return load_weight(L, name, ne0, ne1, required, f32, L->m->dev, k_all, w);
 }
 
+pkv_status pkv_load_global_cols(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, int64_t c0, int64_t nc,
+                                pkv_weight *w) {
+    slice sl = {.c0 = c0, .nc = nc};
+    return load_weight(L, name, ne0, ne1, true, false, L->m->dev, sl, w);
+}
+
 pkv_status pkv_weight_host(pkv_model *m, pkv_device *dev, const float *data, int64_t n, pkv_weight *w) {
     memset(w, 0, sizeof *w);
     pkv_buffer *b = pkv_buffer_alloc(dev, (size_t)n * sizeof *data);
@@ -761,6 +770,16 @@ static pkv_status load_layers(loader *L) {
         ly->rope_pairs = sliding ? 0 : hp->rope_pairs_full;
     }
     if ((s = share_kv(m))) return s;
+    if (hp->arch == PKV_ARCH_GEMMA4_ASSISTANT) { /* queries only, over a target's cache resolved at attach */
+        if (m->kv_layer)
+            return pkv_err(PKV_ERR_FORMAT, "%s: key 'pagekv.shared_kv_layers' does not go with a gemma4-assistant, whose "
+                           "layers read the target's last sliding and full layers", m->label);
+        m->kv_layer = pkv_malloc((size_t)hp->n_layer * sizeof *m->kv_layer);
+        if (!m->kv_layer) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
+        for (int il = 0; il < hp->n_layer; il++) m->kv_layer[il] = -1, m->layers[il].kv_reuse = true;
+        m->kv_draft = true;
+        m->n_cache_layers = 0;
+    }
     if (ops->load_global && (s = ops->load_global(L))) return s;
     for (int il = 0; il < hp->n_layer; il++) {
         pkv_layer *ly = &m->layers[il];
@@ -1046,7 +1065,9 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
     info->load_seconds = m->load_seconds;
     info->weight_bytes_mapped = m->mapped_bytes;
-    info->shared_kv = m->kv_draft;
+    info->shared_kv = m->kv_draft && !m->assistant;
+    info->assistant = m->assistant;
+    info->n_embd_out = m->hp.n_embd_out;
     info->n_kv_layers = m->n_cache_layers;
     info->n_expert = m->hp.n_expert;
     info->n_expert_used = m->hp.n_expert_used;

@@ -224,6 +224,7 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
                     pkv_errmsg());
             goto out;
         }
+        pkv_model_get_info(s.draft, &s.draft_info);
     }
     if (!srv_start(&s, mo->model, mo)) goto out;
     started = true;
@@ -259,8 +260,10 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
                    (long long)s.n_ctx, so->parallel, "serving engine (continuous batching, chunked prefill, preemption)");
     if (s.draft)
         bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
-                       "pagekv serve: speculative decoding: %s on %s, up to %d proposals per sequence and step\n",
+                       "pagekv serve: speculative decoding: %s on %s%s, up to %d proposals per sequence and step\n",
                        so->mtp ? "the model's MTP head" : so->draft, pkv_device_name(pkv_model_device(s.draft)),
+                       s.draft_info.assistant ? " (Gemma 4 assistant: no KV of its own, its attention over the model's pages "
+                                                "where they are stored)" : "",
                        so->draft_max ? so->draft_max : 4);
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                    "pagekv serve: contexts API: up to %d contexts holding up to %lld KV pages (--context-pages)\n",

@@ -13,6 +13,7 @@ typedef struct srv {
     pkv_serve_opts o;
     pkv_model *m;
     pkv_model *draft;      /* speculative decoding's draft (--draft, --mtp), or NULL */
+    pkv_model_info draft_info; /* its info (when draft) */
     pkv_kv_cache *c;
     srv_gen *g;
     pkv_model_info info;

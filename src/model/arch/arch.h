@@ -34,7 +34,7 @@ typedef struct pkv_arch_ops {
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a);
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
-    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4;
+    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */
@@ -48,5 +48,11 @@ pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, b
 /* Gemma 2 and 3's keys and rules (gemma2.c): gemma3 has a window in five of six
  * layers, with a RoPE base of their own. */
 pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head, bool gemma3);
+
+/* Gemma 4's keys its assistant shares (gemma4.c): which layers slide
+ * (attention.sliding_window_pattern, one bool per layer), and rope_freqs.weight's
+ * proportional RoPE of the full layers (hp->rope_pairs_full). */
+pkv_status pkv_gemma4_pattern(const pkv_gguf *g, const char *arch, pkv_hparams *hp);
+pkv_status pkv_gemma4_rope_freqs(const pkv_gguf *g, pkv_hparams *hp);
 
 #endif

@@ -35,7 +35,7 @@
 #include "model/arch/arch.h"
 
 /* attention.sliding_window_pattern: one bool (or integer) per layer, 1 = sliding. */
-static pkv_status sliding_pattern(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
+pkv_status pkv_gemma4_pattern(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
     const char *lab = pkv_gguf_label(g);
     char k[128];
     snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
@@ -58,7 +58,7 @@ static pkv_status sliding_pattern(const pkv_gguf *g, const char *arch, pkv_hpara
  * divided by entry i. The converter writes 1 for the first pairs and 1e30 (never
  * turns) for the rest: that form is read into hp->rope_pairs_full; any other is
  * refused rather than run wrong. */
-static pkv_status proportional_rope(const pkv_gguf *g, pkv_hparams *hp) {
+pkv_status pkv_gemma4_rope_freqs(const pkv_gguf *g, pkv_hparams *hp) {
     const char *lab = pkv_gguf_label(g), *name = "rope_freqs.weight";
     bool any_full = false;
     for (int l = 0; l < hp->n_layer; l++) any_full |= !(hp->swa_layers[l / 64] >> (l % 64) & 1);
@@ -107,7 +107,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     /* required, as llama.cpp's loader requires them (the common reader has defaults) */
     snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
     if (pkv_gguf_find_key(g, k) < 0) return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' not found", lab, k);
-    if ((s = pkv_hp_window(g, arch, hp, true)) || (s = sliding_pattern(g, arch, hp)) ||
+    if ((s = pkv_hp_window(g, arch, hp, true)) || (s = pkv_gemma4_pattern(g, arch, hp)) ||
         (s = pkv_hp_need_u32(g, arch, "attention.key_length_swa", 1, 4096, &hp->head_dim_k_swa)) ||
         (s = pkv_hp_need_u32(g, arch, "attention.value_length_swa", 1, 4096, &hp->head_dim_v_swa)) ||
         (s = pkv_hp_need_u32(g, arch, "embedding_length_per_layer_input", 0, 1 << 16, &hp->n_embd_per_layer)) ||
@@ -143,7 +143,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
             return s;
         hp->moe_dense = true;
     }
-    return proportional_rope(g, hp);
+    return pkv_gemma4_rope_freqs(g, hp);
 }
 
 /* The per-layer embeddings' tensors outside the layers. */

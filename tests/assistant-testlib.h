@@ -1,0 +1,179 @@
+/* Gemma 4's assistant as a speculative draft, on a pair of devices (test-model-
+ * gemma4-assistant on CPU devices, test-assistant-vulkan with vulkan:0): greedy
+ * output with the assistant equals plain greedy output token by token, and the
+ * assistant's proposals are the same on every placement. */
+#ifndef PKV_ASSISTANT_TESTLIB_H
+#define PKV_ASSISTANT_TESTLIB_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pagekv.h"
+#include "testhelp.h"
+
+enum { AT_V = 320, AT_NP = 21, AT_NG = 28, AT_K = 3, AT_MAXR = 64 };
+
+/* mkmodel's gemma4 (64 wide, 6 layers "fssfsf", the last two sharing KV, 8 heads;
+ * KV heads 4 of 32 on sliding layers, 2 of 64 on full ones; window 8) and its
+ * assistant (48 wide, 3 layers "ssf", 8 heads), f32, written under PKV_TEST_TMP. */
+static inline bool at_files(const char *tag, char *tpath, char *apath, size_t n) {
+    char name[96];
+    snprintf(name, sizeof name, "%s-asst", tag);
+    snprintf(tpath, n, "%s", th_tmp(tag));
+    snprintf(apath, n, "%s", th_tmp(name));
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "gemma4";
+    p.type = PKV_TYPE_F32;
+    p.n_embd = 64;
+    p.n_ff = 96;
+    p.n_vocab = AT_V;
+    p.swa_layers = "fssfsf";
+    p.seed = 7;
+    if (pkv_mkmodel_write(&p, tpath)) return false;
+    pkv_mkmodel_params a = pkv_mkmodel_default_params();
+    a.arch = "gemma4-assistant";
+    a.type = PKV_TYPE_F32;
+    a.draft_of = tpath;
+    a.n_layer = 3;
+    a.n_embd = 48;
+    a.n_ff = 80;
+    a.swa_layers = "ssf";
+    a.seed = 11;
+    return pkv_mkmodel_write(&a, apath) == PKV_OK;
+}
+
+static inline int32_t at_tok(int i) { return (int32_t)((i * 61 + 5) % AT_V); }
+
+typedef struct at_out {
+    int32_t tok[AT_NG + 8];
+    int n;
+} at_out;
+
+static inline bool at_collect(int32_t t, void *user) {
+    at_out *o = user;
+    if (o->n < AT_NG + 8) o->tok[o->n++] = t;
+    return true;
+}
+
+typedef struct at_rounds {
+    int n;
+    int64_t pos[AT_MAXR];
+    int32_t prop[AT_MAXR][AT_K];
+    int n_prop[AT_MAXR];
+    int accepted;
+} at_rounds;
+
+static inline void at_on_round(const pkv_spec_round *r, void *user) {
+    at_rounds *R = user;
+    if (R->n >= AT_MAXR) return;
+    R->pos[R->n] = r->pos;
+    R->n_prop[R->n] = r->n_proposed;
+    for (int i = 0; i < r->n_proposed && i < AT_K; i++) R->prop[R->n][i] = r->proposed[i];
+    R->accepted += r->n_accepted;
+    R->n++;
+}
+
+/* One placement: the target on tdevs (one device, or a comma list: tensor
+ * parallelism), its cache on the host with kv_on_host, the assistant on adev (NULL:
+ * the target's first device handle). Plain greedy and greedy with the assistant,
+ * each from a fresh context over AT_NP prompt tokens. Returns 0, or 1 on a failure
+ * (reported). */
+static inline int at_pair(const char *tpath, const char *apath, const char *tdevs, bool kv_on_host, const char *adev,
+                          at_out *plain, at_out *spec, at_rounds *rounds) {
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    if (strchr(tdevs, ',')) mp.devices = tdevs;
+    else mp.device = tdevs;
+    mp.kv_on_host = kv_on_host;
+    pkv_model *m = pkv_model_load(tpath, mp);
+    if (!m) {
+        fprintf(stderr, "FAIL target on %s: %s\n", tdevs, pkv_errmsg());
+        return 1;
+    }
+    pkv_model_params dp = pkv_model_default_params();
+    dp.n_threads = 2;
+    if (adev) dp.device = adev;
+    else dp.device_handle = pkv_model_device(m);
+    pkv_model *a = pkv_model_load(apath, dp);
+    if (!a) {
+        fprintf(stderr, "FAIL assistant on %s: %s\n", adev, pkv_errmsg());
+        pkv_model_free(m);
+        return 1;
+    }
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 128;
+    cp.page_size = 4;
+    cp.kv_type = PKV_TYPE_F32;
+    cp.n_seq_max = 4;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    int32_t prompt[AT_NP];
+    for (int i = 0; i < AT_NP; i++) prompt[i] = at_tok(i);
+    pkv_sampler_params gp = pkv_sampler_default_params();
+    gp.temp = 0;
+    int rc = 1;
+    pkv_context *p0 = c ? pkv_context_create(m, c, 128) : NULL;
+    pkv_sampler *smp = pkv_sampler_create(gp, AT_V);
+    if (!p0 || !smp || pkv_context_decode(p0, prompt, AT_NP) || pkv_generate(p0, smp, AT_NG, at_collect, plain, NULL)) {
+        fprintf(stderr, "FAIL plain on %s: %s\n", tdevs, pkv_errmsg());
+        goto out;
+    }
+    pkv_context_free(p0);
+    p0 = NULL;
+    pkv_sampler_free(smp);
+    smp = pkv_sampler_create(gp, AT_V);
+    pkv_context *t = pkv_context_create(m, c, 128);
+    pkv_spec_params sp = pkv_spec_default_params();
+    sp.draft_max = AT_K;
+    sp.on_round = at_on_round;
+    sp.round_user = rounds;
+    pkv_spec *s = t ? pkv_spec_create(t, a, sp) : NULL; /* before the prompt: the target keeps its hidden states */
+    pkv_spec_stats st;
+    if (!s || pkv_context_decode(t, prompt, AT_NP) || pkv_spec_generate(s, smp, AT_NG, at_collect, spec, &st)) {
+        fprintf(stderr, "FAIL spec on %s%s + assistant on %s: %s\n", tdevs, kv_on_host ? " (KV on host)" : "",
+                adev ? adev : tdevs, pkv_errmsg());
+    } else {
+        rc = 0;
+        fprintf(stderr, "target %s%s, assistant %s: %d tokens, %lld drafted, %lld accepted, %lld target steps\n", tdevs,
+                kv_on_host ? " (KV on host)" : "", adev ? adev : "(the target's)", spec->n, (long long)st.drafted,
+                (long long)st.accepted, (long long)st.target_steps);
+    }
+    pkv_spec_free(s);
+    pkv_context_free(t);
+out:
+    pkv_context_free(p0);
+    pkv_sampler_free(smp);
+    pkv_kv_cache_free(c);
+    pkv_model_free(a);
+    pkv_model_free(m);
+    return rc;
+}
+
+/* Checks one placement against plain greedy output and the first placement's
+ * proposals (want NULL: it is the first). Returns at_pair's code. Proposals are
+ * compared exactly: argmax over f32 logits that agree within ~1e-6 between devices. */
+static inline int at_check_pair(const char *tpath, const char *apath, const char *tdevs, bool kv_on_host, const char *adev,
+                                at_rounds *got, const at_rounds *want) {
+    at_out plain = {.n = 0}, spec = {.n = 0};
+    memset(got, 0, sizeof *got);
+    int rc = at_pair(tpath, apath, tdevs, kv_on_host, adev, &plain, &spec, got);
+    if (rc) {
+        TH_FAIL("placement target %s, assistant %s failed", tdevs, adev ? adev : "(the target's)");
+        return rc;
+    }
+    CHECK_INT(spec.n, AT_NG);
+    CHECK_INT(plain.n, AT_NG);
+    CHECK_MEM(spec.tok, plain.tok, (size_t)AT_NG * sizeof(int32_t));
+    CHECK(got->n >= AT_NG / (AT_K + 1));
+    CHECK(got->n_prop[0] == AT_K); /* the first round drafts too (from the prompt's last token) */
+    if (want) {
+        CHECK_INT(got->n, want->n);
+        for (int r = 0; r < got->n && r < want->n; r++) {
+            CHECK_INT(got->pos[r], want->pos[r]);
+            CHECK_INT(got->n_prop[r], want->n_prop[r]);
+            CHECK_MEM(got->prop[r], want->prop[r], (size_t)got->n_prop[r] * sizeof(int32_t));
+        }
+    }
+    return 0;
+}
+
+#endif
