@@ -1406,6 +1406,9 @@ typedef struct pkv_engine_stats {
     uint64_t draft_accepted;     /* of those, kept (the target sampled the same token) */
     uint64_t draft_steps;        /* the draft's forward passes */
     uint64_t draft_disabled;     /* sequences that went on without the draft (its pool ran out) */
+    uint64_t grammar_masks;      /* constrained output: masks of allowed tokens computed (one per
+                                    sampled token of a request with a grammar) */
+    double grammar_mask_seconds; /* the time those masks took (on the stepping thread) */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the

@@ -674,6 +674,10 @@ static void test_engine(void) {
     pkv_request_params ra = e2e_req(gb_, 0.9f, 4242, BOUNDED_MAX, 1, alone);
     CHECK_OK(pkv_engine_submit(e, &ra, NULL));
     drain(e);
+    pkv_engine_stats gst;
+    pkv_engine_stats_get(e, &gst); /* one mask per sampled token, timed (bench serve reports it) */
+    CHECK_INT((long long)gst.grammar_masks, alone[0].n);
+    CHECK(gst.grammar_mask_seconds > 0);
     pkv_engine_free(e);
     e = e2e_engine(m, NULL);
     for (int i = 0; i < 4; i++) {

@@ -39,6 +39,10 @@ static void usage(FILE *f) {
             "  --batch-tokens N       tokens per step (default 256)\n"
             "  --max-seqs N           sequences per step (default 64)\n"
             "  --temp T               0 = greedy (default)\n"
+            "  --json-object          every request constrained to a JSON object (response_format\n"
+            "                         json_object): outputs end where the object does; reports the\n"
+            "                         token-mask cost per sampled token (the built-in shape then gets\n"
+            "                         a printable 151,936-token vocabulary)\n"
             "  --seed S               load and sampling seed (default 1)\n"
             "  -d, -t, --page-size, --kv-type   as for run\n"
             "  --json                 one JSON object\n");
@@ -117,7 +121,9 @@ static void sleep_until(double t) {
     nanosleep(&ts, NULL);
 }
 
-static pkv_model *reference_model(const pkv_cli_model_opts *o) {
+/* The Qwen3-0.6B shape in memory; with_vocab: mkmodel's printable byte-level vocabulary of
+ * that size (a grammar needs each token's text), else token ids only. */
+static pkv_model *reference_model(const pkv_cli_model_opts *o, bool with_vocab) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = "qwen3";
     p.type = PKV_TYPE_Q8_0;
@@ -128,7 +134,7 @@ static pkv_model *reference_model(const pkv_cli_model_opts *o) {
     p.head_dim = 128;
     p.n_ff = 3072;
     p.n_vocab = 151936;
-    p.no_vocab = true;
+    p.no_vocab = !with_vocab;
     void *data = NULL;
     size_t size = 0;
     if (pkv_mkmodel_memory(&p, &data, &size)) {
@@ -149,6 +155,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     long long n_req = 32, clients = 8, p_mean = 96, g_mean = 32, pool = 0, host = 0, batch_tokens = 256, max_seqs = 64,
               seed = 1;
     double rate = 0, shared = 0, temp = 0;
+    bool json_object = false;
+    pkv_grammar *gram = NULL;
     bool json = false, swap = true, prefix = true, tiny = false, use_mtp = false;
     const char *draft_path = NULL;
     long long draft_max = 0;
@@ -184,6 +192,7 @@ int pkv_cli_bench_serve(int argc, char **argv) {
         FLT_OPT("--shared-prefix", 0, 0.99, shared)
         FLT_OPT("--temp", 0, 100, temp)
         else if (!strcmp(a, "--no-swap")) swap = false;
+        else if (!strcmp(a, "--json-object")) json_object = true;
         else if (!strcmp(a, "--no-prefix-cache")) prefix = false;
         else if (!strcmp(a, "--tiny")) tiny = true;
         else if (!strcmp(a, "--mtp")) use_mtp = true;
@@ -204,7 +213,7 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                         "--mtp or --draft FILE\n");
         return 2;
     }
-    pkv_model *m = o.model || tiny ? pkv_cli_open_model("bench serve", &o) : reference_model(&o);
+    pkv_model *m = o.model || tiny ? pkv_cli_open_model("bench serve", &o) : reference_model(&o, json_object);
     if (!m) return 1;
     pkv_model *draft = NULL;
     if (use_mtp || draft_path) {
@@ -283,6 +292,10 @@ int pkv_cli_bench_serve(int argc, char **argv) {
         fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
         goto out;
     }
+    if (json_object && !(gram = pkv_grammar_from_json_schema("{\"type\": \"object\"}", 18))) {
+        fprintf(stderr, "pagekv bench serve: --json-object: %s\n", pkv_errmsg());
+        goto out;
+    }
     if (pkv_engine_start(e)) {
         fprintf(stderr, "pagekv bench serve: engine thread: %s\n", pkv_errmsg());
         goto out;
@@ -300,7 +313,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
             q.prompt = r->prompt;
             q.n_prompt = r->n_prompt;
             q.max_tokens = r->max_tokens;
-            q.ignore_eos = true;
+            q.ignore_eos = gram == NULL; /* a grammar decides where the output ends */
+            q.grammar = gram;
             q.sampling.temp = (float)temp;
             q.sampling.seed = (uint64_t)seed + (uint64_t)next;
             q.on_event = on_event;
@@ -369,10 +383,13 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
                (long long)st.pages_peak, (unsigned long long)st.steps,
                st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0, b.n_error);
-        printf(" \"draft\": %s%s%s, \"draft_proposed\": %llu, \"draft_accepted\": %llu, \"draft_steps\": %llu}\n",
+        printf(" \"draft\": %s%s%s, \"draft_proposed\": %llu, \"draft_accepted\": %llu, \"draft_steps\": %llu,\n",
                draft ? "\"" : "", use_mtp ? "mtp" : draft_path ? draft_path : "null", draft ? "\"" : "",
                (unsigned long long)st.draft_proposed, (unsigned long long)st.draft_accepted,
                (unsigned long long)st.draft_steps);
+        printf(" \"grammar\": %s, \"vocab\": %d, \"grammar_masks\": %llu, \"grammar_mask_us_per_token\": %.1f}\n",
+                   gram ? "\"json_object\"" : "null", info.n_vocab, (unsigned long long)st.grammar_masks,
+                   st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
     } else {
         printf("bench serve: %lld requests (%s), prompt ~%lld tokens (%.0f%% shared), output ~%lld, %s weights, %s\n",
                n_req, rate > 0 ? "Poisson arrivals" : "closed loop", p_mean, shared * 100, g_mean, info.weight_type,
@@ -391,11 +408,16 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                    (unsigned long long)st.draft_accepted,
                    st.draft_proposed ? 100.0 * (double)st.draft_accepted / (double)st.draft_proposed : 0.0,
                    (unsigned long long)st.draft_steps);
+        if (gram)
+            printf("  json_object constraint: %llu token masks over a %d-token vocabulary, %.1f us each\n",
+                   (unsigned long long)st.grammar_masks, info.n_vocab,
+                   st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
         if (b.n_error) printf("  %d requests failed\n", b.n_error);
     }
     rc = b.n_error ? 1 : 0;
 out:
     pkv_engine_free(e);
+    pkv_grammar_free(gram);
     pkv_model_free(draft);
     pkv_model_free(m);
     for (int i = 0; rq && i < n_req; i++) free(rq[i].prompt);

@@ -112,6 +112,8 @@ struct pkv_engine {
     size_t cap_dtok;
     eng_seq **d_who;    /* [max_seqs] */
     uint64_t d_proposed, d_accepted, d_steps, d_disabled;
+    uint64_t g_masks;   /* constrained output: token masks computed, and their seconds */
+    double g_mask_s;
     pkv_grammar_vocab *gvocab; /* the model's token trie, made at the first request with a grammar */
     eng_req **reqs;     /* [n_reqs] admitted and waiting requests, priority order */
     int n_reqs, reqs_cap;

@@ -13,6 +13,7 @@
 #include "engine/engine.h" /* pkv_context_set_logits: a context request leaves its last logits */
 #include "kv/kv-impl.h" /* pkv_kv_seq_publish: offer a step's full pages at once */
 #include "model/model-impl.h"
+#include "engine/sampler.h" /* pkv_sampler_grammar_cost */
 
 static int64_t pages_for(const pkv_engine *e, int64_t n_tokens) { return (n_tokens + e->ps - 1) / e->ps; }
 
@@ -265,6 +266,8 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.draft_accepted = e->d_accepted;
     st.draft_steps = e->d_steps;
     st.draft_disabled = e->d_disabled;
+    st.grammar_masks = e->g_masks;
+    st.grammar_mask_seconds = e->g_mask_s;
     st.tokens_per_second = e->busy > 0 ? (double)e->generated / e->busy : 0.0;
     pthread_mutex_lock(&e->mu);
     for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;
@@ -668,7 +671,15 @@ static int pack_batch(pkv_engine *e, int nb) {
 static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
     eng_req *r = s->r;
     int32_t tok;
+    uint64_t m0 = 0, m1 = 0;
+    double s0 = 0, s1 = 0;
+    if (r->p.grammar) pkv_sampler_grammar_cost(s->smp, &m0, &s0);
     pkv_status st = pkv_sampler_sample(s->smp, row, &tok);
+    if (r->p.grammar) {
+        pkv_sampler_grammar_cost(s->smp, &m1, &s1);
+        e->g_masks += m1 - m0;
+        e->g_mask_s += s1 - s0;
+    }
     if (st) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", pkv_errmsg());

@@ -42,6 +42,8 @@ struct pkv_sampler {
     uint64_t *gmask;              /* [ceil(n_vocab / 64)] allowed tokens of the current state */
     bool gmask_ok;                /* gmask is that of the current state */
     int32_t gbad;                 /* a token accepted that the grammar refused, -1: none */
+    uint64_t gmask_n;             /* masks computed, and the seconds they took (bench serve) */
+    double gmask_s;
 };
 
 pkv_sampler_params pkv_sampler_default_params(void) {
@@ -176,6 +178,11 @@ pkv_status pkv_sampler_set_grammar(pkv_sampler *s, const pkv_grammar *g, const p
 
 bool pkv_sampler_has_grammar(const pkv_sampler *s) { return s && s->gm; }
 
+void pkv_sampler_grammar_cost(const pkv_sampler *s, uint64_t *n_masks, double *seconds) {
+    *n_masks = s ? s->gmask_n : 0;
+    *seconds = s ? s->gmask_s : 0;
+}
+
 bool pkv_sampler_grammar_complete(const pkv_sampler *s) { return !s || !s->gm || pkv_gmatch_complete(s->gm); }
 
 /* The sampler's grammar: the constraint of this state, or an error. */
@@ -184,7 +191,10 @@ static pkv_status grammar_mask(pkv_sampler *s) {
         return pkv_err(PKV_ERR_INVALID, "sampler: token %d was accepted but the grammar does not allow it there",
                        (int)s->gbad);
     if (s->gmask_ok) return PKV_OK;
+    const double t0 = pkv_time_now();
     int64_t n = pkv_gmatch_mask(s->gm, s->gv, s->gmask);
+    s->gmask_s += pkv_time_now() - t0;
+    s->gmask_n++;
     if (n < 0) return pkv_err_prefix(PKV_ERR_INVALID, "sampler: ");
     if (n == 0)
         return pkv_err(PKV_ERR_INVALID, "sampler: the grammar allows no token here (%s)",

@@ -20,5 +20,7 @@ pkv_status pkv_sampler_check_params(const pkv_sampler_params *p);
 
 /* The sampler has a grammar (pkv_sampler_set_grammar). */
 bool pkv_sampler_has_grammar(const pkv_sampler *s);
+/* Masks of allowed tokens computed so far and the seconds they took (0 without a grammar). */
+void pkv_sampler_grammar_cost(const pkv_sampler *s, uint64_t *n_masks, double *seconds);
 
 #endif /* PKV_SAMPLER_H */
