@@ -174,6 +174,13 @@ static void test_errors_and_basics(void) {
         {"{\"prompt\": \"hi\", \"stop\": [1]}", "'stop[0]' must be a string"},
         {"{\"prompt\": \"hi\", \"echo\": true}", "not supported"},
         {"{\"prompt\": \"hi\", \"prompt\": \"ho\"}", "invalid JSON"},
+        /* nothing is silently ignored (issue 28): unknown fields, unimplemented ones, limits */
+        {"{\"prompt\": \"hi\", \"foo\": 1}", "unknown field 'foo'"},
+        {"{\"prompt\": \"hi\", \"mirostat\": 2}", "'mirostat' is not implemented"},
+        {"{\"prompt\": \"hi\", \"logit_bias\": {\"5\": 1}}", "'logit_bias' is not implemented"},
+        {"{\"prompt\": \"hi\", \"messages\": []}", "'messages' is a field of /v1/chat/completions"},
+        {"{\"prompt\": \"hi\", \"max_tokens\": 100000}", "max_tokens asks for 100000 more"},
+        {"{\"prompt\": \"hi\", \"n_predict\": 100000}", "max_tokens asks for 100000 more"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int code = post("/v1/completions", bad[i].body, &j);
@@ -182,6 +189,22 @@ static void test_errors_and_basics(void) {
         th_checks++;
         json_decref(j);
     }
+    /* llama-server's and vLLM's names; fields that do not change the output */
+    CHECK_INT(post("/v1/completions", "{\"prompt\": \"hi\", \"n_predict\": 3, \"temperature\": 0, \"ignore_eos\": true, "
+                                      "\"user\": \"u\", \"metadata\": {\"a\": \"b\"}, \"store\": false, \"cache_prompt\": true}", &j), 200);
+    CHECK_INT(jint(j, "usage.completion_tokens"), 3);
+    json_decref(j);
+    char pen[2][4096];
+    for (int k = 0; k < 2; k++) {
+        CHECK_INT(post("/v1/completions", k ? "{\"prompt\": \"hi\", \"max_tokens\": 24, \"temperature\": 0, \"repeat_penalty\": 3, \"repeat_last_n\": 16}"
+                                            : "{\"prompt\": \"hi\", \"max_tokens\": 24, \"temperature\": 0, \"repetition_penalty\": 3, \"repeat_last_n\": 16}", &j), 200);
+        snprintf(pen[k], sizeof pen[k], "%s", jstr(j, "choices.0.text") ? jstr(j, "choices.0.text") : "?");
+        json_decref(j);
+    }
+    CHECK(!strcmp(pen[0], pen[1])); /* repeat_penalty is repetition_penalty */
+    CHECK_INT(post("/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 24, \"temperature\": 0}", &j), 200);
+    CHECK(jstr(j, "choices.0.text") && strcmp(pen[0], jstr(j, "choices.0.text"))); /* and it does something */
+    json_decref(j);
     /* invalid UTF-8 and deep nesting */
     CHECK_INT(post("/v1/completions", "{\"prompt\": \"\xff\xfe\"}", NULL), 400);
     CHECK(strstr(ts_body, "invalid JSON") != NULL);
@@ -550,7 +573,9 @@ static long long metric_value(const char *name) {
 /* One scheduler: a contexts-API generation is an engine request, batched with a
  * completion running at the same time (they share engine steps: fewer steps than
  * their tokens), and both answers equal the same requests served alone. */
-static void test_context_in_batch(void) {
+/* One try: true when the two generations shared engine steps (their outputs are checked
+ * either way). */
+static bool context_in_batch_once(bool last) {
     json_t *j;
     CHECK_INT(post("/v1/contexts", "{\"prompt\": \"the old lighthouse keeper counted the ships\"}", &j), 200);
     char id[32], path[128], out[512], cmd[1024];
@@ -584,7 +609,8 @@ static void test_context_in_batch(void) {
     CHECK(btext != NULL);
     CHECK_INT(jint(batched, "usage.completion_tokens"), 200);
     fprintf(stderr, "context generation (60 tokens) beside a completion (200): %lld engine steps\n", steps);
-    CHECK(steps > 0 && steps < 60 + 200); /* they shared steps */
+    const bool shared = steps > 0 && steps < 60 + 200; /* they shared steps */
+    if (shared || last) CHECK(shared);
     /* the completion alone */
     CHECK_INT(post("/v1/completions", cbody, &j), 200);
     CHECK(btext && jstr(j, "choices.0.text") && !strcmp(btext, jstr(j, "choices.0.text")));
@@ -610,6 +636,15 @@ static void test_context_in_batch(void) {
         snprintf(path, sizeof path, "/v1/contexts/%s", ids[i]);
         CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
     }
+    return shared;
+}
+
+/* Whether they share steps depends on when the second request reaches the engine: on a
+ * loaded machine the completion can end first, so up to three tries (each checks the
+ * content of both outputs), the last of which must share. */
+static void test_context_in_batch(void) {
+    for (int k = 0; k < 3; k++)
+        if (context_in_batch_once(k == 2)) return;
 }
 
 /* Idle contexts are swapped to the host pool after --context-swap and dropped

@@ -59,6 +59,8 @@ static void serve_usage(FILE *f) {
             "                         plus host pages of swapped ones (default: half the device pool) -> 503\n"
             "  --special-in-content   let message text produce special tokens (default: message text is\n"
             "                         data; only the chat template's own markup makes special tokens)\n"
+            "  --lenient-fields       ignore request fields unknown to OpenAI, llama-server and vLLM\n"
+            "                         (default: a 400 naming the field, so a typo is never silently ignored)\n"
             "  --draft FILE           speculative decoding with this draft model (same vocabulary, its own\n"
             "                         cache): every response equals the one without (docs/engine.md)\n"
             "  --mtp                  the model's own MTP (nextn) head as the draft (qwen35 files with\n"
@@ -111,6 +113,8 @@ int pkv_cli_serve(int argc, char **argv) {
             fprintf(stderr, "pagekv serve: --simple was retired: the serving engine runs every request, the contexts "
                             "API's generations included\n");
             return 2;
+        } else if (!strcmp(a, "--lenient-fields")) {
+            so.lenient_fields = true;
         } else if (!strcmp(a, "--special-in-content")) {
             so.special_in_content = true;
         } else if (!strcmp(a, "--context-pages")) {

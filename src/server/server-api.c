@@ -80,24 +80,100 @@ static bool add_stop(srv_req *r, const char *s, size_t n, srv_out *o) {
     return true;
 }
 
+/* The request fields of /v1/completions and /v1/chat/completions (issue 28: nothing is
+ * silently ignored). Each key of the body must be one that pagekv reads, one of
+ * llama-server's or vLLM's names for a parameter pagekv has (read below as an alias),
+ * or a field that does not change the output; a field of OpenAI, llama-server or vLLM
+ * that would change the output and is not implemented is a 400 naming it, and so is a
+ * field none of the three knows (--lenient-fields ignores those). */
+static const char *const k_fields_any[] = {
+    "model", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "max_tokens", "n_predict", "n", "stream",
+    "stream_options", "stop", "ignore_eos", "logprobs", "best_of", "echo", "grammar", "response_format",
+    "return_token_ids",
+    /* accepted, no effect on the output: OpenAI's bookkeeping, llama-server's and vLLM's hints */
+    "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "cache_prompt", "id_slot",
+    "timings_per_token", "request_id", "priority", NULL};
+static const char *const k_fields_chat[] = {
+    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort", NULL};
+static const char *const k_fields_completion[] = {"prompt", NULL};
+/* known to OpenAI, llama-server or vLLM, and they would change the output: not implemented */
+static const char *const k_fields_unimplemented[] = {
+    "logit_bias", "suffix", "functions", "function_call", "typical_p", "mirostat", "mirostat_tau", "mirostat_eta",
+    "tfs_z", "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base",
+    "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "samplers", "n_probs", "min_keep",
+    "penalize_nl", "n_keep", "json_schema", "lora", "min_tokens", "stop_token_ids", "guided_json", "guided_regex",
+    "guided_choice", "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search",
+    "length_penalty", "truncate_prompt_tokens", "prompt_logprobs", "include_stop_str_in_output",
+    "spaces_between_special_tokens", "skip_special_tokens", "add_special_tokens", "modalities", "audio", "prediction",
+    "web_search_options", "verbosity", "post_sampling_probs", "documents", "chat_template", "mm_processor_kwargs",
+    "bad_words", "allowed_token_ids", "t_max_predict_ms", "response_fields", "return_tokens", "image_data",
+    "multi_modal_data", NULL};
+
+static bool in_list(const char *const *l, const char *k) {
+    for (int i = 0; l[i]; i++)
+        if (!strcmp(l[i], k)) return true;
+    return false;
+}
+
+static bool check_fields(srv *s, json_t *b, int fmt, srv_out *o) {
+    if (fmt == SRV_FMT_CONTEXT) return true; /* the contexts API checks its own */
+    const char *k;
+    json_t *v;
+    json_object_foreach(b, k, v) {
+        if (in_list(k_fields_any, k) || in_list(fmt == SRV_FMT_CHAT ? k_fields_chat : k_fields_completion, k)) continue;
+        if (fmt == SRV_FMT_COMPLETION && in_list(k_fields_chat, k)) {
+            if (!strcmp(k, "tools") || !strcmp(k, "tool_choice") || !strcmp(k, "parallel_tool_calls"))
+                continue; /* refused below with what to use instead */
+            srv_error(o, 400, "'%s' is a field of /v1/chat/completions, not of /v1/completions", k);
+            return false;
+        }
+        if (in_list(k_fields_unimplemented, k)) {
+            if (json_is_null(v)) continue; /* null is the default everywhere */
+            srv_error(o, 400, "'%s' is not implemented by pagekv serve (it would change the output; "
+                              "docs/server.md lists what is)", k);
+            return false;
+        }
+        if (s->o.lenient_fields) continue;
+        srv_error(o, 400, "unknown field '%s' (neither OpenAI's, llama-server's nor vLLM's; "
+                          "start the server with --lenient-fields to ignore unknown fields)", k);
+        return false;
+    }
+    return true;
+}
+
 bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, srv_out *o) {
+    if (!check_fields(s, b, fmt, o)) return false;
     double temp = 1.0, top_p = 1.0, min_p = 0.0, pres = 0, freq = 0, rep = 1.0;
+    long long last_n = -1;
     long long top_k = 0, seed = -1, max_tokens = fmt == SRV_FMT_COMPLETION ? s->o.max_tokens_default : s->n_ctx,
               top_lp = 0;
     json_t *sv = json_object_get(b, "seed");
     if (!get_num(b, "temperature", 0, 2, &temp, o) || !get_num(b, "top_p", 1e-9, 1, &top_p, o) ||
         !get_num(b, "min_p", 0, 1, &min_p, o) || !get_int(b, "top_k", -1, 1 << 30, &top_k, o) ||
         !get_num(b, "presence_penalty", -2, 2, &pres, o) || !get_num(b, "frequency_penalty", -2, 2, &freq, o) ||
-        !get_num(b, "repetition_penalty", 1e-3, 10, &rep, o) ||
-        !get_int(b, "seed", INT64_MIN, INT64_MAX, &seed, o) || !get_int(b, "max_tokens", 1, 1 << 30, &max_tokens, o) ||
+        !get_num(b, "repeat_penalty", 1e-3, 10, &rep, o) || /* llama-server's name */
+        !get_num(b, "repetition_penalty", 1e-3, 10, &rep, o) || !get_int(b, "repeat_last_n", 0, 1 << 20, &last_n, o) ||
+        !get_int(b, "seed", INT64_MIN, INT64_MAX, &seed, o) ||
+        !get_int(b, "n_predict", -1, 1 << 30, &max_tokens, o) || /* llama-server's name; -1 = the default */
+        !get_int(b, "max_tokens", 1, 1 << 30, &max_tokens, o) ||
         !get_int(b, "max_completion_tokens", 1, 1 << 30, &max_tokens, o))
         return false;
+    if (max_tokens < 0) max_tokens = fmt == SRV_FMT_COMPLETION ? s->o.max_tokens_default : s->n_ctx;
+    /* a limit the client asked for is kept or refused, never cut (vLLM's rule; see srv_api_completions) */
+    json_t *np = json_object_get(b, "n_predict");
+    r->max_tokens_asked = (json_object_get(b, "max_tokens") && !json_is_null(json_object_get(b, "max_tokens"))) ||
+                          (json_object_get(b, "max_completion_tokens") &&
+                           !json_is_null(json_object_get(b, "max_completion_tokens"))) ||
+                          (json_is_integer(np) && json_integer_value(np) >= 0);
     r->sp = pkv_sampler_default_params();
     r->sp.temp = (float)temp;
     r->sp.top_p = (float)top_p;
     r->sp.min_p = (float)min_p;
     r->sp.top_k = top_k < 0 ? 0 : (int)top_k;
     r->sp.repeat_penalty = (float)rep;
+    if (last_n >= 0) r->sp.repeat_last_n = (int)last_n;
     if (sv && !json_is_null(sv)) r->sp.seed = (uint64_t)seed;
     else r->sp.seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r; /* no seed: a fresh one */
     r->sp.presence_penalty = (float)pres;
@@ -687,6 +763,12 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     if (r->n_prompt >= s->n_ctx) {
         srv_error(o, 400, "the prompt has %d tokens; the context holds %lld (start the server with a larger -c)",
                   r->n_prompt, (long long)s->n_ctx);
+        goto out;
+    }
+    if (r->max_tokens_asked && (int64_t)r->n_prompt + r->max_tokens > s->n_ctx) {
+        srv_error(o, 400, "the context holds %lld tokens: the prompt has %d and max_tokens asks for %d more "
+                          "(ask for at most %lld, or start the server with a larger -c)",
+                  (long long)s->n_ctx, r->n_prompt, r->max_tokens, (long long)(s->n_ctx - r->n_prompt));
         goto out;
     }
     char id[64];

@@ -55,6 +55,7 @@ typedef struct srv_req {
                               request on it; 0 = none */
     pkv_grammar *grammar;  /* constrained output; a reference the request owns */
     bool special_text;     /* special tokens' text is kept in the output (tool-call markers) */
+    bool max_tokens_asked; /* max_tokens came from the request (refused beyond the context, not cut) */
 
     /* Shared state, under mu. */
     pthread_mutex_t mu;

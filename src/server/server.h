@@ -39,6 +39,7 @@ typedef struct pkv_serve_opts {
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
+    bool lenient_fields;       /* unknown request fields are ignored (off: a 400 naming them) */
     /* speculative decoding in the serving engine (pkv_engine_params.draft) */
     const char *draft;         /* a draft model file with the model's vocabulary; NULL = none */
     bool mtp;                  /* the model file's own MTP head as the draft */
