@@ -164,6 +164,13 @@ const char *pkv_tpl_source(pkv_tpl t) {
 
 /* ------------------------------------------------------------- chat layer */
 
+typedef enum {
+    PKV_CONT_AUTO,   // generation prompt cut at think_start, then think_start, reasoning, think_end, content
+    PKV_CONT_GPTOSS, // analysis channel message, then final channel message
+    PKV_CONT_GEMMA4, // <|turn>model, <|channel>thought, reasoning, <channel|>, content
+    PKV_CONT_QWEN3X, // <|im_start|>assistant and, when the template thinks, a <think> block
+} pkv_cont_style;
+
 struct pkv_chat {
     pkv_jinja *j;
     char *src, *bos, *eos;
@@ -171,6 +178,11 @@ struct pkv_chat {
     /* what the template does with its inputs, found by rendering probe
      * conversations as llama.cpp's jinja::caps_get does */
     bool string_content, typed_content, system_role, tool_calls, object_arguments;
+    /* how a continued final assistant message is written after the prompt
+     * (llama.cpp: a dedicated handler for some template families, else the
+     * differential autoparser's reasoning markers) */
+    pkv_cont_style cont_style;
+    char *think_start, *think_end; // reasoning markers as rendered, "" when none (autoparser style only)
 };
 
 static json_t *jparse(const char *s) { return json_loads(s, 0, NULL); }
@@ -246,6 +258,8 @@ void pkv_chat_free(pkv_chat *c) {
     free(c->src);
     free(c->bos);
     free(c->eos);
+    free(c->think_start);
+    free(c->think_end);
     free(c);
 }
 
@@ -279,6 +293,8 @@ static void patch_source(char **src) {
     }
 }
 
+static void find_reasoning(pkv_chat *c);
+
 pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char *eos, bool add_bos, bool add_eos,
                         char *err, size_t err_size) {
     pkv_chat *c = calloc(1, sizeof *c);
@@ -297,6 +313,12 @@ pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char
         return NULL;
     }
     find_caps(c);
+    find_reasoning(c);
+    if (!c->think_start || !c->think_end) {
+        snprintf(err, err_size, "out of memory");
+        pkv_chat_free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -491,6 +513,220 @@ static char *render_ctx(const pkv_chat *c, json_t *ctx, int64_t now, size_t *len
     return out;
 }
 
+/* ---- reasoning markers for continuing a final assistant message: the facts of
+ * llama.cpp's differential template analysis (common/chat-diff-analyzer.cpp,
+ * analyze_reasoning and its source-text workarounds), on the same probes. */
+
+#define R_USER "U_USER_MSG Hello END_U"
+#define R_ASST "A_ASST_MSG I can help END_A"
+#define R_THINK "REASON_PART I am thinking END_R"
+
+static char *render_json(const pkv_chat *c, json_t *ctx) {
+    if (!ctx) return NULL;
+    pkv_jinja_error e;
+    size_t len;
+    pkv_jinja_limits lim = {.max_steps = 1000000, .max_output = (size_t)1 << 20, .max_memory = (size_t)64 << 20};
+    json_object_set_new(ctx, "bos_token", json_string(c->bos));
+    json_object_set_new(ctx, "eos_token", json_string(c->eos));
+    put_date(ctx, 1);
+    char *r = pkv_jinja_render(c->j, ctx, false, 1, &lim, &len, NULL, NULL, NULL, &e);
+    json_decref(ctx);
+    return r;
+}
+
+static bool cws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
+/* the end of a <...> or [...] marker starting at s[i], or 0 when none starts there */
+static size_t marker_end(const char *s, size_t i) {
+    char cl = s[i] == '<' ? '>' : s[i] == '[' ? ']' : 0;
+    if (!cl) return 0;
+    const char *e = strchr(s + i + 1, cl);
+    return e ? (size_t)(e - s) + 1 : 0;
+}
+
+/* s without leading and trailing whitespace, malloc'd */
+static char *trim_dup(const char *s, size_t n) {
+    while (n && cws(*s)) s++, n--;
+    while (n && cws(s[n - 1])) n--;
+    return dupn(s, n);
+}
+
+/* segments of text split at <...> and [...] markers, whitespace-only text
+ * segments dropped (segmentize_markers + prune_whitespace_segments); returns
+ * the count, writes at most max [start, end, is_marker] triples */
+static size_t segments(const char *t, size_t (*seg)[3], size_t max) {
+    size_t n = 0, last = 0, i = 0, len = strlen(t);
+    while (i < len) {
+        size_t e = (t[i] == '<' || t[i] == '[') ? marker_end(t, i) : 0;
+        if (!e) {
+            i++;
+            continue;
+        }
+        size_t parts[2][3] = {{last, i, 0}, {i, e, 1}};
+        for (int k = 0; k < 2; k++) {
+            size_t a = parts[k][0], b = parts[k][1];
+            bool blank = true;
+            for (size_t x = a; x < b; x++) blank = blank && cws(t[x]);
+            if (blank) continue;
+            if (n < max) memcpy(seg[n], parts[k], sizeof parts[k]);
+            n++;
+        }
+        last = i = e;
+    }
+    bool blank = true;
+    for (size_t x = last; x < len; x++) blank = blank && cws(t[x]);
+    if (!blank) {
+        if (n < max) seg[n][0] = last, seg[n][1] = len, seg[n][2] = 0;
+        n++;
+    }
+    return n;
+}
+
+/* reasoning_content rendered in a past assistant turn: the marker before it
+ * (with the whitespace up to it) is the start, the marker after it (with the
+ * whitespace around it) the end; or only an end marker after it */
+static void reasoning_presence(const pkv_chat *c, char **start, char **end) {
+    char *a = render_json(c, json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:b,s:b}", "messages", "role", "user", "content", R_USER,
+                                       "role", "assistant", "content", R_ASST, "add_generation_prompt", 0,
+                                       "enable_thinking", 1));
+    char *b = render_json(c, json_pack("{s:[{s:s,s:s},{s:s,s:s,s:s}],s:b,s:b}", "messages", "role", "user", "content", R_USER,
+                                       "role", "assistant", "content", R_ASST, "reasoning_content", R_THINK,
+                                       "add_generation_prompt", 0, "enable_thinking", 1));
+    const char *r = a && b && strcmp(a, b) ? strstr(b, R_THINK) : NULL;
+    if (r) {
+        size_t ri = (size_t)(r - b), re = ri + strlen(R_THINK);
+        /* after: whitespace, a marker, whitespace */
+        size_t x = re;
+        while (cws(b[x])) x++;
+        size_t me = marker_end(b, x), pe = me;
+        while (pe && cws(b[pe])) pe++;
+        /* before: a marker, whitespace */
+        size_t y = ri, ps = 0;
+        bool pre = false;
+        while (y && cws(b[y - 1])) y--;
+        if (y && (b[y - 1] == '>' || b[y - 1] == ']')) {
+            char op = b[y - 1] == '>' ? '<' : '[';
+            for (size_t k = y - 1; k-- > 0 && b[k] != b[y - 1];)
+                if (b[k] == op) ps = k, pre = true;
+        }
+        if (pre && me) {
+            *start = dupn(b + ps, ri - ps);
+            *end = dupn(b + re, pe - re);
+        } else if (me) {
+            *end = dupn(b + x, pe - x);
+        }
+    }
+    free(a);
+    free(b);
+}
+
+/* the generation prompt with enable_thinking false and true: what one adds
+ * and the other lacks names the markers */
+static void thinking_enabled(const pkv_chat *c, char **start, char **end) {
+    char *A = render_json(c, json_pack("{s:[{s:s,s:s}],s:b,s:b}", "messages", "role", "user", "content", R_USER,
+                                       "add_generation_prompt", 1, "enable_thinking", 0));
+    char *B = render_json(c, json_pack("{s:[{s:s,s:s}],s:b,s:b}", "messages", "role", "user", "content", R_USER,
+                                       "add_generation_prompt", 1, "enable_thinking", 1));
+    if (!A || !B) goto out;
+    size_t la = strlen(A), lb = strlen(B), p = 0, q = 0;
+    while (p < la && p < lb && A[p] == B[p]) p++;
+    while (q < la - p && q < lb - p && A[la - 1 - q] == B[lb - 1 - q]) q++;
+    char *left = dupn(A + p, la - p - q), *right = dupn(B + p, lb - p - q);
+    char *lt = trim_dup(left, strlen(left)), *rt = trim_dup(right, strlen(right));
+    size_t llt = strlen(lt), lrt = strlen(rt);
+    if (!*lt && *right) {
+        if (*rt && lb >= lrt && !strcmp(B + lb - lrt, rt) && !**start) {
+            free(*start);
+            *start = right;
+            right = NULL;
+        }
+    } else if (!*rt && *left) {
+        if (*lt && la >= llt && !strcmp(A + la - llt, lt) && !**end) {
+            size_t seg[1024][3];
+            size_t n = segments(A, seg, 1024);
+            if (n >= 2 && n <= 1024 && seg[n - 1][1] - seg[n - 1][0] == llt && !memcmp(A + seg[n - 1][0], lt, llt) &&
+                seg[n - 2][2]) {
+                free(*start);
+                *start = dupn(A + seg[n - 2][0], seg[n - 2][1] - seg[n - 2][0]);
+            }
+            free(*end);
+            *end = left;
+            left = NULL;
+        }
+    } else if (*lt && *rt) {
+        /* the tail of one output found in the other, followed by two markers */
+        for (int dir = 0; dir < 2; dir++) {
+            const char *base = dir ? A : B, *ext = dir ? B : A;
+            size_t bl = strlen(base), el = strlen(ext), n = bl < 64 ? bl : 64;
+            const char *anchor = base + bl - n, *pos = NULL;
+            for (const char *f = strstr(ext, anchor); f; f = strstr(f + 1, anchor)) pos = f;
+            if (!pos || (size_t)(pos - ext) + n >= el) continue;
+            char *extra = trim_dup(pos + n, el - (size_t)(pos - ext) - n);
+            size_t seg[3][3];
+            if (*extra && segments(extra, seg, 3) == 2 && seg[0][2] && seg[1][2]) {
+                if (!**start) {
+                    free(*start);
+                    *start = dupn(extra + seg[0][0], seg[0][1] - seg[0][0]);
+                }
+                if (!**end) {
+                    free(*end);
+                    *end = dupn(extra + seg[1][0], seg[1][1] - seg[1][0]);
+                }
+                free(extra);
+                break;
+            }
+            free(extra);
+        }
+    }
+    free(left);
+    free(right);
+    free(lt);
+    free(rt);
+out:
+    free(A);
+    free(B);
+}
+
+static void set_markers(pkv_chat *c, const char *start, const char *end) {
+    free(c->think_start);
+    free(c->think_end);
+    c->think_start = strdup(start);
+    c->think_end = strdup(end);
+}
+
+static void find_reasoning(pkv_chat *c) {
+    const char *s = c->src;
+    /* the families llama.cpp gives a dedicated handler (common_chat_try_specialized_template) */
+    if (strstr(s, "<|channel|>")) c->cont_style = PKV_CONT_GPTOSS;
+    else if (strstr(s, "'<|tool_call>call:'")) c->cont_style = PKV_CONT_GEMMA4;
+    else if (strstr(s, "<tool_call>") && strstr(s, "<function=") && strstr(s, "<parameter=") &&
+             !strstr(s, "'<tool_call><function=' ~ tool_call.name ~ '>'"))
+        c->cont_style = PKV_CONT_QWEN3X;
+    else c->cont_style = PKV_CONT_AUTO;
+    char *start = strdup(""), *end = strdup("");
+    if (c->cont_style == PKV_CONT_AUTO && start && end) {
+        reasoning_presence(c, &start, &end);
+        thinking_enabled(c, &start, &end);
+    }
+    c->think_start = start ? start : strdup("");
+    c->think_end = end ? end : strdup("");
+    if (!c->think_start || !c->think_end) return;
+    /* llama.cpp's source-text workarounds that set reasoning markers */
+    if (strstr(s, "content.split('</think>')") && !strstr(s, "reasoning_content") && !strstr(s, "<SPECIAL_12>") &&
+        !*c->think_start && !*c->think_end)
+        set_markers(c, "<think>", "</think>"); /* old Qwen / DeepSeek-R1 */
+    if (strstr(s, "Write your thoughts between <think></think> and write your response between <response></response>"))
+        set_markers(c, "<think>", "</think>"); /* Granite 3.3 */
+    if (strstr(s, "<SPECIAL_10>") && strstr(s, "<SPECIAL_11>") && strstr(s, "<SPECIAL_12>") && strstr(s, "<TOOL_RESPONSE>"))
+        set_markers(c, "<think>\n", "</think>"); /* Nemotron Nano v2 */
+    if (strstr(s, "laguna_glm_thinking")) { /* Laguna: the bare tags */
+        char *a = trim_dup(c->think_start, strlen(c->think_start)), *b = trim_dup(c->think_end, strlen(c->think_end));
+        if (a && b) set_markers(c, a, b);
+        free(a);
+        free(b);
+    }
+}
+
 char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, size_t **spans, size_t *n_spans, int *status,
                      char *err, size_t err_size) {
     creq q = {err, err_size, 0};
@@ -631,18 +867,50 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
 
     if (!(out = render_ctx(c, ctx, now, len, spans, n_spans, &q))) goto done;
     if (cont) {
-        /* the generation prompt: what add_generation_prompt adds to the text */
-        size_t glen;
-        json_object_set_new(ctx, "add_generation_prompt", json_true());
-        if (!(gen = render_ctx(c, ctx, now, &glen, NULL, NULL, &q))) goto done;
-        size_t p = 0;
-        while (p < *len && p < glen && out[p] == gen[p]) p++;
-        const char *tail = gen + p;
-        size_t tl2 = glen - p;
+        /* llama.cpp renders the messages before the continued one, then writes
+         * the assistant's opening, the reasoning block its template analysis
+         * names (find_reasoning) and the message's text */
         const char *content = str_or(cont, "content", "");
         const char *reasoning = str_or(cont, "reasoning_content", "");
-        bool think = strstr(c->src, "<think>") && strstr(c->src, "</think>");
-        size_t need = *len + tl2 + strlen(content) + strlen(reasoning) + 64;
+        bool content_mode = !(json_is_string(cfm) && !strcmp(json_string_value(cfm), "reasoning_content")) &&
+                            !(!*content && *reasoning && !json_is_string(cfm));
+        const char *pre = "", *start = "", *end = "", *mid = "";
+        size_t pre_len = 0;
+        switch (c->cont_style) {
+        case PKV_CONT_GPTOSS:
+            pre = "<|start|>assistant<|channel|>analysis<|message|>";
+            mid = "<|end|><|start|>assistant<|channel|>final<|message|>";
+            break;
+        case PKV_CONT_GEMMA4:
+            pre = *len >= 8 && !strcmp(out + *len - 8, "<turn|>\n") ? "<|turn>model\n" : "";
+            start = "<|channel>thought\n";
+            mid = "<channel|>";
+            break;
+        case PKV_CONT_QWEN3X:
+            pre = "<|im_start|>assistant\n";
+            if (strstr(c->src, "<think>")) start = "<think>\n", end = "\n</think>\n\n";
+            break;
+        case PKV_CONT_AUTO: {
+            /* the generation prompt: what add_generation_prompt adds to the text,
+             * cut where the reasoning start marker begins */
+            size_t glen;
+            json_object_set_new(ctx, "add_generation_prompt", json_true());
+            if (!(gen = render_ctx(c, ctx, now, &glen, NULL, NULL, &q))) goto done;
+            size_t p = 0;
+            while (p < *len && p < glen && out[p] == gen[p]) p++;
+            pre = gen + p;
+            start = c->think_start;
+            end = c->think_end;
+            if (*start && strstr(pre, start)) pre_len = (size_t)(strstr(pre, start) - pre);
+            else pre_len = strlen(pre);
+            break;
+        }
+        }
+        if (c->cont_style != PKV_CONT_AUTO) pre_len = strlen(pre);
+        /* the reasoning block is written whenever the style has one */
+        bool block = c->cont_style == PKV_CONT_GPTOSS || *start;
+        if (!content_mode) end = mid = content = "";
+        size_t need = *len + pre_len + strlen(start) + strlen(reasoning) + strlen(end) + strlen(mid) + strlen(content) + 1;
         char *r = realloc(out, need);
         if (!r) {
             q.status = 500;
@@ -650,41 +918,22 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
             goto done;
         }
         out = r;
-        const char *tk = think ? strstr(tail, "<think>") : NULL;
-        size_t keep = tk ? (size_t)(tk - tail) : tl2;
-        memcpy(out + *len, tail, keep);
-        *len += keep;
+        memcpy(out + *len, pre, pre_len);
+        *len += pre_len;
         out[*len] = 0;
-        if (think) {
-            strcat(out, "<think>\n");
-            size_t a = strlen(out);
-            strcat(out, reasoning);
-            if (spans) {
-                size_t *q2 = realloc(*spans, (2 * *n_spans + 4) * sizeof *q2);
+        const char *pieces[5] = {start, block ? reasoning : "", end, mid, content};
+        for (int pc = 0; pc < 5; pc++) {
+            size_t a = *len, n = strlen(pieces[pc]);
+            memcpy(out + *len, pieces[pc], n + 1);
+            *len += n;
+            if (spans && n && (pc == 1 || pc == 4)) { /* the message's own text is data */
+                size_t *q2 = realloc(*spans, (2 * *n_spans + 2) * sizeof *q2);
                 if (q2) {
                     *spans = q2;
-                    if (strlen(reasoning)) {
-                        q2[2 * *n_spans] = a;
-                        q2[2 * *n_spans + 1] = strlen(out);
-                        (*n_spans)++;
-                    }
+                    q2[2 * *n_spans] = a;
+                    q2[2 * *n_spans + 1] = *len;
+                    (*n_spans)++;
                 }
-            }
-            bool content_mode = !(json_is_string(cfm) && !strcmp(json_string_value(cfm), "reasoning_content")) &&
-                                !(!*content && *reasoning && !json_is_string(cfm));
-            if (content_mode) strcat(out, "\n</think>\n\n");
-            else content = "";
-        }
-        size_t a = strlen(out);
-        strcat(out, content);
-        *len = strlen(out);
-        if (spans && *len > a) {
-            size_t *q2 = realloc(*spans, (2 * *n_spans + 2) * sizeof *q2);
-            if (q2) {
-                *spans = q2;
-                q2[2 * *n_spans] = a;
-                q2[2 * *n_spans + 1] = *len;
-                (*n_spans)++;
             }
         }
     }
