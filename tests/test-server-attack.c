@@ -300,7 +300,7 @@ static void test_memory(pid_t pid) {
     REQUIRE_VOID(alone != NULL);
     json_t *aj = json_loads(alone, 0, NULL);
     CHECK(aj && json_array_size(jget(aj, "tokens")) > 100000 &&
-          json_array_size(jget(aj, "tokens")) == json_array_size(jget(aj, "pieces")));
+          json_is_string(json_object_get(json_array_get(jget(aj, "tokens"), 0), "piece")));
     json_decref(aj);
     parallel_posts(8, bf, "/tokenize");
     int same = 0;

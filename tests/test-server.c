@@ -157,6 +157,23 @@ static void test_errors_and_basics(void) {
     CHECK(jstr(j, "error.message") != NULL);
     json_decref(j);
     CHECK_INT(get("/v1/completions", NULL), 405);
+    /* llama-server's and OpenAI's conventions (issue 28 item 4) */
+    CHECK_INT(get("/v1/models/tiny", &j), 200);
+    CHECK(jstr(j, "id") && !strcmp(jstr(j, "id"), "tiny") && jstr(j, "object") && !strcmp(jstr(j, "object"), "model"));
+    json_decref(j);
+    CHECK_INT(get("/v1/models/other", NULL), 404);
+    CHECK(strstr(ts_body, "serves 'tiny'") != NULL);
+    CHECK_INT(get("/props", &j), 200);
+    CHECK(jstr(j, "chat_template") && strstr(jstr(j, "chat_template"), "<|im_start|>"));
+    CHECK_INT(jint(j, "n_ctx"), 256);
+    CHECK_INT(jint(j, "total_slots"), 4);
+    json_decref(j);
+    /* CORS (--cors-origin): a preflight without the API key, the origin on every answer */
+    CHECK_INT(ts_http(g_port, "-i -X OPTIONS /v1/chat/completions"), 204);
+    CHECK(strstr(ts_body, "Access-Control-Allow-Origin: http://localhost:3000") != NULL);
+    CHECK(strstr(ts_body, "Access-Control-Allow-Headers: Authorization, Content-Type") != NULL);
+    CHECK_INT(ts_http(g_port, "-i %s /v1/models", g_auth), 200);
+    CHECK(strstr(ts_body, "Access-Control-Allow-Origin: http://localhost:3000") != NULL);
     /* bad bodies: each a 400 with a message */
     static const struct { const char *body, *msg; } bad[] = {
         {"{\"prompt\": \"hi\"", "invalid JSON"},
@@ -246,10 +263,26 @@ static void test_errors_and_basics(void) {
     }
     /* tokenize / detokenize round trip */
     CHECK_INT(post("/tokenize", "{\"content\": \"hello world and more words\", \"add_special\": false, \"with_pieces\": true}", &j), 200);
-    json_t *toks = json_object_get(j, "tokens");
-    CHECK(json_array_size(toks) > 0);
-    CHECK_INT(json_array_size(json_object_get(j, "pieces")), json_array_size(toks));
-    json_t *treq = json_pack("{s:O}", "tokens", toks);
+    json_t *tp = json_object_get(j, "tokens"); /* llama-server's layout: [{id, piece}] */
+    CHECK(json_array_size(tp) > 0);
+    json_t *toks = json_array();
+    static char joined[256];
+    size_t jl = 0;
+    for (size_t i = 0; i < json_array_size(tp); i++) {
+        json_t *e = json_array_get(tp, i), *pc = json_object_get(e, "piece");
+        CHECK(json_is_integer(json_object_get(e, "id")) && json_is_string(pc));
+        json_array_append(toks, json_object_get(e, "id"));
+        if (json_is_string(pc) && jl + json_string_length(pc) < sizeof joined)
+            memcpy(joined + jl, json_string_value(pc), json_string_length(pc)), jl += json_string_length(pc);
+    }
+    joined[jl] = 0;
+    CHECK(!strcmp(joined, "hello world and more words")); /* the pieces spell the text */
+    /* add_special defaults to false as in llama-server: the same ids without it */
+    json_t *j2;
+    CHECK_INT(post("/tokenize", "{\"content\": \"hello world and more words\"}", &j2), 200);
+    CHECK(json_equal(json_object_get(j2, "tokens"), toks));
+    json_decref(j2);
+    json_t *treq = json_pack("{s:o}", "tokens", toks);
     char *req = json_dumps(treq, JSON_COMPACT);
     json_decref(treq);
     json_t *d;
@@ -1172,8 +1205,8 @@ int main(void) {
     static const char *const backends[1] = {""};
     for (int b = 0; b < 1; b++) {
         g_auth = "-H 'Authorization: Bearer test-key'";
-        snprintf(args, sizeof args, "-m '%s' -c 256 --chat-template chatml --api-key test-key --alias tiny --max-body 65536 "
-                                    "--parallel 4 %s", g_model, backends[b]);
+        snprintf(args, sizeof args, "-m '%s' -c 256 --chat-template chatml --api-key test-key -a tiny --max-body 65536 "
+                                    "-np 4 --jinja --cors-origin http://localhost:3000 %s", g_model, backends[b]);
         pid_t pid = ts_start(args, logp, &g_port);
         REQUIRE(pid > 0);
         int f0 = th_failures;
@@ -1208,6 +1241,9 @@ int main(void) {
         if (f) pclose(f);
         static char buf[1 << 20];
         CHECK(strstr(th_read_text(out, buf, sizeof buf), "data: [DONE]") != NULL);
+        /* one log line per request, as llama-server writes (issue 28 item 4) */
+        CHECK(log_has(logp, "pagekv serve: request cmpl-") && log_has(logp, "pagekv serve: request chatcmpl-"));
+        CHECK(log_has(logp, " cached), generated "));
         if (th_failures > f0) {
             char c2[1024];
             snprintf(c2, sizeof c2, "tail -20 '%s' >&2", logp);
@@ -1251,6 +1287,9 @@ int main(void) {
     CHECK(strstr(ts_body, "<|im_start|>user\\nhi<|im_end|>") != NULL);
     CHECK_INT(ts_stop(pid, SIGINT), 0);
     CHECK(log_has(logp, "the model has no chat template (tokenizer.chat_template): chat requests use chatml"));
+    /* a flag that means nothing here says why; a per-request log line */
+    CHECK_INT(th_cli("", true, "serve -m '%s' -ngl 99", g_model), 2);
+    HAS("does not offload a number of layers");
     return th_done();
 }
 #endif

@@ -46,7 +46,12 @@ static void serve_usage(FILE *f) {
             "  --api-key KEY          require 'Authorization: Bearer KEY' (also from PKV_API_KEY)\n"
             "  --chat-template NAME|FILE  a built-in template (%s) or a Jinja file\n"
             "                         instead of the model's tokenizer.chat_template (run by pagekv's Jinja)\n"
-            "  --alias NAME           model id for /v1/models (default: the file name)\n"
+            "  --alias NAME           model id for /v1/models (default: the file name); also -a,\n"
+            "                         --served-model-name (llama-server's and vLLM's names)\n"
+            "  --seed N               sampling seed of requests that give none (default -1: a fresh one each)\n"
+            "  --cors-origin ORIGIN   let browser pages from ORIGIN ('*' = any) call the server: CORS headers\n"
+            "                         and preflights (default: none; OPTIONS is answered 204 either way)\n"
+            "  -np N                  as --parallel (llama-server's name); --jinja is accepted (the default)\n"
             "  --max-body BYTES       request body limit (default %zu) -> 413\n"
             "  --max-header BYTES     per-connection memory for request line + headers (default %zu) -> 431\n"
             "  --max-conns N          simultaneous connections (default %d)\n"
@@ -103,7 +108,19 @@ int pkv_cli_serve(int argc, char **argv) {
             so.port = (int)x;
         } else if (!strcmp(a, "--port-file")) {
             if (!(so.port_file = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--parallel")) {
+        } else if (!strcmp(a, "--jinja")) {
+            /* llama-server's flag: the GGUF's Jinja template is what pagekv runs anyway */
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
+            fprintf(stderr, "pagekv serve: %s has no meaning here: pagekv does not offload a number of layers; the "
+                            "whole model runs on -d DEVICE (e.g. -d vulkan:0), or split by heads over --devices A,B, "
+                            "with the KV cache beside it (see 'pagekv devices')\n", a);
+            return 2;
+        } else if (!strcmp(a, "--cors-origin")) {
+            if (!(so.cors_origin = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
+            so.seed = x;
+        } else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 256, &x)) return 2;
             so.parallel = (int)x;
         } else if (!strcmp(a, "--batch-tokens")) {
@@ -133,7 +150,7 @@ int pkv_cli_serve(int argc, char **argv) {
             if (!(so.api_key = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chat-template")) {
             if (!(so.chat_template = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--alias")) {
+        } else if (!strcmp(a, "--alias") || !strcmp(a, "-a") || !strcmp(a, "--served-model-name")) {
             if (!(so.alias = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--max-body")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1024, 1ll << 30, &x)) return 2;

@@ -175,6 +175,7 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
     r->sp.repeat_penalty = (float)rep;
     if (last_n >= 0) r->sp.repeat_last_n = (int)last_n;
     if (sv && !json_is_null(sv)) r->sp.seed = (uint64_t)seed;
+    else if (s->o.seed >= 0) r->sp.seed = (uint64_t)s->o.seed; /* serve --seed */
     else r->sp.seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r; /* no seed: a fresh one */
     r->sp.presence_penalty = (float)pres;
     r->sp.frequency_penalty = (float)freq;
@@ -417,12 +418,36 @@ static json_t *usage_json(const srv_req *r) {
 
 /* --------------------------------------------------------------- models */
 
+static json_t *model_json(srv *s) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:I,s:s}}", "id", s->model_id, "object", "model", "created",
+                     (json_int_t)s->created, "owned_by", "pagekv", "meta", "arch", s->info.arch, "n_vocab",
+                     s->info.n_vocab, "n_layer", s->info.n_layer, "n_ctx", (json_int_t)s->n_ctx, "chat_template",
+                     s->tpl_name);
+}
+
 void srv_api_models(srv *s, srv_out *o) {
     o->status = 200;
-    o->json = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:I,s:s}}]}", "object", "list", "data", "id", s->model_id,
-                        "object", "model", "created", (json_int_t)s->created, "owned_by", "pagekv", "meta", "arch",
-                        s->info.arch, "n_vocab", s->info.n_vocab, "n_layer", s->info.n_layer, "n_ctx", (json_int_t)s->n_ctx,
-                        "chat_template", s->tpl_name);
+    o->json = json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s));
+}
+
+void srv_api_model(srv *s, const char *id, srv_out *o) {
+    if (strcmp(id, s->model_id))
+        return srv_error(o, 404, "the model '%s' is not served here; this server serves '%s'", id, s->model_id);
+    o->status = 200;
+    o->json = model_json(s);
+}
+
+/* GET /props: llama-server's model and server properties, the chat template included. */
+void srv_api_props(srv *s, srv_out *o) {
+    const char *src = s->chat ? pkv_chat_source(s->chat) : NULL;
+    o->status = 200;
+    o->json = json_pack("{s:s,s:s,s:I,s:i,s:s?,s:s,s:{s:s,s:i,s:i,s:i,s:I,s:s},s:{s:b,s:b}}", "model_alias",
+                        s->model_id, "model_path", s->model_path, "n_ctx", (json_int_t)s->n_ctx, "total_slots",
+                        s->o.parallel, "chat_template", src, "chat_template_name", s->tpl_name, "meta", "arch",
+                        s->info.arch, "n_vocab", s->info.n_vocab, "n_layer", s->info.n_layer, "n_embd", s->info.n_embd,
+                        "weight_bytes", (json_int_t)s->info.weight_bytes, "weight_type", s->info.weight_type,
+                        "modalities", "vision", 0, "audio", 0);
+    if (!o->json) srv_error(o, 500, "out of memory");
 }
 
 /* ---------------------------------------------------------- completions */
@@ -686,6 +711,7 @@ static srv_body *completion_body(srv *s, srv_req *r, bool chat, bool logprobs, b
 
 bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
                          const srv_conn *conn, srv_out *o) {
+    snprintf(r->log_id, sizeof r->log_id, "%s", id ? id : "");
     if (!srv_gen_submit(s->g, r)) {
         srv_error(o, 503, "the server is busy: %d requests are waiting already (--queue); retry later", s->o.queue);
         return false;
@@ -1043,7 +1069,9 @@ ssize_t srv_stream_read(srv_stream *st, char *buf, size_t max) {
 
 /* ------------------------------------------------------------ tokenize */
 
-/* /tokenize's answer, written as it is sent: {"tokens": [ids], "pieces": [texts]}. */
+/* /tokenize's answer, written as it is sent: {"tokens": [ids]}, or with pieces as
+ * llama-server writes them, {"tokens": [{"id": id, "piece": text}]} (a piece that is
+ * not whole UTF-8 is an array of its bytes). */
 typedef struct tbody {
     lazy z;
     srv *s;
@@ -1060,13 +1088,14 @@ static void tbody_fill(lazy *z) {
             b->phase = 1;
         } else if (b->i < b->n) {
             if (b->i) lz_str(z, ",");
-            if (b->phase == 1) lz_fmt(z, "%d", b->ids[b->i]);
-            else lz_json(z, srv_token_string(b->s, b->ids[b->i]));
+            if (!b->pieces) {
+                lz_fmt(z, "%d", b->ids[b->i]);
+            } else {
+                lz_fmt(z, "{\"id\":%d,\"piece\":", b->ids[b->i]);
+                lz_json(z, srv_token_string(b->s, b->ids[b->i]));
+                lz_str(z, "}");
+            }
             b->i++;
-        } else if (b->phase == 1 && b->pieces) {
-            lz_str(z, "],\"pieces\":[");
-            b->phase = 2;
-            b->i = 0;
         } else {
             lz_str(z, "]}");
             z->end = true;
@@ -1081,7 +1110,7 @@ void srv_api_tokenize(srv *s, json_t *b, srv_out *o) {
     if (!t) t = json_object_get(b, "text");
     if (!t) t = json_object_get(b, "prompt");
     if (!json_is_string(t)) return srv_error(o, 400, "'content' must be a string");
-    bool add_special = true, parse_special = true, with_pieces = false;
+    bool add_special = false, parse_special = true, with_pieces = false; /* llama-server's defaults */
     if (!get_bool(b, "add_special", &add_special, o) || !get_bool(b, "parse_special", &parse_special, o) ||
         !get_bool(b, "with_pieces", &with_pieces, o))
         return;

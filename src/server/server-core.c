@@ -22,6 +22,7 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.host = "127.0.0.1";
     o.port = 8080;
     o.parallel = 4;
+    o.seed = -1;
     o.max_body = 1u << 20;
     o.max_header = 64u << 10;
     o.max_conns = 256;
@@ -219,6 +220,12 @@ static bool key_ok(srv *s, const char *h) {
 void srv_handle(srv *s, const char *method, const char *url, const char *body_text, size_t body_len,
                 const char *authorization, const srv_conn *sc, srv_out *o) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+    if (!strcmp(method, "OPTIONS")) { /* a browser's CORS preflight: no API key is sent with it */
+        o->status = 204;
+        o->preflight = true;
+        o->text = strdup("");
+        return;
+    }
     if (!strcmp(url, "/health")) {
         if (!get) return srv_error(o, 405, "use GET %s", url);
         o->status = 200;
@@ -231,6 +238,14 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
     }
     if (!key_ok(s, authorization)) return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
     enum { R_NONE, R_MODELS, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_CTX, R_APPLY } r = R_NONE;
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (!get) return srv_error(o, 405, "use GET %s", url);
+        return srv_api_model(s, url + 11, o);
+    }
+    if (!strcmp(url, "/props")) {
+        if (!get) return srv_error(o, 405, "use GET %s", url);
+        return srv_api_props(s, o);
+    }
     if (!strcmp(url, "/v1/models")) r = R_MODELS;
     else if (!strcmp(url, "/v1/chat/completions")) r = R_CHAT;
     else if (!strcmp(url, "/v1/completions")) r = R_COMPL;
@@ -406,6 +421,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         const char *base = model_path ? strrchr(model_path, '/') : NULL;
         snprintf(s->model_id, sizeof s->model_id, "%s",
                  so->alias ? so->alias : model_path ? (base ? base + 1 : model_path) : "pagekv-builtin");
+        snprintf(s->model_path, sizeof s->model_path, "%s", model_path ? model_path : "(built in)");
     }
     uint64_t pb = s->page_bytes = page_bytes(s->m, mo);
     pkv_cache_params cp = pkv_setup_cache_params(mo);

@@ -372,6 +372,24 @@ static void req_finish_now(srv_gen *g, srv_req *r) {
         for (int i = 0; i < r->n; i++) r->ch[i].stable = r->ch[i].len;
     }
     bool failed = r->http_status != 0;
+    if (all) { /* one log line per request, as llama-server writes: what it cost and how it ended */
+        double now = srv_now(), first = 0;
+        long gen = 0;
+        char fin[64] = "";
+        for (int i = 0; i < r->n; i++) {
+            gen += r->ch[i].n_toks;
+            if (r->ch[i].n_toks && (first == 0 || r->ch[i].t_first < first)) first = r->ch[i].t_first;
+            if (i < 3) {
+                size_t l = strlen(fin);
+                snprintf(fin + l, sizeof fin - l, "%s%s", i ? "," : "", r->ch[i].finish ? r->ch[i].finish : "-");
+            }
+        }
+        fprintf(stderr, "pagekv serve: request %s: prompt %d tokens (%d cached), generated %ld in %d choice%s, "
+                        "first token %.1f ms, total %.1f ms, %s%s\n",
+                r->log_id[0] ? r->log_id : r->ctx_id ? "(context)" : "-", r->n_prompt, r->cached_tokens, gen, r->n,
+                r->n == 1 ? "" : "s", first > 0 ? (first - r->t_submit) * 1e3 : 0.0, (now - r->t_submit) * 1e3,
+                failed ? "failed: " : "finish ", failed ? r->err : fin);
+    }
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     if (all) {
@@ -513,6 +531,7 @@ static const char *choice_push(srv_gen *g, srv_req *r, int idx, const srv_tok *t
     /* latency: first token since arrival, then the gap between tokens */
     double now = srv_now(), v = c->n_toks <= 1 ? now - r->t_submit : now - c->t_last;
     c->t_last = now;
+    if (c->n_toks <= 1) c->t_first = now;
     bool first = c->n_toks <= 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);

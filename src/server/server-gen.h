@@ -36,6 +36,7 @@ typedef struct srv_choice {
     int n_toks, cap_toks;
     const char *finish;    /* NULL while running; "stop" or "length" */
     double t_last;         /* when its last token came (per-token latency) */
+    double t_first;        /* when its first token came (the log line's time to first token) */
 } srv_choice;
 
 typedef struct srv_req {
@@ -70,6 +71,7 @@ typedef struct srv_req {
     int64_t ctx_len;       /* contexts API: the context's length afterwards */
     int refs;
     double t_submit;
+    char log_id[64];       /* the response id, for the per-request log line ("" = the contexts API's) */
     uint64_t engine_id;    /* the serving engine's request id (engine backend), under mu */
     void *backend;         /* the srv_gen that runs it */
 } srv_req;

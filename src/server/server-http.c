@@ -89,6 +89,15 @@ static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o)
     json_decref(o->json);
     o->json = NULL;
     if (!r) return MHD_NO;
+    if (s->o.cors_origin) { /* browsers may read the answer from that origin (--cors-origin) */
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", s->o.cors_origin);
+        if (strcmp(s->o.cors_origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
+        if (o->preflight) {
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        }
+    }
     if (o->retry_after) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", o->retry_after);

@@ -18,6 +18,7 @@ typedef struct srv {
     srv_gen *g;
     pkv_model_info info;
     char model_id[256];
+    char model_path[1024]; /* the GGUF file served (/props) */
     pkv_tpl tpl;           /* the family the template's markers name (end-of-turn tokens); may be NONE */
     pkv_chat *chat;        /* the chat template run for /v1/chat/completions; NULL: none */
     char tpl_name[64];     /* what /v1/models reports: a family name, "jinja" or "none" */
@@ -56,6 +57,7 @@ typedef struct srv_body {
 /* What a handler answers: a JSON body, a text body, or a stream. */
 typedef struct srv_out {
     int status;
+    bool preflight;        /* an answer to a CORS preflight (OPTIONS) */
     json_t *json;          /* owned */
     char *text;            /* owned (malloc) */
     const char *ctype;     /* for text */
@@ -105,6 +107,8 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
 
 /* Handlers. body is the parsed JSON (NULL for GET/DELETE). */
 void srv_api_models(srv *s, srv_out *o);
+void srv_api_model(srv *s, const char *id, srv_out *o); /* GET /v1/models/{id} */
+void srv_api_props(srv *s, srv_out *o);                 /* GET /props */
 void srv_api_completions(srv *s, json_t *body, bool chat, const srv_conn *conn, srv_out *o);
 void srv_api_tokenize(srv *s, json_t *body, srv_out *o);
 void srv_api_detokenize(srv *s, json_t *body, srv_out *o);

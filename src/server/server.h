@@ -40,6 +40,8 @@ typedef struct pkv_serve_opts {
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
     bool lenient_fields;       /* unknown request fields are ignored (off: a 400 naming them) */
+    const char *cors_origin;   /* Access-Control-Allow-Origin for browsers ("*" or an origin); NULL = none */
+    int64_t seed;              /* sampling seed of requests without one; -1 = a fresh one each */
     /* speculative decoding in the serving engine (pkv_engine_params.draft) */
     const char *draft;         /* a draft model file with the model's vocabulary; NULL = none */
     bool mtp;                  /* the model file's own MTP head as the draft */
