@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/quant.h"
+#include "model/chat-families.h"
 #include "model/model-impl.h"
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void) {
@@ -40,102 +41,41 @@ typedef struct {
     const char *jinja;         /* tokenizer.chat_template */
 } chat_family;
 
-/* Families with no system turn: system texts are joined (a blank line between
- * non-empty ones) and open the next user turn; one no user turn follows becomes a
- * turn of its own. The server does the same. */
-#define JINJA_SYS_JOIN                                                                                          \
-    "{%- if message['role'] == 'system' -%}\n"                                                                  \
-    "{%- set ns.sys = ns.sys + '\\n\\n' + message['content'] if ns.sys else message['content'] -%}\n"
-
-/* [INST] families: the system text opens the first user turn after it (llama2 wraps
- * it in <<SYS>>, mistral does not); turns after the first start with <s>. */
-#define JINJA_INST(SYS_OPEN, SYS_CLOSE)                                                                         \
-    "{%- set ns = namespace(sys=none, first=true) -%}\n"                                                        \
-    "{%- for message in messages -%}\n" JINJA_SYS_JOIN                                                          \
-    "{%- elif message['role'] == 'user' -%}\n"                                                                  \
-    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
-    "{{- '[INST] ' -}}\n"                                                                                       \
-    "{%- if ns.sys is not none -%}\n"                                                                           \
-    "{{- " SYS_OPEN " + ns.sys + " SYS_CLOSE " -}}{%- set ns.sys = none -%}\n"                                 \
-    "{%- endif -%}\n"                                                                                           \
-    "{{- message['content'] + ' [/INST]' -}}\n"                                                                 \
-    "{%- set ns.first = false -%}\n"                                                                            \
-    "{%- else -%}\n"                                                                                            \
-    "{{- ' ' + message['content'] + ' </s>' -}}\n"                                                              \
-    "{%- set ns.first = false -%}\n"                                                                            \
-    "{%- endif -%}\n"                                                                                           \
-    "{%- endfor -%}\n"                                                                                          \
-    "{%- if ns.sys is not none -%}\n"                                                                           \
-    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
-    "{{- '[INST] ' + " SYS_OPEN " + ns.sys + " SYS_CLOSE " + ' [/INST]' -}}\n"                                  \
-    "{%- endif -%}\n"
-
 static const chat_family k_families[] = {
     /* Qwen2/2.5 instruct files: no BOS added, though bos_token_id names
      * <|endoftext|>; eos is <|im_end|> (the instruct models' end of turn, also
      * written as eot) and <|endoftext|> is the padding token. */
     {"chatml", "qwen2", false, {"<|endoftext|>", "<|im_start|>", "<|im_end|>", NULL}, 0, 2, 2, 0,
-     "{%- for message in messages -%}\n"
-     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
-     "{%- endfor -%}\n"
-     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"},
+     PKV_JINJA_CHATML},
     /* Llama 3.1 instruct files: BOS added; eos and eot are <|eot_id|> (the end of
      * an instruct turn); <|end_of_text|> and <|eom_id|> end generation by their text. */
     {"llama3", "llama-bpe", true,
      {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
       NULL},
      0, 5, 5, -1,
-     "{%- for message in messages -%}\n"
-     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' -}}\n"
-     "{%- endfor -%}\n"
-     "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}"},
+     PKV_JINJA_LLAMA3},
     /* Llama 2 chat: only <s> and </s> are special; [INST] and <<SYS>> are text. */
     {"llama2", "default", true, {"<s>", "</s>", NULL}, 0, 1, -1, -1,
-     JINJA_INST("'<<SYS>>\\n'", "'\\n<</SYS>>\\n\\n'")},
+     PKV_JINJA_LLAMA2},
     /* Mistral v0.3 instruct: [INST] and [/INST] are control tokens. */
     {"mistral", "default", true, {"<s>", "</s>", "[INST]", "[/INST]", NULL}, 0, 1, -1, -1,
-     JINJA_INST("''", "'\\n\\n'")},
+     PKV_JINJA_MISTRAL},
     /* Gemma 2/3 instruct: <pad> 0, <eos> 1, <bos> 2 as there; <end_of_turn> is eot. */
     {"gemma", "default", true, {"<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", NULL}, 2, 1, 4, 0,
-     "{%- set ns = namespace(sys=none) -%}\n"
-     "{%- for message in messages -%}\n" JINJA_SYS_JOIN
-     "{%- else -%}\n"
-     "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' -}}\n"
-     "{%- if message['role'] == 'user' and ns.sys is not none -%}\n"
-     "{{- ns.sys + '\\n\\n' -}}{%- set ns.sys = none -%}\n"
-     "{%- endif -%}\n"
-     "{{- message['content'] + '<end_of_turn>\\n' -}}\n"
-     "{%- endif -%}\n"
-     "{%- endfor -%}\n"
-     "{%- if ns.sys is not none -%}{{- '<start_of_turn>user\\n' + ns.sys + '<end_of_turn>\\n' -}}{%- endif -%}\n"
-     "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"},
+     PKV_JINJA_GEMMA},
     /* In the manner of Phi-4-mini instruct (the family's byte-level BPE model): no
      * BOS added, <|endoftext|> as bos and padding, <|end|> (end of a turn) as eos and eot. */
     {"phi3", "llama-bpe", false, {"<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>", "<|system|>", NULL}, 0, 2, 2,
      0,
-     "{%- for message in messages -%}\n"
-     "{%- if message['role'] == 'system' -%}{{- '<|system|>\\n' -}}\n"
-     "{%- elif message['role'] == 'user' -%}{{- '<|user|>\\n' -}}\n"
-     "{%- else -%}{{- '<|assistant|>\\n' -}}{%- endif -%}\n"
-     "{{- message['content'] + '<|end|>\\n' -}}\n"
-     "{%- endfor -%}\n"
-     "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"},
+     PKV_JINJA_PHI3},
     /* DeepSeek-R1-Distill-Qwen: the Qwen pre-tokenizer under DeepSeek's name, BOS
      * added, ids in that vocabulary's order (end of sentence first). */
     {"deepseek", "deepseek-r1-qwen", true,
      {"<" FW "end" SP "of" SP "sentence" FW ">", "<" FW "User" FW ">", "<" FW "Assistant" FW ">",
       "<" FW "begin" SP "of" SP "sentence" FW ">", NULL},
      3, 0, -1, -1,
-     "{%- for message in messages -%}\n"
-     "{%- if message['role'] == 'system' -%}{{- message['content'] -}}\n"
-     "{%- elif message['role'] == 'user' -%}{{- '<" FW "User" FW ">' + message['content'] -}}\n"
-     "{%- else -%}{{- '<" FW "Assistant" FW ">' + message['content'] + '<" FW "end" SP "of" SP "sentence" FW ">' -}}\n"
-     "{%- endif -%}\n"
-     "{%- endfor -%}\n"
-     "{%- if add_generation_prompt -%}{{- '<" FW "Assistant" FW ">' -}}{%- endif -%}"},
+     PKV_JINJA_DEEPSEEK},
 };
-#undef JINJA_INST
-#undef JINJA_SYS_JOIN
 #undef FW
 #undef SP
 

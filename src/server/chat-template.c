@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "model/chat-families.h"
 #include "server/jinja.h"
 #include "server/server.h"
 
@@ -81,86 +82,18 @@ const char *const *pkv_tpl_end_texts(pkv_tpl t) {
 
 /* ------------------------------------------------------- family templates */
 
-/* The built-in templates of --chat-template NAME (the same as `pagekv mkmodel
- * --chat-template NAME` writes). Families with no system turn join system texts
- * (a blank line between) and open the next user turn with them; one no user turn
- * follows becomes a turn of its own. */
-#define FW "\xef\xbd\x9c"
-#define SP "\xe2\x96\x81"
-#define JINJA_SYS_JOIN                                                                                          \
-    "{%- if message['role'] == 'system' -%}\n"                                                                  \
-    "{%- set ns.sys = ns.sys + '\\n\\n' + message['content'] if ns.sys else message['content'] -%}\n"
-#define JINJA_INST(SYS_OPEN, SYS_CLOSE)                                                                         \
-    "{%- set ns = namespace(sys=none, first=true) -%}\n"                                                        \
-    "{%- for message in messages -%}\n" JINJA_SYS_JOIN                                                          \
-    "{%- elif message['role'] == 'user' -%}\n"                                                                  \
-    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
-    "{{- '[INST] ' -}}\n"                                                                                       \
-    "{%- if ns.sys is not none -%}\n"                                                                           \
-    "{{- " SYS_OPEN " + ns.sys + " SYS_CLOSE " -}}{%- set ns.sys = none -%}\n"                                 \
-    "{%- endif -%}\n"                                                                                           \
-    "{{- message['content'] + ' [/INST]' -}}\n"                                                                 \
-    "{%- set ns.first = false -%}\n"                                                                            \
-    "{%- else -%}\n"                                                                                            \
-    "{{- ' ' + message['content'] + ' </s>' -}}\n"                                                              \
-    "{%- set ns.first = false -%}\n"                                                                            \
-    "{%- endif -%}\n"                                                                                           \
-    "{%- endfor -%}\n"                                                                                          \
-    "{%- if ns.sys is not none -%}\n"                                                                           \
-    "{%- if not ns.first -%}{{- '<s>' -}}{%- endif -%}\n"                                                       \
-    "{{- '[INST] ' + " SYS_OPEN " + ns.sys + " SYS_CLOSE " + ' [/INST]' -}}\n"                                  \
-    "{%- endif -%}\n"
-
 const char *pkv_tpl_source(pkv_tpl t) {
     switch (t) {
-    case PKV_TPL_CHATML:
-        return "{%- for message in messages -%}\n"
-               "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
-               "{%- endfor -%}\n"
-               "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
-    case PKV_TPL_LLAMA3:
-        return "{%- for message in messages -%}\n"
-               "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' -}}\n"
-               "{%- endfor -%}\n"
-               "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}";
-    case PKV_TPL_LLAMA2: return JINJA_INST("'<<SYS>>\\n'", "'\\n<</SYS>>\\n\\n'");
-    case PKV_TPL_MISTRAL: return JINJA_INST("''", "'\\n\\n'");
-    case PKV_TPL_GEMMA:
-        return "{%- set ns = namespace(sys=none) -%}\n"
-               "{%- for message in messages -%}\n" JINJA_SYS_JOIN
-               "{%- else -%}\n"
-               "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' -}}\n"
-               "{%- if message['role'] == 'user' and ns.sys is not none -%}\n"
-               "{{- ns.sys + '\\n\\n' -}}{%- set ns.sys = none -%}\n"
-               "{%- endif -%}\n"
-               "{{- message['content'] + '<end_of_turn>\\n' -}}\n"
-               "{%- endif -%}\n"
-               "{%- endfor -%}\n"
-               "{%- if ns.sys is not none -%}{{- '<start_of_turn>user\\n' + ns.sys + '<end_of_turn>\\n' -}}{%- endif -%}\n"
-               "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}";
-    case PKV_TPL_PHI3:
-        return "{%- for message in messages -%}\n"
-               "{%- if message['role'] == 'system' -%}{{- '<|system|>\\n' -}}\n"
-               "{%- elif message['role'] == 'user' -%}{{- '<|user|>\\n' -}}\n"
-               "{%- else -%}{{- '<|assistant|>\\n' -}}{%- endif -%}\n"
-               "{{- message['content'] + '<|end|>\\n' -}}\n"
-               "{%- endfor -%}\n"
-               "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}";
-    case PKV_TPL_DEEPSEEK:
-        return "{%- for message in messages -%}\n"
-               "{%- if message['role'] == 'system' -%}{{- message['content'] -}}\n"
-               "{%- elif message['role'] == 'user' -%}{{- '<" FW "User" FW ">' + message['content'] -}}\n"
-               "{%- else -%}{{- '<" FW "Assistant" FW ">' + message['content'] + '<" FW "end" SP "of" SP "sentence" FW ">' -}}\n"
-               "{%- endif -%}\n"
-               "{%- endfor -%}\n"
-               "{%- if add_generation_prompt -%}{{- '<" FW "Assistant" FW ">' -}}{%- endif -%}";
+    case PKV_TPL_CHATML: return PKV_JINJA_CHATML;
+    case PKV_TPL_LLAMA3: return PKV_JINJA_LLAMA3;
+    case PKV_TPL_LLAMA2: return PKV_JINJA_LLAMA2;
+    case PKV_TPL_MISTRAL: return PKV_JINJA_MISTRAL;
+    case PKV_TPL_GEMMA: return PKV_JINJA_GEMMA;
+    case PKV_TPL_PHI3: return PKV_JINJA_PHI3;
+    case PKV_TPL_DEEPSEEK: return PKV_JINJA_DEEPSEEK;
     default: return NULL;
     }
 }
-#undef JINJA_INST
-#undef JINJA_SYS_JOIN
-#undef FW
-#undef SP
 
 /* ------------------------------------------------------------- chat layer */
 
