@@ -39,15 +39,24 @@ int main(void) {
     snprintf(log, sizeof log, "%s", th_tmp("oai-serve.log"));
     REQUIRE(th_cli("", true, "mkmodel -o '%s'", model) == 0);
     snprintf(args, sizeof args, "-m '%s' -c 512 --chat-template chatml --api-key test-key --alias tiny", model);
-    int port;
+    int port, port2;
     pid_t pid = ts_start(args, log, &port);
     REQUIRE(pid > 0);
+    /* a second server with Qwen3's own template, for reasoning_content */
+    char log2[512], args2[1024];
+    snprintf(log2, sizeof log2, "%s", th_tmp("oai-serve-qwen3.log"));
+    snprintf(args2, sizeof args2, "-m '%s' -c 512 --chat-template '%s/tests/templates/Qwen-Qwen3-0.6B.jinja' --api-key test-key "
+                                  "--alias tiny", model, src);
+    pid_t pid2 = ts_start(args2, log2, &port2);
+    CHECK(pid2 > 0);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && PKV_NODE_DIR='%s' timeout 120 node tests/server/openai-client.cjs %d", src, dir, port);
+    snprintf(cmd, sizeof cmd, "cd '%s' && PKV_NODE_DIR='%s' timeout 120 node tests/server/openai-client.cjs %d %d", src, dir,
+             port, pid2 > 0 ? port2 : 0);
     int rc = system(cmd);
     CHECK_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     CHECK_INT(ts_http(port, "/health"), 200);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    if (pid2 > 0) CHECK_INT(ts_stop(pid2, SIGTERM), 0);
     return th_done();
 }
 #endif

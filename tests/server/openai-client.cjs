@@ -184,6 +184,24 @@ async function main() {
   } catch (e) {
     check(e.status === 400 && /\/pattern/.test(e.message), 'unsupported keyword: ' + e.message);
   }
+  // reasoning: a second server runs Qwen3's own template (argv[3]); a grammar (llama.cpp's
+  // field, passed through by the client) makes the random model write a <think> block, which
+  // comes back as reasoning_content, apart from content, whole and streamed
+  if (process.argv[3]) {
+    const q = new OpenAI({ baseURL: `http://127.0.0.1:${process.argv[3]}/v1`, apiKey: 'test-key', maxRetries: 0, timeout: 60000 });
+    const rq = { model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 60,
+                 grammar: 'root ::= "<think>\\nplan\\n</think>\\n\\nhello"' };
+    const r = await q.chat.completions.create(rq);
+    check(r.choices[0].message.reasoning_content === 'plan\n' && r.choices[0].message.content === 'hello',
+          'reasoning whole: ' + JSON.stringify(r.choices[0].message));
+    let reasoning = '', content = '';
+    for await (const chunk of await q.chat.completions.create({ ...rq, stream: true }))
+      for (const c of chunk.choices) {
+        reasoning += c.delta.reasoning_content || '';
+        content += c.delta.content || '';
+      }
+    check(reasoning === 'plan\n' && content === 'hello', `reasoning streamed: '${reasoning}' / '${content}'`);
+  }
   console.error(`openai client: ${checks - failures}/${checks} checks passed`);
   process.exit(failures ? 1 : 0);
 }
