@@ -17,10 +17,11 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export PATH="$bin:$PATH"
 # blocks: block-N.sh / block-N.js, in README order
+# (blocks inside a list item are indented: the indentation is dropped)
 awk -v out="$work" '
-  /^```(sh|js)$/ { n++; ext = substr($0, 4); f = out "/block-" n "." ext; next }
-  /^```/ { f = ""; next }
-  f != "" { print > f }' "$src/README.md"
+  /^ *```(sh|js)$/ { n++; ext = $0; sub(/^ *```/, "", ext); f = out "/block-" n "." ext; next }
+  /^ *```/ { f = ""; next }
+  f != "" { sub(/^  /, ""); print > f }' "$src/README.md"
 fails=0 ran=0
 for f in $(ls "$work"/block-* | sort -t- -k2 -n); do
   name=$(basename "$f")

@@ -230,6 +230,15 @@ static pkv_status vb_build(vb *b, const char *const *specials, int n_specials) {
                 int n = pass == 0 ? 2 : 3;
                 if ((s = vb_word(b, pass == 0 ? w + 1 : w, n))) return s;
             }
+    /* then letter triples and quadruples, so a vocabulary of any size prints as text
+     * (a 151,936-token one used to be mostly reserved control tokens that print nothing) */
+    for (int len = 3; len <= 4 && b->n_tok < b->n_cap; len++)
+        for (int pass = 0; pass < 2 && b->n_tok < b->n_cap; pass++)
+            for (int code = 0; code < (len == 3 ? 26 * 26 * 26 : 26 * 26 * 26 * 26) && b->n_tok < b->n_cap; code++) {
+                char w[6] = {' '};
+                for (int k = len - 1, c = code; k >= 0; k--, c /= 26) w[1 + k] = (char)('a' + c % 26);
+                if ((s = vb_word(b, pass == 0 ? w + 1 : w, pass == 0 ? len : len + 1))) return s;
+            }
     for (int32_t r = 0; b->n_tok < b->n_cap; r++) {
         char w[32];
         int n = snprintf(w, sizeof w, "<|reserved_%d|>", r);
