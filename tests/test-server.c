@@ -999,6 +999,13 @@ static void test_output_errors(void) {
     char path[256];
     snprintf(path, sizeof path, "/v1/contexts/%s/generate", jstr(cj, "id") ? jstr(cj, "id") : "none");
     json_decref(cj);
+    /* logprobs as completions take it (an integer) and as chat takes it (true) */
+    for (int k = 0; k < 2; k++) {
+        json_t *lj = NULL;
+        CHECK_INT(post(path, k ? "{\"max_tokens\": 2, \"logprobs\": 1}" : "{\"max_tokens\": 2, \"logprobs\": true}", &lj), 200);
+        CHECK_INT(json_array_size(json_object_get(lj, "logprobs")), 2);
+        json_decref(lj);
+    }
     CHECK_INT(post(path, "{\"max_tokens\": 2, \"grammar\": \"root ::= \\\"a\\\"\"}", NULL), 400);
     CHECK(strstr(ts_body, "'grammar' is not supported by the contexts API") != NULL);
 }

@@ -181,7 +181,9 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
     r->sp.frequency_penalty = (float)freq;
     r->max_tokens = (int)max_tokens;
     *logprobs = false;
-    if (fmt == SRV_FMT_COMPLETION) { /* logprobs: integer 0..20 = top alternatives */
+    /* logprobs: completions take an integer 0..20 (top alternatives); chat takes true with
+     * top_logprobs; the contexts API takes either form */
+    if (fmt == SRV_FMT_COMPLETION || (fmt == SRV_FMT_CONTEXT && json_is_integer(json_object_get(b, "logprobs")))) {
         long long lp = -1;
         if (!get_int(b, "logprobs", 0, SRV_MAX_TOP, &lp, o)) return false;
         if (lp >= 0) {

@@ -258,9 +258,16 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     memset(&kv0, 0, sizeof kv0);
     pkv_kv_layout_layer(pkv_kv_cache_layout(s.c), 0, &kv0);
     char banner[2048]; /* what was loaded and where it listens: the caller shows it (so->on_ready) */
-    int bl = snprintf(banner, sizeof banner, "pagekv serve: %s (%s %s, %d layers, vocab %d) on %s\n", s.model_id,
-                      s.info.arch, s.info.weight_type, s.info.n_layer, s.info.n_vocab,
-                      pkv_device_name(pkv_model_device(s.m)));
+    char where[512]; /* one device, or the tensor-parallel split (--devices, --split, --kv-on-host) */
+    if (s.info.n_devices > 1)
+        snprintf(where, sizeof where, "split over %d devices %s (proportions %s)%s", s.info.n_devices,
+                 mo->devices ? mo->devices : "?", mo->split ? mo->split : "equal",
+                 s.info.kv_on_host ? ", every KV shard in host memory" : ", each KV shard on its device");
+    else
+        snprintf(where, sizeof where, "on %s%s", pkv_device_name(pkv_model_device(s.m)),
+                 s.info.kv_on_host ? ", KV cache in host memory" : "");
+    int bl = snprintf(banner, sizeof banner, "pagekv serve: %s (%s %s, %d layers, vocab %d) %s\n", s.model_id,
+                      s.info.arch, s.info.weight_type, s.info.n_layer, s.info.n_vocab, where);
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                    "pagekv serve: KV cache %lld pages of %d tokens (K %s, V %s, %.1f MiB), host swap pool %lld pages; "
                    "context %lld tokens, %d parallel sequences; %s\n",
