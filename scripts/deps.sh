@@ -6,13 +6,14 @@
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
 #             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
+#             tmux: test-run-chat (pagekv run -cnv at a terminal)
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
 #   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
 #             libclang-rt-14-dev (libFuzzer and the sanitizer runtimes)
 set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
-pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm)
+pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do

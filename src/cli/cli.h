@@ -66,4 +66,18 @@ pkv_kv_cache *pkv_cli_open_cache(const char *cmd, pkv_model *m, const pkv_cli_mo
 pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,
                                        int64_t n_pages);
 
+/* pagekv run -cnv (src/cli/cmd-run-chat.c, built with the server's chat layer). */
+typedef struct {
+    const char *model_path;     /* the GGUF whose tokenizer.chat_template renders turns (NULL: ChatML) */
+    const char *system;         /* the system message (NULL: none) */
+    const pkv_cli_model_opts *kv; /* for the banner */
+    pkv_sampler_params sp;
+    long long n_predict;        /* tokens per answer at most */
+    bool verbose_prompt;        /* each turn's prompt and answer ids on stderr */
+} pkv_cli_chat_opts;
+/* Read user turns from stdin until EOF or /exit, answering each in ctx (kept
+ * across turns: only the part of a prompt the context does not hold is decoded).
+ * Returns the exit code. */
+int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o);
+
 #endif

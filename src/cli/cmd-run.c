@@ -195,10 +195,26 @@ static void run_usage(FILE *f) {
             "                       attention runs on the host\n"
             "  --no-mmap            copy the weights into memory instead of using the mapped\n"
             "                       file in place (CPU; more memory, a few %% faster here)\n"
-            "  --seed S             sampling seed (default 0; -1 = a random seed, printed)\n"
+            "  --seed S             sampling seed (default: a random seed, printed on stderr as\n"
+            "                       'pagekv run: seed S' so that --seed S replays the run; -1 = random)\n"
+            "  --ignore-eos         do not stop at end-of-generation tokens: generate -n tokens\n"
+            "                       (unless the context is full)\n"
             "  --temp T             temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K --top-p P --min-p P --repeat-penalty R   sampling filters\n"
             "  --page-size N        KV page size in tokens (default 16)\n"
+            "Chat (as llama-cli's conversation mode):\n"
+            "  -cnv, --conversation read user turns from standard input, a line each ('> ' when it\n"
+            "                       is a terminal; /exit or end of input ends) and answer each with\n"
+            "                       the model's chat template (tokenizer.chat_template; ChatML when\n"
+            "                       it has none), rendered as pagekv serve renders it: special\n"
+            "                       tokens parsed in the template's markup, never in message text.\n"
+            "                       One context is kept across turns: each turn decodes only what\n"
+            "                       the cache does not already hold (stderr says how many prompt\n"
+            "                       tokens were reused and how many computed). An answer ends at\n"
+            "                       an end-of-generation or end-of-turn token, or after -n tokens.\n"
+            "                       Needs a build with pagekv serve (jansson)\n"
+            "  -sys, --system-prompt TEXT   the conversation's system message (with -cnv)\n"
+            "  --verbose-prompt     with -cnv: each turn's prompt and answer token ids on stderr\n"
             "  --kv-type T          KV cache type of K and V: f16 (default), f32, q8_0, q4_0\n"
             "                       (q8_0/q4_0: GGUF blocks of 32 along each head; head sizes\n"
             "                       must be multiples of 32)\n"
@@ -242,7 +258,9 @@ int pkv_cli_run(int argc, char **argv) {
     FILE *spec_f = NULL; /* spec_w.f while --spec-log is open */
     pkv_wfile spec_w = {0};
     pkv_sampler_params sp = pkv_sampler_default_params();
-    bool random_seed = false;
+    bool random_seed = true; /* as llama-cli: a random seed unless --seed N, printed */
+    bool ignore_eos = false, chat = false, verbose_prompt = false;
+    const char *system_prompt = NULL;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
         if (r < 0) return 2;
@@ -267,6 +285,14 @@ int pkv_cli_run(int argc, char **argv) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
             random_seed = x < 0;
             sp.seed = (uint64_t)x;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+        } else if (!strcmp(a, "-cnv") || !strcmp(a, "--conversation")) {
+            chat = true;
+        } else if (!strcmp(a, "-sys") || !strcmp(a, "--system-prompt")) {
+            if (!(system_prompt = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--verbose-prompt")) {
+            verbose_prompt = true;
         } else if (!strcmp(a, "--temp")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 100, &d)) return 2;
             sp.temp = (float)d;
@@ -336,6 +362,35 @@ int pkv_cli_run(int argc, char **argv) {
         fprintf(stderr, "pagekv run: --context-shift works with plain generation (not with --draft or --fork)\n");
         return 2;
     }
+    if (ignore_eos && draft_path) {
+        fprintf(stderr, "pagekv run: --ignore-eos works with plain generation and --fork, not with --draft/--mtp\n");
+        return 2;
+    }
+    if (system_prompt && !chat) {
+        fprintf(stderr, "pagekv run: -sys (the system message) needs -cnv (chat mode)\n");
+        return 2;
+    }
+    if (chat) {
+#ifndef PKV_HAVE_SERVER
+        (void)verbose_prompt;
+        fprintf(stderr, "pagekv run: -cnv needs the chat templates of 'pagekv serve', and this pagekv was built without "
+                        "them: install libmicrohttpd-dev and libjansson-dev (scripts/deps.sh) and build again\n");
+        return 2;
+#else
+        const char *bad = prompt || prompt_file ? "-p/-f (the turns come from standard input)"
+                          : tokens_arg          ? "--tokens"
+                          : n_fork              ? "--fork"
+                          : draft_path          ? "--draft/--mtp"
+                          : ctx_shift           ? "--context-shift"
+                          : ignore_eos          ? "--ignore-eos (an answer ends at the end-of-turn token)"
+                          : ids_out             ? "--ids-out (--verbose-prompt prints each turn's ids)"
+                                                : NULL;
+        if (bad) {
+            fprintf(stderr, "pagekv run: -cnv does not take %s\n", bad);
+            return 2;
+        }
+#endif
+    }
     if (prompt_file) {
         size_t plen = 0;
         if (!(prompt_buf = pkv_cli_read_text("run", prompt_file, &plen))) return 1;
@@ -349,7 +404,7 @@ int pkv_cli_run(int argc, char **argv) {
         prompt = ""; /* ids, not text */
     } else if (!prompt) {
         prompt = "Once upon a time";
-        if (!isatty(STDIN_FILENO))
+        if (!isatty(STDIN_FILENO) && !chat)
             fprintf(stderr, "pagekv run: no -p or -f given: using the default prompt \"%s\" (standard input is not a "
                             "terminal: to read the prompt from it, use -f -)\n", prompt);
     }
@@ -375,6 +430,22 @@ int pkv_cli_run(int argc, char **argv) {
     pkv_spec *spec = NULL;
     printer pr[64];
     memset(pr, 0, sizeof pr);
+#ifdef PKV_HAVE_SERVER
+    if (chat) {
+        if (!info.has_vocab) {
+            fprintf(stderr, "pagekv run: -cnv needs a model with a vocabulary (tokenizer.ggml.model is none)\n");
+            goto out;
+        }
+        if (!(c = pkv_cli_open_cache("run", m, &o, 1)) || !(ctx = pkv_context_create(m, c, o.n_ctx))) {
+            if (c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+            goto out;
+        }
+        pkv_cli_chat_opts co = {.model_path = o.model, .system = system_prompt, .kv = &o, .sp = sp,
+                                .n_predict = n_predict, .verbose_prompt = verbose_prompt};
+        rc = pkv_cli_run_chat(m, ctx, &co);
+        goto out;
+    }
+#endif
     if (!info.has_vocab && !tokens_arg) {
         fprintf(stderr, "pagekv run: this model has no vocabulary (tokenizer.ggml.model = none): "
                         "give the prompt as token ids with --tokens 1,2,3\n");
@@ -530,7 +601,7 @@ int pkv_cli_run(int argc, char **argv) {
                     why = "output";
                     break;
                 }
-                if (pkv_model_is_eog(m, t)) {
+                if (!ignore_eos && pkv_model_is_eog(m, t)) {
                     why = "eog";
                     break;
                 }
@@ -620,10 +691,10 @@ int pkv_cli_run(int argc, char **argv) {
                 pkv_sampler_accept(smp[b], t);
                 emit_token(t, &pr[b]);
                 generated++;
-                if (pkv_model_is_eog(m, t) || step + 1 == n_predict ||
-                    pkv_context_n_tokens(br[b]) >= pkv_context_n_ctx(br[b])) {
+                bool eog = !ignore_eos && pkv_model_is_eog(m, t);
+                if (eog || step + 1 == n_predict || pkv_context_n_tokens(br[b]) >= pkv_context_n_ctx(br[b])) {
                     alive[b] = false;
-                    if (pkv_model_is_eog(m, t)) why[b] = "end-of-generation token";
+                    if (eog) why[b] = "end-of-generation token";
                     else if (step + 1 < n_predict) why[b] = "context full";
                     continue;
                 }
