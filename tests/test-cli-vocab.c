@@ -459,7 +459,7 @@ static void test_run_stops(const char *model) {
     CHECK_INT(cli(true, "run -m %s -p '%s' -n %d --temp 0 -t 1", me, prompt, N), 0);
     HAS(decoded);
     /* batched forks: each branch stops on it */
-    CHECK_INT(cli(false, "run -m %s -p '%s' -n %d --temp 0 -t 1 --fork 2", mb, prompt, N), 0);
+    CHECK_INT(cli(false, "run -m %s -p '%s' -n %d --temp 0 -t 1 --fork 2 --seed 0", mb, prompt, N), 0);
     char branch[4400];
     snprintf(branch, sizeof branch, "--- branch 0 (seed 0, stopped: end-of-generation token) ---\n%s", want);
     HAS(branch);
