@@ -146,6 +146,11 @@ int main(void) {
     /* -t above the core count warns */
     CHECK_INT(sh("\"$PKV\" run -m %s -p x -n 1 -t 1000 2>&1 >/dev/null", m), 0);
     HAS("more threads than");
+    /* -c beyond the training context warns (and runs); within it, no word */
+    CHECK_INT(sh("\"$PKV\" run -m %s -p x -n 1 -t 1 -c 100000 2>&1 >/dev/null", m), 0);
+    HAS("is beyond the model's training context");
+    CHECK_INT(sh("\"$PKV\" run -m %s -p x -n 1 -t 1 -c 64 2>&1 >/dev/null", m), 0);
+    CHECK(strstr(th_out, "training context") == NULL);
 
     /* --fork K: the pool holds the prompt's pages once (7 tokens incl. BOS at page
      * size 4: 2 shared pages; 7 + 6 generated = 13 -> pages 1..3, 3 more each) */

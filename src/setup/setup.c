@@ -52,6 +52,12 @@ pkv_model *pkv_setup_open_model(const char *cmd, const pkv_setup_model_opts *o) 
         else
             fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", msg);
     }
+    pkv_model_info info;
+    if (m && o->n_ctx > 0 && pkv_model_get_info(m, &info) == PKV_OK && info.n_ctx_train > 0 &&
+        o->n_ctx > info.n_ctx_train) /* allowed (RoPE goes on), but the user should know: llama.cpp warns too */
+        fprintf(stderr, "pagekv %s: warning: -c %lld is beyond the model's training context (%d tokens, the GGUF's "
+                        "%s.context_length): positions past it are outside what the model was trained on\n",
+                cmd, (long long)o->n_ctx, info.n_ctx_train, info.arch);
     return m;
 }
 
