@@ -8,7 +8,8 @@
 # `--port`), and the benchmark block runs its model's shape with 2 layers instead
 # of 28 and 16/4 tokens instead of 512/64 (the full shape takes minutes on a
 # 2-core CI machine; the commands and options are the same). Each block runs with
-# `set -e` in a scratch folder; a failing command fails the test, naming the block.
+# `set -e` in a scratch folder; a failing command fails the test, naming the block,
+# and a "# -> TEXT" comment line in a block is output that must appear.
 #   readme-check.sh SOURCE_DIR BUILD_BIN_DIR NODE_DIR
 set -u
 src=$1 bin=$2 node_dir=$3
@@ -26,6 +27,9 @@ fails=0 ran=0
 for f in $(ls "$work"/block-* | sort -t- -k2 -n); do
   name=$(basename "$f")
   if grep -qE '^make (run|test)' "$f"; then echo "readme: $name is the set-up block (CI runs it): skipped here"; continue; fi
+  if grep -q 'vulkan:0' "$f" && ! pagekv devices 2>/dev/null | grep -q 'vulkan:0'; then
+    echo "readme: $name needs vulkan:0, which this machine does not have: skipped"; continue
+  fi
   sed -i -e '/^export PATH=/d' -e 's#build/bin/pagekv#pagekv#g' -e "s/8080/$port/g" \
       -e "s/^pagekv serve /pagekv serve --port $port /" \
       -e 's/--layers 28 /--layers 2 /' -e 's/--prefill 512 --decode 64/--prefill 16 --decode 4/' "$f"
@@ -36,6 +40,12 @@ for f in $(ls "$work"/block-* | sort -t- -k2 -n); do
       rc=$?
       if [ $rc -ne 0 ]; then echo "FAIL: README $name exited $rc:"; tail -20 "$work/$name.log"; fails=$((fails+1)); fi
       ran=$((ran+1))
+      # a '# -> TEXT' line in a block is output the README promises: it must appear
+      while IFS= read -r want; do
+        if ! grep -qF -- "$want" "$work/$name.log"; then
+          echo "FAIL: README $name promises '$want', which its output lacks:"; tail -5 "$work/$name.log"; fails=$((fails+1))
+        fi
+      done < <(sed -n 's/^# -> //p' "$f")
       # the quick start: the chat answer came back as a chat completion
       if grep -q 'v1/chat/completions' "$f" && ! grep -q '"chat.completion"' "$work/$name.log"; then
         echo "FAIL: README $name: no chat completion in its output:"; tail -5 "$work/$name.log"; fails=$((fails+1))
