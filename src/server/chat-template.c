@@ -543,9 +543,12 @@ static void reasoning_presence(const pkv_chat *c, char **start, char **end) {
                 if (b[k] == op) ps = k, pre = true;
         }
         if (pre && me) {
+            free(*start);
+            free(*end);
             *start = dupn(b + ps, ri - ps);
             *end = dupn(b + re, pe - re);
         } else if (me) {
+            free(*end);
             *end = dupn(b + x, pe - x);
         }
     }
