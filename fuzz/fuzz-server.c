@@ -97,6 +97,11 @@ static void check_ids(json_t *a) {
     size_t i;
     json_t *v;
     json_array_foreach(a, i, v) {
+        /* /tokenize with "with_pieces" gives {"id", "piece"} objects */
+        if (json_is_object(v)) {
+            FUZZ_CHECK(json_is_string(json_object_get(v, "piece")));
+            v = json_object_get(v, "id");
+        }
         FUZZ_CHECK(json_is_integer(v));
         FUZZ_CHECK(json_integer_value(v) >= 0 && json_integer_value(v) < N_VOCAB);
     }
