@@ -21,6 +21,17 @@ static const float *f16_table(void) {
     return g_f16_table;
 }
 
+void pkv_cpu_q8s(const pkv_q8a *x, pkv_q8s *s, int64_t nsb) {
+    for (int64_t i = 0; i < nsb; i++, x += 8, s++)
+        for (int k = 0; k < 8; k++) {
+            s->d[k] = x[k].d;
+            s->ds[k] = x[k].ds;
+            s->s[2 * k] = x[k].s[0];
+            s->s[2 * k + 1] = x[k].s[1];
+            memcpy(s->qs + 32 * k, x[k].qs, 32);
+        }
+}
+
 void pkv_cpu_quantize_q8a(const float *x, pkv_q8a *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         const float *xb = x + 32 * b;

@@ -37,6 +37,25 @@ typedef struct pkv_q8z {
     float d[16];
 } pkv_q8z;
 
+/* Eight consecutive activation blocks (256 elements: one k-quant super-block)
+ * with their scales side by side: d[k], ds[k] and s[2k], s[2k+1] are block k's,
+ * qs[32k .. 32k+32) its quants. The same numbers as the eight pkv_q8a blocks
+ * (pkv_cpu_q8s lays them out), so the k-quant dots can scale eight sub-blocks
+ * with one vector operation instead of one broadcast each. */
+typedef struct pkv_q8s {
+    float d[8];
+    float ds[8];
+    int16_t s[16];
+    int8_t qs[256];
+} pkv_q8s;
+
+/* A k-quant dot against pkv_q8s rows (x row r at x + r*xs super-blocks), like
+ * pkv_qdot_fn otherwise. */
+typedef void (*pkv_sdot_fn)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out);
+
+/* Lay nsb super-blocks (8 * nsb pkv_q8a blocks) out as pkv_q8s. */
+void pkv_cpu_q8s(const pkv_q8a *x, pkv_q8s *s, int64_t nsb);
+
 /* The types of pkv_cpu_dots.more, as a bit mask (bit t for type t). */
 #define PKV_QDOT_BIT(t) (1ull << (t))
 #define PKV_QDOT_MORE_TYPES                                                                                     \
@@ -71,6 +90,9 @@ typedef struct pkv_cpu_dots {
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4;
+    /* The k-quants against pkv_q8s rows; where set they replace q4_k/q5_k/q6_k
+     * for every batch size (so results stay batch-invariant). */
+    pkv_sdot_fn q4_ks, q5_ks, q6_ks;
     /* The types with an integer form (quant.h, pkv_qblock: q4_1 .. tq2_0),
      * indexed by type; NULL: use the AVX2 one. */
     pkv_qdot_fn more[PKV_TYPE_COUNT];

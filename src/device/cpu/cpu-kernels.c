@@ -69,10 +69,10 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(mxfp4); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(q4_k); TAKE(q5_k); TAKE(q6_k); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
+        TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z); TAKE(q4_ks); TAKE(q5_ks); TAKE(q6_ks);
         for (int t = 0; t < PKV_TYPE_COUNT; t++) TAKE(more[t]);
         g_avx512_full.slow = x->slow;
     }
@@ -131,6 +131,15 @@ static pkv_qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
     case PKV_TYPE_Q6_K: return d->q6_k;
     case PKV_TYPE_MXFP4: return d->mxfp4;
     default: return (int)t >= 0 && t < PKV_TYPE_COUNT ? d->more[t] : NULL;
+    }
+}
+
+static pkv_sdot_fn sdot(const pkv_cpu_dots *d, pkv_type t) {
+    switch (t) {
+    case PKV_TYPE_Q4_K: return d->q4_ks;
+    case PKV_TYPE_Q5_K: return d->q5_ks;
+    case PKV_TYPE_Q6_K: return d->q6_ks;
+    default: return NULL;
     }
 }
 
@@ -210,6 +219,7 @@ typedef struct {
     const float *x;                /* f32 [n][cols] */
     const pkv_q8a *xq;             /* [n][cols/32], for quantized weights */
     const pkv_q8z *xz;             /* [n][(cols/32 + 1)/2], q8_0 with q8_0z */
+    const pkv_q8s *xs;             /* [n][cols/256], k-quants with q4_ks/q5_ks/q6_ks */
     const pkv_amx_xb *xa;          /* [ceil(n/16)][cols/32], q8_0 and q4_k on the amx path */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
@@ -226,6 +236,7 @@ static void mm_task(int ti, int n_tasks, void *arg) {
     range(j->rows, ti, n_tasks, &r0, &r1);
     const int64_t xb = j->cols / 32, wb = j->cols / (int64_t)pkv_type_block_elems(j->wt);
     const pkv_qdot_fn qd = qdot(j->dots, j->wt);
+    const pkv_sdot_fn sd = j->xs ? sdot(j->dots, j->wt) : NULL;
     /* Float weights with a register tile (cpu-dots.h, f32t): 4 weight rows at a
      * time against the x rows 4 at a time, each pair in its own accumulator. */
     const void *tile = j->wt == PKV_TYPE_F32 ? (const void *)j->dots->f32t
@@ -268,7 +279,7 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         }
         return;
     }
-    if (qd && j->n > 1) {
+    if ((qd || sd) && j->n > 1) {
         /* Quantized prefill and batched decode: a chunk of weight rows stays in
          * cache while each group of PKV_QDOT_NX (8) activation rows (in L1) meets
          * all of its rows; a weight block is decoded once per group (the dots
@@ -286,6 +297,8 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                             for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + PF_ROWS * j->rb + o);
                         if (j->xz)
                             j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
+                        else if (sd)
+                            sd(wr, j->xs + i * wb, wb, wb, nx, out);
                         else
                             qd(wr, j->xq + i * xb, xb, wb, nx, out);
                         for (int k = 0; k < nx; k++) j->y[(i + k) * j->rows + r] = out[k];
@@ -327,6 +340,8 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                     const int nx = (int)PKV_MIN(4, x1 - i);
                     if (j->xz)
                         j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
+                    else if (sd)
+                        sd(wr, j->xs + i * wb, wb, wb, nx, out);
                     else
                         qd(wr, j->xq + i * xb, xb, wb, nx, out);
                     for (int k = 0; k < nx; k++) y[(i + k) * j->rows] = out[k];
@@ -354,7 +369,7 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     j.n = a->n;
     j.x = pkv_cpu_ptr(a->x);
     j.y = pkv_cpu_ptr(a->y);
-    const bool q8 = qdot(j.dots, a->wtype) != NULL;
+    const bool q8 = qdot(j.dots, a->wtype) != NULL || sdot(j.dots, a->wtype) != NULL;
     if (!q8 && a->wtype != PKV_TYPE_F32 && a->wtype != PKV_TYPE_F16 && a->wtype != PKV_TYPE_BF16)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: matmul: weight type %s", c->name, pkv_type_name(a->wtype));
     /* about 256 KiB of activations per block */
@@ -362,6 +377,7 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     const int n_tasks = n_tasks_for(c, a->rows, (double)a->rows * (double)a->cols * (double)a->n);
     pkv_q8a *xq = NULL;
     pkv_q8z *xz = NULL;
+    pkv_q8s *xs = NULL;
     if (q8) {
         const int64_t nb = a->cols / 32;
         xq = pkv_malloc((size_t)a->n * (size_t)nb * sizeof *xq);
@@ -390,8 +406,18 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
             for (int64_t r = 0; r < a->n; r++) j.dots->q8z(xq + r * nb, xz + r * ((nb + 1) / 2), nb);
             j.xz = xz;
         }
+        if (sdot(j.dots, a->wtype)) {
+            xs = pkv_malloc((size_t)a->n * (size_t)(nb / 8) * sizeof *xs);
+            if (!xs) {
+                pkv_free(xq);
+                return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to lay out %lld activation rows", c->name, (long long)a->n);
+            }
+            pkv_cpu_q8s(xq, xs, a->n * (nb / 8));
+            j.xs = xs;
+        }
     }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
+    pkv_free(xs);
     pkv_free(xz);
     pkv_free(xq);
     return PKV_OK;

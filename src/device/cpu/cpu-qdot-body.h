@@ -33,16 +33,6 @@ QB_T inline float QB_NAME(half)(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
-static inline void QB_NAME(scale_min)(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 #define QB_XQS(p) _mm256_loadu_si256((const __m256i *)(p)->qs)
 
 QB_AI void QB_NAME(q8_0_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
@@ -110,106 +100,129 @@ QB_AI void QB_NAME(mxfp4_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, i
  * super-block (and shared by the NX activation rows); per sub-block and row one
  * byte dot, one scaled FMA, and the min folded through the activation's
  * d * sum(q). */
-QB_AI void QB_NAME(kmin_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, const bool five,
-                              float *out) {
-    __m256 acc0[QB_NXMAX], acc1[QB_NXMAX];
-    float corr[QB_NXMAX];
+/* ---- k-quants against pkv_q8s: eight sub-blocks scaled by one vector op.
+ * For each activation row, the eight 32-element byte dots of a super-block are
+ * reduced to one int32 per sub-block (red8: lane k = sub-block k), converted
+ * once, and scaled by (weight scale * activation scale) of all eight
+ * sub-blocks in one multiply; a row's operations are the same in every group
+ * size NX. */
+
+/* lane k of the result = the sum of p[k]'s 8 lanes */
+QB_AI __m256i QB_NAME(red8)(const __m256i *p) {
+    const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    /* ab: lanes 0-3 = sums of p[0..3]'s lanes 0-3, lanes 4-7 = of their lanes 4-7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+#define QB_SQS(p, k) _mm256_loadu_si256((const __m256i *)((p)->qs + 32 * (k)))
+
+QB_AI void QB_NAME(kmins_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, const int NX,
+                               const bool five, float *out) {
+    __m256 acc[QB_NXMAX], cor[QB_NXMAX];
     for (int r = 0; r < NX; r++) {
-        acc0[r] = _mm256_setzero_ps();
-        acc1[r] = _mm256_setzero_ps();
-        corr[r] = 0;
+        acc[r] = _mm256_setzero_ps();
+        cor[r] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < nb; b++, w += five ? 176 : 144) {
         const float d = QB_NAME(half)(w), dmin = QB_NAME(half)(w + 2);
         /* The eight 6-bit scales and mins from the 12 packed bytes at once, as
-         * three little-endian words (same layout as scale_min, per byte lane). */
+         * three little-endian words (the layout of quant.c's q4_k scales, per byte lane). */
         uint32_t u[3];
         memcpy(u, w + 4, 12);
         const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
         const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
         const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
         const __m128i scm = _mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo);
-        float dsc[8], dmm[8];
-        _mm256_storeu_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scm))));
-        _mm256_storeu_ps(dmm, _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)))));
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scm)));
+        const __m256 dmm =
+            _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8))));
         const uint8_t *qs = five ? w + 48 : w + 16;
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        __m256i q[8];
         for (int g = 0; g < 4; g++) {
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-            __m256i q0 = _mm256_and_si256(raw, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            q[2 * g] = _mm256_and_si256(raw, m4);
+            q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
             if (five) {
-                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
-                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
-            }
-            /* the scale products x->d * (d*sc) as 8-lane products of broadcasts
-             * (the same value in every lane as the scalar product; the weight
-             * side broadcast once per group, the activation's from memory) */
-            const __m256 s0 = _mm256_set1_ps(dsc[2 * g]), s1 = _mm256_set1_ps(dsc[2 * g + 1]);
-            for (int r = 0; r < NX; r++) {
-                const pkv_q8a *x0 = x + r * xs + 8 * b + 2 * g, *x1 = x0 + 1;
-                const __m256i p0 = QB_DOT_U8(q0, QB_XQS(x0));
-                const __m256i p1 = QB_DOT_U8(q1, QB_XQS(x1));
-                acc0[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&x0->d), s0), _mm256_cvtepi32_ps(p0), acc0[r]);
-                acc1[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&x1->d), s1), _mm256_cvtepi32_ps(p1), acc1[r]);
-                corr[r] += dmm[2 * g] * x0->ds + dmm[2 * g + 1] * x1->ds;
+                q[2 * g] = _mm256_or_si256(q[2 * g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+                q[2 * g + 1] =
+                    _mm256_or_si256(q[2 * g + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
             }
         }
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8s *xb = x + r * xs + b;
+            __m256i p[8];
+            for (int k = 0; k < 8; k++) p[k] = QB_DOT_U8(q[k], QB_SQS(xb, k));
+            const __m256 sum = _mm256_cvtepi32_ps(QB_NAME(red8)(p));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_loadu_ps(xb->d)), sum, acc[r]);
+            cor[r] = _mm256_fmadd_ps(dmm, _mm256_loadu_ps(xb->ds), cor[r]);
+        }
     }
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(_mm256_add_ps(acc0[r], acc1[r])) - corr[r];
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - QB_NAME(hsum)(cor[r]);
 }
 
-QB_AI void QB_NAME(q6_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc0[QB_NXMAX], acc1[QB_NXMAX];
-    float corr[QB_NXMAX];
-    for (int r = 0; r < NX; r++) {
-        acc0[r] = _mm256_setzero_ps();
-        acc1[r] = _mm256_setzero_ps();
-        corr[r] = 0;
-    }
+/* q6_k: 16 scales, one per 16 elements. The byte dots' lanes 0-3 cover a
+ * sub-block's first 16 elements and lanes 4-7 its second, so two hadd levels
+ * give both halves' sums apart; they are scaled in int32 (exact), the -32
+ * offset folded in through the activation's 16-element sums. */
+QB_AI void QB_NAME(q6_ks_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    /* even bytes first, then odd: the first and second half-block scales */
+    const __m128i eo = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (int64_t b = 0; b < nb; b++, w += 210) {
-        const float d = QB_NAME(half)(w + 208);
-        const int8_t *sc = (const int8_t *)(w + 192);
+        const __m256 dv = _mm256_set1_ps(QB_NAME(half)(w + 208));
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
+        const __m128i sce = _mm_shuffle_epi8(sc, eo);
+        const __m256i sc_a = _mm256_cvtepi8_epi32(sce), sc_b = _mm256_cvtepi8_epi32(_mm_srli_si128(sce, 8));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+        __m256i q[8];
         for (int h = 0; h < 2; h++) {
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
             for (int k = 0; k < 4; k++) {
                 const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32 * (k & 1)));
                 const __m256i lo = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-                const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
-                const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
-#if QB_VNNI
-                /* lanes 0-3 hold elements 0-15 (scale s0), lanes 4-7 elements 16-31 (s1) */
-                const __m256 dsv = _mm256_set_m128(_mm_set1_ps(d * (float)s1), _mm_set1_ps(d * (float)s0));
-#endif
-                for (int r = 0; r < NX; r++) {
-                    const pkv_q8a *xb = x + r * xs + 8 * b + 4 * h + k;
-                    const float dd = d * xb->d;
-#if QB_VNNI
-                    const __m256 scv = _mm256_mul_ps(dsv, _mm256_set1_ps(xb->d));
-                    const __m256 p = _mm256_cvtepi32_ps(QB_DOT_U8(q, QB_XQS(xb)));
-                    if (k & 1)
-                        acc1[r] = _mm256_fmadd_ps(scv, p, acc1[r]);
-                    else
-                        acc0[r] = _mm256_fmadd_ps(scv, p, acc0[r]);
-#else
-                    /* int16 pair sums, then weighted by the two half-block scales */
-                    const __m256i p16 = _mm256_maddubs_epi16(q, QB_XQS(xb));
-                    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
-                    acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv)), acc0[r]);
-#endif
-                    corr[r] += dd * (float)(32 * (s0 * xb->s[0] + s1 * xb->s[1]));
-                }
+                q[4 * h + k] = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
             }
         }
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8s *xb = x + r * xs + b;
+            __m256i p[8];
+            for (int k = 0; k < 8; k++) p[k] = QB_DOT_U8(q[k], QB_SQS(xb, k));
+            const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+            const __m256i first = _mm256_permute2x128_si256(ab, cd, 0x20); /* lane k: sub-block k, elements 0-15 */
+            const __m256i second = _mm256_permute2x128_si256(ab, cd, 0x31);
+            const __m256i dot = _mm256_add_epi32(_mm256_mullo_epi32(first, sc_a), _mm256_mullo_epi32(second, sc_b));
+            /* lane k: sc[2k] * s[2k] + sc[2k+1] * s[2k+1] */
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->s), sc16);
+            const __m256 sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot, _mm256_slli_epi32(off, 5)));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_loadu_ps(xb->d)), sum, acc[r]);
+        }
     }
-#if QB_VNNI
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(_mm256_add_ps(acc0[r], acc1[r])) - corr[r];
-#else
-    (void)acc1;
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc0[r]) - corr[r];
-#endif
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
 }
+
+#define QB_SGROUPS(body, ...)                                                                       \
+    int r = 0;                                                                                     \
+    for (; r + 8 <= nx; r += 8) body(w, x + r * xs, xs, nb, 8, __VA_ARGS__ out + r);                \
+    for (; r + 4 <= nx; r += 4) body(w, x + r * xs, xs, nb, 4, __VA_ARGS__ out + r);                \
+    for (; r < nx; r++) body(w, x + r * xs, xs, nb, 1, __VA_ARGS__ out + r);
+
+QB_T void QB_NAME(q4_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
+    QB_SGROUPS(QB_NAME(kmins_body), false, )
+}
+QB_T void QB_NAME(q5_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
+    QB_SGROUPS(QB_NAME(kmins_body), true, )
+}
+QB_T void QB_NAME(q6_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
+    QB_SGROUPS(QB_NAME(q6_ks_body), )
+}
+#undef QB_SGROUPS
+#undef QB_SQS
 
 QB_T void QB_NAME(q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
     int r = 0;
@@ -227,33 +240,6 @@ QB_T void QB_NAME(q4_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t 
 #endif
     for (; r + 4 <= nx; r += 4) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 4, out + r);
     for (; r < nx; r++) QB_NAME(q4_0_body)(w, x + r * xs, xs, nb, 1, out + r);
-}
-
-QB_T void QB_NAME(q4_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    int r = 0;
-#if QB_NXMAX >= 8
-    for (; r + 8 <= nx; r += 8) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 8, false, out + r);
-#endif
-    for (; r + 4 <= nx; r += 4) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 4, false, out + r);
-    for (; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, false, out + r);
-}
-
-QB_T void QB_NAME(q5_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    int r = 0;
-#if QB_NXMAX >= 8
-    for (; r + 8 <= nx; r += 8) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 8, true, out + r);
-#endif
-    for (; r + 4 <= nx; r += 4) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 4, true, out + r);
-    for (; r < nx; r++) QB_NAME(kmin_body)(w, x + r * xs, xs, nb, 1, true, out + r);
-}
-
-QB_T void QB_NAME(q6_k)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
-    int r = 0;
-#if QB_NXMAX >= 8
-    for (; r + 8 <= nx; r += 8) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 8, out + r);
-#endif
-    for (; r + 4 <= nx; r += 4) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 4, out + r);
-    for (; r < nx; r++) QB_NAME(q6_k_body)(w, x + r * xs, xs, nb, 1, out + r);
 }
 
 QB_T void QB_NAME(mxfp4)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
