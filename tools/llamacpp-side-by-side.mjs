@@ -1,10 +1,13 @@
 #!/usr/bin/env node
-// Side-by-side measurement against llama.cpp's CPU backend on the same GGUF file
-// (docs/BENCHMARKS.md, "Against llama.cpp"). Not part of pagekv's build or tests
-// and installed by nothing here: llama.cpp cannot be built on the CI machine kind
-// (no network for its sources), but the npm registry carries prebuilt llama.cpp
-// CPU libraries in node-llama-cpp's platform package (the same ggml CPU
-// variants llama.cpp ships, including one for Sapphire Rapids with AMX). To run:
+// Side-by-side measurement against llama.cpp's CPU backend on the same GGUF file,
+// with llama.cpp's prebuilt libraries: the script behind the 2026-11-23 table in
+// docs/BENCHMARKS.md, and a check that needs no compiler. For new comparisons use
+// tools/bench-llamacpp.sh (docs/BENCHMARKS.md, "Against llama.cpp"), which builds
+// llama.cpp from node-llama-cpp's source and runs llama-bench and llama-batched-bench.
+// Not part of pagekv's build or tests and installed by nothing here: the npm
+// registry carries prebuilt llama.cpp CPU libraries in node-llama-cpp's platform
+// package (the same ggml CPU variants llama.cpp ships, including one for Sapphire
+// Rapids with AMX). To run:
 //
 //   mkdir /tmp/nlc && cd /tmp/nlc && echo '{"type":"module"}' > package.json
 //   npm install node-llama-cpp@3.22.1 --ignore-scripts
