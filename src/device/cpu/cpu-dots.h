@@ -90,9 +90,10 @@ typedef struct pkv_cpu_dots {
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
     /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4;
-    /* The k-quants against pkv_q8s rows; where set they replace q4_k/q5_k/q6_k
-     * for every batch size (so results stay batch-invariant). */
-    pkv_sdot_fn q4_ks, q5_ks, q6_ks;
+    /* The k-quants against pkv_q8s rows, indexed by type (q2_k .. q6_k); where
+     * set they replace the pkv_q8a dot for every batch size (so results stay
+     * batch-invariant). */
+    pkv_sdot_fn sup[PKV_TYPE_COUNT];
     /* The types with an integer form (quant.h, pkv_qblock: q4_1 .. tq2_0),
      * indexed by type; NULL: use the AVX2 one. */
     pkv_qdot_fn more[PKV_TYPE_COUNT];

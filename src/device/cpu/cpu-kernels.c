@@ -72,8 +72,11 @@ static void avx512_init(void) {
     TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z); TAKE(q4_ks); TAKE(q5_ks); TAKE(q6_ks);
-        for (int t = 0; t < PKV_TYPE_COUNT; t++) TAKE(more[t]);
+        TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
+        for (int t = 0; t < PKV_TYPE_COUNT; t++) {
+            TAKE(more[t]);
+            TAKE(sup[t]);
+        }
         g_avx512_full.slow = x->slow;
     }
 #undef TAKE
@@ -135,12 +138,7 @@ static pkv_qdot_fn qdot(const pkv_cpu_dots *d, pkv_type t) {
 }
 
 static pkv_sdot_fn sdot(const pkv_cpu_dots *d, pkv_type t) {
-    switch (t) {
-    case PKV_TYPE_Q4_K: return d->q4_ks;
-    case PKV_TYPE_Q5_K: return d->q5_ks;
-    case PKV_TYPE_Q6_K: return d->q6_ks;
-    default: return NULL;
-    }
+    return (int)t >= 0 && t < PKV_TYPE_COUNT ? d->sup[t] : NULL;
 }
 
 /* Split [0, n) into n_tasks even ranges; task i gets [*a, *b). */

@@ -163,22 +163,41 @@ QB_AI void QB_NAME(kmins_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, i
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - QB_NAME(hsum)(cor[r]);
 }
 
-/* q6_k: 16 scales, one per 16 elements. The byte dots' lanes 0-3 cover a
- * sub-block's first 16 elements and lanes 4-7 its second, so two hadd levels
- * give both halves' sums apart; they are scaled in int32 (exact), the -32
- * offset folded in through the activation's 16-element sums. */
+/* The types with 16 scales per super-block (one per 16 elements: q6_k, q3_k,
+ * q2_k). The byte dots' lanes 0-3 cover a sub-block's first 16 elements and
+ * lanes 4-7 its second, so two hadd levels keep both halves' sums apart; they
+ * are scaled in int32 (exact). sc_a/sc_b: the scales of the first/second
+ * halves of sub-blocks 0..7. Lane k of the result: sub-block k's scaled sum. */
+QB_AI __m256i QB_NAME(dot16)(const __m256i *q, const pkv_q8s *xb, __m256i sc_a, __m256i sc_b) {
+    __m256i p[8];
+    for (int k = 0; k < 8; k++) p[k] = QB_DOT_U8(q[k], QB_SQS(xb, k));
+    const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), sc_a),
+                            _mm256_mullo_epi32(_mm256_permute2x128_si256(ab, cd, 0x31), sc_b));
+}
+
+/* 16 int8 scales to the even (first-half) and odd (second-half) int32 vectors
+ * of dot16 and the int16 vector that pairs with pkv_q8s.s (madd: lane k =
+ * sc[2k] * s[2k] + sc[2k+1] * s[2k+1]). */
+QB_AI void QB_NAME(scales16)(__m128i sc, __m256i *sc_a, __m256i *sc_b, __m256i *sc16) {
+    const __m128i eo = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    const __m128i sce = _mm_shuffle_epi8(sc, eo);
+    *sc_a = _mm256_cvtepi8_epi32(sce);
+    *sc_b = _mm256_cvtepi8_epi32(_mm_srli_si128(sce, 8));
+    *sc16 = _mm256_cvtepi8_epi16(sc);
+}
+
+/* q6_k: unsigned 6-bit quants, the -32 offset folded in through the
+ * activation's 16-element sums. */
 QB_AI void QB_NAME(q6_ks_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, const int NX, float *out) {
     __m256 acc[QB_NXMAX];
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    /* even bytes first, then odd: the first and second half-block scales */
-    const __m128i eo = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (int64_t b = 0; b < nb; b++, w += 210) {
         const __m256 dv = _mm256_set1_ps(QB_NAME(half)(w + 208));
-        const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
-        const __m128i sce = _mm_shuffle_epi8(sc, eo);
-        const __m256i sc_a = _mm256_cvtepi8_epi32(sce), sc_b = _mm256_cvtepi8_epi32(_mm_srli_si128(sce, 8));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+        __m256i sc_a, sc_b, sc16;
+        QB_NAME(scales16)(_mm_loadu_si128((const __m128i *)(w + 192)), &sc_a, &sc_b, &sc16);
         __m256i q[8];
         for (int h = 0; h < 2; h++) {
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
@@ -190,20 +209,85 @@ QB_AI void QB_NAME(q6_ks_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, i
         }
         for (int r = 0; r < NX; r++) {
             const pkv_q8s *xb = x + r * xs + b;
-            __m256i p[8];
-            for (int k = 0; k < 8; k++) p[k] = QB_DOT_U8(q[k], QB_SQS(xb, k));
-            const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-            const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-            const __m256i first = _mm256_permute2x128_si256(ab, cd, 0x20); /* lane k: sub-block k, elements 0-15 */
-            const __m256i second = _mm256_permute2x128_si256(ab, cd, 0x31);
-            const __m256i dot = _mm256_add_epi32(_mm256_mullo_epi32(first, sc_a), _mm256_mullo_epi32(second, sc_b));
-            /* lane k: sc[2k] * s[2k] + sc[2k+1] * s[2k+1] */
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->s), sc16);
-            const __m256 sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot, _mm256_slli_epi32(off, 5)));
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_loadu_ps(xb->d)), sum, acc[r]);
+            const __m256i dot = _mm256_sub_epi32(QB_NAME(dot16)(q, xb, sc_a, sc_b), _mm256_slli_epi32(off, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_loadu_ps(xb->d)), _mm256_cvtepi32_ps(dot), acc[r]);
         }
     }
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+/* q3_k: 2 low bits plus the high bit (hmask bit 4h + j) to an unsigned 0..7,
+ * the -4 folded in like q6_k's -32; signed 6-bit scales (minus 32). */
+QB_AI void QB_NAME(q3_ks_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX];
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++, w += 110) {
+        const __m256 dv = _mm256_set1_ps(QB_NAME(half)(w + 108));
+        /* scale g: low 4 bits from byte g % 8 (its high nibble for g >= 8),
+         * high 2 bits from byte 8 + g % 4 (bits 2 * (g / 4)) */
+        uint64_t lo8;
+        uint32_t hi4;
+        memcpy(&lo8, w + 96, 8);
+        memcpy(&hi4, w + 104, 4);
+        const __m128i m4 = _mm_set1_epi8(15), lb = _mm_cvtsi64_si128((long long)lo8);
+        const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(lb, m4), _mm_and_si128(_mm_srli_epi16(lb, 4), m4));
+        const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)hi4), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+        const __m128i s8 = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+        __m256i sc_a, sc_b, sc16;
+        QB_NAME(scales16)(s8, &sc_a, &sc_b, &sc16);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)w);
+        __m256i q[8];
+        for (int h = 0; h < 2; h++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 32 + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
+                q[4 * h + j] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+            }
+        }
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8s *xb = x + r * xs + b;
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->s), sc16);
+            const __m256i dot = _mm256_sub_epi32(QB_NAME(dot16)(q, xb, sc_a, sc_b), _mm256_slli_epi32(off, 2));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_loadu_ps(xb->d)), _mm256_cvtepi32_ps(dot), acc[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
+}
+
+/* q2_k: unsigned 2-bit quants, 4-bit scales and mins; the mins against the
+ * activation's 16-element sums in int32, scaled by dmin once per sub-block. */
+QB_AI void QB_NAME(q2_ks_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX], cor[QB_NXMAX];
+    for (int r = 0; r < NX; r++) {
+        acc[r] = _mm256_setzero_ps();
+        cor[r] = _mm256_setzero_ps();
+    }
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++, w += 84) {
+        const __m256 dv = _mm256_set1_ps(QB_NAME(half)(w + 80)), dmv = _mm256_set1_ps(QB_NAME(half)(w + 82));
+        const __m128i scm = _mm_loadu_si128((const __m128i *)w);
+        __m256i sc_a, sc_b, sc16;
+        QB_NAME(scales16)(_mm_and_si128(scm, m4), &sc_a, &sc_b, &sc16);
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scm, 4), m4));
+        (void)sc16;
+        __m256i q[8];
+        for (int h = 0; h < 2; h++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * h));
+            for (int j = 0; j < 4; j++) q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+        }
+        for (int r = 0; r < NX; r++) {
+            const pkv_q8s *xb = x + r * xs + b;
+            const __m256 dx = _mm256_loadu_ps(xb->d);
+            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->s), m16);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, dx), _mm256_cvtepi32_ps(QB_NAME(dot16)(q, xb, sc_a, sc_b)), acc[r]);
+            cor[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmv, dx), _mm256_cvtepi32_ps(mins), cor[r]);
+        }
+    }
+    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - QB_NAME(hsum)(cor[r]);
 }
 
 #define QB_SGROUPS(body, ...)                                                                       \
@@ -221,6 +305,16 @@ QB_T void QB_NAME(q5_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t
 QB_T void QB_NAME(q6_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
     QB_SGROUPS(QB_NAME(q6_ks_body), )
 }
+QB_T void QB_NAME(q3_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
+    QB_SGROUPS(QB_NAME(q3_ks_body), )
+}
+QB_T void QB_NAME(q2_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
+    QB_SGROUPS(QB_NAME(q2_ks_body), )
+}
+/* pkv_cpu_dots.sup of this path */
+#define QB_SUP_TABLE                                                                                    \
+    {[PKV_TYPE_Q2_K] = QB_NAME(q2_ks), [PKV_TYPE_Q3_K] = QB_NAME(q3_ks), [PKV_TYPE_Q4_K] = QB_NAME(q4_ks),   \
+     [PKV_TYPE_Q5_K] = QB_NAME(q5_ks), [PKV_TYPE_Q6_K] = QB_NAME(q6_ks)}
 #undef QB_SGROUPS
 #undef QB_SQS
 
@@ -366,75 +460,6 @@ QB_AI void QB_NAME(iq4_xs_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, 
 
 /* q2_k: element 128h + 32j + l is 2 bits of byte 32h + l, so activation block
  * 4h + j is one shift and mask of a 32-byte load; scales and mins per 16. */
-QB_AI void QB_NAME(q2_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc[QB_NXMAX];
-    float corr[QB_NXMAX];
-    for (int r = 0; r < NX; r++) {
-        acc[r] = _mm256_setzero_ps();
-        corr[r] = 0;
-    }
-    const __m256i m3 = _mm256_set1_epi8(3);
-    for (int64_t b = 0; b < nb; b++, w += 84) {
-        const float d = QB_NAME(half)(w + 80), dmin = QB_NAME(half)(w + 82);
-        float dsc[16], dmn[16];
-        for (int g = 0; g < 16; g++) {
-            dsc[g] = d * (float)(w[g] & 15);
-            dmn[g] = dmin * (float)(w[g] >> 4);
-        }
-        for (int h = 0; h < 2; h++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const int sb = 4 * h + j;
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-                const __m256 dv = QB_NAME(two_scales)(dsc[2 * sb], dsc[2 * sb + 1]);
-                for (int r = 0; r < NX; r++) {
-                    const pkv_q8a *xb = x + r * xs + 8 * b + sb;
-                    const __m256i p = QB_DOT_U8(q, QB_XQS(xb));
-                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
-                    corr[r] += xb->d * (dmn[2 * sb] * (float)xb->s[0] + dmn[2 * sb + 1] * (float)xb->s[1]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - corr[r];
-}
-
-/* q3_k: as q2_k plus the high bit (hmask[l] bit 4h + j) to an unsigned 0..7;
- * the -4 comes off in integers per 16 (lane 0 and lane 4), the 6-bit scales are
- * unpacked once per block. */
-QB_AI void QB_NAME(q3_k_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, const int NX, float *out) {
-    __m256 acc[QB_NXMAX];
-    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    for (int64_t b = 0; b < nb; b++, w += 110) {
-        const float d = QB_NAME(half)(w + 108);
-        const uint8_t *sc = w + 96;
-        float dsc[16];
-        for (int g = 0; g < 16; g++) {
-            const int s = ((sc[g % 8] >> (4 * (g / 8))) & 15) | ((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4;
-            dsc[g] = d * (float)(s - 32);
-        }
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)w);
-        for (int h = 0; h < 2; h++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 32 + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const int sb = 4 * h + j;
-                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
-                const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
-                const __m256 dv = QB_NAME(two_scales)(dsc[2 * sb], dsc[2 * sb + 1]);
-                for (int r = 0; r < NX; r++) {
-                    const pkv_q8a *xb = x + r * xs + 8 * b + sb;
-                    __m256i p = QB_DOT_U8(u, QB_XQS(xb));
-                    p = _mm256_sub_epi32(p, _mm256_setr_epi32(4 * xb->s[0], 0, 0, 0, 4 * xb->s[1], 0, 0, 0));
-                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]);
-}
-
 /* iq3_s: per 32 elements eight 9-bit grid indices gathered as 4-byte entries
  * (the magnitudes, unsigned), 32 sign bits as +-1 bytes applied to the
  * activation, one scale. */
@@ -484,14 +509,10 @@ QB_AI void QB_NAME(iq3_s_body)(const uint8_t *w, const pkv_q8a *x, int64_t xs, i
 #define QB_CALL_q5_0(K) QB_CALL_OWN(q5_0, K)
 #define QB_CALL_iq4_nl(K) QB_CALL_OWN(iq4_nl, K)
 #define QB_CALL_iq4_xs(K) QB_CALL_OWN(iq4_xs, K)
-#define QB_CALL_q2_k(K) QB_CALL_OWN(q2_k, K)
-#define QB_CALL_q3_k(K) QB_CALL_OWN(q3_k, K)
 #define QB_CALL_iq3_s(K) QB_CALL_OWN(iq3_s, K)
 QB_OWN(q5_0)
 QB_OWN(iq4_nl)
 QB_OWN(iq4_xs)
-QB_OWN(q2_k)
-QB_OWN(q3_k)
 QB_OWN(iq3_s)
 
 #define QB_DEC(n, T)                                                                                        \
@@ -518,8 +539,8 @@ QB_DEC(tq2_0, PKV_TYPE_TQ2_0)
  * block-decoding fallback. */
 #define QB_MORE_TABLE                                                                                   \
     {[PKV_TYPE_Q4_1] = QB_NAME(dec_q4_1),       [PKV_TYPE_Q5_0] = QB_NAME(q5_0),                          \
-     [PKV_TYPE_Q5_1] = QB_NAME(dec_q5_1),       [PKV_TYPE_Q2_K] = QB_NAME(q2_k),                          \
-     [PKV_TYPE_Q3_K] = QB_NAME(q3_k),           [PKV_TYPE_IQ2_XXS] = QB_NAME(dec_iq2_xxs),                \
+     [PKV_TYPE_Q5_1] = QB_NAME(dec_q5_1),                          \
+     [PKV_TYPE_IQ2_XXS] = QB_NAME(dec_iq2_xxs),                \
      [PKV_TYPE_IQ2_XS] = QB_NAME(dec_iq2_xs),   [PKV_TYPE_IQ2_S] = QB_NAME(dec_iq2_s),                    \
      [PKV_TYPE_IQ3_XXS] = QB_NAME(dec_iq3_xxs), [PKV_TYPE_IQ3_S] = QB_NAME(iq3_s),                        \
      [PKV_TYPE_IQ1_S] = QB_NAME(dec_iq1_s),     [PKV_TYPE_IQ1_M] = QB_NAME(dec_iq1_m),                    \
