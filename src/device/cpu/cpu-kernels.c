@@ -253,10 +253,17 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                 for (int64_t i = x0; i < x1; i += 4) {
                     const int nx = (int)PKV_MIN(4, x1 - i);
                     const float *xi = j->x + i * j->cols;
-                    for (int64_t r = c0; r < c1; r += 4) {
-                        const int nw = (int)PKV_MIN(4, c1 - r);
+                    /* Fewer than 4 x rows (decode): one weight row after the
+                     * other, a single forward stream the hardware prefetcher
+                     * follows (f16, 1024 columns, AVX-512 EPYC: 25 -> 35 GB/s
+                     * on 2 threads against 4-row tiles with the software
+                     * prefetch below). A pair's operations are the same in
+                     * every tile shape, so the result is too. */
+                    const int tw = nx < 4 ? 1 : 4;
+                    for (int64_t r = c0; r < c1; r += tw) {
+                        const int nw = (int)PKV_MIN(tw, c1 - r);
                         const uint8_t *wr = j->w + (size_t)r * j->rb;
-                        if (i == x0) { /* first pass over the chunk: the next tile's rows */
+                        if (tw == 4 && i == x0) { /* first pass over the chunk: the next tile's rows */
                             const int64_t pf = PKV_MIN(4, r1 - (r + 4));
                             for (size_t o = 0; pf > 0 && o < (size_t)pf * j->rb; o += 64)
                                 __builtin_prefetch(wr + 4 * j->rb + o);
