@@ -155,33 +155,38 @@ V static inline __m512 halves(__m256 lo, __m256 hi) {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
 
-/* q8_0 (cpu-dots.h, q8_0z): two blocks per step; the weights unsigned (q ^ 0x80)
- * with the offset taken out by starting vpdpbusd from the lane sums c. */
+/* q8_0 (cpu-dots.h, q8_0z): two blocks per step; vpdpbusd takes the weights'
+ * magnitudes (unsigned) and the activations with the weights' signs applied
+ * (negated under the mask of negative weights): the same exact int32 products
+ * as signed bytes, with no correction term to load per row. */
 __attribute__((always_inline)) V static inline void q8z_body(const uint8_t *w, const pkv_q8z *x, int64_t xs,
                                                              int64_t nb, const int NX, float *out) {
     __m512 acc[8];
     for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
-    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    const __m512i zero = _mm512_setzero_si512();
     int64_t b = 0, k = 0;
     for (; b + 2 <= nb; b += 2, k++, w += 68) {
-        const __m512i u = _mm512_xor_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
-                               _mm256_loadu_si256((const __m256i *)(w + 36)), 1),
-            k80);
+        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
+                                              _mm256_loadu_si256((const __m256i *)(w + 36)), 1);
+        const __m512i u = _mm512_abs_epi8(wv);
+        const __mmask64 neg = _mm512_movepi8_mask(wv);
         const __m512 dw = halves(_mm256_set1_ps(v_half(w)), _mm256_set1_ps(v_half(w + 34)));
         for (int r = 0; r < NX; r++) {
             const pkv_q8z *xz = x + r * xs + k;
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
+            const __m512i xq = _mm512_loadu_si512(xz->qs);
+            const __m512i p = _mm512_dpbusd_epi32(zero, u, _mm512_mask_sub_epi8(xq, neg, zero, xq));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(xz->d)), _mm512_cvtepi32_ps(p), acc[r]);
         }
     }
     if (b < nb) { /* odd last block: the second half of its pair is zero */
-        const __m512i u = _mm512_xor_si512(
-            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))), k80);
+        const __m512i wv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2)));
+        const __m512i u = _mm512_abs_epi8(wv);
+        const __mmask64 neg = _mm512_movepi8_mask(wv);
         const __m512 dw = halves(_mm256_set1_ps(v_half(w)), _mm256_setzero_ps());
         for (int r = 0; r < NX; r++) {
             const pkv_q8z *xz = x + r * xs + k;
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(xz->c), u, _mm512_loadu_si512(xz->qs));
+            const __m512i xq = _mm512_loadu_si512(xz->qs);
+            const __m512i p = _mm512_dpbusd_epi32(zero, u, _mm512_mask_sub_epi8(xq, neg, zero, xq));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(xz->d)), _mm512_cvtepi32_ps(p), acc[r]);
         }
     }
@@ -199,14 +204,10 @@ V static void v_q8_0z(const uint8_t *w, const pkv_q8z *x, int64_t xs, int64_t nb
 }
 
 V static void v_q8z(const pkv_q8a *x, pkv_q8z *z, int64_t nb) {
-    const __m256i k80 = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b += 2, z++) {
         memset(z, 0, sizeof *z);
         for (int h = 0; h < 2 && b + h < nb; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)x[b + h].qs);
-            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k80, q);
-            _mm256_storeu_si256((__m256i *)(z->qs + 32 * h), q);
-            _mm256_storeu_si256((__m256i *)(z->c + 8 * h), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            _mm256_storeu_si256((__m256i *)(z->qs + 32 * h), _mm256_loadu_si256((const __m256i *)x[b + h].qs));
             _mm256_storeu_ps(z->d + 8 * h, _mm256_set1_ps(x[b + h].d));
         }
     }

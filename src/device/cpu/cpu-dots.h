@@ -28,12 +28,10 @@ typedef struct pkv_q8a {
 typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
 
 /* Two consecutive activation blocks laid out for 512-bit q8_0 dots (q8_0z):
- * qs of both blocks, lane sums c[i] = -128 * (qs[4i] + .. + qs[4i+3]) and the
- * scales (d of the first block in d[0..8), of the second in d[8..16)). An odd
- * last block has a zero second half. */
+ * qs of both blocks and the scales (d of the first block in d[0..8), of the
+ * second in d[8..16)). An odd last block has a zero second half. */
 typedef struct pkv_q8z {
     int8_t qs[64];
-    int32_t c[16];
     float d[16];
 } pkv_q8z;
 
