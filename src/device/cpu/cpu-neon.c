@@ -184,7 +184,12 @@ typedef struct {
     pkv_qblock o;
 } nq_state;
 
-AI float half_at(const uint8_t *p) { return pkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+/* An f16 scale (FCVT: exact, as pkv_f16_to_f32) */
+AI float half_at(const uint8_t *p) {
+    __fp16 h;
+    memcpy(&h, p, 2);
+    return (float)h;
+}
 
 /* 32 bits as 32 byte masks (0xff where the bit is set): lo for bits 0-15. */
 AI void bits32(const uint8_t *p, uint8x16_t *lo, uint8x16_t *hi) {
@@ -224,13 +229,17 @@ AI void kmin_scales(const uint8_t *p, int j0, float32x4_t *sc, float32x4_t *mn) 
  * decodes a block when its first unit comes. */
 AI void nq_decode(int K, const uint8_t *w, int64_t u0, int nu, nq_group *g, nq_state *st) {
     const uint8x16_t m4 = vdupq_n_u8(15);
+    for (int k = 0; k < 4; k++) g->q[k][0] = g->q[k][1] = vdupq_n_s8(0); /* dead stores but in a short group */
+    g->wm = vdupq_n_f32(0);
     if (k_nsub(K) == 1) {
-        float d[4] = {0, 0, 0, 0}, mm[4] = {0, 0, 0, 0};
-        for (int k = 0; k < nu; k++) {
+        float32x4_t ws = vdupq_n_f32(0), wm = ws;
+        for (int k = 0; k < 4; k++) { /* k a constant once unrolled: a lane number */
+            if (k >= nu) break;
+            float d, mm = 0;
             const uint8_t *p = w + (size_t)(u0 + k) * k_bytes(K);
             int8x16_t L, H;
             if (K == K_Q8_0) {
-                d[k] = half_at(p);
+                d = half_at(p);
                 L = vld1q_s8((const int8_t *)p + 2);
                 H = vld1q_s8((const int8_t *)p + 18);
             } else if (K == K_Q4_0 || K == K_Q4_1) {
@@ -242,8 +251,8 @@ AI void nq_decode(int K, const uint8_t *w, int64_t u0, int nu, nq_group *g, nq_s
                     L = vsubq_s8(L, vdupq_n_s8(8));
                     H = vsubq_s8(H, vdupq_n_s8(8));
                 }
-                d[k] = half_at(p);
-                if (K == K_Q4_1) mm[k] = half_at(p + 2);
+                d = half_at(p);
+                if (K == K_Q4_1) mm = half_at(p + 2);
             } else if (K == K_Q5_0 || K == K_Q5_1) {
                 const uint8_t *qh = p + (K == K_Q5_0 ? 2 : 4);
                 const uint8x16_t raw = vld1q_u8(qh + 4), b4 = vdupq_n_u8(16);
@@ -255,20 +264,22 @@ AI void nq_decode(int K, const uint8_t *w, int64_t u0, int nu, nq_group *g, nq_s
                     L = vsubq_s8(L, vdupq_n_s8(16));
                     H = vsubq_s8(H, vdupq_n_s8(16));
                 }
-                d[k] = half_at(p);
-                if (K == K_Q5_1) mm[k] = half_at(p + 2);
+                d = half_at(p);
+                if (K == K_Q5_1) mm = half_at(p + 2);
             } else { /* mxfp4, iq4_nl: the nibbles through a table of 16 signed levels */
                 const int8x16_t tbl = vld1q_s8(K == K_MXFP4 ? pkv_mxfp4_kvalues : pkv_iq4nl_values);
                 const uint8x16_t raw = vld1q_u8(p + (K == K_MXFP4 ? 1 : 2));
                 L = vqtbl1q_s8(tbl, vandq_u8(raw, m4));
                 H = vqtbl1q_s8(tbl, vshrq_n_u8(raw, 4));
-                d[k] = K == K_MXFP4 ? pkv_e8m0_half(p[0]) : half_at(p);
+                d = K == K_MXFP4 ? pkv_e8m0_half(p[0]) : half_at(p);
             }
             g->q[k][0] = L;
             g->q[k][1] = H;
+            ws = vsetq_lane_f32(d, ws, k);
+            wm = vsetq_lane_f32(mm, wm, k);
         }
-        g->ws = vld1q_f32(d);
-        g->wm = vld1q_f32(mm);
+        g->ws = ws;
+        g->wm = wm;
         return;
     }
     const int64_t b = u0 / 8;
@@ -410,15 +421,13 @@ AI void nq_decode(int K, const uint8_t *w, int64_t u0, int nu, nq_group *g, nq_s
 /* The activation side of a group for one row: d per lane, and the offsets'
  * partner (d * sum of the unit, or of the half, k_mins). */
 AI void nq_xside(int K, const pkv_q8a *x, int nu, float32x4_t *dx, float32x4_t *ds) {
-    *ds = vdupq_n_f32(0);
+    *ds = *dx = vdupq_n_f32(0);
     if (!k_halves(K)) {
-        float d[4] = {0, 0, 0, 0}, s[4] = {0, 0, 0, 0};
-        for (int k = 0; k < nu; k++) {
-            d[k] = x[k].d;
-            if (k_mins(K)) s[k] = x[k].ds;
+        for (int k = 0; k < 4; k++) {
+            if (k >= nu) break;
+            *dx = vld1q_lane_f32(&x[k].d, *dx, k);
+            if (k_mins(K)) *ds = vld1q_lane_f32(&x[k].ds, *ds, k);
         }
-        *dx = vld1q_f32(d);
-        *ds = vld1q_f32(s);
         return;
     }
     const float d0 = x[0].d, d1 = nu > 1 ? x[1].d : 0;
