@@ -77,15 +77,16 @@ typedef struct pkv_cpu_dots {
      * of n elements; NULL on the generic path */
     void (*f16row)(const uint16_t *src, float *dst, int64_t n);
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
-    /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
+    /* quantized weights against 8-bit activations; NULL (avx512 table): use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4;
     /* The types with an integer form (quant.h, pkv_qblock: q4_1 .. tq2_0),
-     * indexed by type; NULL: use the AVX2 one. */
+     * indexed by type; NULL (avx512 table): use the AVX2 one. */
     pkv_qdot_fn more[PKV_TYPE_COUNT];
     /* Bit t set: more[t] on this path is the fallback that decodes each block
      * to its integer form in plain C before the dots (the generic path's only
-     * way; on AVX2/AVX-512 the dots themselves are vectorized), not a kernel
-     * written for the type. Reported by pagekv devices and bench model. */
+     * way; on AVX2/AVX-512 and the ARM paths the dots themselves are
+     * vectorized), not a kernel written for the type. Reported by pagekv
+     * devices and bench model. */
     uint64_t slow;
     /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
      * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
