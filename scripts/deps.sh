@@ -10,11 +10,15 @@
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
 #   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
 #             libclang-rt-14-dev (libFuzzer and the sanitizer runtimes)
+#   for `make test-arm` only (`scripts/deps.sh arm`): gcc-aarch64-linux-gnu (the
+#             cross compiler, with the arm64 C library it links) and qemu-user
+#             (qemu-aarch64, which runs the arm64 test binaries here)
 set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
+if [ "${1:-}" = arm ]; then pkgs+=(gcc-aarch64-linux-gnu qemu-user); fi
 missing=()
 for p in "${pkgs[@]}"; do
   # node and npm may come from elsewhere (nodesource bundles npm and conflicts with Debian's)

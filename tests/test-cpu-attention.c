@@ -11,6 +11,8 @@
  * of the work must not show in any result: fork == replay). */
 #include "testhelp.h"
 
+#include "cpu-paths.h"
+
 #include "base/quant.h"
 #include "device/cpu/ref.h"
 #include "device/device.h"
@@ -201,8 +203,9 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
 }
 
 int main(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
-    for (int p = 0; p < 4; p++) {
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    for (int p = 0; p < np; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         test_shape(paths[p], PKV_TYPE_F16, PKV_TYPE_F16, 8, 2, 64);
         test_shape(paths[p], PKV_TYPE_F32, PKV_TYPE_F32, 8, 2, 64);
@@ -217,7 +220,7 @@ int main(void) {
      * pages; the one-token query still sees its token), Gemma 2's soft-cap, gpt-oss's
      * sinks, and all three, on every path: reference, threads, alone == batched */
     static const float sinks[8] = {-1.5f, 0.25f, 2.0f, -0.5f, 6.0f, 1.0f, -3.0f, 0.0f};
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < np; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         for (int variant = 0; variant < 4; variant++) {
             g_window = variant == 0 || variant == 3 ? 300 : 0;

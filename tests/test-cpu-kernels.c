@@ -7,10 +7,10 @@
  * and the alignment contract. */
 #include "testhelp.h"
 
+#include "cpu-paths.h"
 #include "base/quant.h"
 #include "device/cpu/cpu-dots.h"
 #include "device/cpu/ref.h"
-#include "device/cpu/cpu-amx.h"
 #include "device/device.h"
 
 #include <math.h>
@@ -420,10 +420,9 @@ static void test_bad_path(void) {
 }
 
 static void test_paths(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
-    if (!pkv_cpu_amx_available()) /* say so: the "amx" runs below are the avx512 path again */
-        printf("note: no AMX on this machine (CPU or kernel): the amx path falls back to avx512 and is not tested here\n");
-    for (int i = 0; i < 4; i++) {
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    for (int i = 0; i < np; i++) {
         setenv("PKV_CPU_PATH", paths[i], 1);
         pkv_device_params dp = pkv_device_default_params();
         dp.n_threads = 2;
@@ -477,7 +476,8 @@ static void test_threads_deterministic(void) {
  * rows and x rows that do not fill the register tiles and a column tail, on
  * every path and weight type (fork == replay relies on this). */
 static void test_batch_deterministic(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
     static const pkv_type types[] = {PKV_TYPE_F32,    PKV_TYPE_F16,    PKV_TYPE_BF16,    PKV_TYPE_Q8_0,   PKV_TYPE_Q4_0,
                               PKV_TYPE_Q4_K,   PKV_TYPE_Q5_K,   PKV_TYPE_Q6_K,    PKV_TYPE_MXFP4,  PKV_TYPE_Q4_1,
                               PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,    PKV_TYPE_Q3_K,   PKV_TYPE_IQ4_NL,
@@ -490,7 +490,7 @@ static void test_batch_deterministic(void) {
     static uint8_t wq[R * CMAX * 4];
     fill(w, R * CMAX, 1.0f);
     fill(x, N * CMAX, 1.0f);
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < np; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         pkv_device_params dp = pkv_device_default_params();
         dp.n_threads = 2;
@@ -536,12 +536,70 @@ static void test_batch_deterministic(void) {
     unsetenv("PKV_CPU_PATH");
 }
 
+/* The ARM paths form each unit's integer dot with different instructions
+ * (SMULL/SADALP, SDOT, SMMLA on pairs of weight rows) but sum it exactly before
+ * any float operation, and share the float part: their matmuls agree bit for
+ * bit, for every weight type, at batch sizes that pair rows and leave one over
+ * (37 weight rows, 9 and 2 activation rows), on 1 and 3 threads. */
+static void test_arm_paths_agree(void) {
+#ifdef PKV_CPU_ARM
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    enum { R = 37, N = 9, C = 512 };
+    static float w[R * C], x[N * C], y[N * R], y0[N * R];
+    static uint8_t wq[R * C * 4];
+    fill(w, R * C, 1.0f);
+    fill(x, N * C, 1.0f);
+    int compared = 0;
+    for (int t = 0; t < PKV_TYPE_COUNT; t++) {
+        const pkv_type ty = (pkv_type)t;
+        if (!pkv_qblock_decoder(ty) && ty != PKV_TYPE_Q8_0 && ty != PKV_TYPE_Q4_0 && ty != PKV_TYPE_Q4_K &&
+            ty != PKV_TYPE_Q5_K && ty != PKV_TYPE_Q6_K && ty != PKV_TYPE_MXFP4)
+            continue;
+        const size_t rb = pkv_type_row_bytes(ty, C);
+        for (int r = 0; r < R; r++) pkv_quantize_row(ty, w + r * C, wq + r * rb, C);
+        bool first = true;
+        for (int p = 0; p < np; p++) {
+            if (!strcmp(paths[p], "generic")) continue;
+            setenv("PKV_CPU_PATH", paths[p], 1);
+            for (int th = 1; th <= 3; th += 2)
+                for (int n = N; n >= 2; n -= N - 2) {
+                    pkv_device_params dp = pkv_device_default_params();
+                    dp.n_threads = th;
+                    pkv_device *dev = pkv_device_open("cpu", dp);
+                    NEED(dev);
+                    pkv_buffer *bw = upload(dev, wq, R * rb, 0), *bx = upload(dev, x, sizeof x, 0),
+                               *by = upload(dev, NULL, sizeof y, 0);
+                    NEED(bw && bx && by);
+                    pkv_k_matmul_args a = {pkv_tref_make(bw, 0), ty, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), n};
+                    CHECK_OK(pkv_k_matmul(dev, &a));
+                    CHECK_OK(pkv_buffer_read(by, 0, y, (size_t)n * R * sizeof(float)));
+                    if (first && n == N) memcpy(y0, y, sizeof y);
+                    else if (memcmp(y, y0, (size_t)n * R * sizeof(float)) != 0)
+                        TH_FAIL("type %s: path %s (%d threads, %d rows) differs from path %s", pkv_type_name(ty),
+                                paths[p], th, n, "the first ARM path");
+                    th_checks++;
+                    first = false;
+                    pkv_buffer_free(bw);
+                    pkv_buffer_free(bx);
+                    pkv_buffer_free(by);
+                    pkv_device_close(dev);
+                }
+            compared++;
+        }
+    }
+    unsetenv("PKV_CPU_PATH");
+    printf("ARM paths compared bitwise: %d (type, path) runs\n", compared);
+#endif
+}
+
 /* rope on the device: every path, f32 and f16 rows, normal and neox, rows with
  * repeated and changing positions (cos/sin are reused across a run of equal
  * positions), all bitwise equal to the same rows rotated one call per row on
  * the generic path (scalar conversions), and close to the reference. */
 static void test_rope_paths(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
     enum { NR = 9, H = 3, D = 40 };
     static const int32_t pos[NR] = {5, 5, 5, -3, -3, 70000, 5, 0, 123456};
     static float x0[NR * H * D], want[NR * H * D];
@@ -567,7 +625,7 @@ static void test_rope_paths(void) {
             a.neox = neox;
             a.freq_base = 10000.0f;
             a.freq_scale = 1.0f;
-            for (int p = 0; p < 4; p++) {
+            for (int p = 0; p < np; p++) {
                 setenv("PKV_CPU_PATH", paths[p], 1);
                 pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
                 NEED(dev);
@@ -628,7 +686,8 @@ static void test_rope_paths(void) {
 /* set_rows to f16 rounds exactly as pkv_f32_to_f16 on every path (vectorized
  * where the path has F16C): ties, subnormals, overflow, infinities, NaN. */
 static void test_set_rows_f16_paths(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512", "amx"};
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
     enum { E = 37 };
     float src[2 * E];
     fill(src, 2 * E, 3.0f);
@@ -638,7 +697,7 @@ static void test_set_rows_f16_paths(void) {
     uint16_t want[2 * E], got[2 * E];
     for (int e = 0; e < 2 * E; e++) want[e] = pkv_f32_to_f16(src[e]);
     const int32_t idx[2] = {1, 0};
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < np; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
         pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
         NEED(dev);
@@ -702,15 +761,22 @@ static void test_device_attention_and_misc(void) {
 
 /* Which weight types run on the slow fallback, per path: every type with an
  * integer form on the generic path; on avx2/avx512 all but the ones with
- * kernels of their own (q5_0, q2_k, q3_k, iq4_nl, iq4_xs, iq3_s). The types
- * of the first kernels are fast everywhere; i32 is not a weight type. */
+ * kernels of their own (q5_0, q2_k, q3_k, iq4_nl, iq4_xs, iq3_s; on the ARM
+ * paths q4_1 and q5_1 too). The types of the first kernels are fast
+ * everywhere; i32 is not a weight type. */
 static void test_weight_speed(void) {
-    static const char *paths[] = {"generic", "avx2", "avx512"};
-    for (int p = 0; p < 3; p++) {
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    for (int p = 0; p < np; p++) {
+        if (!strcmp(paths[p], "amx")) continue; /* the avx512 table */
         setenv("PKV_CPU_PATH", paths[p], 1);
         pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
         NEED(dev);
         const bool simd = p > 0 && strstr(pkv_device_get_caps(dev)->description, paths[p]) != NULL;
+#ifdef PKV_CPU_ARM
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_Q4_1), simd ? PKV_WEIGHT_FAST : PKV_WEIGHT_SLOW);
+        CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_Q5_1), simd ? PKV_WEIGHT_FAST : PKV_WEIGHT_SLOW);
+#endif
         CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_Q4_K), PKV_WEIGHT_FAST);
         CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_Q8_0), PKV_WEIGHT_FAST);
         CHECK_INT(pkv_device_weight_speed(dev, PKV_TYPE_I32), PKV_WEIGHT_NONE);
@@ -845,6 +911,18 @@ static void test_q8a_paths(void) {
     pkv_cpu_quantize_q8a(x, want, NB);
     CHECK(want[1].d == 0.0f && want[1].s[0] == 0 && want[1].qs[5] == 0);
     int checked = 0;
+#ifdef PKV_CPU_ARM
+    memset(got, 0x55, sizeof got);
+    pkv_cpu_dots_neon.q8a(x, got, NB); /* Advanced SIMD: every aarch64 CPU */
+    for (int b = 0; b < NB; b++) {
+        CHECK(got[b].d == want[b].d);
+        CHECK(got[b].ds == want[b].ds);
+        CHECK_INT(got[b].s[0], want[b].s[0]);
+        CHECK_INT(got[b].s[1], want[b].s[1]);
+        CHECK_MEM(got[b].qs, want[b].qs, 32);
+    }
+    checked++;
+#endif
 #ifdef PKV_CPU_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) { /* F16C comes with AVX2 */
@@ -859,7 +937,7 @@ static void test_q8a_paths(void) {
         checked++;
     }
 #endif
-    if (!checked) fprintf(stderr, "note: no AVX2 on this CPU; only the generic quantizer ran\n");
+    if (!checked) fprintf(stderr, "note: no SIMD quantizer on this CPU; only the generic one ran\n");
 }
 
 int main(void) {
@@ -870,6 +948,7 @@ int main(void) {
     test_device_attention_and_misc();
     test_threads_deterministic();
     test_batch_deterministic();
+    test_arm_paths_agree();
     test_rope_paths();
     test_set_rows_f16_paths();
     test_paths();

@@ -98,6 +98,11 @@ static void test_q8a_non_finite(void) {
         check_q8a("avx2", y, NB);
     }
 #endif
+#ifdef PKV_CPU_ARM
+    memset(y, 0x55, sizeof y);
+    pkv_cpu_dots_neon.q8a(x, y, NB); /* Advanced SIMD: every aarch64 CPU */
+    check_q8a("neon", y, NB);
+#endif
 }
 
 static pkv_model *tiny_model(void) {

@@ -173,7 +173,7 @@ static void cli(void) {
     HAS("q3_k_m mixture");
     CHECK_INT(th_cli("", true, "mkmodel --type q3_k --dim 64 -o %s", path), 1);
     HAS("multiples of 256");
-    /* iq2_xxs has no kernel of its own on any CPU path; iq4_xs has on avx2/avx512 */
+    /* iq2_xxs has no kernel of its own on any CPU path; iq4_xs has on avx2/avx512 and the ARM paths */
     CHECK_INT(th_cli("", true, "mkmodel --type iq2_xxs --layers 1 --vocab 300 -o %s", path), 0);
     CHECK_INT(th_cli("", false, "bench model -m %s --prefill 4 --decode 2 --depth 0 --json", path), 0);
     HAS("\"slow_weight_types\": [\"iq2_xxs\"]");

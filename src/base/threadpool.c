@@ -14,6 +14,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+/* ISB stalls for tens of cycles, as PAUSE does on x86; YIELD is a no-op on most
+ * ARM cores, so a spin with it would be much shorter than SPIN_ROUNDS intends. */
+#define CPU_RELAX() __asm__ __volatile__("isb" ::: "memory")
 #else
 #define CPU_RELAX() ((void)0)
 #endif

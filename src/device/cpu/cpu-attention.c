@@ -1,5 +1,7 @@
-/* The CPU attention's inner loops (cpu-attention.h): plain C, and AVX2 / AVX-512
- * versions compiled with per-function target attributes. */
+/* The CPU attention's inner loops (cpu-attention.h): plain C, AVX2 / AVX-512
+ * versions compiled with per-function target attributes, and a NEON version
+ * (ARMv8.0 Advanced SIMD, shared by the neon, dotprod and i8mm paths: these
+ * loops are float work, which the extensions do not change). */
 #include "device/cpu/cpu-attention.h"
 
 #include "device/cpu/cpu-dots.h" /* PKV_CPU_X86 */
@@ -364,10 +366,138 @@ T5 static float a5_softexp(float *p, int n, float m) {
 static const pkv_cpu_att att_avx512 = {"avx512", a5_cvt, a5_deq, a5_scores, a5_softexp, a5_vsum};
 #endif
 
+#ifdef PKV_CPU_ARM
+#include <arm_neon.h>
+
+/* ------------------------------------------------------------------- neon */
+
+static void n_cvt(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+    for (; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
+}
+
+/* 16 signed bytes times d into dst[0..16) (exact products: the bits of g_deq) */
+static inline void n_deq16(int8x16_t q, float d, float *dst) {
+    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
+    vst1q_f32(dst, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+    vst1q_f32(dst + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d));
+    vst1q_f32(dst + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+    vst1q_f32(dst + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d));
+}
+
+static void n_deq(pkv_type t, const uint8_t *src, float *dst, int64_t n) {
+    if (t == PKV_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / 32; b++, src += 34, dst += 32) {
+            const float d = g_d(src);
+            n_deq16(vld1q_s8((const int8_t *)src + 2), d, dst);
+            n_deq16(vld1q_s8((const int8_t *)src + 18), d, dst + 16);
+        }
+        return;
+    }
+    for (int64_t b = 0; b < n / 32; b++, src += 18, dst += 32) {
+        const float d = g_d(src);
+        const uint8x16_t x = vld1q_u8(src + 2);
+        const int8x16_t eight = vdupq_n_s8(8);
+        n_deq16(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(15))), eight), d, dst);
+        n_deq16(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), eight), d, dst + 16);
+    }
+}
+
+/* Lanes 0-3, 4-7, 8-11, 12-15 of a 16-lane sum added in the tree of
+ * cpu-attention.h: j + 8, j + 4, j + 2, j + 1. */
+static inline float n_tree(float32x4_t a0, float32x4_t a1, float32x4_t a2, float32x4_t a3) {
+    const float32x4_t c = vaddq_f32(vaddq_f32(a0, a2), vaddq_f32(a1, a3));
+    const float32x2_t e = vadd_f32(vget_low_f32(c), vget_high_f32(c));
+    return vget_lane_f32(e, 0) + vget_lane_f32(e, 1);
+}
+
+static void n_scores(const float *const *k, const float *q, int64_t qs, int nr, int64_t d, float scale, float *s,
+                     int64_t ss) {
+    if (d % 16) {
+        g_scores(k, q, qs, nr, d, scale, s, ss);
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        const float *qr = q + r * qs;
+        for (int c = 0; c < PKV_ATT_TOKENS; c += 4) { /* 4 tokens x 16 lanes: 16 accumulators */
+            float32x4_t a[4][4];
+            for (int t = 0; t < 4; t++)
+                for (int l = 0; l < 4; l++) a[t][l] = vdupq_n_f32(0);
+            for (int64_t i = 0; i < d; i += 16) {
+                float32x4_t qv[4];
+                for (int l = 0; l < 4; l++) qv[l] = vld1q_f32(qr + i + 4 * l);
+                for (int t = 0; t < 4; t++)
+                    for (int l = 0; l < 4; l++) a[t][l] = vfmaq_f32(a[t][l], vld1q_f32(k[c + t] + i + 4 * l), qv[l]);
+            }
+            for (int t = 0; t < 4; t++) s[r * ss + c + t] = scale * n_tree(a[t][0], a[t][1], a[t][2], a[t][3]);
+        }
+    }
+}
+
+static void n_vsum(float *acc, const float *p, const float *const *v, int n, int64_t dv) {
+    int64_t i = 0;
+    for (; i + 32 <= dv; i += 32) { /* eight chains: enough to hide the FMA latency */
+        float32x4_t a[8];
+        for (int x = 0; x < 8; x++) a[x] = vld1q_f32(acc + i + 4 * x);
+        for (int c = 0; c < n; c++) {
+            const float pc = p[c];
+            for (int x = 0; x < 8; x++) a[x] = vfmaq_n_f32(a[x], vld1q_f32(v[c] + i + 4 * x), pc);
+        }
+        for (int x = 0; x < 8; x++) vst1q_f32(acc + i + 4 * x, a[x]);
+    }
+    for (; i + 4 <= dv; i += 4) {
+        float32x4_t a0 = vld1q_f32(acc + i);
+        for (int c = 0; c < n; c++) a0 = vfmaq_n_f32(a0, vld1q_f32(v[c] + i), p[c]);
+        vst1q_f32(acc + i, a0);
+    }
+    for (; i < dv; i++)
+        for (int c = 0; c < n; c++) acc[i] = __builtin_fmaf(p[c], v[c][i], acc[i]);
+}
+
+/* exp(x) for x <= 0 as a2_exp: 2^k * e^r, |r| <= ln2/2, e^r by its Taylor
+ * polynomial to r^6; below -87 about 1e-38 or 0. */
+static inline float32x4_t n_exp(float32x4_t x) {
+    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
+    const float32x4_t k = vrndnq_f32(vmulq_n_f32(x, 1.44269504f));
+    float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(0.693145752f));
+    r = vfmsq_f32(r, k, vdupq_n_f32(1.42860677e-6f));
+    float32x4_t y = vdupq_n_f32(1.0f / 720);
+    y = vfmaq_f32(vdupq_n_f32(1.0f / 120), y, r);
+    y = vfmaq_f32(vdupq_n_f32(1.0f / 24), y, r);
+    y = vfmaq_f32(vdupq_n_f32(1.0f / 6), y, r);
+    y = vfmaq_f32(vdupq_n_f32(0.5f), y, r);
+    y = vfmaq_f32(vdupq_n_f32(1.0f), y, r);
+    y = vfmaq_f32(vdupq_n_f32(1.0f), y, r);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(k), vdupq_n_s32(127)), 23);
+    return vmulq_f32(y, vreinterpretq_f32_s32(e));
+}
+
+static float n_softexp(float *p, int n, float m) {
+    float buf[16] = {0};
+    memcpy(buf, p, (size_t)n * sizeof(float));
+    float32x4_t e[4];
+    for (int l = 0; l < 4; l++) {
+        /* lanes at or past n are 0, so they add nothing to the tree */
+        const int32x4_t idx = vaddq_s32(vld1q_s32((const int32_t[4]){0, 1, 2, 3}), vdupq_n_s32(4 * l));
+        const uint32x4_t ok = vcltq_s32(idx, vdupq_n_s32(n));
+        e[l] = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(n_exp(vsubq_f32(vld1q_f32(buf + 4 * l), vdupq_n_f32(m)))), ok));
+        vst1q_f32(buf + 4 * l, e[l]);
+    }
+    memcpy(p, buf, (size_t)n * sizeof(float));
+    return n_tree(e[0], e[1], e[2], e[3]);
+}
+
+static const pkv_cpu_att att_neon = {"neon", n_cvt, n_deq, n_scores, n_softexp, n_vsum};
+#endif
+
 const pkv_cpu_att *pkv_cpu_att_for(const char *path) {
 #ifdef PKV_CPU_X86
     if (path && !strcmp(path, "avx512")) return &att_avx512;
     if (path && !strcmp(path, "avx2")) return &att_avx2;
+#endif
+#ifdef PKV_CPU_ARM
+    if (path && (!strcmp(path, "neon") || !strcmp(path, "dotprod") || !strcmp(path, "i8mm"))) return &att_neon;
 #endif
     (void)path;
     return &att_generic;

@@ -32,8 +32,9 @@ typedef struct pkv_cpu_att {
     void (*vsum)(float *acc, const float *p, const float *const *v, int n, int64_t dv);
 } pkv_cpu_att;
 
-/* The table of the path named `path` ("generic", "avx2", "avx512": the name of
- * the cpu-dots.h table in use, so the CPU has it); generic for anything else. */
+/* The table of the path named `path` ("generic", "avx2", "avx512", "neon",
+ * "dotprod", "i8mm": the name of the cpu-dots.h table in use, so the CPU has
+ * it); generic for anything else. */
 const pkv_cpu_att *pkv_cpu_att_for(const char *path);
 
 #endif

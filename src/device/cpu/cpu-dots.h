@@ -1,8 +1,9 @@
 /* Row dot products of the CPU matmul, one table per instruction-set path.
  * The generic path (cpu-dots.c) is plain C and always available; cpu-avx2.c and
- * cpu-avx512.c hold the same functions compiled for those targets. Which table a
- * call uses is chosen at run time, at every kernel call (cpu-kernels.c,
- * dots_select; PKV_CPU_PATH forces one). */
+ * cpu-avx512.c hold the same functions compiled for those targets, cpu-neon.c
+ * the 64-bit ARM ones (neon, dotprod, i8mm). Which table a call uses is chosen
+ * at run time, at every kernel call (cpu-kernels.c, dots_select; PKV_CPU_PATH
+ * forces one). */
 #ifndef PKV_CPU_DOTS_H
 #define PKV_CPU_DOTS_H
 
@@ -26,6 +27,13 @@ typedef struct pkv_q8a {
  * q8_0/q4_0/mxfp4, 256 for k-quants) with nx (1..PKV_QDOT_NX) activation rows: row r starts at
  * x + r*xs (xs in activation blocks); out[r] receives its dot. */
 typedef void (*pkv_qdot_fn)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out);
+
+/* The same for two weight rows at once, w and w + ws bytes: out[r] receives the
+ * first row's dot with activation row r, out[PKV_QDOT_NX + r] the second's. A
+ * (weight row, activation row) pair gets exactly the operations of the one-row
+ * function, so results do not depend on which rows are paired. */
+typedef void (*pkv_qdot2_fn)(const uint8_t *w, size_t ws, const pkv_q8a *x, int64_t xs, int64_t nb, int nx,
+                             float *out);
 
 /* Two consecutive activation blocks laid out for 512-bit q8_0 dots (q8_0z):
  * qs of both blocks and the scales (d of the first block in d[0..8), of the
@@ -65,7 +73,7 @@ void pkv_cpu_q8s(const pkv_q8a *x, pkv_q8s *s, int64_t nsb);
      PKV_QDOT_BIT(PKV_TYPE_TQ2_0))
 
 typedef struct pkv_cpu_dots {
-    const char *name; /* "generic", "avx2", "avx512" */
+    const char *name; /* "generic", "avx2", "avx512"; "neon", "dotprod", "i8mm" */
     /* one weight row against nx (1..4) x rows at x + r*xs floats; out[r] = dot */
     void (*f32x)(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
     void (*f16x)(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out);
@@ -86,19 +94,20 @@ typedef struct pkv_cpu_dots {
      * of n elements; NULL on the generic path */
     void (*f16row)(const uint16_t *src, float *dst, int64_t n);
     void (*f32f16row)(const float *src, uint16_t *dst, int64_t n);
-    /* quantized weights against 8-bit activations; NULL: use the AVX2 one */
+    /* quantized weights against 8-bit activations; NULL (avx512 table): use the AVX2 one */
     pkv_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4;
     /* The k-quants against pkv_q8s rows, indexed by type (q2_k .. q6_k); where
      * set they replace the pkv_q8a dot for every batch size (so results stay
      * batch-invariant). */
     pkv_sdot_fn sup[PKV_TYPE_COUNT];
     /* The types with an integer form (quant.h, pkv_qblock: q4_1 .. tq2_0),
-     * indexed by type; NULL: use the AVX2 one. */
+     * indexed by type; NULL (avx512 table): use the AVX2 one. */
     pkv_qdot_fn more[PKV_TYPE_COUNT];
     /* Bit t set: more[t] on this path is the fallback that decodes each block
      * to its integer form in plain C before the dots (the generic path's only
-     * way; on AVX2/AVX-512 the dots themselves are vectorized), not a kernel
-     * written for the type. Reported by pagekv devices and bench model. */
+     * way; on AVX2/AVX-512 and the ARM paths the dots themselves are
+     * vectorized), not a kernel written for the type. Reported by pagekv
+     * devices and bench model. */
     uint64_t slow;
     /* q8_0 two blocks per 512-bit step against pkv_q8z rows (x row r at
      * x + r*xs pairs): 16 float lanes, blocks 2k in lanes 0..7 and 2k+1 in 8..15,
@@ -108,6 +117,11 @@ typedef struct pkv_cpu_dots {
     void (*q8z)(const pkv_q8a *x, pkv_q8z *z, int64_t nb);
     /* pkv_cpu_quantize_q8a (same results on every path) */
     void (*q8a)(const float *x, pkv_q8a *y, int64_t nb);
+    /* Two weight rows per call (pkv_qdot2_fn), indexed by type, for prefill and
+     * batched decode; NULL: one row at a time with the functions above. Only
+     * the i8mm path has them (SMMLA multiplies 2 x 8 by 8 x 2 bytes: two weight
+     * rows against two activation rows). */
+    pkv_qdot2_fn pair[PKV_TYPE_COUNT];
 } pkv_cpu_dots;
 
 extern const pkv_cpu_dots pkv_cpu_dots_generic;
@@ -116,6 +130,12 @@ extern const pkv_cpu_dots pkv_cpu_dots_generic;
 extern const pkv_cpu_dots pkv_cpu_dots_avx2;
 extern const pkv_cpu_dots pkv_cpu_dots_avx512;
 extern const pkv_cpu_dots pkv_cpu_dots_vnni; /* only the 8-bit dots; needs AVX512-VNNI */
+#endif
+#if defined(__aarch64__) && defined(__GNUC__)
+#define PKV_CPU_ARM 1
+extern const pkv_cpu_dots pkv_cpu_dots_neon;    /* ARMv8.0 Advanced SIMD: every aarch64 CPU */
+extern const pkv_cpu_dots pkv_cpu_dots_dotprod; /* + SDOT (HWCAP_ASIMDDP) */
+extern const pkv_cpu_dots pkv_cpu_dots_i8mm;    /* + SMMLA (HWCAP2_I8MM, with SDOT) */
 #endif
 
 /* Quantize nb blocks of 32 floats to pkv_q8a (d = amax/127, nearest rounding,

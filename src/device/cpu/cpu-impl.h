@@ -18,8 +18,13 @@ static inline void *pkv_cpu_ptr(pkv_tref t) { return (uint8_t *)t.buf->handle + 
 extern const pkv_kernel_ops pkv_cpu_kernel_ops;
 
 /* The instruction-set path the kernels take now: "generic", "avx2", "avx512"
- * or "amx" (the best available, or PKV_CPU_PATH's choice; read per call). */
+ * or "amx" on x86-64, "generic", "neon", "dotprod" or "i8mm" on aarch64 (the
+ * best available, or PKV_CPU_PATH's choice; read per call). */
 const char *pkv_cpu_path_name(void);
+/* The names PKV_CPU_PATH takes on this architecture, worst to best (*n of them). */
+const char *const *pkv_cpu_paths(int *n);
+/* True when this CPU (and kernel) can run the path named (one of those). */
+bool pkv_cpu_path_available(const char *name);
 
 /* The CPU transfer table, reused by the faulty device. */
 extern const pkv_backend_ops pkv_cpu_backend_ops;

@@ -10,11 +10,12 @@
  *
  * Instruction-set path: the matmul inner products come from one of the tables
  * in cpu-dots.h (attention's from the matching one of cpu-attention.h), chosen
- * at EVERY kernel call: the best the CPU supports (amx > avx512 > avx2 > generic;
- * amx is avx512 with q8_0 matmuls on AMX tiles, cpu-amx.c), or the one named by
- * the environment variable PKV_CPU_PATH=generic|avx2|avx512|amx. Reading it per call lets a test
- * setenv() between calls; an unavailable path falls back to the next best with
- * one warning in the log.
+ * at EVERY kernel call: the best the CPU supports, or the one named by the
+ * environment variable PKV_CPU_PATH. On x86-64: amx > avx512 > avx2 > generic
+ * (amx is avx512 with q8_0 matmuls on AMX tiles, cpu-amx.c); on aarch64:
+ * i8mm > dotprod > neon > generic (cpu-neon.c, from the kernel's HWCAP bits).
+ * Reading it per call lets a test setenv() between calls; an unavailable path
+ * falls back to the next best with one warning in the log.
  *
  * Accuracy: matmuls with quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4)
  * quantize each activation row to 8 bits per block of 32 once per call
@@ -38,23 +39,56 @@
 
 /* ------------------------------------------------------------ path choice */
 
-static bool have_avx2(void) {
+/* The paths of this architecture, worst to best; the index is the level. */
+#if defined(PKV_CPU_X86)
+static const char *const g_paths[] = {"generic", "avx2", "avx512", "amx"};
+#define PATH_AMX 3
+#elif defined(PKV_CPU_ARM)
+static const char *const g_paths[] = {"generic", "neon", "dotprod", "i8mm"};
+#else
+static const char *const g_paths[] = {"generic"};
+#endif
+#define N_PATHS ((int)(sizeof g_paths / sizeof g_paths[0]))
+
 #ifdef PKV_CPU_X86
+static bool have_avx2(void) {
     __builtin_cpu_init();
     /* F16C is not asked for: every CPU with AVX2 has it (and clang 14 does not
      * know the name). */
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
 }
 
 static bool have_avx512(void) {
-#ifdef PKV_CPU_X86
     return have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl");
+}
+#endif
+
+#ifdef PKV_CPU_ARM
+#include <sys/auxv.h>
+/* Linux's aarch64 hwcap bits (asm/hwcap.h), for C libraries that lack them */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1ul << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1ul << 13)
+#endif
+#endif
+
+/* The best level this CPU (and kernel) can run. */
+static int have_level(void) {
+#if defined(PKV_CPU_X86)
+    return have_avx512() ? (pkv_cpu_amx_available() ? 3 : 2) : have_avx2() ? 1 : 0;
+#elif defined(PKV_CPU_ARM)
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    if (!(hw & HWCAP_ASIMD)) return 0;
+    if (!(hw & HWCAP_ASIMDDP)) return 1;
+    return hw2 & HWCAP2_I8MM ? 3 : 2;
 #else
-    return false;
+    return 0;
 #endif
 }
 
@@ -83,41 +117,53 @@ static void avx512_init(void) {
 }
 #endif
 
-/* The path for this call: 0 generic, 1 avx2, 2 avx512, 3 amx. */
+/* The level of the path for this call (an index of g_paths). */
 static int path_select(void) {
     const char *env = getenv("PKV_CPU_PATH");
-    int want = 3;
+    int want = N_PATHS - 1;
     if (env && *env) {
-        if (strcmp(env, "generic") == 0)
-            want = 0;
-        else if (strcmp(env, "avx2") == 0)
-            want = 1;
-        else if (strcmp(env, "avx512") == 0)
-            want = 2;
-        else if (strcmp(env, "amx") == 0)
-            want = 3;
-        else if (!atomic_exchange(&g_warned_unknown, 1))
-            PKV_WARN("PKV_CPU_PATH=%s is not one of generic, avx2, avx512, amx; using the best available", env);
+        int k = 0;
+        while (k < N_PATHS && strcmp(env, g_paths[k]) != 0) k++;
+        if (k < N_PATHS)
+            want = k;
+        else if (!atomic_exchange(&g_warned_unknown, 1)) {
+            char list[96] = "";
+            for (int i = 0; i < N_PATHS; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", g_paths[i]);
+            PKV_WARN("PKV_CPU_PATH=%s is not one of %s; using the best available", env, list);
+        }
     }
-    int have = have_avx512() ? (pkv_cpu_amx_available() ? 3 : 2) : have_avx2() ? 1 : 0;
-    static const char *const names[] = {"generic", "avx2", "avx512", "amx"};
+    const int have = have_level();
     if (env && *env && want > have && !atomic_exchange(&g_warned_missing, 1))
-        PKV_WARN("PKV_CPU_PATH=%s: this CPU (or kernel) lacks it; using %s", env, names[have]);
+        PKV_WARN("PKV_CPU_PATH=%s: this CPU (or kernel) lacks it; using %s", env, g_paths[have]);
     return PKV_MIN(want, have);
 }
 
-const char *pkv_cpu_path_name(void) {
-    static const char *const names[] = {"generic", "avx2", "avx512", "amx"};
-    return names[path_select()];
+const char *pkv_cpu_path_name(void) { return g_paths[path_select()]; }
+
+const char *const *pkv_cpu_paths(int *n) {
+    *n = N_PATHS;
+    return g_paths;
+}
+
+bool pkv_cpu_path_available(const char *name) {
+    const int have = have_level();
+    for (int k = 0; k <= have && k < N_PATHS; k++)
+        if (name && strcmp(name, g_paths[k]) == 0) return true;
+    return false;
 }
 
 static const pkv_cpu_dots *dots_for(int use) {
-#ifdef PKV_CPU_X86
+#if defined(PKV_CPU_X86)
     if (use >= 2) {
         pthread_once(&g_avx512_once, avx512_init);
         return &g_avx512_full;
     }
     if (use == 1) return &pkv_cpu_dots_avx2;
+#elif defined(PKV_CPU_ARM)
+    if (use == 3) return &pkv_cpu_dots_i8mm;
+    if (use == 2) return &pkv_cpu_dots_dotprod;
+    if (use == 1) return &pkv_cpu_dots_neon;
 #endif
     (void)use;
     return &pkv_cpu_dots_generic;
@@ -235,6 +281,10 @@ static void mm_task(int ti, int n_tasks, void *arg) {
     const int64_t xb = j->cols / 32, wb = j->cols / (int64_t)pkv_type_block_elems(j->wt);
     const pkv_qdot_fn qd = qdot(j->dots, j->wt);
     const pkv_sdot_fn sd = j->xs ? sdot(j->dots, j->wt) : NULL;
+    /* Two weight rows at a time against q8a rows (the ARM paths); not with the
+     * q8z or super-block activation layouts. */
+    const pkv_qdot2_fn qd2 =
+        j->xz || sd || (int)j->wt < 0 || j->wt >= PKV_TYPE_COUNT ? NULL : j->dots->pair[j->wt];
     /* Float weights with a register tile (cpu-dots.h, f32t): 4 weight rows at a
      * time against the x rows 4 at a time, each pair in its own accumulator. */
     const void *tile = j->wt == PKV_TYPE_F32 ? (const void *)j->dots->f32t
@@ -295,11 +345,22 @@ static void mm_task(int ti, int n_tasks, void *arg) {
                 const int64_t c1 = PKV_MIN(r1, c0 + MM_QCHUNK);
                 for (int64_t i = x0; i < x1; i += PKV_QDOT_NX) {
                     const int nx = (int)PKV_MIN(PKV_QDOT_NX, x1 - i);
-                    float out[PKV_QDOT_NX];
+                    float out[2 * PKV_QDOT_NX];
                     for (int64_t r = c0; r < c1; r++) {
                         const uint8_t *wr = j->w + (size_t)r * j->rb;
                         if (i == x0 && r + PF_ROWS < r1)
                             for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + PF_ROWS * j->rb + o);
+                        if (qd2 && r + 1 < c1) { /* two weight rows (the pairing does not change results) */
+                            if (i == x0 && r + 1 + PF_ROWS < r1)
+                                for (size_t o = 0; o < j->rb; o += 64) __builtin_prefetch(wr + (PF_ROWS + 1) * j->rb + o);
+                            qd2(wr, j->rb, j->xq + i * xb, xb, wb, nx, out);
+                            for (int k = 0; k < nx; k++) {
+                                j->y[(i + k) * j->rows + r] = out[k];
+                                j->y[(i + k) * j->rows + r + 1] = out[PKV_QDOT_NX + k];
+                            }
+                            r++;
+                            continue;
+                        }
                         if (j->xz)
                             j->dots->q8_0z(wr, j->xz + i * ((xb + 1) / 2), (xb + 1) / 2, wb, nx, out);
                         else if (sd)
@@ -389,7 +450,8 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
         if (!xq) return pkv_err(PKV_ERR_NOMEM, "%s: matmul: no memory to quantize %lld activation rows", c->name, (long long)a->n);
         j.dots->q8a(j.x, xq, a->n * nb);
         j.xq = xq;
-        if (path == 3 && pkv_amx_supports(a->wtype)) {
+#ifdef PATH_AMX
+        if (path == PATH_AMX && pkv_amx_supports(a->wtype)) {
             pkv_amx_xb *xa = pkv_malloc((size_t)((a->n + 15) / 16) * (size_t)nb * sizeof *xa);
             if (!xa) {
                 pkv_free(xq);
@@ -402,6 +464,7 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
             pkv_free(xq);
             return PKV_OK;
         }
+#endif
         if (a->wtype == PKV_TYPE_Q8_0 && j.dots->q8_0z && j.dots->q8z) {
             xz = pkv_malloc((size_t)a->n * (size_t)((nb + 1) / 2) * sizeof *xz);
             if (!xz) {

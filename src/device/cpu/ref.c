@@ -267,7 +267,9 @@ void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len) 
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * row_len;
         double mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < row_len; j++) mx = fmax(mx, (double)xr[j]);
+        /* a compare, not fmax: GCC 12 for aarch64 fails (internal compiler
+         * error) vectorizing an fmax reduction; NaNs are skipped either way */
+        for (int64_t j = 0; j < row_len; j++) mx = (double)xr[j] > mx ? (double)xr[j] : mx;
         for (int64_t j = 0; j < row_len; j++) sum += exp((double)xr[j] - mx);
         for (int64_t j = 0; j < row_len; j++) y[r * row_len + j] = (float)(exp((double)xr[j] - mx) / sum);
     }
