@@ -584,8 +584,10 @@ class Context(_Handle):
 
     def generate(self, max_tokens, sampler=None, stop_at_eog=True, **sampling):
         """Yield up to max_tokens sampled tokens, decoding each one (pkv_generate's
-        loop, as a generator): an end-of-generation token is yielded and ends it
-        without being decoded. sampler: a Sampler, or keywords for one
+        loop, as a generator): a token is yielded while the logits it was drawn
+        from are still the context's, and decoded when the next one is asked for,
+        so once the loop has run out every token is in the context; an
+        end-of-generation token is yielded and ends it without being decoded. sampler: a Sampler, or keywords for one
         (temp=0 is greedy; seed, top_k, top_p, min_p, repeat_penalty, ...)."""
         own = sampler is None
         if own:
