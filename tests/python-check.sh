@@ -5,12 +5,12 @@
 #   python-check.sh BUILD_DIR SOURCE_DIR
 # Python: /usr/bin/python3 when it has pytest (Debian's python3-pytest and
 # python3-numpy install there), else the first python3 on the PATH that has it;
-# none: SKIPPED (77). pytest's "no tests collected" (5) is a failure: the tests
+# none: SKIPPED (77). PKV_PYTHON names the interpreter(s) to try instead. pytest's "no tests collected" (5) is a failure: the tests
 # exist, so collecting none means something is broken.
 set -u
 build=$1 src=$2
 py=""
-for cand in /usr/bin/python3 $(command -v -a python3 2>/dev/null); do
+for cand in ${PKV_PYTHON:-/usr/bin/python3 $(command -v -a python3 2>/dev/null)}; do
   if [ -x "$cand" ] && "$cand" -c 'import pytest' 2>/dev/null; then py=$cand; break; fi
 done
 if [ -z "$py" ]; then

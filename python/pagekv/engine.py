@@ -7,10 +7,12 @@ event on the request's queue, and are read by whoever iterates the Request.
 While an engine lives, its model may not be used for anything else but
 tokenizing (the C API's rule): Model methods that would drive it raise.
 """
+import atexit
 import collections
 import itertools
 import queue
 import threading
+import weakref
 from ctypes import byref, c_int32, c_uint64
 
 from ._lib import EVENT_FN, EngineStats, lib
@@ -38,7 +40,8 @@ class Request:
         self.id = 0
         self.n = n
         self._q = queue.Queue()
-        self._open = n  # samples without their final event yet
+        self._open = n  # samples without their final event yet (as the iterator has seen)
+        self._finals = 0  # final events delivered by the engine thread
         self.finish = [None] * n
 
     def __iter__(self):
@@ -86,6 +89,20 @@ class Request:
                 pass
 
 
+_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_engines():
+    """Stop engine threads before the interpreter goes: their callbacks must not
+    run into a finalizing interpreter."""
+    for e in list(_engines):
+        try:
+            e.close()
+        except Exception:
+            pass
+
+
 class Engine(_Handle):
     """Engine(model, n_ctx=0, n_seq_max=0, page_size=0, kv_type='f16', n_pages=0,
     host_pages=0, max_batch_tokens=0, max_seqs=0, prefix_cache=True, swap=True).
@@ -108,6 +125,7 @@ class Engine(_Handle):
             h = check_handle(lib.pkv_engine_create(model._use(), p))
             model._engines += 1
         self._own(h)
+        _engines.add(self)
         s = lib.pkv_engine_start(h)
         if s:
             err = error(s)
@@ -119,23 +137,32 @@ class Engine(_Handle):
         self.model._engines -= 1
 
     def _on_event(self, evp, user):
+        # on the engine thread; nothing may raise into C, and every final event must
+        # reach its request (its iterator waits for it)
         try:
             e = evp.contents
             with self._reqs_lock:
                 r = self._reqs.get(user)
             if r is None:
                 return True
-            top = [(e.top[i].token, e.top[i].logprob) for i in range(e.n_top)] if e.n_top > 0 else []
-            finish = FINISH[e.finish] if 0 <= e.finish < len(FINISH) else str(e.finish)
+            finish = FINISH[e.finish] if 0 <= e.finish < len(FINISH) else "error"
+            try:
+                status = Status(e.status)
+            except ValueError:
+                status = e.status
+            try:
+                top = [(e.top[i].token, e.top[i].logprob) for i in range(e.n_top)] if e.n_top > 0 else []
+                message = (e.message or b"").decode("utf-8", "replace")
+            except Exception:  # pragma: no cover
+                top, message = [], ""
             r._q.put(Event(e.request, e.sample, e.token, e.logprob, top, finish, e.stop_token, e.n_prompt,
-                           e.n_cached, e.n_generated, Status(e.status) if e.status else Status.OK,
-                           (e.message or b"").decode("utf-8", "replace")))
+                           e.n_cached, e.n_generated, status, message))
             if finish != "none":
                 with self._reqs_lock:
-                    r._finals = getattr(r, "_finals", 0) + 1
+                    r._finals += 1
                     if r._finals >= r.n:
                         self._reqs.pop(user, None)
-        except BaseException:  # never let an exception cross into C
+        except BaseException:  # pragma: no cover
             pass
         return True
 
