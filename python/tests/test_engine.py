@@ -135,10 +135,10 @@ def test_gil_released_during_foreign_calls(engine_model):
     eng._cb = cb  # the submit below uses it
     r = eng.submit(PROMPTS[0], 3, ignore_eos=True)
     assert entered.wait(60)
-    setter = threading.Thread(target=lambda: (threading.Event().wait(0.2), release.set()))
+    setter = threading.Thread(target=lambda: (threading.Event().wait(0.2), release.set()), daemon=True)
     setter.start()
     stopped = []
-    stopper = threading.Thread(target=lambda: stopped.append(lib.pkv_engine_stop(eng._h)))
+    stopper = threading.Thread(target=lambda: stopped.append(lib.pkv_engine_stop(eng._h)), daemon=True)
     stopper.start()
     stopper.join(60)
     setter.join(60)
