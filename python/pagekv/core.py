@@ -15,11 +15,11 @@ import ctypes
 import os
 import threading
 import weakref
-from ctypes import byref, c_bool, c_float, c_int, c_int32, c_int64, c_size_t, c_uint8
+from ctypes import byref, c_float, c_int, c_int32, c_int64, c_size_t, c_uint8
 
 from . import chat as _chat
 from . import gguf as _gguf
-from ._lib import (CHECK_REPORT_FN, CacheParams, KVStats, ModelInfo, _count, lib)
+from ._lib import CHECK_REPORT_FN, KVStats, ModelInfo, _count, lib
 from .errors import InvalidError, Status, check, check_handle, error
 
 try:  # NumPy is optional: logits come as numpy arrays with it, memoryviews without

@@ -1,6 +1,5 @@
 """Model: load, info, GGUF metadata, tokenizer against the CLI, errors as exceptions."""
 import json
-import os
 import subprocess
 
 import pytest
