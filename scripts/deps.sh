@@ -7,6 +7,8 @@
 #             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 #             tmux: test-run-chat (pagekv run -cnv at a terminal)
+#             python3-pytest, python3-numpy, python3-jinja2, python3-setuptools,
+#             python3-wheel, python3-pip: the Python bindings' tests (python/tests)
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
 #   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
 #             libclang-rt-14-dev (libFuzzer and the sanitizer runtimes)
@@ -17,6 +19,7 @@ set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
+pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-setuptools python3-wheel python3-pip)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 if [ "${1:-}" = arm ]; then pkgs+=(gcc-aarch64-linux-gnu qemu-user); fi
 missing=()
