@@ -687,8 +687,10 @@ pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq);
 pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
                                int64_t *n_matched);
 /* Disk tier: write every published page that no sequence holds (cached) and that
- * is not on disk yet. pkv_kv_seq_free and pkv_kv_cache_free do this themselves;
- * a failed write turns the tier off (pkv_kv_stats.disk_enabled, a warning in the
+ * is not on disk yet, and wait until the tier's writer thread has written all it
+ * was given (pages are written in the background: pkv_kv_seq_free queues its
+ * pages, an eviction queues the page it takes; pkv_kv_cache_free flushes). A
+ * failed write turns the tier off (pkv_kv_stats.disk_enabled, a warning in the
  * log) and is not an error of this call. PKV_OK, and a no-op without a disk tier. */
 pkv_status pkv_kv_disk_flush(pkv_kv_cache *c);
 

@@ -124,6 +124,7 @@ int main(void) {
         fill_seq(c, s, 11);
         take(c, s, &s0);
         CHECK_OK(pkv_kv_seq_free(c, s));
+        CHECK_OK(pkv_kv_disk_flush(c)); /* waits for the writer thread */
         pkv_kv_stats_get(c, &st);
         CHECK(st.disk_enabled);
         CHECK_INT(st.disk_written_pages, 3);
@@ -173,6 +174,7 @@ int main(void) {
         CHECK_INT(st.disk_written_pages, 0); /* already on disk: never written twice */
         CHECK_OK(pkv_kv_seq_free(c, s));
         CHECK_OK(pkv_kv_seq_free(c, s2));
+        CHECK_OK(pkv_kv_disk_flush(c));
         pkv_kv_stats_get(c, &st);
         CHECK_INT(st.disk_written_pages, 0);
         /* another producer finds nothing (its chain has other names) */
@@ -251,6 +253,7 @@ int main(void) {
         CHECK_OK(pkv_kv_seq_create(c, 7, &s));
         fill_seq(c, s, 11);
         CHECK_OK(pkv_kv_seq_free(c, s));
+        CHECK_OK(pkv_kv_disk_flush(c)); /* waits for the writer thread */
         pkv_kv_stats_get(c, &st);
         CHECK_INT(st.disk_written_pages, 3);
         CHECK_INT(st.disk_files, 2);
@@ -281,6 +284,7 @@ int main(void) {
         CHECK_OK(pkv_kv_seq_create(c, 9, &s2));
         int32_t rows[16], t2[16] = {0};
         CHECK_OK(pkv_kv_append(c, s2, 16, t2, NULL, rows)); /* 4 pages: evicts all 3 */
+        CHECK_OK(pkv_kv_disk_flush(c));
         pkv_kv_stats_get(c, &st);
         CHECK_INT(st.evicted_pages, 3);
         CHECK_INT(st.disk_written_pages, 3);
@@ -302,6 +306,7 @@ int main(void) {
         CHECK_OK(pkv_kv_seq_create(c, 7, &s));
         fill_seq(c, s, 11);
         CHECK_OK(pkv_kv_seq_free(c, s));
+        CHECK_OK(pkv_kv_disk_flush(c));
         pkv_kv_test_disk_fail_write = false;
         pkv_kv_stats_get(c, &st);
         CHECK(!st.disk_enabled);

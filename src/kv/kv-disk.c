@@ -45,6 +45,7 @@
 #include "kv/kv-impl.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -72,7 +73,16 @@ typedef struct disk_entry {
     int64_t mtime_ns;   /* at open: orders the LRU */
     int32_t hnext;      /* bucket chain, or the free list */
     int32_t prev, next; /* LRU, oldest first */
+    bool ready;         /* the file is complete (false while the writer has it queued) */
 } disk_entry;
+
+/* A page image waiting for the writer thread. */
+typedef struct disk_job {
+    uint8_t *img; /* [file_bytes] */
+    uint64_t key, lfp;
+    int32_t e;
+    struct disk_job *next;
+} disk_job;
 
 typedef struct kv_disk {
     char *dir;
@@ -86,9 +96,22 @@ typedef struct kv_disk {
     int32_t head, tail;
     int64_t n_files;
     bool off;
-    size_t file_bytes;    /* one page file of this cache */
-    uint8_t *wbuf, *rbuf; /* [file_bytes]: writes happen during reads (an eviction while loading) */
+    size_t file_bytes; /* one page file of this cache */
+    uint8_t *rbuf;     /* [file_bytes] */
     uint8_t *wtmp, *rtmp; /* one page of the largest array */
+    /* The writer thread: the cache's thread reads a page from the device into an
+     * image and queues it; the writer writes, fsyncs and renames it, so a request
+     * never waits for the disk (unless the queue is full: queue_max bytes). mu
+     * guards the index, the queue, `off` and st; the rest belongs to the cache's
+     * thread. */
+    pthread_t th;
+    bool th_on, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, cv_idle;
+    disk_job *q_head, *q_tail;
+    size_t q_bytes, queue_max;
+    bool busy; /* the writer holds a job */
+    pkv_kv_stats st; /* the disk_ fields */
 } kv_disk;
 
 static uint64_t entry_hash(uint64_t key, uint64_t lfp) { return key ^ (lfp * 0x9e3779b97f4a7c15ull); }
@@ -118,10 +141,18 @@ static void entry_path(const kv_disk *d, uint64_t key, uint64_t lfp, char *out, 
 
 /* ------------------------------------------------------------ the index */
 
+/* Entry of (key, lfp), queued or ready, or -1. */
 static int32_t find(const kv_disk *d, uint64_t key, uint64_t lfp) {
     for (int32_t i = d->buckets[entry_hash(key, lfp) & (d->n_buckets - 1)]; i >= 0; i = d->e[i].hnext)
         if (d->e[i].key == key && d->e[i].lfp == lfp) return i;
     return -1;
+}
+
+/* The oldest entry whose file is complete (a queued one is not evicted under the writer), or -1. */
+static int32_t oldest_ready(const kv_disk *d) {
+    int32_t i = d->head;
+    while (i >= 0 && !d->e[i].ready) i = d->e[i].next;
+    return i;
 }
 
 static void lru_unlink(kv_disk *d, int32_t i) {
@@ -179,6 +210,7 @@ static int32_t add(kv_disk *d, uint64_t key, uint64_t lfp, uint64_t bytes, int64
     x->bytes = bytes;
     x->mtime_ns = mtime_ns;
     x->prev = x->next = x->hnext = -1;
+    x->ready = true;
     d->used += bytes;
     d->n_files++;
     if (!link) return i; /* scan: linked and hashed once all are known */
@@ -190,10 +222,8 @@ static int32_t add(kv_disk *d, uint64_t key, uint64_t lfp, uint64_t bytes, int64
     return i;
 }
 
-/* Forget entry i and remove its file. Pages in memory that thought they were on
- * disk under it will be written again when they leave. */
-static void drop(pkv_kv_cache *c, int32_t i) {
-    kv_disk *d = c->disk;
+/* Forget entry i and remove its file (mu held). */
+static void drop_entry(kv_disk *d, int32_t i) {
     disk_entry *x = &d->e[i];
     char path[4096];
     entry_path(d, x->key, x->lfp, path, sizeof path);
@@ -204,11 +234,20 @@ static void drop(pkv_kv_cache *c, int32_t i) {
     lru_unlink(d, i);
     d->used -= x->bytes;
     d->n_files--;
-    if (x->lfp == c->layout.fingerprint)
-        for (int32_t q = c->buckets[x->key & (c->n_buckets - 1)]; q >= 0; q = c->pages[q].hnext)
-            if (c->pages[q].key == x->key) c->pages[q].on_disk = false;
     x->hnext = d->free_e;
     d->free_e = i;
+}
+
+/* drop_entry, on the cache's thread: pages in memory that thought they were on
+ * disk under it will be written again when they leave. mu held. */
+static void drop(pkv_kv_cache *c, int32_t i) {
+    kv_disk *d = c->disk;
+    uint64_t key = d->e[i].key;
+    bool mine = d->e[i].lfp == c->layout.fingerprint;
+    drop_entry(d, i);
+    if (mine)
+        for (int32_t q = c->buckets[key & (c->n_buckets - 1)]; q >= 0; q = c->pages[q].hnext)
+            if (c->pages[q].key == key) c->pages[q].on_disk = false;
 }
 
 /* ------------------------------------------------------------ open */
@@ -329,10 +368,97 @@ static pkv_status scan(pkv_kv_cache *c) {
     if (n_tmp) PKV_INFO("KV disk tier %s: removed %lld unfinished page write(s) of an earlier process", d->dir,
                         (long long)n_tmp);
     while (d->used > d->cap && d->head >= 0) {
-        drop(c, d->head);
-        c->stats.disk_evicted_files++;
+        drop_entry(d, d->head);
+        d->st.disk_evicted_files++;
     }
     return PKV_OK;
+}
+
+/* ------------------------------------------------------------ the writer */
+
+static bool disk_off(kv_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    bool off = d->off;
+    pthread_mutex_unlock(&d->mu);
+    return off;
+}
+
+static void *writer_main(void *arg) {
+    pkv_kv_cache *c = arg;
+    kv_disk *d = c->disk;
+    char path[4096];
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->q_head && !d->quit) pthread_cond_wait(&d->cv, &d->mu);
+        if (!d->q_head) break; /* quit with nothing left */
+        disk_job *j = d->q_head;
+        d->q_head = j->next;
+        if (!d->q_head) d->q_tail = NULL;
+        d->busy = true;
+        bool skip = d->off;
+        pthread_mutex_unlock(&d->mu);
+        pkv_status st = PKV_OK;
+        double t0 = pkv_time_now();
+        if (!skip) {
+            entry_path(d, j->key, j->lfp, path, sizeof path);
+            pkv_wfile w;
+            st = pkv_wfile_open(&w, path);
+            if (!st && pkv_kv_test_disk_fail_write) {
+                pkv_wfile_abort(&w);
+                st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(ENOSPC));
+            } else if (!st) {
+                if (fwrite(j->img, 1, d->file_bytes, w.f) != d->file_bytes) {
+                    int e = errno ? errno : EIO;
+                    pkv_wfile_abort(&w);
+                    st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
+                } else {
+                    st = pkv_wfile_commit(&w);
+                }
+            }
+        }
+        double dt = pkv_time_now() - t0;
+        pthread_mutex_lock(&d->mu);
+        d->q_bytes -= d->file_bytes;
+        d->busy = false;
+        if (skip || st) {
+            if (st && !d->off) {
+                d->off = true;
+                d->st.disk_enabled = false;
+                d->st.disk_write_errors++;
+                PKV_WARN("KV disk tier %s: %s; the disk tier is off from now on (serving goes on from memory)", d->dir,
+                         pkv_errmsg());
+            }
+            drop_entry(d, j->e); /* nothing there (the temporary file is gone) */
+        } else {
+            d->e[j->e].ready = true;
+            d->st.disk_written_pages++;
+            d->st.disk_bytes_written += d->file_bytes;
+            d->st.disk_write_seconds += dt;
+        }
+        pkv_free(j->img);
+        pkv_free(j);
+        pthread_cond_broadcast(&d->cv_idle);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Wait until the writer has written everything queued. mu held. */
+static void drain(kv_disk *d) {
+    while (d->q_head || d->busy) pthread_cond_wait(&d->cv_idle, &d->mu);
+}
+
+static void disk_free(kv_disk *d) {
+    pkv_free(d->dir);
+    pkv_free(d->e);
+    pkv_free(d->buckets);
+    pkv_free(d->rbuf);
+    pkv_free(d->wtmp);
+    pkv_free(d->rtmp);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    pthread_cond_destroy(&d->cv_idle);
+    pkv_free(d);
 }
 
 pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
@@ -361,6 +487,9 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (!d) return pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
     d->lock_fd = -1;
     d->free_e = d->head = d->tail = -1;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    pthread_cond_init(&d->cv_idle, NULL);
     d->cap = p->disk_bytes ? p->disk_bytes : DISK_DEFAULT_BYTES;
     c->disk = d;
     char path[4096];
@@ -388,71 +517,67 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         for (int v = 0; v < 2; v++) payload += pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
     for (int a = 0; a < c->n_arrays; a++) tmp = PKV_MAX(tmp, c->arrays[a].page_bytes);
     d->file_bytes = DISK_HEADER + 8 * ps + payload + 8;
-    d->wbuf = pkv_malloc(d->file_bytes);
+    d->queue_max = PKV_MAX((size_t)64 << 20, 4 * d->file_bytes);
     d->rbuf = pkv_malloc(d->file_bytes);
     d->wtmp = pkv_malloc(tmp);
     d->rtmp = pkv_malloc(tmp);
-    if (!d->wbuf || !d->rbuf || !d->wtmp || !d->rtmp) {
+    if (!d->rbuf || !d->wtmp || !d->rtmp) {
         st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for page buffers of %zu bytes", d->file_bytes);
         goto fail;
     }
     if ((st = scan(c))) goto fail;
-    c->stats.disk_enabled = true;
+    if (pthread_create(&d->th, NULL, writer_main, c) != 0) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: cannot start its writer thread");
+        goto fail;
+    }
+    d->th_on = true;
+    d->st.disk_enabled = true;
     PKV_INFO("KV disk tier %s: %lld page files, %.1f of %.1f MiB (pages of this cache: %zu bytes each)", dir,
              (long long)d->n_files, (double)d->used / 1048576.0, (double)d->cap / 1048576.0, d->file_bytes);
     return PKV_OK;
 fail:
     c->disk = NULL;
-    c->stats.disk_enabled = false;
     if (d->lock_fd >= 0) close(d->lock_fd);
-    pkv_free(d->dir);
-    pkv_free(d->e);
-    pkv_free(d->buckets);
-    pkv_free(d->wbuf);
-    pkv_free(d->rbuf);
-    pkv_free(d->wtmp);
-    pkv_free(d->rtmp);
-    pkv_free(d);
+    disk_free(d);
     return st;
 }
 
 void pkv_kv_disk_close(pkv_kv_cache *c) {
     kv_disk *d = c ? c->disk : NULL;
     if (!d) return;
-    pkv_kv_disk_flush(c);
+    pkv_kv_disk_flush(c); /* queues the cached pages not on disk and waits for the writer */
+    pthread_mutex_lock(&d->mu);
+    d->quit = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->th, NULL);
     close(d->lock_fd); /* releases the lock */
-    pkv_free(d->dir);
-    pkv_free(d->e);
-    pkv_free(d->buckets);
-    pkv_free(d->wbuf);
-    pkv_free(d->rbuf);
-    pkv_free(d->wtmp);
-    pkv_free(d->rtmp);
-    pkv_free(d);
+    disk_free(d);
     c->disk = NULL;
 }
 
 /* ------------------------------------------------------------ write */
 
-static void turn_off(pkv_kv_cache *c, const char *why) {
-    kv_disk *d = c->disk;
-    d->off = true;
-    c->stats.disk_enabled = false;
-    c->stats.disk_write_errors++;
-    PKV_WARN("KV disk tier %s: %s; the disk tier is off from now on (serving goes on from memory)", d->dir, why);
-}
-
 void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
     kv_disk *d = c->disk;
     kv_page *pg = &c->pages[id];
-    if (!d || d->off || !pg->indexed || pg->on_disk) return;
+    if (!d || !pg->indexed || pg->on_disk) return;
     const uint64_t lfp = c->layout.fingerprint;
-    if (find(d, pg->key, lfp) >= 0 || d->file_bytes > d->cap) {
-        pg->on_disk = true; /* there already, or never will be */
+    pthread_mutex_lock(&d->mu);
+    bool skip = d->off || find(d, pg->key, lfp) >= 0 || d->file_bytes > d->cap;
+    pthread_mutex_unlock(&d->mu);
+    if (skip) {
+        pg->on_disk = true; /* there already (or queued), or never will be */
         return;
     }
     int ps = c->page_size;
-    uint8_t *p = d->wbuf;
+    disk_job *j = pkv_malloc(sizeof *j);
+    uint8_t *img = pkv_malloc(d->file_bytes), *p = img;
+    if (!j || !img) {
+        pkv_free(j);
+        pkv_free(img);
+        return; /* not written now; tried again when it leaves memory */
+    }
     memcpy(p, DISK_MAGIC, 8);
     p += 8;
     put32(&p, DISK_VERSION);
@@ -468,7 +593,7 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
     memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
     memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
     p += (size_t)ps * 8;
-    uint64_t h = pkv_hash64(d->wbuf, (size_t)(p - d->wbuf), 0);
+    uint64_t h = pkv_hash64(img, (size_t)(p - img), 0);
     for (int il = 0; il < c->layout.n_layers; il++)
         for (int v = 0; v < 2; v++) {
             size_t n = pkv_kv_file_layer_bytes(c, il, ps, v);
@@ -476,59 +601,73 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
             if (st) {
                 PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id,
                          pkv_errmsg());
+                pkv_free(j);
+                pkv_free(img);
                 return;
             }
             h = pkv_hash64(p, n, h);
             p += n;
         }
     put64(&p, h);
-    while (d->used + d->file_bytes > d->cap && d->head >= 0) {
-        drop(c, d->head);
-        c->stats.disk_evicted_files++;
-    }
-    char path[4096];
-    entry_path(d, pg->key, lfp, path, sizeof path);
-    double t0 = pkv_time_now();
-    pkv_wfile w;
-    pkv_status st = pkv_wfile_open(&w, path);
-    if (!st && pkv_kv_test_disk_fail_write) {
-        pkv_wfile_abort(&w);
-        st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(ENOSPC));
-    } else if (!st) {
-        if (fwrite(d->wbuf, 1, d->file_bytes, w.f) != d->file_bytes) {
-            int e = errno ? errno : EIO;
-            pkv_wfile_abort(&w);
-            st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
-        } else {
-            st = pkv_wfile_commit(&w);
+    pthread_mutex_lock(&d->mu);
+    while (!d->off && d->q_bytes + d->file_bytes > d->queue_max) /* back-pressure: the writer is behind */
+        pthread_cond_wait(&d->cv_idle, &d->mu);
+    while (d->used + d->file_bytes > d->cap) { /* room: the least recently used complete files go */
+        int32_t victim = oldest_ready(d);
+        if (victim < 0 && (d->q_head || d->busy)) { /* only queued ones: let the writer finish them */
+            drain(d);
+            continue;
         }
+        if (victim < 0) break;
+        drop_entry(d, victim); /* its page, if still in memory, is not written again: the cap chose */
+        d->st.disk_evicted_files++;
     }
-    if (st) {
-        turn_off(c, pkv_errmsg());
-        return;
+    int32_t e = d->off ? -1 : add(d, pg->key, lfp, d->file_bytes, 0, true);
+    if (e >= 0) {
+        d->e[e].ready = false;
+        j->img = img;
+        j->key = pg->key;
+        j->lfp = lfp;
+        j->e = e;
+        j->next = NULL;
+        if (d->q_tail) d->q_tail->next = j;
+        else d->q_head = j;
+        d->q_tail = j;
+        d->q_bytes += d->file_bytes;
+        pthread_cond_signal(&d->cv);
     }
-    c->stats.disk_write_seconds += pkv_time_now() - t0;
-    if (add(d, pg->key, lfp, d->file_bytes, 0, true) < 0) { /* on disk but not indexed: found again at the next open */
-        turn_off(c, "out of memory for the index");
-        return;
+    pthread_mutex_unlock(&d->mu);
+    if (e < 0) {
+        pkv_free(j);
+        pkv_free(img);
     }
-    c->stats.disk_written_pages++;
-    c->stats.disk_bytes_written += d->file_bytes;
     pg->on_disk = true;
 }
 
 pkv_status pkv_kv_disk_flush(pkv_kv_cache *c) {
     if (!c || !c->disk) return PKV_OK;
-    for (int32_t q = c->lru_head; q >= 0 && !c->disk->off; q = c->pages[q].lru_next)
-        if (!c->pages[q].on_disk) pkv_kv_disk_put(c, q);
     c->disk_pending = 0;
+    kv_disk *d = c->disk;
+    for (int32_t q = c->lru_head; q >= 0 && !disk_off(d); q = c->pages[q].lru_next)
+        if (!c->pages[q].on_disk) pkv_kv_disk_put(c, q);
+    pthread_mutex_lock(&d->mu);
+    drain(d);
+    pthread_mutex_unlock(&d->mu);
     return PKV_OK;
+}
+
+void pkv_kv_disk_queue(pkv_kv_cache *c) {
+    if (!c || !c->disk) return;
+    c->disk_pending = 0;
+    for (int32_t q = c->lru_head; q >= 0 && !disk_off(c->disk); q = c->pages[q].lru_next)
+        if (!c->pages[q].on_disk) pkv_kv_disk_put(c, q);
 }
 
 /* ------------------------------------------------------------ read */
 
+/* mu held */
 static void reject(pkv_kv_cache *c, int32_t e, const char *path, const char *why) {
-    c->stats.disk_rejected_files++;
+    c->disk->st.disk_rejected_files++;
     PKV_WARN("KV disk tier: %s rejected (%s); ignored and removed", path, why);
     drop(c, e);
 }
@@ -536,7 +675,7 @@ static void reject(pkv_kv_cache *c, int32_t e, const char *path, const char *why
 int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
                           int64_t n_full, const uint64_t *keys) {
     kv_disk *d = c->disk;
-    if (!d || d->off || !s->fp) return m;
+    if (!d || !s->fp) return m;
     const int ps = c->page_size;
     const size_t tb = (size_t)ps * 4;
     const uint64_t lfp = c->layout.fingerprint;
@@ -546,11 +685,14 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
     for (int64_t dep = m; dep < n_full; dep++) {
         const int32_t *tk = tokens + dep * ps, *pp = pos + dep * ps;
         key2 = pkv_kv_page_key2(c, key2, tk, pp);
-        int32_t e = find(d, keys[dep], lfp);
-        if (e < 0) {
-            c->stats.disk_miss_pages++;
+        pthread_mutex_lock(&d->mu);
+        int32_t e = d->off ? -1 : find(d, keys[dep], lfp);
+        if (e < 0 || !d->e[e].ready) { /* none, or still in the writer's queue */
+            d->st.disk_miss_pages++;
+            pthread_mutex_unlock(&d->mu);
             return dep;
         }
+        pthread_mutex_unlock(&d->mu); /* the writer only adds entries and completes queued ones */
         if (pkv_kv_pool_available(c) < 1) return dep;
         if ((size_t)dep + 1 > s->cap_own) {
             void *arr = s->own;
@@ -571,8 +713,10 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
                 got += (size_t)r;
             }
         if (fd >= 0) close(fd);
-        c->stats.disk_read_seconds += pkv_time_now() - t0;
-        c->stats.disk_bytes_read += got;
+        pthread_mutex_lock(&d->mu);
+        d->st.disk_read_seconds += pkv_time_now() - t0;
+        d->st.disk_bytes_read += got;
+        pthread_mutex_unlock(&d->mu);
         const uint8_t *b = d->rbuf;
         const char *why = NULL;
         if (fd < 0) why = "cannot open it";
@@ -600,16 +744,21 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
         else if (!why && (memcmp(b + DISK_HEADER, tk, tb) || memcmp(b + DISK_HEADER + tb, pp, tb)))
             why = "other tokens or positions";
         if (why) {
+            pthread_mutex_lock(&d->mu);
             if (fd < 0 && open_err == ENOENT) { /* removed behind our back: a miss */
                 drop(c, e);
-                c->stats.disk_miss_pages++;
+                d->st.disk_miss_pages++;
             } else {
                 reject(c, e, path, why);
             }
+            pthread_mutex_unlock(&d->mu);
             return dep;
         }
+        pthread_mutex_lock(&d->mu);
         lru_unlink(d, e); /* most recently used, here and for the next process */
         lru_append(d, e);
+        d->st.disk_hit_pages++;
+        pthread_mutex_unlock(&d->mu);
         (void)utimensat(AT_FDCWD, path, NULL, 0);
         int32_t id; /* e is not used below: taking a page may evict, write and drop files */
         pkv_kv_pool_take(c, 1, &id); /* may evict (and write) a cached page: wbuf, not rbuf */
@@ -638,15 +787,27 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
         s->own[dep] = id;
         s->n_own = (size_t)dep + 1;
         s->pub_n = dep + 1;
-        c->stats.disk_hit_pages++;
     }
     return n_full;
 }
 
 void pkv_kv_disk_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
-    const kv_disk *d = c->disk;
+    kv_disk *d = c->disk;
     if (!d) return;
+    pthread_mutex_lock(&d->mu);
+    out->disk_enabled = d->st.disk_enabled;
+    out->disk_hit_pages = d->st.disk_hit_pages;
+    out->disk_miss_pages = d->st.disk_miss_pages;
+    out->disk_rejected_files = d->st.disk_rejected_files;
+    out->disk_written_pages = d->st.disk_written_pages;
+    out->disk_write_errors = d->st.disk_write_errors;
+    out->disk_evicted_files = d->st.disk_evicted_files;
+    out->disk_bytes_read = d->st.disk_bytes_read;
+    out->disk_bytes_written = d->st.disk_bytes_written;
+    out->disk_read_seconds = d->st.disk_read_seconds;
+    out->disk_write_seconds = d->st.disk_write_seconds;
     out->disk_files = d->n_files;
     out->disk_bytes_used = d->used;
     out->disk_bytes_max = d->cap;
+    pthread_mutex_unlock(&d->mu);
 }

@@ -367,6 +367,9 @@ extern bool pkv_kv_test_disk_fail_write; /* test hook: every page write fails as
  * done when p->disk_dir is NULL. On error c->disk stays NULL. */
 pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p);
 void pkv_kv_disk_close(pkv_kv_cache *c); /* flushes first */
+/* Queue every cached page not on disk for the writer thread (pkv_kv_disk_flush
+ * without the wait). */
+void pkv_kv_disk_queue(pkv_kv_cache *c);
 /* Page `id` (indexed) is about to be evicted or has become cached: write it unless on disk. */
 void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id);
 /* Prefix match continued on disk: s holds m matched pages (own list, referenced);

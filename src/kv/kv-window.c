@@ -123,7 +123,7 @@ pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
         kv1_seq_free(c->sub, seq);
     }
     pkv_status st = kv1_seq_free(c, seq);
-    if (!st && c->disk_pending) pkv_kv_disk_flush(c); /* its pages became cached: write them while they are here */
+    if (!st && c->disk_pending) pkv_kv_disk_queue(c); /* its pages became cached: to the writer thread */
     return st;
 }
 
