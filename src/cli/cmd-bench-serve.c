@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "                         token-mask cost per sampled token (the built-in shape then gets\n"
             "                         a printable 151,936-token vocabulary)\n"
             "  --seed S               load and sampling seed (default 1)\n"
+            "  --kv-disk DIR          a disk tier under the cache (DIR must not exist yet); reports the\n"
+            "                         pages it loaded and wrote\n"
             "  --warm-from-disk DIR   instead of a load: time to first token of a shared prefix of\n"
             "                         --prompt-tokens tokens, cold, warm in memory and warm from disk\n"
             "                         (a new engine on the disk tier DIR, which must not exist yet),\n"
@@ -315,7 +317,7 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     bool json_object = false;
     pkv_grammar *gram = NULL;
     bool json = false, swap = true, prefix = true, tiny = false, use_mtp = false;
-    const char *draft_path = NULL, *warm_dir = NULL;
+    const char *draft_path = NULL, *warm_dir = NULL, *disk_dir = NULL;
     long long draft_max = 0;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
@@ -357,6 +359,9 @@ int pkv_cli_bench_serve(int argc, char **argv) {
             if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
         }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--kv-disk")) {
+            if (!(disk_dir = pkv_cli_value(argc, argv, &i))) return 2;
+        }
         else if (!strcmp(a, "--warm-from-disk")) {
             if (!(warm_dir = pkv_cli_value(argc, argv, &i))) return 2;
         }
@@ -450,6 +455,17 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     ep.cache.kv_type = (pkv_type)o.kv_type;
     ep.cache.n_pages = pool ? pool : conc * ((n_ctx + ps - 1) / ps);
     ep.cache.host_pages = host;
+    if (disk_dir) {
+        struct stat sb;
+        if (stat(disk_dir, &sb) == 0) {
+            fprintf(stderr, "pagekv bench serve: --kv-disk %s exists: give a new directory (a run must start empty)\n",
+                    disk_dir);
+            rc = 2;
+            goto out;
+        }
+        ep.cache.disk_dir = disk_dir;
+        ep.cache.disk_bytes = 1ull << 40;
+    }
     ep.max_batch_tokens = (int)batch_tokens;
     ep.max_seqs = (int)max_seqs;
     ep.swap = swap;
@@ -512,6 +528,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     pkv_engine_stop(e); /* the last step's statistics are complete once it returned */
     pkv_engine_stats st;
     pkv_engine_stats_get(e, &st);
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(pkv_engine_cache(e), &ks);
 
     int n_t = 0, n_p = 0;
     long long gen = 0, prompt_tok = 0;
@@ -555,6 +573,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                draft ? "\"" : "", use_mtp ? "mtp" : draft_path ? draft_path : "null", draft ? "\"" : "",
                (unsigned long long)st.draft_proposed, (unsigned long long)st.draft_accepted,
                (unsigned long long)st.draft_steps);
+        printf(" \"disk_hit_pages\": %llu, \"disk_written_pages\": %llu,\n", (unsigned long long)ks.disk_hit_pages,
+               (unsigned long long)ks.disk_written_pages);
         printf(" \"grammar\": %s, \"vocab\": %d, \"grammar_masks\": %llu, \"grammar_mask_us_per_token\": %.1f}\n",
                    gram ? "\"json_object\"" : "null", info.n_vocab, (unsigned long long)st.grammar_masks,
                    st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
@@ -580,6 +600,9 @@ int pkv_cli_bench_serve(int argc, char **argv) {
             printf("  json_object constraint: %llu token masks over a %d-token vocabulary, %.1f us each\n",
                    (unsigned long long)st.grammar_masks, info.n_vocab,
                    st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
+        if (disk_dir)
+            printf("  disk tier: %llu pages loaded, %llu written\n", (unsigned long long)ks.disk_hit_pages,
+                   (unsigned long long)ks.disk_written_pages);
         if (b.n_error) printf("  %d requests failed\n", b.n_error);
     }
     rc = b.n_error ? 1 : 0;
