@@ -97,6 +97,8 @@ typedef struct kv_disk {
     int64_t n_files;
     bool off;
     size_t file_bytes; /* one page file of this cache */
+    int page_size, n_sect;
+    size_t *sect; /* [n_sect]: bytes of each layer's K and V section, in file order */
     uint8_t *rbuf;     /* [file_bytes] */
     uint8_t *wtmp, *rtmp; /* one page of the largest array */
     /* The writer thread: the cache's thread reads a page from the device into an
@@ -400,6 +402,13 @@ static void *writer_main(void *arg) {
         pkv_status st = PKV_OK;
         double t0 = pkv_time_now();
         if (!skip) {
+            size_t off = DISK_HEADER + 8 * (size_t)d->page_size; /* the checksum, chained as kv-file.c's */
+            uint64_t h = pkv_hash64(j->img, off, 0);
+            for (int k = 0; k < d->n_sect; k++) {
+                h = pkv_hash64(j->img + off, d->sect[k], h);
+                off += d->sect[k];
+            }
+            memcpy(j->img + off, &h, 8);
             entry_path(d, j->key, j->lfp, path, sizeof path);
             pkv_wfile w;
             st = pkv_wfile_open(&w, path);
@@ -449,6 +458,7 @@ static void drain(kv_disk *d) {
 }
 
 static void disk_free(kv_disk *d) {
+    pkv_free(d->sect);
     pkv_free(d->dir);
     pkv_free(d->e);
     pkv_free(d->buckets);
@@ -517,7 +527,15 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         for (int v = 0; v < 2; v++) payload += pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
     for (int a = 0; a < c->n_arrays; a++) tmp = PKV_MAX(tmp, c->arrays[a].page_bytes);
     d->file_bytes = DISK_HEADER + 8 * ps + payload + 8;
-    d->queue_max = PKV_MAX((size_t)64 << 20, 4 * d->file_bytes);
+    d->queue_max = PKV_MAX((size_t)256 << 20, 4 * d->file_bytes);
+    d->page_size = (int)ps;
+    d->n_sect = 2 * c->layout.n_layers;
+    if (!(d->sect = pkv_malloc((size_t)d->n_sect * sizeof *d->sect))) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
+        goto fail;
+    }
+    for (int il = 0; il < c->layout.n_layers; il++)
+        for (int v = 0; v < 2; v++) d->sect[2 * il + v] = pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
     d->rbuf = pkv_malloc(d->file_bytes);
     d->wtmp = pkv_malloc(tmp);
     d->rtmp = pkv_malloc(tmp);
@@ -558,17 +576,27 @@ void pkv_kv_disk_close(pkv_kv_cache *c) {
 
 /* ------------------------------------------------------------ write */
 
-void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
+/* Queue page id's image for the writer. When the queue is full: wait for room
+ * (wait, an eviction: the page is about to be reused) or leave it pending and
+ * return false (a sequence free: the next one, an eviction or the cache's end
+ * will queue it). */
+static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     kv_disk *d = c->disk;
     kv_page *pg = &c->pages[id];
-    if (!d || !pg->indexed || pg->on_disk) return;
+    if (!d || !pg->indexed || pg->on_disk) return true;
     const uint64_t lfp = c->layout.fingerprint;
     pthread_mutex_lock(&d->mu);
     bool skip = d->off || find(d, pg->key, lfp) >= 0 || d->file_bytes > d->cap;
     pthread_mutex_unlock(&d->mu);
     if (skip) {
         pg->on_disk = true; /* there already (or queued), or never will be */
-        return;
+        return true;
+    }
+    if (!wait) {
+        pthread_mutex_lock(&d->mu);
+        bool full = d->q_bytes + d->file_bytes > d->queue_max;
+        pthread_mutex_unlock(&d->mu);
+        if (full) return false;
     }
     int ps = c->page_size;
     disk_job *j = pkv_malloc(sizeof *j);
@@ -576,7 +604,7 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
     if (!j || !img) {
         pkv_free(j);
         pkv_free(img);
-        return; /* not written now; tried again when it leaves memory */
+        return true; /* not written now; tried again when it leaves memory */
     }
     memcpy(p, DISK_MAGIC, 8);
     p += 8;
@@ -593,22 +621,18 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
     memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
     memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
     p += (size_t)ps * 8;
-    uint64_t h = pkv_hash64(img, (size_t)(p - img), 0);
-    for (int il = 0; il < c->layout.n_layers; il++)
+    for (int il = 0; il < c->layout.n_layers; il++) /* the checksum is the writer's */
         for (int v = 0; v < 2; v++) {
-            size_t n = pkv_kv_file_layer_bytes(c, il, ps, v);
             pkv_status st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, p, d->wtmp, false);
             if (st) {
                 PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id,
                          pkv_errmsg());
                 pkv_free(j);
                 pkv_free(img);
-                return;
+                return true;
             }
-            h = pkv_hash64(p, n, h);
-            p += n;
+            p += pkv_kv_file_layer_bytes(c, il, ps, v);
         }
-    put64(&p, h);
     pthread_mutex_lock(&d->mu);
     while (!d->off && d->q_bytes + d->file_bytes > d->queue_max) /* back-pressure: the writer is behind */
         pthread_cond_wait(&d->cv_idle, &d->mu);
@@ -642,14 +666,17 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) {
         pkv_free(img);
     }
     pg->on_disk = true;
+    return true;
 }
+
+void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) { (void)put(c, id, true); }
 
 pkv_status pkv_kv_disk_flush(pkv_kv_cache *c) {
     if (!c || !c->disk) return PKV_OK;
     c->disk_pending = 0;
     kv_disk *d = c->disk;
     for (int32_t q = c->lru_head; q >= 0 && !disk_off(d); q = c->pages[q].lru_next)
-        if (!c->pages[q].on_disk) pkv_kv_disk_put(c, q);
+        if (!c->pages[q].on_disk) (void)put(c, q, true);
     pthread_mutex_lock(&d->mu);
     drain(d);
     pthread_mutex_unlock(&d->mu);
@@ -660,7 +687,10 @@ void pkv_kv_disk_queue(pkv_kv_cache *c) {
     if (!c || !c->disk) return;
     c->disk_pending = 0;
     for (int32_t q = c->lru_head; q >= 0 && !disk_off(c->disk); q = c->pages[q].lru_next)
-        if (!c->pages[q].on_disk) pkv_kv_disk_put(c, q);
+        if (!c->pages[q].on_disk && !put(c, q, false)) {
+            c->disk_pending = 1; /* the queue is full: the rest at the next call */
+            return;
+        }
 }
 
 /* ------------------------------------------------------------ read */
