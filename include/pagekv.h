@@ -398,6 +398,19 @@ typedef struct pkv_kv_params {
     int state_ckpt_interval;
     /* Checkpoints kept per sequence (the oldest is dropped); 0 = 4. */
     int state_ckpt_max;
+    /* Disk tier (docs/kv-cache.md): NULL = none. A directory (created when missing)
+     * where full prefix pages are kept, one file per page named by its prefix chain
+     * hash: a page is written when it becomes cached (no sequence holds it) or, at
+     * the latest, when the LRU evicts it, and a prefix match that runs out of
+     * cached pages goes on reading the next pages from disk, each verified (layout
+     * and producer fingerprints, checksum, tokens, positions, chain hashes) before
+     * it is used. Creating the cache fails with a message naming the directory when
+     * it cannot be read or written, holds other files without pagekv's marker, or
+     * another process holds its lock (one cache per directory at a time). Only for
+     * caches whose layers are all full attention (no window, no recurrent layer):
+     * PKV_ERR_UNSUPPORTED naming the layer otherwise. Not part of budget_bytes. */
+    const char *disk_dir;
+    uint64_t disk_bytes; /* the directory's page files at most; the least recently used go first; 0 = 1 GiB */
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);
@@ -480,6 +493,19 @@ typedef struct pkv_kv_stats {
     uint64_t state_restores;         /* truncates/shifts that put a checkpoint back (a replay follows) */
     uint64_t state_prefix_hits;      /* prefix matches that took a stored state */
     uint64_t state_ckpt_skipped;     /* checkpoints pkv_kv_state_step_done skipped for lack of a slot */
+    /* Disk tier (all 0 without pkv_kv_params.disk_dir): */
+    bool disk_enabled;           /* false once a write failed (ENOSPC, I/O error): serving goes on from memory */
+    uint64_t disk_hit_pages;     /* pages a prefix match loaded from disk */
+    uint64_t disk_miss_pages;    /* prefix matches that looked for their next page on disk and found no file */
+    uint64_t disk_rejected_files; /* page files that failed a check (size, magic, fingerprints, checksum, tokens): never used */
+    uint64_t disk_written_pages; /* page files written */
+    uint64_t disk_write_errors;  /* failed writes (the first one turns the tier off) */
+    uint64_t disk_evicted_files; /* page files removed to stay under disk_bytes */
+    uint64_t disk_bytes_read, disk_bytes_written; /* page files' bytes */
+    double disk_read_seconds, disk_write_seconds; /* time in file reads / writes (with fsync and rename) */
+    int64_t disk_files;          /* page files in the directory now (every layout and model) */
+    uint64_t disk_bytes_used;    /* their bytes */
+    uint64_t disk_bytes_max;     /* the cap */
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 
@@ -665,6 +691,13 @@ pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq);
  * the caller computes the rest. Pass n - 1 tokens to keep one token to compute. */
 pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
                                int64_t *n_matched);
+/* Disk tier: write every published page that no sequence holds (cached) and that
+ * is not on disk yet, and wait until the tier's writer thread has written all it
+ * was given (pages are written in the background: pkv_kv_seq_free queues its
+ * pages, an eviction queues the page it takes; pkv_kv_cache_free flushes). A
+ * failed write turns the tier off (pkv_kv_stats.disk_enabled, a warning in the
+ * log) and is not an error of this call. PKV_OK, and a no-op without a disk tier. */
+pkv_status pkv_kv_disk_flush(pkv_kv_cache *c);
 
 /* Save a resident sequence to a file: header (format version, layout
  * fingerprint and geometry, tokens, positions), K/V payload per layer in
@@ -901,6 +934,9 @@ typedef struct pkv_cache_params {
      * sequence holds about (window + page_size + 256) / page_size + 1 of them). 0 =
      * that times 2 * n_seq_max, at most n_pages. */
     int64_t n_window_pages;
+    /* Disk tier below the device pool: pkv_kv_params.disk_dir / disk_bytes (NULL = none). */
+    const char *disk_dir;
+    uint64_t disk_bytes;
 } pkv_cache_params;
 
 pkv_cache_params pkv_cache_default_params(void);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -44,6 +45,12 @@ static void usage(FILE *f) {
             "                         token-mask cost per sampled token (the built-in shape then gets\n"
             "                         a printable 151,936-token vocabulary)\n"
             "  --seed S               load and sampling seed (default 1)\n"
+            "  --kv-disk DIR          a disk tier under the cache (DIR must not exist yet); reports the\n"
+            "                         pages it loaded and wrote\n"
+            "  --warm-from-disk DIR   instead of a load: time to first token of a shared prefix of\n"
+            "                         --prompt-tokens tokens, cold, warm in memory and warm from disk\n"
+            "                         (a new engine on the disk tier DIR, which must not exist yet),\n"
+            "                         over -n rounds with a fresh prefix each (median and each round)\n"
             "  -d, -t, --page-size, --kv-type   as for run\n"
             "  --json                 one JSON object\n");
 }
@@ -121,6 +128,158 @@ static void sleep_until(double t) {
     nanosleep(&ts, NULL);
 }
 
+/* One request of n tokens with one output token, alone on a started engine; its
+ * TTFT in ms and cached tokens, or -1 on failure. */
+static double ttft_one(pkv_engine *e, const int32_t *tok, int n, int *cached) {
+    bench b = {.n_done = 0};
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_cond_init(&b.cv, NULL);
+    req_stat r;
+    memset(&r, 0, sizeof r);
+    r.b = &b;
+    pkv_request_params q = pkv_request_default_params();
+    q.prompt = tok;
+    q.n_prompt = n;
+    q.max_tokens = 1;
+    q.ignore_eos = true;
+    q.on_event = on_event;
+    q.user = &r;
+    r.t_submit = pkv_time_now_cli();
+    pkv_status s = pkv_engine_submit(e, &q, NULL);
+    if (!s) {
+        pthread_mutex_lock(&b.mu);
+        while (!b.n_done) pthread_cond_wait(&b.cv, &b.mu);
+        pthread_mutex_unlock(&b.mu);
+    } else {
+        fprintf(stderr, "pagekv bench serve: submit: %s\n", pkv_errmsg());
+    }
+    pthread_cond_destroy(&b.cv);
+    pthread_mutex_destroy(&b.mu);
+    *cached = r.n_cached;
+    return s || b.n_error || r.n_gen < 1 ? -1 : (r.t_first - r.t_submit) * 1e3;
+}
+
+static pkv_engine *disk_engine(pkv_model *m, const char *dir, int n_ctx, int ps, pkv_type kv_type) {
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache.n_ctx = n_ctx;
+    ep.cache.page_size = ps;
+    ep.cache.kv_type = kv_type;
+    ep.cache.n_pages = 4 * ((n_ctx + ps - 1) / ps);
+    ep.cache.disk_dir = dir;
+    ep.cache.disk_bytes = 1ull << 40; /* the cap is not what is measured */
+    ep.max_seqs = 4;
+    pkv_engine *e = pkv_engine_create(m, ep);
+    if (!e) fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
+    else if (pkv_engine_start(e)) {
+        fprintf(stderr, "pagekv bench serve: engine thread: %s\n", pkv_errmsg());
+        pkv_engine_free(e);
+        e = NULL;
+    }
+    return e;
+}
+
+/* --warm-from-disk: per round a fresh random prefix of n_prefix tokens, asked
+ * three times with its own 8-token suffix: cold (nothing anywhere), warm in
+ * memory (the same engine again), warm from disk (the first engine freed, its
+ * pages written; a new engine on the directory). Each fresh engine first answers
+ * an unrelated 8-token prompt, so thread start-up is not counted. */
+static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int rounds, int ps, pkv_type kv_type,
+                          uint64_t seed, bool json) {
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        fprintf(stderr, "pagekv bench serve: --warm-from-disk %s exists: give a new directory (the cold run must find "
+                        "nothing on disk)\n", dir);
+        return 2;
+    }
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    int n = n_prefix + 8, n_ctx = n + 2;
+    int32_t *tok = malloc((size_t)n * sizeof *tok), warm8[8];
+    double *t = calloc((size_t)rounds * 3, sizeof *t), *srt = calloc((size_t)rounds, sizeof *srt);
+    if (!tok || !t || !srt) {
+        free(tok);
+        free(t);
+        free(srt);
+        fprintf(stderr, "pagekv bench serve: out of memory\n");
+        return 1;
+    }
+    uint64_t rs = seed * 2654435761u + 7;
+    int rc = 0, cached[3] = {0, 0, 0};
+    double rd_bytes = 0, rd_s = 0;
+    long long disk_hits = 0;
+    for (int r = 0; r < rounds && !rc; r++) {
+        for (int k = 0; k < n_prefix; k++) tok[k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
+        pkv_engine *e = NULL;
+        for (int ph = 0; ph < 3 && !rc; ph++) {
+            if (ph != 1) { /* a fresh engine on the directory, warmed up on an unrelated prompt */
+                if (!(e = disk_engine(m, dir, n_ctx, ps, kv_type))) {
+                    rc = 1;
+                    break;
+                }
+                int c0;
+                for (int k = 0; k < 8; k++) warm8[k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
+                if (ttft_one(e, warm8, 8, &c0) < 0) rc = 1;
+            }
+            for (int k = 0; k < 8; k++) tok[n_prefix + k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
+            t[ph * rounds + r] = ttft_one(e, tok, n, &cached[ph]);
+            if (t[ph * rounds + r] < 0) rc = 1;
+            if (ph == 0) continue; /* the same engine answers warm in memory */
+            pkv_engine_stop(e);
+            if (ph == 2) {
+                pkv_kv_stats ks;
+                pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+                rd_bytes += (double)ks.disk_bytes_read;
+                rd_s += ks.disk_read_seconds;
+                disk_hits += (long long)ks.disk_hit_pages;
+            }
+            pkv_engine_free(e); /* its cache writes the cached pages not on disk yet */
+            e = NULL;
+        }
+        if (e) {
+            pkv_engine_stop(e);
+            pkv_engine_free(e);
+        }
+        if (!rc && (cached[0] != 0 || cached[1] < n_prefix / ps * ps || cached[2] < n_prefix / ps * ps)) {
+            fprintf(stderr, "pagekv bench serve: round %d: cached tokens cold %d, memory %d, disk %d: expected 0 and "
+                            "the whole prefix's pages\n", r, cached[0], cached[1], cached[2]);
+            rc = 1;
+        }
+    }
+    static const char *const name[3] = {"cold", "warm_memory", "warm_disk"};
+    double med[3] = {0, 0, 0};
+    for (int ph = 0; ph < 3 && !rc; ph++) {
+        memcpy(srt, t + ph * rounds, (size_t)rounds * sizeof *srt);
+        qsort(srt, (size_t)rounds, sizeof *srt, cmp_double);
+        med[ph] = pct(srt, rounds, 50);
+    }
+    if (!rc && json) {
+        printf("{\"mode\": \"warm_from_disk\", \"weights\": \"%s\", \"layers\": %d, \"device\": \"%s\", \"prefix_tokens\": "
+               "%d, \"page_size\": %d, \"rounds\": %d,\n", info.weight_type, info.n_layer,
+               pkv_device_name(pkv_model_device(m)), n_prefix, ps, rounds);
+        for (int ph = 0; ph < 3; ph++) {
+            printf(" \"ttft_ms_%s\": {\"median\": %.1f, \"rounds\": [", name[ph], med[ph]);
+            for (int r = 0; r < rounds; r++) printf("%s%.1f", r ? ", " : "", t[ph * rounds + r]);
+            printf("]},\n");
+        }
+        printf(" \"disk_hit_pages\": %lld, \"disk_read_mb_s\": %.0f}\n", disk_hits,
+               rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0);
+    } else if (!rc) {
+        printf("bench serve --warm-from-disk: prefix of %d tokens (+8 own), %s weights, %d layers, %s, %d rounds\n",
+               n_prefix, info.weight_type, info.n_layer, pkv_device_name(pkv_model_device(m)), rounds);
+        for (int ph = 0; ph < 3; ph++) {
+            printf("  TTFT %-12s median %8.1f ms  (", name[ph], med[ph]);
+            for (int r = 0; r < rounds; r++) printf("%s%.1f", r ? " " : "", t[ph * rounds + r]);
+            printf(")\n");
+        }
+        printf("  from disk: %lld pages, %.1f MB read at %.0f MB/s (file reads alone)\n", disk_hits, rd_bytes / 1e6,
+               rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0);
+    }
+    free(tok);
+    free(t);
+    free(srt);
+    return rc;
+}
+
 /* The Qwen3-0.6B shape in memory; with_vocab: mkmodel's printable byte-level vocabulary of
  * that size (a grammar needs each token's text), else token ids only. */
 static pkv_model *reference_model(const pkv_cli_model_opts *o, bool with_vocab) {
@@ -158,7 +317,7 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     bool json_object = false;
     pkv_grammar *gram = NULL;
     bool json = false, swap = true, prefix = true, tiny = false, use_mtp = false;
-    const char *draft_path = NULL;
+    const char *draft_path = NULL, *warm_dir = NULL, *disk_dir = NULL;
     long long draft_max = 0;
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
@@ -200,6 +359,12 @@ int pkv_cli_bench_serve(int argc, char **argv) {
             if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
         }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--kv-disk")) {
+            if (!(disk_dir = pkv_cli_value(argc, argv, &i))) return 2;
+        }
+        else if (!strcmp(a, "--warm-from-disk")) {
+            if (!(warm_dir = pkv_cli_value(argc, argv, &i))) return 2;
+        }
         else {
             fprintf(stderr, "pagekv bench serve: unknown option '%s'\n", a);
             usage(stderr);
@@ -215,6 +380,14 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     }
     pkv_model *m = o.model || tiny ? pkv_cli_open_model("bench serve", &o) : reference_model(&o, json_object);
     if (!m) return 1;
+    if (warm_dir) {
+        bool has_n = false;
+        for (int i = 1; i < argc; i++) has_n |= !strcmp(argv[i], "-n") || !strcmp(argv[i], "--requests");
+        int r = warm_from_disk(m, warm_dir, (int)p_mean, has_n ? (int)n_req : 3, o.page_size ? o.page_size : 16,
+                               (pkv_type)o.kv_type, (uint64_t)seed, json);
+        pkv_model_free(m);
+        return r;
+    }
     pkv_model *draft = NULL;
     if (use_mtp || draft_path) {
         pkv_model_params dp = pkv_model_default_params();
@@ -282,6 +455,17 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     ep.cache.kv_type = (pkv_type)o.kv_type;
     ep.cache.n_pages = pool ? pool : conc * ((n_ctx + ps - 1) / ps);
     ep.cache.host_pages = host;
+    if (disk_dir) {
+        struct stat sb;
+        if (stat(disk_dir, &sb) == 0) {
+            fprintf(stderr, "pagekv bench serve: --kv-disk %s exists: give a new directory (a run must start empty)\n",
+                    disk_dir);
+            rc = 2;
+            goto out;
+        }
+        ep.cache.disk_dir = disk_dir;
+        ep.cache.disk_bytes = 1ull << 40;
+    }
     ep.max_batch_tokens = (int)batch_tokens;
     ep.max_seqs = (int)max_seqs;
     ep.swap = swap;
@@ -344,6 +528,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     pkv_engine_stop(e); /* the last step's statistics are complete once it returned */
     pkv_engine_stats st;
     pkv_engine_stats_get(e, &st);
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(pkv_engine_cache(e), &ks);
 
     int n_t = 0, n_p = 0;
     long long gen = 0, prompt_tok = 0;
@@ -387,6 +573,8 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                draft ? "\"" : "", use_mtp ? "mtp" : draft_path ? draft_path : "null", draft ? "\"" : "",
                (unsigned long long)st.draft_proposed, (unsigned long long)st.draft_accepted,
                (unsigned long long)st.draft_steps);
+        printf(" \"disk_hit_pages\": %llu, \"disk_written_pages\": %llu,\n", (unsigned long long)ks.disk_hit_pages,
+               (unsigned long long)ks.disk_written_pages);
         printf(" \"grammar\": %s, \"vocab\": %d, \"grammar_masks\": %llu, \"grammar_mask_us_per_token\": %.1f}\n",
                    gram ? "\"json_object\"" : "null", info.n_vocab, (unsigned long long)st.grammar_masks,
                    st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
@@ -412,6 +600,9 @@ int pkv_cli_bench_serve(int argc, char **argv) {
             printf("  json_object constraint: %llu token masks over a %d-token vocabulary, %.1f us each\n",
                    (unsigned long long)st.grammar_masks, info.n_vocab,
                    st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
+        if (disk_dir)
+            printf("  disk tier: %llu pages loaded, %llu written\n", (unsigned long long)ks.disk_hit_pages,
+                   (unsigned long long)ks.disk_written_pages);
         if (b.n_error) printf("  %d requests failed\n", b.n_error);
     }
     rc = b.n_error ? 1 : 0;

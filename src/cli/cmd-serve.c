@@ -40,6 +40,9 @@ static void serve_usage(FILE *f) {
             "  --batch-tokens N       tokens per engine step: decode tokens + prefill chunks (default 256)\n"
             "  --kv-pages N | --kv-mem MiB   device KV pool (default: parallel x context)\n"
             "  --swap-mem MiB         host swap pool for idle contexts (default: as large as the device pool)\n"
+            "  --kv-disk DIR          keep full prefix pages in DIR too (a disk tier: they outlive eviction and\n"
+            "                         restarts; one server per DIR; full-attention models only)\n"
+            "  --kv-disk-size MiB     the most page files DIR may hold (default 1024; least recently used go first)\n"
             "  --page-size N          KV page size in tokens (default 16)\n"
             "  --kv-type T            KV page type, K and V: f16 (default), f32, q8_0, q4_0\n"
             "  --kv-type-k T, --kv-type-v T   K and V page types separately\n"
@@ -146,6 +149,11 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--swap-mem")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
             so.swap_mem_mib = x;
+        } else if (!strcmp(a, "--kv-disk")) {
+            if (!(so.kv_disk = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv-disk-size")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 30, &x)) return 2;
+            so.kv_disk_mib = x;
         } else if (!strcmp(a, "--api-key")) {
             if (!(so.api_key = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chat-template")) {

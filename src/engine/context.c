@@ -138,6 +138,8 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
     /* Recurrent layers: a live state per sequence and about two checkpoints each, so
      * a truncate usually finds one near (more are taken while slots last) */
     if (m->hp.recurrent) kp.state_slots = 3 * (int64_t)(p.n_seq_max ? p.n_seq_max : 4) + 4;
+    kp.disk_dir = p.disk_dir;
+    kp.disk_bytes = p.disk_bytes;
     pkv_kv_cache *c = pkv_kv_cache_create(kp);
     pkv_free(layers);
     pkv_free(shards);

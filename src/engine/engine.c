@@ -78,6 +78,7 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     cp.n_pages = n_pages + (int64_t)p->max_seqs * ((e->K + e->ps) / e->ps + 1);
     cp.host_pages = host_pages;
     cp.n_ctx = (int)e->n_ctx + e->K;
+    cp.disk_dir = NULL; /* the disk tier belongs to the model's cache (one cache per directory) */
     if (!(e->dc = pkv_model_cache_create(d, cp))) return pkv_err_prefix(PKV_ERR_INVALID, "engine: the draft's cache");
     size_t S = (size_t)p->max_seqs, V = (size_t)e->n_vocab;
     e->dlogits = pkv_calloc(S * V, sizeof *e->dlogits);

@@ -185,7 +185,18 @@ fail:
     return NULL;
 }
 
+static pkv_kv_cache *create_pools(pkv_kv_params p);
+
 pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
+    pkv_kv_cache *c = create_pools(p);
+    if (c && p.disk_dir && pkv_kv_disk_open(c, &p)) {
+        pkv_kv_cache_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static pkv_kv_cache *create_pools(pkv_kv_params p) {
     int window = 0;
     for (int il = 0; p.layers && il < p.n_layers; il++)
         if (p.layers[il].state_per_head <= 0) window = PKV_MAX(window, p.layers[il].window);
@@ -210,6 +221,7 @@ pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
 
 void pkv_kv_cache_free(pkv_kv_cache *c) {
     if (!c) return;
+    pkv_kv_disk_close(c); /* writes the cached pages not on disk yet, while they exist */
     pkv_kv_cache_free(c->sub);
     for (size_t i = 0; i < c->n_seqs; i++)
         if (c->seqs[i].live) pkv_kv_seq_release(c, &c->seqs[i]);

@@ -177,6 +177,17 @@ static pkv_status move_layer(const kv_span *sp, int il, bool v, uint8_t *canon, 
     return st;
 }
 
+pkv_status pkv_kv_file_move_layer(pkv_kv_cache *c, int il, bool v, const int32_t *pages, int64_t n_pages,
+                                  int64_t n_tokens, uint8_t *canon, uint8_t *tmp, bool to_device) {
+    kv_span sp = {c, pages, 0, n_tokens};
+    (void)n_pages; /* span_pages() derives it from the tokens */
+    return move_layer(&sp, il, v, canon, tmp, to_device);
+}
+
+size_t pkv_kv_file_layer_bytes(const pkv_kv_cache *c, int il, int64_t n_tokens, bool v) {
+    return layer_bytes(&c->layout.layers[il], n_tokens, v);
+}
+
 pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     if (!path) return pkv_err(PKV_ERR_INVALID, "save: path is NULL");
     kv_seq *s = pkv_kv_seq_resident(c, seq, "save");

@@ -129,6 +129,11 @@ typedef struct kv_page {
      * none. Released when the page leaves the index. */
     int32_t st_slot;
     uint32_t st_gen;
+    /* Disk tier (kv-disk.c), set when the page is indexed: the chained key of its
+     * predecessor (the seed of `key`), a second chained hash with another seed, and
+     * whether its file is known to be on disk. */
+    uint64_t prev_key, key2;
+    bool on_disk;
 } kv_page;
 
 typedef struct kv_node {
@@ -222,6 +227,8 @@ struct pkv_kv_cache {
     int ckpt_interval, ckpt_max;
 
     pkv_kv_stats stats;
+    struct kv_disk *disk; /* disk tier (kv-disk.c), main cache only; NULL = none */
+    int64_t disk_pending; /* pages that became cached since the last flush (maybe not on disk) */
 };
 
 /* Test hook (tests only): when true every prefix hash is the same value, so every
@@ -249,6 +256,8 @@ void pkv_kv_pool_reset(pkv_kv_cache *c); /* everything free, index empty */
 
 /* prefix index (kv-prefix.c) */
 void pkv_kv_index_remove(pkv_kv_cache *c, int32_t p);
+/* Put page p (not indexed) into the prefix index under key, after page prev (-1: first). */
+void pkv_kv_index_page(pkv_kv_cache *c, int32_t p, uint64_t key, uint64_t fp, int32_t prev);
 void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s);
 uint64_t pkv_kv_page_key(const pkv_kv_cache *c, uint64_t seed, const int32_t *tok, const int32_t *pos);
 
@@ -351,6 +360,28 @@ void pkv_kv_state_permute(const kv_layer *L, int h0, int nh, uint8_t *slot, uint
  * (st_arrays in order, each its shard's slot image as the kernels see it). */
 pkv_status pkv_kv_state_read(pkv_kv_cache *c, int32_t slot, uint8_t *host);
 pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host);
+
+/* disk tier (kv-disk.c) */
+extern bool pkv_kv_test_disk_fail_write; /* test hook: every page write fails as a full disk would */
+/* Open the directory (lock, marker, index of its page files); PKV_OK and nothing
+ * done when p->disk_dir is NULL. On error c->disk stays NULL. */
+pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p);
+void pkv_kv_disk_close(pkv_kv_cache *c); /* flushes first */
+/* Queue every cached page not on disk for the writer thread (pkv_kv_disk_flush
+ * without the wait). */
+void pkv_kv_disk_queue(pkv_kv_cache *c);
+/* Page `id` (indexed) is about to be evicted or has become cached: write it unless on disk. */
+void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id);
+/* Prefix match continued on disk: s holds m matched pages (own list, referenced);
+ * keys[0..n_full) are the request's chained keys. Loads pages m, m+1, ... while
+ * their files exist and verify; returns the new count of matched pages. */
+int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
+                          int64_t n_full, const uint64_t *keys);
+void pkv_kv_disk_stats(const pkv_kv_cache *c, pkv_kv_stats *out);
+/* The seeds of the prefix chains (kv-prefix.c): key's and key2's for producer fp. */
+uint64_t pkv_kv_fp_seed(uint64_t fp);
+uint64_t pkv_kv_fp_seed2(uint64_t fp);
+uint64_t pkv_kv_page_key2(const pkv_kv_cache *c, uint64_t seed, const int32_t *tok, const int32_t *pos);
 
 /* host pool (kv-swap.c) */
 void pkv_kv_host_release_pages(pkv_kv_cache *c, const int32_t *h, int64_t n);

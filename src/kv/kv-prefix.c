@@ -18,6 +18,16 @@ static uint64_t fp_seed(uint64_t fp) {
     return pkv_hash64(&fp, sizeof fp, 0x70726566697821ull);
 }
 
+uint64_t pkv_kv_fp_seed(uint64_t fp) { return fp_seed(fp); }
+uint64_t pkv_kv_fp_seed2(uint64_t fp) { return pkv_hash64(&fp, sizeof fp, 0x6b766469736b32ull); }
+
+/* A second chain over the same tokens with another seed: the disk tier compares
+ * both, so a page file is trusted only when two independent 64-bit chains agree. */
+uint64_t pkv_kv_page_key2(const pkv_kv_cache *c, uint64_t seed, const int32_t *tok, const int32_t *pos) {
+    size_t n = (size_t)c->page_size * sizeof(int32_t);
+    return pkv_hash64(tok, n, pkv_hash64(pos, n, seed ^ 0x9e3779b97f4a7c15ull));
+}
+
 static void index_insert(pkv_kv_cache *c, int32_t id, uint64_t key, uint64_t fp, int32_t prev) {
     kv_page *p = &c->pages[id];
     uint64_t b = key & (c->n_buckets - 1);
@@ -28,6 +38,10 @@ static void index_insert(pkv_kv_cache *c, int32_t id, uint64_t key, uint64_t fp,
     p->indexed = true;
     p->hnext = c->buckets[b];
     c->buckets[b] = id;
+}
+
+void pkv_kv_index_page(pkv_kv_cache *c, int32_t id, uint64_t key, uint64_t fp, int32_t prev) {
+    index_insert(c, id, key, fp, prev);
 }
 
 void pkv_kv_index_remove(pkv_kv_cache *c, int32_t id) {
@@ -64,6 +78,10 @@ void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
             }
             uint64_t seed = prev >= 0 ? c->pages[prev].key : fp_seed(s->fp);
             index_insert(c, id, pkv_kv_page_key(c, seed, tok, pos), s->fp, prev);
+            p->prev_key = seed;
+            p->on_disk = false;
+            if (c->disk)
+                p->key2 = pkv_kv_page_key2(c, prev >= 0 ? c->pages[prev].key2 : pkv_kv_fp_seed2(s->fp), tok, pos);
             p->link = -1;
             p->st_slot = -1;
             if (c->main) { /* window pool: remember the main page this one sits beside */
@@ -142,13 +160,13 @@ pkv_status kv1_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens,
         if (m == n_full) break;
         if (depth + 1 < n_full) cur[++depth] = -2; /* else: the next candidate at this depth */
     }
-    pkv_free(posbuf);
     if (m > 0 && (size_t)m > s->cap_own) {
         void *arr = s->own;
         size_t cap = s->cap_own;
         pkv_status st = pkv_grow(&arr, &cap, (size_t)m, sizeof(int32_t));
         if (st) {
             pkv_free(found);
+            pkv_free(posbuf);
             return st;
         }
         s->own = arr;
@@ -158,12 +176,17 @@ pkv_status kv1_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens,
         pkv_kv_page_ref(c, found[i]);
         s->own[i] = found[i];
     }
-    pkv_free(found);
     s->n_own = (size_t)m;
     s->n_tokens = m * ps;
     s->pub_n = m;
     s->pub_stop = false;
     c->stats.prefix_hit_pages += (uint64_t)m;
+    if (c->disk && m < n_full) { /* the disk tier goes on where memory stopped */
+        m = pkv_kv_disk_match(c, s, tokens, pos, m, n_full, keys);
+        s->n_tokens = m * ps;
+    }
+    pkv_free(found);
+    pkv_free(posbuf);
     *n_matched = m * ps;
     return PKV_OK;
 }

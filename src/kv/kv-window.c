@@ -122,7 +122,9 @@ pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
         if (!c->seqs[seq].swapped && !sub_seq(c, seq)->swapped) publish_both(c, seq);
         kv1_seq_free(c->sub, seq);
     }
-    return kv1_seq_free(c, seq);
+    pkv_status st = kv1_seq_free(c, seq);
+    if (!st && c->disk_pending) pkv_kv_disk_queue(c); /* its pages became cached: to the writer thread */
+    return st;
 }
 
 int64_t pkv_kv_seq_window_len(const pkv_kv_cache *c, int32_t seq) {
@@ -490,6 +492,7 @@ pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *toke
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out) {
     kv1_stats(c, out);
     if (!c || !out) return;
+    pkv_kv_disk_stats(c, out);
     out->page_bytes = c->page_bytes_all;
     if (!c->sub) return;
     pkv_kv_stats w;

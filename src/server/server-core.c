@@ -168,6 +168,30 @@ static void api_metrics(srv *s, srv_out *o) {
     G("kv_host_pages_total", "Pages of the host swap pool.", st.kv.host_pages);
     G("kv_host_pages_free", "Free pages of the host swap pool.", st.kv.host_free);
     C("prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", st.prefix_hit_tokens);
+    if (s->o.kv_disk) { /* the disk tier (--kv-disk) */
+        const pkv_kv_stats ks = st.kv; /* the worker's copy, as for the pool gauges above */
+        G("kv_disk_enabled", "1 while the disk tier is in use; 0 after a write failed (serving goes on from memory).",
+          ks.disk_enabled);
+        C("kv_disk_hit_pages_total", "Pages a prefix match loaded from disk.", ks.disk_hit_pages);
+        C("kv_disk_miss_pages_total", "Prefix matches that looked for their next page on disk and found no file.",
+          ks.disk_miss_pages);
+        C("kv_disk_rejected_files_total", "Page files that failed a check (size, fingerprints, checksum, tokens) and "
+          "were removed unused.", ks.disk_rejected_files);
+        C("kv_disk_written_pages_total", "Page files written.", ks.disk_written_pages);
+        C("kv_disk_write_errors_total", "Failed page writes (the first turns the disk tier off).", ks.disk_write_errors);
+        C("kv_disk_evicted_files_total", "Page files removed to stay under --kv-disk-size.", ks.disk_evicted_files);
+        C("kv_disk_read_bytes_total", "Bytes of page files read.", ks.disk_bytes_read);
+        C("kv_disk_written_bytes_total", "Bytes of page files written.", ks.disk_bytes_written);
+        metric(&p, &len, &cap, "# HELP pagekv_kv_disk_read_seconds_total Time spent reading page files.\n"
+               "# TYPE pagekv_kv_disk_read_seconds_total counter\npagekv_kv_disk_read_seconds_total %.6f\n",
+               ks.disk_read_seconds);
+        metric(&p, &len, &cap, "# HELP pagekv_kv_disk_write_seconds_total Time spent writing page files (with fsync "
+               "and rename).\n# TYPE pagekv_kv_disk_write_seconds_total counter\n"
+               "pagekv_kv_disk_write_seconds_total %.6f\n", ks.disk_write_seconds);
+        G("kv_disk_files", "Page files in the directory.", ks.disk_files);
+        G("kv_disk_bytes", "Bytes of the page files in the directory.", ks.disk_bytes_used);
+        G("kv_disk_bytes_max", "The directory's cap (--kv-disk-size).", ks.disk_bytes_max);
+    }
     C("preemptions_total", "Idle contexts swapped out to make room for running requests.", st.preemptions);
     C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
     C("generation_tokens_total", "Tokens generated.", st.gen_tokens);
@@ -437,6 +461,8 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     srv_gen_params gp = {.parallel = so->parallel, .batch_tokens = so->batch_tokens, .queue = so->queue,
                          .max_contexts = so->max_contexts, .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
     pkv_engine_params ep = pkv_engine_default_params();
+    cp.disk_dir = so->kv_disk; /* here, not in page_bytes()'s probe: the directory takes one cache at a time */
+    cp.disk_bytes = (uint64_t)so->kv_disk_mib << 20;
     ep.cache = cp;
     ep.max_seqs = so->parallel;
     ep.max_batch_tokens = so->batch_tokens;

@@ -274,6 +274,11 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
                    (long long)ks.n_pages, pkv_kv_layout_page_size(pkv_kv_cache_layout(s.c)), pkv_type_name(kv0.dtype_k),
                    pkv_type_name(kv0.dtype_v), (double)ks.n_pages * (double)pb / 1048576.0, (long long)ks.host_pages,
                    (long long)s.n_ctx, so->parallel, "serving engine (continuous batching, chunked prefill, preemption)");
+    if (so->kv_disk)
+        bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
+                       "pagekv serve: KV disk tier %s: %lld page files, %.1f of %.1f MiB (--kv-disk-size)\n", so->kv_disk,
+                       (long long)ks.disk_files, (double)ks.disk_bytes_used / 1048576.0,
+                       (double)ks.disk_bytes_max / 1048576.0);
     if (s.draft)
         bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                        "pagekv serve: speculative decoding: %s on %s%s, up to %d proposals per sequence and step\n",

@@ -25,6 +25,8 @@ typedef struct pkv_serve_opts {
     int64_t kv_pages;          /* device KV pages; 0 = from kv_mem_mib or the default */
     int64_t kv_mem_mib;        /* device KV budget in MiB; 0 = default */
     int64_t swap_mem_mib;      /* host swap pool in MiB; 0 = as many pages as the device pool */
+    const char *kv_disk;       /* disk tier directory (pkv_cache_params.disk_dir); NULL = none */
+    int64_t kv_disk_mib;       /* its cap in MiB; 0 = the library's default (1 GiB) */
     const char *api_key;       /* required as "Authorization: Bearer KEY"; NULL = none */
     const char *chat_template; /* a family name forcing the chat template; NULL = detect */
     const char *alias;         /* model id reported by /v1/models; NULL = file name */

@@ -1,0 +1,843 @@
+/* Disk tier: full prefix pages kept in a directory, one file per page, below the
+ * device pool (and its host swap pool). docs/kv-cache.md describes the tiers.
+ *
+ * A page is written when it becomes cached (the last sequence holding it lets go:
+ * pkv_kv_seq_free flushes) and, at the latest, when the LRU evicts it from the
+ * device pool; a page already on disk is never written again (the name is its
+ * content address). A prefix match that runs out of cached pages goes on with
+ * the files of the next pages, each verified before it is used, and loads them
+ * into fresh device pages through the device transfer API (I1), indexing them as
+ * if they had been computed here.
+ *
+ * Directory:
+ *   PAGEKV-DISK     marker: "pagekv disk KV cache, page file format 1\n"; a
+ *                   directory holding other entries without it is refused
+ *   lock            flock()ed exclusively by the cache that uses the directory;
+ *                   a second process is refused (the kernel drops the lock when
+ *                   the holder dies, kill -9 included). It holds no data.
+ *   KKKKKKKKKKKKKKKK-LLLLLLLLLLLLLLLL.kvp   a page: K = its chained prefix key
+ *                   (seeded by the producer's fingerprint), L = the cache layout's
+ *                   fingerprint, both 16 lowercase hex digits
+ *   *.tmp-XXXXXX    a write in progress (src/base/file.c); left over only by a
+ *                   crash, removed when a cache opens the directory
+ *
+ * Page file, version 1, integers little-endian:
+ *   "PKVDPAGE", u32 version, u32 page_size, u32 n_layers, u32 reserved (0)
+ *   u64 layout fingerprint (pkv_kv_layout_fingerprint: geometry, dtypes, page size)
+ *   u64 producer fingerprint (the sequence's, e.g. the model's)
+ *   u64 key (the name's K), u64 prev_key (the predecessor's key, or the chain's
+ *       seed for a first page), u64 key2 (a second chain over the same tokens with
+ *       another seed), u64 payload bytes
+ *   i32 tokens[page_size], i32 positions[page_size]
+ *   payload: per layer, K [page_size][n_kv_heads][head row] then V likewise (the
+ *       canonical order of kv-file.c, independent of sharding)
+ *   u64 checksum: pkv_hash64 over everything before it, the header first and then
+ *       each section chained (as kv-file.c's)
+ * A file is used only if its size, magic, version, page size, layer count, both
+ * fingerprints, key, prev_key, key2, tokens, positions and checksum all match
+ * what the request expects; otherwise it is counted as rejected and removed.
+ *
+ * Writes go through pkv_wfile (temporary file, fsync, rename), so a crash leaves
+ * either the whole page or no page under the name. The first failed write (a full
+ * disk, an I/O error) turns the tier off for the life of the cache: serving goes
+ * on from memory, the log says so, pkv_kv_stats.disk_enabled turns false. */
+#include "kv/kv-file.h"
+#include "kv/kv-impl.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DISK_MAGIC "PKVDPAGE"
+#define DISK_VERSION 1u
+#define DISK_MARKER "PAGEKV-DISK"
+#define DISK_MARKER_HEAD "pagekv disk KV cache, page file format "
+#define DISK_LOCK "lock"
+#define DISK_EXT ".kvp"
+#define DISK_NAME_LEN 37 /* 16 hex, '-', 16 hex, ".kvp" */
+#define DISK_HEADER 72
+#define DISK_DEFAULT_BYTES (1ull << 30)
+
+bool pkv_kv_test_disk_fail_write = false;
+
+typedef struct disk_entry {
+    uint64_t key, lfp;
+    uint64_t bytes;
+    int64_t mtime_ns;   /* at open: orders the LRU */
+    int32_t hnext;      /* bucket chain, or the free list */
+    int32_t prev, next; /* LRU, oldest first */
+    bool ready;         /* the file is complete (false while the writer has it queued) */
+} disk_entry;
+
+/* A page image waiting for the writer thread. */
+typedef struct disk_job {
+    uint8_t *img; /* [file_bytes] */
+    uint64_t key, lfp;
+    int32_t e;
+    struct disk_job *next;
+} disk_job;
+
+typedef struct kv_disk {
+    char *dir;
+    int lock_fd;
+    uint64_t cap, used;
+    disk_entry *e; /* [cap_e] */
+    size_t n_e, cap_e;
+    int32_t free_e;
+    int32_t *buckets; /* [n_buckets] */
+    uint64_t n_buckets;
+    int32_t head, tail;
+    int64_t n_files;
+    bool off;
+    size_t file_bytes; /* one page file of this cache */
+    int page_size, n_sect;
+    size_t *sect; /* [n_sect]: bytes of each layer's K and V section, in file order */
+    uint8_t *rbuf;     /* [file_bytes] */
+    uint8_t *wtmp, *rtmp; /* one page of the largest array */
+    /* The writer thread: the cache's thread reads a page from the device into an
+     * image and queues it; the writer writes, fsyncs and renames it, so a request
+     * never waits for the disk (unless the queue is full: queue_max bytes). mu
+     * guards the index, the queue, `off` and st; the rest belongs to the cache's
+     * thread. */
+    pthread_t th;
+    bool th_on, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, cv_idle;
+    disk_job *q_head, *q_tail;
+    size_t q_bytes, queue_max;
+    bool busy; /* the writer holds a job */
+    pkv_kv_stats st; /* the disk_ fields */
+} kv_disk;
+
+static uint64_t entry_hash(uint64_t key, uint64_t lfp) { return key ^ (lfp * 0x9e3779b97f4a7c15ull); }
+
+static void put32(uint8_t **p, uint32_t v) {
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+static void put64(uint8_t **p, uint64_t v) {
+    memcpy(*p, &v, 8);
+    *p += 8;
+}
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void entry_path(const kv_disk *d, uint64_t key, uint64_t lfp, char *out, size_t n) {
+    snprintf(out, n, "%s/%016llx-%016llx" DISK_EXT, d->dir, (unsigned long long)key, (unsigned long long)lfp);
+}
+
+/* ------------------------------------------------------------ the index */
+
+/* Entry of (key, lfp), queued or ready, or -1. */
+static int32_t find(const kv_disk *d, uint64_t key, uint64_t lfp) {
+    for (int32_t i = d->buckets[entry_hash(key, lfp) & (d->n_buckets - 1)]; i >= 0; i = d->e[i].hnext)
+        if (d->e[i].key == key && d->e[i].lfp == lfp) return i;
+    return -1;
+}
+
+/* The oldest entry whose file is complete (a queued one is not evicted under the writer), or -1. */
+static int32_t oldest_ready(const kv_disk *d) {
+    int32_t i = d->head;
+    while (i >= 0 && !d->e[i].ready) i = d->e[i].next;
+    return i;
+}
+
+static void lru_unlink(kv_disk *d, int32_t i) {
+    disk_entry *x = &d->e[i];
+    if (x->prev >= 0) d->e[x->prev].next = x->next;
+    else d->head = x->next;
+    if (x->next >= 0) d->e[x->next].prev = x->prev;
+    else d->tail = x->prev;
+    x->prev = x->next = -1;
+}
+
+static void lru_append(kv_disk *d, int32_t i) {
+    disk_entry *x = &d->e[i];
+    x->next = -1;
+    x->prev = d->tail;
+    if (d->tail >= 0) d->e[d->tail].next = i;
+    else d->head = i;
+    d->tail = i;
+}
+
+static pkv_status rehash(kv_disk *d, uint64_t nb) {
+    int32_t *b = pkv_malloc((size_t)nb * sizeof *b);
+    if (!b) return pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for its index");
+    for (uint64_t i = 0; i < nb; i++) b[i] = -1;
+    /* live entries are those on the LRU list */
+    for (int32_t i = d->head; i >= 0; i = d->e[i].next) {
+        uint64_t h = entry_hash(d->e[i].key, d->e[i].lfp) & (nb - 1);
+        d->e[i].hnext = b[h];
+        b[h] = i;
+    }
+    pkv_free(d->buckets);
+    d->buckets = b;
+    d->n_buckets = nb;
+    return PKV_OK;
+}
+
+/* A new entry, appended to the LRU (newest). -1 when memory runs out. */
+static int32_t add(kv_disk *d, uint64_t key, uint64_t lfp, uint64_t bytes, int64_t mtime_ns, bool link) {
+    int32_t i = d->free_e;
+    if (i >= 0) {
+        d->free_e = d->e[i].hnext;
+    } else {
+        if (d->n_e == d->cap_e) {
+            void *arr = d->e;
+            size_t cap = d->cap_e;
+            if (pkv_grow(&arr, &cap, d->n_e + 1, sizeof *d->e)) return -1;
+            d->e = arr;
+            d->cap_e = cap;
+        }
+        i = (int32_t)d->n_e++;
+    }
+    disk_entry *x = &d->e[i];
+    x->key = key;
+    x->lfp = lfp;
+    x->bytes = bytes;
+    x->mtime_ns = mtime_ns;
+    x->prev = x->next = x->hnext = -1;
+    x->ready = true;
+    d->used += bytes;
+    d->n_files++;
+    if (!link) return i; /* scan: linked and hashed once all are known */
+    lru_append(d, i);
+    uint64_t h = entry_hash(key, lfp) & (d->n_buckets - 1);
+    x->hnext = d->buckets[h];
+    d->buckets[h] = i;
+    if ((uint64_t)d->n_files > 2 * d->n_buckets) (void)rehash(d, d->n_buckets * 4); /* on failure: longer chains */
+    return i;
+}
+
+/* Forget entry i and remove its file (mu held). */
+static void drop_entry(kv_disk *d, int32_t i) {
+    disk_entry *x = &d->e[i];
+    char path[4096];
+    entry_path(d, x->key, x->lfp, path, sizeof path);
+    (void)unlink(path);
+    int32_t *link = &d->buckets[entry_hash(x->key, x->lfp) & (d->n_buckets - 1)];
+    while (*link != i) link = &d->e[*link].hnext;
+    *link = x->hnext;
+    lru_unlink(d, i);
+    d->used -= x->bytes;
+    d->n_files--;
+    x->hnext = d->free_e;
+    d->free_e = i;
+}
+
+/* drop_entry, on the cache's thread: pages in memory that thought they were on
+ * disk under it will be written again when they leave. mu held. */
+static void drop(pkv_kv_cache *c, int32_t i) {
+    kv_disk *d = c->disk;
+    uint64_t key = d->e[i].key;
+    bool mine = d->e[i].lfp == c->layout.fingerprint;
+    drop_entry(d, i);
+    if (mine)
+        for (int32_t q = c->buckets[key & (c->n_buckets - 1)]; q >= 0; q = c->pages[q].hnext)
+            if (c->pages[q].key == key) c->pages[q].on_disk = false;
+}
+
+/* ------------------------------------------------------------ open */
+
+static bool parse_name(const char *name, uint64_t *key, uint64_t *lfp) {
+    if (strlen(name) != DISK_NAME_LEN || name[16] != '-' || strcmp(name + 33, DISK_EXT) != 0) return false;
+    for (int i = 0; i < 33; i++)
+        if (i != 16 && !((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
+    char a[17], b[17];
+    memcpy(a, name, 16);
+    memcpy(b, name + 17, 16);
+    a[16] = b[16] = 0;
+    *key = strtoull(a, NULL, 16);
+    *lfp = strtoull(b, NULL, 16);
+    return true;
+}
+
+static bool is_temp(const char *name) { return strstr(name, ".tmp-") != NULL; }
+
+typedef struct scan_item {
+    int64_t mtime_ns;
+    int32_t e;
+} scan_item;
+
+static int cmp_item(const void *a, const void *b) {
+    const scan_item *x = a, *y = b;
+    return (x->mtime_ns > y->mtime_ns) - (x->mtime_ns < y->mtime_ns);
+}
+
+/* Is the directory ours (the marker) or empty? Reads only: a foreign directory
+ * is refused before anything is created in it. */
+static pkv_status check_dir(const char *dir, bool *has_marker) {
+    DIR *dh = opendir(dir);
+    if (!dh) return pkv_err(PKV_ERR_IO, "KV disk tier: cannot read the directory %s: %s", dir, strerror(errno));
+    *has_marker = false;
+    char other[256] = "";
+    int n_other = 0;
+    struct dirent *de;
+    while ((de = readdir(dh))) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, "..")) continue;
+        if (!strcmp(nm, DISK_MARKER)) *has_marker = true;
+        else if (!strcmp(nm, DISK_LOCK)) continue; /* an open interrupted before the marker was written */
+        else if (n_other++ == 0) snprintf(other, sizeof other, "%s", nm);
+    }
+    closedir(dh);
+    pkv_status st = PKV_OK;
+    if (!*has_marker && n_other > 0)
+        return pkv_err(PKV_ERR_IO, "KV disk tier: %s is not a pagekv disk cache: it holds %d entr%s (e.g. %s) and no %s "
+                       "marker; give an empty or new directory", dir, n_other, n_other == 1 ? "y" : "ies", other,
+                       DISK_MARKER);
+    if (*has_marker) {
+        char path[4096], buf[128] = "";
+        snprintf(path, sizeof path, "%s/" DISK_MARKER, dir);
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f) fclose(f);
+        buf[n] = 0;
+        size_t hl = strlen(DISK_MARKER_HEAD);
+        if (!f)
+            st = pkv_err(PKV_ERR_IO, "KV disk tier: cannot read %s: %s", path, strerror(errno));
+        else if (strncmp(buf, DISK_MARKER_HEAD, hl) != 0)
+            st = pkv_err(PKV_ERR_IO, "KV disk tier: %s is not a pagekv marker; %s is not a pagekv disk cache", path, dir);
+        else if (strtoul(buf + hl, NULL, 10) != DISK_VERSION)
+            st = pkv_err(PKV_ERR_IO, "KV disk tier: %s holds page files of format %lu, this build reads format %u: give "
+                         "another directory or empty this one", dir, strtoul(buf + hl, NULL, 10), DISK_VERSION);
+    }
+    return st;
+}
+
+static pkv_status write_marker(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" DISK_MARKER, dir);
+    pkv_wfile w;
+    pkv_status st = pkv_wfile_open(&w, path);
+    if (st) return pkv_err_prefix(st, "KV disk tier");
+    fprintf(w.f, DISK_MARKER_HEAD "%u\n", DISK_VERSION);
+    if ((st = pkv_wfile_commit(&w))) return pkv_err_prefix(st, "KV disk tier");
+    return PKV_OK;
+}
+
+/* Index the page files; remove writes a crash left behind. Holds the lock. */
+static pkv_status scan(pkv_kv_cache *c) {
+    kv_disk *d = c->disk;
+    DIR *dh = opendir(d->dir);
+    if (!dh) return pkv_err(PKV_ERR_IO, "KV disk tier: cannot read the directory %s: %s", d->dir, strerror(errno));
+    int dfd = dirfd(dh);
+    int64_t n_tmp = 0;
+    pkv_status st = PKV_OK;
+    struct dirent *de;
+    while ((de = readdir(dh)) && !st) {
+        const char *nm = de->d_name;
+        uint64_t key, lfp;
+        struct stat sb;
+        if (is_temp(nm)) {
+            n_tmp += unlinkat(dfd, nm, 0) == 0;
+            continue;
+        }
+        if (!parse_name(nm, &key, &lfp)) continue;
+        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+        int64_t ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        if (add(d, key, lfp, (uint64_t)sb.st_size, ns, false) < 0)
+            st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory indexing %s", d->dir);
+    }
+    closedir(dh);
+    if (st) return st;
+    /* LRU order: oldest modification first (a read hit touches its file) */
+    size_t n = 0;
+    scan_item *it = pkv_malloc((d->n_e ? d->n_e : 1) * sizeof *it);
+    if (!it) return pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory indexing %s", d->dir);
+    for (size_t i = 0; i < d->n_e; i++) it[n++] = (scan_item){d->e[i].mtime_ns, (int32_t)i};
+    qsort(it, n, sizeof *it, cmp_item);
+    for (size_t i = 0; i < n; i++) lru_append(d, it[i].e);
+    pkv_free(it);
+    uint64_t nb = 64;
+    while (nb < d->n_e) nb <<= 1;
+    if ((st = rehash(d, nb))) return st;
+    if (n_tmp) PKV_INFO("KV disk tier %s: removed %lld unfinished page write(s) of an earlier process", d->dir,
+                        (long long)n_tmp);
+    while (d->used > d->cap && d->head >= 0) {
+        drop_entry(d, d->head);
+        d->st.disk_evicted_files++;
+    }
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------------ the writer */
+
+static bool disk_off(kv_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    bool off = d->off;
+    pthread_mutex_unlock(&d->mu);
+    return off;
+}
+
+static void *writer_main(void *arg) {
+    pkv_kv_cache *c = arg;
+    kv_disk *d = c->disk;
+    char path[4096];
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->q_head && !d->quit) pthread_cond_wait(&d->cv, &d->mu);
+        if (!d->q_head) break; /* quit with nothing left */
+        disk_job *j = d->q_head;
+        d->q_head = j->next;
+        if (!d->q_head) d->q_tail = NULL;
+        d->busy = true;
+        bool skip = d->off;
+        pthread_mutex_unlock(&d->mu);
+        pkv_status st = PKV_OK;
+        double t0 = pkv_time_now();
+        if (!skip) {
+            size_t off = DISK_HEADER + 8 * (size_t)d->page_size; /* the checksum, chained as kv-file.c's */
+            uint64_t h = pkv_hash64(j->img, off, 0);
+            for (int k = 0; k < d->n_sect; k++) {
+                h = pkv_hash64(j->img + off, d->sect[k], h);
+                off += d->sect[k];
+            }
+            memcpy(j->img + off, &h, 8);
+            entry_path(d, j->key, j->lfp, path, sizeof path);
+            pkv_wfile w;
+            st = pkv_wfile_open(&w, path);
+            if (!st && pkv_kv_test_disk_fail_write) {
+                pkv_wfile_abort(&w);
+                st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(ENOSPC));
+            } else if (!st) {
+                if (fwrite(j->img, 1, d->file_bytes, w.f) != d->file_bytes) {
+                    int e = errno ? errno : EIO;
+                    pkv_wfile_abort(&w);
+                    st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
+                } else {
+                    st = pkv_wfile_commit(&w);
+                }
+            }
+        }
+        double dt = pkv_time_now() - t0;
+        pthread_mutex_lock(&d->mu);
+        d->q_bytes -= d->file_bytes;
+        d->busy = false;
+        if (skip || st) {
+            if (st && !d->off) {
+                d->off = true;
+                d->st.disk_enabled = false;
+                d->st.disk_write_errors++;
+                PKV_WARN("KV disk tier %s: %s; the disk tier is off from now on (serving goes on from memory)", d->dir,
+                         pkv_errmsg());
+            }
+            drop_entry(d, j->e); /* nothing there (the temporary file is gone) */
+        } else {
+            d->e[j->e].ready = true;
+            d->st.disk_written_pages++;
+            d->st.disk_bytes_written += d->file_bytes;
+            d->st.disk_write_seconds += dt;
+        }
+        pkv_free(j->img);
+        pkv_free(j);
+        pthread_cond_broadcast(&d->cv_idle);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Wait until the writer has written everything queued. mu held. */
+static void drain(kv_disk *d) {
+    while (d->q_head || d->busy) pthread_cond_wait(&d->cv_idle, &d->mu);
+}
+
+static void disk_free(kv_disk *d) {
+    pkv_free(d->sect);
+    pkv_free(d->dir);
+    pkv_free(d->e);
+    pkv_free(d->buckets);
+    pkv_free(d->rbuf);
+    pkv_free(d->wtmp);
+    pkv_free(d->rtmp);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    pthread_cond_destroy(&d->cv_idle);
+    pkv_free(d);
+}
+
+pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
+    if (!p->disk_dir) return PKV_OK;
+    const char *dir = p->disk_dir;
+    if (!*dir) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is empty");
+    if (strlen(dir) > 4000) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is too long");
+    for (int il = 0; il < c->layout.n_layers; il++) {
+        const kv_layer *L = &c->layout.layers[il];
+        if (L->window > 0 || L->state_per_head > 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is %s; the disk tier works only for caches "
+                           "whose layers are all full attention (not implemented: sliding-window and recurrent layers)",
+                           dir, il, L->window > 0 ? "a sliding-window layer" : "a recurrent layer");
+    }
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the directory %s: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return pkv_err(PKV_ERR_IO, "KV disk tier: %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return pkv_err(PKV_ERR_IO, "KV disk tier: %s is not a directory", dir);
+    if (access(dir, R_OK | W_OK | X_OK) != 0)
+        return pkv_err(PKV_ERR_IO, "KV disk tier: cannot read and write the directory %s: %s", dir, strerror(errno));
+    bool marker = false;
+    pkv_status st = check_dir(dir, &marker);
+    if (st) return st;
+    kv_disk *d = pkv_calloc(1, sizeof *d);
+    if (!d) return pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
+    d->lock_fd = -1;
+    d->free_e = d->head = d->tail = -1;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    pthread_cond_init(&d->cv_idle, NULL);
+    d->cap = p->disk_bytes ? p->disk_bytes : DISK_DEFAULT_BYTES;
+    c->disk = d;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" DISK_LOCK, dir);
+    if (!(d->dir = pkv_strdup(dir))) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
+        goto fail;
+    }
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (d->lock_fd < 0) {
+        st = pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the lock file %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        st = errno == EWOULDBLOCK
+                 ? pkv_err(PKV_ERR_IO, "KV disk tier: %s is in use by another process (it holds the lock on %s); give "
+                           "each server its own directory", dir, path)
+                 : pkv_err(PKV_ERR_IO, "KV disk tier: cannot lock %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!marker && (st = write_marker(dir))) goto fail;
+    /* one page file: header, tokens, positions, every layer's K and V, checksum */
+    size_t ps = (size_t)c->page_size, payload = 0, tmp = 1;
+    for (int il = 0; il < c->layout.n_layers; il++)
+        for (int v = 0; v < 2; v++) payload += pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
+    for (int a = 0; a < c->n_arrays; a++) tmp = PKV_MAX(tmp, c->arrays[a].page_bytes);
+    d->file_bytes = DISK_HEADER + 8 * ps + payload + 8;
+    d->queue_max = PKV_MAX((size_t)256 << 20, 4 * d->file_bytes);
+    d->page_size = (int)ps;
+    d->n_sect = 2 * c->layout.n_layers;
+    if (!(d->sect = pkv_malloc((size_t)d->n_sect * sizeof *d->sect))) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
+        goto fail;
+    }
+    for (int il = 0; il < c->layout.n_layers; il++)
+        for (int v = 0; v < 2; v++) d->sect[2 * il + v] = pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
+    d->rbuf = pkv_malloc(d->file_bytes);
+    d->wtmp = pkv_malloc(tmp);
+    d->rtmp = pkv_malloc(tmp);
+    if (!d->rbuf || !d->wtmp || !d->rtmp) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for page buffers of %zu bytes", d->file_bytes);
+        goto fail;
+    }
+    if ((st = scan(c))) goto fail;
+    if (pthread_create(&d->th, NULL, writer_main, c) != 0) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: cannot start its writer thread");
+        goto fail;
+    }
+    d->th_on = true;
+    d->st.disk_enabled = true;
+    PKV_INFO("KV disk tier %s: %lld page files, %.1f of %.1f MiB (pages of this cache: %zu bytes each)", dir,
+             (long long)d->n_files, (double)d->used / 1048576.0, (double)d->cap / 1048576.0, d->file_bytes);
+    return PKV_OK;
+fail:
+    c->disk = NULL;
+    if (d->lock_fd >= 0) close(d->lock_fd);
+    disk_free(d);
+    return st;
+}
+
+void pkv_kv_disk_close(pkv_kv_cache *c) {
+    kv_disk *d = c ? c->disk : NULL;
+    if (!d) return;
+    pkv_kv_disk_flush(c); /* queues the cached pages not on disk and waits for the writer */
+    pthread_mutex_lock(&d->mu);
+    d->quit = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->th, NULL);
+    close(d->lock_fd); /* releases the lock */
+    disk_free(d);
+    c->disk = NULL;
+}
+
+/* ------------------------------------------------------------ write */
+
+/* Queue page id's image for the writer. When the queue is full: wait for room
+ * (wait, an eviction: the page is about to be reused) or leave it pending and
+ * return false (a sequence free: the next one, an eviction or the cache's end
+ * will queue it). */
+static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
+    kv_disk *d = c->disk;
+    kv_page *pg = &c->pages[id];
+    if (!d || !pg->indexed || pg->on_disk) return true;
+    const uint64_t lfp = c->layout.fingerprint;
+    pthread_mutex_lock(&d->mu);
+    bool skip = d->off || find(d, pg->key, lfp) >= 0 || d->file_bytes > d->cap;
+    pthread_mutex_unlock(&d->mu);
+    if (skip) {
+        pg->on_disk = true; /* there already (or queued), or never will be */
+        return true;
+    }
+    if (!wait) {
+        pthread_mutex_lock(&d->mu);
+        bool full = d->q_bytes + d->file_bytes > d->queue_max;
+        pthread_mutex_unlock(&d->mu);
+        if (full) return false;
+    }
+    int ps = c->page_size;
+    disk_job *j = pkv_malloc(sizeof *j);
+    uint8_t *img = pkv_malloc(d->file_bytes), *p = img;
+    if (!j || !img) {
+        pkv_free(j);
+        pkv_free(img);
+        return true; /* not written now; tried again when it leaves memory */
+    }
+    memcpy(p, DISK_MAGIC, 8);
+    p += 8;
+    put32(&p, DISK_VERSION);
+    put32(&p, (uint32_t)ps);
+    put32(&p, (uint32_t)c->layout.n_layers);
+    put32(&p, 0);
+    put64(&p, lfp);
+    put64(&p, pg->fp);
+    put64(&p, pg->key);
+    put64(&p, pg->prev_key);
+    put64(&p, pg->key2);
+    put64(&p, (uint64_t)(d->file_bytes - DISK_HEADER - 8 * (size_t)ps - 8));
+    memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
+    memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
+    p += (size_t)ps * 8;
+    for (int il = 0; il < c->layout.n_layers; il++) /* the checksum is the writer's */
+        for (int v = 0; v < 2; v++) {
+            pkv_status st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, p, d->wtmp, false);
+            if (st) {
+                PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id,
+                         pkv_errmsg());
+                pkv_free(j);
+                pkv_free(img);
+                return true;
+            }
+            p += pkv_kv_file_layer_bytes(c, il, ps, v);
+        }
+    pthread_mutex_lock(&d->mu);
+    while (!d->off && d->q_bytes + d->file_bytes > d->queue_max) /* back-pressure: the writer is behind */
+        pthread_cond_wait(&d->cv_idle, &d->mu);
+    while (d->used + d->file_bytes > d->cap) { /* room: the least recently used complete files go */
+        int32_t victim = oldest_ready(d);
+        if (victim < 0 && (d->q_head || d->busy)) { /* only queued ones: let the writer finish them */
+            drain(d);
+            continue;
+        }
+        if (victim < 0) break;
+        drop_entry(d, victim); /* its page, if still in memory, is not written again: the cap chose */
+        d->st.disk_evicted_files++;
+    }
+    int32_t e = d->off ? -1 : add(d, pg->key, lfp, d->file_bytes, 0, true);
+    if (e >= 0) {
+        d->e[e].ready = false;
+        j->img = img;
+        j->key = pg->key;
+        j->lfp = lfp;
+        j->e = e;
+        j->next = NULL;
+        if (d->q_tail) d->q_tail->next = j;
+        else d->q_head = j;
+        d->q_tail = j;
+        d->q_bytes += d->file_bytes;
+        pthread_cond_signal(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (e < 0) {
+        pkv_free(j);
+        pkv_free(img);
+    }
+    pg->on_disk = true;
+    return true;
+}
+
+void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) { (void)put(c, id, true); }
+
+pkv_status pkv_kv_disk_flush(pkv_kv_cache *c) {
+    if (!c || !c->disk) return PKV_OK;
+    c->disk_pending = 0;
+    kv_disk *d = c->disk;
+    for (int32_t q = c->lru_head; q >= 0 && !disk_off(d); q = c->pages[q].lru_next)
+        if (!c->pages[q].on_disk) (void)put(c, q, true);
+    pthread_mutex_lock(&d->mu);
+    drain(d);
+    pthread_mutex_unlock(&d->mu);
+    return PKV_OK;
+}
+
+void pkv_kv_disk_queue(pkv_kv_cache *c) {
+    if (!c || !c->disk) return;
+    c->disk_pending = 0;
+    for (int32_t q = c->lru_head; q >= 0 && !disk_off(c->disk); q = c->pages[q].lru_next)
+        if (!c->pages[q].on_disk && !put(c, q, false)) {
+            c->disk_pending = 1; /* the queue is full: the rest at the next call */
+            return;
+        }
+}
+
+/* ------------------------------------------------------------ read */
+
+/* mu held */
+static void reject(pkv_kv_cache *c, int32_t e, const char *path, const char *why) {
+    c->disk->st.disk_rejected_files++;
+    PKV_WARN("KV disk tier: %s rejected (%s); ignored and removed", path, why);
+    drop(c, e);
+}
+
+int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
+                          int64_t n_full, const uint64_t *keys) {
+    kv_disk *d = c->disk;
+    if (!d || !s->fp) return m;
+    const int ps = c->page_size;
+    const size_t tb = (size_t)ps * 4;
+    const uint64_t lfp = c->layout.fingerprint;
+    uint64_t key2 = pkv_kv_fp_seed2(s->fp);
+    for (int64_t i = 0; i < m; i++) key2 = pkv_kv_page_key2(c, key2, tokens + i * ps, pos + i * ps);
+    char path[4096];
+    for (int64_t dep = m; dep < n_full; dep++) {
+        const int32_t *tk = tokens + dep * ps, *pp = pos + dep * ps;
+        key2 = pkv_kv_page_key2(c, key2, tk, pp);
+        pthread_mutex_lock(&d->mu);
+        int32_t e = d->off ? -1 : find(d, keys[dep], lfp);
+        if (e < 0 || !d->e[e].ready) { /* none, or still in the writer's queue */
+            d->st.disk_miss_pages++;
+            pthread_mutex_unlock(&d->mu);
+            return dep;
+        }
+        pthread_mutex_unlock(&d->mu); /* the writer only adds entries and completes queued ones */
+        if (pkv_kv_pool_available(c) < 1) return dep;
+        if ((size_t)dep + 1 > s->cap_own) {
+            void *arr = s->own;
+            size_t cap = s->cap_own;
+            if (pkv_grow(&arr, &cap, (size_t)dep + 1, sizeof(int32_t))) return dep;
+            s->own = arr;
+            s->cap_own = cap;
+        }
+        entry_path(d, keys[dep], lfp, path, sizeof path);
+        double t0 = pkv_time_now();
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), open_err = fd < 0 ? errno : 0;
+        struct stat sb;
+        size_t got = 0;
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == d->file_bytes)
+            while (got < d->file_bytes) {
+                ssize_t r = read(fd, d->rbuf + got, d->file_bytes - got);
+                if (r <= 0) break;
+                got += (size_t)r;
+            }
+        if (fd >= 0) close(fd);
+        pthread_mutex_lock(&d->mu);
+        d->st.disk_read_seconds += pkv_time_now() - t0;
+        d->st.disk_bytes_read += got;
+        pthread_mutex_unlock(&d->mu);
+        const uint8_t *b = d->rbuf;
+        const char *why = NULL;
+        if (fd < 0) why = "cannot open it";
+        else if (got != d->file_bytes) why = "wrong size or short read";
+        else if (memcmp(b, DISK_MAGIC, 8)) why = "bad magic";
+        else if (get32(b + 8) != DISK_VERSION) why = "other format version";
+        else if (get32(b + 12) != (uint32_t)ps || get32(b + 16) != (uint32_t)c->layout.n_layers)
+            why = "other page size or layer count";
+        else if (get64(b + 24) != lfp) why = "other cache layout (fingerprint)";
+        if (!why) { /* the checksum, chained as it was written */
+            size_t off = DISK_HEADER + 2 * tb;
+            uint64_t h = pkv_hash64(b, off, 0);
+            for (int il = 0; il < c->layout.n_layers; il++)
+                for (int v = 0; v < 2; v++) {
+                    size_t n = pkv_kv_file_layer_bytes(c, il, ps, v);
+                    h = pkv_hash64(b + off, n, h);
+                    off += n;
+                }
+            if (get64(b + off) != h) why = "checksum mismatch";
+        }
+        if (!why && get64(b + 32) != s->fp) why = "produced by another model (fingerprint)";
+        else if (!why && (get64(b + 40) != keys[dep] || get64(b + 48) != (dep ? keys[dep - 1] : pkv_kv_fp_seed(s->fp)) ||
+                          get64(b + 56) != key2))
+            why = "another prefix chain";
+        else if (!why && (memcmp(b + DISK_HEADER, tk, tb) || memcmp(b + DISK_HEADER + tb, pp, tb)))
+            why = "other tokens or positions";
+        if (why) {
+            pthread_mutex_lock(&d->mu);
+            if (fd < 0 && open_err == ENOENT) { /* removed behind our back: a miss */
+                drop(c, e);
+                d->st.disk_miss_pages++;
+            } else {
+                reject(c, e, path, why);
+            }
+            pthread_mutex_unlock(&d->mu);
+            return dep;
+        }
+        pthread_mutex_lock(&d->mu);
+        lru_unlink(d, e); /* most recently used, here and for the next process */
+        lru_append(d, e);
+        d->st.disk_hit_pages++;
+        pthread_mutex_unlock(&d->mu);
+        (void)utimensat(AT_FDCWD, path, NULL, 0);
+        int32_t id; /* e is not used below: taking a page may evict, write and drop files */
+        pkv_kv_pool_take(c, 1, &id); /* may evict (and write) a cached page: wbuf, not rbuf */
+        size_t off = DISK_HEADER + 2 * tb;
+        pkv_status st = PKV_OK;
+        for (int il = 0; il < c->layout.n_layers && !st; il++)
+            for (int v = 0; v < 2 && !st; v++) {
+                st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, (uint8_t *)b + off, d->rtmp, true);
+                off += pkv_kv_file_layer_bytes(c, il, ps, v);
+            }
+        if (st) {
+            PKV_WARN("KV disk tier %s: writing a loaded page to the device failed (%s)", d->dir, pkv_errmsg());
+            pkv_kv_page_unref(c, id);
+            return dep;
+        }
+        memcpy(&c->tok[(size_t)id * ps], tk, tb);
+        memcpy(&c->pos[(size_t)id * ps], pp, tb);
+        int32_t prev = dep > 0 ? s->own[dep - 1] : -1;
+        pkv_kv_index_page(c, id, keys[dep], s->fp, prev);
+        kv_page *pg = &c->pages[id];
+        pg->prev_key = dep ? keys[dep - 1] : pkv_kv_fp_seed(s->fp);
+        pg->key2 = key2;
+        pg->on_disk = true;
+        pg->link = -1;
+        pg->st_slot = -1;
+        s->own[dep] = id;
+        s->n_own = (size_t)dep + 1;
+        s->pub_n = dep + 1;
+    }
+    return n_full;
+}
+
+void pkv_kv_disk_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
+    kv_disk *d = c->disk;
+    if (!d) return;
+    pthread_mutex_lock(&d->mu);
+    out->disk_enabled = d->st.disk_enabled;
+    out->disk_hit_pages = d->st.disk_hit_pages;
+    out->disk_miss_pages = d->st.disk_miss_pages;
+    out->disk_rejected_files = d->st.disk_rejected_files;
+    out->disk_written_pages = d->st.disk_written_pages;
+    out->disk_write_errors = d->st.disk_write_errors;
+    out->disk_evicted_files = d->st.disk_evicted_files;
+    out->disk_bytes_read = d->st.disk_bytes_read;
+    out->disk_bytes_written = d->st.disk_bytes_written;
+    out->disk_read_seconds = d->st.disk_read_seconds;
+    out->disk_write_seconds = d->st.disk_write_seconds;
+    out->disk_files = d->n_files;
+    out->disk_bytes_used = d->used;
+    out->disk_bytes_max = d->cap;
+    pthread_mutex_unlock(&d->mu);
+}
