@@ -99,7 +99,8 @@ class ModelInfo(Structure):
 
 class CacheParams(Structure):
     _fields_ = [("n_ctx", c_int), ("n_seq_max", c_int), ("page_size", c_int), ("kv_type", c_int),
-                ("kv_type_v", c_int), ("n_pages", c_int64), ("host_pages", c_int64), ("n_window_pages", c_int64)]
+                ("kv_type_v", c_int), ("n_pages", c_int64), ("host_pages", c_int64), ("n_window_pages", c_int64),
+                ("disk_dir", c_char_p), ("disk_bytes", c_uint64)]
 
 
 class KVStats(Structure):
@@ -111,7 +112,12 @@ class KVStats(Structure):
                 ("page_bytes", c_size_t), ("window_page_bytes", c_size_t), ("state_slots", c_int64),
                 ("state_free", c_int64), ("state_checkpoints", c_int64), ("state_slot_bytes", c_size_t),
                 ("state_copies", c_uint64), ("state_restores", c_uint64), ("state_prefix_hits", c_uint64),
-                ("state_ckpt_skipped", c_uint64)]
+                ("state_ckpt_skipped", c_uint64),
+                ("disk_enabled", c_bool), ("disk_hit_pages", c_uint64), ("disk_miss_pages", c_uint64),
+                ("disk_rejected_files", c_uint64), ("disk_written_pages", c_uint64), ("disk_write_errors", c_uint64),
+                ("disk_evicted_files", c_uint64), ("disk_bytes_read", c_uint64), ("disk_bytes_written", c_uint64),
+                ("disk_read_seconds", c_double), ("disk_write_seconds", c_double), ("disk_files", c_int64),
+                ("disk_bytes_used", c_uint64), ("disk_bytes_max", c_uint64)]
 
 
 class SamplerParams(Structure):

@@ -143,6 +143,28 @@ def test_prefix_reuse(cache):
         ctx.reuse_prefix(PROMPT)  # only for an empty context
 
 
+def test_disk_tier(model, tmp_path):
+    """Pages written to the disk tier by one cache come back, verified, into a new
+    cache on the same directory: a prefix hit from disk gives the replay's logits."""
+    d = str(tmp_path / "kvdisk")
+    with model.cache(n_ctx=256, n_seq_max=8, page_size=4, disk_dir=d) as c:
+        with c.context() as first:
+            first.decode(PROMPT)
+        want = replay(c, PROMPT + [7, 8])
+    # closing the cache flushed its cached pages to disk
+    with model.cache(n_ctx=256, n_seq_max=8, page_size=4, disk_dir=d) as c:
+        st = c.stats()
+        assert st["disk_enabled"] and st["disk_files"] >= 5 and st["disk_hit_pages"] == 0
+        ctx = c.context()
+        assert ctx.reuse_prefix(PROMPT + [7, 8]) == 20
+        assert c.stats()["disk_hit_pages"] == 5 and c.stats()["disk_rejected_files"] == 0
+        ctx.decode([7, 8])
+        assert same(ctx.logits(), want)
+        # a second cache on the same directory is refused while this one holds it
+        with pytest.raises(pagekv.PagekvError):
+            model.cache(n_ctx=256, page_size=4, disk_dir=d)
+
+
 def test_shift(shift_model_path):
     with pagekv.Model(shift_model_path) as m:
         cache = m.cache(n_ctx=128, page_size=4, kv_type="f32")
