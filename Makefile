@@ -28,9 +28,11 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The unit, KV and server tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The unit, KV and server tests under AddressSanitizer and UndefinedBehaviorSanitizer
+# (without the Vulkan validation layer, which make test already runs: it would
+# only slow the sanitized Vulkan KV test down).
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPKV_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPKV_SANITIZE=address,undefined -DPKV_TEST_VALIDATE=OFF $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|kv|server'
 
@@ -41,6 +43,21 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(ARM_BUILD)
+
+# Vulkan as real GPUs see it (docs/gpu.md): pagekv check on vulkan:0 under every
+# limits profile, then the essential Vulkan tests again under the strictest one
+# (still under the validation layer). Skipped where there is no vulkan:0.
+VK_PROFILES = mali adreno intel-xe nvidia rdna strict
+VK_STRICT = ^(test-vulkan|test-model-vulkan|test-kv-random-vulkan|test-multi-vulkan)$$
+.PHONY: test-vulkan-profiles
+test-vulkan-profiles: build
+	@if ! $(BUILD)/bin/pagekv devices | grep -q '^vulkan:0'; then echo "test-vulkan-profiles: no vulkan:0, skipped"; exit 0; fi; \
+	for p in $(VK_PROFILES); do \
+		PKV_VK_LIMITS=$$p $(BUILD)/bin/pagekv check --device vulkan:0 > $(BUILD)/check-$$p.txt 2>&1 \
+			|| { cat $(BUILD)/check-$$p.txt; echo "pagekv check failed under PKV_VK_LIMITS=$$p"; exit 1; }; \
+		echo "PKV_VK_LIMITS=$$p pagekv check --device vulkan:0: $$(tail -1 $(BUILD)/check-$$p.txt)"; \
+	done; \
+	cd $(BUILD) && PKV_VK_LIMITS=strict ctest --output-on-failure -j $(JOBS) -R '$(VK_STRICT)'
 
 # The 64-bit ARM build (docs/testing.md): cross-compiled with Debian's
 # gcc-aarch64-linux-gnu into build-arm/ (cmake/aarch64-linux-gnu.cmake; no Vulkan,

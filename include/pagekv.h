@@ -159,6 +159,8 @@ typedef struct pkv_device_caps {
     bool batch_invariant;  /* a token's results do not depend on the other rows of its batch or
                               on how a prompt is split into steps: bitwise the same alone or
                               batched (the serving engine's contract; tests/test-engine*.c) */
+    char limits[160];      /* Vulkan: the limits in force, the driver's or a limits profile's
+                              (PKV_VK_LIMITS=NAME, docs/gpu.md); "" for other devices */
 } pkv_device_caps;
 
 typedef struct pkv_device_params {
@@ -198,6 +200,33 @@ pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t);
 /* Can kernels running on `compute` read and write buffers of `storage`?
  * True only for the same device in this version. */
 bool pkv_device_can_access(const pkv_device *compute, const pkv_device *storage);
+
+/* Device memory as the backend holds it (docs/gpu.md): a GPU driver limits how
+ * many allocations a process may make (4096 on many), so the Vulkan backend
+ * places buffers inside a few large ones. */
+typedef struct pkv_device_memory_stats {
+    int64_t buffers, peak_buffers;         /* live buffers now, and the most at once */
+    int64_t allocations, peak_allocations; /* driver allocations now (Vulkan: VkDeviceMemory objects,
+                                              staging included), and the most at once; -1 when the
+                                              backend does not count them (buffers are host memory) */
+    uint64_t allocation_bytes;             /* bytes of those allocations now */
+    uint64_t allocation_limit;             /* the most the device allows (Vulkan:
+                                              maxMemoryAllocationCount, or its limits profile's);
+                                              0 = no limit known */
+} pkv_device_memory_stats;
+pkv_status pkv_device_memory_stats_get(const pkv_device *dev, pkv_device_memory_stats *out);
+
+/* Vulkan validation (docs/gpu.md): with PKV_VK_VALIDATE=1 in the environment
+ * before the first device call, and the Khronos validation layer installed
+ * (Debian: vulkan-validationlayers), every Vulkan device of the process runs
+ * under VK_LAYER_KHRONOS_validation with synchronization validation and the
+ * best-practices checks. Returns the number of errors and warnings the layer
+ * has reported so far in this process (each is also logged at PKV_LOG_WARN),
+ * or -1 when the layer is not active (or no Vulkan device was looked for in
+ * this process: the call itself starts nothing). msg, when not NULL, receives
+ * the first message, or why the layer is not active. The tests and `pagekv check` fail
+ * on any message. */
+int64_t pkv_vulkan_validation_messages(char *msg, size_t msg_size);
 
 /* Allocate size bytes (> 0) of device memory; contents are undefined. */
 pkv_buffer *pkv_buffer_alloc(pkv_device *dev, size_t size);

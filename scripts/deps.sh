@@ -4,6 +4,8 @@
 #   required: cmake (>= 3.25), make, a C11 compiler (gcc), pkgconf (install test)
 #   optional: libvulkan-dev + glslc (Vulkan backend), mesa-vulkan-drivers
 #             (lavapipe: a CPU Vulkan driver, so Vulkan tests run without a GPU)
+#             vulkan-validationlayers (the Khronos validation layer: the tests
+#             and pagekv check run Vulkan under it and fail on any message)
 #             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 #             tmux: test-run-chat (pagekv run -cnv at a terminal)
@@ -16,7 +18,7 @@
 #             cross compiler, with the arm64 C library it links) and qemu-user
 #             (qemu-aarch64, which runs the arm64 test binaries here)
 set -u
-pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers)
+pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
 pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-setuptools python3-wheel python3-pip)

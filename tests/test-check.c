@@ -130,6 +130,24 @@ int main(void) {
     demo_passes(nv, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
     CHECK(strstr(out, "cpu,cpu:1+host") != NULL);
     if (vk) demo_passes(q3, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
+    if (vk) {
+        /* check runs Vulkan under the validation layer when it is installed (a row
+         * for it, passed: no messages); with the barriers between commands left
+         * out on purpose, synchronization validation reports the hazards and
+         * check fails, so the layer is shown to be live, not just loaded */
+        rc = th_cli("", true, "check --device vulkan:0 --no-kernels --iterations 50");
+        CHECK_INT(rc, 0);
+        CHECK(strstr(out, "validation layer") != NULL);
+        if (strstr(out, "validation layer           pass")) {
+            rc = th_cli("PKV_VK_TEST_NO_BARRIER=1 PKV_VK_FORCE_STAGING=1", true,
+                        "check --device vulkan:0 --no-kernels --iterations 50");
+            CHECK_INT(rc, 1);
+            CHECK(strstr(out, "SYNC-HAZARD") != NULL);
+        } else {
+            printf("note: the Vulkan validation layer is not active here (%s)\n",
+                   strstr(out, "validation layer") ? strstr(out, "validation layer") : "?");
+        }
+    }
     {
         FILE *src = fopen(q3, "rb"), *dst = fopen(bad, "wb"); /* the file cut after 4 KiB */
         char buf[4096];

@@ -9,6 +9,7 @@
 #include "base/quant.h"
 #include "device/cpu/ref.h"
 #include "device/device.h"
+#include "device/vulkan/vulkan-impl.h"
 
 #include <stdlib.h>
 
@@ -1027,6 +1028,134 @@ static void conformance(pkv_device *vk) {
 
 static pkv_device *open_vk(void) { return pkv_device_open("vulkan:0", pkv_device_default_params()); }
 
+/* Suballocation: hundreds of buffers of odd sizes live in a handful of device
+ * memory allocations, each keeps its own bytes (written, others freed and
+ * reallocated into the holes, read back), and freeing them all gives the
+ * memory back but one cached block (and the staging buffer). */
+static void test_suballocation(pkv_device *d) {
+    enum { N = 600 };
+    pkv_buffer **b = calloc(N + 1, sizeof *b);
+    uint8_t **want = calloc(N + 1, sizeof *want);
+    size_t *sz = calloc(N + 1, sizeof *sz);
+    uint64_t rng = 77;
+    pkv_device_memory_stats ms;
+    CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+    const int64_t buffers0 = ms.buffers;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            if (b[i]) continue;
+            sz[i] = 1 + th_rand(&rng) % (th_rand(&rng) % 8 ? 3000 : 70000);
+            b[i] = pkv_buffer_alloc(d, sz[i]);
+            REQUIRE_VOID(b[i] != NULL);
+            want[i] = realloc(want[i], sz[i]);
+            for (size_t k = 0; k < sz[i]; k++) want[i][k] = (uint8_t)th_rand(&rng);
+            CHECK_OK(pkv_buffer_write(b[i], 0, want[i], sz[i]));
+        }
+        CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+        CHECK_INT(ms.buffers, buffers0 + N);
+        fprintf(stderr, "suballocation round %d: %lld buffers in %lld allocations (%llu MiB)\n", round,
+                (long long)ms.buffers, (long long)ms.allocations, (unsigned long long)(ms.allocation_bytes >> 20));
+        CHECK(ms.allocations >= 1 && ms.allocations <= 4);
+        CHECK(ms.allocation_limit >= 4096 || ms.allocation_limit == 0);
+        for (int i = 0; i < N; i++) {
+            uint8_t *got = malloc(sz[i]);
+            CHECK_OK(pkv_buffer_read(b[i], 0, got, sz[i]));
+            CHECK_MEM(got, want[i], sz[i]);
+            free(got);
+        }
+        /* free every third buffer: the next round refills the holes */
+        for (int i = round; i < N; i += 3) {
+            pkv_buffer_free(b[i]);
+            b[i] = NULL;
+        }
+    }
+    /* a buffer of more than half the largest block gets an allocation of its own */
+    CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+    const int64_t before = ms.allocations;
+    const size_t big = ((size_t)129 << 20) + 5;
+    pkv_buffer *huge = pkv_buffer_alloc(d, big);
+    if (huge) {
+        const uint8_t tail[5] = {1, 2, 3, 4, 5};
+        uint8_t got[5] = {0};
+        CHECK_OK(pkv_buffer_write(huge, big - 5, tail, 5));
+        CHECK_OK(pkv_buffer_read(huge, big - 5, got, 5));
+        CHECK_MEM(got, tail, 5);
+        CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+        CHECK_INT(ms.allocations, before + 1);
+        pkv_buffer_free(huge);
+        CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+        CHECK_INT(ms.allocations, before);
+    }
+    for (int i = 0; i < N; i++) {
+        if (b[i]) pkv_buffer_free(b[i]);
+        free(want[i]);
+    }
+    CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+    CHECK_INT(ms.buffers, buffers0);
+    CHECK(ms.peak_allocations <= 5);
+    free(b);
+    free(want);
+    free(sz);
+}
+
+/* What each embedded shader needs, read from its SPIR-V, is what its source
+ * says, and within the strictest profile: 64 invocations, little shared
+ * memory, no 16-bit or 8-bit types (f16, bf16 and quantized data are decoded
+ * from 32-bit words). */
+
+static void test_shader_needs(void) {
+    int seen = 0;
+    for (int i = 0; i < pkv_vk_shader_count; i++) {
+        const pkv_spirv *sp = &pkv_vk_shaders[i];
+        if (!sp->name) continue;
+        pkv_vk_shader_needs_t n;
+        CHECK_OK(pkv_vk_shader_needs(sp->code, sp->bytes / 4, &n));
+        if (n.invocations != 64) TH_FAIL("shader %s: %llu invocations, not 64", sp->name, (unsigned long long)n.invocations);
+        if (n.shared_bytes > 16384) TH_FAIL("shader %s: %llu bytes shared", sp->name, (unsigned long long)n.shared_bytes);
+        if (n.uses_16bit || n.uses_8bit) TH_FAIL("shader %s declares 16/8-bit capabilities", sp->name);
+        th_checks += 3;
+        /* the sizes of the shared arrays in the sources */
+        if (!strcmp(sp->name, "attention")) CHECK_INT(n.shared_bytes, 512 * 4 + 64 * 4 + 64 * 4);
+        if (!strcmp(sp->name, "matmul")) CHECK_INT(n.shared_bytes, 4 * 64 * 4);
+        if (!strcmp(sp->name, "argmax")) CHECK_INT(n.shared_bytes, 64 * 4 * 2);
+        if (!strcmp(sp->name, "matmul_sg")) CHECK_INT(n.shared_bytes, 0);
+        seen++;
+    }
+    CHECK(seen >= 18);
+    uint32_t junk[6] = {0x12345678u, 0, 0, 10, 0, 0};
+    pkv_vk_shader_needs_t n;
+    CHECK(pkv_vk_shader_needs(junk, 6, &n) != PKV_OK);
+}
+
+/* Every limits profile: the device says which is in force, and transfers and
+ * every kernel pass under it; an unknown name is refused, naming the known. */
+static void test_profiles(void) {
+    static const char *profiles[] = {"mali", "adreno", "intel-xe", "nvidia", "rdna", "strict"};
+    for (int i = 0; i < 6; i++) {
+        setenv("PKV_VK_LIMITS", profiles[i], 1);
+        pkv_device *d = open_vk();
+        if (!d) {
+            TH_FAIL("profile %s: %s", profiles[i], pkv_errmsg());
+            continue;
+        }
+        const char *l = pkv_device_get_caps(d)->limits;
+        CHECK(strncmp(l, profiles[i], strlen(profiles[i])) == 0 && l[strlen(profiles[i])] == ':');
+        fprintf(stderr, "limits %s\n", l);
+        pkv_device_memory_stats ms;
+        CHECK_OK(pkv_device_memory_stats_get(d, &ms));
+        CHECK_INT(ms.allocation_limit, 4096);
+        transfer_suite(d, 10 + (uint64_t)i, 300);
+        test_kernels(d);
+        if (!strcmp(profiles[i], "strict")) CHECK(strstr(l, "storage offsets 256,") != NULL);
+        pkv_device_close(d);
+    }
+    setenv("PKV_VK_LIMITS", "nosuch", 1);
+    CHECK(open_vk() == NULL);
+    CHECK_MSG("not a limits profile");
+    CHECK_MSG("strict");
+    unsetenv("PKV_VK_LIMITS");
+}
+
 /* Failing each host allocation in turn while opening the device, allocating a
  * buffer and copying regions: each call fails cleanly or succeeds, never leaks. */
 static void test_alloc_failures(void) {
@@ -1103,6 +1232,9 @@ int main(void) {
     CHECK(caps->memory_bytes > 0);
     CHECK_INT(caps->transfer_align, 4);
 
+    CHECK(strncmp(caps->limits, getenv("PKV_VK_LIMITS") ? getenv("PKV_VK_LIMITS") : "driver", 4) == 0);
+    test_shader_needs();
+    test_suballocation(dev);
     transfer_suite(dev, 1, 3000);
     big_transfer(dev);
     cross_device(dev);
@@ -1152,6 +1284,7 @@ int main(void) {
     unsetenv("PKV_VK_MAX_RANGE");
 
     test_alloc_failures();
+    if (!getenv("PKV_VK_LIMITS")) test_profiles();
 
     /* The portable paths: descriptor sets from pools (drivers without
      * VK_KHR_push_descriptor) and the matmul without subgroup arithmetic. */

@@ -101,6 +101,12 @@ static long th_checks = 0;
     } while (0)
 
 static inline int th_done(void) {
+    /* Under PKV_VK_VALIDATE=1 (ctest sets it) any error or warning of the Vulkan
+     * validation layer in this process fails the test. */
+    char vmsg[1024];
+    int64_t nv = pkv_vulkan_validation_messages(vmsg, sizeof vmsg);
+    th_checks++;
+    if (nv > 0) TH_FAIL("the Vulkan validation layer reported %" PRId64 " message(s); the first: %s", nv, vmsg);
     if (th_failures) {
         fprintf(stderr, "%d of %ld checks failed\n", th_failures, th_checks);
         return 1;

@@ -61,7 +61,8 @@ lib, library_path = _load()
 class DeviceCaps(Structure):
     _fields_ = [("name", c_char * 64), ("description", c_char * 128), ("kind", c_int),
                 ("memory_bytes", c_uint64), ("transfer_align", c_size_t), ("max_buffer_bytes", c_size_t),
-                ("host_memory", c_bool), ("has_kernels", c_bool), ("batch_invariant", c_bool)]
+                ("host_memory", c_bool), ("has_kernels", c_bool), ("batch_invariant", c_bool),
+                ("limits", c_char * 160)]
 
 
 class DeviceParams(Structure):

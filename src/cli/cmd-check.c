@@ -89,6 +89,9 @@ int pkv_cli_check(int argc, char **argv) {
             return 2;
         }
     }
+    /* Vulkan devices are checked under the validation layer where it is
+     * installed (PKV_VK_VALIDATE=0 turns that off); set before any device call. */
+    setenv("PKV_VK_VALIDATE", "1", 0);
     if (n_names == 0 && add_names("all", names, &n_names)) return 2;
 
     pkv_device *devs[MAX_DEV] = {0};
@@ -126,6 +129,34 @@ int pkv_cli_check(int argc, char **argv) {
                 goto out;
             }
         }
+    for (int i = 0; i < n_names; i++) {
+        /* Device memory allocations: a handful, however many buffers (Vulkan
+         * suballocates; drivers allow 4096 on many GPUs). */
+        pkv_device_memory_stats ms;
+        if (pkv_device_memory_stats_get(devs[i], &ms) || ms.peak_allocations < 0) continue;
+        pkv_check_result r = {.device = names[i], .test = "memory allocations"};
+        r.count = (long)ms.peak_allocations;
+        r.passed = !ms.allocation_limit || (uint64_t)ms.peak_allocations <= ms.allocation_limit;
+        snprintf(r.detail, sizeof r.detail, "at most %lld allocations held for up to %lld buffers (limit %llu)",
+                 (long long)ms.peak_allocations, (long long)ms.peak_buffers, (unsigned long long)ms.allocation_limit);
+        print_row(&r, &t);
+    }
+    bool any_vk = false;
+    for (int i = 0; i < n_names; i++) any_vk |= pkv_device_get_caps(devs[i])->kind == PKV_DEVICE_VULKAN;
+    if (any_vk) {
+        /* Everything above ran under the layer: one row for what it said. */
+        pkv_check_result r = {.device = "vulkan", .test = "validation layer"};
+        char vmsg[1024];
+        for (int i = 0; i < n_names; i++) pkv_device_sync(devs[i]);
+        int64_t nv = pkv_vulkan_validation_messages(vmsg, sizeof vmsg);
+        r.skipped = nv < 0;
+        r.passed = nv == 0;
+        r.count = nv < 0 ? 0 : (long)nv;
+        if (nv < 0) snprintf(r.detail, sizeof r.detail, "not active: %.200s", vmsg);
+        else if (nv == 0) snprintf(r.detail, sizeof r.detail, "no errors or warnings (synchronization, best practices)");
+        else snprintf(r.detail, sizeof r.detail, "%lld messages; first: %.200s", (long long)nv, vmsg);
+        print_row(&r, &t);
+    }
     printf("\n%d tests on %d device%s: %d passed, %d failed, %d skipped\n", t.rows, n_names, n_names == 1 ? "" : "s",
            t.rows - t.failed - t.skipped, t.failed, t.skipped);
     if (t.failed) {

@@ -46,6 +46,11 @@ int pkv_cli_devices(int argc, char **argv) {
             pkv_cli_weight_types(d, 0, PKV_WEIGHT_NONE, false, list, sizeof list);
             if (list[0]) printf("%-10s   weight types not supported: %s\n", "", list);
         }
+        pkv_device_memory_stats ms;
+        if (!pkv_device_memory_stats_get(d, &ms) && ms.allocations >= 0)
+            printf("%-10s   device memory: %lld allocations now (buffers are placed inside a few; limit %llu)\n", "",
+                   (long long)ms.allocations, (unsigned long long)ms.allocation_limit);
+        if (c->kind == PKV_DEVICE_VULKAN && c->limits[0]) printf("%-10s   limits: %s\n", "", c->limits);
         pkv_device_close(d);
     }
     if (why[0]) printf("note: %s\n", why);

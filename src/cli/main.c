@@ -34,6 +34,15 @@ static void usage(FILE *f) {
 /* A command's exit code, or 1 when what it printed could not be written (a full
  * disk, a closed pipe): output that did not arrive is a failure. */
 static int finish(int rc) {
+    /* Under PKV_VK_VALIDATE=1 a command that made the validation layer speak
+     * fails (the tests that run the CLI rely on it). */
+    char vmsg[1024];
+    int64_t nv = pkv_vulkan_validation_messages(vmsg, sizeof vmsg);
+    if (nv > 0) {
+        fprintf(stderr, "pagekv: the Vulkan validation layer reported %lld message(s); the first: %s\n",
+                (long long)nv, vmsg);
+        if (!rc) rc = 1;
+    }
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "pagekv: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
         return rc ? rc : 1;

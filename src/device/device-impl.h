@@ -41,6 +41,10 @@ typedef struct pkv_backend_ops {
      * never changes (weights in a mapped GGUF file), used in place. Only a backend
      * whose kernels read host memory directly (the CPU) has it. */
     pkv_status (*buffer_wrap)(void *ctx, const void *host, size_t size, void **handle);
+
+    /* Optional (may be NULL): the backend's own count of device memory
+     * allocations (pkv_device_memory_stats_get). */
+    void (*memory_stats)(void *ctx, pkv_device_memory_stats *out);
 } pkv_backend_ops;
 
 struct pkv_device {
@@ -76,6 +80,8 @@ pkv_status pkv_faulty_backend_create(const char *name, pkv_device_params params,
 #ifdef PKV_HAVE_VULKAN
 /* Number of Vulkan physical devices usable for compute, or 0 with *why set. */
 int pkv_vulkan_count(char *why, size_t why_size);
+/* See pkv_vulkan_validation_messages (pagekv.h). */
+int64_t pkv_vulkan_validation(char *msg, size_t msg_size);
 pkv_status pkv_vulkan_backend_create(const char *name, int index, pkv_device_params params,
                                      const pkv_backend_ops **ops, void **ctx,
                                      pkv_device_caps *caps);

@@ -9,6 +9,24 @@
 
 #define STAGING_BYTES ((size_t)8 << 20)
 
+pkv_status pkv_device_memory_stats_get(const pkv_device *dev, pkv_device_memory_stats *out) {
+    if (!dev || !out) return pkv_err(PKV_ERR_INVALID, "pkv_device_memory_stats_get: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->buffers = out->peak_buffers = dev->n_buffers;
+    out->allocations = out->peak_allocations = -1;
+    if (dev->ops->memory_stats) dev->ops->memory_stats(dev->ctx, out);
+    return PKV_OK;
+}
+
+int64_t pkv_vulkan_validation_messages(char *msg, size_t msg_size) {
+#ifdef PKV_HAVE_VULKAN
+    return pkv_vulkan_validation(msg, msg_size);
+#else
+    if (msg && msg_size) snprintf(msg, msg_size, "this build has no Vulkan backend (PKV_VULKAN=OFF)");
+    return -1;
+#endif
+}
+
 pkv_device_params pkv_device_default_params(void) {
     pkv_device_params p = {0};
     p.n_threads = 0;

@@ -27,14 +27,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Defined by the generated pkv_shaders.c (cmake/embed.cmake). */
-typedef struct {
-    const char *name;
-    const uint32_t *code;
-    size_t bytes;
-} pkv_spirv;
-extern const pkv_spirv pkv_vk_shaders[];
-extern const int pkv_vk_shader_count;
 
 static const struct {
     const char *name;
@@ -76,6 +68,8 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
     for (int i = 0; i < pkv_vk_shader_count; i++)
         if (pkv_vk_shaders[i].name && strcmp(pkv_vk_shaders[i].name, kinfo[k].name) == 0) sp = &pkv_vk_shaders[i];
     if (!sp) return pkv_err(PKV_ERR_INTERNAL, "%s: shader %s is not embedded in this build", c->name, kinfo[k].name);
+    pkv_status ps = pkv_vk_shader_admit(c, kinfo[k].name, sp->code, sp->bytes);
+    if (ps) return ps;
     VkResult r;
     const char *call = "vkCreateShaderModule";
     VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
@@ -139,7 +133,7 @@ static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int na
     const char *kn = kinfo[k].name;
     VkDescriptorBufferInfo bi[8];
     VkWriteDescriptorSet w[8];
-    uint64_t malign = c->props.limits.minStorageBufferOffsetAlignment;
+    uint64_t malign = c->limits.storage_align;
     if (malign < 4) malign = 4;
     for (int i = 0; i < nargs; i++) {
         const pkv_vk_buffer *b = a[i].t.buf->handle;
@@ -177,19 +171,20 @@ static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int na
     if (s) return s;
     VkDescriptorSet set = VK_NULL_HANDLE;
     if (!c->push_descriptor) {
-        /* A set from this command buffer's pool; when the pool is full, submit
-         * and continue in the next command buffer (order is kept: one queue). */
+        /* A set from this command buffer's pool; when the pool is used up,
+         * submit and continue in the next command buffer (order is kept: one
+         * queue). */
+        if (c->desc_sets + 1 > PKV_VK_POOL_SETS || c->desc_count + p->n_bindings > PKV_VK_POOL_DESCRIPTORS) {
+            if ((s = pkv_vk_submit(c)) || (s = pkv_vk_begin(c))) return s;
+        }
         VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         dai.descriptorSetCount = 1;
         dai.pSetLayouts = &p->dsl;
         dai.descriptorPool = c->desc_pool[c->cur];
         VkResult r = vkAllocateDescriptorSets(c->dev, &dai, &set);
-        if (r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL) {
-            if ((s = pkv_vk_submit(c)) || (s = pkv_vk_begin(c))) return s;
-            dai.descriptorPool = c->desc_pool[c->cur];
-            r = vkAllocateDescriptorSets(c->dev, &dai, &set);
-        }
         if (r != VK_SUCCESS) return pkv_vk_fail(c, "vkAllocateDescriptorSets", r);
+        c->desc_sets++;
+        c->desc_count += p->n_bindings;
         for (int i = 0; i < nargs; i++) w[i].dstSet = set;
         vkUpdateDescriptorSets(c->dev, (uint32_t)nargs, w, 0, NULL);
     }
@@ -252,7 +247,7 @@ static uint32_t kv_code(pkv_type t) {
  * minStorageBufferOffsetAlignment - 1 bytes before it and is rounded up to 4)
  * fits in max_range. */
 static uint64_t window_bytes(const pkv_vk_ctx *c) {
-    uint64_t malign = PKV_MAX(c->props.limits.minStorageBufferOffsetAlignment, 4);
+    uint64_t malign = PKV_MAX(c->limits.storage_align, 4);
     return c->max_range > malign + 4 ? c->max_range - malign - 4 : 0;
 }
 

@@ -69,7 +69,70 @@ static struct {
     VkPhysicalDevice phys[PKV_VK_MAX_DEVICES];
     int n;
     char why[256];
-} g_vk = {PTHREAD_ONCE_INIT, VK_NULL_HANDLE, {0}, 0, ""};
+    /* Validation (PKV_VK_VALIDATE=1): the Khronos layer with synchronization
+     * validation and best practices; its errors and warnings are counted by the
+     * messenger below. validate_why says why it is off when it was asked for. */
+    bool validate;
+    char validate_why[160];
+    VkDebugUtilsMessengerEXT messenger;
+    pthread_mutex_t msg_lock;
+    int64_t messages;
+    char first_message[1024];
+} g_vk = {PTHREAD_ONCE_INIT, VK_NULL_HANDLE, {0}, 0, "", false, "", VK_NULL_HANDLE, PTHREAD_MUTEX_INITIALIZER, 0, ""};
+
+#define PKV_VK_LAYER "VK_LAYER_KHRONOS_validation"
+
+/* Every warning and error of the validation layer is counted and logged (a
+ * test fails on any: pkv_vulkan_validation_messages). Info and verbose
+ * messages are not requested. The layer may call this from any thread. */
+static VKAPI_ATTR VkBool32 VKAPI_CALL vk_messenger(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
+                                                  VkDebugUtilsMessageTypeFlagsEXT type,
+                                                  const VkDebugUtilsMessengerCallbackDataEXT *d, void *user) {
+    (void)user;
+    if (!(sev & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)))
+        return VK_FALSE;
+    const char *kind = (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) ? "error" : "warning";
+    const char *what = (type & VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT) ? " (performance)" : "";
+    const char *id = d && d->pMessageIdName ? d->pMessageIdName : "?";
+    /* The one message about the messenger itself (enabling VK_EXT_debug_utils,
+     * which only a validation run does) is not a finding about pagekv. */
+    if (strcmp(id, "UNASSIGNED-BestPractices-vkCreateInstance-specialuse-extension-debugging") == 0) return VK_FALSE;
+    const char *msg = d && d->pMessage ? d->pMessage : "";
+    pthread_mutex_lock(&g_vk.msg_lock);
+    if (g_vk.messages++ == 0)
+        snprintf(g_vk.first_message, sizeof g_vk.first_message, "%s%s [%s]: %s", kind, what, id, msg);
+    pthread_mutex_unlock(&g_vk.msg_lock);
+    pkv_log(PKV_LOG_WARN, "vulkan validation %s%s [%s]: %s", kind, what, id, msg);
+    return VK_FALSE;
+}
+
+static bool instance_has_layer(const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkLayerProperties *l = pkv_malloc(n * sizeof *l);
+    if (!l) return false;
+    bool found = false;
+    if (vkEnumerateInstanceLayerProperties(&n, l) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = strcmp(l[i].layerName, name) == 0;
+    pkv_free(l);
+    return found;
+}
+
+/* PKV_VK_VALIDATE=1 asks for the layer; without it installed the instance is
+ * made without (validate_why says so): the layer is a check, not a requirement. */
+static void validation_decide(void) {
+    const char *v = getenv("PKV_VK_VALIDATE");
+    if (!v || strcmp(v, "1") != 0) {
+        snprintf(g_vk.validate_why, sizeof g_vk.validate_why, "not requested (PKV_VK_VALIDATE=1 turns it on)");
+        return;
+    }
+    if (!instance_has_layer(PKV_VK_LAYER)) {
+        snprintf(g_vk.validate_why, sizeof g_vk.validate_why,
+                 "%s is not installed (Debian: vulkan-validationlayers)", PKV_VK_LAYER);
+        return;
+    }
+    g_vk.validate = true;
+}
 
 static bool find_compute_queue(VkPhysicalDevice pd, uint32_t *fam) {
     uint32_t nq = 0;
@@ -93,6 +156,7 @@ static void vk_discover(void) {
     const char *off = getenv("PKV_VK_DISABLE");
     if (off && strcmp(off, "1") == 0) {
         snprintf(g_vk.why, sizeof g_vk.why, "disabled by PKV_VK_DISABLE=1");
+        snprintf(g_vk.validate_why, sizeof g_vk.validate_why, "Vulkan is disabled (PKV_VK_DISABLE=1)");
         return;
     }
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -101,7 +165,46 @@ static void vk_discover(void) {
     app.apiVersion = VK_API_VERSION_1_1;
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     ici.pApplicationInfo = &app;
+    validation_decide();
+    const char *layers[1] = {PKV_VK_LAYER}, *iexts[1] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    VkValidationFeatureEnableEXT enables[2] = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT,
+                                               VK_VALIDATION_FEATURE_ENABLE_BEST_PRACTICES_EXT};
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
+    VkDebugUtilsMessengerCreateInfoEXT mci = {.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+    mci.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    mci.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                      VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+    mci.pfnUserCallback = vk_messenger;
+    if (g_vk.validate) {
+        /* The messenger in pNext also sees vkCreateInstance/vkDestroyInstance. */
+        vf.enabledValidationFeatureCount = 2;
+        vf.pEnabledValidationFeatures = enables;
+        vf.pNext = &mci;
+        ici.pNext = &vf;
+        ici.enabledLayerCount = 1;
+        ici.ppEnabledLayerNames = layers;
+        ici.enabledExtensionCount = 1;
+        ici.ppEnabledExtensionNames = iexts;
+    }
     VkResult r = vkCreateInstance(&ici, NULL, &g_vk.instance);
+    if (r != VK_SUCCESS && g_vk.validate) {
+        snprintf(g_vk.validate_why, sizeof g_vk.validate_why, "vkCreateInstance with %s failed: %s", PKV_VK_LAYER,
+                 pkv_vk_result_str(r));
+        g_vk.validate = false;
+        ici.pNext = NULL;
+        ici.enabledLayerCount = ici.enabledExtensionCount = 0;
+        r = vkCreateInstance(&ici, NULL, &g_vk.instance);
+    }
+    if (r == VK_SUCCESS && g_vk.validate) {
+        PFN_vkCreateDebugUtilsMessengerEXT mk =
+            (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(g_vk.instance, "vkCreateDebugUtilsMessengerEXT");
+        if (!mk || mk(g_vk.instance, &mci, NULL, &g_vk.messenger) != VK_SUCCESS) {
+            /* Without the messenger nothing would be counted: say so rather
+             * than report zero messages. */
+            snprintf(g_vk.validate_why, sizeof g_vk.validate_why, "vkCreateDebugUtilsMessengerEXT failed");
+            g_vk.validate = false;
+        }
+    }
     if (r != VK_SUCCESS) {
         g_vk.instance = VK_NULL_HANDLE;
         snprintf(g_vk.why, sizeof g_vk.why, "no Vulkan driver found (vkCreateInstance: %s)", pkv_vk_result_str(r));
@@ -137,8 +240,28 @@ static void vk_discover(void) {
                  skipped);
 }
 
+static int g_vk_started; /* vk_discover has run (atomic): the instance exists or failed */
+
+int64_t pkv_vulkan_validation(char *msg, size_t msg_size) {
+    /* Asking must not start Vulkan in a process that never used it. */
+    if (!__atomic_load_n(&g_vk_started, __ATOMIC_ACQUIRE)) {
+        if (msg && msg_size) snprintf(msg, msg_size, "Vulkan was not used by this process");
+        return -1;
+    }
+    if (!g_vk.validate) {
+        if (msg && msg_size) snprintf(msg, msg_size, "%s", g_vk.validate_why);
+        return -1;
+    }
+    pthread_mutex_lock(&g_vk.msg_lock);
+    int64_t n = g_vk.messages;
+    if (msg && msg_size) snprintf(msg, msg_size, "%s", g_vk.first_message);
+    pthread_mutex_unlock(&g_vk.msg_lock);
+    return n;
+}
+
 int pkv_vulkan_count(char *why, size_t why_size) {
     pthread_once(&g_vk.once, vk_discover);
+    __atomic_store_n(&g_vk_started, 1, __ATOMIC_RELEASE);
     if (why && why_size) snprintf(why, why_size, "%s", g_vk.n ? "" : g_vk.why);
     return g_vk.n;
 }
@@ -151,34 +274,34 @@ static int find_type(const pkv_vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags w
     return -1;
 }
 
-static pkv_status make_buffer(pkv_vk_ctx *c, size_t size, VkBufferUsageFlags usage, uint32_t type,
-                              VkBuffer *buf, VkDeviceMemory *mem, uint8_t **map) {
+/* The staging buffer: an allocation of its own in host-visible memory. */
+static pkv_status make_staging(pkv_vk_ctx *c, size_t size) {
     VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-    bci.size = (size + 3) & ~(size_t)3;
-    bci.usage = usage;
+    bci.size = size;
+    bci.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    VK_TRY(c, "vkCreateBuffer", vkCreateBuffer(c->dev, &bci, NULL, buf));
+    VK_TRY(c, "vkCreateBuffer", vkCreateBuffer(c->dev, &bci, NULL, &c->stage_buf));
     VkMemoryRequirements req;
-    vkGetBufferMemoryRequirements(c->dev, *buf, &req);
-    if (!(req.memoryTypeBits & (1u << type))) {
-        vkDestroyBuffer(c->dev, *buf, NULL);
-        return pkv_err(PKV_ERR_DEVICE, "%s: buffer of %zu bytes cannot use memory type %u (allowed mask 0x%x)",
-                       c->name, size, type, req.memoryTypeBits);
+    vkGetBufferMemoryRequirements(c->dev, c->stage_buf, &req);
+    pkv_status s = PKV_OK;
+    if (!(req.memoryTypeBits & (1u << c->type_staging)))
+        s = pkv_err(PKV_ERR_DEVICE, "%s: staging of %zu bytes cannot use memory type %u (allowed mask 0x%x)", c->name,
+                    size, c->type_staging, req.memoryTypeBits);
+    if (!s) s = pkv_vk_mem_raw(c, c->type_staging, req.size, &c->stage_mem);
+    if (s) {
+        vkDestroyBuffer(c->dev, c->stage_buf, NULL);
+        c->stage_buf = VK_NULL_HANDLE;
+        return s;
     }
-    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
-    mai.allocationSize = req.size;
-    mai.memoryTypeIndex = type;
-    VkResult r = vkAllocateMemory(c->dev, &mai, NULL, mem);
+    c->stage_mem_size = req.size;
+    VkResult r = vkBindBufferMemory(c->dev, c->stage_buf, c->stage_mem, 0);
+    if (r == VK_SUCCESS) r = vkMapMemory(c->dev, c->stage_mem, 0, VK_WHOLE_SIZE, 0, (void **)&c->stage_map);
     if (r != VK_SUCCESS) {
-        vkDestroyBuffer(c->dev, *buf, NULL);
-        return pkv_vk_fail(c, "vkAllocateMemory", r);
-    }
-    r = vkBindBufferMemory(c->dev, *buf, *mem, 0);
-    if (r == VK_SUCCESS && map) r = vkMapMemory(c->dev, *mem, 0, VK_WHOLE_SIZE, 0, (void **)map);
-    if (r != VK_SUCCESS) {
-        vkFreeMemory(c->dev, *mem, NULL);
-        vkDestroyBuffer(c->dev, *buf, NULL);
-        return pkv_vk_fail(c, map ? "vkBindBufferMemory/vkMapMemory" : "vkBindBufferMemory", r);
+        pkv_vk_mem_raw_free(c, c->stage_mem, c->stage_mem_size);
+        vkDestroyBuffer(c->dev, c->stage_buf, NULL);
+        c->stage_buf = VK_NULL_HANDLE;
+        c->stage_mem = VK_NULL_HANDLE;
+        return pkv_vk_fail(c, "vkBindBufferMemory/vkMapMemory", r);
     }
     return PKV_OK;
 }
@@ -187,15 +310,24 @@ static pkv_status vk_buffer_alloc(void *ctx, size_t size, void **handle) {
     pkv_vk_ctx *c = ctx;
     pkv_vk_buffer *b = pkv_calloc(1, sizeof *b);
     if (!b) return pkv_err(PKV_ERR_NOMEM, "%s: out of host memory for a buffer handle", c->name);
-    pkv_status s = make_buffer(c, size,
-                               VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                   VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                               c->type_local, &b->buf, &b->mem, c->direct ? &b->map : NULL);
-    if (s) {
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    bci.size = (size + 3) & ~(size_t)3;
+    bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkResult r = vkCreateBuffer(c->dev, &bci, NULL, &b->buf);
+    if (r != VK_SUCCESS) {
         pkv_free(b);
-        return s;
+        return pkv_vk_fail(c, "vkCreateBuffer", r);
     }
+    pkv_status s = pkv_vk_mem_place(c, b->buf, c->type_local, c->direct, &b->place);
+    if (s) {
+        vkDestroyBuffer(c->dev, b->buf, NULL);
+        pkv_free(b);
+        return pkv_err_prefix(s, "%s: buffer of %zu bytes", c->name, size);
+    }
+    b->map = b->place.map;
     b->size = size;
+    if (++c->n_buffers > c->peak_buffers) c->peak_buffers = c->n_buffers;
     *handle = b;
     return PKV_OK;
 }
@@ -206,10 +338,20 @@ static void vk_buffer_free(void *ctx, void *handle) {
     /* Queued work may still use the buffer: wait for it. A failure here leaves
      * nothing better to do than free anyway (the device is lost). */
     pkv_vk_sync(c);
-    if (b->map) vkUnmapMemory(c->dev, b->mem);
     vkDestroyBuffer(c->dev, b->buf, NULL);
-    vkFreeMemory(c->dev, b->mem, NULL);
+    pkv_vk_mem_release(c, &b->place);
+    c->n_buffers--;
     pkv_free(b);
+}
+
+static void vk_memory_stats(void *ctx, pkv_device_memory_stats *out) {
+    const pkv_vk_ctx *c = ctx;
+    out->buffers = c->n_buffers;
+    out->peak_buffers = c->peak_buffers;
+    out->allocations = c->n_allocations;
+    out->peak_allocations = c->peak_allocations;
+    out->allocation_bytes = c->allocation_bytes;
+    out->allocation_limit = c->limits.max_allocations;
 }
 
 /* ------------------------------------------------------------------- queue */
@@ -222,8 +364,9 @@ pkv_status pkv_vk_begin(pkv_vk_ctx *c) {
             c->in_flight[i] = false;
         }
         VK_TRY(c, "vkResetFences", vkResetFences(c->dev, 1, &c->fence[i]));
-        VK_TRY(c, "vkResetCommandBuffer", vkResetCommandBuffer(c->cb[i], 0));
+        VK_TRY(c, "vkResetCommandPool", vkResetCommandPool(c->dev, c->cmd_pool[i], 0));
         if (c->desc_pool[i]) VK_TRY(c, "vkResetDescriptorPool", vkResetDescriptorPool(c->dev, c->desc_pool[i], 0));
+        c->desc_sets = c->desc_count = 0;
         VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
         bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
         VK_TRY(c, "vkBeginCommandBuffer", vkBeginCommandBuffer(c->cb[i], &bi));
@@ -232,6 +375,7 @@ pkv_status pkv_vk_begin(pkv_vk_ctx *c) {
     }
     /* Also before the first command of a command buffer: the barrier's first
      * scope then covers earlier submissions on this queue that may still run. */
+    if (c->test_no_barrier) return PKV_OK;
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
@@ -294,7 +438,7 @@ static void staging_release(pkv_vk_ctx *c) {
     if (!c->stage_buf) return;
     vkUnmapMemory(c->dev, c->stage_mem);
     vkDestroyBuffer(c->dev, c->stage_buf, NULL);
-    vkFreeMemory(c->dev, c->stage_mem, NULL);
+    pkv_vk_mem_raw_free(c, c->stage_mem, c->stage_mem_size);
     c->stage_buf = VK_NULL_HANDLE;
     c->stage_mem = VK_NULL_HANDLE;
     c->stage_map = NULL;
@@ -316,8 +460,7 @@ static pkv_status staging_get(pkv_vk_ctx *c, size_t n, size_t *off) {
         size_t cap = PKV_MAX(PKV_MAX(n, 2 * c->stage_cap), PKV_VK_STAGING_MIN);
         if (cap > PKV_VK_STAGING_MAX) cap = PKV_MAX(n, PKV_VK_STAGING_MAX);
         staging_release(c);
-        s = make_buffer(c, cap, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                        c->type_staging, &c->stage_buf, &c->stage_mem, &c->stage_map);
+        s = make_staging(c, cap);
         if (s) return pkv_err_prefix(s, "%s: staging buffer of %zu bytes", c->name, cap);
         c->stage_cap = cap;
     }
@@ -470,11 +613,13 @@ static void vk_destroy(void *ctx) {
         if (c->grids) vk_buffer_free(c, c->grids);
         pkv_vk_pipelines_destroy(c);
         staging_release(c);
+        pkv_vk_mem_destroy(c);
         for (int i = 0; i < PKV_VK_RING; i++) {
             if (c->fence[i]) vkDestroyFence(c->dev, c->fence[i], NULL);
             if (c->desc_pool[i]) vkDestroyDescriptorPool(c->dev, c->desc_pool[i], NULL);
         }
-        if (c->cmd_pool) vkDestroyCommandPool(c->dev, c->cmd_pool, NULL);
+        for (int i = 0; i < PKV_VK_RING; i++)
+            if (c->cmd_pool[i]) vkDestroyCommandPool(c->dev, c->cmd_pool[i], NULL);
         vkDestroyDevice(c->dev, NULL);
     }
     pkv_free(c);
@@ -493,6 +638,7 @@ static const pkv_backend_ops vk_ops = {
     .flush = vk_flush,
     .sync = vk_sync,
     .kernels = &pkv_vk_kernel_ops,
+    .memory_stats = vk_memory_stats,
 };
 
 static bool has_extension(VkPhysicalDevice pd, const char *name) {
@@ -514,6 +660,8 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     if (!find_compute_queue(c->phys, &c->qfam))
         return pkv_err(PKV_ERR_DEVICE, "%s: no compute queue", c->name);
 
+    const char *nb = getenv("PKV_VK_TEST_NO_BARRIER");
+    c->test_no_barrier = nb && strcmp(nb, "1") == 0;
     const char *np = getenv("PKV_VK_NO_PUSH_DESCRIPTOR");
     bool push = !(np && strcmp(np, "1") == 0) && has_extension(c->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     float prio = 1.0f;
@@ -565,20 +713,22 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     c->type_staging = (uint32_t)ts;
 
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-    pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pci.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
     pci.queueFamilyIndex = c->qfam;
-    VK_TRY(c, "vkCreateCommandPool", vkCreateCommandPool(c->dev, &pci, NULL, &c->cmd_pool));
-    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    cai.commandPool = c->cmd_pool;
-    cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    cai.commandBufferCount = PKV_VK_RING;
-    VK_TRY(c, "vkAllocateCommandBuffers", vkAllocateCommandBuffers(c->dev, &cai, c->cb));
+    for (int i = 0; i < PKV_VK_RING; i++) {
+        VK_TRY(c, "vkCreateCommandPool", vkCreateCommandPool(c->dev, &pci, NULL, &c->cmd_pool[i]));
+        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        cai.commandPool = c->cmd_pool[i];
+        cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        cai.commandBufferCount = 1;
+        VK_TRY(c, "vkAllocateCommandBuffers", vkAllocateCommandBuffers(c->dev, &cai, &c->cb[i]));
+    }
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     for (int i = 0; i < PKV_VK_RING; i++) VK_TRY(c, "vkCreateFence", vkCreateFence(c->dev, &fci, NULL, &c->fence[i]));
     if (!c->push_descriptor) {
         /* Without push descriptors: one pool per command buffer, reset when the
          * command buffer is reused (see pkv_vk_begin). */
-        VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, PKV_VK_POOL_SETS * 6};
+        VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, PKV_VK_POOL_DESCRIPTORS};
         VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
         dpi.maxSets = PKV_VK_POOL_SETS;
         dpi.poolSizeCount = 1;
@@ -607,7 +757,26 @@ static pkv_status vk_open(pkv_vk_ctx *c, int index, pkv_device_caps *caps) {
     c->subgroup_arith = !(nsg && strcmp(nsg, "1") == 0) && (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
     caps->transfer_align = 4;
-    c->max_range = c->props.limits.maxStorageBufferRange;
+    c->max_allocation_bytes = maxb;
+    const VkPhysicalDeviceLimits *L = &c->props.limits;
+    c->limits = (pkv_vk_limits){.name = "driver",
+                                .storage_align = L->minStorageBufferOffsetAlignment,
+                                .max_range = L->maxStorageBufferRange,
+                                .max_allocations = L->maxMemoryAllocationCount,
+                                .max_invocations = L->maxComputeWorkGroupInvocations,
+                                .max_shared = L->maxComputeSharedMemorySize,
+                                .subgroup_min = sg.subgroupSize,
+                                .subgroup_max = sg.subgroupSize,
+                                .int16 = true,
+                                .int8 = true};
+    pkv_status ls = pkv_vk_limits_apply(c);
+    if (ls) return ls;
+    pkv_vk_limits_describe(c, sg.subgroupSize, caps->limits, sizeof caps->limits);
+    /* The subgroup shaders stride over the lanes of full subgroups of a
+     * 64-invocation workgroup: sizes that do not divide 64 take the portable
+     * shaders. */
+    if (sg.subgroupSize == 0 || sg.subgroupSize > 64 || 64 % sg.subgroupSize != 0) c->subgroup_arith = false;
+    c->max_range = c->limits.max_range;
     const char *mr = getenv("PKV_VK_MAX_RANGE");
     if (mr && strtoull(mr, NULL, 10) >= 1024 && strtoull(mr, NULL, 10) < c->max_range)
         c->max_range = strtoull(mr, NULL, 10);
