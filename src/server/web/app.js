@@ -10,7 +10,7 @@ const FIELDS = ['system', 'temperature', 'top_p', 'top_k', 'min_p', 'max_tokens'
 
 let chats = []; // [{id, title, messages: [{role, content, reasoning?, stats?, state?}]}]
 let current = null;
-let running = null; // {ctl: AbortController, msg, el}
+let running = null; // {ctl: AbortController} while an answer streams
 let modelId = 'pagekv';
 
 // ------------------------------------------------------------- storage
@@ -173,17 +173,19 @@ async function send() {
   save(); renderConvs(); renderMessages();
   const el = $('messages').lastElementChild;
   const ctl = new AbortController();
-  running = { ctl, m, el };
+  running = { ctl };
   setRunning(true);
   const t0 = performance.now();
   let tFirst = null, tLast = null, chunks = 0;
+  let cur = el; // the message's element, replaced at each update
   const show = () => {
     const n = messageEl(m);
-    el.replaceWith(n);
-    running && (running.el = n);
-    return n;
+    const box = $('messages');
+    const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    cur.replaceWith(n);
+    cur = n;
+    if (atEnd) box.scrollTop = box.scrollHeight;
   };
-  let cur = el;
   try {
     const r = await fetch('/v1/chat/completions', {
       method: 'POST', headers: headers(true), body: JSON.stringify(body), signal: ctl.signal,
@@ -237,7 +239,7 @@ async function send() {
           m.stats.ttft = tFirst - t0;
           if (tLast > tFirst && m.stats.tokens > 1) m.stats.tps = (m.stats.tokens - 1) * 1000 / (tLast - tFirst);
         }
-        cur = show();
+        show();
       }
     }
     m.state = 'done';
@@ -254,7 +256,7 @@ async function send() {
   running = null;
   setRunning(false);
   save();
-  cur.replaceWith(messageEl(m));
+  show();
   $('messages').scrollTop = $('messages').scrollHeight;
   $('prompt').focus();
 }
@@ -554,6 +556,7 @@ function keySel(g) {
 
 async function start() {
   load();
+  if (window.matchMedia('(max-width: 900px)').matches) $('settings').open = false; // a phone: the chat first
   if (!chats.length) newChat();
   renderConvs();
   renderMessages();
