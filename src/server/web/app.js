@@ -284,20 +284,9 @@ function ownerName(s) {
   return (o.id || 'request') + (o.sample ? ` #${o.sample}` : '');
 }
 
-function ownerKey(s) {
-  const o = s && s.owner;
-  if (!o) return 'seq' + (s ? s.seq : '?');
-  return o.kind === 'context' ? o.id : (o.id || 'r') + '/' + o.sample;
-}
-
-function hash(str) {
-  let h = 2166136261;
-  for (let i = 0; i < str.length; i++) h = Math.imul(h ^ str.charCodeAt(i), 16777619);
-  return h >>> 0;
-}
-
+// A sequence keeps its id while it lives; consecutive ids get hues far apart.
 function colour(s, dark) {
-  const hue = (hash(ownerKey(s)) * 137.508) % 360;
+  const hue = s ? (s.seq * 137.508 + 205) % 360 : 0;
   return `hsl(${hue.toFixed(0)} 62% ${dark ? 36 : 50}%)`;
 }
 
