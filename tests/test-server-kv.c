@@ -56,9 +56,9 @@ static json_t *seq_of(json_t *kv, const char *ctx) {
     return NULL;
 }
 
-/* A sequence's pages, expanded from runs; returns the count. */
-static int pages_of(json_t *seq, int *out, int max) {
-    json_t *runs = json_object_get(seq, "pages"), *r;
+/* A sequence's pages (key "pages" or "window_pages"), expanded from runs; returns the count. */
+static int runs_of(json_t *seq, const char *key, int *out, int max) {
+    json_t *runs = json_object_get(seq, key), *r;
     size_t i;
     int n = 0;
     json_array_foreach(runs, i, r) {
@@ -68,13 +68,16 @@ static int pages_of(json_t *seq, int *out, int max) {
     return n;
 }
 
+static int pages_of(json_t *seq, int *out, int max) { return runs_of(seq, "pages", out, max); }
+
 static int refs_at(json_t *t, int p) { return (int)json_integer_value(json_array_get(json_object_get(t, "refs"), (size_t)p)); }
 static char flag_at(json_t *t, int p) { return json_string_value(json_object_get(t, "flags"))[p]; }
 
-/* The pool's own consistency: refs and flags agree with the counts, and the
- * refs are exactly how many listed block tables hold each page. */
-static void check_pool(json_t *kv) {
-    json_t *d = tier(kv, "device");
+/* A pool's own consistency (the device pool, or the window pool with the
+ * sequences' window_pages): refs and flags agree with the counts, and the refs
+ * are exactly how many listed block tables hold each page. */
+static void check_pool_of(json_t *kv, const char *name, const char *key) {
+    json_t *d = tier(kv, name);
     CHECK(d != NULL);
     if (!d) return;
     long long n = jint(d, "pages");
@@ -88,7 +91,7 @@ static void check_pool(json_t *kv) {
     json_array_foreach(a, i, v) {
         if (strcmp(json_string_value(json_object_get(v, "tier")), "device")) continue;
         int pg[4096];
-        int k = pages_of(v, pg, 4096);
+        int k = runs_of(v, key, pg, 4096);
         for (int j = 0; j < k; j++)
             if (pg[j] >= 0 && pg[j] < n) cnt[pg[j]]++;
     }
@@ -107,6 +110,8 @@ static void check_pool(json_t *kv) {
     CHECK_INT(cached, jint(d, "cached"));
     CHECK_INT(used + fr + cached, n);
 }
+
+static void check_pool(json_t *kv) { check_pool_of(kv, "device", "pages"); }
 
 int main(void) {
     char model[512], log[512], args[1024];
@@ -298,6 +303,41 @@ int main(void) {
     json_array_foreach(json_object_get(sw, "contexts"), i, v) CHECK(json_is_true(json_object_get(v, "swapped")));
     check_pool(sw);
     json_decref(sw);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+
+    /* sliding-window layers (gemma2, window 16): their pool is a tier of its own
+     * ("window", and "window-host"), each sequence lists its window pages, and
+     * pages that left the window are released: a leading run of -1 */
+    char g2[512];
+    snprintf(g2, sizeof g2, "%s", th_tmp("kv-g2.gguf"));
+    REQUIRE(th_cli("", true, "mkmodel --arch gemma2 --sliding-window 16 -o '%s'", g2) == 0);
+    snprintf(args, sizeof args, "-m '%s' -c 512 --kv-pages 64 --chat-template chatml --context-swap 0", g2);
+    pid = ts_start(args, log, &g_port);
+    REQUIRE(pid > 0);
+    n = snprintf(body, sizeof body, "{\"tokens\": [");
+    for (int k = 0; k < 100; k++) n += snprintf(body + n, sizeof body - (size_t)n, "%s%d", k ? "," : "", 10 + k);
+    snprintf(body + n, sizeof body - (size_t)n, "]}");
+    json_t *w1 = post_json("/v1/contexts", body);
+    REQUIRE(w1 != NULL);
+    json_decref(w1);
+    json_decref(post_json("/v1/contexts/ctx-1/fork", "{}"));
+    json_decref(post_json("/v1/contexts/ctx-2/append", "{\"tokens\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]}"));
+    kv = get_json("/v1/kv");
+    REQUIRE(kv != NULL);
+    CHECK(tier(kv, "window") != NULL && tier(kv, "window-host") != NULL);
+    CHECK_INT(jint(tier(kv, "window"), "pages"), 64);
+    json_t *ws1 = seq_of(kv, "ctx-1"), *ws2 = seq_of(kv, "ctx-2");
+    REQUIRE(ws1 && ws2);
+    int wp1[64], wp2[64], nw1 = runs_of(ws1, "window_pages", wp1, 64), nw2 = runs_of(ws2, "window_pages", wp2, 64);
+    CHECK_INT(nw1, 7);
+    CHECK_INT(nw2, 8); /* 120 tokens */
+    int released = 0;
+    while (released < nw2 && wp2[released] < 0) released++;
+    CHECK(released >= 4); /* tokens before 120 + 1 - (16 + 16) are out of every window */
+    for (int k = released; k < nw2; k++) CHECK(wp2[k] >= 0);
+    check_pool(kv);
+    check_pool_of(kv, "window", "window_pages");
+    json_decref(kv);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
     return th_done();
 }

@@ -171,6 +171,17 @@ static void put_pool(buf *b, const char *name, const pkv_kv_snapshot *s, int64_t
     put(b, "\"}");
 }
 
+/* A host pool as a tier: one flag character per page, 'u' used, '.' free. */
+static void put_host(buf *b, const char *name, const pkv_kv_snapshot *s) {
+    int64_t used = 0;
+    for (int64_t i = 0; i < s->host_pages; i++) used += s->host_used[i] != 0;
+    put(b, ",{\"name\":\"%s\",\"kind\":\"host\",\"pages\":%lld,\"used\":%lld,\"free\":%lld,\"flags\":\"", name,
+        (long long)s->host_pages, (long long)used, (long long)(s->host_pages - used));
+    char *h = room(b, s->host_pages);
+    for (int64_t i = 0; h && i < s->host_pages; i++) h[i] = s->host_used[i] ? 'u' : '.';
+    put(b, "\"}");
+}
+
 static void ctx_name(int64_t id, char *out, size_t n) { snprintf(out, n, "ctx-%lld", (long long)id); }
 
 static void put_json(buf *b, srv *s, const kv_call *k) {
@@ -180,17 +191,15 @@ static void put_json(buf *b, srv *s, const kv_call *k) {
         (unsigned long long)st->page_bytes, (long long)s->n_ctx);
     put_pool(b, "device", m, st->pages_used, st->pages_free, st->pages_cached);
     if (k->win) put(b, ","), put_pool(b, "window", k->win, st->window_used, st->window_free, st->window_cached);
-    put(b, ",{\"name\":\"host\",\"kind\":\"host\",\"pages\":%lld,\"used\":%lld,\"free\":%lld,\"flags\":\"",
-        (long long)m->host_pages, (long long)(m->host_pages - st->host_free), (long long)st->host_free);
-    char *h = room(b, m->host_pages);
-    for (int64_t i = 0; h && i < m->host_pages; i++) h[i] = m->host_used[i] ? 'u' : '.';
-    put(b, "\"}],\"sequences\":[");
+    put_host(b, "host", m);
+    if (k->win) put_host(b, "window-host", k->win);
+    put(b, "],\"sequences\":[");
     for (int i = 0; i < m->n_seqs; i++) {
         const pkv_kv_snapshot_seq *q = &m->seqs[i];
         put(b, "%s{\"seq\":%d,\"n_tokens\":%lld,\"tier\":\"%s\",\"pages\":", i ? "," : "", q->id, (long long)q->n_tokens,
             q->swapped ? "host" : "device");
         put_runs(b, m->pages + q->first, q->n);
-        if (k->win) { /* the same sequence id in the window pool */
+        if (k->win) { /* the same sequence id in the window pool (its host pool when swapped) */
             for (int j = 0; j < k->win->n_seqs; j++)
                 if (k->win->seqs[j].id == q->id) {
                     put(b, ",\"window_pages\":");

@@ -274,6 +274,7 @@ const GRIDS = [
   { tier: 'device', canvas: 'grid-device' },
   { tier: 'window', canvas: 'grid-window', title: 'win-title' },
   { tier: 'host', canvas: 'grid-host' },
+  { tier: 'window-host', canvas: 'grid-whost', title: 'whost-title' },
 ];
 
 function ownerName(s) {
@@ -298,7 +299,7 @@ function runsEach(runs, fn) {
 }
 
 function indexHolders(j) {
-  const h = { device: new Map(), window: new Map(), host: new Map() };
+  const h = { device: new Map(), window: new Map(), host: new Map(), 'window-host': new Map() };
   for (const s of j.sequences) {
     const add = (tier, runs) => runsEach(runs, (p, i) => {
       if (p < 0) return;
@@ -307,7 +308,7 @@ function indexHolders(j) {
       m.get(p).push({ seq: s, index: i });
     });
     add(s.tier === 'host' ? 'host' : 'device', s.pages);
-    if (s.window_pages) add('window', s.window_pages);
+    if (s.window_pages) add(s.tier === 'host' ? 'window-host' : 'window', s.window_pages);
   }
   return h;
 }
