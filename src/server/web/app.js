@@ -255,6 +255,8 @@ async function send() {
     m.stats.tps = (m.stats.tokens - 1) * 1000 / (tLast - tFirst);
   running = null;
   setRunning(false);
+  $('sr-status').textContent = m.state === 'done' ? 'Answer complete: ' + statsText(m.stats)
+    : m.state === 'stopped' ? 'Answer stopped' : 'Error: ' + m.content;
   save();
   show();
   $('messages').scrollTop = $('messages').scrollHeight;
