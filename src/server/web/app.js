@@ -332,7 +332,13 @@ function pageText(tier, p) {
   return s;
 }
 
-function pitch() { return window.innerWidth < 600 ? 12 : 15; }
+// Cell pitch in CSS pixels: smaller cells for large pools, so a grid stays
+// under about 3000 px tall (a canvas has a size limit); below 8 px the cells
+// have no refcount digits, only the colour.
+function pitch(w, pages) {
+  const base = window.innerWidth < 600 ? 12 : 15;
+  return Math.max(2, Math.min(base, Math.floor(Math.sqrt(w * 3000 / Math.max(1, pages)))));
+}
 
 function drawGrid(g) {
   const cv = $(g.canvas);
@@ -340,8 +346,8 @@ function drawGrid(g) {
   cv.hidden = !t;
   if (g.title) $(g.title).hidden = !t;
   if (!t) return;
-  const P = pitch(), C = P - 1;
   const w = Math.max(60, cv.clientWidth || cv.parentElement.clientWidth - 24);
+  const P = pitch(w, t.pages), C = P > 4 ? P - 1 : P;
   const cols = Math.max(1, Math.floor(w / P));
   const rows = Math.max(1, Math.ceil(t.pages / cols));
   const dpr = window.devicePixelRatio || 1;
@@ -371,14 +377,18 @@ function drawGrid(g) {
       x.fillStyle = colour(hs[0].seq, refs > 1);
     }
     x.fillRect(cx, cy, C, C);
-    if (refs > 1) {
+    if (refs > 1 && P >= 8) {
       x.strokeStyle = '#111';
       x.lineWidth = 2;
       x.strokeRect(cx + 1, cy + 1, C - 2, C - 2);
       x.fillStyle = '#fff';
       x.fillText(refs > 9 ? '+' : String(refs), cx + C / 2, cy + C / 2 + 0.5);
     }
-    if (f === 'p') { // held and in the prefix index: a white corner
+    if (refs > 1 && P < 8) { // too small for a digit: a dark dot
+      x.fillStyle = '#111';
+      x.fillRect(cx + C / 2 - 1, cy + C / 2 - 1, Math.max(1, C / 3), Math.max(1, C / 3));
+    }
+    if (f === 'p' && P >= 8) { // held and in the prefix index: a white corner
       x.fillStyle = '#fff';
       x.beginPath();
       x.moveTo(cx + C, cy + C - 5); x.lineTo(cx + C, cy + C); x.lineTo(cx + C - 5, cy + C);
