@@ -81,6 +81,10 @@ static bool kv_take(srv_gen *g, void *arg) {
                 o->sample = si[i].sample;
                 o->on_context = si[i].on_context;
                 snprintf(o->id, sizeof o->id, "%s", r ? r->log_id : "");
+                for (char *c = o->id; *c; c++) /* written into JSON as is: ids are [A-Za-z0-9._-] */
+                    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                          *c == '-' || *c == '_' || *c == '.'))
+                        *c = '_';
             }
         }
         free(si);
@@ -187,6 +191,24 @@ static void ctx_name(int64_t id, char *out, size_t n) { snprintf(out, n, "ctx-%l
 static void put_json(buf *b, srv *s, const kv_call *k) {
     const pkv_kv_snapshot *m = k->main;
     const pkv_kv_stats *st = &m->stats;
+    /* each sequence id's context, request and window-pool entry (-1: none), so
+     * writing costs O(sequences), not sequences x contexts */
+    int32_t max_id = 0;
+    for (int i = 0; i < m->n_seqs; i++) max_id = m->seqs[i].id > max_id ? m->seqs[i].id : max_id;
+    int *ix = malloc((size_t)(max_id + 1) * 3 * sizeof *ix);
+    if (!ix) {
+        b->oom = true;
+        return;
+    }
+    int *ctx_of = ix, *own_of = ix + max_id + 1, *win_of = ix + 2 * (max_id + 1);
+    for (int32_t i = 0; i <= max_id; i++) ctx_of[i] = own_of[i] = win_of[i] = -1;
+    for (int j = 0; j < k->n_ctxs; j++)
+        if (k->ctxs[j].seq >= 0 && k->ctxs[j].seq <= max_id) ctx_of[k->ctxs[j].seq] = j;
+    for (int j = 0; j < k->n_owners; j++)
+        if (k->owners[j].seq >= 0 && k->owners[j].seq <= max_id && own_of[k->owners[j].seq] < 0)
+            own_of[k->owners[j].seq] = j;
+    for (int j = 0; k->win && j < k->win->n_seqs; j++)
+        if (k->win->seqs[j].id <= max_id) win_of[k->win->seqs[j].id] = j;
     put(b, "{\"object\":\"kv\",\"page_size\":%d,\"page_bytes\":%llu,\"n_ctx\":%lld,\"tiers\":[", m->page_size,
         (unsigned long long)st->page_bytes, (long long)s->n_ctx);
     put_pool(b, "device", m, st->pages_used, st->pages_free, st->pages_cached);
@@ -199,20 +221,14 @@ static void put_json(buf *b, srv *s, const kv_call *k) {
         put(b, "%s{\"seq\":%d,\"n_tokens\":%lld,\"tier\":\"%s\",\"pages\":", i ? "," : "", q->id, (long long)q->n_tokens,
             q->swapped ? "host" : "device");
         put_runs(b, m->pages + q->first, q->n);
-        if (k->win) { /* the same sequence id in the window pool (its host pool when swapped) */
-            for (int j = 0; j < k->win->n_seqs; j++)
-                if (k->win->seqs[j].id == q->id) {
-                    put(b, ",\"window_pages\":");
-                    put_runs(b, k->win->pages + k->win->seqs[j].first, k->win->seqs[j].n);
-                }
+        if (win_of[q->id] >= 0) { /* the same sequence id in the window pool (its host pool when swapped) */
+            const pkv_kv_snapshot_seq *w = &k->win->seqs[win_of[q->id]];
+            put(b, ",\"window_pages\":");
+            put_runs(b, k->win->pages + w->first, w->n);
         }
         /* owner: a context (also while a generation runs on it), else a request's sample */
-        const kv_ctx_rec *cr = NULL;
-        for (int j = 0; j < k->n_ctxs && !cr; j++)
-            if (k->ctxs[j].seq == q->id) cr = &k->ctxs[j];
-        const kv_owner *ow = NULL;
-        for (int j = 0; j < k->n_owners && !ow; j++)
-            if (k->owners[j].seq == q->id) ow = &k->owners[j];
+        const kv_ctx_rec *cr = ctx_of[q->id] >= 0 ? &k->ctxs[ctx_of[q->id]] : NULL;
+        const kv_owner *ow = own_of[q->id] >= 0 ? &k->owners[own_of[q->id]] : NULL;
         char name[32];
         if (cr) {
             ctx_name(cr->id, name, sizeof name);
@@ -232,6 +248,7 @@ static void put_json(buf *b, srv *s, const kv_call *k) {
         put(b, "%s{\"id\":\"%s\",\"parent\":%s,\"seq\":%d,\"n_tokens\":%lld,\"swapped\":%s,\"busy\":%s}", i ? "," : "", name,
             parent, r->seq, (long long)r->n_tokens, r->swapped ? "true" : "false", r->busy ? "true" : "false");
     }
+    free(ix);
     put(b, "],\"stats\":{\"sequences\":%d,\"cow_pages\":%llu,\"prefix_hit_pages\":%llu,\"evicted_pages\":%llu}}",
         st->n_seqs, (unsigned long long)st->cow_pages, (unsigned long long)st->prefix_hit_pages,
         (unsigned long long)st->evicted_pages);
