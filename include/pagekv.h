@@ -44,6 +44,11 @@ const char *pkv_status_str(pkv_status s);
  * which tensor, which layer, expected and found). "" when none. */
 const char *pkv_errmsg(void);
 
+/* The status of the failure pkv_errmsg() describes (PKV_OK when none on this
+ * thread): what a function that returns NULL on failure failed with, for
+ * bindings that map statuses to exceptions (python/pagekv). */
+pkv_status pkv_errcode(void);
+
 typedef enum pkv_log_level {
     PKV_LOG_DEBUG = 0,
     PKV_LOG_INFO = 1,

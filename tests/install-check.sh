@@ -23,6 +23,23 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 [ "$(pkg-config --modversion pagekv)" = "$("$work/prefix/bin/pagekv" --version | cut -d' ' -f2)" ] ||
   fail "pkg-config version differs from pagekv --version"
 
+# the Python package, installed next to the library: importable from the prefix's
+# site folder, and loading the installed libpagekv.so (not the build's)
+pyinit=$(find "$work/prefix" -path '*/pagekv/__init__.py' | head -1)
+[ -n "$pyinit" ] || fail "the Python package (python/pagekv) was not installed"
+py=""
+for cand in /usr/bin/python3 python3; do command -v "$cand" >/dev/null 2>&1 && { py=$cand; break; }; done
+if [ -n "$py" ]; then
+  got=$(cd "$work" && env -u PAGEKV_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$(dirname "$(dirname "$pyinit")")" \
+        "$py" -c 'import pagekv; print(pagekv.library_path); print(pagekv.version())') ||
+    fail "the installed Python package does not import"
+  [ "$(realpath "$(echo "$got" | head -1)")" = "$(realpath "$libdir/libpagekv.so")" ] ||
+    fail "the installed Python package loads $(echo "$got" | head -1), not $libdir/libpagekv.so"
+  echo "install-check: python package in $(dirname "$(dirname "$pyinit")") loads the installed library"
+else
+  echo "install-check: no python3: the installed Python package is not imported"
+fi
+
 # 1. the README's block, compiled as shown
 awk '/^## The C API/{on=1} on && /^```c$/{grab=1; next} grab && /^```$/{exit} grab{print}' "$src/README.md" >"$work/readme.c"
 [ -s "$work/readme.c" ] || fail "no C block under '## The C API' in README.md"

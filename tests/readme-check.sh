@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every command block of README.md runs as written (issue 28): the ```sh blocks
 # other than the set-up one (`make run` / `make test`, which CI itself runs), and
-# the ```js client snippet against the served quick-start model. The only
+# the ```js client snippet against the served quick-start model, and the ```python
+# blocks with this build's package (BUILD/python) on a `pagekv mkmodel` model.gguf. The only
 # changes made to the text: `pagekv` and `build/bin/pagekv` are this build's
 # binary, the `export PATH` line is dropped (PATH is set here), port 8080
 # becomes a free port (the machine may have 8080 taken; `pagekv serve` gets
@@ -17,10 +18,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/pkv-readme.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export PATH="$bin:$PATH"
-# blocks: block-N.sh / block-N.js, in README order
+# blocks: block-N.sh / block-N.js / block-N.python, in README order
 # (blocks inside a list item are indented: the indentation is dropped)
 awk -v out="$work" '
-  /^ *```(sh|js)$/ { n++; ext = $0; sub(/^ *```/, "", ext); f = out "/block-" n "." ext; next }
+  /^ *```(sh|js|python)$/ { n++; ext = $0; sub(/^ *```/, "", ext); f = out "/block-" n "." ext; next }
   /^ *```/ { f = ""; next }
   f != "" { sub(/^  /, ""); print > f }' "$src/README.md"
 fails=0 ran=0
@@ -50,6 +51,22 @@ for f in $(ls "$work"/block-* | sort -t- -k2 -n); do
       if grep -q 'v1/chat/completions' "$f" && ! grep -q '"chat.completion"' "$work/$name.log"; then
         echo "FAIL: README $name: no chat completion in its output:"; tail -5 "$work/$name.log"; fails=$((fails+1))
       fi;;
+    *.python)
+      py=""
+      for cand in /usr/bin/python3 python3; do
+        if command -v "$cand" >/dev/null && PYTHONPATH="$bin/../python" "$cand" -c 'import pagekv' 2>/dev/null; then
+          py=$cand; break
+        fi
+      done
+      if [ -z "$py" ]; then echo "readme: $name: no python3 imports this build's pagekv ($bin/../python): skipped"; continue; fi
+      [ -f "$work/model.gguf" ] || pagekv mkmodel -o "$work/model.gguf" 2>/dev/null
+      echo "readme: running $name ($py):"; sed 's/^/    /' "$f"
+      (cd "$work" && PYTHONPATH="$bin/../python" timeout 300 "$py" "$f") >"$work/$name.log" 2>&1
+      rc=$?
+      if [ $rc -ne 0 ] || [ ! -s "$work/$name.log" ]; then
+        echo "FAIL: README $name (python) exited $rc or printed nothing:"; tail -20 "$work/$name.log"; fails=$((fails+1))
+      fi
+      ran=$((ran+1));;
     *.js)
       if [ ! -d "$node_dir/node_modules/openai" ] || ! command -v node >/dev/null; then
         echo "readme: $name needs node and the openai client (test-server-openai installs it): skipped"; continue

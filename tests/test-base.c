@@ -21,6 +21,15 @@ static void test_status(void) {
     CHECK(strcmp(pkv_errmsg(), "file a.gguf: 42") == 0);
     pkv_err_prefix(PKV_ERR_IO, "loading %s", "m");
     CHECK(strcmp(pkv_errmsg(), "loading m: file a.gguf: 42") == 0);
+    CHECK_STATUS(pkv_errcode(), PKV_ERR_IO);
+    /* a handle-returning call's status, which its NULL result does not carry */
+    CHECK(pkv_model_load("/nonexistent/x.gguf", pkv_model_default_params()) == NULL);
+    CHECK_STATUS(pkv_errcode(), PKV_ERR_IO);
+    pkv_err_prefix(PKV_ERR_FORMAT, "again");
+    CHECK_STATUS(pkv_errcode(), PKV_ERR_FORMAT);
+    pkv_err_clear();
+    CHECK_STATUS(pkv_errcode(), PKV_OK);
+    CHECK(pkv_errmsg()[0] == 0);
 }
 
 static void *thread_err(void *arg) {
@@ -39,6 +48,7 @@ static void test_errmsg_thread(void) {
     pthread_join(t, &ok);
     CHECK(ok != NULL);
     CHECK(strcmp(pkv_errmsg(), "from main") == 0);
+    CHECK_STATUS(pkv_errcode(), PKV_ERR_NOMEM); /* the thread's INVALID stayed there */
 }
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include <time.h>
 
 static _Thread_local char tl_msg[1024];
+static _Thread_local pkv_status tl_status; /* of the failure tl_msg describes */
 
 const char *pkv_status_str(pkv_status s) {
     switch (s) {
@@ -26,13 +27,19 @@ const char *pkv_status_str(pkv_status s) {
 
 const char *pkv_errmsg(void) { return tl_msg; }
 
-void pkv_err_clear(void) { tl_msg[0] = 0; }
+pkv_status pkv_errcode(void) { return tl_status; }
+
+void pkv_err_clear(void) {
+    tl_msg[0] = 0;
+    tl_status = PKV_OK;
+}
 
 pkv_status pkv_err(pkv_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
     va_end(ap);
+    tl_status = s;
     return s;
 }
 
@@ -44,6 +51,7 @@ pkv_status pkv_err_prefix(pkv_status s, const char *fmt, ...) {
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     snprintf(tl_msg, sizeof tl_msg, "%s: %s", pre, old);
+    tl_status = s;
     return s;
 }
 
