@@ -538,6 +538,50 @@ typedef struct pkv_kv_stats {
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 
+/* Page flags of a snapshot (pkv_kv_snapshot.page_flags). */
+#define PKV_KV_PAGE_FREE   1u /* on the free list */
+#define PKV_KV_PAGE_INDEX  2u /* in the prefix index (published full page) */
+#define PKV_KV_PAGE_CACHED 4u /* in the index and held by no sequence: kept for reuse, evictable */
+
+/* One sequence of a snapshot. Its pages are pkv_kv_snapshot.pages[first .. first + n):
+ * page i holds tokens [i * page_size, min((i + 1) * page_size, n_tokens)). Resident:
+ * device page ids (-1 for a window-pool page released behind the window); swapped:
+ * host pool page ids. */
+typedef struct pkv_kv_snapshot_seq {
+    int32_t id;
+    int64_t n_tokens;
+    bool swapped;
+    int64_t first, n;
+} pkv_kv_snapshot_seq;
+
+/* A read-only picture of one page pool of a cache, for tools and live views
+ * (pagekv serve's GET /v1/kv). One allocation; free with pkv_kv_snapshot_free. */
+typedef struct pkv_kv_snapshot {
+    int page_size;
+    int64_t n_pages;       /* device pages of the pool */
+    int32_t *page_refs;    /* [n_pages] block tables of live sequences holding the page: a page
+                              shared by a fork and its parent counts 2 (internally a fork's
+                              shared full pages are held once, by the shared node) */
+    uint8_t *page_flags;   /* [n_pages] PKV_KV_PAGE_* bits; 0 = held, not in the prefix index */
+    int64_t host_pages;    /* host swap pool pages */
+    uint8_t *host_used;    /* [host_pages] 1 = holds a swapped sequence's page */
+    int n_seqs;
+    pkv_kv_snapshot_seq *seqs; /* [n_seqs] live sequences, ascending id */
+    int32_t *pages;        /* every sequence's pages, see pkv_kv_snapshot_seq */
+    int64_t n_listed;      /* entries of pages */
+    pkv_kv_stats stats;    /* pkv_kv_stats_get of the whole cache at the same moment */
+} pkv_kv_snapshot;
+
+/* Take a snapshot of pool `pool` of c: 0 = the main pool (full-attention layers, and
+ * every layer of a cache without windows), 1 = the window pool of a cache whose
+ * layers have sliding windows (PKV_ERR_INVALID without one). Reads only; not
+ * thread-safe against operations on c (take it on the thread that uses the cache).
+ * Cost: O(n_pages + host_pages + the pages of every block table). NULL on failure
+ * (PKV_ERR_NOMEM, PKV_ERR_INVALID) with pkv_errmsg() saying why. */
+pkv_kv_snapshot *pkv_kv_snapshot_take(const pkv_kv_cache *c, int pool);
+/* NULL is a no-op. */
+void pkv_kv_snapshot_free(pkv_kv_snapshot *s);
+
 /* New empty sequence. `fingerprint` identifies what produced its KV (model,
  * adapter...): prefix reuse only matches pages with an equal fingerprint; 0 turns
  * publishing to the prefix index off for this sequence. On error nothing changes. */
@@ -1484,6 +1528,21 @@ typedef struct pkv_engine_stats {
 /* A consistent snapshot, from any thread (as of the last step boundary for the
  * pool and sequence figures). Never fails; NULL arguments are ignored. */
 void pkv_engine_stats_get(pkv_engine *e, pkv_engine_stats *out);
+
+/* One KV sequence of an unfinished request (pkv_engine_seqs). */
+typedef struct pkv_engine_seq_info {
+    uint64_t request;  /* the request's id */
+    void *user;        /* its pkv_request_params.user */
+    int sample;        /* 0..n-1 */
+    int32_t kv_seq;    /* its sequence in pkv_engine_cache(e) (resident or swapped) */
+    bool on_context;   /* the request generates on a context (pkv_request_params.context) */
+} pkv_engine_seq_info;
+/* The KV sequences the engine's requests hold now (waiting samples and samples
+ * dropped for recompute hold none), for live views of the cache: up to max
+ * entries into out, the total into *n. Only from the thread that steps the engine
+ * (pkv_engine_step), between steps, or while its thread is stopped: PKV_ERR_INVALID
+ * while the engine thread runs. */
+pkv_status pkv_engine_seqs(pkv_engine *e, pkv_engine_seq_info *out, int max, int *n);
 
 /* The engine's cache and model, for tests and tools: use only from the stepping
  * thread while the engine thread is stopped. */

@@ -9,6 +9,7 @@
 #             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 #             tmux: test-run-chat (pagekv run -cnv at a terminal)
+#             chromium: test-server-web (the web page, headless, via playwright-core)
 #             python3-pytest, python3-numpy, python3-jinja2, python3-setuptools,
 #             python3-wheel, python3-pip: the Python bindings' tests (python/tests)
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
@@ -21,6 +22,9 @@ set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
+# chromium: test-server-web drives it headless; Debian has the package, Ubuntu
+# only a snap (no apt package of that name: then the test is skipped)
+if apt-cache show chromium >/dev/null 2>&1; then pkgs+=(chromium); fi
 pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-setuptools python3-wheel python3-pip)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 if [ "${1:-}" = arm ]; then pkgs+=(gcc-aarch64-linux-gnu qemu-user); fi

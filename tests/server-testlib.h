@@ -145,4 +145,24 @@ static inline const char *ts_file(const char *name, const char *text, size_t n) 
     return p;
 }
 
+/* Install tests/package.json's pinned npm packages (package-lock.json, `npm ci`)
+ * into dir, once: kept while the lock file is unchanged and every module of
+ * mods (NULL-terminated) is there. Serialized with flock, so tests running in
+ * parallel never install into the same folder at once. false when npm failed
+ * (the registry unreachable): the caller skips. */
+static inline bool ts_npm_install(const char *src, const char *dir, const char *const *mods) {
+    char have[1024] = "", cmd[8192];
+    for (int i = 0; mods[i]; i++) {
+        size_t l = strlen(have);
+        snprintf(have + l, sizeof have - l, " && [ -f '%s/node_modules/%s/package.json' ]", dir, mods[i]);
+    }
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && flock '%s/.npm.lock' sh -c \"cmp -s '%s/tests/package-lock.json' '%s/package-lock.json'%s || "
+             "{ cd '%s' && cp '%s/tests/package.json' '%s/tests/package-lock.json' . && "
+             "timeout 240 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1 || "
+             "{ tail -5 npm.log >&2; rm -f package-lock.json; exit 1; }; }\"",
+             dir, dir, src, dir, have, dir, src, src);
+    return system(cmd) == 0;
+}
+
 #endif

@@ -2,7 +2,8 @@
 /* KV cache basics: layout validation messages, append rows and the CSR block
  * table, copy-on-write after fork (parent and child diverge; shared full pages
  * are never written), forks of forks freed in every order, truncate, attach
- * validation messages, prefix reuse (hits, verified collisions, LRU eviction). */
+ * validation messages, prefix reuse (hits, verified collisions, LRU eviction),
+ * and the read-only snapshot behind pagekv serve's GET /v1/kv. */
 #include "kv-testlib.h"
 
 static void fill_vals(float *v, int n, uint64_t seed) {
@@ -412,6 +413,94 @@ static void test_lru(kt_env *e) {
     pkv_kv_cache_free(c);
 }
 
+/* pkv_kv_snapshot_take: refcounts in block tables (a fork's shared pages 2, a
+ * copied partial page 1 each), flags (free, indexed, cached), the block tables
+ * themselves, and a swapped sequence's host pages; pool 1 refused without a
+ * window pool; an allocation failure is NULL with nothing leaked. */
+static void test_snapshot(kt_env *e) {
+    pkv_kv_cache *c = pkv_kv_cache_create(kt_params(e, 4, 16, 8));
+    if (!c) {
+        TH_FAIL("%s", pkv_errmsg());
+        return;
+    }
+    int32_t toks[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, a, b, rows[16];
+    CHECK_OK(pkv_kv_seq_create(c, 1, &a));
+    CHECK_OK(pkv_kv_append(c, a, 10, toks, NULL, rows)); /* 3 pages: 2 full + a partial */
+    CHECK_OK(pkv_kv_fork(c, a, &b));
+    pkv_kv_snapshot *s = pkv_kv_snapshot_take(c, 0);
+    CHECK(s != NULL);
+    if (s) {
+        CHECK_INT(s->page_size, 4);
+        CHECK_INT(s->n_pages, 16);
+        CHECK_INT(s->host_pages, 8);
+        CHECK_INT(s->n_seqs, 2);
+        CHECK_INT(s->n_listed, 6);
+        CHECK_INT(s->seqs[0].id, a);
+        CHECK_INT(s->seqs[1].id, b);
+        CHECK_INT(s->seqs[1].n_tokens, 10);
+        int held = 0;
+        for (int i = 0; i < 3; i++) {
+            int32_t p = s->pages[s->seqs[0].first + i];
+            CHECK_INT(s->pages[s->seqs[1].first + i], p); /* the same block table */
+            CHECK_INT(s->page_refs[p], 2);
+            CHECK(!(s->page_flags[p] & PKV_KV_PAGE_FREE));
+        }
+        /* fork published the parent's full pages */
+        CHECK(s->page_flags[s->pages[0]] & PKV_KV_PAGE_INDEX);
+        CHECK(!(s->page_flags[s->pages[2]] & PKV_KV_PAGE_INDEX));
+        for (int p = 0; p < 16; p++) held += !(s->page_flags[p] & PKV_KV_PAGE_FREE);
+        CHECK_INT(held, 3);
+        CHECK_INT(s->stats.pages_used, 3);
+        pkv_kv_snapshot_free(s);
+    }
+    /* the child appends: its partial page is copied; then the parent is swapped out */
+    CHECK_OK(pkv_kv_append(c, b, 1, toks, NULL, rows));
+    CHECK_OK(pkv_kv_swap_out(c, a));
+    s = pkv_kv_snapshot_take(c, 0);
+    CHECK(s != NULL);
+    if (s) {
+        const pkv_kv_snapshot_seq *sa = &s->seqs[0], *sb = &s->seqs[1];
+        CHECK(sa->swapped && !sb->swapped);
+        CHECK_INT(sa->n, 3);
+        CHECK_INT(sb->n, 3);
+        int used = 0;
+        for (int h = 0; h < 8; h++) used += s->host_used[h];
+        CHECK_INT(used, 3);
+        for (int i = 0; i < 3; i++) CHECK_INT(s->host_used[s->pages[sa->first + i]], 1);
+        for (int i = 0; i < 3; i++) CHECK_INT(s->page_refs[s->pages[sb->first + i]], 1); /* the child alone */
+        CHECK_INT(s->stats.host_free, 5);
+        pkv_kv_snapshot_free(s);
+    }
+    /* freed: the full pages stay cached (indexed, held by nobody) */
+    CHECK_OK(pkv_kv_seq_free(c, a));
+    CHECK_OK(pkv_kv_seq_free(c, b));
+    s = pkv_kv_snapshot_take(c, 0);
+    CHECK(s != NULL);
+    if (s) {
+        int cached = 0;
+        for (int p = 0; p < 16; p++) {
+            CHECK_INT(s->page_refs[p], 0);
+            if (s->page_flags[p] & PKV_KV_PAGE_CACHED) {
+                cached++;
+                CHECK(s->page_flags[p] & PKV_KV_PAGE_INDEX);
+            }
+        }
+        CHECK_INT(cached, (int)s->stats.pages_cached);
+        CHECK(cached >= 2);
+        CHECK_INT(s->n_seqs, 0);
+        pkv_kv_snapshot_free(s);
+    }
+    CHECK(pkv_kv_snapshot_take(c, 1) == NULL);
+    CHECK_MSG("no pool 1");
+    CHECK(pkv_kv_snapshot_take(NULL, 0) == NULL);
+    pkv_alloc_fail_at(1);
+    CHECK(pkv_kv_snapshot_take(c, 0) == NULL);
+    CHECK_MSG("kv snapshot: out of memory");
+    pkv_alloc_fail_at(0);
+    pkv_kv_snapshot_free(NULL);
+    pkv_kv_cache_free(c);
+}
+
 int main(void) {
     kt_env e;
     if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
@@ -425,6 +514,7 @@ int main(void) {
     test_prefix(&e, false);
     test_prefix(&e, true);
     test_lru(&e);
+    test_snapshot(&e);
     CHECK_INT(pkv_alloc_live(), live0);
     kt_close(&e);
     return th_done();

@@ -10,30 +10,13 @@
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
 #else
 
-/* Install the pinned client into $PKV_NODE_DIR once (kept between runs). */
-static bool npm_install(const char *src, const char *dir) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && cmp -s '%s/tests/package-lock.json' '%s/package-lock.json' && "
-             "[ -f '%s/node_modules/openai/package.json' ] && [ -f '%s/node_modules/ajv/package.json' ]",
-             dir, src, dir, dir, dir);
-    if (system(cmd) == 0) return true;
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && cp '%s/tests/package.json' '%s/tests/package-lock.json' . && "
-             "timeout 240 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1",
-             dir, src, src);
-    if (system(cmd) == 0) return true;
-    snprintf(cmd, sizeof cmd, "tail -5 '%s/npm.log' >&2; rm -f '%s/package-lock.json'", dir, dir);
-    if (system(cmd)) {}
-    return false;
-}
-
 int main(void) {
     const char *src = getenv("PKV_SOURCE_DIR"), *dir = getenv("PKV_NODE_DIR");
     if (!src || !dir) return th_skip("PKV_SOURCE_DIR/PKV_NODE_DIR not set (run through ctest)");
     if (system("node --version >/dev/null 2>&1") != 0 || system("npm --version >/dev/null 2>&1") != 0)
         return th_skip("node and npm are not installed");
-    if (!npm_install(src, dir)) return th_skip("npm ci failed (is the npm registry reachable?): the openai client is not installed");
+    static const char *const mods[] = {"openai", "ajv", NULL};
+    if (!ts_npm_install(src, dir, mods)) return th_skip("npm ci failed (is the npm registry reachable?): the openai client is not installed");
     char model[512], log[512], args[1024];
     snprintf(model, sizeof model, "%s", th_tmp("oai.gguf"));
     snprintf(log, sizeof log, "%s", th_tmp("oai-serve.log"));

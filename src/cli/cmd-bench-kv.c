@@ -13,7 +13,11 @@
  * value heads of 128, conv window 3 x 6144, and 6 attention layers of 2 KV heads of
  * 256): the recurrent state's bytes per sequence and the fork of a 4,096-token
  * context with and without the recurrent layers (the state is copied, the pages
- * shared). */
+ * shared).
+ * snapshot_us: pkv_kv_snapshot_take + free (what pagekv serve's GET /v1/kv costs
+ * the worker between engine steps) of a 16,384-page pool holding a 4,096-token
+ * context and 64 forks of it, each one token longer (a page of its own): the
+ * size of the layout does not matter to it, so the pool is one small layer. */
 #include "cli/commands.h"
 #include "cli/cli.h"
 #include "base/base.h"
@@ -39,6 +43,8 @@ typedef struct bench_kv {
     int64_t shift_tokens;
     size_t hy_state_bytes;                 /* one sequence's recurrent state (all 18 layers) */
     double hy_fork_us, hy_fork_kv_only_us; /* fork at 4,096 tokens: with the state, attention layers alone */
+    double snap_us;                        /* pkv_kv_snapshot_take + free, median */
+    int64_t snap_pages, snap_entries;      /* the pool, and block table entries listed */
 } bench_kv;
 
 static pkv_type g_tk = PKV_TYPE_F16, g_tv = PKV_TYPE_F16; /* --kv-type* */
@@ -104,6 +110,49 @@ static pkv_status bench_fork_hybrid(pkv_device *dev, int ps, bool recurrent, dou
         pkv_kv_stats ks;
         pkv_kv_stats_get(c, &ks);
         *state_bytes = ks.state_slot_bytes;
+    }
+    pkv_free(rows);
+    pkv_kv_cache_free(c);
+    return st;
+}
+
+/* The snapshot behind GET /v1/kv (see the top). Median of 201. */
+static pkv_status bench_snapshot(pkv_device *dev, bench_kv *r) {
+    enum { REPS = 201, FORKS = 64, CTX = 4096 };
+    pkv_kv_layer_desc L = {1, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0};
+    pkv_kv_params p = pkv_kv_default_params();
+    p.n_layers = 1;
+    p.layers = &L;
+    p.device = dev;
+    p.page_size = 16;
+    p.n_pages = 16384;
+    p.host_pages = 16384;
+    pkv_kv_cache *c = pkv_kv_cache_create(p);
+    if (!c) return PKV_ERR_NOMEM;
+    int32_t seq, *rows = pkv_malloc(CTX * sizeof *rows);
+    pkv_status st = rows ? pkv_kv_seq_create(c, 0, &seq) : PKV_ERR_NOMEM;
+    if (!st) st = pkv_kv_append(c, seq, CTX, NULL, NULL, rows);
+    for (int i = 0; i < FORKS && !st; i++) {
+        int32_t child;
+        st = pkv_kv_fork(c, seq, &child);
+        if (!st) st = pkv_kv_append(c, child, 1, NULL, NULL, rows);
+    }
+    static double t[REPS];
+    for (int i = 0; i < REPS && !st; i++) {
+        double t0 = pkv_time_now();
+        pkv_kv_snapshot *sn = pkv_kv_snapshot_take(c, 0);
+        if (!sn) {
+            st = PKV_ERR_NOMEM;
+            break;
+        }
+        r->snap_pages = sn->n_pages;
+        r->snap_entries = sn->n_listed;
+        pkv_kv_snapshot_free(sn);
+        t[i] = pkv_time_now() - t0;
+    }
+    if (!st) {
+        qsort(t, REPS, sizeof t[0], cmp_double);
+        r->snap_us = t[REPS / 2] * 1e6;
     }
     pkv_free(rows);
     pkv_kv_cache_free(c);
@@ -322,6 +371,7 @@ int pkv_cli_bench_kv(int argc, char **argv) {
     if (!st) st = bench_fork_hybrid(dev, ps, true, &r.hy_fork_us, &r.hy_state_bytes);
     size_t none = 0;
     if (!st) st = bench_fork_hybrid(dev, ps, false, &r.hy_fork_kv_only_us, &none);
+    if (!st) st = bench_snapshot(dev, &r);
     if (st) {
         fprintf(stderr, "pagekv bench kv on %s: %s: %s\n", devname, pkv_status_str(st), pkv_errmsg());
         pkv_device_close(dev);
@@ -347,9 +397,11 @@ int pkv_cli_bench_kv(int argc, char **argv) {
                "\"append_us\": %.4f, ",
                (long long)r.shift_tokens, r.shift_us_per_token, r.shift_move_us_per_token, r.append_us);
         printf("\"hybrid\": {\"shape\": \"qwen35-0.8b\", \"state_bytes_per_seq\": %zu, \"fork_4096_us\": %.3f, "
-               "\"fork_4096_kv_only_us\": %.3f, \"fork_state_vs_kv\": %.2f}}\n",
+               "\"fork_4096_kv_only_us\": %.3f, \"fork_state_vs_kv\": %.2f}, ",
                r.hy_state_bytes, r.hy_fork_us, r.hy_fork_kv_only_us,
                r.hy_fork_kv_only_us > 0 ? r.hy_fork_us / r.hy_fork_kv_only_us : 0.0);
+        printf("\"snapshot\": {\"pages\": %lld, \"block_table_entries\": %lld, \"us\": %.1f}}\n",
+               (long long)r.snap_pages, (long long)r.snap_entries, r.snap_us);
     } else {
         printf("KV cache on %s: %d layers x %d KV heads x %d dims, K %s, V %s, pages of %d tokens\n",
                pkv_device_name(dev), BK_LAYERS, BK_HEADS, BK_DIM, pkv_type_name(g_tk), pkv_type_name(g_tv), ps);
@@ -369,6 +421,8 @@ int pkv_cli_bench_kv(int argc, char **argv) {
         printf("  hybrid (Qwen3.5-0.8B shape): recurrent state %.1f MiB per sequence; fork at 4096 tokens %.1f us, "
                "%.1f us for its attention layers alone (%.0fx)\n", (double)r.hy_state_bytes / 1048576.0, r.hy_fork_us,
                r.hy_fork_kv_only_us, r.hy_fork_kv_only_us > 0 ? r.hy_fork_us / r.hy_fork_kv_only_us : 0.0);
+        printf("  snapshot (GET /v1/kv) of %lld pages, %lld block table entries  %.1f us\n", (long long)r.snap_pages,
+               (long long)r.snap_entries, r.snap_us);
     }
     pkv_device_close(dev);
     return 0;

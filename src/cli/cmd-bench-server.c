@@ -4,8 +4,9 @@
  * It starts `pagekv serve` (this binary) on 127.0.0.1 on a free port, sends
  * bounded traffic only there, stops it, and prints one JSON object:
  *  - contexts: one long context forked F times; the latency of a small greedy
- *    completion alone and while P clients poll GET /v1/contexts without pause,
- *    and the list's own latency (medians);
+ *    completion alone and while P clients poll GET /v1/contexts (or another
+ *    path: --poll-path /v1/kv, the web page's cache view) without pause or
+ *    every --poll-ms, and the poll's own latency (medians);
  *  - memory: the server's peak RSS (VmHWM) after startup, after 8 parallel
  *    chats with n = 4, logprobs and 20 alternatives per token over the whole
  *    context, then after 8 parallel /tokenize of 1 MB of 'é' with pieces (the
@@ -35,6 +36,9 @@ static void usage(FILE *f) {
                "  --ctx-tokens N         the long context's length in tokens (default 1800)\n"
                "  --forks F              forks of it (default 256)\n"
                "  --pollers P            clients polling GET /v1/contexts (default 2)\n"
+               "  --poll-path PATH       what they poll (default /v1/contexts; /v1/kv: the web page's cache view)\n"
+               "  --poll-ms MS           each poller's pause between polls (default 0: none)\n"
+               "  --max-tokens N         tokens of the timed completion (default 20)\n"
                "  --runs R               completions timed per case (default 5)\n"
                "  --no-memory            skip the tokenize and logprobs loads\n"
                "  -c N                   the server's context (default 2048)\n"
@@ -122,15 +126,19 @@ typedef struct poller {
     volatile bool *stop;
     long lists;
     double t_sum;
+    const char *path;
+    long pause_ms;
+    size_t bytes; /* of the last answer */
 } poller;
 
 static void *poll_main(void *arg) {
     poller *p = arg;
     while (!*p->stop) {
         double t0 = now_s();
-        if (http(p->port, "GET", "/v1/contexts", "", 0, NULL, NULL) != 200) break;
+        if (http(p->port, "GET", p->path, "", 0, NULL, &p->bytes) != 200) break;
         p->t_sum += now_s() - t0;
         p->lists++;
+        for (long w = 0; w < p->pause_ms && !*p->stop; w += 10) usleep(10000);
     }
     return NULL;
 }
@@ -166,16 +174,19 @@ static int parallel(int port, int n, const char *path, const char *body, size_t 
     return ok;
 }
 
-static double completion_ms(int port) {
-    static const char req[] = "{\"prompt\": \"the cache of the model\", \"max_tokens\": 20, \"temperature\": 0}";
+static double completion_ms(int port, long long max_tokens) {
+    char req[160];
+    int n = snprintf(req, sizeof req, "{\"prompt\": \"the cache of the model\", \"max_tokens\": %lld, \"temperature\": 0}",
+                     max_tokens);
     double t0 = now_s();
-    if (http(port, "POST", "/v1/completions", req, sizeof req - 1, NULL, NULL) != 200) return -1;
+    if (http(port, "POST", "/v1/completions", req, (size_t)n, NULL, NULL) != 200) return -1;
     return (now_s() - t0) * 1e3;
 }
 
 int pkv_cli_bench_server(int argc, char **argv) {
     const char *model = NULL;
-    long long ctx_tokens = 1800, forks = 256, pollers = 2, runs = 5, n_ctx = 2048;
+    long long ctx_tokens = 1800, forks = 256, pollers = 2, runs = 5, n_ctx = 2048, poll_ms = 0, max_tokens = 20;
+    const char *poll_path = "/v1/contexts";
     bool memory = true;
     const char *serve_with = NULL;
     for (int i = 1; i < argc; i++) {
@@ -191,6 +202,12 @@ int pkv_cli_bench_server(int argc, char **argv) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 100000, &forks)) return 2;
         } else if (!strcmp(a, "--pollers")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 64, &pollers)) return 2;
+        } else if (!strcmp(a, "--poll-path")) {
+            if (!(poll_path = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--poll-ms")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 60000, &poll_ms)) return 2;
+        } else if (!strcmp(a, "--max-tokens")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 100000, &max_tokens)) return 2;
         } else if (!strcmp(a, "--runs")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1000, &runs)) return 2;
         } else if (!strcmp(a, "-c")) {
@@ -203,6 +220,10 @@ int pkv_cli_bench_server(int argc, char **argv) {
             fprintf(stderr, "pagekv bench server: unknown option '%s' (see 'pagekv bench server --help')\n", a);
             return 2;
         }
+    }
+    if (poll_path[0] != '/' || strpbrk(poll_path, "\"\\ ")) {
+        fprintf(stderr, "pagekv bench server: --poll-path must be a path such as /v1/kv\n");
+        return 2;
     }
     if (ctx_tokens >= n_ctx) {
         fprintf(stderr, "pagekv bench server: --ctx-tokens %lld does not fit -c %lld\n", ctx_tokens, n_ctx);
@@ -280,42 +301,53 @@ int pkv_cli_bench_server(int argc, char **argv) {
             goto out;
         }
     double fork_ms = (now_s() - t0) * 1e3 / (double)(forks ? forks : 1);
-    for (int i = 0; i < runs; i++) t[i] = completion_ms(port);
-    double alone = median(t, (int)runs);
     for (int i = 0; i < runs; i++) {
         t0 = now_s();
-        http(port, "GET", "/v1/contexts", "", 0, NULL, NULL);
+        http(port, "GET", poll_path, "", 0, NULL, NULL);
         t[i] = (now_s() - t0) * 1e3;
     }
     double list_alone = median(t, (int)runs);
+    /* alone and polled alternate, run by run, so a machine whose load drifts
+     * (other processes) weighs on both the same; the pollers start 100 ms
+     * before each polled run and stop after it */
+    double *ta = calloc((size_t)runs, sizeof *ta);
     volatile bool stop = false;
     poller pl[64];
     pthread_t pth[64];
-    for (int i = 0; i < pollers; i++) {
-        pl[i] = (poller){port, &stop, 0, 0};
-        pthread_create(&pth[i], NULL, poll_main, &pl[i]);
-    }
-    usleep(100000);
-    double tp0 = now_s();
-    for (int i = 0; i < runs; i++) t[i] = completion_ms(port);
-    double polled_s = now_s() - tp0;
-    double polled = median(t, (int)runs);
-    stop = true;
     long lists = 0;
-    double list_sum = 0;
-    for (int i = 0; i < pollers; i++) {
-        pthread_join(pth[i], NULL);
-        lists += pl[i].lists;
-        list_sum += pl[i].t_sum;
+    double list_sum = 0, polled_s = 0;
+    size_t poll_bytes = 0;
+    for (int r = 0; r < runs; r++) {
+        usleep(100000); /* as before a polled run */
+        ta[r] = completion_ms(port, max_tokens);
+        stop = false;
+        for (int i = 0; i < pollers; i++) {
+            pl[i] = (poller){port, &stop, 0, 0, poll_path, (long)poll_ms, 0};
+            pthread_create(&pth[i], NULL, poll_main, &pl[i]);
+        }
+        usleep(100000);
+        double tp0 = now_s();
+        t[r] = completion_ms(port, max_tokens);
+        polled_s += now_s() - tp0;
+        stop = true;
+        for (int i = 0; i < pollers; i++) {
+            pthread_join(pth[i], NULL);
+            lists += pl[i].lists;
+            list_sum += pl[i].t_sum;
+            poll_bytes = pl[i].bytes;
+        }
     }
+    double alone = median(ta, (int)runs), polled = median(t, (int)runs);
+    free(ta);
     free(t);
     printf("{\n  \"server\": {\"port\": %d, \"model\": \"%s\", \"n_ctx\": %lld},\n", port, model ? model : "built-in",
            n_ctx);
     printf("  \"contexts\": {\"ctx_tokens\": %lld, \"forks\": %lld, \"create_ms\": %.2f, \"fork_ms_each\": %.3f, "
-           "\"completion_ms_alone\": %.2f, \"completion_ms_while_polled\": %.2f, \"pollers\": %lld, "
+           "\"completion_tokens\": %lld, \"completion_ms_alone\": %.2f, \"completion_ms_while_polled\": %.2f, "
+           "\"pollers\": %lld, \"poll_path\": \"%s\", \"poll_ms\": %lld, \"poll_bytes\": %zu, "
            "\"lists_while_timed\": %ld, \"lists_per_s\": %.1f, \"list_ms_alone\": %.2f, \"list_ms_while_polled\": %.2f}",
-           ctx_tokens, forks, create_ms, fork_ms, alone, polled, pollers, lists, lists / (polled_s > 0 ? polled_s : 1),
-           list_alone, lists ? list_sum * 1e3 / (double)lists : 0.0);
+           ctx_tokens, forks, create_ms, fork_ms, max_tokens, alone, polled, pollers, poll_path, poll_ms, poll_bytes, lists,
+           lists / (polled_s > 0 ? polled_s : 1), list_alone, lists ? list_sum * 1e3 / (double)lists : 0.0);
     if (memory) {
         /* chats with n = 4, logprobs and 20 alternatives per token (the whole context), 8 at once */
         static const char lp[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"tell me a long story\"}], "

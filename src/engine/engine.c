@@ -436,3 +436,30 @@ void pkv_engine_stats_get(pkv_engine *e, pkv_engine_stats *out) {
     if (out) *out = e->snap;
     pthread_mutex_unlock(&e->mu);
 }
+
+pkv_status pkv_engine_seqs(pkv_engine *e, pkv_engine_seq_info *out, int max, int *n) {
+    if (!e || !n || max < 0 || (max > 0 && !out)) return pkv_err(PKV_ERR_INVALID, "engine seqs: NULL argument");
+    *n = 0;
+    pthread_mutex_lock(&e->mu);
+    bool running = e->running;
+    pthread_mutex_unlock(&e->mu);
+    if (running) return pkv_err(PKV_ERR_INVALID, "engine seqs: the engine thread is running (pkv_engine_stop first)");
+    int k = 0;
+    for (int i = 0; i < e->n_reqs; i++) {
+        const eng_req *r = e->reqs[i];
+        for (int j = 0; j < r->n; j++) {
+            const eng_seq *s = &r->seqs[j];
+            if (s->kv < 0 || (s->st != SEQ_RUNNING && s->st != SEQ_SWAPPED)) continue;
+            if (k < max) {
+                out[k].request = r->id;
+                out[k].user = r->p.user;
+                out[k].sample = j;
+                out[k].kv_seq = s->kv;
+                out[k].on_context = r->p.context != NULL;
+            }
+            k++;
+        }
+    }
+    *n = k;
+    return PKV_OK;
+}

@@ -45,6 +45,11 @@ static json_t *ctx_json(srv_gen *g, srv_ctx *e, bool with_tokens) {
                           (json_int_t)n, "n_ctx", (json_int_t)pkv_context_n_ctx(e->ctx), "pages", (json_int_t)pages,
                           "shared_pages", (json_int_t)shared, "swapped", e->swapped, "busy", e->busy, "idle_seconds",
                           srv_now() - e->last_used);
+    if (j && e->parent) {
+        char pid[32];
+        idstr(e->parent, pid, sizeof pid);
+        json_object_set_new(j, "parent", json_string(pid));
+    }
     if (with_tokens && j) {
         json_t *a = json_array();
         int32_t *t = malloc((size_t)(n + 1) * sizeof *t);
@@ -195,6 +200,7 @@ static bool run_call(srv_gen *g, void *arg) {
             pkv_context_free(child);
             return fail(k, 503, msg);
         }
+        ce->parent = e->id;
         k->res = ctx_json(g, ce, false);
         json_object_set_new(k->res, "parent", json_string(id));
         k->status = 200;

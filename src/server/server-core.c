@@ -270,6 +270,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
         if (!get) return srv_error(o, 405, "use GET %s", url);
         return srv_api_props(s, o);
     }
+    if (!strcmp(url, "/v1/kv")) {
+        if (!get) return srv_error(o, 405, "use GET %s", url);
+        return srv_api_kv(s, o);
+    }
     if (!strcmp(url, "/v1/models")) r = R_MODELS;
     else if (!strcmp(url, "/v1/chat/completions")) r = R_CHAT;
     else if (!strcmp(url, "/v1/completions")) r = R_COMPL;

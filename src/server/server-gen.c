@@ -166,6 +166,7 @@ void srv_gen_free(srv_gen *g) {
 
 pkv_model *srv_gen_model(srv_gen *g) { return g->m; }
 pkv_kv_cache *srv_gen_cache(srv_gen *g) { return g->c; }
+pkv_engine *srv_gen_engine(srv_gen *g) { return g->eng; }
 
 bool srv_gen_submit(srv_gen *g, srv_req *r) {
     pthread_mutex_lock(&g->mu);

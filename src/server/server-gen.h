@@ -138,6 +138,7 @@ bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size
 /* For calls running on the worker. */
 pkv_model *srv_gen_model(srv_gen *g);
 pkv_kv_cache *srv_gen_cache(srv_gen *g);
+pkv_engine *srv_gen_engine(srv_gen *g);
 /* Swap idle contexts out (least recently used first) until `pages` device
  * pages are free or none is left to swap. Worker thread only. */
 void srv_gen_make_room(srv_gen *g, int64_t pages);
@@ -151,6 +152,7 @@ typedef struct srv_ctx {
     bool busy;       /* a generation or an append is running on it */
     bool swapped;
     uint64_t engine_req; /* the engine request generating on it, 0 = none */
+    int64_t parent;  /* the context it was forked from (which may be gone since), 0 = none */
 } srv_ctx;
 
 srv_ctx *srv_ctx_find(srv_gen *g, int64_t id);

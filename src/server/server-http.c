@@ -80,6 +80,18 @@ static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o)
             if (!r) free(t);
             else MHD_add_response_header(r, "Content-Type", "application/json");
         }
+    } else if (o->data) { /* the web page's files: static, never freed */
+        r = MHD_create_response_from_buffer(o->data_len, (void *)o->data, MHD_RESPMEM_PERSISTENT);
+        if (r) {
+            MHD_add_response_header(r, "Content-Type", o->ctype ? o->ctype : "application/octet-stream");
+            /* its own files only: no inline script, nothing from elsewhere, not framed */
+            MHD_add_response_header(r, "Content-Security-Policy",
+                                    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                                    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+            MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+            MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+            MHD_add_response_header(r, "Cache-Control", "no-cache");
+        }
     } else if (o->text) {
         r = MHD_create_response_from_buffer(strlen(o->text), o->text, MHD_RESPMEM_MUST_FREE);
         if (!r) free(o->text);
@@ -89,6 +101,7 @@ static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o)
     json_decref(o->json);
     o->json = NULL;
     if (!r) return MHD_NO;
+    if (o->no_cache) MHD_add_response_header(r, "Cache-Control", "no-store");
     if (s->o.cors_origin) { /* browsers may read the answer from that origin (--cors-origin) */
         MHD_add_response_header(r, "Access-Control-Allow-Origin", s->o.cors_origin);
         if (strcmp(s->o.cors_origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
@@ -160,8 +173,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     else {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         srv_conn sc = {ci ? ci->connect_fd : -1, conn, (unsigned)s->o.timeout_s, set_timeout};
-        srv_handle(s, method, url, cs->body, cs->len,
-                   MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &sc, &o);
+        if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) &&
+            srv_web_asset(url, &o.data, &o.data_len, &o.ctype)) /* the page: no API key (it asks for one) */
+            o.status = 200;
+        else
+            srv_handle(s, method, url, cs->body, cs->len,
+                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &sc, &o);
     }
     srv_conn_waiting(&waiting, false);
     if (!o.status) srv_error(&o, 500, "no response");

@@ -64,6 +64,9 @@ typedef struct srv_out {
     srv_stream *stream;    /* owned */
     srv_body *body;        /* owned; a lazily produced body of type ctype */
     int retry_after;       /* seconds, for 503 */
+    bool no_cache;         /* a snapshot: Cache-Control: no-store */
+    const void *data;      /* a static body of data_len bytes of type ctype (the web page's files) */
+    size_t data_len;
 } srv_out;
 
 /* An OpenAI error object: {"error": {"message", "type", "param", "code"}}. */
@@ -114,6 +117,11 @@ void srv_api_tokenize(srv *s, json_t *body, srv_out *o);
 void srv_api_detokenize(srv *s, json_t *body, srv_out *o);
 /* POST /apply-template: the chat body in, {"prompt": "..."} out (llama-server's). */
 void srv_api_apply_template(srv *s, json_t *body, srv_out *o);
+/* GET /v1/kv: the KV cache's pages, sequences and contexts as JSON (server-kv.c) */
+void srv_api_kv(srv *s, srv_out *o);
+/* The web page's files, compiled in (server-web.c and the generated
+ * web-assets.c): true with the body and its type for GET of "/" and its files. */
+bool srv_web_asset(const char *url, const void **data, size_t *len, const char **ctype);
 /* /v1/contexts[/...]: rest is what follows "/v1/contexts" */
 void srv_api_contexts(srv *s, const char *method, const char *rest, json_t *body, const srv_conn *conn, srv_out *o);
 
