@@ -110,6 +110,24 @@ int main(void) {
     CHECK(metric("pagekv_kv_disk_hit_pages_total") * 16 == cached);
     CHECK_INT(metric("pagekv_kv_disk_rejected_files_total"), 0);
     CHECK(metric("pagekv_kv_disk_files") >= written);
+    { /* the web page's /v1/kv names the disk tier with the same counters */
+        REQUIRE(ts_http(g_port, "/v1/kv") == 200);
+        json_t *kv = json_loads(ts_body, 0, NULL);
+        json_t *tiers = kv ? json_object_get(kv, "tiers") : NULL, *disk = NULL;
+        for (size_t i = 0; json_is_array(tiers) && i < json_array_size(tiers); i++) {
+            const char *nm = json_string_value(json_object_get(json_array_get(tiers, i), "name"));
+            if (nm && !strcmp(nm, "disk")) disk = json_array_get(tiers, i);
+        }
+        CHECK(disk != NULL);
+        if (disk) {
+            CHECK(json_is_true(json_object_get(disk, "enabled")));
+            CHECK(jint(disk, "files") >= written);
+            CHECK_INT(jint(disk, "bytes_max"), 64ll << 20);
+            CHECK(jint(disk, "hit_pages") * 16 == cached);
+            CHECK_INT(jint(disk, "rejected_files"), 0);
+        }
+        json_decref(kv);
+    }
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 
     /* startup refusals with a clear message */

@@ -81,10 +81,10 @@ static bool kv_take(srv_gen *g, void *arg) {
                 o->sample = si[i].sample;
                 o->on_context = si[i].on_context;
                 snprintf(o->id, sizeof o->id, "%s", r ? r->log_id : "");
-                for (char *c = o->id; *c; c++) /* written into JSON as is: ids are [A-Za-z0-9._-] */
-                    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                          *c == '-' || *c == '_' || *c == '.'))
-                        *c = '_';
+                for (char *ch = o->id; *ch; ch++) /* written into JSON as is: ids are [A-Za-z0-9._-] */
+                    if (!((*ch >= 'a' && *ch <= 'z') || (*ch >= 'A' && *ch <= 'Z') || (*ch >= '0' && *ch <= '9') ||
+                          *ch == '-' || *ch == '_' || *ch == '.'))
+                        *ch = '_';
             }
         }
         free(si);
@@ -215,6 +215,12 @@ static void put_json(buf *b, srv *s, const kv_call *k) {
     if (k->win) put(b, ","), put_pool(b, "window", k->win, st->window_used, st->window_free, st->window_cached);
     put_host(b, "host", m);
     if (k->win) put_host(b, "window-host", k->win);
+    if (st->disk_bytes_max) /* the disk tier (serve --kv-disk): files, not pages of a pool */
+        put(b, ",{\"name\":\"disk\",\"kind\":\"disk\",\"enabled\":%s,\"files\":%lld,\"bytes\":%llu,"
+               "\"bytes_max\":%llu,\"hit_pages\":%llu,\"written_pages\":%llu,\"rejected_files\":%llu}",
+            st->disk_enabled ? "true" : "false", (long long)st->disk_files, (unsigned long long)st->disk_bytes_used,
+            (unsigned long long)st->disk_bytes_max, (unsigned long long)st->disk_hit_pages,
+            (unsigned long long)st->disk_written_pages, (unsigned long long)st->disk_rejected_files);
     put(b, "],\"sequences\":[");
     for (int i = 0; i < m->n_seqs; i++) {
         const pkv_kv_snapshot_seq *q = &m->seqs[i];

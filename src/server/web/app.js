@@ -464,6 +464,15 @@ function renderTree(j) {
   }
 }
 
+// the disk tier (serve --kv-disk) is a directory of page files: a count, not a grid
+function diskText(j) {
+  const t = j.tiers.find((x) => x.name === 'disk');
+  if (!t) return '';
+  const mib = (n) => (n / 1048576).toFixed(1);
+  return ` · disk: ${t.files} pages in ${mib(t.bytes)} of ${mib(t.bytes_max)} MiB, ${t.hit_pages} loaded back` +
+    (t.enabled ? '' : ' (off after a write error)');
+}
+
 function render() {
   if (!kv) return;
   holders = indexHolders(kv);
@@ -476,7 +485,7 @@ function render() {
   $('kv-summary').textContent =
     `device: ${d.used} of ${d.pages} pages held (${shared} shared, ${prefix} in the prefix index), ` +
     `${d.cached} cached, ${d.free} free · host: ${h.used} of ${h.pages} · ` +
-    `${kv.sequences.length} sequences · page ${kv.page_size} tokens`;
+    `${kv.sequences.length} sequences · page ${kv.page_size} tokens` + diskText(kv);
   $('kv-summary').dataset.shared = shared;
   for (const g of GRIDS) drawGrid(g);
   renderTree(kv);
