@@ -10,8 +10,8 @@
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 #             tmux: test-run-chat (pagekv run -cnv at a terminal)
 #             chromium: test-server-web (the web page, headless, via playwright-core)
-#             python3-pytest, python3-numpy, python3-jinja2, python3-setuptools,
-#             python3-wheel, python3-pip: the Python bindings' tests (python/tests)
+#             python3-pytest, python3-numpy, python3-jinja2, python3-pip: the Python
+#             bindings' tests (python/tests)
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
 #   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
 #             libclang-rt-14-dev (libFuzzer and the sanitizer runtimes)
@@ -25,7 +25,7 @@ pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
 # chromium: test-server-web drives it headless; Debian has the package, Ubuntu
 # only a snap (no apt package of that name: then the test is skipped)
 if apt-cache show chromium >/dev/null 2>&1; then pkgs+=(chromium); fi
-pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-setuptools python3-wheel python3-pip)
+pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-pip)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 if [ "${1:-}" = arm ]; then pkgs+=(gcc-aarch64-linux-gnu qemu-user); fi
 missing=()
