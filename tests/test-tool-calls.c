@@ -166,6 +166,22 @@ int main(void) {
         for (unsigned seed = 1; seed <= 40; seed++) stream_check(c, &r, seed);
         pkv_tc_result_free(&r);
     }
+    { /* fuzz-tool-calls found it: a JSON call broken after its name, a python tag
+       * later. A stream announces "f" before the tag arrives; the whole parse must
+       * keep that call (incomplete), not switch to the tag's python call. */
+        const tcase c = {"llama3 json broken after the name, python tag later", {PKV_TC_LLAMA3, false, false, true},
+                         "{\"name\": \"f\" : 1} <|python_tag|>print(1)", "", "", 1, {"f"}, {""}};
+        pkv_tc_result r;
+        REQUIRE(pkv_tc_parse(&c.o, c.text, strlen(c.text), false, &r));
+        CHECK_INT(r.n_calls, 1);
+        if (r.n_calls == 1) {
+            CHECK(!strcmp(r.calls[0].name, "f"));
+            CHECK(!r.calls[0].complete);
+        }
+        CHECK(!strcmp(r.content, ""));
+        for (unsigned seed = 1; seed <= 40; seed++) stream_check(&c, &r, seed);
+        pkv_tc_result_free(&r);
+    }
     /* detection from the vendors' templates */
     static const struct {
         const char *file;

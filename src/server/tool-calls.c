@@ -472,8 +472,10 @@ static void p_json_calls(P *p, const char *s, size_t n, size_t k) {
 static void p_llama3(P *p, const char *s, size_t n) {
     const char *m = find(s, n, "<|python_tag|>");
     size_t k = skip_ws(s, 0, n);
-    if (!m && k < n && s[k] == '{') {
-        /* a call written as JSON from the start; text if it is not one */
+    if (k < n && s[k] == '{' && (!m || (size_t)(m - s) > k)) {
+        /* a call written as JSON from the start; text if it is not one. Tried
+         * before a later <|python_tag|>: a stream that has not seen the tag yet
+         * takes this branch, and a call it announced must stay in the whole parse */
         callscan cs;
         int r = scan_call(s, n, k, &cs);
         bool named = cs.name != NULL;
