@@ -27,7 +27,9 @@ pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
 if apt-cache show chromium >/dev/null 2>&1; then pkgs+=(chromium); fi
 pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-pip)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
-if [ "${1:-}" = arm ]; then pkgs+=(gcc-aarch64-linux-gnu qemu-user); fi
+# libc6-dev-arm64-cross is only recommended by the cross compiler, and installs
+# here skip recommends: without it the cross build cannot link (no crt1.o)
+if [ "${1:-}" = arm ]; then pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user); fi
 missing=()
 for p in "${pkgs[@]}"; do
   # node and npm may come from elsewhere (nodesource bundles npm and conflicts with Debian's)
