@@ -89,6 +89,10 @@ typedef struct pkv_wfile {
     char *path, *tmp;
 } pkv_wfile;
 pkv_status pkv_file_check_output(const char *path);
+/* A lock file (never written: the target of flock): path checked as above, then
+ * opened, created when missing, without following a symlink. The descriptor, or
+ * -1 with errno set. */
+int pkv_file_open_lock(const char *path);
 pkv_status pkv_wfile_open(pkv_wfile *w, const char *path);
 pkv_status pkv_wfile_commit(pkv_wfile *w);
 void pkv_wfile_abort(pkv_wfile *w);

@@ -38,6 +38,14 @@ pkv_status pkv_file_check_output(const char *path) {
     return PKV_OK;
 }
 
+int pkv_file_open_lock(const char *path) {
+    if (pkv_file_check_output(path) != PKV_OK) {
+        errno = EINVAL;
+        return -1;
+    }
+    return open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+}
+
 pkv_status pkv_wfile_open(pkv_wfile *w, const char *path) {
     memset(w, 0, sizeof *w);
     pkv_status s = pkv_file_check_output(path);

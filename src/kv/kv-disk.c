@@ -508,7 +508,7 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
         goto fail;
     }
-    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    d->lock_fd = pkv_file_open_lock(path);
     if (d->lock_fd < 0) {
         st = pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the lock file %s: %s", path, strerror(errno));
         goto fail;
