@@ -1549,6 +1549,75 @@ pkv_status pkv_engine_seqs(pkv_engine *e, pkv_engine_seq_info *out, int max, int
 pkv_kv_cache *pkv_engine_cache(pkv_engine *e);
 pkv_model *pkv_engine_model(pkv_engine *e);
 
+/* ---------------------------------------------------------------- media */
+/* (section owned by the media layer: src/media/; docs/multimodal.md) Audio and
+ * images into the text model: decoded media, a projector file (an "mmproj" GGUF as
+ * llama.cpp's convert_hf_to_gguf.py --mmproj writes it) whose encoder turns them
+ * into rows of the text model's width, and those rows in the paged cache. */
+
+typedef enum pkv_media_kind { PKV_MEDIA_AUDIO = 1, PKV_MEDIA_IMAGE = 2 } pkv_media_kind;
+
+/* Decoded media (borrowed pointers): audio as mono float samples in [-1, 1] at
+ * rate Hz; an image as 8-bit RGB, rows top to bottom, width * 3 bytes each. */
+typedef struct pkv_media {
+    pkv_media_kind kind;
+    const float *samples;
+    int64_t n_samples;
+    int rate;
+    const uint8_t *rgb;
+    int width, height;
+} pkv_media;
+
+/* Limits on input media; 0 in a field = its default. */
+typedef struct pkv_media_limits {
+    size_t max_bytes;         /* encoded file size; default 64 MiB */
+    double max_audio_seconds; /* default 1800 (30 minutes) */
+    int64_t max_pixels;       /* width * height; default 50 megapixels */
+} pkv_media_limits;
+
+/* Decode a WAV, FLAC or Ogg file image to mono float at rate Hz (channels averaged,
+ * resampled with soxr when the file's rate differs). *samples is freed with
+ * pkv_media_free. lim may be NULL (defaults). Errors name what is wrong (truncated
+ * header, unsupported sample format, too long). */
+pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_media_limits *lim,
+                            float **samples, int64_t *n_samples);
+/* Decode a PNG or JPEG file image to 8-bit RGB (alpha dropped, gray expanded).
+ * *rgb is freed with pkv_media_free. */
+pkv_status pkv_image_decode(const void *data, size_t size, const pkv_media_limits *lim, uint8_t **rgb,
+                            int *width, int *height);
+void pkv_media_free(void *p);
+
+/* A content hash of decoded media (its kind, shape and every sample or pixel): the
+ * key under which its rows enter the prefix cache. */
+uint64_t pkv_media_hash(const pkv_media *m);
+
+typedef struct pkv_mmproj pkv_mmproj;
+
+typedef struct pkv_mmproj_info {
+    pkv_media_kind kind;   /* what it encodes */
+    const char *projector; /* clip.projector_type: "voxtral", "gemma3" */
+    int n_embd;            /* width of its output rows: the text model's n_embd */
+    int n_embd_enc;        /* the encoder's width */
+    int n_layer;           /* encoder blocks */
+    int sample_rate;       /* audio: the rate it takes (16000); 0 for images */
+    int image_size;        /* images: the square side it takes; 0 for audio */
+    bool non_causal;       /* its rows attend to each other both ways in the text model (gemma3 images) */
+    uint64_t fingerprint;  /* identifies the file's weights and parameters (part of every media key) */
+} pkv_mmproj_info;
+
+/* Load a projector file onto dev (NULL = the CPU). With text_model given, the two
+ * are checked to fit (output width == the model's n_embd, the projector type meant
+ * for the model's architecture): the error names both values. NULL on failure with
+ * the reason in pkv_errmsg(). */
+pkv_mmproj *pkv_mmproj_load(const char *path, const pkv_model *text_model, pkv_device *dev);
+void pkv_mmproj_free(pkv_mmproj *p);
+pkv_status pkv_mmproj_get_info(const pkv_mmproj *p, pkv_mmproj_info *info);
+/* Rows the encoder makes for m (audio: 375 per started 30-second window for voxtral;
+ * images: 256 for gemma3). */
+pkv_status pkv_mmproj_n_rows(const pkv_mmproj *p, const pkv_media *m, int64_t *n_rows);
+/* Encode m: out receives f32 [n_rows][info.n_embd] (n_rows from pkv_mmproj_n_rows). */
+pkv_status pkv_mmproj_encode(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows);
+
 #ifdef __cplusplus
 }
 #endif
