@@ -211,10 +211,9 @@ static pkv_status sndfile_read(const uint8_t *d, size_t size, const pkv_media_li
     const int64_t bf = (int64_t)(65536 / info.channels) > 0 ? 65536 / info.channels : 1; /* frames per read */
     block = pkv_malloc((size_t)bf * (size_t)info.channels * sizeof(float));
     int64_t cap = known ? info.frames : bf, n = 0;
-    /* A header's frame count is only a hint for the first allocation: a FLAC or Ogg
-     * stream can say more than it holds, so it is capped by what the bytes can
-     * carry (at most one frame per byte for the compressed formats taken here is far
-     * too small for Vorbis; the growth below handles the rest). */
+    /* The header's frame count (within the limit) is only a hint for the first
+     * allocation: a FLAC or Ogg header can claim far more than its bytes hold, so
+     * the hint is capped by the file's size; the buffer grows if more comes. */
     if (cap > (int64_t)size * 8 + bf) cap = (int64_t)size * 8 + bf;
     if (cap < 1) cap = 1;
     mono = pkv_malloc((size_t)cap * sizeof(float));
@@ -475,11 +474,8 @@ static void jpeg_on_message(j_common_ptr c, int level) {
 static void jpeg_on_output(j_common_ptr c) { (void)c; }
 static void jpeg_on_progress(j_common_ptr c) {
     j_decompress_ptr d = (j_decompress_ptr)c;
-    if (d->is_decompressor && d->progressive_mode && d->input_scan_number > PKV_JPEG_MAX_SCANS) {
-        c->err->msg_code = JERR_NOT_COMPILED; /* any code: the message is replaced below */
-        ((jpeg_err *)c->err)->pub.msg_parm.i[0] = -PKV_JPEG_MAX_SCANS;
+    if (d->is_decompressor && d->progressive_mode && d->input_scan_number > PKV_JPEG_MAX_SCANS)
         longjmp(((jpeg_err *)c->err)->jb, 2);
-    }
 }
 
 typedef struct jpeg_job {
