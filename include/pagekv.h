@@ -1024,6 +1024,8 @@ void pkv_mkmodel_free_memory(void *data);
  * 10 tokens as for 100,000. A model, its caches and contexts are used by one
  * thread at a time. */
 typedef struct pkv_context pkv_context;
+typedef struct pkv_mmproj pkv_mmproj; /* the media section's projector */
+typedef struct pkv_media pkv_media;   /* the media section's decoded media */
 
 typedef struct pkv_cache_params {
     int n_ctx;               /* most tokens of one sequence; 0 = min(training context, 4096) */
@@ -1156,8 +1158,7 @@ pkv_status pkv_context_decode_prompt(pkv_context *ctx, const int32_t *tokens, in
                                      int n_media);
 /* Encode m with projector p and decode its rows (pkv_context_decode_media); *key and
  * *n_rows (may be NULL) receive the chunk's key and length. */
-pkv_status pkv_context_decode_mmproj(pkv_context *ctx, struct pkv_mmproj *p, const struct pkv_media *m, uint64_t *key,
-                                     int32_t *n_rows);
+pkv_status pkv_context_decode_mmproj(pkv_context *ctx, pkv_mmproj *p, const pkv_media *m, uint64_t *key, int32_t *n_rows);
 
 /* Token sampling over one row of logits on the host.
  *
@@ -1625,14 +1626,14 @@ typedef enum pkv_media_kind { PKV_MEDIA_AUDIO = 1, PKV_MEDIA_IMAGE = 2 } pkv_med
 
 /* Decoded media (borrowed pointers): audio as mono float samples in [-1, 1] at
  * rate Hz; an image as 8-bit RGB, rows top to bottom, width * 3 bytes each. */
-typedef struct pkv_media {
+struct pkv_media {
     pkv_media_kind kind;
     const float *samples;
     int64_t n_samples;
     int rate;
     const uint8_t *rgb;
     int width, height;
-} pkv_media;
+};
 
 /* Limits on input media; 0 in a field = its default. */
 typedef struct pkv_media_limits {
