@@ -530,7 +530,9 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
         st = pkv_kv_media_verify(media, n_media, ftok, n, what, true);
         pkv_free(ftok);
         if (st) {
-            st = pkv_err(PKV_ERR_FORMAT, "%s", pkv_errmsg());
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+            st = pkv_err(PKV_ERR_FORMAT, "%s", msg);
             goto done;
         }
     }

@@ -545,7 +545,7 @@ pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t
             lim = PKV_MIN(lim, media[k - 1].start);
             k--;
         }
-        if ((st = pkv_kv_media_verify(media, k, tokens, n, "prefix match", true))) return st;
+        if ((st = pkv_kv_media_verify(media, k, tokens, lim, "prefix match", true))) return st;
         n_media = k;
     }
     uint64_t hits = c->stats.prefix_hit_pages, hits_w = c->sub ? c->sub->stats.prefix_hit_pages : 0;
