@@ -4,7 +4,7 @@
  * Input: one flags byte, then the file image.
  *   bits 0-1  the output rate: 16000, 8000, 22050 or 48000 Hz (most seeds are
  *             16 kHz, so the other three resample)
- *   bit 2     a short duration limit (2 s) instead of 60 s
+ *   bit 2     a duration limit of 1 s instead of 10 s
  *   bit 3     fail the n-th allocation of the decode, n = the high nibble + 1
  *
  * Checked: no crash, leak or undefined behaviour; on success a non-empty buffer of
@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const int rates[4] = {16000, 8000, 22050, 48000};
     const uint8_t flags = data[0];
     const int rate = rates[flags & 3];
-    pkv_media_limits lim = {.max_bytes = 1 << 20, .max_audio_seconds = (flags & 4) ? 2.0 : 60.0};
+    pkv_media_limits lim = {.max_bytes = 1 << 20, .max_audio_seconds = (flags & 4) ? 1.0 : 10.0};
     /* a copy of exactly the input's size, so ASan sees any read past its end */
     uint8_t *f = malloc(size - 1 ? size - 1 : 1);
     FUZZ_CHECK(f);

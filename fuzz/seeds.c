@@ -507,8 +507,8 @@ static void png_seed(const char *name, int ct, int depth, int interlace) {
                            .interlace_method = (uint8_t)interlace};
     int e = spng_set_ihdr(c, &ih);
     if (!e && ct == 3) {
-        struct spng_plte p = {.n_entries = 256};
-        for (int i = 0; i < 256; i++) p.entries[i].red = (uint8_t)i, p.entries[i].green = (uint8_t)(255 - i), p.entries[i].blue = 7;
+        struct spng_plte p = {.n_entries = 1u << (depth < 8 ? depth : 8)};
+        for (uint32_t i = 0; i < p.n_entries; i++) p.entries[i].red = (uint8_t)i, p.entries[i].green = (uint8_t)(255 - i), p.entries[i].blue = 7;
         e = spng_set_plte(c, &p);
     }
     if (!e) e = spng_encode_image(c, raw, stride * H, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);

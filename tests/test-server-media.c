@@ -342,6 +342,7 @@ static void test_content_parts(void) {
         {"{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"%s\"}}", 0, true, 0, 400, "takes no audio"},
         {"{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\"}}", 16000, false, 0, 400, "takes no images"},
         {"{\"type\":\"image_url\",\"image_url\":{\"url\":\"https://x.org/a.png\"}}%.0s", 16000, true, 0, 400, "never fetches"},
+        {"{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x.org/a.png\"}}%.0s", 0, false, 0, 400, "never fetches"},
         {"{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:audio/wav;base64,%s\"}}", 16000, true, 0, 400, "not image/"},
         {"{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\"}}", 16000, true, 0, 400, "not a PNG or JPEG"},
         {"{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"%s\",\"format\":\"mp3\"}}", 16000, true, 0, 400, "'mp3' is not supported"},

@@ -373,14 +373,6 @@ bool srv_media_extract(json_t *body, const srv_media_opts *o, srv_media_list *ml
             }
             char where[96];
             snprintf(where, sizeof where, "'messages[%zu].content[%zu]' (%s)", i, k, ty);
-            if (audio && !o->audio_rate)
-                return fail(status, 400, err, err_size, "%s: this server takes no audio (start it with --mmproj of an "
-                                                       "audio projector, e.g. Voxtral's)", where),
-                       srv_media_list_free(ml), false;
-            if (image && !o->images)
-                return fail(status, 400, err, err_size, "%s: this server takes no images (start it with --mmproj of "
-                                                       "an image projector, e.g. Gemma 3's)", where),
-                       srv_media_list_free(ml), false;
             if (ml->n >= max_items)
                 return fail(status, 400, err, err_size, "more than %d media in one request", max_items),
                        srv_media_list_free(ml), false;
@@ -420,6 +412,15 @@ bool srv_media_extract(json_t *body, const srv_media_opts *o, srv_media_list *ml
                 b64 = du.data;
                 n = du.data_len;
             }
+            /* (after the URL check: an http URL is refused as such whatever is loaded) */
+            if (audio && !o->audio_rate)
+                return fail(status, 400, err, err_size, "%s: this server takes no audio (start it with --mmproj of an "
+                                                       "audio projector, e.g. Voxtral's)", where),
+                       srv_media_list_free(ml), false;
+            if (image && !o->images)
+                return fail(status, 400, err, err_size, "%s: this server takes no images (start it with --mmproj of "
+                                                       "an image projector, e.g. Gemma 3's)", where),
+                       srv_media_list_free(ml), false;
             srv_media_item *g = realloc(ml->items, (size_t)(ml->n + 1) * sizeof *g);
             if (!g) return fail(status, 500, err, err_size, "out of memory"), srv_media_list_free(ml), false;
             ml->items = g;
