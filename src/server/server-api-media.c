@@ -317,8 +317,7 @@ void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn
     r->sp.temp = (float)temp;
     r->sp.seed = s->o.seed >= 0 ? (uint64_t)s->o.seed : (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r;
     r->max_tokens = (int)(s->n_ctx > INT32_MAX ? INT32_MAX : s->n_ctx); /* cut to the room left by the worker */
-    r->stop_ids = s->stop_ids;
-    r->n_stop_ids = s->n_stop_ids;
+    /* no chat template here: it ends at the model's end-of-generation tokens */
     if (!encode_media(s, &ml, r, &at, o)) goto out;
     char id[64];
     srv_next_id(s, "trsc", id, sizeof id);
