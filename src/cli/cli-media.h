@@ -54,4 +54,7 @@ void pkv_cli_encoded_free(pkv_cli_encoded *e);
  * <start_of_image> ... <end_of_image>, as llama.cpp's mtmd does. *toks: malloc'd. */
 pkv_status pkv_cli_media_prompt(pkv_model *m, const char *prompt, pkv_cli_encoded *e, int32_t **toks, size_t *n);
 
+/* pagekv demo with a media file (cmd-demo-media.c): the media KV checks on each device. */
+int pkv_cli_demo_media(const char *model_path, const char *const *devices, int n_dev, const pkv_cli_media *mo);
+
 #endif
