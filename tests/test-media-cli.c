@@ -41,9 +41,9 @@ static void put_chunk(FILE *f, const char *type, const uint8_t *d, uint32_t n) {
     be32(h, n);
     memcpy(h + 4, type, 4);
     fwrite(h, 1, 8, f);
-    fwrite(d, 1, n, f);
+    if (n) fwrite(d, 1, n, f);
     uint32_t c = crc32_of((const uint8_t *)type, 4, 0);
-    c = crc32_of(d, n, c);
+    if (n) c = crc32_of(d, n, c);
     be32(h, c);
     fwrite(h, 1, 4, f);
 }
