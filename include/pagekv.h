@@ -1007,6 +1007,8 @@ typedef struct pkv_mkmodel_params {
     const char *chat_template_text; /* a Jinja template written as tokenizer.chat_template in place of
                              the family's (chat_template names the family whose special tokens the
                              vocabulary gets; NULL there = chatml); NULL = the family's own */
+    const char *const *extra_specials; /* NULL-terminated: more control tokens, after the family's
+                             (Gemma 3 vision's <start_of_image>, <end_of_image>); needs chat_template */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

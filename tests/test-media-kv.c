@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "kv/kv-file.h"
+#include "media/vision-impl.h"
 #include "testhelp.h"
 
 #ifndef MEDIA_DEVICE
@@ -379,6 +380,193 @@ static void run(const char *arch, bool non_causal) {
     pkv_model_free(m);
 }
 
+/* ---------------------------------------------------------------- engine */
+
+enum { NG = 6 };
+typedef struct got {
+    int32_t tok[2][NG];
+    int n[2];
+    int32_t n_prompt, n_cached;
+    bool err;
+} got;
+
+static bool on_event(const pkv_engine_event *ev, void *user) {
+    got *g = user;
+    if (ev->finish == PKV_FINISH_ERROR) {
+        fprintf(stderr, "engine error: %s\n", ev->message);
+        g->err = true;
+    }
+    if (ev->token >= 0 && g->n[ev->sample] < NG) g->tok[ev->sample][g->n[ev->sample]++] = ev->token;
+    g->n_prompt = ev->n_prompt;
+    g->n_cached = ev->n_cached;
+    return true;
+}
+
+/* The engine with a media request (chunked prefill of 8 tokens a step, so a
+ * non-causal chunk must wait for a step of its own; n = 2 forks): greedy tokens ==
+ * a context's; the same request again is a prefix hit with the same tokens; one
+ * pixel changed, fewer cached tokens. */
+static void engine_case(pkv_model *m, const float *embd, uint64_t k, got *g) {
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache.n_ctx = 128;
+    ep.cache.page_size = 4;
+    ep.max_batch_tokens = 8;
+    static pkv_engine *e;
+    static pkv_model *em;
+    if (em != m) {
+        pkv_engine_free(e);
+        e = m ? pkv_engine_create(m, ep) : NULL;
+        em = m;
+    }
+    if (!m) return;
+    REQUIRE_VOID(e);
+    int32_t t[NA + NB];
+    memcpy(t, A, sizeof A);
+    memcpy(t + NA, B, sizeof B);
+    pkv_media_rows r = chunk(NA, k, embd);
+    pkv_request_params rp = pkv_request_default_params();
+    rp.prompt = t;
+    rp.n_prompt = NA + NB;
+    rp.media = &r;
+    rp.n_media = 1;
+    rp.max_tokens = NG;
+    rp.ignore_eos = true;
+    rp.n = 2;
+    rp.sampling.temp = 0;
+    rp.on_event = on_event;
+    rp.user = g;
+    memset(g, 0, sizeof *g);
+    CHECK_OK(pkv_engine_submit(e, &rp, NULL));
+    int pending = 1;
+    for (int i = 0; i < 200 && pending; i++) CHECK_OK(pkv_engine_step(e, &pending));
+    CHECK(!g->err);
+}
+
+static void run_engine(const char *arch, bool non_causal) {
+    arch_name = arch;
+    nc = non_causal;
+    pkv_model *m = make(arch);
+    REQUIRE_VOID(m);
+    pkv_kv_cache *c = cache(m, PKV_TYPE_F16);
+    pkv_context *ctx = cold(m, c);
+    REQUIRE_VOID(ctx);
+    int32_t want[NG];
+    for (int i = 0; i < NG; i++) {
+        const float *l = pkv_context_logits(ctx);
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            if (l[v] > l[best]) best = v;
+        want[i] = best;
+        CHECK_OK(pkv_context_decode(ctx, &best, 1));
+    }
+    got g;
+    engine_case(m, rows, key, &g);
+    CHECK_INT(g.n_prompt, N);
+    CHECK_INT(g.n_cached, 0);
+    CHECK_INT(g.n[0], NG);
+    CHECK_INT(g.n[1], NG);
+    if (exact_across) {
+        CHECK_MEM(g.tok[0], want, sizeof want);
+        CHECK_MEM(g.tok[1], want, sizeof want);
+    }
+    engine_case(m, rows, key, &g); /* again: the prompt from the prefix cache */
+    CHECK_INT(g.n_cached, 12);
+    if (exact_across) CHECK_MEM(g.tok[0], want, sizeof want);
+    engine_case(m, rows2, key2, &g); /* another picture: only the first page */
+    CHECK_INT(g.n_cached, 4);
+    engine_case(NULL, NULL, 0, &g);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+}
+
+/* ---------------------------------------------------------- a real encoder */
+
+/* gemma3 with branch vision's projector (random weights, as mkmodel writes it):
+ * pkv_context_decode_mmproj == encode + decode_media by hand (same key, rows and
+ * logits); fork after the image == replay; the image with one pixel changed is
+ * another key and a prefix miss after the text page. */
+static void run_encoder(void) {
+    arch_name = "gemma3+vision";
+    nc = true;
+    pkv_model *m = make("gemma3");
+    REQUIRE_VOID(m);
+    const char *mp = th_tmp("media-kv-vision.gguf");
+    pkv_mkmmproj_vision_params vp = {.n_embd_text = E, .seed = 5};
+    CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    pkv_mmproj *pj = pkv_mmproj_load(mp, m, pkv_model_device(m));
+    REQUIRE_VOID(pj);
+    pkv_mmproj_info info;
+    CHECK_OK(pkv_mmproj_get_info(pj, &info));
+    CHECK(info.non_causal);
+    static uint8_t rgb[60 * 40 * 3];
+    for (size_t i = 0; i < sizeof rgb; i++) rgb[i] = (uint8_t)(i * 31 + (i >> 7));
+    pkv_media im = {.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = 60, .height = 40};
+    int64_t n = 0;
+    CHECK_OK(pkv_mmproj_n_rows(pj, &im, &n));
+    float *embd = malloc((size_t)n * E * sizeof *embd);
+    REQUIRE_VOID(embd && n > 0);
+    CHECK_OK(pkv_mmproj_encode(pj, &im, embd, n));
+    pkv_kv_cache *c = cache(m, PKV_TYPE_F16);
+    REQUIRE_VOID(c);
+    pkv_context *a = pkv_context_create(m, c, 0), *b = pkv_context_create(m, c, 0);
+    REQUIRE_VOID(a && b);
+    uint64_t k = 0;
+    int32_t nr = 0;
+    CHECK_OK(pkv_context_decode(a, A, NA));
+    CHECK_OK(pkv_context_decode_mmproj(a, pj, &im, &k, &nr));
+    CHECK(k == pkv_media_key(pkv_media_hash(&im), info.fingerprint));
+    CHECK_INT(nr, n);
+    pkv_media_rows r = {.key = k, .n_rows = (int32_t)n, .embd = embd, .non_causal = true};
+    CHECK_OK(pkv_context_decode(b, A, NA));
+    CHECK_OK(pkv_context_decode_media(b, &r));
+    float l1[V], l2[V];
+    copy_logits(a, l1);
+    copy_logits(b, l2);
+    same(l1, l2, true, "decode_mmproj == encode + decode_media");
+    pkv_context *f = pkv_context_fork(a);
+    REQUIRE_VOID(f);
+    CHECK_OK(pkv_context_decode(f, B, NB));
+    CHECK_OK(pkv_context_decode(b, B, NB));
+    copy_logits(f, l1);
+    copy_logits(b, l2);
+    same(l1, l2, true, "fork after an encoded image == replay");
+    CHECK_OK(pkv_context_decode(f, &X, 1)); /* 5 + 16 + 3 + 1 tokens: a page boundary after the image */
+    CHECK_OK(pkv_context_decode(b, &X, 1));
+    /* one pixel changed: another key; a prefix miss after the text page */
+    int64_t total = pkv_context_n_tokens(f);
+    int32_t *t = malloc((size_t)total * sizeof *t);
+    CHECK_OK(pkv_context_tokens(f, 0, total, t));
+    rgb[100] ^= 1;
+    uint64_t k2 = pkv_media_key(pkv_media_hash(&im), info.fingerprint);
+    CHECK(k2 != k);
+    for (int64_t j = 0; j < n; j++) t[NA + j] = pkv_media_token(k2, (int32_t)j);
+    pkv_kv_media rec = {.key = k2, .start = NA, .n_rows = (int32_t)n, .flags = PKV_MEDIA_NON_CAUSAL};
+    pkv_context *h = pkv_context_create(m, c, 0);
+    int64_t matched = -1;
+    CHECK_OK(pkv_kv_prefix_match_media(c, pkv_context_seq(h), t, NULL, total - 1, &rec, 1, &matched));
+    CHECK_INT(matched, 4);
+    rgb[100] ^= 1; /* and back: the whole prompt but its last page is a hit */
+    for (int64_t j = 0; j < n; j++) t[NA + j] = pkv_media_token(k, (int32_t)j);
+    rec.key = k;
+    CHECK_OK(pkv_context_truncate(h, 0));
+    pkv_context_free(b); /* its pages published */
+    b = NULL;
+    CHECK_OK(pkv_kv_prefix_match_media(c, pkv_context_seq(h), t, NULL, total - 1, &rec, 1, &matched));
+    CHECK_INT(matched, 24);
+    CHECK_INT(pkv_kv_media_count(c, pkv_context_seq(h)), 1);
+    free(t);
+    pkv_context_free(h);
+    pkv_context_free(f);
+    pkv_context_free(a);
+    pkv_context_free(b);
+    pkv_kv_cache_free(c);
+    free(embd);
+    pkv_mmproj_free(pj);
+    remove(mp);
+    pkv_model_free(m);
+}
+
 int main(void) {
 #ifdef MEDIA_NEEDS_DEVICE
     pkv_device *d = pkv_device_open(MEDIA_DEVICE, pkv_device_default_params());
@@ -399,5 +587,8 @@ int main(void) {
     CHECK(pkv_media_key(pkv_media_hash(&im), 0x1235) != key2); /* another projector, other rows */
     run("llama", false);
     run("gemma3", true);
+    run_engine("llama", false);
+    run_engine("gemma3", true);
+    run_encoder();
     return th_done();
 }

@@ -5,7 +5,9 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "media/mkmmproj-audio.h"
 #include "model/gguf.h"
+#include "media/vision-impl.h"
 #include "cli/commands.h"
 #include "pagekv.h"
 
@@ -31,7 +33,7 @@ static bool parse_layers(const char *s, int32_t *out, int max, int *n) {
 
 /* The chat-template families mkmodel writes (pkv_mkmodel_params.chat_template). */
 static bool family_known(const char *name) {
-    static const char *const k[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "deepseek"};
+    static const char *const k[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "deepseek", "voxtral"};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(name, k[i])) return true;
     return false;
@@ -42,9 +44,13 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     const char *tpl_arg = NULL;
     char *tpl_text = NULL;
     bool no_template = false;
-    const char *out = NULL;
+    const char *out = NULL, *mmproj_out = NULL;
     int32_t kv_layers[256];
     int n_kv_layers = 0;
+    bool vision = false, vision_f32 = false;
+    const char *mmproj_out = NULL;
+    int vision_size = 0;
+    static const char *const image_tokens[] = {"<start_of_image>", "<end_of_image>", NULL};
     struct {
         const char *opt;
         int *dst;
@@ -76,7 +82,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35]\n"
+            printf("usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|voxtral]\n"
                    "                      [--type TYPE]\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -108,6 +114,15 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --sliding-window N       tokens the sliding layers see (default 8): gemma2's even\n"
                    "                           layers; gemma3's five of every six (--layers 6 or more\n"
                    "                           for a global layer)\n"
+                   "  --vision --mmproj-out PROJ.gguf\n"
+                   "                           (gemma3) also write a Gemma 3 vision projector for it, as\n"
+                   "                           llama.cpp's convert_hf_to_gguf.py --mmproj writes one: SigLIP,\n"
+                   "                           2 blocks of width 64, 14-pixel patches, 4x4 pooling, f16 blocks;\n"
+                   "                           the model gets the gemma chat template and the control tokens\n"
+                   "                           <start_of_image>, <end_of_image>\n"
+                   "  --image-size N           the projector's square input (default 224: a 16x16 patch grid\n"
+                   "                           pooled to 4x4 = 16 rows; a multiple of 56)\n"
+                   "  --vision-f32             the projector's block matrices in f32 (--outtype f32)\n"
                    "Gemma 4 (--arch gemma4, llama.cpp's keys and tensors: per-layer head sizes and KV heads,\n"
                    "proportional RoPE on the full layers (a quarter of their pairs turn, base 1e6; 1e4 on the\n"
                    "sliding ones), V = K on the full layers (no attn_v), V norm, layer_output_scale, final\n"
@@ -148,6 +163,10 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --shared-kv-layers 3,5   with --draft-of: a shared-KV draft, one layer per entry,\n"
                    "                           whose layer j attends over the target's cache layer [j]\n"
                    "                           (GGUF key pagekv.shared_kv_layers; see docs/speculative.md)\n"
+                   "  --arch voxtral --mmproj-out PROJ.gguf\n"
+                   "                           Voxtral: the text model as the converter writes it (llama, with\n"
+                   "                           [INST], [/INST], [BEGIN_AUDIO], [TRANSCRIBE]) and a tiny random\n"
+                   "                           audio encoder in llama.cpp's mmproj layout (docs/multimodal.md)\n"
                    "  --arch gemma4-assistant --draft-of GEMMA4.gguf\n"
                    "                           Gemma 4's assistant (MTP drafter) for that target, as\n"
                    "                           llama.cpp's converter writes it: query-only layers over\n"
@@ -186,10 +205,21 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             no_template = true;
         } else if (!strcmp(a, "--swa-layers")) {
             if (!(p.swa_layers = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vision")) {
+            vision = true;
+        } else if (!strcmp(a, "--vision-f32")) {
+            vision_f32 = true;
+        } else if (!strcmp(a, "--image-size")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 2048, &x)) return 2;
+            vision_size = (int)x;
+        } else if (!strcmp(a, "--mmproj-out")) {
+            if (!(mmproj_out = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-of")) {
             if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--shared-kv-layers")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !parse_layers(v, kv_layers, 256, &n_kv_layers)) return 2;
+        } else if (!strcmp(a, "--mmproj-out")) {
+            if (!(mmproj_out = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
@@ -199,6 +229,18 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     }
     if (!out) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
+        return 2;
+    }
+    /* Voxtral: its text model is what the converter writes for it, a llama with the
+     * transcription prompt's special tokens (family "voxtral"); the audio encoder is
+     * the projector file (--mmproj-out) */
+    const bool voxtral = p.arch && !strcmp(p.arch, "voxtral");
+    if (voxtral) {
+        p.arch = "llama";
+        if (!tpl_arg && !no_template) tpl_arg = "voxtral";
+    }
+    if (mmproj_out && !voxtral) {
+        fprintf(stderr, "pagekv mkmodel: --mmproj-out is for --arch voxtral\n");
         return 2;
     }
     if (tpl_arg && no_template) {
@@ -238,9 +280,21 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         p.chat_template_text = tpl_text;
     } else if (tpl_arg) {
         p.chat_template = tpl_arg;
+    } else if (vision && !no_template) {
+        p.chat_template = "gemma"; /* Gemma 3's turns, with the image tokens below */
     } else if (!no_template && !p.no_vocab && !p.draft_of) {
         p.chat_template = "chatml"; /* a newcomer's model serves chat (issue 28) */
     }
+    if (vision && (!p.arch || strcmp(p.arch, "gemma3") || !mmproj_out || !p.chat_template || p.draft_of)) {
+        fprintf(stderr, "pagekv mkmodel: --vision makes a Gemma 3 pair: it needs --arch gemma3, --mmproj-out PROJ.gguf "
+                        "and a vocabulary with a chat template (not --no-template, --no-vocab or --draft-of)\n");
+        return 2;
+    }
+    if (!vision && (mmproj_out || vision_f32 || vision_size)) {
+        fprintf(stderr, "pagekv mkmodel: --mmproj-out, --vision-f32 and --image-size go with --vision\n");
+        return 2;
+    }
+    if (vision) p.extra_specials = image_tokens;
     if (p.chat_template && p.no_vocab) {
         fprintf(stderr, "pagekv mkmodel: --chat-template needs a vocabulary: leave out --no-vocab\n");
         return 2;
@@ -267,6 +321,19 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         fprintf(stderr, "pagekv mkmodel: %s\n", msg);
         return 1;
     }
+    if (vision) {
+        pkv_mkmmproj_vision_params vp = {.n_embd_text = p.n_embd ? p.n_embd : 128, .image_size = vision_size,
+                                         .f32 = vision_f32, .seed = p.seed};
+        if ((s = pkv_mkmmproj_vision_write(&vp, mmproj_out))) {
+            fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
+            return 1;
+        }
+        fprintf(stderr, "pagekv mkmodel: wrote %s (gemma3 vision projector: SigLIP %d blocks of width 64, %dx%d images, "
+                        "%s, %d rows of width %d per image)\n",
+                mmproj_out, 2, vision_size ? vision_size : 224, vision_size ? vision_size : 224,
+                vision_f32 ? "f32" : "f16", ((vision_size ? vision_size : 224) / 14 / 4) * ((vision_size ? vision_size : 224) / 14 / 4),
+                p.n_embd ? p.n_embd : 128);
+    }
     /* say what was written as the file says it (a draft takes its target's arch) */
     pkv_gguf *g = pkv_gguf_open(out);
     const char *arch = "?";
@@ -283,5 +350,13 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd,
             tpl_arg || p.chat_template ? ", chat template " : "", tpl_arg ? tpl_arg : p.chat_template ? p.chat_template : "");
     pkv_gguf_close(g);
+    if (mmproj_out) {
+        pkv_mkmmproj_audio_params mp = {.n_embd = (int)embd, .seed = p.seed};
+        if ((s = pkv_mkmmproj_audio_write(&mp, mmproj_out))) {
+            fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
+            return 1;
+        }
+        fprintf(stderr, "pagekv mkmodel: wrote %s (voxtral projector into width %u)\n", mmproj_out, embd);
+    }
     return 0;
 }
