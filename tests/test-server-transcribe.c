@@ -156,12 +156,12 @@ int main(void) {
     snprintf(ref44, sizeof ref44, "%s", th_tmp("tr-44k.txt"));
     REQUIRE(wav_write(wav16, 16000, 1, 24000, 1) > 0);
     REQUIRE(wav_write(wav44, 44100, 2, 44100, 2) > 0);
-    REQUIRE(wav_write(big, 16000, 1, 40000, 3) > 65536);
+    REQUIRE(wav_write(big, 16000, 1, 100000, 3) > 190000);
     ts_file("tr-not-audio.png", "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
     REQUIRE(reference(model, proj, wav16, ref16));
     REQUIRE(reference(model, proj, wav44, ref44));
 
-    snprintf(args, sizeof args, "-m '%s' --mmproj '%s' -c %d --max-media-bytes 65536 --api-key test-key", model, proj,
+    snprintf(args, sizeof args, "-m '%s' --mmproj '%s' -c %d --max-media-bytes 190000 --api-key test-key", model, proj,
              N_CTX);
     int port;
     pid_t pid = ts_start(args, log, &port);
