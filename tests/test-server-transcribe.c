@@ -20,7 +20,7 @@
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
 #else
 
-#define N_CTX 640
+#define N_CTX 480
 
 static size_t wav_write(const char *path, int rate, int ch, int n, uint64_t seed) {
     FILE *f = fopen(path, "wb");
