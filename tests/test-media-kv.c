@@ -22,9 +22,11 @@
  *   media ids refused as text tokens;
  *   gemma3: non-causal rows differ from causal ones, and a non-causal chunk
  *   that crosses the forward pass's 256-token step boundary is not split. */
+#include <math.h>
 #include <string.h>
 
 #include "kv/kv-file.h"
+#include "media/mkmmproj-audio.h"
 #include "media/vision-impl.h"
 #include "testhelp.h"
 
@@ -482,29 +484,40 @@ static void run_engine(const char *arch, bool non_causal) {
 
 /* ---------------------------------------------------------- a real encoder */
 
-/* gemma3 with branch vision's projector (random weights, as mkmodel writes it):
- * pkv_context_decode_mmproj == encode + decode_media by hand (same key, rows and
- * logits); fork after the image == replay; the image with one pixel changed is
- * another key and a prefix miss after the text page. */
-static void run_encoder(void) {
-    arch_name = "gemma3+vision";
-    nc = true;
-    pkv_model *m = make("gemma3");
+/* A real encoder: gemma3 with branch vision's projector, or a llama (Voxtral's
+ * text model) with branch audio's Voxtral projector (random weights, as mkmodel
+ * writes them): pkv_context_decode_mmproj == encode + decode_media by hand (same
+ * key, rows and logits); fork after the media == replay; the media with one
+ * pixel or sample changed is another key and a prefix miss after the text page;
+ * the same media again a hit past it, with its record. */
+static void run_encoder(bool audio) {
+    arch_name = audio ? "llama+voxtral" : "gemma3+vision";
+    nc = !audio;
+    pkv_model *m = make(audio ? "llama" : "gemma3");
     REQUIRE_VOID(m);
-    const char *mp = th_tmp("media-kv-vision.gguf");
-    pkv_mkmmproj_vision_params vp = {.n_embd_text = E, .seed = 5};
-    CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    const char *mp = th_tmp(audio ? "media-kv-audio.gguf" : "media-kv-vision.gguf");
+    if (audio) {
+        pkv_mkmmproj_audio_params ap = {.n_embd = E, .seed = 5};
+        CHECK_OK(pkv_mkmmproj_audio_write(&ap, mp));
+    } else {
+        pkv_mkmmproj_vision_params vp = {.n_embd_text = E, .seed = 5};
+        CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    }
     pkv_mmproj *pj = pkv_mmproj_load(mp, m, pkv_model_device(m));
     REQUIRE_VOID(pj);
     pkv_mmproj_info info;
     CHECK_OK(pkv_mmproj_get_info(pj, &info));
-    CHECK(info.non_causal);
+    CHECK(info.non_causal == !audio);
     static uint8_t rgb[60 * 40 * 3];
     for (size_t i = 0; i < sizeof rgb; i++) rgb[i] = (uint8_t)(i * 31 + (i >> 7));
-    pkv_media im = {.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = 60, .height = 40};
+    enum { NS = 16000 };
+    static float pcm[NS];
+    for (int i = 0; i < NS; i++) pcm[i] = 0.3f * sinf(0.05f * (float)i) + 0.1f * sinf(0.31f * (float)i);
+    pkv_media im = audio ? (pkv_media){.kind = PKV_MEDIA_AUDIO, .samples = pcm, .n_samples = NS, .rate = 16000}
+                         : (pkv_media){.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = 60, .height = 40};
     int64_t n = 0;
     CHECK_OK(pkv_mmproj_n_rows(pj, &im, &n));
-    float *embd = malloc((size_t)n * E * sizeof *embd);
+    float *embd = malloc((size_t)(n > 0 ? n : 1) * E * sizeof *embd);
     REQUIRE_VOID(embd && n > 0);
     CHECK_OK(pkv_mmproj_encode(pj, &im, embd, n));
     pkv_kv_cache *c = cache(m, PKV_TYPE_F16);
@@ -517,7 +530,7 @@ static void run_encoder(void) {
     CHECK_OK(pkv_context_decode_mmproj(a, pj, &im, &k, &nr));
     CHECK(k == pkv_media_key(pkv_media_hash(&im), info.fingerprint));
     CHECK_INT(nr, n);
-    pkv_media_rows r = {.key = k, .n_rows = (int32_t)n, .embd = embd, .non_causal = true};
+    pkv_media_rows r = {.key = k, .n_rows = (int32_t)n, .embd = embd, .non_causal = !audio};
     CHECK_OK(pkv_context_decode(b, A, NA));
     CHECK_OK(pkv_context_decode_media(b, &r));
     float l1[V], l2[V];
@@ -530,36 +543,47 @@ static void run_encoder(void) {
     CHECK_OK(pkv_context_decode(b, B, NB));
     copy_logits(f, l1);
     copy_logits(b, l2);
-    same(l1, l2, true, "fork after an encoded image == replay");
-    CHECK_OK(pkv_context_decode(f, &X, 1)); /* 5 + 16 + 3 + 1 tokens: a page boundary after the image */
-    CHECK_OK(pkv_context_decode(b, &X, 1));
-    /* one pixel changed: another key; a prefix miss after the text page */
+    same(l1, l2, true, "fork after encoded media == replay");
+    for (int i = 0; i < 4; i++) { /* text after the media to a page boundary past it and beyond */
+        CHECK_OK(pkv_context_decode(f, &X, 1));
+        CHECK_OK(pkv_context_decode(b, &X, 1));
+    }
+    /* one pixel or sample changed: another key; a prefix miss after the text page */
     int64_t total = pkv_context_n_tokens(f);
     int32_t *t = malloc((size_t)total * sizeof *t);
     CHECK_OK(pkv_context_tokens(f, 0, total, t));
-    rgb[100] ^= 1;
+    if (audio) pcm[NS / 2] += 1e-3f;
+    else rgb[100] ^= 1;
     uint64_t k2 = pkv_media_key(pkv_media_hash(&im), info.fingerprint);
     CHECK(k2 != k);
     for (int64_t j = 0; j < n; j++) t[NA + j] = pkv_media_token(k2, (int32_t)j);
-    pkv_kv_media rec = {.key = k2, .start = NA, .n_rows = (int32_t)n, .flags = PKV_MEDIA_NON_CAUSAL};
+    pkv_kv_media rec = {.key = k2, .start = NA, .n_rows = (int32_t)n, .flags = audio ? 0 : PKV_MEDIA_NON_CAUSAL};
     pkv_context *h = pkv_context_create(m, c, 0);
     int64_t matched = -1;
     CHECK_OK(pkv_kv_prefix_match_media(c, pkv_context_seq(h), t, NULL, total - 1, &rec, 1, &matched));
     CHECK_INT(matched, 4);
-    rgb[100] ^= 1; /* and back: the whole prompt but its last page is a hit */
+    if (audio) pcm[NS / 2] -= 1e-3f; /* and back: a hit past the media */
+    else rgb[100] ^= 1;
+    CHECK(pkv_media_key(pkv_media_hash(&im), info.fingerprint) == k);
     for (int64_t j = 0; j < n; j++) t[NA + j] = pkv_media_token(k, (int32_t)j);
     rec.key = k;
     CHECK_OK(pkv_context_truncate(h, 0));
     pkv_context_free(b); /* its pages published */
     b = NULL;
     CHECK_OK(pkv_kv_prefix_match_media(c, pkv_context_seq(h), t, NULL, total - 1, &rec, 1, &matched));
-    CHECK_INT(matched, 24);
+    CHECK_INT(matched, (total - 1) / 4 * 4);
+    CHECK(matched >= NA + n);
     CHECK_INT(pkv_kv_media_count(c, pkv_context_seq(h)), 1);
+    CHECK_OK(pkv_context_decode(h, t + matched, (int32_t)(total - matched)));
+    CHECK_OK(pkv_context_decode(f, &X, 1));
+    CHECK_OK(pkv_context_decode(h, &X, 1));
+    copy_logits(f, l1);
+    copy_logits(h, l2);
+    same(l1, l2, false, "a prefix hit on the same encoded media == cold");
     free(t);
     pkv_context_free(h);
     pkv_context_free(f);
     pkv_context_free(a);
-    pkv_context_free(b);
     pkv_kv_cache_free(c);
     free(embd);
     pkv_mmproj_free(pj);
@@ -589,6 +613,7 @@ int main(void) {
     run("gemma3", true);
     run_engine("llama", false);
     run_engine("gemma3", true);
-    run_encoder();
+    run_encoder(false);
+    run_encoder(true);
     return th_done();
 }

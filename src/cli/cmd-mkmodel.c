@@ -48,7 +48,6 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     int32_t kv_layers[256];
     int n_kv_layers = 0;
     bool vision = false, vision_f32 = false;
-    const char *mmproj_out = NULL;
     int vision_size = 0;
     static const char *const image_tokens[] = {"<start_of_image>", "<end_of_image>", NULL};
     struct {
@@ -218,8 +217,6 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--shared-kv-layers")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !parse_layers(v, kv_layers, 256, &n_kv_layers)) return 2;
-        } else if (!strcmp(a, "--mmproj-out")) {
-            if (!(mmproj_out = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
@@ -239,8 +236,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         p.arch = "llama";
         if (!tpl_arg && !no_template) tpl_arg = "voxtral";
     }
-    if (mmproj_out && !voxtral) {
-        fprintf(stderr, "pagekv mkmodel: --mmproj-out is for --arch voxtral\n");
+    if (mmproj_out && !voxtral && !vision) { /* (branches audio and vision both added --mmproj-out) */
+        fprintf(stderr, "pagekv mkmodel: --mmproj-out is for --arch voxtral (or --arch gemma3 --vision)\n");
         return 2;
     }
     if (tpl_arg && no_template) {
@@ -290,7 +287,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                         "and a vocabulary with a chat template (not --no-template, --no-vocab or --draft-of)\n");
         return 2;
     }
-    if (!vision && (mmproj_out || vision_f32 || vision_size)) {
+    if (!vision && (vision_f32 || vision_size)) {
         fprintf(stderr, "pagekv mkmodel: --mmproj-out, --vision-f32 and --image-size go with --vision\n");
         return 2;
     }
@@ -350,7 +347,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd,
             tpl_arg || p.chat_template ? ", chat template " : "", tpl_arg ? tpl_arg : p.chat_template ? p.chat_template : "");
     pkv_gguf_close(g);
-    if (mmproj_out) {
+    if (mmproj_out && voxtral) {
         pkv_mkmmproj_audio_params mp = {.n_embd = (int)embd, .seed = p.seed};
         if ((s = pkv_mkmmproj_audio_write(&mp, mmproj_out))) {
             fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
