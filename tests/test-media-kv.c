@@ -503,7 +503,11 @@ static void run_encoder(bool audio) {
         pkv_mkmmproj_vision_params vp = {.n_embd_text = E, .seed = 5};
         CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
     }
-    pkv_mmproj *pj = pkv_mmproj_load(mp, m, pkv_model_device(m));
+    /* The encoders run on the CPU: their own tests (test-mmproj-*-vulkan) run them on
+     * vulkan:0; here the rows go into the model on MEDIA_DEVICE. */
+    pkv_device *cpu = pkv_device_open("cpu", pkv_device_default_params());
+    REQUIRE_VOID(cpu);
+    pkv_mmproj *pj = pkv_mmproj_load(mp, m, cpu);
     REQUIRE_VOID(pj);
     pkv_mmproj_info info;
     CHECK_OK(pkv_mmproj_get_info(pj, &info));
@@ -587,6 +591,7 @@ static void run_encoder(bool audio) {
     pkv_kv_cache_free(c);
     free(embd);
     pkv_mmproj_free(pj);
+    pkv_device_close(cpu);
     remove(mp);
     pkv_model_free(m);
 }
