@@ -205,6 +205,7 @@ static void run(const char *arch, bool non_causal) {
         CHECK_STATUS(pkv_context_shift(f, NA + 2, 2), PKV_ERR_INVALID);
         CHECK_MSG("would cut media chunk");
         CHECK_STATUS(pkv_context_shift(f, NA - 1, 2), PKV_ERR_INVALID);
+        CHECK_STATUS(pkv_kv_shift(c, pkv_context_seq(f), NA + 2, 0, 5), PKV_ERR_INVALID); /* positions only, from inside */
         CHECK_INT(pkv_context_n_tokens(f), N);
         check_record(c, pkv_context_seq(f), NA, "refused shift");
         CHECK_OK(pkv_context_shift(f, NA, NR)); /* the chunk whole */
@@ -474,6 +475,47 @@ static void run_engine(const char *arch, bool non_causal) {
     if (exact_across) CHECK_MEM(g.tok[0], want, sizeof want);
     engine_case(m, rows2, key2, &g); /* another picture: only the first page */
     CHECK_INT(g.n_cached, 4);
+    { /* refused at submit: a non-causal chunk larger than a step, media on a context, bad placement */
+        pkv_engine_params ep = pkv_engine_default_params();
+        ep.cache.n_ctx = 128;
+        ep.max_batch_tokens = 4;
+        pkv_engine *e = pkv_engine_create(m, ep);
+        REQUIRE_VOID(e);
+        pkv_media_rows r = chunk(1, key, rows);
+        r.non_causal = true;
+        pkv_request_params rp = pkv_request_default_params();
+        rp.prompt = A;
+        rp.n_prompt = NA;
+        rp.media = &r;
+        rp.n_media = 1;
+        rp.max_tokens = 2;
+        CHECK_STATUS(pkv_engine_submit(e, &rp, NULL), PKV_ERR_INVALID);
+        CHECK_MSG("max_batch_tokens");
+        r.non_causal = false; /* a causal chunk may be split: accepted */
+        CHECK_OK(pkv_engine_submit(e, &rp, NULL));
+        r.at = NA + 1;
+        CHECK_STATUS(pkv_engine_submit(e, &rp, NULL), PKV_ERR_INVALID);
+        CHECK_MSG("at must be in");
+        r.at = 0;
+        int32_t bad[2] = {3, pkv_media_token(key, 0)}; /* media ids as text: refused */
+        rp.prompt = bad;
+        rp.n_prompt = 2;
+        CHECK_STATUS(pkv_engine_submit(e, &rp, NULL), PKV_ERR_INVALID);
+        rp.n_media = 0;
+        CHECK_STATUS(pkv_engine_submit(e, &rp, NULL), PKV_ERR_INVALID);
+        pkv_context *cx = pkv_context_create(m, pkv_engine_cache(e), 0);
+        REQUIRE_VOID(cx);
+        CHECK_OK(pkv_context_decode(cx, A, NA));
+        rp.prompt = B;
+        rp.n_prompt = NB;
+        rp.n_media = 1;
+        rp.context = cx;
+        CHECK_STATUS(pkv_engine_submit(e, &rp, NULL), PKV_ERR_UNSUPPORTED);
+        int pending = 1;
+        for (int i = 0; i < 100 && pending; i++) CHECK_OK(pkv_engine_step(e, &pending));
+        pkv_context_free(cx);
+        pkv_engine_free(e);
+    }
     engine_case(NULL, NULL, 0, &g);
     pkv_context_free(ctx);
     pkv_kv_cache_free(c);
