@@ -535,6 +535,8 @@ typedef struct pkv_kv_stats {
     int64_t disk_files;          /* page files in the directory now (every layout and model) */
     uint64_t disk_bytes_used;    /* their bytes */
     uint64_t disk_bytes_max;     /* the cap */
+    double disk_queue_seconds;   /* time the cache's own thread spent reading pages off the device
+                                    into images for the writer thread (and waiting for room in its queue) */
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 

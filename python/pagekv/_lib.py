@@ -118,7 +118,8 @@ class KVStats(Structure):
                 ("disk_rejected_files", c_uint64), ("disk_written_pages", c_uint64), ("disk_write_errors", c_uint64),
                 ("disk_evicted_files", c_uint64), ("disk_bytes_read", c_uint64), ("disk_bytes_written", c_uint64),
                 ("disk_read_seconds", c_double), ("disk_write_seconds", c_double), ("disk_files", c_int64),
-                ("disk_bytes_used", c_uint64), ("disk_bytes_max", c_uint64)]
+                ("disk_bytes_used", c_uint64), ("disk_bytes_max", c_uint64),
+                ("disk_queue_seconds", c_double)]
 
 
 class SamplerParams(Structure):

@@ -211,7 +211,8 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
     }
     uint64_t rs = seed * 2654435761u + 7;
     int rc = 0, cached[NPH] = {0, 0, 0, 0};
-    double rd_bytes = 0, rd_s = 0;
+    double rd_bytes = 0, rd_s = 0, q_s = 0;
+    long long w_pages = 0;
     long long disk_hits = 0;
     for (int r = 0; r < rounds && !rc; r++) {
         for (int k = 0; k < n_prefix; k++) tok[k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
@@ -219,6 +220,10 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
         for (int ph = 0; ph < NPH && !rc; ph++) {
             if (ph == 2) { /* the same engine once its writer has written everything queued */
                 pkv_engine_stop(e);
+                pkv_kv_stats ks; /* what the disk tier did up to here (cold and warm in memory) */
+                pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+                q_s += ks.disk_queue_seconds;
+                w_pages += (long long)ks.disk_written_pages;
                 if (pkv_kv_disk_flush(pkv_engine_cache(e)) || pkv_engine_start(e)) {
                     fprintf(stderr, "pagekv bench serve: %s\n", pkv_errmsg());
                     rc = 1;
@@ -276,8 +281,9 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
             for (int r = 0; r < rounds; r++) printf("%s%.1f", r ? ", " : "", t[ph * rounds + r]);
             printf("]},\n");
         }
-        printf(" \"disk_hit_pages\": %lld, \"disk_read_mb_s\": %.0f}\n", disk_hits,
-               rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0);
+        printf(" \"disk_hit_pages\": %lld, \"disk_read_mb_s\": %.0f, \"before_idle\": {\"queue_ms\": %.1f, "
+               "\"written_pages\": %lld}}\n", disk_hits, rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0, q_s * 1e3 / rounds,
+               w_pages / rounds);
     } else if (!rc) {
         printf("bench serve --warm-from-disk: prefix of %d tokens (+8 own), %s weights, %d layers, %s, %d rounds\n",
                n_prefix, info.weight_type, info.n_layer, pkv_device_name(pkv_model_device(m)), rounds);
@@ -288,6 +294,8 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
         }
         printf("  from disk: %lld pages, %.1f MB read at %.0f MB/s (file reads alone)\n", disk_hits, rd_bytes / 1e6,
                rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0);
+        printf("  before the idle run, per round: %.1f ms of page images queued on the engine thread, %lld pages "
+               "written\n", q_s * 1e3 / rounds, w_pages / rounds);
     }
     free(tok);
     free(t);
