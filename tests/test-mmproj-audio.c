@@ -1,4 +1,4 @@
-// labels: model
+// labels: media
 /* Voxtral's projector on the CPU (src/media/mmproj-audio.c): the pair mkmodel
  * writes loads and matches its text model; rows per window (375 per started 30 s:
  * 1 sample, 30 s, 30 s + 1 sample, 31 s); encoding is deterministic, finite, and
@@ -55,7 +55,7 @@ static int dump(const char *dir) {
     snprintf(proj, sizeof proj, "%s/proj.gguf", dir);
     snprintf(audio, sizeof audio, "%s/audio.f32", dir);
     snprintf(rows, sizeof rows, "%s/rows.f32", dir);
-    if (vox_make(text, proj, 128)) {
+    if (vox_make(text, proj, 128, 0)) {
         fprintf(stderr, "making the pair: %s\n", pkv_errmsg());
         return 1;
     }
@@ -161,7 +161,7 @@ out:
 static void test_refusals(const char *proj) {
     /* a text model of another width */
     const char *text64 = th_tmp("vox-text64.gguf"), *proj64 = th_tmp("vox-proj64.gguf");
-    CHECK_OK(vox_make(text64, proj64, 64));
+    CHECK_OK(vox_make(text64, proj64, 64, 0));
     pkv_model *tm = pkv_model_load(text64, pkv_model_default_params());
     CHECK(tm != NULL);
     pkv_mmproj *p = pkv_mmproj_load(proj, tm, NULL);
@@ -227,7 +227,7 @@ static void test_cli(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--dump")) return dump(argv[2]);
     const char *text = th_tmp("vox-text.gguf"), *proj = th_tmp("vox-proj.gguf");
-    CHECK_OK(vox_make(text, proj, 128));
+    CHECK_OK(vox_make(text, proj, 128, 0));
     test_rows_and_encode(text, proj);
     test_refusals(proj);
     test_cli();
