@@ -191,6 +191,49 @@ static void test_refusals(const char *proj) {
     remove(bad);
 }
 
+/* Every allocation of a load and an encode failed in turn: a clear status, no
+ * crash, nothing left allocated. */
+static void test_alloc_failures(const char *proj) {
+    int64_t n;
+    float *x = vox_signal(1.0, &n);
+    float *out = pkv_malloc(375 * 128 * 4);
+    pkv_media m = {.kind = PKV_MEDIA_AUDIO, .samples = x, .n_samples = n, .rate = VOX_RATE};
+    const int64_t live0 = pkv_alloc_live();
+    pkv_alloc_fail_at(0);
+    pkv_mmproj *p = pkv_mmproj_load(proj, NULL, NULL);
+    CHECK(p != NULL);
+    CHECK_OK(pkv_mmproj_encode(p, &m, out, 375));
+    pkv_mmproj_free(p);
+    const uint64_t total = pkv_alloc_fail_at(0);
+    CHECK_INT(pkv_alloc_live(), live0);
+    int failed_load = 0, failed_encode = 0;
+    for (uint64_t k = 1; k <= total; k++) {
+        pkv_alloc_fail_at(k);
+        p = pkv_mmproj_load(proj, NULL, NULL);
+        if (!p) {
+            failed_load++;
+        } else {
+            pkv_status s = pkv_mmproj_encode(p, &m, out, 375);
+            if (s) {
+                failed_encode++;
+                if (s != PKV_ERR_NOMEM) TH_FAIL("allocation %llu failed: encode returned %s: %s", (unsigned long long)k,
+                                                pkv_status_str(s), pkv_errmsg());
+            }
+            pkv_mmproj_free(p);
+        }
+        pkv_alloc_fail_at(0);
+        if (pkv_alloc_live() != live0)
+            TH_FAIL("allocation %llu failed: %lld allocations left", (unsigned long long)k,
+                    (long long)(pkv_alloc_live() - live0));
+        th_checks++;
+    }
+    fprintf(stderr, "%llu allocations: %d failed loads, %d failed encodes\n", (unsigned long long)total, failed_load,
+            failed_encode);
+    CHECK(failed_load > 0 && failed_encode > 0);
+    pkv_free(out);
+    pkv_free(x);
+}
+
 static void test_cli(void) {
     const char *text = th_tmp("vox-cli.gguf"), *proj = th_tmp("vox-cli-proj.gguf");
     int rc = th_cli("", true, "mkmodel --arch voxtral -o '%s' --mmproj-out '%s'", text, proj);
@@ -230,6 +273,7 @@ int main(int argc, char **argv) {
     CHECK_OK(vox_make(text, proj, 128, 0));
     test_rows_and_encode(text, proj);
     test_refusals(proj);
+    test_alloc_failures(proj);
     test_cli();
     remove(text);
     remove(proj);
