@@ -22,7 +22,10 @@
  *   set_rows f32 / f16             0 / 1e-7      f16 rounding may differ by an ulp
  *   attention (f32 or f16 KV)      1e-8
  *   argmax                         exact indices
- *   ssm_conv, l2_norm, unary       1e-10  (conv: several sequences and slots, in place, a bad slot)
+ *   ssm_conv, l2_norm, unary       1e-10  (conv: several sequences and slots, in place, a bad slot;
+ *                                         unary: also gelu (tanh form) and gelu_erf)
+ *   layer_norm                     1e-10  with and without weight and bias, in place, rows
+ *                                         with a large common offset (mean >> spread)
  *   delta_net                      1e-9   f32 state and sums; several sequences of different
  *                                         lengths, strided q/k/v, tiled and grouped heads, a bad slot
  */
@@ -333,6 +336,53 @@ static pkv_status check_rms_norm(ck *k) {
     done:
         bufs_free(k);
         pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_layer_norm(ck *k) {
+    /* rows, row_len, w/b present (bit 0: w, bit 1: b), mean offset of the rows */
+    static const struct { int64_t nr, len; int wb; float off; } shapes[] = {
+        {1, 7, 3, 0}, {3, 64, 1, 0}, {5, 128, 0, 0}, {2, 1000, 2, 0}, {4, 384, 3, 50}, {1500, 64, 3, 0}};
+    row_begin(k, "kernel %s", "layer_norm", 1e-10);
+    pkv_status s = PKV_OK;
+    for (size_t si = 0; si < 2 * PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
+        const int64_t nr = shapes[si / 2].nr, len = shapes[si / 2].len;
+        const int wb = shapes[si / 2].wb;
+        const bool inplace = si & 1;
+        const size_t n = (size_t)(nr * len);
+        float *h = scratch(n, 2);
+        float *wh = scratch((size_t)len, 2);
+        if (!h || !wh) {
+            pkv_free(h);
+            pkv_free(wh);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *x = h, *y = h + n, *w = wh, *b = wh + len;
+        fill_rand(k, x, n, 3.0f);
+        for (size_t i = 0; i < n; i++) x[i] += shapes[si / 2].off;
+        fill_rand(k, w, (size_t)len, 1.5f);
+        fill_rand(k, b, (size_t)len, 1.0f);
+        pkv_ref_layer_norm(x, (wb & 1) ? w : NULL, (wb & 2) ? b : NULL, y, nr, len, 1e-5f);
+        dbuf *bx, *bw = NULL, *bb = NULL, *by;
+        TRY(s = put(k, &bx, x, n * 4));
+        if (wb & 1) TRY(s = put(k, &bw, w, (size_t)len * 4));
+        if (wb & 2) TRY(s = put(k, &bb, b, (size_t)len * 4));
+        if (inplace)
+            by = bx;
+        else
+            TRY(s = put(k, &by, NULL, n * 4));
+        pkv_k_layer_norm_args a = {.x = tr(bx), .y = tr(by), .n_rows = nr, .row_len = len, .eps = 1e-5f};
+        if (bw) a.w = tr(bw);
+        if (bb) a.b = tr(bb);
+        if (kernel_ok(k, pkv_k_layer_norm(k->dev, &a), "layer_norm"))
+            s = compare_f32(k, by, y, n, inplace ? "in place" : "layer_norm");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        pkv_free(wh);
         if (s) return s;
     }
     row_end(k);
@@ -1144,7 +1194,8 @@ static pkv_status check_l2_norm(ck *k) {
 }
 
 static pkv_status check_unary(ck *k, pkv_unary_op op) {
-    static const char *names[] = {"unary id (bias, mul)", "unary sigmoid", "unary softplus", "unary silu"};
+    static const char *names[] = {"unary id (bias, mul)", "unary sigmoid", "unary softplus", "unary silu",
+                                  "unary gelu",           "unary gelu_erf"};
     /* n, bias_len, mul_len (0 = none) */
     static const int64_t shapes[][3] = {{1, 0, 0}, {48, 16, 16}, {1000, 0, 1000}, {4096, 32, 0}};
     row_begin(k, "kernel %s", names[op], 1e-10);
@@ -1240,7 +1291,8 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     if (!s) s = check_delta_net(&k, false);
     if (!s) s = check_delta_net(&k, true);
     if (!s) s = check_l2_norm(&k);
-    for (int op = PKV_UNARY_ID; op <= PKV_UNARY_SILU && !s; op++) s = check_unary(&k, (pkv_unary_op)op);
+    for (int op = PKV_UNARY_ID; op <= PKV_UNARY_LAST && !s; op++) s = check_unary(&k, (pkv_unary_op)op);
+    if (!s) s = check_layer_norm(&k);
     bufs_free(&k);
     pkv_device_set_raw(dev, was_raw);
     if (s) return s;

@@ -65,6 +65,16 @@ typedef struct pkv_k_rms_norm_args {
     float eps;
 } pkv_k_rms_norm_args;
 
+/* Layer norm (LayerNorm with affine weight and bias: Whisper's and SigLIP's):
+ * y[r] = (x[r] - mean(x[r])) / sqrt(var(x[r]) + eps) * w + b, var the biased
+ * (population) variance. x, y: f32 [n_rows][row_len]; w, b: f32 [row_len], each
+ * optional (buf NULL: w = 1, b = 0). In place ok. */
+typedef struct pkv_k_layer_norm_args {
+    pkv_tref x, y, w, b;
+    int64_t n_rows, row_len;
+    float eps;
+} pkv_k_layer_norm_args;
+
 /* y[i] = a[i] + b[i % b_len] for i in [0, n). a, y: f32 [n]; b: f32 [b_len];
  * b_len divides n (b_len == n: plain add; b_len == row length: bias). In place ok. */
 typedef struct pkv_k_add_args {
@@ -292,8 +302,20 @@ typedef struct pkv_k_l2_norm_args {
  * are optional (buf NULL: none) and their lengths divide n. f32; in place ok (y == x).
  * op: id (none), sigmoid 1 / (1 + e^-x), softplus (x > 20 ? x : log(1 + e^x), as
  * ggml), silu x / (1 + e^-x). Qwen3.5: beta = sigmoid(b); g = softplus(a + dt_bias) *
- * ssm_a; the attention output gate o * sigmoid(gate) (mul = o). */
-typedef enum pkv_unary_op { PKV_UNARY_ID = 0, PKV_UNARY_SIGMOID, PKV_UNARY_SOFTPLUS, PKV_UNARY_SILU } pkv_unary_op;
+ * ssm_a; the attention output gate o * sigmoid(gate) (mul = o).
+ * gelu: the tanh approximation (ggml_gelu, PyTorch's gelu(approximate="tanh"), SigLIP)
+ *   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+ * gelu_erf: the exact form (PyTorch's default gelu, Whisper and Voxtral)
+ *   0.5 x (1 + erf(x / sqrt(2))). */
+typedef enum pkv_unary_op {
+    PKV_UNARY_ID = 0,
+    PKV_UNARY_SIGMOID,
+    PKV_UNARY_SOFTPLUS,
+    PKV_UNARY_SILU,
+    PKV_UNARY_GELU,
+    PKV_UNARY_GELU_ERF,
+} pkv_unary_op;
+#define PKV_UNARY_LAST PKV_UNARY_GELU_ERF
 typedef struct pkv_k_unary_args {
     pkv_tref x, y;
     int64_t n;
@@ -325,6 +347,7 @@ typedef struct pkv_kernel_ops {
     pkv_status (*delta_net)(void *ctx, const pkv_k_delta_net_args *a);
     pkv_status (*l2_norm)(void *ctx, const pkv_k_l2_norm_args *a);
     pkv_status (*unary)(void *ctx, const pkv_k_unary_args *a);
+    pkv_status (*layer_norm)(void *ctx, const pkv_k_layer_norm_args *a);
 } pkv_kernel_ops;
 
 pkv_status pkv_k_matmul(pkv_device *dev, const pkv_k_matmul_args *a);
@@ -341,6 +364,7 @@ pkv_status pkv_k_ssm_conv(pkv_device *dev, const pkv_k_ssm_conv_args *a);
 pkv_status pkv_k_delta_net(pkv_device *dev, const pkv_k_delta_net_args *a);
 pkv_status pkv_k_l2_norm(pkv_device *dev, const pkv_k_l2_norm_args *a);
 pkv_status pkv_k_unary(pkv_device *dev, const pkv_k_unary_args *a);
+pkv_status pkv_k_layer_norm(pkv_device *dev, const pkv_k_layer_norm_args *a);
 
 /* Turn the safe routing of transfers that failed the open-time self-check off
  * (raw true) or back on; returns the previous setting. The conformance suite

@@ -108,6 +108,19 @@ pkv_status pkv_k_rms_norm(pkv_device *dev, const pkv_k_rms_norm_args *a) {
     return dev->ops->kernels->rms_norm(dev->ctx, a);
 }
 
+pkv_status pkv_k_layer_norm(pkv_device *dev, const pkv_k_layer_norm_args *a) {
+    kctx k;
+    TRY(start(&k, dev, "layer_norm", a, SLOT(dev, layer_norm)));
+    SHAPE(a->n_rows > 0 && a->row_len > 0, "n_rows %lld, row_len %lld", (long long)a->n_rows, (long long)a->row_len);
+    SHAPE(a->eps >= 0 && a->eps < INFINITY, "eps %g must be finite and >= 0", (double)a->eps);
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(arg(&k, "x", a->x, bytes));
+    TRY(arg(&k, "y", a->y, bytes));
+    if (a->w.buf) TRY(arg(&k, "w", a->w, (uint64_t)a->row_len * 4));
+    if (a->b.buf) TRY(arg(&k, "b", a->b, (uint64_t)a->row_len * 4));
+    return dev->ops->kernels->layer_norm(dev->ctx, a);
+}
+
 pkv_status pkv_k_add(pkv_device *dev, const pkv_k_add_args *a) {
     kctx k;
     TRY(start(&k, dev, "add", a, SLOT(dev, add)));
@@ -306,7 +319,7 @@ pkv_status pkv_k_unary(pkv_device *dev, const pkv_k_unary_args *a) {
     kctx k;
     TRY(start(&k, dev, "unary", a, SLOT(dev, unary)));
     SHAPE(a->n > 0, "n %lld", (long long)a->n);
-    SHAPE(a->op >= PKV_UNARY_ID && a->op <= PKV_UNARY_SILU, "unknown op %d", (int)a->op);
+    SHAPE(a->op >= PKV_UNARY_ID && a->op <= PKV_UNARY_LAST, "unknown op %d", (int)a->op);
     TRY(arg(&k, "x", a->x, (uint64_t)a->n * 4));
     TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
     if (a->bias.buf) {

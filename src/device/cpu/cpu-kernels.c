@@ -567,6 +567,52 @@ static pkv_status cpu_rms_norm(void *ctx, const pkv_k_rms_norm_args *a) {
     return PKV_OK;
 }
 
+static void ln_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_layer_norm_args *a = j->args;
+    const float *x = pkv_cpu_ptr(a->x);
+    const float *w = a->w.buf ? pkv_cpu_ptr(a->w) : NULL, *b = a->b.buf ? pkv_cpu_ptr(a->b) : NULL;
+    float *y = pkv_cpu_ptr(a->y);
+    const int64_t len = a->row_len;
+    int64_t r0, r1;
+    range(a->n_rows, ti, n_tasks, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * len;
+        float *yr = y + r * len;
+        /* two passes (mean, then squared deviations), each in 8 double partial
+         * sums combined in a fixed order, as rms_norm */
+        double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t k = 0;
+        for (; k + 8 <= len; k += 8)
+            for (int q = 0; q < 8; q++) p[q] += (double)xr[k + q];
+        for (int q = 0; k < len; k++, q++) p[q] += (double)xr[k];
+        const double mean = (((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))) / (double)len;
+        for (int q = 0; q < 8; q++) p[q] = 0;
+        for (k = 0; k + 8 <= len; k += 8)
+            for (int q = 0; q < 8; q++) p[q] += ((double)xr[k + q] - mean) * ((double)xr[k + q] - mean);
+        for (int q = 0; k < len; k++, q++) p[q] += ((double)xr[k] - mean) * ((double)xr[k] - mean);
+        const double var = (((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))) / (double)len;
+        const float inv = (float)(1.0 / sqrt(var + (double)a->eps)), m = (float)mean;
+        for (k = 0; k < len; k++) {
+            float v = (xr[k] - m) * inv;
+            if (w) v *= w[k];
+            if (b) v += b[k];
+            yr[k] = v;
+        }
+    }
+}
+
+static pkv_status cpu_layer_norm(void *ctx, const pkv_k_layer_norm_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "layer_norm", "x", a->x, 4));
+    TRY(aligned(c, "layer_norm", "y", a->y, 4));
+    if (a->w.buf) TRY(aligned(c, "layer_norm", "w", a->w, 4));
+    if (a->b.buf) TRY(aligned(c, "layer_norm", "b", a->b, 4));
+    rows_job j = {a, a->n_rows};
+    pkv_pool_run(c->pool, n_tasks_for(c, a->n_rows, (double)a->n_rows * (double)a->row_len * 2), ln_task, &j);
+    return PKV_OK;
+}
+
 static void add_task(int ti, int n_tasks, void *arg) {
     const rows_job *j = arg;
     const pkv_k_add_args *a = j->args;
@@ -1088,6 +1134,13 @@ static void unary_task(int ti, int n_tasks, void *arg) {
         case PKV_UNARY_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
         case PKV_UNARY_SOFTPLUS: v = v > 20.0f ? v : log1pf(expf(v)); break;
         case PKV_UNARY_SILU: v = v / (1.0f + expf(-v)); break;
+        case PKV_UNARY_GELU: {
+            /* as the reference: x * sigmoid(2t), no cancellation for t < 0 */
+            const float t = 0.7978845608f * (v + 0.044715f * v * v * v), e = expf(-2.0f * fabsf(t));
+            v = t >= 0 ? v / (1.0f + e) : v * e / (1.0f + e);
+            break;
+        }
+        case PKV_UNARY_GELU_ERF: v = 0.5f * v * erfcf(-v * 0.70710678f); break;
         case PKV_UNARY_ID: break;
         }
         y[i] = mul ? v * mul[i % a->mul_len] : v;
@@ -1511,4 +1564,5 @@ const pkv_kernel_ops pkv_cpu_kernel_ops = {
     .delta_net = cpu_delta_net,
     .l2_norm = cpu_l2_norm,
     .unary = cpu_unary,
+    .layer_norm = cpu_layer_norm,
 };

@@ -46,6 +46,21 @@ void pkv_ref_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, 
     }
 }
 
+void pkv_ref_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t row_len,
+                        float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * row_len;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < row_len; j++) mean += xr[j];
+        mean /= (double)row_len;
+        for (int64_t j = 0; j < row_len; j++) var += ((double)xr[j] - mean) * ((double)xr[j] - mean);
+        const double inv = 1.0 / sqrt(var / (double)row_len + (double)eps);
+        for (int64_t j = 0; j < row_len; j++)
+            y[r * row_len + j] =
+                (float)(((double)xr[j] - mean) * inv * (w ? (double)w[j] : 1.0) + (b ? (double)b[j] : 0.0));
+    }
+}
+
 void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len) {
     for (int64_t i = 0; i < n; i++) y[i] = (float)((double)a[i] + (double)b[i % b_len]);
 }
@@ -399,6 +414,13 @@ void pkv_ref_unary(pkv_unary_op op, const float *x, float *y, int64_t n, const f
         case PKV_UNARY_SIGMOID: v = 1.0 / (1.0 + exp(-v)); break;
         case PKV_UNARY_SOFTPLUS: v = v > 20.0 ? v : log1p(exp(v)); break;
         case PKV_UNARY_SILU: v = v / (1.0 + exp(-v)); break;
+        case PKV_UNARY_GELU: {
+            /* x * sigmoid(2t) = 0.5 x (1 + tanh t), without tanh's cancellation for t < 0 */
+            const double t = 0.7978845608028654 * (v + 0.044715 * v * v * v), e = exp(-2.0 * fabs(t));
+            v = t >= 0 ? v / (1.0 + e) : v * e / (1.0 + e);
+            break;
+        }
+        case PKV_UNARY_GELU_ERF: v = 0.5 * v * erfc(-v * 0.7071067811865476); break;
         case PKV_UNARY_ID: break;
         }
         y[i] = (float)(mul ? v * (double)mul[i % mul_len] : v);

@@ -18,6 +18,9 @@ pkv_status pkv_ref_matmul(const void *w, pkv_type wt, int64_t rows, int64_t cols
 pkv_status pkv_ref_get_rows(const void *w, pkv_type wt, int64_t n_vocab, int64_t cols, const int32_t *ids,
                             int64_t n, float *out);
 void pkv_ref_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps);
+/* w, b NULL: 1, 0. y may equal x. */
+void pkv_ref_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t row_len,
+                        float eps);
 void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len);
 void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n);
 /* y = act(g) * u with act silu (gelu false) or the tanh form of gelu (device.h). */

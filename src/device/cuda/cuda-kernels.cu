@@ -297,6 +297,25 @@ __global__ void k_rms_norm(const float *x, const float *w, float *y, int64_t row
     for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) yr[j] = xr[j] * inv * w[j];
 }
 
+// Layer norm: mean, then the squared deviations (two passes); w, b may be NULL.
+__global__ void k_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t row_len, float eps) {
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * row_len;
+    float *yr = y + (int64_t)blockIdx.x * row_len;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) s += xr[j];
+    const float mean = block_reduce<false>(s, sh) / (float)row_len;
+    s = 0.0f;
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) s += (xr[j] - mean) * (xr[j] - mean);
+    const float inv = 1.0f / sqrtf(block_reduce<false>(s, sh) / (float)row_len + eps);
+    for (int64_t j = threadIdx.x; j < row_len; j += blockDim.x) {
+        float v = (xr[j] - mean) * inv;
+        if (w) v *= w[j];
+        if (b) v += b[j];
+        yr[j] = v;
+    }
+}
+
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[b_len == n ? i : i % b_len];
@@ -377,6 +396,12 @@ __global__ void k_argmax(const float *x, int32_t *out, int64_t row_len) {
 extern "C" int pkv_cu_launch_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len,
                                       float eps, void *stream) {
     k_rms_norm<<<(unsigned)n_rows, 256, 0, (cudaStream_t)stream>>>(x, w, y, row_len, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows,
+                                        int64_t row_len, float eps, void *stream) {
+    k_layer_norm<<<(unsigned)n_rows, 256, 0, (cudaStream_t)stream>>>(x, w, b, y, row_len, eps);
     return (int)cudaGetLastError();
 }
 
@@ -597,6 +622,11 @@ __global__ void k_unary(pkv_cu_unary a) {
             v = v > 20.0f ? v : log1pf(expf(v));
         else if (a.op == 3)
             v = v / (1.0f + expf(-v));
+        else if (a.op == 4) {
+            const float t = 0.7978845608f * (v + 0.044715f * v * v * v), e = expf(-2.0f * fabsf(t));
+            v = t >= 0.0f ? v / (1.0f + e) : v * e / (1.0f + e);
+        } else if (a.op == 5)
+            v = 0.5f * v * erfcf(-v * 0.70710678f);
         if (a.mul) v *= a.mul[i % a.mul_len];
         a.y[i] = v;
     }

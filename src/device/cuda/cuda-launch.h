@@ -240,7 +240,7 @@ typedef struct pkv_cu_unary {
     const float *x;
     float *y;
     int64_t n;
-    int op;            /* pkv_unary_op: 0 id, 1 sigmoid, 2 softplus, 3 silu */
+    int op;            /* pkv_unary_op: 0 id, 1 sigmoid, 2 softplus, 3 silu, 4 gelu, 5 gelu_erf */
     const float *bias; /* [bias_len] or NULL */
     int64_t bias_len;
     const float *mul; /* [mul_len] or NULL */
@@ -253,6 +253,8 @@ int pkv_cu_launch_matmul(const pkv_cu_matmul *a, void *stream);
 int pkv_cu_launch_get_rows(const pkv_cu_get_rows *a, void *stream);
 int pkv_cu_launch_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t row_len, float eps,
                            void *stream);
+int pkv_cu_launch_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows,
+                             int64_t row_len, float eps, void *stream); /* w, b may be NULL */
 int pkv_cu_launch_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len, void *stream);
 int pkv_cu_launch_swiglu(const pkv_cu_swiglu *a, void *stream);
 int pkv_cu_launch_rope(const pkv_cu_rope *a, void *stream);

@@ -315,6 +315,20 @@ static pkv_status cu_rms_norm(void *ctx, const pkv_k_rms_norm_args *a) {
                                            (float *)(void *)PTR(a->y), a->n_rows, a->row_len, a->eps, c->stream));
 }
 
+static pkv_status cu_layer_norm(void *ctx, const pkv_k_layer_norm_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("layer_norm", "x", a->x.off, 4);
+    ALIGN("layer_norm", "y", a->y.off, 4);
+    if (a->w.buf) ALIGN("layer_norm", "w", a->w.off, 4);
+    if (a->b.buf) ALIGN("layer_norm", "b", a->b.off, 4);
+    TRY(use(c));
+    return launched(c, "layer_norm",
+                    pkv_cu_launch_layer_norm((const float *)(void *)PTR(a->x),
+                                             a->w.buf ? (const float *)(void *)PTR(a->w) : NULL,
+                                             a->b.buf ? (const float *)(void *)PTR(a->b) : NULL,
+                                             (float *)(void *)PTR(a->y), a->n_rows, a->row_len, a->eps, c->stream));
+}
+
 static pkv_status cu_add(void *ctx, const pkv_k_add_args *a) {
     pkv_cu_ctx *c = ctx;
     ALIGN("add", "a", a->a.off, 4);
@@ -560,6 +574,7 @@ static const pkv_kernel_ops cu_kernel_ops = {
     .delta_net = cu_delta_net,
     .l2_norm = cu_l2_norm,
     .unary = cu_unary,
+    .layer_norm = cu_layer_norm,
 };
 
 /* ---------------------------------------------------------------- lifetime */

@@ -34,6 +34,7 @@ typedef enum pkv_vk_kernel {
     PKV_VK_K_MATMUL_INT,   /* matmul and get_rows of the types with an integer form */
     PKV_VK_K_GET_ROWS_INT, /* (q4_1 .. tq2_0; weights_int.glsl) */
     PKV_VK_K_MATMUL_INT_SG,
+    PKV_VK_K_LAYER_NORM,
     PKV_VK_K_COUNT
 } pkv_vk_kernel;
 

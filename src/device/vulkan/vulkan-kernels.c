@@ -41,6 +41,7 @@ static const struct {
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
     [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
+    [PKV_VK_K_LAYER_NORM] = {"layer_norm", 4},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -336,6 +337,21 @@ static pkv_status vk_rms_norm(void *ctx, const pkv_k_rms_norm_args *a) {
     return dispatch(c, PKV_VK_K_RMS_NORM, v, 3, pc, 6, (uint64_t)a->n_rows);
 }
 
+static pkv_status vk_layer_norm(void *ctx, const pkv_k_layer_norm_args *a) {
+    pkv_vk_ctx *c = ctx;
+    uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
+    TRY(fits(c, "layer_norm", "n_rows*row_len", bytes / 4));
+    const bool hw = a->w.buf != NULL, hb = a->b.buf != NULL;
+    /* an absent w or b binds a 4-byte window of x that the shader never reads */
+    varg v[4] = {{"x", a->x, bytes, 4},
+                 {"y", a->y, bytes, 4},
+                 {"w", hw ? a->w : a->x, hw ? (uint64_t)a->row_len * 4 : 4, 4},
+                 {"b", hb ? a->b : a->x, hb ? (uint64_t)a->row_len * 4 : 4, 4}};
+    uint32_t pc[9] = {0, 0, 0, 0, (uint32_t)a->n_rows, (uint32_t)a->row_len, hw ? 1u : 0u, hb ? 1u : 0u,
+                      fbits(a->eps)};
+    return dispatch(c, PKV_VK_K_LAYER_NORM, v, 4, pc, 9, (uint64_t)a->n_rows);
+}
+
 static pkv_status vk_add(void *ctx, const pkv_k_add_args *a) {
     pkv_vk_ctx *c = ctx;
     TRY(fits(c, "add", "n", (uint64_t)a->n));
@@ -541,4 +557,5 @@ const pkv_kernel_ops pkv_vk_kernel_ops = {
     .delta_net = vk_delta_net,
     .l2_norm = vk_l2_norm,
     .unary = vk_unary,
+    .layer_norm = vk_layer_norm,
 };
