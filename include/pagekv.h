@@ -766,6 +766,37 @@ pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq);
  * the caller computes the rest. Pass n - 1 tokens to keep one token to compute. */
 pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
                                int64_t *n_matched);
+/* Media rows (docs/multimodal-cache.md). A media chunk of n_rows rows occupies
+ * n_rows tokens whose ids are pkv_media_token(key, row) (negative, <= -2), so the
+ * prefix index, fork, swap and save/load key it by content; the sequence also
+ * records the chunk itself. A chunk record: */
+#define PKV_MEDIA_NON_CAUSAL 1u /* the chunk's rows attend to each other both ways */
+typedef struct pkv_kv_media {
+    uint64_t key;   /* pkv_media_key(pkv_media_hash(media), projector fingerprint) */
+    int64_t start;  /* index of its first token in the sequence */
+    int32_t n_rows; /* tokens it occupies */
+    uint32_t flags; /* PKV_MEDIA_NON_CAUSAL */
+} pkv_kv_media;
+/* Chunks recorded in a sequence (in order of start; -1 when seq does not exist). */
+int pkv_kv_media_count(const pkv_kv_cache *c, int32_t seq);
+pkv_status pkv_kv_media_get(const pkv_kv_cache *c, int32_t seq, int i, pkv_kv_media *out);
+/* Record a chunk whose rows are in the sequence already: tokens [start, start +
+ * n_rows) must hold pkv_media_token(key, 0..n_rows-1) and start must be at or after
+ * the end of the last recorded chunk. The forward pass's callers (context, engine)
+ * do this; PKV_ERR_INVALID names what does not match. On error nothing changes.
+ * The operations then keep the records: fork copies them; truncate into a chunk
+ * drops the whole chunk (keeps only the tokens before it: pkv_kv_seq_len says how
+ * many); a shift that would cut a chunk is refused (one that removes whole chunks
+ * drops them, later chunks move down); swap keeps them; save/load carry them (the
+ * file names each chunk's key and rows); clear drops them. */
+pkv_status pkv_kv_media_add(pkv_kv_cache *c, int32_t seq, const pkv_kv_media *m);
+/* pkv_kv_prefix_match for a prompt holding media chunks (tokens hold their media
+ * ids; media[0..n_media) their records with start = index in tokens): the match
+ * never ends inside a chunk (it is cut back to the chunk's start), and the chunks
+ * it covers are recorded in seq. pkv_kv_prefix_match without media cuts a match at
+ * the first media id it would cover. */
+pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                                     const pkv_kv_media *media, int n_media, int64_t *n_matched);
 /* Disk tier: write every published page that no sequence holds (cached) and that
  * is not on disk yet, and wait until the tier's writer thread has written all it
  * was given (pages are written in the background: pkv_kv_seq_free queues its
@@ -979,6 +1010,8 @@ typedef struct pkv_mkmodel_params {
     const char *chat_template_text; /* a Jinja template written as tokenizer.chat_template in place of
                              the family's (chat_template names the family whose special tokens the
                              vocabulary gets; NULL there = chatml); NULL = the family's own */
+    const char *const *extra_specials; /* NULL-terminated: more control tokens, after the family's
+                             (Gemma 3 vision's <start_of_image>, <end_of_image>); needs chat_template */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);
@@ -996,6 +1029,8 @@ void pkv_mkmodel_free_memory(void *data);
  * 10 tokens as for 100,000. A model, its caches and contexts are used by one
  * thread at a time. */
 typedef struct pkv_context pkv_context;
+typedef struct pkv_mmproj pkv_mmproj; /* the media section's projector */
+typedef struct pkv_media pkv_media;   /* the media section's decoded media */
 
 typedef struct pkv_cache_params {
     int n_ctx;               /* most tokens of one sequence; 0 = min(training context, 4096) */
@@ -1103,6 +1138,32 @@ pkv_status pkv_context_save(pkv_context *ctx, const char *path);
 pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, int64_t n_ctx);
 /* Token ids of the context [start, start + n). */
 pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, int32_t *out);
+
+/* Media into a context (docs/multimodal-cache.md). A chunk of rows made by a
+ * projector (pkv_mmproj_encode) or by the caller. */
+typedef struct pkv_media_rows {
+    uint64_t key;       /* pkv_media_key(pkv_media_hash(m), projector fingerprint); any
+                           caller-chosen 64-bit content key for rows made otherwise */
+    int32_t n_rows;     /* >= 1 */
+    const float *embd;  /* f32 [n_rows][n_embd] host rows, the text model's input width */
+    bool non_causal;    /* its rows attend to each other both ways (gemma3 images) */
+    int32_t at;         /* in a prompt of tokens + chunks (pkv_context_decode_prompt,
+                           pkv_request_params.media): text tokens before this chunk;
+                           ignored by pkv_context_decode_media */
+} pkv_media_rows;
+/* Decode one chunk: its n_rows rows enter the cache at the next positions, in one
+ * forward step (a non-causal chunk is never split), and are recorded in the
+ * sequence. The rows are used as the model's input embeddings as they are (no
+ * embedding scale: Gemma's sqrt(n_embd) applies to token embeddings only). The
+ * context's logits are then those of the last row. On error nothing changes. */
+pkv_status pkv_context_decode_media(pkv_context *ctx, const pkv_media_rows *m);
+/* A prompt of text tokens and media chunks, in order (media[i].at non-decreasing,
+ * <= n): the context's logits are those of the prompt's last token or row. */
+pkv_status pkv_context_decode_prompt(pkv_context *ctx, const int32_t *tokens, int32_t n, const pkv_media_rows *media,
+                                     int n_media);
+/* Encode m with projector p and decode its rows (pkv_context_decode_media); *key and
+ * *n_rows (may be NULL) receive the chunk's key and length. */
+pkv_status pkv_context_decode_mmproj(pkv_context *ctx, pkv_mmproj *p, const pkv_media *m, uint64_t *key, int32_t *n_rows);
 
 /* Token sampling over one row of logits on the host.
  *
@@ -1432,6 +1493,14 @@ typedef struct pkv_request_params {
      * ctx, and the request must be submitted from the stepping thread (or while no
      * step runs): submit reads ctx's length. One request per context at a time. */
     pkv_context *context;
+    /* Media chunks in the prompt (docs/multimodal-cache.md): chunk i is inserted
+     * after the first media[i].at prompt tokens (0 <= at <= n_prompt, non-decreasing),
+     * taking media[i].n_rows positions; the rows (embd) are copied by submit. The
+     * prompt then is n_prompt + the sum of n_rows tokens (n_prompt may be 0 with
+     * media). Prefix caching keys the chunks by their media key; a non-causal chunk
+     * is never split across prefill steps. NULL / 0 = none. Not with context. */
+    const pkv_media_rows *media;
+    int n_media;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),
@@ -1587,14 +1656,14 @@ typedef enum pkv_media_kind { PKV_MEDIA_AUDIO = 1, PKV_MEDIA_IMAGE = 2 } pkv_med
 
 /* Decoded media (borrowed pointers): audio as mono float samples in [-1, 1] at
  * rate Hz; an image as 8-bit RGB, rows top to bottom, width * 3 bytes each. */
-typedef struct pkv_media {
+struct pkv_media {
     pkv_media_kind kind;
     const float *samples;
     int64_t n_samples;
     int rate;
     const uint8_t *rgb;
     int width, height;
-} pkv_media;
+};
 
 /* Limits on input media; 0 in a field = its default. */
 typedef struct pkv_media_limits {
@@ -1618,6 +1687,16 @@ void pkv_media_free(void *p);
 /* A content hash of decoded media (its kind, shape and every sample or pixel): the
  * key under which its rows enter the prefix cache. */
 uint64_t pkv_media_hash(const pkv_media *m);
+/* The key of a chunk's rows: the media's content hash mixed with the projector's
+ * fingerprint (pkv_mmproj_info.fingerprint), so the same picture through another
+ * projector is other rows. */
+uint64_t pkv_media_key(uint64_t media_hash, uint64_t projector_fingerprint);
+/* The token id standing for row `row` of the chunk with this key in a sequence:
+ * negative and <= -2 (-1 means "no token id"), derived from the key and the row.
+ * Such ids never reach the tokenizer, sampler or grammar. */
+int32_t pkv_media_token(uint64_t key, int32_t row);
+/* true for ids made by pkv_media_token. */
+bool pkv_token_is_media(int32_t id);
 
 typedef struct pkv_mmproj pkv_mmproj;
 

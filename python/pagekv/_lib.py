@@ -146,7 +146,8 @@ class RequestParams(Structure):
     _fields_ = [("prompt", POINTER(c_int32)), ("n_prompt", c_int32), ("sampling", SamplerParams),
                 ("max_tokens", c_int32), ("stop_tokens", POINTER(c_int32)), ("n_stop", c_int),
                 ("ignore_eos", c_bool), ("n", c_int), ("priority", c_int), ("top_logprobs", c_int),
-                ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p)]
+                ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p),
+                ("media", c_void_p), ("n_media", c_int)]
 
 
 class EngineParams(Structure):

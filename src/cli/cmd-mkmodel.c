@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "media/mkmmproj-audio.h"
 #include "model/gguf.h"
+#include "media/vision-impl.h"
 #include "cli/commands.h"
 #include "pagekv.h"
 
@@ -46,6 +47,9 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     const char *out = NULL, *mmproj_out = NULL;
     int32_t kv_layers[256];
     int n_kv_layers = 0;
+    bool vision = false, vision_f32 = false;
+    int vision_size = 0;
+    static const char *const image_tokens[] = {"<start_of_image>", "<end_of_image>", NULL};
     struct {
         const char *opt;
         int *dst;
@@ -109,6 +113,15 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --sliding-window N       tokens the sliding layers see (default 8): gemma2's even\n"
                    "                           layers; gemma3's five of every six (--layers 6 or more\n"
                    "                           for a global layer)\n"
+                   "  --vision --mmproj-out PROJ.gguf\n"
+                   "                           (gemma3) also write a Gemma 3 vision projector for it, as\n"
+                   "                           llama.cpp's convert_hf_to_gguf.py --mmproj writes one: SigLIP,\n"
+                   "                           2 blocks of width 64, 14-pixel patches, 4x4 pooling, f16 blocks;\n"
+                   "                           the model gets the gemma chat template and the control tokens\n"
+                   "                           <start_of_image>, <end_of_image>\n"
+                   "  --image-size N           the projector's square input (default 224: a 16x16 patch grid\n"
+                   "                           pooled to 4x4 = 16 rows; a multiple of 56)\n"
+                   "  --vision-f32             the projector's block matrices in f32 (--outtype f32)\n"
                    "Gemma 4 (--arch gemma4, llama.cpp's keys and tensors: per-layer head sizes and KV heads,\n"
                    "proportional RoPE on the full layers (a quarter of their pairs turn, base 1e6; 1e4 on the\n"
                    "sliding ones), V = K on the full layers (no attn_v), V norm, layer_output_scale, final\n"
@@ -191,12 +204,19 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             no_template = true;
         } else if (!strcmp(a, "--swa-layers")) {
             if (!(p.swa_layers = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vision")) {
+            vision = true;
+        } else if (!strcmp(a, "--vision-f32")) {
+            vision_f32 = true;
+        } else if (!strcmp(a, "--image-size")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 2048, &x)) return 2;
+            vision_size = (int)x;
+        } else if (!strcmp(a, "--mmproj-out")) {
+            if (!(mmproj_out = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-of")) {
             if (!(p.draft_of = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--shared-kv-layers")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !parse_layers(v, kv_layers, 256, &n_kv_layers)) return 2;
-        } else if (!strcmp(a, "--mmproj-out")) {
-            if (!(mmproj_out = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = pkv_cli_value(argc, argv, &i))) return 2;
         } else {
@@ -216,8 +236,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         p.arch = "llama";
         if (!tpl_arg && !no_template) tpl_arg = "voxtral";
     }
-    if (mmproj_out && !voxtral) {
-        fprintf(stderr, "pagekv mkmodel: --mmproj-out is for --arch voxtral\n");
+    if (mmproj_out && !voxtral && !vision) { /* (branches audio and vision both added --mmproj-out) */
+        fprintf(stderr, "pagekv mkmodel: --mmproj-out is for --arch voxtral (or --arch gemma3 --vision)\n");
         return 2;
     }
     if (tpl_arg && no_template) {
@@ -257,9 +277,21 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         p.chat_template_text = tpl_text;
     } else if (tpl_arg) {
         p.chat_template = tpl_arg;
+    } else if (vision && !no_template) {
+        p.chat_template = "gemma"; /* Gemma 3's turns, with the image tokens below */
     } else if (!no_template && !p.no_vocab && !p.draft_of) {
         p.chat_template = "chatml"; /* a newcomer's model serves chat (issue 28) */
     }
+    if (vision && (!p.arch || strcmp(p.arch, "gemma3") || !mmproj_out || !p.chat_template || p.draft_of)) {
+        fprintf(stderr, "pagekv mkmodel: --vision makes a Gemma 3 pair: it needs --arch gemma3, --mmproj-out PROJ.gguf "
+                        "and a vocabulary with a chat template (not --no-template, --no-vocab or --draft-of)\n");
+        return 2;
+    }
+    if (!vision && (vision_f32 || vision_size)) {
+        fprintf(stderr, "pagekv mkmodel: --mmproj-out, --vision-f32 and --image-size go with --vision\n");
+        return 2;
+    }
+    if (vision) p.extra_specials = image_tokens;
     if (p.chat_template && p.no_vocab) {
         fprintf(stderr, "pagekv mkmodel: --chat-template needs a vocabulary: leave out --no-vocab\n");
         return 2;
@@ -286,6 +318,19 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         fprintf(stderr, "pagekv mkmodel: %s\n", msg);
         return 1;
     }
+    if (vision) {
+        pkv_mkmmproj_vision_params vp = {.n_embd_text = p.n_embd ? p.n_embd : 128, .image_size = vision_size,
+                                         .f32 = vision_f32, .seed = p.seed};
+        if ((s = pkv_mkmmproj_vision_write(&vp, mmproj_out))) {
+            fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
+            return 1;
+        }
+        fprintf(stderr, "pagekv mkmodel: wrote %s (gemma3 vision projector: SigLIP %d blocks of width 64, %dx%d images, "
+                        "%s, %d rows of width %d per image)\n",
+                mmproj_out, 2, vision_size ? vision_size : 224, vision_size ? vision_size : 224,
+                vision_f32 ? "f32" : "f16", ((vision_size ? vision_size : 224) / 14 / 4) * ((vision_size ? vision_size : 224) / 14 / 4),
+                p.n_embd ? p.n_embd : 128);
+    }
     /* say what was written as the file says it (a draft takes its target's arch) */
     pkv_gguf *g = pkv_gguf_open(out);
     const char *arch = "?";
@@ -302,7 +347,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd,
             tpl_arg || p.chat_template ? ", chat template " : "", tpl_arg ? tpl_arg : p.chat_template ? p.chat_template : "");
     pkv_gguf_close(g);
-    if (mmproj_out) {
+    if (mmproj_out && voxtral) {
         pkv_mkmmproj_audio_params mp = {.n_embd = (int)embd, .seed = p.seed};
         if ((s = pkv_mkmmproj_audio_write(&mp, mmproj_out))) {
             fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());

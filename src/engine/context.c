@@ -408,17 +408,24 @@ const float *pkv_context_logits(const pkv_context *ctx) { return ctx && ctx->has
 /* One batched step; all_logits (host) receives every token's logits for a single
  * context, else each context gets its last token's logits. pos: the tokens'
  * positions (concatenated), NULL = each sequence's last position + 1. */
+/* Media rows of a step (pkv_fwd_batch.media_embd, n_media_rows, span_end). */
+typedef struct media_in {
+    const float *embd;
+    int64_t n_rows;
+    const int32_t *span_end;
+} media_in;
+
 static pkv_status decode_h(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
-                           const int32_t *pos, float *all_logits, const float *h_in, float *h_out);
+                           const int32_t *pos, float *all_logits, const float *h_in, float *h_out, const media_in *mi);
 
 static pkv_status decode(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
                          const int32_t *pos, float *all_logits) {
-    return decode_h(ctxs, n, tokens, n_tokens, pos, all_logits, NULL, NULL);
+    return decode_h(ctxs, n, tokens, n_tokens, pos, all_logits, NULL, NULL, NULL);
 }
 
 pkv_status pkv_context_decode_mtp(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out) {
     if (!ctx || !h_in || !h_out) return pkv_err(PKV_ERR_INVALID, "decode_mtp: NULL argument");
-    return decode_h(&ctx, 1, &tokens, &n, NULL, NULL, h_in, h_out);
+    return decode_h(&ctx, 1, &tokens, &n, NULL, NULL, h_in, h_out, NULL);
 }
 
 pkv_status pkv_context_draft_step(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out) {
@@ -459,7 +466,7 @@ pkv_status pkv_context_draft_step(pkv_context *ctx, const int32_t *tokens, int32
  * normed hidden state in h_out (both f32 [T][n_embd], may be NULL); contexts that
  * keep their hidden states get their rows. */
 static pkv_status decode_h(pkv_context *const *ctxs, int n, const int32_t *const *tokens, const int32_t *n_tokens,
-                           const int32_t *pos, float *all_logits, const float *h_in, float *h_out) {
+                           const int32_t *pos, float *all_logits, const float *h_in, float *h_out, const media_in *mi) {
     if (!ctxs || n <= 0 || !tokens || !n_tokens || !ctxs[0])
         return pkv_err(PKV_ERR_INVALID, "decode: NULL context, tokens or counts, or n_ctxs <= 0");
     pkv_model *m = ctxs[0]->m;
@@ -505,7 +512,9 @@ static pkv_status decode_h(pkv_context *const *ctxs, int n, const int32_t *const
     }
     if (!s) {
         pkv_fwd_batch b = {.n_seqs = n, .seqs = seqs, .n_tokens = n_tokens, .tokens = tok, .pos = pos,
-                           .all_logits = all_logits != NULL, .hidden_in = h_in, .hidden_out = hid};
+                           .all_logits = all_logits != NULL, .hidden_in = h_in, .hidden_out = hid,
+                           .media_embd = mi ? mi->embd : NULL, .n_media_rows = mi ? mi->n_rows : 0,
+                           .span_end = mi ? mi->span_end : NULL};
         s = pkv_model_forward(m, c, &ctxs[0]->run->ws, &b, all_logits ? all_logits : lg);
     }
     if (!s && keep) {
@@ -589,6 +598,7 @@ static pkv_context *ctx_loaded(pkv_model *m, pkv_kv_cache *c, int32_t seq, const
         int32_t last, last_pos, one = 1;
         const int32_t *lastp = &last;
         pkv_status s = pkv_kv_seq_tokens(c, seq, n - 1, 1, &last, &last_pos);
+        if (!s && pkv_token_is_media(last)) return ctx; /* a media row: no logits until the next decode */
         if (!s && last < 0) s = pkv_err(PKV_ERR_FORMAT, "load %s: the saved sequence has no token ids", label);
         if (!s) s = pkv_kv_truncate(c, seq, n - 1);
         if (!s) s = decode(&ctx, 1, &lastp, &one, &last_pos, NULL);
@@ -643,4 +653,107 @@ pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {
 void pkv_context_set_logits(pkv_context *ctx, const float *logits) {
     if (logits) memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
     ctx->has_logits = logits != NULL;
+}
+
+/* ------------------------------------------------------------------ media */
+
+pkv_status pkv_context_decode_prompt(pkv_context *ctx, const int32_t *tokens, int32_t n, const pkv_media_rows *media,
+                                     int n_media) {
+    if (!ctx || n < 0 || (n && !tokens) || n_media < 0 || (n_media && !media))
+        return pkv_err(PKV_ERR_INVALID, "decode prompt: NULL context, tokens or media, or a negative count");
+    int64_t T = n;
+    for (int i = 0; i < n_media; i++) {
+        const pkv_media_rows *r = &media[i];
+        if (r->n_rows < 1 || !r->embd)
+            return pkv_err(PKV_ERR_INVALID, "decode prompt: media chunk %d has %d rows%s", i, r->n_rows,
+                           r->embd ? "" : " and no embeddings");
+        if (r->at < 0 || r->at > n || (i && r->at < media[i - 1].at))
+            return pkv_err(PKV_ERR_INVALID, "decode prompt: media chunk %d is placed after %d tokens: at must be in [%d, %d]",
+                           i, r->at, i ? media[i - 1].at : 0, n);
+        T += r->n_rows;
+    }
+    if (T < 1) return pkv_err(PKV_ERR_INVALID, "decode prompt: no tokens and no media");
+    if (T > INT32_MAX) return pkv_err(PKV_ERR_INVALID, "decode prompt: %lld tokens", (long long)T);
+    const size_t E = (size_t)ctx->m->hp.n_embd;
+    int64_t n_rows = T - n;
+    int32_t *tok = pkv_malloc((size_t)T * sizeof *tok), *span = pkv_malloc((size_t)T * sizeof *span);
+    float *embd = n_rows ? pkv_malloc((size_t)n_rows * E * sizeof *embd) : NULL;
+    pkv_kv_media *rec = pkv_malloc((size_t)(n_media ? n_media : 1) * sizeof *rec);
+    pkv_status s = PKV_OK;
+    if (!tok || !span || (n_rows && !embd) || !rec) s = pkv_err(PKV_ERR_NOMEM, "decode prompt: %lld tokens", (long long)T);
+    const int64_t len0 = pkv_kv_seq_len(ctx->c, ctx->seq);
+    bool nc = false;
+    for (int64_t k = 0, t = 0, r = 0, i = 0; !s && k < T;) { /* text up to the next chunk, then the chunk */
+        int32_t upto = i < n_media ? media[i].at : n;
+        while (t < upto) {
+            tok[k] = tokens[t++];
+            span[k++] = 0;
+        }
+        if (i == n_media) break;
+        const pkv_media_rows *m = &media[i];
+        rec[i] = (pkv_kv_media){.key = m->key, .start = len0 + k, .n_rows = m->n_rows,
+                                .flags = m->non_causal ? PKV_MEDIA_NON_CAUSAL : 0};
+        nc |= m->non_causal;
+        for (int32_t j = 0; j < m->n_rows; j++) {
+            tok[k + j] = pkv_media_token(m->key, j);
+            span[k + j] = m->non_causal ? (int32_t)(k + m->n_rows) : 0;
+        }
+        memcpy(embd + (size_t)r * E, m->embd, (size_t)m->n_rows * E * sizeof *embd);
+        k += m->n_rows;
+        r += m->n_rows;
+        i++;
+    }
+    for (int64_t k = 0; !s && k < T; k++)
+        if (!pkv_token_is_media(tok[k]) && (tok[k] < 0 || tok[k] >= ctx->m->hp.n_vocab))
+            s = pkv_err(PKV_ERR_INVALID, "decode prompt: token id %d is outside the vocabulary [0, %d)", tok[k],
+                        ctx->m->hp.n_vocab);
+    if (!s) {
+        media_in mi = {.embd = embd, .n_rows = n_rows, .span_end = nc ? span : NULL};
+        const int32_t *tp = tok;
+        int32_t nt = (int32_t)T;
+        s = decode_h(&ctx, 1, &tp, &nt, NULL, NULL, NULL, NULL, &mi);
+    }
+    for (int i = 0; !s && i < n_media; i++)
+        if ((s = pkv_kv_media_add(ctx->c, ctx->seq, &rec[i]))) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+            pkv_kv_truncate(ctx->c, ctx->seq, len0);
+            ctx->has_logits = false;
+            s = pkv_err(s, "%s", msg);
+        }
+    pkv_free(tok);
+    pkv_free(span);
+    pkv_free(embd);
+    pkv_free(rec);
+    return s;
+}
+
+pkv_status pkv_context_decode_media(pkv_context *ctx, const pkv_media_rows *m) {
+    if (!m) return pkv_err(PKV_ERR_INVALID, "decode media: NULL chunk");
+    pkv_media_rows one = *m;
+    one.at = 0;
+    return pkv_context_decode_prompt(ctx, NULL, 0, &one, 1);
+}
+
+pkv_status pkv_context_decode_mmproj(pkv_context *ctx, pkv_mmproj *p, const pkv_media *m, uint64_t *key, int32_t *n_rows) {
+    if (!ctx || !p || !m) return pkv_err(PKV_ERR_INVALID, "decode mmproj: NULL argument");
+    pkv_mmproj_info info;
+    int64_t rows = 0;
+    pkv_status s = pkv_mmproj_get_info(p, &info);
+    if (!s && info.n_embd != ctx->m->hp.n_embd)
+        return pkv_err(PKV_ERR_INVALID, "decode mmproj: the projector makes rows of %d, the model %s takes %d", info.n_embd,
+                       ctx->m->label, (int)ctx->m->hp.n_embd);
+    if (!s) s = pkv_mmproj_n_rows(p, m, &rows);
+    if (s) return s;
+    if (rows < 1 || rows > INT32_MAX) return pkv_err(PKV_ERR_INVALID, "decode mmproj: %lld rows", (long long)rows);
+    float *embd = pkv_malloc((size_t)rows * (size_t)info.n_embd * sizeof *embd);
+    if (!embd) return pkv_err(PKV_ERR_NOMEM, "decode mmproj: %lld rows", (long long)rows);
+    s = pkv_mmproj_encode(p, m, embd, rows);
+    pkv_media_rows r = {.key = pkv_media_key(pkv_media_hash(m), info.fingerprint), .n_rows = (int32_t)rows, .embd = embd,
+                        .non_causal = info.non_causal};
+    if (!s) s = pkv_context_decode_media(ctx, &r);
+    pkv_free(embd);
+    if (!s && key) *key = r.key;
+    if (!s && n_rows) *n_rows = r.n_rows;
+    return s;
 }

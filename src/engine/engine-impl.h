@@ -77,6 +77,13 @@ struct eng_req {
     int n_final;        /* samples whose final event was delivered */
     eng_seq *seqs;      /* [n] */
     eng_req *next;      /* incoming queue link */
+    /* Media chunks (pkv_request_params.media): records with start = the index in
+     * the expanded prompt (r->prompt holds their media ids), and their rows in
+     * order, f32 [n_media_rows][n_embd]. */
+    pkv_kv_media *media;
+    int n_media;
+    float *embd;
+    int64_t n_media_rows;
 };
 
 struct pkv_engine {
@@ -120,6 +127,9 @@ struct pkv_engine {
     int n_reqs, reqs_cap;
     eng_seq **batch;    /* [max_seqs] this step's sequences */
     int32_t *b_kv, *b_n, *b_tok; /* [max_seqs], [max_seqs], [max_batch_tokens] */
+    int32_t *b_span;    /* [max_batch_tokens]: the step's non-causal spans (pkv_fwd_batch.span_end) */
+    float *b_embd;      /* [cap_embd][n_embd]: the step's media rows */
+    size_t cap_embd;
     pkv_token_logprob top[PKV_ENGINE_MAX_TOP_LOGPROBS];
     uint64_t hit_tokens, prompt_tokens, computed, generated, pre_swap, pre_drop, steps;
     uint64_t finished, cancelled, failed;

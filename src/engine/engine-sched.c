@@ -46,6 +46,8 @@ void pkv_engine_req_free(pkv_engine *e, eng_req *r) {
     for (int i = 0; r->seqs && i < r->n; i++)
         if (r->seqs[i].r && r->seqs[i].st != SEQ_DONE) seq_release(e, &r->seqs[i]); /* r NULL: submit failed first */
     pkv_free(r->prompt);
+    pkv_free(r->media);
+    pkv_free(r->embd);
     pkv_free(r->stop);
     pkv_free(r->seqs);
     pkv_grammar_free((pkv_grammar *)r->p.grammar);
@@ -572,7 +574,8 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         pkv_kv_stats_get(e->c, &k0);
         t0 = pkv_time_now();
     }
-    if (e->p.prefix_cache && s->n_tok > 1 && (st = pkv_kv_prefix_match(e->c, kv, s->tok, NULL, s->n_tok - 1, &matched))) {
+    if (e->p.prefix_cache && s->n_tok > 1 &&
+        (st = pkv_kv_prefix_match_media(e->c, kv, s->tok, NULL, s->n_tok - 1, r->media, r->n_media, &matched))) {
         pkv_kv_seq_free(e->c, kv);
         goto fail;
     }
@@ -698,6 +701,59 @@ static bool admit(pkv_engine *e) {
 
 /* ---------------------------------------------------------------- batch */
 
+/* Tokens of r's sequence from n_kv on that a step of at most n may take without
+ * splitting a non-causal chunk: the cut moves before the chunk, or, when the chunk
+ * starts at n_kv and does not fit, 0 (it waits; submit made sure it fits a step). */
+static int32_t media_fit(const eng_req *r, int32_t n_kv, int32_t n) {
+    for (int i = 0; i < r->n_media; i++) {
+        const pkv_kv_media *m = &r->media[i];
+        if (!(m->flags & PKV_MEDIA_NON_CAUSAL)) continue;
+        if (n_kv + n > m->start && n_kv + n < m->start + m->n_rows) return m->start > n_kv ? (int32_t)(m->start - n_kv) : 0;
+    }
+    return n;
+}
+
+/* The step's media rows and non-causal spans of s's tokens [n_kv, n_kv + n) at
+ * batch offset t; *rows counts the rows written so far. */
+static pkv_status media_pack(pkv_engine *e, const eng_seq *s, int64_t t, int64_t *rows, bool *any_nc) {
+    const eng_req *r = s->r;
+    const size_t E = (size_t)e->m->hp.n_embd;
+    int64_t base = 0;
+    for (int i = 0; i < r->n_media; i++) {
+        const pkv_kv_media *m = &r->media[i];
+        int64_t a = PKV_MAX(m->start, (int64_t)s->n_kv), b = PKV_MIN(m->start + m->n_rows, (int64_t)(s->n_kv + s->step_n));
+        if (a < b) {
+            if (*rows + (b - a) > (int64_t)e->cap_embd) {
+                void *p = e->b_embd;
+                size_t cap = e->cap_embd * E; /* floats */
+                pkv_status st = pkv_grow(&p, &cap, (size_t)(*rows + (b - a)) * E, sizeof(float));
+                e->b_embd = p;
+                if (st) return st;
+                e->cap_embd = cap / E;
+            }
+            memcpy(e->b_embd + (size_t)*rows * E, r->embd + (size_t)(base + a - m->start) * E, (size_t)(b - a) * E * sizeof(float));
+            *rows += b - a;
+            if (m->flags & PKV_MEDIA_NON_CAUSAL) {
+                for (int64_t k = a; k < b; k++) e->b_span[t + k - s->n_kv] = (int32_t)(m->start + m->n_rows - s->n_kv);
+                *any_nc = true;
+            }
+        }
+        base += m->n_rows;
+    }
+    return PKV_OK;
+}
+
+/* Record the chunks of s that its last step completed (tokens [a, n_kv) now in). */
+static pkv_status media_record(pkv_engine *e, const eng_seq *s, int32_t a) {
+    const eng_req *r = s->r;
+    pkv_status st = PKV_OK;
+    for (int i = 0; i < r->n_media && !st; i++) {
+        int64_t end = r->media[i].start + r->media[i].n_rows;
+        if (end > a && end <= s->n_kv) st = pkv_kv_media_add(e->c, s->kv, &r->media[i]);
+    }
+    return st;
+}
+
 /* The step's batch: resident sequences in priority order, first one decode token
  * each, then prefill chunks from what the token budget leaves. */
 static int form_batch(pkv_engine *e) {
@@ -714,7 +770,9 @@ static int form_batch(pkv_engine *e) {
                     s->n_prop = (int32_t)PKV_MIN((int64_t)s->n_prop, budget - 1);
                     left += s->n_prop;
                 }
-                s->step_n = (int32_t)PKV_MIN((int64_t)left, budget);
+                int32_t n = (int32_t)PKV_MIN((int64_t)left, budget);
+                if (s->r->n_media && !(n = media_fit(s->r, s->n_kv, n))) continue; /* its chunk waits for room */
+                s->step_n = n;
                 budget -= s->step_n;
                 e->batch[nb++] = s;
             }
@@ -1091,6 +1149,21 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
         b.n_logits = e->b_nl;
         size_t rows = 0, T = 0;
         for (int i = 0; i < nb; i++) rows += (size_t)e->b_nl[i], T += (size_t)e->b_n[i];
+        int64_t m_rows = 0, t = 0;
+        bool any_nc = false, any_media = false;
+        s = PKV_OK; /* (a retry after preempting: the last try's status is handled) */
+        for (int i = 0; i < nb; t += e->b_n[i], i++) {
+            if (!e->batch[i]->r->n_media) continue;
+            if (!any_media) memset(e->b_span, 0, T * sizeof *e->b_span);
+            any_media = true;
+            if ((s = media_pack(e, e->batch[i], t, &m_rows, &any_nc))) break;
+        }
+        if (s) break;
+        if (m_rows) {
+            b.media_embd = e->b_embd;
+            b.n_media_rows = m_rows;
+        }
+        if (any_nc) b.span_end = e->b_span;
         if ((s = grow_rows(&e->logits, &e->cap_logits, rows, (size_t)e->n_vocab))) break;
         if (e->dmtp || e->dasst) { /* an MTP head or an assistant drafts from the model's hidden states */
             if ((s = grow_rows(&e->hid, &e->cap_hid, T, (size_t)e->m->hp.n_embd))) break;
@@ -1128,6 +1201,10 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 eng_seq *q = e->batch[i];
                 int32_t a = q->n_kv;
                 q->n_kv += q->step_n;
+                if (q->r->n_media && q->st == SEQ_RUNNING) {
+                    pkv_status ms = media_record(e, q, a);
+                    if (ms) req_fail(e, q->r, ms);
+                }
                 e->computed += (uint64_t)q->step_n;
                 q->step_n = 0;
                 if (e->b_nl[i] > 1) verify(e, q, e->logits + row * (size_t)e->n_vocab, a); /* samples its tokens */

@@ -146,7 +146,8 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     e->b_n = pkv_calloc(S, sizeof *e->b_n);
     e->b_nl = pkv_calloc(S, sizeof *e->b_nl);
     e->b_tok = pkv_calloc(T, sizeof *e->b_tok);
-    if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_nl || !e->b_tok) goto nomem;
+    e->b_span = pkv_calloc(T, sizeof *e->b_span);
+    if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_nl || !e->b_tok || !e->b_span) goto nomem;
     if (p.draft && draft_create(e, ks.n_pages, ks.host_pages)) goto fail;
     pkv_engine_snapshot(e);
     return e;
@@ -182,6 +183,8 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->b_kv);
     pkv_free(e->b_n);
     pkv_free(e->b_tok);
+    pkv_free(e->b_span);
+    pkv_free(e->b_embd);
     pkv_free(e->reqs);
     pkv_free(e->live);
     pthread_cond_destroy(&e->cv);
@@ -221,7 +224,7 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     if (!r->context && (!r->prompt || r->n_prompt < 1))
         return pkv_err(PKV_ERR_INVALID, "submit: the prompt is empty (%d tokens; at least 1 is needed)", (int)r->n_prompt);
     for (int32_t i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+        if ((r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab) && !(r->media && pkv_token_is_media(r->prompt[i])))
             return pkv_err(PKV_ERR_INVALID, "submit: prompt token %d is %d, outside the vocabulary [0, %d)", (int)i,
                            (int)r->prompt[i], (int)e->n_vocab);
     *n = r->n;
@@ -273,27 +276,97 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     return PKV_OK;
 }
 
+/* A request with media chunks: the text checked, then the prompt expanded (each
+ * chunk's media ids where it goes), its records and rows copied into r. *ex is the
+ * request as the rest of submit sees it (prompt = the expanded one, owned by r). */
+static pkv_status expand_media(const pkv_engine *e, const pkv_request_params *rp, eng_req *r, pkv_request_params *ex) {
+    *ex = *rp;
+    if (rp->n_media < 0 || (rp->n_media > 0 && !rp->media))
+        return pkv_err(PKV_ERR_INVALID, "submit: %d media chunks%s", rp->n_media, rp->n_media > 0 ? " but media is NULL" : "");
+    if (rp->n_media == 0) {
+        ex->media = NULL;
+        return PKV_OK;
+    }
+    if (rp->context)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "submit: media chunks in a request on a context are not supported (decode them "
+                       "into the context with pkv_context_decode_prompt first)");
+    if (rp->n_prompt < 0 || (rp->n_prompt > 0 && !rp->prompt))
+        return pkv_err(PKV_ERR_INVALID, "submit: %d prompt tokens%s", (int)rp->n_prompt, rp->n_prompt > 0 ? " but prompt is NULL" : "");
+    for (int32_t i = 0; i < rp->n_prompt; i++) /* the text: no media ids of its own */
+        if (rp->prompt[i] < 0 || rp->prompt[i] >= e->n_vocab)
+            return pkv_err(PKV_ERR_INVALID, "submit: prompt token %d is %d, outside the vocabulary [0, %d)", (int)i,
+                           (int)rp->prompt[i], (int)e->n_vocab);
+    int64_t total = rp->n_prompt, rows = 0;
+    for (int i = 0; i < rp->n_media; i++) {
+        const pkv_media_rows *m = &rp->media[i];
+        if (m->n_rows < 1 || !m->embd)
+            return pkv_err(PKV_ERR_INVALID, "submit: media chunk %d has %d rows%s", i, m->n_rows, m->embd ? "" : " and no embeddings");
+        if (m->at < 0 || m->at > rp->n_prompt || (i && m->at < rp->media[i - 1].at))
+            return pkv_err(PKV_ERR_INVALID, "submit: media chunk %d is placed after %d prompt tokens: at must be in [%d, %d]", i,
+                           m->at, i ? rp->media[i - 1].at : 0, (int)rp->n_prompt);
+        if (m->non_causal && m->n_rows > e->p.max_batch_tokens)
+            return pkv_err(PKV_ERR_INVALID, "submit: media chunk %d has %d non-causal rows, which must run in one step: more "
+                           "than the engine's max_batch_tokens (%d)", i, m->n_rows, e->p.max_batch_tokens);
+        rows += m->n_rows;
+    }
+    total += rows;
+    if (total > INT32_MAX / 2) return pkv_err(PKV_ERR_INVALID, "submit: a prompt of %lld tokens", (long long)total);
+    const size_t E = (size_t)e->m->hp.n_embd;
+    r->prompt = pkv_malloc((size_t)total * sizeof *r->prompt);
+    r->media = pkv_malloc((size_t)rp->n_media * sizeof *r->media);
+    r->embd = pkv_malloc((size_t)rows * E * sizeof *r->embd);
+    if (!r->prompt || !r->media || !r->embd)
+        return pkv_err(PKV_ERR_NOMEM, "submit: out of memory for %lld media rows", (long long)rows);
+    int64_t k = 0, t = 0, row = 0;
+    for (int i = 0; i <= rp->n_media; i++) {
+        int32_t upto = i < rp->n_media ? rp->media[i].at : rp->n_prompt;
+        while (t < upto) r->prompt[k++] = rp->prompt[t++];
+        if (i == rp->n_media) break;
+        const pkv_media_rows *m = &rp->media[i];
+        r->media[i] = (pkv_kv_media){.key = m->key, .start = k, .n_rows = m->n_rows,
+                                     .flags = m->non_causal ? PKV_MEDIA_NON_CAUSAL : 0};
+        for (int32_t j = 0; j < m->n_rows; j++) r->prompt[k++] = pkv_media_token(m->key, j);
+        memcpy(r->embd + (size_t)row * E, m->embd, (size_t)m->n_rows * E * sizeof *r->embd);
+        row += m->n_rows;
+    }
+    r->n_media = rp->n_media;
+    r->n_media_rows = rows;
+    ex->prompt = r->prompt;
+    ex->n_prompt = (int32_t)total;
+    return PKV_OK;
+}
+
 pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64_t *id) {
     if (id) *id = 0;
     if (!e || !rp) return pkv_err(PKV_ERR_INVALID, "submit: NULL engine or request");
     int n = 1;
     int32_t max_tokens = 0;
-    pkv_status s = check_request(e, rp, &n, &max_tokens);
-    if (s) return s;
     eng_req *r = pkv_calloc(1, sizeof *r);
     if (!r) return pkv_err(PKV_ERR_NOMEM, "submit: out of memory");
+    pkv_request_params exp;
+    pkv_status s = expand_media(e, rp, r, &exp);
+    if (!s) s = check_request(e, &exp, &n, &max_tokens);
+    if (s) {
+        pkv_engine_req_free(e, r);
+        return s;
+    }
+    int32_t *expanded = r->prompt;
+    r->prompt = NULL;
+    rp = &exp;
     r->p = *rp;
+    r->p.media = NULL; /* copied into r->media / r->embd */
+    r->p.n_media = 0;
     r->p.grammar = pkv_grammar_retain(rp->grammar); /* dropped by pkv_engine_req_free */
     r->n = n;
     r->max_tokens = max_tokens;
-    r->prompt = pkv_malloc((size_t)(rp->n_prompt ? rp->n_prompt : 1) * sizeof *r->prompt);
+    r->prompt = expanded ? expanded : pkv_malloc((size_t)(rp->n_prompt ? rp->n_prompt : 1) * sizeof *r->prompt);
     r->stop = pkv_malloc((size_t)rp->n_stop * sizeof *r->stop);
     r->seqs = pkv_calloc((size_t)n, sizeof *r->seqs);
     if (!r->prompt || !r->stop || !r->seqs) {
         pkv_engine_req_free(e, r);
         return pkv_err(PKV_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", (int)rp->n_prompt);
     }
-    if (rp->n_prompt) memcpy(r->prompt, rp->prompt, (size_t)rp->n_prompt * sizeof *r->prompt);
+    if (rp->n_prompt && !expanded) memcpy(r->prompt, rp->prompt, (size_t)rp->n_prompt * sizeof *r->prompt);
     if (rp->n_stop) memcpy(r->stop, rp->stop_tokens, (size_t)rp->n_stop * sizeof *r->stop);
     r->p.prompt = r->prompt;
     r->p.stop_tokens = r->stop;
@@ -303,6 +376,7 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
         r->seqs[i].sample = i;
         r->seqs[i].kv = -1;
         r->seqs[i].dkv = -1;
+        r->seqs[i].nodraft = r->n_media > 0; /* a draft takes no media rows */
     }
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_live && rp->context && !s; i++) /* under the mutex: two submits cannot both pass */

@@ -33,7 +33,17 @@
  *   u64 checksum: h = pkv_hash64(header, 0), then h = pkv_hash64(section, h) for
  *       each layer's K and V section in order.
  * The payload is in token-then-head order for the whole layer, so a file loads
- * into any sharding and any devices of the same geometry. */
+ * into any sharding and any devices of the same geometry.
+ *
+ * Media trailer (any version; only when the sequence records media chunks, so
+ * files without media are unchanged): after the checksum
+ *   "PKVMEDIA", u32 n_chunks, u32 reserved (0),
+ *   n_chunks x {u64 key, u64 start, u32 n_rows, u32 flags},
+ *   u64 pkv_hash64(trailer before this field, seed = the checksum above).
+ * Load checks every chunk against the tokens (each row's id is
+ * pkv_media_token(key, row); every media id lies in a chunk) and refuses a file
+ * whose media ids are not described, naming the token and chunk. A build before
+ * media refuses such a file ("bytes after the expected end"). */
 #include "kv/kv-file.h"
 #include "kv/kv-impl.h"
 
@@ -258,6 +268,26 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
         }
     }
     if (!st && fwrite(&h, 1, 8, f) != 8) st = pkv_err(PKV_ERR_IO, "save: writing the checksum of %s failed", path);
+    if (!st && s->n_media > 0) { /* the media trailer */
+        size_t tb = 16 + (size_t)s->n_media * 24;
+        uint8_t *tr = pkv_malloc(tb + 8), *q = tr;
+        if (!tr) st = pkv_err(PKV_ERR_NOMEM, "save: out of memory");
+        if (!st) {
+            memcpy(q, "PKVMEDIA", 8);
+            q += 8;
+            put32(&q, (uint32_t)s->n_media);
+            put32(&q, 0);
+            for (int i = 0; i < s->n_media; i++) {
+                put64(&q, s->media[i].key);
+                put64(&q, (uint64_t)s->media[i].start);
+                put32(&q, (uint32_t)s->media[i].n_rows);
+                put32(&q, s->media[i].flags);
+            }
+            put64(&q, pkv_hash64(tr, tb, h));
+            if (fwrite(tr, 1, tb + 8, f) != tb + 8) st = pkv_err(PKV_ERR_IO, "save: writing the media of %s failed", path);
+        }
+        pkv_free(tr);
+    }
     if (st)
         pkv_wfile_abort(&wf);
     else if ((st = pkv_wfile_commit(&wf)))
@@ -279,7 +309,7 @@ static const char *type_name(uint32_t t) {
  * offsets of tokens/positions/payload are set. */
 static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint8_t *data, size_t size,
                              int64_t *n_tokens, uint64_t *fp, int64_t *exact_until, int64_t *w_first, int64_t *w_len,
-                             int64_t *state_len) {
+                             int64_t *state_len, size_t *media_off, int *n_media) {
     const pkv_kv_layout *l = &c->layout;
     if (size < 8 + 16 + 8 || memcmp(data, KV_FILE_MAGIC, 8) != 0)
         return pkv_err(PKV_ERR_FORMAT, "%s is not a pagekv sequence file (bad magic or shorter than a header: %zu bytes)",
@@ -369,8 +399,21 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     if (size < want)
         return pkv_err(PKV_ERR_FORMAT, "%s is truncated: %zu bytes, %zu expected for %llu tokens", path, size, want,
                        (unsigned long long)n);
-    if (size > want)
-        return pkv_err(PKV_ERR_FORMAT, "%s has %zu bytes after the expected end (%zu bytes)", path, size - want, want);
+    *media_off = 0;
+    *n_media = 0;
+    if (size > want) { /* only the media trailer may follow */
+        const uint8_t *q = data + want;
+        uint32_t nm = 0;
+        if (size - want >= 24 && memcmp(q, "PKVMEDIA", 8) == 0) {
+            q += 8;
+            nm = get32(&q);
+        }
+        if (nm == 0 || nm > (size - want) / 24 || size - want != 16 + (size_t)nm * 24 + 8)
+            return pkv_err(PKV_ERR_FORMAT, "%s has %zu bytes after the expected end (%zu bytes) that are not a media "
+                           "section", path, size - want, want);
+        *media_off = want;
+        *n_media = (int)nm;
+    }
     size_t hb = header_bytes(c, (int64_t)n);
     uint64_t h = pkv_hash64(data, hb, 0);
     size_t off = hb;
@@ -387,6 +430,14 @@ static pkv_status check_file(const pkv_kv_cache *c, const char *path, const uint
     if (stored != h)
         return pkv_err(PKV_ERR_FORMAT, "%s: checksum mismatch (stored %016llx, computed %016llx): the file is corrupt",
                        path, (unsigned long long)stored, (unsigned long long)h);
+    if (*n_media) {
+        size_t tb = 16 + (size_t)*n_media * 24;
+        uint64_t ms, mh = pkv_hash64(data + *media_off, tb, h);
+        memcpy(&ms, data + *media_off + tb, 8);
+        if (ms != mh)
+            return pkv_err(PKV_ERR_FORMAT, "%s: media section checksum mismatch (stored %016llx, computed %016llx): the "
+                           "file is corrupt", path, (unsigned long long)ms, (unsigned long long)mh);
+    }
     *n_tokens = (int64_t)n;
     return PKV_OK;
 }
@@ -447,7 +498,44 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     uint64_t file_fp = 0;
     int64_t exact_until = INT64_MAX, w_first = 0, w_len = 0, state_len = 0;
     int32_t slot = -1;
-    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until, &w_first, &w_len, &state_len))) goto done;
+    size_t media_off = 0;
+    int n_media = 0;
+    pkv_kv_media *media = NULL;
+    if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until, &w_first, &w_len, &state_len, &media_off,
+                         &n_media)))
+        goto done;
+    { /* the media chunks it names must be exactly its media rows */
+        media = pkv_malloc((size_t)(n_media ? n_media : 1) * sizeof *media);
+        if (!media) {
+            st = pkv_err(PKV_ERR_NOMEM, "load of %s: out of memory", path);
+            goto done;
+        }
+        const uint8_t *q = data + media_off + 16;
+        for (int i = 0; i < n_media; i++) {
+            media[i].key = get64(&q);
+            uint64_t start = get64(&q);
+            media[i].start = start > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)start;
+            uint32_t rows = get32(&q);
+            media[i].n_rows = rows > (uint32_t)INT32_MAX ? 0 : (int32_t)rows;
+            media[i].flags = get32(&q);
+        }
+        int32_t *ftok = pkv_malloc((size_t)(n ? n : 1) * sizeof *ftok);
+        if (!ftok) {
+            st = pkv_err(PKV_ERR_NOMEM, "load of %s: out of memory", path);
+            goto done;
+        }
+        memcpy(ftok, data + header_bytes(c, 0), (size_t)n * 4);
+        char what[300];
+        snprintf(what, sizeof what, "load of %s", path);
+        st = pkv_kv_media_verify(media, n_media, ftok, n, what, true);
+        pkv_free(ftok);
+        if (st) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+            st = pkv_err(PKV_ERR_FORMAT, "%s", msg);
+            goto done;
+        }
+    }
     int ps = c->page_size;
     int64_t n_pages = (n + ps - 1) / ps, avail = pkv_kv_pool_available(c);
     int64_t w_hole = w_first / ps, w_pages = (w_len + ps - 1) / ps; /* window pool: -1 before w_hole */
@@ -519,6 +607,11 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     }
     uint64_t fp = fingerprint ? fingerprint : file_fp;
     adopt(c, id, fp, exact_until, n, 0, pages, n_pages);
+    c->seqs[id].media = media;
+    c->seqs[id].n_media = c->seqs[id].cap_media = n_media;
+    if (!n_media) pkv_free(media);
+    if (!n_media) c->seqs[id].media = NULL;
+    media = NULL;
     c->seqs[id].st.slot = slot;
     c->seqs[id].st.len = state_len;
     pages = NULL;
@@ -528,6 +621,7 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     }
     *seq = id;
 done:
+    pkv_free(media);
     pkv_free(canon);
     pkv_free(tmp);
     pkv_free(pages);

@@ -161,6 +161,10 @@ typedef struct kv_seq {
     int32_t *host;    /* [ceil(n_tokens / page_size)] host pool pages */
     int32_t *sw_tok, *sw_pos; /* [n_tokens] */
     kv_seq_state st; /* recurrent state; kept by pkv_kv_seq_release (kv-state.c owns it) */
+    /* Media chunks (kv-media.c), main cache only: [n_media] ascending start, not
+     * overlapping; their tokens hold pkv_media_token(key, row). */
+    pkv_kv_media *media;
+    int n_media, cap_media;
 } kv_seq;
 
 struct pkv_kv_cache {
@@ -259,6 +263,22 @@ void pkv_kv_index_remove(pkv_kv_cache *c, int32_t p);
 /* Put page p (not indexed) into the prefix index under key, after page prev (-1: first). */
 void pkv_kv_index_page(pkv_kv_cache *c, int32_t p, uint64_t key, uint64_t fp, int32_t prev);
 void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s);
+/* media chunks (kv-media.c) */
+/* n_keep, or the start of the chunk n_keep falls strictly inside. */
+int64_t pkv_kv_media_cut(const kv_seq *s, int64_t n_keep);
+/* Records of chunks ending after n dropped. */
+void pkv_kv_media_truncate(kv_seq *s, int64_t n);
+/* PKV_ERR_INVALID when removing [start, start + n_remove) and moving what follows
+ * would cut a chunk. */
+pkv_status pkv_kv_media_shift_check(const kv_seq *s, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta);
+void pkv_kv_media_shift_apply(kv_seq *s, int64_t start, int64_t n_remove);
+pkv_status pkv_kv_media_copy(kv_seq *dst, const kv_seq *src);
+void pkv_kv_media_release(kv_seq *s);
+/* Check records against a sequence's tokens: in range, ascending, not
+ * overlapping, each row's id pkv_media_token(key, row), and every media id inside a
+ * chunk. what/who name the source in messages. */
+pkv_status pkv_kv_media_verify(const pkv_kv_media *m, int n_media, const int32_t *tokens, int64_t n_tokens,
+                               const char *what, bool every_id);
 uint64_t pkv_kv_page_key(const pkv_kv_cache *c, uint64_t seed, const int32_t *tok, const int32_t *pos);
 
 /* sequences (kv-seq.c) */

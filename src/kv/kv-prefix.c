@@ -71,7 +71,7 @@ void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
         if (!p->indexed) {
             const int32_t *tok = &c->tok[(size_t)id * ps], *pos = &c->pos[(size_t)id * ps];
             bool known = true;
-            for (int i = 0; i < ps; i++) known &= tok[i] >= 0;
+            for (int i = 0; i < ps; i++) known &= tok[i] >= 0 || pkv_token_is_media(tok[i]); /* media rows: by content */
             if (!known) {
                 s->pub_stop = true;
                 break;

@@ -157,6 +157,7 @@ void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s) {
     pkv_free(s->host);
     pkv_free(s->sw_tok);
     pkv_free(s->sw_pos);
+    pkv_kv_media_release(s);
     bool live = s->live;
     uint64_t fp = s->fp;
     kv_seq_state st = s->st; /* the state's owner (kv-state.c) releases it */

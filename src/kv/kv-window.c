@@ -278,7 +278,7 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
     int32_t id = -1;
     pkv_status st = fork_pools(c, parent, child ? &id : NULL);
     if (st) return st;
-    if ((st = pkv_kv_state_fork(c, parent, id))) {
+    if ((st = pkv_kv_state_fork(c, parent, id)) || (st = pkv_kv_media_copy(&c->seqs[id], &c->seqs[parent]))) {
         if (c->sub) kv1_seq_free(c->sub, id);
         kv1_seq_free(c, id);
         return st;
@@ -309,7 +309,10 @@ static pkv_status truncate_pools(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
 
 /* The recurrent state goes back to the last checkpoint at or before n_keep. */
 pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    /* into a media chunk: the whole chunk goes (its rows are one input) */
+    if (pkv_kv_seq_len(c, seq) >= 0) n_keep = pkv_kv_media_cut(&c->seqs[seq], n_keep);
     pkv_status st = truncate_pools(c, seq, n_keep);
+    if (!st) pkv_kv_media_truncate(&c->seqs[seq], n_keep);
     return st ? st : pkv_kv_state_rewind(c, seq, n_keep);
 }
 
@@ -340,7 +343,11 @@ static pkv_status shift_pools(pkv_kv_cache *c, int32_t seq, int64_t start, int64
  * recurrent ones): the state goes back to the last checkpoint at or before start,
  * as for a truncate there. */
 pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
-    pkv_status st = shift_pools(c, seq, start, n_remove, pos_delta);
+    pkv_status st = pkv_kv_seq_len(c, seq) >= 0 ? pkv_kv_media_shift_check(&c->seqs[seq], seq, start, n_remove, pos_delta)
+                                                 : PKV_OK;
+    if (st) return st;
+    st = shift_pools(c, seq, start, n_remove, pos_delta);
+    if (!st) pkv_kv_media_shift_apply(&c->seqs[seq], start, n_remove);
     if (st || (n_remove == 0 && pos_delta == 0)) return st;
     return pkv_kv_state_rewind(c, seq, start);
 }
@@ -425,8 +432,8 @@ static int32_t linked(const pkv_kv_cache *c, int32_t mp) {
     return -1;
 }
 
-pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
-                               int64_t *n_matched) {
+static pkv_status prefix_match_pools(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                                     int64_t *n_matched) {
     pkv_status st = kv1_prefix_match(c, seq, tokens, pos, n, n_matched);
     if (st || (!c->sub && !kv_has_state(c)) || *n_matched == 0) return st;
     /* A hit needs the window before its end resident: the longest matched page
@@ -505,4 +512,61 @@ void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out) {
     out->cow_pages += w.cow_pages;
     out->cow_bytes += w.cow_bytes;
     out->evicted_pages += w.evicted_pages;
+}
+
+/* ---------------------------------------------------------- media prefixes */
+
+pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                               int64_t *n_matched) {
+    return pkv_kv_prefix_match_media(c, seq, tokens, pos, n, NULL, 0, n_matched);
+}
+
+/* The match may not end inside a chunk (a non-causal chunk's rows depend on the
+ * rows after them; any chunk is one input): matched again up to that chunk's start
+ * when it does. Without records, up to the first media id. The chunks matched are
+ * recorded in seq. */
+pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                                     const pkv_kv_media *media, int n_media, int64_t *n_matched) {
+    if (!c || !n_matched || (n > 0 && !tokens) || n < 0 || n_media < 0 || (n_media && !media))
+        return pkv_err(PKV_ERR_INVALID, "pkv_kv_prefix_match: NULL argument or negative count");
+    *n_matched = 0;
+    int64_t lim = n;
+    if (!n_media)
+        for (int64_t t = 0; t < n; t++)
+            if (pkv_token_is_media(tokens[t])) {
+                lim = t;
+                break;
+            }
+    if (n_media) { /* the records must describe these tokens (rows past n may be cut off: n - 1 is usual) */
+        pkv_status st = PKV_OK;
+        int k = n_media;
+        while (k > 0 && media[k - 1].start >= n) k--;
+        if (k > 0 && media[k - 1].start + media[k - 1].n_rows > n) { /* the last chunk reaches past n */
+            lim = PKV_MIN(lim, media[k - 1].start);
+            k--;
+        }
+        if ((st = pkv_kv_media_verify(media, k, tokens, lim, "prefix match", true))) return st;
+        n_media = k;
+    }
+    uint64_t hits = c->stats.prefix_hit_pages, hits_w = c->sub ? c->sub->stats.prefix_hit_pages : 0;
+    pkv_status st = prefix_match_pools(c, seq, tokens, pos, lim, n_matched);
+    if (st || !n_media || !*n_matched) return st;
+    int64_t cut = pkv_kv_media_cut(&c->seqs[seq], *n_matched); /* no records yet: look in the given ones */
+    for (int i = 0; i < n_media; i++)
+        if (*n_matched > media[i].start && *n_matched < media[i].start + media[i].n_rows) cut = media[i].start;
+    if (cut < *n_matched) { /* again, up to the chunk: the pages before it were hits a moment ago */
+        if ((st = pkv_kv_truncate(c, seq, 0))) return st;
+        c->stats.prefix_hit_pages = hits;
+        if (c->sub) c->sub->stats.prefix_hit_pages = hits_w;
+        if ((st = prefix_match_pools(c, seq, tokens, pos, cut, n_matched))) return st;
+    }
+    kv_seq *s = &c->seqs[seq];
+    for (int i = 0; i < n_media && media[i].start + media[i].n_rows <= *n_matched; i++)
+        if ((st = pkv_kv_media_add(c, seq, &media[i]))) {
+            pkv_kv_truncate(c, seq, 0);
+            *n_matched = 0;
+            return st;
+        }
+    (void)s;
+    return PKV_OK;
 }

@@ -58,12 +58,13 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         int32_t nt = b->n_tokens[i], first_out = b->n_logits ? nt - b->n_logits[i] : b->all_logits ? 0 : nt - 1;
         const int32_t *positions = bt.positions + bt.tok_indptr[i] + len_before[i];
         for (int32_t j = 0; j < nt; j++, k++) {
-            I[pl->off_ids + k] = b->tokens[k];
+            I[pl->off_ids + k] = b->tokens[k] < 0 ? 0 : b->tokens[k]; /* a media row: its row replaces the lookup */
             I[pl->off_pos + k] = b->peek ? b->pos[k] : positions[j];
             I[pl->off_rows + k] = rows ? rows[k] : -1;
             I[pl->off_rows_w + k] = rows_w ? rows_w[k] : -1;
             q_seq[k] = i;
             q_len[k] = (int32_t)(b->peek ? len_before[i] : len_before[i] + j + 1);
+            if (b->span_end && b->span_end[k] > j + 1) q_len[k] = (int32_t)(len_before[i] + b->span_end[k]); /* non-causal */
             if (j >= first_out) I[pl->off_out + o++] = (int32_t)k;
         }
     }
@@ -183,6 +184,19 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
                                   .cols = E, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T,
                                   .scale = m->hp.embd_scale};
         s = pkv_k_get_rows(dev, &ge);
+        /* media rows replace their tokens' rows, unscaled (Gemma scales token
+         * embeddings only), one write per run of consecutive media tokens */
+        for (int64_t k = 0, r = 0; !s && b->media_embd && k < T;) {
+            if (!pkv_token_is_media(b->tokens[k])) {
+                k++;
+                continue;
+            }
+            int64_t k1 = k;
+            while (k1 < T && pkv_token_is_media(b->tokens[k1])) k1++;
+            s = pkv_buffer_write(w0->x, (size_t)(k * E) * 4, b->media_embd + (size_t)(r * E), (size_t)((k1 - k) * E) * 4);
+            r += k1 - k;
+            k = k1;
+        }
     }
     if (!s && m->mtp) { /* x = eh_e·enorm(embedding) + eh_h·hnorm(h) */
         if (!b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
@@ -278,7 +292,11 @@ static pkv_status catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int3
         int32_t n = (int32_t)PKV_MIN(len - have, FWD_WINDOW_STEP);
         s = pkv_kv_seq_tokens(c, seq, have, n, tok, NULL);
         for (int32_t j = 0; !s && j < n; j++)
-            if (tok[j] < 0)
+            if (pkv_token_is_media(tok[j]))
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "sequence %d: the %s must be recomputed from token %lld, which is a media row: "
+                            "the cache does not keep media embeddings; truncate before the media and decode it again", seq,
+                            state ? "recurrent state" : "sliding-window layers", (long long)(have + j));
+            else if (tok[j] < 0)
                 s = pkv_err(PKV_ERR_INVALID, "sequence %d: the %s must be recomputed from token %lld, but its token ids were not "
                             "recorded (appended without tokens)", seq, state ? "recurrent state" : "sliding-window layers",
                             (long long)(have + j));
@@ -294,14 +312,30 @@ static pkv_status catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int3
 /* Where sequence i's tokens are cut into steps: every FWD_WINDOW_STEP tokens, and
  * with recurrent state also at the last page boundary inside them, so the state
  * there is checkpointed and offered to prefix matching with the pages before it. */
-static int32_t chunk_len(const pkv_kv_cache *c, fwd_mem mem, int64_t len0, int32_t off, int32_t n_tokens) {
+static int32_t chunk_len(const pkv_kv_cache *c, fwd_mem mem, int64_t len0, int32_t off, int32_t n_tokens,
+                         const int32_t *span_end) {
     int32_t n = PKV_MIN(n_tokens - off, FWD_WINDOW_STEP);
     if (mem.last_r >= 0) {
         int64_t ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(c)), start = len0 + off, end = len0 + n_tokens;
         int64_t boundary = end / ps * ps;
         if (boundary > start && boundary < start + n) n = (int32_t)(boundary - start);
     }
+    /* a non-causal span (span_end: this sequence's entries) is never split: the cut
+     * moves before it, or, when it starts the chunk, after it */
+    if (span_end && off + n < n_tokens && span_end[off + n - 1] > off + n) {
+        int32_t a = off + n - 1;
+        while (a > off && span_end[a - 1] == span_end[off + n - 1]) a--;
+        n = a > off ? a - off : span_end[off + n - 1] - off;
+    }
     return n;
+}
+
+/* Sequence i's entries of b->span_end, or NULL. */
+static const int32_t *span_of(const pkv_fwd_batch *b, int i) {
+    if (!b->span_end) return NULL;
+    int64_t k = 0;
+    for (int j = 0; j < i; j++) k += b->n_tokens[j];
+    return b->span_end + k;
 }
 
 pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pkv_fwd_batch *b, float *logits) {
@@ -315,10 +349,22 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
             return pkv_err(PKV_ERR_INVALID, "forward: sequence %d of the batch asks for logits of %d of its %d tokens", i,
                            b->n_logits[i], b->n_tokens[i]);
     }
-    for (int64_t k = 0; k < T; k++)
+    int64_t n_media = 0;
+    for (int64_t k = 0; k < T; k++) {
+        if (b->media_embd && pkv_token_is_media(b->tokens[k])) {
+            n_media++;
+            continue;
+        }
         if (b->tokens[k] < 0 || b->tokens[k] >= m->hp.n_vocab)
             return pkv_err(PKV_ERR_INVALID, "token id %d at batch position %lld is outside the vocabulary [0, %d)", b->tokens[k],
                            (long long)k, m->hp.n_vocab);
+    }
+    if (b->media_embd && n_media != b->n_media_rows)
+        return pkv_err(PKV_ERR_INVALID, "forward: the batch holds %lld media rows' ids, %lld rows were given", (long long)n_media,
+                       (long long)b->n_media_rows);
+    if (n_media && (m->assistant || m->mtp || m->ple_tok || b->peek || b->hidden_in))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "forward: media rows into %s (a Gemma 4, assistant or MTP model) are not supported",
+                       m->label);
     const fwd_mem mem = {.last_w = last_layer_of(c, false), .last_r = last_layer_of(c, true)};
     if (b->peek) { /* read-only queries: the cache must hold what they read; they run in one step */
         if (!b->pos) return pkv_err(PKV_ERR_INVALID, "forward: queries that append nothing need their positions");
@@ -347,7 +393,7 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     if (s) return s;
     bool one_step = true;
     for (int i = 0; i < b->n_seqs && one_step; i++)
-        one_step = chunk_len(c, mem, pkv_kv_seq_len(c, b->seqs[i]), 0, b->n_tokens[i]) == b->n_tokens[i];
+        one_step = chunk_len(c, mem, pkv_kv_seq_len(c, b->seqs[i]), 0, b->n_tokens[i], span_of(b, i)) == b->n_tokens[i];
     if (one_step) return step(m, c, wsp, b, logits, mem, false, false);
     /* Rounds of one chunk of every sequence that has tokens left, batched together
      * (a sequence whose tokens cross a page boundary does not make the others run
@@ -362,6 +408,16 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     float *hin = b->hidden_in ? pkv_malloc((size_t)T * E * sizeof *hin) : NULL;
     float *hout = b->hidden_out ? pkv_malloc((size_t)T * E * sizeof *hout) : NULL;
     float *lg = logits ? pkv_malloc((size_t)n_out * V * sizeof *lg) : NULL;
+    /* media: each token's first media row (prefix counts), a round's rows and spans */
+    int64_t *mpre = n_media ? pkv_malloc(((size_t)T + 1) * sizeof *mpre) : NULL;
+    float *r_embd = n_media ? pkv_malloc((size_t)n_media * E * sizeof *r_embd) : NULL;
+    int32_t *r_span = b->span_end ? pkv_malloc((size_t)T * sizeof *r_span) : NULL;
+    if ((n_media && (!mpre || !r_embd)) || (b->span_end && !r_span)) {
+        s = pkv_err(PKV_ERR_NOMEM, "forward: out of memory for %lld media rows in rounds", (long long)n_media);
+        goto free;
+    }
+    if (mpre) mpre[0] = 0;
+    for (int64_t k = 0; mpre && k < T; k++) mpre[k + 1] = mpre[k] + pkv_token_is_media(b->tokens[k]);
     if (!len0 || !ints || (b->hidden_in && !hin) || (b->hidden_out && !hout) || (logits && !lg)) {
         s = pkv_err(PKV_ERR_NOMEM, "forward: out of memory for %lld tokens in rounds", (long long)T);
         goto free;
@@ -381,11 +437,21 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     }
     for (;;) {
         int nr = 0;
-        int64_t t = 0, rows = 0;
+        int64_t t = 0, rows = 0, mr = 0;
         for (int i = 0; i < ns; i++) {
             const int32_t nt = b->n_tokens[i], off = done[i];
             if (off >= nt) continue;
-            int32_t n = chunk_len(c, mem, len0[i], off, nt), from = PKV_MAX(off, first[i]);
+            int32_t n = chunk_len(c, mem, len0[i], off, nt, b->span_end ? b->span_end + k0[i] : NULL),
+                    from = PKV_MAX(off, first[i]);
+            if (mpre) { /* the chunk's media rows, contiguous in b->media_embd */
+                int64_t m0 = mpre[k0[i] + off], m1 = mpre[k0[i] + off + n];
+                memcpy(r_embd + (size_t)mr * E, b->media_embd + (size_t)m0 * E, (size_t)(m1 - m0) * E * sizeof *r_embd);
+                mr += m1 - m0;
+            }
+            for (int32_t j = 0; r_span && j < n; j++) { /* ends relative to the chunk */
+                int32_t e = b->span_end[k0[i] + off + j];
+                r_span[t + j] = e > off + j + 1 ? e - off : 0;
+            }
             r_seq[nr] = b->seqs[i];
             r_n[nr] = n;
             r_nl[nr] = off + n > from ? off + n - from : 0; /* the chunk's rows with logits: a suffix of it */
@@ -401,7 +467,8 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         bool extra = !rows && hout; /* hidden rows wanted, no logits: one row computed and dropped */
         if (extra) r_nl[0] = 1;
         pkv_fwd_batch sb = {.n_seqs = nr, .seqs = r_seq, .n_tokens = r_n, .tokens = r_tok, .pos = b->pos ? r_pos : NULL,
-                            .n_logits = r_nl, .no_publish = b->no_publish, .hidden_in = hin, .hidden_out = hout};
+                            .n_logits = r_nl, .no_publish = b->no_publish, .hidden_in = hin, .hidden_out = hout,
+                            .media_embd = mpre ? r_embd : NULL, .n_media_rows = mr, .span_end = r_span};
         if ((s = step(m, c, wsp, &sb, lg && rows ? lg : NULL, mem, false, !rows && !hout))) break;
         for (int j = 0, o = 0; j < nr; j++) { /* scatter, and move each sequence on */
             const int i = r_i[j];
@@ -427,6 +494,9 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         s = pkv_err(s, "%s", msg);
     }
 free:
+    pkv_free(mpre);
+    pkv_free(r_embd);
+    pkv_free(r_span);
     pkv_free(len0);
     pkv_free(ints);
     pkv_free(hin);

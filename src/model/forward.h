@@ -34,6 +34,17 @@ typedef struct pkv_fwd_batch {
      * target's KV): token k of sequence i is a query at position pos[k] (required)
      * that sees every cached token of the sequence; no cache changes. */
     bool peek;
+    /* Media rows (docs/multimodal-cache.md): the input embeddings of the batch's
+     * tokens whose id is a media id (pkv_token_is_media), f32 [n_media_rows][n_embd]
+     * host rows in batch order, used as they are (no embedding scale), instead of
+     * rows of the embedding table. */
+    const float *media_embd;
+    int64_t n_media_rows;
+    /* NULL, or per token (batch order): 0 for a causal query, else the query sees
+     * its sequence's tokens up to the one at index span_end - 1 of this batch's
+     * tokens of that sequence (1-based end): the rows of a non-causal media chunk
+     * all get the chunk's end. A span is never split across steps. */
+    const int32_t *span_end;
 } pkv_fwd_batch;
 
 /* Offsets (in int32 elements) of the step's integer block on the device. */

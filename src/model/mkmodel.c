@@ -92,11 +92,13 @@ static const chat_family *find_family(const char *name) {
 }
 
 /* The builtin vocabulary, with the family's special tokens when there is one. */
-static pkv_vocab_desc *family_vocab(const chat_family *f, int32_t n_vocab) {
+static pkv_vocab_desc *family_vocab(const chat_family *f, const char *const *extra, int32_t n_vocab) {
     if (!f) return pkv_vocab_builtin_create(n_vocab);
+    const char *sp[32];
     int n = 0;
-    while (f->specials[n]) n++;
-    pkv_vocab_desc *d = pkv_vocab_builtin_create_specials(n_vocab, f->specials, n);
+    while (f->specials[n]) sp[n] = f->specials[n], n++;
+    for (int i = 0; extra && extra[i] && n < (int)PKV_ARRAY_LEN(sp); i++) sp[n++] = extra[i];
+    pkv_vocab_desc *d = pkv_vocab_builtin_create_specials(n_vocab, sp, n);
     if (!d) return NULL;
     d->pre = f->pre;
     d->add_bos = f->add_bos;
@@ -272,6 +274,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                        p->chat_template);
     if (p->chat_template && p->no_vocab)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: a chat template needs a vocabulary (not with no_vocab)");
+    if (p->extra_specials && !p->chat_template)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: extra special tokens go after a chat template's: give one");
     const bool q35 = !strcmp(p->arch, "qwen35");
     if (!p->n_layer) p->n_layer = q35 ? 4 : 2; /* qwen35: three delta-net layers and one attention layer */
     if (!q35 && (p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim))
@@ -570,7 +574,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
-    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : family_vocab(fam, p.n_vocab);
+    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : family_vocab(fam, p.extra_specials, p.n_vocab);
     if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !voc)) {
         s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
         goto done;

@@ -1,0 +1,166 @@
+/* Media chunks in a sequence: rows of embeddings (an image's, an audio window's)
+ * that occupy token positions no vocabulary id describes. Each row's token id is a
+ * negative "media id" derived from the chunk's content key and the row index, so
+ * the prefix index, fork, swap, save/load and the disk tier, which already carry
+ * token ids, key the rows by content. The sequence also records each chunk
+ * (key, start, rows, flags): truncation into a chunk drops it whole, a shift may
+ * not cut one, a prefix match never ends inside one, and a saved file names them.
+ * docs/multimodal-cache.md. */
+#include "kv/kv-impl.h"
+
+#include <string.h>
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+#define MEDIA_ID_BITS 30 /* ids -2 .. -(2^30 + 1): far from -1 ("no token") and from INT32_MIN */
+
+uint64_t pkv_media_key(uint64_t media_hash, uint64_t projector_fingerprint) {
+    return mix64(media_hash ^ mix64(projector_fingerprint + 0x6d656469614b4559ULL));
+}
+
+int32_t pkv_media_token(uint64_t key, int32_t row) {
+    uint64_t h = mix64(key ^ mix64((uint64_t)(uint32_t)row + 0x9e3779b97f4a7c15ULL));
+    return -2 - (int32_t)(h & ((1u << MEDIA_ID_BITS) - 1));
+}
+
+bool pkv_token_is_media(int32_t id) { return id <= -2 && id >= -2 - (int32_t)((1u << MEDIA_ID_BITS) - 1); }
+
+/* ------------------------------------------------------------ records */
+
+void pkv_kv_media_release(kv_seq *s) {
+    pkv_free(s->media);
+    s->media = NULL;
+    s->n_media = s->cap_media = 0;
+}
+
+static pkv_status reserve(kv_seq *s, int n) {
+    if (n <= s->cap_media) return PKV_OK;
+    void *a = s->media;
+    size_t cap = (size_t)s->cap_media;
+    pkv_status st = pkv_grow(&a, &cap, (size_t)n, sizeof(pkv_kv_media));
+    if (st) return pkv_err_prefix(st, "media records");
+    s->media = a;
+    s->cap_media = (int)PKV_MIN(cap, (size_t)INT32_MAX);
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_media_copy(kv_seq *dst, const kv_seq *src) {
+    pkv_status st = reserve(dst, src->n_media);
+    if (st) return st;
+    if (src->n_media) memcpy(dst->media, src->media, (size_t)src->n_media * sizeof *dst->media);
+    dst->n_media = src->n_media;
+    return PKV_OK;
+}
+
+int64_t pkv_kv_media_cut(const kv_seq *s, int64_t n_keep) {
+    for (int i = 0; i < s->n_media; i++) {
+        const pkv_kv_media *m = &s->media[i];
+        if (n_keep > m->start && n_keep < m->start + m->n_rows) return m->start;
+    }
+    return n_keep;
+}
+
+void pkv_kv_media_truncate(kv_seq *s, int64_t n) {
+    while (s->n_media > 0 && s->media[s->n_media - 1].start + s->media[s->n_media - 1].n_rows > n) s->n_media--;
+}
+
+pkv_status pkv_kv_media_shift_check(const kv_seq *s, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+    if (n_remove == 0 && pos_delta == 0) return PKV_OK;
+    const int64_t cuts[2] = {start, start + n_remove};
+    for (int i = 0; i < s->n_media; i++) {
+        const pkv_kv_media *m = &s->media[i];
+        for (int k = 0; k < 2; k++)
+            if (cuts[k] > m->start && cuts[k] < m->start + m->n_rows)
+                return pkv_err(PKV_ERR_INVALID, "shift of sequence %d: removing tokens [%lld, %lld) would cut media chunk "
+                               "%d (tokens [%lld, %lld), key %016llx): remove or keep whole chunks", seq,
+                               (long long)start, (long long)(start + n_remove), i, (long long)m->start,
+                               (long long)(m->start + m->n_rows), (unsigned long long)m->key);
+    }
+    return PKV_OK;
+}
+
+void pkv_kv_media_shift_apply(kv_seq *s, int64_t start, int64_t n_remove) {
+    int k = 0;
+    for (int i = 0; i < s->n_media; i++) {
+        pkv_kv_media m = s->media[i];
+        if (m.start >= start && m.start + m.n_rows <= start + n_remove) continue; /* removed whole */
+        if (m.start >= start + n_remove) m.start -= n_remove;
+        s->media[k++] = m;
+    }
+    s->n_media = k;
+}
+
+pkv_status pkv_kv_media_verify(const pkv_kv_media *m, int n_media, const int32_t *tokens, int64_t n_tokens,
+                               const char *what, bool every_id) {
+    int64_t end = 0;
+    for (int i = 0; i < n_media; i++) {
+        if (m[i].n_rows < 1 || m[i].start < end || m[i].start > n_tokens || m[i].n_rows > n_tokens - m[i].start)
+            return pkv_err(PKV_ERR_INVALID, "%s: media chunk %d (tokens [%lld, +%d)) is empty, overlaps the chunk before "
+                           "it or lies outside the %lld tokens", what, i, (long long)m[i].start, m[i].n_rows,
+                           (long long)n_tokens);
+        if (m[i].flags & ~PKV_MEDIA_NON_CAUSAL)
+            return pkv_err(PKV_ERR_INVALID, "%s: media chunk %d has unknown flags %#x", what, i, m[i].flags);
+        for (int32_t r = 0; tokens && r < m[i].n_rows; r++)
+            if (tokens[m[i].start + r] != pkv_media_token(m[i].key, r))
+                return pkv_err(PKV_ERR_INVALID, "%s: token %lld holds id %d, but row %d of media chunk %d (key %016llx) "
+                               "is id %d: the tokens are not that media's rows", what, (long long)(m[i].start + r),
+                               tokens[m[i].start + r], r, i, (unsigned long long)m[i].key, pkv_media_token(m[i].key, r));
+        if (every_id && tokens)
+            for (int64_t t = end; t < m[i].start; t++)
+                if (pkv_token_is_media(tokens[t]))
+                    return pkv_err(PKV_ERR_INVALID, "%s: token %lld is a media row (id %d) outside every recorded media "
+                                   "chunk", what, (long long)t, tokens[t]);
+        end = m[i].start + m[i].n_rows;
+    }
+    for (int64_t t = end; every_id && tokens && t < n_tokens; t++)
+        if (pkv_token_is_media(tokens[t]))
+            return pkv_err(PKV_ERR_INVALID, "%s: token %lld is a media row (id %d) outside every recorded media chunk",
+                           what, (long long)t, tokens[t]);
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------------- public */
+
+int pkv_kv_media_count(const pkv_kv_cache *c, int32_t seq) {
+    if (pkv_kv_seq_len(c, seq) < 0) return -1;
+    return c->seqs[seq].n_media;
+}
+
+pkv_status pkv_kv_media_get(const pkv_kv_cache *c, int32_t seq, int i, pkv_kv_media *out) {
+    kv_seq *s = pkv_kv_seq_get((pkv_kv_cache *)c, seq, "media record");
+    if (!s) return PKV_ERR_NOT_FOUND;
+    if (!out || i < 0 || i >= s->n_media)
+        return pkv_err(PKV_ERR_INVALID, "media record %d of sequence %d: it has %d (or out is NULL)", i, seq, s->n_media);
+    *out = s->media[i];
+    return PKV_OK;
+}
+
+pkv_status pkv_kv_media_add(pkv_kv_cache *c, int32_t seq, const pkv_kv_media *m) {
+    kv_seq *s = pkv_kv_seq_get(c, seq, "media record");
+    if (!s) return PKV_ERR_NOT_FOUND;
+    if (!m) return pkv_err(PKV_ERR_INVALID, "media record: NULL");
+    int64_t end = s->n_media ? s->media[s->n_media - 1].start + s->media[s->n_media - 1].n_rows : 0;
+    char what[64];
+    snprintf(what, sizeof what, "media record in sequence %d", seq);
+    if (m->start < end)
+        return pkv_err(PKV_ERR_INVALID, "%s: the chunk starts at token %lld, before the end of the last one (%lld)", what,
+                       (long long)m->start, (long long)end);
+    if (m->n_rows < 1 || m->start > s->n_tokens || m->n_rows > s->n_tokens - m->start)
+        return pkv_err(PKV_ERR_INVALID, "%s: rows [%lld, +%d) are not all in its %lld tokens (decode them first)", what,
+                       (long long)m->start, m->n_rows, (long long)s->n_tokens);
+    int32_t *tok = pkv_malloc((size_t)m->n_rows * sizeof *tok);
+    if (!tok) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", what);
+    pkv_status st = pkv_kv_seq_tokens(c, seq, m->start, m->n_rows, tok, NULL);
+    pkv_kv_media one = *m;
+    one.start = 0;
+    if (!st) st = pkv_kv_media_verify(&one, 1, tok, m->n_rows, what, false);
+    pkv_free(tok);
+    if (!st) st = reserve(s, s->n_media + 1);
+    if (st) return st;
+    s->media[s->n_media++] = *m;
+    return PKV_OK;
+}
