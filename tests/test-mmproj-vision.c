@@ -6,6 +6,7 @@
  *  - the whole encoder (mkmodel's random projector, f16 and f32 blocks) against
  *    tests/vision-ref.h's double-precision encoder: nmse <= 1e-6 (f32 arithmetic
  *    against double; f16 weights are the same dequantized values on both sides);
+ *  - Gemma 3's real geometry (896 pixels, 4096 patches, 256 rows) on a narrow encoder;
  *  - the geometry in info and n_rows; a second encode of one image is bit-identical;
  *  - bad files and mismatched models refused with errors that name the key,
  *    tensor or both widths. */
@@ -150,6 +151,31 @@ static void check_encode(pkv_mmproj *pj, const pkv_gguf *g, const uint8_t *rgb, 
     free(got), free(again), free(ref), free(img);
 }
 
+/* Gemma 3's own geometry (896-pixel input, 14-pixel patches: a 64x64 grid of 4096
+ * patches pooled 4x4 to 256 rows) on a narrow encoder, against the reference. */
+static void test_real_geometry(void) {
+    const char *mp = th_tmp("vis896.gguf");
+    pkv_mkmmproj_vision_params vp = {.n_embd_text = 48, .image_size = 896, .n_embd = 16, .n_ff = 32, .n_layer = 1,
+                                     .n_head = 2, .seed = 6};
+    CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    pkv_mmproj *pj = pkv_mmproj_load(mp, NULL, NULL);
+    REQUIRE_VOID(pj);
+    pkv_mmproj_info info;
+    CHECK_OK(pkv_mmproj_get_info(pj, &info));
+    CHECK_INT(info.image_size, 896);
+    pkv_gguf *g = pkv_gguf_open(mp);
+    uint8_t *img = rand_rgb(640, 480, 12);
+    pkv_media m = {.kind = PKV_MEDIA_IMAGE, .rgb = img, .width = 640, .height = 480};
+    int64_t n = 0;
+    CHECK_OK(pkv_mmproj_n_rows(pj, &m, &n));
+    CHECK_INT(n, 256);
+    check_encode(pj, g, img, 640, 480, "896 px");
+    pkv_gguf_close(g);
+    pkv_mmproj_free(pj);
+    free(img);
+    remove(mp);
+}
+
 static void test_encoder(bool f32) {
     const char *mp = th_tmp(f32 ? "vis32.gguf" : "vis16.gguf");
     pkv_mkmmproj_vision_params vp = {.n_embd_text = 96, .f32 = f32, .seed = 3};
@@ -270,6 +296,7 @@ int main(void) {
     test_preprocess();
     test_encoder(false);
     test_encoder(true);
+    test_real_geometry();
     test_errors();
     return th_done();
 }
