@@ -8,6 +8,8 @@
  *    against double; f16 weights are the same dequantized values on both sides);
  *  - Gemma 3's real geometry (896 pixels, 4096 patches, 256 rows) on a narrow encoder;
  *  - the geometry in info and n_rows; a second encode of one image is bit-identical;
+ *  - mkmodel --arch gemma3 --vision: the pair loads together, <start_of_image> and
+ *    <end_of_image> are single control tokens;
  *  - bad files and mismatched models refused with errors that name the key,
  *    tensor or both widths. */
 #include "testhelp.h"
@@ -291,6 +293,44 @@ static void test_errors(void) {
     remove(mp), remove(bad), remove(tm), remove(lm);
 }
 
+/* `pagekv mkmodel --arch gemma3 --vision`: the pair loads together, the image
+ * tokens are single control tokens, and the options that do not fit are refused. */
+static void test_cli(void) {
+    if (!getenv("PKV_CLI")) {
+        fprintf(stderr, "  (no PKV_CLI: the mkmodel --vision checks need the CLI; run under ctest)\n");
+        return;
+    }
+    char m[512], pj[512];
+    snprintf(m, sizeof m, "%s", th_tmp("cli-g3.gguf"));
+    snprintf(pj, sizeof pj, "%s", th_tmp("cli-g3-mmproj.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --vision --image-size 112 -o '%s' --mmproj-out '%s'", m, pj), 0);
+    HAS("112x112 images, f16, 4 rows of width 128");
+    pkv_model *md = pkv_model_load(m, (pkv_model_params){0});
+    REQUIRE_VOID(md);
+    pkv_mmproj *p = pkv_mmproj_load(pj, md, NULL);
+    CHECK(p != NULL);
+    pkv_mmproj_info info;
+    CHECK(p && !pkv_mmproj_get_info(p, &info) && info.image_size == 112 && info.n_embd == 128);
+    int32_t ids[8];
+    size_t n = 0;
+    const char *t = "<start_of_image><end_of_image>";
+    CHECK_OK(pkv_model_tokenize(md, t, strlen(t), false, true, ids, 8, &n));
+    CHECK_INT(n, 2);
+    char piece[64];
+    size_t pn = 0;
+    CHECK_OK(pkv_model_token_piece(md, ids[0], true, piece, sizeof piece, &pn));
+    CHECK(pn == 16 && !memcmp(piece, "<start_of_image>", 16));
+    pkv_mmproj_free(p);
+    pkv_model_free(md);
+    CHECK_INT(th_cli("", true, "mkmodel --arch llama --vision -o '%s' --mmproj-out '%s'", m, pj), 2);
+    HAS("--vision makes a Gemma 3 pair");
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --mmproj-out '%s' -o '%s'", pj, m), 2);
+    HAS("go with --vision");
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --vision --image-size 100 -o '%s' --mmproj-out '%s'", m, pj), 1);
+    HAS("the patch grid must be a multiple of the pooling");
+    remove(m), remove(pj);
+}
+
 int main(void) {
     test_resize();
     test_preprocess();
@@ -298,5 +338,6 @@ int main(void) {
     test_encoder(true);
     test_real_geometry();
     test_errors();
+    test_cli();
     return th_done();
 }
