@@ -535,6 +535,8 @@ typedef struct pkv_kv_stats {
     int64_t disk_files;          /* page files in the directory now (every layout and model) */
     uint64_t disk_bytes_used;    /* their bytes */
     uint64_t disk_bytes_max;     /* the cap */
+    double disk_queue_seconds;   /* time the cache's own thread spent reading pages off the device
+                                    into images for the writer thread (and waiting for room in its queue) */
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 
@@ -1504,6 +1506,13 @@ typedef struct pkv_request_params {
  * no stop tokens, priority 0, top_logprobs 0, no callback, no context. */
 pkv_request_params pkv_request_default_params(void);
 
+typedef enum pkv_spill_mode {
+    PKV_SPILL_AUTO = 0,   /* spill when the measured disk write + read of its pages costs less
+                             than recomputing their tokens (the engine's own prefill timing) */
+    PKV_SPILL_NEVER = 1,  /* drop and recompute, as without a disk tier */
+    PKV_SPILL_ALWAYS = 2, /* spill whenever there is a page to spill */
+} pkv_spill_mode;
+
 typedef struct pkv_engine_params {
     pkv_cache_params cache;  /* the engine's own KV cache: n_ctx is the per-sequence limit
                                 (prompt + max_tokens <= n_ctx), n_pages the device pool,
@@ -1522,6 +1531,11 @@ typedef struct pkv_engine_params {
      * own cache; not owned, must outlive the engine. Not a shared-KV draft. */
     pkv_model *draft;
     int draft_max;           /* proposals per sequence and step, 1..64; 0 = 4 */
+    /* Preemption when the sequence cannot be swapped (the host pool is full, or swap
+     * is off) and the cache has a disk tier (cache.disk_dir) and prefix_cache is on:
+     * spill its full pages to disk before dropping it, so the resume loads them back
+     * instead of recomputing them (docs/engine.md, "Spilling to disk"). */
+    pkv_spill_mode spill;    /* default PKV_SPILL_AUTO */
 } pkv_engine_params;
 
 pkv_engine_params pkv_engine_default_params(void);
@@ -1592,6 +1606,19 @@ typedef struct pkv_engine_stats {
     uint64_t grammar_masks;      /* constrained output: masks of allowed tokens computed (one per
                                     sampled token of a request with a grammar) */
     double grammar_mask_seconds; /* the time those masks took (on the stepping thread) */
+    /* Spilling preempted sequences to the disk tier (pkv_engine_params.spill); a
+     * spilled sequence is also counted in preemptions_recompute (it is dropped and
+     * resumed by a prefix match) and in n_recompute while it waits. */
+    uint64_t preemptions_spill;    /* preemptions that spilled the sequence's pages */
+    uint64_t spill_failed;         /* spills that failed (a write error, the tier off): recomputed */
+    uint64_t spill_pages_written;  /* page files those spills wrote (pages already on disk are not) */
+    uint64_t spill_bytes_written;
+    uint64_t spill_pages_read;     /* pages resumed spilled sequences loaded back from disk */
+    uint64_t spill_pages_resumed;  /* pages resumed spilled sequences found again (memory or disk) */
+    double spill_write_seconds;    /* time the spills took (device read, file write, fsync, rename) */
+    double spill_read_seconds;     /* time the resumed spilled sequences' prefix matches took */
+    double prefill_seconds_per_token; /* the engine's measure of recompute: forward time per token of
+                                     steps of at least a page of tokens (0 before one) */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the

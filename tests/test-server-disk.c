@@ -109,6 +109,8 @@ int main(void) {
     th_checks++;
     CHECK(metric("pagekv_kv_disk_hit_pages_total") * 16 == cached);
     CHECK_INT(metric("pagekv_kv_disk_rejected_files_total"), 0);
+    CHECK_INT(metric("pagekv_kv_disk_spills_total"), 0); /* exported (one request: nothing preempted) */
+    CHECK_INT(metric("pagekv_kv_disk_spill_read_pages_total"), 0);
     CHECK(metric("pagekv_kv_disk_files") >= written);
     { /* the web page's /v1/kv names the disk tier with the same counters */
         REQUIRE(ts_http(g_port, "/v1/kv") == 200);

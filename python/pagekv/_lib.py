@@ -118,7 +118,8 @@ class KVStats(Structure):
                 ("disk_rejected_files", c_uint64), ("disk_written_pages", c_uint64), ("disk_write_errors", c_uint64),
                 ("disk_evicted_files", c_uint64), ("disk_bytes_read", c_uint64), ("disk_bytes_written", c_uint64),
                 ("disk_read_seconds", c_double), ("disk_write_seconds", c_double), ("disk_files", c_int64),
-                ("disk_bytes_used", c_uint64), ("disk_bytes_max", c_uint64)]
+                ("disk_bytes_used", c_uint64), ("disk_bytes_max", c_uint64),
+                ("disk_queue_seconds", c_double)]
 
 
 class SamplerParams(Structure):
@@ -151,7 +152,8 @@ class RequestParams(Structure):
 
 class EngineParams(Structure):
     _fields_ = [("cache", CacheParams), ("max_batch_tokens", c_int), ("max_seqs", c_int),
-                ("prefix_cache", c_bool), ("swap", c_bool), ("draft", c_void_p), ("draft_max", c_int)]
+                ("prefix_cache", c_bool), ("swap", c_bool), ("draft", c_void_p), ("draft_max", c_int),
+                ("spill", c_int)]
 
 
 class EngineStats(Structure):
@@ -164,7 +166,11 @@ class EngineStats(Structure):
                 ("preemptions_swap", c_uint64), ("preemptions_recompute", c_uint64), ("steps", c_uint64),
                 ("busy_seconds", c_double), ("tokens_per_second", c_double), ("batch_invariant", c_bool),
                 ("draft_proposed", c_uint64), ("draft_accepted", c_uint64), ("draft_steps", c_uint64),
-                ("draft_disabled", c_uint64), ("grammar_masks", c_uint64), ("grammar_mask_seconds", c_double)]
+                ("draft_disabled", c_uint64), ("grammar_masks", c_uint64), ("grammar_mask_seconds", c_double),
+                ("preemptions_spill", c_uint64), ("spill_failed", c_uint64), ("spill_pages_written", c_uint64),
+                ("spill_bytes_written", c_uint64), ("spill_pages_read", c_uint64),
+                ("spill_pages_resumed", c_uint64), ("spill_write_seconds", c_double),
+                ("spill_read_seconds", c_double), ("prefill_seconds_per_token", c_double)]
 
 
 # The structs above by their C names (for the layout test).

@@ -81,8 +81,9 @@ uint64_t pkv_hash64(const void *data, size_t n, uint64_t seed);
  * exist or is a regular file; PKV_ERR_IO naming what it is otherwise (device, FIFO,
  * symlink, directory). pkv_wfile_open checks the target and opens a fresh temporary
  * file beside it; write to w->f, then pkv_wfile_commit (flush, fsync, check the
- * target again, rename over it) or pkv_wfile_abort (remove the temporary). Both
- * release w; the target is never touched unless commit succeeds. */
+ * target again, rename over it, fsync the directory) or pkv_wfile_abort (remove the
+ * temporary). Both release w; the target is never touched unless the rename
+ * succeeds (a failed directory fsync after it is reported, the file in place). */
 #include <stdio.h>
 typedef struct pkv_wfile {
     FILE *f;

@@ -95,6 +95,31 @@ void pkv_wfile_abort(pkv_wfile *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* The rename is a change of the directory: fsync the directory too, or a power
+ * loss may forget the new name (the file's data was already synced). Filesystems
+ * that cannot sync a directory (EINVAL) or are read-only (EROFS) are let be, as for
+ * the file. After an error here the file is in place under its name; only its
+ * surviving a power loss is not known. */
+static pkv_status sync_dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = NULL;
+    if (slash) {
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (!(dir = pkv_malloc(n + 1))) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", path);
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+    int fd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0 && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) err = errno;
+    if (fd >= 0) close(fd);
+    pkv_status s = PKV_OK;
+    if (err) s = pkv_err(PKV_ERR_IO, "%s: written and renamed, but its directory %s could not be synced: %s", path,
+                         dir ? dir : ".", strerror(err));
+    pkv_free(dir);
+    return s;
+}
+
 pkv_status pkv_wfile_commit(pkv_wfile *w) {
     if (!w || !w->f) return pkv_err(PKV_ERR_INVALID, "commit: no file open");
     int err = ferror(w->f) ? (errno ? errno : EIO) : 0;
@@ -110,6 +135,7 @@ pkv_status pkv_wfile_commit(pkv_wfile *w) {
     if (!s && rename(w->tmp, w->path) != 0)
         s = pkv_err(PKV_ERR_IO, "%s: cannot rename %s over it: %s", w->path, w->tmp, strerror(errno));
     if (s) unlink(w->tmp);
+    else s = sync_dir_of(w->path);
     pkv_free(w->path);
     pkv_free(w->tmp);
     memset(w, 0, sizeof *w);

@@ -46,9 +46,12 @@ static void usage(FILE *f) {
             "                         a printable 151,936-token vocabulary)\n"
             "  --seed S               load and sampling seed (default 1)\n"
             "  --kv-disk DIR          a disk tier under the cache (DIR must not exist yet); reports the\n"
-            "                         pages it loaded and wrote\n"
+            "                         pages it loaded and wrote, and the spills of preempted sequences\n"
+            "  --spill MODE           with --kv-disk: auto (default: whichever of spilling to disk and\n"
+            "                         recomputing the engine measures cheaper), never, always\n"
             "  --warm-from-disk DIR   instead of a load: time to first token of a shared prefix of\n"
-            "                         --prompt-tokens tokens, cold, warm in memory and warm from disk\n"
+            "                         --prompt-tokens tokens, cold, warm in memory (right after, while\n"
+            "                         the disk writer works, and again once it is idle) and warm from disk\n"
             "                         (a new engine on the disk tier DIR, which must not exist yet),\n"
             "                         over -n rounds with a fresh prefix each (median and each round)\n"
             "  -d, -t, --page-size, --kv-type   as for run\n"
@@ -179,10 +182,12 @@ static pkv_engine *disk_engine(pkv_model *m, const char *dir, int n_ctx, int ps,
 }
 
 /* --warm-from-disk: per round a fresh random prefix of n_prefix tokens, asked
- * three times with its own 8-token suffix: cold (nothing anywhere), warm in
- * memory (the same engine again), warm from disk (the first engine freed, its
- * pages written; a new engine on the directory). Each fresh engine first answers
- * an unrelated 8-token prompt, so thread start-up is not counted. */
+ * four times with its own 8-token suffix: cold (nothing anywhere), warm in
+ * memory (the same engine right after, while its disk writer is still writing
+ * the prefix's pages), warm in memory again once the writer is idle (the engine
+ * stopped, pkv_kv_disk_flush, started again), warm from disk (the first engine
+ * freed, its pages written; a new engine on the directory). Each fresh engine
+ * first answers an unrelated 8-token prompt, so thread start-up is not counted. */
 static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int rounds, int ps, pkv_type kv_type,
                           uint64_t seed, bool json) {
     struct stat sb;
@@ -195,7 +200,8 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
     pkv_model_get_info(m, &info);
     int n = n_prefix + 8, n_ctx = n + 2;
     int32_t *tok = malloc((size_t)n * sizeof *tok), warm8[8];
-    double *t = calloc((size_t)rounds * 3, sizeof *t), *srt = calloc((size_t)rounds, sizeof *srt);
+    enum { NPH = 4 };
+    double *t = calloc((size_t)rounds * NPH, sizeof *t), *srt = calloc((size_t)rounds, sizeof *srt);
     if (!tok || !t || !srt) {
         free(tok);
         free(t);
@@ -204,14 +210,27 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
         return 1;
     }
     uint64_t rs = seed * 2654435761u + 7;
-    int rc = 0, cached[3] = {0, 0, 0};
-    double rd_bytes = 0, rd_s = 0;
+    int rc = 0, cached[NPH] = {0, 0, 0, 0};
+    double rd_bytes = 0, rd_s = 0, q_s = 0;
+    long long w_pages = 0;
     long long disk_hits = 0;
     for (int r = 0; r < rounds && !rc; r++) {
         for (int k = 0; k < n_prefix; k++) tok[k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
         pkv_engine *e = NULL;
-        for (int ph = 0; ph < 3 && !rc; ph++) {
-            if (ph != 1) { /* a fresh engine on the directory, warmed up on an unrelated prompt */
+        for (int ph = 0; ph < NPH && !rc; ph++) {
+            if (ph == 2) { /* the same engine once its writer has written everything queued */
+                pkv_engine_stop(e);
+                pkv_kv_stats ks; /* what the disk tier did up to here (cold and warm in memory) */
+                pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+                q_s += ks.disk_queue_seconds;
+                w_pages += (long long)ks.disk_written_pages;
+                if (pkv_kv_disk_flush(pkv_engine_cache(e)) || pkv_engine_start(e)) {
+                    fprintf(stderr, "pagekv bench serve: %s\n", pkv_errmsg());
+                    rc = 1;
+                    break;
+                }
+            }
+            if (ph == 0 || ph == 3) { /* a fresh engine on the directory, warmed up on an unrelated prompt */
                 if (!(e = disk_engine(m, dir, n_ctx, ps, kv_type))) {
                     rc = 1;
                     break;
@@ -223,9 +242,9 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
             for (int k = 0; k < 8; k++) tok[n_prefix + k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
             t[ph * rounds + r] = ttft_one(e, tok, n, &cached[ph]);
             if (t[ph * rounds + r] < 0) rc = 1;
-            if (ph == 0) continue; /* the same engine answers warm in memory */
+            if (ph < 2) continue; /* the same engine answers warm in memory */
             pkv_engine_stop(e);
-            if (ph == 2) {
+            if (ph == 3) {
                 pkv_kv_stats ks;
                 pkv_kv_stats_get(pkv_engine_cache(e), &ks);
                 rd_bytes += (double)ks.disk_bytes_read;
@@ -239,15 +258,16 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
             pkv_engine_stop(e);
             pkv_engine_free(e);
         }
-        if (!rc && (cached[0] != 0 || cached[1] < n_prefix / ps * ps || cached[2] < n_prefix / ps * ps)) {
-            fprintf(stderr, "pagekv bench serve: round %d: cached tokens cold %d, memory %d, disk %d: expected 0 and "
-                            "the whole prefix's pages\n", r, cached[0], cached[1], cached[2]);
+        int full = n_prefix / ps * ps;
+        if (!rc && (cached[0] != 0 || cached[1] < full || cached[2] < full || cached[3] < full)) {
+            fprintf(stderr, "pagekv bench serve: round %d: cached tokens cold %d, memory %d and %d, disk %d: expected 0 "
+                            "and the whole prefix's pages\n", r, cached[0], cached[1], cached[2], cached[3]);
             rc = 1;
         }
     }
-    static const char *const name[3] = {"cold", "warm_memory", "warm_disk"};
-    double med[3] = {0, 0, 0};
-    for (int ph = 0; ph < 3 && !rc; ph++) {
+    static const char *const name[NPH] = {"cold", "warm_memory", "warm_memory_idle", "warm_disk"};
+    double med[NPH] = {0, 0, 0, 0};
+    for (int ph = 0; ph < NPH && !rc; ph++) {
         memcpy(srt, t + ph * rounds, (size_t)rounds * sizeof *srt);
         qsort(srt, (size_t)rounds, sizeof *srt, cmp_double);
         med[ph] = pct(srt, rounds, 50);
@@ -256,23 +276,26 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
         printf("{\"mode\": \"warm_from_disk\", \"weights\": \"%s\", \"layers\": %d, \"device\": \"%s\", \"prefix_tokens\": "
                "%d, \"page_size\": %d, \"rounds\": %d,\n", info.weight_type, info.n_layer,
                pkv_device_name(pkv_model_device(m)), n_prefix, ps, rounds);
-        for (int ph = 0; ph < 3; ph++) {
+        for (int ph = 0; ph < NPH; ph++) {
             printf(" \"ttft_ms_%s\": {\"median\": %.1f, \"rounds\": [", name[ph], med[ph]);
             for (int r = 0; r < rounds; r++) printf("%s%.1f", r ? ", " : "", t[ph * rounds + r]);
             printf("]},\n");
         }
-        printf(" \"disk_hit_pages\": %lld, \"disk_read_mb_s\": %.0f}\n", disk_hits,
-               rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0);
+        printf(" \"disk_hit_pages\": %lld, \"disk_read_mb_s\": %.0f, \"before_idle\": {\"queue_ms\": %.1f, "
+               "\"written_pages\": %lld}}\n", disk_hits, rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0, q_s * 1e3 / rounds,
+               w_pages / rounds);
     } else if (!rc) {
         printf("bench serve --warm-from-disk: prefix of %d tokens (+8 own), %s weights, %d layers, %s, %d rounds\n",
                n_prefix, info.weight_type, info.n_layer, pkv_device_name(pkv_model_device(m)), rounds);
-        for (int ph = 0; ph < 3; ph++) {
-            printf("  TTFT %-12s median %8.1f ms  (", name[ph], med[ph]);
+        for (int ph = 0; ph < NPH; ph++) {
+            printf("  TTFT %-16s median %8.1f ms  (", name[ph], med[ph]);
             for (int r = 0; r < rounds; r++) printf("%s%.1f", r ? " " : "", t[ph * rounds + r]);
             printf(")\n");
         }
         printf("  from disk: %lld pages, %.1f MB read at %.0f MB/s (file reads alone)\n", disk_hits, rd_bytes / 1e6,
                rd_s > 0 ? rd_bytes / rd_s / 1e6 : 0.0);
+        printf("  before the idle run, per round: %.1f ms of page images queued on the engine thread, %lld pages "
+               "written\n", q_s * 1e3 / rounds, w_pages / rounds);
     }
     free(tok);
     free(t);
@@ -317,6 +340,7 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     bool json_object = false;
     pkv_grammar *gram = NULL;
     bool json = false, swap = true, prefix = true, tiny = false, use_mtp = false;
+    pkv_spill_mode spill = PKV_SPILL_AUTO;
     const char *draft_path = NULL, *warm_dir = NULL, *disk_dir = NULL;
     long long draft_max = 0;
     for (int i = 1; i < argc; i++) {
@@ -361,6 +385,17 @@ int pkv_cli_bench_serve(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--kv-disk")) {
             if (!(disk_dir = pkv_cli_value(argc, argv, &i))) return 2;
+        }
+        else if (!strcmp(a, "--spill")) {
+            const char *m = pkv_cli_value(argc, argv, &i);
+            if (!m) return 2;
+            if (!strcmp(m, "auto")) spill = PKV_SPILL_AUTO;
+            else if (!strcmp(m, "never")) spill = PKV_SPILL_NEVER;
+            else if (!strcmp(m, "always")) spill = PKV_SPILL_ALWAYS;
+            else {
+                fprintf(stderr, "pagekv bench serve: --spill %s: give auto, never or always\n", m);
+                return 2;
+            }
         }
         else if (!strcmp(a, "--warm-from-disk")) {
             if (!(warm_dir = pkv_cli_value(argc, argv, &i))) return 2;
@@ -468,6 +503,7 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     }
     ep.max_batch_tokens = (int)batch_tokens;
     ep.max_seqs = (int)max_seqs;
+    ep.spill = spill;
     ep.swap = swap;
     ep.prefix_cache = prefix;
     ep.draft = draft;
@@ -564,9 +600,10 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                "\"generated_tokens\": %llu, \"computed_tokens\": %llu,\n",
                (unsigned long long)st.prompt_tokens, (unsigned long long)st.prefix_hit_tokens, hit,
                (unsigned long long)st.generated_tokens, (unsigned long long)st.computed_tokens);
-        printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu}, \"peak_pages\": %lld, \"steps\": %llu, "
-               "\"tokens_per_step\": %.1f, \"failed\": %d,\n",
+        printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu, \"spill\": %llu}, \"peak_pages\": %lld, "
+               "\"steps\": %llu, \"tokens_per_step\": %.1f, \"failed\": %d,\n",
                (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
+               (unsigned long long)st.preemptions_spill,
                (long long)st.pages_peak, (unsigned long long)st.steps,
                st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0, b.n_error);
         printf(" \"draft\": %s%s%s, \"draft_proposed\": %llu, \"draft_accepted\": %llu, \"draft_steps\": %llu,\n",
@@ -575,6 +612,19 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                (unsigned long long)st.draft_steps);
         printf(" \"disk_hit_pages\": %llu, \"disk_written_pages\": %llu,\n", (unsigned long long)ks.disk_hit_pages,
                (unsigned long long)ks.disk_written_pages);
+        if (disk_dir) /* spilling preempted sequences: what it cost against recomputing */
+            printf(" \"spill\": {\"mode\": \"%s\", \"preemptions\": %llu, \"failed\": %llu, \"pages_written\": %llu, "
+                   "\"bytes_written\": %llu, \"pages_resumed\": %llu, \"pages_read\": %llu, \"write_ms_per_page\": %.3f, "
+                   "\"read_ms_per_page\": %.3f, \"disk_file_read_ms_per_page\": %.3f, \"prefill_ms_per_token\": %.3f, "
+                   "\"recompute_ms_per_page\": %.3f},\n",
+                   spill == PKV_SPILL_NEVER ? "never" : spill == PKV_SPILL_ALWAYS ? "always" : "auto",
+                   (unsigned long long)st.preemptions_spill, (unsigned long long)st.spill_failed,
+                   (unsigned long long)st.spill_pages_written, (unsigned long long)st.spill_bytes_written,
+                   (unsigned long long)st.spill_pages_resumed, (unsigned long long)st.spill_pages_read,
+                   st.spill_pages_written ? st.spill_write_seconds * 1e3 / (double)st.spill_pages_written : 0.0,
+                   st.spill_pages_read ? st.spill_read_seconds * 1e3 / (double)st.spill_pages_read : 0.0,
+                   ks.disk_hit_pages ? ks.disk_read_seconds * 1e3 / (double)ks.disk_hit_pages : 0.0,
+                   st.prefill_seconds_per_token * 1e3, st.prefill_seconds_per_token * 1e3 * ps);
         printf(" \"grammar\": %s, \"vocab\": %d, \"grammar_masks\": %llu, \"grammar_mask_us_per_token\": %.1f}\n",
                    gram ? "\"json_object\"" : "null", info.n_vocab, (unsigned long long)st.grammar_masks,
                    st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
@@ -601,8 +651,15 @@ int pkv_cli_bench_serve(int argc, char **argv) {
                    (unsigned long long)st.grammar_masks, info.n_vocab,
                    st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
         if (disk_dir)
-            printf("  disk tier: %llu pages loaded, %llu written\n", (unsigned long long)ks.disk_hit_pages,
-                   (unsigned long long)ks.disk_written_pages);
+            printf("  disk tier: %llu pages loaded, %llu written; %llu preemptions spilled (%llu failed), %llu pages "
+                   "written by spills (%.2f ms each), %llu read back (%.2f ms each); prefill %.3f ms per token\n",
+                   (unsigned long long)ks.disk_hit_pages, (unsigned long long)ks.disk_written_pages,
+                   (unsigned long long)st.preemptions_spill, (unsigned long long)st.spill_failed,
+                   (unsigned long long)st.spill_pages_written,
+                   st.spill_pages_written ? st.spill_write_seconds * 1e3 / (double)st.spill_pages_written : 0.0,
+                   (unsigned long long)st.spill_pages_read,
+                   st.spill_pages_read ? st.spill_read_seconds * 1e3 / (double)st.spill_pages_read : 0.0,
+                   st.prefill_seconds_per_token * 1e3);
         if (b.n_error) printf("  %d requests failed\n", b.n_error);
     }
     rc = b.n_error ? 1 : 0;

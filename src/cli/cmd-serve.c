@@ -43,6 +43,9 @@ static void serve_usage(FILE *f) {
             "  --kv-disk DIR          keep full prefix pages in DIR too (a disk tier: they outlive eviction and\n"
             "                         restarts; one server per DIR; full-attention models only)\n"
             "  --kv-disk-size MiB     the most page files DIR may hold (default 1024; least recently used go first)\n"
+            "  --kv-spill MODE        a preempted sequence the swap pool cannot take, with --kv-disk: auto\n"
+            "                         (default: spill its pages to DIR when that measures cheaper than\n"
+            "                         recomputing them), always, never\n"
             "  --page-size N          KV page size in tokens (default 16)\n"
             "  --kv-type T            KV page type, K and V: f16 (default), f32, q8_0, q4_0\n"
             "  --kv-type-k T, --kv-type-v T   K and V page types separately\n"
@@ -154,6 +157,15 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-disk-size")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 30, &x)) return 2;
             so.kv_disk_mib = x;
+        } else if (!strcmp(a, "--kv-spill")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            if (!strcmp(v, "auto")) so.kv_spill = PKV_SPILL_AUTO;
+            else if (!strcmp(v, "never")) so.kv_spill = PKV_SPILL_NEVER;
+            else if (!strcmp(v, "always")) so.kv_spill = PKV_SPILL_ALWAYS;
+            else {
+                fprintf(stderr, "pagekv serve: --kv-spill %s: give auto, always or never\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--api-key")) {
             if (!(so.api_key = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chat-template")) {

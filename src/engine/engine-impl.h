@@ -47,6 +47,7 @@ typedef struct eng_seq {
     int32_t h_row;    /* this step's hidden rows: row h_row is position h_pos; -1: none */
     int32_t h_pos;
     bool nodraft;     /* goes on without the draft (its pool ran out, or it failed) */
+    bool spilled;     /* dropped with its full pages spilled to disk (resumed by a prefix match) */
     /* A request on a context (pkv_request_params.context) keeps its last token: the
      * final event waits, with what it carries, until the step that runs the token
      * into the context's KV. fin_wait NONE: no final event waiting. */
@@ -132,6 +133,12 @@ struct pkv_engine {
     pkv_token_logprob top[PKV_ENGINE_MAX_TOP_LOGPROBS];
     uint64_t hit_tokens, prompt_tokens, computed, generated, pre_swap, pre_drop, steps;
     uint64_t finished, cancelled, failed;
+    /* spilling to disk (engine-sched.c, preempt): counts, and the measures the
+     * PKV_SPILL_AUTO rule compares (seconds over pages or tokens) */
+    uint64_t sp_n, sp_failed, sp_written, sp_bytes, sp_read, sp_resumed;
+    double sp_write_s, sp_read_s;
+    double pf_s;        /* forward seconds of steps of at least a page of tokens */
+    uint64_t pf_tok;    /* and their tokens */
     int64_t pages_peak;
     double busy;
 

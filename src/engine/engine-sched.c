@@ -270,6 +270,15 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.draft_disabled = e->d_disabled;
     st.grammar_masks = e->g_masks;
     st.grammar_mask_seconds = e->g_mask_s;
+    st.preemptions_spill = e->sp_n;
+    st.spill_failed = e->sp_failed;
+    st.spill_pages_written = e->sp_written;
+    st.spill_bytes_written = e->sp_bytes;
+    st.spill_pages_read = e->sp_read;
+    st.spill_pages_resumed = e->sp_resumed;
+    st.spill_write_seconds = e->sp_write_s;
+    st.spill_read_seconds = e->sp_read_s;
+    st.prefill_seconds_per_token = e->pf_tok ? e->pf_s / (double)e->pf_tok : 0.0;
     st.tokens_per_second = e->busy > 0 ? (double)e->generated / e->busy : 0.0;
     pthread_mutex_lock(&e->mu);
     for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;
@@ -336,9 +345,58 @@ static void draft_off(pkv_engine *e, eng_seq *s) {
     s->nodraft = true;
 }
 
+/* Spilling to disk: should v, whose leading n pages a spill would cover (unw of
+ * them not on disk yet), be spilled rather than recomputed? PKV_SPILL_AUTO compares
+ * the two costs as measured on this engine: writing (the spills so far: device
+ * read, file write, fsync, rename; per page written) and reading back (the
+ * resumed spills' prefix matches, else the disk tier's own file reads; per page)
+ * against recomputing n pages of tokens (forward seconds per token of the steps
+ * of at least a page of tokens). Before the first spill nothing is known about
+ * the disk: it spills once, to measure. */
+static bool spill_cheaper(pkv_engine *e, int64_t n, int64_t unw) {
+    if (e->p.spill == PKV_SPILL_ALWAYS) return true;
+    if (!e->sp_written || !e->pf_tok) return true;
+    double w = e->sp_write_s / (double)e->sp_written, r;
+    if (e->sp_read) {
+        r = e->sp_read_s / (double)e->sp_read;
+    } else {
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(e->c, &ks);
+        r = ks.disk_hit_pages ? ks.disk_read_seconds / (double)ks.disk_hit_pages : w;
+    }
+    double t = e->pf_s / (double)e->pf_tok;
+    return (double)unw * w + (double)n * r < (double)n * (double)e->ps * t;
+}
+
+/* Spill v's full pages to the disk tier before v is dropped (the host pool could
+ * not take it): true when some are on disk. A failure (a full disk, an I/O error:
+ * the tier turns itself off) only means v is recomputed, as without a disk. */
+static bool try_spill(pkv_engine *e, eng_seq *v) {
+    if (e->p.spill == PKV_SPILL_NEVER || !e->p.prefix_cache || !pkv_kv_disk_on(e->c)) return false;
+    int64_t unw = 0, n = pkv_kv_disk_spill_plan(e->c, v->kv, &unw);
+    if (n <= 0 || !spill_cheaper(e, n, unw)) return false;
+    int64_t got = 0, wr = 0;
+    uint64_t bytes = 0;
+    double t0 = pkv_time_now();
+    pkv_status st = pkv_kv_disk_spill(e->c, v->kv, &got, &wr, &bytes);
+    double dt = pkv_time_now() - t0;
+    e->sp_bytes += bytes;
+    if (wr > 0) {
+        e->sp_written += (uint64_t)wr;
+        e->sp_write_s += dt;
+    }
+    if (st) {
+        PKV_WARN("engine: %s; the sequence is dropped and recomputed", pkv_errmsg());
+        e->sp_failed++;
+        return false;
+    }
+    return got > 0;
+}
+
 /* Swap the sequence (and its draft's) to the host pools, or when that is off or
  * either is full, drop their pages (full pages stay in the prefix caches) to
- * recompute them later. */
+ * recompute them later, spilling them to the disk tier first when that is
+ * cheaper (pkv_engine_params.spill). */
 static void preempt(pkv_engine *e, eng_seq *v) {
     bool dswap = v->dkv < 0 || (e->p.swap && pkv_kv_swap_out(e->dc, v->dkv) == PKV_OK);
     if (e->p.swap && dswap && pkv_kv_swap_out(e->c, v->kv) == PKV_OK) {
@@ -355,6 +413,8 @@ static void preempt(pkv_engine *e, eng_seq *v) {
         v->st = SEQ_DROPPED;
         e->pre_drop++;
     } else {
+        v->spilled = try_spill(e, v);
+        e->sp_n += v->spilled;
         pkv_kv_seq_free(e->c, v->kv);
         v->kv = -1;
         v->n_kv = 0;
@@ -508,10 +568,24 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     int32_t kv;
     if ((st = pkv_kv_seq_create(e->c, e->fp, &kv))) goto fail;
     int64_t matched = 0;
+    pkv_kv_stats k0, k1;
+    double t0 = 0;
+    if (s->spilled) { /* a spilled sequence comes back: count what it finds again */
+        pkv_kv_stats_get(e->c, &k0);
+        t0 = pkv_time_now();
+    }
     if (e->p.prefix_cache && s->n_tok > 1 &&
         (st = pkv_kv_prefix_match_media(e->c, kv, s->tok, NULL, s->n_tok - 1, r->media, r->n_media, &matched))) {
         pkv_kv_seq_free(e->c, kv);
         goto fail;
+    }
+    if (s->spilled) {
+        pkv_kv_stats_get(e->c, &k1);
+        uint64_t rd = k1.disk_hit_pages - k0.disk_hit_pages;
+        e->sp_read += rd;
+        if (rd) e->sp_read_s += pkv_time_now() - t0;
+        e->sp_resumed += (uint64_t)(matched / e->ps);
+        s->spilled = false; /* once: a failed admission below frees what it matched (memory keeps it) */
     }
     if (e->dc && !s->nodraft && (st = draft_start(e, s, kv, &matched))) {
         pkv_kv_seq_free(e->c, kv);
@@ -1094,7 +1168,12 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             if ((s = grow_rows(&e->hid, &e->cap_hid, T, (size_t)e->m->hp.n_embd))) break;
             b.hidden_out = e->hid;
         }
+        double tf = pkv_time_now();
         s = pkv_model_forward(e->m, e->c, &e->ws, &b, e->logits);
+        if (!s && T >= (size_t)e->ps) { /* what recomputing costs per token (the spill rule) */
+            e->pf_s += pkv_time_now() - tf;
+            e->pf_tok += T;
+        }
         if (s != PKV_ERR_OUT_OF_PAGES) break;
         eng_seq *v = pick_victim(e, NULL, false, 0);
         if (!v || n_resident(e) < 2) break;

@@ -100,6 +100,10 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
                 p.max_seqs);
         return NULL;
     }
+    if ((int)p.spill < PKV_SPILL_AUTO || (int)p.spill > PKV_SPILL_ALWAYS) {
+        pkv_err(PKV_ERR_INVALID, "engine: spill (%d) must be PKV_SPILL_AUTO, _NEVER or _ALWAYS", (int)p.spill);
+        return NULL;
+    }
     if (!p.max_batch_tokens) p.max_batch_tokens = 256;
     if (!p.max_seqs) p.max_seqs = 64;
     if (!p.cache.n_seq_max) p.cache.n_seq_max = 8;

@@ -52,7 +52,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define DISK_MAGIC "PKVDPAGE"
@@ -66,6 +68,7 @@
 #define DISK_DEFAULT_BYTES (1ull << 30)
 
 bool pkv_kv_test_disk_fail_write = false;
+int64_t pkv_kv_test_disk_fail_after = -1;
 
 typedef struct disk_entry {
     uint64_t key, lfp;
@@ -389,6 +392,16 @@ static void *writer_main(void *arg) {
     pkv_kv_cache *c = arg;
     kv_disk *d = c->disk;
     char path[4096];
+#ifdef __linux__
+    /* The writer yields the CPU to the forward pass: on a machine whose cores the
+     * compute threads fill, a writer of equal priority (hashing and copying 1.8 MB
+     * per page) takes a core from them, and a thread pool that splits each kernel
+     * evenly then waits for the thread that was descheduled (docs/BENCHMARKS.md,
+     * the KV disk tier: warm in memory was slower than warm from disk). Nice 19
+     * on Linux is per thread; it still runs whenever a core is idle, and an
+     * eviction waiting for room in the queue idles the engine's cores. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#endif
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (!d->q_head && !d->quit) pthread_cond_wait(&d->cv, &d->mu);
@@ -412,7 +425,13 @@ static void *writer_main(void *arg) {
             entry_path(d, j->key, j->lfp, path, sizeof path);
             pkv_wfile w;
             st = pkv_wfile_open(&w, path);
-            if (!st && pkv_kv_test_disk_fail_write) {
+            bool fail = pkv_kv_test_disk_fail_write;
+            if (pkv_kv_test_disk_fail_after >= 0) { /* test hook: the disk fills after that many writes */
+                pthread_mutex_lock(&d->mu);
+                fail = fail || d->st.disk_written_pages >= (uint64_t)pkv_kv_test_disk_fail_after;
+                pthread_mutex_unlock(&d->mu);
+            }
+            if (!st && fail) {
                 pkv_wfile_abort(&w);
                 st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(ENOSPC));
             } else if (!st) {
@@ -599,6 +618,7 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
         if (full) return false;
     }
     int ps = c->page_size;
+    double t0 = pkv_time_now();
     disk_job *j = pkv_malloc(sizeof *j);
     uint8_t *img = pkv_malloc(d->file_bytes), *p = img;
     if (!j || !img) {
@@ -660,6 +680,7 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
         d->q_bytes += d->file_bytes;
         pthread_cond_signal(&d->cv);
     }
+    d->st.disk_queue_seconds += pkv_time_now() - t0;
     pthread_mutex_unlock(&d->mu);
     if (e < 0) {
         pkv_free(j);
@@ -692,6 +713,92 @@ void pkv_kv_disk_queue(pkv_kv_cache *c) {
             return;
         }
 }
+
+/* ------------------------------------------------------------ spill */
+
+/* The leading full pages of s that are in the prefix index (the pages a spill can
+ * put on disk and a prefix match can find again); ids into out (may be NULL) when
+ * it has room for them. */
+static int64_t spill_pages(pkv_kv_cache *c, kv_seq *s, int32_t **out) {
+    int64_t n = PKV_MIN(s->pub_n, s->n_tokens / c->page_size);
+    *out = NULL;
+    if (n <= 0) return 0;
+    int32_t *ids = pkv_malloc((size_t)n * sizeof *ids);
+    if (!ids) return 0;
+    pkv_kv_seq_flatten(s, n, ids);
+    int64_t k = 0;
+    while (k < n && ids[k] >= 0 && c->pages[ids[k]].indexed) k++;
+    *out = ids;
+    return k;
+}
+
+int64_t pkv_kv_disk_spill_plan(pkv_kv_cache *c, int32_t seq, int64_t *n_unwritten) {
+    *n_unwritten = 0;
+    if (!c || !c->disk || disk_off(c->disk)) return 0;
+    kv_seq *s = pkv_kv_seq_get(c, seq, "spill");
+    if (!s || s->swapped || !s->fp) return 0;
+    pkv_kv_seq_publish(c, s);
+    int32_t *ids;
+    int64_t n = spill_pages(c, s, &ids);
+    for (int64_t i = 0; i < n; i++) *n_unwritten += !c->pages[ids[i]].on_disk;
+    pkv_free(ids);
+    return n;
+}
+
+pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int64_t *n_written, uint64_t *bytes) {
+    *n_pages = *n_written = 0;
+    *bytes = 0;
+    kv_disk *d = c ? c->disk : NULL;
+    if (!d) return pkv_err(PKV_ERR_INVALID, "spill of sequence %d: the cache has no disk tier", seq);
+    kv_seq *s = pkv_kv_seq_resident(c, seq, "spill");
+    if (!s) return PKV_ERR_INVALID;
+    if (!s->fp) return pkv_err(PKV_ERR_INVALID, "spill of sequence %d: it has no fingerprint (its pages are not "
+                               "published, so nothing could find them again)", seq);
+    if (disk_off(d))
+        return pkv_err(PKV_ERR_IO, "spill of sequence %d: the disk tier %s is off (a write failed)", seq, d->dir);
+    pkv_kv_seq_publish(c, s);
+    int32_t *ids;
+    int64_t n = spill_pages(c, s, &ids);
+    if (n == 0) {
+        pkv_free(ids);
+        return PKV_OK;
+    }
+    bool *mine = pkv_calloc((size_t)n, sizeof *mine);
+    if (!mine) {
+        pkv_free(ids);
+        return pkv_err(PKV_ERR_NOMEM, "spill of sequence %d: out of memory", seq);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        kv_page *pg = &c->pages[ids[i]];
+        if (pg->on_disk) continue;
+        mine[i] = true;
+        (void)put(c, ids[i], true);
+    }
+    /* Wait for the writer: the pages must be files before their device pages can
+     * be reused, or the resume would find them neither in memory nor on disk. */
+    const uint64_t lfp = c->layout.fingerprint;
+    pthread_mutex_lock(&d->mu);
+    drain(d);
+    int64_t k = 0, w = 0;
+    for (; k < n; k++) {
+        int32_t e = find(d, c->pages[ids[k]].key, lfp);
+        if (e < 0 || !d->e[e].ready) break;
+        w += mine[k];
+    }
+    bool off = d->off;
+    pthread_mutex_unlock(&d->mu);
+    pkv_free(ids);
+    pkv_free(mine);
+    *n_pages = k;
+    *n_written = w;
+    *bytes = (uint64_t)w * d->file_bytes;
+    if (k < n && off)
+        return pkv_err(PKV_ERR_IO, "spill of sequence %d: a page write failed, the disk tier %s is off (see the log); "
+                       "%lld of its %lld pages are on disk", seq, d->dir, (long long)k, (long long)n);
+    return PKV_OK;
+}
+
+bool pkv_kv_disk_on(const pkv_kv_cache *c) { return c && c->disk && !disk_off(c->disk); }
 
 /* ------------------------------------------------------------ read */
 
@@ -839,5 +946,6 @@ void pkv_kv_disk_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
     out->disk_files = d->n_files;
     out->disk_bytes_used = d->used;
     out->disk_bytes_max = d->cap;
+    out->disk_queue_seconds = d->st.disk_queue_seconds;
     pthread_mutex_unlock(&d->mu);
 }

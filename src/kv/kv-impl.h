@@ -398,6 +398,20 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id);
 int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
                           int64_t n_full, const uint64_t *keys);
 void pkv_kv_disk_stats(const pkv_kv_cache *c, pkv_kv_stats *out);
+/* Spilling a preempted sequence (the engine, when the host pool is full): its
+ * leading full pages that are in the prefix index are written to the disk tier and
+ * waited for, so that after the sequence is freed a prefix match finds every one
+ * again, in memory or on disk. *n_pages: those pages now on disk (from the first);
+ * *n_written / *bytes: the files this call wrote. PKV_ERR_IO when the tier is off
+ * or a write failed (the tier is then off: the caller recomputes instead);
+ * PKV_ERR_INVALID without a disk tier, for a swapped sequence or one without a
+ * fingerprint. The sequence itself is not changed (its pages stay resident). */
+pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int64_t *n_written, uint64_t *bytes);
+/* What a spill of seq would cover (0 without a usable disk tier) and, in
+ * *n_unwritten, how many of those pages are not on disk yet. Publishes its pages. */
+int64_t pkv_kv_disk_spill_plan(pkv_kv_cache *c, int32_t seq, int64_t *n_unwritten);
+bool pkv_kv_disk_on(const pkv_kv_cache *c); /* a disk tier that has not been turned off */
+extern int64_t pkv_kv_test_disk_fail_after; /* test hook: -1, or writes fail once that many pages were written */
 /* The seeds of the prefix chains (kv-prefix.c): key's and key2's for producer fp. */
 uint64_t pkv_kv_fp_seed(uint64_t fp);
 uint64_t pkv_kv_fp_seed2(uint64_t fp);

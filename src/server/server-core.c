@@ -191,6 +191,14 @@ static void api_metrics(srv *s, srv_out *o) {
         G("kv_disk_files", "Page files in the directory.", ks.disk_files);
         G("kv_disk_bytes", "Bytes of the page files in the directory.", ks.disk_bytes_used);
         G("kv_disk_bytes_max", "The directory's cap (--kv-disk-size).", ks.disk_bytes_max);
+        C("kv_disk_spills_total", "Preempted sequences whose pages were spilled to disk (the swap pool was full) "
+          "instead of being recomputed (--kv-spill).", st.spills);
+        C("kv_disk_spill_failures_total", "Spills that failed (a write error turned the disk tier off): those "
+          "sequences are recomputed.", st.spill_failed);
+        C("kv_disk_spill_written_pages_total", "Page files written by spills.", st.spill_pages_written);
+        C("kv_disk_spill_written_bytes_total", "Bytes of page files written by spills.", st.spill_bytes_written);
+        C("kv_disk_spill_read_pages_total", "Pages resumed spilled sequences loaded back from disk.",
+          st.spill_pages_read);
     }
     C("preemptions_total", "Idle contexts swapped out to make room for running requests.", st.preemptions);
     C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
@@ -472,6 +480,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     ep.max_batch_tokens = so->batch_tokens;
     ep.draft = s->draft;
     ep.draft_max = so->draft_max;
+    ep.spill = (pkv_spill_mode)so->kv_spill;
     pkv_engine *eng = pkv_engine_create(s->m, ep);
     if (!eng) {
         fprintf(stderr, "pagekv serve: cannot create the serving engine: %s\n", pkv_errmsg());

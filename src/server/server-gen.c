@@ -225,6 +225,11 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
         out->draft_proposed = es.draft_proposed;
         out->draft_accepted = es.draft_accepted;
         out->steps = es.steps;
+        out->spills = es.preemptions_spill;
+        out->spill_failed = es.spill_failed;
+        out->spill_pages_written = es.spill_pages_written;
+        out->spill_bytes_written = es.spill_bytes_written;
+        out->spill_pages_read = es.spill_pages_read;
     }
 }
 

@@ -101,6 +101,7 @@ typedef struct srv_stats {
     uint64_t prompt_tokens, gen_tokens, prefix_hit_tokens, preemptions, requests_done, requests_failed;
     uint64_t draft_proposed, draft_accepted; /* speculative decoding */
     uint64_t steps;       /* the engine's forward passes (batches) */
+    uint64_t spills, spill_failed, spill_pages_written, spill_bytes_written, spill_pages_read; /* --kv-disk */
     uint64_t ttft_hist[12], tpot_hist[11]; /* counts per bucket (cumulated when printed) */
     double ttft_sum, tpot_sum;
     uint64_t ttft_count, tpot_count;

@@ -27,6 +27,7 @@ typedef struct pkv_serve_opts {
     int64_t swap_mem_mib;      /* host swap pool in MiB; 0 = as many pages as the device pool */
     const char *kv_disk;       /* disk tier directory (pkv_cache_params.disk_dir); NULL = none */
     int64_t kv_disk_mib;       /* its cap in MiB; 0 = the library's default (1 GiB) */
+    int kv_spill;              /* pkv_spill_mode of preempted sequences with a disk tier; 0 = auto */
     const char *api_key;       /* required as "Authorization: Bearer KEY"; NULL = none */
     const char *chat_template; /* a family name forcing the chat template; NULL = detect */
     const char *alias;         /* model id reported by /v1/models; NULL = file name */
