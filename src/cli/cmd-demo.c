@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli-media.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "pagekv.h"
@@ -281,7 +282,12 @@ out:
 
 int pkv_cli_demo(int argc, char **argv) {
     const char *only = NULL, *pair = NULL, *path = NULL;
+    pkv_cli_media mo;
+    memset(&mo, 0, sizeof mo);
     for (int i = 1; i < argc; i++) {
+        int mr = pkv_cli_media_opt(argc, argv, &i, &mo);
+        if (mr < 0) return 2;
+        if (mr > 0) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: pagekv demo [-m FILE.gguf] [--device NAME | --devices A,B]\n"
                    "On every device (or just NAME): the model generates from a prompt, forks,\n"
@@ -293,7 +299,12 @@ int pkv_cli_demo(int argc, char **argv) {
                    "  -m FILE    a GGUF model (default: the built-in tiny model): your model on your\n"
                    "             device. The shift check runs on a 1-layer model of the file's shape,\n"
                    "             RoPE and vocabulary (random weights): shift is exact only in layer 0.\n"
-                   "             A model without a vocabulary is given token ids.\n");
+                   "             A model without a vocabulary is given token ids.\n"
+                   "  --mmproj FILE --audio FILE | --image FILE   (with -m) every KV operation with the\n"
+                   "             file's projector rows in the prompt, against replay: fork after the\n"
+                   "             media, a prefix hit on it == cold, one sample/pixel changed is a miss,\n"
+                   "             truncate into it, shift, swap and save/load round trips\n"
+                   "             (docs/multimodal-cache.md); on --device NAME or every device.\n");
             return 0;
         } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
             if (!(path = pkv_cli_value(argc, argv, &i))) return 2;
@@ -315,6 +326,12 @@ int pkv_cli_demo(int argc, char **argv) {
             return 2;
         }
     }
+    if (!pkv_cli_media_check("demo", &mo)) return 2;
+    if (mo.n && (!path || pair)) {
+        fprintf(stderr, "pagekv demo: --audio/--image need the text model the projector was made for (-m FILE), on one "
+                        "device at a time (not --devices)\n");
+        return 2;
+    }
     char names[80][64], why[256];
     int n = 0;
     if (pair) {
@@ -330,6 +347,14 @@ int pkv_cli_demo(int argc, char **argv) {
         pkv_device_enumerate(pkv_cli_extra_cpus(), names, 80, &n, why, sizeof why);
         if (n > 80) n = 80;
         if (why[0]) printf("note: %s\n", why);
+    }
+    if (mo.n) { /* the media demo: each device alone */
+        const char *devs[80];
+        int nd = 0;
+        for (int i = 0; i < n; i++)
+            if (only || strcmp(names[i], "faulty")) devs[nd++] = names[i];
+        printf("model: %s\nprojector: %s\nmedia: %s\n", path, mo.mmproj, mo.path[0]);
+        return pkv_cli_demo_media(path, devs, nd, &mo);
     }
     if (path) printf("model: %s\n", path);
     printf("%-12s %-18s %-5s %8s  %s\n", "operation", "device", "result", "seconds", "detail");

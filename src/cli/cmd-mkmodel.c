@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "media/mkmmproj-audio.h"
 #include "model/gguf.h"
 #include "media/vision-impl.h"
 #include "cli/commands.h"
@@ -32,7 +33,7 @@ static bool parse_layers(const char *s, int32_t *out, int max, int *n) {
 
 /* The chat-template families mkmodel writes (pkv_mkmodel_params.chat_template). */
 static bool family_known(const char *name) {
-    static const char *const k[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "deepseek"};
+    static const char *const k[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "deepseek", "voxtral"};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(name, k[i])) return true;
     return false;
@@ -43,11 +44,10 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     const char *tpl_arg = NULL;
     char *tpl_text = NULL;
     bool no_template = false;
-    const char *out = NULL;
+    const char *out = NULL, *mmproj_out = NULL;
     int32_t kv_layers[256];
     int n_kv_layers = 0;
     bool vision = false, vision_f32 = false;
-    const char *mmproj_out = NULL;
     int vision_size = 0;
     static const char *const image_tokens[] = {"<start_of_image>", "<end_of_image>", NULL};
     struct {
@@ -81,7 +81,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             }
         if (done) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35]\n"
+            printf("usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|voxtral]\n"
                    "                      [--type TYPE]\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -162,6 +162,10 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "  --shared-kv-layers 3,5   with --draft-of: a shared-KV draft, one layer per entry,\n"
                    "                           whose layer j attends over the target's cache layer [j]\n"
                    "                           (GGUF key pagekv.shared_kv_layers; see docs/speculative.md)\n"
+                   "  --arch voxtral --mmproj-out PROJ.gguf\n"
+                   "                           Voxtral: the text model as the converter writes it (llama, with\n"
+                   "                           [INST], [/INST], [BEGIN_AUDIO], [TRANSCRIBE]) and a tiny random\n"
+                   "                           audio encoder in llama.cpp's mmproj layout (docs/multimodal.md)\n"
                    "  --arch gemma4-assistant --draft-of GEMMA4.gguf\n"
                    "                           Gemma 4's assistant (MTP drafter) for that target, as\n"
                    "                           llama.cpp's converter writes it: query-only layers over\n"
@@ -224,6 +228,18 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
         return 2;
     }
+    /* Voxtral: its text model is what the converter writes for it, a llama with the
+     * transcription prompt's special tokens (family "voxtral"); the audio encoder is
+     * the projector file (--mmproj-out) */
+    const bool voxtral = p.arch && !strcmp(p.arch, "voxtral");
+    if (voxtral) {
+        p.arch = "llama";
+        if (!tpl_arg && !no_template) tpl_arg = "voxtral";
+    }
+    if (mmproj_out && !voxtral && !vision) { /* (branches audio and vision both added --mmproj-out) */
+        fprintf(stderr, "pagekv mkmodel: --mmproj-out is for --arch voxtral (or --arch gemma3 --vision)\n");
+        return 2;
+    }
     if (tpl_arg && no_template) {
         fprintf(stderr, "pagekv mkmodel: --chat-template and --no-template contradict each other\n");
         return 2;
@@ -271,7 +287,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                         "and a vocabulary with a chat template (not --no-template, --no-vocab or --draft-of)\n");
         return 2;
     }
-    if (!vision && (mmproj_out || vision_f32 || vision_size)) {
+    if (!vision && (vision_f32 || vision_size)) {
         fprintf(stderr, "pagekv mkmodel: --mmproj-out, --vision-f32 and --image-size go with --vision\n");
         return 2;
     }
@@ -331,5 +347,13 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             pkv_type_name(p.type), p.k_mixture ? "_m mixture" : "", layers, embd,
             tpl_arg || p.chat_template ? ", chat template " : "", tpl_arg ? tpl_arg : p.chat_template ? p.chat_template : "");
     pkv_gguf_close(g);
+    if (mmproj_out && voxtral) {
+        pkv_mkmmproj_audio_params mp = {.n_embd = (int)embd, .seed = p.seed};
+        if ((s = pkv_mkmmproj_audio_write(&mp, mmproj_out))) {
+            fprintf(stderr, "pagekv mkmodel: %s\n", pkv_errmsg());
+            return 1;
+        }
+        fprintf(stderr, "pagekv mkmodel: wrote %s (voxtral projector into width %u)\n", mmproj_out, embd);
+    }
     return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "cli/cli-media.h"
 #include "cli/commands.h"
 #include "pagekv.h"
 
@@ -234,6 +235,16 @@ static void run_usage(FILE *f) {
             "                       nextn_predict_layers): fed the target's hidden states, its own\n"
             "                       one-layer KV cache on the target's device; greedy output equals\n"
             "                       plain decoding\n"
+            "Media (docs/multimodal-cache.md):\n"
+            "  --mmproj FILE        the projector (an mmproj GGUF) for --audio/--image\n"
+            "  --audio FILE, --image FILE   media into the prompt (repeatable, in order): each\n"
+            "                       <__media__> marker in the prompt places the next file; without\n"
+            "                       markers every file goes before the text. The prompt is then\n"
+            "                       tokenized with special tokens parsed (your own markup, as\n"
+            "                       llama.cpp's mtmd-cli); a gemma3 projector's images are wrapped\n"
+            "                       in <start_of_image> ... <end_of_image>\n"
+            "  --media-at K         with --tokens: the next file goes after the first K ids\n"
+            "  --embd-out FILE      the projector's rows, raw little-endian float32 [rows][n_embd]\n"
             "For checking against other implementations:\n"
             "  --tokens 1,2,3       the prompt as token ids (as 'pagekv logits' takes it; no -p/-f;\n"
             "                       also for models without a vocabulary)\n"
@@ -261,8 +272,11 @@ int pkv_cli_run(int argc, char **argv) {
     bool random_seed = true; /* as llama-cli: a random seed unless --seed N, printed */
     bool ignore_eos = false, chat = false, verbose_prompt = false;
     const char *system_prompt = NULL;
+    pkv_cli_media mo;
+    memset(&mo, 0, sizeof mo);
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (!r) r = pkv_cli_media_opt(argc, argv, &i, &mo);
         if (r < 0) return 2;
         if (r > 0) continue;
         const char *a = argv[i], *v;
@@ -366,6 +380,16 @@ int pkv_cli_run(int argc, char **argv) {
         fprintf(stderr, "pagekv run: --ignore-eos works with plain generation and --fork, not with --draft/--mtp\n");
         return 2;
     }
+    if (!pkv_cli_media_check("run", &mo)) return 2;
+    if (mo.n && (chat || draft_path || ctx_shift)) {
+        fprintf(stderr, "pagekv run: --audio/--image work with plain generation and --fork (not with -cnv, --draft, --mtp "
+                        "or --context-shift)\n");
+        return 2;
+    }
+    if (mo.n_at && !tokens_arg) {
+        fprintf(stderr, "pagekv run: --media-at places media among --tokens ids; in a text prompt write <__media__>\n");
+        return 2;
+    }
     if (system_prompt && !chat) {
         fprintf(stderr, "pagekv run: -sys (the system message) needs -cnv (chat mode)\n");
         return 2;
@@ -430,6 +454,9 @@ int pkv_cli_run(int argc, char **argv) {
     pkv_spec *spec = NULL;
     printer pr[64];
     memset(pr, 0, sizeof pr);
+    pkv_cli_encoded enc;
+    memset(&enc, 0, sizeof enc);
+    size_t n_text = 0; /* with media: the prompt's text tokens (n_prompt counts the media rows too) */
 #ifdef PKV_HAVE_SERVER
     if (chat) {
         if (!info.has_vocab) {
@@ -460,6 +487,12 @@ int pkv_cli_run(int argc, char **argv) {
                 fprintf(stderr, "pagekv run: --tokens: id %d is outside the vocabulary [0, %d)\n", toks[k], info.n_vocab);
                 goto out;
             }
+    } else if (mo.n) {
+        if (pkv_cli_media_encode("run", m, &mo, &enc)) goto out;
+        if ((s = pkv_cli_media_prompt(m, prompt, &enc, &toks, &n_prompt))) {
+            pkv_cli_fail("run", "prompt", s);
+            goto out;
+        }
     } else {
         s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
         if (s && s != PKV_ERR_INVALID) {
@@ -472,6 +505,17 @@ int pkv_cli_run(int argc, char **argv) {
             goto out;
         }
     }
+    if (mo.n && tokens_arg) {
+        if (pkv_cli_media_encode("run", m, &mo, &enc)) goto out;
+        for (int i = 0; i < enc.n; i++)
+            if (enc.rows[i].at > (int32_t)n_prompt || (i && enc.rows[i].at < enc.rows[i - 1].at)) {
+                fprintf(stderr, "pagekv run: --media-at %d for file %d: must be in [%d, %zu] (non-decreasing)\n",
+                        enc.rows[i].at, i + 1, i ? enc.rows[i - 1].at : 0, n_prompt);
+                goto out;
+            }
+    }
+    n_text = n_prompt;
+    for (int i = 0; i < enc.n; i++) n_prompt += (size_t)enc.rows[i].n_rows;
     if (spec_log) {
         if (pkv_wfile_open(&spec_w, spec_log)) {
             fprintf(stderr, "pagekv run: --spec-log: %s\n", pkv_errmsg());
@@ -554,7 +598,8 @@ int pkv_cli_run(int argc, char **argv) {
     fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", info.arch, info.weight_type, info.n_layer,
             pkv_cli_kv_desc(&o), pkv_device_name(pkv_model_device(m)), n_prompt);
     double t0 = pkv_time_now_cli();
-    if ((s = pkv_context_decode(ctx, toks, (int32_t)n_prompt))) {
+    if ((s = enc.n ? pkv_context_decode_prompt(ctx, toks, (int32_t)n_text, enc.rows, enc.n)
+                   : pkv_context_decode(ctx, toks, (int32_t)n_prompt))) {
         pkv_cli_fail("run", "prefill", s);
         goto out;
     }
@@ -735,6 +780,7 @@ out:
     }
     if (spec_f) pkv_wfile_abort(&spec_w); /* an error before the log was complete */
     free(toks);
+    pkv_cli_encoded_free(&enc);
     free(prompt_buf);
     pkv_spec_free(spec); /* before the target's context and cache: a shared-KV draft lives in them */
     pkv_model_free(draft); /* before the target model: it may use the target's device */
@@ -789,8 +835,11 @@ static bool parse_tokens(const char *s, int32_t **out, size_t *n) {
 int pkv_cli_logits(int argc, char **argv) {
     pkv_cli_model_opts o = pkv_cli_model_defaults();
     const char *tokens = NULL, *outp = NULL;
+    pkv_cli_media mo;
+    memset(&mo, 0, sizeof mo);
     for (int i = 1; i < argc; i++) {
         int r = pkv_cli_model_opt(argc, argv, &i, &o);
+        if (!r) r = pkv_cli_media_opt(argc, argv, &i, &mo);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -798,7 +847,11 @@ int pkv_cli_logits(int argc, char **argv) {
                    "                     [--devices A,B [--split P,Q] [--kv-on-host]]\n"
                    "Runs the token ids as one prompt and writes the last position's logits: as\n"
                    "little-endian float32 to FILE with -o, else as JSON to stdout.\n"
-                   "Also: -c N, --page-size N, --kv-type f16|f32|q8_0|q4_0 (--kv-type-k, --kv-type-v).\n");
+                   "Also: -c N, --page-size N, --kv-type f16|f32|q8_0|q4_0 (--kv-type-k, --kv-type-v).\n"
+                   "Media (docs/multimodal-cache.md): --mmproj FILE with --audio FILE or --image FILE\n"
+                   "(repeatable, in order) inserts each file's projector rows after the first K ids\n"
+                   "(--media-at K, one per file in order; default 0); --embd-out FILE writes the\n"
+                   "projector's rows of every file, raw little-endian float32 [rows][n_embd], no header.\n");
             return 0;
         } else if (!strcmp(argv[i], "--tokens")) {
             if (!(tokens = pkv_cli_value(argc, argv, &i))) return 2;
@@ -809,13 +862,16 @@ int pkv_cli_logits(int argc, char **argv) {
             return 2;
         }
     }
-    if (!tokens) {
+    if (!tokens && !mo.n) {
         fprintf(stderr, "pagekv logits: --tokens is required (comma-separated token ids)\n");
         return 2;
     }
+    if (!pkv_cli_media_check("logits", &mo)) return 2;
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!parse_tokens(tokens, &ids, &n)) return 2;
+    if (tokens && !parse_tokens(tokens, &ids, &n)) return 2;
+    pkv_cli_encoded enc;
+    memset(&enc, 0, sizeof enc);
     pkv_model *m = pkv_cli_open_model("logits", &o);
     if (!m) {
         free(ids);
@@ -832,18 +888,30 @@ int pkv_cli_logits(int argc, char **argv) {
                     info.n_vocab);
             goto out;
         }
-    if (o.n_ctx == 0 && (int64_t)n > 4096) o.n_ctx = (int)n;
+    if (mo.n && pkv_cli_media_encode("logits", m, &mo, &enc)) goto out;
+    for (int i = 0; i < enc.n; i++) {
+        if (enc.rows[i].at > (int32_t)n || (i && enc.rows[i].at < enc.rows[i - 1].at)) {
+            fprintf(stderr, "pagekv logits: --media-at %d for file %d: must be in [%d, %zu] (non-decreasing)\n",
+                    enc.rows[i].at, i + 1, i ? enc.rows[i - 1].at : 0, n);
+            goto out;
+        }
+    }
+    size_t n_all = n;
+    for (int i = 0; i < enc.n; i++) n_all += (size_t)enc.rows[i].n_rows;
+    if (o.n_ctx == 0 && (int64_t)n_all > 4096) o.n_ctx = (int)n_all;
     if (!(c = pkv_cli_open_cache("logits", m, &o, 1))) goto out;
     if (!(ctx = pkv_context_create(m, c, o.n_ctx))) {
         fprintf(stderr, "pagekv logits: %s\n", pkv_errmsg());
         goto out;
     }
-    if ((int64_t)n > pkv_context_n_ctx(ctx)) {
-        fprintf(stderr, "pagekv logits: %zu tokens do not fit the context of %lld (use -c)\n", n,
+    if ((int64_t)n_all > pkv_context_n_ctx(ctx)) {
+        fprintf(stderr, "pagekv logits: %zu tokens do not fit the context of %lld (use -c)\n", n_all,
                 (long long)pkv_context_n_ctx(ctx));
         goto out;
     }
-    pkv_status s = pkv_context_decode(ctx, ids, (int32_t)n);
+    pkv_status s = enc.n ? pkv_context_decode_prompt(ctx, ids, (int32_t)n, enc.rows, enc.n)
+                         : pkv_context_decode(ctx, ids, (int32_t)n);
+    n = n_all;
     if (s) {
         pkv_cli_fail("logits", "decode", s);
         goto out;
@@ -876,6 +944,7 @@ out:
     free(ids);
     pkv_context_free(ctx);
     pkv_kv_cache_free(c);
+    pkv_cli_encoded_free(&enc);
     pkv_model_free(m);
     return rc;
 }

@@ -1151,6 +1151,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
         for (int i = 0; i < nb; i++) rows += (size_t)e->b_nl[i], T += (size_t)e->b_n[i];
         int64_t m_rows = 0, t = 0;
         bool any_nc = false, any_media = false;
+        s = PKV_OK; /* (a retry after preempting: the last try's status is handled) */
         for (int i = 0; i < nb; t += e->b_n[i], i++) {
             if (!e->batch[i]->r->n_media) continue;
             if (!any_media) memset(e->b_span, 0, T * sizeof *e->b_span);

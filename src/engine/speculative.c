@@ -329,8 +329,9 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
     if ((r = pkv_context_tokens(tg, 0, base, s->ctoks))) return r;
     for (int64_t i = 0; i < base; i++)
         if (s->ctoks[i] < 0)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "spec: token %lld of the target context has no id (appended without "
-                                                "ids): the draft cannot follow it", (long long)i);
+            return pkv_err(PKV_ERR_UNSUPPORTED, "spec: token %lld of the target context %s: the draft cannot follow it",
+                           (long long)i, pkv_token_is_media(s->ctoks[i]) ? "is a media row (a draft takes no media rows)"
+                                                                          : "has no id (appended without ids)");
     memcpy(s->p0, lg0, V * sizeof(float));
     emitter e = {smp, on_token, user, pkv_context_model(tg), n_max, 0};
     int64_t nc = base; /* committed tokens */

@@ -1,16 +1,616 @@
-/* Media file decoding (libsndfile + soxr, libspng + libjpeg-turbo). Not built yet: issue 34. */
+/* Media file decoding: audio through libsndfile (WAV, FLAC, Ogg) resampled with
+ * soxr, images through libspng (PNG) and libjpeg-turbo (JPEG). Each library is
+ * optional at build time (CMakeLists.txt finds it with pkg-config and defines
+ * PKV_HAVE_<LIB>); without one the decoder it serves returns PKV_ERR_UNSUPPORTED
+ * naming the library. Every input is a file image in memory and is treated as
+ * hostile: the kind is sniffed from its magic bytes (only the formats listed are
+ * handed to a library), the limits (pkv_media_limits) are checked against the
+ * header before anything of the size it claims is allocated, and a failure says
+ * what was wrong in which format. docs/multimodal-inputs.md. */
 #include "media/media-impl.h"
+
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef PKV_HAVE_SNDFILE
+#include <sndfile.h>
+#endif
+#ifdef PKV_HAVE_SOXR
+#include <soxr.h>
+#endif
+#ifdef PKV_HAVE_SPNG
+#include <spng.h>
+#endif
+#ifdef PKV_HAVE_JPEG
+#include <jerror.h>
+#include <jpeglib.h>
+#endif
+
+#define PKV_MEDIA_DEFAULT_BYTES ((size_t)64 << 20)
+#define PKV_MEDIA_DEFAULT_SECONDS 1800.0
+#define PKV_MEDIA_DEFAULT_PIXELS ((int64_t)50 * 1000 * 1000)
+/* Sample rates outside this range are refused as malformed (no real file has them). */
+#define PKV_AUDIO_RATE_MAX 768000
+/* A progressive JPEG may repeat scans without end, each one a pass over the whole
+ * image: beyond this many the file is refused (a CPU-exhaustion guard). */
+#define PKV_JPEG_MAX_SCANS 500
+
+static pkv_media_limits limits_of(const pkv_media_limits *lim) {
+    pkv_media_limits l = lim ? *lim : (pkv_media_limits){0};
+    if (l.max_bytes == 0) l.max_bytes = PKV_MEDIA_DEFAULT_BYTES;
+    if (!(l.max_audio_seconds > 0)) l.max_audio_seconds = PKV_MEDIA_DEFAULT_SECONDS;
+    if (l.max_pixels <= 0) l.max_pixels = PKV_MEDIA_DEFAULT_PIXELS;
+    return l;
+}
+
+/* The first bytes of a file that is none of the formats, for the message. */
+static const char *magic_hex(const uint8_t *d, size_t n, char *buf, size_t cap) {
+    size_t k = n < 4 ? n : 4, o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < k && o + 4 < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%02x", i ? " " : "", d[i]);
+    return n ? buf : "nothing";
+}
+
+static uint32_t rd32le(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* ------------------------------------------------------------------ audio */
+
+typedef enum { AUDIO_WAV, AUDIO_RF64, AUDIO_FLAC, AUDIO_OGG, AUDIO_NONE } audio_kind;
+
+static audio_kind sniff_audio(const uint8_t *d, size_t n) {
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WAVE", 4)) return AUDIO_WAV;
+    if (n >= 12 && !memcmp(d, "RF64", 4) && !memcmp(d + 8, "WAVE", 4)) return AUDIO_RF64;
+    if (n >= 4 && !memcmp(d, "fLaC", 4)) return AUDIO_FLAC;
+    if (n >= 4 && !memcmp(d, "OggS", 4)) return AUDIO_OGG;
+    return AUDIO_NONE;
+}
+
+/* A WAV whose data chunk claims more bytes than the file holds was cut short:
+ * libsndfile would quietly read what is there, so it is refused here. Sizes 0 and
+ * 0xffffffff are what streaming writers put before they know the length. */
+static pkv_status wav_check_truncated(const uint8_t *d, size_t n) {
+    size_t off = 12;
+    while (off + 8 <= n) {
+        uint32_t sz = rd32le(d + off + 4);
+        if (!memcmp(d + off, "data", 4)) {
+            size_t have = n - off - 8;
+            if (sz != 0 && sz != 0xffffffffu && sz > have)
+                return pkv_err(PKV_ERR_FORMAT, "truncated WAV: its data chunk says %u bytes, the file holds %zu", sz, have);
+            return PKV_OK;
+        }
+        off += 8 + (size_t)sz + (sz & 1);
+        if (off < 12) break; /* overflow */
+    }
+    return PKV_OK; /* no data chunk: libsndfile says so */
+}
+
+#ifdef PKV_HAVE_SNDFILE
+typedef struct mem_file {
+    const uint8_t *d;
+    sf_count_t n, pos;
+} mem_file;
+
+static sf_count_t vio_len(void *u) { return ((mem_file *)u)->n; }
+static sf_count_t vio_seek(sf_count_t off, int whence, void *u) {
+    mem_file *m = u;
+    sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->n;
+    if ((off > 0 && base > m->n - off) || base + off < 0) return -1;
+    m->pos = base + off;
+    return m->pos;
+}
+static sf_count_t vio_read(void *p, sf_count_t cnt, void *u) {
+    mem_file *m = u;
+    if (cnt <= 0 || m->pos >= m->n) return 0;
+    sf_count_t k = m->n - m->pos < cnt ? m->n - m->pos : cnt;
+    memcpy(p, m->d + m->pos, (size_t)k);
+    m->pos += k;
+    return k;
+}
+static sf_count_t vio_write(const void *p, sf_count_t cnt, void *u) {
+    (void)p, (void)cnt, (void)u;
+    return 0;
+}
+static sf_count_t vio_tell(void *u) { return ((mem_file *)u)->pos; }
+
+static const char *audio_kind_name(int major) {
+    switch (major) {
+    case SF_FORMAT_WAV: return "WAV";
+    case SF_FORMAT_WAVEX: return "WAV (extensible)";
+    case SF_FORMAT_RF64: return "RF64 WAV";
+    case SF_FORMAT_FLAC: return "FLAC";
+    case SF_FORMAT_OGG: return "Ogg";
+    default: return "audio";
+    }
+}
+
+/* The sample formats taken, per container; everything else libsndfile might read
+ * (ADPCM, GSM, MPEG inside WAV, ...) is refused: fewer codecs, less to attack. */
+static bool audio_format_ok(int major, int sub) {
+    switch (major) {
+    case SF_FORMAT_WAV:
+    case SF_FORMAT_WAVEX:
+    case SF_FORMAT_RF64:
+        return sub == SF_FORMAT_PCM_U8 || sub == SF_FORMAT_PCM_16 || sub == SF_FORMAT_PCM_24 ||
+               sub == SF_FORMAT_PCM_32 || sub == SF_FORMAT_FLOAT || sub == SF_FORMAT_DOUBLE ||
+               sub == SF_FORMAT_ULAW || sub == SF_FORMAT_ALAW;
+    case SF_FORMAT_FLAC: return sub == SF_FORMAT_PCM_S8 || sub == SF_FORMAT_PCM_16 || sub == SF_FORMAT_PCM_24;
+    case SF_FORMAT_OGG: return sub == SF_FORMAT_VORBIS || sub == SF_FORMAT_OPUS;
+    default: return false;
+    }
+}
+
+static const char *audio_sub_name(int sub) {
+    switch (sub) {
+    case SF_FORMAT_PCM_S8: return "8-bit PCM";
+    case SF_FORMAT_PCM_U8: return "8-bit unsigned PCM";
+    case SF_FORMAT_PCM_16: return "16-bit PCM";
+    case SF_FORMAT_PCM_24: return "24-bit PCM";
+    case SF_FORMAT_PCM_32: return "32-bit PCM";
+    case SF_FORMAT_FLOAT: return "32-bit float";
+    case SF_FORMAT_DOUBLE: return "64-bit float";
+    case SF_FORMAT_ULAW: return "u-law";
+    case SF_FORMAT_ALAW: return "A-law";
+    case SF_FORMAT_IMA_ADPCM: return "IMA ADPCM";
+    case SF_FORMAT_MS_ADPCM: return "Microsoft ADPCM";
+    case SF_FORMAT_GSM610: return "GSM 6.10";
+    case SF_FORMAT_G721_32: return "G.721 ADPCM";
+    case SF_FORMAT_VORBIS: return "Vorbis";
+    case SF_FORMAT_OPUS: return "Opus";
+    case SF_FORMAT_MPEG_LAYER_I: return "MPEG layer I";
+    case SF_FORMAT_MPEG_LAYER_II: return "MPEG layer II";
+    case SF_FORMAT_MPEG_LAYER_III: return "MPEG layer III";
+    default: return NULL;
+    }
+}
+
+/* Read every frame as float, channels averaged. On success *out (pkv_malloc) holds
+ * *n mono samples at the file's rate. */
+static pkv_status sndfile_read(const uint8_t *d, size_t size, const pkv_media_limits *l, float **out, int64_t *n_out,
+                               int *rate_in) {
+    mem_file m = {d, (sf_count_t)size, 0};
+    SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
+    SF_INFO info;
+    memset(&info, 0, sizeof info);
+    SNDFILE *sf = sf_open_virtual(&vio, SFM_READ, &info, &m);
+    if (!sf) return pkv_err(PKV_ERR_FORMAT, "libsndfile cannot read it: %s", sf_strerror(NULL));
+    pkv_status st = PKV_OK;
+    float *mono = NULL, *block = NULL;
+    int major = info.format & SF_FORMAT_TYPEMASK, sub = info.format & SF_FORMAT_SUBMASK;
+    const char *kn = audio_kind_name(major);
+    if (!audio_format_ok(major, sub)) {
+        const char *sn = audio_sub_name(sub);
+        if (sn)
+            st = pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format: %s in %s (supported: 8/16/24/32-bit PCM, "
+                                              "float, u-law, A-law in WAV; PCM in FLAC; Vorbis or Opus in Ogg)", sn, kn);
+        else
+            st = pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format 0x%04x in %s", (unsigned)sub, kn);
+        goto done;
+    }
+    if (info.channels < 1 || info.channels > 256) {
+        st = pkv_err(PKV_ERR_FORMAT, "%s with %d channels (1 to 256 are taken)", kn, info.channels);
+        goto done;
+    }
+    if (info.samplerate < 1 || info.samplerate > PKV_AUDIO_RATE_MAX) {
+        st = pkv_err(PKV_ERR_FORMAT, "%s with a sample rate of %d Hz (1 to %d are taken)", kn, info.samplerate,
+                     PKV_AUDIO_RATE_MAX);
+        goto done;
+    }
+    /* The duration the header gives, checked before anything is allocated for it. */
+    const double max_frames_d = l->max_audio_seconds * info.samplerate;
+    const int64_t max_frames = max_frames_d >= (double)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)max_frames_d;
+    const bool known = info.frames >= 0 && info.frames < SF_COUNT_MAX;
+    if (known && info.frames > max_frames) {
+        st = pkv_err(PKV_ERR_INVALID, "audio too long: %.1f s (%lld frames at %d Hz by its header) exceeds the limit of %g s",
+                     (double)info.frames / info.samplerate, (long long)info.frames, info.samplerate,
+                     l->max_audio_seconds);
+        goto done;
+    }
+    const int64_t bf = (int64_t)(65536 / info.channels) > 0 ? 65536 / info.channels : 1; /* frames per read */
+    block = pkv_malloc((size_t)bf * (size_t)info.channels * sizeof(float));
+    int64_t cap = known ? info.frames : bf, n = 0;
+    /* A header's frame count is only a hint for the first allocation: a FLAC or Ogg
+     * stream can say more than it holds, so it is capped by what the bytes can
+     * carry (at most one frame per byte for the compressed formats taken here is far
+     * too small for Vorbis; the growth below handles the rest). */
+    if (cap > (int64_t)size * 8 + bf) cap = (int64_t)size * 8 + bf;
+    if (cap < 1) cap = 1;
+    mono = pkv_malloc((size_t)cap * sizeof(float));
+    if (!block || !mono) {
+        st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)cap);
+        goto done;
+    }
+    const float inv = 1.0f / (float)info.channels;
+    for (;;) {
+        sf_count_t got = sf_readf_float(sf, block, bf);
+        if (got <= 0) break;
+        if (n + got > max_frames) {
+            st = pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %d Hz", l->max_audio_seconds,
+                         info.samplerate);
+            goto done;
+        }
+        if (n + got > cap) {
+            int64_t nc = cap * 2 > n + got ? cap * 2 : n + got;
+            float *g = pkv_realloc(mono, (size_t)nc * sizeof(float));
+            if (!g) {
+                st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
+                goto done;
+            }
+            mono = g;
+            cap = nc;
+        }
+        for (sf_count_t i = 0; i < got; i++) {
+            const float *f = block + i * info.channels;
+            float s = f[0];
+            for (int c = 1; c < info.channels; c++) s += f[c];
+            if (!isfinite(s)) {
+                st = pkv_err(PKV_ERR_FORMAT, "%s: sample %lld is not a finite number", kn, (long long)(n + i));
+                goto done;
+            }
+            mono[n + i] = info.channels == 1 ? s : s * inv;
+        }
+        n += got;
+    }
+    if (sf_error(sf) != SF_ERR_NO_ERROR) {
+        st = pkv_err(PKV_ERR_FORMAT, "%s: decoding failed after %lld frames: %s", kn, (long long)n, sf_strerror(sf));
+        goto done;
+    }
+    if (known && n < info.frames) {
+        st = pkv_err(PKV_ERR_FORMAT, "truncated %s: its header says %lld frames, only %lld could be decoded", kn,
+                     (long long)info.frames, (long long)n);
+        goto done;
+    }
+    if (n == 0) {
+        st = pkv_err(PKV_ERR_FORMAT, "%s holds no samples", kn);
+        goto done;
+    }
+    *out = mono;
+    *n_out = n;
+    *rate_in = info.samplerate;
+    mono = NULL;
+done:
+    pkv_free(block);
+    pkv_free(mono);
+    sf_close(sf);
+    return st;
+}
+#endif
+
+#ifdef PKV_HAVE_SOXR
+static pkv_status resample(const float *in, int64_t n_in, int rate_in, int rate, const pkv_media_limits *l, float **out,
+                           int64_t *n_out) {
+    double want = (double)n_in * rate / rate_in;
+    if (want / rate > l->max_audio_seconds + 1.0 || want > (double)(SIZE_MAX / sizeof(float) / 2))
+        return pkv_err(PKV_ERR_INVALID, "audio too long after resampling (limit %g s)", l->max_audio_seconds);
+    size_t olen = (size_t)llround(want);
+    if (olen == 0) olen = 1;
+    float *o = pkv_malloc(olen * sizeof(float));
+    if (!o) return pkv_err(PKV_ERR_NOMEM, "resampling: no memory for %zu samples", olen);
+    size_t idone = 0, odone = 0;
+    soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+    soxr_quality_spec_t q = soxr_quality_spec(SOXR_HQ, 0);
+    soxr_runtime_spec_t rt = soxr_runtime_spec(1); /* one thread: no OpenMP team behind the caller's back */
+    soxr_error_t e = soxr_oneshot(rate_in, rate, 1, in, (size_t)n_in, &idone, o, olen, &odone, &io, &q, &rt);
+    if (e) {
+        pkv_free(o);
+        return pkv_err(PKV_ERR_INTERNAL, "soxr resampling %d Hz -> %d Hz failed: %s", rate_in, rate, e);
+    }
+    if (odone == 0) {
+        pkv_free(o);
+        return pkv_err(PKV_ERR_FORMAT, "audio too short to resample (%lld samples at %d Hz)", (long long)n_in, rate_in);
+    }
+    *out = o;
+    *n_out = (int64_t)odone;
+    return PKV_OK;
+}
+#endif
 
 pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_media_limits *lim, float **samples,
                             int64_t *n_samples) {
-    (void)data, (void)size, (void)rate, (void)lim, (void)samples, (void)n_samples;
-    return pkv_err(PKV_ERR_UNSUPPORTED, "audio decoding is not built in yet");
+    if (samples) *samples = NULL;
+    if (n_samples) *n_samples = 0;
+    if (!samples || !n_samples || (!data && size))
+        return pkv_err(PKV_ERR_INVALID, "pkv_audio_decode: NULL argument");
+    if (rate < 1000 || rate > PKV_AUDIO_RATE_MAX)
+        return pkv_err(PKV_ERR_INVALID, "pkv_audio_decode: output rate %d Hz out of range (1000 to %d)", rate,
+                       PKV_AUDIO_RATE_MAX);
+    const pkv_media_limits l = limits_of(lim);
+    if (size > l.max_bytes)
+        return pkv_err(PKV_ERR_INVALID, "audio file too large: %zu bytes exceeds the limit of %zu bytes", size,
+                       l.max_bytes);
+    const uint8_t *d = data;
+    audio_kind k = sniff_audio(d, size);
+    if (k == AUDIO_NONE) {
+        char hex[32];
+        return pkv_err(PKV_ERR_FORMAT, "not a WAV, FLAC or Ogg file (%zu bytes, starting with %s)", size,
+                       magic_hex(d, size, hex, sizeof hex));
+    }
+    if (k == AUDIO_WAV) {
+        pkv_status st = wav_check_truncated(d, size);
+        if (st) return st;
+    }
+#ifndef PKV_HAVE_SNDFILE
+    return pkv_err(PKV_ERR_UNSUPPORTED, "audio decoding needs libsndfile, which this build lacks "
+                                        "(install libsndfile1-dev and rebuild)");
+#else
+    float *mono = NULL;
+    int64_t n = 0;
+    int rate_in = 0;
+    pkv_status st = sndfile_read(d, size, &l, &mono, &n, &rate_in);
+    if (st) return st;
+    if (rate_in == rate) {
+        *samples = mono;
+        *n_samples = n;
+        return PKV_OK;
+    }
+#ifdef PKV_HAVE_SOXR
+    st = resample(mono, n, rate_in, rate, &l, samples, n_samples);
+    pkv_free(mono);
+    return st;
+#else
+    pkv_free(mono);
+    return pkv_err(PKV_ERR_UNSUPPORTED, "resampling from %d Hz to %d Hz needs libsoxr, which this build lacks "
+                                        "(install libsoxr-dev and rebuild)", rate_in, rate);
+#endif
+#endif
 }
+
+/* ------------------------------------------------------------------ images */
+
+static const uint8_t k_png_magic[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
+
+static pkv_status pixel_limit(const char *kind, uint32_t w, uint32_t h, const pkv_media_limits *l) {
+    if (w == 0 || h == 0) return pkv_err(PKV_ERR_FORMAT, "%s of %u x %u pixels", kind, w, h);
+    if ((int64_t)w * (int64_t)h > l->max_pixels)
+        return pkv_err(PKV_ERR_INVALID, "image too large: %s of %u x %u = %lld pixels exceeds the limit of %lld pixels",
+                       kind, w, h, (long long)w * h, (long long)l->max_pixels);
+    return PKV_OK;
+}
+
+#ifdef PKV_HAVE_SPNG
+/* libspng (and the zlib inside it) allocate through pagekv's hooks, so
+ * allocation-failure tests reach them; a failure is noted here because zlib's
+ * running out of memory mid-stream reaches libspng's caller as a stream error. */
+static _Thread_local bool g_spng_oom;
+static void *spng_note(void *p) {
+    if (!p) g_spng_oom = true;
+    return p;
+}
+static void *spng_m(size_t n) { return spng_note(pkv_malloc(n)); }
+static void *spng_r(void *p, size_t n) { return spng_note(pkv_realloc(p, n)); }
+static void *spng_c(size_t c, size_t n) { return spng_note(pkv_calloc(c, n)); }
+static void spng_f(void *p) { pkv_free(p); }
+
+/* IEND with its CRC (always the same 12 bytes). */
+static const uint8_t k_png_iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+
+static pkv_status png_error(int e, const char *what, size_t size) {
+    if (g_spng_oom) return pkv_err(PKV_ERR_NOMEM, "PNG %s: out of memory", what);
+    if (e == SPNG_IO_EOF || e == SPNG_IO_ERROR || e == SPNG_EOF || e == SPNG_EIDAT_TOO_SHORT)
+        return pkv_err(PKV_ERR_FORMAT, "truncated PNG (%zu bytes): the file ends inside its %s", size, what);
+    if (e == SPNG_EMEM || e == SPNG_EZLIB_INIT) return pkv_err(PKV_ERR_NOMEM, "PNG %s: out of memory", what);
+    return pkv_err(PKV_ERR_FORMAT, "malformed PNG %s: %s (libspng error %d)", what, spng_strerror(e), e);
+}
+
+static pkv_status png_decode(const uint8_t *d, size_t size, const pkv_media_limits *l, uint8_t **rgb, int *w, int *h) {
+    struct spng_alloc a = {spng_m, spng_r, spng_c, spng_f};
+    g_spng_oom = false;
+    spng_ctx *ctx = spng_ctx_new2(&a, 0);
+    if (!ctx) return pkv_err(PKV_ERR_NOMEM, "PNG: out of memory");
+    pkv_status st = PKV_OK;
+    uint8_t *out = NULL;
+    struct spng_ihdr ih;
+    int e;
+    /* Ancillary chunks are not used: bound what libspng keeps of them (text,
+     * profiles) to the file itself and a few MiB, whatever their headers say. */
+    if ((e = spng_set_chunk_limits(ctx, size, (size_t)4 << 20)) || (e = spng_set_png_buffer(ctx, d, size)) ||
+        (e = spng_set_image_limits(ctx, 1u << 24, 1u << 24))) {
+        st = png_error(e, "setup", size);
+        goto done;
+    }
+    if ((e = spng_get_ihdr(ctx, &ih))) {
+        st = png_error(e, "header", size);
+        goto done;
+    }
+    if ((st = pixel_limit("PNG", ih.width, ih.height, l))) goto done;
+    size_t n;
+    if ((e = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &n))) {
+        st = png_error(e, "header", size);
+        goto done;
+    }
+    if (n != (size_t)ih.width * ih.height * 3) {
+        st = pkv_err(PKV_ERR_INTERNAL, "PNG: libspng's RGB8 size %zu is not %u x %u x 3", n, ih.width, ih.height);
+        goto done;
+    }
+    out = pkv_malloc(n);
+    if (!out) {
+        st = pkv_err(PKV_ERR_NOMEM, "PNG: no memory for %u x %u pixels", ih.width, ih.height);
+        goto done;
+    }
+    /* RGB8: gray expanded, palettes looked up, 16-bit samples cut to their high
+     * byte, alpha (and tRNS) dropped, no gamma applied. */
+    if ((e = spng_decode_image(ctx, out, n, SPNG_FMT_RGB8, 0))) {
+        st = png_error(e, "image data", size);
+        goto done;
+    }
+    /* The chunks after the image, up to IEND: a file cut after its last IDAT (or
+     * inside that chunk's CRC, which libspng does not wait for) is refused too. */
+    if ((e = spng_decode_chunks(ctx))) {
+        st = png_error(e, "chunks after the image", size);
+        goto done;
+    }
+    /* libspng stops at IEND's type without its CRC */
+    if (!memmem(d, size, k_png_iend, sizeof k_png_iend)) {
+        st = pkv_err(PKV_ERR_FORMAT, "truncated PNG (%zu bytes): the file ends inside its IEND chunk", size);
+        goto done;
+    }
+    *rgb = out;
+    *w = (int)ih.width;
+    *h = (int)ih.height;
+    out = NULL;
+done:
+    pkv_free(out);
+    spng_ctx_free(ctx);
+    return st;
+}
+#endif
+
+#ifdef PKV_HAVE_JPEG
+typedef struct jpeg_err {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    bool eof; /* the data ended before the image (libjpeg only warns, padding with gray) */
+} jpeg_err;
+
+static void jpeg_on_error(j_common_ptr c) { longjmp(((jpeg_err *)c->err)->jb, 1); }
+/* Never printed (the library does not write to stderr on its own): warnings are
+ * noted, the truncation one makes the decode fail. */
+static void jpeg_on_message(j_common_ptr c, int level) {
+    jpeg_err *e = (jpeg_err *)c->err;
+    if (level < 0 && e->pub.msg_code == JWRN_JPEG_EOF) e->eof = true;
+    if (level < 0) e->pub.num_warnings++;
+}
+static void jpeg_on_output(j_common_ptr c) { (void)c; }
+static void jpeg_on_progress(j_common_ptr c) {
+    j_decompress_ptr d = (j_decompress_ptr)c;
+    if (d->is_decompressor && d->progressive_mode && d->input_scan_number > PKV_JPEG_MAX_SCANS) {
+        c->err->msg_code = JERR_NOT_COMPILED; /* any code: the message is replaced below */
+        ((jpeg_err *)c->err)->pub.msg_parm.i[0] = -PKV_JPEG_MAX_SCANS;
+        longjmp(((jpeg_err *)c->err)->jb, 2);
+    }
+}
+
+typedef struct jpeg_job {
+    struct jpeg_decompress_struct ci;
+    jpeg_err err;
+    struct jpeg_progress_mgr prog;
+    uint8_t *out;
+    bool started;
+} jpeg_job;
+
+static pkv_status jpeg_decode(const uint8_t *d, size_t size, const pkv_media_limits *l, uint8_t **rgb, int *w, int *h) {
+    /* Everything the error path reads lives in *j, outside this frame's registers
+     * (longjmp would leave locals changed after setjmp undefined). */
+    jpeg_job *j = pkv_calloc(1, sizeof *j);
+    if (!j) return pkv_err(PKV_ERR_NOMEM, "JPEG: out of memory");
+    pkv_status st = PKV_OK;
+    j->ci.err = jpeg_std_error(&j->err.pub);
+    j->err.pub.error_exit = jpeg_on_error;
+    j->err.pub.emit_message = jpeg_on_message;
+    j->err.pub.output_message = jpeg_on_output;
+    int jr = setjmp(j->err.jb);
+    if (jr) {
+        char msg[JMSG_LENGTH_MAX];
+        if (jr == 2)
+            snprintf(msg, sizeof msg, "more than %d progressive scans", PKV_JPEG_MAX_SCANS);
+        else
+            j->err.pub.format_message((j_common_ptr)&j->ci, msg);
+        if (j->err.eof)
+            st = pkv_err(PKV_ERR_FORMAT, "truncated JPEG (%zu bytes): %s", size, msg);
+        else
+            st = pkv_err(PKV_ERR_FORMAT, "malformed JPEG: %s", msg);
+        goto done;
+    }
+    jpeg_create_decompress(&j->ci);
+    j->started = true;
+    j->prog.progress_monitor = jpeg_on_progress;
+    j->ci.progress = &j->prog;
+    jpeg_mem_src(&j->ci, d, (unsigned long)size);
+    jpeg_read_header(&j->ci, TRUE);
+    if (j->err.eof) {
+        st = pkv_err(PKV_ERR_FORMAT, "truncated JPEG (%zu bytes): the data ends inside its header", size);
+        goto done;
+    }
+    if ((st = pixel_limit("JPEG", j->ci.image_width, j->ci.image_height, l))) goto done;
+    switch (j->ci.jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB: break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+        st = pkv_err(PKV_ERR_UNSUPPORTED, "CMYK JPEG (%s) is not supported: convert it to RGB first",
+                     j->ci.jpeg_color_space == JCS_CMYK ? "CMYK" : "YCCK");
+        goto done;
+    default:
+        st = pkv_err(PKV_ERR_UNSUPPORTED, "JPEG with %d components in an unknown color space is not supported",
+                     j->ci.num_components);
+        goto done;
+    }
+    j->ci.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&j->ci);
+    if (j->ci.output_components != 3 || j->ci.output_width != j->ci.image_width ||
+        j->ci.output_height != j->ci.image_height) {
+        st = pkv_err(PKV_ERR_INTERNAL, "JPEG: libjpeg gives %d components of %u x %u", j->ci.output_components,
+                     j->ci.output_width, j->ci.output_height);
+        goto done;
+    }
+    const size_t stride = (size_t)j->ci.output_width * 3;
+    j->out = pkv_malloc(stride * j->ci.output_height);
+    if (!j->out) {
+        st = pkv_err(PKV_ERR_NOMEM, "JPEG: no memory for %u x %u pixels", j->ci.output_width, j->ci.output_height);
+        goto done;
+    }
+    while (j->ci.output_scanline < j->ci.output_height) {
+        JSAMPROW row = j->out + stride * j->ci.output_scanline;
+        if (jpeg_read_scanlines(&j->ci, &row, 1) != 1) break;
+    }
+    if (j->err.eof || j->ci.output_scanline < j->ci.output_height) {
+        st = pkv_err(PKV_ERR_FORMAT, "truncated JPEG (%zu bytes): the data ends before the image does", size);
+        goto done;
+    }
+    jpeg_finish_decompress(&j->ci);
+    if (j->err.eof) {
+        st = pkv_err(PKV_ERR_FORMAT, "truncated JPEG (%zu bytes): the data ends before the image does", size);
+        goto done;
+    }
+    *rgb = j->out;
+    *w = (int)j->ci.output_width;
+    *h = (int)j->ci.output_height;
+    j->out = NULL;
+done:
+    if (j->started) jpeg_destroy_decompress(&j->ci);
+    pkv_free(j->out);
+    pkv_free(j);
+    return st;
+}
+#endif
 
 pkv_status pkv_image_decode(const void *data, size_t size, const pkv_media_limits *lim, uint8_t **rgb, int *width,
                             int *height) {
-    (void)data, (void)size, (void)lim, (void)rgb, (void)width, (void)height;
-    return pkv_err(PKV_ERR_UNSUPPORTED, "image decoding is not built in yet");
+    if (rgb) *rgb = NULL;
+    if (width) *width = 0;
+    if (height) *height = 0;
+    if (!rgb || !width || !height || (!data && size)) return pkv_err(PKV_ERR_INVALID, "pkv_image_decode: NULL argument");
+    const pkv_media_limits l = limits_of(lim);
+    if (size > l.max_bytes)
+        return pkv_err(PKV_ERR_INVALID, "image file too large: %zu bytes exceeds the limit of %zu bytes", size,
+                       l.max_bytes);
+    const uint8_t *d = data;
+    if (size >= 8 && !memcmp(d, k_png_magic, 8)) {
+#ifdef PKV_HAVE_SPNG
+        return png_decode(d, size, &l, rgb, width, height);
+#else
+        return pkv_err(PKV_ERR_UNSUPPORTED, "PNG decoding needs libspng, which this build lacks "
+                                            "(install libspng-dev and rebuild)");
+#endif
+    }
+    if (size >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) {
+#ifdef PKV_HAVE_JPEG
+        return jpeg_decode(d, size, &l, rgb, width, height);
+#else
+        return pkv_err(PKV_ERR_UNSUPPORTED, "JPEG decoding needs libjpeg-turbo, which this build lacks "
+                                            "(install libjpeg62-turbo-dev and rebuild)");
+#endif
+    }
+    char hex[32];
+    if (size > 0 && size < 8 && !memcmp(d, k_png_magic, size))
+        return pkv_err(PKV_ERR_FORMAT, "truncated PNG (%zu bytes): the file ends inside its signature", size);
+    if (size > 0 && size < 3 && d[0] == 0xff && (size < 2 || d[1] == 0xd8))
+        return pkv_err(PKV_ERR_FORMAT, "truncated JPEG (%zu bytes): the file ends inside its signature", size);
+    return pkv_err(PKV_ERR_FORMAT, "not a PNG or JPEG file (%zu bytes, starting with %s)", size,
+                   magic_hex(d, size, hex, sizeof hex));
 }
 
 void pkv_media_free(void *p) { pkv_free(p); }

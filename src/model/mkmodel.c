@@ -60,6 +60,10 @@ static const chat_family k_families[] = {
     /* Mistral v0.3 instruct: [INST] and [/INST] are control tokens. */
     {"mistral", "default", true, {"<s>", "</s>", "[INST]", "[/INST]", NULL}, 0, 1, -1, -1,
      PKV_JINJA_MISTRAL},
+    /* Voxtral (Mistral's tekken vocabulary, as the converter writes Voxtral's text
+     * model): mistral's turns plus the transcription prompt's control tokens. */
+    {"voxtral", "tekken", true, {"<s>", "</s>", "[INST]", "[/INST]", "[BEGIN_AUDIO]", "[TRANSCRIBE]", NULL}, 0, 1, -1, -1,
+     PKV_JINJA_MISTRAL},
     /* Gemma 2/3 instruct: <pad> 0, <eos> 1, <bos> 2 as there; <end_of_turn> is eot. */
     {"gemma", "default", true, {"<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", NULL}, 2, 1, 4, 0,
      PKV_JINJA_GEMMA},
@@ -79,7 +83,7 @@ static const chat_family k_families[] = {
 #undef FW
 #undef SP
 
-#define FAMILY_NAMES "chatml, llama3, llama2, mistral, gemma, phi3, deepseek"
+#define FAMILY_NAMES "chatml, llama3, llama2, mistral, gemma, phi3, deepseek, voxtral"
 
 static const chat_family *find_family(const char *name) {
     for (size_t i = 0; i < PKV_ARRAY_LEN(k_families); i++)
