@@ -325,7 +325,9 @@ static void test_cli(void) {
     CHECK_INT(th_cli("", true, "mkmodel --arch llama --vision -o '%s' --mmproj-out '%s'", m, pj), 2);
     HAS("--vision makes a Gemma 3 pair");
     CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --mmproj-out '%s' -o '%s'", pj, m), 2);
-    HAS("go with --vision");
+    HAS("--mmproj-out is for --arch voxtral (or --arch gemma3 --vision)");
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --image-size 448 -o '%s'", m), 2);
+    HAS("--image-size go with --vision");
     CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --vision --image-size 100 -o '%s' --mmproj-out '%s'", m, pj), 1);
     HAS("the patch grid must be a multiple of the pooling");
     remove(m), remove(pj);
