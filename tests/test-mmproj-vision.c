@@ -10,6 +10,8 @@
  *  - the geometry in info and n_rows; a second encode of one image is bit-identical;
  *  - mkmodel --arch gemma3 --vision: the pair loads together, <start_of_image> and
  *    <end_of_image> are single control tokens;
+ *  - every allocation of load and encode failing in turn: an error, no leak, and
+ *    the next encode unchanged;
  *  - bad files and mismatched models refused with errors that name the key,
  *    tensor or both widths. */
 #include "testhelp.h"
@@ -333,6 +335,59 @@ static void test_cli(void) {
     remove(m), remove(pj);
 }
 
+/* Every allocation of load and encode failing in turn (I7): a clear error, nothing
+ * leaked, and a projector whose encode failed encodes the next time to the same bits. */
+static void test_oom(void) {
+    const char *mp = th_tmp("vis-oom.gguf");
+    pkv_mkmmproj_vision_params vp = {.n_embd_text = 32, .image_size = 112, .n_merge = 2, .n_embd = 32, .n_ff = 32,
+                                     .n_layer = 1, .n_head = 2, .seed = 8};
+    CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+    REQUIRE_VOID(dev);
+    uint8_t *rgb = rand_rgb(90, 60, 13);
+    pkv_media m = {.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = 90, .height = 60};
+    float want[16 * 32], got[16 * 32];
+    pkv_mmproj *p = pkv_mmproj_load(mp, NULL, dev);
+    REQUIRE_VOID(p);
+    CHECK_OK(pkv_mmproj_encode(p, &m, want, 16));
+    pkv_mmproj_free(p);
+    int fails = 0;
+    for (uint64_t k = 1; k < 100000; k++) {
+        int64_t live = pkv_alloc_live();
+        pkv_alloc_fail_at(k);
+        p = pkv_mmproj_load(mp, NULL, dev);
+        pkv_status s = p ? pkv_mmproj_encode(p, &m, got, 16) : pkv_errcode();
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (p && !s) {
+            CHECK_MEM(got, want, sizeof want);
+            if (made >= k) TH_FAIL("allocation %llu of %llu failed unseen", (unsigned long long)k, (unsigned long long)made);
+            th_checks++;
+            pkv_mmproj_free(p);
+            CHECK_INT(pkv_alloc_live(), live);
+            break;
+        }
+        fails++;
+        th_checks++;
+        if (s == PKV_OK || !*pkv_errmsg())
+            TH_FAIL("allocation %llu failed: %s without a message", (unsigned long long)k, pkv_status_str(s));
+        if (p) { /* the encode failed: the projector is as it was */
+            CHECK_OK(pkv_mmproj_encode(p, &m, got, 16));
+            CHECK_MEM(got, want, sizeof want);
+        }
+        pkv_mmproj_free(p);
+        th_checks++;
+        if (pkv_alloc_live() != live) {
+            TH_FAIL("allocation %llu failed: %lld allocations leaked", (unsigned long long)k,
+                    (long long)(pkv_alloc_live() - live));
+            break;
+        }
+    }
+    fprintf(stderr, "  out of memory: each of %d allocations of load + encode failed in turn\n", fails);
+    pkv_device_close(dev);
+    free(rgb);
+    remove(mp);
+}
+
 int main(void) {
     test_resize();
     test_preprocess();
@@ -341,5 +396,6 @@ int main(void) {
     test_real_geometry();
     test_errors();
     test_cli();
+    test_oom();
     return th_done();
 }
