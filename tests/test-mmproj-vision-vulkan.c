@@ -1,4 +1,4 @@
-// labels: model vulkan
+// labels: media vulkan
 /* Gemma 3's vision projector on vulkan:0 against the CPU: mkmodel's random
  * projectors (f16 and f32 blocks; the 224-pixel default, and 112 pixels with 2x2
  * pooling), square and letterboxed images. Every kernel it uses (matmul, add,

@@ -1,4 +1,4 @@
-// labels: unit model
+// labels: media
 /* Gemma 3's vision projector (src/media/mmproj-vision.c) on the CPU:
  *  - the preprocessing: the bilinear resize against a double-precision Pillow-style
  *    filter (within 1 of 255, the fixed-point rounding), the aspect-keeping fit
@@ -159,7 +159,7 @@ static void check_encode(pkv_mmproj *pj, const pkv_gguf *g, const uint8_t *rgb, 
  * patches pooled 4x4 to 256 rows) on a narrow encoder, against the reference. */
 static void test_real_geometry(void) {
     const char *mp = th_tmp("vis896.gguf");
-    pkv_mkmmproj_vision_params vp = {.n_embd_text = 48, .image_size = 896, .n_embd = 16, .n_ff = 32, .n_layer = 1,
+    pkv_mkmmproj_vision_params vp = {.n_embd_text = 48, .image_size = 896, .n_embd = 8, .n_ff = 16, .n_layer = 1,
                                      .n_head = 2, .seed = 6};
     CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
     pkv_mmproj *pj = pkv_mmproj_load(mp, NULL, NULL);
