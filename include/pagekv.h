@@ -979,7 +979,8 @@ typedef struct pkv_mkmodel_params {
                              taken from the first listed layer the target has). Indices are
                              not checked against a target here: attaching checks them (I6) */
     const char *chat_template; /* a chat-template family: "chatml", "llama3", "llama2", "mistral",
-                             "gemma", "phi3", "deepseek"; NULL = none. The vocabulary gets the
+                             "gemma", "phi3", "deepseek", "voxtral" (mistral's turns, with
+                             [BEGIN_AUDIO] and [TRANSCRIBE]); NULL = none. The vocabulary gets the
                              family's special tokens as control tokens at ids 256.. (in place of
                              <|begin_of_text|> 256 and <|end_of_text|> 257; the word tokens follow
                              them), that family's BOS/EOS/EOT ids, add-BOS flag and pre-tokenizer

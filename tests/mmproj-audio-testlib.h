@@ -12,14 +12,14 @@
 
 #define VOX_RATE 16000
 
-/* Write the pair; text width n_embd. */
-static inline pkv_status vox_make(const char *text_path, const char *proj_path, int n_embd) {
+/* Write the pair; text width n_embd, encoder blocks n_layer (0 = mkmodel's 2). */
+static inline pkv_status vox_make(const char *text_path, const char *proj_path, int n_embd, int n_layer) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.n_embd = n_embd;
     p.chat_template = "voxtral";
     pkv_status s = pkv_mkmodel_write(&p, text_path);
     if (s) return s;
-    pkv_mkmmproj_audio_params mp = {.n_embd = n_embd, .seed = 7};
+    pkv_mkmmproj_audio_params mp = {.n_embd = n_embd, .n_layer = n_layer, .seed = 7};
     return pkv_mkmmproj_audio_write(&mp, proj_path);
 }
 

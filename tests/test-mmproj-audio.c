@@ -1,4 +1,4 @@
-// labels: model
+// labels: media
 /* Voxtral's projector on the CPU (src/media/mmproj-audio.c): the pair mkmodel
  * writes loads and matches its text model; rows per window (375 per started 30 s:
  * 1 sample, 30 s, 30 s + 1 sample, 31 s); encoding is deterministic, finite, and
@@ -55,7 +55,7 @@ static int dump(const char *dir) {
     snprintf(proj, sizeof proj, "%s/proj.gguf", dir);
     snprintf(audio, sizeof audio, "%s/audio.f32", dir);
     snprintf(rows, sizeof rows, "%s/rows.f32", dir);
-    if (vox_make(text, proj, 128)) {
+    if (vox_make(text, proj, 128, 0)) {
         fprintf(stderr, "making the pair: %s\n", pkv_errmsg());
         return 1;
     }
@@ -161,7 +161,7 @@ out:
 static void test_refusals(const char *proj) {
     /* a text model of another width */
     const char *text64 = th_tmp("vox-text64.gguf"), *proj64 = th_tmp("vox-proj64.gguf");
-    CHECK_OK(vox_make(text64, proj64, 64));
+    CHECK_OK(vox_make(text64, proj64, 64, 0));
     pkv_model *tm = pkv_model_load(text64, pkv_model_default_params());
     CHECK(tm != NULL);
     pkv_mmproj *p = pkv_mmproj_load(proj, tm, NULL);
@@ -189,6 +189,49 @@ static void test_refusals(const char *proj) {
     CHECK_MSG("a.conv1d.2.weight");
     CHECK_MSG("[3, 32, 64]");
     remove(bad);
+}
+
+/* Every allocation of a load and an encode failed in turn: a clear status, no
+ * crash, nothing left allocated. */
+static void test_alloc_failures(const char *proj) {
+    int64_t n;
+    float *x = vox_signal(1.0, &n);
+    float *out = pkv_malloc(375 * 128 * 4);
+    pkv_media m = {.kind = PKV_MEDIA_AUDIO, .samples = x, .n_samples = n, .rate = VOX_RATE};
+    const int64_t live0 = pkv_alloc_live();
+    pkv_alloc_fail_at(0);
+    pkv_mmproj *p = pkv_mmproj_load(proj, NULL, NULL);
+    CHECK(p != NULL);
+    CHECK_OK(pkv_mmproj_encode(p, &m, out, 375));
+    pkv_mmproj_free(p);
+    const uint64_t total = pkv_alloc_fail_at(0);
+    CHECK_INT(pkv_alloc_live(), live0);
+    int failed_load = 0, failed_encode = 0;
+    for (uint64_t k = 1; k <= total; k++) {
+        pkv_alloc_fail_at(k);
+        p = pkv_mmproj_load(proj, NULL, NULL);
+        if (!p) {
+            failed_load++;
+        } else {
+            pkv_status s = pkv_mmproj_encode(p, &m, out, 375);
+            if (s) {
+                failed_encode++;
+                if (s != PKV_ERR_NOMEM) TH_FAIL("allocation %llu failed: encode returned %s: %s", (unsigned long long)k,
+                                                pkv_status_str(s), pkv_errmsg());
+            }
+            pkv_mmproj_free(p);
+        }
+        pkv_alloc_fail_at(0);
+        if (pkv_alloc_live() != live0)
+            TH_FAIL("allocation %llu failed: %lld allocations left", (unsigned long long)k,
+                    (long long)(pkv_alloc_live() - live0));
+        th_checks++;
+    }
+    fprintf(stderr, "%llu allocations: %d failed loads, %d failed encodes\n", (unsigned long long)total, failed_load,
+            failed_encode);
+    CHECK(failed_load > 0 && failed_encode > 0);
+    pkv_free(out);
+    pkv_free(x);
 }
 
 static void test_cli(void) {
@@ -227,9 +270,10 @@ static void test_cli(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--dump")) return dump(argv[2]);
     const char *text = th_tmp("vox-text.gguf"), *proj = th_tmp("vox-proj.gguf");
-    CHECK_OK(vox_make(text, proj, 128));
+    CHECK_OK(vox_make(text, proj, 128, 0));
     test_rows_and_encode(text, proj);
     test_refusals(proj);
+    test_alloc_failures(proj);
     test_cli();
     remove(text);
     remove(proj);

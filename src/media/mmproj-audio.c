@@ -45,6 +45,12 @@
 #define N_POS 1500 /* frames per window after the stride-2 conv */
 #define PAGE 16    /* tokens per page of the encoder's K/V pool */
 #define ALIGN_W 256
+/* Weights go into device buffers of at most this many bytes (a tensor larger
+ * than this gets a buffer of its own, as the model loader gives each tensor):
+ * one buffer for all could exceed a device's maxMemoryAllocationSize. Small,
+ * so the test projector (under 1 MiB) spans several buffers too. */
+#define CHUNK ((size_t)256 << 10)
+#define MAX_CHUNKS 4096
 
 typedef struct {
     size_t off; /* bytes into the weight buffer */
@@ -59,7 +65,11 @@ typedef struct {
 typedef struct {
     int n_mel, d, n_ff, n_layer, n_head, stack, n_embd;
     float eps;
-    pkv_buffer *w; /* every weight, one buffer */
+    /* every weight: buffer c holds bytes [base[c], base[c + 1]) of the weight image
+     * (base[n_w] = its size); a wref's off is into the image */
+    pkv_buffer *w[MAX_CHUNKS];
+    size_t base[MAX_CHUNKS + 1];
+    int n_w;
     wref conv1_w; /* f32 [d][3][n_mel] (tap-major: matches the im2col rows) */
     wref conv1_b;
     wref conv2_w12; /* f32 [d][2][d]: taps 1, 2 over the pair [h(2t), h(2t+1)] */
@@ -78,6 +88,7 @@ typedef struct {
     size_t size;
     pkv_device *dev;
     uint64_t fp; /* fingerprint */
+    bool too_many; /* more than MAX_CHUNKS buffers needed */
 } loader;
 
 static pkv_status key_u32(const pkv_gguf *g, const char *key, int lo, int hi, int *out) {
@@ -92,7 +103,14 @@ static pkv_status key_u32(const pkv_gguf *g, const char *key, int lo, int hi, in
 }
 
 static size_t reserve(loader *ld, size_t bytes) {
+    enc *e = ld->e;
     size_t off = (ld->size + ALIGN_W - 1) / ALIGN_W * ALIGN_W;
+    if (e->n_w == 0 || (off + bytes - e->base[e->n_w - 1] > CHUNK && off > e->base[e->n_w - 1])) {
+        if (e->n_w == MAX_CHUNKS)
+            ld->too_many = true;
+        else
+            e->base[e->n_w++] = off;
+    }
     ld->size = off + bytes;
     return off;
 }
@@ -264,7 +282,7 @@ static pkv_status tensors(loader *ld) {
 static void enc_free(pkv_mmproj *p) {
     enc *e = p->enc;
     if (!e) return;
-    pkv_buffer_free(e->w);
+    for (int c = 0; c < e->n_w; c++) pkv_buffer_free(e->w[c]);
     pkv_free(e->L);
     pkv_free(e);
     p->enc = NULL;
@@ -294,7 +312,11 @@ static void scratch_free(scratch *s) {
         if (_s) return _s;                                                                          \
     } while (0)
 
-static pkv_tref W(const enc *e, wref r) { return pkv_tref_make(e->w, r.off); }
+static pkv_tref W(const enc *e, wref r) {
+    int c = e->n_w - 1;
+    while (c > 0 && e->base[c] > r.off) c--;
+    return pkv_tref_make(e->w[c], r.off - e->base[c]);
+}
 static pkv_tref B0(pkv_buffer *b) { return pkv_tref_make(b, 0); }
 
 static pkv_status mm(pkv_device *dev, const enc *e, wref w, int64_t rows, int64_t cols, pkv_buffer *x, size_t xoff,
@@ -519,21 +541,25 @@ pkv_status pkv_mmproj_audio_open(pkv_mmproj *p, const char *projector, const pkv
     e->L = pkv_calloc((size_t)e->n_layer, sizeof *e->L);
     if (!e->L) return pkv_err(PKV_ERR_NOMEM, "voxtral projector: out of memory");
     /* pass 1: check every tensor and lay the buffer out; pass 2: fill a host image */
-    loader ld = {p->g, e, NULL, 0, p->dev, 0};
+    loader ld = {p->g, e, NULL, 0, p->dev, 0, false};
     if ((s = tensors(&ld))) return s;
+    if (ld.too_many) return pkv_err(PKV_ERR_UNSUPPORTED, "voxtral projector: weights of %zu bytes", ld.size);
     const size_t size = ld.size;
     ld.host = pkv_calloc(1, size);
     if (!ld.host) return pkv_err(PKV_ERR_NOMEM, "voxtral projector: %zu bytes of host memory", size);
     ld.size = 0;
+    e->n_w = 0; /* pass 2 lays the buffers out again, the same way */
     ld.fp = pkv_hash64("pagekv-voxtral-1", 16, 0);
     s = tensors(&ld);
-    if (!s) {
-        e->w = pkv_buffer_alloc(p->dev, size);
-        if (!e->w)
-            s = pkv_err_prefix(pkv_errcode(), "voxtral projector: %zu bytes of weights on %s", size,
+    e->base[e->n_w] = size;
+    for (int c = 0; c < e->n_w && !s; c++) {
+        const size_t bytes = e->base[c + 1] - e->base[c];
+        e->w[c] = pkv_buffer_alloc(p->dev, bytes);
+        if (!e->w[c])
+            s = pkv_err_prefix(pkv_errcode(), "voxtral projector: %zu bytes of weights on %s", bytes,
                                pkv_device_name(p->dev));
         else
-            s = pkv_buffer_write(e->w, 0, ld.host, size);
+            s = pkv_buffer_write(e->w[c], 0, ld.host + e->base[c], bytes);
     }
     pkv_free(ld.host);
     if (s) return s;
