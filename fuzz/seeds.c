@@ -176,13 +176,23 @@ static void kv_seeds_of(pkv_mkmodel_params mp, const char *prefix) {
     char path[4096], name[64];
     snprintf(path, sizeof path, "%s/kvfile/.tmp-seq", g_dir);
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-        for (int op = 0; op < 3; op++) { /* 0 as decoded, 1 shifted, 2 truncated back to 3 tokens less than half */
-            if ((op == 1 && lens[i] < 7) || (op == 2 && lens[i] < 17)) continue;
+        for (int op = 0; op < 4; op++) { /* 0 as decoded, 1 shifted, 2 truncated back to 3 tokens less than half,
+                                            3 with a media chunk of 6 rows after 5 tokens (a media section) */
+            if ((op == 1 && lens[i] < 7) || (op == 2 && lens[i] < 17) || (op == 3 && lens[i] != 17)) continue;
             pkv_context *ctx = pkv_context_create(m, c, 0);
             need(ctx ? PKV_OK : PKV_ERR_NOMEM, "context");
             int32_t toks[30];
             for (int t = 0; t < lens[i]; t++) toks[t] = (t * 37 + 11) % 300;
-            if (lens[i]) need(pkv_context_decode(ctx, toks, lens[i]), "decode");
+            if (lens[i] && op != 3) need(pkv_context_decode(ctx, toks, lens[i]), "decode");
+            if (op == 3) {
+                pkv_model_info mi;
+                need(pkv_model_get_info(m, &mi), "model info");
+                static float rows[6 * 4096];
+                for (int k = 0; k < 6 * mi.n_embd && k < 6 * 4096; k++) rows[k] = (float)((k * 7) % 13) / 13.0f - 0.5f;
+                pkv_media_rows r = {.key = 0x6d65646961ULL, .n_rows = 6, .embd = rows, .non_causal = true, .at = 5};
+                need(mi.n_embd <= 4096 ? PKV_OK : PKV_ERR_INVALID, "media width");
+                need(pkv_context_decode_prompt(ctx, toks, lens[i] - 6, &r, 1), "decode media");
+            }
             if (op == 1) need(pkv_context_shift(ctx, 2, 3), "shift");
             if (op == 2) need(pkv_context_truncate(ctx, lens[i] / 2 - 3), "truncate");
             need(pkv_context_save(ctx, path), "save");
@@ -195,7 +205,7 @@ static void kv_seeds_of(pkv_mkmodel_params mp, const char *prefix) {
             /* flags (fuzz-kvfile.c): 0 seq load, 1 fixed checksum, 2 context load,
              * 3 both, 5 with a busy sequence, 0x39 / 0x7b allocation failures */
             static const uint8_t flags[] = {0x00, 0x01, 0x02, 0x03, 0x05, 0x39, 0x7b};
-            static const char *const ops[] = {"", "-shifted", "-truncated"};
+            static const char *const ops[] = {"", "-shifted", "-truncated", "-media"};
             for (size_t k = 0; k < sizeof flags; k++) {
                 snprintf(name, sizeof name, "%sseq%d%s-f%02x", prefix, lens[i], ops[op], flags[k]);
                 put("kvfile", name, &flags[k], 1, buf, got);

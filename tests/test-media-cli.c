@@ -1,4 +1,4 @@
-// labels: model timeout=300
+// labels: media timeout=300
 /* The media options of the pagekv command (docs/multimodal-cache.md) on a gemma3
  * model with its random-weight vision projector (mkmodel --vision --mmproj-out)
  * and a PNG the test writes:
