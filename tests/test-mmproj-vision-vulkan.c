@@ -1,7 +1,7 @@
-// labels: model vulkan
+// labels: media vulkan
 /* Gemma 3's vision projector on vulkan:0 against the CPU: mkmodel's random
  * projectors (f16 and f32 blocks; the 224-pixel default, and 112 pixels with 2x2
- * pooling), a square and a letterboxed image. Every kernel it uses (matmul, add,
+ * pooling), square and letterboxed images. Every kernel it uses (matmul, add,
  * layer norm, GELU, paged attention as the encoder's bidirectional attention and
  * as the average pooling, RMS norm) runs on the device; the rows must agree with
  * the CPU's within nmse 1e-6 (measured: see the output), and a second encode on
@@ -27,8 +27,8 @@ int main(void) {
     REQUIRE(cpu);
     const struct {
         bool f32;
-        int size, merge;
-    } shapes[] = {{false, 224, 4}, {true, 224, 4}, {false, 112, 2}};
+        int size, merge, first, last; /* which of the two images: square, letterboxed */
+    } shapes[] = {{false, 224, 4, 0, 1}, {true, 224, 4, 0, 0}, {false, 112, 2, 1, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const char *path = th_tmp("visvk.gguf");
         pkv_mkmmproj_vision_params vp = {.n_embd_text = 96, .image_size = shapes[s].size, .n_merge = shapes[s].merge,
@@ -37,7 +37,7 @@ int main(void) {
         pkv_mmproj *pc = pkv_mmproj_load(path, NULL, cpu), *pv = pkv_mmproj_load(path, NULL, vk);
         REQUIRE(pc && pv);
         const int dims[][2] = {{shapes[s].size, shapes[s].size}, {300, 170}};
-        for (int k = 0; k < 2; k++) {
+        for (int k = shapes[s].first; k <= shapes[s].last; k++) {
             uint8_t *rgb = rand_rgb(dims[k][0], dims[k][1], 100 + s * 2 + k);
             pkv_media m = {.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = dims[k][0], .height = dims[k][1]};
             int64_t n;

@@ -1,4 +1,4 @@
-// labels: unit model
+// labels: media
 /* Gemma 3's vision projector (src/media/mmproj-vision.c) on the CPU:
  *  - the preprocessing: the bilinear resize against a double-precision Pillow-style
  *    filter (within 1 of 255, the fixed-point rounding), the aspect-keeping fit
@@ -6,7 +6,12 @@
  *  - the whole encoder (mkmodel's random projector, f16 and f32 blocks) against
  *    tests/vision-ref.h's double-precision encoder: nmse <= 1e-6 (f32 arithmetic
  *    against double; f16 weights are the same dequantized values on both sides);
+ *  - Gemma 3's real geometry (896 pixels, 4096 patches, 256 rows) on a narrow encoder;
  *  - the geometry in info and n_rows; a second encode of one image is bit-identical;
+ *  - mkmodel --arch gemma3 --vision: the pair loads together, <start_of_image> and
+ *    <end_of_image> are single control tokens;
+ *  - every allocation of load and encode failing in turn: an error, no leak, and
+ *    the next encode unchanged;
  *  - bad files and mismatched models refused with errors that name the key,
  *    tensor or both widths. */
 #include "testhelp.h"
@@ -150,6 +155,31 @@ static void check_encode(pkv_mmproj *pj, const pkv_gguf *g, const uint8_t *rgb, 
     free(got), free(again), free(ref), free(img);
 }
 
+/* Gemma 3's own geometry (896-pixel input, 14-pixel patches: a 64x64 grid of 4096
+ * patches pooled 4x4 to 256 rows) on a narrow encoder, against the reference. */
+static void test_real_geometry(void) {
+    const char *mp = th_tmp("vis896.gguf");
+    pkv_mkmmproj_vision_params vp = {.n_embd_text = 48, .image_size = 896, .n_embd = 8, .n_ff = 16, .n_layer = 1,
+                                     .n_head = 2, .seed = 6};
+    CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    pkv_mmproj *pj = pkv_mmproj_load(mp, NULL, NULL);
+    REQUIRE_VOID(pj);
+    pkv_mmproj_info info;
+    CHECK_OK(pkv_mmproj_get_info(pj, &info));
+    CHECK_INT(info.image_size, 896);
+    pkv_gguf *g = pkv_gguf_open(mp);
+    uint8_t *img = rand_rgb(640, 480, 12);
+    pkv_media m = {.kind = PKV_MEDIA_IMAGE, .rgb = img, .width = 640, .height = 480};
+    int64_t n = 0;
+    CHECK_OK(pkv_mmproj_n_rows(pj, &m, &n));
+    CHECK_INT(n, 256);
+    check_encode(pj, g, img, 640, 480, "896 px");
+    pkv_gguf_close(g);
+    pkv_mmproj_free(pj);
+    free(img);
+    remove(mp);
+}
+
 static void test_encoder(bool f32) {
     const char *mp = th_tmp(f32 ? "vis32.gguf" : "vis16.gguf");
     pkv_mkmmproj_vision_params vp = {.n_embd_text = 96, .f32 = f32, .seed = 3};
@@ -265,11 +295,107 @@ static void test_errors(void) {
     remove(mp), remove(bad), remove(tm), remove(lm);
 }
 
+/* `pagekv mkmodel --arch gemma3 --vision`: the pair loads together, the image
+ * tokens are single control tokens, and the options that do not fit are refused. */
+static void test_cli(void) {
+    if (!getenv("PKV_CLI")) {
+        fprintf(stderr, "  (no PKV_CLI: the mkmodel --vision checks need the CLI; run under ctest)\n");
+        return;
+    }
+    char m[512], pj[512];
+    snprintf(m, sizeof m, "%s", th_tmp("cli-g3.gguf"));
+    snprintf(pj, sizeof pj, "%s", th_tmp("cli-g3-mmproj.gguf"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --vision --image-size 112 -o '%s' --mmproj-out '%s'", m, pj), 0);
+    HAS("112x112 images, f16, 4 rows of width 128");
+    pkv_model *md = pkv_model_load(m, (pkv_model_params){0});
+    REQUIRE_VOID(md);
+    pkv_mmproj *p = pkv_mmproj_load(pj, md, NULL);
+    CHECK(p != NULL);
+    pkv_mmproj_info info;
+    CHECK(p && !pkv_mmproj_get_info(p, &info) && info.image_size == 112 && info.n_embd == 128);
+    int32_t ids[8];
+    size_t n = 0;
+    const char *t = "<start_of_image><end_of_image>";
+    CHECK_OK(pkv_model_tokenize(md, t, strlen(t), false, true, ids, 8, &n));
+    CHECK_INT(n, 2);
+    char piece[64];
+    size_t pn = 0;
+    CHECK_OK(pkv_model_token_piece(md, ids[0], true, piece, sizeof piece, &pn));
+    CHECK(pn == 16 && !memcmp(piece, "<start_of_image>", 16));
+    pkv_mmproj_free(p);
+    pkv_model_free(md);
+    CHECK_INT(th_cli("", true, "mkmodel --arch llama --vision -o '%s' --mmproj-out '%s'", m, pj), 2);
+    HAS("--vision makes a Gemma 3 pair");
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --mmproj-out '%s' -o '%s'", pj, m), 2);
+    HAS("--mmproj-out is for --arch voxtral (or --arch gemma3 --vision)");
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --image-size 448 -o '%s'", m), 2);
+    HAS("--image-size go with --vision");
+    CHECK_INT(th_cli("", true, "mkmodel --arch gemma3 --vision --image-size 100 -o '%s' --mmproj-out '%s'", m, pj), 1);
+    HAS("the patch grid must be a multiple of the pooling");
+    remove(m), remove(pj);
+}
+
+/* Every allocation of load and encode failing in turn (I7): a clear error, nothing
+ * leaked, and a projector whose encode failed encodes the next time to the same bits. */
+static void test_oom(void) {
+    const char *mp = th_tmp("vis-oom.gguf");
+    pkv_mkmmproj_vision_params vp = {.n_embd_text = 32, .image_size = 112, .n_merge = 2, .n_embd = 32, .n_ff = 32,
+                                     .n_layer = 1, .n_head = 2, .seed = 8};
+    CHECK_OK(pkv_mkmmproj_vision_write(&vp, mp));
+    pkv_device *dev = pkv_device_open("cpu", pkv_device_default_params());
+    REQUIRE_VOID(dev);
+    uint8_t *rgb = rand_rgb(90, 60, 13);
+    pkv_media m = {.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = 90, .height = 60};
+    float want[16 * 32], got[16 * 32];
+    pkv_mmproj *p = pkv_mmproj_load(mp, NULL, dev);
+    REQUIRE_VOID(p);
+    CHECK_OK(pkv_mmproj_encode(p, &m, want, 16));
+    pkv_mmproj_free(p);
+    int fails = 0;
+    for (uint64_t k = 1; k < 100000; k++) {
+        int64_t live = pkv_alloc_live();
+        pkv_alloc_fail_at(k);
+        p = pkv_mmproj_load(mp, NULL, dev);
+        pkv_status s = p ? pkv_mmproj_encode(p, &m, got, 16) : pkv_errcode();
+        uint64_t made = pkv_alloc_fail_at(0);
+        if (p && !s) {
+            CHECK_MEM(got, want, sizeof want);
+            if (made >= k) TH_FAIL("allocation %llu of %llu failed unseen", (unsigned long long)k, (unsigned long long)made);
+            th_checks++;
+            pkv_mmproj_free(p);
+            CHECK_INT(pkv_alloc_live(), live);
+            break;
+        }
+        fails++;
+        th_checks++;
+        if (s == PKV_OK || !*pkv_errmsg())
+            TH_FAIL("allocation %llu failed: %s without a message", (unsigned long long)k, pkv_status_str(s));
+        if (p) { /* the encode failed: the projector is as it was */
+            CHECK_OK(pkv_mmproj_encode(p, &m, got, 16));
+            CHECK_MEM(got, want, sizeof want);
+        }
+        pkv_mmproj_free(p);
+        th_checks++;
+        if (pkv_alloc_live() != live) {
+            TH_FAIL("allocation %llu failed: %lld allocations leaked", (unsigned long long)k,
+                    (long long)(pkv_alloc_live() - live));
+            break;
+        }
+    }
+    fprintf(stderr, "  out of memory: each of %d allocations of load + encode failed in turn\n", fails);
+    pkv_device_close(dev);
+    free(rgb);
+    remove(mp);
+}
+
 int main(void) {
     test_resize();
     test_preprocess();
     test_encoder(false);
     test_encoder(true);
+    test_real_geometry();
     test_errors();
+    test_cli();
+    test_oom();
     return th_done();
 }

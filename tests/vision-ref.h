@@ -130,7 +130,7 @@ static int vr_encode(const pkv_gguf *g, const float *img, float *out) {
         vr_linear(t, uw, ub, u, N, F, D);
         for (size_t i = 0; i < (size_t)N * F; i++) {
             double x = u[i];
-            u[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+            u[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
         }
         vr_linear(u, dw, db, t, N, D, F);
         for (size_t i = 0; i < (size_t)N * D; i++) h[i] += t[i];

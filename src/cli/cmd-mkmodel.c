@@ -288,7 +288,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         return 2;
     }
     if (!vision && (vision_f32 || vision_size)) {
-        fprintf(stderr, "pagekv mkmodel: --mmproj-out, --vision-f32 and --image-size go with --vision\n");
+        fprintf(stderr, "pagekv mkmodel: --vision-f32 and --image-size go with --vision\n");
         return 2;
     }
     if (vision) p.extra_specials = image_tokens;

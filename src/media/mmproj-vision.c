@@ -135,7 +135,11 @@ static pkv_status load_tensor(pkv_mmproj *p, const char *name, int n_dims, const
         bytes = t->n_elements * sizeof(float);
     }
     pkv_buffer *buf = NULL;
-    if ((uintptr_t)data % 16 == 0 && !tmp) buf = pkv_buffer_wrap_host(p->dev, data, bytes);
+    if ((uintptr_t)data % 16 == 0 && !tmp) {
+        buf = pkv_buffer_wrap_host(p->dev, data, bytes); /* the CPU uses the mapped file in place */
+        if (!buf && pkv_errcode() != PKV_ERR_UNSUPPORTED)
+            return pkv_err_prefix(pkv_errcode(), "tensor '%s' on %s", name, pkv_device_name(p->dev));
+    }
     if (!buf) {
         pkv_err_clear();
         buf = pkv_buffer_alloc(p->dev, bytes);

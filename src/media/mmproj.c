@@ -24,7 +24,10 @@ pkv_mmproj *pkv_mmproj_load(const char *path, const pkv_model *text_model, pkv_d
         return NULL;
     }
     pkv_mmproj *p = pkv_calloc(1, sizeof *p);
-    if (!p) return NULL;
+    if (!p) {
+        pkv_err(PKV_ERR_NOMEM, "loading projector %s: out of memory", path);
+        return NULL;
+    }
     pkv_status st = pkv_gguf_read(path, &p->g);
     if (st) goto fail;
     bool audio = false, vision = false, found;
