@@ -61,7 +61,7 @@ for h in "${harnesses[@]}"; do
   rm -f "$B/results/${h#fuzz-}.rc"
 done
 # FUZZ_JOBS harnesses at a time (default: one per CPU), each a single libFuzzer
-# job, so 8 harnesses of 60 s take 4 minutes on 2 cores instead of 8.
+# job, so 10 harnesses of 60 s take 5 minutes on 2 cores instead of 10.
 echo "fuzz: ${#harnesses[@]} harnesses, ${secs}s each, $jobs at a time"
 running=0
 for h in "${harnesses[@]}"; do

@@ -13,6 +13,11 @@
  *   <dir>/sampler/    params and logits in the harness's layout
  *   <dir>/server/     request sequences of every endpoint (completions, chat,
  *                     streams, tokenize, the contexts API, bad requests)
+ *   <dir>/audio/      WAV (PCM 8/16/24, float, u-law, ADPCM, extensible, RF64),
+ *                     FLAC and Ogg/Vorbis files written with libsndfile, each
+ *                     behind a flags byte (fuzz/fuzz-audio.c)
+ *   <dir>/image/      PNG in several color types (libspng) and JPEG baseline,
+ *                     progressive, gray and CMYK (libjpeg), behind a flags byte
  * Usage: pkv-fuzz-seeds DIR. Small files only (the largest gguf is ~150 KB);
  * nothing here is committed: `make fuzz-corpus` regenerates it. */
 #include "fuzz-common.h"
@@ -20,6 +25,7 @@
 #include "model/gguf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -413,6 +419,172 @@ static void server_seeds(void) {
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) server_input(in[i].name, in[i].n, in[i].sel, in[i].body);
 }
 
+/* ---------------------------------------------------------------- media */
+
+#ifdef PKV_HAVE_SNDFILE
+#include <sndfile.h>
+typedef struct seed_buf {
+    uint8_t d[1 << 16];
+    sf_count_t n, pos;
+} seed_buf;
+static sf_count_t sb_len(void *u) { return ((seed_buf *)u)->n; }
+static sf_count_t sb_seek(sf_count_t off, int wh, void *u) {
+    seed_buf *b = u;
+    sf_count_t base = wh == SEEK_SET ? 0 : wh == SEEK_CUR ? b->pos : b->n;
+    if (base + off < 0 || base + off > (sf_count_t)sizeof b->d) return -1;
+    b->pos = base + off;
+    return b->pos;
+}
+static sf_count_t sb_read(void *p, sf_count_t c, void *u) {
+    seed_buf *b = u;
+    sf_count_t k = b->n - b->pos < c ? b->n - b->pos : c;
+    if (k <= 0) return 0;
+    memcpy(p, b->d + b->pos, (size_t)k);
+    b->pos += k;
+    return k;
+}
+static sf_count_t sb_write(const void *p, sf_count_t c, void *u) {
+    seed_buf *b = u;
+    if (b->pos + c > (sf_count_t)sizeof b->d) return 0;
+    memcpy(b->d + b->pos, p, (size_t)c);
+    b->pos += c;
+    if (b->pos > b->n) b->n = b->pos;
+    return c;
+}
+static sf_count_t sb_tell(void *u) { return ((seed_buf *)u)->pos; }
+
+/* A file of n frames of a 440 Hz tone in `format` at `rate`, behind flags. */
+static void audio_seed(const char *name, uint8_t flags, int format, int rate, int ch, int n) {
+    static seed_buf b;
+    memset(&b, 0, sizeof b);
+    SF_VIRTUAL_IO vio = {sb_len, sb_seek, sb_read, sb_write, sb_tell};
+    SF_INFO info = {.samplerate = rate, .channels = ch, .format = format};
+    SNDFILE *sf = sf_open_virtual(&vio, SFM_WRITE, &info, &b);
+    if (!sf) {
+        fprintf(stderr, "seeds: %s: %s\n", name, sf_strerror(NULL));
+        exit(1);
+    }
+    float x[2 * 4096];
+    for (int i = 0; i < n * ch && i < 2 * 4096; i++) x[i] = 0.5f * (float)sin(6.2831853 * 440.0 * (i / ch) / rate);
+    sf_writef_float(sf, x, n);
+    sf_close(sf);
+    put("audio", name, &flags, 1, b.d, (size_t)b.n);
+}
+#endif
+
+/* A 16-bit mono WAV at 16 kHz written byte by byte (the seed exists without
+ * libsndfile too). */
+static void wav_by_hand(void) {
+    uint8_t f[44 + 64];
+    const uint8_t h[44] = {'R', 'I', 'F', 'F', 36 + 64, 0, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ', 16, 0, 0, 0, 1, 0,
+                           1, 0, 0x80, 0x3e, 0, 0, 0, 0x7d, 0, 0, 2, 0, 16, 0, 'd', 'a', 't', 'a', 64, 0, 0, 0};
+    memcpy(f, h, 44);
+    for (int i = 0; i < 64; i++) f[44 + i] = (uint8_t)(i * 37);
+    uint8_t flags = 0;
+    put("audio", "wav-hand", &flags, 1, f, sizeof f);
+}
+
+static void audio_seeds(void) {
+    mkdir_p("audio");
+    wav_by_hand();
+#ifdef PKV_HAVE_SNDFILE
+    audio_seed("wav16", 0, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 16000, 1, 800);
+    audio_seed("wav16-stereo-44k", 0, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 44100, 2, 2000);
+    audio_seed("wav-float-8k", 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, 400);
+    audio_seed("wav-u8", 2, SF_FORMAT_WAV | SF_FORMAT_PCM_U8, 11025, 1, 500);
+    audio_seed("wav24-ext", 3, SF_FORMAT_WAVEX | SF_FORMAT_PCM_24, 16000, 2, 300);
+    audio_seed("wav-ulaw", 0, SF_FORMAT_WAV | SF_FORMAT_ULAW, 8000, 1, 400);
+    audio_seed("wav-adpcm", 0, SF_FORMAT_WAV | SF_FORMAT_IMA_ADPCM, 16000, 1, 400);
+    audio_seed("rf64", 0, SF_FORMAT_RF64 | SF_FORMAT_PCM_16, 16000, 1, 300);
+    audio_seed("flac16", 0, SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 1, 1200);
+    audio_seed("flac24-stereo", 4, SF_FORMAT_FLAC | SF_FORMAT_PCM_24, 22050, 2, 900);
+    audio_seed("ogg-vorbis", 0, SF_FORMAT_OGG | SF_FORMAT_VORBIS, 16000, 1, 2000);
+    audio_seed("ogg-vorbis-stereo", 1, SF_FORMAT_OGG | SF_FORMAT_VORBIS, 22050, 2, 1500);
+#endif
+}
+
+#ifdef PKV_HAVE_SPNG
+#include <spng.h>
+static void png_seed(const char *name, int ct, int depth, int interlace) {
+    const uint32_t W = 7, H = 5;
+    const int ch = ct == 0 || ct == 3 ? 1 : ct == 4 ? 2 : ct == 2 ? 3 : 4;
+    const size_t stride = ((size_t)W * ch * depth + 7) / 8;
+    uint8_t raw[7 * 4 * 2 * 5];
+    for (size_t i = 0; i < stride * H; i++) raw[i] = (uint8_t)(i * 29 + 3);
+    spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
+    spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
+    struct spng_ihdr ih = {.width = W, .height = H, .bit_depth = (uint8_t)depth, .color_type = (uint8_t)ct,
+                           .interlace_method = (uint8_t)interlace};
+    int e = spng_set_ihdr(c, &ih);
+    if (!e && ct == 3) {
+        struct spng_plte p = {.n_entries = 1u << (depth < 8 ? depth : 8)};
+        for (uint32_t i = 0; i < p.n_entries; i++) p.entries[i].red = (uint8_t)i, p.entries[i].green = (uint8_t)(255 - i), p.entries[i].blue = 7;
+        e = spng_set_plte(c, &p);
+    }
+    if (!e) e = spng_encode_image(c, raw, stride * H, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    size_t n = 0;
+    void *png = e ? NULL : spng_get_png_buffer(c, &n, &e);
+    spng_ctx_free(c);
+    if (e) {
+        fprintf(stderr, "seeds: %s: %s\n", name, spng_strerror(e));
+        exit(1);
+    }
+    uint8_t flags = 0;
+    put("image", name, &flags, 1, png, n);
+    free(png);
+}
+#endif
+
+#ifdef PKV_HAVE_JPEG
+#include <jpeglib.h>
+static void jpeg_seed(const char *name, int comp, J_COLOR_SPACE cs, bool progressive) {
+    const int W = 19, H = 11;
+    uint8_t px[19 * 11 * 4];
+    for (int i = 0; i < W * H * comp; i++) px[i] = (uint8_t)(i * 7 + (i / 19) * 3);
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr err;
+    c.err = jpeg_std_error(&err);
+    jpeg_create_compress(&c);
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    jpeg_mem_dest(&c, &buf, &n);
+    c.image_width = W, c.image_height = H, c.input_components = comp, c.in_color_space = cs;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 80, TRUE);
+    if (progressive) jpeg_simple_progression(&c);
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW row = px + (size_t)c.next_scanline * W * comp;
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    uint8_t flags = 0;
+    put("image", name, &flags, 1, buf, n);
+    free(buf);
+}
+#endif
+
+static void image_seeds(void) {
+    mkdir_p("image");
+#ifdef PKV_HAVE_SPNG
+    png_seed("png-gray1", 0, 1, 0);
+    png_seed("png-gray16", 0, 16, 0);
+    png_seed("png-ga8", 4, 8, 0);
+    png_seed("png-palette4", 3, 4, 0);
+    png_seed("png-palette8", 3, 8, 0);
+    png_seed("png-rgb8", 2, 8, 0);
+    png_seed("png-rgb16-interlaced", 2, 16, 1);
+    png_seed("png-rgba8", 6, 8, 0);
+#endif
+#ifdef PKV_HAVE_JPEG
+    jpeg_seed("jpeg-baseline", 3, JCS_RGB, false);
+    jpeg_seed("jpeg-progressive", 3, JCS_RGB, true);
+    jpeg_seed("jpeg-gray", 1, JCS_GRAYSCALE, false);
+    jpeg_seed("jpeg-cmyk", 4, JCS_CMYK, false);
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -426,6 +598,8 @@ int main(int argc, char **argv) {
     tok_seeds();
     smp_seeds();
     server_seeds();
+    audio_seeds();
+    image_seeds();
     printf("pkv-fuzz-seeds: %d files under %s\n", g_files, g_dir);
     return 0;
 }

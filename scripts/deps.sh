@@ -9,6 +9,9 @@
 #             libmicrohttpd-dev (HTTP) + libjansson-dev (JSON): pagekv serve
 #             curl, nodejs, npm: the server tests (curl; the official openai npm client)
 #             tmux: test-run-chat (pagekv run -cnv at a terminal)
+#             libsndfile1-dev (WAV, FLAC audio), libvorbis-dev (Ogg/Vorbis), libsoxr-dev (resampling),
+#             libspng-dev (PNG), libjpeg62-turbo-dev (JPEG): media decoding
+#             (without one, that format is refused with an error naming it)
 #             chromium: test-server-web (the web page, headless, via playwright-core)
 #             python3-pytest, python3-numpy, python3-jinja2, python3-pip: the Python
 #             bindings' tests (python/tests)
@@ -22,6 +25,9 @@ set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
+pkgs+=(libsndfile1-dev libvorbis-dev libsoxr-dev libspng-dev)
+# libjpeg-turbo's development package is named differently on Ubuntu
+if apt-cache show libjpeg62-turbo-dev >/dev/null 2>&1; then pkgs+=(libjpeg62-turbo-dev); else pkgs+=(libjpeg-turbo8-dev); fi
 # chromium: test-server-web drives it headless; Debian has the package, Ubuntu
 # only a snap (no apt package of that name: then the test is skipped)
 if apt-cache show chromium >/dev/null 2>&1; then pkgs+=(chromium); fi

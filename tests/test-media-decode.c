@@ -4,7 +4,8 @@
  * same libraries' encoders from known samples and pixels, and the decode is checked
  * against them:
  *   - 16-bit PCM WAV and FLAC decode to exactly v / 32768; stereo to the exact mean
- *     of the two channels; Ogg/Vorbis within a lossy-codec tolerance;
+ *     of the two channels; Ogg/Vorbis (decoded by libvorbisfile) within a
+ *     lossy-codec tolerance (max error 0.05 on a 0.5 sine);
  *   - a 44.1 kHz sine resampled to 16 kHz keeps its frequency and amplitude
  *     (against the analytic sine at 16 kHz: max error < 2e-3 away from the ends);
  *   - PNG in every color type and bit depth (gray 1/2/4/8/16, gray+alpha 8/16,
@@ -293,6 +294,17 @@ static void test_audio_resample_and_lossy(void) {
         pkv_media_free(t);
     }
     th_checks++;
+    /* a corrupted header page (fuzz-audio found libsndfile 1.2.0 leaking on such
+     * files: Ogg now goes to libvorbisfile; ASan's leak check covers this) */
+    for (size_t i = 0; i + 7 < m.n; i++)
+        if (!memcmp(m.d + i, "\x05vorbis", 7)) {
+            m.d[i + 20] ^= 0x5a;
+            break;
+        }
+    CHECK_STATUS(pkv_audio_decode(m.d, m.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+    CHECK_MSG("Ogg");
+    memcpy(m.d, "OggS\0\0\0\0", 8); /* a page header wrecked */
+    CHECK_STATUS(pkv_audio_decode(m.d, m.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
     free(m.d);
     free(x), free(y);
 }
@@ -724,7 +736,7 @@ int main(void) {
 #else
     fprintf(stderr, "built without libsndfile: only its refusal is checked\n");
 #endif
-#if defined(PKV_HAVE_SNDFILE) && defined(PKV_HAVE_SOXR)
+#if defined(PKV_HAVE_SNDFILE) && defined(PKV_HAVE_SOXR) && defined(PKV_HAVE_VORBISFILE)
     test_audio_resample_and_lossy();
 #endif
 #ifdef PKV_HAVE_SPNG

@@ -78,11 +78,16 @@ static void serve_usage(FILE *f) {
             "                         nextn layers), fed the model's hidden states\n"
             "  --draft-max N          proposals per sequence and step (default 4, at most 64)\n"
             "  --draft-device NAME    device of a --draft model (default: the model's)\n"
+            "  --mmproj FILE          a projector file (mmproj GGUF): audio (Voxtral) or images (Gemma 3) in\n"
+            "                         chat content parts and POST /v1/audio/transcriptions (docs/server.md)\n"
+            "  --max-media-bytes N    one medium's file size (an upload, a decoded base64 part) (default %zu) -> 413\n"
+            "  --max-audio-seconds S  longer audio is refused (default %.0f) -> 400\n"
+            "  --max-image-pixels N   images with more pixels are refused (default 50000000) -> 400\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
             d.host, d.port, d.parallel, pkv_tpl_names(), d.max_body, d.max_header, d.max_conns, d.queue, d.timeout_s,
-            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s);
+            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.max_media_bytes, d.max_audio_seconds);
 }
 
 /* The server's startup banner, on stdout (tests and scripts read the URL there). */
@@ -196,6 +201,17 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--context-ttl")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
             so.ctx_ttl_s = dd;
+        } else if (!strcmp(a, "--mmproj")) {
+            if (!(so.mmproj = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--max-media-bytes")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1024, 1ll << 30, &x)) return 2;
+            so.max_media_bytes = (size_t)x;
+        } else if (!strcmp(a, "--max-audio-seconds")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0.1, 86400, &dd)) return 2;
+            so.max_audio_seconds = dd;
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
+            so.max_image_pixels = x;
         } else if (!strcmp(a, "--draft")) {
             if (!(so.draft = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-device")) {

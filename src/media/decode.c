@@ -1,8 +1,11 @@
-/* Media file decoding: audio through libsndfile (WAV, FLAC, Ogg) resampled with
- * soxr, images through libspng (PNG) and libjpeg-turbo (JPEG). Each library is
+/* Media file decoding: audio through libsndfile (WAV, FLAC) and libvorbisfile
+ * (Ogg/Vorbis) resampled with soxr, images through libspng (PNG) and libjpeg-turbo (JPEG). Each library is
  * optional at build time (CMakeLists.txt finds it with pkg-config and defines
  * PKV_HAVE_<LIB>); without one the decoder it serves returns PKV_ERR_UNSUPPORTED
- * naming the library. Every input is a file image in memory and is treated as
+ * naming the library. Ogg/Vorbis goes to libvorbisfile rather than libsndfile:
+ * libsndfile 1.2.0 leaks the Vorbis header state of every malformed Ogg file it
+ * refuses (found by fuzz-audio), which a server taking uploads cannot afford.
+ * Every input is a file image in memory and is treated as
  * hostile: the kind is sniffed from its magic bytes (only the formats listed are
  * handed to a library), the limits (pkv_media_limits) are checked against the
  * header before anything of the size it claims is allocated, and a failure says
@@ -21,6 +24,9 @@
 #ifdef PKV_HAVE_SOXR
 #include <soxr.h>
 #endif
+#ifdef PKV_HAVE_VORBISFILE
+#include <vorbis/vorbisfile.h>
+#endif
 #ifdef PKV_HAVE_SPNG
 #include <spng.h>
 #endif
@@ -34,6 +40,9 @@
 #define PKV_MEDIA_DEFAULT_PIXELS ((int64_t)50 * 1000 * 1000)
 /* Sample rates outside this range are refused as malformed (no real file has them). */
 #define PKV_AUDIO_RATE_MAX 768000
+/* Decoded samples are taken up to this magnitude (a float file may exceed 1.0 a
+ * little; 1e30 is no audio, and the resampler's arithmetic would overflow on it). */
+#define PKV_AUDIO_SAMPLE_MAX 1024.0f
 /* A progressive JPEG may repeat scans without end, each one a pass over the whole
  * image: beyond this many the file is refused (a CPU-exhaustion guard). */
 #define PKV_JPEG_MAX_SCANS 500
@@ -57,6 +66,11 @@ static const char *magic_hex(const uint8_t *d, size_t n, char *buf, size_t cap) 
 static uint32_t rd32le(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 /* ------------------------------------------------------------------ audio */
+
+typedef struct mem_file_ov {
+    const uint8_t *d;
+    size_t n, pos;
+} mem_file_ov;
 
 typedef enum { AUDIO_WAV, AUDIO_RF64, AUDIO_FLAC, AUDIO_OGG, AUDIO_NONE } audio_kind;
 
@@ -137,8 +151,7 @@ static bool audio_format_ok(int major, int sub) {
                sub == SF_FORMAT_PCM_32 || sub == SF_FORMAT_FLOAT || sub == SF_FORMAT_DOUBLE ||
                sub == SF_FORMAT_ULAW || sub == SF_FORMAT_ALAW;
     case SF_FORMAT_FLAC: return sub == SF_FORMAT_PCM_S8 || sub == SF_FORMAT_PCM_16 || sub == SF_FORMAT_PCM_24;
-    case SF_FORMAT_OGG: return sub == SF_FORMAT_VORBIS || sub == SF_FORMAT_OPUS;
-    default: return false;
+    default: return false; /* Ogg goes to libvorbisfile; libsndfile never sees it */
     }
 }
 
@@ -184,7 +197,7 @@ static pkv_status sndfile_read(const uint8_t *d, size_t size, const pkv_media_li
         const char *sn = audio_sub_name(sub);
         if (sn)
             st = pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format: %s in %s (supported: 8/16/24/32-bit PCM, "
-                                              "float, u-law, A-law in WAV; PCM in FLAC; Vorbis or Opus in Ogg)", sn, kn);
+                                              "float, u-law, A-law in WAV; PCM in FLAC; Vorbis in Ogg)", sn, kn);
         else
             st = pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format 0x%04x in %s", (unsigned)sub, kn);
         goto done;
@@ -211,10 +224,9 @@ static pkv_status sndfile_read(const uint8_t *d, size_t size, const pkv_media_li
     const int64_t bf = (int64_t)(65536 / info.channels) > 0 ? 65536 / info.channels : 1; /* frames per read */
     block = pkv_malloc((size_t)bf * (size_t)info.channels * sizeof(float));
     int64_t cap = known ? info.frames : bf, n = 0;
-    /* A header's frame count is only a hint for the first allocation: a FLAC or Ogg
-     * stream can say more than it holds, so it is capped by what the bytes can
-     * carry (at most one frame per byte for the compressed formats taken here is far
-     * too small for Vorbis; the growth below handles the rest). */
+    /* The header's frame count (within the limit) is only a hint for the first
+     * allocation: a FLAC or Ogg header can claim far more than its bytes hold, so
+     * the hint is capped by the file's size; the buffer grows if more comes. */
     if (cap > (int64_t)size * 8 + bf) cap = (int64_t)size * 8 + bf;
     if (cap < 1) cap = 1;
     mono = pkv_malloc((size_t)cap * sizeof(float));
@@ -245,8 +257,9 @@ static pkv_status sndfile_read(const uint8_t *d, size_t size, const pkv_media_li
             const float *f = block + i * info.channels;
             float s = f[0];
             for (int c = 1; c < info.channels; c++) s += f[c];
-            if (!isfinite(s)) {
-                st = pkv_err(PKV_ERR_FORMAT, "%s: sample %lld is not a finite number", kn, (long long)(n + i));
+            if (!isfinite(s) || fabsf(s) > PKV_AUDIO_SAMPLE_MAX * info.channels) {
+                st = pkv_err(PKV_ERR_FORMAT, "%s: sample %lld is %s", kn, (long long)(n + i),
+                             isfinite(s) ? "far outside [-1, 1]" : "not a finite number");
                 goto done;
             }
             mono[n + i] = info.channels == 1 ? s : s * inv;
@@ -278,6 +291,132 @@ done:
 }
 #endif
 
+#ifdef PKV_HAVE_VORBISFILE
+static size_t ovm_read(void *p, size_t size, size_t nmemb, void *u) {
+    mem_file_ov *m = u;
+    if (size == 0 || m->pos >= m->n) return 0;
+    size_t want = nmemb, have = (m->n - m->pos) / size;
+    if (want > have) want = have;
+    memcpy(p, m->d + m->pos, want * size);
+    m->pos += want * size;
+    return want;
+}
+static int ovm_seek(void *u, ogg_int64_t off, int whence) {
+    mem_file_ov *m = u;
+    ogg_int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? (ogg_int64_t)m->pos : (ogg_int64_t)m->n;
+    if (off < -base || off > (ogg_int64_t)m->n - base) return -1;
+    m->pos = (size_t)(base + off);
+    return 0;
+}
+static long ovm_tell(void *u) { return (long)((mem_file_ov *)u)->pos; }
+
+static const char *ov_err(int e) {
+    switch (e) {
+    case OV_ENOTVORBIS: return "not Vorbis (only Vorbis is taken in Ogg)";
+    case OV_EBADHEADER: return "a malformed Vorbis header";
+    case OV_EVERSION: return "an unsupported Vorbis version";
+    case OV_EREAD: return "a read error";
+    case OV_HOLE: return "a hole in the data (pages missing or corrupt)";
+    case OV_EBADLINK: return "a corrupt link in the stream";
+    default: return "undecodable Vorbis data";
+    }
+}
+
+static pkv_status vorbis_read(const uint8_t *d, size_t size, const pkv_media_limits *l, float **out, int64_t *n_out,
+                              int *rate_in) {
+    mem_file_ov m = {d, size, 0};
+    ov_callbacks cb = {ovm_read, ovm_seek, NULL, ovm_tell};
+    OggVorbis_File vf;
+    int e = ov_open_callbacks(&m, &vf, NULL, 0, cb); /* on failure it has freed what it made */
+    if (e) return pkv_err(PKV_ERR_FORMAT, "Ogg: %s", ov_err(e));
+    pkv_status st = PKV_OK;
+    float *mono = NULL;
+    const vorbis_info *vi = ov_info(&vf, -1);
+    if (!vi) {
+        st = pkv_err(PKV_ERR_FORMAT, "Ogg: no Vorbis stream");
+        goto done;
+    }
+    if (ov_streams(&vf) != 1) {
+        st = pkv_err(PKV_ERR_UNSUPPORTED, "a chained Ogg file (%ld logical streams) is not supported", ov_streams(&vf));
+        goto done;
+    }
+    const int ch = vi->channels;
+    const long rate = vi->rate;
+    if (ch < 1 || ch > 255 || rate < 1 || rate > PKV_AUDIO_RATE_MAX) {
+        st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis with %d channels at %ld Hz", ch, rate);
+        goto done;
+    }
+    const double max_frames_d = l->max_audio_seconds * rate;
+    const int64_t max_frames = max_frames_d >= (double)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)max_frames_d;
+    const ogg_int64_t total = ov_pcm_total(&vf, -1);
+    if (total > max_frames) {
+        st = pkv_err(PKV_ERR_INVALID, "audio too long: %.1f s (%lld frames at %ld Hz by its last page) exceeds the "
+                                      "limit of %g s", (double)total / rate, (long long)total, rate, l->max_audio_seconds);
+        goto done;
+    }
+    int64_t cap = total > 0 ? total : 4096, n = 0;
+    if (cap > (int64_t)size * 64 + 4096) cap = (int64_t)size * 64 + 4096; /* a hint, as for libsndfile */
+    mono = pkv_malloc((size_t)cap * sizeof(float));
+    if (!mono) {
+        st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)cap);
+        goto done;
+    }
+    const float inv = 1.0f / (float)ch;
+    for (;;) {
+        float **pcm = NULL;
+        int link = 0;
+        long got = ov_read_float(&vf, &pcm, 4096, &link);
+        if (got == 0) break;
+        if (got < 0) {
+            st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis after %lld frames: %s", (long long)n, ov_err((int)got));
+            goto done;
+        }
+        if (n + got > max_frames) {
+            st = pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %ld Hz", l->max_audio_seconds, rate);
+            goto done;
+        }
+        if (n + got > cap) {
+            int64_t nc = cap * 2 > n + got ? cap * 2 : n + got;
+            float *g = pkv_realloc(mono, (size_t)nc * sizeof(float));
+            if (!g) {
+                st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
+                goto done;
+            }
+            mono = g;
+            cap = nc;
+        }
+        for (long i = 0; i < got; i++) {
+            float s = pcm[0][i];
+            for (int c = 1; c < ch; c++) s += pcm[c][i];
+            if (!isfinite(s) || fabsf(s) > PKV_AUDIO_SAMPLE_MAX * ch) {
+                st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis: sample %lld is %s", (long long)(n + i),
+                             isfinite(s) ? "far outside [-1, 1]" : "not a finite number");
+                goto done;
+            }
+            mono[n + i] = ch == 1 ? s : s * inv;
+        }
+        n += got;
+    }
+    if (total > 0 && n < total) {
+        st = pkv_err(PKV_ERR_FORMAT, "truncated Ogg/Vorbis: its last page says %lld frames, only %lld could be decoded",
+                     (long long)total, (long long)n);
+        goto done;
+    }
+    if (n == 0) {
+        st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis holds no samples");
+        goto done;
+    }
+    *out = mono;
+    *n_out = n;
+    *rate_in = (int)rate;
+    mono = NULL;
+done:
+    pkv_free(mono);
+    ov_clear(&vf);
+    return st;
+}
+#endif
+
 #ifdef PKV_HAVE_SOXR
 static pkv_status resample(const float *in, int64_t n_in, int rate_in, int rate, const pkv_media_limits *l, float **out,
                            int64_t *n_out) {
@@ -301,6 +440,11 @@ static pkv_status resample(const float *in, int64_t n_in, int rate_in, int rate,
         pkv_free(o);
         return pkv_err(PKV_ERR_FORMAT, "audio too short to resample (%lld samples at %d Hz)", (long long)n_in, rate_in);
     }
+    for (size_t i = 0; i < odone; i++)
+        if (!isfinite(o[i])) { /* cannot happen with samples bounded as above; a guard */
+            pkv_free(o);
+            return pkv_err(PKV_ERR_FORMAT, "resampling gave a non-finite sample at %zu", i);
+        }
     *out = o;
     *n_out = (int64_t)odone;
     return PKV_OK;
@@ -331,14 +475,25 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
         pkv_status st = wav_check_truncated(d, size);
         if (st) return st;
     }
-#ifndef PKV_HAVE_SNDFILE
-    return pkv_err(PKV_ERR_UNSUPPORTED, "audio decoding needs libsndfile, which this build lacks "
-                                        "(install libsndfile1-dev and rebuild)");
-#else
     float *mono = NULL;
     int64_t n = 0;
     int rate_in = 0;
-    pkv_status st = sndfile_read(d, size, &l, &mono, &n, &rate_in);
+    pkv_status st;
+    if (k == AUDIO_OGG) {
+#ifdef PKV_HAVE_VORBISFILE
+        st = vorbis_read(d, size, &l, &mono, &n, &rate_in);
+#else
+        return pkv_err(PKV_ERR_UNSUPPORTED, "Ogg/Vorbis decoding needs libvorbisfile, which this build lacks "
+                                            "(install libvorbis-dev and rebuild)");
+#endif
+    } else {
+#ifdef PKV_HAVE_SNDFILE
+        st = sndfile_read(d, size, &l, &mono, &n, &rate_in);
+#else
+        return pkv_err(PKV_ERR_UNSUPPORTED, "WAV and FLAC decoding needs libsndfile, which this build lacks "
+                                            "(install libsndfile1-dev and rebuild)");
+#endif
+    }
     if (st) return st;
     if (rate_in == rate) {
         *samples = mono;
@@ -353,7 +508,6 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
     pkv_free(mono);
     return pkv_err(PKV_ERR_UNSUPPORTED, "resampling from %d Hz to %d Hz needs libsoxr, which this build lacks "
                                         "(install libsoxr-dev and rebuild)", rate_in, rate);
-#endif
 #endif
 }
 
@@ -475,11 +629,8 @@ static void jpeg_on_message(j_common_ptr c, int level) {
 static void jpeg_on_output(j_common_ptr c) { (void)c; }
 static void jpeg_on_progress(j_common_ptr c) {
     j_decompress_ptr d = (j_decompress_ptr)c;
-    if (d->is_decompressor && d->progressive_mode && d->input_scan_number > PKV_JPEG_MAX_SCANS) {
-        c->err->msg_code = JERR_NOT_COMPILED; /* any code: the message is replaced below */
-        ((jpeg_err *)c->err)->pub.msg_parm.i[0] = -PKV_JPEG_MAX_SCANS;
+    if (d->is_decompressor && d->progressive_mode && d->input_scan_number > PKV_JPEG_MAX_SCANS)
         longjmp(((jpeg_err *)c->err)->jb, 2);
-    }
 }
 
 typedef struct jpeg_job {

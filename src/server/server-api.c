@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "server/server-http.h"
+#include "server/server-media.h"
 #include "server/server-tools.h"
 
 /* ------------------------------------------------------------ parameters */
@@ -313,6 +314,12 @@ bool srv_tokenize_spans(srv *s, const char *text, size_t len, const size_t *span
     return tokenize_any(s, text, len, true, true, spans, n_spans, out, n, o);
 }
 
+bool srv_tokenize_part(srv *s, const char *text, size_t len, bool add_special, const size_t *spans, size_t n_spans,
+                       int32_t **out, int *n, srv_out *o) {
+    if (s->o.special_in_content) return tokenize_any(s, text, len, add_special, true, NULL, 0, out, n, o);
+    return tokenize_any(s, text, len, add_special, true, spans, n_spans, out, n, o);
+}
+
 bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o) {
     if (!json_is_array(a)) {
         srv_error(o, 400, "'%s' must be an array of token ids", field);
@@ -411,11 +418,21 @@ static json_t *logprobs_json(srv *s, const srv_choice *c, int from, int to, int 
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
 }
 
+/* Media rows count as prompt tokens (each takes a position in the cache), and
+ * prompt_tokens_details says how many were audio (OpenAI's audio_tokens) and
+ * image rows (image_tokens). */
 static json_t *usage_json(const srv_req *r) {
     int completion = 0;
     for (int i = 0; i < r->n; i++) completion += r->ch[i].n_toks;
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", r->n_prompt, "completion_tokens", completion,
-                     "total_tokens", r->n_prompt + completion, "prompt_tokens_details", "cached_tokens", r->cached_tokens);
+    const int prompt = r->n_prompt + r->media_rows_audio + r->media_rows_image;
+    json_t *u = json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", prompt, "completion_tokens", completion,
+                          "total_tokens", prompt + completion, "prompt_tokens_details", "cached_tokens", r->cached_tokens);
+    if (u && r->n_media) {
+        json_t *d = json_object_get(u, "prompt_tokens_details");
+        json_object_set_new(d, "audio_tokens", json_integer(r->media_rows_audio));
+        json_object_set_new(d, "image_tokens", json_integer(r->media_rows_image));
+    }
+    return u;
 }
 
 /* --------------------------------------------------------------- models */
@@ -448,7 +465,8 @@ void srv_api_props(srv *s, srv_out *o) {
                         s->o.parallel, "chat_template", src, "chat_template_name", s->tpl_name, "meta", "arch",
                         s->info.arch, "n_vocab", s->info.n_vocab, "n_layer", s->info.n_layer, "n_embd", s->info.n_embd,
                         "weight_bytes", (json_int_t)s->info.weight_bytes, "weight_type", s->info.weight_type,
-                        "modalities", "vision", 0, "audio", 0);
+                        "modalities", "vision", s->mm && s->mm_info.kind == PKV_MEDIA_IMAGE, "audio",
+                        s->mm && s->mm_info.kind == PKV_MEDIA_AUDIO);
     if (!o->json) srv_error(o, 500, "out of memory");
 }
 
@@ -758,11 +776,31 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     srv_outfmt of;
     if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o) || !srv_output_request(s, b, chat, r, &of, o)) goto out;
     if (chat) {
+        /* audio and image parts: decoded, each replaced by the request's marker */
+        srv_media_opts mo;
+        srv_media_list ml;
+        int mst = 0;
+        char merr[600];
+        srv_media_opts_get(s, &mo);
+        if (!srv_media_extract(b, &mo, &ml, &mst, merr, sizeof merr)) {
+            srv_error(o, mst, "%s", merr);
+            goto out;
+        }
+        if (ml.n && n > 1) {
+            srv_media_list_free(&ml);
+            srv_error(o, 400, "'n' > 1 with audio or images is not supported");
+            goto out;
+        }
         size_t *spans = NULL, n_spans = 0, tlen = 0;
         char *text = chat_prompt(s, b, &tlen, &spans, &n_spans, o);
-        if (!text) goto out;
+        if (!text) {
+            srv_media_list_free(&ml);
+            goto out;
+        }
         srv_output_prompt(&of, text, tlen);
-        bool ok = srv_tokenize_spans(s, text, tlen, spans, n_spans, &r->prompt, &r->n_prompt, o);
+        bool ok = ml.n ? srv_media_chat_prompt(s, text, tlen, spans, n_spans, &ml, r, o)
+                       : srv_tokenize_spans(s, text, tlen, spans, n_spans, &r->prompt, &r->n_prompt, o);
+        srv_media_list_free(&ml);
         free(spans);
         free(text);
         if (!ok) goto out;
@@ -784,7 +822,7 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
             goto out;
         }
     }
-    if (r->n_prompt == 0) {
+    if (r->n_prompt == 0 && !r->n_media) {
         srv_error(o, 400, "the prompt is empty (and the model adds no BOS token)");
         goto out;
     }
@@ -793,10 +831,11 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
                   r->n_prompt, (long long)s->n_ctx);
         goto out;
     }
-    if (r->max_tokens_asked && (int64_t)r->n_prompt + r->max_tokens > s->n_ctx) {
-        srv_error(o, 400, "the context holds %lld tokens: the prompt has %d and max_tokens asks for %d more "
+    const int64_t n_pos = (int64_t)r->n_prompt + r->media_rows_audio + r->media_rows_image;
+    if (r->max_tokens_asked && n_pos + r->max_tokens > s->n_ctx) {
+        srv_error(o, 400, "the context holds %lld tokens: the prompt has %lld and max_tokens asks for %d more "
                           "(ask for at most %lld, or start the server with a larger -c)",
-                  (long long)s->n_ctx, r->n_prompt, r->max_tokens, (long long)(s->n_ctx - r->n_prompt));
+                  (long long)s->n_ctx, (long long)n_pos, r->max_tokens, (long long)(s->n_ctx - n_pos));
         goto out;
     }
     char id[64];
@@ -868,7 +907,8 @@ srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool incl
     st->logprobs = logprobs;
     st->include_usage = include_usage;
     snprintf(st->id, sizeof st->id, "%s", id);
-    st->conn = conn ? *conn : (srv_conn){-1, NULL, 0, NULL};
+    st->conn = conn ? *conn : (srv_conn){-1, NULL, 0, NULL, NULL};
+    st->conn.content_type = NULL; /* the request's header, gone when the stream outlives the handler */
     return st;
 }
 

@@ -32,6 +32,8 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.ctx_swap_s = 300;
     o.ctx_ttl_s = 3600;
     o.max_tokens_default = 16;
+    o.max_media_bytes = (size_t)25 << 20; /* OpenAI's limit on audio uploads */
+    o.max_audio_seconds = 1800;
     return o;
 }
 
@@ -282,6 +284,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
         if (!get) return srv_error(o, 405, "use GET %s", url);
         return srv_api_kv(s, o);
     }
+    if (!strcmp(url, "/v1/audio/transcriptions")) { /* multipart/form-data, not JSON */
+        if (!post) return srv_error(o, 405, "use POST %s", url);
+        return srv_api_transcriptions(s, body_text, body_len, sc, o);
+    }
     if (!strcmp(url, "/v1/models")) r = R_MODELS;
     else if (!strcmp(url, "/v1/chat/completions")) r = R_CHAT;
     else if (!strcmp(url, "/v1/completions")) r = R_COMPL;
@@ -453,6 +459,14 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         return false;
     }
     if (!pick_template(s, model_path)) return false;
+    if (so->mmproj) {
+        s->mm = pkv_mmproj_load(so->mmproj, s->m, NULL);
+        if (!s->mm) {
+            fprintf(stderr, "pagekv serve: --mmproj: %s\n", pkv_errmsg());
+            return false;
+        }
+        pkv_mmproj_get_info(s->mm, &s->mm_info);
+    }
     {
         const char *base = model_path ? strrchr(model_path, '/') : NULL;
         snprintf(s->model_id, sizeof s->model_id, "%s",
@@ -512,6 +526,8 @@ void srv_stop(srv *s) {
     srv_gen_free(s->g); /* frees the engine and its cache too */
     pkv_chat_free(s->chat);
     s->chat = NULL;
+    pkv_mmproj_free(s->mm);
+    s->mm = NULL;
     s->g = NULL;
     s->c = NULL;
     pthread_mutex_destroy(&s->mu);

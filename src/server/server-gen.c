@@ -86,6 +86,8 @@ void srv_req_release(srv_req *r) {
     free(r->stop);
     free(r->ch);
     free(r->prompt);
+    for (int i = 0; i < r->n_media; i++) free((void *)r->media[i].embd);
+    free(r->media);
     pkv_grammar_free(r->grammar);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -681,7 +683,7 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     bool relast = false;
     if (r->ctx_id && !ctx_request(g, r, &ce, &last, &relast)) return;
     if (!ce) {
-        int64_t room = g->p.n_ctx - r->n_prompt;
+        int64_t room = g->p.n_ctx - r->n_prompt - r->media_rows_audio - r->media_rows_image;
         if (r->max_tokens > room) r->max_tokens = (int)room;
     }
     pkv_request_params rp = pkv_request_default_params();
@@ -696,6 +698,8 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     rp.top_logprobs = r->top_logprobs;
     rp.ignore_eos = r->ignore_eos;
     rp.grammar = r->grammar;
+    rp.media = ce ? NULL : r->media;
+    rp.n_media = ce ? 0 : r->n_media;
     rp.on_event = on_engine_event;
     rp.user = r;
     r->backend = g;

@@ -57,6 +57,11 @@ typedef struct srv_req {
     pkv_grammar *grammar;  /* constrained output; a reference the request owns */
     bool special_text;     /* special tokens' text is kept in the output (tool-call markers) */
     bool max_tokens_asked; /* max_tokens came from the request (refused beyond the context, not cut) */
+    pkv_media_rows *media; /* [n_media] media chunks in the prompt (pkv_request_params.media); each
+                              embd is malloc'd and owned by the request */
+    int n_media;
+    int media_rows_audio;  /* prompt positions that are audio rows (usage) */
+    int media_rows_image;  /* ... image rows */
 
     /* Shared state, under mu. */
     pthread_mutex_t mu;

@@ -31,8 +31,18 @@ static void set_timeout(void *mhd, unsigned seconds) {
 typedef struct conn_state {
     char *body;
     size_t len, cap;
+    size_t limit; /* this request's body limit (body_limit) */
     bool too_big;
 } conn_state;
+
+/* --max-body, except for the endpoints that take media when a projector is
+ * loaded: there a body may also carry one medium of --max-media-bytes (as base64
+ * in JSON, 4/3 of it, or as a multipart upload). */
+static size_t body_limit(const srv *s, const char *url) {
+    if (!s->mm || (strcmp(url, "/v1/chat/completions") && strcmp(url, "/v1/audio/transcriptions"))) return s->o.max_body;
+    size_t media = s->o.max_media_bytes / 3 * 4 + 4096;
+    return s->o.max_body + media;
+}
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
@@ -136,17 +146,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_lock(&s->mu);
         s->inflight++;
         pthread_mutex_unlock(&s->mu);
+        cs->limit = body_limit(s, url);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) { /* refuse before reading it */
+        if (cl && strtoull(cl, NULL, 10) > cs->limit) { /* refuse before reading it */
             cs->too_big = true;
-            srv_error(&o, 413, "the request body (%s bytes) is larger than the limit of %zu bytes (--max-body)", cl,
-                      s->o.max_body);
+            srv_error(&o, 413, "the request body (%s bytes) is larger than the limit of %zu bytes (%s)", cl, cs->limit,
+                      cs->limit > s->o.max_body ? "--max-body + --max-media-bytes" : "--max-body");
             return send_out(s, conn, &o);
         }
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!cs->too_big && cs->len + *upload_size > s->o.max_body) {
+        if (!cs->too_big && cs->len + *upload_size > cs->limit) {
             cs->too_big = true;
             free(cs->body);
             cs->body = NULL;
@@ -155,7 +166,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!cs->too_big) {
             if (cs->len + *upload_size + 1 > cs->cap) {
                 size_t nc = (cs->len + *upload_size + 1) * 2;
-                if (nc > s->o.max_body + 1) nc = s->o.max_body + 1;
+                if (nc > cs->limit + 1) nc = cs->limit + 1;
                 char *b = realloc(cs->body, nc);
                 if (!b) return MHD_NO;
                 cs->body = b;
@@ -167,12 +178,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
-    srv_conn waiting = {-1, conn, (unsigned)s->o.timeout_s, set_timeout};
+    srv_conn waiting = {-1, conn, (unsigned)s->o.timeout_s, set_timeout, NULL};
     srv_conn_waiting(&waiting, true); /* the handler may wait for the worker: not the client's idle time */
-    if (cs->too_big) srv_error(&o, 413, "the request body is larger than the limit of %zu bytes (--max-body)", s->o.max_body);
+    if (cs->too_big) srv_error(&o, 413, "the request body is larger than the limit of %zu bytes (%s)", cs->limit,
+                               cs->limit > s->o.max_body ? "--max-body + --max-media-bytes" : "--max-body");
     else {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        srv_conn sc = {ci ? ci->connect_fd : -1, conn, (unsigned)s->o.timeout_s, set_timeout};
+        srv_conn sc = {ci ? ci->connect_fd : -1, conn, (unsigned)s->o.timeout_s, set_timeout,
+                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE)};
         if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) &&
             srv_web_asset(url, &o.data, &o.data_len, &o.ctype)) /* the page: no API key (it asks for one) */
             o.status = 200;

@@ -21,6 +21,8 @@ typedef struct srv {
     char model_path[1024]; /* the GGUF file served (/props) */
     pkv_tpl tpl;           /* the family the template's markers name (end-of-turn tokens); may be NONE */
     pkv_chat *chat;        /* the chat template run for /v1/chat/completions; NULL: none */
+    pkv_mmproj *mm;        /* --mmproj: the projector for audio or images; NULL: none */
+    pkv_mmproj_info mm_info;
     char tpl_name[64];     /* what /v1/models reports: a family name, "jinja" or "none" */
     int32_t stop_ids[16];  /* the template's end-of-turn tokens */
     int n_stop_ids;
@@ -78,6 +80,7 @@ typedef struct srv_conn {
     void *mhd;        /* struct MHD_Connection; NULL outside the HTTP layer */
     unsigned timeout; /* --timeout, seconds */
     void (*set_timeout)(void *mhd, unsigned seconds); /* the HTTP layer's; may be NULL */
+    const char *content_type; /* the request's Content-Type header; NULL when absent */
 } srv_conn;
 /* True when the peer closed the connection. */
 bool srv_conn_gone(const srv_conn *c);
@@ -134,6 +137,24 @@ bool srv_tokenize(srv *s, const char *text, size_t len, bool add_special, bool p
  * them in content (--special-in-content). */
 bool srv_tokenize_spans(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans, int32_t **out,
                         int *n, srv_out *o);
+/* srv_tokenize_spans with add_special chosen (a prompt cut in pieces around media:
+ * only the first piece gets the BOS). */
+bool srv_tokenize_part(srv *s, const char *text, size_t len, bool add_special, const size_t *spans, size_t n_spans,
+                       int32_t **out, int *n, srv_out *o);
+/* Media (server-api-media.c; docs/server.md "Audio and images"). */
+struct srv_media_list;
+struct srv_media_opts;
+/* The limits and kinds this server takes (from --mmproj and the --max-media-* options). */
+void srv_media_opts_get(srv *s, struct srv_media_opts *mo);
+/* A chat prompt holding media: text is the rendered prompt (spans: its data spans)
+ * with ml->marker where each medium goes. Sets r->prompt (the text tokens, the
+ * projector's begin/end tokens around each medium included), r->media (each
+ * medium encoded by the projector on the worker thread) and the row counts. false
+ * with the answer in o. */
+bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans,
+                           struct srv_media_list *ml, srv_req *r, srv_out *o);
+/* POST /v1/audio/transcriptions (multipart/form-data; conn->content_type). */
+void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn *conn, srv_out *o);
 /* A token array from JSON (every element an integer in [0, n_vocab)). */
 bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o);
 enum { SRV_FMT_CHAT, SRV_FMT_COMPLETION, SRV_FMT_CONTEXT };

@@ -50,6 +50,11 @@ typedef struct pkv_serve_opts {
     bool mtp;                  /* the model file's own MTP head as the draft */
     const char *draft_device;  /* device of a --draft model; NULL = the model's */
     int draft_max;             /* proposals per sequence and step; 0 = 4 */
+    /* media (docs/server.md "Audio and images") */
+    const char *mmproj;        /* a projector file (an mmproj GGUF): audio or images in requests; NULL = none */
+    size_t max_media_bytes;    /* one medium's encoded size (a file upload, a base64 payload decoded) -> 413 */
+    double max_audio_seconds;  /* audio longer than this is refused (400) */
+    int64_t max_image_pixels;  /* images with more pixels are refused (400); 0 = 50 megapixels */
     int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
                                   counted once + host pages of swapped contexts);
                                   0 = half the device pool */

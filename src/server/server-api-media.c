@@ -1,0 +1,362 @@
+/* Audio and images in requests (docs/server.md "Audio and images"): chat prompts
+ * holding media (content parts input_audio and image_url, parsed by
+ * server-media.c) and POST /v1/audio/transcriptions. The media are decoded on the
+ * connection thread; the projector (--mmproj) encodes them on the worker thread,
+ * one medium per call between engine steps (the projector shares the model's
+ * device, which one thread uses at a time); the rows go to the engine as the
+ * request's media chunks (pkv_request_params.media). */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server-http.h"
+#include "server/server-media.h"
+
+void srv_media_opts_get(srv *s, srv_media_opts *mo) {
+    memset(mo, 0, sizeof *mo);
+    if (s->mm && s->mm_info.kind == PKV_MEDIA_AUDIO) mo->audio_rate = s->mm_info.sample_rate;
+    if (s->mm && s->mm_info.kind == PKV_MEDIA_IMAGE) mo->images = true;
+    mo->lim.max_bytes = s->o.max_media_bytes;
+    mo->lim.max_audio_seconds = s->o.max_audio_seconds;
+    mo->lim.max_pixels = s->o.max_image_pixels;
+}
+
+/* The text the projector's model puts around a medium's rows, as llama.cpp's mtmd
+ * does: Voxtral "[BEGIN_AUDIO]" before; Gemma 3 "<start_of_image>" before and
+ * "<end_of_image>" after. */
+static void media_wrap(const srv *s, const char **before, const char **after) {
+    *before = *after = "";
+    if (!strcmp(s->mm_info.projector, "voxtral")) *before = "[BEGIN_AUDIO]";
+    else if (!strcmp(s->mm_info.projector, "gemma3")) *before = "<start_of_image>", *after = "<end_of_image>";
+}
+
+/* ids += tokens of text (template text: special tokens parsed). */
+static bool append_tokens(srv *s, int32_t **ids, int *n, int *cap, const int32_t *t, int k, srv_out *o) {
+    if (*n + k > *cap) {
+        int nc = (*n + k) * 2 + 16;
+        int32_t *g = realloc(*ids, (size_t)nc * sizeof *g);
+        if (!g) {
+            srv_error(o, 500, "out of memory");
+            return false;
+        }
+        *ids = g;
+        *cap = nc;
+    }
+    (void)s;
+    memcpy(*ids + *n, t, (size_t)k * sizeof *t);
+    *n += k;
+    return true;
+}
+
+static bool append_text(srv *s, int32_t **ids, int *n, int *cap, const char *text, bool add_special, bool parse_special,
+                        srv_out *o) {
+    int32_t *t = NULL;
+    int k = 0;
+    if (!srv_tokenize(s, text, strlen(text), add_special, parse_special, &t, &k, o)) return false;
+    bool ok = append_tokens(s, ids, n, cap, t, k, o);
+    free(t);
+    return ok;
+}
+
+/* ------------------------------------------------------------- encoding */
+
+typedef struct enc_call {
+    srv *s;
+    const srv_media_list *ml;
+    srv_req *r;
+    int i;
+    pkv_status st;
+    char err[512];
+} enc_call;
+
+/* On the worker: encode the next medium (one per call, so engine steps go on
+ * between media). */
+static bool enc_run(srv_gen *g, void *arg) {
+    (void)g;
+    enc_call *k = arg;
+    if (k->i >= k->ml->n) return true;
+    const pkv_media *m = &k->ml->items[k->i].m;
+    pkv_media_rows *mr = &k->r->media[k->i];
+    const size_t bytes = (size_t)mr->n_rows * (size_t)k->s->mm_info.n_embd * sizeof(float);
+    float *e = malloc(bytes ? bytes : 1);
+    if (!e) {
+        k->st = PKV_ERR_NOMEM;
+        snprintf(k->err, sizeof k->err, "out of memory for %d rows of the projector's output", mr->n_rows);
+        return true;
+    }
+    k->st = pkv_mmproj_encode(k->s->mm, m, e, mr->n_rows);
+    if (k->st) {
+        snprintf(k->err, sizeof k->err, "encoding medium %d failed: %s", k->i + 1, pkv_errmsg());
+        free(e);
+        return true;
+    }
+    mr->embd = e;
+    k->i++;
+    return k->i >= k->ml->n;
+}
+
+/* Row counts and keys of every medium (on this thread: pkv_mmproj_n_rows is
+ * arithmetic), then the encoding on the worker. */
+static bool encode_media(srv *s, const srv_media_list *ml, srv_req *r, const int32_t *at, srv_out *o) {
+    r->media = calloc((size_t)ml->n, sizeof *r->media);
+    if (!r->media) {
+        srv_error(o, 500, "out of memory");
+        return false;
+    }
+    r->n_media = ml->n;
+    int64_t total = r->n_prompt;
+    for (int i = 0; i < ml->n; i++) {
+        int64_t nr = 0;
+        pkv_status st = pkv_mmproj_n_rows(s->mm, &ml->items[i].m, &nr);
+        if (st || nr < 1 || nr > INT32_MAX) {
+            srv_error(o, 400, "medium %d: %s", i + 1, st ? pkv_errmsg() : "the projector makes no rows for it");
+            return false;
+        }
+        pkv_media_rows *mr = &r->media[i];
+        mr->n_rows = (int32_t)nr;
+        mr->key = pkv_media_key(pkv_media_hash(&ml->items[i].m), s->mm_info.fingerprint);
+        mr->non_causal = s->mm_info.non_causal;
+        mr->at = at[i];
+        if (ml->items[i].m.kind == PKV_MEDIA_AUDIO) r->media_rows_audio += (int)nr;
+        else r->media_rows_image += (int)nr;
+        total += nr;
+    }
+    if (total >= s->n_ctx) {
+        srv_error(o, 400, "the prompt has %lld positions (%d text tokens, %d audio and %d image rows); the context "
+                          "holds %lld (start the server with a larger -c)",
+                  (long long)total, r->n_prompt, r->media_rows_audio, r->media_rows_image, (long long)s->n_ctx);
+        return false;
+    }
+    enc_call k = {.s = s, .ml = ml, .r = r};
+    srv_gen_call(s->g, enc_run, &k);
+    if (k.st) {
+        srv_error(o, k.st == PKV_ERR_NOMEM ? 500 : 400, "%s", k.err);
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ chat */
+
+bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans,
+                           srv_media_list *ml, srv_req *r, srv_out *o) {
+    size_t *at_text = malloc((size_t)ml->n * sizeof *at_text);
+    int32_t *at = malloc((size_t)ml->n * sizeof *at), *ids = NULL, *t = NULL;
+    size_t *sp = malloc((n_spans ? n_spans : 1) * 2 * sizeof *sp);
+    int n = 0, cap = 0;
+    bool ok = false;
+    if (!at_text || !at || !sp) {
+        srv_error(o, 500, "out of memory");
+        goto out;
+    }
+    if (!srv_media_find_markers(text, len, ml->marker, at_text, ml->n)) {
+        srv_error(o, 400, "the chat template did not render each of the %d media parts once: this model's template "
+                          "cannot place them", ml->n);
+        goto out;
+    }
+    const char *before, *after;
+    media_wrap(s, &before, &after);
+    const size_t mlen = strlen(ml->marker);
+    size_t pos = 0;
+    for (int i = 0; i <= ml->n; i++) {
+        const size_t end = i < ml->n ? at_text[i] : len;
+        /* the data spans inside [pos, end), moved to the piece's offsets */
+        size_t ns = 0;
+        for (size_t j = 0; j < n_spans; j++) {
+            size_t a = spans[2 * j], b = spans[2 * j + 1];
+            if (b <= pos || a >= end) continue;
+            sp[2 * ns] = (a < pos ? pos : a) - pos;
+            sp[2 * ns + 1] = (b > end ? end : b) - pos;
+            ns++;
+        }
+        int k = 0;
+        if (!srv_tokenize_part(s, text + pos, end - pos, i == 0, sp, ns, &t, &k, o)) goto out;
+        if (!append_tokens(s, &ids, &n, &cap, t, k, o)) goto out;
+        free(t);
+        t = NULL;
+        if (i == ml->n) break;
+        if (*before && !append_text(s, &ids, &n, &cap, before, false, true, o)) goto out;
+        at[i] = n;
+        if (*after && !append_text(s, &ids, &n, &cap, after, false, true, o)) goto out;
+        pos = end + mlen;
+    }
+    r->prompt = ids;
+    r->n_prompt = n;
+    ids = NULL;
+    ok = encode_media(s, ml, r, at, o);
+out:
+    free(t);
+    free(ids);
+    free(at);
+    free(at_text);
+    free(sp);
+    return ok;
+}
+
+/* ------------------------------------------------------ transcriptions */
+
+/* The form fields taken, as OpenAI's endpoint names them. */
+static const char *const k_tr_fields[] = {"file", "model", "language", "prompt", "response_format", "temperature",
+                                          "stream", NULL};
+
+/* A form field's value as a NUL-terminated string (at most cap - 1 bytes). */
+static bool field_str(const srv_part *p, char *buf, size_t cap, srv_out *o) {
+    if (p->len >= cap || memchr(p->data, 0, p->len)) {
+        srv_error(o, 400, "the form field '%.*s' is too long or holds a NUL byte", (int)p->name_len, p->name);
+        return false;
+    }
+    memcpy(buf, p->data, p->len);
+    buf[p->len] = 0;
+    return true;
+}
+
+/* The special token text must be one token of the vocabulary. */
+static bool one_token(srv *s, const char *text) {
+    int32_t ids[4];
+    size_t n = 0;
+    return pkv_model_tokenize(s->m, text, strlen(text), false, true, ids, 4, &n) == PKV_OK && n == 1;
+}
+
+void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn *conn, srv_out *o) {
+    if (!s->mm || s->mm_info.kind != PKV_MEDIA_AUDIO)
+        return srv_error(o, 400, "this server takes no audio: start it with --mmproj FILE, an audio projector such as "
+                                 "Voxtral's");
+    static const char *const need[] = {"[INST]", "[/INST]", "[BEGIN_AUDIO]", "[TRANSCRIBE]"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (!one_token(s, need[i]))
+            return srv_error(o, 400, "the model cannot transcribe: its vocabulary has no %s token (the transcription "
+                                     "prompt is Voxtral's: [INST][BEGIN_AUDIO] audio [/INST]lang:xx[TRANSCRIBE])",
+                             need[i]);
+    srv_part parts[SRV_MULTIPART_MAX_PARTS];
+    int np = 0;
+    char err[512];
+    if (!srv_multipart_parse(conn ? conn->content_type : NULL, body, len, parts, SRV_MULTIPART_MAX_PARTS, &np, err,
+                             sizeof err))
+        return srv_error(o, 400, "malformed upload: %s", err);
+    for (int i = 0; i < np; i++) {
+        bool known = false;
+        for (int k = 0; k_tr_fields[k]; k++)
+            known |= parts[i].name_len == strlen(k_tr_fields[k]) && !memcmp(parts[i].name, k_tr_fields[k], parts[i].name_len);
+        if (!known && !s->o.lenient_fields)
+            return srv_error(o, 400, "unsupported form field '%.*s' (taken: file, model, language, prompt, "
+                                     "response_format json|text, temperature)",
+                             (int)(parts[i].name_len > 64 ? 64 : parts[i].name_len), parts[i].name);
+    }
+    const srv_part *file = srv_part_find(parts, np, "file"), *p;
+    if (!file) return srv_error(o, 400, "no 'file' field: upload the audio as the form's file");
+    if (file->len > s->o.max_media_bytes)
+        return srv_error(o, 413, "the uploaded file is %zu bytes, more than the limit of %zu bytes (--max-media-bytes)",
+                         file->len, s->o.max_media_bytes);
+    char lang[8] = "", fmt[16] = "json", v[64];
+    if ((p = srv_part_find(parts, np, "language")) && p->len) {
+        if (p->len < 2 || p->len > 3) return srv_error(o, 400, "'language' must be an ISO-639-1 code such as 'en'");
+        for (size_t i = 0; i < p->len; i++)
+            if (!islower((unsigned char)p->data[i])) return srv_error(o, 400, "'language' must be an ISO-639-1 code such as 'en'");
+        memcpy(lang, p->data, p->len);
+        lang[p->len] = 0;
+    }
+    if ((p = srv_part_find(parts, np, "response_format"))) {
+        if (!field_str(p, fmt, sizeof fmt, o)) return;
+        if (strcmp(fmt, "json") && strcmp(fmt, "text"))
+            return srv_error(o, 400, "response_format '%s' is not supported (json, text)", fmt);
+    }
+    double temp = 0;
+    if ((p = srv_part_find(parts, np, "temperature"))) {
+        char *e;
+        if (!field_str(p, v, sizeof v, o)) return;
+        temp = strtod(v, &e);
+        if (e == v || *e || !(temp >= 0 && temp <= 2)) return srv_error(o, 400, "'temperature' must be a number in [0, 2]");
+    }
+    if ((p = srv_part_find(parts, np, "stream"))) {
+        if (!field_str(p, v, sizeof v, o)) return;
+        if (strcmp(v, "false")) return srv_error(o, 400, "streamed transcriptions are not supported ('stream' must be false)");
+    }
+    /* 'model' names the model as elsewhere (any value is served by this model);
+     * 'prompt' is taken and not used: Voxtral's transcription prompt has no place
+     * for one (as in vLLM). */
+
+    srv_media_opts mo;
+    srv_media_opts_get(s, &mo);
+    srv_media_list ml = {0};
+    ml.items = calloc(1, sizeof *ml.items);
+    if (!ml.items) return srv_error(o, 500, "out of memory");
+    float *smp = NULL;
+    int64_t ns = 0;
+    pkv_status st = pkv_audio_decode(file->data, file->len, mo.audio_rate, &mo.lim, &smp, &ns);
+    if (st) {
+        free(ml.items);
+        return srv_error(o, st == PKV_ERR_NOMEM ? 500 : 400, "the uploaded file: %s", pkv_errmsg());
+    }
+    ml.items[0].m = (pkv_media){.kind = PKV_MEDIA_AUDIO, .samples = smp, .n_samples = ns, .rate = mo.audio_rate};
+    ml.n = 1;
+
+    srv_req *r = srv_req_new(1);
+    int32_t *ids = NULL;
+    int n = 0, cap = 0;
+    if (!r) {
+        srv_error(o, 500, "out of memory");
+        goto out;
+    }
+    /* mistral-common's instruct transcription: <s>[INST][BEGIN_AUDIO] audio [/INST]lang:xx[TRANSCRIBE]
+     * (lang:xx only with a language; its text tokenized as text) */
+    if (!append_text(s, &ids, &n, &cap, "[INST][BEGIN_AUDIO]", true, true, o)) goto out;
+    int32_t at = n;
+    if (!append_text(s, &ids, &n, &cap, "[/INST]", false, true, o)) goto out;
+    if (*lang) {
+        char lt[16];
+        snprintf(lt, sizeof lt, "lang:%s", lang);
+        if (!append_text(s, &ids, &n, &cap, lt, false, false, o)) goto out;
+    }
+    if (!append_text(s, &ids, &n, &cap, "[TRANSCRIBE]", false, true, o)) goto out;
+    r->prompt = ids;
+    r->n_prompt = n;
+    ids = NULL;
+    r->sp = pkv_sampler_default_params();
+    r->sp.temp = (float)temp;
+    r->sp.seed = s->o.seed >= 0 ? (uint64_t)s->o.seed : (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r;
+    r->max_tokens = (int)(s->n_ctx > INT32_MAX ? INT32_MAX : s->n_ctx); /* cut to the room left by the worker */
+    /* no chat template here: it ends at the model's end-of-generation tokens */
+    if (!encode_media(s, &ml, r, &at, o)) goto out;
+    char id[64];
+    srv_next_id(s, "trsc", id, sizeof id);
+    if (!srv_submit_and_wait(s, r, -1, false, false, id, conn, o)) goto out;
+    const srv_choice *c = &r->ch[0];
+    size_t tl = 0;
+    char *txt = pkv_utf8_sanitize(c->text ? c->text : "", c->len, &tl);
+    if (!txt) {
+        srv_error(o, 500, "out of memory");
+        goto out;
+    }
+    /* leading/trailing whitespace the model put around the text is not part of it */
+    size_t a = 0, b = tl;
+    while (a < b && isspace((unsigned char)txt[a])) a++;
+    while (b > a && isspace((unsigned char)txt[b - 1])) b--;
+    if (!strcmp(fmt, "text")) {
+        o->text = malloc(b - a + 2);
+        if (!o->text) {
+            free(txt);
+            srv_error(o, 500, "out of memory");
+            goto out;
+        }
+        memcpy(o->text, txt + a, b - a);
+        o->text[b - a] = '\n';
+        o->text[b - a + 1] = 0;
+        o->ctype = "text/plain; charset=utf-8";
+        o->status = 200;
+    } else {
+        const int in = r->n_prompt + r->media_rows_audio;
+        o->json = json_pack("{s:s%,s:{s:s,s:i,s:{s:i,s:i},s:i,s:i}}", "text", txt + a, b - a, "usage", "type",
+                            "tokens", "input_tokens", in, "input_token_details", "text_tokens", r->n_prompt,
+                            "audio_tokens", r->media_rows_audio, "output_tokens", c->n_toks, "total_tokens",
+                            in + c->n_toks);
+        if (!o->json) srv_error(o, 500, "out of memory");
+        else o->status = 200;
+    }
+    free(txt);
+out:
+    free(ids);
+    srv_req_release(r);
+    srv_media_list_free(&ml);
+}
