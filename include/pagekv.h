@@ -766,7 +766,7 @@ pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq);
  * the caller computes the rest. Pass n - 1 tokens to keep one token to compute. */
 pkv_status pkv_kv_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
                                int64_t *n_matched);
-/* Media rows (docs/multimodal-cache.md). A media chunk of n_rows rows occupies
+/* Media rows (docs/multimodal.md, "Media in the cache"). A media chunk of n_rows rows occupies
  * n_rows tokens whose ids are pkv_media_token(key, row) (negative, <= -2), so the
  * prefix index, fork, swap and save/load key it by content; the sequence also
  * records the chunk itself. A chunk record: */
@@ -1139,7 +1139,7 @@ pkv_context *pkv_context_load(pkv_model *m, pkv_kv_cache *c, const char *path, i
 /* Token ids of the context [start, start + n). */
 pkv_status pkv_context_tokens(const pkv_context *ctx, int64_t start, int64_t n, int32_t *out);
 
-/* Media into a context (docs/multimodal-cache.md). A chunk of rows made by a
+/* Media into a context (docs/multimodal.md, "Media in the cache"). A chunk of rows made by a
  * projector (pkv_mmproj_encode) or by the caller. */
 typedef struct pkv_media_rows {
     uint64_t key;       /* pkv_media_key(pkv_media_hash(m), projector fingerprint); any
@@ -1493,7 +1493,7 @@ typedef struct pkv_request_params {
      * ctx, and the request must be submitted from the stepping thread (or while no
      * step runs): submit reads ctx's length. One request per context at a time. */
     pkv_context *context;
-    /* Media chunks in the prompt (docs/multimodal-cache.md): chunk i is inserted
+    /* Media chunks in the prompt (docs/multimodal.md, "Media in the cache"): chunk i is inserted
      * after the first media[i].at prompt tokens (0 <= at <= n_prompt, non-decreasing),
      * taking media[i].n_rows positions; the rows (embd) are copied by submit. The
      * prompt then is n_prompt + the sum of n_rows tokens (n_prompt may be 0 with

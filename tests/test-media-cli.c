@@ -1,5 +1,5 @@
 // labels: media timeout=300
-/* The media options of the pagekv command (docs/multimodal-cache.md) on a gemma3
+/* The media options of the pagekv command (docs/multimodal.md, "Media in the cache") on a gemma3
  * model with its random-weight vision projector (mkmodel --vision --mmproj-out)
  * and a PNG the test writes:
  *   logits --image --media-at K --embd-out: the rows == pkv_mmproj_encode's and

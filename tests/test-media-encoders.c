@@ -1,5 +1,5 @@
 // labels: media timeout=300
-/* Media rows from the real encoders through the paged cache (docs/multimodal-cache.md):
+/* Media rows from the real encoders through the paged cache (docs/multimodal.md, "Media in the cache"):
  * branch vision's gemma3 projector (16 non-causal rows) and branch audio's Voxtral
  * projector on a llama text model (one second of audio: 375 causal rows), both with
  * random weights as mkmodel writes them, on the CPU. Label "media" (not model/kv):

@@ -1,6 +1,6 @@
 // labels: kv model timeout=300
 /* Media rows in the paged cache (src/kv/kv-media.c, the forward pass's media
- * rows, pkv_context_decode_prompt; docs/multimodal-cache.md), on a causal
+ * rows, pkv_context_decode_prompt; docs/multimodal.md, "Media in the cache"), on a causal
  * llama (Voxtral's text model) and a gemma3 with a window pool and non-causal
  * chunks. The rows are made by the test (random, seeded) and keyed by
  * pkv_media_hash of a small synthetic image, so no encoder is needed.

@@ -1,7 +1,7 @@
 /* Media options of the model commands (run, logits, demo): --mmproj, --audio,
  * --image, --media-at, --embd-out; files decoded (pkv_audio_decode,
  * pkv_image_decode), encoded by the projector and turned into chunks of rows
- * (pkv_media_rows). docs/multimodal-cache.md. */
+ * (pkv_media_rows). docs/multimodal.md, "Media in the cache". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

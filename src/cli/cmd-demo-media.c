@@ -1,5 +1,5 @@
 /* pagekv demo --mmproj P --audio|--image FILE: every KV operation with a media
- * prefix, checked against a replay from scratch (docs/multimodal-cache.md). The
+ * prefix, checked against a replay from scratch (docs/multimodal.md, "Media in the cache"). The
  * prompt is text, the file's projector rows, text; each check prints a row:
  *   media-fork   fork after the media prefix, continue == the same from scratch
  *   media-prefix a prefix-cache hit on the same media == cold

@@ -304,7 +304,7 @@ int pkv_cli_demo(int argc, char **argv) {
                    "             file's projector rows in the prompt, against replay: fork after the\n"
                    "             media, a prefix hit on it == cold, one sample/pixel changed is a miss,\n"
                    "             truncate into it, shift, swap and save/load round trips\n"
-                   "             (docs/multimodal-cache.md); on --device NAME or every device.\n");
+                   "             (docs/multimodal.md, \"Media in the cache\"); on --device NAME or every device.\n");
             return 0;
         } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
             if (!(path = pkv_cli_value(argc, argv, &i))) return 2;

@@ -235,7 +235,7 @@ static void run_usage(FILE *f) {
             "                       nextn_predict_layers): fed the target's hidden states, its own\n"
             "                       one-layer KV cache on the target's device; greedy output equals\n"
             "                       plain decoding\n"
-            "Media (docs/multimodal-cache.md):\n"
+            "Media (docs/multimodal.md, \"Media in the cache\"):\n"
             "  --mmproj FILE        the projector (an mmproj GGUF) for --audio/--image\n"
             "  --audio FILE, --image FILE   media into the prompt (repeatable, in order): each\n"
             "                       <__media__> marker in the prompt places the next file; without\n"
@@ -848,7 +848,7 @@ int pkv_cli_logits(int argc, char **argv) {
                    "Runs the token ids as one prompt and writes the last position's logits: as\n"
                    "little-endian float32 to FILE with -o, else as JSON to stdout.\n"
                    "Also: -c N, --page-size N, --kv-type f16|f32|q8_0|q4_0 (--kv-type-k, --kv-type-v).\n"
-                   "Media (docs/multimodal-cache.md): --mmproj FILE with --audio FILE or --image FILE\n"
+                   "Media (docs/multimodal.md, \"Media in the cache\"): --mmproj FILE with --audio FILE or --image FILE\n"
                    "(repeatable, in order) inserts each file's projector rows after the first K ids\n"
                    "(--media-at K, one per file in order; default 0); --embd-out FILE writes the\n"
                    "projector's rows of every file, raw little-endian float32 [rows][n_embd], no header.\n");

@@ -5,7 +5,7 @@
  * token ids, key the rows by content. The sequence also records each chunk
  * (key, start, rows, flags): truncation into a chunk drops it whole, a shift may
  * not cut one, a prefix match never ends inside one, and a saved file names them.
- * docs/multimodal-cache.md. */
+ * docs/multimodal.md, "Media in the cache". */
 #include "kv/kv-impl.h"
 
 #include <string.h>

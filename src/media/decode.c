@@ -9,7 +9,7 @@
  * hostile: the kind is sniffed from its magic bytes (only the formats listed are
  * handed to a library), the limits (pkv_media_limits) are checked against the
  * header before anything of the size it claims is allocated, and a failure says
- * what was wrong in which format. docs/multimodal-inputs.md. */
+ * what was wrong in which format. docs/multimodal.md, "Inputs". */
 #include "media/media-impl.h"
 
 #include <limits.h>

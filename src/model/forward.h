@@ -34,7 +34,7 @@ typedef struct pkv_fwd_batch {
      * target's KV): token k of sequence i is a query at position pos[k] (required)
      * that sees every cached token of the sequence; no cache changes. */
     bool peek;
-    /* Media rows (docs/multimodal-cache.md): the input embeddings of the batch's
+    /* Media rows (docs/multimodal.md, "Media in the cache"): the input embeddings of the batch's
      * tokens whose id is a media id (pkv_token_is_media), f32 [n_media_rows][n_embd]
      * host rows in batch order, used as they are (no embedding scale), instead of
      * rows of the embedding table. */
