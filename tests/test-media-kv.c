@@ -21,7 +21,9 @@
  *   never ending inside the chunk, without records cut at the first media id;
  *   media ids refused as text tokens;
  *   gemma3: non-causal rows differ from causal ones, and a non-causal chunk
- *   that crosses the forward pass's 256-token step boundary is not split. */
+ *   that crosses the forward pass's 256-token step boundary is not split;
+ *   with a window of 7, the logits after a chunk depend on exactly the tokens
+ *   llama.cpp's sliding mask lets them see (window_reach). */
 #include <math.h>
 #include <string.h>
 
@@ -37,7 +39,7 @@ enum { V = 320, E = 128, NA = 5, NR = 6, NB = 3, N = NA + NR + NB };
 static const bool exact_across = !strcmp(MEDIA_DEVICE, "cpu"); /* batch-invariant kernels */
 static const char *arch_name;
 
-static pkv_model *make(const char *arch) {
+static pkv_model *make_w(const char *arch, int window) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.n_layer = 3;
@@ -46,7 +48,7 @@ static pkv_model *make(const char *arch) {
     p.n_head_kv = 2;
     p.n_ff = 128;
     p.n_vocab = V;
-    if (!strcmp(arch, "gemma3")) p.sliding_window = 64;
+    if (!strcmp(arch, "gemma3")) p.sliding_window = window;
     void *img;
     size_t size;
     if (pkv_mkmodel_memory(&p, &img, &size)) return NULL;
@@ -57,6 +59,8 @@ static pkv_model *make(const char *arch) {
     pkv_mkmodel_free_memory(img);
     return m;
 }
+
+static pkv_model *make(const char *arch) { return make_w(arch, 64); }
 
 static pkv_kv_cache *cache(pkv_model *m, pkv_type kv) {
     pkv_cache_params cp = pkv_cache_default_params();
@@ -381,6 +385,42 @@ static void run(const char *arch, bool non_causal) {
     pkv_model_free(m);
 }
 
+/* A non-causal chunk on sliding-window layers sees what llama.cpp's mask shows:
+ * a row at position p sees [p + 1 - W, chunk end), not the chunk's last W
+ * tokens. gemma3 of three layers, all sliding, W = 7; 16 text tokens, the 6 rows
+ * at [16, 22), one text token at 22 (its logits). That token's last layer sees
+ * [16, 23) (rows only); the first row sees back to 10 in layer 1, token 10's
+ * causal row back to 4 in layer 0: the logits depend on token 4 and not on token
+ * 3. Measured from the chunk's end instead ([15, 22) for every row) they would
+ * depend on nothing before token 9 (and on 3 with no window at all). */
+static void window_reach(void) {
+    arch_name = "gemma3 (window 7)";
+    nc = true;
+    pkv_model *m = make_w("gemma3", 7);
+    REQUIRE_VOID(m);
+    pkv_kv_cache *c = cache(m, PKV_TYPE_F32);
+    REQUIRE_VOID(c);
+    enum { NT = 16 };
+    float l[3][V];
+    for (int v = 0; v < 3; v++) {
+        int32_t t[NT + 1];
+        for (int i = 0; i < NT; i++) t[i] = (i * 37 + 5) % V;
+        t[NT] = B[0];
+        if (v == 1) t[4] = X; /* the earliest token the logits see */
+        if (v == 2) t[3] = X; /* one before it */
+        pkv_context *ctx = pkv_context_create(m, c, 0);
+        REQUIRE_VOID(ctx);
+        pkv_media_rows r = chunk(NT, key, rows);
+        CHECK_OK(pkv_context_decode_prompt(ctx, t, NT + 1, &r, 1));
+        copy_logits(ctx, l[v]);
+        pkv_context_free(ctx);
+    }
+    CHECK(memcmp(l[0], l[1], sizeof l[0]) != 0); /* token 4 is seen through the chunk's first row */
+    same(l[0], l[2], true, "token 3, outside every row's window");
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+}
+
 /* ---------------------------------------------------------------- engine */
 
 enum { NG = 6 };
@@ -544,6 +584,7 @@ int main(void) {
     CHECK(pkv_media_key(pkv_media_hash(&im), 0x1235) != key2); /* another projector, other rows */
     run("llama", false);
     run("gemma3", true);
+    window_reach();
     run_engine("llama", false);
     run_engine("gemma3", true);
     return th_done();

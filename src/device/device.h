@@ -187,6 +187,12 @@ typedef struct pkv_k_set_rows_args {
  * Per-layer constants of the attention kind (0 / NULL: off), in this order:
  *   window  (sliding-window layers) query i sees only its last `window` visible
  *           tokens: [max(0, q_len[i] - window), q_len[i]);
+ *   q_win   i32 [n_q]; buf NULL = none (then q_win[i] = q_len[i]): where query i's
+ *           window is measured back from, so it sees
+ *           [min(q_len[i], max(0, q_win[i] - window)), q_len[i]) (no effect
+ *           without a window). A row of a non-causal span at position p (its own
+ *           causal length p + 1) that sees the span up to q_len[i] = e gets
+ *           q_win[i] = p + 1: keys [p + 1 - window, e), llama.cpp's sliding mask;
  *   softcap (Gemma 2) a score s (after `scale`) becomes softcap * tanh(s / softcap);
  *   sinks   (gpt-oss) f32 [n_head]: head h's softmax has one more logit, sinks[h],
  *           whose value vector is zero: out = sum_t e^{s_t} v_t / (sum_t e^{s_t} + e^{sinks[h]}).
@@ -201,6 +207,7 @@ typedef struct pkv_k_attention_args {
     int window;      /* tokens; 0 = all visible tokens */
     float softcap;   /* 0 = none */
     pkv_tref sinks;  /* f32 [n_head]; buf NULL = none */
+    pkv_tref q_win;  /* i32 [n_q]; buf NULL = none (above) */
 } pkv_k_attention_args;
 
 /* Row-wise softmax, f32 [n_rows][row_len]; in place ok. */

@@ -213,6 +213,7 @@ pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a) {
     SHAPE(a->window >= 0, "window %d is negative", a->window);
     SHAPE(a->softcap >= 0 && a->softcap < INFINITY, "softcap %g must be finite and >= 0", (double)a->softcap);
     if (a->sinks.buf) TRY(arg(&k, "sinks", a->sinks, (uint64_t)a->n_head * 4));
+    if (a->q_win.buf) TRY(arg(&k, "q_win", a->q_win, (uint64_t)a->n_q * 4));
     return dev->ops->kernels->attention(dev->ctx, a);
 }
 

@@ -280,6 +280,14 @@ static int window_of(const pkv_fwd_plan *pl, const pkv_layer *ly) {
     return pl->peek && ly->window > 1 ? ly->window - 1 : ly->window;
 }
 
+/* Where the window is counted back from (device.h's q_win): for a step with
+ * non-causal spans on a sliding-window layer, each row's own causal length, so a
+ * media chunk's row at position p sees [p + 1 - window, chunk end) as in
+ * llama.cpp, not the chunk's last `window` tokens; else none. */
+static pkv_tref q_win_of(const pkv_fwd_plan *pl, const pkv_layer *ly, const pkv_dev_ws *w) {
+    return pl->off_qwin && ly->window > 0 ? R(w->ints, pl->off_qwin * 4) : R(NULL, 0);
+}
+
 /* A one-device reader's attention over every shard of cache layer kl (no K/V of its
  * own, no sinks): per shard, its query heads of the shard's KV heads (whole groups)
  * are gathered token by token into the storing device's qpart, attended there into
@@ -309,7 +317,8 @@ static pkv_status attend_shards(pkv_fwd *f, const pkv_layer *ly, int kl, const p
                                    .n_q = (int)T, .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
                                    .page_size = page_size, .n_head = nq, .n_kv = sh.n_heads, .dk = hk, .dv = hv,
                                    .scale = f->m->hp.attn_scale > 0 ? f->m->hp.attn_scale : 1.0f / sqrtf((float)hk),
-                                   .window = window_of(pl, ly), .softcap = f->m->hp.attn_softcap};
+                                   .window = window_of(pl, ly), .softcap = f->m->hp.attn_softcap,
+                                   .q_win = q_win_of(pl, ly, kw)};
         if ((s = pkv_k_attention(sh.storage, &at))) return s;
         for (int64_t t = 0; t < T; t++)
             if ((s = pkv_buffer_copy(kw->apart, (size_t)t * ob, w->att, (size_t)t * orow + (size_t)sh.head_begin * g * hv * 4, ob)))
@@ -416,7 +425,7 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
                                        .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
                                        .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
                                        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
-                                       .window = window_of(pl, ly), .softcap = hp->attn_softcap,
+                                       .window = window_of(pl, ly), .softcap = hp->attn_softcap, .q_win = q_win_of(pl, ly, kw),
                                        .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
             PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
             if ((s = pkv_k_attention(kdev, &at))) return s;

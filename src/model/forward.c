@@ -50,6 +50,8 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     pl->off_meta_w = pl->off_meta + 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages;
     pl->off_smeta = pl->off_meta_w + (rows_w ? 2 * (size_t)T + (size_t)b->n_seqs + 1 + (size_t)pl->meta_pages_w : 0);
     size_t n_ints = pl->off_smeta + (state ? 2 * (size_t)b->n_seqs + 1 : 0);
+    pl->off_qwin = b->span_end ? n_ints : 0;
+    if (b->span_end) n_ints += (size_t)T;
     if ((s = pkv_fwd_reserve(m, c, wsp, T, n_out, n_ints))) return s;
     int32_t *I = (*wsp)->host_ints;
     int32_t *q_seq = I + pl->off_meta, *q_len = q_seq + T, *indptr = q_len + T, *pages = indptr + b->n_seqs + 1;
@@ -65,6 +67,7 @@ static pkv_status plan(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
             q_seq[k] = i;
             q_len[k] = (int32_t)(b->peek ? len_before[i] : len_before[i] + j + 1);
             if (b->span_end && b->span_end[k] > j + 1) q_len[k] = (int32_t)(len_before[i] + b->span_end[k]); /* non-causal */
+            if (b->span_end) I[pl->off_qwin + k] = (int32_t)(len_before[i] + j + 1); /* its window's end (plan) */
             if (j >= first_out) I[pl->off_out + o++] = (int32_t)k;
         }
     }

@@ -63,6 +63,11 @@ typedef struct pkv_fwd_plan {
      * state slot[n_seqs] */
     bool state;
     size_t off_smeta;
+    /* A step with non-causal spans (media chunks): each row's own causal length
+     * (its position in the sequence + 1) at off_qwin, the attention's q_win for
+     * sliding-window layers (device.h): a chunk's row at position p sees keys
+     * [p + 1 - window, chunk end), llama.cpp's sliding mask. 0: none. */
+    size_t off_qwin;
 } pkv_fwd_plan;
 
 /* Run one step. logits (host, may be NULL) receives f32 [n_out][n_vocab] with

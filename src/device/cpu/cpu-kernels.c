@@ -1191,6 +1191,7 @@ typedef struct {
     const pkv_cpu_att *att;
     const float *q;
     const float *sinks; /* [n_head] or NULL */
+    const int32_t *q_win; /* [n_q] or NULL (device.h) */
     const uint8_t *k, *v;
     const int32_t *meta;
     float *out;
@@ -1292,8 +1293,10 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     for (int b = 0; b < nq; b++) {
         len[b] = att_len(j, blk->i0 + b, &lo, &np);
         len_max = PKV_MAX(len_max, len[b]);
-        /* a sliding window: the query's last `window` tokens */
-        start[b] = a->window > 0 && len[b] > a->window ? len[b] - a->window : 0;
+        /* a sliding window: the query's last `window` tokens, counted back from
+         * q_win when given (device.h) */
+        const int64_t w_end = j->q_win ? PKV_MIN((int64_t)j->q_win[blk->i0 + b], len[b]) : len[b];
+        start[b] = a->window > 0 && w_end > a->window ? w_end - a->window : 0;
         start_min = PKV_MIN(start_min, start[b]);
     }
     for (int kk = 0; kk < nk; kk++)
@@ -1473,12 +1476,14 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     TRY(aligned(c, "attention", "out", a->out, 4));
     TRY(aligned(c, "attention", "meta", a->meta, 4));
     if (a->sinks.buf) TRY(aligned(c, "attention", "sinks", a->sinks, 4));
+    if (a->q_win.buf) TRY(aligned(c, "attention", "q_win", a->q_win, 4));
     if (a->n_q <= 0) return PKV_OK;
     att_job j = {0};
     j.a = a;
     j.att = pkv_cpu_att_for(dots_select()->name);
     j.q = pkv_cpu_ptr(a->q);
     j.sinks = a->sinks.buf ? pkv_cpu_ptr(a->sinks) : NULL;
+    j.q_win = a->q_win.buf ? pkv_cpu_ptr(a->q_win) : NULL;
     j.k = pkv_cpu_ptr(a->k);
     j.v = pkv_cpu_ptr(a->v);
     j.meta = pkv_cpu_ptr(a->meta);

@@ -216,6 +216,11 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
 
 void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                              const int32_t *meta, const float *sinks, float *out) {
+    pkv_ref_attention_win(a, q, k, v, meta, sinks, NULL, out);
+}
+
+void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
+                           const int32_t *meta, const float *sinks, const int32_t *q_win, float *out) {
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
@@ -237,8 +242,10 @@ void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, cons
             const int kvh = h / group;
             const float *qh = q + ((size_t)i * a->n_head + h) * (size_t)a->dk;
             double mx = -INFINITY;
-            /* a sliding window sees the last `window` tokens only */
-            const int64_t t_lo = a->window > 0 && q_len[i] > a->window ? q_len[i] - a->window : 0;
+            /* a sliding window sees the last `window` tokens only, counted back
+             * from q_win[i] when given (device.h) */
+            const int64_t w_end = q_win ? PKV_MIN((int64_t)q_win[i], (int64_t)q_len[i]) : q_len[i];
+            const int64_t t_lo = a->window > 0 && w_end > a->window ? w_end - a->window : 0;
             for (int64_t t = 0; t < q_len[i]; t++) {
                 score[t] = NAN; /* NAN marks a skipped token */
                 if (t < t_lo) continue;

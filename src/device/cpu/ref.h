@@ -42,6 +42,10 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
  * none): a->window and a->softcap are read from a, the sinks from here. */
 void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                              const int32_t *meta, const float *sinks, float *out);
+/* pkv_ref_attention_sinks with the window measured back from q_win (i32 [n_q],
+ * host memory; NULL = q_len; device.h's pkv_k_attention_args). */
+void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
+                           const int32_t *meta, const float *sinks, const int32_t *q_win, float *out);
 void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len);
 void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len);
 

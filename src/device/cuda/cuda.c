@@ -447,11 +447,13 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
     ALIGN("attention", "out", a->out.off, 4);
     ALIGN("attention", "meta", a->meta.off, 4);
     if (a->sinks.buf) ALIGN("attention", "sinks", a->sinks.off, 4);
+    if (a->q_win.buf) ALIGN("attention", "q_win", a->q_win.off, 4);
     TRY(use(c));
     /* A sliding window caps the tokens a query reads: size the splits by the
-     * pages of one window per sequence when that is less than the block table. */
+     * pages of one window per sequence when that is less than the block table
+     * (q_win can move a query's window back further: then the whole table). */
     int split_pages = a->meta_pages;
-    if (a->window > 0) {
+    if (a->window > 0 && !a->q_win.buf) {
         const int64_t wp = (int64_t)a->n_seq * (((int64_t)a->window + a->page_size - 1) / a->page_size);
         if (wp < split_pages) split_pages = (int)wp;
     }
@@ -478,6 +480,7 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
                           .dv = a->dv,
                           .scale = a->scale,
                           .window = a->window,
+                          .q_win = a->q_win.buf ? (const int32_t *)(void *)PTR(a->q_win) : NULL,
                           .softcap = a->softcap,
                           .sinks = a->sinks.buf ? (const float *)(void *)PTR(a->sinks) : NULL};
     return launched(c, "attention", pkv_cu_launch_attention(&p, c->stream));

@@ -36,7 +36,7 @@ static const struct {
     [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
     [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
-    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 6},
+    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 7},
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
@@ -438,19 +438,21 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
     uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
     TRY(fits(c, "attention", "k bytes", slots * krow));
     TRY(fits(c, "attention", "v bytes", slots * vrow));
-    const bool has_sinks = a->sinks.buf != NULL;
-    /* Without sinks, binding 5 is a 4-byte window of meta that the shader never reads. */
-    varg v[6] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
+    const bool has_sinks = a->sinks.buf != NULL, has_qwin = a->q_win.buf != NULL;
+    /* Without sinks (q_win), binding 5 (6) is a 4-byte window of meta that the shader never reads. */
+    varg v[7] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
                  {"k", a->k, slots * krow, type_align(a->k_type)},
                  {"v", a->v, slots * vrow, type_align(a->v_type)},
                  {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
                  {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4},
-                 {"sinks", has_sinks ? a->sinks : a->meta, has_sinks ? (uint64_t)a->n_head * 4 : 4, 4}};
-    uint32_t pc[22] = {0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
+                 {"sinks", has_sinks ? a->sinks : a->meta, has_sinks ? (uint64_t)a->n_head * 4 : 4, 4},
+                 {"q_win", has_qwin ? a->q_win : a->meta, has_qwin ? (uint64_t)a->n_q * 4 : 4, 4}};
+    uint32_t pc[24] = {0, 0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
                        (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv, (uint32_t)a->dk,
                        (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow, (uint32_t)vrow,
-                       fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u};
-    return dispatch(c, PKV_VK_K_ATTENTION, v, 6, pc, 22, (uint64_t)a->n_q * (uint64_t)a->n_head);
+                       fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u,
+                       has_qwin ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_ATTENTION, v, 7, pc, 24, (uint64_t)a->n_q * (uint64_t)a->n_head);
 }
 
 static pkv_status vk_softmax(void *ctx, const pkv_k_softmax_args *a) {

@@ -19,12 +19,14 @@ layout(binding = 2) buffer V { uint d[]; } vb;
 layout(binding = 3) buffer O { uint d[]; } o;
 layout(binding = 4) buffer M { uint d[]; } meta;
 layout(binding = 5) buffer S { uint d[]; } sinks;
+layout(binding = 6) buffer W { uint d[]; } qwin; // i32 [n_q], read only when has_qwin != 0
 layout(push_constant) uniform PC {
-    uint oq, ok, ov, oo, om, os, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
+    uint oq, ok, ov, oo, om, os, ow, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
     float scale;
     uint window;
     float softcap;
     uint has_sinks;
+    uint has_qwin; // q_win: the window counted back from q_win[i] (device.h)
 } pc;
 shared float qv[MAX_DK];
 shared float sp[WG];
@@ -52,7 +54,8 @@ void main() {
         len = 0;
     }
     uint pages = 2u * pc.n_q + pc.n_seq + 1u;
-    int lo = pc.window > 0u && len > int(pc.window) ? len - int(pc.window) : 0;
+    int wend = pc.has_qwin != 0u ? min(int(LDW(qwin, pc.ow + qi * 4u)), len) : len;
+    int lo = pc.window > 0u && wend > int(pc.window) ? wend - int(pc.window) : 0;
     barrier();
     float m = -3.402823466e38, l = 0.0;
     float acc[MAX_DV_PER];
