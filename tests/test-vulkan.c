@@ -894,6 +894,105 @@ static void test_attention_opts(pkv_device *d, pkv_type kvt) {
     free(kf), free(vf), free(kb), free(vb);
 }
 
+/* K/V pools larger than the storage-buffer range, bound as several windows of
+ * whole pages (issue 30): PKV_VK_MAX_RANGE (a test-only knob) shrinks the range so
+ * that 40 pages of 8 tokens need four windows of 12 pages, for every K and V type
+ * and a mix of them, with and without window/softcap/sinks. The result must equal
+ * the reference (nmse) and, bit for bit, the same call on a device whose range
+ * holds the pools whole (the shader's arithmetic does not depend on the windows).
+ * Pages of the sequences are scattered over all four windows, one shared by two
+ * sequences, one id out of range. A pool that needs five windows is refused. */
+static pkv_device *open_vk(void);
+static void test_attention_windows(pkv_device *whole) {
+    enum { H = 4, KV = 2, DK = 64, DV = 32, PS = 8, NP = 40, NSEQ = 2, NQ = 5, NPAGES = 19 + 5 };
+    static const pkv_type combos[6][2] = {{PKV_TYPE_F32, PKV_TYPE_F32},   {PKV_TYPE_F16, PKV_TYPE_F16},
+                                          {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                                          {PKV_TYPE_F16, PKV_TYPE_Q4_0},  {PKV_TYPE_Q8_0, PKV_TYPE_F32}};
+    const size_t slots = (size_t)NP * PS * KV;
+    float *kf = malloc(sizeof(float) * slots * DK), *vf = malloc(sizeof(float) * slots * DV);
+    randv(kf, slots * DK, 1.0f);
+    randv(vf, slots * DV, 1.0f);
+    int32_t meta[2 * NQ + NSEQ + 1 + NPAGES];
+    const int32_t q_seq[NQ] = {0, 0, 1, 0, 1}, q_len[NQ] = {150, 1, 40, 77, 9};
+    memcpy(meta, q_seq, sizeof q_seq);
+    memcpy(meta + NQ, q_len, sizeof q_len);
+    int32_t *indptr = meta + 2 * NQ, *pages = indptr + NSEQ + 1;
+    indptr[0] = 0, indptr[1] = 19, indptr[2] = NPAGES;
+    for (int i = 0; i < 19; i++) pages[i] = (i * 7 + 3) % NP; /* 3, 10, 17, ..., every window */
+    pages[19] = 39, pages[20] = 10 /* shared with seq 0 */, pages[21] = 20, pages[22] = NP + 3, pages[23] = 0;
+    float q[NQ * H * DK], sinks[H];
+    randv(q, NQ * H * DK, 4.0f);
+    for (int h = 0; h < H; h++) sinks[h] = 2.0f * th_randf(&krng);
+    const size_t n_out = (size_t)NQ * H * DV;
+    float ref[NQ * H * DV], got[NQ * H * DV], got_whole[NQ * H * DV];
+    for (int ci = 0; ci < 6; ci++) {
+        const pkv_type kt = combos[ci][0], vt = combos[ci][1];
+        const size_t krow = pkv_type_row_bytes(kt, DK), vrow = pkv_type_row_bytes(vt, DV);
+        const size_t page = PS * KV * PKV_MAX(krow, vrow);
+        uint8_t *kb = malloc(slots * krow), *vb = malloc(slots * vrow);
+        make_weights(kt, kf, kb, (int64_t)slots, DK);
+        make_weights(vt, vf, vb, (int64_t)slots, DV);
+        /* 12 pages of the larger type per window: the range less the alignment
+         * slack (<= 260 bytes) holds 12 pages and not 13 (pages >= 576 bytes). */
+        char range[32];
+        snprintf(range, sizeof range, "%zu", 12 * page + 512);
+        setenv("PKV_VK_MAX_RANGE", range, 1);
+        pkv_device *d = open_vk();
+        REQUIRE_VOID(d != NULL);
+        const size_t koff = kt == PKV_TYPE_F32 ? PAD : PAD + 2;
+        pkv_device *devs[2] = {d, whole};
+        for (int opt = 0; opt < 2; opt++) {
+            for (int di = 0; di < 2; di++) {
+                pkv_device *dv = devs[di];
+                pkv_buffer *bk = up(dv, koff, kb, slots * krow), *bv = up(dv, 8, vb, slots * vrow),
+                           *bq = up(dv, 4, q, sizeof q), *bs = up(dv, PAD + 4, sinks, sizeof sinks),
+                           *bm = up(dv, 12, meta, sizeof meta), *bo = up(dv, PAD, NULL, n_out * 4);
+                pkv_k_attention_args a = {.q = pkv_tref_make(bq, 4), .k = pkv_tref_make(bk, koff),
+                                          .v = pkv_tref_make(bv, 8), .out = pkv_tref_make(bo, PAD),
+                                          .meta = pkv_tref_make(bm, 12), .k_type = kt, .v_type = vt, .n_q = NQ,
+                                          .n_seq = NSEQ, .meta_pages = NPAGES, .n_pages = NP, .page_size = PS,
+                                          .n_head = H, .n_kv = KV, .dk = DK, .dv = DV, .scale = 1.0f / 8.0f,
+                                          .window = opt ? 30 : 0, .softcap = opt ? 5.0f : 0.0f,
+                                          .sinks = opt ? pkv_tref_make(bs, PAD + 4) : (pkv_tref){0}};
+                CHECK_OK(pkv_buffer_fill(bo, PAD, n_out * 4, 0xFF)); /* NaN: every output must be written */
+                CHECK_OK(pkv_k_attention(dv, &a));
+                down(bo, PAD, di ? got_whole : got, n_out * 4);
+                if (di == 0) {
+                    pkv_ref_attention_sinks(&a, q, kb, vb, meta, opt ? sinks : NULL, ref);
+                    char what[96];
+                    snprintf(what, sizeof what, "attn windows K %s V %s%s", pkv_type_name(kt), pkv_type_name(vt),
+                             opt ? " w/c/s" : "");
+                    near(what, ref, got, n_out, 1e-8);
+                }
+                if (di == 0 && opt == 0) {
+                    /* 5 windows needed (8 pages per window): refused, naming the limit */
+                    snprintf(range, sizeof range, "%zu", 8 * page + 512);
+                    setenv("PKV_VK_MAX_RANGE", range, 1);
+                    pkv_device *d5 = open_vk();
+                    REQUIRE_VOID(d5 != NULL);
+                    pkv_buffer *k5 = up(d5, koff, kb, slots * krow), *v5 = up(d5, 8, vb, slots * vrow),
+                               *q5 = up(d5, 4, q, sizeof q), *m5 = up(d5, 12, meta, sizeof meta),
+                               *o5 = up(d5, PAD, NULL, n_out * 4);
+                    pkv_k_attention_args a5 = a;
+                    a5.q = pkv_tref_make(q5, 4), a5.k = pkv_tref_make(k5, koff), a5.v = pkv_tref_make(v5, 8);
+                    a5.out = pkv_tref_make(o5, PAD), a5.meta = pkv_tref_make(m5, 12);
+                    CHECK_INT(pkv_k_attention(d5, &a5), PKV_ERR_UNSUPPORTED);
+                    CHECK(strstr(pkv_errmsg(), "5 windows") != NULL);
+                    pkv_buffer_free(k5), pkv_buffer_free(v5), pkv_buffer_free(q5), pkv_buffer_free(m5), pkv_buffer_free(o5);
+                    pkv_device_close(d5);
+                }
+                pkv_buffer_free(bk), pkv_buffer_free(bv), pkv_buffer_free(bq), pkv_buffer_free(bs);
+                pkv_buffer_free(bm), pkv_buffer_free(bo);
+            }
+            CHECK_MEM(got, got_whole, n_out * 4);
+        }
+        pkv_device_close(d);
+        free(kb), free(vb);
+    }
+    unsetenv("PKV_VK_MAX_RANGE");
+    free(kf), free(vf);
+}
+
 /* Kernel arguments at offsets the shaders cannot address are refused with a
  * message, and nothing is written. */
 static void test_alignment(pkv_device *d) {
@@ -1284,6 +1383,10 @@ int main(void) {
     test_kquant(dev, PKV_TYPE_Q5_1, 100, 768, 9, false);
     pkv_device_close(dev);
     unsetenv("PKV_VK_MAX_RANGE");
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    test_attention_windows(dev);
+    pkv_device_close(dev);
 
     test_alloc_failures();
     if (!getenv("PKV_VK_LIMITS")) test_profiles();

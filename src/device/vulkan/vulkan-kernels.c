@@ -36,7 +36,7 @@ static const struct {
     [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
     [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
-    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 6},
+    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 12},
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
@@ -49,6 +49,8 @@ static const struct {
 #define SG_TILE 8u  /* x rows per matmul_sg workgroup (NT in matmul_sg.comp) */
 #define SG_ROWS 8u  /* weight rows per matmul_sg workgroup (RPW) */
 #define PC_BYTES 128 /* push-constant range: the guaranteed minimum */
+#define MAX_BINDINGS 12 /* attention: q, k, v, out, meta, sinks, three more windows of k and of v */
+#define KV_WINDOWS 4u   /* windows of one K or V pool (kvq.glsl) */
 
 void pkv_vk_pipelines_destroy(pkv_vk_ctx *c) {
     for (int i = 0; i < PKV_VK_K_COUNT; i++) {
@@ -77,7 +79,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
     smi.codeSize = sp->bytes;
     smi.pCode = sp->code;
     if ((r = vkCreateShaderModule(c->dev, &smi, NULL, &p->module))) goto fail;
-    VkDescriptorSetLayoutBinding b[8];
+    VkDescriptorSetLayoutBinding b[MAX_BINDINGS];
     for (int i = 0; i < kinfo[k].n_bindings; i++) {
         b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
                                               .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -132,8 +134,8 @@ typedef struct {
 static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int nargs, uint32_t *pc, int pc_words,
                            uint64_t groups) {
     const char *kn = kinfo[k].name;
-    VkDescriptorBufferInfo bi[8];
-    VkWriteDescriptorSet w[8];
+    VkDescriptorBufferInfo bi[MAX_BINDINGS];
+    VkWriteDescriptorSet w[MAX_BINDINGS];
     uint64_t malign = c->limits.storage_align;
     if (malign < 4) malign = 4;
     for (int i = 0; i < nargs; i++) {
@@ -435,22 +437,61 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
                        "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
     const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
-    uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
-    TRY(fits(c, "attention", "k bytes", slots * krow));
-    TRY(fits(c, "attention", "v bytes", slots * vrow));
+    const uint64_t n_pages = (uint64_t)PKV_MAX(a->n_pages, 0), page_slots = (uint64_t)a->page_size * (uint64_t)a->n_kv;
+    const uint64_t kpage = page_slots * krow, vpage = page_slots * vrow, slots = n_pages * page_slots;
+    /* The shader keeps a slot index in an int. */
+    if (slots > INT32_MAX)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: %llu KV slots exceed 2^31", c->name,
+                       (unsigned long long)slots);
+    /* A pool larger than one window is bound as up to KV_WINDOWS windows of ppw
+     * whole pages each (the same pages for K and V); each window starts at the
+     * storage offset alignment below its first page, the rest in push constants. */
+    const uint64_t wb = window_bytes(c);
+    uint64_t ppw = PKV_MAX(n_pages, 1), nw = 1;
+    if (n_pages * kpage > wb || n_pages * vpage > wb) {
+        ppw = PKV_MIN(wb / PKV_MAX(kpage, 1), wb / PKV_MAX(vpage, 1));
+        if (ppw == 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: a KV page (K %llu, V %llu bytes) is larger "
+                           "than the device's storage buffer range of %llu bytes", c->name, (unsigned long long)kpage,
+                           (unsigned long long)vpage, (unsigned long long)c->max_range);
+        nw = CDIV(n_pages, ppw);
+        if (nw > KV_WINDOWS)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: the K/V pools (%llu and %llu bytes) need %llu "
+                           "windows of the device's storage buffer range of %llu bytes; the Vulkan kernel binds at most %u",
+                           c->name, (unsigned long long)(n_pages * kpage), (unsigned long long)(n_pages * vpage),
+                           (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
+    }
     const bool has_sinks = a->sinks.buf != NULL;
-    /* Without sinks, binding 5 is a 4-byte window of meta that the shader never reads. */
-    varg v[6] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
-                 {"k", a->k, slots * krow, type_align(a->k_type)},
-                 {"v", a->v, slots * vrow, type_align(a->v_type)},
-                 {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
-                 {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4},
-                 {"sinks", has_sinks ? a->sinks : a->meta, has_sinks ? (uint64_t)a->n_head * 4 : 4, 4}};
-    uint32_t pc[22] = {0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
-                       (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv, (uint32_t)a->dk,
-                       (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow, (uint32_t)vrow,
-                       fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u};
-    return dispatch(c, PKV_VK_K_ATTENTION, v, 6, pc, 22, (uint64_t)a->n_q * (uint64_t)a->n_head);
+    /* Without sinks, binding 5 is a 4-byte window of meta that the shader never
+     * reads; windows the pools do not need repeat window 0 (never read). */
+    varg v[MAX_BINDINGS] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
+                            {"k", a->k, PKV_MIN(ppw, n_pages) * kpage, type_align(a->k_type)},
+                            {"v", a->v, PKV_MIN(ppw, n_pages) * vpage, type_align(a->v_type)},
+                            {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
+                            {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4},
+                            {"sinks", has_sinks ? a->sinks : a->meta, has_sinks ? (uint64_t)a->n_head * 4 : 4, 4}};
+    static const char *const kn[3] = {"k window 1", "k window 2", "k window 3"},
+                             *const vn[3] = {"v window 1", "v window 2", "v window 3"};
+    for (uint64_t w = 1; w < KV_WINDOWS; w++) {
+        varg *kw = &v[5 + w], *vw = &v[8 + w];
+        *kw = v[1];
+        *vw = v[2];
+        kw->name = kn[w - 1];
+        vw->name = vn[w - 1];
+        if (w < nw) {
+            const uint64_t p0 = w * ppw, np = PKV_MIN(ppw, n_pages - p0);
+            kw->t = pkv_tref_make(a->k.buf, a->k.off + p0 * kpage);
+            kw->bytes = np * kpage;
+            vw->t = pkv_tref_make(a->v.buf, a->v.off + p0 * vpage);
+            vw->bytes = np * vpage;
+        }
+    }
+    uint32_t pc[29] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq,
+                       (uint32_t)a->n_pages, (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv,
+                       (uint32_t)a->dk, (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow,
+                       (uint32_t)vrow, fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u,
+                       (uint32_t)ppw};
+    return dispatch(c, PKV_VK_K_ATTENTION, v, MAX_BINDINGS, pc, 29, (uint64_t)a->n_q * (uint64_t)a->n_head);
 }
 
 static pkv_status vk_softmax(void *ctx, const pkv_k_softmax_args *a) {

@@ -11,6 +11,11 @@
 // (one more logit per head whose value vector is zero, added to the denominator
 // at the end; binding 5, f32 [n_head], read only when has_sinks != 0, else the
 // host binds a dummy window).
+// K and V pools larger than one storage-buffer window come as up to four windows
+// each (bindings 1, 6, 7, 8 for K; 2, 9, 10, 11 for V; kvq.glsl's KV_WINDOWS):
+// window w holds pages [w * ppw, (w + 1) * ppw) and starts at byte offset
+// ok/ok1/ok2/ok3 (ov..) of its binding. Windows the pool does not need are
+// dummies the shader never reads.
 #define MAX_DK 512u
 #define MAX_DV_PER (256u / WG)
 layout(binding = 0) buffer Q { uint d[]; } q;
@@ -19,12 +24,19 @@ layout(binding = 2) buffer V { uint d[]; } vb;
 layout(binding = 3) buffer O { uint d[]; } o;
 layout(binding = 4) buffer M { uint d[]; } meta;
 layout(binding = 5) buffer S { uint d[]; } sinks;
+layout(binding = 6) buffer K1 { uint d[]; } kb1;
+layout(binding = 7) buffer K2 { uint d[]; } kb2;
+layout(binding = 8) buffer K3 { uint d[]; } kb3;
+layout(binding = 9) buffer V1 { uint d[]; } vb1;
+layout(binding = 10) buffer V2 { uint d[]; } vb2;
+layout(binding = 11) buffer V3 { uint d[]; } vb3;
 layout(push_constant) uniform PC {
-    uint oq, ok, ov, oo, om, os, n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
+    uint oq, ok, ov, oo, om, os, ok1, ok2, ok3, ov1, ov2, ov3;
+    uint n_q, n_seq, n_pages, page_size, n_head, n_kv, dk, dv, kt, vt, krow, vrow;
     float scale;
     uint window;
     float softcap;
-    uint has_sinks;
+    uint has_sinks, ppw;
 } pc;
 shared float qv[MAX_DK];
 shared float sp[WG];
@@ -32,8 +44,12 @@ shared int sslot[WG];
 
 // K/V rows read in place (krow/vrow: bytes of one head's row; quantized blocks
 // are decoded as they are read)
-KV_LOADER(kload, kb)
-KV_LOADER(vload, vb)
+KV_WINDOW_WORDS(kword, kb, kb1, kb2, kb3)
+KV_WINDOW_WORDS(vword, vb, vb1, vb2, vb3)
+KV_LOADER_W(kload, kword)
+KV_LOADER_W(vload, vword)
+uint koff(uint w) { return w == 0u ? pc.ok : w == 1u ? pc.ok1 : w == 2u ? pc.ok2 : pc.ok3; }
+uint voff(uint w) { return w == 0u ? pc.ov : w == 1u ? pc.ov1 : w == 2u ? pc.ov2 : pc.ov3; }
 int mget(uint i) { return int(LDW(meta, pc.om + i * 4u)); }
 
 void main() {
@@ -66,9 +82,10 @@ void main() {
             if (pi < npg) {
                 int page = mget(pages + uint(start + pi));
                 if (page >= 0 && uint(page) < pc.n_pages) {
-                    slot = int((uint(page) * pc.page_size + uint(tok) % pc.page_size) * pc.n_kv + kvh);
-                    uint kbase = pc.ok + uint(slot) * pc.krow;
-                    for (uint c = 0u; c < pc.dk; c++) s += qv[c] * kload(pc.kt, kbase, c);
+                    uint in_page = (uint(tok) % pc.page_size) * pc.n_kv + kvh, w = uint(page) / pc.ppw;
+                    slot = int(uint(page) * pc.page_size * pc.n_kv + in_page);
+                    uint kbase = koff(w) + ((uint(page) - w * pc.ppw) * pc.page_size * pc.n_kv + in_page) * pc.krow;
+                    for (uint c = 0u; c < pc.dk; c++) s += qv[c] * kload(w, pc.kt, kbase, c);
                     s *= pc.scale;
                     // tanh saturates to +-1 in f32 beyond |x| ~ 9; the clamp keeps
                     // drivers that evaluate it through exp(2x) away from inf / inf.
@@ -96,9 +113,11 @@ void main() {
                 if (sl < 0) continue;
                 float pk = sp[k];
                 l += pk;
+                uint wslots = pc.ppw * pc.page_size * pc.n_kv, w = uint(sl) / wslots;
+                uint vbase = voff(w) + (uint(sl) - w * wslots) * pc.vrow;
                 for (uint j = 0u; j < MAX_DV_PER; j++) {
                     uint dd = t + j * WG;
-                    if (dd < pc.dv) acc[j] += pk * vload(pc.vt, pc.ov + uint(sl) * pc.vrow, dd);
+                    if (dd < pc.dv) acc[j] += pk * vload(w, pc.vt, vbase, dd);
                 }
             }
             m = nm;
