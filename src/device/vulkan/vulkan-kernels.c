@@ -42,6 +42,7 @@ static const struct {
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
     [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
     [PKV_VK_K_LAYER_NORM] = {"layer_norm", 4},
+    [PKV_VK_K_ATTENTION_WIN] = {"attention_win", 12},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -491,7 +492,8 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
                        (uint32_t)a->dk, (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow,
                        (uint32_t)vrow, fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u,
                        (uint32_t)ppw};
-    return dispatch(c, PKV_VK_K_ATTENTION, v, MAX_BINDINGS, pc, 29, (uint64_t)a->n_q * (uint64_t)a->n_head);
+    return dispatch(c, nw > 1 ? PKV_VK_K_ATTENTION_WIN : PKV_VK_K_ATTENTION, v, MAX_BINDINGS, pc, 29,
+                    (uint64_t)a->n_q * (uint64_t)a->n_head);
 }
 
 static pkv_status vk_softmax(void *ctx, const pkv_k_softmax_args *a) {
