@@ -993,6 +993,63 @@ static void test_attention_windows(pkv_device *whole) {
     free(kf), free(vf);
 }
 
+/* set_rows into a KV pool larger than the storage-buffer range (issue 30): the
+ * pool bound as up to four windows of whole rows. PKV_VK_MAX_RANGE shrinks the
+ * range so 50 rows of 1 KiB (at an odd offset) need four windows of 13 rows;
+ * every KV type, rows written in every window and one index out of range; the
+ * whole pool (padding and untouched rows included) must equal pkv_ref_set_rows'
+ * bit for bit. Five windows are refused. */
+static void test_set_rows_windows(void) {
+    static const pkv_type types[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
+    enum { N = 12, ELEMS = 64, ROWS = 50, DSTRIDE = 1024 };
+    for (int ti = 0; ti < 4; ti++) {
+        const pkv_type dt = types[ti];
+        const size_t es = dt == PKV_TYPE_F32 ? 4 : 2, rb = pkv_type_row_bytes(dt, ELEMS);
+        const size_t sstride = ELEMS * 4 + 8, dstride = DSTRIDE; /* rows padded to 1 KiB, as a page stride */
+        /* 13 rows per window whatever the offset alignment in force (<= 256): a
+         * window of (K - 1) strides + a row + 260 bytes holds K rows */
+        char range[32];
+        snprintf(range, sizeof range, "%zu", 12 * dstride + rb + 260);
+        setenv("PKV_VK_MAX_RANGE", range, 1);
+        pkv_device *d = open_vk();
+        REQUIRE_VOID(d != NULL);
+        float *src = malloc(sstride * N);
+        randv(src, sstride * N / 4, 3.0f);
+        const size_t dbytes = dstride * ROWS;
+        uint8_t *want = malloc(dbytes), *got = malloc(dbytes);
+        for (size_t i = 0; i < dbytes; i++) want[i] = (uint8_t)th_rand(&krng);
+        const int32_t idx[N] = {0, 12, 13, 25, 26, 38, 39, 49, 7, 35, ROWS + 2, 20}; /* both ends of each window */
+        const size_t doff = PAD + (es == 2 ? 2 : 0);
+        pkv_buffer *bs = up(d, 4, src, sstride * N), *bd = up(d, doff, want, dbytes), *bi = up(d, 8, idx, sizeof idx);
+        pkv_k_set_rows_args sa = {pkv_tref_make(bs, 4), sstride, pkv_tref_make(bd, doff), dt, dstride, ROWS,
+                                  pkv_tref_make(bi, 8), N, ELEMS};
+        CHECK_OK(pkv_k_set_rows(d, &sa));
+        pkv_ref_set_rows(&sa, src, want, idx);
+        down(bd, doff, got, dbytes);
+        char what[64];
+        snprintf(what, sizeof what, "set_rows windows %s", pkv_type_name(dt));
+        th_checks++;
+        if (memcmp(got, want, dbytes) != 0) TH_FAIL("%s: pool differs from the reference", what);
+        else fprintf(stderr, "  %-28s bit-exact\n", what);
+        pkv_buffer_free(bs), pkv_buffer_free(bd), pkv_buffer_free(bi);
+        pkv_device_close(d);
+        /* 10 rows per window: 5 windows, refused */
+        snprintf(range, sizeof range, "%zu", 9 * dstride + rb + 260);
+        setenv("PKV_VK_MAX_RANGE", range, 1);
+        d = open_vk();
+        REQUIRE_VOID(d != NULL);
+        pkv_buffer *bs5 = up(d, 4, src, sstride * N), *bd5 = up(d, doff, want, dbytes), *bi5 = up(d, 8, idx, sizeof idx);
+        pkv_k_set_rows_args s5 = {pkv_tref_make(bs5, 4), sstride, pkv_tref_make(bd5, doff), dt, dstride, ROWS,
+                                  pkv_tref_make(bi5, 8), N, ELEMS};
+        CHECK_INT(pkv_k_set_rows(d, &s5), PKV_ERR_UNSUPPORTED);
+        CHECK(strstr(pkv_errmsg(), "5 windows") != NULL);
+        pkv_buffer_free(bs5), pkv_buffer_free(bd5), pkv_buffer_free(bi5);
+        pkv_device_close(d);
+        free(src), free(want), free(got);
+    }
+    unsetenv("PKV_VK_MAX_RANGE");
+}
+
 /* Kernel arguments at offsets the shaders cannot address are refused with a
  * message, and nothing is written. */
 static void test_alignment(pkv_device *d) {
@@ -1388,6 +1445,7 @@ int main(void) {
     REQUIRE(dev != NULL);
     test_attention_windows(dev);
     pkv_device_close(dev);
+    test_set_rows_windows();
 
     test_alloc_failures();
     if (!getenv("PKV_VK_LIMITS")) test_profiles();

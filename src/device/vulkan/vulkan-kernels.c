@@ -36,13 +36,13 @@ static const struct {
     [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
     [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
-    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 12},
+    [PKV_VK_K_SET_ROWS] = {"set_rows", 6}, [PKV_VK_K_ATTENTION] = {"attention", 12},
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
     [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
     [PKV_VK_K_LAYER_NORM] = {"layer_norm", 4},
-    [PKV_VK_K_ATTENTION_WIN] = {"attention_win", 12},
+    [PKV_VK_K_ATTENTION_WIN] = {"attention_win", 12}, [PKV_VK_K_SET_ROWS_WIN] = {"set_rows_win", 6},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -420,16 +420,44 @@ static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
         return pkv_err(PKV_ERR_UNSUPPORTED,
                        "kernel set_rows on %s: strides (src %zu, dst %zu) must be multiples of 4 and %zu bytes",
                        c->name, a->src_stride, a->dst_stride, es);
+    if (a->n <= 0 || a->dst_rows <= 0) return PKV_OK; /* nothing to write */
+    const uint64_t row_bytes = pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems), rows = (uint64_t)a->dst_rows;
     uint64_t sbytes = (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4;
-    uint64_t dbytes = (uint64_t)(a->dst_rows - 1) * a->dst_stride + pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems);
+    uint64_t dbytes = (rows - 1) * a->dst_stride + row_bytes;
     uint64_t work = (uint64_t)a->n * (uint64_t)a->row_elems / (quant ? 32u : 1u);
     TRY(fits(c, "set_rows", "src bytes", sbytes));
-    TRY(fits(c, "set_rows", "dst bytes", dbytes));
     TRY(fits(c, "set_rows", "n*row_elems", (uint64_t)a->n * (uint64_t)a->row_elems));
-    varg v[3] = {{"src", a->src, sbytes, 4}, {"dst", a->dst, dbytes, (unsigned)es}, {"idx", a->idx, (uint64_t)a->n * 4, 4}};
-    uint32_t pc[9] = {0, 0, 0, (uint32_t)a->n, (uint32_t)a->row_elems, (uint32_t)a->src_stride,
-                      (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, kv_code(a->dst_type)};
-    return dispatch(c, PKV_VK_K_SET_ROWS, v, 3, pc, 9, CDIV(work, WG));
+    /* A dst larger than one window (a layer's KV pool past maxStorageBufferRange)
+     * is bound as up to KV_WINDOWS windows of rpw rows each. */
+    const uint64_t wb = window_bytes(c);
+    uint64_t rpw = PKV_MAX(rows, 1), nw = 1;
+    if (dbytes > wb) {
+        rpw = wb >= row_bytes ? (wb - row_bytes) / PKV_MAX(a->dst_stride, 1) + 1 : 0;
+        if (rpw == 0) /* dst_stride >= row_bytes, so rpw >= 1 whenever a row fits */
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel set_rows on %s: a row of %llu bytes is larger than the device's "
+                           "storage buffer range of %llu bytes", c->name, (unsigned long long)row_bytes,
+                           (unsigned long long)c->max_range);
+        nw = CDIV(rows, rpw);
+        if (nw > KV_WINDOWS)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel set_rows on %s: dst (%llu bytes) needs %llu windows of the "
+                           "device's storage buffer range of %llu bytes; the Vulkan kernel binds at most %u", c->name,
+                           (unsigned long long)dbytes, (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
+    }
+    const uint64_t w0 = (PKV_MIN(rpw, rows) - 1) * a->dst_stride + row_bytes;
+    varg v[6] = {{"src", a->src, sbytes, 4}, {"dst", a->dst, w0, (unsigned)es}, {"idx", a->idx, (uint64_t)a->n * 4, 4}};
+    static const char *const dn[3] = {"dst window 1", "dst window 2", "dst window 3"};
+    for (uint64_t w = 1; w < KV_WINDOWS; w++) {
+        v[2 + w] = v[1];
+        v[2 + w].name = dn[w - 1];
+        if (w < nw) {
+            const uint64_t r0 = w * rpw;
+            v[2 + w].t = pkv_tref_make(a->dst.buf, a->dst.off + r0 * a->dst_stride);
+            v[2 + w].bytes = (PKV_MIN(rpw, rows - r0) - 1) * a->dst_stride + row_bytes;
+        }
+    }
+    uint32_t pc[13] = {0, 0, 0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->row_elems, (uint32_t)a->src_stride,
+                       (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, kv_code(a->dst_type), (uint32_t)rpw};
+    return dispatch(c, nw > 1 ? PKV_VK_K_SET_ROWS_WIN : PKV_VK_K_SET_ROWS, v, 6, pc, 13, CDIV(work, WG));
 }
 
 static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
