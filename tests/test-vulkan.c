@@ -1050,6 +1050,69 @@ static void test_set_rows_windows(void) {
     unsetenv("PKV_VK_MAX_RANGE");
 }
 
+/* rope over rows of a KV pool larger than the storage-buffer range (the
+ * re-rotation of cached K after a shift): 50 rows of 1 KiB bound as four windows
+ * of 13 rows, rows listed in every window (both ends of each) and one out of
+ * range. The pool must equal, bit for bit, the same call on a device whose range
+ * holds it whole (the same arithmetic), the listed rows must have changed and no
+ * other byte; five windows are refused. Every KV type. */
+static void test_rope_windows(pkv_device *whole) {
+    static const pkv_type types[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
+    enum { N = 12, HEADS = 2, HD = 64, ROWS = 50, STRIDE = 1024 };
+    const int32_t rows[N] = {0, 12, 13, 25, 26, 38, 39, 49, 7, 35, ROWS + 2, 20};
+    int32_t pos[N];
+    for (int i = 0; i < N; i++) pos[i] = 1 + (int32_t)(th_rand(&krng) % 4000);
+    const size_t total = (size_t)STRIDE * ROWS;
+    uint8_t *init = malloc(total), *got = malloc(total), *want = malloc(total);
+    float v[HEADS * HD];
+    for (int ti = 0; ti < 4; ti++) {
+        const pkv_type dt = types[ti];
+        const size_t es = dt == PKV_TYPE_F32 ? 4 : 2, hb = HEADS * pkv_type_row_bytes(dt, HD);
+        for (size_t i = 0; i < total; i++) init[i] = (uint8_t)th_rand(&krng);
+        for (int r = 0; r < ROWS; r++) {
+            randv(v, HEADS * HD, 2.0f);
+            for (int hh = 0; hh < HEADS; hh++) make_weights(dt, v + hh * HD, init + (size_t)r * STRIDE + hh * (hb / HEADS), 1, HD);
+        }
+        const size_t xoff = PAD + (es == 2 ? 2 : 0);
+        for (int pass = 0; pass < 3; pass++) { /* 0: whole, 1: four windows, 2: five (refused) */
+            char range[32];
+            snprintf(range, sizeof range, "%zu", (size_t)(pass == 1 ? 12 : 9) * STRIDE + hb + 260);
+            if (pass) setenv("PKV_VK_MAX_RANGE", range, 1);
+            pkv_device *d = pass ? open_vk() : whole;
+            REQUIRE_VOID(d != NULL);
+            pkv_buffer *bx = up(d, xoff, init, total), *bp = up(d, 4, pos, sizeof pos), *br = up(d, 8, rows, sizeof rows);
+            pkv_k_rope_args ra = {.x = pkv_tref_make(bx, xoff), .dtype = dt, .n_rows = N, .max_rows = ROWS,
+                                  .row_stride = STRIDE, .n_heads = HEADS, .head_dim = HD, .n_rot = HD, .neox = ti % 2 == 1,
+                                  .freq_base = 10000.0f, .freq_scale = 1.0f, .pos = pkv_tref_make(bp, 4),
+                                  .rows = pkv_tref_make(br, 8)};
+            if (pass == 2) {
+                CHECK_INT(pkv_k_rope(d, &ra), PKV_ERR_UNSUPPORTED);
+                CHECK(strstr(pkv_errmsg(), "5 windows") != NULL);
+            } else {
+                CHECK_OK(pkv_k_rope(d, &ra));
+                down(bx, xoff, pass ? got : want, total);
+            }
+            pkv_buffer_free(bx), pkv_buffer_free(bp), pkv_buffer_free(br);
+            if (pass) pkv_device_close(d);
+        }
+        unsetenv("PKV_VK_MAX_RANGE");
+        char what[64];
+        snprintf(what, sizeof what, "rope windows %s", pkv_type_name(dt));
+        th_checks++;
+        if (memcmp(got, want, total) != 0) TH_FAIL("%s: pool differs from the one-window rotation", what);
+        else fprintf(stderr, "  %-28s bit-exact\n", what);
+        for (int r = 0; r < ROWS; r++) { /* the listed rows rotated, nothing else touched */
+            bool listed = false;
+            for (int i = 0; i < N; i++) listed |= rows[i] == r;
+            const uint8_t *a = init + (size_t)r * STRIDE, *b = got + (size_t)r * STRIDE;
+            CHECK(memcmp(a, b, hb) != 0 || !listed);
+            CHECK(memcmp(a, b, hb) == 0 || listed);
+            CHECK(memcmp(a + hb, b + hb, STRIDE - hb) == 0);
+        }
+    }
+    free(init), free(got), free(want);
+}
+
 /* Kernel arguments at offsets the shaders cannot address are refused with a
  * message, and nothing is written. */
 static void test_alignment(pkv_device *d) {
@@ -1444,6 +1507,7 @@ int main(void) {
     dev = open_vk();
     REQUIRE(dev != NULL);
     test_attention_windows(dev);
+    test_rope_windows(dev);
     pkv_device_close(dev);
     test_set_rows_windows();
 

@@ -13,8 +13,11 @@
  * weights (17-byte blocks, no 16-bit fields) at any offset; anything else returns
  * PKV_ERR_UNSUPPORTED naming the argument. A window is at most
  * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
- * bigger weights and batches into chunks of rows (one dispatch each); for other
- * kernels a bigger argument is PKV_ERR_UNSUPPORTED. Attention needs dk <= 512 and
+ * bigger weights and batches into chunks of rows (one dispatch each); attention
+ * and set_rows bind a KV pool bigger than that as up to four windows of whole
+ * pages / rows (attention_win, set_rows_win: the same shaders compiled with
+ * KV_WINDOWED); for other kernels a bigger argument is PKV_ERR_UNSUPPORTED
+ * (PKV_VK_MAX_RANGE=BYTES, read at open, lowers the range for tests). Attention needs dk <= 512 and
  * dv <= 256; the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
  * KV pages of every KV type (f32, f16, q8_0, q4_0: kvq.glsl) are read and written
  * in place by set_rows, rope and attention. The recurrent kernels (ssm_conv,
@@ -35,7 +38,7 @@ static const struct {
     [PKV_VK_K_ADD] = {"add", 3},           [PKV_VK_K_SWIGLU] = {"swiglu", 3},
     [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
-    [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
+    [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 6},
     [PKV_VK_K_SET_ROWS] = {"set_rows", 6}, [PKV_VK_K_ATTENTION] = {"attention", 12},
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
@@ -43,6 +46,7 @@ static const struct {
     [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
     [PKV_VK_K_LAYER_NORM] = {"layer_norm", 4},
     [PKV_VK_K_ATTENTION_WIN] = {"attention_win", 12}, [PKV_VK_K_SET_ROWS_WIN] = {"set_rows_win", 6},
+    [PKV_VK_K_ROPE_WIN] = {"rope_win", 6},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -384,15 +388,45 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: %s head size %d (the Vulkan kernel re-quantizes heads "
                        "of up to 512)", c->name, pkv_type_name(a->dtype), a->head_dim);
     int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
-    uint64_t xbytes = (uint64_t)(max_rows - 1) * a->row_stride +
-                      (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
+    if (a->n_rows <= 0 || max_rows <= 0) return PKV_OK; /* nothing to rotate */
+    const uint64_t head_bytes = (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim),
+                   rows = (uint64_t)max_rows;
+    uint64_t xbytes = (rows - 1) * a->row_stride + head_bytes;
     uint64_t work = (uint64_t)a->n_rows * (uint64_t)a->n_heads * (quant ? 1u : (uint64_t)(a->n_rot / 2));
-    TRY(fits(c, "rope", "x bytes", xbytes));
     TRY(fits(c, "rope", "rows*heads*pairs", work));
-    varg v[3] = {{"x", a->x, xbytes, (unsigned)es},
+    /* x larger than one window (cached K of a pool past maxStorageBufferRange,
+     * re-rotated after a shift) is bound as up to KV_WINDOWS windows of rpw rows. */
+    const uint64_t wb = window_bytes(c);
+    uint64_t rpw = rows, nw = 1;
+    if (xbytes > wb) {
+        rpw = wb >= head_bytes ? (wb - head_bytes) / PKV_MAX(a->row_stride, 1) + 1 : 0;
+        if (rpw == 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: a row of %llu bytes is larger than the device's "
+                           "storage buffer range of %llu bytes", c->name, (unsigned long long)head_bytes,
+                           (unsigned long long)c->max_range);
+        nw = CDIV(rows, rpw);
+        if (nw > KV_WINDOWS)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: x (%llu bytes) needs %llu windows of the device's "
+                           "storage buffer range of %llu bytes; the Vulkan kernel binds at most %u", c->name,
+                           (unsigned long long)xbytes, (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
+    }
+    varg v[6] = {{"x", a->x, (PKV_MIN(rpw, rows) - 1) * a->row_stride + head_bytes, (unsigned)es},
                  {"pos", a->pos, (uint64_t)a->n_rows * 4, 4},
                  {"rows", a->rows.buf ? a->rows : a->pos, (uint64_t)a->n_rows * 4, 4}};
-    uint32_t pc[17] = {0,
+    static const char *const xn[3] = {"x window 1", "x window 2", "x window 3"};
+    for (uint64_t w = 1; w < KV_WINDOWS; w++) {
+        v[2 + w] = v[0];
+        v[2 + w].name = xn[w - 1];
+        if (w < nw) {
+            const uint64_t r0 = w * rpw;
+            v[2 + w].t = pkv_tref_make(a->x.buf, a->x.off + r0 * a->row_stride);
+            v[2 + w].bytes = (PKV_MIN(rpw, rows - r0) - 1) * a->row_stride + head_bytes;
+        }
+    }
+    uint32_t pc[22] = {0,
+                       0,
+                       0,
+                       0,
                        0,
                        0,
                        (uint32_t)a->n_rows,
@@ -403,13 +437,15 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
                        a->neox ? 1u : 0u,
                        kv_code(a->dtype),
                        a->rows.buf ? 1u : 0u,
+                       (uint32_t)rpw,
+                       (uint32_t)rows,
                        fbits(a->freq_base),
                        fbits(a->freq_scale),
                        fbits(a->ext_factor),
                        fbits(a->corr_lo),
                        fbits(a->corr_hi),
                        fbits(a->mscale > 0 ? a->mscale : 1.0f)};
-    return dispatch(c, PKV_VK_K_ROPE, v, 3, pc, 17, CDIV(work, WG));
+    return dispatch(c, nw > 1 ? PKV_VK_K_ROPE_WIN : PKV_VK_K_ROPE, v, 6, pc, 22, CDIV(work, WG));
 }
 
 static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
