@@ -894,6 +894,225 @@ static void test_attention_opts(pkv_device *d, pkv_type kvt) {
     free(kf), free(vf), free(kb), free(vb);
 }
 
+/* K/V pools larger than the storage-buffer range, bound as several windows of
+ * whole pages (issue 30): PKV_VK_MAX_RANGE (a test-only knob) shrinks the range so
+ * that 40 pages of 8 tokens need four windows of 12 pages, for every K and V type
+ * and a mix of them, with and without window/softcap/sinks. The result must equal
+ * the reference (nmse) and, bit for bit, the same call on a device whose range
+ * holds the pools whole (the shader's arithmetic does not depend on the windows).
+ * Pages of the sequences are scattered over all four windows, one shared by two
+ * sequences, one id out of range. A pool that needs five windows is refused. */
+static pkv_device *open_vk(void);
+static void test_attention_windows(pkv_device *whole) {
+    enum { H = 4, KV = 2, DK = 64, DV = 32, PS = 8, NP = 40, NSEQ = 2, NQ = 5, NPAGES = 19 + 5 };
+    static const pkv_type combos[6][2] = {{PKV_TYPE_F32, PKV_TYPE_F32},   {PKV_TYPE_F16, PKV_TYPE_F16},
+                                          {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                                          {PKV_TYPE_F16, PKV_TYPE_Q4_0},  {PKV_TYPE_Q8_0, PKV_TYPE_F32}};
+    const size_t slots = (size_t)NP * PS * KV;
+    float *kf = malloc(sizeof(float) * slots * DK), *vf = malloc(sizeof(float) * slots * DV);
+    randv(kf, slots * DK, 1.0f);
+    randv(vf, slots * DV, 1.0f);
+    int32_t meta[2 * NQ + NSEQ + 1 + NPAGES];
+    const int32_t q_seq[NQ] = {0, 0, 1, 0, 1}, q_len[NQ] = {150, 1, 40, 77, 9};
+    memcpy(meta, q_seq, sizeof q_seq);
+    memcpy(meta + NQ, q_len, sizeof q_len);
+    int32_t *indptr = meta + 2 * NQ, *pages = indptr + NSEQ + 1;
+    indptr[0] = 0, indptr[1] = 19, indptr[2] = NPAGES;
+    for (int i = 0; i < 19; i++) pages[i] = (i * 7 + 3) % NP; /* 3, 10, 17, ..., every window */
+    pages[19] = 39, pages[20] = 10 /* shared with seq 0 */, pages[21] = 20, pages[22] = NP + 3, pages[23] = 0;
+    float q[NQ * H * DK], sinks[H];
+    randv(q, NQ * H * DK, 4.0f);
+    for (int h = 0; h < H; h++) sinks[h] = 2.0f * th_randf(&krng);
+    const size_t n_out = (size_t)NQ * H * DV;
+    float ref[NQ * H * DV], got[NQ * H * DV], got_whole[NQ * H * DV];
+    for (int ci = 0; ci < 6; ci++) {
+        const pkv_type kt = combos[ci][0], vt = combos[ci][1];
+        const size_t krow = pkv_type_row_bytes(kt, DK), vrow = pkv_type_row_bytes(vt, DV);
+        const size_t page = PS * KV * PKV_MAX(krow, vrow);
+        uint8_t *kb = malloc(slots * krow), *vb = malloc(slots * vrow);
+        make_weights(kt, kf, kb, (int64_t)slots, DK);
+        make_weights(vt, vf, vb, (int64_t)slots, DV);
+        /* 12 pages of the larger type per window: the range less the alignment
+         * slack (<= 260 bytes) holds 12 pages and not 13 (pages >= 576 bytes). */
+        char range[32];
+        snprintf(range, sizeof range, "%zu", 12 * page + 512);
+        setenv("PKV_VK_MAX_RANGE", range, 1);
+        pkv_device *d = open_vk();
+        REQUIRE_VOID(d != NULL);
+        const size_t koff = kt == PKV_TYPE_F32 ? PAD : PAD + 2;
+        pkv_device *devs[2] = {d, whole};
+        for (int opt = 0; opt < 2; opt++) {
+            for (int di = 0; di < 2; di++) {
+                pkv_device *dv = devs[di];
+                pkv_buffer *bk = up(dv, koff, kb, slots * krow), *bv = up(dv, 8, vb, slots * vrow),
+                           *bq = up(dv, 4, q, sizeof q), *bs = up(dv, PAD + 4, sinks, sizeof sinks),
+                           *bm = up(dv, 12, meta, sizeof meta), *bo = up(dv, PAD, NULL, n_out * 4);
+                pkv_k_attention_args a = {.q = pkv_tref_make(bq, 4), .k = pkv_tref_make(bk, koff),
+                                          .v = pkv_tref_make(bv, 8), .out = pkv_tref_make(bo, PAD),
+                                          .meta = pkv_tref_make(bm, 12), .k_type = kt, .v_type = vt, .n_q = NQ,
+                                          .n_seq = NSEQ, .meta_pages = NPAGES, .n_pages = NP, .page_size = PS,
+                                          .n_head = H, .n_kv = KV, .dk = DK, .dv = DV, .scale = 1.0f / 8.0f,
+                                          .window = opt ? 30 : 0, .softcap = opt ? 5.0f : 0.0f,
+                                          .sinks = opt ? pkv_tref_make(bs, PAD + 4) : (pkv_tref){0}};
+                CHECK_OK(pkv_buffer_fill(bo, PAD, n_out * 4, 0xFF)); /* NaN: every output must be written */
+                CHECK_OK(pkv_k_attention(dv, &a));
+                down(bo, PAD, di ? got_whole : got, n_out * 4);
+                if (di == 0) {
+                    pkv_ref_attention_sinks(&a, q, kb, vb, meta, opt ? sinks : NULL, ref);
+                    char what[96];
+                    snprintf(what, sizeof what, "attn windows K %s V %s%s", pkv_type_name(kt), pkv_type_name(vt),
+                             opt ? " w/c/s" : "");
+                    near(what, ref, got, n_out, 1e-8);
+                }
+                if (di == 0 && opt == 0) {
+                    /* 5 windows needed (8 pages per window): refused, naming the limit */
+                    snprintf(range, sizeof range, "%zu", 8 * page + 512);
+                    setenv("PKV_VK_MAX_RANGE", range, 1);
+                    pkv_device *d5 = open_vk();
+                    REQUIRE_VOID(d5 != NULL);
+                    pkv_buffer *k5 = up(d5, koff, kb, slots * krow), *v5 = up(d5, 8, vb, slots * vrow),
+                               *q5 = up(d5, 4, q, sizeof q), *m5 = up(d5, 12, meta, sizeof meta),
+                               *o5 = up(d5, PAD, NULL, n_out * 4);
+                    pkv_k_attention_args a5 = a;
+                    a5.q = pkv_tref_make(q5, 4), a5.k = pkv_tref_make(k5, koff), a5.v = pkv_tref_make(v5, 8);
+                    a5.out = pkv_tref_make(o5, PAD), a5.meta = pkv_tref_make(m5, 12);
+                    CHECK_INT(pkv_k_attention(d5, &a5), PKV_ERR_UNSUPPORTED);
+                    CHECK(strstr(pkv_errmsg(), "5 windows") != NULL);
+                    pkv_buffer_free(k5), pkv_buffer_free(v5), pkv_buffer_free(q5), pkv_buffer_free(m5), pkv_buffer_free(o5);
+                    pkv_device_close(d5);
+                }
+                pkv_buffer_free(bk), pkv_buffer_free(bv), pkv_buffer_free(bq), pkv_buffer_free(bs);
+                pkv_buffer_free(bm), pkv_buffer_free(bo);
+            }
+            CHECK_MEM(got, got_whole, n_out * 4);
+        }
+        pkv_device_close(d);
+        free(kb), free(vb);
+    }
+    unsetenv("PKV_VK_MAX_RANGE");
+    free(kf), free(vf);
+}
+
+/* set_rows into a KV pool larger than the storage-buffer range (issue 30): the
+ * pool bound as up to four windows of whole rows. PKV_VK_MAX_RANGE shrinks the
+ * range so 50 rows of 1 KiB (at an odd offset) need four windows of 13 rows;
+ * every KV type, rows written in every window and one index out of range; the
+ * whole pool (padding and untouched rows included) must equal pkv_ref_set_rows'
+ * bit for bit. Five windows are refused. */
+static void test_set_rows_windows(void) {
+    static const pkv_type types[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
+    enum { N = 12, ELEMS = 64, ROWS = 50, DSTRIDE = 1024 };
+    for (int ti = 0; ti < 4; ti++) {
+        const pkv_type dt = types[ti];
+        const size_t es = dt == PKV_TYPE_F32 ? 4 : 2, rb = pkv_type_row_bytes(dt, ELEMS);
+        const size_t sstride = ELEMS * 4 + 8, dstride = DSTRIDE; /* rows padded to 1 KiB, as a page stride */
+        /* 13 rows per window whatever the offset alignment in force (<= 256): a
+         * window of (K - 1) strides + a row + 260 bytes holds K rows */
+        char range[32];
+        snprintf(range, sizeof range, "%zu", 12 * dstride + rb + 260);
+        setenv("PKV_VK_MAX_RANGE", range, 1);
+        pkv_device *d = open_vk();
+        REQUIRE_VOID(d != NULL);
+        float *src = malloc(sstride * N);
+        randv(src, sstride * N / 4, 3.0f);
+        const size_t dbytes = dstride * ROWS;
+        uint8_t *want = malloc(dbytes), *got = malloc(dbytes);
+        for (size_t i = 0; i < dbytes; i++) want[i] = (uint8_t)th_rand(&krng);
+        const int32_t idx[N] = {0, 12, 13, 25, 26, 38, 39, 49, 7, 35, ROWS + 2, 20}; /* both ends of each window */
+        const size_t doff = PAD + (es == 2 ? 2 : 0);
+        pkv_buffer *bs = up(d, 4, src, sstride * N), *bd = up(d, doff, want, dbytes), *bi = up(d, 8, idx, sizeof idx);
+        pkv_k_set_rows_args sa = {pkv_tref_make(bs, 4), sstride, pkv_tref_make(bd, doff), dt, dstride, ROWS,
+                                  pkv_tref_make(bi, 8), N, ELEMS};
+        CHECK_OK(pkv_k_set_rows(d, &sa));
+        pkv_ref_set_rows(&sa, src, want, idx);
+        down(bd, doff, got, dbytes);
+        char what[64];
+        snprintf(what, sizeof what, "set_rows windows %s", pkv_type_name(dt));
+        th_checks++;
+        if (memcmp(got, want, dbytes) != 0) TH_FAIL("%s: pool differs from the reference", what);
+        else fprintf(stderr, "  %-28s bit-exact\n", what);
+        pkv_buffer_free(bs), pkv_buffer_free(bd), pkv_buffer_free(bi);
+        pkv_device_close(d);
+        /* 10 rows per window: 5 windows, refused */
+        snprintf(range, sizeof range, "%zu", 9 * dstride + rb + 260);
+        setenv("PKV_VK_MAX_RANGE", range, 1);
+        d = open_vk();
+        REQUIRE_VOID(d != NULL);
+        pkv_buffer *bs5 = up(d, 4, src, sstride * N), *bd5 = up(d, doff, want, dbytes), *bi5 = up(d, 8, idx, sizeof idx);
+        pkv_k_set_rows_args s5 = {pkv_tref_make(bs5, 4), sstride, pkv_tref_make(bd5, doff), dt, dstride, ROWS,
+                                  pkv_tref_make(bi5, 8), N, ELEMS};
+        CHECK_INT(pkv_k_set_rows(d, &s5), PKV_ERR_UNSUPPORTED);
+        CHECK(strstr(pkv_errmsg(), "5 windows") != NULL);
+        pkv_buffer_free(bs5), pkv_buffer_free(bd5), pkv_buffer_free(bi5);
+        pkv_device_close(d);
+        free(src), free(want), free(got);
+    }
+    unsetenv("PKV_VK_MAX_RANGE");
+}
+
+/* rope over rows of a KV pool larger than the storage-buffer range (the
+ * re-rotation of cached K after a shift): 50 rows of 1 KiB bound as four windows
+ * of 13 rows, rows listed in every window (both ends of each) and one out of
+ * range. The pool must equal, bit for bit, the same call on a device whose range
+ * holds it whole (the same arithmetic), the listed rows must have changed and no
+ * other byte; five windows are refused. Every KV type. */
+static void test_rope_windows(pkv_device *whole) {
+    static const pkv_type types[4] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0};
+    enum { N = 12, HEADS = 2, HD = 64, ROWS = 50, STRIDE = 1024 };
+    const int32_t rows[N] = {0, 12, 13, 25, 26, 38, 39, 49, 7, 35, ROWS + 2, 20};
+    int32_t pos[N];
+    for (int i = 0; i < N; i++) pos[i] = 1 + (int32_t)(th_rand(&krng) % 4000);
+    const size_t total = (size_t)STRIDE * ROWS;
+    uint8_t *init = malloc(total), *got = malloc(total), *want = malloc(total);
+    float v[HEADS * HD];
+    for (int ti = 0; ti < 4; ti++) {
+        const pkv_type dt = types[ti];
+        const size_t es = dt == PKV_TYPE_F32 ? 4 : 2, hb = HEADS * pkv_type_row_bytes(dt, HD);
+        for (size_t i = 0; i < total; i++) init[i] = (uint8_t)th_rand(&krng);
+        for (int r = 0; r < ROWS; r++) {
+            randv(v, HEADS * HD, 2.0f);
+            for (int hh = 0; hh < HEADS; hh++) make_weights(dt, v + hh * HD, init + (size_t)r * STRIDE + hh * (hb / HEADS), 1, HD);
+        }
+        const size_t xoff = PAD + (es == 2 ? 2 : 0);
+        for (int pass = 0; pass < 3; pass++) { /* 0: whole, 1: four windows, 2: five (refused) */
+            char range[32];
+            snprintf(range, sizeof range, "%zu", (size_t)(pass == 1 ? 12 : 9) * STRIDE + hb + 260);
+            if (pass) setenv("PKV_VK_MAX_RANGE", range, 1);
+            pkv_device *d = pass ? open_vk() : whole;
+            REQUIRE_VOID(d != NULL);
+            pkv_buffer *bx = up(d, xoff, init, total), *bp = up(d, 4, pos, sizeof pos), *br = up(d, 8, rows, sizeof rows);
+            pkv_k_rope_args ra = {.x = pkv_tref_make(bx, xoff), .dtype = dt, .n_rows = N, .max_rows = ROWS,
+                                  .row_stride = STRIDE, .n_heads = HEADS, .head_dim = HD, .n_rot = HD, .neox = ti % 2 == 1,
+                                  .freq_base = 10000.0f, .freq_scale = 1.0f, .pos = pkv_tref_make(bp, 4),
+                                  .rows = pkv_tref_make(br, 8)};
+            if (pass == 2) {
+                CHECK_INT(pkv_k_rope(d, &ra), PKV_ERR_UNSUPPORTED);
+                CHECK(strstr(pkv_errmsg(), "5 windows") != NULL);
+            } else {
+                CHECK_OK(pkv_k_rope(d, &ra));
+                down(bx, xoff, pass ? got : want, total);
+            }
+            pkv_buffer_free(bx), pkv_buffer_free(bp), pkv_buffer_free(br);
+            if (pass) pkv_device_close(d);
+        }
+        unsetenv("PKV_VK_MAX_RANGE");
+        char what[64];
+        snprintf(what, sizeof what, "rope windows %s", pkv_type_name(dt));
+        th_checks++;
+        if (memcmp(got, want, total) != 0) TH_FAIL("%s: pool differs from the one-window rotation", what);
+        else fprintf(stderr, "  %-28s bit-exact\n", what);
+        for (int r = 0; r < ROWS; r++) { /* the listed rows rotated, nothing else touched */
+            bool listed = false;
+            for (int i = 0; i < N; i++) listed |= rows[i] == r;
+            const uint8_t *a = init + (size_t)r * STRIDE, *b = got + (size_t)r * STRIDE;
+            CHECK(memcmp(a, b, hb) != 0 || !listed);
+            CHECK(memcmp(a, b, hb) == 0 || listed);
+            CHECK(memcmp(a + hb, b + hb, STRIDE - hb) == 0);
+        }
+    }
+    free(init), free(got), free(want);
+}
+
 /* Kernel arguments at offsets the shaders cannot address are refused with a
  * message, and nothing is written. */
 static void test_alignment(pkv_device *d) {
@@ -1116,13 +1335,14 @@ static void test_shader_needs(void) {
         if (n.uses_16bit || n.uses_8bit) TH_FAIL("shader %s declares 16/8-bit capabilities", sp->name);
         th_checks += 3;
         /* the sizes of the shared arrays in the sources */
-        if (!strcmp(sp->name, "attention")) CHECK_INT(n.shared_bytes, 512 * 4 + 64 * 4 + 64 * 4);
+        if (!strcmp(sp->name, "attention") || !strcmp(sp->name, "attention_win"))
+            CHECK_INT(n.shared_bytes, 512 * 4 + 64 * 4 + 64 * 4);
         if (!strcmp(sp->name, "matmul")) CHECK_INT(n.shared_bytes, 4 * 64 * 4);
         if (!strcmp(sp->name, "argmax")) CHECK_INT(n.shared_bytes, 64 * 4 * 2);
         if (!strcmp(sp->name, "matmul_sg")) CHECK_INT(n.shared_bytes, 0);
         seen++;
     }
-    CHECK(seen >= 18);
+    CHECK(seen >= 19);
     uint32_t junk[6] = {0x12345678u, 0, 0, 10, 0, 0};
     pkv_vk_shader_needs_t n;
     CHECK(pkv_vk_shader_needs(junk, 6, &n) != PKV_OK);
@@ -1284,6 +1504,12 @@ int main(void) {
     test_kquant(dev, PKV_TYPE_Q5_1, 100, 768, 9, false);
     pkv_device_close(dev);
     unsetenv("PKV_VK_MAX_RANGE");
+    dev = open_vk();
+    REQUIRE(dev != NULL);
+    test_attention_windows(dev);
+    test_rope_windows(dev);
+    pkv_device_close(dev);
+    test_set_rows_windows();
 
     test_alloc_failures();
     if (!getenv("PKV_VK_LIMITS")) test_profiles();

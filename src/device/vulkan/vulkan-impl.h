@@ -35,6 +35,9 @@ typedef enum pkv_vk_kernel {
     PKV_VK_K_GET_ROWS_INT, /* (q4_1 .. tq2_0; weights_int.glsl) */
     PKV_VK_K_MATMUL_INT_SG,
     PKV_VK_K_LAYER_NORM,
+    PKV_VK_K_ATTENTION_WIN, /* attention over K/V pools bound as several windows */
+    PKV_VK_K_SET_ROWS_WIN,  /* set_rows into a pool bound as several windows */
+    PKV_VK_K_ROPE_WIN,      /* rope on rows of a pool bound as several windows */
     PKV_VK_K_COUNT
 } pkv_vk_kernel;
 

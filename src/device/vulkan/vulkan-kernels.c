@@ -13,8 +13,11 @@
  * weights (17-byte blocks, no 16-bit fields) at any offset; anything else returns
  * PKV_ERR_UNSUPPORTED naming the argument. A window is at most
  * maxStorageBufferRange bytes (128 MiB on lavapipe): matmul and get_rows split
- * bigger weights and batches into chunks of rows (one dispatch each); for other
- * kernels a bigger argument is PKV_ERR_UNSUPPORTED. Attention needs dk <= 512 and
+ * bigger weights and batches into chunks of rows (one dispatch each); attention
+ * and set_rows bind a KV pool bigger than that as up to four windows of whole
+ * pages / rows (attention_win, set_rows_win: the same shaders compiled with
+ * KV_WINDOWED); for other kernels a bigger argument is PKV_ERR_UNSUPPORTED
+ * (PKV_VK_MAX_RANGE=BYTES, read at open, lowers the range for tests). Attention needs dk <= 512 and
  * dv <= 256; the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
  * KV pages of every KV type (f32, f16, q8_0, q4_0: kvq.glsl) are read and written
  * in place by set_rows, rope and attention. The recurrent kernels (ssm_conv,
@@ -35,13 +38,15 @@ static const struct {
     [PKV_VK_K_ADD] = {"add", 3},           [PKV_VK_K_SWIGLU] = {"swiglu", 3},
     [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
     [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
-    [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 3},
-    [PKV_VK_K_SET_ROWS] = {"set_rows", 3}, [PKV_VK_K_ATTENTION] = {"attention", 7},
+    [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 6},
+    [PKV_VK_K_SET_ROWS] = {"set_rows", 6}, [PKV_VK_K_ATTENTION] = {"attention", 13},
     [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
     [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
     [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
     [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
     [PKV_VK_K_LAYER_NORM] = {"layer_norm", 4},
+    [PKV_VK_K_ATTENTION_WIN] = {"attention_win", 13}, [PKV_VK_K_SET_ROWS_WIN] = {"set_rows_win", 6},
+    [PKV_VK_K_ROPE_WIN] = {"rope_win", 6},
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -49,6 +54,8 @@ static const struct {
 #define SG_TILE 8u  /* x rows per matmul_sg workgroup (NT in matmul_sg.comp) */
 #define SG_ROWS 8u  /* weight rows per matmul_sg workgroup (RPW) */
 #define PC_BYTES 128 /* push-constant range: the guaranteed minimum */
+#define MAX_BINDINGS 13 /* attention: q, k, v, out, meta, sinks, q_win, three more windows of k and of v */
+#define KV_WINDOWS 4u   /* windows of one K or V pool (kvq.glsl) */
 
 void pkv_vk_pipelines_destroy(pkv_vk_ctx *c) {
     for (int i = 0; i < PKV_VK_K_COUNT; i++) {
@@ -77,7 +84,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
     smi.codeSize = sp->bytes;
     smi.pCode = sp->code;
     if ((r = vkCreateShaderModule(c->dev, &smi, NULL, &p->module))) goto fail;
-    VkDescriptorSetLayoutBinding b[8];
+    VkDescriptorSetLayoutBinding b[MAX_BINDINGS];
     for (int i = 0; i < kinfo[k].n_bindings; i++) {
         b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
                                               .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -132,8 +139,8 @@ typedef struct {
 static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int nargs, uint32_t *pc, int pc_words,
                            uint64_t groups) {
     const char *kn = kinfo[k].name;
-    VkDescriptorBufferInfo bi[8];
-    VkWriteDescriptorSet w[8];
+    VkDescriptorBufferInfo bi[MAX_BINDINGS];
+    VkWriteDescriptorSet w[MAX_BINDINGS];
     uint64_t malign = c->limits.storage_align;
     if (malign < 4) malign = 4;
     for (int i = 0; i < nargs; i++) {
@@ -381,15 +388,45 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: %s head size %d (the Vulkan kernel re-quantizes heads "
                        "of up to 512)", c->name, pkv_type_name(a->dtype), a->head_dim);
     int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
-    uint64_t xbytes = (uint64_t)(max_rows - 1) * a->row_stride +
-                      (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
+    if (a->n_rows <= 0 || max_rows <= 0) return PKV_OK; /* nothing to rotate */
+    const uint64_t head_bytes = (uint64_t)a->n_heads * pkv_type_row_bytes(a->dtype, (size_t)a->head_dim),
+                   rows = (uint64_t)max_rows;
+    uint64_t xbytes = (rows - 1) * a->row_stride + head_bytes;
     uint64_t work = (uint64_t)a->n_rows * (uint64_t)a->n_heads * (quant ? 1u : (uint64_t)(a->n_rot / 2));
-    TRY(fits(c, "rope", "x bytes", xbytes));
     TRY(fits(c, "rope", "rows*heads*pairs", work));
-    varg v[3] = {{"x", a->x, xbytes, (unsigned)es},
+    /* x larger than one window (cached K of a pool past maxStorageBufferRange,
+     * re-rotated after a shift) is bound as up to KV_WINDOWS windows of rpw rows. */
+    const uint64_t wb = window_bytes(c);
+    uint64_t rpw = rows, nw = 1;
+    if (xbytes > wb) {
+        rpw = wb >= head_bytes ? (wb - head_bytes) / PKV_MAX(a->row_stride, 1) + 1 : 0;
+        if (rpw == 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: a row of %llu bytes is larger than the device's "
+                           "storage buffer range of %llu bytes", c->name, (unsigned long long)head_bytes,
+                           (unsigned long long)c->max_range);
+        nw = CDIV(rows, rpw);
+        if (nw > KV_WINDOWS)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: x (%llu bytes) needs %llu windows of the device's "
+                           "storage buffer range of %llu bytes; the Vulkan kernel binds at most %u", c->name,
+                           (unsigned long long)xbytes, (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
+    }
+    varg v[6] = {{"x", a->x, (PKV_MIN(rpw, rows) - 1) * a->row_stride + head_bytes, (unsigned)es},
                  {"pos", a->pos, (uint64_t)a->n_rows * 4, 4},
                  {"rows", a->rows.buf ? a->rows : a->pos, (uint64_t)a->n_rows * 4, 4}};
-    uint32_t pc[17] = {0,
+    static const char *const xn[3] = {"x window 1", "x window 2", "x window 3"};
+    for (uint64_t w = 1; w < KV_WINDOWS; w++) {
+        v[2 + w] = v[0];
+        v[2 + w].name = xn[w - 1];
+        if (w < nw) {
+            const uint64_t r0 = w * rpw;
+            v[2 + w].t = pkv_tref_make(a->x.buf, a->x.off + r0 * a->row_stride);
+            v[2 + w].bytes = (PKV_MIN(rpw, rows - r0) - 1) * a->row_stride + head_bytes;
+        }
+    }
+    uint32_t pc[22] = {0,
+                       0,
+                       0,
+                       0,
                        0,
                        0,
                        (uint32_t)a->n_rows,
@@ -400,13 +437,15 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
                        a->neox ? 1u : 0u,
                        kv_code(a->dtype),
                        a->rows.buf ? 1u : 0u,
+                       (uint32_t)rpw,
+                       (uint32_t)rows,
                        fbits(a->freq_base),
                        fbits(a->freq_scale),
                        fbits(a->ext_factor),
                        fbits(a->corr_lo),
                        fbits(a->corr_hi),
                        fbits(a->mscale > 0 ? a->mscale : 1.0f)};
-    return dispatch(c, PKV_VK_K_ROPE, v, 3, pc, 17, CDIV(work, WG));
+    return dispatch(c, nw > 1 ? PKV_VK_K_ROPE_WIN : PKV_VK_K_ROPE, v, 6, pc, 22, CDIV(work, WG));
 }
 
 static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
@@ -417,16 +456,44 @@ static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
         return pkv_err(PKV_ERR_UNSUPPORTED,
                        "kernel set_rows on %s: strides (src %zu, dst %zu) must be multiples of 4 and %zu bytes",
                        c->name, a->src_stride, a->dst_stride, es);
+    if (a->n <= 0 || a->dst_rows <= 0) return PKV_OK; /* nothing to write */
+    const uint64_t row_bytes = pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems), rows = (uint64_t)a->dst_rows;
     uint64_t sbytes = (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4;
-    uint64_t dbytes = (uint64_t)(a->dst_rows - 1) * a->dst_stride + pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems);
+    uint64_t dbytes = (rows - 1) * a->dst_stride + row_bytes;
     uint64_t work = (uint64_t)a->n * (uint64_t)a->row_elems / (quant ? 32u : 1u);
     TRY(fits(c, "set_rows", "src bytes", sbytes));
-    TRY(fits(c, "set_rows", "dst bytes", dbytes));
     TRY(fits(c, "set_rows", "n*row_elems", (uint64_t)a->n * (uint64_t)a->row_elems));
-    varg v[3] = {{"src", a->src, sbytes, 4}, {"dst", a->dst, dbytes, (unsigned)es}, {"idx", a->idx, (uint64_t)a->n * 4, 4}};
-    uint32_t pc[9] = {0, 0, 0, (uint32_t)a->n, (uint32_t)a->row_elems, (uint32_t)a->src_stride,
-                      (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, kv_code(a->dst_type)};
-    return dispatch(c, PKV_VK_K_SET_ROWS, v, 3, pc, 9, CDIV(work, WG));
+    /* A dst larger than one window (a layer's KV pool past maxStorageBufferRange)
+     * is bound as up to KV_WINDOWS windows of rpw rows each. */
+    const uint64_t wb = window_bytes(c);
+    uint64_t rpw = PKV_MAX(rows, 1), nw = 1;
+    if (dbytes > wb) {
+        rpw = wb >= row_bytes ? (wb - row_bytes) / PKV_MAX(a->dst_stride, 1) + 1 : 0;
+        if (rpw == 0) /* dst_stride >= row_bytes, so rpw >= 1 whenever a row fits */
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel set_rows on %s: a row of %llu bytes is larger than the device's "
+                           "storage buffer range of %llu bytes", c->name, (unsigned long long)row_bytes,
+                           (unsigned long long)c->max_range);
+        nw = CDIV(rows, rpw);
+        if (nw > KV_WINDOWS)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel set_rows on %s: dst (%llu bytes) needs %llu windows of the "
+                           "device's storage buffer range of %llu bytes; the Vulkan kernel binds at most %u", c->name,
+                           (unsigned long long)dbytes, (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
+    }
+    const uint64_t w0 = (PKV_MIN(rpw, rows) - 1) * a->dst_stride + row_bytes;
+    varg v[6] = {{"src", a->src, sbytes, 4}, {"dst", a->dst, w0, (unsigned)es}, {"idx", a->idx, (uint64_t)a->n * 4, 4}};
+    static const char *const dn[3] = {"dst window 1", "dst window 2", "dst window 3"};
+    for (uint64_t w = 1; w < KV_WINDOWS; w++) {
+        v[2 + w] = v[1];
+        v[2 + w].name = dn[w - 1];
+        if (w < nw) {
+            const uint64_t r0 = w * rpw;
+            v[2 + w].t = pkv_tref_make(a->dst.buf, a->dst.off + r0 * a->dst_stride);
+            v[2 + w].bytes = (PKV_MIN(rpw, rows - r0) - 1) * a->dst_stride + row_bytes;
+        }
+    }
+    uint32_t pc[13] = {0, 0, 0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->row_elems, (uint32_t)a->src_stride,
+                       (uint32_t)a->dst_stride, (uint32_t)a->dst_rows, kv_code(a->dst_type), (uint32_t)rpw};
+    return dispatch(c, nw > 1 ? PKV_VK_K_SET_ROWS_WIN : PKV_VK_K_SET_ROWS, v, 6, pc, 13, CDIV(work, WG));
 }
 
 static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
@@ -435,24 +502,63 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
                        "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
     const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
-    uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
-    TRY(fits(c, "attention", "k bytes", slots * krow));
-    TRY(fits(c, "attention", "v bytes", slots * vrow));
+    const uint64_t n_pages = (uint64_t)PKV_MAX(a->n_pages, 0), page_slots = (uint64_t)a->page_size * (uint64_t)a->n_kv;
+    const uint64_t kpage = page_slots * krow, vpage = page_slots * vrow, slots = n_pages * page_slots;
+    /* The shader keeps a slot index in an int. */
+    if (slots > INT32_MAX)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: %llu KV slots exceed 2^31", c->name,
+                       (unsigned long long)slots);
+    /* A pool larger than one window is bound as up to KV_WINDOWS windows of ppw
+     * whole pages each (the same pages for K and V); each window starts at the
+     * storage offset alignment below its first page, the rest in push constants. */
+    const uint64_t wb = window_bytes(c);
+    uint64_t ppw = PKV_MAX(n_pages, 1), nw = 1;
+    if (n_pages * kpage > wb || n_pages * vpage > wb) {
+        ppw = PKV_MIN(wb / PKV_MAX(kpage, 1), wb / PKV_MAX(vpage, 1));
+        if (ppw == 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: a KV page (K %llu, V %llu bytes) is larger "
+                           "than the device's storage buffer range of %llu bytes", c->name, (unsigned long long)kpage,
+                           (unsigned long long)vpage, (unsigned long long)c->max_range);
+        nw = CDIV(n_pages, ppw);
+        if (nw > KV_WINDOWS)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: the K/V pools (%llu and %llu bytes) need %llu "
+                           "windows of the device's storage buffer range of %llu bytes; the Vulkan kernel binds at most %u",
+                           c->name, (unsigned long long)(n_pages * kpage), (unsigned long long)(n_pages * vpage),
+                           (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
+    }
     const bool has_sinks = a->sinks.buf != NULL, has_qwin = a->q_win.buf != NULL;
-    /* Without sinks (q_win), binding 5 (6) is a 4-byte window of meta that the shader never reads. */
-    varg v[7] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
-                 {"k", a->k, slots * krow, type_align(a->k_type)},
-                 {"v", a->v, slots * vrow, type_align(a->v_type)},
-                 {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
-                 {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4},
-                 {"sinks", has_sinks ? a->sinks : a->meta, has_sinks ? (uint64_t)a->n_head * 4 : 4, 4},
-                 {"q_win", has_qwin ? a->q_win : a->meta, has_qwin ? (uint64_t)a->n_q * 4 : 4, 4}};
-    uint32_t pc[24] = {0, 0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq, (uint32_t)a->n_pages,
-                       (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv, (uint32_t)a->dk,
-                       (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow, (uint32_t)vrow,
-                       fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u,
-                       has_qwin ? 1u : 0u};
-    return dispatch(c, PKV_VK_K_ATTENTION, v, 7, pc, 24, (uint64_t)a->n_q * (uint64_t)a->n_head);
+    /* Without sinks (q_win), binding 5 (6) is a 4-byte window of meta that the shader
+     * never reads; windows the pools do not need repeat window 0 (never read). */
+    varg v[MAX_BINDINGS] = {{"q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4, 4},
+                            {"k", a->k, PKV_MIN(ppw, n_pages) * kpage, type_align(a->k_type)},
+                            {"v", a->v, PKV_MIN(ppw, n_pages) * vpage, type_align(a->v_type)},
+                            {"out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4, 4},
+                            {"meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4, 4},
+                            {"sinks", has_sinks ? a->sinks : a->meta, has_sinks ? (uint64_t)a->n_head * 4 : 4, 4},
+                            {"q_win", has_qwin ? a->q_win : a->meta, has_qwin ? (uint64_t)a->n_q * 4 : 4, 4}};
+    static const char *const kn[3] = {"k window 1", "k window 2", "k window 3"},
+                             *const vn[3] = {"v window 1", "v window 2", "v window 3"};
+    for (uint64_t w = 1; w < KV_WINDOWS; w++) {
+        varg *kw = &v[6 + w], *vw = &v[9 + w];
+        *kw = v[1];
+        *vw = v[2];
+        kw->name = kn[w - 1];
+        vw->name = vn[w - 1];
+        if (w < nw) {
+            const uint64_t p0 = w * ppw, np = PKV_MIN(ppw, n_pages - p0);
+            kw->t = pkv_tref_make(a->k.buf, a->k.off + p0 * kpage);
+            kw->bytes = np * kpage;
+            vw->t = pkv_tref_make(a->v.buf, a->v.off + p0 * vpage);
+            vw->bytes = np * vpage;
+        }
+    }
+    uint32_t pc[31] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq,
+                       (uint32_t)a->n_pages, (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv,
+                       (uint32_t)a->dk, (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow,
+                       (uint32_t)vrow, fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u,
+                       has_qwin ? 1u : 0u, (uint32_t)ppw};
+    return dispatch(c, nw > 1 ? PKV_VK_K_ATTENTION_WIN : PKV_VK_K_ATTENTION, v, MAX_BINDINGS, pc, 31,
+                    (uint64_t)a->n_q * (uint64_t)a->n_head);
 }
 
 static pkv_status vk_softmax(void *ctx, const pkv_k_softmax_args *a) {

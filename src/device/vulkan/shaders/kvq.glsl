@@ -24,6 +24,34 @@
         return half_to_float(LDH(B, b)) * float(int(j < 16u ? (by & 15u) : (by >> 4)) - 8); \
     }
 
+// A KV pool larger than one storage-buffer window (maxStorageBufferRange) is
+// bound as up to KV_WINDOWS windows of whole pages, each a binding of its own
+// (four separate bindings, chosen by a branch on the window index, need no
+// descriptor-indexing feature). WORDS(w, i) is word i of window w; the loader
+// reads element c of the row at byte rb of window w, as KV_LOADER does.
+#define KV_WINDOWS 4u
+#define KV_WINDOW_WORDS(NAME, B0, B1, B2, B3)                                      \
+    uint NAME(uint w, uint i) {                                                    \
+        if (w == 0u) return B0.d[i];                                               \
+        if (w == 1u) return B1.d[i];                                               \
+        if (w == 2u) return B2.d[i];                                               \
+        return B3.d[i];                                                            \
+    }
+#define KV_LOADER_W(NAME, WORDS)                                                   \
+    float NAME(uint w, uint t, uint rb, uint c) {                                  \
+        if (t == KVT_F32) return uintBitsToFloat(WORDS(w, (rb + c * 4u) >> 2));    \
+        if (t == KVT_F16) {                                                        \
+            uint a = rb + c * 2u;                                                  \
+            return half_to_float((WORDS(w, a >> 2) >> ((a & 2u) * 8u)) & 0xffffu);  \
+        }                                                                          \
+        uint b = rb + (c >> 5) * (t == KVT_Q8_0 ? 34u : 18u);                      \
+        float d = half_to_float((WORDS(w, b >> 2) >> ((b & 2u) * 8u)) & 0xffffu);  \
+        uint j = c & 31u, a = b + 2u + (t == KVT_Q8_0 ? j : (j & 15u));            \
+        uint by = (WORDS(w, a >> 2) >> ((a & 3u) * 8u)) & 0xffu;                   \
+        if (t == KVT_Q8_0) return d * float(int(by) >= 128 ? int(by) - 256 : int(by)); \
+        return d * float(int(j < 16u ? (by & 15u) : (by >> 4)) - 8);               \
+    }
+
 // Store bytes [a, a + n) of B from by[] (n <= 34). Words wholly inside the range
 // are stored; the words at its ends may hold another invocation's bytes, so they
 // are updated with two atomics on disjoint bits.
