@@ -76,6 +76,50 @@
         }                                                                          \
     }
 
+// A pool bound as up to four windows B0..B3 (the KV_WINDOWED shaders): ST, AND
+// and OR store word i of window w, and apply the two atomics of a partial-word
+// store; KV_WINDOW_BYTE_STORER(NAME, ST, AND, OR) is KV_BYTE_STORER over them,
+// NAME(w, a, n, by) storing bytes [a, a + n) of window w.
+#define KV_WINDOW_STORES(ST, AND, OR, B0, B1, B2, B3)                             \
+    void ST(uint w, uint i, uint v) {                                              \
+        if (w == 0u) B0.d[i] = v;                                                  \
+        else if (w == 1u) B1.d[i] = v;                                             \
+        else if (w == 2u) B2.d[i] = v;                                             \
+        else B3.d[i] = v;                                                          \
+    }                                                                              \
+    void AND(uint w, uint i, uint m) {                                             \
+        if (w == 0u) atomicAnd(B0.d[i], m);                                        \
+        else if (w == 1u) atomicAnd(B1.d[i], m);                                   \
+        else if (w == 2u) atomicAnd(B2.d[i], m);                                   \
+        else atomicAnd(B3.d[i], m);                                                \
+    }                                                                              \
+    void OR(uint w, uint i, uint m) {                                              \
+        if (w == 0u) atomicOr(B0.d[i], m);                                         \
+        else if (w == 1u) atomicOr(B1.d[i], m);                                    \
+        else if (w == 2u) atomicOr(B2.d[i], m);                                    \
+        else atomicOr(B3.d[i], m);                                                 \
+    }
+#define KV_WINDOW_BYTE_STORER(NAME, ST, AND, OR)                                   \
+    void NAME(uint w, uint a, uint n, uint by[34]) {                               \
+        uint w0 = a >> 2, w1 = (a + n - 1u) >> 2;                                  \
+        for (uint wi = w0; wi <= w1; wi++) {                                       \
+            uint val = 0u, mask = 0u;                                              \
+            for (uint k = 0u; k < 4u; k++) {                                       \
+                uint ad = wi * 4u + k;                                             \
+                if (ad >= a && ad < a + n) {                                       \
+                    val |= (by[ad - a] & 0xffu) << (8u * k);                       \
+                    mask |= 0xffu << (8u * k);                                     \
+                }                                                                  \
+            }                                                                      \
+            if (mask == 0xffffffffu) {                                             \
+                ST(w, wi, val);                                                    \
+            } else {                                                               \
+                AND(w, wi, ~mask);                                                 \
+                OR(w, wi, val);                                                    \
+            }                                                                      \
+        }                                                                          \
+    }
+
 // One block of 32 floats x quantized as quant.h's reference quantizers do, into
 // by[0..block bytes). Returns the block's byte count.
 uint kv_quant_block(uint t, float x[32], out uint by[34]) {

@@ -34,25 +34,8 @@ float rope_theta(float pos, uint i) {
 }
 // Word i of window w of x: load, store, and the atomics of a partial-word store.
 #ifdef KV_WINDOWED
-uint x_ld(uint w, uint i) { return w == 0u ? x.d[i] : w == 1u ? x1.d[i] : w == 2u ? x2.d[i] : x3.d[i]; }
-void x_st(uint w, uint i, uint v) {
-    if (w == 0u) x.d[i] = v;
-    else if (w == 1u) x1.d[i] = v;
-    else if (w == 2u) x2.d[i] = v;
-    else x3.d[i] = v;
-}
-void x_and(uint w, uint i, uint m) {
-    if (w == 0u) atomicAnd(x.d[i], m);
-    else if (w == 1u) atomicAnd(x1.d[i], m);
-    else if (w == 2u) atomicAnd(x2.d[i], m);
-    else atomicAnd(x3.d[i], m);
-}
-void x_or(uint w, uint i, uint m) {
-    if (w == 0u) atomicOr(x.d[i], m);
-    else if (w == 1u) atomicOr(x1.d[i], m);
-    else if (w == 2u) atomicOr(x2.d[i], m);
-    else atomicOr(x3.d[i], m);
-}
+KV_WINDOW_WORDS(x_ld, x, x1, x2, x3)
+KV_WINDOW_STORES(x_st, x_and, x_or, x, x1, x2, x3)
 uint x_off(uint w) { return w == 0u ? pc.ox : w == 1u ? pc.ox1 : w == 2u ? pc.ox2 : pc.ox3; }
 #else
 uint x_ld(uint w, uint i) { return x.d[i]; }
@@ -69,25 +52,7 @@ void x_sth(uint w, uint a, uint h) {
     x_or(w, a >> 2, (h & 0xffffu) << s);
 }
 // Bytes [a, a + n) of window w from by[] (n <= 34), as kvq.glsl's KV_BYTE_STORER.
-void store_bytes(uint w, uint a, uint n, uint by[34]) {
-    uint w0 = a >> 2, w1 = (a + n - 1u) >> 2;
-    for (uint wi = w0; wi <= w1; wi++) {
-        uint val = 0u, mask = 0u;
-        for (uint k = 0u; k < 4u; k++) {
-            uint ad = wi * 4u + k;
-            if (ad >= a && ad < a + n) {
-                val |= (by[ad - a] & 0xffu) << (8u * k);
-                mask |= 0xffu << (8u * k);
-            }
-        }
-        if (mask == 0xffffffffu) {
-            x_st(w, wi, val);
-        } else {
-            x_and(w, wi, ~mask);
-            x_or(w, wi, val);
-        }
-    }
-}
+KV_WINDOW_BYTE_STORER(store_bytes, x_st, x_and, x_or)
 
 void rope_quant(uint e) {
     if (e >= pc.n_rows * pc.n_heads) return;

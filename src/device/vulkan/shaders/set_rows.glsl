@@ -22,24 +22,7 @@ layout(push_constant) uniform PC {
 
 // Word i of window w of dst: store, and the two atomics of a partial-word store.
 #ifdef KV_WINDOWED
-void dst_st(uint w, uint i, uint v) {
-    if (w == 0u) dst.d[i] = v;
-    else if (w == 1u) dst1.d[i] = v;
-    else if (w == 2u) dst2.d[i] = v;
-    else dst3.d[i] = v;
-}
-void dst_and(uint w, uint i, uint m) {
-    if (w == 0u) atomicAnd(dst.d[i], m);
-    else if (w == 1u) atomicAnd(dst1.d[i], m);
-    else if (w == 2u) atomicAnd(dst2.d[i], m);
-    else atomicAnd(dst3.d[i], m);
-}
-void dst_or(uint w, uint i, uint m) {
-    if (w == 0u) atomicOr(dst.d[i], m);
-    else if (w == 1u) atomicOr(dst1.d[i], m);
-    else if (w == 2u) atomicOr(dst2.d[i], m);
-    else atomicOr(dst3.d[i], m);
-}
+KV_WINDOW_STORES(dst_st, dst_and, dst_or, dst, dst1, dst2, dst3)
 uint dst_off(uint w) { return w == 0u ? pc.od : w == 1u ? pc.od1 : w == 2u ? pc.od2 : pc.od3; }
 #else
 void dst_st(uint w, uint i, uint v) { dst.d[i] = v; }
@@ -48,28 +31,8 @@ void dst_or(uint w, uint i, uint m) { atomicOr(dst.d[i], m); }
 uint dst_off(uint w) { return pc.od; }
 #endif
 
-// Store bytes [a, a + n) of window w from by[] (n <= 34): words wholly inside the
-// range are stored; the words at its ends may hold another invocation's bytes,
-// so they are updated with two atomics on disjoint bits (kvq.glsl's KV_BYTE_STORER).
-void store_bytes(uint w, uint a, uint n, uint by[34]) {
-    uint w0 = a >> 2, w1 = (a + n - 1u) >> 2;
-    for (uint wi = w0; wi <= w1; wi++) {
-        uint val = 0u, mask = 0u;
-        for (uint k = 0u; k < 4u; k++) {
-            uint ad = wi * 4u + k;
-            if (ad >= a && ad < a + n) {
-                val |= (by[ad - a] & 0xffu) << (8u * k);
-                mask |= 0xffu << (8u * k);
-            }
-        }
-        if (mask == 0xffffffffu) {
-            dst_st(w, wi, val);
-        } else {
-            dst_and(w, wi, ~mask);
-            dst_or(w, wi, val);
-        }
-    }
-}
+// Bytes [a, a + n) of window w from by[] (n <= 34), as kvq.glsl's KV_BYTE_STORER.
+KV_WINDOW_BYTE_STORER(store_bytes, dst_st, dst_and, dst_or)
 
 void main() {
     uint e = group_id() * WG + gl_LocalInvocationID.x;
