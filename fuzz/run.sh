@@ -47,6 +47,9 @@ run_one() {
     if [ $rc -ne 0 ]; then
       echo "FAIL: $h exited with $rc; the report:"
       grep -E "ERROR: |FUZZ_CHECK failed|runtime error|SUMMARY" "$log" | head -8 | sed 's/^/   /'
+      # the first stack of the report (where it crashed, or where the leaked block
+      # was allocated), so a CI log alone names the culprit
+      awk '/^ *#[0-9]+ 0x/ {print; n++; if (n >= 16) exit; next} n > 0 {exit}' "$log" | sed 's/^/   /'
       for unit in $(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log"); do
         echo "   saved: $unit"
         echo "   reproduce: $bin $unit"

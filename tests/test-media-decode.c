@@ -4,7 +4,7 @@
  * same libraries' encoders from known samples and pixels, and the decode is checked
  * against them:
  *   - 16-bit PCM WAV and FLAC decode to exactly v / 32768; stereo to the exact mean
- *     of the two channels; Ogg/Vorbis (decoded by libvorbisfile) within a
+ *     of the two channels; Ogg/Vorbis (decoded by libogg + libvorbis) within a
  *     lossy-codec tolerance (max error 0.05 on a 0.5 sine);
  *   - a 44.1 kHz sine resampled to 16 kHz keeps its frequency and amplitude
  *     (against the analytic sine at 16 kHz: max error < 2e-3 away from the ends);
@@ -27,6 +27,9 @@
 #endif
 #ifdef PKV_HAVE_SPNG
 #include <spng.h>
+#endif
+#if defined(PKV_HAVE_VORBIS) && defined(PKV_HAVE_OGG)
+#include <ogg/ogg.h>
 #endif
 #ifdef PKV_HAVE_JPEG
 #include <jpeglib.h>
@@ -294,15 +297,51 @@ static void test_audio_resample_and_lossy(void) {
         pkv_media_free(t);
     }
     th_checks++;
-    /* a corrupted header page (fuzz-audio found libsndfile 1.2.0 leaking on such
-     * files: Ogg now goes to libvorbisfile; ASan's leak check covers this) */
+    /* whole-file variants: the same stream twice (chained) and junk after the end
+     * of the stream are refused; a good first header followed by a malformed
+     * second one, its page checksum made valid so the codec reads it (fuzz-audio
+     * found libsndfile 1.2.0 and libvorbisfile 1.3.7 leaking on malformed Ogg
+     * files: Ogg is now read with libogg + libvorbis; ASan's leak check, in make
+     * test-asan, covers these refusals) */
+    {
+        membuf c = {malloc(2 * m.n), 2 * m.n, 2 * m.n, 0};
+        memcpy(c.d, m.d, m.n);
+        memcpy(c.d + m.n, m.d, m.n);
+        CHECK_STATUS(pkv_audio_decode(c.d, c.n, 16000, NULL, &s, &n), PKV_ERR_UNSUPPORTED);
+        CHECK_MSG("more than one logical stream");
+        memcpy(c.d + m.n, "junk", 4);
+        CHECK_STATUS(pkv_audio_decode(c.d, m.n + 4, 16000, NULL, &s, &n), PKV_ERR_UNSUPPORTED);
+        CHECK_MSG("follow the Ogg stream's end");
+        memcpy(c.d, m.d, m.n);
+        size_t at = 0;
+        for (size_t i = 0; i + 11 < c.n && !at; i++)
+            if (!memcmp(c.d + i, "\x03vorbis", 7)) at = i;
+        CHECK(at > 0);
+        size_t pg = at;
+        while (pg > 0 && memcmp(c.d + pg, "OggS", 4)) pg--;
+        if (at > 0 && !memcmp(c.d + pg, "OggS", 4)) {
+            c.d[at + 7] = 0xff, c.d[at + 8] = 0xff, c.d[at + 9] = 0xff, c.d[at + 10] = 0x7f; /* vendor length */
+            ogg_page og;
+            og.header = c.d + pg;
+            og.header_len = 27 + c.d[pg + 26];
+            og.body = og.header + og.header_len;
+            og.body_len = 0;
+            for (int k = 0; k < c.d[pg + 26]; k++) og.body_len += c.d[pg + 27 + k];
+            ogg_page_checksum_set(&og);
+            CHECK_STATUS(pkv_audio_decode(c.d, m.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+            CHECK_MSG("malformed Vorbis header (packet 1)");
+            CHECK(s == NULL && n == 0);
+        }
+        free(c.d);
+    }
+    /* a corrupted header page: its checksum fails */
     for (size_t i = 0; i + 7 < m.n; i++)
         if (!memcmp(m.d + i, "\x05vorbis", 7)) {
             m.d[i + 20] ^= 0x5a;
             break;
         }
     CHECK_STATUS(pkv_audio_decode(m.d, m.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
-    CHECK_MSG("Ogg");
+    CHECK_MSG("Ogg: a corrupt page");
     memcpy(m.d, "OggS\0\0\0\0", 8); /* a page header wrecked */
     CHECK_STATUS(pkv_audio_decode(m.d, m.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
     free(m.d);
@@ -736,7 +775,7 @@ int main(void) {
 #else
     fprintf(stderr, "built without libsndfile: only its refusal is checked\n");
 #endif
-#if defined(PKV_HAVE_SNDFILE) && defined(PKV_HAVE_SOXR) && defined(PKV_HAVE_VORBISFILE)
+#if defined(PKV_HAVE_SNDFILE) && defined(PKV_HAVE_SOXR) && defined(PKV_HAVE_VORBIS) && defined(PKV_HAVE_OGG)
     test_audio_resample_and_lossy();
 #endif
 #ifdef PKV_HAVE_SPNG

@@ -1,10 +1,11 @@
-/* Media file decoding: audio through libsndfile (WAV, FLAC) and libvorbisfile
+/* Media file decoding: audio through libsndfile (WAV, FLAC) and libogg + libvorbis
  * (Ogg/Vorbis) resampled with soxr, images through libspng (PNG) and libjpeg-turbo (JPEG). Each library is
  * optional at build time (CMakeLists.txt finds it with pkg-config and defines
  * PKV_HAVE_<LIB>); without one the decoder it serves returns PKV_ERR_UNSUPPORTED
- * naming the library. Ogg/Vorbis goes to libvorbisfile rather than libsndfile:
- * libsndfile 1.2.0 leaks the Vorbis header state of every malformed Ogg file it
- * refuses (found by fuzz-audio), which a server taking uploads cannot afford.
+ * naming the library. Ogg/Vorbis is read here with libogg and libvorbis's
+ * low-level calls, not through libsndfile or libvorbisfile: both leak on some
+ * malformed Ogg files (found by fuzz-audio), which a server taking uploads cannot
+ * afford (vorbis_read below).
  * Every input is a file image in memory and is treated as
  * hostile: the kind is sniffed from its magic bytes (only the formats listed are
  * handed to a library), the limits (pkv_media_limits) are checked against the
@@ -24,8 +25,10 @@
 #ifdef PKV_HAVE_SOXR
 #include <soxr.h>
 #endif
-#ifdef PKV_HAVE_VORBISFILE
-#include <vorbis/vorbisfile.h>
+#if defined(PKV_HAVE_VORBIS) && defined(PKV_HAVE_OGG)
+#define PKV_HAVE_OGG_VORBIS 1
+#include <ogg/ogg.h>
+#include <vorbis/codec.h>
 #endif
 #ifdef PKV_HAVE_SPNG
 #include <spng.h>
@@ -66,11 +69,6 @@ static const char *magic_hex(const uint8_t *d, size_t n, char *buf, size_t cap) 
 static uint32_t rd32le(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 /* ------------------------------------------------------------------ audio */
-
-typedef struct mem_file_ov {
-    const uint8_t *d;
-    size_t n, pos;
-} mem_file_ov;
 
 typedef enum { AUDIO_WAV, AUDIO_RF64, AUDIO_FLAC, AUDIO_OGG, AUDIO_NONE } audio_kind;
 
@@ -151,7 +149,7 @@ static bool audio_format_ok(int major, int sub) {
                sub == SF_FORMAT_PCM_32 || sub == SF_FORMAT_FLOAT || sub == SF_FORMAT_DOUBLE ||
                sub == SF_FORMAT_ULAW || sub == SF_FORMAT_ALAW;
     case SF_FORMAT_FLAC: return sub == SF_FORMAT_PCM_S8 || sub == SF_FORMAT_PCM_16 || sub == SF_FORMAT_PCM_24;
-    default: return false; /* Ogg goes to libvorbisfile; libsndfile never sees it */
+    default: return false; /* Ogg is read by vorbis_read; libsndfile never sees it */
     }
 }
 
@@ -291,128 +289,212 @@ done:
 }
 #endif
 
-#ifdef PKV_HAVE_VORBISFILE
-static size_t ovm_read(void *p, size_t size, size_t nmemb, void *u) {
-    mem_file_ov *m = u;
-    if (size == 0 || m->pos >= m->n) return 0;
-    size_t want = nmemb, have = (m->n - m->pos) / size;
-    if (want > have) want = have;
-    memcpy(p, m->d + m->pos, want * size);
-    m->pos += want * size;
-    return want;
-}
-static int ovm_seek(void *u, ogg_int64_t off, int whence) {
-    mem_file_ov *m = u;
-    ogg_int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? (ogg_int64_t)m->pos : (ogg_int64_t)m->n;
-    if (off < -base || off > (ogg_int64_t)m->n - base) return -1;
-    m->pos = (size_t)(base + off);
-    return 0;
-}
-static long ovm_tell(void *u) { return (long)((mem_file_ov *)u)->pos; }
+#ifdef PKV_HAVE_OGG_VORBIS
+/* Ogg/Vorbis through libogg (pages, packets) and libvorbis (the codec), driven
+ * here rather than through libvorbisfile: libvorbisfile 1.3.7 (Debian 12) leaks
+ * its list of stream serial numbers when a file's first Vorbis header is good and
+ * a later one is not (fuzz-audio found it), and libsndfile 1.2.0's Ogg reader
+ * leaks on malformed files too. Every object below is cleared on every path.
+ *
+ * What is taken: one logical Vorbis stream (a page of any other serial number,
+ * chained or multiplexed, is refused), every page intact (a checksum failure or a
+ * gap is refused, not skipped), ending in its end-of-stream page (a file cut short
+ * is refused, as a WAV is). The samples after the last page's granule position
+ * are dropped, as the Vorbis specification defines the end of a stream; a stream
+ * whose first granule position is not 0 (cut from a live stream) is decoded from
+ * its first sample without that start trim. */
+typedef struct ogg_dec {
+    ogg_sync_state oy;
+    ogg_stream_state os;
+    vorbis_info vi;
+    vorbis_comment vc;
+    vorbis_dsp_state vd;
+    vorbis_block vb;
+    bool os_on, dsp_on, blk_on;
+} ogg_dec;
 
-static const char *ov_err(int e) {
+static void ogg_dec_clear(ogg_dec *o) {
+    if (o->blk_on) vorbis_block_clear(&o->vb);
+    if (o->dsp_on) vorbis_dsp_clear(&o->vd);
+    if (o->os_on) ogg_stream_clear(&o->os);
+    vorbis_comment_clear(&o->vc);
+    vorbis_info_clear(&o->vi);
+    ogg_sync_clear(&o->oy);
+}
+
+static const char *vorbis_header_err(int e) {
     switch (e) {
     case OV_ENOTVORBIS: return "not Vorbis (only Vorbis is taken in Ogg)";
     case OV_EBADHEADER: return "a malformed Vorbis header";
     case OV_EVERSION: return "an unsupported Vorbis version";
-    case OV_EREAD: return "a read error";
-    case OV_HOLE: return "a hole in the data (pages missing or corrupt)";
-    case OV_EBADLINK: return "a corrupt link in the stream";
-    default: return "undecodable Vorbis data";
+    default: return "an undecodable Vorbis header";
     }
 }
 
 static pkv_status vorbis_read(const uint8_t *d, size_t size, const pkv_media_limits *l, float **out, int64_t *n_out,
                               int *rate_in) {
-    mem_file_ov m = {d, size, 0};
-    ov_callbacks cb = {ovm_read, ovm_seek, NULL, ovm_tell};
-    OggVorbis_File vf;
-    int e = ov_open_callbacks(&m, &vf, NULL, 0, cb); /* on failure it has freed what it made */
-    if (e) return pkv_err(PKV_ERR_FORMAT, "Ogg: %s", ov_err(e));
+    ogg_dec o;
+    memset(&o, 0, sizeof o);
+    ogg_sync_init(&o.oy);
+    vorbis_info_init(&o.vi);
+    vorbis_comment_init(&o.vc);
     pkv_status st = PKV_OK;
     float *mono = NULL;
-    const vorbis_info *vi = ov_info(&vf, -1);
-    if (!vi) {
-        st = pkv_err(PKV_ERR_FORMAT, "Ogg: no Vorbis stream");
-        goto done;
-    }
-    if (ov_streams(&vf) != 1) {
-        st = pkv_err(PKV_ERR_UNSUPPORTED, "a chained Ogg file (%ld logical streams) is not supported", ov_streams(&vf));
-        goto done;
-    }
-    const int ch = vi->channels;
-    const long rate = vi->rate;
-    if (ch < 1 || ch > 255 || rate < 1 || rate > PKV_AUDIO_RATE_MAX) {
-        st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis with %d channels at %ld Hz", ch, rate);
-        goto done;
-    }
-    const double max_frames_d = l->max_audio_seconds * rate;
-    const int64_t max_frames = max_frames_d >= (double)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)max_frames_d;
-    const ogg_int64_t total = ov_pcm_total(&vf, -1);
-    if (total > max_frames) {
-        st = pkv_err(PKV_ERR_INVALID, "audio too long: %.1f s (%lld frames at %ld Hz by its last page) exceeds the "
-                                      "limit of %g s", (double)total / rate, (long long)total, rate, l->max_audio_seconds);
-        goto done;
-    }
-    int64_t cap = total > 0 ? total : 4096, n = 0;
-    if (cap > (int64_t)size * 64 + 4096) cap = (int64_t)size * 64 + 4096; /* a hint, as for libsndfile */
-    mono = pkv_malloc((size_t)cap * sizeof(float));
-    if (!mono) {
-        st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)cap);
-        goto done;
-    }
-    const float inv = 1.0f / (float)ch;
-    for (;;) {
-        float **pcm = NULL;
-        int link = 0;
-        long got = ov_read_float(&vf, &pcm, 4096, &link);
-        if (got == 0) break;
-        if (got < 0) {
-            st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis after %lld frames: %s", (long long)n, ov_err((int)got));
-            goto done;
-        }
-        if (n + got > max_frames) {
-            st = pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %ld Hz", l->max_audio_seconds, rate);
-            goto done;
-        }
-        if (n + got > cap) {
-            int64_t nc = cap * 2 > n + got ? cap * 2 : n + got;
-            float *g = pkv_realloc(mono, (size_t)nc * sizeof(float));
-            if (!g) {
-                st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
+    int64_t n = 0, cap = 0, max_frames = 0;
+    size_t fed = 0;
+    int headers = 0, ch = 0;
+    long serial = 0;
+    bool eos = false;
+    float inv = 1.0f;
+    for (int64_t page = 0; !eos; page++) {
+        ogg_page og;
+        int r;
+        while ((r = ogg_sync_pageout(&o.oy, &og)) == 0) {
+            if (fed == size) {
+                st = pkv_err(PKV_ERR_FORMAT, page == 0 ? "Ogg: no complete page" :
+                             "truncated Ogg/Vorbis: the file ends without its end-of-stream page (after %lld frames)",
+                             (long long)n);
                 goto done;
             }
-            mono = g;
-            cap = nc;
-        }
-        for (long i = 0; i < got; i++) {
-            float s = pcm[0][i];
-            for (int c = 1; c < ch; c++) s += pcm[c][i];
-            if (!isfinite(s) || fabsf(s) > PKV_AUDIO_SAMPLE_MAX * ch) {
-                st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis: sample %lld is %s", (long long)(n + i),
-                             isfinite(s) ? "far outside [-1, 1]" : "not a finite number");
+            size_t k = size - fed < 65536 ? size - fed : 65536;
+            char *buf = ogg_sync_buffer(&o.oy, (long)k);
+            if (!buf) {
+                st = pkv_err(PKV_ERR_NOMEM, "Ogg: no memory for a %zu-byte read", k);
                 goto done;
             }
-            mono[n + i] = ch == 1 ? s : s * inv;
+            memcpy(buf, d + fed, k);
+            ogg_sync_wrote(&o.oy, (long)k);
+            fed += k;
         }
-        n += got;
+        if (r < 0) {
+            st = pkv_err(PKV_ERR_FORMAT, "Ogg: a corrupt page (bad checksum or lost sync) near byte %zu", fed);
+            goto done;
+        }
+        if (page == 0) {
+            if (!ogg_page_bos(&og)) {
+                st = pkv_err(PKV_ERR_FORMAT, "Ogg: the first page does not begin a stream");
+                goto done;
+            }
+            serial = (long)ogg_page_serialno(&og);
+            if (ogg_stream_init(&o.os, (int)serial)) {
+                st = pkv_err(PKV_ERR_NOMEM, "Ogg: no memory for the stream");
+                goto done;
+            }
+            o.os_on = true;
+        } else if ((long)ogg_page_serialno(&og) != serial || ogg_page_bos(&og)) {
+            st = pkv_err(PKV_ERR_UNSUPPORTED, "an Ogg file with more than one logical stream (chained or multiplexed) "
+                                              "is not supported");
+            goto done;
+        }
+        if (ogg_stream_pagein(&o.os, &og)) {
+            st = pkv_err(PKV_ERR_FORMAT, "Ogg: page %lld does not fit its stream", (long long)page);
+            goto done;
+        }
+        eos = ogg_page_eos(&og) != 0;
+        for (;;) {
+            ogg_packet op;
+            r = ogg_stream_packetout(&o.os, &op);
+            if (r == 0) break;
+            if (r < 0) {
+                st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis: a gap in the data before page %lld", (long long)page);
+                goto done;
+            }
+            if (headers < 3) {
+                int e = vorbis_synthesis_headerin(&o.vi, &o.vc, &op);
+                if (e) {
+                    st = pkv_err(PKV_ERR_FORMAT, "Ogg: %s (packet %d)", vorbis_header_err(e), headers);
+                    goto done;
+                }
+                if (++headers < 3) continue;
+                ch = o.vi.channels;
+                const long rate = o.vi.rate;
+                if (ch < 1 || ch > 255 || rate < 1 || rate > PKV_AUDIO_RATE_MAX) {
+                    st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis with %d channels at %ld Hz", ch, rate);
+                    goto done;
+                }
+                const double max_frames_d = l->max_audio_seconds * rate;
+                max_frames = max_frames_d >= (double)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)max_frames_d;
+                inv = 1.0f / (float)ch;
+                if (vorbis_synthesis_init(&o.vd, &o.vi)) {
+                    st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis: its headers describe no decodable stream");
+                    goto done;
+                }
+                o.dsp_on = true;
+                if (vorbis_block_init(&o.vd, &o.vb)) {
+                    st = pkv_err(PKV_ERR_NOMEM, "Ogg/Vorbis: no memory for the decoder");
+                    goto done;
+                }
+                o.blk_on = true;
+                cap = (int64_t)size * 64 + 4096; /* a first guess; the buffer grows if more comes */
+                if (cap > max_frames + 1) cap = max_frames + 1;
+                mono = pkv_malloc((size_t)cap * sizeof(float));
+                if (!mono) {
+                    st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)cap);
+                    goto done;
+                }
+                continue;
+            }
+            /* an audio packet; one that does not decode is skipped, as players do */
+            if (vorbis_synthesis(&o.vb, &op) != 0 || vorbis_synthesis_blockin(&o.vd, &o.vb) != 0) continue;
+            float **pcm;
+            int got;
+            while ((got = vorbis_synthesis_pcmout(&o.vd, &pcm)) > 0) {
+                int take = got;
+                /* the end of the stream is its last granule position */
+                if (op.e_o_s && op.granulepos >= 0 && n + take > op.granulepos)
+                    take = op.granulepos > n ? (int)(op.granulepos - n) : 0;
+                if (n + take > max_frames) {
+                    st = pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %ld Hz",
+                                 l->max_audio_seconds, o.vi.rate);
+                    goto done;
+                }
+                if (n + take > cap) {
+                    int64_t nc = cap * 2 > n + take ? cap * 2 : n + take;
+                    float *g = pkv_realloc(mono, (size_t)nc * sizeof(float));
+                    if (!g) {
+                        st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
+                        goto done;
+                    }
+                    mono = g;
+                    cap = nc;
+                }
+                for (int i = 0; i < take; i++) {
+                    float s = pcm[0][i];
+                    for (int c = 1; c < ch; c++) s += pcm[c][i];
+                    if (!isfinite(s) || fabsf(s) > PKV_AUDIO_SAMPLE_MAX * ch) {
+                        st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis: sample %lld is %s", (long long)(n + i),
+                                     isfinite(s) ? "far outside [-1, 1]" : "not a finite number");
+                        goto done;
+                    }
+                    mono[n + i] = ch == 1 ? s : s * inv;
+                }
+                n += take;
+                vorbis_synthesis_read(&o.vd, got);
+            }
+        }
     }
-    if (total > 0 && n < total) {
-        st = pkv_err(PKV_ERR_FORMAT, "truncated Ogg/Vorbis: its last page says %lld frames, only %lld could be decoded",
-                     (long long)total, (long long)n);
+    if (headers < 3) {
+        st = pkv_err(PKV_ERR_FORMAT, "Ogg: the stream ends within its Vorbis headers (%d of 3)", headers);
         goto done;
     }
     if (n == 0) {
         st = pkv_err(PKV_ERR_FORMAT, "Ogg/Vorbis holds no samples");
         goto done;
     }
+    if (fed < size || o.oy.fill > o.oy.returned) {
+        /* bytes after the end-of-stream page: a second stream (chained) or junk */
+        size_t rest = size - fed + (size_t)(o.oy.fill - o.oy.returned);
+        st = pkv_err(PKV_ERR_UNSUPPORTED, "%zu bytes follow the Ogg stream's end (a chained Ogg file, with more than "
+                                          "one logical stream, is not supported)", rest);
+        goto done;
+    }
     *out = mono;
     *n_out = n;
-    *rate_in = (int)rate;
+    *rate_in = (int)o.vi.rate;
     mono = NULL;
 done:
     pkv_free(mono);
-    ov_clear(&vf);
+    ogg_dec_clear(&o);
     return st;
 }
 #endif
@@ -480,10 +562,10 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
     int rate_in = 0;
     pkv_status st;
     if (k == AUDIO_OGG) {
-#ifdef PKV_HAVE_VORBISFILE
+#ifdef PKV_HAVE_OGG_VORBIS
         st = vorbis_read(d, size, &l, &mono, &n, &rate_in);
 #else
-        return pkv_err(PKV_ERR_UNSUPPORTED, "Ogg/Vorbis decoding needs libvorbisfile, which this build lacks "
+        return pkv_err(PKV_ERR_UNSUPPORTED, "Ogg/Vorbis decoding needs libvorbis and libogg, which this build lacks "
                                             "(install libvorbis-dev and rebuild)");
 #endif
     } else {
