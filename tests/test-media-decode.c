@@ -390,6 +390,47 @@ static void test_audio_bad(void) {
     wav[20] = 0x34, wav[21] = 0x12;
     CHECK_STATUS(pkv_audio_decode(wav, wn, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
     CHECK_MSG("libsndfile cannot read it");
+    /* the chunk structure (wav_check_chunks): fuzz-audio found libsndfile reading
+     * on for minutes past the end of a 154-byte file whose misaligned "LIST" chunk
+     * claimed 4 GB. Chunks after the data (LIST/INFO tags) and an odd-sized chunk
+     * with its pad byte are taken; a chunk larger than the file, a chunk id that is
+     * not four printable characters, an odd-sized chunk without its pad byte
+     * (libsndfile refuses it too) are refused. */
+    {
+        uint8_t w[128];
+        wav[20] = 1, wav[21] = 0; /* PCM again */
+        memcpy(w, wav, wn);
+        memcpy(w + wn, "LIST\4\0\0\0INFO", 12);
+        CHECK_OK(pkv_audio_decode(w, wn + 12, 16000, NULL, &s, &n));
+        CHECK_INT(n, 4);
+        pkv_media_free(s);
+        w[wn + 7] = 0xff; /* LIST of 0xff000004 bytes */
+        CHECK_STATUS(pkv_audio_decode(w, wn + 12, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+        CHECK_MSG("malformed WAV: its \"LIST\" chunk at byte 52 claims 4278190084 bytes");
+        CHECK(s == NULL && n == 0);
+        /* "junk" of 3 bytes between fmt and data, padded and not */
+        for (int pad = 0; pad < 2; pad++) {
+            memcpy(w, wav, 36);
+            memcpy(w + 36, "junk\3\0\0\0abc", 11);
+            size_t o = 47;
+            if (pad) w[o++] = 0;
+            memcpy(w + o, wav + 36, wn - 36);
+            if (pad) {
+                CHECK_OK(pkv_audio_decode(w, o + wn - 36, 16000, NULL, &s, &n));
+                CHECK_INT(n, 4);
+                pkv_media_free(s);
+            } else {
+                CHECK_STATUS(pkv_audio_decode(w, o + wn - 36, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+                CHECK_MSG("malformed WAV: no chunk id at byte 48");
+            }
+        }
+        /* the fuzzer's file, rebuilt: a misaligned id after the fmt chunk */
+        memcpy(w, wav, 36);
+        memcpy(w + 36, "\xffLIST\0\0\0\xff", 9);
+        memset(w + 45, 0xff, 60);
+        CHECK_STATUS(pkv_audio_decode(w, 105, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+        CHECK_MSG("malformed WAV: no chunk id at byte 36");
+    }
     /* float samples that are not numbers */
     float nan4[4] = {0, NAN, 0, 0};
     m = write_audio(SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, 4, NULL, nan4);

@@ -80,23 +80,43 @@ static audio_kind sniff_audio(const uint8_t *d, size_t n) {
     return AUDIO_NONE;
 }
 
-/* A WAV whose data chunk claims more bytes than the file holds was cut short:
- * libsndfile would quietly read what is there, so it is refused here. Sizes 0 and
- * 0xffffffff are what streaming writers put before they know the length. */
-static pkv_status wav_check_truncated(const uint8_t *d, size_t n) {
+/* A chunk id: four printable ASCII characters ("fmt ", "data", "LIST", "id3 ", ...). */
+static bool fourcc_ok(const uint8_t *p) {
+    for (int i = 0; i < 4; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e) return false;
+    return true;
+}
+
+/* A WAV's chunk structure, checked before libsndfile sees the file. libsndfile
+ * walks every chunk (before and after the audio), resynchronizes on misaligned
+ * ids and trusts the sizes it reads: a chunk that claims more bytes than the file
+ * holds can keep it reading past the end for minutes (fuzz-audio: a 4 GB LIST
+ * chunk in a 154-byte file). So each chunk must have a printable id and fit in the
+ * file, and a data chunk that claims more than the file holds was cut short
+ * (libsndfile would quietly read what is there): both are refused. Data sizes 0
+ * and 0xffffffff are what streaming writers (and RF64, whose real sizes are in its
+ * ds64 chunk) put before they know the length: the data then runs to the end.
+ * An odd-sized chunk is followed by its pad byte (a file without it is refused
+ * here, as libsndfile refuses it); up to 7 bytes of trailing junk are let be. */
+static pkv_status wav_check_chunks(const uint8_t *d, size_t n) {
     size_t off = 12;
     while (off + 8 <= n) {
-        uint32_t sz = rd32le(d + off + 4);
+        if (!fourcc_ok(d + off))
+            return pkv_err(PKV_ERR_FORMAT, "malformed WAV: no chunk id at byte %zu (bytes %02x %02x %02x %02x)", off,
+                           d[off], d[off + 1], d[off + 2], d[off + 3]);
+        const uint32_t sz = rd32le(d + off + 4);
+        const size_t have = n - off - 8;
         if (!memcmp(d + off, "data", 4)) {
-            size_t have = n - off - 8;
-            if (sz != 0 && sz != 0xffffffffu && sz > have)
+            if (sz == 0 || sz == 0xffffffffu) return PKV_OK;
+            if (sz > have)
                 return pkv_err(PKV_ERR_FORMAT, "truncated WAV: its data chunk says %u bytes, the file holds %zu", sz, have);
-            return PKV_OK;
+        } else if (sz > have) {
+            return pkv_err(PKV_ERR_FORMAT, "malformed WAV: its \"%.4s\" chunk at byte %zu claims %u bytes, the file "
+                                           "holds %zu after it", (const char *)(d + off), off, sz, have);
         }
         off += 8 + (size_t)sz + (sz & 1);
-        if (off < 12) break; /* overflow */
     }
-    return PKV_OK; /* no data chunk: libsndfile says so */
+    return PKV_OK;
 }
 
 #ifdef PKV_HAVE_SNDFILE
@@ -553,8 +573,8 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
         return pkv_err(PKV_ERR_FORMAT, "not a WAV, FLAC or Ogg file (%zu bytes, starting with %s)", size,
                        magic_hex(d, size, hex, sizeof hex));
     }
-    if (k == AUDIO_WAV) {
-        pkv_status st = wav_check_truncated(d, size);
+    if (k == AUDIO_WAV || k == AUDIO_RF64) {
+        pkv_status st = wav_check_chunks(d, size);
         if (st) return st;
     }
     float *mono = NULL;
