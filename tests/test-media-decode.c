@@ -424,6 +424,30 @@ static void test_audio_bad(void) {
                 CHECK_MSG("malformed WAV: no chunk id at byte 48");
             }
         }
+        /* RF64 (libsndfile writes it): decoded; its ds64 data size is checked like a
+         * data chunk's (fuzz-audio: 4 GB claimed, libsndfile read on past the end) */
+        membuf r = write_audio(SF_FORMAT_RF64 | SF_FORMAT_PCM_16, 16000, 1, 4, four, NULL);
+        CHECK(r.n > 48 && !memcmp(r.d, "RF64", 4) && !memcmp(r.d + 12, "ds64", 4));
+        if (r.n > 48 && !memcmp(r.d + 12, "ds64", 4)) {
+            CHECK_OK(pkv_audio_decode(r.d, r.n, 16000, NULL, &s, &n));
+            CHECK_INT(n, 4);
+            if (s && n == 4) CHECK(s[3] == 4 / 32768.0f);
+            pkv_media_free(s);
+            /* every data chunk of this file says 0xffffffff: the ds64 size counts */
+            uint8_t *dc = NULL;
+            for (size_t i = 12; i + 8 <= r.n && !dc; i++)
+                if (!memcmp(r.d + i, "data", 4)) dc = r.d + i;
+            CHECK(dc && !memcmp(dc + 4, "\xff\xff\xff\xff", 4));
+            if (dc && !memcmp(dc + 4, "\xff\xff\xff\xff", 4)) {
+                r.d[12 + 8 + 8 + 4] = 1; /* ds64's data size + 4 GB */
+                CHECK_STATUS(pkv_audio_decode(r.d, r.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+                CHECK_MSG("truncated RF64 WAV: its ds64 chunk says 4294967304 bytes of data");
+            }
+            memcpy(r.d + 12, "junk", 4);
+            CHECK_STATUS(pkv_audio_decode(r.d, r.n, 16000, NULL, &s, &n), PKV_ERR_FORMAT);
+            CHECK_MSG("no complete ds64 chunk");
+        }
+        free(r.d);
         /* the fuzzer's file, rebuilt: a misaligned id after the fmt chunk */
         memcpy(w, wav, 36);
         memcpy(w + 36, "\xffLIST\0\0\0\xff", 9);

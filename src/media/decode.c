@@ -94,27 +94,46 @@ static bool fourcc_ok(const uint8_t *p) {
  * chunk in a 154-byte file). So each chunk must have a printable id and fit in the
  * file, and a data chunk that claims more than the file holds was cut short
  * (libsndfile would quietly read what is there): both are refused. Data sizes 0
- * and 0xffffffff are what streaming writers (and RF64, whose real sizes are in its
- * ds64 chunk) put before they know the length: the data then runs to the end.
+ * and 0xffffffff are what streaming writers put before they know the length: the
+ * data then runs to the end. In RF64 a data size of 0xffffffff means the 64-bit
+ * size in the ds64 chunk (which must come first), checked the same way: fuzz-audio
+ * found libsndfile walking on past the end after an RF64 data chunk whose ds64
+ * size claimed 4 GB.
  * An odd-sized chunk is followed by its pad byte (a file without it is refused
  * here, as libsndfile refuses it); up to 7 bytes of trailing junk are let be. */
 static pkv_status wav_check_chunks(const uint8_t *d, size_t n) {
+    const bool rf64 = !memcmp(d, "RF64", 4);
+    uint64_t data64 = 0; /* RF64: the data chunk's size, from the ds64 chunk */
     size_t off = 12;
+    if (rf64) {
+        if (n < 12 + 8 + 24 || memcmp(d + 12, "ds64", 4) || rd32le(d + 16) < 24 || rd32le(d + 16) > n - 20)
+            return pkv_err(PKV_ERR_FORMAT, "malformed RF64 WAV: no complete ds64 chunk after its header");
+        data64 = (uint64_t)rd32le(d + 28) | (uint64_t)rd32le(d + 32) << 32;
+    }
     while (off + 8 <= n) {
         if (!fourcc_ok(d + off))
             return pkv_err(PKV_ERR_FORMAT, "malformed WAV: no chunk id at byte %zu (bytes %02x %02x %02x %02x)", off,
                            d[off], d[off + 1], d[off + 2], d[off + 3]);
-        const uint32_t sz = rd32le(d + off + 4);
+        uint64_t sz = rd32le(d + off + 4);
         const size_t have = n - off - 8;
         if (!memcmp(d + off, "data", 4)) {
-            if (sz == 0 || sz == 0xffffffffu) return PKV_OK;
-            if (sz > have)
-                return pkv_err(PKV_ERR_FORMAT, "truncated WAV: its data chunk says %u bytes, the file holds %zu", sz, have);
+            if (rf64 && sz == 0xffffffffu) {
+                sz = data64;
+                if (sz > have)
+                    return pkv_err(PKV_ERR_FORMAT, "truncated RF64 WAV: its ds64 chunk says %llu bytes of data, the "
+                                                   "file holds %zu", (unsigned long long)sz, have);
+            } else if (sz == 0 || sz == 0xffffffffu) {
+                return PKV_OK;
+            } else if (sz > have) {
+                return pkv_err(PKV_ERR_FORMAT, "truncated WAV: its data chunk says %llu bytes, the file holds %zu",
+                               (unsigned long long)sz, have);
+            }
         } else if (sz > have) {
-            return pkv_err(PKV_ERR_FORMAT, "malformed WAV: its \"%.4s\" chunk at byte %zu claims %u bytes, the file "
-                                           "holds %zu after it", (const char *)(d + off), off, sz, have);
+            return pkv_err(PKV_ERR_FORMAT, "malformed WAV: its \"%.4s\" chunk at byte %zu claims %llu bytes, the "
+                                           "file holds %zu after it", (const char *)(d + off), off,
+                           (unsigned long long)sz, have);
         }
-        off += 8 + (size_t)sz + (sz & 1);
+        off += 8 + (size_t)sz + (size_t)(sz & 1);
     }
     return PKV_OK;
 }
