@@ -448,6 +448,30 @@ static void test_audio_bad(void) {
             CHECK_MSG("no complete ds64 chunk");
         }
         free(r.d);
+        /* a streaming writer's data size (0 or 0xffffffff): the data runs to the end
+         * of the file, whatever its bytes look like (fuzz-audio: libsndfile parsed
+         * such audio bytes as chunks, a 4 GB "LIST" among them) */
+        for (int ff = 0; ff < 2; ff++) {
+            memcpy(w, wav, wn);
+            memset(w + 40, ff ? 0xff : 0, 4);
+            CHECK_OK(pkv_audio_decode(w, wn, 16000, NULL, &s, &n));
+            CHECK_INT(n, 4);
+            if (s && n == 4) CHECK(s[3] == 4 / 32768.0f);
+            pkv_media_free(s);
+            memcpy(w + wn, "dataLIST\xff\xff\xff\xff\xff", 13); /* 6 more samples */
+            CHECK_OK(pkv_audio_decode(w, wn + 12, 16000, NULL, &s, &n));
+            CHECK_INT(n, 10);
+            pkv_media_free(s);
+            /* the fuzzer's file: audio bytes that read as a "data" and a 4 GB "LIST"
+             * chunk, and an odd number of them (libsndfile, told the data's size,
+             * seeks past the end of the file for the pad byte: a seek the virtual
+             * file must take, or libsndfile walks the audio as chunks for minutes) */
+            memcpy(w + 44, "data\xff\xff\xff\xffLIST\x6d\xf2\x80\x00", 16);
+            memset(w + 60, 0xff, 19);
+            CHECK_OK(pkv_audio_decode(w, 79, 16000, NULL, &s, &n));
+            CHECK_INT(n, 17);
+            pkv_media_free(s);
+        }
         /* the fuzzer's file, rebuilt: a misaligned id after the fmt chunk */
         memcpy(w, wav, 36);
         memcpy(w + 36, "\xffLIST\0\0\0\xff", 9);

@@ -80,6 +80,13 @@ static audio_kind sniff_audio(const uint8_t *d, size_t n) {
     return AUDIO_NONE;
 }
 
+/* Four bytes of a file replaced where libsndfile reads them (vio_read): a WAV's
+ * streaming data size (0 or 0xffffffff), set to the bytes the file holds. */
+typedef struct wav_patch {
+    size_t off; /* 0: none */
+    uint8_t b[4];
+} wav_patch;
+
 /* A chunk id: four printable ASCII characters ("fmt ", "data", "LIST", "id3 ", ...). */
 static bool fourcc_ok(const uint8_t *p) {
     for (int i = 0; i < 4; i++)
@@ -95,13 +102,16 @@ static bool fourcc_ok(const uint8_t *p) {
  * file, and a data chunk that claims more than the file holds was cut short
  * (libsndfile would quietly read what is there): both are refused. Data sizes 0
  * and 0xffffffff are what streaming writers put before they know the length: the
- * data then runs to the end. In RF64 a data size of 0xffffffff means the 64-bit
+ * data then runs to the end of the file, and libsndfile is shown that length
+ * instead (*patch; given the sentinel, it parsed the audio bytes that followed as
+ * chunks, fuzz-audio found, and walked a 4 GB LIST among them). In RF64 a data size of 0xffffffff means the 64-bit
  * size in the ds64 chunk (which must come first), checked the same way: fuzz-audio
  * found libsndfile walking on past the end after an RF64 data chunk whose ds64
  * size claimed 4 GB.
  * An odd-sized chunk is followed by its pad byte (a file without it is refused
  * here, as libsndfile refuses it); up to 7 bytes of trailing junk are let be. */
-static pkv_status wav_check_chunks(const uint8_t *d, size_t n) {
+static pkv_status wav_check_chunks(const uint8_t *d, size_t n, wav_patch *patch) {
+    patch->off = 0;
     const bool rf64 = !memcmp(d, "RF64", 4);
     uint64_t data64 = 0; /* RF64: the data chunk's size, from the ds64 chunk */
     size_t off = 12;
@@ -123,6 +133,9 @@ static pkv_status wav_check_chunks(const uint8_t *d, size_t n) {
                     return pkv_err(PKV_ERR_FORMAT, "truncated RF64 WAV: its ds64 chunk says %llu bytes of data, the "
                                                    "file holds %zu", (unsigned long long)sz, have);
             } else if (sz == 0 || sz == 0xffffffffu) {
+                const uint32_t real = have > 0xfffffffeu ? 0xfffffffeu : (uint32_t)have;
+                patch->off = off + 4;
+                for (int i = 0; i < 4; i++) patch->b[i] = (uint8_t)(real >> (8 * i));
                 return PKV_OK;
             } else if (sz > have) {
                 return pkv_err(PKV_ERR_FORMAT, "truncated WAV: its data chunk says %llu bytes, the file holds %zu",
@@ -142,13 +155,17 @@ static pkv_status wav_check_chunks(const uint8_t *d, size_t n) {
 typedef struct mem_file {
     const uint8_t *d;
     sf_count_t n, pos;
+    wav_patch patch;
 } mem_file;
 
 static sf_count_t vio_len(void *u) { return ((mem_file *)u)->n; }
 static sf_count_t vio_seek(sf_count_t off, int whence, void *u) {
     mem_file *m = u;
     sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->n;
-    if ((off > 0 && base > m->n - off) || base + off < 0) return -1;
+    /* as a file: a position past the end is taken (reads there return nothing).
+     * Refusing it left libsndfile where it was, reading audio bytes as chunk
+     * headers after an odd-sized last chunk without its pad byte (fuzz-audio). */
+    if ((off > 0 && base > SF_COUNT_MAX - off) || base + off < 0) return -1;
     m->pos = base + off;
     return m->pos;
 }
@@ -157,6 +174,11 @@ static sf_count_t vio_read(void *p, sf_count_t cnt, void *u) {
     if (cnt <= 0 || m->pos >= m->n) return 0;
     sf_count_t k = m->n - m->pos < cnt ? m->n - m->pos : cnt;
     memcpy(p, m->d + m->pos, (size_t)k);
+    if (m->patch.off)
+        for (int i = 0; i < 4; i++) {
+            const sf_count_t at = (sf_count_t)m->patch.off + i - m->pos;
+            if (at >= 0 && at < k) ((uint8_t *)p)[at] = m->patch.b[i];
+        }
     m->pos += k;
     return k;
 }
@@ -218,9 +240,9 @@ static const char *audio_sub_name(int sub) {
 
 /* Read every frame as float, channels averaged. On success *out (pkv_malloc) holds
  * *n mono samples at the file's rate. */
-static pkv_status sndfile_read(const uint8_t *d, size_t size, const pkv_media_limits *l, float **out, int64_t *n_out,
-                               int *rate_in) {
-    mem_file m = {d, (sf_count_t)size, 0};
+static pkv_status sndfile_read(const uint8_t *d, size_t size, const wav_patch *patch, const pkv_media_limits *l,
+                               float **out, int64_t *n_out, int *rate_in) {
+    mem_file m = {d, (sf_count_t)size, 0, *patch};
     SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
     SF_INFO info;
     memset(&info, 0, sizeof info);
@@ -592,8 +614,9 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
         return pkv_err(PKV_ERR_FORMAT, "not a WAV, FLAC or Ogg file (%zu bytes, starting with %s)", size,
                        magic_hex(d, size, hex, sizeof hex));
     }
+    wav_patch patch = {0};
     if (k == AUDIO_WAV || k == AUDIO_RF64) {
-        pkv_status st = wav_check_chunks(d, size);
+        pkv_status st = wav_check_chunks(d, size, &patch);
         if (st) return st;
     }
     float *mono = NULL;
@@ -609,7 +632,7 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
 #endif
     } else {
 #ifdef PKV_HAVE_SNDFILE
-        st = sndfile_read(d, size, &l, &mono, &n, &rate_in);
+        st = sndfile_read(d, size, &patch, &l, &mono, &n, &rate_in);
 #else
         return pkv_err(PKV_ERR_UNSUPPORTED, "WAV and FLAC decoding needs libsndfile, which this build lacks "
                                             "(install libsndfile1-dev and rebuild)");
