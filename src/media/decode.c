@@ -80,13 +80,6 @@ static audio_kind sniff_audio(const uint8_t *d, size_t n) {
     return AUDIO_NONE;
 }
 
-/* Four bytes of a file replaced where libsndfile reads them (vio_read): a WAV's
- * streaming data size (0 or 0xffffffff), set to the bytes the file holds. */
-typedef struct wav_patch {
-    size_t off; /* 0: none */
-    uint8_t b[4];
-} wav_patch;
-
 /* A chunk id: four printable ASCII characters ("fmt ", "data", "LIST", "id3 ", ...). */
 static bool fourcc_ok(const uint8_t *p) {
     for (int i = 0; i < 4; i++)
@@ -94,77 +87,150 @@ static bool fourcc_ok(const uint8_t *p) {
     return true;
 }
 
-/* A WAV's chunk structure, checked before libsndfile sees the file. libsndfile
- * walks every chunk (before and after the audio), resynchronizes on misaligned
- * ids and trusts the sizes it reads: a chunk that claims more bytes than the file
- * holds can keep it reading past the end for minutes (fuzz-audio: a 4 GB LIST
- * chunk in a 154-byte file). So each chunk must have a printable id and fit in the
- * file, and a data chunk that claims more than the file holds was cut short
- * (libsndfile would quietly read what is there): both are refused. Data sizes 0
- * and 0xffffffff are what streaming writers put before they know the length: the
- * data then runs to the end of the file, and libsndfile is shown that length
- * instead (*patch; given the sentinel, it parsed the audio bytes that followed as
- * chunks, fuzz-audio found, and walked a 4 GB LIST among them). In RF64 a data size of 0xffffffff means the 64-bit
- * size in the ds64 chunk (which must come first), checked the same way: fuzz-audio
- * found libsndfile walking on past the end after an RF64 data chunk whose ds64
- * size claimed 4 GB.
- * An odd-sized chunk is followed by its pad byte (a file without it is refused
- * here, as libsndfile refuses it); up to 7 bytes of trailing junk are let be. */
-static pkv_status wav_check_chunks(const uint8_t *d, size_t n, wav_patch *patch) {
-    patch->off = 0;
+static uint16_t rd16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* A WAV as pagekv reads it: the fmt chunk's fields (WAVE_FORMAT_EXTENSIBLE resolved
+ * to its subformat) and where the samples are. libsndfile is then shown only a
+ * canonical file made of these: a 44-byte RIFF header written here and the data
+ * bytes (wav_canonical). It never parses the upload's own chunks: fuzz-audio found
+ * libsndfile 1.2.0 reading on past the end of small files for minutes when a
+ * misaligned LIST chunk claimed 4 GB, when a chunk inside a 16-byte LIST did, when
+ * an RF64 ds64 chunk gave the data 4 GB, and when a streaming data size
+ * (0xffffffff) was followed by audio bytes that read as chunks. */
+typedef struct wav_info {
+    uint16_t tag; /* 1 PCM, 3 IEEE float, 6 A-law, 7 u-law */
+    uint16_t channels, block, bits;
+    uint32_t rate;
+    size_t data_off, data_len; /* whole frames */
+    uint8_t hdr[44];           /* the canonical header */
+} wav_info;
+
+static const char *wav_tag_name(unsigned tag) {
+    switch (tag) {
+    case 0x0002: return "Microsoft ADPCM";
+    case 0x0011: return "IMA ADPCM";
+    case 0x0031: return "GSM 6.10";
+    case 0x0040: return "G.721 ADPCM";
+    case 0x0050: return "MPEG layer I/II";
+    case 0x0055: return "MPEG layer III";
+    default: return NULL;
+    }
+}
+
+/* Walks the chunks up to the fmt and data chunks (each id four printable
+ * characters, each chunk inside the file, odd sizes followed by their pad byte),
+ * checks the format and fills *w. Data sizes 0 and 0xffffffff (written by
+ * streaming writers before they know the length) run to the end of the file; in
+ * RF64, 0xffffffff means the ds64 chunk's 64-bit size. A data chunk that claims
+ * more than the file holds was cut short and is refused (libsndfile would read
+ * what is there). What follows the data is not read. */
+static pkv_status wav_parse(const uint8_t *d, size_t n, wav_info *w) {
+    memset(w, 0, sizeof *w);
     const bool rf64 = !memcmp(d, "RF64", 4);
-    uint64_t data64 = 0; /* RF64: the data chunk's size, from the ds64 chunk */
-    size_t off = 12;
+    uint64_t data64 = 0;
     if (rf64) {
         if (n < 12 + 8 + 24 || memcmp(d + 12, "ds64", 4) || rd32le(d + 16) < 24 || rd32le(d + 16) > n - 20)
             return pkv_err(PKV_ERR_FORMAT, "malformed RF64 WAV: no complete ds64 chunk after its header");
         data64 = (uint64_t)rd32le(d + 28) | (uint64_t)rd32le(d + 32) << 32;
     }
-    while (off + 8 <= n) {
+    bool fmt = false, data = false;
+    size_t off = 12;
+    while (off + 8 <= n && !(fmt && data)) {
         if (!fourcc_ok(d + off))
             return pkv_err(PKV_ERR_FORMAT, "malformed WAV: no chunk id at byte %zu (bytes %02x %02x %02x %02x)", off,
                            d[off], d[off + 1], d[off + 2], d[off + 3]);
         uint64_t sz = rd32le(d + off + 4);
         const size_t have = n - off - 8;
+        const uint8_t *b = d + off + 8;
         if (!memcmp(d + off, "data", 4)) {
+            if (data) return pkv_err(PKV_ERR_FORMAT, "malformed WAV: a second data chunk at byte %zu", off);
             if (rf64 && sz == 0xffffffffu) {
                 sz = data64;
                 if (sz > have)
                     return pkv_err(PKV_ERR_FORMAT, "truncated RF64 WAV: its ds64 chunk says %llu bytes of data, the "
                                                    "file holds %zu", (unsigned long long)sz, have);
             } else if (sz == 0 || sz == 0xffffffffu) {
-                const uint32_t real = have > 0xfffffffeu ? 0xfffffffeu : (uint32_t)have;
-                patch->off = off + 4;
-                for (int i = 0; i < 4; i++) patch->b[i] = (uint8_t)(real >> (8 * i));
-                return PKV_OK;
+                sz = have;
             } else if (sz > have) {
                 return pkv_err(PKV_ERR_FORMAT, "truncated WAV: its data chunk says %llu bytes, the file holds %zu",
                                (unsigned long long)sz, have);
             }
+            data = true;
+            w->data_off = off + 8;
+            w->data_len = (size_t)sz;
         } else if (sz > have) {
             return pkv_err(PKV_ERR_FORMAT, "malformed WAV: its \"%.4s\" chunk at byte %zu claims %llu bytes, the "
                                            "file holds %zu after it", (const char *)(d + off), off,
                            (unsigned long long)sz, have);
+        } else if (!memcmp(d + off, "fmt ", 4)) {
+            if (fmt) return pkv_err(PKV_ERR_FORMAT, "malformed WAV: a second fmt chunk at byte %zu", off);
+            if (sz < 16) return pkv_err(PKV_ERR_FORMAT, "malformed WAV: a fmt chunk of %llu bytes (16 at least)",
+                                        (unsigned long long)sz);
+            fmt = true;
+            w->tag = rd16le(b);
+            w->channels = rd16le(b + 2);
+            w->rate = rd32le(b + 4);
+            w->block = rd16le(b + 12);
+            w->bits = rd16le(b + 14);
+            if (w->tag == 0xfffe) { /* WAVE_FORMAT_EXTENSIBLE: the subformat GUID's first two bytes are the tag */
+                static const uint8_t base[14] = {0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80,
+                                                 0x00, 0x00, 0xaa, 0x00, 0x38, 0x9b, 0x71};
+                if (sz < 40 || memcmp(b + 26, base, 14))
+                    return pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format: WAV (extensible) without a "
+                                                        "standard subformat");
+                w->tag = rd16le(b + 24);
+            }
         }
+        if (data && sz == (uint64_t)have) break; /* the data runs to the end */
         off += 8 + (size_t)sz + (size_t)(sz & 1);
     }
+    if (!fmt) return pkv_err(PKV_ERR_FORMAT, "malformed WAV: no fmt chunk%s", data ? " before the end of its data" : "");
+    if (!data) return pkv_err(PKV_ERR_FORMAT, "malformed WAV: no data chunk");
+    const unsigned t = w->tag, bits = w->bits;
+    const bool ok = (t == 1 && (bits == 8 || bits == 16 || bits == 24 || bits == 32)) ||
+                    (t == 3 && (bits == 32 || bits == 64)) || ((t == 6 || t == 7) && bits == 8);
+    if (!ok) {
+        const char *name = wav_tag_name(t);
+        if (name || t == 1 || t == 3 || t == 6 || t == 7)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format: %s%s in WAV (supported: 8/16/24/32-bit "
+                           "PCM, 32/64-bit float, u-law, A-law)", name ? name : t == 3 ? "float" : t == 1 ? "PCM" : "G.711",
+                           name ? "" : " of that sample size");
+        return pkv_err(PKV_ERR_UNSUPPORTED, "unsupported sample format 0x%04x in WAV", t);
+    }
+    if (w->channels < 1 || w->channels > 256)
+        return pkv_err(PKV_ERR_FORMAT, "WAV with %u channels (1 to 256 are taken)", w->channels);
+    if (w->rate < 1 || w->rate > PKV_AUDIO_RATE_MAX)
+        return pkv_err(PKV_ERR_FORMAT, "WAV with a sample rate of %u Hz (1 to %d are taken)", w->rate,
+                       PKV_AUDIO_RATE_MAX);
+    if ((unsigned)w->block != (unsigned)w->channels * bits / 8)
+        return pkv_err(PKV_ERR_FORMAT, "malformed WAV: a block of %u bytes for %u channels of %u bits", w->block,
+                       w->channels, bits);
+    w->data_len -= w->data_len % w->block; /* a partial last frame is dropped */
+    if (w->data_len > 0xffffffffu - 36)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "a WAV with more than 4 GB of samples is not supported");
+    uint8_t *h = w->hdr;
+    const uint32_t riff = (uint32_t)(36 + w->data_len), fmt16 = 16, byterate = w->rate * w->block;
+    memcpy(h, "RIFF", 4), memcpy(h + 4, &riff, 4), memcpy(h + 8, "WAVEfmt ", 8), memcpy(h + 16, &fmt16, 4);
+    const uint16_t f[2] = {w->tag, w->channels};
+    memcpy(h + 20, f, 4), memcpy(h + 24, &w->rate, 4), memcpy(h + 28, &byterate, 4);
+    const uint16_t g[2] = {w->block, w->bits};
+    memcpy(h + 32, g, 4), memcpy(h + 36, "data", 4);
+    const uint32_t dl = (uint32_t)w->data_len;
+    memcpy(h + 40, &dl, 4);
     return PKV_OK;
 }
 
 #ifdef PKV_HAVE_SNDFILE
-typedef struct mem_file {
-    const uint8_t *d;
-    sf_count_t n, pos;
-    wav_patch patch;
+typedef struct mem_file { /* a file made of two pieces: a header (may be empty), then a body */
+    const uint8_t *h, *d;
+    sf_count_t hn, n, pos; /* n: the whole length */
 } mem_file;
 
 static sf_count_t vio_len(void *u) { return ((mem_file *)u)->n; }
 static sf_count_t vio_seek(sf_count_t off, int whence, void *u) {
     mem_file *m = u;
     sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->n;
-    /* as a file: a position past the end is taken (reads there return nothing).
-     * Refusing it left libsndfile where it was, reading audio bytes as chunk
-     * headers after an odd-sized last chunk without its pad byte (fuzz-audio). */
+    /* as a file: a position past the end is taken (reads there return nothing) */
     if ((off > 0 && base > SF_COUNT_MAX - off) || base + off < 0) return -1;
     m->pos = base + off;
     return m->pos;
@@ -172,13 +238,12 @@ static sf_count_t vio_seek(sf_count_t off, int whence, void *u) {
 static sf_count_t vio_read(void *p, sf_count_t cnt, void *u) {
     mem_file *m = u;
     if (cnt <= 0 || m->pos >= m->n) return 0;
-    sf_count_t k = m->n - m->pos < cnt ? m->n - m->pos : cnt;
-    memcpy(p, m->d + m->pos, (size_t)k);
-    if (m->patch.off)
-        for (int i = 0; i < 4; i++) {
-            const sf_count_t at = (sf_count_t)m->patch.off + i - m->pos;
-            if (at >= 0 && at < k) ((uint8_t *)p)[at] = m->patch.b[i];
-        }
+    sf_count_t k = m->n - m->pos < cnt ? m->n - m->pos : cnt, done = 0;
+    if (m->pos < m->hn) {
+        done = m->hn - m->pos < k ? m->hn - m->pos : k;
+        memcpy(p, m->h + m->pos, (size_t)done);
+    }
+    if (k > done) memcpy((uint8_t *)p + done, m->d + (m->pos + done - m->hn), (size_t)(k - done));
     m->pos += k;
     return k;
 }
@@ -240,9 +305,17 @@ static const char *audio_sub_name(int sub) {
 
 /* Read every frame as float, channels averaged. On success *out (pkv_malloc) holds
  * *n mono samples at the file's rate. */
-static pkv_status sndfile_read(const uint8_t *d, size_t size, const wav_patch *patch, const pkv_media_limits *l,
+/* wav: the parsed WAV (libsndfile reads its canonical header and data), or NULL
+ * for a FLAC file (read whole). */
+static pkv_status sndfile_read(const uint8_t *d, size_t size, const wav_info *wav, const pkv_media_limits *l,
                                float **out, int64_t *n_out, int *rate_in) {
-    mem_file m = {d, (sf_count_t)size, 0, *patch};
+    mem_file m = {NULL, d, 0, (sf_count_t)size, 0};
+    if (wav) {
+        m.h = wav->hdr;
+        m.hn = (sf_count_t)sizeof wav->hdr;
+        m.d = d + wav->data_off;
+        m.n = m.hn + (sf_count_t)wav->data_len;
+    }
     SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
     SF_INFO info;
     memset(&info, 0, sizeof info);
@@ -614,9 +687,9 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
         return pkv_err(PKV_ERR_FORMAT, "not a WAV, FLAC or Ogg file (%zu bytes, starting with %s)", size,
                        magic_hex(d, size, hex, sizeof hex));
     }
-    wav_patch patch = {0};
+    wav_info wav;
     if (k == AUDIO_WAV || k == AUDIO_RF64) {
-        pkv_status st = wav_check_chunks(d, size, &patch);
+        pkv_status st = wav_parse(d, size, &wav);
         if (st) return st;
     }
     float *mono = NULL;
@@ -632,7 +705,7 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
 #endif
     } else {
 #ifdef PKV_HAVE_SNDFILE
-        st = sndfile_read(d, size, &patch, &l, &mono, &n, &rate_in);
+        st = sndfile_read(d, size, k == AUDIO_FLAC ? NULL : &wav, &l, &mono, &n, &rate_in);
 #else
         return pkv_err(PKV_ERR_UNSUPPORTED, "WAV and FLAC decoding needs libsndfile, which this build lacks "
                                             "(install libsndfile1-dev and rebuild)");
