@@ -220,6 +220,24 @@ static pkv_status wav_parse(const uint8_t *d, size_t n, wav_info *w) {
     return PKV_OK;
 }
 
+#if defined(PKV_HAVE_SNDFILE) || defined(PKV_HAVE_OGG_VORBIS)
+/* Room in *mono (*cap frames) for `more` frames after the first n, within the
+ * duration limit (max_frames at `rate` Hz): the buffer doubles as it fills. */
+static pkv_status mono_room(float **mono, int64_t *cap, int64_t n, int64_t more, int64_t max_frames,
+                            const pkv_media_limits *l, long rate) {
+    if (n + more > max_frames)
+        return pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %ld Hz", l->max_audio_seconds,
+                       rate);
+    if (n + more <= *cap) return PKV_OK;
+    const int64_t nc = *cap * 2 > n + more ? *cap * 2 : n + more;
+    float *g = pkv_realloc(*mono, (size_t)nc * sizeof(float));
+    if (!g) return pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
+    *mono = g;
+    *cap = nc;
+    return PKV_OK;
+}
+#endif
+
 #ifdef PKV_HAVE_SNDFILE
 typedef struct mem_file { /* a file made of two pieces: a header (may be empty), then a body */
     const uint8_t *h, *d;
@@ -370,21 +388,7 @@ static pkv_status sndfile_read(const uint8_t *d, size_t size, const wav_info *wa
     for (;;) {
         sf_count_t got = sf_readf_float(sf, block, bf);
         if (got <= 0) break;
-        if (n + got > max_frames) {
-            st = pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %d Hz", l->max_audio_seconds,
-                         info.samplerate);
-            goto done;
-        }
-        if (n + got > cap) {
-            int64_t nc = cap * 2 > n + got ? cap * 2 : n + got;
-            float *g = pkv_realloc(mono, (size_t)nc * sizeof(float));
-            if (!g) {
-                st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
-                goto done;
-            }
-            mono = g;
-            cap = nc;
-        }
+        if ((st = mono_room(&mono, &cap, n, got, max_frames, l, info.samplerate))) goto done;
         for (sf_count_t i = 0; i < got; i++) {
             const float *f = block + i * info.channels;
             float s = f[0];
@@ -577,21 +581,7 @@ static pkv_status vorbis_read(const uint8_t *d, size_t size, const pkv_media_lim
                 /* the end of the stream is its last granule position */
                 if (op.e_o_s && op.granulepos >= 0 && n + take > op.granulepos)
                     take = op.granulepos > n ? (int)(op.granulepos - n) : 0;
-                if (n + take > max_frames) {
-                    st = pkv_err(PKV_ERR_INVALID, "audio too long: more than %g s (the limit) at %ld Hz",
-                                 l->max_audio_seconds, o.vi.rate);
-                    goto done;
-                }
-                if (n + take > cap) {
-                    int64_t nc = cap * 2 > n + take ? cap * 2 : n + take;
-                    float *g = pkv_realloc(mono, (size_t)nc * sizeof(float));
-                    if (!g) {
-                        st = pkv_err(PKV_ERR_NOMEM, "audio decode: no memory for %lld frames", (long long)nc);
-                        goto done;
-                    }
-                    mono = g;
-                    cap = nc;
-                }
+                if ((st = mono_room(&mono, &cap, n, take, max_frames, l, o.vi.rate))) goto done;
                 for (int i = 0; i < take; i++) {
                     float s = pcm[0][i];
                     for (int c = 1; c < ch; c++) s += pcm[c][i];
@@ -732,6 +722,7 @@ pkv_status pkv_audio_decode(const void *data, size_t size, int rate, const pkv_m
 
 static const uint8_t k_png_magic[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
 
+#if defined(PKV_HAVE_SPNG) || defined(PKV_HAVE_JPEG)
 static pkv_status pixel_limit(const char *kind, uint32_t w, uint32_t h, const pkv_media_limits *l) {
     if (w == 0 || h == 0) return pkv_err(PKV_ERR_FORMAT, "%s of %u x %u pixels", kind, w, h);
     if ((int64_t)w * (int64_t)h > l->max_pixels)
@@ -739,6 +730,7 @@ static pkv_status pixel_limit(const char *kind, uint32_t w, uint32_t h, const pk
                        kind, w, h, (long long)w * h, (long long)l->max_pixels);
     return PKV_OK;
 }
+#endif
 
 #ifdef PKV_HAVE_SPNG
 /* libspng (and the zlib inside it) allocate through pagekv's hooks, so
