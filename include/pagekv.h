@@ -526,7 +526,7 @@ typedef struct pkv_kv_stats {
     bool disk_enabled;           /* false once a write failed (ENOSPC, I/O error): serving goes on from memory */
     uint64_t disk_hit_pages;     /* pages a prefix match loaded from disk */
     uint64_t disk_miss_pages;    /* prefix matches that looked for their next page on disk and found no file */
-    uint64_t disk_rejected_files; /* page files that failed a check (size, magic, fingerprints, checksum, tokens): never used */
+    uint64_t disk_rejected_files; /* page files that failed a check (size, magic, fingerprints, checksum, tokens) or are not regular files (a planted symlink: skipped, never followed): never used */
     uint64_t disk_written_pages; /* page files written */
     uint64_t disk_write_errors;  /* failed writes (the first one turns the tier off) */
     uint64_t disk_evicted_files; /* page files removed to stay under disk_bytes */
