@@ -1586,6 +1586,9 @@ typedef struct pkv_engine_stats {
     int n_swapped;           /* sequences preempted to the host pool */
     int n_recompute;         /* sequences preempted by dropping their pages, to be recomputed */
     int n_requests;          /* requests not yet finished (waiting or started) */
+    bool waiting_for_pages;  /* the last step's admission stopped at a waiting or preempted sequence
+                                the pool had no room for (not at max_seqs or the token budget):
+                                pages freed outside the engine would let it go on */
     int64_t pages_total, pages_used, pages_free, pages_cached; /* device pool */
     int64_t pages_peak;      /* most pages used at once since creation */
     int64_t host_pages, host_free;
