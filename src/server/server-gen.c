@@ -271,11 +271,10 @@ void srv_ctx_quota_reserve(srv_gen *g, int64_t pages) {
     if (g->quota_reserved < 0) g->quota_reserved = 0;
 }
 
-/* The idle context to swap out when device pages are short: the least recently
- * used one whose swap frees device pages. A swapped context's host copy is its
- * own, so pages it shares with another context (a fork) stay on the device and
- * are held twice: a context that shares all its pages frees nothing, and one
- * whose shared pages would pass the quota is kept. NULL when none. */
+/* Whether swapping idle e out frees device pages within the quota. A swapped
+ * context's host copy is its own, so pages it shares with another context (a
+ * fork) stay on the device and are held twice: a context that shares all its
+ * pages frees nothing, and one whose shared pages would pass the quota is kept. */
 static bool swap_frees(srv_gen *g, srv_ctx *e) {
     int64_t pages = 0, shared = 0;
     if (e->busy || e->swapped || pkv_context_n_tokens(e->ctx) == 0) return false;
@@ -284,6 +283,8 @@ static bool swap_frees(srv_gen *g, srv_ctx *e) {
     return shared == 0 || srv_ctx_quota_ok(g, -1, shared, msg, sizeof msg);
 }
 
+/* The idle context to swap out when device pages are short: the least recently
+ * used one whose swap frees pages (swap_frees). NULL when none. */
 static srv_ctx *swap_victim(srv_gen *g) {
     srv_ctx *best = NULL;
     for (int i = 0; i < g->n_ctxs; i++) {
