@@ -1586,9 +1586,6 @@ typedef struct pkv_engine_stats {
     int n_swapped;           /* sequences preempted to the host pool */
     int n_recompute;         /* sequences preempted by dropping their pages, to be recomputed */
     int n_requests;          /* requests not yet finished (waiting or started) */
-    bool waiting_for_pages;  /* the last step's admission stopped at a waiting or preempted sequence
-                                the pool had no room for (not at max_seqs or the token budget):
-                                pages freed outside the engine would let it go on */
     int64_t pages_total, pages_used, pages_free, pages_cached; /* device pool */
     int64_t pages_peak;      /* most pages used at once since creation */
     int64_t host_pages, host_free;
@@ -1623,6 +1620,9 @@ typedef struct pkv_engine_stats {
     double spill_read_seconds;     /* time the resumed spilled sequences' prefix matches took */
     double prefill_seconds_per_token; /* the engine's measure of recompute: forward time per token of
                                      steps of at least a page of tokens (0 before one) */
+    bool waiting_for_pages;  /* the last step's admission stopped at a waiting or preempted sequence
+                                the pool had no room for (not at max_seqs or the token budget):
+                                pages freed outside the engine would let it go on */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the
