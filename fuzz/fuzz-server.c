@@ -215,7 +215,7 @@ static void request(srv *s, int sel, const char *body, size_t len, ids *known) {
     }
     }
     if (op == OP_CHAT) s->tpl = (pkv_tpl)(who % PKV_TPL_COUNT); /* 0: no template -> a 400 */
-    srv_conn sc = {-1, NULL, 30, NULL, NULL};
+    srv_conn sc = {-1, NULL, 30, NULL, "application/json"};
     srv_out o = {0};
     srv_handle(s, method, url, body, len, NULL, &sc, &o);
     if (getenv("FUZZ_VERBOSE")) {
@@ -298,7 +298,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < known.n; i++) {
         char url[96];
         snprintf(url, sizeof url, "/v1/contexts/%s", known.id[i]);
-        srv_conn sc = {-1, NULL, 30, NULL, NULL};
+        srv_conn sc = {-1, NULL, 30, NULL, "application/json"};
         srv_out o = {0};
         srv_handle(s, "DELETE", url, "", 0, NULL, &sc, &o);
         FUZZ_CHECK(o.status == 200 || o.status == 404);

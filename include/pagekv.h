@@ -526,7 +526,7 @@ typedef struct pkv_kv_stats {
     bool disk_enabled;           /* false once a write failed (ENOSPC, I/O error): serving goes on from memory */
     uint64_t disk_hit_pages;     /* pages a prefix match loaded from disk */
     uint64_t disk_miss_pages;    /* prefix matches that looked for their next page on disk and found no file */
-    uint64_t disk_rejected_files; /* page files that failed a check (size, magic, fingerprints, checksum, tokens): never used */
+    uint64_t disk_rejected_files; /* page files that failed a check (size, magic, fingerprints, checksum, tokens) or are not regular files (a planted symlink: skipped, never followed): never used */
     uint64_t disk_written_pages; /* page files written */
     uint64_t disk_write_errors;  /* failed writes (the first one turns the tier off) */
     uint64_t disk_evicted_files; /* page files removed to stay under disk_bytes */
@@ -1620,6 +1620,9 @@ typedef struct pkv_engine_stats {
     double spill_read_seconds;     /* time the resumed spilled sequences' prefix matches took */
     double prefill_seconds_per_token; /* the engine's measure of recompute: forward time per token of
                                      steps of at least a page of tokens (0 before one) */
+    bool waiting_for_pages;  /* the last step's admission stopped at a waiting or preempted sequence
+                                the pool had no room for (not at max_seqs or the token budget):
+                                pages freed outside the engine would let it go on */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the

@@ -242,6 +242,64 @@ int main(void) {
         unlink(other);
     }
 
+    { /* planted symlinks (issue 50.10): a page file's name or the lock; never
+       * followed, the one file is skipped (logged, counted), the tier goes on */
+        char d3[600], victim[600], pl[1024], lk[700];
+        snprintf(d3, sizeof d3, "%s-planted", dir);
+        snprintf(victim, sizeof victim, "%s", th_tmp("kvdisk-victim"));
+        rm_rf(d3);
+        write_file(victim, (const uint8_t *)"precious", 8);
+        pkv_kv_cache *c = make(&e, d3, 0, 12);
+        REQUIRE(c != NULL);
+        page_name(c, d3, 9, 1, pl, sizeof pl);
+        CHECK(symlink(victim, pl) == 0);
+        logbuf[0] = 0;
+        int32_t s;
+        CHECK_OK(pkv_kv_seq_create(c, 9, &s));
+        fill_seq(c, s, 11);
+        CHECK_OK(pkv_kv_seq_free(c, s));
+        CHECK_OK(pkv_kv_disk_flush(c));
+        pkv_kv_stats_get(c, &st);
+        CHECK(st.disk_enabled);
+        CHECK_INT(st.disk_write_errors, 0);
+        CHECK_INT(st.disk_written_pages, 2);
+        CHECK_INT(st.disk_rejected_files, 1);
+        CHECK(strstr(logbuf, "is a symbolic link") != NULL && strstr(logbuf, "the disk tier goes on") != NULL);
+        /* the tier still writes: another producer's three pages */
+        CHECK_OK(pkv_kv_seq_create(c, 10, &s));
+        fill_seq(c, s, 12);
+        CHECK_OK(pkv_kv_seq_free(c, s));
+        CHECK_OK(pkv_kv_disk_flush(c));
+        pkv_kv_stats_get(c, &st);
+        CHECK(st.disk_enabled);
+        CHECK_INT(st.disk_written_pages, 5);
+        pkv_kv_cache_free(c);
+        uint8_t vb[16] = {0};
+        CHECK_INT(read_file(victim, vb, sizeof vb), 8);
+        CHECK_MEM(vb, "precious", 8);
+        /* one planted when the cache opens: skipped and counted, the rest indexed */
+        unlink(pl);
+        CHECK(symlink(victim, pl) == 0);
+        logbuf[0] = 0;
+        CHECK_INT(match_once(&e, d3, 9, &st), 4); /* page 0 from disk, page 1 is the symlink */
+        CHECK(st.disk_enabled);
+        CHECK_INT(st.disk_rejected_files, 1);
+        CHECK(strstr(logbuf, "not a regular file (a symbolic link); skipped") != NULL);
+        CHECK_INT(read_file(victim, vb, sizeof vb), 8);
+        CHECK_MEM(vb, "precious", 8);
+        /* a symlinked lock: refused, saying so */
+        snprintf(lk, sizeof lk, "%s/lock", d3);
+        unlink(lk);
+        CHECK(symlink(victim, lk) == 0);
+        CHECK(make(&e, d3, 0, 12) == NULL);
+        CHECK_MSG("lock file");
+        CHECK_MSG("is a symbolic link, not a regular file: refused");
+        CHECK_INT(read_file(victim, vb, sizeof vb), 8);
+        unlink(lk);
+        rm_rf(d3);
+        unlink(victim);
+    }
+
     /* size cap: room for two files keeps the two most recently used */
     {
         char d2[600];

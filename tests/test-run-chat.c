@@ -7,7 +7,9 @@
  *    answer has the ids (and text) of a fresh greedy run on the token ids of the
  *    whole rendered conversation (--verbose-prompt prints them), and turn 2 reuses
  *    turn 1's tokens from the cache (reused > 0, computed < total);
- *  - /exit and end of input end a conversation read from a pipe.
+ *  - /exit and end of input end a conversation read from a pipe;
+ *  - a conversation longer than the context goes on (issue 50.10): oldest turns
+ *    dropped, the system prompt kept and reused, a too-long message not sent.
  * Skipped (77) without tmux or without the server's chat layer (jansson). */
 #include <unistd.h>
 
@@ -104,6 +106,37 @@ int main(void) {
     HAS("pagekv run: turn 1: 4 tokens, stopped: -n reached");
     CHECK(strstr(th_out, "turn 2") == NULL);
     CHECK(strstr(th_out, "> ") == NULL);
+
+    /* a conversation longer than the context (issue 50.10) goes on: the oldest
+     * turns are dropped (the system prompt stays, so its tokens are reused), a
+     * message too long even alone is not sent, an answer the context cuts is
+     * said so and the next turn makes room */
+    {
+        static char longmsg[2048], t1[8192], t4[8192];
+        for (int i = 0; i < 120; i++) strcat(longmsg, "word ");
+        CHECK_INT(sh("printf 'hello there\\nsecond one\\n%s\\nthird one\\nfourth one\\n' | '%s' run -m '%s' -cnv "
+                     "-sys 'You are terse' -c 96 --temp 0 -n 30 -t 1 --verbose-prompt 2>&1 >/dev/null",
+                     longmsg, bin, m),
+                  0);
+        HAS("the oldest 1 turn is dropped (the system prompt is kept)");
+        HAS("more than the context of 96: not sent");
+        HAS("pagekv run: turn 4: prompt ");
+        CHECK(strstr(th_out, "conversation ends") == NULL && strstr(th_out, "turn 5") == NULL);
+        REQUIRE(ids_line(th_out, 1, "prompt ids", t1, sizeof t1) && ids_line(th_out, 4, "prompt ids", t4, sizeof t4));
+        char *cut = t1;
+        for (int i = 0; i < 8 && cut; i++) cut = strchr(cut + 1, ',');
+        REQUIRE(cut != NULL);
+        *cut = 0; /* the system prompt's first tokens */
+        CHECK(!strncmp(t4, t1, strlen(t1)));
+        const char *r4 = strstr(th_out, "pagekv run: turn 4: prompt ");
+        CHECK(r4 && strstr(r4, " 0 reused") == NULL);
+        CHECK_INT(sh("printf 'hello there\\nsecond one\\nthird\\n' | '%s' run -m '%s' -cnv -c 96 --temp 0 -n 80 -t 1 "
+                     "2>&1 >/dev/null",
+                     bin, m),
+                  0);
+        HAS("the answer is cut here; the next turn drops the oldest turns to make room");
+        HAS("pagekv run: turn 3: prompt ");
+    }
 
     /* at a terminal, under tmux */
     if (sh("command -v tmux >/dev/null 2>&1") != 0) return th_skip("tmux is not installed (apt-get install tmux)");

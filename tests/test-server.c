@@ -1234,7 +1234,7 @@ int main(void) {
         snprintf(out, sizeof out, "%s", th_tmp("drain.sse"));
         unlink(out);
         snprintf(cmd, sizeof cmd,
-                 "curl -sS --max-time 60 -N -H 'Authorization: Bearer test-key' -d '{\"prompt\": \"go\", \"max_tokens\": 200, "
+                 "curl -sS --max-time 60 -N -H 'Authorization: Bearer test-key' -H 'Content-Type: application/json' -d '{\"prompt\": \"go\", \"max_tokens\": 200, "
                  "\"temperature\": 1, \"seed\": 3, \"stream\": true}' http://127.0.0.1:%d/v1/completions > '%s' 2>/dev/null",
                  g_port, out);
         FILE *f = popen(cmd, "r");
@@ -1287,7 +1287,7 @@ int main(void) {
     pid_t pid = ts_start(args, logp, &g_port);
     REQUIRE(pid > 0);
     g_auth = "";
-    CHECK_INT(ts_http(g_port, "-i -d '{\"prompt\": \"hi\"}' /v1/completions"), 503);
+    CHECK_INT(ts_http(g_port, "-i -H 'Content-Type: application/json' -d '{\"prompt\": \"hi\"}' /v1/completions"), 503);
     CHECK(strstr(ts_body, "Retry-After: 1") != NULL);
     /* no chat template in the model and none forced: served with chatml, and the log says so */
     CHECK_INT(post("/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", NULL), 200);

@@ -170,7 +170,8 @@ class EngineStats(Structure):
                 ("preemptions_spill", c_uint64), ("spill_failed", c_uint64), ("spill_pages_written", c_uint64),
                 ("spill_bytes_written", c_uint64), ("spill_pages_read", c_uint64),
                 ("spill_pages_resumed", c_uint64), ("spill_write_seconds", c_double),
-                ("spill_read_seconds", c_double), ("prefill_seconds_per_token", c_double)]
+                ("spill_read_seconds", c_double), ("prefill_seconds_per_token", c_double),
+                ("waiting_for_pages", c_bool)]
 
 
 # The structs above by their C names (for the layout test).

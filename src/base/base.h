@@ -90,9 +90,10 @@ typedef struct pkv_wfile {
     char *path, *tmp;
 } pkv_wfile;
 pkv_status pkv_file_check_output(const char *path);
-/* A lock file (never written: the target of flock): path checked as above, then
- * opened, created when missing, without following a symlink. The descriptor, or
- * -1 with errno set. */
+/* A lock file (never written: the target of flock): refused when it is not a
+ * regular file (a symlink is never followed), else opened, created when
+ * missing. The descriptor, or -1 with errno set and pkv_errmsg() saying why
+ * (which file, "is a symbolic link: refused"). */
 int pkv_file_open_lock(const char *path);
 pkv_status pkv_wfile_open(pkv_wfile *w, const char *path);
 pkv_status pkv_wfile_commit(pkv_wfile *w);

@@ -39,11 +39,24 @@ pkv_status pkv_file_check_output(const char *path) {
 }
 
 int pkv_file_open_lock(const char *path) {
-    if (pkv_file_check_output(path) != PKV_OK) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        pkv_err(PKV_ERR_IO, "the lock file %s is %s, not a regular file: refused (a lock file is never followed; "
+                            "remove it)", path, kind_of(st.st_mode));
         errno = EINVAL;
         return -1;
     }
-    return open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP) /* made a symlink after the lstat */
+            pkv_err(PKV_ERR_IO, "the lock file %s is a symbolic link: refused (a lock file is never followed; "
+                                "remove it)", path);
+        else
+            pkv_err(PKV_ERR_IO, "cannot create the lock file %s: %s", path, strerror(e));
+        errno = e;
+    }
+    return fd;
 }
 
 pkv_status pkv_wfile_open(pkv_wfile *w, const char *path) {

@@ -9,7 +9,8 @@
  *
  * One context lives across the turns: the new prompt's tokens are compared with the
  * tokens the context already holds, the context is truncated to the common prefix
- * and only the rest is decoded. Needs the server's code (jansson); without it
+ * and only the rest is decoded. When the conversation outgrows the context its
+ * oldest turns are dropped (the system message stays) and the chat goes on. Needs the server's code (jansson); without it
  * pagekv run refuses -cnv before loading anything. */
 #ifdef PKV_HAVE_SERVER
 #include <jansson.h>
@@ -170,15 +171,48 @@ int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o)
             pkv_cli_fail("run", "chat", PKV_ERR_NOMEM);
             goto out;
         }
-        size_t n_prompt = 0;
-        int32_t *toks = render(m, chat, body, &n_prompt);
-        if (!toks) goto out;
-        if ((int64_t)n_prompt + 1 > n_ctx) {
-            fprintf(stderr, "pagekv run: the conversation has %zu tokens, more than the context of %lld (use -c)\n",
-                    n_prompt, (long long)n_ctx);
-            free(toks);
+        /* A conversation that outgrows the context drops its oldest turns (the
+         * system prompt stays), leaving room for an answer of up to -n tokens
+         * (at most a quarter of the context); a message that does not fit even
+         * alone is not sent, and the chat goes on. */
+        size_t n_prompt = 0, first = o->system ? 1 : 0;
+        int64_t room = o->n_predict < n_ctx / 4 ? o->n_predict : n_ctx / 4;
+        int dropped = 0;
+        int32_t *toks = NULL;
+        json_t *gone = json_array(); /* the dropped messages, oldest first */
+        if (!gone) {
+            pkv_cli_fail("run", "chat", PKV_ERR_NOMEM);
             goto out;
         }
+        for (;;) {
+            if (!(toks = render(m, chat, body, &n_prompt))) {
+                json_decref(gone);
+                goto out;
+            }
+            if ((int64_t)n_prompt + 1 + room <= n_ctx || json_array_size(msgs) <= first + 1) break;
+            free(toks); /* the oldest turn: its user message and the answer after it */
+            for (int k = 0; k < 2 && json_array_size(msgs) > first + 1; k++) {
+                json_array_append(gone, json_array_get(msgs, first));
+                json_array_remove(msgs, first);
+            }
+            dropped++;
+        }
+        if ((int64_t)n_prompt + 1 > n_ctx) { /* the conversation is kept as it was */
+            fprintf(stderr, "pagekv run: this message makes %zu tokens%s, more than the context of %lld: not sent "
+                            "(a shorter one, or a larger -c)\n",
+                    n_prompt, o->system ? " with the system prompt" : "", (long long)n_ctx);
+            free(toks);
+            json_array_remove(msgs, json_array_size(msgs) - 1);
+            for (size_t k = json_array_size(gone); k-- > 0;) json_array_insert(msgs, first, json_array_get(gone, k));
+            json_decref(gone);
+            turn--;
+            continue;
+        }
+        json_decref(gone);
+        if (dropped)
+            fprintf(stderr, "pagekv run: the context of %lld tokens is full: the oldest %d turn%s dropped (%s)\n",
+                    (long long)n_ctx, dropped, dropped == 1 ? " is" : "s are",
+                    o->system ? "the system prompt is kept" : "a larger -c keeps more");
         /* reuse the common prefix with what the context holds; at least the last
          * prompt token is decoded again, for its logits */
         int64_t n_have = pkv_context_n_tokens(ctx), keep = 0;
@@ -248,11 +282,9 @@ int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o)
             pkv_cli_fail("run", "chat", PKV_ERR_NOMEM);
             goto out;
         }
-        if (!strcmp(why, "full")) {
-            fprintf(stderr, "pagekv run: the context of %lld tokens is full: the conversation ends (a larger -c goes "
-                            "on)\n", (long long)n_ctx);
-            break;
-        }
+        if (!strcmp(why, "full"))
+            fprintf(stderr, "pagekv run: the context of %lld tokens is full: the answer is cut here; the next turn "
+                            "drops the oldest turns to make room\n", (long long)n_ctx);
     }
     rc = 0;
 out:

@@ -57,6 +57,9 @@ static void serve_usage(FILE *f) {
             "  --seed N               sampling seed of requests that give none (default -1: a fresh one each)\n"
             "  --cors-origin ORIGIN   let browser pages from ORIGIN ('*' = any) call the server: CORS headers\n"
             "                         and preflights (default: none; OPTIONS is answered 204 either way)\n"
+            "  --allowed-host NAME    answer requests with 'Host: NAME' too (repeatable, at most 16; '*' = any).\n"
+            "                         Default: only IP addresses and localhost, or any with --api-key (a 403\n"
+            "                         otherwise: DNS rebinding protection)\n"
             "  -np N                  as --parallel (llama-server's name); --jinja is accepted (the default)\n"
             "  --max-body BYTES       request body limit (default %zu) -> 413\n"
             "  --max-header BYTES     per-connection memory for request line + headers (default %zu) -> 431\n"
@@ -128,6 +131,17 @@ int pkv_cli_serve(int argc, char **argv) {
             return 2;
         } else if (!strcmp(a, "--cors-origin")) {
             if (!(so.cors_origin = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--allowed-host")) {
+            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
+            if (so.n_allowed_hosts == PKV_SERVE_MAX_ALLOWED_HOSTS) {
+                fprintf(stderr, "pagekv serve: --allowed-host given more than %d times\n", PKV_SERVE_MAX_ALLOWED_HOSTS);
+                return 2;
+            }
+            if (!*v || strchr(v, ':') || strchr(v, '/')) {
+                fprintf(stderr, "pagekv serve: --allowed-host '%s' is not a host name (no port, no scheme)\n", v);
+                return 2;
+            }
+            so.allowed_hosts[so.n_allowed_hosts++] = v;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
             so.seed = x;

@@ -140,6 +140,7 @@ struct pkv_engine {
     double pf_s;        /* forward seconds of steps of at least a page of tokens */
     uint64_t pf_tok;    /* and their tokens */
     int64_t pages_peak;
+    bool short_of_pages; /* the last admit() stopped for want of pages (stats.waiting_for_pages) */
     double busy;
 
     /* shared state, under mu */

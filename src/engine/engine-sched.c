@@ -250,6 +250,7 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.pages_cached = ks.pages_cached;
     if (ks.pages_used > e->pages_peak) e->pages_peak = ks.pages_used;
     st.pages_peak = e->pages_peak;
+    st.waiting_for_pages = e->short_of_pages;
     st.host_pages = ks.host_pages;
     st.host_free = ks.host_free;
     st.requests_finished = e->finished;
@@ -666,6 +667,7 @@ static bool admit(pkv_engine *e) {
     bool changed = false;
     int resident = n_resident(e);
     int64_t budget = e->p.max_batch_tokens - pending_tokens(e);
+    e->short_of_pages = false;
     for (int i = 0; i < e->n_reqs; i++) {
         eng_req *r = e->reqs[i];
         if (r->cancel || r->n_final == r->n) continue;
@@ -688,7 +690,10 @@ static bool admit(pkv_engine *e) {
                     break;
                 }
                 eng_seq *v = pick_victim(e, NULL, true, r->p.priority);
-                if (!v) return changed;
+                if (!v) {
+                    e->short_of_pages = true;
+                    return changed;
+                }
                 preempt(e, v);
                 resident--;
                 changed = true;

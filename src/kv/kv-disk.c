@@ -352,7 +352,13 @@ static pkv_status scan(pkv_kv_cache *c) {
             continue;
         }
         if (!parse_name(nm, &key, &lfp)) continue;
-        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(sb.st_mode)) { /* planted: never followed, never written through */
+            d->st.disk_rejected_files++;
+            PKV_WARN("KV disk tier %s: %s is not a regular file (%s); skipped", d->dir, nm,
+                     S_ISLNK(sb.st_mode) ? "a symbolic link" : "a directory, FIFO or device");
+            continue;
+        }
         int64_t ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
         if (add(d, key, lfp, (uint64_t)sb.st_size, ns, false) < 0)
             st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory indexing %s", d->dir);
@@ -413,6 +419,7 @@ static void *writer_main(void *arg) {
         bool skip = d->off;
         pthread_mutex_unlock(&d->mu);
         pkv_status st = PKV_OK;
+        bool planted = false;
         double t0 = pkv_time_now();
         if (!skip) {
             size_t off = DISK_HEADER + 8 * (size_t)d->page_size; /* the checksum, chained as kv-file.c's */
@@ -425,6 +432,10 @@ static void *writer_main(void *arg) {
             entry_path(d, j->key, j->lfp, path, sizeof path);
             pkv_wfile w;
             st = pkv_wfile_open(&w, path);
+            struct stat lsb;
+            /* something planted at this page's name (a symlink, a FIFO): that one
+             * page is not kept on disk, the tier goes on */
+            planted = st && lstat(path, &lsb) == 0 && !S_ISREG(lsb.st_mode);
             bool fail = pkv_kv_test_disk_fail_write;
             if (pkv_kv_test_disk_fail_after >= 0) { /* test hook: the disk fills after that many writes */
                 pthread_mutex_lock(&d->mu);
@@ -449,7 +460,10 @@ static void *writer_main(void *arg) {
         d->q_bytes -= d->file_bytes;
         d->busy = false;
         if (skip || st) {
-            if (st && !d->off) {
+            if (planted) {
+                d->st.disk_rejected_files++;
+                PKV_WARN("KV disk tier %s: %s; this page is not written, the disk tier goes on", d->dir, pkv_errmsg());
+            } else if (st && !d->off) {
                 d->off = true;
                 d->st.disk_enabled = false;
                 d->st.disk_write_errors++;
@@ -529,7 +543,7 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     }
     d->lock_fd = pkv_file_open_lock(path);
     if (d->lock_fd < 0) {
-        st = pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the lock file %s: %s", path, strerror(errno));
+        st = pkv_err_prefix(PKV_ERR_IO, "KV disk tier");
         goto fail;
     }
     if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {

@@ -26,6 +26,7 @@ typedef struct ctx_call {
     /* a prefill in pieces (create, append): where it stands between the worker's calls */
     pkv_context *building; /* create: the context until it is registered */
     srv_ctx *target;       /* append: the context (busy meanwhile) */
+    int64_t reserved;      /* create, append: quota pages reserved until the prefill ends */
     int done_toks;         /* tokens of toks decoded so far (create: from the prefix match on) */
     int64_t matched;
     /* result */
@@ -125,6 +126,9 @@ static bool create_call(srv_gen *g, ctx_call *k) {
             pkv_context_free(ctx);
             return fail(k, 503, msg);
         }
+        /* until it is registered nobody else counts its pages */
+        k->reserved = pages_for(g, k->n_toks);
+        srv_ctx_quota_reserve(g, k->reserved);
         k->building = ctx;
         k->matched = matched;
         k->done_toks = (int)matched;
@@ -134,6 +138,8 @@ static bool create_call(srv_gen *g, ctx_call *k) {
     }
     pkv_context *ctx = k->building;
     k->building = NULL;
+    srv_ctx_quota_reserve(g, -k->reserved);
+    k->reserved = 0;
     if (k->status) { /* a piece failed */
         pkv_context_free(ctx);
         return true;
@@ -163,6 +169,8 @@ static bool run_call(srv_gen *g, void *arg) {
         e->busy = false;
         e->last_used = srv_now();
         k->target = NULL;
+        srv_ctx_quota_reserve(g, -k->reserved);
+        k->reserved = 0;
         if (!k->status) {
             k->res = ctx_json(g, e, false);
             k->status = 200;
@@ -214,6 +222,8 @@ static bool run_call(srv_gen *g, void *arg) {
             return fail(k, 400, msg);
         }
         if (!srv_ctx_quota_ok(g, -1, pages_for(g, k->n_toks), msg, sizeof msg)) return fail(k, 503, msg);
+        k->reserved = pages_for(g, k->n_toks);
+        srv_ctx_quota_reserve(g, k->reserved);
         e->busy = true; /* no fork, delete or generation between the pieces */
         k->target = e;
         k->n_keep = len; /* where a failed append goes back to */

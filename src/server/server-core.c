@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -251,6 +252,16 @@ static bool key_ok(srv *s, const char *h) {
 
 /* ------------------------------------------------------------------ routes */
 
+/* application/json, with or without parameters ("; charset=utf-8"). */
+static bool json_type_ok(const char *t) {
+    if (!t) return false;
+    t += strspn(t, " \t");
+    if (strncasecmp(t, "application/json", 16)) return false;
+    t += 16;
+    t += strspn(t, " \t");
+    return !*t || *t == ';';
+}
+
 void srv_handle(srv *s, const char *method, const char *url, const char *body_text, size_t body_len,
                 const char *authorization, const srv_conn *sc, srv_out *o) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
@@ -303,6 +314,11 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
     if (r != R_CTX && !post) return srv_error(o, 405, "use POST %s", url);
     if (r == R_CTX && !get && !post && !del) return srv_error(o, 405, "%s is not a method of %s", method, url);
     json_t *body = NULL;
+    if (post && !json_type_ok(sc ? sc->content_type : NULL))
+        /* any other type (text/plain, a form) is a "simple" request a page on
+         * another site may send without a CORS preflight */
+        return srv_error(o, 415, "Content-Type is '%.80s': send 'Content-Type: application/json'",
+                         sc && sc->content_type ? sc->content_type : "(none)");
     if (post) {
         json_error_t je;
         if (!body_len && r != R_CTX) return srv_error(o, 400, "the request body must be a JSON object");

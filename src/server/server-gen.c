@@ -49,6 +49,7 @@ struct srv_gen {
     int n_ctxs;
     int64_t next_ctx_id;
     double last_sweep;
+    int64_t quota_reserved; /* srv_ctx_quota_reserve: pages operations in progress may still take */
     int eng_pending; /* unfinished engine requests after the last step */
     bool defer;      /* inside a loop iteration: req_finish_one queues to fin */
     srv_req **fin;
@@ -254,12 +255,52 @@ bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size
         snprintf(msg, size, "%s", pkv_errmsg());
         return false;
     }
-    if (dev + host + more <= g->p.ctx_pages) return true;
+    int64_t res = g->quota_reserved;
+    if (dev + host + res + more <= g->p.ctx_pages) return true;
     snprintf(msg, size,
-             "the contexts hold %lld KV pages (%lld on the device, %lld swapped to host) and this needs %lld more; "
-             "their quota is %lld pages (--context-pages): delete contexts or wait for idle ones to expire",
-             (long long)(dev + host), (long long)dev, (long long)host, (long long)more, (long long)g->p.ctx_pages);
+             "the contexts hold %lld KV pages (%lld on the device, %lld swapped to host), operations in progress "
+             "reserved %lld more and this needs %lld more; their quota is %lld pages (--context-pages): delete "
+             "contexts or wait for idle ones to expire",
+             (long long)(dev + host), (long long)dev, (long long)host, (long long)res, (long long)more,
+             (long long)g->p.ctx_pages);
     return false;
+}
+
+void srv_ctx_quota_reserve(srv_gen *g, int64_t pages) {
+    g->quota_reserved += pages;
+    if (g->quota_reserved < 0) g->quota_reserved = 0;
+}
+
+/* Whether swapping idle e out frees device pages within the quota. A swapped
+ * context's host copy is its own, so pages it shares with another context (a
+ * fork) stay on the device and are held twice: a context that shares all its
+ * pages frees nothing, and one whose shared pages would pass the quota is kept. */
+static bool swap_frees(srv_gen *g, srv_ctx *e) {
+    int64_t pages = 0, shared = 0;
+    if (e->busy || e->swapped || pkv_context_n_tokens(e->ctx) == 0) return false;
+    if (pkv_kv_seq_page_stats(g->c, pkv_context_seq(e->ctx), &pages, &shared) || pages <= shared) return false;
+    char msg[400];
+    return shared == 0 || srv_ctx_quota_ok(g, -1, shared, msg, sizeof msg);
+}
+
+/* The idle context to swap out when device pages are short: the least recently
+ * used one whose swap frees pages (swap_frees). NULL when none. */
+static srv_ctx *swap_victim(srv_gen *g) {
+    srv_ctx *best = NULL;
+    for (int i = 0; i < g->n_ctxs; i++) {
+        srv_ctx *e = g->ctxs[i];
+        if ((!best || e->last_used < best->last_used) && swap_frees(g, e)) best = e;
+    }
+    return best;
+}
+
+static bool swap_out(srv_gen *g, srv_ctx *e) {
+    if (pkv_context_swap_out(e->ctx) != PKV_OK) return false;
+    e->swapped = true;
+    pthread_mutex_lock(&g->mu);
+    g->st.preemptions++;
+    pthread_mutex_unlock(&g->mu);
+    return true;
 }
 
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg) {
@@ -314,17 +355,8 @@ void srv_gen_make_room(srv_gen *g, int64_t pages) {
         pkv_kv_stats ks;
         pkv_kv_stats_get(g->c, &ks);
         if (ks.pages_free + ks.pages_cached >= pages) return;
-        srv_ctx *lru = NULL;
-        for (int i = 0; i < g->n_ctxs; i++) {
-            srv_ctx *e = g->ctxs[i];
-            if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used))
-                lru = e;
-        }
-        if (!lru || pkv_context_swap_out(lru->ctx)) return;
-        lru->swapped = true;
-        pthread_mutex_lock(&g->mu);
-        g->st.preemptions++;
-        pthread_mutex_unlock(&g->mu);
+        srv_ctx *v = swap_victim(g);
+        if (!v || !swap_out(g, v)) return;
     }
 }
 
@@ -362,8 +394,7 @@ static void sweep(srv_gen *g) {
             srv_ctx_remove(g, e);
             continue;
         }
-        if (!e->busy && !e->swapped && g->p.ctx_swap_s > 0 && idle > g->p.ctx_swap_s &&
-            pkv_context_n_tokens(e->ctx) > 0 && pkv_context_swap_out(e->ctx) == PKV_OK)
+        if (g->p.ctx_swap_s > 0 && idle > g->p.ctx_swap_s && swap_frees(g, e) && pkv_context_swap_out(e->ctx) == PKV_OK)
             e->swapped = true;
         i++;
     }
@@ -566,6 +597,8 @@ static void ctx_gen_done(srv_gen *g, srv_req *r) {
     if (!ce) return;
     ce->busy = false;
     ce->engine_req = 0;
+    srv_ctx_quota_reserve(g, -ce->gen_reserved);
+    ce->gen_reserved = 0;
     ce->last_used = srv_now();
     /* preempted by swap and cancelled before it came back: it stays swapped */
     ce->swapped = pkv_kv_seq_swapped(g->c, pkv_context_seq(ce->ctx));
@@ -622,7 +655,7 @@ static bool on_engine_event(const pkv_engine_event *ev, void *user) {
  * engine request on the context (pkv_request_params.context). A context without
  * logits (after a truncate) gives its last token back as the prompt, computed
  * in the engine's batch. false: r was failed or finished here. */
-static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bool *relast) {
+static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bool *relast, int64_t *quota) {
     srv_ctx *ce = srv_ctx_find(g, r->ctx_id);
     pkv_status s;
     *relast = false;
@@ -658,7 +691,8 @@ static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bo
     if (r->max_tokens > room) r->max_tokens = (int)room;
     char qmsg[400];
     int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
-    if (!srv_ctx_quota_ok(g, -1, (r->max_tokens + ps - 1) / ps + 1, qmsg, sizeof qmsg)) {
+    *quota = (r->max_tokens + ps - 1) / ps + 1;
+    if (!srv_ctx_quota_ok(g, -1, *quota, qmsg, sizeof qmsg)) {
         admit_fail(g, r, 503, "%s", qmsg);
         return false;
     }
@@ -681,7 +715,8 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     srv_ctx *ce = NULL;
     int32_t last = 0;
     bool relast = false;
-    if (r->ctx_id && !ctx_request(g, r, &ce, &last, &relast)) return;
+    int64_t quota = 0;
+    if (r->ctx_id && !ctx_request(g, r, &ce, &last, &relast, &quota)) return;
     if (!ce) {
         int64_t room = g->p.n_ctx - r->n_prompt - r->media_rows_audio - r->media_rows_image;
         if (r->max_tokens > room) r->max_tokens = (int)room;
@@ -716,6 +751,8 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     if (ce) { /* the engine's until its final event (ctx_gen_done): no swap, fork, append or delete */
         ce->busy = true;
         ce->engine_req = id;
+        ce->gen_reserved = quota;
+        srv_ctx_quota_reserve(g, quota);
     }
     pthread_mutex_lock(&r->mu);
     r->engine_id = id;
@@ -737,23 +774,16 @@ static void engine_room(srv_gen *g) {
     int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
     int bt = g->p.batch_tokens > 0 ? g->p.batch_tokens : 256;
     int64_t need = es.n_running + (bt + ps - 1) / ps + 1;
-    int extra = es.n_waiting + es.n_swapped + es.n_recompute > 0 ? 1 : 0;
+    /* one more only when the last step could not admit or resume a sequence for
+     * want of pages; a request merely submitted, or waiting for a slot, is no reason */
+    int extra = es.waiting_for_pages ? 1 : 0;
     for (;;) {
         pkv_kv_stats ks;
         pkv_kv_stats_get(g->c, &ks);
         if (ks.pages_free + ks.pages_cached >= need && extra == 0) return;
-        srv_ctx *lru = NULL;
-        for (int i = 0; i < g->n_ctxs; i++) {
-            srv_ctx *e = g->ctxs[i];
-            if (!e->busy && !e->swapped && pkv_context_n_tokens(e->ctx) > 0 && (!lru || e->last_used < lru->last_used))
-                lru = e;
-        }
-        if (!lru || pkv_context_swap_out(lru->ctx) != PKV_OK) return;
-        lru->swapped = true;
+        srv_ctx *v = swap_victim(g);
+        if (!v || !swap_out(g, v)) return;
         if (extra) extra--;
-        pthread_mutex_lock(&g->mu);
-        g->st.preemptions++;
-        pthread_mutex_unlock(&g->mu);
     }
 }
 

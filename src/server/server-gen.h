@@ -138,15 +138,23 @@ void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg);
 /* Tokens a call may prefill per piece (the engine's tokens per step). */
 int srv_gen_chunk(srv_gen *g);
 /* Can the contexts hold `more` pages beyond what they hold now (plus the
- * sequence `pending`, a context being built; -1 = none)? false with a message. */
+ * sequence `pending`, a context being built; -1 = none) and what operations in
+ * progress have reserved? false with a message. */
 bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size_t size);
+/* Reserve (pages > 0) or give back (< 0) quota pages for an operation that grows
+ * a context over several steps (a prefill in pieces, a generation), so that
+ * operations running together never pass --context-pages. Worker thread. */
+void srv_ctx_quota_reserve(srv_gen *g, int64_t pages);
 
 /* For calls running on the worker. */
 pkv_model *srv_gen_model(srv_gen *g);
 pkv_kv_cache *srv_gen_cache(srv_gen *g);
 pkv_engine *srv_gen_engine(srv_gen *g);
 /* Swap idle contexts out (least recently used first) until `pages` device
- * pages are free or none is left to swap. Worker thread only. */
+ * pages are free or none is left to swap. Only contexts whose swap frees device
+ * pages are taken (a fork's pages shared with another context stay on the
+ * device and are copied to host besides) and only within the quota. Worker
+ * thread only. */
 void srv_gen_make_room(srv_gen *g, int64_t pages);
 
 /* ------------------------------------------------------ contexts registry */
@@ -158,6 +166,7 @@ typedef struct srv_ctx {
     bool busy;       /* a generation or an append is running on it */
     bool swapped;
     uint64_t engine_req; /* the engine request generating on it, 0 = none */
+    int64_t gen_reserved; /* quota pages its running generation reserved (srv_ctx_quota_reserve) */
     int64_t parent;  /* the context it was forked from (which may be gone since), 0 = none */
 } srv_ctx;
 

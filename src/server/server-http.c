@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -134,6 +135,42 @@ static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o)
     return ret;
 }
 
+/* Whether a request with this Host header is answered. A page on evil.example
+ * whose name is made to resolve to this machine (DNS rebinding) reaches the
+ * server as a same-origin page, with Host: evil.example; an IP literal or
+ * localhost cannot be such a name. A request without Host (HTTP/1.0) is not
+ * from a browser. With --api-key the key protects the API instead. */
+static bool host_ok(const srv *s, const char *h) {
+    if (!h || s->o.api_key) return true;
+    char name[256];
+    size_t n;
+    const char *rest;
+    if (h[0] == '[') { /* [v6]:port */
+        const char *e = strchr(h, ']');
+        if (!e || (size_t)(e - h - 1) >= sizeof name) return false;
+        n = (size_t)(e - h - 1);
+        memcpy(name, h + 1, n);
+        name[n] = 0;
+        rest = e + 1;
+        struct in6_addr a6;
+        if (inet_pton(AF_INET6, name, &a6) != 1) return false;
+        if (*rest && *rest != ':') return false;
+        return true;
+    }
+    n = strcspn(h, ":");
+    if (n == 0 || n >= sizeof name) return false;
+    memcpy(name, h, n);
+    name[n] = 0;
+    rest = h + n;
+    if (*rest == ':' && strspn(rest + 1, "0123456789") != strlen(rest + 1)) return false;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, name, &a4) == 1 || !strcasecmp(name, "localhost") || !strcasecmp(name, "localhost."))
+        return true;
+    for (int i = 0; i < s->o.n_allowed_hosts; i++)
+        if (!strcmp(s->o.allowed_hosts[i], "*") || !strcasecmp(s->o.allowed_hosts[i], name)) return true;
+    return false;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
@@ -180,7 +217,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     srv_conn waiting = {-1, conn, (unsigned)s->o.timeout_s, set_timeout, NULL};
     srv_conn_waiting(&waiting, true); /* the handler may wait for the worker: not the client's idle time */
-    if (cs->too_big) srv_error(&o, 413, "the request body is larger than the limit of %zu bytes (%s)", cs->limit,
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!host_ok(s, host))
+        srv_error(&o, 403, "Host '%.200s' is not a name this server answers to (DNS rebinding protection: IP "
+                           "addresses and localhost are): start it with --allowed-host NAME to allow a name",
+                  host);
+    else if (cs->too_big) srv_error(&o, 413, "the request body is larger than the limit of %zu bytes (%s)", cs->limit,
                                cs->limit > s->o.max_body ? "--max-body + --max-media-bytes" : "--max-body");
     else {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);

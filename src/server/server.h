@@ -17,6 +17,8 @@
 #include "pagekv.h"
 #include "setup/setup.h" /* model and cache setup, shared with the CLI below both */
 
+#define PKV_SERVE_MAX_ALLOWED_HOSTS 16 /* --allowed-host given at most this often */
+
 typedef struct pkv_serve_opts {
     const char *host;          /* IPv4 address to bind; default 127.0.0.1 */
     int port;                  /* 0 = any free port (printed, and written to port_file) */
@@ -44,6 +46,10 @@ typedef struct pkv_serve_opts {
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
     bool lenient_fields;       /* unknown request fields are ignored (off: a 400 naming them) */
     const char *cors_origin;   /* Access-Control-Allow-Origin for browsers ("*" or an origin); NULL = none */
+    /* Host header names answered besides IP literals and localhost (DNS
+     * rebinding); "*" = any. Not checked when api_key is set. */
+    const char *allowed_hosts[PKV_SERVE_MAX_ALLOWED_HOSTS];
+    int n_allowed_hosts;
     int64_t seed;              /* sampling seed of requests without one; -1 = a fresh one each */
     /* speculative decoding in the serving engine (pkv_engine_params.draft) */
     const char *draft;         /* a draft model file with the model's vocabulary; NULL = none */

@@ -157,7 +157,7 @@ async function disconnects(m0) {
 
 async function slowloris() {
   // silent half-sent requests: closed after the idle timeout
-  const silent = Array.from({ length: 20 }, () => raw('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le', (timeoutS + 8) * 1000));
+  const silent = Array.from({ length: 20 }, () => raw('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le', (timeoutS + 8) * 1000));
   // trickling ones: a header byte every 300 ms
   const trickle = Array.from({ length: 5 }, () => new Promise(resolve => {
     const s = net.connect(port, '127.0.0.1');
@@ -181,15 +181,15 @@ async function slowloris() {
 async function limits() {
   // Content-Length over the limit: refused before the body is read (the client
   // sends only the start of it and waits for the answer)
-  const r1 = await raw('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+  const r1 = await raw('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' +
                        'Content-Length: 2097152\r\n\r\n{"prompt": "xxxx', 20000);
   check(statusOf(r1.out) === 413 && /max-body/.test(r1.out), 'body over --max-body with Content-Length: 413 (' + statusOf(r1.out) + ')');
   // chunked, no Content-Length: the server counts as it reads
-  const chunked = 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n' +
+  const chunked = 'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n' +
     Array.from({ length: 40 }, () => '8000\r\n' + 'y'.repeat(0x8000) + '\r\n').join('') + '0\r\n\r\n';
   const r2 = await raw(chunked, 20000);
   check(statusOf(r2.out) === 413, 'chunked body over the limit: 413 (' + statusOf(r2.out) + ')');
-  const r3 = await raw('GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ' + 'h'.repeat(200000) + '\r\n\r\n', 20000);
+  const r3 = await raw('GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ' + 'h'.repeat(200000) + '\r\n\r\n', 20000);
   check(statusOf(r3.out) === 431 || (statusOf(r3.out) === 0 && r3.closed), 'header block over the limit: 431 (' + statusOf(r3.out) + ')');
 }
 

@@ -30,7 +30,7 @@ function check(cond, what, detail) {
 
 async function api(method, p, body) {
   const r = await fetch(base + p, {
-    method, headers: body ? { 'Content-Type': 'application/json' } : {},
+    method, headers: method === 'POST' ? { 'Content-Type': 'application/json' } : {}, // every JSON POST says so
     body: body ? JSON.stringify(body) : undefined,
   });
   const text = await r.text();
