@@ -667,7 +667,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
                      char *err, size_t err_size) {
     creq q = {err, err_size, 0};
     char *out = NULL, *gen = NULL;
-    json_t *msgs = NULL, *ctx = NULL, *cont = NULL;
+    json_t *msgs = NULL, *ctx = NULL, *cont = NULL, *tl = NULL; /* tl: owned here until ctx takes it */
     if (spans) {
         *spans = NULL;
         *n_spans = 0;
@@ -694,7 +694,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
         json_array_append_new(msgs, n);
     }
     /* tools: {type, function: {name, description, parameters}} */
-    json_t *tools = json_object_get(body, "tools"), *tl = NULL;
+    json_t *tools = json_object_get(body, "tools");
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools)) {
             bad(&q, "Failed to parse tools: Expected 'tools' to be an array");
@@ -705,14 +705,13 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
         json_array_foreach(tools, i, t) {
             json_t *fn = json_object_get(t, "function");
             if (strcmp(str_or(t, "type", ""), "function") || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
-                json_decref(tl);
                 bad(&q, "Failed to parse tools: 'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\", ...}}", i);
                 goto done;
             }
             json_t *params = json_object_get(fn, "parameters");
-            json_array_append_new(tl, json_pack("{s:s,s:{s:O,s:s,s:O}}", "type", "function", "function", "name",
+            json_array_append_new(tl, json_pack("{s:s,s:{s:O,s:s,s:o}}", "type", "function", "function", "name",
                                                 json_object_get(fn, "name"), "description", str_or(fn, "description", ""),
-                                                "parameters", params && !json_is_null(params) ? params : json_object()));
+                                                "parameters", params && !json_is_null(params) ? json_incref(params) : json_object()));
         }
         if (!json_array_size(tl)) {
             json_decref(tl);
@@ -778,6 +777,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
     json_object_set_new(ctx, "bos_token", json_string(c->bos));
     json_object_set_new(ctx, "eos_token", json_string(c->eos));
     if (tl) json_object_set_new(ctx, "tools", tl);
+    tl = NULL;
     put_date(ctx, now);
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     const char *k;
@@ -887,6 +887,7 @@ done:
     json_decref(msgs);
     json_decref(ctx);
     json_decref(cont);
+    json_decref(tl);
     if (status) *status = q.status;
     return out;
 }
