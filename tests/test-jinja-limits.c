@@ -37,7 +37,7 @@ static double secs(void) {
 static char *repeat(const char *head, const char *unit, size_t count, const char *tail, size_t *len) {
     size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
     char *s = malloc(hl + ul * count + tl + 1);
-    REQUIRE(s != NULL);
+    if (!s) abort();
     memcpy(s, head, hl);
     size_t n = hl;
     for (size_t i = 0; i < count; i++, n += ul) memcpy(s + n, unit, ul);
