@@ -124,7 +124,7 @@ static json_t *jparse(const char *s) { return json_loads(s, 0, NULL); }
  * hostile template cannot hold the server's start for long. */
 #define PROBE_LIMITS                                                                                      \
     {.max_steps = 1000000, .max_output = (size_t)1 << 20, .max_memory = (size_t)64 << 20,               \
-     .max_work = (int64_t)128 << 20, .max_time_ms = 1000}
+     .max_work = (int64_t)64 << 20, .max_time_ms = 250}
 
 const char *pkv_chat_source(const pkv_chat *c) { return c ? c->src : NULL; }
 
