@@ -4,9 +4,10 @@
  * chat layer (probe renders, message normalisation, continuation) and once more
  * directly with tight limits.
  *
- * Checked: no crash, leak or hang (the render limits bound steps, output and
- * memory); a failure always comes with a message; the spans of a render are
- * sorted, disjoint and inside the text. */
+ * Checked: no crash, leak or hang (the render limits bound steps, work, time,
+ * output and memory; parsing is linear and nesting bounded: run.sh gives this
+ * harness a short per-input timeout); a failure always comes with a message; the
+ * spans of a render are sorted, disjoint and inside the text. */
 #include "fuzz-common.h"
 #include "server/jinja.h"
 #include "server/server.h"
@@ -42,7 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(body != NULL);
     size_t len = 0, *sp = NULL, nsp = 0;
     int status = 0;
-    char *out = pkv_chat_apply(c, body, 1700000000, &len, &sp, &nsp, &status, err, sizeof err);
+    pkv_jinja_limits al = {.max_time_ms = 500, .max_work = (int64_t)128 << 20};
+    char *out = pkv_chat_apply_ex(c, body, 1700000000, &al, &len, &sp, &nsp, &status, err, sizeof err);
     if (out) check_spans(sp, nsp, len);
     else FUZZ_CHECK(err[0] != 0 && (status == 400 || status == 500));
     free(out);
@@ -57,7 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(t != NULL || e.msg[0] != 0);
     if (t) {
         json_t *ctx = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": true}", 0, NULL);
-        pkv_jinja_limits lim = {.max_steps = 20000, .max_output = 1 << 16, .max_memory = 16 << 20, .max_depth = 32};
+        pkv_jinja_limits lim = {.max_steps = 20000, .max_output = 1 << 16, .max_memory = 16 << 20, .max_depth = 32,
+                                .max_work = (int64_t)64 << 20, .max_time_ms = 500};
         out = pkv_jinja_render(t, ctx, true, 1700000000, &lim, &len, &sp, &nsp, NULL, &e);
         if (out) check_spans(sp, nsp, len);
         else FUZZ_CHECK(e.msg[0] != 0);

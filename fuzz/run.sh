@@ -5,7 +5,9 @@
 #   bash fuzz/run.sh [BUILD_DIR]      (make fuzz FUZZ_SECONDS=N does this)
 # Corpora grow in BUILD_DIR/corpus/<harness>/ and are kept between runs; the seeds
 # (make fuzz-corpus) are read from BUILD_DIR/seeds/<harness>/. A crash, leak,
-# sanitizer report, timeout (FUZZ_TIMEOUT seconds for one input, default 30) or
+# sanitizer report, timeout (FUZZ_TIMEOUT seconds for one input, default 30; the
+# template interpreter's harness: FUZZ_TIMEOUT_JINJA, default 10: its renders are
+# bounded in time, so a slow input is a bug) or
 # out-of-memory input is saved under BUILD_DIR/crashes/ and printed with the
 # one-line command that reproduces it; the script then exits 1 (after running the
 # remaining harnesses). Logs: BUILD_DIR/logs/<harness>.log.
@@ -15,6 +17,7 @@ B=${1:-build-fuzz}
 secs=${FUZZ_SECONDS:-60}
 only=${FUZZ_ONLY:-}
 timeout=${FUZZ_TIMEOUT:-30}
+timeout_jinja=${FUZZ_TIMEOUT_JINJA:-10}
 harnesses=()
 for src in fuzz/fuzz-*.c; do
   h=$(basename "$src" .c)
@@ -34,11 +37,13 @@ run_one() {
   local bin="$B/bin/$h" corpus="$B/corpus/$name" seeds="$B/seeds/$name" log="$B/logs/$name.log"
   local out="$B/results/$name.txt" dict=()
   mkdir -p "$corpus" "$seeds"
+  local t=$timeout
+  [ "$name" = jinja ] && t=$timeout_jinja
   [ -f "fuzz/$name.dict" ] && dict=("-dict=fuzz/$name.dict")
   echo "== $h: ${secs}s (corpus $corpus, seeds $seeds)" >"$out"
   # Lowest priority: the machine is shared. Leaks count as failures.
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
-    nice -n 19 "$bin" -max_total_time="$secs" -timeout="$timeout" -rss_limit_mb=2048 \
+    nice -n 19 "$bin" -max_total_time="$secs" -timeout="$t" -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$B/crashes/$name-" "${dict[@]}" "$corpus" "$seeds" >"$log" 2>&1
   local rc=$?
   {

@@ -358,6 +358,52 @@ static void smp_seeds(void) {
     }
 }
 
+/* ---------------------------------------------------------------- jinja */
+
+/* fuzz-jinja: the shapes of issues 43.4 and 50.6 (at the harness's 64 KB input
+ * limit): one long chain of each kind, nesting at and past the limit, many
+ * small tags (the lexer), long elif chains, integer overflow, work-heavy loops.
+ * The real model templates are copied next to these (make fuzz-corpus). */
+static void jinja_chain(const char *name, const char *head, const char *unit, int count, const char *tail) {
+    static char buf[65536];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "%s", head), ul = strlen(unit), tl = strlen(tail);
+    for (int i = 0; i < count && n + ul + tl < sizeof buf; i++, n += ul) memcpy(buf + n, unit, ul);
+    memcpy(buf + n, tail, tl);
+    put("jinja", name, NULL, 0, buf, n + tl);
+}
+
+static void jinja_seeds(void) {
+    mkdir_p("jinja");
+    jinja_chain("chain-attr", "{{ x", ".y", 30000, " }}");
+    jinja_chain("chain-index", "{{ x", "[0]", 20000, " }}");
+    jinja_chain("chain-add", "{{ 1", "+1", 30000, " }}");
+    jinja_chain("chain-not", "{{ ", "not ", 15000, "x }}");
+    jinja_chain("chain-neg", "{{ ", "-", 60000, "1 }}");
+    jinja_chain("chain-filter", "{{ x", "|trim", 12000, " }}");
+    jinja_chain("chain-concat", "{{ 'a'", " ~ 'a'", 10000, " }}");
+    jinja_chain("chain-call", "{{ f", "()", 30000, " }}");
+    jinja_chain("nest-200", "{{ ", "(", 199, "1");
+    jinja_chain("nest-parens", "{{ ", "(", 30000, "1 }}");
+    jinja_chain("nest-lists", "{{ ", "[", 30000, "1 }}");
+    jinja_chain("nest-blocks", "", "{% if x %}", 6000, "{% endif %}");
+    jinja_chain("nest-for", "", "{% for i in x %}", 4000, "");
+    jinja_chain("tags-small", "", "{{ a }}\n", 8000, "");
+    jinja_chain("strings-many", "", "{{ 'aa' }}", 6000, "");
+    jinja_chain("elif-chain", "{% if x == 0 %}0", "{% elif x == 1 %}1", 3500, "{% else %}e{% endif %}");
+    jinja_chain("chain-add-199", "{{ 0", "+1", 198, " }}");
+    static const char *const one[][2] = {
+        {"overflow", "{{ 9223372036854775807 + 1 }}{{ (-9223372036854775807 - 1) // -1 }}{{ -(-9223372036854775807 - 1) }}"
+                     "{{ 2 ** 63 }}{{ [9223372036854775807, 1]|sum }}{{ (-9223372036854775807 - 1)|abs }}"},
+        {"overflow-seq", "{{ range(9223372036854775800, 9223372036854775807, 5)|list }}{{ 'abc'[::9223372036854775807] }}"
+                         "{{ 'abc'[-9223372036854775807 - 1] }}{{ 'ab' * 9223372036854775807 }}{{ 1e300|int }}"},
+        {"work-scan", "{% set a = 'az' * 500 %}{% set s = a * 500 %}{% for i in range(100000) %}{% if 'zz' in s %}{% endif %}"
+                      "{% endfor %}"},
+        {"work-dict", "{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set _ = ns.d.update({i: i}) %}{% endfor %}"},
+        {"loop-nested", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) put("jinja", one[i][0], NULL, 0, one[i][1], strlen(one[i][1]));
+}
+
 /* ---------------------------------------------------------------- server */
 
 /* One input of fuzz-server: requests "selector byte + body", NUL separated. */
@@ -598,6 +644,7 @@ int main(int argc, char **argv) {
     tok_seeds();
     smp_seeds();
     server_seeds();
+    jinja_seeds();
     audio_seeds();
     image_seeds();
     printf("pkv-fuzz-seeds: %d files under %s\n", g_files, g_dir);

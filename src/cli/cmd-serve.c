@@ -86,11 +86,16 @@ static void serve_usage(FILE *f) {
             "  --max-media-bytes N    one medium's file size (an upload, a decoded base64 part) (default %zu) -> 413\n"
             "  --max-audio-seconds S  longer audio is refused (default %.0f) -> 400\n"
             "  --max-image-pixels N   images with more pixels are refused (default 50000000) -> 400\n"
+            "  --template-time MS     one chat template render's wall-clock limit (default %lld) -> 400\n"
+            "  --template-memory MiB  one chat template render's memory (default %lld) -> 400\n"
+            "  --template-budget MiB  memory of all chat template renders running at once (default %lld) -> 503\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
-            "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
+            "SIGINT/SIGTERM: stop accepting, finish the requests in flight (at most 60 s), exit 0; during\n"
+            "start-up (loading, compiling the chat template) they end the process at once.\n",
             d.host, d.port, d.parallel, pkv_tpl_names(), d.max_body, d.max_header, d.max_conns, d.queue, d.timeout_s,
-            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.max_media_bytes, d.max_audio_seconds);
+            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.max_media_bytes, d.max_audio_seconds, (long long)d.template_time_ms,
+            (long long)d.template_mem_mib, (long long)d.template_budget_mib);
 }
 
 /* The server's startup banner, on stdout (tests and scripts read the URL there). */
@@ -226,6 +231,15 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-image-pixels")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
             so.max_image_pixels = x;
+        } else if (!strcmp(a, "--template-time")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 3600000, &x)) return 2;
+            so.template_time_ms = x;
+        } else if (!strcmp(a, "--template-memory")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
+            so.template_mem_mib = x;
+        } else if (!strcmp(a, "--template-budget")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
+            so.template_budget_mib = x;
         } else if (!strcmp(a, "--draft")) {
             if (!(so.draft = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-device")) {

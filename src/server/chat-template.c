@@ -120,6 +120,12 @@ struct pkv_chat {
 
 static json_t *jparse(const char *s) { return json_loads(s, 0, NULL); }
 
+/* The renders of the template analysis at load (about ten): each small, so a
+ * hostile template cannot hold the server's start for long. */
+#define PROBE_LIMITS                                                                                      \
+    {.max_steps = 1000000, .max_output = (size_t)1 << 20, .max_memory = (size_t)64 << 20,               \
+     .max_work = (int64_t)64 << 20, .max_time_ms = 250}
+
 const char *pkv_chat_source(const pkv_chat *c) { return c ? c->src : NULL; }
 
 /* Render one probe context; true when it rendered. */
@@ -129,7 +135,7 @@ static bool probe(const pkv_chat *c, const char *ctx_json, const char *const *pa
     pkv_jinja_probe pr = {paths, n, flags};
     pkv_jinja_error e;
     size_t len;
-    pkv_jinja_limits lim = {.max_steps = 1000000, .max_output = (size_t)1 << 20, .max_memory = (size_t)64 << 20};
+    pkv_jinja_limits lim = PROBE_LIMITS;
     for (int i = 0; i < n; i++) flags[i] = 0;
     char *r = pkv_jinja_render(c->j, ctx, false, 0, &lim, &len, NULL, NULL, &pr, &e);
     json_decref(ctx);
@@ -410,11 +416,12 @@ static void put_date(json_t *ctx, int64_t now) {
     json_object_set_new(ctx, "date_string", json_string(b));
 }
 
-static char *render_ctx(const pkv_chat *c, json_t *ctx, int64_t now, size_t *len, size_t **spans, size_t *n_spans, creq *q) {
+static char *render_ctx(const pkv_chat *c, json_t *ctx, int64_t now, const pkv_jinja_limits *lim, size_t *len, size_t **spans,
+                        size_t *n_spans, creq *q) {
     pkv_jinja_error e;
-    char *out = pkv_jinja_render(c->j, ctx, true, now, NULL, len, spans, n_spans, NULL, &e);
+    char *out = pkv_jinja_render(c->j, ctx, true, now, lim, len, spans, n_spans, NULL, &e);
     if (!out) {
-        q->status = e.kind == PKV_JINJA_ENOMEM ? 500 : 400;
+        q->status = e.kind == PKV_JINJA_ENOMEM ? 500 : e.kind == PKV_JINJA_EBUDGET ? 503 : e.kind == PKV_JINJA_ECANCEL ? 499 : 400;
         if (e.kind == PKV_JINJA_ERAISE) snprintf(q->err, q->err_size, "%s", e.msg);
         else snprintf(q->err, q->err_size, "chat template error: %s", e.msg);
         return NULL;
@@ -458,7 +465,7 @@ static char *render_json(const pkv_chat *c, json_t *ctx) {
     if (!ctx) return NULL;
     pkv_jinja_error e;
     size_t len;
-    pkv_jinja_limits lim = {.max_steps = 1000000, .max_output = (size_t)1 << 20, .max_memory = (size_t)64 << 20};
+    pkv_jinja_limits lim = PROBE_LIMITS;
     json_object_set_new(ctx, "bos_token", json_string(c->bos));
     json_object_set_new(ctx, "eos_token", json_string(c->eos));
     put_date(ctx, 1);
@@ -665,9 +672,14 @@ static void find_reasoning(pkv_chat *c) {
 
 char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, size_t **spans, size_t *n_spans, int *status,
                      char *err, size_t err_size) {
+    return pkv_chat_apply_ex(c, body, now, NULL, len, spans, n_spans, status, err, err_size);
+}
+
+char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const struct pkv_jinja_limits *lim, size_t *len,
+                        size_t **spans, size_t *n_spans, int *status, char *err, size_t err_size) {
     creq q = {err, err_size, 0};
     char *out = NULL, *gen = NULL;
-    json_t *msgs = NULL, *ctx = NULL, *cont = NULL;
+    json_t *msgs = NULL, *ctx = NULL, *cont = NULL, *tl = NULL; /* tl: owned here until ctx takes it */
     if (spans) {
         *spans = NULL;
         *n_spans = 0;
@@ -694,7 +706,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
         json_array_append_new(msgs, n);
     }
     /* tools: {type, function: {name, description, parameters}} */
-    json_t *tools = json_object_get(body, "tools"), *tl = NULL;
+    json_t *tools = json_object_get(body, "tools");
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools)) {
             bad(&q, "Failed to parse tools: Expected 'tools' to be an array");
@@ -705,14 +717,13 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
         json_array_foreach(tools, i, t) {
             json_t *fn = json_object_get(t, "function");
             if (strcmp(str_or(t, "type", ""), "function") || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
-                json_decref(tl);
                 bad(&q, "Failed to parse tools: 'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\", ...}}", i);
                 goto done;
             }
             json_t *params = json_object_get(fn, "parameters");
-            json_array_append_new(tl, json_pack("{s:s,s:{s:O,s:s,s:O}}", "type", "function", "function", "name",
+            json_array_append_new(tl, json_pack("{s:s,s:{s:O,s:s,s:o}}", "type", "function", "function", "name",
                                                 json_object_get(fn, "name"), "description", str_or(fn, "description", ""),
-                                                "parameters", params && !json_is_null(params) ? params : json_object()));
+                                                "parameters", params && !json_is_null(params) ? json_incref(params) : json_object()));
         }
         if (!json_array_size(tl)) {
             json_decref(tl);
@@ -778,6 +789,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
     json_object_set_new(ctx, "bos_token", json_string(c->bos));
     json_object_set_new(ctx, "eos_token", json_string(c->eos));
     if (tl) json_object_set_new(ctx, "tools", tl);
+    tl = NULL;
     put_date(ctx, now);
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     const char *k;
@@ -801,7 +813,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
     json_object_set_new(ctx, "enable_thinking", json_boolean(thinking));
     if (add_gen) json_object_set_new(ctx, "add_generation_prompt", json_true());
 
-    if (!(out = render_ctx(c, ctx, now, len, spans, n_spans, &q))) goto done;
+    if (!(out = render_ctx(c, ctx, now, lim, len, spans, n_spans, &q))) goto done;
     if (cont) {
         /* llama.cpp renders the messages before the continued one, then writes
          * the assistant's opening, the reasoning block its template analysis
@@ -831,7 +843,7 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
              * cut where the reasoning start marker begins */
             size_t glen;
             json_object_set_new(ctx, "add_generation_prompt", json_true());
-            if (!(gen = render_ctx(c, ctx, now, &glen, NULL, NULL, &q))) goto done;
+            if (!(gen = render_ctx(c, ctx, now, lim, &glen, NULL, NULL, &q))) goto done;
             size_t p = 0;
             while (p < *len && p < glen && out[p] == gen[p]) p++;
             pre = gen + p;
@@ -887,6 +899,7 @@ done:
     json_decref(msgs);
     json_decref(ctx);
     json_decref(cont);
+    json_decref(tl);
     if (status) *status = q.status;
     return out;
 }

@@ -18,6 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+/* expressions and blocks nest at most this deep (the parser's limit) */
+#define MAX_NEST 200
+
 /* ------------------------------------------------------------------ arena */
 
 typedef struct achunk {
@@ -29,6 +32,8 @@ typedef struct achunk {
 typedef struct arena {
     achunk *head;
     size_t total, limit;
+    pkv_jinja_budget *shared; /* also charged to this budget (concurrent renders) */
+    bool shared_full;         /* the last NULL came from the shared budget */
 } arena;
 
 static void arena_free(arena *a) {
@@ -36,6 +41,7 @@ static void arena_free(arena *a) {
         n = c->next;
         free(c);
     }
+    if (a->shared) atomic_fetch_sub(&a->shared->used, a->total);
     a->head = NULL;
     a->total = 0;
 }
@@ -46,8 +52,21 @@ static void *arena_get(arena *a, size_t n) {
     if (!a->head || a->head->cap - a->head->used < n) {
         size_t cap = n > 65536 ? n : 65536;
         if (a->limit && a->total + cap > a->limit) return NULL;
+        if (a->shared && a->shared->limit) {
+            size_t was = atomic_fetch_add(&a->shared->used, cap);
+            if (was + cap > a->shared->limit) {
+                atomic_fetch_sub(&a->shared->used, cap);
+                a->shared_full = true;
+                return NULL;
+            }
+        } else if (a->shared) {
+            atomic_fetch_add(&a->shared->used, cap);
+        }
         achunk *c = malloc(sizeof *c + cap);
-        if (!c) return NULL;
+        if (!c) {
+            if (a->shared) atomic_fetch_sub(&a->shared->used, cap);
+            return NULL;
+        }
         c->cap = cap;
         c->used = 0;
         c->next = a->head;
@@ -125,6 +144,7 @@ enum {
 
 struct node {
     int k, op, line, col;
+    int h;               /* expressions: height of the subtree (bounded by MAX_NEST) */
     bool neg;            /* N_TEST, N_IN: "not" */
     node *a, *b, *c, *d; /* operands, or: S_IF cond/body/else, S_FOR iter/cond/body/else */
     node **v;            /* list items, call args, body statements, dict keys */
@@ -141,7 +161,11 @@ enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW, OP_EQ, OP_NE, OP
 struct pkv_jinja {
     arena ar;
     node *root;
+    void *toks; /* the lexer's tokens (malloc'd, outside the arena) while parsing */
 };
+
+/* what a template may take to compile: its arena, and its tokens apart */
+#define COMPILE_MEMORY ((size_t)256 << 20)
 
 /* ------------------------------------------------------------------ errors */
 
@@ -184,29 +208,47 @@ typedef struct tok {
 
 typedef struct lexer {
     jerr *j;
+    struct pkv_jinja *owner; /* owner->toks: the token array, freed on any exit */
     arena *ar;
     const char *src;
     size_t len, pos;
     tok *toks;
     size_t n, cap;
+    size_t wpos; /* where() has counted lines up to here */
+    int wline, wcol;
 } lexer;
 
 static void *lx_alloc(lexer *L, size_t n) {
     void *p = arena_get(L->ar, n);
-    if (!p) fail_at(L->j, PKV_JINJA_ENOMEM, 0, 0, "out of memory parsing the template");
+    if (!p) fail_at(L->j, PKV_JINJA_ELIMIT, 0, 0, "the template needs more than 256 MiB to compile (the compile memory limit)");
     return p;
 }
 
-static void where(const char *src, size_t pos, int *line, int *col) {
-    int l = 1, c = 1;
-    for (size_t i = 0; i < pos; i++) {
-        if (src[i] == '\n') {
-            l++;
-            c = 1;
-        } else {
-            c++;
-        }
+/* Line and column of src[pos]: counted on from the last position asked for
+ * (tokens come in order), so lexing stays linear in the template's size; a
+ * position before it (an error's start) counts again from the beginning. */
+static void where(lexer *L, size_t pos, int *line, int *col) {
+    if (pos < L->wpos || !L->wline) {
+        L->wpos = 0;
+        L->wline = L->wcol = 1;
     }
+    const char *s = L->src;
+    int l = L->wline, c = L->wcol;
+    size_t i = L->wpos;
+    while (i < pos) {
+        const char *nl = memchr(s + i, '\n', pos - i);
+        if (!nl) {
+            size_t add = pos - i;
+            c = add > (size_t)(INT32_MAX - c) ? INT32_MAX : c + (int)add;
+            break;
+        }
+        if (l < INT32_MAX) l++;
+        c = 1;
+        i = (size_t)(nl - s) + 1;
+    }
+    L->wpos = pos;
+    L->wline = l;
+    L->wcol = c;
     *line = l;
     *col = c;
 }
@@ -214,15 +256,18 @@ static void where(const char *src, size_t pos, int *line, int *col) {
 static tok *lx_push(lexer *L, int t, size_t at) {
     if (L->n == L->cap) {
         size_t nc = L->cap ? L->cap * 2 : 256;
-        tok *q = lx_alloc(L, nc * sizeof *q);
-        if (L->n) memcpy(q, L->toks, L->n * sizeof *q);
+        if (nc * sizeof(tok) > COMPILE_MEMORY)
+            fail_at(L->j, PKV_JINJA_ELIMIT, 0, 0, "the template has too many tokens to compile in 256 MiB (the compile memory limit)");
+        tok *q = realloc(L->toks, nc * sizeof *q);
+        if (!q) fail_at(L->j, PKV_JINJA_ENOMEM, 0, 0, "out of memory parsing the template");
         L->toks = q;
+        L->owner->toks = q;
         L->cap = nc;
     }
     tok *k = &L->toks[L->n++];
     memset(k, 0, sizeof *k);
     k->t = t;
-    where(L->src, at, &k->line, &k->col);
+    where(L, at, &k->line, &k->col);
     return k;
 }
 
@@ -240,7 +285,7 @@ static bool next_is(const lexer *L, size_t n, const char *chars) {
 
 static _Noreturn void lx_fail(lexer *L, size_t at, const char *msg) {
     int line, col;
-    where(L->src, at, &line, &col);
+    where(L, at, &line, &col);
     fail_at(L->j, PKV_JINJA_ESYNTAX, line, col, "%s", msg);
 }
 
@@ -292,7 +337,10 @@ static void lx_string(lexer *L) {
     const char *s = L->src;
     size_t at = L->pos;
     char q = s[L->pos++];
-    char *out = lx_alloc(L, L->len - L->pos + 1);
+    size_t end = L->pos; /* the closing quote: the copy needs at most end - pos bytes */
+    while (end < L->len && s[end] != q) end += s[end] == '\\' ? 2 : 1;
+    if (end >= L->len) lx_fail(L, at, "unterminated string");
+    char *out = lx_alloc(L, end - L->pos + 1);
     size_t n = 0;
     for (;;) {
         if (L->pos >= L->len) lx_fail(L, at, "unterminated string");
@@ -387,8 +435,16 @@ static void lx_tag(lexer *L, bool expr) {
             if (m == 1 && !strchr("+-*/%~<>=()[]{}.,:|", c)) lx_fail(L, at, "unexpected character in a tag");
             if (c == '(' || c == '[' || c == '{') depth++;
             if ((c == ')' || c == ']' || c == '}') && depth > 0) depth--;
+            static const char ops1[] = "+-*/%~<>=()[]{}.,:|";
+            static const char *const one[] = {"+", "-", "*", "/", "%", "~", "<", ">", "=", "(", ")",
+                                              "[", "]", "{", "}", ".", ",", ":", "|"};
             tok *k = lx_push(L, T_OP, at);
-            k->s = lx_copy(L, s + at, m);
+            if (m == 2) {
+                for (size_t i = 0; i < sizeof two / sizeof two[0]; i++)
+                    if (s[at] == two[i][0] && s[at + 1] == two[i][1]) k->s = two[i];
+            } else {
+                k->s = one[strchr(ops1, c) - ops1]; /* an operator's text is shared, not copied */
+            }
             k->n = m;
             L->pos = at + m;
         }
@@ -426,6 +482,7 @@ static void lex(lexer *L) {
     lx_push(L, T_EOF, L->len);
 }
 
+
 /* ------------------------------------------------------------------ parser */
 
 typedef struct parser {
@@ -438,7 +495,7 @@ typedef struct parser {
 
 static void *ps_alloc(parser *P, size_t n) {
     void *p = arena_get(P->ar, n);
-    if (!p) fail_at(P->j, PKV_JINJA_ENOMEM, 0, 0, "out of memory parsing the template");
+    if (!p) fail_at(P->j, PKV_JINJA_ELIMIT, 0, 0, "the template needs more than 256 MiB to compile (the compile memory limit)");
     return p;
 }
 
@@ -499,6 +556,24 @@ static node *mk(parser *P, int k, const tok *at) {
     n->k = k;
     n->line = at->line;
     n->col = at->col;
+    return n;
+}
+
+/* n's height from its operands': an expression deeper than MAX_NEST (a chain
+ * like a.b.b.b..., a[0][0]..., 1+1+1... or not not not...) is refused here, as
+ * the evaluator walks it recursively */
+static node *fin(parser *P, node *n) {
+    int h = 0;
+    const node *ch[4] = {n->a, n->b, n->c, n->d};
+    for (int i = 0; i < 4; i++)
+        if (ch[i] && ch[i]->h > h) h = ch[i]->h;
+    for (int i = 0; i < n->nv; i++)
+        if (n->v[i] && n->v[i]->h > h) h = n->v[i]->h;
+    for (int i = 0; i < n->nw; i++)
+        if (n->w[i] && n->w[i]->h > h) h = n->w[i]->h;
+    n->h = h + 1;
+    if (n->h > MAX_NEST)
+        fail_at(P->j, PKV_JINJA_ESYNTAX, n->line, n->col, "expression nested deeper than %d (the template nesting limit)", MAX_NEST);
     return n;
 }
 
@@ -628,7 +703,7 @@ static node *p_primary(parser *P) {
                 n = mk(P, N_TUPLE, k);
                 n->v = it.v;
                 n->nv = it.n;
-                e = n;
+                e = fin(P, n);
             }
             expect_op(P, ")");
             return e;
@@ -644,7 +719,7 @@ static node *p_primary(parser *P) {
             n = mk(P, N_LIST, k);
             n->v = it.v;
             n->nv = it.n;
-            return n;
+            return fin(P, n);
         }
         if (is_op(k, "{")) {
             P->i++;
@@ -661,7 +736,7 @@ static node *p_primary(parser *P) {
             n->nv = ks.n;
             n->w = vs.v;
             n->nw = vs.n;
-            return n;
+            return fin(P, n);
         }
         break;
     default: break;
@@ -690,7 +765,7 @@ static node *p_filter(parser *P, node *x, int kind) {
             f->nv = 1;
         }
     }
-    return f;
+    return fin(P, f);
 }
 
 static node *p_postfix(parser *P, node *x) {
@@ -710,7 +785,7 @@ static node *p_postfix(parser *P, node *x) {
             } else {
                 n->name = expect_ident(P);
             }
-            x = n;
+            x = fin(P, n);
         } else if (is_op(k, "[")) {
             P->i++;
             node *parts[3] = {NULL, NULL, NULL};
@@ -737,13 +812,13 @@ static node *p_postfix(parser *P, node *x) {
                 if (!parts[0]) ps_fail(P, k, "an index expected");
                 n->b = parts[0];
             }
-            x = n;
+            x = fin(P, n);
         } else if (is_op(k, "(")) {
             P->i++;
             node *n = mk(P, N_CALL, k);
             n->a = x;
             p_args(P, n);
-            x = n;
+            x = fin(P, n);
         } else if (is_op(k, "|")) {
             P->i++;
             x = p_filter(P, x, N_FILTER);
@@ -760,12 +835,13 @@ static node *p_postfix(parser *P, node *x) {
 
 static node *p_unary(parser *P) {
     tok *k = cur(P);
-    if (++P->depth > 200) ps_fail(P, k, "expression nesting deeper than 200");
+    if (++P->depth > MAX_NEST) ps_fail(P, k, "expression nested deeper than %d (the template nesting limit)", MAX_NEST);
     node *n;
     if (is_op(k, "-") || is_op(k, "+")) {
         P->i++;
         n = mk(P, is_op(k, "-") ? N_NEG : N_POS, k);
         n->a = p_unary(P);
+        fin(P, n);
     } else {
         n = p_postfix(P, p_primary(P));
     }
@@ -778,7 +854,7 @@ static node *bin(parser *P, int kind, int op, node *a, node *b, const tok *k) {
     n->op = op;
     n->a = a;
     n->b = b;
-    return n;
+    return fin(P, n);
 }
 
 static node *p_pow(parser *P) {
@@ -849,9 +925,10 @@ static node *p_not(parser *P) {
     tok *k = cur(P);
     if (is_name(k, "not")) {
         P->i++;
-        if (++P->depth > 200) ps_fail(P, k, "expression nesting deeper than 200");
+        if (++P->depth > MAX_NEST) ps_fail(P, k, "expression nested deeper than %d (the template nesting limit)", MAX_NEST);
         node *n = mk(P, N_NOT, k);
         n->a = p_not(P);
+        fin(P, n);
         P->depth--;
         return n;
     }
@@ -879,7 +956,7 @@ static node *p_or(parser *P) {
 }
 
 static node *p_expr(parser *P) {
-    if (++P->depth > 200) ps_fail(P, cur(P), "expression nesting deeper than 200");
+    if (++P->depth > MAX_NEST) ps_fail(P, cur(P), "expression nested deeper than %d (the template nesting limit)", MAX_NEST);
     node *a = p_or(P);
     while (is_name(cur(P), "if")) {
         tok *k = cur(P);
@@ -888,7 +965,7 @@ static node *p_expr(parser *P) {
         n->b = a;
         n->a = p_or(P);
         if (accept_name(P, "else")) n->c = p_expr(P);
-        a = n;
+        a = fin(P, n);
     }
     P->depth--;
     return a;
@@ -905,7 +982,7 @@ static node *p_tuple_expr(parser *P) {
     node *n = mk(P, N_TUPLE, k);
     n->v = it.v;
     n->nv = it.n;
-    return n;
+    return fin(P, n);
 }
 
 static void expect_close(parser *P) {
@@ -1130,7 +1207,7 @@ static node *p_body(parser *P, const char *const *ends, const char **found) {
             if (nm->t == T_NAME && (!strncmp(nm->s, "end", 3) || !strcmp(nm->s, "elif") || !strcmp(nm->s, "else")))
                 ps_fail(P, nm, "unexpected '%s'%s%s", nm->s, ends ? ", expected " : "", ends ? ends[0] : "");
             P->i++;
-            if (++P->depth > 200) ps_fail(P, k, "blocks nested deeper than 200");
+            if (++P->depth > MAX_NEST) ps_fail(P, k, "blocks nested deeper than %d (the template nesting limit)", MAX_NEST);
             nv_push(P, &items, p_stmt(P, k), NULL);
             P->depth--;
         } else {
@@ -1153,10 +1230,10 @@ pkv_jinja *pkv_jinja_parse(const char *src, size_t len_, pkv_jinja_error *e) {
         snprintf(e->msg, sizeof e->msg, "out of memory");
         return NULL;
     }
-    t->ar.limit = (size_t)1 << 30;
+    t->ar.limit = COMPILE_MEMORY;
     jerr j;
     j.e = e;
-    lexer L = {.j = &j, .ar = &t->ar, .src = src, .len = len};
+    lexer L = {.j = &j, .owner = t, .ar = &t->ar, .src = src, .len = len};
     parser P = {.j = &j, .ar = &t->ar};
     if (setjmp(j.jb)) {
         pkv_jinja_free(t);
@@ -1170,11 +1247,14 @@ pkv_jinja *pkv_jinja_parse(const char *src, size_t len_, pkv_jinja_error *e) {
     P.t = L.toks;
     P.n = L.n;
     t->root = p_body(&P, NULL, NULL);
+    free(t->toks); /* the tree keeps no token */
+    t->toks = NULL;
     return t;
 }
 
 void pkv_jinja_free(pkv_jinja *t) {
     if (!t) return;
+    free(t->toks);
     arena_free(&t->ar);
     free(t);
 }
@@ -1198,6 +1278,11 @@ typedef struct ev {
     jerr j;
     arena ar;
     int64_t steps, max_steps;
+    int64_t work, max_work, next_poll; /* work units (see pkv_jinja_limits.max_work) */
+    int64_t deadline_ms;               /* CLOCK_MONOTONIC milliseconds */
+    int64_t max_time_ms;
+    bool (*cancel)(void *ud);
+    void *cancel_ud;
     size_t max_output;
     int depth, max_depth;
     scope *globals;
@@ -1224,12 +1309,52 @@ static _Noreturn void E_limit(ev *x, const char *what) {
 
 static void *al(ev *x, size_t n) {
     void *p = arena_get(&x->ar, n);
+    if (!p && x->ar.shared_full) {
+        const node *at = x->at;
+        fail_at(&x->j, PKV_JINJA_EBUDGET, at ? at->line : 0, at ? at->col : 0,
+                "the renders running now use all of the shared template memory budget (%zu MiB); try again later",
+                x->ar.shared->limit >> 20);
+    }
     if (!p) E_limit(x, "the template used more memory than the render limit allows");
     return p;
 }
 
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The clock and the cancel callback, looked at about every MiB of work. */
+static void poll_stop(ev *x) {
+    x->next_poll = x->work + ((int64_t)1 << 20);
+    if (x->cancel && x->cancel(x->cancel_ud)) {
+        const node *n = x->at;
+        fail_at(&x->j, PKV_JINJA_ECANCEL, n ? n->line : 0, n ? n->col : 0, "the render was cancelled (the client went away?)");
+    }
+    if (now_ms() > x->deadline_ms) {
+        char m[160];
+        snprintf(m, sizeof m, "the template ran longer than the render time limit allows (%lld ms)", (long long)x->max_time_ms);
+        E_limit(x, m);
+    }
+}
+
+/* n units of work (bytes scanned, compared or copied): bounded by max_work, so a
+ * render's time is bounded by what it does, not only by how many steps */
+static void work(ev *x, size_t n) {
+    x->work += n > (size_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)n;
+    if (x->work > x->max_work) {
+        char m[160];
+        snprintf(m, sizeof m, "the template did more work than the render work limit allows (%lld units: bytes scanned or copied)",
+                 (long long)x->max_work);
+        E_limit(x, m);
+    }
+    if (x->work >= x->next_poll) poll_stop(x);
+}
+
 static void step(ev *x) {
     if (++x->steps > x->max_steps) E_limit(x, "the template ran more steps than the render limit allows (a loop that does not end?)");
+    work(x, 16);
 }
 
 static void sk_reserve(ev *x, sink *s, size_t more) {
@@ -1263,6 +1388,7 @@ static void sk_span(ev *x, sink *s, size_t a, size_t b) {
 
 static void sk_put(ev *x, sink *s, const char *p, size_t n) {
     if (!n) return;
+    work(x, n);
     sk_reserve(x, s, n);
     memcpy(s->p + s->n, p, n);
     s->n += n;
@@ -1273,6 +1399,7 @@ static void sk_cstr(ev *x, sink *s, const char *p) { sk_put(x, s, p, strlen(p));
 
 static void sk_jstr(ev *x, sink *s, const jstr *t) {
     size_t base = s->n;
+    work(x, t->nsp);
     sk_put(x, s, t->s, t->n);
     for (size_t i = 0; i < t->nsp; i++) sk_span(x, s, base + t->sp[2 * i], base + t->sp[2 * i + 1]);
 }
@@ -1287,6 +1414,7 @@ static jstr *sk_str(ev *x, sink *s) {
 }
 
 static jstr *mkstr(ev *x, const char *p, size_t n) {
+    work(x, n);
     jstr *t = al(x, sizeof *t);
     char *c = al(x, n + 1);
     memcpy(c, p, n);
@@ -1302,6 +1430,7 @@ static jstr *substr(ev *x, const jstr *t, size_t a, size_t b) {
     r->s = t->s + a;
     r->n = b - a;
     if (t->nsp) {
+        work(x, t->nsp);
         r->sp = al(x, 2 * t->nsp * sizeof *r->sp);
         for (size_t i = 0; i < t->nsp; i++) {
             size_t s0 = t->sp[2 * i] > a ? t->sp[2 * i] : a, s1 = t->sp[2 * i + 1] < b ? t->sp[2 * i + 1] : b;
@@ -1385,26 +1514,24 @@ static jv vdict(jdict *d) {
 
 static bool streq(const jstr *a, const char *b) { return a->n == strlen(b) && !memcmp(a->s, b, a->n); }
 
-static bool eq(const jv *a, const jv *b, int depth);
+static bool eq(ev *x, const jv *a, const jv *b, int depth);
 
-static long dfind(const jdict *d, const jv *k) {
+static long dfind(ev *x, const jdict *d, const jv *k) {
+    work(x, d->n);
     for (size_t i = 0; i < d->n; i++)
-        if (eq(&d->k[i], k, 0)) return (long)i;
+        if (eq(x, &d->k[i], k, 0)) return (long)i;
     return -1;
 }
 
-static long dfind_c(const jdict *d, const char *k) {
+static long dfind_c(ev *x, const jdict *d, const char *k) {
+    work(x, d->n);
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].t == V_STR && streq(d->k[i].u.s, k)) return (long)i;
     return -1;
 }
 
-static void dset(ev *x, jdict *d, jv k, jv v) {
-    long i = dfind(d, &k);
-    if (i >= 0) {
-        d->v[i] = v;
-        return;
-    }
+/* k is known not to be in d (a JSON object's keys) */
+static void dappend(ev *x, jdict *d, jv k, jv v) {
     if (d->n == d->cap) {
         size_t nc = d->cap ? d->cap * 2 : 4;
         jv *qk = al(x, nc * sizeof *qk), *qv = al(x, nc * sizeof *qv);
@@ -1419,6 +1546,15 @@ static void dset(ev *x, jdict *d, jv k, jv v) {
     d->k[d->n] = k;
     d->v[d->n] = v;
     d->n++;
+}
+
+static void dset(ev *x, jdict *d, jv k, jv v) {
+    long i = dfind(x, d, &k);
+    if (i >= 0) {
+        d->v[i] = v;
+        return;
+    }
+    dappend(x, d, k, v);
 }
 
 static void dset_c(ev *x, jdict *d, const char *k, jv v) { dset(x, d, vcstr(x, k), v); }
@@ -1473,9 +1609,37 @@ static const char *tname(const jv *v) {
 
 static bool isnum(const jv *v) { return v->t == V_INT || v->t == V_FLOAT || v->t == V_BOOL; }
 static double numf(const jv *v) { return v->t == V_FLOAT ? v->u.f : v->t == V_INT ? (double)v->u.i : v->t == V_BOOL ? v->u.b : 0; }
-static int64_t numi(const jv *v) { return v->t == V_INT ? v->u.i : v->t == V_FLOAT ? (int64_t)v->u.f : v->t == V_BOOL ? v->u.b : 0; }
+/* a float out of range (or NaN) saturates instead of an undefined conversion */
+static int64_t f2i(double f) {
+    if (f != f) return 0;
+    if (f >= 9223372036854775807.0) return INT64_MAX;
+    if (f <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)f;
+}
+static int64_t numi(const jv *v) { return v->t == V_INT ? v->u.i : v->t == V_FLOAT ? f2i(v->u.f) : v->t == V_BOOL ? v->u.b : 0; }
 
-static bool eq(const jv *a, const jv *b, int depth) {
+/* Integer arithmetic that would overflow 64 bits is an error naming the
+ * operation (Python's ints would grow; a chat template has no use for that). */
+static _Noreturn void E_ovf(ev *x, const node *n, const char *op) {
+    E(x, n, "integer overflow in %s (the result does not fit in 64 bits)", op);
+}
+static int64_t ck_add(ev *x, const node *n, int64_t p, int64_t q, const char *op) {
+    if ((q > 0 && p > INT64_MAX - q) || (q < 0 && p < INT64_MIN - q)) E_ovf(x, n, op);
+    return p + q;
+}
+static int64_t ck_sub(ev *x, const node *n, int64_t p, int64_t q, const char *op) {
+    if ((q < 0 && p > INT64_MAX + q) || (q > 0 && p < INT64_MIN + q)) E_ovf(x, n, op);
+    return p - q;
+}
+static int64_t ck_mul(ev *x, const node *n, int64_t p, int64_t q, const char *op) {
+    if (p && q) {
+        bool o = p > 0 ? (q > 0 ? p > INT64_MAX / q : q < INT64_MIN / p) : (q > 0 ? p < INT64_MIN / q : q < INT64_MAX / p);
+        if (o) E_ovf(x, n, op);
+    }
+    return p * q;
+}
+
+static bool eq(ev *x, const jv *a, const jv *b, int depth) {
     if (depth > 100) return false;
     if (isnum(a) && isnum(b)) {
         if (a->t == V_INT && b->t == V_INT) return a->u.i == b->u.i;
@@ -1485,17 +1649,20 @@ static bool eq(const jv *a, const jv *b, int depth) {
     switch (a->t) {
     case V_UNDEF:
     case V_NONE: return true;
-    case V_STR: return a->u.s->n == b->u.s->n && !memcmp(a->u.s->s, b->u.s->s, a->u.s->n);
+    case V_STR:
+        if (a->u.s->n != b->u.s->n) return false;
+        work(x, a->u.s->n);
+        return !memcmp(a->u.s->s, b->u.s->s, a->u.s->n);
     case V_LIST:
         if (a->u.l->n != b->u.l->n) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!eq(&a->u.l->a[i], &b->u.l->a[i], depth + 1)) return false;
+            if (!eq(x, &a->u.l->a[i], &b->u.l->a[i], depth + 1)) return false;
         return true;
     case V_DICT:
         if (a->u.d->n != b->u.d->n) return false;
         for (size_t i = 0; i < a->u.d->n; i++) {
-            long j = dfind(b->u.d, &a->u.d->k[i]);
-            if (j < 0 || !eq(&a->u.d->v[i], &b->u.d->v[j], depth + 1)) return false;
+            long j = dfind(x, b->u.d, &a->u.d->k[i]);
+            if (j < 0 || !eq(x, &a->u.d->v[i], &b->u.d->v[j], depth + 1)) return false;
         }
         return true;
     case V_NS: return a->u.d == b->u.d;
@@ -1513,6 +1680,7 @@ static int cmp(ev *x, const node *at, const jv *a, const jv *b) {
     }
     if (a->t == V_STR && b->t == V_STR) {
         size_t n = a->u.s->n < b->u.s->n ? a->u.s->n : b->u.s->n;
+        work(x, n);
         int c = memcmp(a->u.s->s, b->u.s->s, n);
         if (c) return c < 0 ? -1 : 1;
         return a->u.s->n < b->u.s->n ? -1 : a->u.s->n > b->u.s->n;
@@ -1699,7 +1867,7 @@ static jv from_json(ev *x, json_t *j, bool data, int depth) {
                 kv.u.s->sp[1] = kv.u.s->n;
                 kv.u.s->nsp = 1;
             }
-            dset(x, d, kv, from_json(x, v, data, depth + 1));
+            dappend(x, d, kv, from_json(x, v, data, depth + 1));
         }
         return vdict(d);
     }
@@ -1730,9 +1898,9 @@ static jv from_json(ev *x, json_t *j, bool data, int depth) {
 
 /* ---- scopes */
 
-static jv *lookup(scope *sc, const char *name) {
+static jv *lookup(ev *x, scope *sc, const char *name) {
     for (; sc; sc = sc->up) {
-        long i = dfind_c(sc->vars, name);
+        long i = dfind_c(x, sc->vars, name);
         if (i >= 0) return &sc->vars->v[i];
     }
     return NULL;
@@ -1783,10 +1951,21 @@ static jv do_strip(ev *x, const jstr *s, const jstr *chars, bool left, bool righ
     return vstr(substr(x, s, a, b));
 }
 
-static const char *memmem_(const char *h, size_t hn, const char *n, size_t nn) {
+/* The first n in h; each byte scanned and each candidate's comparison is work,
+ * so a long needle against a long haystack stops at the work limit. */
+static const char *memmem_(ev *x, const char *h, size_t hn, const char *n, size_t nn) {
     if (nn == 0) return h;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && !memcmp(h + i, n, nn)) return h + i;
+    if (nn > hn) return NULL;
+    size_t i = 0, last = hn - nn;
+    while (i <= last) {
+        const char *c = memchr(h + i, n[0], last - i + 1);
+        size_t j = c ? (size_t)(c - h) : last + 1;
+        work(x, j - i + 1);
+        if (!c) return NULL;
+        work(x, nn);
+        if (!memcmp(c, n, nn)) return c;
+        i = j + 1;
+    }
     return NULL;
 }
 
@@ -1812,7 +1991,7 @@ static jv do_split(ev *x, const jstr *s, const jstr *sep, int64_t maxsplit) {
     if (!sep->n) E(x, NULL, "split: empty separator");
     size_t i = 0;
     for (;;) {
-        const char *f = (maxsplit < 0 || (int64_t)l->n < maxsplit) ? memmem_(s->s + i, s->n - i, sep->s, sep->n) : NULL;
+        const char *f = (maxsplit < 0 || (int64_t)l->n < maxsplit) ? memmem_(x, s->s + i, s->n - i, sep->s, sep->n) : NULL;
         if (!f) {
             lpush(x, l, vstr(substr(x, s, i, s->n)));
             break;
@@ -1839,7 +2018,7 @@ static jv do_replace(ev *x, const jstr *s, const jstr *from, const jstr *to, int
         return vstr(sk_str(x, &o));
     }
     while (i < s->n) {
-        const char *f = (count < 0 || done < count) ? memmem_(s->s + i, s->n - i, from->s, from->n) : NULL;
+        const char *f = (count < 0 || done < count) ? memmem_(x, s->s + i, s->n - i, from->s, from->n) : NULL;
         if (!f) break;
         size_t at = (size_t)(f - s->s);
         sk_jstr(x, &o, substr(x, s, i, at));
@@ -2069,7 +2248,7 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
             if (name[0] == 'r' && n_i >= 0 && sep && sep->t == V_STR) { /* rsplit with a limit: from the right */
                 jv all = do_split(x, str, sep->u.s, -1);
                 jlist *l = all.u.l;
-                if ((int64_t)l->n <= n_i + 1) return all;
+                if (n_i >= (int64_t)l->n - 1) return all;
                 size_t keep = l->n - (size_t)n_i; /* the first keep pieces join back */
                 size_t cut = 0;
                 for (size_t i = 0; i < keep; i++) cut += l->a[i].u.s->n + (i ? sep->u.s->n : 0);
@@ -2095,7 +2274,7 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
                         break;
                     }
             } else {
-                f = memmem_(str->s, str->n, t->s, t->n);
+                f = memmem_(x, str->s, str->n, t->s, t->n);
             }
             if (!f && name[0] == 'i') E(x, at, "index: substring not found");
             return vint(f ? (int64_t)(f - str->s) : -1);
@@ -2157,6 +2336,7 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
         if (!strcmp(name, "center") && filter) {
             n_i = p0 ? numi(p0) : 80;
             if (n_i > 1 << 20) n_i = 1 << 20;
+            if (n_i < 0) n_i = 0;
             sink o = {0};
             int64_t pad = n_i - (int64_t)str->n;
             for (int64_t i = 0; i < pad / 2; i++) sk_put(x, &o, " ", 1);
@@ -2206,13 +2386,13 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
         if (!strcmp(name, "index")) {
             if (!p0) E(x, at, "index: an argument is needed");
             for (size_t i = 0; i < l->n; i++)
-                if (eq(&l->a[i], p0, 0)) return vint((int64_t)i);
+                if (eq(x, &l->a[i], p0, 0)) return vint((int64_t)i);
             E(x, at, "index: the value is not in the list");
         }
         if (!strcmp(name, "count")) {
             if (!p0) E(x, at, "count: an argument is needed");
             int64_t c = 0;
-            for (size_t i = 0; i < l->n; i++) c += eq(&l->a[i], p0, 0);
+            for (size_t i = 0; i < l->n; i++) c += eq(x, &l->a[i], p0, 0);
             return vint(c);
         }
     }
@@ -2237,7 +2417,7 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
         }
         if (!strcmp(name, "get") && !filter) {
             if (!p0) E(x, at, "get: a key is needed");
-            long i = dfind(d, p0);
+            long i = dfind(x, d, p0);
             jv *def = arg(a, 1, "default");
             return i >= 0 ? d->v[i] : def ? *def : NONE;
         }
@@ -2249,7 +2429,7 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
         }
         if ((!strcmp(name, "pop") || !strcmp(name, "setdefault")) && !filter) {
             if (!p0) E(x, at, "%s: a key is needed", name);
-            long i = dfind(d, p0);
+            long i = dfind(x, d, p0);
             jv *def = arg(a, 1, "default");
             if (name[0] == 's') {
                 if (i >= 0) return d->v[i];
@@ -2383,7 +2563,7 @@ static jv call_filter(ev *x, const node *at, const char *name, jv self, args *a)
         return p0 ? *p0 : vfloat(0);
     }
     if (!strcmp(name, "abs")) {
-        if (s->t == V_INT) return vint(s->u.i < 0 ? -s->u.i : s->u.i);
+        if (s->t == V_INT) return vint(s->u.i < 0 ? ck_sub(x, at, 0, s->u.i, "abs") : s->u.i);
         if (s->t == V_FLOAT) return vfloat(fabs(s->u.f));
         E(x, at, "abs: %s is not a number", tname(s));
     }
@@ -2479,7 +2659,7 @@ static jv call_filter(ev *x, const node *at, const char *name, jv self, args *a)
         jlist *c = mklist(x, 0);
         for (size_t i = 0; i < l.u.l->n; i++) {
             bool dup = false;
-            for (size_t j = 0; j < c->n && !dup; j++) dup = eq(&c->a[j], &l.u.l->a[i], 0);
+            for (size_t j = 0; j < c->n && !dup; j++) dup = eq(x, &c->a[j], &l.u.l->a[i], 0);
             if (!dup) lpush(x, c, l.u.l->a[i]);
             step(x);
         }
@@ -2494,7 +2674,7 @@ static jv call_filter(ev *x, const node *at, const char *name, jv self, args *a)
             if (attr && attr->t == V_STR) e = attr_path(x, at, &e, attr->u.s);
             if (name[1] == 'u') {
                 if (!isnum(&e) || !isnum(&best)) E(x, at, "sum: %s is not a number", tname(&e));
-                best = best.t == V_INT && e.t == V_INT ? vint(best.u.i + e.u.i) : vfloat(numf(&best) + numf(&e));
+                best = best.t == V_INT && e.t == V_INT ? vint(ck_add(x, at, best.u.i, e.u.i, "sum")) : vfloat(numf(&best) + numf(&e));
             } else if (best.t == V_UNDEF || (cmp(x, at, &e, &best) < 0) == (name[1] == 'i')) {
                 if (best.t == V_UNDEF || cmp(x, at, &e, &best) != 0) best = e;
             }
@@ -2657,6 +2837,7 @@ static jv call_test(ev *x, const node *at, const char *name, const jv *v, args *
     }
     if (!strcmp(name, "divisibleby")) {
         if (!p0 || numi(p0) == 0) E(x, at, "divisibleby: a non-zero number is needed");
+        if (numi(p0) == -1) return vbool(true); /* INT64_MIN % -1 would trap */
         return vbool(numi(v) % numi(p0) == 0);
     }
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
@@ -2669,11 +2850,11 @@ static jv call_test(ev *x, const node *at, const char *name, const jv *v, args *
         E(x, at, "test '%s' needs an argument", name);
     if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==") || !strcmp(name, "sameas")) {
         if (!p0) E(x, at, "test '%s' needs an argument", name);
-        return vbool(eq(v, p0, 0));
+        return vbool(eq(x, v, p0, 0));
     }
     if (!strcmp(name, "ne") || !strcmp(name, "!=")) {
         if (!p0) E(x, at, "test '%s' needs an argument", name);
-        return vbool(!eq(v, p0, 0));
+        return vbool(!eq(x, v, p0, 0));
     }
     static const char *const cmps[][2] = {{"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="}, {"lessthan", "<"}, {"greaterthan", ">"}};
     for (size_t i = 0; i < sizeof cmps / sizeof cmps[0]; i++)
@@ -2684,13 +2865,13 @@ static jv call_test(ev *x, const node *at, const char *name, const jv *v, args *
             return vbool(o[0] == '<' ? (o[1] ? c <= 0 : c < 0) : (o[1] ? c >= 0 : c > 0));
         }
     if (!strcmp(name, "in")) {
-        if (p0->t == V_STR && v->t == V_STR) return vbool(memmem_(p0->u.s->s, p0->u.s->n, v->u.s->s, v->u.s->n) != NULL);
+        if (p0->t == V_STR && v->t == V_STR) return vbool(memmem_(x, p0->u.s->s, p0->u.s->n, v->u.s->s, v->u.s->n) != NULL);
         if (p0->t == V_LIST) {
             for (size_t i = 0; i < p0->u.l->n; i++)
-                if (eq(&p0->u.l->a[i], v, 0)) return vbool(true);
+                if (eq(x, &p0->u.l->a[i], v, 0)) return vbool(true);
             return vbool(false);
         }
-        if (p0->t == V_DICT) return vbool(dfind(p0->u.d, v) >= 0);
+        if (p0->t == V_DICT) return vbool(dfind(x, p0->u.d, v) >= 0);
         return vbool(false);
     }
     *found = false;
@@ -2728,7 +2909,7 @@ static jv getattr_v(ev *x, const node *at, const jv *obj, const jv *key) {
     mark(obj, PKV_JINJA_USED);
     jv r = UNDEF;
     if (obj->t == V_DICT || obj->t == V_NS) {
-        long i = dfind(obj->u.d, key);
+        long i = dfind(x, obj->u.d, key);
         if (i >= 0) r = obj->u.d->v[i];
         else if (obj->t == V_DICT && key->t == V_STR) {
             char nm[32];
@@ -2774,9 +2955,11 @@ static jv call_global(ev *x, const node *at, const char *name, args *a) {
         }
         if (st == 0) E(x, at, "range: the step must not be zero");
         jlist *l = mklist(x, 0);
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
             step(x);
             lpush(x, l, vint(i));
+            if (st > 0 ? i > INT64_MAX - st : i < INT64_MIN - st) break; /* the next one is past hi anyway */
+            i += st;
         }
         return vlist(l);
     }
@@ -2866,6 +3049,7 @@ static jv arith(ev *x, const node *n, int op, const jv *a, const jv *b) {
         const jstr *s = a->t == V_STR ? a->u.s : b->u.s;
         int64_t k = a->t == V_INT ? a->u.i : b->u.i;
         sink o = {0};
+        if (k > 0 && s->n && (uint64_t)k > x->max_output / s->n) E_limit(x, "a string repeated (*) beyond the output limit");
         for (int64_t i = 0; i < k; i++) {
             step(x);
             sk_jstr(x, &o, s);
@@ -2892,9 +3076,9 @@ static jv arith(ev *x, const node *n, int op, const jv *a, const jv *b) {
     int64_t p = numi(a), q = numi(b);
     double f = numf(a), g = numf(b);
     switch (op) {
-    case OP_ADD: return ints ? vint((int64_t)((uint64_t)p + (uint64_t)q)) : vfloat(f + g);
-    case OP_SUB: return ints ? vint((int64_t)((uint64_t)p - (uint64_t)q)) : vfloat(f - g);
-    case OP_MUL: return ints ? vint((int64_t)((uint64_t)p * (uint64_t)q)) : vfloat(f * g);
+    case OP_ADD: return ints ? vint(ck_add(x, n, p, q, "+")) : vfloat(f + g);
+    case OP_SUB: return ints ? vint(ck_sub(x, n, p, q, "-")) : vfloat(f - g);
+    case OP_MUL: return ints ? vint(ck_mul(x, n, p, q, "*")) : vfloat(f * g);
     case OP_DIV:
         if (g == 0) E(x, n, "division by zero");
         return vfloat(f / g);
@@ -2902,7 +3086,10 @@ static jv arith(ev *x, const node *n, int op, const jv *a, const jv *b) {
     case OP_MOD:
         if (ints) {
             if (q == 0) E(x, n, "division by zero");
-            if (q == -1 && p == INT64_MIN) return vint(op == OP_FDIV ? INT64_MIN : 0);
+            if (q == -1 && p == INT64_MIN) {
+                if (op == OP_FDIV) E_ovf(x, n, "//");
+                return vint(0);
+            }
             int64_t d = p / q, r = p % q;
             if (r != 0 && ((r < 0) != (q < 0))) {
                 d--;
@@ -2920,7 +3107,9 @@ static jv arith(ev *x, const node *n, int op, const jv *a, const jv *b) {
     default: /* OP_POW */
         if (ints && q >= 0) {
             int64_t r = 1;
-            for (int64_t i = 0; i < q && i < 64; i++) r = (int64_t)((uint64_t)r * (uint64_t)p);
+            if (p == 0 || p == 1) return vint(q == 0 ? 1 : p);
+            if (p == -1) return vint(q % 2 ? -1 : 1);
+            for (int64_t i = 0; i < q; i++) r = ck_mul(x, n, r, p, "**"); /* |p| >= 2: overflows within 64 rounds */
             return vint(r);
         }
         return vfloat(pow(f, g));
@@ -2930,14 +3119,14 @@ static jv arith(ev *x, const node *n, int op, const jv *a, const jv *b) {
 static jv in_op(ev *x, const node *n, const jv *a, const jv *b) {
     if (b->t == V_STR) {
         if (a->t != V_STR) E(x, n, "'in <string>' needs a string on the left, not %s", tname(a));
-        return vbool(memmem_(b->u.s->s, b->u.s->n, a->u.s->s, a->u.s->n) != NULL);
+        return vbool(memmem_(x, b->u.s->s, b->u.s->n, a->u.s->s, a->u.s->n) != NULL);
     }
     if (b->t == V_LIST) {
         for (size_t i = 0; i < b->u.l->n; i++)
-            if (eq(&b->u.l->a[i], a, 0)) return vbool(true);
+            if (eq(x, &b->u.l->a[i], a, 0)) return vbool(true);
         return vbool(false);
     }
-    if (b->t == V_DICT || b->t == V_NS) return vbool(dfind(b->u.d, a) >= 0);
+    if (b->t == V_DICT || b->t == V_NS) return vbool(dfind(x, b->u.d, a) >= 0);
     if (b->t == V_UNDEF || b->t == V_NONE) return vbool(false);
     E(x, n, "'in' needs a string, list or dict on the right, not %s", tname(b));
 }
@@ -2971,10 +3160,12 @@ static jv slice(ev *x, const node *n, const jv *o, const jv *va, const jv *vb, c
     if (o->t == V_STR && st == 1) return vstr(substr(x, o->u.s, (size_t)lo, (size_t)(hi > lo ? hi : lo)));
     sink s = {0};
     jlist *l = mklist(x, 0);
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
         step(x);
         if (o->t == V_LIST) lpush(x, l, o->u.l->a[i]);
         else sk_put(x, &s, o->u.s->s + i, 1);
+        if (st > 0 ? i > INT64_MAX - st : i < INT64_MIN - st) break; /* the next one is out of range anyway */
+        i += st;
     }
     if (o->t == V_STR) return vstr(derived(x, s.p ? s.p : "", s.n, o->u.s->nsp != 0));
     return vlist(l);
@@ -2995,7 +3186,7 @@ static jv eval(ev *x, scope *sc, const node *n) {
         }
         break;
     case N_NAME: {
-        jv *v = lookup(sc, n->name);
+        jv *v = lookup(x, sc, n->name);
         if (v) r = *v;
         else
             for (int i = 0; k_globals[i]; i++)
@@ -3075,7 +3266,7 @@ static jv eval(ev *x, scope *sc, const node *n) {
     case N_POS:
         a = eval(x, sc, n->a);
         if (!isnum(&a)) E(x, n, "bad operand type for unary %c: %s", n->k == N_NEG ? '-' : '+', tname(&a));
-        r = n->k == N_POS ? a : a.t == V_FLOAT ? vfloat(-a.u.f) : vint(-numi(&a));
+        r = n->k == N_POS ? a : a.t == V_FLOAT ? vfloat(-a.u.f) : vint(ck_sub(x, n, 0, numi(&a), "unary -"));
         break;
     case N_NOT:
         a = eval(x, sc, n->a);
@@ -3108,8 +3299,8 @@ static jv eval(ev *x, scope *sc, const node *n) {
         a = eval(x, sc, n->a);
         b = eval(x, sc, n->b);
         x->at = n;
-        if (n->op == OP_EQ) r = vbool(eq(&a, &b, 0));
-        else if (n->op == OP_NE) r = vbool(!eq(&a, &b, 0));
+        if (n->op == OP_EQ) r = vbool(eq(x, &a, &b, 0));
+        else if (n->op == OP_NE) r = vbool(!eq(x, &a, &b, 0));
         else {
             int c = cmp(x, n, &a, &b);
             r = vbool(n->op == OP_LT ? c < 0 : n->op == OP_LE ? c <= 0 : n->op == OP_GT ? c > 0 : c >= 0);
@@ -3216,18 +3407,28 @@ static void exec(ev *x, scope *sc, const node *n, sink *out) {
         else put_str(x, out, &v, 0);
         return;
     }
-    case S_IF: {
-        jv c = eval(x, sc, n->a);
-        if (truthy(&c)) exec(x, sc, n->b, out);
-        else if (n->c) exec(x, sc, n->c, out);
-        return;
-    }
+    case S_IF: /* an elif chain is walked in a loop, not by recursion: it may be long */
+        for (;;) {
+            jv c = eval(x, sc, n->a);
+            if (truthy(&c)) {
+                exec(x, sc, n->b, out);
+                return;
+            }
+            if (!n->c) return;
+            if (n->c->k != S_IF) {
+                exec(x, sc, n->c, out);
+                return;
+            }
+            n = n->c;
+            step(x);
+            x->at = n;
+        }
     case S_FOR: exec_for(x, sc, n, out); return;
     case S_SET: {
         jv v = eval(x, sc, n->b);
         x->at = n;
         if (n->a->k == N_ATTR) {
-            jv *t = lookup(sc, n->a->a->name);
+            jv *t = lookup(x, sc, n->a->a->name);
             if (!t || (t->t != V_NS && t->t != V_DICT)) E(x, n, "cannot set an attribute of '%s': it is not a namespace", n->a->a->name);
             dset_c(x, t->u.d, n->a->name, v);
         } else {
@@ -3298,7 +3499,7 @@ static unsigned probe_path(ev *x, jdict *root, const char *path) {
         if (cur.t == V_LIST && *tmp && !*end) k = vint(iv);
         else k = vstr(mkstr(x, tmp, strlen(tmp)));
         if (cur.t == V_DICT) {
-            long i = dfind(cur.u.d, &k);
+            long i = dfind(x, cur.u.d, &k);
             cur = i >= 0 ? cur.u.d->v[i] : UNDEF;
         } else if (cur.t == V_LIST && k.t == V_INT && k.u.i >= 0 && (size_t)k.u.i < cur.u.l->n) {
             cur = cur.u.l->a[k.u.i];
@@ -3330,6 +3531,15 @@ char *pkv_jinja_render(const pkv_jinja *t, json_t *ctx, bool data, int64_t now, 
     x->max_output = lim && lim->max_output ? lim->max_output : (size_t)64 << 20;
     x->ar.limit = lim && lim->max_memory ? lim->max_memory : (size_t)512 << 20;
     x->max_depth = lim && lim->max_depth ? lim->max_depth : 200;
+    x->max_work = lim && lim->max_work ? lim->max_work : (int64_t)1 << 30;
+    x->max_time_ms = lim && lim->max_time_ms ? lim->max_time_ms : 10000;
+    x->deadline_ms = now_ms() + x->max_time_ms;
+    x->next_poll = (int64_t)1 << 20;
+    if (lim) {
+        x->cancel = lim->cancel;
+        x->cancel_ud = lim->cancel_ud;
+        x->ar.shared = lim->shared;
+    }
     x->now = now;
     char *volatile res = NULL;
     size_t *volatile sp = NULL;

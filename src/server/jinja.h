@@ -9,14 +9,19 @@
  * the rendered text comes with the spans the tokenizer must read as plain text
  * (pkv_model_tokenize_spans): only the template's own text makes special tokens.
  *
- * A render is bounded (steps, output bytes, memory, call depth): a hostile
- * template fails with an error naming the limit, never hangs or exhausts memory.
+ * Parsing is linear in the template's size and expressions and blocks nest at
+ * most 200 deep (a syntax error naming the line), so a hostile template fails
+ * fast at load. A render is bounded (steps, work, wall-clock time, output bytes,
+ * memory, call depth, and optionally a memory budget shared by concurrent
+ * renders and a cancel callback): a hostile template fails with an error naming
+ * the limit, never hangs or exhausts memory.
  * All of a render's memory is one arena freed at its end, so an error anywhere
  * leaks nothing. */
 #ifndef PKV_JINJA_H
 #define PKV_JINJA_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +35,16 @@ typedef enum pkv_jinja_err {
     PKV_JINJA_ERAISE,   /* the template called raise_exception(msg): msg is the message */
     PKV_JINJA_ELIMIT,   /* a limit was reached (named in the message) */
     PKV_JINJA_ENOMEM,
+    PKV_JINJA_EBUDGET,  /* the shared memory budget (pkv_jinja_limits.shared) is spent: retry later */
+    PKV_JINJA_ECANCEL,  /* pkv_jinja_limits.cancel said stop */
 } pkv_jinja_err;
+
+/* Memory shared by concurrent renders (a server's budget): each render's arena
+ * is charged to it while the render runs. */
+typedef struct pkv_jinja_budget {
+    _Atomic size_t used;
+    size_t limit; /* bytes; 0 = unlimited (only counted) */
+} pkv_jinja_budget;
 
 typedef struct pkv_jinja_error {
     pkv_jinja_err kind;
@@ -43,6 +57,12 @@ typedef struct pkv_jinja_limits {
     size_t max_output;  /* bytes of rendered text; 0 = 64 MiB */
     size_t max_memory;  /* bytes of the render's arena; 0 = 512 MiB */
     int max_depth;      /* nested macro calls and expression depth; 0 = 200 */
+    int64_t max_work;   /* work units: bytes scanned, compared or copied by string, list and
+                         * dict operations, plus 16 per step; 0 = 1 Gi (about a second of a core) */
+    int64_t max_time_ms; /* wall-clock time of the render; 0 = 10000 */
+    bool (*cancel)(void *ud); /* polled during the render (about every MiB of work): true stops it */
+    void *cancel_ud;
+    pkv_jinja_budget *shared; /* NULL = none */
 } pkv_jinja_limits;
 
 /* Parse a template. NULL with *e set on a syntax error (or out of memory). */

@@ -472,7 +472,18 @@ void srv_api_props(srv *s, srv_out *o) {
 
 /* ---------------------------------------------------------- completions */
 
-static char *chat_prompt(srv *s, json_t *b, size_t *len, size_t **spans, size_t *n_spans, srv_out *o) {
+typedef struct render_watch {
+    srv *s;
+    const srv_conn *conn;
+} render_watch;
+
+/* a render stops when its client has gone away or the server is stopping */
+static bool render_cancelled(void *ud) {
+    render_watch *w = ud;
+    return atomic_load(&w->s->stopping) || srv_conn_gone(w->conn);
+}
+
+static char *chat_prompt(srv *s, json_t *b, const srv_conn *conn, size_t *len, size_t **spans, size_t *n_spans, srv_out *o) {
     json_t *msgs = json_object_get(b, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > 4096) {
         srv_error(o, 400, "'messages' must be a non-empty array of messages");
@@ -486,8 +497,25 @@ static char *chat_prompt(srv *s, json_t *b, size_t *len, size_t **spans, size_t 
     }
     char err[600];
     int status = 0;
-    char *out = pkv_chat_apply(s->chat, b, 0, len, spans, n_spans, &status, err, sizeof err);
+    render_watch w = {s, conn};
+    pkv_jinja_limits lim = {.max_time_ms = s->o.template_time_ms,
+                            .max_memory = (size_t)s->o.template_mem_mib << 20,
+                            .cancel = render_cancelled,
+                            .cancel_ud = &w,
+                            .shared = &s->tpl_budget};
+    char *out = pkv_chat_apply_ex(s->chat, b, 0, &lim, len, spans, n_spans, &status, err, sizeof err);
     if (!out) {
+        if (status == 499) {
+            pthread_mutex_lock(&s->mu);
+            s->disconnects++;
+            pthread_mutex_unlock(&s->mu);
+        }
+        /* the server's options behind the interpreter's limits */
+        const char *opt = strstr(err, "render time limit") ? " (--template-time)"
+                          : strstr(err, "than the render limit allows") && strstr(err, "memory") ? " (--template-memory)"
+                          : status == 503 ? " (--template-budget)" : "";
+        size_t el = strlen(err);
+        if (*opt && el + strlen(opt) < sizeof err) memcpy(err + el, opt, strlen(opt) + 1);
         srv_error(o, status ? status : 400, "%s", err);
         return NULL;
     }
@@ -503,7 +531,7 @@ static char *chat_prompt(srv *s, json_t *b, size_t *len, size_t **spans, size_t 
 
 void srv_api_apply_template(srv *s, json_t *body, srv_out *o) {
     size_t len = 0, *spans = NULL, n_spans = 0;
-    char *text = chat_prompt(s, body, &len, &spans, &n_spans, o);
+    char *text = chat_prompt(s, body, NULL, &len, &spans, &n_spans, o);
     free(spans);
     if (!text) return;
     o->status = 200;
@@ -792,7 +820,7 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
             goto out;
         }
         size_t *spans = NULL, n_spans = 0, tlen = 0;
-        char *text = chat_prompt(s, b, &tlen, &spans, &n_spans, o);
+        char *text = chat_prompt(s, b, conn, &tlen, &spans, &n_spans, o);
         if (!text) {
             srv_media_list_free(&ml);
             goto out;

@@ -35,6 +35,9 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.max_tokens_default = 16;
     o.max_media_bytes = (size_t)25 << 20; /* OpenAI's limit on audio uploads */
     o.max_audio_seconds = 1800;
+    o.template_time_ms = 10000;
+    o.template_mem_mib = 256;
+    o.template_budget_mib = 1024;
     return o;
 }
 
@@ -468,6 +471,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_cond_init(&s->tok_cv, NULL);
+    s->tpl_budget.limit = (size_t)so->template_budget_mib << 20;
     s->created = (int64_t)time(NULL);
     pkv_model_get_info(s->m, &s->info);
     if (!s->info.has_vocab) {

@@ -262,6 +262,45 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* -------------------------------------------------------------- startup */
 
+/* SIGINT/SIGTERM are taken by one thread from the start. Before the server
+ * listens (loading the model, compiling and analysing its chat template: work
+ * that cannot be interrupted, with no request in flight) a signal ends the
+ * process at once by its default action; once listening, it is handed to the
+ * main thread, which drains the requests in flight. */
+typedef struct sig_watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ready; /* listening */
+    int sig;    /* the signal taken once ready; 0 = none yet */
+} sig_watch;
+
+static void *watch_signals(void *ud) {
+    sig_watch *w = ud;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0 || (sig != SIGINT && sig != SIGTERM)) {
+    }
+    pthread_mutex_lock(&w->mu);
+    if (!w->ready) {
+        pthread_mutex_unlock(&w->mu);
+        fprintf(stderr, "pagekv serve: %s during start-up: exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+        raise(sig); /* the default action: the process ends here */
+        pthread_mutex_lock(&w->mu);
+    }
+    w->sig = sig;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
 int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     srv s;
     memset(&s, 0, sizeof s);
@@ -291,7 +330,15 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
         fprintf(stderr, "pagekv serve: --port-file: %s\n", pkv_errmsg());
         return 2;
     }
-    if (!(s.m = pkv_setup_open_model("serve", mo))) return 1;
+    sig_watch sw = {.ready = false, .sig = 0};
+    pthread_mutex_init(&sw.mu, NULL);
+    pthread_cond_init(&sw.cv, NULL);
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, watch_signals, &sw)) {
+        fprintf(stderr, "pagekv serve: cannot start the signal thread\n");
+        return 1;
+    }
+    if (!(s.m = pkv_setup_open_model("serve", mo))) goto out;
     if (so->draft || so->mtp) { /* the draft, before the engine that runs it */
         pkv_model_params dp = pkv_model_default_params();
         pkv_device *tdev = pkv_model_device(s.m);
@@ -383,12 +430,11 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
             goto out;
         }
     }
-    int sig = 0;
-    sigset_t wait_for;
-    sigemptyset(&wait_for);
-    sigaddset(&wait_for, SIGINT);
-    sigaddset(&wait_for, SIGTERM);
-    sigwait(&wait_for, &sig);
+    pthread_mutex_lock(&sw.mu);
+    sw.ready = true;
+    while (!sw.sig) pthread_cond_wait(&sw.cv, &sw.mu);
+    int sig = sw.sig;
+    pthread_mutex_unlock(&sw.mu);
     fprintf(stderr, "pagekv serve: %s: draining the requests in flight\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     MHD_socket lsock = MHD_quiesce_daemon(d); /* no new connections */
     for (int i = 0; i < 600; i++) { /* at most 60 s */
@@ -399,15 +445,24 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    atomic_store(&s.stopping, true); /* a template render still running stops at its next check */
     MHD_stop_daemon(d);
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
     d = NULL;
     rc = 0;
     fprintf(stderr, "pagekv serve: stopped\n");
 out:
+    atomic_store(&s.stopping, true);
     if (d) MHD_stop_daemon(d);
     if (started) srv_stop(&s);
     pkv_model_free(s.draft);
     pkv_model_free(s.m);
+    pthread_mutex_lock(&sw.mu);
+    bool taken = sw.sig != 0;
+    pthread_mutex_unlock(&sw.mu);
+    if (!taken) pthread_cancel(watcher); /* still in sigwait */
+    pthread_join(watcher, NULL);
+    pthread_mutex_destroy(&sw.mu);
+    pthread_cond_destroy(&sw.cv);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <pthread.h>
 
+#include "server/jinja.h"
 #include "server/server-gen.h"
 #include "server/server.h"
 
@@ -41,6 +42,8 @@ typedef struct srv {
     pthread_mutex_t tok_mu;
     pthread_cond_t tok_cv;
     int tok_busy;
+    pkv_jinja_budget tpl_budget; /* memory of the chat template renders running now (--template-budget) */
+    atomic_bool stopping;        /* shutting down: renders still running are cancelled */
 } srv;
 
 #define SRV_TOK_SLOTS 2

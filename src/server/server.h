@@ -61,6 +61,10 @@ typedef struct pkv_serve_opts {
     size_t max_media_bytes;    /* one medium's encoded size (a file upload, a base64 payload decoded) -> 413 */
     double max_audio_seconds;  /* audio longer than this is refused (400) */
     int64_t max_image_pixels;  /* images with more pixels are refused (400); 0 = 50 megapixels */
+    /* chat template renders (docs/server.md "Chat template limits") */
+    int64_t template_time_ms;    /* one render's wall-clock limit -> 400 */
+    int64_t template_mem_mib;    /* one render's memory -> 400 */
+    int64_t template_budget_mib; /* all renders running at once -> 503 */
     int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
                                   counted once + host pages of swapped contexts);
                                   0 = half the device pool */
@@ -126,6 +130,12 @@ const char *pkv_chat_source(const pkv_chat *c);
  * and err: a template's raise_exception gives its own message. */
 char *pkv_chat_apply(const pkv_chat *c, struct json_t *body, int64_t now, size_t *len, size_t **spans, size_t *n_spans,
                      int *status, char *err, size_t err_size);
+/* The same within lim (jinja.h: time, work, memory, a shared memory budget, a
+ * cancel callback; NULL = the interpreter's defaults). A limit reached is a 400
+ * naming it, the shared budget spent a 503, a cancel 499. */
+struct pkv_jinja_limits;
+char *pkv_chat_apply_ex(const pkv_chat *c, struct json_t *body, int64_t now, const struct pkv_jinja_limits *lim, size_t *len,
+                        size_t **spans, size_t *n_spans, int *status, char *err, size_t err_size);
 /* Texts that end an assistant turn in this family (special tokens); the server
  * stops on each that is one token of the vocabulary. NULL-terminated. */
 const char *const *pkv_tpl_end_texts(pkv_tpl t);
