@@ -743,8 +743,59 @@ static void test_engine(void) {
     pkv_model_free(m);
 }
 
+/* text of n copies of a, then mid, then n copies of b (caller frees) */
+static char *nest(const char *pre, const char *a, const char *mid, const char *b, int n) {
+    size_t la = strlen(a), lb = strlen(b), lm = strlen(mid), lp = strlen(pre);
+    char *t = malloc(lp + (size_t)n * (la + lb) + lm + 1), *o = t;
+    memcpy(o, pre, lp), o += lp;
+    for (int i = 0; i < n; i++) memcpy(o, a, la), o += la;
+    memcpy(o, mid, lm), o += lm;
+    for (int i = 0; i < n; i++) memcpy(o, b, lb), o += lb;
+    *o = 0;
+    return t;
+}
+
+/* No parser recurses without a bound (issue 50.1): deep nesting is an error naming
+ * the limit, never a stack overflow. */
+static void test_nesting(void) {
+    char *t = nest("root ::= ", "(", "\"a\"", ")", PKV_GRAMMAR_MAX_NESTING);
+    pkv_grammar *g = gb(t);
+    ACC(g, "a"); REJ(g, "aa");
+    pkv_grammar_free(g);
+    free(t);
+    int deep[] = {PKV_GRAMMAR_MAX_NESTING + 1, 30000, 100000};
+    for (int i = 0; i < 3; i++) {
+        t = nest("root ::= ", "(", "\"a\"", ")", deep[i]);
+        gbnf_refused(t, "nested deeper than the limit of 256", "line 1");
+        free(t);
+        t = nest("root ::= ", "(\"x\" | ", "\"a\"", ")", deep[i]);
+        gbnf_refused(t, "nested deeper than the limit of 256", NULL);
+        free(t);
+        if (deep[i] > 30000) continue; /* schemas of 100000 levels are over the 1 MiB text limit */
+        /* schemas: nested arrays, anyOf, objects; the JSON text itself too */
+        t = nest("", "{\"type\":\"array\",\"items\":", "{}", "}", deep[i]);
+        schema_refused(t, "deeper than 64", NULL);
+        free(t);
+        t = nest("", "{\"anyOf\":[", "{}", "]}", deep[i]);
+        schema_refused(t, "deeper than 64", NULL);
+        free(t);
+        t = nest("", "[", "1", "]", deep[i]);
+        schema_refused(t, "deeper than 64", NULL);
+        free(t);
+    }
+    /* a $ref chain a0 -> a1 -> ... -> a999 */
+    size_t cap = 64 * 1000 + 64, n = 0;
+    t = malloc(cap);
+    n += (size_t)snprintf(t + n, cap - n, "{\"$ref\":\"#/$defs/a0\",\"$defs\":{");
+    for (int i = 0; i < 999; i++) n += (size_t)snprintf(t + n, cap - n, "\"a%d\":{\"$ref\":\"#/$defs/a%d\"},", i, i + 1);
+    n += (size_t)snprintf(t + n, cap - n, "\"a999\":{\"type\":\"null\"}}}");
+    schema_refused(t, "deeper than 64", NULL);
+    free(t);
+}
+
 int main(void) {
     test_gbnf();
+    test_nesting();
     test_utf8();
     test_schema();
     test_masks();

@@ -76,6 +76,7 @@ typedef struct gparser {
     uint32_t *ranges;
     size_t n_ranges, cap_ranges;
     size_t n_elems; /* running total, bounded by PKV_GRAMMAR_MAX_ELEMS */
+    int depth;      /* open '(' groups, bounded by PKV_GRAMMAR_MAX_NESTING (the parser recurses) */
     pkv_status err;
 } gparser;
 
@@ -406,11 +407,19 @@ static bool parse_sequence(gparser *p, bseq *q, bool nested) {
             last = q->n;
             if (!seq_push(p, q, (gelem){GE_REF, 0, r, 0})) return false;
         } else if (c == '(') {
+            if (p->depth >= PKV_GRAMMAR_MAX_NESTING) {
+                char lim[16];
+                snprintf(lim, sizeof lim, "%d", PKV_GRAMMAR_MAX_NESTING);
+                return perr(p, at, "groups '(' nested deeper than the limit of %s", lim), false;
+            }
             p->s++;
             int r = rule_new(p, NULL, 0, at);
             if (r < 0) return (p->err = PKV_ERR_NOMEM), false;
             p->rules[r].defined = true;
-            if (!parse_alternates(p, r, true)) return false;
+            p->depth++;
+            bool ok = parse_alternates(p, r, true);
+            p->depth--;
+            if (!ok) return false;
             skip_space(p, true);
             if (p->s >= p->end || *p->s != ')') return perr(p, at, "unclosed '('%s", NULL), false;
             p->s++;

@@ -14,6 +14,7 @@ enum {
     PKV_GRAMMAR_MAX_ELEMS = 1 << 21,  /* automaton elements after expanding repetitions */
     PKV_GRAMMAR_MAX_REPEAT = 100000,  /* m and n of {m,n} */
     PKV_GRAMMAR_MAX_STACKS = 1 << 14, /* live parse stacks of one matcher state */
+    PKV_GRAMMAR_MAX_NESTING = 256,    /* '(' groups inside each other (the parser recurses on them) */
 };
 
 /* GBNF text (len bytes, need not be NUL-terminated) to a grammar; origin names the
