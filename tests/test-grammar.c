@@ -793,11 +793,66 @@ static void test_nesting(void) {
     free(t);
 }
 
+/* Local JSON pointers (issue 50.10): the root "#", percent-encoded segments, ~0 and
+ * ~1; a big enum is a 400-class error naming the limit, not a failure later. */
+static void test_schema_refs(void) {
+    /* recursion through the root: a tree of nodes */
+    pkv_grammar *g = js("{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                        "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}},\"required\":[\"v\"]}");
+    ACC(g, "{\"v\":1}"); ACC(g, "{\"v\":1,\"kids\":[]}"); ACC(g, "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]},{\"v\":4}]}");
+    REJ(g, "{\"v\":1,\"kids\":[{}]}"); REJ(g, "{\"v\":1,\"kids\":[{\"v\":\"x\"}]}");
+    pkv_grammar_free(g);
+    g = js("{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2}]}");
+    ACC(g, "null"); ACC(g, "[]"); ACC(g, "[null,[[],null]]"); REJ(g, "[1]"); REJ(g, "[null,null,null]");
+    pkv_grammar_free(g);
+    /* percent-encoded and ~-escaped segments */
+    g = js("{\"$ref\":\"#/$defs/a%20b\",\"$defs\":{\"a b\":{\"type\":\"integer\"}}}");
+    ACC(g, "12"); REJ(g, "\"x\"");
+    pkv_grammar_free(g);
+    g = js("{\"$ref\":\"#/$defs/x~1y~0z\",\"$defs\":{\"x/y~z\":{\"type\":\"boolean\"}}}");
+    ACC(g, "true"); REJ(g, "1");
+    pkv_grammar_free(g);
+    /* %2F is a separator: percent-decoding comes before the pointer is split */
+    schema_refused("{\"$ref\":\"#/%24defs/%7e0%2Fq\",\"$defs\":{\"~/q\":{\"const\":\"k\"}}}", "does not resolve", NULL);
+    schema_refused("{\"$ref\":\"#/$defs/a%00\",\"$defs\":{}}", "bad percent escape", NULL);
+    g = js("{\"$ref\":\"#/%24defs/%7e0q\",\"$defs\":{\"~q\":{\"const\":\"k\"}}}");
+    ACC(g, "\"k\""); REJ(g, "\"q\"");
+    pkv_grammar_free(g);
+    schema_refused("{\"$ref\":\"#/$defs/a%2\",\"$defs\":{}}", "bad percent escape", NULL);
+    schema_refused("{\"$ref\":\"#/$defs/a~2\",\"$defs\":{}}", "'~' must be followed by 0 or 1", NULL);
+    schema_refused("{\"$ref\":\"#x\"}", "local references", NULL);
+
+    /* enum: 4096 values are fine, 20000 are refused naming the limit */
+    size_t cap = 20000 * 16 + 64, n = 0;
+    char *t = malloc(cap);
+    for (int k = 0; k < 2; k++) {
+        int cnt = k ? 20000 : 4096;
+        n = (size_t)snprintf(t, cap, "{\"enum\":[");
+        for (int i = 0; i < cnt; i++) n += (size_t)snprintf(t + n, cap - n, "%s\"v%d\"", i ? "," : "", i);
+        snprintf(t + n, cap - n, "]}");
+        if (k) {
+            schema_refused(t, "/enum", "more than the limit of 4096");
+        } else {
+            g = js(t);
+            ACC(g, "\"v4095\""); REJ(g, "\"v4096\"");
+            pkv_grammar_free(g);
+        }
+    }
+    /* the same in GBNF: refused when parsed, naming the stack limit */
+    cap = 20000 * 12 + 64;
+    t = realloc(t, cap);
+    n = (size_t)snprintf(t, cap, "root ::= ");
+    for (int i = 0; i < 20000; i++) n += (size_t)snprintf(t + n, cap - n, "%s\"v%d\"", i ? " | " : "", i);
+    gbnf_refused(t, "at its start", "more than 16384 parse stacks");
+    free(t);
+}
+
 int main(void) {
     test_gbnf();
     test_nesting();
     test_utf8();
     test_schema();
+    test_schema_refs();
     test_masks();
     test_engine();
     printf("test-grammar: %ld checks, %d failures\n", th_checks, th_failures);

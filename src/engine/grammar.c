@@ -689,6 +689,17 @@ pkv_grammar *pkv_grammar_parse(const char *text, size_t len, const char *origin)
         }
         memcpy(g->text, text, len);
         g->text[len] = 0;
+        /* refuse here, not at the first sample, a grammar whose start state is over a
+         * matcher limit (20000 alternatives of root) */
+        pkv_gmatch *m = pkv_gmatch_create(g);
+        if (!m) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+            pkv_grammar_free(g);
+            pkv_err(PKV_ERR_INVALID, "%s: at its start: %s", origin, msg);
+            return NULL;
+        }
+        pkv_gmatch_free(m);
     }
     return g;
 }
