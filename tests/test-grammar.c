@@ -847,6 +847,74 @@ static void test_schema_refs(void) {
     free(t);
 }
 
+/* Work limits (issues 43.6, 50.2): a grammar whose matching costs more than its
+ * limit per token, or per request, fails with a message naming the limit, and
+ * stays failed; equal stacks met on several paths are expanded once. */
+static void test_work_limits(void) {
+    int32_t eog;
+    pkv_grammar_vocab *v = mask_vocab(&eog);
+    uint64_t *bits = calloc((size_t)(pkv_grammar_vocab_n(v) + 63) / 64, sizeof *bits);
+    const char *atk = "root ::= x{0,60}\nx ::= y{0,60}\ny ::= [a-z ]\n";
+    pkv_grammar *g = gb(atk);
+    /* the default allows this small vocabulary; count the work of a few tokens */
+    pkv_gmatch *m = pkv_gmatch_create(g);
+    uint64_t op = 0, total = 0, first = 0;
+    for (int i = 0; i < 6; i++) {
+        CHECK(pkv_gmatch_mask(m, v, bits) > 0);
+        pkv_gmatch_work(m, &op, &total);
+        if (!i) first = op;
+        CHECK(pkv_gmatch_accept_bytes(m, "ab", 2));
+    }
+    CHECK(pkv_gmatch_failure(m) == NULL);
+    /* 3600 distinct stacks after a few characters; expanding every path (60 ways to
+     * return to each parent) would be ~60x that per character: the dedup keeps it near */
+    pkv_gmatch_work(m, &op, &total);
+    CHECK(op < 200000);
+    pkv_gmatch_free(m);
+
+    /* per token: the first mask already passes 1000 steps */
+    CHECK(first > 1000);
+    CHECK_OK(pkv_grammar_set_work_limits(g, 1000, 0));
+    m = pkv_gmatch_create(g);
+    CHECK(pkv_gmatch_mask(m, v, bits) < 0);
+    CHECK_MSG("work limit of 1000 steps per token");
+    CHECK(pkv_gmatch_failure(m) && strstr(pkv_gmatch_failure(m), "steps per token"));
+    CHECK(pkv_gmatch_dead(m));
+    CHECK(!pkv_gmatch_accept_bytes(m, "a", 1));
+    CHECK(pkv_gmatch_mask(m, v, bits) < 0); /* stays failed */
+    pkv_gmatch_reset(m);                     /* until reset */
+    CHECK(pkv_gmatch_failure(m) == NULL);
+    pkv_gmatch_free(m);
+
+    /* per request: tokens are fine alone, their sum is not */
+    CHECK_OK(pkv_grammar_set_work_limits(g, 0, 20 * first));
+    m = pkv_gmatch_create(g);
+    int ok = 0;
+    for (int i = 0; i < 1000 && pkv_gmatch_mask(m, v, bits) > 0 && pkv_gmatch_accept_bytes(m, "a", 1); i++) ok++;
+    CHECK(ok > 2);
+    CHECK(ok < 1000);
+    CHECK(pkv_gmatch_failure(m) && strstr(pkv_gmatch_failure(m), "work limit of"));
+    CHECK(pkv_gmatch_failure(m) && strstr(pkv_gmatch_failure(m), "steps per request"));
+    pkv_gmatch_free(m);
+
+    /* a sampler reports it as the reason, not as a refused token */
+    pkv_sampler_params sp = pkv_sampler_default_params();
+    sp.temp = 0;
+    pkv_sampler *s = pkv_sampler_create(sp, pkv_grammar_vocab_n(v));
+    CHECK_OK(pkv_grammar_set_work_limits(g, 1000, 0));
+    CHECK_OK(pkv_sampler_set_grammar(s, g, v));
+    float *logits = calloc((size_t)pkv_grammar_vocab_n(v), sizeof *logits);
+    int32_t tok = -1;
+    CHECK(pkv_sampler_sample(s, logits, &tok) == PKV_ERR_INVALID);
+    CHECK_MSG("steps per token");
+    free(logits);
+    pkv_sampler_free(s);
+    CHECK(pkv_grammar_set_work_limits(NULL, 0, 0) == PKV_ERR_INVALID);
+    pkv_grammar_free(g);
+    free(bits);
+    pkv_grammar_vocab_free(v);
+}
+
 int main(void) {
     test_gbnf();
     test_nesting();
@@ -854,6 +922,7 @@ int main(void) {
     test_schema();
     test_schema_refs();
     test_masks();
+    test_work_limits();
     test_engine();
     printf("test-grammar: %ld checks, %d failures\n", th_checks, th_failures);
     return th_failures ? 1 : 0;

@@ -187,6 +187,8 @@ bool pkv_sampler_grammar_complete(const pkv_sampler *s) { return !s || !s->gm ||
 
 /* The sampler's grammar: the constraint of this state, or an error. */
 static pkv_status grammar_mask(pkv_sampler *s) {
+    const char *why = pkv_gmatch_failure(s->gm);
+    if (why) return pkv_err(PKV_ERR_INVALID, "sampler: %s", why);
     if (s->gbad >= 0)
         return pkv_err(PKV_ERR_INVALID, "sampler: token %d was accepted but the grammar does not allow it there",
                        (int)s->gbad);
