@@ -83,6 +83,10 @@ static void serve_usage(FILE *f) {
             "  --max-media-bytes N    one medium's file size (an upload, a decoded base64 part) (default %zu) -> 413\n"
             "  --max-audio-seconds S  longer audio is refused (default %.0f) -> 400\n"
             "  --max-image-pixels N   images with more pixels are refused (default 50000000) -> 400\n"
+            "  --grammar-token-steps N    work limit of a request's grammar (grammar, response_format,\n"
+            "                         tool_choice) per sampled token, in matcher steps (default 20000000,\n"
+            "                         ~0.15 s); past it the request fails naming the limit\n"
+            "  --grammar-request-steps N  the same for all of a request's tokens (default 2000000000)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
@@ -128,6 +132,12 @@ int pkv_cli_serve(int argc, char **argv) {
             return 2;
         } else if (!strcmp(a, "--cors-origin")) {
             if (!(so.cors_origin = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--grammar-token-steps")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1000, INT64_MAX, &x)) return 2;
+            so.grammar_token_steps = x;
+        } else if (!strcmp(a, "--grammar-request-steps")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1000, INT64_MAX, &x)) return 2;
+            so.grammar_request_steps = x;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
             so.seed = x;
