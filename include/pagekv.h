@@ -1274,7 +1274,7 @@ const char *pkv_grammar_gbnf(const pkv_grammar *g);
  * or for accepting it, per_request steps since the sampler's grammar started (a
  * step is one parse stack expanded or tested against a character). Passing either
  * fails sampling with PKV_ERR_INVALID and a message naming the limit, and the
- * grammar's state stays failed until reset. 0 = the default (20M per token, 2G per
+ * grammar's state stays failed until reset. 0 = the default (20M per token, 1G per
  * request: a JSON schema over a 150k-token vocabulary needs well under 1M a token). */
 pkv_status pkv_grammar_set_work_limits(pkv_grammar *g, uint64_t per_token, uint64_t per_request);
 /* Is text (len bytes) a complete sentence of the grammar? */

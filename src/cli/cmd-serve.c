@@ -86,7 +86,7 @@ static void serve_usage(FILE *f) {
             "  --grammar-token-steps N    work limit of a request's grammar (grammar, response_format,\n"
             "                         tool_choice) per sampled token, in matcher steps (default 20000000,\n"
             "                         ~0.15 s); past it the request fails naming the limit\n"
-            "  --grammar-request-steps N  the same for all of a request's tokens (default 2000000000)\n"
+            "  --grammar-request-steps N  the same for all of a request's tokens (default 1000000000)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",

@@ -24,7 +24,7 @@ enum {
  * per request (everything since the matcher started). A JSON schema's mask over a
  * 150k-token vocabulary takes well under a tenth of the per-token limit. */
 #define PKV_GRAMMAR_WORK_TOKEN 20000000ull
-#define PKV_GRAMMAR_WORK_REQUEST 2000000000ull
+#define PKV_GRAMMAR_WORK_REQUEST 1000000000ull
 
 /* GBNF text (len bytes, need not be NUL-terminated) to a grammar; origin names the
  * source in messages ("grammar", "json schema"). NULL with pkv_errmsg() naming
