@@ -1269,6 +1269,14 @@ pkv_grammar *pkv_grammar_from_json_schema(const char *schema, size_t len);
 void pkv_grammar_free(pkv_grammar *g);
 /* The grammar's GBNF text (a schema's generated grammar); valid while g lives. */
 const char *pkv_grammar_gbnf(const pkv_grammar *g);
+/* Bound the work of matching g (call before g is given to a sampler or a request;
+ * samplers read the limits when they take it): per_token steps for one token's mask
+ * or for accepting it, per_request steps since the sampler's grammar started (a
+ * step is one parse stack expanded or tested against a character). Passing either
+ * fails sampling with PKV_ERR_INVALID and a message naming the limit, and the
+ * grammar's state stays failed until reset. 0 = the default (20M per token, 1G per
+ * request: a JSON schema over a 150k-token vocabulary needs well under 1M a token). */
+pkv_status pkv_grammar_set_work_limits(pkv_grammar *g, uint64_t per_token, uint64_t per_request);
 /* Is text (len bytes) a complete sentence of the grammar? */
 bool pkv_grammar_accepts(const pkv_grammar *g, const char *text, size_t len);
 

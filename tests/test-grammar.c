@@ -743,11 +743,186 @@ static void test_engine(void) {
     pkv_model_free(m);
 }
 
+/* text of n copies of a, then mid, then n copies of b (caller frees) */
+static char *nest(const char *pre, const char *a, const char *mid, const char *b, int n) {
+    size_t la = strlen(a), lb = strlen(b), lm = strlen(mid), lp = strlen(pre);
+    char *t = malloc(lp + (size_t)n * (la + lb) + lm + 1), *o = t;
+    memcpy(o, pre, lp), o += lp;
+    for (int i = 0; i < n; i++) memcpy(o, a, la), o += la;
+    memcpy(o, mid, lm), o += lm;
+    for (int i = 0; i < n; i++) memcpy(o, b, lb), o += lb;
+    *o = 0;
+    return t;
+}
+
+/* No parser recurses without a bound (issue 50.1): deep nesting is an error naming
+ * the limit, never a stack overflow. */
+static void test_nesting(void) {
+    char *t = nest("root ::= ", "(", "\"a\"", ")", PKV_GRAMMAR_MAX_NESTING);
+    pkv_grammar *g = gb(t);
+    ACC(g, "a"); REJ(g, "aa");
+    pkv_grammar_free(g);
+    free(t);
+    int deep[] = {PKV_GRAMMAR_MAX_NESTING + 1, 30000, 100000};
+    for (int i = 0; i < 3; i++) {
+        t = nest("root ::= ", "(", "\"a\"", ")", deep[i]);
+        gbnf_refused(t, "nested deeper than the limit of 256", "line 1");
+        free(t);
+        t = nest("root ::= ", "(\"x\" | ", "\"a\"", ")", deep[i]);
+        gbnf_refused(t, "nested deeper than the limit of 256", NULL);
+        free(t);
+        if (deep[i] > 30000) continue; /* schemas of 100000 levels are over the 1 MiB text limit */
+        /* schemas: nested arrays, anyOf, objects; the JSON text itself too */
+        t = nest("", "{\"type\":\"array\",\"items\":", "{}", "}", deep[i]);
+        schema_refused(t, "deeper than 64", NULL);
+        free(t);
+        t = nest("", "{\"anyOf\":[", "{}", "]}", deep[i]);
+        schema_refused(t, "deeper than 64", NULL);
+        free(t);
+        t = nest("", "[", "1", "]", deep[i]);
+        schema_refused(t, "deeper than 64", NULL);
+        free(t);
+    }
+    /* a $ref chain a0 -> a1 -> ... -> a999 */
+    size_t cap = 64 * 1000 + 64, n = 0;
+    t = malloc(cap);
+    n += (size_t)snprintf(t + n, cap - n, "{\"$ref\":\"#/$defs/a0\",\"$defs\":{");
+    for (int i = 0; i < 999; i++) n += (size_t)snprintf(t + n, cap - n, "\"a%d\":{\"$ref\":\"#/$defs/a%d\"},", i, i + 1);
+    n += (size_t)snprintf(t + n, cap - n, "\"a999\":{\"type\":\"null\"}}}");
+    schema_refused(t, "deeper than 64", NULL);
+    free(t);
+}
+
+/* Local JSON pointers (issue 50.10): the root "#", percent-encoded segments, ~0 and
+ * ~1; a big enum is a 400-class error naming the limit, not a failure later. */
+static void test_schema_refs(void) {
+    /* recursion through the root: a tree of nodes */
+    pkv_grammar *g = js("{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                        "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}},\"required\":[\"v\"]}");
+    ACC(g, "{\"v\":1}"); ACC(g, "{\"v\":1,\"kids\":[]}"); ACC(g, "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]},{\"v\":4}]}");
+    REJ(g, "{\"v\":1,\"kids\":[{}]}"); REJ(g, "{\"v\":1,\"kids\":[{\"v\":\"x\"}]}");
+    pkv_grammar_free(g);
+    g = js("{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2}]}");
+    ACC(g, "null"); ACC(g, "[]"); ACC(g, "[null,[[],null]]"); REJ(g, "[1]"); REJ(g, "[null,null,null]");
+    pkv_grammar_free(g);
+    /* percent-encoded and ~-escaped segments */
+    g = js("{\"$ref\":\"#/$defs/a%20b\",\"$defs\":{\"a b\":{\"type\":\"integer\"}}}");
+    ACC(g, "12"); REJ(g, "\"x\"");
+    pkv_grammar_free(g);
+    g = js("{\"$ref\":\"#/$defs/x~1y~0z\",\"$defs\":{\"x/y~z\":{\"type\":\"boolean\"}}}");
+    ACC(g, "true"); REJ(g, "1");
+    pkv_grammar_free(g);
+    /* %2F is a separator: percent-decoding comes before the pointer is split */
+    schema_refused("{\"$ref\":\"#/%24defs/%7e0%2Fq\",\"$defs\":{\"~/q\":{\"const\":\"k\"}}}", "does not resolve", NULL);
+    schema_refused("{\"$ref\":\"#/$defs/a%00\",\"$defs\":{}}", "bad percent escape", NULL);
+    g = js("{\"$ref\":\"#/%24defs/%7e0q\",\"$defs\":{\"~q\":{\"const\":\"k\"}}}");
+    ACC(g, "\"k\""); REJ(g, "\"q\"");
+    pkv_grammar_free(g);
+    schema_refused("{\"$ref\":\"#/$defs/a%2\",\"$defs\":{}}", "bad percent escape", NULL);
+    schema_refused("{\"$ref\":\"#/$defs/a~2\",\"$defs\":{}}", "'~' must be followed by 0 or 1", NULL);
+    schema_refused("{\"$ref\":\"#x\"}", "local references", NULL);
+
+    /* enum: 4096 values are fine, 20000 are refused naming the limit */
+    size_t cap = 20000 * 16 + 64, n = 0;
+    char *t = malloc(cap);
+    for (int k = 0; k < 2; k++) {
+        int cnt = k ? 20000 : 4096;
+        n = (size_t)snprintf(t, cap, "{\"enum\":[");
+        for (int i = 0; i < cnt; i++) n += (size_t)snprintf(t + n, cap - n, "%s\"v%d\"", i ? "," : "", i);
+        snprintf(t + n, cap - n, "]}");
+        if (k) {
+            schema_refused(t, "/enum", "more than the limit of 4096");
+        } else {
+            g = js(t);
+            ACC(g, "\"v4095\""); REJ(g, "\"v4096\"");
+            pkv_grammar_free(g);
+        }
+    }
+    /* the same in GBNF: refused when parsed, naming the stack limit */
+    cap = 20000 * 12 + 64;
+    t = realloc(t, cap);
+    n = (size_t)snprintf(t, cap, "root ::= ");
+    for (int i = 0; i < 20000; i++) n += (size_t)snprintf(t + n, cap - n, "%s\"v%d\"", i ? " | " : "", i);
+    gbnf_refused(t, "at its start", "more than 16384 parse stacks");
+    free(t);
+}
+
+/* Work limits (issues 43.6, 50.2): a grammar whose matching costs more than its
+ * limit per token, or per request, fails with a message naming the limit, and
+ * stays failed; equal stacks met on several paths are expanded once. */
+static void test_work_limits(void) {
+    int32_t eog;
+    pkv_grammar_vocab *v = mask_vocab(&eog);
+    uint64_t *bits = calloc((size_t)(pkv_grammar_vocab_n(v) + 63) / 64, sizeof *bits);
+    const char *atk = "root ::= x{0,60}\nx ::= y{0,60}\ny ::= [a-z ]\n";
+    pkv_grammar *g = gb(atk);
+    /* the default allows this small vocabulary; count the work of a few tokens */
+    pkv_gmatch *m = pkv_gmatch_create(g);
+    uint64_t op = 0, total = 0, first = 0;
+    for (int i = 0; i < 6; i++) {
+        CHECK(pkv_gmatch_mask(m, v, bits) > 0);
+        pkv_gmatch_work(m, &op, &total);
+        if (!i) first = op;
+        CHECK(pkv_gmatch_accept_bytes(m, "ab", 2));
+    }
+    CHECK(pkv_gmatch_failure(m) == NULL);
+    /* 3600 distinct stacks after a few characters; expanding every path (60 ways to
+     * return to each parent) would be ~60x that per character: the dedup keeps it near */
+    pkv_gmatch_work(m, &op, &total);
+    CHECK(op < 200000);
+    pkv_gmatch_free(m);
+
+    /* per token: the first mask already passes 1000 steps */
+    CHECK(first > 1000);
+    CHECK_OK(pkv_grammar_set_work_limits(g, 1000, 0));
+    m = pkv_gmatch_create(g);
+    CHECK(pkv_gmatch_mask(m, v, bits) < 0);
+    CHECK_MSG("work limit of 1000 steps per token");
+    CHECK(pkv_gmatch_failure(m) && strstr(pkv_gmatch_failure(m), "steps per token"));
+    CHECK(pkv_gmatch_dead(m));
+    CHECK(!pkv_gmatch_accept_bytes(m, "a", 1));
+    CHECK(pkv_gmatch_mask(m, v, bits) < 0); /* stays failed */
+    pkv_gmatch_reset(m);                     /* until reset */
+    CHECK(pkv_gmatch_failure(m) == NULL);
+    pkv_gmatch_free(m);
+
+    /* per request: tokens are fine alone, their sum is not */
+    CHECK_OK(pkv_grammar_set_work_limits(g, 0, 20 * first));
+    m = pkv_gmatch_create(g);
+    int ok = 0;
+    for (int i = 0; i < 1000 && pkv_gmatch_mask(m, v, bits) > 0 && pkv_gmatch_accept_bytes(m, "a", 1); i++) ok++;
+    CHECK(ok > 2);
+    CHECK(ok < 1000);
+    CHECK(pkv_gmatch_failure(m) && strstr(pkv_gmatch_failure(m), "work limit of"));
+    CHECK(pkv_gmatch_failure(m) && strstr(pkv_gmatch_failure(m), "steps per request"));
+    pkv_gmatch_free(m);
+
+    /* a sampler reports it as the reason, not as a refused token */
+    pkv_sampler_params sp = pkv_sampler_default_params();
+    sp.temp = 0;
+    pkv_sampler *s = pkv_sampler_create(sp, pkv_grammar_vocab_n(v));
+    CHECK_OK(pkv_grammar_set_work_limits(g, 1000, 0));
+    CHECK_OK(pkv_sampler_set_grammar(s, g, v));
+    float *logits = calloc((size_t)pkv_grammar_vocab_n(v), sizeof *logits);
+    int32_t tok = -1;
+    CHECK(pkv_sampler_sample(s, logits, &tok) == PKV_ERR_INVALID);
+    CHECK_MSG("steps per token");
+    free(logits);
+    pkv_sampler_free(s);
+    CHECK(pkv_grammar_set_work_limits(NULL, 0, 0) == PKV_ERR_INVALID);
+    pkv_grammar_free(g);
+    free(bits);
+    pkv_grammar_vocab_free(v);
+}
+
 int main(void) {
     test_gbnf();
+    test_nesting();
     test_utf8();
     test_schema();
+    test_schema_refs();
     test_masks();
+    test_work_limits();
     test_engine();
     printf("test-grammar: %ld checks, %d failures\n", th_checks, th_failures);
     return th_failures ? 1 : 0;

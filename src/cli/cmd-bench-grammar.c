@@ -127,18 +127,21 @@ static int run_grammar(const char *name, const pkv_grammar *g, const pkv_grammar
     }
     double sum_allowed = 0, bytes = 0;
     int restarts = 0;
+    uint64_t steps_max = 0, steps_op = 0, steps_all = 0;
     for (int s = 0; s < n_tok; s++) {
         pkv_gmatch *c = pkv_gmatch_clone(m);
         double t0 = pkv_time_now();
         int64_t k = c ? pkv_gmatch_mask(c, v, bits) : -1;
         double t1 = pkv_time_now();
+        pkv_gmatch_work(c, &steps_op, &steps_all);
+        if (steps_op > steps_max) steps_max = steps_op;
         pkv_gmatch_free(c);
         k = pkv_gmatch_mask(m, v, bits);
         double t2 = pkv_time_now();
         cold[s] = (t1 - t0) * 1e6;
         warm[s] = (t2 - t1) * 1e6;
         if (k <= 0) {
-            fprintf(stderr, "pagekv bench grammar: %s: no token allowed (%s)\n", name, pkv_errmsg());
+            fprintf(stderr, "pagekv bench grammar: %s: no token allowed at step %d (%s)\n", name, s, pkv_errmsg());
             return 1;
         }
         sum_allowed += (double)k;
@@ -158,9 +161,11 @@ static int run_grammar(const char *name, const pkv_grammar *g, const pkv_grammar
     for (int s = 0; s < n_tok; s++) mw += warm[s], mc += cold[s];
     printf("%s    \"%s\": {\"tokens\": %d, \"allowed_mean\": %.0f, \"restarts\": %d, "
            "\"mask_us_mean\": %.1f, \"mask_us_p50\": %.1f, \"mask_us_p99\": %.1f, \"mask_us_max\": %.1f, "
-           "\"cold_mask_us_mean\": %.1f, \"cold_mask_us_p50\": %.1f, \"cold_mask_us_p99\": %.1f, \"cold_mask_us_max\": %.1f}",
+           "\"cold_mask_us_mean\": %.1f, \"cold_mask_us_p50\": %.1f, \"cold_mask_us_p99\": %.1f, \"cold_mask_us_max\": %.1f, "
+           "\"cold_mask_steps_max\": %llu}",
            first ? "" : ",\n", name, n_tok, sum_allowed / n_tok, restarts, mw / n_tok, warm[n_tok / 2],
-           warm[n_tok * 99 / 100], warm[n_tok - 1], mc / n_tok, cold[n_tok / 2], cold[n_tok * 99 / 100], cold[n_tok - 1]);
+           warm[n_tok * 99 / 100], warm[n_tok - 1], mc / n_tok, cold[n_tok / 2], cold[n_tok * 99 / 100], cold[n_tok - 1],
+           (unsigned long long)steps_max);
     (void)bytes;
     pkv_gmatch_free(m);
     free(bits), free(allowed), free(warm), free(cold);
@@ -174,7 +179,9 @@ static void usage(FILE *f) {
                "  -m FILE      use the model's vocabulary (default: a synthesized one)\n"
                "  --vocab N    tokens of the synthesized vocabulary (default 150000)\n"
                "  --tokens N   steps per grammar (default 512)\n"
-               "  --seed N     token choices (default 1)\n");
+               "  --seed N     token choices (default 1)\n"
+               "  --gbnf FILE  also a GBNF grammar of your own (its masks' work in steps is printed too)\n"
+               "  --token-steps N  the grammars' work limit per token (default 20000000)\n");
 }
 
 static const char *k_schema =
@@ -184,7 +191,8 @@ static const char *k_schema =
     "\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]},\"score\":{\"type\":\"number\"}},\"required\":[\"name\",\"age\"]}";
 
 int pkv_cli_bench_grammar(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *own = NULL;
+    unsigned long long token_steps = 0;
     long n_vocab = 150000, n_tok = 512;
     unsigned long long seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -198,6 +206,8 @@ int pkv_cli_bench_grammar(int argc, char **argv) {
         else if (!strcmp(a, "--vocab")) n_vocab = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--tokens")) n_tok = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--seed")) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--gbnf")) own = argv[++i];
+        else if (!strcmp(a, "--token-steps")) token_steps = strtoull(argv[++i], NULL, 10);
         else goto bad;
     }
     if (n_vocab < 600 || n_vocab > (1 << 21) || n_tok < 1 || n_tok > 1000000) goto bad;
@@ -225,13 +235,21 @@ int pkv_cli_bench_grammar(int argc, char **argv) {
         return 1;
     }
     const char *gbnf = "root ::= \"Answer: \" [A-Za-z ,.]{1,200} \"\\n\" item{1,5}\nitem ::= \"- \" [0-9]+ \" \" [a-z]+ \"\\n\"";
-    pkv_grammar *gs[3] = {pkv_grammar_from_json_schema("{\"type\":\"object\"}", 17),
-                          pkv_grammar_from_json_schema(k_schema, strlen(k_schema)), pkv_grammar_from_gbnf(gbnf, strlen(gbnf))};
-    const char *names[3] = {"json_object", "json_schema", "gbnf"};
+    char *own_text = NULL;
+    size_t own_len = 0;
+    if (own && !(own_text = pkv_cli_read_text("bench grammar", own, &own_len))) return 1;
+    pkv_grammar *gs[4] = {pkv_grammar_from_json_schema("{\"type\":\"object\"}", 17),
+                          pkv_grammar_from_json_schema(k_schema, strlen(k_schema)), pkv_grammar_from_gbnf(gbnf, strlen(gbnf)),
+                          own ? pkv_grammar_from_gbnf(own_text, own_len) : NULL};
+    free(own_text);
+    const char *names[4] = {"json_object", "json_schema", "gbnf", "own"};
+    int n_g = own ? 4 : 3;
+    for (int i = 0; i < n_g; i++)
+        if (gs[i]) pkv_grammar_set_work_limits(gs[i], token_steps, 0);
     int rc = 0;
     printf("{\n  \"vocab\": {\"source\": \"%s\", \"tokens\": %d, \"build_ms\": %.1f},\n  \"grammars\": {\n",
            model ? model : "synthesized", (int)pkv_grammar_vocab_n(v), t_vocab * 1e3);
-    for (int i = 0; i < 3 && !rc; i++) {
+    for (int i = 0; i < n_g && !rc; i++) {
         if (!gs[i]) {
             fprintf(stderr, "pagekv bench grammar: %s\n", pkv_errmsg());
             rc = 1;
@@ -240,7 +258,7 @@ int pkv_cli_bench_grammar(int argc, char **argv) {
         rc = run_grammar(names[i], gs[i], v, (int)n_tok, i == 0);
     }
     printf("\n  }\n}\n");
-    for (int i = 0; i < 3; i++) pkv_grammar_free(gs[i]);
+    for (int i = 0; i < 4; i++) pkv_grammar_free(gs[i]);
     pkv_grammar_vocab_free(v);
     pkv_model_free(m);
     for (int32_t i = 0; i < sv.n; i++) free(sv.piece[i]);

@@ -89,6 +89,10 @@ static void serve_usage(FILE *f) {
             "  --template-time MS     one chat template render's wall-clock limit (default %lld) -> 400\n"
             "  --template-memory MiB  one chat template render's memory (default %lld) -> 400\n"
             "  --template-budget MiB  memory of all chat template renders running at once (default %lld) -> 503\n"
+            "  --grammar-token-steps N    work limit of a request's grammar (grammar, response_format,\n"
+            "                         tool_choice) per sampled token, in matcher steps (default 20000000,\n"
+            "                         ~0.15 s); past it the request fails naming the limit\n"
+            "  --grammar-request-steps N  the same for all of a request's tokens (default 1000000000)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight (at most 60 s), exit 0; during\n"
@@ -147,6 +151,12 @@ int pkv_cli_serve(int argc, char **argv) {
                 return 2;
             }
             so.allowed_hosts[so.n_allowed_hosts++] = v;
+        } else if (!strcmp(a, "--grammar-token-steps")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1000, INT64_MAX, &x)) return 2;
+            so.grammar_token_steps = x;
+        } else if (!strcmp(a, "--grammar-request-steps")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1000, INT64_MAX, &x)) return 2;
+            so.grammar_request_steps = x;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
             so.seed = x;

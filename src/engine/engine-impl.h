@@ -5,6 +5,7 @@
 #define PKV_ENGINE_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "base/base.h"
 #include "model/forward.h"
@@ -73,6 +74,7 @@ struct eng_req {
     bool forked;        /* samples 1..n-1 exist */
     bool cancel;        /* engine-thread copy of cancel_flag */
     bool cancel_flag;   /* set by pkv_engine_cancel under the mutex */
+    atomic_bool stop_grammar; /* set with cancel_flag: a grammar mask in progress stops at once */
     bool failed;
     int n_final;        /* samples whose final event was delivered */
     eng_seq *seqs;      /* [n] */

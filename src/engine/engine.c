@@ -342,6 +342,7 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     int n = 1;
     int32_t max_tokens = 0;
     eng_req *r = pkv_calloc(1, sizeof *r);
+    if (r) atomic_init(&r->stop_grammar, false);
     if (!r) return pkv_err(PKV_ERR_NOMEM, "submit: out of memory");
     pkv_request_params exp;
     pkv_status s = expand_media(e, rp, r, &exp);
@@ -416,6 +417,7 @@ pkv_status pkv_engine_cancel(pkv_engine *e, uint64_t id) {
     for (int i = 0; i < e->n_live; i++)
         if (e->live[i]->id == id) {
             e->live[i]->cancel_flag = true;
+            atomic_store(&e->live[i]->stop_grammar, true);
             e->cancel_pending = true;
             pthread_cond_broadcast(&e->cv);
             s = PKV_OK;

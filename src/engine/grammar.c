@@ -50,6 +50,7 @@ struct pkv_grammar {
     int32_t n_rules;
     int32_t root;
     char *text;        /* the GBNF source, NUL-terminated */
+    uint64_t work_token, work_request; /* matcher work limits in steps (pkv_grammar_set_work_limits) */
 };
 
 /* ---------------------------------------------------------------- parser */
@@ -76,6 +77,7 @@ typedef struct gparser {
     uint32_t *ranges;
     size_t n_ranges, cap_ranges;
     size_t n_elems; /* running total, bounded by PKV_GRAMMAR_MAX_ELEMS */
+    int depth;      /* open '(' groups, bounded by PKV_GRAMMAR_MAX_NESTING (the parser recurses) */
     pkv_status err;
 } gparser;
 
@@ -406,11 +408,19 @@ static bool parse_sequence(gparser *p, bseq *q, bool nested) {
             last = q->n;
             if (!seq_push(p, q, (gelem){GE_REF, 0, r, 0})) return false;
         } else if (c == '(') {
+            if (p->depth >= PKV_GRAMMAR_MAX_NESTING) {
+                char lim[16];
+                snprintf(lim, sizeof lim, "%d", PKV_GRAMMAR_MAX_NESTING);
+                return perr(p, at, "groups '(' nested deeper than the limit of %s", lim), false;
+            }
             p->s++;
             int r = rule_new(p, NULL, 0, at);
             if (r < 0) return (p->err = PKV_ERR_NOMEM), false;
             p->rules[r].defined = true;
-            if (!parse_alternates(p, r, true)) return false;
+            p->depth++;
+            bool ok = parse_alternates(p, r, true);
+            p->depth--;
+            if (!ok) return false;
             skip_space(p, true);
             if (p->s >= p->end || *p->s != ')') return perr(p, at, "unclosed '('%s", NULL), false;
             p->s++;
@@ -645,6 +655,8 @@ static pkv_grammar *compile(gparser *p) {
     g->n_elems = (int32_t)e;
     g->n_rules = p->n_rules;
     g->root = root;
+    g->work_token = PKV_GRAMMAR_WORK_TOKEN;
+    g->work_request = PKV_GRAMMAR_WORK_REQUEST;
     return g;
 nomem:
     pkv_grammar_free(g);
@@ -680,6 +692,17 @@ pkv_grammar *pkv_grammar_parse(const char *text, size_t len, const char *origin)
         }
         memcpy(g->text, text, len);
         g->text[len] = 0;
+        /* refuse here, not at the first sample, a grammar whose start state is over a
+         * matcher limit (20000 alternatives of root) */
+        pkv_gmatch *m = pkv_gmatch_create(g);
+        if (!m) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+            pkv_grammar_free(g);
+            pkv_err(PKV_ERR_INVALID, "%s: at its start: %s", origin, msg);
+            return NULL;
+        }
+        pkv_gmatch_free(m);
     }
     return g;
 }
@@ -703,6 +726,13 @@ void pkv_grammar_free(pkv_grammar *g) {
 }
 
 const char *pkv_grammar_gbnf(const pkv_grammar *g) { return g ? g->text : NULL; }
+
+pkv_status pkv_grammar_set_work_limits(pkv_grammar *g, uint64_t per_token, uint64_t per_request) {
+    if (!g) return pkv_err(PKV_ERR_INVALID, "grammar: NULL");
+    g->work_token = per_token ? per_token : PKV_GRAMMAR_WORK_TOKEN;
+    g->work_request = per_request ? per_request : PKV_GRAMMAR_WORK_REQUEST;
+    return PKV_OK;
+}
 
 static bool set_has(const pkv_grammar *g, const gelem *e, uint32_t c) {
     const uint32_t *r = g->ranges + 2 * e->a;
@@ -763,6 +793,20 @@ struct pkv_gmatch {
     int pleft;           /* continuation bytes still expected (0: at a boundary) */
     int pmin;            /* smallest code point the sequence may encode (overlong check) */
     bool dead;           /* no valid continuation (a state limit was hit) */
+    /* work: steps (a stack expanded or tested against a character) of the current
+     * operation (a mask, a token's bytes) and since the start, bounded by the
+     * grammar's limits; over sets failed and err, and the matcher stays dead */
+    uint64_t steps, steps_total, lim_op, lim_total;
+    const atomic_bool *cancel; /* set by another thread: stop at the next check */
+    bool failed;
+    char err[256];
+    /* (position, parent) pairs already expanded while computing one state: stacks
+     * that meet there (alternatives ending in the same rule, repetitions returning to
+     * one parent) are expanded once, so the work is the distinct stacks' count, not
+     * the paths' */
+    struct vslot *vis;   /* [vis_cap] open addressing; a slot is live when its gen is vis_gen */
+    size_t vis_cap, vis_n;
+    uint32_t vis_gen;
     bool ended;          /* an end-of-generation token was accepted: complete, nothing may follow */
     /* scratch */
     int32_t *work;       /* [cap_work][2] closure worklist */
@@ -832,6 +876,69 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+typedef struct vslot {
+    uint64_t key;
+    uint32_t gen;
+} vslot;
+
+static void visit_begin(pkv_gmatch *m) {
+    m->vis_n = 0;
+    if (++m->vis_gen == 0) { /* wrapped: old stamps could read as live */
+        if (m->vis) memset(m->vis, 0, m->vis_cap * sizeof *m->vis);
+        m->vis_gen = 1;
+    }
+}
+
+/* 1 when (pos, parent) is new in this state's computation (and now recorded), 0
+ * when it was expanded already, -1 on NOMEM. */
+static int visit(pkv_gmatch *m, int32_t pos, int32_t parent) {
+    if (2 * (m->vis_n + 1) > m->vis_cap) {
+        size_t cap = m->vis_cap ? 2 * m->vis_cap : 1024;
+        vslot *t = pkv_calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (size_t i = 0; i < m->vis_cap; i++) {
+            if (m->vis[i].gen != m->vis_gen) continue;
+            size_t h = node_hash((int32_t)(m->vis[i].key >> 32), (int32_t)m->vis[i].key) & (cap - 1);
+            while (t[h].gen == m->vis_gen) h = (h + 1) & (cap - 1);
+            t[h] = m->vis[i];
+        }
+        pkv_free(m->vis);
+        m->vis = t;
+        m->vis_cap = cap;
+    }
+    uint64_t key = ((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent;
+    size_t h = node_hash(pos, parent) & (m->vis_cap - 1);
+    for (; m->vis[h].gen == m->vis_gen; h = (h + 1) & (m->vis_cap - 1))
+        if (m->vis[h].key == key) return 0;
+    m->vis[h] = (vslot){key, m->vis_gen};
+    m->vis_n++;
+    return 1;
+}
+
+/* Count n steps of work; false (with the error recorded) when a limit is passed or
+ * the operation was cancelled. */
+static bool work_add(pkv_gmatch *m, uint64_t n) {
+    uint64_t before = m->steps;
+    m->steps += n, m->steps_total += n;
+    if (m->failed) return false;
+    if (m->steps > m->lim_op) {
+        snprintf(m->err, sizeof m->err, "grammar: the work limit of %llu steps per token was passed (the grammar is "
+                 "too ambiguous or too deeply repeated for this vocabulary; see --grammar-token-steps)",
+                 (unsigned long long)m->lim_op);
+    } else if (m->steps_total > m->lim_total) {
+        snprintf(m->err, sizeof m->err, "grammar: the work limit of %llu steps per request was passed (the grammar "
+                 "is too costly to match for this vocabulary; see --grammar-request-steps)",
+                 (unsigned long long)m->lim_total);
+    } else if (m->cancel && (before >> 14) != (m->steps >> 14) && atomic_load_explicit(m->cancel, memory_order_relaxed)) {
+        snprintf(m->err, sizeof m->err, "grammar: cancelled");
+    } else {
+        return true;
+    }
+    m->failed = true;
+    pkv_err(PKV_ERR_INVALID, "%s", m->err);
+    return false;
+}
+
 /* Add to m->out the top nodes of every stack reached from "at element pos, then
  * continue with stack parent" without consuming input. False on a limit/NOMEM. */
 static bool closure(pkv_gmatch *m, int32_t pos0, int32_t parent0) {
@@ -841,6 +948,7 @@ static bool closure(pkv_gmatch *m, int32_t pos0, int32_t parent0) {
     m->work[0] = pos0, m->work[1] = parent0;
     sp = 1;
     while (sp) {
+        if (!work_add(m, 1)) return false;
         if (++steps > 8 * (size_t)PKV_GRAMMAR_MAX_STACKS) {
             pkv_err(PKV_ERR_INVALID, "grammar: more than %d parse stacks at once (an ambiguous grammar)",
                     PKV_GRAMMAR_MAX_STACKS);
@@ -848,6 +956,9 @@ static bool closure(pkv_gmatch *m, int32_t pos0, int32_t parent0) {
         }
         sp--;
         int32_t pos = m->work[2 * sp], parent = m->work[2 * sp + 1];
+        int fresh = visit(m, pos, parent);
+        if (fresh < 0) return false;
+        if (!fresh) continue;
         const gelem *e = &g->elems[pos];
         if (e->kind == GE_END) {
             if (parent == 0) {
@@ -895,6 +1006,8 @@ static bool out_finish(pkv_gmatch *m) {
 /* m->out = the state after code point c from the state st[0..n). False on a limit. */
 static bool step_cp(pkv_gmatch *m, const int32_t *st, size_t n, uint32_t c) {
     m->n_out = 0;
+    visit_begin(m);
+    if (!work_add(m, n)) return false;
     for (size_t i = 0; i < n; i++) {
         if (st[i] == 0) continue;
         const gnode nd = m->nodes[st[i]];
@@ -944,6 +1057,7 @@ static int step_byte(pkv_gmatch *m, const int32_t *st, size_t n, utf8p u, uint8_
         r[0][1] = 0xd7ff, r[1][0] = 0xe000, r[1][1] = hi;
         if (lo >= 0xd800) r[0][0] = 1, r[0][1] = 0; /* empty */
     }
+    if (!work_add(m, n)) return -1;
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; r[k][0] <= r[k][1] && i < n; i++)
             if (st[i] != 0 && set_meets(m->g, &m->g->elems[m->nodes[st[i]].pos], r[k][0], r[k][1])) return 1;
@@ -970,8 +1084,12 @@ void pkv_gmatch_reset(pkv_gmatch *m) {
     m->pval = 0, m->pleft = 0, m->pmin = 0;
     m->dead = m->ended = false;
     m->n_out = 0;
+    m->steps = m->steps_total = 0;
+    m->failed = false;
+    m->err[0] = 0;
     int32_t root = m->g->root;
     bool ok = true;
+    visit_begin(m);
     for (int32_t a = m->g->alt_off[root]; ok && a < m->g->alt_off[root + 1]; a++) ok = closure(m, m->g->alts[a], 0);
     if (!ok || !out_finish(m) || !set_cur(m, m->out, m->n_out)) m->dead = true;
 }
@@ -984,6 +1102,7 @@ void pkv_gmatch_free(pkv_gmatch *m) {
     pkv_free(m->work);
     pkv_free(m->out);
     pkv_free(m->sbuf);
+    pkv_free(m->vis);
     cache_free(m);
     pkv_grammar_free((pkv_grammar *)m->g);
     pkv_free(m);
@@ -997,6 +1116,7 @@ pkv_gmatch *pkv_gmatch_create(const pkv_grammar *g) {
     pkv_gmatch *m = pkv_calloc(1, sizeof *m);
     if (!m) goto nomem;
     m->g = pkv_grammar_retain(g);
+    m->lim_op = g->work_token, m->lim_total = g->work_request;
     m->cap_nodes = 256;
     m->nodes = pkv_malloc(m->cap_nodes * sizeof *m->nodes);
     if (!m->nodes || !ht_rehash(m, 512)) goto nomem;
@@ -1030,6 +1150,9 @@ pkv_gmatch *pkv_gmatch_clone(const pkv_gmatch *src) {
     m->n_cur = src->n_cur;
     m->pval = src->pval, m->pleft = src->pleft, m->pmin = src->pmin, m->dead = src->dead;
     m->ended = src->ended;
+    m->steps_total = src->steps_total, m->lim_op = src->lim_op, m->lim_total = src->lim_total;
+    m->cancel = src->cancel, m->failed = src->failed;
+    memcpy(m->err, src->err, sizeof m->err);
     return m;
 nomem:
     pkv_gmatch_free(m);
@@ -1039,6 +1162,7 @@ nomem:
 
 bool pkv_gmatch_accept_bytes(pkv_gmatch *m, const void *bytes, size_t n) {
     if (!m || m->dead || m->ended) return false;
+    m->steps = 0;
     const uint8_t *b = bytes;
     size_t mark = m->n_nodes;
     utf8p u = {m->pval, m->pleft, m->pmin};
@@ -1054,6 +1178,7 @@ bool pkv_gmatch_accept_bytes(pkv_gmatch *m, const void *bytes, size_t n) {
         if (r <= 0) {
             pkv_free(st);
             rollback(m, mark);
+            if (m->failed) m->dead = true; /* a work limit: no later token would fare better */
             return false;
         }
         if (full) {
@@ -1509,7 +1634,12 @@ static void walk_node(walk *w, size_t ni, size_t so, size_t n, utf8p u, memo *me
 int64_t pkv_gmatch_mask(pkv_gmatch *m, const pkv_grammar_vocab *v, uint64_t *bits) {
     size_t words = ((size_t)v->n_vocab + 63) / 64;
     memset(bits, 0, words * sizeof *bits);
+    if (m->failed) {
+        pkv_err(PKV_ERR_INVALID, "%s", m->err);
+        return -1;
+    }
     if (m->dead || m->ended) return 0;
+    m->steps = 0;
     utf8p u = {m->pval, m->pleft, m->pmin};
     bool complete = pkv_gmatch_complete(m);
     uint64_t h = state_hash(m->cur, m->n_cur, u);
@@ -1537,7 +1667,10 @@ int64_t pkv_gmatch_mask(pkv_gmatch *m, const pkv_grammar_vocab *v, uint64_t *bit
     walk_node(&w, 0, 0, m->n_cur, u, NULL);
     rollback(m, mark);
     pkv_free(w.marena);
-    if (w.fail) return -1;
+    if (w.fail) {
+        if (m->failed) m->dead = true;
+        return -1;
+    }
     if (complete)
         for (int i = 0; i < v->n_eog; i++) {
             int32_t t = v->eog_ids[i];
@@ -1560,4 +1693,15 @@ int64_t pkv_gmatch_mask(pkv_gmatch *m, const pkv_grammar_vocab *v, uint64_t *bit
         }
     }
     return w.n_set;
+}
+
+void pkv_gmatch_set_cancel(pkv_gmatch *m, const atomic_bool *flag) {
+    if (m) m->cancel = flag;
+}
+
+const char *pkv_gmatch_failure(const pkv_gmatch *m) { return m && m->failed ? m->err : NULL; }
+
+void pkv_gmatch_work(const pkv_gmatch *m, uint64_t *last_op, uint64_t *total) {
+    *last_op = m ? m->steps : 0;
+    *total = m ? m->steps_total : 0;
 }

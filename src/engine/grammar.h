@@ -6,6 +6,8 @@
 #ifndef PKV_GRAMMAR_H
 #define PKV_GRAMMAR_H
 
+#include <stdatomic.h>
+
 #include "pagekv.h"
 
 /* Limits on what a grammar may ask for (bounded before it is allocated for). */
@@ -14,7 +16,15 @@ enum {
     PKV_GRAMMAR_MAX_ELEMS = 1 << 21,  /* automaton elements after expanding repetitions */
     PKV_GRAMMAR_MAX_REPEAT = 100000,  /* m and n of {m,n} */
     PKV_GRAMMAR_MAX_STACKS = 1 << 14, /* live parse stacks of one matcher state */
+    PKV_GRAMMAR_MAX_NESTING = 256,    /* '(' groups inside each other (the parser recurses on them) */
 };
+
+/* Default work limits of a matcher, in steps (one parse stack expanded or tested
+ * against a character): per token (one mask, or accepting one token's bytes) and
+ * per request (everything since the matcher started). A JSON schema's mask over a
+ * 150k-token vocabulary takes well under a tenth of the per-token limit. */
+#define PKV_GRAMMAR_WORK_TOKEN 20000000ull
+#define PKV_GRAMMAR_WORK_REQUEST 1000000000ull
 
 /* GBNF text (len bytes, need not be NUL-terminated) to a grammar; origin names the
  * source in messages ("grammar", "json schema"). NULL with pkv_errmsg() naming
@@ -30,6 +40,13 @@ pkv_gmatch *pkv_gmatch_create(const pkv_grammar *g);
 void pkv_gmatch_free(pkv_gmatch *m);
 /* Back to the grammar's start. */
 void pkv_gmatch_reset(pkv_gmatch *m);
+/* A flag another thread may set to stop m's current operation (a long mask) with
+ * an error; NULL: none. The flag must outlive m. */
+void pkv_gmatch_set_cancel(pkv_gmatch *m, const atomic_bool *flag);
+/* Why m stopped for good (a work limit passed, cancelled), or NULL. */
+const char *pkv_gmatch_failure(const pkv_gmatch *m);
+/* Steps of the last operation and since the start (benchmarks, tests). */
+void pkv_gmatch_work(const pkv_gmatch *m, uint64_t *last_op, uint64_t *total);
 /* A copy of m's current state (its own node arena). NULL on NOMEM. */
 pkv_gmatch *pkv_gmatch_clone(const pkv_gmatch *m);
 /* Feed bytes. False (and m unchanged) when they do not continue a valid prefix,

@@ -336,7 +336,9 @@ typedef struct conv {
     int depth;
 } conv;
 
-enum { SCHEMA_MAX_DEPTH = 64, SCHEMA_MAX_COUNT = 100000, SCHEMA_MAX_REFS = 4096 };
+/* SCHEMA_MAX_ENUM: each value is an alternative the matcher keeps a parse stack for
+ * at the start, well below PKV_GRAMMAR_MAX_STACKS */
+enum { SCHEMA_MAX_DEPTH = 64, SCHEMA_MAX_COUNT = 100000, SCHEMA_MAX_REFS = 4096, SCHEMA_MAX_ENUM = 4096 };
 
 /* Append s (n bytes) to a GBNF string literal body. */
 static void gbnf_lit(sbuf *b, const char *s, size_t n) {
@@ -636,23 +638,52 @@ static int gen_ref(conv *c, const jval *s, const char *path) {
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->ref_name[i], ref->s)) return c->ref_rule[i];
     const char *t = ref->s;
-    if (strncmp(t, "#/", 2)) return cfail(c, p, "only local references (#/$defs/..., #/definitions/...) are supported, got '%s'", t), -1;
-    /* walk the pointer from the root */
+    if (strcmp(t, "#") && strncmp(t, "#/", 2))
+        return cfail(c, p, "only local references (#, #/$defs/..., #/definitions/...) are supported, got '%s'", t), -1;
+    /* a URI fragment: percent-decoded to the JSON pointer, which is split at '/'
+     * and has ~1 and ~0 undone in each segment (RFC 6901, sections 4 and 6) */
+    size_t tl = strlen(t), n = 0;
+    char *ptr = pkv_malloc(tl + 1);
+    if (!ptr) return cfail(c, p, "out of memory"), -1;
+    for (size_t i = 1; i < tl; i++) {
+        char ch = t[i];
+        if (ch == '%') {
+            int hi = i + 2 < tl ? hexv(t[i + 1]) : -1, lo = hi >= 0 ? hexv(t[i + 2]) : -1;
+            if (hi < 0 || lo < 0 || !(hi | lo)) {
+                pkv_free(ptr);
+                return cfail(c, p, "reference '%s' has a bad percent escape", t), -1;
+            }
+            ch = (char)(hi * 16 + lo);
+            i += 2;
+        }
+        ptr[n++] = ch;
+    }
+    ptr[n] = 0;
     const jval *at = c->root;
-    const char *q = t + 2;
+    const char *q = n ? ptr + 1 : ptr; /* after the leading '/' */
     while (*q && at) {
         const char *e = strchr(q, '/');
-        size_t l = e ? (size_t)(e - q) : strlen(q);
+        size_t l = e ? (size_t)(e - q) : strlen(q), k = 0;
         char key[256];
-        size_t k = 0;
-        for (size_t i = 0; i < l && k + 1 < sizeof key; i++) {
-            if (q[i] == '~' && i + 1 < l && (q[i + 1] == '0' || q[i + 1] == '1')) key[k++] = q[++i] == '0' ? '~' : '/';
-            else key[k++] = q[i];
+        if (l >= sizeof key) {
+            pkv_free(ptr);
+            return cfail(c, p, "reference '%s' has a segment over 255 bytes", t), -1;
+        }
+        for (size_t i = 0; i < l; i++) {
+            if (q[i] != '~') {
+                key[k++] = q[i];
+            } else if (i + 1 < l && (q[i + 1] == '0' || q[i + 1] == '1')) {
+                key[k++] = q[++i] == '0' ? '~' : '/';
+            } else {
+                pkv_free(ptr);
+                return cfail(c, p, "reference '%s': '~' must be followed by 0 or 1", t), -1;
+            }
         }
         key[k] = 0;
         at = jget(at, key);
         q = e ? e + 1 : q + l;
     }
+    pkv_free(ptr);
     if (!at) return cfail(c, p, "reference '%s' does not resolve", t), -1;
     if (c->n_refs >= SCHEMA_MAX_REFS) return cfail(c, p, "more than %d references", SCHEMA_MAX_REFS), -1;
     char **rn = pkv_realloc(c->ref_name, ((size_t)c->n_refs + 1) * sizeof *rn);
@@ -775,6 +806,10 @@ static int gen(conv *c, const jval *s, const char *path) {
         path_join(p, sizeof p, path, "enum");
         if (v->k != JN_ARR || !v->n) {
             cfail(c, p, "'enum' must be a non-empty array");
+            goto out;
+        }
+        if (v->n > SCHEMA_MAX_ENUM) {
+            cfail(c, p, "'enum' has %zu values, more than the limit of %d", v->n, SCHEMA_MAX_ENUM);
             goto out;
         }
         r = rule_id(c);

@@ -178,6 +178,10 @@ pkv_status pkv_sampler_set_grammar(pkv_sampler *s, const pkv_grammar *g, const p
 
 bool pkv_sampler_has_grammar(const pkv_sampler *s) { return s && s->gm; }
 
+void pkv_sampler_grammar_cancel(pkv_sampler *s, const atomic_bool *flag) {
+    if (s) pkv_gmatch_set_cancel(s->gm, flag);
+}
+
 void pkv_sampler_grammar_cost(const pkv_sampler *s, uint64_t *n_masks, double *seconds) {
     *n_masks = s ? s->gmask_n : 0;
     *seconds = s ? s->gmask_s : 0;
@@ -187,6 +191,8 @@ bool pkv_sampler_grammar_complete(const pkv_sampler *s) { return !s || !s->gm ||
 
 /* The sampler's grammar: the constraint of this state, or an error. */
 static pkv_status grammar_mask(pkv_sampler *s) {
+    const char *why = pkv_gmatch_failure(s->gm);
+    if (why) return pkv_err(PKV_ERR_INVALID, "sampler: %s", why);
     if (s->gbad >= 0)
         return pkv_err(PKV_ERR_INVALID, "sampler: token %d was accepted but the grammar does not allow it there",
                        (int)s->gbad);

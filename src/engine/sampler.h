@@ -3,6 +3,8 @@
 #ifndef PKV_SAMPLER_H
 #define PKV_SAMPLER_H
 
+#include <stdatomic.h>
+
 #include "pagekv.h"
 
 /* Both from the sampler's PRNG stream (so reset replays them):
@@ -22,5 +24,8 @@ pkv_status pkv_sampler_check_params(const pkv_sampler_params *p);
 bool pkv_sampler_has_grammar(const pkv_sampler *s);
 /* Masks of allowed tokens computed so far and the seconds they took (0 without a grammar). */
 void pkv_sampler_grammar_cost(const pkv_sampler *s, uint64_t *n_masks, double *seconds);
+/* A flag that stops the grammar's work in progress (a cancelled request); the flag
+ * must outlive the sampler's grammar. */
+void pkv_sampler_grammar_cancel(pkv_sampler *s, const atomic_bool *flag);
 
 #endif /* PKV_SAMPLER_H */

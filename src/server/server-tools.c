@@ -245,6 +245,7 @@ bool srv_output_request(srv *s, json_t *b, bool chat, srv_req *r, srv_outfmt *of
     } else if (forced != -2 && calls) {
         if (!(g = tool_grammar(tools, forced, o))) return false;
     }
+    if (g) pkv_grammar_set_work_limits(g, (uint64_t)s->o.grammar_token_steps, (uint64_t)s->o.grammar_request_steps);
     r->grammar = g;
     if (!chat) return true;
     bool think = false;

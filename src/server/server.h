@@ -51,6 +51,9 @@ typedef struct pkv_serve_opts {
     const char *allowed_hosts[PKV_SERVE_MAX_ALLOWED_HOSTS];
     int n_allowed_hosts;
     int64_t seed;              /* sampling seed of requests without one; -1 = a fresh one each */
+    /* work limits of a request's grammar (pkv_grammar_set_work_limits), in matcher
+     * steps: per sampled token and per request; 0 = the library's defaults */
+    int64_t grammar_token_steps, grammar_request_steps;
     /* speculative decoding in the serving engine (pkv_engine_params.draft) */
     const char *draft;         /* a draft model file with the model's vocabulary; NULL = none */
     bool mtp;                  /* the model file's own MTP head as the draft */
