@@ -1012,6 +1012,10 @@ typedef struct pkv_mkmodel_params {
                              vocabulary gets; NULL there = chatml); NULL = the family's own */
     const char *const *extra_specials; /* NULL-terminated: more control tokens, after the family's
                              (Gemma 3 vision's <start_of_image>, <end_of_image>); needs chat_template */
+    const char *pre;     /* tokenizer.ggml.pre of the vocabulary, any name pagekv knows ("deepseek-v3",
+                            "gpt-4o", ...: docs/tokenizer.md), to compare pre-tokenizers with another
+                            implementation on one file; NULL = the chat family's (llama-bpe without
+                            one). Not with no_vocab or draft_of */
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

@@ -266,6 +266,117 @@ static void test_golden(void) {
     free(man);
 }
 
+/* gpt-oss: an assistant turn with reasoning_content and a tool call, then the tool's
+ * reply (issue 43 item 2). The template reads the reasoning as message.thinking, and
+ * refuses content beside it in a tool-call turn; llama.cpp hands it over so (the
+ * reasoning as thinking, the content of such a turn dropped), and renders the
+ * analysis channel before the call. pagekv passed reasoning_content only: the
+ * reasoning was missing (first), or the content took the analysis channel (second).
+ * Both prompts are llama-server's POST /apply-template output (llama.cpp de3ff81, as
+ * node-llama-cpp 3.22.1 carries it; --jinja, a test model carrying this template),
+ * on 2026-11-28. */
+static void test_gptoss_reasoning_tool_call(void) {
+    static const char *const bodies[] = {
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\""
+        ",\"content\":\"What is the weather in Paris?\"},{\"role\":\"assistant\",\"reasoning_con"
+        "tent\":\"I should call the weather tool.\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c"
+        "all_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\"
+        "\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"conte"
+        "nt\":\"{\\\"temp\\\": 21}\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"description\":\"Weather of a city\",\"parameters\":{\"type\":\"object"
+        "\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assist"
+        "ant\",\"reasoning_content\":\"Call the tool.\",\"content\":\"Let me check.\",\"tool_cal"
+        "ls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arg"
+        "uments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1"
+        "\",\"content\":\"21 C\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"ge"
+        "t_weather\",\"description\":\"Weather of a city\",\"parameters\":{\"type\":\"object\",\""
+        "properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]}",
+    };
+    static const char *const want[] = {
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+        "Knowledge cutoff: 2024-06\n"
+        "Current date: 2026-11-28\n"
+        "\n"
+        "Reasoning: medium\n"
+        "\n"
+        "# Valid channels: analysis, commentary, final. Channel must be included for every messa"
+        "ge.\n"
+        "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>dev"
+        "eloper<|message|># Instructions\n"
+        "\n"
+        "You are helpful.\n"
+        "\n"
+        "# Tools\n"
+        "\n"
+        "## functions\n"
+        "\n"
+        "namespace functions {\n"
+        "\n"
+        "// Weather of a city\n"
+        "type get_weather = (_: {\n"
+        "city: string,\n"
+        "}) => any;\n"
+        "\n"
+        "} // namespace functions<|end|><|start|>user<|message|>What is the weather in Paris?<|e"
+        "nd|><|start|>assistant<|channel|>analysis<|message|>I should call the weather tool.<|en"
+        "d|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"c"
+        "ity\": \"Paris\"}<|call|><|start|>functions.get_weather to=assistant<|channel|>commenta"
+        "ry<|message|>\"{\\\"temp\\\": 21}\"<|end|><|start|>assistant",
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+        "Knowledge cutoff: 2024-06\n"
+        "Current date: 2026-11-28\n"
+        "\n"
+        "Reasoning: medium\n"
+        "\n"
+        "# Valid channels: analysis, commentary, final. Channel must be included for every messa"
+        "ge.\n"
+        "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>dev"
+        "eloper<|message|># Tools\n"
+        "\n"
+        "## functions\n"
+        "\n"
+        "namespace functions {\n"
+        "\n"
+        "// Weather of a city\n"
+        "type get_weather = (_: {\n"
+        "city: string,\n"
+        "}) => any;\n"
+        "\n"
+        "} // namespace functions<|end|><|start|>user<|message|>Weather in Paris?<|end|><|start|"
+        ">assistant<|channel|>analysis<|message|>Call the tool.<|end|><|start|>assistant to=func"
+        "tions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|><|st"
+        "art|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"21 C\"<|end|><"
+        "|start|>assistant",
+    };
+    const char *srcdir = getenv("PKV_SOURCE_DIR");
+    char path[1200], err[600];
+    snprintf(path, sizeof path, "%s/tests/templates/openai-gpt-oss-120b.jinja", srcdir ? srcdir : PKV_TEST_SRC);
+    size_t slen;
+    char *src = slurp(path, &slen);
+    if (!src) {
+        TH_FAIL("cannot read %s", path);
+        return;
+    }
+    pkv_chat *c = pkv_chat_init(src, slen, "<|startoftext|>", "<|return|>", false, false, err, sizeof err);
+    if (!c) TH_FAIL("gpt-oss: %s", err);
+    setenv("TZ", "UTC", 1);
+    tzset();
+    for (size_t i = 0; c && i < sizeof bodies / sizeof bodies[0]; i++) {
+        json_t *body = json_loads(bodies[i], 0, NULL);
+        size_t plen;
+        int status = 0;
+        char *got = pkv_chat_apply(c, body, 1795867200 /* 2026-11-28 12:00 UTC */, &plen, NULL, NULL, &status, err,
+                                   sizeof err);
+        th_checks++;
+        if (!got || strcmp(got, want[i])) TH_FAIL("conversation %zu:\n got  [%s]\n want [%s]", i, got ? got : err, want[i]);
+        free(got);
+        json_decref(body);
+    }
+    pkv_chat_free(c);
+    free(src);
+}
+
 int main(void) {
     test_constructs();
     test_filters();
@@ -273,6 +384,7 @@ int main(void) {
     test_limits();
     test_spans();
     test_golden();
+    test_gptoss_reasoning_tool_call();
     return th_done();
 }
 #endif

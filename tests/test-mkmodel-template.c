@@ -270,6 +270,39 @@ static void check_errors(void) {
     CHECK(fails > 10);
 }
 
+/* pre (`mkmodel --pre`) replaces the family's tokenizer.ggml.pre; an unknown name, or
+ * one without a vocabulary of the model's own, is refused naming the option. */
+static void check_pre(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.n_layer = 1;
+    p.n_embd = 32;
+    p.n_ff = 64;
+    p.pre = "deepseek-v3";
+    void *data = NULL;
+    size_t size = 0;
+    CHECK_OK(pkv_mkmodel_memory(&p, &data, &size));
+    REQUIRE_VOID(data);
+    pkv_gguf *g = pkv_gguf_open_memory(data, size, "pre");
+    REQUIRE_VOID(g);
+    const char *v = NULL;
+    size_t n = 0;
+    CHECK_OK(pkv_gguf_get_str(g, "tokenizer.ggml.pre", &v, &n));
+    CHECK(n == 11 && !memcmp(v, "deepseek-v3", 11));
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(data);
+
+    data = NULL;
+    p.pre = "gpt-5";
+    CHECK_STATUS(pkv_mkmodel_memory(&p, &data, &size), PKV_ERR_INVALID);
+    CHECK_MSG("unknown pre-tokenizer (pre) 'gpt-5'");
+    CHECK_MSG("deepseek-v3");
+    CHECK(data == NULL);
+    p.pre = "qwen2";
+    p.no_vocab = true;
+    CHECK_STATUS(pkv_mkmodel_memory(&p, &data, &size), PKV_ERR_INVALID);
+    CHECK_MSG("needs a vocabulary");
+}
+
 /* Whether FILE has tokenizer.chat_template containing NEEDLE (NULL: any). */
 static bool gguf_has_template(const char *file, const char *needle) {
     pkv_gguf *g = pkv_gguf_open(file);
@@ -287,6 +320,7 @@ static bool gguf_has_template(const char *file, const char *needle) {
 
 int main(void) {
     check_errors();
+    check_pre();
     for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++) {
         check_family(&k_families[i]);
         check_shift(&k_families[i], 512);

@@ -763,7 +763,8 @@ typedef struct oracle_case {
 } oracle_case;
 
 /* Generated on 2026-11-24 by `python3 tools/pretok-oracle.py` (Python regex module
- * 2026.5.9): the splits of the regular expressions llama.cpp applies for each
+ * 2026.5.9; regenerated on 2026-11-28 when '~' became a symbol for deepseek-v3, as
+ * llama.cpp has it: see test_pretok_llamacpp): the splits of the regular expressions llama.cpp applies for each
  * tokenizer.ggml.pre name (src/llama-vocab.cpp at commit 00ad355, facts of the
  * format), applied as its unicode_regex_split does (src/unicode.cpp). Not to be
  * edited by hand: change the script's corpus and regenerate. */
@@ -925,8 +926,8 @@ static const oracle_case k_oracle_cases[] = {
     {"deepseek-v3", 8, 9, (const uint16_t[]){5, 12, 18, 25, 34, 41, 51, 62, 70}},
     {"deepseek-v3", 9, 4, (const uint16_t[]){16, 23, 30, 41}},
     {"deepseek-v3", 10, 11, (const uint16_t[]){5, 14, 23, 30, 35, 38, 42, 45, 49, 54, 64}},
-    {"deepseek-v3", 11, 29, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54,
-        55, 57, 63, 64, 65, 71, 72, 74, 76, 77, 79, 80, 82, 84, 85, 87}},
+    {"deepseek-v3", 11, 28, (const uint16_t[]){11, 14, 18, 22, 26, 28, 34, 35, 37, 45, 46, 48, 54,
+        55, 57, 63, 64, 66, 71, 72, 74, 76, 78, 79, 82, 84, 86, 87}},
     {"deepseek-v3", 12, 16, (const uint16_t[]){3, 4, 9, 11, 14, 16, 20, 24, 33, 34, 39, 41, 50, 52,
         59, 61}},
     {"deepseek-v3", 13, 2, (const uint16_t[]){2, 10}},
@@ -1082,8 +1083,8 @@ static const struct { const char *alias, *name; } k_oracle_aliases[] = {
     {"hy_v4", "deepseek-v3"},
 };
 
-static bool check_oracle_split(const char *pre, const oracle_case *c) {
-    const char *text = k_oracle_texts[c->text];
+static bool check_oracle_split(const char *pre, const oracle_case *c, const char *const *texts) {
+    const char *text = texts[c->text];
     size_t ends[128], n = 0;
     th_checks++;
     pkv_status s = pkv_pretokenize(pre, text, strlen(text), ends, 128, &n);
@@ -1111,9 +1112,10 @@ static bool check_oracle_split(const char *pre, const oracle_case *c) {
 static void test_pretok_oracle(void) {
     for (size_t i = 0; i < PKV_ARRAY_LEN(k_oracle_cases); i++) {
         const oracle_case *c = &k_oracle_cases[i];
-        check_oracle_split(c->pre, c);
+        check_oracle_split(c->pre, c, k_oracle_texts);
         for (size_t a = 0; a < PKV_ARRAY_LEN(k_oracle_aliases); a++)
-            if (!strcmp(k_oracle_aliases[a].name, c->pre)) check_oracle_split(k_oracle_aliases[a].alias, c);
+            if (!strcmp(k_oracle_aliases[a].name, c->pre))
+                check_oracle_split(k_oracle_aliases[a].alias, c, k_oracle_texts);
     }
     /* the empty text has no pieces */
     size_t ends[2], n = 1;
@@ -1126,6 +1128,113 @@ static void test_pretok_oracle(void) {
     SPLIT("gpt-4o", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
     SPLIT("deepseek-v3", "a\xff\xfe" "b", "a", "\xff\xfe", "b");
     SPLIT("kimi-k2", "\xe4\xbd\xa0" "a\xff", "\xe4\xbd\xa0", "a", "\xff");
+}
+
+/* Splits made by llama.cpp itself: its unicode_regex_split (src/unicode.cpp) called with
+ * the regular expressions of src/llama-vocab.cpp for each name, in llama.cpp commit
+ * de3ff81 as npm's node-llama-cpp 3.22.1 carries it (llama/gitRelease.bundle), by a
+ * scratch program outside this repository on 2026-11-28; empty pieces (superbpe's
+ * lookahead makes some) are left out, as they make no tokens. The texts are the kinds
+ * that split differently from llama.cpp on the real DeepSeek-V3 vocabulary (issue 43):
+ * troff escapes after newlines (\\- \\(:a \\~), URL and home paths with '~', and
+ * backslashes, newlines, digits, CJK and ASCII symbols mixed. pagekv had '~' outside
+ * deepseek-v3's [\\p{P}\\p{S}], so " ~x" split as " " "~x" there, " ~" "x" here.
+ * "default" is left out: llama.cpp applies four expressions of its own to it
+ * (docs/tokenizer.md). */
+static const char *const k_llamacpp_texts[] = {
+    ".TH LS 1\n.SH NAME\nls \\- list directory contents\n\\(:a \\(aq \\~ \\fB\\-\\-all\\fR "
+    "foo\\~bar\n.BR ls (1)\\~page\n",
+    "https://example.com/~user/a/b.html?x=1&y=~2#top /home/~alice/.config/ ~/src/x.c "
+    "C:\\Users\\~tmp\\a.txt",
+    "\\n\\t\\\\ 12345\\~ \\\n~~x ~ y~\n\xe4\xb8\xad\xe6\x96\x87~\xe3\x83\x86\xe3\x82\xb9"
+    "\xe3\x83\x88~123~abc \xe3\x81\x93\xe3\x82\x8c\\(em",
+    "a~b ~x ~~ x ~y ~/ $HOME ^c `t` |p| <t> a+b=c {\"k\": [1, -2.5e3]}\r\n",
+};
+
+static const oracle_case k_llamacpp_cases[] = {
+    {"deepseek-v3", 0, 35, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51,
+        52, 55, 57, 60, 62, 64, 68, 71, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"deepseek-v3", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42,
+        43, 47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"deepseek-v3", 2, 23, (const uint16_t[]){2, 4, 6, 7, 10, 12, 14, 17, 19, 20, 22, 24, 26, 32,
+        33, 42, 43, 46, 50, 51, 57, 59, 61}},
+    {"deepseek-v3", 3, 38, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29,
+        30, 32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61,
+        65}},
+    {"llama-bpe", 0, 35, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51,
+        52, 55, 57, 60, 62, 64, 68, 71, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"llama-bpe", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42,
+        43, 47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"llama-bpe", 2, 21, (const uint16_t[]){2, 4, 6, 7, 10, 12, 14, 17, 19, 20, 22, 24, 26, 32, 42,
+        43, 46, 50, 57, 59, 61}},
+    {"llama-bpe", 3, 38, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29,
+        30, 32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61,
+        65}},
+    {"qwen2", 0, 35, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51, 52,
+        55, 57, 60, 62, 64, 68, 71, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"qwen2", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42, 43,
+        47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"qwen2", 2, 26, (const uint16_t[]){2, 4, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 20, 22, 24, 26,
+        32, 42, 43, 44, 45, 46, 50, 57, 59, 61}},
+    {"qwen2", 3, 38, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29, 30,
+        32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61, 65}},
+    {"gpt-2", 0, 38, (const uint16_t[]){1, 3, 6, 8, 9, 10, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51,
+        52, 55, 57, 60, 62, 64, 68, 71, 72, 74, 78, 80, 83, 84, 85, 87, 90, 92, 93, 96, 100, 101}},
+    {"gpt-2", 1, 45, (const uint16_t[]){5, 8, 15, 16, 19, 21, 25, 26, 27, 28, 29, 30, 34, 35, 36,
+        37, 38, 39, 40, 42, 43, 44, 47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 76, 77, 78, 79, 81, 83,
+        88, 90, 93, 94, 95, 96, 99}},
+    {"gpt-2", 2, 25, (const uint16_t[]){1, 2, 3, 4, 6, 12, 14, 16, 17, 19, 20, 22, 24, 25, 26, 32,
+        33, 42, 43, 46, 47, 50, 57, 59, 61}},
+    {"gpt-2", 3, 42, (const uint16_t[]){1, 2, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29,
+        30, 32, 33, 34, 36, 37, 38, 40, 41, 42, 43, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60,
+        61, 63, 65}},
+    {"gpt-4o", 0, 37, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51, 52,
+        55, 57, 60, 62, 63, 64, 68, 71, 73, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"gpt-4o", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42, 43,
+        47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"gpt-4o", 2, 21, (const uint16_t[]){2, 4, 6, 7, 10, 12, 14, 17, 19, 20, 22, 24, 26, 32, 42, 43,
+        46, 50, 57, 59, 61}},
+    {"gpt-4o", 3, 38, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29, 30,
+        32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61, 65}},
+    {"tekken", 0, 37, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51, 52,
+        55, 57, 60, 62, 63, 64, 68, 71, 73, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"tekken", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42, 43,
+        47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"tekken", 2, 26, (const uint16_t[]){2, 4, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 20, 22, 24, 26,
+        32, 42, 43, 44, 45, 46, 50, 57, 59, 61}},
+    {"tekken", 3, 38, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29, 30,
+        32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61, 65}},
+    {"kimi-k2", 0, 35, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51, 52,
+        55, 57, 60, 62, 64, 68, 71, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"kimi-k2", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42, 43,
+        47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"kimi-k2", 2, 21, (const uint16_t[]){2, 4, 6, 7, 10, 12, 14, 17, 19, 20, 22, 24, 26, 32, 42,
+        43, 46, 50, 57, 59, 61}},
+    {"kimi-k2", 3, 38, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29, 30,
+        32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61, 65}},
+    {"seed-coder", 0, 35, (const uint16_t[]){3, 6, 7, 8, 9, 12, 17, 18, 20, 23, 28, 38, 47, 48, 51,
+        52, 55, 57, 60, 62, 64, 68, 71, 74, 78, 80, 83, 84, 87, 90, 92, 93, 96, 100, 101}},
+    {"seed-coder", 1, 34, (const uint16_t[]){5, 8, 15, 19, 21, 25, 27, 29, 34, 36, 37, 38, 40, 42,
+        43, 47, 49, 53, 55, 60, 62, 68, 69, 72, 75, 77, 79, 81, 83, 88, 90, 93, 95, 99}},
+    {"seed-coder", 2, 28, (const uint16_t[]){2, 4, 6, 7, 8, 9, 10, 11, 12, 14, 16, 17, 19, 20, 22,
+        24, 25, 26, 32, 42, 43, 44, 45, 46, 50, 57, 59, 61}},
+    {"seed-coder", 3, 39, (const uint16_t[]){1, 3, 5, 6, 9, 11, 13, 14, 17, 19, 23, 25, 26, 28, 29,
+        30, 32, 33, 34, 36, 37, 38, 40, 42, 44, 47, 48, 50, 52, 53, 54, 56, 57, 58, 59, 60, 61, 63,
+        65}},
+    {"superbpe", 0, 5, (const uint16_t[]){7, 8, 92, 93, 101}},
+    {"superbpe", 1, 5, (const uint16_t[]){37, 38, 42, 43, 99}},
+    {"superbpe", 2, 6, (const uint16_t[]){7, 9, 12, 43, 46, 61}},
+    {"superbpe", 3, 9, (const uint16_t[]){52, 53, 56, 57, 58, 59, 60, 61, 65}},
+};
+
+static void test_pretok_llamacpp(void) {
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_llamacpp_cases); i++)
+        check_oracle_split(k_llamacpp_cases[i].pre, &k_llamacpp_cases[i], k_llamacpp_texts);
+    /* and through the names sharing deepseek-v3's expressions */
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_llamacpp_cases); i++)
+        if (!strcmp(k_llamacpp_cases[i].pre, "deepseek-v3"))
+            check_oracle_split("hunyuan-dense", &k_llamacpp_cases[i], k_llamacpp_texts);
+    SPLIT("deepseek-v3", "ls \\~x ~y", "ls", " \\~", "x", " ~", "y");
 }
 
 /* An unknown tokenizer.ggml.pre is refused, naming the key and every name known. */
@@ -1655,6 +1764,7 @@ int main(void) {
     test_spm_untyped();
     test_bos_defaults();
     test_pretok_oracle();
+    test_pretok_llamacpp();
     test_pretok_unknown();
     test_eog_by_text();
     test_spm_unknown_special();

@@ -13,8 +13,10 @@ unicode_regex_split, read at commit 0c4093c):
   - a regex that names a Unicode category (\\p{L} ...) runs through std::regex on a
     "collapsed" text: ASCII stays, any other code point becomes one byte for its
     category (whitespace becomes \\v), and \\p{X} becomes that byte plus an ASCII
-    set. The ASCII set of \\p{S} there is $+<=>^`| : '~' is in neither \\p{P} nor
-    \\p{S}, a quirk this script reproduces by running the same collapse;
+    set. The ASCII sets of \\p{P} and \\p{S} there are together all ASCII
+    punctuation, '~' in \\p{S} (checked against llama.cpp's own unicode_regex_split
+    as node-llama-cpp 3.22.1 carries it, commit de3ff81: the reading at 0c4093c had
+    left '~' out, and pagekv split ' ~x' as ' ' '~x' where llama.cpp has ' ~' 'x');
   - a regex without one runs through std::wregex on the code points (non-ASCII
     whitespace replaced by \\v), where \\d is ASCII only;
   - "kimi-k2" is not a regex there but a hand-written function
@@ -78,7 +80,7 @@ UCAT = {
     "L": ("\xD2", "A-Za-z"),
     "P": ("\xD3", "!-#%-*,-/:-;?-@\\[-\\]_\\{\\}"),
     "M": ("\xD4", ""),
-    "S": ("\xD5", "\\$\\+<->^`\\|"),
+    "S": ("\xD5", "\\$\\+<->^`\\|\\~"),
 }
 UCAT_NAMES = {"\\p{N}": "N", "\\p{L}": "L", "\\p{P}": "P", "\\p{M}": "M", "\\p{S}": "S",
               "\\p{Lu}": "L", "\\p{Ll}": "L", "\\p{Lt}": "L", "\\p{Lm}": "L", "\\p{Lo}": "L"}

@@ -85,6 +85,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "                      [--type TYPE]\n"
                    "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                    "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
+                   "                      [--pre NAME]\n"
                    "                      -o FILE.gguf\n"
                    "Writes a GGUF model with random weights (scaled so activations stay sane) and a small\n"
                    "byte-level BPE vocabulary of printable words (or none with --no-vocab).\n"
@@ -156,6 +157,9 @@ int pkv_cli_mkmodel(int argc, char **argv) {
                    "                           tokenizer.chat_template, over chatml's special tokens\n"
                    "  --no-template            no chat template: the vocabulary's specials are\n"
                    "                           <|begin_of_text|> 256 and <|end_of_text|> 257\n"
+                   "  --pre NAME               tokenizer.ggml.pre NAME (deepseek-v3, gpt-4o, kimi-k2, ...:\n"
+                   "                           docs/tokenizer.md) in place of the family's (llama-bpe without\n"
+                   "                           one), to compare pre-tokenizers with llama-tokenize on one file\n"
                    "Drafts for speculative decoding ('pagekv run --draft'):\n"
                    "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
                    "                           heads and head size (random weights; --layers N, default 1)\n"
@@ -200,6 +204,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
             p.tied = true;
         } else if (!strcmp(a, "--chat-template")) {
             if (!(tpl_arg = pkv_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--pre")) {
+            if (!(p.pre = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-template")) {
             no_template = true;
         } else if (!strcmp(a, "--swa-layers")) {

@@ -8,6 +8,7 @@
 #include "base/quant.h"
 #include "model/chat-families.h"
 #include "model/model-impl.h"
+#include "model/tokenizer-impl.h"
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void) {
     pkv_mkmodel_params p;
@@ -274,6 +275,15 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                        p->chat_template);
     if (p->chat_template && p->no_vocab)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: a chat template needs a vocabulary (not with no_vocab)");
+    pkv_pretok pre;
+    if (p->pre && (p->no_vocab || p->draft_of))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a pre-tokenizer (pre) needs a vocabulary of its own (not with no_vocab "
+                       "or draft_of)");
+    if (p->pre && !pkv_pretok_from_name(p->pre, &pre)) {
+        char names[2048];
+        pkv_pretok_names(names, sizeof names);
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: unknown pre-tokenizer (pre) '%s': the names are %s", p->pre, names);
+    }
     if (p->extra_specials && !p->chat_template)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: extra special tokens go after a chat template's: give one");
     const bool q35 = !strcmp(p->arch, "qwen35");
@@ -575,6 +585,7 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     G.w = pkv_gguf_writer_create();
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
     pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : family_vocab(fam, p.extra_specials, p.n_vocab);
+    if (voc && p.pre) voc->pre = p.pre;
     if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !voc)) {
         s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
         goto done;

@@ -254,10 +254,10 @@ static const cp_range k_other_ranges[] = {
 
 /* The class of a C_OTHER code point for deepseek-v3: C_PUNCT, C_MARK or C_OTHER.
  * ASCII as llama.cpp's unicode_regex_split has it: its ASCII sets of \p{P} and
- * \p{S} together are the ASCII punctuation without '~', so '~' is C_OTHER. */
+ * \p{S} together are all the ASCII punctuation, '~' (a symbol) included. */
 static int other_class(int32_t cp) {
     if (cp < 0) return C_PUNCT; /* an invalid byte counts as U+FFFD, a symbol */
-    if (cp < 0x80) return cp > 0x20 && cp < 0x7F && cp != '~' ? C_PUNCT : C_OTHER;
+    if (cp < 0x80) return cp > 0x20 && cp < 0x7F ? C_PUNCT : C_OTHER;
     return range_class(k_other_ranges, PKV_ARRAY_LEN(k_other_ranges), (uint32_t)cp, C_OTHER);
 }
 

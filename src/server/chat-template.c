@@ -760,8 +760,19 @@ char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const stru
         cont = json_incref(last);
         json_array_remove(msgs, nm - 1);
     }
-    if (!strstr(c->src, "<|channel|>")) /* developer is system for every template but gpt-oss's */
+    if (!strstr(c->src, "<|channel|>")) { /* developer is system for every template but gpt-oss's */
         json_array_foreach(msgs, i, m) if (!strcmp(str_or(m, "role", ""), "developer")) json_object_set_new(m, "role", json_string("system"));
+    } else {
+        /* gpt-oss's template reads the reasoning as thinking and refuses content beside
+         * it in a tool-call turn: as llama.cpp hands them over (the analysis channel
+         * before the call) */
+        json_array_foreach(msgs, i, m) {
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (!json_is_string(rc)) continue;
+            json_object_set(m, "thinking", rc);
+            if (json_array_size(json_object_get(m, "tool_calls"))) json_object_del(m, "content");
+        }
+    }
     if (!c->system_role && json_array_size(msgs) && !strcmp(str_or(json_array_get(msgs, 0), "role", ""), "system")) {
         json_t *first = json_array_get(msgs, 0), *second = json_array_get(msgs, 1);
         if (second) {
