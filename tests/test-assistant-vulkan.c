@@ -1,7 +1,7 @@
 // labels: model device vulkan timeout=600
 /* test-model-gemma4-assistant's placements with vulkan:0 (skipped without a Vulkan
  * device): greedy output with Gemma 4's assistant equals plain greedy output token
- * by token, and its proposals equal those of the all-CPU placement, with
+ * by token, and its proposals equal those of the all-CPU placement (llama.cpp's), with
  *  - the target on cpu, the assistant on vulkan:0 (its attention runs on the CPU,
  *    where the pages are; its other layers on vulkan:0);
  *  - the target on vulkan:0, the assistant on cpu (attention on vulkan:0);
@@ -19,6 +19,7 @@ int main(void) {
     REQUIRE(at_files("g4-asst-vk", tpath, apath, sizeof tpath));
     at_rounds first, r;
     REQUIRE(at_check_pair(tpath, apath, "cpu", false, NULL, &first, NULL) == 0);
+    at_check_llama(&first);
     at_check_pair(tpath, apath, "cpu", false, "vulkan:0", &r, &first);
     at_check_pair(tpath, apath, "vulkan:0", false, "cpu", &r, &first);
     at_check_pair(tpath, apath, "vulkan:0", true, NULL, &r, &first);

@@ -7,6 +7,8 @@
  *    the first-round form (the query at the target's last token, seeing the tokens
  *    before it) too; the steps append nothing: the target's length, pages and next
  *    logits are unchanged;
+ *  - the proposals, round by round, and the greedy output are llama.cpp's on the
+ *    same files (issue 43 item 3; assistant-testlib.h says how they were obtained);
  *  - greedy output with the assistant equals plain greedy output token by token,
  *    and its proposals are identical, on CPU placements: one device; the assistant
  *    on another device (cpu:1); a tensor-parallel target (cpu,cpu:1) whose cache
@@ -359,6 +361,7 @@ int main(void) {
     test_reference(tpath, apath);
     at_rounds first, r;
     if (!at_check_pair(tpath, apath, "cpu", false, NULL, &first, NULL)) {
+        at_check_llama(&first);
         at_check_pair(tpath, apath, "cpu", false, "cpu:1", &r, &first);
         at_check_pair(tpath, apath, "cpu,cpu:1", false, NULL, &r, &first);
         at_check_pair(tpath, apath, "cpu,cpu:1", true, "cpu:1", &r, &first);
