@@ -224,7 +224,7 @@ static void test_disconnect(const char *model) {
     REQUIRE_VOID(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     char *b2 = grammar_body(k_shapes[0].gbnf, "{\"max_tokens\":48,\"temperature\":1.0}");
     char head[256];
-    int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %zu\r\n\r\n", strlen(b2));
     CHECK(write(fd, head, (size_t)hl) == hl);
     CHECK(write(fd, b2, strlen(b2)) == (ssize_t)strlen(b2));
@@ -241,6 +241,9 @@ static void test_disconnect(const char *model) {
     th_checks++;
     if (s > alone_s + 3.0) TH_FAIL("after the disconnect the plain request took %.2f s (alone %.2f s)", s, alone_s);
     printf("  after a disconnect: plain %.3f s (alone %.3f s)\n", s, alone_s);
+    /* the request did start (not refused at the door) and was counted as gone */
+    CHECK_INT(ts_http(g_port, "/metrics"), 200);
+    CHECK(strstr(ts_body, "\npagekv_client_disconnects_total 1\n") != NULL);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 }
 

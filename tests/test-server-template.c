@@ -135,7 +135,7 @@ static char *big_request(size_t n, bool z) {
 /* POST req to /v1/chat/completions on a raw socket, without reading the answer */
 static int send_raw(const char *req) {
     char head[256];
-    int hl = snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    int hl = snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                          "Content-Length: %zu\r\n\r\n", strlen(req));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
