@@ -127,12 +127,13 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     const bool state = mem.last_r >= 0 && !b->peek; /* queries that append nothing move no state */
     int64_t stack_len[16];
     int64_t *len_before = b->n_seqs <= 16 ? stack_len : pkv_malloc((size_t)b->n_seqs * sizeof *len_before);
-    int32_t *rows = pkv_malloc((size_t)T * 2 * sizeof *rows), *rows_w = mem.last_w >= 0 ? rows + T : NULL;
+    int32_t *rows = pkv_malloc((size_t)T * 2 * sizeof *rows), *rows_w = NULL;
     pkv_status s = PKV_OK;
     if (!len_before || !rows) {
         s = pkv_err(PKV_ERR_NOMEM, "forward: %lld tokens", (long long)T);
         goto out;
     }
+    if (mem.last_w >= 0) rows_w = rows + T; /* only once rows is known not to be NULL */
     for (int i = 0; i < b->n_seqs; i++)
         len_before[i] = !replay ? pkv_kv_seq_len(c, b->seqs[i])
                         : state ? pkv_kv_seq_state_len(c, b->seqs[i])
