@@ -963,6 +963,10 @@ static void test_work_limits(void) {
     int32_t tok = -1;
     CHECK(pkv_sampler_sample(s, logits, &tok) == PKV_ERR_INVALID);
     CHECK_MSG("steps per token");
+    /* one separator between the parts (it read "sampler: : grammar: ...") */
+    CHECK(strncmp(pkv_errmsg(), "sampler: grammar: the work limit", 32) == 0);
+    CHECK(pkv_sampler_sample(s, logits, &tok) == PKV_ERR_INVALID); /* stays failed, same words */
+    CHECK(strncmp(pkv_errmsg(), "sampler: grammar: the work limit", 32) == 0);
     free(logits);
     pkv_sampler_free(s);
     CHECK(pkv_grammar_set_work_limits(NULL, 0, 0) == PKV_ERR_INVALID);
