@@ -48,6 +48,10 @@ static void start(srv *s, int batch_tokens) {
     s->o.queue = 16;
     s->o.chat_template = "chatml";
     s->o.batch_tokens = batch_tokens;
+    /* grammar work limits far below serve's defaults (20M steps a token, 1G a
+     * request: seconds under ASan), so no costly grammar makes an input slow */
+    s->o.grammar_token_steps = 1000000;
+    s->o.grammar_request_steps = 8000000;
     s->m = g_model;
     pkv_setup_model_opts mo = {0};
     mo.n_ctx = 128;

@@ -7,7 +7,8 @@
 # (make fuzz-corpus) are read from BUILD_DIR/seeds/<harness>/. A crash, leak,
 # sanitizer report, timeout (FUZZ_TIMEOUT seconds for one input, default 30; the
 # template interpreter's harness: FUZZ_TIMEOUT_JINJA, default 10: its renders are
-# bounded in time, so a slow input is a bug) or
+# bounded in time, so a slow input is a bug; the grammar harness: FUZZ_TIMEOUT_GRAMMAR,
+# default 10: its parsing is linear and its matching bounded by work limits) or
 # out-of-memory input is saved under BUILD_DIR/crashes/ and printed with the
 # one-line command that reproduces it; the script then exits 1 (after running the
 # remaining harnesses). Logs: BUILD_DIR/logs/<harness>.log.
@@ -18,6 +19,7 @@ secs=${FUZZ_SECONDS:-60}
 only=${FUZZ_ONLY:-}
 timeout=${FUZZ_TIMEOUT:-30}
 timeout_jinja=${FUZZ_TIMEOUT_JINJA:-10}
+timeout_grammar=${FUZZ_TIMEOUT_GRAMMAR:-10}
 harnesses=()
 for src in fuzz/fuzz-*.c; do
   h=$(basename "$src" .c)
@@ -39,6 +41,7 @@ run_one() {
   mkdir -p "$corpus" "$seeds"
   local t=$timeout
   [ "$name" = jinja ] && t=$timeout_jinja
+  [ "$name" = grammar ] && t=$timeout_grammar
   [ -f "fuzz/$name.dict" ] && dict=("-dict=fuzz/$name.dict")
   echo "== $h: ${secs}s (corpus $corpus, seeds $seeds)" >"$out"
   # Lowest priority: the machine is shared. Leaks count as failures.

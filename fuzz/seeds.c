@@ -11,6 +11,11 @@
  *                     scripts, invalid UTF-8, special-token text) behind each
  *                     tokenizer selector, and a few input-made vocabularies
  *   <dir>/sampler/    params and logits in the harness's layout
+ *   <dir>/grammar/    GBNF grammars and JSON schemas (fuzz/fuzz-grammar.c): the
+ *                     costly shapes (x{0,60} over y{0,60}, ("a"{0,1000}){0,1000},
+ *                     nested stars, left recursion), '(' groups and schemas nested
+ *                     at, past and far past their limits (100000 deep, in the
+ *                     harness's expanded form), $ref chains, cycles and "#"
  *   <dir>/server/     request sequences of every endpoint (completions, chat,
  *                     streams, tokenize, the contexts API, bad requests)
  *   <dir>/audio/      WAV (PCM 8/16/24, float, u-law, ADPCM, extensible, RF64),
@@ -358,6 +363,142 @@ static void smp_seeds(void) {
     }
 }
 
+/* -------------------------------------------------------------- grammar */
+
+/* fuzz-grammar's layout: flags, ops count, text, ops. The ops walk a few tokens,
+ * refuse one, clone and reset (see fuzz/fuzz-grammar.c). */
+static const uint8_t k_gops[] = {0, 4, 8, 1, 12, 0, 2, 'a', 0, 5, 0, 3, 0, 0, 9, 0, 1, 0, 0, 0};
+
+enum { G_SCHEMA = 1, G_EXPAND = 2, G_LOW = 4, G_NOMEM = 8 };
+
+static void gram_put(const char *name, uint8_t flags, const char *text, size_t len) {
+    uint8_t *buf = malloc(2 + len + sizeof k_gops);
+    if (!buf) exit(1);
+    buf[0] = flags;
+    buf[1] = (uint8_t)sizeof k_gops;
+    memcpy(buf + 2, text, len);
+    memcpy(buf + 2 + len, k_gops, sizeof k_gops);
+    put("grammar", name, NULL, 0, buf, 2 + len + sizeof k_gops);
+    free(buf);
+}
+
+/* PRE + OPEN x reps + MID + CLOSE x reps, in the expanded form (a few bytes on disk). */
+static void gram_nest(const char *name, uint8_t flags, uint32_t reps, const char *pre, const char *open,
+                      const char *mid, const char *close) {
+    char buf[512];
+    const char *part[4] = {pre, open, mid, close};
+    size_t n = 3;
+    buf[0] = (char)(reps & 255), buf[1] = (char)(reps >> 8 & 255), buf[2] = (char)(reps >> 16 & 255);
+    for (int k = 0; k < 4; k++) {
+        size_t l = strlen(part[k]);
+        if (n + l + 1 > sizeof buf) exit(1);
+        memcpy(buf + n, part[k], l);
+        n += l;
+        if (k < 3) buf[n++] = 0;
+    }
+    gram_put(name, flags | G_EXPAND, buf, n);
+}
+
+static void grammar_seeds(void) {
+    mkdir_p("grammar");
+    static const struct {
+        const char *name;
+        uint8_t flags;
+        const char *text;
+    } one[] = {
+        /* GBNF: the attacker shapes of issues 43.6 and 50.2, under both limit sets */
+        {"atk-x60-y60", 0, "root ::= x{0,60}\nx ::= y{0,60}\ny ::= [a-z ]\n"},
+        {"atk-x60-y60-low", G_LOW, "root ::= x{0,60}\nx ::= y{0,60}\ny ::= [a-z ]\n"},
+        {"atk-rep1000", 0, "root ::= (\"a\"{0,1000}){0,1000}\n"},
+        {"atk-rep1000-low", G_LOW, "root ::= (\"a\"{0,1000}){0,1000}\n"},
+        {"atk-rep-big", 0, "root ::= \"a\"{100000}\n"},
+        {"atk-rep-over", 0, "root ::= (\"ab\"{0,2000}){0,2000}\n"},
+        {"stars-nested", 0, "root ::= (((\"a\"*)*)*)*\n"},
+        {"stars-rules", 0, "root ::= (x*)* \"b\"\nx ::= (y* \"a\"?)*\ny ::= [a-c]*\n"},
+        {"stars-ambiguous", 0, "root ::= (\"a\" | \"a\" | \"aa\")* (\"a\"* | [a-z]*)*\n"},
+        {"leftrec-direct", 0, "root ::= root \"a\" | \"a\"\n"},
+        {"leftrec-indirect", 0, "root ::= x\nx ::= y \"a\" | \"b\"\ny ::= x? x\n"},
+        {"leftrec-empty", 0, "root ::= e root \"a\" | \"b\"\ne ::= \"\"?\n"},
+        {"rightrec", 0, "root ::= \"a\" root | \"b\"\n"},
+        {"json", 0,
+         "root ::= value\nvalue ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+         "object ::= \"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\" ws\n"
+         "array ::= \"[\" ws (value (\",\" ws value)*)? \"]\" ws\n"
+         "string ::= \"\\\"\" ([^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}))* "
+         "\"\\\"\" ws\nnumber ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9]{1,3})? ws\n"
+         "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"},
+        {"utf8", 0, "root ::= [\\u00e9-\\U0001F600]+ \"\xe2\x82\xac\" [^a-z\\x80-\\xff]\n"},
+        {"json-nomem", G_NOMEM, "root ::= (\"a\" | [b-z]{2,5})+ x\nx ::= \"{\" x? \"}\"\n"},
+        /* JSON schemas */
+        {"s-object", G_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1},"
+         "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":"
+         "{\"enum\":[\"a\",\"b\",1,null]},\"maxItems\":3}},\"required\":[\"name\"]}"},
+        {"s-ref-root", G_SCHEMA, "{\"$ref\":\"#\"}"},
+        {"s-ref-root-prop", G_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}}}"},
+        {"s-ref-root-anyof", G_SCHEMA, "{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}"},
+        {"s-ref-root-items", G_SCHEMA, "{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}"},
+        {"s-ref-cycle", G_SCHEMA,
+         "{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}}}"},
+        {"s-ref-pct", G_SCHEMA, "{\"$defs\":{\"a b\":{\"type\":\"string\"},\"c~d/e\":{}},"
+                               "\"anyOf\":[{\"$ref\":\"#/$defs/a%20b\"},{\"$ref\":\"#/$defs/c~0d~1e\"}]}"},
+        {"s-any", G_SCHEMA, "{}"},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) gram_put(one[i].name, one[i].flags, one[i].text, strlen(one[i].text));
+
+    /* '(' groups: at, past and far past PKV_GRAMMAR_MAX_NESTING (256), closed or not */
+    const char *R = "root ::= ";
+    gram_nest("nest-256", 0, 256, R, "(", "\"a\"", ")");
+    gram_nest("nest-257", 0, 257, R, "(", "\"a\"", ")");
+    gram_nest("nest-100000", 0, 100000, R, "(", "\"a\"", ")");
+    gram_nest("nest-open-100000", 0, 100000, R, "(", "\"a\"", "");
+    gram_nest("nest-close-100000", 0, 100000, R, "", "\"a\"", ")");
+    gram_nest("nest-alt-100000", 0, 100000, R, "(\"a\" | ", "\"b\"", ")*");
+    gram_nest("nest-alt-200", 0, 200, R, "(\"a\" | ", "\"b\"", ")");
+    gram_nest("nest-star-200", 0, 200, R, "(\"a\" ", "\"b\"", ")*");
+    gram_nest("nest-star-nullable-200", 0, 200, R, "(", "\"a\"", ")*");
+    gram_nest("nest-rep-200", G_LOW, 200, R, "(", "[ab]", "){0,2}");
+    gram_nest("rules-long", 0, 30000, R, "x ", "\nx ::= \"a\"?", "");
+    /* schemas: nested past the depth limit (64) in each keyword (as deep as the 1 MiB
+     * text limit allows), and right at it */
+    gram_nest("s-items-100000", G_SCHEMA, 100000, "", "{\"items\":", "{}", "}");
+    gram_nest("s-items-62", G_SCHEMA, 62, "", "{\"type\":\"array\",\"items\":", "{\"type\":\"integer\"}", "}");
+    gram_nest("s-items-64", G_SCHEMA, 64, "", "{\"items\":", "{}", "}");
+    gram_nest("s-anyof-80000", G_SCHEMA, 80000, "", "{\"anyOf\":[", "{}", "]}");
+    gram_nest("s-anyof-30", G_SCHEMA, 30, "", "{\"anyOf\":[{\"type\":\"null\"},", "{\"type\":\"string\"}", "]}");
+    gram_nest("s-allof-80000", G_SCHEMA, 80000, "", "{\"allOf\":[", "{}", "]}");
+    gram_nest("s-props-25000", G_SCHEMA, 25000, "", "{\"type\":\"object\",\"properties\":{\"a\":", "{}", "}}");
+    gram_nest("s-props-30", G_SCHEMA, 30, "", "{\"type\":\"object\",\"required\":[\"a\"],\"properties\":{\"a\":",
+              "{\"type\":\"boolean\"}", "}}");
+    gram_nest("s-const-100000", G_SCHEMA, 100000, "{\"const\":", "[", "1", "]");
+    gram_nest("s-json-100000", G_SCHEMA, 100000, "", "[", "", "]");
+    /* $ref: "#" at every level of a deep schema; chains of 1000 and 20 definitions */
+    gram_nest("s-ref-nest-60000", G_SCHEMA, 60000, "", "{\"$ref\":\"#\",\"x\":", "{}", "}");
+    gram_nest("s-ref-anyof-30", G_SCHEMA, 30, "", "{\"anyOf\":[{\"$ref\":\"#\"},", "{\"type\":\"null\"}", "]}");
+    {
+        static char buf[256 << 10]; /* the largest below is ~70 KB */
+        size_t n = (size_t)snprintf(buf, sizeof buf, "{\"$ref\":\"#/$defs/a0\",\"$defs\":{");
+        for (int i = 0; i < 1000; i++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "\"a%d\":{\"$ref\":\"#/$defs/a%d\"},", i, i + 1);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "\"a1000\":{\"type\":\"integer\"}}}");
+        gram_put("s-ref-chain-1000", G_SCHEMA, buf, n);
+        n = (size_t)snprintf(buf, sizeof buf, "{\"$ref\":\"#/$defs/a0\",\"$defs\":{");
+        for (int i = 0; i < 20; i++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "\"a%d\":{\"anyOf\":[{\"$ref\":\"#/$defs/a%d\"},{\"type\":\"null\"}]},", i, i + 1);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "\"a20\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a0\"}}}}");
+        gram_put("s-ref-chain-20", G_SCHEMA, buf, n);
+        n = (size_t)snprintf(buf, sizeof buf, "{\"enum\":[");
+        for (int i = 0; i < 5000; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\"v%d\"", i ? "," : "", i);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "]}");
+        gram_put("s-enum-5000", G_SCHEMA, buf, n);
+        /* a chain of 3000 rules, each the next one twice */
+        n = (size_t)snprintf(buf, sizeof buf, "root ::= r0\n");
+        for (int i = 0; i < 3000; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, "r%d ::= r%d r%d?\n", i, i + 1, i + 1);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "r3000 ::= [a-z]\n");
+        gram_put("rules-chain-3000", 0, buf, n);
+    }
+}
+
 /* ---------------------------------------------------------------- jinja */
 
 /* fuzz-jinja: the shapes of issues 43.4 and 50.6 (at the harness's 64 KB input
@@ -461,8 +602,35 @@ static void server_seeds(void) {
         {"bad", 3, {COMPL, COMPL, CHAT | 0x10},
          {"{\"prompt\":\"x\",\"prompt\":\"y\"}", "{\"prompt\":\"x\",\"temperature\":7,\"logit_bias\":{\"1\":2}}",
           "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}"}},
+        /* constrained output: a schema, a costly grammar beside a plain request (the
+         * harness's servers have low grammar work limits), recursion through "#" */
+        {"grammar", 3, {CHAT | 0x10, COMPL, COMPL},
+         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":12,\"response_format\":"
+          "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"object\","
+          "\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}}}}}}",
+          "{\"prompt\":\"x\",\"max_tokens\":40,\"grammar\":\"root ::= x{0,60}\\nx ::= y{0,60}\\ny ::= [a-z ]\"}",
+          "{\"prompt\":\"y\",\"max_tokens\":4}"}},
+        {"grammar-bad", 3, {COMPL, CHAT, COMPL},
+         {"{\"prompt\":\"x\",\"grammar\":\"root ::= ((((((((((\\\"a\\\"))))))))))\"}",
+          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\","
+          "\"schema\":{\"$ref\":\"#\"}}}",
+          "{\"prompt\":\"x\",\"max_tokens\":20,\"grammar\":\"root ::= (\\\"a\\\"{0,1000}){0,1000}\"}"}},
     };
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) server_input(in[i].name, in[i].n, in[i].sel, in[i].body);
+    /* a grammar nested 2000 deep (the limit is 256; deeper ones are fuzz-grammar's,
+     * as a seed this large would raise libFuzzer's input size for every request) */
+    {
+        enum { D = 2000 };
+        static char body[2 * D + 64];
+        size_t n = 0;
+        body[n++] = (char)COMPL;
+        n += (size_t)snprintf(body + n, sizeof body - n, "{\"prompt\":\"x\",\"grammar\":\"root ::= ");
+        memset(body + n, '(', D), n += D;
+        n += (size_t)snprintf(body + n, sizeof body - n, "[a]");
+        memset(body + n, ')', D), n += D;
+        n += (size_t)snprintf(body + n, sizeof body - n, "\"}");
+        put("server", "grammar-deep", NULL, 0, body, n);
+    }
 }
 
 /* ---------------------------------------------------------------- media */
@@ -643,6 +811,7 @@ int main(int argc, char **argv) {
     kv_seeds();
     tok_seeds();
     smp_seeds();
+    grammar_seeds();
     server_seeds();
     jinja_seeds();
     audio_seeds();

@@ -27,6 +27,13 @@ static void test_status(void) {
     CHECK_STATUS(pkv_errcode(), PKV_ERR_IO);
     pkv_err_prefix(PKV_ERR_FORMAT, "again");
     CHECK_STATUS(pkv_errcode(), PKV_ERR_FORMAT);
+    /* one separator, also when the prefix brings its own ("sampler: : grammar: ...") */
+    pkv_err(PKV_ERR_INVALID, "grammar: x");
+    pkv_err_prefix(PKV_ERR_INVALID, "sampler: ");
+    CHECK(strcmp(pkv_errmsg(), "sampler: grammar: x") == 0);
+    pkv_err_clear();
+    pkv_err_prefix(PKV_ERR_INVALID, "engine");
+    CHECK(strcmp(pkv_errmsg(), "engine") == 0);
     pkv_err_clear();
     CHECK_STATUS(pkv_errcode(), PKV_OK);
     CHECK(pkv_errmsg()[0] == 0);

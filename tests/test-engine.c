@@ -790,6 +790,7 @@ static void test_bad_input(void) {
         pkv_err_clear();
         CHECK_STATUS(pkv_engine_submit(e, &bad[i].r, &id), PKV_ERR_INVALID);
         CHECK_MSG(bad[i].msg);
+        CHECK(strstr(pkv_errmsg(), ": :") == NULL); /* "submit: : sampler: top_p ..." before */
         CHECK_INT(id, 0);
     }
     CHECK_INT(pkv_alloc_live(), live);

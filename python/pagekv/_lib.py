@@ -260,6 +260,7 @@ _PROTOS = {
     "pkv_grammar_from_gbnf": (_P, [c_char_p, c_size_t]),
     "pkv_grammar_from_json_schema": (_P, [c_char_p, c_size_t]),
     "pkv_grammar_free": (None, [_P]),
+    "pkv_grammar_set_work_limits": (_status, [_P, c_uint64, c_uint64]),
     "pkv_grammar_vocab_create": (_P, [_P]),
     "pkv_grammar_vocab_free": (None, [_P]),
     # engine

@@ -623,11 +623,21 @@ Sequence = Context
 class Sampler(_Handle):
     """pkv_sampler: repetition and presence/frequency penalties, temperature (<= 0:
     greedy), top-k, top-p, min-p, a seeded draw; the same seed gives the same tokens
-    on every machine. Optional grammar (GBNF text) or json_schema constraint."""
+    on every machine. Optional grammar (GBNF text) or json_schema constraint (with
+    model=, whose vocabulary it masks).
+
+    grammar_token_steps and grammar_request_steps bound the grammar's matching work
+    (pkv_grammar_set_work_limits): steps for one token's mask or acceptance, and
+    steps since the grammar started (or since reset()). None or 0 = the library's
+    defaults (20M per token, 1G per request). Passing one makes sample() raise
+    InvalidError naming the limit, and the sampler stays failed until reset()."""
     _kind = "Sampler"
 
     def __init__(self, n_vocab, temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64,
-                 seed=0, presence_penalty=0.0, frequency_penalty=0.0, grammar=None, json_schema=None, model=None):
+                 seed=0, presence_penalty=0.0, frequency_penalty=0.0, grammar=None, json_schema=None, model=None,
+                 grammar_token_steps=None, grammar_request_steps=None):
+        steps = (_steps("grammar_token_steps", grammar_token_steps),
+                 _steps("grammar_request_steps", grammar_request_steps))
         p = sampler_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                            repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
                            frequency_penalty=frequency_penalty)
@@ -639,6 +649,7 @@ class Sampler(_Handle):
                 raise InvalidError(Status.INVALID, "Sampler: a grammar needs model= (its vocabulary)")
             g = make_grammar(grammar, json_schema)
             try:
+                check(lib.pkv_grammar_set_work_limits(g, *steps))
                 self._vocab = check_handle(lib.pkv_grammar_vocab_create(model._live()))
                 check(lib.pkv_sampler_set_grammar(self._h, g, self._vocab))
             finally:
@@ -673,6 +684,16 @@ class Sampler(_Handle):
 
     def reset(self):
         lib.pkv_sampler_reset(self._live())
+
+
+def _steps(name, v):
+    """A work limit in steps for the C API: None -> 0 (the library's default)."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64:
+        raise InvalidError(Status.INVALID, "Sampler: %s must be an integer in [0, 2**64) (0 or None = the "
+                                           "library's default), got %r" % (name, v))
+    return v
 
 
 def sampler_params(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=0,

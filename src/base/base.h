@@ -22,7 +22,9 @@
 /* Record the thread's last error message and return s, so callers write
  *     return pkv_err(PKV_ERR_INVALID, "layer %d: ...", il); */
 pkv_status pkv_err(pkv_status s, const char *fmt, ...) PKV_PRINTF(2, 3);
-/* Prefix the current message with context: "loading x.gguf: <old message>". */
+/* Prefix the current message with context: "loading x.gguf: <old message>". The
+ * separator is added here (a prefix's own trailing ": " is dropped); with no message
+ * yet the prefix alone becomes it. */
 pkv_status pkv_err_prefix(pkv_status s, const char *fmt, ...) PKV_PRINTF(2, 3);
 void pkv_err_clear(void);
 

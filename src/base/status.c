@@ -50,7 +50,13 @@ pkv_status pkv_err_prefix(pkv_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
-    snprintf(tl_msg, sizeof tl_msg, "%s: %s", pre, old);
+    /* one ": " between the parts, whether or not the caller's prefix ends with one */
+    size_t n = strlen(pre);
+    while (n && (pre[n - 1] == ' ' || pre[n - 1] == ':')) pre[--n] = 0;
+    if (old[0])
+        snprintf(tl_msg, sizeof tl_msg, "%s: %s", pre, old);
+    else
+        snprintf(tl_msg, sizeof tl_msg, "%s", pre);
     tl_status = s;
     return s;
 }

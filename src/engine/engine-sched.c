@@ -455,7 +455,7 @@ static pkv_status seq_sampler(pkv_engine *e, eng_seq *s) {
     if (!s->smp) return PKV_ERR_NOMEM;
     if (!s->r->p.grammar) return PKV_OK;
     /* constrained output: every sample has its own parse state (batch invariance) */
-    if (!e->gvocab && !(e->gvocab = pkv_grammar_vocab_create(e->m))) return pkv_err_prefix(PKV_ERR_INVALID, "engine: ");
+    if (!e->gvocab && !(e->gvocab = pkv_grammar_vocab_create(e->m))) return pkv_err_prefix(PKV_ERR_INVALID, "engine");
     pkv_status st = pkv_sampler_set_grammar(s->smp, s->r->p.grammar, e->gvocab);
     pkv_sampler_grammar_cancel(s->smp, &s->r->stop_grammar);
     if (st) {

@@ -263,7 +263,7 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     if (r->top_logprobs < 0 || r->top_logprobs > PKV_ENGINE_MAX_TOP_LOGPROBS)
         return pkv_err(PKV_ERR_INVALID, "submit: top_logprobs = %d; must be 0..%d", r->top_logprobs,
                        PKV_ENGINE_MAX_TOP_LOGPROBS);
-    if (pkv_sampler_check_params(&r->sampling)) return pkv_err_prefix(PKV_ERR_INVALID, "submit: ");
+    if (pkv_sampler_check_params(&r->sampling)) return pkv_err_prefix(PKV_ERR_INVALID, "submit");
     if (r->grammar) {
         pkv_model_info mi;
         if (pkv_model_get_info(e->m, &mi) == PKV_OK && !mi.has_vocab)

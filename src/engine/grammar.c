@@ -62,6 +62,7 @@ typedef struct bseq {
 
 typedef struct brule {
     char *name;       /* NULL for rules made from groups and repetitions */
+    size_t name_len;
     bseq *alts;
     int n_alts, cap_alts;
     bool defined;
@@ -74,6 +75,9 @@ typedef struct gparser {
     int line;
     brule *rules;
     int n_rules, cap_rules;
+    int32_t *names; /* [names_cap] named rules by name (open addressing, -1 empty): a
+                       lookup per reference must not scan every rule */
+    size_t names_cap, n_named;
     uint32_t *ranges;
     size_t n_ranges, cap_ranges;
     size_t n_elems; /* running total, bounded by PKV_GRAMMAR_MAX_ELEMS */
@@ -130,16 +134,43 @@ static int rule_new(gparser *p, const char *name, size_t nlen, const char *at) {
         if (!r->name) return -1;
         memcpy(r->name, name, nlen);
         r->name[nlen] = 0;
+        r->name_len = nlen;
     }
     r->line = p->line;
     r->col = col_of(p, at);
     return p->n_rules++;
 }
 
+static uint64_t name_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The named rule, made (undefined) if new; -1 on NOMEM. */
 static int rule_find(gparser *p, const char *name, size_t nlen, const char *at) {
-    for (int i = 0; i < p->n_rules; i++)
-        if (p->rules[i].name && strlen(p->rules[i].name) == nlen && !memcmp(p->rules[i].name, name, nlen)) return i;
-    return rule_new(p, name, nlen, at);
+    if (2 * (p->n_named + 1) > p->names_cap) {
+        size_t cap = p->names_cap ? 2 * p->names_cap : 64;
+        int32_t *t = pkv_malloc(cap * sizeof *t);
+        if (!t) return -1;
+        memset(t, 0xff, cap * sizeof *t);
+        for (size_t i = 0; i < p->names_cap; i++) {
+            int32_t r = p->names[i];
+            if (r < 0) continue;
+            size_t h = name_hash(p->rules[r].name, p->rules[r].name_len) & (cap - 1);
+            while (t[h] >= 0) h = (h + 1) & (cap - 1);
+            t[h] = r;
+        }
+        pkv_free(p->names);
+        p->names = t;
+        p->names_cap = cap;
+    }
+    size_t h = name_hash(name, nlen) & (p->names_cap - 1);
+    for (int32_t r; (r = p->names[h]) >= 0; h = (h + 1) & (p->names_cap - 1))
+        if (p->rules[r].name_len == nlen && !memcmp(p->rules[r].name, name, nlen)) return r;
+    int r = rule_new(p, name, nlen, at);
+    if (r >= 0) p->names[h] = r, p->n_named++;
+    return r;
 }
 
 static bseq *alt_new(gparser *p, int rule) {
@@ -531,6 +562,7 @@ static void parser_free(gparser *p) {
         pkv_free(p->rules[i].name);
     }
     pkv_free(p->rules);
+    pkv_free(p->names);
     pkv_free(p->ranges);
 }
 
@@ -541,58 +573,89 @@ static const char *rule_label(const gparser *p, int r, char *buf, size_t n) {
 }
 
 /* Refuse left recursion (a rule reaching itself before consuming a character):
- * the matcher's expansion would not end. */
+ * the matcher's expansion would not end. Linear in the grammar's size: a text of
+ * 1 MiB may hold ~100k rules, and a chain of them must not cost their square. */
 static pkv_status check_left_recursion(gparser *p) {
     int n = p->n_rules;
+    size_t n_alts = 0, n_refs = 0;
+    for (int r = 0; r < n; r++) {
+        n_alts += (size_t)p->rules[r].n_alts;
+        for (int a = 0; a < p->rules[r].n_alts; a++) n_refs += (size_t)p->rules[r].alts[a].n;
+    }
     bool *nullable = pkv_calloc((size_t)n, sizeof *nullable);
     uint8_t *color = pkv_calloc((size_t)n, 1);
-    int32_t *stk = pkv_calloc((size_t)n + 1, 2 * sizeof *stk);
-    if (!nullable || !color || !stk) {
-        pkv_free(nullable), pkv_free(color), pkv_free(stk);
-        return pkv_err(PKV_ERR_NOMEM, "grammar: out of memory");
+    int32_t *stk = pkv_calloc((size_t)n + 1, 3 * sizeof *stk);       /* [n + 1][3] DFS: rule, alt, element */
+    int32_t *pending = pkv_calloc(n_alts + 1, sizeof *pending);      /* [n_alts] elements not yet nullable */
+    int32_t *alt_rule = pkv_calloc(n_alts + 1, sizeof *alt_rule);    /* [n_alts] the alternative's rule */
+    int32_t *use_off = pkv_calloc((size_t)n + 2, sizeof *use_off);   /* [n + 1] CSR offsets into use */
+    int32_t *use = pkv_calloc(n_refs + 1, sizeof *use);              /* [n_refs] alternatives using a rule */
+    int32_t *queue = pkv_calloc((size_t)n + 1, sizeof *queue);       /* [n] rules found nullable */
+    int32_t *fill = pkv_calloc((size_t)n + 1, sizeof *fill);         /* [n] uses of a rule written so far */
+    pkv_status st = PKV_OK;
+    if (!nullable || !color || !stk || !pending || !alt_rule || !use_off || !use || !queue || !fill) {
+        st = pkv_err(PKV_ERR_NOMEM, "grammar: out of memory");
+        goto done;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < n; r++) {
-            if (nullable[r]) continue;
-            for (int a = 0; a < p->rules[r].n_alts && !nullable[r]; a++) {
-                bseq *q = &p->rules[r].alts[a];
-                bool all = true;
-                for (int i = 0; i < q->n && all; i++) all = q->e[i].kind == GE_REF && nullable[q->e[i].a];
-                if (all) nullable[r] = changed = true;
-            }
+    /* nullable rules: an alternative of references only is nullable once each
+     * referenced rule is; each reference is visited once when its rule turns nullable */
+    int qn = 0;
+    size_t id = 0;
+    for (int r = 0; r < n; r++) {
+        for (int a = 0; a < p->rules[r].n_alts; a++, id++) {
+            bseq *q = &p->rules[r].alts[a];
+            bool refs = true;
+            for (int i = 0; i < q->n && refs; i++) refs = q->e[i].kind == GE_REF;
+            alt_rule[id] = r;
+            pending[id] = refs ? q->n : -1; /* -1: a character in it, never nullable */
+            if (!refs) continue;
+            for (int i = 0; i < q->n; i++) use_off[q->e[i].a + 1]++;
+            if (q->n == 0 && !nullable[r]) nullable[r] = true, queue[qn++] = r;
         }
     }
-    /* DFS over "r can start with s" edges; iterative, (rule, next edge) pairs */
-    pkv_status st = PKV_OK;
+    for (int r = 0; r < n; r++) use_off[r + 1] += use_off[r];
+    id = 0;
+    for (int r = 0; r < n; r++) {
+        for (int a = 0; a < p->rules[r].n_alts; a++, id++) {
+            if (pending[id] < 0) continue;
+            bseq *q = &p->rules[r].alts[a];
+            for (int i = 0; i < q->n; i++) use[use_off[q->e[i].a] + fill[q->e[i].a]++] = (int32_t)id;
+        }
+    }
+    for (int qi = 0; qi < qn; qi++) {
+        int s = queue[qi];
+        for (int32_t k = use_off[s]; k < use_off[s + 1]; k++) {
+            int32_t alt = use[k], r = alt_rule[alt];
+            if (--pending[alt] == 0 && !nullable[r]) nullable[r] = true, queue[qn++] = r;
+        }
+    }
+    /* DFS over "r can start with s" edges, iterative; a frame resumes at (alt, element),
+     * so each reference is looked at once */
     for (int r0 = 0; r0 < n && !st; r0++) {
         if (color[r0]) continue;
-        int sp = 0;
-        stk[0] = r0, stk[1] = 0;
+        stk[0] = r0, stk[1] = 0, stk[2] = 0;
         color[r0] = 1;
-        sp = 1;
+        int sp = 1;
         while (sp > 0 && !st) {
-            int r = stk[2 * (sp - 1)], k = stk[2 * (sp - 1) + 1]++;
-            /* enumerate edges: k counts (alt, position) pairs flattened */
-            int s = -1, cnt = 0;
-            for (int a = 0; a < p->rules[r].n_alts && s < 0; a++) {
-                bseq *q = &p->rules[r].alts[a];
-                for (int i = 0; i < q->n; i++) {
-                    if (q->e[i].kind != GE_REF) break;
-                    if (cnt++ == k) {
-                        s = q->e[i].a;
-                        break;
-                    }
-                    if (!nullable[q->e[i].a]) break;
+            int32_t *f = &stk[3 * (sp - 1)];
+            const brule *rr = &p->rules[f[0]];
+            int s = -1;
+            while (s < 0 && f[1] < rr->n_alts) {
+                const bseq *q = &rr->alts[f[1]];
+                if (f[2] >= q->n || q->e[f[2]].kind != GE_REF) {
+                    f[1]++, f[2] = 0;
+                    continue;
                 }
+                s = q->e[f[2]].a;
+                if (nullable[s]) f[2]++; /* the next element may start the rule too */
+                else f[1]++, f[2] = 0;
             }
             if (s < 0) {
-                color[r] = 2;
+                color[f[0]] = 2;
                 sp--;
             } else if (color[s] == 1) {
                 /* name the nearest named rule on the cycle */
                 int named = s;
-                for (int j = sp - 1; j >= 0 && !p->rules[named].name; j--) named = stk[2 * j];
+                for (int j = sp - 1; j >= 0 && !p->rules[named].name; j--) named = stk[3 * j];
                 char buf[96];
                 const brule *nr = &p->rules[named];
                 st = pkv_err(PKV_ERR_INVALID, "%s: line %d, column %d: rule '%s' is left-recursive (it can reach itself "
@@ -600,12 +663,14 @@ static pkv_status check_left_recursion(gparser *p) {
                              p->origin, nr->line, nr->col, rule_label(p, named, buf, sizeof buf));
             } else if (color[s] == 0) {
                 color[s] = 1;
-                stk[2 * sp] = s, stk[2 * sp + 1] = 0;
+                stk[3 * sp] = s, stk[3 * sp + 1] = 0, stk[3 * sp + 2] = 0;
                 sp++;
             }
         }
     }
-    pkv_free(nullable), pkv_free(color), pkv_free(stk);
+done:
+    pkv_free(nullable), pkv_free(color), pkv_free(stk), pkv_free(pending);
+    pkv_free(alt_rule), pkv_free(use_off), pkv_free(use), pkv_free(queue), pkv_free(fill);
     return st;
 }
 

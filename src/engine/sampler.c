@@ -201,7 +201,7 @@ static pkv_status grammar_mask(pkv_sampler *s) {
     int64_t n = pkv_gmatch_mask(s->gm, s->gv, s->gmask);
     s->gmask_s += pkv_time_now() - t0;
     s->gmask_n++;
-    if (n < 0) return pkv_err_prefix(PKV_ERR_INVALID, "sampler: ");
+    if (n < 0) return pkv_err_prefix(PKV_ERR_INVALID, "sampler");
     if (n == 0)
         return pkv_err(PKV_ERR_INVALID, "sampler: the grammar allows no token here (%s)",
                        pkv_gmatch_complete(s->gm) ? "it is complete but the vocabulary has no end-of-generation token"
