@@ -59,13 +59,28 @@ def _i32(seq):
 
 
 class _Handle:
-    """A native handle: freed once, by close() or by the garbage collector."""
+    """A native handle: freed once, by close() or by the garbage collector.
+
+    A handle made from another (a cache from its model, a context from its cache,
+    an engine from its model) names it as its parent: it holds a strong reference
+    to it, and the parent's native object is freed only after all of its
+    children's. close() closes the children it can still reach first; children it
+    cannot reach any more (a model, its cache and a context collected together in
+    one garbage-collector pass or at interpreter exit, where weak references are
+    cleared before any finalizer runs and the finalizers run in any order) each
+    free their own when their turn comes, and the last one frees the parent's."""
     _kind = "Handle"
     _h = None
+    _parent = None   # the handle this one was made from (freed after this one)
+    _n_open = 0      # children not freed yet
+    _pending = None  # this handle, closed while children were still open: freed by the last of them
 
-    def _own(self, h):
+    def _own(self, h, parent=None):
         self._h = h
         _count(self._kind, 1)
+        if parent is not None:
+            self._parent = parent
+            parent._n_open += 1
 
     def _free(self, h):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -73,8 +88,22 @@ class _Handle:
     def close(self):
         h, self._h = self._h, None
         if h:
-            self._free(h)
-            _count(self._kind, -1)
+            for c in list(getattr(self, "_children", ())):
+                c.close()
+            self._release(h)
+
+    def _release(self, h):
+        if self._n_open:
+            self._pending = h
+            return
+        self._free(h)
+        _count(self._kind, -1)
+        p, self._parent = self._parent, None
+        if p is not None:
+            p._n_open -= 1
+            if not p._n_open and p._pending:
+                hp, p._pending = p._pending, None
+                p._release(hp)
 
     @property
     def closed(self):
@@ -91,9 +120,12 @@ class _Handle:
     def __exit__(self, *exc):
         self.close()
 
+    def _finalize(self):
+        self.close()
+
     def __del__(self):
         try:
-            self.close()
+            self._finalize()
         except Exception:  # interpreter shutdown: the module's globals may be gone
             pass
 
@@ -228,8 +260,6 @@ class Model(_Handle):
         return cls(_image=image, _label=label, **kw)
 
     def _free(self, h):
-        for c in list(self._children):
-            c.close()
         lib.pkv_model_free(h)
 
     def close(self):
@@ -237,6 +267,12 @@ class Model(_Handle):
             raise InvalidError(Status.INVALID, "Model.close: an Engine still uses this model; close it first")
         with self._lock:
             super().close()
+
+    def _finalize(self):
+        # collected: an engine that still counts here is being collected too, and
+        # frees the model after itself (_Handle._release)
+        with self._lock:
+            _Handle.close(self)
 
     def _use(self):
         """The handle, for a call that drives the model's device (not while an engine owns it)."""
@@ -408,12 +444,10 @@ class Cache(_Handle):
         self._children = weakref.WeakSet()
         p = _cache_params(**params)
         with self._lock:
-            self._own(check_handle(lib.pkv_model_cache_create(model._use(), p)))
+            self._own(check_handle(lib.pkv_model_cache_create(model._use(), p)), model)
         model._children.add(self)
 
     def _free(self, h):
-        for c in list(self._children):
-            c.close()
         lib.pkv_kv_cache_free(h)
 
     def close(self):
@@ -457,7 +491,7 @@ class Context(_Handle):
                 h = check_handle(lib.pkv_context_load(m, cache._live(), _path(_load), n_ctx))
             else:
                 h = check_handle(lib.pkv_context_create(m, cache._live(), n_ctx))
-            self._own(h)
+            self._own(h, cache)
         cache._children.add(self)
 
     def _free(self, h):

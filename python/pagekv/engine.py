@@ -124,7 +124,7 @@ class Engine(_Handle):
         with model._lock:
             h = check_handle(lib.pkv_engine_create(model._use(), p))
             model._engines += 1
-        self._own(h)
+            self._own(h, model)
         _engines.add(self)
         s = lib.pkv_engine_start(h)
         if s:
