@@ -12,6 +12,7 @@ the GIL inside each call, so other Python threads run meanwhile). For parallel
 generation use an Engine.
 """
 import ctypes
+import operator
 import os
 import threading
 import weakref
@@ -53,8 +54,22 @@ def _path(p):
     return os.fsencode(p)
 
 
-def _i32(seq):
-    seq = list(seq)
+def _token(t, what="token id"):
+    """t as a token id for C (an int32 >= 0). ctypes would wrap an int beyond 32
+    bits silently: InvalidError (a ValueError) naming the value instead, before
+    anything reaches C (TypeError for a non-int)."""
+    try:
+        v = operator.index(t)
+    except TypeError:
+        raise TypeError("%s must be an int, not %s" % (what, type(t).__name__)) from None
+    if not 0 <= v <= 0x7FFFFFFF:
+        raise InvalidError(Status.INVALID, "%s %d is outside the vocabulary (not in 0 .. 2**31 - 1)" % (what, v))
+    return v
+
+
+def _tokens(seq, what="token id"):
+    """A C int32 array of token ids (each checked by _token) and its length."""
+    seq = [_token(t, what) for t in seq]
     return (c_int32 * max(len(seq), 1))(*seq), len(seq)
 
 
@@ -293,7 +308,7 @@ class Model(_Handle):
 
     def is_eog(self, token):
         """True when token ends generation (EOS/EOT/... as llama.cpp decides)."""
-        return lib.pkv_model_is_eog(self._live(), token)
+        return lib.pkv_model_is_eog(self._live(), _token(token))
 
     def tokenize(self, text, add_special=True, parse_special=False):
         """Token ids of text (str or bytes). add_special: BOS/EOS as the model asks;
@@ -330,7 +345,7 @@ class Model(_Handle):
 
     def detokenize_bytes(self, tokens, render_special=False):
         """The bytes of token ids (a token may hold part of a UTF-8 character)."""
-        ids, n_ids = _i32(tokens)
+        ids, n_ids = _tokens(tokens)
         n = c_size_t()
         cap = 16 * n_ids + 16
         while True:
@@ -350,6 +365,7 @@ class Model(_Handle):
         """The bytes of one token."""
         n = c_size_t()
         buf = ctypes.create_string_buffer(256)
+        token = _token(token)
         s = lib.pkv_model_token_piece(self._live(), token, render_special, buf, 256, byref(n))
         if s == Status.INVALID and n.value > 256:
             buf = ctypes.create_string_buffer(n.value)
@@ -538,14 +554,14 @@ class Context(_Handle):
     def decode(self, tokens):
         """Append tokens (a list of ids) and compute; afterwards logits are those of
         the last token. On error nothing changes (OutOfPagesError is recoverable)."""
-        arr, n = _i32(tokens)
+        arr, n = _tokens(tokens)
         with self._lock:
             check(lib.pkv_context_decode(self._use(), arr, n))
 
     def decode_all(self, tokens):
         """decode() that returns the logits of every token: float32 [n][n_vocab]
         (a numpy array, or a list of memoryviews without NumPy)."""
-        arr, n = _i32(tokens)
+        arr, n = _tokens(tokens)
         V = self.model.n_vocab
         out = (c_float * (max(n, 1) * V))()
         with self._lock:
@@ -614,7 +630,7 @@ class Context(_Handle):
         Returns how many tokens are now in the context (a multiple of the page size);
         decode tokens[n:] next. Pages are cached when a context holding them is freed
         or fills them (they stay in the cache's LRU until evicted)."""
-        arr, n = _i32(tokens)
+        arr, n = _tokens(tokens)
         got = c_int64()
         with self._lock:
             h = self._use()
@@ -703,7 +719,7 @@ class Sampler(_Handle):
         return self._sample_ptr((c_float * self.n_vocab)(*row))
 
     def accept(self, token):
-        lib.pkv_sampler_accept(self._live(), token)
+        lib.pkv_sampler_accept(self._live(), _token(token))
 
     def reset(self):
         lib.pkv_sampler_reset(self._live())
