@@ -115,10 +115,11 @@ class _Handle:
         _count(self._kind, -1)
         p, self._parent = self._parent, None
         if p is not None:
-            p._n_open -= 1
-            if not p._n_open and p._pending:
-                hp, p._pending = p._pending, None
-                p._release(hp)
+            with p._lock:  # the count also moves under it when a child is made (an RLock)
+                p._n_open -= 1
+                if not p._n_open and p._pending:
+                    hp, p._pending = p._pending, None
+                    p._release(hp)
 
     @property
     def closed(self):
