@@ -404,14 +404,15 @@ static pkv_status fingerprint(pkv_model *m, const pkv_gguf *g, int n_threads) {
     int threads = n_threads > 0 ? n_threads : pkv_cpu_count();
     threads = (int)PKV_MIN((int64_t)PKV_MIN(threads, 16), PKV_MAX(j.n_chunks / 4, (int64_t)1));
     pkv_pool *pool = threads > 1 ? pkv_pool_create(threads) : NULL; /* NULL (also when that fails): inline */
-    pkv_pool_run(pool, pool ? pkv_pool_threads(pool) : 1, fp_task, &j);
+    const int used = pool ? pkv_pool_threads(pool) : 1;
+    pkv_pool_run(pool, used, fp_task, &j);
     pkv_pool_free(pool);
     h = pkv_hash64(j.h, (size_t)j.n_chunks * sizeof *j.h, h);
     m->fingerprint = h ? h : 1; /* 0 means "no fingerprint" to the cache */
     pkv_free(j.h);
     pkv_free(first);
     PKV_INFO("%s: fingerprint %016llx over %.1f MiB of weights in %.3f s (%d threads)", m->label,
-             (unsigned long long)m->fingerprint, (double)total / (1 << 20), pkv_time_now() - t0, pool ? threads : 1);
+             (unsigned long long)m->fingerprint, (double)total / (1 << 20), pkv_time_now() - t0, used);
     return PKV_OK;
 }
 
