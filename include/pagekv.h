@@ -814,7 +814,8 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path);
  * sharding of the same geometry). PKV_ERR_FORMAT names what differs: layer
  * count, a layer's heads, head sizes or K/V dtypes, the page size, a truncated file,
  * a bad checksum; PKV_ERR_IO, PKV_ERR_OUT_OF_PAGES. On error nothing changes.
- * The new sequence gets `fingerprint`, or the saved one when it is 0. */
+ * `fingerprint` 0: the new sequence gets the saved one; else the saved one must
+ * equal it (PKV_ERR_FORMAT naming both: KV of another model or other weights). */
 pkv_status pkv_kv_seq_load(pkv_kv_cache *c, const char *path, uint64_t fingerprint, int32_t *seq);
 
 /* Attach validation (I6): a second consumer (draft model, multi-token-prediction

@@ -40,6 +40,41 @@ def _candidates():
     yield "libpagekv.so"
 
 
+class _DlInfo(Structure):
+    _fields_ = [("dli_fname", c_char_p), ("dli_fbase", c_void_p), ("dli_sname", c_char_p), ("dli_saddr", c_void_p)]
+
+
+def _loaded_path(dll, name):
+    """The file the dynamic linker loaded for dll (opened by `name`, which may be a
+    bare file name found through LD_LIBRARY_PATH or ldconfig's cache): dladdr() of
+    one of its functions names the object that holds it; /proc/self/maps, the
+    file mapped at that address, where dladdr is not reachable. `name` itself
+    when neither answers."""
+    addr = ctypes.cast(dll.pkv_version, c_void_p).value
+    for libc in (None, "libc.so.6", "libdl.so.2"):  # dladdr: libc since glibc 2.34, libdl before
+        try:
+            dladdr = ctypes.CDLL(libc).dladdr
+        except (OSError, AttributeError):
+            continue
+        dladdr.argtypes, dladdr.restype = [c_void_p, POINTER(_DlInfo)], c_int
+        info = _DlInfo()
+        if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
+            found = os.fsdecode(info.dli_fname)
+            if os.sep in found and os.path.exists(found):
+                return os.path.abspath(found)
+        break
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= addr < hi and len(parts) == 6 and parts[5].startswith("/"):
+                    return parts[5].rstrip("\n")
+    except (OSError, ValueError):
+        pass
+    return name
+
+
 def _load():
     tried = []
     for path in _candidates():
@@ -47,12 +82,16 @@ def _load():
             tried.append(path + " (missing)")
             continue
         try:
-            return ctypes.CDLL(path), path
+            dll = ctypes.CDLL(path)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
+            continue
+        return dll, _loaded_path(dll, path) if os.sep not in path else os.path.abspath(path)
     raise ImportError("pagekv: cannot load libpagekv.so; set PAGEKV_LIBRARY to its path. Tried: " + "; ".join(tried))
 
 
+# library_path: the loaded file's absolute path, also when the dynamic linker
+# found it by name (LD_LIBRARY_PATH, ldconfig's cache)
 lib, library_path = _load()
 
 # ------------------------------------------------------------------ structs

@@ -12,6 +12,7 @@ the GIL inside each call, so other Python threads run meanwhile). For parallel
 generation use an Engine.
 """
 import ctypes
+import operator
 import os
 import threading
 import weakref
@@ -53,19 +54,48 @@ def _path(p):
     return os.fsencode(p)
 
 
-def _i32(seq):
-    seq = list(seq)
+def _token(t, what="token id"):
+    """t as a token id for C (an int32 >= 0). ctypes would wrap an int beyond 32
+    bits silently: InvalidError (a ValueError) naming the value instead, before
+    anything reaches C (TypeError for a non-int)."""
+    try:
+        v = operator.index(t)
+    except TypeError:
+        raise TypeError("%s must be an int, not %s" % (what, type(t).__name__)) from None
+    if not 0 <= v <= 0x7FFFFFFF:
+        raise InvalidError(Status.INVALID, "%s %d is outside the vocabulary (not in 0 .. 2**31 - 1)" % (what, v))
+    return v
+
+
+def _tokens(seq, what="token id"):
+    """A C int32 array of token ids (each checked by _token) and its length."""
+    seq = [_token(t, what) for t in seq]
     return (c_int32 * max(len(seq), 1))(*seq), len(seq)
 
 
 class _Handle:
-    """A native handle: freed once, by close() or by the garbage collector."""
+    """A native handle: freed once, by close() or by the garbage collector.
+
+    A handle made from another (a cache from its model, a context from its cache,
+    an engine from its model) names it as its parent: it holds a strong reference
+    to it, and the parent's native object is freed only after all of its
+    children's. close() closes the children it can still reach first; children it
+    cannot reach any more (a model, its cache and a context collected together in
+    one garbage-collector pass or at interpreter exit, where weak references are
+    cleared before any finalizer runs and the finalizers run in any order) each
+    free their own when their turn comes, and the last one frees the parent's."""
     _kind = "Handle"
     _h = None
+    _parent = None   # the handle this one was made from (freed after this one)
+    _n_open = 0      # children not freed yet
+    _pending = None  # this handle, closed while children were still open: freed by the last of them
 
-    def _own(self, h):
+    def _own(self, h, parent=None):
         self._h = h
         _count(self._kind, 1)
+        if parent is not None:
+            self._parent = parent
+            parent._n_open += 1
 
     def _free(self, h):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -73,8 +103,23 @@ class _Handle:
     def close(self):
         h, self._h = self._h, None
         if h:
-            self._free(h)
-            _count(self._kind, -1)
+            for c in list(getattr(self, "_children", ())):
+                c.close()
+            self._release(h)
+
+    def _release(self, h):
+        if self._n_open:
+            self._pending = h
+            return
+        self._free(h)
+        _count(self._kind, -1)
+        p, self._parent = self._parent, None
+        if p is not None:
+            with p._lock:  # the count also moves under it when a child is made (an RLock)
+                p._n_open -= 1
+                if not p._n_open and p._pending:
+                    hp, p._pending = p._pending, None
+                    p._release(hp)
 
     @property
     def closed(self):
@@ -91,9 +136,12 @@ class _Handle:
     def __exit__(self, *exc):
         self.close()
 
+    def _finalize(self):
+        self.close()
+
     def __del__(self):
         try:
-            self.close()
+            self._finalize()
         except Exception:  # interpreter shutdown: the module's globals may be gone
             pass
 
@@ -228,8 +276,6 @@ class Model(_Handle):
         return cls(_image=image, _label=label, **kw)
 
     def _free(self, h):
-        for c in list(self._children):
-            c.close()
         lib.pkv_model_free(h)
 
     def close(self):
@@ -237,6 +283,12 @@ class Model(_Handle):
             raise InvalidError(Status.INVALID, "Model.close: an Engine still uses this model; close it first")
         with self._lock:
             super().close()
+
+    def _finalize(self):
+        # collected: an engine that still counts here is being collected too, and
+        # frees the model after itself (_Handle._release)
+        with self._lock:
+            _Handle.close(self)
 
     def _use(self):
         """The handle, for a call that drives the model's device (not while an engine owns it)."""
@@ -257,7 +309,7 @@ class Model(_Handle):
 
     def is_eog(self, token):
         """True when token ends generation (EOS/EOT/... as llama.cpp decides)."""
-        return lib.pkv_model_is_eog(self._live(), token)
+        return lib.pkv_model_is_eog(self._live(), _token(token))
 
     def tokenize(self, text, add_special=True, parse_special=False):
         """Token ids of text (str or bytes). add_special: BOS/EOS as the model asks;
@@ -294,7 +346,7 @@ class Model(_Handle):
 
     def detokenize_bytes(self, tokens, render_special=False):
         """The bytes of token ids (a token may hold part of a UTF-8 character)."""
-        ids, n_ids = _i32(tokens)
+        ids, n_ids = _tokens(tokens)
         n = c_size_t()
         cap = 16 * n_ids + 16
         while True:
@@ -314,6 +366,7 @@ class Model(_Handle):
         """The bytes of one token."""
         n = c_size_t()
         buf = ctypes.create_string_buffer(256)
+        token = _token(token)
         s = lib.pkv_model_token_piece(self._live(), token, render_special, buf, 256, byref(n))
         if s == Status.INVALID and n.value > 256:
             buf = ctypes.create_string_buffer(n.value)
@@ -408,12 +461,10 @@ class Cache(_Handle):
         self._children = weakref.WeakSet()
         p = _cache_params(**params)
         with self._lock:
-            self._own(check_handle(lib.pkv_model_cache_create(model._use(), p)))
+            self._own(check_handle(lib.pkv_model_cache_create(model._use(), p)), model)
         model._children.add(self)
 
     def _free(self, h):
-        for c in list(self._children):
-            c.close()
         lib.pkv_kv_cache_free(h)
 
     def close(self):
@@ -457,7 +508,7 @@ class Context(_Handle):
                 h = check_handle(lib.pkv_context_load(m, cache._live(), _path(_load), n_ctx))
             else:
                 h = check_handle(lib.pkv_context_create(m, cache._live(), n_ctx))
-            self._own(h)
+            self._own(h, cache)
         cache._children.add(self)
 
     def _free(self, h):
@@ -504,14 +555,14 @@ class Context(_Handle):
     def decode(self, tokens):
         """Append tokens (a list of ids) and compute; afterwards logits are those of
         the last token. On error nothing changes (OutOfPagesError is recoverable)."""
-        arr, n = _i32(tokens)
+        arr, n = _tokens(tokens)
         with self._lock:
             check(lib.pkv_context_decode(self._use(), arr, n))
 
     def decode_all(self, tokens):
         """decode() that returns the logits of every token: float32 [n][n_vocab]
         (a numpy array, or a list of memoryviews without NumPy)."""
-        arr, n = _i32(tokens)
+        arr, n = _tokens(tokens)
         V = self.model.n_vocab
         out = (c_float * (max(n, 1) * V))()
         with self._lock:
@@ -580,7 +631,7 @@ class Context(_Handle):
         Returns how many tokens are now in the context (a multiple of the page size);
         decode tokens[n:] next. Pages are cached when a context holding them is freed
         or fills them (they stay in the cache's LRU until evicted)."""
-        arr, n = _i32(tokens)
+        arr, n = _tokens(tokens)
         got = c_int64()
         with self._lock:
             h = self._use()
@@ -680,7 +731,7 @@ class Sampler(_Handle):
         return self._sample_ptr((c_float * self.n_vocab)(*row))
 
     def accept(self, token):
-        lib.pkv_sampler_accept(self._live(), token)
+        lib.pkv_sampler_accept(self._live(), _token(token))
 
     def reset(self):
         lib.pkv_sampler_reset(self._live())

@@ -13,10 +13,10 @@ import itertools
 import queue
 import threading
 import weakref
-from ctypes import byref, c_int32, c_uint64
+from ctypes import byref, c_uint64
 
 from ._lib import EVENT_FN, EngineStats, lib
-from .core import _Handle, _cache_params, make_grammar, sampler_params
+from .core import _Handle, _cache_params, _tokens, make_grammar, sampler_params
 from .errors import Status, check, check_handle, error
 
 __all__ = ["Engine", "Request", "Event", "FINISH"]
@@ -124,7 +124,7 @@ class Engine(_Handle):
         with model._lock:
             h = check_handle(lib.pkv_engine_create(model._use(), p))
             model._engines += 1
-        self._own(h)
+            self._own(h, model)
         _engines.add(self)
         s = lib.pkv_engine_start(h)
         if s:
@@ -172,19 +172,17 @@ class Engine(_Handle):
         """Queue a request (prompt: token ids) and return its Request. Thread-safe.
         Sampling defaults to greedy (temp 0). Bad arguments (an id outside the
         vocabulary, a prompt beyond the context, ...) raise here and queue nothing."""
-        prompt = list(prompt)
-        stops = list(stop_tokens)
-        arr = (c_int32 * max(len(prompt), 1))(*prompt)
-        sarr = (c_int32 * max(len(stops), 1))(*stops)
+        arr, n_prompt = _tokens(prompt, "prompt token id")
+        sarr, n_stop = _tokens(stop_tokens, "stop token id")
         r = Request(self, n)
         key = next(self._keys)
         rp = lib.pkv_request_default_params()
-        rp.prompt, rp.n_prompt = arr, len(prompt)
+        rp.prompt, rp.n_prompt = arr, n_prompt
         rp.sampling = sampler_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                                      repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
                                      frequency_penalty=frequency_penalty)
         rp.max_tokens, rp.n, rp.priority, rp.top_logprobs = max_tokens, n, priority, top_logprobs
-        rp.stop_tokens, rp.n_stop, rp.ignore_eos = sarr, len(stops), ignore_eos
+        rp.stop_tokens, rp.n_stop, rp.ignore_eos = sarr, n_stop, ignore_eos
         rp.on_event, rp.user = self._cb, key
         g = make_grammar(grammar, json_schema) if grammar is not None or json_schema is not None else None
         rp.grammar = g

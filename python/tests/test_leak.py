@@ -2,6 +2,11 @@
 library's live allocations, the cache's sequences and pages all come back to
 where they were."""
 import gc
+import os
+import subprocess
+import sys
+
+import pytest
 
 import pagekv
 
@@ -93,3 +98,47 @@ def test_threads_share_a_cache(model):
             r.decode([1, 2, 3, 4, 5] + toks)
             assert r.logits().tobytes() == logits.tobytes()
     cache.close()
+
+
+_CYCLE = r"""
+import gc, sys
+import pagekv
+gc.collect()
+before = pagekv.alloc_live()
+m = pagekv.Model(sys.argv[1])
+c = m.cache(n_ctx=32)
+x = c.context()
+x.decode([1, 2, 3])
+y = x.fork()
+e = pagekv.Engine(m, n_ctx=32) if sys.argv[2] == "engine" else None
+box = [m, c, x, y, e]
+box.append(box)                     # one reference cycle through all of them
+m.cycle = c.cycle = x.cycle = box
+del m, c, x, y, e, box
+if sys.argv[3] == "gc":
+    gc.collect()                    # weak references cleared, finalizers in any order
+    print("handles", sorted(pagekv.live_handles().items()), "allocs", pagekv.alloc_live() - before)
+else:
+    keep = [pagekv.Model(sys.argv[1])]  # at exit: a global tree, and the cycle above
+    keep.append(keep[0].cache(n_ctx=32).context())
+    keep.append(keep)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("when", ["gc", "exit"])
+@pytest.mark.parametrize("engine", ["engine", "no-engine"])
+def test_collected_together(model_path, when, engine, tmp_path):
+    """A model, its cache and contexts (and an engine) collected in one pass, by
+    gc.collect() or at interpreter exit: each native object is freed once, children
+    before their parents (issue 50 item 9: the model went first, "buffers still
+    allocated", SIGSEGV in pkv_buffer_free)."""
+    script = tmp_path / "cycle.py"
+    script.write_text(_CYCLE)
+    r = subprocess.run([sys.executable, str(script), model_path, engine, when], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, "exit %d\n%s\n%s" % (r.returncode, r.stdout, r.stderr)
+    assert "still allocated" not in r.stderr, r.stderr
+    assert "done" in r.stdout
+    if when == "gc":
+        assert "handles [] allocs 0" in r.stdout, r.stdout  # every handle freed, no C allocation left

@@ -74,6 +74,35 @@ def test_bad_token_ids(model):
             model.detokenize([model.n_vocab + 5])
 
 
+def test_token_ids_beyond_int32(model):
+    """Token ids that do not fit a C int32 token id (>= 2**31, 2**32 + 5 which
+    ctypes wrapped to 5, negatives) raise ValueError naming the value at every
+    entry point that passes ids to C, and change nothing (issue 50 item 10)."""
+    cache = model.cache(n_ctx=64)
+    with cache.context() as ctx, pagekv.Sampler(model.n_vocab) as smp:
+        ctx.decode([1, 2, 3])
+        before = ctx.logits(copy=True)
+        calls = [ctx.decode, ctx.decode_all, model.detokenize, lambda t: ctx.fork().reuse_prefix(t),
+                 lambda t: model.is_eog(t[-1]), lambda t: model.token_piece(t[-1]), lambda t: smp.accept(t[-1])]
+        for bad in (2**32 + 5, 2**31, 2**64 + 1, -1, -2**32 + 5):
+            for call in calls:
+                with pytest.raises(ValueError) as e:
+                    call([4, bad])
+                assert str(bad) in str(e.value), (bad, str(e.value))
+            assert len(ctx) == 3 and ctx.tokens == [1, 2, 3]  # nothing changed
+        assert (ctx.logits() == before).all()
+        with pytest.raises(TypeError):
+            ctx.decode([1.5])
+    cache.close()
+    with pagekv.Engine(model, n_ctx=64) as eng:
+        for kw in ({"prompt": [1, 2**32 + 5]}, {"prompt": [1, -7]}, {"prompt": [1], "stop_tokens": [2**32 + 3]}):
+            with pytest.raises(ValueError) as e:
+                eng.submit(max_tokens=2, **kw)
+            bad = (kw.get("stop_tokens") or kw["prompt"])[-1]
+            assert str(bad) in str(e.value)
+        assert eng.stats()["requests_submitted"] == 0
+
+
 def test_closed_handles(model_path):
     m = pagekv.Model(model_path)
     c = m.cache(n_ctx=32)

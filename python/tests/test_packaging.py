@@ -27,13 +27,41 @@ def test_pip_install_offline(tmp_path):
                        cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (target / "pagekv" / "core.py").exists() and not (target / "pagekv" / "_libpath.py").exists()
+    # this process's library, however it was found (library_path is absolute then too)
     libdir = os.path.dirname(pagekv.library_path)
+    assert os.path.isabs(libdir), pagekv.library_path
+    r = _import_by_linker(target, libdir, tmp_path)
+    version, path = r.stdout.rsplit(None, 1)
+    assert version == pagekv.version()
+    assert os.path.isabs(path) and os.path.samefile(path, os.path.join(libdir, "libpagekv.so.0")), path
+
+
+def _import_by_linker(pythonpath, libdir, cwd):
+    """pagekv imported from pythonpath with no _libpath.py and no PAGEKV_LIBRARY:
+    it loads libpagekv.so.0 by name from LD_LIBRARY_PATH=libdir. Its version and
+    library_path on stdout."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PAGEKV_LIBRARY")}
-    env.update(PYTHONPATH=str(target), LD_LIBRARY_PATH=libdir)
+    env.update(PYTHONPATH=str(pythonpath), LD_LIBRARY_PATH=libdir)
     r = subprocess.run([sys.executable, "-c", "import pagekv; print(pagekv.version(), pagekv.library_path)"],
-                       capture_output=True, text=True, env=env, cwd=tmp_path)
+                       capture_output=True, text=True, env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[0] == pagekv.version() and r.stdout.split()[1] == "libpagekv.so.0"
+    return r
+
+
+def test_library_path_resolved(tmp_path):
+    """library_path is the loaded file's absolute path also when the dynamic linker
+    found it by name (issue 43 item 8: it was the bare name, and a test that took
+    its directory for LD_LIBRARY_PATH got an empty one): the source package (no
+    _libpath.py) under LD_LIBRARY_PATH, then a package that itself was found that
+    way loads the library again through its library_path's directory."""
+    src = tmp_path / "python"
+    shutil.copytree(os.path.join(SOURCE, "python", "pagekv"), src / "pagekv",
+                    ignore=shutil.ignore_patterns("__pycache__", "_libpath.py"))
+    libdir = os.path.dirname(os.path.abspath(pagekv.library_path))
+    path = _import_by_linker(src, libdir, tmp_path).stdout.rsplit(None, 1)[1]
+    assert os.path.isabs(path) and os.path.samefile(path, os.path.join(libdir, "libpagekv.so.0")), path
+    again = _import_by_linker(src, os.path.dirname(path), tmp_path).stdout.rsplit(None, 1)[1]
+    assert os.path.samefile(again, path)
 
 
 def test_wheel_record(tmp_path):

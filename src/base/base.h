@@ -78,6 +78,8 @@ int pkv_cpu_count(void);
 /* 64-bit hashing (FNV-1a style mixing with a final avalanche). Chainable:
  * pkv_hash64(data, n, seed) with seed = previous hash. */
 uint64_t pkv_hash64(const void *data, size_t n, uint64_t seed);
+/* The same contract for bulk data (weights): faster on large n, other values. */
+uint64_t pkv_hash64_bulk(const void *data, size_t n, uint64_t seed);
 
 /* Safe output files (file.c). pkv_file_check_output: PKV_OK when path does not
  * exist or is a regular file; PKV_ERR_IO naming what it is otherwise (device, FIFO,

@@ -504,6 +504,12 @@ pkv_status pkv_kv_seq_load_memory(pkv_kv_cache *c, const char *label, const void
     if ((st = check_file(c, path, data, size, &n, &file_fp, &exact_until, &w_first, &w_len, &state_len, &media_off,
                          &n_media)))
         goto done;
+    if (fingerprint && file_fp != fingerprint) { /* another model's (or adapter's) KV: never adopted as this one's */
+        st = pkv_err(PKV_ERR_FORMAT, "load of %s: it was saved by another producer (sequence fingerprint %016llx, "
+                     "expected %016llx: another model or other weights)", path, (unsigned long long)file_fp,
+                     (unsigned long long)fingerprint);
+        goto done;
+    }
     { /* the media chunks it names must be exactly its media rows */
         media = pkv_malloc((size_t)(n_media ? n_media : 1) * sizeof *media);
         if (!media) {

@@ -353,16 +353,67 @@ void pkv_model_free(pkv_model *m) {
     pkv_free(m);
 }
 
-static uint64_t fingerprint(const pkv_gguf *g, const pkv_hparams *hp) {
-    uint64_t h = pkv_hash64(hp, sizeof *hp, 0x706b76);
-    for (int64_t i = 0; i < pkv_gguf_n_tensors(g); i++) {
+/* The model fingerprint keys everything that reuses KV across requests and
+ * processes (prefix index, disk tier, saved sequences), so it covers every byte
+ * that changes the KV: hparams, each tensor's name, shape and type, and all of
+ * its data. The data is hashed in 4 MiB chunks on up to n_threads threads
+ * (pkv_hash64_bulk: a few GB/s per thread, see docs/engine.md), the chunk
+ * hashes folded in order; the result does not depend on the thread count. */
+enum { FP_CHUNK = 4 << 20 };
+
+typedef struct fp_job {
+    const pkv_gguf *g;
+    const int64_t *first; /* [n_tensors + 1]: index of each tensor's first chunk */
+    uint64_t *h;          /* [n_chunks] */
+    int64_t n_chunks;
+} fp_job;
+
+static void fp_task(int i, int n_tasks, void *arg) {
+    fp_job *j = arg;
+    int64_t t = 0;
+    for (int64_t c = i; c < j->n_chunks; c += n_tasks) {
+        while (j->first[t + 1] <= c) t++;
+        const pkv_gguf_tensor *tt = pkv_gguf_tensor_at(j->g, t);
+        size_t off = (size_t)(c - j->first[t]) * FP_CHUNK;
+        j->h[c] = pkv_hash64_bulk((const char *)tt->data + off, PKV_MIN(tt->n_bytes - off, (size_t)FP_CHUNK), (uint64_t)c);
+    }
+}
+
+static pkv_status fingerprint(pkv_model *m, const pkv_gguf *g, int n_threads) {
+    double t0 = pkv_time_now();
+    const int64_t nt = pkv_gguf_n_tensors(g);
+    uint64_t h = pkv_hash64(&m->hp, sizeof m->hp, 0x706b76);
+    int64_t *first = pkv_malloc((size_t)(nt + 1) * sizeof *first);
+    if (!first) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory (fingerprint)", m->label);
+    size_t total = 0;
+    first[0] = 0;
+    for (int64_t i = 0; i < nt; i++) {
         const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
         h = pkv_hash64(t->name, strlen(t->name), h);
         h = pkv_hash64(t->ne, sizeof t->ne, h ^ (uint64_t)t->type);
-        /* a sample of the data, so two random models of one shape differ */
-        h = pkv_hash64(t->data, PKV_MIN(t->n_bytes, (size_t)64), h);
+        h = pkv_hash64(&t->n_bytes, sizeof t->n_bytes, h);
+        first[i + 1] = first[i] + (int64_t)((t->n_bytes + FP_CHUNK - 1) / FP_CHUNK);
+        total += t->n_bytes;
     }
-    return h;
+    fp_job j = {.g = g, .first = first, .n_chunks = first[nt]};
+    j.h = pkv_malloc((size_t)(j.n_chunks ? j.n_chunks : 1) * sizeof *j.h);
+    if (!j.h) {
+        pkv_free(first);
+        return pkv_err(PKV_ERR_NOMEM, "%s: out of memory (fingerprint)", m->label);
+    }
+    int threads = n_threads > 0 ? n_threads : pkv_cpu_count();
+    threads = (int)PKV_MIN((int64_t)PKV_MIN(threads, 16), PKV_MAX(j.n_chunks / 4, (int64_t)1));
+    pkv_pool *pool = threads > 1 ? pkv_pool_create(threads) : NULL; /* NULL (also when that fails): inline */
+    const int used = pool ? pkv_pool_threads(pool) : 1;
+    pkv_pool_run(pool, used, fp_task, &j);
+    pkv_pool_free(pool);
+    h = pkv_hash64(j.h, (size_t)j.n_chunks * sizeof *j.h, h);
+    m->fingerprint = h ? h : 1; /* 0 means "no fingerprint" to the cache */
+    pkv_free(j.h);
+    pkv_free(first);
+    PKV_INFO("%s: fingerprint %016llx over %.1f MiB of weights in %.3f s (%d threads)", m->label,
+             (unsigned long long)m->fingerprint, (double)total / (1 << 20), pkv_time_now() - t0, used);
+    return PKV_OK;
 }
 
 /* Boundary k of n items split in proportions split[0..S): the first item of
@@ -992,7 +1043,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
         if (L.type_count[t]) m->weight_types |= 1ull << t;
     }
     m->main_type = (pkv_type)best;
-    m->fingerprint = fingerprint(g, &m->hp);
+    if ((s = fingerprint(m, g, p.n_threads))) goto fail;
     pkv_free(n_head);
     pkv_free(n_head_kv);
     pkv_free(n_ff);

@@ -83,8 +83,9 @@ static struct {
 #define PKV_VK_LAYER "VK_LAYER_KHRONOS_validation"
 
 /* Every warning and error of the validation layer is counted and logged (a
- * test fails on any: pkv_vulkan_validation_messages). Info and verbose
- * messages are not requested. The layer may call this from any thread. */
+ * test fails on any: pkv_vulkan_validation_messages); the loader's own
+ * messages are not counted. Info and verbose messages are not requested. The
+ * layer may call this from any thread. */
 static VKAPI_ATTR VkBool32 VKAPI_CALL vk_messenger(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
                                                   VkDebugUtilsMessageTypeFlagsEXT type,
                                                   const VkDebugUtilsMessengerCallbackDataEXT *d, void *user) {
@@ -98,6 +99,15 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL vk_messenger(VkDebugUtilsMessageSeverityFl
      * which only a validation run does) is not a finding about pagekv. */
     if (strcmp(id, "UNASSIGNED-BestPractices-vkCreateInstance-specialuse-extension-debugging") == 0) return VK_FALSE;
     const char *msg = d && d->pMessage ? d->pMessage : "";
+    /* The loader reports through the same messenger, under the id "Loader
+     * Message": e.g. a warning that VK_INSTANCE_LAYERS added the validation layer
+     * (issue 43.7). Those are about the Vulkan installation, not findings of the
+     * layer about pagekv's commands: logged (errors as warnings), not counted. */
+    if (strcmp(id, "Loader Message") == 0) {
+        pkv_log(sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? PKV_LOG_WARN : PKV_LOG_DEBUG,
+                "vulkan loader %s: %s", kind, msg);
+        return VK_FALSE;
+    }
     pthread_mutex_lock(&g_vk.msg_lock);
     if (g_vk.messages++ == 0)
         snprintf(g_vk.first_message, sizeof g_vk.first_message, "%s%s [%s]: %s", kind, what, id, msg);
