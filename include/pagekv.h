@@ -1684,6 +1684,20 @@ pkv_status pkv_image_decode(const void *data, size_t size, const pkv_media_limit
                             int *width, int *height);
 void pkv_media_free(void *p);
 
+/* What a file's header says, read without decoding it (cheap: checked against the
+ * limits before any decode). */
+typedef struct pkv_media_probe_info {
+    pkv_media_kind kind;
+    double seconds;    /* audio: the length the header gives (WAV: its data size; FLAC:
+                          STREAMINFO's total; Ogg: the last page's granule); < 0 = not known */
+    int rate;          /* audio: the file's sample rate; 0 = not known */
+    int width, height; /* images: from the PNG IHDR or the JPEG start of frame; 0 = not known */
+} pkv_media_probe_info;
+/* Probe a file image of the given kind. Headers only: a length or size the header
+ * does not give is left "not known" (decoding still enforces the limits). A WAV's
+ * chunk errors are those pkv_audio_decode reports. */
+pkv_status pkv_media_probe(const void *data, size_t size, pkv_media_kind kind, pkv_media_probe_info *out);
+
 /* A content hash of decoded media (its kind, shape and every sample or pixel): the
  * key under which its rows enter the prefix cache. */
 uint64_t pkv_media_hash(const pkv_media *m);

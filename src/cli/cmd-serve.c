@@ -83,6 +83,8 @@ static void serve_usage(FILE *f) {
             "  --max-media-bytes N    one medium's file size (an upload, a decoded base64 part) (default %zu) -> 413\n"
             "  --max-audio-seconds S  longer audio is refused (default %.0f) -> 400\n"
             "  --max-image-pixels N   images with more pixels are refused (default 50000000) -> 400\n"
+            "  --max-request-audio-seconds S  one request's audio together (default 1800) -> 400\n"
+            "  --max-request-pixels N one request's images together (default 100000000) -> 400\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n",
@@ -212,6 +214,12 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-image-pixels")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
             so.max_image_pixels = x;
+        } else if (!strcmp(a, "--max-request-audio-seconds")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0.1, 864000, &dd)) return 2;
+            so.max_request_audio_seconds = dd;
+        } else if (!strcmp(a, "--max-request-pixels")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 36, &x)) return 2;
+            so.max_request_pixels = x;
         } else if (!strcmp(a, "--draft")) {
             if (!(so.draft = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-device")) {

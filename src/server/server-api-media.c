@@ -14,6 +14,12 @@
 #include "server/server-http.h"
 #include "server/server-media.h"
 
+/* The projector's rows for a medium of m's shape (arithmetic on the shape). */
+static int64_t media_rows(const pkv_media *m, void *ud) {
+    int64_t n = 0;
+    return pkv_mmproj_n_rows(((srv *)ud)->mm, m, &n) ? 0 : n;
+}
+
 void srv_media_opts_get(srv *s, srv_media_opts *mo) {
     memset(mo, 0, sizeof *mo);
     if (s->mm && s->mm_info.kind == PKV_MEDIA_AUDIO) mo->audio_rate = s->mm_info.sample_rate;
@@ -21,6 +27,13 @@ void srv_media_opts_get(srv *s, srv_media_opts *mo) {
     mo->lim.max_bytes = s->o.max_media_bytes;
     mo->lim.max_audio_seconds = s->o.max_audio_seconds;
     mo->lim.max_pixels = s->o.max_image_pixels;
+    mo->max_request_audio_seconds = s->o.max_request_audio_seconds;
+    mo->max_request_pixels = s->o.max_request_pixels;
+    if (s->mm) {
+        mo->rows = media_rows;
+        mo->rows_ud = s;
+        mo->n_ctx = s->n_ctx;
+    }
 }
 
 /* The text the projector's model puts around a medium's rows, as llama.cpp's mtmd
@@ -284,7 +297,28 @@ void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn
     if (!ml.items) return srv_error(o, 500, "out of memory");
     float *smp = NULL;
     int64_t ns = 0;
-    pkv_status st = pkv_audio_decode(file->data, file->len, mo.audio_rate, &mo.lim, &smp, &ns);
+    /* the header's length against the limits first: nothing decoded over them */
+    pkv_media_probe_info pi;
+    pkv_status st = pkv_media_probe(file->data, file->len, PKV_MEDIA_AUDIO, &pi);
+    const bool by_request = mo.max_request_audio_seconds > 0 && mo.max_request_audio_seconds < mo.lim.max_audio_seconds;
+    const double max_s = by_request ? mo.max_request_audio_seconds : mo.lim.max_audio_seconds;
+    const char *opt = by_request ? "--max-request-audio-seconds" : "--max-audio-seconds";
+    if (!st && max_s > 0 && pi.seconds > max_s) {
+        free(ml.items);
+        return srv_error(o, 400, "the uploaded file: its header says %.1f s of audio, more than the limit of %g s (%s)",
+                         pi.seconds, max_s, opt);
+    }
+    if (!st && pi.seconds > 0) {
+        pkv_media shape = {.kind = PKV_MEDIA_AUDIO, .rate = mo.audio_rate, .n_samples = (int64_t)(pi.seconds * mo.audio_rate)};
+        int64_t rows = 0;
+        if (!pkv_mmproj_n_rows(s->mm, &shape, &rows) && rows >= s->n_ctx) {
+            free(ml.items);
+            return srv_error(o, 400, "the uploaded file takes at least %lld positions; the context holds %lld (start "
+                             "the server with a larger -c, or send less)", (long long)rows, (long long)s->n_ctx);
+        }
+    }
+    if (max_s > 0) mo.lim.max_audio_seconds = max_s;
+    if (!st) st = pkv_audio_decode(file->data, file->len, mo.audio_rate, &mo.lim, &smp, &ns);
     if (st) {
         free(ml.items);
         return srv_error(o, st == PKV_ERR_NOMEM ? 500 : 400, "the uploaded file: %s", pkv_errmsg());

@@ -34,6 +34,8 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.max_tokens_default = 16;
     o.max_media_bytes = (size_t)25 << 20; /* OpenAI's limit on audio uploads */
     o.max_audio_seconds = 1800;
+    o.max_request_audio_seconds = 1800;
+    o.max_request_pixels = (int64_t)100 * 1000 * 1000;
     return o;
 }
 

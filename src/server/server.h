@@ -55,6 +55,8 @@ typedef struct pkv_serve_opts {
     size_t max_media_bytes;    /* one medium's encoded size (a file upload, a base64 payload decoded) -> 413 */
     double max_audio_seconds;  /* audio longer than this is refused (400) */
     int64_t max_image_pixels;  /* images with more pixels are refused (400); 0 = 50 megapixels */
+    double max_request_audio_seconds; /* one request's audio together (400); 0 = 1800 */
+    int64_t max_request_pixels;       /* one request's images together (400); 0 = 100 megapixels */
     int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
                                   counted once + host pages of swapped contexts);
                                   0 = half the device pool */
