@@ -73,6 +73,128 @@ static bool append_text(srv *s, int32_t **ids, int *n, int *cap, const char *tex
     return ok;
 }
 
+/* ------------------------------------------------------- encoder cache */
+
+/* Encoder outputs by media key (pkv_media_key: the content hash and the
+ * projector's fingerprint), most recently used first. Connection threads look up,
+ * the worker inserts: a mutex guards it all. Rows are copied in and out, so no
+ * request holds a pointer into the cache. */
+typedef struct mc_entry {
+    uint64_t key;
+    int32_t n_rows;
+    size_t bytes;
+    float *rows;
+    struct mc_entry *prev, *next;
+} mc_entry;
+
+struct srv_media_cache {
+    pthread_mutex_t mu;
+    mc_entry *head, *tail;
+    size_t bytes, max_bytes;
+    uint64_t hits, misses, evictions, entries;
+};
+
+struct srv_media_cache *srv_media_cache_new(size_t max_bytes) {
+    if (!max_bytes) return NULL;
+    struct srv_media_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    c->max_bytes = max_bytes;
+    return c;
+}
+
+static void mc_unlink(struct srv_media_cache *c, mc_entry *e) {
+    if (e->prev) e->prev->next = e->next;
+    else c->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else c->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void mc_push_front(struct srv_media_cache *c, mc_entry *e) {
+    e->prev = NULL;
+    e->next = c->head;
+    if (c->head) c->head->prev = e;
+    c->head = e;
+    if (!c->tail) c->tail = e;
+}
+
+void srv_media_cache_free(struct srv_media_cache *c) {
+    if (!c) return;
+    for (mc_entry *e = c->head, *n; e; e = n) {
+        n = e->next;
+        free(e->rows);
+        free(e);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void srv_media_cache_get_stats(struct srv_media_cache *c, srv_media_cache_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    *st = (srv_media_cache_stats){.hits = c->hits, .misses = c->misses, .evictions = c->evictions, .bytes = c->bytes,
+                                  .max_bytes = c->max_bytes, .entries = c->entries};
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A copy of the rows under key (malloc'd) or NULL: not there, or no memory for
+ * the copy (then encoded again). Counts a hit or a miss. */
+static float *mc_get(struct srv_media_cache *c, uint64_t key, int32_t n_rows, size_t bytes) {
+    if (!c) return NULL;
+    float *out = NULL;
+    pthread_mutex_lock(&c->mu);
+    mc_entry *e = c->head;
+    while (e && !(e->key == key && e->n_rows == n_rows && e->bytes == bytes)) e = e->next;
+    if (e && (out = malloc(bytes ? bytes : 1))) {
+        memcpy(out, e->rows, bytes);
+        mc_unlink(c, e);
+        mc_push_front(c, e);
+        c->hits++;
+    } else {
+        c->misses++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return out;
+}
+
+/* Keep a copy of rows under key, dropping the least recently used past the size
+ * (rows larger than the whole cache are not kept). Out of memory: not kept. */
+static void mc_put(struct srv_media_cache *c, uint64_t key, int32_t n_rows, const float *rows, size_t bytes) {
+    if (!c || bytes > c->max_bytes) return;
+    mc_entry *e = calloc(1, sizeof *e);
+    float *copy = malloc(bytes ? bytes : 1);
+    if (!e || !copy) {
+        free(e);
+        free(copy);
+        return;
+    }
+    memcpy(copy, rows, bytes);
+    *e = (mc_entry){.key = key, .n_rows = n_rows, .bytes = bytes, .rows = copy};
+    pthread_mutex_lock(&c->mu);
+    for (mc_entry *x = c->head; x; x = x->next)
+        if (x->key == key && x->n_rows == n_rows) { /* put by another request meanwhile */
+            pthread_mutex_unlock(&c->mu);
+            free(copy);
+            free(e);
+            return;
+        }
+    while (c->tail && c->bytes + bytes > c->max_bytes) {
+        mc_entry *old = c->tail;
+        mc_unlink(c, old);
+        c->bytes -= old->bytes;
+        c->entries--;
+        c->evictions++;
+        free(old->rows);
+        free(old);
+    }
+    mc_push_front(c, e);
+    c->bytes += bytes;
+    c->entries++;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* ------------------------------------------------------------- encoding */
 
 typedef struct enc_call {
@@ -89,6 +211,7 @@ typedef struct enc_call {
 static bool enc_run(srv_gen *g, void *arg) {
     (void)g;
     enc_call *k = arg;
+    while (k->i < k->ml->n && k->r->media[k->i].embd) k->i++; /* from the cache */
     if (k->i >= k->ml->n) return true;
     const pkv_media *m = &k->ml->items[k->i].m;
     pkv_media_rows *mr = &k->r->media[k->i];
@@ -105,8 +228,10 @@ static bool enc_run(srv_gen *g, void *arg) {
         free(e);
         return true;
     }
+    mc_put(k->s->mcache, mr->key, mr->n_rows, e, bytes);
     mr->embd = e;
     k->i++;
+    while (k->i < k->ml->n && k->r->media[k->i].embd) k->i++;
     return k->i >= k->ml->n;
 }
 
@@ -142,6 +267,14 @@ static bool encode_media(srv *s, const srv_media_list *ml, srv_req *r, const int
                   (long long)total, r->n_prompt, r->media_rows_audio, r->media_rows_image, (long long)s->n_ctx);
         return false;
     }
+    /* media encoded before (by content) come from the cache: not encoded again */
+    bool all = true;
+    for (int i = 0; i < ml->n; i++) {
+        pkv_media_rows *mr = &r->media[i];
+        mr->embd = mc_get(s->mcache, mr->key, mr->n_rows, (size_t)mr->n_rows * (size_t)s->mm_info.n_embd * sizeof(float));
+        all = all && mr->embd;
+    }
+    if (all) return true;
     enc_call k = {.s = s, .ml = ml, .r = r};
     srv_gen_call(s->g, enc_run, &k);
     if (k.st) {

@@ -23,6 +23,7 @@ typedef struct srv {
     pkv_chat *chat;        /* the chat template run for /v1/chat/completions; NULL: none */
     pkv_mmproj *mm;        /* --mmproj: the projector for audio or images; NULL: none */
     pkv_mmproj_info mm_info;
+    struct srv_media_cache *mcache; /* encoder outputs by media key (--media-cache-mb); NULL: none */
     char tpl_name[64];     /* what /v1/models reports: a family name, "jinja" or "none" */
     int32_t stop_ids[16];  /* the template's end-of-turn tokens */
     int n_stop_ids;
@@ -146,6 +147,15 @@ struct srv_media_list;
 struct srv_media_opts;
 /* The limits and kinds this server takes (from --mmproj and the --max-media-* options). */
 void srv_media_opts_get(srv *s, struct srv_media_opts *mo);
+/* The encoder-output cache (server-api-media.c): rows of media already encoded,
+ * by media key, least recently used dropped past max_bytes. new returns NULL for
+ * max_bytes 0 (no cache) or out of memory; free takes NULL. */
+struct srv_media_cache *srv_media_cache_new(size_t max_bytes);
+void srv_media_cache_free(struct srv_media_cache *c);
+typedef struct srv_media_cache_stats {
+    uint64_t hits, misses, evictions, bytes, max_bytes, entries;
+} srv_media_cache_stats;
+void srv_media_cache_get_stats(struct srv_media_cache *c, srv_media_cache_stats *st);
 /* A chat prompt holding media: text is the rendered prompt (spans: its data spans)
  * with ml->marker where each medium goes. Sets r->prompt (the text tokens, the
  * projector's begin/end tokens around each medium included), r->media (each
