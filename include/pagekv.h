@@ -1738,6 +1738,16 @@ pkv_status pkv_mmproj_get_info(const pkv_mmproj *p, pkv_mmproj_info *info);
 pkv_status pkv_mmproj_n_rows(const pkv_mmproj *p, const pkv_media *m, int64_t *n_rows);
 /* Encode m: out receives f32 [n_rows][info.n_embd] (n_rows from pkv_mmproj_n_rows). */
 pkv_status pkv_mmproj_encode(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows);
+/* pkv_mmproj_encode in slices, so a caller can do other work between them (the
+ * server runs one slice between engine steps): begin checks as encode does and
+ * prepares (audio: the log-mel of the whole signal); each step encodes one slice
+ * (audio: one 30-second window; an image: all of it) and sets *done after the
+ * last. m and out must stay valid until the job is freed. The rows equal
+ * pkv_mmproj_encode's. After a failed step the job is over (free it). */
+typedef struct pkv_mmproj_job pkv_mmproj_job;
+pkv_status pkv_mmproj_encode_begin(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows, pkv_mmproj_job **job);
+pkv_status pkv_mmproj_encode_step(pkv_mmproj_job *job, bool *done);
+void pkv_mmproj_job_free(pkv_mmproj_job *job);
 
 #ifdef __cplusplus
 }

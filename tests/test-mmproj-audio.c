@@ -2,7 +2,8 @@
 /* Voxtral's projector on the CPU (src/media/mmproj-audio.c): the pair mkmodel
  * writes loads and matches its text model; rows per window (375 per started 30 s:
  * 1 sample, 30 s, 30 s + 1 sample, 31 s); encoding is deterministic, finite, and
- * each window's rows depend on that window's audio; a wrong pair, a missing key,
+ * each window's rows depend on that window's audio; encoding in slices
+ * (pkv_mmproj_encode_begin/step: one window a step) gives the same rows; a wrong pair, a missing key,
  * a missing tensor and a wrong shape are refused with messages naming them; the
  * CLI's mkmodel --arch voxtral --mmproj-out writes a pair that loads.
  * The numbers themselves are checked against an independent numpy implementation
@@ -131,6 +132,22 @@ static void test_rows_and_encode(const char *text, const char *proj) {
     CHECK_OK(pkv_mmproj_encode(p, &m, a, 750));
     CHECK_OK(pkv_mmproj_encode(p, &m, b, 750));
     CHECK_MEM(a, b, rows * w * 4); /* deterministic on one device */
+    { /* in slices (as the server encodes between engine steps): one step a window, the same rows */
+        pkv_mmproj_job *job = NULL;
+        memset(b, 0, rows * w * 4);
+        CHECK_STATUS(pkv_mmproj_encode_begin(p, &m, b, 375, &job), PKV_ERR_INVALID);
+        CHECK(job == NULL);
+        CHECK_OK(pkv_mmproj_encode_begin(p, &m, b, 750, &job));
+        int steps = 0;
+        bool done = false;
+        while (job && !done && steps < 10) {
+            CHECK_OK(pkv_mmproj_encode_step(job, &done));
+            steps++;
+        }
+        CHECK_INT(steps, 2);
+        CHECK_MEM(a, b, rows * w * 4);
+        pkv_mmproj_job_free(job);
+    }
     bool finite = true;
     double norm0 = 0, norm1 = 0, diff = 0;
     for (size_t i = 0; i < rows * w; i++) finite = finite && isfinite(a[i]);
