@@ -20,7 +20,9 @@ static int64_t media_rows(const pkv_media *m, void *ud) {
     return pkv_mmproj_n_rows(((srv *)ud)->mm, m, &n) ? 0 : n;
 }
 
-void srv_media_opts_get(srv *s, srv_media_opts *mo) {
+static bool conn_gone(void *ud) { return srv_conn_gone(ud); }
+
+void srv_media_opts_get(srv *s, srv_media_opts *mo, const srv_conn *conn) {
     memset(mo, 0, sizeof *mo);
     if (s->mm && s->mm_info.kind == PKV_MEDIA_AUDIO) mo->audio_rate = s->mm_info.sample_rate;
     if (s->mm && s->mm_info.kind == PKV_MEDIA_IMAGE) mo->images = true;
@@ -33,6 +35,10 @@ void srv_media_opts_get(srv *s, srv_media_opts *mo) {
         mo->rows = media_rows;
         mo->rows_ud = s;
         mo->n_ctx = s->n_ctx;
+    }
+    if (conn) {
+        mo->gone = conn_gone;
+        mo->gone_ud = (void *)conn;
     }
 }
 
@@ -199,37 +205,79 @@ static void mc_put(struct srv_media_cache *c, uint64_t key, int32_t n_rows, cons
 
 typedef struct enc_call {
     srv *s;
+    const srv_conn *conn; /* its client: gone = stop */
+    bool gone;
     const srv_media_list *ml;
     srv_req *r;
     int i;
+    pkv_mmproj_job *job; /* medium i's encoding under way */
+    double resume_at;    /* while the engine has work, no slice before this (monotonic seconds) */
+    float *e;            /* its rows */
     pkv_status st;
     char err[512];
 } enc_call;
 
-/* On the worker: encode the next medium (one per call, so engine steps go on
- * between media). */
+static void enc_drop(enc_call *k) {
+    pkv_mmproj_job_free(k->job);
+    free(k->e);
+    k->job = NULL;
+    k->e = NULL;
+}
+
+/* On the worker: one slice of the media's encoding per call (an audio window, an
+ * image), so engine steps of other requests go on between slices; media that
+ * came from the cache are skipped. */
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static bool enc_run(srv_gen *g, void *arg) {
-    (void)g;
     enc_call *k = arg;
-    while (k->i < k->ml->n && k->r->media[k->i].embd) k->i++; /* from the cache */
-    if (k->i >= k->ml->n) return true;
-    const pkv_media *m = &k->ml->items[k->i].m;
-    pkv_media_rows *mr = &k->r->media[k->i];
-    const size_t bytes = (size_t)mr->n_rows * (size_t)k->s->mm_info.n_embd * sizeof(float);
-    float *e = malloc(bytes ? bytes : 1);
-    if (!e) {
-        k->st = PKV_ERR_NOMEM;
-        snprintf(k->err, sizeof k->err, "out of memory for %d rows of the projector's output", mr->n_rows);
+    /* while other requests run, the encoder takes at most half the worker's time:
+     * after a slice of dt seconds, engine steps alone for dt */
+    const double t0 = mono_s();
+    if (t0 < k->resume_at && srv_gen_busy(g)) return false;
+    if (srv_conn_gone(k->conn)) { /* nobody waits for the rest */
+        enc_drop(k);
+        k->gone = true;
         return true;
     }
-    k->st = pkv_mmproj_encode(k->s->mm, m, e, mr->n_rows);
+    if (!k->job) {
+        while (k->i < k->ml->n && k->r->media[k->i].embd) k->i++; /* from the cache */
+        if (k->i >= k->ml->n) return true;
+        const pkv_media_rows *mr = &k->r->media[k->i];
+        const size_t bytes = (size_t)mr->n_rows * (size_t)k->s->mm_info.n_embd * sizeof(float);
+        if (!(k->e = malloc(bytes ? bytes : 1))) {
+            k->st = PKV_ERR_NOMEM;
+            snprintf(k->err, sizeof k->err, "out of memory for %d rows of the projector's output", mr->n_rows);
+            return true;
+        }
+        k->st = pkv_mmproj_encode_begin(k->s->mm, &k->ml->items[k->i].m, k->e, mr->n_rows, &k->job);
+        if (k->st) {
+            snprintf(k->err, sizeof k->err, "encoding medium %d failed: %s", k->i + 1, pkv_errmsg());
+            enc_drop(k);
+            return true;
+        }
+    }
+    bool done = false;
+    k->st = pkv_mmproj_encode_step(k->job, &done);
+    const double t1 = mono_s();
+    k->resume_at = t1 + (t1 - t0);
     if (k->st) {
         snprintf(k->err, sizeof k->err, "encoding medium %d failed: %s", k->i + 1, pkv_errmsg());
-        free(e);
+        enc_drop(k);
         return true;
     }
-    mc_put(k->s->mcache, mr->key, mr->n_rows, e, bytes);
-    mr->embd = e;
+    if (!done) return false; /* the next slice after an engine step */
+    pkv_mmproj_job_free(k->job);
+    k->job = NULL;
+    pkv_media_rows *mr = &k->r->media[k->i];
+    const size_t bytes = (size_t)mr->n_rows * (size_t)k->s->mm_info.n_embd * sizeof(float);
+    mc_put(k->s->mcache, mr->key, mr->n_rows, k->e, bytes);
+    mr->embd = k->e;
+    k->e = NULL;
     k->i++;
     while (k->i < k->ml->n && k->r->media[k->i].embd) k->i++;
     return k->i >= k->ml->n;
@@ -237,7 +285,8 @@ static bool enc_run(srv_gen *g, void *arg) {
 
 /* Row counts and keys of every medium (on this thread: pkv_mmproj_n_rows is
  * arithmetic), then the encoding on the worker. */
-static bool encode_media(srv *s, const srv_media_list *ml, srv_req *r, const int32_t *at, srv_out *o) {
+static bool encode_media(srv *s, const srv_media_list *ml, srv_req *r, const int32_t *at, const srv_conn *conn,
+                         srv_out *o) {
     r->media = calloc((size_t)ml->n, sizeof *r->media);
     if (!r->media) {
         srv_error(o, 500, "out of memory");
@@ -275,8 +324,15 @@ static bool encode_media(srv *s, const srv_media_list *ml, srv_req *r, const int
         all = all && mr->embd;
     }
     if (all) return true;
-    enc_call k = {.s = s, .ml = ml, .r = r};
+    enc_call k = {.s = s, .conn = conn, .ml = ml, .r = r};
     srv_gen_call(s->g, enc_run, &k);
+    if (k.gone) {
+        pthread_mutex_lock(&s->mu);
+        s->disconnects++;
+        pthread_mutex_unlock(&s->mu);
+        srv_error(o, 499, "the client went away while its media were encoded");
+        return false;
+    }
     if (k.st) {
         srv_error(o, k.st == PKV_ERR_NOMEM ? 500 : 400, "%s", k.err);
         return false;
@@ -287,7 +343,7 @@ static bool encode_media(srv *s, const srv_media_list *ml, srv_req *r, const int
 /* ------------------------------------------------------------ chat */
 
 bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans,
-                           srv_media_list *ml, srv_req *r, srv_out *o) {
+                           srv_media_list *ml, srv_req *r, const srv_conn *conn, srv_out *o) {
     size_t *at_text = malloc((size_t)ml->n * sizeof *at_text);
     int32_t *at = malloc((size_t)ml->n * sizeof *at), *ids = NULL, *t = NULL;
     size_t *sp = malloc((n_spans ? n_spans : 1) * 2 * sizeof *sp);
@@ -331,7 +387,7 @@ bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *s
     r->prompt = ids;
     r->n_prompt = n;
     ids = NULL;
-    ok = encode_media(s, ml, r, at, o);
+    ok = encode_media(s, ml, r, at, conn, o);
 out:
     free(t);
     free(ids);
@@ -424,7 +480,7 @@ void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn
      * for one (as in vLLM). */
 
     srv_media_opts mo;
-    srv_media_opts_get(s, &mo);
+    srv_media_opts_get(s, &mo, conn);
     srv_media_list ml = {0};
     ml.items = calloc(1, sizeof *ml.items);
     if (!ml.items) return srv_error(o, 500, "out of memory");
@@ -485,7 +541,7 @@ void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn
     r->sp.seed = s->o.seed >= 0 ? (uint64_t)s->o.seed : (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)r;
     r->max_tokens = (int)(s->n_ctx > INT32_MAX ? INT32_MAX : s->n_ctx); /* cut to the room left by the worker */
     /* no chat template here: it ends at the model's end-of-generation tokens */
-    if (!encode_media(s, &ml, r, &at, o)) goto out;
+    if (!encode_media(s, &ml, r, &at, conn, o)) goto out;
     char id[64];
     srv_next_id(s, "trsc", id, sizeof id);
     if (!srv_submit_and_wait(s, r, -1, false, false, id, conn, o)) goto out;

@@ -146,7 +146,7 @@ bool srv_tokenize_part(srv *s, const char *text, size_t len, bool add_special, c
 struct srv_media_list;
 struct srv_media_opts;
 /* The limits and kinds this server takes (from --mmproj and the --max-media-* options). */
-void srv_media_opts_get(srv *s, struct srv_media_opts *mo);
+void srv_media_opts_get(srv *s, struct srv_media_opts *mo, const srv_conn *conn);
 /* The encoder-output cache (server-api-media.c): rows of media already encoded,
  * by media key, least recently used dropped past max_bytes. new returns NULL for
  * max_bytes 0 (no cache) or out of memory; free takes NULL. */
@@ -159,10 +159,11 @@ void srv_media_cache_get_stats(struct srv_media_cache *c, srv_media_cache_stats 
 /* A chat prompt holding media: text is the rendered prompt (spans: its data spans)
  * with ml->marker where each medium goes. Sets r->prompt (the text tokens, the
  * projector's begin/end tokens around each medium included), r->media (each
- * medium encoded by the projector on the worker thread) and the row counts. false
- * with the answer in o. */
+ * medium encoded by the projector on the worker thread, one medium per call
+ * between engine steps, stopping when conn's client went away) and the row
+ * counts. false with the answer in o. */
 bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans,
-                           struct srv_media_list *ml, srv_req *r, srv_out *o);
+                           struct srv_media_list *ml, srv_req *r, const srv_conn *conn, srv_out *o);
 /* POST /v1/audio/transcriptions (multipart/form-data; conn->content_type). */
 void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn *conn, srv_out *o);
 /* A token array from JSON (every element an integer in [0, n_vocab)). */

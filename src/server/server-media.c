@@ -419,6 +419,8 @@ static bool decode_all(const srv_media_opts *o, srv_media_list *ml, int *status,
     }
     for (int i = 0; i < ml->n; i++) {
         srv_media_item *it = &ml->items[i];
+        if (o->gone && o->gone(o->gone_ud))
+            return fail(status, 499, err, err_size, "the client went away: %d of %d media decoded", i, ml->n);
         const bool audio = it->pi.kind == PKV_MEDIA_AUDIO;
         if (audio && it->pi.seconds > 0) rest_sec -= it->pi.seconds;
         if (!audio) rest_pix -= (int64_t)it->pi.width * it->pi.height;

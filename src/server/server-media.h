@@ -79,6 +79,10 @@ typedef struct srv_media_opts {
     int64_t (*rows)(const pkv_media *m, void *rows_ud);
     void *rows_ud;
     int64_t n_ctx;
+    /* true when the client went away: checked before each medium is decoded (then
+     * the extraction stops, status 499); NULL = never */
+    bool (*gone)(void *gone_ud);
+    void *gone_ud;
 } srv_media_opts;
 
 typedef struct srv_media_item {
