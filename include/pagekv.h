@@ -1740,9 +1740,9 @@ pkv_status pkv_mmproj_n_rows(const pkv_mmproj *p, const pkv_media *m, int64_t *n
 pkv_status pkv_mmproj_encode(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows);
 /* pkv_mmproj_encode in slices, so a caller can do other work between them (the
  * server runs one slice between engine steps): begin checks as encode does and
- * prepares (audio: the log-mel of the whole signal); each step encodes one slice
- * (audio: one 30-second window; an image: all of it) and sets *done after the
- * last. m and out must stay valid until the job is freed. The rows equal
+ * allocates; each step does one slice (audio: the log-mel of one 30-second
+ * window, and once all have theirs, the encoder on one window; an image: all of
+ * it) and sets *done after the last. m and out must stay valid until the job is freed. The rows equal
  * pkv_mmproj_encode's. After a failed step the job is over (free it). */
 typedef struct pkv_mmproj_job pkv_mmproj_job;
 pkv_status pkv_mmproj_encode_begin(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows, pkv_mmproj_job **job);

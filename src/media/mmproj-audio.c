@@ -454,12 +454,15 @@ static pkv_status scratch_alloc(pkv_device *dev, const enc *e, scratch *S) {
     return s;
 }
 
-/* An encoding in slices: the log-mel of the whole signal first (its clamp is
- * relative to the loudest frame of all of it), then one 30-second window per step. */
+/* An encoding in slices: the log-mel one window a step (its floor is relative to
+ * the loudest frame of all of it, so every window's comes first), then one
+ * 30-second window of the encoder a step. */
 typedef struct job {
+    const pkv_media *m;
     float *mel, *x1, *out;
     scratch S;
-    int64_t n_win, n_frames, w;
+    int64_t n_win, n_frames, w, mel_w;
+    double gmax;
 } job;
 
 static void job_end(pkv_mmproj *p, void *state) {
@@ -481,12 +484,13 @@ static pkv_status job_begin(pkv_mmproj *p, const pkv_media *m, float *out, void 
     j->n_win = pkv_mel_n_windows(m->n_samples);
     j->n_frames = j->n_win * T;
     j->out = out;
+    j->m = m;
+    j->gmax = -INFINITY;
     j->mel = pkv_malloc((size_t)nm * (size_t)j->n_frames * 4);
     j->x1 = pkv_malloc((size_t)T * 3 * (size_t)nm * 4);
     pkv_status s = PKV_OK;
     if (!j->mel || !j->x1)
         s = pkv_err(PKV_ERR_NOMEM, "voxtral encoder: out of memory for %lld mel frames", (long long)j->n_frames);
-    if (!s) s = pkv_audio_log_mel(m->samples, m->n_samples, (int)nm, j->mel);
     if (!s) s = scratch_alloc(p->dev, e, &j->S);
     if (s) {
         pkv_err_prefix(s, "voxtral encoder on %s", pkv_device_name(p->dev));
@@ -501,6 +505,14 @@ static pkv_status job_step(pkv_mmproj *p, void *state, bool *done) {
     const enc *e = p->enc;
     job *j = state;
     const int64_t T = PKV_MEL_WINDOW_FRAMES, nm = e->n_mel, n_out = N_POS / e->stack, w = j->w;
+    *done = false;
+    if (j->mel_w < j->n_win) { /* the log-mel of one window */
+        pkv_status s = pkv_audio_log_mel_frames(j->m->samples, j->m->n_samples, (int)nm, j->mel, j->mel_w * T,
+                                                (j->mel_w + 1) * T, &j->gmax);
+        if (s) return pkv_err_prefix(s, "voxtral encoder");
+        if (++j->mel_w == j->n_win) pkv_audio_log_mel_finish(j->m->n_samples, (int)nm, j->mel, j->gmax);
+        return PKV_OK;
+    }
     /* im2col: row t = [mel(t-1) | mel(t) | mel(t+1)] of this window, zeros outside it */
     for (int64_t t = 0; t < T; t++)
         for (int k = 0; k < 3; k++) {
