@@ -101,7 +101,6 @@ struct srv_media_cache {
 };
 
 struct srv_media_cache *srv_media_cache_new(size_t max_bytes) {
-    if (!max_bytes) return NULL;
     struct srv_media_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     pthread_mutex_init(&c->mu, NULL);
@@ -146,7 +145,8 @@ void srv_media_cache_get_stats(struct srv_media_cache *c, srv_media_cache_stats 
 }
 
 /* A copy of the rows under key (malloc'd) or NULL: not there, or no memory for
- * the copy (then encoded again). Counts a hit or a miss. */
+ * the copy (then encoded again). Counts a hit or a miss (with max_bytes 0 every
+ * medium is a miss: the counters still count the media encoded). */
 static float *mc_get(struct srv_media_cache *c, uint64_t key, int32_t n_rows, size_t bytes) {
     if (!c) return NULL;
     float *out = NULL;
@@ -168,7 +168,7 @@ static float *mc_get(struct srv_media_cache *c, uint64_t key, int32_t n_rows, si
 /* Keep a copy of rows under key, dropping the least recently used past the size
  * (rows larger than the whole cache are not kept). Out of memory: not kept. */
 static void mc_put(struct srv_media_cache *c, uint64_t key, int32_t n_rows, const float *rows, size_t bytes) {
-    if (!c || bytes > c->max_bytes) return;
+    if (!c || bytes > c->max_bytes) return; /* (max_bytes 0: none kept) */
     mc_entry *e = calloc(1, sizeof *e);
     float *copy = malloc(bytes ? bytes : 1);
     if (!e || !copy) {

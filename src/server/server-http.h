@@ -148,8 +148,8 @@ struct srv_media_opts;
 /* The limits and kinds this server takes (from --mmproj and the --max-media-* options). */
 void srv_media_opts_get(srv *s, struct srv_media_opts *mo, const srv_conn *conn);
 /* The encoder-output cache (server-api-media.c): rows of media already encoded,
- * by media key, least recently used dropped past max_bytes. new returns NULL for
- * max_bytes 0 (no cache) or out of memory; free takes NULL. */
+ * by media key, least recently used dropped past max_bytes (0: nothing kept, the
+ * counters still count). new returns NULL out of memory; free takes NULL. */
 struct srv_media_cache *srv_media_cache_new(size_t max_bytes);
 void srv_media_cache_free(struct srv_media_cache *c);
 typedef struct srv_media_cache_stats {
