@@ -7,6 +7,8 @@
  *     media-cache miss is counted just before) answers in under a third of the
  *     big request's time, and with the same text as when served alone (before:
  *     it waited for the whole medium's encoding);
+ *   - a FLAC whose header claims 30 minutes (18000 rows) is refused at once
+ *     saying the context holds 16384 (the projector's rows from the header);
  *   - the same big request from a client that resets its connection once the
  *     encoding has started is given up: pagekv_client_disconnects_total counts it
  *     in under a third of the encoding's time (before: the encoding ran on).
@@ -132,6 +134,19 @@ int main(void) {
     double t_alone, t_during;
     CHECK_INT(small(alone, sizeof alone, &t_alone), 200);
     CHECK(alone[0] != 0);
+    { /* a FLAC whose header says 30 minutes: 48 windows of 375 rows, more than the context, refused from its
+       * header (a 42-byte file: before, the decoder's "truncated FLAC") */
+        static const char *flac = "ZkxhQ4AAACIQABAAAAAAAAAAA+gA8AG3dAAAAAAAAAAAAAAAAAAAAAAA"; /* 16 kHz, 28800000 */
+        char body[512];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\","
+                 "\"input_audio\":{\"format\":\"flac\",\"data\":\"%s\"}}]}]}", flac);
+        const char *f = ts_file("lat-flac.json", body, strlen(body));
+        const double t0 = now_s();
+        CHECK_INT(ts_http(g_port, "-H 'Content-Type: application/json' --data-binary @%s /v1/chat/completions", f), 400);
+        CHECK(strstr(ts_body, "the context holds 16384") != NULL);
+        th_checks++;
+        if (now_s() - t0 > 1.0) TH_FAIL("the 30-minute FLAC took %.3f s to refuse", now_s() - t0);
+    }
     char *big = big_body();
     const char *bf = ts_file("lat-big.json", big, strlen(big));
 

@@ -14,10 +14,19 @@
 #include "server/server-http.h"
 #include "server/server-media.h"
 
-/* The projector's rows for a medium of m's shape (arithmetic on the shape). */
+/* The projector's rows for a medium of m's shape (arithmetic on the shape; m has
+ * no samples or pixels yet: stand-ins pass pkv_mmproj_n_rows's checks, which the
+ * row count does not read). */
 static int64_t media_rows(const pkv_media *m, void *ud) {
+    static const float no_samples[1];
+    static const uint8_t no_pixels[3];
+    pkv_media shape = *m;
+    if (!shape.samples) shape.samples = no_samples;
+    if (!shape.rgb) shape.rgb = no_pixels;
+    if (shape.width < 1) shape.width = 1;
+    if (shape.height < 1) shape.height = 1;
     int64_t n = 0;
-    return pkv_mmproj_n_rows(((srv *)ud)->mm, m, &n) ? 0 : n;
+    return pkv_mmproj_n_rows(((srv *)ud)->mm, &shape, &n) ? 0 : n;
 }
 
 static bool conn_gone(void *ud) { return srv_conn_gone(ud); }
@@ -499,8 +508,8 @@ void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn
     }
     if (!st && pi.seconds > 0) {
         pkv_media shape = {.kind = PKV_MEDIA_AUDIO, .rate = mo.audio_rate, .n_samples = (int64_t)(pi.seconds * mo.audio_rate)};
-        int64_t rows = 0;
-        if (!pkv_mmproj_n_rows(s->mm, &shape, &rows) && rows >= s->n_ctx) {
+        const int64_t rows = media_rows(&shape, s);
+        if (rows >= s->n_ctx) {
             free(ml.items);
             return srv_error(o, 400, "the uploaded file takes at least %lld positions; the context holds %lld (start "
                              "the server with a larger -c, or send less)", (long long)rows, (long long)s->n_ctx);

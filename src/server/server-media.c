@@ -425,7 +425,7 @@ static bool decode_all(const srv_media_opts *o, srv_media_list *ml, int *status,
         if (audio && it->pi.seconds > 0) rest_sec -= it->pi.seconds;
         if (!audio) rest_pix -= (int64_t)it->pi.width * it->pi.height;
         pkv_media_limits l = o->lim;
-        const double left_sec = req_sec - used_sec - rest_sec;
+        const double left_sec = req_sec - used_sec - rest_sec + 1e-6; /* (a file at the limit: no rounding refusal) */
         const int64_t left_pix = req_pix - used_pix - rest_pix;
         const bool by_request = audio ? left_sec < max_sec : left_pix < max_pix;
         if (audio) l.max_audio_seconds = by_request ? left_sec : max_sec;
