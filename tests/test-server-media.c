@@ -528,8 +528,41 @@ static void test_limits(void) {
     o.max_request_pixels = 1000;
     jpeg_head(jpg, 40, 30);
     refused("a JPEG of 1200 px over 1000", media_body(false, files, lens, 1), &o, 400, "1200 pixels", 0.5);
-    /* the probe itself */
+    /* the probe itself; an Ogg: a first page with the Vorbis identification header
+     * (16 kHz), a last page whose granule says 90 s */
+    uint8_t ogg[27 + 1 + 30 + 27 + 1 + 1];
+    memset(ogg, 0, sizeof ogg);
+    memcpy(ogg, "OggS", 4), ogg[5] = 2, ogg[26] = 1, ogg[27] = 30;
+    memcpy(ogg + 28, "\x01vorbis", 7), ogg[28 + 11] = 1;
+    const uint32_t r16 = 16000;
+    memcpy(ogg + 28 + 12, &r16, 4);
+    uint8_t *last = ogg + 58;
+    memcpy(last, "OggS", 4), last[5] = 4, last[26] = 1, last[27] = 1;
+    const uint64_t gran = 90ull * 16000;
+    memcpy(last + 6, &gran, 8);
     pkv_media_probe_info pi;
+    CHECK(!pkv_media_probe(ogg, sizeof ogg, PKV_MEDIA_AUDIO, &pi) && pi.rate == 16000 && pi.seconds == 90);
+    /* every prefix and every byte set to 0x00 or 0xff of each header: no read outside
+     * (ASan), a status or a length within what the bytes can say */
+    struct {
+        const uint8_t *d;
+        size_t n;
+        pkv_media_kind k;
+    } hs[] = {{fl, 42, PKV_MEDIA_AUDIO}, {ogg, sizeof ogg, PKV_MEDIA_AUDIO}, {png, 33, PKV_MEDIA_IMAGE},
+              {jpg, 39, PKV_MEDIA_IMAGE}};
+    int odd = 0;
+    for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++)
+        for (size_t cut = 0; cut <= hs[h].n; cut++)
+            for (size_t at = 0; at <= cut; at++)
+                for (int v = 0; v < 2; v++) {
+                    uint8_t *c = malloc(cut ? cut : 1);
+                    memcpy(c, hs[h].d, cut);
+                    if (at < cut) c[at] = v ? 0xff : 0x00;
+                    if (!pkv_media_probe(c, cut, hs[h].k, &pi))
+                        odd += pi.width < 0 || pi.height < 0 || pi.rate < 0 || !(pi.seconds < 1e12);
+                    free(c);
+                }
+    CHECK_INT(odd, 0);
     CHECK(!pkv_media_probe(jpg, 39, PKV_MEDIA_IMAGE, &pi) && pi.width == 40 && pi.height == 30);
     CHECK(!pkv_media_probe(fl, 42, PKV_MEDIA_AUDIO, &pi) && pi.rate == 44100 && pi.seconds == 300);
     CHECK(!pkv_media_probe("xyz", 3, PKV_MEDIA_AUDIO, &pi) && pi.seconds < 0);
