@@ -36,6 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(f);
     memcpy(f, data + 1, size - 1);
     int64_t live = pkv_alloc_live();
+    /* the header probe the server runs first: no allocation, sane values */
+    pkv_media_probe_info pi;
+    if (pkv_media_probe(f, size - 1, PKV_MEDIA_AUDIO, &pi) == PKV_OK)
+        FUZZ_CHECK(pi.rate >= 0 && pi.rate <= 768000 && (pi.seconds < 0 || (pi.rate > 0 && pi.seconds < 1e16)));
+    FUZZ_CHECK(pkv_alloc_live() == live);
     if (flags & 8) pkv_alloc_fail_at((uint64_t)(flags >> 4) + 1);
     float *s = (float *)f;
     int64_t n = -1;

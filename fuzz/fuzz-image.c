@@ -30,6 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(f);
     memcpy(f, data + 1, size - 1);
     int64_t live = pkv_alloc_live();
+    /* the header probe the server runs first: no allocation; a size it finds is the
+     * decoded one */
+    pkv_media_probe_info pi;
+    const bool probed = pkv_media_probe(f, size - 1, PKV_MEDIA_IMAGE, &pi) == PKV_OK;
+    FUZZ_CHECK(!probed || (pi.width >= 0 && pi.height >= 0));
+    FUZZ_CHECK(pkv_alloc_live() == live);
     if (flags & 8) pkv_alloc_fail_at((uint64_t)(flags >> 4) + 1);
     uint8_t *rgb = f;
     int w = -1, h = -1;
@@ -37,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pkv_alloc_fail_at(0);
     if (st == PKV_OK) {
         FUZZ_CHECK(rgb != NULL && w > 0 && h > 0 && (int64_t)w * h <= lim.max_pixels);
+        FUZZ_CHECK(!probed || pi.width == 0 || (pi.width == w && pi.height == h));
         unsigned sum = 0;
         for (size_t i = 0; i < (size_t)w * h * 3; i++) sum += rgb[i];
         (void)sum;

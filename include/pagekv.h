@@ -1700,6 +1700,20 @@ pkv_status pkv_image_decode(const void *data, size_t size, const pkv_media_limit
                             int *width, int *height);
 void pkv_media_free(void *p);
 
+/* What a file's header says, read without decoding it (cheap: checked against the
+ * limits before any decode). */
+typedef struct pkv_media_probe_info {
+    pkv_media_kind kind;
+    double seconds;    /* audio: the length the header gives (WAV: its data size; FLAC:
+                          STREAMINFO's total; Ogg: the last page's granule); < 0 = not known */
+    int rate;          /* audio: the file's sample rate; 0 = not known */
+    int width, height; /* images: from the PNG IHDR or the JPEG start of frame; 0 = not known */
+} pkv_media_probe_info;
+/* Probe a file image of the given kind. Headers only: a length or size the header
+ * does not give is left "not known" (decoding still enforces the limits). A WAV's
+ * chunk errors are those pkv_audio_decode reports. */
+pkv_status pkv_media_probe(const void *data, size_t size, pkv_media_kind kind, pkv_media_probe_info *out);
+
 /* A content hash of decoded media (its kind, shape and every sample or pixel): the
  * key under which its rows enter the prefix cache. */
 uint64_t pkv_media_hash(const pkv_media *m);
@@ -1740,6 +1754,16 @@ pkv_status pkv_mmproj_get_info(const pkv_mmproj *p, pkv_mmproj_info *info);
 pkv_status pkv_mmproj_n_rows(const pkv_mmproj *p, const pkv_media *m, int64_t *n_rows);
 /* Encode m: out receives f32 [n_rows][info.n_embd] (n_rows from pkv_mmproj_n_rows). */
 pkv_status pkv_mmproj_encode(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows);
+/* pkv_mmproj_encode in slices, so a caller can do other work between them (the
+ * server runs one slice between engine steps): begin checks as encode does and
+ * allocates; each step does one slice (audio: the log-mel of one 30-second
+ * window, and once all have theirs, the encoder on one window; an image: all of
+ * it) and sets *done after the last. m and out must stay valid until the job is freed. The rows equal
+ * pkv_mmproj_encode's. After a failed step the job is over (free it). */
+typedef struct pkv_mmproj_job pkv_mmproj_job;
+pkv_status pkv_mmproj_encode_begin(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows, pkv_mmproj_job **job);
+pkv_status pkv_mmproj_encode_step(pkv_mmproj_job *job, bool *done);
+void pkv_mmproj_job_free(pkv_mmproj_job *job);
 
 #ifdef __cplusplus
 }

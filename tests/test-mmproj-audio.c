@@ -2,7 +2,8 @@
 /* Voxtral's projector on the CPU (src/media/mmproj-audio.c): the pair mkmodel
  * writes loads and matches its text model; rows per window (375 per started 30 s:
  * 1 sample, 30 s, 30 s + 1 sample, 31 s); encoding is deterministic, finite, and
- * each window's rows depend on that window's audio; a wrong pair, a missing key,
+ * each window's rows depend on that window's audio; encoding in slices
+ * (pkv_mmproj_encode_begin/step: a window's log-mel or encoder a step) gives the same rows; a wrong pair, a missing key,
  * a missing tensor and a wrong shape are refused with messages naming them; the
  * CLI's mkmodel --arch voxtral --mmproj-out writes a pair that loads.
  * The numbers themselves are checked against an independent numpy implementation
@@ -11,6 +12,7 @@
  * CPU's rows). */
 #include "base/base.h"
 #include "mmproj-audio-testlib.h"
+#include "media/audio-mel.h"
 #include "model/gguf.h"
 
 #include <string.h>
@@ -131,6 +133,34 @@ static void test_rows_and_encode(const char *text, const char *proj) {
     CHECK_OK(pkv_mmproj_encode(p, &m, a, 750));
     CHECK_OK(pkv_mmproj_encode(p, &m, b, 750));
     CHECK_MEM(a, b, rows * w * 4); /* deterministic on one device */
+    { /* the log-mel a window at a time, then floored: the whole one's, bit for bit */
+        const size_t nf = 2 * PKV_MEL_WINDOW_FRAMES, nm = 80;
+        float *m1 = pkv_malloc(nm * nf * 4), *m2 = pkv_malloc(nm * nf * 4);
+        double gmax = -INFINITY;
+        CHECK_OK(pkv_audio_log_mel(x, n, (int)nm, m1));
+        for (int64_t t = 0; t < (int64_t)nf; t += PKV_MEL_WINDOW_FRAMES)
+            CHECK_OK(pkv_audio_log_mel_frames(x, n, (int)nm, m2, t, t + PKV_MEL_WINDOW_FRAMES, &gmax));
+        pkv_audio_log_mel_finish(n, (int)nm, m2, gmax);
+        CHECK_MEM(m1, m2, nm * nf * 4);
+        pkv_free(m1);
+        pkv_free(m2);
+    }
+    { /* in slices (as the server encodes between engine steps): one step a window, the same rows */
+        pkv_mmproj_job *job = NULL;
+        memset(b, 0, rows * w * 4);
+        CHECK_STATUS(pkv_mmproj_encode_begin(p, &m, b, 375, &job), PKV_ERR_INVALID);
+        CHECK(job == NULL);
+        CHECK_OK(pkv_mmproj_encode_begin(p, &m, b, 750, &job));
+        int steps = 0;
+        bool done = false;
+        while (job && !done && steps < 10) {
+            CHECK_OK(pkv_mmproj_encode_step(job, &done));
+            steps++;
+        }
+        CHECK_INT(steps, 4); /* the log-mel of each window, then the encoder on each */
+        CHECK_MEM(a, b, rows * w * 4);
+        pkv_mmproj_job_free(job);
+    }
     bool finite = true;
     double norm0 = 0, norm1 = 0, diff = 0;
     for (size_t i = 0; i < rows * w; i++) finite = finite && isfinite(a[i]);

@@ -11,8 +11,9 @@
  * ids, usage must count the media rows (audio_tokens / image_tokens), and the
  * same request again must be a prefix-cache hit past the medium with the same ids,
  * while a request whose medium differs in one sample or pixel must not hit past
- * the medium's start. Skipped (77), never passed, where mkmodel cannot write the
- * pairs. */
+ * the medium's start; the second's medium came from the encoder-output cache
+ * (pagekv_media_cache_hits_total 1, misses 2). Skipped (77), never passed, where
+ * mkmodel cannot write the pairs. */
 #include "server-testlib.h"
 
 #ifndef PKV_HAVE_SERVER
@@ -77,6 +78,14 @@ static uint8_t *png(int poke, size_t *len) {
 #endif
 
 static int g_port;
+
+static long long metric(const char *name) {
+    if (ts_http(g_port, "/metrics") != 200) return -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(ts_body, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
 
 static json_t *post(const char *path, const char *body, int *code) {
     const char *f = ts_file("chat-media.json", body, strlen(body));
@@ -216,6 +225,11 @@ static void run_case(const char *what, const char *model, const char *proj, cons
     /* the same medium again: a hit past its rows; another one: not past its start */
     CHECK(cached[1] > at + nr);
     CHECK(cached[2] >= 0 && cached[2] <= at);
+    /* and the encoder ran for the first and the third only: the second's rows came
+     * from the media cache (its ids equal the reference's, checked above) */
+    CHECK_INT(metric("pagekv_media_cache_hits_total"), 1);
+    CHECK_INT(metric("pagekv_media_cache_misses_total"), 2);
+    CHECK_INT(metric("pagekv_media_cache_entries"), 2);
     fprintf(stderr, "%s: %lld rows, %zu text tokens; cached %lld, %lld, %lld\n", what, (long long)nr, n_text, cached[0],
             cached[1], cached[2]);
     free(e1), free(e2), free(p1), free(p2), free(b1), free(b2);

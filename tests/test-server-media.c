@@ -17,8 +17,15 @@
  *     URL) are decoded to the exact samples and pixels, replaced by the request's
  *     marker, in order; each refusal (no projector of that kind, an http URL, an
  *     unknown format, a medium over the size limit -> 413, bad base64) with its
- *     status and message; markers found in rendered text. */
+ *     status and message; markers found in rendered text;
+ *   - limits from the headers, before anything is decoded (each refusal in under
+ *     0.5 s, naming its option): 17 media whose first is no audio file; WAVs,
+ *     header-only FLACs, PNGs and JPEGs over the request's audio seconds or
+ *     pixels, over the per-medium ones, and media whose rows (a stand-in
+ *     projector's count) do not fit the context; within the budget they decode. */
 #include "testhelp.h"
+
+#include <time.h>
 
 #ifdef PKV_HAVE_SERVER
 #include "server/server-media.h"
@@ -368,6 +375,198 @@ static void test_content_parts(void) {
         json_decref(b);
     }
 }
+/* ------------------------------------------------------ limits from headers */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* An 8-bit mono WAV of `seconds` at 1000 Hz (1000 bytes a second; decoded at
+ * 1000 Hz: nothing to resample, fast under ASan). */
+static uint8_t *wav8(int seconds, size_t *len) {
+    const uint32_t data = (uint32_t)seconds * 1000, riff = 36 + data, rate = 1000, sixteen = 16;
+    const uint16_t one = 1, bits = 8;
+    *len = 44 + data;
+    uint8_t *w = malloc(*len);
+    memcpy(w, "RIFF", 4), memcpy(w + 4, &riff, 4), memcpy(w + 8, "WAVEfmt ", 8), memcpy(w + 16, &sixteen, 4);
+    memcpy(w + 20, &one, 2), memcpy(w + 22, &one, 2), memcpy(w + 24, &rate, 4), memcpy(w + 28, &rate, 4);
+    memcpy(w + 32, &one, 2), memcpy(w + 34, &bits, 2), memcpy(w + 36, "data", 4), memcpy(w + 40, &data, 4);
+    for (uint32_t i = 0; i < data; i++) w[44 + i] = (uint8_t)(128 + (i % 7) * 3);
+    return w;
+}
+
+/* A FLAC holding only its STREAMINFO: `total` samples at `rate` Hz claimed, no frames. */
+static size_t flac_head(uint8_t *f, uint32_t rate, uint64_t total) {
+    memset(f, 0, 42);
+    memcpy(f, "fLaC", 4);
+    f[4] = 0x80, f[7] = 34; /* last block, STREAMINFO, 34 bytes */
+    uint8_t *b = f + 8;
+    b[0] = 0x10, b[2] = 0x10; /* block sizes 4096 */
+    uint8_t *r = b + 10;
+    r[0] = (uint8_t)(rate >> 12), r[1] = (uint8_t)(rate >> 4), r[2] = (uint8_t)((rate & 15) << 4 | 0 << 1 | 0);
+    r[3] = (uint8_t)(15 << 4 | (total >> 32 & 15)); /* 16 bits a sample */
+    r[4] = (uint8_t)(total >> 24), r[5] = (uint8_t)(total >> 16), r[6] = (uint8_t)(total >> 8), r[7] = (uint8_t)total;
+    return 42;
+}
+
+/* A PNG signature and IHDR of w x h (8-bit RGB), no image data. */
+static size_t png_head(uint8_t *p, uint32_t w, uint32_t h) {
+    static const uint8_t sig[16] = {0x89, 'P', 'N', 'G', 13, 10, 26, 10, 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    memcpy(p, sig, 16);
+    for (int i = 0; i < 4; i++) p[16 + i] = (uint8_t)(w >> (24 - 8 * i)), p[20 + i] = (uint8_t)(h >> (24 - 8 * i));
+    p[24] = 8, p[25] = 2, p[26] = p[27] = p[28] = 0;
+    memset(p + 29, 0, 4); /* (no valid CRC: only the header is read) */
+    return 33;
+}
+
+/* A JPEG's SOI, an APP0 and a baseline SOF of w x h, no scan. */
+static size_t jpeg_head(uint8_t *j, int w, int h) {
+    static const uint8_t app0[20] = {0xff, 0xd8, 0xff, 0xe0, 0, 16, 'J', 'F', 'I', 'F', 0, 1, 1, 0, 0, 1, 0, 1, 0, 0};
+    memcpy(j, app0, 20);
+    uint8_t sof[19] = {0xff, 0xc0, 0, 17, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 3,
+                       1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1};
+    memcpy(j + 20, sof, 19);
+    return 39;
+}
+
+/* body.messages[0].content: n parts of one file each. */
+static json_t *media_body(bool audio, uint8_t *const *files, const size_t *lens, int n) {
+    json_t *content = json_array();
+    for (int i = 0; i < n; i++) {
+        char *e = malloc(lens[i] / 3 * 4 + 8 + 32);
+        const size_t off = audio ? 0 : (size_t)sprintf(e, "data:image/png;base64,");
+        b64_encode(files[i], lens[i], e + off, true);
+        json_array_append_new(content, audio ? json_pack("{s:s,s:{s:s}}", "type", "input_audio", "input_audio", "data", e)
+                                             : json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", e));
+        free(e);
+    }
+    return json_pack("{s:[{s:s,s:o}]}", "messages", "role", "user", "content", content);
+}
+
+static int64_t fake_rows(const pkv_media *m, void *ud) {
+    (void)ud; /* 10 rows a second of audio, 256 an image */
+    return m->kind == PKV_MEDIA_AUDIO ? m->n_samples / m->rate * 10 : 256;
+}
+
+/* One extraction that must be refused with status and want in the message, in
+ * under max_s seconds. */
+static void refused(const char *what, json_t *b, const srv_media_opts *o, int status, const char *want, double max_s) {
+    srv_media_list ml;
+    int st = 0;
+    char err[600] = "";
+    const double t0 = now_s();
+    bool ok = srv_media_extract(b, o, &ml, &st, err, sizeof err);
+    const double dt = now_s() - t0;
+    th_checks++;
+    if (ok || st != status || !strstr(err, want))
+        TH_FAIL("%s: %s, %d '%s', want %d '%s'", what, ok ? "accepted" : "refused", st, err, status, want);
+    th_checks++;
+    if (dt > max_s) TH_FAIL("%s: refused after %.3f s (more than %.1f s: decoded?)", what, dt, max_s);
+    if (ok) srv_media_list_free(&ml);
+    CHECK(ml.n == 0 && ml.items == NULL);
+    json_decref(b);
+}
+
+static void test_limits(void) {
+    uint8_t *files[17];
+    size_t lens[17];
+    const srv_media_opts au = {.audio_rate = 16000}, img = {.images = true};
+    /* 17 media: refused before any is read (the first is no audio file at all) */
+    for (int i = 0; i < 17; i++) files[i] = (uint8_t *)"not audio", lens[i] = 9;
+    refused("17 media", media_body(true, files, lens, 17), &au, 400, "more than 16 media", 0.5);
+    /* three WAVs of 700 s: 2100 s over the request's 1800 (the default), from their headers */
+    size_t wl;
+    uint8_t *w = wav8(700, &wl);
+    for (int i = 0; i < 3; i++) files[i] = w, lens[i] = wl;
+    refused("2100 s of WAV", media_body(true, files, lens, 3), &au, 400, "(--max-request-audio-seconds)", 0.5);
+    free(w);
+    w = wav8(70, &wl);
+    for (int i = 0; i < 3; i++) files[i] = w, lens[i] = wl;
+    srv_media_opts o = au;
+    o.audio_rate = 1000;
+    o.max_request_audio_seconds = 100;
+    refused("140 s of WAV", media_body(true, files, lens, 2), &o, 400, "limit of 100 s per request", 0.5);
+    o.max_request_audio_seconds = 140;
+    { /* within the budget (to the second): decoded */
+        srv_media_list ml;
+        int st = 0;
+        char err[600] = "";
+        json_t *b = media_body(true, files, lens, 2);
+        th_checks++;
+        if (!srv_media_extract(b, &o, &ml, &st, err, sizeof err)) TH_FAIL("140 s of 140: %d %s", st, err);
+        else CHECK(ml.n == 2 && ml.items[1].m.n_samples == 70 * 1000 && !ml.items[1].raw);
+        srv_media_list_free(&ml);
+        json_decref(b);
+    }
+    free(w);
+    /* FLAC: STREAMINFO's length; two of 30 minutes at 16 kHz, one of 30 minutes over a per-medium 600 */
+    uint8_t fl[42];
+    flac_head(fl, 16000, 1800ull * 16000);
+    files[0] = files[1] = fl, lens[0] = lens[1] = 42;
+    refused("two 30-minute FLACs", media_body(true, files, lens, 2), &au, 400, "3600.0 s", 0.5);
+    o = au;
+    o.lim.max_audio_seconds = 600;
+    refused("a 30-minute FLAC over 600 s", media_body(true, files, lens, 1), &o, 400, "(--max-audio-seconds)", 0.5);
+    /* the context's room from the rows the headers imply: 300 s at 10 rows a second */
+    flac_head(fl, 44100, 300ull * 44100);
+    o = au;
+    o.rows = fake_rows, o.n_ctx = 2048;
+    refused("3000 rows in 2048", media_body(true, files, lens, 1), &o, 400, "the context holds 2048", 0.5);
+    /* images: 7071 x 7071 (50 megapixels, the per-image limit) three times = over 100 megapixels */
+    uint8_t png[33], jpg[39];
+    png_head(png, 7071, 7071);
+    for (int i = 0; i < 16; i++) files[i] = png, lens[i] = 33;
+    refused("16 PNGs of 50 MP", media_body(false, files, lens, 16), &img, 400, "(--max-request-pixels)", 0.5);
+    png_head(png, 8000, 8000);
+    refused("a PNG of 64 MP", media_body(false, files, lens, 1), &img, 400, "(--max-image-pixels)", 0.5);
+    jpeg_head(jpg, 7071, 7071);
+    for (int i = 0; i < 3; i++) files[i] = jpg, lens[i] = 39;
+    refused("3 JPEGs of 50 MP", media_body(false, files, lens, 3), &img, 400, "(--max-request-pixels)", 0.5);
+    o = img;
+    o.max_request_pixels = 1000;
+    jpeg_head(jpg, 40, 30);
+    refused("a JPEG of 1200 px over 1000", media_body(false, files, lens, 1), &o, 400, "1200 pixels", 0.5);
+    /* the probe itself; an Ogg: a first page with the Vorbis identification header
+     * (16 kHz), a last page whose granule says 90 s */
+    uint8_t ogg[27 + 1 + 30 + 27 + 1 + 1];
+    memset(ogg, 0, sizeof ogg);
+    memcpy(ogg, "OggS", 4), ogg[5] = 2, ogg[26] = 1, ogg[27] = 30;
+    memcpy(ogg + 28, "\x01vorbis", 7), ogg[28 + 11] = 1;
+    const uint32_t r16 = 16000;
+    memcpy(ogg + 28 + 12, &r16, 4);
+    uint8_t *last = ogg + 58;
+    memcpy(last, "OggS", 4), last[5] = 4, last[26] = 1, last[27] = 1;
+    const uint64_t gran = 90ull * 16000;
+    memcpy(last + 6, &gran, 8);
+    pkv_media_probe_info pi;
+    CHECK(!pkv_media_probe(ogg, sizeof ogg, PKV_MEDIA_AUDIO, &pi) && pi.rate == 16000 && pi.seconds == 90);
+    /* every prefix and every byte set to 0x00 or 0xff of each header: no read outside
+     * (ASan), a status or a length within what the bytes can say */
+    struct {
+        const uint8_t *d;
+        size_t n;
+        pkv_media_kind k;
+    } hs[] = {{fl, 42, PKV_MEDIA_AUDIO}, {ogg, sizeof ogg, PKV_MEDIA_AUDIO}, {png, 33, PKV_MEDIA_IMAGE},
+              {jpg, 39, PKV_MEDIA_IMAGE}};
+    int odd = 0;
+    for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++)
+        for (size_t cut = 0; cut <= hs[h].n; cut++)
+            for (size_t at = 0; at <= cut; at++)
+                for (int v = 0; v < 2; v++) {
+                    uint8_t *c = malloc(cut ? cut : 1);
+                    memcpy(c, hs[h].d, cut);
+                    if (at < cut) c[at] = v ? 0xff : 0x00;
+                    if (!pkv_media_probe(c, cut, hs[h].k, &pi))
+                        odd += pi.width < 0 || pi.height < 0 || pi.rate < 0 || !(pi.seconds < 1e12);
+                    free(c);
+                }
+    CHECK_INT(odd, 0);
+    CHECK(!pkv_media_probe(jpg, 39, PKV_MEDIA_IMAGE, &pi) && pi.width == 40 && pi.height == 30);
+    CHECK(!pkv_media_probe(fl, 42, PKV_MEDIA_AUDIO, &pi) && pi.rate == 44100 && pi.seconds == 300);
+    CHECK(!pkv_media_probe("xyz", 3, PKV_MEDIA_AUDIO, &pi) && pi.seconds < 0);
+}
 #endif
 
 int main(void) {
@@ -379,6 +578,7 @@ int main(void) {
     test_data_url();
     test_multipart();
     test_content_parts();
+    test_limits();
     return th_done();
 #endif
 }

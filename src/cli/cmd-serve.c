@@ -93,6 +93,10 @@ static void serve_usage(FILE *f) {
             "                         tool_choice) per sampled token, in matcher steps (default 20000000,\n"
             "                         ~0.15 s); past it the request fails naming the limit\n"
             "  --grammar-request-steps N  the same for all of a request's tokens (default 1000000000)\n"
+            "  --max-request-audio-seconds S  one request's audio together (default 1800) -> 400\n"
+            "  --max-request-pixels N one request's images together (default 100000000) -> 400\n"
+            "  --media-cache-mb N     encoder outputs kept in host memory by media content, so the same\n"
+            "                         file in a later request is not encoded again (default 256; 0 = off)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight (at most 60 s), exit 0; during\n"
@@ -250,6 +254,15 @@ int pkv_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--template-budget")) {
             if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
             so.template_budget_mib = x;
+        } else if (!strcmp(a, "--max-request-audio-seconds")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0.1, 864000, &dd)) return 2;
+            so.max_request_audio_seconds = dd;
+        } else if (!strcmp(a, "--max-request-pixels")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 36, &x)) return 2;
+            so.max_request_pixels = x;
+        } else if (!strcmp(a, "--media-cache-mb")) {
+            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &x)) return 2;
+            so.media_cache_bytes = (size_t)x << 20;
         } else if (!strcmp(a, "--draft")) {
             if (!(so.draft = pkv_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft-device")) {

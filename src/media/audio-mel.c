@@ -76,6 +76,24 @@ static void fft(const cplx *in, size_t stride, cplx *out, int n, const cplx *tw)
 }
 
 pkv_status pkv_audio_log_mel(const float *samples, int64_t n_samples, int n_mel, float *out) {
+    double gmax = -INFINITY;
+    const int64_t n_frames = pkv_mel_n_windows(n_samples) * PKV_MEL_WINDOW_FRAMES;
+    pkv_status st = pkv_audio_log_mel_frames(samples, n_samples, n_mel, out, 0, n_frames, &gmax);
+    if (!st) pkv_audio_log_mel_finish(n_samples, n_mel, out, gmax);
+    return st;
+}
+
+void pkv_audio_log_mel_finish(int64_t n_samples, int n_mel, float *out, double gmax) {
+    const size_t total = (size_t)n_mel * (size_t)(pkv_mel_n_windows(n_samples) * PKV_MEL_WINDOW_FRAMES);
+    for (size_t i = 0; i < total; i++) {
+        /* out[i] holds the log10 value (rounded to f32 to halve the memory of long audio) */
+        const double v = (double)out[i] > gmax - 8.0 ? (double)out[i] : gmax - 8.0;
+        out[i] = (float)((v + 4.0) / 4.0);
+    }
+}
+
+pkv_status pkv_audio_log_mel_frames(const float *samples, int64_t n_samples, int n_mel, float *out, int64_t t0,
+                                    int64_t t1, double *gmax_io) {
     if (n_mel <= 0 || n_mel > 1024) return pkv_err(PKV_ERR_INVALID, "log-mel: %d mel bins (1..1024)", n_mel);
     const int64_t n_win = pkv_mel_n_windows(n_samples), len = n_win * PKV_MEL_WINDOW_SAMPLES;
     const int64_t n_frames = n_win * PKV_MEL_WINDOW_FRAMES; /* the STFT's last frame dropped */
@@ -92,8 +110,8 @@ pkv_status pkv_audio_log_mel(const float *samples, int64_t n_samples, int n_mel,
         tw[j].im = -sin(a);
         hann[j] = 0.5 - 0.5 * cos(a); /* periodic */
     }
-    double gmax = -INFINITY;
-    for (int64_t t = 0; t < n_frames; t++) {
+    double gmax = *gmax_io;
+    for (int64_t t = t0; t < t1 && t < n_frames; t++) {
         cplx fr[PKV_MEL_N_FFT], X[PKV_MEL_N_FFT];
         double pw[N_BINS];
         for (int j = 0; j < PKV_MEL_N_FFT; j++) {
@@ -115,12 +133,7 @@ pkv_status pkv_audio_log_mel(const float *samples, int64_t n_samples, int n_mel,
             if (v > gmax) gmax = v;
         }
     }
-    const size_t total = (size_t)n_mel * (size_t)n_frames;
-    for (size_t i = 0; i < total; i++) {
-        /* out[i] holds the log10 value (rounded to f32 to halve the memory of long audio) */
-        const double v = (double)out[i] > gmax - 8.0 ? (double)out[i] : gmax - 8.0;
-        out[i] = (float)((v + 4.0) / 4.0);
-    }
+    *gmax_io = gmax;
     pkv_free(fb);
     return PKV_OK;
 }

@@ -29,5 +29,12 @@ void pkv_mel_filters(int n_mel, float *filters);
 /* out: f32 [n_mel][n_windows * 3000] (frame-minor: out[m * n_frames + t]),
  * n_windows = pkv_mel_n_windows(n_samples). PKV_ERR_NOMEM on allocation failure. */
 pkv_status pkv_audio_log_mel(const float *samples, int64_t n_samples, int n_mel, float *out);
+/* pkv_audio_log_mel in pieces (the encoder's slices): frames [t0, t1) of out get
+ * their log10 values, *gmax the largest seen so far (start at -INFINITY); once
+ * every frame has one, _finish floors and scales the whole of out. The result is
+ * pkv_audio_log_mel's, bit for bit. */
+pkv_status pkv_audio_log_mel_frames(const float *samples, int64_t n_samples, int n_mel, float *out, int64_t t0,
+                                    int64_t t1, double *gmax);
+void pkv_audio_log_mel_finish(int64_t n_samples, int n_mel, float *out, double gmax);
 
 #endif

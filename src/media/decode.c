@@ -973,4 +973,102 @@ pkv_status pkv_image_decode(const void *data, size_t size, const pkv_media_limit
                    magic_hex(d, size, hex, sizeof hex));
 }
 
+/* ------------------------------------------------------------------ probe */
+
+static uint32_t rd32be(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* FLAC: the STREAMINFO block that must come first holds the rate (20 bits) and
+ * the total of samples per channel (36 bits; 0 = not known). */
+static void flac_probe(const uint8_t *d, size_t n, pkv_media_probe_info *o) {
+    if (n < 8 + 34 || (d[4] & 0x7f) != 0) return;
+    const uint8_t *b = d + 8 + 10;
+    const uint32_t rate = (uint32_t)b[0] << 12 | (uint32_t)b[1] << 4 | b[2] >> 4;
+    const uint64_t total = (uint64_t)(b[3] & 0x0f) << 32 | rd32be(b + 4);
+    if (rate < 1 || rate > PKV_AUDIO_RATE_MAX) return;
+    o->rate = (int)rate;
+    if (total) o->seconds = (double)total / rate;
+}
+
+/* Ogg/Vorbis: the rate from the identification header in the first page; the
+ * length from the granule position (samples) of the last page in the file. */
+static void ogg_probe(const uint8_t *d, size_t n, pkv_media_probe_info *o) {
+    if (n < 27 || d[4] != 0) return;
+    const size_t segs = d[26];
+    if (n < 27 + segs + 16) return;
+    const uint8_t *pk = d + 27 + segs;
+    if (pk[0] != 1 || memcmp(pk + 1, "vorbis", 6)) return;
+    const uint32_t rate = rd32le(pk + 12);
+    if (rate < 1 || rate > PKV_AUDIO_RATE_MAX) return;
+    o->rate = (int)rate;
+    /* the last "OggS" page header whose granule is set, searched back from the end */
+    for (size_t i = n - 27 + 1; i-- > 0;) {
+        if (d[i] != 'O' || memcmp(d + i, "OggS", 4) || d[i + 4] != 0) continue;
+        const uint64_t g = (uint64_t)rd32le(d + i + 6) | (uint64_t)rd32le(d + i + 10) << 32;
+        if (g == UINT64_MAX) continue; /* no packet ends on that page */
+        if (g > 0 && g < ((uint64_t)1 << 53)) o->seconds = (double)g / rate;
+        return;
+    }
+}
+
+/* JPEG: walk the markers up to the first start of frame (SOF0..SOF15 but DHT,
+ * JPG and DAC) and read its height and width; stop at the start of scan. */
+static void jpeg_probe(const uint8_t *d, size_t n, pkv_media_probe_info *o) {
+    size_t i = 2;
+    while (i + 4 <= n) {
+        if (d[i] != 0xff) return;
+        const uint8_t m = d[i + 1];
+        if (m == 0xff) { /* fill byte */
+            i++;
+            continue;
+        }
+        if (m == 0x01 || (m >= 0xd0 && m <= 0xd8)) { /* no length */
+            i += 2;
+            continue;
+        }
+        if (m == 0xd9 || m == 0xda) return;
+        const size_t len = (size_t)d[i + 2] << 8 | d[i + 3];
+        if (len < 2) return;
+        if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+            if (len < 7 || i + 9 > n) return;
+            o->height = d[i + 5] << 8 | d[i + 6];
+            o->width = d[i + 7] << 8 | d[i + 8];
+            return;
+        }
+        i += 2 + len;
+    }
+}
+
+pkv_status pkv_media_probe(const void *data, size_t size, pkv_media_kind kind, pkv_media_probe_info *out) {
+    if (!out || (!data && size)) return pkv_err(PKV_ERR_INVALID, "pkv_media_probe: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    out->seconds = -1;
+    const uint8_t *d = data;
+    if (kind == PKV_MEDIA_AUDIO) {
+        const audio_kind k = sniff_audio(d, size);
+        if (k == AUDIO_WAV || k == AUDIO_RF64) {
+            wav_info w;
+            pkv_status st = wav_parse(d, size, &w);
+            if (st) return st;
+            out->rate = (int)w.rate;
+            out->seconds = (double)(w.data_len / w.block) / w.rate;
+        } else if (k == AUDIO_FLAC) {
+            flac_probe(d, size, out);
+        } else if (k == AUDIO_OGG) {
+            ogg_probe(d, size, out);
+        }
+        return PKV_OK;
+    }
+    if (kind != PKV_MEDIA_IMAGE) return pkv_err(PKV_ERR_INVALID, "pkv_media_probe: unknown media kind %d", (int)kind);
+    if (size >= 8 + 8 + 8 && !memcmp(d, k_png_magic, 8) && !memcmp(d + 12, "IHDR", 4)) {
+        const uint32_t w = rd32be(d + 16), h = rd32be(d + 20);
+        if (w > INT_MAX || h > INT_MAX) /* the PNG limit is 2^31 - 1 */
+            return pkv_err(PKV_ERR_FORMAT, "malformed PNG header: %u x %u pixels", w, h);
+        out->width = (int)w, out->height = (int)h;
+    } else if (size >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) {
+        jpeg_probe(d, size, out);
+    }
+    return PKV_OK;
+}
+
 void pkv_media_free(void *p) { pkv_free(p); }

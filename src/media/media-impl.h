@@ -19,6 +19,10 @@ struct pkv_mmproj {
     pkv_status (*n_rows)(const pkv_mmproj *p, const pkv_media *m, int64_t *n_rows);
     pkv_status (*encode)(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows);
     void (*free_enc)(pkv_mmproj *p);
+    /* encoding in slices (pkv_mmproj_encode_begin); NULL: one step encodes it all */
+    pkv_status (*begin)(pkv_mmproj *p, const pkv_media *m, float *out, void **state);
+    pkv_status (*step)(pkv_mmproj *p, void *state, bool *done);
+    void (*end)(pkv_mmproj *p, void *state);
 };
 
 /* Fill p (info, enc, the three functions) from g for a projector of the given

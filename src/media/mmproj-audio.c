@@ -454,38 +454,85 @@ static pkv_status scratch_alloc(pkv_device *dev, const enc *e, scratch *S) {
     return s;
 }
 
-static pkv_status encode(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows_) {
-    const enc *e = p->enc;
-    const int64_t n_win = pkv_mel_n_windows(m->n_samples), T = PKV_MEL_WINDOW_FRAMES, nm = e->n_mel;
-    const int64_t n_frames = n_win * T, n_out = N_POS / e->stack;
-    (void)n_rows_;
-    float *mel = pkv_malloc((size_t)nm * (size_t)n_frames * 4);
-    float *x1 = pkv_malloc((size_t)T * 3 * (size_t)nm * 4);
+/* An encoding in slices: the log-mel one window a step (its floor is relative to
+ * the loudest frame of all of it, so every window's comes first), then one
+ * 30-second window of the encoder a step. */
+typedef struct job {
+    const pkv_media *m;
+    float *mel, *x1, *out;
     scratch S;
-    memset(&S, 0, sizeof S);
+    int64_t n_win, n_frames, w, mel_w;
+    double gmax;
+} job;
+
+static void job_end(pkv_mmproj *p, void *state) {
+    (void)p;
+    job *j = state;
+    if (!j) return;
+    scratch_free(&j->S);
+    pkv_free(j->mel);
+    pkv_free(j->x1);
+    pkv_free(j);
+}
+
+static pkv_status job_begin(pkv_mmproj *p, const pkv_media *m, float *out, void **state) {
+    const enc *e = p->enc;
+    *state = NULL;
+    job *j = pkv_calloc(1, sizeof *j);
+    if (!j) return pkv_err(PKV_ERR_NOMEM, "voxtral encoder: out of memory");
+    const int64_t T = PKV_MEL_WINDOW_FRAMES, nm = e->n_mel;
+    j->n_win = pkv_mel_n_windows(m->n_samples);
+    j->n_frames = j->n_win * T;
+    j->out = out;
+    j->m = m;
+    j->gmax = -INFINITY;
+    j->mel = pkv_malloc((size_t)nm * (size_t)j->n_frames * 4);
+    j->x1 = pkv_malloc((size_t)T * 3 * (size_t)nm * 4);
     pkv_status s = PKV_OK;
-    if (!mel || !x1) {
-        s = pkv_err(PKV_ERR_NOMEM, "voxtral encoder: out of memory for %lld mel frames", (long long)n_frames);
-        goto done;
+    if (!j->mel || !j->x1)
+        s = pkv_err(PKV_ERR_NOMEM, "voxtral encoder: out of memory for %lld mel frames", (long long)j->n_frames);
+    if (!s) s = scratch_alloc(p->dev, e, &j->S);
+    if (s) {
+        pkv_err_prefix(s, "voxtral encoder on %s", pkv_device_name(p->dev));
+        job_end(p, j);
+        return s;
     }
-    if ((s = pkv_audio_log_mel(m->samples, m->n_samples, (int)nm, mel))) goto done;
-    if ((s = scratch_alloc(p->dev, e, &S))) goto done;
-    for (int64_t w = 0; w < n_win && !s; w++) {
-        /* im2col: row t = [mel(t-1) | mel(t) | mel(t+1)] of this window, zeros outside it */
-        for (int64_t t = 0; t < T; t++)
-            for (int k = 0; k < 3; k++) {
-                const int64_t tt = t + k - 1;
-                float *dst = x1 + ((size_t)t * 3 + (size_t)k) * (size_t)nm;
-                for (int64_t c = 0; c < nm; c++)
-                    dst[c] = tt < 0 || tt >= T ? 0.0f : mel[(size_t)c * (size_t)n_frames + (size_t)(w * T + tt)];
-            }
-        s = window(p, &S, x1, out + (size_t)w * (size_t)n_out * (size_t)e->n_embd);
+    *state = j;
+    return PKV_OK;
+}
+
+static pkv_status job_step(pkv_mmproj *p, void *state, bool *done) {
+    const enc *e = p->enc;
+    job *j = state;
+    const int64_t T = PKV_MEL_WINDOW_FRAMES, nm = e->n_mel, n_out = N_POS / e->stack, w = j->w;
+    *done = false;
+    if (j->mel_w < j->n_win) { /* the log-mel of one window */
+        pkv_status s = pkv_audio_log_mel_frames(j->m->samples, j->m->n_samples, (int)nm, j->mel, j->mel_w * T,
+                                                (j->mel_w + 1) * T, &j->gmax);
+        if (s) return pkv_err_prefix(s, "voxtral encoder");
+        if (++j->mel_w == j->n_win) pkv_audio_log_mel_finish(j->m->n_samples, (int)nm, j->mel, j->gmax);
+        return PKV_OK;
     }
-done:
-    if (s) pkv_err_prefix(s, "voxtral encoder on %s", pkv_device_name(p->dev));
-    scratch_free(&S);
-    pkv_free(mel);
-    pkv_free(x1);
+    /* im2col: row t = [mel(t-1) | mel(t) | mel(t+1)] of this window, zeros outside it */
+    for (int64_t t = 0; t < T; t++)
+        for (int k = 0; k < 3; k++) {
+            const int64_t tt = t + k - 1;
+            float *dst = j->x1 + ((size_t)t * 3 + (size_t)k) * (size_t)nm;
+            for (int64_t c = 0; c < nm; c++)
+                dst[c] = tt < 0 || tt >= T ? 0.0f : j->mel[(size_t)c * (size_t)j->n_frames + (size_t)(w * T + tt)];
+        }
+    pkv_status s = window(p, &j->S, j->x1, j->out + (size_t)w * (size_t)n_out * (size_t)e->n_embd);
+    if (s) return pkv_err_prefix(s, "voxtral encoder on %s", pkv_device_name(p->dev));
+    *done = ++j->w >= j->n_win;
+    return PKV_OK;
+}
+
+static pkv_status encode(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows_) {
+    (void)n_rows_;
+    void *st = NULL;
+    pkv_status s = job_begin(p, m, out, &st);
+    for (bool done = false; !s && !done;) s = job_step(p, st, &done);
+    job_end(p, st);
     return s;
 }
 
@@ -574,6 +621,9 @@ pkv_status pkv_mmproj_audio_open(pkv_mmproj *p, const char *projector, const pkv
     p->info.non_causal = false;
     p->info.fingerprint = pkv_hash64(hp, sizeof hp, ld.fp);
     p->n_rows = n_rows;
+    p->begin = job_begin;
+    p->step = job_step;
+    p->end = job_end;
     p->encode = encode;
     return PKV_OK;
 }

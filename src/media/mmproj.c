@@ -121,6 +121,53 @@ pkv_status pkv_mmproj_encode(pkv_mmproj *p, const pkv_media *m, float *out, int6
     return p->encode(p, m, out, n_rows);
 }
 
+struct pkv_mmproj_job {
+    pkv_mmproj *p;
+    const pkv_media *m;
+    float *out;
+    int64_t n_rows;
+    void *state; /* the encoder's (p->begin), or NULL */
+    bool done;
+};
+
+pkv_status pkv_mmproj_encode_begin(pkv_mmproj *p, const pkv_media *m, float *out, int64_t n_rows, pkv_mmproj_job **job) {
+    if (!job) return pkv_err(PKV_ERR_INVALID, "pkv_mmproj_encode_begin: NULL job");
+    *job = NULL;
+    pkv_status st = check_media(p, m);
+    if (st) return st;
+    int64_t need;
+    if ((st = p->n_rows(p, m, &need))) return st;
+    if (!out || n_rows != need)
+        return pkv_err(PKV_ERR_INVALID, "pkv_mmproj_encode_begin: %lld rows given, the media makes %lld",
+                       (long long)n_rows, (long long)need);
+    pkv_mmproj_job *j = pkv_calloc(1, sizeof *j);
+    if (!j) return pkv_err(PKV_ERR_NOMEM, "pkv_mmproj_encode_begin: out of memory");
+    *j = (pkv_mmproj_job){.p = p, .m = m, .out = out, .n_rows = n_rows};
+    if (p->begin && (st = p->begin(p, m, out, &j->state))) {
+        pkv_free(j);
+        return st;
+    }
+    *job = j;
+    return PKV_OK;
+}
+
+pkv_status pkv_mmproj_encode_step(pkv_mmproj_job *j, bool *done) {
+    if (!j || !done) return pkv_err(PKV_ERR_INVALID, "pkv_mmproj_encode_step: NULL argument");
+    if (j->done) return *done = true, PKV_OK;
+    pkv_status st;
+    if (j->p->step) st = j->p->step(j->p, j->state, &j->done);
+    else if (!(st = j->p->encode(j->p, j->m, j->out, j->n_rows))) j->done = true;
+    if (st) j->done = true; /* a failed encoding is over */
+    *done = j->done;
+    return st;
+}
+
+void pkv_mmproj_job_free(pkv_mmproj_job *j) {
+    if (!j) return;
+    if (j->state && j->p->end) j->p->end(j->p, j->state);
+    pkv_free(j);
+}
+
 uint64_t pkv_media_hash(const pkv_media *m) {
     if (!m) return 0;
     uint64_t h = pkv_hash64("pagekv-media-1", 14, (uint64_t)m->kind);

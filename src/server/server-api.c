@@ -809,7 +809,7 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
         srv_media_list ml;
         int mst = 0;
         char merr[600];
-        srv_media_opts_get(s, &mo);
+        srv_media_opts_get(s, &mo, conn);
         if (!srv_media_extract(b, &mo, &ml, &mst, merr, sizeof merr)) {
             srv_error(o, mst, "%s", merr);
             goto out;
@@ -826,7 +826,7 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
             goto out;
         }
         srv_output_prompt(&of, text, tlen);
-        bool ok = ml.n ? srv_media_chat_prompt(s, text, tlen, spans, n_spans, &ml, r, o)
+        bool ok = ml.n ? srv_media_chat_prompt(s, text, tlen, spans, n_spans, &ml, r, conn, o)
                        : srv_tokenize_spans(s, text, tlen, spans, n_spans, &r->prompt, &r->n_prompt, o);
         srv_media_list_free(&ml);
         free(spans);

@@ -38,6 +38,9 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.template_time_ms = 10000;
     o.template_mem_mib = 256;
     o.template_budget_mib = 1024;
+    o.max_request_audio_seconds = 1800;
+    o.max_request_pixels = (int64_t)100 * 1000 * 1000;
+    o.media_cache_bytes = (size_t)256 << 20;
     return o;
 }
 
@@ -216,6 +219,18 @@ static void api_metrics(srv *s, srv_out *o) {
     C("draft_accepted_tokens_total", "Speculative decoding: proposals kept (the model sampled the same token).",
       st.draft_accepted);
     C("requests_failed_total", "Generation requests failed or cancelled.", st.requests_failed);
+    if (s->mm) { /* the encoder-output cache (--media-cache-mb) */
+        srv_media_cache_stats ms;
+        srv_media_cache_get_stats(s->mcache, &ms);
+        C("media_cache_hits_total", "Media whose encoder output came from the media cache (not encoded again).",
+          ms.hits);
+        C("media_cache_misses_total", "Media encoded by the projector (not in the media cache).", ms.misses);
+        C("media_cache_evictions_total", "Encoder outputs dropped from the media cache to stay under its size.",
+          ms.evictions);
+        G("media_cache_entries", "Encoder outputs in the media cache.", ms.entries);
+        G("media_cache_bytes", "Bytes of encoder outputs in the media cache.", ms.bytes);
+        G("media_cache_bytes_max", "The media cache's size (--media-cache-mb).", ms.max_bytes);
+    }
     pthread_mutex_lock(&s->mu);
     uint64_t disc = s->disconnects;
     int inflight = s->inflight;
@@ -486,6 +501,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
             return false;
         }
         pkv_mmproj_get_info(s->mm, &s->mm_info);
+        s->mcache = srv_media_cache_new(so->media_cache_bytes);
     }
     {
         const char *base = model_path ? strrchr(model_path, '/') : NULL;
@@ -548,6 +564,8 @@ void srv_stop(srv *s) {
     s->chat = NULL;
     pkv_mmproj_free(s->mm);
     s->mm = NULL;
+    srv_media_cache_free(s->mcache);
+    s->mcache = NULL;
     s->g = NULL;
     s->c = NULL;
     pthread_mutex_destroy(&s->mu);

@@ -236,6 +236,8 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
     }
 }
 
+bool srv_gen_busy(srv_gen *g) { return g->eng_pending > 0; }
+
 int srv_gen_chunk(srv_gen *g) { return g->p.batch_tokens > 0 ? g->p.batch_tokens : 256; }
 
 bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size_t size) {

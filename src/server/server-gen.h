@@ -137,6 +137,8 @@ typedef bool (*srv_call_fn)(srv_gen *g, void *arg);
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg);
 /* Tokens a call may prefill per piece (the engine's tokens per step). */
 int srv_gen_chunk(srv_gen *g);
+/* Worker thread (in a srv_gen_call function): the engine has unfinished requests. */
+bool srv_gen_busy(srv_gen *g);
 /* Can the contexts hold `more` pages beyond what they hold now (plus the
  * sequence `pending`, a context being built; -1 = none) and what operations in
  * progress have reserved? false with a message. */

@@ -24,6 +24,7 @@ typedef struct srv {
     pkv_chat *chat;        /* the chat template run for /v1/chat/completions; NULL: none */
     pkv_mmproj *mm;        /* --mmproj: the projector for audio or images; NULL: none */
     pkv_mmproj_info mm_info;
+    struct srv_media_cache *mcache; /* encoder outputs by media key (--media-cache-mb); NULL: none */
     char tpl_name[64];     /* what /v1/models reports: a family name, "jinja" or "none" */
     int32_t stop_ids[16];  /* the template's end-of-turn tokens */
     int n_stop_ids;
@@ -148,14 +149,24 @@ bool srv_tokenize_part(srv *s, const char *text, size_t len, bool add_special, c
 struct srv_media_list;
 struct srv_media_opts;
 /* The limits and kinds this server takes (from --mmproj and the --max-media-* options). */
-void srv_media_opts_get(srv *s, struct srv_media_opts *mo);
+void srv_media_opts_get(srv *s, struct srv_media_opts *mo, const srv_conn *conn);
+/* The encoder-output cache (server-api-media.c): rows of media already encoded,
+ * by media key, least recently used dropped past max_bytes (0: nothing kept, the
+ * counters still count). new returns NULL out of memory; free takes NULL. */
+struct srv_media_cache *srv_media_cache_new(size_t max_bytes);
+void srv_media_cache_free(struct srv_media_cache *c);
+typedef struct srv_media_cache_stats {
+    uint64_t hits, misses, evictions, bytes, max_bytes, entries;
+} srv_media_cache_stats;
+void srv_media_cache_get_stats(struct srv_media_cache *c, srv_media_cache_stats *st);
 /* A chat prompt holding media: text is the rendered prompt (spans: its data spans)
  * with ml->marker where each medium goes. Sets r->prompt (the text tokens, the
  * projector's begin/end tokens around each medium included), r->media (each
- * medium encoded by the projector on the worker thread) and the row counts. false
- * with the answer in o. */
+ * medium encoded by the projector on the worker thread, one medium per call
+ * between engine steps, stopping when conn's client went away) and the row
+ * counts. false with the answer in o. */
 bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *spans, size_t n_spans,
-                           struct srv_media_list *ml, srv_req *r, srv_out *o);
+                           struct srv_media_list *ml, srv_req *r, const srv_conn *conn, srv_out *o);
 /* POST /v1/audio/transcriptions (multipart/form-data; conn->content_type). */
 void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn *conn, srv_out *o);
 /* A token array from JSON (every element an integer in [0, n_vocab)). */

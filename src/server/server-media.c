@@ -298,6 +298,7 @@ void srv_media_list_free(srv_media_list *ml) {
     for (int i = 0; i < ml->n; i++) {
         pkv_media_free((void *)ml->items[i].m.samples);
         pkv_media_free((void *)ml->items[i].m.rgb);
+        free(ml->items[i].raw);
     }
     free(ml->items);
     ml->items = NULL;
@@ -314,21 +315,32 @@ static bool fail(int *status, int st, char *err, size_t err_size, const char *fm
     return false;
 }
 
-/* Decode one part's base64 payload (after the size check) into it->m. */
-static bool decode_one(const char *where, const char *b64, size_t n, bool audio, const srv_media_opts *o,
-                       srv_media_item *it, int *status, char *err, size_t err_size) {
+#define SRV_DEFAULT_REQUEST_SECONDS 1800.0
+#define SRV_DEFAULT_REQUEST_PIXELS ((int64_t)100 * 1000 * 1000)
+#define SRV_DEFAULT_MEDIUM_PIXELS ((int64_t)50 * 1000 * 1000) /* pkv_media_limits' default */
+
+/* The file image of one part (base64 decoded, size checked) and what its header
+ * says, into it->raw and it->pi. */
+static bool load_one(const char *b64, size_t n, bool audio, const srv_media_opts *o, srv_media_item *it, int *status,
+                     char *err, size_t err_size) {
     char e2[256];
     bool too_big = false;
-    size_t bytes = 0;
     const size_t max = o->lim.max_bytes ? o->lim.max_bytes : ((size_t)64 << 20);
-    uint8_t *raw = srv_b64_decode(b64, n, max, &bytes, &too_big, e2, sizeof e2);
-    if (!raw) return fail(status, too_big ? 413 : 400, err, err_size, "%s: %s", where, e2);
+    it->raw = srv_b64_decode(b64, n, max, &it->raw_n, &too_big, e2, sizeof e2);
+    if (!it->raw) return fail(status, too_big ? 413 : 400, err, err_size, "%s: %s", it->where, e2);
+    if (pkv_media_probe(it->raw, it->raw_n, audio ? PKV_MEDIA_AUDIO : PKV_MEDIA_IMAGE, &it->pi))
+        return fail(status, 400, err, err_size, "%s: %s", it->where, pkv_errmsg());
+    return true;
+}
+
+/* Decode one medium's file image into it->m under the limits l. */
+static pkv_status decode_one(const srv_media_opts *o, const pkv_media_limits *l, srv_media_item *it) {
     pkv_status st;
     memset(&it->m, 0, sizeof it->m);
-    if (audio) {
+    if (it->pi.kind == PKV_MEDIA_AUDIO) {
         float *s = NULL;
         int64_t ns = 0;
-        st = pkv_audio_decode(raw, bytes, o->audio_rate, &o->lim, &s, &ns);
+        st = pkv_audio_decode(it->raw, it->raw_n, o->audio_rate, l, &s, &ns);
         it->m.kind = PKV_MEDIA_AUDIO;
         it->m.samples = s;
         it->m.n_samples = ns;
@@ -336,15 +348,100 @@ static bool decode_one(const char *where, const char *b64, size_t n, bool audio,
     } else {
         uint8_t *rgb = NULL;
         int w = 0, h = 0;
-        st = pkv_image_decode(raw, bytes, &o->lim, &rgb, &w, &h);
+        st = pkv_image_decode(it->raw, it->raw_n, l, &rgb, &w, &h);
         it->m.kind = PKV_MEDIA_IMAGE;
         it->m.rgb = rgb;
         it->m.width = w;
         it->m.height = h;
     }
-    free(raw);
-    if (st == PKV_ERR_NOMEM) return fail(status, 500, err, err_size, "%s: out of memory decoding it", where);
-    if (st) return fail(status, 400, err, err_size, "%s: %s", where, pkv_errmsg());
+    free(it->raw);
+    it->raw = NULL;
+    return st;
+}
+
+/* The per-medium and per-request limits and the context's room, from the headers
+ * alone (it->pi): the totals so far in *sec, *pix, *rows. */
+static bool check_one(const srv_media_opts *o, const srv_media_item *it, double *sec, int64_t *pix, int64_t *rows,
+                      int *status, char *err, size_t err_size) {
+    const pkv_media_probe_info *pi = &it->pi;
+    const double max_sec = o->lim.max_audio_seconds > 0 ? o->lim.max_audio_seconds : 1800.0;
+    const double req_sec = o->max_request_audio_seconds > 0 ? o->max_request_audio_seconds : SRV_DEFAULT_REQUEST_SECONDS;
+    const int64_t max_pix = o->lim.max_pixels > 0 ? o->lim.max_pixels : SRV_DEFAULT_MEDIUM_PIXELS;
+    const int64_t req_pix = o->max_request_pixels > 0 ? o->max_request_pixels : SRV_DEFAULT_REQUEST_PIXELS;
+    pkv_media shape = {.kind = pi->kind};
+    if (pi->kind == PKV_MEDIA_AUDIO) {
+        if (pi->seconds > max_sec)
+            return fail(status, 400, err, err_size, "%s: its header says %.1f s of audio, more than the limit of %g s "
+                        "per medium (--max-audio-seconds)", it->where, pi->seconds, max_sec);
+        if (pi->seconds > 0) *sec += pi->seconds;
+        if (*sec > req_sec)
+            return fail(status, 400, err, err_size, "the request's audio is %.1f s (up to %s), more than the limit of "
+                        "%g s per request (--max-request-audio-seconds)", *sec, it->where, req_sec);
+        shape.rate = o->audio_rate;
+        shape.n_samples = pi->seconds > 0 ? (int64_t)(pi->seconds * o->audio_rate) : 0;
+    } else {
+        const int64_t p = (int64_t)pi->width * pi->height;
+        if (p > max_pix)
+            return fail(status, 400, err, err_size, "%s: an image of %d x %d = %lld pixels, more than the limit of "
+                        "%lld per image (--max-image-pixels)", it->where, pi->width, pi->height, (long long)p,
+                        (long long)max_pix);
+        *pix += p;
+        if (*pix > req_pix)
+            return fail(status, 400, err, err_size, "the request's images have %lld pixels (up to %s), more than the "
+                        "limit of %lld per request (--max-request-pixels)", (long long)*pix, it->where,
+                        (long long)req_pix);
+        shape.width = pi->width, shape.height = pi->height;
+    }
+    if (o->rows && (pi->kind == PKV_MEDIA_IMAGE || shape.n_samples > 0)) {
+        *rows += o->rows(&shape, o->rows_ud);
+        if (*rows >= o->n_ctx)
+            return fail(status, 400, err, err_size, "the media take at least %lld positions (up to %s); the context "
+                        "holds %lld (start the server with a larger -c, or send less)", (long long)*rows, it->where,
+                        (long long)o->n_ctx);
+    }
+    return true;
+}
+
+/* Decode every medium, each under its own limits narrowed to what the request's
+ * budgets leave: a header that gave no length (or a false one) cannot take the
+ * request past them. */
+static bool decode_all(const srv_media_opts *o, srv_media_list *ml, int *status, char *err, size_t err_size) {
+    const double req_sec = o->max_request_audio_seconds > 0 ? o->max_request_audio_seconds : SRV_DEFAULT_REQUEST_SECONDS;
+    const int64_t req_pix = o->max_request_pixels > 0 ? o->max_request_pixels : SRV_DEFAULT_REQUEST_PIXELS;
+    const double max_sec = o->lim.max_audio_seconds > 0 ? o->lim.max_audio_seconds : 1800.0;
+    const int64_t max_pix = o->lim.max_pixels > 0 ? o->lim.max_pixels : SRV_DEFAULT_MEDIUM_PIXELS;
+    double used_sec = 0, rest_sec = 0;
+    int64_t used_pix = 0, rest_pix = 0;
+    for (int i = 0; i < ml->n; i++) {
+        const pkv_media_probe_info *pi = &ml->items[i].pi;
+        if (pi->kind == PKV_MEDIA_AUDIO && pi->seconds > 0) rest_sec += pi->seconds;
+        if (pi->kind == PKV_MEDIA_IMAGE) rest_pix += (int64_t)pi->width * pi->height;
+    }
+    for (int i = 0; i < ml->n; i++) {
+        srv_media_item *it = &ml->items[i];
+        if (o->gone && o->gone(o->gone_ud))
+            return fail(status, 499, err, err_size, "the client went away: %d of %d media decoded", i, ml->n);
+        const bool audio = it->pi.kind == PKV_MEDIA_AUDIO;
+        if (audio && it->pi.seconds > 0) rest_sec -= it->pi.seconds;
+        if (!audio) rest_pix -= (int64_t)it->pi.width * it->pi.height;
+        pkv_media_limits l = o->lim;
+        const double left_sec = req_sec - used_sec - rest_sec + 1e-6; /* (a file at the limit: no rounding refusal) */
+        const int64_t left_pix = req_pix - used_pix - rest_pix;
+        const bool by_request = audio ? left_sec < max_sec : left_pix < max_pix;
+        if (audio) l.max_audio_seconds = by_request ? left_sec : max_sec;
+        else l.max_pixels = by_request ? left_pix : max_pix;
+        /* (nothing left of a budget: refused as a decode over it would be) */
+        pkv_status st = (audio ? l.max_audio_seconds < 1e-3 : l.max_pixels < 1) ? PKV_ERR_INVALID : decode_one(o, &l, it);
+        if (st == PKV_ERR_NOMEM) return fail(status, 500, err, err_size, "%s: out of memory decoding it", it->where);
+        if (st == PKV_ERR_INVALID && by_request)
+            return fail(status, 400, err, err_size, audio ? "%s: the request's audio is more than the limit of %g s per "
+                        "request (--max-request-audio-seconds)" : "%s: the request's images have more than the limit "
+                        "of %.0f pixels per request (--max-request-pixels)", it->where,
+                        audio ? req_sec : (double)req_pix);
+        if (st) return fail(status, 400, err, err_size, "%s: %s", it->where, pkv_errmsg());
+        if (audio) used_sec += (double)it->m.n_samples / (o->audio_rate > 0 ? o->audio_rate : 1);
+        else used_pix += (int64_t)it->m.width * it->m.height;
+    }
     return true;
 }
 
@@ -358,6 +455,20 @@ bool srv_media_extract(json_t *body, const srv_media_opts *o, srv_media_list *ml
     const int max_items = o->max_items > 0 ? o->max_items : 16;
     size_t i, k;
     json_t *msg, *part;
+    /* the count first: a request of too many media is refused before any is read */
+    int count = 0;
+    json_array_foreach(msgs, i, msg) {
+        json_t *content = json_object_get(msg, "content");
+        if (!json_is_array(content)) continue;
+        json_array_foreach(content, k, part) {
+            const char *ty = json_string_value(json_object_get(part, "type"));
+            if (ty && (!strcmp(ty, "input_audio") || !strcmp(ty, "image_url")) && ++count > max_items)
+                return fail(status, 400, err, err_size, "more than %d media in one request "
+                            "('messages[%zu].content[%zu]' is number %d; nothing was decoded)", max_items, i, k, count);
+        }
+    }
+    double sec = 0;
+    int64_t pix = 0, rows = 0;
     json_array_foreach(msgs, i, msg) {
         json_t *content = json_object_get(msg, "content");
         if (!json_is_array(content)) continue;
@@ -373,9 +484,6 @@ bool srv_media_extract(json_t *body, const srv_media_opts *o, srv_media_list *ml
             }
             char where[96];
             snprintf(where, sizeof where, "'messages[%zu].content[%zu]' (%s)", i, k, ty);
-            if (ml->n >= max_items)
-                return fail(status, 400, err, err_size, "more than %d media in one request", max_items),
-                       srv_media_list_free(ml), false;
             const char *b64 = NULL;
             size_t n = 0;
             if (audio) {
@@ -424,11 +532,13 @@ bool srv_media_extract(json_t *body, const srv_media_opts *o, srv_media_list *ml
             srv_media_item *g = realloc(ml->items, (size_t)(ml->n + 1) * sizeof *g);
             if (!g) return fail(status, 500, err, err_size, "out of memory"), srv_media_list_free(ml), false;
             ml->items = g;
-            srv_media_item *it = &ml->items[ml->n];
+            srv_media_item *it = &ml->items[ml->n++];
             memset(it, 0, sizeof *it);
             it->msg = (int)i, it->part = (int)k;
-            if (!decode_one(where, b64, n, audio, o, it, status, err, err_size)) return srv_media_list_free(ml), false;
-            ml->n++;
+            snprintf(it->where, sizeof it->where, "%s", where);
+            if (!load_one(b64, n, audio, o, it, status, err, err_size) ||
+                !check_one(o, it, &sec, &pix, &rows, status, err, err_size))
+                return srv_media_list_free(ml), false;
             json_t *txt = json_pack("{s:s,s:s}", "type", "text", "text", ml->marker);
             if (!txt || json_array_set_new(content, k, txt))
                 return fail(status, 500, err, err_size, "out of memory"), srv_media_list_free(ml), false;
@@ -440,6 +550,7 @@ bool srv_media_extract(json_t *body, const srv_media_opts *o, srv_media_list *ml
                    srv_media_list_free(ml), false;
         }
     }
+    if (!decode_all(o, ml, status, err, err_size)) return srv_media_list_free(ml), false;
     return true;
 }
 

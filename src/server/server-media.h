@@ -71,11 +71,28 @@ typedef struct srv_media_opts {
     bool images;          /* an image projector is loaded */
     pkv_media_limits lim; /* per medium (max_bytes: the decoded file's size) */
     int max_items;        /* media per request; 0 = 16 */
+    double max_request_audio_seconds; /* all the request's audio together; 0 = 1800 */
+    int64_t max_request_pixels;       /* all the request's images together; 0 = 100 megapixels */
+    /* the context's room: rows(m, rows_ud) is the projector's row count for a
+     * medium of m's shape (no samples or pixels in m: it is read from the header);
+     * the media together must leave room below n_ctx. rows NULL = no check. */
+    int64_t (*rows)(const pkv_media *m, void *rows_ud);
+    void *rows_ud;
+    int64_t n_ctx;
+    /* true when the client went away: checked before each medium is decoded (then
+     * the extraction stops, status 499); NULL = never */
+    bool (*gone)(void *gone_ud);
+    void *gone_ud;
 } srv_media_opts;
 
 typedef struct srv_media_item {
     pkv_media m;    /* decoded; m.samples / m.rgb owned (pkv_media_free) */
     int msg, part;  /* where it was: messages[msg].content[part] */
+    /* (srv_media_extract's own, between its checks and the decoding) */
+    uint8_t *raw;   /* the file image */
+    size_t raw_n;
+    pkv_media_probe_info pi; /* what its header says */
+    char where[96];
 } srv_media_item;
 
 typedef struct srv_media_list {
@@ -86,7 +103,9 @@ typedef struct srv_media_list {
 
 /* Find the input_audio ({"input_audio": {"data": BASE64, "format": "wav"}}) and
  * image_url ({"image_url": {"url": "data:image/...;base64,..."}} or the URL as a
- * string) parts in body.messages[].content, decode each (in order), and replace
+ * string) parts in body.messages[].content, check them all from their headers
+ * (the count, each medium's and the request's audio seconds and pixels, the rows
+ * against the context) before decoding any, then decode each (in order), and replace
  * each by a text part holding ml->marker: a string made per request with a random
  * nonce, so no client text can pose as one. The body is changed in place. false
  * with *status (400, 413 for a medium over the size limit, 500 out of memory) and

@@ -68,6 +68,9 @@ typedef struct pkv_serve_opts {
     int64_t template_time_ms;    /* one render's wall-clock limit -> 400 */
     int64_t template_mem_mib;    /* one render's memory -> 400 */
     int64_t template_budget_mib; /* all renders running at once -> 503 */
+    double max_request_audio_seconds; /* one request's audio together (400); 0 = 1800 */
+    int64_t max_request_pixels;       /* one request's images together (400); 0 = 100 megapixels */
+    size_t media_cache_bytes;         /* encoder outputs kept by media key (host memory); 0 = none */
     int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
                                   counted once + host pages of swapped contexts);
                                   0 = half the device pool */
