@@ -22,8 +22,8 @@ int main(void) {
     return th_skip("built without the server (jansson)");
 }
 #else
-#include "server/chat-template.c"
-#include "server/jinja.c"
+#include "chat/chat-template.c"
+#include "chat/jinja.c"
 
 #include <time.h>
 

@@ -1,6 +1,6 @@
 // labels: unit server
-/* The chat-template interpreter (src/server/jinja.c) and the chat layer over it
- * (src/server/chat-template.c), both compiled in here: each construct, filter and
+/* The chat-template interpreter (src/chat/jinja.c) and the chat layer over it
+ * (src/chat/chat-template.c), both compiled in here: each construct, filter and
  * test; errors with their template line; the limits; the data spans; and real
  * model templates rendered byte for byte as llama.cpp renders them
  * (tests/templates/: the templates, the requests, llama.cpp's renders). */
@@ -11,8 +11,8 @@ int main(void) {
     return th_skip("built without the server (jansson)");
 }
 #else
-#include "server/chat-template.c"
-#include "server/jinja.c"
+#include "chat/chat-template.c"
+#include "chat/jinja.c"
 
 static char *render_err(const char *tpl, const char *ctx, pkv_jinja_error *e) {
     pkv_jinja *t = pkv_jinja_parse(tpl, strlen(tpl), e);

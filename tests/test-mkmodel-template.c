@@ -14,8 +14,8 @@
 #ifndef PKV_HAVE_SERVER
 int main(void) { return th_skip("built without the server (jansson)"); }
 #else
-#include "server/chat-template.c"
-#include "server/jinja.c"
+#include "chat/chat-template.c"
+#include "chat/jinja.c"
 #include "chat-testlib.h"
 
 #define FW "\xef\xbd\x9c"

@@ -1,7 +1,7 @@
 /* pagekv run -cnv: an interactive chat, as llama-cli's conversation mode.
  *
  * Each turn renders the whole conversation with the model's chat template through
- * the server's chat layer (src/server/chat-template.c), so the CLI and the server
+ * the server's chat layer (src/chat/chat-template.c), so the CLI and the server
  * send a model the same text. The rendered prompt is tokenized as the server does
  * it: special tokens are parsed in the template's markup and never inside message
  * text (pkv_model_tokenize_spans with the spans pkv_chat_apply reports), so a user

@@ -7,7 +7,7 @@
  * Errors inside the parser and the evaluator longjmp to the entry point: every
  * allocation of a parse lives in the template's arena and every allocation of a
  * render in the render's arena, so nothing leaks on the way out. */
-#include "server/jinja.h"
+#include "chat/jinja.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
-#include "model/chat-families.h"
-#include "server/jinja.h"
+#include "chat/chat-families.h"
+#include "chat/jinja.h"
 #include "server/server.h"
 
 static const char *const k_names[PKV_TPL_COUNT] = {
