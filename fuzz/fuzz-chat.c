@@ -14,7 +14,7 @@
  * unfinished sequence; utf8_sanitize gives valid UTF-8 and leaves valid text
  * unchanged. */
 #include "fuzz-common.h"
-#include "server/server.h"
+#include "chat/chat.h"
 
 #include <jansson.h>
 

@@ -10,7 +10,7 @@
  * spans of a render are sorted, disjoint and inside the text. */
 #include "fuzz-common.h"
 #include "chat/jinja.h"
-#include "server/server.h"
+#include "chat/chat.h"
 
 #include <stdint.h>
 

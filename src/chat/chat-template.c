@@ -15,7 +15,7 @@
 
 #include "chat/chat-families.h"
 #include "chat/jinja.h"
-#include "server/server.h"
+#include "chat/chat.h"
 
 static const char *const k_names[PKV_TPL_COUNT] = {
     [PKV_TPL_NONE] = "none",       [PKV_TPL_CHATML] = "chatml", [PKV_TPL_LLAMA3] = "llama3",

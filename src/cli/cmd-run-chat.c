@@ -10,7 +10,7 @@
  * One context lives across the turns: the new prompt's tokens are compared with the
  * tokens the context already holds, the context is truncated to the common prefix
  * and only the rest is decoded. When the conversation outgrows the context its
- * oldest turns are dropped (the system message stays) and the chat goes on. Needs the server's code (jansson); without it
+ * oldest turns are dropped (the system message stays) and the chat goes on. Needs the chat layer (src/chat/, jansson); without it
  * pagekv run refuses -cnv before loading anything. */
 #ifdef PKV_HAVE_SERVER
 #include <jansson.h>
@@ -23,7 +23,7 @@
 #include "cli/commands.h"
 #include "model/gguf.h"
 #include "pagekv.h"
-#include "server/server.h"
+#include "chat/chat.h"
 
 /* A token's text with special tokens rendered ("" when none). */
 static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
