@@ -377,7 +377,25 @@ static void test_gptoss_reasoning_tool_call(void) {
     free(src);
 }
 
+/* The method and filter tables are searched by binary search: each must be in
+ * strcmp order without duplicates, or a name after a misplaced one is not found. */
+static void check_sorted(const char *what, const void *tab, size_t n, size_t size) {
+    for (size_t i = 1; i < n; i++) {
+        const char *p = *(const char *const *)((const char *)tab + (i - 1) * size);
+        const char *q = *(const char *const *)((const char *)tab + i * size);
+        if (strcmp(p, q) >= 0) TH_FAIL("%s: '%s' before '%s'", what, p, q);
+    }
+}
+
+static void test_tables_sorted(void) {
+    check_sorted("str_methods", str_methods, sizeof str_methods / sizeof *str_methods, sizeof *str_methods);
+    check_sorted("list_methods", list_methods, sizeof list_methods / sizeof *list_methods, sizeof *list_methods);
+    check_sorted("dict_methods", dict_methods, sizeof dict_methods / sizeof *dict_methods, sizeof *dict_methods);
+    check_sorted("filters", filters, sizeof filters / sizeof *filters, sizeof *filters);
+}
+
 int main(void) {
+    test_tables_sorted();
     test_constructs();
     test_filters();
     test_errors();

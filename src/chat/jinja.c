@@ -1464,17 +1464,20 @@ static jv vstr(jstr *s) {
     v.u.s = s;
     return v;
 }
+
 static jv vcstr(ev *x, const char *s) { return vstr(mkstr(x, s, strlen(s))); }
 static jv vint(int64_t i) {
     jv v = {V_INT, {0}};
     v.u.i = i;
     return v;
 }
+
 static jv vfloat(double f) {
     jv v = {V_FLOAT, {0}};
     v.u.f = f;
     return v;
 }
+
 static jv vbool(bool b) {
     jv v = {V_BOOL, {0}};
     v.u.b = b;
@@ -1489,6 +1492,7 @@ static jlist *mklist(ev *x, size_t cap) {
     }
     return l;
 }
+
 static jv vlist(jlist *l) {
     jv v = {V_LIST, {0}};
     v.u.l = l;
@@ -2206,6 +2210,843 @@ static jv fmt_braces(ev *x, const node *at, const jstr *f, args *a) {
     return vstr(sk_str(x, &o));
 }
 
+/* ---- methods and filters: one function each, found by name in the tables below
+ * (sorted by name in strcmp order for binary search; aliases share a function and
+ * tell themselves apart by name). */
+
+static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a, bool filter, bool *found);
+
+static jv filter_length(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)name; (void)a;
+    switch (s->t) {
+    case V_STR: { /* characters, not bytes */
+        int64_t c = 0;
+        for (size_t i = 0; i < s->u.s->n; i++) c += ((unsigned char)s->u.s->s[i] & 0xC0) != 0x80;
+        return vint(c);
+    }
+    case V_LIST: return vint((int64_t)s->u.l->n);
+    case V_DICT:
+    case V_NS: return vint((int64_t)s->u.d->n);
+    case V_UNDEF: return vint(0);
+    default: E(x, at, "length: %s has no length", tname(s));
+    }
+}
+
+static jv filter_default(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)at; (void)name;
+    jv *p0 = arg(a, 0, NULL);
+    jv *b = arg(a, 1, "boolean");
+    bool use = s->t == V_UNDEF || (b && truthy(b) && !truthy(s));
+    return use ? (p0 ? *p0 : vcstr(x, "")) : *s;
+}
+
+static jv filter_first_last(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)a;
+    jv l = iter_list(x, at, s, name);
+    if (!l.u.l->n) return UNDEF;
+    return name[0] == 'f' ? l.u.l->a[0] : l.u.l->a[l.u.l->n - 1];
+}
+
+static jv filter_join(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    jv l = iter_list(x, at, s, name);
+    jv *sep = arg(a, 0, "d");
+    jv *attr = arg(a, 1, "attribute");
+    sink o = {0};
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        if (i && sep) sk_jstr(x, &o, to_str(x, sep));
+        jv e = l.u.l->a[i];
+        if (attr && attr->t == V_STR) e = attr_path(x, at, &e, attr->u.s);
+        sk_jstr(x, &o, to_str(x, &e));
+    }
+    return vstr(sk_str(x, &o));
+}
+
+static jv filter_string(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)at; (void)name; (void)a;
+    return vstr(to_str(x, s));
+}
+
+static jv filter_safe_escape(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)at; (void)a;
+    if (name[0] == 's') return s->t == V_STR ? *s : vstr(to_str(x, s));
+    const jstr *t = to_str(x, s);
+    sink o = {0};
+    for (size_t i = 0; i < t->n; i++) {
+        switch (t->s[i]) {
+        case '&': sk_cstr(x, &o, "&amp;"); break;
+        case '<': sk_cstr(x, &o, "&lt;"); break;
+        case '>': sk_cstr(x, &o, "&gt;"); break;
+        case '"': sk_cstr(x, &o, "&#34;"); break;
+        case '\'': sk_cstr(x, &o, "&#39;"); break;
+        default: sk_put(x, &o, t->s + i, 1);
+        }
+    }
+    return vstr(derived(x, o.p ? o.p : "", o.n, t->nsp != 0));
+}
+
+static jv filter_int(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)x; (void)at; (void)name;
+    jv *p0 = arg(a, 0, NULL);
+    if (s->t == V_STR) {
+        char buf[64];
+        size_t m = s->u.s->n < sizeof buf - 1 ? s->u.s->n : sizeof buf - 1;
+        memcpy(buf, s->u.s->s, m);
+        buf[m] = 0;
+        char *e;
+        long long v = strtoll(buf, &e, 10);
+        if (e == buf || *e) {
+            double f = strtod(buf, &e);
+            if (e != buf && !*e) return vint((int64_t)f);
+            return p0 ? *p0 : vint(0);
+        }
+        return vint(v);
+    }
+    if (isnum(s)) return vint(numi(s));
+    return p0 ? *p0 : vint(0);
+}
+
+static jv filter_float(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)x; (void)at; (void)name;
+    jv *p0 = arg(a, 0, NULL);
+    if (s->t == V_STR) {
+        char buf[64];
+        size_t m = s->u.s->n < sizeof buf - 1 ? s->u.s->n : sizeof buf - 1;
+        memcpy(buf, s->u.s->s, m);
+        buf[m] = 0;
+        char *e;
+        double f = strtod(buf, &e);
+        if (e == buf || *e) return p0 ? *p0 : vfloat(0);
+        return vfloat(f);
+    }
+    if (isnum(s)) return vfloat(numf(s));
+    return p0 ? *p0 : vfloat(0);
+}
+
+static jv filter_abs(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)name; (void)a;
+    if (s->t == V_INT) return vint(s->u.i < 0 ? ck_sub(x, at, 0, s->u.i, "abs") : s->u.i);
+    if (s->t == V_FLOAT) return vfloat(fabs(s->u.f));
+    E(x, at, "abs: %s is not a number", tname(s));
+}
+
+static jv filter_round(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)x; (void)at; (void)name;
+    jv *pr = arg(a, 0, "precision");
+    jv *m = arg(a, 1, "method");
+    double f = numf(s), k = pow(10, pr ? (double)numi(pr) : 0);
+    const char *meth = m && m->t == V_STR ? m->u.s->s : "common";
+    double r = !strncmp(meth, "ceil", 4) ? ceil(f * k) / k : !strncmp(meth, "floor", 5) ? floor(f * k) / k : round(f * k) / k;
+    return vfloat(r);
+}
+
+static jv filter_list(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)a;
+    jv l = iter_list(x, at, s, name);
+    jlist *c = mklist(x, l.u.l->n);
+    for (size_t i = 0; i < l.u.l->n; i++) lpush(x, c, l.u.l->a[i]);
+    return vlist(c);
+}
+
+static jv filter_items(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)name; (void)a;
+    if (s->t == V_UNDEF) return vlist(mklist(x, 0));
+    E(x, at, "items: %s is not a mapping", tname(s));
+}
+
+static jv filter_tojson(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)at; (void)name;
+    mark_deep(s, 0);
+    jv *ind = arg(a, 0, "indent");
+    jv *seps = arg(a, -1, "separators");
+    int indent = ind && ind->t == V_INT ? (int)(ind->u.i > 64 ? 64 : ind->u.i) : -1;
+    const char *isep = indent < 0 ? ", " : ",", *ksep = ": ";
+    if (seps && seps->t == V_LIST && seps->u.l->n == 2 && seps->u.l->a[0].t == V_STR && seps->u.l->a[1].t == V_STR) {
+        isep = al(x, seps->u.l->a[0].u.s->n + 1);
+        memcpy((char *)isep, seps->u.l->a[0].u.s->s, seps->u.l->a[0].u.s->n);
+        ksep = al(x, seps->u.l->a[1].u.s->n + 1);
+        memcpy((char *)ksep, seps->u.l->a[1].u.s->s, seps->u.l->a[1].u.s->n);
+    }
+    jv *asc = arg(a, -1, "ensure_ascii");
+    sink o = {0};
+    put_json(x, &o, s, 0, indent, isep, ksep);
+    if (asc && truthy(asc)) { /* \uXXXX for every non-ASCII character (surrogate pairs above U+FFFF) */
+        sink q = {0};
+        const unsigned char *u = (const unsigned char *)(o.p ? o.p : "");
+        for (size_t i = 0; i < o.n;) {
+            unsigned c = u[i];
+            if (c < 0x80) {
+                sk_put(x, &q, (const char *)u + i, 1);
+                i++;
+                continue;
+            }
+            int k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+            unsigned cp = k == 1 ? 0xFFFD : (c & (0xFF >> (k + 1)));
+            for (int j = 1; j < k && i + (size_t)j < o.n; j++) cp = (cp << 6) | (u[i + (size_t)j] & 0x3F);
+            char b[16];
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+            } else {
+                snprintf(b, sizeof b, "\\u%04x", cp);
+            }
+            sk_cstr(x, &q, b);
+            i += (size_t)k;
+        }
+        return vstr(derived(x, q.p ? q.p : "", q.n, o.nsp != 0));
+    }
+    return vstr(sk_str(x, &o));
+}
+
+static jv filter_reverse(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)a;
+    if (s->t == V_STR) {
+        char *p = al(x, s->u.s->n + 1);
+        for (size_t i = 0; i < s->u.s->n; i++) p[i] = s->u.s->s[s->u.s->n - 1 - i];
+        return vstr(derived(x, p, s->u.s->n, s->u.s->nsp != 0));
+    }
+    jv l = iter_list(x, at, s, name);
+    jlist *c = mklist(x, l.u.l->n);
+    for (size_t i = l.u.l->n; i-- > 0;) lpush(x, c, l.u.l->a[i]);
+    return vlist(c);
+}
+
+static jv filter_sort(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    jv l = iter_list(x, at, s, name);
+    jv *rev = arg(a, 0, "reverse");
+    jv *cs = arg(a, 1, "case_sensitive");
+    jv *attr = arg(a, 2, "attribute");
+    size_t n = l.u.l->n;
+    jv *items = al(x, (n + 1) * sizeof *items), *keys = al(x, (n + 1) * sizeof *keys);
+    for (size_t i = 0; i < n; i++) {
+        items[i] = l.u.l->a[i];
+        keys[i] = attr && attr->t == V_STR ? attr_path(x, at, &items[i], attr->u.s) : items[i];
+    }
+    sort_list(x, at, items, keys, n, rev && truthy(rev), !(cs && truthy(cs)));
+    jlist *c = mklist(x, n);
+    for (size_t i = 0; i < n; i++) lpush(x, c, items[i]);
+    return vlist(c);
+}
+
+static jv filter_unique(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)a;
+    jv l = iter_list(x, at, s, name);
+    jlist *c = mklist(x, 0);
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < c->n && !dup; j++) dup = eq(x, &c->a[j], &l.u.l->a[i], 0);
+        if (!dup) lpush(x, c, l.u.l->a[i]);
+        step(x);
+    }
+    return vlist(c);
+}
+
+static jv filter_min_max_sum(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    jv l = iter_list(x, at, s, name);
+    jv *attr = arg(a, name[1] == 'u' ? 0 : 2, "attribute");
+    jv best = name[1] == 'u' ? (arg(a, 1, "start") ? *arg(a, 1, "start") : vint(0)) : UNDEF;
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        jv e = l.u.l->a[i];
+        if (attr && attr->t == V_STR) e = attr_path(x, at, &e, attr->u.s);
+        if (name[1] == 'u') {
+            if (!isnum(&e) || !isnum(&best)) E(x, at, "sum: %s is not a number", tname(&e));
+            best = best.t == V_INT && e.t == V_INT ? vint(ck_add(x, at, best.u.i, e.u.i, "sum")) : vfloat(numf(&best) + numf(&e));
+        } else if (best.t == V_UNDEF || (cmp(x, at, &e, &best) < 0) == (name[1] == 'i')) {
+            if (best.t == V_UNDEF || cmp(x, at, &e, &best) != 0) best = e;
+        }
+    }
+    return best;
+}
+
+static jv filter_map(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    jv *p0 = arg(a, 0, NULL);
+    jv l = iter_list(x, at, s, name);
+    jv *attr = arg(a, -1, "attribute");
+    jv *def = arg(a, -1, "default");
+    jlist *c = mklist(x, l.u.l->n);
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        jv e = l.u.l->a[i];
+        if (attr && attr->t == V_STR) {
+            e = attr_path(x, at, &e, attr->u.s);
+            if (e.t == V_UNDEF && def) e = *def;
+        } else if (p0 && p0->t == V_STR) {
+            args sub = {a->pos + 1, a->np - 1, a->kn, a->kw, a->nk};
+            char fn[64];
+            snprintf(fn, sizeof fn, "%.*s", (int)p0->u.s->n, p0->u.s->s);
+            bool f;
+            e = call_builtin(x, at, fn, e, &sub, true, &f);
+        } else {
+            E(x, at, "map: a filter name or attribute= is needed");
+        }
+        lpush(x, c, e);
+    }
+    return vlist(c);
+}
+
+static jv filter_select(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    jv l = iter_list(x, at, s, name);
+    bool byattr = !strcmp(name + 6, "attr"), keep_true = name[0] == 's';
+    int ti = byattr ? 1 : 0;
+    jv *attr = byattr ? arg(a, 0, NULL) : NULL;
+    if (byattr && (!attr || attr->t != V_STR)) E(x, at, "%s: an attribute name is needed", name);
+    jv *tn = arg(a, ti, NULL);
+    if (tn && tn->t != V_STR) E(x, at, "%s: the test name must be a string", name);
+    char test[64] = "";
+    if (tn) snprintf(test, sizeof test, "%.*s", (int)tn->u.s->n, tn->u.s->s);
+    args sub = {a->pos + ti + 1, a->np > ti + 1 ? a->np - ti - 1 : 0, NULL, NULL, 0};
+    jlist *c = mklist(x, 0);
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        jv e = l.u.l->a[i], k = e;
+        if (byattr) k = attr_path(x, at, &e, attr->u.s);
+        bool ok;
+        if (tn) {
+            bool f;
+            jv r = call_test(x, at, test, &k, &sub, &f);
+            if (!f) E(x, at, "%s: no test named '%s'", name, test);
+            ok = truthy(&r);
+        } else {
+            ok = truthy(&k);
+        }
+        if (ok == keep_true) lpush(x, c, e);
+        step(x);
+    }
+    return vlist(c);
+}
+
+static jv filter_indent(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)at; (void)name;
+    const jstr *t = to_str(x, s);
+    jv *w = arg(a, 0, "width");
+    jv *first = arg(a, 1, "first");
+    jv *blank = arg(a, 2, "blank");
+    const jstr *pad;
+    if (w && w->t == V_STR) {
+        pad = w->u.s;
+    } else {
+        int64_t k = w ? numi(w) : 4;
+        if (k < 0) k = 0;
+        if (k > 256) k = 256;
+        char *p = al(x, (size_t)k + 1);
+        memset(p, ' ', (size_t)k);
+        pad = derived(x, p, (size_t)k, false);
+    }
+    sink o = {0};
+    size_t i = 0;
+    bool line_start = true, is_first = true;
+    while (i <= t->n) {
+        size_t j = i;
+        while (j < t->n && t->s[j] != '\n') j++;
+        bool empty = j == i;
+        if (line_start && (!is_first || (first && truthy(first))) && (!empty || (blank && truthy(blank))) && i < t->n + (j < t->n))
+            sk_jstr(x, &o, pad);
+        sk_jstr(x, &o, substr(x, t, i, j < t->n ? j + 1 : j));
+        is_first = false;
+        if (j >= t->n) break;
+        i = j + 1;
+        line_start = true;
+    }
+    return vstr(sk_str(x, &o));
+}
+
+static jv filter_wordcount(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    (void)at; (void)name; (void)a;
+    const jstr *t = to_str(x, s);
+    int64_t c = 0;
+    bool in = false;
+    for (size_t i = 0; i < t->n; i++) {
+        bool w = isalnum((unsigned char)t->s[i]) || t->s[i] == '_' || ((unsigned char)t->s[i] >= 0x80);
+        if (w && !in) c++;
+        in = w;
+    }
+    return vint(c);
+}
+
+static jv filter_batch_slice(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    jv *p0 = arg(a, 0, NULL);
+    jv l = iter_list(x, at, s, name);
+    int64_t k = p0 ? numi(p0) : 1;
+    if (k < 1) E(x, at, "%s: the size must be positive", name);
+    jlist *c = mklist(x, 0);
+    size_t n = l.u.l->n;
+    if (name[0] == 'b') {
+        for (size_t i = 0; i < n; i += (size_t)k) {
+            jlist *b = mklist(x, 0);
+            for (size_t j = i; j < n && j < i + (size_t)k; j++) lpush(x, b, l.u.l->a[j]);
+            lpush(x, c, vlist(b));
+        }
+    } else {
+        size_t per = n / (size_t)k, extra = n % (size_t)k, off = 0;
+        for (int64_t g = 0; g < k && g < (int64_t)n + 1; g++) {
+            size_t m = per + ((size_t)g < extra);
+            jlist *b = mklist(x, 0);
+            for (size_t j = 0; j < m; j++) lpush(x, b, l.u.l->a[off + j]);
+            off += m;
+            lpush(x, c, vlist(b));
+        }
+    }
+    return vlist(c);
+}
+
+static jv filter_as_string(ev *x, const node *at, const char *name, const jv *s, args *a) {
+    if (s->t == V_UNDEF) return vcstr(x, "");
+    jv str = vstr(to_str(x, s));
+    bool f;
+    return call_builtin(x, at, name, str, a, true, &f);
+}
+
+static jv str_upper(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)a; (void)filter;
+    const jstr *str = s->u.s;
+    return do_case(x, str, 0);
+}
+
+static jv str_lower(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)a; (void)filter;
+    const jstr *str = s->u.s;
+    return do_case(x, str, 1);
+}
+
+static jv str_title(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)a; (void)filter;
+    const jstr *str = s->u.s;
+    return do_case(x, str, 2);
+}
+
+static jv str_capitalize(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)a; (void)filter;
+    const jstr *str = s->u.s;
+    return do_case(x, str, 3);
+}
+
+static jv str_strip(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)filter;
+    const jstr *str = s->u.s;
+        jv *c = arg(a, 0, "chars");
+        const jstr *chars = c && c->t == V_STR ? c->u.s : NULL;
+        return do_strip(x, str, chars, name[0] != 'r', name[0] != 'l');
+}
+
+static jv str_startswith(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    const jstr *str = s->u.s;
+        jv *p = arg(a, 0, "prefix");
+        if (!p) E(x, at, "%s: an argument is needed", name);
+        bool end = name[0] == 'e';
+        size_t cnt = p->t == V_LIST ? p->u.l->n : 1;
+        for (size_t i = 0; i < cnt; i++) {
+            const jv *q = p->t == V_LIST ? &p->u.l->a[i] : p;
+            if (q->t != V_STR) E(x, at, "%s: the argument must be a string", name);
+            const jstr *t = q->u.s;
+            if (t->n <= str->n && !memcmp(str->s + (end ? str->n - t->n : 0), t->s, t->n)) return vbool(true);
+        }
+        return vbool(false);
+}
+
+static jv str_split(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)filter;
+    const jstr *str = s->u.s;
+    int64_t n_i;
+        jv *sep = arg(a, 0, "sep");
+        jv *mx = arg(a, 1, "maxsplit");
+        n_i = mx ? numi(mx) : -1;
+        if (name[0] == 'r' && n_i >= 0 && sep && sep->t == V_STR) { /* rsplit with a limit: from the right */
+            jv all = do_split(x, str, sep->u.s, -1);
+            jlist *l = all.u.l;
+            if (n_i >= (int64_t)l->n - 1) return all;
+            size_t keep = l->n - (size_t)n_i; /* the first keep pieces join back */
+            size_t cut = 0;
+            for (size_t i = 0; i < keep; i++) cut += l->a[i].u.s->n + (i ? sep->u.s->n : 0);
+            jlist *r = mklist(x, 0);
+            lpush(x, r, vstr(substr(x, str, 0, cut)));
+            for (size_t i = keep; i < l->n; i++) lpush(x, r, l->a[i]);
+            return vlist(r);
+        }
+        return do_split(x, str, sep && sep->t == V_STR ? sep->u.s : NULL, n_i);
+}
+
+static jv str_replace(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    const jstr *str = s->u.s;
+        const jstr *from = arg_str(x, at, a, 0, "old", name), *to = arg_str(x, at, a, 1, "new", name);
+        jv *c = arg(a, 2, "count");
+        return do_replace(x, str, from, to, c ? numi(c) : -1);
+}
+
+static jv str_find(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    const jstr *str = s->u.s;
+        const jstr *t = arg_str(x, at, a, 0, "sub", name);
+        const char *f = NULL;
+        if (name[0] == 'r') {
+            for (size_t i = str->n + 1; i-- > 0;)
+                if (i + t->n <= str->n && !memcmp(str->s + i, t->s, t->n)) {
+                    f = str->s + i;
+                    break;
+                }
+        } else {
+            f = memmem_(x, str->s, str->n, t->s, t->n);
+        }
+        if (!f && name[0] == 'i') E(x, at, "index: substring not found");
+        return vint(f ? (int64_t)(f - str->s) : -1);
+}
+
+static jv str_count(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    const jstr *str = s->u.s;
+        const jstr *t = arg_str(x, at, a, 0, "sub", name);
+        int64_t c = 0;
+        if (!t->n) return vint((int64_t)str->n + 1);
+        for (size_t i = 0; i + t->n <= str->n;)
+            if (!memcmp(str->s + i, t->s, t->n)) {
+                c++;
+                i += t->n;
+            } else {
+                i++;
+            }
+        return vint(c);
+}
+
+static jv str_format(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name;
+    const jstr *str = s->u.s;
+    return filter ? fmt_percent(x, at, str, a) : fmt_braces(x, at, str, a);
+}
+
+static jv str_join(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    const jstr *str = s->u.s;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "join: an argument is needed");
+        jv l = iter_list(x, at, p0, name);
+        sink o = {0};
+        for (size_t i = 0; i < l.u.l->n; i++) {
+            if (i) sk_jstr(x, &o, str);
+            sk_jstr(x, &o, to_str(x, &l.u.l->a[i]));
+        }
+        return vstr(sk_str(x, &o));
+}
+
+static jv str_is_class(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)x; (void)at; (void)filter; (void)a;
+    const jstr *str = s->u.s;
+        if (!str->n) return vbool(false);
+        bool any_cased = false;
+        for (size_t i = 0; i < str->n; i++) {
+            unsigned char c = (unsigned char)str->s[i];
+            bool ok;
+            switch (name[2]) {
+            case 'd': ok = isdigit(c); break;
+            case 'a': ok = name[4] == 'p' ? isalpha(c) : isalnum(c); break;
+            case 's': ok = is_ws((char)c); break;
+            case 'l': ok = !isupper(c); any_cased |= islower(c) != 0; break;
+            default: ok = !islower(c); any_cased |= isupper(c) != 0; break;
+            }
+            if (!ok) return vbool(false);
+        }
+        return vbool(name[2] == 'l' || name[2] == 'u' ? any_cased : true);
+}
+
+static jv str_splitlines(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)a; (void)filter;
+    const jstr *str = s->u.s;
+        jlist *l = mklist(x, 0);
+        size_t i = 0;
+        while (i < str->n) {
+            size_t j = i;
+            while (j < str->n && str->s[j] != '\n' && str->s[j] != '\r') j++;
+            lpush(x, l, vstr(substr(x, str, i, j)));
+            if (j < str->n && str->s[j] == '\r' && j + 1 < str->n && str->s[j + 1] == '\n') j++;
+            i = j + 1;
+        }
+        return vlist(l);
+}
+
+static jv str_center(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)filter;
+    const jstr *str = s->u.s;
+    jv *p0 = arg(a, 0, NULL);
+    int64_t n_i;
+        n_i = p0 ? numi(p0) : 80;
+        if (n_i > 1 << 20) n_i = 1 << 20;
+        if (n_i < 0) n_i = 0;
+        sink o = {0};
+        int64_t pad = n_i - (int64_t)str->n;
+        for (int64_t i = 0; i < pad / 2; i++) sk_put(x, &o, " ", 1);
+        sk_jstr(x, &o, str);
+        for (int64_t i = 0; i < pad - pad / 2; i++) sk_put(x, &o, " ", 1);
+        return vstr(sk_str(x, &o));
+}
+
+static jv list_append(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jlist *l = s->u.l;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "append: an argument is needed");
+        lpush(x, l, *p0);
+        return NONE;
+}
+
+static jv list_extend(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    jlist *l = s->u.l;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "extend: an argument is needed");
+        jv o = iter_list(x, at, p0, name);
+        size_t m = o.u.l->n;
+        for (size_t i = 0; i < m; i++) lpush(x, l, o.u.l->a[i]);
+        return NONE;
+}
+
+static jv list_insert(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jlist *l = s->u.l;
+    jv *p0 = arg(a, 0, NULL);
+        jv *v = arg(a, 1, NULL);
+        if (!p0 || !v) E(x, at, "insert: two arguments are needed");
+        int64_t i = numi(p0);
+        if (i < 0) i += (int64_t)l->n;
+        if (i < 0) i = 0;
+        if (i > (int64_t)l->n) i = (int64_t)l->n;
+        lpush(x, l, NONE);
+        memmove(&l->a[i + 1], &l->a[i], (l->n - 1 - (size_t)i) * sizeof *l->a);
+        l->a[i] = *v;
+        return NONE;
+}
+
+static jv list_pop(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jlist *l = s->u.l;
+    jv *p0 = arg(a, 0, NULL);
+        if (!l->n) E(x, at, "pop from an empty list");
+        int64_t i = p0 ? numi(p0) : (int64_t)l->n - 1;
+        if (i < 0) i += (int64_t)l->n;
+        if (i < 0 || i >= (int64_t)l->n) E(x, at, "pop index out of range");
+        jv r = l->a[i];
+        memmove(&l->a[i], &l->a[i + 1], (l->n - 1 - (size_t)i) * sizeof *l->a);
+        l->n--;
+        return r;
+}
+
+static jv list_index(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jlist *l = s->u.l;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "index: an argument is needed");
+        for (size_t i = 0; i < l->n; i++)
+            if (eq(x, &l->a[i], p0, 0)) return vint((int64_t)i);
+        E(x, at, "index: the value is not in the list");
+}
+
+static jv list_count(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jlist *l = s->u.l;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "count: an argument is needed");
+        int64_t c = 0;
+        for (size_t i = 0; i < l->n; i++) c += eq(x, &l->a[i], p0, 0);
+        return vint(c);
+}
+
+static jv dict_items(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)a; (void)filter;
+    jdict *d = s->u.d;
+        jlist *l = mklist(x, d->n);
+        for (size_t i = 0; i < d->n; i++) {
+            if (name[0] == 'i') {
+                jlist *pair = mklist(x, 2);
+                pair->tuple = true;
+                lpush(x, pair, d->k[i]);
+                lpush(x, pair, d->v[i]);
+                lpush(x, l, vlist(pair));
+            } else {
+                lpush(x, l, name[0] == 'k' ? d->k[i] : d->v[i]);
+            }
+        }
+        return vlist(l);
+}
+
+static jv dict_get(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jdict *d = s->u.d;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "get: a key is needed");
+        long i = dfind(x, d, p0);
+        jv *def = arg(a, 1, "default");
+        return i >= 0 ? d->v[i] : def ? *def : NONE;
+}
+
+static jv dict_update(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)name; (void)filter;
+    jdict *d = s->u.d;
+    jv *p0 = arg(a, 0, NULL);
+        if (p0 && (p0->t == V_DICT || p0->t == V_NS))
+            for (size_t i = 0; i < p0->u.d->n; i++) dset(x, d, p0->u.d->k[i], p0->u.d->v[i]);
+        for (int k = 0; k < a->nk; k++) dset_c(x, d, a->kn[k], a->kw[k]);
+        return NONE;
+}
+
+static jv dict_pop(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)filter;
+    jdict *d = s->u.d;
+    jv *p0 = arg(a, 0, NULL);
+        if (!p0) E(x, at, "%s: a key is needed", name);
+        long i = dfind(x, d, p0);
+        jv *def = arg(a, 1, "default");
+        if (name[0] == 's') {
+            if (i >= 0) return d->v[i];
+            dset(x, d, *p0, def ? *def : NONE);
+            return def ? *def : NONE;
+        }
+        if (i < 0) {
+            if (def) return *def;
+            E(x, at, "pop: the key is not in the dict");
+        }
+        jv r = d->v[i];
+        memmove(&d->k[i], &d->k[i + 1], (d->n - 1 - (size_t)i) * sizeof *d->k);
+        memmove(&d->v[i], &d->v[i + 1], (d->n - 1 - (size_t)i) * sizeof *d->v);
+        d->n--;
+        return r;
+}
+
+static jv dict_dictsort(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)name; (void)filter;
+    jdict *d = s->u.d;
+        jv *by = arg(a, 2, "by");
+        jv *rev = arg(a, 3, "reverse");
+        jv *cs = arg(a, 1, "case_sensitive");
+        bool byval = by && by->t == V_STR && streq(by->u.s, "value");
+        jv *items = al(x, (d->n + 1) * sizeof *items), *keys = al(x, (d->n + 1) * sizeof *keys);
+        for (size_t i = 0; i < d->n; i++) {
+            jlist *pair = mklist(x, 2);
+            pair->tuple = true;
+            lpush(x, pair, d->k[i]);
+            lpush(x, pair, d->v[i]);
+            items[i] = vlist(pair);
+            keys[i] = byval ? d->v[i] : d->k[i];
+        }
+        sort_list(x, at, items, keys, d->n, rev && truthy(rev), !(cs && truthy(cs)));
+        jlist *l = mklist(x, d->n);
+        for (size_t i = 0; i < d->n; i++) lpush(x, l, items[i]);
+        return vlist(l);
+}
+
+/* A method of one receiver type, or a filter taking the receiver first: filter
+ * says how it was called (PKV_JJ_METHOD entries answer only methods, PKV_JJ_FILTER
+ * only filters). */
+typedef jv (*method_fn)(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter);
+enum { PKV_JJ_METHOD = 1, PKV_JJ_FILTER = 2, PKV_JJ_BOTH = 3 };
+typedef struct method_entry {
+    const char *name;
+    method_fn fn;
+    int when;
+} method_entry;
+
+/* The rest of the filters, for any receiver. */
+typedef jv (*filter_fn)(ev *x, const node *at, const char *name, const jv *s, args *a);
+typedef struct filter_entry {
+    const char *name;
+    filter_fn fn;
+} filter_entry;
+
+static const method_entry str_methods[] = {
+    {"capitalize", str_capitalize, PKV_JJ_BOTH},
+    {"center", str_center, PKV_JJ_FILTER},
+    {"count", str_count, PKV_JJ_METHOD},
+    {"endswith", str_startswith, PKV_JJ_BOTH},
+    {"find", str_find, PKV_JJ_BOTH},
+    {"format", str_format, PKV_JJ_BOTH},
+    {"index", str_find, PKV_JJ_BOTH},
+    {"isalnum", str_is_class, PKV_JJ_BOTH},
+    {"isalpha", str_is_class, PKV_JJ_BOTH},
+    {"isdigit", str_is_class, PKV_JJ_BOTH},
+    {"islower", str_is_class, PKV_JJ_BOTH},
+    {"isspace", str_is_class, PKV_JJ_BOTH},
+    {"isupper", str_is_class, PKV_JJ_BOTH},
+    {"join", str_join, PKV_JJ_METHOD},
+    {"lower", str_lower, PKV_JJ_BOTH},
+    {"lstrip", str_strip, PKV_JJ_BOTH},
+    {"replace", str_replace, PKV_JJ_BOTH},
+    {"rfind", str_find, PKV_JJ_BOTH},
+    {"rsplit", str_split, PKV_JJ_BOTH},
+    {"rstrip", str_strip, PKV_JJ_BOTH},
+    {"split", str_split, PKV_JJ_BOTH},
+    {"splitlines", str_splitlines, PKV_JJ_BOTH},
+    {"startswith", str_startswith, PKV_JJ_BOTH},
+    {"strip", str_strip, PKV_JJ_BOTH},
+    {"title", str_title, PKV_JJ_BOTH},
+    {"trim", str_strip, PKV_JJ_BOTH},
+    {"upper", str_upper, PKV_JJ_BOTH},
+};
+
+static const method_entry list_methods[] = {
+    {"append", list_append, PKV_JJ_METHOD},
+    {"count", list_count, PKV_JJ_METHOD},
+    {"extend", list_extend, PKV_JJ_METHOD},
+    {"index", list_index, PKV_JJ_METHOD},
+    {"insert", list_insert, PKV_JJ_METHOD},
+    {"pop", list_pop, PKV_JJ_METHOD},
+};
+
+static const method_entry dict_methods[] = {
+    {"dictsort", dict_dictsort, PKV_JJ_FILTER},
+    {"get", dict_get, PKV_JJ_METHOD},
+    {"items", dict_items, PKV_JJ_BOTH},
+    {"keys", dict_items, PKV_JJ_BOTH},
+    {"pop", dict_pop, PKV_JJ_METHOD},
+    {"setdefault", dict_pop, PKV_JJ_METHOD},
+    {"update", dict_update, PKV_JJ_METHOD},
+    {"values", dict_items, PKV_JJ_BOTH},
+};
+
+static const filter_entry filters[] = {
+    {"abs", filter_abs},
+    {"batch", filter_batch_slice},
+    {"capitalize", filter_as_string},
+    {"count", filter_length},
+    {"d", filter_default},
+    {"default", filter_default},
+    {"e", filter_safe_escape},
+    {"escape", filter_safe_escape},
+    {"first", filter_first_last},
+    {"float", filter_float},
+    {"forceescape", filter_safe_escape},
+    {"indent", filter_indent},
+    {"int", filter_int},
+    {"items", filter_items},
+    {"join", filter_join},
+    {"last", filter_first_last},
+    {"length", filter_length},
+    {"list", filter_list},
+    {"lower", filter_as_string},
+    {"map", filter_map},
+    {"max", filter_min_max_sum},
+    {"min", filter_min_max_sum},
+    {"reject", filter_select},
+    {"rejectattr", filter_select},
+    {"replace", filter_as_string},
+    {"reverse", filter_reverse},
+    {"round", filter_round},
+    {"safe", filter_safe_escape},
+    {"select", filter_select},
+    {"selectattr", filter_select},
+    {"slice", filter_batch_slice},
+    {"sort", filter_sort},
+    {"split", filter_as_string},
+    {"string", filter_string},
+    {"strip", filter_as_string},
+    {"sum", filter_min_max_sum},
+    {"title", filter_as_string},
+    {"tojson", filter_tojson},
+    {"trim", filter_as_string},
+    {"unique", filter_unique},
+    {"upper", filter_as_string},
+    {"wordcount", filter_wordcount},
+};
+
+/* Both entry types start with their name. */
+static int by_name(const void *key, const void *entry) { return strcmp(key, *(const char *const *)entry); }
+
+#define LOOKUP(tab, name) ((const void *)bsearch(name, tab, sizeof tab / sizeof tab[0], sizeof tab[0], by_name))
+
 /* Methods and filters that take their receiver first. *found says whether name
  * is one for the receiver's type. */
 static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a, bool filter, bool *found) {
@@ -2213,259 +3054,11 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
     const jv *s = &self;
     mark(s, PKV_JINJA_USED);
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr")) mark(s, PKV_JINJA_OP_ARRAY);
-    int64_t n_i;
-    jv *p0 = arg(a, 0, NULL);
-
-    /* ---- strings */
-    if (s->t == V_STR) {
-        const jstr *str = s->u.s;
-        if (!strcmp(name, "upper")) return do_case(x, str, 0);
-        if (!strcmp(name, "lower")) return do_case(x, str, 1);
-        if (!strcmp(name, "title")) return do_case(x, str, 2);
-        if (!strcmp(name, "capitalize")) return do_case(x, str, 3);
-        if (!strcmp(name, "strip") || !strcmp(name, "trim") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
-            jv *c = arg(a, 0, "chars");
-            const jstr *chars = c && c->t == V_STR ? c->u.s : NULL;
-            return do_strip(x, str, chars, name[0] != 'r', name[0] != 'l');
-        }
-        if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
-            jv *p = arg(a, 0, "prefix");
-            if (!p) E(x, at, "%s: an argument is needed", name);
-            bool end = name[0] == 'e';
-            size_t cnt = p->t == V_LIST ? p->u.l->n : 1;
-            for (size_t i = 0; i < cnt; i++) {
-                const jv *q = p->t == V_LIST ? &p->u.l->a[i] : p;
-                if (q->t != V_STR) E(x, at, "%s: the argument must be a string", name);
-                const jstr *t = q->u.s;
-                if (t->n <= str->n && !memcmp(str->s + (end ? str->n - t->n : 0), t->s, t->n)) return vbool(true);
-            }
-            return vbool(false);
-        }
-        if (!strcmp(name, "split") || !strcmp(name, "rsplit")) {
-            jv *sep = arg(a, 0, "sep");
-            jv *mx = arg(a, 1, "maxsplit");
-            n_i = mx ? numi(mx) : -1;
-            if (name[0] == 'r' && n_i >= 0 && sep && sep->t == V_STR) { /* rsplit with a limit: from the right */
-                jv all = do_split(x, str, sep->u.s, -1);
-                jlist *l = all.u.l;
-                if (n_i >= (int64_t)l->n - 1) return all;
-                size_t keep = l->n - (size_t)n_i; /* the first keep pieces join back */
-                size_t cut = 0;
-                for (size_t i = 0; i < keep; i++) cut += l->a[i].u.s->n + (i ? sep->u.s->n : 0);
-                jlist *r = mklist(x, 0);
-                lpush(x, r, vstr(substr(x, str, 0, cut)));
-                for (size_t i = keep; i < l->n; i++) lpush(x, r, l->a[i]);
-                return vlist(r);
-            }
-            return do_split(x, str, sep && sep->t == V_STR ? sep->u.s : NULL, n_i);
-        }
-        if (!strcmp(name, "replace")) {
-            const jstr *from = arg_str(x, at, a, 0, "old", name), *to = arg_str(x, at, a, 1, "new", name);
-            jv *c = arg(a, 2, "count");
-            return do_replace(x, str, from, to, c ? numi(c) : -1);
-        }
-        if (!strcmp(name, "find") || !strcmp(name, "index") || !strcmp(name, "rfind")) {
-            const jstr *t = arg_str(x, at, a, 0, "sub", name);
-            const char *f = NULL;
-            if (name[0] == 'r') {
-                for (size_t i = str->n + 1; i-- > 0;)
-                    if (i + t->n <= str->n && !memcmp(str->s + i, t->s, t->n)) {
-                        f = str->s + i;
-                        break;
-                    }
-            } else {
-                f = memmem_(x, str->s, str->n, t->s, t->n);
-            }
-            if (!f && name[0] == 'i') E(x, at, "index: substring not found");
-            return vint(f ? (int64_t)(f - str->s) : -1);
-        }
-        if (!strcmp(name, "count") && !filter) {
-            const jstr *t = arg_str(x, at, a, 0, "sub", name);
-            int64_t c = 0;
-            if (!t->n) return vint((int64_t)str->n + 1);
-            for (size_t i = 0; i + t->n <= str->n;)
-                if (!memcmp(str->s + i, t->s, t->n)) {
-                    c++;
-                    i += t->n;
-                } else {
-                    i++;
-                }
-            return vint(c);
-        }
-        if (!strcmp(name, "format")) return filter ? fmt_percent(x, at, str, a) : fmt_braces(x, at, str, a);
-        if (!strcmp(name, "join") && !filter) {
-            if (!p0) E(x, at, "join: an argument is needed");
-            jv l = iter_list(x, at, p0, name);
-            sink o = {0};
-            for (size_t i = 0; i < l.u.l->n; i++) {
-                if (i) sk_jstr(x, &o, str);
-                sk_jstr(x, &o, to_str(x, &l.u.l->a[i]));
-            }
-            return vstr(sk_str(x, &o));
-        }
-        if (!strcmp(name, "isdigit") || !strcmp(name, "isalpha") || !strcmp(name, "isspace") || !strcmp(name, "isalnum") ||
-            !strcmp(name, "islower") || !strcmp(name, "isupper")) {
-            if (!str->n) return vbool(false);
-            bool any_cased = false;
-            for (size_t i = 0; i < str->n; i++) {
-                unsigned char c = (unsigned char)str->s[i];
-                bool ok;
-                switch (name[2]) {
-                case 'd': ok = isdigit(c); break;
-                case 'a': ok = name[4] == 'p' ? isalpha(c) : isalnum(c); break;
-                case 's': ok = is_ws((char)c); break;
-                case 'l': ok = !isupper(c); any_cased |= islower(c) != 0; break;
-                default: ok = !islower(c); any_cased |= isupper(c) != 0; break;
-                }
-                if (!ok) return vbool(false);
-            }
-            return vbool(name[2] == 'l' || name[2] == 'u' ? any_cased : true);
-        }
-        if (!strcmp(name, "splitlines")) {
-            jlist *l = mklist(x, 0);
-            size_t i = 0;
-            while (i < str->n) {
-                size_t j = i;
-                while (j < str->n && str->s[j] != '\n' && str->s[j] != '\r') j++;
-                lpush(x, l, vstr(substr(x, str, i, j)));
-                if (j < str->n && str->s[j] == '\r' && j + 1 < str->n && str->s[j + 1] == '\n') j++;
-                i = j + 1;
-            }
-            return vlist(l);
-        }
-        if (!strcmp(name, "center") && filter) {
-            n_i = p0 ? numi(p0) : 80;
-            if (n_i > 1 << 20) n_i = 1 << 20;
-            if (n_i < 0) n_i = 0;
-            sink o = {0};
-            int64_t pad = n_i - (int64_t)str->n;
-            for (int64_t i = 0; i < pad / 2; i++) sk_put(x, &o, " ", 1);
-            sk_jstr(x, &o, str);
-            for (int64_t i = 0; i < pad - pad / 2; i++) sk_put(x, &o, " ", 1);
-            return vstr(sk_str(x, &o));
-        }
-    }
-
-    /* ---- lists (methods) */
-    if (s->t == V_LIST && !filter) {
-        jlist *l = s->u.l;
-        if (!strcmp(name, "append")) {
-            if (!p0) E(x, at, "append: an argument is needed");
-            lpush(x, l, *p0);
-            return NONE;
-        }
-        if (!strcmp(name, "extend")) {
-            if (!p0) E(x, at, "extend: an argument is needed");
-            jv o = iter_list(x, at, p0, name);
-            size_t m = o.u.l->n;
-            for (size_t i = 0; i < m; i++) lpush(x, l, o.u.l->a[i]);
-            return NONE;
-        }
-        if (!strcmp(name, "insert")) {
-            jv *v = arg(a, 1, NULL);
-            if (!p0 || !v) E(x, at, "insert: two arguments are needed");
-            int64_t i = numi(p0);
-            if (i < 0) i += (int64_t)l->n;
-            if (i < 0) i = 0;
-            if (i > (int64_t)l->n) i = (int64_t)l->n;
-            lpush(x, l, NONE);
-            memmove(&l->a[i + 1], &l->a[i], (l->n - 1 - (size_t)i) * sizeof *l->a);
-            l->a[i] = *v;
-            return NONE;
-        }
-        if (!strcmp(name, "pop")) {
-            if (!l->n) E(x, at, "pop from an empty list");
-            int64_t i = p0 ? numi(p0) : (int64_t)l->n - 1;
-            if (i < 0) i += (int64_t)l->n;
-            if (i < 0 || i >= (int64_t)l->n) E(x, at, "pop index out of range");
-            jv r = l->a[i];
-            memmove(&l->a[i], &l->a[i + 1], (l->n - 1 - (size_t)i) * sizeof *l->a);
-            l->n--;
-            return r;
-        }
-        if (!strcmp(name, "index")) {
-            if (!p0) E(x, at, "index: an argument is needed");
-            for (size_t i = 0; i < l->n; i++)
-                if (eq(x, &l->a[i], p0, 0)) return vint((int64_t)i);
-            E(x, at, "index: the value is not in the list");
-        }
-        if (!strcmp(name, "count")) {
-            if (!p0) E(x, at, "count: an argument is needed");
-            int64_t c = 0;
-            for (size_t i = 0; i < l->n; i++) c += eq(x, &l->a[i], p0, 0);
-            return vint(c);
-        }
-    }
-
-    /* ---- dicts (methods and items/dictsort filters) */
-    if (s->t == V_DICT || s->t == V_NS) {
-        jdict *d = s->u.d;
-        if (!strcmp(name, "items") || !strcmp(name, "keys") || !strcmp(name, "values")) {
-            jlist *l = mklist(x, d->n);
-            for (size_t i = 0; i < d->n; i++) {
-                if (name[0] == 'i') {
-                    jlist *pair = mklist(x, 2);
-                    pair->tuple = true;
-                    lpush(x, pair, d->k[i]);
-                    lpush(x, pair, d->v[i]);
-                    lpush(x, l, vlist(pair));
-                } else {
-                    lpush(x, l, name[0] == 'k' ? d->k[i] : d->v[i]);
-                }
-            }
-            return vlist(l);
-        }
-        if (!strcmp(name, "get") && !filter) {
-            if (!p0) E(x, at, "get: a key is needed");
-            long i = dfind(x, d, p0);
-            jv *def = arg(a, 1, "default");
-            return i >= 0 ? d->v[i] : def ? *def : NONE;
-        }
-        if (!strcmp(name, "update") && !filter) {
-            if (p0 && (p0->t == V_DICT || p0->t == V_NS))
-                for (size_t i = 0; i < p0->u.d->n; i++) dset(x, d, p0->u.d->k[i], p0->u.d->v[i]);
-            for (int k = 0; k < a->nk; k++) dset_c(x, d, a->kn[k], a->kw[k]);
-            return NONE;
-        }
-        if ((!strcmp(name, "pop") || !strcmp(name, "setdefault")) && !filter) {
-            if (!p0) E(x, at, "%s: a key is needed", name);
-            long i = dfind(x, d, p0);
-            jv *def = arg(a, 1, "default");
-            if (name[0] == 's') {
-                if (i >= 0) return d->v[i];
-                dset(x, d, *p0, def ? *def : NONE);
-                return def ? *def : NONE;
-            }
-            if (i < 0) {
-                if (def) return *def;
-                E(x, at, "pop: the key is not in the dict");
-            }
-            jv r = d->v[i];
-            memmove(&d->k[i], &d->k[i + 1], (d->n - 1 - (size_t)i) * sizeof *d->k);
-            memmove(&d->v[i], &d->v[i + 1], (d->n - 1 - (size_t)i) * sizeof *d->v);
-            d->n--;
-            return r;
-        }
-        if (!strcmp(name, "dictsort") && filter) {
-            jv *by = arg(a, 2, "by");
-            jv *rev = arg(a, 3, "reverse");
-            jv *cs = arg(a, 1, "case_sensitive");
-            bool byval = by && by->t == V_STR && streq(by->u.s, "value");
-            jv *items = al(x, (d->n + 1) * sizeof *items), *keys = al(x, (d->n + 1) * sizeof *keys);
-            for (size_t i = 0; i < d->n; i++) {
-                jlist *pair = mklist(x, 2);
-                pair->tuple = true;
-                lpush(x, pair, d->k[i]);
-                lpush(x, pair, d->v[i]);
-                items[i] = vlist(pair);
-                keys[i] = byval ? d->v[i] : d->k[i];
-            }
-            sort_list(x, at, items, keys, d->n, rev && truthy(rev), !(cs && truthy(cs)));
-            jlist *l = mklist(x, d->n);
-            for (size_t i = 0; i < d->n; i++) lpush(x, l, items[i]);
-            return vlist(l);
-        }
-    }
+    const method_entry *m = NULL;
+    if (s->t == V_STR) m = LOOKUP(str_methods, name);
+    else if (s->t == V_LIST) m = LOOKUP(list_methods, name);
+    else if (s->t == V_DICT || s->t == V_NS) m = LOOKUP(dict_methods, name);
+    if (m && (m->when & (filter ? PKV_JJ_FILTER : PKV_JJ_METHOD))) return m->fn(x, at, name, s, a, filter);
     if (!filter) {
         *found = false;
         return UNDEF;
@@ -2474,341 +3067,9 @@ static jv call_builtin(ev *x, const node *at, const char *name, jv self, args *a
 }
 
 static jv call_filter(ev *x, const node *at, const char *name, jv self, args *a) {
-    const jv *s = &self;
-    jv *p0 = arg(a, 0, NULL);
-    if (!strcmp(name, "length") || !strcmp(name, "count")) {
-        switch (s->t) {
-        case V_STR: { /* characters, not bytes */
-            int64_t c = 0;
-            for (size_t i = 0; i < s->u.s->n; i++) c += ((unsigned char)s->u.s->s[i] & 0xC0) != 0x80;
-            return vint(c);
-        }
-        case V_LIST: return vint((int64_t)s->u.l->n);
-        case V_DICT:
-        case V_NS: return vint((int64_t)s->u.d->n);
-        case V_UNDEF: return vint(0);
-        default: E(x, at, "length: %s has no length", tname(s));
-        }
-    }
-    if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        jv *b = arg(a, 1, "boolean");
-        bool use = s->t == V_UNDEF || (b && truthy(b) && !truthy(s));
-        return use ? (p0 ? *p0 : vcstr(x, "")) : *s;
-    }
-    if (!strcmp(name, "first") || !strcmp(name, "last")) {
-        jv l = iter_list(x, at, s, name);
-        if (!l.u.l->n) return UNDEF;
-        return name[0] == 'f' ? l.u.l->a[0] : l.u.l->a[l.u.l->n - 1];
-    }
-    if (!strcmp(name, "join")) {
-        jv l = iter_list(x, at, s, name);
-        jv *sep = arg(a, 0, "d");
-        jv *attr = arg(a, 1, "attribute");
-        sink o = {0};
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            if (i && sep) sk_jstr(x, &o, to_str(x, sep));
-            jv e = l.u.l->a[i];
-            if (attr && attr->t == V_STR) e = attr_path(x, at, &e, attr->u.s);
-            sk_jstr(x, &o, to_str(x, &e));
-        }
-        return vstr(sk_str(x, &o));
-    }
-    if (!strcmp(name, "string")) return vstr(to_str(x, s));
-    if (!strcmp(name, "safe") || !strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) {
-        if (name[0] == 's') return s->t == V_STR ? *s : vstr(to_str(x, s));
-        const jstr *t = to_str(x, s);
-        sink o = {0};
-        for (size_t i = 0; i < t->n; i++) {
-            switch (t->s[i]) {
-            case '&': sk_cstr(x, &o, "&amp;"); break;
-            case '<': sk_cstr(x, &o, "&lt;"); break;
-            case '>': sk_cstr(x, &o, "&gt;"); break;
-            case '"': sk_cstr(x, &o, "&#34;"); break;
-            case '\'': sk_cstr(x, &o, "&#39;"); break;
-            default: sk_put(x, &o, t->s + i, 1);
-            }
-        }
-        return vstr(derived(x, o.p ? o.p : "", o.n, t->nsp != 0));
-    }
-    if (!strcmp(name, "int")) {
-        if (s->t == V_STR) {
-            char buf[64];
-            size_t m = s->u.s->n < sizeof buf - 1 ? s->u.s->n : sizeof buf - 1;
-            memcpy(buf, s->u.s->s, m);
-            buf[m] = 0;
-            char *e;
-            long long v = strtoll(buf, &e, 10);
-            if (e == buf || *e) {
-                double f = strtod(buf, &e);
-                if (e != buf && !*e) return vint((int64_t)f);
-                return p0 ? *p0 : vint(0);
-            }
-            return vint(v);
-        }
-        if (isnum(s)) return vint(numi(s));
-        return p0 ? *p0 : vint(0);
-    }
-    if (!strcmp(name, "float")) {
-        if (s->t == V_STR) {
-            char buf[64];
-            size_t m = s->u.s->n < sizeof buf - 1 ? s->u.s->n : sizeof buf - 1;
-            memcpy(buf, s->u.s->s, m);
-            buf[m] = 0;
-            char *e;
-            double f = strtod(buf, &e);
-            if (e == buf || *e) return p0 ? *p0 : vfloat(0);
-            return vfloat(f);
-        }
-        if (isnum(s)) return vfloat(numf(s));
-        return p0 ? *p0 : vfloat(0);
-    }
-    if (!strcmp(name, "abs")) {
-        if (s->t == V_INT) return vint(s->u.i < 0 ? ck_sub(x, at, 0, s->u.i, "abs") : s->u.i);
-        if (s->t == V_FLOAT) return vfloat(fabs(s->u.f));
-        E(x, at, "abs: %s is not a number", tname(s));
-    }
-    if (!strcmp(name, "round")) {
-        jv *pr = arg(a, 0, "precision");
-        jv *m = arg(a, 1, "method");
-        double f = numf(s), k = pow(10, pr ? (double)numi(pr) : 0);
-        const char *meth = m && m->t == V_STR ? m->u.s->s : "common";
-        double r = !strncmp(meth, "ceil", 4) ? ceil(f * k) / k : !strncmp(meth, "floor", 5) ? floor(f * k) / k : round(f * k) / k;
-        return vfloat(r);
-    }
-    if (!strcmp(name, "list")) {
-        jv l = iter_list(x, at, s, name);
-        jlist *c = mklist(x, l.u.l->n);
-        for (size_t i = 0; i < l.u.l->n; i++) lpush(x, c, l.u.l->a[i]);
-        return vlist(c);
-    }
-    if (!strcmp(name, "items")) {
-        if (s->t == V_UNDEF) return vlist(mklist(x, 0));
-        E(x, at, "items: %s is not a mapping", tname(s));
-    }
-    if (!strcmp(name, "tojson")) {
-        mark_deep(s, 0);
-        jv *ind = arg(a, 0, "indent");
-        jv *seps = arg(a, -1, "separators");
-        int indent = ind && ind->t == V_INT ? (int)(ind->u.i > 64 ? 64 : ind->u.i) : -1;
-        const char *isep = indent < 0 ? ", " : ",", *ksep = ": ";
-        if (seps && seps->t == V_LIST && seps->u.l->n == 2 && seps->u.l->a[0].t == V_STR && seps->u.l->a[1].t == V_STR) {
-            isep = al(x, seps->u.l->a[0].u.s->n + 1);
-            memcpy((char *)isep, seps->u.l->a[0].u.s->s, seps->u.l->a[0].u.s->n);
-            ksep = al(x, seps->u.l->a[1].u.s->n + 1);
-            memcpy((char *)ksep, seps->u.l->a[1].u.s->s, seps->u.l->a[1].u.s->n);
-        }
-        jv *asc = arg(a, -1, "ensure_ascii");
-        sink o = {0};
-        put_json(x, &o, s, 0, indent, isep, ksep);
-        if (asc && truthy(asc)) { /* \uXXXX for every non-ASCII character (surrogate pairs above U+FFFF) */
-            sink q = {0};
-            const unsigned char *u = (const unsigned char *)(o.p ? o.p : "");
-            for (size_t i = 0; i < o.n;) {
-                unsigned c = u[i];
-                if (c < 0x80) {
-                    sk_put(x, &q, (const char *)u + i, 1);
-                    i++;
-                    continue;
-                }
-                int k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-                unsigned cp = k == 1 ? 0xFFFD : (c & (0xFF >> (k + 1)));
-                for (int j = 1; j < k && i + (size_t)j < o.n; j++) cp = (cp << 6) | (u[i + (size_t)j] & 0x3F);
-                char b[16];
-                if (cp >= 0x10000) {
-                    cp -= 0x10000;
-                    snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
-                } else {
-                    snprintf(b, sizeof b, "\\u%04x", cp);
-                }
-                sk_cstr(x, &q, b);
-                i += (size_t)k;
-            }
-            return vstr(derived(x, q.p ? q.p : "", q.n, o.nsp != 0));
-        }
-        return vstr(sk_str(x, &o));
-    }
-    if (!strcmp(name, "reverse")) {
-        if (s->t == V_STR) {
-            char *p = al(x, s->u.s->n + 1);
-            for (size_t i = 0; i < s->u.s->n; i++) p[i] = s->u.s->s[s->u.s->n - 1 - i];
-            return vstr(derived(x, p, s->u.s->n, s->u.s->nsp != 0));
-        }
-        jv l = iter_list(x, at, s, name);
-        jlist *c = mklist(x, l.u.l->n);
-        for (size_t i = l.u.l->n; i-- > 0;) lpush(x, c, l.u.l->a[i]);
-        return vlist(c);
-    }
-    if (!strcmp(name, "sort")) {
-        jv l = iter_list(x, at, s, name);
-        jv *rev = arg(a, 0, "reverse");
-        jv *cs = arg(a, 1, "case_sensitive");
-        jv *attr = arg(a, 2, "attribute");
-        size_t n = l.u.l->n;
-        jv *items = al(x, (n + 1) * sizeof *items), *keys = al(x, (n + 1) * sizeof *keys);
-        for (size_t i = 0; i < n; i++) {
-            items[i] = l.u.l->a[i];
-            keys[i] = attr && attr->t == V_STR ? attr_path(x, at, &items[i], attr->u.s) : items[i];
-        }
-        sort_list(x, at, items, keys, n, rev && truthy(rev), !(cs && truthy(cs)));
-        jlist *c = mklist(x, n);
-        for (size_t i = 0; i < n; i++) lpush(x, c, items[i]);
-        return vlist(c);
-    }
-    if (!strcmp(name, "unique")) {
-        jv l = iter_list(x, at, s, name);
-        jlist *c = mklist(x, 0);
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            bool dup = false;
-            for (size_t j = 0; j < c->n && !dup; j++) dup = eq(x, &c->a[j], &l.u.l->a[i], 0);
-            if (!dup) lpush(x, c, l.u.l->a[i]);
-            step(x);
-        }
-        return vlist(c);
-    }
-    if (!strcmp(name, "max") || !strcmp(name, "min") || !strcmp(name, "sum")) {
-        jv l = iter_list(x, at, s, name);
-        jv *attr = arg(a, name[1] == 'u' ? 0 : 2, "attribute");
-        jv best = name[1] == 'u' ? (arg(a, 1, "start") ? *arg(a, 1, "start") : vint(0)) : UNDEF;
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            jv e = l.u.l->a[i];
-            if (attr && attr->t == V_STR) e = attr_path(x, at, &e, attr->u.s);
-            if (name[1] == 'u') {
-                if (!isnum(&e) || !isnum(&best)) E(x, at, "sum: %s is not a number", tname(&e));
-                best = best.t == V_INT && e.t == V_INT ? vint(ck_add(x, at, best.u.i, e.u.i, "sum")) : vfloat(numf(&best) + numf(&e));
-            } else if (best.t == V_UNDEF || (cmp(x, at, &e, &best) < 0) == (name[1] == 'i')) {
-                if (best.t == V_UNDEF || cmp(x, at, &e, &best) != 0) best = e;
-            }
-        }
-        return best;
-    }
-    if (!strcmp(name, "map")) {
-        jv l = iter_list(x, at, s, name);
-        jv *attr = arg(a, -1, "attribute");
-        jv *def = arg(a, -1, "default");
-        jlist *c = mklist(x, l.u.l->n);
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            jv e = l.u.l->a[i];
-            if (attr && attr->t == V_STR) {
-                e = attr_path(x, at, &e, attr->u.s);
-                if (e.t == V_UNDEF && def) e = *def;
-            } else if (p0 && p0->t == V_STR) {
-                args sub = {a->pos + 1, a->np - 1, a->kn, a->kw, a->nk};
-                char fn[64];
-                snprintf(fn, sizeof fn, "%.*s", (int)p0->u.s->n, p0->u.s->s);
-                bool f;
-                e = call_builtin(x, at, fn, e, &sub, true, &f);
-            } else {
-                E(x, at, "map: a filter name or attribute= is needed");
-            }
-            lpush(x, c, e);
-        }
-        return vlist(c);
-    }
-    if (!strcmp(name, "select") || !strcmp(name, "reject") || !strcmp(name, "selectattr") || !strcmp(name, "rejectattr")) {
-        jv l = iter_list(x, at, s, name);
-        bool byattr = !strcmp(name + 6, "attr"), keep_true = name[0] == 's';
-        int ti = byattr ? 1 : 0;
-        jv *attr = byattr ? arg(a, 0, NULL) : NULL;
-        if (byattr && (!attr || attr->t != V_STR)) E(x, at, "%s: an attribute name is needed", name);
-        jv *tn = arg(a, ti, NULL);
-        if (tn && tn->t != V_STR) E(x, at, "%s: the test name must be a string", name);
-        char test[64] = "";
-        if (tn) snprintf(test, sizeof test, "%.*s", (int)tn->u.s->n, tn->u.s->s);
-        args sub = {a->pos + ti + 1, a->np > ti + 1 ? a->np - ti - 1 : 0, NULL, NULL, 0};
-        jlist *c = mklist(x, 0);
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            jv e = l.u.l->a[i], k = e;
-            if (byattr) k = attr_path(x, at, &e, attr->u.s);
-            bool ok;
-            if (tn) {
-                bool f;
-                jv r = call_test(x, at, test, &k, &sub, &f);
-                if (!f) E(x, at, "%s: no test named '%s'", name, test);
-                ok = truthy(&r);
-            } else {
-                ok = truthy(&k);
-            }
-            if (ok == keep_true) lpush(x, c, e);
-            step(x);
-        }
-        return vlist(c);
-    }
-    if (!strcmp(name, "indent")) {
-        const jstr *t = to_str(x, s);
-        jv *w = arg(a, 0, "width");
-        jv *first = arg(a, 1, "first");
-        jv *blank = arg(a, 2, "blank");
-        const jstr *pad;
-        if (w && w->t == V_STR) {
-            pad = w->u.s;
-        } else {
-            int64_t k = w ? numi(w) : 4;
-            if (k < 0) k = 0;
-            if (k > 256) k = 256;
-            char *p = al(x, (size_t)k + 1);
-            memset(p, ' ', (size_t)k);
-            pad = derived(x, p, (size_t)k, false);
-        }
-        sink o = {0};
-        size_t i = 0;
-        bool line_start = true, is_first = true;
-        while (i <= t->n) {
-            size_t j = i;
-            while (j < t->n && t->s[j] != '\n') j++;
-            bool empty = j == i;
-            if (line_start && (!is_first || (first && truthy(first))) && (!empty || (blank && truthy(blank))) && i < t->n + (j < t->n))
-                sk_jstr(x, &o, pad);
-            sk_jstr(x, &o, substr(x, t, i, j < t->n ? j + 1 : j));
-            is_first = false;
-            if (j >= t->n) break;
-            i = j + 1;
-            line_start = true;
-        }
-        return vstr(sk_str(x, &o));
-    }
-    if (!strcmp(name, "wordcount")) {
-        const jstr *t = to_str(x, s);
-        int64_t c = 0;
-        bool in = false;
-        for (size_t i = 0; i < t->n; i++) {
-            bool w = isalnum((unsigned char)t->s[i]) || t->s[i] == '_' || ((unsigned char)t->s[i] >= 0x80);
-            if (w && !in) c++;
-            in = w;
-        }
-        return vint(c);
-    }
-    if (!strcmp(name, "batch") || !strcmp(name, "slice")) {
-        jv l = iter_list(x, at, s, name);
-        int64_t k = p0 ? numi(p0) : 1;
-        if (k < 1) E(x, at, "%s: the size must be positive", name);
-        jlist *c = mklist(x, 0);
-        size_t n = l.u.l->n;
-        if (name[0] == 'b') {
-            for (size_t i = 0; i < n; i += (size_t)k) {
-                jlist *b = mklist(x, 0);
-                for (size_t j = i; j < n && j < i + (size_t)k; j++) lpush(x, b, l.u.l->a[j]);
-                lpush(x, c, vlist(b));
-            }
-        } else {
-            size_t per = n / (size_t)k, extra = n % (size_t)k, off = 0;
-            for (int64_t g = 0; g < k && g < (int64_t)n + 1; g++) {
-                size_t m = per + ((size_t)g < extra);
-                jlist *b = mklist(x, 0);
-                for (size_t j = 0; j < m; j++) lpush(x, b, l.u.l->a[off + j]);
-                off += m;
-                lpush(x, c, vlist(b));
-            }
-        }
-        return vlist(c);
-    }
-    if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "trim") || !strcmp(name, "title") ||
-        !strcmp(name, "capitalize") || !strcmp(name, "replace") || !strcmp(name, "split") || !strcmp(name, "strip")) {
-        if (s->t == V_UNDEF) return vcstr(x, "");
-        jv str = vstr(to_str(x, s));
-        bool f;
-        return call_builtin(x, at, name, str, a, true, &f);
-    }
-    E(x, at, "no filter named '%s'", name);
+    const filter_entry *f = LOOKUP(filters, name);
+    if (!f) E(x, at, "no filter named '%s'", name);
+    return f->fn(x, at, name, &self, a);
 }
 
 static jv call_test(ev *x, const node *at, const char *name, const jv *v, args *a, bool *found) {
