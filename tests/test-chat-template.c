@@ -13,6 +13,10 @@ int main(void) { return th_skip("built without the server (jansson)"); }
 #else
 #include "chat/chat-template.c"
 #include "chat/jinja.c"
+#include "chat/jinja-lex.c"
+#include "chat/jinja-parse.c"
+#include "chat/jinja-eval.c"
+#include "chat/jinja-builtins.c"
 #include "chat-testlib.h"
 
 static char *render(pkv_tpl t, const pkv_chat_msg *m, int n) {

@@ -24,6 +24,10 @@ int main(void) {
 #else
 #include "chat/chat-template.c"
 #include "chat/jinja.c"
+#include "chat/jinja-lex.c"
+#include "chat/jinja-parse.c"
+#include "chat/jinja-eval.c"
+#include "chat/jinja-builtins.c"
 
 #include <time.h>
 

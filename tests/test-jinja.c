@@ -13,6 +13,10 @@ int main(void) {
 #else
 #include "chat/chat-template.c"
 #include "chat/jinja.c"
+#include "chat/jinja-lex.c"
+#include "chat/jinja-parse.c"
+#include "chat/jinja-eval.c"
+#include "chat/jinja-builtins.c"
 
 static char *render_err(const char *tpl, const char *ctx, pkv_jinja_error *e) {
     pkv_jinja *t = pkv_jinja_parse(tpl, strlen(tpl), e);
