@@ -665,28 +665,11 @@ static jv filter_as_string(ev *x, const node *at, const char *name, const jv *s,
     return pkv_jj_call_builtin(x, at, name, str, a, true, &f);
 }
 
-static jv str_upper(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
-    (void)at; (void)name; (void)a; (void)filter;
-    const jstr *str = s->u.s;
-    return do_case(x, str, 0);
-}
-
-static jv str_lower(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
-    (void)at; (void)name; (void)a; (void)filter;
-    const jstr *str = s->u.s;
-    return do_case(x, str, 1);
-}
-
-static jv str_title(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
-    (void)at; (void)name; (void)a; (void)filter;
-    const jstr *str = s->u.s;
-    return do_case(x, str, 2);
-}
-
-static jv str_capitalize(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
-    (void)at; (void)name; (void)a; (void)filter;
-    const jstr *str = s->u.s;
-    return do_case(x, str, 3);
+/* upper, lower, title, capitalize: do_case's mode from the name */
+static jv str_case(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
+    (void)at; (void)a; (void)filter;
+    int mode = name[0] == 'u' ? 0 : name[0] == 'l' ? 1 : name[0] == 't' ? 2 : 3;
+    return do_case(x, s->u.s, mode);
 }
 
 static jv str_strip(ev *x, const node *at, const char *name, const jv *s, args *a, bool filter) {
@@ -1020,7 +1003,7 @@ typedef struct filter_entry {
 } filter_entry;
 
 static const method_entry str_methods[] = {
-    {"capitalize", str_capitalize, PKV_JJ_BOTH},
+    {"capitalize", str_case, PKV_JJ_BOTH},
     {"center", str_center, PKV_JJ_FILTER},
     {"count", str_count, PKV_JJ_METHOD},
     {"endswith", str_startswith, PKV_JJ_BOTH},
@@ -1034,7 +1017,7 @@ static const method_entry str_methods[] = {
     {"isspace", str_is_class, PKV_JJ_BOTH},
     {"isupper", str_is_class, PKV_JJ_BOTH},
     {"join", str_join, PKV_JJ_METHOD},
-    {"lower", str_lower, PKV_JJ_BOTH},
+    {"lower", str_case, PKV_JJ_BOTH},
     {"lstrip", str_strip, PKV_JJ_BOTH},
     {"replace", str_replace, PKV_JJ_BOTH},
     {"rfind", str_find, PKV_JJ_BOTH},
@@ -1044,9 +1027,9 @@ static const method_entry str_methods[] = {
     {"splitlines", str_splitlines, PKV_JJ_BOTH},
     {"startswith", str_startswith, PKV_JJ_BOTH},
     {"strip", str_strip, PKV_JJ_BOTH},
-    {"title", str_title, PKV_JJ_BOTH},
+    {"title", str_case, PKV_JJ_BOTH},
     {"trim", str_strip, PKV_JJ_BOTH},
-    {"upper", str_upper, PKV_JJ_BOTH},
+    {"upper", str_case, PKV_JJ_BOTH},
 };
 
 static const method_entry list_methods[] = {
