@@ -1,5 +1,5 @@
 /* Chat templates: GGUF files carry a Jinja template (tokenizer.chat_template),
- * which the server runs with its interpreter (jinja.c) the way llama.cpp's
+ * which serve and run -cnv run with its interpreter (jinja*.c) the way llama.cpp's
  * server does (common/chat.cpp): the same message normalisation, the same
  * workarounds for templates without a system role or with object arguments,
  * the same variables. --chat-template NAME picks one of the built-in family
