@@ -1,5 +1,5 @@
-/* Fuzz harness: the chat-template interpreter (src/server/jinja.c) and the chat
- * layer over it (src/server/chat-template.c). Input: a template text; it is
+/* Fuzz harness: the chat-template interpreter (src/chat/jinja.c) and the chat
+ * layer over it (src/chat/chat-template.c). Input: a template text; it is
  * parsed and, when it parses, rendered with a fixed conversation through the
  * chat layer (probe renders, message normalisation, continuation) and once more
  * directly with tight limits.
@@ -9,8 +9,8 @@
  * harness a short per-input timeout); a failure always comes with a message; the
  * spans of a render are sorted, disjoint and inside the text. */
 #include "fuzz-common.h"
-#include "server/jinja.h"
-#include "server/server.h"
+#include "chat/jinja.h"
+#include "chat/chat.h"
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-/* Fuzz harness: the tool-call and reasoning parser (src/server/tool-calls.c).
+/* Fuzz harness: the tool-call and reasoning parser (src/chat/tool-calls.c).
  * Input: one byte of options (format, think, in_think, calls), one byte seeding
  * the chunk sizes, then the model's output text. It is parsed whole, then fed to
  * the streaming parser in those chunks.
@@ -7,7 +7,7 @@
  * whole parse (reasoning, content, each call's name and arguments), calls are
  * announced in index order before their arguments. */
 #include "fuzz-common.h"
-#include "server/tool-calls.h"
+#include "chat/tool-calls.h"
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 // labels: unit server
-/* The server's chat templates (src/server/chat-template.c, compiled in here: it
+/* The server's chat templates (src/chat/chat-template.c, compiled in here: it
  * is plain C with no HTTP): each family's rendering of a conversation, and the
  * regressions fuzz-chat found — a system-only conversation in the [INST]
  * families failed with "out of memory", and the families without a system turn
@@ -11,8 +11,12 @@
 #ifndef PKV_HAVE_SERVER
 int main(void) { return th_skip("built without the server (jansson)"); }
 #else
-#include "server/chat-template.c"
-#include "server/jinja.c"
+#include "chat/chat-template.c"
+#include "chat/jinja.c"
+#include "chat/jinja-lex.c"
+#include "chat/jinja-parse.c"
+#include "chat/jinja-eval.c"
+#include "chat/jinja-builtins.c"
 #include "chat-testlib.h"
 
 static char *render(pkv_tpl t, const pkv_chat_msg *m, int n) {

@@ -1,6 +1,6 @@
 // labels: unit server
-/* The chat-template interpreter (src/server/jinja.c) and the chat layer over it
- * (src/server/chat-template.c), both compiled in here: each construct, filter and
+/* The chat-template interpreter (src/chat/jinja.c) and the chat layer over it
+ * (src/chat/chat-template.c), both compiled in here: each construct, filter and
  * test; errors with their template line; the limits; the data spans; and real
  * model templates rendered byte for byte as llama.cpp renders them
  * (tests/templates/: the templates, the requests, llama.cpp's renders). */
@@ -11,8 +11,12 @@ int main(void) {
     return th_skip("built without the server (jansson)");
 }
 #else
-#include "server/chat-template.c"
-#include "server/jinja.c"
+#include "chat/chat-template.c"
+#include "chat/jinja.c"
+#include "chat/jinja-lex.c"
+#include "chat/jinja-parse.c"
+#include "chat/jinja-eval.c"
+#include "chat/jinja-builtins.c"
 
 static char *render_err(const char *tpl, const char *ctx, pkv_jinja_error *e) {
     pkv_jinja *t = pkv_jinja_parse(tpl, strlen(tpl), e);
@@ -377,7 +381,25 @@ static void test_gptoss_reasoning_tool_call(void) {
     free(src);
 }
 
+/* The method and filter tables are searched by binary search: each must be in
+ * strcmp order without duplicates, or a name after a misplaced one is not found. */
+static void check_sorted(const char *what, const void *tab, size_t n, size_t size) {
+    for (size_t i = 1; i < n; i++) {
+        const char *p = *(const char *const *)((const char *)tab + (i - 1) * size);
+        const char *q = *(const char *const *)((const char *)tab + i * size);
+        if (strcmp(p, q) >= 0) TH_FAIL("%s: '%s' before '%s'", what, p, q);
+    }
+}
+
+static void test_tables_sorted(void) {
+    check_sorted("str_methods", str_methods, sizeof str_methods / sizeof *str_methods, sizeof *str_methods);
+    check_sorted("list_methods", list_methods, sizeof list_methods / sizeof *list_methods, sizeof *list_methods);
+    check_sorted("dict_methods", dict_methods, sizeof dict_methods / sizeof *dict_methods, sizeof *dict_methods);
+    check_sorted("filters", filters, sizeof filters / sizeof *filters, sizeof *filters);
+}
+
 int main(void) {
+    test_tables_sorted();
     test_constructs();
     test_filters();
     test_errors();

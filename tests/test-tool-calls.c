@@ -1,13 +1,13 @@
 // labels: unit server
 /* Reasoning and tool calls parsed from each model family's output format
- * (src/server/tool-calls.c), whole and streamed: the text fed in random chunks,
+ * (src/chat/tool-calls.c), whole and streamed: the text fed in random chunks,
  * the deltas concatenated must equal the whole parse. */
 #include "testhelp.h"
 
 #ifndef PKV_HAVE_SERVER
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
 #else
-#include "server/tool-calls.c"
+#include "chat/tool-calls.c"
 
 #define DS_B "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
 #define DS_E "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"

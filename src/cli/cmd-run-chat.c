@@ -1,7 +1,7 @@
 /* pagekv run -cnv: an interactive chat, as llama-cli's conversation mode.
  *
  * Each turn renders the whole conversation with the model's chat template through
- * the server's chat layer (src/server/chat-template.c), so the CLI and the server
+ * the server's chat layer (src/chat/chat-template.c), so the CLI and the server
  * send a model the same text. The rendered prompt is tokenized as the server does
  * it: special tokens are parsed in the template's markup and never inside message
  * text (pkv_model_tokenize_spans with the spans pkv_chat_apply reports), so a user
@@ -10,7 +10,7 @@
  * One context lives across the turns: the new prompt's tokens are compared with the
  * tokens the context already holds, the context is truncated to the common prefix
  * and only the rest is decoded. When the conversation outgrows the context its
- * oldest turns are dropped (the system message stays) and the chat goes on. Needs the server's code (jansson); without it
+ * oldest turns are dropped (the system message stays) and the chat goes on. Needs the chat layer (src/chat/, jansson); without it
  * pagekv run refuses -cnv before loading anything. */
 #ifdef PKV_HAVE_SERVER
 #include <jansson.h>
@@ -23,7 +23,7 @@
 #include "cli/commands.h"
 #include "model/gguf.h"
 #include "pagekv.h"
-#include "server/server.h"
+#include "chat/chat.h"
 
 /* A token's text with special tokens rendered ("" when none). */
 static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {

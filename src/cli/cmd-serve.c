@@ -9,7 +9,8 @@
 #include "cli/commands.h"
 #include "pagekv.h"
 #ifdef PKV_HAVE_SERVER
-#include "server/server.h"
+#include "chat/chat.h"
+#include "setup/serve.h"
 #endif
 
 #ifndef PKV_HAVE_SERVER

@@ -16,7 +16,7 @@ int pkv_cli_bench_spec(int argc, char **argv);  /* src/cli/cmd-bench-spec.c */
 int pkv_cli_bench_serve(int argc, char **argv); /* src/cli/cmd-bench-serve.c */
 int pkv_cli_bench_server(int argc, char **argv); /* src/cli/cmd-bench-server.c */
 int pkv_cli_bench_grammar(int argc, char **argv); /* src/cli/cmd-bench-grammar.c */
-int pkv_cli_serve(int argc, char **argv);       /* src/cli/cmd-serve.c, src/server/ */
+int pkv_cli_serve(int argc, char **argv);       /* src/cli/cmd-serve.c over setup/serve.h */
 int pkv_cli_bench_kv_accuracy(int argc, char **argv); /* src/cli/cmd-bench-kvq.c */
 int pkv_cli_bench_kv_speed(int argc, char **argv);    /* src/cli/cmd-bench-kvq.c */
 

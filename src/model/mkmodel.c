@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/quant.h"
-#include "model/chat-families.h"
+#include "chat/chat-families.h"
 #include "model/model-impl.h"
 #include "model/tokenizer-impl.h"
 
@@ -24,7 +24,7 @@ pkv_mkmodel_params pkv_mkmodel_default_params(void) {
  * (control tokens at ids 256.., in the order the real vocabulary has them), the
  * tokenizer settings its real GGUF files have, and a Jinja template (written for
  * pagekv) that renders the turn format the server renders for that family
- * (src/server/chat-template.c, whose detector recognises each one by its markers).
+ * (src/chat/chat-template.c, whose detector recognises each one by its markers).
  * The vocabulary stays the builtin byte-level BPE for every family: the families
  * whose real models use SentencePiece (llama2, mistral, gemma) get their special
  * tokens and flags, not their tokenizer. None of the templates writes bos_token:

@@ -6,7 +6,7 @@
 #include <jansson.h>
 #include <pthread.h>
 
-#include "server/jinja.h"
+#include "chat/jinja.h"
 #include "server/server-gen.h"
 #include "server/server.h"
 

@@ -6,7 +6,7 @@
 #define PKV_SERVER_TOOLS_H
 
 #include "server/server-http.h"
-#include "server/tool-calls.h"
+#include "chat/tool-calls.h"
 
 typedef struct srv_outfmt {
     bool parse;     /* the chat answer is parsed with tc (else the text is the content) */

@@ -1,5 +1,5 @@
 /* Chat templates: GGUF files carry a Jinja template (tokenizer.chat_template),
- * which the server runs with its interpreter (jinja.c) the way llama.cpp's
+ * which serve and run -cnv run with its interpreter (jinja*.c) the way llama.cpp's
  * server does (common/chat.cpp): the same message normalisation, the same
  * workarounds for templates without a system role or with object arguments,
  * the same variables. --chat-template NAME picks one of the built-in family
@@ -13,9 +13,9 @@
 
 #include <jansson.h>
 
-#include "model/chat-families.h"
-#include "server/jinja.h"
-#include "server/server.h"
+#include "chat/chat-families.h"
+#include "chat/jinja.h"
+#include "chat/chat.h"
 
 static const char *const k_names[PKV_TPL_COUNT] = {
     [PKV_TPL_NONE] = "none",       [PKV_TPL_CHATML] = "chatml", [PKV_TPL_LLAMA3] = "llama3",

@@ -2,7 +2,8 @@
  * subset real model templates use, with the whitespace rules Hugging Face
  * configures (trim_blocks, lstrip_blocks) and llama.cpp's renderings where it
  * differs from Python's Jinja2 (float printing, lenient undefined attributes).
- * Internal to src/server/; the server's chat layer is chat-template.c.
+ * Internal to src/chat/ (jinja*.c over jinja-impl.h); the chat layer over it is
+ * chat-template.c (chat.h).
  *
  * Every string keeps the byte ranges that came from the render context (the
  * request: messages, tools, kwargs) through concatenation, slicing and joins, so

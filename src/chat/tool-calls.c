@@ -12,7 +12,7 @@
 
 #include <jansson.h>
 
-#include "server/tool-calls.h"
+#include "chat/tool-calls.h"
 
 /* ------------------------------------------------------------ detection */
 
