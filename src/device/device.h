@@ -40,38 +40,16 @@ typedef struct pkv_kernel_ops {
     /* How matmuls with weights of type t run (pkv_device_weight_speed); NULL:
      * PKV_WEIGHT_FAST for every supported type. */
     pkv_weight_speed (*weight_speed)(void *ctx, pkv_type t);
-    pkv_status (*matmul)(void *ctx, const pkv_k_matmul_args *a);
-    pkv_status (*get_rows)(void *ctx, const pkv_k_get_rows_args *a);
-    pkv_status (*rms_norm)(void *ctx, const pkv_k_rms_norm_args *a);
-    pkv_status (*add)(void *ctx, const pkv_k_add_args *a);
-    pkv_status (*swiglu)(void *ctx, const pkv_k_swiglu_args *a);
-    pkv_status (*rope)(void *ctx, const pkv_k_rope_args *a);
-    pkv_status (*set_rows)(void *ctx, const pkv_k_set_rows_args *a);
-    pkv_status (*attention)(void *ctx, const pkv_k_attention_args *a);
-    pkv_status (*softmax)(void *ctx, const pkv_k_softmax_args *a);
-    pkv_status (*argmax)(void *ctx, const pkv_k_argmax_args *a);
-    pkv_status (*ssm_conv)(void *ctx, const pkv_k_ssm_conv_args *a);
-    pkv_status (*delta_net)(void *ctx, const pkv_k_delta_net_args *a);
-    pkv_status (*l2_norm)(void *ctx, const pkv_k_l2_norm_args *a);
-    pkv_status (*unary)(void *ctx, const pkv_k_unary_args *a);
-    pkv_status (*layer_norm)(void *ctx, const pkv_k_layer_norm_args *a);
+#define PKV_KERNEL_SLOT(name) pkv_status (*name)(void *ctx, const pkv_k_##name##_args *a);
+    PKV_KERNELS(PKV_KERNEL_SLOT)
+#undef PKV_KERNEL_SLOT
 } pkv_kernel_ops;
 
-pkv_status pkv_k_matmul(pkv_device *dev, const pkv_k_matmul_args *a);
-pkv_status pkv_k_get_rows(pkv_device *dev, const pkv_k_get_rows_args *a);
-pkv_status pkv_k_rms_norm(pkv_device *dev, const pkv_k_rms_norm_args *a);
-pkv_status pkv_k_add(pkv_device *dev, const pkv_k_add_args *a);
-pkv_status pkv_k_swiglu(pkv_device *dev, const pkv_k_swiglu_args *a);
-pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a);
-pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a);
-pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a);
-pkv_status pkv_k_softmax(pkv_device *dev, const pkv_k_softmax_args *a);
-pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a);
-pkv_status pkv_k_ssm_conv(pkv_device *dev, const pkv_k_ssm_conv_args *a);
-pkv_status pkv_k_delta_net(pkv_device *dev, const pkv_k_delta_net_args *a);
-pkv_status pkv_k_l2_norm(pkv_device *dev, const pkv_k_l2_norm_args *a);
-pkv_status pkv_k_unary(pkv_device *dev, const pkv_k_unary_args *a);
-pkv_status pkv_k_layer_norm(pkv_device *dev, const pkv_k_layer_norm_args *a);
+/* pkv_k_<name>(dev, args) for every kernel of PKV_KERNELS: checks the arguments,
+ * then queues the kernel (PKV_ERR_UNSUPPORTED where the device has no slot). */
+#define PKV_KERNEL_ENTRY(name) pkv_status pkv_k_##name(pkv_device *dev, const pkv_k_##name##_args *a);
+PKV_KERNELS(PKV_KERNEL_ENTRY)
+#undef PKV_KERNEL_ENTRY
 
 /* Turn the safe routing of transfers that failed the open-time self-check off
  * (raw true) or back on; returns the previous setting. The conformance suite

@@ -308,4 +308,31 @@ typedef struct pkv_k_unary_args {
     int64_t mul_len;
 } pkv_k_unary_args;
 
+/* The kernels. X(name) for each: its arguments are pkv_k_<name>_args above, and
+ * from this entry come
+ *   - the backend slot      pkv_kernel_ops.<name>              (device.h),
+ *   - the checked entry     pkv_k_<name>(dev, args), which runs start() and
+ *                           check_<name>() of kernels.c, then the slot,
+ *   - the `pagekv check` rows: rows_<name>() of check-kernels.c, which compares
+ *                           the device against the reference pkv_ref_<name>
+ *                           (cpu/ref.h), run in this order,
+ *   - each backend's table entry .<name> = <prefix>_<name> (cpu_, vk_, cu_).
+ * A kernel missing any of those functions does not compile. */
+#define PKV_KERNELS(X)                                                                     \
+    X(matmul)                                                                              \
+    X(get_rows)                                                                            \
+    X(rms_norm)                                                                            \
+    X(add)                                                                                 \
+    X(swiglu)                                                                              \
+    X(rope)                                                                                \
+    X(set_rows)                                                                            \
+    X(attention)                                                                           \
+    X(softmax)                                                                             \
+    X(argmax)                                                                              \
+    X(ssm_conv)                                                                            \
+    X(delta_net)                                                                           \
+    X(l2_norm)                                                                             \
+    X(unary)                                                                               \
+    X(layer_norm)
+
 #endif /* PKV_KERNEL_LIST_H */

@@ -1552,22 +1552,11 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     return PKV_OK;
 }
 
+/* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */
+#define SLOT(name) .name = cpu_##name,
 const pkv_kernel_ops pkv_cpu_kernel_ops = {
     .supports_type = supports_type,
     .weight_speed = weight_speed,
-    .matmul = cpu_matmul,
-    .get_rows = cpu_get_rows,
-    .rms_norm = cpu_rms_norm,
-    .add = cpu_add,
-    .swiglu = cpu_swiglu,
-    .rope = cpu_rope,
-    .set_rows = cpu_set_rows,
-    .attention = cpu_attention,
-    .softmax = cpu_softmax,
-    .argmax = cpu_argmax,
-    .ssm_conv = cpu_ssm_conv,
-    .delta_net = cpu_delta_net,
-    .l2_norm = cpu_l2_norm,
-    .unary = cpu_unary,
-    .layer_norm = cpu_layer_norm,
+    PKV_KERNELS(SLOT)
 };
+#undef SLOT

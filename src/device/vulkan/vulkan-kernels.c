@@ -648,22 +648,11 @@ static pkv_status vk_unary(void *ctx, const pkv_k_unary_args *a) {
     return dispatch(c, PKV_VK_K_UNARY, v, 4, pc, 10, CDIV((uint64_t)a->n, WG));
 }
 
+/* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */
+#define SLOT(name) .name = vk_##name,
 const pkv_kernel_ops pkv_vk_kernel_ops = {
     .supports_type = vk_supports_type,
     .weight_speed = vk_weight_speed,
-    .matmul = vk_matmul,
-    .get_rows = vk_get_rows,
-    .rms_norm = vk_rms_norm,
-    .add = vk_add,
-    .swiglu = vk_swiglu,
-    .rope = vk_rope,
-    .set_rows = vk_set_rows,
-    .attention = vk_attention,
-    .softmax = vk_softmax,
-    .argmax = vk_argmax,
-    .ssm_conv = vk_ssm_conv,
-    .delta_net = vk_delta_net,
-    .l2_norm = vk_l2_norm,
-    .unary = vk_unary,
-    .layer_norm = vk_layer_norm,
+    PKV_KERNELS(SLOT)
 };
+#undef SLOT
