@@ -303,6 +303,16 @@ static bool has_row(const suite_log *l, const char *name) {
     return false;
 }
 
+/* A row named "kernel <kernel>" or "kernel <kernel> ..." */
+static bool has_kernel_rows(const suite_log *l, const char *kernel) {
+    char want[64];
+    snprintf(want, sizeof want, "kernel %s", kernel);
+    const size_t n = strlen(want);
+    for (int i = 0; i < l->rows && i < 128; i++)
+        if (strncmp(l->names[i], want, n) == 0 && (l->names[i][n] == 0 || l->names[i][n] == ' ')) return true;
+    return false;
+}
+
 static void run_suite(pkv_device *dev, const char *label) {
     suite_log l;
     memset(&l, 0, sizeof l);
@@ -319,6 +329,10 @@ static void run_suite(pkv_device *dev, const char *label) {
     /* + partial rope (Gemma 4's proportional RoPE: f32, f16, q8_0, q4_0) */
     /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4) */
     /* + the media encoders' kernels: unary gelu, unary gelu_erf, layer_norm */
+    /* every kernel of the list has check rows */
+#define KERNEL_ROWS(name) CHECK(has_kernel_rows(&l, #name));
+    PKV_KERNELS(KERNEL_ROWS)
+#undef KERNEL_ROWS
     CHECK(has_row(&l, "kernel unary gelu_erf"));
     CHECK(has_row(&l, "kernel layer_norm"));
     CHECK(has_row(&l, "kernel ssm_conv (silu)"));

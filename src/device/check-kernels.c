@@ -1238,6 +1238,106 @@ static pkv_status check_unary(ck *k, pkv_unary_op op) {
     return PKV_OK;
 }
 
+/* ---- the rows of each kernel of PKV_KERNELS, in the order they run */
+
+static const pkv_type k_wtypes[] = {
+    PKV_TYPE_F32,    PKV_TYPE_F16,    PKV_TYPE_BF16,    PKV_TYPE_Q8_0,   PKV_TYPE_Q4_0,   PKV_TYPE_Q4_1,
+    PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,    PKV_TYPE_Q3_K,   PKV_TYPE_Q4_K,   PKV_TYPE_Q5_K,
+    PKV_TYPE_Q6_K,   PKV_TYPE_MXFP4,  PKV_TYPE_IQ4_NL,  PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_XXS, PKV_TYPE_IQ3_S,
+    PKV_TYPE_IQ2_XXS, PKV_TYPE_IQ2_XS, PKV_TYPE_IQ2_S,  PKV_TYPE_IQ1_S,  PKV_TYPE_IQ1_M,  PKV_TYPE_TQ1_0,
+    PKV_TYPE_TQ2_0};
+
+/* A weight type the device does not take is one skipped matmul row (and no
+ * get_rows row). */
+static pkv_status rows_matmul(ck *k) {
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_wtypes) && !s; i++) {
+        if (!pkv_device_supports_weight(k->dev, k_wtypes[i])) {
+            row_begin(k, "kernel matmul %s", pkv_type_name(k_wtypes[i]), 0);
+            k->row.skipped = true;
+            snprintf(k->row.detail, sizeof k->row.detail, "weight type %s not supported on %s",
+                     pkv_type_name(k_wtypes[i]), pkv_device_name(k->dev));
+            row_end(k);
+            continue;
+        }
+        s = check_matmul(k, k_wtypes[i]);
+    }
+    return s;
+}
+
+static pkv_status rows_get_rows(ck *k) {
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(k_wtypes) && !s; i++)
+        if (pkv_device_supports_weight(k->dev, k_wtypes[i])) s = check_get_rows(k, k_wtypes[i]);
+    return s;
+}
+
+static pkv_status rows_rms_norm(ck *k) { return check_rms_norm(k); }
+static pkv_status rows_add(ck *k) { return check_add(k); }
+
+static pkv_status rows_swiglu(ck *k) {
+    pkv_status s = check_swiglu(k, false, false);
+    if (!s) s = check_swiglu(k, true, false);
+    if (!s) s = check_swiglu(k, false, true);
+    return s;
+}
+
+static pkv_status rows_rope(ck *k) {
+    pkv_status s = PKV_OK;
+    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
+        s = check_rope(k, PKV_TYPE_F32, mode);
+        if (!s) s = check_rope(k, PKV_TYPE_F16, mode);
+    }
+    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
+        s = check_rope_q(k, PKV_TYPE_Q8_0, mode);
+        if (!s) s = check_rope_q(k, PKV_TYPE_Q4_0, mode);
+    }
+    return s;
+}
+
+static pkv_status rows_set_rows(ck *k) {
+    pkv_status s = check_set_rows(k, PKV_TYPE_F32);
+    if (!s) s = check_set_rows(k, PKV_TYPE_F16);
+    if (!s) s = check_set_rows_q(k, PKV_TYPE_Q8_0);
+    if (!s) s = check_set_rows_q(k, PKV_TYPE_Q4_0);
+    return s;
+}
+
+static pkv_status rows_attention(ck *k) {
+    /* K type, V type, the options (window, softcap, sinks) */
+    static const struct { pkv_type kt, vt; bool opts; } cases[] = {
+        {PKV_TYPE_F32, PKV_TYPE_F32, false},   {PKV_TYPE_F16, PKV_TYPE_F16, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false}, {PKV_TYPE_F16, PKV_TYPE_F16, true},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true},  {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_F16, false},  {PKV_TYPE_F16, PKV_TYPE_Q4_0, false}};
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++) s = check_attention(k, cases[i].kt, cases[i].vt, cases[i].opts);
+    return s;
+}
+
+static pkv_status rows_softmax(ck *k) { return check_softmax(k); }
+static pkv_status rows_argmax(ck *k) { return check_argmax(k); }
+
+static pkv_status rows_ssm_conv(ck *k) {
+    pkv_status s = check_ssm_conv(k, false);
+    return s ? s : check_ssm_conv(k, true);
+}
+
+static pkv_status rows_delta_net(ck *k) {
+    pkv_status s = check_delta_net(k, false);
+    return s ? s : check_delta_net(k, true);
+}
+
+static pkv_status rows_l2_norm(ck *k) { return check_l2_norm(k); }
+
+static pkv_status rows_unary(ck *k) {
+    pkv_status s = PKV_OK;
+    for (int op = PKV_UNARY_ID; op <= PKV_UNARY_LAST && !s; op++) s = check_unary(k, (pkv_unary_op)op);
+    return s;
+}
+
+static pkv_status rows_layer_norm(ck *k) { return check_layer_norm(k); }
+
 pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user) {
     if (!dev) return pkv_err(PKV_ERR_INVALID, "check kernels: device is NULL");
     ck k;
@@ -1247,59 +1347,11 @@ pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_repo
     k.user = user;
     k.rng = p.seed ? p.seed : 0x5eed5eedull;
     bool was_raw = pkv_device_set_raw(dev, true); /* results are read back through the device's own primitives */
-    static const pkv_type wtypes[] = {
-        PKV_TYPE_F32,    PKV_TYPE_F16,    PKV_TYPE_BF16,    PKV_TYPE_Q8_0,   PKV_TYPE_Q4_0,   PKV_TYPE_Q4_1,
-        PKV_TYPE_Q5_0,   PKV_TYPE_Q5_1,   PKV_TYPE_Q2_K,    PKV_TYPE_Q3_K,   PKV_TYPE_Q4_K,   PKV_TYPE_Q5_K,
-        PKV_TYPE_Q6_K,   PKV_TYPE_MXFP4,  PKV_TYPE_IQ4_NL,  PKV_TYPE_IQ4_XS, PKV_TYPE_IQ3_XXS, PKV_TYPE_IQ3_S,
-        PKV_TYPE_IQ2_XXS, PKV_TYPE_IQ2_XS, PKV_TYPE_IQ2_S,  PKV_TYPE_IQ1_S,  PKV_TYPE_IQ1_M,  PKV_TYPE_TQ1_0,
-        PKV_TYPE_TQ2_0};
     pkv_status s = PKV_OK;
-    for (size_t i = 0; i < PKV_ARRAY_LEN(wtypes) && !s; i++) {
-        if (!pkv_device_supports_weight(dev, wtypes[i])) {
-            row_begin(&k, "kernel matmul %s", pkv_type_name(wtypes[i]), 0);
-            k.row.skipped = true;
-            snprintf(k.row.detail, sizeof k.row.detail, "weight type %s not supported on %s", pkv_type_name(wtypes[i]),
-                     pkv_device_name(dev));
-            row_end(&k);
-            continue;
-        }
-        s = check_matmul(&k, wtypes[i]);
-        if (!s) s = check_get_rows(&k, wtypes[i]);
-    }
-    if (!s) s = check_rms_norm(&k);
-    if (!s) s = check_add(&k);
-    if (!s) s = check_swiglu(&k, false, false);
-    if (!s) s = check_swiglu(&k, true, false);
-    if (!s) s = check_swiglu(&k, false, true);
-    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
-        s = check_rope(&k, PKV_TYPE_F32, mode);
-        if (!s) s = check_rope(&k, PKV_TYPE_F16, mode);
-    }
-    if (!s) s = check_set_rows(&k, PKV_TYPE_F32);
-    if (!s) s = check_set_rows(&k, PKV_TYPE_F16);
-    if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q8_0);
-    if (!s) s = check_set_rows_q(&k, PKV_TYPE_Q4_0);
-    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
-        s = check_rope_q(&k, PKV_TYPE_Q8_0, mode);
-        if (!s) s = check_rope_q(&k, PKV_TYPE_Q4_0, mode);
-    }
-    if (!s) s = check_attention(&k, PKV_TYPE_F32, PKV_TYPE_F32, false);
-    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16, false);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false);
-    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_F16, true);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false);
-    if (!s) s = check_attention(&k, PKV_TYPE_Q8_0, PKV_TYPE_F16, false);
-    if (!s) s = check_attention(&k, PKV_TYPE_F16, PKV_TYPE_Q4_0, false);
-    if (!s) s = check_softmax(&k);
-    if (!s) s = check_argmax(&k);
-    if (!s) s = check_ssm_conv(&k, false);
-    if (!s) s = check_ssm_conv(&k, true);
-    if (!s) s = check_delta_net(&k, false);
-    if (!s) s = check_delta_net(&k, true);
-    if (!s) s = check_l2_norm(&k);
-    for (int op = PKV_UNARY_ID; op <= PKV_UNARY_LAST && !s; op++) s = check_unary(&k, (pkv_unary_op)op);
-    if (!s) s = check_layer_norm(&k);
+#define ROWS(name)                                                                         \
+    if (!s) s = rows_##name(&k);
+    PKV_KERNELS(ROWS)
+#undef ROWS
     bufs_free(&k);
     pkv_device_set_raw(dev, was_raw);
     if (s) return s;

@@ -47,7 +47,7 @@ static pkv_status start(kctx *k, pkv_device *dev, const char *kernel, const void
         if (!(cond)) {                                                                     \
             char _m[256];                                                                  \
             snprintf(_m, sizeof _m, __VA_ARGS__);                                          \
-            return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: %s", k.kernel, k.dev->caps.name, _m); \
+            return pkv_err(PKV_ERR_INVALID, "kernel %s on %s: %s", k->kernel, k->dev->caps.name, _m); \
         }                                                                                  \
     } while (0)
 
@@ -74,80 +74,66 @@ static pkv_status weight_type(const kctx *k, pkv_type t, int64_t cols) {
     return PKV_OK;
 }
 
-pkv_status pkv_k_matmul(pkv_device *dev, const pkv_k_matmul_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "matmul", a, SLOT(dev, matmul)));
+static pkv_status check_matmul(const kctx *k, pkv_k_matmul_args *a) {
     SHAPE(a->rows > 0 && a->n > 0, "rows %lld, n %lld", (long long)a->rows, (long long)a->n);
-    TRY(weight_type(&k, a->wtype, a->cols));
-    TRY(arg(&k, "w", a->w, (uint64_t)a->rows * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
-    TRY(arg(&k, "x", a->x, (uint64_t)a->n * (uint64_t)a->cols * 4));
-    TRY(arg(&k, "y", a->y, (uint64_t)a->n * (uint64_t)a->rows * 4));
-    return dev->ops->kernels->matmul(dev->ctx, a);
+    TRY(weight_type(k, a->wtype, a->cols));
+    TRY(arg(k, "w", a->w, (uint64_t)a->rows * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
+    TRY(arg(k, "x", a->x, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n * (uint64_t)a->rows * 4));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_get_rows(pkv_device *dev, const pkv_k_get_rows_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "get_rows", a, SLOT(dev, get_rows)));
+static pkv_status check_get_rows(const kctx *k, pkv_k_get_rows_args *a) {
     SHAPE(a->n_vocab > 0 && a->n > 0, "n_vocab %lld, n %lld", (long long)a->n_vocab, (long long)a->n);
-    TRY(weight_type(&k, a->wtype, a->cols));
-    TRY(arg(&k, "w", a->w, (uint64_t)a->n_vocab * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
-    TRY(arg(&k, "ids", a->ids, (uint64_t)a->n * 4));
-    TRY(arg(&k, "out", a->out, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    TRY(weight_type(k, a->wtype, a->cols));
+    TRY(arg(k, "w", a->w, (uint64_t)a->n_vocab * pkv_type_row_bytes(a->wtype, (size_t)a->cols)));
+    TRY(arg(k, "ids", a->ids, (uint64_t)a->n * 4));
+    TRY(arg(k, "out", a->out, (uint64_t)a->n * (uint64_t)a->cols * 4));
     SHAPE(a->scale < INFINITY && a->scale > -INFINITY, "scale %g must be finite", (double)a->scale);
-    return dev->ops->kernels->get_rows(dev->ctx, a);
+    return PKV_OK;
 }
 
-pkv_status pkv_k_rms_norm(pkv_device *dev, const pkv_k_rms_norm_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "rms_norm", a, SLOT(dev, rms_norm)));
+static pkv_status check_rms_norm(const kctx *k, pkv_k_rms_norm_args *a) {
     SHAPE(a->n_rows > 0 && a->row_len > 0, "n_rows %lld, row_len %lld", (long long)a->n_rows, (long long)a->row_len);
     uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
-    TRY(arg(&k, "x", a->x, bytes));
-    TRY(arg(&k, "w", a->w, (uint64_t)a->row_len * 4));
-    TRY(arg(&k, "y", a->y, bytes));
-    return dev->ops->kernels->rms_norm(dev->ctx, a);
+    TRY(arg(k, "x", a->x, bytes));
+    TRY(arg(k, "w", a->w, (uint64_t)a->row_len * 4));
+    TRY(arg(k, "y", a->y, bytes));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_layer_norm(pkv_device *dev, const pkv_k_layer_norm_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "layer_norm", a, SLOT(dev, layer_norm)));
+static pkv_status check_layer_norm(const kctx *k, pkv_k_layer_norm_args *a) {
     SHAPE(a->n_rows > 0 && a->row_len > 0, "n_rows %lld, row_len %lld", (long long)a->n_rows, (long long)a->row_len);
     SHAPE(a->eps >= 0 && a->eps < INFINITY, "eps %g must be finite and >= 0", (double)a->eps);
     uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
-    TRY(arg(&k, "x", a->x, bytes));
-    TRY(arg(&k, "y", a->y, bytes));
-    if (a->w.buf) TRY(arg(&k, "w", a->w, (uint64_t)a->row_len * 4));
-    if (a->b.buf) TRY(arg(&k, "b", a->b, (uint64_t)a->row_len * 4));
-    return dev->ops->kernels->layer_norm(dev->ctx, a);
+    TRY(arg(k, "x", a->x, bytes));
+    TRY(arg(k, "y", a->y, bytes));
+    if (a->w.buf) TRY(arg(k, "w", a->w, (uint64_t)a->row_len * 4));
+    if (a->b.buf) TRY(arg(k, "b", a->b, (uint64_t)a->row_len * 4));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_add(pkv_device *dev, const pkv_k_add_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "add", a, SLOT(dev, add)));
+static pkv_status check_add(const kctx *k, pkv_k_add_args *a) {
     SHAPE(a->n > 0 && a->b_len > 0 && a->n % a->b_len == 0, "n %lld is not a multiple of b_len %lld",
           (long long)a->n, (long long)a->b_len);
-    TRY(arg(&k, "a", a->a, (uint64_t)a->n * 4));
-    TRY(arg(&k, "b", a->b, (uint64_t)a->b_len * 4));
-    TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
-    return dev->ops->kernels->add(dev->ctx, a);
+    TRY(arg(k, "a", a->a, (uint64_t)a->n * 4));
+    TRY(arg(k, "b", a->b, (uint64_t)a->b_len * 4));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n * 4));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_swiglu(pkv_device *dev, const pkv_k_swiglu_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "swiglu", a, SLOT(dev, swiglu)));
+static pkv_status check_swiglu(const kctx *k, pkv_k_swiglu_args *a) {
     SHAPE(a->n > 0, "n %lld", (long long)a->n);
-    TRY(arg(&k, "g", a->g, (uint64_t)a->n * 4));
-    TRY(arg(&k, "u", a->u, (uint64_t)a->n * 4));
-    TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
+    TRY(arg(k, "g", a->g, (uint64_t)a->n * 4));
+    TRY(arg(k, "u", a->u, (uint64_t)a->n * 4));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n * 4));
     SHAPE(!a->oai || (!a->gelu && a->limit > 0 && a->limit < INFINITY && a->alpha > -INFINITY && a->alpha < INFINITY),
           "oai needs gelu off, a finite alpha and a limit in (0, inf) (alpha %g, limit %g)", (double)a->alpha,
           (double)a->limit);
-    return dev->ops->kernels->swiglu(dev->ctx, a);
+    return PKV_OK;
 }
 
-pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "rope", a, SLOT(dev, rope)));
+static pkv_status check_rope(const kctx *k, pkv_k_rope_args *a) {
     SHAPE(pkv_kv_type_ok(a->dtype), "dtype must be f32, f16, q8_0 or q4_0");
     SHAPE(a->n_rows > 0 && a->n_heads > 0 && a->head_dim > 0, "empty shape");
     SHAPE(!pkv_kv_type_quant(a->dtype) || a->head_dim % 32 == 0, "head_dim %d of a %s row is not a multiple of 32",
@@ -164,10 +150,10 @@ pkv_status pkv_k_rope(pkv_device *dev, const pkv_k_rope_args *a) {
     SHAPE(a->row_stride >= row_bytes, "row stride %zu < row of %llu bytes", a->row_stride, (unsigned long long)row_bytes);
     int64_t max_rows = a->rows.buf ? a->max_rows : a->n_rows;
     SHAPE(max_rows >= (a->rows.buf ? 1 : a->n_rows), "max_rows %lld", (long long)max_rows);
-    TRY(arg(&k, "x", a->x, (uint64_t)(max_rows - 1) * a->row_stride + row_bytes));
-    TRY(arg(&k, "pos", a->pos, (uint64_t)a->n_rows * 4));
-    if (a->rows.buf) TRY(arg(&k, "rows", a->rows, (uint64_t)a->n_rows * 4));
-    return dev->ops->kernels->rope(dev->ctx, a);
+    TRY(arg(k, "x", a->x, (uint64_t)(max_rows - 1) * a->row_stride + row_bytes));
+    TRY(arg(k, "pos", a->pos, (uint64_t)a->n_rows * 4));
+    if (a->rows.buf) TRY(arg(k, "rows", a->rows, (uint64_t)a->n_rows * 4));
+    return PKV_OK;
 }
 
 void pkv_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
@@ -179,24 +165,20 @@ void pkv_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float b
     dims[1] = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
 }
 
-pkv_status pkv_k_set_rows(pkv_device *dev, const pkv_k_set_rows_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "set_rows", a, SLOT(dev, set_rows)));
+static pkv_status check_set_rows(const kctx *k, pkv_k_set_rows_args *a) {
     SHAPE(pkv_kv_type_ok(a->dst_type), "dst_type must be f32, f16, q8_0 or q4_0");
     SHAPE(a->n > 0 && a->row_elems > 0 && a->dst_rows > 0, "empty shape");
     SHAPE(!pkv_kv_type_quant(a->dst_type) || a->row_elems % 32 == 0, "row of %lld elements is not whole %s blocks",
           (long long)a->row_elems, pkv_type_name(a->dst_type));
     const uint64_t drow = pkv_type_row_bytes(a->dst_type, (size_t)a->row_elems);
     SHAPE(a->src_stride >= (size_t)a->row_elems * 4 && a->dst_stride >= drow, "strides smaller than a row");
-    TRY(arg(&k, "src", a->src, (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4));
-    TRY(arg(&k, "dst", a->dst, (uint64_t)(a->dst_rows - 1) * a->dst_stride + drow));
-    TRY(arg(&k, "idx", a->idx, (uint64_t)a->n * 4));
-    return dev->ops->kernels->set_rows(dev->ctx, a);
+    TRY(arg(k, "src", a->src, (uint64_t)(a->n - 1) * a->src_stride + (uint64_t)a->row_elems * 4));
+    TRY(arg(k, "dst", a->dst, (uint64_t)(a->dst_rows - 1) * a->dst_stride + drow));
+    TRY(arg(k, "idx", a->idx, (uint64_t)a->n * 4));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "attention", a, SLOT(dev, attention)));
+static pkv_status check_attention(const kctx *k, pkv_k_attention_args *a) {
     SHAPE(pkv_kv_type_ok(a->k_type) && pkv_kv_type_ok(a->v_type), "k_type and v_type must be f32, f16, q8_0 or q4_0");
     SHAPE(a->n_q > 0 && a->n_seq > 0 && a->n_pages > 0 && a->page_size > 0 && a->meta_pages >= 0, "empty shape");
     SHAPE(a->n_kv > 0 && a->n_head > 0 && a->n_head % a->n_kv == 0, "n_head %d is not a multiple of n_kv %d",
@@ -205,35 +187,31 @@ pkv_status pkv_k_attention(pkv_device *dev, const pkv_k_attention_args *a) {
     SHAPE((!pkv_kv_type_quant(a->k_type) || a->dk % 32 == 0) && (!pkv_kv_type_quant(a->v_type) || a->dv % 32 == 0),
           "quantized K/V need head sizes that are multiples of 32 (dk %d, dv %d)", a->dk, a->dv);
     uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
-    TRY(arg(&k, "q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4));
-    TRY(arg(&k, "k", a->k, slots * pkv_type_row_bytes(a->k_type, (size_t)a->dk)));
-    TRY(arg(&k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
-    TRY(arg(&k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
-    TRY(arg(&k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
+    TRY(arg(k, "q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4));
+    TRY(arg(k, "k", a->k, slots * pkv_type_row_bytes(a->k_type, (size_t)a->dk)));
+    TRY(arg(k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
+    TRY(arg(k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
+    TRY(arg(k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
     SHAPE(a->window >= 0, "window %d is negative", a->window);
     SHAPE(a->softcap >= 0 && a->softcap < INFINITY, "softcap %g must be finite and >= 0", (double)a->softcap);
-    if (a->sinks.buf) TRY(arg(&k, "sinks", a->sinks, (uint64_t)a->n_head * 4));
-    if (a->q_win.buf) TRY(arg(&k, "q_win", a->q_win, (uint64_t)a->n_q * 4));
-    return dev->ops->kernels->attention(dev->ctx, a);
+    if (a->sinks.buf) TRY(arg(k, "sinks", a->sinks, (uint64_t)a->n_head * 4));
+    if (a->q_win.buf) TRY(arg(k, "q_win", a->q_win, (uint64_t)a->n_q * 4));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_softmax(pkv_device *dev, const pkv_k_softmax_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "softmax", a, SLOT(dev, softmax)));
+static pkv_status check_softmax(const kctx *k, pkv_k_softmax_args *a) {
     SHAPE(a->n_rows > 0 && a->row_len > 0, "empty shape");
     uint64_t bytes = (uint64_t)a->n_rows * (uint64_t)a->row_len * 4;
-    TRY(arg(&k, "x", a->x, bytes));
-    TRY(arg(&k, "y", a->y, bytes));
-    return dev->ops->kernels->softmax(dev->ctx, a);
+    TRY(arg(k, "x", a->x, bytes));
+    TRY(arg(k, "y", a->y, bytes));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_argmax(pkv_device *dev, const pkv_k_argmax_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "argmax", a, SLOT(dev, argmax)));
+static pkv_status check_argmax(const kctx *k, pkv_k_argmax_args *a) {
     SHAPE(a->n_rows > 0 && a->row_len > 0, "empty shape");
-    TRY(arg(&k, "x", a->x, (uint64_t)a->n_rows * (uint64_t)a->row_len * 4));
-    TRY(arg(&k, "out", a->out, (uint64_t)a->n_rows * 4));
-    return dev->ops->kernels->argmax(dev->ctx, a);
+    TRY(arg(k, "x", a->x, (uint64_t)a->n_rows * (uint64_t)a->row_len * 4));
+    TRY(arg(k, "out", a->out, (uint64_t)a->n_rows * 4));
+    return PKV_OK;
 }
 
 /* ---- recurrent layers: strides of 0 become the packed row size here, so backends
@@ -261,77 +239,81 @@ static pkv_status state_args(const kctx *k, pkv_tref state, size_t stride, int64
     return arg(k, "meta", meta, (2 * (uint64_t)n_seq + 1) * 4);
 }
 
-pkv_status pkv_k_ssm_conv(pkv_device *dev, const pkv_k_ssm_conv_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "ssm_conv", a, SLOT(dev, ssm_conv)));
+static pkv_status check_ssm_conv(const kctx *k, pkv_k_ssm_conv_args *a) {
     SHAPE(a->n_tok > 0 && a->channels > 0, "n_tok %lld, channels %lld", (long long)a->n_tok, (long long)a->channels);
     SHAPE(a->d_conv >= 2 && a->d_conv <= PKV_SSM_CONV_MAX, "d_conv %d must be in [2, %d]", a->d_conv, PKV_SSM_CONV_MAX);
     const uint64_t bytes = (uint64_t)a->n_tok * (uint64_t)a->channels * 4;
-    TRY(arg(&k, "x", a->x, bytes));
-    TRY(arg(&k, "w", a->w, (uint64_t)a->channels * (uint64_t)a->d_conv * 4));
-    TRY(arg(&k, "y", a->y, bytes));
-    TRY(state_args(&k, a->state, a->state_stride, a->n_slots, (uint64_t)(a->d_conv - 1) * (uint64_t)a->channels * 4,
+    TRY(arg(k, "x", a->x, bytes));
+    TRY(arg(k, "w", a->w, (uint64_t)a->channels * (uint64_t)a->d_conv * 4));
+    TRY(arg(k, "y", a->y, bytes));
+    TRY(state_args(k, a->state, a->state_stride, a->n_slots, (uint64_t)(a->d_conv - 1) * (uint64_t)a->channels * 4,
                    a->meta, a->n_seq));
-    return dev->ops->kernels->ssm_conv(dev->ctx, a);
+    return PKV_OK;
 }
 
-pkv_status pkv_k_delta_net(pkv_device *dev, const pkv_k_delta_net_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "delta_net", a, SLOT(dev, delta_net)));
+static pkv_status check_delta_net(const kctx *k, pkv_k_delta_net_args *a) {
     SHAPE(a->n_tok > 0, "n_tok %lld", (long long)a->n_tok);
     SHAPE(a->n_k_heads > 0 && a->n_v_heads > 0 && a->n_v_heads % a->n_k_heads == 0,
           "n_v_heads %d is not a multiple of n_k_heads %d", a->n_v_heads, a->n_k_heads);
     SHAPE(a->d_k > 0 && a->d_v > 0, "head sizes d_k %d, d_v %d", a->d_k, a->d_v);
     SHAPE(isfinite(a->scale), "scale %g must be finite", (double)a->scale);
-    pkv_k_delta_net_args r = *a;
     const uint64_t qk_row = (uint64_t)a->n_k_heads * (uint64_t)a->d_k * 4, v_row = (uint64_t)a->n_v_heads * (uint64_t)a->d_v * 4;
-    TRY(stride_of(&k, "q", &r.q_stride, qk_row));
-    TRY(stride_of(&k, "k", &r.k_stride, qk_row));
-    TRY(stride_of(&k, "v", &r.v_stride, v_row));
+    TRY(stride_of(k, "q", &a->q_stride, qk_row));
+    TRY(stride_of(k, "k", &a->k_stride, qk_row));
+    TRY(stride_of(k, "v", &a->v_stride, v_row));
     const uint64_t last = (uint64_t)(a->n_tok - 1);
-    TRY(arg(&k, "q", a->q, last * r.q_stride + qk_row));
-    TRY(arg(&k, "k", a->k, last * r.k_stride + qk_row));
-    TRY(arg(&k, "v", a->v, last * r.v_stride + v_row));
-    TRY(arg(&k, "g", a->g, (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4));
-    TRY(arg(&k, "beta", a->beta, (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4));
-    TRY(arg(&k, "out", a->out, (uint64_t)a->n_tok * v_row));
-    TRY(state_args(&k, a->state, a->state_stride, a->n_slots, (uint64_t)a->n_v_heads * (uint64_t)a->d_k * (uint64_t)a->d_v * 4,
+    TRY(arg(k, "q", a->q, last * a->q_stride + qk_row));
+    TRY(arg(k, "k", a->k, last * a->k_stride + qk_row));
+    TRY(arg(k, "v", a->v, last * a->v_stride + v_row));
+    TRY(arg(k, "g", a->g, (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4));
+    TRY(arg(k, "beta", a->beta, (uint64_t)a->n_tok * (uint64_t)a->n_v_heads * 4));
+    TRY(arg(k, "out", a->out, (uint64_t)a->n_tok * v_row));
+    TRY(state_args(k, a->state, a->state_stride, a->n_slots, (uint64_t)a->n_v_heads * (uint64_t)a->d_k * (uint64_t)a->d_v * 4,
                    a->meta, a->n_seq));
-    if (r.scale == 0) r.scale = (float)(1.0 / sqrt((double)a->d_k));
-    return dev->ops->kernels->delta_net(dev->ctx, &r);
+    if (a->scale == 0) a->scale = (float)(1.0 / sqrt((double)a->d_k));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_l2_norm(pkv_device *dev, const pkv_k_l2_norm_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "l2_norm", a, SLOT(dev, l2_norm)));
+static pkv_status check_l2_norm(const kctx *k, pkv_k_l2_norm_args *a) {
     SHAPE(a->n > 0 && a->n_heads > 0 && a->head_dim > 0, "n %lld, n_heads %lld, head_dim %lld", (long long)a->n,
           (long long)a->n_heads, (long long)a->head_dim);
     SHAPE(a->eps >= 0 && a->eps < INFINITY, "eps %g must be finite and >= 0", (double)a->eps);
-    pkv_k_l2_norm_args r = *a;
     const uint64_t row = (uint64_t)a->n_heads * (uint64_t)a->head_dim * 4;
-    TRY(stride_of(&k, "x", &r.x_stride, row));
-    TRY(stride_of(&k, "y", &r.y_stride, row));
-    TRY(arg(&k, "x", a->x, (uint64_t)(a->n - 1) * r.x_stride + row));
-    TRY(arg(&k, "y", a->y, (uint64_t)(a->n - 1) * r.y_stride + row));
-    return dev->ops->kernels->l2_norm(dev->ctx, &r);
+    TRY(stride_of(k, "x", &a->x_stride, row));
+    TRY(stride_of(k, "y", &a->y_stride, row));
+    TRY(arg(k, "x", a->x, (uint64_t)(a->n - 1) * a->x_stride + row));
+    TRY(arg(k, "y", a->y, (uint64_t)(a->n - 1) * a->y_stride + row));
+    return PKV_OK;
 }
 
-pkv_status pkv_k_unary(pkv_device *dev, const pkv_k_unary_args *a) {
-    kctx k;
-    TRY(start(&k, dev, "unary", a, SLOT(dev, unary)));
+static pkv_status check_unary(const kctx *k, pkv_k_unary_args *a) {
     SHAPE(a->n > 0, "n %lld", (long long)a->n);
     SHAPE(a->op >= PKV_UNARY_ID && a->op <= PKV_UNARY_LAST, "unknown op %d", (int)a->op);
-    TRY(arg(&k, "x", a->x, (uint64_t)a->n * 4));
-    TRY(arg(&k, "y", a->y, (uint64_t)a->n * 4));
+    TRY(arg(k, "x", a->x, (uint64_t)a->n * 4));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n * 4));
     if (a->bias.buf) {
         SHAPE(a->bias_len > 0 && a->n % a->bias_len == 0, "n %lld is not a multiple of bias_len %lld", (long long)a->n,
               (long long)a->bias_len);
-        TRY(arg(&k, "bias", a->bias, (uint64_t)a->bias_len * 4));
+        TRY(arg(k, "bias", a->bias, (uint64_t)a->bias_len * 4));
     }
     if (a->mul.buf) {
         SHAPE(a->mul_len > 0 && a->n % a->mul_len == 0, "n %lld is not a multiple of mul_len %lld", (long long)a->n,
               (long long)a->mul_len);
-        TRY(arg(&k, "mul", a->mul, (uint64_t)a->mul_len * 4));
+        TRY(arg(k, "mul", a->mul, (uint64_t)a->mul_len * 4));
     }
-    return dev->ops->kernels->unary(dev->ctx, a);
+    return PKV_OK;
 }
+
+/* pkv_k_<name> for every kernel of the list: the common checks (start), the
+ * kernel's own (check_<name>, on a copy that may fill in defaults such as
+ * strides of 0), then the backend's slot. */
+#define ENTRY(name)                                                                        \
+    pkv_status pkv_k_##name(pkv_device *dev, const pkv_k_##name##_args *a) {               \
+        kctx k;                                                                            \
+        TRY(start(&k, dev, #name, a, SLOT(dev, name)));                                    \
+        pkv_k_##name##_args r = *a;                                                        \
+        TRY(check_##name(&k, &r));                                                         \
+        return dev->ops->kernels->name(dev->ctx, &r);                                      \
+    }
+PKV_KERNELS(ENTRY)
+#undef ENTRY

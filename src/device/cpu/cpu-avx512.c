@@ -20,105 +20,17 @@ T static inline __m512 ld_bf16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-__attribute__((always_inline)) T static inline __m512 ldw(const void *w, int kind, int64_t i) {
-    if (kind == 0) return _mm512_loadu_ps((const float *)w + i);
-    if (kind == 1) return ld_f16((const uint16_t *)w + i);
-    return ld_bf16((const uint16_t *)w + i);
-}
-
-__attribute__((always_inline)) T static inline float w_at(const void *w, int kind, int64_t i) {
-    if (kind == 0) return ((const float *)w)[i];
-    if (kind == 1) return _cvtsh_ss(((const uint16_t *)w)[i]);
-    uint32_t u = (uint32_t)((const uint16_t *)w)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* One weight row against four x rows (see cpu-avx2.c). */
-__attribute__((always_inline)) T static inline void fxn(const void *w, int kind, const float *x, int64_t xs, int64_t n,
-                                                        const int NX, float *out) {
-    __m512 a[8];
-    for (int r = 0; r < 2 * NX; r++) a[r] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 w0 = ldw(w, kind, i), w1 = ldw(w, kind, i + 16);
-        for (int r = 0; r < NX; r++) {
-            a[2 * r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * xs + i), a[2 * r]);
-            a[2 * r + 1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * xs + i + 16), a[2 * r + 1]);
-        }
-    }
-    for (int r = 0; r < NX; r++) {
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(a[2 * r], a[2 * r + 1]));
-        for (int64_t k = i; k < n; k++) s += w_at(w, kind, k) * x[r * xs + k];
-        out[r] = s;
-    }
-}
-
-T static void x_f32x(const float *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
-    if (nx == 4)
-        fxn(w, 0, x, xs, n, 4, out);
-    else
-        for (int r = 0; r < nx; r++) fxn(w, 0, x + r * xs, xs, n, 1, out + r);
-}
-T static void x_f16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
-    if (nx == 4)
-        fxn(w, 1, x, xs, n, 4, out);
-    else
-        for (int r = 0; r < nx; r++) fxn(w, 1, x + r * xs, xs, n, 1, out + r);
-}
-T static void x_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, int nx, float *out) {
-    if (nx == 4)
-        fxn(w, 2, x, xs, n, 4, out);
-    else
-        for (int r = 0; r < nx; r++) fxn(w, 2, x + r * xs, xs, n, 1, out + r);
-}
-
-/* The matmul's register tile (cpu-dots.h, f32t): NW weight rows x NX x rows, one
- * 16-lane accumulator per pair; lane l sums the products of elements 16k + l in
- * k order, then the lanes are reduced (_mm512_reduce_add_ps, a fixed order) and
- * the tail elements added in order with fmaf. A pair gets exactly these
- * operations in every tile shape. */
-__attribute__((always_inline)) T static inline void ftile(const void *w, int kind, int64_t ws, const float *x,
-                                                          int64_t xs, int64_t n, const int NW, const int NX, float *y,
-                                                          int64_t ys) {
-    __m512 a[16];
-    for (int k = 0; k < NW * NX; k++) a[k] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 wv[4];
-        for (int q = 0; q < NW; q++) wv[q] = ldw(w, kind, q * ws + i);
-        for (int r = 0; r < NX; r++) {
-            const __m512 xv = _mm512_loadu_ps(x + r * xs + i);
-            for (int q = 0; q < NW; q++) a[r * NW + q] = _mm512_fmadd_ps(wv[q], xv, a[r * NW + q]);
-        }
-    }
-    for (int r = 0; r < NX; r++)
-        for (int q = 0; q < NW; q++) {
-            float s = _mm512_reduce_add_ps(a[r * NW + q]);
-            for (int64_t k = i; k < n; k++) s = fmaf(w_at(w, kind, q * ws + k), x[r * xs + k], s);
-            y[r * ys + q] = s;
-        }
-}
-
-/* 4 x 4 tiles where the shape allows; every pair gets the same operations. */
-#define TILE_FN(name, WT, kind)                                                                                       \
-    T static void name(const WT *w, int64_t ws, int nw, const float *x, int64_t xs, int nx, int64_t n, float *y,     \
-                       int64_t ys) {                                                                                 \
-        if (nw == 4 && nx == 4)                                                                                      \
-            ftile(w, kind, ws, x, xs, n, 4, 4, y, ys);                                                               \
-        else if (nw == 4)                                                                                            \
-            for (int r = 0; r < nx; r++) ftile(w, kind, ws, x + r * xs, xs, n, 4, 1, y + r * ys, ys);                \
-        else if (nx == 4)                                                                                            \
-            for (int q = 0; q < nw; q++) ftile(w + q * ws, kind, ws, x, xs, n, 1, 4, y + q, ys);                     \
-        else                                                                                                         \
-            for (int q = 0; q < nw; q++)                                                                             \
-                for (int r = 0; r < nx; r++) ftile(w + q * ws, kind, ws, x + r * xs, xs, n, 1, 1, y + r * ys + q, ys); \
-    }
-TILE_FN(x_f32t, float, 0)
-TILE_FN(x_f16t, uint16_t, 1)
-TILE_FN(x_bf16t, uint16_t, 2)
-#undef TILE_FN
+#define FV_TARGET T
+#define FV_V __m512
+#define FV_LANES 16
+#define FV_ZERO() _mm512_setzero_ps()
+#define FV_LOADU(p) _mm512_loadu_ps(p)
+#define FV_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define FV_ADD(a, b) _mm512_add_ps(a, b)
+#define FV_HSUM(v) _mm512_reduce_add_ps(v)
+#define FV_NAME(n) x_##n
+#define FV_TILE_NX 4
+#include "device/cpu/cpu-fdot-body.h"
 
 
 /* NULL slots: cpu-kernels.c uses the AVX2 function instead. */

@@ -1,6 +1,6 @@
 /* The CPU backend's kernels. The dispatcher (kernels.c) has checked buffers and
  * bounds; values read from memory that no host check sees (ids, page ids, row
- * indices) are guarded here as device.h states. Work is split over the device's
+ * indices) are guarded here as kernel-list.h states. Work is split over the device's
  * thread pool. Results match ref.c within the tolerances of check-kernels.c.
  *
  * Determinism: every output element is computed by one task with a fixed
@@ -718,7 +718,7 @@ static void rope_row(const pkv_k_rope_args *a, const pkv_cpu_dots *d, uint8_t *x
     }
 }
 
-/* A quantized row (device.h): each head dequantized into hb (head_dim floats),
+/* A quantized row (kernel-list.h): each head dequantized into hb (head_dim floats),
  * rotated with the f32 arithmetic above, and quantized again. */
 static void rope_row_quant(const pkv_k_rope_args *a, uint8_t *xr, const float *cs, const float *sn, float *hb) {
     const int half = a->n_rot / 2;
@@ -741,7 +741,7 @@ typedef struct {
     const pkv_cpu_dots *dots;
 } rope_job;
 
-/* YaRN's factor on pair i's unscaled angle (device.h): freq_scale without YaRN. */
+/* YaRN's factor on pair i's unscaled angle (kernel-list.h): freq_scale without YaRN. */
 static double rope_factor(const pkv_k_rope_args *a, int i) {
     if (a->ext_factor == 0) return (double)a->freq_scale;
     const double y = ((double)i - (double)a->corr_lo) / fmax(0.001, (double)a->corr_hi - (double)a->corr_lo);
@@ -934,7 +934,7 @@ static pkv_status cpu_argmax(void *ctx, const pkv_k_argmax_args *a) {
 
 /* ------------------------------------------------------- recurrent layers */
 
-/* Sequence s of a recurrent kernel's meta (device.h): 0 = bad range (skip), 1 =
+/* Sequence s of a recurrent kernel's meta (kernel-list.h): 0 = bad range (skip), 1 =
  * bad slot (zero output rows), 2 = run it. */
 static int rec_seq(const int32_t *meta, int n_seq, int64_t n_tok, int64_t n_slots, int s, int64_t *lo, int64_t *hi,
                    int64_t *slot) {
@@ -1191,7 +1191,7 @@ typedef struct {
     const pkv_cpu_att *att;
     const float *q;
     const float *sinks; /* [n_head] or NULL */
-    const int32_t *q_win; /* [n_q] or NULL (device.h) */
+    const int32_t *q_win; /* [n_q] or NULL (kernel-list.h) */
     const uint8_t *k, *v;
     const int32_t *meta;
     float *out;
@@ -1294,7 +1294,7 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
         len[b] = att_len(j, blk->i0 + b, &lo, &np);
         len_max = PKV_MAX(len_max, len[b]);
         /* a sliding window: the query's last `window` tokens, counted back from
-         * q_win when given (device.h) */
+         * q_win when given (kernel-list.h) */
         const int64_t w_end = j->q_win ? PKV_MIN((int64_t)j->q_win[blk->i0 + b], len[b]) : len[b];
         start[b] = a->window > 0 && w_end > a->window ? w_end - a->window : 0;
         start_min = PKV_MIN(start_min, start[b]);
@@ -1552,22 +1552,11 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
     return PKV_OK;
 }
 
+/* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */
+#define SLOT(name) .name = cpu_##name,
 const pkv_kernel_ops pkv_cpu_kernel_ops = {
     .supports_type = supports_type,
     .weight_speed = weight_speed,
-    .matmul = cpu_matmul,
-    .get_rows = cpu_get_rows,
-    .rms_norm = cpu_rms_norm,
-    .add = cpu_add,
-    .swiglu = cpu_swiglu,
-    .rope = cpu_rope,
-    .set_rows = cpu_set_rows,
-    .attention = cpu_attention,
-    .softmax = cpu_softmax,
-    .argmax = cpu_argmax,
-    .ssm_conv = cpu_ssm_conv,
-    .delta_net = cpu_delta_net,
-    .l2_norm = cpu_l2_norm,
-    .unary = cpu_unary,
-    .layer_norm = cpu_layer_norm,
+    PKV_KERNELS(SLOT)
 };
+#undef SLOT

@@ -118,7 +118,7 @@ static void st(void *p, pkv_type t, size_t i, double v) {
     }
 }
 
-/* The angle of pair i at position pos (device.h), YaRN's mix included. */
+/* The angle of pair i at position pos (kernel-list.h), YaRN's mix included. */
 static double rope_theta(const pkv_k_rope_args *a, int32_t pos, int i) {
     const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
     if (a->ext_factor == 0) return (double)pos * (double)a->freq_scale * p;
@@ -130,7 +130,7 @@ static double rope_theta(const pkv_k_rope_args *a, int32_t pos, int i) {
 static double rope_mscale(const pkv_k_rope_args *a) { return a->mscale > 0 ? (double)a->mscale : 1.0; }
 
 /* A quantized row: each head is dequantized, rotated in double, rounded to f32
- * and quantized again (device.h). */
+ * and quantized again (kernel-list.h). */
 static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
     const int half = a->n_rot / 2;
     const size_t hbytes = pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
@@ -243,7 +243,7 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
             const float *qh = q + ((size_t)i * a->n_head + h) * (size_t)a->dk;
             double mx = -INFINITY;
             /* a sliding window sees the last `window` tokens only, counted back
-             * from q_win[i] when given (device.h) */
+             * from q_win[i] when given (kernel-list.h) */
             const int64_t w_end = q_win ? PKV_MIN((int64_t)q_win[i], (int64_t)q_len[i]) : q_len[i];
             const int64_t t_lo = a->window > 0 && w_end > a->window ? w_end - a->window : 0;
             for (int64_t t = 0; t < q_len[i]; t++) {

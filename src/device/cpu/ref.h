@@ -1,10 +1,10 @@
-/* Plain-C reference of every kernel of device.h, on host pointers. These define
+/* Plain-C reference of every kernel of kernel-list.h, on host pointers. These define
  * the results every backend is tested against: straightforward loops, sums in
  * double, no threads, no SIMD. Shapes and semantics are those of the matching
- * pkv_k_*_args in device.h; where a function takes an args struct, only its shape
+ * pkv_k_*_args in kernel-list.h; where a function takes an args struct, only its shape
  * fields are read (its pkv_tref fields are ignored) and the data come from the
  * host pointers. Inputs read from "device memory" that could be out of range
- * (ids, page ids, row indices) are guarded exactly as device.h states. */
+ * (ids, page ids, row indices) are guarded exactly as kernel-list.h states. */
 #ifndef PKV_REF_H
 #define PKV_REF_H
 
@@ -23,9 +23,9 @@ void pkv_ref_layer_norm(const float *x, const float *w, const float *b, float *y
                         float eps);
 void pkv_ref_add(const float *a, const float *b, float *y, int64_t n, int64_t b_len);
 void pkv_ref_swiglu(const float *g, const float *u, float *y, int64_t n);
-/* y = act(g) * u with act silu (gelu false) or the tanh form of gelu (device.h). */
+/* y = act(g) * u with act silu (gelu false) or the tanh form of gelu (kernel-list.h). */
 void pkv_ref_glu(const float *g, const float *u, float *y, int64_t n, bool gelu);
-/* gpt-oss's clamped SwiGLU (device.h, pkv_k_swiglu_args.oai), in double. */
+/* gpt-oss's clamped SwiGLU (kernel-list.h, pkv_k_swiglu_args.oai), in double. */
 void pkv_ref_swiglu_oai(const float *g, const float *u, float *y, int64_t n, float alpha, float limit);
 /* x *= scale in f32 (get_rows' scale; 0 = nothing). */
 void pkv_ref_scale(float *x, int64_t n, float scale);
@@ -34,7 +34,7 @@ void pkv_ref_scale(float *x, int64_t n, float scale);
 void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows);
 /* dst: the bytes at a->dst. Indices outside [0, a->dst_rows) are skipped. */
 void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, const int32_t *idx);
-/* meta laid out as device.h says. Exact two-pass softmax in double. A query that
+/* meta laid out as kernel-list.h says. Exact two-pass softmax in double. A query that
  * sees no valid token gets zeros. */
 void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                        const int32_t *meta, float *out);
@@ -43,17 +43,17 @@ void pkv_ref_attention(const pkv_k_attention_args *a, const float *q, const void
 void pkv_ref_attention_sinks(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                              const int32_t *meta, const float *sinks, float *out);
 /* pkv_ref_attention_sinks with the window measured back from q_win (i32 [n_q],
- * host memory; NULL = q_len; device.h's pkv_k_attention_args). */
+ * host memory; NULL = q_len; kernel-list.h's pkv_k_attention_args). */
 void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const void *k, const void *v,
                            const int32_t *meta, const float *sinks, const int32_t *q_win, float *out);
 void pkv_ref_softmax(const float *x, float *y, int64_t n_rows, int64_t row_len);
 void pkv_ref_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len);
 
 /* The recurrent-layer kernels. state: the slot pool's bytes (slot i at
- * i * a->state_stride); meta: i32 [2 n_seq + 1] as device.h says; strides of 0
+ * i * a->state_stride); meta: i32 [2 n_seq + 1] as kernel-list.h says; strides of 0
  * mean packed. Sums in double within a token; the states stay f32 between tokens
  * (rounded after every token), so one call and consecutive calls over the same
- * tokens agree bitwise. Bad ranges and slots are guarded as device.h states. */
+ * tokens agree bitwise. Bad ranges and slots are guarded as kernel-list.h states. */
 void pkv_ref_ssm_conv(const pkv_k_ssm_conv_args *a, const float *x, const float *w, float *y, void *state,
                       const int32_t *meta);
 /* q, k, v: the bytes at a->q, a->k, a->v (rows at their strides). a->scale 0 = 1/sqrt(d_k). */

@@ -17,7 +17,7 @@
 
 #define WARP 32
 #define FULL 0xffffffffu
-// device.h's PKV_SSM_CONV_MAX (that header is C, not included here)
+// kernel-list.h's PKV_SSM_CONV_MAX (that header is C, not included here)
 #define PKV_SSM_CONV_MAX_CU 16
 
 static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
@@ -448,7 +448,7 @@ __global__ void k_rope(pkv_cu_rope a) {
         if (row < 0 || row >= a.max_rows) continue;
         const double p = pow((double)a.freq_base, -2.0 * i / (double)a.n_rot);
         double theta = (double)a.pos[r] * (double)a.freq_scale * p;
-        if (a.ext_factor != 0.0f) { // YaRN: mix the scaled and the unscaled angle (device.h)
+        if (a.ext_factor != 0.0f) { // YaRN: mix the scaled and the unscaled angle (kernel-list.h)
             const double y = ((double)i - (double)a.corr_lo) / fmax(0.001, (double)a.corr_hi - (double)a.corr_lo);
             const double mix = (1.0 - fmin(1.0, fmax(0.0, y))) * (double)a.ext_factor;
             theta = (double)a.pos[r] * p * ((double)a.freq_scale * (1.0 - mix) + mix);

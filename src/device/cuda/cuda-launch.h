@@ -62,7 +62,7 @@ static inline PKV_CU_HD void pkv_cu_split_range(int64_t len, int n_split, int sp
 }
 
 /* Attention index logic, shared by the kernel and a host emulation in
- * tests/test-cuda-plan.c. meta is the kernel's i32 table (device.h).
+ * tests/test-cuda-plan.c. meta is the kernel's i32 table (kernel-list.h).
  * The tokens query i sees: its sequence's first block-table index in *lo, and the
  * count, 0 for a sequence outside [0, n_seq) or a bad page range, and never more
  * than its pages hold (the reference skips those tokens). */
@@ -82,7 +82,7 @@ static inline PKV_CU_HD int64_t pkv_cu_att_len(const int32_t *meta, int n_q, int
 /* The first token query i sees under a sliding window of `window` tokens (0 =
  * none): max(0, q_len[i] - window), from the query's own q_len as in the
  * reference (not from the length above, which its pages may cut short), or from
- * min(q_win[i], q_len[i]) when q_win is given (device.h), and never past len.
+ * min(q_win[i], q_len[i]) when q_win is given (kernel-list.h), and never past len.
  * The query's tokens are [first, len). */
 static inline PKV_CU_HD int64_t pkv_cu_att_first(const int32_t *meta, const int32_t *q_win, int n_q, int window, int i,
                                                  int64_t len) {
@@ -147,8 +147,8 @@ typedef struct pkv_cu_swiglu {
     const float *g, *u; /* [n] */
     float *y;           /* [n], may alias g */
     int64_t n;
-    int gelu; /* 0: silu(g) * u; 1: gelu(g) * u, the tanh form (device.h) */
-    int oai;  /* 1: gpt-oss's clamped form with alpha and limit (device.h); gelu is then 0 */
+    int gelu; /* 0: silu(g) * u; 1: gelu(g) * u, the tanh form (kernel-list.h) */
+    int oai;  /* 1: gpt-oss's clamped form with alpha and limit (kernel-list.h); gelu is then 0 */
     float alpha, limit;
 } pkv_cu_swiglu;
 
@@ -161,7 +161,7 @@ typedef struct pkv_cu_rope {
     float freq_base, freq_scale;
     const int32_t *pos;  /* [n_rows] */
     const int32_t *rows; /* [n_rows] or NULL */
-    float ext_factor, corr_lo, corr_hi; /* YaRN (device.h); ext_factor 0 = none */
+    float ext_factor, corr_lo, corr_hi; /* YaRN (kernel-list.h); ext_factor 0 = none */
     float mscale;                       /* cos and sin times this (1 = none) */
 } pkv_cu_rope;
 
@@ -193,7 +193,7 @@ typedef struct pkv_cu_attention {
     const float *sinks; /* [n_head], or NULL */
 } pkv_cu_attention;
 
-/* The recurrent kernels' meta (device.h): sequence s's token range and slot.
+/* The recurrent kernels' meta (kernel-list.h): sequence s's token range and slot.
  * Returns 0 for a bad range (skipped), 1 for a bad slot (zero output rows, state
  * untouched), 2 to run it. Shared by the kernels and host-side tests. */
 static inline PKV_CU_HD int pkv_cu_rec_seq(const int32_t *meta, int n_seq, int64_t n_tok, int64_t n_slots, int s,

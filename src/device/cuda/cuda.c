@@ -561,24 +561,13 @@ static pkv_status cu_unary(void *ctx, const pkv_k_unary_args *a) {
     return launched(c, "unary", pkv_cu_launch_unary(&p, c->stream));
 }
 
+/* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */
+#define SLOT(name) .name = cu_##name,
 static const pkv_kernel_ops cu_kernel_ops = {
     .supports_type = cu_supports_type,
-    .matmul = cu_matmul,
-    .get_rows = cu_get_rows,
-    .rms_norm = cu_rms_norm,
-    .add = cu_add,
-    .swiglu = cu_swiglu,
-    .rope = cu_rope,
-    .set_rows = cu_set_rows,
-    .attention = cu_attention,
-    .softmax = cu_softmax,
-    .argmax = cu_argmax,
-    .ssm_conv = cu_ssm_conv,
-    .delta_net = cu_delta_net,
-    .l2_norm = cu_l2_norm,
-    .unary = cu_unary,
-    .layer_norm = cu_layer_norm,
+    PKV_KERNELS(SLOT)
 };
+#undef SLOT
 
 /* ---------------------------------------------------------------- lifetime */
 

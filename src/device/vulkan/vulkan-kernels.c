@@ -35,18 +35,9 @@ static const struct {
     const char *name;
     int n_bindings;
 } kinfo[PKV_VK_K_COUNT] = {
-    [PKV_VK_K_ADD] = {"add", 3},           [PKV_VK_K_SWIGLU] = {"swiglu", 3},
-    [PKV_VK_K_RMS_NORM] = {"rms_norm", 3}, [PKV_VK_K_SOFTMAX] = {"softmax", 2},
-    [PKV_VK_K_ARGMAX] = {"argmax", 2},     [PKV_VK_K_GET_ROWS] = {"get_rows", 3},
-    [PKV_VK_K_MATMUL] = {"matmul", 3},     [PKV_VK_K_ROPE] = {"rope", 6},
-    [PKV_VK_K_SET_ROWS] = {"set_rows", 6}, [PKV_VK_K_ATTENTION] = {"attention", 13},
-    [PKV_VK_K_MATMUL_SG] = {"matmul_sg", 3}, [PKV_VK_K_SSM_CONV] = {"ssm_conv", 5},
-    [PKV_VK_K_DELTA_NET] = {"delta_net", 8}, [PKV_VK_K_L2_NORM] = {"l2_norm", 2},
-    [PKV_VK_K_UNARY] = {"unary", 4},       [PKV_VK_K_MATMUL_INT] = {"matmul_int", 4},
-    [PKV_VK_K_GET_ROWS_INT] = {"get_rows_int", 4}, [PKV_VK_K_MATMUL_INT_SG] = {"matmul_int_sg", 4},
-    [PKV_VK_K_LAYER_NORM] = {"layer_norm", 4},
-    [PKV_VK_K_ATTENTION_WIN] = {"attention_win", 13}, [PKV_VK_K_SET_ROWS_WIN] = {"set_rows_win", 6},
-    [PKV_VK_K_ROPE_WIN] = {"rope_win", 6},
+#define KINFO(id, name, n_bindings) [PKV_VK_K_##id] = {#name, n_bindings},
+    PKV_VK_PIPELINES(KINFO)
+#undef KINFO
 };
 
 #define WG 64u      /* local_size_x of every shader */
@@ -648,22 +639,11 @@ static pkv_status vk_unary(void *ctx, const pkv_k_unary_args *a) {
     return dispatch(c, PKV_VK_K_UNARY, v, 4, pc, 10, CDIV((uint64_t)a->n, WG));
 }
 
+/* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */
+#define SLOT(name) .name = vk_##name,
 const pkv_kernel_ops pkv_vk_kernel_ops = {
     .supports_type = vk_supports_type,
     .weight_speed = vk_weight_speed,
-    .matmul = vk_matmul,
-    .get_rows = vk_get_rows,
-    .rms_norm = vk_rms_norm,
-    .add = vk_add,
-    .swiglu = vk_swiglu,
-    .rope = vk_rope,
-    .set_rows = vk_set_rows,
-    .attention = vk_attention,
-    .softmax = vk_softmax,
-    .argmax = vk_argmax,
-    .ssm_conv = vk_ssm_conv,
-    .delta_net = vk_delta_net,
-    .l2_norm = vk_l2_norm,
-    .unary = vk_unary,
-    .layer_norm = vk_layer_norm,
+    PKV_KERNELS(SLOT)
 };
+#undef SLOT

@@ -43,7 +43,7 @@ layout(push_constant) uniform PC {
     uint window;
     float softcap;
     uint has_sinks;
-    uint has_qwin; // q_win: the window counted back from q_win[i] (device.h)
+    uint has_qwin; // q_win: the window counted back from q_win[i] (kernel-list.h)
     uint ppw;
 } pc;
 shared float qv[MAX_DK];

@@ -1,6 +1,6 @@
 #version 450
 #include "common.glsl"
-// Gated delta rule (device.h, pkv_k_delta_net_args). One invocation per (sequence,
+// Gated delta rule (kernel-list.h, pkv_k_delta_net_args). One invocation per (sequence,
 // v head, value column j): column j of a head's state evolves independently given
 // the token's k, q, g, beta and v_j, so the invocation keeps it in registers for
 // all of its sequence's tokens and writes it back once. Sums over the key dim go in

@@ -1,6 +1,6 @@
 #version 450
 #include "common.glsl"
-// One workgroup per head row (t, h): y = x / sqrt(sum(x^2) + eps) (device.h,
+// One workgroup per head row (t, h): y = x / sqrt(sum(x^2) + eps) (kernel-list.h,
 // pkv_k_l2_norm_args). Every invocation reads its elements for the sum before the
 // barrier and writes only its own elements after it, so y may equal x.
 layout(binding = 0) buffer X { uint d[]; } x;

@@ -1,6 +1,6 @@
 #version 450
 #include "common.glsl"
-// One workgroup per row: y = (x - mean) / sqrt(var + eps) * w + b (device.h,
+// One workgroup per row: y = (x - mean) / sqrt(var + eps) * w + b (kernel-list.h,
 // pkv_k_layer_norm_args), mean and variance in two passes. Without w or b the host
 // binds x in their place and the shader never reads it. y may alias x.
 layout(binding = 0) buffer X { uint d[]; } x;

@@ -23,7 +23,7 @@ layout(push_constant) uniform PC {
     float ext_factor, corr_lo, corr_hi, mscale; // YaRN (ext_factor 0: none); mscale 1 = none
 } pc;
 
-// The angle of pair i (device.h): pos * freq_scale * base^(-2i/n_rot), or with YaRN
+// The angle of pair i (kernel-list.h): pos * freq_scale * base^(-2i/n_rot), or with YaRN
 // the mix of that and the unscaled angle.
 float rope_theta(float pos, uint i) {
     float p = pow(pc.freq_base, -2.0 * float(i) / float(pc.n_rot));
@@ -58,7 +58,7 @@ void rope_quant(uint e) {
     if (e >= pc.n_rows * pc.n_heads) return;
     uint h = e % pc.n_heads, r = e / pc.n_heads;
     uint row = pc.has_rows != 0u ? LDW(rw, pc.orw + r * 4u) : r;
-    if (row >= pc.max_rows) return; // rows outside [0, max_rows) are skipped (device.h)
+    if (row >= pc.max_rows) return; // rows outside [0, max_rows) are skipped (kernel-list.h)
     float pos = float(int(LDW(p, pc.op + r * 4u)));
     uint bb = pc.t == KVT_Q8_0 ? 34u : 18u, nb = pc.head_dim / 32u;
     uint w = row / pc.rpw;

@@ -1,6 +1,6 @@
 #version 450
 #include "common.glsl"
-// Causal depthwise conv1d with a rolling state (device.h, pkv_k_ssm_conv_args).
+// Causal depthwise conv1d with a rolling state (kernel-list.h, pkv_k_ssm_conv_args).
 // One invocation per (sequence, channel) walks its sequence's tokens in order with
 // the channel's last d_conv - 1 inputs in registers: the taps are summed oldest to
 // newest, the token itself last, as on the CPU. x[t][c] is read before y[t][c] is

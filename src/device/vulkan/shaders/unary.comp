@@ -1,6 +1,6 @@
 #version 450
 #include "common.glsl"
-// y[i] = op(x[i] + bias[i % bias_len]) * mul[i % mul_len] (device.h, pkv_k_unary_args);
+// y[i] = op(x[i] + bias[i % bias_len]) * mul[i % mul_len] (kernel-list.h, pkv_k_unary_args);
 // op: 0 id, 1 sigmoid, 2 softplus, 3 silu, 4 gelu (tanh form), 5 gelu_erf. Without bias or mul the host binds x in
 // their place and the shader never reads it. y may alias x.
 layout(binding = 0) buffer X { uint d[]; } x;
