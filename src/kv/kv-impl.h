@@ -552,6 +552,12 @@ extern const pkv_mem_kind kv_kind_state;  /* kv-state.c */
 
 /* The state-slot check of a new or re-emptied sequence (kv-state.c; seq -1: a new one). */
 pkv_status pkv_kv_state_slot_check(const pkv_kv_cache *c, const char *what, int32_t seq);
+/* Device bytes a sequence of n_tokens tokens costs: each kind present's
+ * token_bytes * n_tokens + seq_bytes (pages not rounded up; kv-memory.c). */
+uint64_t pkv_kv_seq_bytes(const pkv_kv_cache *c, int64_t n_tokens);
+/* The kinds present in c, in table order (out: up to PKV_MEM_KINDS); returns their count. */
+enum { PKV_MEM_KINDS = 4 };
+int pkv_kv_kinds(const pkv_kv_cache *c, const pkv_mem_kind *out[PKV_MEM_KINDS]);
 
 /* Geometry-hash / file word of a layer's dtypes: K type in bits 0-7, and when V
  * differs, V type + 1 in bits 8-15 (so caches with K == V hash and save as before). */

@@ -12,10 +12,10 @@
  * first; the window pool's pages link to the full pool's; the media records
  * follow the tokens; the recurrent state goes back to what the kept tokens hold. */
 static const pkv_mem_kind *const kv_kinds[] = {&kv_kind_full, &kv_kind_window, &kv_kind_media, &kv_kind_state};
-enum { N_KINDS = (int)(sizeof kv_kinds / sizeof kv_kinds[0]) };
+#define N_KINDS PKV_MEM_KINDS
+_Static_assert(sizeof kv_kinds / sizeof kv_kinds[0] == N_KINDS, "PKV_MEM_KINDS is the length of kv_kinds");
 
-/* The kinds present in c, in table order; returns their count. */
-static int kinds_of(const pkv_kv_cache *c, const pkv_mem_kind *out[N_KINDS]) {
+int pkv_kv_kinds(const pkv_kv_cache *c, const pkv_mem_kind *out[N_KINDS]) {
     int n = 0;
     for (int i = 0; i < N_KINDS; i++)
         if (kv_kinds[i]->present(c)) out[n++] = kv_kinds[i];
@@ -50,7 +50,7 @@ static void drop_new(pkv_kv_cache *c, const pkv_mem_kind **k, int upto, int32_t 
 static pkv_status seq_new(pkv_kv_cache *c, uint64_t fingerprint, bool fork, int32_t parent, int32_t *out,
                           const char *what) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     KIND_HOOKS(k, n, new_check, c, fork, parent, what);
     if (!st && fork) st = prepare_all(c, k, n, parent, what);
@@ -80,7 +80,7 @@ pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
 
 pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     for (int i = n - 1; i >= 0; i--)
         if (k[i]->seq_free) st = k[i]->seq_free(c, seq);
@@ -93,7 +93,7 @@ pkv_status pkv_kv_seq_free(pkv_kv_cache *c, int32_t seq) {
 pkv_status pkv_kv_append_batch_w(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
                                  const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k), n_append = 0;
+    int n = pkv_kv_kinds(c, k), n_append = 0;
     pkv_status st = PKV_OK;
     KIND_HOOKS(k, n, append_check, c, n_seqs, seqs, n_tokens);
     KIND_HOOKS(k, n, append_prepare, c, n_seqs, seqs, n_tokens);
@@ -141,7 +141,7 @@ pkv_status pkv_kv_block_table_get(pkv_kv_cache *c, int n_seqs, const int32_t *se
  * state's restore, which leaves the pages truncated and the state to recompute. */
 pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     if (pkv_kv_seq_len(c, seq) >= 0)
         for (int i = 0; i < n; i++)
             if (k[i]->cut) n_keep = k[i]->cut(c, seq, n_keep);
@@ -155,7 +155,7 @@ pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
  * as for a truncate there. */
 pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     if (pkv_kv_seq_len(c, seq) >= 0) KIND_HOOKS(k, n, shift_check, c, seq, start, n_remove, pos_delta);
     if (!st) st = prepare_all(c, k, n, seq, "shift");
@@ -167,7 +167,7 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
 
 pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     KIND_HOOKS(k, n, seq_clear_check, c, seq);
     for (int i = n - 1; i >= 0 && !st; i--)
@@ -178,7 +178,7 @@ pkv_status pkv_kv_seq_clear(pkv_kv_cache *c, int32_t seq) {
 
 pkv_status pkv_kv_clear(pkv_kv_cache *c) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     KIND_HOOKS(k, n, clear_check, c);
     for (int i = n - 1; i >= 0 && !st; i--)
@@ -189,18 +189,28 @@ pkv_status pkv_kv_clear(pkv_kv_cache *c) {
 
 /* ------------------------------------------------------------------ swap */
 
+/* Each kind's swap_out_prepare (out) or swap_in_prepare hook, into p[]; *prepared:
+ * how many kinds (from the first) may hold something in p[] to abort. */
+static pkv_status swap_prepare(pkv_kv_cache *c, const pkv_mem_kind **k, int n, int32_t seq, bool out,
+                               kv_pending p[N_KINDS], int *prepared) {
+    memset(p, 0, N_KINDS * sizeof *p);
+    pkv_status st = PKV_OK;
+    int i = 0;
+    for (; i < n && !st; i++) {
+        pkv_status (*f)(pkv_kv_cache *, int32_t, kv_pending *) = out ? k[i]->swap_out_prepare : k[i]->swap_in_prepare;
+        if (f) st = f(c, seq, &p[i]);
+    }
+    *prepared = st ? i - 1 : i; /* the failed one took nothing */
+    return st;
+}
+
 /* On error nothing is changed (a kind that cannot take its pages back in
  * recomputes them instead). */
 pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k), prepared;
     kv_pending p[N_KINDS];
-    memset(p, 0, sizeof p);
-    pkv_status st = PKV_OK;
-    int prepared = 0;
-    for (; prepared < n && !st; prepared++)
-        if (k[prepared]->swap_out_prepare) st = k[prepared]->swap_out_prepare(c, seq, &p[prepared]);
-    if (st) prepared--; /* the failed one took nothing */
+    pkv_status st = swap_prepare(c, k, n, seq, true, p, &prepared);
     if (!st) st = prepare_all(c, k, n, seq, "swap out");
     int i = n - 1;
     for (; i >= 0 && !st; i--)
@@ -221,14 +231,9 @@ pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
 
 pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k), prepared;
     kv_pending p[N_KINDS];
-    memset(p, 0, sizeof p);
-    pkv_status st = PKV_OK;
-    int prepared = 0;
-    for (; prepared < n && !st; prepared++)
-        if (k[prepared]->swap_in_prepare) st = k[prepared]->swap_in_prepare(c, seq, &p[prepared]);
-    if (st) prepared--; /* the failed one took nothing */
+    pkv_status st = swap_prepare(c, k, n, seq, false, p, &prepared);
     KIND_HOOKS(k, n, swap_in, c, seq);
     for (int j = 0; j < prepared; j++) {
         if (st && k[j]->swap_in_abort) k[j]->swap_in_abort(c, seq, p[j]);
@@ -245,7 +250,7 @@ pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq) {
 static pkv_status prefix_match_kinds(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos,
                                      int64_t n, int64_t *n_matched) {
     const pkv_mem_kind *k[N_KINDS];
-    int nk = kinds_of(c, k);
+    int nk = pkv_kv_kinds(c, k);
     pkv_status st = k[0]->prefix_match(c, seq, tokens, pos, n, n_matched);
     bool narrow = false;
     for (int i = 1; i < nk; i++) narrow |= k[i]->prefix_ok != NULL;
@@ -313,7 +318,7 @@ pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t
     }
     /* the prefix-hit counters of the kinds' pools, to count a rematch once */
     const pkv_mem_kind *kinds[N_KINDS];
-    int nk = kinds_of(c, kinds);
+    int nk = pkv_kv_kinds(c, kinds);
     uint64_t hits[N_KINDS] = {0};
     for (int i = 0; i < nk; i++)
         if (kinds[i]->pool) hits[i] = kinds[i]->pool(c)->stats.prefix_hit_pages;
@@ -339,9 +344,20 @@ pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t
 
 /* ----------------------------------------------------------------- stats */
 
+uint64_t pkv_kv_seq_bytes(const pkv_kv_cache *c, int64_t n_tokens) {
+    const pkv_mem_kind *k[N_KINDS];
+    int n = c ? pkv_kv_kinds(c, k) : 0;
+    uint64_t b = 0;
+    for (int i = 0; i < n; i++) {
+        if (k[i]->token_bytes) b += (uint64_t)k[i]->token_bytes(c) * (uint64_t)PKV_MAX(n_tokens, 0);
+        if (k[i]->seq_bytes) b += k[i]->seq_bytes(c);
+    }
+    return b;
+}
+
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out) {
     const pkv_mem_kind *k[N_KINDS];
-    int n = kinds_of(c, k);
+    int n = pkv_kv_kinds(c, k);
     for (int i = 0; i < n; i++)
         if (k[i]->stats) k[i]->stats(c, out);
 }

@@ -128,7 +128,12 @@ pkv_status pkv_kv_block_table_window(pkv_kv_cache *c, int n_seqs, const int32_t 
 
 static bool window_present(const pkv_kv_cache *c) { return c && c->sub; }
 
-static size_t window_token_bytes(const pkv_kv_cache *c) { return c->sub->page_bytes_all / (size_t)c->page_size; }
+/* A sequence holds the window, the page kept for rollback, and the page being
+ * filled, whatever its length. */
+static size_t window_seq_bytes(const pkv_kv_cache *c) {
+    int64_t ps = c->page_size;
+    return c->sub->page_bytes_all * (size_t)((c->sub->keep + ps - 1) / ps + 1);
+}
 
 static pkv_kv_cache *window_pool(pkv_kv_cache *c) { return c->sub; }
 
@@ -370,7 +375,7 @@ static void window_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
 const pkv_mem_kind kv_kind_window = {
     .name = "sliding window",
     .present = window_present,
-    .token_bytes = window_token_bytes,
+    .seq_bytes = window_seq_bytes,
     .pool = window_pool,
     .prepare = window_prepare,
     .create = window_create,
