@@ -324,7 +324,9 @@ pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t
         if (kinds[i]->pool) hits[i] = kinds[i]->pool(c)->stats.prefix_hit_pages;
     pkv_status st = prefix_match_kinds(c, seq, tokens, pos, lim, n_matched);
     if (st || !n_media || !*n_matched) return st;
-    int64_t cut = pkv_kv_media_cut(&c->seqs[seq], *n_matched); /* no records yet: look in the given ones */
+    int64_t cut = *n_matched; /* where the kinds can cut (no media records yet: look in the given ones) */
+    for (int i = 0; i < nk; i++)
+        if (kinds[i]->cut) cut = kinds[i]->cut(c, seq, cut);
     for (int i = 0; i < n_media; i++)
         if (*n_matched > media[i].start && *n_matched < media[i].start + media[i].n_rows) cut = media[i].start;
     if (cut < *n_matched) { /* again, up to the chunk: the pages before it were hits a moment ago */
