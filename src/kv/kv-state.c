@@ -16,8 +16,9 @@
  * matching and is dropped when next seen.
  *
  * Everything touches device memory only through pkv_buffer_* (I1), in queue order
- * with compute (I3). The public wrappers in kv-window.c call the pieces here on
- * the main cache (the window sub-cache never holds states). */
+ * with compute (I3). The recurrent-state memory kind at the end of this file
+ * (kv_kind_state, run by kv-memory.c) calls the pieces here on the main cache
+ * (the window sub-cache never holds states). */
 #include "kv/kv-impl.h"
 
 #include <stdio.h>

@@ -11,8 +11,9 @@
  *
  * This file is the window pool's memory kind (kv_kind_window): its hooks run
  * the per-pool operations (kv1_*) on the sub-cache after the full pool's
- * (kv-memory.c runs the kinds in turn). When an operation goes back into released pages (a truncate or a shift
- * whose result needs window tokens that are gone), the window pool's sequence is
+ * (kv-memory.c runs the kinds in turn). When an operation goes back into
+ * released pages (a truncate or a shift whose result needs window tokens that
+ * are gone), the window pool's sequence is
  * emptied instead and pkv_kv_seq_window_len reports how far it is behind: the
  * model recomputes the window layers from the tokens (pkv_kv_window_replay), so
  * the result equals a replay. Prefix reuse in the window pool is trusted through
