@@ -303,8 +303,8 @@ void pkv_kv_keep_apply(pkv_kv_cache *c, kv_seq *s, kv_keep_plan *plan, const int
 pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id);
 void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s); /* drop every page and host page, keep the slot */
 
-/* The per-pool operations behind the public ones (the public functions in
- * kv-window.c run them on the cache and on its window sub-cache). */
+/* The per-pool operations behind the public ones (the memory kinds below run
+ * them on the cache and on its window sub-cache). */
 pkv_status kv1_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq);
 pkv_status kv1_seq_free(pkv_kv_cache *c, int32_t seq);
 pkv_status kv1_append_batch(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
@@ -330,7 +330,7 @@ static inline int64_t kv_window_first_page(const pkv_kv_cache *c, int64_t len) {
 /* Window pool: give back the pages of s before page `upto` (kv-window.c). */
 pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto);
 
-/* recurrent state (kv-state.c). The public wrappers (kv-window.c) call these on
+/* recurrent state (kv-state.c). Its memory kind (kv_kind_state) calls these on
  * the main cache; each is a no-op (PKV_OK) when the cache has no recurrent layers. */
 static inline bool kv_has_state(const pkv_kv_cache *c) { return c && c->n_slots > 0; }
 pkv_status pkv_kv_state_init(pkv_kv_cache *c, const pkv_kv_params *p);
@@ -428,6 +428,136 @@ typedef struct kv_run {
 pkv_status pkv_kv_copy_runs(pkv_kv_cache *c, const kv_run *runs, size_t n_runs);
 /* Zero-fill pages (sorted in place, coalesced into runs) in every array. */
 pkv_status pkv_kv_fill_pages(pkv_kv_cache *c, int32_t *pages, int64_t n);
+
+/* ------------------------------------------------------------- memory kinds
+ *
+ * What a sequence holds is split into memory kinds, each behind this table of
+ * hooks (one file each): the full-attention page pool (kv-full.c), the
+ * sliding-window pool (kv-window.c), media chunk records (kv-media.c) and the
+ * recurrent state (kv-state.c). The public operations (kv-memory.c) run the hooks
+ * of the kinds present in a cache (kv_kinds[], in that order: a later kind may
+ * rely on an earlier one having done its part) and never name a kind.
+ *
+ * Contracts. Every hook may be NULL (nothing to do for that kind). A *_check
+ * or *_prepare hook may fail and changes nothing that can be seen. The hooks
+ * of one phase run in table order, unless noted "reverse"; the first error
+ * stops the phase, and the kinds that already did their part are undone by the
+ * hook named for it, so that on error nothing has changed (where today's
+ * contract says so: see each public function). A hook that "cannot fail"
+ * returns void. seq is a live sequence id of the main cache unless noted; the
+ * first kind (the full pool) owns kv_seq and validates ids and arguments. */
+typedef union kv_pending { /* what a prepare hook hands to its commit or abort */
+    void *ptr;
+    int64_t i;
+} kv_pending;
+
+typedef struct pkv_mem_kind {
+    const char *name;
+    bool (*present)(const pkv_kv_cache *c); /* c may be NULL */
+    /* Bytes one more token costs (0: none), and bytes a sequence costs whatever
+     * its length (0: none). */
+    size_t (*token_bytes)(const pkv_kv_cache *c);
+    size_t (*seq_bytes)(const pkv_kv_cache *c);
+    /* The page pool holding this kind's pages (its prefix-hit counter), or NULL. */
+    pkv_kv_cache *(*pool)(pkv_kv_cache *c);
+
+    /* A resident sequence is about to change (fork, truncate, shift, swap out):
+     * check it is resident and publish what must be published first. */
+    pkv_status (*prepare)(pkv_kv_cache *c, int32_t seq, const char *what);
+
+    /* New sequences. new_check: a sequence can be had (a child of parent for a fork).
+     * create / fork: the first kind picks the id (*id / *child), later kinds
+     * must take the same one; drop undoes a create or fork of an earlier kind
+     * after a later one failed (the first kind's drop releases the kv_seq, and
+     * with it what the other kinds keep in it). seq_free (reverse) cannot fail
+     * but in the first kind, which reports a bad id. */
+    pkv_status (*new_check)(pkv_kv_cache *c, bool fork, int32_t parent, const char *what);
+    pkv_status (*create)(pkv_kv_cache *c, uint64_t fingerprint, int32_t *id);
+    pkv_status (*fork)(pkv_kv_cache *c, int32_t parent, int32_t *child);
+    void (*drop)(pkv_kv_cache *c, int32_t id);
+    pkv_status (*seq_free)(pkv_kv_cache *c, int32_t seq);
+
+    /* Append (seqs as given to pkv_kv_append_batch, not yet checked).
+     * append_check: this kind can take the tokens (the first kind checks the
+     * arguments only in its append). append_prepare: after every check, before
+     * any kind appends (may change only what no query can see). append: after
+     * the earlier kinds appended;
+     * len[i]: seqs[i]'s length before, NULL when no later kind needs an undo.
+     * append_undo: back to len after a later kind failed. appended: after all
+     * succeeded, cannot fail. */
+    pkv_status (*append_check)(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens);
+    pkv_status (*append_prepare)(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens);
+    pkv_status (*append)(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens,
+                         const int32_t *tokens, const int32_t *pos, int32_t *rows, int32_t *rows_window,
+                         const int64_t *len);
+    void (*append_undo)(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int64_t *len);
+    void (*appended)(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens);
+
+    /* Truncate: cut moves n_keep back to where this kind can cut (run on a valid
+     * sequence only). truncate: keep the first n_keep tokens; only the first kind
+     * may fail before changing anything. */
+    int64_t (*cut)(const pkv_kv_cache *c, int32_t seq, int64_t n_keep);
+    pkv_status (*truncate)(pkv_kv_cache *c, int32_t seq, int64_t n_keep);
+
+    /* Shift: remove [start, start + n_remove) and move what follows by pos_delta
+     * positions. shift_check runs on a valid sequence only. */
+    pkv_status (*shift_check)(const pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta);
+    pkv_status (*shift)(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta);
+
+    /* Clear one sequence / the whole cache: the checks, then seq_clear / clear
+     * in reverse, then seq_cleared / cleared in table order. */
+    pkv_status (*seq_clear_check)(pkv_kv_cache *c, int32_t seq);
+    pkv_status (*seq_clear)(pkv_kv_cache *c, int32_t seq);
+    pkv_status (*seq_cleared)(pkv_kv_cache *c, int32_t seq);
+    pkv_status (*clear_check)(const pkv_kv_cache *c);
+    pkv_status (*clear)(pkv_kv_cache *c);
+    pkv_status (*cleared)(pkv_kv_cache *c);
+
+    /* Swap out: swap_out_prepare (before prepare), swap_out in reverse (a
+     * failure is undone by swap_out_undo of the kinds after it), then
+     * swap_out_commit, or swap_out_abort after any failure. Swap in:
+     * swap_in_prepare, swap_in in table order (only the first kind's may fail),
+     * then swap_in_commit, or swap_in_abort. */
+    pkv_status (*swap_out_prepare)(pkv_kv_cache *c, int32_t seq, kv_pending *p);
+    pkv_status (*swap_out)(pkv_kv_cache *c, int32_t seq);
+    void (*swap_out_undo)(pkv_kv_cache *c, int32_t seq);
+    void (*swap_out_commit)(pkv_kv_cache *c, int32_t seq, kv_pending p);
+    void (*swap_out_abort)(pkv_kv_cache *c, int32_t seq, kv_pending p);
+    pkv_status (*swap_in_prepare)(pkv_kv_cache *c, int32_t seq, kv_pending *p);
+    pkv_status (*swap_in)(pkv_kv_cache *c, int32_t seq);
+    void (*swap_in_commit)(pkv_kv_cache *c, int32_t seq, kv_pending p);
+    void (*swap_in_abort)(pkv_kv_cache *c, int32_t seq, kv_pending p);
+
+    /* Prefix reuse on an empty sequence. prefix_match (the first kind) finds the
+     * longest run of cached full pages: *n_matched tokens, taken into seq. The
+     * others then narrow it to the longest m pages (m <= n_pages) that every
+     * kind can serve: prefix_begin (may fail), prefix_ok(m), prefix_take(m) (may
+     * fail; earlier kinds are undone by prefix_undo, which empties seq),
+     * prefix_end (always, frees what begin took). */
+    pkv_status (*prefix_match)(pkv_kv_cache *c, int32_t seq, const int32_t *tokens, const int32_t *pos, int64_t n,
+                               int64_t *n_matched);
+    pkv_status (*prefix_begin)(pkv_kv_cache *c, int32_t seq, int64_t n_pages, kv_pending *p);
+    bool (*prefix_ok)(pkv_kv_cache *c, int32_t seq, int64_t m, kv_pending p);
+    pkv_status (*prefix_take)(pkv_kv_cache *c, int32_t seq, int64_t m, kv_pending p);
+    void (*prefix_undo)(pkv_kv_cache *c, int32_t seq);
+    void (*prefix_end)(kv_pending p);
+
+    void (*stats)(const pkv_kv_cache *c, pkv_kv_stats *out); /* add this kind's numbers */
+} pkv_mem_kind;
+
+extern const pkv_mem_kind kv_kind_full;   /* kv-full.c */
+extern const pkv_mem_kind kv_kind_window; /* kv-window.c */
+extern const pkv_mem_kind kv_kind_media;  /* kv-media.c */
+extern const pkv_mem_kind kv_kind_state;  /* kv-state.c */
+
+/* The state-slot check of a new or re-emptied sequence (kv-state.c; seq -1: a new one). */
+pkv_status pkv_kv_state_slot_check(const pkv_kv_cache *c, const char *what, int32_t seq);
+/* Device bytes a sequence of n_tokens tokens costs: each kind present's
+ * token_bytes * n_tokens + seq_bytes (pages not rounded up; kv-memory.c). */
+uint64_t pkv_kv_seq_bytes(const pkv_kv_cache *c, int64_t n_tokens);
+/* The kinds present in c, in table order (out: up to PKV_MEM_KINDS); returns their count. */
+enum { PKV_MEM_KINDS = 4 };
+int pkv_kv_kinds(const pkv_kv_cache *c, const pkv_mem_kind *out[PKV_MEM_KINDS]);
 
 /* Geometry-hash / file word of a layer's dtypes: K type in bits 0-7, and when V
  * differs, V type + 1 in bits 8-15 (so caches with K == V hash and save as before). */

@@ -164,3 +164,44 @@ pkv_status pkv_kv_media_add(pkv_kv_cache *c, int32_t seq, const pkv_kv_media *m)
     s->media[s->n_media++] = *m;
     return PKV_OK;
 }
+
+/* ------------------------------------------------------------------ kind */
+
+/* The records of a sequence's media chunks: a chunk is one input, kept or cut
+ * whole. They live in kv_seq (the full pool releases them with it). */
+static bool media_present(const pkv_kv_cache *c) { return c != NULL; }
+
+static pkv_status media_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
+    return pkv_kv_media_copy(&c->seqs[*child], &c->seqs[parent]);
+}
+
+/* Into a media chunk: the whole chunk goes (its rows are one input). */
+static int64_t media_cut(const pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    return pkv_kv_media_cut(&c->seqs[seq], n_keep);
+}
+
+static pkv_status media_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    pkv_kv_media_truncate(&c->seqs[seq], n_keep);
+    return PKV_OK;
+}
+
+static pkv_status media_shift_check(const pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove,
+                                    int32_t pos_delta) {
+    return pkv_kv_media_shift_check(&c->seqs[seq], seq, start, n_remove, pos_delta);
+}
+
+static pkv_status media_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+    (void)pos_delta;
+    pkv_kv_media_shift_apply(&c->seqs[seq], start, n_remove);
+    return PKV_OK;
+}
+
+const pkv_mem_kind kv_kind_media = {
+    .name = "media chunks",
+    .present = media_present,
+    .fork = media_fork,
+    .cut = media_cut,
+    .truncate = media_truncate,
+    .shift_check = media_shift_check,
+    .shift = media_shift,
+};

@@ -16,10 +16,12 @@
  * matching and is dropped when next seen.
  *
  * Everything touches device memory only through pkv_buffer_* (I1), in queue order
- * with compute (I3). The public wrappers in kv-window.c call the pieces here on
- * the main cache (the window sub-cache never holds states). */
+ * with compute (I3). The recurrent-state memory kind at the end of this file
+ * (kv_kind_state, run by kv-memory.c) calls the pieces here on the main cache
+ * (the window sub-cache never holds states). */
 #include "kv/kv-impl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define KV_STATE_ALIGN 256
@@ -672,3 +674,145 @@ pkv_status pkv_kv_state_reset(pkv_kv_cache *c, int32_t seq) {
     s->st.len = len + 1;
     return pkv_kv_state_rewind(c, seq, len);
 }
+
+/* ------------------------------------------------------------------ kind */
+
+/* A new live state slot can be had (checked before anything changes). */
+pkv_status pkv_kv_state_slot_check(const pkv_kv_cache *c, const char *what, int32_t seq) {
+    if (!kv_has_state(c) || pkv_kv_state_available(c) > 0) return PKV_OK;
+    char who[48] = "";
+    if (seq >= 0) snprintf(who, sizeof who, " of sequence %d", seq);
+    return pkv_err(PKV_ERR_NOMEM, "%s%s: no recurrent-state slot can be had: all %lld state slots hold the live "
+                   "states of other sequences (raise pkv_kv_params.state_slots)", what, who, (long long)c->n_slots);
+}
+
+static bool state_present(const pkv_kv_cache *c) { return kv_has_state(c); }
+
+static size_t state_seq_bytes(const pkv_kv_cache *c) { return c->state_slot_bytes; }
+
+static pkv_status state_new_check(pkv_kv_cache *c, bool fork, int32_t parent, const char *what) {
+    if (fork && !pkv_kv_seq_resident(c, parent, what)) return PKV_ERR_INVALID;
+    return pkv_kv_state_slot_check(c, what, fork ? parent : -1);
+}
+
+static pkv_status state_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *id) {
+    (void)fingerprint;
+    pkv_status st = pkv_kv_state_seq_new(c, *id);
+    return st ? pkv_err_prefix(st, "create sequence") : PKV_OK;
+}
+
+/* The child's live state is a copy of the parent's; the checkpoints are shared. */
+static pkv_status state_fork(pkv_kv_cache *c, int32_t parent, int32_t *child) {
+    return pkv_kv_state_fork(c, parent, *child);
+}
+
+/* The recurrent state moves along with the tokens: the forward pass writes it in
+ * the step that appends them, so it must hold every earlier token. */
+static pkv_status state_append_check(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens) {
+    for (int i = 0; n_seqs > 0 && seqs && n_tokens && i < n_seqs; i++) {
+        if (seqs[i] < 0 || (size_t)seqs[i] >= c->n_seqs || !c->seqs[seqs[i]].live || c->seqs[seqs[i]].swapped)
+            continue; /* the pools report it */
+        const kv_seq *s = &c->seqs[seqs[i]];
+        if (n_tokens[i] > 0 && s->st.len < s->n_tokens)
+            return pkv_err(PKV_ERR_INVALID,
+                           "append: the recurrent state of sequence %d has taken in %lld of its %lld tokens: run the "
+                           "rest through the recurrent layers first (pkv_kv_state_replay; pkv_model_forward does it)",
+                           seqs[i], (long long)s->st.len, (long long)s->n_tokens);
+    }
+    return PKV_OK;
+}
+
+static void state_appended(pkv_kv_cache *c, int n_seqs, const int32_t *seqs, const int32_t *n_tokens) {
+    for (int i = 0; n_seqs > 0 && seqs && n_tokens && i < n_seqs; i++)
+        if (n_tokens[i] > 0) c->seqs[seqs[i]].st.len += n_tokens[i];
+}
+
+/* The recurrent state goes back to the last checkpoint at or before n_keep. */
+static pkv_status state_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
+    return pkv_kv_state_rewind(c, seq, n_keep);
+}
+
+static pkv_status state_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
+    if (n_remove == 0 && pos_delta == 0) return PKV_OK;
+    return pkv_kv_state_rewind(c, seq, start);
+}
+
+/* A swapped sequence becomes resident: it needs a live state slot again. */
+static pkv_status state_seq_clear_check(pkv_kv_cache *c, int32_t seq) {
+    return c->seqs[seq].swapped ? pkv_kv_state_slot_check(c, "clear", seq) : PKV_OK;
+}
+
+static pkv_status state_seq_cleared(pkv_kv_cache *c, int32_t seq) { return pkv_kv_state_seq_empty(c, seq); }
+
+/* The live state goes to a host copy with the pages (its slot is freed, its
+ * checkpoints dropped) and comes back into a fresh slot. */
+static pkv_status state_swap_out_prepare(pkv_kv_cache *c, int32_t seq, kv_pending *p) {
+    if (!pkv_kv_seq_resident(c, seq, "swap out")) return PKV_ERR_INVALID;
+    uint8_t *host = NULL;
+    pkv_status st = pkv_kv_state_swap_out_prepare(c, seq, &host);
+    p->ptr = host;
+    return st;
+}
+
+static void state_swap_out_commit(pkv_kv_cache *c, int32_t seq, kv_pending p) {
+    pkv_kv_state_swap_out_commit(c, seq, p.ptr);
+}
+
+static void state_swap_out_abort(pkv_kv_cache *c, int32_t seq, kv_pending p) {
+    (void)c;
+    (void)seq;
+    pkv_free(p.ptr);
+}
+
+static pkv_status state_swap_in_prepare(pkv_kv_cache *c, int32_t seq, kv_pending *p) {
+    int32_t slot = -1;
+    kv_seq *s = pkv_kv_seq_get(c, seq, "swap in");
+    pkv_status st = s && s->swapped ? pkv_kv_state_swap_in_prepare(c, seq, &slot) : PKV_OK;
+    p->i = slot;
+    return st;
+}
+
+static void state_swap_in_commit(pkv_kv_cache *c, int32_t seq, kv_pending p) {
+    if (p.i >= 0) pkv_kv_state_swap_in_commit(c, seq, (int32_t)p.i);
+}
+
+static void state_swap_in_abort(pkv_kv_cache *c, int32_t seq, kv_pending p) {
+    (void)seq;
+    if (p.i >= 0) pkv_kv_state_slot_unref(c, (int32_t)p.i, c->slots[p.i].gen);
+}
+
+/* A prefix hit needs the state stored at its end. */
+static bool state_prefix_ok(pkv_kv_cache *c, int32_t seq, int64_t m, kv_pending p) {
+    (void)p;
+    return pkv_kv_state_stored(c, pkv_kv_seq_page(&c->seqs[seq], m - 1), m * c->page_size);
+}
+
+static pkv_status state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m, kv_pending p) {
+    (void)p;
+    return m > 0 ? pkv_kv_state_prefix_take(c, seq, m) : PKV_OK;
+}
+
+const pkv_mem_kind kv_kind_state = {
+    .name = "recurrent state",
+    .present = state_present,
+    .seq_bytes = state_seq_bytes,
+    .new_check = state_new_check,
+    .create = state_create,
+    .fork = state_fork,
+    .append_check = state_append_check,
+    .appended = state_appended,
+    .truncate = state_truncate,
+    .shift = state_shift,
+    .seq_clear_check = state_seq_clear_check,
+    .seq_cleared = state_seq_cleared,
+    .clear_check = pkv_kv_state_clear_check,
+    .cleared = pkv_kv_state_clear,
+    .swap_out_prepare = state_swap_out_prepare,
+    .swap_out_commit = state_swap_out_commit,
+    .swap_out_abort = state_swap_out_abort,
+    .swap_in_prepare = state_swap_in_prepare,
+    .swap_in_commit = state_swap_in_commit,
+    .swap_in_abort = state_swap_in_abort,
+    .prefix_ok = state_prefix_ok,
+    .prefix_take = state_prefix_take,
+};
