@@ -180,6 +180,28 @@ static void test_real_geometry(void) {
     remove(mp);
 }
 
+/* Copy of src with one byte flipped in the middle of its largest tensor (the
+ * projector's fingerprint must see all of the data, not its ends). */
+static void write_flipped(const char *src, const char *dst) {
+    pkv_gguf *g = pkv_gguf_open(src);
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    for (int64_t i = 0; i < pkv_gguf_n_kv(g); i++) pkv_gguf_writer_copy_kv(w, g, i);
+    int64_t big = 0;
+    for (int64_t i = 1; i < pkv_gguf_n_tensors(g); i++)
+        if (pkv_gguf_tensor_at(g, i)->n_bytes > pkv_gguf_tensor_at(g, big)->n_bytes) big = i;
+    for (int64_t i = 0; i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        uint8_t *d = malloc(t->n_bytes);
+        memcpy(d, t->data, t->n_bytes);
+        if (i == big) d[t->n_bytes / 2] ^= 0x10;
+        pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, d, t->n_bytes);
+        free(d);
+    }
+    pkv_gguf_writer_write(w, dst);
+    pkv_gguf_writer_free(w);
+    pkv_gguf_close(g);
+}
+
 static void test_encoder(bool f32) {
     const char *mp = th_tmp(f32 ? "vis32.gguf" : "vis16.gguf");
     pkv_mkmmproj_vision_params vp = {.n_embd_text = 96, .f32 = f32, .seed = 3};
@@ -210,8 +232,16 @@ static void test_encoder(bool f32) {
     pkv_mmproj_info i2;
     CHECK(p2 && !pkv_mmproj_get_info(p2, &i2) && i2.fingerprint != info.fingerprint);
     pkv_mmproj_free(p2);
+    /* one byte in the middle of one tensor: another fingerprint too (media keys and
+     * the encoder-output cache are keyed on it) */
+    const char *mp3 = th_tmp("vis-flipped.gguf");
+    write_flipped(mp, mp3);
+    pkv_mmproj *p3 = pkv_mmproj_load(mp3, NULL, NULL);
+    pkv_mmproj_info i3;
+    CHECK(p3 && !pkv_mmproj_get_info(p3, &i3) && i3.fingerprint != info.fingerprint);
+    pkv_mmproj_free(p3);
     free(sq), free(wide);
-    remove(mp), remove(mp2);
+    remove(mp), remove(mp2), remove(mp3);
 }
 
 /* Copy of src with tensor `drop` left out, or with `reshape` written one row short;

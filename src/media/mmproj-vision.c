@@ -415,10 +415,9 @@ static uint64_t fingerprint(const pkv_gguf *g, const venc *e) {
         const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
         h = pkv_hash64(t->name, strlen(t->name), h);
         h = pkv_hash64(t->ne, sizeof t->ne, h ^ (uint64_t)t->type);
-        /* the head and tail of the data, so two random projectors of one shape differ */
-        size_t s = PKV_MIN(t->n_bytes, (size_t)64);
-        h = pkv_hash64(t->data, s, h);
-        h = pkv_hash64((const uint8_t *)t->data + t->n_bytes - s, s, h);
+        /* all of the data: media ids and the server's encoder-output cache are keyed
+         * on this, so two projectors that differ anywhere must differ here */
+        h = pkv_hash64_bulk(t->data, t->n_bytes, h);
     }
     return h;
 }
