@@ -903,6 +903,9 @@ static void test_alloc_failures(void) {
             for (int j = 0; j < rp[i].n; j++) {
                 CHECK_INT(got[i].s[j].finals, 1);
                 err |= got[i].s[j].fin == PKV_FINISH_ERROR;
+                /* the only error an allocation failure may cause (a NaN logit from K/V
+                 * never computed would be another) */
+                if (got[i].s[j].fin == PKV_FINISH_ERROR) CHECK_INT(got[i].s[j].status, PKV_ERR_NOMEM);
             }
             if (!err) et_same(&ref[i], &got[i], rp[i].n, "request under allocation failure", (int)n);
         }
@@ -1001,6 +1004,7 @@ int main(void) {
         test_vs_context();
         test_batch_invariance();
         test_preemption();
+        test_alloc_failures(); /* a failed forward step's row scratch with a window pool (UBSan) */
     }
     pkv_model_free(g_m);
     /* Gemma 3 (Q/K norms, no soft-caps, sliding layers of 8 with their own RoPE base;

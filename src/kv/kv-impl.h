@@ -263,6 +263,9 @@ void pkv_kv_index_remove(pkv_kv_cache *c, int32_t p);
 /* Put page p (not indexed) into the prefix index under key, after page prev (-1: first). */
 void pkv_kv_index_page(pkv_kv_cache *c, int32_t p, uint64_t key, uint64_t fp, int32_t prev);
 void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s);
+/* Publish only the full pages within the sequence's first n tokens: those whose
+ * K/V is known to be written (a rollback drops the rest unwritten). */
+void pkv_kv_seq_publish_upto(pkv_kv_cache *c, kv_seq *s, int64_t n);
 /* media chunks (kv-media.c) */
 /* n_keep, or the start of the chunk n_keep falls strictly inside. */
 int64_t pkv_kv_media_cut(const kv_seq *s, int64_t n_keep);

@@ -41,11 +41,14 @@ static void publish_both(pkv_kv_cache *c, int32_t seq) {
 }
 
 /* The window sequence no longer holds what its layers need: empty it (its
- * layers are recomputed from token 0 by the next forward pass). Cannot fail. */
-static void window_reset(pkv_kv_cache *c, int32_t seq) {
+ * layers are recomputed from token 0 by the next forward pass). Its full pages
+ * within the first `written` tokens are published first; later ones may hold K/V
+ * that was never computed (a failed step or replay) and must never be offered.
+ * Cannot fail. */
+static void window_reset(pkv_kv_cache *c, int32_t seq, int64_t written) {
     kv_seq *w = sub_seq(c, seq);
     if (w->n_tokens == 0 && !w->swapped) return;
-    pkv_kv_seq_publish(c->sub, w);
+    pkv_kv_seq_publish_upto(c->sub, w, written);
     pkv_kv_seq_release(c->sub, w);
     c->stats.window_replays++;
 }
@@ -236,7 +239,9 @@ pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t
 
 pkv_status pkv_kv_window_reset(pkv_kv_cache *c, int32_t seq) {
     if (!pkv_kv_seq_get(c, seq, "window reset")) return PKV_ERR_NOT_FOUND;
-    if (c->sub) window_reset(c, seq);
+    /* the failed replay's tokens were never written (pages full before it were
+     * published when it appended) */
+    if (c->sub) window_reset(c, seq, 0);
     return PKV_OK;
 }
 
@@ -294,13 +299,16 @@ static void window_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     /* Back into released pages: the next query needs tokens from n_keep + 1 - window. */
     int64_t need = n_keep + 1 - c->sub->window;
     if ((need > 0 ? need / c->page_size : 0) < w->n_hole || kv1_truncate(c->sub, seq, n_keep) || !window_covers(c, w))
-        window_reset(c, seq);
+        window_reset(c, seq, n_keep);
 }
 
+/* Only the kept tokens are known to be written (the write contract): a rollback
+ * after a failed step drops tokens whose K/V was never computed, so neither pool
+ * publishes anything past n_keep (kv1_truncate publishes the main pool's kept
+ * pages first, so the window pool's kept pages can link to them). */
 static pkv_status truncate_pools(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     if (!c || !c->sub) return kv1_truncate(c, seq, n_keep);
     if (!pkv_kv_seq_resident(c, seq, "truncate")) return PKV_ERR_INVALID;
-    publish_both(c, seq);
     pkv_status st = kv1_truncate(c, seq, n_keep);
     if (st) return st;
     window_truncate(c, seq, n_keep);
@@ -335,7 +343,7 @@ static pkv_status shift_pools(pkv_kv_cache *c, int32_t seq, int64_t start, int64
     /* Shrinking brings older tokens into the window: those must not be released
      * (checked after the shift, whichever path it took). */
     if (w->n_tokens != len || kv1_shift(c->sub, seq, start, n_remove, pos_delta) || !window_covers(c, w))
-        window_reset(c, seq);
+        window_reset(c, seq, INT64_MAX);
     return PKV_OK;
 }
 
@@ -383,7 +391,7 @@ static pkv_status swap_out_pools(pkv_kv_cache *c, int32_t seq) {
     if ((st = kv1_swap_out(c, seq))) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", pkv_errmsg());
-        if (kv1_swap_in(c->sub, seq)) window_reset(c, seq); /* its pages were just freed: cannot really fail */
+        if (kv1_swap_in(c->sub, seq)) window_reset(c, seq, INT64_MAX); /* its pages were just freed: cannot really fail */
         return pkv_err(st, "%s", msg);
     }
     return PKV_OK;
@@ -417,7 +425,7 @@ pkv_status pkv_kv_swap_in(pkv_kv_cache *c, int32_t seq) {
     if (slot >= 0) pkv_kv_state_swap_in_commit(c, seq, slot);
     if (!c->sub) return PKV_OK;
     /* Without room in the window pool the window layers are recomputed instead. */
-    if (sub_seq(c, seq)->swapped && kv1_swap_in(c->sub, seq)) window_reset(c, seq);
+    if (sub_seq(c, seq)->swapped && kv1_swap_in(c->sub, seq)) window_reset(c, seq, INT64_MAX);
     return PKV_OK;
 }
 
