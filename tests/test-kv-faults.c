@@ -3,7 +3,9 @@
  * failing until it succeeds; each failure must return an error and leave every
  * sequence (lengths, tokens, positions, K/V content read from the devices) and
  * the page accounting exactly as before. Out-of-pages is checked the same way.
- * At the end nothing has leaked. */
+ * A failed forward step's rollback (and a failed window replay's reset) on a
+ * cache with a window pool leaves both pools as before and offers none of the
+ * step's unwritten pages to a prefix match. At the end nothing has leaked. */
 #include "kv-testlib.h"
 
 static pkv_kv_cache *g_c;
