@@ -327,16 +327,14 @@ pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
 static pkv_status shift_pools(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_remove, int32_t pos_delta) {
     if (!c || !c->sub) return kv1_shift(c, seq, start, n_remove, pos_delta);
     if (!pkv_kv_seq_resident(c, seq, "shift")) return PKV_ERR_INVALID;
-    publish_both(c, seq);
     int64_t len = c->seqs[seq].n_tokens;
+    /* nothing moves: a truncate, which publishes only the tokens it keeps */
+    if (start >= 0 && start <= len && n_remove == len - start) return truncate_pools(c, seq, start);
+    publish_both(c, seq);
     pkv_status st = kv1_shift(c, seq, start, n_remove, pos_delta);
     if (st) return st;
     kv_seq *w = sub_seq(c, seq);
     if (w->n_tokens <= start) return PKV_OK; /* the shift moves nothing the window pool holds */
-    if (start + n_remove == len) { /* nothing moves: a truncate */
-        window_truncate(c, seq, start);
-        return PKV_OK;
-    }
     /* The window pool shifts the same way (kv1_shift rebuilds only what the new
      * window needs when the shift starts in released pages); when a token the new
      * window needs is gone, or pages run out, its layers are recomputed instead. */
