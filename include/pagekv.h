@@ -669,8 +669,9 @@ int64_t pkv_kv_seq_window_len(const pkv_kv_cache *c, int32_t seq);
  * rows, for a forward pass that recomputes the window layers. */
 pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t *rows_window);
 /* Forget the window layers' KV of a sequence (pkv_kv_seq_window_len becomes 0, so
- * they are recomputed): what a failed replay step leaves. No-op without window
- * layers; PKV_ERR_NOT_FOUND for an unknown id. */
+ * they are recomputed): what a failed replay step leaves. Nothing it held is
+ * published to the prefix index (the replay's K/V was never written). No-op without
+ * window layers; PKV_ERR_NOT_FOUND for an unknown id. */
 pkv_status pkv_kv_window_reset(pkv_kv_cache *c, int32_t seq);
 
 /* Recurrent state (layers with state_per_head > 0). A new sequence's state is
@@ -715,6 +716,8 @@ pkv_status pkv_kv_state_step_done(pkv_kv_cache *c, int n_seqs, const int32_t *se
 pkv_status pkv_kv_fork(pkv_kv_cache *c, int32_t parent, int32_t *child);
 
 /* Keep the first n_keep tokens (rollback after speculation or a failed step).
+ * Only full pages within the kept tokens are published to the prefix index (the
+ * dropped tokens' K/V may never have been written), in every pool.
  * n_keep > length is PKV_ERR_INVALID. On error nothing changes. */
 pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep);
 

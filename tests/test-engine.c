@@ -865,8 +865,12 @@ static void test_free_pending(void) {
 
 /* The n-th allocation failing, for n spread over a whole run (engine creation,
  * submit, admission, prefix match, fork, forward, sampling): no crash, no leak,
- * every accepted request still gets exactly one final event per sample, and a
- * request that completes has exactly its tokens. */
+ * every accepted request still gets exactly one final event per sample, a request
+ * that fails fails with PKV_ERR_NOMEM, and a request that completes has exactly
+ * its tokens. (Request 0 failing in its prompt's step must leave nothing in the
+ * prefix cache for request 1: pages whose K/V was never computed would give it
+ * wrong tokens or NaN logits, unless the recycled memory under them happens to
+ * hold an earlier run's same K/V; test-kv-faults checks the rollback directly.) */
 static void test_alloc_failures(void) {
     int32_t a[20], b[20];
     for (int i = 0; i < 20; i++) a[i] = b[i] = (int32_t)(i * 7 + 3);
@@ -904,6 +908,9 @@ static void test_alloc_failures(void) {
             for (int j = 0; j < rp[i].n; j++) {
                 CHECK_INT(got[i].s[j].finals, 1);
                 err |= got[i].s[j].fin == PKV_FINISH_ERROR;
+                /* the only error an allocation failure may cause (a NaN logit from K/V
+                 * never computed would be another) */
+                if (got[i].s[j].fin == PKV_FINISH_ERROR) CHECK_INT(got[i].s[j].status, PKV_ERR_NOMEM);
             }
             if (!err) et_same(&ref[i], &got[i], rp[i].n, "request under allocation failure", (int)n);
         }
@@ -1002,6 +1009,9 @@ int main(void) {
         test_vs_context();
         test_batch_invariance();
         test_preemption();
+        /* a failed step's rollback with a window pool: none of its pages, whose K/V
+         * was never computed, may serve the next request's prefix; its row scratch (UBSan) */
+        test_alloc_failures();
     }
     pkv_model_free(g_m);
     /* Gemma 3 (Q/K norms, no soft-caps, sliding layers of 8 with their own RoPE base;
@@ -1013,6 +1023,7 @@ int main(void) {
         test_vs_context();
         test_batch_invariance();
         test_preemption();
+        test_alloc_failures();
     }
     pkv_model_free(g_m);
     /* gpt-oss (attention sinks, even layers sliding over 8 tokens, YaRN, biased experts
@@ -1023,6 +1034,7 @@ int main(void) {
         test_vs_context();
         test_batch_invariance();
         test_preemption();
+        test_alloc_failures();
     }
     pkv_model_free(g_m);
     /* Gemma 4 (per-layer head sizes, proportional RoPE, per-layer embeddings, the last two
@@ -1035,6 +1047,7 @@ int main(void) {
         test_batch_invariance();
         test_preemption();
         test_prefix_cache(false);
+        test_alloc_failures();
     }
     pkv_model_free(g_m);
     /* Qwen3.5 (gated delta-net layers with a recurrent state per sequence in the
@@ -1049,6 +1062,7 @@ int main(void) {
         test_preemption();
         test_n_fork(); /* n = 4 by fork: the state is copied, the prompt computed once */
         test_on_context(); /* a drop truncates the context back: its state from a checkpoint */
+        test_alloc_failures();
     }
     pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */

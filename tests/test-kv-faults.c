@@ -3,7 +3,9 @@
  * failing until it succeeds; each failure must return an error and leave every
  * sequence (lengths, tokens, positions, K/V content read from the devices) and
  * the page accounting exactly as before. Out-of-pages is checked the same way.
- * At the end nothing has leaked. */
+ * A failed forward step's rollback (and a failed window replay's reset) on a
+ * cache with a window pool leaves both pools as before and offers none of the
+ * step's unwritten pages to a prefix match. At the end nothing has leaked. */
 #include "kv-testlib.h"
 
 static pkv_kv_cache *g_c;
@@ -133,12 +135,81 @@ static void test_create_failures(kt_env *e) {
     CHECK_INT(pkv_alloc_live(), live);
 }
 
+/* A failed forward step on a cache with a window pool: the forward pass appends
+ * the step's tokens to both pools, fails before writing their K/V, and rolls back
+ * with pkv_kv_truncate. The rollback must leave both pools as before: no page of
+ * the step may reach the prefix index (its K/V was never computed), so a new
+ * sequence with the same tokens matches nothing. The same for a failed replay of
+ * the window layers, undone by pkv_kv_window_reset. */
+static void test_failed_step_window(kt_env *e) {
+    e->layers[1].window = 4; /* layer 1 moves to a window pool */
+    pkv_kv_cache *c = pkv_kv_cache_create(kt_params(e, 4, 32, 8));
+    e->layers[1].window = 0;
+    REQUIRE_VOID(c);
+    int32_t tok[24], rows[24], rows_w[24], s, t;
+    for (int i = 0; i < 24; i++) tok[i] = 7 * i + 1;
+    pkv_kv_stats st0, st1;
+    int64_t m = -1;
+    CHECK_OK(pkv_kv_seq_create(c, 5, &s));
+    pkv_kv_stats_get(c, &st0);
+    /* the step: 10 tokens appended to both pools, then rolled back unwritten */
+    int32_t n = 10;
+    CHECK_OK(pkv_kv_append_batch_w(c, 1, &s, &n, tok, NULL, rows, rows_w));
+    CHECK_OK(pkv_kv_truncate(c, s, 0));
+    pkv_kv_stats_get(c, &st1);
+    CHECK_INT(st1.pages_cached, st0.pages_cached);
+    CHECK_INT(st1.pages_free, st0.pages_free);
+    CHECK_INT(st1.window_cached, st0.window_cached);
+    CHECK_INT(st1.window_free, st0.window_free);
+    CHECK_OK(pkv_kv_seq_create(c, 5, &t));
+    CHECK_OK(pkv_kv_prefix_match(c, t, tok, NULL, 10, &m));
+    CHECK_INT(m, 0); /* nothing of the failed step is offered */
+    CHECK_OK(pkv_kv_seq_free(c, t));
+    /* the same rollback done as a shift that removes the tail */
+    CHECK_OK(pkv_kv_append_batch_w(c, 1, &s, &n, tok, NULL, rows, rows_w));
+    CHECK_OK(pkv_kv_shift(c, s, 0, 10, 0));
+    pkv_kv_stats_get(c, &st1);
+    CHECK_INT(st1.pages_cached, st0.pages_cached);
+    CHECK_INT(st1.window_cached, st0.window_cached);
+    /* A step that fails after earlier ones succeeded: only the pages that were
+     * full before it may be published (here: 1 of 3). */
+    n = 6;
+    CHECK_OK(pkv_kv_append_batch_w(c, 1, &s, &n, tok, NULL, rows, rows_w)); /* written (by contract) */
+    n = 6;
+    CHECK_OK(pkv_kv_append_batch_w(c, 1, &s, &n, tok + 6, NULL, rows, rows_w));
+    CHECK_OK(pkv_kv_truncate(c, s, 6)); /* the second step failed */
+    CHECK_OK(pkv_kv_seq_create(c, 5, &t));
+    CHECK_OK(pkv_kv_prefix_match(c, t, tok, NULL, 12, &m));
+    CHECK_INT(m, 4);
+    CHECK_OK(pkv_kv_seq_free(c, t));
+    /* A failed replay of the window layers: steps of 4 tokens release the window
+     * pool's early pages; a truncate back into them empties the window sequence;
+     * the replay of 8 tokens fails unwritten and pkv_kv_window_reset undoes it. */
+    CHECK_OK(pkv_kv_truncate(c, s, 0));
+    for (int i = 0; i < 24; i += 4) {
+        n = 4;
+        CHECK_OK(pkv_kv_append_batch_w(c, 1, &s, &n, tok + i, NULL, rows, rows_w));
+    }
+    CHECK_OK(pkv_kv_truncate(c, s, 12));
+    CHECK_INT(pkv_kv_seq_window_len(c, s), 0);
+    pkv_kv_stats_get(c, &st0);
+    CHECK_OK(pkv_kv_window_replay(c, s, 8, rows_w));
+    CHECK_OK(pkv_kv_window_reset(c, s));
+    pkv_kv_stats_get(c, &st1);
+    CHECK_INT(st1.window_cached, st0.window_cached);
+    CHECK_INT(st1.window_free, st0.window_free);
+    CHECK_INT(pkv_kv_seq_window_len(c, s), 0);
+    CHECK_OK(pkv_kv_seq_free(c, s));
+    pkv_kv_cache_free(c);
+}
+
 int main(void) {
     kt_env e;
     if (!kt_open(&e)) return th_skip("cannot open cpu and cpu:1");
     kt_layout_sharded(&e);
     int64_t live0 = pkv_alloc_live();
     test_create_failures(&e);
+    test_failed_step_window(&e);
     g_c = pkv_kv_cache_create(kt_params(&e, 4, 24, 8));
     if (!g_c) return th_done();
     CHECK_OK(pkv_kv_seq_create(g_c, 3, &E));

@@ -263,6 +263,9 @@ void pkv_kv_index_remove(pkv_kv_cache *c, int32_t p);
 /* Put page p (not indexed) into the prefix index under key, after page prev (-1: first). */
 void pkv_kv_index_page(pkv_kv_cache *c, int32_t p, uint64_t key, uint64_t fp, int32_t prev);
 void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s);
+/* Publish only the full pages within the sequence's first n tokens: those whose
+ * K/V is known to be written (a rollback drops the rest unwritten). */
+void pkv_kv_seq_publish_upto(pkv_kv_cache *c, kv_seq *s, int64_t n);
 /* media chunks (kv-media.c) */
 /* n_keep, or the start of the chunk n_keep falls strictly inside. */
 int64_t pkv_kv_media_cut(const kv_seq *s, int64_t n_keep);
@@ -462,8 +465,10 @@ typedef struct pkv_mem_kind {
     pkv_kv_cache *(*pool)(pkv_kv_cache *c);
 
     /* A resident sequence is about to change (fork, truncate, shift, swap out):
-     * check it is resident and publish what must be published first. */
-    pkv_status (*prepare)(pkv_kv_cache *c, int32_t seq, const char *what);
+     * check it is resident and publish what must be published first, but only
+     * full pages within the first `written` tokens (a truncate's kept tokens: the
+     * dropped ones' K/V may never have been computed; INT64_MAX: all). */
+    pkv_status (*prepare)(pkv_kv_cache *c, int32_t seq, int64_t written, const char *what);
 
     /* New sequences. new_check: a sequence can be had (a child of parent for a fork).
      * create / fork: the first kind picks the id (*id / *child), later kinds

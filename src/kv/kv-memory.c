@@ -32,9 +32,10 @@ static pkv_status err_keep(pkv_status st, const char *msg) { return pkv_err(st, 
     } while (0)
 
 /* A resident sequence is about to change: every kind's prepare hook. */
-static pkv_status prepare_all(pkv_kv_cache *c, const pkv_mem_kind **k, int n, int32_t seq, const char *what) {
+static pkv_status prepare_all(pkv_kv_cache *c, const pkv_mem_kind **k, int n, int32_t seq, int64_t written,
+                              const char *what) {
     pkv_status st = PKV_OK;
-    KIND_HOOKS(k, n, prepare, c, seq, what);
+    KIND_HOOKS(k, n, prepare, c, seq, written, what);
     return st;
 }
 
@@ -53,7 +54,7 @@ static pkv_status seq_new(pkv_kv_cache *c, uint64_t fingerprint, bool fork, int3
     int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     KIND_HOOKS(k, n, new_check, c, fork, parent, what);
-    if (!st && fork) st = prepare_all(c, k, n, parent, what);
+    if (!st && fork) st = prepare_all(c, k, n, parent, INT64_MAX, what);
     if (st) return st;
     int32_t id = -1;
     for (int i = 0; i < n; i++) {
@@ -145,7 +146,7 @@ pkv_status pkv_kv_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     if (pkv_kv_seq_len(c, seq) >= 0)
         for (int i = 0; i < n; i++)
             if (k[i]->cut) n_keep = k[i]->cut(c, seq, n_keep);
-    pkv_status st = prepare_all(c, k, n, seq, "truncate");
+    pkv_status st = prepare_all(c, k, n, seq, n_keep, "truncate");
     KIND_HOOKS(k, n, truncate, c, seq, n_keep);
     return st;
 }
@@ -158,7 +159,11 @@ pkv_status pkv_kv_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64_t n_r
     int n = pkv_kv_kinds(c, k);
     pkv_status st = PKV_OK;
     if (pkv_kv_seq_len(c, seq) >= 0) KIND_HOOKS(k, n, shift_check, c, seq, start, n_remove, pos_delta);
-    if (!st) st = prepare_all(c, k, n, seq, "shift");
+    /* a shift that only drops the tail is a truncate: what it drops may never
+     * have been written (a rolled-back step), so none of it is published */
+    const int64_t len = pkv_kv_seq_len(c, seq);
+    const bool tail = len >= 0 && start >= 0 && start <= len && n_remove == len - start;
+    if (!st) st = prepare_all(c, k, n, seq, tail ? start : INT64_MAX, "shift");
     KIND_HOOKS(k, n, shift, c, seq, start, n_remove, pos_delta);
     return st;
 }
@@ -211,7 +216,7 @@ pkv_status pkv_kv_swap_out(pkv_kv_cache *c, int32_t seq) {
     int n = pkv_kv_kinds(c, k), prepared;
     kv_pending p[N_KINDS];
     pkv_status st = swap_prepare(c, k, n, seq, true, p, &prepared);
-    if (!st) st = prepare_all(c, k, n, seq, "swap out");
+    if (!st) st = prepare_all(c, k, n, seq, INT64_MAX, "swap out");
     int i = n - 1;
     for (; i >= 0 && !st; i--)
         if (k[i]->swap_out) st = k[i]->swap_out(c, seq);

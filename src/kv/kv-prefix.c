@@ -56,10 +56,12 @@ void pkv_kv_index_remove(pkv_kv_cache *c, int32_t id) {
     if (p->st_slot >= 0) pkv_kv_state_page_drop(c, id);
 }
 
-void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) {
+void pkv_kv_seq_publish(pkv_kv_cache *c, kv_seq *s) { pkv_kv_seq_publish_upto(c, s, INT64_MAX); }
+
+void pkv_kv_seq_publish_upto(pkv_kv_cache *c, kv_seq *s, int64_t n) {
     if (!s->fp || s->swapped) return;
     int ps = c->page_size;
-    int64_t full = PKV_MIN(s->n_tokens, s->exact_until) / ps;
+    int64_t full = PKV_MIN(PKV_MIN(s->n_tokens, s->exact_until), n) / ps;
     while (!s->pub_stop && s->pub_n < full) {
         int32_t id = pkv_kv_seq_page(s, s->pub_n);
         int32_t prev = s->pub_n > 0 ? pkv_kv_seq_page(s, s->pub_n - 1) : -1;

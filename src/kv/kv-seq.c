@@ -572,11 +572,8 @@ pkv_status kv1_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     pkv_status st = pkv_kv_keep_prepare(c, s, (n_keep + ps - 1) / ps, 0, n_keep, &plan);
     if (st) return pkv_err_prefix(st, "truncate of sequence %d", seq);
     /* The kept tokens were written (the write contract), so their full pages may
-     * be published. */
-    int64_t keep_full = n_keep / ps, n_tok = s->n_tokens;
-    s->n_tokens = keep_full * ps;
-    pkv_kv_seq_publish(c, s);
-    s->n_tokens = n_tok;
+     * be published; the dropped ones may never have been (a failed step). */
+    pkv_kv_seq_publish_upto(c, s, n_keep);
     pkv_kv_keep_apply(c, s, &plan, NULL, 0, n_keep);
     return PKV_OK;
 }

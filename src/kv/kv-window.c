@@ -34,19 +34,23 @@ static pkv_status same_id(int32_t a, int32_t b, const char *what) {
     return PKV_OK;
 }
 
-/* Publish both pools' full pages (main first: the window pool's pages link to
- * the main pool's). */
-static void publish_both(pkv_kv_cache *c, int32_t seq) {
-    pkv_kv_seq_publish(c, &c->seqs[seq]);
-    pkv_kv_seq_publish(c->sub, sub_seq(c, seq));
+/* Publish both pools' full pages within the first `written` tokens (main first:
+ * the window pool's pages link to the main pool's). Later pages may hold K/V that
+ * was never computed (a step that failed after appending) and are never offered. */
+static void publish_both(pkv_kv_cache *c, int32_t seq, int64_t written) {
+    pkv_kv_seq_publish_upto(c, &c->seqs[seq], written);
+    pkv_kv_seq_publish_upto(c->sub, sub_seq(c, seq), written);
 }
 
 /* The window sequence no longer holds what its layers need: empty it (its
- * layers are recomputed from token 0 by the next forward pass). Cannot fail. */
-static void window_reset(pkv_kv_cache *c, int32_t seq) {
+ * layers are recomputed from token 0 by the next forward pass). Its full pages
+ * within the first `written` tokens are published first; later ones may hold K/V
+ * that was never computed (a failed step or replay) and must never be offered.
+ * Cannot fail. */
+static void window_reset(pkv_kv_cache *c, int32_t seq, int64_t written) {
     kv_seq *w = sub_seq(c, seq);
     if (w->n_tokens == 0 && !w->swapped) return;
-    pkv_kv_seq_publish(c->sub, w);
+    pkv_kv_seq_publish_upto(c->sub, w, written);
     pkv_kv_seq_release(c->sub, w);
     c->stats.window_replays++;
 }
@@ -114,7 +118,9 @@ pkv_status pkv_kv_window_replay(pkv_kv_cache *c, int32_t seq, int32_t n, int32_t
 
 pkv_status pkv_kv_window_reset(pkv_kv_cache *c, int32_t seq) {
     if (!pkv_kv_seq_get(c, seq, "window reset")) return PKV_ERR_NOT_FOUND;
-    if (c->sub) window_reset(c, seq);
+    /* the failed replay's tokens were never written (pages full before it were
+     * published when it appended) */
+    if (c->sub) window_reset(c, seq, 0);
     return PKV_OK;
 }
 
@@ -140,9 +146,9 @@ static pkv_kv_cache *window_pool(pkv_kv_cache *c) { return c->sub; }
 
 /* Before the full pool changes a sequence: both pools' full pages published
  * (main first: the window pool's pages link to the main pool's). */
-static pkv_status window_prepare(pkv_kv_cache *c, int32_t seq, const char *what) {
+static pkv_status window_prepare(pkv_kv_cache *c, int32_t seq, int64_t written, const char *what) {
     if (!pkv_kv_seq_resident(c, seq, what)) return PKV_ERR_INVALID;
-    publish_both(c, seq);
+    publish_both(c, seq, written);
     return PKV_OK;
 }
 
@@ -164,7 +170,7 @@ static void window_drop_seq(pkv_kv_cache *c, int32_t id) { kv1_seq_free(c->sub, 
 
 static pkv_status window_seq_free(pkv_kv_cache *c, int32_t seq) {
     if (pkv_kv_seq_get(c, seq, "free sequence")) {
-        if (!c->seqs[seq].swapped && !sub_seq(c, seq)->swapped) publish_both(c, seq);
+        if (!c->seqs[seq].swapped && !sub_seq(c, seq)->swapped) publish_both(c, seq, INT64_MAX);
         kv1_seq_free(c->sub, seq);
     }
     return PKV_OK; /* the full pool reports a bad id */
@@ -245,7 +251,7 @@ static void window_truncate(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
     /* Back into released pages: the next query needs tokens from n_keep + 1 - window. */
     int64_t need = n_keep + 1 - c->sub->window;
     if ((need > 0 ? need / c->page_size : 0) < w->n_hole || kv1_truncate(c->sub, seq, n_keep) || !window_covers(c, w))
-        window_reset(c, seq);
+        window_reset(c, seq, n_keep);
 }
 
 static pkv_status window_truncate_kind(pkv_kv_cache *c, int32_t seq, int64_t n_keep) {
@@ -268,7 +274,7 @@ static pkv_status window_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int6
     /* Shrinking brings older tokens into the window: those must not be released
      * (checked after the shift, whichever path it took). */
     if (w->n_tokens != len || kv1_shift(c->sub, seq, start, n_remove, pos_delta) || !window_covers(c, w))
-        window_reset(c, seq);
+        window_reset(c, seq, INT64_MAX);
     return PKV_OK;
 }
 
@@ -285,12 +291,12 @@ static pkv_status window_swap_out(pkv_kv_cache *c, int32_t seq) {
 /* The main pool's swap out failed: back in (its pages were just freed, so this
  * cannot really fail; if it does, the window layers are recomputed). */
 static void window_swap_out_undo(pkv_kv_cache *c, int32_t seq) {
-    if (kv1_swap_in(c->sub, seq)) window_reset(c, seq);
+    if (kv1_swap_in(c->sub, seq)) window_reset(c, seq, INT64_MAX);
 }
 
 /* Without room in the window pool the window layers are recomputed instead. */
 static pkv_status window_swap_in(pkv_kv_cache *c, int32_t seq) {
-    if (sub_seq(c, seq)->swapped && kv1_swap_in(c->sub, seq)) window_reset(c, seq);
+    if (sub_seq(c, seq)->swapped && kv1_swap_in(c->sub, seq)) window_reset(c, seq, INT64_MAX);
     return PKV_OK;
 }
 
