@@ -60,6 +60,7 @@ typedef struct at_rounds {
     int64_t pos[AT_MAXR];
     int32_t prop[AT_MAXR][AT_K];
     int n_prop[AT_MAXR];
+    int n_acc[AT_MAXR];
     int accepted;
 } at_rounds;
 
@@ -69,6 +70,7 @@ static inline void at_on_round(const pkv_spec_round *r, void *user) {
     R->pos[R->n] = r->pos;
     R->n_prop[R->n] = r->n_proposed;
     for (int i = 0; i < r->n_proposed && i < AT_K; i++) R->prop[R->n][i] = r->proposed[i];
+    R->n_acc[R->n] = r->n_accepted;
     R->accepted += r->n_accepted;
     R->n++;
 }
@@ -76,10 +78,10 @@ static inline void at_on_round(const pkv_spec_round *r, void *user) {
 /* One placement: the target on tdevs (one device, or a comma list: tensor
  * parallelism), its cache on the host with kv_on_host, the assistant on adev (NULL:
  * the target's first device handle). Plain greedy and greedy with the assistant,
- * each from a fresh context over AT_NP prompt tokens. Returns 0, or 1 on a failure
- * (reported). */
+ * each from a fresh context over AT_NP prompt tokens: at_tok's, the last one `last`.
+ * Returns 0, or 1 on a failure (reported). */
 static inline int at_pair(const char *tpath, const char *apath, const char *tdevs, bool kv_on_host, const char *adev,
-                          at_out *plain, at_out *spec, at_rounds *rounds) {
+                          int32_t last, at_out *plain, at_out *spec, at_rounds *rounds) {
     pkv_model_params mp = pkv_model_default_params();
     mp.n_threads = 2;
     if (strchr(tdevs, ',')) mp.devices = tdevs;
@@ -108,6 +110,7 @@ static inline int at_pair(const char *tpath, const char *apath, const char *tdev
     pkv_kv_cache *c = pkv_model_cache_create(m, cp);
     int32_t prompt[AT_NP];
     for (int i = 0; i < AT_NP; i++) prompt[i] = at_tok(i);
+    prompt[AT_NP - 1] = last;
     pkv_sampler_params gp = pkv_sampler_default_params();
     gp.temp = 0;
     int rc = 1;
@@ -187,6 +190,65 @@ static inline void at_check_llama(const at_rounds *got) {
     CHECK(pinned >= 70);
 }
 
+/* A second prompt on the same files, whose rounds accept proposals (the first's
+ * accept none): at_tok's with the last token 221. The target's greedy output is
+ * 221 x 6, 58 x 5, 39 x 5, 288 x 12; the rounds at positions 27 and 29 each keep
+ * their first proposal (58), so the rounds after them must start from the target's
+ * hidden state of that accepted proposal (llama.cpp's accept(): the verification
+ * row of the last accepted token), not of the token before it. llama.cpp's rounds
+ * come from the same build and command as at_ll_prop's (PROMPT_IDS ending in 221;
+ * the same with f32 KV and -fa off), one round per line of "accepted N/3 draft
+ * tokens"; near ties (< 0.02) in at_ll2_tie. pagekv's last two rounds propose 2 and
+ * 1 tokens (the budget), and it has no 27th round. */
+enum { AT_LL2_LAST = 221, AT_LL2_ROUNDS = 27 };
+static const int32_t at_ll2_prop[AT_LL2_ROUNDS][AT_K] = {
+    {36, 294, 233}, {276, 125, 134}, {276, 273, 58}, {13, 140, 218}, {13, 191, 84},  {13, 3, 25},     {13, 126, 203},
+    {58, 186, 85},  {58, 246, 186},  {317, 186, 166}, {283, 276, 34}, {76, 53, 226},  {224, 317, 218}, {13, 93, 84},
+    {224, 13, 93},  {30, 65, 239},   {59, 292, 59},   {59, 286, 34},  {59, 286, 49},  {130, 292, 239}, {70, 292, 206},
+    {130, 292, 59}, {30, 30, 224},   {86, 283, 302},  {86, 283, 276}, {86, 283, 276}, {70, 292, 272}};
+static const unsigned char at_ll2_tie[AT_LL2_ROUNDS] = {0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                       0, 2, 0, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0};
+static const unsigned char at_ll2_acc[AT_LL2_ROUNDS] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0,
+                                                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* The second prompt on one placement: greedy output and every round (position,
+ * pinned proposals, how many kept) as llama.cpp's. */
+static inline void at_check_llama_accepting(const char *tpath, const char *apath, const char *tdevs, const char *adev) {
+    at_out plain = {.n = 0}, spec = {.n = 0};
+    at_rounds got;
+    memset(&got, 0, sizeof got);
+    if (at_pair(tpath, apath, tdevs, false, adev, AT_LL2_LAST, &plain, &spec, &got)) {
+        TH_FAIL("placement target %s, assistant %s failed", tdevs, adev ? adev : "(the target's)");
+        return;
+    }
+    static const int32_t want[AT_NG] = {221, 221, 221, 221, 221, 221, 58,  58,  58,  58,  58,  39,  39,  39,
+                                        39,  39,  288, 288, 288, 288, 288, 288, 288, 288, 288, 288, 288, 288};
+    CHECK_INT(spec.n, AT_NG);
+    CHECK_INT(plain.n, AT_NG);
+    CHECK_MEM(plain.tok, want, sizeof want);
+    CHECK_MEM(spec.tok, want, sizeof want);
+    CHECK_INT(got.n, AT_LL2_ROUNDS - 1);
+    CHECK_INT(got.accepted, 2);
+    int pinned = 0, same = 0;
+    int64_t pos = AT_NP - 1;
+    for (int r = 0; r < got.n && r < AT_LL2_ROUNDS; r++) {
+        CHECK_INT(got.pos[r], pos);
+        CHECK_INT(got.n_acc[r], at_ll2_acc[r]);
+        for (int j = 0; j < got.n_prop[r] && j < AT_K; j++) {
+            if (at_ll2_tie[r] >> j & 1) continue;
+            pinned++;
+            if (got.prop[r][j] == at_ll2_prop[r][j]) same++;
+            else
+                TH_FAIL("second prompt, round %d (pos %lld) proposal %d: %d, llama.cpp proposed %d", r, (long long)got.pos[r],
+                        j, got.prop[r][j], at_ll2_prop[r][j]);
+        }
+        pos += at_ll2_acc[r] + 1;
+    }
+    printf("target %s, assistant %s: proposals after accepted ones as llama.cpp's: %d of %d pinned positions\n", tdevs,
+           adev ? adev : "(the target's)", same, pinned);
+    CHECK(pinned >= 65);
+}
+
 /* Checks one placement against plain greedy output and the first placement's
  * proposals (want NULL: it is the first). Returns at_pair's code. Proposals are
  * compared exactly: argmax over f32 logits that agree within ~1e-6 between devices. */
@@ -194,7 +256,7 @@ static inline int at_check_pair(const char *tpath, const char *apath, const char
                                 at_rounds *got, const at_rounds *want) {
     at_out plain = {.n = 0}, spec = {.n = 0};
     memset(got, 0, sizeof *got);
-    int rc = at_pair(tpath, apath, tdevs, kv_on_host, adev, &plain, &spec, got);
+    int rc = at_pair(tpath, apath, tdevs, kv_on_host, adev, at_tok(AT_NP - 1), &plain, &spec, got);
     if (rc) {
         TH_FAIL("placement target %s, assistant %s failed", tdevs, adev ? adev : "(the target's)");
         return rc;

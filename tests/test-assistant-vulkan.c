@@ -8,7 +8,9 @@
  *  - the target on vulkan:0 with its cache on the host: the assistant on vulkan:0,
  *    and on cpu;
  *  - a tensor-parallel target over cpu and vulkan:0 (its cache sharded alike), the
- *    assistant on cpu, attending each shard where it is stored. */
+ *    assistant on cpu, attending each shard where it is stored;
+ * and llama.cpp's rounds on a prompt whose rounds keep proposals, with the target on
+ * vulkan:0 and the assistant on cpu, and the other way round. */
 #include "assistant-testlib.h"
 
 int main(void) {
@@ -25,5 +27,8 @@ int main(void) {
     at_check_pair(tpath, apath, "vulkan:0", true, NULL, &r, &first);
     at_check_pair(tpath, apath, "vulkan:0", true, "cpu", &r, &first);
     at_check_pair(tpath, apath, "cpu,vulkan:0", false, "cpu", &r, &first);
+    /* rounds that keep proposals (assistant-testlib.h's second prompt) */
+    at_check_llama_accepting(tpath, apath, "vulkan:0", "cpu");
+    at_check_llama_accepting(tpath, apath, "cpu", "vulkan:0");
     return th_done();
 }

@@ -366,6 +366,8 @@ int main(void) {
         at_check_pair(tpath, apath, "cpu,cpu:1", false, NULL, &r, &first);
         at_check_pair(tpath, apath, "cpu,cpu:1", true, "cpu:1", &r, &first);
     }
+    at_check_llama_accepting(tpath, apath, "cpu", NULL);
+    at_check_llama_accepting(tpath, apath, "cpu,cpu:1", "cpu:1");
     test_all_accepted(tpath, apath);
     test_cli(tpath, apath);
     test_bad_input(tpath, apath);
