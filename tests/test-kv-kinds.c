@@ -7,7 +7,8 @@
  *    hook a public operation needs from it; a hook that takes something has the
  *    hook that gives it back (prefix_begin / prefix_end, *_prepare / *_abort,
  *    load / load_undo); a kind holding layers has every save/load hook, and
- *    each layer is held by exactly one kind (its part of a saved file);
+ *    each layer is held by exactly one kind (its part of a saved file); the
+ *    snapshot's pools are the kinds' page pools (0 full, 1 window);
  *  - pkv_kv_seq_bytes adds up the kinds' costs: per token for the full layers, per
  *    sequence for the window (window + page_size kept, plus the page being filled)
  *    and for the state (one slot), as the stats report them.
@@ -75,6 +76,16 @@ static void test_table(kt_env *e) {
         CHECK_INT(holders, 1);
     }
     CHECK(k[1]->holds_layer(c, 1) && k[3]->holds_layer(c, 2) && f->holds_layer(c, 0)); /* window, state, full */
+    /* the snapshot's pools are the kinds' page pools: 0 full, 1 window, no 2 */
+    pkv_kv_stats st;
+    pkv_kv_stats_get(c, &st);
+    for (int pool = 0; pool < 3; pool++) {
+        pkv_kv_snapshot *s = pkv_kv_snapshot_take(c, pool);
+        CHECK((s != NULL) == (pool < 2));
+        if (s) CHECK_INT(s->n_pages, pool ? st.window_pages : st.n_pages);
+        pkv_kv_snapshot_free(s);
+    }
+    CHECK_MSG("no pool 2");
     pkv_kv_cache_free(c);
     check_names(NULL, "full attention");
 }
