@@ -481,7 +481,7 @@ typedef enum kv_file_at {
  * kind's allocation (pkv_malloc), freed by the framing at the end unless the
  * kind took it (set it to NULL). */
 typedef struct kv_file_part {
-    int64_t a, b, c;
+    int64_t a, b;
     void *ptr;
 } kv_file_part;
 

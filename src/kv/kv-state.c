@@ -800,7 +800,7 @@ static pkv_status state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m, kv_
  * version 3 always has one) u64 state_len; and per recurrent layer one section,
  * its live state f32 [n_kv_heads][state_per_head], each head's parts
  * concatenated (the canonical order, whatever the sharding). part (load): a =
- * state_len; b = the slot taken. */
+ * state_len. */
 static bool state_holds_layer(const pkv_kv_cache *c, int il) { return c->layout.layers[il].state_per_head > 0; }
 
 static size_t state_layer_bytes(const kv_layer *L) {
