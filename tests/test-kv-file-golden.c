@@ -48,7 +48,8 @@ static void fill(pkv_kv_cache *c, int n_layers) {
                 if (!arr[a].b || !arr[a].n) continue;
                 uint8_t *buf = malloc(arr[a].n);
                 REQUIRE_VOID(buf);
-                for (size_t i = 0; i < arr[a].n; i++) buf[i] = (uint8_t)((i * 31 + (size_t)il * 7 + (size_t)ish * 3 + (size_t)a) & 0x3f);
+                for (size_t i = 0; i < arr[a].n; i++)
+                    buf[i] = (uint8_t)((i * 31 + (size_t)il * 7 + (size_t)ish * 3 + (size_t)a) & 0x3f);
                 CHECK_OK(pkv_buffer_write(arr[a].b, arr[a].off, buf, arr[a].n));
                 free(buf);
             }
@@ -89,7 +90,8 @@ static void check_case(const char *name, pkv_kv_cache *c, int32_t seq, pkv_kv_pa
     int64_t na = file_bytes(path, &a);
     REQUIRE_VOID(na > 0);
     uint64_t h = pkv_hash64(a, (size_t)na, 0);
-    if (getenv("PKV_GOLDEN_PRINT")) printf("    {\"%s\", %lld, 0x%016llxull},\n", name, (long long)na, (unsigned long long)h);
+    if (getenv("PKV_GOLDEN_PRINT"))
+        printf("    {\"%s\", %lld, 0x%016llxull},\n", name, (long long)na, (unsigned long long)h);
     const golden *g = NULL;
     for (size_t i = 0; i < sizeof k_golden / sizeof k_golden[0]; i++)
         if (!strcmp(k_golden[i].name, name)) g = &k_golden[i];

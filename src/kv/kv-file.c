@@ -100,7 +100,8 @@ uint64_t pkv_kv_file_get64(kv_file *f) { return get64(&f->get); }
 
 pkv_status pkv_kv_file_write(kv_file *f, const void *bytes, size_t n, int il) {
     f->h = pkv_hash64(bytes, n, f->h);
-    if (fwrite(bytes, 1, n, f->out) != n) return pkv_err(PKV_ERR_IO, "save: writing layer %d of %s failed", il, f->path);
+    if (fwrite(bytes, 1, n, f->out) != n)
+        return pkv_err(PKV_ERR_IO, "save: writing layer %d of %s failed", il, f->path);
     return PKV_OK;
 }
 

@@ -240,7 +240,8 @@ static pkv_status media_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv
     }
     put64(&q, pkv_hash64(tr, tb, f->h));
     pkv_status st = PKV_OK;
-    if (fwrite(tr, 1, tb + 8, f->out) != tb + 8) st = pkv_err(PKV_ERR_IO, "save: writing the media of %s failed", f->path);
+    if (fwrite(tr, 1, tb + 8, f->out) != tb + 8)
+        st = pkv_err(PKV_ERR_IO, "save: writing the media of %s failed", f->path);
     pkv_free(tr);
     return st;
 }
