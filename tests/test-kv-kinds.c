@@ -5,7 +5,10 @@
  *    order (the full pool first: it owns the sequences);
  *  - every kind names itself and says when it is present; the first kind has every
  *    hook a public operation needs from it; a hook that takes something has the
- *    hook that gives it back (prefix_begin / prefix_end, *_prepare / *_abort);
+ *    hook that gives it back (prefix_begin / prefix_end, *_prepare / *_abort,
+ *    load / load_undo); a kind holding layers has every save/load hook, and
+ *    each layer is held by exactly one kind (its part of a saved file); the
+ *    snapshot's pools are the kinds' page pools (0 full, 1 window);
  *  - pkv_kv_seq_bytes adds up the kinds' costs: per token for the full layers, per
  *    sequence for the window (window + page_size kept, plus the page being filled)
  *    and for the state (one slot), as the stats report them.
@@ -59,7 +62,30 @@ static void test_table(kt_env *e) {
         CHECK(!k[i]->swap_in_prepare || (k[i]->swap_in_abort && k[i]->swap_in_commit));
         CHECK(i == 0 || !k[i]->swap_out || k[i]->swap_out_undo); /* a later kind's failure undoes it */
         CHECK(i == 0 || !k[i]->create || k[i]->fork);             /* a child holds what the parent holds */
+        /* save/load: a kind that holds layers writes, checks, sizes and loads them;
+         * what a load takes, a later kind's failure gives back; a version names what it holds */
+        CHECK(!k[i]->holds_layer || (k[i]->save && k[i]->load_check && k[i]->file_bytes && k[i]->load));
+        CHECK(!k[i]->load || k[i]->load_undo);
+        CHECK(!k[i]->file_version == !k[i]->file_what);
     }
+    CHECK(f->holds_layer && f->load); /* the first kind makes the loaded sequence */
+    CHECK(f->file_version == 0);
+    for (int il = 0; il < e->n_layers; il++) { /* each layer's part of a file is one kind's */
+        int holders = 0;
+        for (int i = 0; i < n; i++) holders += k[i]->holds_layer && k[i]->holds_layer(c, il);
+        CHECK_INT(holders, 1);
+    }
+    CHECK(k[1]->holds_layer(c, 1) && k[3]->holds_layer(c, 2) && f->holds_layer(c, 0)); /* window, state, full */
+    /* the snapshot's pools are the kinds' page pools: 0 full, 1 window, no 2 */
+    pkv_kv_stats st;
+    pkv_kv_stats_get(c, &st);
+    for (int pool = 0; pool < 3; pool++) {
+        pkv_kv_snapshot *s = pkv_kv_snapshot_take(c, pool);
+        CHECK((s != NULL) == (pool < 2));
+        if (s) CHECK_INT(s->n_pages, pool ? st.window_pages : st.n_pages);
+        pkv_kv_snapshot_free(s);
+    }
+    CHECK_MSG("no pool 2");
     pkv_kv_cache_free(c);
     check_names(NULL, "full attention");
 }

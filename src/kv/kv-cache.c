@@ -27,6 +27,10 @@ static bool holds(const pkv_kv_cache *c, const kv_layer *L) {
     return L->state_per_head == 0 && (L->window > 0) == (c->window > 0);
 }
 
+bool pkv_kv_pool_holds(const pkv_kv_cache *pool, int il) {
+    return pool && il >= 0 && il < pool->layout.n_layers && holds(pool, &pool->layout.layers[il]);
+}
+
 /* Assign every (layer, shard, K/V) array of this pool an arena and an offset. */
 static pkv_status plan_arrays(pkv_kv_cache *c) {
     const pkv_kv_layout *l = &c->layout;

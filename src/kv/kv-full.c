@@ -4,6 +4,8 @@
  * arguments, and its kv_seq carries what the other kinds keep per sequence. */
 #include "kv/kv-impl.h"
 
+#include <string.h>
+
 static bool full_present(const pkv_kv_cache *c) {
     (void)c;
     return true; /* even for NULL: its hooks report it */
@@ -50,6 +52,82 @@ static pkv_status full_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m, kv_p
 
 static void full_prefix_undo(pkv_kv_cache *c, int32_t seq) { kv1_truncate(c, seq, 0); }
 
+/* ---------------------------------------------------------- save / load */
+
+/* The full-attention layers: the layers whose K/V this pool holds. Its part of a
+ * file: their geometry rows and payload (every token); tokens and positions are
+ * the frame's (kv-file.c), this kind puts them into its pages on load. */
+static bool full_holds_layer(const pkv_kv_cache *c, int il) { return pkv_kv_pool_holds(c, il); }
+
+static int full_file_bytes(const pkv_kv_cache *c, const kv_file *f, const kv_file_part *part, kv_file_at at, int il,
+                           size_t bytes[2]) {
+    (void)part;
+    if (at == KV_FILE_LAYER) return pkv_kv_file_attn_bytes(c, il, f->n_tokens, bytes);
+    if (at == KV_FILE_STAGING) { /* the moves' staging; the page ids of a save */
+        bytes[0] = pkv_kv_file_attn_staging(c, f->n_tokens);
+        bytes[1] = (size_t)((f->n_tokens + c->page_size - 1) / c->page_size + 1) * sizeof(int32_t);
+    }
+    return 0;
+}
+
+static pkv_status full_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    kv_seq *s = &c->seqs[f->seq];
+    if (at == KV_FILE_ROW) pkv_kv_file_attn_row(f, il);
+    if (at == KV_FILE_HEADER) { /* the sequence's pages, published first */
+        pkv_kv_seq_publish(c, s);
+        pkv_kv_seq_flatten(s, pkv_kv_seq_pages(c, s), part->ptr);
+    }
+    if (at == KV_FILE_LAYER) return pkv_kv_file_attn_save(f, c, il, part->ptr, 0, f->n_tokens);
+    return PKV_OK;
+}
+
+static pkv_status full_load_check(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    (void)part;
+    if (at == KV_FILE_ROW) return pkv_kv_file_attn_row_check(f, il);
+    if (at != KV_FILE_FIT) return PKV_OK;
+    int64_t n_pages = (f->n_tokens + c->page_size - 1) / c->page_size, avail = pkv_kv_pool_available(c);
+    if (n_pages > avail)
+        return pkv_err(PKV_ERR_OUT_OF_PAGES, "load of %s needs %lld pages, %lld are free or evictable", f->path,
+                       (long long)n_pages, (long long)avail);
+    return PKV_OK;
+}
+
+/* The new sequence: its id, its pages with the file's K/V, tokens and positions. */
+static pkv_status full_load(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    (void)part;
+    int ps = c->page_size;
+    int64_t n = f->n_tokens, n_pages = (n + ps - 1) / ps;
+    int32_t *pages = pkv_malloc((size_t)(n_pages ? n_pages : 1) * sizeof *pages), id = -1;
+    if (!pages) return pkv_err(PKV_ERR_NOMEM, "out of memory for %lld page ids", (long long)n_pages);
+    pkv_status st = pkv_kv_seq_alloc_slot(c, &id);
+    if (st) {
+        pkv_free(pages);
+        return st;
+    }
+    pkv_kv_pool_take(c, n_pages, pages); /* available: checked at KV_FILE_FIT */
+    for (int il = 0; il < c->layout.n_layers && !st; il++)
+        if (pkv_kv_pool_holds(c, il)) st = pkv_kv_file_attn_load(f, c, il, pages, 0, n);
+    if (st) {
+        for (int64_t i = 0; i < n_pages; i++) pkv_kv_page_unref(c, pages[i]);
+        pkv_free(pages);
+        return st;
+    }
+    const uint8_t *tp = f->data + f->tok_off;
+    for (int64_t t = 0; t < n; t++) {
+        size_t at = (size_t)pages[t / ps] * ps + (size_t)(t % ps);
+        memcpy(&c->tok[at], tp + (size_t)t * 4, 4);
+        memcpy(&c->pos[at], tp + (size_t)(n + t) * 4, 4);
+    }
+    pkv_kv_seq_adopt(c, id, f->fp, f->exact_until, n, 0, pages, n_pages);
+    f->seq = id;
+    return PKV_OK;
+}
+
+static void full_load_undo(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    (void)part;
+    pkv_kv_seq_unadopt(c, f->seq);
+}
+
 static void full_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
     kv1_stats(c, out);
     if (!c || !out) return;
@@ -79,5 +157,11 @@ const pkv_mem_kind kv_kind_full = {
     .prefix_match = kv1_prefix_match,
     .prefix_take = full_prefix_take,
     .prefix_undo = full_prefix_undo,
+    .holds_layer = full_holds_layer,
+    .file_bytes = full_file_bytes,
+    .save = full_save,
+    .load_check = full_load_check,
+    .load = full_load,
+    .load_undo = full_load_undo,
     .stats = full_stats,
 };

@@ -304,6 +304,13 @@ pkv_status pkv_kv_keep_prepare(pkv_kv_cache *c, kv_seq *s, int64_t keep_pages, i
 void pkv_kv_keep_apply(pkv_kv_cache *c, kv_seq *s, kv_keep_plan *plan, const int32_t *tail, int64_t n_tail,
                        int64_t n_tokens);
 pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id);
+/* Slot id of pool c (from pkv_kv_seq_alloc_slot) becomes a live sequence owning
+ * pages[n_pages] (taken over; the first n_hole of them released window pages, -1),
+ * with no state slot. */
+void pkv_kv_seq_adopt(pkv_kv_cache *c, int32_t id, uint64_t fp, int64_t exact_until, int64_t n_tokens, int64_t n_hole,
+                      int32_t *pages, int64_t n_pages);
+/* A sequence made by pkv_kv_seq_adopt goes again: its pages back, not live. */
+void pkv_kv_seq_unadopt(pkv_kv_cache *c, int32_t id);
 void pkv_kv_seq_release(pkv_kv_cache *c, kv_seq *s); /* drop every page and host page, keep the slot */
 
 /* The per-pool operations behind the public ones (the memory kinds below run
@@ -330,6 +337,10 @@ static inline int64_t kv_window_first_page(const pkv_kv_cache *c, int64_t len) {
     int64_t first = len + 1 - c->keep;
     return first > 0 ? first / c->page_size : 0;
 }
+struct kv_file;
+/* A saved file's window span [wf, wl) is sound (window: the cache has window
+ * layers; else it must be 0, n_tokens) (kv-window.c). */
+pkv_status pkv_kv_window_span_check(const struct kv_file *f, uint64_t wf, uint64_t wl, bool window);
 /* Window pool: give back the pages of s before page `upto` (kv-window.c). */
 pkv_status pkv_kv_window_drop(pkv_kv_cache *sub, kv_seq *s, int64_t upto);
 
@@ -454,6 +465,76 @@ typedef union kv_pending { /* what a prepare hook hands to its commit or abort *
     int64_t i;
 } kv_pending;
 
+/* Saved sequences (kv-file.c frames the file and walks it in file order, asking
+ * the kinds for their parts; the format is described there). */
+typedef enum kv_file_at {
+    KV_FILE_ROW,     /* layer il's geometry row, 4 x u32 (the kind holding the layer) */
+    KV_FILE_HEADER,  /* the kind's fields after exact_until (every kind, table order) */
+    KV_FILE_LAYER,   /* layer il's payload sections (the kind holding the layer) */
+    KV_FILE_TAIL,    /* after the checksum (every kind, table order) */
+    KV_FILE_FIT,     /* load: what was read fits this cache and it has room (table order) */
+    KV_FILE_STAGING, /* file_bytes only: [0] staging bytes the kind's moves need, [1] bytes
+                        of part->ptr the framing allocates for it before a save changes anything */
+} kv_file_at;
+
+/* What a kind read (load) or found (save) for its later hooks. ptr is the
+ * kind's allocation (pkv_malloc), freed by the framing at the end unless the
+ * kind took it (set it to NULL). */
+typedef struct kv_file_part {
+    int64_t a, b;
+    void *ptr;
+} kv_file_part;
+
+typedef struct kv_file {
+    pkv_kv_cache *cache;
+    const char *path;    /* in messages */
+    bool load;
+    int32_t seq;         /* save: the sequence; load: the new one (the first kind's load sets it) */
+    int64_t n_tokens;
+    uint64_t fp;         /* load: the fingerprint the sequence gets */
+    int64_t exact_until; /* load: as in the file */
+    uint8_t *put;        /* save: where the next header field goes (pkv_kv_file_put*) */
+    const uint8_t *get;  /* load: the next header field (pkv_kv_file_get*) */
+    const uint8_t *data; /* load: the file image [size] */
+    size_t size;
+    size_t tok_off;      /* load: i32 tokens[n_tokens], then i32 positions[n_tokens], in data */
+    size_t *layer_off;   /* load: [n_layers] where each layer's payload starts in data */
+    size_t end;          /* load: bytes checked so far; a kind's tail moves it on */
+    uint64_t h;          /* the checksum (save: so far; load: the file's, verified) */
+    FILE *out;           /* save */
+    uint8_t *canon;      /* save: [the largest payload section] */
+    uint8_t *tmp;        /* [the largest KV_FILE_STAGING of the kinds] */
+} kv_file;
+
+/* The dtypes word of a recurrent layer's geometry row. */
+#define KV_FILE_RECURRENT 0x80000000u
+
+/* Framing helpers for the kinds' file hooks (kv-file.c). */
+void pkv_kv_file_put32(kv_file *f, uint32_t v);
+void pkv_kv_file_put64(kv_file *f, uint64_t v);
+uint32_t pkv_kv_file_get32(kv_file *f);
+uint64_t pkv_kv_file_get64(kv_file *f);
+/* A payload section of layer il: into the checksum and the file. */
+pkv_status pkv_kv_file_write(kv_file *f, const void *bytes, size_t n, int il);
+/* An attention layer held by a page pool (the full and the window pool): its
+ * geometry row, the row's check, its K and V section bytes for n_tokens, and its
+ * sections of the sequence's pages (tokens [t0, t1); pages[0] holds t0) saved
+ * from / loaded into the pool. */
+void pkv_kv_file_attn_row(kv_file *f, int il);
+pkv_status pkv_kv_file_attn_row_check(kv_file *f, int il);
+int pkv_kv_file_attn_bytes(const pkv_kv_cache *c, int il, int64_t n_tokens, size_t bytes[2]);
+pkv_status pkv_kv_file_attn_save(kv_file *f, pkv_kv_cache *pool, int il, const int32_t *pages, int64_t t0,
+                                 int64_t t1);
+pkv_status pkv_kv_file_attn_load(kv_file *f, pkv_kv_cache *pool, int il, const int32_t *pages, int64_t t0,
+                                 int64_t t1);
+/* Staging bytes pkv_kv_file_attn_save / _load need in pool for n_tokens. */
+size_t pkv_kv_file_attn_staging(const pkv_kv_cache *pool, int64_t n_tokens);
+/* "layer il is recurrent in the file, an attention layer in the cache" (or the
+ * other way round) when the row's dtypes word dt says otherwise than the cache. */
+pkv_status pkv_kv_file_row_kind(const kv_file *f, int il, uint32_t dt, bool recurrent);
+/* Does this pool hold layer il's K/V arrays (kv-cache.c)? */
+bool pkv_kv_pool_holds(const pkv_kv_cache *pool, int il);
+
 typedef struct pkv_mem_kind {
     const char *name;
     bool (*present)(const pkv_kv_cache *c); /* c may be NULL */
@@ -547,6 +628,37 @@ typedef struct pkv_mem_kind {
     void (*prefix_undo)(pkv_kv_cache *c, int32_t seq);
     void (*prefix_end)(kv_pending p);
 
+    /* Save / load of one sequence. kv-file.c writes and checks the frame (magic,
+     * version, layer count, page size, layout fingerprint, n_tokens, fingerprint,
+     * exact_until, tokens, positions, checksum) and walks the file in its order,
+     * asking a kind for each of its parts (kv_file_at; il: the layer, -1 for the
+     * others); part is the kind's own, kept across the hooks of one save or load.
+     * file_version: the format version that brought this kind's parts (a cache
+     * writes the highest of its kinds', and reads only that one); 0: none.
+     * file_what: what a file of that version holds ("recurrent layers"), in
+     * messages. holds_layer: layer il's geometry row and payload are this
+     * kind's (exactly one kind holds each layer). file_bytes: bytes of the
+     * kind's part at KV_FILE_HEADER (bytes[0]) or KV_FILE_LAYER (its sections:
+     * returns how many, 1 or 2), or its needs at KV_FILE_STAGING; returns 0 when
+     * it has nothing there. save: write the part at `at` (ROW and HEADER with
+     * pkv_kv_file_put*, LAYER and TAIL with pkv_kv_file_write / fwrite);
+     * may fail only at LAYER and TAIL (the file is then not written).
+     * load_check: read and check the part at `at` (ROW and HEADER with
+     * pkv_kv_file_get*, TAIL from f->end, which it moves on; FIT: the cache
+     * can take it); changes nothing. load: after every check, in table order,
+     * take what the sequence needs and write the kind's parts into the cache
+     * (the first kind makes the sequence: f->seq); load_undo (reverse) takes
+     * it back when a later kind's load failed. */
+    uint32_t file_version;
+    const char *file_what;
+    bool (*holds_layer)(const pkv_kv_cache *c, int il);
+    int (*file_bytes)(const pkv_kv_cache *c, const kv_file *f, const kv_file_part *part, kv_file_at at, int il,
+                      size_t bytes[2]);
+    pkv_status (*save)(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il);
+    pkv_status (*load_check)(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il);
+    pkv_status (*load)(pkv_kv_cache *c, kv_file *f, kv_file_part *part);
+    void (*load_undo)(pkv_kv_cache *c, kv_file *f, kv_file_part *part);
+
     void (*stats)(const pkv_kv_cache *c, pkv_kv_stats *out); /* add this kind's numbers */
 } pkv_mem_kind;
 
@@ -563,6 +675,8 @@ uint64_t pkv_kv_seq_bytes(const pkv_kv_cache *c, int64_t n_tokens);
 /* The kinds present in c, in table order (out: up to PKV_MEM_KINDS); returns their count. */
 enum { PKV_MEM_KINDS = 4 };
 int pkv_kv_kinds(const pkv_kv_cache *c, const pkv_mem_kind *out[PKV_MEM_KINDS]);
+/* Every kind of the table, present or not (a file names what it was saved with). */
+int pkv_kv_kinds_all(const pkv_mem_kind *out[PKV_MEM_KINDS]);
 
 /* Geometry-hash / file word of a layer's dtypes: K type in bits 0-7, and when V
  * differs, V type + 1 in bits 8-15 (so caches with K == V hash and save as before). */

@@ -196,6 +196,132 @@ static pkv_status media_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64
     return PKV_OK;
 }
 
+/* The media trailer after the checksum (kv-file.c, "Media trailer"): only when
+ * the sequence records chunks, so files without media are as before. part (load):
+ * ptr the records read, a their count. */
+static void put32(uint8_t **p, uint32_t v) {
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+static void put64(uint8_t **p, uint64_t v) {
+    memcpy(*p, &v, 8);
+    *p += 8;
+}
+static uint32_t get32(const uint8_t **p) {
+    uint32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+static uint64_t get64(const uint8_t **p) {
+    uint64_t v;
+    memcpy(&v, *p, 8);
+    *p += 8;
+    return v;
+}
+
+static pkv_status media_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    (void)part;
+    (void)il;
+    const kv_seq *s = &c->seqs[f->seq];
+    if (at != KV_FILE_TAIL || s->n_media == 0) return PKV_OK;
+    size_t tb = 16 + (size_t)s->n_media * 24;
+    uint8_t *tr = pkv_malloc(tb + 8), *q = tr;
+    if (!tr) return pkv_err(PKV_ERR_NOMEM, "save: out of memory");
+    memcpy(q, "PKVMEDIA", 8);
+    q += 8;
+    put32(&q, (uint32_t)s->n_media);
+    put32(&q, 0);
+    for (int i = 0; i < s->n_media; i++) {
+        put64(&q, s->media[i].key);
+        put64(&q, (uint64_t)s->media[i].start);
+        put32(&q, (uint32_t)s->media[i].n_rows);
+        put32(&q, s->media[i].flags);
+    }
+    put64(&q, pkv_hash64(tr, tb, f->h));
+    pkv_status st = PKV_OK;
+    if (fwrite(tr, 1, tb + 8, f->out) != tb + 8)
+        st = pkv_err(PKV_ERR_IO, "save: writing the media of %s failed", f->path);
+    pkv_free(tr);
+    return st;
+}
+
+/* The trailer, when the rest of the file is one (its checksum); then the
+ * chunks, none without a trailer, against the file's tokens: each row's id, and
+ * every media id inside a chunk. */
+static pkv_status media_load_check(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    (void)c;
+    (void)il;
+    if (at != KV_FILE_TAIL) return PKV_OK;
+    size_t rem = f->size - f->end;
+    const uint8_t *q = f->data + f->end;
+    uint32_t nm = 0;
+    if (rem >= 24 && memcmp(q, "PKVMEDIA", 8) == 0) {
+        q += 8;
+        nm = get32(&q);
+    }
+    if (rem > 0 && (nm == 0 || nm > rem / 24 || rem != 16 + (size_t)nm * 24 + 8))
+        return PKV_OK; /* not a media section: the frame reports the bytes left over */
+    size_t tb = 16 + (size_t)nm * 24;
+    if (nm) {
+        uint64_t ms, mh = pkv_hash64(f->data + f->end, tb, f->h);
+        memcpy(&ms, f->data + f->end + tb, 8);
+        if (ms != mh)
+            return pkv_err(PKV_ERR_FORMAT, "%s: media section checksum mismatch (stored %016llx, computed %016llx): "
+                           "the file is corrupt", f->path, (unsigned long long)ms, (unsigned long long)mh);
+    }
+    pkv_kv_media *media = pkv_malloc((size_t)(nm ? nm : 1) * sizeof *media);
+    int32_t *ftok = pkv_malloc((size_t)(f->n_tokens ? f->n_tokens : 1) * sizeof *ftok);
+    if (!media || !ftok) {
+        pkv_free(media);
+        pkv_free(ftok);
+        return pkv_err(PKV_ERR_NOMEM, "load of %s: out of memory", f->path);
+    }
+    q = f->data + f->end + 16;
+    for (uint32_t i = 0; i < nm; i++) {
+        media[i].key = get64(&q);
+        uint64_t start = get64(&q);
+        media[i].start = start > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)start;
+        uint32_t rows = get32(&q);
+        media[i].n_rows = rows > (uint32_t)INT32_MAX ? 0 : (int32_t)rows;
+        media[i].flags = get32(&q);
+    }
+    memcpy(ftok, f->data + f->tok_off, (size_t)f->n_tokens * 4);
+    char what[300];
+    snprintf(what, sizeof what, "load of %s", f->path);
+    pkv_status st = pkv_kv_media_verify(media, (int)nm, ftok, f->n_tokens, what, true);
+    pkv_free(ftok);
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+        pkv_free(media);
+        return pkv_err(PKV_ERR_FORMAT, "%s", msg);
+    }
+    if (nm) {
+        part->ptr = media;
+        part->a = nm;
+        f->end = f->size;
+    } else {
+        pkv_free(media);
+    }
+    return PKV_OK;
+}
+
+/* The records go to the new sequence (the full pool made it). */
+static pkv_status media_load(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    kv_seq *s = &c->seqs[f->seq];
+    if (!part->ptr) return PKV_OK;
+    s->media = part->ptr;
+    s->n_media = s->cap_media = (int)part->a;
+    part->ptr = NULL;
+    return PKV_OK;
+}
+
+static void media_load_undo(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    (void)part;
+    pkv_kv_media_release(&c->seqs[f->seq]);
+}
+
 const pkv_mem_kind kv_kind_media = {
     .name = "media chunks",
     .present = media_present,
@@ -204,4 +330,8 @@ const pkv_mem_kind kv_kind_media = {
     .truncate = media_truncate,
     .shift_check = media_shift_check,
     .shift = media_shift,
+    .save = media_save,
+    .load_check = media_load_check,
+    .load = media_load,
+    .load_undo = media_load_undo,
 };

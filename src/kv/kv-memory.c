@@ -22,6 +22,11 @@ int pkv_kv_kinds(const pkv_kv_cache *c, const pkv_mem_kind *out[N_KINDS]) {
     return n;
 }
 
+int pkv_kv_kinds_all(const pkv_mem_kind *out[N_KINDS]) {
+    for (int i = 0; i < N_KINDS; i++) out[i] = kv_kinds[i];
+    return N_KINDS;
+}
+
 /* The error message of st kept across an undo (which may set its own). */
 static pkv_status err_keep(pkv_status st, const char *msg) { return pkv_err(st, "%s", msg); }
 

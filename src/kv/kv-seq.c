@@ -133,6 +133,29 @@ pkv_status pkv_kv_seq_alloc_slot(pkv_kv_cache *c, int32_t *id) {
     return PKV_OK;
 }
 
+void pkv_kv_seq_adopt(pkv_kv_cache *c, int32_t id, uint64_t fp, int64_t exact_until, int64_t n_tokens, int64_t n_hole,
+                      int32_t *pages, int64_t n_pages) {
+    kv_seq *s = &c->seqs[id];
+    memset(s, 0, sizeof *s);
+    s->live = true;
+    s->fp = fp;
+    s->exact_until = exact_until;
+    s->n_tokens = n_tokens;
+    s->n_hole = n_hole;
+    s->own = pages;
+    s->n_own = (size_t)n_pages;
+    s->cap_own = (size_t)(n_pages ? n_pages : 1);
+    s->st.slot = -1;
+    c->n_live++;
+}
+
+void pkv_kv_seq_unadopt(pkv_kv_cache *c, int32_t id) {
+    kv_seq *s = &c->seqs[id];
+    pkv_kv_seq_release(c, s); /* nothing of it was published */
+    s->live = false;
+    c->n_live--;
+}
+
 pkv_status kv1_seq_create(pkv_kv_cache *c, uint64_t fingerprint, int32_t *seq) {
     if (!c || !seq) return pkv_err(PKV_ERR_INVALID, "pkv_kv_seq_create: NULL argument");
     int32_t id = -1;

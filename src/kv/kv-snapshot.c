@@ -1,6 +1,8 @@
 /* A read-only snapshot of one page pool for live views (pagekv serve's
  * GET /v1/kv): each page's flags and how many block tables hold it, the host
- * pool's use, and every live sequence's block table. Nothing is changed, so it
+ * pool's use, and every live sequence's block table. The pools are those of the
+ * memory kinds that have one (their `pool` hook), numbered in table order: 0 the
+ * full pool, 1 the window pool. Nothing is changed, so it
  * is taken on the thread that uses the cache, between its operations. */
 #include "kv/kv-impl.h"
 
@@ -13,12 +15,17 @@ pkv_kv_snapshot *pkv_kv_snapshot_take(const pkv_kv_cache *c, int pool) {
         pkv_err(PKV_ERR_INVALID, "kv snapshot: cache is NULL");
         return NULL;
     }
-    if (pool != 0 && (pool != 1 || !c->sub)) {
+    /* pool i: the i-th memory kind with a page pool, in table order */
+    const pkv_mem_kind *kinds[PKV_MEM_KINDS];
+    const pkv_kv_cache *p = NULL;
+    int nk = pkv_kv_kinds(c, kinds);
+    for (int i = 0, n = 0; i < nk && !p && pool >= 0; i++)
+        if (kinds[i]->pool && n++ == pool) p = kinds[i]->pool((pkv_kv_cache *)c);
+    if (!p) {
         pkv_err(PKV_ERR_INVALID, "kv snapshot: no pool %d (0 = main pool, 1 = the window pool of a cache with "
                                  "sliding-window layers)", pool);
         return NULL;
     }
-    const pkv_kv_cache *p = pool ? c->sub : c;
     int n_seqs = 0;
     int64_t listed = 0;
     for (size_t i = 0; i < p->n_seqs; i++)

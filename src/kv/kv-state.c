@@ -792,6 +792,134 @@ static pkv_status state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m, kv_
     return m > 0 ? pkv_kv_state_prefix_take(c, seq, m) : PKV_OK;
 }
 
+/* ---------------------------------------------------------- save / load */
+
+/* The recurrent layers' part of a file (version 3): their geometry rows
+ * {n_kv_heads, 0, state_per_head, KV_FILE_RECURRENT}; after the window span
+ * (which this kind writes, 0 and n_tokens, when the cache has no window layers:
+ * version 3 always has one) u64 state_len; and per recurrent layer one section,
+ * its live state f32 [n_kv_heads][state_per_head], each head's parts
+ * concatenated (the canonical order, whatever the sharding). part (load): a =
+ * state_len. */
+static bool state_holds_layer(const pkv_kv_cache *c, int il) { return c->layout.layers[il].state_per_head > 0; }
+
+static size_t state_layer_bytes(const kv_layer *L) {
+    return (size_t)L->n_kv_heads * (size_t)L->state_per_head * sizeof(float);
+}
+
+/* Move a recurrent layer's state in slot `slot` between its shards and the
+ * canonical section canon: a shard's heads are one contiguous range of it,
+ * permuted through tmp (a slot of the shard) where the layer's state has parts.
+ * canon is only read when to_device. */
+static pkv_status move_state(pkv_kv_cache *c, int il, int32_t slot, uint8_t *canon, uint8_t *tmp, bool to_device) {
+    const kv_layer *L = &c->layout.layers[il];
+    pkv_status st = PKV_OK;
+    for (int ish = 0; ish < L->n_shards && !st; ish++) {
+        const kv_shard *sh = &L->shards[ish];
+        const kv_state_array *a = &c->st_arrays[sh->s_array];
+        pkv_buffer *buf = c->st_arenas[a->arena].buf;
+        size_t off = a->off + (size_t)slot * a->slot_bytes;
+        uint8_t *h = L->n_parts ? tmp : canon + (size_t)sh->head_begin * (size_t)L->state_per_head * sizeof(float);
+        if (to_device && L->n_parts) pkv_kv_state_permute(L, sh->head_begin, sh->n_heads, tmp, canon, true);
+        st = to_device ? pkv_buffer_write(buf, off, h, a->slot_bytes) : pkv_buffer_read(buf, off, h, a->slot_bytes);
+        if (!st && !to_device && L->n_parts) pkv_kv_state_permute(L, sh->head_begin, sh->n_heads, tmp, canon, false);
+    }
+    return st;
+}
+
+static int state_file_bytes(const pkv_kv_cache *c, const kv_file *f, const kv_file_part *part, kv_file_at at, int il,
+                            size_t bytes[2]) {
+    (void)f;
+    (void)part;
+    if (at == KV_FILE_HEADER) bytes[0] = c->sub ? 8 : 24;
+    if (at == KV_FILE_LAYER) bytes[0] = state_layer_bytes(&c->layout.layers[il]);
+    if (at == KV_FILE_STAGING)
+        for (int a = 0; a < c->n_st_arrays; a++) bytes[0] = PKV_MAX(bytes[0], c->st_arrays[a].slot_bytes);
+    return at == KV_FILE_HEADER || at == KV_FILE_LAYER;
+}
+
+static pkv_status state_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    (void)part;
+    const kv_seq *s = &c->seqs[f->seq];
+    if (at == KV_FILE_ROW) {
+        const kv_layer *L = &c->layout.layers[il];
+        pkv_kv_file_put32(f, (uint32_t)L->n_kv_heads);
+        pkv_kv_file_put32(f, 0);
+        pkv_kv_file_put32(f, (uint32_t)L->state_per_head);
+        pkv_kv_file_put32(f, KV_FILE_RECURRENT);
+    }
+    if (at == KV_FILE_HEADER) {
+        if (!c->sub) { /* the window span of a cache without window layers */
+            pkv_kv_file_put64(f, 0);
+            pkv_kv_file_put64(f, (uint64_t)f->n_tokens);
+        }
+        pkv_kv_file_put64(f, (uint64_t)s->st.len);
+    }
+    if (at == KV_FILE_LAYER) {
+        pkv_status st = move_state(c, il, s->st.slot, f->canon, f->tmp, false);
+        return st ? st : pkv_kv_file_write(f, f->canon, state_layer_bytes(&c->layout.layers[il]), il);
+    }
+    return PKV_OK;
+}
+
+static pkv_status state_load_check(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    if (at == KV_FILE_ROW) {
+        const kv_layer *L = &c->layout.layers[il];
+        uint32_t h = pkv_kv_file_get32(f), dk = pkv_kv_file_get32(f), dv = pkv_kv_file_get32(f),
+                 dt = pkv_kv_file_get32(f);
+        pkv_status st = pkv_kv_file_row_kind(f, il, dt, true);
+        if (st) return st;
+        if (h != (uint32_t)L->n_kv_heads || dk != 0 || dv != (uint32_t)L->state_per_head)
+            return pkv_err(PKV_ERR_FORMAT, "%s: recurrent layer %d has a state of %u heads x %u floats in the file, "
+                           "%d x %d in the cache", f->path, il, h, dv, L->n_kv_heads, L->state_per_head);
+        return PKV_OK;
+    }
+    if (at == KV_FILE_HEADER) {
+        pkv_status st = PKV_OK;
+        if (!c->sub) {
+            uint64_t wf = pkv_kv_file_get64(f), wl = pkv_kv_file_get64(f);
+            if ((st = pkv_kv_window_span_check(f, wf, wl, false))) return st;
+        }
+        uint64_t sl = pkv_kv_file_get64(f);
+        if (sl > (uint64_t)f->n_tokens)
+            return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: a recurrent state of %llu tokens in a sequence of %llu",
+                           f->path, (unsigned long long)sl, (unsigned long long)f->n_tokens);
+        part->a = (int64_t)sl;
+        return PKV_OK;
+    }
+    if (at == KV_FILE_FIT && pkv_kv_state_available(c) < 1)
+        return pkv_err(PKV_ERR_NOMEM, "load of %s: no recurrent-state slot can be had: all %lld state slots hold the "
+                       "live states of other sequences (raise pkv_kv_params.state_slots)", f->path,
+                       (long long)c->n_slots);
+    return PKV_OK;
+}
+
+/* A live slot holding the file's states. */
+static pkv_status state_load(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    int32_t slot = pkv_kv_state_slot_take(c); /* available: checked at KV_FILE_FIT */
+    if (slot < 0) return pkv_err(PKV_ERR_INTERNAL, "no recurrent-state slot after the check");
+    pkv_status st = PKV_OK;
+    for (int il = 0; il < c->layout.n_layers && !st; il++)
+        if (c->layout.layers[il].state_per_head > 0)
+            st = move_state(c, il, slot, (uint8_t *)f->data + f->layer_off[il], f->tmp, true);
+    if (st) {
+        pkv_kv_state_slot_unref(c, slot, c->slots[slot].gen);
+        return st;
+    }
+    kv_seq *s = &c->seqs[f->seq];
+    s->st.slot = slot;
+    s->st.len = part->a;
+    return PKV_OK;
+}
+
+static void state_load_undo(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    (void)part;
+    kv_seq *s = &c->seqs[f->seq];
+    if (s->st.slot >= 0) pkv_kv_state_slot_unref(c, s->st.slot, c->slots[s->st.slot].gen);
+    s->st.slot = -1;
+    s->st.len = 0;
+}
+
 const pkv_mem_kind kv_kind_state = {
     .name = "recurrent state",
     .present = state_present,
@@ -815,4 +943,12 @@ const pkv_mem_kind kv_kind_state = {
     .swap_in_abort = state_swap_in_abort,
     .prefix_ok = state_prefix_ok,
     .prefix_take = state_prefix_take,
+    .file_version = 3,
+    .file_what = "recurrent layers",
+    .holds_layer = state_holds_layer,
+    .file_bytes = state_file_bytes,
+    .save = state_save,
+    .load_check = state_load_check,
+    .load = state_load,
+    .load_undo = state_load_undo,
 };

@@ -365,6 +365,117 @@ static void window_prefix_undo(pkv_kv_cache *c, int32_t seq) { pkv_kv_seq_releas
 
 static void window_prefix_end(kv_pending p) { pkv_free(p.ptr); }
 
+/* ---------------------------------------------------------- save / load */
+
+/* The window layers' part of a file (version 2): after exact_until u64 w_first,
+ * u64 w_len, the tokens their sections hold ([w_first, w_len): w_first on a
+ * page boundary, the pages before it released; w_len < n_tokens when the window
+ * layers are behind); their geometry rows are attention rows. part: a = w_first,
+ * b = w_len; ptr (save) the window sequence's page ids. */
+static bool window_holds_layer(const pkv_kv_cache *c, int il) { return pkv_kv_pool_holds(c->sub, il); }
+
+/* The span a save writes: what the window sequence holds. */
+static void save_span(const pkv_kv_cache *c, int32_t seq, int64_t *first, int64_t *len) {
+    const kv_seq *w = &c->sub->seqs[seq];
+    *len = w->n_tokens;
+    *first = PKV_MIN(w->n_hole * c->page_size, *len);
+}
+
+pkv_status pkv_kv_window_span_check(const kv_file *f, uint64_t wf, uint64_t wl, bool window) {
+    uint64_t n = (uint64_t)f->n_tokens;
+    int ps = f->cache->page_size;
+    if (wl > n || wf > wl || wf % (uint64_t)ps)
+        return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: window tokens [%llu, %llu) of %llu (pages of %d)", f->path,
+                       (unsigned long long)wf, (unsigned long long)wl, (unsigned long long)n, ps);
+    if (!window && (wf != 0 || wl != n))
+        return pkv_err(PKV_ERR_FORMAT, "%s is corrupt: window tokens [%llu, %llu) of %llu in a file without window "
+                       "layers", f->path, (unsigned long long)wf, (unsigned long long)wl, (unsigned long long)n);
+    return PKV_OK;
+}
+
+static int window_file_bytes(const pkv_kv_cache *c, const kv_file *f, const kv_file_part *part, kv_file_at at,
+                             int il, size_t bytes[2]) {
+    int64_t first = part->a, len = part->b;
+    if (!f->load && (at == KV_FILE_LAYER || at == KV_FILE_STAGING)) save_span(c, f->seq, &first, &len);
+    if (at == KV_FILE_HEADER) bytes[0] = 16;
+    if (at == KV_FILE_LAYER) return pkv_kv_file_attn_bytes(c, il, len - first, bytes);
+    if (at == KV_FILE_STAGING) {
+        bytes[0] = pkv_kv_file_attn_staging(c->sub, f->n_tokens);
+        bytes[1] = (size_t)((len + c->page_size - 1) / c->page_size + 1) * sizeof(int32_t);
+    }
+    return at == KV_FILE_HEADER;
+}
+
+static pkv_status window_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    int32_t *pages = part->ptr;
+    if (at == KV_FILE_ROW) pkv_kv_file_attn_row(f, il);
+    if (at == KV_FILE_HEADER) {
+        kv_seq *w = sub_seq(c, f->seq);
+        pkv_kv_seq_flatten(w, pkv_kv_seq_pages(c->sub, w), pages);
+        save_span(c, f->seq, &part->a, &part->b);
+        pkv_kv_file_put64(f, (uint64_t)part->a);
+        pkv_kv_file_put64(f, (uint64_t)part->b);
+    }
+    if (at == KV_FILE_LAYER)
+        return pkv_kv_file_attn_save(f, c->sub, il, pages + part->a / c->page_size, part->a, part->b);
+    return PKV_OK;
+}
+
+static pkv_status window_load_check(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
+    if (at == KV_FILE_ROW) return pkv_kv_file_attn_row_check(f, il);
+    if (at == KV_FILE_HEADER) {
+        uint64_t wf = pkv_kv_file_get64(f), wl = pkv_kv_file_get64(f);
+        pkv_status st = pkv_kv_window_span_check(f, wf, wl, true);
+        part->a = (int64_t)wf;
+        part->b = (int64_t)wl;
+        return st;
+    }
+    if (at != KV_FILE_FIT) return PKV_OK;
+    int64_t ps = c->page_size, need = (part->b + ps - 1) / ps - part->a / ps;
+    if (need > pkv_kv_pool_available(c->sub))
+        return pkv_err(PKV_ERR_OUT_OF_PAGES, "load of %s needs %lld pages of the sliding-window pool, %lld are free or "
+                       "evictable", f->path, (long long)need, (long long)pkv_kv_pool_available(c->sub));
+    return PKV_OK;
+}
+
+/* The window sequence (the same id): -1 for the released pages, then pages
+ * holding the span's K/V, tokens and positions. */
+static pkv_status window_load(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    int ps = c->page_size;
+    int64_t w_first = part->a, w_len = part->b, w_hole = w_first / ps, w_pages = (w_len + ps - 1) / ps;
+    int32_t *wpages = pkv_malloc((size_t)(w_pages ? w_pages : 1) * sizeof *wpages), wid = -1;
+    if (!wpages) return pkv_err(PKV_ERR_NOMEM, "out of memory for %lld page ids", (long long)w_pages);
+    pkv_status st = pkv_kv_seq_alloc_slot(c->sub, &wid);
+    if (!st) st = same_id(f->seq, wid, "load");
+    if (st) {
+        pkv_free(wpages);
+        return st;
+    }
+    for (int64_t i = 0; i < w_hole; i++) wpages[i] = -1;
+    pkv_kv_pool_take(c->sub, w_pages - w_hole, wpages + w_hole); /* available: checked at KV_FILE_FIT */
+    for (int il = 0; il < c->layout.n_layers && !st; il++)
+        if (pkv_kv_pool_holds(c->sub, il)) st = pkv_kv_file_attn_load(f, c->sub, il, wpages + w_hole, w_first, w_len);
+    if (st) {
+        for (int64_t i = w_hole; i < w_pages; i++) pkv_kv_page_unref(c->sub, wpages[i]);
+        pkv_free(wpages);
+        return st;
+    }
+    const uint8_t *tp = f->data + f->tok_off;
+    int64_t n = f->n_tokens;
+    for (int64_t t = w_first; t < w_len; t++) {
+        size_t wa = (size_t)wpages[t / ps] * ps + (size_t)(t % ps);
+        memcpy(&c->sub->tok[wa], tp + (size_t)t * 4, 4);
+        memcpy(&c->sub->pos[wa], tp + (size_t)(n + t) * 4, 4);
+    }
+    pkv_kv_seq_adopt(c->sub, f->seq, f->fp, f->exact_until, w_len, w_hole, wpages, w_pages);
+    return PKV_OK;
+}
+
+static void window_load_undo(pkv_kv_cache *c, kv_file *f, kv_file_part *part) {
+    (void)part;
+    pkv_kv_seq_unadopt(c->sub, f->seq);
+}
+
 static void window_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
     if (!out) return;
     pkv_kv_stats w;
@@ -404,5 +515,13 @@ const pkv_mem_kind kv_kind_window = {
     .prefix_take = window_prefix_take,
     .prefix_undo = window_prefix_undo,
     .prefix_end = window_prefix_end,
+    .file_version = 2,
+    .file_what = "sliding-window layers",
+    .holds_layer = window_holds_layer,
+    .file_bytes = window_file_bytes,
+    .save = window_save,
+    .load_check = window_load_check,
+    .load = window_load,
+    .load_undo = window_load_undo,
     .stats = window_stats,
 };
