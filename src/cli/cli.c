@@ -94,6 +94,36 @@ const char *pkv_cli_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int *i, void *opts) {
+    const char *a = argv[*i];
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(a, t[k].name) && (!t[k].alias || strcmp(a, t[k].alias))) continue;
+        char *field = (char *)opts + t[k].off;
+        const char *v = NULL;
+        if ((t[k].kind != PKV_CLI_FLAG && (t[k].kind != PKV_CLI_FN || t[k].takes)) && !(v = pkv_cli_value(argc, argv, i)))
+            return -1;
+        long long x;
+        double d;
+        switch (t[k].kind) {
+        case PKV_CLI_FLAG: *(bool *)(void *)field = true; break;
+        case PKV_CLI_STR: *(const char **)(void *)field = v; break;
+        case PKV_CLI_INT:
+            if (!pkv_cli_int(a, v, (long long)t[k].lo, (long long)t[k].hi, &x)) return -1;
+            *(int *)(void *)field = (int)x;
+            break;
+        case PKV_CLI_FLOAT:
+            if (!pkv_cli_float(a, v, t[k].lo, t[k].hi, &d)) return -1;
+            *(float *)(void *)field = (float)d;
+            break;
+        case PKV_CLI_FN:
+            if (!t[k].fn(opts, a, v)) return -1;
+            break;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 int pkv_cli_fail(const char *cmd, const char *what, int status) {
     fprintf(stderr, "pagekv %s: %s: %s: %s\n", cmd, what, pkv_status_str((pkv_status)status), pkv_errmsg());
     return 1;
