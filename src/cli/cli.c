@@ -100,20 +100,29 @@ int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int
         if (strcmp(a, t[k].name) && (!t[k].alias || strcmp(a, t[k].alias))) continue;
         char *field = (char *)opts + t[k].off;
         const char *v = NULL;
-        if ((t[k].kind != PKV_CLI_FLAG && (t[k].kind != PKV_CLI_FN || t[k].takes)) && !(v = pkv_cli_value(argc, argv, i)))
-            return -1;
+        bool takes = t[k].kind == PKV_CLI_FN ? t[k].takes : t[k].kind != PKV_CLI_FLAG && t[k].kind != PKV_CLI_UNSET;
+        if (takes && !(v = pkv_cli_value(argc, argv, i))) return -1;
         long long x;
         double d;
         switch (t[k].kind) {
         case PKV_CLI_FLAG: *(bool *)(void *)field = true; break;
+        case PKV_CLI_UNSET: *(bool *)(void *)field = false; break;
         case PKV_CLI_STR: *(const char **)(void *)field = v; break;
         case PKV_CLI_INT:
             if (!pkv_cli_int(a, v, (long long)t[k].lo, (long long)t[k].hi, &x)) return -1;
             *(int *)(void *)field = (int)x;
             break;
+        case PKV_CLI_LLONG:
+            if (!pkv_cli_int(a, v, (long long)t[k].lo, (long long)t[k].hi, &x)) return -1;
+            *(long long *)(void *)field = x;
+            break;
         case PKV_CLI_FLOAT:
             if (!pkv_cli_float(a, v, t[k].lo, t[k].hi, &d)) return -1;
             *(float *)(void *)field = (float)d;
+            break;
+        case PKV_CLI_DOUBLE:
+            if (!pkv_cli_float(a, v, t[k].lo, t[k].hi, &d)) return -1;
+            *(double *)(void *)field = d;
             break;
         case PKV_CLI_FN:
             if (!t[k].fn(opts, a, v)) return -1;

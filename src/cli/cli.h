@@ -14,11 +14,21 @@ bool pkv_cli_float(const char *opt, const char *s, double lo, double hi, double 
 const char *pkv_cli_value(int argc, char **argv, int *i);
 /* An options table (as git's parse-options): each row names an option, its
  * alias (NULL: none), what it takes and where the value goes in the command's
- * options struct (off = offsetof). INT stores an int in [lo, hi], FLOAT a float in
- * [lo, hi], STR the argument string, FLAG true; FN calls fn with the value (NULL
+ * options struct (off = offsetof). INT stores an int in [lo, hi] (LLONG a long
+ * long), FLOAT a float in [lo, hi] (DOUBLE a double), STR the argument string, FLAG
+ * true, UNSET false; FN calls fn with the value (NULL
  * for an option that takes none: `takes` false) and fails when fn returns false
  * (fn prints why). */
-typedef enum { PKV_CLI_FLAG, PKV_CLI_STR, PKV_CLI_INT, PKV_CLI_FLOAT, PKV_CLI_FN } pkv_cli_opt_kind;
+typedef enum {
+    PKV_CLI_FLAG,
+    PKV_CLI_UNSET,
+    PKV_CLI_STR,
+    PKV_CLI_INT,
+    PKV_CLI_LLONG,
+    PKV_CLI_FLOAT,
+    PKV_CLI_DOUBLE,
+    PKV_CLI_FN
+} pkv_cli_opt_kind;
 typedef struct pkv_cli_opt {
     const char *name, *alias;
     pkv_cli_opt_kind kind;
@@ -27,6 +37,8 @@ typedef struct pkv_cli_opt {
     bool (*fn)(void *opts, const char *opt, const char *value);
     bool takes; /* PKV_CLI_FN: the option takes a value */
 } pkv_cli_opt;
+/* A row of a table that fills a field of the struct type T. */
+#define PKV_CLI_OPT(T, name, alias, kind, field, lo, hi) {name, alias, kind, offsetof(T, field), lo, hi, NULL, false}
 /* 1: argv[*i] is in the table (consumed with its value); 0: not in it; -1: a
  * missing or bad value (printed). */
 int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int *i, void *opts);

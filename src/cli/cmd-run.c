@@ -283,7 +283,7 @@ static bool run_opt_seed(void *opts, const char *opt, const char *v) {
     return true;
 }
 
-#define RUN_OPT(name, alias, kind, field, lo, hi) {name, alias, kind, offsetof(run_opts, field), lo, hi, NULL, false}
+#define RUN_OPT(...) PKV_CLI_OPT(run_opts, __VA_ARGS__)
 static const pkv_cli_opt run_options[] = {
     RUN_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),
     RUN_OPT("-p", "--prompt", PKV_CLI_STR, prompt, 0, 0),
