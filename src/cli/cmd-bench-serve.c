@@ -576,32 +576,34 @@ static void bs_drive(bs_run *x) {
     pkv_kv_stats_get(pkv_engine_cache(x->e), &x->ks);
 }
 
+/* What the reports say beyond the engine's statistics. */
+typedef struct bs_figures {
+    long long gen, prompt_tok; /* tokens generated, prompt tokens */
+    int n_t, n_p;              /* requests with a first token, with a second */
+    double hit;                /* prefix-hit fraction of the prompt tokens */
+} bs_figures;
+
 /* Totals over the requests; ttft/tpot filled (n_t, n_p of them) and sorted. */
-static void bs_latencies(bs_run *x, long long *gen, long long *prompt_tok, int *n_t, int *n_p) {
-    *gen = *prompt_tok = 0;
-    *n_t = *n_p = 0;
+static void bs_figures_get(bs_run *x, bs_figures *f) {
+    memset(f, 0, sizeof *f);
     for (int i = 0; i < x->a->n_req; i++) {
         req_stat *r = &x->rq[i];
-        *gen += r->n_gen;
-        *prompt_tok += r->n_prompt;
-        if (r->n_gen > 0) x->ttft[(*n_t)++] = (r->t_first - r->t_submit) * 1e3;
-        if (r->n_gen > 1) x->tpot[(*n_p)++] = (r->t_last - r->t_first) * 1e3 / (r->n_gen - 1);
+        f->gen += r->n_gen;
+        f->prompt_tok += r->n_prompt;
+        if (r->n_gen > 0) x->ttft[f->n_t++] = (r->t_first - r->t_submit) * 1e3;
+        if (r->n_gen > 1) x->tpot[f->n_p++] = (r->t_last - r->t_first) * 1e3 / (r->n_gen - 1);
     }
-    qsort(x->ttft, (size_t)*n_t, sizeof *x->ttft, cmp_double);
-    qsort(x->tpot, (size_t)*n_p, sizeof *x->tpot, cmp_double);
+    qsort(x->ttft, (size_t)f->n_t, sizeof *x->ttft, cmp_double);
+    qsort(x->tpot, (size_t)f->n_p, sizeof *x->tpot, cmp_double);
+    f->hit = x->st.prompt_tokens ? (double)x->st.prefix_hit_tokens / (double)x->st.prompt_tokens : 0;
 }
 
 /* The figures as one JSON object (--json). */
-static void bs_report_json(bs_run *x) {
+static void bs_report_json(const bs_run *x, const bs_figures *f) {
     const bs_opts *a = x->a;
     const pkv_engine_stats *st = &x->st;
     const pkv_kv_stats *ks = &x->ks;
     const pkv_model_info *info = &x->info;
-    long long gen, prompt_tok;
-    int n_t, n_p;
-    bs_latencies(x, &gen, &prompt_tok, &n_t, &n_p);
-    double hit = st->prompt_tokens ? (double)st->prefix_hit_tokens / (double)st->prompt_tokens : 0, wall = x->wall;
-    const double *ttft = x->ttft, *tpot = x->tpot;
     printf("{\"model\": \"%s\", \"weights\": \"%s\", \"layers\": %d, \"device\": \"%s\",\n", a->o.model ? a->o.model : a->tiny ? "builtin" : "qwen3-0.6b-shape (made in memory)",
            info->weight_type, info->n_layer, pkv_device_name(pkv_model_device(x->m)));
     printf(" \"requests\": %lld, \"arrivals\": \"%s\", \"clients\": %lld, \"rate\": %g,\n", a->n_req,
@@ -612,15 +614,15 @@ static void bs_report_json(bs_run *x) {
            "\"prefix_cache\": %s,\n",
            x->ps, (long long)st->pages_total, (long long)st->host_pages, a->batch_tokens, a->swap ? "true" : "false",
            a->prefix ? "true" : "false");
-    printf(" \"wall_s\": %.3f, \"output_tok_s\": %.2f, \"total_tok_s\": %.2f, \"computed_tok_s\": %.2f,\n", wall,
-           (double)gen / wall, (double)(gen + prompt_tok) / wall, (double)st->computed_tokens / wall);
-    printf(" \"ttft_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(ttft, n_t, 50), pct(ttft, n_t, 90),
-           pct(ttft, n_t, 99));
-    printf(" \"tpot_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(tpot, n_p, 50), pct(tpot, n_p, 90),
-           pct(tpot, n_p, 99));
+    printf(" \"wall_s\": %.3f, \"output_tok_s\": %.2f, \"total_tok_s\": %.2f, \"computed_tok_s\": %.2f,\n", x->wall,
+           (double)f->gen / x->wall, (double)(f->gen + f->prompt_tok) / x->wall, (double)st->computed_tokens / x->wall);
+    printf(" \"ttft_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(x->ttft, f->n_t, 50), pct(x->ttft, f->n_t, 90),
+           pct(x->ttft, f->n_t, 99));
+    printf(" \"tpot_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(x->tpot, f->n_p, 50), pct(x->tpot, f->n_p, 90),
+           pct(x->tpot, f->n_p, 99));
     printf(" \"prompt_tokens\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_hit_fraction\": %.3f, "
            "\"generated_tokens\": %llu, \"computed_tokens\": %llu,\n",
-           (unsigned long long)st->prompt_tokens, (unsigned long long)st->prefix_hit_tokens, hit,
+           (unsigned long long)st->prompt_tokens, (unsigned long long)st->prefix_hit_tokens, f->hit,
            (unsigned long long)st->generated_tokens, (unsigned long long)st->computed_tokens);
     printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu, \"spill\": %llu}, \"peak_pages\": %lld, "
            "\"steps\": %llu, \"tokens_per_step\": %.1f, \"failed\": %d,\n",
@@ -653,26 +655,21 @@ static void bs_report_json(bs_run *x) {
 }
 
 /* The figures for people. */
-static void bs_report_text(bs_run *x) {
+static void bs_report_text(const bs_run *x, const bs_figures *f) {
     const bs_opts *a = x->a;
     const pkv_engine_stats *st = &x->st;
     const pkv_kv_stats *ks = &x->ks;
     const pkv_model_info *info = &x->info;
-    long long gen, prompt_tok;
-    int n_t, n_p;
-    bs_latencies(x, &gen, &prompt_tok, &n_t, &n_p);
-    double hit = st->prompt_tokens ? (double)st->prefix_hit_tokens / (double)st->prompt_tokens : 0, wall = x->wall;
-    const double *ttft = x->ttft, *tpot = x->tpot;
     printf("bench serve: %lld requests (%s), prompt ~%lld tokens (%.0f%% shared), output ~%lld, %s weights, %s\n",
            a->n_req, a->rate > 0 ? "Poisson arrivals" : "closed loop", a->p_mean, a->shared * 100, a->g_mean, info->weight_type,
            pkv_device_name(pkv_model_device(x->m)));
-    printf("  %.2f s: %.2f output tok/s, %.2f total tok/s; %llu steps, %.1f tokens per step\n", wall,
-           (double)gen / wall, (double)(gen + prompt_tok) / wall, (unsigned long long)st->steps,
+    printf("  %.2f s: %.2f output tok/s, %.2f total tok/s; %llu steps, %.1f tokens per step\n", x->wall,
+           (double)f->gen / x->wall, (double)(f->gen + f->prompt_tok) / x->wall, (unsigned long long)st->steps,
            st->steps ? (double)st->computed_tokens / (double)st->steps : 0.0);
-    printf("  TTFT ms p50 %.1f p90 %.1f p99 %.1f; TPOT ms p50 %.1f p90 %.1f p99 %.1f\n", pct(ttft, n_t, 50),
-           pct(ttft, n_t, 90), pct(ttft, n_t, 99), pct(tpot, n_p, 50), pct(tpot, n_p, 90), pct(tpot, n_p, 99));
+    printf("  TTFT ms p50 %.1f p90 %.1f p99 %.1f; TPOT ms p50 %.1f p90 %.1f p99 %.1f\n", pct(x->ttft, f->n_t, 50),
+           pct(x->ttft, f->n_t, 90), pct(x->ttft, f->n_t, 99), pct(x->tpot, f->n_p, 50), pct(x->tpot, f->n_p, 90), pct(x->tpot, f->n_p, 99));
     printf("  prefix hits %.1f%% of prompt tokens; preemptions %llu swap + %llu recompute; peak %lld of %lld pages\n",
-           hit * 100, (unsigned long long)st->preemptions_swap, (unsigned long long)st->preemptions_recompute,
+           f->hit * 100, (unsigned long long)st->preemptions_swap, (unsigned long long)st->preemptions_recompute,
            (long long)st->pages_peak, (long long)st->pages_total);
     if (x->draft)
         printf("  draft %s: %llu proposals verified, %llu kept (%.1f%%), %llu draft steps\n",
@@ -729,8 +726,10 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     rc = 1;
     if (bs_make_load(&x) && !(rc = bs_start_engine(&x))) {
         bs_drive(&x);
-        if (a.json) bs_report_json(&x);
-        else bs_report_text(&x);
+        bs_figures f;
+        bs_figures_get(&x, &f);
+        if (a.json) bs_report_json(&x, &f);
+        else bs_report_text(&x, &f);
         rc = x.b.n_error ? 1 : 0;
     }
     pkv_engine_free(x.e);
