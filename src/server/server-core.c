@@ -424,22 +424,6 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
     json_decref(q.body);
 }
 
-/* The vocabulary's text of a special token ("" when there is none). */
-static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
-    size_t n = 0;
-    buf[0] = 0;
-    if (id < 0 || pkv_model_token_piece(m, id, true, buf, size - 1, &n) != PKV_OK) n = 0;
-    buf[n] = 0;
-}
-
-/* Whether the tokenizer puts BOS first (tokenizing "" with add_special). */
-static bool adds_bos(pkv_model *m) {
-    int32_t ids[4];
-    size_t n = 0;
-    return pkv_model_bos(m) >= 0 && pkv_model_tokenize(m, "", 0, true, false, ids, 4, &n) == PKV_OK && n >= 1 &&
-           ids[0] == pkv_model_bos(m);
-}
-
 /* A template file (at most 4 MiB); NULL when it cannot be read. */
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -501,10 +485,8 @@ static bool pick_template(srv *s, const char *model_path) {
                         "use chatml; --chat-template NAME|FILE picks another\n");
     }
     if (src) {
-        char bos[256], eos[256], err[600];
-        token_text(s->m, pkv_model_bos(s->m), bos, sizeof bos);
-        token_text(s->m, pkv_model_eos(s->m), eos, sizeof eos);
-        s->chat = pkv_chat_init(src, n, bos, eos, adds_bos(s->m), false, err, sizeof err);
+        char err[600];
+        s->chat = pkv_chat_init_model(s->m, src, n, err, sizeof err);
         if (!s->chat) {
             fprintf(stderr, "pagekv serve: %s: %s\n", what, err);
             free(src);
