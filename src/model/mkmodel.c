@@ -409,6 +409,20 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     return s;
 }
 
+/* The end of a build: the target and the scratch freed; the writer to *out, or
+ * freed when s is an error. Returns s. */
+static pkv_status build_end(gen *G, pkv_gguf *tg, pkv_status s, pkv_gguf_writer **out) {
+    pkv_gguf_close(tg);
+    pkv_free(G->f);
+    pkv_free(G->q);
+    if (s) {
+        pkv_gguf_writer_free(G->w);
+        return s;
+    }
+    *out = G->w;
+    return PKV_OK;
+}
+
 /* gemma4-assistant (draft_of a gemma4 target): the file llama.cpp's converter writes
  * for a Gemma 4 assistant checkpoint, with random weights. Width n_embd (0 = half the
  * target's), n_layer layers (0 = 4; swa_layers, or every layer sliding but the last),
@@ -539,15 +553,7 @@ done:
     pkv_free(nh);
     pkv_free(nkv);
     pkv_free(nff);
-    pkv_gguf_close(tg);
-    pkv_free(G.f);
-    pkv_free(G.q);
-    if (s) {
-        pkv_gguf_writer_free(G.w);
-        return s;
-    }
-    *out = G.w;
-    return PKV_OK;
+    return build_end(&G, tg, s, out);
 }
 
 /* What build() writes from: the params (completed by validate), the writer and
@@ -958,16 +964,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     for (int l = 0; !b.g4 && l < p.n_layer + p.n_mtp; l++)
         if ((s = mk_layer(&b, l))) goto done;
 done:
-    pkv_gguf_close(tg);
     pkv_vocab_builtin_free(b.voc);
-    pkv_free(G.f);
-    pkv_free(G.q);
-    if (s) {
-        pkv_gguf_writer_free(G.w);
-        return s;
-    }
-    *out = G.w;
-    return PKV_OK;
+    return build_end(&G, tg, s, out);
 }
 
 pkv_status pkv_mkmodel_write(const pkv_mkmodel_params *p, const char *path) {
