@@ -133,6 +133,27 @@ int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int
     return 0;
 }
 
+int pkv_cli_parse(const pkv_cli_cmd *c, int argc, char **argv, void *opts) {
+    const bool *help = (const bool *)(const void *)((const char *)opts + c->help_off);
+    for (int i = 1; i < argc; i++) {
+        int r = c->more ? c->more(argc, argv, &i, opts) : 0;
+        if (!r) r = pkv_cli_opt_parse(c->opts, c->n_opts, argc, argv, &i, opts);
+        if (r < 0) return 2;
+        if (*help) {
+            c->usage(stdout);
+            return 0;
+        }
+        if (!r) {
+            if (c->see_help)
+                fprintf(stderr, "pagekv %s: unknown option '%s' (see 'pagekv %s --help')\n", c->name, argv[i], c->name);
+            else fprintf(stderr, "pagekv %s: unknown option '%s'\n", c->name, argv[i]);
+            if (c->usage_on_unknown) c->usage(stderr);
+            return 2;
+        }
+    }
+    return -1;
+}
+
 int pkv_cli_fail(const char *cmd, const char *what, int status) {
     fprintf(stderr, "pagekv %s: %s: %s: %s\n", cmd, what, pkv_status_str((pkv_status)status), pkv_errmsg());
     return 1;

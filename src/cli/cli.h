@@ -3,6 +3,7 @@
 #define PKV_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,25 @@ typedef struct pkv_cli_opt {
 /* 1: argv[*i] is in the table (consumed with its value); 0: not in it; -1: a
  * missing or bad value (printed). */
 int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int *i, void *opts);
+/* A command's options: its table, the flag -h/--help sets in it (help_off =
+ * offsetof), its usage, and the shared options tried before the table (more:
+ * pkv_cli_model_opt and the like, with pkv_cli_opt_parse's returns; NULL: none).
+ * An unknown option is said as "pagekv NAME: unknown option 'X'", with
+ * " (see 'pagekv NAME --help')" when see_help, the usage after it on stderr
+ * when usage_on_unknown. */
+typedef struct pkv_cli_cmd {
+    const char *name;
+    const pkv_cli_opt *opts;
+    size_t n_opts, help_off;
+    void (*usage)(FILE *f);
+    int (*more)(int argc, char **argv, int *i, void *opts);
+    bool see_help, usage_on_unknown;
+} pkv_cli_cmd;
+/* Parse argv[1..argc) into opts. Returns -1 when every argument was taken, 0
+ * when help was asked (the usage printed on stdout, the rest not parsed), 2 on
+ * a bad value or an unknown option (said). */
+int pkv_cli_parse(const pkv_cli_cmd *c, int argc, char **argv, void *opts);
+
 /* Print "pagekv <cmd>: <what>: <status>: <errmsg>" to stderr. Returns 1. */
 int pkv_cli_fail(const char *cmd, const char *what, int status);
 /* Extra CPU devices for "all" (PKV_CPU_DEVICES, default 1). */
@@ -72,6 +92,9 @@ pkv_cli_model_opts pkv_cli_model_defaults(void);
 /* 1: argv[*i] was a shared option (consumed); 0: not one; -1: bad value (printed). */
 int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o);
 pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o);
+/* pkv_cli_cmd.more for an options struct whose first member is its
+ * pkv_cli_model_opts. */
+int pkv_cli_model_more(int argc, char **argv, int *i, void *opts);
 /* A KV page type named on the command line: f16, f32, q8_0, q4_0. Prints an
  * error naming opt and returns false otherwise. */
 bool pkv_cli_kv_type(const char *opt, const char *v, int *out);

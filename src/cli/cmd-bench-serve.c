@@ -335,7 +335,7 @@ static pkv_model *reference_model(const pkv_cli_model_opts *o, bool with_vocab) 
 
 /* What `pagekv bench serve` was asked (the options table below fills it). */
 typedef struct bs_opts {
-    pkv_cli_model_opts o;
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
     long long n_req, clients, p_mean, g_mean, pool, host, batch_tokens, max_seqs, seed, draft_max;
     double rate, shared, temp;
     bool json_object, json, swap, prefix, tiny, use_mtp, help;
@@ -385,6 +385,9 @@ static const pkv_cli_opt bs_options[] = {
 };
 #undef BS_OPT
 
+static const pkv_cli_cmd bs_cmd = {"bench serve", bs_options, sizeof bs_options / sizeof bs_options[0],
+                                   offsetof(bs_opts, help), usage, pkv_cli_model_more, false, true};
+
 /* Fill b from argv: -1 to go on, else the exit code. */
 static int bs_parse(int argc, char **argv, bs_opts *b) {
     memset(b, 0, sizeof *b);
@@ -393,20 +396,8 @@ static int bs_parse(int argc, char **argv, bs_opts *b) {
     b->seed = 1;
     b->swap = b->prefix = true;
     b->spill = PKV_SPILL_AUTO;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &b->o);
-        if (!r) r = pkv_cli_opt_parse(bs_options, sizeof bs_options / sizeof bs_options[0], argc, argv, &i, b);
-        if (r < 0) return 2;
-        if (b->help) {
-            usage(stdout);
-            return 0;
-        }
-        if (!r) {
-            fprintf(stderr, "pagekv bench serve: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int rc = pkv_cli_parse(&bs_cmd, argc, argv, b);
+    if (rc >= 0) return rc;
     if ((b->use_mtp && (b->draft_path || !b->o.model)) || (b->draft_max && !b->use_mtp && !b->draft_path)) {
         fprintf(stderr, "pagekv bench serve: --mtp needs -m FILE with MTP layers and no --draft; --draft-max needs "
                         "--mtp or --draft FILE\n");

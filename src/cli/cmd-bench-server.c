@@ -206,23 +206,15 @@ static const pkv_cli_opt bsrv_options[] = {
     BSRV_OPT("--no-memory", NULL, PKV_CLI_UNSET, memory, 0, 0),
 };
 #undef BSRV_OPT
+static const pkv_cli_cmd bsrv_cmd = {"bench server", bsrv_options, sizeof bsrv_options / sizeof bsrv_options[0],
+                                     offsetof(bsrv_opts, help), usage, NULL, true, false};
 
 /* Fill b from argv: -1 to go on, else the exit code. */
 static int bsrv_parse(int argc, char **argv, bsrv_opts *b) {
     *b = (bsrv_opts){.poll_path = "/v1/contexts", .ctx_tokens = 1800, .forks = 256, .pollers = 2, .runs = 5,
                      .n_ctx = 2048, .max_tokens = 20, .memory = true};
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_opt_parse(bsrv_options, sizeof bsrv_options / sizeof bsrv_options[0], argc, argv, &i, b);
-        if (r < 0) return 2;
-        if (b->help) {
-            usage(stdout);
-            return 0;
-        }
-        if (!r) {
-            fprintf(stderr, "pagekv bench server: unknown option '%s' (see 'pagekv bench server --help')\n", argv[i]);
-            return 2;
-        }
-    }
+    int rc = pkv_cli_parse(&bsrv_cmd, argc, argv, b);
+    if (rc >= 0) return rc;
     if (b->poll_path[0] != '/' || strpbrk(b->poll_path, "\"\\ ")) {
         fprintf(stderr, "pagekv bench server: --poll-path must be a path such as /v1/kv\n");
         return 2;

@@ -40,8 +40,8 @@ static bool family_known(const char *name) {
     return false;
 }
 
-static void mkmodel_usage(void) {
-    printf("usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|voxtral]\n"
+static void mkmodel_usage(FILE *f) {
+    fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|voxtral]\n"
            "                      [--type TYPE]\n"
            "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
            "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -239,6 +239,8 @@ static const pkv_cli_opt mk_options[] = {
 #undef MK_FN
 #undef MK_SIZE
 #undef MK_OPT
+static const pkv_cli_cmd mk_cmd = {"mkmodel", mk_options, sizeof mk_options / sizeof mk_options[0],
+                                   offsetof(mk_opts, help), mkmodel_usage, NULL, true, false};
 
 /* A --chat-template FILE's text (at most 64 MiB), or NULL (said). */
 static char *mk_read_template(const char *path) {
@@ -363,18 +365,8 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     mk_opts k;
     memset(&k, 0, sizeof k);
     k.p = pkv_mkmodel_default_params();
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_opt_parse(mk_options, sizeof mk_options / sizeof mk_options[0], argc, argv, &i, &k);
-        if (r < 0) return 2;
-        if (k.help) {
-            mkmodel_usage();
-            return 0;
-        }
-        if (!r) {
-            fprintf(stderr, "pagekv mkmodel: unknown option '%s' (see 'pagekv mkmodel --help')\n", argv[i]);
-            return 2;
-        }
-    }
+    int rc = pkv_cli_parse(&mk_cmd, argc, argv, &k);
+    if (rc >= 0) return rc;
     if (!k.out) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
         return 2;
@@ -388,7 +380,7 @@ int pkv_cli_mkmodel(int argc, char **argv) {
         if (!k.tpl_arg && !k.no_template) k.tpl_arg = "voxtral";
     }
     char *tpl_text = NULL;
-    int rc = mk_resolve(&k, voxtral, &tpl_text);
+    rc = mk_resolve(&k, voxtral, &tpl_text);
     if (rc) {
         free(tpl_text);
         return rc;

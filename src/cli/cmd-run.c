@@ -61,6 +61,10 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
     return 1;
 }
 
+int pkv_cli_model_more(int argc, char **argv, int *i, void *opts) {
+    return pkv_cli_model_opt(argc, argv, i, (pkv_cli_model_opts *)opts);
+}
+
 pkv_cli_model_opts pkv_cli_model_defaults(void) {
     pkv_cli_model_opts o;
     memset(&o, 0, sizeof o);
@@ -262,7 +266,7 @@ static void run_usage(FILE *f) {
 
 /* What `pagekv run` was asked (the options table below fills it). */
 typedef struct run_opts {
-    pkv_cli_model_opts o;
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
     pkv_cli_media mo;
     pkv_sampler_params sp;
     const char *prompt, *prompt_file, *system_prompt;
@@ -312,6 +316,16 @@ static const pkv_cli_opt run_options[] = {
 };
 #undef RUN_OPT
 
+/* The shared model and media options. */
+static int run_more(int argc, char **argv, int *i, void *opts) {
+    run_opts *r = opts;
+    int k = pkv_cli_model_more(argc, argv, i, r);
+    return k ? k : pkv_cli_media_opt(argc, argv, i, &r->mo);
+}
+
+static const pkv_cli_cmd run_cmd = {"run", run_options, sizeof run_options / sizeof run_options[0],
+                                    offsetof(run_opts, help), run_usage, run_more, true, false};
+
 /* Fill r from argv: -1 to go on, else the exit code (help printed: 0; a bad
  * option: 2). */
 static int run_parse(int argc, char **argv, run_opts *r) {
@@ -321,21 +335,7 @@ static int run_parse(int argc, char **argv, run_opts *r) {
     r->n_predict = 64;
     r->draft_max = 4;
     r->random_seed = true;
-    for (int i = 1; i < argc; i++) {
-        int k = pkv_cli_model_opt(argc, argv, &i, &r->o);
-        if (!k) k = pkv_cli_media_opt(argc, argv, &i, &r->mo);
-        if (!k) k = pkv_cli_opt_parse(run_options, sizeof run_options / sizeof run_options[0], argc, argv, &i, r);
-        if (k < 0) return 2;
-        if (r->help) {
-            run_usage(stdout);
-            return 0;
-        }
-        if (!k) {
-            fprintf(stderr, "pagekv run: unknown option '%s' (see 'pagekv run --help')\n", argv[i]);
-            return 2;
-        }
-    }
-    return -1;
+    return pkv_cli_parse(&run_cmd, argc, argv, r);
 }
 
 /* The options -cnv cannot take, or NULL. */
