@@ -16,10 +16,10 @@ const char *pkv_cli_value(int argc, char **argv, int *i);
 /* An options table (as git's parse-options): each row names an option, its
  * alias (NULL: none), what it takes and where the value goes in the command's
  * options struct (off = offsetof). INT stores an int in [lo, hi] (LLONG a long
- * long), FLOAT a float in [lo, hi] (DOUBLE a double), STR the argument string, FLAG
- * true, UNSET false; FN calls fn with the value (NULL
- * for an option that takes none: `takes` false) and fails when fn returns false
- * (fn prints why). */
+ * long; bounds a double holds exactly), FLOAT a float in [lo, hi] (DOUBLE a
+ * double), STR the argument string, FLAG true, UNSET false; FN calls fn with the
+ * whole struct and the value (NULL when `takes` is false) and fails when fn
+ * returns false (fn says why). */
 typedef enum {
     PKV_CLI_FLAG,
     PKV_CLI_UNSET,
