@@ -96,11 +96,11 @@ static int argmax(const float *x, int n) {
 
 static void kv_accuracy_usage(FILE *f) {
     fprintf(f, "usage: pagekv bench kv-accuracy [-m FILE.gguf] [-t N] [-d DEVICE] [--depths D1,D2,...] [-n N]\n"
-           "                                [--types T1,T2,...]\n"
-           "Logits NMSE and top-1 agreement of KV page types against f16 pages, over the N (default\n"
-           "32) tokens after each depth (default 512,4096), on the same teacher-forced random tokens.\n"
-           "--types: T (K and V) or K/V, of f32, f16, q8_0, q4_0 (default f32,q8_0,q4_0,q8_0/q4_0;\n"
-           "f32 shows the noise floor of the model). JSON on stdout.\n");
+               "                                [--types T1,T2,...]\n"
+               "Logits NMSE and top-1 agreement of KV page types against f16 pages, over the N (default\n"
+               "32) tokens after each depth (default 512,4096), on the same teacher-forced random tokens.\n"
+               "--types: T (K and V) or K/V, of f32, f16, q8_0, q4_0 (default f32,q8_0,q4_0,q8_0/q4_0;\n"
+               "f32 shows the noise floor of the model). JSON on stdout.\n");
 }
 
 /* What `pagekv bench kv-accuracy` was asked. */
@@ -225,9 +225,9 @@ out:
  * alike; the best round of each type is reported, and its median. */
 static void kv_speed_usage(FILE *f) {
     fprintf(f, "usage: pagekv bench kv-speed [-m FILE.gguf] [-t N] [-d DEVICE] [--depth D] [--decode N]\n"
-           "                             [--rounds R] [--types T1,T2,...]\n"
-           "Decode tokens/s at depth D (default 4096) for each KV type (default f16,q8_0,q4_0,q8_0/q4_0;\n"
-           "T or K/V), the types interleaved over R rounds (default 5) of N tokens (default 16). JSON.\n");
+               "                             [--rounds R] [--types T1,T2,...]\n"
+               "Decode tokens/s at depth D (default 4096) for each KV type (default f16,q8_0,q4_0,q8_0/q4_0;\n"
+               "T or K/V), the types interleaved over R rounds (default 5) of N tokens (default 16). JSON.\n");
 }
 
 /* What `pagekv bench kv-speed` was asked. */

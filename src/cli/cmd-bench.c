@@ -379,23 +379,23 @@ out:
 
 static void bench_model_usage(FILE *f) {
     fprintf(f, "usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
-           "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
-           "                          [--kv-type T] [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
-           "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
-           "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
-           "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
-           "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
-           "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
-           "The KV bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the\n"
-           "largest context that fits in --kv-memory MiB (default 8192). With sliding-window layers\n"
-           "(gemma2/3) the per-token bytes count the layers that keep every token; the window\n"
-           "layers add a fixed kv_window_bytes_per_seq per sequence (kv_bytes_per_token_all_layers:\n"
-           "the cost if every layer kept every token).\n"
-           "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
-           "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
-           "Without -m: the built-in tiny model. For the reference shape:\n"
-           "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
-           "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
+               "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
+               "                          [--kv-type T] [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
+               "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
+               "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
+               "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
+               "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
+               "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
+               "The KV bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the\n"
+               "largest context that fits in --kv-memory MiB (default 8192). With sliding-window layers\n"
+               "(gemma2/3) the per-token bytes count the layers that keep every token; the window\n"
+               "layers add a fixed kv_window_bytes_per_seq per sequence (kv_bytes_per_token_all_layers:\n"
+               "the cost if every layer kept every token).\n"
+               "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
+               "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
+               "Without -m: the built-in tiny model. For the reference shape:\n"
+               "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
+               "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
 }
 
 /* What `pagekv bench model` was asked. */
