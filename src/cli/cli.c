@@ -94,6 +94,9 @@ const char *pkv_cli_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+/* A row's integer bound: 2^63 and beyond (INT64_MAX as a double) is INT64_MAX. */
+static long long bound(double d) { return d >= 0x1p63 ? INT64_MAX : (long long)d; }
+
 int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int *i, void *opts) {
     const char *a = argv[*i];
     for (size_t k = 0; k < n; k++) {
@@ -109,12 +112,14 @@ int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int
         case PKV_CLI_UNSET: *(bool *)(void *)field = false; break;
         case PKV_CLI_STR: *(const char **)(void *)field = v; break;
         case PKV_CLI_INT:
-            if (!pkv_cli_int(a, v, (long long)t[k].lo, (long long)t[k].hi, &x)) return -1;
-            *(int *)(void *)field = (int)x;
-            break;
         case PKV_CLI_LLONG:
-            if (!pkv_cli_int(a, v, (long long)t[k].lo, (long long)t[k].hi, &x)) return -1;
-            *(long long *)(void *)field = x;
+        case PKV_CLI_INT64:
+        case PKV_CLI_SIZE:
+            if (!pkv_cli_int(a, v, bound(t[k].lo), bound(t[k].hi), &x)) return -1;
+            if (t[k].kind == PKV_CLI_INT) *(int *)(void *)field = (int)x;
+            else if (t[k].kind == PKV_CLI_LLONG) *(long long *)(void *)field = x;
+            else if (t[k].kind == PKV_CLI_INT64) *(int64_t *)(void *)field = x;
+            else *(size_t *)(void *)field = (size_t)x;
             break;
         case PKV_CLI_FLOAT:
             if (!pkv_cli_float(a, v, t[k].lo, t[k].hi, &d)) return -1;
@@ -143,6 +148,7 @@ int pkv_cli_parse(const pkv_cli_cmd *c, int argc, char **argv, void *opts) {
             c->usage(stdout);
             return 0;
         }
+        if (c->stop_off && *(const bool *)(const void *)((const char *)opts + c->stop_off)) return 0;
         if (!r) {
             if (c->see_help)
                 fprintf(stderr, "pagekv %s: unknown option '%s' (see 'pagekv %s --help')\n", c->name, argv[i], c->name);

@@ -16,8 +16,8 @@ const char *pkv_cli_value(int argc, char **argv, int *i);
 /* An options table (as git's parse-options): each row names an option, its
  * alias (NULL: none), what it takes and where the value goes in the command's
  * options struct (off = offsetof). INT stores an int in [lo, hi] (LLONG a long
- * long; bounds a double holds exactly), FLOAT a float in [lo, hi] (DOUBLE a
- * double), STR the argument string, FLAG true, UNSET false; FN calls fn with the
+ * long, INT64 an int64_t, SIZE a size_t; bounds a double holds exactly, 2^63 and
+ * beyond meaning INT64_MAX), FLOAT a float in [lo, hi] (DOUBLE a double), STR the argument string, FLAG true, UNSET false; FN calls fn with the
  * whole struct and the value (NULL when `takes` is false) and fails when fn
  * returns false (fn says why). */
 typedef enum {
@@ -26,6 +26,8 @@ typedef enum {
     PKV_CLI_STR,
     PKV_CLI_INT,
     PKV_CLI_LLONG,
+    PKV_CLI_INT64,
+    PKV_CLI_SIZE,
     PKV_CLI_FLOAT,
     PKV_CLI_DOUBLE,
     PKV_CLI_FN
@@ -48,7 +50,8 @@ int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int
  * pkv_cli_model_opt and the like, with pkv_cli_opt_parse's returns; NULL: none).
  * An unknown option is said as "pagekv NAME: unknown option 'X'", with
  * " (see 'pagekv NAME --help')" when see_help, the usage after it on stderr
- * when usage_on_unknown. */
+ * when usage_on_unknown. stop_off (0: none) names a flag an option's handler
+ * sets to end the parse there, as help does but without the usage. */
 typedef struct pkv_cli_cmd {
     const char *name;
     const pkv_cli_opt *opts;
@@ -56,10 +59,11 @@ typedef struct pkv_cli_cmd {
     void (*usage)(FILE *f);
     int (*more)(int argc, char **argv, int *i, void *opts);
     bool see_help, usage_on_unknown;
+    size_t stop_off;
 } pkv_cli_cmd;
 /* Parse argv[1..argc) into opts. Returns -1 when every argument was taken, 0
- * when help was asked (the usage printed on stdout, the rest not parsed), 2 on
- * a bad value or an unknown option (said). */
+ * when help was asked (the usage printed on stdout, the rest not parsed) or the
+ * stop flag set, 2 on a bad value or an unknown option (said). */
 int pkv_cli_parse(const pkv_cli_cmd *c, int argc, char **argv, void *opts);
 
 /* Print "pagekv <cmd>: <what>: <status>: <errmsg>" to stderr. Returns 1. */
