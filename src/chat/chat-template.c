@@ -261,6 +261,28 @@ pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char
     return c;
 }
 
+/* The vocabulary's text of a special token ("" when there is none). */
+static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
+    size_t n = 0;
+    if (id < 0 || pkv_model_token_piece(m, id, true, buf, size - 1, &n) != PKV_OK) n = 0;
+    buf[n] = 0;
+}
+
+/* Whether the tokenizer puts BOS first (tokenizing "" with add_special). */
+static bool adds_bos(pkv_model *m) {
+    int32_t ids[4];
+    size_t n = 0;
+    return pkv_model_bos(m) >= 0 && pkv_model_tokenize(m, "", 0, true, false, ids, 4, &n) == PKV_OK && n >= 1 &&
+           ids[0] == pkv_model_bos(m);
+}
+
+pkv_chat *pkv_chat_init_model(pkv_model *m, const char *src, size_t len, char *err, size_t err_size) {
+    char bos[256], eos[256];
+    token_text(m, pkv_model_bos(m), bos, sizeof bos);
+    token_text(m, pkv_model_eos(m), eos, sizeof eos);
+    return pkv_chat_init(src, len, bos, eos, adds_bos(m), false, err, err_size);
+}
+
 bool pkv_chat_system_role(const pkv_chat *c) { return c->system_role; }
 
 /* ---- request to template context (llama.cpp's oaicompat_chat_params_parse and
@@ -675,63 +697,63 @@ char *pkv_chat_apply(const pkv_chat *c, json_t *body, int64_t now, size_t *len, 
     return pkv_chat_apply_ex(c, body, now, NULL, len, spans, n_spans, status, err, err_size);
 }
 
-char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const struct pkv_jinja_limits *lim, size_t *len,
-                        size_t **spans, size_t *n_spans, int *status, char *err, size_t err_size) {
-    creq q = {err, err_size, 0};
-    char *out = NULL, *gen = NULL;
-    json_t *msgs = NULL, *ctx = NULL, *cont = NULL, *tl = NULL; /* tl: owned here until ctx takes it */
-    if (spans) {
-        *spans = NULL;
-        *n_spans = 0;
-    }
+/* Out of memory while applying: status 500. */
+static bool oom(creq *q) {
+    q->status = 500;
+    snprintf(q->err, q->err_size, "out of memory");
+    return false;
+}
+
+/* The request's messages checked and normalized (norm_msg); NULL (q says why). */
+static json_t *apply_messages(const pkv_chat *c, json_t *body, creq *q) {
     json_t *jm = json_object_get(body, "messages");
-    if (!jm) {
-        bad(&q, "'messages' is required");
-        goto done;
-    }
-    if (!json_is_array(jm)) {
-        bad(&q, "Expected 'messages' to be an array");
-        goto done;
-    }
-    if (json_array_size(jm) > 65536) {
-        bad(&q, "'messages' has more than 65536 messages");
-        goto done;
-    }
-    msgs = json_array();
+    if (!jm) return bad(q, "'messages' is required"), NULL;
+    if (!json_is_array(jm)) return bad(q, "Expected 'messages' to be an array"), NULL;
+    if (json_array_size(jm) > 65536) return bad(q, "'messages' has more than 65536 messages"), NULL;
+    json_t *msgs = json_array(), *m;
     size_t i;
-    json_t *m;
     json_array_foreach(jm, i, m) {
-        json_t *n = norm_msg(c, m, i, &q);
-        if (!n) goto done;
+        json_t *n = norm_msg(c, m, i, q);
+        if (!n) {
+            json_decref(msgs);
+            return NULL;
+        }
         json_array_append_new(msgs, n);
     }
-    /* tools: {type, function: {name, description, parameters}} */
-    json_t *tools = json_object_get(body, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) {
-            bad(&q, "Failed to parse tools: Expected 'tools' to be an array");
-            goto done;
-        }
-        json_t *t;
-        tl = json_array();
-        json_array_foreach(tools, i, t) {
-            json_t *fn = json_object_get(t, "function");
-            if (strcmp(str_or(t, "type", ""), "function") || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
-                bad(&q, "Failed to parse tools: 'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\", ...}}", i);
-                goto done;
-            }
-            json_t *params = json_object_get(fn, "parameters");
-            json_array_append_new(tl, json_pack("{s:s,s:{s:O,s:s,s:o}}", "type", "function", "function", "name",
-                                                json_object_get(fn, "name"), "description", str_or(fn, "description", ""),
-                                                "parameters", params && !json_is_null(params) ? json_incref(params) : json_object()));
-        }
-        if (!json_array_size(tl)) {
-            json_decref(tl);
-            tl = NULL;
-        }
+    return msgs;
+}
+
+/* tools: {type, function: {name, description, parameters}} into *tl (NULL: none);
+ * false (q says why) on a malformed list. */
+static bool apply_tools(json_t *body, json_t **tl, creq *q) {
+    json_t *tools = json_object_get(body, "tools"), *t;
+    size_t i;
+    *tl = NULL;
+    if (!tools || json_is_null(tools)) return true;
+    if (!json_is_array(tools)) return bad(q, "Failed to parse tools: Expected 'tools' to be an array");
+    *tl = json_array();
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        if (strcmp(str_or(t, "type", ""), "function") || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+            return bad(q, "Failed to parse tools: 'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\", ...}}", i);
+        json_t *params = json_object_get(fn, "parameters");
+        json_array_append_new(*tl, json_pack("{s:s,s:{s:O,s:s,s:o}}", "type", "function", "function", "name",
+                                             json_object_get(fn, "name"), "description", str_or(fn, "description", ""),
+                                             "parameters", params && !json_is_null(params) ? json_incref(params) : json_object()));
     }
+    if (!json_array_size(*tl)) {
+        json_decref(*tl);
+        *tl = NULL;
+    }
+    return true;
+}
+
+/* add_generation_prompt and continue_final_message: whether to add the
+ * generation prompt, and the final assistant message to continue, taken out of
+ * msgs into *cont (NULL: none); false (q says why) when they contradict. */
+static bool apply_continue(json_t *body, json_t *msgs, bool *add_gen, json_t **cont, creq *q) {
     json_t *agp = json_object_get(body, "add_generation_prompt");
-    bool add_gen = json_is_boolean(agp) ? json_is_true(agp) : true;
+    *add_gen = json_is_boolean(agp) ? json_is_true(agp) : true;
     /* continuing the final assistant message: its text is appended after the
      * assistant's generation prompt instead of being closed by the template */
     json_t *cfm = json_object_get(body, "continue_final_message");
@@ -741,25 +763,27 @@ char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const stru
     json_t *last = nm ? json_array_get(msgs, nm - 1) : NULL;
     bool last_asst = last && !strcmp(str_or(last, "role", ""), "assistant");
     if (!continuing && last_asst) {
-        if (nm >= 2 && !strcmp(str_or(json_array_get(msgs, nm - 2), "role", ""), "assistant")) {
-            bad(&q, "Cannot have 2 or more assistant messages at the end of the list.");
-            goto done;
-        }
+        if (nm >= 2 && !strcmp(str_or(json_array_get(msgs, nm - 2), "role", ""), "assistant"))
+            return bad(q, "Cannot have 2 or more assistant messages at the end of the list.");
         continuing = true;
-        add_gen = false;
+        *add_gen = false;
     }
-    if (continuing && add_gen) {
-        bad(&q, "Cannot set both add_generation_prompt and continue_final_message to true.");
-        goto done;
-    }
-    if (continuing && last_asst && json_array_size(json_object_get(last, "tool_calls"))) {
-        bad(&q, "Cannot continue an assistant message that contains tool calls.");
-        goto done;
-    }
+    if (continuing && *add_gen) return bad(q, "Cannot set both add_generation_prompt and continue_final_message to true.");
+    if (continuing && last_asst && json_array_size(json_object_get(last, "tool_calls")))
+        return bad(q, "Cannot continue an assistant message that contains tool calls.");
     if (continuing && nm) {
-        cont = json_incref(last);
+        *cont = json_incref(last);
         json_array_remove(msgs, nm - 1);
     }
+    return true;
+}
+
+/* The roles as the template reads them: developer is system (but for gpt-oss),
+ * a system message folded into the first turn where the template has no system
+ * role, tool-call arguments as objects where it wants them. */
+static bool apply_roles(const pkv_chat *c, json_t *msgs, creq *q) {
+    size_t i;
+    json_t *m;
     if (!strstr(c->src, "<|channel|>")) { /* developer is system for every template but gpt-oss's */
         json_array_foreach(msgs, i, m) if (!strcmp(str_or(m, "role", ""), "developer")) json_object_set_new(m, "role", json_string("system"));
     } else {
@@ -779,11 +803,7 @@ char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const stru
             const char *a = str_or(first, "content", ""), *b = str_or(second, "content", "");
             size_t la = strlen(a), lb = strlen(b);
             char *joined = malloc(la + lb + 2);
-            if (!joined) {
-                q.status = 500;
-                snprintf(err, err_size, "out of memory");
-                goto done;
-            }
+            if (!joined) return oom(q);
             memcpy(joined, a, la);
             joined[la] = '\n';
             memcpy(joined + la + 1, b, lb + 1);
@@ -792,15 +812,20 @@ char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const stru
         }
         json_array_remove(msgs, 0);
     }
-    if (c->object_arguments && !args_to_objects(msgs, &q)) goto done;
+    return !c->object_arguments || args_to_objects(msgs, q);
+}
 
+/* The template's variables: messages, tokens, tools (taken from *tl), the date,
+ * chat_template_kwargs, thinking and reasoning effort; NULL (q says why). */
+static json_t *apply_context(const pkv_chat *c, json_t *body, json_t *msgs, json_t **tl, int64_t now, bool add_gen,
+                             creq *q) {
     bool thinking = true;
-    ctx = json_object();
+    json_t *ctx = json_object();
     json_object_set(ctx, "messages", msgs);
     json_object_set_new(ctx, "bos_token", json_string(c->bos));
     json_object_set_new(ctx, "eos_token", json_string(c->eos));
-    if (tl) json_object_set_new(ctx, "tools", tl);
-    tl = NULL;
+    if (*tl) json_object_set_new(ctx, "tools", *tl);
+    *tl = NULL;
     put_date(ctx, now);
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     const char *k;
@@ -809,8 +834,9 @@ char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const stru
     json_t *et = json_object_get(kw, "enable_thinking");
     if (json_is_boolean(et)) thinking = json_is_true(et);
     else if (json_is_string(et)) {
-        bad(&q, "invalid type for \"enable_thinking\" (expected boolean, got string)");
-        goto done;
+        bad(q, "invalid type for \"enable_thinking\" (expected boolean, got string)");
+        json_decref(ctx);
+        return NULL;
     }
     const char *effort = str_or(body, "reasoning_effort", NULL);
     if (effort && !strcmp(effort, "none")) {
@@ -823,80 +849,113 @@ char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const stru
     if (json_is_string(re) && json_string_length(re)) json_object_set(ctx, "reasoning_strength", re);
     json_object_set_new(ctx, "enable_thinking", json_boolean(thinking));
     if (add_gen) json_object_set_new(ctx, "add_generation_prompt", json_true());
+    return ctx;
+}
 
-    if (!(out = render_ctx(c, ctx, now, lim, len, spans, n_spans, &q))) goto done;
-    if (cont) {
-        /* llama.cpp renders the messages before the continued one, then writes
-         * the assistant's opening, the reasoning block its template analysis
-         * names (find_reasoning) and the message's text */
-        const char *content = str_or(cont, "content", "");
-        const char *reasoning = str_or(cont, "reasoning_content", "");
-        bool content_mode = !(json_is_string(cfm) && !strcmp(json_string_value(cfm), "reasoning_content")) &&
-                            !(!*content && *reasoning && !json_is_string(cfm));
-        const char *pre = "", *start = "", *end = "", *mid = "";
-        size_t pre_len = 0;
-        switch (c->cont_style) {
-        case PKV_CONT_GPTOSS:
-            pre = "<|start|>assistant<|channel|>analysis<|message|>";
-            mid = "<|end|><|start|>assistant<|channel|>final<|message|>";
-            break;
-        case PKV_CONT_GEMMA4:
-            pre = *len >= 8 && !strcmp(out + *len - 8, "<turn|>\n") ? "<|turn>model\n" : "";
-            start = "<|channel>thought\n";
-            mid = "<channel|>";
-            break;
-        case PKV_CONT_QWEN3X:
-            pre = "<|im_start|>assistant\n";
-            if (strstr(c->src, "<think>")) start = "<think>\n", end = "\n</think>\n\n";
-            break;
-        case PKV_CONT_AUTO: {
-            /* the generation prompt: what add_generation_prompt adds to the text,
-             * cut where the reasoning start marker begins */
-            size_t glen;
-            json_object_set_new(ctx, "add_generation_prompt", json_true());
-            if (!(gen = render_ctx(c, ctx, now, lim, &glen, NULL, NULL, &q))) goto done;
-            size_t p = 0;
-            while (p < *len && p < glen && out[p] == gen[p]) p++;
-            pre = gen + p;
-            start = c->think_start;
-            end = c->think_end;
-            if (*start && strstr(pre, start)) pre_len = (size_t)(strstr(pre, start) - pre);
-            else pre_len = strlen(pre);
-            break;
-        }
-        }
-        if (c->cont_style != PKV_CONT_AUTO) pre_len = strlen(pre);
-        /* the reasoning block is written whenever the style has one */
-        bool block = c->cont_style == PKV_CONT_GPTOSS || *start;
-        if (!content_mode) end = mid = content = "";
-        size_t need = *len + pre_len + strlen(start) + strlen(reasoning) + strlen(end) + strlen(mid) + strlen(content) + 1;
-        char *r = realloc(out, need);
-        if (!r) {
-            q.status = 500;
-            snprintf(err, err_size, "out of memory");
-            goto done;
-        }
-        out = r;
-        memcpy(out + *len, pre, pre_len);
-        *len += pre_len;
-        out[*len] = 0;
-        const char *pieces[5] = {start, block ? reasoning : "", end, mid, content};
-        for (int pc = 0; pc < 5; pc++) {
-            size_t a = *len, n = strlen(pieces[pc]);
-            memcpy(out + *len, pieces[pc], n + 1);
-            *len += n;
-            if (spans && n && (pc == 1 || pc == 4)) { /* the message's own text is data */
-                size_t *q2 = realloc(*spans, (2 * *n_spans + 2) * sizeof *q2);
-                if (q2) {
-                    *spans = q2;
-                    q2[2 * *n_spans] = a;
-                    q2[2 * *n_spans + 1] = *len;
-                    (*n_spans)++;
-                }
+/* The rendering of a continued message: what opens the assistant's turn (pre,
+ * pre_len bytes), the reasoning markers and what goes between reasoning and
+ * content (mid), by the template's continuation style. *gen holds the rendering
+ * with the generation prompt (PKV_CONT_AUTO). */
+typedef struct cont_parts {
+    const char *pre, *start, *end, *mid;
+    size_t pre_len;
+} cont_parts;
+
+static bool continuation_parts(const pkv_chat *c, json_t *ctx, int64_t now, const pkv_jinja_limits *lim, const char *out,
+                               size_t len, char **gen, cont_parts *cp, creq *q) {
+    *cp = (cont_parts){"", "", "", "", 0};
+    switch (c->cont_style) {
+    case PKV_CONT_GPTOSS:
+        cp->pre = "<|start|>assistant<|channel|>analysis<|message|>";
+        cp->mid = "<|end|><|start|>assistant<|channel|>final<|message|>";
+        break;
+    case PKV_CONT_GEMMA4:
+        cp->pre = len >= 8 && !strcmp(out + len - 8, "<turn|>\n") ? "<|turn>model\n" : "";
+        cp->start = "<|channel>thought\n";
+        cp->mid = "<channel|>";
+        break;
+    case PKV_CONT_QWEN3X:
+        cp->pre = "<|im_start|>assistant\n";
+        if (strstr(c->src, "<think>")) cp->start = "<think>\n", cp->end = "\n</think>\n\n";
+        break;
+    case PKV_CONT_AUTO: {
+        /* the generation prompt: what add_generation_prompt adds to the text,
+         * cut where the reasoning start marker begins */
+        size_t glen;
+        json_object_set_new(ctx, "add_generation_prompt", json_true());
+        if (!(*gen = render_ctx(c, ctx, now, lim, &glen, NULL, NULL, q))) return false;
+        size_t p = 0;
+        while (p < len && p < glen && out[p] == (*gen)[p]) p++;
+        cp->pre = *gen + p;
+        cp->start = c->think_start;
+        cp->end = c->think_end;
+        if (*cp->start && strstr(cp->pre, cp->start)) cp->pre_len = (size_t)(strstr(cp->pre, cp->start) - cp->pre);
+        else cp->pre_len = strlen(cp->pre);
+        return true;
+    }
+    }
+    cp->pre_len = strlen(cp->pre);
+    return true;
+}
+
+/* llama.cpp renders the messages before the continued one, then writes the
+ * assistant's opening, the reasoning block its template analysis names
+ * (find_reasoning) and the message's text: appended to *out (*len bytes), the
+ * message's own text recorded in spans as data. */
+static bool apply_continuation(const pkv_chat *c, json_t *ctx, json_t *cont, json_t *cfm, int64_t now,
+                               const pkv_jinja_limits *lim, char **out, size_t *len, size_t **spans, size_t *n_spans,
+                               char **gen, creq *q) {
+    const char *content = str_or(cont, "content", "");
+    const char *reasoning = str_or(cont, "reasoning_content", "");
+    bool content_mode = !(json_is_string(cfm) && !strcmp(json_string_value(cfm), "reasoning_content")) &&
+                        !(!*content && *reasoning && !json_is_string(cfm));
+    cont_parts cp;
+    if (!continuation_parts(c, ctx, now, lim, *out, *len, gen, &cp, q)) return false;
+    /* the reasoning block is written whenever the style has one */
+    bool block = c->cont_style == PKV_CONT_GPTOSS || *cp.start;
+    if (!content_mode) cp.end = cp.mid = content = "";
+    size_t need = *len + cp.pre_len + strlen(cp.start) + strlen(reasoning) + strlen(cp.end) + strlen(cp.mid) +
+                  strlen(content) + 1;
+    char *r = realloc(*out, need);
+    if (!r) return oom(q);
+    *out = r;
+    memcpy(r + *len, cp.pre, cp.pre_len);
+    *len += cp.pre_len;
+    r[*len] = 0;
+    const char *pieces[5] = {cp.start, block ? reasoning : "", cp.end, cp.mid, content};
+    for (int pc = 0; pc < 5; pc++) {
+        size_t a = *len, n = strlen(pieces[pc]);
+        memcpy(r + *len, pieces[pc], n + 1);
+        *len += n;
+        if (spans && n && (pc == 1 || pc == 4)) { /* the message's own text is data */
+            size_t *q2 = realloc(*spans, (2 * *n_spans + 2) * sizeof *q2);
+            if (q2) {
+                *spans = q2;
+                q2[2 * *n_spans] = a;
+                q2[2 * *n_spans + 1] = *len;
+                (*n_spans)++;
             }
         }
     }
-done:
+    return true;
+}
+
+char *pkv_chat_apply_ex(const pkv_chat *c, json_t *body, int64_t now, const struct pkv_jinja_limits *lim, size_t *len,
+                        size_t **spans, size_t *n_spans, int *status, char *err, size_t err_size) {
+    creq q = {err, err_size, 0};
+    char *out = NULL, *gen = NULL;
+    json_t *msgs = NULL, *ctx = NULL, *cont = NULL, *tl = NULL; /* tl: owned here until ctx takes it */
+    bool add_gen = true;
+    if (spans) {
+        *spans = NULL;
+        *n_spans = 0;
+    }
+    if ((msgs = apply_messages(c, body, &q)) && apply_tools(body, &tl, &q) &&
+        apply_continue(body, msgs, &add_gen, &cont, &q) && apply_roles(c, msgs, &q) &&
+        (ctx = apply_context(c, body, msgs, &tl, now, add_gen, &q)) &&
+        (out = render_ctx(c, ctx, now, lim, len, spans, n_spans, &q)) && cont)
+        apply_continuation(c, ctx, cont, json_object_get(body, "continue_final_message"), now, lim, &out, len, spans,
+                           n_spans, &gen, &q);
     if (q.status && out) {
         free(out);
         out = NULL;

@@ -94,6 +94,72 @@ const char *pkv_cli_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+/* A row's integer bound: 2^63 and beyond (INT64_MAX as a double) is INT64_MAX. */
+static long long bound(double d) { return d >= 0x1p63 ? INT64_MAX : (long long)d; }
+
+int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int *i, void *opts) {
+    const char *a = argv[*i];
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(a, t[k].name) && (!t[k].alias || strcmp(a, t[k].alias))) continue;
+        char *field = (char *)opts + t[k].off;
+        const char *v = NULL;
+        bool takes = t[k].kind == PKV_CLI_FN ? t[k].takes : t[k].kind != PKV_CLI_FLAG && t[k].kind != PKV_CLI_UNSET;
+        if (takes && !(v = pkv_cli_value(argc, argv, i))) return -1;
+        long long x;
+        double d;
+        switch (t[k].kind) {
+        case PKV_CLI_FLAG: *(bool *)(void *)field = true; break;
+        case PKV_CLI_UNSET: *(bool *)(void *)field = false; break;
+        case PKV_CLI_STR: *(const char **)(void *)field = v; break;
+        case PKV_CLI_INT:
+        case PKV_CLI_LLONG:
+        case PKV_CLI_INT64:
+        case PKV_CLI_SIZE:
+            if (!pkv_cli_int(a, v, bound(t[k].lo), bound(t[k].hi), &x)) return -1;
+            if (t[k].kind == PKV_CLI_INT) *(int *)(void *)field = (int)x;
+            else if (t[k].kind == PKV_CLI_LLONG) *(long long *)(void *)field = x;
+            else if (t[k].kind == PKV_CLI_INT64) *(int64_t *)(void *)field = x;
+            else *(size_t *)(void *)field = (size_t)x;
+            break;
+        case PKV_CLI_FLOAT:
+            if (!pkv_cli_float(a, v, t[k].lo, t[k].hi, &d)) return -1;
+            *(float *)(void *)field = (float)d;
+            break;
+        case PKV_CLI_DOUBLE:
+            if (!pkv_cli_float(a, v, t[k].lo, t[k].hi, &d)) return -1;
+            *(double *)(void *)field = d;
+            break;
+        case PKV_CLI_FN:
+            if (!t[k].fn(opts, a, v)) return -1;
+            break;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int pkv_cli_parse(const pkv_cli_cmd *c, int argc, char **argv, void *opts) {
+    const bool *help = (const bool *)(const void *)((const char *)opts + c->help_off);
+    for (int i = 1; i < argc; i++) {
+        int r = c->more ? c->more(argc, argv, &i, opts) : 0;
+        if (!r) r = pkv_cli_opt_parse(c->opts, c->n_opts, argc, argv, &i, opts);
+        if (r < 0) return 2;
+        if (*help) {
+            c->usage(stdout);
+            return 0;
+        }
+        if (c->stop_off && *(const bool *)(const void *)((const char *)opts + c->stop_off)) return 0;
+        if (!r) {
+            if (c->see_help)
+                fprintf(stderr, "pagekv %s: unknown option '%s' (see 'pagekv %s --help')\n", c->name, argv[i], c->name);
+            else fprintf(stderr, "pagekv %s: unknown option '%s'\n", c->name, argv[i]);
+            if (c->usage_on_unknown) c->usage(stderr);
+            return 2;
+        }
+    }
+    return -1;
+}
+
 int pkv_cli_fail(const char *cmd, const char *what, int status) {
     fprintf(stderr, "pagekv %s: %s: %s: %s\n", cmd, what, pkv_status_str((pkv_status)status), pkv_errmsg());
     return 1;

@@ -3,6 +3,7 @@
 #define PKV_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,6 +13,59 @@ bool pkv_cli_int(const char *opt, const char *s, long long lo, long long hi, lon
 bool pkv_cli_float(const char *opt, const char *s, double lo, double hi, double *out);
 /* The value of option argv[*i] (advancing *i), or NULL with an error printed. */
 const char *pkv_cli_value(int argc, char **argv, int *i);
+/* An options table (as git's parse-options): each row names an option, its
+ * alias (NULL: none), what it takes and where the value goes in the command's
+ * options struct (off = offsetof). INT stores an int in [lo, hi] (LLONG a long
+ * long, INT64 an int64_t, SIZE a size_t; bounds a double holds exactly, 2^63 and
+ * beyond meaning INT64_MAX), FLOAT a float in [lo, hi] (DOUBLE a double), STR the argument string, FLAG true, UNSET false; FN calls fn with the
+ * whole struct and the value (NULL when `takes` is false) and fails when fn
+ * returns false (fn says why). */
+typedef enum {
+    PKV_CLI_FLAG,
+    PKV_CLI_UNSET,
+    PKV_CLI_STR,
+    PKV_CLI_INT,
+    PKV_CLI_LLONG,
+    PKV_CLI_INT64,
+    PKV_CLI_SIZE,
+    PKV_CLI_FLOAT,
+    PKV_CLI_DOUBLE,
+    PKV_CLI_FN
+} pkv_cli_opt_kind;
+typedef struct pkv_cli_opt {
+    const char *name, *alias;
+    pkv_cli_opt_kind kind;
+    size_t off;
+    double lo, hi;
+    bool (*fn)(void *opts, const char *opt, const char *value);
+    bool takes; /* PKV_CLI_FN: the option takes a value */
+} pkv_cli_opt;
+/* A row of a table that fills a field of the struct type T. */
+#define PKV_CLI_OPT(T, name, alias, kind, field, lo, hi) {name, alias, kind, offsetof(T, field), lo, hi, NULL, false}
+/* 1: argv[*i] is in the table (consumed with its value); 0: not in it; -1: a
+ * missing or bad value (printed). */
+int pkv_cli_opt_parse(const pkv_cli_opt *t, size_t n, int argc, char **argv, int *i, void *opts);
+/* A command's options: its table, the flag -h/--help sets in it (help_off =
+ * offsetof), its usage, and the shared options tried before the table (more:
+ * pkv_cli_model_opt and the like, with pkv_cli_opt_parse's returns; NULL: none).
+ * An unknown option is said as "pagekv NAME: unknown option 'X'", with
+ * " (see 'pagekv NAME --help')" when see_help, the usage after it on stderr
+ * when usage_on_unknown. stop_off (0: none) names a flag an option's handler
+ * sets to end the parse there, as help does but without the usage. */
+typedef struct pkv_cli_cmd {
+    const char *name;
+    const pkv_cli_opt *opts;
+    size_t n_opts, help_off;
+    void (*usage)(FILE *f);
+    int (*more)(int argc, char **argv, int *i, void *opts);
+    bool see_help, usage_on_unknown;
+    size_t stop_off;
+} pkv_cli_cmd;
+/* Parse argv[1..argc) into opts. Returns -1 when every argument was taken, 0
+ * when help was asked (the usage printed on stdout, the rest not parsed) or the
+ * stop flag set, 2 on a bad value or an unknown option (said). */
+int pkv_cli_parse(const pkv_cli_cmd *c, int argc, char **argv, void *opts);
+
 /* Print "pagekv <cmd>: <what>: <status>: <errmsg>" to stderr. Returns 1. */
 int pkv_cli_fail(const char *cmd, const char *what, int status);
 /* Extra CPU devices for "all" (PKV_CPU_DEVICES, default 1). */
@@ -42,6 +96,9 @@ pkv_cli_model_opts pkv_cli_model_defaults(void);
 /* 1: argv[*i] was a shared option (consumed); 0: not one; -1: bad value (printed). */
 int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o);
 pkv_model *pkv_cli_open_model(const char *cmd, const pkv_cli_model_opts *o);
+/* pkv_cli_cmd.more for an options struct whose first member is its
+ * pkv_cli_model_opts. */
+int pkv_cli_model_more(int argc, char **argv, int *i, void *opts);
 /* A KV page type named on the command line: f16, f32, q8_0, q4_0. Prints an
  * error naming opt and returns false otherwise. */
 bool pkv_cli_kv_type(const char *opt, const char *v, int *out);

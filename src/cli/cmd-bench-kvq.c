@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,54 +94,74 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    long long depths[MAX_DEPTHS] = {512, 4096}, n = 32;
-    int nd = 2;
-    kv_pair types[MAX_TYPES] = {{PKV_TYPE_F32, PKV_TYPE_F32},
-                                {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0},
-                                {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
-                                {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}};
-    int nt = 4;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv bench kv-accuracy [-m FILE.gguf] [-t N] [-d DEVICE] [--depths D1,D2,...] [-n N]\n"
-                   "                                [--types T1,T2,...]\n"
-                   "Logits NMSE and top-1 agreement of KV page types against f16 pages, over the N (default\n"
-                   "32) tokens after each depth (default 512,4096), on the same teacher-forced random tokens.\n"
-                   "--types: T (K and V) or K/V, of f32, f16, q8_0, q4_0 (default f32,q8_0,q4_0,q8_0/q4_0;\n"
-                   "f32 shows the noise floor of the model). JSON on stdout.\n");
-            return 0;
-        } else if (!strcmp(a, "--types")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !(nt = parse_types("kv-accuracy", a, v, types))) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 4096, &n)) return 2;
-        } else if (!strcmp(a, "--depths")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            nd = 0;
-            for (const char *p = v; *p && nd < MAX_DEPTHS;) {
-                char *end;
-                long long x = strtoll(p, &end, 10);
-                if (end == p || x < 0 || (nd > 0 && x < depths[nd - 1] + 32)) {
-                    fprintf(stderr, "pagekv bench kv-accuracy: --depths wants increasing numbers, got '%s'\n", v);
-                    return 2;
-                }
-                depths[nd++] = x;
-                p = *end == ',' ? end + 1 : end;
-                if (*end && *end != ',') {
-                    fprintf(stderr, "pagekv bench kv-accuracy: --depths wants D1,D2,..., got '%s'\n", v);
-                    return 2;
-                }
-            }
-        } else {
-            fprintf(stderr, "pagekv bench kv-accuracy: unknown option '%s'\n", a);
-            return 2;
+static void kv_accuracy_usage(FILE *f) {
+    fprintf(f, "usage: pagekv bench kv-accuracy [-m FILE.gguf] [-t N] [-d DEVICE] [--depths D1,D2,...] [-n N]\n"
+               "                                [--types T1,T2,...]\n"
+               "Logits NMSE and top-1 agreement of KV page types against f16 pages, over the N (default\n"
+               "32) tokens after each depth (default 512,4096), on the same teacher-forced random tokens.\n"
+               "--types: T (K and V) or K/V, of f32, f16, q8_0, q4_0 (default f32,q8_0,q4_0,q8_0/q4_0;\n"
+               "f32 shows the noise floor of the model). JSON on stdout.\n");
+}
+
+/* What `pagekv bench kv-accuracy` was asked. */
+typedef struct kva_opts {
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
+    long long depths[MAX_DEPTHS], n;
+    int nd, nt;
+    kv_pair types[MAX_TYPES];
+    bool help;
+} kva_opts;
+
+static bool kva_opt_types(void *opts, const char *opt, const char *v) {
+    kva_opts *k = opts;
+    int nt = parse_types("kv-accuracy", opt, v, k->types);
+    if (nt) k->nt = nt;
+    return nt > 0;
+}
+
+static bool kva_opt_depths(void *opts, const char *opt, const char *v) {
+    kva_opts *k = opts;
+    (void)opt;
+    k->nd = 0;
+    for (const char *p = v; *p && k->nd < MAX_DEPTHS;) {
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 0 || (k->nd > 0 && x < k->depths[k->nd - 1] + 32)) {
+            fprintf(stderr, "pagekv bench kv-accuracy: --depths wants increasing numbers, got '%s'\n", v);
+            return false;
+        }
+        k->depths[k->nd++] = x;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "pagekv bench kv-accuracy: --depths wants D1,D2,..., got '%s'\n", v);
+            return false;
         }
     }
+    return true;
+}
+
+static const pkv_cli_opt kva_options[] = {
+    PKV_CLI_OPT(kva_opts, "-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    {"--types", NULL, PKV_CLI_FN, 0, 0, 0, kva_opt_types, true},
+    PKV_CLI_OPT(kva_opts, "-n", NULL, PKV_CLI_LLONG, n, 1, 4096),
+    {"--depths", NULL, PKV_CLI_FN, 0, 0, 0, kva_opt_depths, true},
+};
+static const pkv_cli_cmd kva_cmd = {"bench kv-accuracy", kva_options, sizeof kva_options / sizeof kva_options[0],
+                                    offsetof(kva_opts, help), kv_accuracy_usage, pkv_cli_model_more, false, false};
+
+int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
+    kva_opts args = {.depths = {512, 4096}, .n = 32, .nd = 2, .nt = 4,
+                  .types = {{PKV_TYPE_F32, PKV_TYPE_F32},
+                            {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0},
+                            {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                            {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}}};
+    args.o = pkv_cli_model_defaults();
+    int parsed = pkv_cli_parse(&kva_cmd, argc, argv, &args);
+    if (parsed >= 0) return parsed;
+    pkv_cli_model_opts o = args.o;
+    const long long *depths = args.depths, n = args.n;
+    const int nd = args.nd, nt = args.nt;
+    const kv_pair *types = args.types;
     for (int d = 1; d < nd; d++)
         if (depths[d] < depths[d - 1] + n) {
             fprintf(stderr, "pagekv bench kv-accuracy: depths must be at least -n %lld apart\n", n);
@@ -202,38 +223,52 @@ out:
  * in one process with the types interleaved (round r decodes N tokens on each
  * type in turn), so that load from elsewhere on a shared machine hits every type
  * alike; the best round of each type is reported, and its median. */
+static void kv_speed_usage(FILE *f) {
+    fprintf(f, "usage: pagekv bench kv-speed [-m FILE.gguf] [-t N] [-d DEVICE] [--depth D] [--decode N]\n"
+               "                             [--rounds R] [--types T1,T2,...]\n"
+               "Decode tokens/s at depth D (default 4096) for each KV type (default f16,q8_0,q4_0,q8_0/q4_0;\n"
+               "T or K/V), the types interleaved over R rounds (default 5) of N tokens (default 16). JSON.\n");
+}
+
+/* What `pagekv bench kv-speed` was asked. */
+typedef struct kvs_opts {
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
+    long long depth, n, rounds;
+    int nt;
+    kv_pair types[MAX_TYPES];
+    bool help;
+} kvs_opts;
+
+static bool kvs_opt_types(void *opts, const char *opt, const char *v) {
+    kvs_opts *k = opts;
+    int nt = parse_types("kv-speed", opt, v, k->types);
+    if (nt) k->nt = nt;
+    return nt > 0;
+}
+
+static const pkv_cli_opt kvs_options[] = {
+    PKV_CLI_OPT(kvs_opts, "-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    PKV_CLI_OPT(kvs_opts, "--depth", NULL, PKV_CLI_LLONG, depth, 1, 1 << 20),
+    PKV_CLI_OPT(kvs_opts, "--decode", NULL, PKV_CLI_LLONG, n, 1, 4096),
+    PKV_CLI_OPT(kvs_opts, "--rounds", NULL, PKV_CLI_LLONG, rounds, 1, 100),
+    {"--types", NULL, PKV_CLI_FN, 0, 0, 0, kvs_opt_types, true},
+};
+static const pkv_cli_cmd kvs_cmd = {"bench kv-speed", kvs_options, sizeof kvs_options / sizeof kvs_options[0],
+                                    offsetof(kvs_opts, help), kv_speed_usage, pkv_cli_model_more, false, false};
+
 int pkv_cli_bench_kv_speed(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    long long depth = 4096, n = 16, rounds = 5;
-    kv_pair types[MAX_TYPES] = {{PKV_TYPE_F16, PKV_TYPE_F16},
-                                {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0},
-                                {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
-                                {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}};
-    int nt = 4;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv bench kv-speed [-m FILE.gguf] [-t N] [-d DEVICE] [--depth D] [--decode N]\n"
-                   "                             [--rounds R] [--types T1,T2,...]\n"
-                   "Decode tokens/s at depth D (default 4096) for each KV type (default f16,q8_0,q4_0,q8_0/q4_0;\n"
-                   "T or K/V), the types interleaved over R rounds (default 5) of N tokens (default 16). JSON.\n");
-            return 0;
-        } else if (!strcmp(a, "--depth")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &depth)) return 2;
-        } else if (!strcmp(a, "--decode")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 4096, &n)) return 2;
-        } else if (!strcmp(a, "--rounds")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 100, &rounds)) return 2;
-        } else if (!strcmp(a, "--types")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !(nt = parse_types("kv-speed", a, v, types))) return 2;
-        } else {
-            fprintf(stderr, "pagekv bench kv-speed: unknown option '%s'\n", a);
-            return 2;
-        }
-    }
+    kvs_opts args = {.depth = 4096, .n = 16, .rounds = 5, .nt = 4,
+                  .types = {{PKV_TYPE_F16, PKV_TYPE_F16},
+                            {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0},
+                            {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                            {PKV_TYPE_Q8_0, PKV_TYPE_Q4_0}}};
+    args.o = pkv_cli_model_defaults();
+    int parsed = pkv_cli_parse(&kvs_cmd, argc, argv, &args);
+    if (parsed >= 0) return parsed;
+    pkv_cli_model_opts o = args.o;
+    const long long depth = args.depth, n = args.n, rounds = args.rounds;
+    const int nt = args.nt;
+    const kv_pair *types = args.types;
     pkv_model *m = pkv_cli_open_model("bench kv-speed", &o);
     if (!m) return 1;
     pkv_model_info info;

@@ -8,6 +8,7 @@
  * Without -m the model is the Qwen3-0.6B shape (q8_0, random weights) made in
  * memory, the reference shape of docs/BENCHMARKS.md. */
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,349 +333,407 @@ static pkv_model *reference_model(const pkv_cli_model_opts *o, bool with_vocab) 
     return m;
 }
 
-int pkv_cli_bench_serve(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    long long n_req = 32, clients = 8, p_mean = 96, g_mean = 32, pool = 0, host = 0, batch_tokens = 256, max_seqs = 64,
-              seed = 1;
-    double rate = 0, shared = 0, temp = 0;
-    bool json_object = false;
-    pkv_grammar *gram = NULL;
-    bool json = false, swap = true, prefix = true, tiny = false, use_mtp = false;
-    pkv_spill_mode spill = PKV_SPILL_AUTO;
-    const char *draft_path = NULL, *warm_dir = NULL, *disk_dir = NULL;
-    long long draft_max = 0;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-#define INT_OPT(name, lo, hi, dst)                                                                   \
-    else if (!strcmp(a, name)) {                                                                      \
-        if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, lo, hi, &dst)) return 2;      \
+/* What `pagekv bench serve` was asked (the options table below fills it). */
+typedef struct bs_opts {
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
+    long long n_req, clients, p_mean, g_mean, pool, host, batch_tokens, max_seqs, seed, draft_max;
+    double rate, shared, temp;
+    bool json_object, json, swap, prefix, tiny, use_mtp, help;
+    pkv_spill_mode spill;
+    const char *draft_path, *warm_dir, *disk_dir;
+} bs_opts;
+
+static bool bs_opt_spill(void *opts, const char *opt, const char *m) {
+    bs_opts *r = opts;
+    (void)opt;
+    if (!strcmp(m, "auto")) r->spill = PKV_SPILL_AUTO;
+    else if (!strcmp(m, "never")) r->spill = PKV_SPILL_NEVER;
+    else if (!strcmp(m, "always")) r->spill = PKV_SPILL_ALWAYS;
+    else {
+        fprintf(stderr, "pagekv bench serve: --spill %s: give auto, never or always\n", m);
+        return false;
     }
-#define FLT_OPT(name, lo, hi, dst)                                                                   \
-    else if (!strcmp(a, name)) {                                                                      \
-        if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, lo, hi, &dst)) return 2;    \
-    }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        INT_OPT("-n", 1, 100000, n_req)
-        INT_OPT("--requests", 1, 100000, n_req)
-        INT_OPT("--clients", 1, 4096, clients)
-        INT_OPT("--prompt-tokens", 2, 1 << 16, p_mean)
-        INT_OPT("--output-tokens", 1, 1 << 16, g_mean)
-        INT_OPT("--pool-pages", 1, 1 << 24, pool)
-        INT_OPT("--host-pages", 1, 1 << 24, host)
-        INT_OPT("--batch-tokens", 1, 1 << 16, batch_tokens)
-        INT_OPT("--max-seqs", 1, 4096, max_seqs)
-        INT_OPT("--seed", 0, (1LL << 62), seed)
-        INT_OPT("--draft-max", 1, 64, draft_max)
-        FLT_OPT("--rate", 0.001, 1e6, rate)
-        FLT_OPT("--shared-prefix", 0, 0.99, shared)
-        FLT_OPT("--temp", 0, 100, temp)
-        else if (!strcmp(a, "--no-swap")) swap = false;
-        else if (!strcmp(a, "--json-object")) json_object = true;
-        else if (!strcmp(a, "--no-prefix-cache")) prefix = false;
-        else if (!strcmp(a, "--tiny")) tiny = true;
-        else if (!strcmp(a, "--mtp")) use_mtp = true;
-        else if (!strcmp(a, "--draft")) {
-            if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
-        }
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--kv-disk")) {
-            if (!(disk_dir = pkv_cli_value(argc, argv, &i))) return 2;
-        }
-        else if (!strcmp(a, "--spill")) {
-            const char *m = pkv_cli_value(argc, argv, &i);
-            if (!m) return 2;
-            if (!strcmp(m, "auto")) spill = PKV_SPILL_AUTO;
-            else if (!strcmp(m, "never")) spill = PKV_SPILL_NEVER;
-            else if (!strcmp(m, "always")) spill = PKV_SPILL_ALWAYS;
-            else {
-                fprintf(stderr, "pagekv bench serve: --spill %s: give auto, never or always\n", m);
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--warm-from-disk")) {
-            if (!(warm_dir = pkv_cli_value(argc, argv, &i))) return 2;
-        }
-        else {
-            fprintf(stderr, "pagekv bench serve: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-#undef INT_OPT
-#undef FLT_OPT
-    }
-    if ((use_mtp && (draft_path || !o.model)) || (draft_max && !use_mtp && !draft_path)) {
+    return true;
+}
+
+#define BS_OPT(...) PKV_CLI_OPT(bs_opts, __VA_ARGS__)
+static const pkv_cli_opt bs_options[] = {
+    BS_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    BS_OPT("-n", "--requests", PKV_CLI_LLONG, n_req, 1, 100000),
+    BS_OPT("--clients", NULL, PKV_CLI_LLONG, clients, 1, 4096),
+    BS_OPT("--prompt-tokens", NULL, PKV_CLI_LLONG, p_mean, 2, 1 << 16),
+    BS_OPT("--output-tokens", NULL, PKV_CLI_LLONG, g_mean, 1, 1 << 16),
+    BS_OPT("--pool-pages", NULL, PKV_CLI_LLONG, pool, 1, 1 << 24),
+    BS_OPT("--host-pages", NULL, PKV_CLI_LLONG, host, 1, 1 << 24),
+    BS_OPT("--batch-tokens", NULL, PKV_CLI_LLONG, batch_tokens, 1, 1 << 16),
+    BS_OPT("--max-seqs", NULL, PKV_CLI_LLONG, max_seqs, 1, 4096),
+    BS_OPT("--seed", NULL, PKV_CLI_LLONG, seed, 0, (double)(1LL << 62)),
+    BS_OPT("--draft-max", NULL, PKV_CLI_LLONG, draft_max, 1, 64),
+    BS_OPT("--rate", NULL, PKV_CLI_DOUBLE, rate, 0.001, 1e6),
+    BS_OPT("--shared-prefix", NULL, PKV_CLI_DOUBLE, shared, 0, 0.99),
+    BS_OPT("--temp", NULL, PKV_CLI_DOUBLE, temp, 0, 100),
+    BS_OPT("--no-swap", NULL, PKV_CLI_UNSET, swap, 0, 0),
+    BS_OPT("--json-object", NULL, PKV_CLI_FLAG, json_object, 0, 0),
+    BS_OPT("--no-prefix-cache", NULL, PKV_CLI_UNSET, prefix, 0, 0),
+    BS_OPT("--tiny", NULL, PKV_CLI_FLAG, tiny, 0, 0),
+    BS_OPT("--mtp", NULL, PKV_CLI_FLAG, use_mtp, 0, 0),
+    BS_OPT("--draft", NULL, PKV_CLI_STR, draft_path, 0, 0),
+    BS_OPT("--json", NULL, PKV_CLI_FLAG, json, 0, 0),
+    BS_OPT("--kv-disk", NULL, PKV_CLI_STR, disk_dir, 0, 0),
+    {"--spill", NULL, PKV_CLI_FN, 0, 0, 0, bs_opt_spill, true},
+    BS_OPT("--warm-from-disk", NULL, PKV_CLI_STR, warm_dir, 0, 0),
+};
+#undef BS_OPT
+
+static const pkv_cli_cmd bs_cmd = {"bench serve", bs_options, sizeof bs_options / sizeof bs_options[0],
+                                   offsetof(bs_opts, help), usage, pkv_cli_model_more, false, true};
+
+/* Fill b from argv: -1 to go on, else the exit code. */
+static int bs_parse(int argc, char **argv, bs_opts *b) {
+    memset(b, 0, sizeof *b);
+    b->o = pkv_cli_model_defaults();
+    b->n_req = 32, b->clients = 8, b->p_mean = 96, b->g_mean = 32, b->batch_tokens = 256, b->max_seqs = 64;
+    b->seed = 1;
+    b->swap = b->prefix = true;
+    b->spill = PKV_SPILL_AUTO;
+    int rc = pkv_cli_parse(&bs_cmd, argc, argv, b);
+    if (rc >= 0) return rc;
+    if ((b->use_mtp && (b->draft_path || !b->o.model)) || (b->draft_max && !b->use_mtp && !b->draft_path)) {
         fprintf(stderr, "pagekv bench serve: --mtp needs -m FILE with MTP layers and no --draft; --draft-max needs "
                         "--mtp or --draft FILE\n");
         return 2;
     }
-    pkv_model *m = o.model || tiny ? pkv_cli_open_model("bench serve", &o) : reference_model(&o, json_object);
+    return -1;
+}
+
+/* One load: its requests, the engine and what it measured. */
+typedef struct bs_run {
+    const bs_opts *a;
+    pkv_model *m, *draft;
+    pkv_model_info info;
+    req_stat *rq;   /* [n_req] */
+    int32_t *sys;   /* [sys_len] the shared prefix */
+    double *arrive; /* [n_req] seconds after the start (--rate) */
+    double *ttft, *tpot; /* [n_req] ms, sorted when reported */
+    bench b;
+    pkv_engine *e;
+    pkv_grammar *gram;
+    int ps;
+    double wall;
+    pkv_engine_stats st;
+    pkv_kv_stats ks;
+} bs_run;
+
+/* The requests, fixed by the seed; false (said) when out of memory. */
+static bool bs_make_load(bs_run *x) {
+    const bs_opts *a = x->a;
+    uint64_t rs = (uint64_t)a->seed * 2654435761u + 1;
+    int n_vocab = x->info.n_vocab;
+    int sys_len = (int)llround(a->shared * (double)a->p_mean);
+    x->sys = malloc((size_t)(sys_len + 1) * sizeof *x->sys);
+    x->rq = calloc((size_t)a->n_req, sizeof *x->rq);
+    x->arrive = calloc((size_t)a->n_req, sizeof *x->arrive);
+    x->ttft = calloc((size_t)a->n_req, sizeof *x->ttft);
+    x->tpot = calloc((size_t)a->n_req, sizeof *x->tpot);
+    if (!x->sys || !x->rq || !x->arrive || !x->ttft || !x->tpot) {
+        fprintf(stderr, "pagekv bench serve: out of memory\n");
+        return false;
+    }
+    for (int k = 0; k < sys_len; k++) x->sys[k] = (int32_t)(rnd(&rs) % (uint64_t)n_vocab);
+    double t_arr = 0;
+    for (int i = 0; i < a->n_req; i++) {
+        req_stat *r = &x->rq[i];
+        r->b = &x->b;
+        r->n_prompt = (int)(a->p_mean / 2 + (long long)(rnd(&rs) % (uint64_t)(a->p_mean + 1)));
+        if (r->n_prompt < 1) r->n_prompt = 1;
+        r->max_tokens = (int)(a->g_mean / 2 + (long long)(rnd(&rs) % (uint64_t)(a->g_mean + 1)));
+        if (r->max_tokens < 1) r->max_tokens = 1;
+        if (!(r->prompt = malloc((size_t)r->n_prompt * sizeof *r->prompt))) {
+            fprintf(stderr, "pagekv bench serve: out of memory\n");
+            return false;
+        }
+        int k = 0;
+        for (; k < sys_len && k < r->n_prompt - 1; k++) r->prompt[k] = x->sys[k];
+        for (; k < r->n_prompt; k++) r->prompt[k] = (int32_t)(rnd(&rs) % (uint64_t)n_vocab);
+        if (a->rate > 0) { /* exponential gaps */
+            double u = (double)(rnd(&rs) >> 11) * 0x1.0p-53;
+            t_arr += -log(1.0 - u) / a->rate;
+            x->arrive[i] = t_arr;
+        }
+    }
+    return true;
+}
+
+/* The engine for the load, started; else the exit code (said). */
+static int bs_start_engine(bs_run *x) {
+    const bs_opts *a = x->a;
+    pkv_engine_params ep = pkv_engine_default_params();
+    int p_max = (int)(a->p_mean * 3 / 2), g_max = (int)(a->g_mean * 3 / 2);
+    int ps = x->ps = a->o.page_size ? a->o.page_size : 16;
+    int n_ctx = a->o.n_ctx ? a->o.n_ctx : p_max + g_max + 1;
+    long long conc = a->rate > 0 ? PKV_ENGINE_MAX_N : a->clients; /* open loop: size for 64 in flight */
+    if (conc > a->n_req) conc = a->n_req;
+    ep.cache.n_ctx = n_ctx;
+    ep.cache.page_size = ps;
+    ep.cache.kv_type = (pkv_type)a->o.kv_type;
+    ep.cache.n_pages = a->pool ? a->pool : conc * ((n_ctx + ps - 1) / ps);
+    ep.cache.host_pages = a->host;
+    if (a->disk_dir) {
+        struct stat sb;
+        if (stat(a->disk_dir, &sb) == 0) {
+            fprintf(stderr, "pagekv bench serve: --kv-disk %s exists: give a new directory (a run must start empty)\n",
+                    a->disk_dir);
+            return 2;
+        }
+        ep.cache.disk_dir = a->disk_dir;
+        ep.cache.disk_bytes = 1ull << 40;
+    }
+    ep.max_batch_tokens = (int)a->batch_tokens;
+    ep.max_seqs = (int)a->max_seqs;
+    ep.spill = a->spill;
+    ep.swap = a->swap;
+    ep.prefix_cache = a->prefix;
+    ep.draft = x->draft;
+    ep.draft_max = (int)a->draft_max;
+    if (!(x->e = pkv_engine_create(x->m, ep))) {
+        fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
+        return 1;
+    }
+    if (a->json_object && !(x->gram = pkv_grammar_from_json_schema("{\"type\": \"object\"}", 18))) {
+        fprintf(stderr, "pagekv bench serve: --json-object: %s\n", pkv_errmsg());
+        return 1;
+    }
+    if (pkv_engine_start(x->e)) {
+        fprintf(stderr, "pagekv bench serve: engine thread: %s\n", pkv_errmsg());
+        return 1;
+    }
+    return 0;
+}
+
+/* Submit request i to the engine (called without b.mu held). */
+static void bs_submit(bs_run *x, int i) {
+    req_stat *r = &x->rq[i];
+    pkv_request_params q = pkv_request_default_params();
+    q.prompt = r->prompt;
+    q.n_prompt = r->n_prompt;
+    q.max_tokens = r->max_tokens;
+    q.ignore_eos = x->gram == NULL; /* a grammar decides where the output ends */
+    q.grammar = x->gram;
+    q.sampling.temp = (float)x->a->temp;
+    q.sampling.seed = (uint64_t)x->a->seed + (uint64_t)i;
+    q.on_event = on_event;
+    q.user = r;
+    r->t_submit = pkv_time_now_cli();
+    pkv_status s = pkv_engine_submit(x->e, &q, NULL);
+    pthread_mutex_lock(&x->b.mu);
+    if (s) {
+        fprintf(stderr, "pagekv bench serve: submit: %s\n", pkv_errmsg());
+        r->done = true;
+        x->b.n_done++;
+        x->b.n_error++;
+    }
+    pthread_mutex_unlock(&x->b.mu);
+}
+
+/* Run the load to the end: arrivals by --rate or a closed loop of --clients;
+ * then the engine's statistics and each request's latencies (sorted). */
+static void bs_drive(bs_run *x) {
+    const bs_opts *a = x->a;
+    bench *b = &x->b;
+    double t0 = pkv_time_now_cli();
+    int next = 0;
+    pthread_mutex_lock(&b->mu);
+    while (b->n_done < a->n_req) {
+        int in_flight = next - b->n_done;
+        bool go = next < a->n_req && (a->rate > 0 ? pkv_time_now_cli() - t0 >= x->arrive[next] : in_flight < a->clients);
+        if (go) {
+            pthread_mutex_unlock(&b->mu);
+            bs_submit(x, next++);
+            pthread_mutex_lock(&b->mu);
+            continue;
+        }
+        if (a->rate > 0 && next < a->n_req) {
+            pthread_mutex_unlock(&b->mu);
+            sleep_until(t0 + x->arrive[next]);
+            pthread_mutex_lock(&b->mu);
+        } else {
+            pthread_cond_wait(&b->cv, &b->mu);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    x->wall = pkv_time_now_cli() - t0;
+    pkv_engine_stop(x->e); /* the last step's statistics are complete once it returned */
+    pkv_engine_stats_get(x->e, &x->st);
+    pkv_kv_stats_get(pkv_engine_cache(x->e), &x->ks);
+}
+
+/* What the reports say beyond the engine's statistics. */
+typedef struct bs_figures {
+    long long gen, prompt_tok; /* tokens generated, prompt tokens */
+    int n_t, n_p;              /* requests with a first token, with a second */
+    double hit;                /* prefix-hit fraction of the prompt tokens */
+} bs_figures;
+
+/* Totals over the requests; ttft/tpot filled (n_t, n_p of them) and sorted. */
+static void bs_figures_get(bs_run *x, bs_figures *f) {
+    memset(f, 0, sizeof *f);
+    for (int i = 0; i < x->a->n_req; i++) {
+        req_stat *r = &x->rq[i];
+        f->gen += r->n_gen;
+        f->prompt_tok += r->n_prompt;
+        if (r->n_gen > 0) x->ttft[f->n_t++] = (r->t_first - r->t_submit) * 1e3;
+        if (r->n_gen > 1) x->tpot[f->n_p++] = (r->t_last - r->t_first) * 1e3 / (r->n_gen - 1);
+    }
+    qsort(x->ttft, (size_t)f->n_t, sizeof *x->ttft, cmp_double);
+    qsort(x->tpot, (size_t)f->n_p, sizeof *x->tpot, cmp_double);
+    f->hit = x->st.prompt_tokens ? (double)x->st.prefix_hit_tokens / (double)x->st.prompt_tokens : 0;
+}
+
+/* The figures as one JSON object (--json). */
+static void bs_report_json(const bs_run *x, const bs_figures *f) {
+    const bs_opts *a = x->a;
+    const pkv_engine_stats *st = &x->st;
+    const pkv_kv_stats *ks = &x->ks;
+    const pkv_model_info *info = &x->info;
+    printf("{\"model\": \"%s\", \"weights\": \"%s\", \"layers\": %d, \"device\": \"%s\",\n", a->o.model ? a->o.model : a->tiny ? "builtin" : "qwen3-0.6b-shape (made in memory)",
+           info->weight_type, info->n_layer, pkv_device_name(pkv_model_device(x->m)));
+    printf(" \"requests\": %lld, \"arrivals\": \"%s\", \"clients\": %lld, \"rate\": %g,\n", a->n_req,
+           a->rate > 0 ? "poisson" : "closed", a->rate > 0 ? 0 : a->clients, a->rate);
+    printf(" \"prompt_tokens_mean\": %lld, \"output_tokens_mean\": %lld, \"shared_prefix\": %g, \"temp\": %g,\n",
+           a->p_mean, a->g_mean, a->shared, a->temp);
+    printf(" \"page_size\": %d, \"pool_pages\": %lld, \"host_pages\": %lld, \"batch_tokens\": %lld, \"swap\": %s, "
+           "\"prefix_cache\": %s,\n",
+           x->ps, (long long)st->pages_total, (long long)st->host_pages, a->batch_tokens, a->swap ? "true" : "false",
+           a->prefix ? "true" : "false");
+    printf(" \"wall_s\": %.3f, \"output_tok_s\": %.2f, \"total_tok_s\": %.2f, \"computed_tok_s\": %.2f,\n", x->wall,
+           (double)f->gen / x->wall, (double)(f->gen + f->prompt_tok) / x->wall, (double)st->computed_tokens / x->wall);
+    printf(" \"ttft_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(x->ttft, f->n_t, 50), pct(x->ttft, f->n_t, 90),
+           pct(x->ttft, f->n_t, 99));
+    printf(" \"tpot_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(x->tpot, f->n_p, 50), pct(x->tpot, f->n_p, 90),
+           pct(x->tpot, f->n_p, 99));
+    printf(" \"prompt_tokens\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_hit_fraction\": %.3f, "
+           "\"generated_tokens\": %llu, \"computed_tokens\": %llu,\n",
+           (unsigned long long)st->prompt_tokens, (unsigned long long)st->prefix_hit_tokens, f->hit,
+           (unsigned long long)st->generated_tokens, (unsigned long long)st->computed_tokens);
+    printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu, \"spill\": %llu}, \"peak_pages\": %lld, "
+           "\"steps\": %llu, \"tokens_per_step\": %.1f, \"failed\": %d,\n",
+           (unsigned long long)st->preemptions_swap, (unsigned long long)st->preemptions_recompute,
+           (unsigned long long)st->preemptions_spill,
+           (long long)st->pages_peak, (unsigned long long)st->steps,
+           st->steps ? (double)st->computed_tokens / (double)st->steps : 0.0, x->b.n_error);
+    printf(" \"draft\": %s%s%s, \"draft_proposed\": %llu, \"draft_accepted\": %llu, \"draft_steps\": %llu,\n",
+           x->draft ? "\"" : "", a->use_mtp ? "mtp" : a->draft_path ? a->draft_path : "null", x->draft ? "\"" : "",
+           (unsigned long long)st->draft_proposed, (unsigned long long)st->draft_accepted,
+           (unsigned long long)st->draft_steps);
+    printf(" \"disk_hit_pages\": %llu, \"disk_written_pages\": %llu,\n", (unsigned long long)ks->disk_hit_pages,
+           (unsigned long long)ks->disk_written_pages);
+    if (a->disk_dir) /* spilling preempted sequences: what it cost against recomputing */
+        printf(" \"spill\": {\"mode\": \"%s\", \"preemptions\": %llu, \"failed\": %llu, \"pages_written\": %llu, "
+               "\"bytes_written\": %llu, \"pages_resumed\": %llu, \"pages_read\": %llu, \"write_ms_per_page\": %.3f, "
+               "\"read_ms_per_page\": %.3f, \"disk_file_read_ms_per_page\": %.3f, \"prefill_ms_per_token\": %.3f, "
+               "\"recompute_ms_per_page\": %.3f},\n",
+               a->spill == PKV_SPILL_NEVER ? "never" : a->spill == PKV_SPILL_ALWAYS ? "always" : "auto",
+               (unsigned long long)st->preemptions_spill, (unsigned long long)st->spill_failed,
+               (unsigned long long)st->spill_pages_written, (unsigned long long)st->spill_bytes_written,
+               (unsigned long long)st->spill_pages_resumed, (unsigned long long)st->spill_pages_read,
+               st->spill_pages_written ? st->spill_write_seconds * 1e3 / (double)st->spill_pages_written : 0.0,
+               st->spill_pages_read ? st->spill_read_seconds * 1e3 / (double)st->spill_pages_read : 0.0,
+               ks->disk_hit_pages ? ks->disk_read_seconds * 1e3 / (double)ks->disk_hit_pages : 0.0,
+               st->prefill_seconds_per_token * 1e3, st->prefill_seconds_per_token * 1e3 * x->ps);
+    printf(" \"grammar\": %s, \"vocab\": %d, \"grammar_masks\": %llu, \"grammar_mask_us_per_token\": %.1f}\n",
+               x->gram ? "\"json_object\"" : "null", info->n_vocab, (unsigned long long)st->grammar_masks,
+               st->grammar_masks ? st->grammar_mask_seconds * 1e6 / (double)st->grammar_masks : 0.0);
+}
+
+/* The figures for people. */
+static void bs_report_text(const bs_run *x, const bs_figures *f) {
+    const bs_opts *a = x->a;
+    const pkv_engine_stats *st = &x->st;
+    const pkv_kv_stats *ks = &x->ks;
+    const pkv_model_info *info = &x->info;
+    printf("bench serve: %lld requests (%s), prompt ~%lld tokens (%.0f%% shared), output ~%lld, %s weights, %s\n",
+           a->n_req, a->rate > 0 ? "Poisson arrivals" : "closed loop", a->p_mean, a->shared * 100, a->g_mean, info->weight_type,
+           pkv_device_name(pkv_model_device(x->m)));
+    printf("  %.2f s: %.2f output tok/s, %.2f total tok/s; %llu steps, %.1f tokens per step\n", x->wall,
+           (double)f->gen / x->wall, (double)(f->gen + f->prompt_tok) / x->wall, (unsigned long long)st->steps,
+           st->steps ? (double)st->computed_tokens / (double)st->steps : 0.0);
+    printf("  TTFT ms p50 %.1f p90 %.1f p99 %.1f; TPOT ms p50 %.1f p90 %.1f p99 %.1f\n", pct(x->ttft, f->n_t, 50),
+           pct(x->ttft, f->n_t, 90), pct(x->ttft, f->n_t, 99), pct(x->tpot, f->n_p, 50), pct(x->tpot, f->n_p, 90), pct(x->tpot, f->n_p, 99));
+    printf("  prefix hits %.1f%% of prompt tokens; preemptions %llu swap + %llu recompute; peak %lld of %lld pages\n",
+           f->hit * 100, (unsigned long long)st->preemptions_swap, (unsigned long long)st->preemptions_recompute,
+           (long long)st->pages_peak, (long long)st->pages_total);
+    if (x->draft)
+        printf("  draft %s: %llu proposals verified, %llu kept (%.1f%%), %llu draft steps\n",
+               a->use_mtp ? "(MTP head)" : a->draft_path, (unsigned long long)st->draft_proposed,
+               (unsigned long long)st->draft_accepted,
+               st->draft_proposed ? 100.0 * (double)st->draft_accepted / (double)st->draft_proposed : 0.0,
+               (unsigned long long)st->draft_steps);
+    if (x->gram)
+        printf("  json_object constraint: %llu token masks over a %d-token vocabulary, %.1f us each\n",
+               (unsigned long long)st->grammar_masks, info->n_vocab,
+               st->grammar_masks ? st->grammar_mask_seconds * 1e6 / (double)st->grammar_masks : 0.0);
+    if (a->disk_dir)
+        printf("  disk tier: %llu pages loaded, %llu written; %llu preemptions spilled (%llu failed), %llu pages "
+               "written by spills (%.2f ms each), %llu read back (%.2f ms each); prefill %.3f ms per token\n",
+               (unsigned long long)ks->disk_hit_pages, (unsigned long long)ks->disk_written_pages,
+               (unsigned long long)st->preemptions_spill, (unsigned long long)st->spill_failed,
+               (unsigned long long)st->spill_pages_written,
+               st->spill_pages_written ? st->spill_write_seconds * 1e3 / (double)st->spill_pages_written : 0.0,
+               (unsigned long long)st->spill_pages_read,
+               st->spill_pages_read ? st->spill_read_seconds * 1e3 / (double)st->spill_pages_read : 0.0,
+               st->prefill_seconds_per_token * 1e3);
+    if (x->b.n_error) printf("  %d requests failed\n", x->b.n_error);
+}
+
+int pkv_cli_bench_serve(int argc, char **argv) {
+    bs_opts a;
+    int rc = bs_parse(argc, argv, &a);
+    if (rc >= 0) return rc;
+    pkv_model *m = a.o.model || a.tiny ? pkv_cli_open_model("bench serve", &a.o) : reference_model(&a.o, a.json_object);
     if (!m) return 1;
-    if (warm_dir) {
+    if (a.warm_dir) {
         bool has_n = false;
         for (int i = 1; i < argc; i++) has_n |= !strcmp(argv[i], "-n") || !strcmp(argv[i], "--requests");
-        int r = warm_from_disk(m, warm_dir, (int)p_mean, has_n ? (int)n_req : 3, o.page_size ? o.page_size : 16,
-                               (pkv_type)o.kv_type, (uint64_t)seed, json);
+        int r = warm_from_disk(m, a.warm_dir, (int)a.p_mean, has_n ? (int)a.n_req : 3, a.o.page_size ? a.o.page_size : 16,
+                               (pkv_type)a.o.kv_type, (uint64_t)a.seed, a.json);
         pkv_model_free(m);
         return r;
     }
-    pkv_model *draft = NULL;
-    if (use_mtp || draft_path) {
+    bs_run x = {.a = &a, .m = m};
+    if (a.use_mtp || a.draft_path) {
         pkv_model_params dp = pkv_model_default_params();
         dp.device_handle = pkv_model_device(m);
-        dp.n_threads = o.threads;
-        dp.mtp = use_mtp;
-        if (!(draft = pkv_model_load(use_mtp ? o.model : draft_path, dp))) {
+        dp.n_threads = a.o.threads;
+        dp.mtp = a.use_mtp;
+        if (!(x.draft = pkv_model_load(a.use_mtp ? a.o.model : a.draft_path, dp))) {
             fprintf(stderr, "pagekv bench serve: cannot load the draft: %s\n", pkv_errmsg());
             pkv_model_free(m);
             return 1;
         }
     }
-    pkv_model_info info;
-    pkv_model_get_info(m, &info);
-    int n_vocab = info.n_vocab;
-
-    /* The load, fixed by the seed. */
-    uint64_t rs = (uint64_t)seed * 2654435761u + 1;
-    int p_max = (int)(p_mean * 3 / 2), g_max = (int)(g_mean * 3 / 2);
-    int sys_len = (int)llround(shared * (double)p_mean);
-    int32_t *sys = malloc((size_t)(sys_len + 1) * sizeof *sys);
-    req_stat *rq = calloc((size_t)n_req, sizeof *rq);
-    double *arrive = calloc((size_t)n_req, sizeof *arrive);
-    double *ttft = calloc((size_t)n_req, sizeof *ttft), *tpot = calloc((size_t)n_req, sizeof *tpot);
-    bench b = {.n_done = 0};
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_cond_init(&b.cv, NULL);
-    pkv_engine *e = NULL;
-    int rc = 1;
-    if (!sys || !rq || !arrive || !ttft || !tpot) {
-        fprintf(stderr, "pagekv bench serve: out of memory\n");
-        goto out;
+    pkv_model_get_info(m, &x.info);
+    pthread_mutex_init(&x.b.mu, NULL);
+    pthread_cond_init(&x.b.cv, NULL);
+    rc = 1;
+    if (bs_make_load(&x) && !(rc = bs_start_engine(&x))) {
+        bs_drive(&x);
+        bs_figures f;
+        bs_figures_get(&x, &f);
+        if (a.json) bs_report_json(&x, &f);
+        else bs_report_text(&x, &f);
+        rc = x.b.n_error ? 1 : 0;
     }
-    for (int k = 0; k < sys_len; k++) sys[k] = (int32_t)(rnd(&rs) % (uint64_t)n_vocab);
-    double t_arr = 0;
-    for (int i = 0; i < n_req; i++) {
-        req_stat *r = &rq[i];
-        r->b = &b;
-        r->n_prompt = (int)(p_mean / 2 + (long long)(rnd(&rs) % (uint64_t)(p_mean + 1)));
-        if (r->n_prompt < 1) r->n_prompt = 1;
-        r->max_tokens = (int)(g_mean / 2 + (long long)(rnd(&rs) % (uint64_t)(g_mean + 1)));
-        if (r->max_tokens < 1) r->max_tokens = 1;
-        if (!(r->prompt = malloc((size_t)r->n_prompt * sizeof *r->prompt))) {
-            fprintf(stderr, "pagekv bench serve: out of memory\n");
-            goto out;
-        }
-        int k = 0;
-        for (; k < sys_len && k < r->n_prompt - 1; k++) r->prompt[k] = sys[k];
-        for (; k < r->n_prompt; k++) r->prompt[k] = (int32_t)(rnd(&rs) % (uint64_t)n_vocab);
-        if (rate > 0) { /* exponential gaps */
-            double u = (double)(rnd(&rs) >> 11) * 0x1.0p-53;
-            t_arr += -log(1.0 - u) / rate;
-            arrive[i] = t_arr;
-        }
-    }
-
-    pkv_engine_params ep = pkv_engine_default_params();
-    int ps = o.page_size ? o.page_size : 16;
-    int n_ctx = o.n_ctx ? o.n_ctx : p_max + g_max + 1;
-    long long conc = rate > 0 ? PKV_ENGINE_MAX_N : clients; /* open loop: size for 64 in flight */
-    if (rate > 0 && conc > n_req) conc = n_req;
-    if (!rate && conc > n_req) conc = n_req;
-    ep.cache.n_ctx = n_ctx;
-    ep.cache.page_size = ps;
-    ep.cache.kv_type = (pkv_type)o.kv_type;
-    ep.cache.n_pages = pool ? pool : conc * ((n_ctx + ps - 1) / ps);
-    ep.cache.host_pages = host;
-    if (disk_dir) {
-        struct stat sb;
-        if (stat(disk_dir, &sb) == 0) {
-            fprintf(stderr, "pagekv bench serve: --kv-disk %s exists: give a new directory (a run must start empty)\n",
-                    disk_dir);
-            rc = 2;
-            goto out;
-        }
-        ep.cache.disk_dir = disk_dir;
-        ep.cache.disk_bytes = 1ull << 40;
-    }
-    ep.max_batch_tokens = (int)batch_tokens;
-    ep.max_seqs = (int)max_seqs;
-    ep.spill = spill;
-    ep.swap = swap;
-    ep.prefix_cache = prefix;
-    ep.draft = draft;
-    ep.draft_max = (int)draft_max;
-    if (!(e = pkv_engine_create(m, ep))) {
-        fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
-        goto out;
-    }
-    if (json_object && !(gram = pkv_grammar_from_json_schema("{\"type\": \"object\"}", 18))) {
-        fprintf(stderr, "pagekv bench serve: --json-object: %s\n", pkv_errmsg());
-        goto out;
-    }
-    if (pkv_engine_start(e)) {
-        fprintf(stderr, "pagekv bench serve: engine thread: %s\n", pkv_errmsg());
-        goto out;
-    }
-    double t0 = pkv_time_now_cli();
-    int next = 0;
-    pthread_mutex_lock(&b.mu);
-    while (b.n_done < n_req) {
-        int in_flight = next - b.n_done;
-        bool go = next < n_req && (rate > 0 ? pkv_time_now_cli() - t0 >= arrive[next] : in_flight < clients);
-        if (go) {
-            pthread_mutex_unlock(&b.mu);
-            req_stat *r = &rq[next];
-            pkv_request_params q = pkv_request_default_params();
-            q.prompt = r->prompt;
-            q.n_prompt = r->n_prompt;
-            q.max_tokens = r->max_tokens;
-            q.ignore_eos = gram == NULL; /* a grammar decides where the output ends */
-            q.grammar = gram;
-            q.sampling.temp = (float)temp;
-            q.sampling.seed = (uint64_t)seed + (uint64_t)next;
-            q.on_event = on_event;
-            q.user = r;
-            r->t_submit = pkv_time_now_cli();
-            pkv_status s = pkv_engine_submit(e, &q, NULL);
-            pthread_mutex_lock(&b.mu);
-            if (s) {
-                fprintf(stderr, "pagekv bench serve: submit: %s\n", pkv_errmsg());
-                r->done = true;
-                b.n_done++;
-                b.n_error++;
-            }
-            next++;
-            continue;
-        }
-        if (rate > 0 && next < n_req) {
-            pthread_mutex_unlock(&b.mu);
-            sleep_until(t0 + arrive[next]);
-            pthread_mutex_lock(&b.mu);
-        } else {
-            pthread_cond_wait(&b.cv, &b.mu);
-        }
-    }
-    pthread_mutex_unlock(&b.mu);
-    double wall = pkv_time_now_cli() - t0;
-    pkv_engine_stop(e); /* the last step's statistics are complete once it returned */
-    pkv_engine_stats st;
-    pkv_engine_stats_get(e, &st);
-    pkv_kv_stats ks;
-    pkv_kv_stats_get(pkv_engine_cache(e), &ks);
-
-    int n_t = 0, n_p = 0;
-    long long gen = 0, prompt_tok = 0;
-    for (int i = 0; i < n_req; i++) {
-        req_stat *r = &rq[i];
-        gen += r->n_gen;
-        prompt_tok += r->n_prompt;
-        if (r->n_gen > 0) ttft[n_t++] = (r->t_first - r->t_submit) * 1e3;
-        if (r->n_gen > 1) tpot[n_p++] = (r->t_last - r->t_first) * 1e3 / (r->n_gen - 1);
-    }
-    qsort(ttft, (size_t)n_t, sizeof *ttft, cmp_double);
-    qsort(tpot, (size_t)n_p, sizeof *tpot, cmp_double);
-    double hit = st.prompt_tokens ? (double)st.prefix_hit_tokens / (double)st.prompt_tokens : 0;
-    if (json) {
-        printf("{\"model\": \"%s\", \"weights\": \"%s\", \"layers\": %d, \"device\": \"%s\",\n", o.model ? o.model : tiny ? "builtin" : "qwen3-0.6b-shape (made in memory)",
-               info.weight_type, info.n_layer, pkv_device_name(pkv_model_device(m)));
-        printf(" \"requests\": %lld, \"arrivals\": \"%s\", \"clients\": %lld, \"rate\": %g,\n", n_req,
-               rate > 0 ? "poisson" : "closed", rate > 0 ? 0 : clients, rate);
-        printf(" \"prompt_tokens_mean\": %lld, \"output_tokens_mean\": %lld, \"shared_prefix\": %g, \"temp\": %g,\n",
-               p_mean, g_mean, shared, temp);
-        printf(" \"page_size\": %d, \"pool_pages\": %lld, \"host_pages\": %lld, \"batch_tokens\": %lld, \"swap\": %s, "
-               "\"prefix_cache\": %s,\n",
-               ps, (long long)st.pages_total, (long long)st.host_pages, batch_tokens, swap ? "true" : "false",
-               prefix ? "true" : "false");
-        printf(" \"wall_s\": %.3f, \"output_tok_s\": %.2f, \"total_tok_s\": %.2f, \"computed_tok_s\": %.2f,\n", wall,
-               (double)gen / wall, (double)(gen + prompt_tok) / wall, (double)st.computed_tokens / wall);
-        printf(" \"ttft_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(ttft, n_t, 50), pct(ttft, n_t, 90),
-               pct(ttft, n_t, 99));
-        printf(" \"tpot_ms\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f},\n", pct(tpot, n_p, 50), pct(tpot, n_p, 90),
-               pct(tpot, n_p, 99));
-        printf(" \"prompt_tokens\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_hit_fraction\": %.3f, "
-               "\"generated_tokens\": %llu, \"computed_tokens\": %llu,\n",
-               (unsigned long long)st.prompt_tokens, (unsigned long long)st.prefix_hit_tokens, hit,
-               (unsigned long long)st.generated_tokens, (unsigned long long)st.computed_tokens);
-        printf(" \"preemptions\": {\"swap\": %llu, \"recompute\": %llu, \"spill\": %llu}, \"peak_pages\": %lld, "
-               "\"steps\": %llu, \"tokens_per_step\": %.1f, \"failed\": %d,\n",
-               (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
-               (unsigned long long)st.preemptions_spill,
-               (long long)st.pages_peak, (unsigned long long)st.steps,
-               st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0, b.n_error);
-        printf(" \"draft\": %s%s%s, \"draft_proposed\": %llu, \"draft_accepted\": %llu, \"draft_steps\": %llu,\n",
-               draft ? "\"" : "", use_mtp ? "mtp" : draft_path ? draft_path : "null", draft ? "\"" : "",
-               (unsigned long long)st.draft_proposed, (unsigned long long)st.draft_accepted,
-               (unsigned long long)st.draft_steps);
-        printf(" \"disk_hit_pages\": %llu, \"disk_written_pages\": %llu,\n", (unsigned long long)ks.disk_hit_pages,
-               (unsigned long long)ks.disk_written_pages);
-        if (disk_dir) /* spilling preempted sequences: what it cost against recomputing */
-            printf(" \"spill\": {\"mode\": \"%s\", \"preemptions\": %llu, \"failed\": %llu, \"pages_written\": %llu, "
-                   "\"bytes_written\": %llu, \"pages_resumed\": %llu, \"pages_read\": %llu, \"write_ms_per_page\": %.3f, "
-                   "\"read_ms_per_page\": %.3f, \"disk_file_read_ms_per_page\": %.3f, \"prefill_ms_per_token\": %.3f, "
-                   "\"recompute_ms_per_page\": %.3f},\n",
-                   spill == PKV_SPILL_NEVER ? "never" : spill == PKV_SPILL_ALWAYS ? "always" : "auto",
-                   (unsigned long long)st.preemptions_spill, (unsigned long long)st.spill_failed,
-                   (unsigned long long)st.spill_pages_written, (unsigned long long)st.spill_bytes_written,
-                   (unsigned long long)st.spill_pages_resumed, (unsigned long long)st.spill_pages_read,
-                   st.spill_pages_written ? st.spill_write_seconds * 1e3 / (double)st.spill_pages_written : 0.0,
-                   st.spill_pages_read ? st.spill_read_seconds * 1e3 / (double)st.spill_pages_read : 0.0,
-                   ks.disk_hit_pages ? ks.disk_read_seconds * 1e3 / (double)ks.disk_hit_pages : 0.0,
-                   st.prefill_seconds_per_token * 1e3, st.prefill_seconds_per_token * 1e3 * ps);
-        printf(" \"grammar\": %s, \"vocab\": %d, \"grammar_masks\": %llu, \"grammar_mask_us_per_token\": %.1f}\n",
-                   gram ? "\"json_object\"" : "null", info.n_vocab, (unsigned long long)st.grammar_masks,
-                   st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
-    } else {
-        printf("bench serve: %lld requests (%s), prompt ~%lld tokens (%.0f%% shared), output ~%lld, %s weights, %s\n",
-               n_req, rate > 0 ? "Poisson arrivals" : "closed loop", p_mean, shared * 100, g_mean, info.weight_type,
-               pkv_device_name(pkv_model_device(m)));
-        printf("  %.2f s: %.2f output tok/s, %.2f total tok/s; %llu steps, %.1f tokens per step\n", wall,
-               (double)gen / wall, (double)(gen + prompt_tok) / wall, (unsigned long long)st.steps,
-               st.steps ? (double)st.computed_tokens / (double)st.steps : 0.0);
-        printf("  TTFT ms p50 %.1f p90 %.1f p99 %.1f; TPOT ms p50 %.1f p90 %.1f p99 %.1f\n", pct(ttft, n_t, 50),
-               pct(ttft, n_t, 90), pct(ttft, n_t, 99), pct(tpot, n_p, 50), pct(tpot, n_p, 90), pct(tpot, n_p, 99));
-        printf("  prefix hits %.1f%% of prompt tokens; preemptions %llu swap + %llu recompute; peak %lld of %lld pages\n",
-               hit * 100, (unsigned long long)st.preemptions_swap, (unsigned long long)st.preemptions_recompute,
-               (long long)st.pages_peak, (long long)st.pages_total);
-        if (draft)
-            printf("  draft %s: %llu proposals verified, %llu kept (%.1f%%), %llu draft steps\n",
-                   use_mtp ? "(MTP head)" : draft_path, (unsigned long long)st.draft_proposed,
-                   (unsigned long long)st.draft_accepted,
-                   st.draft_proposed ? 100.0 * (double)st.draft_accepted / (double)st.draft_proposed : 0.0,
-                   (unsigned long long)st.draft_steps);
-        if (gram)
-            printf("  json_object constraint: %llu token masks over a %d-token vocabulary, %.1f us each\n",
-                   (unsigned long long)st.grammar_masks, info.n_vocab,
-                   st.grammar_masks ? st.grammar_mask_seconds * 1e6 / (double)st.grammar_masks : 0.0);
-        if (disk_dir)
-            printf("  disk tier: %llu pages loaded, %llu written; %llu preemptions spilled (%llu failed), %llu pages "
-                   "written by spills (%.2f ms each), %llu read back (%.2f ms each); prefill %.3f ms per token\n",
-                   (unsigned long long)ks.disk_hit_pages, (unsigned long long)ks.disk_written_pages,
-                   (unsigned long long)st.preemptions_spill, (unsigned long long)st.spill_failed,
-                   (unsigned long long)st.spill_pages_written,
-                   st.spill_pages_written ? st.spill_write_seconds * 1e3 / (double)st.spill_pages_written : 0.0,
-                   (unsigned long long)st.spill_pages_read,
-                   st.spill_pages_read ? st.spill_read_seconds * 1e3 / (double)st.spill_pages_read : 0.0,
-                   st.prefill_seconds_per_token * 1e3);
-        if (b.n_error) printf("  %d requests failed\n", b.n_error);
-    }
-    rc = b.n_error ? 1 : 0;
-out:
-    pkv_engine_free(e);
-    pkv_grammar_free(gram);
-    pkv_model_free(draft);
+    pkv_engine_free(x.e);
+    pkv_grammar_free(x.gram);
+    pkv_model_free(x.draft);
     pkv_model_free(m);
-    for (int i = 0; rq && i < n_req; i++) free(rq[i].prompt);
-    free(rq);
-    free(sys);
-    free(arrive);
-    free(ttft);
-    free(tpot);
-    pthread_cond_destroy(&b.cv);
-    pthread_mutex_destroy(&b.mu);
+    for (int i = 0; x.rq && i < a.n_req; i++) free(x.rq[i].prompt);
+    free(x.rq);
+    free(x.sys);
+    free(x.arrive);
+    free(x.ttft);
+    free(x.tpot);
+    pthread_cond_destroy(&x.b.cv);
+    pthread_mutex_destroy(&x.b.mu);
     return rc;
 }

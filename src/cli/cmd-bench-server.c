@@ -183,64 +183,66 @@ static double completion_ms(int port, long long max_tokens) {
     return (now_s() - t0) * 1e3;
 }
 
-int pkv_cli_bench_server(int argc, char **argv) {
-    const char *model = NULL;
-    long long ctx_tokens = 1800, forks = 256, pollers = 2, runs = 5, n_ctx = 2048, poll_ms = 0, max_tokens = 20;
-    const char *poll_path = "/v1/contexts";
-    bool memory = true;
-    const char *serve_with = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ctx-tokens")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 2, 1 << 20, &ctx_tokens)) return 2;
-        } else if (!strcmp(a, "--forks")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 100000, &forks)) return 2;
-        } else if (!strcmp(a, "--pollers")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 64, &pollers)) return 2;
-        } else if (!strcmp(a, "--poll-path")) {
-            if (!(poll_path = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--poll-ms")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 60000, &poll_ms)) return 2;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 100000, &max_tokens)) return 2;
-        } else if (!strcmp(a, "--runs")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1000, &runs)) return 2;
-        } else if (!strcmp(a, "-c")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 16, 1 << 20, &n_ctx)) return 2;
-        } else if (!strcmp(a, "--serve-with")) {
-            if (!(serve_with = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--no-memory")) {
-            memory = false;
-        } else {
-            fprintf(stderr, "pagekv bench server: unknown option '%s' (see 'pagekv bench server --help')\n", a);
-            return 2;
-        }
-    }
-    if (poll_path[0] != '/' || strpbrk(poll_path, "\"\\ ")) {
+/* What `pagekv bench server` was asked (the options table below fills it). */
+typedef struct bsrv_opts {
+    const char *model, *poll_path, *serve_with;
+    long long ctx_tokens, forks, pollers, runs, n_ctx, poll_ms, max_tokens;
+    bool memory, help;
+} bsrv_opts;
+
+#define BSRV_OPT(...) PKV_CLI_OPT(bsrv_opts, __VA_ARGS__)
+static const pkv_cli_opt bsrv_options[] = {
+    BSRV_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    BSRV_OPT("-m", "--model", PKV_CLI_STR, model, 0, 0),
+    BSRV_OPT("--ctx-tokens", NULL, PKV_CLI_LLONG, ctx_tokens, 2, 1 << 20),
+    BSRV_OPT("--forks", NULL, PKV_CLI_LLONG, forks, 0, 100000),
+    BSRV_OPT("--pollers", NULL, PKV_CLI_LLONG, pollers, 0, 64),
+    BSRV_OPT("--poll-path", NULL, PKV_CLI_STR, poll_path, 0, 0),
+    BSRV_OPT("--poll-ms", NULL, PKV_CLI_LLONG, poll_ms, 0, 60000),
+    BSRV_OPT("--max-tokens", NULL, PKV_CLI_LLONG, max_tokens, 1, 100000),
+    BSRV_OPT("--runs", NULL, PKV_CLI_LLONG, runs, 1, 1000),
+    BSRV_OPT("-c", NULL, PKV_CLI_LLONG, n_ctx, 16, 1 << 20),
+    BSRV_OPT("--serve-with", NULL, PKV_CLI_STR, serve_with, 0, 0),
+    BSRV_OPT("--no-memory", NULL, PKV_CLI_UNSET, memory, 0, 0),
+};
+#undef BSRV_OPT
+static const pkv_cli_cmd bsrv_cmd = {"bench server", bsrv_options, sizeof bsrv_options / sizeof bsrv_options[0],
+                                     offsetof(bsrv_opts, help), usage, NULL, true, false};
+
+/* Fill b from argv: -1 to go on, else the exit code. */
+static int bsrv_parse(int argc, char **argv, bsrv_opts *b) {
+    *b = (bsrv_opts){.poll_path = "/v1/contexts", .ctx_tokens = 1800, .forks = 256, .pollers = 2, .runs = 5,
+                     .n_ctx = 2048, .max_tokens = 20, .memory = true};
+    int rc = pkv_cli_parse(&bsrv_cmd, argc, argv, b);
+    if (rc >= 0) return rc;
+    if (b->poll_path[0] != '/' || strpbrk(b->poll_path, "\"\\ ")) {
         fprintf(stderr, "pagekv bench server: --poll-path must be a path such as /v1/kv\n");
         return 2;
     }
-    if (ctx_tokens >= n_ctx) {
-        fprintf(stderr, "pagekv bench server: --ctx-tokens %lld does not fit -c %lld\n", ctx_tokens, n_ctx);
+    if (b->ctx_tokens >= b->n_ctx) {
+        fprintf(stderr, "pagekv bench server: --ctx-tokens %lld does not fit -c %lld\n", b->ctx_tokens, b->n_ctx);
         return 2;
     }
+    return -1;
+}
+
+/* Start `pagekv serve` (this binary, or --serve-with) on a free port: its pid
+ * (0 when it could not be started: said) and the port in *port (0 when it did
+ * not come up: said). */
+static pid_t bsrv_start(const bsrv_opts *b, int *port) {
     char pf[64], self[4096];
+    *port = 0;
     snprintf(pf, sizeof pf, "/tmp/pagekv-bench-%d.port", (int)getpid());
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) {
         fprintf(stderr, "pagekv bench server: cannot find this program (/proc/self/exe)\n");
-        return 1;
+        return 0;
     }
     self[sl] = 0;
-    if (serve_with) snprintf(self, sizeof self, "%s", serve_with);
+    if (b->serve_with) snprintf(self, sizeof self, "%s", b->serve_with);
     unlink(pf);
     char cc[32], par[32];
-    snprintf(cc, sizeof cc, "%lld", n_ctx);
+    snprintf(cc, sizeof cc, "%lld", b->n_ctx);
     snprintf(par, sizeof par, "%d", 16);
     pid_t pid = fork();
     if (pid == 0) {
@@ -248,143 +250,174 @@ int pkv_cli_bench_server(int argc, char **argv) {
         if (devnull >= 0) dup2(devnull, 1);
         char *args[24] = {self, "serve", "--port", "0", "--port-file", pf, "-c", cc, "--parallel", par,
                           "--max-contexts", "100000", "--chat-template", "chatml", "--context-pages", "1000000", NULL};
-        int k = serve_with ? 14 : 16; /* a binary from before --context-pages: without it */
-        if (model) args[k++] = "-m", args[k++] = (char *)model;
+        int k = b->serve_with ? 14 : 16; /* a binary from before --context-pages: without it */
+        if (b->model) args[k++] = "-m", args[k++] = (char *)b->model;
         args[k] = NULL;
         execv(self, args);
         _exit(127);
     }
-    if (pid < 0) return 1;
-    int port = 0;
-    for (int i = 0; i < 1200 && port <= 0; i++) {
+    if (pid < 0) return 0;
+    for (int i = 0; i < 1200 && *port <= 0; i++) {
         FILE *f = fopen(pf, "r");
         if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
+            if (fscanf(f, "%d", port) != 1) *port = 0;
             fclose(f);
         }
         int st;
-        if (port <= 0 && waitpid(pid, &st, WNOHANG) == pid) {
+        if (*port <= 0 && waitpid(pid, &st, WNOHANG) == pid) {
             fprintf(stderr, "pagekv bench server: the server exited (%d) before listening\n", WEXITSTATUS(st));
-            return 1;
+            return 0;
         }
-        if (port <= 0) usleep(50000);
+        if (*port <= 0) usleep(50000);
     }
     unlink(pf);
-    int rc = 1;
-    if (port <= 0) {
-        fprintf(stderr, "pagekv bench server: the server did not come up in 60 s\n");
-        goto out;
+    if (*port <= 0) fprintf(stderr, "pagekv bench server: the server did not come up in 60 s\n");
+    return pid;
+}
+
+/* SIGTERM, a minute to exit, then SIGKILL. */
+static void bsrv_stop(pid_t pid) {
+    kill(pid, SIGTERM);
+    int wst;
+    for (int i = 0; i < 600; i++) {
+        if (waitpid(pid, &wst, WNOHANG) == pid) return;
+        usleep(100000);
     }
-    long hwm_start = hwm_kib(pid);
-    fprintf(stderr, "pagekv bench server: serving on 127.0.0.1:%d; a %lld-token context and %lld forks\n", port,
-            ctx_tokens, forks);
-    double *t = calloc((size_t)runs, sizeof *t);
-    /* the context and its forks */
-    size_t cap = (size_t)ctx_tokens * 8 + 64, at = 0;
+    kill(pid, SIGKILL);
+    waitpid(pid, &wst, 0);
+}
+
+/* The long context and its forks: create and fork times in ms (each fork's
+ * average); false (said) when the server refused. */
+static bool bsrv_contexts(const bsrv_opts *b, int port, double *create_ms, double *fork_ms) {
+    size_t cap = (size_t)b->ctx_tokens * 8 + 64, at = 0;
     char *body = malloc(cap);
     at += (size_t)snprintf(body, cap, "{\"tokens\": [");
-    for (long long i = 0; i < ctx_tokens; i++)
+    for (long long i = 0; i < b->ctx_tokens; i++)
         at += (size_t)snprintf(body + at, cap - at, "%s%lld", i ? "," : "", 260 + (i * 37) % 240);
     at += (size_t)snprintf(body + at, cap - at, "]}");
     double t0 = now_s();
     int st = http(port, "POST", "/v1/contexts", body, at, NULL, NULL);
-    double create_ms = (now_s() - t0) * 1e3;
+    *create_ms = (now_s() - t0) * 1e3;
     free(body);
     if (st != 200) {
         fprintf(stderr, "pagekv bench server: creating the context answered %d\n", st);
-        goto out;
+        return false;
     }
     t0 = now_s();
-    for (long long i = 0; i < forks; i++)
+    for (long long i = 0; i < b->forks; i++)
         if ((st = http(port, "POST", "/v1/contexts/ctx-1/fork", "", 0, NULL, NULL)) != 200) {
             fprintf(stderr, "pagekv bench server: fork %lld answered %d\n", i, st);
-            goto out;
+            return false;
         }
-    double fork_ms = (now_s() - t0) * 1e3 / (double)(forks ? forks : 1);
+    *fork_ms = (now_s() - t0) * 1e3 / (double)(b->forks ? b->forks : 1);
+    return true;
+}
+
+/* Completion latency alone and while polled, and the poll's own latency. */
+typedef struct bsrv_polled {
+    double list_alone, alone, polled; /* medians, ms */
+    long lists;                       /* polls while timed */
+    double list_sum, polled_s;        /* their total seconds; seconds timed */
+    size_t poll_bytes;
+} bsrv_polled;
+
+static void bsrv_poll(const bsrv_opts *b, int port, double *t, double *ta, bsrv_polled *p) {
+    int runs = (int)b->runs;
     for (int i = 0; i < runs; i++) {
-        t0 = now_s();
-        http(port, "GET", poll_path, "", 0, NULL, NULL);
+        double t0 = now_s();
+        http(port, "GET", b->poll_path, "", 0, NULL, NULL);
         t[i] = (now_s() - t0) * 1e3;
     }
-    double list_alone = median(t, (int)runs);
+    p->list_alone = median(t, runs);
     /* alone and polled alternate, run by run, so a machine whose load drifts
      * (other processes) weighs on both the same; the pollers start 100 ms
      * before each polled run and stop after it */
-    double *ta = calloc((size_t)runs, sizeof *ta);
     volatile bool stop = false;
     poller pl[64];
     pthread_t pth[64];
-    long lists = 0;
-    double list_sum = 0, polled_s = 0;
-    size_t poll_bytes = 0;
     for (int r = 0; r < runs; r++) {
         usleep(100000); /* as before a polled run */
-        ta[r] = completion_ms(port, max_tokens);
+        ta[r] = completion_ms(port, b->max_tokens);
         stop = false;
-        for (int i = 0; i < pollers; i++) {
-            pl[i] = (poller){port, &stop, 0, 0, poll_path, (long)poll_ms, 0};
+        for (int i = 0; i < b->pollers; i++) {
+            pl[i] = (poller){port, &stop, 0, 0, b->poll_path, (long)b->poll_ms, 0};
             pthread_create(&pth[i], NULL, poll_main, &pl[i]);
         }
         usleep(100000);
         double tp0 = now_s();
-        t[r] = completion_ms(port, max_tokens);
-        polled_s += now_s() - tp0;
+        t[r] = completion_ms(port, b->max_tokens);
+        p->polled_s += now_s() - tp0;
         stop = true;
-        for (int i = 0; i < pollers; i++) {
+        for (int i = 0; i < b->pollers; i++) {
             pthread_join(pth[i], NULL);
-            lists += pl[i].lists;
-            list_sum += pl[i].t_sum;
-            poll_bytes = pl[i].bytes;
+            p->lists += pl[i].lists;
+            p->list_sum += pl[i].t_sum;
+            p->poll_bytes = pl[i].bytes;
         }
     }
-    double alone = median(ta, (int)runs), polled = median(t, (int)runs);
+    p->alone = median(ta, runs);
+    p->polled = median(t, runs);
+}
+
+/* The server's peak RSS under 8 parallel logprobs chats, then 8 parallel
+ * /tokenize of 1 MB: the "memory" member. */
+static void bsrv_memory(int port, pid_t pid, long hwm_start) {
+    /* chats with n = 4, logprobs and 20 alternatives per token (the whole context), 8 at once */
+    static const char lp[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"tell me a long story\"}], "
+                             "\"n\": 4, \"logprobs\": true, \"top_logprobs\": 20, \"temperature\": 0, "
+                             "\"ignore_eos\": true}";
+    size_t tok_bytes = 0, lp_bytes = 0;
+    int lp_ok = parallel(port, 8, "/v1/chat/completions", lp, sizeof lp - 1, &lp_bytes);
+    long hwm_lp = hwm_kib(pid);
+    /* ~1 MB of 'é' (under the default 1 MiB body limit) with pieces, 8 at once */
+    size_t n = 1000000;
+    char *big = malloc(n + 64);
+    size_t bl = (size_t)sprintf(big, "{\"content\": \"");
+    for (size_t i = 0; i < n / 2; i++) big[bl++] = '\xc3', big[bl++] = '\xa9';
+    bl += (size_t)sprintf(big + bl, "\", \"with_pieces\": true}");
+    int tok_ok = parallel(port, 8, "/tokenize", big, bl, &tok_bytes);
+    free(big);
+    long hwm_tok = hwm_kib(pid);
+    printf(",\n  \"memory\": {\"peak_rss_kib_start\": %ld, \"logprobs_parallel\": 8, \"logprobs_ok\": %d, "
+           "\"logprobs_answer_bytes\": %zu, \"peak_rss_kib_after_logprobs\": %ld, \"tokenize_parallel\": 8, "
+           "\"tokenize_ok\": %d, \"tokenize_answer_bytes\": %zu, \"peak_rss_kib_after_tokenize\": %ld}",
+           hwm_start, lp_ok, lp_bytes, hwm_lp, tok_ok, tok_bytes, hwm_tok);
+}
+
+/* Everything measured against the running server; the exit code. */
+static int bsrv_measure(const bsrv_opts *b, int port, pid_t pid) {
+    long hwm_start = hwm_kib(pid);
+    fprintf(stderr, "pagekv bench server: serving on 127.0.0.1:%d; a %lld-token context and %lld forks\n", port,
+            b->ctx_tokens, b->forks);
+    double create_ms, fork_ms;
+    if (!bsrv_contexts(b, port, &create_ms, &fork_ms)) return 1;
+    double *t = calloc((size_t)b->runs, sizeof *t), *ta = calloc((size_t)b->runs, sizeof *ta);
+    bsrv_polled p = {0};
+    bsrv_poll(b, port, t, ta, &p);
     free(ta);
     free(t);
-    printf("{\n  \"server\": {\"port\": %d, \"model\": \"%s\", \"n_ctx\": %lld},\n", port, model ? model : "built-in",
-           n_ctx);
+    printf("{\n  \"server\": {\"port\": %d, \"model\": \"%s\", \"n_ctx\": %lld},\n", port, b->model ? b->model : "built-in",
+           b->n_ctx);
     printf("  \"contexts\": {\"ctx_tokens\": %lld, \"forks\": %lld, \"create_ms\": %.2f, \"fork_ms_each\": %.3f, "
            "\"completion_tokens\": %lld, \"completion_ms_alone\": %.2f, \"completion_ms_while_polled\": %.2f, "
            "\"pollers\": %lld, \"poll_path\": \"%s\", \"poll_ms\": %lld, \"poll_bytes\": %zu, "
            "\"lists_while_timed\": %ld, \"lists_per_s\": %.1f, \"list_ms_alone\": %.2f, \"list_ms_while_polled\": %.2f}",
-           ctx_tokens, forks, create_ms, fork_ms, max_tokens, alone, polled, pollers, poll_path, poll_ms, poll_bytes, lists,
-           lists / (polled_s > 0 ? polled_s : 1), list_alone, lists ? list_sum * 1e3 / (double)lists : 0.0);
-    if (memory) {
-        /* chats with n = 4, logprobs and 20 alternatives per token (the whole context), 8 at once */
-        static const char lp[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"tell me a long story\"}], "
-                                 "\"n\": 4, \"logprobs\": true, \"top_logprobs\": 20, \"temperature\": 0, "
-                                 "\"ignore_eos\": true}";
-        size_t tok_bytes = 0, lp_bytes = 0;
-        int lp_ok = parallel(port, 8, "/v1/chat/completions", lp, sizeof lp - 1, &lp_bytes);
-        long hwm_lp = hwm_kib(pid);
-        /* ~1 MB of 'é' (under the default 1 MiB body limit) with pieces, 8 at once */
-        size_t n = 1000000;
-        char *big = malloc(n + 64);
-        size_t bl = (size_t)sprintf(big, "{\"content\": \"");
-        for (size_t i = 0; i < n / 2; i++) big[bl++] = '\xc3', big[bl++] = '\xa9';
-        bl += (size_t)sprintf(big + bl, "\", \"with_pieces\": true}");
-        int tok_ok = parallel(port, 8, "/tokenize", big, bl, &tok_bytes);
-        free(big);
-        long hwm_tok = hwm_kib(pid);
-        printf(",\n  \"memory\": {\"peak_rss_kib_start\": %ld, \"logprobs_parallel\": 8, \"logprobs_ok\": %d, "
-               "\"logprobs_answer_bytes\": %zu, \"peak_rss_kib_after_logprobs\": %ld, \"tokenize_parallel\": 8, "
-               "\"tokenize_ok\": %d, \"tokenize_answer_bytes\": %zu, \"peak_rss_kib_after_tokenize\": %ld}",
-               hwm_start, lp_ok, lp_bytes, hwm_lp, tok_ok, tok_bytes, hwm_tok);
-    }
+           b->ctx_tokens, b->forks, create_ms, fork_ms, b->max_tokens, p.alone, p.polled, b->pollers, b->poll_path,
+           b->poll_ms, p.poll_bytes, p.lists, p.lists / (p.polled_s > 0 ? p.polled_s : 1), p.list_alone,
+           p.lists ? p.list_sum * 1e3 / (double)p.lists : 0.0);
+    if (b->memory) bsrv_memory(port, pid, hwm_start);
     printf("\n}\n");
-    rc = 0;
-out:
-    kill(pid, SIGTERM);
-    int wst;
-    for (int i = 0; i < 600; i++) {
-        if (waitpid(pid, &wst, WNOHANG) == pid) {
-            pid = 0;
-            break;
-        }
-        usleep(100000);
-    }
-    if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &wst, 0);
-    }
+    return 0;
+}
+
+int pkv_cli_bench_server(int argc, char **argv) {
+    bsrv_opts b;
+    int rc = bsrv_parse(argc, argv, &b), port;
+    if (rc >= 0) return rc;
+    pid_t pid = bsrv_start(&b, &port);
+    if (!pid) return 1;
+    rc = port > 0 ? bsrv_measure(&b, port, pid) : 1;
+    bsrv_stop(pid);
     return rc;
 }

@@ -6,6 +6,7 @@
  * It also times one target step of 1 token and of K + 1 tokens: their ratio
  * bounds what any draft can gain on this device (ideal_speedup = (K + 1) x
  * step(1) / step(K + 1), a free draft that is always right). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,44 +44,42 @@ static bool keep(int32_t tok, void *user) {
     return true;
 }
 
+/* What `pagekv bench spec` was asked. */
+typedef struct spec_opts {
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
+    const char *draft_path, *draft_dev;
+    bool use_mtp, json, help;
+    long long K, n_gen, n_prompt, reps;
+    double temp;
+} spec_opts;
+
+#define SPEC_OPT(...) PKV_CLI_OPT(spec_opts, __VA_ARGS__)
+static const pkv_cli_opt spec_options[] = {
+    SPEC_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    SPEC_OPT("--draft", NULL, PKV_CLI_STR, draft_path, 0, 0),
+    SPEC_OPT("--mtp", NULL, PKV_CLI_FLAG, use_mtp, 0, 0),
+    SPEC_OPT("--draft-device", NULL, PKV_CLI_STR, draft_dev, 0, 0),
+    SPEC_OPT("--draft-max", NULL, PKV_CLI_LLONG, K, 1, 64),
+    SPEC_OPT("-n", NULL, PKV_CLI_LLONG, n_gen, 1, 1 << 14),
+    SPEC_OPT("--prompt-tokens", NULL, PKV_CLI_LLONG, n_prompt, 1, 1 << 16),
+    SPEC_OPT("--reps", NULL, PKV_CLI_LLONG, reps, 1, 100),
+    SPEC_OPT("--temp", NULL, PKV_CLI_DOUBLE, temp, 0, 100),
+    SPEC_OPT("--json", NULL, PKV_CLI_FLAG, json, 0, 0),
+};
+#undef SPEC_OPT
+static const pkv_cli_cmd spec_cmd = {"bench spec", spec_options, sizeof spec_options / sizeof spec_options[0],
+                                     offsetof(spec_opts, help), usage, pkv_cli_model_more, true, false};
+
 int pkv_cli_bench_spec(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    const char *draft_path = NULL, *draft_dev = NULL;
-    bool use_mtp = false;
-    long long K = 4, n_gen = 128, n_prompt = 32, reps = 3;
-    double temp = 0;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--draft")) {
-            if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--mtp")) {
-            use_mtp = true;
-        } else if (!strcmp(a, "--draft-device")) {
-            if (!(draft_dev = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--draft-max")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &K)) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 14, &n_gen)) return 2;
-        } else if (!strcmp(a, "--prompt-tokens")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 16, &n_prompt)) return 2;
-        } else if (!strcmp(a, "--reps")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 100, &reps)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 100, &temp)) return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else {
-            fprintf(stderr, "pagekv bench spec: unknown option '%s' (see 'pagekv bench spec --help')\n", a);
-            return 2;
-        }
-    }
+    spec_opts a = {.K = 4, .n_gen = 128, .n_prompt = 32, .reps = 3};
+    a.o = pkv_cli_model_defaults();
+    int parsed = pkv_cli_parse(&spec_cmd, argc, argv, &a);
+    if (parsed >= 0) return parsed;
+    pkv_cli_model_opts o = a.o;
+    const char *draft_path = a.draft_path, *draft_dev = a.draft_dev;
+    bool use_mtp = a.use_mtp, json = a.json;
+    long long K = a.K, n_gen = a.n_gen, n_prompt = a.n_prompt, reps = a.reps;
+    double temp = a.temp;
     if (use_mtp && (draft_path || !o.model)) {
         fprintf(stderr, "pagekv bench spec: --mtp takes the MTP head of -m FILE (not with --draft)\n");
         return 2;

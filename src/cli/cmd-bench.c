@@ -1,5 +1,6 @@
 /* pagekv bench: kv | model | all. Every figure is measured in the run that prints
  * it (the memory bandwidth included), and printed as JSON with --json. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,64 +377,75 @@ out:
     return rate;
 }
 
-int pkv_cli_bench_model(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    bool json = false;
-    long long depth = 4096, n_prefill = 512, n_decode = 128, mem_mib = 8192;
-    int n_seqs[8], n_nseq = 0;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
-                   "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
-                   "                          [--kv-type T] [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
-                   "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
-                   "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
-                   "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
-                   "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
-                   "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
-                   "The KV bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the\n"
-                   "largest context that fits in --kv-memory MiB (default 8192). With sliding-window layers\n"
-                   "(gemma2/3) the per-token bytes count the layers that keep every token; the window\n"
-                   "layers add a fixed kv_window_bytes_per_seq per sequence (kv_bytes_per_token_all_layers:\n"
-                   "the cost if every layer kept every token).\n"
-                   "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
-                   "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
-                   "Without -m: the built-in tiny model. For the reference shape:\n"
-                   "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
-                   "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--kv-memory")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 30, &mem_mib)) return 2;
-        } else if (!strcmp(a, "--depth")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &depth)) return 2;
-        } else if (!strcmp(a, "--prefill")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_prefill)) return 2;
-        } else if (!strcmp(a, "--decode")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &n_decode)) return 2;
-        } else if (!strcmp(a, "--n-seq")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            n_nseq = 0;
-            for (const char *q = v; *q;) {
-                char *end;
-                long x = strtol(q, &end, 10);
-                if (end == q || x < 1 || x > 256 || n_nseq == 8 || (*end && *end != ',')) {
-                    fprintf(stderr, "pagekv bench model: --n-seq expects up to 8 comma-separated counts in 1..256, got '%s'\n", v);
-                    return 2;
-                }
-                n_seqs[n_nseq++] = (int)x;
-                q = *end ? end + 1 : end;
-            }
-        } else {
-            fprintf(stderr, "pagekv bench model: unknown option '%s' (see 'pagekv bench model --help')\n", a);
-            return 2;
+static void bench_model_usage(FILE *f) {
+    fprintf(f, "usage: pagekv bench model [-m FILE.gguf] [-t N] [-d DEVICE] [--json]\n"
+               "                          [--prefill N] [--decode N] [--depth N] [--n-seq N[,N...]]\n"
+               "                          [--kv-type T] [--kv-type-k T] [--kv-type-v T] [--kv-memory MIB]\n"
+               "Prefill (default 512 tokens) and decode (default 128 tokens) speed, at depth 0 and\n"
+               "at --depth (default 4096; 0 skips it), with the host's read bandwidth measured in the\n"
+               "same run and the decode roofline (weight bytes per token / bandwidth). On a device\n"
+               "whose memory is not the host's (a GPU), the bandwidth is that of copies within the\n"
+               "device's memory (bytes read + written), reported as \"bandwidth_kind\".\n"
+               "The KV bytes per token of the cache's types (f16 default, f32, q8_0, q4_0) and the\n"
+               "largest context that fits in --kv-memory MiB (default 8192). With sliding-window layers\n"
+               "(gemma2/3) the per-token bytes count the layers that keep every token; the window\n"
+               "layers add a fixed kv_window_bytes_per_seq per sequence (kv_bytes_per_token_all_layers:\n"
+               "the cost if every layer kept every token).\n"
+               "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
+               "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
+               "Without -m: the built-in tiny model. For the reference shape:\n"
+               "  pagekv mkmodel --arch qwen3 --type q8_0 --layers 28 --dim 1024 --heads 16 --kv-heads 8 \\\n"
+               "      --head-dim 128 --ffn 3072 --vocab 151936 -o qwen3-0.6b-q8_0.gguf\n");
+}
+
+/* What `pagekv bench model` was asked. */
+typedef struct bm_opts {
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
+    bool json, help;
+    long long depth, n_prefill, n_decode, mem_mib;
+    int n_seqs[8], n_nseq;
+} bm_opts;
+
+static bool bm_opt_n_seq(void *opts, const char *opt, const char *v) {
+    bm_opts *b = opts;
+    (void)opt;
+    b->n_nseq = 0;
+    for (const char *q = v; *q;) {
+        char *end;
+        long x = strtol(q, &end, 10);
+        if (end == q || x < 1 || x > 256 || b->n_nseq == 8 || (*end && *end != ',')) {
+            fprintf(stderr, "pagekv bench model: --n-seq expects up to 8 comma-separated counts in 1..256, got '%s'\n", v);
+            return false;
         }
+        b->n_seqs[b->n_nseq++] = (int)x;
+        q = *end ? end + 1 : end;
     }
+    return true;
+}
+
+#define BM_OPT(...) PKV_CLI_OPT(bm_opts, __VA_ARGS__)
+static const pkv_cli_opt bm_options[] = {
+    BM_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    BM_OPT("--json", NULL, PKV_CLI_FLAG, json, 0, 0),
+    BM_OPT("--kv-memory", NULL, PKV_CLI_LLONG, mem_mib, 1, 1 << 30),
+    BM_OPT("--depth", NULL, PKV_CLI_LLONG, depth, 0, 1 << 20),
+    BM_OPT("--prefill", NULL, PKV_CLI_LLONG, n_prefill, 1, 1 << 20),
+    BM_OPT("--decode", NULL, PKV_CLI_LLONG, n_decode, 1, 1 << 20),
+    {"--n-seq", NULL, PKV_CLI_FN, 0, 0, 0, bm_opt_n_seq, true},
+};
+#undef BM_OPT
+static const pkv_cli_cmd bm_cmd = {"bench model", bm_options, sizeof bm_options / sizeof bm_options[0],
+                                   offsetof(bm_opts, help), bench_model_usage, pkv_cli_model_more, true, false};
+
+int pkv_cli_bench_model(int argc, char **argv) {
+    bm_opts a = {.depth = 4096, .n_prefill = 512, .n_decode = 128, .mem_mib = 8192};
+    a.o = pkv_cli_model_defaults();
+    int parsed = pkv_cli_parse(&bm_cmd, argc, argv, &a);
+    if (parsed >= 0) return parsed;
+    pkv_cli_model_opts o = a.o;
+    bool json = a.json;
+    long long depth = a.depth, n_prefill = a.n_prefill, n_decode = a.n_decode, mem_mib = a.mem_mib;
+    const int *n_seqs = a.n_seqs, n_nseq = a.n_nseq;
     pkv_model *m = pkv_cli_open_model("bench model", &o);
     if (!m) return 1;
     pkv_model_info info;

@@ -25,21 +25,6 @@
 #include "pagekv.h"
 #include "chat/chat.h"
 
-/* A token's text with special tokens rendered ("" when none). */
-static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
-    size_t n = 0;
-    if (id < 0 || pkv_model_token_piece(m, id, true, buf, size - 1, &n) != PKV_OK) n = 0;
-    buf[n] = 0;
-}
-
-/* Whether the tokenizer puts BOS first (tokenizing "" with add_special). */
-static bool adds_bos(pkv_model *m) {
-    int32_t ids[4];
-    size_t n = 0;
-    return pkv_model_bos(m) >= 0 && pkv_model_tokenize(m, "", 0, true, false, ids, 4, &n) == PKV_OK && n >= 1 &&
-           ids[0] == pkv_model_bos(m);
-}
-
 /* The model's template (tokenizer.chat_template), else ChatML as llama-cli and
  * pagekv serve use; *fam is its family when recognised (for the end-of-turn
  * tokens). NULL with the reason on stderr. */
@@ -63,10 +48,8 @@ static pkv_chat *open_template(pkv_model *m, const char *model_path, pkv_tpl *fa
         what = "the default chat template (chatml)";
         fprintf(stderr, "pagekv run: the model has no chat template (tokenizer.chat_template): using chatml\n");
     }
-    char bos[256], eos[256], err[600];
-    token_text(m, pkv_model_bos(m), bos, sizeof bos);
-    token_text(m, pkv_model_eos(m), eos, sizeof eos);
-    pkv_chat *c = pkv_chat_init(src, n, bos, eos, adds_bos(m), false, err, sizeof err);
+    char err[600];
+    pkv_chat *c = pkv_chat_init_model(m, src, n, err, sizeof err);
     if (!c) fprintf(stderr, "pagekv run: %s: %s\n", what, err);
     *fam = pkv_tpl_detect(src, n);
     free(src);

@@ -1,5 +1,6 @@
 /* pagekv run / logits: the model commands, with llama.cpp's
  * option names where they exist. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,10 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
         return 0;
     }
     return 1;
+}
+
+int pkv_cli_model_more(int argc, char **argv, int *i, void *opts) {
+    return pkv_cli_model_opt(argc, argv, i, (pkv_cli_model_opts *)opts);
 }
 
 pkv_cli_model_opts pkv_cli_model_defaults(void) {
@@ -259,537 +264,576 @@ static void run_usage(FILE *f) {
             "Timings (load, prefill and decode tokens/s) go to stderr.\n");
 }
 
-int pkv_cli_run(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    const char *prompt = NULL, *prompt_file = NULL;
-    char *prompt_buf = NULL;
-    bool ctx_shift = false;
-    long long n_keep = 0;
-    long long n_predict = 64, n_fork = 0, draft_max = 4;
-    const char *draft_path = NULL, *draft_dev = NULL;
-    const char *tokens_arg = NULL, *ids_out = NULL, *spec_log = NULL;
-    bool use_mtp = false;
-    FILE *spec_f = NULL; /* spec_w.f while --spec-log is open */
-    pkv_wfile spec_w = {0};
-    pkv_sampler_params sp = pkv_sampler_default_params();
-    bool random_seed = true; /* as llama-cli: a random seed unless --seed N, printed */
-    bool ignore_eos = false, chat = false, verbose_prompt = false;
-    const char *system_prompt = NULL;
+/* What `pagekv run` was asked (the options table below fills it). */
+typedef struct run_opts {
+    pkv_cli_model_opts o; /* first: pkv_cli_model_more */
     pkv_cli_media mo;
-    memset(&mo, 0, sizeof mo);
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (!r) r = pkv_cli_media_opt(argc, argv, &i, &mo);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        long long x;
-        double d;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            run_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(prompt_file = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--context-shift")) {
-            ctx_shift = true;
-        } else if (!strcmp(a, "--keep")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &n_keep)) return 2;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &n_predict)) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
-            random_seed = x < 0;
-            sp.seed = (uint64_t)x;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = true;
-        } else if (!strcmp(a, "-cnv") || !strcmp(a, "--conversation")) {
-            chat = true;
-        } else if (!strcmp(a, "-sys") || !strcmp(a, "--system-prompt")) {
-            if (!(system_prompt = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--verbose-prompt")) {
-            verbose_prompt = true;
-        } else if (!strcmp(a, "--temp")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 100, &d)) return 2;
-            sp.temp = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 24, &x)) return 2;
-            sp.top_k = (int)x;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 1e-6, 1, &d)) return 2;
-            sp.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1, &d)) return 2;
-            sp.min_p = (float)d;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 1e-3, 100, &d)) return 2;
-            sp.repeat_penalty = (float)d;
-        } else if (!strcmp(a, "--fork")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &n_fork)) return 2;
-        } else if (!strcmp(a, "--draft")) {
-            if (!(draft_path = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--draft-device")) {
-            if (!(draft_dev = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--mtp")) {
-            use_mtp = true;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(tokens_arg = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ids-out")) {
-            if (!(ids_out = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--spec-log")) {
-            if (!(spec_log = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--draft-max")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &draft_max)) return 2;
-        } else {
-            fprintf(stderr, "pagekv run: unknown option '%s' (see 'pagekv run --help')\n", a);
-            return 2;
-        }
-    }
-    if (use_mtp && draft_path) {
-        fprintf(stderr, "pagekv run: give --mtp (the model's own MTP head) or --draft FILE, not both\n");
+    pkv_sampler_params sp;
+    const char *prompt, *prompt_file, *system_prompt;
+    const char *draft_path, *draft_dev;
+    const char *tokens_arg, *ids_out, *spec_log;
+    int n_keep, n_predict, n_fork, draft_max;
+    bool ctx_shift, use_mtp, ignore_eos, chat, verbose_prompt;
+    bool random_seed; /* as llama-cli: a random seed unless --seed N, printed */
+    bool help;
+} run_opts;
+
+static bool run_opt_seed(void *opts, const char *opt, const char *v) {
+    run_opts *r = opts;
+    long long x;
+    if (!pkv_cli_int(opt, v, -1, INT64_MAX, &x)) return false;
+    r->random_seed = x < 0;
+    r->sp.seed = (uint64_t)x;
+    return true;
+}
+
+#define RUN_OPT(...) PKV_CLI_OPT(run_opts, __VA_ARGS__)
+static const pkv_cli_opt run_options[] = {
+    RUN_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    RUN_OPT("-p", "--prompt", PKV_CLI_STR, prompt, 0, 0),
+    RUN_OPT("-f", "--file", PKV_CLI_STR, prompt_file, 0, 0),
+    RUN_OPT("--context-shift", NULL, PKV_CLI_FLAG, ctx_shift, 0, 0),
+    RUN_OPT("--keep", NULL, PKV_CLI_INT, n_keep, 0, 1 << 24),
+    RUN_OPT("-n", "--n-predict", PKV_CLI_INT, n_predict, 0, 1 << 24),
+    {"--seed", NULL, PKV_CLI_FN, 0, 0, 0, run_opt_seed, true},
+    RUN_OPT("--ignore-eos", NULL, PKV_CLI_FLAG, ignore_eos, 0, 0),
+    RUN_OPT("-cnv", "--conversation", PKV_CLI_FLAG, chat, 0, 0),
+    RUN_OPT("-sys", "--system-prompt", PKV_CLI_STR, system_prompt, 0, 0),
+    RUN_OPT("--verbose-prompt", NULL, PKV_CLI_FLAG, verbose_prompt, 0, 0),
+    RUN_OPT("--temp", NULL, PKV_CLI_FLOAT, sp.temp, 0, 100),
+    RUN_OPT("--top-k", NULL, PKV_CLI_INT, sp.top_k, 0, 1 << 24),
+    RUN_OPT("--top-p", NULL, PKV_CLI_FLOAT, sp.top_p, 1e-6, 1),
+    RUN_OPT("--min-p", NULL, PKV_CLI_FLOAT, sp.min_p, 0, 1),
+    RUN_OPT("--repeat-penalty", NULL, PKV_CLI_FLOAT, sp.repeat_penalty, 1e-3, 100),
+    RUN_OPT("--fork", NULL, PKV_CLI_INT, n_fork, 1, 64),
+    RUN_OPT("--draft", NULL, PKV_CLI_STR, draft_path, 0, 0),
+    RUN_OPT("--draft-device", NULL, PKV_CLI_STR, draft_dev, 0, 0),
+    RUN_OPT("--mtp", NULL, PKV_CLI_FLAG, use_mtp, 0, 0),
+    RUN_OPT("--tokens", NULL, PKV_CLI_STR, tokens_arg, 0, 0),
+    RUN_OPT("--ids-out", NULL, PKV_CLI_STR, ids_out, 0, 0),
+    RUN_OPT("--spec-log", NULL, PKV_CLI_STR, spec_log, 0, 0),
+    RUN_OPT("--draft-max", NULL, PKV_CLI_INT, draft_max, 1, 64),
+};
+#undef RUN_OPT
+
+/* The shared model and media options. */
+static int run_more(int argc, char **argv, int *i, void *opts) {
+    run_opts *r = opts;
+    int k = pkv_cli_model_more(argc, argv, i, r);
+    return k ? k : pkv_cli_media_opt(argc, argv, i, &r->mo);
+}
+
+static const pkv_cli_cmd run_cmd = {"run", run_options, sizeof run_options / sizeof run_options[0],
+                                    offsetof(run_opts, help), run_usage, run_more, true, false};
+
+/* Fill r from argv: -1 to go on, else the exit code (help printed: 0; a bad
+ * option: 2). */
+static int run_parse(int argc, char **argv, run_opts *r) {
+    memset(r, 0, sizeof *r);
+    r->o = pkv_cli_model_defaults();
+    r->sp = pkv_sampler_default_params();
+    r->n_predict = 64;
+    r->draft_max = 4;
+    r->random_seed = true;
+    return pkv_cli_parse(&run_cmd, argc, argv, r);
+}
+
+/* The options -cnv cannot take, or NULL. */
+static const char *run_chat_conflict(const run_opts *r) {
+    return r->prompt || r->prompt_file ? "-p/-f (the turns come from standard input)"
+           : r->tokens_arg             ? "--tokens"
+           : r->n_fork                 ? "--fork"
+           : r->draft_path             ? "--draft/--mtp"
+           : r->ctx_shift              ? "--context-shift"
+           : r->ignore_eos             ? "--ignore-eos (an answer ends at the end-of-turn token)"
+           : r->ids_out                ? "--ids-out (--verbose-prompt prints each turn's ids)"
+                                       : NULL;
+}
+
+/* The combinations of options that do not go together: 0 when they do, else the
+ * exit code 2 (said on stderr). --mtp becomes --draft of the model's own file. */
+static int run_check(run_opts *r) {
+    const char *why = NULL;
+    if (r->use_mtp && r->draft_path) why = "give --mtp (the model's own MTP head) or --draft FILE, not both";
+    else if (r->use_mtp && !r->o.model)
+        why = "--mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')";
+    if (why) {
+        fprintf(stderr, "pagekv run: %s\n", why);
         return 2;
     }
-    if (use_mtp && !o.model) {
-        fprintf(stderr, "pagekv run: --mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')\n");
+    if (r->use_mtp) r->draft_path = r->o.model; /* the same file, loaded as its MTP head */
+    if (r->draft_path && r->n_fork) why = "--draft and --fork cannot be combined";
+    else if (!r->draft_path && (r->draft_dev || r->draft_max != 4)) why = "--draft-device and --draft-max need --draft FILE";
+    else if ((r->prompt != NULL) + (r->prompt_file != NULL) + (r->tokens_arg != NULL) > 1)
+        why = "give the prompt with one of -p, -f or --tokens";
+    else if (r->ids_out && r->n_fork) why = "--ids-out writes one sequence's ids: not with --fork";
+    else if (r->spec_log && !r->draft_path)
+        why = "--spec-log logs the rounds of speculative decoding: it needs --draft FILE";
+    else if (r->ctx_shift && (r->draft_path || r->n_fork))
+        why = "--context-shift works with plain generation (not with --draft or --fork)";
+    else if (r->ignore_eos && r->draft_path)
+        why = "--ignore-eos works with plain generation and --fork, not with --draft/--mtp";
+    if (why) {
+        fprintf(stderr, "pagekv run: %s\n", why);
         return 2;
     }
-    if (use_mtp) draft_path = o.model; /* the same file, loaded as its MTP head */
-    if (draft_path && n_fork) {
-        fprintf(stderr, "pagekv run: --draft and --fork cannot be combined\n");
+    if (!pkv_cli_media_check("run", &r->mo)) return 2;
+    if (r->mo.n && (r->chat || r->draft_path || r->ctx_shift))
+        why = "--audio/--image work with plain generation and --fork (not with -cnv, --draft, --mtp or --context-shift)";
+    else if (r->mo.n_at && !r->tokens_arg)
+        why = "--media-at places media among --tokens ids; in a text prompt write <__media__>";
+    else if (r->system_prompt && !r->chat) why = "-sys (the system message) needs -cnv (chat mode)";
+    if (why) {
+        fprintf(stderr, "pagekv run: %s\n", why);
         return 2;
     }
-    if (!draft_path && (draft_dev || draft_max != 4)) {
-        fprintf(stderr, "pagekv run: --draft-device and --draft-max need --draft FILE\n");
-        return 2;
-    }
-    if ((prompt != NULL) + (prompt_file != NULL) + (tokens_arg != NULL) > 1) {
-        fprintf(stderr, "pagekv run: give the prompt with one of -p, -f or --tokens\n");
-        return 2;
-    }
-    if (ids_out && n_fork) {
-        fprintf(stderr, "pagekv run: --ids-out writes one sequence's ids: not with --fork\n");
-        return 2;
-    }
-    if (spec_log && !draft_path) {
-        fprintf(stderr, "pagekv run: --spec-log logs the rounds of speculative decoding: it needs --draft FILE\n");
-        return 2;
-    }
-    if (ctx_shift && (draft_path || n_fork)) {
-        fprintf(stderr, "pagekv run: --context-shift works with plain generation (not with --draft or --fork)\n");
-        return 2;
-    }
-    if (ignore_eos && draft_path) {
-        fprintf(stderr, "pagekv run: --ignore-eos works with plain generation and --fork, not with --draft/--mtp\n");
-        return 2;
-    }
-    if (!pkv_cli_media_check("run", &mo)) return 2;
-    if (mo.n && (chat || draft_path || ctx_shift)) {
-        fprintf(stderr, "pagekv run: --audio/--image work with plain generation and --fork (not with -cnv, --draft, --mtp "
-                        "or --context-shift)\n");
-        return 2;
-    }
-    if (mo.n_at && !tokens_arg) {
-        fprintf(stderr, "pagekv run: --media-at places media among --tokens ids; in a text prompt write <__media__>\n");
-        return 2;
-    }
-    if (system_prompt && !chat) {
-        fprintf(stderr, "pagekv run: -sys (the system message) needs -cnv (chat mode)\n");
-        return 2;
-    }
-    if (chat) {
+    if (r->chat) {
 #ifndef PKV_HAVE_SERVER
-        (void)verbose_prompt;
         fprintf(stderr, "pagekv run: -cnv needs the chat templates of 'pagekv serve', and this pagekv was built without "
                         "them: install libmicrohttpd-dev and libjansson-dev (scripts/deps.sh) and build again\n");
         return 2;
 #else
-        const char *bad = prompt || prompt_file ? "-p/-f (the turns come from standard input)"
-                          : tokens_arg          ? "--tokens"
-                          : n_fork              ? "--fork"
-                          : draft_path          ? "--draft/--mtp"
-                          : ctx_shift           ? "--context-shift"
-                          : ignore_eos          ? "--ignore-eos (an answer ends at the end-of-turn token)"
-                          : ids_out             ? "--ids-out (--verbose-prompt prints each turn's ids)"
-                                                : NULL;
+        const char *bad = run_chat_conflict(r);
         if (bad) {
             fprintf(stderr, "pagekv run: -cnv does not take %s\n", bad);
             return 2;
         }
 #endif
     }
-    if (prompt_file) {
+    return 0;
+}
+
+/* r->prompt from -f (into *buf, freed by the caller), the default, or "" for
+ * --tokens; false (said on stderr) when the file cannot be the prompt. */
+static bool run_prompt_text(run_opts *r, char **buf) {
+    if (r->prompt_file) {
         size_t plen = 0;
-        if (!(prompt_buf = pkv_cli_read_text("run", prompt_file, &plen))) return 1;
-        if (strlen(prompt_buf) != plen) {
-            fprintf(stderr, "pagekv run: %s contains a NUL byte; the prompt must be text\n", prompt_file);
-            free(prompt_buf);
-            return 1;
+        if (!(*buf = pkv_cli_read_text("run", r->prompt_file, &plen))) return false;
+        if (strlen(*buf) != plen) {
+            fprintf(stderr, "pagekv run: %s contains a NUL byte; the prompt must be text\n", r->prompt_file);
+            return false;
         }
-        prompt = prompt_buf;
-    } else if (tokens_arg) {
-        prompt = ""; /* ids, not text */
-    } else if (!prompt) {
-        prompt = "Once upon a time";
-        if (!isatty(STDIN_FILENO) && !chat)
+        r->prompt = *buf;
+    } else if (r->tokens_arg) {
+        r->prompt = ""; /* ids, not text */
+    } else if (!r->prompt) {
+        r->prompt = "Once upon a time";
+        if (!isatty(STDIN_FILENO) && !r->chat)
             fprintf(stderr, "pagekv run: no -p or -f given: using the default prompt \"%s\" (standard input is not a "
-                            "terminal: to read the prompt from it, use -f -)\n", prompt);
+                            "terminal: to read the prompt from it, use -f -)\n", r->prompt);
     }
-    if (random_seed) {
-        sp.seed = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() * 1442695040888963407ull ^
-                  (uint64_t)(pkv_time_now_cli() * 1e9);
-        sp.seed &= (uint64_t)INT64_MAX; /* printable and reusable with --seed */
-        fprintf(stderr, "pagekv run: seed %llu\n", (unsigned long long)sp.seed);
-    }
-    double t_start = pkv_time_now_cli();
-    pkv_model *m = pkv_cli_open_model("run", &o);
-    if (!m) return 1;
+    return true;
+}
+
+/* pkv_cli_fail for the steps of run that return false on error. */
+static bool run_fail(const char *what, pkv_status s) {
+    pkv_cli_fail("run", what, s);
+    return false;
+}
+
+/* What a run holds; run_state_free releases it all. */
+typedef struct run_state {
+    pkv_model *m;
     pkv_model_info info;
-    pkv_model_get_info(m, &info);
-    double t_loaded = pkv_time_now_cli();
-    int rc = 1;
-    pkv_kv_cache *c = NULL;
-    pkv_context *ctx = NULL;
-    pkv_context *br[64] = {0};
-    pkv_sampler *smp[64] = {0};
-    int32_t *toks = NULL;
-    pkv_model *draft = NULL;
-    pkv_spec *spec = NULL;
+    pkv_kv_cache *c;
+    pkv_context *ctx;
+    pkv_context *br[64];  /* --fork's branches */
+    pkv_sampler *smp[64]; /* one per branch; [0] without --fork */
     printer pr[64];
-    memset(pr, 0, sizeof pr);
+    int32_t *toks; /* [n_text] prompt ids */
+    pkv_model *draft;
+    pkv_spec *spec;
     pkv_cli_encoded enc;
-    memset(&enc, 0, sizeof enc);
-    size_t n_text = 0; /* with media: the prompt's text tokens (n_prompt counts the media rows too) */
-#ifdef PKV_HAVE_SERVER
-    if (chat) {
-        if (!info.has_vocab) {
-            fprintf(stderr, "pagekv run: -cnv needs a model with a vocabulary (tokenizer.ggml.model is none)\n");
-            goto out;
-        }
-        if (!(c = pkv_cli_open_cache("run", m, &o, 1)) || !(ctx = pkv_context_create(m, c, o.n_ctx))) {
-            if (c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
-            goto out;
-        }
-        pkv_cli_chat_opts co = {.model_path = o.model, .system = system_prompt, .kv = &o, .sp = sp,
-                                .n_predict = n_predict, .verbose_prompt = verbose_prompt};
-        rc = pkv_cli_run_chat(m, ctx, &co);
-        goto out;
+    size_t n_text;   /* with media: the prompt's text tokens (n_prompt counts the media rows too) */
+    size_t n_prompt;
+    FILE *spec_f; /* spec_w.f while --spec-log is open */
+    pkv_wfile spec_w;
+    int generated;
+} run_state;
+
+static void run_state_free(run_state *st) {
+    for (int b = 0; b < 64; b++) {
+        pkv_context_free(st->br[b]);
+        pkv_sampler_free(st->smp[b]);
+        free(st->pr[b].text);
+        free(st->pr[b].ids);
     }
+    if (st->spec_f) pkv_wfile_abort(&st->spec_w); /* an error before the log was complete */
+    free(st->toks);
+    pkv_cli_encoded_free(&st->enc);
+    pkv_spec_free(st->spec);   /* before the target's context and cache: a shared-KV draft lives in them */
+    pkv_model_free(st->draft); /* before the target model: it may use the target's device */
+    pkv_context_free(st->ctx);
+    pkv_kv_cache_free(st->c);
+    pkv_model_free(st->m);
+}
+
+#ifdef PKV_HAVE_SERVER
+/* -cnv: hand the model to the chat loop (cmd-run-chat.c). Returns the exit code. */
+static int run_chat(const run_opts *r, run_state *st) {
+    if (!st->info.has_vocab) {
+        fprintf(stderr, "pagekv run: -cnv needs a model with a vocabulary (tokenizer.ggml.model is none)\n");
+        return 1;
+    }
+    if (!(st->c = pkv_cli_open_cache("run", st->m, &r->o, 1)) || !(st->ctx = pkv_context_create(st->m, st->c, r->o.n_ctx))) {
+        if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+        return 1;
+    }
+    pkv_cli_chat_opts co = {.model_path = r->o.model, .system = r->system_prompt, .kv = &r->o, .sp = r->sp,
+                            .n_predict = r->n_predict, .verbose_prompt = r->verbose_prompt};
+    return pkv_cli_run_chat(st->m, st->ctx, &co);
+}
 #endif
-    if (!info.has_vocab && !tokens_arg) {
+
+/* The prompt as ids (st->toks), media encoded and placed; false said on stderr. */
+static bool run_tokenize(const run_opts *r, run_state *st) {
+    pkv_model *m = st->m;
+    pkv_status s;
+    if (!st->info.has_vocab && !r->tokens_arg) {
         fprintf(stderr, "pagekv run: this model has no vocabulary (tokenizer.ggml.model = none): "
                         "give the prompt as token ids with --tokens 1,2,3\n");
-        goto out;
+        return false;
     }
-    size_t n_prompt = 0, len = strlen(prompt);
-    pkv_status s = PKV_OK;
-    if (tokens_arg) {
-        if (!parse_tokens(tokens_arg, &toks, &n_prompt)) goto out;
-        for (size_t k = 0; k < n_prompt; k++)
-            if (toks[k] >= info.n_vocab) {
-                fprintf(stderr, "pagekv run: --tokens: id %d is outside the vocabulary [0, %d)\n", toks[k], info.n_vocab);
-                goto out;
+    size_t n = 0, len = strlen(r->prompt);
+    if (r->tokens_arg) {
+        if (!parse_tokens(r->tokens_arg, &st->toks, &n)) return false;
+        for (size_t k = 0; k < n; k++)
+            if (st->toks[k] >= st->info.n_vocab) {
+                fprintf(stderr, "pagekv run: --tokens: id %d is outside the vocabulary [0, %d)\n", st->toks[k],
+                        st->info.n_vocab);
+                return false;
             }
-    } else if (mo.n) {
-        if (pkv_cli_media_encode("run", m, &mo, &enc)) goto out;
-        if ((s = pkv_cli_media_prompt(m, prompt, &enc, &toks, &n_prompt))) {
-            pkv_cli_fail("run", "prompt", s);
-            goto out;
-        }
+    } else if (r->mo.n) {
+        if (pkv_cli_media_encode("run", m, &r->mo, &st->enc)) return false;
+        if ((s = pkv_cli_media_prompt(m, r->prompt, &st->enc, &st->toks, &n))) return run_fail("prompt", s);
     } else {
-        s = pkv_model_tokenize(m, prompt, len, true, false, NULL, 0, &n_prompt);
-        if (s && s != PKV_ERR_INVALID) {
-            pkv_cli_fail("run", "tokenize", s);
-            goto out;
-        }
-        toks = malloc((n_prompt + 1) * sizeof *toks);
-        if (!toks || (s = pkv_model_tokenize(m, prompt, len, true, false, toks, n_prompt + 1, &n_prompt))) {
-            pkv_cli_fail("run", "tokenize", s ? s : PKV_ERR_NOMEM);
-            goto out;
-        }
+        s = pkv_model_tokenize(m, r->prompt, len, true, false, NULL, 0, &n);
+        if (s && s != PKV_ERR_INVALID) return run_fail("tokenize", s);
+        st->toks = malloc((n + 1) * sizeof *st->toks);
+        if (!st->toks || (s = pkv_model_tokenize(m, r->prompt, len, true, false, st->toks, n + 1, &n)))
+            return run_fail("tokenize", s ? s : PKV_ERR_NOMEM);
     }
-    if (mo.n && tokens_arg) {
-        if (pkv_cli_media_encode("run", m, &mo, &enc)) goto out;
-        for (int i = 0; i < enc.n; i++)
-            if (enc.rows[i].at > (int32_t)n_prompt || (i && enc.rows[i].at < enc.rows[i - 1].at)) {
+    if (r->mo.n && r->tokens_arg) {
+        pkv_cli_encoded *e = &st->enc;
+        if (pkv_cli_media_encode("run", m, &r->mo, e)) return false;
+        for (int i = 0; i < e->n; i++)
+            if (e->rows[i].at > (int32_t)n || (i && e->rows[i].at < e->rows[i - 1].at)) {
                 fprintf(stderr, "pagekv run: --media-at %d for file %d: must be in [%d, %zu] (non-decreasing)\n",
-                        enc.rows[i].at, i + 1, i ? enc.rows[i - 1].at : 0, n_prompt);
-                goto out;
+                        e->rows[i].at, i + 1, i ? e->rows[i - 1].at : 0, n);
+                return false;
             }
     }
-    n_text = n_prompt;
-    for (int i = 0; i < enc.n; i++) n_prompt += (size_t)enc.rows[i].n_rows;
-    if (spec_log) {
-        if (pkv_wfile_open(&spec_w, spec_log)) {
-            fprintf(stderr, "pagekv run: --spec-log: %s\n", pkv_errmsg());
-            goto out;
-        }
-        spec_f = spec_w.f;
-    }
-    if (n_prompt == 0) {
-        fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
-        goto out;
-    }
-    if (n_fork) {
+    st->n_text = n;
+    for (int i = 0; i < st->enc.n; i++) n += (size_t)st->enc.rows[i].n_rows;
+    st->n_prompt = n;
+    return true;
+}
+
+/* The KV cache and the context: with --fork a pool sized for the branches. */
+static bool run_open_context(const run_opts *r, run_state *st) {
+    const pkv_cli_model_opts *o = &r->o;
+    size_t n_prompt = st->n_prompt;
+    if (r->n_fork) {
         /* K branches share the prompt's pages; each needs pages only for what it
          * generates (plus its copy of the shared partial page) */
-        int ps = o.page_size ? o.page_size : 16;
-        int64_t n_ctx = o.n_ctx ? o.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
-        int64_t n_gen = n_predict < n_ctx - (int64_t)n_prompt ? n_predict : n_ctx - (int64_t)n_prompt;
+        int ps = o->page_size ? o->page_size : 16;
+        int64_t n_ctx = o->n_ctx ? o->n_ctx : (st->info.n_ctx_train < 4096 ? st->info.n_ctx_train : 4096);
+        int64_t n_gen = r->n_predict < n_ctx - (int64_t)n_prompt ? r->n_predict : n_ctx - (int64_t)n_prompt;
         if (n_gen < 0) n_gen = 0;
         int64_t shared = ((int64_t)n_prompt + ps - 1) / ps;
         int64_t per = ((int64_t)n_prompt + n_gen + ps - 1) / ps - (int64_t)n_prompt / ps;
-        c = pkv_cli_open_cache_pages("run", m, &o, (int)n_fork + 1, shared + n_fork * per);
-        if (c)
-            fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %lld branches, %lld more each\n",
-                    (long long)(shared + n_fork * per), (long long)shared, n_fork, (long long)per);
+        st->c = pkv_cli_open_cache_pages("run", st->m, o, r->n_fork + 1, shared + r->n_fork * per);
+        if (st->c)
+            fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %d branches, %lld more each\n",
+                    (long long)(shared + r->n_fork * per), (long long)shared, r->n_fork, (long long)per);
     } else {
         /* a shared-KV draft forks; a context shift rewrites the pages after the cut */
-        c = pkv_cli_open_cache("run", m, &o, 1 + (draft_path || ctx_shift ? 1 : 0));
+        st->c = pkv_cli_open_cache("run", st->m, o, 1 + (r->draft_path || r->ctx_shift ? 1 : 0));
     }
-    if (!c || !(ctx = pkv_context_create(m, c, o.n_ctx))) {
-        if (c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
-        goto out;
+    if (!st->c || !(st->ctx = pkv_context_create(st->m, st->c, o->n_ctx))) {
+        if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+        return false;
     }
-    if (draft_path) { /* load and attach the draft before anything is generated (I6 fails here) */
-        pkv_model_params dp = pkv_model_default_params();
-        pkv_device *tdev = pkv_model_device(m);
-        if (!draft_dev || !strcmp(draft_dev, pkv_device_name(tdev))) dp.device_handle = tdev;
-        else dp.device = draft_dev;
-        dp.n_threads = o.threads;
-        dp.mtp = use_mtp;
-        if (!(draft = pkv_model_load(draft_path, dp))) {
-            fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", draft_path, pkv_errmsg());
-            goto out;
-        }
-        pkv_spec_params spp = pkv_spec_default_params();
-        spp.draft_max = (int)draft_max;
-        spp.draft_cache.page_size = o.page_size;
-        spp.draft_cache.kv_type = o.kv_type;
-        spp.draft_cache.kv_type_v = o.kv_type_v;
-        if (spec_f) {
-            spp.on_round = log_round;
-            spp.round_user = spec_f;
-        }
-        if (!(spec = pkv_spec_create(ctx, draft, spp))) {
-            fprintf(stderr, "pagekv run: draft %s: %s\n", draft_path, pkv_errmsg());
-            goto out;
-        }
-        pkv_model_info di;
-        pkv_model_get_info(draft, &di);
-        if (di.assistant) { /* where each part runs: docs/speculative.md */
-            pkv_kv_shard_info sh;
-            pkv_model_info ti;
-            pkv_model_get_info(m, &ti);
-            const char *kv_dev = pkv_kv_shard(pkv_context_cache(ctx), 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
-            fprintf(stderr, "pagekv run: draft %s (Gemma 4 assistant): %d layers on %s, no KV of its own: its attention runs "
-                            "over the target's pages where they are stored (%s%s), its input embedding is the target's (on %s); "
-                            "up to %lld tokens per round\n",
-                    draft_path, di.n_layer, pkv_device_name(pkv_model_device(draft)), kv_dev,
-                    ti.n_devices > 1 ? " and the target's other shards" : "", pkv_device_name(tdev), draft_max);
-        } else {
-            fprintf(stderr, "pagekv run: draft %s%s: %d layers on %s, %s, up to %lld tokens per round\n", draft_path,
-                    di.mtp ? " (its MTP head)" : "", di.n_layer, pkv_device_name(pkv_model_device(draft)),
-                    di.shared_kv ? "shares the target's KV cache" : "own KV cache", draft_max);
-        }
+    return true;
+}
+
+/* --draft/--mtp: load and attach the draft before anything is generated (I6
+ * fails here), and say where its parts run. */
+static bool run_attach_draft(const run_opts *r, run_state *st) {
+    pkv_model_params dp = pkv_model_default_params();
+    pkv_device *tdev = pkv_model_device(st->m);
+    if (!r->draft_dev || !strcmp(r->draft_dev, pkv_device_name(tdev))) dp.device_handle = tdev;
+    else dp.device = r->draft_dev;
+    dp.n_threads = r->o.threads;
+    dp.mtp = r->use_mtp;
+    if (!(st->draft = pkv_model_load(r->draft_path, dp))) {
+        fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", r->draft_path, pkv_errmsg());
+        return false;
     }
-    if ((int64_t)n_prompt + (n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(ctx)) {
-        fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,
-                (long long)pkv_context_n_ctx(ctx));
-        goto out;
+    pkv_spec_params spp = pkv_spec_default_params();
+    spp.draft_max = r->draft_max;
+    spp.draft_cache.page_size = r->o.page_size;
+    spp.draft_cache.kv_type = r->o.kv_type;
+    spp.draft_cache.kv_type_v = r->o.kv_type_v;
+    if (st->spec_f) {
+        spp.on_round = log_round;
+        spp.round_user = st->spec_f;
     }
-    fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", info.arch, info.weight_type, info.n_layer,
-            pkv_cli_kv_desc(&o), pkv_device_name(pkv_model_device(m)), n_prompt);
-    double t0 = pkv_time_now_cli();
-    if ((s = enc.n ? pkv_context_decode_prompt(ctx, toks, (int32_t)n_text, enc.rows, enc.n)
-                   : pkv_context_decode(ctx, toks, (int32_t)n_prompt))) {
-        pkv_cli_fail("run", "prefill", s);
-        goto out;
+    if (!(st->spec = pkv_spec_create(st->ctx, st->draft, spp))) {
+        fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
+        return false;
     }
-    double t_prefill = pkv_time_now_cli() - t0;
-    fwrite(prompt, 1, len, stdout);
-    fflush(stdout);
-    int generated = 0;
-    t0 = pkv_time_now_cli();
-    if (!n_fork) {
-        smp[0] = pkv_sampler_create(sp, info.n_vocab);
-        if (!smp[0]) {
-            pkv_cli_fail("run", "sampler", PKV_ERR_INVALID);
-            goto out;
-        }
-        pr[0].m = m;
-        pr[0].stream = true;
-        pr[0].last = -1;
-        pkv_spec_stats st;
-        const char *why = NULL;
-        int64_t n_ctx = pkv_context_n_ctx(ctx), shifted = 0;
-        if (spec) {
-            /* the last sampled token needs no room in the cache */
-            int64_t room = n_ctx - (int64_t)n_prompt + 1;
-            s = pkv_spec_generate(spec, smp[0], (int)(n_predict < room ? n_predict : room), emit_token, &pr[0], &st);
-            generated = (int)st.n_tokens;
-            why = pr[0].out_failed                                  ? "output"
-                  : pr[0].last >= 0 && pkv_model_is_eog(m, pr[0].last) ? "eog"
-                  : generated >= n_predict                          ? "n"
-                                                                    : "full";
-        } else {
-            /* the generation loop, here rather than pkv_generate, so that it can
-             * shift the context and say why it stopped */
-            s = PKV_OK;
-            while (!s) {
-                if (generated >= n_predict) {
-                    why = "n";
-                    break;
-                }
-                int32_t t;
-                if ((s = pkv_sampler_sample(smp[0], pkv_context_logits(ctx), &t))) break;
-                pkv_sampler_accept(smp[0], t);
-                generated++;
-                if (!emit_token(t, &pr[0])) {
-                    why = "output";
-                    break;
-                }
-                if (!ignore_eos && pkv_model_is_eog(m, t)) {
-                    why = "eog";
-                    break;
-                }
-                if (generated >= n_predict) {
-                    why = "n";
-                    break;
-                }
-                if (pkv_context_n_tokens(ctx) >= n_ctx) {
-                    if (!ctx_shift) {
-                        why = "full";
-                        break;
-                    }
-                    /* keep --keep tokens (and a leading BOS), drop half of the rest */
-                    int64_t have = pkv_context_n_tokens(ctx), keep = n_keep;
-                    int32_t first = -1;
-                    if (pkv_context_tokens(ctx, 0, 1, &first) == PKV_OK && first == pkv_model_bos(m) && keep < 1) keep = 1;
-                    if (keep > have - 2) keep = have - 2;
-                    int64_t drop = (have - keep) / 2;
-                    if (drop < 1 || (s = pkv_context_shift(ctx, keep, drop))) {
-                        if (!s) s = pkv_err(PKV_ERR_INVALID, "nothing to drop: --keep %lld holds the whole context", n_keep);
-                        break;
-                    }
-                    shifted += drop;
-                }
-                s = pkv_context_decode(ctx, &t, 1);
-            }
-        }
-        fputc('\n', stdout);
-        if (s) {
-            pkv_cli_fail("run", "generate", s);
-            goto out;
-        }
-        if (!strcmp(why, "output")) {
-            fprintf(stderr, "pagekv run: stopped: standard output could not be written\n");
-            goto out;
-        } else if (!strcmp(why, "eog")) {
-            char piece[128];
-            size_t k = 0;
-            if (pkv_model_token_piece(m, pr[0].last, true, piece, sizeof piece, &k)) k = 0;
-            fprintf(stderr, "pagekv run: stopped: end-of-generation token %d '%.*s' after %d tokens\n", pr[0].last,
-                    (int)k, piece, generated);
-        } else if (!strcmp(why, "n")) {
-            fprintf(stderr, "pagekv run: stopped: -n %lld tokens generated\n", n_predict);
-        } else {
-            fprintf(stderr, "pagekv run: stopped: the context of %lld tokens is full after %d tokens (a larger -c, or "
-                            "--context-shift, goes on)\n", (long long)n_ctx, generated);
-        }
-        if (shifted)
-            fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
-        if (spec)
-            fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
-                            "(%.2f per step), %lld draft steps\n",
-                    (long long)st.drafted, (long long)st.accepted, st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0,
-                    (long long)st.n_tokens, (long long)st.target_steps,
-                    st.target_steps ? (double)st.n_tokens / (double)st.target_steps : 0.0, (long long)st.draft_steps);
+    pkv_model_info di;
+    pkv_model_get_info(st->draft, &di);
+    if (di.assistant) { /* where each part runs: docs/speculative.md */
+        pkv_kv_shard_info sh;
+        const char *kv_dev = pkv_kv_shard(pkv_context_cache(st->ctx), 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
+        fprintf(stderr, "pagekv run: draft %s (Gemma 4 assistant): %d layers on %s, no KV of its own: its attention runs "
+                        "over the target's pages where they are stored (%s%s), its input embedding is the target's (on %s); "
+                        "up to %d tokens per round\n",
+                r->draft_path, di.n_layer, pkv_device_name(pkv_model_device(st->draft)), kv_dev,
+                st->info.n_devices > 1 ? " and the target's other shards" : "", pkv_device_name(tdev), r->draft_max);
     } else {
-        /* K branches decoded together: one batched step per token. */
-        int K = (int)n_fork;
-        bool alive[64];
-        const char *why[64];
-        for (int b = 0; b < K; b++) {
-            pkv_sampler_params bp = sp;
-            bp.seed = sp.seed + (uint64_t)b;
-            br[b] = pkv_context_fork(ctx);
-            smp[b] = pkv_sampler_create(bp, info.n_vocab);
-            if (!br[b] || !smp[b]) {
-                pkv_cli_fail("run", "fork", PKV_ERR_INVALID);
-                goto out;
-            }
-            pr[b].m = m;
-            alive[b] = true;
-            why[b] = "-n reached";
-        }
-        fputc('\n', stdout);
-        for (int step = 0; step < n_predict; step++) {
-            pkv_context *batch[64];
-            int32_t next[64], ones[64];
-            const int32_t *tp[64];
-            int nb = 0;
-            for (int b = 0; b < K; b++) {
-                if (!alive[b]) continue;
-                int32_t t;
-                if ((s = pkv_sampler_sample(smp[b], pkv_context_logits(br[b]), &t))) {
-                    pkv_cli_fail("run", "sample", s);
-                    goto out;
-                }
-                pkv_sampler_accept(smp[b], t);
-                emit_token(t, &pr[b]);
-                generated++;
-                bool eog = !ignore_eos && pkv_model_is_eog(m, t);
-                if (eog || step + 1 == n_predict || pkv_context_n_tokens(br[b]) >= pkv_context_n_ctx(br[b])) {
-                    alive[b] = false;
-                    if (eog) why[b] = "end-of-generation token";
-                    else if (step + 1 < n_predict) why[b] = "context full";
-                    continue;
-                }
-                next[nb] = t;
-                ones[nb] = 1;
-                tp[nb] = &next[nb];
-                batch[nb++] = br[b];
-            }
-            if (nb == 0) break;
-            if ((s = pkv_decode(batch, nb, tp, ones))) {
-                pkv_cli_fail("run", "batched decode", s);
-                goto out;
-            }
-        }
-        for (int b = 0; b < K; b++)
-            printf("--- branch %d (seed %llu, stopped: %s) ---\n%s%s\n", b, (unsigned long long)(sp.seed + (uint64_t)b),
-                   why[b], prompt, pr[b].text ? pr[b].text : "");
+        fprintf(stderr, "pagekv run: draft %s%s: %d layers on %s, %s, up to %d tokens per round\n", r->draft_path,
+                di.mtp ? " (its MTP head)" : "", di.n_layer, pkv_device_name(pkv_model_device(st->draft)),
+                di.shared_kv ? "shares the target's KV cache" : "own KV cache", r->draft_max);
     }
-    if (ids_out && !write_ids(ids_out, pr[0].ids, pr[0].n_ids)) goto out;
-    if (spec_f) {
-        spec_f = NULL;
-        if (pkv_wfile_commit(&spec_w)) {
+    return true;
+}
+
+/* The plain generation loop, here rather than pkv_generate, so that it can shift
+ * the context and say why it stopped (*why: "n", "output", "eog", "full"). */
+static pkv_status run_loop(const run_opts *r, run_state *st, const char **why, int64_t *shifted) {
+    pkv_context *ctx = st->ctx;
+    int64_t n_ctx = pkv_context_n_ctx(ctx);
+    pkv_status s = PKV_OK;
+    while (!s) {
+        if (st->generated >= r->n_predict) {
+            *why = "n";
+            break;
+        }
+        int32_t t;
+        if ((s = pkv_sampler_sample(st->smp[0], pkv_context_logits(ctx), &t))) break;
+        pkv_sampler_accept(st->smp[0], t);
+        st->generated++;
+        if (!emit_token(t, &st->pr[0])) {
+            *why = "output";
+            break;
+        }
+        if (!r->ignore_eos && pkv_model_is_eog(st->m, t)) {
+            *why = "eog";
+            break;
+        }
+        if (st->generated >= r->n_predict) {
+            *why = "n";
+            break;
+        }
+        if (pkv_context_n_tokens(ctx) >= n_ctx) {
+            if (!r->ctx_shift) {
+                *why = "full";
+                break;
+            }
+            /* keep --keep tokens (and a leading BOS), drop half of the rest */
+            int64_t have = pkv_context_n_tokens(ctx), keep = r->n_keep;
+            int32_t first = -1;
+            if (pkv_context_tokens(ctx, 0, 1, &first) == PKV_OK && first == pkv_model_bos(st->m) && keep < 1) keep = 1;
+            if (keep > have - 2) keep = have - 2;
+            int64_t drop = (have - keep) / 2;
+            if (drop < 1 || (s = pkv_context_shift(ctx, keep, drop))) {
+                if (!s) s = pkv_err(PKV_ERR_INVALID, "nothing to drop: --keep %d holds the whole context", r->n_keep);
+                break;
+            }
+            *shifted += drop;
+        }
+        s = pkv_context_decode(ctx, &t, 1);
+    }
+    return s;
+}
+
+/* One sequence, plain or speculative (--draft/--mtp), streamed; says on stderr
+ * why it stopped. */
+static bool run_plain(const run_opts *r, run_state *st) {
+    pkv_model *m = st->m;
+    printer *pr = &st->pr[0];
+    if (!(st->smp[0] = pkv_sampler_create(r->sp, st->info.n_vocab))) return run_fail("sampler", PKV_ERR_INVALID);
+    pr->m = m;
+    pr->stream = true;
+    pr->last = -1;
+    pkv_spec_stats ss;
+    const char *why = NULL;
+    int64_t n_ctx = pkv_context_n_ctx(st->ctx), shifted = 0;
+    pkv_status s;
+    if (st->spec) {
+        /* the last sampled token needs no room in the cache */
+        int64_t room = n_ctx - (int64_t)st->n_prompt + 1;
+        s = pkv_spec_generate(st->spec, st->smp[0], (int)(r->n_predict < room ? r->n_predict : room), emit_token, pr, &ss);
+        st->generated = (int)ss.n_tokens;
+        why = pr->out_failed                                 ? "output"
+              : pr->last >= 0 && pkv_model_is_eog(m, pr->last) ? "eog"
+              : st->generated >= r->n_predict                ? "n"
+                                                              : "full";
+    } else {
+        s = run_loop(r, st, &why, &shifted);
+    }
+    fputc('\n', stdout);
+    if (s) return run_fail("generate", s);
+    if (!strcmp(why, "output")) {
+        fprintf(stderr, "pagekv run: stopped: standard output could not be written\n");
+        return false;
+    } else if (!strcmp(why, "eog")) {
+        char piece[128];
+        size_t k = 0;
+        if (pkv_model_token_piece(m, pr->last, true, piece, sizeof piece, &k)) k = 0;
+        fprintf(stderr, "pagekv run: stopped: end-of-generation token %d '%.*s' after %d tokens\n", pr->last, (int)k, piece,
+                st->generated);
+    } else if (!strcmp(why, "n")) {
+        fprintf(stderr, "pagekv run: stopped: -n %d tokens generated\n", r->n_predict);
+    } else {
+        fprintf(stderr, "pagekv run: stopped: the context of %lld tokens is full after %d tokens (a larger -c, or "
+                        "--context-shift, goes on)\n", (long long)n_ctx, st->generated);
+    }
+    if (shifted) fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
+    if (st->spec)
+        fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
+                        "(%.2f per step), %lld draft steps\n",
+                (long long)ss.drafted, (long long)ss.accepted,
+                ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0, (long long)ss.n_tokens,
+                (long long)ss.target_steps, ss.target_steps ? (double)ss.n_tokens / (double)ss.target_steps : 0.0,
+                (long long)ss.draft_steps);
+    return true;
+}
+
+/* --fork K: K branches of the prompt decoded together, one batched step per
+ * token; each printed whole at the end. */
+static bool run_fork(const run_opts *r, run_state *st) {
+    int K = r->n_fork;
+    bool alive[64];
+    const char *why[64];
+    pkv_status s;
+    for (int b = 0; b < K; b++) {
+        pkv_sampler_params bp = r->sp;
+        bp.seed = r->sp.seed + (uint64_t)b;
+        st->br[b] = pkv_context_fork(st->ctx);
+        st->smp[b] = pkv_sampler_create(bp, st->info.n_vocab);
+        if (!st->br[b] || !st->smp[b]) return run_fail("fork", PKV_ERR_INVALID);
+        st->pr[b].m = st->m;
+        alive[b] = true;
+        why[b] = "-n reached";
+    }
+    fputc('\n', stdout);
+    for (int step = 0; step < r->n_predict; step++) {
+        pkv_context *batch[64];
+        int32_t next[64], ones[64];
+        const int32_t *tp[64];
+        int nb = 0;
+        for (int b = 0; b < K; b++) {
+            if (!alive[b]) continue;
+            int32_t t;
+            if ((s = pkv_sampler_sample(st->smp[b], pkv_context_logits(st->br[b]), &t)))
+                return run_fail("sample", s);
+            pkv_sampler_accept(st->smp[b], t);
+            emit_token(t, &st->pr[b]);
+            st->generated++;
+            bool eog = !r->ignore_eos && pkv_model_is_eog(st->m, t);
+            if (eog || step + 1 == r->n_predict || pkv_context_n_tokens(st->br[b]) >= pkv_context_n_ctx(st->br[b])) {
+                alive[b] = false;
+                if (eog) why[b] = "end-of-generation token";
+                else if (step + 1 < r->n_predict) why[b] = "context full";
+                continue;
+            }
+            next[nb] = t;
+            ones[nb] = 1;
+            tp[nb] = &next[nb];
+            batch[nb++] = st->br[b];
+        }
+        if (nb == 0) break;
+        if ((s = pkv_decode(batch, nb, tp, ones))) return run_fail("batched decode", s);
+    }
+    for (int b = 0; b < K; b++)
+        printf("--- branch %d (seed %llu, stopped: %s) ---\n%s%s\n", b, (unsigned long long)(r->sp.seed + (uint64_t)b),
+               why[b], r->prompt, st->pr[b].text ? st->pr[b].text : "");
+    return true;
+}
+
+/* Everything after the model is loaded: prompt, cache, draft, prefill, the mode,
+ * the logs. Returns the exit code. */
+static int run_model(const run_opts *r, run_state *st, double t_load) {
+#ifdef PKV_HAVE_SERVER
+    if (r->chat) return run_chat(r, st);
+#endif
+    if (!run_tokenize(r, st)) return 1;
+    if (r->spec_log) {
+        if (pkv_wfile_open(&st->spec_w, r->spec_log)) {
             fprintf(stderr, "pagekv run: --spec-log: %s\n", pkv_errmsg());
-            goto out;
+            return 1;
+        }
+        st->spec_f = st->spec_w.f;
+    }
+    if (st->n_prompt == 0) {
+        fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
+        return 1;
+    }
+    if (!run_open_context(r, st) || (r->draft_path && !run_attach_draft(r, st))) return 1;
+    size_t n_prompt = st->n_prompt;
+    if ((int64_t)n_prompt + (r->n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(st->ctx)) {
+        fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,
+                (long long)pkv_context_n_ctx(st->ctx));
+        return 1;
+    }
+    fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", st->info.arch, st->info.weight_type,
+            st->info.n_layer, pkv_cli_kv_desc(&r->o), pkv_device_name(pkv_model_device(st->m)), n_prompt);
+    double t0 = pkv_time_now_cli();
+    pkv_status s = st->enc.n ? pkv_context_decode_prompt(st->ctx, st->toks, (int32_t)st->n_text, st->enc.rows, st->enc.n)
+                             : pkv_context_decode(st->ctx, st->toks, (int32_t)n_prompt);
+    if (s) return pkv_cli_fail("run", "prefill", s);
+    double t_prefill = pkv_time_now_cli() - t0;
+    fwrite(r->prompt, 1, strlen(r->prompt), stdout);
+    fflush(stdout);
+    t0 = pkv_time_now_cli();
+    if (!(r->n_fork ? run_fork(r, st) : run_plain(r, st))) return 1;
+    if (r->ids_out && !write_ids(r->ids_out, st->pr[0].ids, st->pr[0].n_ids)) return 1;
+    if (st->spec_f) {
+        st->spec_f = NULL;
+        if (pkv_wfile_commit(&st->spec_w)) {
+            fprintf(stderr, "pagekv run: --spec-log: %s\n", pkv_errmsg());
+            return 1;
         }
     }
     double t_decode = pkv_time_now_cli() - t0;
+    int gen = st->generated;
     fprintf(stderr, "pagekv run: load %.2f s, prefill %zu tokens in %.3f s (%.1f tok/s), decode %d tokens in %.3f s (%.1f tok/s)\n",
-            t_loaded - t_start, n_prompt, t_prefill, (double)n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), generated, t_decode,
-            generated / (t_decode > 0 ? t_decode : 1e-9));
-    rc = 0;
-out:
-    for (int b = 0; b < 64; b++) {
-        pkv_context_free(br[b]);
-        pkv_sampler_free(smp[b]);
-        free(pr[b].text);
-        free(pr[b].ids);
+            t_load, n_prompt, t_prefill, (double)n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), gen, t_decode,
+            gen / (t_decode > 0 ? t_decode : 1e-9));
+    return 0;
+}
+
+int pkv_cli_run(int argc, char **argv) {
+    run_opts r;
+    int rc = run_parse(argc, argv, &r);
+    if (rc >= 0) return rc;
+    if ((rc = run_check(&r))) return rc;
+    char *prompt_buf = NULL;
+    if (!run_prompt_text(&r, &prompt_buf)) {
+        free(prompt_buf);
+        return 1;
     }
-    if (spec_f) pkv_wfile_abort(&spec_w); /* an error before the log was complete */
-    free(toks);
-    pkv_cli_encoded_free(&enc);
+    if (r.random_seed) {
+        r.sp.seed = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() * 1442695040888963407ull ^
+                    (uint64_t)(pkv_time_now_cli() * 1e9);
+        r.sp.seed &= (uint64_t)INT64_MAX; /* printable and reusable with --seed */
+        fprintf(stderr, "pagekv run: seed %llu\n", (unsigned long long)r.sp.seed);
+    }
+    double t_start = pkv_time_now_cli();
+    run_state st;
+    memset(&st, 0, sizeof st);
+    if (!(st.m = pkv_cli_open_model("run", &r.o))) {
+        free(prompt_buf);
+        return 1;
+    }
+    pkv_model_get_info(st.m, &st.info);
+    rc = run_model(&r, &st, pkv_time_now_cli() - t_start);
+    run_state_free(&st);
     free(prompt_buf);
-    pkv_spec_free(spec); /* before the target's context and cache: a shared-KV draft lives in them */
-    pkv_model_free(draft); /* before the target model: it may use the target's device */
-    pkv_context_free(ctx);
-    pkv_kv_cache_free(c);
-    pkv_model_free(m);
     return rc;
 }
 

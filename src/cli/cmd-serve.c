@@ -1,6 +1,7 @@
 /* pagekv serve: the OpenAI-compatible HTTP server (src/server/, docs/server.md).
  * Built when libmicrohttpd and jansson are found; otherwise this command says
  * what to install. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,201 +115,183 @@ static void show_banner(const char *banner, void *ud) {
     fflush(stdout);
 }
 
+/* What `pagekv serve` was asked (the options table below fills it). */
+typedef struct serve_args {
+    pkv_cli_model_opts mo; /* first: pkv_cli_model_more */
+    pkv_serve_opts so;
+    const char *detect; /* --detect-template FILE: say its family and stop */
+    bool help, stop, jinja;
+} serve_args;
+
+static bool serve_opt_ngl(void *opts, const char *opt, const char *v) {
+    (void)opts;
+    (void)v;
+    fprintf(stderr, "pagekv serve: %s has no meaning here: pagekv does not offload a number of layers; the "
+                    "whole model runs on -d DEVICE (e.g. -d vulkan:0), or split by heads over --devices A,B, "
+                    "with the KV cache beside it (see 'pagekv devices')\n", opt);
+    return false;
+}
+
+static bool serve_opt_simple(void *opts, const char *opt, const char *v) {
+    (void)opts;
+    (void)opt;
+    (void)v;
+    fprintf(stderr, "pagekv serve: --simple was retired: the serving engine runs every request, the contexts "
+                    "API's generations included\n");
+    return false;
+}
+
+static bool serve_opt_allowed_host(void *opts, const char *opt, const char *v) {
+    pkv_serve_opts *so = &((serve_args *)opts)->so;
+    (void)opt;
+    if (so->n_allowed_hosts == PKV_SERVE_MAX_ALLOWED_HOSTS) {
+        fprintf(stderr, "pagekv serve: --allowed-host given more than %d times\n", PKV_SERVE_MAX_ALLOWED_HOSTS);
+        return false;
+    }
+    if (!*v || strchr(v, ':') || strchr(v, '/')) {
+        fprintf(stderr, "pagekv serve: --allowed-host '%s' is not a host name (no port, no scheme)\n", v);
+        return false;
+    }
+    so->allowed_hosts[so->n_allowed_hosts++] = v;
+    return true;
+}
+
+static bool serve_opt_kv_spill(void *opts, const char *opt, const char *v) {
+    pkv_serve_opts *so = &((serve_args *)opts)->so;
+    (void)opt;
+    if (!strcmp(v, "auto")) so->kv_spill = PKV_SPILL_AUTO;
+    else if (!strcmp(v, "never")) so->kv_spill = PKV_SPILL_NEVER;
+    else if (!strcmp(v, "always")) so->kv_spill = PKV_SPILL_ALWAYS;
+    else {
+        fprintf(stderr, "pagekv serve: --kv-spill %s: give auto, always or never\n", v);
+        return false;
+    }
+    return true;
+}
+
+static bool serve_opt_media_cache(void *opts, const char *opt, const char *v) {
+    long long x;
+    if (!pkv_cli_int(opt, v, 0, 1 << 20, &x)) return false;
+    ((serve_args *)opts)->so.media_cache_bytes = (size_t)x << 20;
+    return true;
+}
+
+static bool serve_opt_detect(void *opts, const char *opt, const char *v) {
+    serve_args *a = opts;
+    (void)opt;
+    a->detect = v;
+    a->stop = true;
+    return true;
+}
+
+#define SV(name, alias, kind, field, lo, hi) PKV_CLI_OPT(serve_args, name, alias, kind, so.field, lo, hi)
+#define SV_FN(name, fn) {name, NULL, PKV_CLI_FN, 0, 0, 0, fn, true}
+static const pkv_cli_opt serve_options[] = {
+    PKV_CLI_OPT(serve_args, "-h", "--help", PKV_CLI_FLAG, help, 0, 0),
+    SV("--host", NULL, PKV_CLI_STR, host, 0, 0),
+    SV("--port", NULL, PKV_CLI_INT, port, 0, 65535),
+    SV("--port-file", NULL, PKV_CLI_STR, port_file, 0, 0),
+    /* llama-server's flag: the GGUF's Jinja template is what pagekv runs anyway */
+    PKV_CLI_OPT(serve_args, "--jinja", NULL, PKV_CLI_FLAG, jinja, 0, 0),
+    {"-ngl", "--n-gpu-layers", PKV_CLI_FN, 0, 0, 0, serve_opt_ngl, false},
+    {"--gpu-layers", NULL, PKV_CLI_FN, 0, 0, 0, serve_opt_ngl, false},
+    SV("--cors-origin", NULL, PKV_CLI_STR, cors_origin, 0, 0),
+    SV_FN("--allowed-host", serve_opt_allowed_host),
+    SV("--grammar-token-steps", NULL, PKV_CLI_INT64, grammar_token_steps, 1000, (double)INT64_MAX),
+    SV("--grammar-request-steps", NULL, PKV_CLI_INT64, grammar_request_steps, 1000, (double)INT64_MAX),
+    SV("--seed", NULL, PKV_CLI_INT64, seed, -1, (double)INT64_MAX),
+    SV("--parallel", "-np", PKV_CLI_INT, parallel, 1, 256),
+    SV("--batch-tokens", NULL, PKV_CLI_INT, batch_tokens, 1, 1 << 20),
+    {"--simple", NULL, PKV_CLI_FN, 0, 0, 0, serve_opt_simple, false},
+    SV("--lenient-fields", NULL, PKV_CLI_FLAG, lenient_fields, 0, 0),
+    SV("--special-in-content", NULL, PKV_CLI_FLAG, special_in_content, 0, 0),
+    SV("--context-pages", NULL, PKV_CLI_INT64, context_pages, 1, (double)(1ll << 40)),
+    SV("--kv-pages", NULL, PKV_CLI_INT64, kv_pages, 1, (double)(1ll << 32)),
+    SV("--kv-mem", NULL, PKV_CLI_INT64, kv_mem_mib, 1, 1 << 24),
+    SV("--swap-mem", NULL, PKV_CLI_INT64, swap_mem_mib, 1, 1 << 24),
+    SV("--kv-disk", NULL, PKV_CLI_STR, kv_disk, 0, 0),
+    SV("--kv-disk-size", NULL, PKV_CLI_INT64, kv_disk_mib, 1, (double)(1ll << 30)),
+    SV_FN("--kv-spill", serve_opt_kv_spill),
+    SV("--api-key", NULL, PKV_CLI_STR, api_key, 0, 0),
+    SV("--chat-template", NULL, PKV_CLI_STR, chat_template, 0, 0),
+    SV("--alias", "-a", PKV_CLI_STR, alias, 0, 0),
+    SV("--served-model-name", NULL, PKV_CLI_STR, alias, 0, 0),
+    SV("--max-body", NULL, PKV_CLI_SIZE, max_body, 1024, (double)(1ll << 30)),
+    SV("--max-header", NULL, PKV_CLI_SIZE, max_header, 16384, 1 << 24),
+    SV("--max-conns", NULL, PKV_CLI_INT, max_conns, 1, 65536),
+    SV("--queue", NULL, PKV_CLI_INT, queue, 0, 1 << 20),
+    SV("--timeout", NULL, PKV_CLI_INT, timeout_s, 1, 86400),
+    SV("--max-contexts", NULL, PKV_CLI_INT, max_contexts, 1, 1 << 20),
+    SV("--context-swap", NULL, PKV_CLI_DOUBLE, ctx_swap_s, 0, 1e9),
+    SV("--context-ttl", NULL, PKV_CLI_DOUBLE, ctx_ttl_s, 0, 1e9),
+    SV("--mmproj", NULL, PKV_CLI_STR, mmproj, 0, 0),
+    SV("--max-media-bytes", NULL, PKV_CLI_SIZE, max_media_bytes, 1024, (double)(1ll << 30)),
+    SV("--max-audio-seconds", NULL, PKV_CLI_DOUBLE, max_audio_seconds, 0.1, 86400),
+    SV("--max-image-pixels", NULL, PKV_CLI_INT64, max_image_pixels, 1, (double)(1ll << 32)),
+    SV("--template-time", NULL, PKV_CLI_INT64, template_time_ms, 1, 3600000),
+    SV("--template-memory", NULL, PKV_CLI_INT64, template_mem_mib, 1, 1 << 20),
+    SV("--template-budget", NULL, PKV_CLI_INT64, template_budget_mib, 1, 1 << 24),
+    SV("--max-request-audio-seconds", NULL, PKV_CLI_DOUBLE, max_request_audio_seconds, 0.1, 864000),
+    SV("--max-request-pixels", NULL, PKV_CLI_INT64, max_request_pixels, 1, (double)(1ll << 36)),
+    SV_FN("--media-cache-mb", serve_opt_media_cache),
+    SV("--draft", NULL, PKV_CLI_STR, draft, 0, 0),
+    SV("--draft-device", NULL, PKV_CLI_STR, draft_device, 0, 0),
+    SV("--draft-max", NULL, PKV_CLI_INT, draft_max, 1, 64),
+    SV("--mtp", NULL, PKV_CLI_FLAG, mtp, 0, 0),
+    SV_FN("--detect-template", serve_opt_detect),
+};
+#undef SV_FN
+#undef SV
+static const pkv_cli_cmd serve_cmd = {"serve", serve_options, sizeof serve_options / sizeof serve_options[0],
+                                      offsetof(serve_args, help), serve_usage, pkv_cli_model_more, false, true,
+                                      offsetof(serve_args, stop)};
+
+/* --detect-template FILE: its family on stdout; the exit code. */
+static int detect_template(const char *path) {
+    size_t len = 0;
+    char *t = pkv_cli_read_text("serve", path, &len);
+    if (!t) return 1;
+    pkv_tpl tp = pkv_tpl_detect(t, len);
+    free(t);
+    if (tp == PKV_TPL_NONE) {
+        fprintf(stderr, "pagekv serve: %s matches no known chat template family (%s)\n", path, pkv_tpl_names());
+        return 1;
+    }
+    printf("%s\n", pkv_tpl_name(tp));
+    return 0;
+}
+
+/* The draft options that do not go together: 0, or the exit code 2 (said). */
+static int serve_check(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
+    const char *why = NULL;
+    if (so->mtp && so->draft) why = "give --mtp (the model's own MTP head) or --draft FILE, not both";
+    else if (so->mtp && !mo->model) why = "--mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')";
+    else if (!so->draft && !so->mtp && (so->draft_device || so->draft_max))
+        why = "--draft-device and --draft-max need --draft FILE or --mtp";
+    else if (so->mtp && so->draft_device)
+        why = "--draft-device is for a --draft model; the MTP head runs where the model runs";
+    if (!why) return 0;
+    fprintf(stderr, "pagekv serve: %s\n", why);
+    return 2;
+}
+
+static int serve_parse(int argc, char **argv, serve_args *a) {
+    memset(a, 0, sizeof *a);
+    a->mo = pkv_cli_model_defaults();
+    a->so = pkv_serve_default_opts();
+    a->so.api_key = getenv("PKV_API_KEY");
+    if (a->so.api_key && !*a->so.api_key) a->so.api_key = NULL;
+    int rc = pkv_cli_parse(&serve_cmd, argc, argv, a);
+    if (rc == 0 && a->detect) return detect_template(a->detect);
+    if (rc >= 0) return rc;
+    return serve_check(&a->mo, &a->so) ? 2 : -1;
+}
+
 int pkv_cli_serve(int argc, char **argv) {
-    pkv_cli_model_opts mo = pkv_cli_model_defaults();
-    pkv_serve_opts so = pkv_serve_default_opts();
-    so.api_key = getenv("PKV_API_KEY");
-    if (so.api_key && !*so.api_key) so.api_key = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &mo);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        long long x;
-        double dd;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--host")) {
-            if (!(so.host = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--port")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 65535, &x)) return 2;
-            so.port = (int)x;
-        } else if (!strcmp(a, "--port-file")) {
-            if (!(so.port_file = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--jinja")) {
-            /* llama-server's flag: the GGUF's Jinja template is what pagekv runs anyway */
-        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
-            fprintf(stderr, "pagekv serve: %s has no meaning here: pagekv does not offload a number of layers; the "
-                            "whole model runs on -d DEVICE (e.g. -d vulkan:0), or split by heads over --devices A,B, "
-                            "with the KV cache beside it (see 'pagekv devices')\n", a);
-            return 2;
-        } else if (!strcmp(a, "--cors-origin")) {
-            if (!(so.cors_origin = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--allowed-host")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            if (so.n_allowed_hosts == PKV_SERVE_MAX_ALLOWED_HOSTS) {
-                fprintf(stderr, "pagekv serve: --allowed-host given more than %d times\n", PKV_SERVE_MAX_ALLOWED_HOSTS);
-                return 2;
-            }
-            if (!*v || strchr(v, ':') || strchr(v, '/')) {
-                fprintf(stderr, "pagekv serve: --allowed-host '%s' is not a host name (no port, no scheme)\n", v);
-                return 2;
-            }
-            so.allowed_hosts[so.n_allowed_hosts++] = v;
-        } else if (!strcmp(a, "--grammar-token-steps")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1000, INT64_MAX, &x)) return 2;
-            so.grammar_token_steps = x;
-        } else if (!strcmp(a, "--grammar-request-steps")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1000, INT64_MAX, &x)) return 2;
-            so.grammar_request_steps = x;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, -1, INT64_MAX, &x)) return 2;
-            so.seed = x;
-        } else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 256, &x)) return 2;
-            so.parallel = (int)x;
-        } else if (!strcmp(a, "--batch-tokens")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
-            so.batch_tokens = (int)x;
-        } else if (!strcmp(a, "--simple")) {
-            fprintf(stderr, "pagekv serve: --simple was retired: the serving engine runs every request, the contexts "
-                            "API's generations included\n");
-            return 2;
-        } else if (!strcmp(a, "--lenient-fields")) {
-            so.lenient_fields = true;
-        } else if (!strcmp(a, "--special-in-content")) {
-            so.special_in_content = true;
-        } else if (!strcmp(a, "--context-pages")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 40, &x)) return 2;
-            so.context_pages = x;
-        } else if (!strcmp(a, "--kv-pages")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
-            so.kv_pages = x;
-        } else if (!strcmp(a, "--kv-mem")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
-            so.kv_mem_mib = x;
-        } else if (!strcmp(a, "--swap-mem")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
-            so.swap_mem_mib = x;
-        } else if (!strcmp(a, "--kv-disk")) {
-            if (!(so.kv_disk = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--kv-disk-size")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 30, &x)) return 2;
-            so.kv_disk_mib = x;
-        } else if (!strcmp(a, "--kv-spill")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            if (!strcmp(v, "auto")) so.kv_spill = PKV_SPILL_AUTO;
-            else if (!strcmp(v, "never")) so.kv_spill = PKV_SPILL_NEVER;
-            else if (!strcmp(v, "always")) so.kv_spill = PKV_SPILL_ALWAYS;
-            else {
-                fprintf(stderr, "pagekv serve: --kv-spill %s: give auto, always or never\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(so.api_key = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--chat-template")) {
-            if (!(so.chat_template = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--alias") || !strcmp(a, "-a") || !strcmp(a, "--served-model-name")) {
-            if (!(so.alias = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--max-body")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1024, 1ll << 30, &x)) return 2;
-            so.max_body = (size_t)x;
-        } else if (!strcmp(a, "--max-header")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 16384, 1 << 24, &x)) return 2;
-            so.max_header = (size_t)x;
-        } else if (!strcmp(a, "--max-conns")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 65536, &x)) return 2;
-            so.max_conns = (int)x;
-        } else if (!strcmp(a, "--queue")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &x)) return 2;
-            so.queue = (int)x;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 86400, &x)) return 2;
-            so.timeout_s = (int)x;
-        } else if (!strcmp(a, "--max-contexts")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
-            so.max_contexts = (int)x;
-        } else if (!strcmp(a, "--context-swap")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
-            so.ctx_swap_s = dd;
-        } else if (!strcmp(a, "--context-ttl")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0, 1e9, &dd)) return 2;
-            so.ctx_ttl_s = dd;
-        } else if (!strcmp(a, "--mmproj")) {
-            if (!(so.mmproj = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--max-media-bytes")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1024, 1ll << 30, &x)) return 2;
-            so.max_media_bytes = (size_t)x;
-        } else if (!strcmp(a, "--max-audio-seconds")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0.1, 86400, &dd)) return 2;
-            so.max_audio_seconds = dd;
-        } else if (!strcmp(a, "--max-image-pixels")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 32, &x)) return 2;
-            so.max_image_pixels = x;
-        } else if (!strcmp(a, "--template-time")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 3600000, &x)) return 2;
-            so.template_time_ms = x;
-        } else if (!strcmp(a, "--template-memory")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 20, &x)) return 2;
-            so.template_mem_mib = x;
-        } else if (!strcmp(a, "--template-budget")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return 2;
-            so.template_budget_mib = x;
-        } else if (!strcmp(a, "--max-request-audio-seconds")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_float(a, v, 0.1, 864000, &dd)) return 2;
-            so.max_request_audio_seconds = dd;
-        } else if (!strcmp(a, "--max-request-pixels")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 1ll << 36, &x)) return 2;
-            so.max_request_pixels = x;
-        } else if (!strcmp(a, "--media-cache-mb")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 0, 1 << 20, &x)) return 2;
-            so.media_cache_bytes = (size_t)x << 20;
-        } else if (!strcmp(a, "--draft")) {
-            if (!(so.draft = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--draft-device")) {
-            if (!(so.draft_device = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--draft-max")) {
-            if (!(v = pkv_cli_value(argc, argv, &i)) || !pkv_cli_int(a, v, 1, 64, &x)) return 2;
-            so.draft_max = (int)x;
-        } else if (!strcmp(a, "--mtp")) {
-            so.mtp = true;
-        } else if (!strcmp(a, "--detect-template")) {
-            if (!(v = pkv_cli_value(argc, argv, &i))) return 2;
-            size_t len = 0;
-            char *t = pkv_cli_read_text("serve", v, &len);
-            if (!t) return 1;
-            pkv_tpl tp = pkv_tpl_detect(t, len);
-            free(t);
-            if (tp == PKV_TPL_NONE) {
-                fprintf(stderr, "pagekv serve: %s matches no known chat template family (%s)\n", v, pkv_tpl_names());
-                return 1;
-            }
-            printf("%s\n", pkv_tpl_name(tp));
-            return 0;
-        } else {
-            fprintf(stderr, "pagekv serve: unknown option '%s'\n", a);
-            serve_usage(stderr);
-            return 2;
-        }
-    }
-    if (so.mtp && so.draft) {
-        fprintf(stderr, "pagekv serve: give --mtp (the model's own MTP head) or --draft FILE, not both\n");
-        return 2;
-    }
-    if (so.mtp && !mo.model) {
-        fprintf(stderr, "pagekv serve: --mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')\n");
-        return 2;
-    }
-    if (!so.draft && !so.mtp && (so.draft_device || so.draft_max)) {
-        fprintf(stderr, "pagekv serve: --draft-device and --draft-max need --draft FILE or --mtp\n");
-        return 2;
-    }
-    if (so.mtp && so.draft_device) {
-        fprintf(stderr, "pagekv serve: --draft-device is for a --draft model; the MTP head runs where the model runs\n");
-        return 2;
-    }
-    so.on_ready = show_banner;
-    return pkv_serve_run(&mo, &so);
+    serve_args a;
+    int rc = serve_parse(argc, argv, &a);
+    if (rc >= 0) return rc;
+    a.so.on_ready = show_banner;
+    return pkv_serve_run(&a.mo, &a.so);
 }
 #endif

@@ -409,6 +409,20 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     return s;
 }
 
+/* The end of a build: the target and the scratch freed; the writer to *out, or
+ * freed when s is an error. Returns s. */
+static pkv_status build_end(gen *G, pkv_gguf *tg, pkv_status s, pkv_gguf_writer **out) {
+    pkv_gguf_close(tg);
+    pkv_free(G->f);
+    pkv_free(G->q);
+    if (s) {
+        pkv_gguf_writer_free(G->w);
+        return s;
+    }
+    *out = G->w;
+    return PKV_OK;
+}
+
 /* gemma4-assistant (draft_of a gemma4 target): the file llama.cpp's converter writes
  * for a Gemma 4 assistant checkpoint, with random weights. Width n_embd (0 = half the
  * target's), n_layer layers (0 = 4; swa_layers, or every layer sliding but the last),
@@ -539,16 +553,355 @@ done:
     pkv_free(nh);
     pkv_free(nkv);
     pkv_free(nff);
-    pkv_gguf_close(tg);
-    pkv_free(G.f);
-    pkv_free(G.q);
-    if (s) {
-        pkv_gguf_writer_free(G.w);
-        return s;
+    return build_end(&G, tg, s, out);
+}
+
+/* What build() writes from: the params (completed by validate), the writer and
+ * its scratch, and the architecture's traits, read once from p->arch. */
+typedef struct mkb {
+    pkv_mkmodel_params *p;
+    gen *G;
+    const target_of *tgt; /* a draft's target (tgt->g NULL: none) */
+    pkv_vocab_desc *voc;  /* NULL with no_vocab or a target */
+    const chat_family *fam;
+    const char *a; /* p->arch */
+    bool gemma3, gemma, g4, oss, qwen, phi3, q35, moe, qk_norm;
+    bool slides[256]; /* gemma4: which layers slide */
+    int Lkv;          /* gemma4: the layers that own KV */
+    int64_t E, qd, kd, PL, Hk, Hv, dS, C;
+    double lin_e, lin_q, lin_f; /* uniform ranges that keep activations sane */
+    char k[96];
+} mkb;
+
+#define KEY(suffix) (snprintf(b->k, sizeof b->k, "%s.%s", a, suffix), b->k)
+#define TRY(x)                                                                                      \
+    do {                                                                                            \
+        pkv_status s_ = (x);                                                                        \
+        if (s_) return s_;                                                                          \
+    } while (0)
+/* gemma4: the sharing layers' FFN is twice as wide; the sliding layers' heads and KV heads */
+#define G4_FF(l) (b->g4 && (l) >= b->Lkv ? 2 * p->n_ff : p->n_ff)
+#define G4_HD(l) (b->g4 && b->slides[l] ? p->head_dim_swa : p->head_dim)
+#define G4_KV(l) (b->g4 && !b->slides[l] ? p->n_head_kv_full : p->n_head_kv)
+#define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(G, n, type, cols, rows, c, sc)))
+#define T3(suffix, type, cols, rows, sc) \
+    TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add3(G, n, type, cols, rows, p->n_expert, sc)))
+
+/* The general keys and the sizes (gemma4's per-layer ones). */
+static pkv_status mk_sizes(mkb *b) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const char *a = b->a;
+    const int64_t E = b->E;
+    const bool g4 = b->g4;
+    TRY(pkv_gguf_writer_add_str(G->w, "general.architecture", a));
+    TRY(pkv_gguf_writer_add_str(G->w, "general.name", "pagekv random test model"));
+    /* general.file_type uses llama.cpp's file-type ids, not tensor types: only
+     * the ones this writer can make */
+    uint32_t ftype = llama_ftype(p->type, p->k_mixture);
+    TRY(pkv_gguf_writer_add_u32(G->w, "general.file_type", ftype));
+    TRY(pkv_gguf_writer_add_u32(G->w, KEY("block_count"), (uint32_t)(p->n_layer + p->n_mtp)));
+    if (p->n_mtp) TRY(pkv_gguf_writer_add_u32(G->w, KEY("nextn_predict_layers"), (uint32_t)p->n_mtp));
+    TRY(pkv_gguf_writer_add_u32(G->w, KEY("context_length"), (uint32_t)p->n_ctx));
+    TRY(pkv_gguf_writer_add_u32(G->w, KEY("embedding_length"), (uint32_t)E));
+    if (g4 && p->n_shared_kv > 0) { /* llama.cpp's keys: per-layer arrays where the layers differ */
+        int32_t ff[256];
+        for (int l = 0; l < p->n_layer; l++) ff[l] = G4_FF(l);
+        TRY(pkv_gguf_writer_add_arr(G->w, KEY("feed_forward_length"), PKV_GGUF_INT32, ff, (uint64_t)p->n_layer));
+    } else {
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("feed_forward_length"), (uint32_t)p->n_ff));
     }
-    *out = G.w;
+    TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.head_count"), (uint32_t)p->n_head));
+    if (g4 && p->n_head_kv_full != p->n_head_kv) {
+        int32_t kv[256];
+        for (int l = 0; l < p->n_layer; l++) kv[l] = G4_KV(l);
+        TRY(pkv_gguf_writer_add_arr(G->w, KEY("attention.head_count_kv"), PKV_GGUF_INT32, kv, (uint64_t)p->n_layer));
+    } else {
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv));
+    }
+    if (g4) { /* Gemma 4's keys, as its converter writes them */
+        uint8_t pat[256];
+        for (int l = 0; l < p->n_layer; l++) pat[l] = b->slides[l];
+        TRY(pkv_gguf_writer_add_arr(G->w, KEY("attention.sliding_window_pattern"), PKV_GGUF_BOOL, pat, (uint64_t)p->n_layer));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.key_length_swa"), (uint32_t)p->head_dim_swa));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.value_length_swa"), (uint32_t)p->head_dim_swa));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("rope.dimension_count_swa"), (uint32_t)p->head_dim_swa));
+        TRY(pkv_gguf_writer_add_f32(G->w, KEY("rope.freq_base_swa"), 10000.0f));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.shared_kv_layers"), (uint32_t)p->n_shared_kv));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("embedding_length_per_layer_input"), (uint32_t)p->n_embd_per_layer));
+        TRY(pkv_gguf_writer_add_f32(G->w, KEY("final_logit_softcapping"), 30.0f));
+    }
     return PKV_OK;
 }
+
+/* Experts, delta-net layers, windows, soft-caps, RoPE and norms. */
+static pkv_status mk_hparams(mkb *b) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const char *a = b->a;
+    const int64_t E = b->E;
+    const target_of *tgt = b->tgt;
+    const bool gemma = b->gemma, gemma3 = b->gemma3, g4 = b->g4, oss = b->oss, qwen = b->qwen, q35 = b->q35;
+    const int64_t Hk = b->Hk, Hv = b->Hv, dS = b->dS;
+    if (b->moe) { /* llama.cpp's keys */
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("expert_count"), (uint32_t)p->n_expert));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("expert_used_count"), (uint32_t)p->n_expert_used));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("expert_feed_forward_length"), (uint32_t)(g4 ? p->n_ff / 2 : p->n_ff)));
+    }
+    if (q35) { /* llama.cpp's keys: every 4th layer attends, the others are delta-net layers */
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("ssm.conv_kernel"), 4));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("ssm.state_size"), (uint32_t)dS));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("ssm.group_count"), (uint32_t)Hk));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("ssm.time_step_rank"), (uint32_t)Hv));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("ssm.inner_size"), (uint32_t)(Hv * dS)));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("full_attention_interval"), 4));
+        uint8_t recr[64 + 4];
+        for (int l = 0; l < p->n_layer + p->n_mtp; l++) recr[l] = l < p->n_layer && (l + 1) % 4 != 0;
+        TRY(pkv_gguf_writer_add_arr(G->w, KEY("attention.recurrent_layers"), PKV_GGUF_BOOL, recr,
+                                    (uint64_t)(p->n_layer + p->n_mtp)));
+        /* M-RoPE sections over half the head (Qwen3.5 rotates a quarter), so every pair
+         * takes the text position: [ceil, mid, floor] thirds of the pairs, and 0 */
+        int32_t P = p->head_dim / 4, sec[4] = {(P + 2) / 3, (P + 1) / 3, P / 3, 0};
+        TRY(pkv_gguf_writer_add_arr(G->w, KEY("rope.dimension_sections"), PKV_GGUF_INT32, sec, 4));
+    }
+    if (gemma || g4 || oss) /* the window: small here, so tests cross it */
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.sliding_window"), (uint32_t)p->sliding_window));
+    if (gemma && !gemma3) { /* Gemma 2's soft-caps (Gemma 3 has none) */
+        TRY(pkv_gguf_writer_add_f32(G->w, KEY("attn_logit_softcapping"), 50.0f));
+        TRY(pkv_gguf_writer_add_f32(G->w, KEY("final_logit_softcapping"), 30.0f));
+    }
+    /* Gemma 3's global layers: base 1e6 and linear scaling by 8 as the 4B-27B files
+     * have them (here by 4: any factor but 1 shows whether the scaling is applied,
+     * and to the global layers only) */
+    /* gpt-oss: base 150000 and YaRN as its files have them (factor 32 over 4096
+     * positions), here factor 4 over 256, so tests' positions pass the original context */
+    float rope_base = tgt->g ? tgt->rope_base : oss ? 150000.0f : qwen || gemma3 || g4 ? 1000000.0f : 10000.0f;
+    float rope_factor = tgt->g ? 1.0f / tgt->rope_freq_scale : gemma3 || oss ? 4.0f : 1.0f;
+    int yarn_orig = tgt->g ? tgt->yarn_orig : oss ? PKV_MIN(256, p->n_ctx) : 0;
+    if (rope_factor != 1.0f || yarn_orig) {
+        TRY(pkv_gguf_writer_add_str(G->w, KEY("rope.scaling.type"), yarn_orig ? "yarn" : "linear"));
+        TRY(pkv_gguf_writer_add_f32(G->w, KEY("rope.scaling.factor"), rope_factor));
+    }
+    if (yarn_orig) TRY(pkv_gguf_writer_add_u32(G->w, KEY("rope.scaling.original_context_length"), (uint32_t)yarn_orig));
+    if (p->head_dim * p->n_head != E || b->qk_norm || gemma || g4 || oss) {
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.key_length"), (uint32_t)p->head_dim));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("attention.value_length"), (uint32_t)p->head_dim));
+    }
+    TRY(pkv_gguf_writer_add_f32(G->w, KEY("rope.freq_base"), rope_base));
+    TRY(pkv_gguf_writer_add_u32(G->w, KEY("rope.dimension_count"), (uint32_t)(tgt->g ? tgt->n_rot : q35 ? p->head_dim / 2 : p->head_dim)));
+    TRY(pkv_gguf_writer_add_f32(G->w, KEY("attention.layer_norm_rms_epsilon"), tgt->g ? tgt->rms_eps : qwen || gemma || g4 ? 1e-6f : 1e-5f));
+    if (p->shared_kv_layers)
+        TRY(pkv_gguf_writer_add_arr(G->w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p->shared_kv_layers, (uint64_t)p->n_layer));
+    return PKV_OK;
+}
+
+/* The vocabulary: the target's (a draft), none, or the chat family's. */
+static pkv_status mk_vocab(mkb *b) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const char *a = b->a;
+    const target_of *tgt = b->tgt;
+    const pkv_vocab_desc *voc = b->voc;
+    const chat_family *fam = b->fam;
+    if (tgt->g) { /* the target's vocabulary, key by key */
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("vocab_size"), (uint32_t)p->n_vocab));
+        for (int64_t i = 0; i < pkv_gguf_n_kv(tgt->g); i++)
+            if (!strncmp(pkv_gguf_kv_key(tgt->g, i), "tokenizer.", 10)) TRY(pkv_gguf_writer_copy_kv(G->w, tgt->g, i));
+    } else if (p->no_vocab) {
+        TRY(pkv_gguf_writer_add_str(G->w, "tokenizer.ggml.model", "none"));
+        TRY(pkv_gguf_writer_add_u32(G->w, KEY("vocab_size"), (uint32_t)p->n_vocab));
+    } else {
+        TRY(pkv_gguf_writer_add_str(G->w, "tokenizer.ggml.model", voc->model));
+        TRY(pkv_gguf_writer_add_str(G->w, "tokenizer.ggml.pre", voc->pre));
+        TRY(pkv_gguf_writer_add_arr_str(G->w, "tokenizer.ggml.tokens", voc->tokens, voc->token_lens, (uint64_t)voc->n_tokens));
+        if (voc->types)
+            TRY(pkv_gguf_writer_add_arr(G->w, "tokenizer.ggml.token_type", PKV_GGUF_INT32, voc->types, (uint64_t)voc->n_tokens));
+        if (voc->n_merges)
+            TRY(pkv_gguf_writer_add_arr_str(G->w, "tokenizer.ggml.merges", voc->merges, voc->merge_lens, (uint64_t)voc->n_merges));
+        if (voc->bos_id >= 0) TRY(pkv_gguf_writer_add_u32(G->w, "tokenizer.ggml.bos_token_id", (uint32_t)voc->bos_id));
+        if (voc->eos_id >= 0) TRY(pkv_gguf_writer_add_u32(G->w, "tokenizer.ggml.eos_token_id", (uint32_t)voc->eos_id));
+        if (voc->eot_id >= 0) TRY(pkv_gguf_writer_add_u32(G->w, "tokenizer.ggml.eot_token_id", (uint32_t)voc->eot_id));
+        if (voc->pad_id >= 0)
+            TRY(pkv_gguf_writer_add_u32(G->w, "tokenizer.ggml.padding_token_id", (uint32_t)voc->pad_id));
+        TRY(pkv_gguf_writer_add_bool(G->w, "tokenizer.ggml.add_bos_token", voc->add_bos == 1));
+        if (fam)
+            TRY(pkv_gguf_writer_add_str(G->w, "tokenizer.chat_template",
+                                        p->chat_template_text ? p->chat_template_text : fam->jinja));
+    }
+    return PKV_OK;
+}
+
+/* The tensors outside the layers. */
+static pkv_status mk_globals(mkb *b) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const int64_t E = b->E;
+    const int64_t PL = b->PL;
+    const bool g4 = b->g4;
+    const double lin_e = b->lin_e;
+    TRY(add(G, "token_embd.weight", p->type, E, p->n_vocab, 0.0, 1.0));
+    TRY(add(G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
+    if (!p->tied) TRY(add(G, "output.weight", mtype(p, "output", 0), E, p->n_vocab, 0.0, 3.0 * lin_e));
+    if (g4) { /* proportional RoPE: a quarter of the full layers' pairs turn (partial_rotary_factor 0.25) */
+        const int half = p->head_dim / 2, turn = PKV_MAX(1, p->head_dim / 8);
+        for (int i = 0; i < half; i++) G->f[i] = i < turn ? 1.0f : 1e30f;
+        int64_t ne[1] = {half};
+        TRY(pkv_gguf_writer_add_tensor(G->w, "rope_freqs.weight", PKV_TYPE_F32, 1, ne, G->f, (size_t)half * 4));
+    }
+    if (g4 && PL) { /* per-layer embeddings: a second token table, the embedding's projection and its norm */
+        TRY(add(G, "per_layer_token_embd.weight", p->type, PL, p->n_vocab, 0.0, 1.0));
+        TRY(add(G, "per_layer_model_proj.weight", p->type, E, PL, 0.0, lin_e));
+        TRY(add(G, "per_layer_proj_norm.weight", PKV_TYPE_F32, p->n_embd_per_layer, 1, 1.0, 0.1));
+    }
+    return PKV_OK;
+}
+
+/* A Gemma 4 layer, llama.cpp's tensors. */
+static pkv_status mk_gemma4_layer(mkb *b, int l) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const int64_t E = b->E;
+    const double lin_e = b->lin_e;
+    char n[96];
+    const int64_t D = G4_HD(l), lq = (int64_t)p->n_head * D, lk = (int64_t)G4_KV(l) * D, F = G4_FF(l);
+    const int64_t P = p->n_embd_per_layer;
+    T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    T("attn_q.weight", p->type, E, lq, 0.0, lin_e);
+    if (l < b->Lkv) { /* the layers that own KV; the full ones have no attn_v (V = K) */
+        T("attn_k.weight", p->type, E, lk, 0.0, lin_e);
+        if (b->slides[l]) T("attn_v.weight", mtype(p, "attn_v", l), E, lk, 0.0, lin_e);
+        T("attn_k_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
+    }
+    T("attn_q_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
+    T("attn_output.weight", p->type, lq, E, 0.0, sqrt(3.0 / (double)lq));
+    T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    T("ffn_gate.weight", p->type, E, F, 0.0, lin_e);
+    T("ffn_up.weight", p->type, E, F, 0.0, lin_e);
+    T("ffn_down.weight", mtype(p, "ffn_down", l), F, E, 0.0, sqrt(3.0 / (double)F));
+    T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    T("layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5);
+    if (b->moe) { /* the 26B-A4B layout: experts of n_ff / 2 rows beside the dense FFN, their norms and scales */
+        const int64_t Fe = p->n_ff / 2;
+        T("ffn_gate_inp.weight", p->type, E, p->n_expert, 0.0, 4.0 * lin_e);
+        T("ffn_gate_inp.scale", PKV_TYPE_F32, E, 1, 1.0, 0.5);
+        T3("ffn_gate_exps.weight", p->type, E, Fe, lin_e);
+        T3("ffn_up_exps.weight", p->type, E, Fe, lin_e);
+        T3("ffn_down_exps.weight", mtype(p, "ffn_down", l), Fe, E, sqrt(3.0 / (double)Fe));
+        T("ffn_down_exps.scale", PKV_TYPE_F32, p->n_expert, 1, 1.0, 0.5);
+        T("pre_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("post_ffw_norm_1.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("post_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    }
+    if (P) {
+        T("inp_gate.weight", p->type, E, P, 0.0, lin_e);
+        T("proj.weight", p->type, P, E, 0.0, sqrt(3.0 / (double)P));
+        T("post_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    }
+    return PKV_OK;
+}
+
+/* A qwen35 gated delta-net layer, llama.cpp's tensors. */
+static pkv_status mk_deltanet_layer(mkb *b, int l) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const int64_t E = b->E;
+    const int64_t Hv = b->Hv, dS = b->dS, C = b->C;
+    const double lin_e = b->lin_e, lin_f = b->lin_f;
+    char n[96];
+    double lin_v = sqrt(3.0 / (double)(Hv * dS));
+    T("attn_qkv.weight", p->type, E, C, 0.0, lin_e);
+    T("attn_gate.weight", p->type, E, Hv * dS, 0.0, lin_e);
+    T("ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5);
+    T("ssm_dt.bias", PKV_TYPE_F32, Hv, 1, 0.0, 1.0);
+    T("ssm_a", PKV_TYPE_F32, Hv, 1, -1.0, 0.5); /* -exp(A_log) < 0 */
+    T("ssm_beta.weight", p->type, E, Hv, 0.0, lin_e);
+    T("ssm_alpha.weight", p->type, E, Hv, 0.0, lin_e);
+    T("ssm_norm.weight", PKV_TYPE_F32, dS, 1, 1.0, 0.1);
+    T("ssm_out.weight", p->type, Hv * dS, E, 0.0, lin_v);
+    T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    T("ffn_gate.weight", p->type, E, p->n_ff, 0.0, lin_e);
+    T("ffn_up.weight", p->type, E, p->n_ff, 0.0, lin_e);
+    T("ffn_down.weight", mtype(p, "ffn_down", l), p->n_ff, E, 0.0, lin_f);
+    return PKV_OK;
+}
+
+/* A layer of the other architectures (or an MTP layer after the trunk). */
+static pkv_status mk_layer(mkb *b, int l) {
+    pkv_mkmodel_params *p = b->p;
+    gen *G = b->G;
+    const char *a = b->a;
+    const int64_t E = b->E;
+    const int64_t qd = b->qd, kd = b->kd;
+    const bool gemma = b->gemma, oss = b->oss, phi3 = b->phi3, q35 = b->q35;
+    const double lin_e = b->lin_e, lin_q = b->lin_q, lin_f = b->lin_f;
+    char n[96];
+    const bool mtp_layer = l >= p->n_layer; /* an MTP layer: a gated attention block plus its nextn tensors */
+    T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    if (q35 && !mtp_layer && (l + 1) % 4 != 0) return mk_deltanet_layer(b, l); /* llama.cpp's tensors */
+    if (q35) { /* per head: its q rows, then its output gate's */
+        T("attn_q.weight", p->type, E, 2 * qd, 0.0, lin_e);
+        T("attn_k.weight", p->type, E, kd, 0.0, lin_e);
+        T("attn_v.weight", mtype(p, "attn_v", l), E, kd, 0.0, lin_e);
+    } else if (phi3) { /* Q, K, V in one matrix, as Phi-3's GGUFs have them */
+        T("attn_qkv.weight", p->type, E, qd + 2 * kd, 0.0, lin_e);
+    } else {
+        T("attn_q.weight", p->type, E, qd, 0.0, lin_e);
+        T("attn_k.weight", mtype(p, "attn_k", l), E, kd, 0.0, lin_e);
+        T("attn_v.weight", mtype(p, "attn_v", l), E, kd, 0.0, lin_e);
+    }
+    if (!strcmp(a, "qwen2") || oss) {
+        T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
+        T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
+        T("attn_v.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
+    }
+    if (b->qk_norm) {
+        T("attn_q_norm.weight", PKV_TYPE_F32, p->head_dim, 1, 1.0, 0.1);
+        T("attn_k_norm.weight", PKV_TYPE_F32, p->head_dim, 1, 1.0, 0.1);
+    }
+    T("attn_output.weight", p->type, qd, E, 0.0, lin_q);
+    if (oss) { /* the output's bias, and a sink logit per query head (U(-1, 2): about a score) */
+        T("attn_output.bias", PKV_TYPE_F32, E, 1, 0.0, 0.1);
+        T("attn_sinks.weight", PKV_TYPE_F32, p->n_head, 1, 0.5, 1.5);
+    }
+    /* gpt-oss's FFN norm has the name of Gemma's post-attention norm */
+    if (gemma || oss || q35) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    if (!oss && !q35) T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    if (gemma) T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    if (b->moe) { /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
+        T("ffn_gate_inp.weight", p->type, E, p->n_expert, 0.0, 4.0 * lin_e);
+        T3("ffn_gate_exps.weight", p->type, E, p->n_ff, lin_e);
+        T3("ffn_up_exps.weight", p->type, E, p->n_ff, lin_e);
+        T3("ffn_down_exps.weight", mtype(p, "ffn_down", l), p->n_ff, E, lin_f);
+        if (oss) { /* the router's bias and each expert's bias rows [experts][rows] */
+            T("ffn_gate_inp.bias", PKV_TYPE_F32, p->n_expert, 1, 0.0, 0.5);
+            T("ffn_gate_exps.bias", PKV_TYPE_F32, p->n_ff, p->n_expert, 0.0, 0.1);
+            T("ffn_up_exps.bias", PKV_TYPE_F32, p->n_ff, p->n_expert, 0.0, 0.1);
+            T("ffn_down_exps.bias", PKV_TYPE_F32, E, p->n_expert, 0.0, 0.1);
+        }
+    } else if (phi3) { /* the gate's rows, then the up projection's, in one matrix */
+        T("ffn_up.weight", p->type, E, 2 * p->n_ff, 0.0, lin_e);
+        T("ffn_down.weight", mtype(p, "ffn_down", l), p->n_ff, E, 0.0, lin_f);
+    } else {
+        T("ffn_gate.weight", p->type, E, p->n_ff, 0.0, lin_e);
+        T("ffn_up.weight", p->type, E, p->n_ff, 0.0, lin_e);
+        T("ffn_down.weight", mtype(p, "ffn_down", l), p->n_ff, E, 0.0, lin_f);
+    }
+    if (mtp_layer) { /* x = eh_proj [enorm(embedding); hnorm(h)], its own final norm */
+        T("nextn.eh_proj.weight", p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E)));
+        T("nextn.enorm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("nextn.hnorm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+        T("nextn.shared_head_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
+    }
+    return PKV_OK;
+}
+#undef T3
+#undef T
+#undef G4_KV
+#undef G4_HD
+#undef G4_FF
+#undef TRY
+#undef KEY
 
 static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     if (p.arch && !strcmp(p.arch, "gemma4-assistant")) return build_assistant(p, out);
@@ -575,309 +928,44 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     gen G;
     memset(&G, 0, sizeof G);
     G.r.s = p.seed;
-    int64_t E = p.n_embd, qd = (int64_t)p.n_head * p.head_dim, kd = (int64_t)p.n_head_kv * p.head_dim;
-    const int64_t PL = (int64_t)p.n_embd_per_layer * p.n_layer; /* gemma4's per-layer embedding columns */
+    mkb b = {.p = &p, .G = &G, .tgt = &tgt, .a = p.arch};
+    int64_t E = b.E = p.n_embd, qd = b.qd = (int64_t)p.n_head * p.head_dim, kd = b.kd = (int64_t)p.n_head_kv * p.head_dim;
+    const int64_t PL = b.PL = (int64_t)p.n_embd_per_layer * p.n_layer; /* gemma4's per-layer embedding columns */
     G.cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * (qd + 2 * PKV_MAX(kd, (int64_t)p.n_head_kv_full * p.head_dim))),
                             E * p.n_ff * PKV_MAX(2 * p.n_expert, 4));
     G.cap = PKV_MAX(G.cap, (size_t)(PL * PKV_MAX((int64_t)p.n_vocab, E)));
     G.f = pkv_malloc(G.cap * sizeof(float));
     G.q = pkv_malloc(G.cap * sizeof(float));
     G.w = pkv_gguf_writer_create();
-    const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
-    pkv_vocab_desc *voc = p.no_vocab || tgt.g ? NULL : family_vocab(fam, p.extra_specials, p.n_vocab);
-    if (voc && p.pre) voc->pre = p.pre;
-    if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !voc)) {
+    b.fam = p.chat_template ? find_family(p.chat_template) : NULL;
+    b.voc = p.no_vocab || tgt.g ? NULL : family_vocab(b.fam, p.extra_specials, p.n_vocab);
+    if (b.voc && p.pre) b.voc->pre = p.pre;
+    if (!G.f || !G.q || !G.w || (!p.no_vocab && !tgt.g && !b.voc)) {
         s = pkv_err(PKV_ERR_NOMEM, "mkmodel: out of memory");
         goto done;
     }
     const char *a = p.arch;
-    bool gemma3 = !strcmp(a, "gemma3"), gemma = !strcmp(a, "gemma2") || gemma3, g4 = !strcmp(a, "gemma4");
-    bool oss = !strcmp(a, "gpt-oss");
-    bool qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !gemma && !oss && !g4; /* Qwen's RoPE base, eps */
-    /* gemma4: which layers slide, which own KV; the sharing layers' FFN is twice as wide */
-    bool slides[256];
-    const int Lkv = p.n_layer - p.n_shared_kv;
-    for (int l = 0; g4 && l < p.n_layer; l++)
-        slides[l] = p.swa_layers ? p.swa_layers[l] == 's' : l < Lkv ? (Lkv - 1 - l) % 3 != 0 : (l - Lkv) % 2 == 0;
-#define G4_FF(l) (g4 && (l) >= Lkv ? 2 * p.n_ff : p.n_ff)
-#define G4_HD(l) (g4 && slides[l] ? p.head_dim_swa : p.head_dim)
-#define G4_KV(l) (g4 && !slides[l] ? p.n_head_kv_full : p.n_head_kv)
-    bool phi3 = !strcmp(a, "phi3");
-    char k[96];
-#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
-#define TRY(x)                                                                                      \
-    do {                                                                                            \
-        if ((s = (x))) goto done;                                                                   \
-    } while (0)
-    TRY(pkv_gguf_writer_add_str(G.w, "general.architecture", a));
-    TRY(pkv_gguf_writer_add_str(G.w, "general.name", "pagekv random test model"));
-    /* general.file_type uses llama.cpp's file-type ids, not tensor types: only
-     * the ones this writer can make */
-    uint32_t ftype = llama_ftype(p.type, p.k_mixture);
-    TRY(pkv_gguf_writer_add_u32(G.w, "general.file_type", ftype));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("block_count"), (uint32_t)(p.n_layer + p.n_mtp)));
-    if (p.n_mtp) TRY(pkv_gguf_writer_add_u32(G.w, KEY("nextn_predict_layers"), (uint32_t)p.n_mtp));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("context_length"), (uint32_t)p.n_ctx));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length"), (uint32_t)E));
-    if (g4 && p.n_shared_kv > 0) { /* llama.cpp's keys: per-layer arrays where the layers differ */
-        int32_t ff[256];
-        for (int l = 0; l < p.n_layer; l++) ff[l] = G4_FF(l);
-        TRY(pkv_gguf_writer_add_arr(G.w, KEY("feed_forward_length"), PKV_GGUF_INT32, ff, (uint64_t)p.n_layer));
-    } else {
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("feed_forward_length"), (uint32_t)p.n_ff));
-    }
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count"), (uint32_t)p.n_head));
-    if (g4 && p.n_head_kv_full != p.n_head_kv) {
-        int32_t kv[256];
-        for (int l = 0; l < p.n_layer; l++) kv[l] = G4_KV(l);
-        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.head_count_kv"), PKV_GGUF_INT32, kv, (uint64_t)p.n_layer));
-    } else {
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.head_count_kv"), (uint32_t)p.n_head_kv));
-    }
-    if (g4) { /* Gemma 4's keys, as its converter writes them */
-        uint8_t pat[256];
-        for (int l = 0; l < p.n_layer; l++) pat[l] = slides[l];
-        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.sliding_window_pattern"), PKV_GGUF_BOOL, pat, (uint64_t)p.n_layer));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length_swa"), (uint32_t)p.head_dim_swa));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length_swa"), (uint32_t)p.head_dim_swa));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count_swa"), (uint32_t)p.head_dim_swa));
-        TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base_swa"), 10000.0f));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.shared_kv_layers"), (uint32_t)p.n_shared_kv));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("embedding_length_per_layer_input"), (uint32_t)p.n_embd_per_layer));
-        TRY(pkv_gguf_writer_add_f32(G.w, KEY("final_logit_softcapping"), 30.0f));
-    }
-    bool moe = p.n_expert > 0, qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || gemma3 || !strcmp(a, "qwen35");
-    if (moe) { /* llama.cpp's keys */
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_count"), (uint32_t)p.n_expert));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_used_count"), (uint32_t)p.n_expert_used));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("expert_feed_forward_length"), (uint32_t)(g4 ? p.n_ff / 2 : p.n_ff)));
-    }
-    const bool q35 = !strcmp(a, "qwen35");
-    const int64_t Hk = p.ssm_k_heads, Hv = p.ssm_v_heads, dS = p.ssm_head_dim, C = 2 * Hk * dS + Hv * dS;
-    if (q35) { /* llama.cpp's keys: every 4th layer attends, the others are delta-net layers */
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.conv_kernel"), 4));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.state_size"), (uint32_t)dS));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.group_count"), (uint32_t)Hk));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.time_step_rank"), (uint32_t)Hv));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("ssm.inner_size"), (uint32_t)(Hv * dS)));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("full_attention_interval"), 4));
-        uint8_t recr[64 + 4];
-        for (int l = 0; l < p.n_layer + p.n_mtp; l++) recr[l] = l < p.n_layer && (l + 1) % 4 != 0;
-        TRY(pkv_gguf_writer_add_arr(G.w, KEY("attention.recurrent_layers"), PKV_GGUF_BOOL, recr,
-                                    (uint64_t)(p.n_layer + p.n_mtp)));
-        /* M-RoPE sections over half the head (Qwen3.5 rotates a quarter), so every pair
-         * takes the text position: [ceil, mid, floor] thirds of the pairs, and 0 */
-        int32_t P = p.head_dim / 4, sec[4] = {(P + 2) / 3, (P + 1) / 3, P / 3, 0};
-        TRY(pkv_gguf_writer_add_arr(G.w, KEY("rope.dimension_sections"), PKV_GGUF_INT32, sec, 4));
-    }
-    if (gemma || g4 || oss) /* the window: small here, so tests cross it */
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.sliding_window"), (uint32_t)p.sliding_window));
-    if (gemma && !gemma3) { /* Gemma 2's soft-caps (Gemma 3 has none) */
-        TRY(pkv_gguf_writer_add_f32(G.w, KEY("attn_logit_softcapping"), 50.0f));
-        TRY(pkv_gguf_writer_add_f32(G.w, KEY("final_logit_softcapping"), 30.0f));
-    }
-    /* Gemma 3's global layers: base 1e6 and linear scaling by 8 as the 4B-27B files
-     * have them (here by 4: any factor but 1 shows whether the scaling is applied,
-     * and to the global layers only) */
-    /* gpt-oss: base 150000 and YaRN as its files have them (factor 32 over 4096
-     * positions), here factor 4 over 256, so tests' positions pass the original context */
-    float rope_base = tgt.g ? tgt.rope_base : oss ? 150000.0f : qwen || gemma3 || g4 ? 1000000.0f : 10000.0f;
-    float rope_factor = tgt.g ? 1.0f / tgt.rope_freq_scale : gemma3 || oss ? 4.0f : 1.0f;
-    int yarn_orig = tgt.g ? tgt.yarn_orig : oss ? PKV_MIN(256, p.n_ctx) : 0;
-    if (rope_factor != 1.0f || yarn_orig) {
-        TRY(pkv_gguf_writer_add_str(G.w, KEY("rope.scaling.type"), yarn_orig ? "yarn" : "linear"));
-        TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.scaling.factor"), rope_factor));
-    }
-    if (yarn_orig) TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.scaling.original_context_length"), (uint32_t)yarn_orig));
-    if (p.head_dim * p.n_head != E || qk_norm || gemma || g4 || oss) {
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.key_length"), (uint32_t)p.head_dim));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("attention.value_length"), (uint32_t)p.head_dim));
-    }
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("rope.freq_base"), rope_base));
-    TRY(pkv_gguf_writer_add_u32(G.w, KEY("rope.dimension_count"), (uint32_t)(tgt.g ? tgt.n_rot : q35 ? p.head_dim / 2 : p.head_dim)));
-    TRY(pkv_gguf_writer_add_f32(G.w, KEY("attention.layer_norm_rms_epsilon"), tgt.g ? tgt.rms_eps : qwen || gemma || g4 ? 1e-6f : 1e-5f));
-    if (p.shared_kv_layers)
-        TRY(pkv_gguf_writer_add_arr(G.w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p.shared_kv_layers, (uint64_t)p.n_layer));
-    if (tgt.g) { /* the target's vocabulary, key by key */
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
-        for (int64_t i = 0; i < pkv_gguf_n_kv(tgt.g); i++)
-            if (!strncmp(pkv_gguf_kv_key(tgt.g, i), "tokenizer.", 10)) TRY(pkv_gguf_writer_copy_kv(G.w, tgt.g, i));
-    } else if (p.no_vocab) {
-        TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", "none"));
-        TRY(pkv_gguf_writer_add_u32(G.w, KEY("vocab_size"), (uint32_t)p.n_vocab));
-    } else {
-        TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.model", voc->model));
-        TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.ggml.pre", voc->pre));
-        TRY(pkv_gguf_writer_add_arr_str(G.w, "tokenizer.ggml.tokens", voc->tokens, voc->token_lens, (uint64_t)voc->n_tokens));
-        if (voc->types)
-            TRY(pkv_gguf_writer_add_arr(G.w, "tokenizer.ggml.token_type", PKV_GGUF_INT32, voc->types, (uint64_t)voc->n_tokens));
-        if (voc->n_merges)
-            TRY(pkv_gguf_writer_add_arr_str(G.w, "tokenizer.ggml.merges", voc->merges, voc->merge_lens, (uint64_t)voc->n_merges));
-        if (voc->bos_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.bos_token_id", (uint32_t)voc->bos_id));
-        if (voc->eos_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.eos_token_id", (uint32_t)voc->eos_id));
-        if (voc->eot_id >= 0) TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.eot_token_id", (uint32_t)voc->eot_id));
-        if (voc->pad_id >= 0)
-            TRY(pkv_gguf_writer_add_u32(G.w, "tokenizer.ggml.padding_token_id", (uint32_t)voc->pad_id));
-        TRY(pkv_gguf_writer_add_bool(G.w, "tokenizer.ggml.add_bos_token", voc->add_bos == 1));
-        if (fam)
-            TRY(pkv_gguf_writer_add_str(G.w, "tokenizer.chat_template",
-                                        p.chat_template_text ? p.chat_template_text : fam->jinja));
-    }
-    double lin_e = sqrt(3.0 / (double)E), lin_q = sqrt(3.0 / (double)qd), lin_f = sqrt(3.0 / (double)p.n_ff);
-    TRY(add(&G, "token_embd.weight", p.type, E, p.n_vocab, 0.0, 1.0));
-    TRY(add(&G, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
-    if (!p.tied) TRY(add(&G, "output.weight", mtype(&p, "output", 0), E, p.n_vocab, 0.0, 3.0 * lin_e));
-    if (g4) { /* proportional RoPE: a quarter of the full layers' pairs turn (partial_rotary_factor 0.25) */
-        const int half = p.head_dim / 2, turn = PKV_MAX(1, p.head_dim / 8);
-        for (int i = 0; i < half; i++) G.f[i] = i < turn ? 1.0f : 1e30f;
-        int64_t ne[1] = {half};
-        TRY(pkv_gguf_writer_add_tensor(G.w, "rope_freqs.weight", PKV_TYPE_F32, 1, ne, G.f, (size_t)half * 4));
-    }
-    if (g4 && PL) { /* per-layer embeddings: a second token table, the embedding's projection and its norm */
-        TRY(add(&G, "per_layer_token_embd.weight", p.type, PL, p.n_vocab, 0.0, 1.0));
-        TRY(add(&G, "per_layer_model_proj.weight", p.type, E, PL, 0.0, lin_e));
-        TRY(add(&G, "per_layer_proj_norm.weight", PKV_TYPE_F32, p.n_embd_per_layer, 1, 1.0, 0.1));
-    }
-    for (int l = 0; g4 && l < p.n_layer; l++) { /* Gemma 4's layers, llama.cpp's tensors */
-        char n[96];
-#define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
-        const int64_t D = G4_HD(l), lq = (int64_t)p.n_head * D, lk = (int64_t)G4_KV(l) * D, F = G4_FF(l);
-        const int64_t P = p.n_embd_per_layer;
-        T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("attn_q.weight", p.type, E, lq, 0.0, lin_e);
-        if (l < Lkv) { /* the layers that own KV; the full ones have no attn_v (V = K) */
-            T("attn_k.weight", p.type, E, lk, 0.0, lin_e);
-            if (slides[l]) T("attn_v.weight", mtype(&p, "attn_v", l), E, lk, 0.0, lin_e);
-            T("attn_k_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
-        }
-        T("attn_q_norm.weight", PKV_TYPE_F32, D, 1, 1.0, 0.1);
-        T("attn_output.weight", p.type, lq, E, 0.0, sqrt(3.0 / (double)lq));
-        T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("ffn_gate.weight", p.type, E, F, 0.0, lin_e);
-        T("ffn_up.weight", p.type, E, F, 0.0, lin_e);
-        T("ffn_down.weight", mtype(&p, "ffn_down", l), F, E, 0.0, sqrt(3.0 / (double)F));
-        T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        T("layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5);
-        if (moe) { /* the 26B-A4B layout: experts of n_ff / 2 rows beside the dense FFN, their norms and scales */
-            const int64_t Fe = p.n_ff / 2;
-            T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
-            T("ffn_gate_inp.scale", PKV_TYPE_F32, E, 1, 1.0, 0.5);
-#define T3(suffix, type, cols, rows, sc) \
-    TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add3(&G, n, type, cols, rows, p.n_expert, sc)))
-            T3("ffn_gate_exps.weight", p.type, E, Fe, lin_e);
-            T3("ffn_up_exps.weight", p.type, E, Fe, lin_e);
-            T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), Fe, E, sqrt(3.0 / (double)Fe));
-#undef T3
-            T("ffn_down_exps.scale", PKV_TYPE_F32, p.n_expert, 1, 1.0, 0.5);
-            T("pre_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-            T("post_ffw_norm_1.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-            T("post_ffw_norm_2.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        }
-        if (P) {
-            T("inp_gate.weight", p.type, E, P, 0.0, lin_e);
-            T("proj.weight", p.type, P, E, 0.0, sqrt(3.0 / (double)P));
-            T("post_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        }
-#undef T
-    }
-    for (int l = 0; !g4 && l < p.n_layer + p.n_mtp; l++) {
-        const bool mtp_layer = l >= p.n_layer; /* an MTP layer: a gated attention block plus its nextn tensors */
-        char n[96];
-#define T(suffix, type, cols, rows, c, sc) TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add(&G, n, type, cols, rows, c, sc)))
-        T("attn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (q35 && !mtp_layer && (l + 1) % 4 != 0) { /* a gated delta-net layer, llama.cpp's tensors */
-            double lin_v = sqrt(3.0 / (double)(Hv * dS));
-            T("attn_qkv.weight", p.type, E, C, 0.0, lin_e);
-            T("attn_gate.weight", p.type, E, Hv * dS, 0.0, lin_e);
-            T("ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5);
-            T("ssm_dt.bias", PKV_TYPE_F32, Hv, 1, 0.0, 1.0);
-            T("ssm_a", PKV_TYPE_F32, Hv, 1, -1.0, 0.5); /* -exp(A_log) < 0 */
-            T("ssm_beta.weight", p.type, E, Hv, 0.0, lin_e);
-            T("ssm_alpha.weight", p.type, E, Hv, 0.0, lin_e);
-            T("ssm_norm.weight", PKV_TYPE_F32, dS, 1, 1.0, 0.1);
-            T("ssm_out.weight", p.type, Hv * dS, E, 0.0, lin_v);
-            T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-            T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
-            T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
-            T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
-            continue;
-        }
-        if (q35) { /* per head: its q rows, then its output gate's */
-            T("attn_q.weight", p.type, E, 2 * qd, 0.0, lin_e);
-            T("attn_k.weight", p.type, E, kd, 0.0, lin_e);
-            T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
-        } else if (phi3) { /* Q, K, V in one matrix, as Phi-3's GGUFs have them */
-            T("attn_qkv.weight", p.type, E, qd + 2 * kd, 0.0, lin_e);
-        } else {
-            T("attn_q.weight", p.type, E, qd, 0.0, lin_e);
-            T("attn_k.weight", mtype(&p, "attn_k", l), E, kd, 0.0, lin_e);
-            T("attn_v.weight", mtype(&p, "attn_v", l), E, kd, 0.0, lin_e);
-        }
-        if (!strcmp(a, "qwen2") || oss) {
-            T("attn_q.bias", PKV_TYPE_F32, qd, 1, 0.0, 0.1);
-            T("attn_k.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
-            T("attn_v.bias", PKV_TYPE_F32, kd, 1, 0.0, 0.1);
-        }
-        if (qk_norm) {
-            T("attn_q_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
-            T("attn_k_norm.weight", PKV_TYPE_F32, p.head_dim, 1, 1.0, 0.1);
-        }
-        T("attn_output.weight", p.type, qd, E, 0.0, lin_q);
-        if (oss) { /* the output's bias, and a sink logit per query head (U(-1, 2): about a score) */
-            T("attn_output.bias", PKV_TYPE_F32, E, 1, 0.0, 0.1);
-            T("attn_sinks.weight", PKV_TYPE_F32, p.n_head, 1, 0.5, 1.5);
-        }
-        /* gpt-oss's FFN norm has the name of Gemma's post-attention norm */
-        if (gemma || oss || q35) T("post_attention_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (!oss && !q35) T("ffn_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (gemma) T("post_ffw_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        if (moe) { /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
-            T("ffn_gate_inp.weight", p.type, E, p.n_expert, 0.0, 4.0 * lin_e);
-#define T3(suffix, type, cols, rows, sc) \
-    TRY((snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add3(&G, n, type, cols, rows, p.n_expert, sc)))
-            T3("ffn_gate_exps.weight", p.type, E, p.n_ff, lin_e);
-            T3("ffn_up_exps.weight", p.type, E, p.n_ff, lin_e);
-            T3("ffn_down_exps.weight", mtype(&p, "ffn_down", l), p.n_ff, E, lin_f);
-#undef T3
-            if (oss) { /* the router's bias and each expert's bias rows [experts][rows] */
-                T("ffn_gate_inp.bias", PKV_TYPE_F32, p.n_expert, 1, 0.0, 0.5);
-                T("ffn_gate_exps.bias", PKV_TYPE_F32, p.n_ff, p.n_expert, 0.0, 0.1);
-                T("ffn_up_exps.bias", PKV_TYPE_F32, p.n_ff, p.n_expert, 0.0, 0.1);
-                T("ffn_down_exps.bias", PKV_TYPE_F32, E, p.n_expert, 0.0, 0.1);
-            }
-        } else if (phi3) { /* the gate's rows, then the up projection's, in one matrix */
-            T("ffn_up.weight", p.type, E, 2 * p.n_ff, 0.0, lin_e);
-            T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
-        } else {
-            T("ffn_gate.weight", p.type, E, p.n_ff, 0.0, lin_e);
-            T("ffn_up.weight", p.type, E, p.n_ff, 0.0, lin_e);
-            T("ffn_down.weight", mtype(&p, "ffn_down", l), p.n_ff, E, 0.0, lin_f);
-        }
-        if (mtp_layer) { /* x = eh_proj [enorm(embedding); hnorm(h)], its own final norm */
-            T("nextn.eh_proj.weight", p.type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E)));
-            T("nextn.enorm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-            T("nextn.hnorm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-            T("nextn.shared_head_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1);
-        }
-#undef T
-    }
-#undef KEY
-#undef TRY
-#undef G4_FF
-#undef G4_HD
-#undef G4_KV
+    b.gemma3 = !strcmp(a, "gemma3"), b.gemma = !strcmp(a, "gemma2") || b.gemma3, b.g4 = !strcmp(a, "gemma4");
+    b.oss = !strcmp(a, "gpt-oss");
+    b.qwen = strcmp(a, "llama") != 0 && strcmp(a, "phi3") != 0 && !b.gemma && !b.oss && !b.g4; /* Qwen's RoPE base, eps */
+    b.phi3 = !strcmp(a, "phi3");
+    b.q35 = !strcmp(a, "qwen35");
+    b.moe = p.n_expert > 0;
+    b.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || b.gemma3 || b.q35;
+    /* gemma4: which layers slide, which own KV */
+    b.Lkv = p.n_layer - p.n_shared_kv;
+    for (int l = 0; b.g4 && l < p.n_layer; l++)
+        b.slides[l] = p.swa_layers ? p.swa_layers[l] == 's' : l < b.Lkv ? (b.Lkv - 1 - l) % 3 != 0 : (l - b.Lkv) % 2 == 0;
+    b.Hk = p.ssm_k_heads, b.Hv = p.ssm_v_heads, b.dS = p.ssm_head_dim, b.C = 2 * b.Hk * b.dS + b.Hv * b.dS;
+    b.lin_e = sqrt(3.0 / (double)E), b.lin_q = sqrt(3.0 / (double)qd), b.lin_f = sqrt(3.0 / (double)p.n_ff);
+    if ((s = mk_sizes(&b)) || (s = mk_hparams(&b)) || (s = mk_vocab(&b)) || (s = mk_globals(&b))) goto done;
+    for (int l = 0; b.g4 && l < p.n_layer; l++)
+        if ((s = mk_gemma4_layer(&b, l))) goto done;
+    for (int l = 0; !b.g4 && l < p.n_layer + p.n_mtp; l++)
+        if ((s = mk_layer(&b, l))) goto done;
 done:
-    pkv_gguf_close(tg);
-    pkv_vocab_builtin_free(voc);
-    pkv_free(G.f);
-    pkv_free(G.q);
-    if (s) {
-        pkv_gguf_writer_free(G.w);
-        return s;
-    }
-    *out = G.w;
-    return PKV_OK;
+    pkv_vocab_builtin_free(b.voc);
+    return build_end(&G, tg, s, out);
 }
 
 pkv_status pkv_mkmodel_write(const pkv_mkmodel_params *p, const char *path) {

@@ -280,99 +280,148 @@ static bool json_type_ok(const char *t) {
     return !*t || *t == ';';
 }
 
+/* A request as the route handlers see it: body is the parsed JSON object of a
+ * POST to a JSON route (NULL otherwise), rest what follows a prefix route's path. */
+typedef struct route_req {
+    const char *method, *url, *rest;
+    const char *body_text;
+    size_t body_len;
+    json_t *body;
+    const srv_conn *sc;
+} route_req;
+
+enum { M_GET = 1, M_POST = 2, M_DELETE = 4 };
+enum {
+    R_PUBLIC = 1,  /* answered without the API key */
+    R_PREFIX = 2,  /* path is a prefix: anything may follow */
+    R_SUBTREE = 4, /* path itself or path/... */
+    R_JSON = 8,    /* a POST body is a JSON object (415 for another type) */
+    R_EMPTY = 16,  /* with R_JSON: an empty POST body is {} */
+};
+
+static void rt_health(srv *s, const route_req *q, srv_out *o) {
+    (void)s, (void)q;
+    o->status = 200;
+    o->json = json_pack("{s:s}", "status", "ok");
+}
+static void rt_metrics(srv *s, const route_req *q, srv_out *o) {
+    (void)q;
+    api_metrics(s, o);
+}
+static void rt_model(srv *s, const route_req *q, srv_out *o) { srv_api_model(s, q->rest, o); }
+static void rt_models(srv *s, const route_req *q, srv_out *o) {
+    (void)q;
+    srv_api_models(s, o);
+}
+static void rt_props(srv *s, const route_req *q, srv_out *o) {
+    (void)q;
+    srv_api_props(s, o);
+}
+static void rt_kv(srv *s, const route_req *q, srv_out *o) {
+    (void)q;
+    srv_api_kv(s, o);
+}
+static void rt_transcribe(srv *s, const route_req *q, srv_out *o) {
+    srv_api_transcriptions(s, q->body_text, q->body_len, q->sc, o);
+}
+static void rt_chat(srv *s, const route_req *q, srv_out *o) { srv_api_completions(s, q->body, true, q->sc, o); }
+static void rt_compl(srv *s, const route_req *q, srv_out *o) { srv_api_completions(s, q->body, false, q->sc, o); }
+static void rt_tokenize(srv *s, const route_req *q, srv_out *o) { srv_api_tokenize(s, q->body, o); }
+static void rt_detokenize(srv *s, const route_req *q, srv_out *o) { srv_api_detokenize(s, q->body, o); }
+static void rt_apply(srv *s, const route_req *q, srv_out *o) { srv_api_apply_template(s, q->body, o); }
+static void rt_contexts(srv *s, const route_req *q, srv_out *o) {
+    srv_api_contexts(s, q->method, q->rest, q->body, q->sc, o);
+}
+
+/* The endpoints (docs/server.md). A route with one method answers another with
+ * 405 "use METHOD URL"; one with several, "M is not a method of URL". */
+static const struct srv_route {
+    const char *path;
+    unsigned methods, flags;
+    void (*fn)(srv *s, const route_req *q, srv_out *o);
+} routes[] = {
+    {"/health", M_GET, R_PUBLIC, rt_health},
+    {"/metrics", M_GET, R_PUBLIC, rt_metrics},
+    {"/v1/models/", M_GET, R_PREFIX, rt_model},
+    {"/props", M_GET, 0, rt_props},
+    {"/v1/kv", M_GET, 0, rt_kv},
+    {"/v1/audio/transcriptions", M_POST, 0, rt_transcribe}, /* multipart/form-data, not JSON */
+    {"/v1/models", M_GET, 0, rt_models},
+    {"/v1/chat/completions", M_POST, R_JSON, rt_chat},
+    {"/v1/completions", M_POST, R_JSON, rt_compl},
+    {"/tokenize", M_POST, R_JSON, rt_tokenize},
+    {"/detokenize", M_POST, R_JSON, rt_detokenize},
+    {"/apply-template", M_POST, R_JSON, rt_apply},
+    {"/v1/contexts", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_contexts},
+};
+
+/* The route of url (NULL: none), with what follows its path in *rest. */
+static const struct srv_route *route_find(const char *url, const char **rest) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const struct srv_route *r = &routes[i];
+        size_t n = strlen(r->path);
+        bool hit = r->flags & R_PREFIX    ? !strncmp(url, r->path, n)
+                   : r->flags & R_SUBTREE ? !strncmp(url, r->path, n) && (url[n] == 0 || url[n] == '/')
+                                          : !strcmp(url, r->path);
+        if (hit) {
+            *rest = url + n;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* The JSON object of a POST to a JSON route into *body; false with the error in o. */
+static bool route_json(const struct srv_route *r, const route_req *q, json_t **body, srv_out *o) {
+    const srv_conn *sc = q->sc;
+    if (!json_type_ok(sc ? sc->content_type : NULL)) {
+        /* any other type (text/plain, a form) is a "simple" request a page on
+         * another site may send without a CORS preflight */
+        srv_error(o, 415, "Content-Type is '%.80s': send 'Content-Type: application/json'",
+                  sc && sc->content_type ? sc->content_type : "(none)");
+        return false;
+    }
+    json_error_t je;
+    if (!q->body_len && !(r->flags & R_EMPTY)) {
+        srv_error(o, 400, "the request body must be a JSON object");
+        return false;
+    }
+    *body = !q->body_len ? json_object() : json_loadb(q->body_text, q->body_len, JSON_REJECT_DUPLICATES, &je);
+    if (!*body) {
+        srv_error(o, 400, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+        return false;
+    }
+    if (!json_is_object(*body)) {
+        json_decref(*body);
+        *body = NULL;
+        srv_error(o, 400, "the request body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
 void srv_handle(srv *s, const char *method, const char *url, const char *body_text, size_t body_len,
                 const char *authorization, const srv_conn *sc, srv_out *o) {
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
     if (!strcmp(method, "OPTIONS")) { /* a browser's CORS preflight: no API key is sent with it */
         o->status = 204;
         o->preflight = true;
         o->text = strdup("");
         return;
     }
-    if (!strcmp(url, "/health")) {
-        if (!get) return srv_error(o, 405, "use GET %s", url);
-        o->status = 200;
-        o->json = json_pack("{s:s}", "status", "ok");
-        return;
+    route_req q = {method, url, NULL, body_text, body_len, NULL, sc};
+    const struct srv_route *r = route_find(url, &q.rest);
+    if ((!r || !(r->flags & R_PUBLIC)) && !key_ok(s, authorization))
+        return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+    if (!r) return srv_error(o, 404, "no such endpoint: %s %s", method, url);
+    unsigned m = !strcmp(method, "GET") ? M_GET : !strcmp(method, "POST") ? M_POST : !strcmp(method, "DELETE") ? M_DELETE : 0;
+    if (!(r->methods & m)) {
+        if (r->methods == M_GET) return srv_error(o, 405, "use GET %s", url);
+        if (r->methods == M_POST) return srv_error(o, 405, "use POST %s", url);
+        return srv_error(o, 405, "%s is not a method of %s", method, url);
     }
-    if (!strcmp(url, "/metrics")) {
-        if (!get) return srv_error(o, 405, "use GET %s", url);
-        return api_metrics(s, o);
-    }
-    if (!key_ok(s, authorization)) return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
-    enum { R_NONE, R_MODELS, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_CTX, R_APPLY } r = R_NONE;
-    if (!strncmp(url, "/v1/models/", 11)) {
-        if (!get) return srv_error(o, 405, "use GET %s", url);
-        return srv_api_model(s, url + 11, o);
-    }
-    if (!strcmp(url, "/props")) {
-        if (!get) return srv_error(o, 405, "use GET %s", url);
-        return srv_api_props(s, o);
-    }
-    if (!strcmp(url, "/v1/kv")) {
-        if (!get) return srv_error(o, 405, "use GET %s", url);
-        return srv_api_kv(s, o);
-    }
-    if (!strcmp(url, "/v1/audio/transcriptions")) { /* multipart/form-data, not JSON */
-        if (!post) return srv_error(o, 405, "use POST %s", url);
-        return srv_api_transcriptions(s, body_text, body_len, sc, o);
-    }
-    if (!strcmp(url, "/v1/models")) r = R_MODELS;
-    else if (!strcmp(url, "/v1/chat/completions")) r = R_CHAT;
-    else if (!strcmp(url, "/v1/completions")) r = R_COMPL;
-    else if (!strcmp(url, "/tokenize")) r = R_TOK;
-    else if (!strcmp(url, "/detokenize")) r = R_DETOK;
-    else if (!strcmp(url, "/apply-template")) r = R_APPLY;
-    else if (!strncmp(url, "/v1/contexts", 12) && (url[12] == 0 || url[12] == '/')) r = R_CTX;
-    if (r == R_NONE) return srv_error(o, 404, "no such endpoint: %s %s", method, url);
-    if (r == R_MODELS) {
-        if (!get) return srv_error(o, 405, "use GET %s", url);
-        return srv_api_models(s, o);
-    }
-    if (r != R_CTX && !post) return srv_error(o, 405, "use POST %s", url);
-    if (r == R_CTX && !get && !post && !del) return srv_error(o, 405, "%s is not a method of %s", method, url);
-    json_t *body = NULL;
-    if (post && !json_type_ok(sc ? sc->content_type : NULL))
-        /* any other type (text/plain, a form) is a "simple" request a page on
-         * another site may send without a CORS preflight */
-        return srv_error(o, 415, "Content-Type is '%.80s': send 'Content-Type: application/json'",
-                         sc && sc->content_type ? sc->content_type : "(none)");
-    if (post) {
-        json_error_t je;
-        if (!body_len && r != R_CTX) return srv_error(o, 400, "the request body must be a JSON object");
-        body = !body_len ? json_object() : json_loadb(body_text, body_len, JSON_REJECT_DUPLICATES, &je);
-        if (!body) return srv_error(o, 400, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
-        if (!json_is_object(body)) {
-            json_decref(body);
-            return srv_error(o, 400, "the request body must be a JSON object");
-        }
-    }
-    switch (r) {
-    case R_CHAT: srv_api_completions(s, body, true, sc, o); break;
-    case R_COMPL: srv_api_completions(s, body, false, sc, o); break;
-    case R_TOK: srv_api_tokenize(s, body, o); break;
-    case R_DETOK: srv_api_detokenize(s, body, o); break;
-    case R_APPLY: srv_api_apply_template(s, body, o); break;
-    case R_CTX: srv_api_contexts(s, method, url + 12, body, sc, o); break;
-    default: break;
-    }
-    json_decref(body);
-}
-
-/* The vocabulary's text of a special token ("" when there is none). */
-static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
-    size_t n = 0;
-    buf[0] = 0;
-    if (id < 0 || pkv_model_token_piece(m, id, true, buf, size - 1, &n) != PKV_OK) n = 0;
-    buf[n] = 0;
-}
-
-/* Whether the tokenizer puts BOS first (tokenizing "" with add_special). */
-static bool adds_bos(pkv_model *m) {
-    int32_t ids[4];
-    size_t n = 0;
-    return pkv_model_bos(m) >= 0 && pkv_model_tokenize(m, "", 0, true, false, ids, 4, &n) == PKV_OK && n >= 1 &&
-           ids[0] == pkv_model_bos(m);
+    if (m == M_POST && (r->flags & R_JSON) && !route_json(r, &q, &q.body, o)) return;
+    r->fn(s, &q, o);
+    json_decref(q.body);
 }
 
 /* A template file (at most 4 MiB); NULL when it cannot be read. */
@@ -436,10 +485,8 @@ static bool pick_template(srv *s, const char *model_path) {
                         "use chatml; --chat-template NAME|FILE picks another\n");
     }
     if (src) {
-        char bos[256], eos[256], err[600];
-        token_text(s->m, pkv_model_bos(s->m), bos, sizeof bos);
-        token_text(s->m, pkv_model_eos(s->m), eos, sizeof eos);
-        s->chat = pkv_chat_init(src, n, bos, eos, adds_bos(s->m), false, err, sizeof err);
+        char err[600];
+        s->chat = pkv_chat_init_model(s->m, src, n, err, sizeof err);
         if (!s->chat) {
             fprintf(stderr, "pagekv serve: %s: %s\n", what, err);
             free(src);
