@@ -147,7 +147,7 @@ static const pkv_cli_opt kva_options[] = {
     {"--depths", NULL, PKV_CLI_FN, 0, 0, 0, kva_opt_depths, true},
 };
 static const pkv_cli_cmd kva_cmd = {"bench kv-accuracy", kva_options, sizeof kva_options / sizeof kva_options[0],
-                                    offsetof(kva_opts, help), kv_accuracy_usage, pkv_cli_model_more, false, false};
+                                    offsetof(kva_opts, help), kv_accuracy_usage, pkv_cli_model_more, false, false, 0};
 
 int pkv_cli_bench_kv_accuracy(int argc, char **argv) {
     kva_opts args = {.depths = {512, 4096}, .n = 32, .nd = 2, .nt = 4,
@@ -254,7 +254,7 @@ static const pkv_cli_opt kvs_options[] = {
     {"--types", NULL, PKV_CLI_FN, 0, 0, 0, kvs_opt_types, true},
 };
 static const pkv_cli_cmd kvs_cmd = {"bench kv-speed", kvs_options, sizeof kvs_options / sizeof kvs_options[0],
-                                    offsetof(kvs_opts, help), kv_speed_usage, pkv_cli_model_more, false, false};
+                                    offsetof(kvs_opts, help), kv_speed_usage, pkv_cli_model_more, false, false, 0};
 
 int pkv_cli_bench_kv_speed(int argc, char **argv) {
     kvs_opts args = {.depth = 4096, .n = 16, .rounds = 5, .nt = 4,

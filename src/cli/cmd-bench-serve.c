@@ -386,7 +386,7 @@ static const pkv_cli_opt bs_options[] = {
 #undef BS_OPT
 
 static const pkv_cli_cmd bs_cmd = {"bench serve", bs_options, sizeof bs_options / sizeof bs_options[0],
-                                   offsetof(bs_opts, help), usage, pkv_cli_model_more, false, true};
+                                   offsetof(bs_opts, help), usage, pkv_cli_model_more, false, true, 0};
 
 /* Fill b from argv: -1 to go on, else the exit code. */
 static int bs_parse(int argc, char **argv, bs_opts *b) {

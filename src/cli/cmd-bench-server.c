@@ -207,7 +207,7 @@ static const pkv_cli_opt bsrv_options[] = {
 };
 #undef BSRV_OPT
 static const pkv_cli_cmd bsrv_cmd = {"bench server", bsrv_options, sizeof bsrv_options / sizeof bsrv_options[0],
-                                     offsetof(bsrv_opts, help), usage, NULL, true, false};
+                                     offsetof(bsrv_opts, help), usage, NULL, true, false, 0};
 
 /* Fill b from argv: -1 to go on, else the exit code. */
 static int bsrv_parse(int argc, char **argv, bsrv_opts *b) {

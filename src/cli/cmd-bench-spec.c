@@ -68,7 +68,7 @@ static const pkv_cli_opt spec_options[] = {
 };
 #undef SPEC_OPT
 static const pkv_cli_cmd spec_cmd = {"bench spec", spec_options, sizeof spec_options / sizeof spec_options[0],
-                                     offsetof(spec_opts, help), usage, pkv_cli_model_more, true, false};
+                                     offsetof(spec_opts, help), usage, pkv_cli_model_more, true, false, 0};
 
 int pkv_cli_bench_spec(int argc, char **argv) {
     spec_opts a = {.K = 4, .n_gen = 128, .n_prompt = 32, .reps = 3};

@@ -435,7 +435,7 @@ static const pkv_cli_opt bm_options[] = {
 };
 #undef BM_OPT
 static const pkv_cli_cmd bm_cmd = {"bench model", bm_options, sizeof bm_options / sizeof bm_options[0],
-                                   offsetof(bm_opts, help), bench_model_usage, pkv_cli_model_more, true, false};
+                                   offsetof(bm_opts, help), bench_model_usage, pkv_cli_model_more, true, false, 0};
 
 int pkv_cli_bench_model(int argc, char **argv) {
     bm_opts a = {.depth = 4096, .n_prefill = 512, .n_decode = 128, .mem_mib = 8192};

@@ -240,7 +240,7 @@ static const pkv_cli_opt mk_options[] = {
 #undef MK_SIZE
 #undef MK_OPT
 static const pkv_cli_cmd mk_cmd = {"mkmodel", mk_options, sizeof mk_options / sizeof mk_options[0],
-                                   offsetof(mk_opts, help), mkmodel_usage, NULL, true, false};
+                                   offsetof(mk_opts, help), mkmodel_usage, NULL, true, false, 0};
 
 /* A --chat-template FILE's text (at most 64 MiB), or NULL (said). */
 static char *mk_read_template(const char *path) {

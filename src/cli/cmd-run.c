@@ -324,7 +324,7 @@ static int run_more(int argc, char **argv, int *i, void *opts) {
 }
 
 static const pkv_cli_cmd run_cmd = {"run", run_options, sizeof run_options / sizeof run_options[0],
-                                    offsetof(run_opts, help), run_usage, run_more, true, false};
+                                    offsetof(run_opts, help), run_usage, run_more, true, false, 0};
 
 /* Fill r from argv: -1 to go on, else the exit code (help printed: 0; a bad
  * option: 2). */
