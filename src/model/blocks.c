@@ -796,3 +796,52 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
     }
     return reduce(m, ws, w0, T, NULL);
 }
+
+pkv_status pkv_blk_embed(pkv_fwd *f) {
+    const pkv_model *m = f->m;
+    const pkv_fwd_batch *b = f->b;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab, .cols = E,
+                              .ids = R(w0->ints, f->pl->off_ids * 4), .out = R(w0->x, 0), .n = T, .scale = m->hp.embd_scale};
+    pkv_status s = pkv_k_get_rows(m->dev, &ge);
+    /* media rows replace their tokens' rows, unscaled (Gemma scales token
+     * embeddings only), one write per run of consecutive media tokens */
+    for (int64_t k = 0, r = 0; !s && b->media_embd && k < T;) {
+        if (!pkv_token_is_media(b->tokens[k])) {
+            k++;
+            continue;
+        }
+        int64_t k1 = k;
+        while (k1 < T && pkv_token_is_media(b->tokens[k1])) k1++;
+        s = pkv_buffer_write(w0->x, (size_t)(k * E) * 4, b->media_embd + (size_t)(r * E), (size_t)((k1 - k) * E) * 4);
+        r += k1 - k;
+        k = k1;
+    }
+    return s;
+}
+
+pkv_status pkv_blk_logits(pkv_fwd *f, float *logits) {
+    const pkv_model *m = f->m;
+    const pkv_fwd_plan *pl = f->pl;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_device *dev = m->dev;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
+    pkv_status s;
+    if (f->b->hidden_out) { /* every row's final norm, kept; then the rows that need logits */
+        s = pkv_blk_rmsnorm(dev, w0->x, &m->output_norm, w0->xb, T, E, m->hp.rms_eps);
+        if (!s) s = pkv_buffer_read(w0->xb, 0, f->b->hidden_out, (size_t)(T * E) * 4);
+        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->ints, pl->off_out * 4), .out = R(w0->y, 0), .n = pl->n_out};
+        if (!s) s = pkv_k_get_rows(dev, &g);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->y, w0->logits, pl->n_out);
+    } else { /* gather the rows that need logits, final norm, output projection */
+        pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->ints, pl->off_out * 4), .out = R(w0->xb, 0), .n = pl->n_out};
+        s = pkv_k_get_rows(dev, &g);
+        if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl->n_out, E, m->hp.rms_eps);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl->n_out);
+    }
+    if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl->n_out * (size_t)m->hp.n_vocab * 4);
+    return s;
+}

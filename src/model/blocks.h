@@ -82,11 +82,22 @@ typedef struct pkv_fwd {
     pkv_kv_cache *c;
     pkv_fwd_ws *ws;
     const pkv_fwd_plan *pl;
+    const pkv_fwd_batch *b; /* the step's batch */
     int64_t T;
     /* Recomputing window layers (pkv_fwd_plan.replay) ends with an attention: the
      * FFN and expert blocks of that last layer do nothing. */
     bool attn_only;
 } pkv_fwd;
+
+/* The default input (pkv_arch_ops.input): x = the token embedding rows of the
+ * step's tokens times hp.embd_scale, and where the batch has media rows, those
+ * rows in place of their tokens', unscaled. */
+pkv_status pkv_blk_embed(pkv_fwd *f);
+/* The default head's work (pkv_arch_ops.output): the output rows' final norm and
+ * output projection into the first device's logits buffer, then read into the host
+ * array logits (NULL: not read). With pkv_fwd_batch.hidden_out every row's final
+ * normed hidden state is read into it as well. No device sync. */
+pkv_status pkv_blk_logits(pkv_fwd *f, float *logits);
 
 /* y = x·wᵀ for T rows on dev. */
 pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T);

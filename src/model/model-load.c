@@ -821,16 +821,6 @@ static pkv_status load_layers(loader *L) {
         ly->rope_pairs = sliding ? 0 : hp->rope_pairs_full;
     }
     if ((s = share_kv(m))) return s;
-    if (hp->arch == PKV_ARCH_GEMMA4_ASSISTANT) { /* queries only, over a target's cache resolved at attach */
-        if (m->kv_layer)
-            return pkv_err(PKV_ERR_FORMAT, "%s: key 'pagekv.shared_kv_layers' does not go with a gemma4-assistant, whose "
-                           "layers read the target's last sliding and full layers", m->label);
-        m->kv_layer = pkv_malloc((size_t)hp->n_layer * sizeof *m->kv_layer);
-        if (!m->kv_layer) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
-        for (int il = 0; il < hp->n_layer; il++) m->kv_layer[il] = -1, m->layers[il].kv_reuse = true;
-        m->kv_draft = true;
-        m->n_cache_layers = 0;
-    }
     if (ops->load_global && (s = ops->load_global(L))) return s;
     for (int il = 0; il < hp->n_layer; il++) {
         pkv_layer *ly = &m->layers[il];
@@ -961,10 +951,16 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     }
     m->hp.n_vocab = (int)te->ne[1];
     if (p.mtp) { /* the MTP head: the first layer after the trunk, alone */
-        if (m->hp.arch != PKV_ARCH_QWEN35 || m->hp.n_nextn < 1) {
-            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: %s", m->label,
-                        m->hp.arch != PKV_ARCH_QWEN35 ? "MTP heads are read for qwen35 files only"
-                                                      : "key 'qwen35.nextn_predict_layers' is absent or 0");
+        char with[128] = ""; /* the architectures whose files have MTP heads */
+        for (int a = 0; a < PKV_ARCH_COUNT; a++)
+            if (pkv_arch_ops_of((pkv_arch)a)->mtp_head)
+                snprintf(with + strlen(with), sizeof with - strlen(with), "%s%s", with[0] ? ", " : "", pkv_arch_name((pkv_arch)a));
+        if (!pkv_arch_ops_of(m->hp.arch)->mtp_head || m->hp.n_nextn < 1) {
+            if (!pkv_arch_ops_of(m->hp.arch)->mtp_head)
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label, with);
+            else
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: key '%s.nextn_predict_layers' is absent or 0", m->label,
+                            pkv_arch_name(m->hp.arch));
             goto fail;
         }
         m->mtp = true;
@@ -1018,19 +1014,6 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
         if ((s = load_weight(&L, own_o ? no : "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, m->dev, k_all,
                              &m->output)))
             goto fail;
-        if (m->mtp) { /* eh_proj [n_embd][2 n_embd]: the embedding's columns, then the hidden state's */
-            char nh[96], nen[96], nhn[96];
-            snprintf(nh, sizeof nh, "blk.%d.nextn.eh_proj.weight", b);
-            snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
-            snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
-            int64_t E = m->hp.n_embd;
-            slice ce = {.c0 = 0, .nc = E}, ch = {.c0 = E, .nc = E};
-            if ((s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ce, &m->mtp_eh_e)) ||
-                (s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ch, &m->mtp_eh_h)) ||
-                (s = load_weight(&L, nen, E, 1, true, true, m->dev, k_all, &m->mtp_enorm)) ||
-                (s = load_weight(&L, nhn, E, 1, true, true, m->dev, k_all, &m->mtp_hnorm)))
-                goto fail;
-        }
     }
     if (!m->output.buf) { /* tied embeddings */
         m->output = m->tok_embd;
@@ -1083,6 +1066,15 @@ pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *labe
     pkv_model *m = load(g, p, false); /* the caller's memory: copied, the caller may free it */
     pkv_gguf_close(g);
     return m;
+}
+
+pkv_status pkv_model_attach(pkv_model *d, const pkv_model *t, pkv_kv_cache *c) {
+    if (!d || !t || !c) return pkv_err(PKV_ERR_INVALID, "attach: NULL argument");
+    const pkv_arch_ops *ops = pkv_arch_ops_of(d->hp.arch);
+    if (!ops->attach)
+        return pkv_err(PKV_ERR_INVALID, "attach: %s (%s) is not a draft that reads a target's cache", d->label,
+                       pkv_arch_name(d->hp.arch));
+    return ops->attach(d, t, c);
 }
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {

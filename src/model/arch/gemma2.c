@@ -41,6 +41,17 @@ pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *h
     return s;
 }
 
+pkv_status pkv_gemma_output(pkv_fwd *f, float *logits) {
+    pkv_status s = pkv_blk_logits(f, logits);
+    const float cap = f->m->hp.final_softcap;
+    if (!s && logits && cap > 0) { /* on the host copy */
+        const size_t n = (size_t)f->pl->n_out * (size_t)f->m->hp.n_vocab;
+        for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    } else if (!s)
+        s = pkv_device_sync(f->m->dev);
+    return s;
+}
+
 static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
     return pkv_gemma_hparams(g, arch, hp, n_head, false);
 }
@@ -59,5 +70,9 @@ static pkv_status layer(pkv_fwd *f, int il) {
              : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
 }
 
-const pkv_arch_ops pkv_arch_gemma2 = {
-    .name = "gemma2", .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer};
+const pkv_arch_ops pkv_arch_gemma2 = {.name = "gemma2",
+                                      .rope_neox = true,
+                                      .hparams = hparams,
+                                      .load_layer = load_layer,
+                                      .layer = layer,
+                                      .output = pkv_gemma_output};

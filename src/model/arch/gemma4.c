@@ -200,7 +200,11 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     return s;
 }
 
-static pkv_status prepare(pkv_fwd *f) { return f->m->hp.n_embd_per_layer > 0 ? pkv_blk_ple_inputs(f) : PKV_OK; }
+/* The embedding, then (P > 0) every layer's per-layer input. */
+static pkv_status input(pkv_fwd *f) {
+    pkv_status s = pkv_blk_embed(f);
+    return !s && f->m->hp.n_embd_per_layer > 0 ? pkv_blk_ple_inputs(f) : s;
+}
 
 static pkv_status layer(pkv_fwd *f, int il) {
     const pkv_layer *ly = &f->m->layers[il];
@@ -225,4 +229,5 @@ const pkv_arch_ops pkv_arch_gemma4 = {.name = "gemma4",
                                       .load_layer = load_layer,
                                       .layer = layer,
                                       .load_global = load_global,
-                                      .prepare = prepare};
+                                      .input = input,
+                                      .output = pkv_gemma_output};
