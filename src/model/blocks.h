@@ -172,7 +172,7 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm);
  * groups keeps, in a slot, its conv window [d_conv - 1][its channels] (g * *conv
  * floats), then its delta matrices [its value heads][dk][dv]. */
 void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total);
-/* The cache's description of a recurrent layer: ssm_n_k_heads "heads" (key-head
+/* The cache's description of a recurrent layer: ssm.n_k_heads "heads" (key-head
  * groups) of pkv_fwd_state_layout's total, in parts: per conv row the group's q, k
  * and value heads, then its delta matrices, so a shard's slot, part-major, is the
  * layout above (pkv_kv_layer_desc.state_part). Sets n_kv_heads, state_per_head,

@@ -294,7 +294,7 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     if (b->media_embd && n_media != b->n_media_rows)
         return pkv_err(PKV_ERR_INVALID, "forward: the batch holds %lld media rows' ids, %lld rows were given", (long long)n_media,
                        (long long)b->n_media_rows);
-    if (n_media && (m->assistant || m->mtp || m->ple_tok || b->peek || b->hidden_in))
+    if (n_media && (m->assistant || m->mtp || m->ple.tok || b->peek || b->hidden_in))
         return pkv_err(PKV_ERR_UNSUPPORTED, "forward: media rows into %s (a Gemma 4, assistant or MTP model) are not supported",
                        m->label);
     const fwd_mem mem = {.last_w = last_layer_of(c, false), .last_r = last_layer_of(c, true)};

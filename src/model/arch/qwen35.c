@@ -63,24 +63,24 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; qwen35 files of more than 64 layers are not supported yet",
                        lab, hp->n_layer);
     int inner = 0;
-    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm_d_conv)) ||
+    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
         (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm_d_k)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm_n_v_heads)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm_n_k_heads)))
+        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads)))
         return s;
-    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
+    if (hp->ssm.n_v_heads % hp->ssm.n_k_heads)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.time_step_rank' %d (value heads) is not a multiple of '%s.ssm.group_count' %d "
-                       "(key heads)", lab, arch, hp->ssm_n_v_heads, arch, hp->ssm_n_k_heads);
-    if (inner % hp->ssm_n_v_heads || inner / hp->ssm_n_v_heads != hp->ssm_d_k)
+                       "(key heads)", lab, arch, hp->ssm.n_v_heads, arch, hp->ssm.n_k_heads);
+    if (inner % hp->ssm.n_v_heads || inner / hp->ssm.n_v_heads != hp->ssm.d_k)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.inner_size' %d must be '%s.ssm.time_step_rank' %d times '%s.ssm.state_size' %d "
-                       "(key and value heads of one size)", lab, arch, inner, arch, hp->ssm_n_v_heads, arch, hp->ssm_d_k);
-    hp->ssm_d_v = inner / hp->ssm_n_v_heads;
+                       "(key and value heads of one size)", lab, arch, inner, arch, hp->ssm.n_v_heads, arch, hp->ssm.d_k);
+    hp->ssm.d_v = inner / hp->ssm.n_v_heads;
     /* the cache describes a key head's state in parts (pkv_fwd_state_desc) */
-    const int R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, parts = (hp->ssm_d_conv - 1) * (2 + R) + R;
+    const int R = hp->ssm.n_v_heads / hp->ssm.n_k_heads, parts = (hp->ssm.d_conv - 1) * (2 + R) + R;
     if (parts > PKV_KV_STATE_MAX_PARTS)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a key head's recurrent state is %d parts (conv kernel %d, %d value heads "
-                       "per key head), the cache describes at most %d: not supported", lab, parts, hp->ssm_d_conv, R,
+                       "per key head), the cache describes at most %d: not supported", lab, parts, hp->ssm.d_conv, R,
                        PKV_KV_STATE_MAX_PARTS);
     if (hp->head_dim_k != hp->head_dim_v)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ (the output gate needs "
@@ -149,9 +149,9 @@ static pkv_status load_global(pkv_loader *L) {
     snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
     const int64_t E = m->hp.n_embd;
     pkv_status s;
-    if ((s = pkv_load_global_cols(L, nh, 2 * E, E, 0, E, &m->mtp_eh_e)) ||
-        (s = pkv_load_global_cols(L, nh, 2 * E, E, E, E, &m->mtp_eh_h)) ||
-        (s = pkv_load_global(L, nen, E, 1, true, true, &m->mtp_enorm)) || (s = pkv_load_global(L, nhn, E, 1, true, true, &m->mtp_hnorm)))
+    if ((s = pkv_load_global_cols(L, nh, 2 * E, E, 0, E, &m->nextn.eh_e)) ||
+        (s = pkv_load_global_cols(L, nh, 2 * E, E, E, E, &m->nextn.eh_h)) ||
+        (s = pkv_load_global(L, nen, E, 1, true, true, &m->nextn.enorm)) || (s = pkv_load_global(L, nhn, E, 1, true, true, &m->nextn.hnorm)))
         return s;
     return PKV_OK;
 }
@@ -165,11 +165,11 @@ static pkv_status input(pkv_fwd *f) {
     pkv_device *dev = m->dev;
     pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
     if (!f->b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
-    if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->mtp_enorm, w0->x, T, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(dev, &m->mtp_eh_e, w0->x, w0->xb, T);
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->nextn.enorm, w0->x, T, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(dev, &m->nextn.eh_e, w0->x, w0->xb, T);
     if (!s) s = pkv_buffer_write(w0->y, 0, f->b->hidden_in, (size_t)(T * E) * 4);
-    if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->mtp_hnorm, w0->y, T, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(dev, &m->mtp_eh_h, w0->y, w0->x, T);
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->nextn.hnorm, w0->y, T, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(dev, &m->nextn.eh_h, w0->y, w0->x, T);
     pkv_k_add_args ad = {.a = pkv_tref_make(w0->x, 0), .b = pkv_tref_make(w0->xb, 0), .y = pkv_tref_make(w0->x, 0),
                          .n = T * E, .b_len = T * E};
     if (!s) s = pkv_k_add(dev, &ad);
