@@ -66,7 +66,7 @@ pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, b
  * layers, with a RoPE base of their own. */
 pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head, bool gemma3);
 /* Gemma's head (gemma2.c; gemma2, 3, 4): pkv_blk_logits, then each logit l of the
- * host copy becomes cap * tanh(l / cap), cap = hp.final_softcap (0: none). */
+ * host copy becomes cap * tanh(l / cap), cap = hp.softcap.final (0: none). */
 pkv_status pkv_gemma_output(pkv_fwd *f, float *logits);
 
 /* Gemma 4's keys its assistant shares (gemma4.c): which layers slide

@@ -21,7 +21,6 @@
  * The drafting loop (every step at the position after the target's last token, fed
  * the previous step's h) is speculative.c's and the engine's. */
 #include <math.h>
-#include <string.h>
 
 #include "model/arch/arch.h"
 
@@ -105,14 +104,6 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     return s;
 }
 
-static pkv_status layer(pkv_fwd *f, int il) {
-    const pkv_layer *ly = &f->m->layers[il];
-    pkv_status s = pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true,
-                                                               .post_norm = &ly->post_attn_norm});
-    if (!s) s = pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
-    return s ? s : pkv_blk_scale(f, &ly->out_scale);
-}
-
 /* x = pre_e·(the target's embedding * sqrt(Eb)) + pre_h·h, h = pkv_fwd_batch.hidden_in
  * [T][Eb]: the embedding rows are looked up where the target's table is. */
 static pkv_status input(pkv_fwd *f) {
@@ -138,6 +129,14 @@ static pkv_status input(pkv_fwd *f) {
                          .n = T * E, .b_len = T * E};
     if (!s) s = pkv_k_add(dev, &ad);
     return s;
+}
+
+static pkv_status layer(pkv_fwd *f, int il) {
+    const pkv_layer *ly = &f->m->layers[il];
+    pkv_status s = pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true,
+                                                               .post_norm = &ly->post_attn_norm});
+    if (!s) s = pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
+    return s ? s : pkv_blk_scale(f, &ly->out_scale);
 }
 
 /* The output rows' final norm hn: logits = token_embd·hn (tied), and with
