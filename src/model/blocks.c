@@ -514,7 +514,8 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
         return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
-    if ((s = pkv_blk_matmul(dev, &ly->moe.router, w0->xb, w0->router, T)) || (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
+    if ((s = pkv_blk_matmul(dev, &ly->moe.router, w0->xb, w0->router, T)) ||
+        (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
         return s;
     if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
     if (!topk_softmax) {
@@ -556,7 +557,8 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
             (s = matmul_rows(dev, &ly->moe.up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
             (s = add_bias_row(dev, &ly->moe.up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
             (s = matmul_rows(dev, &ly->moe.down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
-            (s = add_bias_row(dev, &ly->moe.down_b, e, w0->y, n)) || (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
+            (s = add_bias_row(dev, &ly->moe.down_b, e, w0->y, n)) ||
+            (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
             return s;
         for (int64_t i = 0; i < n; i++) {
             int64_t t = ws->h_rows[i];

@@ -954,7 +954,8 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
         char with[128] = ""; /* the architectures whose files have MTP heads */
         for (int a = 0; a < PKV_ARCH_COUNT; a++)
             if (pkv_arch_ops_of((pkv_arch)a)->mtp_head)
-                snprintf(with + strlen(with), sizeof with - strlen(with), "%s%s", with[0] ? ", " : "", pkv_arch_name((pkv_arch)a));
+                snprintf(with + strlen(with), sizeof with - strlen(with), "%s%s", with[0] ? ", " : "",
+                         pkv_arch_name((pkv_arch)a));
         if (!pkv_arch_ops_of(m->hp.arch)->mtp_head || m->hp.n_nextn < 1) {
             if (!pkv_arch_ops_of(m->hp.arch)->mtp_head)
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label, with);

@@ -211,7 +211,8 @@ static pkv_status layer(pkv_fwd *f, int il) {
     pkv_status s = pkv_blk_attention(
         f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true, .v_norm = true, .post_norm = &ly->post_attn_norm});
     if (!s && ly->moe.router.buf) /* a MoE layer: the dense FFN and the experts, each normed, summed, normed */
-        s = pkv_blk_ffn_moe(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->moe.dense_post_norm},
+        s = pkv_blk_ffn_moe(f, il,
+                            &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->moe.dense_post_norm},
                             &(pkv_moe_kind){.norm = &ly->moe.pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK,
                                             .router_norm = &ly->moe.router_in, .exp_scale = ly->moe.exp_scale,
                                             .post_norm = &ly->moe.post_norm},

@@ -151,7 +151,8 @@ static pkv_status load_global(pkv_loader *L) {
     pkv_status s;
     if ((s = pkv_load_global_cols(L, nh, 2 * E, E, 0, E, &m->nextn.eh_e)) ||
         (s = pkv_load_global_cols(L, nh, 2 * E, E, E, E, &m->nextn.eh_h)) ||
-        (s = pkv_load_global(L, nen, E, 1, true, true, &m->nextn.enorm)) || (s = pkv_load_global(L, nhn, E, 1, true, true, &m->nextn.hnorm)))
+        (s = pkv_load_global(L, nen, E, 1, true, true, &m->nextn.enorm)) ||
+        (s = pkv_load_global(L, nhn, E, 1, true, true, &m->nextn.hnorm)))
         return s;
     return PKV_OK;
 }
