@@ -378,9 +378,9 @@ static void test_softcap(void) {
     REQUIRE_VOID(v2);
     pkv_model *m = load(img, size, "cap 30"), *m1 = load(v1, s1, "cap absent"), *m2 = load(v2, s2, "cap 0");
     REQUIRE_VOID(m && m1 && m2);
-    CHECK_NEAR(m->hp.final_softcap, 30, 0);
-    CHECK_NEAR(m1->hp.final_softcap, 30, 0);
-    CHECK_NEAR(m2->hp.final_softcap, 0, 0);
+    CHECK_NEAR(m->hp.softcap.final, 30, 0);
+    CHECK_NEAR(m1->hp.softcap.final, 30, 0);
+    CHECK_NEAR(m2->hp.softcap.final, 0, 0);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 64;
     pkv_model *ms[3] = {m, m1, m2};

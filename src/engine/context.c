@@ -288,70 +288,6 @@ pkv_context *pkv_context_fork(pkv_context *ctx) {
     return k;
 }
 
-static bool slides(const pkv_model *m, int il) { return m->layers[il].window > 0; }
-
-/* Gemma 4's assistant on a target: it must be the target's (width, vocabulary,
- * layer kinds and KV geometry); its layers read the KV of the target's last sliding
- * and last full layer (through the target's own sharing map), and its attention runs
- * where those layers' shards are stored, so those devices need the kernels. On
- * success draft->kv_layer and draft->embd_of point at the target. */
-pkv_status pkv_assistant_attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
-    const char *an = a->label, *tn = t->label;
-    if (t->hp.arch != PKV_ARCH_GEMMA4)
-        return pkv_err(PKV_ERR_MISMATCH, "attach: %s is a gemma4-assistant, but the target %s is a %s model, not gemma4", an,
-                       tn, pkv_arch_name(t->hp.arch));
-    if (a->hp.n_embd_out != t->hp.n_embd)
-        return pkv_err(PKV_ERR_MISMATCH, "attach: %s is an assistant for a model of width %d (key 'gemma4-assistant."
-                       "embedding_length_out'), but the target %s has width %d (key 'gemma4.embedding_length')", an,
-                       a->hp.n_embd_out, tn, t->hp.n_embd);
-    if (a->hp.n_vocab != t->hp.n_vocab)
-        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has %d tokens in its vocabulary (token_embd.weight), the "
-                       "target %s has %d", an, a->hp.n_vocab, tn, t->hp.n_vocab);
-    if (a->hp.n_swa != t->hp.n_swa)
-        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has a sliding window of %d tokens, the target %s of %d (key "
-                       "'attention.sliding_window')", an, a->hp.n_swa, tn, t->hp.n_swa);
-    const int L = t->hp.n_layer;
-    if (L < 2 || !slides(t, L - 2) || slides(t, L - 1))
-        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s reads the KV of the target's last two layers, a sliding and "
-                       "a full one, but %s's layers %d and %d are %s and %s (key 'gemma4.attention.sliding_window_pattern')", an,
-                       tn, L - 2, L - 1, L >= 2 && slides(t, L - 2) ? "sliding" : "full", slides(t, L - 1) ? "sliding" : "full");
-    const int src[2] = {L - 1, L - 2}; /* full, sliding: the target's layers, then the cache layers they read */
-    for (int il = 0; il < a->hp.n_layer; il++) {
-        const pkv_layer *ly = &a->layers[il];
-        const int tl = src[slides(a, il)], kl = t->kv_layer ? t->kv_layer[tl] : tl;
-        const pkv_layer *to = &t->layers[kl];
-        if (ly->n_head_kv != to->n_head_kv || ly->head_dim_k != to->head_dim_k || ly->head_dim_v != to->head_dim_v)
-            return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s's layer %d (%s) has %d KV heads of size %d, but the "
-                           "target %s's layer %d, whose KV it reads, has %d of size %d (keys 'attention.head_count_kv', "
-                           "'attention.key_length%s')", an, il, slides(a, il) ? "sliding" : "full", ly->n_head_kv,
-                           ly->head_dim_k, tn, kl, to->n_head_kv, to->head_dim_k, slides(a, il) ? "_swa" : "");
-        if (ly->n_rot != to->n_rot || ly->rope_pairs != to->rope_pairs)
-            return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s's layer %d rotates %d dims (%d pairs turning), the "
-                           "target %s's layer %d %d (%d): their queries and keys would not meet (keys 'rope.dimension_count%s', "
-                           "rope_freqs.weight)", an, il, ly->n_rot, ly->rope_pairs, tn, kl, to->n_rot, to->rope_pairs,
-                           slides(a, il) ? "_swa" : "");
-        /* attention runs where each shard of the layer is stored */
-        pkv_kv_layer_info li;
-        pkv_status s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li);
-        if (s) return s;
-        for (int k = 0; k < li.n_shards; k++) {
-            pkv_kv_shard_info sh;
-            if ((s = pkv_kv_shard(c, kl, k, &sh))) return s;
-            if (!pkv_device_get_caps(sh.storage)->has_kernels)
-                return pkv_err(PKV_ERR_UNSUPPORTED, "attach: the assistant %s on %s attends over cache layer %d of %s, stored on "
-                               "%s, which has no compute kernels (attention runs where the pages live): store the target's "
-                               "cache on a device with kernels (-d, or --kv-on-host)", an, pkv_device_name(a->dev), kl, tn,
-                               pkv_device_name(sh.storage));
-        }
-    }
-    for (int il = 0; il < a->hp.n_layer; il++) {
-        const int tl = src[slides(a, il)];
-        a->kv_layer[il] = t->kv_layer ? t->kv_layer[tl] : tl;
-    }
-    a->embd_of = t;
-    return PKV_OK;
-}
-
 pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
     if (!draft || !target) {
         pkv_err(PKV_ERR_INVALID, "attach: NULL draft or target");
@@ -359,7 +295,7 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
     }
     if (draft->assistant) {
         int32_t child;
-        if (pkv_assistant_attach(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
+        if (pkv_model_attach(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
         return ctx_own(draft, target->c, child, target->n_ctx);
     }
     if (!draft->kv_draft) {

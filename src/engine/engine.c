@@ -51,7 +51,7 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
         return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
                        "model's vocabulary", d->hp.n_vocab, (int)e->n_vocab);
     if (d->assistant) { /* no cache of its own: it reads the model's pages, fed the model's hidden states */
-        pkv_status st = pkv_assistant_attach(d, e->m, e->c);
+        pkv_status st = pkv_model_attach(d, e->m, e->c);
         if (st) return st;
         size_t S = (size_t)p->max_seqs, V = (size_t)e->n_vocab;
         e->dm = d;

@@ -20,12 +20,6 @@ void pkv_context_set_logits(pkv_context *ctx, const float *logits);
  * own (its next input when it drafts on). The last token's logits are kept. */
 pkv_status pkv_context_decode_mtp(pkv_context *ctx, const int32_t *tokens, int32_t n, const float *h_in, float *h_out);
 
-/* Attach Gemma 4's assistant a (pkv_model.assistant) to target t's cache c: checks it
- * belongs to t (naming both files) and that every device storing the layers it reads
- * has kernels; points its layers at t's cache layers and its embedding at t's.
- * On error nothing changes. */
-pkv_status pkv_assistant_attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c);
-
 /* pkv_context_load on a sequence file image in memory (only read during the
  * call); label names it in messages (NULL = "<memory>"). Same checks and failure
  * contract. The fuzz harnesses use it. */

@@ -88,10 +88,10 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
             return s;
         if (model_dev && m->hp.recurrent) { /* (each device's shard is at most the whole layer) */
             const pkv_hparams *hp = &m->hp;
-            int64_t C = 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_d_k + (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v,
-                    Z = (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v;
+            int64_t C = 2 * (int64_t)hp->ssm.n_k_heads * hp->ssm.d_k + (int64_t)hp->ssm.n_v_heads * hp->ssm.d_v,
+                    Z = (int64_t)hp->ssm.n_v_heads * hp->ssm.d_v;
             if ((s = realloc_buf(dev, &w->ssm_u, t4 * (size_t)C)) || (s = realloc_buf(dev, &w->ssm_z, t4 * (size_t)Z)) ||
-                (s = realloc_buf(dev, &w->ssm_bg, t4 * 2 * (size_t)hp->ssm_n_v_heads)) ||
+                (s = realloc_buf(dev, &w->ssm_bg, t4 * 2 * (size_t)hp->ssm.n_v_heads)) ||
                 (s = realloc_buf(dev, &w->ssm_o, t4 * (size_t)Z)))
                 return s;
         }
@@ -317,7 +317,7 @@ static pkv_status attend_shards(pkv_fwd *f, const pkv_layer *ly, int kl, const p
                                    .n_q = (int)T, .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
                                    .page_size = page_size, .n_head = nq, .n_kv = sh.n_heads, .dk = hk, .dv = hv,
                                    .scale = f->m->hp.attn_scale > 0 ? f->m->hp.attn_scale : 1.0f / sqrtf((float)hk),
-                                   .window = window_of(pl, ly), .softcap = f->m->hp.attn_softcap,
+                                   .window = window_of(pl, ly), .softcap = f->m->hp.softcap.attn,
                                    .q_win = q_win_of(pl, ly, kw)};
         if ((s = pkv_k_attention(sh.storage, &at))) return s;
         for (int64_t t = 0; t < T; t++)
@@ -425,7 +425,7 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
                                        .n_seq = pl->n_seqs, .meta_pages = meta_pages, .n_pages = (int)sh.n_pages,
                                        .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
                                        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
-                                       .window = window_of(pl, ly), .softcap = hp->attn_softcap, .q_win = q_win_of(pl, ly, kw),
+                                       .window = window_of(pl, ly), .softcap = hp->softcap.attn, .q_win = q_win_of(pl, ly, kw),
                                        .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
             PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
             if ((s = pkv_k_attention(kdev, &at))) return s;
@@ -509,12 +509,13 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     const bool topk_softmax = kind->gating == PKV_MOE_TOPK_SOFTMAX;
     pkv_status s;
-    PKV_CHECK_INTERNAL(X > 0 && ly->moe_router.buf);
+    PKV_CHECK_INTERNAL(X > 0 && ly->moe.router.buf);
     /* the router's input: the experts' (norm), or a norm of its own (gemma4) */
     if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
         return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
-    if ((s = pkv_blk_matmul(dev, &ly->moe_router, w0->xb, w0->router, T)) || (s = add_bias(dev, &ly->moe_router_b, w0->router, T)))
+    if ((s = pkv_blk_matmul(dev, &ly->moe.router, w0->xb, w0->router, T)) ||
+        (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
         return s;
     if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
     if (!topk_softmax) {
@@ -551,12 +552,13 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
                                  .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
         pkv_k_swiglu_args sg = glu(kind->act, w0, n * F);
         if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g)) ||
-            (s = matmul_rows(dev, &ly->moe_gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
-            (s = add_bias_row(dev, &ly->moe_gate_b, e, w0->hb, n)) ||
-            (s = matmul_rows(dev, &ly->moe_up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
-            (s = add_bias_row(dev, &ly->moe_up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
-            (s = matmul_rows(dev, &ly->moe_down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
-            (s = add_bias_row(dev, &ly->moe_down_b, e, w0->y, n)) || (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
+            (s = matmul_rows(dev, &ly->moe.gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
+            (s = add_bias_row(dev, &ly->moe.gate_b, e, w0->hb, n)) ||
+            (s = matmul_rows(dev, &ly->moe.up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
+            (s = add_bias_row(dev, &ly->moe.up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
+            (s = matmul_rows(dev, &ly->moe.down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
+            (s = add_bias_row(dev, &ly->moe.down_b, e, w0->y, n)) ||
+            (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
             return s;
         for (int64_t i = 0; i < n; i++) {
             int64_t t = ws->h_rows[i];
@@ -636,7 +638,7 @@ pkv_status pkv_blk_ple_inputs(pkv_fwd *f) {
     const int64_t T = f->T, P = hp->n_embd_per_layer, NL = hp->n_layer, E = hp->n_embd;
     const size_t n = (size_t)(NL * T * P);
     pkv_status s;
-    PKV_CHECK_INTERNAL(P > 0 && m->ple_tok && m->ple_model_proj.buf && m->ple_half.buf);
+    PKV_CHECK_INTERNAL(P > 0 && m->ple.tok && m->ple.model_proj.buf && m->ple.half.buf);
     if (n + (size_t)(NL * P) > ws->h_ple_cap) {
         void *p = ws->h_ple;
         if ((s = pkv_grow(&p, &ws->h_ple_cap, n + (size_t)(NL * P), sizeof(float)))) return s;
@@ -644,25 +646,25 @@ pkv_status pkv_blk_ple_inputs(pkv_fwd *f) {
     }
     /* the tokens' rows, dequantized and scaled as llama.cpp does (f32 multiply), to [l][t][P] */
     float *row = ws->h_ple + n;
-    const size_t rb = pkv_type_row_bytes(m->ple_tok_type, (size_t)(NL * P));
+    const size_t rb = pkv_type_row_bytes(m->ple.tok_type, (size_t)(NL * P));
     const float sc = sqrtf((float)P);
     for (int64_t t = 0; t < T; t++) {
         const int32_t id = ws->host_ints[f->pl->off_ids + (size_t)t];
-        if ((s = pkv_dequantize_row(m->ple_tok_type, m->ple_tok + (size_t)id * rb, row, NL * P))) return s;
+        if ((s = pkv_dequantize_row(m->ple.tok_type, m->ple.tok + (size_t)id * rb, row, NL * P))) return s;
         for (int64_t l = 0; l < NL; l++)
             for (int64_t j = 0; j < P; j++) ws->h_ple[(size_t)((l * T + t) * P + j)] = row[l * P + j] * sc;
     }
     if ((s = pkv_buffer_write(w0->ple_tok, 0, ws->h_ple, n * 4))) return s;
-    const size_t rows_b = pkv_type_row_bytes(m->ple_model_proj.type, (size_t)E);
+    const size_t rows_b = pkv_type_row_bytes(m->ple.model_proj.type, (size_t)E);
     for (int64_t l = 0; l < NL; l++) { /* layer l's P rows of the projection into its [T][P] block */
-        pkv_k_matmul_args a = {.w = R(m->ple_model_proj.buf, (size_t)(l * P) * rows_b), .wtype = m->ple_model_proj.type,
+        pkv_k_matmul_args a = {.w = R(m->ple.model_proj.buf, (size_t)(l * P) * rows_b), .wtype = m->ple.model_proj.type,
                                .rows = P, .cols = E, .x = R(w0->x, 0), .y = R(w0->ple, (size_t)(l * T * P) * 4), .n = T};
         if ((s = pkv_k_matmul(dev, &a))) return s;
     }
-    pkv_k_rms_norm_args nm = {.x = R(w0->ple, 0), .w = R(m->ple_proj_norm.buf, 0), .y = R(w0->ple, 0), .n_rows = NL * T,
+    pkv_k_rms_norm_args nm = {.x = R(w0->ple, 0), .w = R(m->ple.proj_norm.buf, 0), .y = R(w0->ple, 0), .n_rows = NL * T,
                               .row_len = P, .eps = hp->rms_eps * (float)E};
     pkv_k_unary_args mean = {.x = R(w0->ple, 0), .y = R(w0->ple, 0), .n = (int64_t)n, .op = PKV_UNARY_ID,
-                             .bias = R(w0->ple_tok, 0), .bias_len = (int64_t)n, .mul = R(m->ple_half.buf, 0), .mul_len = 1};
+                             .bias = R(w0->ple_tok, 0), .bias_len = (int64_t)n, .mul = R(m->ple.half.buf, 0), .mul_len = 1};
     if ((s = pkv_k_rms_norm(dev, &nm)) || (s = pkv_k_unary(dev, &mean))) return s;
     return PKV_OK;
 }
@@ -674,13 +676,13 @@ pkv_status pkv_blk_ple(pkv_fwd *f, int il) {
     pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
     pkv_device *dev = m->dev;
     const int64_t T = f->T, P = m->hp.n_embd_per_layer, E = m->hp.n_embd;
-    PKV_CHECK_INTERNAL(P > 0 && ly->ple_gate.buf && ly->ple_proj.buf && ly->ple_post_norm.buf);
+    PKV_CHECK_INTERNAL(P > 0 && ly->ple.gate.buf && ly->ple.proj.buf && ly->ple.post_norm.buf);
     pkv_k_swiglu_args g = {.g = R(w0->ple_g, 0), .u = R(w0->ple, (size_t)(il * T * P) * 4), .y = R(w0->ple_g, 0), .n = T * P,
                            .gelu = true};
     pkv_status s;
-    if ((s = pkv_blk_matmul(dev, &ly->ple_gate, w0->x, w0->ple_g, T)) || (s = pkv_k_swiglu(dev, &g)) ||
-        (s = pkv_blk_matmul(dev, &ly->ple_proj, w0->ple_g, w0->y, T)) ||
-        (s = pkv_blk_rmsnorm(dev, w0->y, &ly->ple_post_norm, w0->y, T, E, m->hp.rms_eps)))
+    if ((s = pkv_blk_matmul(dev, &ly->ple.gate, w0->x, w0->ple_g, T)) || (s = pkv_k_swiglu(dev, &g)) ||
+        (s = pkv_blk_matmul(dev, &ly->ple.proj, w0->ple_g, w0->y, T)) ||
+        (s = pkv_blk_rmsnorm(dev, w0->y, &ly->ple.post_norm, w0->y, T, E, m->hp.rms_eps)))
         return s;
     return add(dev, w0->x, w0->y, T * E);
 }
@@ -695,21 +697,21 @@ pkv_status pkv_blk_scale(pkv_fwd *f, const pkv_weight *sc) {
 }
 
 void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total) {
-    const int64_t R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
-    *conv = (int64_t)(hp->ssm_d_conv - 1) * (2 * dk + R * dv);
+    const int64_t R = hp->ssm.n_v_heads / hp->ssm.n_k_heads, dk = hp->ssm.d_k, dv = hp->ssm.d_v;
+    *conv = (int64_t)(hp->ssm.d_conv - 1) * (2 * dk + R * dv);
     *total = *conv + R * dk * dv;
 }
 
 void pkv_fwd_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d) {
-    const int R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    const int R = hp->ssm.n_v_heads / hp->ssm.n_k_heads, dk = hp->ssm.d_k, dv = hp->ssm.d_v;
     int64_t conv, total;
     pkv_fwd_state_layout(hp, &conv, &total);
-    d->n_kv_heads = hp->ssm_n_k_heads;
+    d->n_kv_heads = hp->ssm.n_k_heads;
     d->state_per_head = (int)total;
     /* per conv row: the group's q, its k, its R value heads; then its R delta matrices
      * (the model refuses files with more parts than the cache describes) */
     int n = 0;
-    for (int t = 0; t < hp->ssm_d_conv - 1 && n + 2 + R <= PKV_KV_STATE_MAX_PARTS; t++) {
+    for (int t = 0; t < hp->ssm.d_conv - 1 && n + 2 + R <= PKV_KV_STATE_MAX_PARTS; t++) {
         d->state_part[n++] = dk;
         d->state_part[n++] = dk;
         for (int r = 0; r < R; r++) d->state_part[n++] = dv;
@@ -725,7 +727,7 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
     const pkv_fwd_plan *pl = f->pl;
     pkv_fwd_ws *ws = f->ws;
     pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
-    const int64_t T = f->T, E = hp->n_embd, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    const int64_t T = f->T, E = hp->n_embd, dk = hp->ssm.d_k, dv = hp->ssm.d_v;
     pkv_status s;
     PKV_CHECK_INTERNAL(ly->recurrent && pl->state);
     int kl = m->kv_layer ? m->kv_layer[il] : il;
@@ -768,11 +770,11 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
         const pkv_tref meta = R(w->ints, pl->off_smeta * 4);
         pkv_k_unary_args beta = {.x = R(w->ssm_bg, 0), .y = R(w->ssm_bg, 0), .n = T * Hv, .op = PKV_UNARY_SIGMOID};
         pkv_k_unary_args gate = {.x = R(w->ssm_bg, (size_t)(T * Hv) * 4), .y = R(w->ssm_bg, (size_t)(T * Hv) * 4),
-                                 .n = T * Hv, .op = PKV_UNARY_SOFTPLUS, .bias = R(sw->ssm_dt.buf, 0), .bias_len = Hv,
-                                 .mul = R(sw->ssm_a.buf, 0), .mul_len = Hv};
-        pkv_k_ssm_conv_args cv = {.x = R(w->ssm_u, 0), .w = R(sw->ssm_conv.buf, 0), .y = R(w->ssm_u, 0),
+                                 .n = T * Hv, .op = PKV_UNARY_SOFTPLUS, .bias = R(sw->ssm.dt.buf, 0), .bias_len = Hv,
+                                 .mul = R(sw->ssm.a.buf, 0), .mul_len = Hv};
+        pkv_k_ssm_conv_args cv = {.x = R(w->ssm_u, 0), .w = R(sw->ssm.conv.buf, 0), .y = R(w->ssm_u, 0),
                                   .state = R(sh.state, sh.state_off), .state_stride = stride, .n_slots = sh.n_state_slots,
-                                  .meta = meta, .n_tok = T, .channels = C, .n_seq = pl->n_seqs, .d_conv = hp->ssm_d_conv,
+                                  .meta = meta, .n_tok = T, .channels = C, .n_seq = pl->n_seqs, .d_conv = hp->ssm.d_conv,
                                   .silu = true};
         pkv_k_l2_norm_args l2 = {.x = R(w->ssm_u, 0), .y = R(w->ssm_u, 0), .n = T, .n_heads = 2 * Hk, .head_dim = dk,
                                  .x_stride = (size_t)C * 4, .y_stride = (size_t)C * 4, .eps = hp->rms_eps};
@@ -785,14 +787,63 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
                                    .d_v = (int)dv, .grouped = false};
         /* the output norm per value head, then times silu(z) */
         pkv_k_swiglu_args zg = {.g = R(w->ssm_z, 0), .u = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * Hv * dv};
-        if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(dev, &sw->ssm_qkv, w->xb, w->ssm_u, T)) ||
-            (s = pkv_blk_matmul(dev, &sw->ssm_z, w->xb, w->ssm_z, T)) ||
-            (s = pkv_blk_matmul(dev, &sw->ssm_beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
-            (s = matmul_at(dev, &sw->ssm_alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
+        if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(dev, &sw->ssm.qkv, w->xb, w->ssm_u, T)) ||
+            (s = pkv_blk_matmul(dev, &sw->ssm.z, w->xb, w->ssm_z, T)) ||
+            (s = pkv_blk_matmul(dev, &sw->ssm.beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
+            (s = matmul_at(dev, &sw->ssm.alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
             (s = pkv_k_ssm_conv(dev, &cv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
-            (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm_norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
-            (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(dev, &sw->ssm_out, w->ssm_o, w->y, T)))
+            (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm.norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
+            (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(dev, &sw->ssm.out, w->ssm_o, w->y, T)))
             return s;
     }
     return reduce(m, ws, w0, T, NULL);
+}
+
+pkv_status pkv_blk_embed(pkv_fwd *f) {
+    const pkv_model *m = f->m;
+    const pkv_fwd_batch *b = f->b;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab, .cols = E,
+                              .ids = R(w0->ints, f->pl->off_ids * 4), .out = R(w0->x, 0), .n = T, .scale = m->hp.embd_scale};
+    pkv_status s = pkv_k_get_rows(m->dev, &ge);
+    /* media rows replace their tokens' rows, unscaled (Gemma scales token
+     * embeddings only), one write per run of consecutive media tokens */
+    for (int64_t k = 0, r = 0; !s && b->media_embd && k < T;) {
+        if (!pkv_token_is_media(b->tokens[k])) {
+            k++;
+            continue;
+        }
+        int64_t k1 = k;
+        while (k1 < T && pkv_token_is_media(b->tokens[k1])) k1++;
+        s = pkv_buffer_write(w0->x, (size_t)(k * E) * 4, b->media_embd + (size_t)(r * E), (size_t)((k1 - k) * E) * 4);
+        r += k1 - k;
+        k = k1;
+    }
+    return s;
+}
+
+pkv_status pkv_blk_logits(pkv_fwd *f, float *logits) {
+    const pkv_model *m = f->m;
+    const pkv_fwd_plan *pl = f->pl;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_device *dev = m->dev;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
+    pkv_status s;
+    if (f->b->hidden_out) { /* every row's final norm, kept; then the rows that need logits */
+        s = pkv_blk_rmsnorm(dev, w0->x, &m->output_norm, w0->xb, T, E, m->hp.rms_eps);
+        if (!s) s = pkv_buffer_read(w0->xb, 0, f->b->hidden_out, (size_t)(T * E) * 4);
+        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->ints, pl->off_out * 4), .out = R(w0->y, 0), .n = pl->n_out};
+        if (!s) s = pkv_k_get_rows(dev, &g);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->y, w0->logits, pl->n_out);
+    } else { /* gather the rows that need logits, final norm, output projection */
+        pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->ints, pl->off_out * 4), .out = R(w0->xb, 0), .n = pl->n_out};
+        s = pkv_k_get_rows(dev, &g);
+        if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl->n_out, E, m->hp.rms_eps);
+        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl->n_out);
+    }
+    if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl->n_out * (size_t)m->hp.n_vocab * 4);
+    return s;
 }

@@ -82,11 +82,22 @@ typedef struct pkv_fwd {
     pkv_kv_cache *c;
     pkv_fwd_ws *ws;
     const pkv_fwd_plan *pl;
+    const pkv_fwd_batch *b; /* the step's batch */
     int64_t T;
     /* Recomputing window layers (pkv_fwd_plan.replay) ends with an attention: the
      * FFN and expert blocks of that last layer do nothing. */
     bool attn_only;
 } pkv_fwd;
+
+/* The default input (pkv_arch_ops.input): x = the token embedding rows of the
+ * step's tokens times hp.embd_scale, and where the batch has media rows, those
+ * rows in place of their tokens', unscaled. */
+pkv_status pkv_blk_embed(pkv_fwd *f);
+/* The default head's work (pkv_arch_ops.output): the output rows' final norm and
+ * output projection into the first device's logits buffer, then read into the host
+ * array logits (NULL: not read). With pkv_fwd_batch.hidden_out every row's final
+ * normed hidden state is read into it as well. No device sync. */
+pkv_status pkv_blk_logits(pkv_fwd *f, float *logits);
 
 /* y = x·wᵀ for T rows on dev. */
 pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T);
@@ -161,7 +172,7 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm);
  * groups keeps, in a slot, its conv window [d_conv - 1][its channels] (g * *conv
  * floats), then its delta matrices [its value heads][dk][dv]. */
 void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total);
-/* The cache's description of a recurrent layer: ssm_n_k_heads "heads" (key-head
+/* The cache's description of a recurrent layer: ssm.n_k_heads "heads" (key-head
  * groups) of pkv_fwd_state_layout's total, in parts: per conv row the group's q, k
  * and value heads, then its delta matrices, so a shard's slot, part-major, is the
  * layout above (pkv_kv_layer_desc.state_part). Sets n_kv_heads, state_per_head,

@@ -4,20 +4,20 @@
  *
  * One step, T tokens in total:
  *   append T tokens to the cache (rows = page*page_size + slot for each token)
- *   x = embed(tokens) (times the model's embedding scale)     f32 [T][E]
+ *   x = the architecture's input (pkv_arch_ops.input; default the token embedding
+ *       rows times the model's embedding scale, and media rows)           f32 [T][E]
  *   per layer: the architecture's block diagram (src/model/arch/<arch>.c) over the
  *              blocks of blocks.h, each adding its output to x
- *   logits = rmsnorm(x[out rows])·Woutᵀ (soft-capped where the model says)
+ *   logits = the architecture's head (pkv_arch_ops.output; default
+ *            rmsnorm(x[out rows])·Woutᵀ)
  * Here: the step's plan (the integers every kernel reads), the cache append and its
  * rollback, and the window pool's recomputation. If any step fails, the appended
  * tokens are truncated away again (nothing changes). */
-#include <math.h>
 #include <string.h>
 
 #include "model/arch/arch.h"
 #include "model/blocks.h"
 
-static pkv_tref R(pkv_buffer *b, size_t off) { return pkv_tref_make(b, off); }
 /* Build the host-side integer block (ids, positions, rows, output rows, attention
  * meta of the main pool and of the window pool, and the recurrent kernels' meta)
  * for the step; the cache append already happened. rows NULL: a replay
@@ -115,6 +115,12 @@ typedef struct fwd_mem {
     int last_w, last_r;
 } fwd_mem;
 
+/* The default head (pkv_arch_ops.output). */
+static pkv_status head(pkv_fwd *f, float *logits) {
+    pkv_status s = pkv_blk_logits(f, logits);
+    return s ? s : pkv_device_sync(f->m->dev);
+}
+
 /* One step. Normally b's tokens are appended and run through every layer, and
  * logits (or, with no_output, nothing) come out. replay: b holds one sequence's
  * tokens that are in the main pool already, from its window length (a window
@@ -164,60 +170,12 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     s = plan(m, c, wsp, b, replay ? NULL : rows, rows_w, state, len_before, &pl);
     pkv_fwd_ws *ws = *wsp;
     pkv_device *dev = m->dev;
-    pkv_dev_ws *w0 = s ? NULL : pkv_fwd_dev(ws, dev);
-    const int64_t E = m->hp.n_embd;
-    if (!s && m->assistant) { /* x = pre_e·(target's embedding * sqrt(Eb)) + pre_h·h */
-        const pkv_model *t = m->embd_of;
-        const int64_t Eb = m->hp.n_embd_out;
-        pkv_dev_ws *tw = t ? pkv_fwd_dev(ws, t->dev) : NULL;
-        if (!t || !b->hidden_in || !b->peek)
-            s = pkv_err(PKV_ERR_INVALID, "forward: %s is a Gemma 4 assistant: it runs attached to a target (pkv_context_attach), "
-                        "fed the target's hidden states, appending nothing", m->label);
-        pkv_k_get_rows_args ge = {.w = R(t ? t->tok_embd.buf : NULL, 0), .wtype = t ? t->tok_embd.type : PKV_TYPE_F32,
-                                  .n_vocab = t ? t->hp.n_vocab : 0, .cols = Eb, .ids = R(tw ? tw->ints : NULL, pl.off_ids * 4),
-                                  .out = R(tw ? tw->emb : NULL, 0), .n = T, .scale = m->hp.embd_scale};
-        if (!s) s = pkv_k_get_rows(t->dev, &ge); /* where the target's table is */
-        if (!s && tw != w0) s = pkv_buffer_copy(tw->emb, 0, w0->emb, 0, (size_t)(T * Eb) * 4);
-        if (!s) s = pkv_buffer_write(w0->hid, 0, b->hidden_in, (size_t)(T * Eb) * 4);
-        if (!s) s = pkv_blk_matmul(dev, &m->asst_pre_e, w0->emb, w0->x, T);
-        if (!s) s = pkv_blk_matmul(dev, &m->asst_pre_h, w0->hid, w0->xb, T);
-        pkv_k_add_args ad = {.a = R(w0->x, 0), .b = R(w0->xb, 0), .y = R(w0->x, 0), .n = T * E, .b_len = T * E};
-        if (!s) s = pkv_k_add(dev, &ad);
-    } else if (!s) {
-        pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab,
-                                  .cols = E, .ids = R(w0->ints, pl.off_ids * 4), .out = R(w0->x, 0), .n = T,
-                                  .scale = m->hp.embd_scale};
-        s = pkv_k_get_rows(dev, &ge);
-        /* media rows replace their tokens' rows, unscaled (Gemma scales token
-         * embeddings only), one write per run of consecutive media tokens */
-        for (int64_t k = 0, r = 0; !s && b->media_embd && k < T;) {
-            if (!pkv_token_is_media(b->tokens[k])) {
-                k++;
-                continue;
-            }
-            int64_t k1 = k;
-            while (k1 < T && pkv_token_is_media(b->tokens[k1])) k1++;
-            s = pkv_buffer_write(w0->x, (size_t)(k * E) * 4, b->media_embd + (size_t)(r * E), (size_t)((k1 - k) * E) * 4);
-            r += k1 - k;
-            k = k1;
-        }
-    }
-    if (!s && m->mtp) { /* x = eh_e·enorm(embedding) + eh_h·hnorm(h) */
-        if (!b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
-        if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->mtp_enorm, w0->x, T, E, m->hp.rms_eps);
-        if (!s) s = pkv_blk_matmul(dev, &m->mtp_eh_e, w0->x, w0->xb, T);
-        if (!s) s = pkv_buffer_write(w0->y, 0, b->hidden_in, (size_t)(T * E) * 4);
-        if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->mtp_hnorm, w0->y, T, E, m->hp.rms_eps);
-        if (!s) s = pkv_blk_matmul(dev, &m->mtp_eh_h, w0->y, w0->x, T);
-        pkv_k_add_args ad = {.a = R(w0->x, 0), .b = R(w0->xb, 0), .y = R(w0->x, 0), .n = T * E, .b_len = T * E};
-        if (!s) s = pkv_k_add(dev, &ad);
-    }
+    const pkv_arch_ops *ops = pkv_arch_ops_of(m->hp.arch);
+    pkv_fwd f = {.m = m, .c = c, .ws = ws, .pl = &pl, .b = b, .T = T};
+    if (!s) s = ops->input ? ops->input(&f) : pkv_blk_embed(&f);
     /* the architecture's layers; a replay stops after the last layer it recomputes,
      * whose FFN is not needed */
     const int n_layer = !replay ? m->hp.n_layer : (state ? mem.last_r : mem.last_w) + 1;
-    const pkv_arch_ops *ops = pkv_arch_ops_of(m->hp.arch);
-    pkv_fwd f = {.m = m, .c = c, .ws = ws, .pl = &pl, .T = T};
-    if (!s && ops->prepare) s = ops->prepare(&f);
     for (int il = 0; !s && il < n_layer; il++) {
         f.attn_only = replay && il == n_layer - 1;
         s = ops->layer(&f, il);
@@ -226,37 +184,7 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
         if (!s) s = pkv_device_sync(dev);
         goto done;
     }
-    if (!s && m->assistant) { /* the output rows' final norm: logits (tied), and h_next = post·hn */
-        pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
-                                 .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->xb, 0), .n = pl.n_out};
-        s = pkv_k_get_rows(dev, &g);
-        if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, E, m->hp.rms_eps);
-        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
-        if (!s && b->hidden_out) s = pkv_blk_matmul(dev, &m->asst_post, w0->xb, w0->hid, pl.n_out);
-        if (!s && b->hidden_out)
-            s = pkv_buffer_read(w0->hid, 0, b->hidden_out, (size_t)(pl.n_out * m->hp.n_embd_out) * 4);
-    } else if (!s && b->hidden_out) { /* every row's final norm, kept; then the rows that need logits */
-        s = pkv_blk_rmsnorm(dev, w0->x, &m->output_norm, w0->xb, T, E, m->hp.rms_eps);
-        if (!s) s = pkv_buffer_read(w0->xb, 0, b->hidden_out, (size_t)(T * E) * 4);
-        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
-                                 .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->y, 0), .n = pl.n_out};
-        if (!s) s = pkv_k_get_rows(dev, &g);
-        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->y, w0->logits, pl.n_out);
-    } else {
-        if (!s) { /* gather the rows that need logits, final norm, output projection */
-            pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
-                                     .ids = R(w0->ints, pl.off_out * 4), .out = R(w0->xb, 0), .n = pl.n_out};
-            s = pkv_k_get_rows(dev, &g);
-        }
-        if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl.n_out, E, m->hp.rms_eps);
-        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl.n_out);
-    }
-    if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl.n_out * (size_t)m->hp.n_vocab * 4);
-    if (!s && logits && m->hp.final_softcap > 0) { /* Gemma 2: cap * tanh(logit / cap), on the host copy */
-        const float cap = m->hp.final_softcap;
-        for (size_t i = 0; i < (size_t)pl.n_out * (size_t)m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
-    }
-    else if (!s) s = pkv_device_sync(dev);
+    if (!s) s = ops->output ? ops->output(&f, logits) : head(&f, logits);
 done:
     /* the recurrent state took the tokens in: its length moves (a replay), and the
      * cache takes the checkpoints its policy asks for */
@@ -366,7 +294,7 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     if (b->media_embd && n_media != b->n_media_rows)
         return pkv_err(PKV_ERR_INVALID, "forward: the batch holds %lld media rows' ids, %lld rows were given", (long long)n_media,
                        (long long)b->n_media_rows);
-    if (n_media && (m->assistant || m->mtp || m->ple_tok || b->peek || b->hidden_in))
+    if (n_media && (m->assistant || m->mtp || m->ple.tok || b->peek || b->hidden_in))
         return pkv_err(PKV_ERR_UNSUPPORTED, "forward: media rows into %s (a Gemma 4, assistant or MTP model) are not supported",
                        m->label);
     const fwd_mem mem = {.last_w = last_layer_of(c, false), .last_r = last_layer_of(c, true)};

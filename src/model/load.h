@@ -52,7 +52,7 @@ pkv_status pkv_load_global_cols(pkv_loader *L, const char *name, int64_t ne0, in
                                 pkv_weight *w);
 
 /* A table [ne1][ne0] kept on the host and read row by row (gemma4's
- * per_layer_token_embd: pkv_model.ple_tok): used in place from the mapped file where
+ * per_layer_token_embd: pkv_model.ple.tok): used in place from the mapped file where
  * the model keeps it, else copied. */
 pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1);
 

@@ -63,14 +63,17 @@ typedef struct pkv_shard_w {
     pkv_weight w_down;         /* [n_embd][n_ff]: column slice */
     /* A recurrent layer (qwen35's gated delta-net) in place of attention, this
      * shard's key heads (n_kv) and value heads (n_q, in the shard's order); f32 where
-     * marked. Its state lives in the cache's state slots of the same shard. */
-    pkv_weight ssm_qkv;        /* [2 n_kv dk + n_q dv][n_embd]: its q, k, v channels before the conv */
-    pkv_weight ssm_z;          /* [n_q dv][n_embd]: the output gate */
-    pkv_weight ssm_beta, ssm_alpha; /* [n_q][n_embd] */
-    pkv_weight ssm_conv;       /* f32 [its channels][d_conv] */
-    pkv_weight ssm_dt, ssm_a;  /* f32 [n_q]: dt bias, -exp(A_log) */
-    pkv_weight ssm_norm;       /* f32 [dv], replicated */
-    pkv_weight ssm_out;        /* [n_embd][n_q dv]: the columns of its value heads */
+     * marked. Its state lives in the cache's state slots of the same shard. Last in
+     * the struct: the weights from wq to ssm.out are freed as one run. */
+    struct {
+        pkv_weight qkv;         /* [2 n_kv dk + n_q dv][n_embd]: its q, k, v channels before the conv */
+        pkv_weight z;           /* [n_q dv][n_embd]: the output gate */
+        pkv_weight beta, alpha; /* [n_q][n_embd] */
+        pkv_weight conv;        /* f32 [its channels][d_conv] */
+        pkv_weight dt, a;       /* f32 [n_q]: dt bias, -exp(A_log) */
+        pkv_weight norm;        /* f32 [dv], replicated */
+        pkv_weight out;         /* [n_embd][n_q dv]: the columns of its value heads */
+    } ssm;
 } pkv_shard_w;
 
 typedef struct pkv_layer {
@@ -80,13 +83,21 @@ typedef struct pkv_layer {
     pkv_shard_w *sh;             /* [n_dev] */
     /* Mixture of experts (hp.n_expert > 0), on devs[0]; used in place from the file
      * where the device reads host memory. Expert e's matrix is the e-th block of rows. */
-    pkv_weight moe_router;       /* [n_expert][n_embd] */
-    pkv_weight moe_gate, moe_up; /* [n_expert * n_ff][n_embd] */
-    pkv_weight moe_down;         /* [n_expert * n_embd][n_ff] */
-    /* gpt-oss's biases, f32 on devs[0] (absent elsewhere): expert e's is row e */
-    pkv_weight moe_router_b;         /* [n_expert] */
-    pkv_weight moe_gate_b, moe_up_b; /* [n_expert][n_ff] */
-    pkv_weight moe_down_b;           /* [n_expert][n_embd] */
+    struct {
+        pkv_weight router;   /* [n_expert][n_embd] */
+        pkv_weight gate, up; /* [n_expert * n_ff][n_embd] */
+        pkv_weight down;     /* [n_expert * n_embd][n_ff] */
+        /* gpt-oss's biases, f32 (absent elsewhere): expert e's is row e */
+        pkv_weight router_b;         /* [n_expert] */
+        pkv_weight gate_b, up_b;     /* [n_expert][n_ff] */
+        pkv_weight down_b;           /* [n_expert][n_embd] */
+        /* Gemma 4's MoE layers (ffn_gate_inp present): the experts beside the dense FFN */
+        pkv_weight router_in;       /* f32 [n_embd]: ffn_gate_inp.scale / sqrt(n_embd), the router input norm's weight */
+        pkv_weight pre_norm;        /* pre_ffw_norm_2 f32 [n_embd]: the experts' input norm */
+        pkv_weight dense_post_norm; /* post_ffw_norm_1 f32 [n_embd]: the dense FFN's output norm */
+        pkv_weight post_norm;       /* post_ffw_norm_2 f32 [n_embd]: the experts' output norm */
+        float *exp_scale;           /* host [n_expert]: ffn_down_exps.scale, expert e's output times it; NULL: none */
+    } moe;
     /* Gemma: RMS norms of the attention's and the FFN's outputs before the residual
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
     pkv_weight post_attn_norm, post_ffn_norm;
@@ -106,16 +117,12 @@ typedef struct pkv_layer {
      * attends over cache layer pkv_model.kv_layer[il], which an earlier layer writes */
     bool kv_reuse;
     /* Gemma 4's per-layer embeddings (hp.n_embd_per_layer > 0), on devs[0]: */
-    pkv_weight ple_gate;      /* inp_gate [P][n_embd] */
-    pkv_weight ple_proj;      /* proj [n_embd][P] */
-    pkv_weight ple_post_norm; /* post_norm f32 [n_embd] */
+    struct {
+        pkv_weight gate;      /* inp_gate [P][n_embd] */
+        pkv_weight proj;      /* proj [n_embd][P] */
+        pkv_weight post_norm; /* post_norm f32 [n_embd] */
+    } ple;
     pkv_weight out_scale;     /* layer_output_scale f32 [1]: the residual stream times it; absent: none */
-    /* Gemma 4's MoE layers (ffn_gate_inp present): the experts beside the dense FFN, on devs[0] */
-    pkv_weight moe_router_in;   /* f32 [n_embd]: ffn_gate_inp.scale / sqrt(n_embd), the router input norm's weight */
-    pkv_weight moe_pre_norm;    /* pre_ffw_norm_2 f32 [n_embd]: the experts' input norm */
-    pkv_weight ffn_post_norm_1; /* post_ffw_norm_1 f32 [n_embd]: the dense FFN's output norm */
-    pkv_weight moe_post_norm;   /* post_ffw_norm_2 f32 [n_embd]: the experts' output norm */
-    float *moe_exp_scale;       /* host [n_expert]: ffn_down_exps.scale, expert e's output times it; NULL: none */
 } pkv_layer;
 
 typedef struct pkv_hparams {
@@ -131,7 +138,9 @@ typedef struct pkv_hparams {
     /* Gemma 2 and 3 (0 = off elsewhere) */
     float embd_scale;            /* token embeddings times this (sqrt(n_embd)) */
     float attn_scale;            /* scores times this; 0 = 1/sqrt(head_dim_k) */
-    float attn_softcap, final_softcap;
+    struct {
+        float attn, final; /* scores and final logits become cap * tanh(x / cap); 0 = none */
+    } softcap;                   /* the fields stay in place: the fingerprint hashes this struct's bytes */
     int n_swa, swa_pattern;      /* sliding window; layer il slides when il % pattern < pattern - 1 */
     float rope_base_swa;         /* the sliding layers' RoPE base (gemma3: 10000; gpt-oss: rope.freq_base_swa
                                     where the file has it) with rope_freq_scale_swa; 0 = rope_base and
@@ -143,8 +152,10 @@ typedef struct pkv_hparams {
     float rope_beta_fast, rope_beta_slow; /* rope.scaling.yarn_beta_fast/_slow (32, 1) */
     float rope_attn_factor;      /* rope.scaling.attn_factor (1): times YaRN's 1 + 0.1 ln(factor) */
     /* Gated delta-net layers (qwen35; 0 elsewhere): ssm.* keys */
-    int ssm_d_conv;              /* conv kernel */
-    int ssm_n_k_heads, ssm_n_v_heads, ssm_d_k, ssm_d_v; /* group_count, time_step_rank, state_size, inner/Hv */
+    struct {
+        int d_conv;                      /* conv kernel */
+        int n_k_heads, n_v_heads, d_k, d_v; /* group_count, time_step_rank, state_size, inner/Hv */
+    } ssm;
     int n_nextn;                 /* MTP layers after the n_layer trunk layers (nextn_predict_layers) */
     uint64_t recurrent;          /* bit l: layer l is recurrent (n_layer <= 64 then) */
     /* Gemma 4 (0 elsewhere) */
@@ -190,33 +201,45 @@ struct pkv_model {
     int n_cache_layers;     /* layers of the model's own cache (pkv_model_kv_params): n_layer, or
                                n_layer - hp.n_shared_kv where the last layers own no KV */
     /* Gemma 4's per-layer embeddings (hp.n_embd_per_layer = P > 0): */
-    const uint8_t *ple_tok;   /* per_layer_token_embd [n_vocab][P * n_layer] of ple_tok_type on the
-                                 host (the mapped file, or ple_tok_own): only the step's rows are read */
-    uint8_t *ple_tok_own;     /* the table's copy when the file is not kept mapped */
-    pkv_type ple_tok_type;
-    pkv_weight ple_model_proj; /* per_layer_model_proj [P * n_layer][n_embd] */
-    pkv_weight ple_proj_norm;  /* per_layer_proj_norm f32 [P] */
-    pkv_weight ple_half;       /* f32 [1] = 1/sqrt(2) (the mean of the two per-layer inputs) */
+    struct {
+        const uint8_t *tok;    /* per_layer_token_embd [n_vocab][P * n_layer] of tok_type on the host
+                                  (the mapped file, or tok_own): only the step's rows are read */
+        uint8_t *tok_own;      /* the table's copy when the file is not kept mapped */
+        pkv_type tok_type;
+        pkv_weight model_proj; /* per_layer_model_proj [P * n_layer][n_embd] */
+        pkv_weight proj_norm;  /* per_layer_proj_norm f32 [P] */
+        pkv_weight half;       /* f32 [1] = 1/sqrt(2) (the mean of the two per-layer inputs) */
+    } ple;
     uint64_t fingerprint;   /* hash of hparams and tensor metadata: keys prefix reuse and saved KV */
     uint64_t weight_bytes;  /* bytes of all weights on the device */
     uint64_t mapped_bytes;  /* of those, used in place from the mapped file (CPU), not copied */
     pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */
     /* An MTP head (pkv_model_params.mtp): x = eh_e·enorm(embed(token)) + eh_h·hnorm(h),
      * h the target's final normed hidden state of the previous position; eh_e, eh_h
-     * are nextn.eh_proj's two column halves */
+     * are nextn.eh_proj's two column halves (qwen35.c) */
     bool mtp;
-    pkv_weight mtp_eh_e, mtp_eh_h, mtp_enorm, mtp_hnorm;
+    struct {
+        pkv_weight eh_e, eh_h; /* [n_embd][n_embd] each */
+        pkv_weight enorm, hnorm; /* f32 [n_embd] */
+    } nextn;
     /* Gemma 4's assistant (hp.arch PKV_ARCH_GEMMA4_ASSISTANT, Ea = n_embd, Eb = n_embd_out):
      *   x = pre_e·(target's token_embd[token] * sqrt(Eb)) + pre_h·h     h: the target's hidden state
      *   logits = token_embd·hn (tied), h_next = post·hn                 hn: the final normed x
      * Its layers attend over the target's cache (kv_layer, resolved by pkv_context_attach
      * from the target: -1 until then) and write none. */
     bool assistant;
-    pkv_weight asst_pre_e, asst_pre_h; /* nextn.pre_projection's column halves [Ea][Eb] each */
-    pkv_weight asst_post;              /* nextn.post_projection [Eb][Ea] */
+    struct {
+        pkv_weight pre_e, pre_h; /* nextn.pre_projection's column halves [Ea][Eb] each */
+        pkv_weight post;         /* nextn.post_projection [Eb][Ea] */
+    } asst;
     const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;
 };
+
+/* Attach draft d, a model with no cache of its own that reads target t's cache c
+ * (its architecture's attach hook: Gemma 4's assistant): checks that d fits t and
+ * points d's layers at t's cache layers. On error nothing is changed. */
+pkv_status pkv_model_attach(pkv_model *d, const pkv_model *t, pkv_kv_cache *c);
 
 /* Read and validate hyper-parameters (and per-layer head counts) from g. */
 pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head, int **n_head_kv, int **n_ff);

@@ -305,44 +305,44 @@ void pkv_model_free(pkv_model *m) {
             pkv_layer *ly = &m->layers[l];
             free_weight(&ly->attn_norm);
             free_weight(&ly->ffn_norm);
-            free_weight(&ly->moe_router);
-            free_weight(&ly->moe_gate);
-            free_weight(&ly->moe_up);
-            free_weight(&ly->moe_down);
-            free_weight(&ly->moe_router_b);
-            free_weight(&ly->moe_gate_b);
-            free_weight(&ly->moe_up_b);
-            free_weight(&ly->moe_down_b);
+            free_weight(&ly->moe.router);
+            free_weight(&ly->moe.gate);
+            free_weight(&ly->moe.up);
+            free_weight(&ly->moe.down);
+            free_weight(&ly->moe.router_b);
+            free_weight(&ly->moe.gate_b);
+            free_weight(&ly->moe.up_b);
+            free_weight(&ly->moe.down_b);
             free_weight(&ly->post_attn_norm);
             free_weight(&ly->post_ffn_norm);
-            free_weight(&ly->ple_gate);
-            free_weight(&ly->ple_proj);
-            free_weight(&ly->ple_post_norm);
+            free_weight(&ly->ple.gate);
+            free_weight(&ly->ple.proj);
+            free_weight(&ly->ple.post_norm);
             free_weight(&ly->out_scale);
-            free_weight(&ly->moe_router_in);
-            free_weight(&ly->moe_pre_norm);
-            free_weight(&ly->ffn_post_norm_1);
-            free_weight(&ly->moe_post_norm);
-            pkv_free(ly->moe_exp_scale);
+            free_weight(&ly->moe.router_in);
+            free_weight(&ly->moe.pre_norm);
+            free_weight(&ly->moe.dense_post_norm);
+            free_weight(&ly->moe.post_norm);
+            pkv_free(ly->moe.exp_scale);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
-                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].ssm_out; e++) free_weight(e);
+                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].ssm.out; e++) free_weight(e);
             pkv_free(ly->sh);
         }
     pkv_free(m->layers);
     free_weight(&m->tok_embd);
     free_weight(&m->output_norm);
-    free_weight(&m->asst_pre_e);
-    free_weight(&m->asst_pre_h);
-    free_weight(&m->asst_post);
-    free_weight(&m->mtp_eh_e);
-    free_weight(&m->mtp_eh_h);
-    free_weight(&m->mtp_enorm);
-    free_weight(&m->mtp_hnorm);
-    free_weight(&m->ple_model_proj);
-    free_weight(&m->ple_proj_norm);
-    free_weight(&m->ple_half);
-    pkv_free(m->ple_tok_own);
+    free_weight(&m->asst.pre_e);
+    free_weight(&m->asst.pre_h);
+    free_weight(&m->asst.post);
+    free_weight(&m->nextn.eh_e);
+    free_weight(&m->nextn.eh_h);
+    free_weight(&m->nextn.enorm);
+    free_weight(&m->nextn.hnorm);
+    free_weight(&m->ple.model_proj);
+    free_weight(&m->ple.proj_norm);
+    free_weight(&m->ple.half);
+    pkv_free(m->ple.tok_own);
     if (!m->tied) free_weight(&m->output);
     pkv_tokenizer_free(m->tok);
     pkv_free(m->kv_layer);
@@ -434,8 +434,8 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     pkv_layer *ly = &m->layers[l];
     const pkv_hparams *hp = &m->hp;
     const bool rec = l < 64 && (hp->recurrent >> l & 1);
-    const int n_groups = rec ? hp->ssm_n_k_heads : ly->n_head_kv;
-    int S = m->n_dev, group = rec ? hp->ssm_n_v_heads / hp->ssm_n_k_heads : ly->n_head / ly->n_head_kv;
+    const int n_groups = rec ? hp->ssm.n_k_heads : ly->n_head_kv;
+    int S = m->n_dev, group = rec ? hp->ssm.n_v_heads / hp->ssm.n_k_heads : ly->n_head / ly->n_head_kv;
     char sp[128];
     for (int d = 0; d < S; d++) {
         pkv_shard_w *w = &ly->sh[d];
@@ -570,7 +570,7 @@ pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
     pkv_layer *ly = &m->layers[il];
     char name[96];
     pkv_status s;
-    const int64_t E = hp->n_embd, Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+    const int64_t E = hp->n_embd, Hk = hp->ssm.n_k_heads, Hv = hp->ssm.n_v_heads, dk = hp->ssm.d_k, dv = hp->ssm.d_v;
     const int64_t C = 2 * Hk * dk + Hv * dv, R = Hv / Hk;
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
@@ -586,15 +586,15 @@ pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
         slice h_rows = {.r0 = g0, .nr = R * ng, .rblock = ng, .rstride = Hk};
         slice h_cols = {.c0 = g0, .nc = R * ng, .cblock = ng, .cstride = Hk};
         slice o_cols = {.c0 = g0 * dv, .nc = R * ng * dv, .cblock = ng * dv, .cstride = Hk * dv};
-        if ((s = load_weight(L, NAME("attn_qkv.weight"), E, C, true, false, dev, ch, &w->ssm_qkv)) ||
-            (s = load_weight(L, NAME("attn_gate.weight"), E, Hv * dv, true, false, dev, z_rows, &w->ssm_z)) ||
-            (s = load_weight(L, NAME("ssm_beta.weight"), E, Hv, true, false, dev, h_rows, &w->ssm_beta)) ||
-            (s = load_weight(L, NAME("ssm_alpha.weight"), E, Hv, true, false, dev, h_rows, &w->ssm_alpha)) ||
-            (s = load_weight(L, NAME("ssm_conv1d.weight"), hp->ssm_d_conv, C, true, true, dev, ch, &w->ssm_conv)) ||
-            (s = load_weight(L, NAME("ssm_dt.bias"), Hv, 1, true, true, dev, h_cols, &w->ssm_dt)) ||
-            (s = load_weight(L, NAME("ssm_a"), Hv, 1, true, true, dev, h_cols, &w->ssm_a)) ||
-            (s = load_weight(L, NAME("ssm_norm.weight"), dv, 1, true, true, dev, k_all, &w->ssm_norm)) ||
-            (s = load_weight(L, NAME("ssm_out.weight"), Hv * dv, E, true, false, dev, o_cols, &w->ssm_out)))
+        if ((s = load_weight(L, NAME("attn_qkv.weight"), E, C, true, false, dev, ch, &w->ssm.qkv)) ||
+            (s = load_weight(L, NAME("attn_gate.weight"), E, Hv * dv, true, false, dev, z_rows, &w->ssm.z)) ||
+            (s = load_weight(L, NAME("ssm_beta.weight"), E, Hv, true, false, dev, h_rows, &w->ssm.beta)) ||
+            (s = load_weight(L, NAME("ssm_alpha.weight"), E, Hv, true, false, dev, h_rows, &w->ssm.alpha)) ||
+            (s = load_weight(L, NAME("ssm_conv1d.weight"), hp->ssm.d_conv, C, true, true, dev, ch, &w->ssm.conv)) ||
+            (s = load_weight(L, NAME("ssm_dt.bias"), Hv, 1, true, true, dev, h_cols, &w->ssm.dt)) ||
+            (s = load_weight(L, NAME("ssm_a"), Hv, 1, true, true, dev, h_cols, &w->ssm.a)) ||
+            (s = load_weight(L, NAME("ssm_norm.weight"), dv, 1, true, true, dev, k_all, &w->ssm.norm)) ||
+            (s = load_weight(L, NAME("ssm_out.weight"), Hv * dv, E, true, false, dev, o_cols, &w->ssm.out)))
             return s;
     }
     return PKV_OK;
@@ -669,15 +669,15 @@ pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int
     if (!pkv_type_row_bytes(t->type, (size_t)ne0))
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which cannot be read row by row", lab, name,
                        pkv_type_name(t->type));
-    m->ple_tok_type = t->type;
+    m->ple.tok_type = t->type;
     if (L->in_place) { /* the mapping stays with the model (pkv_model_load) */
-        m->ple_tok = t->data;
+        m->ple.tok = t->data;
         m->mapped_bytes += t->n_bytes;
     } else {
-        m->ple_tok_own = pkv_malloc(t->n_bytes);
-        if (!m->ple_tok_own) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s' (%zu bytes)", lab, name, (size_t)t->n_bytes);
-        memcpy(m->ple_tok_own, t->data, t->n_bytes);
-        m->ple_tok = m->ple_tok_own;
+        m->ple.tok_own = pkv_malloc(t->n_bytes);
+        if (!m->ple.tok_own) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s' (%zu bytes)", lab, name, (size_t)t->n_bytes);
+        memcpy(m->ple.tok_own, t->data, t->n_bytes);
+        m->ple.tok = m->ple.tok_own;
     }
     m->weight_bytes += t->n_bytes;
     progress(L, t->n_bytes);
@@ -717,22 +717,22 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
     pkv_status s;
     const int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
     if (X <= 0) return pkv_err(PKV_ERR_INTERNAL, "%s: layer %d: experts without an expert count", m->label, il);
-    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe_router))) return s;
+    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe.router))) return s;
     if (!pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) && pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"))) {
         /* merged (llama.cpp's gate_up_exps): expert e's 2F rows are its gate's F, then its up's F */
         slice gate = {.nr = X * F, .rblock = F, .rstride = 2 * F}, up = {.r0 = F, .nr = X * F, .rblock = F, .rstride = 2 * F};
-        if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, &ly->moe_gate)) ||
-            (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, &ly->moe_up)))
+        if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, &ly->moe.gate)) ||
+            (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, &ly->moe.up)))
             return s;
-    } else if ((s = load_experts(L, NAME("ffn_gate_exps.weight"), E, F, &ly->moe_gate)) ||
-               (s = load_experts(L, NAME("ffn_up_exps.weight"), E, F, &ly->moe_up))) {
+    } else if ((s = load_experts(L, NAME("ffn_gate_exps.weight"), E, F, &ly->moe.gate)) ||
+               (s = load_experts(L, NAME("ffn_up_exps.weight"), E, F, &ly->moe.up))) {
         return s;
     }
-    if ((s = load_experts(L, NAME("ffn_down_exps.weight"), F, E, &ly->moe_down))) return s;
-    if (biases && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe_router_b)) ||
-                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe_gate_b)) ||
-                   (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe_up_b)) ||
-                   (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe_down_b))))
+    if ((s = load_experts(L, NAME("ffn_down_exps.weight"), F, E, &ly->moe.down))) return s;
+    if (biases && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe.router_b)) ||
+                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe.gate_b)) ||
+                   (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe.up_b)) ||
+                   (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe.down_b))))
         return s;
     return PKV_OK;
 }
@@ -821,16 +821,6 @@ static pkv_status load_layers(loader *L) {
         ly->rope_pairs = sliding ? 0 : hp->rope_pairs_full;
     }
     if ((s = share_kv(m))) return s;
-    if (hp->arch == PKV_ARCH_GEMMA4_ASSISTANT) { /* queries only, over a target's cache resolved at attach */
-        if (m->kv_layer)
-            return pkv_err(PKV_ERR_FORMAT, "%s: key 'pagekv.shared_kv_layers' does not go with a gemma4-assistant, whose "
-                           "layers read the target's last sliding and full layers", m->label);
-        m->kv_layer = pkv_malloc((size_t)hp->n_layer * sizeof *m->kv_layer);
-        if (!m->kv_layer) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
-        for (int il = 0; il < hp->n_layer; il++) m->kv_layer[il] = -1, m->layers[il].kv_reuse = true;
-        m->kv_draft = true;
-        m->n_cache_layers = 0;
-    }
     if (ops->load_global && (s = ops->load_global(L))) return s;
     for (int il = 0; il < hp->n_layer; il++) {
         pkv_layer *ly = &m->layers[il];
@@ -961,10 +951,17 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     }
     m->hp.n_vocab = (int)te->ne[1];
     if (p.mtp) { /* the MTP head: the first layer after the trunk, alone */
-        if (m->hp.arch != PKV_ARCH_QWEN35 || m->hp.n_nextn < 1) {
-            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: %s", m->label,
-                        m->hp.arch != PKV_ARCH_QWEN35 ? "MTP heads are read for qwen35 files only"
-                                                      : "key 'qwen35.nextn_predict_layers' is absent or 0");
+        char with[128] = ""; /* the architectures whose files have MTP heads */
+        for (int a = 0; a < PKV_ARCH_COUNT; a++)
+            if (pkv_arch_ops_of((pkv_arch)a)->mtp_head)
+                snprintf(with + strlen(with), sizeof with - strlen(with), "%s%s", with[0] ? ", " : "",
+                         pkv_arch_name((pkv_arch)a));
+        if (!pkv_arch_ops_of(m->hp.arch)->mtp_head || m->hp.n_nextn < 1) {
+            if (!pkv_arch_ops_of(m->hp.arch)->mtp_head)
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label, with);
+            else
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: key '%s.nextn_predict_layers' is absent or 0", m->label,
+                            pkv_arch_name(m->hp.arch));
             goto fail;
         }
         m->mtp = true;
@@ -1018,19 +1015,6 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
         if ((s = load_weight(&L, own_o ? no : "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, m->dev, k_all,
                              &m->output)))
             goto fail;
-        if (m->mtp) { /* eh_proj [n_embd][2 n_embd]: the embedding's columns, then the hidden state's */
-            char nh[96], nen[96], nhn[96];
-            snprintf(nh, sizeof nh, "blk.%d.nextn.eh_proj.weight", b);
-            snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
-            snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
-            int64_t E = m->hp.n_embd;
-            slice ce = {.c0 = 0, .nc = E}, ch = {.c0 = E, .nc = E};
-            if ((s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ce, &m->mtp_eh_e)) ||
-                (s = load_weight(&L, nh, 2 * E, E, true, false, m->dev, ch, &m->mtp_eh_h)) ||
-                (s = load_weight(&L, nen, E, 1, true, true, m->dev, k_all, &m->mtp_enorm)) ||
-                (s = load_weight(&L, nhn, E, 1, true, true, m->dev, k_all, &m->mtp_hnorm)))
-                goto fail;
-        }
     }
     if (!m->output.buf) { /* tied embeddings */
         m->output = m->tok_embd;
@@ -1085,6 +1069,15 @@ pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *labe
     return m;
 }
 
+pkv_status pkv_model_attach(pkv_model *d, const pkv_model *t, pkv_kv_cache *c) {
+    if (!d || !t || !c) return pkv_err(PKV_ERR_INVALID, "attach: NULL argument");
+    const pkv_arch_ops *ops = pkv_arch_ops_of(d->hp.arch);
+    if (!ops->attach)
+        return pkv_err(PKV_ERR_INVALID, "attach: %s (%s) is not a draft that reads a target's cache", d->label,
+                       pkv_arch_name(d->hp.arch));
+    return ops->attach(d, t, c);
+}
+
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     if (!m || !info) return pkv_err(PKV_ERR_INVALID, "pkv_model_get_info: NULL argument");
     memset(info, 0, sizeof *info);
@@ -1108,8 +1101,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
         /* a mixture of experts reads only the experts a token is routed to */
         for (int l = 0; l < m->hp.n_layer && m->hp.n_expert > 0; l++) {
             const pkv_layer *ly = &m->layers[l];
-            uint64_t experts = (uint64_t)pkv_buffer_size(ly->moe_gate.buf) + pkv_buffer_size(ly->moe_up.buf) +
-                               pkv_buffer_size(ly->moe_down.buf);
+            uint64_t experts = (uint64_t)pkv_buffer_size(ly->moe.gate.buf) + pkv_buffer_size(ly->moe.up.buf) +
+                               pkv_buffer_size(ly->moe.down.buf);
             info->decode_bytes_per_token -= experts / (uint64_t)m->hp.n_expert * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
         }
     }

@@ -22,12 +22,29 @@ typedef struct pkv_arch_ops {
     pkv_status (*load_layer)(pkv_loader *L, int il);
     /* Layer il of a forward step. */
     pkv_status (*layer)(pkv_fwd *f, int il);
-    /* Tensors outside the layers beyond the embedding, final norm and output, loaded
-     * before the layers (gemma4's per-layer embeddings). NULL: none. */
+    /* Tensors outside the layers beyond the embedding, final norm and output, and
+     * what the model reads instead of KV of its own, set up before the layers are
+     * loaded (gemma4's per-layer embeddings; the assistant's queries-only map, an MTP
+     * head's input projection and norms). NULL: none. */
     pkv_status (*load_global)(pkv_loader *L);
-    /* After the step's embedding, before the first layer (gemma4: the per-layer
-     * inputs of every layer). NULL: nothing. */
-    pkv_status (*prepare)(pkv_fwd *f);
+    /* The file's nextn_predict_layers (hp.n_nextn) layers after the trunk can be
+     * loaded alone as an MTP head (pkv_model_params.mtp): load_global reads its
+     * tensors and input sets its input. */
+    bool mtp_head;
+    /* The step's input: x = f32 [T][n_embd] on the model's first device from
+     * f->b (tokens, media rows, hidden_in), and whatever per-step inputs the layers
+     * read (gemma4: every layer's per-layer input). NULL: pkv_blk_embed. */
+    pkv_status (*input)(pkv_fwd *f);
+    /* The step's head, after the layers: logits f32 [n_out][n_vocab] into the host
+     * array logits (NULL: not wanted) and, where f->b asks, the hidden rows
+     * (pkv_fwd_batch.hidden_out); the step's work is done on the device at return.
+     * NULL: pkv_blk_logits, then a device sync. */
+    pkv_status (*output)(pkv_fwd *f, float *logits);
+    /* A draft with no cache of its own that reads a target's (pkv_model_attach):
+     * check draft d against target t and c, the target's cache, and point d's
+     * kv_layer (and embd_of) at the target. On error nothing is changed. NULL: the
+     * architecture is no such draft. */
+    pkv_status (*attach)(pkv_model *d, const pkv_model *t, pkv_kv_cache *c);
 } pkv_arch_ops;
 
 /* The operations of a (valid) architecture. */
@@ -48,6 +65,9 @@ pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, b
 /* Gemma 2 and 3's keys and rules (gemma2.c): gemma3 has a window in five of six
  * layers, with a RoPE base of their own. */
 pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head, bool gemma3);
+/* Gemma's head (gemma2.c; gemma2, 3, 4): pkv_blk_logits, then each logit l of the
+ * host copy becomes cap * tanh(l / cap), cap = hp.softcap.final (0: none). */
+pkv_status pkv_gemma_output(pkv_fwd *f, float *logits);
 
 /* Gemma 4's keys its assistant shares (gemma4.c): which layers slide
  * (attention.sliding_window_pattern, one bool per layer), and rope_freqs.weight's

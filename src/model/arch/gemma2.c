@@ -25,12 +25,12 @@ pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *h
     if (!s && gemma3) s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa);
     if (!s && gemma3 && !(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->rope_base_swa);
-    if (!s) s = pkv_hp_opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->attn_softcap);
-    if (!s) s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap);
-    if (!s && (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0) || hp->attn_softcap == INFINITY ||
-               hp->final_softcap == INFINITY))
+    if (!s) s = pkv_hp_opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->softcap.attn);
+    if (!s) s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->softcap.final);
+    if (!s && (!(hp->softcap.attn >= 0) || !(hp->softcap.final >= 0) || hp->softcap.attn == INFINITY ||
+               hp->softcap.final == INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attn_logit_softcapping' %g and '%s.final_logit_softcapping' %g must be >= 0", lab,
-                    arch, (double)hp->attn_softcap, arch, (double)hp->final_softcap);
+                    arch, (double)hp->softcap.attn, arch, (double)hp->softcap.final);
     /* the query scale: by model size, as llama.cpp does (the 27B models, gemma2's
      * 46 layers and gemma3's 62, use n_embd / n_head; the others the head size).
      * gemma3 has no soft-caps in its files; where the keys are there anyway they
@@ -38,6 +38,17 @@ pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *h
     int n_layer_27b = gemma3 ? 62 : 46;
     if (!s)
         hp->attn_scale = 1.0f / sqrtf(hp->n_layer == n_layer_27b ? (float)(hp->n_embd / n_head[0]) : (float)hp->head_dim_k);
+    return s;
+}
+
+pkv_status pkv_gemma_output(pkv_fwd *f, float *logits) {
+    pkv_status s = pkv_blk_logits(f, logits);
+    const float cap = f->m->hp.softcap.final;
+    if (!s && logits && cap > 0) { /* on the host copy */
+        const size_t n = (size_t)f->pl->n_out * (size_t)f->m->hp.n_vocab;
+        for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    } else if (!s)
+        s = pkv_device_sync(f->m->dev);
     return s;
 }
 
@@ -59,5 +70,9 @@ static pkv_status layer(pkv_fwd *f, int il) {
              : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
 }
 
-const pkv_arch_ops pkv_arch_gemma2 = {
-    .name = "gemma2", .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer};
+const pkv_arch_ops pkv_arch_gemma2 = {.name = "gemma2",
+                                      .rope_neox = true,
+                                      .hparams = hparams,
+                                      .load_layer = load_layer,
+                                      .layer = layer,
+                                      .output = pkv_gemma_output};

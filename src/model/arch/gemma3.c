@@ -26,5 +26,9 @@ static pkv_status layer(pkv_fwd *f, int il) {
              : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
 }
 
-const pkv_arch_ops pkv_arch_gemma3 = {
-    .name = "gemma3", .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer};
+const pkv_arch_ops pkv_arch_gemma3 = {.name = "gemma3",
+                                      .rope_neox = true,
+                                      .hparams = hparams,
+                                      .load_layer = load_layer,
+                                      .layer = layer,
+                                      .output = pkv_gemma_output}; /* soft-caps where the file has the key */

@@ -18,9 +18,8 @@
  *   x += post_ffw_norm(down(gelu(gate·h) * (up·h)))                            h = ffn_norm(x)
  *   x *= layer_output_scale
  *
- * The input and the head are forward.c's (pkv_model.assistant); the drafting loop
- * (every step at the position after the target's last token, fed the previous
- * step's h) is speculative.c's. */
+ * The drafting loop (every step at the position after the target's last token, fed
+ * the previous step's h) is speculative.c's and the engine's. */
 #include <math.h>
 
 #include "model/arch/arch.h"
@@ -65,19 +64,28 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     hp->embd_scale = sqrtf((float)hp->n_embd_out); /* the target's embedding, at the target's scale */
     hp->attn_scale = 1.0f;
     hp->rope_freq_scale_swa = 1.0f;
-    hp->final_softcap = 0; /* llama.cpp's assistant caps nothing */
+    hp->softcap.final = 0; /* llama.cpp's assistant caps nothing */
     return pkv_gemma4_rope_freqs(g, hp);
 }
 
-/* nextn.pre_projection [Ea][2 Eb]: the embedding's columns, then h's; and
+/* Queries only, over a target's cache resolved at attach (kv_layer -1 until then);
+ * nextn.pre_projection [Ea][2 Eb]: the embedding's columns, then h's; and
  * nextn.post_projection [Eb][Ea]. */
 static pkv_status load_global(pkv_loader *L) {
     pkv_model *m = pkv_loader_model(L);
     const int64_t Ea = m->hp.n_embd, Eb = m->hp.n_embd_out;
+    if (m->kv_layer)
+        return pkv_err(PKV_ERR_FORMAT, "%s: key 'pagekv.shared_kv_layers' does not go with a gemma4-assistant, whose "
+                       "layers read the target's last sliding and full layers", m->label);
+    m->kv_layer = pkv_malloc((size_t)m->hp.n_layer * sizeof *m->kv_layer);
+    if (!m->kv_layer) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
+    for (int il = 0; il < m->hp.n_layer; il++) m->kv_layer[il] = -1, m->layers[il].kv_reuse = true;
+    m->kv_draft = true;
+    m->n_cache_layers = 0;
     pkv_status s;
-    if ((s = pkv_load_global_cols(L, "nextn.pre_projection.weight", 2 * Eb, Ea, 0, Eb, &m->asst_pre_e)) ||
-        (s = pkv_load_global_cols(L, "nextn.pre_projection.weight", 2 * Eb, Ea, Eb, Eb, &m->asst_pre_h)) ||
-        (s = pkv_load_global(L, "nextn.post_projection.weight", Ea, Eb, true, false, &m->asst_post)))
+    if ((s = pkv_load_global_cols(L, "nextn.pre_projection.weight", 2 * Eb, Ea, 0, Eb, &m->asst.pre_e)) ||
+        (s = pkv_load_global_cols(L, "nextn.pre_projection.weight", 2 * Eb, Ea, Eb, Eb, &m->asst.pre_h)) ||
+        (s = pkv_load_global(L, "nextn.post_projection.weight", Ea, Eb, true, false, &m->asst.post)))
         return s;
     m->assistant = true;
     return PKV_OK;
@@ -96,6 +104,33 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     return s;
 }
 
+/* x = pre_e·(the target's embedding * sqrt(Eb)) + pre_h·h, h = pkv_fwd_batch.hidden_in
+ * [T][Eb]: the embedding rows are looked up where the target's table is. */
+static pkv_status input(pkv_fwd *f) {
+    const pkv_model *m = f->m, *t = m->embd_of;
+    const pkv_fwd_batch *b = f->b;
+    const int64_t T = f->T, E = m->hp.n_embd, Eb = m->hp.n_embd_out;
+    pkv_device *dev = m->dev;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev), *tw = t ? pkv_fwd_dev(f->ws, t->dev) : NULL;
+    pkv_status s = PKV_OK;
+    if (!t || !b->hidden_in || !b->peek)
+        s = pkv_err(PKV_ERR_INVALID, "forward: %s is a Gemma 4 assistant: it runs attached to a target (pkv_context_attach), "
+                    "fed the target's hidden states, appending nothing", m->label);
+    pkv_k_get_rows_args ge = {.w = pkv_tref_make(t ? t->tok_embd.buf : NULL, 0), .wtype = t ? t->tok_embd.type : PKV_TYPE_F32,
+                              .n_vocab = t ? t->hp.n_vocab : 0, .cols = Eb,
+                              .ids = pkv_tref_make(tw ? tw->ints : NULL, f->pl->off_ids * 4),
+                              .out = pkv_tref_make(tw ? tw->emb : NULL, 0), .n = T, .scale = m->hp.embd_scale};
+    if (!s) s = pkv_k_get_rows(t->dev, &ge);
+    if (!s && tw != w0) s = pkv_buffer_copy(tw->emb, 0, w0->emb, 0, (size_t)(T * Eb) * 4);
+    if (!s) s = pkv_buffer_write(w0->hid, 0, b->hidden_in, (size_t)(T * Eb) * 4);
+    if (!s) s = pkv_blk_matmul(dev, &m->asst.pre_e, w0->emb, w0->x, T);
+    if (!s) s = pkv_blk_matmul(dev, &m->asst.pre_h, w0->hid, w0->xb, T);
+    pkv_k_add_args ad = {.a = pkv_tref_make(w0->x, 0), .b = pkv_tref_make(w0->xb, 0), .y = pkv_tref_make(w0->x, 0),
+                         .n = T * E, .b_len = T * E};
+    if (!s) s = pkv_k_add(dev, &ad);
+    return s;
+}
+
 static pkv_status layer(pkv_fwd *f, int il) {
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true,
@@ -104,10 +139,96 @@ static pkv_status layer(pkv_fwd *f, int il) {
     return s ? s : pkv_blk_scale(f, &ly->out_scale);
 }
 
+/* The output rows' final norm hn: logits = token_embd·hn (tied), and with
+ * pkv_fwd_batch.hidden_out, h_next = post·hn [n_out][Eb]. */
+static pkv_status output(pkv_fwd *f, float *logits) {
+    const pkv_model *m = f->m;
+    const pkv_fwd_plan *pl = f->pl;
+    const int64_t E = m->hp.n_embd;
+    pkv_device *dev = m->dev;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
+    pkv_k_get_rows_args g = {.w = pkv_tref_make(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = f->T, .cols = E,
+                             .ids = pkv_tref_make(w0->ints, pl->off_out * 4), .out = pkv_tref_make(w0->xb, 0), .n = pl->n_out};
+    pkv_status s = pkv_k_get_rows(dev, &g);
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl->n_out, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl->n_out);
+    if (!s && f->b->hidden_out) s = pkv_blk_matmul(dev, &m->asst.post, w0->xb, w0->hid, pl->n_out);
+    if (!s && f->b->hidden_out)
+        s = pkv_buffer_read(w0->hid, 0, f->b->hidden_out, (size_t)(pl->n_out * m->hp.n_embd_out) * 4);
+    if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl->n_out * (size_t)m->hp.n_vocab * 4);
+    return s ? s : pkv_device_sync(dev);
+}
+
+static bool slides(const pkv_model *m, int il) { return m->layers[il].window > 0; }
+
+/* It must be the target's (width, vocabulary, layer kinds and KV geometry); its
+ * layers read the KV of the target's last sliding and last full layer (through the
+ * target's own sharing map), and its attention runs where those layers' shards are
+ * stored, so those devices need the kernels. */
+static pkv_status attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
+    const char *an = a->label, *tn = t->label;
+    if (t->hp.arch != PKV_ARCH_GEMMA4)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: %s is a gemma4-assistant, but the target %s is a %s model, not gemma4", an,
+                       tn, pkv_arch_name(t->hp.arch));
+    if (a->hp.n_embd_out != t->hp.n_embd)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: %s is an assistant for a model of width %d (key 'gemma4-assistant."
+                       "embedding_length_out'), but the target %s has width %d (key 'gemma4.embedding_length')", an,
+                       a->hp.n_embd_out, tn, t->hp.n_embd);
+    if (a->hp.n_vocab != t->hp.n_vocab)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has %d tokens in its vocabulary (token_embd.weight), the "
+                       "target %s has %d", an, a->hp.n_vocab, tn, t->hp.n_vocab);
+    if (a->hp.n_swa != t->hp.n_swa)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has a sliding window of %d tokens, the target %s of %d (key "
+                       "'attention.sliding_window')", an, a->hp.n_swa, tn, t->hp.n_swa);
+    const int L = t->hp.n_layer;
+    if (L < 2 || !slides(t, L - 2) || slides(t, L - 1))
+        return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s reads the KV of the target's last two layers, a sliding and "
+                       "a full one, but %s's layers %d and %d are %s and %s (key 'gemma4.attention.sliding_window_pattern')", an,
+                       tn, L - 2, L - 1, L >= 2 && slides(t, L - 2) ? "sliding" : "full", slides(t, L - 1) ? "sliding" : "full");
+    const int src[2] = {L - 1, L - 2}; /* full, sliding: the target's layers, then the cache layers they read */
+    for (int il = 0; il < a->hp.n_layer; il++) {
+        const pkv_layer *ly = &a->layers[il];
+        const int tl = src[slides(a, il)], kl = t->kv_layer ? t->kv_layer[tl] : tl;
+        const pkv_layer *to = &t->layers[kl];
+        if (ly->n_head_kv != to->n_head_kv || ly->head_dim_k != to->head_dim_k || ly->head_dim_v != to->head_dim_v)
+            return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s's layer %d (%s) has %d KV heads of size %d, but the "
+                           "target %s's layer %d, whose KV it reads, has %d of size %d (keys 'attention.head_count_kv', "
+                           "'attention.key_length%s')", an, il, slides(a, il) ? "sliding" : "full", ly->n_head_kv,
+                           ly->head_dim_k, tn, kl, to->n_head_kv, to->head_dim_k, slides(a, il) ? "_swa" : "");
+        if (ly->n_rot != to->n_rot || ly->rope_pairs != to->rope_pairs)
+            return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s's layer %d rotates %d dims (%d pairs turning), the "
+                           "target %s's layer %d %d (%d): their queries and keys would not meet (keys 'rope.dimension_count%s', "
+                           "rope_freqs.weight)", an, il, ly->n_rot, ly->rope_pairs, tn, kl, to->n_rot, to->rope_pairs,
+                           slides(a, il) ? "_swa" : "");
+        /* attention runs where each shard of the layer is stored */
+        pkv_kv_layer_info li;
+        pkv_status s = pkv_kv_layout_layer(pkv_kv_cache_layout(c), kl, &li);
+        if (s) return s;
+        for (int k = 0; k < li.n_shards; k++) {
+            pkv_kv_shard_info sh;
+            if ((s = pkv_kv_shard(c, kl, k, &sh))) return s;
+            if (!pkv_device_get_caps(sh.storage)->has_kernels)
+                return pkv_err(PKV_ERR_UNSUPPORTED, "attach: the assistant %s on %s attends over cache layer %d of %s, stored on "
+                               "%s, which has no compute kernels (attention runs where the pages live): store the target's "
+                               "cache on a device with kernels (-d, or --kv-on-host)", an, pkv_device_name(a->dev), kl, tn,
+                               pkv_device_name(sh.storage));
+        }
+    }
+    for (int il = 0; il < a->hp.n_layer; il++) {
+        const int tl = src[slides(a, il)];
+        a->kv_layer[il] = t->kv_layer ? t->kv_layer[tl] : tl;
+    }
+    a->embd_of = t;
+    return PKV_OK;
+}
+
 const pkv_arch_ops pkv_arch_gemma4_assistant = {.name = "gemma4-assistant",
                                                 .rope_neox = true,
                                                 .rope_freqs = true,
                                                 .hparams = hparams,
                                                 .load_layer = load_layer,
                                                 .layer = layer,
-                                                .load_global = load_global};
+                                                .load_global = load_global,
+                                                .input = input,
+                                                .output = output,
+                                                .attach = attach};

@@ -114,7 +114,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         (s = pkv_hp_opt_u32(g, arch, "attention.shared_kv_layers", 0, 1u << 20, 0, &hp->n_shared_kv)) ||
         (s = pkv_hp_opt_u32(g, arch, "rope.dimension_count_swa", 2, 4096, hp->n_rot, &hp->n_rot_swa)) ||
         (s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa)) ||
-        (s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->final_softcap)))
+        (s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->softcap.final)))
         return s;
     if (hp->head_dim_k != hp->head_dim_v || hp->head_dim_k_swa != hp->head_dim_v_swa)
         return pkv_err(PKV_ERR_FORMAT, "%s: Gemma 4 needs '%s.attention.key_length' %d == 'value_length' %d and "
@@ -128,9 +128,9 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
                        hp->n_shared_kv, arch, hp->n_layer);
     if (!(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
         return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->rope_base_swa);
-    if (!(hp->final_softcap >= 0 && hp->final_softcap < INFINITY))
+    if (!(hp->softcap.final >= 0 && hp->softcap.final < INFINITY))
         return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.final_logit_softcapping' is %g, must be >= 0 (0 = off)", lab, arch,
-                       (double)hp->final_softcap);
+                       (double)hp->softcap.final);
     if (hp->rope_ext_factor != 0)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: YaRN RoPE scaling ('%s.rope.scaling.type') with Gemma 4's proportional RoPE "
                        "is not supported", lab, arch);
@@ -154,10 +154,10 @@ static pkv_status load_global(pkv_loader *L) {
     if (P == 0) return PKV_OK;
     pkv_status s;
     if ((s = pkv_load_host_table(L, "per_layer_token_embd.weight", P * NL, hp->n_vocab)) ||
-        (s = pkv_load_global(L, "per_layer_model_proj.weight", E, P * NL, true, false, &m->ple_model_proj)) ||
-        (s = pkv_load_global(L, "per_layer_proj_norm.weight", P, 1, true, true, &m->ple_proj_norm)))
+        (s = pkv_load_global(L, "per_layer_model_proj.weight", E, P * NL, true, false, &m->ple.model_proj)) ||
+        (s = pkv_load_global(L, "per_layer_proj_norm.weight", P, 1, true, true, &m->ple.proj_norm)))
         return s;
-    return pkv_weight_fill(m, m->dev, 1, 1.0f / sqrtf(2.0f), &m->ple_half);
+    return pkv_weight_fill(m, m->dev, 1, 1.0f / sqrtf(2.0f), &m->ple.half);
 }
 
 static pkv_status load_layer(pkv_loader *L, int il) {
@@ -179,38 +179,43 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     if (!s && moe) { /* the experts, their norms, the router's input scale and each expert's output scale */
         float *in = NULL;
         s = pkv_load_moe(L, il, false);
-        if (!s) s = pkv_load_norm(L, il, "pre_ffw_norm_2.weight", &ly->moe_pre_norm);
-        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_1.weight", &ly->ffn_post_norm_1);
-        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_2.weight", &ly->moe_post_norm);
+        if (!s) s = pkv_load_norm(L, il, "pre_ffw_norm_2.weight", &ly->moe.pre_norm);
+        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_1.weight", &ly->moe.dense_post_norm);
+        if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_2.weight", &ly->moe.post_norm);
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
         if (!s) s = pkv_load_host_f32(L, name, E, true, &in);
         for (int64_t i = 0; !s && i < E; i++) in[i] *= 1.0f / sqrtf((float)E); /* llama.cpp: rmsnorm(x) / sqrt(E) * scale */
-        if (!s) s = pkv_weight_host(m, m->dev, in, E, &ly->moe_router_in);
+        if (!s) s = pkv_weight_host(m, m->dev, in, E, &ly->moe.router_in);
         pkv_free(in);
         snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
-        if (!s) s = pkv_load_host_f32(L, name, hp->n_expert, false, &ly->moe_exp_scale);
+        if (!s) s = pkv_load_host_f32(L, name, hp->n_expert, false, &ly->moe.exp_scale);
     }
     snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
     if (!s) s = pkv_load_global(L, name, 1, 1, false, true, &ly->out_scale);
     if (!s && P > 0) {
-        s = pkv_load_tensor(L, il, "inp_gate.weight", E, P, false, &ly->ple_gate);
-        if (!s) s = pkv_load_tensor(L, il, "proj.weight", P, E, false, &ly->ple_proj);
-        if (!s) s = pkv_load_norm(L, il, "post_norm.weight", &ly->ple_post_norm);
+        s = pkv_load_tensor(L, il, "inp_gate.weight", E, P, false, &ly->ple.gate);
+        if (!s) s = pkv_load_tensor(L, il, "proj.weight", P, E, false, &ly->ple.proj);
+        if (!s) s = pkv_load_norm(L, il, "post_norm.weight", &ly->ple.post_norm);
     }
     return s;
 }
 
-static pkv_status prepare(pkv_fwd *f) { return f->m->hp.n_embd_per_layer > 0 ? pkv_blk_ple_inputs(f) : PKV_OK; }
+/* The embedding, then (P > 0) every layer's per-layer input. */
+static pkv_status input(pkv_fwd *f) {
+    pkv_status s = pkv_blk_embed(f);
+    return !s && f->m->hp.n_embd_per_layer > 0 ? pkv_blk_ple_inputs(f) : s;
+}
 
 static pkv_status layer(pkv_fwd *f, int il) {
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = pkv_blk_attention(
         f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true, .v_norm = true, .post_norm = &ly->post_attn_norm});
-    if (!s && ly->moe_router.buf) /* a MoE layer: the dense FFN and the experts, each normed, summed, normed */
-        s = pkv_blk_ffn_moe(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->ffn_post_norm_1},
-                            &(pkv_moe_kind){.norm = &ly->moe_pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK,
-                                            .router_norm = &ly->moe_router_in, .exp_scale = ly->moe_exp_scale,
-                                            .post_norm = &ly->moe_post_norm},
+    if (!s && ly->moe.router.buf) /* a MoE layer: the dense FFN and the experts, each normed, summed, normed */
+        s = pkv_blk_ffn_moe(f, il,
+                            &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->moe.dense_post_norm},
+                            &(pkv_moe_kind){.norm = &ly->moe.pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK,
+                                            .router_norm = &ly->moe.router_in, .exp_scale = ly->moe.exp_scale,
+                                            .post_norm = &ly->moe.post_norm},
                             &ly->post_ffn_norm);
     else if (!s)
         s = pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
@@ -225,4 +230,5 @@ const pkv_arch_ops pkv_arch_gemma4 = {.name = "gemma4",
                                       .load_layer = load_layer,
                                       .layer = layer,
                                       .load_global = load_global,
-                                      .prepare = prepare};
+                                      .input = input,
+                                      .output = pkv_gemma_output};

@@ -15,7 +15,10 @@
  * its key heads, their value heads and that part of the recurrent state, kept in the
  * cache's state slots of its shard), an attention layer by KV-head groups.
  *
- * The MTP ("nextn") layers after the trunk (nextn_predict_layers) are not run. */
+ * The MTP ("nextn") layers after the trunk (nextn_predict_layers) are not run with
+ * it; the first of them loads alone as an MTP head (pkv_model_params.mtp), its
+ * input from the target's hidden state h of the previous position:
+ *   x = eh_e·enorm(embed(token)) + eh_h·hnorm(h)     eh_e, eh_h: nextn.eh_proj's column halves */
 #include <string.h>
 
 #include "model/arch/arch.h"
@@ -60,24 +63,24 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; qwen35 files of more than 64 layers are not supported yet",
                        lab, hp->n_layer);
     int inner = 0;
-    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm_d_conv)) ||
+    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
         (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm_d_k)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm_n_v_heads)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm_n_k_heads)))
+        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads)))
         return s;
-    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
+    if (hp->ssm.n_v_heads % hp->ssm.n_k_heads)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.time_step_rank' %d (value heads) is not a multiple of '%s.ssm.group_count' %d "
-                       "(key heads)", lab, arch, hp->ssm_n_v_heads, arch, hp->ssm_n_k_heads);
-    if (inner % hp->ssm_n_v_heads || inner / hp->ssm_n_v_heads != hp->ssm_d_k)
+                       "(key heads)", lab, arch, hp->ssm.n_v_heads, arch, hp->ssm.n_k_heads);
+    if (inner % hp->ssm.n_v_heads || inner / hp->ssm.n_v_heads != hp->ssm.d_k)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.inner_size' %d must be '%s.ssm.time_step_rank' %d times '%s.ssm.state_size' %d "
-                       "(key and value heads of one size)", lab, arch, inner, arch, hp->ssm_n_v_heads, arch, hp->ssm_d_k);
-    hp->ssm_d_v = inner / hp->ssm_n_v_heads;
+                       "(key and value heads of one size)", lab, arch, inner, arch, hp->ssm.n_v_heads, arch, hp->ssm.d_k);
+    hp->ssm.d_v = inner / hp->ssm.n_v_heads;
     /* the cache describes a key head's state in parts (pkv_fwd_state_desc) */
-    const int R = hp->ssm_n_v_heads / hp->ssm_n_k_heads, parts = (hp->ssm_d_conv - 1) * (2 + R) + R;
+    const int R = hp->ssm.n_v_heads / hp->ssm.n_k_heads, parts = (hp->ssm.d_conv - 1) * (2 + R) + R;
     if (parts > PKV_KV_STATE_MAX_PARTS)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a key head's recurrent state is %d parts (conv kernel %d, %d value heads "
-                       "per key head), the cache describes at most %d: not supported", lab, parts, hp->ssm_d_conv, R,
+                       "per key head), the cache describes at most %d: not supported", lab, parts, hp->ssm.d_conv, R,
                        PKV_KV_STATE_MAX_PARTS);
     if (hp->head_dim_k != hp->head_dim_v)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ (the output gate needs "
@@ -134,5 +137,51 @@ static pkv_status layer(pkv_fwd *f, int il) {
     return s ? s : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
 }
 
-const pkv_arch_ops pkv_arch_qwen35 = {
-    .name = "qwen35", .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer};
+/* An MTP head's nextn.eh_proj [n_embd][2 n_embd] (the embedding's columns, then the
+ * hidden state's), enorm and hnorm. */
+static pkv_status load_global(pkv_loader *L) {
+    pkv_model *m = pkv_loader_model(L);
+    if (!m->mtp) return PKV_OK;
+    char nh[96], nen[96], nhn[96];
+    const int b = m->hp.layer_base;
+    snprintf(nh, sizeof nh, "blk.%d.nextn.eh_proj.weight", b);
+    snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
+    snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
+    const int64_t E = m->hp.n_embd;
+    pkv_status s;
+    if ((s = pkv_load_global_cols(L, nh, 2 * E, E, 0, E, &m->nextn.eh_e)) ||
+        (s = pkv_load_global_cols(L, nh, 2 * E, E, E, E, &m->nextn.eh_h)) ||
+        (s = pkv_load_global(L, nen, E, 1, true, true, &m->nextn.enorm)) ||
+        (s = pkv_load_global(L, nhn, E, 1, true, true, &m->nextn.hnorm)))
+        return s;
+    return PKV_OK;
+}
+
+/* The embedding; an MTP head: x = eh_e·enorm(x) + eh_h·hnorm(h). */
+static pkv_status input(pkv_fwd *f) {
+    const pkv_model *m = f->m;
+    pkv_status s = pkv_blk_embed(f);
+    if (s || !m->mtp) return s;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_device *dev = m->dev;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
+    if (!f->b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->nextn.enorm, w0->x, T, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(dev, &m->nextn.eh_e, w0->x, w0->xb, T);
+    if (!s) s = pkv_buffer_write(w0->y, 0, f->b->hidden_in, (size_t)(T * E) * 4);
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->nextn.hnorm, w0->y, T, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(dev, &m->nextn.eh_h, w0->y, w0->x, T);
+    pkv_k_add_args ad = {.a = pkv_tref_make(w0->x, 0), .b = pkv_tref_make(w0->xb, 0), .y = pkv_tref_make(w0->x, 0),
+                         .n = T * E, .b_len = T * E};
+    if (!s) s = pkv_k_add(dev, &ad);
+    return s;
+}
+
+const pkv_arch_ops pkv_arch_qwen35 = {.name = "qwen35",
+                                      .rope_neox = true,
+                                      .hparams = hparams,
+                                      .load_layer = load_layer,
+                                      .layer = layer,
+                                      .load_global = load_global,
+                                      .mtp_head = true,
+                                      .input = input};
