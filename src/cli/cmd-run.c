@@ -81,6 +81,16 @@ const char *pkv_cli_kv_desc(const pkv_cli_model_opts *o) {
     return buf;
 }
 
+/* Says on stderr why the KV cache of n_seq sequences could not be created. */
+static void cache_fail(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq) {
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    int64_t ctx = o->n_ctx ? o->n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    fprintf(stderr, "pagekv %s: cannot create the KV cache (%d sequence%s of up to %lld tokens): %s%s\n", cmd, n_seq,
+            n_seq == 1 ? "" : "s", (long long)ctx, pkv_errmsg(),
+            strstr(pkv_errmsg(), "memory") || strstr(pkv_errmsg(), "alloc") ? " (a smaller -c needs less memory)" : "");
+}
+
 pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_cli_model_opts *o, int n_seq,
                                        int64_t n_pages) {
     pkv_cache_params cp = pkv_cache_default_params();
@@ -91,14 +101,7 @@ pkv_kv_cache *pkv_cli_open_cache_pages(const char *cmd, pkv_model *m, const pkv_
     cp.n_seq_max = n_seq;
     cp.n_pages = n_pages;
     pkv_kv_cache *c = pkv_model_cache_create(m, cp);
-    if (!c) {
-        pkv_model_info info;
-        pkv_model_get_info(m, &info);
-        int64_t ctx = o->n_ctx ? o->n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
-        fprintf(stderr, "pagekv %s: cannot create the KV cache (%d sequence%s of up to %lld tokens): %s%s\n", cmd, n_seq,
-                n_seq == 1 ? "" : "s", (long long)ctx, pkv_errmsg(),
-                strstr(pkv_errmsg(), "memory") || strstr(pkv_errmsg(), "alloc") ? " (a smaller -c needs less memory)" : "");
-    }
+    if (!c) cache_fail(cmd, m, o, n_seq);
     return c;
 }
 
@@ -435,8 +438,10 @@ static bool run_fail(const char *what, pkv_status s) {
 typedef struct run_state {
     pkv_model *m;
     pkv_model_info info;
-    pkv_kv_cache *c;
+    pkv_kv_cache *c;   /* NULL with eng: the context is on the engine's cache */
+    pkv_engine *eng;   /* plain mode: generates on ctx (run_engine) */
     pkv_context *ctx;
+    int64_t n_ctx;     /* the run's context limit (-c) */
     pkv_context *br[64];  /* --fork's branches */
     pkv_sampler *smp[64]; /* one per branch; [0] without --fork */
     printer pr[64];
@@ -464,6 +469,7 @@ static void run_state_free(run_state *st) {
     pkv_spec_free(st->spec);   /* before the target's context and cache: a shared-KV draft lives in them */
     pkv_model_free(st->draft); /* before the target model: it may use the target's device */
     pkv_context_free(st->ctx);
+    pkv_engine_free(st->eng); /* after the context: it is on the engine's cache */
     pkv_kv_cache_free(st->c);
     pkv_model_free(st->m);
 }
@@ -529,6 +535,10 @@ static bool run_tokenize(const run_opts *r, run_state *st) {
     return true;
 }
 
+/* Plain mode (no --fork, --draft/--mtp, --context-shift, -cnv) generates through
+ * the serving engine; the others keep their loops (docs/engine.md, "pagekv run"). */
+static bool run_uses_engine(const run_opts *r) { return !r->n_fork && !r->draft_path && !r->ctx_shift && !r->chat; }
+
 /* The KV cache and the context: with --fork a pool sized for the branches. */
 static bool run_open_context(const run_opts *r, run_state *st) {
     const pkv_cli_model_opts *o = &r->o;
@@ -546,6 +556,30 @@ static bool run_open_context(const run_opts *r, run_state *st) {
         if (st->c)
             fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %d branches, %lld more each\n",
                     (long long)(shared + r->n_fork * per), (long long)shared, r->n_fork, (long long)per);
+    } else if (run_uses_engine(r)) {
+        /* The engine's request on the context puts every generated token into the
+         * KV, the last included, where the loop below never decodes the last: one
+         * position more lets it generate as many tokens as the loop before the
+         * context is full (st->n_ctx stays the limit the user gave). */
+        int64_t n_ctx = o->n_ctx ? o->n_ctx : (st->info.n_ctx_train < 4096 ? st->info.n_ctx_train : 4096);
+        pkv_engine_params ep = pkv_engine_default_params();
+        ep.cache.n_ctx = (int)n_ctx + 1;
+        ep.cache.page_size = o->page_size;
+        ep.cache.kv_type = o->kv_type;
+        ep.cache.kv_type_v = o->kv_type_v;
+        ep.cache.n_seq_max = 1;
+        ep.max_seqs = 1;
+        ep.prefix_cache = false; /* one request: nothing to share */
+        if (!(st->eng = pkv_engine_create(st->m, ep))) {
+            cache_fail("run", st->m, o, 1);
+            return false;
+        }
+        if (!(st->ctx = pkv_context_create(st->m, pkv_engine_cache(st->eng), n_ctx + 1))) {
+            fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+            return false;
+        }
+        st->n_ctx = n_ctx;
+        return true;
     } else {
         /* a shared-KV draft forks; a context shift rewrites the pages after the cut */
         st->c = pkv_cli_open_cache("run", st->m, o, 1 + (r->draft_path || r->ctx_shift ? 1 : 0));
@@ -554,6 +588,7 @@ static bool run_open_context(const run_opts *r, run_state *st) {
         if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
         return false;
     }
+    st->n_ctx = pkv_context_n_ctx(st->ctx);
     return true;
 }
 
@@ -601,8 +636,9 @@ static bool run_attach_draft(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* The plain generation loop, here rather than pkv_generate, so that it can shift
- * the context and say why it stopped (*why: "n", "output", "eog", "full"). */
+/* --context-shift's generation loop (the engine has no context shift), here
+ * rather than pkv_generate, so that it can shift the context and say why it
+ * stopped (*why: "n", "output", "eog", "full"). */
 static pkv_status run_loop(const run_opts *r, run_state *st, const char **why, int64_t *shifted) {
     pkv_context *ctx = st->ctx;
     int64_t n_ctx = pkv_context_n_ctx(ctx);
@@ -650,6 +686,63 @@ static pkv_status run_loop(const run_opts *r, run_state *st, const char **why, i
     return s;
 }
 
+/* The engine's events of run_engine's request: each token streamed as it comes. */
+typedef struct run_gen {
+    run_state *st;
+    bool done, emit_failed;
+    pkv_status status; /* of a final event with finish ERROR */
+    char message[512];
+} run_gen;
+
+static bool run_event(const pkv_engine_event *ev, void *user) {
+    run_gen *g = user;
+    if (ev->token >= 0 && !g->emit_failed) {
+        g->st->generated++;
+        if (!emit_token(ev->token, &g->st->pr[0])) g->emit_failed = true;
+    }
+    if (ev->finish != PKV_FINISH_NONE) {
+        g->done = true;
+        if (ev->finish == PKV_FINISH_ERROR) {
+            g->status = ev->status ? ev->status : PKV_ERR_INVALID;
+            snprintf(g->message, sizeof g->message, "%s", ev->message ? ev->message : "");
+        }
+    }
+    return !g->emit_failed;
+}
+
+/* Plain mode: one request on the prefilled context, stepped here until its final
+ * event; the same tokens as a loop of sample/accept/decode (the engine's sampler
+ * is seeded alike and sees the same rows), and the same reasons to stop
+ * (*why: "n", "output", "eog", "full"). */
+static pkv_status run_engine(const run_opts *r, run_state *st, const char **why) {
+    pkv_status s = PKV_OK;
+    run_gen g = {.st = st};
+    if (r->n_predict > 0) {
+        /* as many as the loop: up to -c tokens in the cache and one more sampled
+         * (the engine runs that one in too: the context's one position more) */
+        int64_t room = st->n_ctx - pkv_context_n_tokens(st->ctx) + 1;
+        pkv_request_params rp = pkv_request_default_params();
+        rp.context = st->ctx;
+        rp.n_prompt = 0; /* the first token is sampled from the prefill's logits */
+        rp.sampling = r->sp;
+        rp.max_tokens = (int32_t)(r->n_predict < room ? r->n_predict : room);
+        rp.ignore_eos = r->ignore_eos;
+        rp.on_event = run_event;
+        rp.user = &g;
+        uint64_t id = 0;
+        if ((s = pkv_engine_submit(st->eng, &rp, &id))) return s;
+        while (!g.done && !(s = pkv_engine_step(st->eng, NULL))) {}
+        if (!s && g.status) s = pkv_err(g.status, "%s", g.message);
+        if (s) return s;
+    }
+    int32_t last = st->pr[0].last;
+    *why = g.emit_failed                                                   ? "output"
+           : !r->ignore_eos && last >= 0 && pkv_model_is_eog(st->m, last) ? "eog"
+           : st->generated >= r->n_predict                                 ? "n"
+                                                                           : "full";
+    return PKV_OK;
+}
+
 /* One sequence, plain or speculative (--draft/--mtp), streamed; says on stderr
  * why it stopped. */
 static bool run_plain(const run_opts *r, run_state *st) {
@@ -661,7 +754,7 @@ static bool run_plain(const run_opts *r, run_state *st) {
     pr->last = -1;
     pkv_spec_stats ss;
     const char *why = NULL;
-    int64_t n_ctx = pkv_context_n_ctx(st->ctx), shifted = 0;
+    int64_t n_ctx = st->n_ctx, shifted = 0;
     pkv_status s;
     if (st->spec) {
         /* the last sampled token needs no room in the cache */
@@ -672,6 +765,8 @@ static bool run_plain(const run_opts *r, run_state *st) {
               : pr->last >= 0 && pkv_model_is_eog(m, pr->last) ? "eog"
               : st->generated >= r->n_predict                ? "n"
                                                               : "full";
+    } else if (st->eng) {
+        s = run_engine(r, st, &why);
     } else {
         s = run_loop(r, st, &why, &shifted);
     }
@@ -775,9 +870,9 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
     }
     if (!run_open_context(r, st) || (r->draft_path && !run_attach_draft(r, st))) return 1;
     size_t n_prompt = st->n_prompt;
-    if ((int64_t)n_prompt + (r->n_predict > 0 ? 1 : 0) > pkv_context_n_ctx(st->ctx)) {
+    if ((int64_t)n_prompt + (r->n_predict > 0 ? 1 : 0) > st->n_ctx) {
         fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,
-                (long long)pkv_context_n_ctx(st->ctx));
+                (long long)st->n_ctx);
         return 1;
     }
     fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", st->info.arch, st->info.weight_type,

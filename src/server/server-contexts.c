@@ -76,7 +76,7 @@ static pkv_status decode_room(srv_gen *g, srv_ctx *self, pkv_context *ctx, const
         int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(srv_gen_cache(g)));
         bool was = self && self->busy;
         if (self) self->busy = true; /* not swapped out for itself */
-        srv_gen_make_room(g, n / ps + 2);
+        srv_gen_make_room(g, n / ps + 2, 0);
         if (self) self->busy = was;
         st = pkv_context_decode(ctx, t, n);
     }

@@ -352,13 +352,14 @@ void srv_ctx_remove(srv_gen *g, srv_ctx *e) {
     free(e);
 }
 
-void srv_gen_make_room(srv_gen *g, int64_t pages) {
+void srv_gen_make_room(srv_gen *g, int64_t pages, int extra) {
     for (;;) {
         pkv_kv_stats ks;
         pkv_kv_stats_get(g->c, &ks);
-        if (ks.pages_free + ks.pages_cached >= pages) return;
+        if (ks.pages_free + ks.pages_cached >= pages && extra == 0) return;
         srv_ctx *v = swap_victim(g);
         if (!v || !swap_out(g, v)) return;
+        if (extra) extra--;
     }
 }
 
@@ -369,7 +370,7 @@ pkv_status srv_ctx_resident(srv_gen *g, srv_ctx *e) {
     pkv_status s = pkv_context_swap_in(e->ctx);
     if (s == PKV_ERR_OUT_OF_PAGES) {
         e->busy = true; /* not a candidate for make_room */
-        srv_gen_make_room(g, need);
+        srv_gen_make_room(g, need, 0);
         e->busy = false;
         s = pkv_context_swap_in(e->ctx);
     }
@@ -778,15 +779,7 @@ static void engine_room(srv_gen *g) {
     int64_t need = es.n_running + (bt + ps - 1) / ps + 1;
     /* one more only when the last step could not admit or resume a sequence for
      * want of pages; a request merely submitted, or waiting for a slot, is no reason */
-    int extra = es.waiting_for_pages ? 1 : 0;
-    for (;;) {
-        pkv_kv_stats ks;
-        pkv_kv_stats_get(g->c, &ks);
-        if (ks.pages_free + ks.pages_cached >= need && extra == 0) return;
-        srv_ctx *v = swap_victim(g);
-        if (!v || !swap_out(g, v)) return;
-        if (extra) extra--;
-    }
+    srv_gen_make_room(g, need, es.waiting_for_pages ? 1 : 0);
 }
 
 /* The statistics /metrics reads, as of now. Worker thread. */

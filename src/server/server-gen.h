@@ -153,11 +153,13 @@ pkv_model *srv_gen_model(srv_gen *g);
 pkv_kv_cache *srv_gen_cache(srv_gen *g);
 pkv_engine *srv_gen_engine(srv_gen *g);
 /* Swap idle contexts out (least recently used first) until `pages` device
- * pages are free or none is left to swap. Only contexts whose swap frees device
- * pages are taken (a fork's pages shared with another context stay on the
- * device and are copied to host besides) and only within the quota. Worker
- * thread only. */
-void srv_gen_make_room(srv_gen *g, int64_t pages);
+ * pages are free (or cached) and then `extra` more contexts, or until none is
+ * left to swap. Only contexts whose swap frees device pages are taken (a fork's
+ * pages shared with another context stay on the device and are copied to host
+ * besides) and only within the quota. The one room-making policy of the server:
+ * the contexts API's decodes and the engine's steps both use it. Worker thread
+ * only. */
+void srv_gen_make_room(srv_gen *g, int64_t pages, int extra);
 
 /* ------------------------------------------------------ contexts registry */
 /* Worker thread only (call through srv_gen_call). */
