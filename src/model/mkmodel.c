@@ -122,7 +122,8 @@ static double urand(pkv_mk *b) { /* [-1, 1) from splitmix64 */
 }
 
 /* Quantize rows [rows][cols] of b->f into b->q and add them as a tensor of ne. */
-static pkv_status add_rows(pkv_mk *b, const char *name, pkv_type type, int64_t cols, int64_t rows, int nd, const int64_t *ne) {
+static pkv_status add_rows(pkv_mk *b, const char *name, pkv_type type, int64_t cols, int64_t rows, int nd,
+                           const int64_t *ne) {
     size_t row = pkv_type_row_bytes(type, (size_t)cols);
     if (!row)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: tensor %s: %lld columns is not a multiple of the %s block (%zu)", name,
@@ -356,7 +357,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (mk->tied) p->tied = true;
     if ((s = refuse(p, ops, PKV_MK_LAYERS,
                     p->head_dim_swa || p->n_head_kv_full || p->n_embd_per_layer || p->n_shared_kv || p->swa_layers,
-                    "sliding head sizes, full-layer KV heads, per-layer embeddings, shared KV layers and a sliding pattern")) ||
+                    "sliding head sizes, full-layer KV heads, per-layer embeddings, shared KV layers and a sliding "
+                    "pattern")) ||
         (s = refuse(p, ops, PKV_MK_DELTANET, p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim, "delta-net sizes")) ||
         (s = refuse(p, ops, PKV_MK_MTP, p->n_mtp, "MTP layers (0 to 4)")))
         return s;
@@ -522,7 +524,8 @@ static pkv_status mk_hparams(pkv_mk *b, const pkv_arch_mk *mk) {
                    (uint32_t)(tgt->g ? tgt->n_rot : mk->rope_half ? p->head_dim / 2 : p->head_dim)));
     TRY(pkv_mk_f32(b, "attention.layer_norm_rms_epsilon", tgt->g ? tgt->rms_eps : mk->rms_eps));
     if (p->shared_kv_layers)
-        TRY(pkv_gguf_writer_add_arr(b->w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p->shared_kv_layers, (uint64_t)p->n_layer));
+        TRY(pkv_gguf_writer_add_arr(b->w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p->shared_kv_layers,
+                                    (uint64_t)p->n_layer));
     return PKV_OK;
 }
 
@@ -552,7 +555,8 @@ static pkv_status mk_vocab(pkv_mk *b, const pkv_vocab_desc *voc, const chat_fami
         if (voc->pad_id >= 0) TRY(pkv_gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)voc->pad_id));
         TRY(pkv_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", voc->add_bos == 1));
         if (fam)
-            TRY(pkv_gguf_writer_add_str(w, "tokenizer.chat_template", p->chat_template_text ? p->chat_template_text : fam->jinja));
+            TRY(pkv_gguf_writer_add_str(w, "tokenizer.chat_template",
+                                        p->chat_template_text ? p->chat_template_text : fam->jinja));
     }
     return PKV_OK;
 }
@@ -609,7 +613,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
         goto done;
     }
     b.lin_e = sqrt(3.0 / (double)E), b.lin_q = sqrt(3.0 / (double)qd), b.lin_f = sqrt(3.0 / (double)p.n_ff);
-    if ((s = mk_sizes(&b, mk)) || (s = mk_hparams(&b, mk)) || (s = mk_vocab(&b, voc, fam)) || (s = mk_globals(&b, mk))) goto done;
+    if ((s = mk_sizes(&b, mk)) || (s = mk_hparams(&b, mk)) || (s = mk_vocab(&b, voc, fam)) || (s = mk_globals(&b, mk)))
+        goto done;
     for (int l = 0; l < p.n_layer + p.n_mtp; l++)
         if ((s = mk->layer(&b, l))) goto done;
 done:

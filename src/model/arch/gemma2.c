@@ -80,7 +80,9 @@ static pkv_status mk_keys(pkv_mk *b) {
     return pkv_mk_f32(b, "final_logit_softcapping", 30.0f);
 }
 
-static pkv_status mk_layer(pkv_mk *b, int l) { return pkv_mk_layer(b, l, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED, true); }
+static pkv_status mk_layer(pkv_mk *b, int l) {
+    return pkv_mk_layer(b, l, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED, true);
+}
 
 /* Gemma files have no output.weight */
 static const pkv_arch_mk mk = {.takes = PKV_MK_WINDOW,

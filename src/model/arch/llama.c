@@ -19,7 +19,9 @@ static pkv_status layer(pkv_fwd *f, int il) {
 /* ------------------------------------------------------- pagekv mkmodel */
 
 
-static pkv_status mk_layer(pkv_mk *b, int l) { return pkv_mk_layer(b, l, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED, false); }
+static pkv_status mk_layer(pkv_mk *b, int l) {
+    return pkv_mk_layer(b, l, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED, false);
+}
 
 static const pkv_arch_mk mk = {.rope_base = 10000.0f, .rms_eps = 1e-5f, .layer = mk_layer};
 
