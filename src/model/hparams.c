@@ -17,6 +17,26 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }
 
+const pkv_arch_ops *pkv_arch_ops_find(const char *name) {
+    for (int a = 0; name && a < PKV_ARCH_COUNT; a++)
+        if (!strcmp(name, k_archs[a]->name)) return k_archs[a];
+    return NULL;
+}
+
+const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned arg), unsigned arg, const char *last,
+                                 char *buf, size_t cap) {
+    int n = 0, i = 0;
+    for (int a = 0; a < PKV_ARCH_COUNT; a++) n += pred(k_archs[a], arg);
+    buf[0] = 0;
+    for (int a = 0; a < PKV_ARCH_COUNT; a++)
+        if (pred(k_archs[a], arg)) {
+            size_t len = strlen(buf);
+            snprintf(buf + len, cap - len, "%s%s", i == 0 ? "" : i == n - 1 ? last : ", ", k_archs[a]->name);
+            i++;
+        }
+    return buf;
+}
+
 const char *pkv_arch_name(pkv_arch a) { return (unsigned)a < PKV_ARCH_COUNT ? k_archs[a]->name : "unknown"; }
 
 /* "llama, qwen2, ...": the supported list for messages. */

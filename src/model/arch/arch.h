@@ -10,6 +10,8 @@
 #include "model/blocks.h"
 #include "model/load.h"
 
+struct pkv_arch_mk;
+
 typedef struct pkv_arch_ops {
     const char *name;   /* general.architecture */
     bool moe;           /* the FFN of every layer is a mixture of experts (expert_* keys required) */
@@ -45,10 +47,18 @@ typedef struct pkv_arch_ops {
      * kv_layer (and embd_of) at the target. On error nothing is changed. NULL: the
      * architecture is no such draft. */
     pkv_status (*attach)(pkv_model *d, const pkv_model *t, pkv_kv_cache *c);
+    /* What `pagekv mkmodel` writes for it (mk.h). */
+    const struct pkv_arch_mk *mk;
 } pkv_arch_ops;
 
 /* The operations of a (valid) architecture. */
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a);
+/* The operations of the architecture named name (general.architecture); NULL: none. */
+const pkv_arch_ops *pkv_arch_ops_find(const char *name);
+/* "a, b<last>c": the names of the architectures for which pred(ops, arg) holds, in
+ * the table's order, into buf (cap bytes, truncated). Returns buf. */
+const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned arg), unsigned arg, const char *last,
+                                 char *buf, size_t cap);
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
     pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant;

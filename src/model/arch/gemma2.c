@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "model/arch/arch.h"
+#include "model/arch/mk.h"
 
 pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head, bool gemma3) {
     const char *lab = pkv_gguf_label(g);
@@ -70,9 +71,32 @@ static pkv_status layer(pkv_fwd *f, int il) {
              : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->post_ffn_norm});
 }
 
+/* ------------------------------------------------------- pagekv mkmodel */
+
+
+static pkv_status mk_keys(pkv_mk *b) {
+    PKV_MK_TRY(pkv_mk_window_key(b));
+    PKV_MK_TRY(pkv_mk_f32(b, "attn_logit_softcapping", 50.0f));
+    return pkv_mk_f32(b, "final_logit_softcapping", 30.0f);
+}
+
+static pkv_status mk_layer(pkv_mk *b, int l) {
+    return pkv_mk_layer(b, l, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED, true);
+}
+
+/* Gemma files have no output.weight */
+static const pkv_arch_mk mk = {.takes = PKV_MK_WINDOW,
+                               .tied = true,
+                               .rope_base = 10000.0f,
+                               .rms_eps = 1e-6f,
+                               .head_keys = true,
+                               .keys = mk_keys,
+                               .layer = mk_layer};
+
 const pkv_arch_ops pkv_arch_gemma2 = {.name = "gemma2",
                                       .rope_neox = true,
                                       .hparams = hparams,
                                       .load_layer = load_layer,
                                       .layer = layer,
-                                      .output = pkv_gemma_output};
+                                      .output = pkv_gemma_output,
+                                      .mk = &mk};

@@ -21,8 +21,10 @@
  * The drafting loop (every step at the position after the target's last token, fed
  * the previous step's h) is speculative.c's and the engine's. */
 #include <math.h>
+#include <string.h>
 
 #include "model/arch/arch.h"
+#include "model/arch/mk.h"
 
 static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
     (void)n_head;
@@ -222,6 +224,133 @@ static pkv_status attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
     return PKV_OK;
 }
 
+/* ------------------------------------------------------- pagekv mkmodel */
+
+
+/* The file llama.cpp's converter writes for a Gemma 4 assistant checkpoint, with
+ * random weights, for the gemma4 target p.draft_of. Width n_embd (0 = half the
+ * target's), n_layer layers (0 = 4; swa_layers, or every layer sliding but the
+ * last), n_head query heads (0 = the target's full layers'), n_ff (0 = 2 n_embd);
+ * each layer's KV heads and head size are those of the target layer it reads (its
+ * last sliding / full layer), RoPE and norms the target's, rope_freqs.weight
+ * copied from it. */
+static pkv_status mk_build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
+    if (!p.draft_of)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: a gemma4-assistant drafts for a gemma4 model: give its target (draft_of)");
+    if (p.chat_template || p.no_vocab || p.shared_kv_layers || p.n_expert || p.n_mtp)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4-assistant: chat_template, no_vocab, shared_kv_layers, experts and MTP "
+                       "layers do not apply (it takes its target's vocabulary and reads its target's KV)");
+    pkv_gguf *tg = NULL;
+    pkv_status s = pkv_gguf_read(p.draft_of, &tg);
+    if (s) return s;
+    pkv_hparams hp;
+    int *nh = NULL, *nkv = NULL, *nff = NULL;
+    pkv_mk b;
+    memset(&b, 0, sizeof b);
+    b.p = &p;
+    if ((s = pkv_hparams_read(tg, &hp, &nh, &nkv, &nff))) goto done;
+    if (pkv_arch_ops_of(hp.arch) != &pkv_arch_gemma4) {
+        s = pkv_err(PKV_ERR_INVALID, "mkmodel: %s is a %s model: a gemma4-assistant drafts for a gemma4 model", p.draft_of,
+                    pkv_arch_name(hp.arch));
+        goto done;
+    }
+#define SLIDES(l) (hp.swa_layers[(l) / 64] >> ((l) % 64) & 1)
+    const int TL = hp.n_layer, Lkv = TL - hp.n_shared_kv;
+    if (TL < 2 || !SLIDES(TL - 2) || SLIDES(TL - 1) || Lkv < 2) {
+        s = pkv_err(PKV_ERR_INVALID, "mkmodel: %s's last two layers must be sliding then full (the assistant reads their KV)",
+                    p.draft_of);
+        goto done;
+    }
+#undef SLIDES
+    const int ksw = hp.n_shared_kv ? Lkv - 2 : TL - 2, kfu = hp.n_shared_kv ? Lkv - 1 : TL - 1; /* the KV they own */
+    const pkv_gguf_tensor *te = pkv_gguf_find_tensor(tg, "token_embd.weight"), *rf = pkv_gguf_find_tensor(tg, "rope_freqs.weight");
+    if (!te || !rf || rf->type != PKV_TYPE_F32) {
+        s = pkv_err(PKV_ERR_FORMAT, "mkmodel: %s: no token_embd.weight or f32 rope_freqs.weight", p.draft_of);
+        goto done;
+    }
+    const int64_t Eb = hp.n_embd, V = te->ne[1];
+    const int64_t E = p.n_embd ? p.n_embd : Eb / 2, L = p.n_layer ? p.n_layer : 4, H = p.n_head ? p.n_head : nh[TL - 1];
+    const int64_t F = p.n_ff ? p.n_ff : 2 * E, Dfull = hp.head_dim_k, Dswa = hp.head_dim_k_swa;
+    if (E == Eb || L > 256 || (p.swa_layers && (int64_t)strlen(p.swa_layers) != L) || H % nkv[ksw] || H % nkv[kfu]) {
+        s = pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4-assistant: width %lld must differ from the target's %lld, at most 256 "
+                    "layers, swa_layers one letter per layer, %lld heads a multiple of the target's KV heads (%d, %d)",
+                    (long long)E, (long long)Eb, (long long)H, nkv[ksw], nkv[kfu]);
+        goto done;
+    }
+    bool slides[256];
+    for (int64_t l = 0; l < L; l++) slides[l] = p.swa_layers ? p.swa_layers[l] == 's' : l < L - 1;
+    if ((s = pkv_mk_begin(&b, p.seed ? p.seed : 1,
+                          (size_t)PKV_MAX(PKV_MAX(E * V, 2 * Eb * E), PKV_MAX(E * H * PKV_MAX(Dfull, Dswa), E * F)))))
+        goto done;
+#define TRY(x)                                                                                      \
+    do {                                                                                            \
+        if ((s = (x))) goto done;                                                                   \
+    } while (0)
+    TRY(pkv_gguf_writer_add_str(b.w, "general.architecture", p.arch));
+    TRY(pkv_gguf_writer_add_str(b.w, "general.name", "pagekv random test assistant"));
+    TRY(pkv_gguf_writer_add_u32(b.w, "general.file_type", p.type == PKV_TYPE_F32 ? 0 : p.type == PKV_TYPE_BF16 ? 32 : 1));
+    TRY(pkv_mk_u32(&b, "block_count", (uint32_t)L));
+    TRY(pkv_mk_u32(&b, "nextn_predict_layers", (uint32_t)L));
+    TRY(pkv_mk_u32(&b, "context_length", (uint32_t)hp.n_ctx_train));
+    TRY(pkv_mk_u32(&b, "embedding_length", (uint32_t)E));
+    TRY(pkv_mk_u32(&b, "embedding_length_out", (uint32_t)Eb));
+    TRY(pkv_mk_u32(&b, "feed_forward_length", (uint32_t)F));
+    TRY(pkv_mk_u32(&b, "attention.head_count", (uint32_t)H));
+    {
+        int32_t kv[256];
+        uint8_t pat[256];
+        for (int64_t l = 0; l < L; l++) kv[l] = nkv[slides[l] ? ksw : kfu], pat[l] = slides[l];
+        TRY(pkv_mk_arr(&b, "attention.head_count_kv", PKV_GGUF_INT32, kv, (uint64_t)L));
+        TRY(pkv_mk_arr(&b, "attention.sliding_window_pattern", PKV_GGUF_BOOL, pat, (uint64_t)L));
+    }
+    TRY(pkv_mk_u32(&b, "attention.key_length", (uint32_t)Dfull));
+    TRY(pkv_mk_u32(&b, "attention.value_length", (uint32_t)Dfull));
+    TRY(pkv_mk_u32(&b, "attention.key_length_swa", (uint32_t)Dswa));
+    TRY(pkv_mk_u32(&b, "attention.value_length_swa", (uint32_t)Dswa));
+    TRY(pkv_mk_u32(&b, "rope.dimension_count", (uint32_t)hp.n_rot));
+    TRY(pkv_mk_u32(&b, "rope.dimension_count_swa", (uint32_t)hp.n_rot_swa));
+    TRY(pkv_mk_f32(&b, "rope.freq_base", hp.rope_base));
+    TRY(pkv_mk_f32(&b, "rope.freq_base_swa", hp.rope_base_swa));
+    TRY(pkv_mk_u32(&b, "attention.sliding_window", (uint32_t)hp.n_swa));
+    TRY(pkv_mk_f32(&b, "attention.layer_norm_rms_epsilon", hp.rms_eps));
+    TRY(pkv_mk_u32(&b, "attention.shared_kv_layers", 0)); /* read by llama.cpp, unused */
+    TRY(pkv_mk_u32(&b, "vocab_size", (uint32_t)V));
+    for (int64_t i = 0; i < pkv_gguf_n_kv(tg); i++)
+        if (!strncmp(pkv_gguf_kv_key(tg, i), "tokenizer.", 10)) TRY(pkv_gguf_writer_copy_kv(b.w, tg, i));
+    const double lin_e = sqrt(3.0 / (double)E);
+    TRY(pkv_mk_add(&b, "token_embd.weight", p.type, E, V, 0.0, 1.0));
+    TRY(pkv_mk_add(&b, "output_norm.weight", PKV_TYPE_F32, E, 1, 1.0, 0.1));
+    TRY(pkv_mk_add(&b, "nextn.pre_projection.weight", p.type, 2 * Eb, E, 0.0, sqrt(3.0 / (double)(2 * Eb))));
+    TRY(pkv_mk_add(&b, "nextn.post_projection.weight", p.type, E, Eb, 0.0, 3.0 * lin_e));
+    {
+        int64_t ne[1] = {rf->ne[0]};
+        TRY(pkv_gguf_writer_add_tensor(b.w, "rope_freqs.weight", PKV_TYPE_F32, 1, ne, rf->data, (size_t)rf->ne[0] * 4));
+    }
+    for (int l = 0; l < (int)L; l++) { /* queries only: the KV is the target's */
+        const int64_t D = slides[l] ? Dswa : Dfull, lq = H * D;
+        TRY(pkv_mk_norm(&b, l, "attn_norm.weight", E));
+        TRY(pkv_mk_blk(&b, l, "attn_q.weight", p.type, E, lq, 0.0, lin_e));
+        TRY(pkv_mk_norm(&b, l, "attn_q_norm.weight", D));
+        TRY(pkv_mk_blk(&b, l, "attn_output.weight", p.type, lq, E, 0.0, sqrt(3.0 / (double)lq)));
+        TRY(pkv_mk_norm(&b, l, "post_attention_norm.weight", E));
+        TRY(pkv_mk_norm(&b, l, "ffn_norm.weight", E));
+        TRY(pkv_mk_blk(&b, l, "ffn_gate.weight", p.type, E, F, 0.0, lin_e));
+        TRY(pkv_mk_blk(&b, l, "ffn_up.weight", p.type, E, F, 0.0, lin_e));
+        TRY(pkv_mk_blk(&b, l, "ffn_down.weight", p.type, F, E, 0.0, sqrt(3.0 / (double)F)));
+        TRY(pkv_mk_norm(&b, l, "post_ffw_norm.weight", E));
+        TRY(pkv_mk_blk(&b, l, "layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5));
+    }
+#undef TRY
+done:
+    pkv_free(nh);
+    pkv_free(nkv);
+    pkv_free(nff);
+    return pkv_mk_end(&b, tg, s, out);
+}
+
+/* Made whole by mk_build (it is a draft of a gemma4 target, never one made from options). */
+static const pkv_arch_mk mk = {.build = mk_build};
+
 const pkv_arch_ops pkv_arch_gemma4_assistant = {.name = "gemma4-assistant",
                                                 .rope_neox = true,
                                                 .rope_freqs = true,
@@ -231,4 +360,5 @@ const pkv_arch_ops pkv_arch_gemma4_assistant = {.name = "gemma4-assistant",
                                                 .load_global = load_global,
                                                 .input = input,
                                                 .output = output,
-                                                .attach = attach};
+                                                .attach = attach,
+                                                .mk = &mk};

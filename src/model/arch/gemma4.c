@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "model/arch/arch.h"
+#include "model/arch/mk.h"
 
 /* attention.sliding_window_pattern: one bool (or integer) per layer, 1 = sliding. */
 pkv_status pkv_gemma4_pattern(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
@@ -223,6 +224,177 @@ static pkv_status layer(pkv_fwd *f, int il) {
     return s ? s : pkv_blk_scale(f, &ly->out_scale);
 }
 
+/* ------------------------------------------------------- pagekv mkmodel */
+
+
+/* A test shape with each Gemma 4 feature (pkv_mkmodel_params): 6 layers, 8 heads
+ * (KV heads 4 sliding, 2 full, so the shape splits over two devices), per-layer
+ * embeddings, two sharing layers. */
+static pkv_status mk_check(pkv_mkmodel_params *p) {
+    if (!p->n_layer) p->n_layer = p->swa_layers ? (int)strlen(p->swa_layers) : 6;
+    if (!p->n_head) p->n_head = 8;
+    if (!p->head_dim) p->head_dim = 64;
+    /* rows of the weight type's blocks: the sliding heads and per-layer embeddings too */
+    const int blk = (int)pkv_type_block_elems(p->type);
+    if (!p->head_dim_swa) p->head_dim_swa = blk && (p->n_head * p->head_dim / 2) % blk ? p->head_dim : p->head_dim / 2;
+    if (!p->n_head_kv_full) p->n_head_kv_full = p->n_head >= 4 ? p->n_head / 4 : 1;
+    if (!p->n_embd_per_layer) p->n_embd_per_layer = blk > 16 ? blk : 16;
+    if (p->n_embd_per_layer < 0) p->n_embd_per_layer = 0;
+    if (!p->n_shared_kv) p->n_shared_kv = 2;
+    if (p->n_shared_kv < 0) p->n_shared_kv = 0;
+    const int L = p->n_layer, Lkv = L - p->n_shared_kv;
+    if (p->head_dim_swa < 2 || p->head_dim_swa % 2 || p->n_embd_per_layer > 4096)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: sliding head size %d (even, >= 2), per-layer embedding size %d "
+                       "(<= 4096)", p->head_dim_swa, p->n_embd_per_layer);
+    if (p->swa_layers && (int)strlen(p->swa_layers) != L)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: the sliding pattern '%s' has %zu layers, the model %d",
+                       p->swa_layers, strlen(p->swa_layers), L);
+    for (int l = 0; p->swa_layers && l < L; l++)
+        if (p->swa_layers[l] != 's' && p->swa_layers[l] != 'f')
+            return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: sliding pattern '%s': one 's' (sliding) or 'f' (full) per "
+                           "layer", p->swa_layers);
+    /* what the loader checks (model-load.c: share_kv), refused here before a file is written */
+    if (p->n_shared_kv > 0 && (Lkv < 2 || (p->swa_layers && (p->swa_layers[Lkv - 1] != 'f' || p->swa_layers[Lkv - 2] != 's'))))
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: gemma4: %d shared KV layers of %d leave %d with KV of their own, the last "
+                       "two of which (%d, %d) must be sliding and full", p->n_shared_kv, L, Lkv, Lkv - 2, Lkv - 1);
+    return PKV_OK;
+}
+
+static pkv_status mk_check_rows(const pkv_mkmodel_params *p, size_t blk) {
+    if (((int64_t)p->n_head * p->head_dim_swa) % (int64_t)blk || p->n_embd_per_layer % (int64_t)blk)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: type %s needs row lengths that are multiples of %zu: --heads x --head-dim-swa "
+                       "is %lld, --per-layer-embd %d", pkv_type_name(p->type), blk, (long long)p->n_head * p->head_dim_swa,
+                       p->n_embd_per_layer);
+    return PKV_OK;
+}
+
+/* A draft of a gemma4 target: its sliding and full layers' shapes; no KV sharing,
+ * the last layer full. */
+static void mk_draft(pkv_mkmodel_params *p, const pkv_hparams *hp, const int *nh, const int *nkv) {
+    int ls = -1, lf = -1;
+    for (int l = 0; l < hp->n_layer; l++) {
+        bool sl = hp->swa_layers[l / 64] >> (l % 64) & 1;
+        if (sl && ls < 0) ls = l;
+        if (!sl && lf < 0) lf = l;
+    }
+    p->n_head = nh[lf >= 0 ? lf : ls];
+    p->n_head_kv = nkv[ls >= 0 ? ls : lf];
+    p->n_head_kv_full = nkv[lf >= 0 ? lf : ls];
+    p->head_dim_swa = hp->head_dim_k_swa;
+    p->n_embd_per_layer = hp->n_embd_per_layer ? hp->n_embd_per_layer : -1;
+    p->n_shared_kv = -1;
+}
+
+/* Which layers slide: swa_layers, else a full layer every third counting back from
+ * the last that owns KV, the sharing layers alternating sliding and full. */
+static bool mk_slides(const pkv_mkmodel_params *p, int l) {
+    const int Lkv = p->n_layer - p->n_shared_kv;
+    return p->swa_layers ? p->swa_layers[l] == 's' : l < Lkv ? (Lkv - 1 - l) % 3 != 0 : (l - Lkv) % 2 == 0;
+}
+
+/* The sharing layers' FFN is twice as wide; the sliding layers' heads and KV heads */
+static int mk_ff(const pkv_mkmodel_params *p, int l) { return l >= p->n_layer - p->n_shared_kv ? 2 * p->n_ff : p->n_ff; }
+static int mk_hd(const pkv_mkmodel_params *p, int l) { return mk_slides(p, l) ? p->head_dim_swa : p->head_dim; }
+static int mk_kv(const pkv_mkmodel_params *p, int l) { return mk_slides(p, l) ? p->n_head_kv : p->n_head_kv_full; }
+
+/* llama.cpp's keys: per-layer arrays where the layers differ; Gemma 4's own, as its
+ * converter writes them. */
+static pkv_status mk_sizes(pkv_mk *b) {
+    const pkv_mkmodel_params *p = b->p;
+    const uint64_t L = (uint64_t)p->n_layer;
+    int32_t ff[256], kv[256];
+    uint8_t pat[256];
+    for (int l = 0; l < p->n_layer; l++) ff[l] = mk_ff(p, l), kv[l] = mk_kv(p, l), pat[l] = mk_slides(p, l);
+    if (p->n_shared_kv > 0) PKV_MK_TRY(pkv_mk_arr(b, "feed_forward_length", PKV_GGUF_INT32, ff, L));
+    else PKV_MK_TRY(pkv_mk_u32(b, "feed_forward_length", (uint32_t)p->n_ff));
+    PKV_MK_TRY(pkv_mk_u32(b, "attention.head_count", (uint32_t)p->n_head));
+    if (p->n_head_kv_full != p->n_head_kv) PKV_MK_TRY(pkv_mk_arr(b, "attention.head_count_kv", PKV_GGUF_INT32, kv, L));
+    else PKV_MK_TRY(pkv_mk_u32(b, "attention.head_count_kv", (uint32_t)p->n_head_kv));
+    PKV_MK_TRY(pkv_mk_arr(b, "attention.sliding_window_pattern", PKV_GGUF_BOOL, pat, L));
+    PKV_MK_TRY(pkv_mk_u32(b, "attention.key_length_swa", (uint32_t)p->head_dim_swa));
+    PKV_MK_TRY(pkv_mk_u32(b, "attention.value_length_swa", (uint32_t)p->head_dim_swa));
+    PKV_MK_TRY(pkv_mk_u32(b, "rope.dimension_count_swa", (uint32_t)p->head_dim_swa));
+    PKV_MK_TRY(pkv_mk_f32(b, "rope.freq_base_swa", 10000.0f));
+    PKV_MK_TRY(pkv_mk_u32(b, "attention.shared_kv_layers", (uint32_t)p->n_shared_kv));
+    PKV_MK_TRY(pkv_mk_u32(b, "embedding_length_per_layer_input", (uint32_t)p->n_embd_per_layer));
+    return pkv_mk_f32(b, "final_logit_softcapping", 30.0f);
+}
+
+/* Experts of n_ff / 2 rows (26B-A4B's layout), and the window. */
+static pkv_status mk_keys(pkv_mk *b) {
+    if (b->p->n_expert > 0) PKV_MK_TRY(pkv_mk_expert_keys(b, b->p->n_ff / 2));
+    return pkv_mk_window_key(b);
+}
+
+static pkv_status mk_globals(pkv_mk *b) {
+    const pkv_mkmodel_params *p = b->p;
+    /* proportional RoPE: a quarter of the full layers' pairs turn (partial_rotary_factor 0.25) */
+    const int half = p->head_dim / 2, turn = PKV_MAX(1, p->head_dim / 8);
+    for (int i = 0; i < half; i++) b->f[i] = i < turn ? 1.0f : 1e30f;
+    int64_t ne[1] = {half};
+    PKV_MK_TRY(pkv_gguf_writer_add_tensor(b->w, "rope_freqs.weight", PKV_TYPE_F32, 1, ne, b->f, (size_t)half * 4));
+    const int64_t PL = (int64_t)p->n_embd_per_layer * p->n_layer;
+    if (!PL) return PKV_OK;
+    /* per-layer embeddings: a second token table, the embedding's projection and its norm */
+    PKV_MK_TRY(pkv_mk_add(b, "per_layer_token_embd.weight", p->type, PL, p->n_vocab, 0.0, 1.0));
+    PKV_MK_TRY(pkv_mk_add(b, "per_layer_model_proj.weight", p->type, b->E, PL, 0.0, b->lin_e));
+    return pkv_mk_add(b, "per_layer_proj_norm.weight", PKV_TYPE_F32, p->n_embd_per_layer, 1, 1.0, 0.1);
+}
+
+/* A layer, llama.cpp's tensors. */
+static pkv_status mk_layer(pkv_mk *b, int l) {
+    const pkv_mkmodel_params *p = b->p;
+    const int64_t E = b->E, D = mk_hd(p, l), lq = (int64_t)p->n_head * D, lk = (int64_t)mk_kv(p, l) * D, F = mk_ff(p, l);
+    const int64_t P = p->n_embd_per_layer;
+    const double lin_e = b->lin_e;
+    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "attn_q.weight", p->type, E, lq, 0.0, lin_e));
+    if (l < p->n_layer - p->n_shared_kv) { /* the layers that own KV; the full ones have no attn_v (V = K) */
+        PKV_MK_TRY(pkv_mk_blk(b, l, "attn_k.weight", p->type, E, lk, 0.0, lin_e));
+        if (mk_slides(p, l)) PKV_MK_TRY(pkv_mk_blk(b, l, "attn_v.weight", pkv_mk_type(p, "attn_v", l), E, lk, 0.0, lin_e));
+        PKV_MK_TRY(pkv_mk_norm(b, l, "attn_k_norm.weight", D));
+    }
+    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_q_norm.weight", D));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "attn_output.weight", p->type, lq, E, 0.0, sqrt(3.0 / (double)lq)));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "post_attention_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "ffn_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate.weight", p->type, E, F, 0.0, lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, F, 0.0, lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_down.weight", pkv_mk_type(p, "ffn_down", l), F, E, 0.0, sqrt(3.0 / (double)F)));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "post_ffw_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "layer_output_scale.weight", PKV_TYPE_F32, 1, 1, 1.0, 0.5));
+    if (p->n_expert > 0) { /* experts of n_ff / 2 rows beside the dense FFN, their norms and scales */
+        const int64_t Fe = p->n_ff / 2;
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp.weight", p->type, E, p->n_expert, 0.0, 4.0 * lin_e));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp.scale", PKV_TYPE_F32, E, 1, 1.0, 0.5));
+        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_gate_exps.weight", p->type, E, Fe, lin_e));
+        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_up_exps.weight", p->type, E, Fe, lin_e));
+        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_down_exps.weight", pkv_mk_type(p, "ffn_down", l), Fe, E, sqrt(3.0 / (double)Fe)));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_down_exps.scale", PKV_TYPE_F32, p->n_expert, 1, 1.0, 0.5));
+        PKV_MK_TRY(pkv_mk_norm(b, l, "pre_ffw_norm_2.weight", E));
+        PKV_MK_TRY(pkv_mk_norm(b, l, "post_ffw_norm_1.weight", E));
+        PKV_MK_TRY(pkv_mk_norm(b, l, "post_ffw_norm_2.weight", E));
+    }
+    if (!P) return PKV_OK;
+    PKV_MK_TRY(pkv_mk_blk(b, l, "inp_gate.weight", p->type, E, P, 0.0, lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "proj.weight", p->type, P, E, 0.0, sqrt(3.0 / (double)P)));
+    return pkv_mk_norm(b, l, "post_norm.weight", E);
+}
+
+/* Tied embeddings (no output.weight). */
+static const pkv_arch_mk mk = {.takes = PKV_MK_WINDOW | PKV_MK_EXPERTS | PKV_MK_LAYERS,
+                               .tied = true,
+                               .rope_base = 1000000.0f,
+                               .rms_eps = 1e-6f,
+                               .head_keys = true,
+                               .check = mk_check,
+                               .check_rows = mk_check_rows,
+                               .draft = mk_draft,
+                               .sizes = mk_sizes,
+                               .keys = mk_keys,
+                               .globals = mk_globals,
+                               .layer = mk_layer};
+
 const pkv_arch_ops pkv_arch_gemma4 = {.name = "gemma4",
                                       .rope_neox = true,
                                       .rope_freqs = true,
@@ -231,4 +403,5 @@ const pkv_arch_ops pkv_arch_gemma4 = {.name = "gemma4",
                                       .layer = layer,
                                       .load_global = load_global,
                                       .input = input,
-                                      .output = pkv_gemma_output};
+                                      .output = pkv_gemma_output,
+                                      .mk = &mk};

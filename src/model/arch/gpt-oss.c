@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "model/arch/arch.h"
+#include "model/arch/mk.h"
 
 /* llama.cpp's llama_model_openai_moe::load_arch_hparams */
 static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
@@ -47,5 +48,30 @@ static pkv_status layer(pkv_fwd *f, int il) {
                                                   .gating = PKV_MOE_TOPK_SOFTMAX});
 }
 
+/* ------------------------------------------------------- pagekv mkmodel */
+
+
+static pkv_status mk_keys(pkv_mk *b) {
+    PKV_MK_TRY(pkv_mk_expert_keys(b, b->p->n_ff));
+    return pkv_mk_window_key(b);
+}
+
+/* The FFN norm has the name of Gemma's post-attention norm. */
+static pkv_status mk_layer(pkv_mk *b, int l) {
+    return pkv_mk_layer(b, l, &(pkv_attn_tensors){.qkv_bias = true, .out_bias = true, .sinks = true},
+                        "post_attention_norm.weight", PKV_FFN_EXPERTS_BIASED, false);
+}
+
+/* Base 150000 and YaRN as its files have them (factor 32 over 4096 positions),
+ * here factor 4 over 256, so tests' positions pass the original context. */
+static const pkv_arch_mk mk = {.takes = PKV_MK_WINDOW | PKV_MK_EXPERTS,
+                               .rope_base = 150000.0f,
+                               .rope_factor = 4.0f,
+                               .rope_yarn = true,
+                               .rms_eps = 1e-5f,
+                               .head_keys = true,
+                               .keys = mk_keys,
+                               .layer = mk_layer};
+
 const pkv_arch_ops pkv_arch_gpt_oss = {
-    .name = "gpt-oss", .moe = true, .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer};
+    .name = "gpt-oss", .moe = true, .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer, .mk = &mk};

@@ -19,9 +19,11 @@
  * it; the first of them loads alone as an MTP head (pkv_model_params.mtp), its
  * input from the target's hidden state h of the previous position:
  *   x = eh_e·enorm(embed(token)) + eh_h·hnorm(h)     eh_e, eh_h: nextn.eh_proj's column halves */
+#include <math.h>
 #include <string.h>
 
 #include "model/arch/arch.h"
+#include "model/arch/mk.h"
 
 /* Which layers are recurrent: attention.recurrent_layers (one bool per layer, MTP
  * layers included), else every layer but each full_attention_interval-th. */
@@ -177,6 +179,97 @@ static pkv_status input(pkv_fwd *f) {
     return s;
 }
 
+/* ------------------------------------------------------- pagekv mkmodel */
+
+
+/* Three delta-net layers and one attention layer by default. */
+static pkv_status mk_check(pkv_mkmodel_params *p) {
+    if (!p->n_layer) p->n_layer = 4;
+    if (!p->ssm_v_heads) p->ssm_v_heads = 4;
+    if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads >= 2 ? 2 : 1;
+    /* k-quant rows are blocks of 256: the output projection's rows too */
+    if (!p->ssm_head_dim) p->ssm_head_dim = pkv_type_block_elems(p->type) == 256 ? 256 / p->ssm_v_heads : 16;
+    if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
+        p->ssm_head_dim > 256 || p->n_layer > 64)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 needs value heads a multiple of key heads, a head size of 1 "
+                       "to 256 and at most 64 layers");
+    if (p->n_mtp < 0 || p->n_mtp > 4)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: MTP layers (0 to 4) are for qwen35, not %s", p->arch);
+    if ((p->head_dim ? p->head_dim : p->n_embd / (p->n_head ? p->n_head : 4)) % 4)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 rotates half of each head in pairs of sections: the head size must be a "
+                       "multiple of 4");
+    return PKV_OK;
+}
+
+static pkv_status mk_check_rows(const pkv_mkmodel_params *p, size_t blk) {
+    return pkv_mk_row_check(p, blk, "value heads x head size", (int64_t)p->ssm_v_heads * p->ssm_head_dim);
+}
+
+/* llama.cpp's keys: every 4th layer attends, the others are delta-net layers. */
+static pkv_status mk_keys(pkv_mk *b) {
+    const pkv_mkmodel_params *p = b->p;
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.conv_kernel", 4));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.state_size", (uint32_t)p->ssm_head_dim));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.group_count", (uint32_t)p->ssm_k_heads));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.time_step_rank", (uint32_t)p->ssm_v_heads));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.inner_size", (uint32_t)(p->ssm_v_heads * p->ssm_head_dim)));
+    PKV_MK_TRY(pkv_mk_u32(b, "full_attention_interval", 4));
+    uint8_t recr[64 + 4];
+    for (int l = 0; l < p->n_layer + p->n_mtp; l++) recr[l] = l < p->n_layer && (l + 1) % 4 != 0;
+    PKV_MK_TRY(pkv_mk_arr(b, "attention.recurrent_layers", PKV_GGUF_BOOL, recr, (uint64_t)(p->n_layer + p->n_mtp)));
+    /* M-RoPE sections over half the head (Qwen3.5 rotates a quarter), so every pair
+     * takes the text position: [ceil, mid, floor] thirds of the pairs, and 0 */
+    int32_t P = p->head_dim / 4, sec[4] = {(P + 2) / 3, (P + 1) / 3, P / 3, 0};
+    return pkv_mk_arr(b, "rope.dimension_sections", PKV_GGUF_INT32, sec, 4);
+}
+
+/* A gated delta-net layer, llama.cpp's tensors. */
+static pkv_status mk_delta_net(pkv_mk *b, int l) {
+    const pkv_mkmodel_params *p = b->p;
+    const int64_t E = b->E, Hv = p->ssm_v_heads, dS = p->ssm_head_dim, C = 2 * (int64_t)p->ssm_k_heads * dS + Hv * dS;
+    const double lin_v = sqrt(3.0 / (double)(Hv * dS));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "attn_qkv.weight", p->type, E, C, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "attn_gate.weight", p->type, E, Hv * dS, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_dt.bias", PKV_TYPE_F32, Hv, 1, 0.0, 1.0));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_a", PKV_TYPE_F32, Hv, 1, -1.0, 0.5)); /* -exp(A_log) < 0 */
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_beta.weight", p->type, E, Hv, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_alpha.weight", p->type, E, Hv, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "ssm_norm.weight", dS));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_out.weight", p->type, Hv * dS, E, 0.0, lin_v));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "post_attention_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
+    return pkv_mk_blk(b, l, "ffn_down.weight", pkv_mk_type(p, "ffn_down", l), p->n_ff, E, 0.0, b->lin_f);
+}
+
+/* A delta-net or attention layer; an MTP layer after the trunk is an attention
+ * layer plus its nextn tensors: x = eh_proj [enorm(embedding); hnorm(h)], its own
+ * final norm. */
+static pkv_status mk_layer(pkv_mk *b, int l) {
+    const int64_t E = b->E;
+    const bool mtp = l >= b->p->n_layer;
+    if (!mtp && (l + 1) % 4 != 0) return mk_delta_net(b, l);
+    PKV_MK_TRY(pkv_mk_layer(b, l, &(pkv_attn_tensors){.q_gate = true, .qk_norm = true}, "post_attention_norm.weight",
+                            PKV_FFN_GATED, false));
+    if (!mtp) return PKV_OK;
+    PKV_MK_TRY(pkv_mk_blk(b, l, "nextn.eh_proj.weight", b->p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E))));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.enorm.weight", E));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.hnorm.weight", E));
+    return pkv_mk_norm(b, l, "nextn.shared_head_norm.weight", E);
+}
+
+static const pkv_arch_mk mk = {.takes = PKV_MK_DELTANET | PKV_MK_MTP,
+                               .rope_base = 1000000.0f,
+                               .rope_half = true,
+                               .rms_eps = 1e-6f,
+                               .head_keys = true,
+                               .check = mk_check,
+                               .check_rows = mk_check_rows,
+                               .keys = mk_keys,
+                               .layer = mk_layer};
+
 const pkv_arch_ops pkv_arch_qwen35 = {.name = "qwen35",
                                       .rope_neox = true,
                                       .hparams = hparams,
@@ -184,4 +277,5 @@ const pkv_arch_ops pkv_arch_qwen35 = {.name = "qwen35",
                                       .layer = layer,
                                       .load_global = load_global,
                                       .mtp_head = true,
-                                      .input = input};
+                                      .input = input,
+                                      .mk = &mk};
