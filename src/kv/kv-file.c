@@ -72,31 +72,11 @@ enum { N_KINDS = PKV_MEM_KINDS };
 
 /* ------------------------------------------------------ field helpers */
 
-static void put32(uint8_t **p, uint32_t v) {
-    memcpy(*p, &v, 4);
-    *p += 4;
-}
-static void put64(uint8_t **p, uint64_t v) {
-    memcpy(*p, &v, 8);
-    *p += 8;
-}
-static uint32_t get32(const uint8_t **p) {
-    uint32_t v;
-    memcpy(&v, *p, 4);
-    *p += 4;
-    return v;
-}
-static uint64_t get64(const uint8_t **p) {
-    uint64_t v;
-    memcpy(&v, *p, 8);
-    *p += 8;
-    return v;
-}
 
-void pkv_kv_file_put32(kv_file *f, uint32_t v) { put32(&f->put, v); }
-void pkv_kv_file_put64(kv_file *f, uint64_t v) { put64(&f->put, v); }
-uint32_t pkv_kv_file_get32(kv_file *f) { return get32(&f->get); }
-uint64_t pkv_kv_file_get64(kv_file *f) { return get64(&f->get); }
+void pkv_kv_file_put32(kv_file *f, uint32_t v) { kv_put32(&f->put, v); }
+void pkv_kv_file_put64(kv_file *f, uint64_t v) { kv_put64(&f->put, v); }
+uint32_t pkv_kv_file_get32(kv_file *f) { return kv_get32(&f->get); }
+uint64_t pkv_kv_file_get64(kv_file *f) { return kv_get64(&f->get); }
 
 pkv_status pkv_kv_file_write(kv_file *f, const void *bytes, size_t n, int il) {
     f->h = pkv_hash64(bytes, n, f->h);
@@ -331,18 +311,18 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     f.put = hdr;
     memcpy(f.put, KV_FILE_MAGIC, 8);
     f.put += 8;
-    put32(&f.put, version);
-    put32(&f.put, (uint32_t)l->n_layers);
-    put32(&f.put, (uint32_t)l->page_size);
-    put32(&f.put, 0);
-    put64(&f.put, l->fingerprint);
+    kv_put32(&f.put, version);
+    kv_put32(&f.put, (uint32_t)l->n_layers);
+    kv_put32(&f.put, (uint32_t)l->page_size);
+    kv_put32(&f.put, 0);
+    kv_put64(&f.put, l->fingerprint);
     for (int il = 0; il < l->n_layers; il++) {
         int o = holder(c, k, nk, il);
         k[o]->save(c, &f, &part[o], KV_FILE_ROW, il);
     }
-    put64(&f.put, (uint64_t)n);
-    put64(&f.put, s->fp);
-    put64(&f.put, (uint64_t)s->exact_until);
+    kv_put64(&f.put, (uint64_t)n);
+    kv_put64(&f.put, s->fp);
+    kv_put64(&f.put, (uint64_t)s->exact_until);
     for (int i = 0; i < nk && !st; i++) /* the full pool publishes its pages here */
         if (k[i]->save) st = k[i]->save(c, &f, &part[i], KV_FILE_HEADER, -1);
     if (st) goto done;
@@ -409,9 +389,9 @@ static pkv_status check_file(kv_file *f, const pkv_mem_kind **k, int nk, kv_file
         return pkv_err(PKV_ERR_FORMAT, "%s is not a pagekv sequence file (bad magic or shorter than a header: %zu bytes)",
                        path, size);
     const uint8_t *p = data + 8;
-    uint32_t version = get32(&p), n_layers = get32(&p), page_size = get32(&p);
-    (void)get32(&p);
-    uint64_t layout_fp = get64(&p);
+    uint32_t version = kv_get32(&p), n_layers = kv_get32(&p), page_size = kv_get32(&p);
+    (void)kv_get32(&p);
+    uint64_t layout_fp = kv_get64(&p);
     if (version < KV_FILE_VERSION || version > KV_FILE_VERSION_LAST)
         return pkv_err(PKV_ERR_FORMAT, "%s: format version %u, this build reads versions %u to %u", path, version,
                        KV_FILE_VERSION, KV_FILE_VERSION_LAST);
@@ -434,9 +414,9 @@ static pkv_status check_file(kv_file *f, const pkv_mem_kind **k, int nk, kv_file
         return pkv_err(PKV_ERR_FORMAT, "%s: layout fingerprint %016llx, the cache's is %016llx (layers, windows, "
                        "state sizes or parts, or page size differ)", path, (unsigned long long)layout_fp,
                        (unsigned long long)l->fingerprint);
-    uint64_t n = get64(&p);
-    f->fp = get64(&p);
-    uint64_t ex = get64(&p);
+    uint64_t n = kv_get64(&p);
+    f->fp = kv_get64(&p);
+    uint64_t ex = kv_get64(&p);
     f->exact_until = ex > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ex;
     /* Each token needs at least 8 bytes of header, so this bounds n before any product. */
     if (n > (uint64_t)INT32_MAX || n > size / 8)

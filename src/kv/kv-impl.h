@@ -15,6 +15,8 @@
 #ifndef PKV_KV_IMPL_H
 #define PKV_KV_IMPL_H
 
+#include <string.h>
+
 #include "base/base.h"
 #include "device/device.h"
 
@@ -685,6 +687,29 @@ static inline uint32_t kv_dtype_word(pkv_type k, pkv_type v) {
 }
 static inline pkv_type kv_word_k(uint32_t w) { return (pkv_type)(w & 0xffu); }
 static inline pkv_type kv_word_v(uint32_t w) { return (w >> 8) ? (pkv_type)((w >> 8) - 1u) : (pkv_type)(w & 0xffu); }
+
+/* Little-endian-as-stored fields of the sequence file (kv-file.c, kv-media.c's
+ * trailer), written and read at a cursor that moves past them. */
+static inline void kv_put32(uint8_t **p, uint32_t v) {
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+static inline void kv_put64(uint8_t **p, uint64_t v) {
+    memcpy(*p, &v, 8);
+    *p += 8;
+}
+static inline uint32_t kv_get32(const uint8_t **p) {
+    uint32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+static inline uint64_t kv_get64(const uint8_t **p) {
+    uint64_t v;
+    memcpy(&v, *p, 8);
+    *p += 8;
+    return v;
+}
 
 static inline pkv_buffer *kv_array_buf(const pkv_kv_cache *c, const kv_array *a) { return c->arenas[a->arena].buf; }
 

@@ -199,26 +199,6 @@ static pkv_status media_shift(pkv_kv_cache *c, int32_t seq, int64_t start, int64
 /* The media trailer after the checksum (kv-file.c, "Media trailer"): only when
  * the sequence records chunks, so files without media are as before. part (load):
  * ptr the records read, a their count. */
-static void put32(uint8_t **p, uint32_t v) {
-    memcpy(*p, &v, 4);
-    *p += 4;
-}
-static void put64(uint8_t **p, uint64_t v) {
-    memcpy(*p, &v, 8);
-    *p += 8;
-}
-static uint32_t get32(const uint8_t **p) {
-    uint32_t v;
-    memcpy(&v, *p, 4);
-    *p += 4;
-    return v;
-}
-static uint64_t get64(const uint8_t **p) {
-    uint64_t v;
-    memcpy(&v, *p, 8);
-    *p += 8;
-    return v;
-}
 
 static pkv_status media_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv_file_at at, int il) {
     (void)part;
@@ -230,15 +210,15 @@ static pkv_status media_save(pkv_kv_cache *c, kv_file *f, kv_file_part *part, kv
     if (!tr) return pkv_err(PKV_ERR_NOMEM, "save: out of memory");
     memcpy(q, "PKVMEDIA", 8);
     q += 8;
-    put32(&q, (uint32_t)s->n_media);
-    put32(&q, 0);
+    kv_put32(&q, (uint32_t)s->n_media);
+    kv_put32(&q, 0);
     for (int i = 0; i < s->n_media; i++) {
-        put64(&q, s->media[i].key);
-        put64(&q, (uint64_t)s->media[i].start);
-        put32(&q, (uint32_t)s->media[i].n_rows);
-        put32(&q, s->media[i].flags);
+        kv_put64(&q, s->media[i].key);
+        kv_put64(&q, (uint64_t)s->media[i].start);
+        kv_put32(&q, (uint32_t)s->media[i].n_rows);
+        kv_put32(&q, s->media[i].flags);
     }
-    put64(&q, pkv_hash64(tr, tb, f->h));
+    kv_put64(&q, pkv_hash64(tr, tb, f->h));
     pkv_status st = PKV_OK;
     if (fwrite(tr, 1, tb + 8, f->out) != tb + 8)
         st = pkv_err(PKV_ERR_IO, "save: writing the media of %s failed", f->path);
@@ -258,7 +238,7 @@ static pkv_status media_load_check(pkv_kv_cache *c, kv_file *f, kv_file_part *pa
     uint32_t nm = 0;
     if (rem >= 24 && memcmp(q, "PKVMEDIA", 8) == 0) {
         q += 8;
-        nm = get32(&q);
+        nm = kv_get32(&q);
     }
     if (rem > 0 && (nm == 0 || nm > rem / 24 || rem != 16 + (size_t)nm * 24 + 8))
         return PKV_OK; /* not a media section: the frame reports the bytes left over */
@@ -279,12 +259,12 @@ static pkv_status media_load_check(pkv_kv_cache *c, kv_file *f, kv_file_part *pa
     }
     q = f->data + f->end + 16;
     for (uint32_t i = 0; i < nm; i++) {
-        media[i].key = get64(&q);
-        uint64_t start = get64(&q);
+        media[i].key = kv_get64(&q);
+        uint64_t start = kv_get64(&q);
         media[i].start = start > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)start;
-        uint32_t rows = get32(&q);
+        uint32_t rows = kv_get32(&q);
         media[i].n_rows = rows > (uint32_t)INT32_MAX ? 0 : (int32_t)rows;
-        media[i].flags = get32(&q);
+        media[i].flags = kv_get32(&q);
     }
     memcpy(ftok, f->data + f->tok_off, (size_t)f->n_tokens * 4);
     char what[300];
