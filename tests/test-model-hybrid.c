@@ -181,6 +181,18 @@ int main(void) {
         pkv_model_free(bad);
         pkv_free(v);
     }
+    /* an MTP head asked of an architecture whose files have none names those that do */
+    {
+        pkv_mkmodel_params pl = pkv_mkmodel_default_params();
+        pl.type = PKV_TYPE_F32;
+        void *li = NULL;
+        size_t ls = 0;
+        CHECK_OK(pkv_mkmodel_memory(&pl, &li, &ls));
+        pkv_model *lm = li ? load_img(li, ls, true) : NULL;
+        CHECK(lm == NULL && strstr(pkv_errmsg(), "MTP heads are read for qwen35 files only"));
+        pkv_model_free(lm);
+        pkv_mkmodel_free_memory(li);
+    }
     /* a saved sequence of another model (another state shape) is refused on load */
     pkv_mkmodel_params p2 = params(3, 2);
     void *img2 = NULL;

@@ -8,6 +8,12 @@
 
 #include "base/quant.h"
 
+/* pkv_arch_names_where's test: the architecture's files carry MTP heads. */
+static bool has_mtp_head(const pkv_arch_ops *ops, unsigned arg) {
+    (void)arg;
+    return ops->mtp_head;
+}
+
 pkv_model_params pkv_model_default_params(void) {
     pkv_model_params p;
     memset(&p, 0, sizeof p);
@@ -951,14 +957,11 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     }
     m->hp.n_vocab = (int)te->ne[1];
     if (p.mtp) { /* the MTP head: the first layer after the trunk, alone */
-        char with[128] = ""; /* the architectures whose files have MTP heads */
-        for (int a = 0; a < PKV_ARCH_COUNT; a++)
-            if (pkv_arch_ops_of((pkv_arch)a)->mtp_head)
-                snprintf(with + strlen(with), sizeof with - strlen(with), "%s%s", with[0] ? ", " : "",
-                         pkv_arch_name((pkv_arch)a));
         if (!pkv_arch_ops_of(m->hp.arch)->mtp_head || m->hp.n_nextn < 1) {
+            char with[128]; /* the architectures whose files have MTP heads */
             if (!pkv_arch_ops_of(m->hp.arch)->mtp_head)
-                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label, with);
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label,
+                            pkv_arch_names_where(has_mtp_head, 0, ", ", with, sizeof with));
             else
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: key '%s.nextn_predict_layers' is absent or 0", m->label,
                             pkv_arch_name(m->hp.arch));
