@@ -290,10 +290,10 @@ static void scaling_keys(void) {
         CHECK(g != NULL);
         if (g && pkv_hparams_read(g, &hp, &nh, &nkv, &nff) == PKV_OK) {
             CHECK_NEAR(hp.rope_freq_scale, cases[k].want_scale, 0);
-            CHECK_NEAR(hp.rope_ext_factor, cases[k].type && !strcmp(cases[k].type, "yarn") ? 1.0 : 0.0, 0);
+            CHECK_NEAR(hp.yarn.ext_factor, cases[k].type && !strcmp(cases[k].type, "yarn") ? 1.0 : 0.0, 0);
             if (cases[k].want_fast > 0) {
-                CHECK_NEAR(hp.rope_beta_fast, cases[k].want_fast, 0);
-                CHECK_NEAR(hp.rope_beta_slow, cases[k].want_slow, 0);
+                CHECK_NEAR(hp.yarn.beta_fast, cases[k].want_fast, 0);
+                CHECK_NEAR(hp.yarn.beta_slow, cases[k].want_slow, 0);
             }
         } else {
             TH_FAIL("case %zu: %s", k, pkv_errmsg());

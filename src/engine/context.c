@@ -81,10 +81,10 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
     kp.rope_neox = m->hp.rope_neox;
     kp.rope_freq_base = m->hp.rope_base;
     kp.rope_freq_scale = m->hp.rope_freq_scale;
-    kp.rope_yarn_ext_factor = m->hp.rope_ext_factor; /* gpt-oss: the shift turns K with YaRN's angles */
-    kp.rope_yarn_n_ctx_orig = m->hp.rope_n_ctx_orig;
-    kp.rope_yarn_beta_fast = m->hp.rope_beta_fast;
-    kp.rope_yarn_beta_slow = m->hp.rope_beta_slow;
+    kp.rope_yarn_ext_factor = m->hp.yarn.ext_factor; /* gpt-oss: the shift turns K with YaRN's angles */
+    kp.rope_yarn_n_ctx_orig = m->hp.yarn.n_ctx_orig;
+    kp.rope_yarn_beta_fast = m->hp.yarn.beta_fast;
+    kp.rope_yarn_beta_slow = m->hp.yarn.beta_slow;
     return kp;
 }
 

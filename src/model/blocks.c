@@ -48,7 +48,7 @@ static void widths(const pkv_model *m, int64_t *qd, int64_t *kd, int64_t *vd, in
         *od = PKV_MAX(*od, (int64_t)ly->n_head * ly->head_dim_v);
         *ff = PKV_MAX(*ff, (int64_t)ly->n_ff);
     }
-    *ff = PKV_MAX(*ff, (int64_t)m->hp.n_ff_exp); /* gemma4: experts beside a dense FFN of another size */
+    *ff = PKV_MAX(*ff, (int64_t)m->hp.moe.n_ff); /* gemma4: experts beside a dense FFN of another size */
 }
 
 static pkv_status realloc_buf(pkv_device *dev, pkv_buffer **b, size_t bytes) {
@@ -111,8 +111,8 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
         if (m->hp.n_embd_out > 0 && ((s = realloc_buf(dev, &w->emb, t4 * (size_t)m->hp.n_embd_out)) ||
                                      (s = realloc_buf(dev, &w->hid, t4 * (size_t)m->hp.n_embd_out))))
             return s;
-        if (main_dev && m->hp.n_expert > 0 &&
-            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
+        if (main_dev && m->hp.moe.n_expert > 0 &&
+            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
              (s = realloc_buf(dev, &w->moe_ids, t4))))
             return s;
         w->cap_tokens = cap;
@@ -217,11 +217,11 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *
                          .row_stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4, .n_heads = n_heads,
                          .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,
                          .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos,
-                         .mscale = hp->rope_attn_factor};
-    if (hp->rope_ext_factor != 0) {
+                         .mscale = hp->yarn.attn_factor};
+    if (hp->yarn.ext_factor != 0) {
         float dims[2];
-        pkv_rope_yarn_corr_dims(ly->n_rot, hp->rope_n_ctx_orig, ly->rope_base, hp->rope_beta_fast, hp->rope_beta_slow, dims);
-        a.ext_factor = hp->rope_ext_factor;
+        pkv_rope_yarn_corr_dims(ly->n_rot, hp->yarn.n_ctx_orig, ly->rope_base, hp->yarn.beta_fast, hp->yarn.beta_slow, dims);
+        a.ext_factor = hp->yarn.ext_factor;
         a.corr_lo = dims[0];
         a.corr_hi = dims[1];
         if (ly->rope_freq_scale < 1.0f) a.mscale *= 1.0f + 0.1f * logf(1.0f / ly->rope_freq_scale);
@@ -460,7 +460,7 @@ static pkv_status matmul_rows(pkv_device *dev, const pkv_weight *w, int64_t r0, 
 static pkv_status moe_host_reserve(pkv_fwd_ws *ws, const pkv_hparams *hp, int64_t T) {
     if (T <= ws->h_cap_tokens) return PKV_OK;
     int64_t cap = PKV_MAX(T, ws->h_cap_tokens * 2);
-    size_t t = (size_t)cap, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    size_t t = (size_t)cap, E = (size_t)hp->n_embd, X = (size_t)hp->moe.n_expert, K = (size_t)hp->moe.n_used;
     float *p = pkv_malloc(t * X * 4), *o = pkv_malloc(t * E * 4), *y = pkv_malloc(t * E * 4), *w = pkv_malloc(t * K * 4);
     int32_t *r = pkv_malloc(t * 4), *sel = pkv_malloc(t * K * 4);
     if (!p || !o || !y || !w || !r || !sel) {
@@ -506,7 +506,7 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     pkv_fwd_ws *ws = f->ws;
     pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
     pkv_device *dev = m->dev;
-    const int64_t T = f->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
+    const int64_t T = f->T, E = hp->n_embd, X = hp->moe.n_expert, K = hp->moe.n_used, F = hp->moe.n_ff;
     const bool topk_softmax = kind->gating == PKV_MOE_TOPK_SOFTMAX;
     pkv_status s;
     PKV_CHECK_INTERNAL(X > 0 && ly->moe.router.buf);

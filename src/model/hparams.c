@@ -4,8 +4,16 @@
 #include "model/arch/arch.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The model fingerprint hashes pkv_hparams' bytes, so its groups must keep the
+ * offsets the flat fields had: 4-byte members only, no padding. */
+_Static_assert(sizeof(((pkv_hparams *)0)->moe) == 3 * sizeof(int), "hparams.moe changes the fingerprint");
+_Static_assert(sizeof(((pkv_hparams *)0)->swa) == 4 * sizeof(float), "hparams.swa changes the fingerprint");
+_Static_assert(sizeof(((pkv_hparams *)0)->yarn) == 5 * sizeof(float), "hparams.yarn changes the fingerprint");
+_Static_assert(offsetof(pkv_hparams, moe) == offsetof(pkv_hparams, rms_eps) + sizeof(float), "hparams.moe moved");
 
 /* Every architecture, in the order of pkv_arch; each is one file in src/model/arch/. */
 static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
@@ -85,11 +93,11 @@ pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffi
 }
 
 pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required) {
-    pkv_status s = required ? pkv_hp_need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->n_swa)
-                            : pkv_hp_opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->n_swa);
-    if (!s && hp->n_swa > hp->n_ctx_train)
+    pkv_status s = required ? pkv_hp_need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->swa.n)
+                            : pkv_hp_opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->swa.n);
+    if (!s && hp->swa.n > hp->n_ctx_train)
         s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d is larger than '%s.context_length' %d",
-                    pkv_gguf_label(g), arch, hp->n_swa, arch, hp->n_ctx_train);
+                    pkv_gguf_label(g), arch, hp->swa.n, arch, hp->n_ctx_train);
     return s;
 }
 
@@ -171,17 +179,17 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     }
     const bool moe = ops->moe;
     if (!s && moe) { /* expert counts and sizes: llama.cpp's keys */
-        s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert);
-        if (!s) s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, 4096, &hp->n_expert_used);
-        if (!s) s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp);
-        if (!s && hp->n_expert_used > hp->n_expert)
+        s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->moe.n_expert);
+        if (!s) s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, 4096, &hp->moe.n_used);
+        if (!s) s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->moe.n_ff);
+        if (!s && hp->moe.n_used > hp->moe.n_expert)
             s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.expert_used_count' is %d, more than the %d experts of '%s.expert_count'",
-                        lab, arch, hp->n_expert_used, hp->n_expert, arch);
+                        lab, arch, hp->moe.n_used, hp->moe.n_expert, arch);
     }
     /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
      * also carry) is not used */
-    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->n_ff_exp : -1, 1, 1 << 24, &n_ff);
-    for (int l = 0; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->n_ff_exp;
+    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, 1, 1 << 24, &n_ff);
+    for (int l = 0; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->moe.n_ff;
     for (int l = 0; !s && l < hp->n_layer; l++)
         if (n_head[l] % n_head_kv[l])
             s = pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %d attention heads, not a multiple of its %d KV heads", lab, l,
@@ -239,14 +247,14 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
          * yarn_attn_factor are ignored, as llama.cpp ignores them for these
          * architectures. */
         if (!s && yarn) {
-            hp->rope_ext_factor = 1.0f;
-            s = pkv_hp_opt_u32(g, arch, "rope.scaling.original_context_length", 1, 1u << 30, hp->n_ctx_train, &hp->rope_n_ctx_orig);
-            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &hp->rope_beta_fast);
-            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &hp->rope_beta_slow);
-            if (!s && !(hp->rope_beta_fast > 0 && hp->rope_beta_fast < INFINITY && hp->rope_beta_slow > 0 &&
-                        hp->rope_beta_slow < INFINITY))
+            hp->yarn.ext_factor = 1.0f;
+            s = pkv_hp_opt_u32(g, arch, "rope.scaling.original_context_length", 1, 1u << 30, hp->n_ctx_train, &hp->yarn.n_ctx_orig);
+            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &hp->yarn.beta_fast);
+            if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &hp->yarn.beta_slow);
+            if (!s && !(hp->yarn.beta_fast > 0 && hp->yarn.beta_fast < INFINITY && hp->yarn.beta_slow > 0 &&
+                        hp->yarn.beta_slow < INFINITY))
                 s = pkv_err(PKV_ERR_FORMAT, "%s: '%s.rope.scaling.yarn_beta_fast' %g and '_slow' %g must be > 0", lab, arch,
-                            (double)hp->rope_beta_fast, (double)hp->rope_beta_slow);
+                            (double)hp->yarn.beta_fast, (double)hp->yarn.beta_slow);
             float log_mul = 0;
             if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul);
             if (!s && log_mul != 0)
@@ -254,10 +262,10 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                             "magnitude) is not supported", lab, arch, (double)log_mul);
         }
     }
-    if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor);
-    if (!s && !(hp->rope_attn_factor > 0 && hp->rope_attn_factor < INFINITY))
+    if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->yarn.attn_factor);
+    if (!s && !(hp->yarn.attn_factor > 0 && hp->yarn.attn_factor < INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.attn_factor' is %g, must be > 0", lab, arch,
-                    (double)hp->rope_attn_factor);
+                    (double)hp->yarn.attn_factor);
     /* Phi-3 128k / Phi-3.5 / Phi-4-mini: LongRoPE's per-dimension factors */
     if (!s && (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
         s = pkv_err(PKV_ERR_UNSUPPORTED,

@@ -70,7 +70,7 @@ pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool re
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
 
 /* A mixture of experts on the first device: ffn_gate_inp (the router) and the
- * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.n_ff_exp rows (gate and up
+ * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.moe.n_ff rows (gate and up
  * may be one ffn_gate_up_exps: each expert's gate rows, then its up rows); biases:
  * the router's and each expert's bias rows are required. */
 pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases);

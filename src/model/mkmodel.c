@@ -454,10 +454,10 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     p->n_head_kv = nkv[l0];
     p->head_dim = hp.head_dim_k;
     p->n_ff = nff[l0];
-    p->n_expert = hp.n_expert; /* a draft of a MoE model is one too */
-    p->n_expert_used = hp.n_expert_used;
+    p->n_expert = hp.moe.n_expert; /* a draft of a MoE model is one too */
+    p->n_expert_used = hp.moe.n_used;
     p->n_ctx = hp.n_ctx_train;
-    p->sliding_window = hp.n_swa; /* the target's window (0 where none) */
+    p->sliding_window = hp.swa.n; /* the target's window (0 where none) */
     const pkv_arch_mk *mk = pkv_arch_ops_of(hp.arch)->mk;
     if (mk && mk->draft) mk->draft(p, &hp, nh, nkv);
     const char *tm;
@@ -474,7 +474,7 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     t->rope_freq_scale = hp.rope_freq_scale;
     t->rms_eps = hp.rms_eps;
     t->n_rot = hp.n_rot;
-    t->yarn_orig = hp.rope_ext_factor != 0 ? hp.rope_n_ctx_orig : 0;
+    t->yarn_orig = hp.yarn.ext_factor != 0 ? hp.yarn.n_ctx_orig : 0;
     pkv_free(nh);
     pkv_free(nkv);
     pkv_free(nff);

@@ -81,7 +81,7 @@ typedef struct pkv_layer {
     pkv_weight attn_norm;        /* f32 [n_embd], on devs[0] */
     pkv_weight ffn_norm;         /* f32 [n_embd], on devs[0] */
     pkv_shard_w *sh;             /* [n_dev] */
-    /* Mixture of experts (hp.n_expert > 0), on devs[0]; used in place from the file
+    /* Mixture of experts (hp.moe.n_expert > 0), on devs[0]; used in place from the file
      * where the device reads host memory. Expert e's matrix is the e-th block of rows. */
     struct {
         pkv_weight router;   /* [n_expert][n_embd] */
@@ -133,24 +133,32 @@ typedef struct pkv_hparams {
     bool rope_neox;
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
     float rms_eps;
-    int n_expert, n_expert_used; /* mixture of experts; 0 = a dense FFN */
-    int n_ff_exp;                /* rows of one expert's FFN */
+    struct {
+        int n_expert, n_used;    /* experts, and experts per token; n_expert 0 = a dense FFN */
+        int n_ff;                /* rows of one expert's FFN */
+    } moe;
     /* Gemma 2 and 3 (0 = off elsewhere) */
     float embd_scale;            /* token embeddings times this (sqrt(n_embd)) */
     float attn_scale;            /* scores times this; 0 = 1/sqrt(head_dim_k) */
     struct {
         float attn, final; /* scores and final logits become cap * tanh(x / cap); 0 = none */
-    } softcap;                   /* the fields stay in place: the fingerprint hashes this struct's bytes */
-    int n_swa, swa_pattern;      /* sliding window; layer il slides when il % pattern < pattern - 1 */
-    float rope_base_swa;         /* the sliding layers' RoPE base (gemma3: 10000; gpt-oss: rope.freq_base_swa
-                                    where the file has it) with rope_freq_scale_swa; 0 = rope_base and
-                                    rope_freq_scale on every layer */
-    float rope_freq_scale_swa;   /* with rope_base_swa: gemma3 1, gpt-oss rope_freq_scale */
+    } softcap;
+    /* The groups keep the flat fields' offsets (no padding between or inside them):
+     * the fingerprint hashes this struct's bytes (static asserts in hparams.c) */
+    struct {
+        int n, pattern;          /* sliding window; layer il slides when il % pattern < pattern - 1 */
+        float rope_base;         /* the sliding layers' RoPE base (gemma3: 10000; gpt-oss: rope.freq_base_swa
+                                    where the file has it) with rope_freq_scale; 0 = hp.rope_base and
+                                    hp.rope_freq_scale on every layer */
+        float rope_freq_scale;   /* with rope_base: gemma3 1, gpt-oss hp.rope_freq_scale */
+    } swa;
     /* YaRN RoPE scaling (rope.scaling.type "yarn", llama.cpp's keys; any architecture) */
-    float rope_ext_factor;       /* 1 with YaRN; 0 = none */
-    int rope_n_ctx_orig;         /* rope.scaling.original_context_length (default context_length) */
-    float rope_beta_fast, rope_beta_slow; /* rope.scaling.yarn_beta_fast/_slow (32, 1) */
-    float rope_attn_factor;      /* rope.scaling.attn_factor (1): times YaRN's 1 + 0.1 ln(factor) */
+    struct {
+        float ext_factor;        /* 1 with YaRN; 0 = none */
+        int n_ctx_orig;          /* rope.scaling.original_context_length (default context_length) */
+        float beta_fast, beta_slow; /* rope.scaling.yarn_beta_fast/_slow (32, 1) */
+        float attn_factor;       /* rope.scaling.attn_factor (1): times YaRN's 1 + 0.1 ln(factor) */
+    } yarn;
     /* Gated delta-net layers (qwen35; 0 elsewhere): ssm.* keys */
     struct {
         int d_conv;                      /* conv kernel */

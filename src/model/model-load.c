@@ -481,13 +481,13 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
 /* The experts of a MoE layer: 3-D tensors of n_expert matrices of [rows][cols],
  * loaded whole (on the main device) as one matrix of n_expert * rows rows. */
 static pkv_status load_experts_at(loader *L, const char *name, int64_t cols, int64_t rows, slice sl, pkv_weight *w) {
-    L->ne2 = L->m->hp.n_expert;
-    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.n_expert, true, false, L->m->dev, sl, w);
+    L->ne2 = L->m->hp.moe.n_expert;
+    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.moe.n_expert, true, false, L->m->dev, sl, w);
     L->ne2 = 0;
     if (s == PKV_ERR_FORMAT && !pkv_gguf_find_tensor(L->g, name)) return s;
     if (s == PKV_ERR_FORMAT) /* name the shape a MoE tensor must have */
         return pkv_err(s, "%s: tensor '%s' must have shape [%lld, %lld, %d] (ne0, ne1, experts)", pkv_gguf_label(L->g), name,
-                       (long long)cols, (long long)rows, L->m->hp.n_expert);
+                       (long long)cols, (long long)rows, L->m->hp.moe.n_expert);
     return s;
 }
 
@@ -721,7 +721,7 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
     pkv_layer *ly = &m->layers[il];
     char name[96];
     pkv_status s;
-    const int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
+    const int64_t E = hp->n_embd, X = hp->moe.n_expert, F = hp->moe.n_ff;
     if (X <= 0) return pkv_err(PKV_ERR_INTERNAL, "%s: layer %d: experts without an expert count", m->label, il);
     if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe.router))) return s;
     if (!pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) && pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"))) {
@@ -756,7 +756,7 @@ pkv_status pkv_load_prenorm(pkv_loader *L, int il, const pkv_attn_tensors *attn,
 /* Which layers slide: gemma4 lists them (swa_layers), the others repeat swa_pattern. */
 static bool layer_slides(const pkv_hparams *hp, int il) {
     if (hp->swa_per_layer) return hp->swa_layers[il / 64] >> (il % 64) & 1;
-    return hp->swa_pattern > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
+    return hp->swa.pattern > 0 && il % hp->swa.pattern < hp->swa.pattern - 1;
 }
 
 /* KV shared between layers (gemma4, llama.cpp's rule): the last n_shared_kv layers own
@@ -805,7 +805,7 @@ static pkv_status load_layers(loader *L) {
     const pkv_arch_ops *ops = pkv_arch_ops_of(hp->arch);
     char name[96];
     pkv_status s = PKV_OK;
-    bool moe = hp->n_expert > 0;
+    bool moe = hp->moe.n_expert > 0;
     if (moe && m->n_dev > 1)
         return pkv_err(PKV_ERR_UNSUPPORTED,
                        "%s: a mixture-of-experts model (%s) cannot be split over %d devices yet: run it on one device (-d); "
@@ -815,11 +815,11 @@ static pkv_status load_layers(loader *L) {
         pkv_layer *ly = &m->layers[il];
         /* the attention kind of the layer: sliding layers see the last n_swa tokens */
         bool sliding = layer_slides(hp, il);
-        ly->window = sliding && hp->n_swa > 0 ? hp->n_swa : 0;
+        ly->window = sliding && hp->swa.n > 0 ? hp->swa.n : 0;
         /* sliding layers with a base of their own (gemma3: and no scaling) */
-        bool local_rope = sliding && hp->rope_base_swa > 0;
-        ly->rope_base = local_rope ? hp->rope_base_swa : hp->rope_base;
-        ly->rope_freq_scale = local_rope ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
+        bool local_rope = sliding && hp->swa.rope_base > 0;
+        ly->rope_base = local_rope ? hp->swa.rope_base : hp->rope_base;
+        ly->rope_freq_scale = local_rope ? hp->swa.rope_freq_scale : hp->rope_freq_scale;
         /* and head sizes of their own (gemma4) */
         ly->head_dim_k = sliding && hp->head_dim_k_swa ? hp->head_dim_k_swa : hp->head_dim_k;
         ly->head_dim_v = sliding && hp->head_dim_v_swa ? hp->head_dim_v_swa : hp->head_dim_v;
@@ -1102,11 +1102,11 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
         size_t embd = pkv_buffer_size(m->tok_embd.buf), row = pkv_type_row_bytes(m->tok_embd.type, (size_t)m->hp.n_embd);
         info->decode_bytes_per_token = m->tied ? m->weight_bytes : m->weight_bytes - embd + row;
         /* a mixture of experts reads only the experts a token is routed to */
-        for (int l = 0; l < m->hp.n_layer && m->hp.n_expert > 0; l++) {
+        for (int l = 0; l < m->hp.n_layer && m->hp.moe.n_expert > 0; l++) {
             const pkv_layer *ly = &m->layers[l];
             uint64_t experts = (uint64_t)pkv_buffer_size(ly->moe.gate.buf) + pkv_buffer_size(ly->moe.up.buf) +
                                pkv_buffer_size(ly->moe.down.buf);
-            info->decode_bytes_per_token -= experts / (uint64_t)m->hp.n_expert * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
+            info->decode_bytes_per_token -= experts / (uint64_t)m->hp.moe.n_expert * (uint64_t)(m->hp.moe.n_expert - m->hp.moe.n_used);
         }
     }
     info->has_vocab = pkv_tokenizer_kind_of(m->tok) != PKV_TOKENIZER_NONE;
@@ -1116,8 +1116,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->assistant = m->assistant;
     info->n_embd_out = m->hp.n_embd_out;
     info->n_kv_layers = m->n_cache_layers;
-    info->n_expert = m->hp.n_expert;
-    info->n_expert_used = m->hp.n_expert_used;
+    info->n_expert = m->hp.moe.n_expert;
+    info->n_expert_used = m->hp.moe.n_used;
     info->mtp = m->mtp;
     info->n_nextn = m->hp.n_nextn;
     info->n_recurrent = 0;

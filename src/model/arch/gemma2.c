@@ -16,16 +16,16 @@ pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *h
     /* gemma2: even layers slide, odd layers see everything; gemma3: five of every
      * six layers slide, with their own RoPE base (llama.cpp's
      * rope_freq_base_train_swa) and no RoPE scaling, which is for the global layers */
-    hp->swa_pattern = gemma3 ? 6 : 2;
-    hp->rope_base_swa = gemma3 ? 10000.0f : 0.0f;
-    hp->rope_freq_scale_swa = 1.0f;
+    hp->swa.pattern = gemma3 ? 6 : 2;
+    hp->swa.rope_base = gemma3 ? 10000.0f : 0.0f;
+    hp->swa.rope_freq_scale = 1.0f;
     /* gemma3 needs the window, as llama.cpp does: without it the sliding layers
      * would see everything, silently wrong */
     pkv_status s = pkv_hp_window(g, arch, hp, gemma3);
     /* a file may give the sliding layers' base (llama.cpp reads the key too) */
-    if (!s && gemma3) s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa);
-    if (!s && gemma3 && !(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
-        s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->rope_base_swa);
+    if (!s && gemma3) s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->swa.rope_base);
+    if (!s && gemma3 && !(hp->swa.rope_base > 0 && hp->swa.rope_base < INFINITY))
+        s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->swa.rope_base);
     if (!s) s = pkv_hp_opt_f32(g, arch, "attn_logit_softcapping", 0.0f, &hp->softcap.attn);
     if (!s) s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 0.0f, &hp->softcap.final);
     if (!s && (!(hp->softcap.attn >= 0) || !(hp->softcap.final >= 0) || hp->softcap.attn == INFINITY ||

@@ -40,14 +40,14 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         (s = pkv_hp_need_u32(g, arch, "attention.key_length_swa", 1, 4096, &hp->head_dim_k_swa)) ||
         (s = pkv_hp_need_u32(g, arch, "attention.value_length_swa", 1, 4096, &hp->head_dim_v_swa)) ||
         (s = pkv_hp_opt_u32(g, arch, "rope.dimension_count_swa", 2, 4096, hp->n_rot, &hp->n_rot_swa)) ||
-        (s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa)))
+        (s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->swa.rope_base)))
         return s;
     if (nextn != hp->n_layer)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.nextn_predict_layers' %d must equal '%s.block_count' %d (every layer of an "
                        "assistant is a drafting layer)", lab, arch, nextn, arch, hp->n_layer);
-    if (hp->n_swa < 2)
+    if (hp->swa.n < 2)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.sliding_window' %d: an assistant needs a window of at least 2 (its "
-                       "queries sit after the cached tokens)", lab, arch, hp->n_swa);
+                       "queries sit after the cached tokens)", lab, arch, hp->swa.n);
     if (hp->n_embd_out == hp->n_embd)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.embedding_length_out' %d (the target's width) equals '%s.embedding_length': "
                        "an assistant has a width of its own (llama.cpp refuses this file too)", lab, arch, hp->n_embd_out, arch);
@@ -58,14 +58,14 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (hp->n_rot_swa % 2 || hp->n_rot_swa > hp->head_dim_k_swa)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.rope.dimension_count_swa' %d must be even and at most "
                        "'%s.attention.key_length_swa' %d", lab, arch, hp->n_rot_swa, arch, hp->head_dim_k_swa);
-    if (!(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
-        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->rope_base_swa);
-    if (hp->rope_ext_factor != 0)
+    if (!(hp->swa.rope_base > 0 && hp->swa.rope_base < INFINITY))
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->swa.rope_base);
+    if (hp->yarn.ext_factor != 0)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: YaRN RoPE scaling ('%s.rope.scaling.type') with Gemma 4's proportional RoPE "
                        "is not supported", lab, arch);
     hp->embd_scale = sqrtf((float)hp->n_embd_out); /* the target's embedding, at the target's scale */
     hp->attn_scale = 1.0f;
-    hp->rope_freq_scale_swa = 1.0f;
+    hp->swa.rope_freq_scale = 1.0f;
     hp->softcap.final = 0; /* llama.cpp's assistant caps nothing */
     return pkv_gemma4_rope_freqs(g, hp);
 }
@@ -179,9 +179,9 @@ static pkv_status attach(pkv_model *a, const pkv_model *t, pkv_kv_cache *c) {
     if (a->hp.n_vocab != t->hp.n_vocab)
         return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has %d tokens in its vocabulary (token_embd.weight), the "
                        "target %s has %d", an, a->hp.n_vocab, tn, t->hp.n_vocab);
-    if (a->hp.n_swa != t->hp.n_swa)
+    if (a->hp.swa.n != t->hp.swa.n)
         return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s has a sliding window of %d tokens, the target %s of %d (key "
-                       "'attention.sliding_window')", an, a->hp.n_swa, tn, t->hp.n_swa);
+                       "'attention.sliding_window')", an, a->hp.swa.n, tn, t->hp.swa.n);
     const int L = t->hp.n_layer;
     if (L < 2 || !slides(t, L - 2) || slides(t, L - 1))
         return pkv_err(PKV_ERR_MISMATCH, "attach: the assistant %s reads the KV of the target's last two layers, a sliding and "
@@ -310,8 +310,8 @@ static pkv_status mk_build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     TRY(pkv_mk_u32(&b, "rope.dimension_count", (uint32_t)hp.n_rot));
     TRY(pkv_mk_u32(&b, "rope.dimension_count_swa", (uint32_t)hp.n_rot_swa));
     TRY(pkv_mk_f32(&b, "rope.freq_base", hp.rope_base));
-    TRY(pkv_mk_f32(&b, "rope.freq_base_swa", hp.rope_base_swa));
-    TRY(pkv_mk_u32(&b, "attention.sliding_window", (uint32_t)hp.n_swa));
+    TRY(pkv_mk_f32(&b, "rope.freq_base_swa", hp.swa.rope_base));
+    TRY(pkv_mk_u32(&b, "attention.sliding_window", (uint32_t)hp.swa.n));
     TRY(pkv_mk_f32(&b, "attention.layer_norm_rms_epsilon", hp.rms_eps));
     TRY(pkv_mk_u32(&b, "attention.shared_kv_layers", 0)); /* read by llama.cpp, unused */
     TRY(pkv_mk_u32(&b, "vocab_size", (uint32_t)V));

@@ -104,7 +104,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     pkv_status s;
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->attn_scale = 1.0f; /* Gemma 4's q and k norms stand in for 1/sqrt(d) */
-    hp->rope_freq_scale_swa = 1.0f;
+    hp->swa.rope_freq_scale = 1.0f;
     /* required, as llama.cpp's loader requires them (the common reader has defaults) */
     snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
     if (pkv_gguf_find_key(g, k) < 0) return pkv_err(PKV_ERR_FORMAT, "%s: key '%s' not found", lab, k);
@@ -114,7 +114,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         (s = pkv_hp_need_u32(g, arch, "embedding_length_per_layer_input", 0, 1 << 16, &hp->n_embd_per_layer)) ||
         (s = pkv_hp_opt_u32(g, arch, "attention.shared_kv_layers", 0, 1u << 20, 0, &hp->n_shared_kv)) ||
         (s = pkv_hp_opt_u32(g, arch, "rope.dimension_count_swa", 2, 4096, hp->n_rot, &hp->n_rot_swa)) ||
-        (s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa)) ||
+        (s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 10000.0f, &hp->swa.rope_base)) ||
         (s = pkv_hp_opt_f32(g, arch, "final_logit_softcapping", 30.0f, &hp->softcap.final)))
         return s;
     if (hp->head_dim_k != hp->head_dim_v || hp->head_dim_k_swa != hp->head_dim_v_swa)
@@ -127,20 +127,20 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (hp->n_shared_kv >= hp->n_layer)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.shared_kv_layers' %d must be below '%s.block_count' %d", lab, arch,
                        hp->n_shared_kv, arch, hp->n_layer);
-    if (!(hp->rope_base_swa > 0 && hp->rope_base_swa < INFINITY))
-        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->rope_base_swa);
+    if (!(hp->swa.rope_base > 0 && hp->swa.rope_base < INFINITY))
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)hp->swa.rope_base);
     if (!(hp->softcap.final >= 0 && hp->softcap.final < INFINITY))
         return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.final_logit_softcapping' is %g, must be >= 0 (0 = off)", lab, arch,
                        (double)hp->softcap.final);
-    if (hp->rope_ext_factor != 0)
+    if (hp->yarn.ext_factor != 0)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: YaRN RoPE scaling ('%s.rope.scaling.type') with Gemma 4's proportional RoPE "
                        "is not supported", lab, arch);
     /* experts (26B-A4B): in the layers that have ffn_gate_inp, beside their dense FFN */
     snprintf(k, sizeof k, "%s.expert_count", arch);
     if (pkv_gguf_find_key(g, k) >= 0) {
-        if ((s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->n_expert)) ||
-            (s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, (uint32_t)hp->n_expert, &hp->n_expert_used)) ||
-            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->n_ff_exp)))
+        if ((s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->moe.n_expert)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, (uint32_t)hp->moe.n_expert, &hp->moe.n_used)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->moe.n_ff)))
             return s;
         hp->moe_dense = true;
     }
@@ -169,7 +169,7 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
     const bool moe = pkv_gguf_find_tensor(pkv_loader_gguf(L), name) != NULL;
-    if (moe && hp->n_expert == 0)
+    if (moe && hp->moe.n_expert == 0)
         return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' makes layer %d a mixture of experts, but key 'gemma4.expert_count' "
                        "is absent", m->label, name, il);
     pkv_status s = pkv_load_prenorm(L, il,
@@ -189,7 +189,7 @@ static pkv_status load_layer(pkv_loader *L, int il) {
         if (!s) s = pkv_weight_host(m, m->dev, in, E, &ly->moe.router_in);
         pkv_free(in);
         snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
-        if (!s) s = pkv_load_host_f32(L, name, hp->n_expert, false, &ly->moe.exp_scale);
+        if (!s) s = pkv_load_host_f32(L, name, hp->moe.n_expert, false, &ly->moe.exp_scale);
     }
     snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
     if (!s) s = pkv_load_global(L, name, 1, 1, false, true, &ly->out_scale);

@@ -19,14 +19,14 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     /* every other layer slides, the even ones (set_swa_pattern(2); the file may
      * say otherwise), over the required attention.sliding_window */
     pkv_status s = pkv_hp_window(g, arch, hp, true);
-    if (!s) s = pkv_hp_opt_u32(g, arch, "attention.sliding_window_pattern", 1, 4096, 2, &hp->swa_pattern);
+    if (!s) s = pkv_hp_opt_u32(g, arch, "attention.sliding_window_pattern", 1, 4096, 2, &hp->swa.pattern);
     /* the sliding layers rotate as the others unless the file gives them a base */
     float base_swa = 0;
     if (!s) s = pkv_hp_opt_f32(g, arch, "rope.freq_base_swa", 0.0f, &base_swa);
     if (!s && base_swa != 0 && !(base_swa > 0 && base_swa < INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.freq_base_swa' is %g, must be > 0", lab, arch, (double)base_swa);
-    hp->rope_base_swa = base_swa;
-    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    hp->swa.rope_base = base_swa;
+    hp->swa.rope_freq_scale = hp->rope_freq_scale;
     /* llama.cpp sizes the heads by the rotary dimensions and scales scores by
      * 1/sqrt(n_rot): both are the head size here, or the file is refused */
     if (!s && hp->n_rot != hp->head_dim_k)
