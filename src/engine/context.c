@@ -368,7 +368,7 @@ pkv_status pkv_context_draft_step(pkv_context *ctx, const int32_t *tokens, int32
     if (!ctx || !tokens || n <= 0 || !h_in) return pkv_err(PKV_ERR_INVALID, "draft_step: NULL argument or n <= 0");
     pkv_model *m = ctx->m;
     if (!m->assistant || !m->embd_of)
-        return pkv_err(PKV_ERR_INVALID, "draft_step: %s is not a Gemma 4 assistant attached to a target", m->label);
+        return pkv_err(PKV_ERR_INVALID, "draft_step: %s is not a query-only draft (pkv_model_info.assistant) attached to a target", m->label);
     const int64_t len = pkv_kv_seq_len(ctx->c, ctx->seq);
     if (len < 1) return pkv_err(PKV_ERR_INVALID, "draft_step: the target's sequence is empty: nothing to draft from");
     for (int32_t i = 0; i < n; i++)

@@ -295,14 +295,15 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         return pkv_err(PKV_ERR_INVALID, "forward: the batch holds %lld media rows' ids, %lld rows were given", (long long)n_media,
                        (long long)b->n_media_rows);
     if (n_media && (m->assistant || m->mtp || m->ple.tok || b->peek || b->hidden_in))
-        return pkv_err(PKV_ERR_UNSUPPORTED, "forward: media rows into %s (a Gemma 4, assistant or MTP model) are not supported",
+        return pkv_err(PKV_ERR_UNSUPPORTED, "forward: media rows into %s (a model with per-layer embeddings, a query-only draft or an "
+                       "MTP head) are not supported",
                        m->label);
     const fwd_mem mem = {.last_w = last_layer_of(c, false), .last_r = last_layer_of(c, true)};
     if (b->peek) { /* read-only queries: the cache must hold what they read; they run in one step */
         if (!b->pos) return pkv_err(PKV_ERR_INVALID, "forward: queries that append nothing need their positions");
         if (!m->assistant)
-            return pkv_err(PKV_ERR_INVALID, "forward: %s computes K/V: only a model whose layers only read (a Gemma 4 "
-                           "assistant) runs queries that append nothing", m->label);
+            return pkv_err(PKV_ERR_INVALID, "forward: %s computes K/V: only a model whose layers only read (a query-only "
+                           "draft, pkv_model_info.assistant) runs queries that append nothing", m->label);
         for (int i = 0; i < b->n_seqs; i++) {
             if (mem.last_r >= 0 && pkv_kv_seq_state_len(c, b->seqs[i]) < pkv_kv_seq_len(c, b->seqs[i]))
                 return pkv_err(PKV_ERR_INVALID, "forward: sequence %d's recurrent state is behind its tokens", b->seqs[i]);
