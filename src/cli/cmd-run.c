@@ -267,9 +267,10 @@ static void run_usage(FILE *f) {
             "                       also for models without a vocabulary)\n"
             "  --ids-out FILE       the generated ids as a JSON array, with the end-of-generation\n"
             "                       token that stopped it (not with --fork)\n"
-            "  --spec-log FILE      with --draft: one JSON object per verification round, a line\n"
-            "                       each: {\"pos\": position of the last committed token the draft\n"
-            "                       went on from, \"proposed\": [ids], \"accepted\": how many kept}\n"
+            "  --spec-log FILE      with --draft: one JSON object per round, a line each: {\"pos\":\n"
+            "                       position of the last committed token the draft went on from,\n"
+            "                       \"proposed\": [ids], \"accepted\": how many kept}; rounds with\n"
+            "                       nothing proposed too (the prompt's own token, the last of -n)\n"
             "Timings (load, prefill and decode tokens/s) go to stderr.\n");
 }
 
