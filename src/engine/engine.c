@@ -54,7 +54,7 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
         return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for a row of %d probabilities", (int)e->n_vocab);
     if (d->hp.n_vocab != e->n_vocab)
         return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
-                       "model's vocabulary", d->hp.n_vocab, (int)e->n_vocab);
+                       "model's vocabulary (pagekv mkmodel --draft-of makes one)", d->hp.n_vocab, (int)e->n_vocab);
     if (d->assistant) { /* no cache of its own: it reads the model's pages, fed the model's hidden states */
         pkv_status st = pkv_model_attach(d, e->m, e->c);
         if (st) return st;
