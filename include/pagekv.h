@@ -1343,7 +1343,8 @@ pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token
  *    sequence (O(1)) so it always reads the target's own K/V. */
 typedef struct pkv_spec pkv_spec;
 
-/* One propose-verify round of pkv_spec_generate, for logs and cross-checks. */
+/* One propose-verify round of pkv_spec_generate or of a request of the serving
+ * engine (pkv_engine_params.on_draft_round), for logs and cross-checks. */
 typedef struct pkv_spec_round {
     int64_t pos;             /* position of the last committed token, from which the draft went on */
     const int32_t *proposed; /* the draft's tokens, in order [n_proposed] (valid during the call) */
@@ -1530,6 +1531,27 @@ typedef enum pkv_spill_mode {
     PKV_SPILL_ALWAYS = 2, /* spill whenever there is a page to spill */
 } pkv_spill_mode;
 
+/* Which proposals of the draft a step keeps (pkv_engine_params.draft_accept). */
+typedef enum pkv_draft_accept {
+    /* Sample-then-compare: the draft proposes its most likely tokens; the model's
+     * row of each is sampled as plain decoding would sample it (the request's own
+     * sampler, seeded), and a proposal is kept while the sample equals it. Every
+     * request's tokens and log-probabilities are those of plain decoding, for any
+     * sampler and seed. */
+    PKV_DRAFT_ACCEPT_MATCH = 0,
+    /* The speculative-sampling rule (pkv_spec's): each proposal d is drawn from q =
+     * the request's sampler chain over the draft's logits, with the sample's own
+     * sampler (seed + sample index); the model keeps d with probability
+     * min(1, p(d)/q(d)), p = the chain over its row, else samples the residual
+     * max(0, p - q) and the round ends; all kept: one more token sampled from the
+     * next row. Each token has the distribution plain decoding gives it, and more
+     * proposals are kept than by MATCH at temperature > 0, but the tokens for a
+     * seed are not plain decoding's (they are reproducible for the same requests
+     * and draft). With greedy sampling the tokens are plain decoding's. A request
+     * with a grammar is verified by MATCH. */
+    PKV_DRAFT_ACCEPT_SAMPLING = 1,
+} pkv_draft_accept;
+
 typedef struct pkv_engine_params {
     pkv_cache_params cache;  /* the engine's own KV cache: n_ctx is the per-sequence limit
                                 (prompt + max_tokens <= n_ctx), n_pages the device pool,
@@ -1540,12 +1562,12 @@ typedef struct pkv_engine_params {
     bool swap;               /* preempt by swapping to the host pool when it has room
                                 (default true); false: always drop and recompute */
     /* Speculative decoding (docs/engine.md): a draft proposes up to draft_max tokens
-     * per sequence and step, the step verifies them with the others' tokens, and a
-     * proposal is kept only where the sample drawn from the target's row equals it,
-     * so every request's tokens are those of plain decoding (any sampler, seeded).
+     * per sequence and step, the step verifies them with the others' tokens, and
+     * draft_accept says which are kept.
      * draft: NULL (off), an MTP head of the model (pkv_model_params.mtp: fed the
-     * target's hidden states), or a draft model with the model's vocabulary and its
-     * own cache; not owned, must outlive the engine. Not a shared-KV draft. */
+     * target's hidden states), Gemma 4's assistant, or a draft model with the
+     * model's vocabulary and its own cache; not owned, must outlive the engine.
+     * Not a shared-KV draft. */
     pkv_model *draft;
     int draft_max;           /* proposals per sequence and step, 1..64; 0 = 4 */
     /* Preemption when the sequence cannot be swapped (the host pool is full, or swap
@@ -1553,6 +1575,18 @@ typedef struct pkv_engine_params {
      * spill its full pages to disk before dropping it, so the resume loads them back
      * instead of recomputing them (docs/engine.md, "Spilling to disk"). */
     pkv_spill_mode spill;    /* default PKV_SPILL_AUTO */
+    /* The acceptance rule of speculative decoding (with draft set). */
+    pkv_draft_accept draft_accept; /* default PKV_DRAFT_ACCEPT_MATCH */
+    /* Called on the stepping thread for every sampling round of a sequence while a
+     * draft is set (NULL = none): r->pos is the position of the last committed
+     * token the round went on from, r->proposed what the draft proposed after it
+     * (n_proposed may be 0: a round with nothing proposed, such as the prompt's
+     * first token or the last token of max_tokens) and r->n_accepted how many the
+     * model kept; the round then commits those and one token of the model's own,
+     * unless the request ended inside them. request_id is submit's id, sample the
+     * sample's index. */
+    void (*on_draft_round)(uint64_t request_id, int sample, const pkv_spec_round *r, void *user);
+    void *draft_round_user;
 } pkv_engine_params;
 
 pkv_engine_params pkv_engine_default_params(void);
@@ -1617,7 +1651,7 @@ typedef struct pkv_engine_stats {
     bool batch_invariant;        /* every device of the model claims caps.batch_invariant: a
                                     request's tokens do not depend on what it is batched with */
     uint64_t draft_proposed;     /* speculative decoding: proposals the model verified */
-    uint64_t draft_accepted;     /* of those, kept (the target sampled the same token) */
+    uint64_t draft_accepted;     /* of those, kept (by the rule pkv_engine_params.draft_accept) */
     uint64_t draft_steps;        /* the draft's forward passes */
     uint64_t draft_disabled;     /* sequences that went on without the draft (its pool ran out) */
     uint64_t grammar_masks;      /* constrained output: masks of allowed tokens computed (one per

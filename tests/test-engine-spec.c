@@ -10,6 +10,10 @@
  *  - qwen35's own MTP head (fed the model's hidden states), where rejecting a
  *    proposal also rolls the recurrent state back (checkpoint and replay);
  *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states).
+ * The speculative-sampling rule (PKV_DRAFT_ACCEPT_SAMPLING): greedy requests get
+ * plain decoding's tokens with every kind of draft; seeded ones are reproducible,
+ * the model as its own draft (p == q) keeps every proposal, and over 3,000 seeds
+ * on a 16-token model the tokens it verifies have the model's distribution.
  * Then the same on vulkan:0 when it exists, and bad drafts refused. */
 #include "base/base.h"
 #include "engine-testlib.h"
@@ -67,9 +71,13 @@ static void run_alone(work *w) {
     for (int i = 0; i < NQ; i++) et_alone(g_m, &w->rp[i], &w->alone[i]);
 }
 
-/* All of w through an engine with draft d, submitted over the first steps. */
-static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, bool swap, int draft_max,
-                     pkv_engine_stats *st) {
+/* The acceptance rule run_spec's engines use. */
+static pkv_draft_accept g_rule = PKV_DRAFT_ACCEPT_MATCH;
+
+/* All of w through an engine with draft d, submitted over the first steps; compare:
+ * each request's events must be those of w->alone. */
+static void run_spec_ex(work *w, pkv_model *d, const char *what, int64_t n_pages, bool swap, int draft_max,
+                        pkv_engine_stats *st, bool compare) {
     pkv_engine_params ep = et_params(256, 8, n_pages);
     ep.cache.n_seq_max = NQ;
     ep.cache.host_pages = n_pages ? 1000 : 0;
@@ -77,6 +85,7 @@ static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, b
     ep.swap = swap;
     ep.draft = d;
     ep.draft_max = draft_max;
+    ep.draft_accept = g_rule;
     pkv_engine *e = pkv_engine_create(g_m, ep);
     if (!e) {
         TH_FAIL("%s: engine: %s", what, pkv_errmsg());
@@ -99,7 +108,7 @@ static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, b
         }
     }
     int bad = 0;
-    for (int i = 0; i < NQ; i++) bad += !et_same(&w->alone[i], &w->got[i], w->rp[i].n, what, i);
+    for (int i = 0; compare && i < NQ; i++) bad += !et_same(&w->alone[i], &w->got[i], w->rp[i].n, what, i);
     pkv_engine_stats_get(e, st);
     fprintf(stderr, "  %-44s %d of %d differ; proposed %llu, accepted %llu, %llu steps (+%llu draft), preempted %llu "
                     "swap %llu recompute, %llu without draft\n",
@@ -112,6 +121,41 @@ static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, b
     CHECK_INT(st->pages_used, 0);
     CHECK_INT(st->n_running + st->n_swapped + st->n_recompute, 0);
     pkv_engine_free(e);
+}
+
+static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, bool swap, int draft_max,
+                     pkv_engine_stats *st) {
+    run_spec_ex(w, d, what, n_pages, swap, draft_max, st, true);
+}
+
+/* PKV_DRAFT_ACCEPT_SAMPLING with draft d (self: the model loaded again): greedy
+ * requests get plain decoding's events; seeded requests (temperature 0.9) get the
+ * same events twice from the same schedule, and a draft equal to the model
+ * (p == q) keeps every proposal, where the MATCH rule keeps about half. Preempted
+ * (swap), they still finish, and a draft equal to the model still keeps all; their
+ * tokens may differ, as the rounds that propose depend on the schedule. */
+static void check_rule(pkv_model *d, const char *name, bool self) {
+    static work w;
+    char what[96];
+    pkv_engine_stats st;
+    g_rule = PKV_DRAFT_ACCEPT_SAMPLING;
+    make_work(&w, 9, true);
+    run_alone(&w);
+    snprintf(what, sizeof what, "%s, sampling rule, greedy:", name);
+    run_spec(&w, d, what, 0, true, 4, &st);
+    if (self) CHECK_INT(st.draft_accepted, st.draft_proposed);
+    make_work(&w, 7, false);
+    snprintf(what, sizeof what, "%s, sampling rule, seeded:", name);
+    run_spec_ex(&w, d, what, 0, true, 4, &st, false);
+    if (self) CHECK_INT(st.draft_accepted, st.draft_proposed);
+    for (int i = 0; i < NQ; i++) w.alone[i] = w.got[i];
+    snprintf(what, sizeof what, "%s, sampling rule, seeded again:", name);
+    run_spec(&w, d, what, 0, true, 4, &st);
+    snprintf(what, sizeof what, "%s, sampling rule, seeded, 28 pages, swap:", name);
+    run_spec_ex(&w, d, what, 28, true, 4, &st, false);
+    CHECK(st.preemptions_swap > 0);
+    if (self) CHECK_INT(st.draft_accepted, st.draft_proposed);
+    g_rule = PKV_DRAFT_ACCEPT_MATCH;
 }
 
 /* The workload with draft d: a roomy pool, then one that preempts by swap and one
@@ -181,6 +225,8 @@ static void run_device(const char *dev, bool full) {
         check_draft(&w, self, "llama, itself as draft", true, full);
         check_self_greedy(self, "llama, itself as draft, greedy:");
         if (full) check_draft(&w, other, "llama, another model as draft", false, false);
+        check_rule(self, "llama, itself as draft", true);
+        if (full) check_rule(other, "llama, another model as draft", false);
         if (full) bad_drafts();
     }
     pkv_model_free(self);
@@ -196,6 +242,8 @@ static void run_device(const char *dev, bool full) {
         /* partly kept proposals: the state goes back to the last kept token */
         if (full) check_draft(&w, self35, "qwen35, itself as draft", true, false);
         check_self_greedy(self35, "qwen35, itself as draft, greedy:");
+        check_rule(head, "qwen35, its MTP head as draft", false);
+        if (full) check_rule(self35, "qwen35, itself as draft", true);
     }
     pkv_model_free(head);
     pkv_model_free(self35);
@@ -233,6 +281,7 @@ static void check_assistant(const char *dev, bool full) {
         make_work(&w, 10, false);
         run_alone(&w);
         check_draft(&w, asst, "gemma4, its assistant as draft", false, full);
+        check_rule(asst, "gemma4, its assistant as draft", false);
     } else {
         TH_FAIL("gemma4 and its assistant on %s: %s", dev, pkv_errmsg());
     }
@@ -241,6 +290,149 @@ static void check_assistant(const char *dev, bool full) {
     g_m = NULL;
     unlink(tf);
     unlink(af);
+}
+
+/* A 16-token llama (no vocabulary) for distribution checks. */
+static pkv_model *tiny(uint64_t seed) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.type = PKV_TYPE_F32;
+    p.n_layer = 2;
+    p.n_embd = 32;
+    p.n_head = 2;
+    p.n_head_kv = 1;
+    p.n_ff = 64;
+    p.n_vocab = 16;
+    p.no_vocab = true;
+    p.seed = seed;
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(&p, &data, &size)) {
+        TH_FAIL("mkmodel: %s", pkv_errmsg());
+        return NULL;
+    }
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    pkv_model *m = pkv_model_load_memory(data, size, "engine-spec-tiny", mp);
+    pkv_mkmodel_free_memory(data);
+    if (!m) TH_FAIL("load: %s", pkv_errmsg());
+    return m;
+}
+
+/* softmax(row / temp) over 16 tokens, added to p with weight w. */
+static void add_softmax(const float *row, double temp, double w, double *p) {
+    double mx = -1e300, sum = 0, e[16];
+    for (int i = 0; i < 16; i++) mx = fmax(mx, row[i]);
+    for (int i = 0; i < 16; i++) sum += e[i] = exp(((double)row[i] - mx) / temp);
+    for (int i = 0; i < 16; i++) p[i] += w * e[i] / sum;
+}
+
+/* Pearson chi-square of counts against probabilities (bins expecting fewer than 5
+ * merged into one); *df its degrees of freedom. */
+static double chi2(const int *cnt, const double *p, int n, int *df) {
+    double x = 0, rest_e = 0, rest_o = 0;
+    int bins = 0;
+    for (int i = 0; i < 16; i++) {
+        double e = p[i] * n;
+        if (e < 5) {
+            rest_e += e, rest_o += cnt[i];
+            continue;
+        }
+        x += (cnt[i] - e) * (cnt[i] - e) / e;
+        bins++;
+    }
+    if (rest_e > 0) x += (rest_o - rest_e) * (rest_o - rest_e) / fmax(rest_e, 1e-9), bins++;
+    *df = bins - 1;
+    return x;
+}
+
+/* The rule's distribution: N requests of 4 tokens from one prompt, seeds 0..N-1,
+ * temperature 1.5 (no top-k/p), draft_max 2. Token 1 is sampled from the prompt's
+ * row; tokens 2 and 3 are those of the round that verifies the draft's two
+ * proposals (kept, or the residual's after a rejection): each must have the model's
+ * marginal distribution (p2 = sum_a p1(a) p(.|a), p3 likewise), with an unrelated
+ * draft (rejections) and with the model itself (all kept). */
+static void check_rule_distribution(void) {
+    enum { N = 3000 };
+    const double temp = 1.5;
+    pkv_model *t = tiny(11), *drafts[2] = {tiny(12), tiny(11)};
+    pkv_kv_cache *c = t ? pkv_model_cache_create(t, pkv_cache_default_params()) : NULL;
+    REQUIRE_VOID(t && drafts[0] && drafts[1] && c);
+    const int32_t prompt[3] = {1, 2, 3};
+    double p1[16] = {0}, p2[16] = {0}, p3[16] = {0};
+    pkv_context *ref = pkv_context_create(t, c, 0);
+    REQUIRE_VOID(ref);
+    CHECK_OK(pkv_context_decode(ref, prompt, 3));
+    add_softmax(pkv_context_logits(ref), temp, 1, p1);
+    for (int a = 0; a < 16; a++) {
+        pkv_context *f = pkv_context_fork(ref);
+        REQUIRE_VOID(f);
+        double pa[16] = {0};
+        CHECK_OK(pkv_context_decode(f, &(int32_t){a}, 1));
+        add_softmax(pkv_context_logits(f), temp, 1, pa);
+        for (int b = 0; b < 16; b++) {
+            p2[b] += p1[a] * pa[b];
+            pkv_context *g = pkv_context_fork(f);
+            REQUIRE_VOID(g);
+            CHECK_OK(pkv_context_decode(g, &(int32_t){b}, 1));
+            add_softmax(pkv_context_logits(g), temp, p1[a] * pa[b], p3);
+            pkv_context_free(g);
+        }
+        pkv_context_free(f);
+    }
+    pkv_context_free(ref);
+    pkv_kv_cache_free(c);
+    static et_rec rec[N];
+    for (int k = 0; k < 2; k++) {
+        pkv_engine_params ep = et_params(64, 8, 0);
+        ep.cache.n_seq_max = 64;
+        ep.draft = drafts[k];
+        ep.draft_max = 2;
+        ep.draft_accept = PKV_DRAFT_ACCEPT_SAMPLING;
+        pkv_engine *e = pkv_engine_create(t, ep);
+        REQUIRE_VOID(e);
+        for (int i = 0; i < N; i++) {
+            memset(&rec[i], 0, sizeof rec[i]);
+            pkv_request_params r = pkv_request_default_params();
+            r.prompt = prompt;
+            r.n_prompt = 3;
+            r.max_tokens = 4;
+            r.ignore_eos = true;
+            r.sampling.temp = (float)temp;
+            r.sampling.top_k = 0;
+            r.sampling.top_p = 1;
+            r.sampling.min_p = 0;
+            r.sampling.seed = (uint64_t)i;
+            r.on_event = et_on_event;
+            r.user = &rec[i];
+            CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        }
+        et_drain(e);
+        pkv_engine_stats st;
+        pkv_engine_stats_get(e, &st);
+        pkv_engine_free(e);
+        int c1[16] = {0}, c2[16] = {0}, c3[16] = {0}, df1, df2, df3;
+        for (int i = 0; i < N; i++) {
+            if (rec[i].s[0].n != 4) {
+                TH_FAIL("request %d: %d tokens", i, rec[i].s[0].n);
+                break;
+            }
+            c1[rec[i].s[0].tok[0]]++, c2[rec[i].s[0].tok[1]]++, c3[rec[i].s[0].tok[2]]++;
+        }
+        double x1 = chi2(c1, p1, N, &df1), x2 = chi2(c2, p2, N, &df2), x3 = chi2(c3, p3, N, &df3);
+        fprintf(stderr, "  16-token model, sampling rule, %s draft: kept %llu of %llu; chi2 token 1 = %.1f (df %d), "
+                        "token 2 = %.1f (df %d), token 3 = %.1f (df %d)\n",
+                k ? "itself as" : "an unrelated", (unsigned long long)st.draft_accepted,
+                (unsigned long long)st.draft_proposed, x1, df1, x2, df2, x3, df3);
+        /* df <= 15: the 0.999 quantile is 37.7 */
+        CHECK(x1 < 37.7);
+        CHECK(x2 < 37.7);
+        CHECK(x3 < 37.7);
+        if (k) CHECK_INT(st.draft_accepted, st.draft_proposed);
+        else CHECK(st.draft_accepted > 0 && st.draft_accepted < st.draft_proposed);
+    }
+    pkv_model_free(drafts[0]);
+    pkv_model_free(drafts[1]);
+    pkv_model_free(t);
 }
 
 /* bench serve --mtp: the engine's figures with the MTP head drafting. */
@@ -264,6 +456,7 @@ static void bench_cli(void) {
 
 int main(void) {
     bench_cli();
+    check_rule_distribution();
     run_device("cpu", true);
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
     if (v) {

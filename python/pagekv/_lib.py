@@ -192,7 +192,8 @@ class RequestParams(Structure):
 class EngineParams(Structure):
     _fields_ = [("cache", CacheParams), ("max_batch_tokens", c_int), ("max_seqs", c_int),
                 ("prefix_cache", c_bool), ("swap", c_bool), ("draft", c_void_p), ("draft_max", c_int),
-                ("spill", c_int)]
+                ("spill", c_int), ("draft_accept", c_int), ("on_draft_round", c_void_p),
+                ("draft_round_user", c_void_p)]
 
 
 class EngineStats(Structure):

@@ -166,6 +166,12 @@ static void log_round(const pkv_spec_round *r, void *user) {
     fprintf(f, "], \"accepted\": %d}\n", r->n_accepted);
 }
 
+/* the engine's rounds (one request: id and sample need no saying) */
+static void log_engine_round(uint64_t id, int sample, const pkv_spec_round *r, void *user) {
+    (void)id, (void)sample;
+    log_round(r, user);
+}
+
 /* --ids-out: the ids as a JSON array, through the safe-output path (a temporary
  * renamed over the target); false (said on stderr) when it cannot be written */
 static bool write_ids(const char *path, const int32_t *ids, size_t n) {
@@ -261,9 +267,10 @@ static void run_usage(FILE *f) {
             "                       also for models without a vocabulary)\n"
             "  --ids-out FILE       the generated ids as a JSON array, with the end-of-generation\n"
             "                       token that stopped it (not with --fork)\n"
-            "  --spec-log FILE      with --draft: one JSON object per verification round, a line\n"
-            "                       each: {\"pos\": position of the last committed token the draft\n"
-            "                       went on from, \"proposed\": [ids], \"accepted\": how many kept}\n"
+            "  --spec-log FILE      with --draft: one JSON object per round, a line each: {\"pos\":\n"
+            "                       position of the last committed token the draft went on from,\n"
+            "                       \"proposed\": [ids], \"accepted\": how many kept}; rounds with\n"
+            "                       nothing proposed too (the prompt's own token, the last of -n)\n"
             "Timings (load, prefill and decode tokens/s) go to stderr.\n");
 }
 
@@ -447,7 +454,10 @@ typedef struct run_state {
     printer pr[64];
     int32_t *toks; /* [n_text] prompt ids */
     pkv_model *draft;
+    bool draft_shared; /* a shared-KV draft: pkv_spec drafts (the engine's drafts have a cache) */
     pkv_spec *spec;
+    uint64_t draft_steps_after; /* --draft on the engine: the steps after the first token's */
+    double t_prefill;  /* --draft on the engine: submit to first token */
     pkv_cli_encoded enc;
     size_t n_text;   /* with media: the prompt's text tokens (n_prompt counts the media rows too) */
     size_t n_prompt;
@@ -467,6 +477,10 @@ static void run_state_free(run_state *st) {
     free(st->toks);
     pkv_cli_encoded_free(&st->enc);
     pkv_spec_free(st->spec);   /* before the target's context and cache: a shared-KV draft lives in them */
+    if (!st->ctx) { /* --draft on the engine (no context): the engine goes before its draft */
+        pkv_engine_free(st->eng);
+        st->eng = NULL;
+    }
     pkv_model_free(st->draft); /* before the target model: it may use the target's device */
     pkv_context_free(st->ctx);
     pkv_engine_free(st->eng); /* after the context: it is on the engine's cache */
@@ -535,9 +549,12 @@ static bool run_tokenize(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* Plain mode (no --fork, --draft/--mtp, --context-shift, -cnv) generates through
- * the serving engine; the others keep their loops (docs/engine.md, "pagekv run"). */
-static bool run_uses_engine(const run_opts *r) { return !r->n_fork && !r->draft_path && !r->ctx_shift && !r->chat; }
+/* Plain mode (no --fork, --context-shift, -cnv) and --draft/--mtp generate through
+ * the serving engine, but for a shared-KV draft (pkv_spec); the others keep their
+ * loops (docs/engine.md, "pagekv run"). */
+static bool run_uses_engine(const run_opts *r, const run_state *st) {
+    return !r->n_fork && (!r->draft_path || !st->draft_shared) && !r->ctx_shift && !r->chat;
+}
 
 /* The KV cache and the context: with --fork a pool sized for the branches. */
 static bool run_open_context(const run_opts *r, run_state *st) {
@@ -556,7 +573,7 @@ static bool run_open_context(const run_opts *r, run_state *st) {
         if (st->c)
             fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %d branches, %lld more each\n",
                     (long long)(shared + r->n_fork * per), (long long)shared, r->n_fork, (long long)per);
-    } else if (run_uses_engine(r)) {
+    } else if (run_uses_engine(r, st)) {
         /* The engine's request on the context puts every generated token into the
          * KV, the last included, where the loop below never decodes the last: one
          * position more lets it generate as many tokens as the loop before the
@@ -570,15 +587,26 @@ static bool run_open_context(const run_opts *r, run_state *st) {
         ep.cache.n_seq_max = 1;
         ep.max_seqs = 1;
         ep.prefix_cache = false; /* one request: nothing to share */
+        if (st->draft) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
+            ep.draft = st->draft;
+            ep.draft_max = r->draft_max;
+            ep.draft_accept = PKV_DRAFT_ACCEPT_SAMPLING;
+            if (st->spec_f) {
+                ep.on_draft_round = log_engine_round;
+                ep.draft_round_user = st->spec_f;
+            }
+        }
         if (!(st->eng = pkv_engine_create(st->m, ep))) {
-            cache_fail("run", st->m, o, 1);
+            if (st->draft) fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
+            else cache_fail("run", st->m, o, 1);
             return false;
         }
+        st->n_ctx = n_ctx;
+        if (st->draft) return true; /* its request prefills: a request on a context has no draft */
         if (!(st->ctx = pkv_context_create(st->m, pkv_engine_cache(st->eng), n_ctx + 1))) {
             fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
             return false;
         }
-        st->n_ctx = n_ctx;
         return true;
     } else {
         /* a shared-KV draft forks; a context shift rewrites the pages after the cut */
@@ -592,9 +620,8 @@ static bool run_open_context(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* --draft/--mtp: load and attach the draft before anything is generated (I6
- * fails here), and say where its parts run. */
-static bool run_attach_draft(const run_opts *r, run_state *st) {
+/* --draft/--mtp: load the draft (before the cache: the engine takes it). */
+static bool run_load_draft(const run_opts *r, run_state *st) {
     pkv_model_params dp = pkv_model_default_params();
     pkv_device *tdev = pkv_model_device(st->m);
     if (!r->draft_dev || !strcmp(r->draft_dev, pkv_device_name(tdev))) dp.device_handle = tdev;
@@ -605,6 +632,16 @@ static bool run_attach_draft(const run_opts *r, run_state *st) {
         fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", r->draft_path, pkv_errmsg());
         return false;
     }
+    pkv_model_info di;
+    pkv_model_get_info(st->draft, &di);
+    st->draft_shared = di.shared_kv;
+    return true;
+}
+
+/* --draft/--mtp: attach the draft before anything is generated (I6 fails here;
+ * on the engine, pkv_engine_create checked), and say where its parts run. */
+static bool run_attach_draft(const run_opts *r, run_state *st) {
+    pkv_device *tdev = pkv_model_device(st->m);
     pkv_spec_params spp = pkv_spec_default_params();
     spp.draft_max = r->draft_max;
     spp.draft_cache.page_size = r->o.page_size;
@@ -614,7 +651,7 @@ static bool run_attach_draft(const run_opts *r, run_state *st) {
         spp.on_round = log_round;
         spp.round_user = st->spec_f;
     }
-    if (!(st->spec = pkv_spec_create(st->ctx, st->draft, spp))) {
+    if (!st->eng && !(st->spec = pkv_spec_create(st->ctx, st->draft, spp))) {
         fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
         return false;
     }
@@ -622,7 +659,8 @@ static bool run_attach_draft(const run_opts *r, run_state *st) {
     pkv_model_get_info(st->draft, &di);
     if (di.assistant) { /* where each part runs: docs/speculative.md */
         pkv_kv_shard_info sh;
-        const char *kv_dev = pkv_kv_shard(pkv_context_cache(st->ctx), 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
+        pkv_kv_cache *kc = st->eng ? pkv_engine_cache(st->eng) : pkv_context_cache(st->ctx);
+        const char *kv_dev = pkv_kv_shard(kc, 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
         fprintf(stderr, "pagekv run: draft %s (Gemma 4 assistant): %d layers on %s, no KV of its own: its attention runs "
                         "over the target's pages where they are stored (%s%s), its input embedding is the target's (on %s); "
                         "up to %d tokens per round\n",
@@ -696,6 +734,7 @@ typedef struct run_gen {
 
 static bool run_event(const pkv_engine_event *ev, void *user) {
     run_gen *g = user;
+    if (ev->token >= 0 && !g->st->generated && !g->st->ctx) g->st->t_prefill = pkv_time_now_cli() - g->st->t_prefill;
     if (ev->token >= 0 && !g->emit_failed) {
         g->st->generated++;
         if (!emit_token(ev->token, &g->st->pr[0])) g->emit_failed = true;
@@ -720,10 +759,15 @@ static pkv_status run_engine(const run_opts *r, run_state *st, const char **why)
     if (r->n_predict > 0) {
         /* as many as the loop: up to -c tokens in the cache and one more sampled
          * (the engine runs that one in too: the context's one position more) */
-        int64_t room = st->n_ctx - pkv_context_n_tokens(st->ctx) + 1;
+        int64_t room = st->n_ctx - (st->ctx ? pkv_context_n_tokens(st->ctx) : (int64_t)st->n_prompt) + 1;
         pkv_request_params rp = pkv_request_default_params();
         rp.context = st->ctx;
         rp.n_prompt = 0; /* the first token is sampled from the prefill's logits */
+        if (!st->ctx) { /* --draft: the request's own prompt (st->t_prefill: from here to its first token) */
+            rp.prompt = st->toks;
+            rp.n_prompt = (int32_t)st->n_prompt;
+            st->t_prefill = pkv_time_now_cli();
+        }
         rp.sampling = r->sp;
         rp.max_tokens = (int32_t)(r->n_predict < room ? r->n_predict : room);
         rp.ignore_eos = r->ignore_eos;
@@ -731,7 +775,11 @@ static pkv_status run_engine(const run_opts *r, run_state *st, const char **why)
         rp.user = &g;
         uint64_t id = 0;
         if ((s = pkv_engine_submit(st->eng, &rp, &id))) return s;
-        while (!g.done && !(s = pkv_engine_step(st->eng, NULL))) {}
+        while (!g.done) {
+            bool after = st->generated > 0; /* a verification step (--draft's "target steps") */
+            if ((s = pkv_engine_step(st->eng, NULL))) break;
+            st->draft_steps_after += after;
+        }
         if (!s && g.status) s = pkv_err(g.status, "%s", g.message);
         if (s) return s;
     }
@@ -756,6 +804,7 @@ static bool run_plain(const run_opts *r, run_state *st) {
     const char *why = NULL;
     int64_t n_ctx = st->n_ctx, shifted = 0;
     pkv_status s;
+    memset(&ss, 0, sizeof ss);
     if (st->spec) {
         /* the last sampled token needs no room in the cache */
         int64_t room = n_ctx - (int64_t)st->n_prompt + 1;
@@ -767,6 +816,15 @@ static bool run_plain(const run_opts *r, run_state *st) {
                                                               : "full";
     } else if (st->eng) {
         s = run_engine(r, st, &why);
+        pkv_engine_stats es;
+        if (!s && st->draft) {
+            pkv_engine_stats_get(st->eng, &es);
+            ss.drafted = (int64_t)es.draft_proposed;
+            ss.accepted = (int64_t)es.draft_accepted;
+            ss.n_tokens = st->generated;
+            ss.target_steps = (int64_t)st->draft_steps_after;
+            ss.draft_steps = (int64_t)es.draft_steps;
+        }
     } else {
         s = run_loop(r, st, &why, &shifted);
     }
@@ -788,7 +846,7 @@ static bool run_plain(const run_opts *r, run_state *st) {
                         "--context-shift, goes on)\n", (long long)n_ctx, st->generated);
     }
     if (shifted) fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
-    if (st->spec)
+    if (st->draft)
         fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
                         "(%.2f per step), %lld draft steps\n",
                 (long long)ss.drafted, (long long)ss.accepted,
@@ -868,7 +926,8 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
         fprintf(stderr, "pagekv run: the prompt is empty and the model adds no BOS token\n");
         return 1;
     }
-    if (!run_open_context(r, st) || (r->draft_path && !run_attach_draft(r, st))) return 1;
+    if ((r->draft_path && !run_load_draft(r, st)) || !run_open_context(r, st) || (r->draft_path && !run_attach_draft(r, st)))
+        return 1;
     size_t n_prompt = st->n_prompt;
     if ((int64_t)n_prompt + (r->n_predict > 0 ? 1 : 0) > st->n_ctx) {
         fprintf(stderr, "pagekv run: the prompt has %zu tokens, more than the context of %lld (use -c)\n", n_prompt,
@@ -878,8 +937,9 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
     fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", st->info.arch, st->info.weight_type,
             st->info.n_layer, pkv_cli_kv_desc(&r->o), pkv_device_name(pkv_model_device(st->m)), n_prompt);
     double t0 = pkv_time_now_cli();
-    pkv_status s = st->enc.n ? pkv_context_decode_prompt(st->ctx, st->toks, (int32_t)st->n_text, st->enc.rows, st->enc.n)
-                             : pkv_context_decode(st->ctx, st->toks, (int32_t)n_prompt);
+    pkv_status s = !st->ctx ? PKV_OK /* --draft on the engine: its request prefills */
+                   : st->enc.n ? pkv_context_decode_prompt(st->ctx, st->toks, (int32_t)st->n_text, st->enc.rows, st->enc.n)
+                               : pkv_context_decode(st->ctx, st->toks, (int32_t)n_prompt);
     if (s) return pkv_cli_fail("run", "prefill", s);
     double t_prefill = pkv_time_now_cli() - t0;
     fwrite(r->prompt, 1, strlen(r->prompt), stdout);
@@ -895,6 +955,10 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
         }
     }
     double t_decode = pkv_time_now_cli() - t0;
+    if (!st->ctx && st->generated) { /* --draft on the engine: the prefill was the request's first step */
+        t_prefill = st->t_prefill;
+        t_decode -= t_prefill;
+    }
     int gen = st->generated;
     fprintf(stderr, "pagekv run: load %.2f s, prefill %zu tokens in %.3f s (%.1f tok/s), decode %d tokens in %.3f s (%.1f tok/s)\n",
             t_load, n_prompt, t_prefill, (double)n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), gen, t_decode,

@@ -45,6 +45,8 @@ typedef struct eng_seq {
     int32_t n_dtrue, n_dkv;
     int32_t n_prop;
     int32_t prop[ENG_MAX_DRAFT];
+    float *q;         /* [K][n_vocab] f32, PKV_DRAFT_ACCEPT_SAMPLING: the draft's distribution each
+                         proposal was drawn from; NULL until the first */
     int32_t h_row;    /* this step's hidden rows: row h_row is position h_pos; -1: none */
     int32_t h_pos;
     bool nodraft;     /* goes on without the draft (its pool ran out, or it failed) */
@@ -118,6 +120,8 @@ struct pkv_engine {
     float *dh_in, *dh_out; /* [cap_hid][n_embd]: a draft step's */
     size_t cap_hid, cap_hid_d, cap_hid_o;
     float *dlogits;     /* [max_seqs][n_vocab]: a draft step's */
+    float *vp;          /* [n_vocab] f32, PKV_DRAFT_ACCEPT_SAMPLING: the model's distribution
+                           of the row being verified, then the residual */
     int32_t *d_seq, *d_n, *d_tok; /* [max_seqs], [max_seqs], [cap_dtok]: a draft step's batch */
     size_t cap_dtok;
     eng_seq **d_who;    /* [max_seqs] */

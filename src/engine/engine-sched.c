@@ -32,6 +32,8 @@ static void seq_release(pkv_engine *e, eng_seq *s) {
     if (s->dkv >= 0) pkv_kv_seq_free(e->dc, s->dkv);
     s->dkv = -1;
     s->n_prop = 0;
+    pkv_free(s->q);
+    s->q = NULL;
     pkv_sampler_free(s->smp);
     s->smp = NULL;
     pkv_free(s->tok);
@@ -804,27 +806,18 @@ static int pack_batch(pkv_engine *e, int nb) {
     return k;
 }
 
-/* Sample the next token of s from its logits row and deliver it; the token, or -1
- * when sampling failed. */
-static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
+/* Sampling s failed with st: the request fails. */
+static void sample_failed(pkv_engine *e, eng_seq *s, pkv_status st) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", pkv_errmsg());
+    s->r->failed = true;
+    emit(e, s, -1, NULL, PKV_FINISH_ERROR, false, st, msg);
+}
+
+/* tok, drawn for s from its logits row, becomes its next token and is delivered
+ * (or held, for a context request's last token); returns tok. */
+static int32_t take_token(pkv_engine *e, eng_seq *s, int32_t tok, const float *row) {
     eng_req *r = s->r;
-    int32_t tok;
-    uint64_t m0 = 0, m1 = 0;
-    double s0 = 0, s1 = 0;
-    if (r->p.grammar) pkv_sampler_grammar_cost(s->smp, &m0, &s0);
-    pkv_status st = pkv_sampler_sample(s->smp, row, &tok);
-    if (r->p.grammar) {
-        pkv_sampler_grammar_cost(s->smp, &m1, &s1);
-        e->g_masks += m1 - m0;
-        e->g_mask_s += s1 - s0;
-    }
-    if (st) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", pkv_errmsg());
-        r->failed = true;
-        emit(e, s, -1, NULL, PKV_FINISH_ERROR, false, st, msg);
-        return -1;
-    }
     pkv_sampler_accept(s->smp, tok);
     s->tok[s->n_tok++] = tok;
     s->n_gen++;
@@ -844,6 +837,40 @@ static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
         else emit(e, s, -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
     }
     return tok;
+}
+
+/* Sample the next token of s from its logits row and deliver it; the token, or -1
+ * when sampling failed. */
+static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
+    eng_req *r = s->r;
+    int32_t tok;
+    uint64_t m0 = 0, m1 = 0;
+    double s0 = 0, s1 = 0;
+    if (r->p.grammar) pkv_sampler_grammar_cost(s->smp, &m0, &s0);
+    pkv_status st = pkv_sampler_sample(s->smp, row, &tok);
+    if (r->p.grammar) {
+        pkv_sampler_grammar_cost(s->smp, &m1, &s1);
+        e->g_masks += m1 - m0;
+        e->g_mask_s += s1 - s0;
+    }
+    if (st) {
+        sample_failed(e, s, st);
+        return -1;
+    }
+    return take_token(e, s, tok, row);
+}
+
+/* pkv_engine_params.on_draft_round for a round of s from position pos. */
+static void round_hook(pkv_engine *e, const eng_seq *s, int64_t pos, const int32_t *prop, int np, int acc) {
+    if (!e->p.on_draft_round || !e->dm) return;
+    pkv_spec_round rd = {.pos = pos, .proposed = prop, .n_proposed = np, .n_accepted = acc};
+    e->p.on_draft_round(s->r->id, s->sample, &rd, e->p.draft_round_user);
+}
+
+/* A plain sampling round (nothing proposed) of s from its row, for the hook. */
+static int32_t sample_round(pkv_engine *e, eng_seq *s, const float *row) {
+    round_hook(e, s, s->n_tok - 1, NULL, 0, 0);
+    return sample_seq(e, s, row);
 }
 
 /* Samples 1..n-1 of r as forks of sample 0, which just finished the prompt. */
@@ -887,22 +914,43 @@ static pkv_status grow_rows(float **a, size_t *cap, size_t n, size_t width) {
     return PKV_OK;
 }
 
+/* s verifies its proposals by the speculative-sampling rule (else by MATCH). */
+static bool seq_draws(const pkv_engine *e, const eng_seq *s) {
+    return e->p.draft_accept == PKV_DRAFT_ACCEPT_SAMPLING && !s->r->p.grammar;
+}
+
 /* The proposals of s were verified by this step (the model's rows `lg`, one per
- * token from its decode token at position a): sample from each row in turn as
- * plain decoding would, keeping a proposal while the sample equals it; the model's
- * rows after the last kept one are truncated away. */
+ * token from its decode token at position a). MATCH: sample from each row in turn
+ * as plain decoding would, keeping a proposal while the sample equals it.
+ * SAMPLING: keep proposal i with probability min(1, p/q), else take the residual's
+ * token and stop; all kept: sample the next row. The model's rows after the last
+ * kept one are truncated away. */
 static void verify(pkv_engine *e, eng_seq *q, const float *lg, int32_t a) {
     const int np = q->n_prop;
+    const bool draws = seq_draws(e, q);
     int j = 0;
+    bool ended = false;
     e->d_proposed += (uint64_t)np;
     for (int i = 0; i <= np; i++) {
-        int32_t y = sample_seq(e, q, lg + (size_t)i * (size_t)e->n_vocab);
-        bool kept = i < np && y == q->prop[i];
+        const float *row = lg + (size_t)i * (size_t)e->n_vocab;
+        bool kept = false;
+        if (draws && i < np) {
+            int32_t y;
+            pkv_status st = pkv_sampler_spec_verify(q->smp, row, q->q + (size_t)i * (size_t)e->n_vocab, q->prop[i], e->vp,
+                                                    &kept, &y);
+            if (st) sample_failed(e, q, st);
+            else take_token(e, q, y, row);
+            kept = kept && !st;
+        } else {
+            int32_t y = sample_seq(e, q, row);
+            kept = i < np && y == q->prop[i];
+        }
         e->d_accepted += kept;
-        if (q->st != SEQ_RUNNING) return; /* finished (or failed): released */
-        if (!kept) break;
-        j++;
+        j += kept;
+        if ((ended = q->st != SEQ_RUNNING) || !kept) break; /* finished (or failed): released */
     }
+    round_hook(e, q, a, q->prop, np, j);
+    if (ended) return;
     q->n_prop = 0;
     int32_t keep = a + 1 + j;
     if (keep < q->n_kv) {
@@ -920,6 +968,23 @@ static int32_t argmax(const float *row, int32_t n) {
     for (int32_t i = 1; i < n; i++)
         if (row[i] > row[best]) best = i;
     return best;
+}
+
+/* Proposal i of s from the draft's logits row: its most likely token (MATCH), or a
+ * token drawn from q_i = s's sampler chain over the row, q_i kept for the
+ * verification (SAMPLING). -1 when that fails: s goes on without the draft. */
+static int32_t propose(pkv_engine *e, eng_seq *s, int i, const float *row) {
+    const size_t V = (size_t)e->n_vocab;
+    if (!seq_draws(e, s)) return argmax(row, (int32_t)V);
+    int32_t d;
+    pkv_status st = PKV_OK;
+    if (!s->q && !(s->q = pkv_malloc((size_t)e->K * V * sizeof *s->q)))
+        st = pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %d draft distributions", e->K);
+    if (!st) st = pkv_sampler_spec_propose(s->smp, row, s->q + (size_t)i * V, &d);
+    if (!st) return d;
+    PKV_WARN("engine: a draft proposal failed (%s); the sequence goes on without the draft", pkv_errmsg());
+    draft_off(e, s);
+    return -1;
 }
 
 /* One draft forward over d_who[0..n) with d_n[k] tokens each (in d_tok), hidden
@@ -1013,7 +1078,9 @@ static void draft_round(pkv_engine *e) {
             s->n_dtrue = s->n_dkv = s->n_dtrue + e->d_n[k];
             int32_t room = s->r->max_tokens - s->n_gen - 1;
             if (s->n_dtrue != s->n_tok || s->n_kv != s->n_tok - 1 || room < 1) continue;
-            s->prop[0] = s->tok[s->n_tok] = argmax(e->dlogits + (size_t)k * V, (int32_t)V);
+            int32_t d = propose(e, s, 0, e->dlogits + (size_t)k * V);
+            if (d < 0) continue;
+            s->prop[0] = s->tok[s->n_tok] = d;
             s->n_prop = 1; /* the proposals go after the pending token, where the step reads them */
             e->d_who[m] = s;
             e->d_seq[m] = s->dkv;
@@ -1036,9 +1103,11 @@ static void draft_round(pkv_engine *e) {
             if (!m || !draft_forward(e, m, false)) break;
             for (int k = 0; k < m; k++) {
                 eng_seq *s = e->d_who[k];
-                s->prop[i] = s->tok[s->n_tok + i] = argmax(e->dlogits + (size_t)k * V, (int32_t)V);
+                s->n_dkv++; /* (before propose: a failure gives back the whole sequence) */
+                int32_t d = propose(e, s, i, e->dlogits + (size_t)k * V);
+                if (d < 0) continue;
+                s->prop[i] = s->tok[s->n_tok + i] = d;
                 s->n_prop = i + 1;
-                s->n_dkv++;
                 if (e->dmtp) memcpy(e->dh_in + (size_t)k * E, e->dh_out + (size_t)k * E, E * sizeof(float));
             }
         }
@@ -1113,7 +1182,9 @@ static void assistant_round(pkv_engine *e) {
             int w = 0; /* the sequences that go on: fed their proposal and next hidden state */
             for (int k = 0; k < n; k++) {
                 eng_seq *s = e->d_who[k];
-                s->prop[i] = s->tok[s->n_tok + i] = argmax(e->dlogits + (size_t)k * V, (int32_t)V);
+                int32_t d = propose(e, s, i, e->dlogits + (size_t)k * V);
+                if (d < 0) continue;
+                s->prop[i] = s->tok[s->n_tok + i] = d;
                 s->n_prop = i + 1;
                 if (s->r->max_tokens - s->n_gen - 1 <= i + 1) continue;
                 e->d_who[w] = s;
@@ -1240,9 +1311,9 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                         req_fail(e, r, fs);
                         continue;
                     }
-                    for (int j = 0; j < r->n; j++) sample_seq(e, &r->seqs[j], lg);
+                    for (int j = 0; j < r->n; j++) sample_round(e, &r->seqs[j], lg);
                 } else {
-                    sample_seq(e, q, lg);
+                    sample_round(e, q, lg);
                 }
             }
             if (e->dc) draft_round(e);

@@ -47,9 +47,14 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     if (p->draft_max < 0 || p->draft_max > ENG_MAX_DRAFT)
         return pkv_err(PKV_ERR_INVALID, "engine: draft_max %d is outside 1..%d", p->draft_max, ENG_MAX_DRAFT);
     e->K = p->draft_max ? p->draft_max : 4;
+    if (p->draft_accept != PKV_DRAFT_ACCEPT_MATCH && p->draft_accept != PKV_DRAFT_ACCEPT_SAMPLING)
+        return pkv_err(PKV_ERR_INVALID, "engine: draft_accept %d is neither PKV_DRAFT_ACCEPT_MATCH (0) nor "
+                       "PKV_DRAFT_ACCEPT_SAMPLING (1)", (int)p->draft_accept);
+    if (p->draft_accept == PKV_DRAFT_ACCEPT_SAMPLING && !(e->vp = pkv_malloc((size_t)e->n_vocab * sizeof *e->vp)))
+        return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for a row of %d probabilities", (int)e->n_vocab);
     if (d->hp.n_vocab != e->n_vocab)
         return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
-                       "model's vocabulary", d->hp.n_vocab, (int)e->n_vocab);
+                       "model's vocabulary (pagekv mkmodel --draft-of makes one)", d->hp.n_vocab, (int)e->n_vocab);
     if (d->assistant) { /* no cache of its own: it reads the model's pages, fed the model's hidden states */
         pkv_status st = pkv_model_attach(d, e->m, e->c);
         if (st) return st;
@@ -171,6 +176,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->dh_in);
     pkv_free(e->dh_out);
     pkv_free(e->dlogits);
+    pkv_free(e->vp);
     pkv_grammar_vocab_free(e->gvocab);
     pkv_free(e->d_pos);
     pkv_free(e->d_seq);

@@ -522,3 +522,32 @@ pkv_status pkv_sampler_draw(pkv_sampler *s, const float *weights, int32_t *out_t
     *out_token = last;
     return PKV_OK;
 }
+
+pkv_status pkv_sampler_spec_propose(pkv_sampler *s, const float *draft_logits, float *q, int32_t *out_token) {
+    pkv_status st = pkv_sampler_probs(s, draft_logits, q);
+    return st ? st : pkv_sampler_draw(s, q, out_token);
+}
+
+pkv_status pkv_sampler_spec_verify(pkv_sampler *s, const float *logits, const float *q, int32_t d, float *p,
+                                   bool *accepted, int32_t *out_token) {
+    if (!q || !accepted || !out_token) return pkv_err(PKV_ERR_INVALID, "sampler: NULL argument");
+    pkv_status st = pkv_sampler_probs(s, logits, p);
+    if (st) return st;
+    if (d < 0 || d >= s->n_vocab) return pkv_err(PKV_ERR_INVALID, "sampler: proposal %d outside [0, %d)", (int)d, (int)s->n_vocab);
+    double u = rng_double(s->rng);
+    if (u * (double)q[d] < (double)p[d]) {
+        *accepted = true;
+        *out_token = d;
+        return PKV_OK;
+    }
+    bool any = false;
+    for (int32_t t = 0; t < s->n_vocab; t++) {
+        float w = p[t] - q[t];
+        p[t] = w > 0 ? w : 0;
+        any |= w > 0;
+    }
+    if (!any && (st = pkv_sampler_probs(s, logits, p))) return st; /* p == q up to rounding */
+    if ((st = pkv_sampler_draw(s, p, out_token))) return st;
+    *accepted = false;
+    return PKV_OK;
+}

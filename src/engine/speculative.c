@@ -277,7 +277,7 @@ static pkv_status assistant_draft(pkv_spec *s, int32_t last, bool pending, int K
         float *hin = s->ah + (size_t)(i % 2) * E, *hout = s->ah + (size_t)((i + 1) % 2) * E, *qi = s->q + (size_t)i * V;
         if ((r = pkv_context_draft_step(s->dctx, &tok, 1, hin, hout))) break;
         st->draft_steps++;
-        if ((r = pkv_sampler_probs(smp, pkv_context_logits(s->dctx), qi)) || (r = pkv_sampler_draw(smp, qi, &D[i]))) break;
+        if ((r = pkv_sampler_spec_propose(smp, pkv_context_logits(s->dctx), qi, &D[i]))) break;
         st->drafted++;
         tok = D[i];
     }
@@ -351,9 +351,7 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
             if ((r = draft_catch_up(s, s->ctoks, nc, pending, &st))) goto out;
             for (int i = 0; i < K; i++) {
                 float *qi = s->q + (size_t)i * V;
-                if ((r = pkv_sampler_probs(smp, pkv_context_logits(s->dctx), qi)) ||
-                    (r = pkv_sampler_draw(smp, qi, &D[i])))
-                    goto out;
+                if ((r = pkv_sampler_spec_propose(smp, pkv_context_logits(s->dctx), qi, &D[i]))) goto out;
                 st.drafted++;
                 if (i + 1 < K && (r = draft_decode(s, &D[i], 1, true, &st))) goto out;
             }
@@ -373,25 +371,15 @@ pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token
         int j = 0, i = 0;
         int32_t y = -1;
         for (; i < K && !stop; i++) {
-            const float *qi = s->q + (size_t)i * V;
-            if ((r = pkv_sampler_probs(smp, ROW(i), s->p))) goto out;
-            double u = pkv_sampler_uniform(smp);
-            int32_t d = D[i];
-            if (u * (double)qi[d] < (double)s->p[d]) {
+            bool acc;
+            if ((r = pkv_sampler_spec_verify(smp, ROW(i), s->q + (size_t)i * V, D[i], s->p, &acc, &y))) goto out;
+            if (acc) {
                 st.accepted++;
                 j++;
-                stop = emit(&e, s, &nc, d, &st);
+                stop = emit(&e, s, &nc, y, &st);
+                y = -1;
                 continue;
             }
-            /* rejected: the correction comes from the residual max(0, p - q) */
-            bool any = false;
-            for (size_t t = 0; t < V; t++) {
-                float w = s->p[t] - qi[t];
-                s->p[t] = w > 0 ? w : 0;
-                any |= w > 0;
-            }
-            if (!any && (r = pkv_sampler_probs(smp, ROW(i), s->p))) goto out; /* p == q up to rounding */
-            if ((r = pkv_sampler_draw(smp, s->p, &y))) goto out;
             break;
         }
         if (!stop) {
