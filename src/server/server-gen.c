@@ -1,8 +1,9 @@
 /* The generation worker of pagekv serve (see server-gen.h). One thread owns the
  * serving engine, its model and its cache. Each loop: run queued calls (the
- * contexts API's operations), hand waiting requests to the engine (completions,
- * and the contexts API's generations as requests on their context), then one
- * engine step: one batch over every running request. */
+ * contexts API's operations, whose create and append submit prefill-only engine
+ * requests and wait across steps for them), hand waiting requests to the engine
+ * (completions, and the contexts API's generations as requests on their
+ * context), then one engine step: one batch over every running request. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,8 +6,9 @@
  *
  * Every generation is an engine request, batched with the rest and preemptible:
  * a completion on a fresh sequence, a contexts-API generation on its context
- * (pkv_request_params.context). This is the only interface the HTTP layer uses
- * to generate. */
+ * (pkv_request_params.context), and the contexts API's create and append as
+ * prefill-only requests on theirs (server-contexts.c). This is the only
+ * interface the HTTP layer uses to generate; nothing here decodes by itself. */
 #ifndef PKV_SERVER_GEN_H
 #define PKV_SERVER_GEN_H
 
