@@ -1510,6 +1510,17 @@ typedef struct pkv_request_params {
      * ctx, and the request must be submitted from the stepping thread (or while no
      * step runs): submit reads ctx's length. One request per context at a time. */
     pkv_context *context;
+    /* With context: only compute the prompt into ctx, as pkv_context_decode would,
+     * and sample nothing. ctx then holds its tokens + the prompt and the logits of
+     * the prompt's last token, and the final event (finish LENGTH, token -1,
+     * n_generated 0) comes from the step that ran that token. The prompt is chunked
+     * by the token budget, batched with the other requests and preempted like them;
+     * it may fill ctx to its limit (len(ctx) + n_prompt <= n_ctx). A cancelled or
+     * failed one leaves a prefix without logits, as above. Refused (PKV_ERR_INVALID,
+     * the message naming the field) without a context, with an empty prompt, with
+     * n != 1, max_tokens != 0, a grammar, stop tokens, top_logprobs or ignore_eos;
+     * sampling is not used. */
+    bool prefill_only;
     /* Media chunks in the prompt (docs/multimodal.md, "Media in the cache"): chunk i is inserted
      * after the first media[i].at prompt tokens (0 <= at <= n_prompt, non-decreasing),
      * taking media[i].n_rows positions; the rows (embd) are copied by submit. The

@@ -16,7 +16,11 @@
  *  - bad input: clear errors, the engine keeps serving;
  *  - requests on a context (pkv_request_params.context): equal to the same tokens
  *    served alone, batched with others, preempted by swap and by truncate +
- *    recompute; the context keeps every token with the right KV and logits.
+ *    recompute; the context keeps every token with the right KV and logits;
+ *  - prefill-only requests on a context (pkv_request_params.prefill_only): the
+ *    context afterwards equals a twin that pkv_context_decode'd the same tokens
+ *    (tokens, bitwise logits, KV), alone, batched, preempted by swap and by
+ *    recompute; cancelled: a prefix without logits; the refusals name their field.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
  * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss and qwen35 (recurrent state:
  * preemption by recompute replays it, by swap carries it; n by fork copies it), and the
@@ -273,6 +277,199 @@ static void test_on_context(void) {
     pkv_kv_cache_free(other);
     pkv_context_free(ctx);
     pkv_engine_free(e);
+}
+
+/* ------------------------------------------------- prefill-only requests */
+
+/* ctx and twin hold the same tokens, bitwise the same logits, and the same KV (one
+ * more token decoded on a fork of each gives the same logits). */
+static void check_twin(pkv_context *ctx, pkv_context *twin, const char *what) {
+    int64_t n = pkv_context_n_tokens(twin);
+    CHECK_INT(pkv_context_n_tokens(ctx), n);
+    int32_t a_t[256], b_t[256];
+    REQUIRE_VOID(n <= 256);
+    CHECK_OK(pkv_context_tokens(ctx, 0, n, a_t));
+    CHECK_OK(pkv_context_tokens(twin, 0, n, b_t));
+    if (memcmp(a_t, b_t, (size_t)n * sizeof *a_t)) TH_FAIL("%s: the context's tokens differ from its twin's", what);
+    const float *a = pkv_context_logits(ctx), *b = pkv_context_logits(twin);
+    if (!a || !b) TH_FAIL("%s: logits missing (context %p, twin %p)", what, (const void *)a, (const void *)b);
+    else if (memcmp(a, b, 320 * sizeof *a)) TH_FAIL("%s: the context's logits differ from its twin's", what);
+    int32_t t = 11;
+    pkv_context *f = pkv_context_fork(ctx), *g = pkv_context_fork(twin);
+    REQUIRE_VOID(f && g);
+    CHECK_OK(pkv_context_decode(f, &t, 1));
+    CHECK_OK(pkv_context_decode(g, &t, 1));
+    a = pkv_context_logits(f);
+    b = pkv_context_logits(g);
+    if (a && b && memcmp(a, b, 320 * sizeof *a)) TH_FAIL("%s: the context's KV differs from its twin's", what);
+    pkv_context_free(f);
+    pkv_context_free(g);
+}
+
+static pkv_request_params prefill_req(pkv_context *ctx, const int32_t *t, int n, et_rec *rec) {
+    pkv_request_params r = pkv_request_default_params();
+    r.prompt = t;
+    r.n_prompt = n;
+    r.context = ctx;
+    r.prefill_only = true;
+    r.on_event = et_on_event;
+    r.user = rec;
+    return r;
+}
+
+/* pkv_request_params.prefill_only: a request that only computes its prompt into a
+ * context (what the server's create and append submit) leaves the context as
+ * pkv_context_decode of the same tokens leaves a twin: tokens, bitwise logits, KV.
+ * Alone, batched with other requests (which keep their lone-run tokens), preempted
+ * by swap and by truncate-and-recompute; cancelled it leaves a prefix without
+ * logits; the fields that ask for generation are refused by name. */
+static void test_prefill_only(void) {
+    enum { NP = 4, NC = 21, NA = 70 };
+    static int32_t prompt[NP][32], full[NC + NA];
+    static pkv_request_params rp[NP];
+    static et_rec alone[NP], got[NP], pre;
+    uint64_t rs = 91;
+    for (int i = 0; i < NP; i++) {
+        int n = 8 + (int)(et_rand(&rs) % 20);
+        for (int k = 0; k < n; k++) prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
+        rp[i] = greedy(prompt[i], n, 16 + (int)(et_rand(&rs) % 12));
+        et_alone(g_m, &rp[i], &alone[i]);
+    }
+    for (int k = 0; k < NC + NA; k++) full[k] = (int32_t)(et_rand(&rs) % 320);
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = 256;
+    cp.page_size = 8;
+    pkv_kv_cache *tc = pkv_model_cache_create(g_m, cp);
+    pkv_context *twin = tc ? pkv_context_create(g_m, tc, 256) : NULL;
+    REQUIRE_VOID(twin);
+    CHECK_OK(pkv_context_decode(twin, full, NC));
+    CHECK_OK(pkv_context_decode(twin, full + NC, NA));
+
+    struct {
+        int64_t pages, host;
+        bool swap, others;
+        const char *name;
+    } cfg[] = {{0, 0, true, false, "prefill-only, alone"},
+               {0, 0, true, true, "prefill-only, batched"},
+               {26, 1000, true, true, "prefill-only, preempted by swap"},
+               {26, 1, false, true, "prefill-only, preempted by truncate and recompute"}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        pkv_engine_params ep = et_params(128, 4, cfg[c].pages);
+        ep.cache.host_pages = cfg[c].host;
+        ep.swap = cfg[c].swap;
+        ep.max_batch_tokens = 24; /* the 70 tokens take several steps */
+        pkv_engine *e = pkv_engine_create(g_m, ep);
+        REQUIRE_VOID(e);
+        pkv_context *ctx = pkv_context_create(g_m, pkv_engine_cache(e), 128);
+        REQUIRE_VOID(ctx);
+        CHECK_OK(pkv_context_decode(ctx, full, NC));
+        memset(&pre, 0, sizeof pre);
+        pkv_request_params r = prefill_req(ctx, full + NC, NA, &pre);
+        CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID); /* one request per context */
+        CHECK_OK(pkv_engine_step(e, NULL)); /* its first chunk; then the others come (and preempt it) */
+        for (int i = 0; cfg[c].others && i < NP; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            pkv_request_params o = rp[i];
+            o.on_event = et_on_event;
+            o.user = &got[i];
+            o.priority = 1;
+            CHECK_OK(pkv_engine_submit(e, &o, NULL));
+        }
+        et_drain(e);
+        pkv_engine_stats st;
+        pkv_engine_stats_get(e, &st);
+        fprintf(stderr, "%s: %llu steps, %llu by swap, %llu by recompute\n", cfg[c].name,
+                (unsigned long long)st.steps, (unsigned long long)st.preemptions_swap,
+                (unsigned long long)st.preemptions_recompute);
+        CHECK_INT(pre.s[0].finals, 1);
+        CHECK_INT(pre.s[0].after_final, 0);
+        CHECK_INT(pre.s[0].fin, PKV_FINISH_LENGTH);
+        CHECK_INT(pre.s[0].n, 0); /* no token */
+        CHECK_INT(pre.s[0].final_token, -1);
+        CHECK_INT(pre.s[0].n_prompt, NA);
+        CHECK_INT(pre.s[0].status, PKV_OK);
+        CHECK(st.steps >= 3); /* chunked by the token budget */
+        for (int i = 0; cfg[c].others && i < NP; i++) et_same(&alone[i], &got[i], 1, cfg[c].name, i);
+        if (cfg[c].others) {
+            uint64_t toks = 0;
+            for (int i = 0; i < NP; i++) toks += (uint64_t)got[i].s[0].n;
+            CHECK(st.steps < toks + 3); /* batched: the prefill shared steps with the decodes */
+        }
+        if (c == 2) CHECK(st.preemptions_swap > 0);
+        if (c == 3) CHECK(st.preemptions_recompute > 0);
+        CHECK_INT(st.requests_failed, 0);
+        CHECK(!pkv_kv_seq_swapped(pkv_engine_cache(e), pkv_context_seq(ctx)));
+        check_twin(ctx, twin, cfg[c].name);
+        pkv_context_free(ctx);
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+        CHECK_INT(ks.pages_used, 0);
+        pkv_engine_free(e);
+    }
+
+    /* cancelled after its first chunk: a prefix, without logits */
+    pkv_engine_params ep = et_params(128, 4, 0);
+    ep.max_batch_tokens = 24;
+    pkv_engine *e = pkv_engine_create(g_m, ep);
+    REQUIRE_VOID(e);
+    pkv_context *ctx = pkv_context_create(g_m, pkv_engine_cache(e), 128);
+    REQUIRE_VOID(ctx);
+    CHECK_OK(pkv_context_decode(ctx, full, NC));
+    memset(&pre, 0, sizeof pre);
+    pkv_request_params r = prefill_req(ctx, full + NC, NA, &pre);
+    uint64_t id;
+    CHECK_OK(pkv_engine_submit(e, &r, &id));
+    CHECK_OK(pkv_engine_step(e, NULL));
+    CHECK_OK(pkv_engine_cancel(e, id));
+    et_drain(e);
+    CHECK_INT(pre.s[0].fin, PKV_FINISH_CANCELLED);
+    CHECK(pkv_context_n_tokens(ctx) > NC && pkv_context_n_tokens(ctx) < NC + NA);
+    CHECK(!pkv_context_logits(ctx));
+
+    /* refused, each naming its field: the context as it was */
+    CHECK_OK(pkv_context_truncate(ctx, NC));
+    struct {
+        const char *field;
+        int what;
+    } bad[] = {{"context", 0}, {"n_prompt", 1}, {"n must be 1", 2}, {"max_tokens", 3}, {"n_stop", 4},
+               {"top_logprobs", 5}, {"ignore_eos", 6}, {"grammar", 7}, {"limit of 40", 8}};
+    pkv_grammar *gr = pkv_grammar_from_gbnf("root ::= \"a\"", 12);
+    CHECK(gr != NULL);
+    pkv_context *small = pkv_context_create(g_m, pkv_engine_cache(e), 40);
+    REQUIRE_VOID(small);
+    CHECK_OK(pkv_context_decode(small, full, NC));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = prefill_req(ctx, full + NC, 4, &pre);
+        switch (bad[i].what) {
+        case 0: r.context = NULL; break;
+        case 1: r.n_prompt = 0; break;
+        case 2: r.n = 2; break;
+        case 3: r.max_tokens = 1; break;
+        case 4: r.stop_tokens = full; r.n_stop = 1; break;
+        case 5: r.top_logprobs = 1; break;
+        case 6: r.ignore_eos = true; break;
+        case 7: r.grammar = gr; break;
+        case 8: r.context = small; r.n_prompt = 40 - NC + 1; break;
+        }
+        CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_ERR_INVALID);
+        if (!strstr(pkv_errmsg(), bad[i].field)) TH_FAIL("refusal %zu: '%s' does not name %s", i, pkv_errmsg(), bad[i].field);
+    }
+    CHECK_INT(pkv_context_n_tokens(ctx), NC);
+    /* it may fill a context to its limit */
+    memset(&pre, 0, sizeof pre);
+    r = prefill_req(small, full + NC, 40 - NC, &pre);
+    CHECK_OK(pkv_engine_submit(e, &r, NULL));
+    et_drain(e);
+    CHECK_INT(pre.s[0].fin, PKV_FINISH_LENGTH);
+    CHECK_INT(pkv_context_n_tokens(small), 40);
+    CHECK(pkv_context_logits(small) != NULL);
+    pkv_grammar_free(gr);
+    pkv_context_free(small);
+    pkv_context_free(ctx);
+    pkv_engine_free(e);
+    pkv_context_free(twin);
+    pkv_kv_cache_free(tc);
 }
 
 /* ------------------------------------------------------- batch invariance */
@@ -974,6 +1171,7 @@ int main(void) {
     test_batch_invariance();
     test_preemption();
     test_on_context();
+    test_prefill_only();
     if (!strcmp(ET_DEVICE, "cpu")) { /* device-independent scheduling checks: once */
         test_prefix_cache(true);
         test_n_fork();
@@ -1062,6 +1260,7 @@ int main(void) {
         test_preemption();
         test_n_fork(); /* n = 4 by fork: the state is copied, the prompt computed once */
         test_on_context(); /* a drop truncates the context back: its state from a checkpoint */
+        test_prefill_only();
         test_alloc_failures();
     }
     pkv_model_free(g_m);

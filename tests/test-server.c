@@ -3,7 +3,9 @@
  * against references: the server's greedy text equals `pagekv run`'s, streamed
  * chunks concatenate to the non-streamed text, n=2 equals two requests with
  * seeds s and s+1, stop strings cut where the text says, prefix-cache hits
- * change nothing, contexts fork == replay (token ids), SIGTERM drains. */
+ * change nothing, contexts fork == replay (token ids), SIGTERM drains; an
+ * append that needs idle contexts swapped out, and a context restored after a
+ * generation refused at submit, still generate what a replay generates. */
 #include "server-testlib.h"
 
 #ifndef PKV_HAVE_SERVER
@@ -782,6 +784,104 @@ static void test_pressure(void) {
 }
 
 
+/* A context of n token ids (10 + (seed + 7k) % 200); its id into id. */
+static void ctx_of(int n, int seed, int32_t *t, char *id, size_t size) {
+    for (int k = 0; k < n; k++) t[k] = 10 + (seed + 7 * k) % 200;
+    char *req = tokens_json(t, n);
+    json_t *j;
+    CHECK_INT(post("/v1/contexts", req, &j), 200);
+    free(req);
+    snprintf(id, size, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+    json_decref(j);
+}
+
+/* Greedy tokens of context id equal those of a fresh context of the same tokens. */
+static void same_as_replay(const char *id, const char *what) {
+    static int32_t t[2048];
+    int32_t gen[16], ref[16];
+    char rid[32], path[128];
+    int n = ctx_tokens(id, t, 2048);
+    int ng = ctx_generate(id, 8, false, gen);
+    char *req = tokens_json(t, n);
+    json_t *j;
+    CHECK_INT(post("/v1/contexts", req, &j), 200);
+    free(req);
+    snprintf(rid, sizeof rid, "%s", jstr(j, "id") ? jstr(j, "id") : "none");
+    json_decref(j);
+    int nr = ctx_generate(rid, 8, false, ref);
+    if (!(ng > 0 && ng == nr && !memcmp(gen, ref, (size_t)ng * 4))) TH_FAIL("%s: %d tokens differ from a replay's %d", what, ng, nr);
+    th_checks++;
+    snprintf(path, sizeof path, "/v1/contexts/%s", rid);
+    CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+}
+
+/* An append the pool holds only once idle contexts are swapped out (32 pages of
+ * 16 tokens; three contexts of 8 pages, an append of 10 more): the engine's
+ * prefill runs after the server's one room-making policy swapped the least
+ * recently used contexts to the host, and the context then generates what a
+ * replay of its tokens generates. */
+static void test_append_pressure(void) {
+    static int32_t t[3][128], more[160];
+    char ids[3][32], path[128];
+    for (int i = 0; i < 3; i++) ctx_of(128, i, t[i], ids[i], sizeof ids[i]);
+    for (int k = 0; k < 160; k++) more[k] = 10 + (5 + 11 * k) % 200;
+    char *req = tokens_json(more, 160);
+    json_t *j;
+    snprintf(path, sizeof path, "/v1/contexts/%s/append", ids[2]);
+    CHECK_INT(post(path, req, &j), 200);
+    free(req);
+    CHECK_INT(jint(j, "n_tokens"), 288);
+    json_decref(j);
+    int swapped = 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/v1/contexts/%s", ids[i]);
+        CHECK_INT(get(path, &j), 200);
+        swapped += json_is_true(jget(j, "swapped"));
+        json_decref(j);
+        CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+    }
+    CHECK(swapped > 0);
+    same_as_replay(ids[2], "appended under pressure");
+    snprintf(path, sizeof path, "/v1/contexts/%s", ids[2]);
+    CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+}
+
+/* -c 1024 with a pool of 32 pages of 16 tokens: a generation the pool can never
+ * hold is refused at submit after the server took the truncated context's last
+ * token off to compute it again; the context gets it back (a prefill-only
+ * request) before the 400 is answered, logits included, so it generates what a
+ * replay generates. An append the pool can never hold is a 503 that leaves the
+ * context alone. */
+static void test_restore(void) {
+    static int32_t t[64];
+    char id[32], path[128];
+    ctx_of(30, 3, t, id, sizeof id);
+    snprintf(path, sizeof path, "/v1/contexts/%s/truncate", id);
+    CHECK_INT(post(path, "{\"n_tokens\": 25}", NULL), 200);
+    snprintf(path, sizeof path, "/v1/contexts/%s/generate", id);
+    CHECK_INT(post(path, "{\"max_tokens\": 600, \"temperature\": 0}", NULL), 400);
+    CHECK(strstr(ts_body, "device pool has only 32 pages") != NULL);
+    snprintf(path, sizeof path, "/v1/contexts/%s", id);
+    json_t *j;
+    CHECK_INT(get(path, &j), 200);
+    CHECK_INT(jint(j, "n_tokens"), 25);
+    CHECK(json_is_false(jget(j, "busy")));
+    json_decref(j);
+    same_as_replay(id, "restored after a refused generation");
+    static int32_t more[600];
+    for (int k = 0; k < 600; k++) more[k] = 10 + k % 200;
+    char *req = tokens_json(more, 600);
+    snprintf(path, sizeof path, "/v1/contexts/%s/append", id);
+    CHECK_INT(post(path, req, NULL), 503);
+    free(req);
+    CHECK(strstr(ts_body, "the device pool has 32 pages") != NULL);
+    snprintf(path, sizeof path, "/v1/contexts/%s", id);
+    CHECK_INT(get(path, &j), 200);
+    CHECK_INT(jint(j, "n_tokens"), 33); /* 25 + the 8 of the replay check */
+    json_decref(j);
+    CHECK_INT(ts_http(g_port, "%s -X DELETE %s", g_auth, path), 200);
+}
+
 /* ------------------------------------------------------------ tool calls */
 
 /* A streamed chat answer's deltas put together: reasoning, content, calls. */
@@ -1266,6 +1366,16 @@ int main(void) {
         test_pressure();
         CHECK_INT(ts_stop(pid, SIGTERM), 0);
     }
+    snprintf(args, sizeof args, "-m '%s' -c 512 --kv-pages 32 --context-pages 64 --context-swap 0", g_model);
+    pid_t apid = ts_start(args, logp, &g_port);
+    REQUIRE(apid > 0);
+    test_append_pressure();
+    CHECK_INT(ts_stop(apid, SIGTERM), 0);
+    snprintf(args, sizeof args, "-m '%s' -c 1024 --kv-pages 32 --context-pages 128 --context-swap 0", g_model);
+    apid = ts_start(args, logp, &g_port);
+    REQUIRE(apid > 0);
+    test_restore();
+    CHECK_INT(ts_stop(apid, SIGTERM), 0);
     snprintf(args, sizeof args, "-m '%s' -c 512 --context-swap 0.3 --context-ttl 1.5", g_model);
     pid_t tpid = ts_start(args, logp, &g_port);
     REQUIRE(tpid > 0);

@@ -186,6 +186,7 @@ class RequestParams(Structure):
                 ("max_tokens", c_int32), ("stop_tokens", POINTER(c_int32)), ("n_stop", c_int),
                 ("ignore_eos", c_bool), ("n", c_int), ("priority", c_int), ("top_logprobs", c_int),
                 ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p),
+                ("prefill_only", c_bool),
                 ("media", c_void_p), ("n_media", c_int)]
 
 

@@ -53,7 +53,8 @@ typedef struct eng_seq {
     bool spilled;     /* dropped with its full pages spilled to disk (resumed by a prefix match) */
     /* A request on a context (pkv_request_params.context) keeps its last token: the
      * final event waits, with what it carries, until the step that runs the token
-     * into the context's KV. fin_wait NONE: no final event waiting. */
+     * into the context's KV; a prefill-only request's is held from admission until
+     * its prompt's last token is in. fin_wait NONE: no final event waiting. */
     pkv_finish_reason fin_wait;
     bool fin_stop;
     int32_t fin_tok;  /* -1: the final event carries no token */

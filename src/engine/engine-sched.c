@@ -512,7 +512,9 @@ static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row);
 
 /* seq_start for a request on a context: its sequence is the context's, holding
  * the context's tokens; the prompt and what is generated go after them. A
- * dropped one goes on from the context's length at admission. */
+ * dropped one goes on from the context's length at admission. A prefill-only
+ * request is one whose final event is held from the start: the step that runs its
+ * prompt's last token delivers it and leaves that token's logits (final_deferred). */
 static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     eng_req *r = s->r;
     pkv_context *ctx = r->p.context;
@@ -537,7 +539,10 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     if (base > 0 && (st = pkv_context_tokens(ctx, 0, base, s->tok))) goto fail;
     memcpy(s->tok + base, r->prompt, (size_t)r->p.n_prompt * sizeof *s->tok);
     s->n_tok = (int32_t)n;
-    if ((st = seq_sampler(e, s))) goto fail;
+    if (r->p.prefill_only) /* nothing is sampled: the final event waits for the prompt's last token */
+        defer_final(e, s, -1, NULL, PKV_FINISH_LENGTH, false);
+    else if ((st = seq_sampler(e, s)))
+        goto fail;
     s->nodraft = true; /* the draft's cache does not hold the context */
     s->kv = pkv_context_seq(ctx);
     s->n_kv = (int32_t)base;

@@ -223,9 +223,26 @@ static pkv_status check_context(const pkv_engine *e, const pkv_request_params *r
     return PKV_OK;
 }
 
+/* A prefill-only request: the fields that would ask for generation are refused,
+ * each by name, so a caller never believes a field took effect. */
+static pkv_status check_prefill_only(const pkv_request_params *r) {
+    const char *bad = !r->context ? "context is NULL (a prefill-only request computes into a context)"
+                      : r->n_prompt < 1 ? "the prompt is empty (n_prompt must be >= 1: there is nothing to compute)"
+                      : r->n != 1       ? "n must be 1"
+                      : r->max_tokens   ? "max_tokens must be 0 (nothing is generated)"
+                      : r->grammar      ? "grammar must be NULL (nothing is sampled)"
+                      : r->n_stop       ? "n_stop must be 0 (nothing is sampled)"
+                      : r->top_logprobs ? "top_logprobs must be 0 (nothing is sampled)"
+                      : r->ignore_eos   ? "ignore_eos must be false (nothing is sampled)"
+                      : NULL;
+    if (bad) return pkv_err(PKV_ERR_INVALID, "submit: prefill_only: %s", bad);
+    return PKV_OK;
+}
+
 static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r, int *n, int32_t *max_tokens) {
     int64_t base = 0, n_ctx = e->n_ctx; /* tokens before the prompt; the sequence's limit */
-    pkv_status cs = r->context ? check_context(e, r, &base, &n_ctx) : PKV_OK;
+    pkv_status cs = r->prefill_only ? check_prefill_only(r) : PKV_OK;
+    if (!cs && r->context) cs = check_context(e, r, &base, &n_ctx);
     if (cs) return cs;
     if (!r->context && (!r->prompt || r->n_prompt < 1))
         return pkv_err(PKV_ERR_INVALID, "submit: the prompt is empty (%d tokens; at least 1 is needed)", (int)r->n_prompt);
@@ -237,6 +254,18 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     if (*n < 1 || *n > PKV_ENGINE_MAX_N)
         return pkv_err(PKV_ERR_INVALID, "submit: n = %d parallel samples; must be 1..%d", r->n, PKV_ENGINE_MAX_N);
     if (r->max_tokens < 0) return pkv_err(PKV_ERR_INVALID, "submit: max_tokens = %d; must be >= 0 (0 = up to the context limit)", (int)r->max_tokens);
+    if (r->prefill_only) { /* it may fill the context to its limit; the pool must hold it */
+        *max_tokens = 0;
+        int64_t len = base + r->n_prompt, need = (len + e->ps - 1) / e->ps;
+        if (len > n_ctx)
+            return pkv_err(PKV_ERR_INVALID, "submit: the context would hold %lld tokens, more than its limit of %lld",
+                           (long long)len, (long long)n_ctx);
+        if (need > e->n_pages)
+            return pkv_err(PKV_ERR_INVALID, "submit: the context would hold %lld tokens, %lld KV pages of %d tokens; "
+                           "the device pool has only %lld pages", (long long)len, (long long)need, e->ps,
+                           (long long)e->n_pages);
+        return PKV_OK;
+    }
     if (base + r->n_prompt >= n_ctx)
         return pkv_err(PKV_ERR_INVALID,
                        "submit: the prompt has %lld tokens, the context limit is %lld tokens (prompt + generated); "

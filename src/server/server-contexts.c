@@ -7,7 +7,11 @@
  *   POST   /v1/contexts/{id}/truncate   {n_tokens}
  *   POST   /v1/contexts/{id}/generate   {max_tokens, sampling..., stream}
  *   DELETE /v1/contexts/{id}
- * Every operation runs on the worker thread (srv_gen_call), between decode steps. */
+ * Every operation runs on the worker thread (srv_gen_call), between engine steps.
+ * Nothing here decodes: create and append submit a prefill-only engine request on
+ * the context (pkv_request_params.prefill_only), which the engine chunks, batches
+ * with the other requests and preempts like them, and the call answers at its
+ * final event; generate is an engine request on the context (server-gen.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +27,16 @@ typedef struct ctx_call {
     int32_t *toks;
     int n_toks;
     int64_t n_keep;
-    /* a prefill in pieces (create, append): where it stands between the worker's calls */
+    /* a prefill (create, append) between the worker's calls: its engine request runs */
     pkv_context *building; /* create: the context until it is registered */
     srv_ctx *target;       /* append: the context (busy meanwhile) */
     int64_t reserved;      /* create, append: quota pages reserved until the prefill ends */
-    int done_toks;         /* tokens of toks decoded so far (create: from the prefix match on) */
     int64_t matched;
+    uint64_t eng_id;       /* the prefill-only engine request, 0 = none */
+    bool eng_done;         /* its final event came (prefill_event) */
+    pkv_finish_reason eng_fin;
+    pkv_status eng_st;
+    char eng_msg[512];
     /* result */
     int status;
     char err[600];
@@ -68,46 +76,78 @@ static bool fail(ctx_call *k, int status, const char *msg) {
     return true;
 }
 
-/* Decode tokens into a context, making room by swapping idle contexts out when
- * the pool is full. */
-static pkv_status decode_room(srv_gen *g, srv_ctx *self, pkv_context *ctx, const int32_t *t, int n) {
-    pkv_status st = pkv_context_decode(ctx, t, n);
-    if (st == PKV_ERR_OUT_OF_PAGES) {
-        int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(srv_gen_cache(g)));
-        bool was = self && self->busy;
-        if (self) self->busy = true; /* not swapped out for itself */
-        srv_gen_make_room(g, n / ps + 2, 0);
-        if (self) self->busy = was;
-        st = pkv_context_decode(ctx, t, n);
-    }
-    return st;
-}
-
 /* Pages n more tokens may take (a partial page copied on write, a new last page). */
 static int64_t pages_for(srv_gen *g, int64_t n) {
     int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(srv_gen_cache(g)));
     return (n + ps - 1) / ps + 1;
 }
 
-/* The next piece of k's prefill (create or append): at most one chunk of tokens,
- * so the engine steps between pieces. true when the prefill is over (or failed). */
-static bool prefill_piece(srv_gen *g, ctx_call *k, pkv_context *ctx, srv_ctx *self) {
-    int left = k->n_toks - k->done_toks, n = left < srv_gen_chunk(g) ? left : srv_gen_chunk(g);
-    pkv_status st = n ? decode_room(g, self, ctx, k->toks + k->done_toks, n) : PKV_OK;
-    if (st) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s failed: %s: %s", k->op == OP_CREATE ? "prefill" : "append", pkv_status_str(st),
-                 pkv_errmsg());
-        return fail(k, st == PKV_ERR_OUT_OF_PAGES ? 503 : 400, msg);
+/* A prefill that failed (st: its status): out of pages is the pool's state (503),
+ * anything else the input's (400). */
+static bool prefill_fail(ctx_call *k, pkv_status st, const char *detail) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s failed: %s: %s", k->op == OP_CREATE ? "prefill" : "append", pkv_status_str(st), detail);
+    return fail(k, st == PKV_ERR_OUT_OF_PAGES ? 503 : 400, msg);
+}
+
+/* The final event of a prefill-only request (worker thread, inside a step). */
+static bool prefill_event(const pkv_engine_event *ev, void *user) {
+    ctx_call *k = user;
+    if (ev->finish == PKV_FINISH_NONE) return true;
+    k->eng_done = true;
+    k->eng_fin = ev->finish;
+    k->eng_st = ev->status;
+    snprintf(k->eng_msg, sizeof k->eng_msg, "%s", ev->message ? ev->message : "");
+    if (k->target) k->target->engine_req = 0;
+    return true;
+}
+
+/* Submit k's tokens from `from` on as a prefill-only request on ctx. false with k
+ * failed: the pool can never hold the context (503), or submit refused it. */
+static bool prefill_submit(srv_gen *g, ctx_call *k, pkv_context *ctx, int from) {
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(srv_gen_cache(g), &ks);
+    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(srv_gen_cache(g)));
+    int64_t len = pkv_context_n_tokens(ctx) + (k->n_toks - from), need = (len + ps - 1) / ps;
+    if (need > ks.n_pages) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "the context would hold %lld tokens, %lld KV pages of %d tokens; the device pool "
+                 "has %lld pages", (long long)len, (long long)need, ps, (long long)ks.n_pages);
+        prefill_fail(k, PKV_ERR_OUT_OF_PAGES, msg);
+        return false;
     }
-    k->done_toks += n;
-    return k->done_toks >= k->n_toks;
+    pkv_request_params rp = pkv_request_default_params();
+    rp.prompt = k->toks + from;
+    rp.n_prompt = k->n_toks - from;
+    rp.context = ctx;
+    rp.prefill_only = true;
+    rp.on_event = prefill_event;
+    rp.user = k;
+    k->eng_done = false;
+    pkv_status st = pkv_engine_submit(srv_gen_engine(g), &rp, &k->eng_id);
+    if (st) {
+        prefill_fail(k, st, pkv_errmsg());
+        return false;
+    }
+    return true;
+}
+
+/* Has k's prefill request ended? At shutdown it is cancelled and ended now (the
+ * worker no longer steps the engine, and its context is about to go). */
+static bool prefill_over(srv_gen *g, ctx_call *k) {
+    if (!k->eng_done && srv_gen_stopping(g)) srv_gen_end_request(g, k->eng_id, &k->eng_done);
+    if (!k->eng_done) return false;
+    k->eng_id = 0;
+    if (k->eng_fin == PKV_FINISH_LENGTH) return true;
+    if (k->eng_fin == PKV_FINISH_ERROR) prefill_fail(k, k->eng_st ? k->eng_st : PKV_ERR_INTERNAL, k->eng_msg);
+    else fail(k, 503, "the server is shutting down");
+    return true;
 }
 
 static bool create_call(srv_gen *g, ctx_call *k) {
     srv *s = k->s;
     char msg[600];
-    if (!k->building) { /* first piece: the context, its prefix match, the quota */
+    if (!k->building) { /* first call: the context, its prefix match, the quota, the prefill request */
         pkv_context *ctx = pkv_context_create(srv_gen_model(g), srv_gen_cache(g), s->n_ctx);
         if (!ctx) {
             snprintf(msg, sizeof msg, "cannot create a context: %s", pkv_errmsg());
@@ -126,21 +166,25 @@ static bool create_call(srv_gen *g, ctx_call *k) {
             pkv_context_free(ctx);
             return fail(k, 503, msg);
         }
+        if (matched < k->n_toks && !prefill_submit(g, k, ctx, (int)matched)) {
+            pkv_context_free(ctx);
+            return true;
+        }
         /* until it is registered nobody else counts its pages */
         k->reserved = pages_for(g, k->n_toks);
         srv_ctx_quota_reserve(g, k->reserved);
         k->building = ctx;
         k->matched = matched;
-        k->done_toks = (int)matched;
-        if (k->done_toks < k->n_toks) return false; /* the prefill runs from the next piece on */
-    } else if (!prefill_piece(g, k, k->building, NULL)) {
-        return false;
+        k->eng_done = matched >= k->n_toks; /* nothing to compute (no tokens) */
+        k->eng_fin = PKV_FINISH_LENGTH;
+        if (!k->eng_done) return false; /* answered at the prefill's final event */
     }
+    if (!prefill_over(g, k)) return false;
     pkv_context *ctx = k->building;
     k->building = NULL;
     srv_ctx_quota_reserve(g, -k->reserved);
     k->reserved = 0;
-    if (k->status) { /* a piece failed */
+    if (k->status) { /* the prefill failed */
         pkv_context_free(ctx);
         return true;
     }
@@ -156,27 +200,32 @@ static bool create_call(srv_gen *g, ctx_call *k) {
     return true;
 }
 
+/* An append's prefill request ended: the context is free again; a failed one
+ * goes back to its length before the append (without logits, as after a truncate). */
+static bool append_over(srv_gen *g, ctx_call *k) {
+    if (!prefill_over(g, k)) return false;
+    srv_ctx *e = k->target;
+    e->swapped = pkv_kv_seq_swapped(srv_gen_cache(g), pkv_context_seq(e->ctx)); /* cancelled while swapped out */
+    if (k->status && !e->swapped) pkv_context_truncate(e->ctx, k->n_keep);
+    e->busy = false;
+    e->engine_req = 0;
+    e->last_used = srv_now();
+    k->target = NULL;
+    srv_ctx_quota_reserve(g, -k->reserved);
+    k->reserved = 0;
+    if (!k->status) {
+        k->res = ctx_json(g, e, false);
+        k->status = 200;
+    }
+    return true;
+}
+
 static bool run_call(srv_gen *g, void *arg) {
     ctx_call *k = arg;
     srv *s = k->s;
     char msg[600];
     if (k->op == OP_CREATE) return create_call(g, k);
-    if (k->target) { /* an append in progress */
-        srv_ctx *e = k->target;
-        if (!prefill_piece(g, k, e->ctx, e)) return false;
-        if (k->status && pkv_context_truncate(e->ctx, k->n_keep) == PKV_OK) /* a piece failed: as before */
-            k->res = NULL;
-        e->busy = false;
-        e->last_used = srv_now();
-        k->target = NULL;
-        srv_ctx_quota_reserve(g, -k->reserved);
-        k->reserved = 0;
-        if (!k->status) {
-            k->res = ctx_json(g, e, false);
-            k->status = 200;
-        }
-        return true;
-    }
+    if (k->target) return append_over(g, k); /* an append in progress */
     srv_ctx *e = srv_ctx_find(g, k->id);
     if (!e) return fail(k, 404, "no such context (deleted, or dropped after its idle TTL)");
     char id[32];
@@ -222,9 +271,11 @@ static bool run_call(srv_gen *g, void *arg) {
             return fail(k, 400, msg);
         }
         if (!srv_ctx_quota_ok(g, -1, pages_for(g, k->n_toks), msg, sizeof msg)) return fail(k, 503, msg);
+        if (!prefill_submit(g, k, e->ctx, 0)) return true;
         k->reserved = pages_for(g, k->n_toks);
         srv_ctx_quota_reserve(g, k->reserved);
-        e->busy = true; /* no fork, delete or generation between the pieces */
+        e->busy = true; /* the engine's until the final event: no fork, delete, swap or generation */
+        e->engine_req = k->eng_id;
         k->target = e;
         k->n_keep = len; /* where a failed append goes back to */
         return false;

@@ -1,8 +1,9 @@
 /* The generation worker of pagekv serve (see server-gen.h). One thread owns the
  * serving engine, its model and its cache. Each loop: run queued calls (the
- * contexts API's operations), hand waiting requests to the engine (completions,
- * and the contexts API's generations as requests on their context), then one
- * engine step: one batch over every running request. */
+ * contexts API's operations, whose create and append submit prefill-only engine
+ * requests and wait across steps for them), hand waiting requests to the engine
+ * (completions, and the contexts API's generations as requests on their
+ * context), then one engine step: one batch over every running request. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,7 +239,18 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
 
 bool srv_gen_busy(srv_gen *g) { return g->eng_pending > 0; }
 
-int srv_gen_chunk(srv_gen *g) { return g->p.batch_tokens > 0 ? g->p.batch_tokens : 256; }
+bool srv_gen_stopping(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    bool stop = g->stop;
+    pthread_mutex_unlock(&g->mu);
+    return stop;
+}
+
+void srv_gen_end_request(srv_gen *g, uint64_t id, const bool *done) {
+    pkv_engine_cancel(g->eng, id); /* NOT_FOUND once finished */
+    for (int i = 0; i < 1000 && !*done; i++)
+        if (pkv_engine_step(g->eng, NULL)) break;
+}
 
 bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size_t size) {
     if (g->p.ctx_pages <= 0) return true;
@@ -639,6 +651,9 @@ static bool on_engine_event(const pkv_engine_event *ev, void *user) {
             /* out of pages is the pool's state, not the request's fault: try again later */
             r->http_status = ev->status == PKV_ERR_INVALID ? 400 : ev->status == PKV_ERR_OUT_OF_PAGES ? 503 : 500;
             snprintf(r->err, sizeof r->err, "%s", ev->message ? ev->message : "engine error");
+        } else if (ev->finish == PKV_FINISH_ERROR && !r->engine_id) { /* ctx_restore's request failed */
+            size_t l = strlen(r->err);
+            snprintf(r->err + l, sizeof r->err - l, "; cannot restore the context: %s", ev->message ? ev->message : "");
         }
         if (ev->finish == PKV_FINISH_CANCELLED && !r->cancelled && !r->http_status) {
             r->http_status = 503;
@@ -710,6 +725,30 @@ static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bo
     return true;
 }
 
+/* A generation on ce failed at submit after its last token was taken off to be
+ * computed again (ctx_request): the context gets it back, logits included, as a
+ * prefill-only engine request of that token, and r (failed with status and msg)
+ * is answered at that request's final event (on_engine_event, ctx_gen_done), so
+ * the client sees the context as it was. It is no request of r's client: a
+ * client that leaves does not cancel it. false: not submitted (pkv_errmsg). */
+static bool ctx_restore(srv_gen *g, srv_req *r, srv_ctx *ce, int32_t last, int status, const char *msg) {
+    pkv_request_params rp = pkv_request_default_params();
+    rp.prompt = &last;
+    rp.n_prompt = 1;
+    rp.context = ce->ctx;
+    rp.prefill_only = true;
+    rp.on_event = on_engine_event;
+    rp.user = r;
+    r->backend = g;
+    uint64_t id = 0;
+    if (pkv_engine_submit(g->eng, &rp, &id)) return false;
+    req_fail(r, status, "%s", msg);
+    ce->busy = true;
+    ce->engine_req = id;
+    ce->gen_reserved = 0;
+    return true;
+}
+
 static void admit_engine(srv_gen *g, srv_req *r) {
     if (r->cancelled) {
         admit_fail(g, r, 499, "cancelled%s", "");
@@ -745,10 +784,11 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     pkv_status st = pkv_engine_submit(g->eng, &rp, &id);
     if (st) {
         char msg[512];
+        int status = st == PKV_ERR_INVALID ? 400 : 503;
         snprintf(msg, sizeof msg, "%s", pkv_errmsg());
-        if (relast && pkv_context_decode(ce->ctx, &last, 1)) /* the context as it was, logits included */
-            snprintf(msg, sizeof msg, "cannot restore the context: %s", pkv_errmsg());
-        admit_fail(g, r, st == PKV_ERR_INVALID ? 400 : 503, "%s", msg);
+        if (relast && ctx_restore(g, r, ce, last, status, msg)) return; /* answered when the context is back */
+        if (relast) snprintf(msg, sizeof msg, "cannot restore the context: %s", pkv_errmsg());
+        admit_fail(g, r, status, "%s", msg);
         return;
     }
     if (ce) { /* the engine's until its final event (ctx_gen_done): no swap, fork, append or delete */

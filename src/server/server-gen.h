@@ -6,8 +6,9 @@
  *
  * Every generation is an engine request, batched with the rest and preemptible:
  * a completion on a fresh sequence, a contexts-API generation on its context
- * (pkv_request_params.context). This is the only interface the HTTP layer uses
- * to generate. */
+ * (pkv_request_params.context), and the contexts API's create and append as
+ * prefill-only requests on theirs (server-contexts.c). This is the only
+ * interface the HTTP layer uses to generate; nothing here decodes by itself. */
 #ifndef PKV_SERVER_GEN_H
 #define PKV_SERVER_GEN_H
 
@@ -130,13 +131,19 @@ void srv_gen_cancel(srv_gen *g, srv_req *r);
 void srv_gen_stats(srv_gen *g, srv_stats *out);
 
 /* Run fn(g, arg) on the worker thread between steps and wait until it returns
- * true. A call that returns false has done one bounded piece of its work (a chunk
- * of a prefill) and runs again after the next step, so no client call holds the
- * engine for longer than one chunk. */
+ * true. A call that returns false has done one bounded piece of its work (a media
+ * encoding step) or waits for an engine request it submitted (a contexts-API
+ * prefill) and runs again after the next step, so no client call holds the
+ * engine for longer than one piece. */
 typedef bool (*srv_call_fn)(srv_gen *g, void *arg);
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg);
-/* Tokens a call may prefill per piece (the engine's tokens per step). */
-int srv_gen_chunk(srv_gen *g);
+/* Worker thread (in a srv_gen_call function): the server is shutting down, so
+ * the engine is stepped no more; a call waiting for an engine request ends it
+ * with srv_gen_end_request. */
+bool srv_gen_stopping(srv_gen *g);
+/* Worker thread: cancel engine request id and step the engine until *done (set
+ * by the request's final event). */
+void srv_gen_end_request(srv_gen *g, uint64_t id, const bool *done);
 /* Worker thread (in a srv_gen_call function): the engine has unfinished requests. */
 bool srv_gen_busy(srv_gen *g);
 /* Can the contexts hold `more` pages beyond what they hold now (plus the
@@ -157,8 +164,8 @@ pkv_engine *srv_gen_engine(srv_gen *g);
  * left to swap. Only contexts whose swap frees device pages are taken (a fork's
  * pages shared with another context stay on the device and are copied to host
  * besides) and only within the quota. The one room-making policy of the server:
- * the contexts API's decodes and the engine's steps both use it. Worker thread
- * only. */
+ * before each engine step (for every request, the contexts API's prefills
+ * included) and to bring a swapped context back. Worker thread only. */
 void srv_gen_make_room(srv_gen *g, int64_t pages, int extra);
 
 /* ------------------------------------------------------ contexts registry */
@@ -167,9 +174,9 @@ typedef struct srv_ctx {
     int64_t id;
     pkv_context *ctx;
     double last_used;
-    bool busy;       /* a generation or an append is running on it */
+    bool busy;       /* a generation or an append (an engine request) is running on it */
     bool swapped;
-    uint64_t engine_req; /* the engine request generating on it, 0 = none */
+    uint64_t engine_req; /* the engine request generating or appending on it, 0 = none */
     int64_t gen_reserved; /* quota pages its running generation reserved (srv_ctx_quota_reserve) */
     int64_t parent;  /* the context it was forked from (which may be gone since), 0 = none */
 } srv_ctx;

@@ -76,11 +76,14 @@ static bool kv_take(srv_gen *g, void *arg) {
             if (got > ns) got = ns;
             for (int i = 0; i < got; i++) {
                 kv_owner *o = &k->owners[k->n_owners++];
-                const srv_req *r = si[i].user; /* alive: the engine's request holds a reference */
+                /* alive: the engine's request holds a reference. A request on a context
+                 * may be a create's or an append's prefill, whose user is no srv_req: its
+                 * sequence is named by its context, or, while a create runs, so. */
+                const srv_req *r = si[i].on_context ? NULL : si[i].user;
                 o->seq = si[i].kv_seq;
                 o->sample = si[i].sample;
                 o->on_context = si[i].on_context;
-                snprintf(o->id, sizeof o->id, "%s", r ? r->log_id : "");
+                snprintf(o->id, sizeof o->id, "%s", r ? r->log_id : si[i].on_context ? "context-being-created" : "");
                 for (char *ch = o->id; *ch; ch++) /* written into JSON as is: ids are [A-Za-z0-9._-] */
                     if (!((*ch >= 'a' && *ch <= 'z') || (*ch >= 'A' && *ch <= 'Z') || (*ch >= '0' && *ch <= '9') ||
                           *ch == '-' || *ch == '_' || *ch == '.'))
