@@ -1503,7 +1503,8 @@ typedef struct pkv_request_params {
      * when ctx has logits: the first token is sampled from them) and then every
      * generated token, the last included, go into its KV, so when the final event
      * comes ctx holds them all and the logits of the last. n_ctx - len(ctx) -
-     * n_prompt bounds max_tokens (n_ctx: the smaller of the engine's and ctx's).
+     * n_prompt bounds max_tokens (n_ctx: the smaller of the engine's and ctx's;
+     * not with context_shift, below).
      * No prefix matching and no draft for it; it is batched, and preempted by swap
      * (or by truncating ctx back to its length at admission and recomputing), like
      * any other. After a cancelled or failed request ctx holds a prefix of
