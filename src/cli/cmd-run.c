@@ -551,9 +551,9 @@ static bool run_engine_open(const run_opts *r, run_state *st, int n_seq, int64_t
     ep.cache.n_seq_max = n_seq;
     ep.cache.n_pages = n_pages;
     ep.max_seqs = n_seq;
-    ep.max_batch_tokens = 256;
-    for (int i = 0; i < st->enc.n; i++) /* a non-causal media chunk runs in one step */
-        if (st->enc.rows[i].n_rows > ep.max_batch_tokens) ep.max_batch_tokens = st->enc.rows[i].n_rows;
+    /* one request: its prompt in one step, as a pkv_context_decode of it was (and a
+     * non-causal media chunk must fit one) */
+    ep.max_batch_tokens = ep.cache.n_ctx;
     ep.prefix_cache = false; /* one request at a time: nothing to share */
     if (st->draft) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
         ep.draft = st->draft;
@@ -708,8 +708,8 @@ static bool run_event(const pkv_engine_event *ev, void *user) {
         g->started = true;
         st->t_first = pkv_time_now_cli();
         fwrite(g->r->prompt, 1, strlen(g->r->prompt), stdout);
-        if (g->r->n_fork) fputc('\n', stdout);
         fflush(stdout);
+        if (g->r->n_fork) fputc('\n', stdout);
     }
     printer *pr = &st->pr[ev->sample];
     bool go = !g->discard;
