@@ -1,4 +1,4 @@
-// labels: engine timeout=300
+// labels: kv engine timeout=300
 /* The engine's context shift and caller's sampler (pkv_request_params.context_shift,
  * n_keep, sampler; docs/engine.md, "Context shift"), content-checked against the
  * loop pagekv run --context-shift ran before it moved onto the engine: sample,

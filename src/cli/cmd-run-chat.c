@@ -7,11 +7,14 @@
  * text (pkv_model_tokenize_spans with the spans pkv_chat_apply reports), so a user
  * who types "<|im_end|>" sends text, not a turn boundary.
  *
- * One context lives across the turns: the new prompt's tokens are compared with the
- * tokens the context already holds, the context is truncated to the common prefix
- * and only the rest is decoded. When the conversation outgrows the context its
- * oldest turns are dropped (the system message stays) and the chat goes on. Needs the chat layer (src/chat/, jansson); without it
- * pagekv run refuses -cnv before loading anything. */
+ * One context, on the serving engine's cache, lives across the turns: the new
+ * prompt's tokens are compared with the tokens the context already holds, the
+ * context is truncated to the common prefix and the rest is submitted as an engine
+ * request on the context, whose events stream the answer (docs/engine.md, "pagekv
+ * run on the engine"). When the conversation outgrows the context its oldest turns
+ * are dropped (the system message stays) and the chat goes on. Needs the chat
+ * layer (src/chat/, jansson); without it pagekv run refuses -cnv before loading
+ * anything. */
 #ifdef PKV_HAVE_SERVER
 #include <jansson.h>
 #include <stdio.h>
