@@ -552,8 +552,9 @@ static bool run_engine_open(const run_opts *r, run_state *st, int n_seq, int64_t
     ep.cache.n_pages = n_pages;
     ep.max_seqs = n_seq;
     /* one request: its prompt in one step, as a pkv_context_decode of it was (and a
-     * non-causal media chunk must fit one) */
-    ep.max_batch_tokens = ep.cache.n_ctx;
+     * non-causal media chunk must fit one); with a draft the engine's default, as
+     * run --draft has had on the engine (the chunks decide which rounds propose) */
+    ep.max_batch_tokens = st->draft ? 0 : ep.cache.n_ctx;
     ep.prefix_cache = false; /* one request at a time: nothing to share */
     if (st->draft) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
         ep.draft = st->draft;
