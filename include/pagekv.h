@@ -1461,6 +1461,8 @@ typedef struct pkv_engine_event {
     int32_t n_prompt;        /* prompt tokens of the request */
     int32_t n_cached;        /* prompt tokens reused from the prefix cache (not computed) */
     int32_t n_generated;     /* tokens of this sample so far, this event's included */
+    int64_t n_shifted;       /* tokens the request's context shift dropped so far
+                                (pkv_request_params.context_shift); 0 without */
     pkv_status status;       /* PKV_OK unless finish == ERROR */
     const char *message;     /* with ERROR: what failed; otherwise "" */
 } pkv_engine_event;
@@ -1501,7 +1503,8 @@ typedef struct pkv_request_params {
      * when ctx has logits: the first token is sampled from them) and then every
      * generated token, the last included, go into its KV, so when the final event
      * comes ctx holds them all and the logits of the last. n_ctx - len(ctx) -
-     * n_prompt bounds max_tokens (n_ctx: the smaller of the engine's and ctx's).
+     * n_prompt bounds max_tokens (n_ctx: the smaller of the engine's and ctx's;
+     * not with context_shift, below).
      * No prefix matching and no draft for it; it is batched, and preempted by swap
      * (or by truncating ctx back to its length at admission and recomputing), like
      * any other. After a cancelled or failed request ctx holds a prefix of
@@ -1529,6 +1532,25 @@ typedef struct pkv_request_params {
      * is never split across prefill steps. NULL / 0 = none. Not with context. */
     const pkv_media_rows *media;
     int n_media;
+    /* Context shift (docs/engine.md, "Context shift"; pagekv run --context-shift): on a
+     * request on a context, a token the sample goes on from that finds the context
+     * full (len(ctx) = n_ctx, the smaller of the engine's and ctx's) does not end the
+     * request: the engine keeps the first n_keep tokens (at least 1 when the first is
+     * the model's BOS; at most len - 2), drops half of the rest (pkv_kv_shift: the
+     * later tokens move down and their K is rotated anew) and runs the token after
+     * them. The request's last token goes in without a shift while the sequence is
+     * below the engine's n_ctx. Events count the dropped tokens (n_shifted). Needs
+     * context, max_tokens >= 1 (nothing else bounds it; n_ctx - len(ctx) - n_prompt
+     * does not), n_keep >= 0 and no grammar; n_keep != 0 needs context_shift. */
+    bool context_shift;
+    int32_t n_keep;
+    /* A sampler of the caller's to draw sample 0's tokens with instead of one made
+     * from sampling (whose seed and filters are then ignored): its draws and history
+     * go on from where the caller left them, so a chat's turns, each a request on its
+     * context, sample as one loop over one sampler would. Not owned; nothing else may
+     * use it until the final event. Needs n = 1 and no grammar. NULL: the request
+     * makes its own. */
+    pkv_sampler *sampler;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),

@@ -174,8 +174,8 @@ class TokenLogprob(Structure):
 class EngineEvent(Structure):
     _fields_ = [("request", c_uint64), ("sample", c_int), ("token", c_int32), ("logprob", c_float),
                 ("n_top", c_int), ("top", POINTER(TokenLogprob)), ("finish", c_int), ("stop_token", c_bool),
-                ("n_prompt", c_int32), ("n_cached", c_int32), ("n_generated", c_int32), ("status", c_int),
-                ("message", c_char_p)]
+                ("n_prompt", c_int32), ("n_cached", c_int32), ("n_generated", c_int32), ("n_shifted", c_int64),
+                ("status", c_int), ("message", c_char_p)]
 
 
 EVENT_FN = CFUNCTYPE(c_bool, POINTER(EngineEvent), c_void_p)
@@ -187,7 +187,8 @@ class RequestParams(Structure):
                 ("ignore_eos", c_bool), ("n", c_int), ("priority", c_int), ("top_logprobs", c_int),
                 ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p),
                 ("prefill_only", c_bool),
-                ("media", c_void_p), ("n_media", c_int)]
+                ("media", c_void_p), ("n_media", c_int), ("context_shift", c_bool), ("n_keep", c_int32),
+                ("sampler", c_void_p)]
 
 
 class EngineParams(Structure):

@@ -131,10 +131,11 @@ typedef struct {
     pkv_sampler_params sp;
     long long n_predict;        /* tokens per answer at most */
     bool verbose_prompt;        /* each turn's prompt and answer ids on stderr */
+    int64_t n_ctx;              /* the conversation's limit in tokens (ctx has one position more) */
 } pkv_cli_chat_opts;
-/* Read user turns from stdin until EOF or /exit, answering each in ctx (kept
- * across turns: only the part of a prompt the context does not hold is decoded).
- * Returns the exit code. */
-int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o);
+/* Read user turns from stdin until EOF or /exit, answering each with a request of
+ * engine e on ctx (on e's cache, kept across turns: only the part of a prompt the
+ * context does not hold is computed). Returns the exit code. */
+int pkv_cli_run_chat(pkv_engine *e, pkv_context *ctx, const pkv_cli_chat_opts *o);
 
 #endif

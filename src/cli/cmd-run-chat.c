@@ -7,11 +7,14 @@
  * text (pkv_model_tokenize_spans with the spans pkv_chat_apply reports), so a user
  * who types "<|im_end|>" sends text, not a turn boundary.
  *
- * One context lives across the turns: the new prompt's tokens are compared with the
- * tokens the context already holds, the context is truncated to the common prefix
- * and only the rest is decoded. When the conversation outgrows the context its
- * oldest turns are dropped (the system message stays) and the chat goes on. Needs the chat layer (src/chat/, jansson); without it
- * pagekv run refuses -cnv before loading anything. */
+ * One context, on the serving engine's cache, lives across the turns: the new
+ * prompt's tokens are compared with the tokens the context already holds, the
+ * context is truncated to the common prefix and the rest is submitted as an engine
+ * request on the context, whose events stream the answer (docs/engine.md, "pagekv
+ * run on the engine"). When the conversation outgrows the context its oldest turns
+ * are dropped (the system message stays) and the chat goes on. Needs the chat
+ * layer (src/chat/, jansson); without it pagekv run refuses -cnv before loading
+ * anything. */
 #ifdef PKV_HAVE_SERVER
 #include <jansson.h>
 #include <stdio.h>
@@ -104,7 +107,73 @@ static void print_ids(const char *what, int turn, const int32_t *ids, size_t n) 
     fputc('\n', stderr);
 }
 
-int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o) {
+/* One answer: its events (chat_event) fill it. */
+typedef struct chat_turn {
+    pkv_model *m;
+    int32_t *gen;      /* [n_predict + 1] this turn's ids, the end-of-turn token's too */
+    int n_gen;
+    char *answer;      /* its text, without the end-of-turn token (realloc'd here) */
+    size_t len, cap;
+    const char *why;   /* "n", "eog", "full" */
+    long long n_predict;
+    int turn;
+    int64_t n_prompt, keep; /* for the turn's line, said when its prompt is in */
+    bool discard;      /* -n 0: no answer; the request stops at its first token */
+    bool started, done, out_failed, nomem;
+    pkv_status status; /* of a final event with finish ERROR */
+    char message[512];
+} chat_turn;
+
+/* Show token tok of the answer and keep its text; false when it cannot be. */
+static bool chat_piece(chat_turn *t, int32_t tok) {
+    char piece[256];
+    size_t k = 0;
+    if (pkv_model_token_piece(t->m, tok, false, piece, sizeof piece, &k)) k = 0;
+    if (t->len + k + 1 > t->cap) {
+        size_t nc = (t->len + k + 1) * 2;
+        char *b = realloc(t->answer, nc);
+        if (!b) {
+            t->nomem = true;
+            return false;
+        }
+        t->answer = b;
+        t->cap = nc;
+    }
+    memcpy(t->answer + t->len, piece, k);
+    t->len += k;
+    if (fwrite(piece, 1, k, stdout) != k || fflush(stdout) != 0) {
+        t->out_failed = true;
+        return false;
+    }
+    return true;
+}
+
+static bool chat_event(const pkv_engine_event *ev, void *user) {
+    chat_turn *t = user;
+    bool go = true;
+    if (ev->token >= 0 && !t->started) { /* the prompt is in */
+        t->started = true;
+        fprintf(stderr, "pagekv run: turn %d: prompt %lld tokens, %lld reused from the cache, %lld computed\n", t->turn,
+                (long long)t->n_prompt, (long long)t->keep, (long long)(t->n_prompt - t->keep));
+    }
+    if (ev->token >= 0 && !t->discard) {
+        t->gen[t->n_gen++] = ev->token;
+        if (ev->stop_token) t->why = "eog";
+        else go = chat_piece(t, ev->token);
+    }
+    if (ev->finish == PKV_FINISH_NONE) return go && !t->discard;
+    t->done = true;
+    if (ev->finish == PKV_FINISH_ERROR) {
+        t->status = ev->status ? ev->status : PKV_ERR_INVALID;
+        snprintf(t->message, sizeof t->message, "%s", ev->message ? ev->message : "");
+    } else if (ev->finish == PKV_FINISH_LENGTH && t->n_gen < t->n_predict) {
+        t->why = "full";
+    }
+    return false;
+}
+
+int pkv_cli_run_chat(pkv_engine *e, pkv_context *ctx, const pkv_cli_chat_opts *o) {
+    pkv_model *m = pkv_engine_model(e);
     pkv_model_info info;
     pkv_model_get_info(m, &info);
     pkv_tpl fam = PKV_TPL_NONE;
@@ -124,8 +193,8 @@ int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o)
     json_t *body = json_pack("{s:[],s:b}", "messages", "add_generation_prompt", 1);
     json_t *msgs = body ? json_object_get(body, "messages") : NULL;
     pkv_sampler *smp = pkv_sampler_create(o->sp, info.n_vocab);
-    int64_t n_ctx = pkv_context_n_ctx(ctx);
-    int32_t *have = malloc((size_t)n_ctx * sizeof *have); /* the context's tokens */
+    int64_t n_ctx = o->n_ctx;
+    int32_t *have = malloc((size_t)(n_ctx + 1) * sizeof *have); /* the context's tokens */
     char *line = NULL, *answer = NULL;
     size_t line_cap = 0, ans_len = 0, ans_cap = 0;
     int32_t *gen = malloc(((size_t)o->n_predict + 1) * sizeof *gen); /* this turn's ids */
@@ -197,61 +266,50 @@ int pkv_cli_run_chat(pkv_model *m, pkv_context *ctx, const pkv_cli_chat_opts *o)
                     (long long)n_ctx, dropped, dropped == 1 ? " is" : "s are",
                     o->system ? "the system prompt is kept" : "a larger -c keeps more");
         /* reuse the common prefix with what the context holds; at least the last
-         * prompt token is decoded again, for its logits */
+         * prompt token is computed again, for its logits */
         int64_t n_have = pkv_context_n_tokens(ctx), keep = 0;
         pkv_status s = n_have ? pkv_context_tokens(ctx, 0, n_have, have) : PKV_OK;
         while (!s && keep < n_have && keep < (int64_t)n_prompt - 1 && have[keep] == toks[keep]) keep++;
         if (!s && keep < n_have) s = pkv_context_truncate(ctx, keep);
-        if (!s) s = pkv_context_decode(ctx, toks + keep, (int32_t)((int64_t)n_prompt - keep));
         if (o->verbose_prompt) print_ids("prompt ids", turn, toks, n_prompt);
+        /* the rest of the prompt and the answer: one request on the context, the
+         * answer streamed from its events; it ends at an end-of-generation or
+         * end-of-turn token, after -n tokens, or where the context is full */
+        chat_turn t = {.m = m, .gen = gen, .answer = answer, .cap = ans_cap, .why = "n", .n_predict = o->n_predict,
+                       .turn = turn, .n_prompt = (int64_t)n_prompt, .keep = keep, .discard = o->n_predict == 0};
+        pkv_request_params rp = pkv_request_default_params();
+        rp.context = ctx;
+        rp.prompt = toks + keep;
+        rp.n_prompt = (int32_t)((int64_t)n_prompt - keep);
+        rp.sampler = smp; /* one sampler across the turns, as one loop had */
+        rp.stop_tokens = stop_ids;
+        rp.n_stop = n_stop;
+        int64_t left = n_ctx - (int64_t)n_prompt + 1; /* up to -c tokens held, and one more sampled */
+        rp.max_tokens = (int32_t)(o->n_predict == 0 ? 1 : o->n_predict < left ? o->n_predict : left);
+        rp.on_event = chat_event;
+        rp.user = &t;
+        if (!s) s = pkv_engine_submit(e, &rp, NULL);
         free(toks);
-        if (s) {
-            pkv_cli_fail("run", "prefill", s);
+        while (!s && !t.done) s = pkv_engine_step(e, NULL);
+        if (!s && t.status) s = pkv_err(t.status, "%s", t.message);
+        answer = t.answer;
+        ans_cap = t.cap;
+        ans_len = t.len;
+        int n_gen = t.n_gen;
+        const char *why = t.why;
+        if (t.out_failed) {
+            fprintf(stderr, "pagekv run: stopped: standard output could not be written\n");
             goto out;
         }
-        fprintf(stderr, "pagekv run: turn %d: prompt %zu tokens, %lld reused from the cache, %lld computed\n", turn,
-                n_prompt, (long long)keep, (long long)((int64_t)n_prompt - keep));
-        /* the answer, streamed; it ends at an end-of-generation or end-of-turn token */
-        ans_len = 0;
-        int n_gen = 0;
-        const char *why = "n";
-        while (n_gen < o->n_predict) {
-            int32_t t;
-            if ((s = pkv_sampler_sample(smp, pkv_context_logits(ctx), &t))) break;
-            pkv_sampler_accept(smp, t);
-            gen[n_gen++] = t;
-            bool stop = pkv_model_is_eog(m, t);
-            for (int i = 0; i < n_stop; i++) stop |= t == stop_ids[i];
-            if (stop) {
-                why = "eog";
-                break;
-            }
-            char piece[256];
-            size_t k = 0;
-            if (pkv_model_token_piece(m, t, false, piece, sizeof piece, &k)) k = 0;
-            if (ans_len + k + 1 > ans_cap) {
-                size_t nc = (ans_len + k + 1) * 2;
-                char *b = realloc(answer, nc);
-                if (!b) {
-                    s = PKV_ERR_NOMEM;
-                    break;
-                }
-                answer = b;
-                ans_cap = nc;
-            }
-            memcpy(answer + ans_len, piece, k);
-            ans_len += k;
-            if (fwrite(piece, 1, k, stdout) != k || fflush(stdout) != 0) {
-                fprintf(stderr, "pagekv run: stopped: standard output could not be written\n");
-                goto out;
-            }
-            if (n_gen >= o->n_predict) break;
-            if (pkv_context_n_tokens(ctx) >= n_ctx) {
-                why = "full";
-                break;
-            }
-            if ((s = pkv_context_decode(ctx, &t, 1))) break;
+        if (!t.started) {
+            pkv_cli_fail("run", "prefill", s ? s : PKV_ERR_INVALID);
+            goto out;
         }
+        /* the request ran its last token into the context; as before, the next
+         * turn finds the answer without it (its reuse count stays the same) */
+        int64_t held = (int64_t)n_prompt + (n_gen > 0 ? n_gen - 1 : 0);
+        if (!s && pkv_context_n_tokens(ctx) > held) s = pkv_context_truncate(ctx, held);
+        if (!s && t.nomem) s = pkv_err(PKV_ERR_NOMEM, "out of memory for the answer");
         fputc('\n', stdout);
         fflush(stdout);
         if (s) {

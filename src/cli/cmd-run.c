@@ -445,19 +445,18 @@ static bool run_fail(const char *what, pkv_status s) {
 typedef struct run_state {
     pkv_model *m;
     pkv_model_info info;
-    pkv_kv_cache *c;   /* NULL with eng: the context is on the engine's cache */
-    pkv_engine *eng;   /* plain mode: generates on ctx (run_engine) */
-    pkv_context *ctx;
+    pkv_kv_cache *c;   /* --draft/--mtp's (NULL with eng) */
+    pkv_engine *eng;   /* every other mode generates through it (run_engine) */
+    pkv_context *ctx;  /* --draft/--mtp, --context-shift and -cnv: on c or the engine's cache */
     int64_t n_ctx;     /* the run's context limit (-c) */
-    pkv_context *br[64];  /* --fork's branches */
-    pkv_sampler *smp[64]; /* one per branch; [0] without --fork */
-    printer pr[64];
+    pkv_sampler *smp[1]; /* --draft/--mtp's */
+    printer pr[64];    /* one per --fork branch; [0] without --fork */
+    double t_first;    /* when the first token came: the prompt is in (the prefill's end) */
     int32_t *toks; /* [n_text] prompt ids */
     pkv_model *draft;
     bool draft_shared; /* a shared-KV draft: pkv_spec drafts (the engine's drafts have a cache) */
     pkv_spec *spec;
     uint64_t draft_steps_after; /* --draft on the engine: the steps after the first token's */
-    double t_prefill;  /* --draft on the engine: submit to first token */
     pkv_cli_encoded enc;
     size_t n_text;   /* with media: the prompt's text tokens (n_prompt counts the media rows too) */
     size_t n_prompt;
@@ -467,9 +466,8 @@ typedef struct run_state {
 } run_state;
 
 static void run_state_free(run_state *st) {
+    pkv_sampler_free(st->smp[0]);
     for (int b = 0; b < 64; b++) {
-        pkv_context_free(st->br[b]);
-        pkv_sampler_free(st->smp[b]);
         free(st->pr[b].text);
         free(st->pr[b].ids);
     }
@@ -487,23 +485,6 @@ static void run_state_free(run_state *st) {
     pkv_kv_cache_free(st->c);
     pkv_model_free(st->m);
 }
-
-#ifdef PKV_HAVE_SERVER
-/* -cnv: hand the model to the chat loop (cmd-run-chat.c). Returns the exit code. */
-static int run_chat(const run_opts *r, run_state *st) {
-    if (!st->info.has_vocab) {
-        fprintf(stderr, "pagekv run: -cnv needs a model with a vocabulary (tokenizer.ggml.model is none)\n");
-        return 1;
-    }
-    if (!(st->c = pkv_cli_open_cache("run", st->m, &r->o, 1)) || !(st->ctx = pkv_context_create(st->m, st->c, r->o.n_ctx))) {
-        if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
-        return 1;
-    }
-    pkv_cli_chat_opts co = {.model_path = r->o.model, .system = r->system_prompt, .kv = &r->o, .sp = r->sp,
-                            .n_predict = r->n_predict, .verbose_prompt = r->verbose_prompt};
-    return pkv_cli_run_chat(st->m, st->ctx, &co);
-}
-#endif
 
 /* The prompt as ids (st->toks), media encoded and placed; false said on stderr. */
 static bool run_tokenize(const run_opts *r, run_state *st) {
@@ -549,76 +530,108 @@ static bool run_tokenize(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* Plain mode (no --fork, --context-shift, -cnv) and --draft/--mtp generate through
- * the serving engine, but for a shared-KV draft (pkv_spec); the others keep their
- * loops (docs/engine.md, "pagekv run"). */
-static bool run_uses_engine(const run_opts *r, const run_state *st) {
-    return !r->n_fork && (!r->draft_path || !st->draft_shared) && !r->ctx_shift && !r->chat;
+/* The context limit a run gives its requests: -c, else the model's up to 4096. */
+static int64_t run_n_ctx(const run_opts *r, const run_state *st) {
+    return r->o.n_ctx ? r->o.n_ctx : (st->info.n_ctx_train < 4096 ? st->info.n_ctx_train : 4096);
 }
 
-/* The KV cache and the context: with --fork a pool sized for the branches. */
+/* Every mode but a shared-KV draft (pkv_spec) generates through the serving
+ * engine (docs/engine.md, "pagekv run"). Its cache holds n_seq sequences (n_pages: 0 =
+ * enough for all) of up to -c tokens and one more: the loops run before never
+ * decoded the last token they sampled, the engine does on a context, so one
+ * position more lets a request generate as many tokens as they did (st->n_ctx
+ * stays the limit the user gave). */
+static bool run_engine_open(const run_opts *r, run_state *st, int n_seq, int64_t n_pages) {
+    const pkv_cli_model_opts *o = &r->o;
+    pkv_engine_params ep = pkv_engine_default_params();
+    ep.cache.n_ctx = (int)run_n_ctx(r, st) + 1;
+    ep.cache.page_size = o->page_size;
+    ep.cache.kv_type = o->kv_type;
+    ep.cache.kv_type_v = o->kv_type_v;
+    ep.cache.n_seq_max = n_seq;
+    ep.cache.n_pages = n_pages;
+    ep.max_seqs = n_seq;
+    /* one request: its prompt in one step, as a pkv_context_decode of it was (and a
+     * non-causal media chunk must fit one); with a draft the engine's default, as
+     * run --draft has had on the engine (the chunks decide which rounds propose) */
+    ep.max_batch_tokens = st->draft ? 0 : ep.cache.n_ctx;
+    ep.prefix_cache = false; /* one request at a time: nothing to share */
+    if (st->draft) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
+        ep.draft = st->draft;
+        ep.draft_max = r->draft_max;
+        ep.draft_accept = PKV_DRAFT_ACCEPT_SAMPLING;
+        if (st->spec_f) {
+            ep.on_draft_round = log_engine_round;
+            ep.draft_round_user = st->spec_f;
+        }
+    }
+    if (!(st->eng = pkv_engine_create(st->m, ep))) {
+        if (st->draft) fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
+        else cache_fail("run", st->m, o, n_seq);
+        return false;
+    }
+    st->n_ctx = run_n_ctx(r, st);
+    return true;
+}
+
+/* The engine (with --fork a pool sized for the branches; with --context-shift a
+ * context on it; with --draft/--mtp the draft), or for a shared-KV draft (pkv_spec)
+ * a cache and a context of their own. */
 static bool run_open_context(const run_opts *r, run_state *st) {
     const pkv_cli_model_opts *o = &r->o;
     size_t n_prompt = st->n_prompt;
+    if (r->draft_path && st->draft_shared) {
+        /* a shared-KV draft forks */
+        st->c = pkv_cli_open_cache("run", st->m, o, 2);
+        if (!st->c || !(st->ctx = pkv_context_create(st->m, st->c, o->n_ctx))) {
+            if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+            return false;
+        }
+        st->n_ctx = pkv_context_n_ctx(st->ctx);
+        return true;
+    }
     if (r->n_fork) {
         /* K branches share the prompt's pages; each needs pages only for what it
          * generates (plus its copy of the shared partial page) */
         int ps = o->page_size ? o->page_size : 16;
-        int64_t n_ctx = o->n_ctx ? o->n_ctx : (st->info.n_ctx_train < 4096 ? st->info.n_ctx_train : 4096);
+        int64_t n_ctx = run_n_ctx(r, st);
         int64_t n_gen = r->n_predict < n_ctx - (int64_t)n_prompt ? r->n_predict : n_ctx - (int64_t)n_prompt;
         if (n_gen < 0) n_gen = 0;
         int64_t shared = ((int64_t)n_prompt + ps - 1) / ps;
         int64_t per = ((int64_t)n_prompt + n_gen + ps - 1) / ps - (int64_t)n_prompt / ps;
-        st->c = pkv_cli_open_cache_pages("run", st->m, o, r->n_fork + 1, shared + r->n_fork * per);
-        if (st->c)
-            fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %d branches, %lld more each\n",
-                    (long long)(shared + r->n_fork * per), (long long)shared, r->n_fork, (long long)per);
-    } else if (run_uses_engine(r, st)) {
-        /* The engine's request on the context puts every generated token into the
-         * KV, the last included, where the loop below never decodes the last: one
-         * position more lets it generate as many tokens as the loop before the
-         * context is full (st->n_ctx stays the limit the user gave). */
-        int64_t n_ctx = o->n_ctx ? o->n_ctx : (st->info.n_ctx_train < 4096 ? st->info.n_ctx_train : 4096);
-        pkv_engine_params ep = pkv_engine_default_params();
-        ep.cache.n_ctx = (int)n_ctx + 1;
-        ep.cache.page_size = o->page_size;
-        ep.cache.kv_type = o->kv_type;
-        ep.cache.kv_type_v = o->kv_type_v;
-        ep.cache.n_seq_max = 1;
-        ep.max_seqs = 1;
-        ep.prefix_cache = false; /* one request: nothing to share */
-        if (st->draft) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
-            ep.draft = st->draft;
-            ep.draft_max = r->draft_max;
-            ep.draft_accept = PKV_DRAFT_ACCEPT_SAMPLING;
-            if (st->spec_f) {
-                ep.on_draft_round = log_engine_round;
-                ep.draft_round_user = st->spec_f;
-            }
-        }
-        if (!(st->eng = pkv_engine_create(st->m, ep))) {
-            if (st->draft) fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
-            else cache_fail("run", st->m, o, 1);
-            return false;
-        }
-        st->n_ctx = n_ctx;
-        if (st->draft) return true; /* its request prefills: a request on a context has no draft */
-        if (!(st->ctx = pkv_context_create(st->m, pkv_engine_cache(st->eng), n_ctx + 1))) {
-            fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
-            return false;
-        }
+        if (!run_engine_open(r, st, r->n_fork + 1, shared + r->n_fork * per)) return false;
+        fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %d branches, %lld more each\n",
+                (long long)(shared + r->n_fork * per), (long long)shared, r->n_fork, (long long)per);
         return true;
-    } else {
-        /* a shared-KV draft forks; a context shift rewrites the pages after the cut */
-        st->c = pkv_cli_open_cache("run", st->m, o, 1 + (r->draft_path || r->ctx_shift ? 1 : 0));
     }
-    if (!st->c || !(st->ctx = pkv_context_create(st->m, st->c, o->n_ctx))) {
-        if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+    /* a context shift writes the pages after the cut into fresh ones first */
+    if (!run_engine_open(r, st, r->ctx_shift ? 2 : 1, 0)) return false;
+    if (r->ctx_shift && !(st->ctx = pkv_context_create(st->m, pkv_engine_cache(st->eng), st->n_ctx))) {
+        fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
         return false;
     }
-    st->n_ctx = pkv_context_n_ctx(st->ctx);
     return true;
 }
+
+#ifdef PKV_HAVE_SERVER
+/* -cnv: hand the engine and a context on it to the chat loop (cmd-run-chat.c);
+ * the context has the engine's one position more (its requests run their last
+ * token in), the chat keeps to -c. Returns the exit code. */
+static int run_chat(const run_opts *r, run_state *st) {
+    if (!st->info.has_vocab) {
+        fprintf(stderr, "pagekv run: -cnv needs a model with a vocabulary (tokenizer.ggml.model is none)\n");
+        return 1;
+    }
+    if (!run_engine_open(r, st, 1, 0)) return 1;
+    if (!(st->ctx = pkv_context_create(st->m, pkv_engine_cache(st->eng), st->n_ctx + 1))) {
+        fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+        return 1;
+    }
+    pkv_cli_chat_opts co = {.model_path = r->o.model, .system = r->system_prompt, .kv = &r->o, .sp = r->sp,
+                            .n_predict = r->n_predict, .verbose_prompt = r->verbose_prompt, .n_ctx = st->n_ctx};
+    return pkv_cli_run_chat(st->eng, st->ctx, &co);
+}
+#endif
 
 /* --draft/--mtp: load the draft (before the cache: the engine takes it). */
 static bool run_load_draft(const run_opts *r, run_state *st) {
@@ -674,121 +687,95 @@ static bool run_attach_draft(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* --context-shift's generation loop (the engine has no context shift), here
- * rather than pkv_generate, so that it can shift the context and say why it
- * stopped (*why: "n", "output", "eog", "full"). */
-static pkv_status run_loop(const run_opts *r, run_state *st, const char **why, int64_t *shifted) {
-    pkv_context *ctx = st->ctx;
-    int64_t n_ctx = pkv_context_n_ctx(ctx);
-    pkv_status s = PKV_OK;
-    while (!s) {
-        if (st->generated >= r->n_predict) {
-            *why = "n";
-            break;
-        }
-        int32_t t;
-        if ((s = pkv_sampler_sample(st->smp[0], pkv_context_logits(ctx), &t))) break;
-        pkv_sampler_accept(st->smp[0], t);
-        st->generated++;
-        if (!emit_token(t, &st->pr[0])) {
-            *why = "output";
-            break;
-        }
-        if (!r->ignore_eos && pkv_model_is_eog(st->m, t)) {
-            *why = "eog";
-            break;
-        }
-        if (st->generated >= r->n_predict) {
-            *why = "n";
-            break;
-        }
-        if (pkv_context_n_tokens(ctx) >= n_ctx) {
-            if (!r->ctx_shift) {
-                *why = "full";
-                break;
-            }
-            /* keep --keep tokens (and a leading BOS), drop half of the rest */
-            int64_t have = pkv_context_n_tokens(ctx), keep = r->n_keep;
-            int32_t first = -1;
-            if (pkv_context_tokens(ctx, 0, 1, &first) == PKV_OK && first == pkv_model_bos(st->m) && keep < 1) keep = 1;
-            if (keep > have - 2) keep = have - 2;
-            int64_t drop = (have - keep) / 2;
-            if (drop < 1 || (s = pkv_context_shift(ctx, keep, drop))) {
-                if (!s) s = pkv_err(PKV_ERR_INVALID, "nothing to drop: --keep %d holds the whole context", r->n_keep);
-                break;
-            }
-            *shifted += drop;
-        }
-        s = pkv_context_decode(ctx, &t, 1);
-    }
-    return s;
-}
-
-/* The engine's events of run_engine's request: each token streamed as it comes. */
+/* The engine's events of run_engine's request: each sample's tokens to its
+ * printer as they come. */
 typedef struct run_gen {
+    const run_opts *r;
     run_state *st;
-    bool done, emit_failed;
+    bool started;      /* a token came: the prompt is in, and echoed */
+    bool emit_failed;  /* standard output could not be written */
+    bool discard;      /* -n 0: the prompt alone; its first token is not shown */
+    int n_final;
+    const char *why[64]; /* each sample's reason to stop: "n", "output", "eog", "full" */
+    int64_t shifted;   /* tokens the context shift dropped */
     pkv_status status; /* of a final event with finish ERROR */
     char message[512];
 } run_gen;
 
 static bool run_event(const pkv_engine_event *ev, void *user) {
     run_gen *g = user;
-    if (ev->token >= 0 && !g->st->generated && !g->st->ctx) g->st->t_prefill = pkv_time_now_cli() - g->st->t_prefill;
-    if (ev->token >= 0 && !g->emit_failed) {
-        g->st->generated++;
-        if (!emit_token(ev->token, &g->st->pr[0])) g->emit_failed = true;
+    run_state *st = g->st;
+    if (ev->token >= 0 && !g->started) { /* the prefill is done: the prompt is echoed, as it was after it */
+        g->started = true;
+        st->t_first = pkv_time_now_cli();
+        fwrite(g->r->prompt, 1, strlen(g->r->prompt), stdout);
+        fflush(stdout);
+        if (g->r->n_fork) fputc('\n', stdout);
     }
-    if (ev->finish != PKV_FINISH_NONE) {
-        g->done = true;
-        if (ev->finish == PKV_FINISH_ERROR) {
-            g->status = ev->status ? ev->status : PKV_ERR_INVALID;
-            snprintf(g->message, sizeof g->message, "%s", ev->message ? ev->message : "");
-        }
+    printer *pr = &st->pr[ev->sample];
+    bool go = !g->discard;
+    if (ev->token >= 0 && go && !g->emit_failed) {
+        st->generated++;
+        /* (a branch's text is only collected: --fork goes on as it did) */
+        if (!emit_token(ev->token, pr) && pr->stream) g->emit_failed = true;
+        go = !g->emit_failed;
     }
-    return !g->emit_failed;
+    if (ev->finish == PKV_FINISH_NONE) return go;
+    g->n_final++;
+    g->shifted = ev->n_shifted;
+    const char *why = "n";
+    if (ev->finish == PKV_FINISH_ERROR) {
+        g->status = ev->status ? ev->status : PKV_ERR_INVALID;
+        snprintf(g->message, sizeof g->message, "%s", ev->message ? ev->message : "");
+    } else if (g->emit_failed) {
+        why = "output";
+    } else if (ev->finish == PKV_FINISH_STOP && ev->stop_token) {
+        why = "eog";
+    } else if (ev->finish == PKV_FINISH_LENGTH && ev->n_generated < g->r->n_predict) {
+        why = "full"; /* the context's room ran out before -n */
+    }
+    g->why[ev->sample] = why;
+    return go;
 }
 
-/* Plain mode: one request on the prefilled context, stepped here until its final
- * event; the same tokens as a loop of sample/accept/decode (the engine's sampler
- * is seeded alike and sees the same rows), and the same reasons to stop
- * (*why: "n", "output", "eog", "full"). */
-static pkv_status run_engine(const run_opts *r, run_state *st, const char **why) {
-    pkv_status s = PKV_OK;
-    run_gen g = {.st = st};
-    if (r->n_predict > 0) {
-        /* as many as the loop: up to -c tokens in the cache and one more sampled
-         * (the engine runs that one in too: the context's one position more) */
-        int64_t room = st->n_ctx - (st->ctx ? pkv_context_n_tokens(st->ctx) : (int64_t)st->n_prompt) + 1;
-        pkv_request_params rp = pkv_request_default_params();
+/* The run as one engine request, stepped here until its final events: plain,
+ * --draft/--mtp (the engine's draft) and --fork on a fresh sequence (the prompt
+ * with its media; --fork's K samples are forks of it, sample i seeded seed + i),
+ * --context-shift on st->ctx with the engine's shift. The tokens are those of the loops that ran before (the engine's
+ * samplers are seeded alike and see the same rows). */
+static pkv_status run_engine(const run_opts *r, run_state *st, run_gen *g) {
+    pkv_request_params rp = pkv_request_default_params();
+    rp.prompt = st->toks;
+    rp.n_prompt = (int32_t)st->n_text;
+    rp.media = st->enc.n ? st->enc.rows : NULL;
+    rp.n_media = st->enc.n;
+    rp.sampling = r->sp;
+    rp.ignore_eos = r->ignore_eos;
+    rp.n = r->n_fork ? r->n_fork : 1;
+    /* up to -c tokens in the cache and one more sampled */
+    int64_t room = st->n_ctx - (int64_t)st->n_prompt + 1;
+    rp.max_tokens = (int32_t)(r->n_predict < room ? r->n_predict : room);
+    if (r->ctx_shift) { /* (no media with it) */
         rp.context = st->ctx;
-        rp.n_prompt = 0; /* the first token is sampled from the prefill's logits */
-        if (!st->ctx) { /* --draft: the request's own prompt (st->t_prefill: from here to its first token) */
-            rp.prompt = st->toks;
-            rp.n_prompt = (int32_t)st->n_prompt;
-            st->t_prefill = pkv_time_now_cli();
-        }
-        rp.sampling = r->sp;
-        rp.max_tokens = (int32_t)(r->n_predict < room ? r->n_predict : room);
-        rp.ignore_eos = r->ignore_eos;
-        rp.on_event = run_event;
-        rp.user = &g;
-        uint64_t id = 0;
-        if ((s = pkv_engine_submit(st->eng, &rp, &id))) return s;
-        while (!g.done) {
-            bool after = st->generated > 0; /* a verification step (--draft's "target steps") */
-            if ((s = pkv_engine_step(st->eng, NULL))) break;
-            st->draft_steps_after += after;
-        }
-        if (!s && g.status) s = pkv_err(g.status, "%s", g.message);
-        if (s) return s;
+        rp.context_shift = true;
+        rp.n_keep = r->n_keep;
+        rp.max_tokens = r->n_predict;
     }
-    int32_t last = st->pr[0].last;
-    *why = g.emit_failed                                                   ? "output"
-           : !r->ignore_eos && last >= 0 && pkv_model_is_eog(st->m, last) ? "eog"
-           : st->generated >= r->n_predict                                 ? "n"
-                                                                           : "full";
-    return PKV_OK;
+    if (r->n_predict == 0) { /* the prompt alone: the request stops at its first token, unshown */
+        g->discard = true;
+        rp.max_tokens = 1;
+        rp.n = 1;
+    }
+    rp.on_event = run_event;
+    rp.user = g;
+    pkv_status s = pkv_engine_submit(st->eng, &rp, NULL);
+    while (!s && g->n_final < rp.n) {
+        bool after = st->generated > 0; /* a verification step (--draft's "target steps") */
+        if ((s = pkv_engine_step(st->eng, NULL))) break;
+        st->draft_steps_after += after;
+    }
+    if (!s && g->status) s = pkv_err(g->status, "%s", g->message);
+    return s;
 }
 
 /* One sequence, plain or speculative (--draft/--mtp), streamed; says on stderr
@@ -814,8 +801,12 @@ static bool run_plain(const run_opts *r, run_state *st) {
               : pr->last >= 0 && pkv_model_is_eog(m, pr->last) ? "eog"
               : st->generated >= r->n_predict                ? "n"
                                                               : "full";
-    } else if (st->eng) {
-        s = run_engine(r, st, &why);
+    } else {
+        run_gen g = {.r = r, .st = st, .why = {"n"}};
+        s = run_engine(r, st, &g);
+        if (s && !g.started) return run_fail("prefill", s); /* nothing printed yet */
+        why = g.why[0];
+        shifted = g.shifted;
         pkv_engine_stats es;
         if (!s && st->draft) {
             pkv_engine_stats_get(st->eng, &es);
@@ -825,8 +816,6 @@ static bool run_plain(const run_opts *r, run_state *st) {
             ss.target_steps = (int64_t)st->draft_steps_after;
             ss.draft_steps = (int64_t)es.draft_steps;
         }
-    } else {
-        s = run_loop(r, st, &why, &shifted);
     }
     fputc('\n', stdout);
     if (s) return run_fail("generate", s);
@@ -856,55 +845,23 @@ static bool run_plain(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* --fork K: K branches of the prompt decoded together, one batched step per
- * token; each printed whole at the end. */
+/* --fork K: one request of K samples, forks of the prompt decoded together in
+ * batched steps (sample i seeded seed + i); each printed whole at the end. */
 static bool run_fork(const run_opts *r, run_state *st) {
     int K = r->n_fork;
-    bool alive[64];
-    const char *why[64];
-    pkv_status s;
+    run_gen g = {.r = r, .st = st};
     for (int b = 0; b < K; b++) {
-        pkv_sampler_params bp = r->sp;
-        bp.seed = r->sp.seed + (uint64_t)b;
-        st->br[b] = pkv_context_fork(st->ctx);
-        st->smp[b] = pkv_sampler_create(bp, st->info.n_vocab);
-        if (!st->br[b] || !st->smp[b]) return run_fail("fork", PKV_ERR_INVALID);
         st->pr[b].m = st->m;
-        alive[b] = true;
-        why[b] = "-n reached";
+        g.why[b] = "n";
     }
-    fputc('\n', stdout);
-    for (int step = 0; step < r->n_predict; step++) {
-        pkv_context *batch[64];
-        int32_t next[64], ones[64];
-        const int32_t *tp[64];
-        int nb = 0;
-        for (int b = 0; b < K; b++) {
-            if (!alive[b]) continue;
-            int32_t t;
-            if ((s = pkv_sampler_sample(st->smp[b], pkv_context_logits(st->br[b]), &t)))
-                return run_fail("sample", s);
-            pkv_sampler_accept(st->smp[b], t);
-            emit_token(t, &st->pr[b]);
-            st->generated++;
-            bool eog = !r->ignore_eos && pkv_model_is_eog(st->m, t);
-            if (eog || step + 1 == r->n_predict || pkv_context_n_tokens(st->br[b]) >= pkv_context_n_ctx(st->br[b])) {
-                alive[b] = false;
-                if (eog) why[b] = "end-of-generation token";
-                else if (step + 1 < r->n_predict) why[b] = "context full";
-                continue;
-            }
-            next[nb] = t;
-            ones[nb] = 1;
-            tp[nb] = &next[nb];
-            batch[nb++] = st->br[b];
-        }
-        if (nb == 0) break;
-        if ((s = pkv_decode(batch, nb, tp, ones))) return run_fail("batched decode", s);
-    }
-    for (int b = 0; b < K; b++)
+    pkv_status s = run_engine(r, st, &g);
+    if (s) return run_fail(g.started ? "batched decode" : "prefill", s);
+    for (int b = 0; b < K; b++) {
+        const char *why = !strcmp(g.why[b], "eog") ? "end-of-generation token" : !strcmp(g.why[b], "full") ? "context full"
+                                                                                                          : "-n reached";
         printf("--- branch %d (seed %llu, stopped: %s) ---\n%s%s\n", b, (unsigned long long)(r->sp.seed + (uint64_t)b),
-               why[b], r->prompt, st->pr[b].text ? st->pr[b].text : "");
+               why, r->prompt, st->pr[b].text ? st->pr[b].text : "");
+    }
     return true;
 }
 
@@ -936,15 +893,16 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
     }
     fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", st->info.arch, st->info.weight_type,
             st->info.n_layer, pkv_cli_kv_desc(&r->o), pkv_device_name(pkv_model_device(st->m)), n_prompt);
+    /* the prefill: until the first token (the engine's request computes the prompt
+     * and samples it); a shared-KV draft (pkv_spec) decodes it into its context first */
     double t0 = pkv_time_now_cli();
-    pkv_status s = !st->ctx ? PKV_OK /* --draft on the engine: its request prefills */
-                   : st->enc.n ? pkv_context_decode_prompt(st->ctx, st->toks, (int32_t)st->n_text, st->enc.rows, st->enc.n)
-                               : pkv_context_decode(st->ctx, st->toks, (int32_t)n_prompt);
-    if (s) return pkv_cli_fail("run", "prefill", s);
-    double t_prefill = pkv_time_now_cli() - t0;
-    fwrite(r->prompt, 1, strlen(r->prompt), stdout);
-    fflush(stdout);
-    t0 = pkv_time_now_cli();
+    if (st->spec) {
+        pkv_status s = pkv_context_decode(st->ctx, st->toks, (int32_t)n_prompt); /* (no media with a draft) */
+        if (s) return pkv_cli_fail("run", "prefill", s);
+        st->t_first = pkv_time_now_cli();
+        fwrite(r->prompt, 1, strlen(r->prompt), stdout);
+        fflush(stdout);
+    }
     if (!(r->n_fork ? run_fork(r, st) : run_plain(r, st))) return 1;
     if (r->ids_out && !write_ids(r->ids_out, st->pr[0].ids, st->pr[0].n_ids)) return 1;
     if (st->spec_f) {
@@ -954,11 +912,7 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
             return 1;
         }
     }
-    double t_decode = pkv_time_now_cli() - t0;
-    if (!st->ctx && st->generated) { /* --draft on the engine: the prefill was the request's first step */
-        t_prefill = st->t_prefill;
-        t_decode -= t_prefill;
-    }
+    double t_prefill = st->t_first - t0, t_decode = pkv_time_now_cli() - st->t_first;
     int gen = st->generated;
     fprintf(stderr, "pagekv run: load %.2f s, prefill %zu tokens in %.3f s (%.1f tok/s), decode %d tokens in %.3f s (%.1f tok/s)\n",
             t_load, n_prompt, t_prefill, (double)n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), gen, t_decode,

@@ -35,7 +35,7 @@ typedef struct eng_seq {
     int32_t n_tok, cap;
     int32_t n_kv;
     int32_t n_gen;
-    pkv_sampler *smp; /* seed + sample; NULL before the sample starts */
+    pkv_sampler *smp; /* seed + sample, or the request's own sampler; NULL before the sample starts */
     int32_t step_n;   /* tokens in the current step's batch (0: not in it) */
     /* Speculative decoding (engine-sched.c, "draft"). The draft holds a row per
      * committed token up to n_dtrue (an MTP head's row p is made from token p and
@@ -51,6 +51,7 @@ typedef struct eng_seq {
     int32_t h_pos;
     bool nodraft;     /* goes on without the draft (its pool ran out, or it failed) */
     bool spilled;     /* dropped with its full pages spilled to disk (resumed by a prefix match) */
+    int64_t n_shifted; /* tokens the context shift dropped (pkv_request_params.context_shift) */
     /* A request on a context (pkv_request_params.context) keeps its last token: the
      * final event waits, with what it carries, until the step that runs the token
      * into the context's KV; a prefill-only request's is held from admission until

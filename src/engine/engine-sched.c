@@ -34,7 +34,7 @@ static void seq_release(pkv_engine *e, eng_seq *s) {
     s->n_prop = 0;
     pkv_free(s->q);
     s->q = NULL;
-    pkv_sampler_free(s->smp);
+    if (s->smp != s->r->p.sampler) pkv_sampler_free(s->smp); /* the caller's stays the caller's */
     s->smp = NULL;
     pkv_free(s->tok);
     s->tok = NULL;
@@ -105,6 +105,7 @@ static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_f
     ev.n_prompt = r->p.n_prompt;
     ev.n_cached = r->n_cached;
     ev.n_generated = s->n_gen;
+    ev.n_shifted = s->n_shifted;
     ev.status = st;
     ev.message = msg ? msg : "";
     if (tok >= 0 && row) {
@@ -171,6 +172,7 @@ static void final_deferred(pkv_engine *e, eng_seq *s, const float *lg) {
     ev.n_prompt = r->p.n_prompt;
     ev.n_cached = r->n_cached;
     ev.n_generated = s->n_gen;
+    ev.n_shifted = s->n_shifted;
     ev.message = "";
     if (r->p.on_event) r->p.on_event(&ev, r->p.user);
     seq_release(e, s);
@@ -451,6 +453,10 @@ static pkv_status seq_alloc_tokens(eng_seq *s, const int32_t *tok, int32_t n, in
 
 static pkv_status seq_sampler(pkv_engine *e, eng_seq *s) {
     if (s->smp) return PKV_OK;
+    if (s->r->p.sampler) { /* checked at submit: sample 0 of a request without a grammar */
+        s->smp = s->r->p.sampler;
+        return PKV_OK;
+    }
     pkv_sampler_params sp = s->r->p.sampling;
     sp.seed += (uint64_t)s->sample;
     s->smp = pkv_sampler_create(sp, e->n_vocab);
@@ -529,12 +535,15 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     /* + 1: the context's last page may be shared (a fork) and is copied on write */
     if (!alone && pool_avail(e) - reserve < pages_for(e, n + 1) - pages_for(e, base) + 1) return 0;
     if (!s->tok) {
-        s->tok = pkv_malloc((size_t)(n + r->max_tokens) * sizeof *s->tok);
+        /* with a context shift the sequence never holds more than the engine's n_ctx
+         * tokens, and one sampled token more */
+        int64_t cap = r->p.context_shift ? PKV_MIN(n + r->max_tokens, e->n_ctx + 1) : n + r->max_tokens;
+        s->tok = pkv_malloc((size_t)cap * sizeof *s->tok);
         if (!s->tok) {
-            st = pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %lld tokens", (long long)(n + r->max_tokens));
+            st = pkv_err(PKV_ERR_NOMEM, "engine: out of memory for %lld tokens", (long long)cap);
             goto fail;
         }
-        s->cap = (int32_t)(n + r->max_tokens);
+        s->cap = (int32_t)cap;
     }
     if (base > 0 && (st = pkv_context_tokens(ctx, 0, base, s->tok))) goto fail;
     memcpy(s->tok + base, r->prompt, (size_t)r->p.n_prompt * sizeof *s->tok);
@@ -811,6 +820,32 @@ static int pack_batch(pkv_engine *e, int nb) {
     return k;
 }
 
+/* Context shift (pkv_request_params.context_shift): s just sampled a token that
+ * goes into its context next; when the context is full (for the request's last
+ * token: when the sequence is at the engine's limit), keep n_keep tokens (and a
+ * leading BOS), drop half of the rest, and drop them from s->tok alike. */
+static pkv_status ctx_shift(pkv_engine *e, eng_seq *s, bool last) {
+    eng_req *r = s->r;
+    pkv_context *ctx = r->p.context;
+    int64_t have = s->n_kv, lim = last ? e->n_ctx : PKV_MIN(e->n_ctx, pkv_context_n_ctx(ctx));
+    if (have < lim) return PKV_OK;
+    int64_t keep = r->p.n_keep;
+    if (keep < 1 && have > 0 && s->tok[0] == pkv_model_bos(e->m)) keep = 1;
+    if (keep > have - 2) keep = PKV_MAX(have - 2, 0);
+    int64_t drop = (have - keep) / 2;
+    if (drop < 1)
+        return pkv_err(PKV_ERR_INVALID, "context shift: nothing to drop: n_keep %d holds the whole context of %lld tokens",
+                       (int)r->p.n_keep, (long long)have);
+    pkv_status st = pkv_context_shift(ctx, keep, drop);
+    if (st) return st;
+    memmove(s->tok + keep, s->tok + keep + drop, (size_t)(s->n_tok - keep - drop) * sizeof *s->tok);
+    s->n_tok -= (int32_t)drop;
+    s->n_kv -= (int32_t)drop;
+    s->n_shifted += drop;
+    if (r->n_base > keep) r->n_base = (int32_t)keep; /* a drop (preempt) recomputes from here */
+    return PKV_OK;
+}
+
 /* Sampling s failed with st: the request fails. */
 static void sample_failed(pkv_engine *e, eng_seq *s, pkv_status st) {
     char msg[512];
@@ -820,7 +855,8 @@ static void sample_failed(pkv_engine *e, eng_seq *s, pkv_status st) {
 }
 
 /* tok, drawn for s from its logits row, becomes its next token and is delivered
- * (or held, for a context request's last token); returns tok. */
+ * (or held, for a context request's last token); returns tok, or -1 when the
+ * context shift it needed failed (the request failed). */
 static int32_t take_token(pkv_engine *e, eng_seq *s, int32_t tok, const float *row) {
     eng_req *r = s->r;
     pkv_sampler_accept(s->smp, tok);
@@ -832,6 +868,11 @@ static int32_t take_token(pkv_engine *e, eng_seq *s, int32_t tok, const float *r
     for (int i = 0; !stop && i < r->p.n_stop; i++) stop = r->stop[i] == tok;
     if (stop) fin = PKV_FINISH_STOP;
     else if (s->n_gen >= r->max_tokens) fin = PKV_FINISH_LENGTH;
+    pkv_status st = r->p.context_shift ? ctx_shift(e, s, fin != PKV_FINISH_NONE) : PKV_OK;
+    if (st) {
+        sample_failed(e, s, st);
+        return -1;
+    }
     if (r->p.context && fin != PKV_FINISH_NONE) { /* the context keeps the token: run it first */
         defer_final(e, s, tok, row, fin, stop);
         return tok;

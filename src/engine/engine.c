@@ -246,6 +246,17 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     if (cs) return cs;
     if (!r->context && (!r->prompt || r->n_prompt < 1))
         return pkv_err(PKV_ERR_INVALID, "submit: the prompt is empty (%d tokens; at least 1 is needed)", (int)r->n_prompt);
+    if (r->context_shift && (!r->context || r->max_tokens < 1 || r->grammar))
+        return pkv_err(PKV_ERR_INVALID, "submit: context_shift %s", !r->context ? "needs a request on a context"
+                       : r->grammar ? "with a grammar: a shift drops text the grammar has matched"
+                                    : "needs max_tokens >= 1 (nothing else bounds the request)");
+    if (r->n_keep < 0 || (r->n_keep && !r->context_shift))
+        return pkv_err(PKV_ERR_INVALID, "submit: n_keep = %d; %s", (int)r->n_keep,
+                       r->n_keep < 0 ? "must be >= 0" : "it is the context shift's: set context_shift too");
+    if (r->sampler && (r->n != 1 || r->grammar || pkv_sampler_n_vocab(r->sampler) != e->n_vocab))
+        return pkv_err(PKV_ERR_INVALID, "submit: a sampler of the caller's %s", r->n != 1 ? "needs n = 1"
+                       : r->grammar ? "cannot take a grammar (give it to the sampler)"
+                                    : "was made for another vocabulary size than the model's");
     for (int32_t i = 0; i < r->n_prompt; i++)
         if ((r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab) && !(r->media && pkv_token_is_media(r->prompt[i])))
             return pkv_err(PKV_ERR_INVALID, "submit: prompt token %d is %d, outside the vocabulary [0, %d)", (int)i,
@@ -273,7 +284,7 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
                        (long long)(base + r->n_prompt), (long long)n_ctx);
     int64_t room = n_ctx - base - r->n_prompt;
     *max_tokens = r->max_tokens ? r->max_tokens : (int32_t)room;
-    if (base + r->n_prompt + *max_tokens > n_ctx)
+    if (!r->context_shift && base + r->n_prompt + *max_tokens > n_ctx)
         return pkv_err(PKV_ERR_INVALID,
                        "submit: prompt %lld + max_tokens %d = %lld tokens exceed the context limit of %lld tokens "
                        "(at most %lld new tokens for this prompt)",
@@ -282,12 +293,16 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     /* The sequence holds at most prompt + max_tokens - 1 tokens (the last sampled one
      * is never run through the model; on a context it is). It alone must fit the
      * device pool. */
-    int64_t len = base + r->n_prompt + *max_tokens - (r->context ? 0 : 1), need = (len + e->ps - 1) / e->ps;
+    int64_t len = base + r->n_prompt + *max_tokens - (r->context ? 0 : 1);
+    if (r->context_shift) len = PKV_MIN(len, e->n_ctx); /* a shift makes room below the engine's limit */
+    int64_t need = (len + e->ps - 1) / e->ps;
+    if (r->context_shift) need *= 2; /* the shift writes what it moves into fresh pages first (pkv_kv_shift) */
     if (need > e->n_pages)
         return pkv_err(PKV_ERR_INVALID,
-                       "submit: prompt %d + max_tokens %d needs %lld KV pages of %d tokens for one sequence; the "
+                       "submit: prompt %d + max_tokens %d needs %lld KV pages of %d tokens for one sequence%s; the "
                        "device pool has only %lld pages",
-                       (int)r->n_prompt, (int)*max_tokens, (long long)need, e->ps, (long long)e->n_pages);
+                       (int)r->n_prompt, (int)*max_tokens, (long long)need, e->ps,
+                       r->context_shift ? " (and as many for its context shift to move)" : "", (long long)e->n_pages);
     if (r->n_stop < 0 || r->n_stop > PKV_ENGINE_MAX_STOP || (r->n_stop > 0 && !r->stop_tokens))
         return pkv_err(PKV_ERR_INVALID, "submit: %d stop tokens%s; at most %d", r->n_stop,
                        r->n_stop > 0 && !r->stop_tokens ? " but stop_tokens is NULL" : "", PKV_ENGINE_MAX_STOP);
