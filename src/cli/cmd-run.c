@@ -158,18 +158,14 @@ static bool emit_token(int32_t tok, void *user) {
 
 static bool parse_tokens(const char *s, int32_t **out, size_t *n);
 
-/* --spec-log: one JSON object per round */
-static void log_round(const pkv_spec_round *r, void *user) {
+/* --spec-log: one JSON object per round of the engine (one request: id and sample
+ * need no saying) */
+static void log_engine_round(uint64_t id, int sample, const pkv_spec_round *r, void *user) {
     FILE *f = user;
+    (void)id, (void)sample;
     fprintf(f, "{\"pos\": %lld, \"proposed\": [", (long long)r->pos);
     for (int i = 0; i < r->n_proposed; i++) fprintf(f, "%s%d", i ? ", " : "", r->proposed[i]);
     fprintf(f, "], \"accepted\": %d}\n", r->n_accepted);
-}
-
-/* the engine's rounds (one request: id and sample need no saying) */
-static void log_engine_round(uint64_t id, int sample, const pkv_spec_round *r, void *user) {
-    (void)id, (void)sample;
-    log_round(r, user);
 }
 
 /* --ids-out: the ids as a JSON array, through the safe-output path (a temporary
@@ -454,8 +450,6 @@ typedef struct run_state {
     printer pr[64];
     int32_t *toks; /* [n_text] prompt ids */
     pkv_model *draft;
-    bool draft_shared; /* a shared-KV draft: pkv_spec drafts (the engine's drafts have a cache) */
-    pkv_spec *spec;
     uint64_t draft_steps_after; /* --draft on the engine: the steps after the first token's */
     double t_prefill;  /* --draft on the engine: submit to first token */
     pkv_cli_encoded enc;
@@ -476,7 +470,6 @@ static void run_state_free(run_state *st) {
     if (st->spec_f) pkv_wfile_abort(&st->spec_w); /* an error before the log was complete */
     free(st->toks);
     pkv_cli_encoded_free(&st->enc);
-    pkv_spec_free(st->spec);   /* before the target's context and cache: a shared-KV draft lives in them */
     if (!st->ctx) { /* --draft on the engine (no context): the engine goes before its draft */
         pkv_engine_free(st->eng);
         st->eng = NULL;
@@ -549,12 +542,10 @@ static bool run_tokenize(const run_opts *r, run_state *st) {
     return true;
 }
 
-/* Plain mode (no --fork, --context-shift, -cnv) and --draft/--mtp generate through
- * the serving engine, but for a shared-KV draft (pkv_spec); the others keep their
- * loops (docs/engine.md, "pagekv run"). */
-static bool run_uses_engine(const run_opts *r, const run_state *st) {
-    return !r->n_fork && (!r->draft_path || !st->draft_shared) && !r->ctx_shift && !r->chat;
-}
+/* Plain mode (no --fork, --context-shift, -cnv) and --draft/--mtp (every kind of
+ * draft) generate through the serving engine; the others keep their loops
+ * (docs/engine.md, "pagekv run"). */
+static bool run_uses_engine(const run_opts *r) { return !r->n_fork && !r->ctx_shift && !r->chat; }
 
 /* The KV cache and the context: with --fork a pool sized for the branches. */
 static bool run_open_context(const run_opts *r, run_state *st) {
@@ -573,7 +564,7 @@ static bool run_open_context(const run_opts *r, run_state *st) {
         if (st->c)
             fprintf(stderr, "pagekv run: KV pool of %lld pages: the prompt's %lld shared by %d branches, %lld more each\n",
                     (long long)(shared + r->n_fork * per), (long long)shared, r->n_fork, (long long)per);
-    } else if (run_uses_engine(r, st)) {
+    } else if (run_uses_engine(r)) {
         /* The engine's request on the context puts every generated token into the
          * KV, the last included, where the loop below never decodes the last: one
          * position more lets it generate as many tokens as the loop before the
@@ -632,35 +623,18 @@ static bool run_load_draft(const run_opts *r, run_state *st) {
         fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", r->draft_path, pkv_errmsg());
         return false;
     }
-    pkv_model_info di;
-    pkv_model_get_info(st->draft, &di);
-    st->draft_shared = di.shared_kv;
     return true;
 }
 
-/* --draft/--mtp: attach the draft before anything is generated (I6 fails here;
- * on the engine, pkv_engine_create checked), and say where its parts run. */
+/* --draft/--mtp: say where the draft's parts run (pkv_engine_create attached it:
+ * I6 failed there, before anything was generated). */
 static bool run_attach_draft(const run_opts *r, run_state *st) {
     pkv_device *tdev = pkv_model_device(st->m);
-    pkv_spec_params spp = pkv_spec_default_params();
-    spp.draft_max = r->draft_max;
-    spp.draft_cache.page_size = r->o.page_size;
-    spp.draft_cache.kv_type = r->o.kv_type;
-    spp.draft_cache.kv_type_v = r->o.kv_type_v;
-    if (st->spec_f) {
-        spp.on_round = log_round;
-        spp.round_user = st->spec_f;
-    }
-    if (!st->eng && !(st->spec = pkv_spec_create(st->ctx, st->draft, spp))) {
-        fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
-        return false;
-    }
     pkv_model_info di;
     pkv_model_get_info(st->draft, &di);
     if (di.assistant) { /* where each part runs: docs/speculative.md */
         pkv_kv_shard_info sh;
-        pkv_kv_cache *kc = st->eng ? pkv_engine_cache(st->eng) : pkv_context_cache(st->ctx);
-        const char *kv_dev = pkv_kv_shard(kc, 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
+        const char *kv_dev = pkv_kv_shard(pkv_engine_cache(st->eng), 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
         fprintf(stderr, "pagekv run: draft %s (Gemma 4 assistant): %d layers on %s, no KV of its own: its attention runs "
                         "over the target's pages where they are stored (%s%s), its input embedding is the target's (on %s); "
                         "up to %d tokens per round\n",
@@ -800,31 +774,14 @@ static bool run_plain(const run_opts *r, run_state *st) {
     pr->m = m;
     pr->stream = true;
     pr->last = -1;
-    pkv_spec_stats ss;
+    pkv_engine_stats es; /* --draft/--mtp: the speculative figures */
     const char *why = NULL;
     int64_t n_ctx = st->n_ctx, shifted = 0;
     pkv_status s;
-    memset(&ss, 0, sizeof ss);
-    if (st->spec) {
-        /* the last sampled token needs no room in the cache */
-        int64_t room = n_ctx - (int64_t)st->n_prompt + 1;
-        s = pkv_spec_generate(st->spec, st->smp[0], (int)(r->n_predict < room ? r->n_predict : room), emit_token, pr, &ss);
-        st->generated = (int)ss.n_tokens;
-        why = pr->out_failed                                 ? "output"
-              : pr->last >= 0 && pkv_model_is_eog(m, pr->last) ? "eog"
-              : st->generated >= r->n_predict                ? "n"
-                                                              : "full";
-    } else if (st->eng) {
+    memset(&es, 0, sizeof es);
+    if (st->eng) {
         s = run_engine(r, st, &why);
-        pkv_engine_stats es;
-        if (!s && st->draft) {
-            pkv_engine_stats_get(st->eng, &es);
-            ss.drafted = (int64_t)es.draft_proposed;
-            ss.accepted = (int64_t)es.draft_accepted;
-            ss.n_tokens = st->generated;
-            ss.target_steps = (int64_t)st->draft_steps_after;
-            ss.draft_steps = (int64_t)es.draft_steps;
-        }
+        if (!s && st->draft) pkv_engine_stats_get(st->eng, &es);
     } else {
         s = run_loop(r, st, &why, &shifted);
     }
@@ -847,12 +804,13 @@ static bool run_plain(const run_opts *r, run_state *st) {
     }
     if (shifted) fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
     if (st->draft)
-        fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
-                        "(%.2f per step), %lld draft steps\n",
-                (long long)ss.drafted, (long long)ss.accepted,
-                ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0, (long long)ss.n_tokens,
-                (long long)ss.target_steps, ss.target_steps ? (double)ss.n_tokens / (double)ss.target_steps : 0.0,
-                (long long)ss.draft_steps);
+        fprintf(stderr, "pagekv run: speculative: %llu drafted, %llu accepted (%.1f%%), %d tokens in %llu target steps "
+                        "(%.2f per step), %llu draft steps\n",
+                (unsigned long long)es.draft_proposed, (unsigned long long)es.draft_accepted,
+                es.draft_proposed ? 100.0 * (double)es.draft_accepted / (double)es.draft_proposed : 0.0, st->generated,
+                (unsigned long long)st->draft_steps_after,
+                st->draft_steps_after ? (double)st->generated / (double)st->draft_steps_after : 0.0,
+                (unsigned long long)es.draft_steps);
     return true;
 }
 
