@@ -398,6 +398,37 @@ static void check_shared(const char *dev, bool full) {
     pkv_model_free(g_m);
     g_m = NULL;
     unlink(tf), unlink(sf), unlink(of), unlink(bf);
+    /* qwen35: a one-layer draft's layer 0 is a delta-net layer, which has no K/V to
+     * share (it failed at its first draft step before) */
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "qwen35";
+    p.n_layer = 4;
+    p.n_embd = et_n_embd;
+    p.n_vocab = 320;
+    pkv_mkmodel_params q = pkv_mkmodel_default_params();
+    q.draft_of = tf;
+    q.n_layer = 1;
+    static const int32_t kv3[1] = {3};
+    q.shared_kv_layers = kv3;
+    REQUIRE_VOID(!pkv_mkmodel_write(&p, tf) && !pkv_mkmodel_write(&q, bf));
+    mp.device = dev;
+    mp.device_handle = NULL;
+    g_m = pkv_model_load(tf, mp);
+    mp.device = NULL;
+    mp.device_handle = g_m ? pkv_model_device(g_m) : NULL;
+    bad = g_m ? pkv_model_load(bf, mp) : NULL;
+    if (g_m && bad) {
+        pkv_engine_params ep = et_params(256, 8, 0);
+        ep.draft = bad;
+        CHECK(!pkv_engine_create(g_m, ep));
+        CHECK(strstr(pkv_errmsg(), "layer 0 is recurrent (qwen35), so it cannot attend over target ") != NULL);
+    } else {
+        TH_FAIL("qwen35 and a shared-KV draft on %s: %s", dev, pkv_errmsg());
+    }
+    pkv_model_free(bad);
+    pkv_model_free(g_m);
+    g_m = NULL;
+    unlink(tf), unlink(bf);
 }
 
 /* A 16-token llama (no vocabulary) for distribution checks. */

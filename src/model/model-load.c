@@ -1073,8 +1073,9 @@ pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *labe
 }
 
 /* A shared-KV draft (pagekv.shared_kv_layers, any architecture): t's vocabulary,
- * and each of its layers fits the cache layer it names (I6: pkv_kv_attach). The
- * draft computes in whatever dtype the cache stores. Changes nothing. */
+ * attention layers only, and each fits the cache layer it names (I6:
+ * pkv_kv_attach). The draft computes in whatever dtype the cache stores. Changes
+ * nothing. */
 static pkv_status attach_shared_kv(const pkv_model *d, const pkv_model *t, const pkv_kv_cache *c) {
     if (d->hp.n_vocab != t->hp.n_vocab)
         return pkv_err(PKV_ERR_MISMATCH, "attach: draft %s has %d tokens in its vocabulary, target %s has %d", d->label,
@@ -1084,6 +1085,12 @@ static pkv_status attach_shared_kv(const pkv_model *d, const pkv_model *t, const
     if (!al) return pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
     for (int l = 0; l < d->hp.n_layer; l++) {
         pkv_kv_layer_info li;
+        if (d->layers[l].recurrent) { /* it would need a state of its own, which no target layer keeps for it */
+            pkv_free(al);
+            return pkv_err(PKV_ERR_MISMATCH, "attach: draft %s layer %d is recurrent (%s), so it cannot attend over "
+                           "target %s's KV layer %d: a shared-KV draft's layers must be attention layers", d->label, l,
+                           pkv_arch_name(d->hp.arch), t->label, d->kv_layer[l]);
+        }
         al[l].kv_layer = d->kv_layer[l];
         al[l].n_kv_heads = d->layers[l].n_head_kv;
         al[l].head_dim_k = d->layers[l].head_dim_k;
