@@ -600,8 +600,8 @@ static bool run_open_context(const run_opts *r, run_state *st) {
         }
         return true;
     } else {
-        /* a shared-KV draft forks; a context shift rewrites the pages after the cut */
-        st->c = pkv_cli_open_cache("run", st->m, o, 1 + (r->draft_path || r->ctx_shift ? 1 : 0));
+        /* a context shift rewrites the pages after the cut */
+        st->c = pkv_cli_open_cache("run", st->m, o, 1 + (r->ctx_shift ? 1 : 0));
     }
     if (!st->c || !(st->ctx = pkv_context_create(st->m, st->c, o->n_ctx))) {
         if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
