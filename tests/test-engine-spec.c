@@ -9,7 +9,10 @@
  *  - a different small model with the same vocabulary (mostly rejected);
  *  - qwen35's own MTP head (fed the model's hidden states), where rejecting a
  *    proposal also rolls the recurrent state back (checkpoint and replay);
- *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states).
+ *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states);
+ *  - shared-KV drafts (no cache: they draft on forks of the sequences in the
+ *    model's cache): the model's own layers again, and one other layer; under a
+ *    pool too small to fork in every round, and under allocation failures.
  * The speculative-sampling rule (PKV_DRAFT_ACCEPT_SAMPLING): greedy requests get
  * plain decoding's tokens with every kind of draft; seeded ones are reproducible,
  * the model as its own draft (p == q) keeps every proposal, and over 3,000 seeds
@@ -384,6 +387,55 @@ static void check_shared(const char *dev, bool full) {
         CHECK(st.draft_skipped > 0);
         check_rule_pages(self, "llama, shared-KV draft of itself", true, 12); /* (28 pages do not preempt it) */
         pkv_engine_params ep = et_params(256, 8, 0);
+        /* every allocation of the creation failing in turn: NULL, nothing leaked */
+        ep.draft = self;
+        ep.draft_max = 3;
+        int64_t live = pkv_alloc_live();
+        for (uint64_t k = 1;; k++) {
+            pkv_alloc_fail_at(k);
+            pkv_engine *e = pkv_engine_create(g_m, ep);
+            pkv_alloc_fail_at(0);
+            if (e) {
+                pkv_engine_free(e);
+                break;
+            }
+            CHECK_INT(pkv_alloc_live(), live);
+            if (k > 500) {
+                TH_FAIL("engine_create with a shared-KV draft never succeeded");
+                break;
+            }
+        }
+        CHECK_INT(pkv_alloc_live(), live);
+        /* the k-th allocation of a run failing, for k over the run's allocations (the
+         * forks, the draft's rows and workspace among them): the requests end (some
+         * failed), nothing is left held */
+        uint64_t n_alloc = 0;
+        for (uint64_t k = 0; k == 0 || (full && k <= n_alloc); k += k ? PKV_MAX(1, n_alloc / 500) : 1) {
+            pkv_alloc_fail_at(k);
+            pkv_engine *e = pkv_engine_create(g_m, ep);
+            et_rec rec[3];
+            for (int i = 0; e && i < 3; i++) {
+                memset(&rec[i], 0, sizeof rec[i]);
+                pkv_request_params r = w.rp[i];
+                r.on_event = et_on_event;
+                r.user = &rec[i];
+                if (pkv_engine_submit(e, &r, NULL)) rec[i].s[0].n = -1;
+            }
+            int left = 1;
+            for (int step = 0; e && left > 0 && step < 2000; step++) CHECK_OK(pkv_engine_step(e, &left));
+            uint64_t made = pkv_alloc_fail_at(0);
+            if (!k) n_alloc = made;
+            if (e) {
+                CHECK_INT(left, 0);
+                pkv_engine_stats_get(e, &st);
+                CHECK_INT(st.pages_used, 0);
+                if (!k) CHECK(st.draft_proposed > 0 && st.requests_failed == 0);
+            }
+            pkv_engine_free(e);
+            CHECK_INT(pkv_alloc_live(), live);
+        }
+        fprintf(stderr, "  llama, shared-KV draft: the k-th of %llu allocations failing, k from 1 in steps of %llu: "
+                        "no leak\n", (unsigned long long)n_alloc, (unsigned long long)PKV_MAX(1, n_alloc / 500));
         ep.draft = bad;
         CHECK(!pkv_engine_create(g_m, ep));
         CHECK(strstr(pkv_errmsg(), "engine: shared-KV draft ") != NULL);
