@@ -1598,9 +1598,10 @@ typedef struct pkv_engine_params {
      * per sequence and step, the step verifies them with the others' tokens, and
      * draft_accept says which are kept.
      * draft: NULL (off), an MTP head of the model (pkv_model_params.mtp: fed the
-     * target's hidden states), Gemma 4's assistant, or a draft model with the
-     * model's vocabulary and its own cache; not owned, must outlive the engine.
-     * Not a shared-KV draft. */
+     * target's hidden states), Gemma 4's assistant, a draft model with the
+     * model's vocabulary and its own cache, or a shared-KV draft (info.shared_kv:
+     * attached to the model's cache, checked (I6) by pkv_engine_create; it drafts
+     * on forks of the sequences); not owned, must outlive the engine. */
     pkv_model *draft;
     int draft_max;           /* proposals per sequence and step, 1..64; 0 = 4 */
     /* Preemption when the sequence cannot be swapped (the host pool is full, or swap
@@ -1706,6 +1707,8 @@ typedef struct pkv_engine_stats {
     bool waiting_for_pages;  /* the last step's admission stopped at a waiting or preempted sequence
                                 the pool had no room for (not at max_seqs or the token budget):
                                 pages freed outside the engine would let it go on */
+    uint64_t draft_skipped;  /* a shared-KV draft: rounds a sequence went without proposals because
+                                the pool had no room for its fork's pages (it drafts again next round) */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the

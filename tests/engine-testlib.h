@@ -134,7 +134,7 @@ static void et_drain(pkv_engine *e) {
 }
 
 /* The request run alone: a fresh engine with a pool large enough for it. */
-static void et_alone(pkv_model *m, const pkv_request_params *rp, et_rec *out) {
+static inline void et_alone(pkv_model *m, const pkv_request_params *rp, et_rec *out) {
     memset(out, 0, sizeof *out);
     out->stop_after = 0;
     pkv_engine *e = pkv_engine_create(m, et_params(256, 8, 0));
@@ -151,7 +151,7 @@ static void et_alone(pkv_model *m, const pkv_request_params *rp, et_rec *out) {
 }
 
 /* Same tokens, bitwise the same logprobs and top alternatives, same finish. */
-static bool et_same(const et_rec *a, const et_rec *b, int n, const char *what, int idx) {
+static inline bool et_same(const et_rec *a, const et_rec *b, int n, const char *what, int idx) {
     for (int j = 0; j < n; j++) {
         const et_sample *x = &a->s[j], *y = &b->s[j];
         bool ok = x->n == y->n && x->fin == y->fin && x->finals == 1 && y->finals == 1 && !x->after_final &&

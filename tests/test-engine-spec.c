@@ -9,7 +9,10 @@
  *  - a different small model with the same vocabulary (mostly rejected);
  *  - qwen35's own MTP head (fed the model's hidden states), where rejecting a
  *    proposal also rolls the recurrent state back (checkpoint and replay);
- *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states).
+ *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states);
+ *  - shared-KV drafts (no cache: they draft on forks of the sequences in the
+ *    model's cache): the model's own layers again, and one other layer; under a
+ *    pool too small to fork in every round, and under allocation failures.
  * The speculative-sampling rule (PKV_DRAFT_ACCEPT_SAMPLING): greedy requests get
  * plain decoding's tokens with every kind of draft; seeded ones are reproducible,
  * the model as its own draft (p == q) keeps every proposal, and over 3,000 seeds
@@ -111,10 +114,11 @@ static void run_spec_ex(work *w, pkv_model *d, const char *what, int64_t n_pages
     for (int i = 0; compare && i < NQ; i++) bad += !et_same(&w->alone[i], &w->got[i], w->rp[i].n, what, i);
     pkv_engine_stats_get(e, st);
     fprintf(stderr, "  %-44s %d of %d differ; proposed %llu, accepted %llu, %llu steps (+%llu draft), preempted %llu "
-                    "swap %llu recompute, %llu without draft\n",
+                    "swap %llu recompute, %llu without draft, %llu rounds skipped\n",
             what, bad, NQ, (unsigned long long)st->draft_proposed, (unsigned long long)st->draft_accepted,
             (unsigned long long)st->steps, (unsigned long long)st->draft_steps, (unsigned long long)st->preemptions_swap,
-            (unsigned long long)st->preemptions_recompute, (unsigned long long)st->draft_disabled);
+            (unsigned long long)st->preemptions_recompute, (unsigned long long)st->draft_disabled,
+            (unsigned long long)st->draft_skipped);
     CHECK(st->draft_proposed > 0);
     CHECK(st->draft_accepted <= st->draft_proposed);
     CHECK_INT(st->requests_failed, 0);
@@ -134,7 +138,7 @@ static void run_spec(work *w, pkv_model *d, const char *what, int64_t n_pages, b
  * (p == q) keeps every proposal, where the MATCH rule keeps about half. Preempted
  * (swap), they still finish, and a draft equal to the model still keeps all; their
  * tokens may differ, as the rounds that propose depend on the schedule. */
-static void check_rule(pkv_model *d, const char *name, bool self) {
+static void check_rule_pages(pkv_model *d, const char *name, bool self, int64_t pages) {
     static work w;
     char what[96];
     pkv_engine_stats st;
@@ -151,12 +155,14 @@ static void check_rule(pkv_model *d, const char *name, bool self) {
     for (int i = 0; i < NQ; i++) w.alone[i] = w.got[i];
     snprintf(what, sizeof what, "%s, sampling rule, seeded again:", name);
     run_spec(&w, d, what, 0, true, 4, &st);
-    snprintf(what, sizeof what, "%s, sampling rule, seeded, 28 pages, swap:", name);
-    run_spec_ex(&w, d, what, 28, true, 4, &st, false);
+    snprintf(what, sizeof what, "%s, sampling rule, seeded, %d pages, swap:", name, (int)pages);
+    run_spec_ex(&w, d, what, pages, true, 4, &st, false);
     CHECK(st.preemptions_swap > 0);
     if (self) CHECK_INT(st.draft_accepted, st.draft_proposed);
     g_rule = PKV_DRAFT_ACCEPT_MATCH;
 }
+
+static void check_rule(pkv_model *d, const char *name, bool self) { check_rule_pages(d, name, self, 28); }
 
 /* The workload with draft d: a roomy pool, then one that preempts by swap and one
  * that preempts by recompute (the draft's sequences go along). */
@@ -211,6 +217,7 @@ static void check_self_greedy(pkv_model *self, const char *name) {
 }
 
 static void check_assistant(const char *dev, bool full);
+static void check_shared(const char *dev, bool full);
 
 static void run_device(const char *dev, bool full) {
     static work w;
@@ -250,6 +257,7 @@ static void run_device(const char *dev, bool full) {
     pkv_model_free(g_m);
     g_m = NULL;
     check_assistant(dev, full);
+    check_shared(dev, full);
 }
 
 /* gemma4 with Gemma 4's assistant (mkmodel --arch gemma4-assistant --draft-of): no
@@ -290,6 +298,189 @@ static void check_assistant(const char *dev, bool full) {
     g_m = NULL;
     unlink(tf);
     unlink(af);
+}
+
+/* A llama file of n_layer layers; with draft_of a shared-KV draft of that target
+ * whose layer j attends over the target's cache layer kv[j]. */
+static bool write_llama(const char *path, const char *draft_of, int n_layer, const int32_t *kv, uint64_t seed) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.type = PKV_TYPE_Q8_0;
+    p.n_layer = n_layer;
+    p.n_embd = et_n_embd;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 128;
+    p.n_vocab = 320;
+    p.seed = seed;
+    p.draft_of = draft_of;
+    p.shared_kv_layers = kv;
+    pkv_status s = pkv_mkmodel_write(&p, path);
+    if (s) TH_FAIL("mkmodel %s: %s", path, pkv_errmsg());
+    return !s;
+}
+
+/* Each of w's first n requests alone on an engine with draft d: its events must be
+ * those of w->alone. */
+static void run_each_alone(work *w, pkv_model *d, int n, const char *what) {
+    for (int i = 0; i < n; i++) {
+        pkv_engine_params ep = et_params(256, 8, 0);
+        ep.draft = d;
+        ep.draft_accept = g_rule;
+        pkv_engine *e = pkv_engine_create(g_m, ep);
+        if (!e) {
+            TH_FAIL("%s: engine: %s", what, pkv_errmsg());
+            return;
+        }
+        memset(&w->got[i], 0, sizeof w->got[i]);
+        pkv_request_params r = w->rp[i];
+        r.on_event = et_on_event;
+        r.user = &w->got[i];
+        CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        et_drain(e);
+        et_same(&w->alone[i], &w->got[i], r.n, what, i);
+        pkv_engine_stats st;
+        pkv_engine_stats_get(e, &st);
+        CHECK_INT(st.pages_used, 0);
+        pkv_engine_free(e);
+    }
+}
+
+/* A shared-KV draft (pagekv.shared_kv_layers: no cache of its own, its layers attend
+ * over the model's cache layers): each round it drafts on a fork of the sequence in
+ * the model's cache. "Itself": the model's two layers again (same seed), over their
+ * own cache layers, so greedy proposals are the model's tokens; "another": one
+ * layer of other weights over the model's layer 1. Alone, batched, with a pool
+ * that preempts (its forks sit rounds out when the pool is short); a draft naming
+ * a layer the model does not have is refused, naming both files. */
+static void check_shared(const char *dev, bool full) {
+    static work w;
+    static const int32_t kv01[2] = {0, 1}, kv1[1] = {1}, kv17[2] = {1, 7};
+    char tf[512], sf[512], of[512], bf[512];
+    snprintf(tf, sizeof tf, "%s", th_tmp("engine-spec-sh.gguf"));
+    snprintf(sf, sizeof sf, "%s", th_tmp("engine-spec-sh-self.gguf"));
+    snprintf(of, sizeof of, "%s", th_tmp("engine-spec-sh-other.gguf"));
+    snprintf(bf, sizeof bf, "%s", th_tmp("engine-spec-sh-bad.gguf"));
+    REQUIRE_VOID(write_llama(tf, NULL, 2, NULL, 21) && write_llama(sf, tf, 2, kv01, 21) && write_llama(of, tf, 1, kv1, 22) &&
+                 write_llama(bf, tf, 2, kv17, 23));
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    mp.device = dev;
+    g_m = pkv_model_load(tf, mp);
+    mp.device = NULL;
+    mp.device_handle = g_m ? pkv_model_device(g_m) : NULL;
+    pkv_model *self = g_m ? pkv_model_load(sf, mp) : NULL, *other = g_m ? pkv_model_load(of, mp) : NULL;
+    pkv_model *bad = g_m ? pkv_model_load(bf, mp) : NULL;
+    if (g_m && self && other && bad) {
+        pkv_engine_stats st;
+        make_work(&w, 9, true);
+        run_alone(&w);
+        run_each_alone(&w, self, 4, "llama, shared-KV draft of itself, alone");
+        run_spec(&w, self, "llama, shared-KV draft of itself, greedy:", 0, true, 4, &st);
+        CHECK(st.draft_accepted > 0);
+        CHECK_INT(st.draft_accepted, st.draft_proposed);
+        make_work(&w, 7, false);
+        run_alone(&w);
+        check_draft(&w, self, "llama, shared-KV draft of itself", true, full);
+        if (full) check_draft(&w, other, "llama, another shared-KV draft", false, false);
+        run_spec(&w, self, "llama, shared-KV draft, 12 pages, swap:", 12, true, 4, &st);
+        CHECK(st.preemptions_swap > 0);
+        CHECK(st.draft_skipped > 0);
+        check_rule_pages(self, "llama, shared-KV draft of itself", true, 12); /* (28 pages do not preempt it) */
+        pkv_engine_params ep = et_params(256, 8, 0);
+        /* every allocation of the creation failing in turn: NULL, nothing leaked */
+        ep.draft = self;
+        ep.draft_max = 3;
+        int64_t live = pkv_alloc_live();
+        for (uint64_t k = 1;; k++) {
+            pkv_alloc_fail_at(k);
+            pkv_engine *e = pkv_engine_create(g_m, ep);
+            pkv_alloc_fail_at(0);
+            if (e) {
+                pkv_engine_free(e);
+                break;
+            }
+            CHECK_INT(pkv_alloc_live(), live);
+            if (k > 500) {
+                TH_FAIL("engine_create with a shared-KV draft never succeeded");
+                break;
+            }
+        }
+        CHECK_INT(pkv_alloc_live(), live);
+        /* the k-th allocation of a run failing, for k over the run's allocations (the
+         * forks, the draft's rows and workspace among them): the requests end (some
+         * failed), nothing is left held */
+        uint64_t n_alloc = 0;
+        for (uint64_t k = 0; k == 0 || (full && k <= n_alloc); k += k ? PKV_MAX(1, n_alloc / 500) : 1) {
+            pkv_alloc_fail_at(k);
+            pkv_engine *e = pkv_engine_create(g_m, ep);
+            et_rec rec[3];
+            for (int i = 0; e && i < 3; i++) {
+                memset(&rec[i], 0, sizeof rec[i]);
+                pkv_request_params r = w.rp[i];
+                r.on_event = et_on_event;
+                r.user = &rec[i];
+                if (pkv_engine_submit(e, &r, NULL)) rec[i].s[0].n = -1;
+            }
+            int left = 1;
+            for (int step = 0; e && left > 0 && step < 2000; step++) CHECK_OK(pkv_engine_step(e, &left));
+            uint64_t made = pkv_alloc_fail_at(0);
+            if (!k) n_alloc = made;
+            if (e) {
+                CHECK_INT(left, 0);
+                pkv_engine_stats_get(e, &st);
+                CHECK_INT(st.pages_used, 0);
+                if (!k) CHECK(st.draft_proposed > 0 && st.requests_failed == 0);
+            }
+            pkv_engine_free(e);
+            CHECK_INT(pkv_alloc_live(), live);
+        }
+        fprintf(stderr, "  llama, shared-KV draft: the k-th of %llu allocations failing, k from 1 in steps of %llu: "
+                        "no leak\n", (unsigned long long)n_alloc, (unsigned long long)PKV_MAX(1, n_alloc / 500));
+        ep.draft = bad;
+        CHECK(!pkv_engine_create(g_m, ep));
+        CHECK(strstr(pkv_errmsg(), "engine: shared-KV draft ") != NULL);
+        CHECK(strstr(pkv_errmsg(), "engine-spec-sh-bad.gguf on the cache of ") != NULL);
+        CHECK(strstr(pkv_errmsg(), "engine-spec-sh.gguf: draft layer 1 shares KV layer 7, but the cache has 2 layers") != NULL);
+    } else {
+        TH_FAIL("llama and its shared-KV drafts on %s: %s", dev, pkv_errmsg());
+    }
+    pkv_model_free(bad);
+    pkv_model_free(other);
+    pkv_model_free(self);
+    pkv_model_free(g_m);
+    g_m = NULL;
+    unlink(tf), unlink(sf), unlink(of), unlink(bf);
+    /* qwen35: a one-layer draft's layer 0 is a delta-net layer, which has no K/V to
+     * share (it failed at its first draft step before) */
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "qwen35";
+    p.n_layer = 4;
+    p.n_embd = et_n_embd;
+    p.n_vocab = 320;
+    pkv_mkmodel_params q = pkv_mkmodel_default_params();
+    q.draft_of = tf;
+    q.n_layer = 1;
+    static const int32_t kv3[1] = {3};
+    q.shared_kv_layers = kv3;
+    REQUIRE_VOID(!pkv_mkmodel_write(&p, tf) && !pkv_mkmodel_write(&q, bf));
+    mp.device = dev;
+    mp.device_handle = NULL;
+    g_m = pkv_model_load(tf, mp);
+    mp.device = NULL;
+    mp.device_handle = g_m ? pkv_model_device(g_m) : NULL;
+    bad = g_m ? pkv_model_load(bf, mp) : NULL;
+    if (g_m && bad) {
+        pkv_engine_params ep = et_params(256, 8, 0);
+        ep.draft = bad;
+        CHECK(!pkv_engine_create(g_m, ep));
+        CHECK(strstr(pkv_errmsg(), "layer 0 is recurrent (qwen35), so it cannot attend over target ") != NULL);
+    } else {
+        TH_FAIL("qwen35 and a shared-KV draft on %s: %s", dev, pkv_errmsg());
+    }
+    pkv_model_free(bad);
+    pkv_model_free(g_m);
+    g_m = NULL;
+    unlink(tf), unlink(bf);
 }
 
 /* A 16-token llama (no vocabulary) for distribution checks. */

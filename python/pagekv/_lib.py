@@ -213,7 +213,7 @@ class EngineStats(Structure):
                 ("spill_bytes_written", c_uint64), ("spill_pages_read", c_uint64),
                 ("spill_pages_resumed", c_uint64), ("spill_write_seconds", c_double),
                 ("spill_read_seconds", c_double), ("prefill_seconds_per_token", c_double),
-                ("waiting_for_pages", c_bool)]
+                ("waiting_for_pages", c_bool), ("draft_skipped", c_uint64)]
 
 
 # The structs above by their C names (for the layout test).

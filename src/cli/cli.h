@@ -11,6 +11,9 @@
  * returns false otherwise. */
 bool pkv_cli_int(const char *opt, const char *s, long long lo, long long hi, long long *out);
 bool pkv_cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* --tokens 1,2,3: comma-separated token ids into *out (malloc'd, *n of them); false
+ * when it is not that (said on stderr). cmd-logits.c. */
+bool pkv_cli_parse_tokens(const char *s, int32_t **out, size_t *n);
 /* The value of option argv[*i] (advancing *i), or NULL with an error printed. */
 const char *pkv_cli_value(int argc, char **argv, int *i);
 /* An options table (as git's parse-options): each row names an option, its

@@ -156,20 +156,15 @@ static bool emit_token(int32_t tok, void *user) {
     return true;
 }
 
-static bool parse_tokens(const char *s, int32_t **out, size_t *n);
 
-/* --spec-log: one JSON object per round */
-static void log_round(const pkv_spec_round *r, void *user) {
+/* --spec-log: one JSON object per round of the engine (one request: id and sample
+ * need no saying) */
+static void log_engine_round(uint64_t id, int sample, const pkv_spec_round *r, void *user) {
     FILE *f = user;
+    (void)id, (void)sample;
     fprintf(f, "{\"pos\": %lld, \"proposed\": [", (long long)r->pos);
     for (int i = 0; i < r->n_proposed; i++) fprintf(f, "%s%d", i ? ", " : "", r->proposed[i]);
     fprintf(f, "], \"accepted\": %d}\n", r->n_accepted);
-}
-
-/* the engine's rounds (one request: id and sample need no saying) */
-static void log_engine_round(uint64_t id, int sample, const pkv_spec_round *r, void *user) {
-    (void)id, (void)sample;
-    log_round(r, user);
 }
 
 /* --ids-out: the ids as a JSON array, through the safe-output path (a temporary
@@ -445,7 +440,6 @@ static bool run_fail(const char *what, pkv_status s) {
 typedef struct run_state {
     pkv_model *m;
     pkv_model_info info;
-    pkv_kv_cache *c;   /* --draft/--mtp's (NULL with eng) */
     pkv_engine *eng;   /* every other mode generates through it (run_engine) */
     pkv_context *ctx;  /* --draft/--mtp, --context-shift and -cnv: on c or the engine's cache */
     int64_t n_ctx;     /* the run's context limit (-c) */
@@ -454,8 +448,6 @@ typedef struct run_state {
     double t_first;    /* when the first token came: the prompt is in (the prefill's end) */
     int32_t *toks; /* [n_text] prompt ids */
     pkv_model *draft;
-    bool draft_shared; /* a shared-KV draft: pkv_spec drafts (the engine's drafts have a cache) */
-    pkv_spec *spec;
     uint64_t draft_steps_after; /* --draft on the engine: the steps after the first token's */
     pkv_cli_encoded enc;
     size_t n_text;   /* with media: the prompt's text tokens (n_prompt counts the media rows too) */
@@ -474,7 +466,6 @@ static void run_state_free(run_state *st) {
     if (st->spec_f) pkv_wfile_abort(&st->spec_w); /* an error before the log was complete */
     free(st->toks);
     pkv_cli_encoded_free(&st->enc);
-    pkv_spec_free(st->spec);   /* before the target's context and cache: a shared-KV draft lives in them */
     if (!st->ctx) { /* --draft on the engine (no context): the engine goes before its draft */
         pkv_engine_free(st->eng);
         st->eng = NULL;
@@ -482,7 +473,6 @@ static void run_state_free(run_state *st) {
     pkv_model_free(st->draft); /* before the target model: it may use the target's device */
     pkv_context_free(st->ctx);
     pkv_engine_free(st->eng); /* after the context: it is on the engine's cache */
-    pkv_kv_cache_free(st->c);
     pkv_model_free(st->m);
 }
 
@@ -497,7 +487,7 @@ static bool run_tokenize(const run_opts *r, run_state *st) {
     }
     size_t n = 0, len = strlen(r->prompt);
     if (r->tokens_arg) {
-        if (!parse_tokens(r->tokens_arg, &st->toks, &n)) return false;
+        if (!pkv_cli_parse_tokens(r->tokens_arg, &st->toks, &n)) return false;
         for (size_t k = 0; k < n; k++)
             if (st->toks[k] >= st->info.n_vocab) {
                 fprintf(stderr, "pagekv run: --tokens: id %d is outside the vocabulary [0, %d)\n", st->toks[k],
@@ -535,8 +525,8 @@ static int64_t run_n_ctx(const run_opts *r, const run_state *st) {
     return r->o.n_ctx ? r->o.n_ctx : (st->info.n_ctx_train < 4096 ? st->info.n_ctx_train : 4096);
 }
 
-/* Every mode but a shared-KV draft (pkv_spec) generates through the serving
- * engine (docs/engine.md, "pagekv run"). Its cache holds n_seq sequences (n_pages: 0 =
+/* Every mode generates through the serving engine (docs/engine.md, "pagekv
+ * run"). Its cache holds n_seq sequences (n_pages: 0 =
  * enough for all) of up to -c tokens and one more: the loops run before never
  * decoded the last token they sampled, the engine does on a context, so one
  * position more lets a request generate as many tokens as they did (st->n_ctx
@@ -575,21 +565,10 @@ static bool run_engine_open(const run_opts *r, run_state *st, int n_seq, int64_t
 }
 
 /* The engine (with --fork a pool sized for the branches; with --context-shift a
- * context on it; with --draft/--mtp the draft), or for a shared-KV draft (pkv_spec)
- * a cache and a context of their own. */
+ * context on it; with --draft/--mtp the draft, of any kind). */
 static bool run_open_context(const run_opts *r, run_state *st) {
     const pkv_cli_model_opts *o = &r->o;
     size_t n_prompt = st->n_prompt;
-    if (r->draft_path && st->draft_shared) {
-        /* a shared-KV draft forks */
-        st->c = pkv_cli_open_cache("run", st->m, o, 2);
-        if (!st->c || !(st->ctx = pkv_context_create(st->m, st->c, o->n_ctx))) {
-            if (st->c) fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
-            return false;
-        }
-        st->n_ctx = pkv_context_n_ctx(st->ctx);
-        return true;
-    }
     if (r->n_fork) {
         /* K branches share the prompt's pages; each needs pages only for what it
          * generates (plus its copy of the shared partial page) */
@@ -645,35 +624,18 @@ static bool run_load_draft(const run_opts *r, run_state *st) {
         fprintf(stderr, "pagekv run: cannot load the draft %s: %s\n", r->draft_path, pkv_errmsg());
         return false;
     }
-    pkv_model_info di;
-    pkv_model_get_info(st->draft, &di);
-    st->draft_shared = di.shared_kv;
     return true;
 }
 
-/* --draft/--mtp: attach the draft before anything is generated (I6 fails here;
- * on the engine, pkv_engine_create checked), and say where its parts run. */
+/* --draft/--mtp: say where the draft's parts run (pkv_engine_create attached it:
+ * I6 failed there, before anything was generated). */
 static bool run_attach_draft(const run_opts *r, run_state *st) {
     pkv_device *tdev = pkv_model_device(st->m);
-    pkv_spec_params spp = pkv_spec_default_params();
-    spp.draft_max = r->draft_max;
-    spp.draft_cache.page_size = r->o.page_size;
-    spp.draft_cache.kv_type = r->o.kv_type;
-    spp.draft_cache.kv_type_v = r->o.kv_type_v;
-    if (st->spec_f) {
-        spp.on_round = log_round;
-        spp.round_user = st->spec_f;
-    }
-    if (!st->eng && !(st->spec = pkv_spec_create(st->ctx, st->draft, spp))) {
-        fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
-        return false;
-    }
     pkv_model_info di;
     pkv_model_get_info(st->draft, &di);
     if (di.assistant) { /* where each part runs: docs/speculative.md */
         pkv_kv_shard_info sh;
-        pkv_kv_cache *kc = st->eng ? pkv_engine_cache(st->eng) : pkv_context_cache(st->ctx);
-        const char *kv_dev = pkv_kv_shard(kc, 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
+        const char *kv_dev = pkv_kv_shard(pkv_engine_cache(st->eng), 0, 0, &sh) ? "?" : pkv_device_name(sh.storage);
         fprintf(stderr, "pagekv run: draft %s (Gemma 4 assistant): %d layers on %s, no KV of its own: its attention runs "
                         "over the target's pages where they are stored (%s%s), its input embedding is the target's (on %s); "
                         "up to %d tokens per round\n",
@@ -787,35 +749,18 @@ static bool run_plain(const run_opts *r, run_state *st) {
     pr->m = m;
     pr->stream = true;
     pr->last = -1;
-    pkv_spec_stats ss;
+    pkv_engine_stats es; /* --draft/--mtp: the speculative figures */
     const char *why = NULL;
     int64_t n_ctx = st->n_ctx, shifted = 0;
     pkv_status s;
-    memset(&ss, 0, sizeof ss);
-    if (st->spec) {
-        /* the last sampled token needs no room in the cache */
-        int64_t room = n_ctx - (int64_t)st->n_prompt + 1;
-        s = pkv_spec_generate(st->spec, st->smp[0], (int)(r->n_predict < room ? r->n_predict : room), emit_token, pr, &ss);
-        st->generated = (int)ss.n_tokens;
-        why = pr->out_failed                                 ? "output"
-              : pr->last >= 0 && pkv_model_is_eog(m, pr->last) ? "eog"
-              : st->generated >= r->n_predict                ? "n"
-                                                              : "full";
-    } else {
+    memset(&es, 0, sizeof es);
+    {
         run_gen g = {.r = r, .st = st, .why = {"n"}};
         s = run_engine(r, st, &g);
         if (s && !g.started) return run_fail("prefill", s); /* nothing printed yet */
         why = g.why[0];
         shifted = g.shifted;
-        pkv_engine_stats es;
-        if (!s && st->draft) {
-            pkv_engine_stats_get(st->eng, &es);
-            ss.drafted = (int64_t)es.draft_proposed;
-            ss.accepted = (int64_t)es.draft_accepted;
-            ss.n_tokens = st->generated;
-            ss.target_steps = (int64_t)st->draft_steps_after;
-            ss.draft_steps = (int64_t)es.draft_steps;
-        }
+        if (!s && st->draft) pkv_engine_stats_get(st->eng, &es);
     }
     fputc('\n', stdout);
     if (s) return run_fail("generate", s);
@@ -836,12 +781,13 @@ static bool run_plain(const run_opts *r, run_state *st) {
     }
     if (shifted) fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
     if (st->draft)
-        fprintf(stderr, "pagekv run: speculative: %lld drafted, %lld accepted (%.1f%%), %lld tokens in %lld target steps "
-                        "(%.2f per step), %lld draft steps\n",
-                (long long)ss.drafted, (long long)ss.accepted,
-                ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0, (long long)ss.n_tokens,
-                (long long)ss.target_steps, ss.target_steps ? (double)ss.n_tokens / (double)ss.target_steps : 0.0,
-                (long long)ss.draft_steps);
+        fprintf(stderr, "pagekv run: speculative: %llu drafted, %llu accepted (%.1f%%), %d tokens in %llu target steps "
+                        "(%.2f per step), %llu draft steps\n",
+                (unsigned long long)es.draft_proposed, (unsigned long long)es.draft_accepted,
+                es.draft_proposed ? 100.0 * (double)es.draft_accepted / (double)es.draft_proposed : 0.0, st->generated,
+                (unsigned long long)st->draft_steps_after,
+                st->draft_steps_after ? (double)st->generated / (double)st->draft_steps_after : 0.0,
+                (unsigned long long)es.draft_steps);
     return true;
 }
 
@@ -894,15 +840,8 @@ static int run_model(const run_opts *r, run_state *st, double t_load) {
     fprintf(stderr, "pagekv run: %s %s, %d layers, %s on %s, prompt %zu tokens\n", st->info.arch, st->info.weight_type,
             st->info.n_layer, pkv_cli_kv_desc(&r->o), pkv_device_name(pkv_model_device(st->m)), n_prompt);
     /* the prefill: until the first token (the engine's request computes the prompt
-     * and samples it); a shared-KV draft (pkv_spec) decodes it into its context first */
+     * and samples it) */
     double t0 = pkv_time_now_cli();
-    if (st->spec) {
-        pkv_status s = pkv_context_decode(st->ctx, st->toks, (int32_t)n_prompt); /* (no media with a draft) */
-        if (s) return pkv_cli_fail("run", "prefill", s);
-        st->t_first = pkv_time_now_cli();
-        fwrite(r->prompt, 1, strlen(r->prompt), stdout);
-        fflush(stdout);
-    }
     if (!(r->n_fork ? run_fork(r, st) : run_plain(r, st))) return 1;
     if (r->ids_out && !write_ids(r->ids_out, st->pr[0].ids, st->pr[0].n_ids)) return 1;
     if (st->spec_f) {
@@ -947,164 +886,5 @@ int pkv_cli_run(int argc, char **argv) {
     rc = run_model(&r, &st, pkv_time_now_cli() - t_start);
     run_state_free(&st);
     free(prompt_buf);
-    return rc;
-}
-
-/* --------------------------------------------------------------- logits */
-
-static bool parse_tokens(const char *s, int32_t **out, size_t *n) {
-    size_t cap = 16, k = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v) return false;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long x = strtol(p, &end, 10);
-        if (end == p || x < 0 || x > INT32_MAX) {
-            fprintf(stderr, "pagekv: --tokens expects comma-separated token ids, got '%s'\n", s);
-            free(v);
-            return false;
-        }
-        if (k == cap) {
-            int32_t *t = realloc(v, (cap *= 2) * sizeof *v);
-            if (!t) {
-                free(v);
-                return false;
-            }
-            v = t;
-        }
-        v[k++] = (int32_t)x;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) {
-            fprintf(stderr, "pagekv: unexpected '%c' in --tokens\n", *p);
-            free(v);
-            return false;
-        }
-    }
-    if (!k) {
-        fprintf(stderr, "pagekv: --tokens is empty\n");
-        free(v);
-        return false;
-    }
-    *out = v;
-    *n = k;
-    return true;
-}
-
-int pkv_cli_logits(int argc, char **argv) {
-    pkv_cli_model_opts o = pkv_cli_model_defaults();
-    const char *tokens = NULL, *outp = NULL;
-    pkv_cli_media mo;
-    memset(&mo, 0, sizeof mo);
-    for (int i = 1; i < argc; i++) {
-        int r = pkv_cli_model_opt(argc, argv, &i, &o);
-        if (!r) r = pkv_cli_media_opt(argc, argv, &i, &mo);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: pagekv logits [-m FILE.gguf] --tokens 1,2,3,... [-o FILE] [-d DEVICE] [-t N]\n"
-                   "                     [--devices A,B [--split P,Q] [--kv-on-host]]\n"
-                   "Runs the token ids as one prompt and writes the last position's logits: as\n"
-                   "little-endian float32 to FILE with -o, else as JSON to stdout.\n"
-                   "Also: -c N, --page-size N, --kv-type f16|f32|q8_0|q4_0 (--kv-type-k, --kv-type-v).\n"
-                   "Media (docs/multimodal.md, \"Media in the cache\"): --mmproj FILE with --audio FILE or --image FILE\n"
-                   "(repeatable, in order) inserts each file's projector rows after the first K ids\n"
-                   "(--media-at K, one per file in order; default 0); --embd-out FILE writes the\n"
-                   "projector's rows of every file, raw little-endian float32 [rows][n_embd], no header.\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--tokens")) {
-            if (!(tokens = pkv_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
-            if (!(outp = pkv_cli_value(argc, argv, &i))) return 2;
-        } else {
-            fprintf(stderr, "pagekv logits: unknown option '%s' (see 'pagekv logits --help')\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!tokens && !mo.n) {
-        fprintf(stderr, "pagekv logits: --tokens is required (comma-separated token ids)\n");
-        return 2;
-    }
-    if (!pkv_cli_media_check("logits", &mo)) return 2;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (tokens && !parse_tokens(tokens, &ids, &n)) return 2;
-    pkv_cli_encoded enc;
-    memset(&enc, 0, sizeof enc);
-    pkv_model *m = pkv_cli_open_model("logits", &o);
-    if (!m) {
-        free(ids);
-        return 1;
-    }
-    pkv_model_info info;
-    pkv_model_get_info(m, &info);
-    int rc = 1;
-    pkv_kv_cache *c = NULL;
-    pkv_context *ctx = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] >= info.n_vocab) {
-            fprintf(stderr, "pagekv logits: token id %d (position %zu) is outside the vocabulary of %d tokens\n", ids[i], i,
-                    info.n_vocab);
-            goto out;
-        }
-    if (mo.n && pkv_cli_media_encode("logits", m, &mo, &enc)) goto out;
-    for (int i = 0; i < enc.n; i++) {
-        if (enc.rows[i].at > (int32_t)n || (i && enc.rows[i].at < enc.rows[i - 1].at)) {
-            fprintf(stderr, "pagekv logits: --media-at %d for file %d: must be in [%d, %zu] (non-decreasing)\n",
-                    enc.rows[i].at, i + 1, i ? enc.rows[i - 1].at : 0, n);
-            goto out;
-        }
-    }
-    size_t n_all = n;
-    for (int i = 0; i < enc.n; i++) n_all += (size_t)enc.rows[i].n_rows;
-    if (o.n_ctx == 0 && (int64_t)n_all > 4096) o.n_ctx = (int)n_all;
-    if (!(c = pkv_cli_open_cache("logits", m, &o, 1))) goto out;
-    if (!(ctx = pkv_context_create(m, c, o.n_ctx))) {
-        fprintf(stderr, "pagekv logits: %s\n", pkv_errmsg());
-        goto out;
-    }
-    if ((int64_t)n_all > pkv_context_n_ctx(ctx)) {
-        fprintf(stderr, "pagekv logits: %zu tokens do not fit the context of %lld (use -c)\n", n_all,
-                (long long)pkv_context_n_ctx(ctx));
-        goto out;
-    }
-    pkv_status s = enc.n ? pkv_context_decode_prompt(ctx, ids, (int32_t)n, enc.rows, enc.n)
-                         : pkv_context_decode(ctx, ids, (int32_t)n);
-    n = n_all;
-    if (s) {
-        pkv_cli_fail("logits", "decode", s);
-        goto out;
-    }
-    const float *lg = pkv_context_logits(ctx);
-    if (outp) {
-        pkv_wfile wf;
-        pkv_status ws = pkv_wfile_open(&wf, outp);
-        if (!ws) {
-            /* little-endian float32: this build only targets little-endian hosts */
-            if (fwrite(lg, sizeof(float), (size_t)info.n_vocab, wf.f) != (size_t)info.n_vocab) {
-                ws = pkv_err(PKV_ERR_IO, "%s: write failed", outp);
-                pkv_wfile_abort(&wf);
-            } else {
-                ws = pkv_wfile_commit(&wf);
-            }
-        }
-        if (ws) {
-            pkv_cli_fail("logits", "-o", ws);
-            goto out;
-        }
-        fprintf(stderr, "pagekv logits: wrote %d float32 logits to %s\n", info.n_vocab, outp);
-    } else {
-        printf("{\"n_tokens\": %zu, \"n_vocab\": %d, \"logits\": [", n, info.n_vocab);
-        for (int i = 0; i < info.n_vocab; i++) printf("%s%.9g", i ? ", " : "", (double)lg[i]);
-        printf("]}\n");
-    }
-    rc = 0;
-out:
-    free(ids);
-    pkv_context_free(ctx);
-    pkv_kv_cache_free(c);
-    pkv_cli_encoded_free(&enc);
-    pkv_model_free(m);
     return rc;
 }

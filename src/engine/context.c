@@ -293,45 +293,13 @@ pkv_context *pkv_context_attach(pkv_model *draft, pkv_context *target) {
         pkv_err(PKV_ERR_INVALID, "attach: NULL draft or target");
         return NULL;
     }
-    if (draft->assistant) {
-        int32_t child;
-        if (pkv_model_attach(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
-        return ctx_own(draft, target->c, child, target->n_ctx);
-    }
-    if (!draft->kv_draft) {
+    if (!draft->kv_draft) { /* (an assistant is one: it reads the target's pages) */
         pkv_err(PKV_ERR_INVALID, "attach: %s is not a shared-KV draft (no pagekv.shared_kv_layers key)", draft->label);
         return NULL;
     }
-    if (draft->hp.n_vocab != target->m->hp.n_vocab) {
-        pkv_err(PKV_ERR_MISMATCH, "attach: draft %s has %d tokens in its vocabulary, target %s has %d", draft->label,
-                draft->hp.n_vocab, target->m->label, target->m->hp.n_vocab);
-        return NULL;
-    }
-    pkv_kv_cache *c = target->c;
-    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
-    pkv_kv_attach_layer *al = pkv_calloc((size_t)draft->hp.n_layer, sizeof *al);
-    if (!al) {
-        pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
-        return NULL;
-    }
-    for (int l = 0; l < draft->hp.n_layer; l++) {
-        pkv_kv_layer_info li;
-        al[l].kv_layer = draft->kv_layer[l];
-        al[l].n_kv_heads = draft->layers[l].n_head_kv;
-        al[l].head_dim_k = draft->layers[l].head_dim_k;
-        al[l].head_dim_v = draft->layers[l].head_dim_v;
-        /* the draft computes in whatever dtype the cache stores */
-        bool have = pkv_kv_layout_layer(lay, draft->kv_layer[l], &li) == PKV_OK;
-        al[l].dtype_k = have ? li.dtype_k : PKV_TYPE_F16;
-        al[l].dtype_v = have ? li.dtype_v : PKV_TYPE_F16;
-        al[l].compute = draft->dev;
-    }
-    pkv_status s = pkv_kv_attach(c, "draft", pkv_kv_layout_page_size(lay), al, draft->hp.n_layer);
-    pkv_free(al);
-    if (s) return NULL;
-    int32_t child;
-    if (pkv_kv_fork(c, target->seq, &child)) return NULL;
-    return ctx_own(draft, c, child, target->n_ctx);
+    int32_t child; /* the I6 check (and an assistant's layers pointed at the target's cache layers) */
+    if (pkv_model_attach(draft, target->m, target->c) || pkv_kv_fork(target->c, target->seq, &child)) return NULL;
+    return ctx_own(draft, target->c, child, target->n_ctx);
 }
 
 int32_t pkv_context_seq(const pkv_context *ctx) { return ctx ? ctx->seq : -1; }

@@ -115,6 +115,8 @@ struct pkv_engine {
     bool dmtp;          /* an MTP head: fed the target's hidden states */
     bool dasst;         /* Gemma 4's assistant: no cache (dc NULL), reads the model's pages, fed
                            its hidden states; dh_in/dh_out rows are n_embd wide too */
+    bool dshared;       /* a shared-KV draft: no cache (dc NULL), its layers attend over the model's
+                           cache layers; it drafts on forks of the model's sequences */
     int32_t *d_pos;     /* [max_seqs]: an assistant step's query positions */
     int K;
     uint64_t dfp;
@@ -127,7 +129,7 @@ struct pkv_engine {
     int32_t *d_seq, *d_n, *d_tok; /* [max_seqs], [max_seqs], [cap_dtok]: a draft step's batch */
     size_t cap_dtok;
     eng_seq **d_who;    /* [max_seqs] */
-    uint64_t d_proposed, d_accepted, d_steps, d_disabled;
+    uint64_t d_proposed, d_accepted, d_steps, d_disabled, d_skipped;
     uint64_t g_masks;   /* constrained output: token masks computed, and their seconds */
     double g_mask_s;
     pkv_grammar_vocab *gvocab; /* the model's token trie, made at the first request with a grammar */

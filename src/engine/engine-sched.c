@@ -273,6 +273,7 @@ void pkv_engine_snapshot(pkv_engine *e) {
     st.draft_accepted = e->d_accepted;
     st.draft_steps = e->d_steps;
     st.draft_disabled = e->d_disabled;
+    st.draft_skipped = e->d_skipped;
     st.grammar_masks = e->g_masks;
     st.grammar_mask_seconds = e->g_mask_s;
     st.preemptions_spill = e->sp_n;
@@ -1245,6 +1246,98 @@ static void assistant_round(pkv_engine *e) {
     }
 }
 
+/* A shared-KV draft's fork of s: the pages its K proposal steps need (the
+ * copy-on-write copy of the shared last page included) fit in what the pool has
+ * left (*avail, less them on success), and the fork exists (d_seq[n]). Else s sits
+ * this round out (draft_skipped): drafting never takes pages a request needs. */
+static bool shared_fork(pkv_engine *e, eng_seq *s, int32_t steps, int64_t *avail, int n) {
+    int64_t need = pages_for(e, (int64_t)s->n_kv + steps) - s->n_kv / e->ps;
+    if (need > *avail || pkv_kv_fork(e->c, s->kv, &e->d_seq[n])) {
+        e->d_skipped++;
+        return false;
+    }
+    *avail -= need;
+    return true;
+}
+
+/* A shared-KV draft (no cache of its own: its layers attend over the model's cache
+ * layers it names): each sequence whose next step decodes one pending token
+ * drafts on a fork of its sequence in the model's cache (copy-on-write: the
+ * draft's K/V go to copied pages, never into the sequence's), fed the pending
+ * token, then each proposal in turn; the forks are freed after the round, before
+ * the step that verifies. Batches of at most max_seqs sequences, one token each. */
+static void shared_round(pkv_engine *e) {
+    const size_t V = (size_t)e->n_vocab;
+    int ri = 0, rj = 0;
+    for (;;) {
+        int n = 0;
+        int64_t avail = pool_avail(e); /* (the last batch's forks are freed) */
+        for (; ri < e->n_reqs && n < e->p.max_seqs; ri++, rj = 0) {
+            eng_req *r = e->reqs[ri];
+            for (; rj < r->n && n < e->p.max_seqs; rj++) {
+                eng_seq *s = &r->seqs[rj];
+                int32_t room = r->max_tokens - s->n_gen - 1;
+                s->n_prop = 0;
+                if (s->st != SEQ_RUNNING || s->nodraft || s->h_row < 0 || s->n_kv != s->n_tok - 1 || room < 1 ||
+                    (r->n > 1 && !r->forked) || !shared_fork(e, s, PKV_MIN(e->K, room), &avail, n))
+                    continue;
+                e->d_who[n] = s;
+                e->d_n[n] = 1;
+                n++;
+            }
+            if (n == e->p.max_seqs) break;
+        }
+        if (!n) return;
+        void *dt = e->d_tok;
+        if (pkv_grow(&dt, &e->cap_dtok, (size_t)n, sizeof(int32_t))) {
+            for (int k = 0; k < n; k++) pkv_kv_seq_free(e->c, e->d_seq[k]);
+            e->d_skipped += (uint64_t)n;
+            continue;
+        }
+        e->d_tok = dt;
+        for (int k = 0; k < n; k++) e->d_tok[k] = e->d_who[k]->tok[e->d_who[k]->n_kv];
+        for (int i = 0; n > 0 && i < e->K; i++) {
+            pkv_fwd_batch b;
+            memset(&b, 0, sizeof b);
+            b.n_seqs = n;
+            b.seqs = e->d_seq;
+            b.n_tokens = e->d_n;
+            b.tokens = e->d_tok;
+            b.no_publish = true;
+            pkv_status st = pkv_model_forward(e->dm, e->c, &e->dws, &b, e->dlogits);
+            e->d_steps++;
+            if (st == PKV_ERR_OUT_OF_PAGES) { /* another pool (a window's) ran short: the proposals so far stand */
+                e->d_skipped += (uint64_t)n;
+                break;
+            }
+            if (st) {
+                PKV_WARN("engine: the draft's step failed (%s); %d sequence(s) go on without it", pkv_errmsg(), n);
+                for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
+                break;
+            }
+            int w = 0; /* the sequences that go on: fed their proposal */
+            for (int k = 0; k < n; k++) {
+                eng_seq *s = e->d_who[k];
+                int32_t d = propose(e, s, i, e->dlogits + (size_t)k * V);
+                if (d >= 0) {
+                    s->prop[i] = s->tok[s->n_tok + i] = d;
+                    s->n_prop = i + 1;
+                }
+                if (d < 0 || s->r->max_tokens - s->n_gen - 1 <= i + 1) {
+                    pkv_kv_seq_free(e->c, e->d_seq[k]);
+                    continue;
+                }
+                e->d_who[w] = s;
+                e->d_seq[w] = e->d_seq[k];
+                e->d_tok[w] = d;
+                w++;
+            }
+            n = w;
+        }
+        for (int k = 0; k < n; k++) pkv_kv_seq_free(e->c, e->d_seq[k]);
+    }
+}
+
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     double t0 = pkv_time_now();
     *did_work = false;
@@ -1364,6 +1457,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             }
             if (e->dc) draft_round(e);
             else if (e->dasst) assistant_round(e);
+            else if (e->dshared) shared_round(e);
         }
     }
     for (int i = 0; i < e->n_reqs; i++)

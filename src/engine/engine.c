@@ -38,9 +38,22 @@ pkv_engine_params pkv_engine_default_params(void) {
     return p;
 }
 
-/* Speculative decoding: the draft's own cache, as many pages as the model's pool
- * plus room for every sequence's proposals (one layer's pages: small), the same
- * page size and swap pool. */
+/* A draft step's batch and logits rows, for max_seqs sequences. */
+static pkv_status draft_rows(pkv_engine *e, const char *what) {
+    size_t S = (size_t)e->p.max_seqs, V = (size_t)e->n_vocab;
+    e->dlogits = pkv_calloc(S * V, sizeof *e->dlogits);
+    e->d_seq = pkv_calloc(S, sizeof *e->d_seq);
+    e->d_n = pkv_calloc(S, sizeof *e->d_n);
+    e->d_who = pkv_calloc(S, sizeof *e->d_who);
+    if (!e->dlogits || !e->d_seq || !e->d_n || !e->d_who)
+        return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the %s's %d x %d logits", what, e->p.max_seqs, (int)V);
+    return PKV_OK;
+}
+
+/* Speculative decoding. Gemma 4's assistant and a shared-KV draft have no cache:
+ * they are attached to the model's (I6). Any other draft gets a cache of its own,
+ * as many pages as the model's pool plus room for every sequence's proposals (one
+ * layer's pages: small), the same page size and swap pool. */
 static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_pages) {
     const pkv_engine_params *p = &e->p;
     pkv_model *d = p->draft;
@@ -58,21 +71,19 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     if (d->assistant) { /* no cache of its own: it reads the model's pages, fed the model's hidden states */
         pkv_status st = pkv_model_attach(d, e->m, e->c);
         if (st) return st;
-        size_t S = (size_t)p->max_seqs, V = (size_t)e->n_vocab;
         e->dm = d;
         e->dasst = true;
-        e->dlogits = pkv_calloc(S * V, sizeof *e->dlogits);
-        e->d_seq = pkv_calloc(S, sizeof *e->d_seq);
-        e->d_n = pkv_calloc(S, sizeof *e->d_n);
-        e->d_pos = pkv_calloc(S, sizeof *e->d_pos);
-        e->d_who = pkv_calloc(S, sizeof *e->d_who);
-        if (!e->dlogits || !e->d_seq || !e->d_n || !e->d_pos || !e->d_who)
-            return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the assistant's %d x %d logits", p->max_seqs, (int)V);
-        return PKV_OK;
+        if (!(e->d_pos = pkv_calloc((size_t)p->max_seqs, sizeof *e->d_pos)))
+            return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the assistant's %d query positions", p->max_seqs);
+        return draft_rows(e, "assistant");
     }
-    if (d->kv_draft)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "engine: %s is a shared-KV draft (it attends over the target's cache): the "
-                       "engine runs drafts with a cache of their own (an MTP head or a separate draft model)", d->label);
+    if (d->kv_draft) { /* shared KV: no cache of its own, it drafts on forks of the model's sequences */
+        pkv_status st = pkv_model_attach(d, e->m, e->c);
+        if (st) return pkv_err_prefix(st, "engine: shared-KV draft %s on the cache of %s", d->label, e->m->label);
+        e->dm = d;
+        e->dshared = true;
+        return draft_rows(e, "shared-KV draft");
+    }
     if (d->mtp && d->hp.n_embd != e->m->hp.n_embd)
         return pkv_err(PKV_ERR_MISMATCH, "engine: the MTP head's width %d differs from the model's %d", d->hp.n_embd,
                        e->m->hp.n_embd);
@@ -85,14 +96,7 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     cp.n_ctx = (int)e->n_ctx + e->K;
     cp.disk_dir = NULL; /* the disk tier belongs to the model's cache (one cache per directory) */
     if (!(e->dc = pkv_model_cache_create(d, cp))) return pkv_err_prefix(PKV_ERR_INVALID, "engine: the draft's cache");
-    size_t S = (size_t)p->max_seqs, V = (size_t)e->n_vocab;
-    e->dlogits = pkv_calloc(S * V, sizeof *e->dlogits);
-    e->d_seq = pkv_calloc(S, sizeof *e->d_seq);
-    e->d_n = pkv_calloc(S, sizeof *e->d_n);
-    e->d_who = pkv_calloc(S, sizeof *e->d_who);
-    if (!e->dlogits || !e->d_seq || !e->d_n || !e->d_who)
-        return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the draft's %d x %d logits", p->max_seqs, (int)V);
-    return PKV_OK;
+    return draft_rows(e, "draft");
 }
 
 pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {

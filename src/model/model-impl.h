@@ -244,9 +244,11 @@ struct pkv_model {
     double load_seconds;
 };
 
-/* Attach draft d, a model with no cache of its own that reads target t's cache c
- * (its architecture's attach hook: Gemma 4's assistant): checks that d fits t and
- * points d's layers at t's cache layers. On error nothing is changed. */
+/* Attach draft d, a model with no cache of its own that reads target t's cache c:
+ * its architecture's attach hook (Gemma 4's assistant: checks that d fits t and
+ * points d's layers at t's cache layers), else, for a shared-KV draft
+ * (pagekv.shared_kv_layers), the check that its layers fit the cache layers they
+ * name (I6). On error nothing is changed. */
 pkv_status pkv_model_attach(pkv_model *d, const pkv_model *t, pkv_kv_cache *c);
 
 /* Read and validate hyper-parameters (and per-layer head counts) from g. */

@@ -1072,13 +1072,46 @@ pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *labe
     return m;
 }
 
+/* A shared-KV draft (pagekv.shared_kv_layers, any architecture): t's vocabulary,
+ * attention layers only, and each fits the cache layer it names (I6:
+ * pkv_kv_attach). The draft computes in whatever dtype the cache stores. Changes
+ * nothing. */
+static pkv_status attach_shared_kv(const pkv_model *d, const pkv_model *t, const pkv_kv_cache *c) {
+    if (d->hp.n_vocab != t->hp.n_vocab)
+        return pkv_err(PKV_ERR_MISMATCH, "attach: draft %s has %d tokens in its vocabulary, target %s has %d", d->label,
+                       d->hp.n_vocab, t->label, t->hp.n_vocab);
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
+    pkv_kv_attach_layer *al = pkv_calloc((size_t)d->hp.n_layer, sizeof *al);
+    if (!al) return pkv_err(PKV_ERR_NOMEM, "attach: out of memory");
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        pkv_kv_layer_info li;
+        if (d->layers[l].recurrent) { /* it would need a state of its own, which no target layer keeps for it */
+            pkv_free(al);
+            return pkv_err(PKV_ERR_MISMATCH, "attach: draft %s layer %d is recurrent (%s), so it cannot attend over "
+                           "target %s's KV layer %d: a shared-KV draft's layers must be attention layers", d->label, l,
+                           pkv_arch_name(d->hp.arch), t->label, d->kv_layer[l]);
+        }
+        al[l].kv_layer = d->kv_layer[l];
+        al[l].n_kv_heads = d->layers[l].n_head_kv;
+        al[l].head_dim_k = d->layers[l].head_dim_k;
+        al[l].head_dim_v = d->layers[l].head_dim_v;
+        bool have = pkv_kv_layout_layer(lay, d->kv_layer[l], &li) == PKV_OK;
+        al[l].dtype_k = have ? li.dtype_k : PKV_TYPE_F16;
+        al[l].dtype_v = have ? li.dtype_v : PKV_TYPE_F16;
+        al[l].compute = d->dev;
+    }
+    pkv_status s = pkv_kv_attach(c, "draft", pkv_kv_layout_page_size(lay), al, d->hp.n_layer);
+    pkv_free(al);
+    return s;
+}
+
 pkv_status pkv_model_attach(pkv_model *d, const pkv_model *t, pkv_kv_cache *c) {
     if (!d || !t || !c) return pkv_err(PKV_ERR_INVALID, "attach: NULL argument");
     const pkv_arch_ops *ops = pkv_arch_ops_of(d->hp.arch);
-    if (!ops->attach)
-        return pkv_err(PKV_ERR_INVALID, "attach: %s (%s) is not a draft that reads a target's cache", d->label,
-                       pkv_arch_name(d->hp.arch));
-    return ops->attach(d, t, c);
+    if (ops->attach) return ops->attach(d, t, c);
+    if (d->kv_draft) return attach_shared_kv(d, t, c);
+    return pkv_err(PKV_ERR_INVALID, "attach: %s (%s) is not a draft that reads a target's cache", d->label,
+                   pkv_arch_name(d->hp.arch));
 }
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
