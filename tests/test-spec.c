@@ -616,13 +616,22 @@ static void test_errors(void) {
     CHECK(strcmp(out, plain) == 0);
     CHECK_INT(cli(true, "run -m %s -n 40 --temp 0 --draft %s", g_target, g_target), 0);
     HAS("accepted (100.0%)");
-    /* bench spec: the built-in model as its own draft accepts everything; 16
-     * tokens at K = 4 are 5 + 5 + 5 + 1 in 4 target steps */
+    /* bench spec (engine requests): the built-in model as its own draft accepts
+     * everything; of 16 tokens at K = 4 the prefill step samples the first, and
+     * the decoding's 15 are 5 + 5 + 5 in 3 target steps, by either rule */
     CHECK_INT(cli(false, "bench spec --json -n 16 --reps 1"), 0);
+    HAS("\"accept\": \"sampling\"");
     HAS("\"acceptance_rate\": 1.0000");
-    HAS("\"tokens_per_target_step\": 4.000");
-    HAS("\"target_steps\": 4,");
+    HAS("\"tokens_per_target_step\": 5.000");
+    HAS("\"target_steps\": 3,");
     HAS("\"greedy_match\": true");
+    CHECK_INT(cli(false, "bench spec --json -n 16 --reps 1 --accept match"), 0);
+    HAS("\"accept\": \"match\"");
+    HAS("\"acceptance_rate\": 1.0000");
+    HAS("\"target_steps\": 3,");
+    HAS("\"greedy_match\": true");
+    CHECK_INT(cli(true, "bench spec --accept greedy"), 2);
+    HAS("--accept takes match or sampling, got 'greedy'");
     CHECK_INT(cli(false, "bench spec -m %s --draft %s --json -n 24 --reps 1 --draft-max 2", g_target, d_shared), 0);
     HAS("\"draft_kind\": \"shared-kv\"");
     HAS("\"greedy_match\": true");
