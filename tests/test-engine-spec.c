@@ -406,11 +406,11 @@ static void check_shared(const char *dev, bool full) {
             }
         }
         CHECK_INT(pkv_alloc_live(), live);
-        /* the k-th allocation of a run failing, for k over the run's allocations (the
-         * forks, the draft's rows and workspace among them): the requests end (some
-         * failed), nothing is left held */
+        /* the k-th allocation of a run failing, for about 64 k spread over the run's
+         * allocations (the forks, the draft's rows and workspace among them; every k
+         * took minutes on 2 cores): the requests end (some failed), nothing is left held */
         uint64_t n_alloc = 0;
-        for (uint64_t k = 0; k == 0 || (full && k <= n_alloc); k += k ? PKV_MAX(1, n_alloc / 500) : 1) {
+        for (uint64_t k = 0; k == 0 || (full && k <= n_alloc); k += k ? PKV_MAX(1, n_alloc / 64) : 1) {
             pkv_alloc_fail_at(k);
             pkv_engine *e = pkv_engine_create(g_m, ep);
             et_rec rec[3];
@@ -435,7 +435,7 @@ static void check_shared(const char *dev, bool full) {
             CHECK_INT(pkv_alloc_live(), live);
         }
         fprintf(stderr, "  llama, shared-KV draft: the k-th of %llu allocations failing, k from 1 in steps of %llu: "
-                        "no leak\n", (unsigned long long)n_alloc, (unsigned long long)PKV_MAX(1, n_alloc / 500));
+                        "no leak\n", (unsigned long long)n_alloc, (unsigned long long)PKV_MAX(1, n_alloc / 64));
         ep.draft = bad;
         CHECK(!pkv_engine_create(g_m, ep));
         CHECK(strstr(pkv_errmsg(), "engine: shared-KV draft ") != NULL);
