@@ -1747,8 +1747,9 @@ pkv_status pkv_engine_seqs(pkv_engine *e, pkv_engine_seq_info *out, int max, int
  * swapped out is admitted after the engine swaps it back in (pkv_kv_swap_in),
  * waiting for pages like a preempted sequence. While held, the caller may read
  * the context (pkv_context_n_tokens, pkv_context_tokens, pkv_kv_seq_swapped,
- * pkv_kv_seq_page_stats) and submit requests on it, and must change it only
- * after pkv_engine_context_release (or pkv_engine_context_drop). docs/engine.md,
+ * pkv_kv_seq_page_stats) and submit requests on it, and must change it (free
+ * it included: the engine's statistics read it) only after
+ * pkv_engine_context_release or pkv_engine_context_drop. docs/engine.md,
  * "Idle contexts".
  *
  * Threads: like submit on a context, from the thread that steps the engine

@@ -154,6 +154,7 @@ void srv_gen_free(srv_gen *g) {
         pthread_join(g->th, NULL);
     }
     for (int i = 0; i < g->n_ctxs; i++) {
+        pkv_engine_context_drop(g->eng, g->ctxs[i]->ctx); /* the engine's statistics read held contexts */
         pkv_context_free(g->ctxs[i]->ctx);
         free(g->ctxs[i]);
     }
