@@ -90,7 +90,6 @@ typedef struct srv_gen srv_gen;
 typedef struct srv_gen_params {
     int64_t n_ctx;      /* tokens per sequence (the cache's per-sequence limit) */
     int parallel;       /* sequences per step (the engine's max_seqs) */
-    int batch_tokens;   /* the engine's tokens per step (0 = 256), for page headroom */
     int queue;          /* waiting requests before srv_gen_submit refuses */
     int max_contexts;
     int64_t ctx_pages;  /* page quota of the contexts API (srv_ctx_quota_ok); 0 = none */
