@@ -1499,7 +1499,8 @@ typedef struct pkv_request_params {
     /* Generate on a persistent context instead of a fresh sequence (docs/engine.md,
      * "Requests on a context"); NULL = a fresh sequence. ctx must be on the
      * engine's cache (pkv_context_create(pkv_engine_model(e), pkv_engine_cache(e), ..)),
-     * resident; n must be 1. The request extends it: the prompt (n_prompt may be 0
+     * resident or held by the engine (pkv_engine_context_hold: a held one swapped
+     * out comes back at admission); n must be 1. The request extends it: the prompt (n_prompt may be 0
      * when ctx has logits: the first token is sampled from them) and then every
      * generated token, the last included, go into its KV, so when the final event
      * comes ctx holds them all and the logits of the last. n_ctx - len(ctx) -
@@ -1709,6 +1710,11 @@ typedef struct pkv_engine_stats {
                                 pages freed outside the engine would let it go on */
     uint64_t draft_skipped;  /* a shared-KV draft: rounds a sequence went without proposals because
                                 the pool had no room for its fork's pages (it drafts again next round) */
+    /* Idle contexts the engine owns (pkv_engine_context_hold) */
+    uint64_t context_swap_outs; /* held idle contexts swapped out to the host pool to make room */
+    uint64_t context_swap_ins;  /* contexts the engine swapped back in (at admission or release) */
+    int n_contexts_held;        /* contexts held now */
+    int n_contexts_swapped;     /* of them, in the host pool now */
 } pkv_engine_stats;
 
 /* A consistent snapshot, from any thread (as of the last step boundary for the
@@ -1729,6 +1735,44 @@ typedef struct pkv_engine_seq_info {
  * (pkv_engine_step), between steps, or while its thread is stopped: PKV_ERR_INVALID
  * while the engine thread runs. */
 pkv_status pkv_engine_seqs(pkv_engine *e, pkv_engine_seq_info *out, int max, int *n);
+
+/* Idle contexts the engine owns. A context on the engine's cache handed to it
+ * with pkv_engine_context_hold is the engine's while idle: when admission or a
+ * step is short of device pages, the engine swaps held contexts with no
+ * unfinished request on them out to the host pool (pkv_kv_swap_out of the
+ * context's sequence), least recently used first, before it preempts any
+ * running request (of any priority); a context is taken only when its swap
+ * frees device pages (pages shared with another sequence stay on the device and
+ * get a host copy besides). A request submitted on a held context that is
+ * swapped out is admitted after the engine swaps it back in (pkv_kv_swap_in),
+ * waiting for pages like a preempted sequence. While held, the caller may read
+ * the context (pkv_context_n_tokens, pkv_context_tokens, pkv_kv_seq_swapped,
+ * pkv_kv_seq_page_stats) and submit requests on it, and must change it (free
+ * it included: the engine's statistics read it) only after
+ * pkv_engine_context_release or pkv_engine_context_drop. docs/engine.md,
+ * "Idle contexts".
+ *
+ * Threads: like submit on a context, from the thread that steps the engine
+ * between steps (not from an event callback), or while the engine thread is
+ * stopped: PKV_ERR_INVALID while the engine thread runs or a step is in
+ * progress. Each function: on error nothing is changed. */
+enum {
+    PKV_HOLD_UNSHARED = 1, /* swap it out only while none of its pages is shared: its host copy then never
+                              holds a page twice (a page quota that counts device and host pages) */
+};
+/* Hand ctx (idle or with a request running on it) to the engine. flags: 0 or
+ * PKV_HOLD_UNSHARED. PKV_ERR_INVALID: NULL, not on the engine's cache, held
+ * already, an unknown flag; PKV_ERR_NOMEM. */
+pkv_status pkv_engine_context_hold(pkv_engine *e, pkv_context *ctx, unsigned flags);
+/* Take ctx back, resident: a swapped-out one is swapped in, the engine swapping
+ * other idle held contexts out (least recently used first) when the pool is
+ * short. PKV_ERR_OUT_OF_PAGES when the pool cannot hold it even then (it stays
+ * held and swapped, though idle contexts swapped out trying stay out);
+ * PKV_ERR_NOT_FOUND when ctx is not held. */
+pkv_status pkv_engine_context_release(pkv_engine *e, pkv_context *ctx);
+/* Take ctx back as it is, resident or swapped (to free it, or to swap it out
+ * yourself). PKV_ERR_NOT_FOUND when ctx is not held. */
+pkv_status pkv_engine_context_drop(pkv_engine *e, pkv_context *ctx);
 
 /* The engine's cache and model, for tests and tools: use only from the stepping
  * thread while the engine thread is stopped. */

@@ -213,7 +213,9 @@ class EngineStats(Structure):
                 ("spill_bytes_written", c_uint64), ("spill_pages_read", c_uint64),
                 ("spill_pages_resumed", c_uint64), ("spill_write_seconds", c_double),
                 ("spill_read_seconds", c_double), ("prefill_seconds_per_token", c_double),
-                ("waiting_for_pages", c_bool), ("draft_skipped", c_uint64)]
+                ("waiting_for_pages", c_bool), ("draft_skipped", c_uint64),
+                ("context_swap_outs", c_uint64), ("context_swap_ins", c_uint64),
+                ("n_contexts_held", c_int), ("n_contexts_swapped", c_int)]
 
 
 # The structs above by their C names (for the layout test).

@@ -20,6 +20,14 @@ typedef enum eng_seq_state {
 
 typedef struct eng_req eng_req;
 
+/* A context handed to the engine while idle (pkv_engine_context_hold): the
+ * engine may swap it out to make room and swaps it back in itself. */
+typedef struct eng_held {
+    pkv_context *ctx;
+    uint64_t used;      /* e->held_clock when last held or used by a request (LRU) */
+    unsigned flags;     /* PKV_HOLD_* */
+} eng_held;
+
 enum { ENG_MAX_DRAFT = 64 };
 
 /* One sample of a request: a KV sequence plus the tokens it must hold. Tokens
@@ -150,6 +158,10 @@ struct pkv_engine {
     double pf_s;        /* forward seconds of steps of at least a page of tokens */
     uint64_t pf_tok;    /* and their tokens */
     int64_t pages_peak;
+    eng_held *held;     /* [n_held] idle contexts the engine owns (engine-contexts.c) */
+    int n_held, held_cap;
+    uint64_t held_clock;
+    uint64_t ctx_out, ctx_in; /* held contexts swapped out to make room; contexts swapped back in */
     bool short_of_pages; /* the last admit() stopped for want of pages (stats.waiting_for_pages) */
     double busy;
 
@@ -172,6 +184,14 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work); /* one ste
 /* Final CANCELLED events for everything still unfinished; frees the requests. */
 void pkv_engine_cancel_all(pkv_engine *e);
 void pkv_engine_req_free(pkv_engine *e, eng_req *r);
+/* engine-contexts.c: swap out the least recently used idle held context (other
+ * than keep) whose swap frees device pages. false when none could go. */
+bool pkv_engine_ctx_evict(pkv_engine *e, const pkv_context *keep);
+/* A request on ctx ran or ended: it is the most recently used held context. */
+void pkv_engine_ctx_touch(pkv_engine *e, const pkv_context *ctx);
+bool pkv_engine_ctx_held(const pkv_engine *e, const pkv_context *ctx);
+/* Held contexts, and how many of them are in the host pool. */
+void pkv_engine_ctx_counts(const pkv_engine *e, int *held, int *swapped);
 /* Refresh the statistics snapshot (takes the mutex). */
 void pkv_engine_snapshot(pkv_engine *e);
 

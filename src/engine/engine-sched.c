@@ -226,6 +226,7 @@ static void sweep(pkv_engine *e) {
             }
         pthread_mutex_unlock(&e->mu);
         e->finished++;
+        if (r->p.context) pkv_engine_ctx_touch(e, r->p.context); /* compares the pointer only */
         if (r->failed) e->failed++;
         else if (r->cancel) e->cancelled++;
         pkv_engine_req_free(e, r);
@@ -289,6 +290,9 @@ void pkv_engine_snapshot(pkv_engine *e) {
     pthread_mutex_lock(&e->mu);
     for (eng_req *r = e->in_head; r; r = r->next) st.n_waiting++;
     st.n_requests = e->n_live;
+    st.context_swap_outs = e->ctx_out;
+    st.context_swap_ins = e->ctx_in;
+    pkv_engine_ctx_counts(e, &st.n_contexts_held, &st.n_contexts_swapped);
     st.requests_submitted = e->submitted;
     e->snap = st;
     pthread_mutex_unlock(&e->mu);
@@ -533,8 +537,16 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         return 1;
     }
     int64_t base = pkv_context_n_tokens(ctx), n = base + r->p.n_prompt;
+    bool out = pkv_kv_seq_swapped(e->c, pkv_context_seq(ctx)); /* swapped out while idle: it comes back first */
     /* + 1: the context's last page may be shared (a fork) and is copied on write */
-    if (!alone && pool_avail(e) - reserve < pages_for(e, n + 1) - pages_for(e, base) + 1) return 0;
+    if (!alone && pool_avail(e) - reserve < pages_for(e, n + 1) - (out ? 0 : pages_for(e, base)) + 1) return 0;
+    if (out) {
+        st = pkv_kv_swap_in(e->c, pkv_context_seq(ctx));
+        if (st == PKV_ERR_OUT_OF_PAGES) return 0;
+        if (st) goto fail;
+        e->ctx_in++;
+    }
+    pkv_engine_ctx_touch(e, ctx);
     if (!s->tok) {
         /* with a context shift the sequence never holds more than the engine's n_ctx
          * tokens, and one sampled token more */
@@ -706,6 +718,10 @@ static bool admit(pkv_engine *e) {
                     resident++;
                     budget -= s->n_tok - s->n_kv;
                     break;
+                }
+                if (pkv_engine_ctx_evict(e, NULL)) { /* idle contexts go first (engine-contexts.c) */
+                    changed = true;
+                    continue;
                 }
                 eng_seq *v = pick_victim(e, NULL, true, r->p.priority);
                 if (!v) {
@@ -1392,6 +1408,10 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             e->pf_tok += T;
         }
         if (s != PKV_ERR_OUT_OF_PAGES) break;
+        if (pkv_engine_ctx_evict(e, NULL)) { /* idle contexts go before any running request */
+            *did_work = true;
+            continue;
+        }
         eng_seq *v = pick_victim(e, NULL, false, 0);
         if (!v || n_resident(e) < 2) break;
         preempt(e, v);

@@ -176,6 +176,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_kv_cache_free(e->c);
     pkv_fwd_ws_free(e->dws);
     pkv_kv_cache_free(e->dc);
+    pkv_free(e->held); /* the contexts are the caller's */
     pkv_free(e->hid);
     pkv_free(e->dh_in);
     pkv_free(e->dh_out);
@@ -215,8 +216,9 @@ static pkv_status check_context(const pkv_engine *e, const pkv_request_params *r
         return pkv_err(PKV_ERR_INVALID, "submit: the context is not on the engine's cache (make it with "
                        "pkv_context_create(pkv_engine_model(e), pkv_engine_cache(e), n_ctx))");
     if (r->n != 1) return pkv_err(PKV_ERR_INVALID, "submit: n = %d on a context; must be 1 (fork the context for more)", r->n);
-    if (pkv_kv_seq_swapped(e->c, pkv_context_seq(ctx)))
-        return pkv_err(PKV_ERR_INVALID, "submit: the context is swapped out; swap it in first (pkv_context_swap_in)");
+    if (pkv_kv_seq_swapped(e->c, pkv_context_seq(ctx)) && !pkv_engine_ctx_held(e, ctx))
+        return pkv_err(PKV_ERR_INVALID, "submit: the context is swapped out and not held by the engine; swap it in "
+                       "first (pkv_context_swap_in) or hand it to the engine (pkv_engine_context_hold)");
     if (r->n_prompt < 0 || (r->n_prompt > 0 && !r->prompt))
         return pkv_err(PKV_ERR_INVALID, "submit: %d prompt tokens%s", (int)r->n_prompt, r->n_prompt > 0 ? " but prompt is NULL" : "");
     *base = pkv_context_n_tokens(ctx);

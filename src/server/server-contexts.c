@@ -52,7 +52,7 @@ static json_t *ctx_json(srv_gen *g, srv_ctx *e, bool with_tokens) {
     srv_ctx_pages(g, e, &pages, &shared);
     json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:b,s:f}", "id", id, "object", "context", "n_tokens",
                           (json_int_t)n, "n_ctx", (json_int_t)pkv_context_n_ctx(e->ctx), "pages", (json_int_t)pages,
-                          "shared_pages", (json_int_t)shared, "swapped", e->swapped, "busy", e->busy, "idle_seconds",
+                          "shared_pages", (json_int_t)shared, "swapped", srv_ctx_swapped(g, e), "busy", e->busy, "idle_seconds",
                           srv_now() - e->last_used);
     if (j && e->parent) {
         char pid[32];
@@ -205,8 +205,11 @@ static bool create_call(srv_gen *g, ctx_call *k) {
 static bool append_over(srv_gen *g, ctx_call *k) {
     if (!prefill_over(g, k)) return false;
     srv_ctx *e = k->target;
-    e->swapped = pkv_kv_seq_swapped(srv_gen_cache(g), pkv_context_seq(e->ctx)); /* cancelled while swapped out */
-    if (k->status && !e->swapped) pkv_context_truncate(e->ctx, k->n_keep);
+    /* a failed append goes back (the engine's again after); one cancelled while swapped out stays as it is */
+    if (k->status && !srv_ctx_swapped(g, e) && srv_ctx_release(g, e) == PKV_OK) {
+        pkv_context_truncate(e->ctx, k->n_keep);
+        srv_ctx_hold(g, e);
+    }
     e->busy = false;
     e->engine_req = 0;
     e->last_used = srv_now();
@@ -242,14 +245,16 @@ static bool run_call(srv_gen *g, void *arg) {
         k->status = 200;
         return true;
     }
-    pkv_status st = srv_ctx_resident(g, e);
-    if (st) {
+    pkv_status st;
+    /* fork and truncate change the context directly: resident again, the engine's after */
+    if ((k->op == OP_FORK || k->op == OP_TRUNCATE) && (st = srv_ctx_release(g, e))) {
         snprintf(msg, sizeof msg, "cannot swap the context back in: %s", pkv_errmsg());
         return fail(k, 503, msg);
     }
     e->last_used = srv_now();
     if (k->op == OP_FORK) {
         pkv_context *child = pkv_context_fork(e->ctx);
+        srv_ctx_hold(g, e);
         srv_ctx *ce = child ? srv_ctx_add(g, child) : NULL;
         if (!ce) {
             if (child) snprintf(msg, sizeof msg, "%d contexts are alive already (--max-contexts)", s->o.max_contexts);
@@ -282,11 +287,14 @@ static bool run_call(srv_gen *g, void *arg) {
     } else if (k->op == OP_TRUNCATE) {
         int64_t len = pkv_context_n_tokens(e->ctx);
         if (k->n_keep > len) {
+            srv_ctx_hold(g, e);
             snprintf(msg, sizeof msg, "'n_tokens' %lld is more than the context's %lld tokens", (long long)k->n_keep,
                      (long long)len);
             return fail(k, 400, msg);
         }
-        if ((st = pkv_context_truncate(e->ctx, k->n_keep))) {
+        st = pkv_context_truncate(e->ctx, k->n_keep);
+        srv_ctx_hold(g, e);
+        if (st) {
             snprintf(msg, sizeof msg, "truncate failed: %s", pkv_errmsg());
             return fail(k, 500, msg);
         }

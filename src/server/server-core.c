@@ -567,7 +567,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
                 (unsigned long long)pb);
         return false;
     }
-    srv_gen_params gp = {.parallel = so->parallel, .batch_tokens = so->batch_tokens, .queue = so->queue,
+    srv_gen_params gp = {.parallel = so->parallel, .queue = so->queue,
                          .max_contexts = so->max_contexts, .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
     pkv_engine_params ep = pkv_engine_default_params();
     cp.disk_dir = so->kv_disk; /* here, not in page_bytes()'s probe: the directory takes one cache at a time */

@@ -154,6 +154,7 @@ void srv_gen_free(srv_gen *g) {
         pthread_join(g->th, NULL);
     }
     for (int i = 0; i < g->n_ctxs; i++) {
+        pkv_engine_context_drop(g->eng, g->ctxs[i]->ctx); /* the engine's statistics read held contexts */
         pkv_context_free(g->ctxs[i]->ctx);
         free(g->ctxs[i]);
     }
@@ -223,7 +224,8 @@ void srv_gen_stats(srv_gen *g, srv_stats *out) {
         out->prompt_tokens += es.prompt_tokens;
         out->prefix_hit_tokens += es.prefix_hit_tokens;
         out->gen_tokens += es.generated_tokens;
-        out->preemptions += es.preemptions_swap + es.preemptions_recompute;
+        /* idle contexts the engine swapped out to make room count as before, when the server did it */
+        out->preemptions += es.preemptions_swap + es.preemptions_recompute + es.context_swap_outs;
         out->seqs_swapped = es.n_swapped;
         out->seqs_recompute = es.n_recompute;
         out->draft_proposed = es.draft_proposed;
@@ -291,30 +293,10 @@ void srv_ctx_quota_reserve(srv_gen *g, int64_t pages) {
  * pages frees nothing, and one whose shared pages would pass the quota is kept. */
 static bool swap_frees(srv_gen *g, srv_ctx *e) {
     int64_t pages = 0, shared = 0;
-    if (e->busy || e->swapped || pkv_context_n_tokens(e->ctx) == 0) return false;
+    if (e->busy || srv_ctx_swapped(g, e) || pkv_context_n_tokens(e->ctx) == 0) return false;
     if (pkv_kv_seq_page_stats(g->c, pkv_context_seq(e->ctx), &pages, &shared) || pages <= shared) return false;
     char msg[400];
     return shared == 0 || srv_ctx_quota_ok(g, -1, shared, msg, sizeof msg);
-}
-
-/* The idle context to swap out when device pages are short: the least recently
- * used one whose swap frees pages (swap_frees). NULL when none. */
-static srv_ctx *swap_victim(srv_gen *g) {
-    srv_ctx *best = NULL;
-    for (int i = 0; i < g->n_ctxs; i++) {
-        srv_ctx *e = g->ctxs[i];
-        if ((!best || e->last_used < best->last_used) && swap_frees(g, e)) best = e;
-    }
-    return best;
-}
-
-static bool swap_out(srv_gen *g, srv_ctx *e) {
-    if (pkv_context_swap_out(e->ctx) != PKV_OK) return false;
-    e->swapped = true;
-    pthread_mutex_lock(&g->mu);
-    g->st.preemptions++;
-    pthread_mutex_unlock(&g->mu);
-    return true;
 }
 
 void srv_gen_call(srv_gen *g, srv_call_fn fn, void *arg) {
@@ -351,6 +333,7 @@ srv_ctx *srv_ctx_add(srv_gen *g, pkv_context *ctx) {
     e->ctx = ctx;
     e->last_used = srv_now();
     g->ctxs[g->n_ctxs++] = e;
+    srv_ctx_hold(g, e);
     return e;
 }
 
@@ -360,35 +343,25 @@ void srv_ctx_remove(srv_gen *g, srv_ctx *e) {
             g->ctxs[i] = g->ctxs[--g->n_ctxs];
             break;
         }
+    pkv_engine_context_drop(g->eng, e->ctx); /* NOT_FOUND when its hold failed */
     pkv_context_free(e->ctx);
     free(e);
 }
 
-void srv_gen_make_room(srv_gen *g, int64_t pages, int extra) {
-    for (;;) {
-        pkv_kv_stats ks;
-        pkv_kv_stats_get(g->c, &ks);
-        if (ks.pages_free + ks.pages_cached >= pages && extra == 0) return;
-        srv_ctx *v = swap_victim(g);
-        if (!v || !swap_out(g, v)) return;
-        if (extra) extra--;
-    }
+/* The engine owns an idle context's residency (pkv_engine_context_hold): with a
+ * page quota it swaps one out only while it shares no page, so that its host copy
+ * never holds a page twice past --context-pages. */
+void srv_ctx_hold(srv_gen *g, srv_ctx *e) {
+    if (pkv_engine_context_hold(g->eng, e->ctx, g->p.ctx_pages > 0 ? PKV_HOLD_UNSHARED : 0))
+        fprintf(stderr, "pagekv serve: context %lld stays on the device: %s\n", (long long)e->id, pkv_errmsg());
 }
 
-pkv_status srv_ctx_resident(srv_gen *g, srv_ctx *e) {
-    if (!e->swapped) return PKV_OK;
-    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
-    int64_t need = (pkv_context_n_tokens(e->ctx) + ps - 1) / ps;
-    pkv_status s = pkv_context_swap_in(e->ctx);
-    if (s == PKV_ERR_OUT_OF_PAGES) {
-        e->busy = true; /* not a candidate for make_room */
-        srv_gen_make_room(g, need, 0);
-        e->busy = false;
-        s = pkv_context_swap_in(e->ctx);
-    }
-    if (!s) e->swapped = false;
-    return s;
+pkv_status srv_ctx_release(srv_gen *g, srv_ctx *e) {
+    pkv_status s = pkv_engine_context_release(g->eng, e->ctx);
+    return s == PKV_ERR_NOT_FOUND ? PKV_OK : s; /* not held (its hold failed): the server's already */
 }
+
+bool srv_ctx_swapped(srv_gen *g, const srv_ctx *e) { return pkv_kv_seq_swapped(g->c, pkv_context_seq(e->ctx)); }
 
 void srv_ctx_pages(srv_gen *g, srv_ctx *e, int64_t *pages, int64_t *shared) {
     /* The cache answers from the sequence's own chain: a list of N contexts costs
@@ -409,8 +382,11 @@ static void sweep(srv_gen *g) {
             srv_ctx_remove(g, e);
             continue;
         }
-        if (g->p.ctx_swap_s > 0 && idle > g->p.ctx_swap_s && swap_frees(g, e) && pkv_context_swap_out(e->ctx) == PKV_OK)
-            e->swapped = true;
+        if (g->p.ctx_swap_s > 0 && idle > g->p.ctx_swap_s && swap_frees(g, e) &&
+            pkv_engine_context_drop(g->eng, e->ctx) == PKV_OK) { /* swapped out, then the engine's again */
+            pkv_context_swap_out(e->ctx);
+            srv_ctx_hold(g, e);
+        }
         i++;
     }
 }
@@ -614,9 +590,7 @@ static void ctx_gen_done(srv_gen *g, srv_req *r) {
     ce->engine_req = 0;
     srv_ctx_quota_reserve(g, -ce->gen_reserved);
     ce->gen_reserved = 0;
-    ce->last_used = srv_now();
-    /* preempted by swap and cancelled before it came back: it stays swapped */
-    ce->swapped = pkv_kv_seq_swapped(g->c, pkv_context_seq(ce->ctx));
+    ce->last_used = srv_now(); /* preempted by swap and cancelled: it stays swapped, the engine's to bring back */
     pthread_mutex_lock(&r->mu);
     r->ctx_len = pkv_context_n_tokens(ce->ctx);
     pthread_mutex_unlock(&r->mu);
@@ -685,11 +659,7 @@ static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bo
         admit_fail(g, r, 409, "the context is generating already%s", "");
         return false;
     }
-    if ((s = srv_ctx_resident(g, ce))) {
-        admit_fail(g, r, 503, "cannot swap the context in: %s", pkv_errmsg());
-        return false;
-    }
-    pkv_context *ctx = ce->ctx;
+    pkv_context *ctx = ce->ctx; /* swapped out or not: the engine brings it back at admission */
     int64_t len = pkv_context_n_tokens(ctx);
     if (len == 0) {
         admit_fail(g, r, 400, "the context is empty: append tokens first%s", "");
@@ -715,7 +685,14 @@ static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bo
         return false;
     }
     if (!pkv_context_logits(ctx)) { /* after a truncate: its last token again, in the engine's batch */
-        if ((s = pkv_context_tokens(ctx, len - 1, 1, last)) || (s = pkv_context_truncate(ctx, len - 1))) {
+        if ((s = srv_ctx_release(g, ce))) { /* the truncate is the server's: resident first */
+            admit_fail(g, r, 503, "cannot swap the context in: %s", pkv_errmsg());
+            return false;
+        }
+        s = pkv_context_tokens(ctx, len - 1, 1, last);
+        if (!s) s = pkv_context_truncate(ctx, len - 1);
+        srv_ctx_hold(g, ce);
+        if (s) {
             admit_fail(g, r, 500, "cannot restore the context's logits: %s", pkv_errmsg());
             return false;
         }
@@ -802,24 +779,13 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* The engine cannot see the contexts of the contexts API: their pages look
- * taken to it. Before each step, idle contexts yield: the least recently used
- * are swapped out to the host pool until the engine has room for one step (its
- * running sequences plus a full batch of new tokens), and one more each step
- * while the engine has requests waiting or preempted. */
-static void engine_room(srv_gen *g) {
+/* The engine's waiting requests, for srv_gen_submit's queue bound. */
+static void refresh_waiting(srv_gen *g) {
     pkv_engine_stats es;
     pkv_engine_stats_get(g->eng, &es);
     pthread_mutex_lock(&g->mu);
     g->eng_waiting = es.n_waiting;
     pthread_mutex_unlock(&g->mu);
-    if (es.n_requests == 0) return;
-    int ps = pkv_kv_layout_page_size(pkv_kv_cache_layout(g->c));
-    int bt = g->p.batch_tokens > 0 ? g->p.batch_tokens : 256;
-    int64_t need = es.n_running + (bt + ps - 1) / ps + 1;
-    /* one more only when the last step could not admit or resume a sequence for
-     * want of pages; a request merely submitted, or waiting for a slot, is no reason */
-    srv_gen_make_room(g, need, es.waiting_for_pages ? 1 : 0);
 }
 
 /* The statistics /metrics reads, as of now. Worker thread. */
@@ -830,7 +796,7 @@ static void snapshot(srv_gen *g) {
     g->st.waiting = g->n_waiting;
     g->st.contexts = g->n_ctxs;
     int sw = 0;
-    for (int i = 0; i < g->n_ctxs; i++) sw += g->ctxs[i]->swapped;
+    for (int i = 0; i < g->n_ctxs; i++) sw += srv_ctx_swapped(g, g->ctxs[i]);
     g->st.contexts_swapped = sw;
     pthread_mutex_unlock(&g->mu);
 }
@@ -891,7 +857,7 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&g->mu);
         }
         for (int i = 0; i < n_adm; i++) admit_engine(g, adm[i]);
-        engine_room(g);
+        refresh_waiting(g);
         int pending = 0;
         if (pkv_engine_step(g->eng, &pending) == PKV_OK) g->eng_pending = pending;
         else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */

@@ -90,7 +90,6 @@ typedef struct srv_gen srv_gen;
 typedef struct srv_gen_params {
     int64_t n_ctx;      /* tokens per sequence (the cache's per-sequence limit) */
     int parallel;       /* sequences per step (the engine's max_seqs) */
-    int batch_tokens;   /* the engine's tokens per step (0 = 256), for page headroom */
     int queue;          /* waiting requests before srv_gen_submit refuses */
     int max_contexts;
     int64_t ctx_pages;  /* page quota of the contexts API (srv_ctx_quota_ok); 0 = none */
@@ -159,14 +158,6 @@ void srv_ctx_quota_reserve(srv_gen *g, int64_t pages);
 pkv_model *srv_gen_model(srv_gen *g);
 pkv_kv_cache *srv_gen_cache(srv_gen *g);
 pkv_engine *srv_gen_engine(srv_gen *g);
-/* Swap idle contexts out (least recently used first) until `pages` device
- * pages are free (or cached) and then `extra` more contexts, or until none is
- * left to swap. Only contexts whose swap frees device pages are taken (a fork's
- * pages shared with another context stay on the device and are copied to host
- * besides) and only within the quota. The one room-making policy of the server:
- * before each engine step (for every request, the contexts API's prefills
- * included) and to bring a swapped context back. Worker thread only. */
-void srv_gen_make_room(srv_gen *g, int64_t pages, int extra);
 
 /* ------------------------------------------------------ contexts registry */
 /* Worker thread only (call through srv_gen_call). */
@@ -175,7 +166,6 @@ typedef struct srv_ctx {
     pkv_context *ctx;
     double last_used;
     bool busy;       /* a generation or an append (an engine request) is running on it */
-    bool swapped;
     uint64_t engine_req; /* the engine request generating or appending on it, 0 = none */
     int64_t gen_reserved; /* quota pages its running generation reserved (srv_ctx_quota_reserve) */
     int64_t parent;  /* the context it was forked from (which may be gone since), 0 = none */
@@ -185,8 +175,16 @@ srv_ctx *srv_ctx_find(srv_gen *g, int64_t id);
 /* Registers ctx (taking it over); NULL when max_contexts are alive (ctx stays the caller's). */
 srv_ctx *srv_ctx_add(srv_gen *g, pkv_context *ctx);
 void srv_ctx_remove(srv_gen *g, srv_ctx *e);
-/* Bring a swapped context back (making room if needed). */
-pkv_status srv_ctx_resident(srv_gen *g, srv_ctx *e);
+/* The engine owns every context's residency (pkv_engine_context_hold, from
+ * srv_ctx_add until srv_ctx_remove): it swaps idle ones out when it is short of
+ * device pages and brings one back for a request on it. An operation that
+ * changes a context directly (fork, truncate) releases it first (resident again,
+ * the engine making room; an error when the pool cannot hold it) and hands it
+ * back after with srv_ctx_hold. */
+pkv_status srv_ctx_release(srv_gen *g, srv_ctx *e);
+void srv_ctx_hold(srv_gen *g, srv_ctx *e);
+/* Is e in the host pool now? (The cache's answer.) */
+bool srv_ctx_swapped(srv_gen *g, const srv_ctx *e);
 /* Pages of e's sequence and how many of them another context also holds. */
 void srv_ctx_pages(srv_gen *g, srv_ctx *e, int64_t *pages, int64_t *shared);
 int srv_ctx_count(srv_gen *g);

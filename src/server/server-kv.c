@@ -63,7 +63,7 @@ static bool kv_take(srv_gen *g, void *arg) {
         r->parent = e->parent;
         r->seq = pkv_context_seq(e->ctx);
         r->n_tokens = pkv_context_n_tokens(e->ctx);
-        r->swapped = e->swapped;
+        r->swapped = srv_ctx_swapped(g, e);
         r->busy = e->busy;
     }
     pkv_engine *eng = srv_gen_engine(g);
