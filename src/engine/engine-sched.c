@@ -1050,10 +1050,11 @@ static int32_t propose(pkv_engine *e, eng_seq *s, int i, const float *row) {
     return -1;
 }
 
-/* One draft forward over d_who[0..n) with d_n[k] tokens each (in d_tok), hidden
- * input rows dh_in (an MTP head); publish: rows made from committed tokens. The
- * sequences of a failed step go on without the draft. */
-static bool draft_forward(pkv_engine *e, int n, bool publish) {
+/* One step of the draft over d_seq[0..n) with d_n[k] tokens each (in d_tok), into
+ * dlogits: on cache c (the draft's own, or the model's for a draft without one),
+ * publishing nothing unless publish; pos / hidden rows where the draft takes them
+ * (NULL: none). Counted in d_steps. */
+static pkv_status draft_step(pkv_engine *e, pkv_kv_cache *c, int n, bool publish, bool peek, bool hidden) {
     pkv_fwd_batch b;
     memset(&b, 0, sizeof b);
     b.n_seqs = n;
@@ -1061,12 +1062,24 @@ static bool draft_forward(pkv_engine *e, int n, bool publish) {
     b.n_tokens = e->d_n;
     b.tokens = e->d_tok;
     b.no_publish = !publish;
-    if (e->dmtp) {
+    if (peek) { /* read-only queries at the given positions (a draft without a cache) */
+        b.pos = e->d_pos;
+        b.peek = true;
+    }
+    if (hidden) {
         b.hidden_in = e->dh_in;
         b.hidden_out = e->dh_out;
     }
-    pkv_status st = pkv_model_forward(e->dm, e->dc, &e->dws, &b, e->dlogits);
+    pkv_status st = pkv_model_forward(e->dm, c, &e->dws, &b, e->dlogits);
     e->d_steps++;
+    return st;
+}
+
+/* One draft forward over d_who[0..n) with d_n[k] tokens each (in d_tok), hidden
+ * input rows dh_in (an MTP head); publish: rows made from committed tokens. The
+ * sequences of a failed step go on without the draft. */
+static bool draft_forward(pkv_engine *e, int n, bool publish) {
+    pkv_status st = draft_step(e, e->dc, n, publish, false, e->dmtp);
     if (st) {
         PKV_WARN("engine: the draft's step failed (%s); %d sequence(s) go on without it", pkv_errmsg(), n);
         for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
@@ -1225,18 +1238,7 @@ static void assistant_round(pkv_engine *e) {
             memcpy(e->dh_in + (size_t)k * E, e->hid + (size_t)(s->h_row + s->n_kv - 1 - s->h_pos) * E, E * sizeof(float));
         }
         for (int i = 0; n > 0 && i < e->K; i++) {
-            pkv_fwd_batch b;
-            memset(&b, 0, sizeof b);
-            b.n_seqs = n;
-            b.seqs = e->d_seq;
-            b.n_tokens = e->d_n;
-            b.tokens = e->d_tok;
-            b.pos = e->d_pos;
-            b.peek = true;
-            b.hidden_in = e->dh_in;
-            b.hidden_out = e->dh_out;
-            pkv_status st = pkv_model_forward(e->dm, e->c, &e->dws, &b, e->dlogits);
-            e->d_steps++;
+            pkv_status st = draft_step(e, e->c, n, true, true, true);
             if (st) {
                 PKV_WARN("engine: the assistant's step failed (%s); %d sequence(s) go on without it", pkv_errmsg(), n);
                 for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
@@ -1313,15 +1315,7 @@ static void shared_round(pkv_engine *e) {
         e->d_tok = dt;
         for (int k = 0; k < n; k++) e->d_tok[k] = e->d_who[k]->tok[e->d_who[k]->n_kv];
         for (int i = 0; n > 0 && i < e->K; i++) {
-            pkv_fwd_batch b;
-            memset(&b, 0, sizeof b);
-            b.n_seqs = n;
-            b.seqs = e->d_seq;
-            b.n_tokens = e->d_n;
-            b.tokens = e->d_tok;
-            b.no_publish = true;
-            pkv_status st = pkv_model_forward(e->dm, e->c, &e->dws, &b, e->dlogits);
-            e->d_steps++;
+            pkv_status st = draft_step(e, e->c, n, false, false, false);
             if (st == PKV_ERR_OUT_OF_PAGES) { /* another pool (a window's) ran short: the proposals so far stand */
                 e->d_skipped += (uint64_t)n;
                 break;
