@@ -1321,11 +1321,13 @@ typedef bool (*pkv_token_fn)(int32_t token, void *user);
 pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
                         int *n_out);
 
-/* Speculative decoding (docs/speculative.md). A draft model proposes up to
- * draft_max tokens; the target checks them all in ONE batched step
- * (pkv_context_decode_all) and keeps the longest acceptable run plus one token of
- * its own; rejected tokens are rolled back with truncate. Acceptance follows the
- * speculative-sampling rule (accept a proposal t drawn from the draft's q with
+/* Speculative decoding on a context of the caller's (docs/speculative.md): a
+ * thin wrapper over the serving engine's speculative decoding (pkv_engine_params.
+ * draft), which is the one implementation. A draft proposes up to draft_max
+ * tokens; the target checks them all in one batched step and keeps the longest
+ * acceptable run plus one token of its own; rejected tokens are rolled back with
+ * truncate. Acceptance follows the speculative-sampling rule
+ * (PKV_DRAFT_ACCEPT_SAMPLING: accept a proposal t drawn from the draft's q with
  * probability min(1, p(t)/q(t)); on rejection draw from max(0, p - q)
  * renormalized; after a fully accepted run draw a bonus token from p), so the
  * output has exactly the target sampler's distribution; with a greedy sampler
@@ -1333,14 +1335,12 @@ pkv_status pkv_generate(pkv_context *ctx, pkv_sampler *smp, int n_max, pkv_token
  * whose kernels compute each batch row independently, as the CPU's do; see the
  * doc for other devices). p and q both go through the sampler's whole chain.
  *
- * Two kinds of draft:
- *  - a normal model: it gets its own KV cache (draft_cache) on its own device
- *    (pkv_model_device(draft): any device; load it on the target's device handle
- *    to share the device);
- *  - a shared-KV draft (info.shared_kv, GGUF key pagekv.shared_kv_layers): it has
- *    no cache; it attaches to the target's cache with pkv_context_attach, whose
- *    I6 validation runs in pkv_spec_create. Each round it re-forks the target's
- *    sequence (O(1)) so it always reads the target's own K/V. */
+ * Any kind of draft the engine takes: a normal model (its own KV cache, on its
+ * own device: pkv_model_device(draft)), a shared-KV draft (info.shared_kv: it has
+ * no cache and drafts on copy-on-write forks of the target's sequence; attached
+ * and checked, I6, by pkv_spec_create), the model's MTP head, or Gemma 4's
+ * assistant. The target's cache needs a free sequence slot for a shared-KV
+ * draft's fork. */
 typedef struct pkv_spec pkv_spec;
 
 /* One propose-verify round of pkv_spec_generate or of a request of the serving
@@ -1354,8 +1354,9 @@ typedef struct pkv_spec_round {
 
 typedef struct pkv_spec_params {
     int draft_max;                /* most tokens proposed per round, 1..64; 0 = 4 */
-    pkv_cache_params draft_cache; /* own-cache drafts: n_ctx 0 = the target's context,
-                                     n_seq_max 0 = 1, kv_type as given (default f16) */
+    pkv_cache_params draft_cache; /* own-cache drafts: kv_type / kv_type_v of the draft's
+                                     cache (default f16); its pool follows the target's
+                                     cache, its n_ctx the target context's */
     /* Called after each round's verification (NULL = none). */
     void (*on_round)(const pkv_spec_round *r, void *user);
     void *round_user;
@@ -1373,28 +1374,33 @@ typedef struct pkv_spec_stats {
     int64_t rounds;       /* propose-verify rounds */
 } pkv_spec_stats;
 
-/* Speculative decoding of target (a context on its own cache) with draft. The
- * draft must have the target's vocabulary size. A shared-KV draft is validated
- * here (pkv_context_attach, I6): a layer the target's cache lacks, other KV heads,
- * head sizes or dtype, or a device that cannot reach where the target's KV is
- * stored is an error naming the draft layer, the cache layer, both devices and
- * the fix. Both models, the target context and its cache must outlive the
+/* Speculative decoding of target (a context) with draft: a one-sequence engine
+ * over the target's cache. The draft must have the target's vocabulary size. A
+ * shared-KV draft or an assistant is validated here (pkv_model_attach, I6): a
+ * layer the target's cache lacks, other KV heads, head sizes or dtype, or a device
+ * that cannot reach where the target's KV is stored is an error naming the draft
+ * layer, the cache layer, both devices and the fix. An MTP head turns on
+ * pkv_context_keep_hidden for the target: create it before decoding the prompt,
+ * else the first call drafts nothing (the head needs the target's hidden state of
+ * every token). Both models, the target context and its cache must outlive the
  * result. NULL on failure (nothing stays allocated). */
 pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params p);
-/* Frees the draft's context and cache; the target context stays. NULL: no-op. */
+/* Frees the engine and the draft's cache; the target context stays. NULL: no-op. */
 void pkv_spec_free(pkv_spec *s);
-/* The draft's context (its own, or the attached one); for tests and tools. */
-pkv_context *pkv_spec_draft_context(pkv_spec *s);
 
 /* pkv_generate with speculation: same contract and same end state (up to n_max
  * tokens passed to on_token, stopping after an end-of-generation token or when
  * on_token returns false; afterwards the target holds every emitted token but the
- * last, with the logits of its last token). Needs target logits. The draft
+ * last, with the logits of its last token). Needs target logits; the first token
+ * is sampled from them, and the draft proposes from the second round on. The draft
  * catches up with the target's tokens by itself (the target may be changed
- * between calls: the draft keeps the common prefix and decodes the rest).
- * *stats (may be NULL) gets this call's counters. On error (e.g.
- * PKV_ERR_OUT_OF_PAGES, recoverable) the tokens emitted so far stay committed:
- * the target holds all of them but the last, with its logits, as on success. */
+ * between calls: an own-cache draft reuses its pages of the common prefix and
+ * decodes the rest). A context holding media rows is refused
+ * (PKV_ERR_UNSUPPORTED). *stats (may be NULL) gets this call's counters. On an
+ * error of the target's step (e.g. PKV_ERR_OUT_OF_PAGES, recoverable; also past
+ * the context's limit, PKV_ERR_INVALID, as pkv_generate's decode) the tokens
+ * emitted so far stay committed: the target holds all of them but the last, with
+ * its logits, as on success. */
 pkv_status pkv_spec_generate(pkv_spec *s, pkv_sampler *smp, int n_max, pkv_token_fn on_token, void *user,
                              pkv_spec_stats *stats);
 
@@ -1505,8 +1511,13 @@ typedef struct pkv_request_params {
      * generated token, the last included, go into its KV, so when the final event
      * comes ctx holds them all and the logits of the last. n_ctx - len(ctx) -
      * n_prompt bounds max_tokens (n_ctx: the smaller of the engine's and ctx's;
-     * not with context_shift, below).
-     * No prefix matching and no draft for it; it is batched, and preempted by swap
+     * not with context_shift, below; n_ctx - len(ctx) + 1 with last_pending).
+     * No prefix matching for it. A draft (pkv_engine_params.draft) proposes for it as
+     * for any request once the draft has caught up with the context's tokens (an
+     * own-cache draft decodes them, reusing its published pages; an MTP head needs
+     * the model's hidden state of each of them: from this request's steps or kept by
+     * the context, pkv_context_keep_hidden, else the request goes without the
+     * draft); not for a context holding media rows. It is batched, and preempted by swap
      * (or by truncating ctx back to its length at admission and recomputing), like
      * any other. After a cancelled or failed request ctx holds a prefix of
      * prompt + generated tokens, without logits, and may be left swapped
@@ -1552,6 +1563,13 @@ typedef struct pkv_request_params {
      * use it until the final event. Needs n = 1 and no grammar. NULL: the request
      * makes its own. */
     pkv_sampler *sampler;
+    /* With context: the request ends as pkv_generate leaves a context: its last
+     * generated token is delivered but not run into ctx, which then holds the prompt
+     * and every generated token but the last, with the logits that token was
+     * sampled from (the final event comes from the step that sampled it). A next
+     * request gives that token as its prompt. Needs a context, no context_shift and
+     * no prefill_only. */
+    bool last_pending;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),
@@ -1622,6 +1640,14 @@ typedef struct pkv_engine_params {
      * sample's index. */
     void (*on_draft_round)(uint64_t request_id, int sample, const pkv_spec_round *r, void *user);
     void *draft_round_user;
+    /* Run on this cache of the caller's (made for the model; not owned, must outlive
+     * the engine) instead of making one: requests on contexts the caller made on it
+     * (pkv_spec_* is such an engine over its target's cache). Its other sequences
+     * stay the caller's; cache.n_ctx still sets the engine's per-sequence limit
+     * (0 = min(training context, 4096)) and an own-cache draft's cache takes the
+     * rest of `cache` (kv_type, page size) with this cache's pool sizes. NULL = make
+     * one from `cache`. */
+    pkv_kv_cache *use_cache;
 } pkv_engine_params;
 
 pkv_engine_params pkv_engine_default_params(void);

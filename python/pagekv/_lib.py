@@ -188,14 +188,14 @@ class RequestParams(Structure):
                 ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p),
                 ("prefill_only", c_bool),
                 ("media", c_void_p), ("n_media", c_int), ("context_shift", c_bool), ("n_keep", c_int32),
-                ("sampler", c_void_p)]
+                ("sampler", c_void_p), ("last_pending", c_bool)]
 
 
 class EngineParams(Structure):
     _fields_ = [("cache", CacheParams), ("max_batch_tokens", c_int), ("max_seqs", c_int),
                 ("prefix_cache", c_bool), ("swap", c_bool), ("draft", c_void_p), ("draft_max", c_int),
                 ("spill", c_int), ("draft_accept", c_int), ("on_draft_round", c_void_p),
-                ("draft_round_user", c_void_p)]
+                ("draft_round_user", c_void_p), ("use_cache", c_void_p)]
 
 
 class EngineStats(Structure):

@@ -555,8 +555,15 @@ pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target) {
 }
 
 void pkv_context_set_logits(pkv_context *ctx, const float *logits) {
-    if (logits) memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
+    if (logits && logits != ctx->logits) memcpy(ctx->logits, logits, (size_t)ctx->m->hp.n_vocab * sizeof(float));
     ctx->has_logits = logits != NULL;
+}
+
+void pkv_context_put_hidden(pkv_context *ctx, int64_t pos, const float *rows, int64_t n) {
+    if (!ctx->hidden || pos < ctx->hidden_from || pos >= ctx->n_ctx) return;
+    if (n > ctx->n_ctx - pos) n = ctx->n_ctx - pos; /* (rows of proposals past the limit) */
+    memcpy(ctx->hidden + (size_t)pos * (size_t)ctx->m->hp.n_embd, rows,
+           (size_t)n * (size_t)ctx->m->hp.n_embd * sizeof(float));
 }
 
 /* ------------------------------------------------------------------ media */

@@ -65,6 +65,7 @@ typedef struct eng_seq {
      * into the context's KV; a prefill-only request's is held from admission until
      * its prompt's last token is in. fin_wait NONE: no final event waiting. */
     pkv_finish_reason fin_wait;
+    bool lp_ok;       /* last_pending: the context holds the logits of its last token (n_tok - 1) */
     bool fin_stop;
     int32_t fin_tok;  /* -1: the final event carries no token */
     float fin_lp;
@@ -103,6 +104,7 @@ struct eng_req {
 struct pkv_engine {
     pkv_model *m;
     pkv_kv_cache *c;
+    pkv_kv_cache *own_cache; /* c when the engine made it; NULL on the caller's (use_cache) */
     pkv_engine_params p;
     int32_t n_vocab;
     int64_t n_ctx;

@@ -115,8 +115,11 @@ static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_f
     }
     bool go = true;
     /* A context whose request ends early keeps what its KV holds, without logits
-     * (they would not be those of its last token); the normal end set them. */
-    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR)) pkv_context_set_logits(r->p.context, NULL);
+     * (they would not be those of its last token; the normal end set them), unless
+     * last_pending kept them for it (s->lp_ok). */
+    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR) &&
+        !(s->lp_ok && s->kv >= 0 && pkv_kv_seq_len(e->c, s->kv) == s->n_tok - 1))
+        pkv_context_set_logits(r->p.context, NULL);
     if (r->p.on_event) go = r->p.on_event(&ev, r->p.user);
     if (fin != PKV_FINISH_NONE) {
         seq_release(e, s);
@@ -420,6 +423,9 @@ static void preempt(pkv_engine *e, eng_seq *v) {
         }
         v->kv = -1;
         v->n_kv = v->r->n_base;
+        if (v->dkv >= 0) pkv_kv_seq_free(e->dc, v->dkv); /* it starts again with the context */
+        v->dkv = -1;
+        v->n_dtrue = v->n_dkv = 0;
         v->st = SEQ_DROPPED;
         e->pre_drop++;
     } else {
@@ -515,11 +521,52 @@ static pkv_status draft_start(pkv_engine *e, eng_seq *s, int32_t kv, int64_t *ma
     return PKV_OK;
 }
 
+/* The own-cache draft of a request on a context whose sequence holds s->tok[0,
+ * base): a draft sequence matched against the draft's published pages; its next
+ * round decodes the rest. An MTP head also needs the model's hidden state of each
+ * token it takes in: the context's kept ones (pkv_context_keep_hidden; the engine
+ * keeps them too for the tokens it runs), else the request goes without it. */
+static void ctx_draft_start(pkv_engine *e, eng_seq *s, int64_t base) {
+    int32_t dkv;
+    int64_t dm = 0;
+    s->dkv = -1;
+    s->n_dtrue = s->n_dkv = 0;
+    if (s->nodraft || !e->dc) return;
+    if (pkv_kv_seq_create(e->dc, e->dfp, &dkv)) {
+        draft_off(e, s);
+        return;
+    }
+    bool off = e->p.prefix_cache && base > 1 && pkv_kv_prefix_match(e->dc, dkv, s->tok, NULL, base - 1, &dm);
+    if (!off && e->dmtp && base > 0) off = !pkv_context_hidden(s->r->p.context, dm > 0 ? dm - 1 : 0);
+    if (off) {
+        pkv_kv_seq_free(e->dc, dkv);
+        draft_off(e, s);
+        return;
+    }
+    s->dkv = dkv;
+    s->n_dtrue = s->n_dkv = (int32_t)dm;
+}
+
+/* A request with last_pending whose final event is held (its last token sampled
+ * from row, not in the KV): it ends now, the context left with that row. */
+static void final_pending(pkv_engine *e, eng_seq *s, const float *row) {
+    if (s->st != SEQ_RUNNING || !s->r->p.last_pending) return;
+    if (s->fin_wait != PKV_FINISH_NONE) {
+        final_deferred(e, s, row);
+        return;
+    }
+    /* not the end yet: the context holds the row too, so that an early end (an
+     * error, a cancel) leaves it as pkv_generate would */
+    pkv_context_set_logits(s->r->p.context, row);
+    s->lp_ok = true;
+}
+
 /* Start (sample 0 of a new request) or resume (a preempted sample) s when the pool
  * has room for what it must compute beyond `reserve` pages; `alone` (nothing is
  * resident) skips the check: a request that fits at all fits then.
  * Returns 1 started, 0 no room (nothing changed), or -1 error (request failed). */
 static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row);
+static int32_t sample_round(pkv_engine *e, eng_seq *s, const float *row);
 
 /* seq_start for a request on a context: its sequence is the context's, holding
  * the context's tokens; the prompt and what is generated go after them. A
@@ -534,6 +581,7 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         if (!alone && pool_avail(e) - reserve < pages_for(e, s->n_tok + 1) - pages_for(e, s->n_kv) + 1) return 0;
         s->kv = pkv_context_seq(ctx);
         s->st = SEQ_RUNNING;
+        ctx_draft_start(e, s, s->n_kv); /* (preempt gave its draft sequence back) */
         return 1;
     }
     int64_t base = pkv_context_n_tokens(ctx), n = base + r->p.n_prompt;
@@ -565,7 +613,8 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         defer_final(e, s, -1, NULL, PKV_FINISH_LENGTH, false);
     else if ((st = seq_sampler(e, s)))
         goto fail;
-    s->nodraft = true; /* the draft's cache does not hold the context */
+    for (int64_t i = 0; i < base && !s->nodraft; i++) s->nodraft = s->tok[i] < 0; /* a draft takes no media rows */
+    ctx_draft_start(e, s, base);
     s->kv = pkv_context_seq(ctx);
     s->n_kv = (int32_t)base;
     s->st = SEQ_RUNNING;
@@ -573,7 +622,10 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     r->started = true;
     e->prompt_tokens += (uint64_t)r->p.n_prompt;
     /* nothing to compute: the first token comes from the context's own logits */
-    if (r->p.n_prompt == 0 && sample_seq(e, s, pkv_context_logits(ctx)) < 0) return -1;
+    if (r->p.n_prompt == 0) {
+        if (sample_round(e, s, pkv_context_logits(ctx)) < 0) return -1;
+        final_pending(e, s, pkv_context_logits(ctx));
+    }
     return 1;
 fail:
     req_fail(e, r, st);
@@ -991,12 +1043,12 @@ static bool seq_draws(const pkv_engine *e, const eng_seq *s) {
 static void verify(pkv_engine *e, eng_seq *q, const float *lg, int32_t a) {
     const int np = q->n_prop;
     const bool draws = seq_draws(e, q);
-    int j = 0;
-    bool ended = false;
+    int j = 0, i = 0;
+    bool ended = false, kept = false;
     e->d_proposed += (uint64_t)np;
-    for (int i = 0; i <= np; i++) {
+    for (; i <= np; i++) {
         const float *row = lg + (size_t)i * (size_t)e->n_vocab;
-        bool kept = false;
+        kept = false;
         if (draws && i < np) {
             int32_t y;
             pkv_status st = pkv_sampler_spec_verify(q->smp, row, q->q + (size_t)i * (size_t)e->n_vocab, q->prop[i], e->vp,
@@ -1010,12 +1062,16 @@ static void verify(pkv_engine *e, eng_seq *q, const float *lg, int32_t a) {
         }
         e->d_accepted += kept;
         j += kept;
-        if ((ended = q->st != SEQ_RUNNING) || !kept) break; /* finished (or failed): released */
+        /* finished (or failed): released; a context request's end is held */
+        if ((ended = q->st != SEQ_RUNNING) || q->fin_wait != PKV_FINISH_NONE || !kept) break;
     }
     round_hook(e, q, a, q->prop, np, j);
     if (ended) return;
     q->n_prop = 0;
-    int32_t keep = a + 1 + j;
+    /* the last token, from row i, is at position a + 1 + i: in the KV when it was a
+     * kept proposal, else pending */
+    const bool held = q->fin_wait != PKV_FINISH_NONE, pending = held && q->r->p.last_pending;
+    int32_t keep = a + 1 + j - (pending && kept);
     if (keep < q->n_kv) {
         pkv_status st = pkv_kv_truncate(e->c, q->kv, keep);
         if (st) {
@@ -1024,6 +1080,8 @@ static void verify(pkv_engine *e, eng_seq *q, const float *lg, int32_t a) {
         }
         q->n_kv = keep;
     }
+    if (pending || (!held && q->r->p.last_pending)) final_pending(e, q, lg + (size_t)i * (size_t)e->n_vocab);
+    else if (held && kept) final_deferred(e, q, lg + (size_t)(i + 1) * (size_t)e->n_vocab); /* the row after it */
 }
 
 static int32_t argmax(const float *row, int32_t n) {
@@ -1088,6 +1146,14 @@ static bool draft_forward(pkv_engine *e, int n, bool publish) {
     return true;
 }
 
+/* The model's hidden state at position p - 1 (p >= 1), from which an MTP head's
+ * row p is made: a row of this step, or one the request's context kept; NULL:
+ * not at hand. */
+static const float *mtp_hidden(const pkv_engine *e, const eng_seq *s, int32_t p) {
+    if (p - 1 >= s->h_pos) return e->hid + (size_t)(s->h_row + p - 1 - s->h_pos) * (size_t)e->m->hp.n_embd;
+    return s->r->p.context ? pkv_context_hidden(s->r->p.context, p - 1) : NULL;
+}
+
 /* After a step: the draft takes in what its sequences committed (from the rows
  * the step computed), then proposes up to K tokens for each sequence that decodes
  * next: the draft's most likely token, fed back K - 1 times. Batches of at most
@@ -1113,7 +1179,7 @@ static void draft_round(pkv_engine *e) {
                     s->n_dkv = s->n_dtrue;
                 }
                 if (end <= s->n_dtrue) continue;
-                if (e->dmtp && s->n_dtrue > 0 && s->n_dtrue - 1 < s->h_pos) { /* the hidden state is not at hand */
+                if (e->dmtp && s->n_dtrue > 0 && !mtp_hidden(e, s, s->n_dtrue)) { /* the hidden state is not at hand */
                     draft_off(e, s);
                     continue;
                 }
@@ -1141,7 +1207,7 @@ static void draft_round(pkv_engine *e) {
                 e->d_tok[t] = s->tok[p];
                 if (!e->dmtp) continue;
                 if (p == 0) memset(e->dh_in + t * E, 0, E * sizeof(float));
-                else memcpy(e->dh_in + t * E, e->hid + (size_t)(s->h_row + p - 1 - s->h_pos) * E, E * sizeof(float));
+                else memcpy(e->dh_in + t * E, mtp_hidden(e, s, p), E * sizeof(float)); /* (contiguous from n_dtrue) */
             }
         }
         if (!draft_forward(e, n, true)) continue;
@@ -1153,7 +1219,8 @@ static void draft_round(pkv_engine *e) {
             t += (size_t)e->d_n[k];
             s->n_dtrue = s->n_dkv = s->n_dtrue + e->d_n[k];
             int32_t room = s->r->max_tokens - s->n_gen - 1;
-            if (s->n_dtrue != s->n_tok || s->n_kv != s->n_tok - 1 || room < 1) continue;
+            if (s->n_dtrue != s->n_tok || s->n_kv != s->n_tok - 1 || room < 1 || s->fin_wait != PKV_FINISH_NONE)
+                continue; /* (a context request's held end: its last token only goes in) */
             int32_t d = propose(e, s, 0, e->dlogits + (size_t)k * V);
             if (d < 0) continue;
             s->prop[0] = s->tok[s->n_tok] = d;
@@ -1209,7 +1276,8 @@ static void assistant_round(pkv_engine *e) {
                 /* (a request of n > 1 samples forks after its prompt's plain step: its first
                  * sample proposes nothing before) */
                 if (s->st != SEQ_RUNNING || s->nodraft || s->h_row < 0 || s->n_kv != s->n_tok - 1 || s->n_kv < 1 ||
-                    s->n_kv - 1 < s->h_pos || r->max_tokens - s->n_gen - 1 < 1 || (r->n > 1 && !r->forked))
+                    s->n_kv - 1 < s->h_pos || r->max_tokens - s->n_gen - 1 < 1 || (r->n > 1 && !r->forked) ||
+                    s->fin_wait != PKV_FINISH_NONE)
                     continue;
                 int32_t last;
                 if (pkv_kv_seq_tokens(e->c, s->kv, s->n_kv - 1, 1, NULL, &last)) {
@@ -1297,7 +1365,8 @@ static void shared_round(pkv_engine *e) {
                 int32_t room = r->max_tokens - s->n_gen - 1;
                 s->n_prop = 0;
                 if (s->st != SEQ_RUNNING || s->nodraft || s->h_row < 0 || s->n_kv != s->n_tok - 1 || room < 1 ||
-                    (r->n > 1 && !r->forked) || !shared_fork(e, s, PKV_MIN(e->K, room), &avail, n))
+                    (r->n > 1 && !r->forked) || s->fin_wait != PKV_FINISH_NONE ||
+                    !shared_fork(e, s, PKV_MIN(e->K, room), &avail, n))
                     continue;
                 e->d_who[n] = s;
                 e->d_n[n] = 1;
@@ -1363,6 +1432,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     if (admit(e)) *did_work = true;
     int nb = form_batch(e);
     pkv_status s = PKV_OK;
+    bool hid = false; /* the step made hidden rows (e->hid) */
     while (nb > 0) {
         nb = pack_batch(e, nb);
         if (nb == 0) break;
@@ -1395,6 +1465,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             if ((s = grow_rows(&e->hid, &e->cap_hid, T, (size_t)e->m->hp.n_embd))) break;
             b.hidden_out = e->hid;
         }
+        hid = b.hidden_out != NULL;
         double tf = pkv_time_now();
         s = pkv_model_forward(e->m, e->c, &e->ws, &b, e->logits);
         if (!s && T >= (size_t)e->ps) { /* what recomputing costs per token (the spill rule) */
@@ -1431,6 +1502,10 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 eng_seq *q = e->batch[i];
                 int32_t a = q->n_kv;
                 q->n_kv += q->step_n;
+                q->lp_ok = false; /* the KV moved on from the logits a last_pending context holds */
+                if (hid && q->r->p.context) /* kept for the context's later requests (an MTP head's catch-up) */
+                    pkv_context_put_hidden(q->r->p.context, a, e->hid + (size_t)q->h_row * (size_t)e->m->hp.n_embd,
+                                           q->step_n);
                 if (q->r->n_media && q->st == SEQ_RUNNING) {
                     pkv_status ms = media_record(e, q, a);
                     if (ms) req_fail(e, q->r, ms);
@@ -1467,6 +1542,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                     for (int j = 0; j < r->n; j++) sample_round(e, &r->seqs[j], lg);
                 } else {
                     sample_round(e, q, lg);
+                    final_pending(e, q, lg);
                 }
             }
             if (e->dc) draft_round(e);

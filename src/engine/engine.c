@@ -65,9 +65,6 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
                        "PKV_DRAFT_ACCEPT_SAMPLING (1)", (int)p->draft_accept);
     if (p->draft_accept == PKV_DRAFT_ACCEPT_SAMPLING && !(e->vp = pkv_malloc((size_t)e->n_vocab * sizeof *e->vp)))
         return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for a row of %d probabilities", (int)e->n_vocab);
-    if (d->hp.n_vocab != e->n_vocab)
-        return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
-                       "model's vocabulary (pagekv mkmodel --draft-of makes one)", d->hp.n_vocab, (int)e->n_vocab);
     if (d->assistant) { /* no cache of its own: it reads the model's pages, fed the model's hidden states */
         pkv_status st = pkv_model_attach(d, e->m, e->c);
         if (st) return st;
@@ -77,6 +74,9 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
             return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the assistant's %d query positions", p->max_seqs);
         return draft_rows(e, "assistant");
     }
+    if (d->hp.n_vocab != e->n_vocab) /* (an assistant's attach says it, naming both files) */
+        return pkv_err(PKV_ERR_MISMATCH, "engine: the draft has a vocabulary of %d tokens, the model %d: a draft needs the "
+                       "model's vocabulary (pagekv mkmodel --draft-of makes one)", d->hp.n_vocab, (int)e->n_vocab);
     if (d->kv_draft) { /* shared KV: no cache of its own, it drafts on forks of the model's sequences */
         pkv_status st = pkv_model_attach(d, e->m, e->c);
         if (st) return pkv_err_prefix(st, "engine: shared-KV draft %s on the cache of %s", d->label, e->m->label);
@@ -139,7 +139,8 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
         return NULL;
     }
     e->next_id = 1;
-    if (!(e->c = pkv_model_cache_create(m, p.cache))) goto fail;
+    e->c = p.use_cache;
+    if (!e->c && !(e->c = e->own_cache = pkv_model_cache_create(m, p.cache))) goto fail;
     const pkv_kv_layout *lay = pkv_kv_cache_layout(e->c);
     e->ps = pkv_kv_layout_page_size(lay);
     pkv_kv_stats ks;
@@ -173,7 +174,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_engine_stop(e);
     pkv_engine_cancel_all(e);
     pkv_fwd_ws_free(e->ws);
-    pkv_kv_cache_free(e->c);
+    pkv_kv_cache_free(e->own_cache); /* a use_cache stays the caller's */
     pkv_fwd_ws_free(e->dws);
     pkv_kv_cache_free(e->dc);
     pkv_free(e->held); /* the contexts are the caller's */
@@ -270,6 +271,10 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     *n = r->n;
     if (*n < 1 || *n > PKV_ENGINE_MAX_N)
         return pkv_err(PKV_ERR_INVALID, "submit: n = %d parallel samples; must be 1..%d", r->n, PKV_ENGINE_MAX_N);
+    if (r->last_pending && (!r->context || r->context_shift || r->prefill_only))
+        return pkv_err(PKV_ERR_INVALID, "submit: last_pending %s", !r->context ? "needs a request on a context"
+                       : r->context_shift ? "with context_shift: a shift needs the last token in the context"
+                                          : "with prefill_only: nothing is generated");
     if (r->max_tokens < 0) return pkv_err(PKV_ERR_INVALID, "submit: max_tokens = %d; must be >= 0 (0 = up to the context limit)", (int)r->max_tokens);
     if (r->prefill_only) { /* it may fill the context to its limit; the pool must hold it */
         *max_tokens = 0;
@@ -283,6 +288,7 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
                            (long long)e->n_pages);
         return PKV_OK;
     }
+    if (r->last_pending) n_ctx++; /* the last generated token is not stored */
     if (base + r->n_prompt >= n_ctx)
         return pkv_err(PKV_ERR_INVALID,
                        "submit: the prompt has %lld tokens, the context limit is %lld tokens (prompt + generated); "
@@ -299,7 +305,7 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
     /* The sequence holds at most prompt + max_tokens - 1 tokens (the last sampled one
      * is never run through the model; on a context it is). It alone must fit the
      * device pool. */
-    int64_t len = base + r->n_prompt + *max_tokens - (r->context ? 0 : 1);
+    int64_t len = base + r->n_prompt + *max_tokens - (r->context && !r->last_pending ? 0 : 1);
     if (r->context_shift) len = PKV_MIN(len, e->n_ctx); /* a shift makes room below the engine's limit */
     int64_t need = (len + e->ps - 1) / e->ps;
     if (r->context_shift) need *= 2; /* the shift writes what it moves into fresh pages first (pkv_kv_shift) */

@@ -15,6 +15,10 @@ pkv_status pkv_context_reattach(pkv_context *draft, pkv_context *target);
  * the context's last token (speculative decoding keeps every verified row; the
  * serving engine a context request's last row). NULL: the context has none. */
 void pkv_context_set_logits(pkv_context *ctx, const float *logits);
+/* The serving engine ran tokens [pos, pos + n) of the context's sequence: their
+ * final normed hidden states (f32 [n][n_embd]) are kept when the context keeps
+ * them (pkv_context_keep_hidden) and the rows are after where keeping began. */
+void pkv_context_put_hidden(pkv_context *ctx, int64_t pos, const float *rows, int64_t n);
 /* Decode n tokens of an MTP head's context: h_in f32 [n][n_embd] the target's hidden
  * state of each token's previous position; h_out f32 [n][n_embd] receives the head's
  * own (its next input when it drafts on). The last token's logits are kept. */
