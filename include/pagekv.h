@@ -1883,6 +1883,11 @@ typedef struct pkv_mmproj_info {
     int image_size;        /* images: the square side it takes; 0 for audio */
     bool non_causal;       /* its rows attend to each other both ways in the text model (gemma3 images) */
     uint64_t fingerprint;  /* identifies the file's weights and parameters (part of every media key) */
+    /* The text the model expects before / after each medium's rows in a prompt, as
+     * llama.cpp's mtmd puts it (special tokens: tokenize it with them parsed); ""
+     * = none, never NULL. Voxtral: "[BEGIN_AUDIO]" and ""; gemma3:
+     * "<start_of_image>" and "<end_of_image>". Static text, valid for the process. */
+    const char *text_before, *text_after;
 } pkv_mmproj_info;
 
 /* Load a projector file onto dev (NULL = the CPU). With text_model given, the two

@@ -40,4 +40,28 @@ static inline float *vox_signal(double seconds, int64_t *n) {
     return x;
 }
 
+/* A 16-bit PCM WAV of n frames at rate with ch channels (a tone per channel and a
+ * little noise); returns the file's size, 0 when it cannot be written. */
+static inline size_t vox_wav_write(const char *path, int rate, int ch, int n, uint64_t seed) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    const uint32_t data = (uint32_t)(n * ch * 2), riff = 36 + data, br = (uint32_t)(rate * ch * 2);
+    const uint16_t fmt[4] = {1, (uint16_t)ch, 0, 0};
+    fwrite("RIFF", 1, 4, f), fwrite(&riff, 4, 1, f), fwrite("WAVEfmt ", 1, 8, f);
+    const uint32_t sixteen = 16;
+    fwrite(&sixteen, 4, 1, f), fwrite(fmt, 2, 2, f);
+    const uint32_t r = (uint32_t)rate;
+    fwrite(&r, 4, 1, f), fwrite(&br, 4, 1, f);
+    const uint16_t ba = (uint16_t)(ch * 2), bits = 16;
+    fwrite(&ba, 2, 1, f), fwrite(&bits, 2, 1, f), fwrite("data", 1, 4, f), fwrite(&data, 4, 1, f);
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < ch; c++) {
+            double t = (double)i / rate;
+            int16_t v = (int16_t)lrint(9000 * sin(2 * M_PI * (300 + 200 * c) * t) + 2000 * th_randf(&seed));
+            fwrite(&v, 2, 1, f);
+        }
+    fclose(f);
+    return 44 + data;
+}
+
 #endif

@@ -9,12 +9,16 @@
  *   (pieces tokenized with special tokens, the image wrapped in <start_of_image>
  *   ... <end_of_image>);
  *   demo --image: every media KV check passes;
+ *   run --audio on a Voxtral pair (mkmodel --arch voxtral --mmproj-out) with a
+ *   marker: greedy ids == the API's with the audio after [BEGIN_AUDIO], the text
+ *   the projector says goes before it (pkv_mmproj_info.text_before), as mtmd;
  *   errors: media without --mmproj, more markers than files, --audio through an
  *   image projector, a file that is not an image — a message and a non-zero exit.
  * Skipped when this build has no PNG decoder. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "mmproj-audio-testlib.h"
 #include "testhelp.h"
 
 enum { W = 30, H = 20 };
@@ -95,6 +99,82 @@ static void tok_append(pkv_model *m, const char *s, bool bos, int32_t *t, size_t
     *n += got;
 }
 
+/* The ids_path written by run --ids-out == n greedy ids continuing ctx. */
+static void expect_greedy_ids(pkv_context *ctx, int32_t n_vocab, int n, const char *ids_path, const char *what) {
+    char want[256] = "[", *w = want + 1;
+    for (int i = 0; i < n; i++) {
+        const float *lg = pkv_context_logits(ctx);
+        int32_t b = 0;
+        for (int32_t v = 1; v < n_vocab; v++)
+            if (lg[v] > lg[b]) b = v;
+        w += snprintf(w, (size_t)(want + sizeof want - w), "%s%d", i ? ", " : "", b);
+        CHECK_OK(pkv_context_decode(ctx, &b, 1));
+    }
+    snprintf(w, (size_t)(want + sizeof want - w), "]");
+    char got[256];
+    CHECK(th_read_text(ids_path, got, sizeof got) != NULL);
+    char *nl = strchr(got, '\n');
+    if (nl) *nl = 0;
+    if (strcmp(got, want)) TH_FAIL("%s ids %s, the API's %s", what, got, want);
+    th_checks++;
+}
+
+/* run --audio through a Voxtral projector: the audio goes after [BEGIN_AUDIO] (as
+ * llama.cpp's mtmd puts Voxtral audio), nothing after it. */
+static void test_voxtral_run(void) {
+    char M[512], P[512], WAV[512], IDS[512];
+    snprintf(M, sizeof M, "%s", th_tmp("media-cli-vox.gguf"));
+    snprintf(P, sizeof P, "%s", th_tmp("media-cli-vox-proj.gguf"));
+    snprintf(WAV, sizeof WAV, "%s", th_tmp("media-cli-vox.wav"));
+    snprintf(IDS, sizeof IDS, "%s", th_tmp("media-cli-vox.ids"));
+    CHECK_INT(th_cli("", true, "mkmodel --arch voxtral -o %s --mmproj-out %s", M, P), 0);
+    REQUIRE_VOID(vox_wav_write(WAV, VOX_RATE, 1, VOX_RATE, 5) > 0);
+    CHECK_INT(th_cli("", true, "run -m %s --mmproj %s --audio %s -p '[INST]<__media__>[/INST]' -n 5 --temp 0 --seed 1 "
+                     "--ignore-eos --ids-out %s", M, P, WAV, IDS), 0);
+    pkv_model *m = pkv_model_load(M, pkv_model_default_params());
+    REQUIRE_VOID(m);
+    pkv_mmproj *pj = pkv_mmproj_load(P, m, pkv_model_device(m));
+    pkv_mmproj_info info;
+    CHECK(pj && !pkv_mmproj_get_info(pj, &info));
+    static uint8_t file[1 << 16];
+    FILE *f = fopen(WAV, "rb");
+    size_t fsz = f ? fread(file, 1, sizeof file, f) : 0;
+    if (f) fclose(f);
+    float *smp = NULL, *rows = NULL;
+    int64_t ns = 0, nr = 0;
+    CHECK_OK(pkv_audio_decode(file, fsz, VOX_RATE, NULL, &smp, &ns));
+    pkv_media au = {.kind = PKV_MEDIA_AUDIO, .samples = smp, .n_samples = ns, .rate = VOX_RATE};
+    CHECK(pj && !pkv_mmproj_n_rows(pj, &au, &nr) && nr > 0);
+    if (pj && nr > 0 && (rows = malloc((size_t)nr * (size_t)info.n_embd * sizeof *rows)))
+        CHECK_OK(pkv_mmproj_encode(pj, &au, rows, nr));
+    pkv_model_info mi;
+    CHECK_OK(pkv_model_get_info(m, &mi));
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = (int)nr + 64;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    if (ctx && rows) {
+        int32_t t[256];
+        size_t n = 0;
+        tok_append(m, "[INST]", true, t, &n);
+        tok_append(m, "[BEGIN_AUDIO]", false, t, &n);
+        pkv_media_rows r = {.key = pkv_media_key(pkv_media_hash(&au), info.fingerprint), .n_rows = (int32_t)nr,
+                            .embd = rows, .non_causal = info.non_causal, .at = (int32_t)n};
+        tok_append(m, "[/INST]", false, t, &n);
+        CHECK_OK(pkv_context_decode_prompt(ctx, t, (int32_t)n, &r, 1));
+        expect_greedy_ids(ctx, mi.n_vocab, 5, IDS, "run --audio (voxtral)");
+    } else {
+        TH_FAIL("voxtral reference: %s", pkv_errmsg());
+    }
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    free(rows);
+    pkv_media_free(smp);
+    pkv_mmproj_free(pj);
+    pkv_model_free(m);
+    remove(M), remove(P), remove(WAV), remove(IDS);
+}
+
 int main(void) {
     char M[512], P[512], IMG[512], L[512], EO[512], IDS[512], BAD[512];
     snprintf(M, sizeof M, "%s", th_tmp("media-cli.gguf"));
@@ -169,22 +249,7 @@ int main(void) {
     tok_append(m, " what?", false, t, &n);
     ctx = pkv_context_create(m, c, 0);
     CHECK_OK(pkv_context_decode_prompt(ctx, t, (int32_t)n, &r, 1));
-    char want[256] = "[", *w = want + 1;
-    for (int i = 0; i < 5; i++) {
-        const float *lg = pkv_context_logits(ctx);
-        int32_t b = 0;
-        for (int32_t v = 1; v < mi.n_vocab; v++)
-            if (lg[v] > lg[b]) b = v;
-        w += snprintf(w, (size_t)(want + sizeof want - w), "%s%d", i ? ", " : "", b);
-        CHECK_OK(pkv_context_decode(ctx, &b, 1));
-    }
-    snprintf(w, (size_t)(want + sizeof want - w), "]");
-    char got[256];
-    CHECK(th_read_text(IDS, got, sizeof got) != NULL);
-    char *nl2 = strchr(got, '\n');
-    if (nl2) *nl2 = 0;
-    if (strcmp(got, want)) TH_FAIL("run --image ids %s, the API's %s", got, want);
-    th_checks++;
+    expect_greedy_ids(ctx, mi.n_vocab, 5, IDS, "run --image");
     pkv_context_free(ctx);
 
     /* demo */
@@ -217,5 +282,7 @@ int main(void) {
     pkv_mmproj_free(pj);
     pkv_model_free(m);
     remove(M), remove(P), remove(IMG), remove(L), remove(EO), remove(IDS), remove(BAD);
+
+    test_voxtral_run();
     return th_done();
 }

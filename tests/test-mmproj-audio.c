@@ -107,6 +107,16 @@ static void test_rows_and_encode(const char *text, const char *proj) {
     CHECK_INT(info.sample_rate, 16000);
     CHECK(!info.non_causal);
     CHECK(info.fingerprint != 0);
+    /* the text around each audio, as mtmd puts it: [BEGIN_AUDIO] before, nothing after;
+     * one control token in the text model */
+    CHECK(info.text_before && !strcmp(info.text_before, "[BEGIN_AUDIO]"));
+    CHECK(info.text_after && !strcmp(info.text_after, ""));
+    {
+        int32_t ids[4];
+        size_t k = 0;
+        CHECK_OK(pkv_model_tokenize(tm, info.text_before, strlen(info.text_before), false, true, ids, 4, &k));
+        CHECK_INT(k, 1);
+    }
 
     int64_t n;
     float *x = vox_signal(31.0, &n);

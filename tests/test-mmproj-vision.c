@@ -212,6 +212,9 @@ static void test_encoder(bool f32) {
     CHECK_OK(pkv_mmproj_get_info(pj, &info));
     CHECK_INT(info.kind, PKV_MEDIA_IMAGE);
     CHECK(!strcmp(info.projector, "gemma3"));
+    /* the text around each image, as mtmd puts it (the CLI and server read these) */
+    CHECK(info.text_before && !strcmp(info.text_before, "<start_of_image>"));
+    CHECK(info.text_after && !strcmp(info.text_after, "<end_of_image>"));
     CHECK_INT(info.n_embd, 96);
     CHECK_INT(info.n_embd_enc, 64);
     CHECK_INT(info.n_layer, 2);
@@ -343,9 +346,12 @@ static void test_cli(void) {
     CHECK(p != NULL);
     pkv_mmproj_info info;
     CHECK(p && !pkv_mmproj_get_info(p, &info) && info.image_size == 112 && info.n_embd == 128);
-    int32_t ids[8];
+    int32_t ids[8] = {0};
     size_t n = 0;
-    const char *t = "<start_of_image><end_of_image>";
+    /* the projector's wrapping text is one control token each in its text model */
+    char t[64];
+    snprintf(t, sizeof t, "%s%s", p ? info.text_before : "", p ? info.text_after : "");
+    CHECK(!strcmp(t, "<start_of_image><end_of_image>"));
     CHECK_OK(pkv_model_tokenize(md, t, strlen(t), false, true, ids, 8, &n));
     CHECK_INT(n, 2);
     char piece[64];

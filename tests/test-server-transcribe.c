@@ -14,6 +14,7 @@
  * Skipped (77), never passed, without node/npm or the npm registry, or while
  * this build's mkmodel cannot write a Voxtral pair (the encoder is issue 34's
  * branch audio). */
+#include "mmproj-audio-testlib.h"
 #include "server-testlib.h"
 
 #ifndef PKV_HAVE_SERVER
@@ -21,28 +22,6 @@ int main(void) { return th_skip("pagekv was built without the server (libmicroht
 #else
 
 #define N_CTX 480
-
-static size_t wav_write(const char *path, int rate, int ch, int n, uint64_t seed) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    const uint32_t data = (uint32_t)(n * ch * 2), riff = 36 + data, br = (uint32_t)(rate * ch * 2);
-    const uint16_t fmt[4] = {1, (uint16_t)ch, 0, 0};
-    fwrite("RIFF", 1, 4, f), fwrite(&riff, 4, 1, f), fwrite("WAVEfmt ", 1, 8, f);
-    const uint32_t sixteen = 16;
-    fwrite(&sixteen, 4, 1, f), fwrite(fmt, 2, 2, f);
-    const uint32_t r = (uint32_t)rate;
-    fwrite(&r, 4, 1, f), fwrite(&br, 4, 1, f);
-    const uint16_t ba = (uint16_t)(ch * 2), bits = 16;
-    fwrite(&ba, 2, 1, f), fwrite(&bits, 2, 1, f), fwrite("data", 1, 4, f), fwrite(&data, 4, 1, f);
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < ch; c++) {
-            double t = (double)i / rate;
-            int16_t v = (int16_t)lrint(9000 * sin(2 * M_PI * (300 + 200 * c) * t) + 2000 * th_randf(&seed));
-            fwrite(&v, 2, 1, f);
-        }
-    fclose(f);
-    return 44 + data;
-}
 
 static char *read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -154,9 +133,9 @@ int main(void) {
     snprintf(png, sizeof png, "%s", th_tmp("tr-not-audio.png"));
     snprintf(ref16, sizeof ref16, "%s", th_tmp("tr-16k.txt"));
     snprintf(ref44, sizeof ref44, "%s", th_tmp("tr-44k.txt"));
-    REQUIRE(wav_write(wav16, 16000, 1, 24000, 1) > 0);
-    REQUIRE(wav_write(wav44, 44100, 2, 44100, 2) > 0);
-    REQUIRE(wav_write(big, 16000, 1, 100000, 3) > 190000);
+    REQUIRE(vox_wav_write(wav16, 16000, 1, 24000, 1) > 0);
+    REQUIRE(vox_wav_write(wav44, 44100, 2, 44100, 2) > 0);
+    REQUIRE(vox_wav_write(big, 16000, 1, 100000, 3) > 190000);
     ts_file("tr-not-audio.png", "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
     REQUIRE(reference(model, proj, wav16, ref16));
     REQUIRE(reference(model, proj, wav44, ref44));

@@ -230,18 +230,21 @@ pkv_status pkv_cli_media_prompt(pkv_model *m, const char *prompt, pkv_cli_encode
     for (const char *p = strstr(prompt, marker); p; p = strstr(p + ml, marker)) markers++;
     if (markers && markers != e->n)
         return pkv_err(PKV_ERR_INVALID, "the prompt has %d %s markers for %d media files", markers, marker, e->n);
-    /* gemma3 (as llama.cpp's mtmd): each image between <start_of_image> and <end_of_image> */
-    const bool wrap = e->info.projector && !strcmp(e->info.projector, "gemma3");
+    /* each medium between the text its projector's model expects, as llama.cpp's mtmd
+     * puts it (pkv_mmproj_info: gemma3 <start_of_image> ... <end_of_image>; voxtral
+     * [BEGIN_AUDIO] ...) */
+    const char *before = e->info.text_before ? e->info.text_before : "";
+    const char *after = e->info.text_after ? e->info.text_after : "";
     const char *p = prompt;
     pkv_status st = PKV_OK;
     for (int i = 0; i <= e->n && !st; i++) {
         const char *q = i < e->n && markers ? strstr(p, marker) : i < e->n ? p : p + strlen(p);
         /* without markers every file goes before the text, in order (after BOS) */
         st = tok_piece(m, p, (size_t)(q - p), i == 0, toks, n, &cap);
-        if (!st && i < e->n && wrap) st = tok_piece(m, "<start_of_image>", 16, false, toks, n, &cap);
+        if (!st && i < e->n && *before) st = tok_piece(m, before, strlen(before), false, toks, n, &cap);
         if (st || i == e->n) break;
         e->rows[i].at = (int32_t)*n;
-        if (wrap) st = tok_piece(m, "<end_of_image>", 14, false, toks, n, &cap);
+        if (*after) st = tok_piece(m, after, strlen(after), false, toks, n, &cap);
         p = markers ? q + ml : p;
     }
     if (st) {

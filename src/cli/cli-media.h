@@ -50,8 +50,9 @@ pkv_status pkv_cli_media_encode(const char *cmd, pkv_model *model, const pkv_cli
 void pkv_cli_encoded_free(pkv_cli_encoded *e);
 /* A text prompt with media: split at the <__media__> markers (one per file; none:
  * every file goes before the text, after BOS), each piece tokenized with special
- * tokens parsed; sets e->rows[i].at. A gemma3 projector's images are wrapped in
- * <start_of_image> ... <end_of_image>, as llama.cpp's mtmd does. *toks: malloc'd. */
+ * tokens parsed; sets e->rows[i].at. Each medium goes between the projector's
+ * e->info.text_before and text_after (gemma3: <start_of_image> ... <end_of_image>;
+ * voxtral: [BEGIN_AUDIO] ...), as llama.cpp's mtmd puts them. *toks: malloc'd. */
 pkv_status pkv_cli_media_prompt(pkv_model *m, const char *prompt, pkv_cli_encoded *e, int32_t **toks, size_t *n);
 
 /* pagekv demo with a media file (cmd-demo-media.c): the media KV checks on each device. */

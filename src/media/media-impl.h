@@ -26,7 +26,8 @@ struct pkv_mmproj {
 };
 
 /* Fill p (info, enc, the three functions) from g for a projector of the given
- * type. p->g and p->dev are set before the call. text_model may be NULL. */
+ * type: info.text_before/text_after are the loader's to say (NULL = ""). p->g
+ * and p->dev are set before the call. text_model may be NULL. */
 pkv_status pkv_mmproj_audio_open(pkv_mmproj *p, const char *projector, const pkv_model *text_model);
 pkv_status pkv_mmproj_vision_open(pkv_mmproj *p, const char *projector, const pkv_model *text_model);
 

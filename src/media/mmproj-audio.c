@@ -619,6 +619,8 @@ pkv_status pkv_mmproj_audio_open(pkv_mmproj *p, const char *projector, const pkv
     p->info.sample_rate = PKV_MEL_RATE;
     p->info.image_size = 0;
     p->info.non_causal = false;
+    p->info.text_before = "[BEGIN_AUDIO]"; /* as mtmd: [BEGIN_AUDIO] rows, nothing after */
+    p->info.text_after = "";
     p->info.fingerprint = pkv_hash64(hp, sizeof hp, ld.fp);
     p->n_rows = n_rows;
     p->begin = job_begin;

@@ -534,6 +534,8 @@ pkv_status pkv_mmproj_vision_open(pkv_mmproj *p, const char *projector, const pk
     p->info.image_size = e->image_size;
     p->info.non_causal = true; /* llama.cpp's mtmd decodes gemma3 images without the causal mask */
     p->info.fingerprint = fingerprint(p->g, e);
+    p->info.text_before = "<start_of_image>"; /* as mtmd: nothing else, no "\n\n" */
+    p->info.text_after = "<end_of_image>";
     p->n_rows = vision_n_rows;
     p->encode = vision_encode;
     return PKV_OK;

@@ -68,6 +68,9 @@ pkv_mmproj *pkv_mmproj_load(const char *path, const pkv_model *text_model, pkv_d
                : pkv_mmproj_vision_open(p, p->projector, text_model);
     if (st) goto fail;
     p->info.projector = p->projector;
+    /* a loader that sets no wrapping text has none */
+    if (!p->info.text_before) p->info.text_before = "";
+    if (!p->info.text_after) p->info.text_after = "";
     return p;
 fail:
     pkv_err_prefix(st, "loading projector %s", path);

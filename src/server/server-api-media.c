@@ -51,15 +51,6 @@ void srv_media_opts_get(srv *s, srv_media_opts *mo, const srv_conn *conn) {
     }
 }
 
-/* The text the projector's model puts around a medium's rows, as llama.cpp's mtmd
- * does: Voxtral "[BEGIN_AUDIO]" before; Gemma 3 "<start_of_image>" before and
- * "<end_of_image>" after. */
-static void media_wrap(const srv *s, const char **before, const char **after) {
-    *before = *after = "";
-    if (!strcmp(s->mm_info.projector, "voxtral")) *before = "[BEGIN_AUDIO]";
-    else if (!strcmp(s->mm_info.projector, "gemma3")) *before = "<start_of_image>", *after = "<end_of_image>";
-}
-
 /* ids += tokens of text (template text: special tokens parsed). */
 static bool append_tokens(srv *s, int32_t **ids, int *n, int *cap, const int32_t *t, int k, srv_out *o) {
     if (*n + k > *cap) {
@@ -367,8 +358,8 @@ bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *s
                           "cannot place them", ml->n);
         goto out;
     }
-    const char *before, *after;
-    media_wrap(s, &before, &after);
+    /* the text the projector's model puts around a medium's rows (pkv_mmproj_info) */
+    const char *before = s->mm_info.text_before, *after = s->mm_info.text_after;
     const size_t mlen = strlen(ml->marker);
     size_t pos = 0;
     for (int i = 0; i <= ml->n; i++) {
