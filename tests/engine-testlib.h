@@ -178,7 +178,7 @@ static inline bool et_same(const et_rec *a, const et_rec *b, int n, const char *
     return true;
 }
 
-static uint64_t et_rand(uint64_t *s) {
+static inline uint64_t et_rand(uint64_t *s) {
     *s ^= *s << 13;
     *s ^= *s >> 7;
     *s ^= *s << 17;
