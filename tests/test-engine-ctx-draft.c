@@ -211,6 +211,22 @@ static void check_spec_wrapper(pkv_model *m, pkv_model *d) {
     pkv_kv_cache_free(c2);
 }
 
+/* A target file of arch and a draft of it (darch; kv: a shared-KV draft of those
+ * cache layers), the draft loaded on the target's device handle: check_kind. */
+static void check_files(const char *arch, const char *darch, const int32_t *kv, uint64_t seed, const char *name) {
+    char tf[512], df[512];
+    snprintf(tf, sizeof tf, "%s", th_tmp("ctx-draft-target.gguf"));
+    snprintf(df, sizeof df, "%s", th_tmp("ctx-draft-draft.gguf"));
+    if (write_model(tf, arch, NULL, NULL, seed) && write_model(df, darch, tf, kv, kv ? seed : seed + 1)) {
+        pkv_model *m = load_file(tf, NULL), *d = m ? load_file(df, m) : NULL;
+        if (m && d) check_kind(m, d, name, false, true);
+        pkv_model_free(d);
+        pkv_model_free(m);
+    }
+    unlink(tf);
+    unlink(df);
+}
+
 int main(void) {
     fprintf(stderr, "requests on a context with a draft (MATCH), against the same without one:\n");
     pkv_model *m = et_model("llama", PKV_TYPE_Q8_0, 1), *self = et_model("llama", PKV_TYPE_Q8_0, 1),
@@ -233,28 +249,8 @@ int main(void) {
     pkv_model_free(head);
     pkv_model_free(m);
 
-    char tf[512], af[512], sf[512];
-    snprintf(tf, sizeof tf, "%s", th_tmp("ctx-draft-g4.gguf"));
-    snprintf(af, sizeof af, "%s", th_tmp("ctx-draft-g4-asst.gguf"));
-    if (write_model(tf, "gemma4", NULL, NULL, 5) && write_model(af, "gemma4-assistant", tf, NULL, 6)) {
-        m = load_file(tf, NULL);
-        pkv_model *asst = m ? load_file(af, m) : NULL;
-        if (m && asst) check_kind(m, asst, "gemma4, its assistant", false, true);
-        pkv_model_free(asst);
-        pkv_model_free(m);
-    }
     static const int32_t kv01[2] = {0, 1};
-    snprintf(tf, sizeof tf, "%s", th_tmp("ctx-draft-llama.gguf"));
-    snprintf(sf, sizeof sf, "%s", th_tmp("ctx-draft-shared.gguf"));
-    if (write_model(tf, "llama", NULL, NULL, 7) && write_model(sf, "llama", tf, kv01, 7)) {
-        m = load_file(tf, NULL);
-        pkv_model *sh = m ? load_file(sf, m) : NULL;
-        if (m && sh) check_kind(m, sh, "llama, a shared-KV draft of its layers", false, true);
-        pkv_model_free(sh);
-        pkv_model_free(m);
-    }
-    unlink(tf);
-    unlink(af);
-    unlink(sf);
+    check_files("gemma4", "gemma4-assistant", NULL, 5, "gemma4, its assistant");
+    check_files("llama", "llama", kv01, 7, "llama, a shared-KV draft of its layers");
     return th_done();
 }

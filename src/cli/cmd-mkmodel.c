@@ -296,12 +296,13 @@ static int mk_resolve(mk_opts *k, bool voxtral, char **tpl_text) {
     } else if (k->tpl_arg) {
         p->chat_template = k->tpl_arg;
     } else if (k->vision && !k->no_template) {
-        p->chat_template = "gemma"; /* Gemma 3's turns, with the image tokens below */
+        p->chat_template = PKV_MKMMPROJ_VISION_TEMPLATE; /* its model's turns, with the image tokens below */
     } else if (!k->no_template && !p->no_vocab && !p->draft_of) {
         p->chat_template = "chatml"; /* a newcomer's model serves chat (issue 28) */
     }
     const char *why = NULL;
-    if (k->vision && (!p->arch || strcmp(p->arch, "gemma3") || !k->mmproj_out || !p->chat_template || p->draft_of))
+    if (k->vision && (!p->arch || strcmp(p->arch, PKV_MKMMPROJ_VISION_TEXT_ARCH) || !k->mmproj_out || !p->chat_template ||
+                      p->draft_of))
         why = "--vision makes a Gemma 3 pair: it needs --arch gemma3, --mmproj-out PROJ.gguf and a vocabulary with a chat "
               "template (not --no-template, --no-vocab or --draft-of)";
     else if (!k->vision && (k->vision_f32 || k->vision_size)) why = "--vision-f32 and --image-size go with --vision";
@@ -374,10 +375,10 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     /* Voxtral: its text model is what the converter writes for it, a llama with the
      * transcription prompt's special tokens (family "voxtral"); the audio encoder is
      * the projector file (--mmproj-out) */
-    const bool voxtral = k.p.arch && !strcmp(k.p.arch, "voxtral");
+    const bool voxtral = k.p.arch && !strcmp(k.p.arch, PKV_MKMMPROJ_AUDIO_PAIR);
     if (voxtral) {
-        k.p.arch = "llama";
-        if (!k.tpl_arg && !k.no_template) k.tpl_arg = "voxtral";
+        k.p.arch = PKV_MKMMPROJ_AUDIO_TEXT_ARCH;
+        if (!k.tpl_arg && !k.no_template) k.tpl_arg = PKV_MKMMPROJ_AUDIO_TEMPLATE;
     }
     char *tpl_text = NULL;
     rc = mk_resolve(&k, voxtral, &tpl_text);

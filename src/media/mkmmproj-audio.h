@@ -21,6 +21,15 @@ typedef struct pkv_mkmmproj_audio_params {
     uint64_t seed; /* 0 = 1 */
 } pkv_mkmmproj_audio_params;
 
+/* The pair mkmodel writes with it (mkmodel --arch PKV_MKMMPROJ_AUDIO_PAIR): a text
+ * model of PKV_MKMMPROJ_AUDIO_TEXT_ARCH, as the converter writes Voxtral's (a llama
+ * with the transcription prompt's special tokens), with the chat family
+ * PKV_MKMMPROJ_AUDIO_TEMPLATE. The projector's own facts, so the CLI names no
+ * model family. */
+#define PKV_MKMMPROJ_AUDIO_PAIR "voxtral"
+#define PKV_MKMMPROJ_AUDIO_TEXT_ARCH "llama"
+#define PKV_MKMMPROJ_AUDIO_TEMPLATE "voxtral"
+
 /* Write the file (atomically). */
 pkv_status pkv_mkmmproj_audio_write(const pkv_mkmmproj_audio_params *p, const char *path);
 

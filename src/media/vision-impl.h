@@ -43,5 +43,9 @@ typedef struct pkv_mkmmproj_vision_params {
 } pkv_mkmmproj_vision_params;
 
 pkv_status pkv_mkmmproj_vision_write(const pkv_mkmmproj_vision_params *p, const char *path);
+/* The text model it goes with (mkmodel --vision needs --arch of it) and its chat
+ * family: the projector's own facts, so the CLI names no model family. */
+#define PKV_MKMMPROJ_VISION_TEXT_ARCH "gemma3"
+#define PKV_MKMMPROJ_VISION_TEMPLATE "gemma"
 
 #endif
