@@ -12,6 +12,7 @@
 
 #include "server/server-http.h"
 #include "server/server-media.h"
+#include "server/server-stream.h"
 #include "server/server-tools.h"
 
 /* ------------------------------------------------------------ parameters */
@@ -529,6 +530,11 @@ static char *chat_prompt(srv *s, json_t *b, const srv_conn *conn, size_t *len, s
     return out;
 }
 
+char *srv_chat_prompt(srv *s, json_t *b, const srv_conn *conn, size_t *len, size_t **spans, size_t *n_spans,
+                      srv_out *o) {
+    return chat_prompt(s, b, conn, len, spans, n_spans, o);
+}
+
 void srv_api_apply_template(srv *s, json_t *body, srv_out *o) {
     size_t len = 0, *spans = NULL, n_spans = 0;
     char *text = chat_prompt(s, body, NULL, &len, &spans, &n_spans, o);
@@ -786,6 +792,11 @@ bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool includ
 }
 
 void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv_out *o) {
+    srv_api_generate(s, b, chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION, conn, o);
+}
+
+void srv_api_generate(srv *s, json_t *b, int api, const srv_conn *conn, srv_out *o) {
+    const bool chat = api != SRV_FMT_COMPLETION, msgs = api == SRV_FMT_MESSAGES;
     json_t *model = json_object_get(b, "model");
     if (model && !json_is_string(model)) return srv_error(o, 400, "'model' must be a string");
     bool stream = false, include_usage = false, logprobs = false, token_ids = false;
@@ -803,6 +814,7 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
     int fmt = chat ? SRV_FMT_CHAT : SRV_FMT_COMPLETION;
     srv_outfmt of;
     if (!srv_parse_sampling(s, b, r, fmt, &logprobs, o) || !srv_output_request(s, b, chat, r, &of, o)) goto out;
+    if (msgs) r->max_tokens_asked = false; /* Anthropic's max_tokens is required: a cap, cut to the context */
     if (chat) {
         /* audio and image parts: decoded, each replaced by the request's marker */
         srv_media_opts mo;
@@ -867,8 +879,9 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
         goto out;
     }
     char id[64];
-    srv_next_id(s, chat ? "chatcmpl" : "cmpl", id, sizeof id);
-    if (!srv_submit_and_wait(s, r, stream ? fmt : -1, logprobs, include_usage, id, conn, o)) {
+    srv_next_id(s, msgs ? "msg" : chat ? "chatcmpl" : "cmpl", id, sizeof id);
+    if (msgs) id[3] = '_'; /* Anthropic's ids: msg_... */
+    if (!srv_submit_and_wait(s, r, stream ? api : -1, logprobs, include_usage, id, conn, o)) {
         if (o->stream && of.parse && !srv_stream_parse(o->stream, &of.tc)) {
             srv_stream_free(o->stream);
             o->stream = NULL;
@@ -876,7 +889,12 @@ void srv_api_completions(srv *s, json_t *b, bool chat, const srv_conn *conn, srv
         }
         goto out;
     }
-    if (!(o->body = completion_body(s, r, chat, logprobs, token_ids, id, &of))) {
+    if (msgs) {
+        if (!(o->json = srv_messages_body(s, r, &of, id))) {
+            srv_error(o, 500, "out of memory");
+            goto out;
+        }
+    } else if (!(o->body = completion_body(s, r, chat, logprobs, token_ids, id, &of))) {
         srv_error(o, 500, "out of memory");
         goto out;
     }
@@ -888,21 +906,6 @@ out:
 
 /* --------------------------------------------------------------- stream */
 
-struct srv_stream {
-    srv *s;
-    srv_req *r;
-    int fmt;
-    bool logprobs, include_usage;
-    char id[64];
-    srv_conn conn;
-    size_t *sent;     /* [n] text bytes sent */
-    int *sent_toks;   /* [n] tokens sent */
-    bool *fin_sent;   /* [n] */
-    bool role_sent, ended;
-    char *pend;
-    size_t pend_len, pend_pos;
-    pkv_tc_stream **tcs; /* [n] chat answers parsed for reasoning and tool calls; NULL: raw text */
-};
 
 bool srv_stream_parse(srv_stream *st, const pkv_tc_opts *tc) {
     st->tcs = calloc((size_t)st->r->n, sizeof *st->tcs);
@@ -932,6 +935,7 @@ srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool incl
     r->refs++;
     pthread_mutex_unlock(&r->mu);
     st->fmt = fmt;
+    st->blk = -1;
     st->logprobs = logprobs;
     st->include_usage = include_usage;
     snprintf(st->id, sizeof st->id, "%s", id);
@@ -1022,6 +1026,7 @@ static void tc_events(srv_stream *st, int i, bool any, bool final) {
 static void build_events(srv_stream *st) {
     srv_req *r = st->r;
     srv *s = st->s;
+    if (st->fmt == SRV_FMT_MESSAGES) return srv_messages_events(st);
     if (r->http_status) { /* failed mid-stream: an error event, then the end */
         srv_out eo = {0};
         srv_error(&eo, r->http_status, "%s", r->err);
@@ -1100,7 +1105,8 @@ static void build_events(srv_stream *st) {
 
 static bool progressed(const srv_stream *st) {
     const srv_req *r = st->r;
-    if (r->done || r->http_status || (st->fmt == SRV_FMT_CHAT && !st->role_sent)) return true;
+    if (r->done || r->http_status || ((st->fmt == SRV_FMT_CHAT || st->fmt == SRV_FMT_MESSAGES) && !st->role_sent))
+        return true;
     for (int i = 0; i < r->n; i++) {
         const srv_choice *c = &r->ch[i];
         if (c->stable > st->sent[i] || (c->finish && !st->fin_sent[i] && st->fmt != SRV_FMT_CONTEXT)) return true;

@@ -297,6 +297,7 @@ enum {
     R_SUBTREE = 4, /* path itself or path/... */
     R_JSON = 8,    /* a POST body is a JSON object (415 for another type) */
     R_EMPTY = 16,  /* with R_JSON: an empty POST body is {} */
+    R_ANTHROPIC = 32, /* errors in Anthropic's shape (srv_error_anthropic) */
 };
 
 static void rt_health(srv *s, const route_req *q, srv_out *o) {
@@ -329,6 +330,8 @@ static void rt_compl(srv *s, const route_req *q, srv_out *o) { srv_api_completio
 static void rt_tokenize(srv *s, const route_req *q, srv_out *o) { srv_api_tokenize(s, q->body, o); }
 static void rt_detokenize(srv *s, const route_req *q, srv_out *o) { srv_api_detokenize(s, q->body, o); }
 static void rt_apply(srv *s, const route_req *q, srv_out *o) { srv_api_apply_template(s, q->body, o); }
+static void rt_messages(srv *s, const route_req *q, srv_out *o) { srv_api_messages(s, q->body, q->sc, o); }
+static void rt_count_tokens(srv *s, const route_req *q, srv_out *o) { srv_api_count_tokens(s, q->body, q->sc, o); }
 static void rt_contexts(srv *s, const route_req *q, srv_out *o) {
     srv_api_contexts(s, q->method, q->rest, q->body, q->sc, o);
 }
@@ -349,6 +352,8 @@ static const struct srv_route {
     {"/v1/models", M_GET, 0, rt_models},
     {"/v1/chat/completions", M_POST, R_JSON, rt_chat},
     {"/v1/completions", M_POST, R_JSON, rt_compl},
+    {"/v1/messages", M_POST, R_JSON | R_ANTHROPIC, rt_messages},
+    {"/v1/messages/count_tokens", M_POST, R_JSON | R_ANTHROPIC, rt_count_tokens},
     {"/tokenize", M_POST, R_JSON, rt_tokenize},
     {"/detokenize", M_POST, R_JSON, rt_detokenize},
     {"/apply-template", M_POST, R_JSON, rt_apply},
@@ -400,6 +405,21 @@ static bool route_json(const struct srv_route *r, const route_req *q, json_t **b
     return true;
 }
 
+static void handle(srv *s, const struct srv_route *r, route_req *q, const char *authorization, srv_out *o) {
+    if ((!r || !(r->flags & R_PUBLIC)) && !key_ok(s, authorization))
+        return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+    if (!r) return srv_error(o, 404, "no such endpoint: %s %s", q->method, q->url);
+    const char *method = q->method, *url = q->url;
+    unsigned m = !strcmp(method, "GET") ? M_GET : !strcmp(method, "POST") ? M_POST : !strcmp(method, "DELETE") ? M_DELETE : 0;
+    if (!(r->methods & m)) {
+        if (r->methods == M_GET) return srv_error(o, 405, "use GET %s", url);
+        if (r->methods == M_POST) return srv_error(o, 405, "use POST %s", url);
+        return srv_error(o, 405, "%s is not a method of %s", method, url);
+    }
+    if (m == M_POST && (r->flags & R_JSON) && !route_json(r, q, &q->body, o)) return;
+    r->fn(s, q, o);
+}
+
 void srv_handle(srv *s, const char *method, const char *url, const char *body_text, size_t body_len,
                 const char *authorization, const srv_conn *sc, srv_out *o) {
     if (!strcmp(method, "OPTIONS")) { /* a browser's CORS preflight: no API key is sent with it */
@@ -410,18 +430,9 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body_te
     }
     route_req q = {method, url, NULL, body_text, body_len, NULL, sc};
     const struct srv_route *r = route_find(url, &q.rest);
-    if ((!r || !(r->flags & R_PUBLIC)) && !key_ok(s, authorization))
-        return srv_error(o, 401, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
-    if (!r) return srv_error(o, 404, "no such endpoint: %s %s", method, url);
-    unsigned m = !strcmp(method, "GET") ? M_GET : !strcmp(method, "POST") ? M_POST : !strcmp(method, "DELETE") ? M_DELETE : 0;
-    if (!(r->methods & m)) {
-        if (r->methods == M_GET) return srv_error(o, 405, "use GET %s", url);
-        if (r->methods == M_POST) return srv_error(o, 405, "use POST %s", url);
-        return srv_error(o, 405, "%s is not a method of %s", method, url);
-    }
-    if (m == M_POST && (r->flags & R_JSON) && !route_json(r, &q, &q.body, o)) return;
-    r->fn(s, &q, o);
+    handle(s, r, &q, authorization, o);
     json_decref(q.body);
+    if (r && (r->flags & R_ANTHROPIC)) srv_error_anthropic(o);
 }
 
 /* A template file (at most 4 MiB); NULL when it cannot be read. */

@@ -530,17 +530,22 @@ static const char *choice_push(srv_gen *g, srv_req *r, int idx, const srv_tok *t
             if (strlen(r->stop[k]) > maxs) maxs = strlen(r->stop[k]);
         size_t from = old >= maxs ? old - maxs + 1 : 0;
         size_t cut = (size_t)-1;
+        int hit = 0;
         for (int k = 0; k < r->n_stop && np; k++) {
             size_t sl = strlen(r->stop[k]);
             for (size_t i = from; i + sl <= c->len; i++)
                 if (!memcmp(c->text + i, r->stop[k], sl)) {
-                    if (i < cut) cut = i;
+                    if (i < cut) {
+                        cut = i;
+                        hit = k + 1;
+                    }
                     break;
                 }
         }
         if (cut != (size_t)-1) {
             c->len = cut;
             c->text[cut] = 0;
+            c->stop_hit = hit;
             fin = "stop";
         }
         if (!fin && c->n_toks >= r->max_tokens) fin = "length";

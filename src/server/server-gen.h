@@ -36,6 +36,7 @@ typedef struct srv_choice {
     srv_tok *toks;
     int n_toks, cap_toks;
     const char *finish;    /* NULL while running; "stop" or "length" */
+    int stop_hit;          /* 1 + the index in srv_req.stop of the stop string that ended it; 0 = none */
     double t_last;         /* when its last token came (per-token latency) */
     double t_first;        /* when its first token came (the log line's time to first token) */
 } srv_choice;

@@ -40,7 +40,8 @@ typedef struct conn_state {
  * loaded: there a body may also carry one medium of --max-media-bytes (as base64
  * in JSON, 4/3 of it, or as a multipart upload). */
 static size_t body_limit(const srv *s, const char *url) {
-    if (!s->mm || (strcmp(url, "/v1/chat/completions") && strcmp(url, "/v1/audio/transcriptions"))) return s->o.max_body;
+    if (!s->mm || (strcmp(url, "/v1/chat/completions") && strcmp(url, "/v1/messages") &&
+                    strcmp(url, "/v1/audio/transcriptions"))) return s->o.max_body;
     size_t media = s->o.max_media_bytes / 3 * 4 + 4096;
     return s->o.max_body + media;
 }
@@ -118,7 +119,7 @@ static enum MHD_Result send_out(srv *s, struct MHD_Connection *conn, srv_out *o)
         if (strcmp(s->o.cors_origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
         if (o->preflight) {
             MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
             MHD_add_response_header(r, "Access-Control-Max-Age", "600");
         }
     }
@@ -231,9 +232,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) &&
             srv_web_asset(url, &o.data, &o.data_len, &o.ctype)) /* the page: no API key (it asks for one) */
             o.status = 200;
-        else
-            srv_handle(s, method, url, cs->body, cs->len,
-                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &sc, &o);
+        else {
+            /* Anthropic's clients send the key as x-api-key */
+            const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+            const char *xk = auth ? NULL : MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+            char *bearer = xk ? malloc(strlen(xk) + 8) : NULL;
+            if (bearer) {
+                memcpy(bearer, "Bearer ", 7);
+                memcpy(bearer + 7, xk, strlen(xk) + 1);
+                auth = bearer;
+            }
+            srv_handle(s, method, url, cs->body, cs->len, auth, &sc, &o);
+            free(bearer);
+        }
     }
     srv_conn_waiting(&waiting, false);
     if (!o.status) srv_error(&o, 500, "no response");

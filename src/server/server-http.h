@@ -120,10 +120,25 @@ void srv_api_models(srv *s, srv_out *o);
 void srv_api_model(srv *s, const char *id, srv_out *o); /* GET /v1/models/{id} */
 void srv_api_props(srv *s, srv_out *o);                 /* GET /props */
 void srv_api_completions(srv *s, json_t *body, bool chat, const srv_conn *conn, srv_out *o);
+/* A completion (api SRV_FMT_COMPLETION) or a chat completion of an OpenAI body,
+ * answered as api says: SRV_FMT_CHAT (OpenAI's chat answer), SRV_FMT_MESSAGES
+ * (Anthropic's, the body converted by server-messages.c). */
+void srv_api_generate(srv *s, json_t *body, int api, const srv_conn *conn, srv_out *o);
+/* POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API over
+ * the chat machinery (server-messages.c). */
+void srv_api_messages(srv *s, json_t *body, const srv_conn *conn, srv_out *o);
+void srv_api_count_tokens(srv *s, json_t *body, const srv_conn *conn, srv_out *o);
+/* An error answer of OpenAI's shape turned into Anthropic's:
+ * {"type": "error", "error": {"type", "message"}}. */
+void srv_error_anthropic(srv_out *o);
 void srv_api_tokenize(srv *s, json_t *body, srv_out *o);
 void srv_api_detokenize(srv *s, json_t *body, srv_out *o);
 /* POST /apply-template: the chat body in, {"prompt": "..."} out (llama-server's). */
 void srv_api_apply_template(srv *s, json_t *body, srv_out *o);
+/* The chat prompt of an OpenAI chat body, rendered by the template (malloc'd,
+ * *len bytes; *spans: its data spans); NULL with the error in o. */
+char *srv_chat_prompt(srv *s, json_t *body, const srv_conn *conn, size_t *len, size_t **spans, size_t *n_spans,
+                      srv_out *o);
 /* GET /v1/kv: the KV cache's pages, sequences and contexts as JSON (server-kv.c) */
 void srv_api_kv(srv *s, srv_out *o);
 /* The web page's files, compiled in (server-web.c and the generated
@@ -171,7 +186,7 @@ bool srv_media_chat_prompt(srv *s, const char *text, size_t len, const size_t *s
 void srv_api_transcriptions(srv *s, const char *body, size_t len, const srv_conn *conn, srv_out *o);
 /* A token array from JSON (every element an integer in [0, n_vocab)). */
 bool srv_json_tokens(srv *s, json_t *a, const char *field, int32_t **out, int *n, srv_out *o);
-enum { SRV_FMT_CHAT, SRV_FMT_COMPLETION, SRV_FMT_CONTEXT };
+enum { SRV_FMT_CHAT, SRV_FMT_COMPLETION, SRV_FMT_CONTEXT, SRV_FMT_MESSAGES };
 /* Sampling, length, n, logprobs and stop parameters shared by completions and
  * contexts/generate (fmt selects the defaults and the logprobs syntax). */
 bool srv_parse_sampling(srv *s, json_t *body, srv_req *r, int fmt, bool *logprobs, srv_out *o);

@@ -25,6 +25,10 @@ json_t *srv_output_message(srv *s, const srv_outfmt *of, const char *text, size_
 /* The delta object of one streamed piece. */
 json_t *srv_output_delta(srv *s, const pkv_tc_delta *d);
 
+/* A finished /v1/messages request's answer: Anthropic's message object
+ * (server-messages.c). NULL for out of memory. */
+json_t *srv_messages_body(srv *s, srv_req *r, const srv_outfmt *of, const char *id);
+
 /* Parse a chat stream's answers with tc (server-api.c); false for out of memory. */
 bool srv_stream_parse(srv_stream *st, const pkv_tc_opts *tc);
 
