@@ -21,26 +21,10 @@ int main(void) { return th_skip("pagekv was built without the server (libmicroht
 #else
 #include "server-json.h"
 
-#ifdef PKV_HAVE_SPNG
-#include <spng.h>
-#endif
+#include "media-testlib.h"
 
 #define N_CTX 1024
 #define N_GEN 12
-
-static char *b64(const uint8_t *d, size_t n) {
-    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *o = malloc(n / 3 * 4 + 8);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
-        o[k++] = a[v >> 18 & 63], o[k++] = a[v >> 12 & 63];
-        o[k++] = i + 1 < n ? a[v >> 6 & 63] : '=';
-        o[k++] = i + 2 < n ? a[v & 63] : '=';
-    }
-    o[k] = 0;
-    return o;
-}
 
 /* A 16-bit mono 16 kHz WAV of n samples; sample `poke` changed by one step. */
 static uint8_t *wav(int n, int poke, size_t *len) {
@@ -60,22 +44,6 @@ static uint8_t *wav(int n, int poke, size_t *len) {
     return w;
 }
 
-#ifdef PKV_HAVE_SPNG
-/* A 40 x 30 RGB PNG; pixel byte `poke` changed by one. */
-static uint8_t *png(int poke, size_t *len) {
-    uint8_t px[40 * 30 * 3];
-    for (int i = 0; i < (int)sizeof px; i++) px[i] = (uint8_t)(i * 7 + (i / 120) * 13);
-    if (poke >= 0) px[poke] ^= 1;
-    spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
-    spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
-    struct spng_ihdr ih = {.width = 40, .height = 30, .bit_depth = 8, .color_type = 2};
-    int e = spng_set_ihdr(c, &ih);
-    if (!e) e = spng_encode_image(c, px, sizeof px, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
-    uint8_t *out = e ? NULL : spng_get_png_buffer(c, len, &e);
-    spng_ctx_free(c);
-    return out;
-}
-#endif
 
 static int g_port;
 
@@ -188,7 +156,7 @@ static void run_case(const char *what, const char *model, const char *proj, cons
     bool have = prompt && reference(model, proj, prompt, med, before, after, text_ids, &n_text, gen, &ng, &nr, &at);
     json_decref(j);
     CHECK(have);
-    char *e1 = b64(file, flen), *e2 = b64(file2, flen2);
+    char *e1 = tm_b64(file, flen), *e2 = tm_b64(file2, flen2);
     size_t pl = strlen(part_fmt) + (strlen(e1) > strlen(e2) ? strlen(e1) : strlen(e2)) + 8;
     char *p1 = malloc(pl), *p2 = malloc(pl);
     snprintf(p1, pl, part_fmt, e1);
@@ -258,7 +226,7 @@ int main(void) {
     snprintf(proj, sizeof proj, "%s", th_tmp("cm-gemma3-mmproj.gguf"));
     if (th_cli("", true, "mkmodel --arch gemma3 --vision -o '%s' --mmproj-out '%s'", model, proj) == 0) {
         size_t n1, n2;
-        uint8_t *p1 = png(-1, &n1), *p2 = png(1234, &n2), *rgb = NULL;
+        uint8_t *p1 = tm_png(-1, &n1), *p2 = tm_png(1234, &n2), *rgb = NULL;
         int w = 0, h = 0;
         REQUIRE(p1 && p2 && pkv_image_decode(p1, n1, NULL, &rgb, &w, &h) == PKV_OK);
         pkv_media im = {.kind = PKV_MEDIA_IMAGE, .rgb = rgb, .width = w, .height = h};
