@@ -433,6 +433,29 @@ static void test_system(void) {
     json_decref(none);
 }
 
+/* Claude Code's billing line: its cch stamp changes every request and must not
+ * stop the prefix cache (it is written as f's). */
+static void test_billing_header(void) {
+    char sys[4096];
+    json_t *j = NULL;
+    long long prompt = 0, cached[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        int n = snprintf(sys, sizeof sys, "x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=%s;You are "
+                         "a helpful assistant.", k ? "b7777" : "a5145");
+        for (int r = 0; r < 40; r++) n += snprintf(sys + n, sizeof sys - (size_t)n, " Rule %d: be precise and kind.", r);
+        json_t *b = req("[{\"role\": \"user\", \"content\": \"hello\"}]", 2, NULL);
+        json_object_set_new(b, "system", k ? json_pack("[{s:s,s:s}]", "type", "text", "text", sys) : json_string(sys));
+        CHECK_INT(post("/v1/messages", b, &j), 200);
+        prompt = jint(j, "usage.input_tokens") + jint(j, "usage.cache_read_input_tokens");
+        cached[k] = jint(j, "usage.cache_read_input_tokens");
+        json_decref(j);
+    }
+    /* the second request reads all but the last page or two from the cache */
+    if (!(prompt > 200 && cached[1] >= prompt - 40))
+        TH_FAIL("billing header: %lld of %lld prompt tokens cached (first request %lld)", cached[1], prompt, cached[0]);
+    th_checks++;
+}
+
 static const char *k_tools =
     "[{\"name\": \"get_weather\", \"description\": \"Weather of a city\", \"input_schema\": {\"type\": \"object\", "
     "\"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 20}, \"unit\": {\"enum\": [\"C\", \"F\"]}}, "
@@ -681,6 +704,7 @@ int main(void) {
     test_max_tokens();
     test_stop_sequences();
     test_system();
+    test_billing_header();
     test_tools();
     test_errors();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);

@@ -31,6 +31,7 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: pagekv serve [-m FILE.gguf] [options]\n"
             "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models), plus\n"
+            "Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens),\n"
             "/tokenize, /detokenize, /health, /metrics (Prometheus) and the contexts API (/v1/contexts:\n"
             "fork, append, truncate, generate over HTTP). See docs/server.md.\n"
             "  -m, --model FILE       GGUF model (without -m: the built-in tiny model, random weights)\n"

@@ -280,11 +280,39 @@ static bool convert_message(srv *s, json_t *m, size_t mi, json_t *out, srv_out *
     return ok;
 }
 
+/* Claude Code starts its system prompt with a billing line,
+ * "x-anthropic-billing-header: cc_version=...; cc_entrypoint=cli; cch=a5145;You
+ * are ...", whose cch stamp changes with every request: the prefix cache could
+ * never get past it. The stamp means nothing to the model, so it is written as
+ * f's, as llama-server does. */
+static void billing_stamp(char *t, size_t n) {
+    static const char head[] = "x-anthropic-billing-header:";
+    if (n < sizeof head || memcmp(t, head, sizeof head - 1)) return;
+    const char *line_end = memchr(t, '\n', n);
+    size_t end = line_end ? (size_t)(line_end - t) : n;
+    for (size_t i = sizeof head - 1; i + 4 <= end; i++) {
+        if (memcmp(t + i, "cch=", 4)) continue;
+        size_t k = i + 4;
+        while (k < end && k < i + 4 + 64 && t[k] != ';') k++;
+        if (k < end && t[k] == ';') memset(t + i + 4, 'f', k - i - 4);
+        return;
+    }
+}
+
 /* system: a string or text blocks (joined by blank lines). */
 static bool convert_system(json_t *sys, json_t *out, srv_out *o) {
     if (!sys || json_is_null(sys)) return true;
     if (json_is_string(sys)) {
-        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "system", "content", sys));
+        size_t n = json_string_length(sys);
+        char *t = malloc(n + 1);
+        if (!t) {
+            srv_error(o, 500, "out of memory");
+            return false;
+        }
+        memcpy(t, json_string_value(sys), n + 1);
+        billing_stamp(t, n);
+        json_array_append_new(out, json_pack("{s:s,s:s%}", "role", "system", "content", t, n));
+        free(t);
         return true;
     }
     if (!json_is_array(sys)) {
@@ -316,6 +344,7 @@ static bool convert_system(json_t *sys, json_t *out, srv_out *o) {
         json_t *t = json_object_get(e, "text");
         if (i) n += (size_t)sprintf(text + n, "\n\n");
         memcpy(text + n, json_string_value(t), json_string_length(t));
+        billing_stamp(text + n, json_string_length(t));
         n += json_string_length(t);
     }
     json_array_append_new(out, json_pack("{s:s,s:s%}", "role", "system", "content", text, n));
