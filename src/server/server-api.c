@@ -906,7 +906,6 @@ out:
 
 /* --------------------------------------------------------------- stream */
 
-
 bool srv_stream_parse(srv_stream *st, const pkv_tc_opts *tc) {
     st->tcs = calloc((size_t)st->r->n, sizeof *st->tcs);
     if (!st->tcs) return false;
