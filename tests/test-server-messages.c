@@ -6,7 +6,9 @@
  * input_schema, and a tool_result turn renders as the OpenAI tool message does;
  * system as a string or blocks, stop_sequences, max_tokens, thinking blocks
  * (a template that opens <think>), count_tokens, cache_read_input_tokens, the
- * x-api-key header, and errors in Anthropic's shape naming the field. */
+ * x-api-key header, and errors in Anthropic's shape naming the field. The plain
+ * turn runs again on chatml (no format to parse: the raw text streamed), and an
+ * image block on a vision pair equals the chat path's image_url part. */
 #include "server-testlib.h"
 
 #ifndef PKV_HAVE_SERVER
@@ -707,6 +709,12 @@ int main(void) {
     test_billing_header();
     test_tools();
     test_errors();
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    /* chatml: no tool-call or reasoning format, the answer streamed as raw text */
+    snprintf(args, sizeof args, "-m '%s' -c 2048 --chat-template chatml --api-key test-key --alias tiny", model);
+    pid = ts_start(args, log, &g_port);
+    REQUIRE(pid > 0);
+    test_basic();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
     /* DeepSeek-R1's template opens <think> at the generation prompt */
     snprintf(args, sizeof args, "-m '%s' -c 2048 --chat-template '%s/tests/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja' "
