@@ -354,6 +354,32 @@ static void test_basic(void) {
     json_decref(b);
 }
 
+/* A final assistant message is a prefill the answer continues, as on the chat
+ * path (the same greedy text). */
+static void test_prefill(void) {
+    static const char *msgs = "[{\"role\": \"user\", \"content\": \"Tell me about Paris.\"}, {\"role\": \"assistant\", "
+                              "\"content\": \"Paris is\"}]";
+    json_t *j = NULL, *c = NULL;
+    CHECK_INT(post("/v1/messages", req(msgs, 8, NULL), &j), 200);
+    char chat[1024];
+    snprintf(chat, sizeof chat, "{\"messages\": %s, \"max_tokens\": 8, \"temperature\": 0}", msgs);
+    const char *save = g_auth;
+    g_auth = "-H 'Authorization: Bearer test-key'";
+    CHECK_INT(post_text("/v1/chat/completions", chat, &c), 200);
+    g_auth = save;
+    const char *want = jstr(c, "choices.0.message.content"), *got = jstr(j, "content.0.text");
+    if (strcmp(want ? want : "", got ? got : "")) TH_FAIL("prefill: '%s' != chat '%s'", got ? got : "", want ? want : "");
+    CHECK_INT(jint(j, "usage.input_tokens") + jint(j, "usage.cache_read_input_tokens"), jint(c, "usage.prompt_tokens"));
+    json_decref(j);
+    json_decref(c);
+    /* a final assistant turn with a tool_use cannot be continued */
+    CHECK_INT(post_text("/v1/messages", "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                        "{\"role\": \"assistant\", \"content\": [{\"type\": \"tool_use\", \"id\": \"t\", \"name\": \"f\", "
+                        "\"input\": {}}]}]}", &j), 400);
+    CHECK(strstr(jstr(j, "error.message") ? jstr(j, "error.message") : "", "tool calls") != NULL);
+    json_decref(j);
+}
+
 /* max_tokens: a limit reached is stop_reason max_tokens; a limit past the
  * context is cut to it (Anthropic's clients always send one). */
 static void test_max_tokens(void) {
@@ -703,6 +729,7 @@ int main(void) {
     pid_t pid = ts_start(args, log, &g_port);
     REQUIRE(pid > 0);
     test_basic();
+    test_prefill();
     test_max_tokens();
     test_stop_sequences();
     test_system();
