@@ -8,8 +8,8 @@
  * recompute); under the speculative-sampling rule too (greedy: plain decoding's
  * tokens), and for turns on a context. Then logit_bias in the engine: a biased
  * request gives the same events alone and batched with others (with and without
- * drafts), its banned token never comes and its forced one always does; and bad
- * parameters refused with messages naming them. */
+ * drafts), its banned token never comes and its forced one always does; bad
+ * parameters refused with messages naming them; and the CLI (run, bench spec). */
 #include "base/base.h"
 #include "engine-testlib.h"
 
@@ -356,6 +356,44 @@ static void check_bad_params(void) {
     CHECK(strstr(pkv_errmsg(), "draft_ngram and draft are exclusive") != NULL);
 }
 
+/* The CLI: run --spec ngram prints what plain greedy run prints and logs rounds
+ * that propose; bench spec --spec ngram --workload edit reports its figures with
+ * the greedy outputs identical; the combinations it refuses. */
+static void check_cli(void) {
+    char f[512], log[512];
+    snprintf(f, sizeof f, "%s", th_tmp("ngram.gguf"));
+    snprintf(log, sizeof log, "%s", th_tmp("ngram-rounds.jsonl"));
+    int rc = th_cli("", true, "mkmodel --seed 3 -o '%s'", f);
+    if (rc == -1) {
+        printf("note: no CLI (PKV_CLI unset): run/bench spec --spec ngram not checked\n");
+        return;
+    }
+    CHECK_INT(rc, 0);
+    static char plain[sizeof th_out];
+    const char *p = "-p 'one two three four one two three four one two three four one two' -n 48 --temp 0";
+    CHECK_INT(th_cli("", false, "run -m '%s' %s", f, p), 0);
+    memcpy(plain, th_out, sizeof plain);
+    CHECK_INT(th_cli("", false, "run -m '%s' %s --spec ngram --draft-max 6 --spec-log '%s'", f, p, log), 0);
+    th_checks++;
+    if (strcmp(th_out, plain)) TH_FAIL("run --spec ngram printed '%s', plain run '%s'", th_out, plain);
+    static char rounds[1 << 16];
+    th_read_text(log, rounds, sizeof rounds);
+    CHECK(strstr(rounds, "\"proposed\": [") != NULL && strstr(rounds, "\"accepted\": 1") != NULL);
+    CHECK_INT(th_cli("", false, "bench spec -m '%s' --spec ngram --workload edit --prompt-tokens 64 -n 64 --reps 1 --json", f),
+              0);
+    HAS("\"draft_kind\": \"ngram\"");
+    HAS("\"workload\": \"edit\"");
+    HAS("\"greedy_match\": true");
+    CHECK(strstr(th_out, "\"acceptance_rate\": 0.0000") == NULL);
+    CHECK_INT(th_cli("", true, "run -m '%s' -p hi --spec ngram --fork 2", f), 2);
+    HAS("--fork cannot be combined");
+    CHECK_INT(th_cli("", true, "run -m '%s' -p hi --spec trigram", f), 2);
+    CHECK_INT(th_cli("", true, "bench spec --spec ngram --draft '%s'", f), 2);
+    HAS("--spec ngram needs no draft model");
+    unlink(f);
+    unlink(log);
+}
+
 int main(void) {
     g_m = et_model("llama", PKV_TYPE_Q8_0, 1);
     if (!g_m) return th_done();
@@ -366,6 +404,7 @@ int main(void) {
     fprintf(stderr, "logit_bias in the engine:\n");
     check_bias();
     check_bad_params();
+    check_cli();
     pkv_model_free(g_m);
     return th_done();
 }
