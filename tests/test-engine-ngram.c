@@ -297,9 +297,10 @@ static void check_bias(void) {
         for (int j = 0; j < rp[i].n; j++)
             for (int t = 0; rp[i].sampling.n_logit_bias && t < alone[i].s[j].n; t++)
                 if (alone[i].s[j].tok[t] == first) TH_FAIL("request %d sample %d: banned token %d at %d", i, j, first, t);
-    for (int ng = 0; ng < 2; ng++) {
+    for (int ng = 0; ng < 3; ng++) { /* plain, n-gram drafts (MATCH), n-gram drafts (SAMPLING: greedy ones equal) */
         pkv_engine_params ep = et_params(256, 8, 0);
-        ep.draft_ngram = ng;
+        ep.draft_ngram = ng > 0;
+        ep.draft_accept = ng == 2 ? PKV_DRAFT_ACCEPT_SAMPLING : PKV_DRAFT_ACCEPT_MATCH;
         pkv_engine *e = pkv_engine_create(g_m, ep);
         if (!e) {
             TH_FAIL("engine: %s", pkv_errmsg());
@@ -315,7 +316,14 @@ static void check_bias(void) {
         bias[0].token = 0; /* the engine copied the list at submit */
         et_drain(e);
         bias[0].token = first;
-        for (int i = 0; i < 6; i++) et_same(&alone[i], &got[i], rp[i].n, ng ? "logit_bias, batched, n-gram drafts" : "logit_bias, batched", i);
+        static const char *const what[3] = {"logit_bias, batched", "logit_bias, batched, n-gram drafts",
+                                            "logit_bias, batched, n-gram drafts, sampling rule"};
+        for (int i = 0; i < 6; i++)
+            if (ng < 2 || rp[i].sampling.temp == 0) et_same(&alone[i], &got[i], rp[i].n, what[ng], i);
+        for (int i = 0; ng == 2 && i < 6; i++) /* the seeded ones: the ban holds under the rule's draws */
+            for (int j = 0; j < rp[i].n; j++)
+                for (int t = 0; rp[i].sampling.n_logit_bias && t < got[i].s[j].n; t++)
+                    if (got[i].s[j].tok[t] == first) TH_FAIL("sampling rule: request %d: banned token %d", i, first);
         pkv_engine_free(e);
     }
     /* +100 forces: every token is the pushed one */

@@ -3,7 +3,8 @@
  * API) in its three forms: OpenAI's {"token id": bias}, llama-server's string keys
  * (every token of the string's tokenization, without special tokens, gets the
  * bias) and its list form [[id or string, bias or false], ...] (false bans); -100
- * and false keep a token out, +100 forces it; the 400s name the key or element.
+ * and false keep a token out, +100 forces it, with a grammar too (the bias comes
+ * before its mask); the 400s name the key or element.
  * Then `serve --spec ngram`: greedy answers equal those of a server without
  * drafts, and its /metrics count proposals and kept ones. */
 #include "server-testlib.h"
@@ -28,9 +29,9 @@ static int post(const char *path, const char *json, json_t **out) {
 static int complete(const char *prompt, int max_tokens, const char *rest, int32_t *ids) {
     char body[4096];
     snprintf(body, sizeof body,
-             "{\"prompt\": \"%s\", \"max_tokens\": %d, \"temperature\": 0, \"ignore_eos\": true, "
+             "{\"prompt\": \"%s\", \"max_tokens\": %d, \"temperature\": 0, \"ignore_eos\": %s, "
              "\"return_token_ids\": true%s}",
-             prompt, max_tokens, rest);
+             prompt, max_tokens, strstr(rest, "grammar") ? "false" : "true", rest); /* (a grammar decides the end) */
     json_t *r = NULL;
     int code = post("/v1/completions", body, &r);
     json_t *t = jget(r, "choices.0.token_ids");
@@ -109,6 +110,15 @@ static void test_forms(void) {
     snprintf(rest, sizeof rest, ", \"logit_bias\": {\"%d\": 60, \"brown\": 40}", rest_ids[0]);
     if (nr == 1 && complete(prompt, 4, rest, got) == 4)
         for (int i = 0; i < 4; i++) CHECK_INT(got[i], rest_ids[0]);
+
+    /* with a grammar: the bias applies before its mask; banning all it allows is a 400 */
+    int32_t b1[16];
+    REQUIRE_VOID(tokenize("b", b1) == 1);
+    if (complete(prompt, 4, ", \"grammar\": \"root ::= [a-c]+\", \"logit_bias\": {\"b\": 100}", got) == 4)
+        for (int i = 0; i < 4; i++) CHECK_INT(got[i], b1[0]);
+    expect_400("/v1/completions",
+               "{\"prompt\": \"x\", \"max_tokens\": 3, \"grammar\": \"root ::= \\\"q\\\"\", \"logit_bias\": {\"q\": false}}",
+               "logit_bias bans every token the grammar allows here");
 
     /* chat: forced to the token of "a": the content is that token's text, repeated */
     int32_t a[16];
