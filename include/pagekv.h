@@ -1176,6 +1176,9 @@ pkv_status pkv_context_decode_mmproj(pkv_context *ctx, pkv_mmproj *p, const pkv_
 /* Token sampling over one row of logits on the host.
  *
  * The chain, in this order:
+ *   0. logit bias (logit_bias): each entry's bias is added to its token's logit
+ *      (entries for the same token add up; -INFINITY bans the token: it is never
+ *      drawn, greedy included), before every other step and before a grammar's mask;
  *   1. repetition penalty over the last repeat_last_n accepted tokens (each distinct
  *      token once: a positive logit is divided by the penalty, a negative or zero one
  *      multiplied — llama.cpp's semantics);
@@ -1192,6 +1195,15 @@ pkv_status pkv_context_decode_mmproj(pkv_context *ctx, pkv_mmproj *p, const pkv_
  * state does: pkv_sampler_set_grammar). Not thread-safe: one
  * sampler per sequence.
  * (The public parts move to include/pagekv.h's engine section later.) */
+
+/* One entry of pkv_sampler_params.logit_bias. */
+typedef struct pkv_logit_bias {
+    int32_t token; /* token id, [0, n_vocab) */
+    float bias;    /* added to its logit: finite, or -INFINITY (never drawn) */
+} pkv_logit_bias;
+
+#define PKV_SAMPLER_MAX_LOGIT_BIAS 65536 /* entries of pkv_sampler_params.logit_bias */
+
 typedef struct pkv_sampler_params {
     float temp;           /* temperature; <= 0: greedy (argmax) */
     int top_k;            /* keep the k most likely tokens; 0: off; must be >= 0 */
@@ -1205,18 +1217,24 @@ typedef struct pkv_sampler_params {
      * there gets logit -= presence_penalty + c * frequency_penalty. Finite; 0: off. */
     float presence_penalty;
     float frequency_penalty;
+    /* Step 0 of the chain (OpenAI's logit_bias): [n_logit_bias] entries, copied by
+     * pkv_sampler_create (and by pkv_engine_submit); each token in [0, n_vocab), each
+     * bias finite or -INFINITY (a ban); not every token banned. NULL / 0 = none. */
+    const pkv_logit_bias *logit_bias;
+    int32_t n_logit_bias; /* 0..PKV_SAMPLER_MAX_LOGIT_BIAS */
 } pkv_sampler_params;
 
 typedef struct pkv_sampler pkv_sampler;
 
 /* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0 (off),
- * repeat_last_n 64, seed 0, presence and frequency penalties 0 (off). */
+ * repeat_last_n 64, seed 0, presence and frequency penalties 0 (off), no logit bias. */
 pkv_sampler_params pkv_sampler_default_params(void);
 
 /* A sampler for rows of n_vocab logits. Returns NULL with a message naming the field
  * on bad params (top_k < 0, top_p outside (0, 1], min_p outside [0, 1],
  * repeat_penalty <= 0, repeat_last_n < 0, non-finite presence or frequency
- * penalty, NaN anywhere, n_vocab <= 0), or on
+ * penalty, NaN anywhere, n_vocab <= 0, a logit_bias entry with a token outside
+ * [0, n_vocab) or a NaN or +infinite bias, every token banned), or on
  * allocation failure. */
 pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab);
 void pkv_sampler_free(pkv_sampler *s);
@@ -1648,7 +1666,19 @@ typedef struct pkv_engine_params {
      * rest of `cache` (kv_type, page size) with this cache's pool sizes. NULL = make
      * one from `cache`. */
     pkv_kv_cache *use_cache;
+    /* N-gram drafts (prompt-lookup decoding; docs/engine.md, "N-gram drafts"): no
+     * draft model; a sequence whose next step decodes one pending token proposes
+     * up to draft_max tokens: those that followed the most recent earlier
+     * occurrence in its own tokens (prompt and generated) of its last n tokens,
+     * the longest n from ngram_max down to ngram_min that occurs. Verified and
+     * counted (draft_proposed / draft_accepted) as any draft's, by draft_accept's
+     * rule. Not with draft. */
+    bool draft_ngram;
+    int ngram_min;           /* shortest n-gram looked up, 1..ngram_max; 0 = 2 */
+    int ngram_max;           /* longest, ngram_min..PKV_ENGINE_MAX_NGRAM; 0 = 4 */
 } pkv_engine_params;
+
+#define PKV_ENGINE_MAX_NGRAM 16 /* pkv_engine_params.ngram_max */
 
 pkv_engine_params pkv_engine_default_params(void);
 

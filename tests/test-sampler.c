@@ -653,6 +653,105 @@ static void test_penalty(void) {
     pkv_sampler_free(s);
 }
 
+/* logit_bias (step 0): the probabilities are the softmax of the biased logits; a
+ * -inf ban is never drawn (greedy, top-k wider than the allowed tokens, top-p,
+ * penalties) and a +100 bias wins every draw; entries for one token add up; the
+ * list is copied; bad entries are refused naming them. */
+static void test_logit_bias(void) {
+    float l[6] = {3.0f, 1.0f, 0.5f, -1.0f, 2.0f, 0.0f};
+    pkv_logit_bias b[3] = {{4, -1.5f}, {1, 0.75f}, {1, 0.25f}};
+    pkv_sampler_params p = plain();
+    p.logit_bias = b;
+    p.n_logit_bias = 3;
+    float biased[6] = {3.0f, 2.0f, 0.5f, -1.0f, 0.5f, 0.0f};
+    double e[6];
+    int all[6] = {1, 1, 1, 1, 1, 1};
+    softmax_over(biased, 6, 1.0, all, e);
+    check_probs(p, l, 6, e, 1e-6, "logit_bias");
+
+    pkv_logit_bias ban[2] = {{0, -INFINITY}, {4, -INFINITY}};
+    for (int k = 0; k < 6; k++) { /* greedy, plain, top-k 5 (more than allowed), top-p, min-p, penalties */
+        pkv_sampler_params q = plain();
+        q.temp = k == 0 ? 0.0f : 1.5f;
+        if (k == 2) q.top_k = 5;
+        if (k == 3) q.top_p = 0.9f;
+        if (k == 4) q.min_p = 0.01f;
+        if (k == 5) q.repeat_penalty = 1.5f, q.presence_penalty = 1.0f;
+        q.logit_bias = ban;
+        q.n_logit_bias = 2;
+        q.seed = (uint64_t)k;
+        pkv_sampler *s = pkv_sampler_create(q, 6);
+        REQUIRE_VOID(s);
+        ban[0].token = 3; /* copied at create: this changes nothing */
+        for (int i = 0; i < 400; i++) {
+            int32_t tok = -1;
+            CHECK_OK(pkv_sampler_sample(s, l, &tok));
+            if (tok == 0 || tok == 4) {
+                TH_FAIL("variant %d draw %d: banned token %d", k, i, tok);
+                break;
+            }
+            pkv_sampler_accept(s, tok);
+        }
+        ban[0].token = 0;
+        float pr[6];
+        CHECK_OK(pkv_sampler_probs(s, l, pr));
+        CHECK(pr[0] == 0 && pr[4] == 0);
+        pkv_sampler_free(s);
+    }
+    pkv_logit_bias force = {3, 100.0f};
+    pkv_sampler_params q = pkv_sampler_default_params();
+    q.temp = 1.0f;
+    q.logit_bias = &force;
+    q.n_logit_bias = 1;
+    pkv_sampler *s = pkv_sampler_create(q, 6);
+    REQUIRE_VOID(s);
+    for (int i = 0; i < 200; i++) {
+        int32_t tok = -1;
+        CHECK_OK(pkv_sampler_sample(s, l, &tok));
+        CHECK_INT(tok, 3);
+    }
+    pkv_sampler_free(s);
+
+    /* refused: token outside the vocabulary, negative, NaN or +inf bias, too many, NULL list, all banned */
+    int64_t live = pkv_alloc_live();
+    pkv_logit_bias bad = {6, 1.0f};
+    q.logit_bias = &bad;
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("logit_bias entry 0 has token 6, outside the vocabulary [0, 6)");
+    bad.token = -1;
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("logit_bias entry 0 has token -1");
+    bad = (pkv_logit_bias){2, NAN};
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("logit_bias entry 0 (token 2) has bias nan");
+    bad.bias = INFINITY;
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("(token 2) has bias inf");
+    q.n_logit_bias = PKV_SAMPLER_MAX_LOGIT_BIAS + 1;
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("logit_bias has 65537 entries");
+    q.logit_bias = NULL;
+    q.n_logit_bias = 1;
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("but is NULL");
+    pkv_logit_bias every[7];
+    for (int i = 0; i < 6; i++) every[i] = (pkv_logit_bias){i, -INFINITY};
+    every[6] = (pkv_logit_bias){2, -INFINITY};
+    q.logit_bias = every;
+    q.n_logit_bias = 7;
+    CHECK(pkv_sampler_create(q, 6) == NULL);
+    CHECK_MSG("bans all 6 tokens");
+    q.n_logit_bias = 6; /* 0..4 banned (2 twice): token 5 only */
+    every[5] = every[6];
+    s = pkv_sampler_create(q, 6);
+    REQUIRE_VOID(s);
+    int32_t tok = -1;
+    CHECK_OK(pkv_sampler_sample(s, l, &tok));
+    CHECK_INT(tok, 5);
+    pkv_sampler_free(s);
+    CHECK_INT(pkv_alloc_live(), live);
+}
+
 static void test_bad_input(void) {
     struct {
         pkv_sampler_params p;
@@ -771,6 +870,7 @@ int main(void) {
     test_distribution();
     test_draw();
     test_penalty();
+    test_logit_bias();
     test_bad_input();
     test_alloc();
     return th_done();

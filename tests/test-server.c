@@ -196,7 +196,8 @@ static void test_errors_and_basics(void) {
         /* nothing is silently ignored (issue 28): unknown fields, unimplemented ones, limits */
         {"{\"prompt\": \"hi\", \"foo\": 1}", "unknown field 'foo'"},
         {"{\"prompt\": \"hi\", \"mirostat\": 2}", "'mirostat' is not implemented"},
-        {"{\"prompt\": \"hi\", \"logit_bias\": {\"5\": 1}}", "'logit_bias' is not implemented"},
+        {"{\"prompt\": \"hi\", \"typical_p\": 0.5}", "'typical_p' is not implemented"},
+        {"{\"prompt\": \"hi\", \"logit_bias\": {\"5\": 1000}}", "'logit_bias' key '5': the bias must be"},
         {"{\"prompt\": \"hi\", \"messages\": []}", "'messages' is a field of /v1/chat/completions"},
         {"{\"prompt\": \"hi\", \"max_tokens\": 100000}", "max_tokens asks for 100000 more"},
         {"{\"prompt\": \"hi\", \"n_predict\": 100000}", "max_tokens asks for 100000 more"},
@@ -1206,7 +1207,7 @@ static void test_templates(void) {
     CHECK_INT(th_cli("", true, "serve -m '%s' --chat-template '%s' --port 0", g_model, f), 1);
     HAS("line 2, column");
     CHECK_INT(th_cli("", true, "serve -m '%s' --draft-max 3", g_model), 2);
-    HAS("need --draft FILE or --mtp");
+    HAS("need --draft FILE, --mtp or --spec ngram");
     CHECK_INT(th_cli("", true, "serve -m '%s' --simple", g_model), 2); /* retired: one scheduler */
     HAS("--simple was retired");
     CHECK_INT(th_cli("", true, "serve -m '%s' --mtp --port 0", g_model), 1); /* a llama file: no MTP layers */

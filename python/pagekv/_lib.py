@@ -161,10 +161,15 @@ class KVStats(Structure):
                 ("disk_queue_seconds", c_double)]
 
 
+class LogitBias(Structure):
+    _fields_ = [("token", c_int32), ("bias", c_float)]
+
+
 class SamplerParams(Structure):
     _fields_ = [("temp", c_float), ("top_k", c_int), ("top_p", c_float), ("min_p", c_float),
                 ("repeat_penalty", c_float), ("repeat_last_n", c_int), ("seed", c_uint64),
-                ("presence_penalty", c_float), ("frequency_penalty", c_float)]
+                ("presence_penalty", c_float), ("frequency_penalty", c_float),
+                ("logit_bias", POINTER(LogitBias)), ("n_logit_bias", c_int32)]
 
 
 class TokenLogprob(Structure):
@@ -195,7 +200,8 @@ class EngineParams(Structure):
     _fields_ = [("cache", CacheParams), ("max_batch_tokens", c_int), ("max_seqs", c_int),
                 ("prefix_cache", c_bool), ("swap", c_bool), ("draft", c_void_p), ("draft_max", c_int),
                 ("spill", c_int), ("draft_accept", c_int), ("on_draft_round", c_void_p),
-                ("draft_round_user", c_void_p), ("use_cache", c_void_p)]
+                ("draft_round_user", c_void_p), ("use_cache", c_void_p), ("draft_ngram", c_bool),
+                ("ngram_min", c_int), ("ngram_max", c_int)]
 
 
 class EngineStats(Structure):
@@ -223,6 +229,7 @@ C_STRUCTS = {
     "pkv_device_caps": DeviceCaps, "pkv_device_params": DeviceParams, "pkv_check_result": CheckResult,
     "pkv_check_params": CheckParams, "pkv_model_params": ModelParams, "pkv_model_info": ModelInfo,
     "pkv_cache_params": CacheParams, "pkv_kv_stats": KVStats, "pkv_sampler_params": SamplerParams,
+    "pkv_logit_bias": LogitBias,
     "pkv_token_logprob": TokenLogprob, "pkv_engine_event": EngineEvent, "pkv_request_params": RequestParams,
     "pkv_engine_params": EngineParams, "pkv_engine_stats": EngineStats,
 }

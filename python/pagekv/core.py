@@ -20,7 +20,7 @@ from ctypes import byref, c_float, c_int, c_int32, c_int64, c_size_t, c_uint8
 
 from . import chat as _chat
 from . import gguf as _gguf
-from ._lib import CHECK_REPORT_FN, KVStats, ModelInfo, _count, lib
+from ._lib import CHECK_REPORT_FN, KVStats, LogitBias, ModelInfo, _count, lib
 from .errors import InvalidError, Status, check, check_handle, error
 
 try:  # NumPy is optional: logits come as numpy arrays with it, memoryviews without
@@ -686,12 +686,12 @@ class Sampler(_Handle):
 
     def __init__(self, n_vocab, temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64,
                  seed=0, presence_penalty=0.0, frequency_penalty=0.0, grammar=None, json_schema=None, model=None,
-                 grammar_token_steps=None, grammar_request_steps=None):
+                 grammar_token_steps=None, grammar_request_steps=None, logit_bias=None):
         steps = (_steps("grammar_token_steps", grammar_token_steps),
                  _steps("grammar_request_steps", grammar_request_steps))
         p = sampler_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                            repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
-                           frequency_penalty=frequency_penalty)
+                           frequency_penalty=frequency_penalty, logit_bias=logit_bias)
         self.n_vocab = n_vocab
         self._vocab = None
         self._own(check_handle(lib.pkv_sampler_create(p, n_vocab)))
@@ -748,11 +748,21 @@ def _steps(name, v):
 
 
 def sampler_params(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=0,
-                   presence_penalty=0.0, frequency_penalty=0.0):
+                   presence_penalty=0.0, frequency_penalty=0.0, logit_bias=None):
+    """pkv_sampler_params; logit_bias: {token id: bias} or [(token id, bias), ...], a bias
+    a float (added to the logit) or False / -inf (a ban). The list lives as long as p
+    (ctypes keeps the array with the struct); create and submit copy it."""
     p = lib.pkv_sampler_default_params()
     p.temp, p.top_k, p.top_p, p.min_p = temp, top_k, top_p, min_p
     p.repeat_penalty, p.repeat_last_n, p.seed = repeat_penalty, repeat_last_n, seed
     p.presence_penalty, p.frequency_penalty = presence_penalty, frequency_penalty
+    if logit_bias:
+        pairs = list(logit_bias.items()) if isinstance(logit_bias, dict) else list(logit_bias)
+        arr = (LogitBias * len(pairs))()
+        for i, (t, b) in enumerate(pairs):
+            arr[i].token = operator.index(t)
+            arr[i].bias = float("-inf") if b is False else float(b)
+        p.logit_bias, p.n_logit_bias = arr, len(pairs)
     return p
 
 

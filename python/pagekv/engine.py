@@ -105,13 +105,16 @@ def _close_engines():
 
 class Engine(_Handle):
     """Engine(model, n_ctx=0, n_seq_max=0, page_size=0, kv_type='f16', n_pages=0,
-    host_pages=0, max_batch_tokens=0, max_seqs=0, prefix_cache=True, swap=True).
+    host_pages=0, max_batch_tokens=0, max_seqs=0, prefix_cache=True, swap=True,
+    draft_ngram=False, ngram_min=0, ngram_max=0, draft_max=0).
+    draft_ngram: n-gram drafts (prompt lookup; docs/engine.md), the same tokens.
     Starts its thread at once; close() (or `with`) stops it, cancelling what is
     unfinished."""
     _kind = "Engine"
 
     def __init__(self, model, *, n_ctx=0, n_seq_max=0, page_size=0, kv_type="f16", kv_type_v=None, n_pages=0,
-                 host_pages=0, max_batch_tokens=0, max_seqs=0, prefix_cache=True, swap=True):
+                 host_pages=0, max_batch_tokens=0, max_seqs=0, prefix_cache=True, swap=True, draft_ngram=False,
+                 ngram_min=0, ngram_max=0, draft_max=0):
         self.model = model
         self._reqs = {}
         self._reqs_lock = threading.Lock()
@@ -121,6 +124,7 @@ class Engine(_Handle):
         p.cache = _cache_params(n_ctx=n_ctx, n_seq_max=n_seq_max, page_size=page_size, kv_type=kv_type,
                                 kv_type_v=kv_type_v, n_pages=n_pages, host_pages=host_pages)
         p.max_batch_tokens, p.max_seqs, p.prefix_cache, p.swap = max_batch_tokens, max_seqs, prefix_cache, swap
+        p.draft_ngram, p.ngram_min, p.ngram_max, p.draft_max = draft_ngram, ngram_min, ngram_max, draft_max
         with model._lock:
             h = check_handle(lib.pkv_engine_create(model._use(), p))
             model._engines += 1
@@ -168,7 +172,7 @@ class Engine(_Handle):
 
     def submit(self, prompt, max_tokens=0, *, n=1, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
                repeat_last_n=64, seed=0, presence_penalty=0.0, frequency_penalty=0.0, stop_tokens=(),
-               ignore_eos=False, priority=0, top_logprobs=0, grammar=None, json_schema=None):
+               ignore_eos=False, priority=0, top_logprobs=0, grammar=None, json_schema=None, logit_bias=None):
         """Queue a request (prompt: token ids) and return its Request. Thread-safe.
         Sampling defaults to greedy (temp 0). Bad arguments (an id outside the
         vocabulary, a prompt beyond the context, ...) raise here and queue nothing."""
@@ -180,7 +184,7 @@ class Engine(_Handle):
         rp.prompt, rp.n_prompt = arr, n_prompt
         rp.sampling = sampler_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                                      repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
-                                     frequency_penalty=frequency_penalty)
+                                     frequency_penalty=frequency_penalty, logit_bias=logit_bias)
         rp.max_tokens, rp.n, rp.priority, rp.top_logprobs = max_tokens, n, priority, top_logprobs
         rp.stop_tokens, rp.n_stop, rp.ignore_eos = sarr, n_stop, ignore_eos
         rp.on_event, rp.user = self._cb, key

@@ -146,3 +146,23 @@ def test_gil_released_during_foreign_calls(engine_model):
     assert lib.pkv_engine_start(eng._h) == 0
     assert [e.finish for e in r][-1] == "length"
     eng.close()
+
+
+def test_logit_bias_and_ngram_drafts(engine_model, model_path):
+    """logit_bias bans and forces (dict and pair forms, False = a ban); an engine
+    with n-gram drafts gives the tokens of plain greedy decoding and counts its
+    proposals; bad entries raise naming them."""
+    rep = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
+    want = greedy(model_path, rep, 24)
+    with pagekv.Engine(engine_model, n_ctx=128, draft_ngram=True, draft_max=5) as eng:
+        assert list(eng.generate(rep, 24, ignore_eos=True)) == want
+        got = list(eng.generate(PROMPTS[0], 8, ignore_eos=True, logit_bias={want[0]: False}))
+        assert want[0] not in got
+        assert list(eng.generate(PROMPTS[0], 6, ignore_eos=True, logit_bias=[(123, 100.0)])) == [123] * 6
+        with pytest.raises(pagekv.InvalidError) as e:
+            eng.submit(PROMPTS[0], 4, logit_bias={engine_model.n_vocab: 1.0})
+        assert "logit_bias entry 0 has token" in e.value.message
+        stats = eng.stats()
+    assert stats["draft_proposed"] > 0
+    s = pagekv.Sampler(engine_model.n_vocab, temp=0, logit_bias={3: 100})
+    assert s.sample([0.0] * engine_model.n_vocab) == 3

@@ -9,7 +9,9 @@
  * step) and their cost, not a useful draft. It also times one target step of 1
  * token and of K + 1 tokens: their ratio bounds what any draft can gain on this
  * device (ideal_speedup = (K + 1) x step(1) / step(K + 1), a free draft that is
- * always right). */
+ * always right). --spec ngram: n-gram drafts (pkv_engine_params.draft_ngram, no
+ * draft model) instead; --workload edit and echo give them prompts that repeat a
+ * passage, as code editing and summarisation do. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,7 @@
 #include "pagekv.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: pagekv bench spec [-m TARGET.gguf] [--draft FILE] [options] [--json]\n"
+    fprintf(f, "usage: pagekv bench spec [-m TARGET.gguf] [--draft FILE | --spec ngram] [options] [--json]\n"
                "Speculative vs plain decoding of the same target from the same prompt, each one\n"
                "request of the serving engine (the speculative one on an engine with the draft).\n"
                "Without -m the built-in tiny model; without --draft the target is its own draft\n"
@@ -29,6 +31,15 @@ static void usage(FILE *f) {
                "Tokens/s and steps count the decoding after the first token (sampled by the prefill).\n"
                "  --draft FILE          draft model (own-cache, shared-KV or a Gemma 4 assistant,\n"
                "                        see docs/speculative.md)\n"
+               "  --spec ngram          n-gram drafts (prompt lookup: proposals from the sequence's own\n"
+               "                        tokens), no draft model\n"
+               "  --workload W          the prompt: random (default: random token ids); edit (a\n"
+               "                        passage of half the prompt, a separator, then its first quarter\n"
+               "                        again, with one token in eight changed: the output that copies\n"
+               "                        it on, as code edits and summaries do, is what n-grams predict);\n"
+               "                        echo (a passage P of a third of the prompt, then G, the target's\n"
+               "                        own greedy continuation of P, then P again: an answer that\n"
+               "                        repeats context, for a model without trained copying)\n"
                "  --draft-device NAME   draft device (default: the target's)\n"
                "  --mtp                 the MTP head of -m FILE as the draft (qwen35 with nextn layers)\n"
                "  --draft-max N         tokens proposed per round (default 4)\n"
@@ -47,11 +58,31 @@ static void usage(FILE *f) {
 typedef struct spec_opts {
     pkv_cli_model_opts o; /* first: pkv_cli_model_more */
     const char *draft_path, *draft_dev;
-    bool use_mtp, json, help;
+    bool use_mtp, json, help, ngram;
+    const char *workload; /* random, edit, echo */
     long long K, n_gen, n_prompt, reps;
     double temp;
     pkv_draft_accept accept;
 } spec_opts;
+
+static bool opt_spec(void *opts, const char *opt, const char *v) {
+    if (strcmp(v, "ngram")) {
+        fprintf(stderr, "pagekv bench spec: %s takes ngram (a draft model is --draft FILE or --mtp), got '%s'\n", opt, v);
+        return false;
+    }
+    ((spec_opts *)opts)->ngram = true;
+    return true;
+}
+
+static bool opt_workload(void *opts, const char *opt, const char *v) {
+    spec_opts *a = opts;
+    if (!strcmp(v, "edit") || !strcmp(v, "random") || !strcmp(v, "echo")) a->workload = v;
+    else {
+        fprintf(stderr, "pagekv bench spec: %s takes random, edit or echo, got '%s'\n", opt, v);
+        return false;
+    }
+    return true;
+}
 
 static bool opt_accept(void *opts, const char *opt, const char *v) {
     spec_opts *a = opts;
@@ -72,6 +103,8 @@ static const pkv_cli_opt spec_options[] = {
     SPEC_OPT("--draft-device", NULL, PKV_CLI_STR, draft_dev, 0, 0),
     SPEC_OPT("--draft-max", NULL, PKV_CLI_LLONG, K, 1, 64),
     {"--accept", NULL, PKV_CLI_FN, 0, 0, 0, opt_accept, true},
+    {"--spec", NULL, PKV_CLI_FN, 0, 0, 0, opt_spec, true},
+    {"--workload", NULL, PKV_CLI_FN, 0, 0, 0, opt_workload, true},
     SPEC_OPT("-n", NULL, PKV_CLI_LLONG, n_gen, 1, 1 << 14),
     SPEC_OPT("--prompt-tokens", NULL, PKV_CLI_LLONG, n_prompt, 1, 1 << 16),
     SPEC_OPT("--reps", NULL, PKV_CLI_LLONG, reps, 1, 100),
@@ -137,9 +170,10 @@ static pkv_status run_request(pkv_engine *e, pkv_request_params rp, gen *g, run_
     return s;
 }
 
-/* The one-sequence engine of run for o (draft NULL: plain); NULL with the error said. */
-static pkv_engine *open_engine(pkv_model *m, const pkv_cli_model_opts *o, pkv_model *draft, const char *draft_name,
-                               int K, pkv_draft_accept accept) {
+/* The one-sequence engine of run for o (draft NULL and not ngram: plain); NULL with
+ * the error said. */
+static pkv_engine *open_engine(pkv_model *m, const pkv_cli_model_opts *o, pkv_model *draft, bool ngram,
+                               const char *draft_name, int K, pkv_draft_accept accept) {
     pkv_engine_params ep = pkv_engine_default_params();
     ep.cache.n_ctx = o->n_ctx;
     ep.cache.page_size = o->page_size;
@@ -148,14 +182,15 @@ static pkv_engine *open_engine(pkv_model *m, const pkv_cli_model_opts *o, pkv_mo
     ep.cache.n_seq_max = 1;
     ep.max_seqs = 1;
     /* as run: the prompt in one step without a draft, the default chunks with one */
-    ep.max_batch_tokens = draft ? 0 : o->n_ctx;
+    ep.max_batch_tokens = draft || ngram ? 0 : o->n_ctx;
     ep.prefix_cache = false; /* every rep computes its prompt, as the first did */
     ep.draft = draft;
+    ep.draft_ngram = ngram;
     ep.draft_max = K;
     ep.draft_accept = accept;
     pkv_engine *e = pkv_engine_create(m, ep);
     if (!e) {
-        if (draft) fprintf(stderr, "pagekv bench spec: draft %s: %s\n", draft_name, pkv_errmsg());
+        if (draft || ngram) fprintf(stderr, "pagekv bench spec: draft %s: %s\n", draft_name, pkv_errmsg());
         else pkv_cli_fail("bench spec", "engine", PKV_ERR_NOMEM);
     }
     return e;
@@ -173,6 +208,10 @@ int pkv_cli_bench_spec(int argc, char **argv) {
     double temp = a.temp;
     if (use_mtp && (draft_path || !o.model)) {
         fprintf(stderr, "pagekv bench spec: --mtp takes the MTP head of -m FILE (not with --draft)\n");
+        return 2;
+    }
+    if (a.ngram && (draft_path || use_mtp || draft_dev)) {
+        fprintf(stderr, "pagekv bench spec: --spec ngram needs no draft model (not with --draft, --mtp or --draft-device)\n");
         return 2;
     }
     if (use_mtp) draft_path = o.model;
@@ -198,13 +237,14 @@ int pkv_cli_bench_spec(int argc, char **argv) {
         fprintf(stderr, "pagekv bench spec: cannot load the draft %s: %s\n", draft_path, pkv_errmsg());
         goto out;
     }
-    pkv_model *dm = draft ? draft : m; /* without --draft the target drafts for itself */
-    pkv_model_get_info(dm, &di);
-    const char *draft_name = draft_path ? draft_path : "(target)";
+    pkv_model *dm = a.ngram ? NULL : draft ? draft : m; /* without --draft the target drafts for itself */
+    if (dm) pkv_model_get_info(dm, &di);
+    else memset(&di, 0, sizeof di);
+    const char *draft_name = a.ngram ? "ngram" : draft_path ? draft_path : "(target)";
     /* an engine for each request, made before it and freed after it: an engine's
      * model may not be used by anything else while it lives (the first engine with
      * the draft is made before anything runs: a draft it refuses ends the command) */
-    if (!(spec_e = open_engine(m, &o, dm, draft_name, (int)K, a.accept))) goto out;
+    if (!(spec_e = open_engine(m, &o, dm, a.ngram, draft_name, (int)K, a.accept))) goto out;
     pkv_engine_free(spec_e);
     spec_e = NULL;
     prompt = malloc((size_t)n_prompt * sizeof *prompt);
@@ -216,6 +256,34 @@ int pkv_cli_bench_spec(int argc, char **argv) {
     for (long long i = 0; i < n_prompt; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)info.n_vocab);
+    }
+    const char *workload = a.workload ? a.workload : "random";
+    if (!strcmp(workload, "edit")) { /* passage [0, h), a separator at h, then the passage again from its start, edited */
+        long long h = n_prompt / 2;
+        for (long long i = h + 1, j = 0; i < n_prompt; i++, j++)
+            prompt[i] = j % 8 == 7 ? prompt[i] : prompt[j % (h ? h : 1)];
+    }
+    if (!strcmp(workload, "echo") && n_prompt >= 3) { /* P, G = the target's greedy continuation of P, P */
+        long long t = n_prompt / 3;
+        pkv_request_params gp = pkv_request_default_params();
+        gp.prompt = prompt;
+        gp.n_prompt = (int32_t)t;
+        gp.max_tokens = (int32_t)(n_prompt - 2 * t);
+        gp.sampling.temp = 0;
+        gp.ignore_eos = true;
+        run_cost gc;
+        pkv_status es = PKV_OK;
+        if (!(plain_e = open_engine(m, &o, NULL, false, NULL, (int)K, a.accept))) goto out;
+        es = run_request(plain_e, gp, &plain_out, &gc);
+        pkv_engine_free(plain_e);
+        plain_e = NULL;
+        if (es) {
+            pkv_cli_fail("bench spec", "the echo workload's continuation", es);
+            goto out;
+        }
+        memcpy(prompt + t, plain_out.t, (size_t)plain_out.n * sizeof *prompt);
+        memcpy(prompt + t + plain_out.n, prompt, (size_t)t * sizeof *prompt);
+        n_prompt = 2 * t + plain_out.n;
     }
     /* one request each, the same for both: the prompt, n tokens, the sampling */
     pkv_request_params rp = pkv_request_default_params();
@@ -232,13 +300,13 @@ int pkv_cli_bench_spec(int argc, char **argv) {
     run_cost plain_cost, st = {0};
     pkv_status s = PKV_OK;
     for (long long r = 0; r < reps && !s; r++) {
-        if (!(plain_e = open_engine(m, &o, NULL, NULL, (int)K, a.accept))) goto out;
+        if (!(plain_e = open_engine(m, &o, NULL, false, NULL, (int)K, a.accept))) goto out;
         if ((s = run_request(plain_e, rp, &plain_out, &plain_cost))) break;
         pkv_engine_free(plain_e);
         plain_e = NULL;
         double t = plain_out.t_end - plain_out.t_first;
         if (t < best_plain) best_plain = t;
-        if (!(spec_e = open_engine(m, &o, dm, draft_name, (int)K, a.accept))) goto out;
+        if (!(spec_e = open_engine(m, &o, dm, a.ngram, draft_name, (int)K, a.accept))) goto out;
         if ((s = run_request(spec_e, rp, &spec_out, &st))) break;
         pkv_engine_free(spec_e);
         spec_e = NULL;
@@ -280,24 +348,25 @@ int pkv_cli_bench_spec(int argc, char **argv) {
     double acc = st.drafted ? (double)st.accepted / (double)st.drafted : 0;
     double per_step = st.target_steps ? (double)(spec_out.n - 1) / (double)st.target_steps : 0;
     bool same = plain_out.n == spec_out.n && !memcmp(plain_out.t, spec_out.t, (size_t)plain_out.n * sizeof(int32_t));
-    const char *kind = di.assistant ? "assistant" : di.shared_kv ? "shared-kv" : "own-cache";
+    const char *kind = a.ngram ? "ngram" : di.assistant ? "assistant" : di.shared_kv ? "shared-kv" : "own-cache";
     const char *accept = a.accept == PKV_DRAFT_ACCEPT_MATCH ? "match" : "sampling";
     if (json) {
         printf("{\"target\": \"%s\", \"draft\": \"%s\", \"draft_kind\": \"%s\", \"device\": \"%s\", \"draft_device\": \"%s\", "
                "\"target_layers\": %d, \"draft_layers\": %d, \"draft_max\": %lld, \"accept\": \"%s\", \"temp\": %g, "
-               "\"prompt_tokens\": %lld, "
+               "\"workload\": \"%s\", \"prompt_tokens\": %lld, "
                "\"n_tokens\": %d, \"acceptance_rate\": %.4f, \"tokens_per_target_step\": %.3f, \"target_steps\": %lld, "
                "\"draft_steps\": %lld, \"plain_tok_s\": %.1f, \"spec_tok_s\": %.1f, \"speedup\": %.3f, \"greedy_match\": %s, "
                "\"step_ms_1_token\": %.3f, \"step_ms_k1_tokens\": %.3f, \"ideal_speedup\": %.3f}\n",
                o.model ? o.model : "builtin", draft_name, kind, pkv_device_name(tdev),
-               pkv_device_name(pkv_model_device(dm)), info.n_layer, di.n_layer, K, accept, temp, n_prompt, spec_out.n, acc,
+               dm ? pkv_device_name(pkv_model_device(dm)) : "none", info.n_layer, di.n_layer, K, accept, temp, workload,
+               n_prompt, spec_out.n, acc,
                per_step, (long long)st.target_steps, (long long)st.draft_steps, plain_tps, spec_tps,
                plain_tps > 0 ? spec_tps / plain_tps : 0, temp == 0 ? (same ? "true" : "false") : "null", 1e3 * step1,
                1e3 * stepK, (double)(K + 1) * step1 / stepK);
     } else {
-        printf("target %s (%d layers) on %s, draft %s (%s, %d layers) on %s, draft-max %lld, accept %s\n",
+        printf("target %s (%d layers) on %s, draft %s (%s, %d layers) on %s, draft-max %lld, accept %s, workload %s\n",
                o.model ? o.model : "builtin", info.n_layer, pkv_device_name(tdev), draft_name, kind, di.n_layer,
-               pkv_device_name(pkv_model_device(dm)), K, accept);
+               dm ? pkv_device_name(pkv_model_device(dm)) : "none", K, accept, workload);
         printf("acceptance %.1f%%, %.2f tokens per target step, plain %.1f tok/s, speculative %.1f tok/s, speed-up %.2fx%s\n",
                100 * acc, per_step, plain_tps, spec_tps, plain_tps > 0 ? spec_tps / plain_tps : 0,
                temp == 0 ? (same ? " (greedy outputs identical)" : " (greedy outputs DIFFER)") : "");

@@ -242,6 +242,9 @@ static void run_usage(FILE *f) {
             "  --draft-device NAME  device of the draft (default: the target's). A shared-KV draft\n"
             "                       must reach the device that stores the target's KV; an assistant\n"
             "                       runs anywhere: its attention where the target's pages are\n"
+            "  --spec ngram         n-gram drafts (prompt lookup): proposals from the sequence's own\n"
+            "                       tokens, no draft model; the rule of --draft (greedy output equals\n"
+            "                       plain greedy output); for output that repeats the prompt\n"
             "  --draft-max N        tokens the draft proposes per round (default 4, at most 64)\n"
             "  --mtp                the model's own MTP (nextn) head as the draft (qwen35 files with\n"
             "                       nextn_predict_layers): fed the target's hidden states, its own\n"
@@ -263,7 +266,7 @@ static void run_usage(FILE *f) {
             "                       also for models without a vocabulary)\n"
             "  --ids-out FILE       the generated ids as a JSON array, with the end-of-generation\n"
             "                       token that stopped it (not with --fork)\n"
-            "  --spec-log FILE      with --draft: one JSON object per round, a line each: {\"pos\":\n"
+            "  --spec-log FILE      with --draft/--mtp/--spec ngram: one JSON object per round, a line each: {\"pos\":\n"
             "                       position of the last committed token the draft went on from,\n"
             "                       \"proposed\": [ids], \"accepted\": how many kept}; rounds with\n"
             "                       nothing proposed too (the prompt's own token, the last of -n)\n"
@@ -280,9 +283,19 @@ typedef struct run_opts {
     const char *tokens_arg, *ids_out, *spec_log;
     int n_keep, n_predict, n_fork, draft_max;
     bool ctx_shift, use_mtp, ignore_eos, chat, verbose_prompt;
+    bool spec_ngram; /* --spec ngram */
     bool random_seed; /* as llama-cli: a random seed unless --seed N, printed */
     bool help;
 } run_opts;
+
+static bool run_opt_spec(void *opts, const char *opt, const char *v) {
+    if (strcmp(v, "ngram")) {
+        fprintf(stderr, "pagekv run: %s %s: the only kind is ngram (a draft model is --draft FILE or --mtp)\n", opt, v);
+        return false;
+    }
+    ((run_opts *)opts)->spec_ngram = true;
+    return true;
+}
 
 static bool run_opt_seed(void *opts, const char *opt, const char *v) {
     run_opts *r = opts;
@@ -315,6 +328,7 @@ static const pkv_cli_opt run_options[] = {
     RUN_OPT("--draft", NULL, PKV_CLI_STR, draft_path, 0, 0),
     RUN_OPT("--draft-device", NULL, PKV_CLI_STR, draft_dev, 0, 0),
     RUN_OPT("--mtp", NULL, PKV_CLI_FLAG, use_mtp, 0, 0),
+    {"--spec", NULL, PKV_CLI_FN, 0, 0, 0, run_opt_spec, true},
     RUN_OPT("--tokens", NULL, PKV_CLI_STR, tokens_arg, 0, 0),
     RUN_OPT("--ids-out", NULL, PKV_CLI_STR, ids_out, 0, 0),
     RUN_OPT("--spec-log", NULL, PKV_CLI_STR, spec_log, 0, 0),
@@ -349,7 +363,7 @@ static const char *run_chat_conflict(const run_opts *r) {
     return r->prompt || r->prompt_file ? "-p/-f (the turns come from standard input)"
            : r->tokens_arg             ? "--tokens"
            : r->n_fork                 ? "--fork"
-           : r->draft_path             ? "--draft/--mtp"
+           : r->draft_path || r->spec_ngram ? "--draft/--mtp/--spec ngram"
            : r->ctx_shift              ? "--context-shift"
            : r->ignore_eos             ? "--ignore-eos (an answer ends at the end-of-turn token)"
            : r->ids_out                ? "--ids-out (--verbose-prompt prints each turn's ids)"
@@ -361,6 +375,8 @@ static const char *run_chat_conflict(const run_opts *r) {
 static int run_check(run_opts *r) {
     const char *why = NULL;
     if (r->use_mtp && r->draft_path) why = "give --mtp (the model's own MTP head) or --draft FILE, not both";
+    else if (r->spec_ngram && (r->use_mtp || r->draft_path || r->draft_dev))
+        why = "--spec ngram needs no draft model (not with --draft, --mtp or --draft-device)";
     else if (r->use_mtp && !r->o.model)
         why = "--mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')";
     if (why) {
@@ -368,24 +384,27 @@ static int run_check(run_opts *r) {
         return 2;
     }
     if (r->use_mtp) r->draft_path = r->o.model; /* the same file, loaded as its MTP head */
-    if (r->draft_path && r->n_fork) why = "--draft and --fork cannot be combined";
-    else if (!r->draft_path && (r->draft_dev || r->draft_max != 4)) why = "--draft-device and --draft-max need --draft FILE";
+    const bool spec = r->draft_path || r->spec_ngram; /* speculative decoding */
+    if (spec && r->n_fork) why = "--draft/--spec ngram and --fork cannot be combined";
+    else if (!spec && (r->draft_dev || r->draft_max != 4))
+        why = "--draft-device and --draft-max need --draft FILE (--draft-max: or --spec ngram)";
     else if ((r->prompt != NULL) + (r->prompt_file != NULL) + (r->tokens_arg != NULL) > 1)
         why = "give the prompt with one of -p, -f or --tokens";
     else if (r->ids_out && r->n_fork) why = "--ids-out writes one sequence's ids: not with --fork";
-    else if (r->spec_log && !r->draft_path)
-        why = "--spec-log logs the rounds of speculative decoding: it needs --draft FILE";
-    else if (r->ctx_shift && (r->draft_path || r->n_fork))
-        why = "--context-shift works with plain generation (not with --draft or --fork)";
-    else if (r->ignore_eos && r->draft_path)
-        why = "--ignore-eos works with plain generation and --fork, not with --draft/--mtp";
+    else if (r->spec_log && !spec)
+        why = "--spec-log logs the rounds of speculative decoding: it needs --draft FILE, --mtp or --spec ngram";
+    else if (r->ctx_shift && (spec || r->n_fork))
+        why = "--context-shift works with plain generation (not with --draft, --spec ngram or --fork)";
+    else if (r->ignore_eos && spec)
+        why = "--ignore-eos works with plain generation and --fork, not with --draft/--mtp/--spec ngram";
     if (why) {
         fprintf(stderr, "pagekv run: %s\n", why);
         return 2;
     }
     if (!pkv_cli_media_check("run", &r->mo)) return 2;
-    if (r->mo.n && (r->chat || r->draft_path || r->ctx_shift))
-        why = "--audio/--image work with plain generation and --fork (not with -cnv, --draft, --mtp or --context-shift)";
+    if (r->mo.n && (r->chat || spec || r->ctx_shift))
+        why = "--audio/--image work with plain generation and --fork (not with -cnv, --draft, --mtp, --spec ngram or "
+              "--context-shift)";
     else if (r->mo.n_at && !r->tokens_arg)
         why = "--media-at places media among --tokens ids; in a text prompt write <__media__>";
     else if (r->system_prompt && !r->chat) why = "-sys (the system message) needs -cnv (chat mode)";
@@ -545,10 +564,11 @@ static bool run_engine_open(const run_opts *r, run_state *st, int n_seq, int64_t
     /* one request: its prompt in one step, as a pkv_context_decode of it was (and a
      * non-causal media chunk must fit one); with a draft the engine's default, as
      * run --draft has had on the engine (the chunks decide which rounds propose) */
-    ep.max_batch_tokens = st->draft ? 0 : ep.cache.n_ctx;
+    ep.max_batch_tokens = st->draft || r->spec_ngram ? 0 : ep.cache.n_ctx;
     ep.prefix_cache = false; /* one request at a time: nothing to share */
-    if (st->draft) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
+    if (st->draft || r->spec_ngram) { /* the speculative-sampling rule: pkv_spec's, which run used before the engine */
         ep.draft = st->draft;
+        ep.draft_ngram = r->spec_ngram;
         ep.draft_max = r->draft_max;
         ep.draft_accept = PKV_DRAFT_ACCEPT_SAMPLING;
         if (st->spec_f) {
@@ -557,7 +577,8 @@ static bool run_engine_open(const run_opts *r, run_state *st, int n_seq, int64_t
         }
     }
     if (!(st->eng = pkv_engine_create(st->m, ep))) {
-        if (st->draft) fprintf(stderr, "pagekv run: draft %s: %s\n", r->draft_path, pkv_errmsg());
+        if (st->draft || r->spec_ngram)
+            fprintf(stderr, "pagekv run: draft %s: %s\n", r->spec_ngram ? "ngram" : r->draft_path, pkv_errmsg());
         else cache_fail("run", st->m, o, n_seq);
         return false;
     }
@@ -761,7 +782,7 @@ static bool run_plain(const run_opts *r, run_state *st) {
         if (s && !g.started) return run_fail("prefill", s); /* nothing printed yet */
         why = g.why[0];
         shifted = g.shifted;
-        if (!s && st->draft) pkv_engine_stats_get(st->eng, &es);
+        if (!s && (st->draft || r->spec_ngram)) pkv_engine_stats_get(st->eng, &es);
     }
     fputc('\n', stdout);
     if (s) return run_fail("generate", s);
@@ -781,7 +802,7 @@ static bool run_plain(const run_opts *r, run_state *st) {
                         "--context-shift, goes on)\n", (long long)n_ctx, st->generated);
     }
     if (shifted) fprintf(stderr, "pagekv run: context shift dropped %lld tokens in all\n", (long long)shifted);
-    if (st->draft)
+    if (st->draft || r->spec_ngram)
         fprintf(stderr, "pagekv run: speculative: %llu drafted, %llu accepted (%.1f%%), %d tokens in %llu target steps "
                         "(%.2f per step), %llu draft steps\n",
                 (unsigned long long)es.draft_proposed, (unsigned long long)es.draft_accepted,

@@ -83,6 +83,9 @@ static void serve_usage(FILE *f) {
             "                         equals the one without (docs/engine.md)\n"
             "  --mtp                  the model's own MTP (nextn) head as the draft (qwen35 files with\n"
             "                         nextn layers), fed the model's hidden states\n"
+            "  --spec ngram           n-gram drafts (prompt lookup): proposals from the sequence's own\n"
+            "                         tokens, no draft model; for output that repeats its input (code\n"
+            "                         edits, summaries, quotes). Every response equals the one without\n"
             "  --draft-max N          proposals per sequence and step (default 4, at most 64)\n"
             "  --draft-device NAME    device of a --draft model (default: the model's)\n"
             "  --mmproj FILE          a projector file (mmproj GGUF): audio (Voxtral) or images (Gemma 3) in\n"
@@ -171,6 +174,17 @@ static bool serve_opt_kv_spill(void *opts, const char *opt, const char *v) {
     return true;
 }
 
+static bool serve_opt_spec(void *opts, const char *opt, const char *v) {
+    pkv_serve_opts *so = &((serve_args *)opts)->so;
+    (void)opt;
+    if (strcmp(v, "ngram")) {
+        fprintf(stderr, "pagekv serve: --spec %s: the only kind is ngram (a draft model is --draft FILE or --mtp)\n", v);
+        return false;
+    }
+    so->spec_ngram = true;
+    return true;
+}
+
 static bool serve_opt_media_cache(void *opts, const char *opt, const char *v) {
     long long x;
     if (!pkv_cli_int(opt, v, 0, 1 << 20, &x)) return false;
@@ -240,6 +254,7 @@ static const pkv_cli_opt serve_options[] = {
     SV("--draft-device", NULL, PKV_CLI_STR, draft_device, 0, 0),
     SV("--draft-max", NULL, PKV_CLI_INT, draft_max, 1, 64),
     SV("--mtp", NULL, PKV_CLI_FLAG, mtp, 0, 0),
+    SV_FN("--spec", serve_opt_spec),
     SV_FN("--detect-template", serve_opt_detect),
 };
 #undef SV_FN
@@ -268,8 +283,11 @@ static int serve_check(const pkv_cli_model_opts *mo, const pkv_serve_opts *so) {
     const char *why = NULL;
     if (so->mtp && so->draft) why = "give --mtp (the model's own MTP head) or --draft FILE, not both";
     else if (so->mtp && !mo->model) why = "--mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')";
-    else if (!so->draft && !so->mtp && (so->draft_device || so->draft_max))
-        why = "--draft-device and --draft-max need --draft FILE or --mtp";
+    else if (so->spec_ngram && (so->draft || so->mtp))
+        why = "--spec ngram needs no draft model: give it or --draft FILE / --mtp, not both";
+    else if (so->spec_ngram && so->draft_device) why = "--draft-device is for a --draft model, not --spec ngram";
+    else if (!so->draft && !so->mtp && !so->spec_ngram && (so->draft_device || so->draft_max))
+        why = "--draft-device and --draft-max need --draft FILE, --mtp or --spec ngram";
     else if (so->mtp && so->draft_device)
         why = "--draft-device is for a --draft model; the MTP head runs where the model runs";
     if (!why) return 0;

@@ -79,6 +79,7 @@ struct eng_req {
     pkv_request_params p; /* prompt and stop_tokens point at the copies below */
     int32_t *prompt;    /* [n_prompt] */
     int32_t *stop;      /* [n_stop] */
+    pkv_logit_bias *bias; /* [p.sampling.n_logit_bias]: the sampling's logit_bias, copied */
     int32_t max_tokens; /* resolved: > 0 */
     int n;
     int32_t n_cached;   /* prompt tokens reused from the prefix cache at admission */
@@ -127,6 +128,8 @@ struct pkv_engine {
                            its hidden states; dh_in/dh_out rows are n_embd wide too */
     bool dshared;       /* a shared-KV draft: no cache (dc NULL), its layers attend over the model's
                            cache layers; it drafts on forks of the model's sequences */
+    bool dngram;        /* n-gram drafts (pkv_engine_params.draft_ngram): no draft model */
+    int ng_min, ng_max; /* the n-gram lengths looked up */
     int32_t *d_pos;     /* [max_seqs]: an assistant step's query positions */
     int K;
     uint64_t dfp;

@@ -51,6 +51,7 @@ void pkv_engine_req_free(pkv_engine *e, eng_req *r) {
     pkv_free(r->media);
     pkv_free(r->embd);
     pkv_free(r->stop);
+    pkv_free(r->bias);
     pkv_free(r->seqs);
     pkv_grammar_free((pkv_grammar *)r->p.grammar);
     pkv_free(r);
@@ -977,7 +978,7 @@ static int32_t sample_seq(pkv_engine *e, eng_seq *s, const float *row) {
 
 /* pkv_engine_params.on_draft_round for a round of s from position pos. */
 static void round_hook(pkv_engine *e, const eng_seq *s, int64_t pos, const int32_t *prop, int np, int acc) {
-    if (!e->p.on_draft_round || !e->dm) return;
+    if (!e->p.on_draft_round || (!e->dm && !e->dngram)) return;
     pkv_spec_round rd = {.pos = pos, .proposed = prop, .n_proposed = np, .n_accepted = acc};
     e->p.on_draft_round(s->r->id, s->sample, &rd, e->p.draft_round_user);
 }
@@ -1417,6 +1418,78 @@ static void shared_round(pkv_engine *e) {
     }
 }
 
+/* ------------------------------------------------------ n-gram drafts */
+
+/* Prompt lookup for s: the tokens that followed the most recent earlier
+ * occurrence of its last n tokens, for the longest n in ng_min..ng_max that
+ * occurs; at most k of them into out. One backward scan over s->tok: each
+ * position whose token equals the last one is extended backwards while it
+ * matches (at most ng_max tokens), and the scan stops at the first occurrence of
+ * the longest n-gram. O(n_tok) compares plus O(ng_max) per hit of the last
+ * token, per sequence and round; no index to keep. Returns the count. */
+static int ngram_lookup(const pkv_engine *e, const eng_seq *s, int k, int32_t *out) {
+    const int32_t *t = s->tok, n = s->n_tok;
+    const int nmax = (int)PKV_MIN((int32_t)e->ng_max, n - 1);
+    if (nmax < e->ng_min) return 0;
+    int32_t best = -1;
+    int best_len = e->ng_min - 1;
+    const int32_t last = t[n - 1];
+    for (int32_t j = n - 2; j >= 0; j--) { /* j: where a candidate occurrence ends */
+        if (t[j] != last) continue;
+        int len = 1;
+        while (len < nmax && j - len >= 0 && t[j - len] == t[n - 1 - len]) len++;
+        if (len > best_len) {
+            best = j;
+            best_len = len;
+            if (len == nmax) break;
+        }
+    }
+    int m = 0;
+    for (int32_t i = best + 1; best >= 0 && i < n && m < k && t[i] >= 0; i++) out[m++] = t[i];
+    return m;
+}
+
+/* N-gram drafts (pkv_engine_params.draft_ngram): every sequence whose next step
+ * decodes one pending token proposes what prompt lookup finds (ngram_lookup),
+ * bounded by its max_tokens and by its context (the last proposal's position
+ * stays below n_ctx, so no context shift falls inside a verification). Under
+ * PKV_DRAFT_ACCEPT_SAMPLING a proposal's q is one-hot: it is kept with the
+ * model's probability of it, else the residual is p without it. */
+static void ngram_round(pkv_engine *e) {
+    const size_t V = (size_t)e->n_vocab;
+    for (int ri = 0; ri < e->n_reqs; ri++) {
+        eng_req *r = e->reqs[ri];
+        for (int rj = 0; rj < r->n; rj++) {
+            eng_seq *s = &r->seqs[rj];
+            s->n_prop = 0;
+            if (s->st != SEQ_RUNNING || s->nodraft || s->n_kv != s->n_tok - 1 || (r->n > 1 && !r->forked) ||
+                s->fin_wait != PKV_FINISH_NONE)
+                continue;
+            int64_t lim = e->n_ctx;
+            if (r->p.context) lim = PKV_MIN(lim, (int64_t)pkv_context_n_ctx(r->p.context));
+            int64_t k = PKV_MIN((int64_t)e->K, (int64_t)(r->max_tokens - s->n_gen - 1));
+            k = PKV_MIN(k, lim - 1 - s->n_tok);
+            if (k < 1) continue;
+            int m = ngram_lookup(e, s, (int)k, s->prop);
+            if (!m) continue;
+            if (seq_draws(e, s)) {
+                if (!s->q && !(s->q = pkv_malloc((size_t)e->K * V * sizeof *s->q))) {
+                    PKV_WARN("engine: out of memory for %d draft distributions; the sequence goes on without drafts", e->K);
+                    draft_off(e, s);
+                    continue;
+                }
+                for (int i = 0; i < m; i++) {
+                    float *q = s->q + (size_t)i * V;
+                    memset(q, 0, V * sizeof *q);
+                    q[s->prop[i]] = 1.0f;
+                }
+            }
+            memcpy(s->tok + s->n_tok, s->prop, (size_t)m * sizeof *s->tok);
+            s->n_prop = m;
+        }
+    }
+}
+
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     double t0 = pkv_time_now();
     *did_work = false;
@@ -1548,6 +1621,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             if (e->dc) draft_round(e);
             else if (e->dasst) assistant_round(e);
             else if (e->dshared) shared_round(e);
+            else if (e->dngram) ngram_round(e);
         }
     }
     for (int i = 0; i < e->n_reqs; i++)

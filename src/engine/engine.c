@@ -38,6 +38,29 @@ pkv_engine_params pkv_engine_default_params(void) {
     return p;
 }
 
+/* N-gram drafts (pkv_engine_params.draft_ngram): the lookup's lengths, K and the
+ * acceptance rule's scratch; no model, no cache. */
+static pkv_status ngram_create(pkv_engine *e) {
+    const pkv_engine_params *p = &e->p;
+    if (p->draft)
+        return pkv_err(PKV_ERR_INVALID, "engine: draft_ngram and draft are exclusive: n-gram drafts need no draft model");
+    if (p->draft_max < 0 || p->draft_max > ENG_MAX_DRAFT)
+        return pkv_err(PKV_ERR_INVALID, "engine: draft_max %d is outside 1..%d", p->draft_max, ENG_MAX_DRAFT);
+    e->K = p->draft_max ? p->draft_max : 4;
+    e->ng_min = p->ngram_min ? p->ngram_min : 2;
+    e->ng_max = p->ngram_max ? p->ngram_max : PKV_MAX(4, e->ng_min);
+    if (e->ng_min < 1 || e->ng_max < e->ng_min || e->ng_max > PKV_ENGINE_MAX_NGRAM)
+        return pkv_err(PKV_ERR_INVALID, "engine: ngram_min %d and ngram_max %d: need 1 <= ngram_min <= ngram_max <= %d "
+                       "(0 = the defaults 2 and 4)", p->ngram_min, p->ngram_max, PKV_ENGINE_MAX_NGRAM);
+    if (p->draft_accept != PKV_DRAFT_ACCEPT_MATCH && p->draft_accept != PKV_DRAFT_ACCEPT_SAMPLING)
+        return pkv_err(PKV_ERR_INVALID, "engine: draft_accept %d is neither PKV_DRAFT_ACCEPT_MATCH (0) nor "
+                       "PKV_DRAFT_ACCEPT_SAMPLING (1)", (int)p->draft_accept);
+    if (p->draft_accept == PKV_DRAFT_ACCEPT_SAMPLING && !(e->vp = pkv_malloc((size_t)e->n_vocab * sizeof *e->vp)))
+        return pkv_err(PKV_ERR_NOMEM, "engine: out of memory for the acceptance rule's %d probabilities", (int)e->n_vocab);
+    e->dngram = true;
+    return PKV_OK;
+}
+
 /* A draft step's batch and logits rows, for max_seqs sequences. */
 static pkv_status draft_rows(pkv_engine *e, const char *what) {
     size_t S = (size_t)e->p.max_seqs, V = (size_t)e->n_vocab;
@@ -158,7 +181,7 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     e->b_tok = pkv_calloc(T, sizeof *e->b_tok);
     e->b_span = pkv_calloc(T, sizeof *e->b_span);
     if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_nl || !e->b_tok || !e->b_span) goto nomem;
-    if (p.draft && draft_create(e, ks.n_pages, ks.host_pages)) goto fail;
+    if (p.draft_ngram ? ngram_create(e) != PKV_OK : p.draft && draft_create(e, ks.n_pages, ks.host_pages)) goto fail;
     pkv_engine_snapshot(e);
     return e;
 nomem:
@@ -326,6 +349,10 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
         return pkv_err(PKV_ERR_INVALID, "submit: top_logprobs = %d; must be 0..%d", r->top_logprobs,
                        PKV_ENGINE_MAX_TOP_LOGPROBS);
     if (pkv_sampler_check_params(&r->sampling)) return pkv_err_prefix(PKV_ERR_INVALID, "submit");
+    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias[i].token >= e->n_vocab)
+            return pkv_err(PKV_ERR_INVALID, "submit: logit_bias entry %d has token %d, outside the vocabulary [0, %d)",
+                           (int)i, (int)r->sampling.logit_bias[i].token, (int)e->n_vocab);
     if (r->grammar) {
         pkv_model_info mi;
         if (pkv_model_get_info(e->m, &mi) == PKV_OK && !mi.has_vocab)
@@ -425,12 +452,16 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     r->prompt = expanded ? expanded : pkv_malloc((size_t)(rp->n_prompt ? rp->n_prompt : 1) * sizeof *r->prompt);
     r->stop = pkv_malloc((size_t)rp->n_stop * sizeof *r->stop);
     r->seqs = pkv_calloc((size_t)n, sizeof *r->seqs);
-    if (!r->prompt || !r->stop || !r->seqs) {
+    r->bias = pkv_malloc((size_t)(rp->sampling.n_logit_bias ? rp->sampling.n_logit_bias : 1) * sizeof *r->bias);
+    if (!r->prompt || !r->stop || !r->seqs || !r->bias) {
         pkv_engine_req_free(e, r);
         return pkv_err(PKV_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", (int)rp->n_prompt);
     }
     if (rp->n_prompt && !expanded) memcpy(r->prompt, rp->prompt, (size_t)rp->n_prompt * sizeof *r->prompt);
     if (rp->n_stop) memcpy(r->stop, rp->stop_tokens, (size_t)rp->n_stop * sizeof *r->stop);
+    if (rp->sampling.n_logit_bias)
+        memcpy(r->bias, rp->sampling.logit_bias, (size_t)rp->sampling.n_logit_bias * sizeof *r->bias);
+    r->p.sampling.logit_bias = r->bias;
     r->p.prompt = r->prompt;
     r->p.stop_tokens = r->stop;
     r->p.n = n;

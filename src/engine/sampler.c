@@ -1,4 +1,4 @@
-/* Sampler chain: repetition penalty, temperature, top-k, top-p, min-p, seeded draw.
+/* Sampler chain: logit bias, repetition penalty, temperature, top-k, top-p, min-p, seeded draw.
  * See sampler.h for the semantics. Everything runs in preallocated scratch. At most
  * one sort per call: top-k sorts its k survivors (heap selection, O(n log k)); top-p
  * without top-k buckets the candidates by log-probability, takes the buckets above
@@ -33,6 +33,7 @@ struct pkv_sampler {
     int32_t *cnt;  /* [n_vocab] all zero between calls; occurrences in the history */
     int32_t *hist; /* [repeat_last_n] ring of accepted tokens */
     double *mass;  /* [N_BUCKETS] top-p bucket masses */
+    pkv_logit_bias *bias; /* [par.n_logit_bias] the params' logit_bias, copied (par.logit_bias points here) */
     int n_hist;    /* valid entries in hist, <= repeat_last_n */
     int hist_next; /* ring slot the next accepted token goes to */
     uint64_t rng[4]; /* xoshiro256** state */
@@ -110,6 +111,18 @@ pkv_status pkv_sampler_check_params(const pkv_sampler_params *pp) {
                        (double)p.presence_penalty, (double)p.frequency_penalty);
     if (p.repeat_last_n < 0)
         return pkv_err(PKV_ERR_INVALID, "sampler: repeat_last_n must be >= 0 (0 = off), got %d", p.repeat_last_n);
+    if (p.n_logit_bias < 0 || p.n_logit_bias > PKV_SAMPLER_MAX_LOGIT_BIAS || (p.n_logit_bias && !p.logit_bias))
+        return pkv_err(PKV_ERR_INVALID, "sampler: logit_bias has %d entries%s (at most %d)", (int)p.n_logit_bias,
+                       p.n_logit_bias > 0 && !p.logit_bias ? " but is NULL" : "", PKV_SAMPLER_MAX_LOGIT_BIAS);
+    for (int32_t i = 0; i < p.n_logit_bias; i++) {
+        const pkv_logit_bias *b = &p.logit_bias[i];
+        if (b->token < 0)
+            return pkv_err(PKV_ERR_INVALID, "sampler: logit_bias entry %d has token %d (must be >= 0)", (int)i,
+                           (int)b->token);
+        if (isnan(b->bias) || b->bias == INFINITY)
+            return pkv_err(PKV_ERR_INVALID, "sampler: logit_bias entry %d (token %d) has bias %g: it must be finite or "
+                           "-infinity (a ban)", (int)i, (int)b->token, (double)b->bias);
+    }
     return PKV_OK;
 }
 
@@ -128,7 +141,27 @@ pkv_sampler *pkv_sampler_create(pkv_sampler_params p, int32_t n_vocab) {
     s->cnt = pkv_calloc((size_t)n_vocab, sizeof *s->cnt);
     s->hist = pkv_calloc((size_t)p.repeat_last_n, sizeof *s->hist);
     s->mass = pkv_calloc(N_BUCKETS, sizeof *s->mass);
-    if (!s->work || !s->cand || !s->cnt || !s->hist || !s->mass) goto nomem;
+    s->bias = pkv_malloc((size_t)(p.n_logit_bias ? p.n_logit_bias : 1) * sizeof *s->bias);
+    if (!s->work || !s->cand || !s->cnt || !s->hist || !s->mass || !s->bias) goto nomem;
+    if (p.n_logit_bias) memcpy(s->bias, p.logit_bias, (size_t)p.n_logit_bias * sizeof *s->bias);
+    s->par.logit_bias = s->bias;
+    int32_t n_banned = 0; /* distinct tokens, counted with cnt (all zero again after) */
+    for (int32_t i = 0; i < p.n_logit_bias; i++) {
+        int32_t t = s->bias[i].token;
+        if (t >= n_vocab) {
+            pkv_sampler_free(s);
+            pkv_err(PKV_ERR_INVALID, "sampler: logit_bias entry %d has token %d, outside the vocabulary [0, %d)", (int)i,
+                    (int)t, (int)n_vocab);
+            return NULL;
+        }
+        if (s->bias[i].bias == -INFINITY && !s->cnt[t]++) n_banned++;
+    }
+    for (int32_t i = 0; i < p.n_logit_bias; i++) s->cnt[s->bias[i].token] = 0;
+    if (n_banned == n_vocab) {
+        pkv_sampler_free(s);
+        pkv_err(PKV_ERR_INVALID, "sampler: logit_bias bans all %d tokens of the vocabulary", (int)n_vocab);
+        return NULL;
+    }
     rng_seed(s->rng, p.seed);
     return s;
 nomem:
@@ -144,6 +177,7 @@ void pkv_sampler_free(pkv_sampler *s) {
     pkv_free(s->cnt);
     pkv_free(s->hist);
     pkv_free(s->mass);
+    pkv_free(s->bias);
     pkv_gmatch_free(s->gm);
     pkv_free(s->gmask);
     pkv_free(s);
@@ -342,11 +376,18 @@ static pkv_status check_args(const pkv_sampler *s, const float *logits, const vo
     return PKV_OK;
 }
 
-/* Copies logits into work, applying the repetition penalty, then the presence and
- * frequency penalties, once per distinct token of the history. Results are clamped
- * to finite values. */
+/* Copies logits into work, adding the logit bias, then applying the repetition
+ * penalty and the presence and frequency penalties, once per distinct token of the
+ * history. Results are clamped to finite values, except a ban's -infinity. */
 static void apply_penalty(pkv_sampler *s, const float *logits) {
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
+    for (int32_t i = 0; i < s->par.n_logit_bias; i++) {
+        int32_t t = s->bias[i].token;
+        float v = s->work[t] + s->bias[i].bias;
+        if (v > FLT_MAX) v = FLT_MAX;
+        if (v < -FLT_MAX && v != -INFINITY) v = -FLT_MAX;
+        s->work[t] = v;
+    }
     float pen = s->par.repeat_penalty, pres = s->par.presence_penalty, freq = s->par.frequency_penalty;
     if ((pen == 1.0f && pres == 0.0f && freq == 0.0f) || s->n_hist == 0) return;
     for (int j = 0; j < s->n_hist; j++) {
@@ -357,6 +398,10 @@ static void apply_penalty(pkv_sampler *s, const float *logits) {
         int32_t t = s->hist[j];
         if (t < 0 || t >= s->n_vocab || s->cnt[t] == 0) continue;
         float v = s->work[t];
+        if (v == -INFINITY) { /* banned: stays so */
+            s->cnt[t] = 0;
+            continue;
+        }
         if (pen != 1.0f) v = v > 0.0f ? v / pen : v * pen;
         v -= pres + (float)s->cnt[t] * freq;
         if (v > FLT_MAX) v = FLT_MAX;
@@ -366,9 +411,15 @@ static void apply_penalty(pkv_sampler *s, const float *logits) {
     }
 }
 
+/* Every token is out: the logit bias banned what the grammar allows (create
+ * refuses a bias that bans the whole vocabulary). */
+static pkv_status banned_all(void) {
+    return pkv_err(PKV_ERR_INVALID, "sampler: logit_bias bans every token the grammar allows here");
+}
+
 /* Runs the chain on validated logits: leaves the survivors in s->cand[0..*n_out) with
  * unnormalized weights w summing to *total. */
-static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *total) {
+static pkv_status run_chain(pkv_sampler *s, const float *logits, int *n_out, double *total) {
     const pkv_sampler_params *p = &s->par;
     int n = (int)s->n_vocab;
     apply_penalty(s, logits);
@@ -389,10 +440,11 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
         int best = 0;
         for (int i = 1; i < n; i++)
             if (work[i] > work[best]) best = i;
+        if (work[best] == -INFINITY) return banned_all();
         c[0] = (cand){1.0, work[best], best};
         *n_out = 1;
         *total = 1.0;
-        return;
+        return PKV_OK;
     }
 
     int nc;
@@ -403,10 +455,10 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
         nc = p->top_k;
         sorted = true;
         maxl = c[0].logit;
-        if (s->gm) { /* fewer allowed tokens than k: the rest are -inf */
-            while (nc > 1 && c[nc - 1].logit == -INFINITY) nc--;
-        }
-    } else if (s->gm) {
+        if (maxl == -INFINITY) return banned_all();
+        /* fewer allowed tokens (grammar, bans) than k: the rest are -inf */
+        while (nc > 1 && c[nc - 1].logit == -INFINITY) nc--;
+    } else if (s->gm || s->par.n_logit_bias) { /* only the allowed tokens: a ban's or mask's -inf never drawn */
         nc = 0;
         maxl = -INFINITY;
         for (int i = 0; i < n; i++) {
@@ -415,6 +467,7 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
             if (work[i] > maxl) maxl = work[i];
         }
         sorted = false;
+        if (!nc) return banned_all();
     } else {
         maxl = work[0];
         for (int i = 0; i < n; i++) {
@@ -459,6 +512,7 @@ static void run_chain(pkv_sampler *s, const float *logits, int *n_out, double *t
     for (int j = 0; j < nc; j++) sum += c[j].w;
     *n_out = nc;
     *total = sum;
+    return PKV_OK;
 }
 
 pkv_status pkv_sampler_sample(pkv_sampler *s, const float *logits, int32_t *out_token) {
@@ -467,7 +521,7 @@ pkv_status pkv_sampler_sample(pkv_sampler *s, const float *logits, int32_t *out_
     if (st != PKV_OK) return st;
     int nc;
     double total;
-    run_chain(s, logits, &nc, &total);
+    if ((st = run_chain(s, logits, &nc, &total))) return st;
     if (nc == 1) { /* one draw per non-greedy call even so: the stream follows the call count */
         if (s->par.temp > 0.0f) (void)rng_next(s->rng);
         *out_token = s->cand[0].id;
@@ -491,7 +545,7 @@ pkv_status pkv_sampler_probs(pkv_sampler *s, const float *logits, float *probs) 
     if (st != PKV_OK) return st;
     int nc;
     double total;
-    run_chain(s, logits, &nc, &total);
+    if ((st = run_chain(s, logits, &nc, &total))) return st;
     memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
     for (int j = 0; j < nc; j++) probs[s->cand[j].id] = (float)(s->cand[j].w / total);
     return PKV_OK;

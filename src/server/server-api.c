@@ -92,7 +92,7 @@ static const char *const k_fields_any[] = {
     "model", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "max_tokens", "n_predict", "n", "stream",
     "stream_options", "stop", "ignore_eos", "logprobs", "best_of", "echo", "grammar", "response_format",
-    "return_token_ids",
+    "return_token_ids", "logit_bias",
     /* accepted, no effect on the output: OpenAI's bookkeeping, llama-server's and vLLM's hints */
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "cache_prompt", "id_slot",
     "timings_per_token", "request_id", "priority", NULL};
@@ -102,7 +102,7 @@ static const char *const k_fields_chat[] = {
 static const char *const k_fields_completion[] = {"prompt", NULL};
 /* known to OpenAI, llama-server or vLLM, and they would change the output: not implemented */
 static const char *const k_fields_unimplemented[] = {
-    "logit_bias", "suffix", "functions", "function_call", "typical_p", "mirostat", "mirostat_tau", "mirostat_eta",
+    "suffix", "functions", "function_call", "typical_p", "mirostat", "mirostat_tau", "mirostat_eta",
     "tfs_z", "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base",
     "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "samplers", "n_probs", "min_keep",
     "penalize_nl", "n_keep", "json_schema", "lora", "min_tokens", "stop_token_ids", "guided_json", "guided_regex",
@@ -140,6 +140,119 @@ static bool check_fields(srv *s, json_t *b, int fmt, srv_out *o) {
         if (s->o.lenient_fields) continue;
         srv_error(o, 400, "unknown field '%s' (neither OpenAI's, llama-server's nor vLLM's; "
                           "start the server with --lenient-fields to ignore unknown fields)", k);
+        return false;
+    }
+    return true;
+}
+
+/* logit_bias: one bias for token id t, or for each token of a string's
+ * tokenization (without special tokens), appended to r->bias. what names the key
+ * or element in messages. */
+static bool bias_add(srv *s, srv_req *r, json_t *key, const char *what, float bias, srv_out *o) {
+    int32_t one, *ids = &one;
+    int n = 1;
+    if (json_is_integer(key)) {
+        json_int_t t = json_integer_value(key);
+        if (t < 0 || t >= s->info.n_vocab) {
+            srv_error(o, 400, "'logit_bias' %s: token id %lld is outside the vocabulary [0, %d)", what, (long long)t,
+                      s->info.n_vocab);
+            return false;
+        }
+        one = (int32_t)t;
+    } else if (!srv_tokenize(s, json_string_value(key), json_string_length(key), false, false, &ids, &n, o)) {
+        return false;
+    } else if (n == 0) {
+        free(ids);
+        srv_error(o, 400, "'logit_bias' %s: the string has no tokens", what);
+        return false;
+    }
+    bool ok = r->sp.n_logit_bias + n <= PKV_SAMPLER_MAX_LOGIT_BIAS;
+    pkv_logit_bias *nb = ok ? realloc(r->bias, (size_t)(r->sp.n_logit_bias + n) * sizeof *nb) : NULL;
+    if (nb) {
+        r->bias = nb;
+        for (int i = 0; i < n; i++) nb[r->sp.n_logit_bias++] = (pkv_logit_bias){ids[i], bias};
+    }
+    if (ids != &one) free(ids);
+    if (!ok) srv_error(o, 400, "'logit_bias' has more than %d token entries (strings count their tokens)",
+                       PKV_SAMPLER_MAX_LOGIT_BIAS);
+    else if (!nb) srv_error(o, 500, "out of memory");
+    return nb != NULL;
+}
+
+/* A bias value: a number in [-100, 100], or false (a ban: -infinity). */
+static bool bias_value(json_t *v, const char *what, float *out, srv_out *o) {
+    if (json_is_false(v)) {
+        *out = -INFINITY;
+        return true;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= -100 && x <= 100)) {
+        srv_error(o, 400, "'logit_bias' %s: the bias must be a number in [-100, 100] or false (a ban)", what);
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+/* OpenAI's logit_bias ({"token id": bias}) with llama-server's extensions: keys
+ * that are not decimal token ids are strings whose every token gets the bias, the
+ * list form [[id or string, bias or false], ...], and false for a ban. Entries add
+ * up per token. Into r->sp.logit_bias (r->bias). */
+static bool parse_logit_bias(srv *s, json_t *v, srv_req *r, srv_out *o) {
+    r->sp.logit_bias = NULL;
+    r->sp.n_logit_bias = 0;
+    if (!v || json_is_null(v)) return true;
+    char what[96];
+    bool ok = true;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            float bias;
+            snprintf(what, sizeof what, "key '%.40s%s'", k, strlen(k) > 40 ? "..." : "");
+            if (!(ok = bias_value(x, what, &bias, o))) break;
+            const char *p = k + (*k == '-');
+            bool id = *p && strlen(p) <= 18 && strspn(p, "0123456789") == strlen(p);
+            json_t *key = id ? json_integer(strtoll(k, NULL, 10)) : json_string(k);
+            ok = key && bias_add(s, r, key, what, bias, o);
+            if (!key) srv_error(o, 500, "out of memory");
+            json_decref(key);
+            if (!ok) break;
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            float bias;
+            snprintf(what, sizeof what, "element %zu", i);
+            json_t *key = json_array_get(e, 0);
+            if (!json_is_array(e) || json_array_size(e) != 2 || !(json_is_integer(key) || json_is_string(key))) {
+                srv_error(o, 400, "'logit_bias[%zu]' must be a pair [token id or string, bias or false]", i);
+                ok = false;
+                break;
+            }
+            if (!(ok = bias_value(json_array_get(e, 1), what, &bias, o) && bias_add(s, r, key, what, bias, o))) break;
+        }
+    } else {
+        srv_error(o, 400, "'logit_bias' must be an object {\"token id or string\": bias} or a list of "
+                          "[token id or string, bias or false] pairs");
+        return false;
+    }
+    if (!ok) {
+        free(r->bias);
+        r->bias = NULL;
+        r->sp.n_logit_bias = 0;
+        return false;
+    }
+    r->sp.logit_bias = r->bias;
+    /* a ban of every token leaves nothing to sample: refused here, not at the first token */
+    int32_t banned = 0;
+    uint8_t *seen = r->sp.n_logit_bias >= s->info.n_vocab ? calloc((size_t)s->info.n_vocab, 1) : NULL;
+    for (int32_t i = 0; seen && i < r->sp.n_logit_bias; i++)
+        if (r->bias[i].bias == -INFINITY && !seen[r->bias[i].token]++) banned++;
+    free(seen);
+    if (banned == s->info.n_vocab) {
+        srv_error(o, 400, "'logit_bias' bans every token of the vocabulary (%d)", s->info.n_vocab);
         return false;
     }
     return true;
@@ -220,9 +333,9 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
         }
     }
     /* the last four are read by srv_output_request, for completions and chat only */
-    static const char *const unsupported[] = {"functions", "logit_bias", "suffix", "tools", "response_format", "grammar", "tool_choice", NULL};
+    static const char *const unsupported[] = {"functions", "suffix", "tools", "response_format", "grammar", "tool_choice", NULL};
     for (int i = 0; unsupported[i]; i++) {
-        if (i >= 3 && fmt != SRV_FMT_CONTEXT) continue;
+        if (i >= 2 && fmt != SRV_FMT_CONTEXT) continue;
         json_t *v = json_object_get(b, unsupported[i]);
         if (!v || json_is_null(v) || (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)) ||
             (json_is_string(v) && !json_string_length(v)))
@@ -230,9 +343,10 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
         if (!strcmp(unsupported[i], "response_format") && json_is_object(v) &&
             json_is_string(json_object_get(v, "type")) && !strcmp(json_string_value(json_object_get(v, "type")), "text"))
             continue;
-        srv_error(o, 400, "'%s' is not supported by %s", unsupported[i], i >= 3 ? "the contexts API" : "pagekv serve");
+        srv_error(o, 400, "'%s' is not supported by %s", unsupported[i], i >= 2 ? "the contexts API" : "pagekv serve");
         return false;
     }
+    if (!parse_logit_bias(s, json_object_get(b, "logit_bias"), r, o)) return false;
     if (!get_bool(b, "ignore_eos", &r->ignore_eos, o)) return false;
     bool echo = false;
     long long best_of = 1;

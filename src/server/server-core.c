@@ -588,6 +588,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     ep.max_batch_tokens = so->batch_tokens;
     ep.draft = s->draft;
     ep.draft_max = so->draft_max;
+    ep.draft_ngram = so->spec_ngram;
     ep.spill = (pkv_spill_mode)so->kv_spill;
     pkv_engine *eng = pkv_engine_create(s->m, ep);
     if (!eng) {

@@ -86,6 +86,7 @@ void srv_req_release(srv_req *r) {
     }
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    free(r->bias);
     free(r->ch);
     free(r->prompt);
     for (int i = 0; i < r->n_media; i++) free((void *)r->media[i].embd);

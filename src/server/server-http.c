@@ -416,6 +416,10 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
                        s.draft_info.assistant ? " (Gemma 4 assistant: no KV of its own, its attention over the model's pages "
                                                 "where they are stored)" : "",
                        so->draft_max ? so->draft_max : 4);
+    if (so->spec_ngram)
+        bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
+                       "pagekv serve: speculative decoding: n-gram drafts (prompt lookup), up to %d proposals per "
+                       "sequence and step\n", so->draft_max ? so->draft_max : 4);
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                    "pagekv serve: contexts API: up to %d contexts holding up to %lld KV pages (--context-pages)\n",
                    so->max_contexts, (long long)s.ctx_pages);

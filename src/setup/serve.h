@@ -54,6 +54,7 @@ typedef struct pkv_serve_opts {
     bool mtp;                  /* the model file's own MTP head as the draft */
     const char *draft_device;  /* device of a --draft model; NULL = the model's */
     int draft_max;             /* proposals per sequence and step; 0 = 4 */
+    bool spec_ngram;           /* --spec ngram: n-gram drafts (pkv_engine_params.draft_ngram), no model */
     /* media (docs/server.md "Audio and images") */
     const char *mmproj;        /* a projector file (an mmproj GGUF): audio or images in requests; NULL = none */
     size_t max_media_bytes;    /* one medium's encoded size (a file upload, a base64 payload decoded) -> 413 */
