@@ -72,6 +72,11 @@ static void serve_usage(FILE *f) {
             "  --max-contexts N       contexts alive at once (default %d)\n"
             "  --context-swap S       swap idle contexts to host after S seconds (default %.0f; 0 = never)\n"
             "  --context-ttl S        drop idle contexts after S seconds (default %.0f; 0 = never)\n"
+            "  --responses-max N      /v1/responses kept for previous_response_id, their conversations\n"
+            "                         held in the KV cache (default %d; least recently used dropped first;\n"
+            "                         0 = none kept)\n"
+            "  --responses-ttl S      drop a stored response S seconds after its last use (default %.0f;\n"
+            "                         0 = never)\n"
             "  --context-pages N      KV pages the contexts may hold together, device pages counted once\n"
             "                         plus host pages of swapped ones (default: half the device pool) -> 503\n"
             "  --special-in-content   let message text produce special tokens (default: message text is\n"
@@ -109,7 +114,7 @@ static void serve_usage(FILE *f) {
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight (at most 60 s), exit 0; during\n"
             "start-up (loading, compiling the chat template) they end the process at once.\n",
             d.host, d.port, d.parallel, pkv_tpl_names(), d.max_body, d.max_header, d.max_conns, d.queue, d.timeout_s,
-            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.max_media_bytes, d.max_audio_seconds, (long long)d.template_time_ms,
+            d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.responses_max, d.responses_ttl_s, d.max_media_bytes, d.max_audio_seconds, (long long)d.template_time_ms,
             (long long)d.template_mem_mib, (long long)d.template_budget_mib);
 }
 
@@ -240,6 +245,8 @@ static const pkv_cli_opt serve_options[] = {
     SV("--max-contexts", NULL, PKV_CLI_INT, max_contexts, 1, 1 << 20),
     SV("--context-swap", NULL, PKV_CLI_DOUBLE, ctx_swap_s, 0, 1e9),
     SV("--context-ttl", NULL, PKV_CLI_DOUBLE, ctx_ttl_s, 0, 1e9),
+    SV("--responses-max", NULL, PKV_CLI_INT, responses_max, 0, 1 << 20),
+    SV("--responses-ttl", NULL, PKV_CLI_DOUBLE, responses_ttl_s, 0, 1e9),
     SV("--mmproj", NULL, PKV_CLI_STR, mmproj, 0, 0),
     SV("--max-media-bytes", NULL, PKV_CLI_SIZE, max_media_bytes, 1024, (double)(1ll << 30)),
     SV("--max-audio-seconds", NULL, PKV_CLI_DOUBLE, max_audio_seconds, 0.1, 86400),

@@ -153,7 +153,7 @@ static bool create_call(srv_gen *g, ctx_call *k) {
             snprintf(msg, sizeof msg, "cannot create a context: %s", pkv_errmsg());
             return fail(k, 503, msg);
         }
-        if (srv_ctx_count(g) >= s->o.max_contexts) {
+        if (srv_ctx_count_api(g) >= s->o.max_contexts) {
             pkv_context_free(ctx);
             snprintf(msg, sizeof msg, "%d contexts are alive already (--max-contexts): delete some", s->o.max_contexts);
             return fail(k, 503, msg);
@@ -230,6 +230,7 @@ static bool run_call(srv_gen *g, void *arg) {
     if (k->op == OP_CREATE) return create_call(g, k);
     if (k->target) return append_over(g, k); /* an append in progress */
     srv_ctx *e = srv_ctx_find(g, k->id);
+    if (e && e->internal) e = NULL; /* a /v1/responses conversation */
     if (!e) return fail(k, 404, "no such context (deleted, or dropped after its idle TTL)");
     char id[32];
     idstr(e->id, id, sizeof id);
@@ -307,7 +308,8 @@ static bool run_call(srv_gen *g, void *arg) {
 static bool list_call(srv_gen *g, void *arg) {
     ctx_call *k = arg;
     json_t *a = json_array();
-    for (int i = 0, n = srv_ctx_count(g); i < n; i++) json_array_append_new(a, ctx_json(g, srv_ctx_at(g, i), false));
+    for (int i = 0, n = srv_ctx_count(g); i < n; i++)
+        if (!srv_ctx_at(g, i)->internal) json_array_append_new(a, ctx_json(g, srv_ctx_at(g, i), false));
     k->res = json_pack("{s:s,s:o}", "object", "list", "data", a);
     k->status = 200;
     return true;

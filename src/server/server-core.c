@@ -32,6 +32,8 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.max_contexts = 256;
     o.ctx_swap_s = 300;
     o.ctx_ttl_s = 3600;
+    o.responses_max = 256;
+    o.responses_ttl_s = 3600;
     o.max_tokens_default = 16;
     o.max_media_bytes = (size_t)25 << 20; /* OpenAI's limit on audio uploads */
     o.max_audio_seconds = 1800;
@@ -336,6 +338,10 @@ static void rt_contexts(srv *s, const route_req *q, srv_out *o) {
     srv_api_contexts(s, q->method, q->rest, q->body, q->sc, o);
 }
 
+static void rt_responses(srv *s, const route_req *q, srv_out *o) {
+    srv_api_responses(s, q->method, q->rest, q->body, q->sc, o);
+}
+
 /* The endpoints (docs/server.md). A route with one method answers another with
  * 405 "use METHOD URL"; one with several, "M is not a method of URL". */
 static const struct srv_route {
@@ -358,6 +364,7 @@ static const struct srv_route {
     {"/detokenize", M_POST, R_JSON, rt_detokenize},
     {"/apply-template", M_POST, R_JSON, rt_apply},
     {"/v1/contexts", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_contexts},
+    {"/v1/responses", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_responses},
 };
 
 /* The route of url (NULL: none), with what follows its path in *rest. */
@@ -579,7 +586,10 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         return false;
     }
     srv_gen_params gp = {.parallel = so->parallel, .queue = so->queue,
-                         .max_contexts = so->max_contexts, .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
+                         .max_contexts = so->max_contexts,
+                         /* stored responses, and one per response generating (each on its own context) */
+                         .max_internal = so->responses_max + so->queue + so->parallel,
+                         .ctx_swap_s = so->ctx_swap_s, .ctx_ttl_s = so->ctx_ttl_s};
     pkv_engine_params ep = pkv_engine_default_params();
     cp.disk_dir = so->kv_disk; /* here, not in page_bytes()'s probe: the directory takes one cache at a time */
     cp.disk_bytes = (uint64_t)so->kv_disk_mib << 20;
@@ -608,7 +618,9 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         gp.ctx_pages = so->context_pages > 0 ? so->context_pages : ks.n_pages / 2;
         s->ctx_pages = gp.ctx_pages;
     }
-    s->g = srv_gen_create_engine(eng, gp);
+    s->responses = srv_resp_store_new(so->responses_max, so->responses_ttl_s);
+    s->g = s->responses ? srv_gen_create_engine(eng, gp) : NULL;
+    if (!s->responses) pkv_engine_free(eng);
     if (!s->g) {
         fprintf(stderr, "pagekv serve: cannot start the worker thread\n");
         s->c = NULL; /* srv_gen_create_engine freed the engine and its cache */
@@ -619,6 +631,8 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
 
 void srv_stop(srv *s) {
     srv_gen_free(s->g); /* frees the engine and its cache too */
+    srv_resp_store_free(s->responses);
+    s->responses = NULL;
     pkv_chat_free(s->chat);
     s->chat = NULL;
     pkv_mmproj_free(s->mm);

@@ -47,7 +47,7 @@ struct srv_gen {
     srv_stats st;
     /* worker-only */
     srv_ctx **ctxs;
-    int n_ctxs;
+    int n_ctxs, n_internal;
     int64_t next_ctx_id;
     double last_sweep;
     int64_t quota_reserved; /* srv_ctx_quota_reserve: pages operations in progress may still take */
@@ -127,7 +127,9 @@ srv_gen *srv_gen_create_engine(pkv_engine *e, srv_gen_params p) {
     g->n_vocab = info.n_vocab;
     g->next_ctx_id = 1;
     g->st.engine = true;
-    g->ctxs = calloc((size_t)(p.max_contexts > 0 ? p.max_contexts : 1), sizeof *g->ctxs);
+    if (p.max_internal < 0) p.max_internal = 0;
+    g->p = p;
+    g->ctxs = calloc((size_t)(p.max_contexts > 0 ? p.max_contexts : 1) + (size_t)p.max_internal, sizeof *g->ctxs);
     if (!g->ctxs) {
         free(g);
         pkv_engine_free(e);
@@ -263,7 +265,8 @@ bool srv_ctx_quota_ok(srv_gen *g, int32_t pending, int64_t more, char *msg, size
         return false;
     }
     int n = 0;
-    for (int i = 0; i < g->n_ctxs; i++) seqs[n++] = pkv_context_seq(g->ctxs[i]->ctx);
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (!g->ctxs[i]->internal) seqs[n++] = pkv_context_seq(g->ctxs[i]->ctx);
     if (pending >= 0) seqs[n++] = pending;
     int64_t dev = 0, host = 0;
     pkv_status st = pkv_kv_pages_held(g->c, n, seqs, &dev, &host);
@@ -326,22 +329,30 @@ srv_ctx *srv_ctx_find(srv_gen *g, int64_t id) {
 int srv_ctx_count(srv_gen *g) { return g->n_ctxs; }
 srv_ctx *srv_ctx_at(srv_gen *g, int i) { return i >= 0 && i < g->n_ctxs ? g->ctxs[i] : NULL; }
 
-srv_ctx *srv_ctx_add(srv_gen *g, pkv_context *ctx) {
-    if (g->n_ctxs >= g->p.max_contexts) return NULL;
+int srv_ctx_count_api(srv_gen *g) { return g->n_ctxs - g->n_internal; }
+
+static srv_ctx *ctx_add(srv_gen *g, pkv_context *ctx, bool internal) {
+    if (internal ? g->n_internal >= g->p.max_internal : g->n_ctxs - g->n_internal >= g->p.max_contexts) return NULL;
     srv_ctx *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->id = g->next_ctx_id++;
     e->ctx = ctx;
+    e->internal = internal;
+    g->n_internal += internal;
     e->last_used = srv_now();
     g->ctxs[g->n_ctxs++] = e;
     srv_ctx_hold(g, e);
     return e;
 }
 
+srv_ctx *srv_ctx_add(srv_gen *g, pkv_context *ctx) { return ctx_add(g, ctx, false); }
+srv_ctx *srv_ctx_add_internal(srv_gen *g, pkv_context *ctx) { return ctx_add(g, ctx, true); }
+
 void srv_ctx_remove(srv_gen *g, srv_ctx *e) {
     for (int i = 0; i < g->n_ctxs; i++)
         if (g->ctxs[i] == e) {
             g->ctxs[i] = g->ctxs[--g->n_ctxs];
+            g->n_internal -= e->internal;
             break;
         }
     pkv_engine_context_drop(g->eng, e->ctx); /* NOT_FOUND when its hold failed */
@@ -379,7 +390,7 @@ static void sweep(srv_gen *g) {
     for (int i = 0; i < g->n_ctxs;) {
         srv_ctx *e = g->ctxs[i];
         double idle = now - e->last_used;
-        if (!e->busy && g->p.ctx_ttl_s > 0 && idle > g->p.ctx_ttl_s) {
+        if (!e->busy && !e->internal && g->p.ctx_ttl_s > 0 && idle > g->p.ctx_ttl_s) {
             srv_ctx_remove(g, e);
             continue;
         }
@@ -621,7 +632,7 @@ static bool on_engine_event(const pkv_engine_event *ev, void *user) {
         fin = choice_push(g, r, ev->sample, &tk, ev->stop_token);
     }
     pthread_mutex_lock(&r->mu);
-    r->cached_tokens = ev->n_cached;
+    if (!r->ctx_cont) r->cached_tokens = ev->n_cached;
     bool cancelled = r->cancelled;
     if (ev->finish != PKV_FINISH_NONE) {
         srv_choice *c = &r->ch[ev->sample];
@@ -657,6 +668,7 @@ static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bo
     srv_ctx *ce = srv_ctx_find(g, r->ctx_id);
     pkv_status s;
     *relast = false;
+    if (ce && ce->internal != r->ctx_cont) ce = NULL; /* the contexts API never sees a response's */
     if (!ce) {
         admit_fail(g, r, 404, "no context %s", "with this id (deleted, or dropped after its TTL)");
         return false;
@@ -667,6 +679,21 @@ static bool ctx_request(srv_gen *g, srv_req *r, srv_ctx **out, int32_t *last, bo
     }
     pkv_context *ctx = ce->ctx; /* swapped out or not: the engine brings it back at admission */
     int64_t len = pkv_context_n_tokens(ctx);
+    if (r->ctx_cont) { /* the prompt continues the context: it computes the logits */
+        int64_t room = pkv_context_n_ctx(ctx) - len - r->n_prompt;
+        if (g->p.n_ctx - len - r->n_prompt < room) room = g->p.n_ctx - len - r->n_prompt;
+        if (room <= 0 || r->n_prompt <= 0) {
+            admit_fail(g, r, 400, "the conversation fills the context%s", " (start the server with a larger -c)");
+            return false;
+        }
+        if (r->max_tokens > room) r->max_tokens = (int)room;
+        pthread_mutex_lock(&r->mu);
+        r->cached_tokens = (int)len;
+        pthread_mutex_unlock(&r->mu);
+        *quota = 0;
+        *out = ce;
+        return true;
+    }
     if (len == 0) {
         admit_fail(g, r, 400, "the context is empty: append tokens first%s", "");
         return false;
@@ -747,8 +774,8 @@ static void admit_engine(srv_gen *g, srv_req *r) {
         if (r->max_tokens > room) r->max_tokens = (int)room;
     }
     pkv_request_params rp = pkv_request_default_params();
-    rp.prompt = ce ? (relast ? &last : NULL) : r->prompt;
-    rp.n_prompt = ce ? (relast ? 1 : 0) : r->n_prompt;
+    rp.prompt = ce && !r->ctx_cont ? (relast ? &last : NULL) : r->prompt;
+    rp.n_prompt = ce && !r->ctx_cont ? (relast ? 1 : 0) : r->n_prompt;
     rp.context = ce ? ce->ctx : NULL;
     rp.sampling = r->sp;
     rp.max_tokens = r->max_tokens;

@@ -77,6 +77,8 @@ typedef struct srv_req {
     char err[512];
     int cached_tokens;     /* prompt tokens served from the prefix cache */
     int64_t ctx_len;       /* contexts API: the context's length afterwards */
+    bool ctx_cont;         /* prompt is a continuation of the context ctx_id (its tokens are
+                              cached_tokens): /v1/responses on its own context */
     int refs;
     double t_submit;
     char log_id[64];       /* the response id, for the per-request log line ("" = the contexts API's) */
@@ -94,6 +96,7 @@ typedef struct srv_gen_params {
     int parallel;       /* sequences per step (the engine's max_seqs) */
     int queue;          /* waiting requests before srv_gen_submit refuses */
     int max_contexts;
+    int max_internal;   /* contexts of /v1/responses (stored responses and those generating) */
     int64_t ctx_pages;  /* page quota of the contexts API (srv_ctx_quota_ok); 0 = none */
     double ctx_swap_s, ctx_ttl_s;
 } srv_gen_params;
@@ -171,11 +174,17 @@ typedef struct srv_ctx {
     uint64_t engine_req; /* the engine request generating or appending on it, 0 = none */
     int64_t gen_reserved; /* quota pages its running generation reserved (srv_ctx_quota_reserve) */
     int64_t parent;  /* the context it was forked from (which may be gone since), 0 = none */
+    bool internal;   /* a /v1/responses conversation (server-responses.c): not the contexts API's
+                        (hidden from it, no idle TTL, outside --context-pages; --responses-max bounds them) */
 } srv_ctx;
 
 srv_ctx *srv_ctx_find(srv_gen *g, int64_t id);
 /* Registers ctx (taking it over); NULL when max_contexts are alive (ctx stays the caller's). */
 srv_ctx *srv_ctx_add(srv_gen *g, pkv_context *ctx);
+/* The same for an internal context (srv_ctx.internal), bounded by max_internal. */
+srv_ctx *srv_ctx_add_internal(srv_gen *g, pkv_context *ctx);
+/* Contexts of the contexts API alive (internal ones not counted). */
+int srv_ctx_count_api(srv_gen *g);
 void srv_ctx_remove(srv_gen *g, srv_ctx *e);
 /* The engine owns every context's residency (pkv_engine_context_hold, from
  * srv_ctx_add until srv_ctx_remove): it swaps idle ones out when it is short of

@@ -45,6 +45,7 @@ typedef struct srv {
     int tok_busy;
     pkv_jinja_budget tpl_budget; /* memory of the chat template renders running now (--template-budget) */
     atomic_bool stopping;        /* shutting down: renders still running are cancelled */
+    struct srv_resp_store *responses; /* stored /v1/responses (server-responses.c); NULL: none kept */
 } srv;
 
 #define SRV_TOK_SLOTS 2
@@ -146,6 +147,14 @@ void srv_api_kv(srv *s, srv_out *o);
 bool srv_web_asset(const char *url, const void **data, size_t *len, const char **ctype);
 /* /v1/contexts[/...]: rest is what follows "/v1/contexts" */
 void srv_api_contexts(srv *s, const char *method, const char *rest, json_t *body, const srv_conn *conn, srv_out *o);
+
+/* /v1/responses[/...] (server-responses.c): rest is what follows "/v1/responses". */
+void srv_api_responses(srv *s, const char *method, const char *rest, json_t *body, const srv_conn *conn, srv_out *o);
+/* The store of responses kept for previous_response_id (--responses-max, --responses-ttl):
+ * new returns NULL out of memory; free drops the entries (not their contexts: the
+ * worker frees those with the rest). */
+struct srv_resp_store *srv_resp_store_new(int max, double ttl_s);
+void srv_resp_store_free(struct srv_resp_store *st);
 
 /* Helpers shared by the handlers. */
 /* Tokenize text; malloc'd ids in *out. false with an error in o. */

@@ -36,6 +36,10 @@ typedef struct pkv_serve_opts {
     int max_contexts;          /* contexts of the contexts API alive at once */
     double ctx_swap_s;         /* idle contexts are swapped to host after this */
     double ctx_ttl_s;          /* idle contexts are dropped after this */
+    int responses_max;         /* /v1/responses kept for previous_response_id (least recently used
+                                  dropped first); 0 = none kept */
+    double responses_ttl_s;    /* a stored response is dropped this long after it was last used
+                                  (created, read or continued); 0 = never */
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
