@@ -172,6 +172,8 @@ static void api_metrics(srv *s, srv_out *o) {
       st.seqs_swapped + st.contexts_swapped);
     G("sequences_preempted_recompute", "Preempted sequences without KV, to be recomputed.", st.seqs_recompute);
     G("contexts", "Contexts of the contexts API alive.", st.contexts);
+    G("responses_contexts", "Contexts of /v1/responses: stored responses' conversations and responses generating.",
+      st.contexts_responses);
     G("kv_pages_total", "Device KV pages in the pool.", st.kv.n_pages);
     G("kv_pages_used", "Device KV pages referenced by sequences.", st.kv.pages_used);
     G("kv_pages_free", "Device KV pages on the free list.", st.kv.pages_free);

@@ -827,7 +827,8 @@ static void snapshot(srv_gen *g) {
     pkv_kv_stats_get(g->c, &g->st.kv);
     g->st.running = 0; /* the engine's figures are added by srv_gen_stats */
     g->st.waiting = g->n_waiting;
-    g->st.contexts = g->n_ctxs;
+    g->st.contexts = g->n_ctxs - g->n_internal;
+    g->st.contexts_responses = g->n_internal;
     int sw = 0;
     for (int i = 0; i < g->n_ctxs; i++) sw += srv_ctx_swapped(g, g->ctxs[i]);
     g->st.contexts_swapped = sw;

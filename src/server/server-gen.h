@@ -106,6 +106,7 @@ typedef struct srv_stats {
     int running, waiting;
     bool engine;          /* always true: the serving engine runs every request */
     int contexts, contexts_swapped;
+    int contexts_responses; /* internal contexts: stored responses and those generating */
     int seqs_swapped, seqs_recompute; /* engine sequences preempted (to host; dropped for recompute) */
     pkv_kv_stats kv;
     uint64_t prompt_tokens, gen_tokens, prefix_hit_tokens, preemptions, requests_done, requests_failed;

@@ -1,0 +1,401 @@
+// labels: server timeout=300
+/* POST /v1/responses (issue 45.2), raw HTTP against pagekv serve:
+ *  1. a response: its object, output items and usage; streamed, OpenAI's events in
+ *     order with increasing sequence numbers, the deltas adding up to the text and
+ *     the final response equal to the one not streamed (greedy);
+ *  2. a function call (tool_choice required) and its function_call_output, through
+ *     previous_response_id and sent whole: the same answer;
+ *  3. text.format json_schema: the output is JSON of the schema;
+ *  4. previous_response_id continues from the stored conversation's context:
+ *     cached_tokens covers the previous prompt at least, and the answer equals the
+ *     whole conversation sent at once (greedy); store false keeps nothing;
+ *     GET and DELETE /v1/responses/{id};
+ *  5. the bounds: --responses-max evicts the least recently used (its context freed:
+ *     pagekv_responses_contexts), --responses-ttl expires;
+ *  6. bad input: a 400 naming the field (param). */
+#include "server-testlib.h"
+
+#ifndef PKV_HAVE_SERVER
+int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
+#else
+#include "server-json.h"
+
+static int g_port;
+
+/* POST body to /v1/responses; the answer parsed into *out (NULL when not JSON). */
+static int post(const char *body, json_t **out) {
+    const char *f = ts_file("resp-body.json", body, strlen(body));
+    int code = ts_http(g_port, "-H 'Content-Type: application/json' -d @%s /v1/responses", f);
+    if (out) *out = json_loads(ts_body, 0, NULL);
+    return code;
+}
+
+static const char *jstr(json_t *j, const char *path) {
+    json_t *v = jget(j, path);
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* The text of a response's first message item. */
+static const char *out_text(json_t *r) {
+    json_t *out = json_object_get(r, "output");
+    size_t i;
+    json_t *it;
+    json_array_foreach(out, i, it) if (!strcmp(jstr(it, "type"), "message")) return jstr(it, "content.0.text");
+    return "";
+}
+
+static void check_param(const char *body, const char *param) {
+    json_t *r = NULL;
+    int code = post(body, &r);
+    CHECK_INT(code, 400);
+    if (strcmp(jstr(r, "error.param"), param)) {
+        fprintf(stderr, "want param %s, got: %s\n", param, ts_body);
+        CHECK(0);
+    }
+    json_decref(r);
+}
+
+static long long metric(const char *name) {
+    if (ts_http(g_port, "/metrics") != 200) return -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(ts_body, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+static void basic_and_stream(void) {
+    const char *req = "{\"model\":\"tiny\",\"input\":\"hello there\",\"instructions\":\"be brief\","
+                      "\"max_output_tokens\":8,\"temperature\":0,\"metadata\":{\"k\":\"v\"},\"user\":\"u1\"}";
+    json_t *a = NULL;
+    CHECK_INT(post(req, &a), 200);
+    REQUIRE_VOID(a);
+    CHECK(!strncmp(jstr(a, "id"), "resp_", 5));
+    CHECK(!strcmp(jstr(a, "object"), "response"));
+    CHECK(json_is_integer(jget(a, "created_at")));
+    const char *status = jstr(a, "status");
+    CHECK(!strcmp(status, "completed") || !strcmp(status, "incomplete"));
+    if (!strcmp(status, "incomplete")) CHECK(!strcmp(jstr(a, "incomplete_details.reason"), "max_output_tokens"));
+    CHECK(!strcmp(jstr(a, "output.0.type"), "message"));
+    CHECK(!strcmp(jstr(a, "output.0.role"), "assistant"));
+    CHECK(!strcmp(jstr(a, "output.0.content.0.type"), "output_text"));
+    CHECK(!strcmp(jstr(a, "instructions"), "be brief"));
+    CHECK(!strcmp(jstr(a, "metadata.k"), "v"));
+    CHECK(!strcmp(jstr(a, "user"), "u1"));
+    CHECK(json_is_true(jget(a, "store")));
+    long long in = jint(a, "usage.input_tokens"), outt = jint(a, "usage.output_tokens");
+    CHECK(in > 0 && outt > 0 && outt <= 8);
+    CHECK_INT(jint(a, "usage.total_tokens"), in + outt);
+    CHECK(jint(a, "usage.input_tokens_details.cached_tokens") >= 0);
+    CHECK_INT(jint(a, "usage.output_tokens_details.reasoning_tokens"), 0);
+    CHECK(strlen(out_text(a)) > 0);
+
+    /* streamed: the same request */
+    char sreq[1024];
+    snprintf(sreq, sizeof sreq, "%.*s,\"stream\":true}", (int)strlen(req) - 1, req);
+    const char *f = ts_file("resp-stream.json", sreq, strlen(sreq));
+    CHECK_INT(ts_http(g_port, "-N -H 'Content-Type: application/json' -d @%s /v1/responses", f), 200);
+    static const char *const want_order[] = {"response.created", "response.in_progress", "response.output_item.added",
+                                             "response.content_part.added", "response.output_text.delta"};
+    char deltas[4096] = "", done_text[4096] = "";
+    json_t *final = NULL;
+    int n_ev = 0, n_delta = 0;
+    bool seen_text_done = false, seen_part_done = false, seen_item_done = false;
+    for (char *p = ts_body, *e; p && *p; p = e ? e + 2 : NULL) {
+        e = strstr(p, "\n\n");
+        if (e) *e = 0;
+        char *evname = strstr(p, "event: "), *data = strstr(p, "data: ");
+        if (!data) continue;
+        json_t *j = json_loads(data + 6, 0, NULL);
+        CHECK(j != NULL);
+        if (!j) continue;
+        const char *type = jstr(j, "type");
+        if (evname) CHECK(!strncmp(evname + 7, type, strlen(type))); /* the event: line names it */
+        CHECK_INT(jint(j, "sequence_number"), n_ev);
+        if (n_ev < 5 && strcmp(type, want_order[n_ev])) {
+            fprintf(stderr, "event %d is %s, want %s\n", n_ev, type, want_order[n_ev]);
+            CHECK(0);
+        }
+        if (!strcmp(type, "response.output_text.delta")) {
+            CHECK(!seen_text_done);
+            strncat(deltas, jstr(j, "delta"), sizeof deltas - strlen(deltas) - 1);
+            n_delta++;
+        } else if (!strcmp(type, "response.output_text.done")) {
+            seen_text_done = true;
+            snprintf(done_text, sizeof done_text, "%s", jstr(j, "text"));
+        } else if (!strcmp(type, "response.content_part.done")) {
+            CHECK(seen_text_done);
+            seen_part_done = true;
+        } else if (!strcmp(type, "response.output_item.done")) {
+            CHECK(seen_part_done);
+            seen_item_done = true;
+        } else if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete")) {
+            CHECK(seen_item_done);
+            final = json_incref(jget(j, "response"));
+        }
+        if (!strcmp(type, "response.created")) CHECK(!strcmp(jstr(j, "response.status"), "in_progress"));
+        json_decref(j);
+        n_ev++;
+    }
+    CHECK(n_delta >= 1);
+    CHECK(!strcmp(deltas, done_text));
+    REQUIRE_VOID(final);
+    CHECK(!strcmp(deltas, out_text(final)));
+    /* the final response equals the one not streamed, ids and times aside */
+    CHECK(!strcmp(out_text(final), out_text(a)));
+    CHECK(!strcmp(jstr(final, "status"), jstr(a, "status")));
+    CHECK(json_equal(jget(final, "usage.output_tokens"), jget(a, "usage.output_tokens")));
+    CHECK(json_equal(jget(final, "usage.input_tokens"), jget(a, "usage.input_tokens")));
+    CHECK_INT((long long)json_array_size(jget(final, "output")), (long long)json_array_size(jget(a, "output")));
+    /* and it was stored: GET gives it back */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(final, "id"));
+    CHECK_INT(ts_http(g_port, "%s", path), 200);
+    json_t *g = json_loads(ts_body, 0, NULL);
+    CHECK(g && json_equal(g, final));
+    json_decref(g);
+    json_decref(final);
+    json_decref(a);
+}
+
+static const char *k_tools =
+    "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"the weather in a city\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},"
+    "\"required\":[\"city\"],\"additionalProperties\":false},\"strict\":true}]";
+
+static void function_calls(void) {
+    char body[4096];
+    snprintf(body, sizeof body, "{\"input\":\"weather in Paris?\",\"tool_choice\":\"required\",%s,\"temperature\":0,"
+                                "\"max_output_tokens\":200}", k_tools);
+    json_t *a = NULL;
+    CHECK_INT(post(body, &a), 200);
+    REQUIRE_VOID(a);
+    CHECK(!strcmp(jstr(a, "status"), "completed"));
+    CHECK(!strcmp(jstr(a, "output.0.type"), "function_call"));
+    CHECK(!strcmp(jstr(a, "output.0.name"), "get_weather"));
+    CHECK(!strncmp(jstr(a, "output.0.call_id"), "call_", 5));
+    CHECK(!strcmp(jstr(a, "tools.0.name"), "get_weather"));
+    json_t *args = json_loads(jstr(a, "output.0.arguments"), 0, NULL);
+    CHECK(json_is_string(json_object_get(args, "city")));
+    json_decref(args);
+    /* the tool's result, continuing the stored response */
+    char call_id[128], name_args[200];
+    snprintf(call_id, sizeof call_id, "%s", jstr(a, "output.0.call_id"));
+    char *ea = json_dumps(jget(a, "output.0.arguments"), JSON_ENCODE_ANY);
+    snprintf(name_args, sizeof name_args, "%s", ea ? ea : "\"\"");
+    free(ea);
+    snprintf(body, sizeof body, "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"sunny\"}],"
+                                "\"previous_response_id\":\"%s\",%s,\"temperature\":0,\"max_output_tokens\":8}",
+             call_id, jstr(a, "id"), k_tools);
+    json_t *b = NULL;
+    CHECK_INT(post(body, &b), 200);
+    CHECK(!strcmp(jstr(b, "previous_response_id"), jstr(a, "id")));
+    CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
+    CHECK(jint(b, "usage.input_tokens") > jint(a, "usage.input_tokens"));
+    /* the same conversation sent whole, the call as a function_call item */
+    snprintf(body, sizeof body,
+             "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"weather in Paris?\"}]},"
+             "{\"type\":\"function_call\",\"call_id\":\"%s\",\"name\":\"get_weather\",\"arguments\":%s},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"sunny\"}],%s,\"temperature\":0,"
+             "\"max_output_tokens\":8,\"store\":false}",
+             call_id, name_args, call_id, k_tools);
+    json_t *c = NULL;
+    CHECK_INT(post(body, &c), 200);
+    CHECK(json_equal(jget(b, "usage.input_tokens"), jget(c, "usage.input_tokens")));
+    CHECK(strlen(out_text(b)) > 0);
+    if (strcmp(out_text(b), out_text(c))) {
+        fprintf(stderr, "continued: '%s'\nwhole:     '%s'\n", out_text(b), out_text(c));
+        CHECK(0);
+    }
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+}
+
+static void json_schema(void) {
+    json_t *a = NULL;
+    CHECK_INT(post("{\"input\":\"a number\",\"temperature\":0,\"max_output_tokens\":60,\"text\":{\"format\":"
+                   "{\"type\":\"json_schema\",\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\","
+                   "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\",\"maxLength\":5}},"
+                   "\"required\":[\"a\",\"b\"],\"additionalProperties\":false}}}}",
+                   &a),
+              200);
+    CHECK(!strcmp(jstr(a, "status"), "completed"));
+    CHECK(!strcmp(jstr(a, "text.format.type"), "json_schema"));
+    json_t *v = json_loads(out_text(a), 0, NULL);
+    CHECK(json_is_integer(json_object_get(v, "a")));
+    CHECK(json_is_string(json_object_get(v, "b")) && json_string_length(json_object_get(v, "b")) <= 5);
+    CHECK_INT((long long)json_object_size(v), 2);
+    json_decref(v);
+    json_decref(a);
+    json_t *o = NULL;
+    CHECK_INT(post("{\"input\":\"an object\",\"temperature\":0,\"max_output_tokens\":40,\"text\":{\"format\":"
+                   "{\"type\":\"json_object\"}}}", &o), 200);
+    v = json_loads(out_text(o), 0, NULL);
+    CHECK(json_is_object(v));
+    json_decref(v);
+    json_decref(o);
+}
+
+static void continuation(void) {
+    json_t *a = NULL, *b = NULL, *c = NULL;
+    CHECK_INT(post("{\"input\":\"tell me about the sea\",\"max_output_tokens\":10,\"temperature\":0}", &a), 200);
+    char body[4096];
+    snprintf(body, sizeof body, "{\"input\":\"and the river\",\"previous_response_id\":\"%s\",\"max_output_tokens\":10,"
+                                "\"temperature\":0}", jstr(a, "id"));
+    CHECK_INT(post(body, &b), 200);
+    long long prev = jint(a, "usage.input_tokens"), cached = jint(b, "usage.input_tokens_details.cached_tokens");
+    fprintf(stderr, "previous prompt %lld + output %lld tokens; the follow-up's %lld tokens, %lld cached\n", prev,
+            jint(a, "usage.output_tokens"), jint(b, "usage.input_tokens"), cached);
+    CHECK(cached >= prev);
+    /* the whole conversation at once (not continued): the same prompt and answer */
+    json_t *esc = json_string(out_text(a));
+    char *at = json_dumps(esc, JSON_ENCODE_ANY);
+    json_decref(esc);
+    snprintf(body, sizeof body,
+             "{\"input\":[{\"role\":\"user\",\"content\":\"tell me about the sea\"},{\"type\":\"message\",\"role\":"
+             "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":%s}]},{\"role\":\"user\",\"content\":"
+             "\"and the river\"}],\"max_output_tokens\":10,\"temperature\":0,\"store\":false}",
+             at);
+    free(at);
+    CHECK_INT(post(body, &c), 200);
+    CHECK(json_equal(jget(b, "usage.input_tokens"), jget(c, "usage.input_tokens")));
+    CHECK(!strcmp(out_text(b), out_text(c)));
+    CHECK(json_is_false(jget(c, "store")));
+    /* store false kept nothing */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(c, "id"));
+    CHECK_INT(ts_http(g_port, "%s", path), 404);
+    snprintf(body, sizeof body, "{\"input\":\"more\",\"previous_response_id\":\"%s\"}", jstr(c, "id"));
+    json_t *e = NULL;
+    CHECK_INT(post(body, &e), 400);
+    CHECK(!strcmp(jstr(e, "error.param"), "previous_response_id"));
+    CHECK(!strcmp(jstr(e, "error.code"), "previous_response_not_found"));
+    CHECK(!strcmp(jstr(e, "error.type"), "invalid_request_error"));
+    char want[200];
+    snprintf(want, sizeof want, "Previous response with id '%s' not found.", jstr(c, "id"));
+    CHECK(!strcmp(jstr(e, "error.message"), want));
+    json_decref(e);
+    /* a continued response continues too (three turns) */
+    snprintf(body, sizeof body, "{\"input\":\"and the lake\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4,"
+                                "\"temperature\":0}", jstr(b, "id"));
+    json_t *d = NULL;
+    CHECK_INT(post(body, &d), 200);
+    CHECK(jint(d, "usage.input_tokens_details.cached_tokens") >= jint(b, "usage.input_tokens"));
+    json_decref(d);
+    /* DELETE, then it is gone */
+    snprintf(path, sizeof path, "-X DELETE /v1/responses/%s", jstr(a, "id"));
+    CHECK_INT(ts_http(g_port, "%s", path), 200);
+    CHECK(strstr(ts_body, "\"deleted\":true") != NULL);
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(a, "id"));
+    CHECK_INT(ts_http(g_port, "%s", path), 404);
+    snprintf(body, sizeof body, "{\"input\":\"x\",\"previous_response_id\":\"%s\"}", jstr(a, "id"));
+    CHECK_INT(post(body, NULL), 400);
+    /* the responses' contexts are not the contexts API's */
+    CHECK_INT(ts_http(g_port, "/v1/contexts"), 200);
+    CHECK(strstr(ts_body, "\"data\":[]") != NULL);
+    CHECK_INT(metric("pagekv_contexts"), 0);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+}
+
+static void bad_input(void) {
+    check_param("{\"input\":[{\"type\":\"web_search_call\",\"id\":\"x\"}]}", "input[0].type");
+    check_param("{\"input\":[{\"role\":\"robot\",\"content\":\"hi\"}]}", "input[0].role");
+    check_param("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}",
+                "input[0].content[0].type");
+    check_param("{\"input\":[{\"role\":\"user\",\"content\":\"hi\"},{\"type\":\"function_call_output\",\"output\":\"x\"}]}",
+                "input[1].call_id");
+    check_param("{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\"}]}", "input[0].arguments");
+    check_param("{\"input\":42}", "input");
+    check_param("{\"model\":\"tiny\"}", "input");
+    check_param("{\"input\":\"hi\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type");
+    check_param("{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"parameters\":{}}]}", "tools[0].name");
+    check_param("{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":3}]}",
+                "tools[0].parameters");
+    check_param("{\"input\":\"hi\",\"tool_choice\":{\"type\":\"allowed_tools\"}}", "tool_choice");
+    check_param("{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\"}}}", "text.format.schema");
+    check_param("{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format.type");
+    check_param("{\"input\":\"hi\",\"max_output_tokens\":0}", "max_output_tokens");
+    check_param("{\"input\":\"hi\",\"temperature\":3}", "temperature");
+    check_param("{\"input\":\"hi\",\"frobnicate\":1}", "frobnicate");
+    check_param("{\"input\":\"hi\",\"background\":true}", "background");
+    check_param("{\"input\":\"hi\",\"previous_response_id\":7}", "previous_response_id");
+    check_param("{\"input\":\"hi\",\"metadata\":{\"k\":1}}", "metadata");
+    CHECK_INT(ts_http(g_port, "-X PUT /v1/responses"), 405);
+    CHECK_INT(ts_http(g_port, "/v1/responses/resp_nope"), 404);
+    /* nothing of these reached the store or the cache */
+    CHECK_INT(ts_http(g_port, "/health"), 200);
+}
+
+/* --responses-max 2: the least recently used goes, and its context with it. */
+static void cap(const char *model, const char *log) {
+    char args[1024];
+    snprintf(args, sizeof args, "-m '%s' -c 512 --alias tiny --responses-max 2", model);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    char ids[3][80];
+    json_t *r = NULL;
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) { /* touch the first: the second is now the least recently used */
+            char path[120];
+            snprintf(path, sizeof path, "/v1/responses/%s", ids[0]);
+            CHECK_INT(ts_http(g_port, "%s", path), 200);
+        }
+        char body[256];
+        snprintf(body, sizeof body, "{\"input\":\"turn %d\",\"max_output_tokens\":4,\"temperature\":0}", i);
+        CHECK_INT(post(body, &r), 200);
+        snprintf(ids[i], sizeof ids[i], "%s", jstr(r, "id"));
+        json_decref(r);
+    }
+    static const int want[3] = {200, 400, 200};
+    for (int i = 0; i < 3; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"input\":\"again\",\"previous_response_id\":\"%s\",\"max_output_tokens\":2,"
+                                    "\"store\":false}", ids[i]);
+        CHECK_INT(post(body, NULL), want[i]);
+    }
+    /* two stored, each holding one context; the evicted one's is freed */
+    CHECK_INT(metric("pagekv_responses_contexts"), 2);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+}
+
+/* --responses-ttl 1: a response unused for longer is gone. */
+static void ttl(const char *model, const char *log) {
+    char args[1024];
+    snprintf(args, sizeof args, "-m '%s' -c 512 --alias tiny --responses-ttl 1", model);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    json_t *r = NULL;
+    CHECK_INT(post("{\"input\":\"soon gone\",\"max_output_tokens\":4}", &r), 200);
+    char body[256];
+    snprintf(body, sizeof body, "{\"input\":\"again\",\"previous_response_id\":\"%s\",\"max_output_tokens\":2}", jstr(r, "id"));
+    ts_sleep_ms(2500);
+    json_t *e = NULL;
+    CHECK_INT(post(body, &e), 400);
+    CHECK(!strcmp(jstr(e, "error.code"), "previous_response_not_found"));
+    CHECK_INT(metric("pagekv_responses_contexts"), 0);
+    json_decref(e);
+    json_decref(r);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+}
+
+int main(void) {
+    char model[512], log[512], args[1024];
+    snprintf(model, sizeof model, "%s", th_tmp("resp.gguf"));
+    snprintf(log, sizeof log, "%s", th_tmp("resp-serve.log"));
+    REQUIRE(th_cli("", true, "mkmodel --vocab 2048 --seed 5 -o '%s'", model) == 0);
+    snprintf(args, sizeof args, "-m '%s' -c 512 --chat-template chatml --alias tiny --seed 3", model);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE(pid > 0);
+    basic_and_stream();
+    function_calls();
+    json_schema();
+    continuation();
+    bad_input();
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    cap(model, th_tmp("resp-serve-cap.log"));
+    ttl(model, th_tmp("resp-serve-ttl.log"));
+    return th_done();
+}
+#endif
