@@ -328,6 +328,47 @@ static void bad_input(void) {
     CHECK_INT(ts_http(g_port, "/health"), 200);
 }
 
+/* Qwen3's own template splits <think> reasoning: a reasoning item before the
+ * message, whole and streamed (a grammar makes the random model write one). */
+static void reasoning(const char *model, const char *log) {
+    const char *src = getenv("PKV_SOURCE_DIR");
+    if (!src) return;
+    char args[1024];
+    snprintf(args, sizeof args, "-m '%s' -c 512 --alias tiny --chat-template '%s/tests/templates/Qwen-Qwen3-0.6B.jinja'",
+             model, src);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    const char *req = "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"low\"},\"max_output_tokens\":60,"
+                      "\"grammar\":\"root ::= \\\"<think>\\\\nplan\\\\n</think>\\\\n\\\\nhello\\\"\"";
+    char body[1024];
+    snprintf(body, sizeof body, "%s}", req);
+    json_t *a = NULL;
+    CHECK_INT(post(body, &a), 200);
+    CHECK(!strcmp(jstr(a, "output.0.type"), "reasoning"));
+    CHECK(!strcmp(jstr(a, "output.0.content.0.type"), "reasoning_text"));
+    CHECK(!strcmp(jstr(a, "output.0.content.0.text"), "plan\n"));
+    CHECK(!strcmp(jstr(a, "output.1.type"), "message"));
+    CHECK(!strcmp(out_text(a), "hello"));
+    CHECK(!strcmp(jstr(a, "reasoning.effort"), "low"));
+    long long rt = jint(a, "usage.output_tokens_details.reasoning_tokens");
+    CHECK(rt > 0 && rt < jint(a, "usage.output_tokens"));
+    snprintf(body, sizeof body, "%s,\"stream\":true}", req);
+    const char *f = ts_file("resp-stream.json", body, strlen(body));
+    CHECK_INT(ts_http(g_port, "-N -H 'Content-Type: application/json' -d @%s /v1/responses", f), 200);
+    CHECK(strstr(ts_body, "\"type\":\"response.reasoning_text.delta\"") != NULL);
+    CHECK(strstr(ts_body, "\"type\":\"response.output_text.delta\"") != NULL);
+    CHECK(strstr(ts_body, "\"type\":\"response.reasoning_text.done\",\"sequence_number\"") != NULL);
+    /* a follow-up continues past the turn with reasoning (the template drops it from history) */
+    snprintf(body, sizeof body, "{\"input\":\"and then?\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4}",
+             jstr(a, "id"));
+    json_t *b = NULL;
+    CHECK_INT(post(body, &b), 200);
+    CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
+    json_decref(a);
+    json_decref(b);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+}
+
 /* --responses-max 2: the least recently used goes, and its context with it. */
 static void cap(const char *model, const char *log) {
     char args[1024];
@@ -394,6 +435,7 @@ int main(void) {
     continuation();
     bad_input();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    reasoning(model, th_tmp("resp-serve-qwen3.log"));
     cap(model, th_tmp("resp-serve-cap.log"));
     ttl(model, th_tmp("resp-serve-ttl.log"));
     return th_done();

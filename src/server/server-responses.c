@@ -288,7 +288,9 @@ static const char *const k_fields[] = {
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
     "temperature", "top_p", "stream", "stream_options", "store", "previous_response_id", "reasoning", "metadata",
     "user", "truncation", "include", "background", "service_tier", "prompt_cache_key", "safety_identifier",
-    "max_tool_calls", "top_logprobs", "conversation", "prompt", "seed", NULL};
+    "max_tool_calls", "top_logprobs", "conversation", "prompt",
+    /* llama-server's extensions, as on /v1/chat/completions */
+    "seed", "grammar", NULL};
 
 static bool in_list(const char *const *l, const char *k) {
     for (int i = 0; l[i]; i++)
@@ -524,6 +526,7 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
         json_object_set(chat, nums[i].k, x);
     }
     if (present(b, "seed")) json_object_set(chat, "seed", json_object_get(b, "seed"));
+    if (present(b, "grammar")) json_object_set(chat, "grammar", json_object_get(b, "grammar"));
     if (present(b, "parallel_tool_calls")) json_object_set(chat, "parallel_tool_calls", json_object_get(b, "parallel_tool_calls"));
     /* tools: function tools {type, name, description, parameters, strict} */
     json_t *tools = json_object_get(b, "tools");
