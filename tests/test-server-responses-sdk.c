@@ -1,0 +1,37 @@
+// labels: server timeout=300
+/* The official `openai` npm client's Responses API (client.responses.*) against
+ * pagekv serve: see tests/server/openai-responses.cjs for what it checks. The
+ * client is the one pinned in tests/package.json, installed with `npm ci` into
+ * the build folder; without node/npm, or when the npm registry cannot be
+ * reached, the test is skipped (exit 77), never passed. */
+#include "server-testlib.h"
+
+#ifndef PKV_HAVE_SERVER
+int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
+#else
+
+int main(void) {
+    const char *src = getenv("PKV_SOURCE_DIR"), *dir = getenv("PKV_NODE_DIR");
+    if (!src || !dir) return th_skip("PKV_SOURCE_DIR/PKV_NODE_DIR not set (run through ctest)");
+    if (system("node --version >/dev/null 2>&1") != 0 || system("npm --version >/dev/null 2>&1") != 0)
+        return th_skip("node and npm are not installed");
+    static const char *const mods[] = {"openai", NULL};
+    if (!ts_npm_install(src, dir, mods)) return th_skip("npm ci failed (is the npm registry reachable?): the openai client is not installed");
+    char model[512], log[512], args[1024];
+    snprintf(model, sizeof model, "%s", th_tmp("resp-sdk.gguf"));
+    snprintf(log, sizeof log, "%s", th_tmp("resp-sdk-serve.log"));
+    REQUIRE(th_cli("", true, "mkmodel --vocab 2048 --seed 5 -o '%s'", model) == 0);
+    snprintf(args, sizeof args, "-m '%s' -c 512 --chat-template chatml --api-key test-key --alias tiny", model);
+    int port;
+    pid_t pid = ts_start(args, log, &port);
+    REQUIRE(pid > 0);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && PKV_NODE_DIR='%s' timeout 120 node tests/server/openai-responses.cjs %d", src, dir,
+             port);
+    int rc = system(cmd);
+    CHECK_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
+    CHECK_INT(ts_http(port, "/health"), 200);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    return th_done();
+}
+#endif
