@@ -1024,9 +1024,16 @@ static void rs_free(srv_body *b) {
     rstream *st = (rstream *)b;
     resp_job *j = st->j;
     pthread_mutex_lock(&j->r->mu);
-    bool done = j->r->done;
+    bool done = j->r->done, failed = j->r->http_status != 0;
     pthread_mutex_unlock(&j->r->mu);
-    if (!done) srv_gen_cancel(j->s->g, j->r); /* the client left mid-stream */
+    if (!done) { /* the client left mid-stream */
+        srv_gen_cancel(j->s->g, j->r);
+        if (!failed) {
+            pthread_mutex_lock(&j->s->mu);
+            j->s->disconnects++;
+            pthread_mutex_unlock(&j->s->mu);
+        }
+    }
     job_free(j);
     free(st);
 }
