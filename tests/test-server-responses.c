@@ -415,6 +415,46 @@ static void cap(const char *model, const char *log) {
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 }
 
+/* Stored responses yield to live requests: on a pool of 40 device and 40 host pages,
+ * 40 stored conversations of 3-4 pages each would fill both (every request then
+ * failed with 503: found by hand); past --responses-pages (default a quarter of
+ * the pool: 10) the least recently used go. */
+static void pages(const char *model, const char *log) {
+    char args[1024];
+    snprintf(args, sizeof args, "-m '%s' -c 512 --kv-pages 40 --chat-template chatml --alias tiny", model);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    char first[80] = "", last[80] = "";
+    int ok = 0;
+    for (int i = 0; i < 40; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"input\":\"tell me a story number %d about the sea and the ships\","
+                                    "\"max_output_tokens\":20}", i);
+        json_t *r = NULL;
+        int code = post(body, &r);
+        ok += code == 200;
+        if (code != 200 && ok == i) fprintf(stderr, "response %d: %d %s\n", i, code, ts_body);
+        snprintf(i ? last : first, 80, "%s", jstr(r, "id"));
+        json_decref(r);
+    }
+    CHECK_INT(ok, 40);
+    long long n = metric("pagekv_responses_contexts");
+    CHECK(n >= 1 && n <= 5);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/responses/%s", first);
+    CHECK_INT(ts_http(g_port, "%s", path), 404); /* dropped for room */
+    char body[256];
+    snprintf(body, sizeof body, "{\"input\":\"go on\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4}", last);
+    json_t *r = NULL;
+    CHECK_INT(post(body, &r), 200);
+    CHECK(jint(r, "usage.input_tokens_details.cached_tokens") > 0);
+    json_decref(r);
+    const char *cb = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":200}";
+    const char *cf = ts_file("resp-chat.json", cb, strlen(cb));
+    CHECK_INT(ts_http(g_port, "-H 'Content-Type: application/json' -d @%s /v1/chat/completions", cf), 200);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+}
+
 /* --responses-ttl 1: a response unused for longer is gone. */
 static void ttl(const char *model, const char *log) {
     char args[1024];
@@ -452,6 +492,7 @@ int main(void) {
     reasoning(model, th_tmp("resp-serve-qwen3.log"));
     cap(model, th_tmp("resp-serve-cap.log"));
     ttl(model, th_tmp("resp-serve-ttl.log"));
+    pages(model, th_tmp("resp-serve-pages.log"));
     return th_done();
 }
 #endif

@@ -77,6 +77,9 @@ static void serve_usage(FILE *f) {
             "                         0 = none kept)\n"
             "  --responses-ttl S      drop a stored response S seconds after its last use (default %.0f;\n"
             "                         0 = never)\n"
+            "  --responses-pages N    KV pages the stored responses may hold together, device pages\n"
+            "                         counted once plus host pages of swapped ones (default: a quarter\n"
+            "                         of the device pool; least recently used dropped first)\n"
             "  --context-pages N      KV pages the contexts may hold together, device pages counted once\n"
             "                         plus host pages of swapped ones (default: half the device pool) -> 503\n"
             "  --special-in-content   let message text produce special tokens (default: message text is\n"
@@ -247,6 +250,7 @@ static const pkv_cli_opt serve_options[] = {
     SV("--context-ttl", NULL, PKV_CLI_DOUBLE, ctx_ttl_s, 0, 1e9),
     SV("--responses-max", NULL, PKV_CLI_INT, responses_max, 0, 1 << 20),
     SV("--responses-ttl", NULL, PKV_CLI_DOUBLE, responses_ttl_s, 0, 1e9),
+    SV("--responses-pages", NULL, PKV_CLI_INT64, responses_pages, 1, (double)(1ll << 40)),
     SV("--mmproj", NULL, PKV_CLI_STR, mmproj, 0, 0),
     SV("--max-media-bytes", NULL, PKV_CLI_SIZE, max_media_bytes, 1024, (double)(1ll << 30)),
     SV("--max-audio-seconds", NULL, PKV_CLI_DOUBLE, max_audio_seconds, 0.1, 86400),

@@ -619,6 +619,7 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         pkv_kv_stats_get(s->c, &ks);
         gp.ctx_pages = so->context_pages > 0 ? so->context_pages : ks.n_pages / 2;
         s->ctx_pages = gp.ctx_pages;
+        s->responses_pages = so->responses_pages > 0 ? so->responses_pages : (ks.n_pages + 3) / 4;
     }
     s->responses = srv_resp_store_new(so->responses_max, so->responses_ttl_s);
     s->g = s->responses ? srv_gen_create_engine(eng, gp) : NULL;

@@ -423,6 +423,10 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                    "pagekv serve: contexts API: up to %d contexts holding up to %lld KV pages (--context-pages)\n",
                    so->max_contexts, (long long)s.ctx_pages);
+    bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
+                   "pagekv serve: /v1/responses: up to %d stored responses holding up to %lld KV pages, each kept "
+                   "%.0f s after its last use (--responses-max, --responses-pages, --responses-ttl)\n",
+                   so->responses_max, (long long)s.responses_pages, so->responses_ttl_s);
     bl += snprintf(banner + bl, sizeof banner - (size_t)bl, "pagekv serve: chat template: %s%s\n",
                    s.chat ? s.tpl_name
                           : "none (the model has none: /v1/chat/completions needs --chat-template NAME|FILE)",

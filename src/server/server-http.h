@@ -30,6 +30,7 @@ typedef struct srv {
     int n_stop_ids;
     int64_t n_ctx;
     int64_t ctx_pages;     /* the contexts' page quota in force */
+    int64_t responses_pages; /* the stored responses' page budget in force (--responses-pages) */
     int64_t created;       /* unix time of startup, for /v1/models */
     uint64_t page_bytes;   /* bytes of one KV page, all layers */
     pthread_mutex_t mu;    /* guards the counters below */

@@ -202,6 +202,51 @@ static void drop_ctx(srv *s, int64_t id) {
     drops_run(s, &d);
 }
 
+/* Pages the stored responses' contexts hold together (device pages counted once,
+ * host pages of swapped ones); those generating are live requests, not counted. */
+typedef struct held {
+    int64_t pages;
+    bool ok;
+} held;
+
+static bool held_fn(srv_gen *g, void *arg) {
+    held *h = arg;
+    int n = srv_ctx_count(g), k = 0;
+    int32_t *seqs = malloc((size_t)(n + 1) * sizeof *seqs);
+    if (!seqs) return true;
+    for (int i = 0; i < n; i++) {
+        srv_ctx *e = srv_ctx_at(g, i);
+        if (e->internal && !e->busy) seqs[k++] = pkv_context_seq(e->ctx);
+    }
+    int64_t dev = 0, host = 0;
+    h->ok = pkv_kv_pages_held(srv_gen_cache(g), k, seqs, &dev, &host) == PKV_OK;
+    h->pages = dev + host;
+    free(seqs);
+    return true;
+}
+
+/* Stored responses yield to live requests: while they hold more than
+ * --responses-pages, the least recently used go (the newest too, when it alone
+ * holds more). Without this, idle conversations filled the device and host pools
+ * and every new request failed with 503. */
+static void enforce_pages(srv *s) {
+    for (int guard = 0; guard < 1 << 20; guard++) {
+        held h = {0, false};
+        srv_gen_call(s->g, held_fn, &h);
+        if (!h.ok || h.pages <= s->responses_pages) return;
+        struct srv_resp_store *st = s->responses;
+        drops d = {0};
+        pthread_mutex_lock(&st->mu);
+        int lru = -1;
+        for (int i = 0; i < st->n; i++)
+            if (lru < 0 || st->e[i].last_used < st->e[lru].last_used) lru = i;
+        if (lru >= 0) remove_at(st, lru, &d);
+        pthread_mutex_unlock(&st->mu);
+        drops_run(s, &d);
+        if (lru < 0) return;
+    }
+}
+
 /* The context a response runs on: a fork of the previous response's, cut to the
  * tokens it shares with the prompt, or a new one sharing the prefix cache's
  * pages. At least one prompt token is left to compute (it gives the logits). */
@@ -950,6 +995,7 @@ static json_t *job_finish(resp_job *j) {
         drops d = {0};
         store_put(j->s->responses, &e, &d);
         drops_run(j->s, &d);
+        enforce_pages(j->s);
     }
     return resp;
 }

@@ -40,6 +40,9 @@ typedef struct pkv_serve_opts {
                                   dropped first); 0 = none kept */
     double responses_ttl_s;    /* a stored response is dropped this long after it was last used
                                   (created, read or continued); 0 = never */
+    int64_t responses_pages;   /* the most KV pages stored responses may hold together (device
+                                  pages counted once + host pages of swapped ones; least recently
+                                  used dropped first); 0 = a quarter of the device pool */
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */
