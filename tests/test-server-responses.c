@@ -400,14 +400,14 @@ static void cap(const char *model, const char *log) {
     CHECK_INT(metric("pagekv_responses_contexts"), 2);
     /* a client that leaves mid-answer, streamed or not: its context is freed too (the
      * non-streamed one once it has run to its end) */
-    const char *lb = "{\"input\":\"a long story\",\"max_output_tokens\":4000,\"temperature\":0}";
+    const char *lb = "{\"input\":\"a long story\",\"max_output_tokens\":1500,\"temperature\":0}";
     const char *lf = ts_file("resp-leave.json", lb, strlen(lb));
-    const char *sb = "{\"input\":\"a long story\",\"max_output_tokens\":4000,\"temperature\":0,\"stream\":true}";
+    const char *sb = "{\"input\":\"a long story\",\"max_output_tokens\":1500,\"temperature\":0,\"stream\":true}";
     const char *sf = ts_file("resp-leave-stream.json", sb, strlen(sb));
     ts_http(g_port, "--max-time 0.3 -H 'Content-Type: application/json' -d @%s /v1/responses", lf);
-    ts_http(g_port, "--max-time 0.3 -N -H 'Content-Type: application/json' -d @%s /v1/responses", sf);
+    ts_http(g_port, "--max-time 0.15 -N -H 'Content-Type: application/json' -d @%s /v1/responses", sf);
     long long n = -1;
-    for (int i = 0; i < 100 && (n = metric("pagekv_responses_contexts")) != 2; i++) ts_sleep_ms(100);
+    for (int i = 0; i < 600 && (n = metric("pagekv_responses_contexts")) != 2; i++) ts_sleep_ms(100);
     CHECK_INT(n, 2);
     /* the stream's end is noticed at its next write; a non-streamed answer's client that
      * closed cleanly is only noticed when the answer is written (docs/server.md) */
