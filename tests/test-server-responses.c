@@ -11,7 +11,9 @@
  *     whole conversation sent at once (greedy); store false keeps nothing;
  *     GET and DELETE /v1/responses/{id};
  *  5. the bounds: --responses-max evicts the least recently used (its context freed:
- *     pagekv_responses_contexts), --responses-ttl expires;
+ *     pagekv_responses_contexts), --responses-ttl expires, --responses-pages keeps
+ *     room for live requests; a conversation swapped to host is continued from there;
+ *     a client leaving mid-answer frees its context;
  *  6. bad input: a 400 naming the field (param). */
 #include "server-testlib.h"
 
@@ -455,6 +457,28 @@ static void pages(const char *model, const char *log) {
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 }
 
+/* A stored conversation swapped to host while idle (--context-swap 1) is
+ * continued from there: swapped back in, its tokens still cached. */
+static void swapped(const char *model, const char *log) {
+    char args[1024];
+    snprintf(args, sizeof args, "-m '%s' -c 512 --chat-template chatml --alias tiny --context-swap 1", model);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    json_t *a = NULL, *b = NULL;
+    CHECK_INT(post("{\"input\":\"hello there my friend, a story\",\"max_output_tokens\":8,\"temperature\":0}", &a), 200);
+    long long sw = 0;
+    for (int i = 0; i < 100 && (sw = metric("pagekv_requests_swapped")) < 1; i++) ts_sleep_ms(100);
+    CHECK_INT(sw, 1);
+    char body[256];
+    snprintf(body, sizeof body, "{\"input\":\"and more\",\"previous_response_id\":\"%s\",\"max_output_tokens\":8,"
+                                "\"temperature\":0}", jstr(a, "id"));
+    CHECK_INT(post(body, &b), 200);
+    CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
+    json_decref(a);
+    json_decref(b);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+}
+
 /* --responses-ttl 1: a response unused for longer is gone. */
 static void ttl(const char *model, const char *log) {
     char args[1024];
@@ -493,6 +517,7 @@ int main(void) {
     cap(model, th_tmp("resp-serve-cap.log"));
     ttl(model, th_tmp("resp-serve-ttl.log"));
     pages(model, th_tmp("resp-serve-pages.log"));
+    swapped(model, th_tmp("resp-serve-swap.log"));
     return th_done();
 }
 #endif
