@@ -20,6 +20,7 @@ typedef struct kv_ctx_rec {
     int32_t seq;
     int64_t n_tokens;
     bool swapped, busy;
+    bool response; /* a /v1/responses conversation (srv_ctx.internal), not the contexts API's */
 } kv_ctx_rec;
 
 typedef struct kv_owner {
@@ -65,6 +66,7 @@ static bool kv_take(srv_gen *g, void *arg) {
         r->n_tokens = pkv_context_n_tokens(e->ctx);
         r->swapped = srv_ctx_swapped(g, e);
         r->busy = e->busy;
+        r->response = e->internal;
     }
     pkv_engine *eng = srv_gen_engine(g);
     int ns = 0;
@@ -254,8 +256,9 @@ static void put_json(buf *b, srv *s, const kv_call *k) {
         char name[32], parent[40] = "null";
         ctx_name(r->id, name, sizeof name);
         if (r->parent) snprintf(parent, sizeof parent, "\"ctx-%lld\"", (long long)r->parent);
-        put(b, "%s{\"id\":\"%s\",\"parent\":%s,\"seq\":%d,\"n_tokens\":%lld,\"swapped\":%s,\"busy\":%s}", i ? "," : "", name,
-            parent, r->seq, (long long)r->n_tokens, r->swapped ? "true" : "false", r->busy ? "true" : "false");
+        put(b, "%s{\"id\":\"%s\",\"parent\":%s,\"seq\":%d,\"n_tokens\":%lld,\"swapped\":%s,\"busy\":%s%s}", i ? "," : "",
+            name, parent, r->seq, (long long)r->n_tokens, r->swapped ? "true" : "false", r->busy ? "true" : "false",
+            r->response ? ",\"response\":true" : "");
     }
     free(ix);
     put(b, "],\"stats\":{\"sequences\":%d,\"cow_pages\":%llu,\"prefix_hit_pages\":%llu,\"evicted_pages\":%llu}}",
