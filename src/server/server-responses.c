@@ -594,7 +594,8 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
             else if (!type) bad = ".type", why = "must be a string";
             else if (strcmp(type, "function")) bad = ".type", why = "is not \"function\" (pagekv serve runs function tools only)";
             else if (!name || !*name) bad = ".name", why = "must be a non-empty string";
-            else if (params && !json_is_null(params) && !json_is_object(params)) bad = ".parameters", why = "must be a JSON schema object";
+            else if (params && !json_is_null(params) && !json_is_object(params))
+                bad = ".parameters", why = "must be a JSON schema object";
             else if (desc && !json_is_null(desc) && !json_is_string(desc)) bad = ".description", why = "must be a string";
             else if (strict && !json_is_null(strict) && !json_is_boolean(strict)) bad = ".strict", why = "must be true or false";
             if (bad) {
@@ -1045,8 +1046,8 @@ static ssize_t rs_read(srv_body *b, char *buf, size_t max) {
             int status = r->http_status;
             snprintf(msg, sizeof msg, "%s", r->err);
             pthread_mutex_unlock(&r->mu);
-            ev_put(a, "error", json_pack("{s:s,s:s,s:n}", "code", status == 503 ? "server_overloaded" : status >= 500 ? "server_error" : "invalid_request_error",
-                                        "message", msg, "param"));
+            const char *code = status == 503 ? "server_overloaded" : status >= 500 ? "server_error" : "invalid_request_error";
+            ev_put(a, "error", json_pack("{s:s,s:s,s:n}", "code", code, "message", msg, "param"));
             st->ended = true;
             continue;
         }
@@ -1125,7 +1126,8 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     }
     if (!input_messages(input, j->conv, o)) goto fail;
     json_t *msgs = json_array();
-    if (str(b, "instructions")) json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", json_object_get(b, "instructions")));
+    if (str(b, "instructions"))
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", json_object_get(b, "instructions")));
     json_array_extend(msgs, j->conv);
     json_object_set_new(chat, "messages", msgs);
     if (!json_array_size(msgs)) {
