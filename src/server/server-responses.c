@@ -1085,6 +1085,36 @@ static void rs_free(srv_body *b) {
     free(st);
 }
 
+/* An error of the chat layer's output fields, in the Responses request's names
+ * (the fields it was translated from), with the first one named as param. */
+static void rename_fields(srv_out *o) {
+    json_t *e = json_object_get(o->json, "error");
+    const char *m = json_string_value(json_object_get(e, "message"));
+    if (!m) return;
+    static const char *const from[] = {"response_format.json_schema.schema", "response_format.json_schema",
+                                       "response_format.schema", "response_format", ".function.parameters",
+                                       ".function.name"};
+    static const char *const to[] = {"text.format.schema", "text.format", "text.format", "text.format", ".parameters",
+                                     ".name"};
+    char out[1200];
+    size_t n = 0;
+    for (const char *p = m; *p && n + 40 < sizeof out;) {
+        int k = 0;
+        while (k < 6 && strncmp(p, from[k], strlen(from[k]))) k++;
+        if (k < 6) {
+            n += (size_t)snprintf(out + n, sizeof out - n, "%s", to[k]);
+            p += strlen(from[k]);
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    out[n] = 0;
+    json_object_set_new(e, "message", json_string(out));
+    const char *q = strchr(out, '\'');
+    const char *q2 = q ? strchr(q + 1, '\'') : NULL;
+    if (q2 && q2 - q < 100) json_object_set_new(e, "param", json_stringn(q + 1, (size_t)(q2 - q - 1)));
+}
+
 /* ------------------------------------------------------------- handlers */
 
 static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
@@ -1135,7 +1165,11 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         goto fail;
     }
     bool logprobs = false;
-    if (!srv_parse_sampling(s, chat, r, SRV_FMT_CHAT, &logprobs, o) || !srv_output_request(s, chat, true, r, &j->of, o)) goto fail;
+    if (!srv_parse_sampling(s, chat, r, SRV_FMT_CHAT, &logprobs, o)) goto fail;
+    if (!srv_output_request(s, chat, true, r, &j->of, o)) {
+        rename_fields(o);
+        goto fail;
+    }
     if (!(text = srv_chat_prompt(s, chat, conn, &tlen, &spans, &n_spans, o))) goto fail;
     srv_output_prompt(&j->of, text, tlen);
     if (!srv_tokenize_spans(s, text, tlen, spans, n_spans, &r->prompt, &r->n_prompt, o)) goto fail;
