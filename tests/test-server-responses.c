@@ -284,6 +284,24 @@ static void continuation(void) {
     CHECK_INT(post(body, &d), 200);
     CHECK(jint(d, "usage.input_tokens_details.cached_tokens") >= jint(b, "usage.input_tokens"));
     json_decref(d);
+    /* instructions are this turn's only (OpenAI's rule): the same instructions again
+     * keep the whole conversation cached; none renders without the system turn */
+    json_t *i1 = NULL, *i2 = NULL, *i3 = NULL;
+    CHECK_INT(post("{\"input\":\"tell me about the sea\",\"instructions\":\"be brief\",\"max_output_tokens\":6,"
+                   "\"temperature\":0}", &i1), 200);
+    snprintf(body, sizeof body, "{\"input\":\"more\",\"instructions\":\"be brief\",\"previous_response_id\":\"%s\","
+                                "\"max_output_tokens\":4,\"temperature\":0}", jstr(i1, "id"));
+    CHECK_INT(post(body, &i2), 200);
+    CHECK(jint(i2, "usage.input_tokens_details.cached_tokens") >= jint(i1, "usage.input_tokens"));
+    CHECK(!strcmp(jstr(i2, "instructions"), "be brief"));
+    snprintf(body, sizeof body, "{\"input\":\"more\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4,"
+                                "\"temperature\":0,\"store\":false}", jstr(i1, "id"));
+    CHECK_INT(post(body, &i3), 200);
+    CHECK(jget(i3, "instructions") && json_is_null(jget(i3, "instructions")));
+    CHECK(jint(i3, "usage.input_tokens") < jint(i2, "usage.input_tokens")); /* no system turn */
+    json_decref(i1);
+    json_decref(i2);
+    json_decref(i3);
     /* DELETE, then it is gone */
     snprintf(path, sizeof path, "-X DELETE /v1/responses/%s", jstr(a, "id"));
     CHECK_INT(ts_http(g_port, "%s", path), 200);
