@@ -101,12 +101,12 @@ static void free_all(srv_req **rs, int n) {
 static srv_req *embed_req(srv *s, int32_t *ids, int n_ids, int pooling, const char *what, srv_out *o) {
     if (n_ids < 1) {
         free(ids);
-        srv_error(o, 400, "%s is empty (no tokens)", what);
+        srv_error(o, 400, "'%s' is empty (no tokens)", what);
         return NULL;
     }
     if (n_ids > s->n_ctx) {
         free(ids);
-        srv_error(o, 400, "%s has %d tokens, more than the context size of %lld (-c/--ctx-size)", what, n_ids,
+        srv_error(o, 400, "'%s' has %d tokens, more than the context size of %lld (-c/--ctx-size)", what, n_ids,
                   (long long)s->n_ctx);
         return NULL;
     }
@@ -129,7 +129,7 @@ static srv_req *embed_input(srv *s, json_t *v, int pooling, const char *what, sr
     int n = 0;
     if (json_is_string(v)) {
         if (!s->info.has_vocab) {
-            srv_error(o, 400, "%s is text, but the model has no vocabulary: send token ids", what);
+            srv_error(o, 400, "'%s' is text, but the model has no vocabulary: send token ids", what);
             return NULL;
         }
         /* request text is data: special-token text stays text (--special-in-content: parsed) */
@@ -138,7 +138,7 @@ static srv_req *embed_input(srv *s, json_t *v, int pooling, const char *what, sr
     } else if (json_is_array(v)) {
         if (!srv_json_tokens(s, v, what, &ids, &n, o)) return NULL;
     } else {
-        srv_error(o, 400, "%s must be a string or an array of token ids", what);
+        srv_error(o, 400, "'%s' must be a string or an array of token ids", what);
         return NULL;
     }
     return embed_req(s, ids, n, pooling, what, o);
@@ -222,12 +222,12 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
     if (!rs) return srv_error(o, 500, "out of memory");
     for (int i = 0; i < n; i++) {
         char what[48];
-        if (many) snprintf(what, sizeof what, "'input[%d]'", i);
-        else snprintf(what, sizeof what, "'input'");
+        if (many) snprintf(what, sizeof what, "input[%d]", i);
+        else snprintf(what, sizeof what, "input");
         json_t *v = many ? json_array_get(in, (size_t)i) : in;
         if (many && json_is_array(v) && json_array_size(v) && !json_is_integer(json_array_get(v, 0))) {
             free_all(rs, i);
-            return srv_error(o, 400, "%s must be a string or an array of token ids", what);
+            return srv_error(o, 400, "'%s' must be a string or an array of token ids", what);
         }
         if (!(rs[i] = embed_input(s, v, pooling, what, o))) {
             free_all(rs, i);
@@ -296,7 +296,7 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
  * query (with the vocabulary's BOS) EOS document EOS. */
 static srv_req *rerank_input(srv *s, const char *tpl, json_t *q, json_t *d, int i, srv_out *o) {
     char what[48];
-    snprintf(what, sizeof what, "'documents[%d]'", i);
+    snprintf(what, sizeof what, "documents[%d]", i);
     const char *qs = json_string_value(q), *ds = json_string_value(d);
     size_t ql = json_string_length(q), dl = json_string_length(d);
     int32_t *ids = NULL;
