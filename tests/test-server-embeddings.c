@@ -216,6 +216,10 @@ static void test_last(void) {
     bad("/v1/embeddings", "{\"input\":[[1,2,999999]]}", "'input[0][2]' must be a token id");
     bad("/v1/embeddings", "{\"input\":\"a\",\"bogus\":1}", "unknown field 'bogus'");
     bad("/v1/embeddings", "{}", "'input' is missing");
+    bad("/v1/embeddings", "{\"input\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}",
+        "more than the limit of 8 (--max-embed-inputs)");
+    bad("/v1/rerank", "{\"query\":\"q\",\"documents\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}",
+        "not 'rank'");
     char longin[8192] = "[";
     for (int i = 0; i < 300; i++) snprintf(longin + strlen(longin), sizeof longin - strlen(longin), "%s%d", i ? "," : "", 5 + i % 100);
     strcat(longin, "]");
@@ -329,7 +333,7 @@ int main(void) {
     REQUIRE(th_cli("", true, "mkmodel --arch qwen3 --pooling rank --seed 6 -o '%s'", rank) == 0);
     CHECK(th_cli("", true, "mkmodel --pooling average -o '%s'", th_tmp("x.gguf")) != 0);
 
-    pid_t pid = serve(last, "");
+    pid_t pid = serve(last, "--max-embed-inputs 8");
     REQUIRE(pid > 0);
     test_last();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);

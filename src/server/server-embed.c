@@ -57,10 +57,12 @@ static void normalize(float *v, int n, int mode) {
 
 /* Submit every request of rs (all before waiting, so the engine batches them),
  * then wait for all. false with the answer in o (the first failure's). */
-static bool run_all(srv *s, srv_req **rs, int n, const srv_conn *conn, srv_out *o) {
+static bool run_all(srv *s, srv_req **rs, int n, const char *prefix, const srv_conn *conn, srv_out *o) {
+    char id[48];
+    srv_next_id(s, prefix, id, sizeof id);
     int sub = 0;
     for (; sub < n; sub++) {
-        snprintf(rs[sub]->log_id, sizeof rs[sub]->log_id, "embd");
+        snprintf(rs[sub]->log_id, sizeof rs[sub]->log_id, "%s/%d", id, sub); /* the log line of each input */
         if (!srv_gen_submit(s->g, rs[sub])) break;
     }
     if (sub < n) {
@@ -160,11 +162,19 @@ static char *b64(const unsigned char *p, size_t n) {
     return out;
 }
 
+/* NULL when out of memory or a value is not finite (JSON has no NaN). */
 static json_t *float_array(const float *v, int n) {
     json_t *a = json_array();
-    for (int i = 0; a && i < n; i++) json_array_append_new(a, json_real(v[i]));
+    for (int i = 0; a && i < n; i++)
+        if (!isfinite(v[i]) || json_array_append_new(a, json_real(v[i]))) {
+            json_decref(a);
+            return NULL;
+        }
     return a;
 }
+
+/* The most floats a pooling-none answer carries (n_embd per token of every input). */
+#define EMBD_NONE_MAX_FLOATS ((long long)1 << 22)
 
 void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_out *o) {
     static const char *const known[] = {"input", "content", "model", "encoding_format", "dimensions", "user",
@@ -234,11 +244,21 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
             return;
         }
     }
-    if (!run_all(s, rs, n, conn, o)) {
+    if (pooling == PKV_POOLING_NONE) {
+        long long fl = 0;
+        for (int i = 0; i < n; i++) fl += (long long)rs[i]->n_prompt * s->info.n_embd;
+        if (fl > EMBD_NONE_MAX_FLOATS) {
+            free_all(rs, n);
+            return srv_error(o, 400, "pooling 'none': %lld floats (a vector per token) exceed the limit of %lld; send "
+                                     "fewer tokens", fl, EMBD_NONE_MAX_FLOATS);
+        }
+    }
+    if (!run_all(s, rs, n, "embd", conn, o)) {
         free_all(rs, n);
         return;
     }
     json_t *data = json_array();
+    bool broken = !data;
     long long tokens = 0;
     int E = s->info.n_embd;
     for (int i = 0; i < n; i++) {
@@ -247,7 +267,12 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
         json_t *e = json_object();
         if (pooling == PKV_POOLING_NONE) { /* /embeddings only: a vector per token, as they are */
             json_t *rows = json_array();
-            for (int t = 0; t < r->n_embd / E; t++) json_array_append_new(rows, float_array(r->embd + (size_t)t * E, E));
+            for (int t = 0; rows && t < r->n_embd / E; t++) {
+                json_t *row = float_array(r->embd + (size_t)t * E, E);
+                broken |= !row;
+                json_array_append_new(rows, row);
+            }
+            broken |= !rows;
             json_object_set_new(e, "embedding", rows);
         } else {
             normalize(r->embd, r->n_embd, norm);
@@ -259,6 +284,7 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
             } else {
                 vec = float_array(r->embd, r->n_embd);
             }
+            broken |= !vec;
             if (!oai && vec) { /* llama-server's /embeddings: [[...]] */
                 json_t *one = json_array();
                 json_array_append_new(one, vec);
@@ -271,6 +297,10 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
         json_array_append_new(data, e);
     }
     free_all(rs, n);
+    if (broken) {
+        json_decref(data);
+        return srv_error(o, 500, "an embedding has a value that is not finite (or the server ran out of memory)");
+    }
     if (!oai) {
         o->status = 200;
         o->json = data;
@@ -431,13 +461,18 @@ void srv_api_rerank(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
             return;
         }
     }
-    if (!run_all(s, rs, (int)nd, conn, o)) {
+    if (!run_all(s, rs, (int)nd, "rerank", conn, o)) {
         free_all(rs, (int)nd);
         free(it);
         return;
     }
     long long tokens = 0;
     for (size_t i = 0; i < nd; i++) {
+        if (!isfinite(rs[i]->embd[0])) {
+            free_all(rs, (int)nd);
+            free(it);
+            return srv_error(o, 500, "the score of 'documents[%zu]' is not finite", i);
+        }
         it[i].index = (int)i;
         it[i].score = rs[i]->embd[0]; /* llama-server's score: the head's first row (Qwen3: p(yes)) */
         tokens += rs[i]->n_prompt;
