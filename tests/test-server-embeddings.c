@@ -13,6 +13,7 @@
  *     hidden state counts);
  *  3. a generation model without ARCH.pooling_type: a 400 naming the pooling, and
  *     with --pooling none: /embeddings gives one row per token, /v1/embeddings a 400;
+ *     The official openai npm client (whose default is base64) gets the same floats.
  *  4. a qwen3 reranker (rank pooling, cls.output yes/no, the rerank template):
  *     results sorted by relevance_score, top_n, return_documents, and each score
  *     equals p(yes) of the same prompt computed as an embedding of its tokens. */
@@ -336,6 +337,19 @@ int main(void) {
     pid_t pid = serve(last, "--max-embed-inputs 8");
     REQUIRE(pid > 0);
     test_last();
+    /* the official openai client (its default is base64, decoded by the client) */
+    const char *src = getenv("PKV_SOURCE_DIR"), *dir = getenv("PKV_NODE_DIR");
+    static const char *const mods[] = {"openai", NULL};
+    if (!src || !dir || system("node --version >/dev/null 2>&1") != 0 || system("npm --version >/dev/null 2>&1") != 0 ||
+        !ts_npm_install(src, dir, mods)) {
+        printf("test-server-embeddings: the openai client part is skipped (no node/npm, or npm ci failed)\n");
+    } else {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "cd '%s' && PKV_NODE_DIR='%s' timeout 120 node tests/server/openai-embeddings.cjs %d", src,
+                 dir, g_port);
+        int rc = system(cmd);
+        CHECK_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
+    }
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 
     pid = serve(mean, "");
