@@ -5,7 +5,8 @@
  * those rows itself (none, mean, cls, last, and rank: the classification head's
  * rows over the last token, softmaxed on qwen3). Several requests of every pooling,
  * some longer than a step, run batched and chunked together, twice (the second
- * time with their pages in the prefix cache). The model reads ARCH.pooling_type
+ * time with their pages in the prefix cache), and preempted by dropping for a
+ * generation of higher priority (recomputed: the same vectors). The model reads ARCH.pooling_type
  * and cls.output as mkmodel --pooling writes them; the refusals name the field. */
 #include <math.h>
 
@@ -154,6 +155,60 @@ static void test_poolings(void) {
     pkv_model_free(m);
 }
 
+/* Embedding requests preempted by dropping (no swap) for a higher-priority
+ * generation: recomputed from their first token, they give the same vectors. */
+static void test_preempt(void) {
+    pkv_model *m = model("llama", "mean", 13);
+    if (!m) return;
+    pkv_engine_params ep = et_params(256, 16, 8);
+    ep.max_batch_tokens = 24;
+    ep.swap = false;
+    pkv_engine *e = pkv_engine_create(m, ep);
+    if (!e) {
+        TH_FAIL("engine: %s", pkv_errmsg());
+        pkv_model_free(m);
+        return;
+    }
+    static int32_t tok[2][71], gen[60];
+    for (int t = 0; t < 71; t++) tok[0][t] = (int32_t)(t * 7 % 300 + 1), tok[1][t] = (int32_t)(t * 13 % 300 + 2);
+    for (int t = 0; t < 60; t++) gen[t] = (int32_t)(t * 3 % 300 + 5);
+    static got g[2][2];
+    for (int k = 0; k < 2; k++) { /* mean and none */
+        for (int i = 0; i < 2; i++) {
+            pkv_request_params r = pkv_request_default_params();
+            r.prompt = tok[i];
+            r.n_prompt = 71;
+            r.embed = true;
+            r.pooling = k ? PKV_POOLING_NONE : PKV_POOLING_MEAN;
+            r.on_event = on_ev;
+            r.user = &g[k][i];
+            CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_OK);
+        }
+        CHECK_INT(pkv_engine_step(e, NULL), PKV_OK); /* both admitted, a chunk computed */
+        pkv_request_params r = pkv_request_default_params();
+        r.prompt = gen;
+        r.n_prompt = 60;
+        r.max_tokens = 60;
+        r.priority = 10;
+        r.sampling.temp = 0;
+        CHECK_INT(pkv_engine_submit(e, &r, NULL), PKV_OK);
+        et_drain(e);
+    }
+    pkv_engine_stats st;
+    pkv_engine_stats_get(e, &st);
+    CHECK(st.preemptions_recompute > 0);
+    static float ref[71 * 64];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 2; i++) {
+            CHECK_INT(g[k][i].finals, 1);
+            int nr = reference(e, tok[i], 71, k ? PKV_POOLING_NONE : PKV_POOLING_MEAN, ref);
+            CHECK_INT(g[k][i].n, nr);
+            if (nr > 0 && g[k][i].n == nr) CHECK(max_err(g[k][i].v, ref, nr) < 1e-4);
+        }
+    pkv_engine_free(e);
+    pkv_model_free(m);
+}
+
 static void test_refusals(void) {
     pkv_model *m = model("llama", NULL, 12);
     if (!m) return;
@@ -211,6 +266,7 @@ static void test_refusals(void) {
 int main(void) {
     test_poolings();
     test_refusals();
+    test_preempt();
     printf("test-engine-embed: %ld checks, %d failures\n", th_checks, th_failures);
     return th_failures ? 1 : 0;
 }
