@@ -925,9 +925,8 @@ typedef enum pkv_pooling {
     PKV_POOLING_CLS = 2,  /* the first token's */
     PKV_POOLING_LAST = 3, /* the last token's */
     PKV_POOLING_RANK = 4, /* the classification head (pkv_model_info.n_cls_out rows) over the last
-                             token's hidden state (llama.cpp's choice for qwen3 and the decoder
-                             rerankers; the first token's for other architectures), then a
-                             softmax over the rows for qwen3 (Qwen3-Reranker: yes / no) */
+                             token's hidden state, then a softmax over the rows: Qwen3-Reranker
+                             (yes / no), as llama.cpp scores it; qwen3 only */
 } pkv_pooling;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
@@ -1041,8 +1040,8 @@ typedef struct pkv_mkmodel_params {
      * Qwen3-Reranker: classifier.output_labels ["yes", "no"], cls.output.weight
      * [2][n_embd] (random rows here; the converter takes the lm_head rows of the two
      * words) and tokenizer.chat_template.rerank (Qwen3-Reranker's) beside a chat
-     * template. Not for the architectures with their own writer (gemma3 vision,
-     * gemma4, qwen35, ...) */
+     * template; qwen3 only. Not for the architectures with their own writer
+     * (gemma3 vision, gemma4, qwen35, ...) */
     const char *pooling;
 } pkv_mkmodel_params;
 
@@ -1623,13 +1622,14 @@ typedef struct pkv_request_params {
      * prompt's final normed hidden states reduced by `pooling` (pkv_engine_event.embd),
      * unnormalised. Batched, chunked and preempted like any prompt; its pages go to the
      * prefix cache like any other's. A prefix match serves it only where the pooling
-     * needs no hidden state of the matched tokens (LAST, and RANK, which reads the
-     * last token's on qwen3; the prefix match always leaves the last token to compute):
-     * NONE, MEAN, CLS and RANK elsewhere compute every token. The prompt may fill
+     * needs no hidden state of the matched tokens (LAST and RANK read the last token's,
+     * which the prefix match always leaves to compute): NONE, MEAN and CLS compute
+     * every token. The prompt may fill
      * n_ctx. Refused (PKV_ERR_INVALID, naming the field) with a context,
      * prefill_only, n != 1, max_tokens != 0, a grammar, stop tokens, top_logprobs,
      * ignore_eos, media, a sampler, context_shift or last_pending, and RANK without a
-     * classification head (pkv_model_info.n_cls_out 0). */
+     * classification head (pkv_model_info.n_cls_out 0) or on another architecture
+     * than qwen3. */
     bool embed;
     pkv_pooling pooling;
 } pkv_request_params;

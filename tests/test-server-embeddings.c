@@ -333,6 +333,7 @@ int main(void) {
     REQUIRE(th_cli("", true, "mkmodel --arch llama --seed 5 -o '%s'", gen) == 0);
     REQUIRE(th_cli("", true, "mkmodel --arch qwen3 --pooling rank --seed 6 -o '%s'", rank) == 0);
     CHECK(th_cli("", true, "mkmodel --pooling average -o '%s'", th_tmp("x.gguf")) != 0);
+    CHECK(th_cli("", true, "mkmodel --arch llama --pooling rank -o '%s'", th_tmp("x.gguf")) != 0); /* qwen3 only */
 
     pid_t pid = serve(last, "--max-embed-inputs 8");
     REQUIRE(pid > 0);

@@ -637,15 +637,12 @@ fail:
 
 /* ------------------------------------------------------------ embeddings */
 
-/* The token whose hidden state rank pooling reads: the last on qwen3 (its rerankers
- * score the last token, as llama.cpp does), else the first (a BERT-style CLS). */
-static bool rank_last(const pkv_engine *e) { return e->m->hp.arch == PKV_ARCH_QWEN3; }
-
 /* Does embedding request r need the hidden state of every token from the first on
- * (so no prefix match may skip computing them)? */
-static bool embed_all(const pkv_engine *e, const eng_req *r) {
-    if (!r->p.embed) return false;
-    return r->p.pooling != PKV_POOLING_LAST && !(r->p.pooling == PKV_POOLING_RANK && rank_last(e));
+ * (so no prefix match may skip computing them)? LAST and RANK (qwen3's rerankers
+ * score the last token, as llama.cpp does; submit refuses RANK elsewhere) read only
+ * the last token's, which a prefix match always leaves to compute. */
+static bool embed_all(const eng_req *r) {
+    return r->p.embed && r->p.pooling != PKV_POOLING_LAST && r->p.pooling != PKV_POOLING_RANK;
 }
 
 /* The step computed positions [a, a + n) of embedding sequence s, whose final
@@ -669,9 +666,8 @@ static void embed_take(pkv_engine *e, eng_seq *s, int32_t a, int32_t n, const fl
         if (a + n > last) memcpy(r->pool, h + (size_t)(last - a) * E, E * sizeof *h);
         break;
     case PKV_POOLING_RANK: {
-        int32_t p = rank_last(e) ? last : 0;
-        if (p < a || p >= a + n) break;
-        const float *x = h + (size_t)(p - a) * E;
+        if (last < a || last >= a + n) break;
+        const float *x = h + (size_t)(last - a) * E;
         int k = e->m->n_cls_out;
         for (int i = 0; i < k; i++) {
             const float *w = e->m->cls_out + (size_t)i * E;
@@ -679,13 +675,11 @@ static void embed_take(pkv_engine *e, eng_seq *s, int32_t a, int32_t n, const fl
             for (size_t j = 0; j < E; j++) d += (double)w[j] * x[j];
             r->pool[i] = (float)d;
         }
-        if (rank_last(e)) { /* Qwen3-Reranker: the softmax of yes / no */
-            float mx = r->pool[0];
-            for (int i = 1; i < k; i++) mx = r->pool[i] > mx ? r->pool[i] : mx;
-            double z = 0;
-            for (int i = 0; i < k; i++) z += exp((double)r->pool[i] - mx);
-            for (int i = 0; i < k; i++) r->pool[i] = (float)(exp((double)r->pool[i] - mx) / z);
-        }
+        float mx = r->pool[0]; /* Qwen3-Reranker: the softmax of yes / no */
+        for (int i = 1; i < k; i++) mx = r->pool[i] > mx ? r->pool[i] : mx;
+        double z = 0;
+        for (int i = 0; i < k; i++) z += exp((double)r->pool[i] - mx);
+        for (int i = 0; i < k; i++) r->pool[i] = (float)(exp((double)r->pool[i] - mx) / z);
         break;
     }
     }
@@ -738,7 +732,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         pkv_kv_stats_get(e->c, &k0);
         t0 = pkv_time_now();
     }
-    if (e->p.prefix_cache && s->n_tok > 1 && !embed_all(e, r) &&
+    if (e->p.prefix_cache && s->n_tok > 1 && !embed_all(r) &&
         (st = pkv_kv_prefix_match_media(e->c, kv, s->tok, NULL, s->n_tok - 1, r->media, r->n_media, &matched))) {
         pkv_kv_seq_free(e->c, kv);
         goto fail;
@@ -839,7 +833,7 @@ static bool admit(pkv_engine *e) {
             eng_seq *s = &r->seqs[j];
             bool cand = s->st == SEQ_SWAPPED || s->st == SEQ_DROPPED || (s->st == SEQ_NONE && j == 0);
             if (!cand) continue;
-            if (s->st == SEQ_NONE && !r->p.context && !embed_all(e, r) && wait_for_prefix(e, r)) break; /* later requests may go first */
+            if (s->st == SEQ_NONE && !r->p.context && !embed_all(r) && wait_for_prefix(e, r)) break; /* later requests may go first */
             for (;;) {
                 if (budget <= 0 || resident >= e->p.max_seqs) return changed;
                 int got = seq_start(e, s, reserve_pages(e), resident == 0);

@@ -362,6 +362,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (p->pooling && pooling_of(p->pooling) < 0)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: pooling '%s' is not one of none, mean, cls, last, rank", p->pooling);
+    if (pooling_of(p->pooling) == 4 && strcmp(p->arch, "qwen3"))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: pooling rank writes Qwen3-Reranker's layout: --arch qwen3 only");
     const pkv_arch_ops *ops = pkv_arch_ops_find(p->arch);
     if (!ops || !ops->mk)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (%s)", p->arch, pkv_arch_list());
