@@ -16,7 +16,8 @@
  *     The official openai npm client (whose default is base64) gets the same floats.
  *  4. a qwen3 reranker (rank pooling, cls.output yes/no, the rerank template):
  *     results sorted by relevance_score, top_n, return_documents, and each score
- *     equals p(yes) of the same prompt computed as an embedding of its tokens. */
+ *     equals p(yes) of the same prompt computed as an embedding of its tokens;
+ *     without the template, llama-server's default layout (BOS query document). */
 #include "server-testlib.h"
 
 #ifndef PKV_HAVE_SERVER
@@ -314,6 +315,31 @@ static void test_rerank(void) {
     json_decref(r);
 }
 
+/* A reranker without tokenizer.chat_template.rerank: llama-server's default layout,
+ * BOS query document (this vocabulary adds a BOS and no EOS). */
+static void test_rerank_default(void) {
+    json_t *r = ok("/v1/rerank", "{\"query\":\"what is a fox\",\"documents\":[\"dogs bark\"]}");
+    NEED(r != NULL);
+    double sc = json_number_value(jget(r, "results.0.relevance_score"));
+    NEED(post("/tokenize", "{\"content\":\"what is a fox\",\"add_special\":true}", NULL) == 200);
+    json_t *q = json_loads(ts_body, 0, NULL);
+    NEED(post("/tokenize", "{\"content\":\"dogs bark\"}", NULL) == 200);
+    json_t *d = json_loads(ts_body, 0, NULL);
+    json_t *ids = json_copy(jget(q, "tokens"));
+    json_array_extend(ids, jget(d, "tokens"));
+    CHECK(json_array_size(ids) > 1 && jint(q, "tokens.0") == 256); /* the BOS */
+    char *t = json_dumps(ids, JSON_COMPACT);
+    json_t *em = embed1(t, ",\"embd_normalize\":-1");
+    CHECK(em && json_number_value(jget(em, "data.0.embedding.0")) == sc);
+    CHECK_INT(jint(r, "usage.prompt_tokens"), (long long)json_array_size(ids));
+    free(t);
+    json_decref(em);
+    json_decref(ids);
+    json_decref(q);
+    json_decref(d);
+    json_decref(r);
+}
+
 static pid_t serve(const char *model, const char *more) {
     char log[512], cmd[1024];
     snprintf(log, sizeof log, "%s", th_tmp("embd.log"));
@@ -377,6 +403,12 @@ int main(void) {
     pid = serve(rank, "--reranking");
     REQUIRE(pid > 0);
     test_rerank();
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+
+    REQUIRE(th_cli("", true, "mkmodel --arch qwen3 --pooling rank --no-template --seed 6 -o '%s'", rank) == 0);
+    pid = serve(rank, "");
+    REQUIRE(pid > 0);
+    test_rerank_default();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 
     printf("test-server-embeddings: %ld checks, %d failures\n", th_checks, th_failures);

@@ -3,7 +3,8 @@
 # random-weight GGUF files (issue 45, item 4). For each layout — qwen3 with last-token
 # pooling (Qwen3-Embedding), llama with mean pooling, qwen2 with CLS pooling, and a
 # qwen3 reranker as llama.cpp's converter writes Qwen3-Reranker (rank pooling,
-# cls.output yes/no, tokenizer.chat_template.rerank) — it makes the model with
+# cls.output yes/no, tokenizer.chat_template.rerank; and without the template: the
+# default query/document layout) — it makes the model with
 # `pagekv mkmodel --pooling`, starts both servers, sends the same requests (text and
 # token-id inputs; a query with documents) and prints the NMSE of pagekv's vectors
 # (scores) against llama.cpp's: sum((a - b)^2) / sum(b^2) over each input, the largest
@@ -58,6 +59,7 @@ layouts=(
     "llama-mean|--arch llama --pooling mean|--embedding --pooling mean|embd"
     "qwen2-cls|--arch qwen2 --pooling cls|--embedding --pooling cls|embd"
     "qwen3-rank|--arch qwen3 --pooling rank|--reranking|rank"
+    "qwen3-rank-notemplate|--arch qwen3 --pooling rank --no-template|--reranking|rank"
 )
 fail=0
 printf '| layout | inputs | max NMSE vs llama.cpp |\n|---|---|---|\n'

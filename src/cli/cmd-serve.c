@@ -30,8 +30,9 @@ static void serve_usage(FILE *f) {
     pkv_serve_opts d = pkv_serve_default_opts();
     fprintf(f,
             "usage: pagekv serve [-m FILE.gguf] [options]\n"
-            "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models), plus\n"
-            "Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens),\n"
+            "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/embeddings,\n"
+            "/v1/rerank, /v1/models), plus Anthropic's Messages API (/v1/messages,\n"
+            "/v1/messages/count_tokens),\n"
             "/tokenize, /detokenize, /health, /metrics (Prometheus) and the contexts API (/v1/contexts:\n"
             "fork, append, truncate, generate over HTTP). See docs/server.md.\n"
             "  -m, --model FILE       GGUF model (without -m: the built-in tiny model, random weights)\n"

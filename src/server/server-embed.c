@@ -322,8 +322,8 @@ void srv_api_embeddings(srv *s, json_t *b, bool oai, const srv_conn *conn, srv_o
 
 /* The tokens of one query/document pair: the file's rerank template
  * (tokenizer.chat_template.rerank, {query} and {document} replaced; special tokens
- * only from the template's own text), else llama-server's default layout:
- * query (with the vocabulary's BOS) EOS document EOS. */
+ * only from the template's own text), else llama-server's default layout: BOS query
+ * EOS document EOS, BOS and EOS where the vocabulary adds them (no SEP). */
 static srv_req *rerank_input(srv *s, const char *tpl, json_t *q, json_t *d, int i, srv_out *o) {
     char what[48];
     snprintf(what, sizeof what, "documents[%d]", i);
@@ -365,27 +365,32 @@ static srv_req *rerank_input(srv *s, const char *tpl, json_t *q, json_t *d, int 
         free(spans);
         if (!ok) return NULL;
     } else {
-        int32_t *a = NULL, *c = NULL;
-        int na = 0, nc = 0;
-        int32_t eos = pkv_model_eos(s->m);
-        if (!srv_tokenize(s, qs, ql, true, s->o.special_in_content, &a, &na, o)) return NULL;
+        /* which special tokens the vocabulary adds: those of an empty text */
+        int32_t *sp = NULL, *a = NULL, *c = NULL;
+        int nsp = 0, na = 0, nc = 0;
+        int32_t bos = pkv_model_bos(s->m), eos = pkv_model_eos(s->m);
+        if (!srv_tokenize(s, "", 0, true, false, &sp, &nsp, o)) return NULL;
+        bool add_bos = nsp > 0 && bos >= 0 && sp[0] == bos, add_eos = nsp > 0 && eos >= 0 && sp[nsp - 1] == eos;
+        free(sp);
+        if (!srv_tokenize(s, qs, ql, false, s->o.special_in_content, &a, &na, o)) return NULL;
         if (!srv_tokenize(s, ds, dl, false, s->o.special_in_content, &c, &nc, o)) {
             free(a);
             return NULL;
         }
-        ids = malloc(((size_t)na + (size_t)nc + 2) * sizeof *ids);
+        ids = malloc(((size_t)na + (size_t)nc + 3) * sizeof *ids);
         if (!ids) {
             free(a);
             free(c);
             srv_error(o, 500, "out of memory");
             return NULL;
         }
-        memcpy(ids, a, (size_t)na * sizeof *ids);
-        n = na;
-        if (eos >= 0) ids[n++] = eos;
+        if (add_bos) ids[n++] = bos;
+        memcpy(ids + n, a, (size_t)na * sizeof *ids);
+        n += na;
+        if (add_eos) ids[n++] = eos;
         memcpy(ids + n, c, (size_t)nc * sizeof *ids);
         n += nc;
-        if (eos >= 0) ids[n++] = eos;
+        if (add_eos) ids[n++] = eos;
         free(a);
         free(c);
     }
