@@ -250,6 +250,16 @@ static void test_mean(void) {
     json_t *c = embed1(two, NULL);
     CHECK(c && same_vec(jget(c, "data.0.embedding"), jget(a, "data.0.embedding")));
     CHECK(fabs(norm2(jget(a, "data.0.embedding")) - 1.0) < 1e-5);
+    /* more inputs than the server's queue (--queue 4): submitted as earlier ones finish */
+    char many[4096] = "[";
+    for (int i = 0; i < 20; i++) snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"word %d\"", i ? "," : "", i);
+    strcat(many, "]");
+    json_t *m = embed1(many, NULL);
+    json_t *one = embed1("\"word 13\"", NULL);
+    CHECK(m && json_array_size(jget(m, "data")) == 20);
+    CHECK(m && one && same_vec(jget(m, "data.13.embedding"), jget(one, "data.0.embedding")));
+    json_decref(m);
+    json_decref(one);
     json_decref(a);
     json_decref(b);
     json_decref(c);
@@ -379,7 +389,7 @@ int main(void) {
     }
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 
-    pid = serve(mean, "");
+    pid = serve(mean, "--queue 4");
     REQUIRE(pid > 0);
     test_mean();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);

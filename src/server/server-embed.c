@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "server/server-http.h"
@@ -55,30 +56,44 @@ static void normalize(float *v, int n, int mode) {
     for (int i = 0; i < n; i++) v[i] = (float)(v[i] * k);
 }
 
-/* Submit every request of rs (all before waiting, so the engine batches them),
- * then wait for all. false with the answer in o (the first failure's). */
+/* Submit the requests of rs (the engine batches those it holds together) and wait
+ * for all. The server's queue (--queue) bounds what waits: when it is full, this
+ * waits for its own earliest request still running and submits on; it answers 503
+ * only when none of its own is in flight (the queue is full of others' requests).
+ * false with the answer in o (the first failure's). */
 static bool run_all(srv *s, srv_req **rs, int n, const char *prefix, const srv_conn *conn, srv_out *o) {
     char id[48];
     srv_next_id(s, prefix, id, sizeof id);
-    int sub = 0;
-    for (; sub < n; sub++) {
+    int sub = 0, waited = 0, tries = 0;
+    bool gone = false, busy = false;
+    while (sub < n && !gone) {
         snprintf(rs[sub]->log_id, sizeof rs[sub]->log_id, "%s/%d", id, sub); /* the log line of each input */
-        if (!srv_gen_submit(s->g, rs[sub])) break;
+        if (srv_gen_submit(s->g, rs[sub])) {
+            sub++;
+            tries = 0;
+            continue;
+        }
+        if (waited < sub) {
+            if (!srv_wait_done(s, rs[waited++], conn)) gone = true;
+        } else if (sub > 0 && tries++ < 100 && !srv_conn_gone(conn)) {
+            /* ours are done; the queue's count of them catches up after the worker's step */
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        } else { /* the queue is full of others' requests */
+            busy = true;
+        }
+        if (busy) break;
     }
-    if (sub < n) {
-        for (int i = 0; i < sub; i++) srv_gen_cancel(s->g, rs[i]);
-        for (int i = 0; i < sub; i++) srv_wait_done(s, rs[i], NULL);
-        srv_error(o, 503, "the server is busy: %d inputs do not fit the queue (--queue %d); retry later or send fewer", n,
-                  s->o.queue);
-        return false;
-    }
-    bool gone = false;
-    for (int i = 0; i < n; i++) {
-        if (gone) srv_gen_cancel(s->g, rs[i]);
-        if (!srv_wait_done(s, rs[i], gone ? NULL : conn)) gone = true;
+    for (int i = waited; i < sub; i++) {
+        if (gone || busy) srv_gen_cancel(s->g, rs[i]);
+        if (!srv_wait_done(s, rs[i], gone || busy ? NULL : conn)) gone = true;
     }
     if (gone) {
         srv_error(o, 499, "client closed the connection");
+        return false;
+    }
+    if (busy) {
+        srv_error(o, 503, "the server is busy: %d requests are waiting already (--queue); retry later", s->o.queue);
         return false;
     }
     for (int i = 0; i < n; i++)

@@ -888,6 +888,7 @@ static void *worker(void *arg) {
         else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
         sweep(g);
         snapshot(g);
+        refresh_waiting(g); /* the queue bound sees this step's admissions at once, not after the next wake-up */
         g->defer = false;
         flush_finished(g);
     }
