@@ -912,7 +912,22 @@ typedef struct pkv_model_info {
                                     over the target's cache (pkv_context_attach, pkv_context_draft_step) */
     int n_embd_out;              /* an assistant: the width of the target it drafts for (its
                                     embedding_length_out); 0 otherwise */
+    int pooling;                 /* the file's ARCH.pooling_type (pkv_pooling), -1 when it has none */
+    int n_cls_out;               /* rows of its classification head (cls.output.weight, rank
+                                    pooling's scores); 0 = none */
 } pkv_model_info;
+
+/* How an embedding request (pkv_request_params.embed) reduces the final normed
+ * hidden states of its prompt's tokens: llama.cpp's pooling_type values. */
+typedef enum pkv_pooling {
+    PKV_POOLING_NONE = 0, /* every token's hidden state, n_prompt rows */
+    PKV_POOLING_MEAN = 1, /* their mean */
+    PKV_POOLING_CLS = 2,  /* the first token's */
+    PKV_POOLING_LAST = 3, /* the last token's */
+    PKV_POOLING_RANK = 4, /* the classification head (pkv_model_info.n_cls_out rows) over the last
+                             token's hidden state, then a softmax over the rows: Qwen3-Reranker
+                             (yes / no), as llama.cpp scores it; qwen3 only */
+} pkv_pooling;
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
 pkv_device *pkv_model_device(const pkv_model *m);
@@ -1020,6 +1035,14 @@ typedef struct pkv_mkmodel_params {
                             "gpt-4o", ...: docs/tokenizer.md), to compare pre-tokenizers with another
                             implementation on one file; NULL = the chat family's (llama-bpe without
                             one). Not with no_vocab or draft_of */
+    /* ARCH.pooling_type (an embedding model): "none", "mean", "cls", "last" or "rank";
+     * NULL = no key. "rank" writes a reranker as llama.cpp's converter writes
+     * Qwen3-Reranker: classifier.output_labels ["yes", "no"], cls.output.weight
+     * [2][n_embd] (random rows here; the converter takes the lm_head rows of the two
+     * words) and tokenizer.chat_template.rerank (Qwen3-Reranker's) beside a chat
+     * template; qwen3 only. Not for the architectures with their own writer
+     * (gemma3 vision, gemma4, qwen35, ...) */
+    const char *pooling;
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);
@@ -1489,6 +1512,12 @@ typedef struct pkv_engine_event {
                                 (pkv_request_params.context_shift); 0 without */
     pkv_status status;       /* PKV_OK unless finish == ERROR */
     const char *message;     /* with ERROR: what failed; otherwise "" */
+    /* An embedding request's final event (finish LENGTH, pkv_request_params.embed):
+     * n_embd floats, the pooled hidden state (n_prompt rows of the model's n_embd
+     * with PKV_POOLING_NONE; the classification head's n_cls_out scores with RANK).
+     * NULL / 0 otherwise. */
+    const float *embd;
+    int32_t n_embd;
 } pkv_engine_event;
 
 /* Called on the engine thread for every event. Must not call pkv_engine_step,
@@ -1588,6 +1617,21 @@ typedef struct pkv_request_params {
      * request gives that token as its prompt. Needs a context, no context_shift and
      * no prefill_only. */
     bool last_pending;
+    /* An embedding request: compute the prompt on a fresh sequence and sample
+     * nothing; the final event (finish LENGTH, token -1, n_generated 0) carries the
+     * prompt's final normed hidden states reduced by `pooling` (pkv_engine_event.embd),
+     * unnormalised. Batched, chunked and preempted like any prompt; its pages go to the
+     * prefix cache like any other's. A prefix match serves it only where the pooling
+     * needs no hidden state of the matched tokens (LAST and RANK read the last token's,
+     * which the prefix match always leaves to compute): NONE, MEAN and CLS compute
+     * every token. The prompt may fill
+     * n_ctx. Refused (PKV_ERR_INVALID, naming the field) with a context,
+     * prefill_only, n != 1, max_tokens != 0, a grammar, stop tokens, top_logprobs,
+     * ignore_eos, media, a sampler, context_shift or last_pending, and RANK without a
+     * classification head (pkv_model_info.n_cls_out 0) or on another architecture
+     * than qwen3. */
+    bool embed;
+    pkv_pooling pooling;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),

@@ -134,7 +134,7 @@ class ModelInfo(Structure):
                 ("n_devices", c_int), ("kv_on_host", c_bool), ("shared_kv", c_bool), ("load_seconds", c_double),
                 ("weight_bytes_mapped", c_uint64), ("n_expert", c_int), ("n_expert_used", c_int),
                 ("n_recurrent", c_int), ("mtp", c_bool), ("n_nextn", c_int), ("n_kv_layers", c_int),
-                ("assistant", c_bool), ("n_embd_out", c_int)]
+                ("assistant", c_bool), ("n_embd_out", c_int), ("pooling", c_int), ("n_cls_out", c_int)]
 
 
 class CacheParams(Structure):
@@ -180,7 +180,7 @@ class EngineEvent(Structure):
     _fields_ = [("request", c_uint64), ("sample", c_int), ("token", c_int32), ("logprob", c_float),
                 ("n_top", c_int), ("top", POINTER(TokenLogprob)), ("finish", c_int), ("stop_token", c_bool),
                 ("n_prompt", c_int32), ("n_cached", c_int32), ("n_generated", c_int32), ("n_shifted", c_int64),
-                ("status", c_int), ("message", c_char_p)]
+                ("status", c_int), ("message", c_char_p), ("embd", POINTER(c_float)), ("n_embd", c_int32)]
 
 
 EVENT_FN = CFUNCTYPE(c_bool, POINTER(EngineEvent), c_void_p)
@@ -193,7 +193,7 @@ class RequestParams(Structure):
                 ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p),
                 ("prefill_only", c_bool),
                 ("media", c_void_p), ("n_media", c_int), ("context_shift", c_bool), ("n_keep", c_int32),
-                ("sampler", c_void_p), ("last_pending", c_bool)]
+                ("sampler", c_void_p), ("last_pending", c_bool), ("embed", c_bool), ("pooling", c_int)]
 
 
 class EngineParams(Structure):

@@ -120,6 +120,12 @@ static void mkmodel_usage(FILE *f) {
                "  --pre NAME               tokenizer.ggml.pre NAME (deepseek-v3, gpt-4o, kimi-k2, ...:\n"
                "                           docs/tokenizer.md) in place of the family's (llama-bpe without\n"
                "                           one), to compare pre-tokenizers with llama-tokenize on one file\n"
+               "Embedding and reranker models ('pagekv serve': /v1/embeddings, /v1/rerank):\n"
+               "  --pooling TYPE           ARCH.pooling_type TYPE: none, mean, cls, last (Qwen3-Embedding) or\n"
+               "                           rank: a reranker as llama.cpp's converter writes Qwen3-Reranker\n"
+               "                           (cls.output.weight of 2 random rows, labels yes/no, and\n"
+               "                           tokenizer.chat_template.rerank; --arch qwen3 only); the generic\n"
+               "                           architectures only\n"
                "Drafts for speculative decoding ('pagekv run --draft'):\n"
                "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
                "                           heads and head size (random weights; --layers N, default 1)\n"
@@ -226,6 +232,7 @@ static const pkv_cli_opt mk_options[] = {
     MK_OPT("--tied", NULL, PKV_CLI_FLAG, p.tied, 0, 0),
     MK_OPT("--chat-template", NULL, PKV_CLI_STR, tpl_arg, 0, 0),
     MK_OPT("--pre", NULL, PKV_CLI_STR, p.pre, 0, 0),
+    MK_OPT("--pooling", NULL, PKV_CLI_STR, p.pooling, 0, 0),
     MK_OPT("--no-template", NULL, PKV_CLI_FLAG, no_template, 0, 0),
     MK_OPT("--swa-layers", NULL, PKV_CLI_STR, p.swa_layers, 0, 0),
     MK_OPT("--vision", NULL, PKV_CLI_FLAG, vision, 0, 0),

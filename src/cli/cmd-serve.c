@@ -30,8 +30,9 @@ static void serve_usage(FILE *f) {
     pkv_serve_opts d = pkv_serve_default_opts();
     fprintf(f,
             "usage: pagekv serve [-m FILE.gguf] [options]\n"
-            "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models), plus\n"
-            "Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens),\n"
+            "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/embeddings,\n"
+            "/v1/rerank, /v1/models), plus Anthropic's Messages API (/v1/messages,\n"
+            "/v1/messages/count_tokens),\n"
             "/tokenize, /detokenize, /health, /metrics (Prometheus) and the contexts API (/v1/contexts:\n"
             "fork, append, truncate, generate over HTTP). See docs/server.md.\n"
             "  -m, --model FILE       GGUF model (without -m: the built-in tiny model, random weights)\n"
@@ -110,6 +111,13 @@ static void serve_usage(FILE *f) {
             "  --grammar-request-steps N  the same for all of a request's tokens (default 1000000000)\n"
             "  --max-request-audio-seconds S  one request's audio together (default 1800) -> 400\n"
             "  --max-request-pixels N one request's images together (default 100000000) -> 400\n"
+            "  --pooling TYPE         pooling of /v1/embeddings and /v1/rerank: none, mean, cls, last, rank\n"
+            "                         (default: the model's ARCH.pooling_type; without one they answer 400)\n"
+            "  --embd-normalize N     embeddings' normalisation: -1 none, 0 max-abs to int16 range, 2 Euclidean\n"
+            "                         (default), p > 2 p-norm; a request's 'embd_normalize' overrides it\n"
+            "  --max-embed-inputs N   inputs of one embeddings request, documents of one rerank (default %d) -> 400\n"
+            "  --embedding, --reranking   accepted (llama-server's): the endpoints are always served;\n"
+            "                         --reranking is --pooling rank\n"
             "  --media-cache-mb N     encoder outputs kept in host memory by media content, so the same\n"
             "                         file in a later request is not encoded again (default 256; 0 = off)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
@@ -118,7 +126,7 @@ static void serve_usage(FILE *f) {
             "start-up (loading, compiling the chat template) they end the process at once.\n",
             d.host, d.port, d.parallel, pkv_tpl_names(), d.max_body, d.max_header, d.max_conns, d.queue, d.timeout_s,
             d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.responses_max, d.responses_ttl_s, d.max_media_bytes, d.max_audio_seconds, (long long)d.template_time_ms,
-            (long long)d.template_mem_mib, (long long)d.template_budget_mib);
+            (long long)d.template_mem_mib, (long long)d.template_budget_mib, d.max_embed_inputs);
 }
 
 /* The server's startup banner, on stdout (tests and scripts read the URL there). */
@@ -193,6 +201,31 @@ static bool serve_opt_spec(void *opts, const char *opt, const char *v) {
     return true;
 }
 
+/* llama-server's --embedding: nothing to switch on here */
+static bool serve_opt_accept(void *opts, const char *opt, const char *v) {
+    (void)opts, (void)opt, (void)v;
+    return true;
+}
+
+static bool serve_opt_rerank(void *opts, const char *opt, const char *v) {
+    (void)opt, (void)v;
+    ((serve_args *)opts)->so.pooling = PKV_POOLING_RANK;
+    return true;
+}
+
+static bool serve_opt_pooling(void *opts, const char *opt, const char *v) {
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"};
+    pkv_serve_opts *so = &((serve_args *)opts)->so;
+    (void)opt;
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(v, names[i])) {
+            so->pooling = i;
+            return true;
+        }
+    fprintf(stderr, "pagekv serve: --pooling %s: give none, mean, cls, last or rank\n", v);
+    return false;
+}
+
 static bool serve_opt_media_cache(void *opts, const char *opt, const char *v) {
     long long x;
     if (!pkv_cli_int(opt, v, 0, 1 << 20, &x)) return false;
@@ -236,6 +269,11 @@ static const pkv_cli_opt serve_options[] = {
     SV("--kv-disk", NULL, PKV_CLI_STR, kv_disk, 0, 0),
     SV("--kv-disk-size", NULL, PKV_CLI_INT64, kv_disk_mib, 1, (double)(1ll << 30)),
     SV_FN("--kv-spill", serve_opt_kv_spill),
+    SV_FN("--pooling", serve_opt_pooling),
+    SV("--embd-normalize", NULL, PKV_CLI_INT, embd_normalize, -1, 64),
+    SV("--max-embed-inputs", NULL, PKV_CLI_INT, max_embed_inputs, 1, 1 << 20),
+    {"--embedding", "--embeddings", PKV_CLI_FN, 0, 0, 0, serve_opt_accept, false},
+    {"--reranking", "--rerank", PKV_CLI_FN, 0, 0, 0, serve_opt_rerank, false},
     SV("--api-key", NULL, PKV_CLI_STR, api_key, 0, 0),
     SV("--chat-template", NULL, PKV_CLI_STR, chat_template, 0, 0),
     SV("--alias", "-a", PKV_CLI_STR, alias, 0, 0),

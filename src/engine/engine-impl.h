@@ -100,6 +100,12 @@ struct eng_req {
     int n_media;
     float *embd;
     int64_t n_media_rows;
+    /* An embedding request (pkv_request_params.embed): the pooled result, f32
+     * [n_pool], and MEAN's running sum over the tokens computed so far, [n_embd]
+     * (in position order, so chunking and batching do not change it) */
+    float *pool;
+    double *acc;
+    int32_t n_pool;
 };
 
 struct pkv_engine {

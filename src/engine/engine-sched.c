@@ -50,6 +50,8 @@ void pkv_engine_req_free(pkv_engine *e, eng_req *r) {
     pkv_free(r->prompt);
     pkv_free(r->media);
     pkv_free(r->embd);
+    pkv_free(r->pool);
+    pkv_free(r->acc);
     pkv_free(r->stop);
     pkv_free(r->bias);
     pkv_free(r->seqs);
@@ -633,6 +635,78 @@ fail:
     return -1;
 }
 
+/* ------------------------------------------------------------ embeddings */
+
+/* Does embedding request r need the hidden state of every token from the first on
+ * (so no prefix match may skip computing them)? LAST and RANK (qwen3's rerankers
+ * score the last token, as llama.cpp does; submit refuses RANK elsewhere) read only
+ * the last token's, which a prefix match always leaves to compute. */
+static bool embed_all(const eng_req *r) {
+    return r->p.embed && r->p.pooling != PKV_POOLING_LAST && r->p.pooling != PKV_POOLING_RANK;
+}
+
+/* The step computed positions [a, a + n) of embedding sequence s, whose final
+ * normed hidden states are rows h (f32 [n][n_embd]): keep what the pooling needs. */
+static void embed_take(pkv_engine *e, eng_seq *s, int32_t a, int32_t n, const float *h) {
+    eng_req *r = s->r;
+    size_t E = (size_t)e->m->hp.n_embd;
+    int32_t last = s->n_tok - 1;
+    switch (r->p.pooling) {
+    case PKV_POOLING_NONE:
+        memcpy(r->pool + (size_t)a * E, h, (size_t)n * E * sizeof *h);
+        break;
+    case PKV_POOLING_MEAN:
+        for (int32_t t = 0; t < n; t++)
+            for (size_t j = 0; j < E; j++) r->acc[j] += h[(size_t)t * E + j];
+        break;
+    case PKV_POOLING_CLS:
+        if (a == 0) memcpy(r->pool, h, E * sizeof *h);
+        break;
+    case PKV_POOLING_LAST:
+        if (a + n > last) memcpy(r->pool, h + (size_t)(last - a) * E, E * sizeof *h);
+        break;
+    case PKV_POOLING_RANK: {
+        if (last < a || last >= a + n) break;
+        const float *x = h + (size_t)(last - a) * E;
+        int k = e->m->n_cls_out;
+        for (int i = 0; i < k; i++) {
+            const float *w = e->m->cls_out + (size_t)i * E;
+            double d = e->m->cls_out_b ? e->m->cls_out_b[i] : 0.0;
+            for (size_t j = 0; j < E; j++) d += (double)w[j] * x[j];
+            r->pool[i] = (float)d;
+        }
+        float mx = r->pool[0]; /* Qwen3-Reranker: the softmax of yes / no */
+        for (int i = 1; i < k; i++) mx = r->pool[i] > mx ? r->pool[i] : mx;
+        double z = 0;
+        for (int i = 0; i < k; i++) z += exp((double)r->pool[i] - mx);
+        for (int i = 0; i < k; i++) r->pool[i] = (float)(exp((double)r->pool[i] - mx) / z);
+        break;
+    }
+    }
+}
+
+/* Embedding sequence s has computed its whole prompt: the final event with the
+ * pooled result. */
+static void embed_final(pkv_engine *e, eng_seq *s) {
+    eng_req *r = s->r;
+    if (r->p.pooling == PKV_POOLING_MEAN)
+        for (int32_t j = 0; j < e->m->hp.n_embd; j++) r->pool[j] = (float)(r->acc[j] / (double)s->n_tok);
+    pkv_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.request = r->id;
+    ev.sample = s->sample;
+    ev.token = -1;
+    ev.finish = PKV_FINISH_LENGTH;
+    ev.n_prompt = r->p.n_prompt;
+    ev.n_cached = r->n_cached;
+    ev.message = "";
+    ev.embd = r->pool;
+    ev.n_embd = r->n_pool;
+    if (r->p.on_event) r->p.on_event(&ev, r->p.user);
+    seq_release(e, s);
+    r->n_final++;
+}
+
 static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     eng_req *r = s->r;
     pkv_status st;
@@ -648,7 +722,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     }
     bool first = s->st == SEQ_NONE;
     if (first && !s->tok && (st = seq_alloc_tokens(s, r->prompt, r->p.n_prompt, r->p.n_prompt + r->max_tokens))) goto fail;
-    if ((st = seq_sampler(e, s))) goto fail;
+    if (!r->p.embed && (st = seq_sampler(e, s))) goto fail;
     int32_t kv;
     if ((st = pkv_kv_seq_create(e->c, e->fp, &kv))) goto fail;
     int64_t matched = 0;
@@ -658,7 +732,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
         pkv_kv_stats_get(e->c, &k0);
         t0 = pkv_time_now();
     }
-    if (e->p.prefix_cache && s->n_tok > 1 &&
+    if (e->p.prefix_cache && s->n_tok > 1 && !embed_all(r) &&
         (st = pkv_kv_prefix_match_media(e->c, kv, s->tok, NULL, s->n_tok - 1, r->media, r->n_media, &matched))) {
         pkv_kv_seq_free(e->c, kv);
         goto fail;
@@ -685,6 +759,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     s->kv = kv;
     s->n_kv = (int32_t)matched;
     s->st = SEQ_RUNNING;
+    if (r->acc) memset(r->acc, 0, (size_t)e->m->hp.n_embd * sizeof *r->acc); /* (re)computed from token 0 */
     if (first) {
         r->started = true;
         r->n_cached = (int32_t)matched;
@@ -758,7 +833,7 @@ static bool admit(pkv_engine *e) {
             eng_seq *s = &r->seqs[j];
             bool cand = s->st == SEQ_SWAPPED || s->st == SEQ_DROPPED || (s->st == SEQ_NONE && j == 0);
             if (!cand) continue;
-            if (s->st == SEQ_NONE && !r->p.context && wait_for_prefix(e, r)) break; /* later requests may go first */
+            if (s->st == SEQ_NONE && !r->p.context && !embed_all(r) && wait_for_prefix(e, r)) break; /* later requests may go first */
             for (;;) {
                 if (budget <= 0 || resident >= e->p.max_seqs) return changed;
                 int got = seq_start(e, s, reserve_pages(e), resident == 0);
@@ -1534,7 +1609,9 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
         }
         if (any_nc) b.span_end = e->b_span;
         if ((s = grow_rows(&e->logits, &e->cap_logits, rows, (size_t)e->n_vocab))) break;
-        if (e->dmtp || e->dasst) { /* an MTP head or an assistant drafts from the model's hidden states */
+        bool want_hid = e->dmtp || e->dasst; /* an MTP head or an assistant drafts from the model's hidden states */
+        for (int i = 0; i < nb && !want_hid; i++) want_hid = e->batch[i]->r->p.embed; /* an embedding pools them */
+        if (want_hid) {
             if ((s = grow_rows(&e->hid, &e->cap_hid, T, (size_t)e->m->hp.n_embd))) break;
             b.hidden_out = e->hid;
         }
@@ -1579,6 +1656,8 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 if (hid && q->r->p.context) /* kept for the context's later requests (an MTP head's catch-up) */
                     pkv_context_put_hidden(q->r->p.context, a, e->hid + (size_t)q->h_row * (size_t)e->m->hp.n_embd,
                                            q->step_n);
+                if (q->r->p.embed && q->st == SEQ_RUNNING)
+                    embed_take(e, q, a, q->step_n, e->hid + (size_t)q->h_row * (size_t)e->m->hp.n_embd);
                 if (q->r->n_media && q->st == SEQ_RUNNING) {
                     pkv_status ms = media_record(e, q, a);
                     if (ms) req_fail(e, q->r, ms);
@@ -1602,6 +1681,10 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 eng_req *r = q->r;
                 if (e->b_nl[i] > 1 || q->n_kv != q->n_tok || r->n_final == r->n) continue;
                 const float *lg = e->logits + row * (size_t)e->n_vocab;
+                if (r->p.embed) {
+                    embed_final(e, q);
+                    continue;
+                }
                 if (q->fin_wait != PKV_FINISH_NONE) { /* a context request's last token is in */
                     final_deferred(e, q, lg);
                     continue;

@@ -269,6 +269,31 @@ static pkv_status check_prefill_only(const pkv_request_params *r) {
     return PKV_OK;
 }
 
+/* An embedding request: the fields that would ask for generation or a context are
+ * refused by name, as for prefill_only. */
+static pkv_status check_embed(const pkv_engine *e, const pkv_request_params *r) {
+    const char *bad = r->context         ? "context must be NULL (an embedding runs on a fresh sequence)"
+                      : r->prefill_only  ? "prefill_only must be false"
+                      : r->n != 1        ? "n must be 1"
+                      : r->max_tokens    ? "max_tokens must be 0 (nothing is generated)"
+                      : r->grammar       ? "grammar must be NULL (nothing is sampled)"
+                      : r->n_stop        ? "n_stop must be 0 (nothing is sampled)"
+                      : r->top_logprobs  ? "top_logprobs must be 0 (nothing is sampled)"
+                      : r->ignore_eos    ? "ignore_eos must be false (nothing is sampled)"
+                      : r->media         ? "media are not supported in an embedding request"
+                      : r->sampler       ? "sampler must be NULL (nothing is sampled)"
+                      : r->context_shift ? "context_shift must be false"
+                      : r->last_pending  ? "last_pending must be false"
+                      : (unsigned)r->pooling > PKV_POOLING_RANK ? "pooling is not a pkv_pooling value"
+                      : r->pooling == PKV_POOLING_RANK && !e->m->n_cls_out
+                          ? "pooling RANK needs a classification head (cls.output.weight); the model has none"
+                      : r->pooling == PKV_POOLING_RANK && e->m->hp.arch != PKV_ARCH_QWEN3
+                          ? "pooling RANK is implemented for qwen3 rerankers (Qwen3-Reranker) only"
+                          : NULL;
+    if (bad) return pkv_err(PKV_ERR_INVALID, "submit: embed: %s", bad);
+    return PKV_OK;
+}
+
 static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r, int *n, int32_t *max_tokens) {
     int64_t base = 0, n_ctx = e->n_ctx; /* tokens before the prompt; the sequence's limit */
     pkv_status cs = r->prefill_only ? check_prefill_only(r) : PKV_OK;
@@ -299,6 +324,20 @@ static pkv_status check_request(const pkv_engine *e, const pkv_request_params *r
                        : r->context_shift ? "with context_shift: a shift needs the last token in the context"
                                           : "with prefill_only: nothing is generated");
     if (r->max_tokens < 0) return pkv_err(PKV_ERR_INVALID, "submit: max_tokens = %d; must be >= 0 (0 = up to the context limit)", (int)r->max_tokens);
+    if (r->embed) {
+        pkv_status es = check_embed(e, r);
+        if (es) return es;
+        *max_tokens = 0;
+        int64_t need = ((int64_t)r->n_prompt + e->ps - 1) / e->ps;
+        if (r->n_prompt > n_ctx)
+            return pkv_err(PKV_ERR_INVALID, "submit: embed: the input has %d tokens, more than the context limit of %lld",
+                           (int)r->n_prompt, (long long)n_ctx);
+        if (need > e->n_pages)
+            return pkv_err(PKV_ERR_INVALID, "submit: embed: the input has %d tokens, %lld KV pages of %d tokens; "
+                           "the device pool has only %lld pages", (int)r->n_prompt, (long long)need, e->ps,
+                           (long long)e->n_pages);
+        return PKV_OK;
+    }
     if (r->prefill_only) { /* it may fill the context to its limit; the pool must hold it */
         *max_tokens = 0;
         int64_t len = base + r->n_prompt, need = (len + e->ps - 1) / e->ps;
@@ -462,6 +501,18 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     if (rp->sampling.n_logit_bias)
         memcpy(r->bias, rp->sampling.logit_bias, (size_t)rp->sampling.n_logit_bias * sizeof *r->bias);
     r->p.sampling.logit_bias = r->bias;
+    if (rp->embed) {
+        int64_t E = e->m->hp.n_embd;
+        int64_t np = rp->pooling == PKV_POOLING_NONE ? (int64_t)rp->n_prompt * E
+                     : rp->pooling == PKV_POOLING_RANK ? e->m->n_cls_out : E;
+        r->n_pool = (int32_t)np;
+        r->pool = pkv_calloc((size_t)np, sizeof *r->pool);
+        r->acc = rp->pooling == PKV_POOLING_MEAN ? pkv_calloc((size_t)E, sizeof *r->acc) : NULL;
+        if (!r->pool || (rp->pooling == PKV_POOLING_MEAN && !r->acc)) {
+            pkv_engine_req_free(e, r);
+            return pkv_err(PKV_ERR_NOMEM, "submit: embed: out of memory for %lld floats", (long long)np);
+        }
+    }
     r->p.prompt = r->prompt;
     r->p.stop_tokens = r->stop;
     r->p.n = n;
@@ -470,7 +521,7 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
         r->seqs[i].sample = i;
         r->seqs[i].kv = -1;
         r->seqs[i].dkv = -1;
-        r->seqs[i].nodraft = r->n_media > 0; /* a draft takes no media rows */
+        r->seqs[i].nodraft = r->n_media > 0 || rp->embed; /* a draft takes no media rows; an embedding samples nothing */
     }
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_live && rp->context && !s; i++) /* under the mutex: two submits cannot both pass */

@@ -165,6 +165,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     if ((s = pkv_hp_need_u32(g, arch, "block_count", 1, 4096, &hp->n_layer))) return s;
     if ((s = pkv_hp_need_u32(g, arch, "embedding_length", 1, 1 << 20, &hp->n_embd))) return s;
     if ((s = pkv_hp_opt_u32(g, arch, "context_length", 1, 1u << 30, 4096, &hp->n_ctx_train))) return s;
+    /* llama.cpp's enum (none 0, mean 1, cls 2, last 3, rank 4); -1 when the file says nothing */
+    if ((s = pkv_hp_opt_u32(g, arch, "pooling_type", 0, 4, -1, &hp->pooling))) return s;
     int *n_head = NULL, *n_head_kv = NULL, *n_ff = NULL;
     if ((s = per_layer(g, arch, "attention.head_count", hp->n_layer, -1, 1, 4096, &n_head))) return s;
     /* head_count_kv defaults to head_count, layer by layer */

@@ -340,8 +340,30 @@ static pkv_status refuse(const pkv_mkmodel_params *p, const pkv_arch_ops *ops, u
                    pkv_arch_names_where(takes, what, " and ", names, sizeof names), p->arch);
 }
 
+/* pkv_mkmodel_params.pooling's names, in llama.cpp's enum order */
+static const char *const k_pooling[] = {"none", "mean", "cls", "last", "rank"};
+
+static int pooling_of(const char *name) {
+    for (int i = 0; name && i < 5; i++)
+        if (!strcmp(name, k_pooling[i])) return i;
+    return -1;
+}
+
+/* Qwen3-Reranker's query/document prompt, as llama.cpp's converter writes it
+ * (tokenizer.chat_template.rerank; {query} and {document} are replaced) */
+static const char k_rerank_template[] =
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
+    if (p->pooling && pooling_of(p->pooling) < 0)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: pooling '%s' is not one of none, mean, cls, last, rank", p->pooling);
+    if (pooling_of(p->pooling) == 4 && strcmp(p->arch, "qwen3"))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: pooling rank writes Qwen3-Reranker's layout: --arch qwen3 only");
     const pkv_arch_ops *ops = pkv_arch_ops_find(p->arch);
     if (!ops || !ops->mk)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (%s)", p->arch, pkv_arch_list());
@@ -494,6 +516,14 @@ static pkv_status mk_sizes(pkv_mk *b, const pkv_arch_mk *mk) {
     TRY(pkv_mk_u32(b, "block_count", (uint32_t)(p->n_layer + p->n_mtp)));
     if (p->n_mtp) TRY(pkv_mk_u32(b, "nextn_predict_layers", (uint32_t)p->n_mtp));
     TRY(pkv_mk_u32(b, "context_length", (uint32_t)p->n_ctx));
+    if (p->pooling) TRY(pkv_mk_u32(b, "pooling_type", (uint32_t)pooling_of(p->pooling)));
+    if (pooling_of(p->pooling) == 4) {
+        static const char *const labels[] = {"yes", "no"};
+        static const size_t label_lens[] = {3, 2};
+        char k[96];
+        snprintf(k, sizeof k, "%s.classifier.output_labels", p->arch);
+        TRY(pkv_gguf_writer_add_arr_str(b->w, k, labels, label_lens, 2));
+    }
     TRY(pkv_mk_u32(b, "embedding_length", (uint32_t)b->E));
     if (mk->sizes) return mk->sizes(b);
     TRY(pkv_mk_u32(b, "feed_forward_length", (uint32_t)p->n_ff));
@@ -557,6 +587,8 @@ static pkv_status mk_vocab(pkv_mk *b, const pkv_vocab_desc *voc, const chat_fami
         if (fam)
             TRY(pkv_gguf_writer_add_str(w, "tokenizer.chat_template",
                                         p->chat_template_text ? p->chat_template_text : fam->jinja));
+        if (fam && pooling_of(p->pooling) == 4)
+            TRY(pkv_gguf_writer_add_str(w, "tokenizer.chat_template.rerank", k_rerank_template));
     }
     return PKV_OK;
 }
@@ -567,13 +599,19 @@ static pkv_status mk_globals(pkv_mk *b, const pkv_arch_mk *mk) {
     TRY(pkv_mk_add(b, "token_embd.weight", p->type, b->E, p->n_vocab, 0.0, 1.0));
     TRY(pkv_mk_add(b, "output_norm.weight", PKV_TYPE_F32, b->E, 1, 1.0, 0.1));
     if (!p->tied) TRY(pkv_mk_add(b, "output.weight", pkv_mk_type(p, "output", 0), b->E, p->n_vocab, 0.0, 3.0 * b->lin_e));
+    if (pooling_of(p->pooling) == 4) TRY(pkv_mk_add(b, "cls.output.weight", PKV_TYPE_F32, b->E, 2, 0.0, 3.0 * b->lin_e));
     return mk->globals ? mk->globals(b) : PKV_OK;
 }
 #undef TRY
 
 static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     const pkv_arch_ops *ops = pkv_arch_ops_find(p.arch);
-    if (ops && ops->mk && ops->mk->build) return ops->mk->build(p, out);
+    if (ops && ops->mk && ops->mk->build) {
+        if (p.pooling)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: pooling is not written for architecture '%s' (only the "
+                                                "generic writer's: llama, qwen2, qwen3, ...)", p.arch);
+        return ops->mk->build(p, out);
+    }
     target_of tgt = {NULL, 0, 0, 0, 0, 0};
     pkv_gguf *tg = NULL;
     pkv_status s;

@@ -178,6 +178,7 @@ typedef struct pkv_hparams {
     int n_embd_per_layer;        /* embedding_length_per_layer_input: per-layer embeddings; 0 = none */
     bool moe_dense;              /* MoE layers keep their dense FFN beside the experts (gemma4) */
     int layer_base;              /* the file's index of layer 0 (an MTP head: the trunk's layer count) */
+    int pooling;                 /* pooling_type (pkv_pooling: llama.cpp's enum); -1 = not given */
     int n_embd_out;              /* gemma4-assistant: embedding_length_out, its target's width (the hidden
                                     state it reads and writes); 0 elsewhere */
 } pkv_hparams;
@@ -240,6 +241,11 @@ struct pkv_model {
         pkv_weight pre_e, pre_h; /* nextn.pre_projection's column halves [Ea][Eb] each */
         pkv_weight post;         /* nextn.post_projection [Eb][Ea] */
     } asst;
+    /* A classification head (rank pooling; llama.cpp's cls.output, which its converter
+     * writes for Qwen3-Reranker from the lm_head rows of "yes" and "no"): host f32 */
+    int n_cls_out;          /* rows of cls_out (classifier.output_labels); 0 = no head */
+    float *cls_out;         /* [n_cls_out][n_embd] */
+    float *cls_out_b;       /* [n_cls_out] or NULL */
     const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;
 };

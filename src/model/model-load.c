@@ -338,6 +338,8 @@ void pkv_model_free(pkv_model *m) {
     pkv_free(m->layers);
     free_weight(&m->tok_embd);
     free_weight(&m->output_norm);
+    pkv_free(m->cls_out);
+    pkv_free(m->cls_out_b);
     free_weight(&m->asst.pre_e);
     free_weight(&m->asst.pre_h);
     free_weight(&m->asst.post);
@@ -914,6 +916,56 @@ static pkv_status open_devices(pkv_model *m, pkv_model_params p) {
  * names, for each of its layers, the target layer whose cache it reads:
  *   pagekv.shared_kv_layers: array of int32, one per layer, each >= 0.
  * Such a model has no cache of its own; see pkv_context_attach. */
+/* The classification head of rank pooling, where the file has one: cls.output.weight
+ * [n_cls][n_embd] (ne0 n_embd) and its optional bias, as host f32 rows (a score is
+ * n_cls dot products per sequence). The label count (classifier.output_labels),
+ * when given, must match the rows. */
+static pkv_status load_cls(const pkv_gguf *g, pkv_model *m) {
+    const char *lab = pkv_gguf_label(g);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, "cls.output.weight");
+    if (!t) return PKV_OK;
+    int64_t E = m->hp.n_embd;
+    if (t->ne[0] != E || t->ne[1] < 1 || t->ne[1] > 1024 || t->ne[2] != 1 || t->ne[3] != 1)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor 'cls.output.weight' has shape [%lld, %lld, %lld, %lld], expected [%lld, 1..1024]",
+                       lab, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)E);
+    int n = (int)t->ne[1];
+    char k[128];
+    snprintf(k, sizeof k, "%s.classifier.output_labels", pkv_arch_name(m->hp.arch));
+    int64_t ki = pkv_gguf_find_key(g, k);
+    if (ki >= 0) {
+        pkv_gguf_array a;
+        if (pkv_gguf_get_arr(g, k, PKV_GGUF_STRING, &a) || a.count != (uint64_t)n)
+            return pkv_err(PKV_ERR_FORMAT, "%s: '%s' must be %d strings, one per row of 'cls.output.weight'", lab, k, n);
+    }
+    float *w = pkv_malloc((size_t)n * (size_t)E * sizeof *w);
+    if (!w) return pkv_err(PKV_ERR_NOMEM, "%s: tensor 'cls.output.weight'", lab);
+    pkv_status s = PKV_OK;
+    size_t rb = pkv_type_row_bytes(t->type, (size_t)E);
+    for (int i = 0; i < n && !s; i++)
+        s = rb ? pkv_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)i * rb, w + (size_t)i * (size_t)E, E)
+               : pkv_err(PKV_ERR_FORMAT, "%s: tensor 'cls.output.weight': type cannot hold rows of %lld", lab, (long long)E);
+    const pkv_gguf_tensor *tb = s ? NULL : pkv_gguf_find_tensor(g, "cls.output.bias");
+    float *b = NULL;
+    if (tb) {
+        if ((int64_t)tb->n_elements != n || tb->ne[0] != n)
+            s = pkv_err(PKV_ERR_FORMAT, "%s: tensor 'cls.output.bias' has %lld elements, expected %d", lab,
+                        (long long)tb->n_elements, n);
+        else if (!(b = pkv_malloc((size_t)n * sizeof *b)))
+            s = pkv_err(PKV_ERR_NOMEM, "%s: tensor 'cls.output.bias'", lab);
+        else
+            s = pkv_dequantize_row(tb->type, tb->data, b, n);
+    }
+    if (s) {
+        pkv_free(w);
+        pkv_free(b);
+        return pkv_err_prefix(s, "%s: classification head", lab);
+    }
+    m->cls_out = w;
+    m->cls_out_b = b;
+    m->n_cls_out = n;
+    return PKV_OK;
+}
+
 static pkv_status load_shared_kv(const pkv_gguf *g, pkv_model *m) {
     const char *key = "pagekv.shared_kv_layers";
     if (pkv_gguf_find_key(g, key) < 0) return PKV_OK;
@@ -996,6 +1048,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
     }
     if ((s = load_tokenizer(g, m->hp.n_vocab, &m->tok))) goto fail;
     if ((s = load_shared_kv(g, m))) goto fail;
+    if ((s = load_cls(g, m))) goto fail;
 
     if ((s = open_devices(m, p))) goto fail;
     loader L = {.g = g, .m = m, .p = p, .in_place = in_place};
@@ -1148,6 +1201,8 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     info->shared_kv = m->kv_draft && !m->assistant;
     info->assistant = m->assistant;
     info->n_embd_out = m->hp.n_embd_out;
+    info->pooling = m->hp.pooling;
+    info->n_cls_out = m->n_cls_out;
     info->n_kv_layers = m->n_cache_layers;
     info->n_expert = m->hp.moe.n_expert;
     info->n_expert_used = m->hp.moe.n_used;

@@ -43,6 +43,9 @@ pkv_serve_opts pkv_serve_default_opts(void) {
     o.max_request_audio_seconds = 1800;
     o.max_request_pixels = (int64_t)100 * 1000 * 1000;
     o.media_cache_bytes = (size_t)256 << 20;
+    o.pooling = -1;
+    o.embd_normalize = 2;
+    o.max_embed_inputs = 2048;
     return o;
 }
 
@@ -332,6 +335,9 @@ static void rt_transcribe(srv *s, const route_req *q, srv_out *o) {
 static void rt_chat(srv *s, const route_req *q, srv_out *o) { srv_api_completions(s, q->body, true, q->sc, o); }
 static void rt_compl(srv *s, const route_req *q, srv_out *o) { srv_api_completions(s, q->body, false, q->sc, o); }
 static void rt_tokenize(srv *s, const route_req *q, srv_out *o) { srv_api_tokenize(s, q->body, o); }
+static void rt_embd_oai(srv *s, const route_req *q, srv_out *o) { srv_api_embeddings(s, q->body, true, q->sc, o); }
+static void rt_embd(srv *s, const route_req *q, srv_out *o) { srv_api_embeddings(s, q->body, false, q->sc, o); }
+static void rt_rerank(srv *s, const route_req *q, srv_out *o) { srv_api_rerank(s, q->body, q->sc, o); }
 static void rt_detokenize(srv *s, const route_req *q, srv_out *o) { srv_api_detokenize(s, q->body, o); }
 static void rt_apply(srv *s, const route_req *q, srv_out *o) { srv_api_apply_template(s, q->body, o); }
 static void rt_messages(srv *s, const route_req *q, srv_out *o) { srv_api_messages(s, q->body, q->sc, o); }
@@ -365,6 +371,13 @@ static const struct srv_route {
     {"/tokenize", M_POST, R_JSON, rt_tokenize},
     {"/detokenize", M_POST, R_JSON, rt_detokenize},
     {"/apply-template", M_POST, R_JSON, rt_apply},
+    {"/v1/embeddings", M_POST, R_JSON, rt_embd_oai},
+    {"/embeddings", M_POST, R_JSON, rt_embd},
+    {"/embedding", M_POST, R_JSON, rt_embd}, /* llama-server's legacy name */
+    {"/v1/rerank", M_POST, R_JSON, rt_rerank},
+    {"/rerank", M_POST, R_JSON, rt_rerank},
+    {"/v1/reranking", M_POST, R_JSON, rt_rerank},
+    {"/reranking", M_POST, R_JSON, rt_rerank},
     {"/v1/contexts", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_contexts},
     {"/v1/responses", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_responses},
 };
@@ -485,6 +498,12 @@ static bool pick_template(srv *s, const char *model_path) {
     } else if (model_path) {
         pkv_gguf *gf = pkv_gguf_open(model_path);
         const char *t = NULL;
+        size_t rn = 0;
+        if (gf && pkv_gguf_get_str(gf, "tokenizer.chat_template.rerank", &t, &rn) == PKV_OK &&
+            (s->rerank_tpl = malloc(rn + 1))) { /* /v1/rerank's query/document prompt */
+            memcpy(s->rerank_tpl, t, rn);
+            s->rerank_tpl[rn] = 0;
+        }
         if (gf && pkv_gguf_get_str(gf, "tokenizer.chat_template", &t, &n) == PKV_OK) {
             src = malloc(n + 1);
             if (src) {
@@ -637,6 +656,7 @@ void srv_stop(srv *s) {
     srv_resp_store_free(s->responses);
     s->responses = NULL;
     pkv_chat_free(s->chat);
+    free(s->rerank_tpl);
     s->chat = NULL;
     pkv_mmproj_free(s->mm);
     s->mm = NULL;

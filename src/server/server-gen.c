@@ -89,6 +89,7 @@ void srv_req_release(srv_req *r) {
     free(r->bias);
     free(r->ch);
     free(r->prompt);
+    free(r->embd);
     for (int i = 0; i < r->n_media; i++) free((void *)r->media[i].embd);
     free(r->media);
     pkv_grammar_free(r->grammar);
@@ -631,7 +632,18 @@ static bool on_engine_event(const pkv_engine_event *ev, void *user) {
         }
         fin = choice_push(g, r, ev->sample, &tk, ev->stop_token);
     }
+    float *embd = NULL;
+    if (ev->embd && ev->n_embd > 0 && (embd = malloc((size_t)ev->n_embd * sizeof *embd)))
+        memcpy(embd, ev->embd, (size_t)ev->n_embd * sizeof *embd);
     pthread_mutex_lock(&r->mu);
+    if (ev->embd && ev->n_embd > 0 && !embd && !r->http_status) {
+        r->http_status = 500;
+        snprintf(r->err, sizeof r->err, "out of memory for an embedding of %d floats", (int)ev->n_embd);
+    } else if (embd) {
+        free(r->embd);
+        r->embd = embd;
+        r->n_embd = ev->n_embd;
+    }
     if (!r->ctx_cont) r->cached_tokens = ev->n_cached;
     bool cancelled = r->cancelled;
     if (ev->finish != PKV_FINISH_NONE) {
@@ -769,7 +781,7 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     bool relast = false;
     int64_t quota = 0;
     if (r->ctx_id && !ctx_request(g, r, &ce, &last, &relast, &quota)) return;
-    if (!ce) {
+    if (!ce && !r->embed) {
         int64_t room = g->p.n_ctx - r->n_prompt - r->media_rows_audio - r->media_rows_image;
         if (r->max_tokens > room) r->max_tokens = (int)room;
     }
@@ -789,6 +801,13 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     rp.n_media = ce ? 0 : r->n_media;
     rp.on_event = on_engine_event;
     rp.user = r;
+    if (r->embed) { /* nothing is generated or sampled */
+        rp.embed = true;
+        rp.pooling = r->pooling;
+        rp.max_tokens = 0;
+        rp.n_stop = 0;
+        rp.stop_tokens = NULL;
+    }
     r->backend = g;
     uint64_t id = 0;
     pkv_status st = pkv_engine_submit(g->eng, &rp, &id);
@@ -897,6 +916,7 @@ static void *worker(void *arg) {
         else g->eng_pending = 0; /* misuse or an internal failure: its requests got final events */
         sweep(g);
         snapshot(g);
+        refresh_waiting(g); /* the queue bound sees this step's admissions at once, not after the next wake-up */
         g->defer = false;
         flush_finished(g);
     }

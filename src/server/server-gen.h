@@ -65,6 +65,8 @@ typedef struct srv_req {
     int n_media;
     int media_rows_audio;  /* prompt positions that are audio rows (usage) */
     int media_rows_image;  /* ... image rows */
+    bool embed;            /* an embedding request (pkv_request_params.embed): n 1, nothing sampled */
+    pkv_pooling pooling;   /* with embed */
 
     /* Shared state, under mu. */
     pthread_mutex_t mu;
@@ -75,6 +77,8 @@ typedef struct srv_req {
     bool cancelled;        /* set by the HTTP side (client gone) */
     int http_status;       /* != 0: failed with this status and err */
     char err[512];
+    float *embd;           /* embed: the pooled result (malloc'd, n_embd floats), set by the final event */
+    int n_embd;
     int cached_tokens;     /* prompt tokens served from the prefix cache */
     int64_t ctx_len;       /* contexts API: the context's length afterwards */
     bool ctx_cont;         /* prompt is a continuation of the context ctx_id (its tokens are

@@ -22,6 +22,7 @@ typedef struct srv {
     char model_path[1024]; /* the GGUF file served (/props) */
     pkv_tpl tpl;           /* the family the template's markers name (end-of-turn tokens); may be NONE */
     pkv_chat *chat;        /* the chat template run for /v1/chat/completions; NULL: none */
+    char *rerank_tpl;      /* the file's tokenizer.chat_template.rerank (/v1/rerank); NULL: none */
     pkv_mmproj *mm;        /* --mmproj: the projector for audio or images; NULL: none */
     pkv_mmproj_info mm_info;
     struct srv_media_cache *mcache; /* encoder outputs by media key (--media-cache-mb); NULL: none */
@@ -134,6 +135,9 @@ void srv_api_count_tokens(srv *s, json_t *body, const srv_conn *conn, srv_out *o
  * {"type": "error", "error": {"type", "message"}}. */
 void srv_error_anthropic(srv_out *o);
 void srv_api_tokenize(srv *s, json_t *body, srv_out *o);
+/* server-embed.c: POST /v1/embeddings (oai) and llama-server's /embeddings; /v1/rerank */
+void srv_api_embeddings(srv *s, json_t *body, bool oai, const srv_conn *conn, srv_out *o);
+void srv_api_rerank(srv *s, json_t *body, const srv_conn *conn, srv_out *o);
 void srv_api_detokenize(srv *s, json_t *body, srv_out *o);
 /* POST /apply-template: the chat body in, {"prompt": "..."} out (llama-server's). */
 void srv_api_apply_template(srv *s, json_t *body, srv_out *o);

@@ -77,6 +77,12 @@ typedef struct pkv_serve_opts {
     int64_t context_pages;     /* the most KV pages the contexts API may hold (device pages
                                   counted once + host pages of swapped contexts);
                                   0 = half the device pool */
+    /* embeddings and rerank (docs/server.md "Embeddings and rerank") */
+    int pooling;               /* pkv_pooling of /v1/embeddings and /v1/rerank; -1 = the model's
+                                  ARCH.pooling_type (none there: the endpoints answer 400) */
+    int embd_normalize;        /* llama-server's --embd-normalize: -1 none, 0 max-abs (int16 range),
+                                  2 Euclidean (default), p > 2 p-norm */
+    int max_embed_inputs;      /* inputs of one embeddings request, documents of one rerank (default 2048) */
     /* called once, when listening, with the startup banner (what was loaded, the
      * URL; lines ending in newlines); NULL = silent */
     void (*on_ready)(const char *banner, void *ud);
