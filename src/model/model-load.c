@@ -415,6 +415,7 @@ static pkv_status fingerprint(pkv_model *m, const pkv_gguf *g, int n_threads) {
     pkv_pool_free(pool);
     h = pkv_hash64(j.h, (size_t)j.n_chunks * sizeof *j.h, h);
     m->fingerprint = h ? h : 1; /* 0 means "no fingerprint" to the cache */
+    m->fingerprint_base = m->fingerprint;
     pkv_free(j.h);
     pkv_free(first);
     PKV_INFO("%s: fingerprint %016llx over %.1f MiB of weights in %.3f s (%d threads)", m->label,
