@@ -937,6 +937,7 @@ typedef struct pkv_lora_info {
     int rank;             /* the largest r of its pairs */
     float alpha;          /* adapter.lora.alpha (0: none) */
     uint64_t fingerprint; /* hash of its tensors and alpha: keys prefix reuse (never 0) */
+    const char *label;    /* the path or label it was loaded from (valid while it lives) */
 } pkv_lora_info;
 /* Load an adapter for m. Refused (NULL, pkv_errmsg naming the file and tensor):
  * not an adapter, another architecture, a tensor without its pair, a pair whose
@@ -945,7 +946,8 @@ typedef struct pkv_lora_info {
  * devices or a device other than the CPU. Nothing changes on error. */
 pkv_lora *pkv_lora_load(pkv_model *m, const char *path);
 pkv_lora *pkv_lora_load_memory(pkv_model *m, const void *data, size_t size, const char *label);
-/* Not while a forward pass or the model's default set (pkv_model_lora_apply) uses it. NULL: no-op. */
+/* Not while a forward pass or the model's default set (pkv_model_lora_apply) uses
+ * it. NULL: no-op. pkv_model_free frees the model's adapters that are left. */
 void pkv_lora_free(pkv_lora *a);
 pkv_status pkv_lora_get_info(const pkv_lora *a, pkv_lora_info *info);
 /* The adapters every forward pass of m applies to sequences that do not name their
@@ -953,6 +955,8 @@ pkv_status pkv_lora_get_info(const pkv_lora *a, pkv_lora_info *info);
  * loaded for m. The model's fingerprint (new sequences, saved KV) changes with the
  * set, so call it before making caches, contexts or engines. On error nothing changes. */
 pkv_status pkv_model_lora_apply(pkv_model *m, const pkv_lora_use *uses, int n);
+/* The model's default set into out[0..max): returns its size (may exceed max). */
+int pkv_model_lora_get(const pkv_model *m, pkv_lora_use *out, int max);
 
 /* Text to token ids with the model's vocabulary. add_special: BOS/EOS as the model
  * asks; parse_special: special-token text becomes the special token. When max is

@@ -28,6 +28,7 @@ struct pkv_lora {
     int n;
     lora_pair *p; /* [n] */
     uint64_t fp;
+    pkv_lora *next; /* the model's list (pkv_model.loras) */
 };
 
 /* The matrix a tensor name stands for, or NULL with *why saying why not. */
@@ -104,6 +105,12 @@ static pkv_status upload(const pkv_model *m, const char *lab, const pkv_gguf_ten
 
 void pkv_lora_free(pkv_lora *a) {
     if (!a) return;
+    if (a->m) /* off the model's list */
+        for (pkv_lora **p = &((pkv_model *)a->m)->loras; *p; p = &(*p)->next)
+            if (*p == a) {
+                *p = a->next;
+                break;
+            }
     for (int i = 0; i < a->n; i++) {
         pkv_buffer_free(a->p[i].a.buf);
         pkv_buffer_free(a->p[i].b.buf);
@@ -142,7 +149,6 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
         s = pkv_err(PKV_ERR_NOMEM, "%s: out of memory", lab);
         goto fail;
     }
-    a->m = m;
     snprintf(a->label, sizeof a->label, "%s", lab);
     if (pkv_gguf_find_key(g, "adapter.lora.alpha") >= 0 && (s = pkv_gguf_get_f32(g, "adapter.lora.alpha", &a->alpha))) {
         s = pkv_err_prefix(s, "%s", lab);
@@ -218,6 +224,9 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
         goto fail;
     }
     a->fp = h ? h : 1;
+    a->m = m;
+    a->next = m->loras;
+    m->loras = a;
     return a;
 fail:
     pkv_lora_free(a);
@@ -251,7 +260,7 @@ pkv_lora *pkv_lora_load_memory(pkv_model *m, const void *data, size_t size, cons
 
 pkv_status pkv_lora_get_info(const pkv_lora *a, pkv_lora_info *info) {
     if (!a || !info) return pkv_err(PKV_ERR_INVALID, "pkv_lora_get_info: NULL argument");
-    *info = (pkv_lora_info){.n_pairs = a->n, .rank = a->rank, .alpha = a->alpha, .fingerprint = a->fp};
+    *info = (pkv_lora_info){.n_pairs = a->n, .rank = a->rank, .alpha = a->alpha, .fingerprint = a->fp, .label = a->label};
     return PKV_OK;
 }
 
@@ -289,6 +298,12 @@ pkv_status pkv_model_lora_apply(pkv_model *m, const pkv_lora_use *uses, int n) {
     memcpy(m->lora, set.u, sizeof m->lora);
     m->fingerprint = pkv_lora_set_fingerprint(m, &set);
     return PKV_OK;
+}
+
+int pkv_model_lora_get(const pkv_model *m, pkv_lora_use *out, int max) {
+    if (!m) return 0;
+    for (int i = 0; out && i < m->n_lora && i < max; i++) out[i] = m->lora[i];
+    return m->n_lora;
 }
 
 /* The pair of a covering w, or NULL. */

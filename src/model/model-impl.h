@@ -223,6 +223,7 @@ struct pkv_model {
     uint64_t fingerprint_base; /* the same without adapters */
     int n_lora;             /* the default LoRA set (pkv_model_lora_apply) */
     pkv_lora_use lora[PKV_MAX_LORA];
+    pkv_lora *loras;        /* every adapter loaded for it (a list through pkv_lora.next), freed with it */
     uint64_t weight_bytes;  /* bytes of all weights on the device */
     uint64_t mapped_bytes;  /* of those, used in place from the mapped file (CPU), not copied */
     pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */

@@ -306,6 +306,7 @@ static pkv_status load_tokenizer(const pkv_gguf *g, int n_vocab, pkv_tokenizer *
 
 void pkv_model_free(pkv_model *m) {
     if (!m) return;
+    while (m->loras) pkv_lora_free(m->loras);
     if (m->layers)
         for (int l = 0; l < m->hp.n_layer; l++) {
             pkv_layer *ly = &m->layers[l];
