@@ -138,6 +138,10 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
         s = pkv_err(PKV_ERR_FORMAT, "%s: adapter.type is not \"lora\"", lab);
         goto fail;
     }
+    if (pkv_gguf_find_key(g, "adapter.alora.invocation_tokens") >= 0) { /* applied only after those tokens: not here */
+        s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: an activated LoRA (adapter.alora.invocation_tokens) is not supported", lab);
+        goto fail;
+    }
     const char *arch = pkv_arch_name(m->hp.arch);
     if (pkv_gguf_get_str(g, "general.architecture", &str, &len) || len != strlen(arch) || memcmp(str, arch, len)) {
         s = pkv_err(PKV_ERR_MISMATCH, "%s: the adapter's general.architecture is not the model's (%s)", lab, arch);
