@@ -371,19 +371,41 @@ pkv_status pkv_lora_step(pkv_fwd *f, const pkv_lora_set **sets) {
     return PKV_OK;
 }
 
+/* Sequence i's set: its own, or the model's default. */
+static const pkv_lora_use *uses_of(const pkv_fwd *f, int i, int *n) {
+    const pkv_lora_set *set = f->lora[i];
+    *n = set ? set->n : f->m->n_lora;
+    return set ? set->u : f->m->lora;
+}
+
+static bool same_uses(const pkv_lora_use *a, int na, const pkv_lora_use *b, int nb) {
+    if (na != nb) return false;
+    for (int j = 0; j < na; j++)
+        if (a[j].lora != b[j].lora || memcmp(&a[j].scale, &b[j].scale, sizeof a[j].scale)) return false;
+    return true;
+}
+
 pkv_status pkv_lora_delta(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T) {
     const pkv_fwd_batch *b = f->b;
-    const pkv_model *m = f->m;
     const bool out_rows = T != f->T; /* the head's: each sequence's logits rows */
     if (out_rows && T != f->pl->n_out) return PKV_OK; /* (no other row sets take adapters) */
     pkv_fwd_ws *ws = f->ws;
     const size_t in = (size_t)w->ne0, out = (size_t)w->ne1;
     int64_t r0 = 0;
-    for (int i = 0; i < b->n_seqs; i++) {
-        const int64_t nt = b->n_tokens[i];
-        const int64_t n = !out_rows ? nt : b->n_logits ? b->n_logits[i] : b->all_logits ? nt : 1;
-        const int nu = f->lora[i] ? f->lora[i]->n : m->n_lora;
-        const pkv_lora_use *u = f->lora[i] ? f->lora[i]->u : m->lora;
+    /* runs of consecutive sequences with the same set take their deltas together
+     * (the kernels are batch-invariant: a row's result does not depend on the run) */
+    for (int i = 0; i < b->n_seqs;) {
+        int nu, k = i;
+        const pkv_lora_use *u = uses_of(f, i, &nu);
+        int64_t n = 0;
+        for (;;) {
+            const int64_t nt = b->n_tokens[k];
+            n += !out_rows ? nt : b->n_logits ? b->n_logits[k] : b->all_logits ? nt : 1;
+            if (++k == b->n_seqs) break;
+            int nk;
+            const pkv_lora_use *uk = uses_of(f, k, &nk);
+            if (!same_uses(u, nu, uk, nk)) break;
+        }
         for (int j = 0; j < nu; j++) {
             const lora_pair *p;
             if (u[j].scale == 0.0f || !(p = pair_of(u[j].lora, w))) continue;
@@ -403,6 +425,7 @@ pkv_status pkv_lora_delta(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w
                 return s;
         }
         r0 += n;
+        i = k;
     }
     return PKV_OK;
 }
