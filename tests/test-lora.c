@@ -7,7 +7,7 @@
  *  - scale 0 is bitwise the base;
  *  - adapters of another base (a shape) or another architecture are refused,
  *    naming the tensor or the key, and so are bad uses (another model's adapter,
- *    too many, a NaN scale);
+ *    too many, a NaN scale); a load whose allocations fail in turn leaves nothing;
  *  - engine: requests with different adapter sets batched together give bitwise
  *    what each gives alone, and the adapter changes the output;
  *  - prefix cache: a prompt's KV computed with adapter X is never reused by a
@@ -222,6 +222,25 @@ static void refusals(void) {
     CHECK_MSG("general.architecture");
     CHECK(pkv_lora_load(m, base) == NULL); /* a model is not an adapter */
     CHECK_MSG("general.type");
+    /* every allocation of a load failing in turn: NULL with a message, nothing left */
+    int fails = 0;
+    for (uint64_t n = 1; n < 10000; n++) {
+        const int64_t live = pkv_alloc_live();
+        pkv_alloc_fail_at(0);
+        pkv_alloc_fail_at(n);
+        pkv_lora *t = pkv_lora_load(m, a_ok);
+        pkv_alloc_fail_at(0);
+        if (t) {
+            pkv_lora_free(t);
+            break;
+        }
+        fails++;
+        if (!pkv_errmsg()[0]) TH_FAIL("allocation %llu failed without a message", (unsigned long long)n);
+        if (pkv_alloc_live() != live)
+            TH_FAIL("allocation %llu failing leaves %lld allocations", (unsigned long long)n, (long long)(pkv_alloc_live() - live));
+    }
+    th_checks++;
+    if (fails < 3) TH_FAIL("only %d allocations of a load were failed", fails);
     pkv_lora *l = pkv_lora_load(m, a_ok), *l2 = pkv_lora_load(m2, a_ok);
     REQUIRE_VOID(l && l2);
     pkv_lora_use bad[PKV_MAX_LORA + 1];
