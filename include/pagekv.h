@@ -924,8 +924,8 @@ pkv_device *pkv_model_device(const pkv_model *m);
  * an adapter covers computes y = W x + s * B (A x) with s = scale * alpha / r
  * (alpha 0: s = scale). Covered: attn_q, attn_k, attn_v, attn_output, ffn_gate,
  * ffn_up, ffn_down of every layer and output (untied); not a MoE's experts nor
- * fused or split matrices (phi3's attn_qkv and ffn_up, qwen35's gated attn_q). One
- * device, the CPU; the model must outlive its adapters. */
+ * fused or split matrices (phi3's attn_qkv and ffn_up, qwen35's gated attn_q). A model
+ * on one CPU or Vulkan device (not CUDA, not split); the model must outlive its adapters. */
 typedef struct pkv_lora pkv_lora;
 #define PKV_MAX_LORA 8 /* adapters one sequence applies at once */
 typedef struct pkv_lora_use {
@@ -942,8 +942,8 @@ typedef struct pkv_lora_info {
 /* Load an adapter for m. Refused (NULL, pkv_errmsg naming the file and tensor):
  * not an adapter, another architecture, a tensor without its pair, a pair whose
  * base matrix m does not have or does not cover (above), shapes that do not fit
- * the base matrix ("expected"/"found"), an unsupported type, a model on several
- * devices or a device other than the CPU. Nothing changes on error. */
+ * the base matrix (both shapes), an unsupported type, a model on several devices or
+ * on CUDA. Nothing changes on error. */
 pkv_lora *pkv_lora_load(pkv_model *m, const char *path);
 pkv_lora *pkv_lora_load_memory(pkv_model *m, const void *data, size_t size, const char *label);
 /* Not while a forward pass or the model's default set (pkv_model_lora_apply) uses

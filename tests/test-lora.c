@@ -222,6 +222,18 @@ static void refusals(void) {
     CHECK_MSG("general.architecture");
     CHECK(pkv_lora_load(m, base) == NULL); /* a model is not an adapter */
     CHECK_MSG("general.type");
+    /* a model split over devices refuses adapters, naming the devices */
+    pkv_model_params mp = pkv_model_default_params();
+    mp.devices = "cpu:1,cpu:2";
+    pkv_model *ms = pkv_model_load(base, mp);
+    if (ms) {
+        CHECK(pkv_lora_load(ms, a_ok) == NULL);
+        CHECK_MSG("one CPU or Vulkan device");
+        CHECK_MSG("cpu:1 and others");
+        pkv_model_free(ms);
+    } else {
+        fprintf(stderr, "no cpu:1,cpu:2 (%s): the split-model refusal is not checked\n", pkv_errmsg());
+    }
     /* every allocation of a load failing in turn: NULL with a message, nothing left */
     int fails = 0;
     for (uint64_t n = 1; n < 10000; n++) {

@@ -125,9 +125,12 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
     pkv_status s = PKV_OK;
     const char *str;
     size_t len;
-    if (m->n_dev != 1 || pkv_device_get_caps(m->dev)->kind != PKV_DEVICE_CPU) {
-        s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: LoRA adapters run on a model on one CPU device; %s is on %s%s", lab, m->label,
-                    pkv_device_name(m->dev), m->n_dev != 1 ? " and others" : "");
+    /* the delta uses the generic matmul, unary and add kernels; tested on the CPU and
+     * Vulkan (test-lora-vulkan), not on CUDA */
+    const pkv_device_kind kind = pkv_device_get_caps(m->dev)->kind;
+    if (m->n_dev != 1 || (kind != PKV_DEVICE_CPU && kind != PKV_DEVICE_VULKAN)) {
+        s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: LoRA adapters run on a model on one CPU or Vulkan device; %s is on %s%s", lab,
+                    m->label, pkv_device_name(m->dev), m->n_dev != 1 ? " and others" : "");
         goto fail;
     }
     if (pkv_gguf_get_str(g, "general.type", &str, &len) || len != 7 || memcmp(str, "adapter", 7)) {
