@@ -932,6 +932,47 @@ typedef enum pkv_pooling {
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
 pkv_device *pkv_model_device(const pkv_model *m);
 
+/* LoRA adapters (docs/lora.md): GGUF files as llama.cpp's convert_lora_to_gguf.py
+ * writes them (general.type "adapter", adapter.type "lora", adapter.lora.alpha,
+ * general.architecture the base's; tensor pairs "<base tensor>.lora_a" [in, r] and
+ * ".lora_b" [r, out] in GGUF order, f32, f16, bf16 or q8_0, kept as f32). A matrix W
+ * an adapter covers computes y = W x + s * B (A x) with s = scale * alpha / r
+ * (alpha 0: s = scale). Covered: attn_q, attn_k, attn_v, attn_output, ffn_gate,
+ * ffn_up, ffn_down of every layer and output (untied); not a MoE's experts nor
+ * fused or split matrices (phi3's attn_qkv and ffn_up, qwen35's gated attn_q). A model
+ * on one CPU or Vulkan device (not CUDA, not split); the model must outlive its adapters. */
+typedef struct pkv_lora pkv_lora;
+#define PKV_MAX_LORA 8 /* adapters one sequence applies at once */
+typedef struct pkv_lora_use {
+    const pkv_lora *lora;
+    float scale; /* the user scale; 0: the adapter is skipped (bitwise the base) */
+} pkv_lora_use;
+typedef struct pkv_lora_info {
+    int n_pairs;          /* matrices it covers */
+    int rank;             /* the largest r of its pairs */
+    float alpha;          /* adapter.lora.alpha (0: none) */
+    uint64_t fingerprint; /* hash of its tensors and alpha: keys prefix reuse (never 0) */
+    const char *label;    /* the path or label it was loaded from (valid while it lives) */
+} pkv_lora_info;
+/* Load an adapter for m. Refused (NULL, pkv_errmsg naming the file and tensor):
+ * not an adapter, another architecture, a tensor without its pair, a pair whose
+ * base matrix m does not have or does not cover (above), shapes that do not fit
+ * the base matrix (both shapes), an unsupported type, a model on several devices or
+ * on CUDA. Nothing changes on error. */
+pkv_lora *pkv_lora_load(pkv_model *m, const char *path);
+pkv_lora *pkv_lora_load_memory(pkv_model *m, const void *data, size_t size, const char *label);
+/* Not while a forward pass or the model's default set (pkv_model_lora_apply) uses
+ * it. NULL: no-op. pkv_model_free frees the model's adapters that are left. */
+void pkv_lora_free(pkv_lora *a);
+pkv_status pkv_lora_get_info(const pkv_lora *a, pkv_lora_info *info);
+/* The adapters every forward pass of m applies to sequences that do not name their
+ * own (pkv_request_params.lora; n 0: none, the default). At most PKV_MAX_LORA, each
+ * loaded for m. The model's fingerprint (new sequences, saved KV) changes with the
+ * set, so call it before making caches, contexts or engines. On error nothing changes. */
+pkv_status pkv_model_lora_apply(pkv_model *m, const pkv_lora_use *uses, int n);
+/* The model's default set into out[0..max): returns its size (may exceed max). */
+int pkv_model_lora_get(const pkv_model *m, pkv_lora_use *out, int max);
+
 /* Text to token ids with the model's vocabulary. add_special: BOS/EOS as the model
  * asks; parse_special: special-token text becomes the special token. When max is
  * too small: PKV_ERR_INVALID and *n_out = the count needed. A model without a
@@ -1632,6 +1673,14 @@ typedef struct pkv_request_params {
      * than qwen3. */
     bool embed;
     pkv_pooling pooling;
+    /* LoRA adapters (docs/lora.md): NULL = the model's default set
+     * (pkv_model_lora_apply); else exactly these n_lora (0..PKV_MAX_LORA, 0 = none),
+     * each loaded for the engine's model, scales finite; copied by submit. A request
+     * reuses cached prefixes only of requests with the same set (adapters and
+     * scales); adapters with scale 0 count as absent. Not with context (refused,
+     * PKV_ERR_UNSUPPORTED) unless the set is empty of nonzero scales. */
+    const pkv_lora_use *lora;
+    int n_lora;
 } pkv_request_params;
 
 /* prompt NULL, n 1, max_tokens 0, sampling = pkv_sampler_default_params(),

@@ -84,6 +84,13 @@ static void null_handles(void) {
     CHECK(pkv_model_load(NULL, pkv_model_default_params()) == NULL);
     CHECK(pkv_model_load_memory(NULL, 0, NULL, pkv_model_default_params()) == NULL);
     pkv_model_free(NULL);
+    pkv_lora_info lo;
+    CHECK(pkv_lora_load(NULL, "x.gguf") == NULL);
+    CHECK(pkv_lora_load_memory(NULL, buf, sizeof buf, NULL) == NULL);
+    pkv_lora_free(NULL);
+    CHECK(pkv_lora_get_info(NULL, &lo) != PKV_OK);
+    CHECK(pkv_model_lora_apply(NULL, NULL, 0) != PKV_OK);
+    CHECK(pkv_model_lora_get(NULL, NULL, 0) == 0);
     CHECK(pkv_model_get_info(NULL, &mi) != PKV_OK);
     CHECK(pkv_model_device(NULL) == NULL);
     CHECK(pkv_model_tokenize(NULL, "a", 1, true, false, &tok, 1, &n) != PKV_OK);

@@ -193,7 +193,8 @@ class RequestParams(Structure):
                 ("on_event", EVENT_FN), ("user", c_void_p), ("grammar", c_void_p), ("context", c_void_p),
                 ("prefill_only", c_bool),
                 ("media", c_void_p), ("n_media", c_int), ("context_shift", c_bool), ("n_keep", c_int32),
-                ("sampler", c_void_p), ("last_pending", c_bool), ("embed", c_bool), ("pooling", c_int)]
+                ("sampler", c_void_p), ("last_pending", c_bool), ("embed", c_bool), ("pooling", c_int),
+                ("lora", c_void_p), ("n_lora", c_int)]
 
 
 class EngineParams(Structure):

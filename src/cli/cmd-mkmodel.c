@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "media/mkmmproj-audio.h"
 #include "model/gguf.h"
+#include "model/lora.h"
 #include "media/vision-impl.h"
 #include "cli/commands.h"
 #include "pagekv.h"
@@ -126,6 +127,13 @@ static void mkmodel_usage(FILE *f) {
                "                           (cls.output.weight of 2 random rows, labels yes/no, and\n"
                "                           tokenizer.chat_template.rerank; --arch qwen3 only); the generic\n"
                "                           architectures only\n"
+               "LoRA adapters (docs/lora.md):\n"
+               "  --lora-of BASE.gguf      write an adapter for BASE instead of a model: random A [in, r]\n"
+               "                           and B [r, out] (llama.cpp's convert_lora_to_gguf.py layout) for\n"
+               "                           each attn_q/k/v/output, ffn_gate/up/down and output matrix;\n"
+               "                           --type f32 or f16 (default f16), --seed N\n"
+               "  --lora-rank R            r (default 8)\n"
+               "  --lora-alpha A           adapter.lora.alpha (default 0: the scale is the user's alone)\n"
                "Drafts for speculative decoding ('pagekv run --draft'):\n"
                "  --draft-of TARGET.gguf   a draft with the target's vocabulary, architecture, width,\n"
                "                           heads and head size (random weights; --layers N, default 1)\n"
@@ -151,6 +159,9 @@ typedef struct mk_opts {
     int vision_size;
     int32_t kv_layers[256];
     int n_kv_layers;
+    const char *lora_of; /* --lora-of BASE.gguf: write an adapter instead */
+    int lora_rank;
+    float lora_alpha;
 } mk_opts;
 
 /* gemma4's sizes where 0 means none (the params' 0 is the default, < 0 none) */
@@ -241,6 +252,9 @@ static const pkv_cli_opt mk_options[] = {
     MK_OPT("--mmproj-out", NULL, PKV_CLI_STR, mmproj_out, 0, 0),
     MK_OPT("--draft-of", NULL, PKV_CLI_STR, p.draft_of, 0, 0),
     MK_FN("--shared-kv-layers", mk_opt_kv_layers),
+    MK_OPT("--lora-of", NULL, PKV_CLI_STR, lora_of, 0, 0),
+    MK_OPT("--lora-rank", NULL, PKV_CLI_INT, lora_rank, 1, 4096),
+    MK_OPT("--lora-alpha", NULL, PKV_CLI_FLOAT, lora_alpha, 0, 1e6),
     MK_OPT("-o", "--output", PKV_CLI_STR, out, 0, 0),
 };
 #undef MK_FN
@@ -378,6 +392,19 @@ int pkv_cli_mkmodel(int argc, char **argv) {
     if (!k.out) {
         fprintf(stderr, "pagekv mkmodel: -o FILE.gguf is required\n");
         return 2;
+    }
+    if (k.lora_of) { /* an adapter for a base file, nothing else */
+        pkv_mklora_params lp = {.base = k.lora_of, .rank = k.lora_rank ? k.lora_rank : 8, .alpha = k.lora_alpha,
+                                .type = k.p.type, .seed = k.p.seed};
+        if (pkv_mklora_write(&lp, k.out)) {
+            const char *msg = pkv_errmsg();
+            if (!strncmp(msg, "mkmodel: ", 9)) msg += 9;
+            fprintf(stderr, "pagekv mkmodel: %s\n", msg);
+            return 1;
+        }
+        fprintf(stderr, "pagekv mkmodel: wrote %s (LoRA adapter of %s, rank %d, alpha %g, %s)\n", k.out, k.lora_of, lp.rank,
+                (double)lp.alpha, pkv_type_name(lp.type));
+        return 0;
     }
     /* Voxtral: its text model is what the converter writes for it, a llama with the
      * transcription prompt's special tokens (family "voxtral"); the audio encoder is

@@ -44,6 +44,28 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
         o->kv_on_host = true;
     } else if (!strcmp(a, "--no-mmap")) {
         o->no_mmap = true;
+    } else if (!strcmp(a, "--lora")) { /* FILE[:SCALE]: a scale after the last ':' when it parses as one */
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        if (o->n_lora == PKV_MAX_LORA) {
+            fprintf(stderr, "pagekv: --lora given more than %d times (PKV_MAX_LORA)\n", PKV_MAX_LORA);
+            return -1;
+        }
+        const char *colon = strrchr(v, ':');
+        char *end = NULL;
+        double sc = colon && colon[1] ? strtod(colon + 1, &end) : 0;
+        bool scaled = end && !*end && end != colon + 1;
+        size_t len = scaled ? (size_t)(colon - v) : strlen(v);
+        if (scaled && !(sc >= -1e6 && sc <= 1e6)) {
+            fprintf(stderr, "pagekv: --lora %s: the scale must be a number in [-1e6, 1e6]\n", v);
+            return -1;
+        }
+        if (!len || len >= sizeof o->lora[0]) {
+            fprintf(stderr, "pagekv: --lora '%s': expected FILE[:SCALE]\n", v);
+            return -1;
+        }
+        memcpy(o->lora[o->n_lora], v, len);
+        o->lora[o->n_lora][len] = 0;
+        o->lora_scale[o->n_lora++] = scaled ? (float)sc : 1.0f;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
         if (!(v = pkv_cli_value(argc, argv, i)) || !pkv_cli_int(a, v, 1, 1 << 24, &x)) return -1;
         o->n_ctx = (int)x;
@@ -205,6 +227,8 @@ static void run_usage(FILE *f) {
             "                       attention runs on the host\n"
             "  --no-mmap            copy the weights into memory instead of using the mapped\n"
             "                       file in place (CPU; more memory, a few %% faster here)\n"
+            "  --lora FILE[:SCALE]  apply a LoRA adapter GGUF (llama.cpp's convert_lora_to_gguf.py\n"
+            "                       layout) with SCALE (default 1); repeatable, up to 8 (docs/lora.md)\n"
             "  --seed S             sampling seed (default: a random seed, printed on stderr as\n"
             "                       'pagekv run: seed S' so that --seed S replays the run; -1 = random)\n"
             "  --ignore-eos         do not stop at end-of-generation tokens: generate -n tokens\n"

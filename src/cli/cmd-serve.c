@@ -121,6 +121,10 @@ static void serve_usage(FILE *f) {
             "  --media-cache-mb N     encoder outputs kept in host memory by media content, so the same\n"
             "                         file in a later request is not encoded again (default 256; 0 = off)\n"
             "  -t, --threads N, -d, --device NAME, --devices A,B, --split P,Q, --kv-on-host   as in 'pagekv run'\n"
+            "  --lora FILE[:SCALE]    a LoRA adapter (repeatable, up to 8; scale default 1), id = its\n"
+            "                         place on the command line: requests without 'lora' get these\n"
+            "                         scales, a request's 'lora': [{\"id\": i, \"scale\": s}] its own (the\n"
+            "                         others 0); GET/POST /lora-adapters list and set the scales\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight (at most 60 s), exit 0; during\n"
             "start-up (loading, compiling the chat template) they end the process at once.\n",

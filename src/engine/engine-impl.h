@@ -106,6 +106,10 @@ struct eng_req {
     float *pool;
     double *acc;
     int32_t n_pool;
+    /* its LoRA set (pkv_request_params.lora, copied), when it names one */
+    bool has_lora;
+    pkv_lora_set lora;
+    uint64_t fp;        /* fingerprint of its KV sequences: e->fp, or with its LoRA set; 0 without prefix caching */
 };
 
 struct pkv_engine {
@@ -156,6 +160,7 @@ struct pkv_engine {
     int n_reqs, reqs_cap;
     eng_seq **batch;    /* [max_seqs] this step's sequences */
     int32_t *b_kv, *b_n, *b_tok; /* [max_seqs], [max_seqs], [max_batch_tokens] */
+    const pkv_lora_set **b_lora; /* [max_seqs]: the step's sequences' LoRA sets (pkv_fwd_batch.lora) */
     int32_t *b_span;    /* [max_batch_tokens]: the step's non-causal spans (pkv_fwd_batch.span_end) */
     float *b_embd;      /* [cap_embd][n_embd]: the step's media rows */
     size_t cap_embd;

@@ -724,7 +724,7 @@ static int seq_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     if (first && !s->tok && (st = seq_alloc_tokens(s, r->prompt, r->p.n_prompt, r->p.n_prompt + r->max_tokens))) goto fail;
     if (!r->p.embed && (st = seq_sampler(e, s))) goto fail;
     int32_t kv;
-    if ((st = pkv_kv_seq_create(e->c, e->fp, &kv))) goto fail;
+    if ((st = pkv_kv_seq_create(e->c, r->fp, &kv))) goto fail;
     int64_t matched = 0;
     pkv_kv_stats k0, k1;
     double t0 = 0;
@@ -782,7 +782,7 @@ static bool wait_for_prefix(const pkv_engine *e, const eng_req *r) {
     int64_t can = r->p.n_prompt - 1; /* prefix match leaves one token to compute */
     for (int i = 0; i < e->n_reqs; i++) {
         const eng_req *o = e->reqs[i];
-        if (o == r) continue;
+        if (o == r || o->fp != r->fp) continue; /* (another LoRA set: nothing to share) */
         for (int j = 0; j < o->n; j++) {
             const eng_seq *s = &o->seqs[j];
             if (s->st != SEQ_RUNNING) continue;
@@ -1591,6 +1591,13 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
         b.n_tokens = e->b_n;
         b.tokens = e->b_tok;
         b.n_logits = e->b_nl;
+        bool any_lora = false;
+        for (int i = 0; i < nb; i++) {
+            const eng_req *rq = e->batch[i]->r;
+            e->b_lora[i] = rq->has_lora ? &rq->lora : NULL;
+            any_lora |= rq->has_lora;
+        }
+        if (any_lora) b.lora = e->b_lora;
         size_t rows = 0, T = 0;
         for (int i = 0; i < nb; i++) rows += (size_t)e->b_nl[i], T += (size_t)e->b_n[i];
         int64_t m_rows = 0, t = 0;

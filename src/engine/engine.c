@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/grammar.h"
+#include "model/lora.h"
 #include "model/model-impl.h"
 
 const char *pkv_finish_reason_str(pkv_finish_reason r) {
@@ -176,11 +177,12 @@ pkv_engine *pkv_engine_create(pkv_model *m, pkv_engine_params p) {
     e->cap_logits = S;
     e->batch = pkv_calloc(S, sizeof *e->batch);
     e->b_kv = pkv_calloc(S, sizeof *e->b_kv);
+    e->b_lora = pkv_calloc(S, sizeof *e->b_lora);
     e->b_n = pkv_calloc(S, sizeof *e->b_n);
     e->b_nl = pkv_calloc(S, sizeof *e->b_nl);
     e->b_tok = pkv_calloc(T, sizeof *e->b_tok);
     e->b_span = pkv_calloc(T, sizeof *e->b_span);
-    if (!e->logits || !e->batch || !e->b_kv || !e->b_n || !e->b_nl || !e->b_tok || !e->b_span) goto nomem;
+    if (!e->logits || !e->batch || !e->b_kv || !e->b_lora || !e->b_n || !e->b_nl || !e->b_tok || !e->b_span) goto nomem;
     if (p.draft_ngram ? ngram_create(e) != PKV_OK : p.draft && draft_create(e, ks.n_pages, ks.host_pages)) goto fail;
     pkv_engine_snapshot(e);
     return e;
@@ -216,6 +218,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->logits);
     pkv_free(e->batch);
     pkv_free(e->b_kv);
+    pkv_free(e->b_lora);
     pkv_free(e->b_n);
     pkv_free(e->b_tok);
     pkv_free(e->b_span);
@@ -475,6 +478,17 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     pkv_request_params exp;
     pkv_status s = expand_media(e, rp, r, &exp);
     if (!s) s = check_request(e, &exp, &n, &max_tokens);
+    if (!s && rp->lora) s = pkv_lora_set_check(e->m, rp->lora, rp->n_lora, "submit");
+    if (!s && rp->lora) {
+        r->has_lora = true;
+        r->lora.n = rp->n_lora;
+        if (rp->n_lora) memcpy(r->lora.u, rp->lora, (size_t)rp->n_lora * sizeof *rp->lora);
+        for (int i = 0; i < rp->n_lora && !s; i++)
+            if (rp->context && rp->lora[i].scale != 0.0f)
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "submit: LoRA adapters on a request on a context are not supported (the "
+                            "context's KV is the model's default set's; pkv_model_lora_apply)");
+    }
+    r->fp = !e->fp ? 0 : r->has_lora ? pkv_lora_set_fingerprint(e->m, &r->lora) : e->fp;
     if (s) {
         pkv_engine_req_free(e, r);
         return s;
@@ -485,6 +499,8 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
     r->p = *rp;
     r->p.media = NULL; /* copied into r->media / r->embd */
     r->p.n_media = 0;
+    r->p.lora = NULL; /* copied into r->lora */
+    r->p.n_lora = 0;
     r->p.grammar = pkv_grammar_retain(rp->grammar); /* dropped by pkv_engine_req_free */
     r->n = n;
     r->max_tokens = max_tokens;

@@ -15,6 +15,7 @@
 
 #include "base/quant.h"
 #include "model/blocks.h"
+#include "model/lora.h"
 
 void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     if (!ws) return;
@@ -34,6 +35,9 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     pkv_free(ws->h_wsel);
     pkv_free(ws->h_rows);
     pkv_free(ws->h_sel);
+    pkv_buffer_free(ws->lora_s);
+    pkv_buffer_free(ws->lora_t);
+    pkv_buffer_free(ws->lora_d);
     pkv_free(ws);
 }
 
@@ -177,10 +181,11 @@ pkv_status pkv_fwd_reserve(const pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp
 
 static pkv_tref R(pkv_buffer *b, size_t off) { return pkv_tref_make(b, off); }
 
-pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T) {
+pkv_status pkv_blk_matmul(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T) {
     pkv_k_matmul_args a = {.w = R(w->buf, 0), .wtype = w->type, .rows = w->ne1, .cols = w->ne0,
                            .x = R(x, 0), .y = R(y, 0), .n = T};
-    return pkv_k_matmul(dev, &a);
+    pkv_status s = pkv_k_matmul(dev, &a);
+    return s || !f->lora ? s : pkv_lora_delta(f, dev, w, x, y, T);
 }
 
 /* y (a region of a buffer) = x·wᵀ for T rows. */
@@ -373,11 +378,11 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         int64_t qd = (int64_t)sw->n_q * hk, kd = (int64_t)sw->n_kv * hk, vd = (int64_t)sw->n_kv * hv,
                 od = (int64_t)sw->n_q * hv;
         if ((s = move(w0->xb, w->xb, xbytes))) return s;
-        if ((s = pkv_blk_matmul(dev, &sw->wq, w->xb, w->q, T)) || (s = add_bias(dev, &sw->bq, w->q, T))) return s;
+        if ((s = pkv_blk_matmul(f, dev, &sw->wq, w->xb, w->q, T)) || (s = add_bias(dev, &sw->bq, w->q, T))) return s;
         if (own_kv) {
             /* no V projection (gemma4's attention_k_eq_v): V is K's, before K's norm and RoPE */
-            if ((s = pkv_blk_matmul(dev, &sw->wk, w->xb, w->k, T)) ||
-                (s = sw->wv.buf ? pkv_blk_matmul(dev, &sw->wv, w->xb, w->v, T) : pkv_buffer_copy(w->k, 0, w->v, 0, (size_t)(T * kd * 4))))
+            if ((s = pkv_blk_matmul(f, dev, &sw->wk, w->xb, w->k, T)) ||
+                (s = sw->wv.buf ? pkv_blk_matmul(f, dev, &sw->wv, w->xb, w->v, T) : pkv_buffer_copy(w->k, 0, w->v, 0, (size_t)(T * kd * 4))))
                 return s;
             if ((s = add_bias(dev, &sw->bk, w->k, T)) || (s = add_bias(dev, &sw->bv, w->v, T))) return s;
         }
@@ -435,9 +440,9 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
             PKV_CHECK_INTERNAL(sw->wq_gate.buf);
             pkv_k_unary_args ga = {.x = R(w->gate, 0), .y = R(w->att, 0), .n = T * od, .op = PKV_UNARY_SIGMOID,
                                    .mul = R(w->att, 0), .mul_len = T * od};
-            if ((s = pkv_blk_matmul(dev, &sw->wq_gate, w->xb, w->gate, T)) || (s = pkv_k_unary(dev, &ga))) return s;
+            if ((s = pkv_blk_matmul(f, dev, &sw->wq_gate, w->xb, w->gate, T)) || (s = pkv_k_unary(dev, &ga))) return s;
         }
-        if ((s = pkv_blk_matmul(dev, &sw->wo, w->att, w->y, T)) || (s = add_bias(dev, &sw->bo, w->y, T))) return s;
+        if ((s = pkv_blk_matmul(f, dev, &sw->wo, w->att, w->y, T)) || (s = add_bias(dev, &sw->bo, w->y, T))) return s;
     }
     return reduce(m, ws, w0, T, kind->post_norm);
 }
@@ -514,7 +519,7 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
         return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
-    if ((s = pkv_blk_matmul(dev, &ly->moe.router, w0->xb, w0->router, T)) ||
+    if ((s = pkv_blk_matmul(f, dev, &ly->moe.router, w0->xb, w0->router, T)) ||
         (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
         return s;
     if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
@@ -598,11 +603,11 @@ static pkv_status ffn_to(pkv_fwd *f, int il, const pkv_ffn_kind *kind, pkv_tref 
         pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
         PKV_CHECK_INTERNAL(sw->w_gate.buf && sw->w_up.buf && sw->w_down.buf);
         if ((s = move(w0->xb, w->xb, (size_t)T * (size_t)E * 4))) return s;
-        if ((s = pkv_blk_matmul(dev, &sw->w_gate, w->xb, w->hb, T)) || (s = pkv_blk_matmul(dev, &sw->w_up, w->xb, w->hb2, T)))
+        if ((s = pkv_blk_matmul(f, dev, &sw->w_gate, w->xb, w->hb, T)) || (s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb2, T)))
             return s;
         pkv_k_swiglu_args sg = glu(kind->act, w, T * sw->n_ff);
         if ((s = pkv_k_swiglu(dev, &sg))) return s;
-        if ((s = pkv_blk_matmul(dev, &sw->w_down, w->hb, w->y, T))) return s;
+        if ((s = pkv_blk_matmul(f, dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
     return reduce_to(m, ws, w0, T, kind->post_norm, out);
 }
@@ -680,8 +685,8 @@ pkv_status pkv_blk_ple(pkv_fwd *f, int il) {
     pkv_k_swiglu_args g = {.g = R(w0->ple_g, 0), .u = R(w0->ple, (size_t)(il * T * P) * 4), .y = R(w0->ple_g, 0), .n = T * P,
                            .gelu = true};
     pkv_status s;
-    if ((s = pkv_blk_matmul(dev, &ly->ple.gate, w0->x, w0->ple_g, T)) || (s = pkv_k_swiglu(dev, &g)) ||
-        (s = pkv_blk_matmul(dev, &ly->ple.proj, w0->ple_g, w0->y, T)) ||
+    if ((s = pkv_blk_matmul(f, dev, &ly->ple.gate, w0->x, w0->ple_g, T)) || (s = pkv_k_swiglu(dev, &g)) ||
+        (s = pkv_blk_matmul(f, dev, &ly->ple.proj, w0->ple_g, w0->y, T)) ||
         (s = pkv_blk_rmsnorm(dev, w0->y, &ly->ple.post_norm, w0->y, T, E, m->hp.rms_eps)))
         return s;
     return add(dev, w0->x, w0->y, T * E);
@@ -787,13 +792,13 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
                                    .d_v = (int)dv, .grouped = false};
         /* the output norm per value head, then times silu(z) */
         pkv_k_swiglu_args zg = {.g = R(w->ssm_z, 0), .u = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * Hv * dv};
-        if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(dev, &sw->ssm.qkv, w->xb, w->ssm_u, T)) ||
-            (s = pkv_blk_matmul(dev, &sw->ssm.z, w->xb, w->ssm_z, T)) ||
-            (s = pkv_blk_matmul(dev, &sw->ssm.beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
+        if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.qkv, w->xb, w->ssm_u, T)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->ssm.z, w->xb, w->ssm_z, T)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->ssm.beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
             (s = matmul_at(dev, &sw->ssm.alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
             (s = pkv_k_ssm_conv(dev, &cv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
             (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm.norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
-            (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(dev, &sw->ssm.out, w->ssm_o, w->y, T)))
+            (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.out, w->ssm_o, w->y, T)))
             return s;
     }
     return reduce(m, ws, w0, T, NULL);
@@ -836,13 +841,13 @@ pkv_status pkv_blk_logits(pkv_fwd *f, float *logits) {
         pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
                                  .ids = R(w0->ints, pl->off_out * 4), .out = R(w0->y, 0), .n = pl->n_out};
         if (!s) s = pkv_k_get_rows(dev, &g);
-        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->y, w0->logits, pl->n_out);
+        if (!s) s = pkv_blk_matmul(f, dev, &m->output, w0->y, w0->logits, pl->n_out);
     } else { /* gather the rows that need logits, final norm, output projection */
         pkv_k_get_rows_args g = {.w = R(w0->x, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
                                  .ids = R(w0->ints, pl->off_out * 4), .out = R(w0->xb, 0), .n = pl->n_out};
         s = pkv_k_get_rows(dev, &g);
         if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl->n_out, E, m->hp.rms_eps);
-        if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl->n_out);
+        if (!s) s = pkv_blk_matmul(f, dev, &m->output, w0->xb, w0->logits, pl->n_out);
     }
     if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl->n_out * (size_t)m->hp.n_vocab * 4);
     return s;

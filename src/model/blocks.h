@@ -64,6 +64,10 @@ struct pkv_fwd_ws {
     float *h_probs, *h_out, *h_y, *h_wsel;
     int32_t *h_rows, *h_sel;
     int64_t h_cap_tokens;
+    /* LoRA (lora.c; on the model's device): each sequence's scales f32 [n_seqs][PKV_MAX_LORA],
+     * A x f32 [rows][r], B (A x) f32 [rows][out] */
+    pkv_buffer *lora_s, *lora_t, *lora_d;
+    size_t lora_s_cap, lora_t_cap, lora_d_cap;
     float *h_ple;      /* [n_layer][T][P] the tokens' per-layer rows, then one row [n_layer * P] */
     size_t h_ple_cap;  /* floats */
 };
@@ -87,6 +91,9 @@ typedef struct pkv_fwd {
     /* Recomputing window layers (pkv_fwd_plan.replay) ends with an attention: the
      * FFN and expert blocks of that last layer do nothing. */
     bool attn_only;
+    /* [n_seqs] each sequence's LoRA set (an entry NULL: the model's default); NULL when no
+     * sequence of the step applies an adapter (pkv_lora_step) */
+    const pkv_lora_set *const *lora;
 } pkv_fwd;
 
 /* The default input (pkv_arch_ops.input): x = the token embedding rows of the
@@ -99,8 +106,9 @@ pkv_status pkv_blk_embed(pkv_fwd *f);
  * normed hidden state is read into it as well. No device sync. */
 pkv_status pkv_blk_logits(pkv_fwd *f, float *logits);
 
-/* y = x·wᵀ for T rows on dev. */
-pkv_status pkv_blk_matmul(pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T);
+/* y = x·wᵀ for T rows on dev (T: the step's tokens, or its logits rows), plus the
+ * deltas of the LoRA adapters each sequence applies to w (lora.c). */
+pkv_status pkv_blk_matmul(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T);
 /* y = rmsnorm(x) * w over rows of len. */
 pkv_status pkv_blk_rmsnorm(pkv_device *dev, pkv_buffer *x, const pkv_weight *w, pkv_buffer *y, int64_t rows, int64_t len,
                            float eps);

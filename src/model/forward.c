@@ -17,6 +17,7 @@
 
 #include "model/arch/arch.h"
 #include "model/blocks.h"
+#include "model/lora.h"
 
 /* Build the host-side integer block (ids, positions, rows, output rows, attention
  * meta of the main pool and of the window pool, and the recurrent kernels' meta)
@@ -172,6 +173,9 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     pkv_device *dev = m->dev;
     const pkv_arch_ops *ops = pkv_arch_ops_of(m->hp.arch);
     pkv_fwd f = {.m = m, .c = c, .ws = ws, .pl = &pl, .b = b, .T = T};
+    const pkv_lora_set *stack_sets[16], **sets = b->n_seqs <= 16 ? stack_sets : pkv_malloc((size_t)b->n_seqs * sizeof *sets);
+    if (!s && !sets) s = pkv_err(PKV_ERR_NOMEM, "forward: LoRA sets of %d sequences", b->n_seqs);
+    if (!s) s = pkv_lora_step(&f, sets);
     if (!s) s = ops->input ? ops->input(&f) : pkv_blk_embed(&f);
     /* the architecture's layers; a replay stops after the last layer it recomputes,
      * whose FFN is not needed */
@@ -186,6 +190,7 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     }
     if (!s) s = ops->output ? ops->output(&f, logits) : head(&f, logits);
 done:
+    if (sets != stack_sets) pkv_free(sets);
     /* the recurrent state took the tokens in: its length moves (a replay), and the
      * cache takes the checkpoints its policy asks for */
     if (!s && replay && state) s = pkv_kv_state_replay(c, b->seqs[0], b->n_tokens[0]);
@@ -213,7 +218,7 @@ out:
  * window layers (after a truncate or shift back into released window pages) or the
  * recurrent state (after a truncate or shift put a checkpoint back, or a failed
  * step), FWD_WINDOW_STEP tokens at a time. */
-static pkv_status catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int32_t seq, fwd_mem mem) {
+static pkv_status catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int32_t seq, const pkv_lora_set *lora, fwd_mem mem) {
     const bool state = mem.last_r >= 0;
     int64_t len = pkv_kv_seq_len(c, seq), have = state ? pkv_kv_seq_state_len(c, seq) : pkv_kv_seq_window_len(c, seq);
     if (have >= len) return PKV_OK;
@@ -232,7 +237,7 @@ static pkv_status catch_up(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, int3
                 s = pkv_err(PKV_ERR_INVALID, "sequence %d: the %s must be recomputed from token %lld, but its token ids were not "
                             "recorded (appended without tokens)", seq, state ? "recurrent state" : "sliding-window layers",
                             (long long)(have + j));
-        pkv_fwd_batch rb = {.n_seqs = 1, .seqs = &seq, .n_tokens = &n, .tokens = tok};
+        pkv_fwd_batch rb = {.n_seqs = 1, .seqs = &seq, .n_tokens = &n, .tokens = tok, .lora = lora ? &lora : NULL};
         if (!s) s = step(m, c, wsp, &rb, NULL, mem, true, true);
         have += n;
     }
@@ -322,7 +327,7 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
      * FWD_WINDOW_STEP tokens per sequence (the kernels are batch-invariant, so the
      * result does not depend on the split). */
     pkv_status s = PKV_OK;
-    for (int i = 0; i < b->n_seqs && !s; i++) s = catch_up(m, c, wsp, b->seqs[i], mem);
+    for (int i = 0; i < b->n_seqs && !s; i++) s = catch_up(m, c, wsp, b->seqs[i], b->lora ? b->lora[i] : NULL, mem);
     if (s) return s;
     bool one_step = true;
     for (int i = 0; i < b->n_seqs && one_step; i++)
@@ -345,7 +350,8 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
     int64_t *mpre = n_media ? pkv_malloc(((size_t)T + 1) * sizeof *mpre) : NULL;
     float *r_embd = n_media ? pkv_malloc((size_t)n_media * E * sizeof *r_embd) : NULL;
     int32_t *r_span = b->span_end ? pkv_malloc((size_t)T * sizeof *r_span) : NULL;
-    if ((n_media && (!mpre || !r_embd)) || (b->span_end && !r_span)) {
+    const pkv_lora_set **r_lora = b->lora ? pkv_malloc((size_t)ns * sizeof *r_lora) : NULL;
+    if ((n_media && (!mpre || !r_embd)) || (b->span_end && !r_span) || (b->lora && !r_lora)) {
         s = pkv_err(PKV_ERR_NOMEM, "forward: out of memory for %lld media rows in rounds", (long long)n_media);
         goto free;
     }
@@ -389,6 +395,7 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
             r_n[nr] = n;
             r_nl[nr] = off + n > from ? off + n - from : 0; /* the chunk's rows with logits: a suffix of it */
             r_i[nr] = i;
+            if (r_lora) r_lora[nr] = b->lora[i];
             memcpy(r_tok + t, b->tokens + k0[i] + off, (size_t)n * sizeof *r_tok);
             if (b->pos) memcpy(r_pos + t, b->pos + k0[i] + off, (size_t)n * sizeof *r_pos);
             if (hin) memcpy(hin + (size_t)t * E, b->hidden_in + (size_t)(k0[i] + off) * E, (size_t)n * E * sizeof *hin);
@@ -401,7 +408,8 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, co
         if (extra) r_nl[0] = 1;
         pkv_fwd_batch sb = {.n_seqs = nr, .seqs = r_seq, .n_tokens = r_n, .tokens = r_tok, .pos = b->pos ? r_pos : NULL,
                             .n_logits = r_nl, .no_publish = b->no_publish, .hidden_in = hin, .hidden_out = hout,
-                            .media_embd = mpre ? r_embd : NULL, .n_media_rows = mr, .span_end = r_span};
+                            .media_embd = mpre ? r_embd : NULL, .n_media_rows = mr, .span_end = r_span,
+                            .lora = r_lora};
         if ((s = step(m, c, wsp, &sb, lg && rows ? lg : NULL, mem, false, !rows && !hout))) break;
         for (int j = 0, o = 0; j < nr; j++) { /* scatter, and move each sequence on */
             const int i = r_i[j];
@@ -430,6 +438,7 @@ free:
     pkv_free(mpre);
     pkv_free(r_embd);
     pkv_free(r_span);
+    pkv_free(r_lora);
     pkv_free(len0);
     pkv_free(ints);
     pkv_free(hin);

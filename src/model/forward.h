@@ -9,6 +9,16 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws);
 
 /* One step: n_tokens[i] tokens for sequence seqs[i] (distinct, resident), tokens
  * concatenated in that order. pos NULL: positions continue each sequence. */
+/* The LoRA adapters one sequence applies (pkv_lora_use, scale 0 skipped). */
+typedef struct pkv_lora_set {
+    int n;
+    pkv_lora_use u[PKV_MAX_LORA];
+} pkv_lora_set;
+
+/* Its fingerprint over the model's base fingerprint: the base's when no adapter has
+ * a nonzero scale. */
+uint64_t pkv_lora_set_fingerprint(const pkv_model *m, const pkv_lora_set *set);
+
 typedef struct pkv_fwd_batch {
     int n_seqs;
     const int32_t *seqs;
@@ -45,6 +55,9 @@ typedef struct pkv_fwd_batch {
      * tokens of that sequence (1-based end): the rows of a non-causal media chunk
      * all get the chunk's end. A span is never split across steps. */
     const int32_t *span_end;
+    /* NULL, or [n_seqs]: sequence i's LoRA adapters (an entry NULL: the model's
+     * default set, pkv_model_lora_apply); NULL: every sequence the default set */
+    const pkv_lora_set *const *lora;
 } pkv_fwd_batch;
 
 /* Offsets (in int32 elements) of the step's integer block on the device. */

@@ -219,7 +219,12 @@ struct pkv_model {
         pkv_weight proj_norm;  /* per_layer_proj_norm f32 [P] */
         pkv_weight half;       /* f32 [1] = 1/sqrt(2) (the mean of the two per-layer inputs) */
     } ple;
-    uint64_t fingerprint;   /* hash of hparams and tensor metadata: keys prefix reuse and saved KV */
+    uint64_t fingerprint;   /* hash of hparams and tensor metadata, and the default LoRA set's:
+                               keys prefix reuse and saved KV */
+    uint64_t fingerprint_base; /* the same without adapters */
+    int n_lora;             /* the default LoRA set (pkv_model_lora_apply) */
+    pkv_lora_use lora[PKV_MAX_LORA];
+    pkv_lora *loras;        /* every adapter loaded for it (a list through pkv_lora.next), freed with it */
     uint64_t weight_bytes;  /* bytes of all weights on the device */
     uint64_t mapped_bytes;  /* of those, used in place from the mapped file (CPU), not copied */
     pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */

@@ -306,6 +306,7 @@ static pkv_status load_tokenizer(const pkv_gguf *g, int n_vocab, pkv_tokenizer *
 
 void pkv_model_free(pkv_model *m) {
     if (!m) return;
+    while (m->loras) pkv_lora_free(m->loras);
     if (m->layers)
         for (int l = 0; l < m->hp.n_layer; l++) {
             pkv_layer *ly = &m->layers[l];
@@ -417,6 +418,7 @@ static pkv_status fingerprint(pkv_model *m, const pkv_gguf *g, int n_threads) {
     pkv_pool_free(pool);
     h = pkv_hash64(j.h, (size_t)j.n_chunks * sizeof *j.h, h);
     m->fingerprint = h ? h : 1; /* 0 means "no fingerprint" to the cache */
+    m->fingerprint_base = m->fingerprint;
     pkv_free(j.h);
     pkv_free(first);
     PKV_INFO("%s: fingerprint %016llx over %.1f MiB of weights in %.3f s (%d threads)", m->label,

@@ -92,7 +92,7 @@ static const char *const k_fields_any[] = {
     "model", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "max_tokens", "n_predict", "n", "stream",
     "stream_options", "stop", "ignore_eos", "logprobs", "best_of", "echo", "grammar", "response_format",
-    "return_token_ids", "logit_bias",
+    "return_token_ids", "logit_bias", "lora",
     /* accepted, no effect on the output: OpenAI's bookkeeping, llama-server's and vLLM's hints */
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "cache_prompt", "id_slot",
     "timings_per_token", "request_id", "priority", NULL};
@@ -105,7 +105,7 @@ static const char *const k_fields_unimplemented[] = {
     "suffix", "functions", "function_call", "typical_p", "mirostat", "mirostat_tau", "mirostat_eta",
     "tfs_z", "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base",
     "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "samplers", "n_probs", "min_keep",
-    "penalize_nl", "n_keep", "json_schema", "lora", "min_tokens", "stop_token_ids", "guided_json", "guided_regex",
+    "penalize_nl", "n_keep", "json_schema", "min_tokens", "stop_token_ids", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search",
     "length_penalty", "truncate_prompt_tokens", "prompt_logprobs", "include_stop_str_in_output",
     "spaces_between_special_tokens", "skip_special_tokens", "add_special_tokens", "modalities", "audio", "prediction",
@@ -258,6 +258,104 @@ static bool parse_logit_bias(srv *s, json_t *v, srv_req *r, srv_out *o) {
     return true;
 }
 
+/* One {"id": i, "scale": s} entry of a 'lora' list (what is the field, for errors);
+ * false with the 400 in o. */
+static bool lora_entry(json_t *e, const char *what, size_t k, int n, int *id, float *scale, srv_out *o) {
+    json_t *jid = json_object_get(e, "id"), *js = json_object_get(e, "scale");
+    if (!json_is_object(e) || !json_is_integer(jid) || json_integer_value(jid) < 0 || json_integer_value(jid) >= n) {
+        srv_error(o, 400, "'%s[%zu]' must be {\"id\": i, \"scale\": s} with id in [0, %d) (the adapters the server "
+                          "was started with, GET /lora-adapters)", what, k, n);
+        return false;
+    }
+    if (js && !json_is_null(js) && (!json_is_number(js) || !(fabs(json_number_value(js)) <= 1e6))) {
+        srv_error(o, 400, "'%s[%zu].scale' must be a number in [-1e6, 1e6]", what, k);
+        return false;
+    }
+    *id = (int)json_integer_value(jid);
+    *scale = js && !json_is_null(js) ? (float)json_number_value(js) : 0.0f; /* llama-server's default */
+    return true;
+}
+
+/* The request's LoRA set: its 'lora' (as llama-server: the adapters it lists at
+ * their scales, the others 0; an empty list = none given), else the server's scales
+ * when POST /lora-adapters changed them; the contexts API takes none. */
+static bool parse_lora(srv *s, json_t *b, srv_req *r, int fmt, srv_out *o) {
+    json_t *v = json_object_get(b, "lora");
+    pthread_mutex_lock(&s->mu);
+    const int n = s->n_lora;
+    const bool set = s->lora_set;
+    memcpy(r->lora, s->lora, sizeof r->lora);
+    pthread_mutex_unlock(&s->mu);
+    r->n_lora = n;
+    if (!v || json_is_null(v) || (json_is_array(v) && !json_array_size(v))) {
+        r->has_lora = set && fmt != SRV_FMT_CONTEXT;
+        return true;
+    }
+    if (fmt == SRV_FMT_CONTEXT) {
+        srv_error(o, 400, "'lora' is not supported by the contexts API (a context's KV has the adapters' startup scales)");
+        return false;
+    }
+    if (!n) {
+        srv_error(o, 400, "'lora': this server has no LoRA adapters (start it with --lora FILE)");
+        return false;
+    }
+    if (!json_is_array(v) || json_array_size(v) > 64) {
+        srv_error(o, 400, "'lora' must be an array of at most 64 {\"id\": i, \"scale\": s}");
+        return false;
+    }
+    for (int i = 0; i < n; i++) r->lora[i].scale = 0.0f;
+    size_t k;
+    json_t *e;
+    json_array_foreach(v, k, e) {
+        int id;
+        float sc;
+        if (!lora_entry(e, "lora", k, n, &id, &sc, o)) return false;
+        r->lora[id].scale = sc;
+    }
+    r->has_lora = true;
+    return true;
+}
+
+void srv_api_lora_get(srv *s, srv_out *o) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; a && i < s->n_lora; i++) {
+        pkv_lora_info li;
+        pkv_lora_get_info(s->lora[i].lora, &li);
+        json_array_append_new(a, json_pack("{s:i,s:s,s:f,s:i,s:f}", "id", i, "path", li.label, "scale",
+                                           (double)s->lora[i].scale, "rank", li.rank, "alpha", (double)li.alpha));
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!a) return srv_error(o, 500, "out of memory");
+    o->status = 200;
+    o->json = a;
+}
+
+/* llama-server's POST /lora-adapters: [{"id": i, "scale": s}], the adapters not
+ * listed at 0, for the requests that do not name their own. */
+void srv_api_lora_post(srv *s, json_t *body, srv_out *o) {
+    if (!json_is_array(body) || json_array_size(body) > 64)
+        return srv_error(o, 400, "the body must be an array of at most 64 {\"id\": i, \"scale\": s}");
+    pthread_mutex_lock(&s->mu);
+    const int n = s->n_lora;
+    pthread_mutex_unlock(&s->mu);
+    float sc[PKV_MAX_LORA] = {0};
+    size_t k;
+    json_t *e;
+    json_array_foreach(body, k, e) {
+        int id;
+        float x;
+        if (!lora_entry(e, "body", k, n, &id, &x, o)) return;
+        sc[id] = x;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++) s->lora[i].scale = sc[i];
+    s->lora_set = true;
+    pthread_mutex_unlock(&s->mu);
+    o->status = 200;
+    o->json = json_pack("{s:b}", "success", 1);
+}
+
 bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, srv_out *o) {
     if (!check_fields(s, b, fmt, o)) return false;
     double temp = 1.0, top_p = 1.0, min_p = 0.0, pres = 0, freq = 0, rep = 1.0;
@@ -347,7 +445,7 @@ bool srv_parse_sampling(srv *s, json_t *b, srv_req *r, int fmt, bool *logprobs, 
         return false;
     }
     if (!parse_logit_bias(s, json_object_get(b, "logit_bias"), r, o)) return false;
-    if (!get_bool(b, "ignore_eos", &r->ignore_eos, o)) return false;
+    if (!get_bool(b, "ignore_eos", &r->ignore_eos, o) || !parse_lora(s, b, r, fmt, o)) return false;
     bool echo = false;
     long long best_of = 1;
     if (!get_bool(b, "echo", &echo, o) || !get_int(b, "best_of", 1, 1, &best_of, o)) return false;

@@ -305,6 +305,7 @@ enum {
     R_JSON = 8,    /* a POST body is a JSON object (415 for another type) */
     R_EMPTY = 16,  /* with R_JSON: an empty POST body is {} */
     R_ANTHROPIC = 32, /* errors in Anthropic's shape (srv_error_anthropic) */
+    R_ARRAY = 64,  /* with R_JSON: the body may be a JSON array instead */
 };
 
 static void rt_health(srv *s, const route_req *q, srv_out *o) {
@@ -342,6 +343,10 @@ static void rt_detokenize(srv *s, const route_req *q, srv_out *o) { srv_api_deto
 static void rt_apply(srv *s, const route_req *q, srv_out *o) { srv_api_apply_template(s, q->body, o); }
 static void rt_messages(srv *s, const route_req *q, srv_out *o) { srv_api_messages(s, q->body, q->sc, o); }
 static void rt_count_tokens(srv *s, const route_req *q, srv_out *o) { srv_api_count_tokens(s, q->body, q->sc, o); }
+static void rt_lora(srv *s, const route_req *q, srv_out *o) {
+    if (!strcmp(q->method, "GET")) srv_api_lora_get(s, o);
+    else srv_api_lora_post(s, q->body, o);
+}
 static void rt_contexts(srv *s, const route_req *q, srv_out *o) {
     srv_api_contexts(s, q->method, q->rest, q->body, q->sc, o);
 }
@@ -380,6 +385,7 @@ static const struct srv_route {
     {"/reranking", M_POST, R_JSON, rt_rerank},
     {"/v1/contexts", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_contexts},
     {"/v1/responses", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_responses},
+    {"/lora-adapters", M_GET | M_POST, R_JSON | R_ARRAY, rt_lora},
 };
 
 /* The route of url (NULL: none), with what follows its path in *rest. */
@@ -418,10 +424,10 @@ static bool route_json(const struct srv_route *r, const route_req *q, json_t **b
         srv_error(o, 400, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
         return false;
     }
-    if (!json_is_object(*body)) {
+    if (!json_is_object(*body) && !((r->flags & R_ARRAY) && json_is_array(*body))) {
         json_decref(*body);
         *body = NULL;
-        srv_error(o, 400, "the request body must be a JSON object");
+        srv_error(o, 400, "the request body must be a JSON %s", r->flags & R_ARRAY ? "array" : "object");
         return false;
     }
     return true;

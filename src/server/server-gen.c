@@ -799,6 +799,8 @@ static void admit_engine(srv_gen *g, srv_req *r) {
     rp.grammar = r->grammar;
     rp.media = ce ? NULL : r->media;
     rp.n_media = ce ? 0 : r->n_media;
+    rp.lora = r->has_lora ? r->lora : NULL;
+    rp.n_lora = r->n_lora;
     rp.on_event = on_engine_event;
     rp.user = r;
     if (r->embed) { /* nothing is generated or sampled */

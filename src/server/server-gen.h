@@ -60,6 +60,9 @@ typedef struct srv_req {
     pkv_grammar *grammar;  /* constrained output; a reference the request owns */
     bool special_text;     /* special tokens' text is kept in the output (tool-call markers) */
     bool max_tokens_asked; /* max_tokens came from the request (refused beyond the context, not cut) */
+    bool has_lora;         /* the request's LoRA set (its 'lora', or the scales POST /lora-adapters set) */
+    int n_lora;
+    pkv_lora_use lora[PKV_MAX_LORA];
     pkv_media_rows *media; /* [n_media] media chunks in the prompt (pkv_request_params.media); each
                               embd is malloc'd and owned by the request */
     int n_media;

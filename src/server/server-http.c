@@ -350,6 +350,7 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
         return 1;
     }
     if (!(s.m = pkv_setup_open_model("serve", mo))) goto out;
+    s.n_lora = pkv_model_lora_get(s.m, s.lora, PKV_MAX_LORA);
     if (so->draft || so->mtp) { /* the draft, before the engine that runs it */
         pkv_model_params dp = pkv_model_default_params();
         pkv_device *tdev = pkv_model_device(s.m);

@@ -48,6 +48,12 @@ typedef struct srv {
     pkv_jinja_budget tpl_budget; /* memory of the chat template renders running now (--template-budget) */
     atomic_bool stopping;        /* shutting down: renders still running are cancelled */
     struct srv_resp_store *responses; /* stored /v1/responses (server-responses.c); NULL: none kept */
+    /* --lora: the adapters (id = index) and the scales of requests without 'lora',
+     * under mu; lora_set: POST /lora-adapters changed them from the model's default
+     * set, so such requests name them (pkv_request_params.lora) */
+    int n_lora;
+    pkv_lora_use lora[PKV_MAX_LORA];
+    bool lora_set;
 } srv;
 
 #define SRV_TOK_SLOTS 2
@@ -120,6 +126,8 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
 
 /* Handlers. body is the parsed JSON (NULL for GET/DELETE). */
 void srv_api_models(srv *s, srv_out *o);
+void srv_api_lora_get(srv *s, srv_out *o);                 /* GET /lora-adapters */
+void srv_api_lora_post(srv *s, json_t *body, srv_out *o);  /* POST /lora-adapters */
 void srv_api_model(srv *s, const char *id, srv_out *o); /* GET /v1/models/{id} */
 void srv_api_props(srv *s, srv_out *o);                 /* GET /props */
 void srv_api_completions(srv *s, json_t *body, bool chat, const srv_conn *conn, srv_out *o);

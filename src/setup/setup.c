@@ -52,6 +52,20 @@ pkv_model *pkv_setup_open_model(const char *cmd, const pkv_setup_model_opts *o) 
         else
             fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", msg);
     }
+    pkv_lora_use uses[PKV_MAX_LORA];
+    for (int i = 0; m && i < o->n_lora; i++) {
+        if (!(uses[i].lora = pkv_lora_load(m, o->lora[i]))) {
+            fprintf(stderr, "pagekv %s: --lora: %s\n", cmd, pkv_errmsg());
+            pkv_model_free(m); /* (frees the adapters loaded before) */
+            return NULL;
+        }
+        uses[i].scale = o->lora_scale[i];
+    }
+    if (m && o->n_lora && pkv_model_lora_apply(m, uses, o->n_lora)) {
+        fprintf(stderr, "pagekv %s: --lora: %s\n", cmd, pkv_errmsg());
+        pkv_model_free(m);
+        return NULL;
+    }
     pkv_model_info info;
     if (m && o->n_ctx > 0 && pkv_model_get_info(m, &info) == PKV_OK && info.n_ctx_train > 0 &&
         o->n_ctx > info.n_ctx_train) /* allowed (RoPE goes on), but the user should know: llama.cpp warns too */

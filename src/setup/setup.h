@@ -23,6 +23,11 @@ typedef struct pkv_setup_model_opts {
     int page_size;       /* --page-size; 0 = 16 */
     int kv_type;         /* --kv-type / --kv-type-k (pkv_type of K pages) */
     int kv_type_v;       /* --kv-type / --kv-type-v (pkv_type of V pages) */
+    /* --lora FILE[:SCALE] (repeatable, scale default 1): adapters loaded with the model and
+     * applied to every sequence (pkv_model_lora_apply) */
+    char lora[PKV_MAX_LORA][1024];
+    float lora_scale[PKV_MAX_LORA];
+    int n_lora;
 } pkv_setup_model_opts;
 
 /* Load the model o names (the built-in tiny model without o->model) with its

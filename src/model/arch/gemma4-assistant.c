@@ -125,8 +125,8 @@ static pkv_status input(pkv_fwd *f) {
     if (!s) s = pkv_k_get_rows(t->dev, &ge);
     if (!s && tw != w0) s = pkv_buffer_copy(tw->emb, 0, w0->emb, 0, (size_t)(T * Eb) * 4);
     if (!s) s = pkv_buffer_write(w0->hid, 0, b->hidden_in, (size_t)(T * Eb) * 4);
-    if (!s) s = pkv_blk_matmul(dev, &m->asst.pre_e, w0->emb, w0->x, T);
-    if (!s) s = pkv_blk_matmul(dev, &m->asst.pre_h, w0->hid, w0->xb, T);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->asst.pre_e, w0->emb, w0->x, T);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->asst.pre_h, w0->hid, w0->xb, T);
     pkv_k_add_args ad = {.a = pkv_tref_make(w0->x, 0), .b = pkv_tref_make(w0->xb, 0), .y = pkv_tref_make(w0->x, 0),
                          .n = T * E, .b_len = T * E};
     if (!s) s = pkv_k_add(dev, &ad);
@@ -153,8 +153,8 @@ static pkv_status output(pkv_fwd *f, float *logits) {
                              .ids = pkv_tref_make(w0->ints, pl->off_out * 4), .out = pkv_tref_make(w0->xb, 0), .n = pl->n_out};
     pkv_status s = pkv_k_get_rows(dev, &g);
     if (!s) s = pkv_blk_rmsnorm(dev, w0->xb, &m->output_norm, w0->xb, pl->n_out, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(dev, &m->output, w0->xb, w0->logits, pl->n_out);
-    if (!s && f->b->hidden_out) s = pkv_blk_matmul(dev, &m->asst.post, w0->xb, w0->hid, pl->n_out);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->output, w0->xb, w0->logits, pl->n_out);
+    if (!s && f->b->hidden_out) s = pkv_blk_matmul(f, dev, &m->asst.post, w0->xb, w0->hid, pl->n_out);
     if (!s && f->b->hidden_out)
         s = pkv_buffer_read(w0->hid, 0, f->b->hidden_out, (size_t)(pl->n_out * m->hp.n_embd_out) * 4);
     if (!s && logits) s = pkv_buffer_read(w0->logits, 0, logits, (size_t)pl->n_out * (size_t)m->hp.n_vocab * 4);

@@ -169,10 +169,10 @@ static pkv_status input(pkv_fwd *f) {
     pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
     if (!f->b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
     if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->nextn.enorm, w0->x, T, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(dev, &m->nextn.eh_e, w0->x, w0->xb, T);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->nextn.eh_e, w0->x, w0->xb, T);
     if (!s) s = pkv_buffer_write(w0->y, 0, f->b->hidden_in, (size_t)(T * E) * 4);
     if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->nextn.hnorm, w0->y, T, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(dev, &m->nextn.eh_h, w0->y, w0->x, T);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->nextn.eh_h, w0->y, w0->x, T);
     pkv_k_add_args ad = {.a = pkv_tref_make(w0->x, 0), .b = pkv_tref_make(w0->xb, 0), .y = pkv_tref_make(w0->x, 0),
                          .n = T * E, .b_len = T * E};
     if (!s) s = pkv_k_add(dev, &ad);

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# LoRA adapters against llama.cpp (docs/lora.md): one base file and one adapter
+# (pagekv mkmodel, --lora-of), the next-token distribution after a prompt of token
+# ids from `pagekv logits --lora` and from llama-server --lora (/completion with
+# n_probs = the vocabulary and a per-request "lora" scale), compared as log-probs:
+# NMSE, the largest difference, and the top-1 token, for scales 0, 0.5, 1 and 2.
+#
+#   tools/lora-vs-llamacpp.sh PAGEKV LLAMA_BUILD_BIN [ARCH] [TYPE]
+#   e.g. tools/lora-vs-llamacpp.sh build/bin/pagekv /work/scratch/llama.cpp/build/bin llama f16
+set -euo pipefail
+PKV=${1:?pagekv binary}
+LBIN=${2:?llama.cpp build/bin}
+ARCH=${3:-llama}
+TYPE=${4:-f16}
+DIR=$(mktemp -d)
+trap 'kill $SRV 2>/dev/null || true; rm -rf "$DIR"' EXIT
+SRV=
+"$PKV" mkmodel --arch "$ARCH" --type "$TYPE" --layers 4 --dim 256 --heads 8 --kv-heads 4 --ffn 512 --seed 21 \
+    -o "$DIR/base.gguf" 2>/dev/null
+"$PKV" mkmodel --lora-of "$DIR/base.gguf" --lora-rank 16 --lora-alpha 32 --type f16 --seed 22 -o "$DIR/lora.gguf" 2>/dev/null
+TOKENS=${TOKENS:-5,17,42,99,123,7,300,256,64,11,480,2,77,150}
+PORT=$((20000 + RANDOM % 20000))
+LD_LIBRARY_PATH="$LBIN" "$LBIN/llama-server" -m "$DIR/base.gguf" --lora "$DIR/lora.gguf" --host 127.0.0.1 --port "$PORT" \
+    -c 256 -t 2 --no-warmup >"$DIR/server.log" 2>&1 &
+SRV=$!
+for _ in $(seq 1 100); do
+    curl -sf "127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+    sleep 0.2
+done
+N_VOCAB=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['n_vocab'])" <("$PKV" logits -m "$DIR/base.gguf" --tokens 1))
+for SCALE in 0 0.5 1 2; do
+    "$PKV" logits -m "$DIR/base.gguf" --lora "$DIR/lora.gguf:$SCALE" --tokens "$TOKENS" >"$DIR/pkv.json" 2>/dev/null
+    curl -s "127.0.0.1:$PORT/completion" -d "{\"prompt\":[$TOKENS],\"n_predict\":1,\"n_probs\":$N_VOCAB,\"temperature\":0,
+        \"cache_prompt\":false,\"lora\":[{\"id\":0,\"scale\":$SCALE}]}" >"$DIR/llama.json"
+    python3 - "$DIR/pkv.json" "$DIR/llama.json" "$SCALE" "$ARCH" "$TYPE" <<'EOF'
+import json, math, sys
+p = json.load(open(sys.argv[1]))
+lg = p["logits"][-p["n_vocab"]:]
+m = max(lg)
+lse = m + math.log(sum(math.exp(x - m) for x in lg))
+ours = [x - lse for x in lg]
+d = json.load(open(sys.argv[2]))
+if "completion_probabilities" not in d: sys.exit("llama-server: " + json.dumps(d)[:400])
+top = d["completion_probabilities"][0]["top_logprobs"]
+ref = {t["id"]: t["logprob"] for t in top}
+ids = sorted(ref)
+num = sum((ours[i] - ref[i]) ** 2 for i in ids)
+den = sum(ref[i] ** 2 for i in ids)
+pkv_top = max(range(len(ours)), key=lambda i: ours[i])
+llama_top = max(ids, key=lambda i: ref[i])
+print(f"{sys.argv[4]} {sys.argv[5]} scale {sys.argv[3]}: {len(ids)} log-probs, NMSE {num / den:.3g}, "
+      f"max |diff| {max(abs(ours[i] - ref[i]) for i in ids):.3g}, top-1 pagekv {pkv_top} llama.cpp {llama_top}")
+EOF
+done
