@@ -1207,7 +1207,7 @@ static bool rx_alt(rx *x, sbuf *o, bool top) {
         if (top && x->s < x->end && *x->s == '^') x->s++, start = true;
         sbuf seq = {0};
         bool end = false, ok = rx_seq(x, &seq, top, &end);
-        if (ok) sb_printf(o, "%s%s%s", start ? "" : "char* ", seq.p, end ? "" : " char*");
+        if (ok) sb_printf(o, "%s%s%s", start || !top ? "" : "char* ", seq.p, end || !top ? "" : " char*");
         if (seq.oom) o->oom = true;
         pkv_free(seq.p);
         if (!ok) return false;
@@ -1836,7 +1836,17 @@ static int gen_union(conv *c, const jval *list, const char *path, const char *kw
 
 /* The rule number of schema s at path (JSON pointer), or -1 with c->err. */
 static int gen_inner(conv *c, const jval *s, const char *path);
+static int gen_nullable(conv *c, const jval *s, const char *path);
 static int gen(conv *c, const jval *s, const char *path) {
+    int r = gen_nullable(c, s, path);
+    /* bounded while it is made, not only when parsed: a small schema can ask for a
+     * lot of grammar (multipleOf rules, many references to large definitions) */
+    if (r >= 0 && c->g.n > PKV_GRAMMAR_MAX_TEXT)
+        return cfail(c, path, "the generated grammar is over the limit of %d bytes", PKV_GRAMMAR_MAX_TEXT), -1;
+    return r;
+}
+
+static int gen_nullable(conv *c, const jval *s, const char *path) {
     const jval *nl = s->k == JN_OBJ ? jget(s, "nullable") : NULL;
     if (!nl || s == c->nullable_done) return gen_inner(c, s, path);
     char p[1024];
