@@ -295,7 +295,7 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
         b->oom = true;
         return;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n); /* s may be an empty buffer's NULL */
     b->n += n;
     b->p[b->n] = 0;
 }
