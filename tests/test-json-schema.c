@@ -316,7 +316,7 @@ static void test_containers(void) {
     ACC(g, "{'id':1,'abc':2}"); REJ(g, "{'id':1,'abcd':2}");
     pkv_grammar_free(g);
     refused("{'type':'object','properties':{'long':{}},'propertyNames':{'maxLength':3},'additionalProperties':true}",
-            "/propertyNames", "property 'long'");
+            "/propertyNames", "property 'long' is not allowed");
     g = js("{'type':'object','patternProperties':{'^s_':{'type':'string'},'^n_':{'type':'number'}}}");
     ACC(g, "{}"); ACC(g, "{'s_a':'x','n_b':2}"); REJ(g, "{'s_a':1}"); REJ(g, "{'x':1}");
     pkv_grammar_free(g);
@@ -389,6 +389,16 @@ static void test_limits(void) {
     th_checks++;
     if (g) TH_FAIL("a 100 x multipleOf 97 schema compiled (%zu bytes)", strlen(pkv_grammar_gbnf(g)));
     else if (!strstr(pkv_errmsg(), "over the limit of 1048576 bytes")) TH_FAIL("message: %s", pkv_errmsg());
+    pkv_grammar_free(g);
+    /* listed properties against key patterns: the checks are bounded */
+    n = (size_t)snprintf(big, 200000, "{\"properties\":{");
+    for (int i = 0; i < 300; i++) n += (size_t)snprintf(big + n, 200000 - n, "%s\"p%d\":{}", i ? "," : "", i);
+    n += (size_t)snprintf(big + n, 200000 - n, "},\"patternProperties\":{");
+    for (int i = 0; i < 300; i++) n += (size_t)snprintf(big + n, 200000 - n, "%s\"^q%d$\":{}", i ? "," : "", i);
+    snprintf(big + n, 200000 - n, "}}");
+    g = pkv_grammar_from_json_schema(big, strlen(big));
+    th_checks++;
+    if (g || !strstr(pkv_errmsg(), "limit of 65536 checks")) TH_FAIL("300 x 300 key checks: %s", g ? "compiled" : pkv_errmsg());
     pkv_grammar_free(g);
     free(big);
 }

@@ -340,6 +340,8 @@ typedef struct conv {
 /* SCHEMA_MAX_ENUM: each value is an alternative the matcher keeps a parse stack for
  * at the start, well below PKV_GRAMMAR_MAX_STACKS */
 enum { SCHEMA_MAX_DEPTH = 64, SCHEMA_MAX_COUNT = 100000, SCHEMA_MAX_REFS = 4096, SCHEMA_MAX_ENUM = 4096 };
+/* listed properties x key schemas (patternProperties, propertyNames) checked against each other */
+enum { SCHEMA_MAX_KEY_CHECKS = 65536 };
 
 /* Append s (n bytes) to a GBNF string literal body. */
 static void gbnf_lit(sbuf *b, const char *s, size_t n) {
@@ -1394,17 +1396,14 @@ static int gen_array(conv *c, const jval *s, const char *path) {
     return r;
 }
 
-/* Does the schema sub, compiled alone, accept the JSON text t? -1: it does not compile
- * alone (a reference, or a keyword refused). */
-static int sub_accepts(const jval *sub, const char *t, size_t n) {
+/* The schema sub compiled alone (NULL with pkv_errmsg: a reference, a keyword refused). */
+static pkv_grammar *sub_compile(const jval *sub) {
     sbuf b = {0};
     json_text(&b, sub);
     pkv_grammar *g = b.oom ? NULL : pkv_grammar_from_json_schema(b.p, b.n);
+    if (b.oom) pkv_err(PKV_ERR_NOMEM, "out of memory");
     pkv_free(b.p);
-    if (!g) return -1;
-    int r = pkv_grammar_accepts(g, t ? t : "", n);
-    pkv_grammar_free(g);
-    return r;
+    return g;
 }
 
 /* The rule of the keys propertyNames allows (a string schema); 0: any string. */
@@ -1548,27 +1547,53 @@ static int gen_object(conv *c, const jval *s, const char *path) {
     pkv_free(xb.p);
     if (c->err[0]) goto out;
     /* a named property that a pattern (or propertyNames) would give another schema (or
-     * refuse) is refused: the grammar could not keep the two apart */
-    for (size_t i = 0; i < np && (pprops || pnames); i++) {
-        sbuf kt = {0};
-        jval key = {.k = JN_STR, .s = props->keys[i], .slen = strlen(props->keys[i])};
-        json_text(&kt, &key);
-        for (size_t j = 0; pprops && j < pprops->n && !c->err[0]; j++) {
-            jval pat = {.k = JN_STR, .s = pprops->keys[j], .slen = strlen(pprops->keys[j])};
+     * refuse) is refused: the grammar could not keep the two apart. Each key schema is
+     * compiled alone once; the checks are bounded. */
+    if (np && (pprops || pnames)) {
+        size_t nk = (pprops ? pprops->n : 0) + (pnames ? 1 : 0);
+        if (np * nk > SCHEMA_MAX_KEY_CHECKS) {
+            cfail(c, path, "%zu properties beside %zu key patterns: more than the limit of %d checks", np, nk,
+                  SCHEMA_MAX_KEY_CHECKS);
+            goto out;
+        }
+        pkv_grammar **kg = pkv_calloc(nk, sizeof *kg);
+        if (!kg) {
+            cfail(c, path, "out of memory");
+            goto out;
+        }
+        for (size_t j = 0; j < nk && !c->err[0]; j++) {
+            bool is_pn = pnames && j == nk - 1;
+            jval pat = {.k = JN_STR, .s = is_pn ? NULL : pprops->keys[j], .slen = is_pn ? 0 : strlen(pprops->keys[j])};
             jval ty = {.k = JN_STR, .s = (char *)"string", .slen = 6};
             jval *its[2] = {&ty, &pat};
             char *ks[2] = {(char *)"type", (char *)"pattern"};
             jval sub = {.k = JN_OBJ, .items = its, .keys = ks, .n = 2};
-            if (sub_accepts(&sub, kt.p, kt.n) != 0) {
-                path_join(p, sizeof p, path, "patternProperties");
-                cfail(c, p, "property '%s' also matches the pattern '%s': not supported", props->keys[i], pprops->keys[j]);
+            if (!(kg[j] = sub_compile(is_pn ? pnames : &sub))) {
+                path_join(p, sizeof p, path, is_pn ? "propertyNames" : "patternProperties");
+                cfail(c, p, "the key schema does not compile alone (it is checked against the listed properties): %s",
+                      pkv_errmsg());
             }
         }
-        if (pnames && !c->err[0] && sub_accepts(pnames, kt.p, kt.n) != 1) {
-            path_join(p, sizeof p, path, "propertyNames");
-            cfail(c, p, "property '%s' is not allowed by 'propertyNames' (or it is not supported alone)", props->keys[i]);
+        for (size_t i = 0; i < np && !c->err[0]; i++) {
+            sbuf kt = {0};
+            jval key = {.k = JN_STR, .s = props->keys[i], .slen = strlen(props->keys[i])};
+            json_text(&kt, &key);
+            for (size_t j = 0; j < nk && !c->err[0] && kt.p; j++) {
+                bool is_pn = pnames && j == nk - 1, ok = pkv_grammar_accepts(kg[j], kt.p, kt.n);
+                if (is_pn && !ok) {
+                    path_join(p, sizeof p, path, "propertyNames");
+                    cfail(c, p, "property '%s' is not allowed by 'propertyNames'", props->keys[i]);
+                } else if (!is_pn && ok) {
+                    path_join(p, sizeof p, path, "patternProperties");
+                    cfail(c, p, "property '%s' also matches the pattern '%s': not supported", props->keys[i],
+                          pprops->keys[j]);
+                }
+            }
+            if (kt.oom) cfail(c, path, "out of memory");
+            pkv_free(kt.p);
         }
-        pkv_free(kt.p);
+        for (size_t j = 0; j < nk; j++) pkv_grammar_free(kg[j]);
+        pkv_free(kg);
         if (c->err[0]) goto out;
     }
     /* tail_i: properties i.. after something was written, each behind a comma */
