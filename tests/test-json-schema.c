@@ -231,6 +231,8 @@ static void test_patterns(void) {
     refused("{'type':'string','pattern':'a^b'}", "/pattern", "anchor '^'");
     refused("{'type':'string','pattern':'a{1001}'}", "/pattern", "limit of 1000");
     refused("{'type':'string','pattern':'*a'}", "/pattern", "nothing to repeat");
+    refused("{'type':'string','pattern':'a{-1}'}", "/pattern", "not a quantifier");
+    refused("{'type':'string','pattern':'a{2,1}'}", "/pattern", "maximum is below the minimum");
     refused("{'type':'string','pattern':'%q'}", "/pattern", "unknown escape");
     refused("{'type':'string','pattern':'^a$','minLength':2}", "'pattern' with minLength", NULL);
     refused("{'properties':{'k':{'pattern':'(?i)x'}}}", "/properties/k/pattern", "'(?i'");

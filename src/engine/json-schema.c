@@ -1101,8 +1101,9 @@ static bool rx_quant(rx *x, sbuf *o) {
     } else if (q == '{') {
         const char *at = x->s++;
         char *e;
+        if (x->s >= x->end || *x->s < '0' || *x->s > '9') return x->s = at, rx_fail(x, "'{' is not a quantifier (write '\\{')");
         m = strtol(x->s, &e, 10);
-        if (e == x->s || e >= x->end) return x->s = at, rx_fail(x, "'{' is not a quantifier (write '\\{')");
+        if (e >= x->end) return x->s = at, rx_fail(x, "'{' is not a quantifier (write '\\{')");
         n = m;
         x->s = e;
         if (*x->s == ',') {
