@@ -178,6 +178,17 @@ static void test_numbers(void) {
     g = js("{'type':'number','multipleOf':5,'maximum':20}");
     ACC(g, "15"); ACC(g, "-5"); REJ(g, "21"); REJ(g, "25"); REJ(g, "7");
     pkv_grammar_free(g);
+    /* zod's float32 bounds are beyond 16 digits: no bound; OpenAPI's number formats */
+    g = js("{'type':'number','minimum':-3.4028234663852886e+38,'maximum':3.4028234663852886e+38}");
+    ACC(g, "-12.5"); ACC(g, "9999999999999999"); REJ(g, "1e5");
+    pkv_grammar_free(g);
+    g = js("{'type':'integer','format':'int32'}");
+    ACC(g, "2147483647"); ACC(g, "-2147483648"); REJ(g, "2147483648"); REJ(g, "-2147483649");
+    pkv_grammar_free(g);
+    g = js("{'type':'number','format':'double','maximum':2}");
+    ACC(g, "1.5"); REJ(g, "2.5");
+    pkv_grammar_free(g);
+    refused("{'type':'integer','format':'int128'}", "/format", "'int128' on a number is not supported");
     refused("{'type':'number','minimum':0.5}", "/minimum", "'minimum' 0.5 on a number is not supported");
     refused("{'type':'number','exclusiveMaximum':2.25}", "/exclusiveMaximum", "only when they are integers");
     refused("{'type':'number','minimum':3,'exclusiveMaximum':3}", "no number satisfies", NULL);

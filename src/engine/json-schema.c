@@ -688,6 +688,23 @@ static bool read_bound(conv *c, const jval *s, const char *path, bool upper, bou
     return true;
 }
 
+/* OpenAPI's number formats: int32 narrows the bounds; int64, float and double say
+ * nothing the grammar's 16 digits do not already; any other is refused. */
+static bool num_format(conv *c, const jval *s, const char *path, bound *lo, bound *hi) {
+    const jval *f = jget(s, "format");
+    if (!f) return true;
+    char p[1024];
+    path_join(p, sizeof p, path, "format");
+    if (f->k != JN_STR) return cfail(c, p, "'format' must be a string");
+    if (!strcmp(f->s, "int32")) {
+        if (!lo->set || lo->v < -2147483648.0) *lo = (bound){.set = true, .v = -2147483648.0, .kw = "format"};
+        if (!hi->set || hi->v > 2147483647.0) *hi = (bound){.set = true, .v = 2147483647.0, .kw = "format"};
+        return true;
+    }
+    if (!strcmp(f->s, "int64") || !strcmp(f->s, "float") || !strcmp(f->s, "double")) return true;
+    return cfail(c, p, "format '%s' on a number is not supported (supported: int32, int64, float, double)", f->s);
+}
+
 static bool read_multiple(conv *c, const jval *s, const char *path, long *m) {
     const jval *v = jget(s, "multipleOf");
     *m = 1;
@@ -708,7 +725,8 @@ static bool read_multiple(conv *c, const jval *s, const char *path, long *m) {
 static int gen_integer(conv *c, const jval *s, const char *path) {
     bound blo, bhi;
     long m;
-    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m))
+    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m) ||
+        !num_format(c, s, path, &blo, &bhi))
         return -1;
     int r;
     if (!blo.set && !bhi.set && m == 1) {
@@ -788,7 +806,8 @@ static void num_pieces(digits *g, sbuf *o, bool *first, bool neg, bool has_lo, i
 static int gen_number(conv *c, const jval *s, const char *path) {
     bound blo, bhi;
     long m;
-    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m))
+    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m) ||
+        !num_format(c, s, path, &blo, &bhi))
         return -1;
     if (jget(s, "multipleOf")) return gen_integer(c, s, path);
     int r;
