@@ -1167,15 +1167,17 @@ static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor) {
             if (x->s < x->end && *x->s == '?') {
                 if (x->end - x->s >= 2 && x->s[1] == ':') x->s += 2;
                 else if (x->end - x->s >= 2 && (x->s[1] == '=' || x->s[1] == '!'))
-                    ok = rx_fail(x, "lookahead '(?%c' is not supported", x->s[1]);
+                    x->s--, ok = rx_fail(x, "lookahead '(?%c' is not supported", x->s[2]);
                 else if (x->end - x->s >= 3 && x->s[1] == '<' && (x->s[2] == '=' || x->s[2] == '!'))
-                    ok = rx_fail(x, "lookbehind '(?<%c' is not supported", x->s[2]);
+                    x->s--, ok = rx_fail(x, "lookbehind '(?<%c' is not supported", x->s[3]);
                 else if (x->end - x->s >= 2 && x->s[1] == '<') {
                     const char *e = memchr(x->s, '>', (size_t)(x->end - x->s));
                     if (!e) ok = rx_fail(x, "named group without '>'");
                     else x->s = e + 1;
-                } else
-                    ok = rx_fail(x, "group modifier '(?%c' is not supported", x->end - x->s >= 2 ? x->s[1] : ' ');
+                } else {
+                    char m = x->end - x->s >= 2 ? x->s[1] : ' ';
+                    x->s--, ok = rx_fail(x, "group modifier '(?%c' is not supported", m);
+                }
             }
             if (ok) {
                 if (++x->depth > RX_MAX_NESTING) ok = rx_fail(x, "groups nested deeper than %d", RX_MAX_NESTING);
