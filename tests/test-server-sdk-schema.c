@@ -24,8 +24,8 @@ int main(void) {
     snprintf(model, sizeof model, "%s", th_tmp("sdk-schema.gguf"));
     snprintf(log, sizeof log, "%s", th_tmp("sdk-schema-serve.log"));
     /* a context long enough for the tool schemas the template renders into the prompt */
-    REQUIRE(th_cli("", true, "mkmodel --ctx 4096 -o '%s'", model) == 0);
-    snprintf(args, sizeof args, "-m '%s' -c 4096 --chat-template '%s/tests/templates/Qwen-Qwen2.5-7B-Instruct.jinja' "
+    REQUIRE(th_cli("", true, "mkmodel --ctx 8192 -o '%s'", model) == 0);
+    snprintf(args, sizeof args, "-m '%s' -c 8192 --chat-template '%s/tests/templates/Qwen-Qwen2.5-7B-Instruct.jinja' "
                                 "--api-key test-key --alias tiny", model, src);
     int port;
     pid_t pid = ts_start(args, log, &port);
