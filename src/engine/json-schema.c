@@ -6,7 +6,10 @@
  * The generated grammar has fixed primitive rules (ws, string, number, ...) and
  * one rule per schema node. Every keyword is either applied, or known to be an
  * annotation (title, description, ...), or refused with its JSON pointer: a
- * schema is never silently less constrained than it says. */
+ * schema is never silently less constrained than it says. Sections: the JSON DOM,
+ * the converter's helpers, integer and number ranges (digit-range grammars),
+ * patterns (ECMA regex to grammar), strings and arrays, objects, references and
+ * allOf, the dispatcher, the fixed rules. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
