@@ -683,7 +683,8 @@ static bool read_bound(conv *c, const jval *s, const char *path, bool upper, bou
             if (ex->b) b->excl = true, b->kw = kex;
         } else if (ex->k == JN_NUM) {
             /* both given: the stricter one applies */
-            if (!b->set || (upper ? ex->num <= b->v : ex->num >= b->v)) *b = (bound){.set = true, .excl = true, .v = ex->num, .kw = kex};
+            if (!b->set || (upper ? ex->num <= b->v : ex->num >= b->v))
+                *b = (bound){.set = true, .excl = true, .v = ex->num, .kw = kex};
         } else {
             return cfail(c, p, "'%s' must be a number (or a boolean, draft 4)", kex);
         }
@@ -1383,7 +1384,8 @@ static int gen_array(conv *c, const jval *s, const char *path) {
         sb_add(&c->g, " \"]\"\n", 5);
         return r;
     }
-    if (none && (size_t)mn > n) return cfail(c, path, "minItems %ld is more than the %zu tuple items ('%s': false)", mn, n, rkw), -1;
+    if (none && (size_t)mn > n)
+        return cfail(c, path, "minItems %ld is more than the %zu tuple items ('%s': false)", mn, n, rkw), -1;
     size_t ne = mx >= 0 && (size_t)mx < n ? (size_t)mx : n; /* tuple items that may appear */
     int *pr = pkv_calloc(n, sizeof *pr);
     if (!pr) return cfail(c, path, "out of memory"), -1;
@@ -1823,7 +1825,8 @@ static int gen_allof(conv *c, const jval *s, const jval *list, const char *path)
             } else if (!strcmp(k, "properties") && x->items[i]->k == JN_OBJ) {
                 const jval *pp = x->items[i];
                 for (size_t j = 0; j < pp->n && !c->err[0]; j++) {
-                    if (jget(&props, pp->keys[j])) cfail(c, pk, "property '%s' in two 'allOf' members is not supported", pp->keys[j]);
+                    if (jget(&props, pp->keys[j]))
+                        cfail(c, pk, "property '%s' in two 'allOf' members is not supported", pp->keys[j]);
                     else oom |= !view_push(&props, pp->keys[j], pp->items[j]);
                 }
             } else if (!strcmp(k, "required") && x->items[i]->k == JN_ARR) {
