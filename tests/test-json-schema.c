@@ -245,7 +245,17 @@ static void test_patterns(void) {
     refused("{'type':'string','pattern':'a{-1}'}", "/pattern", "not a quantifier");
     refused("{'type':'string','pattern':'a{2,1}'}", "/pattern", "maximum is below the minimum");
     refused("{'type':'string','pattern':'%q'}", "/pattern", "unknown escape");
-    refused("{'type':'string','pattern':'^a$','minLength':2}", "'pattern' with minLength", NULL);
+    /* lengths beside a pattern: accepted where the pattern implies them */
+    g = js("{'type':'string','pattern':'^[A-Z]{2}-%d{3}$','minLength':6,'maxLength':6}");
+    ACC(g, "'AB-123'"); REJ(g, "'AB-12'");
+    pkv_grammar_free(g);
+    g = js("{'type':'string','pattern':'^(ab|c)x?$','maxLength':3}");
+    ACC(g, "'abx'"); ACC(g, "'c'");
+    pkv_grammar_free(g);
+    refused("{'type':'string','pattern':'^a$','minLength':2}", "minLength 2 / maxLength none with 'pattern' is not supported",
+            "1 to 1 characters");
+    refused("{'type':'string','pattern':'^a+$','maxLength':5}", "'pattern' is not supported", "1 to any number of");
+    refused("{'type':'string','pattern':'^a{2}','maxLength':9}", "any number of", NULL); /* unanchored end */
     refused("{'properties':{'k':{'pattern':'(?i)x'}}}", "/properties/k/pattern", "'(?i'");
 }
 
@@ -289,7 +299,13 @@ static void test_formats(void) {
     ACC(g, "'00000000-0000-0000-0000-000000000000'");
     pkv_grammar_free(g);
     refused("{'type':'string','format':'email','pattern':'^x$'}", "'format' 'email' together with a 'pattern'", NULL);
-    refused("{'type':'string','format':'email','maxLength':20}", "'format' with minLength/maxLength", NULL);
+    g = js("{'type':'string','format':'email','maxLength':255}"); /* zod's .email().max(255): implied */
+    ACC(g, "'a@b.io'");
+    pkv_grammar_free(g);
+    g = js("{'type':'string','format':'uuid','minLength':36,'maxLength':36}");
+    ACC(g, "'123e4567-e89b-12d3-a456-426614174000'");
+    pkv_grammar_free(g);
+    refused("{'type':'string','format':'email','maxLength':20}", "maxLength 20 with 'format' is not supported", "6 to 239");
     refused("{'type':'string','format':'idn-email'}", "/format", "'idn-email' is not supported");
 }
 

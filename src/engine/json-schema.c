@@ -1111,16 +1111,34 @@ static bool rx_class(rx *x, sbuf *o) {
     return true;
 }
 
-static bool rx_alt(rx *x, sbuf *o, bool top);
+/* The lengths (in characters) of the strings a pattern matches; hi < 0: unbounded. */
+typedef struct rlen {
+    long lo, hi;
+} rlen;
 
-/* A quantifier after an atom, if any: written after it; false after an error. */
-static bool rx_quant(rx *x, sbuf *o) {
+#define RLEN_CAP 1000000000L
+
+static rlen rlen_times(rlen a, long m, long n) {
+    rlen r = {a.lo * m > RLEN_CAP ? RLEN_CAP : a.lo * m, 0};
+    if (n == 0 || a.hi == 0) r.hi = 0;
+    else if (n < 0 || a.hi < 0) r.hi = -1;
+    else r.hi = a.hi * n > RLEN_CAP ? RLEN_CAP : a.hi * n;
+    return r;
+}
+
+static bool rx_alt(rx *x, sbuf *o, bool top, rlen *len);
+
+/* A quantifier after an atom, if any: written after it, its counts in *qm, *qn (n < 0:
+ * unbounded; 1, 1 without one); false after an error. */
+static bool rx_quant(rx *x, sbuf *o, long *qm, long *qn) {
+    *qm = *qn = 1;
     if (x->s >= x->end) return true;
     char q = *x->s;
     long m, n;
     if (q == '*' || q == '+' || q == '?') {
         x->s++;
         sb_add(o, &q, 1);
+        *qm = q == '+', *qn = q == '?' ? 1 : -1;
     } else if (q == '{') {
         const char *at = x->s++;
         char *e;
@@ -1141,6 +1159,7 @@ static bool rx_quant(rx *x, sbuf *o) {
         if (n >= 0 && n < m) return rx_fail(x, "{%ld,%ld}: the maximum is below the minimum", m, n);
         if (n < 0) sb_printf(o, "{%ld,}", m);
         else sb_printf(o, "{%ld,%ld}", m, n);
+        *qm = m, *qn = n;
     } else {
         return true;
     }
@@ -1151,11 +1170,13 @@ static bool rx_quant(rx *x, sbuf *o) {
 }
 
 /* A sequence up to '|', ')' or the end. */
-static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor) {
+static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor, rlen *len) {
     bool any = false;
+    *len = (rlen){0, 0};
     while (x->s < x->end && *x->s != '|' && *x->s != ')') {
         sbuf a = {0};
         bool ok = true;
+        rlen al = {1, 1}; /* a character, or the group's */
         char ch = *x->s;
         if (ch == '$' && top && (x->s + 1 == x->end || x->s[1] == '|')) {
             x->s++; /* the end anchor */
@@ -1185,7 +1206,7 @@ static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor) {
             }
             if (ok) {
                 if (++x->depth > RX_MAX_NESTING) ok = rx_fail(x, "groups nested deeper than %d", RX_MAX_NESTING);
-                else ok = rx_alt(x, &a, false);
+                else ok = rx_alt(x, &a, false, &al);
                 x->depth--;
                 if (ok && (x->s >= x->end || *x->s != ')')) ok = rx_fail(x, "'(' without ')'");
                 if (ok) x->s++;
@@ -1214,7 +1235,11 @@ static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor) {
         if (ok) {
             sb_printf(o, "%s(%s)", any ? " " : "", a.p ? a.p : "\"\"");
             any = true;
-            ok = rx_quant(x, o);
+            long qm, qn;
+            ok = rx_quant(x, o, &qm, &qn);
+            al = rlen_times(al, qm, qn);
+            len->lo = len->lo + al.lo > RLEN_CAP ? RLEN_CAP : len->lo + al.lo;
+            len->hi = len->hi < 0 || al.hi < 0 ? -1 : len->hi + al.hi > RLEN_CAP ? RLEN_CAP : len->hi + al.hi;
         }
         if (a.oom) o->oom = true;
         pkv_free(a.p);
@@ -1227,14 +1252,18 @@ static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor) {
 /* Alternatives. top: the whole pattern, where each alternative may be anchored with
  * '^' and '$' and is unanchored otherwise (a JSON schema pattern matches anywhere in
  * the string: an unanchored side may hold any characters). */
-static bool rx_alt(rx *x, sbuf *o, bool top) {
+static bool rx_alt(rx *x, sbuf *o, bool top, rlen *len) {
     sb_add(o, "(", 1);
     for (bool first = true;; first = false) {
         if (!first) sb_add(o, " | ", 3);
         bool start = false;
         if (top && x->s < x->end && *x->s == '^') x->s++, start = true;
         sbuf seq = {0};
-        bool end = false, ok = rx_seq(x, &seq, top, &end);
+        rlen sl;
+        bool end = false, ok = rx_seq(x, &seq, top, &end, &sl);
+        if (top && (!start || !end)) sl.hi = -1; /* any characters around */
+        if (first) *len = sl;
+        else len->lo = sl.lo < len->lo ? sl.lo : len->lo, len->hi = sl.hi < 0 || len->hi < 0 ? -1 : sl.hi > len->hi ? sl.hi : len->hi;
         if (ok) sb_printf(o, "%s%s%s", start || !top ? "" : "char* ", seq.p, end || !top ? "" : " char*");
         if (seq.oom) o->oom = true;
         pkv_free(seq.p);
@@ -1247,12 +1276,16 @@ static bool rx_alt(rx *x, sbuf *o, bool top) {
     return true;
 }
 
-/* The grammar (inside the quotes of a JSON string) of pattern p at path. */
-static bool gen_pattern_body(conv *c, sbuf *o, const jval *p, const char *path) {
+/* The grammar (inside the quotes of a JSON string) of pattern p at path, and the
+ * lengths of the strings it matches (len may be NULL). */
+static bool gen_pattern_body(conv *c, sbuf *o, const jval *p, const char *path, rlen *len) {
     if (p->k != JN_STR) return cfail(c, path, "'pattern' must be a string");
     if (strlen(p->s) != p->slen) return cfail(c, path, "a pattern with a NUL character is not supported");
     rx x = {.c = c, .pat = p->s, .s = p->s, .end = p->s + p->slen, .path = path};
-    return rx_alt(&x, o, true);
+    rlen l;
+    bool ok = rx_alt(&x, o, true, &l);
+    if (len) *len = l;
+    return ok;
 }
 
 /* ---------------------------------------------------------- strings, arrays */
@@ -1260,9 +1293,11 @@ static bool gen_pattern_body(conv *c, sbuf *o, const jval *p, const char *path) 
 /* The formats: rules of the prelude (docs/engine.md says what each admits). */
 static const struct {
     const char *name, *rule;
+    long lo, hi; /* the lengths of the strings it admits, in characters */
 } formats[] = {
-    {"date", "date"},   {"time", "time"}, {"date-time", "datetime"}, {"uuid", "uuid"},         {"email", "email"},
-    {"uri", "uri"},     {"ipv4", "ipv4"}, {"ipv6", "ipv6"},          {"hostname", "hostname"},
+    {"date", "date", 10, 10},       {"time", "time", 9, 24},        {"date-time", "datetime", 20, 35},
+    {"uuid", "uuid", 36, 36},       {"email", "email", 6, 239},     {"uri", "uri", 5, 1760},
+    {"ipv4", "ipv4", 7, 15},        {"ipv6", "ipv6", 15, 39},       {"hostname", "hostname", 1, 191},
 };
 
 /* A format with a pattern beside it is one grammar only where one of the two admits
@@ -1289,23 +1324,37 @@ static const struct {
              "{1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$", false},
 };
 
+/* minLength/maxLength beside a pattern or format: accepted when every string the
+ * pattern or format admits already has such a length (zod's .email().max(255)),
+ * else refused: a grammar of both is not made. */
+static bool lengths_implied(conv *c, const char *path, const char *what, rlen l, long mn, long mx) {
+    if (mx >= 0 && mx < mn) return cfail(c, path, "maxLength %ld is below minLength %ld", mx, mn);
+    if (l.lo >= mn && (mx < 0 || (l.hi >= 0 && l.hi <= mx))) return true;
+    char hi[32], lim[32];
+    if (l.hi < 0) snprintf(hi, sizeof hi, "any number of");
+    else snprintf(hi, sizeof hi, "%ld", l.hi);
+    if (mx < 0) snprintf(lim, sizeof lim, "none");
+    else snprintf(lim, sizeof lim, "%ld", mx);
+    return cfail(c, path, "minLength %ld / maxLength %s with '%s' is not supported: its strings are %ld to %s characters "
+                          "long (a length is enforced beside a pattern or format only when they imply it)", mn, lim, what, l.lo, hi);
+}
+
 static int gen_string(conv *c, const jval *s, const char *path) {
     long mn, mx;
     if (!count_kw(c, s, "minLength", path, &mn, 0) || !count_kw(c, s, "maxLength", path, &mx, -1)) return -1;
     const jval *f = jget(s, "format"), *pat = jget(s, "pattern");
     const char *frule = NULL;
+    rlen flen = {0, -1};
     char p[1024];
     if (f) {
         path_join(p, sizeof p, path, "format");
         if (f->k != JN_STR) return cfail(c, p, "'format' must be a string"), -1;
         for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
-            if (!strcmp(f->s, formats[i].name)) frule = formats[i].rule;
+            if (!strcmp(f->s, formats[i].name)) frule = formats[i].rule, flen = (rlen){formats[i].lo, formats[i].hi};
         if (!frule)
             return cfail(c, p, "format '%s' is not supported (supported: date, time, date-time, uuid, email, uri, ipv4, "
                                "ipv6, hostname)", f->s), -1;
     }
-    if ((f || pat) && (jget(s, "minLength") || jget(s, "maxLength")))
-        return cfail(c, path, "'%s' with minLength/maxLength is not supported", f ? "format" : "pattern"), -1;
     if (f && pat) {
         size_t i = 0, n = sizeof format_patterns / sizeof *format_patterns;
         while (i < n && (strcmp(f->s, format_patterns[i].format) || pat->k != JN_STR || strcmp(pat->s, format_patterns[i].pattern)))
@@ -1316,10 +1365,13 @@ static int gen_string(conv *c, const jval *s, const char *path) {
         if (format_patterns[i].use_format) pat = NULL;
         else frule = NULL;
     }
+    bool lens = jget(s, "minLength") || jget(s, "maxLength");
     if (pat) {
         sbuf b = {0};
         path_join(p, sizeof p, path, "pattern");
-        bool ok = gen_pattern_body(c, &b, pat, p);
+        rlen pl = {0, -1};
+        bool ok = gen_pattern_body(c, &b, pat, p, &pl);
+        if (ok && lens && !lengths_implied(c, path, "pattern", pl, mn, mx)) ok = false;
         int r = -1;
         if (ok) {
             r = rule_id(c);
@@ -1329,6 +1381,7 @@ static int gen_string(conv *c, const jval *s, const char *path) {
         pkv_free(b.p);
         return r;
     }
+    if (frule && lens && !lengths_implied(c, path, "format", flen, mn, mx)) return -1;
     int r = rule_id(c);
     if (frule) {
         sb_printf(&c->g, "r%d ::= \"\\\"\" %s \"\\\"\"\n", r, frule);
@@ -1550,7 +1603,7 @@ static int gen_object(conv *c, const jval *s, const char *path) {
             int vr2 = gen(c, pprops->items[i], pk);
             if (vr2 < 0) break;
             sb_printf(&xb, "%s\"\\\"\" ", i ? " | " : "");
-            if (!gen_pattern_body(c, &xb, &pat, pk)) break;
+            if (!gen_pattern_body(c, &xb, &pat, pk, NULL)) break;
             sb_printf(&xb, " \"\\\"\" ws \":\" ws r%d ws", vr2);
         }
     } else if (extra) {
