@@ -443,6 +443,21 @@ static void grammar_seeds(void) {
         {"s-ref-pct", G_SCHEMA, "{\"$defs\":{\"a b\":{\"type\":\"string\"},\"c~d/e\":{}},"
                                "\"anyOf\":[{\"$ref\":\"#/$defs/a%20b\"},{\"$ref\":\"#/$defs/c~0d~1e\"}]}"},
         {"s-any", G_SCHEMA, "{}"},
+        /* ranges, multiples, patterns, formats, tuples, records, allOf, nullable */
+        {"s-int-range", G_SCHEMA, "{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}"},
+        {"s-int-mult", G_SCHEMA, "{\"type\":\"integer\",\"exclusiveMinimum\":-50,\"maximum\":1234,\"multipleOf\":7}"},
+        {"s-num-range", G_SCHEMA, "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":100,\"nullable\":true}"},
+        {"s-pattern", G_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^(?:[A-Z]{2}|x+?)-\\\\d{3}[^\\\\s\\\"]*(a|b|)$\"}"},
+        {"s-pattern-open", G_SCHEMA, "{\"pattern\":\"[.][\\\\]-]{2,}|^\\\\u00e9.?$\"}"},
+        {"s-formats", G_SCHEMA, "{\"prefixItems\":[{\"format\":\"email\"},{\"format\":\"uri\"},{\"format\":\"ipv4\"},"
+                               "{\"format\":\"ipv6\"},{\"format\":\"hostname\"},{\"format\":\"date\"}],\"items\":false}"},
+        {"s-tuple7", G_SCHEMA, "{\"items\":[{\"type\":\"integer\"},{\"const\":1}],\"additionalItems\":{\"type\":\"null\"},"
+                              "\"minItems\":1,\"maxItems\":4}"},
+        {"s-record", G_SCHEMA, "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]{1,3}$\"},"
+                              "\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0}}"},
+        {"s-pattern-props", G_SCHEMA, "{\"properties\":{\"id\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"boolean\"}}}"},
+        {"s-allof-merge", G_SCHEMA, "{\"allOf\":[{\"properties\":{\"a\":{}},\"required\":[\"a\"]},{\"$ref\":\"#/$defs/b\"}],"
+                                   "\"$defs\":{\"b\":{\"type\":\"object\",\"properties\":{\"b\":{\"$ref\":\"#\"}}}}}"},
     };
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) gram_put(one[i].name, one[i].flags, one[i].text, strlen(one[i].text));
 
@@ -472,6 +487,8 @@ static void grammar_seeds(void) {
               "{\"type\":\"boolean\"}", "}}");
     gram_nest("s-const-100000", G_SCHEMA, 100000, "{\"const\":", "[", "1", "]");
     gram_nest("s-json-100000", G_SCHEMA, 100000, "", "[", "", "]");
+    gram_nest("s-nullable-100000", G_SCHEMA, 100000, "", "{\"nullable\":true,\"items\":", "{}", "}");
+    gram_nest("s-prefix-100000", G_SCHEMA, 100000, "", "{\"prefixItems\":[", "{}", "]}");
     /* $ref: "#" at every level of a deep schema; chains of 1000 and 20 definitions */
     gram_nest("s-ref-nest-60000", G_SCHEMA, 60000, "", "{\"$ref\":\"#\",\"x\":", "{}", "}");
     gram_nest("s-ref-anyof-30", G_SCHEMA, 30, "", "{\"anyOf\":[{\"$ref\":\"#\"},", "{\"type\":\"null\"}", "]}");
@@ -491,6 +508,12 @@ static void grammar_seeds(void) {
         for (int i = 0; i < 5000; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\"v%d\"", i ? "," : "", i);
         n += (size_t)snprintf(buf + n, sizeof buf - n, "]}");
         gram_put("s-enum-5000", G_SCHEMA, buf, n);
+        /* a pattern with groups nested past its limit (32) */
+        n = (size_t)snprintf(buf, sizeof buf, "{\"pattern\":\"");
+        for (int i = 0; i < 40; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, "(a|");
+        for (int i = 0; i < 40; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, ")*");
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "\"}");
+        gram_put("s-pattern-groups-40", G_SCHEMA, buf, n);
         /* a chain of 3000 rules, each the next one twice */
         n = (size_t)snprintf(buf, sizeof buf, "root ::= r0\n");
         for (int i = 0; i < 3000; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, "r%d ::= r%d r%d?\n", i, i + 1, i + 1);

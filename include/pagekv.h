@@ -1352,8 +1352,9 @@ pkv_grammar *pkv_grammar_from_gbnf(const char *text, size_t len);
 /* A JSON schema (JSON text of len bytes) as a grammar for JSON documents it
  * accepts: OpenAI's response_format json_schema and tool parameters. The subset,
  * what is refused and the whitespace bound are in docs/engine.md. Errors name the
- * JSON pointer of the offending place, e.g. "json schema: /properties/age/pattern:
- * keyword 'pattern' is not supported". {"type":"object"} is any JSON object
+ * JSON pointer of the offending place and the construct, e.g. "json schema:
+ * /properties/code/pattern: pattern at offset 1: lookahead '(?=' is not
+ * supported". {"type":"object"} is any JSON object
  * (response_format json_object); {} (or true) is any JSON value. */
 pkv_grammar *pkv_grammar_from_json_schema(const char *schema, size_t len);
 void pkv_grammar_free(pkv_grammar *g);

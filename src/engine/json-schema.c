@@ -6,7 +6,10 @@
  * The generated grammar has fixed primitive rules (ws, string, number, ...) and
  * one rule per schema node. Every keyword is either applied, or known to be an
  * annotation (title, description, ...), or refused with its JSON pointer: a
- * schema is never silently less constrained than it says. */
+ * schema is never silently less constrained than it says. Sections: the JSON DOM,
+ * the converter's helpers, integer and number ranges (digit-range grammars),
+ * patterns (ECMA regex to grammar), strings and arrays, objects, references and
+ * allOf, the dispatcher, the fixed rules. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -295,7 +298,7 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
         b->oom = true;
         return;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n); /* s may be an empty buffer's NULL */
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -334,11 +337,14 @@ typedef struct conv {
     int *ref_rule;
     int n_refs;
     int depth;
+    const jval *nullable_done; /* the schema whose 'nullable' is being applied */
 } conv;
 
 /* SCHEMA_MAX_ENUM: each value is an alternative the matcher keeps a parse stack for
  * at the start, well below PKV_GRAMMAR_MAX_STACKS */
 enum { SCHEMA_MAX_DEPTH = 64, SCHEMA_MAX_COUNT = 100000, SCHEMA_MAX_REFS = 4096, SCHEMA_MAX_ENUM = 4096 };
+/* listed properties x key schemas (patternProperties, propertyNames) checked against each other */
+enum { SCHEMA_MAX_KEY_CHECKS = 65536 };
 
 /* Append s (n bytes) to a GBNF string literal body. */
 static void gbnf_lit(sbuf *b, const char *s, size_t n) {
@@ -435,7 +441,9 @@ static const char *const annotations[] = {"title", "description", "$schema", "$i
                                           "deprecated", "readOnly", "writeOnly", "$defs", "definitions", NULL};
 static const char *const applied[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties",
                                       "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
-                                      "maxLength", "format", NULL};
+                                      "maxLength", "format", "minimum", "maximum", "exclusiveMinimum",
+                                      "exclusiveMaximum", "multipleOf", "pattern", "prefixItems", "additionalItems",
+                                      "propertyNames", "patternProperties", "nullable", NULL};
 
 static bool in_list(const char *const *l, const char *k) {
     for (; *l; l++)
@@ -472,25 +480,911 @@ static void repeat_sep(sbuf *out, const char *x, const char *sep, long m, long n
     if (m == 0) sb_add(out, ")?", 2);
 }
 
+/* ------------------------------------------------- integer and number ranges */
+
+/* Integers are written with at most 16 digits (the prelude's integer rule), so
+ * every bound is clamped to +-(10^16 - 1) and fits int64. */
+#define INT_LIMIT 9999999999999999ll
+enum { INT_DIGITS = 16, SCHEMA_MAX_MULTIPLE = 100 };
+
+/* Digit strings of one length between two bounds (as strings), optionally with the
+ * value a multiple of m: the ranges are built digit by digit (a bound stays "tight"
+ * along its own digits, everything else is free digits), so a 16-digit range takes
+ * O(16^2) grammar text; the multiple adds rules "k free digits, remainder r". */
+typedef struct digits {
+    conv *c;
+    long m;         /* modulus; 1: none */
+    int *free_rule; /* [(INT_DIGITS + 1) * m]: rule of k free digits from remainder r, 0: not made */
+    bool *ok;       /* [(INT_DIGITS + 1) * m]: k free digits from remainder r can end at remainder 0 */
+} digits;
+
+static void digit_class(sbuf *o, unsigned mask) {
+    sb_add(o, "[", 1);
+    for (int d = 0; d < 10;) {
+        if (!(mask >> d & 1)) {
+            d++;
+            continue;
+        }
+        int e = d;
+        while (e + 1 < 10 && mask >> (e + 1) & 1) e++;
+        if (e == d) sb_printf(o, "%d", d);
+        else sb_printf(o, "%d-%d", d, e);
+        d = e + 1;
+    }
+    sb_add(o, "]", 1);
+}
+
+/* k free digits from remainder r: appended to o (space first); false if none can end. */
+static bool dg_free(digits *g, sbuf *o, int k, long r) {
+    if (g->m == 1) {
+        if (k) sb_printf(o, " [0-9]{%d}", k);
+        return true;
+    }
+    if (!g->ok[k * g->m + r]) return false;
+    if (!k) return true;
+    int *fr = &g->free_rule[k * g->m + r];
+    if (!*fr) {
+        sbuf b = {0};
+        bool first = true;
+        for (long s = 0; s < g->m; s++) {
+            unsigned mask = 0;
+            for (int d = 0; d < 10; d++)
+                if ((10 * r + d) % g->m == s) mask |= 1u << d;
+            if (!mask || !g->ok[(k - 1) * g->m + s]) continue;
+            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
+            first = false;
+            digit_class(&b, mask);
+            dg_free(g, &b, k - 1, s);
+        }
+        *fr = rule_id(g->c);
+        sb_printf(&g->c->g, "r%d ::= %s\n", *fr, b.p ? b.p : "\"\"");
+        if (b.oom) g->c->g.oom = true;
+        pkv_free(b.p);
+    }
+    sb_printf(o, " r%d", *fr);
+    return true;
+}
+
+/* Alternatives "d rest" for digits lo..hi at this position, grouped by the remainder
+ * they lead to; appended to o with " | " between (first: nothing written yet). */
+static void dg_spread(digits *g, sbuf *o, bool *first, int lo, int hi, int k, long r) {
+    for (long s = 0; s < g->m && lo <= hi; s++) {
+        unsigned mask = 0;
+        for (int d = lo; d <= hi; d++)
+            if ((10 * r + d) % g->m == s) mask |= 1u << d;
+        if (!mask) continue;
+        sbuf t = {0};
+        digit_class(&t, mask);
+        if (dg_free(g, &t, k, s) && t.p) {
+            sb_add(o, *first ? "" : " | ", *first ? 0 : 3);
+            *first = false;
+            sb_add(o, t.p, t.n);
+        }
+        if (t.oom) o->oom = true;
+        pkv_free(t.p);
+    }
+}
+
+static bool all_of(const char *s, char ch) {
+    for (; *s; s++)
+        if (*s != ch) return false;
+    return true;
+}
+
+/* Digits of x..y (same length, as strings) from position pos with remainder r so far;
+ * tl/th: still equal to x's / y's digits. Appended to o (space first); false if empty. */
+static bool dg_range(digits *g, sbuf *o, const char *x, const char *y, int pos, long r, bool tl, bool th) {
+    int len = (int)strlen(x), k = len - pos;
+    if (!k) return g->m == 1 || r == 0;
+    if (!tl && !th) return dg_free(g, o, k, r);
+    if (g->m == 1 && (!tl || all_of(x + pos, '0')) && (!th || all_of(y + pos, '9'))) return dg_free(g, o, k, r);
+    int lo = tl ? x[pos] - '0' : 0, hi = th ? y[pos] - '0' : 9;
+    int tight[2], nt = 0;
+    if (tl) tight[nt++] = lo;
+    if (th && !(tl && hi == lo)) tight[nt++] = hi;
+    sbuf b = {0};
+    bool first = true;
+    for (int i = 0; i < nt; i++) {
+        int d = tight[i];
+        bool ntl = tl && d == lo, nth = th && d == hi;
+        sbuf t = {0};
+        sb_printf(&t, "\"%d\"", d);
+        if (dg_range(g, &t, x, y, pos + 1, (10 * r + d) % g->m, ntl, nth)) {
+            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
+            first = false;
+            sb_add(&b, t.p, t.n);
+        }
+        if (t.oom) b.oom = true;
+        pkv_free(t.p);
+    }
+    dg_spread(g, &b, &first, tl ? lo + 1 : lo, th ? hi - 1 : hi, k - 1, r);
+    if (!first) sb_printf(o, " (%s)", b.p);
+    if (b.oom) o->oom = true;
+    pkv_free(b.p);
+    return !first;
+}
+
+static int ndig(int64_t v) {
+    int n = 1;
+    for (; v >= 10; v /= 10) n++;
+    return n;
+}
+
+static int64_t pow10i(int n) {
+    int64_t p = 1;
+    while (n-- > 0) p *= 10;
+    return p;
+}
+
+/* Alternatives (" | " between) for the decimal digits of lo..hi, 0 <= lo <= hi <=
+ * INT_LIMIT, no leading zeros; false if none (a multiple that does not occur). */
+static bool dg_uint(digits *g, sbuf *alts, int64_t lo, int64_t hi) {
+    bool first = true;
+    for (int len = ndig(lo); lo <= hi && len <= ndig(hi); len++) {
+        int64_t x = len == ndig(lo) ? lo : pow10i(len - 1), y = len == ndig(hi) ? hi : pow10i(len) - 1;
+        char xs[24], ys[24];
+        snprintf(xs, sizeof xs, "%lld", (long long)x);
+        snprintf(ys, sizeof ys, "%lld", (long long)y);
+        sbuf t = {0};
+        if (dg_range(g, &t, xs, ys, 0, 0, true, true) && t.p) {
+            sb_add(alts, first ? "" : " | ", first ? 0 : 3);
+            first = false;
+            sb_add(alts, t.p, t.n);
+        }
+        if (t.oom) alts->oom = true;
+        pkv_free(t.p);
+    }
+    return !first;
+}
+
+static bool dg_init(digits *g, conv *c, long m) {
+    memset(g, 0, sizeof *g);
+    g->c = c;
+    g->m = m;
+    if (m == 1) return true;
+    size_t n = (size_t)(INT_DIGITS + 1) * (size_t)m;
+    g->free_rule = pkv_calloc(n, sizeof *g->free_rule);
+    g->ok = pkv_calloc(n, sizeof *g->ok);
+    if (!g->free_rule || !g->ok) return false;
+    g->ok[0] = true;
+    for (int k = 1; k <= INT_DIGITS; k++)
+        for (long r = 0; r < m; r++)
+            for (int d = 0; d < 10 && !g->ok[k * m + r]; d++) g->ok[k * m + r] = g->ok[(k - 1) * m + (10 * r + d) % m];
+    return true;
+}
+
+static void dg_free_all(digits *g) {
+    pkv_free(g->free_rule);
+    pkv_free(g->ok);
+}
+
+/* One bound of a number: inclusive or exclusive, from minimum/maximum and the
+ * exclusive keywords (a number since draft 6, a boolean in draft 4 and OpenAPI 3.0). */
+typedef struct bound {
+    bool set, excl;
+    double v;
+    const char *kw; /* the keyword it came from, for messages */
+} bound;
+
+static bool read_bound(conv *c, const jval *s, const char *path, bool upper, bound *b) {
+    const char *kin = upper ? "maximum" : "minimum", *kex = upper ? "exclusiveMaximum" : "exclusiveMinimum";
+    const jval *in = jget(s, kin), *ex = jget(s, kex);
+    char p[1024];
+    memset(b, 0, sizeof *b);
+    if (in) {
+        path_join(p, sizeof p, path, kin);
+        if (in->k != JN_NUM) return cfail(c, p, "'%s' must be a number", kin);
+        *b = (bound){.set = true, .v = in->num, .kw = kin};
+    }
+    if (ex) {
+        path_join(p, sizeof p, path, kex);
+        if (ex->k == JN_BOOL) {
+            if (ex->b && !in) return cfail(c, p, "'%s': true needs '%s' beside it", kex, kin);
+            if (ex->b) b->excl = true, b->kw = kex;
+        } else if (ex->k == JN_NUM) {
+            /* both given: the stricter one applies */
+            if (!b->set || (upper ? ex->num <= b->v : ex->num >= b->v))
+                *b = (bound){.set = true, .excl = true, .v = ex->num, .kw = kex};
+        } else {
+            return cfail(c, p, "'%s' must be a number (or a boolean, draft 4)", kex);
+        }
+    }
+    return true;
+}
+
+/* OpenAPI's number formats: int32 narrows the bounds; int64, float and double say
+ * nothing the grammar's 16 digits do not already; any other is refused. */
+static bool num_format(conv *c, const jval *s, const char *path, bound *lo, bound *hi) {
+    const jval *f = jget(s, "format");
+    if (!f) return true;
+    char p[1024];
+    path_join(p, sizeof p, path, "format");
+    if (f->k != JN_STR) return cfail(c, p, "'format' must be a string");
+    if (!strcmp(f->s, "int32")) {
+        if (!lo->set || lo->v < -2147483648.0) *lo = (bound){.set = true, .v = -2147483648.0, .kw = "format"};
+        if (!hi->set || hi->v > 2147483647.0) *hi = (bound){.set = true, .v = 2147483647.0, .kw = "format"};
+        return true;
+    }
+    if (!strcmp(f->s, "int64") || !strcmp(f->s, "float") || !strcmp(f->s, "double")) return true;
+    return cfail(c, p, "format '%s' on a number is not supported (supported: int32, int64, float, double)", f->s);
+}
+
+static bool read_multiple(conv *c, const jval *s, const char *path, long *m) {
+    const jval *v = jget(s, "multipleOf");
+    *m = 1;
+    if (!v) return true;
+    char p[1024];
+    path_join(p, sizeof p, path, "multipleOf");
+    if (v->k != JN_NUM || !(v->num > 0)) return cfail(c, p, "'multipleOf' must be a number above 0");
+    if (floor(v->num) != v->num)
+        return cfail(c, p, "'multipleOf' %s is not supported: only integer multiples are enforced", v->s);
+    if (v->num > SCHEMA_MAX_MULTIPLE)
+        return cfail(c, p, "'multipleOf' %s is above the limit of %d (each remainder is a grammar rule per digit)", v->s,
+                     SCHEMA_MAX_MULTIPLE);
+    *m = (long)v->num;
+    return true;
+}
+
+/* The rule of the integers allowed by s's bounds and multipleOf. */
+static int gen_integer(conv *c, const jval *s, const char *path) {
+    bound blo, bhi;
+    long m;
+    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m) ||
+        !num_format(c, s, path, &blo, &bhi))
+        return -1;
+    int r;
+    if (!blo.set && !bhi.set && m == 1) {
+        r = rule_id(c);
+        sb_printf(&c->g, "r%d ::= integer\n", r);
+        return r;
+    }
+    /* the smallest and largest integer inside the bounds, clamped to 16 digits */
+    double lo = !blo.set ? -1e300 : blo.excl ? floor(blo.v) + 1 : ceil(blo.v);
+    double hi = !bhi.set ? 1e300 : bhi.excl ? ceil(bhi.v) - 1 : floor(bhi.v);
+    if (lo > (double)INT_LIMIT || hi < -(double)INT_LIMIT || lo > hi)
+        return cfail(c, path, "no integer of at most 16 digits satisfies the bounds ('%s', '%s')",
+                     blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-"), -1;
+    int64_t ilo = lo < -(double)INT_LIMIT ? -INT_LIMIT : (int64_t)lo, ihi = hi > (double)INT_LIMIT ? INT_LIMIT : (int64_t)hi;
+    digits g;
+    sbuf alts = {0}, neg = {0};
+    r = -1;
+    if (!dg_init(&g, c, m)) {
+        cfail(c, path, "out of memory");
+        goto out;
+    }
+    bool any = ihi >= 0 && dg_uint(&g, &alts, ilo > 0 ? ilo : 0, ihi);
+    if (ilo < 0 && dg_uint(&g, &neg, ihi < -1 ? -ihi : 1, -ilo)) {
+        sb_printf(&alts, "%s\"-\" (%s)", any ? " | " : "", neg.p);
+        any = true;
+    }
+    if (!any) {
+        cfail(c, path, "no integer in [%lld, %lld] is a multiple of %ld", (long long)ilo, (long long)ihi, m);
+        goto out;
+    }
+    r = rule_id(c);
+    sb_printf(&c->g, "r%d ::= %s\n", r, alts.p);
+    if (alts.oom || neg.oom) c->g.oom = true;
+out:
+    dg_free_all(&g);
+    pkv_free(alts.p);
+    pkv_free(neg.p);
+    return r;
+}
+
+/* Fraction parts of a number: any, zero (or none), or with a nonzero digit. */
+#define FRAC_ANY " (\".\" [0-9]{1,16})?"
+#define FRAC_ZERO " (\".\" \"0\"{1,16})?"
+#define FRAC_NONZERO " \".\" \"0\"{0,15} [1-9] [0-9]{0,15}"
+
+/* One piece of a bounded number: sign, integer part in [a, b], fraction. */
+static void num_piece(digits *g, sbuf *o, bool *first, bool neg, int64_t a, int64_t b, const char *frac) {
+    if (a > b) return;
+    sbuf t = {0};
+    if (!dg_uint(g, &t, a, b)) return;
+    sb_printf(o, "%s%s(%s)%s", *first ? "" : " | ", neg ? "\"-\" " : "", t.p, frac);
+    *first = false;
+    if (t.oom) o->oom = true;
+    pkv_free(t.p);
+}
+
+/* The pieces of u = I + f >= 0 (I the integer part, f the fraction) within integer
+ * bounds lo..hi: I strictly inside with any fraction, I = lo with a nonzero fraction
+ * when lo is exclusive, I = hi with a zero fraction when hi is inclusive. neg: the
+ * pieces are written with "-" (u = -value), and -0 itself is left out. */
+static void num_pieces(digits *g, sbuf *o, bool *first, bool neg, bool has_lo, int64_t lo, bool lo_excl, bool has_hi,
+                       int64_t hi, bool hi_excl) {
+    int64_t a = has_lo ? (lo_excl ? lo + 1 : lo) : 0, b = has_hi ? hi - 1 : INT_LIMIT;
+    if (a < 0) a = 0;
+    if (neg && a == 0) {
+        if (b >= 0) num_piece(g, o, first, neg, 0, 0, FRAC_NONZERO);
+        a = 1;
+    }
+    num_piece(g, o, first, neg, a, b, FRAC_ANY);
+    if (has_lo && lo_excl && lo >= 0 && (!has_hi || lo < hi)) num_piece(g, o, first, neg, lo, lo, FRAC_NONZERO);
+    if (has_hi && !hi_excl && hi >= (neg ? 1 : 0) && (!has_lo || hi > lo || (hi == lo && !lo_excl)))
+        num_piece(g, o, first, neg, hi, hi, FRAC_ZERO);
+}
+
+/* The rule of the numbers allowed by s's bounds (integer bounds only, exactly; no
+ * exponent is written when bounds are given). multipleOf makes it an integer. */
+static int gen_number(conv *c, const jval *s, const char *path) {
+    bound blo, bhi;
+    long m;
+    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m) ||
+        !num_format(c, s, path, &blo, &bhi))
+        return -1;
+    if (jget(s, "multipleOf")) return gen_integer(c, s, path);
+    int r;
+    if (!blo.set && !bhi.set) {
+        r = rule_id(c);
+        sb_printf(&c->g, "r%d ::= number\n", r);
+        return r;
+    }
+    for (int i = 0; i < 2; i++) {
+        bound *b = i ? &bhi : &blo;
+        if (b->set && floor(b->v) != b->v) {
+            char p[1024];
+            path_join(p, sizeof p, path, b->kw);
+            return cfail(c, p, "'%s' %g on a number is not supported: a number's bounds are enforced only when they are integers",
+                         b->kw, b->v), -1;
+        }
+    }
+    /* bounds beyond 16 digits are no bound (the grammar writes at most 16) */
+    bool has_lo = blo.set && blo.v >= -(double)INT_LIMIT, has_hi = bhi.set && bhi.v <= (double)INT_LIMIT;
+    if ((blo.set && blo.v > (double)INT_LIMIT) || (bhi.set && bhi.v < -(double)INT_LIMIT))
+        return cfail(c, path, "no number with at most 16 integer digits satisfies the bounds"), -1;
+    int64_t lo = has_lo ? (int64_t)blo.v : 0, hi = has_hi ? (int64_t)bhi.v : 0;
+    digits g;
+    dg_init(&g, c, 1);
+    sbuf o = {0};
+    bool first = true;
+    num_pieces(&g, &o, &first, false, has_lo, lo, blo.excl, has_hi, hi, bhi.excl);
+    num_pieces(&g, &o, &first, true, has_hi, -hi, bhi.excl, has_lo, -lo, blo.excl);
+    r = -1;
+    if (first) {
+        cfail(c, path, "no number satisfies the bounds ('%s', '%s')", blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-");
+    } else {
+        r = rule_id(c);
+        sb_printf(&c->g, "r%d ::= %s\n", r, o.p);
+    }
+    if (o.oom) c->g.oom = true;
+    pkv_free(o.p);
+    return r;
+}
+
+/* ------------------------------------------------------------- patterns */
+
+/* An ECMA-262 regular expression (the subset below) as a grammar over the JSON text
+ * of the string: characters that JSON escapes ('"', '\' and controls) are written as
+ * their escapes. A character set is a list of code point ranges. */
+enum { RX_MAX_RANGES = 512, RX_MAX_REPEAT = 1000, RX_MAX_NESTING = 32 };
+
+typedef struct cset {
+    uint32_t lo[RX_MAX_RANGES], hi[RX_MAX_RANGES];
+    int n;
+    bool no_controls; /* made by negation (., [^...], \D \W \S): controls are not written */
+} cset;
+
+typedef struct rx {
+    conv *c;
+    const char *pat, *s, *end, *path;
+    int depth;
+} rx;
+
+static bool rx_fail(rx *x, const char *fmt, ...) PKV_PRINTF(2, 3);
+static bool rx_fail(rx *x, const char *fmt, ...) {
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return cfail(x->c, x->path, "pattern at offset %zu: %s", (size_t)(x->s - x->pat), msg);
+}
+
+static void cs_add(cset *cs, uint32_t lo, uint32_t hi) {
+    if (cs->n < RX_MAX_RANGES) cs->lo[cs->n] = lo, cs->hi[cs->n++] = hi;
+}
+
+/* Sorted, merged ranges. */
+static void cs_norm(cset *cs) {
+    for (int i = 1; i < cs->n; i++)
+        for (int j = i; j > 0 && cs->lo[j] < cs->lo[j - 1]; j--) {
+            uint32_t a = cs->lo[j], b = cs->hi[j];
+            cs->lo[j] = cs->lo[j - 1], cs->hi[j] = cs->hi[j - 1];
+            cs->lo[j - 1] = a, cs->hi[j - 1] = b;
+        }
+    int k = 0;
+    for (int i = 0; i < cs->n; i++) {
+        if (k && cs->lo[i] <= cs->hi[k - 1] + 1) {
+            if (cs->hi[i] > cs->hi[k - 1]) cs->hi[k - 1] = cs->hi[i];
+        } else {
+            cs->lo[k] = cs->lo[i], cs->hi[k++] = cs->hi[i];
+        }
+    }
+    cs->n = k;
+}
+
+static void cs_negate(cset *cs) {
+    cs_norm(cs);
+    cset o = {.no_controls = true};
+    uint32_t at = 0;
+    for (int i = 0; i < cs->n; i++) {
+        if (cs->lo[i] > at) cs_add(&o, at, cs->lo[i] - 1);
+        at = cs->hi[i] + 1;
+    }
+    if (at <= 0x10ffff) cs_add(&o, at, 0x10ffff);
+    *cs = o;
+}
+
+/* \d \w \s (upper case: negated) into cs. */
+static void cs_class(cset *cs, char e) {
+    cset t = {0};
+    switch (e | 0x20) {
+    case 'd': cs_add(&t, '0', '9'); break;
+    case 'w':
+        cs_add(&t, '0', '9'), cs_add(&t, 'A', 'Z'), cs_add(&t, 'a', 'z'), cs_add(&t, '_', '_');
+        break;
+    default: /* ECMA's white space and line terminators */
+        cs_add(&t, 9, 13), cs_add(&t, ' ', ' '), cs_add(&t, 0xa0, 0xa0), cs_add(&t, 0x1680, 0x1680);
+        cs_add(&t, 0x2000, 0x200a), cs_add(&t, 0x2028, 0x2029), cs_add(&t, 0x202f, 0x202f);
+        cs_add(&t, 0x205f, 0x205f), cs_add(&t, 0x3000, 0x3000), cs_add(&t, 0xfeff, 0xfeff);
+        break;
+    }
+    if (e >= 'A' && e <= 'Z') cs_negate(&t);
+    for (int i = 0; i < t.n; i++) cs_add(cs, t.lo[i], t.hi[i]);
+    if (t.no_controls) cs->no_controls = true;
+}
+
+static void class_char(sbuf *o, uint32_t c) {
+    if (c < 0x80) sb_printf(o, "\\x%02x", (unsigned)c);
+    else if (c < 0x10000) sb_printf(o, "\\u%04x", (unsigned)c);
+    else sb_printf(o, "\\U%08x", (unsigned)c);
+}
+
+/* The JSON text of code point c inside a string, as a GBNF literal. */
+static void json_char_lit(sbuf *o, uint32_t c) {
+    char t[8];
+    size_t n;
+    const char *shortesc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                         : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+    if (shortesc) memcpy(t, shortesc, n = 2);
+    else if (c < 0x20) n = (size_t)snprintf(t, sizeof t, "\\u%04x", (unsigned)c);
+    else n = put_utf8(t, c);
+    sb_add(o, "\"", 1);
+    gbnf_lit(o, t, n);
+    sb_add(o, "\"", 1);
+}
+
+/* The set as a grammar expression; false if it is empty. */
+static bool cs_emit(sbuf *o, cset *cs) {
+    static const uint32_t cut_lo[4] = {0, 0x22, 0x5c, 0xd800}, cut_hi[4] = {0x1f, 0x22, 0x5c, 0xdfff};
+    cs_norm(cs);
+    sbuf cls = {0}, alt = {0};
+    for (int i = 0; i < cs->n; i++) {
+        uint32_t lo = cs->lo[i], hi = cs->hi[i], a = lo;
+        /* '"', '\' and controls as their escapes (controls not from a negation) */
+        for (uint32_t c = lo; c <= hi && c < 0x60; c++)
+            if ((c < 0x20 && !cs->no_controls) || c == 0x22 || c == 0x5c) {
+                sb_add(&alt, " | ", 3);
+                json_char_lit(&alt, c);
+            }
+        for (int k = 0; k < 4 && a <= hi; k++) { /* the rest as a class, around those and the surrogates */
+            if (cut_hi[k] < a) continue;
+            if (cut_lo[k] > hi) break;
+            if (cut_lo[k] > a) {
+                class_char(&cls, a);
+                if (cut_lo[k] - 1 > a) sb_add(&cls, "-", 1), class_char(&cls, cut_lo[k] - 1);
+            }
+            a = cut_hi[k] + 1;
+        }
+        if (a <= hi) {
+            class_char(&cls, a);
+            if (hi > a) sb_add(&cls, "-", 1), class_char(&cls, hi);
+        }
+    }
+    bool any = cls.n || alt.n;
+    if (any) {
+        sb_add(o, "(", 1);
+        if (cls.n) sb_printf(o, "[%s]", cls.p);
+        if (alt.n) sb_add(o, cls.n ? alt.p : alt.p + 3, cls.n ? alt.n : alt.n - 3);
+        sb_add(o, ")", 1);
+    }
+    if (cls.oom || alt.oom) o->oom = true;
+    pkv_free(cls.p);
+    pkv_free(alt.p);
+    return any;
+}
+
+/* A UTF-8 character of the pattern; -1 if malformed. */
+static int64_t rx_utf8(rx *x) {
+    const unsigned char *s = (const unsigned char *)x->s;
+    size_t left = (size_t)(x->end - x->s);
+    int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (!n || (size_t)n > left) return -1;
+    uint32_t c = n == 1 ? s[0] : n == 2 ? s[0] & 0x1fu : n == 3 ? s[0] & 0x0fu : s[0] & 0x07u;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return -1;
+        c = c << 6 | (s[i] & 0x3fu);
+    }
+    x->s += n;
+    return c;
+}
+
+static int64_t rx_hex(rx *x, int n) {
+    uint32_t v = 0;
+    for (int i = 0; i < n; i++) {
+        int d = x->s + i < x->end ? hexv(x->s[i]) : -1;
+        if (d < 0) return -1;
+        v = v * 16 + (uint32_t)d;
+    }
+    x->s += n;
+    return v;
+}
+
+/* An escape after '\' (x->s at the letter): a code point, or -2 with a class added to
+ * cs (\d \w \s and negations), or -1 after an error. in_class: '\b' is backspace. */
+static int64_t rx_escape(rx *x, cset *cs, bool in_class) {
+    if (x->s >= x->end) return rx_fail(x, "'\\' at the end"), -1;
+    char e = *x->s;
+    if (strchr("dDwWsS", e)) {
+        x->s++;
+        cs_class(cs, e);
+        return -2;
+    }
+    if (e == 'b' && in_class) return x->s++, '\b';
+    if (e == 'b' || e == 'B') return rx_fail(x, "word boundary '\\%c' is not supported", e), -1;
+    if (e >= '1' && e <= '9') return rx_fail(x, "backreference '\\%c' is not supported", e), -1;
+    if (e == 'k') return rx_fail(x, "named backreference '\\k' is not supported"), -1;
+    if (e == 'p' || e == 'P') return rx_fail(x, "Unicode property escape '\\%c' is not supported", e), -1;
+    if (e == 'c') return rx_fail(x, "control escape '\\c' is not supported"), -1;
+    x->s++;
+    switch (e) {
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    case 'f': return '\f';
+    case 'v': return '\v';
+    case '0': return 0;
+    case 'x': {
+        int64_t v = rx_hex(x, 2);
+        return v < 0 ? (rx_fail(x, "'\\x' needs 2 hex digits"), -1) : v;
+    }
+    case 'u': {
+        if (x->s < x->end && *x->s == '{') return rx_fail(x, "'\\u{...}' (the u flag) is not supported"), -1;
+        int64_t v = rx_hex(x, 4);
+        if (v < 0) return rx_fail(x, "'\\u' needs 4 hex digits"), -1;
+        if (v >= 0xd800 && v < 0xdc00 && x->end - x->s >= 6 && x->s[0] == '\\' && x->s[1] == 'u') {
+            const char *at = x->s;
+            x->s += 2;
+            int64_t lo = rx_hex(x, 4);
+            if (lo >= 0xdc00 && lo < 0xe000) return 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
+            x->s = at;
+        }
+        if (v >= 0xd800 && v < 0xe000) return rx_fail(x, "a lone surrogate '\\u%04x' is not supported", (unsigned)v), -1;
+        return v;
+    }
+    default:
+        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z'))
+            return x->s--, rx_fail(x, "unknown escape '\\%c'", e), -1;
+        x->s--;
+        return rx_utf8(x); /* an escaped punctuation character is itself */
+    }
+}
+
+/* [...] at x->s (after '['). */
+static bool rx_class(rx *x, sbuf *o) {
+    cset cs = {0};
+    bool neg = x->s < x->end && *x->s == '^';
+    if (neg) x->s++;
+    bool first = true;
+    for (;;) {
+        if (x->s >= x->end) return rx_fail(x, "'[' without ']'");
+        if (*x->s == ']' && !first) break;
+        if (*x->s == ']') return rx_fail(x, neg ? "'[^]' is not supported" : "'[]' matches nothing");
+        first = false;
+        int64_t a;
+        if (*x->s == '\\') {
+            x->s++;
+            if ((a = rx_escape(x, &cs, true)) == -1) return false;
+            if (a == -2) continue;
+        } else if ((a = rx_utf8(x)) < 0) {
+            return rx_fail(x, "malformed UTF-8");
+        }
+        int64_t b = a;
+        if (x->end - x->s >= 2 && *x->s == '-' && x->s[1] != ']') {
+            x->s++;
+            if (*x->s == '\\') {
+                x->s++;
+                if ((b = rx_escape(x, &cs, true)) == -1) return false;
+                if (b == -2) return rx_fail(x, "a class escape as the end of a range");
+            } else if ((b = rx_utf8(x)) < 0) {
+                return rx_fail(x, "malformed UTF-8");
+            }
+            if (b < a) return rx_fail(x, "range out of order in a character class");
+        }
+        cs_add(&cs, (uint32_t)a, (uint32_t)b);
+        if (cs.n >= RX_MAX_RANGES) return rx_fail(x, "more than %d ranges in a character class", RX_MAX_RANGES);
+    }
+    x->s++;
+    if (neg) cs_negate(&cs);
+    if (!cs_emit(o, &cs)) return rx_fail(x, "a character class that matches no character");
+    return true;
+}
+
+/* The lengths (in characters) of the strings a pattern matches; hi < 0: unbounded. */
+typedef struct rlen {
+    long lo, hi;
+} rlen;
+
+#define RLEN_CAP 1000000000L
+
+static rlen rlen_times(rlen a, long m, long n) {
+    rlen r = {a.lo * m > RLEN_CAP ? RLEN_CAP : a.lo * m, 0};
+    if (n == 0 || a.hi == 0) r.hi = 0;
+    else if (n < 0 || a.hi < 0) r.hi = -1;
+    else r.hi = a.hi * n > RLEN_CAP ? RLEN_CAP : a.hi * n;
+    return r;
+}
+
+static bool rx_alt(rx *x, sbuf *o, bool top, rlen *len);
+
+/* A quantifier after an atom, if any: written after it, its counts in *qm, *qn (n < 0:
+ * unbounded; 1, 1 without one); false after an error. */
+static bool rx_quant(rx *x, sbuf *o, long *qm, long *qn) {
+    *qm = *qn = 1;
+    if (x->s >= x->end) return true;
+    char q = *x->s;
+    long m, n;
+    if (q == '*' || q == '+' || q == '?') {
+        x->s++;
+        sb_add(o, &q, 1);
+        *qm = q == '+', *qn = q == '?' ? 1 : -1;
+    } else if (q == '{') {
+        const char *at = x->s++;
+        char *e;
+        if (x->s >= x->end || *x->s < '0' || *x->s > '9') return x->s = at, rx_fail(x, "'{' is not a quantifier (write '\\{')");
+        m = strtol(x->s, &e, 10);
+        if (e >= x->end) return x->s = at, rx_fail(x, "'{' is not a quantifier (write '\\{')");
+        n = m;
+        x->s = e;
+        if (*x->s == ',') {
+            x->s++;
+            n = -1;
+            if (x->s < x->end && *x->s >= '0' && *x->s <= '9') n = strtol(x->s, &e, 10), x->s = e;
+        }
+        if (x->s >= x->end || *x->s != '}') return x->s = at, rx_fail(x, "'{' is not a quantifier (write '\\{')");
+        x->s++;
+        if (m > RX_MAX_REPEAT || n > RX_MAX_REPEAT)
+            return rx_fail(x, "a repetition count above the limit of %d", RX_MAX_REPEAT);
+        if (n >= 0 && n < m) return rx_fail(x, "{%ld,%ld}: the maximum is below the minimum", m, n);
+        if (n < 0) sb_printf(o, "{%ld,}", m);
+        else sb_printf(o, "{%ld,%ld}", m, n);
+        *qm = m, *qn = n;
+    } else {
+        return true;
+    }
+    if (x->s < x->end && *x->s == '?') x->s++; /* lazy: the same strings */
+    if (x->s < x->end && strchr("*+?{", *x->s))
+        return rx_fail(x, "a quantifier after a quantifier");
+    return true;
+}
+
+/* A sequence up to '|', ')' or the end. */
+static bool rx_seq(rx *x, sbuf *o, bool top, bool *end_anchor, rlen *len) {
+    bool any = false;
+    *len = (rlen){0, 0};
+    while (x->s < x->end && *x->s != '|' && *x->s != ')') {
+        sbuf a = {0};
+        bool ok = true;
+        rlen al = {1, 1}; /* a character, or the group's */
+        char ch = *x->s;
+        if (ch == '$' && top && (x->s + 1 == x->end || x->s[1] == '|')) {
+            x->s++; /* the end anchor */
+            *end_anchor = true;
+            break;
+        }
+        if (ch == '^' || ch == '$') {
+            ok = rx_fail(x, "anchor '%c' inside the pattern is not supported (only at the start or end)", ch);
+        } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
+            ok = rx_fail(x, "quantifier '%c' with nothing to repeat", ch);
+        } else if (ch == '(') {
+            x->s++;
+            if (x->s < x->end && *x->s == '?') {
+                if (x->end - x->s >= 2 && x->s[1] == ':') x->s += 2;
+                else if (x->end - x->s >= 2 && (x->s[1] == '=' || x->s[1] == '!'))
+                    x->s--, ok = rx_fail(x, "lookahead '(?%c' is not supported", x->s[2]);
+                else if (x->end - x->s >= 3 && x->s[1] == '<' && (x->s[2] == '=' || x->s[2] == '!'))
+                    x->s--, ok = rx_fail(x, "lookbehind '(?<%c' is not supported", x->s[3]);
+                else if (x->end - x->s >= 2 && x->s[1] == '<') {
+                    const char *e = memchr(x->s, '>', (size_t)(x->end - x->s));
+                    if (!e) ok = rx_fail(x, "named group without '>'");
+                    else x->s = e + 1;
+                } else {
+                    char m = x->end - x->s >= 2 ? x->s[1] : ' ';
+                    x->s--, ok = rx_fail(x, "group modifier '(?%c' is not supported", m);
+                }
+            }
+            if (ok) {
+                if (++x->depth > RX_MAX_NESTING) ok = rx_fail(x, "groups nested deeper than %d", RX_MAX_NESTING);
+                else ok = rx_alt(x, &a, false, &al);
+                x->depth--;
+                if (ok && (x->s >= x->end || *x->s != ')')) ok = rx_fail(x, "'(' without ')'");
+                if (ok) x->s++;
+            }
+        } else if (ch == '[') {
+            x->s++;
+            ok = rx_class(x, &a);
+        } else if (ch == '.') {
+            x->s++;
+            cset cs = {0};
+            cs_add(&cs, '\n', '\n'), cs_add(&cs, '\r', '\r'), cs_add(&cs, 0x2028, 0x2029);
+            cs_negate(&cs);
+            cs_emit(&a, &cs);
+        } else if (ch == '\\') {
+            x->s++;
+            cset cs = {0};
+            int64_t v = rx_escape(x, &cs, false);
+            if (v == -1) ok = false;
+            else if (v == -2) cs_emit(&a, &cs);
+            else json_char_lit(&a, (uint32_t)v);
+        } else {
+            int64_t v = rx_utf8(x);
+            if (v < 0) ok = rx_fail(x, "malformed UTF-8");
+            else json_char_lit(&a, (uint32_t)v);
+        }
+        if (ok) {
+            sb_printf(o, "%s(%s)", any ? " " : "", a.p ? a.p : "\"\"");
+            any = true;
+            long qm, qn;
+            ok = rx_quant(x, o, &qm, &qn);
+            al = rlen_times(al, qm, qn);
+            len->lo = len->lo + al.lo > RLEN_CAP ? RLEN_CAP : len->lo + al.lo;
+            len->hi = len->hi < 0 || al.hi < 0 ? -1 : len->hi + al.hi > RLEN_CAP ? RLEN_CAP : len->hi + al.hi;
+        }
+        if (a.oom) o->oom = true;
+        pkv_free(a.p);
+        if (!ok) return false;
+    }
+    if (!any) sb_add(o, "\"\"", 2);
+    return true;
+}
+
+/* Alternatives. top: the whole pattern, where each alternative may be anchored with
+ * '^' and '$' and is unanchored otherwise (a JSON schema pattern matches anywhere in
+ * the string: an unanchored side may hold any characters). */
+static bool rx_alt(rx *x, sbuf *o, bool top, rlen *len) {
+    sb_add(o, "(", 1);
+    for (bool first = true;; first = false) {
+        if (!first) sb_add(o, " | ", 3);
+        bool start = false;
+        if (top && x->s < x->end && *x->s == '^') x->s++, start = true;
+        sbuf seq = {0};
+        rlen sl;
+        bool end = false, ok = rx_seq(x, &seq, top, &end, &sl);
+        if (top && (!start || !end)) sl.hi = -1; /* any characters around */
+        if (first) *len = sl;
+        else len->lo = sl.lo < len->lo ? sl.lo : len->lo, len->hi = sl.hi < 0 || len->hi < 0 ? -1 : sl.hi > len->hi ? sl.hi : len->hi;
+        if (ok) sb_printf(o, "%s%s%s", start || !top ? "" : "char* ", seq.p, end || !top ? "" : " char*");
+        if (seq.oom) o->oom = true;
+        pkv_free(seq.p);
+        if (!ok) return false;
+        if (x->s >= x->end || *x->s != '|') break;
+        x->s++;
+    }
+    sb_add(o, ")", 1);
+    if (top && x->s < x->end) return rx_fail(x, "')' without '('");
+    return true;
+}
+
+/* The grammar (inside the quotes of a JSON string) of pattern p at path, and the
+ * lengths of the strings it matches (len may be NULL). */
+static bool gen_pattern_body(conv *c, sbuf *o, const jval *p, const char *path, rlen *len) {
+    if (p->k != JN_STR) return cfail(c, path, "'pattern' must be a string");
+    if (strlen(p->s) != p->slen) return cfail(c, path, "a pattern with a NUL character is not supported");
+    rx x = {.c = c, .pat = p->s, .s = p->s, .end = p->s + p->slen, .path = path};
+    rlen l;
+    bool ok = rx_alt(&x, o, true, &l);
+    if (len) *len = l;
+    return ok;
+}
+
+/* ---------------------------------------------------------- strings, arrays */
+
+/* The formats: rules of the prelude (docs/engine.md says what each admits). */
+static const struct {
+    const char *name, *rule;
+    long lo, hi; /* the lengths of the strings it admits, in characters */
+} formats[] = {
+    {"date", "date", 10, 10},       {"time", "time", 9, 24},        {"date-time", "datetime", 20, 35},
+    {"uuid", "uuid", 36, 36},       {"email", "email", 6, 239},     {"uri", "uri", 5, 1760},
+    {"ipv4", "ipv4", 7, 15},        {"ipv6", "ipv6", 15, 39},       {"hostname", "hostname", 1, 191},
+};
+
+/* A format with a pattern beside it is one grammar only where one of the two admits
+ * only strings the other admits too: the patterns zod 4 writes with its formats.
+ * use_format: the format's grammar is inside the pattern (else the pattern is inside
+ * the format). Any other pair is refused. */
+static const struct {
+    const char *format, *pattern;
+    bool use_format;
+} format_patterns[] = {
+    {"email", "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$", true},
+    {"uuid", "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-"
+             "0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$", false},
+    {"date-time", "^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:"
+                  "0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))"
+                  "T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", false},
+    {"date", "^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|"
+             "1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))$", false},
+    {"ipv4", "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|"
+             "[0-9])$", false},
+    {"ipv6", "^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|("
+             "[0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:)"
+             "{1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4})"
+             "{1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$", false},
+};
+
+/* minLength/maxLength beside a pattern or format: accepted when every string the
+ * pattern or format admits already has such a length (zod's .email().max(255)),
+ * else refused: a grammar of both is not made. */
+static bool lengths_implied(conv *c, const char *path, const char *what, rlen l, long mn, long mx) {
+    if (mx >= 0 && mx < mn) return cfail(c, path, "maxLength %ld is below minLength %ld", mx, mn);
+    if (l.lo >= mn && (mx < 0 || (l.hi >= 0 && l.hi <= mx))) return true;
+    char hi[32], lim[32];
+    if (l.hi < 0) snprintf(hi, sizeof hi, "any number of");
+    else snprintf(hi, sizeof hi, "%ld", l.hi);
+    if (mx < 0) snprintf(lim, sizeof lim, "none");
+    else snprintf(lim, sizeof lim, "%ld", mx);
+    return cfail(c, path, "minLength %ld / maxLength %s with '%s' is not supported: its strings are %ld to %s characters "
+                          "long (a length is enforced beside a pattern or format only when they imply it)", mn, lim, what, l.lo, hi);
+}
+
 static int gen_string(conv *c, const jval *s, const char *path) {
     long mn, mx;
     if (!count_kw(c, s, "minLength", path, &mn, 0) || !count_kw(c, s, "maxLength", path, &mx, -1)) return -1;
-    const jval *f = jget(s, "format");
-    int r = rule_id(c);
+    const jval *f = jget(s, "format"), *pat = jget(s, "pattern");
+    const char *frule = NULL;
+    rlen flen = {0, -1};
+    char p[1024];
     if (f) {
-        char p[1024];
         path_join(p, sizeof p, path, "format");
         if (f->k != JN_STR) return cfail(c, p, "'format' must be a string"), -1;
-        const char *body = !strcmp(f->s, "date")        ? "\"\\\"\" date \"\\\"\""
-                           : !strcmp(f->s, "time")      ? "\"\\\"\" time \"\\\"\""
-                           : !strcmp(f->s, "date-time") ? "\"\\\"\" date \"T\" time \"\\\"\""
-                           : !strcmp(f->s, "uuid")      ? "\"\\\"\" uuid \"\\\"\""
-                                                        : NULL;
-        if (!body)
-            return cfail(c, p, "format '%s' is not supported (supported: date, time, date-time, uuid)", f->s), -1;
-        if (jget(s, "minLength") || jget(s, "maxLength"))
-            return cfail(c, path, "'format' with minLength/maxLength is not supported"), -1;
-        sb_printf(&c->g, "r%d ::= %s\n", r, body);
+        for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+            if (!strcmp(f->s, formats[i].name)) frule = formats[i].rule, flen = (rlen){formats[i].lo, formats[i].hi};
+        if (!frule)
+            return cfail(c, p, "format '%s' is not supported (supported: date, time, date-time, uuid, email, uri, ipv4, "
+                               "ipv6, hostname)", f->s), -1;
+    }
+    if (f && pat) {
+        size_t i = 0, n = sizeof format_patterns / sizeof *format_patterns;
+        while (i < n && (strcmp(f->s, format_patterns[i].format) || pat->k != JN_STR || strcmp(pat->s, format_patterns[i].pattern)))
+            i++;
+        if (i == n)
+            return cfail(c, path, "'format' '%s' together with a 'pattern' is not supported (only the pairs zod 4 writes, "
+                                  "docs/engine.md)", f->s), -1;
+        if (format_patterns[i].use_format) pat = NULL;
+        else frule = NULL;
+    }
+    bool lens = jget(s, "minLength") || jget(s, "maxLength");
+    if (pat) {
+        sbuf b = {0};
+        path_join(p, sizeof p, path, "pattern");
+        rlen pl = {0, -1};
+        bool ok = gen_pattern_body(c, &b, pat, p, &pl);
+        if (ok && lens && !lengths_implied(c, path, "pattern", pl, mn, mx)) ok = false;
+        int r = -1;
+        if (ok) {
+            r = rule_id(c);
+            sb_printf(&c->g, "r%d ::= \"\\\"\" %s \"\\\"\"\n", r, b.p);
+        }
+        if (b.oom) c->g.oom = true;
+        pkv_free(b.p);
+        return r;
+    }
+    if (frule && lens && !lengths_implied(c, path, "format", flen, mn, mx)) return -1;
+    int r = rule_id(c);
+    if (frule) {
+        sb_printf(&c->g, "r%d ::= \"\\\"\" %s \"\\\"\"\n", r, frule);
         return r;
     }
     if (mx >= 0 && mx < mn) return cfail(c, path, "maxLength %ld is below minLength %ld", mx, mn), -1;
@@ -500,26 +1394,119 @@ static int gen_string(conv *c, const jval *s, const char *path) {
     return r;
 }
 
+/* Arrays: a tuple (prefixItems, or items as an array with additionalItems, draft 7)
+ * then the rest (items / additionalItems: a schema, true or absent = any, false =
+ * none), between minItems and maxItems. */
 static int gen_array(conv *c, const jval *s, const char *path) {
     long mn, mx;
     if (!count_kw(c, s, "minItems", path, &mn, 0) || !count_kw(c, s, "maxItems", path, &mx, -1)) return -1;
     if (mx >= 0 && mx < mn) return cfail(c, path, "maxItems %ld is below minItems %ld", mx, mn), -1;
-    const jval *it = jget(s, "items");
-    char item[32] = "value";
-    if (it) {
-        char p[1024];
-        path_join(p, sizeof p, path, "items");
-        if (it->k == JN_ARR) return cfail(c, p, "'items' as an array (tuples) is not supported"), -1;
-        int ir = gen(c, it, p);
-        if (ir < 0) return -1;
-        snprintf(item, sizeof item, "r%d", ir);
+    const jval *pre = jget(s, "prefixItems"), *rest = jget(s, "items"), *add = jget(s, "additionalItems");
+    const char *pkw = "prefixItems", *rkw = "items";
+    char p[1024];
+    if (rest && rest->k == JN_ARR) {
+        if (pre) return path_join(p, sizeof p, path, "items"), cfail(c, p, "'items' as an array beside 'prefixItems'"), -1;
+        pre = rest, pkw = "items";
+        rest = add, rkw = "additionalItems";
+    } else if (add) {
+        path_join(p, sizeof p, path, "additionalItems");
+        return cfail(c, p, "'additionalItems' applies only beside 'items' as an array"), -1;
     }
-    int r = rule_id(c);
-    char x[64];
-    snprintf(x, sizeof x, "%s ws", item);
-    sb_printf(&c->g, "r%d ::= \"[\" ws ", r);
-    repeat_sep(&c->g, x, "\",\" ws", mn, mx);
-    sb_add(&c->g, " \"]\"\n", 5);
+    if (pre && pre->k != JN_ARR) return path_join(p, sizeof p, path, pkw), cfail(c, p, "'%s' must be an array", pkw), -1;
+    size_t n = pre ? pre->n : 0;
+    if (n > SCHEMA_MAX_ENUM) return path_join(p, sizeof p, path, pkw), cfail(c, p, "more than %d tuple items", SCHEMA_MAX_ENUM), -1;
+    char item[32] = "value";
+    bool none = false;
+    if (rest) {
+        path_join(p, sizeof p, path, rkw);
+        if (rest->k == JN_BOOL) none = !rest->b;
+        else {
+            int ir = gen(c, rest, p);
+            if (ir < 0) return -1;
+            snprintf(item, sizeof item, "r%d", ir);
+        }
+    }
+    int r;
+    if (!n) {
+        if (none && mn > 0) return cfail(c, path, "minItems %ld with no items allowed ('%s': false)", mn, rkw), -1;
+        r = rule_id(c);
+        char x[64];
+        snprintf(x, sizeof x, "%s ws", item);
+        sb_printf(&c->g, "r%d ::= \"[\" ws ", r);
+        repeat_sep(&c->g, x, "\",\" ws", mn, none ? 0 : mx);
+        sb_add(&c->g, " \"]\"\n", 5);
+        return r;
+    }
+    if (none && (size_t)mn > n)
+        return cfail(c, path, "minItems %ld is more than the %zu tuple items ('%s': false)", mn, n, rkw), -1;
+    size_t ne = mx >= 0 && (size_t)mx < n ? (size_t)mx : n; /* tuple items that may appear */
+    int *pr = pkv_calloc(n, sizeof *pr);
+    if (!pr) return cfail(c, path, "out of memory"), -1;
+    for (size_t i = 0; i < n; i++) {
+        char pi[1024];
+        path_index(pi, sizeof pi, path, pkw, i);
+        if ((pr[i] = gen(c, pre->items[i], pi)) < 0) {
+            pkv_free(pr);
+            return -1;
+        }
+    }
+    /* t_i: the items from i on, each behind a comma; t_ne: the rest */
+    int t0 = c->n_rules;
+    for (size_t i = 1; i <= ne; i++) (void)rule_id(c);
+    for (size_t i = ne; i >= 1; i--) {
+        sb_printf(&c->g, "r%d ::= ", t0 + (int)i);
+        if (i == ne) {
+            long rmin = mn > (long)n ? mn - (long)n : 0, rmax = none || ne < n ? 0 : mx < 0 ? -1 : mx - (long)n;
+            if (rmax) {
+                sb_printf(&c->g, "(\",\" ws %s ws)", item);
+                if (rmax < 0) sb_printf(&c->g, "{%ld,}", rmin);
+                else sb_printf(&c->g, "{%ld,%ld}", rmin, rmax);
+            } else {
+                sb_add(&c->g, "\"\"", 2);
+            }
+        } else {
+            sb_printf(&c->g, "(\",\" ws r%d ws r%d)%s", pr[i], t0 + (int)i + 1, (long)i >= mn ? "?" : "");
+        }
+        sb_add(&c->g, "\n", 1);
+    }
+    r = rule_id(c);
+    if (!ne) sb_printf(&c->g, "r%d ::= \"[\" ws \"]\"\n", r);
+    else sb_printf(&c->g, "r%d ::= \"[\" ws (r%d ws r%d)%s \"]\"\n", r, pr[0], t0 + 1, mn == 0 ? "?" : "");
+    pkv_free(pr);
+    return r;
+}
+
+/* The schema sub compiled alone (NULL with pkv_errmsg: a reference, a keyword refused). */
+static pkv_grammar *sub_compile(const jval *sub) {
+    sbuf b = {0};
+    json_text(&b, sub);
+    pkv_grammar *g = b.oom ? NULL : pkv_grammar_from_json_schema(b.p, b.n);
+    if (b.oom) pkv_err(PKV_ERR_NOMEM, "out of memory");
+    pkv_free(b.p);
+    return g;
+}
+
+/* The rule of the keys propertyNames allows (a string schema); 0: any string. */
+static int gen_key(conv *c, const jval *pn, const char *path) {
+    if (pn->k == JN_BOOL && pn->b) return 0;
+    if (pn->k != JN_OBJ) return cfail(c, path, "'propertyNames' must be a string schema (or true)"), -1;
+    const jval *t = jget(pn, "type");
+    if (t && !(t->k == JN_STR && !strcmp(t->s, "string"))) return cfail(c, path, "'propertyNames' must describe strings"), -1;
+    static const char *const ok[] = {"type", "pattern", "minLength", "maxLength", "format", "enum", "const", NULL};
+    for (size_t i = 0; i < pn->n; i++)
+        if (!in_list(annotations, pn->keys[i]) && !in_list(ok, pn->keys[i])) {
+            char p[1024];
+            path_join(p, sizeof p, path, pn->keys[i]);
+            return cfail(c, p, "keyword '%s' in 'propertyNames' is not supported", pn->keys[i]), -1;
+        }
+    const jval *e = jget(pn, "enum"), *k = jget(pn, "const");
+    if (e || k) {
+        if (k && k->k != JN_STR) return cfail(c, path, "'propertyNames' 'const' must be a string"), -1;
+        for (size_t i = 0; e && e->k == JN_ARR && i < e->n; i++)
+            if (e->items[i]->k != JN_STR) return cfail(c, path, "'propertyNames' 'enum' values must be strings"), -1;
+        return gen(c, pn, path);
+    }
+    int r = gen_string(c, pn, path);
     return r;
 }
 
@@ -533,6 +1520,20 @@ static int gen_object(conv *c, const jval *s, const char *path) {
     if (req && req->k != JN_ARR) {
         path_join(p, sizeof p, path, "required");
         return cfail(c, p, "'required' must be an array of strings"), -1;
+    }
+    const jval *pprops = jget(s, "patternProperties"), *pnames = jget(s, "propertyNames");
+    if (pprops) {
+        path_join(p, sizeof p, path, "patternProperties");
+        if (pprops->k != JN_OBJ) return cfail(c, p, "'patternProperties' must be an object"), -1;
+        if (add && !(add->k == JN_BOOL && !add->b)) {
+            path_join(p, sizeof p, path, "additionalProperties");
+            return cfail(c, p, "'additionalProperties' other than false beside 'patternProperties' is not supported (keys "
+                               "that match no pattern cannot be told apart)"), -1;
+        }
+        if (pnames) return path_join(p, sizeof p, path, "propertyNames"),
+                           cfail(c, p, "'propertyNames' beside 'patternProperties' is not supported"), -1;
+        if (!pprops->n) pprops = NULL;
+        else add = NULL; /* the patterns are the only extras */
     }
     size_t np = props ? props->n : 0;
     bool *isreq = pkv_calloc(np + 1, sizeof *isreq);
@@ -571,7 +1572,7 @@ static int gen_object(conv *c, const jval *s, const char *path) {
             cfail(c, p, "'additionalProperties' must be a boolean or a schema");
             goto out;
         }
-    } else if (!props) {
+    } else if (!props && !pprops) {
         extra = -1;
     }
     for (size_t i = 0; i < np; i++) {
@@ -589,11 +1590,91 @@ static int gen_object(conv *c, const jval *s, const char *path) {
         lit_json(c, &c->g, &key);
         sb_printf(&c->g, " ws \":\" ws r%d ws\n", vr[i]);
     }
+    /* extras: one alternative per pattern property, else the additional properties
+     * (keys of propertyNames, or any string) */
     int xr = 0;
-    if (extra) {
+    sbuf xb = {0};
+    if (pprops) {
+        for (size_t i = 0; i < pprops->n; i++) {
+            char pk[1024];
+            path_join(p, sizeof p, path, "patternProperties");
+            path_join(pk, sizeof pk, p, pprops->keys[i]);
+            jval pat = {.k = JN_STR, .s = pprops->keys[i], .slen = strlen(pprops->keys[i])};
+            int vr2 = gen(c, pprops->items[i], pk);
+            if (vr2 < 0) break;
+            sb_printf(&xb, "%s\"\\\"\" ", i ? " | " : "");
+            if (!gen_pattern_body(c, &xb, &pat, pk, NULL)) break;
+            sb_printf(&xb, " \"\\\"\" ws \":\" ws r%d ws", vr2);
+        }
+    } else if (extra) {
+        int kr = 0;
+        if (pnames) {
+            path_join(p, sizeof p, path, "propertyNames");
+            kr = gen_key(c, pnames, p);
+        }
+        if (kr >= 0) {
+            if (kr) sb_printf(&xb, "r%d", kr);
+            else sb_add(&xb, "string", 6);
+            if (extra < 0) sb_add(&xb, " ws \":\" ws value ws", 19);
+            else sb_printf(&xb, " ws \":\" ws r%d ws", extra);
+        }
+    }
+    if (xb.oom) c->g.oom = true;
+    if (!c->err[0] && xb.n) {
         xr = rule_id(c);
-        if (extra < 0) sb_printf(&c->g, "r%d ::= string ws \":\" ws value ws\n", xr);
-        else sb_printf(&c->g, "r%d ::= string ws \":\" ws r%d ws\n", xr, extra);
+        sb_printf(&c->g, "r%d ::= %s\n", xr, xb.p);
+    }
+    pkv_free(xb.p);
+    if (c->err[0]) goto out;
+    /* a named property that a pattern (or propertyNames) would give another schema (or
+     * refuse) is refused: the grammar could not keep the two apart. Each key schema is
+     * compiled alone once; the checks are bounded. */
+    if (np && (pprops || pnames)) {
+        size_t nk = (pprops ? pprops->n : 0) + (pnames ? 1 : 0);
+        if (np * nk > SCHEMA_MAX_KEY_CHECKS) {
+            cfail(c, path, "%zu properties beside %zu key patterns: more than the limit of %d checks", np, nk,
+                  SCHEMA_MAX_KEY_CHECKS);
+            goto out;
+        }
+        pkv_grammar **kg = pkv_calloc(nk, sizeof *kg);
+        if (!kg) {
+            cfail(c, path, "out of memory");
+            goto out;
+        }
+        for (size_t j = 0; j < nk && !c->err[0]; j++) {
+            bool is_pn = pnames && j == nk - 1;
+            jval pat = {.k = JN_STR, .s = is_pn ? NULL : pprops->keys[j], .slen = is_pn ? 0 : strlen(pprops->keys[j])};
+            jval ty = {.k = JN_STR, .s = (char *)"string", .slen = 6};
+            jval *its[2] = {&ty, &pat};
+            char *ks[2] = {(char *)"type", (char *)"pattern"};
+            jval sub = {.k = JN_OBJ, .items = its, .keys = ks, .n = 2};
+            if (!(kg[j] = sub_compile(is_pn ? pnames : &sub))) {
+                path_join(p, sizeof p, path, is_pn ? "propertyNames" : "patternProperties");
+                cfail(c, p, "the key schema does not compile alone (it is checked against the listed properties): %s",
+                      pkv_errmsg());
+            }
+        }
+        for (size_t i = 0; i < np && !c->err[0]; i++) {
+            sbuf kt = {0};
+            jval key = {.k = JN_STR, .s = props->keys[i], .slen = strlen(props->keys[i])};
+            json_text(&kt, &key);
+            for (size_t j = 0; j < nk && !c->err[0] && kt.p; j++) {
+                bool is_pn = pnames && j == nk - 1, ok = pkv_grammar_accepts(kg[j], kt.p, kt.n);
+                if (is_pn && !ok) {
+                    path_join(p, sizeof p, path, "propertyNames");
+                    cfail(c, p, "property '%s' is not allowed by 'propertyNames'", props->keys[i]);
+                } else if (!is_pn && ok) {
+                    path_join(p, sizeof p, path, "patternProperties");
+                    cfail(c, p, "property '%s' also matches the pattern '%s': not supported", props->keys[i],
+                          pprops->keys[j]);
+                }
+            }
+            if (kt.oom) cfail(c, path, "out of memory");
+            pkv_free(kt.p);
+        }
+        for (size_t j = 0; j < nk; j++) pkv_grammar_free(kg[j]);
+        pkv_free(kg);
+        if (c->err[0]) goto out;
     }
     /* tail_i: properties i.. after something was written, each behind a comma */
     int tail0 = c->n_rules + 1;
@@ -601,7 +1682,7 @@ static int gen_object(conv *c, const jval *s, const char *path) {
     for (size_t i = 0; i <= np; i++) {
         sb_printf(&c->g, "r%d ::= ", tail0 + (int)i);
         if (i == np) {
-            if (extra) sb_printf(&c->g, "(\",\" ws r%d)*", xr);
+            if (xr) sb_printf(&c->g, "(\",\" ws r%d)*", xr);
         } else {
             sb_printf(&c->g, isreq[i] ? "\",\" ws r%d r%d" : "(\",\" ws r%d)? r%d", kv0 + (int)i, tail0 + (int)i + 1);
         }
@@ -619,8 +1700,8 @@ static int gen_object(conv *c, const jval *s, const char *path) {
         }
     }
     if (!any_req) {
-        if (extra) sb_printf(&c->g, "%sr%d r%d", np ? " | " : "", xr, tail0 + (int)np);
-        sb_add(&c->g, np || extra ? " | " : "", np || extra ? 3 : 0);
+        if (xr) sb_printf(&c->g, "%sr%d r%d", np ? " | " : "", xr, tail0 + (int)np);
+        sb_add(&c->g, np || xr ? " | " : "", np || xr ? 3 : 0);
     }
     sb_add(&c->g, ") \"}\"\n", 6);
 out:
@@ -629,29 +1710,23 @@ out:
     return r;
 }
 
-/* The rule of a local reference "#/$defs/x" or "#/definitions/x" (made on first use). */
-static int gen_ref(conv *c, const jval *s, const char *path) {
-    const jval *ref = jget(s, "$ref");
-    char p[1024];
-    path_join(p, sizeof p, path, "$ref");
-    if (ref->k != JN_STR) return cfail(c, p, "'$ref' must be a string"), -1;
-    for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->ref_name[i], ref->s)) return c->ref_rule[i];
-    const char *t = ref->s;
+/* The schema a local reference "#/$defs/x" (any JSON pointer in the document) points at;
+ * NULL with c->err. p: the path of the '$ref' for messages. */
+static const jval *resolve_ref(conv *c, const char *t, const char *p) {
     if (strcmp(t, "#") && strncmp(t, "#/", 2))
-        return cfail(c, p, "only local references (#, #/$defs/..., #/definitions/...) are supported, got '%s'", t), -1;
+        return cfail(c, p, "only local references (#, #/$defs/..., #/definitions/...) are supported, got '%s'", t), NULL;
     /* a URI fragment: percent-decoded to the JSON pointer, which is split at '/'
      * and has ~1 and ~0 undone in each segment (RFC 6901, sections 4 and 6) */
     size_t tl = strlen(t), n = 0;
     char *ptr = pkv_malloc(tl + 1);
-    if (!ptr) return cfail(c, p, "out of memory"), -1;
+    if (!ptr) return cfail(c, p, "out of memory"), NULL;
     for (size_t i = 1; i < tl; i++) {
         char ch = t[i];
         if (ch == '%') {
             int hi = i + 2 < tl ? hexv(t[i + 1]) : -1, lo = hi >= 0 ? hexv(t[i + 2]) : -1;
             if (hi < 0 || lo < 0 || !(hi | lo)) {
                 pkv_free(ptr);
-                return cfail(c, p, "reference '%s' has a bad percent escape", t), -1;
+                return cfail(c, p, "reference '%s' has a bad percent escape", t), NULL;
             }
             ch = (char)(hi * 16 + lo);
             i += 2;
@@ -667,7 +1742,7 @@ static int gen_ref(conv *c, const jval *s, const char *path) {
         char key[256];
         if (l >= sizeof key) {
             pkv_free(ptr);
-            return cfail(c, p, "reference '%s' has a segment over 255 bytes", t), -1;
+            return cfail(c, p, "reference '%s' has a segment over 255 bytes", t), NULL;
         }
         for (size_t i = 0; i < l; i++) {
             if (q[i] != '~') {
@@ -676,7 +1751,7 @@ static int gen_ref(conv *c, const jval *s, const char *path) {
                 key[k++] = q[++i] == '0' ? '~' : '/';
             } else {
                 pkv_free(ptr);
-                return cfail(c, p, "reference '%s': '~' must be followed by 0 or 1", t), -1;
+                return cfail(c, p, "reference '%s': '~' must be followed by 0 or 1", t), NULL;
             }
         }
         key[k] = 0;
@@ -684,7 +1759,21 @@ static int gen_ref(conv *c, const jval *s, const char *path) {
         q = e ? e + 1 : q + l;
     }
     pkv_free(ptr);
-    if (!at) return cfail(c, p, "reference '%s' does not resolve", t), -1;
+    if (!at) return cfail(c, p, "reference '%s' does not resolve", t), NULL;
+    return at;
+}
+
+/* The rule of a local reference "#/$defs/x" or "#/definitions/x" (made on first use). */
+static int gen_ref(conv *c, const jval *s, const char *path) {
+    const jval *ref = jget(s, "$ref");
+    char p[1024];
+    path_join(p, sizeof p, path, "$ref");
+    if (ref->k != JN_STR) return cfail(c, p, "'$ref' must be a string"), -1;
+    for (int i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->ref_name[i], ref->s)) return c->ref_rule[i];
+    const char *t = ref->s;
+    const jval *at = resolve_ref(c, t, p);
+    if (!at) return -1;
     if (c->n_refs >= SCHEMA_MAX_REFS) return cfail(c, p, "more than %d references", SCHEMA_MAX_REFS), -1;
     char **rn = pkv_realloc(c->ref_name, ((size_t)c->n_refs + 1) * sizeof *rn);
     if (rn) c->ref_name = rn;
@@ -710,6 +1799,8 @@ static int gen_type(conv *c, const jval *s, const char *type, const char *path) 
     if (!strcmp(type, "object")) return gen_object(c, s, path);
     if (!strcmp(type, "array")) return gen_array(c, s, path);
     if (!strcmp(type, "string")) return gen_string(c, s, path);
+    if (!strcmp(type, "integer")) return gen_integer(c, s, path);
+    if (!strcmp(type, "number")) return gen_number(c, s, path);
     const char *prim = !strcmp(type, "number") ? "number" : !strcmp(type, "integer") ? "integer"
                      : !strcmp(type, "boolean") ? "boolean" : !strcmp(type, "null") ? "null" : NULL;
     if (!prim) {
@@ -720,6 +1811,110 @@ static int gen_type(conv *c, const jval *s, const char *type, const char *path) 
     r = rule_id(c);
     sb_printf(&c->g, "r%d ::= %s\n", r, prim);
     return r;
+}
+
+/* A borrowed view: an object jval whose keys and items belong to other values. */
+static bool view_push(jval *v, const char *key, const jval *x) {
+    return jpush(v, (jval *)x, (char *)key);
+}
+
+static void view_free(jval *v) {
+    pkv_free(v->items);
+    pkv_free(v->keys);
+}
+
+/* allOf: one subschema is that subschema (with nothing else beside it); several are
+ * merged when every one (after references) is an object schema: the union of the
+ * properties and of the required names, closed if any member is closed (what a
+ * merged object means; JSON Schema's own reading of several closed members would
+ * admit only objects without properties). Anything else is refused. */
+static int gen_allof(conv *c, const jval *s, const jval *list, const char *path) {
+    char p[1024];
+    path_join(p, sizeof p, path, "allOf");
+    if (list->k != JN_ARR || !list->n) return cfail(c, p, "'allOf' must be a non-empty array"), -1;
+    bool others = false;
+    for (size_t i = 0; i < s->n; i++) others |= !in_list(annotations, s->keys[i]) && strcmp(s->keys[i], "allOf") &&
+                                                strcmp(s->keys[i], "nullable");
+    if (list->n == 1 && !others) {
+        path_index(p, sizeof p, path, "allOf", 0);
+        return gen(c, list->items[0], p);
+    }
+    static const char *const ok[] = {"type", "properties", "required", "additionalProperties", "allOf", "nullable", NULL};
+    jval props = {.k = JN_OBJ}, req = {.k = JN_ARR}, merged = {.k = JN_OBJ};
+    jval ty = {.k = JN_STR, .s = (char *)"object", .slen = 6}, closed = {.k = JN_BOOL, .b = false};
+    bool any_closed = false, any_open = false, oom = false, saw_object = false;
+    int r = -1;
+    for (size_t m = 0; m <= list->n && !c->err[0]; m++) {
+        const jval *x = m ? list->items[m - 1] : s; /* s itself: its own keywords beside allOf */
+        char pm[1024];
+        if (m) path_index(pm, sizeof pm, path, "allOf", m - 1);
+        else snprintf(pm, sizeof pm, "%s", path);
+        const jval *ref = x->k == JN_OBJ ? jget(x, "$ref") : NULL;
+        if (m && ref) {
+            char pr[1024];
+            path_join(pr, sizeof pr, pm, "$ref");
+            if (ref->k != JN_STR) {
+                cfail(c, pr, "'$ref' must be a string");
+                break;
+            }
+            if (!(x = resolve_ref(c, ref->s, pr))) break;
+        }
+        if (x->k != JN_OBJ) {
+            cfail(c, pm, "'allOf' of several members is supported for object schemas only");
+            break;
+        }
+        for (size_t i = 0; i < x->n && !c->err[0]; i++) {
+            const char *k = x->keys[i];
+            if (in_list(annotations, k) || (!m && !strcmp(k, "allOf"))) continue;
+            char pk[1024];
+            path_join(pk, sizeof pk, pm, k);
+            if (!in_list(ok, k) || (m && (!strcmp(k, "allOf") || !strcmp(k, "nullable")))) {
+                cfail(c, pk, "'%s' in an 'allOf' of object schemas is not supported (only type object, properties, "
+                             "required, additionalProperties)", k);
+            } else if (!strcmp(k, "type") && !(x->items[i]->k == JN_STR && !strcmp(x->items[i]->s, "object"))) {
+                cfail(c, pk, "'allOf' of several members is supported for object schemas only");
+            } else if (!strcmp(k, "type")) {
+                saw_object = true;
+            } else if (!strcmp(k, "properties") && x->items[i]->k == JN_OBJ) {
+                const jval *pp = x->items[i];
+                for (size_t j = 0; j < pp->n && !c->err[0]; j++) {
+                    if (jget(&props, pp->keys[j]))
+                        cfail(c, pk, "property '%s' in two 'allOf' members is not supported", pp->keys[j]);
+                    else oom |= !view_push(&props, pp->keys[j], pp->items[j]);
+                }
+            } else if (!strcmp(k, "required") && x->items[i]->k == JN_ARR) {
+                for (size_t j = 0; j < x->items[i]->n; j++) oom |= !view_push(&req, NULL, x->items[i]->items[j]);
+            } else if (!strcmp(k, "additionalProperties")) {
+                const jval *a = x->items[i];
+                if (a->k == JN_BOOL) {
+                    any_closed |= !a->b;
+                    any_open |= a->b;
+                } else {
+                    cfail(c, pk, "'additionalProperties' as a schema inside 'allOf' is not supported");
+                }
+            } else if (strcmp(k, "type") && strcmp(k, "nullable")) {
+                cfail(c, pk, "'%s' must be %s", k, !strcmp(k, "required") ? "an array" : "an object");
+            }
+        }
+    }
+    if (!c->err[0] && !props.n && !req.n && !any_closed && !any_open && !saw_object)
+        cfail(c, p, "'allOf' of several members is supported for object schemas only");
+    if (!c->err[0]) {
+        if (oom) {
+            cfail(c, path, "out of memory");
+        } else {
+            view_push(&merged, "type", &ty);
+            view_push(&merged, "properties", &props);
+            if (req.n) view_push(&merged, "required", &req);
+            closed.b = any_open && !any_closed;
+            if (any_closed || any_open) view_push(&merged, "additionalProperties", &closed);
+            r = gen_object(c, &merged, path);
+        }
+    }
+    view_free(&props);
+    view_free(&req);
+    view_free(&merged);
+    return c->err[0] ? -1 : r;
 }
 
 /* Alternatives of a list of subschemas (anyOf, oneOf, type arrays handled by the caller). */
@@ -746,7 +1941,36 @@ static int gen_union(conv *c, const jval *list, const char *path, const char *kw
 }
 
 /* The rule number of schema s at path (JSON pointer), or -1 with c->err. */
+static int gen_inner(conv *c, const jval *s, const char *path);
+static int gen_nullable(conv *c, const jval *s, const char *path);
 static int gen(conv *c, const jval *s, const char *path) {
+    int r = gen_nullable(c, s, path);
+    /* bounded while it is made, not only when parsed: a small schema can ask for a
+     * lot of grammar (multipleOf rules, many references to large definitions) */
+    if (r >= 0 && c->g.n > PKV_GRAMMAR_MAX_TEXT)
+        return cfail(c, path, "the generated grammar is over the limit of %d bytes", PKV_GRAMMAR_MAX_TEXT), -1;
+    return r;
+}
+
+static int gen_nullable(conv *c, const jval *s, const char *path) {
+    const jval *nl = s->k == JN_OBJ ? jget(s, "nullable") : NULL;
+    if (!nl || s == c->nullable_done) return gen_inner(c, s, path);
+    char p[1024];
+    path_join(p, sizeof p, path, "nullable");
+    if (nl->k != JN_BOOL) return cfail(c, p, "'nullable' must be a boolean"), -1;
+    if (!nl->b) return gen_inner(c, s, path);
+    /* OpenAPI 3.0: the schema or null */
+    const jval *prev = c->nullable_done;
+    c->nullable_done = s;
+    int a = gen_inner(c, s, path);
+    c->nullable_done = prev;
+    if (a < 0) return -1;
+    int r = rule_id(c);
+    sb_printf(&c->g, "r%d ::= r%d | null\n", r, a);
+    return r;
+}
+
+static int gen_inner(conv *c, const jval *s, const char *path) {
     if (++c->depth > SCHEMA_MAX_DEPTH) return cfail(c, path, "schema nested deeper than %d", SCHEMA_MAX_DEPTH), -1;
     int r = -1;
     if (s->k == JN_BOOL) {
@@ -774,7 +1998,7 @@ static int gen(conv *c, const jval *s, const char *path) {
     if ((v = jget(s, "$ref"))) {
         if (s->n > 1)
             for (size_t i = 0; i < s->n; i++)
-                if (!in_list(annotations, s->keys[i]) && strcmp(s->keys[i], "$ref")) {
+                if (!in_list(annotations, s->keys[i]) && strcmp(s->keys[i], "$ref") && strcmp(s->keys[i], "nullable")) {
                     char p[1024];
                     path_join(p, sizeof p, path, s->keys[i]);
                     cfail(c, p, "'%s' beside '$ref' is not supported", s->keys[i]);
@@ -784,14 +2008,7 @@ static int gen(conv *c, const jval *s, const char *path) {
         goto out;
     }
     if ((v = jget(s, "allOf"))) {
-        char p[1024];
-        path_join(p, sizeof p, path, "allOf");
-        if (v->k != JN_ARR || v->n != 1) {
-            cfail(c, p, "'allOf' is supported with exactly one subschema");
-            goto out;
-        }
-        path_index(p, sizeof p, path, "allOf", 0);
-        r = gen(c, v->items[0], p);
+        r = gen_allof(c, s, v, path);
         goto out;
     }
     if ((v = jget(s, "const"))) {
@@ -827,10 +2044,15 @@ static int gen(conv *c, const jval *s, const char *path) {
     }
     const jval *t = jget(s, "type");
     if (!t) { /* inferred from the keywords present, else any value */
-        const char *ty = jget(s, "properties") || jget(s, "additionalProperties") || jget(s, "required") ? "object"
-                         : jget(s, "items") || jget(s, "minItems") || jget(s, "maxItems")         ? "array"
-                         : jget(s, "minLength") || jget(s, "maxLength") || jget(s, "format")      ? "string"
-                                                                                                   : NULL;
+        const char *ty = jget(s, "properties") || jget(s, "additionalProperties") || jget(s, "required") ||
+                                 jget(s, "patternProperties") || jget(s, "propertyNames")
+                             ? "object"
+                         : jget(s, "items") || jget(s, "minItems") || jget(s, "maxItems") || jget(s, "prefixItems") ? "array"
+                         : jget(s, "minLength") || jget(s, "maxLength") || jget(s, "format") || jget(s, "pattern") ? "string"
+                         : jget(s, "minimum") || jget(s, "maximum") || jget(s, "exclusiveMinimum") ||
+                                 jget(s, "exclusiveMaximum") || jget(s, "multipleOf")
+                             ? "number"
+                             : NULL;
         if (ty) r = gen_type(c, s, ty, path);
         else {
             r = rule_id(c);
@@ -884,11 +2106,23 @@ static const char json_prelude[] =
     "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n"
-    "date ::= [0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])\n"
+    "date ::= leapyear \"-02-29\" | [0-9]{4} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) "
+    "| (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n"
+    "leapyear ::= [0-9]{2} (\"0\" [48] | [2468] [048] | [13579] [26]) | ([02468] [048] | [13579] [26]) \"00\"\n"
     "time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? "
     "(\"Z\" | [-+] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "hex ::= [0-9a-fA-F]\n"
-    "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n";
+    "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
+    "datetime ::= date \"T\" time\n"
+    "ipv4 ::= dec8 (\".\" dec8){3}\n"
+    "dec8 ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9]? [0-9]\n"
+    "ipv6 ::= hex{1,4} (\":\" hex{1,4}){7}\n"
+    "hostname ::= hlabel (\".\" hlabel){0,2}\n"
+    "hlabel ::= [a-zA-Z0-9] ([a-zA-Z0-9\\x2d]{0,61} [a-zA-Z0-9])?\n"
+    "email ::= elocal (\".\" elocal){0,2} \"@\" (hlabel \".\"){1,2} [a-zA-Z]{2,12}\n"
+    "elocal ::= [a-zA-Z0-9_+\\x2d]{1,32}\n"
+    "uri ::= [a-z] [a-z0-9+.\\x2d]{0,15} \"://\" hostname (\":\" [0-9]{1,5})? (\"/\" upchar{0,64}){0,8}\n"
+    "upchar ::= [a-zA-Z0-9._~!$&'()*+,;=:@\\x2d] | \"%\" hex hex\n";
 
 pkv_grammar *pkv_grammar_from_json_schema(const char *text, size_t len) {
     if (!text) {
