@@ -270,6 +270,9 @@ static void test_formats(void) {
     pkv_grammar_free(g);
     g = js("{'type':'string','format':'uri'}");
     ACC(g, "'https://example.com/a/b'"); CHECK(g && pkv_grammar_accepts(g, "\"ftp://h:21/x%20y\"", strlen("\"ftp://h:21/x%20y\""))); REJ(g, "'example.com'"); REJ(g, "'http://'");
+    /* a port WHATWG URL parsers (zod's .url()) take: 0..65535 (found by sdk-responses.cjs) */
+    ACC(g, "'x://h:65535'"); ACC(g, "'x://h:0080/a'"); ACC(g, "'x://h:59999'"); REJ(g, "'x://h:65536'");
+    REJ(g, "'x://h:68700'"); REJ(g, "'x://h:99999'");
     pkv_grammar_free(g);
     g = js("{'type':'string','format':'ipv4'}");
     ACC(g, "'192.168.0.1'"); ACC(g, "'255.0.10.9'"); REJ(g, "'256.1.1.1'"); REJ(g, "'1.2.3'"); REJ(g, "'01.2.3.4'");

@@ -2094,7 +2094,9 @@ out:
 
 /* The fixed rules. ws: at most one space, or a newline and up to 16 blanks of
  * indentation, between JSON tokens, so bounded schemas give bounded output. Numbers:
- * at most 16 integer digits, 16 fraction digits and a 3-digit exponent. */
+ * at most 16 integer digits, 16 fraction digits and a 3-digit exponent. A uri's port
+ * is at most 65535: RFC 3986 allows any digits, but WHATWG URL parsers (zod's .url(),
+ * `new URL`) refuse a larger one. */
 static const char json_prelude[] =
     "ws ::= (\" \" | \"\\n\" [ \\t]{0,16})?\n"
     "value ::= object | array | string | number | boolean | null\n"
@@ -2121,7 +2123,9 @@ static const char json_prelude[] =
     "hlabel ::= [a-zA-Z0-9] ([a-zA-Z0-9\\x2d]{0,61} [a-zA-Z0-9])?\n"
     "email ::= elocal (\".\" elocal){0,2} \"@\" (hlabel \".\"){1,2} [a-zA-Z]{2,12}\n"
     "elocal ::= [a-zA-Z0-9_+\\x2d]{1,32}\n"
-    "uri ::= [a-z] [a-z0-9+.\\x2d]{0,15} \"://\" hostname (\":\" [0-9]{1,5})? (\"/\" upchar{0,64}){0,8}\n"
+    "uri ::= [a-z] [a-z0-9+.\\x2d]{0,15} \"://\" hostname (\":\" port)? (\"/\" upchar{0,64}){0,8}\n"
+    "port ::= [0-9]{1,4} | [1-5] [0-9]{4} | \"6\" [0-4] [0-9]{3} | \"65\" [0-4] [0-9]{2} | \"655\" [0-2] [0-9] "
+    "| \"6553\" [0-5]\n"
     "upchar ::= [a-zA-Z0-9._~!$&'()*+,;=:@\\x2d] | \"%\" hex hex\n";
 
 pkv_grammar *pkv_grammar_from_json_schema(const char *text, size_t len) {
