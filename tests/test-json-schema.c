@@ -273,6 +273,12 @@ static void test_formats(void) {
     /* a port WHATWG URL parsers (zod's .url()) take: 0..65535 (found by sdk-responses.cjs) */
     ACC(g, "'x://h:65535'"); ACC(g, "'x://h:0080/a'"); ACC(g, "'x://h:59999'"); REJ(g, "'x://h:65536'");
     REJ(g, "'x://h:68700'"); REJ(g, "'x://h:99999'");
+    /* hosts and schemes WHATWG URL parsers refuse: a last label that reads as a number
+     * but is no IPv4 address on a special scheme, a port on a file: URL */
+    ACC(g, "'http://10.0.0.1:8080/a'"); ACC(g, "'http://a-b.c1'"); ACC(g, "'file://h/x'"); ACC(g, "'files://h:1'");
+    ACC(g, "'fil://h:1'"); ACC(g, "'f://h:1'"); ACC(g, "'fi://h:1'"); ACC(g, "'fire://h:1'");
+    REJ(g, "'http://a.123'"); REJ(g, "'http://999.1'"); REJ(g, "'http://10.0.0.256'"); REJ(g, "'ws://0x1'");
+    REJ(g, "'file://h:80'"); REJ(g, "'http://1.2.3'");
     pkv_grammar_free(g);
     g = js("{'type':'string','format':'ipv4'}");
     ACC(g, "'192.168.0.1'"); ACC(g, "'255.0.10.9'"); REJ(g, "'256.1.1.1'"); REJ(g, "'1.2.3'"); REJ(g, "'01.2.3.4'");

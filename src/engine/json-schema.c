@@ -2094,9 +2094,12 @@ out:
 
 /* The fixed rules. ws: at most one space, or a newline and up to 16 blanks of
  * indentation, between JSON tokens, so bounded schemas give bounded output. Numbers:
- * at most 16 integer digits, 16 fraction digits and a 3-digit exponent. A uri's port
- * is at most 65535: RFC 3986 allows any digits, but WHATWG URL parsers (zod's .url(),
- * `new URL`) refuse a larger one. */
+ * at most 16 integer digits, 16 fraction digits and a 3-digit exponent. A uri is
+ * the part of RFC 3986 that WHATWG URL parsers (zod's .url(), `new URL`) also take:
+ * a port of at most 65535, none on a file: URL, and a host that is an IPv4 address
+ * or whose last label starts with a letter (for http, ws, ftp and file a last label
+ * that reads as a number makes the parser take the host as an IPv4 address, and
+ * 999.1 or a.123 then fail). */
 static const char json_prelude[] =
     "ws ::= (\" \" | \"\\n\" [ \\t]{0,16})?\n"
     "value ::= object | array | string | number | boolean | null\n"
@@ -2123,7 +2126,11 @@ static const char json_prelude[] =
     "hlabel ::= [a-zA-Z0-9] ([a-zA-Z0-9\\x2d]{0,61} [a-zA-Z0-9])?\n"
     "email ::= elocal (\".\" elocal){0,2} \"@\" (hlabel \".\"){1,2} [a-zA-Z]{2,12}\n"
     "elocal ::= [a-zA-Z0-9_+\\x2d]{1,32}\n"
-    "uri ::= [a-z] [a-z0-9+.\\x2d]{0,15} \"://\" hostname (\":\" port)? (\"/\" upchar{0,64}){0,8}\n"
+    "uri ::= (uscheme \"://\" uhost (\":\" port)? | \"file://\" uhost) (\"/\" upchar{0,64}){0,8}\n"
+    "uscheme ::= [a-eg-z] usc{0,15} | \"f\" ([a-hj-z0-9+.\\x2d] usc{0,14} | \"i\" ([a-km-z0-9+.\\x2d] usc{0,13} "
+    "| \"l\" ([a-df-z0-9+.\\x2d] usc{0,12} | \"e\" usc{1,12})?)?)?\n"
+    "usc ::= [a-z0-9+.\\x2d]\n"
+    "uhost ::= ipv4 | (hlabel \".\"){0,2} [a-zA-Z] ([a-zA-Z0-9\\x2d]{0,61} [a-zA-Z0-9])?\n"
     "port ::= [0-9]{1,4} | [1-5] [0-9]{4} | \"6\" [0-4] [0-9]{3} | \"65\" [0-4] [0-9]{2} | \"655\" [0-2] [0-9] "
     "| \"6553\" [0-5]\n"
     "upchar ::= [a-zA-Z0-9._~!$&'()*+,;=:@\\x2d] | \"%\" hex hex\n";
