@@ -367,19 +367,31 @@ static bool peek_fn(srv_gen *g, void *arg) {
     return true;
 }
 
+/* An end of the answer's turn: an end-of-generation token or one of the template's
+ * end-of-turn ids (srv.stop_ids). */
+static bool turn_end(srv *s, int32_t id) {
+    if (pkv_model_is_eog(s->m, id)) return true;
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == id) return true;
+    return false;
+}
+
 /* A follow-up continues the stored context's own tokens: its previous prompt (text
- * prev->text, prev->n_tokens tokens) and the answer as sampled, end-of-turn token
- * included. The new prompt's text (text, len; spans: its data spans) must start
- * with the previous prompt's text and then the answer's (its tokens' bytes, special
- * tokens as their text); what follows (the template's text after the answer, as
- * "\n" after <|im_end|>, and the new turn with the generation prompt) is tokenized
- * on its own, as template text, and is the prompt to compute. So the prompt's text
- * is exactly the one rendered, and its tokens are those of rendering the whole
+ * prev->text, prev->n_tokens tokens) and the answer as sampled, its end-of-turn
+ * token included. The new prompt's text (text, len; spans: its data spans) must
+ * start with the previous prompt's text and then the answer's text as the client
+ * got it (its tokens' pieces, UTF-8 sanitized); what follows (the end of the turn,
+ * the template's text after it, as "\n" after <|im_end|>, and the new turn with
+ * the generation prompt) is tokenized on its own, as template text, and is the
+ * prompt to compute, less its first token when the context holds the end-of-turn
+ * token the model sampled: that stands in for the template's (which must be an
+ * end-of-turn token too). So the prompt's tokens are those of rendering the whole
  * conversation wherever the answer's sampled tokens are the canonical tokens of
- * its text. false (nothing set) when the template renders the earlier turns
- * otherwise (it drops earlier reasoning, reformats tool calls, the instructions
- * changed, the answer was trimmed, ...), or on any failure: the caller falls back
- * to cutting the context where the tokens first differ. */
+ * its text and its end-of-turn token the template's. false (nothing set) when the
+ * template renders the earlier turns otherwise (it drops earlier reasoning,
+ * reformats tool calls, the instructions changed, the answer was trimmed or had
+ * bytes that are not UTF-8, ...), or on any failure: the caller falls back to
+ * cutting the context where the tokens first differ. */
 static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const char *text, size_t len,
                           const size_t *spans, size_t n_spans, int32_t **all, int64_t *n_ctx_toks, int32_t **out,
                           int *n_out) {
@@ -388,21 +400,33 @@ static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const
     srv_gen_call(s->g, peek_fn, &k);
     bool ok = false;
     size_t *sp = NULL;
+    char *raw = NULL, *san = NULL;
     if (!k.toks || k.n < prev->n_tokens) goto done;
-    /* the answer's text as the client got it (an end-of-generation token has none;
-     * special tokens as the answer showed them), then its end-of-turn token, if it
-     * was sampled, as its text */
-    size_t n_ans = (size_t)(k.n - prev->n_tokens), off = prev->len;
+    size_t n_ans = (size_t)(k.n - prev->n_tokens), off = prev->len, n_raw = 0;
     const int32_t *at = k.toks + prev->n_tokens;
-    for (size_t i = 0; i < n_ans; i++) {
+    bool ended = n_ans && turn_end(s, at[n_ans - 1]);
+    size_t n_text = n_ans - (ended ? 1 : 0);
+    size_t cap = 0;
+    for (size_t i = 0; i < n_text; i++) {
         char piece[512];
         size_t np = 0;
-        bool eog = pkv_model_is_eog(s->m, at[i]);
-        if (eog && i + 1 < n_ans) goto done; /* generation goes on past one only with ignore_eos */
-        if (pkv_model_token_piece(s->m, at[i], eog || prev->special_text, piece, sizeof piece, &np)) goto done;
-        if (np > len - off || memcmp(text + off, piece, np)) goto done;
-        off += np;
+        if (pkv_model_is_eog(s->m, at[i])) continue; /* none in the text (ignore_eos) */
+        if (pkv_model_token_piece(s->m, at[i], prev->special_text, piece, sizeof piece, &np)) goto done;
+        if (n_raw + np > cap) {
+            size_t nc = cap ? 2 * cap : 4096;
+            while (nc < n_raw + np) nc *= 2;
+            char *nr = realloc(raw, nc);
+            if (!nr) goto done;
+            raw = nr;
+            cap = nc;
+        }
+        memcpy(raw + n_raw, piece, np);
+        n_raw += np;
     }
+    size_t n_san = 0;
+    if (!(san = pkv_utf8_sanitize(raw, n_raw, &n_san))) goto done;
+    if (n_san > len - off || memcmp(text + off, san, n_san)) goto done;
+    off += n_san;
     if (off >= len) goto done;
     /* the data spans of the rest, moved to its start */
     if (!(sp = malloc((2 * n_spans + 1) * sizeof *sp))) goto done;
@@ -419,6 +443,15 @@ static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const
         json_decref(tmp.json);
         goto done;
     }
+    if (ended) { /* the sampled end of turn in place of the template's */
+        if (*n_out < 1 || !turn_end(s, (*out)[0])) {
+            free(*out);
+            *out = NULL;
+            goto done;
+        }
+        memmove(*out, *out + 1, (size_t)(*n_out - 1) * sizeof **out);
+        (*n_out)--;
+    }
     if (*n_out == 0) {
         free(*out);
         *out = NULL;
@@ -430,6 +463,8 @@ static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const
     ok = true;
 done:
     free(k.toks);
+    free(raw);
+    free(san);
     free(sp);
     return ok;
 }
