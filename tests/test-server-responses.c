@@ -6,9 +6,12 @@
  *  2. a function call (tool_choice required) and its function_call_output, through
  *     previous_response_id and sent whole: the same answer;
  *  3. text.format json_schema: the output is JSON of the schema;
- *  4. previous_response_id continues from the stored conversation's context:
- *     cached_tokens covers the previous prompt at least, and the answer equals the
- *     whole conversation sent at once (greedy); store false keeps nothing;
+ *  4. previous_response_id continues the stored conversation's context, its own
+ *     tokens: cached_tokens covers the conversation so far (prompt and answer), the
+ *     answer is a plain completion's of the same prompt ids (return_token_ids), and
+ *     where the answer's tokens are its text's, the prompt and answer are those of
+ *     the whole conversation sent at once (greedy); a template that rewrites
+ *     earlier turns (Qwen3's) falls back to cutting the context; store false keeps nothing;
  *     GET and DELETE /v1/responses/{id};
  *  5. the bounds: --responses-max evicts the least recently used (its context freed:
  *     pagekv_responses_contexts), --responses-ttl expires, --responses-pages keeps
@@ -238,30 +241,97 @@ static void json_schema(void) {
     json_decref(o);
 }
 
-static void continuation(void) {
-    json_t *a = NULL, *b = NULL, *c = NULL;
-    CHECK_INT(post("{\"input\":\"tell me about the sea\",\"max_output_tokens\":10,\"temperature\":0}", &a), 200);
-    char body[4096];
-    snprintf(body, sizeof body, "{\"input\":\"and the river\",\"previous_response_id\":\"%s\",\"max_output_tokens\":10,"
-                                "\"temperature\":0}", jstr(a, "id"));
-    CHECK_INT(post(body, &b), 200);
-    long long prev = jint(a, "usage.input_tokens"), cached = jint(b, "usage.input_tokens_details.cached_tokens");
-    fprintf(stderr, "previous prompt %lld + output %lld tokens; the follow-up's %lld tokens, %lld cached\n", prev,
-            jint(a, "usage.output_tokens"), jint(b, "usage.input_tokens"), cached);
-    CHECK(cached >= prev);
-    /* the whole conversation at once (not continued): the same prompt and answer */
-    json_t *esc = json_string(out_text(a));
-    char *at = json_dumps(esc, JSON_ENCODE_ANY);
+/* The whole prompt's token ids of a response asked with return_token_ids, as a JSON text. */
+static char *prompt_ids(json_t *r) {
+    json_t *ids = json_object_get(r, "prompt_token_ids");
+    CHECK(json_is_array(ids) && (long long)json_array_size(ids) == jint(r, "usage.input_tokens"));
+    return json_dumps(ids ? ids : json_null(), JSON_ENCODE_ANY);
+}
+
+/* A follow-up b of a computes the context's own tokens: cached_tokens covers the
+ * conversation so far (a's prompt and every token of its answer), b's prompt starts
+ * with a's, and b's answer is that of a plain greedy completion of b's prompt ids. */
+static void check_follow_up(json_t *a, json_t *b, int max_tokens) {
+    long long so_far = jint(a, "usage.input_tokens") + jint(a, "usage.output_tokens");
+    long long cached = jint(b, "usage.input_tokens_details.cached_tokens");
+    fprintf(stderr, "previous prompt %lld + output %lld tokens; the follow-up's %lld tokens, %lld cached\n",
+            jint(a, "usage.input_tokens"), jint(a, "usage.output_tokens"), jint(b, "usage.input_tokens"), cached);
+    CHECK(cached >= so_far);
+    CHECK(jint(b, "usage.input_tokens") > so_far);
+    json_t *pa = json_object_get(a, "prompt_token_ids"), *pb = json_object_get(b, "prompt_token_ids");
+    for (size_t i = 0; i < json_array_size(pa); i++) CHECK(json_equal(json_array_get(pa, i), json_array_get(pb, i)));
+    char *ids = prompt_ids(b), body[16384];
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":%d,\"temperature\":0}", ids, max_tokens);
+    free(ids);
+    const char *f = ts_file("resp-compl.json", body, strlen(body));
+    CHECK_INT(ts_http(g_port, "-H 'Content-Type: application/json' -d @%s /v1/completions", f), 200);
+    json_t *c = json_loads(ts_body, 0, NULL);
+    CHECK(!strcmp(jstr(c, "choices.0.text"), out_text(b)));
+    CHECK_INT(jint(c, "usage.prompt_tokens"), jint(b, "usage.input_tokens"));
+    json_decref(c);
+}
+
+/* The whole conversation (user q, the assistant's text t, user q2) in one request,
+ * not stored: its answer in *out. */
+static void whole(const char *q, const char *t, const char *q2, int max_tokens, json_t **out) {
+    json_t *esc = json_string(t);
+    char *at = json_dumps(esc, JSON_ENCODE_ANY), body[4096];
     json_decref(esc);
     snprintf(body, sizeof body,
-             "{\"input\":[{\"role\":\"user\",\"content\":\"tell me about the sea\"},{\"type\":\"message\",\"role\":"
+             "{\"input\":[{\"role\":\"user\",\"content\":\"%s\"},{\"type\":\"message\",\"role\":"
              "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":%s}]},{\"role\":\"user\",\"content\":"
-             "\"and the river\"}],\"max_output_tokens\":10,\"temperature\":0,\"store\":false}",
-             at);
+             "\"%s\"}],\"max_output_tokens\":%d,\"temperature\":0,\"store\":false,\"return_token_ids\":true}",
+             q, at, q2, max_tokens);
     free(at);
-    CHECK_INT(post(body, &c), 200);
-    CHECK(json_equal(jget(b, "usage.input_tokens"), jget(c, "usage.input_tokens")));
-    CHECK(!strcmp(out_text(b), out_text(c)));
+    CHECK_INT(post(body, out), 200);
+}
+
+static void continuation(void) {
+    json_t *a = NULL, *b = NULL, *c = NULL;
+    long long spliced0 = metric("pagekv_responses_followups_spliced_total");
+    CHECK_INT(post("{\"input\":\"tell me about the sea\",\"max_output_tokens\":10,\"temperature\":0,"
+                   "\"return_token_ids\":true}", &a), 200);
+    char body[4096];
+    snprintf(body, sizeof body, "{\"input\":\"and the river\",\"previous_response_id\":\"%s\",\"max_output_tokens\":10,"
+                                "\"temperature\":0,\"return_token_ids\":true}", jstr(a, "id"));
+    CHECK_INT(post(body, &b), 200);
+    /* this answer's sampled tokens (a stray <|im_start|> among them) are not its
+     * text's: the follow-up still computes only the new turn */
+    check_follow_up(a, b, 10);
+    CHECK_INT(metric("pagekv_responses_followups_spliced_total"), spliced0 + 1);
+    /* an answer ended by the model's own end of turn (<|endoftext|> here; chatml
+     * writes <|im_end|>): it stands in for the template's */
+    json_t *g1 = NULL, *g2 = NULL;
+    CHECK_INT(post("{\"input\":\"hi\",\"max_output_tokens\":10,\"temperature\":0,\"return_token_ids\":true,"
+                   "\"grammar\":\"root ::= \\\"hello there\\\"\"}", &g1), 200);
+    CHECK(!strcmp(jstr(g1, "status"), "completed"));
+    snprintf(body, sizeof body, "{\"input\":\"and the river\",\"previous_response_id\":\"%s\",\"max_output_tokens\":6,"
+                                "\"temperature\":0,\"return_token_ids\":true}", jstr(g1, "id"));
+    CHECK_INT(post(body, &g2), 200);
+    check_follow_up(g1, g2, 6);
+    json_decref(g1);
+    json_decref(g2);
+    /* an answer whose sampled tokens are its text's: the follow-up's prompt is that of
+     * sending the whole conversation at once, token for token, and so is the answer */
+    json_t *k1 = NULL, *k2 = NULL, *k3 = NULL;
+    CHECK_INT(post("{\"input\":\"a b c\",\"max_output_tokens\":3,\"temperature\":0,\"return_token_ids\":true}", &k1),
+              200);
+    snprintf(body, sizeof body, "{\"input\":\"and the river\",\"previous_response_id\":\"%s\",\"max_output_tokens\":10,"
+                                "\"temperature\":0,\"return_token_ids\":true}", jstr(k1, "id"));
+    CHECK_INT(post(body, &k2), 200);
+    check_follow_up(k1, k2, 10);
+    whole("a b c", out_text(k1), "and the river", 10, &k3);
+    char *ids2 = prompt_ids(k2), *ids3 = prompt_ids(k3);
+    CHECK(ids2 && ids3 && !strcmp(ids2, ids3));
+    free(ids2);
+    free(ids3);
+    CHECK(!strcmp(out_text(k2), out_text(k3)));
+    json_decref(k1);
+    json_decref(k2);
+    json_decref(k3);
+    /* the whole conversation at once (not continued, not stored) */
+    whole("tell me about the sea", out_text(a), "and the river", 10, &c);
+    CHECK(jint(c, "usage.input_tokens") > 0);
     CHECK(json_is_false(jget(c, "store")));
     /* store false kept nothing */
     char path[160];
@@ -282,7 +352,7 @@ static void continuation(void) {
                                 "\"temperature\":0}", jstr(b, "id"));
     json_t *d = NULL;
     CHECK_INT(post(body, &d), 200);
-    CHECK(jint(d, "usage.input_tokens_details.cached_tokens") >= jint(b, "usage.input_tokens"));
+    CHECK(jint(d, "usage.input_tokens_details.cached_tokens") >= jint(b, "usage.input_tokens") + jint(b, "usage.output_tokens"));
     json_decref(d);
     /* instructions are this turn's only (OpenAI's rule): the same instructions again
      * keep the whole conversation cached; none renders without the system turn */
@@ -292,7 +362,7 @@ static void continuation(void) {
     snprintf(body, sizeof body, "{\"input\":\"more\",\"instructions\":\"be brief\",\"previous_response_id\":\"%s\","
                                 "\"max_output_tokens\":4,\"temperature\":0}", jstr(i1, "id"));
     CHECK_INT(post(body, &i2), 200);
-    CHECK(jint(i2, "usage.input_tokens_details.cached_tokens") >= jint(i1, "usage.input_tokens"));
+    CHECK(jint(i2, "usage.input_tokens_details.cached_tokens") >= jint(i1, "usage.input_tokens") + jint(i1, "usage.output_tokens"));
     CHECK(!strcmp(jstr(i2, "instructions"), "be brief"));
     snprintf(body, sizeof body, "{\"input\":\"more\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4,"
                                 "\"temperature\":0,\"store\":false}", jstr(i1, "id"));
@@ -352,6 +422,8 @@ static void bad_input(void) {
     check_param("{\"input\":\"hi\",\"background\":true}", "background");
     check_param("{\"input\":\"hi\",\"previous_response_id\":7}", "previous_response_id");
     check_param("{\"input\":\"hi\",\"metadata\":{\"k\":1}}", "metadata");
+    check_param("{\"input\":\"hi\",\"return_token_ids\":1}", "return_token_ids");
+    check_param("{\"input\":\"hi\",\"return_token_ids\":true,\"stream\":true}", "return_token_ids");
     CHECK_INT(ts_http(g_port, "-X PUT /v1/responses"), 405);
     CHECK_INT(ts_http(g_port, "/v1/responses/resp_nope"), 404);
     /* nothing of these reached the store or the cache */
@@ -388,12 +460,19 @@ static void reasoning(const char *model, const char *log) {
     CHECK(strstr(ts_body, "\"type\":\"response.reasoning_text.delta\"") != NULL);
     CHECK(strstr(ts_body, "\"type\":\"response.output_text.delta\"") != NULL);
     CHECK(strstr(ts_body, "\"type\":\"response.reasoning_text.done\",\"sequence_number\"") != NULL);
-    /* a follow-up continues past the turn with reasoning (the template drops it from history) */
+    /* a follow-up continues past the turn with reasoning: the template drops it from
+     * history, so the prompt is not the stored context's tokens plus more, and the
+     * context is cut where they differ (counted), keeping the earlier prompt */
+    long long spliced0 = metric("pagekv_responses_followups_spliced_total");
+    long long recut0 = metric("pagekv_responses_followups_recut_total");
     snprintf(body, sizeof body, "{\"input\":\"and then?\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4}",
              jstr(a, "id"));
     json_t *b = NULL;
     CHECK_INT(post(body, &b), 200);
     CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
+    CHECK(jint(b, "usage.input_tokens_details.cached_tokens") < jint(a, "usage.input_tokens") + jint(a, "usage.output_tokens"));
+    CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0 + 1);
+    CHECK_INT(metric("pagekv_responses_followups_spliced_total"), spliced0);
     json_decref(a);
     json_decref(b);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
@@ -501,7 +580,7 @@ static void swapped(const char *model, const char *log) {
     snprintf(body, sizeof body, "{\"input\":\"and more\",\"previous_response_id\":\"%s\",\"max_output_tokens\":8,"
                                 "\"temperature\":0}", jstr(a, "id"));
     CHECK_INT(post(body, &b), 200);
-    CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
+    CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens") + jint(a, "usage.output_tokens"));
     json_decref(a);
     json_decref(b);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);

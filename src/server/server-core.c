@@ -239,12 +239,16 @@ static void api_metrics(srv *s, srv_out *o) {
         G("media_cache_bytes_max", "The media cache's size (--media-cache-mb).", ms.max_bytes);
     }
     pthread_mutex_lock(&s->mu);
-    uint64_t disc = s->disconnects;
+    uint64_t disc = s->disconnects, spliced = s->resp_spliced, recut = s->resp_recut;
     int inflight = s->inflight;
     uint64_t codes[600];
     memcpy(codes, s->http_count, sizeof codes);
     pthread_mutex_unlock(&s->mu);
     C("client_disconnects_total", "Requests cancelled because the client went away.", disc);
+    C("responses_followups_spliced_total", "previous_response_id follow-ups computed as the stored context's own "
+      "tokens plus the new turn's.", spliced);
+    C("responses_followups_recut_total", "previous_response_id follow-ups whose template re-rendered earlier turns "
+      "differently: the stored context cut where the tokens first differ.", recut);
     G("http_requests_in_flight", "HTTP requests being received or answered.", inflight);
     metric(&p, &len, &cap, "# HELP pagekv_http_responses_total HTTP responses by status code.\n"
                            "# TYPE pagekv_http_responses_total counter\n");

@@ -37,6 +37,8 @@ typedef struct srv {
     pthread_mutex_t mu;    /* guards the counters below */
     uint64_t http_count[600]; /* responses by status code */
     uint64_t disconnects;  /* requests cancelled because the client went away */
+    uint64_t resp_spliced; /* previous_response_id follow-ups that continued the stored context's tokens */
+    uint64_t resp_recut;   /* ... that fell back to cutting it where the re-rendered prompt differs */
     int inflight;          /* requests between their first byte and their completion */
     uint64_t seq;          /* for response ids */
     /* Large texts are tokenized SRV_TOK_SLOTS at a time (the tokenizer's scratch is

@@ -48,6 +48,11 @@ typedef struct resp_entry {
     json_t *response;  /* the response object (GET) */
     json_t *messages;  /* the conversation as chat messages, instructions left out (OpenAI
                           does not carry instructions over to a follow-up) */
+    char *prompt;      /* the prompt's text as rendered (instructions included), prompt_len
+                          bytes: the context's first n_prompt tokens are this text */
+    size_t prompt_len;
+    int64_t n_prompt;
+    bool special_text; /* its answer's text kept special tokens' text (srv_req.special_text) */
 } resp_entry;
 
 struct srv_resp_store {
@@ -74,6 +79,7 @@ struct srv_resp_store *srv_resp_store_new(int max, double ttl_s) {
 static void entry_clear(resp_entry *e) {
     json_decref(e->response);
     json_decref(e->messages);
+    free(e->prompt);
     memset(e, 0, sizeof *e);
 }
 
@@ -143,9 +149,17 @@ static void store_put(struct srv_resp_store *st, resp_entry *e, drops *d) {
 }
 
 /* A copy of entry id's response and messages and its context (touching it);
- * false when there is none. */
+ * false when there is none. prev (may be NULL) gets a copy of its prompt's text
+ * (NULL out of memory) and token count. */
+typedef struct prev_prompt {
+    char *text;
+    size_t len;
+    int64_t n_tokens;
+    bool special_text; /* the answer's special tokens were in its text (srv_req.special_text) */
+} prev_prompt;
+
 static bool store_get(struct srv_resp_store *st, const char *id, json_t **response, json_t **messages, int64_t *ctx_id,
-                      drops *d) {
+                      prev_prompt *prev, drops *d) {
     pthread_mutex_lock(&st->mu);
     expire(st, srv_now(), d);
     int i = find(st, id);
@@ -154,6 +168,12 @@ static bool store_get(struct srv_resp_store *st, const char *id, json_t **respon
         if (response) *response = json_deep_copy(st->e[i].response);
         if (messages) *messages = json_deep_copy(st->e[i].messages);
         if (ctx_id) *ctx_id = st->e[i].ctx_id;
+        if (prev && st->e[i].prompt && (prev->text = malloc(st->e[i].prompt_len + 1))) {
+            memcpy(prev->text, st->e[i].prompt, st->e[i].prompt_len);
+            prev->len = st->e[i].prompt_len;
+            prev->n_tokens = st->e[i].n_prompt;
+            prev->special_text = st->e[i].special_text;
+        }
     }
     pthread_mutex_unlock(&st->mu);
     return i >= 0;
@@ -252,6 +272,7 @@ static void enforce_pages(srv *s) {
  * pages. At least one prompt token is left to compute (it gives the logits). */
 typedef struct prep {
     int64_t prev;        /* the previous response's context, 0 = none */
+    int64_t splice;      /* > 0: the prompt continues prev's tokens, which must be this many */
     const int32_t *toks; /* the whole prompt */
     int n;
     int64_t n_ctx;
@@ -284,6 +305,11 @@ static bool prep_fn(srv_gen *g, void *arg) {
             return true;
         }
         int64_t len = pkv_context_n_tokens(ctx);
+        if (p->splice > 0 && len == p->splice) {
+            keep = len;
+            goto add;
+        }
+        p->splice = 0; /* not what the handler read: the prompt is the whole conversation's */
         int32_t *t = malloc((size_t)(len + 1) * sizeof *t);
         if (t && !pkv_context_tokens(ctx, 0, len, t))
             while (keep < len && keep < p->n - 1 && t[keep] == p->toks[keep]) keep++;
@@ -303,6 +329,7 @@ static bool prep_fn(srv_gen *g, void *arg) {
             keep = 0;
         keep = pkv_context_n_tokens(ctx);
     }
+add:;
     srv_ctx *ce = srv_ctx_add_internal(g, ctx);
     if (!ce) {
         pkv_context_free(ctx);
@@ -314,6 +341,132 @@ static bool prep_fn(srv_gen *g, void *arg) {
     p->keep = keep;
     p->status = 200;
     return true;
+}
+
+/* The tokens of a stored response's context (malloc'd in toks, n of them; NULL
+ * when it is gone or out of memory). */
+typedef struct peek {
+    int64_t id;
+    int32_t *toks;
+    int64_t n;
+} peek;
+
+static bool peek_fn(srv_gen *g, void *arg) {
+    peek *k = arg;
+    srv_ctx *e = srv_ctx_find(g, k->id);
+    if (!e || !e->internal) return true;
+    if (e->busy && !srv_gen_stopping(g)) return false; /* never for a stored one; wait a step */
+    int64_t len = pkv_context_n_tokens(e->ctx);
+    int32_t *t = malloc((size_t)(len + 1) * sizeof *t);
+    if (t && !pkv_context_tokens(e->ctx, 0, len, t)) {
+        k->toks = t;
+        k->n = len;
+    } else {
+        free(t);
+    }
+    return true;
+}
+
+/* An end of the answer's turn: an end-of-generation token or one of the template's
+ * end-of-turn ids (srv.stop_ids). */
+static bool turn_end(srv *s, int32_t id) {
+    if (pkv_model_is_eog(s->m, id)) return true;
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == id) return true;
+    return false;
+}
+
+/* A follow-up continues the stored context's own tokens: its previous prompt (text
+ * prev->text, prev->n_tokens tokens) and the answer as sampled, its end-of-turn
+ * token included. The new prompt's text (text, len; spans: its data spans) must
+ * start with the previous prompt's text and then the answer's text as the client
+ * got it (its tokens' pieces, UTF-8 sanitized); what follows (the end of the turn,
+ * the template's text after it, as "\n" after <|im_end|>, and the new turn with
+ * the generation prompt) is tokenized on its own, as template text, and is the
+ * prompt to compute, less its first token when the context holds the end-of-turn
+ * token the model sampled: that stands in for the template's (which must be an
+ * end-of-turn token too). So the prompt's tokens are those of rendering the whole
+ * conversation wherever the answer's sampled tokens are the canonical tokens of
+ * its text and its end-of-turn token the template's. false (nothing set) when the
+ * template renders the earlier turns otherwise (it drops earlier reasoning,
+ * reformats tool calls, the instructions changed, the answer was trimmed or had
+ * bytes that are not UTF-8, ...), or on any failure: the caller falls back to
+ * cutting the context where the tokens first differ. */
+static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const char *text, size_t len,
+                          const size_t *spans, size_t n_spans, int32_t **all, int64_t *n_ctx_toks, int32_t **out,
+                          int *n_out) {
+    if (!prev->text || prev->len > len || memcmp(text, prev->text, prev->len)) return false;
+    peek k = {.id = ctx_id};
+    srv_gen_call(s->g, peek_fn, &k);
+    bool ok = false;
+    size_t *sp = NULL;
+    char *raw = NULL, *san = NULL;
+    if (!k.toks || k.n < prev->n_tokens) goto done;
+    size_t n_ans = (size_t)(k.n - prev->n_tokens), off = prev->len, n_raw = 0;
+    const int32_t *at = k.toks + prev->n_tokens;
+    bool ended = n_ans && turn_end(s, at[n_ans - 1]);
+    size_t n_text = n_ans - (ended ? 1 : 0);
+    size_t cap = 0;
+    for (size_t i = 0; i < n_text; i++) {
+        char piece[512];
+        size_t np = 0;
+        if (pkv_model_is_eog(s->m, at[i])) continue; /* none in the text (ignore_eos) */
+        if (pkv_model_token_piece(s->m, at[i], prev->special_text, piece, sizeof piece, &np)) goto done;
+        if (n_raw + np > cap) {
+            size_t nc = cap ? 2 * cap : 4096;
+            while (nc < n_raw + np) nc *= 2;
+            char *nr = realloc(raw, nc);
+            if (!nr) goto done;
+            raw = nr;
+            cap = nc;
+        }
+        memcpy(raw + n_raw, piece, np);
+        n_raw += np;
+    }
+    size_t n_san = 0;
+    if (!(san = pkv_utf8_sanitize(raw, n_raw, &n_san))) goto done;
+    if (n_san > len - off || memcmp(text + off, san, n_san)) goto done;
+    off += n_san;
+    if (off >= len) goto done;
+    /* the data spans of the rest, moved to its start */
+    if (!(sp = malloc((2 * n_spans + 1) * sizeof *sp))) goto done;
+    size_t m = 0;
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t a = spans[2 * i], b = spans[2 * i + 1];
+        if (b <= off) continue;
+        sp[2 * m] = (a > off ? a : off) - off;
+        sp[2 * m + 1] = b - off;
+        m++;
+    }
+    srv_out tmp = {0};
+    if (!srv_tokenize_part(s, text + off, len - off, false, sp, m, out, n_out, &tmp)) {
+        json_decref(tmp.json);
+        goto done;
+    }
+    if (ended) { /* the sampled end of turn in place of the template's */
+        if (*n_out < 1 || !turn_end(s, (*out)[0])) {
+            free(*out);
+            *out = NULL;
+            goto done;
+        }
+        memmove(*out, *out + 1, (size_t)(*n_out - 1) * sizeof **out);
+        (*n_out)--;
+    }
+    if (*n_out == 0) {
+        free(*out);
+        *out = NULL;
+        goto done;
+    }
+    *all = k.toks;
+    *n_ctx_toks = k.n;
+    k.toks = NULL;
+    ok = true;
+done:
+    free(k.toks);
+    free(raw);
+    free(san);
+    free(sp);
+    return ok;
 }
 
 /* ------------------------------------------------------------- request */
@@ -335,7 +488,9 @@ static const char *const k_fields[] = {
     "user", "truncation", "include", "background", "service_tier", "prompt_cache_key", "safety_identifier",
     "max_tool_calls", "top_logprobs", "conversation", "prompt",
     /* llama-server's extensions, as on /v1/chat/completions */
-    "seed", "grammar", NULL};
+    "seed", "grammar",
+    /* vLLM's, as on /v1/chat/completions: the prompt's token ids in the answer */
+    "return_token_ids", NULL};
 
 static bool in_list(const char *const *l, const char *k) {
     for (int i = 0; l[i]; i++)
@@ -890,6 +1045,9 @@ typedef struct resp_job {
     long long created_at;
     int64_t ctx_id;      /* its context until stored (then the store's) */
     int n_prompt;        /* the whole prompt's tokens */
+    char *text;          /* the prompt's text as rendered (tlen bytes), kept with a stored response */
+    size_t tlen;
+    int32_t *ids;        /* return_token_ids: the whole prompt's token ids (n_prompt), else NULL */
     bool store;
     srv_conn conn;
 } resp_job;
@@ -901,6 +1059,8 @@ static void job_free(resp_job *j) {
     acc_free(&j->acc);
     json_decref(j->echo);
     json_decref(j->conv);
+    free(j->text);
+    free(j->ids);
     srv_req_release(j->r);
     free(j);
 }
@@ -953,6 +1113,11 @@ static json_t *response_json(resp_job *j, const char *status, bool final) {
                             json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", j->n_prompt, "input_tokens_details",
                                       "cached_tokens", r->cached_tokens, "output_tokens", gen, "output_tokens_details",
                                       "reasoning_tokens", reasoning_tokens(j), "total_tokens", j->n_prompt + gen));
+        if (j->ids) {
+            json_t *a = json_array();
+            for (int i = 0; i < j->n_prompt; i++) json_array_append_new(a, json_integer(j->ids[i]));
+            json_object_set_new(resp, "prompt_token_ids", a);
+        }
     } else {
         json_object_set_new(resp, "usage", json_null());
     }
@@ -992,6 +1157,11 @@ static json_t *job_finish(resp_job *j) {
         e.ctx_id = j->ctx_id;
         e.response = json_incref(resp);
         e.messages = json_incref(j->conv);
+        e.prompt = j->text;
+        e.prompt_len = j->tlen;
+        e.n_prompt = j->n_prompt;
+        e.special_text = j->r->special_text;
+        j->text = NULL;
         j->ctx_id = 0; /* the store's now */
         drops d = {0};
         store_put(j->s->responses, &e, &d);
@@ -1125,6 +1295,8 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     srv_req *r = srv_req_new(1);
     size_t *spans = NULL, n_spans = 0, tlen = 0;
     char *text = NULL;
+    prev_prompt pp = {0};
+    int32_t *ctx_toks = NULL, *sfx = NULL; /* the splice: the stored context's tokens, then the new ones */
     if (!j || !r) {
         srv_error(o, 500, "out of memory");
         goto fail;
@@ -1134,11 +1306,21 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     j->conn = conn ? *conn : (srv_conn){-1, NULL, 0, NULL, NULL};
     j->conn.content_type = NULL;
     j->store = !json_is_false(json_object_get(b, "store"));
+    json_t *rti = json_object_get(b, "return_token_ids");
+    if (rti && !json_is_null(rti) && !json_is_boolean(rti)) {
+        perr(o, 400, "return_token_ids", "invalid_type", "'return_token_ids' must be a boolean");
+        goto fail;
+    }
+    bool ret_ids = json_is_true(rti);
+    if (ret_ids && json_is_true(json_object_get(b, "stream"))) {
+        perr(o, 400, "return_token_ids", "invalid_value", "'return_token_ids' is for answers that are not streamed");
+        goto fail;
+    }
     const char *prev = str(b, "previous_response_id");
     int64_t prev_ctx = 0;
     if (prev) {
         drops d = {0};
-        bool found = s->responses && store_get(s->responses, prev, NULL, &prev_msgs, &prev_ctx, &d);
+        bool found = s->responses && store_get(s->responses, prev, NULL, &prev_msgs, &prev_ctx, &pp, &d);
         drops_run(s, &d);
         if (!found) {
             perr(o, 400, "previous_response_id", "previous_response_not_found", "Previous response with id '%.100s' not found.",
@@ -1189,8 +1371,20 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         srv_error(o, 500, "out of memory");
         goto fail;
     }
-    /* its context: the previous response's forked, or a new one */
-    prep p = {.prev = prev_ctx, .toks = r->prompt, .n = r->n_prompt, .n_ctx = s->n_ctx};
+    /* its context: the previous response's forked (continued, or cut where the
+     * tokens first differ), or a new one */
+    int64_t n_ctx_toks = 0;
+    int n_sfx = 0;
+    bool spliced = prev_ctx && splice_prompt(s, prev_ctx, &pp, text, tlen, spans, n_spans, &ctx_toks, &n_ctx_toks,
+                                             &sfx, &n_sfx);
+    if (spliced && n_ctx_toks + n_sfx >= s->n_ctx) {
+        perr(o, 400, "input", "context_length_exceeded",
+             "the conversation has %lld tokens; the context holds %lld (start the server with a larger -c)",
+             (long long)(n_ctx_toks + n_sfx), (long long)s->n_ctx);
+        goto fail;
+    }
+    prep p = {.prev = prev_ctx, .splice = spliced ? n_ctx_toks : 0, .toks = r->prompt, .n = r->n_prompt,
+              .n_ctx = s->n_ctx};
     srv_gen_call(s->g, prep_fn, &p);
     if (p.status == 404) {
         perr(o, 400, "previous_response_id", "previous_response_not_found", "Previous response with id '%.100s' not found.",
@@ -1202,9 +1396,40 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         goto fail;
     }
     j->ctx_id = p.id;
-    j->n_prompt = r->n_prompt;
-    memmove(r->prompt, r->prompt + p.keep, (size_t)(r->n_prompt - p.keep) * sizeof *r->prompt);
-    r->n_prompt -= (int)p.keep;
+    if (p.splice) { /* the prompt is the stored context's tokens, then the new turn's */
+        j->n_prompt = (int)(n_ctx_toks + n_sfx);
+        if (ret_ids && (j->ids = malloc((size_t)j->n_prompt * sizeof *j->ids))) {
+            memcpy(j->ids, ctx_toks, (size_t)n_ctx_toks * sizeof *j->ids);
+            memcpy(j->ids + n_ctx_toks, sfx, (size_t)n_sfx * sizeof *j->ids);
+        }
+        free(r->prompt);
+        r->prompt = sfx;
+        r->n_prompt = n_sfx;
+        sfx = NULL;
+    } else {
+        j->n_prompt = r->n_prompt;
+        if (ret_ids && (j->ids = malloc((size_t)j->n_prompt * sizeof *j->ids)))
+            memcpy(j->ids, r->prompt, (size_t)j->n_prompt * sizeof *j->ids);
+        memmove(r->prompt, r->prompt + p.keep, (size_t)(r->n_prompt - p.keep) * sizeof *r->prompt);
+        r->n_prompt -= (int)p.keep;
+    }
+    if (ret_ids && !j->ids) {
+        srv_error(o, 500, "out of memory");
+        goto fail;
+    }
+    if (prev_ctx) {
+        pthread_mutex_lock(&s->mu);
+        if (p.splice) s->resp_spliced++;
+        else s->resp_recut++;
+        pthread_mutex_unlock(&s->mu);
+        if (!p.splice)
+            fprintf(stderr, "pagekv serve: previous_response_id %.100s: the template renders the earlier turns "
+                            "otherwise; its context is cut where the tokens differ (%lld of %d kept)\n",
+                    prev, (long long)p.keep, j->n_prompt);
+    }
+    j->text = text; /* kept with the response: a follow-up checks its prompt starts so */
+    j->tlen = tlen;
+    text = NULL;
     r->ctx_id = p.id;
     r->ctx_cont = true;
     srv_next_id(s, "resp", j->id, sizeof j->id);
@@ -1260,6 +1485,8 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         o->no_cache = true;
         free(text);
         free(spans);
+        free(pp.text);
+        free(ctx_toks);
         json_decref(chat);
         return;
     }
@@ -1274,6 +1501,9 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
 fail:
     free(text);
     free(spans);
+    free(pp.text);
+    free(ctx_toks);
+    free(sfx);
     json_decref(chat);
     json_decref(prev_msgs);
     if (j) job_free(j);
@@ -1292,7 +1522,7 @@ void srv_api_responses(srv *s, const char *method, const char *rest, json_t *b, 
     if (!get && !del) return srv_error(o, 405, "use GET or DELETE /v1/responses/{id}");
     drops d = {0};
     json_t *resp = NULL;
-    bool found = s->responses && (get ? store_get(s->responses, id, &resp, NULL, NULL, &d) : store_del(s->responses, id, &d));
+    bool found = s->responses && (get ? store_get(s->responses, id, &resp, NULL, NULL, NULL, &d) : store_del(s->responses, id, &d));
     drops_run(s, &d);
     if (!found) return perr(o, 404, NULL, NULL, "Response with id '%.100s' not found.", id);
     o->status = 200;
