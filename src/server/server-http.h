@@ -229,4 +229,16 @@ void srv_next_id(srv *s, const char *prefix, char *buf, size_t size);
 bool srv_submit_and_wait(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
                          const srv_conn *conn, srv_out *o);
 
+/* A JSON object's string member k, or NULL (absent or not a string). */
+static inline const char *srv_jstr(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Whether a JSON object has member k with a value other than null. */
+static inline bool srv_jpresent(json_t *b, const char *k) {
+    json_t *v = json_object_get(b, k);
+    return v && !json_is_null(v);
+}
+
 #endif

@@ -34,15 +34,6 @@ static bool in_list(const char *const *l, const char *k) {
     return false;
 }
 
-static const char *str(json_t *o, const char *k) {
-    json_t *v = json_object_get(o, k);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
-static bool present(json_t *b, const char *k) {
-    json_t *v = json_object_get(b, k);
-    return v && !json_is_null(v);
-}
 
 /* The keys of a block other than its own and those that change nothing
  * (cache_control: a hint for Anthropic's prompt cache; the prefix cache here is
@@ -52,7 +43,7 @@ static bool block_keys(json_t *blk, const char *const *own, const char *where, s
     json_t *v;
     json_object_foreach(blk, k, v) {
         if (!strcmp(k, "type") || !strcmp(k, "cache_control") || !strcmp(k, "citations") || in_list(own, k)) continue;
-        srv_error(o, 400, "'%s.%s' is not a field of a '%s' block", where, k, str(blk, "type"));
+        srv_error(o, 400, "'%s.%s' is not a field of a '%s' block", where, k, srv_jstr(blk, "type"));
         return false;
     }
     return true;
@@ -78,13 +69,13 @@ static json_t *image_part(srv *s, json_t *blk, const char *where, srv_out *o) {
         return NULL;
     }
     json_t *src = json_object_get(blk, "source");
-    const char *type = str(src, "type");
+    const char *type = srv_jstr(src, "type");
     if (!json_is_object(src) || !type || !block_keys(blk, own, where, o)) {
         if (!o->status) srv_error(o, 400, "'%s.source' must be an object with a 'type'", where);
         return NULL;
     }
     if (!strcmp(type, "base64")) {
-        const char *mt = str(src, "media_type"), *data = str(src, "data");
+        const char *mt = srv_jstr(src, "media_type"), *data = srv_jstr(src, "data");
         if (!mt || !data) {
             srv_error(o, 400, "'%s.source': a base64 source needs 'media_type' and 'data' strings", where);
             return NULL;
@@ -101,11 +92,11 @@ static json_t *image_part(srv *s, json_t *blk, const char *where, srv_out *o) {
         return p;
     }
     if (!strcmp(type, "url")) {
-        if (!str(src, "url")) {
+        if (!srv_jstr(src, "url")) {
             srv_error(o, 400, "'%s.source.url' must be a string", where);
             return NULL;
         }
-        return json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", str(src, "url"));
+        return json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", srv_jstr(src, "url"));
     }
     srv_error(o, 400, "'%s.source.type' must be \"base64\" or \"url\", got \"%s\"", where, type);
     return NULL;
@@ -115,7 +106,7 @@ static json_t *image_part(srv *s, json_t *blk, const char *where, srv_out *o) {
  * blocks (joined); is_error marks the text as an error for the model. */
 static json_t *tool_result(json_t *blk, const char *where, srv_out *o) {
     static const char *const own[] = {"tool_use_id", "content", "is_error", NULL};
-    const char *id = str(blk, "tool_use_id");
+    const char *id = srv_jstr(blk, "tool_use_id");
     json_t *c = json_object_get(blk, "content"), *err = json_object_get(blk, "is_error");
     if (!id) {
         srv_error(o, 400, "'%s.tool_use_id' must be a string", where);
@@ -134,7 +125,7 @@ static json_t *tool_result(json_t *blk, const char *where, srv_out *o) {
     size_t i;
     json_t *e;
     json_array_foreach(json_is_array(c) ? c : NULL, i, e) {
-        const char *t = str(e, "type");
+        const char *t = srv_jstr(e, "type");
         if (!json_is_object(e) || !t || strcmp(t, "text") || !json_is_string(json_object_get(e, "text"))) {
             srv_error(o, 400, "'%s.content[%zu]' must be a text block ({\"type\": \"text\", \"text\": ...}); %s", where, i,
                       t && !strcmp(t, "image") ? "images in tool results are not supported" : "other blocks are not supported");
@@ -169,7 +160,7 @@ static json_t *tool_result(json_t *blk, const char *where, srv_out *o) {
 /* A tool_use block as an OpenAI tool call (arguments: the input as JSON text). */
 static json_t *tool_use(json_t *blk, const char *where, srv_out *o) {
     static const char *const own[] = {"id", "name", "input", NULL};
-    const char *id = str(blk, "id"), *name = str(blk, "name");
+    const char *id = srv_jstr(blk, "id"), *name = srv_jstr(blk, "name");
     json_t *in = json_object_get(blk, "input");
     if (!id || !name || !json_is_object(in)) {
         srv_error(o, 400, "'%s' must have 'id' and 'name' strings and an 'input' object", where);
@@ -192,7 +183,7 @@ static json_t *tool_use(json_t *blk, const char *where, srv_out *o) {
 static bool convert_message(srv *s, json_t *m, size_t mi, json_t *out, srv_out *o) {
     char where[96];
     snprintf(where, sizeof where, "messages[%zu]", mi);
-    const char *role = str(m, "role");
+    const char *role = srv_jstr(m, "role");
     if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
         srv_error(o, 400, "'%s.role' must be \"user\" or \"assistant\"", where);
         return false;
@@ -222,7 +213,7 @@ static bool convert_message(srv *s, json_t *m, size_t mi, json_t *out, srv_out *
     json_array_foreach(c, i, blk) {
         char bw[128];
         snprintf(bw, sizeof bw, "%s.content[%zu]", where, i);
-        const char *t = str(blk, "type");
+        const char *t = srv_jstr(blk, "type");
         json_t *p = NULL;
         if (!json_is_object(blk) || !t) {
             srv_error(o, 400, "'%s' must be a content block (an object with a 'type')", bw);
@@ -324,7 +315,7 @@ static bool convert_system(json_t *sys, json_t *out, srv_out *o) {
     json_array_foreach(sys, i, e) {
         char where[48];
         snprintf(where, sizeof where, "system[%zu]", i);
-        const char *t = str(e, "type");
+        const char *t = srv_jstr(e, "type");
         if (!json_is_object(e) || !t || strcmp(t, "text")) {
             srv_error(o, 400, "'%s' must be a text block ({\"type\": \"text\", \"text\": ...})", where);
             return false;
@@ -365,7 +356,7 @@ static bool convert_tools(json_t *b, json_t *chat, srv_out *o) {
         size_t i;
         json_t *t;
         json_array_foreach(tools, i, t) {
-            const char *type = str(t, "type"), *name = str(t, "name");
+            const char *type = srv_jstr(t, "type"), *name = srv_jstr(t, "name");
             json_t *desc = json_object_get(t, "description"), *schema = json_object_get(t, "input_schema");
             if (!json_is_object(t)) {
                 srv_error(o, 400, "'tools[%zu]' must be an object", i);
@@ -402,7 +393,7 @@ static bool convert_tools(json_t *b, json_t *chat, srv_out *o) {
         n_tools = json_array_size(tools);
     }
     if (!tc || json_is_null(tc)) return true;
-    const char *type = str(tc, "type");
+    const char *type = srv_jstr(tc, "type");
     if (!json_is_object(tc) || !type) {
         srv_error(o, 400, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
         return false;
@@ -423,7 +414,7 @@ static bool convert_tools(json_t *b, json_t *chat, srv_out *o) {
         if (!strcmp(type, "any")) {
             json_object_set_new(chat, "tool_choice", json_string("required"));
         } else {
-            const char *name = str(tc, "name");
+            const char *name = srv_jstr(tc, "name");
             if (!name) {
                 srv_error(o, 400, "'tool_choice.name' must be a string (the tool to call)");
                 return false;
@@ -431,7 +422,7 @@ static bool convert_tools(json_t *b, json_t *chat, srv_out *o) {
             size_t i;
             json_t *t;
             bool found = false;
-            json_array_foreach(tools, i, t) found = found || !strcmp(str(t, "name"), name);
+            json_array_foreach(tools, i, t) found = found || !strcmp(srv_jstr(t, "name"), name);
             if (!found) {
                 srv_error(o, 400, "'tool_choice.name' names the tool '%s', which is not in 'tools'", name);
                 return false;
@@ -472,7 +463,7 @@ static json_t *to_chat(srv *s, json_t *b, bool counting, srv_out *o) {
         srv_error(o, 400, "'max_tokens' is required: an integer >= 1 (the most tokens to generate)");
         return NULL;
     }
-    if (present(b, "metadata") && !json_is_object(json_object_get(b, "metadata"))) {
+    if (srv_jpresent(b, "metadata") && !json_is_object(json_object_get(b, "metadata"))) {
         srv_error(o, 400, "'metadata' must be an object");
         return NULL;
     }
@@ -505,7 +496,7 @@ static json_t *to_chat(srv *s, json_t *b, bool counting, srv_out *o) {
     static const char *const pass[] = {"model", "temperature", "top_p", "top_k", "stream", "max_tokens",
                                        "chat_template_kwargs", NULL};
     for (int p = 0; pass[p]; p++)
-        if (present(b, pass[p]) && !(counting && strcmp(pass[p], "chat_template_kwargs")))
+        if (srv_jpresent(b, pass[p]) && !(counting && strcmp(pass[p], "chat_template_kwargs")))
             json_object_set(chat, pass[p], json_object_get(b, pass[p]));
     json_t *st = json_object_get(b, "stop_sequences");
     if (st && !json_is_null(st)) {
@@ -523,7 +514,7 @@ static json_t *to_chat(srv *s, json_t *b, bool counting, srv_out *o) {
      * a template with a thinking switch (enable_thinking) gets it set */
     json_t *th = json_object_get(b, "thinking");
     if (th && !json_is_null(th)) {
-        const char *tt = str(th, "type");
+        const char *tt = srv_jstr(th, "type");
         json_t *bt = json_object_get(th, "budget_tokens");
         if (!json_is_object(th) || !tt || (strcmp(tt, "enabled") && strcmp(tt, "disabled"))) {
             srv_error(o, 400, "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
@@ -552,7 +543,7 @@ fail:
 /* Errors the chat path writes name its OpenAI fields: name Anthropic's. */
 static void rename_fields(srv_out *o) {
     json_t *e = json_object_get(o->json, "error");
-    const char *msg = str(e, "message");
+    const char *msg = srv_jstr(e, "message");
     if (!msg || !strstr(msg, ".function.parameters")) return;
     size_t n = strlen(msg);
     char *t = malloc(n + 1), *w = t;
@@ -591,7 +582,7 @@ void srv_api_count_tokens(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         size_t k;
         json_t *p;
         json_array_foreach(json_is_array(json_object_get(m, "content")) ? json_object_get(m, "content") : NULL, k, p)
-            if (!strcmp(str(p, "type"), "image_url")) {
+            if (!strcmp(srv_jstr(p, "type"), "image_url")) {
                 srv_error(o, 400, "count_tokens does not count image blocks (an image's tokens are known once it is encoded)");
                 goto out;
             }
@@ -622,7 +613,7 @@ static const char *err_type(int status) {
 
 void srv_error_anthropic(srv_out *o) {
     if (o->status < 400 || !o->json) return;
-    const char *msg = str(json_object_get(o->json, "error"), "message");
+    const char *msg = srv_jstr(json_object_get(o->json, "error"), "message");
     json_t *j = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", err_type(o->status), "message",
                           msg ? msg : "error");
     if (!j) return;

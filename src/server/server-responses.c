@@ -471,15 +471,6 @@ done:
 
 /* ------------------------------------------------------------- request */
 
-static const char *str(json_t *o, const char *k) {
-    json_t *v = json_object_get(o, k);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
-static bool present(json_t *b, const char *k) {
-    json_t *v = json_object_get(b, k);
-    return v && !json_is_null(v);
-}
 
 /* The fields of a Responses request (issue 28's rule: nothing silently ignored). */
 static const char *const k_fields[] = {
@@ -514,7 +505,7 @@ static bool content_text(json_t *c, const char *where, json_t **out, srv_out *o)
     size_t i;
     json_t *p;
     json_array_foreach(c, i, p) {
-        const char *type = str(p, "type"), *text = str(p, "text");
+        const char *type = srv_jstr(p, "type"), *text = srv_jstr(p, "text");
         char f[128];
         snprintf(f, sizeof f, "%s[%zu].type", where, i);
         if (!type) {
@@ -554,7 +545,7 @@ static bool content_text(json_t *c, const char *where, json_t **out, srv_out *o)
 static json_t *last_assistant(json_t *msgs) {
     size_t n = json_array_size(msgs);
     json_t *m = n ? json_array_get(msgs, n - 1) : NULL;
-    return m && !strcmp(str(m, "role") ? str(m, "role") : "", "assistant") ? m : NULL;
+    return m && !strcmp(srv_jstr(m, "role") ? srv_jstr(m, "role") : "", "assistant") ? m : NULL;
 }
 
 /* The input (a string or a list of items) as chat messages appended to msgs. */
@@ -577,14 +568,14 @@ static bool input_messages(json_t *input, json_t *msgs, srv_out *o) {
             perr(o, 400, f, "invalid_type", "'%s' must be an object", f);
             goto fail;
         }
-        const char *type = str(it, "type");
+        const char *type = srv_jstr(it, "type");
         if (!type && json_object_get(it, "type")) {
             snprintf(f, sizeof f, "input[%zu].type", i);
             perr(o, 400, f, "invalid_type", "'%s' must be a string", f);
             goto fail;
         }
         if (!type || !strcmp(type, "message")) {
-            const char *role = str(it, "role");
+            const char *role = srv_jstr(it, "role");
             snprintf(f, sizeof f, "input[%zu].role", i);
             if (!role || (strcmp(role, "user") && strcmp(role, "system") && strcmp(role, "developer") &&
                           strcmp(role, "assistant"))) {
@@ -605,7 +596,7 @@ static bool input_messages(json_t *input, json_t *msgs, srv_out *o) {
         } else if (!strcmp(type, "function_call")) {
             static const char *const need[] = {"call_id", "name", "arguments"};
             for (int k = 0; k < 3; k++)
-                if (!str(it, need[k])) {
+                if (!srv_jstr(it, need[k])) {
                     snprintf(f, sizeof f, "input[%zu].%s", i, need[k]);
                     perr(o, 400, f, "invalid_type", "'%s' must be a string", f);
                     goto fail;
@@ -625,7 +616,7 @@ static bool input_messages(json_t *input, json_t *msgs, srv_out *o) {
             json_array_append_new(calls, call);
         } else if (!strcmp(type, "function_call_output")) {
             snprintf(f, sizeof f, "input[%zu].call_id", i);
-            if (!str(it, "call_id")) {
+            if (!srv_jstr(it, "call_id")) {
                 perr(o, 400, f, "invalid_type", "'%s' must be a string", f);
                 goto fail;
             }
@@ -687,7 +678,7 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
         return perr(o, 400, "background", "unsupported_value", "'background' responses are not supported by pagekv serve"), NULL;
     static const char *const unimpl[] = {"conversation", "prompt", "max_tool_calls", NULL};
     for (int i = 0; unimpl[i]; i++)
-        if (present(b, unimpl[i]))
+        if (srv_jpresent(b, unimpl[i]))
             return perr(o, 400, unimpl[i], "unsupported_parameter", "'%s' is not supported by pagekv serve", unimpl[i]), NULL;
     json_t *tl = json_object_get(b, "top_logprobs");
     if (tl && !json_is_null(tl) && !(json_is_integer(tl) && json_integer_value(tl) == 0))
@@ -696,8 +687,8 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
     json_t *inc = json_object_get(b, "include");
     if (inc && !json_is_null(inc) && !(json_is_array(inc) && json_array_size(inc) == 0))
         return perr(o, 400, "include", "unsupported_parameter", "'include' is not supported by pagekv serve"), NULL;
-    const char *tr = str(b, "truncation");
-    if (present(b, "truncation") && (!tr || strcmp(tr, "disabled")))
+    const char *tr = srv_jstr(b, "truncation");
+    if (srv_jpresent(b, "truncation") && (!tr || strcmp(tr, "disabled")))
         return perr(o, 400, "truncation", "unsupported_value", "'truncation' must be \"disabled\" (pagekv serve does not "
                                                                  "cut conversations)"), NULL;
     json_t *chat = json_object();
@@ -725,9 +716,9 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
         }
         json_object_set(chat, nums[i].k, x);
     }
-    if (present(b, "seed")) json_object_set(chat, "seed", json_object_get(b, "seed"));
-    if (present(b, "grammar")) json_object_set(chat, "grammar", json_object_get(b, "grammar"));
-    if (present(b, "parallel_tool_calls")) json_object_set(chat, "parallel_tool_calls", json_object_get(b, "parallel_tool_calls"));
+    if (srv_jpresent(b, "seed")) json_object_set(chat, "seed", json_object_get(b, "seed"));
+    if (srv_jpresent(b, "grammar")) json_object_set(chat, "grammar", json_object_get(b, "grammar"));
+    if (srv_jpresent(b, "parallel_tool_calls")) json_object_set(chat, "parallel_tool_calls", json_object_get(b, "parallel_tool_calls"));
     /* tools: function tools {type, name, description, parameters, strict} */
     json_t *tools = json_object_get(b, "tools");
     if (tools && !json_is_null(tools)) {
@@ -741,7 +732,7 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
         json_t *t;
         char f[64];
         json_array_foreach(tools, i, t) {
-            const char *type = str(t, "type"), *name = str(t, "name");
+            const char *type = srv_jstr(t, "type"), *name = srv_jstr(t, "name");
             json_t *params = json_object_get(t, "parameters"), *desc = json_object_get(t, "description"),
                    *strict = json_object_get(t, "strict");
             const char *bad = NULL, *why = NULL;
@@ -769,9 +760,9 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
     if (tc && !json_is_null(tc)) {
         if (json_is_string(tc)) {
             json_object_set(chat, "tool_choice", tc);
-        } else if (json_is_object(tc) && str(tc, "type") && !strcmp(str(tc, "type"), "function") && str(tc, "name")) {
+        } else if (json_is_object(tc) && srv_jstr(tc, "type") && !strcmp(srv_jstr(tc, "type"), "function") && srv_jstr(tc, "name")) {
             json_object_set_new(chat, "tool_choice",
-                                json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", str(tc, "name")));
+                                json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", srv_jstr(tc, "name")));
         } else {
             json_decref(chat);
             return perr(o, 400, "tool_choice", "invalid_value", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
@@ -796,7 +787,7 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
         }
         json_t *fm = json_object_get(text, "format");
         if (fm && !json_is_null(fm)) {
-            const char *type = str(fm, "type");
+            const char *type = srv_jstr(fm, "type");
             if (!type) {
                 json_decref(chat);
                 return perr(o, 400, "text.format.type", "invalid_type", "'text.format' must be an object with a 'type'"), NULL;
@@ -806,7 +797,7 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
             } else if (!strcmp(type, "json_schema")) {
                 json_t *schema = json_object_get(fm, "schema"), *strict = json_object_get(fm, "strict");
                 const char *bad = !json_is_object(schema) ? "text.format.schema"
-                                  : !str(fm, "name") ? "text.format.name"
+                                  : !srv_jstr(fm, "name") ? "text.format.name"
                                   : strict && !json_is_null(strict) && !json_is_boolean(strict) ? "text.format.strict"
                                                                                               : NULL;
                 if (bad) {
@@ -814,7 +805,7 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
                     return perr(o, 400, bad, "invalid_value", "'%s' is missing or has the wrong type (text.format of type "
                                                               "json_schema needs 'name' (a string) and 'schema' (an object))", bad), NULL;
                 }
-                json_t *js = json_pack("{s:s,s:O}", "name", str(fm, "name"), "schema", schema);
+                json_t *js = json_pack("{s:s,s:O}", "name", srv_jstr(fm, "name"), "schema", schema);
                 if (strict && !json_is_null(strict)) json_object_set(js, "strict", strict);
                 json_object_set_new(chat, "response_format", json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
             } else if (strcmp(type, "text")) {
@@ -846,13 +837,13 @@ static json_t *chat_fields(srv *s, json_t *b, srv_out *o) {
     static const char *const strs[] = {"user", "instructions", "previous_response_id", "model", "service_tier",
                                        "prompt_cache_key", "safety_identifier", NULL};
     for (int i = 0; strs[i]; i++)
-        if (present(b, strs[i]) && !json_is_string(json_object_get(b, strs[i]))) {
+        if (srv_jpresent(b, strs[i]) && !json_is_string(json_object_get(b, strs[i]))) {
             json_decref(chat);
             return perr(o, 400, strs[i], "invalid_type", "'%s' must be a string", strs[i]), NULL;
         }
     static const char *const bools[] = {"stream", "store", "parallel_tool_calls", "background", NULL};
     for (int i = 0; bools[i]; i++)
-        if (present(b, bools[i]) && !json_is_boolean(json_object_get(b, bools[i]))) {
+        if (srv_jpresent(b, bools[i]) && !json_is_boolean(json_object_get(b, bools[i]))) {
             json_decref(chat);
             return perr(o, 400, bools[i], "invalid_type", "'%s' must be true or false", bools[i]), NULL;
         }
@@ -1226,7 +1217,7 @@ static ssize_t rs_read(srv_body *b, char *buf, size_t max) {
         pthread_mutex_unlock(&r->mu);
         if (done) {
             json_t *resp = job_finish(j);
-            const char *type = resp && !strcmp(str(resp, "status"), "incomplete") ? "response.incomplete" : "response.completed";
+            const char *type = resp && !strcmp(srv_jstr(resp, "status"), "incomplete") ? "response.incomplete" : "response.completed";
             ev_put(a, type, json_pack("{s:o}", "response", resp ? resp : json_null()));
             st->ended = true;
         }
@@ -1316,7 +1307,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         perr(o, 400, "return_token_ids", "invalid_value", "'return_token_ids' is for answers that are not streamed");
         goto fail;
     }
-    const char *prev = str(b, "previous_response_id");
+    const char *prev = srv_jstr(b, "previous_response_id");
     int64_t prev_ctx = 0;
     if (prev) {
         drops d = {0};
@@ -1338,7 +1329,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     }
     if (!input_messages(input, j->conv, o)) goto fail;
     json_t *msgs = json_array();
-    if (str(b, "instructions"))
+    if (srv_jstr(b, "instructions"))
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", json_object_get(b, "instructions")));
     json_array_extend(msgs, j->conv);
     json_object_set_new(chat, "messages", msgs);
@@ -1440,7 +1431,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     /* what the response object repeats of the request */
     json_t *tools = json_object_get(b, "tools"), *re = json_object_get(b, "reasoning");
     json_t *ec = j->echo = json_object();
-#define ECHO(k, dflt) json_object_set_new(ec, k, present(b, k) ? json_incref(json_object_get(b, k)) : (dflt))
+#define ECHO(k, dflt) json_object_set_new(ec, k, srv_jpresent(b, k) ? json_incref(json_object_get(b, k)) : (dflt))
     ECHO("instructions", json_null());
     ECHO("max_output_tokens", json_null());
     ECHO("previous_response_id", json_null());
