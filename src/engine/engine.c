@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/grammar.h"
+#include "model/arch/arch.h"
 #include "model/lora.h"
 #include "model/model-impl.h"
 
@@ -290,7 +291,7 @@ static pkv_status check_embed(const pkv_engine *e, const pkv_request_params *r) 
                       : (unsigned)r->pooling > PKV_POOLING_RANK ? "pooling is not a pkv_pooling value"
                       : r->pooling == PKV_POOLING_RANK && !e->m->n_cls_out
                           ? "pooling RANK needs a classification head (cls.output.weight); the model has none"
-                      : r->pooling == PKV_POOLING_RANK && e->m->hp.arch != PKV_ARCH_QWEN3
+                      : r->pooling == PKV_POOLING_RANK && !pkv_arch_ops_of(e->m->hp.arch)->rerank
                           ? "pooling RANK is implemented for qwen3 rerankers (Qwen3-Reranker) only"
                           : NULL;
     if (bad) return pkv_err(PKV_ERR_INVALID, "submit: embed: %s", bad);

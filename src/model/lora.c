@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/quant.h"
+#include "model/arch/arch.h"
 #include "model/blocks.h"
 #include "model/lora.h"
 
@@ -48,7 +49,7 @@ static const pkv_weight *base_of(const pkv_model *m, const char *name, const cha
         return NULL;
     const pkv_layer *ly = &m->layers[il - m->hp.layer_base];
     const pkv_shard_w *sw = &ly->sh[0];
-    const bool fused = m->hp.arch == PKV_ARCH_PHI3;
+    const bool fused = pkv_arch_ops_of(m->hp.arch)->fused_mats;
     static const char *const k_fused = "a fused or split matrix of this architecture: adapters on it are not supported";
     const pkv_weight *w = NULL;
     if (!strcmp(rest, "attn_q.weight")) {

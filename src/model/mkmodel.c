@@ -358,13 +358,21 @@ static const char k_rerank_template[] =
     "<Query>: {query}\n<Document>: {document}<|im_end|>\n"
     "<|im_start|>assistant\n<think>\n\n</think>\n\n";
 
+static bool reranks(const pkv_arch_ops *ops, unsigned arg) {
+    (void)arg;
+    return ops->rerank;
+}
+
 static pkv_status validate(pkv_mkmodel_params *p) {
     if (!p->arch) p->arch = "llama";
     if (p->pooling && pooling_of(p->pooling) < 0)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: pooling '%s' is not one of none, mean, cls, last, rank", p->pooling);
-    if (pooling_of(p->pooling) == 4 && strcmp(p->arch, "qwen3"))
-        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: pooling rank writes Qwen3-Reranker's layout: --arch qwen3 only");
     const pkv_arch_ops *ops = pkv_arch_ops_find(p->arch);
+    if (pooling_of(p->pooling) == 4 && !(ops && ops->rerank)) {
+        char names[256];
+        return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: pooling rank writes a reranker's layout: --arch %s only",
+                       pkv_arch_names_where(reranks, 0, " or ", names, sizeof names));
+    }
     if (!ops || !ops->mk)
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: architecture '%s' is not supported (%s)", p->arch, pkv_arch_list());
     const pkv_arch_mk *mk = ops->mk;

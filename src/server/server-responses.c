@@ -1278,6 +1278,45 @@ static void rename_fields(srv_out *o) {
 
 /* ------------------------------------------------------------- handlers */
 
+/* What the response object repeats of request b (store as decided, r's sampling). */
+static json_t *request_echo(json_t *b, bool store, const srv_req *r) {
+    json_t *tools = json_object_get(b, "tools"), *re = json_object_get(b, "reasoning");
+    json_t *ec = json_object();
+    if (!ec) return NULL;
+#define ECHO(k, dflt) json_object_set_new(ec, k, srv_jpresent(b, k) ? json_incref(json_object_get(b, k)) : (dflt))
+    ECHO("instructions", json_null());
+    ECHO("max_output_tokens", json_null());
+    ECHO("previous_response_id", json_null());
+    ECHO("tool_choice", json_string("auto"));
+    ECHO("metadata", json_object());
+    ECHO("user", json_null());
+    ECHO("parallel_tool_calls", json_true());
+    ECHO("text", json_pack("{s:{s:s}}", "format", "type", "text"));
+#undef ECHO
+    json_object_set_new(ec, "tools", json_is_array(tools) ? json_incref(tools) : json_array());
+    json_object_set_new(ec, "store", json_boolean(store));
+    json_object_set_new(ec, "truncation", json_string("disabled"));
+    json_t *eff = json_is_object(re) ? json_object_get(re, "effort") : NULL;
+    json_object_set_new(ec, "reasoning", json_pack("{s:O,s:n}", "effort", eff ? eff : json_null(), "summary"));
+    json_object_set_new(ec, "temperature", json_real(r->sp.temp));
+    json_object_set_new(ec, "top_p", json_real(r->sp.top_p));
+    json_object_set_new(ec, "max_tool_calls", json_null());
+    return ec;
+}
+
+/* A follow-up of previous_response_id prev: counted by the path it took; a recut
+ * one (the template renders the earlier turns otherwise) says so. */
+static void count_followup(srv *s, const char *prev, bool spliced, int64_t keep, int n_prompt) {
+    pthread_mutex_lock(&s->mu);
+    if (spliced) s->resp_spliced++;
+    else s->resp_recut++;
+    pthread_mutex_unlock(&s->mu);
+    if (!spliced)
+        fprintf(stderr, "pagekv serve: previous_response_id %.100s: the template renders the earlier turns "
+                        "otherwise; its context is cut where the tokens differ (%lld of %d kept)\n",
+                prev, (long long)keep, n_prompt);
+}
+
 static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     json_t *chat = chat_fields(s, b, o);
     if (!chat) return;
@@ -1408,16 +1447,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         srv_error(o, 500, "out of memory");
         goto fail;
     }
-    if (prev_ctx) {
-        pthread_mutex_lock(&s->mu);
-        if (p.splice) s->resp_spliced++;
-        else s->resp_recut++;
-        pthread_mutex_unlock(&s->mu);
-        if (!p.splice)
-            fprintf(stderr, "pagekv serve: previous_response_id %.100s: the template renders the earlier turns "
-                            "otherwise; its context is cut where the tokens differ (%lld of %d kept)\n",
-                    prev, (long long)p.keep, j->n_prompt);
-    }
+    if (prev_ctx) count_followup(s, prev, p.splice != 0, p.keep, j->n_prompt);
     j->text = text; /* kept with the response: a follow-up checks its prompt starts so */
     j->tlen = tlen;
     text = NULL;
@@ -1428,27 +1458,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     snprintf(j->acc.tag, sizeof j->acc.tag, "%s", j->id + 5);
     j->acc.cur = -1;
     j->created_at = (long long)time(NULL);
-    /* what the response object repeats of the request */
-    json_t *tools = json_object_get(b, "tools"), *re = json_object_get(b, "reasoning");
-    json_t *ec = j->echo = json_object();
-#define ECHO(k, dflt) json_object_set_new(ec, k, srv_jpresent(b, k) ? json_incref(json_object_get(b, k)) : (dflt))
-    ECHO("instructions", json_null());
-    ECHO("max_output_tokens", json_null());
-    ECHO("previous_response_id", json_null());
-    ECHO("tool_choice", json_string("auto"));
-    ECHO("metadata", json_object());
-    ECHO("user", json_null());
-    ECHO("parallel_tool_calls", json_true());
-    ECHO("text", json_pack("{s:{s:s}}", "format", "type", "text"));
-#undef ECHO
-    json_object_set_new(ec, "tools", json_is_array(tools) ? json_incref(tools) : json_array());
-    json_object_set_new(ec, "store", json_boolean(j->store));
-    json_object_set_new(ec, "truncation", json_string("disabled"));
-    json_t *eff = json_is_object(re) ? json_object_get(re, "effort") : NULL;
-    json_object_set_new(ec, "reasoning", json_pack("{s:O,s:n}", "effort", eff ? eff : json_null(), "summary"));
-    json_object_set_new(ec, "temperature", json_real(r->sp.temp));
-    json_object_set_new(ec, "top_p", json_real(r->sp.top_p));
-    json_object_set_new(ec, "max_tool_calls", json_null());
+    j->echo = request_echo(b, j->store, r);
     if (!j->echo) {
         srv_error(o, 500, "out of memory");
         goto fail;

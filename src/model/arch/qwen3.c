@@ -25,4 +25,4 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
 
 static const pkv_arch_mk mk = {.rope_base = 1000000.0f, .rms_eps = 1e-6f, .head_keys = true, .layer = mk_layer};
 
-const pkv_arch_ops pkv_arch_qwen3 = {.name = "qwen3", .rope_neox = true, .load_layer = load_layer, .layer = layer, .mk = &mk};
+const pkv_arch_ops pkv_arch_qwen3 = {.name = "qwen3", .rope_neox = true, .rerank = true, .load_layer = load_layer, .layer = layer, .mk = &mk};
