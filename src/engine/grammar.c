@@ -202,16 +202,16 @@ static bool seq_push(gparser *p, bseq *q, gelem e) {
     return true;
 }
 
-/* A character set from ranges (pairs, unsorted): sorted and merged into p->ranges. */
+static int cmp_range(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A character set from ranges (pairs, unsorted): sorted and merged into p->ranges.
+ * qsort, not an insertion sort: a class written with 100k ranges in falling order
+ * must not take quadratic time (found by fuzz-grammar). */
 static bool set_add(gparser *p, uint32_t *rg, size_t n, bool neg, gelem *out) {
-    for (size_t i = 1; i < n; i++) /* insertion sort by low end: sets are small */
-        for (size_t j = i; j > 0 && rg[2 * j] < rg[2 * (j - 1)]; j--) {
-            uint32_t t0 = rg[2 * j], t1 = rg[2 * j + 1];
-            rg[2 * j] = rg[2 * (j - 1)];
-            rg[2 * j + 1] = rg[2 * (j - 1) + 1];
-            rg[2 * (j - 1)] = t0;
-            rg[2 * (j - 1) + 1] = t1;
-        }
+    if (n > 1) qsort(rg, n, 2 * sizeof *rg, cmp_range);
     size_t start = p->n_ranges, m = 0;
     if (pkv_grow((void **)&p->ranges, &p->cap_ranges, 2 * (start + n), sizeof *p->ranges)) {
         p->err = PKV_ERR_NOMEM;
