@@ -7,6 +7,10 @@
 #
 #   tools/lora-vs-llamacpp.sh PAGEKV LLAMA_BUILD_BIN [ARCH] [TYPE]
 #   e.g. tools/lora-vs-llamacpp.sh build/bin/pagekv /work/scratch/llama.cpp/build/bin llama f16
+#
+# On a VM whose CPU lists AMX but whose kernel does not grant the AMX state,
+# llama-server dies with SIGILL (tilezero) on quantized bases: run with
+# LLAMA_ARG_REPACK=0 (no AMX repacking) in the environment.
 set -euo pipefail
 PKV=${1:?pagekv binary}
 LBIN=${2:?llama.cpp build/bin}
