@@ -10,6 +10,7 @@ enum { MV = 320, MNP = 21, MNG = 8 };
 
 static void *mc_img;
 static size_t mc_size;
+static int mc_n_head_kv = 8; /* KV heads of mc_make's models (fewer: replicated over the devices) */
 
 /* A model whose heads split evenly over 2 or 4 devices and 2,1,1 over 3
  * (8 KV heads); head size 32 keeps q8_0 column slices on whole blocks. */
@@ -20,7 +21,7 @@ static void mc_make(pkv_type t, const char *arch) {
     p.n_layer = 2;
     p.n_embd = 128;
     p.n_head = 8;
-    p.n_head_kv = 8;
+    p.n_head_kv = mc_n_head_kv;
     p.head_dim = 32;
     p.n_ff = 192;
     p.n_vocab = MV;

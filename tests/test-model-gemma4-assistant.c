@@ -367,6 +367,9 @@ int main(void) {
         at_check_pair(tpath, apath, "cpu", false, "cpu:1", &r, &first);
         at_check_pair(tpath, apath, "cpu,cpu:1", false, NULL, &r, &first);
         at_check_pair(tpath, apath, "cpu,cpu:1", true, "cpu:1", &r, &first);
+        /* three devices: the layers with 2 KV heads replicate one of them, and the
+         * assistant reading the sharded cache attends over each KV head once */
+        at_check_pair(tpath, apath, "cpu,cpu:1,cpu:2", false, "cpu:1", &r, &first);
     }
     at_check_llama_accepting(tpath, apath, "cpu", NULL);
     at_check_llama_accepting(tpath, apath, "cpu,cpu:1", "cpu:1");

@@ -9,8 +9,84 @@
  * rounded activation (seen: 6e-6). Then the f16 model again with quantized KV
  * pages (K q8_0, V q4_0) sharded on the devices and on the host, against the
  * single device with the same KV types: 1e-6 (a last-bit difference in K or V can
- * move one quantized value by a step). */
+ * move one quantized value by a step). More devices than KV heads (gemma3 with one
+ * KV head, qwen3 with two): each KV head is replicated on the devices that share it
+ * and its query heads are split among them; the same comparisons, KV operations on
+ * the replicated cache, and every replica's pages equal after them. */
 #include "multi-common.h"
+
+/* The replicas of each KV head (shards with the same heads) hold the same bytes in
+ * every page after fork, swap, truncate and decode on a replicated split. */
+static void replicas_equal(const char *devices, bool host) {
+    pkv_model *m = mc_load(devices, NULL, host);
+    pkv_kv_cache *c = m ? mc_cache(m) : NULL;
+    if (!c) {
+        TH_FAIL("%s: %s", devices, pkv_errmsg());
+        pkv_model_free(m);
+        return;
+    }
+    /* every page zeroed first: rows no operation wrote (tails of pages) are then
+     * equal too, so the whole arrays compare */
+    const pkv_kv_layout *lay = pkv_kv_cache_layout(c);
+    for (int l = 0; l < 2; l++) {
+        pkv_kv_layer_info li;
+        CHECK_OK(pkv_kv_layout_layer(lay, l, &li));
+        for (int k = 0; k < li.n_shards; k++) {
+            pkv_kv_shard_info x;
+            CHECK_OK(pkv_kv_shard(c, l, k, &x));
+            for (int v = 0; v < 2; v++) {
+                size_t bytes = (size_t)x.n_pages * (v ? x.v_page_bytes : x.k_page_bytes);
+                uint8_t *z = calloc(1, bytes);
+                REQUIRE_VOID(z);
+                CHECK_OK(pkv_buffer_write(v ? x.v : x.k, v ? x.v_off : x.k_off, z, bytes));
+                free(z);
+            }
+        }
+    }
+    int32_t prompt[MNP];
+    for (int i = 0; i < MNP; i++) prompt[i] = (i * 13 + 5) % MV;
+    pkv_context *a = pkv_context_create(m, c, 0), *b = NULL;
+    CHECK_OK(pkv_context_decode(a, prompt, MNP));
+    CHECK((b = pkv_context_fork(a)) != NULL);
+    int32_t t1 = 7, t2 = 9;
+    CHECK_OK(pkv_context_decode(a, &t1, 1));
+    CHECK_OK(pkv_context_decode(b, &t2, 1));
+    CHECK_OK(pkv_context_swap_out(b));
+    CHECK_OK(pkv_context_swap_in(b));
+    CHECK_OK(pkv_context_truncate(a, MNP - 3));
+    CHECK_OK(pkv_context_decode(a, prompt + 2, 5));
+    int n_rep = 0;
+    for (int l = 0; l < 2; l++) {
+        pkv_kv_layer_info li;
+        CHECK_OK(pkv_kv_layout_layer(lay, l, &li));
+        for (int k = 1; k < li.n_shards; k++) {
+            pkv_kv_shard_info x, y;
+            CHECK_OK(pkv_kv_shard(c, l, k - 1, &x));
+            CHECK_OK(pkv_kv_shard(c, l, k, &y));
+            if (x.head_begin != y.head_begin) continue;
+            n_rep++;
+            for (int v = 0; v < 2; v++) {
+                size_t bytes = (size_t)x.n_pages * (v ? x.v_page_bytes : x.k_page_bytes);
+                uint8_t *hx = malloc(bytes), *hy = malloc(bytes);
+                REQUIRE_VOID(hx && hy);
+                CHECK_OK(pkv_buffer_read(v ? x.v : x.k, v ? x.v_off : x.k_off, hx, bytes));
+                CHECK_OK(pkv_buffer_read(v ? y.v : y.k, v ? y.v_off : y.k_off, hy, bytes));
+                if (memcmp(hx, hy, bytes))
+                    TH_FAIL("%s: layer %d shards %d and %d (replicas of head %d): %s pages differ", devices, l, k - 1, k,
+                            x.head_begin, v ? "V" : "K");
+                th_checks++;
+                free(hx);
+                free(hy);
+            }
+        }
+    }
+    if (n_rep == 0) TH_FAIL("%s: no replicated shard", devices);
+    th_checks++;
+    pkv_context_free(a);
+    pkv_context_free(b);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+}
 
 int main(void) {
     static float ref_lg[MNG * MV];
@@ -38,6 +114,40 @@ int main(void) {
         pkv_kv_cache_free(sc);
         pkv_model_free(single);
     }
+    /* more devices than KV heads: gemma3 with one KV head of 8 query heads (over 2
+     * and 3 devices), qwen3 with 2 of 4 each over 3 (KV head 0 on cpu:1 and cpu:2,
+     * 2 query heads each; KV head 1 on cpu:3) and 4 */
+    static const struct {
+        const char *arch;
+        int kv;
+    } reps[] = {{"gemma3", 1}, {"qwen3", 2}};
+    for (int r = 0; r < 2; r++) {
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        mc_n_head_kv = reps[r].kv;
+        fprintf(stderr, "%s with %d KV heads (replicated):\n", reps[r].arch, reps[r].kv);
+        mc_make(PKV_TYPE_F16, reps[r].arch);
+        pkv_model *single = mc_load("cpu", NULL, false);
+        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
+        REQUIRE(sc != NULL);
+        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2,cpu:3", "cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, 1e-10);
+        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, 1e-10);
+        mc_kv_ops("cpu:1,cpu:2,cpu:3", false, single, sc, true);
+        mc_kv_ops("cpu:1,cpu:2", true, single, sc, true);
+        replicas_equal("cpu:1,cpu:2,cpu:3", false);
+        replicas_equal("cpu:1,cpu:2,cpu:3", true);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
+    /* 2 KV heads of 4 query heads over 9 devices: a device would get no query head */
+    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7,cpu:8,cpu:9", NULL, false);
+    CHECK(bad == NULL);
+    CHECK_MSG("layer 0 has 2 KV heads of 4 query heads each; over 9 devices");
+    CHECK_MSG("use at most 8 devices");
+    mc_n_head_kv = 8;
     /* qwen35: the gated delta-net layers split by key-head groups with their share of
      * the recurrent state (the cache's state slots sharded with them), the same
      * tolerances; KV operations on the split, truncate replaying the state */
@@ -64,11 +174,16 @@ int main(void) {
     bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
     CHECK(bad == NULL);
     CHECK_MSG("(gated delta-net) has 4 key heads, which cannot be split over 5 devices");
-    /* 8 KV heads over 9 devices: a device would get no whole KV group */
+    /* 8 KV heads of 1 query head over 9 devices: replicating a KV head leaves a
+     * device without a query head; 8 KV heads over 2 devices in proportions 15,1:
+     * the second device would get no whole KV group */
     mc_make(PKV_TYPE_F16, "qwen3");
     bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7,cpu:8,cpu:9", NULL, false);
     CHECK(bad == NULL);
-    CHECK_MSG("cannot be split over 9 devices");
+    CHECK_MSG("has 8 KV heads of 1 query heads each; over 9 devices");
+    bad = mc_load("cpu:1,cpu:2", "15,1", false);
+    CHECK(bad == NULL);
+    CHECK_MSG("cannot be split over 2 devices");
     CHECK_MSG("whole KV-head groups");
     bad = mc_load("cpu:1,cpu:2", "1,0", false);
     CHECK(bad == NULL);

@@ -6,9 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_shard(const void *a, const void *b) {
-    const kv_shard *x = a, *y = b;
-    return (x->head_begin > y->head_begin) - (x->head_begin < y->head_begin);
+/* Shards in order of their first head, stable: replicas (the same heads on several
+ * devices, when devices outnumber KV heads) keep the order they were given in, so
+ * shard i is the i-th device's. A layer has a shard per device: few. */
+static void sort_shards(kv_shard *sh, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && sh[j].head_begin < sh[j - 1].head_begin; j--) {
+            kv_shard t = sh[j];
+            sh[j] = sh[j - 1];
+            sh[j - 1] = t;
+        }
 }
 
 uint64_t pkv_kv_geometry_hash(int n_layers, int page_size, const int32_t *geom) {
@@ -164,13 +171,15 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
                                           sd->n_heads, -1, -1, -1};
             }
             if (s) break;
-            qsort(L->shards, (size_t)ns, sizeof *L->shards, cmp_shard);
+            sort_shards(L->shards, ns);
             int next = 0;
             for (int i = 0; i < ns && !s; i++) {
                 kv_shard *sh = &L->shards[i];
+                if (i > 0 && sh->head_begin == sh[-1].head_begin && sh->n_heads == sh[-1].n_heads)
+                    continue; /* a replica of the shard before it (also on the same device: --kv-on-host) */
                 if (sh->head_begin < next)
-                    s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d: shards overlap: head %d is in two shards", il,
-                                sh->head_begin);
+                    s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d: shards overlap: head %d is in two shards with "
+                                "different head ranges (replicas must hold the same heads)", il, sh->head_begin);
                 else if (sh->head_begin > next)
                     s = pkv_err(PKV_ERR_INVALID, "KV layout layer %d: heads [%d, %d) are in no shard", il, next,
                                 sh->head_begin);

@@ -307,9 +307,12 @@ static pkv_status attend_shards(pkv_fwd *f, const pkv_layer *ly, int kl, const p
     const int meta_pages = wpool ? pl->meta_pages_w : pl->meta_pages;
     const size_t qrow = (size_t)ly->n_head * hk * 4, orow = (size_t)ly->n_head * hv * 4;
     pkv_status s;
+    int covered = 0; /* heads [0, covered) attended: replicas of a KV head are read once */
     for (int k = 0; k < li->n_shards; k++) {
         pkv_kv_shard_info sh;
         if ((s = pkv_kv_shard(f->c, kl, k, &sh))) return s;
+        if (sh.head_begin < covered) continue;
+        covered = sh.head_begin + sh.n_heads;
         pkv_dev_ws *kw = pkv_fwd_dev(f->ws, sh.storage);
         if (!kw || !kw->qpart) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(sh.storage));
         const int nq = sh.n_heads * g;

@@ -447,16 +447,41 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     const int n_groups = rec ? hp->ssm.n_k_heads : ly->n_head_kv;
     int S = m->n_dev, group = rec ? hp->ssm.n_v_heads / hp->ssm.n_k_heads : ly->n_head / ly->n_head_kv;
     char sp[128];
+    /* More devices than KV heads (Gemma 3 with one KV head over two devices): each
+     * KV head is replicated on the devices that share it, and those devices split
+     * its group of query heads (vLLM's scheme). The cache holds one shard per
+     * device, replicas with the same head range, each written by its own device. */
+    const bool replicate = !rec && S > n_groups;
     for (int d = 0; d < S; d++) {
         pkv_shard_w *w = &ly->sh[d];
         w->dev = d;
-        w->kv_h0 = (int)boundary(m->split, S, d, n_groups, 1);
-        w->n_kv = (int)boundary(m->split, S, d + 1, n_groups, 1) - w->kv_h0;
-        w->q_h0 = w->kv_h0 * group;
-        w->n_q = w->n_kv * group;
+        if (replicate) {
+            int g = (int)((int64_t)d * n_groups / S), a = 0, b = S; /* devices [a, b) share KV head g */
+            while ((int64_t)a * n_groups / S < g) a++;
+            while ((int64_t)(b - 1) * n_groups / S > g) b--;
+            w->kv_h0 = g;
+            w->n_kv = 1;
+            w->q_h0 = g * group + (int)boundary(m->split + a, b - a, d - a, group, 1);
+            w->n_q = g * group + (int)boundary(m->split + a, b - a, d - a + 1, group, 1) - w->q_h0;
+        } else {
+            w->kv_h0 = (int)boundary(m->split, S, d, n_groups, 1);
+            w->n_kv = (int)boundary(m->split, S, d + 1, n_groups, 1) - w->kv_h0;
+            w->q_h0 = w->kv_h0 * group;
+            w->n_q = w->n_kv * group;
+        }
         w->ff0 = (int)boundary(m->split, S, d, ly->n_ff, ffn_block);
         w->n_ff = (int)boundary(m->split, S, d + 1, ly->n_ff, ffn_block) - w->ff0;
     }
+    for (int d = 0; d < S && replicate; d++)
+        if (ly->sh[d].n_q <= 0) {
+            split_text(m, sp, sizeof sp);
+            return pkv_err(PKV_ERR_INVALID,
+                           "%s: layer %d has %d KV heads of %d query heads each; over %d devices in proportions %s each KV "
+                           "head is replicated and its query heads split, but device %s would get no query head of KV "
+                           "head %d: use at most %d devices or other proportions",
+                           m->label, l, n_groups, group, S, sp, pkv_device_name(m->devs[d]), ly->sh[d].kv_h0,
+                           n_groups * group);
+        }
     for (int d = 0; d < S; d++)
         if (ly->sh[d].n_kv <= 0) {
             split_text(m, sp, sizeof sp);
