@@ -52,6 +52,23 @@ int main(void) {
         pkv_kv_cache_free(sc);
         pkv_model_free(single);
     }
+    /* gemma3 with one KV head over cpu and vulkan:0: the head replicated on both,
+     * each device writing its own replica (computed by its own kernels) */
+    {
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        mc_n_head_kv = 1;
+        fprintf(stderr, "gemma3, one KV head (replicated):\n");
+        mc_make(PKV_TYPE_F16, "gemma3");
+        pkv_model *single = mc_load("cpu", NULL, false);
+        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
+        REQUIRE(sc != NULL);
+        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
+        mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
+        mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
     pkv_mkmodel_free_memory(mc_img);
     return th_done();
 }
