@@ -61,36 +61,45 @@ static bool write_merged(const char *base, const char *const *adapters, const fl
             snprintf(nb, sizeof nb, "%s.lora_b", t->name);
             const pkv_gguf_tensor *ta = pkv_gguf_find_tensor(ga[u], na), *tb = pkv_gguf_find_tensor(ga[u], nb);
             if (!ta || !tb) continue;
-            const int64_t in = t->ne[0], outd = t->ne[1], r = ta->ne[1];
+            /* each expert's matrix (3-D: [in, out, experts]); token_embd's pair is
+             * flipped (A [r, n_vocab], B [r, n_embd]): ΔW[v][e] = Σ A[v][k] B[e][k] */
+            const bool embd = !strcmp(t->name, "token_embd.weight");
+            const int64_t in = t->ne[0], outd = t->ne[1], X = t->n_dims == 3 ? t->ne[2] : 1,
+                          r = embd ? ta->ne[0] : ta->ne[1];
             float alpha = 0;
             pkv_gguf_get_f32(ga[u], "adapter.lora.alpha", &alpha);
             const double s = scales[u] * (alpha != 0 ? alpha / (double)r : 1.0);
-            float *A = malloc((size_t)(in * r) * 4), *B = malloc((size_t)(r * outd) * 4);
+            const int64_t n_a = (embd ? outd : in) * r * X, n_b = (embd ? in : outd) * r * X;
+            float *A = malloc((size_t)n_a * 4), *B = malloc((size_t)n_b * 4);
             if (!acc) {
-                float *W = malloc((size_t)(in * outd) * 4);
-                acc = malloc((size_t)(in * outd) * sizeof *acc);
-                ok = W && acc && !pkv_dequantize_row(t->type, t->data, W, in * outd);
-                for (int64_t k = 0; ok && k < in * outd; k++) acc[k] = W[k];
+                float *W = malloc((size_t)(in * outd * X) * 4);
+                acc = malloc((size_t)(in * outd * X) * sizeof *acc);
+                ok = W && acc && !pkv_dequantize_row(t->type, t->data, W, in * outd * X);
+                for (int64_t k = 0; ok && k < in * outd * X; k++) acc[k] = W[k];
                 free(W);
             }
-            ok = ok && A && B && !pkv_dequantize_row(ta->type, ta->data, A, in * r) &&
-                 !pkv_dequantize_row(tb->type, tb->data, B, r * outd);
-            for (int64_t o = 0; ok && o < outd; o++)
-                for (int64_t c = 0; c < in; c++) {
-                    double d = 0;
-                    for (int64_t k = 0; k < r; k++) d += (double)B[o * r + k] * A[k * in + c];
-                    acc[o * in + c] += s * d;
-                }
+            ok = ok && A && B && ta->n_elements == (uint64_t)n_a && tb->n_elements == (uint64_t)n_b &&
+                 !pkv_dequantize_row(ta->type, ta->data, A, n_a) && !pkv_dequantize_row(tb->type, tb->data, B, n_b);
+            for (int64_t x = 0; ok && x < X; x++) {
+                const float *Ax = A + x * in * r, *Bx = B + x * r * outd;
+                double *W = acc + x * in * outd;
+                for (int64_t o = 0; o < outd; o++)
+                    for (int64_t c = 0; c < in; c++) {
+                        double d = 0;
+                        for (int64_t k = 0; k < r; k++)
+                            d += embd ? (double)Ax[o * r + k] * Bx[c * r + k] : (double)Bx[o * r + k] * Ax[k * in + c];
+                        W[o * in + c] += s * d;
+                    }
+            }
             free(A);
             free(B);
         }
         if (!ok) break;
         if (acc) {
-            const int64_t n_el = t->ne[0] * t->ne[1];
+            const int64_t n_el = t->ne[0] * t->ne[1] * (t->n_dims == 3 ? t->ne[2] : 1);
             float *f = malloc((size_t)n_el * 4);
             for (int64_t k = 0; f && k < n_el; k++) f[k] = (float)acc[k];
-            const int64_t ne[2] = {t->ne[0], t->ne[1]};
-            ok = f && !pkv_gguf_writer_add_tensor(w, t->name, PKV_TYPE_F32, 2, ne, f, (size_t)n_el * 4);
+            ok = f && !pkv_gguf_writer_add_tensor(w, t->name, PKV_TYPE_F32, t->n_dims, t->ne, f, (size_t)n_el * 4);
             free(f);
             free(acc);
         } else {
@@ -129,11 +138,12 @@ static bool mk_adapter(const char *base, int rank, float alpha, pkv_type type, u
 }
 
 /* One architecture against the merged reference. */
-static void merged_vs_adapter(const char *arch) {
+static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     fprintf(stderr, "-- %s\n", arch);
     const char *base = th_tmp("lora-base.gguf"), *a1 = th_tmp("lora-a1.gguf"), *a2 = th_tmp("lora-a2.gguf"),
                *merged = th_tmp("lora-merged.gguf");
     pkv_mkmodel_params p = base_params(arch, 128);
+    p.n_layer = n_layer;
     if (pkv_mkmodel_write(&p, base)) {
         TH_FAIL("mkmodel: %s", pkv_errmsg());
         return;
@@ -153,8 +163,7 @@ static void merged_vs_adapter(const char *arch) {
     CHECK_OK(pkv_lora_get_info(l1, &info));
     CHECK_INT(info.rank, 8);
     CHECK(info.alpha == 16.0f);
-    /* 7 matrices a layer and the output; qwen3moe's experts are not covered: 4 a layer */
-    CHECK_INT(info.n_pairs, !strcmp(arch, "qwen3moe") ? 2 * 4 + 1 : 2 * 7 + 1);
+    CHECK_INT(info.n_pairs, n_pairs);
     CHECK(logits_of(m, tok, N_TOK, base_lg));
 
     /* scale 0: bitwise the base, and the fingerprint the base's */
@@ -403,9 +412,19 @@ static void engine_sets(void) {
 }
 
 int main(void) {
-    merged_vs_adapter("llama");
-    merged_vs_adapter("qwen3");
-    merged_vs_adapter("qwen3moe");
+    /* the adapters cover every matrix mkmodel writes: token_embd, and output where untied */
+    merged_vs_adapter("llama", 2, 2 * 7 + 2);
+    merged_vs_adapter("qwen3", 2, 2 * 7 + 2);
+    /* attention, the router and the experts' gate, up and down */
+    merged_vs_adapter("qwen3moe", 2, 2 * 8 + 2);
+    merged_vs_adapter("gpt-oss", 2, 2 * 8 + 2);
+    /* fused attn_qkv and ffn_up (gate then up), attn_output, ffn_down */
+    merged_vs_adapter("phi3", 2, 2 * 4 + 2);
+    /* three delta-net layers (attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out and
+     * the FFN's 3), then an attention layer whose attn_q holds the gate too */
+    merged_vs_adapter("qwen35", 4, 3 * 8 + 7 + 2);
+    /* tied: token_embd's pair is the input rows' delta and the output's */
+    merged_vs_adapter("gemma3", 2, 2 * 7 + 1);
     refusals();
     engine_sets();
     return th_done();
