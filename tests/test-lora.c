@@ -209,6 +209,75 @@ static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     remove(merged);
 }
 
+/* An adapter of one pair, name.lora_a of shape ea[na] and name.lora_b of eb[nb]
+ * (f32, small values), for a base of architecture arch. */
+static bool write_pair(const char *arch, const char *name, const int64_t *ea, int na, const int64_t *eb, int nb,
+                       const char *out) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    int64_t n_a = 1, n_b = 1;
+    for (int i = 0; i < na; i++) n_a *= ea[i];
+    for (int i = 0; i < nb; i++) n_b *= eb[i];
+    float *x = calloc((size_t)(n_a > n_b ? n_a : n_b), 4);
+    char ta[128], tb[128];
+    snprintf(ta, sizeof ta, "%s.lora_a", name);
+    snprintf(tb, sizeof tb, "%s.lora_b", name);
+    bool ok = w && x && !pkv_gguf_writer_add_str(w, "general.architecture", arch) &&
+              !pkv_gguf_writer_add_str(w, "general.type", "adapter") && !pkv_gguf_writer_add_str(w, "adapter.type", "lora") &&
+              !pkv_gguf_writer_add_tensor(w, ta, PKV_TYPE_F32, na, ea, x, (size_t)n_a * 4) &&
+              !pkv_gguf_writer_add_tensor(w, tb, PKV_TYPE_F32, nb, eb, x, (size_t)n_b * 4) && !pkv_gguf_writer_write(w, out);
+    if (!ok) TH_FAIL("writing %s: %s", out, pkv_errmsg());
+    free(x);
+    pkv_gguf_writer_free(w);
+    return ok;
+}
+
+/* Pairs of the kinds adapters now cover, misnamed or misshaped: refused at load
+ * naming the tensor and what it expects, and nothing is loaded. */
+static void refusals_fused(void) {
+    char base[512], ad[512];
+    snprintf(base, sizeof base, "%s", th_tmp("lora-f-base.gguf"));
+    snprintf(ad, sizeof ad, "%s", th_tmp("lora-f-ad.gguf"));
+    static const struct {
+        const char *arch, *name;
+        int na, nb;
+        int64_t ea[3], eb[3];
+        const char *msg, *msg2;
+    } k[] = {
+        /* phi3 holds Q, K, V in attn_qkv: an adapter of attn_q alone has no product to add to */
+        {"phi3", "blk.0.attn_q.weight", 2, 2, {64, 4}, {4, 64}, "'blk.0.attn_q.weight.lora_a'", "fused"},
+        {"phi3", "blk.1.ffn_gate.weight", 2, 2, {64, 4}, {4, 128}, "'blk.1.ffn_gate.weight.lora_a'", "fused"},
+        /* phi3's fused attn_qkv has 64 + 32 + 32 rows */
+        {"phi3", "blk.0.attn_qkv.weight", 2, 2, {64, 4}, {4, 64}, "blk.0.attn_qkv.weight", "lora_b [r, 128]"},
+        /* a tied model has no output.weight */
+        {"gemma3", "output.weight", 2, 2, {64, 4}, {4, 320}, "'output.weight.lora_a'", "token_embd.weight"},
+        /* token_embd's pair is flipped: A [r, n_vocab], B [r, n_embd] */
+        {"llama", "token_embd.weight", 2, 2, {64, 4}, {4, 320}, "token_embd.weight", "lora_a [r, 320] and lora_b [r, 64]"},
+        /* the experts' pairs are 3-D, one matrix per expert */
+        {"qwen3moe", "blk.0.ffn_up_exps.weight", 2, 2, {64, 4}, {4, 128}, "blk.0.ffn_up_exps.weight", "[64, 128, 4 experts] expects lora_a [64, r, 4]"},
+        {"qwen3moe", "blk.0.ffn_gate_up_exps.weight", 3, 3, {64, 4, 4}, {4, 256, 4}, "'blk.0.ffn_gate_up_exps.weight.lora_a'",
+         "not ffn_gate_up_exps"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        pkv_mkmodel_params p = base_params(k[i].arch, 128);
+        if (pkv_mkmodel_write(&p, base)) {
+            TH_FAIL("mkmodel %s: %s", k[i].arch, pkv_errmsg());
+            continue;
+        }
+        if (!write_pair(k[i].arch, k[i].name, k[i].ea, k[i].na, k[i].eb, k[i].nb, ad)) continue;
+        pkv_model *m = load(base);
+        if (!m) continue;
+        const int64_t live = pkv_alloc_live();
+        CHECK(pkv_lora_load(m, ad) == NULL);
+        fprintf(stderr, "%s %s: %s\n", k[i].arch, k[i].name, pkv_errmsg());
+        CHECK_MSG(k[i].msg);
+        CHECK_MSG(k[i].msg2);
+        CHECK(pkv_alloc_live() == live && m->loras == NULL);
+        pkv_model_free(m);
+    }
+    remove(base);
+    remove(ad);
+}
+
 static void refusals(void) {
     char base[512], other[512], qw[512], a_other[512], a_qw[512], a_ok[512]; /* (th_tmp keeps 4 names) */
     snprintf(base, sizeof base, "%s", th_tmp("lora-r-base.gguf"));
@@ -426,6 +495,7 @@ int main(void) {
     /* tied: token_embd's pair is the input rows' delta and the output's */
     merged_vs_adapter("gemma3", 2, 2 * 7 + 1);
     refusals();
+    refusals_fused();
     engine_sets();
     return th_done();
 }

@@ -392,11 +392,12 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
                 snprintf(want, sizeof want, "lora_a [r, %lld] and lora_b [r, %lld]", (long long)mp.out, (long long)mp.in);
             else
                 snprintf(want, sizeof want, "lora_a [%lld, r] and lora_b [r, %lld]", (long long)mp.in, (long long)mp.out);
+            char experts[32] = "";
+            if (mp.n_mat > 1) snprintf(experts, sizeof experts, ", %lld experts", (long long)mp.n_mat);
             s = pkv_err(PKV_ERR_MISMATCH, "%s: tensor '%s' pair has shapes lora_a [%lld, %lld, %lld], lora_b [%lld, %lld, "
                         "%lld]; the base matrix [%lld, %lld%s] expects %s (another base model?)", lab, name,
                         (long long)ta->ne[0], (long long)ta->ne[1], (long long)ta->ne[2], (long long)tb->ne[0],
-                        (long long)tb->ne[1], (long long)tb->ne[2], (long long)mp.in, (long long)mp.out,
-                        mp.n_mat > 1 ? ", experts" : "", want);
+                        (long long)tb->ne[1], (long long)tb->ne[2], (long long)mp.in, (long long)mp.out, experts, want);
             goto fail;
         }
         for (int k = 0; k < a->n; k++)
