@@ -15,6 +15,7 @@
  *    at the same scale. */
 #include <math.h>
 
+#include "assistant-testlib.h"
 #include "engine-testlib.h"
 #include "base/quant.h"
 #include "model/gguf.h"
@@ -274,6 +275,22 @@ static void refusals_fused(void) {
         CHECK(pkv_alloc_live() == live && m->loras == NULL);
         pkv_model_free(m);
     }
+    /* Gemma 4's assistant reads its target's embedding rows: its own token_embd
+     * (its tied head) takes no adapter */
+    char tpath[512], apath[512];
+    if (at_files("lora-f-target.gguf", tpath, apath, sizeof tpath)) {
+        const int64_t ea[2] = {4, AT_V}, eb[2] = {4, 48};
+        pkv_model *m = write_pair("gemma4-assistant", "token_embd.weight", ea, 2, eb, 2, ad) ? load(apath) : NULL;
+        if (m) {
+            CHECK(pkv_lora_load(m, ad) == NULL);
+            CHECK_MSG("'token_embd.weight.lora_a': the model's input rows are its target's token embedding");
+            pkv_model_free(m);
+        }
+    } else {
+        TH_FAIL("assistant files: %s", pkv_errmsg());
+    }
+    remove(tpath);
+    remove(apath);
     remove(base);
     remove(ad);
 }

@@ -89,6 +89,10 @@ static bool map_of(const pkv_model *m, const char *name, lora_map *mp, const cha
     memset(mp, 0, sizeof *mp);
     *why = "the model has no such matrix";
     if (!strcmp(name, "token_embd.weight")) {
+        if (pkv_arch_ops_of(m->hp.arch)->foreign_embd) {
+            *why = "the model's input rows are its target's token embedding, not its own: adapters on it are not supported";
+            return false;
+        }
         if (!m->tok_embd.buf) return false;
         mp->in = m->tok_embd.ne0;
         mp->out = m->tok_embd.ne1;
