@@ -138,6 +138,33 @@ static bool mk_adapter(const char *base, int rank, float alpha, pkv_type type, u
     return true;
 }
 
+/* Damaged copies of the adapter at path (bytes flipped, the file cut): a load gives
+ * an adapter or NULL with a message, never a crash (ASan), and leaves nothing
+ * allocated. */
+static void damaged(pkv_model *m, const char *path, uint64_t seed) {
+    FILE *af = fopen(path, "rb");
+    static uint8_t img[1 << 20], bad_img[1 << 20];
+    size_t img_n = af ? fread(img, 1, sizeof img, af) : 0;
+    if (af) fclose(af);
+    CHECK(img_n > 0 && img_n < sizeof img);
+    uint64_t rs = seed;
+    const int64_t live0 = pkv_alloc_live();
+    for (int it = 0; it < 300 && img_n; it++) {
+        memcpy(bad_img, img, img_n);
+        size_t n = img_n;
+        if (it % 4 == 3) n = th_rand(&rs) % img_n;
+        for (int k = 0; k < 1 + it % 5; k++) {
+            size_t at = th_rand(&rs) % (it % 2 ? PKV_MIN(n, (size_t)2048) : n ? n : 1); /* the header often */
+            if (at < n) bad_img[at] ^= (uint8_t)(1u << (th_rand(&rs) % 8));
+        }
+        pkv_lora *t = pkv_lora_load_memory(m, bad_img, n, "damaged");
+        if (!t && !pkv_errmsg()[0]) TH_FAIL("damaged adapter %d: NULL without a message", it);
+        pkv_lora_free(t);
+    }
+    if (pkv_alloc_live() != live0) TH_FAIL("damaged adapters left %lld allocations", (long long)(pkv_alloc_live() - live0));
+    th_checks++;
+}
+
 /* One architecture against the merged reference. */
 static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     fprintf(stderr, "-- %s\n", arch);
@@ -160,6 +187,7 @@ static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     pkv_lora *l1 = pkv_lora_load(m, a1), *l2 = pkv_lora_load(m, a2);
     if (!l1 || !l2) TH_FAIL("pkv_lora_load: %s", pkv_errmsg());
     REQUIRE_VOID(l1 && l2);
+    damaged(m, a2, 5); /* the experts' 3-D pairs, token_embd's flipped one, fused matrices */
     pkv_lora_info info;
     CHECK_OK(pkv_lora_get_info(l1, &info));
     CHECK_INT(info.rank, 8);
@@ -317,29 +345,7 @@ static void refusals(void) {
     CHECK_MSG("general.architecture");
     CHECK(pkv_lora_load(m, base) == NULL); /* a model is not an adapter */
     CHECK_MSG("general.type");
-    /* damaged adapters (bytes flipped, the file cut): a load gives an adapter or
-     * NULL with a message, never a crash (ASan), and leaves nothing allocated */
-    FILE *af = fopen(a_ok, "rb");
-    static uint8_t img[1 << 20], bad_img[1 << 20];
-    size_t img_n = af ? fread(img, 1, sizeof img, af) : 0;
-    if (af) fclose(af);
-    CHECK(img_n > 0 && img_n < sizeof img);
-    uint64_t rs = 77;
-    const int64_t live0 = pkv_alloc_live();
-    for (int it = 0; it < 300 && img_n; it++) {
-        memcpy(bad_img, img, img_n);
-        size_t n = img_n;
-        if (it % 4 == 3) n = th_rand(&rs) % img_n;
-        for (int k = 0; k < 1 + it % 5; k++) {
-            size_t at = th_rand(&rs) % (it % 2 ? PKV_MIN(n, (size_t)2048) : n ? n : 1); /* the header often */
-            if (at < n) bad_img[at] ^= (uint8_t)(1u << (th_rand(&rs) % 8));
-        }
-        pkv_lora *t = pkv_lora_load_memory(m, bad_img, n, "damaged");
-        if (!t && !pkv_errmsg()[0]) TH_FAIL("damaged adapter %d: NULL without a message", it);
-        pkv_lora_free(t);
-    }
-    if (pkv_alloc_live() != live0) TH_FAIL("damaged adapters left %lld allocations", (long long)(pkv_alloc_live() - live0));
-    th_checks++;
+    damaged(m, a_ok, 77);
     /* a model split over devices refuses adapters, naming the devices */
     pkv_model_params mp = pkv_model_default_params();
     mp.devices = "cpu:1,cpu:2";
