@@ -165,6 +165,29 @@ static void damaged(pkv_model *m, const char *path, uint64_t seed) {
     th_checks++;
 }
 
+/* Every allocation of a load of path failing in turn: NULL with a message, nothing
+ * left allocated. */
+static void alloc_fails(pkv_model *m, const char *path) {
+    int fails = 0;
+    for (uint64_t n = 1; n < 10000; n++) {
+        const int64_t live = pkv_alloc_live();
+        pkv_alloc_fail_at(0);
+        pkv_alloc_fail_at(n);
+        pkv_lora *t = pkv_lora_load(m, path);
+        pkv_alloc_fail_at(0);
+        if (t) {
+            pkv_lora_free(t);
+            break;
+        }
+        fails++;
+        if (!pkv_errmsg()[0]) TH_FAIL("allocation %llu failed without a message", (unsigned long long)n);
+        if (pkv_alloc_live() != live)
+            TH_FAIL("allocation %llu failing leaves %lld allocations", (unsigned long long)n, (long long)(pkv_alloc_live() - live));
+    }
+    th_checks++;
+    if (fails < 3) TH_FAIL("only %d allocations of a load were failed", fails);
+}
+
 /* One architecture against the merged reference. */
 static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     fprintf(stderr, "-- %s\n", arch);
@@ -187,7 +210,9 @@ static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     pkv_lora *l1 = pkv_lora_load(m, a1), *l2 = pkv_lora_load(m, a2);
     if (!l1 || !l2) TH_FAIL("pkv_lora_load: %s", pkv_errmsg());
     REQUIRE_VOID(l1 && l2);
-    damaged(m, a2, 5); /* the experts' 3-D pairs, token_embd's flipped one, fused matrices */
+    /* the experts' 3-D pairs, token_embd's flipped one (and the tied output's), fused matrices */
+    damaged(m, a2, 5);
+    alloc_fails(m, a2);
     pkv_lora_info info;
     CHECK_OK(pkv_lora_get_info(l1, &info));
     CHECK_INT(info.rank, 8);
@@ -358,25 +383,7 @@ static void refusals(void) {
     } else {
         fprintf(stderr, "no cpu:1,cpu:2 (%s): the split-model refusal is not checked\n", pkv_errmsg());
     }
-    /* every allocation of a load failing in turn: NULL with a message, nothing left */
-    int fails = 0;
-    for (uint64_t n = 1; n < 10000; n++) {
-        const int64_t live = pkv_alloc_live();
-        pkv_alloc_fail_at(0);
-        pkv_alloc_fail_at(n);
-        pkv_lora *t = pkv_lora_load(m, a_ok);
-        pkv_alloc_fail_at(0);
-        if (t) {
-            pkv_lora_free(t);
-            break;
-        }
-        fails++;
-        if (!pkv_errmsg()[0]) TH_FAIL("allocation %llu failed without a message", (unsigned long long)n);
-        if (pkv_alloc_live() != live)
-            TH_FAIL("allocation %llu failing leaves %lld allocations", (unsigned long long)n, (long long)(pkv_alloc_live() - live));
-    }
-    th_checks++;
-    if (fails < 3) TH_FAIL("only %d allocations of a load were failed", fails);
+    alloc_fails(m, a_ok);
     pkv_lora *l = pkv_lora_load(m, a_ok), *l2 = pkv_lora_load(m2, a_ok);
     REQUIRE_VOID(l && l2);
     pkv_lora_use bad[PKV_MAX_LORA + 1];
