@@ -948,7 +948,7 @@ typedef struct pkv_lora_use {
     float scale; /* the user scale; 0: the adapter is skipped (bitwise the base) */
 } pkv_lora_use;
 typedef struct pkv_lora_info {
-    int n_pairs;          /* matrices it covers */
+    int n_pairs;          /* its pairs: the matrices of the file it covers (a fused one counts once) */
     int rank;             /* the largest r of its pairs */
     float alpha;          /* adapter.lora.alpha (0: none) */
     uint64_t fingerprint; /* hash of its tensors and alpha: keys prefix reuse (never 0) */

@@ -2,7 +2,10 @@
 /* LoRA adapters on vulkan:0 (docs/lora.md): a model with two adapters gives the
  * CPU's logits (f32 weights, every prompt token), scale 0 is bitwise the device's
  * base, and where the device is batch-invariant, engine requests with different
- * adapter sets batched together equal each alone. Skipped when no Vulkan device
+ * adapter sets batched together equal each alone. The adapters cover every matrix
+ * mkmodel writes: token_embd (the tied output of gemma3), phi3's fused matrices,
+ * qwen35's gated attn_q and delta-net matrices, the experts and routers of
+ * qwen3moe and gpt-oss, each against the CPU. Skipped when no Vulkan device
  * opens. */
 #include "engine-testlib.h"
 #include "model/lora.h"
@@ -29,6 +32,51 @@ static bool logits_of(pkv_model *m, const int32_t *tok, float *out) {
     pkv_context_free(ctx);
     pkv_kv_cache_free(c);
     return ok;
+}
+
+/* arch's base with two adapters on vulkan:0 against the CPU. */
+static void arch_vs_cpu(const char *arch, int n_layer, const int32_t *tok) {
+    char base[512], a1[512], a2[512];
+    snprintf(base, sizeof base, "%s", th_tmp("lora-vk-arch.gguf"));
+    snprintf(a1, sizeof a1, "%s", th_tmp("lora-vk-arch-a1.gguf"));
+    snprintf(a2, sizeof a2, "%s", th_tmp("lora-vk-arch-a2.gguf"));
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = arch;
+    p.type = PKV_TYPE_F32;
+    p.n_layer = n_layer;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 128;
+    p.n_vocab = V;
+    p.seed = 7;
+    pkv_mklora_params l1 = {.base = base, .rank = 8, .alpha = 16, .type = PKV_TYPE_F16, .seed = 1},
+                      l2 = {.base = base, .rank = 4, .alpha = 0, .type = PKV_TYPE_F32, .seed = 2};
+    if (pkv_mkmodel_write(&p, base) || pkv_mklora_write(&l1, a1) || pkv_mklora_write(&l2, a2)) {
+        TH_FAIL("%s: mkmodel: %s", arch, pkv_errmsg());
+        return;
+    }
+    static float cpu[N_TOK * V], vk[N_TOK * V], vk0[N_TOK * V];
+    pkv_model *mc = load_on(base, "cpu"), *mv = load_on(base, "vulkan:0");
+    pkv_lora *c1 = mc ? pkv_lora_load(mc, a1) : NULL, *c2 = mc ? pkv_lora_load(mc, a2) : NULL,
+             *v1 = mv ? pkv_lora_load(mv, a1) : NULL, *v2 = mv ? pkv_lora_load(mv, a2) : NULL;
+    if (!c1 || !c2 || !v1 || !v2) TH_FAIL("%s: pkv_lora_load: %s", arch, pkv_errmsg());
+    if (c1 && c2 && v1 && v2) {
+        pkv_lora_use uc[2] = {{c1, 0.75f}, {c2, -1.5f}}, uv[2] = {{v1, 0.75f}, {v2, -1.5f}};
+        CHECK(logits_of(mv, tok, vk0));
+        CHECK_OK(pkv_model_lora_apply(mc, uc, 2));
+        CHECK_OK(pkv_model_lora_apply(mv, uv, 2));
+        CHECK(logits_of(mc, tok, cpu));
+        CHECK(logits_of(mv, tok, vk));
+        double e = th_nmse(cpu, vk, (size_t)N_TOK * V), effect = th_nmse(cpu, vk0, (size_t)N_TOK * V);
+        fprintf(stderr, "%s on vulkan:0 with two adapters vs the CPU: NMSE %.3g (the adapters' effect %.3g)\n", arch, e,
+                effect);
+        CHECK(e < 1e-5);
+        CHECK(effect > 1e-3);
+    }
+    pkv_model_free(mc);
+    pkv_model_free(mv);
+    remove(base), remove(a1), remove(a2);
 }
 
 int main(void) {
@@ -110,5 +158,10 @@ int main(void) {
     pkv_model_free(mc); /* (frees its adapters) */
     pkv_model_free(mv);
     remove(base), remove(a1), remove(a2);
+    arch_vs_cpu("phi3", 2, tok);
+    arch_vs_cpu("qwen3moe", 2, tok);
+    arch_vs_cpu("gpt-oss", 2, tok);
+    arch_vs_cpu("qwen35", 4, tok);
+    arch_vs_cpu("gemma3", 2, tok);
     return th_done();
 }

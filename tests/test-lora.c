@@ -15,6 +15,7 @@
  *    at the same scale. */
 #include <math.h>
 
+#include "assistant-testlib.h"
 #include "engine-testlib.h"
 #include "base/quant.h"
 #include "model/gguf.h"
@@ -61,36 +62,45 @@ static bool write_merged(const char *base, const char *const *adapters, const fl
             snprintf(nb, sizeof nb, "%s.lora_b", t->name);
             const pkv_gguf_tensor *ta = pkv_gguf_find_tensor(ga[u], na), *tb = pkv_gguf_find_tensor(ga[u], nb);
             if (!ta || !tb) continue;
-            const int64_t in = t->ne[0], outd = t->ne[1], r = ta->ne[1];
+            /* each expert's matrix (3-D: [in, out, experts]); token_embd's pair is
+             * flipped (A [r, n_vocab], B [r, n_embd]): ΔW[v][e] = Σ A[v][k] B[e][k] */
+            const bool embd = !strcmp(t->name, "token_embd.weight");
+            const int64_t in = t->ne[0], outd = t->ne[1], X = t->n_dims == 3 ? t->ne[2] : 1,
+                          r = embd ? ta->ne[0] : ta->ne[1];
             float alpha = 0;
             pkv_gguf_get_f32(ga[u], "adapter.lora.alpha", &alpha);
             const double s = scales[u] * (alpha != 0 ? alpha / (double)r : 1.0);
-            float *A = malloc((size_t)(in * r) * 4), *B = malloc((size_t)(r * outd) * 4);
+            const int64_t n_a = (embd ? outd : in) * r * X, n_b = (embd ? in : outd) * r * X;
+            float *A = malloc((size_t)n_a * 4), *B = malloc((size_t)n_b * 4);
             if (!acc) {
-                float *W = malloc((size_t)(in * outd) * 4);
-                acc = malloc((size_t)(in * outd) * sizeof *acc);
-                ok = W && acc && !pkv_dequantize_row(t->type, t->data, W, in * outd);
-                for (int64_t k = 0; ok && k < in * outd; k++) acc[k] = W[k];
+                float *W = malloc((size_t)(in * outd * X) * 4);
+                acc = malloc((size_t)(in * outd * X) * sizeof *acc);
+                ok = W && acc && !pkv_dequantize_row(t->type, t->data, W, in * outd * X);
+                for (int64_t k = 0; ok && k < in * outd * X; k++) acc[k] = W[k];
                 free(W);
             }
-            ok = ok && A && B && !pkv_dequantize_row(ta->type, ta->data, A, in * r) &&
-                 !pkv_dequantize_row(tb->type, tb->data, B, r * outd);
-            for (int64_t o = 0; ok && o < outd; o++)
-                for (int64_t c = 0; c < in; c++) {
-                    double d = 0;
-                    for (int64_t k = 0; k < r; k++) d += (double)B[o * r + k] * A[k * in + c];
-                    acc[o * in + c] += s * d;
-                }
+            ok = ok && A && B && ta->n_elements == (uint64_t)n_a && tb->n_elements == (uint64_t)n_b &&
+                 !pkv_dequantize_row(ta->type, ta->data, A, n_a) && !pkv_dequantize_row(tb->type, tb->data, B, n_b);
+            for (int64_t x = 0; ok && x < X; x++) {
+                const float *Ax = A + x * in * r, *Bx = B + x * r * outd;
+                double *W = acc + x * in * outd;
+                for (int64_t o = 0; o < outd; o++)
+                    for (int64_t c = 0; c < in; c++) {
+                        double d = 0;
+                        for (int64_t k = 0; k < r; k++)
+                            d += embd ? (double)Ax[o * r + k] * Bx[c * r + k] : (double)Bx[o * r + k] * Ax[k * in + c];
+                        W[o * in + c] += s * d;
+                    }
+            }
             free(A);
             free(B);
         }
         if (!ok) break;
         if (acc) {
-            const int64_t n_el = t->ne[0] * t->ne[1];
+            const int64_t n_el = t->ne[0] * t->ne[1] * (t->n_dims == 3 ? t->ne[2] : 1);
             float *f = malloc((size_t)n_el * 4);
             for (int64_t k = 0; f && k < n_el; k++) f[k] = (float)acc[k];
-            const int64_t ne[2] = {t->ne[0], t->ne[1]};
-            ok = f && !pkv_gguf_writer_add_tensor(w, t->name, PKV_TYPE_F32, 2, ne, f, (size_t)n_el * 4);
+            ok = f && !pkv_gguf_writer_add_tensor(w, t->name, PKV_TYPE_F32, t->n_dims, t->ne, f, (size_t)n_el * 4);
             free(f);
             free(acc);
         } else {
@@ -128,12 +138,63 @@ static bool mk_adapter(const char *base, int rank, float alpha, pkv_type type, u
     return true;
 }
 
+/* Damaged copies of the adapter at path (bytes flipped, the file cut): a load gives
+ * an adapter or NULL with a message, never a crash (ASan), and leaves nothing
+ * allocated. */
+static void damaged(pkv_model *m, const char *path, uint64_t seed) {
+    FILE *af = fopen(path, "rb");
+    static uint8_t img[1 << 20], bad_img[1 << 20];
+    size_t img_n = af ? fread(img, 1, sizeof img, af) : 0;
+    if (af) fclose(af);
+    CHECK(img_n > 0 && img_n < sizeof img);
+    uint64_t rs = seed;
+    const int64_t live0 = pkv_alloc_live();
+    for (int it = 0; it < 300 && img_n; it++) {
+        memcpy(bad_img, img, img_n);
+        size_t n = img_n;
+        if (it % 4 == 3) n = th_rand(&rs) % img_n;
+        for (int k = 0; k < 1 + it % 5; k++) {
+            size_t at = th_rand(&rs) % (it % 2 ? PKV_MIN(n, (size_t)2048) : n ? n : 1); /* the header often */
+            if (at < n) bad_img[at] ^= (uint8_t)(1u << (th_rand(&rs) % 8));
+        }
+        pkv_lora *t = pkv_lora_load_memory(m, bad_img, n, "damaged");
+        if (!t && !pkv_errmsg()[0]) TH_FAIL("damaged adapter %d: NULL without a message", it);
+        pkv_lora_free(t);
+    }
+    if (pkv_alloc_live() != live0) TH_FAIL("damaged adapters left %lld allocations", (long long)(pkv_alloc_live() - live0));
+    th_checks++;
+}
+
+/* Every allocation of a load of path failing in turn: NULL with a message, nothing
+ * left allocated. */
+static void alloc_fails(pkv_model *m, const char *path) {
+    int fails = 0;
+    for (uint64_t n = 1; n < 10000; n++) {
+        const int64_t live = pkv_alloc_live();
+        pkv_alloc_fail_at(0);
+        pkv_alloc_fail_at(n);
+        pkv_lora *t = pkv_lora_load(m, path);
+        pkv_alloc_fail_at(0);
+        if (t) {
+            pkv_lora_free(t);
+            break;
+        }
+        fails++;
+        if (!pkv_errmsg()[0]) TH_FAIL("allocation %llu failed without a message", (unsigned long long)n);
+        if (pkv_alloc_live() != live)
+            TH_FAIL("allocation %llu failing leaves %lld allocations", (unsigned long long)n, (long long)(pkv_alloc_live() - live));
+    }
+    th_checks++;
+    if (fails < 3) TH_FAIL("only %d allocations of a load were failed", fails);
+}
+
 /* One architecture against the merged reference. */
-static void merged_vs_adapter(const char *arch) {
+static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
     fprintf(stderr, "-- %s\n", arch);
     const char *base = th_tmp("lora-base.gguf"), *a1 = th_tmp("lora-a1.gguf"), *a2 = th_tmp("lora-a2.gguf"),
                *merged = th_tmp("lora-merged.gguf");
     pkv_mkmodel_params p = base_params(arch, 128);
+    p.n_layer = n_layer;
     if (pkv_mkmodel_write(&p, base)) {
         TH_FAIL("mkmodel: %s", pkv_errmsg());
         return;
@@ -149,12 +210,14 @@ static void merged_vs_adapter(const char *arch) {
     pkv_lora *l1 = pkv_lora_load(m, a1), *l2 = pkv_lora_load(m, a2);
     if (!l1 || !l2) TH_FAIL("pkv_lora_load: %s", pkv_errmsg());
     REQUIRE_VOID(l1 && l2);
+    /* the experts' 3-D pairs, token_embd's flipped one (and the tied output's), fused matrices */
+    damaged(m, a2, 5);
+    alloc_fails(m, a2);
     pkv_lora_info info;
     CHECK_OK(pkv_lora_get_info(l1, &info));
     CHECK_INT(info.rank, 8);
     CHECK(info.alpha == 16.0f);
-    /* 7 matrices a layer and the output; qwen3moe's experts are not covered: 4 a layer */
-    CHECK_INT(info.n_pairs, !strcmp(arch, "qwen3moe") ? 2 * 4 + 1 : 2 * 7 + 1);
+    CHECK_INT(info.n_pairs, n_pairs);
     CHECK(logits_of(m, tok, N_TOK, base_lg));
 
     /* scale 0: bitwise the base, and the fingerprint the base's */
@@ -200,6 +263,91 @@ static void merged_vs_adapter(const char *arch) {
     remove(merged);
 }
 
+/* An adapter of one pair, name.lora_a of shape ea[na] and name.lora_b of eb[nb]
+ * (f32, small values), for a base of architecture arch. */
+static bool write_pair(const char *arch, const char *name, const int64_t *ea, int na, const int64_t *eb, int nb,
+                       const char *out) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    int64_t n_a = 1, n_b = 1;
+    for (int i = 0; i < na; i++) n_a *= ea[i];
+    for (int i = 0; i < nb; i++) n_b *= eb[i];
+    float *x = calloc((size_t)(n_a > n_b ? n_a : n_b), 4);
+    char ta[128], tb[128];
+    snprintf(ta, sizeof ta, "%s.lora_a", name);
+    snprintf(tb, sizeof tb, "%s.lora_b", name);
+    bool ok = w && x && !pkv_gguf_writer_add_str(w, "general.architecture", arch) &&
+              !pkv_gguf_writer_add_str(w, "general.type", "adapter") && !pkv_gguf_writer_add_str(w, "adapter.type", "lora") &&
+              !pkv_gguf_writer_add_tensor(w, ta, PKV_TYPE_F32, na, ea, x, (size_t)n_a * 4) &&
+              !pkv_gguf_writer_add_tensor(w, tb, PKV_TYPE_F32, nb, eb, x, (size_t)n_b * 4) && !pkv_gguf_writer_write(w, out);
+    if (!ok) TH_FAIL("writing %s: %s", out, pkv_errmsg());
+    free(x);
+    pkv_gguf_writer_free(w);
+    return ok;
+}
+
+/* Pairs of the kinds adapters now cover, misnamed or misshaped: refused at load
+ * naming the tensor and what it expects, and nothing is loaded. */
+static void refusals_fused(void) {
+    char base[512], ad[512];
+    snprintf(base, sizeof base, "%s", th_tmp("lora-f-base.gguf"));
+    snprintf(ad, sizeof ad, "%s", th_tmp("lora-f-ad.gguf"));
+    static const struct {
+        const char *arch, *name;
+        int na, nb;
+        int64_t ea[3], eb[3];
+        const char *msg, *msg2;
+    } k[] = {
+        /* phi3 holds Q, K, V in attn_qkv: an adapter of attn_q alone has no product to add to */
+        {"phi3", "blk.0.attn_q.weight", 2, 2, {64, 4}, {4, 64}, "'blk.0.attn_q.weight.lora_a'", "fused"},
+        {"phi3", "blk.1.ffn_gate.weight", 2, 2, {64, 4}, {4, 128}, "'blk.1.ffn_gate.weight.lora_a'", "fused"},
+        /* phi3's fused attn_qkv has 64 + 32 + 32 rows */
+        {"phi3", "blk.0.attn_qkv.weight", 2, 2, {64, 4}, {4, 64}, "blk.0.attn_qkv.weight", "lora_b [r, 128]"},
+        /* a tied model has no output.weight */
+        {"gemma3", "output.weight", 2, 2, {64, 4}, {4, 320}, "'output.weight.lora_a'", "token_embd.weight"},
+        /* token_embd's pair is flipped: A [r, n_vocab], B [r, n_embd] */
+        {"llama", "token_embd.weight", 2, 2, {64, 4}, {4, 320}, "token_embd.weight", "lora_a [r, 320] and lora_b [r, 64]"},
+        /* the experts' pairs are 3-D, one matrix per expert */
+        {"qwen3moe", "blk.0.ffn_up_exps.weight", 2, 2, {64, 4}, {4, 128}, "blk.0.ffn_up_exps.weight", "[64, 128, 4 experts] expects lora_a [64, r, 4]"},
+        {"qwen3moe", "blk.0.ffn_gate_up_exps.weight", 3, 3, {64, 4, 4}, {4, 256, 4}, "'blk.0.ffn_gate_up_exps.weight.lora_a'",
+         "not ffn_gate_up_exps"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        pkv_mkmodel_params p = base_params(k[i].arch, 128);
+        if (pkv_mkmodel_write(&p, base)) {
+            TH_FAIL("mkmodel %s: %s", k[i].arch, pkv_errmsg());
+            continue;
+        }
+        if (!write_pair(k[i].arch, k[i].name, k[i].ea, k[i].na, k[i].eb, k[i].nb, ad)) continue;
+        pkv_model *m = load(base);
+        if (!m) continue;
+        const int64_t live = pkv_alloc_live();
+        CHECK(pkv_lora_load(m, ad) == NULL);
+        fprintf(stderr, "%s %s: %s\n", k[i].arch, k[i].name, pkv_errmsg());
+        CHECK_MSG(k[i].msg);
+        CHECK_MSG(k[i].msg2);
+        CHECK(pkv_alloc_live() == live && m->loras == NULL);
+        pkv_model_free(m);
+    }
+    /* Gemma 4's assistant reads its target's embedding rows: its own token_embd
+     * (its tied head) takes no adapter */
+    char tpath[512], apath[512];
+    if (at_files("lora-f-target.gguf", tpath, apath, sizeof tpath)) {
+        const int64_t ea[2] = {4, AT_V}, eb[2] = {4, 48};
+        pkv_model *m = write_pair("gemma4-assistant", "token_embd.weight", ea, 2, eb, 2, ad) ? load(apath) : NULL;
+        if (m) {
+            CHECK(pkv_lora_load(m, ad) == NULL);
+            CHECK_MSG("'token_embd.weight.lora_a': the model's input rows are its target's token embedding");
+            pkv_model_free(m);
+        }
+    } else {
+        TH_FAIL("assistant files: %s", pkv_errmsg());
+    }
+    remove(tpath);
+    remove(apath);
+    remove(base);
+    remove(ad);
+}
+
 static void refusals(void) {
     char base[512], other[512], qw[512], a_other[512], a_qw[512], a_ok[512]; /* (th_tmp keeps 4 names) */
     snprintf(base, sizeof base, "%s", th_tmp("lora-r-base.gguf"));
@@ -222,29 +370,7 @@ static void refusals(void) {
     CHECK_MSG("general.architecture");
     CHECK(pkv_lora_load(m, base) == NULL); /* a model is not an adapter */
     CHECK_MSG("general.type");
-    /* damaged adapters (bytes flipped, the file cut): a load gives an adapter or
-     * NULL with a message, never a crash (ASan), and leaves nothing allocated */
-    FILE *af = fopen(a_ok, "rb");
-    static uint8_t img[1 << 20], bad_img[1 << 20];
-    size_t img_n = af ? fread(img, 1, sizeof img, af) : 0;
-    if (af) fclose(af);
-    CHECK(img_n > 0 && img_n < sizeof img);
-    uint64_t rs = 77;
-    const int64_t live0 = pkv_alloc_live();
-    for (int it = 0; it < 300 && img_n; it++) {
-        memcpy(bad_img, img, img_n);
-        size_t n = img_n;
-        if (it % 4 == 3) n = th_rand(&rs) % img_n;
-        for (int k = 0; k < 1 + it % 5; k++) {
-            size_t at = th_rand(&rs) % (it % 2 ? PKV_MIN(n, (size_t)2048) : n ? n : 1); /* the header often */
-            if (at < n) bad_img[at] ^= (uint8_t)(1u << (th_rand(&rs) % 8));
-        }
-        pkv_lora *t = pkv_lora_load_memory(m, bad_img, n, "damaged");
-        if (!t && !pkv_errmsg()[0]) TH_FAIL("damaged adapter %d: NULL without a message", it);
-        pkv_lora_free(t);
-    }
-    if (pkv_alloc_live() != live0) TH_FAIL("damaged adapters left %lld allocations", (long long)(pkv_alloc_live() - live0));
-    th_checks++;
+    damaged(m, a_ok, 77);
     /* a model split over devices refuses adapters, naming the devices */
     pkv_model_params mp = pkv_model_default_params();
     mp.devices = "cpu:1,cpu:2";
@@ -257,25 +383,7 @@ static void refusals(void) {
     } else {
         fprintf(stderr, "no cpu:1,cpu:2 (%s): the split-model refusal is not checked\n", pkv_errmsg());
     }
-    /* every allocation of a load failing in turn: NULL with a message, nothing left */
-    int fails = 0;
-    for (uint64_t n = 1; n < 10000; n++) {
-        const int64_t live = pkv_alloc_live();
-        pkv_alloc_fail_at(0);
-        pkv_alloc_fail_at(n);
-        pkv_lora *t = pkv_lora_load(m, a_ok);
-        pkv_alloc_fail_at(0);
-        if (t) {
-            pkv_lora_free(t);
-            break;
-        }
-        fails++;
-        if (!pkv_errmsg()[0]) TH_FAIL("allocation %llu failed without a message", (unsigned long long)n);
-        if (pkv_alloc_live() != live)
-            TH_FAIL("allocation %llu failing leaves %lld allocations", (unsigned long long)n, (long long)(pkv_alloc_live() - live));
-    }
-    th_checks++;
-    if (fails < 3) TH_FAIL("only %d allocations of a load were failed", fails);
+    alloc_fails(m, a_ok);
     pkv_lora *l = pkv_lora_load(m, a_ok), *l2 = pkv_lora_load(m2, a_ok);
     REQUIRE_VOID(l && l2);
     pkv_lora_use bad[PKV_MAX_LORA + 1];
@@ -317,9 +425,13 @@ static void refusals(void) {
 
 /* Requests with different adapter sets batched together == each alone; and the
  * prefix cache keyed by the set. */
-static void engine_sets(void) {
+/* arch's requests with different sets batched == each alone (the experts' deltas
+ * run per run of rows that share a set, the embedding's per sequence); prefix: the
+ * prefix-cache checks too. */
+static void engine_sets(const char *arch, bool prefix) {
+    fprintf(stderr, "-- engine sets: %s\n", arch);
     const char *base = th_tmp("lora-e-base.gguf"), *a1 = th_tmp("lora-e-a1.gguf"), *a2 = th_tmp("lora-e-a2.gguf");
-    pkv_mkmodel_params p = base_params("llama", 128);
+    pkv_mkmodel_params p = base_params(arch, 128);
     p.type = PKV_TYPE_Q8_0; /* the quantized batched matmul path */
     REQUIRE_VOID(!pkv_mkmodel_write(&p, base));
     REQUIRE_VOID(mk_adapter(base, 8, 16, PKV_TYPE_F16, 5, a1) && mk_adapter(base, 4, 0, PKV_TYPE_F32, 6, a2));
@@ -361,18 +473,19 @@ static void engine_sets(void) {
     et_drain(e);
     for (int i = 0; i < NR; i++) et_same(&alone[i], &batched[i], 1, "batched with other adapter sets: request", i);
     pkv_engine_free(e);
+    e = NULL;
 
     /* prefix cache: X computes a 24-token prompt; then the same prompt with no set,
      * X at another scale, another adapter: nothing cached, each equal to alone;
      * X at the same scale again: its full pages are reused */
-    e = pkv_engine_create(m, et_params(256, 8, 0));
-    REQUIRE_VOID(e);
+    if (prefix) e = pkv_engine_create(m, et_params(256, 8, 0));
+    REQUIRE_VOID(e || !prefix);
     int32_t pr[25];
     for (int j = 0; j < 25; j++) pr[j] = (int32_t)(th_rand(&rs) % 300);
     const pkv_lora_use x = {l1, 1.0f}, x2 = {l1, 0.5f}, y = {l2, 1.0f};
     const pkv_lora_use *order[5] = {&x, NULL, &x2, &y, &x};
     const int32_t want_cached[5] = {0, 0, 0, 0, 24};
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; prefix && k < 5; k++) {
         pkv_request_params r = pkv_request_default_params();
         r.prompt = pr;
         r.n_prompt = 25;
@@ -403,10 +516,24 @@ static void engine_sets(void) {
 }
 
 int main(void) {
-    merged_vs_adapter("llama");
-    merged_vs_adapter("qwen3");
-    merged_vs_adapter("qwen3moe");
+    /* the adapters cover every matrix mkmodel writes: token_embd, and output where untied */
+    merged_vs_adapter("llama", 2, 2 * 7 + 2);
+    merged_vs_adapter("qwen3", 2, 2 * 7 + 2);
+    /* attention, the router and the experts' gate, up and down */
+    merged_vs_adapter("qwen3moe", 2, 2 * 8 + 2);
+    merged_vs_adapter("gpt-oss", 2, 2 * 8 + 2);
+    /* fused attn_qkv and ffn_up (gate then up), attn_output, ffn_down */
+    merged_vs_adapter("phi3", 2, 2 * 4 + 2);
+    /* three delta-net layers (attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out and
+     * the FFN's 3), then an attention layer whose attn_q holds the gate too */
+    merged_vs_adapter("qwen35", 4, 3 * 8 + 7 + 2);
+    /* tied: token_embd's pair is the input rows' delta and the output's */
+    merged_vs_adapter("gemma3", 2, 2 * 7 + 1);
     refusals();
-    engine_sets();
+    refusals_fused();
+    engine_sets("llama", true);
+    engine_sets("qwen3moe", false);
+    engine_sets("gemma3", false);
+    engine_sets("phi3", false);
     return th_done();
 }

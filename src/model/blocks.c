@@ -185,7 +185,7 @@ pkv_status pkv_blk_matmul(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w
     pkv_k_matmul_args a = {.w = R(w->buf, 0), .wtype = w->type, .rows = w->ne1, .cols = w->ne0,
                            .x = R(x, 0), .y = R(y, 0), .n = T};
     pkv_status s = pkv_k_matmul(dev, &a);
-    return s || !f->lora ? s : pkv_lora_delta(f, dev, w, x, y, T);
+    return s || !f->lora ? s : pkv_lora_delta(f, dev, w, x, R(y, 0), T);
 }
 
 /* y (a region of a buffer) = x·wᵀ for T rows. */
@@ -561,10 +561,13 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
         pkv_k_swiglu_args sg = glu(kind->act, w0, n * F);
         if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g)) ||
             (s = matmul_rows(dev, &ly->moe.gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
+            (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.gate, e, w0->xe, w0->hb, ws->h_rows, n))) ||
             (s = add_bias_row(dev, &ly->moe.gate_b, e, w0->hb, n)) ||
             (s = matmul_rows(dev, &ly->moe.up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
+            (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.up, e, w0->xe, w0->hb2, ws->h_rows, n))) ||
             (s = add_bias_row(dev, &ly->moe.up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
             (s = matmul_rows(dev, &ly->moe.down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
+            (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.down, e, w0->hb, w0->y, ws->h_rows, n))) ||
             (s = add_bias_row(dev, &ly->moe.down_b, e, w0->y, n)) ||
             (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
             return s;
@@ -798,7 +801,8 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
         if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.qkv, w->xb, w->ssm_u, T)) ||
             (s = pkv_blk_matmul(f, dev, &sw->ssm.z, w->xb, w->ssm_z, T)) ||
             (s = pkv_blk_matmul(f, dev, &sw->ssm.beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_unary(dev, &beta)) ||
-            (s = matmul_at(dev, &sw->ssm.alpha, w->xb, gate.x, T)) || (s = pkv_k_unary(dev, &gate)) ||
+            (s = matmul_at(dev, &sw->ssm.alpha, w->xb, gate.x, T)) ||
+            (f->lora && (s = pkv_lora_delta(f, dev, &sw->ssm.alpha, w->xb, gate.x, T))) || (s = pkv_k_unary(dev, &gate)) ||
             (s = pkv_k_ssm_conv(dev, &cv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
             (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm.norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
             (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.out, w->ssm_o, w->y, T)))
@@ -815,6 +819,8 @@ pkv_status pkv_blk_embed(pkv_fwd *f) {
     pkv_k_get_rows_args ge = {.w = R(m->tok_embd.buf, 0), .wtype = m->tok_embd.type, .n_vocab = m->hp.n_vocab, .cols = E,
                               .ids = R(w0->ints, f->pl->off_ids * 4), .out = R(w0->x, 0), .n = T, .scale = m->hp.embd_scale};
     pkv_status s = pkv_k_get_rows(m->dev, &ge);
+    /* an adapter of token_embd adds to its rows (the media rows below replace theirs) */
+    if (!s && f->lora) s = pkv_lora_embed(f, m->dev, ge.ids, w0->x);
     /* media rows replace their tokens' rows, unscaled (Gemma scales token
      * embeddings only), one write per run of consecutive media tokens */
     for (int64_t k = 0, r = 0; !s && b->media_embd && k < T;) {

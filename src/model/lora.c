@@ -15,92 +15,270 @@
 #include "model/blocks.h"
 #include "model/lora.h"
 
+/* How a pair's product reaches its matrix's users. */
+typedef enum lora_kind {
+    LORA_MAT,  /* y = W x + s B (A x) after pkv_blk_matmul, or per expert (A and B hold n_mat blocks) */
+    LORA_ROWS, /* the token embedding: x = W[id] + s B a_id, a_id row id of A [n_vocab][r] */
+    LORA_TIED, /* the tied output from token_embd's pair: y = W x + s A (Bᵀ x); here a = Bᵀ, b = A */
+} lora_kind;
+
 typedef struct lora_pair {
-    const pkv_weight *base; /* the model's matrix [out][in] */
-    pkv_weight a;           /* f32 [r][in] */
-    pkv_weight b;           /* f32 [out][r], times alpha / r */
+    const pkv_weight *base; /* the model's matrix [out][in] (or its part a fused matrix maps onto) */
+    lora_kind kind;
+    int64_t r;              /* rank */
+    int64_t n_mat;          /* 1, or the experts: A's rows [e r, e r + r), B's [e out, e out + out) are expert e's */
+    pkv_weight a;           /* f32 [n_mat r][in]; LORA_ROWS [n_vocab][r] */
+    pkv_weight b;           /* f32 [n_mat out][r], times alpha / r */
 } lora_pair;
 
 struct pkv_lora {
     const pkv_model *m;
     char label[256];
     float alpha;
-    int rank; /* the largest r */
-    int n;
-    lora_pair *p; /* [n] */
+    int rank;   /* the largest r */
+    int n_file; /* the file's pairs */
+    int n, cap;
+    lora_pair *p; /* [n] of [cap]: a file's pair makes one per matrix it maps onto */
     uint64_t fp;
     pkv_lora *next; /* the model's list (pkv_model.loras) */
 };
 
-/* The matrix a tensor name stands for, or NULL with *why saying why not. */
-static const pkv_weight *base_of(const pkv_model *m, const char *name, const char **why) {
+/* A base tensor an adapter pair names: its shape in the file (ne [in, out, n_mat]) and
+ * the matrices of the model it maps onto, each with the rows of the file's (fused)
+ * matrix it holds (rblock > 0: rblock rows every rstride from r0). */
+typedef struct lora_map {
+    int64_t in, out, n_mat;
+    bool embd; /* token_embd: the pair is flipped (A [r, n_vocab], B [r, n_embd]) */
+    int n;
+    struct {
+        const pkv_weight *w;
+        lora_kind kind;
+        int64_t r0, nr, rblock, rstride;
+    } t[3];
+} lora_map;
+
+static void map_add(lora_map *mp, const pkv_weight *w, lora_kind kind, int64_t r0, int64_t nr, int64_t rblock, int64_t rstride) {
+    if (!w->buf) return; /* (a KV-sharing layer has no K, V of its own: those rows are never computed) */
+    mp->t[mp->n].w = w;
+    mp->t[mp->n].kind = kind;
+    mp->t[mp->n].r0 = r0;
+    mp->t[mp->n].nr = nr;
+    mp->t[mp->n].rblock = rblock;
+    mp->t[mp->n].rstride = rstride;
+    mp->n++;
+}
+
+/* A plain matrix (one device: the weight is the file's whole tensor). */
+static bool map_plain(lora_map *mp, const pkv_weight *w, const char **why) {
+    if (!w->buf) {
+        *why = "the model's layer has no such matrix";
+        return false;
+    }
+    mp->in = w->ne0;
+    mp->out = w->ne1;
+    mp->n_mat = 1;
+    map_add(mp, w, LORA_MAT, 0, w->ne1, 0, 0);
+    return true;
+}
+
+/* The matrices a tensor name stands for, or false with *why saying why not.
+ * Fused and split matrices take the rows of the adapter's product that their part of
+ * the fused product has (llama.cpp applies the adapter to the fused product, then
+ * splits it); the experts' take expert e's A and B for expert e's rows. */
+static bool map_of(const pkv_model *m, const char *name, lora_map *mp, const char **why) {
+    memset(mp, 0, sizeof *mp);
     *why = "the model has no such matrix";
+    if (!strcmp(name, "token_embd.weight")) {
+        if (pkv_arch_ops_of(m->hp.arch)->foreign_embd) {
+            *why = "the model's input rows are its target's token embedding, not its own: adapters on it are not supported";
+            return false;
+        }
+        if (!m->tok_embd.buf) return false;
+        mp->in = m->tok_embd.ne0;
+        mp->out = m->tok_embd.ne1;
+        mp->n_mat = 1;
+        mp->embd = true;
+        map_add(mp, &m->tok_embd, LORA_ROWS, 0, mp->in, 0, 0);
+        if (m->tied) map_add(mp, &m->output, LORA_TIED, 0, mp->out, 0, 0);
+        return true;
+    }
     if (!strcmp(name, "output.weight")) {
         if (m->tied) {
-            *why = "the model's output matrix is the token embedding (tied): adapters on it are not supported";
-            return NULL;
+            *why = "the model has no output.weight (its output is the token embedding: an adapter for it names "
+                   "token_embd.weight)";
+            return false;
         }
-        return &m->output;
+        return map_plain(mp, &m->output, why);
     }
     int il, n = 0;
     char rest[64];
     if (sscanf(name, "blk.%d.%63s%n", &il, rest, &n) != 2 || name[n] || il < m->hp.layer_base ||
         il - m->hp.layer_base >= m->hp.n_layer)
-        return NULL;
+        return false;
     const pkv_layer *ly = &m->layers[il - m->hp.layer_base];
     const pkv_shard_w *sw = &ly->sh[0];
-    const bool fused = pkv_arch_ops_of(m->hp.arch)->fused_mats;
-    static const char *const k_fused = "a fused or split matrix of this architecture: adapters on it are not supported";
-    const pkv_weight *w = NULL;
+    const int64_t hk = ly->head_dim_k, qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk,
+                  vd = (int64_t)ly->n_head_kv * ly->head_dim_v, F = ly->n_ff;
+    static const char *const k_split = "the model holds this matrix fused (an adapter for it names the fused matrix)";
+    if (!strcmp(rest, "attn_qkv.weight")) {
+        if (ly->recurrent) return map_plain(mp, &sw->ssm.qkv, why);
+        if (!ly->fused_qkv) return false;
+        mp->in = sw->wq.ne0;
+        mp->out = qd + kd + vd;
+        mp->n_mat = 1;
+        map_add(mp, &sw->wq, LORA_MAT, 0, qd, 0, 0);
+        map_add(mp, &sw->wk, LORA_MAT, qd, kd, 0, 0);
+        map_add(mp, &sw->wv, LORA_MAT, qd + kd, vd, 0, 0);
+        return true;
+    }
     if (!strcmp(rest, "attn_q.weight")) {
-        if (fused || sw->wq_gate.buf) *why = k_fused;
-        else w = &sw->wq;
-    } else if (!strcmp(rest, "attn_k.weight")) {
-        if (fused) *why = k_fused;
-        else w = &sw->wk;
-    } else if (!strcmp(rest, "attn_v.weight")) {
-        if (fused) *why = k_fused;
-        else w = &sw->wv;
-    } else if (!strcmp(rest, "attn_output.weight")) {
-        w = &sw->wo;
-    } else if (!strcmp(rest, "ffn_gate.weight")) {
-        if (fused) *why = k_fused;
-        else w = &sw->w_gate;
-    } else if (!strcmp(rest, "ffn_up.weight")) {
-        if (fused) *why = k_fused;
-        else w = &sw->w_up;
-    } else if (!strcmp(rest, "ffn_down.weight")) {
-        w = &sw->w_down;
-    } else if (strstr(rest, "_exps.") || !strncmp(rest, "ffn_gate_inp", 12)) {
-        *why = "a mixture of experts' matrices are not covered by adapters";
-    } else {
-        *why = "adapters cover attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down and output only";
+        if (ly->fused_qkv) {
+            *why = k_split;
+            return false;
+        }
+        if (!sw->wq_gate.buf) return map_plain(mp, &sw->wq, why);
+        /* qwen35: per head, its hk query rows then its hk gate rows */
+        mp->in = sw->wq.ne0;
+        mp->out = 2 * qd;
+        mp->n_mat = 1;
+        map_add(mp, &sw->wq, LORA_MAT, 0, qd, hk, 2 * hk);
+        map_add(mp, &sw->wq_gate, LORA_MAT, hk, qd, hk, 2 * hk);
+        return true;
     }
-    if (w && !w->buf) {
-        *why = "the model's layer has no such matrix";
-        return NULL;
+    if (!strcmp(rest, "attn_k.weight") || !strcmp(rest, "attn_v.weight")) {
+        if (ly->fused_qkv) {
+            *why = k_split;
+            return false;
+        }
+        return map_plain(mp, rest[5] == 'k' ? &sw->wk : &sw->wv, why);
     }
-    return w;
+    if (!strcmp(rest, "attn_output.weight")) return map_plain(mp, &sw->wo, why);
+    if (!strcmp(rest, "ffn_down.weight")) return map_plain(mp, &sw->w_down, why);
+    if (!strcmp(rest, "ffn_gate.weight")) {
+        if (ly->fused_up) {
+            *why = k_split;
+            return false;
+        }
+        return map_plain(mp, &sw->w_gate, why);
+    }
+    if (!strcmp(rest, "ffn_up.weight")) {
+        if (!ly->fused_up) return map_plain(mp, &sw->w_up, why);
+        /* phi3: the gate's F rows, then the up projection's */
+        mp->in = sw->w_up.ne0;
+        mp->out = 2 * F;
+        mp->n_mat = 1;
+        map_add(mp, &sw->w_gate, LORA_MAT, 0, F, 0, 0);
+        map_add(mp, &sw->w_up, LORA_MAT, F, F, 0, 0);
+        return true;
+    }
+    /* qwen35's gated delta-net layers: plain matrices */
+    if (ly->recurrent && !strcmp(rest, "attn_gate.weight")) return map_plain(mp, &sw->ssm.z, why);
+    if (ly->recurrent && !strcmp(rest, "ssm_beta.weight")) return map_plain(mp, &sw->ssm.beta, why);
+    if (ly->recurrent && !strcmp(rest, "ssm_alpha.weight")) return map_plain(mp, &sw->ssm.alpha, why);
+    if (ly->recurrent && !strcmp(rest, "ssm_out.weight")) return map_plain(mp, &sw->ssm.out, why);
+    /* a mixture of experts: the router, and each expert's matrices */
+    const int64_t X = m->hp.moe.n_expert, FE = m->hp.moe.n_ff, E = m->hp.n_embd;
+    if (!strcmp(rest, "ffn_gate_inp.weight")) return ly->moe.router.buf && map_plain(mp, &ly->moe.router, why);
+    const bool gate_e = !strcmp(rest, "ffn_gate_exps.weight"), up_e = !strcmp(rest, "ffn_up_exps.weight"),
+               gate_up_e = !strcmp(rest, "ffn_gate_up_exps.weight"), down_e = !strcmp(rest, "ffn_down_exps.weight");
+    if (gate_e || up_e || gate_up_e || down_e) {
+        if (X <= 0 || !ly->moe.gate.buf) {
+            *why = "the model's layer has no experts";
+            return false;
+        }
+        if (gate_up_e != ly->fused_exps && !down_e) {
+            *why = ly->fused_exps ? "the model holds the experts' gate and up fused (an adapter for them names "
+                                    "ffn_gate_up_exps.weight)"
+                                  : "the model has ffn_gate_exps and ffn_up_exps, not ffn_gate_up_exps";
+            return false;
+        }
+        mp->n_mat = X;
+        mp->in = down_e ? FE : E;
+        mp->out = down_e ? E : gate_up_e ? 2 * FE : FE;
+        if (gate_up_e) { /* expert e's 2F rows: its gate's F, then its up's F */
+            map_add(mp, &ly->moe.gate, LORA_MAT, 0, X * FE, FE, 2 * FE);
+            map_add(mp, &ly->moe.up, LORA_MAT, FE, X * FE, FE, 2 * FE);
+        } else {
+            map_add(mp, down_e ? &ly->moe.down : gate_e ? &ly->moe.gate : &ly->moe.up, LORA_MAT, 0, X * mp->out, 0, 0);
+        }
+        return true;
+    }
+    *why = "adapters cover token_embd, attn_q, attn_k, attn_v, attn_qkv, attn_output, ffn_gate, ffn_up, ffn_down, "
+           "ffn_gate_inp, the experts' ffn_*_exps, qwen35's attn_gate and ssm_beta/alpha/out, and output only";
+    return false;
 }
 
-/* Upload an f32 copy of t's ne1 rows of ne0, times mul. */
-static pkv_status upload(const pkv_model *m, const char *lab, const pkv_gguf_tensor *t, float mul, pkv_weight *w) {
-    size_t n = (size_t)t->ne[0] * (size_t)t->ne[1];
-    float *tmp = pkv_malloc(n * sizeof *tmp);
-    if (!tmp) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, t->name);
-    pkv_status s = pkv_dequantize_row(t->type, t->data, tmp, (int64_t)n);
-    for (size_t i = 0; !s && mul != 1.0f && i < n; i++) tmp[i] *= mul;
-    for (size_t i = 0; !s && i < n; i++)
-        if (!isfinite(tmp[i])) s = pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s': element %zu is not finite", lab, t->name, i);
-    if (!s) {
-        w->buf = pkv_buffer_alloc(m->dev, n * sizeof *tmp);
-        if (!w->buf) s = pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of device memory", lab, t->name);
+/* An f32 copy of t's elements (n = all of them), or NULL with the error set. */
+static float *host_f32(const char *lab, const pkv_gguf_tensor *t, size_t n) {
+    float *x = pkv_malloc(n * sizeof *x);
+    if (!x) {
+        pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, t->name);
+        return NULL;
     }
-    if (!s) s = pkv_buffer_write(w->buf, 0, tmp, n * sizeof *tmp);
+    pkv_status s = pkv_dequantize_row(t->type, t->data, x, (int64_t)n);
+    for (size_t i = 0; !s && i < n; i++)
+        if (!isfinite(x[i])) s = pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s': element %zu is not finite", lab, t->name, i);
+    if (s) {
+        pkv_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/* Upload rows x cols of f32 to a new buffer of w. */
+static pkv_status upload(const pkv_model *m, const char *lab, const char *name, const float *x, int64_t rows, int64_t cols,
+                         pkv_weight *w) {
+    const size_t bytes = (size_t)rows * (size_t)cols * sizeof *x;
+    w->buf = pkv_buffer_alloc(m->dev, bytes);
+    if (!w->buf) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of device memory", lab, name);
     w->type = PKV_TYPE_F32;
-    w->ne0 = t->ne[0];
-    w->ne1 = t->ne[1];
-    pkv_free(tmp);
+    w->ne0 = cols;
+    w->ne1 = rows;
+    return pkv_buffer_write(w->buf, 0, x, bytes);
+}
+
+/* One target's pair from the file's A and B (f32 on the host): its rows of B times
+ * mul, or for the tied output Bᵀ and A. */
+static pkv_status make_pair(const pkv_model *m, const char *lab, const char *name, const lora_map *mp, int k, const float *A,
+                            const float *B, int64_t r, float mul, lora_pair *p) {
+    const lora_kind kind = mp->t[k].kind;
+    p->base = mp->t[k].w;
+    p->kind = kind;
+    p->r = r;
+    p->n_mat = mp->n_mat;
+    pkv_status s;
+    if (kind == LORA_ROWS) { /* A [n_vocab][r] as it is, B [n_embd][r] */
+        float *b = pkv_malloc((size_t)(mp->in * r) * sizeof *b);
+        if (!b) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
+        for (int64_t i = 0; i < mp->in * r; i++) b[i] = B[i] * mul;
+        s = upload(m, lab, name, A, mp->out, r, &p->a);
+        if (!s) s = upload(m, lab, name, b, mp->in, r, &p->b);
+        pkv_free(b);
+        return s;
+    }
+    if (kind == LORA_TIED) { /* a = Bᵀ [r][n_embd], b = A [n_vocab][r] times mul */
+        const int64_t E = mp->in, V = mp->out;
+        float *t = pkv_malloc((size_t)(PKV_MAX(E, V) * r) * sizeof *t);
+        if (!t) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t j = 0; j < r; j++) t[j * E + e] = B[e * r + j];
+        s = upload(m, lab, name, t, r, E, &p->a);
+        for (int64_t i = 0; !s && i < V * r; i++) t[i] = A[i] * mul;
+        if (!s) s = upload(m, lab, name, t, V, r, &p->b);
+        pkv_free(t);
+        return s;
+    }
+    /* LORA_MAT: A [n_mat r][in] as it is; B's rows of this part */
+    const int64_t nr = mp->t[k].nr, r0 = mp->t[k].r0, rb = mp->t[k].rblock, rs = mp->t[k].rstride;
+    float *b = pkv_malloc((size_t)(nr * r) * sizeof *b);
+    if (!b) return pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s': out of memory", lab, name);
+    for (int64_t i = 0; i < nr; i++) {
+        const int64_t src = rb > 0 ? r0 + (i / rb) * rs + i % rb : r0 + i;
+        for (int64_t j = 0; j < r; j++) b[i * r + j] = B[src * r + j] * mul;
+    }
+    s = upload(m, lab, name, A, mp->n_mat * r, mp->in, &p->a);
+    if (!s) s = upload(m, lab, name, b, nr, r, &p->b);
+    pkv_free(b);
     return s;
 }
 
@@ -153,7 +331,7 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
     }
     a = pkv_calloc(1, sizeof *a);
     const int64_t nt = pkv_gguf_n_tensors(g);
-    if (!a || !(a->p = pkv_calloc((size_t)(nt / 2 + 1), sizeof *a->p))) {
+    if (!a) {
         s = pkv_err(PKV_ERR_NOMEM, "%s: out of memory", lab);
         goto fail;
     }
@@ -190,8 +368,8 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
         }
         name[nl - 7] = 0;
         const char *why;
-        const pkv_weight *w = base_of(m, name, &why);
-        if (!w) {
+        lora_map mp;
+        if (!map_of(m, name, &mp, &why)) {
             s = pkv_err(PKV_ERR_MISMATCH, "%s: tensor '%s': %s (%s)", lab, ta->name, why, m->label);
             goto fail;
         }
@@ -201,27 +379,61 @@ static pkv_lora *load(pkv_model *m, pkv_gguf *g) {
                             t->name, pkv_type_name(t->type));
                 goto fail;
             }
-        const int64_t r = ta->ne[1];
-        if (ta->n_dims > 2 || tb->n_dims > 2 || ta->ne[0] != w->ne0 || tb->ne[1] != w->ne1 || tb->ne[0] != r) {
-            s = pkv_err(PKV_ERR_MISMATCH, "%s: tensor '%s' pair has shapes lora_a [%lld, %lld], lora_b [%lld, %lld]; the base "
-                        "matrix [%lld, %lld] expects lora_a [%lld, r] and lora_b [r, %lld] (another base model?)", lab, name,
-                        (long long)ta->ne[0], (long long)ta->ne[1], (long long)tb->ne[0], (long long)tb->ne[1],
-                        (long long)w->ne0, (long long)w->ne1, (long long)w->ne0, (long long)w->ne1);
+        /* llama.cpp's shapes: A [in, r(, experts)], B [r, out(, experts)]; the token
+         * embedding's pair flipped: A [r, n_vocab], B [r, n_embd] */
+        const int dims = mp.n_mat > 1 ? 3 : 2;
+        const int64_t r = mp.embd ? ta->ne[0] : ta->ne[1];
+        const int64_t ea[3] = {mp.embd ? r : mp.in, mp.embd ? mp.out : r, mp.n_mat},
+                      eb[3] = {r, mp.embd ? mp.in : mp.out, mp.n_mat};
+        bool fits = (int)ta->n_dims <= dims && (int)tb->n_dims <= dims && r >= 1;
+        for (int d = 0; d < 3 && fits; d++) fits = ta->ne[d] == (d < dims ? ea[d] : 1) && tb->ne[d] == (d < dims ? eb[d] : 1);
+        if (!fits) {
+            char want[128];
+            if (mp.n_mat > 1)
+                snprintf(want, sizeof want, "lora_a [%lld, r, %lld] and lora_b [r, %lld, %lld]", (long long)mp.in,
+                         (long long)mp.n_mat, (long long)mp.out, (long long)mp.n_mat);
+            else if (mp.embd)
+                snprintf(want, sizeof want, "lora_a [r, %lld] and lora_b [r, %lld]", (long long)mp.out, (long long)mp.in);
+            else
+                snprintf(want, sizeof want, "lora_a [%lld, r] and lora_b [r, %lld]", (long long)mp.in, (long long)mp.out);
+            char experts[32] = "";
+            if (mp.n_mat > 1) snprintf(experts, sizeof experts, ", %lld experts", (long long)mp.n_mat);
+            s = pkv_err(PKV_ERR_MISMATCH, "%s: tensor '%s' pair has shapes lora_a [%lld, %lld, %lld], lora_b [%lld, %lld, "
+                        "%lld]; the base matrix [%lld, %lld%s] expects %s (another base model?)", lab, name,
+                        (long long)ta->ne[0], (long long)ta->ne[1], (long long)ta->ne[2], (long long)tb->ne[0],
+                        (long long)tb->ne[1], (long long)tb->ne[2], (long long)mp.in, (long long)mp.out, experts, want);
             goto fail;
         }
         for (int k = 0; k < a->n; k++)
-            if (a->p[k].base == w) {
-                s = pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' appears twice", lab, ta->name);
+            for (int j = 0; j < mp.n; j++)
+                if (a->p[k].base == mp.t[j].w) {
+                    s = pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' covers a matrix another pair of the file covers", lab,
+                                ta->name);
+                    goto fail;
+                }
+        if (a->n + mp.n > a->cap) {
+            int cap = PKV_MAX(a->cap * 2, a->n + mp.n);
+            lora_pair *np = pkv_realloc(a->p, (size_t)cap * sizeof *np);
+            if (!np) {
+                s = pkv_err(PKV_ERR_NOMEM, "%s: out of memory", lab);
                 goto fail;
             }
-        lora_pair *p = &a->p[a->n];
-        p->base = w;
-        if ((s = upload(m, lab, ta, 1.0f, &p->a)) ||
-            (s = upload(m, lab, tb, a->alpha != 0 ? a->alpha / (float)r : 1.0f, &p->b))) {
-            a->n++; /* (its buffers are freed with the rest) */
-            goto fail;
+            memset(np + a->cap, 0, (size_t)(cap - a->cap) * sizeof *np);
+            a->p = np;
+            a->cap = cap;
         }
-        a->n++;
+        const size_t n_a = (size_t)(ta->ne[0] * ta->ne[1] * ta->ne[2]), n_b = (size_t)(tb->ne[0] * tb->ne[1] * tb->ne[2]);
+        float *A = host_f32(lab, ta, n_a), *B = A ? host_f32(lab, tb, n_b) : NULL;
+        const float mul = a->alpha != 0 ? a->alpha / (float)r : 1.0f;
+        s = B ? PKV_OK : pkv_errcode();
+        for (int k = 0; !s && k < mp.n; k++) {
+            s = make_pair(m, lab, name, &mp, k, A, B, r, mul, &a->p[a->n]);
+            a->n++; /* (a failed pair's buffers are freed with the rest) */
+        }
+        pkv_free(A);
+        pkv_free(B);
+        if (s) goto fail;
+        a->n_file++;
         a->rank = PKV_MAX(a->rank, (int)r);
         h = pkv_hash64(ta->name, nl, h);
         h = pkv_hash64_bulk(ta->data, ta->n_bytes, h);
@@ -268,7 +480,7 @@ pkv_lora *pkv_lora_load_memory(pkv_model *m, const void *data, size_t size, cons
 
 pkv_status pkv_lora_get_info(const pkv_lora *a, pkv_lora_info *info) {
     if (!a || !info) return pkv_err(PKV_ERR_INVALID, "pkv_lora_get_info: NULL argument");
-    *info = (pkv_lora_info){.n_pairs = a->n, .rank = a->rank, .alpha = a->alpha, .fingerprint = a->fp, .label = a->label};
+    *info = (pkv_lora_info){.n_pairs = a->n_file, .rank = a->rank, .alpha = a->alpha, .fingerprint = a->fp, .label = a->label};
     return PKV_OK;
 }
 
@@ -358,7 +570,7 @@ pkv_status pkv_lora_step(pkv_fwd *f, const pkv_lora_set **sets) {
         for (int j = 0; j < n; j++) {
             sc[i * PKV_MAX_LORA + (size_t)j] = u[j].scale;
             rmax = PKV_MAX(rmax, u[j].lora->rank);
-            for (int k = 0; k < u[j].lora->n; k++) omax = PKV_MAX(omax, u[j].lora->p[k].b.ne1);
+            for (int k = 0; k < u[j].lora->n; k++) omax = PKV_MAX(omax, u[j].lora->p[k].b.ne1 / u[j].lora->p[k].n_mat);
         }
     }
     const int64_t rows = PKV_MAX(f->T, f->pl->n_out);
@@ -389,47 +601,122 @@ static bool same_uses(const pkv_lora_use *a, int na, const pkv_lora_use *b, int 
     return true;
 }
 
-pkv_status pkv_lora_delta(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_buffer *y, int64_t T) {
+/* y's n rows += scale (sequence i, use j) · B_e (A_e x) for pair p (expert e's
+ * blocks; LORA_ROWS: A's rows of the ids, times the embedding's scale). */
+static pkv_status run_delta(const pkv_fwd *f, pkv_device *dev, const lora_pair *p, int64_t e, int i, int j, pkv_tref x,
+                            pkv_tref ids, pkv_tref y, int64_t n) {
+    pkv_fwd_ws *ws = f->ws;
+    const int64_t r = p->r, out = p->b.ne1 / p->n_mat, in = p->a.ne0;
+    pkv_status s;
+    if (p->kind == LORA_ROWS) {
+        pkv_k_get_rows_args g = {.w = pkv_tref_make(p->a.buf, 0), .wtype = PKV_TYPE_F32, .n_vocab = p->a.ne1, .cols = r,
+                                 .ids = ids, .out = pkv_tref_make(ws->lora_t, 0), .n = n, .scale = f->m->hp.embd_scale};
+        s = pkv_k_get_rows(dev, &g);
+    } else {
+        pkv_k_matmul_args ma = {.w = pkv_tref_make(p->a.buf, (size_t)(e * r * in) * 4), .wtype = PKV_TYPE_F32, .rows = r,
+                                .cols = in, .x = x, .y = pkv_tref_make(ws->lora_t, 0), .n = n};
+        s = pkv_k_matmul(dev, &ma);
+    }
+    pkv_k_unary_args sa = {.x = pkv_tref_make(ws->lora_t, 0), .y = pkv_tref_make(ws->lora_t, 0), .n = n * r,
+                           .op = PKV_UNARY_ID, .mul = pkv_tref_make(ws->lora_s, ((size_t)i * PKV_MAX_LORA + (size_t)j) * 4),
+                           .mul_len = 1};
+    pkv_k_matmul_args mb = {.w = pkv_tref_make(p->b.buf, (size_t)(e * out * r) * 4), .wtype = PKV_TYPE_F32, .rows = out,
+                            .cols = r, .x = pkv_tref_make(ws->lora_t, 0), .y = pkv_tref_make(ws->lora_d, 0), .n = n};
+    pkv_k_add_args ad = {.a = y, .b = pkv_tref_make(ws->lora_d, 0), .y = y, .n = n * out, .b_len = n * out};
+    if (s || (s = pkv_k_unary(dev, &sa)) || (s = pkv_k_matmul(dev, &mb)) || (s = pkv_k_add(dev, &ad))) return s;
+    return PKV_OK;
+}
+
+/* The rows of the step's runs: sequences i..k-1 share one set and n rows. */
+static int64_t run_rows(const pkv_fwd *f, int i, bool out_rows, int *k_end) {
+    const pkv_fwd_batch *b = f->b;
+    int nu, k = i;
+    const pkv_lora_use *u = uses_of(f, i, &nu);
+    int64_t n = 0;
+    for (;;) {
+        const int64_t nt = b->n_tokens[k];
+        n += !out_rows ? nt : b->n_logits ? b->n_logits[k] : b->all_logits ? nt : 1;
+        if (++k == b->n_seqs) break;
+        int nk;
+        const pkv_lora_use *uk = uses_of(f, k, &nk);
+        if (!same_uses(u, nu, uk, nk)) break;
+    }
+    *k_end = k;
+    return n;
+}
+
+pkv_status pkv_lora_delta(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w, pkv_buffer *x, pkv_tref y, int64_t T) {
     const pkv_fwd_batch *b = f->b;
     const bool out_rows = T != f->T; /* the head's: each sequence's logits rows */
     if (out_rows && T != f->pl->n_out) return PKV_OK; /* (no other row sets take adapters) */
-    pkv_fwd_ws *ws = f->ws;
     const size_t in = (size_t)w->ne0, out = (size_t)w->ne1;
     int64_t r0 = 0;
     /* runs of consecutive sequences with the same set take their deltas together
      * (the kernels are batch-invariant: a row's result does not depend on the run) */
     for (int i = 0; i < b->n_seqs;) {
-        int nu, k = i;
+        int nu, k;
         const pkv_lora_use *u = uses_of(f, i, &nu);
-        int64_t n = 0;
-        for (;;) {
-            const int64_t nt = b->n_tokens[k];
-            n += !out_rows ? nt : b->n_logits ? b->n_logits[k] : b->all_logits ? nt : 1;
-            if (++k == b->n_seqs) break;
-            int nk;
-            const pkv_lora_use *uk = uses_of(f, k, &nk);
-            if (!same_uses(u, nu, uk, nk)) break;
-        }
+        const int64_t n = run_rows(f, i, out_rows, &k);
         for (int j = 0; j < nu; j++) {
             const lora_pair *p;
             if (u[j].scale == 0.0f || !(p = pair_of(u[j].lora, w))) continue;
-            const int64_t r = p->a.ne1;
-            pkv_k_matmul_args ma = {.w = pkv_tref_make(p->a.buf, 0), .wtype = PKV_TYPE_F32, .rows = r, .cols = p->a.ne0,
-                                    .x = pkv_tref_make(x, (size_t)r0 * in * 4), .y = pkv_tref_make(ws->lora_t, 0), .n = n};
-            pkv_k_unary_args sa = {.x = pkv_tref_make(ws->lora_t, 0), .y = pkv_tref_make(ws->lora_t, 0), .n = n * r,
-                                   .op = PKV_UNARY_ID, .mul = pkv_tref_make(ws->lora_s, ((size_t)i * PKV_MAX_LORA + (size_t)j) * 4),
-                                   .mul_len = 1};
-            pkv_k_matmul_args mb = {.w = pkv_tref_make(p->b.buf, 0), .wtype = PKV_TYPE_F32, .rows = p->b.ne1, .cols = r,
-                                    .x = pkv_tref_make(ws->lora_t, 0), .y = pkv_tref_make(ws->lora_d, 0), .n = n};
-            pkv_k_add_args ad = {.a = pkv_tref_make(y, (size_t)r0 * out * 4), .b = pkv_tref_make(ws->lora_d, 0),
-                                 .y = pkv_tref_make(y, (size_t)r0 * out * 4), .n = n * (int64_t)out, .b_len = n * (int64_t)out};
-            pkv_status s;
-            if ((s = pkv_k_matmul(dev, &ma)) || (s = pkv_k_unary(dev, &sa)) || (s = pkv_k_matmul(dev, &mb)) ||
-                (s = pkv_k_add(dev, &ad)))
-                return s;
+            pkv_status s = run_delta(f, dev, p, 0, i, j, pkv_tref_make(x, (size_t)r0 * in * 4), pkv_tref_make(NULL, 0),
+                                     pkv_tref_make(y.buf, y.off + (size_t)r0 * out * 4), n);
+            if (s) return s;
         }
         r0 += n;
         i = k;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_lora_embed(const pkv_fwd *f, pkv_device *dev, pkv_tref ids, pkv_buffer *x) {
+    const pkv_fwd_batch *b = f->b;
+    const size_t E = (size_t)f->m->hp.n_embd;
+    int64_t r0 = 0;
+    for (int i = 0; i < b->n_seqs;) {
+        int nu, k;
+        const pkv_lora_use *u = uses_of(f, i, &nu);
+        const int64_t n = run_rows(f, i, false, &k);
+        for (int j = 0; j < nu; j++) {
+            const lora_pair *p;
+            if (u[j].scale == 0.0f || !(p = pair_of(u[j].lora, &f->m->tok_embd))) continue;
+            pkv_tref id = ids;
+            id.off += (size_t)r0 * 4;
+            pkv_status s = run_delta(f, dev, p, 0, i, j, pkv_tref_make(NULL, 0), id, pkv_tref_make(x, (size_t)r0 * E * 4), n);
+            if (s) return s;
+        }
+        r0 += n;
+        i = k;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_lora_delta_expert(const pkv_fwd *f, pkv_device *dev, const pkv_weight *w, int64_t e, pkv_buffer *x,
+                                 pkv_buffer *y, const int32_t *rows, int64_t n) {
+    const pkv_fwd_batch *b = f->b;
+    const size_t in = (size_t)w->ne0;
+    /* row i is token rows[i] (ascending): runs of rows whose sequences share a set */
+    int seq = 0;
+    int64_t seq_end = b->n_tokens[0], i0 = 0;
+    while (i0 < n) {
+        while (rows[i0] >= seq_end) seq_end += b->n_tokens[++seq];
+        int nu, k;
+        const pkv_lora_use *u = uses_of(f, seq, &nu);
+        (void)run_rows(f, seq, false, &k); /* sequences seq..k-1 share the set */
+        int64_t last = seq_end;
+        for (int q = seq + 1; q < k; q++) last += b->n_tokens[q];
+        int64_t i1 = i0;
+        while (i1 < n && rows[i1] < last) i1++;
+        for (int j = 0; j < nu; j++) {
+            const lora_pair *p;
+            if (u[j].scale == 0.0f || !(p = pair_of(u[j].lora, w))) continue;
+            const size_t out = (size_t)(p->b.ne1 / p->n_mat);
+            pkv_status s = run_delta(f, dev, p, e, seq, j, pkv_tref_make(x, (size_t)i0 * in * 4), pkv_tref_make(NULL, 0),
+                                     pkv_tref_make(y, (size_t)i0 * out * 4), i1 - i0);
+            if (s) return s;
+        }
+        i0 = i1;
     }
     return PKV_OK;
 }

@@ -116,6 +116,10 @@ typedef struct pkv_layer {
     /* KV shared between layers (gemma4): the layer computes no K/V of its own and
      * attends over cache layer pkv_model.kv_layer[il], which an earlier layer writes */
     bool kv_reuse;
+    /* Matrices the file holds fused, loaded split (LoRA maps an adapter of the fused
+     * matrix onto the parts): attn_qkv (phi3), ffn_up = gate then up (phi3),
+     * ffn_gate_up_exps (each expert's gate rows, then its up rows) */
+    bool fused_qkv, fused_up, fused_exps;
     /* Gemma 4's per-layer embeddings (hp.n_embd_per_layer > 0), on devs[0]: */
     struct {
         pkv_weight gate;      /* inp_gate [P][n_embd] */

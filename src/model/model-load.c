@@ -541,6 +541,7 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
     const int64_t qd = (int64_t)ly->n_head * hk, kd = (int64_t)ly->n_head_kv * hk, vd = (int64_t)ly->n_head_kv * hv,
                   od = (int64_t)ly->n_head * hv;
     const bool fused = t->fused_qkv && pkv_gguf_find_tensor(L->g, NAME("attn_qkv.weight"));
+    ly->fused_qkv = fused;
     /* a layer that reuses another's KV computes only its queries: K and V tensors
      * the file may still have are not read */
     const bool kv = !ly->kv_reuse;
@@ -725,6 +726,7 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     char name[96];
     pkv_status s;
     const int64_t E = m->hp.n_embd, F = ly->n_ff;
+    ly->fused_up = fused_up;
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
         pkv_device *dev = m->devs[d];
@@ -755,6 +757,7 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
     if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe.router))) return s;
     if (!pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) && pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"))) {
         /* merged (llama.cpp's gate_up_exps): expert e's 2F rows are its gate's F, then its up's F */
+        ly->fused_exps = true;
         slice gate = {.nr = X * F, .rblock = F, .rstride = 2 * F}, up = {.r0 = F, .nr = X * F, .rblock = F, .rstride = 2 * F};
         if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, &ly->moe.gate)) ||
             (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, &ly->moe.up)))

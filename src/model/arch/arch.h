@@ -19,8 +19,8 @@ typedef struct pkv_arch_ops {
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
     bool rerank;        /* rank pooling over a classification head (cls.output), as llama.cpp scores
                            this architecture's rerankers (Qwen3-Reranker); mkmodel --pooling rank */
-    bool fused_mats;    /* attention's Q/K/V and the FFN's gate/up are fused matrices (phi3): LoRA
-                           adapters on them are refused */
+    bool foreign_embd;  /* the step's input rows come from another model's token embedding (the
+                           assistant's target's): a LoRA adapter of its own token_embd is refused */
     /* The architecture's own keys and rules, after the common ones are read; n_head
      * is per layer. NULL: none. */
     pkv_status (*hparams)(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head);

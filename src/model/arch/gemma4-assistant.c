@@ -354,6 +354,7 @@ static const pkv_arch_mk mk = {.build = mk_build};
 const pkv_arch_ops pkv_arch_gemma4_assistant = {.name = "gemma4-assistant",
                                                 .rope_neox = true,
                                                 .rope_freqs = true,
+                                                .foreign_embd = true,
                                                 .hparams = hparams,
                                                 .load_layer = load_layer,
                                                 .layer = layer,

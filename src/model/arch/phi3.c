@@ -29,4 +29,4 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
 
 static const pkv_arch_mk mk = {.rope_base = 10000.0f, .rms_eps = 1e-5f, .layer = mk_layer};
 
-const pkv_arch_ops pkv_arch_phi3 = {.name = "phi3", .rope_neox = true, .fused_mats = true, .load_layer = load_layer, .layer = layer, .mk = &mk};
+const pkv_arch_ops pkv_arch_phi3 = {.name = "phi3", .rope_neox = true, .load_layer = load_layer, .layer = layer, .mk = &mk};
