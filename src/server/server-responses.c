@@ -1008,6 +1008,7 @@ typedef struct racc {
     size_t ev_len, ev_pos;
     long long seq;    /* sequence_number of the next event */
     char tag[64];     /* the response id without its "resp_": item ids are made of it */
+    bool short_ids;   /* call ids of 9 letters and digits (Mistral Nemo's template refuses others) */
 } racc;
 
 static void ev_put(racc *a, const char *type, json_t *j) {
@@ -1081,8 +1082,18 @@ static ritem *acc_open(racc *a, int kind, const char *name, size_t name_len, int
     r->kind = kind;
     static const char *const pre[] = {"rs", "msg", "fc"};
     snprintf(r->id, sizeof r->id, "%s_%s_%d", pre[kind], a->tag, a->n);
-    if (kind == IT_CALL) {
+    if (kind == IT_CALL && a->short_ids) { /* a hash of what the long id would be, in base 62 */
+        char l[128];
+        snprintf(l, sizeof l, "call_%s_%d", a->tag, a->n);
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = l; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        static const char d62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        for (int i = 0; i < 9; i++, h /= 62) r->call_id[i] = d62[h % 62];
+        r->call_id[9] = 0;
+    } else if (kind == IT_CALL) {
         snprintf(r->call_id, sizeof r->call_id, "call_%s_%d", a->tag, a->n);
+    }
+    if (kind == IT_CALL) {
         r->call_index = call_index;
         r->name = malloc(name_len + 1);
         if (!r->name) return NULL;
@@ -1599,6 +1610,9 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     srv_next_id(s, "resp", j->id, sizeof j->id);
     j->id[4] = '_';
     snprintf(j->acc.tag, sizeof j->acc.tag, "%s", j->id + 5);
+    const char *tsrc = pkv_chat_source(s->chat);
+    bool tthink = false;
+    j->acc.short_ids = tsrc && pkv_tc_detect(tsrc, strlen(tsrc), &tthink) == PKV_TC_MISTRAL;
     j->acc.cur = -1;
     j->created_at = (long long)time(NULL);
     j->echo = request_echo(b, j->store, r);
