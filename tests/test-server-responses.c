@@ -527,7 +527,7 @@ static void reasoning(const char *model, const char *log) {
  * prompt as rendered does not continue the stored tokens: each follow-up still
  * computes only its new input (cached_tokens covers the whole conversation so far),
  * its answer is a plain completion's of its prompt ids, and nothing is recut. */
-static void tool_loop(const char *model, const char *tpl, bool moves_tools, const char *log) {
+static void tool_loop(const char *model, const char *tpl, bool moves_tools, const char *reasoning_gbnf, const char *log) {
     const char *src = getenv("PKV_SOURCE_DIR");
     if (!src) return;
     char args[1024], body[4096];
@@ -573,6 +573,23 @@ static void tool_loop(const char *model, const char *tpl, bool moves_tools, cons
     json_decref(a);
     json_decref(b);
     json_decref(c);
+    if (reasoning_gbnf) { /* an answer with reasoning (a grammar writes it), which the template drops from history */
+        snprintf(body, sizeof body, "{\"input\":\"hi\",\"max_output_tokens\":200,\"return_token_ids\":true,\"grammar\":"
+                                    "\"%s\"}", reasoning_gbnf);
+        CHECK_INT(post(body, &a), 200);
+        CHECK(!strcmp(jstr(a, "output.0.type"), "reasoning"));
+        CHECK(!strcmp(out_text(a), "hello"));
+        recut0 = metric("pagekv_responses_followups_recut_total");
+        asgen0 = metric("pagekv_responses_followups_as_generated_total");
+        snprintf(body, sizeof body, "{\"input\":\"and then?\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4,"
+                                    "\"temperature\":0,\"return_token_ids\":true}", jstr(a, "id"));
+        CHECK_INT(post(body, &b), 200);
+        check_follow_up(a, b, 4);
+        CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0);
+        CHECK_INT(metric("pagekv_responses_followups_as_generated_total"), asgen0 + 1);
+        json_decref(a);
+        json_decref(b);
+    }
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 }
 
@@ -725,17 +742,22 @@ int main(void) {
     function_calls(true);
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
     reasoning(model, th_tmp("resp-serve-qwen3.log"));
-    tool_loop(model, "Qwen-Qwen3-0.6B", false, th_tmp("resp-serve-loop-qwen3.log"));
+    tool_loop(model, "Qwen-Qwen3-0.6B", false, NULL, th_tmp("resp-serve-loop-qwen3.log"));
+    /* gpt-oss's markup over chatml's vocabulary (its message ends are text here); the
+     * template drops the analysis channel of earlier turns */
+    tool_loop(model, "openai-gpt-oss-120b", false,
+              "root ::= \\\"<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>final<|message|>"
+              "hello\\\"", th_tmp("resp-serve-loop-gptoss.log"));
     /* the families' vocabularies: their end-of-turn texts are tokens */
     char model_fam[512];
     snprintf(model_fam, sizeof model_fam, "%s", th_tmp("resp-llama3.gguf"));
     REQUIRE(th_cli("", true, "mkmodel --vocab 2048 --seed 5 --chat-template llama3 -o '%s'", model_fam) == 0);
-    tool_loop(model_fam, "meta-llama-Llama-3.1-8B-Instruct", false, th_tmp("resp-serve-loop-llama3.log"));
+    tool_loop(model_fam, "meta-llama-Llama-3.1-8B-Instruct", false, NULL, th_tmp("resp-serve-loop-llama3.log"));
     /* Mistral Nemo's template takes call ids of 9 letters and digits only, and writes
      * eos_token (</s>, the EOS token) after a call */
     snprintf(model_fam, sizeof model_fam, "%s", th_tmp("resp-mistral.gguf"));
     REQUIRE(th_cli("", true, "mkmodel --vocab 2048 --seed 5 --chat-template mistral -o '%s'", model_fam) == 0);
-    tool_loop(model_fam, "mistralai-Mistral-Nemo-Instruct-2407", true, th_tmp("resp-serve-loop-mistral.log"));
+    tool_loop(model_fam, "mistralai-Mistral-Nemo-Instruct-2407", true, NULL, th_tmp("resp-serve-loop-mistral.log"));
     cap(model, th_tmp("resp-serve-cap.log"));
     ttl(model, th_tmp("resp-serve-ttl.log"));
     pages(model, th_tmp("resp-serve-pages.log"));

@@ -489,8 +489,9 @@ static bool in_span(const size_t *spans, size_t n_spans, size_t i) {
  * its first new message, msgs[at - 1] the stored assistant turn; text (len, spans):
  * its rendering, toks its n_toks tokens.
  * The stored turn ends where, in text, the last end-of-turn token (one of toks that
- * turn_end takes, written by the template: not in a data span) before the first new
- * message's content is; that content is found by rendering again with it replaced
+ * turn_end takes, or a message end of the template's format: pkv_tc_message_ends;
+ * written by the template: not in a data span) before the first new message's
+ * content is; that content is found by rendering again with it replaced
  * by SPLICE_MARK (all before it must render the same). Checked: the messages before
  * the stored turn, with this request's instructions, tools and options, render to
  * the stored prompt's text exactly (else what changed must be seen: recut); no
@@ -539,6 +540,15 @@ static bool splice_generated(srv *s, json_t *chat, json_t *msgs, size_t at, int6
         int e = 0;
         while (e < n_ends && strcmp(ends[e], piece)) e++;
         if (e == n_ends) snprintf(ends[n_ends++], sizeof ends[0], "%s", piece);
+    }
+    /* and the template's own message ends that are not such tokens (gpt-oss's <|end|>) */
+    const char *tsrc = pkv_chat_source(s->chat);
+    bool tthink = false;
+    const char *const *me = pkv_tc_message_ends(tsrc ? pkv_tc_detect(tsrc, strlen(tsrc), &tthink) : PKV_TC_NONE);
+    for (int i = 0; me[i] && n_ends < 8; i++) {
+        int e = 0;
+        while (e < n_ends && strcmp(ends[e], me[i])) e++;
+        if (e == n_ends) snprintf(ends[n_ends++], sizeof ends[0], "%s", me[i]);
     }
     size_t e0 = 0, e1 = 0; /* the stored turn's end: [e0, e1) */
     for (size_t i = cpos; i-- > 0 && !e1;)
