@@ -523,10 +523,14 @@ static void reasoning(const char *model, const char *log) {
 /* A tool loop on a real template (tests/templates/TPL.jinja) over model: a forced
  * function_call, then its function_call_output through previous_response_id, then a
  * user turn. The templates render the call otherwise than the model wrote it
- * (reformatted JSON, Qwen3's <tool_call> block, Llama 3.1's "parameters"), so the
- * prompt as rendered does not continue the stored tokens: each follow-up still
- * computes only its new input (cached_tokens covers the whole conversation so far),
- * its answer is a plain completion's of its prompt ids, and nothing is recut. */
+ * (reformatted JSON, Qwen3's <tool_call> block, Llama 3.1's "parameters", gpt-oss's
+ * commentary channel, Mistral's [TOOL_CALLS] with an id), so the prompt as rendered
+ * does not continue the stored tokens: each follow-up still computes only its new
+ * input (cached_tokens covers the whole conversation so far), its answer is a plain
+ * completion's of its prompt ids, and nothing is recut (moves_tools: Mistral's user
+ * turn is, the tool list moving to it). reasoning_gbnf (may be NULL): a grammar
+ * writing an answer with reasoning the template drops from history; its follow-up
+ * is continued as generated too. */
 static void tool_loop(const char *model, const char *tpl, bool moves_tools, const char *reasoning_gbnf, const char *log) {
     const char *src = getenv("PKV_SOURCE_DIR");
     if (!src) return;

@@ -495,8 +495,10 @@ static bool in_span(const size_t *spans, size_t n_spans, size_t i) {
  * by SPLICE_MARK (all before it must render the same). Checked: the messages before
  * the stored turn, with this request's instructions, tools and options, render to
  * the stored prompt's text exactly (else what changed must be seen: recut); no
- * request data lies between that end and the content but the stored turn's tool
- * names (gpt-oss names the function in the tool's header), so the turn was closed.
+ * request data lies between that end and the content but the new message's role
+ * and the stored turn's tool names (gpt-oss names the function in the tool's
+ * header), so the turn was closed (Mistral's tool list, moved to the last user
+ * turn, is data there: recut, rather than the model seeing it twice).
  * Out as splice_prompt; false (nothing set) where any of this does not hold. */
 static bool splice_generated(srv *s, json_t *chat, json_t *msgs, size_t at, int64_t ctx_id, const prev_prompt *prev,
                              const char *text, size_t len, const size_t *spans, size_t n_spans, const int32_t *toks,
