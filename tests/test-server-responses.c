@@ -286,6 +286,7 @@ static void check_follow_up(json_t *a, json_t *b, int max_tokens) {
     json_t *c = json_loads(ts_body, 0, NULL);
     CHECK(!strcmp(jstr(c, "choices.0.text"), out_text(b)));
     CHECK_INT(jint(c, "usage.prompt_tokens"), jint(b, "usage.input_tokens"));
+    CHECK_INT(jint(c, "usage.completion_tokens"), jint(b, "usage.output_tokens"));
     json_decref(c);
 }
 
