@@ -167,6 +167,32 @@ static void test_spans(void) {
     free(sp);
     json_decref(c);
     pkv_jinja_free(t);
+    /* bos_token and eos_token are the model's markup, not data: an [INST] family's
+     * eos_token after an assistant turn is the EOS token (it was 4 characters of
+     * text, so a Mistral conversation showed the model "</s>" spelled out); a
+     * message whose text is the same stays data */
+    tpl = "{{ bos_token + '[INST]' + u + '[/INST]' + a + eos_token + u2 }}";
+    t = pkv_jinja_parse(tpl, strlen(tpl), &e);
+    CHECK(t != NULL);
+    c = json_loads("{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"u\": \"hi\", \"a\": \"yo\", \"u2\": \"</s>\"}", 0,
+                   NULL);
+    sp = NULL;
+    nsp = 0;
+    o = pkv_jinja_render(t, c, true, 0, NULL, &len, &sp, &nsp, NULL, &e);
+    CHECK(o && !strcmp(o, "<s>[INST]hi[/INST]yo</s></s>"));
+    CHECK_INT(nsp, 3);
+    if (o && nsp == 3) {
+        CHECK_INT(sp[0], 9);
+        CHECK_INT(sp[1], 11); /* "hi" */
+        CHECK_INT(sp[2], 18);
+        CHECK_INT(sp[3], 20); /* "yo" */
+        CHECK_INT(sp[4], 24);
+        CHECK_INT(sp[5], 28); /* the message's "</s>" */
+    }
+    free(o);
+    free(sp);
+    json_decref(c);
+    pkv_jinja_free(t);
 }
 
 static char *slurp(const char *path, size_t *len) {

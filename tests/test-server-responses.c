@@ -11,14 +11,18 @@
  *     answer is a plain completion's of the same prompt ids (return_token_ids), and
  *     where the answer's tokens are its text's, the prompt and answer are those of
  *     the whole conversation sent at once (greedy); a template that rewrites
- *     earlier turns (Qwen3's) falls back to cutting the context; store false keeps nothing;
- *     GET and DELETE /v1/responses/{id};
+ *     earlier turns (Qwen3 drops reasoning) or renders a tool call otherwise than the
+ *     model wrote it (Qwen3, Llama 3.1 tool loops) still continues the stored tokens as
+ *     generated (counted), and with --responses-history template cuts the context
+ *     where they differ; store false keeps nothing; GET and DELETE /v1/responses/{id};
  *  5. the bounds: --responses-max evicts the least recently used (its context freed:
  *     pagekv_responses_contexts), --responses-ttl expires, --responses-pages keeps
  *     room for live requests; a conversation swapped to host is continued from there;
  *     a client leaving mid-answer frees its context;
  *  6. bad input: a 400 naming the field (param). */
 #include "server-testlib.h"
+
+#include <ctype.h>
 
 #ifndef PKV_HAVE_SERVER
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
@@ -167,10 +171,17 @@ static const char *k_tools =
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},"
     "\"required\":[\"city\"],\"additionalProperties\":false},\"strict\":true}]";
 
-static void function_calls(void) {
+static void check_follow_up(json_t *a, json_t *b, int max_tokens);
+
+/* A forced call and its result through previous_response_id: the stored turn as the
+ * model wrote it, then the tool's result (a plain completion of the prompt ids gives
+ * the same answer); with --responses-history template (as_template), the same
+ * conversation sent whole, the call as a function_call item, gives the same prompt
+ * and answer. */
+static void function_calls(bool as_template) {
     char body[4096];
     snprintf(body, sizeof body, "{\"input\":\"weather in Paris?\",\"tool_choice\":\"required\",%s,\"temperature\":0,"
-                                "\"max_output_tokens\":200}", k_tools);
+                                "\"max_output_tokens\":200,\"return_token_ids\":true}", k_tools);
     json_t *a = NULL;
     CHECK_INT(post(body, &a), 200);
     REQUIRE_VOID(a);
@@ -189,13 +200,20 @@ static void function_calls(void) {
     snprintf(name_args, sizeof name_args, "%s", ea ? ea : "\"\"");
     free(ea);
     snprintf(body, sizeof body, "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"sunny\"}],"
-                                "\"previous_response_id\":\"%s\",%s,\"temperature\":0,\"max_output_tokens\":8}",
+                                "\"previous_response_id\":\"%s\",%s,\"temperature\":0,\"max_output_tokens\":8,"
+                                "\"return_token_ids\":true}",
              call_id, jstr(a, "id"), k_tools);
     json_t *b = NULL;
     CHECK_INT(post(body, &b), 200);
     CHECK(!strcmp(jstr(b, "previous_response_id"), jstr(a, "id")));
     CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
     CHECK(jint(b, "usage.input_tokens") > jint(a, "usage.input_tokens"));
+    if (!as_template) {
+        check_follow_up(a, b, 8);
+        json_decref(a);
+        json_decref(b);
+        return;
+    }
     /* the same conversation sent whole, the call as a function_call item */
     snprintf(body, sizeof body,
              "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"weather in Paris?\"}]},"
@@ -268,6 +286,7 @@ static void check_follow_up(json_t *a, json_t *b, int max_tokens) {
     json_t *c = json_loads(ts_body, 0, NULL);
     CHECK(!strcmp(jstr(c, "choices.0.text"), out_text(b)));
     CHECK_INT(jint(c, "usage.prompt_tokens"), jint(b, "usage.input_tokens"));
+    CHECK_INT(jint(c, "usage.completion_tokens"), jint(b, "usage.output_tokens"));
     json_decref(c);
 }
 
@@ -460,21 +479,122 @@ static void reasoning(const char *model, const char *log) {
     CHECK(strstr(ts_body, "\"type\":\"response.reasoning_text.delta\"") != NULL);
     CHECK(strstr(ts_body, "\"type\":\"response.output_text.delta\"") != NULL);
     CHECK(strstr(ts_body, "\"type\":\"response.reasoning_text.done\",\"sequence_number\"") != NULL);
+    json_decref(a);
     /* a follow-up continues past the turn with reasoning: the template drops it from
-     * history, so the prompt is not the stored context's tokens plus more, and the
-     * context is cut where they differ (counted), keeping the earlier prompt */
+     * history, yet the model sees its turn as it wrote it (--responses-history
+     * generated, the default): the stored context's tokens, reasoning included, then
+     * only the new turn is computed */
+    snprintf(body, sizeof body, "%s,\"return_token_ids\":true}", req);
+    CHECK_INT(post(body, &a), 200);
+    CHECK(!strcmp(jstr(a, "output.0.type"), "reasoning"));
     long long spliced0 = metric("pagekv_responses_followups_spliced_total");
     long long recut0 = metric("pagekv_responses_followups_recut_total");
+    long long asgen0 = metric("pagekv_responses_followups_as_generated_total");
+    snprintf(body, sizeof body, "{\"input\":\"and then?\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4,"
+                                "\"temperature\":0,\"return_token_ids\":true}", jstr(a, "id"));
+    json_t *b = NULL;
+    CHECK_INT(post(body, &b), 200);
+    check_follow_up(a, b, 4);
+    CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0);
+    CHECK_INT(metric("pagekv_responses_followups_spliced_total"), spliced0 + 1);
+    CHECK_INT(metric("pagekv_responses_followups_as_generated_total"), asgen0 + 1);
+    json_decref(a);
+    json_decref(b);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    /* --responses-history template: the conversation as the template renders it, so
+     * the context is cut where the tokens differ (counted), keeping the earlier prompt */
+    snprintf(args, sizeof args, "-m '%s' -c 512 --alias tiny --chat-template '%s/tests/templates/Qwen-Qwen3-0.6B.jinja' "
+                                "--responses-history template", model, src);
+    pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    snprintf(body, sizeof body, "%s}", req);
+    CHECK_INT(post(body, &a), 200);
     snprintf(body, sizeof body, "{\"input\":\"and then?\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4}",
              jstr(a, "id"));
-    json_t *b = NULL;
     CHECK_INT(post(body, &b), 200);
     CHECK(jint(b, "usage.input_tokens_details.cached_tokens") >= jint(a, "usage.input_tokens"));
     CHECK(jint(b, "usage.input_tokens_details.cached_tokens") < jint(a, "usage.input_tokens") + jint(a, "usage.output_tokens"));
-    CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0 + 1);
-    CHECK_INT(metric("pagekv_responses_followups_spliced_total"), spliced0);
+    CHECK_INT(metric("pagekv_responses_followups_recut_total"), 1);
+    CHECK_INT(metric("pagekv_responses_followups_spliced_total"), 0);
     json_decref(a);
     json_decref(b);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+}
+
+/* A tool loop on a real template (tests/templates/TPL.jinja) over model: a forced
+ * function_call, then its function_call_output through previous_response_id, then a
+ * user turn. The templates render the call otherwise than the model wrote it
+ * (reformatted JSON, Qwen3's <tool_call> block, Llama 3.1's "parameters", gpt-oss's
+ * commentary channel, Mistral's [TOOL_CALLS] with an id), so the prompt as rendered
+ * does not continue the stored tokens: each follow-up still computes only its new
+ * input (cached_tokens covers the whole conversation so far), its answer is a plain
+ * completion's of its prompt ids, and nothing is recut (moves_tools: Mistral's user
+ * turn is, the tool list moving to it). reasoning_gbnf (may be NULL): a grammar
+ * writing an answer with reasoning the template drops from history; its follow-up
+ * is continued as generated too. */
+static void tool_loop(const char *model, const char *tpl, bool moves_tools, const char *reasoning_gbnf, const char *log) {
+    const char *src = getenv("PKV_SOURCE_DIR");
+    if (!src) return;
+    char args[1024], body[4096];
+    snprintf(args, sizeof args, "-m '%s' -c 2048 --alias tiny --chat-template '%s/tests/templates/%s.jinja'", model, src, tpl);
+    pid_t pid = ts_start(args, log, &g_port);
+    REQUIRE_VOID(pid > 0);
+    fprintf(stderr, "tool loop, %s\n", tpl);
+    snprintf(body, sizeof body, "{\"input\":\"weather in Paris?\",\"tool_choice\":\"required\",%s,\"temperature\":0,"
+                                "\"max_output_tokens\":200,\"return_token_ids\":true}", k_tools);
+    json_t *a = NULL, *b = NULL, *c = NULL;
+    CHECK_INT(post(body, &a), 200);
+    REQUIRE_VOID(a);
+    CHECK(!strcmp(jstr(a, "output.0.type"), "function_call"));
+    CHECK(!strcmp(jstr(a, "status"), "completed"));
+    if (moves_tools) { /* Mistral's call ids */
+        const char *id = jstr(a, "output.0.call_id");
+        CHECK_INT((long long)strlen(id), 9);
+        for (const char *p = id; *p; p++) CHECK(isalnum((unsigned char)*p));
+    }
+    long long spliced0 = metric("pagekv_responses_followups_spliced_total");
+    long long recut0 = metric("pagekv_responses_followups_recut_total");
+    long long asgen0 = metric("pagekv_responses_followups_as_generated_total");
+    snprintf(body, sizeof body, "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"sunny\"}],"
+                                "\"previous_response_id\":\"%s\",%s,\"temperature\":0,\"max_output_tokens\":8,"
+                                "\"return_token_ids\":true}", jstr(a, "output.0.call_id"), jstr(a, "id"), k_tools);
+    CHECK_INT(post(body, &b), 200);
+    if (jint(b, "usage.input_tokens") <= 0) fprintf(stderr, "%s\n", ts_body);
+    check_follow_up(a, b, 8);
+    CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0);
+    CHECK_INT(metric("pagekv_responses_followups_spliced_total"), spliced0 + 1);
+    CHECK_INT(metric("pagekv_responses_followups_as_generated_total"), asgen0 + 1);
+    /* and a user turn after the tool's answer */
+    snprintf(body, sizeof body, "{\"input\":\"and tomorrow?\",\"previous_response_id\":\"%s\",%s,\"temperature\":0,"
+                                "\"max_output_tokens\":8,\"return_token_ids\":true}", jstr(b, "id"), k_tools);
+    CHECK_INT(post(body, &c), 200);
+    if (moves_tools) { /* Mistral's: the tools move to the last user turn; the earlier turns are recut */
+        CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0 + 1);
+    } else {
+        check_follow_up(b, c, 8);
+        CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0);
+        CHECK_INT(metric("pagekv_responses_followups_spliced_total"), spliced0 + 2);
+    }
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    if (reasoning_gbnf) { /* an answer with reasoning (a grammar writes it), which the template drops from history */
+        snprintf(body, sizeof body, "{\"input\":\"hi\",\"max_output_tokens\":200,\"return_token_ids\":true,\"grammar\":"
+                                    "\"%s\"}", reasoning_gbnf);
+        CHECK_INT(post(body, &a), 200);
+        CHECK(!strcmp(jstr(a, "output.0.type"), "reasoning"));
+        CHECK(!strcmp(out_text(a), "hello"));
+        recut0 = metric("pagekv_responses_followups_recut_total");
+        asgen0 = metric("pagekv_responses_followups_as_generated_total");
+        snprintf(body, sizeof body, "{\"input\":\"and then?\",\"previous_response_id\":\"%s\",\"max_output_tokens\":4,"
+                                    "\"temperature\":0,\"return_token_ids\":true}", jstr(a, "id"));
+        CHECK_INT(post(body, &b), 200);
+        check_follow_up(a, b, 4);
+        CHECK_INT(metric("pagekv_responses_followups_recut_total"), recut0);
+        CHECK_INT(metric("pagekv_responses_followups_as_generated_total"), asgen0 + 1);
+        json_decref(a);
+        json_decref(b);
+    }
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
 }
 
@@ -615,12 +735,34 @@ int main(void) {
     pid_t pid = ts_start(args, log, &g_port);
     REQUIRE(pid > 0);
     basic_and_stream();
-    function_calls();
+    function_calls(false);
     json_schema();
     continuation();
     bad_input();
     CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    snprintf(args, sizeof args, "-m '%s' -c 512 --chat-template chatml --alias tiny --seed 3 --responses-history template",
+             model);
+    pid = ts_start(args, log, &g_port);
+    REQUIRE(pid > 0);
+    function_calls(true);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
     reasoning(model, th_tmp("resp-serve-qwen3.log"));
+    tool_loop(model, "Qwen-Qwen3-0.6B", false, NULL, th_tmp("resp-serve-loop-qwen3.log"));
+    /* gpt-oss's markup over chatml's vocabulary (its message ends are text here); the
+     * template drops the analysis channel of earlier turns */
+    tool_loop(model, "openai-gpt-oss-120b", false,
+              "root ::= \\\"<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>final<|message|>"
+              "hello\\\"", th_tmp("resp-serve-loop-gptoss.log"));
+    /* the families' vocabularies: their end-of-turn texts are tokens */
+    char model_fam[512];
+    snprintf(model_fam, sizeof model_fam, "%s", th_tmp("resp-llama3.gguf"));
+    REQUIRE(th_cli("", true, "mkmodel --vocab 2048 --seed 5 --chat-template llama3 -o '%s'", model_fam) == 0);
+    tool_loop(model_fam, "meta-llama-Llama-3.1-8B-Instruct", false, NULL, th_tmp("resp-serve-loop-llama3.log"));
+    /* Mistral Nemo's template takes call ids of 9 letters and digits only, and writes
+     * eos_token (</s>, the EOS token) after a call */
+    snprintf(model_fam, sizeof model_fam, "%s", th_tmp("resp-mistral.gguf"));
+    REQUIRE(th_cli("", true, "mkmodel --vocab 2048 --seed 5 --chat-template mistral -o '%s'", model_fam) == 0);
+    tool_loop(model_fam, "mistralai-Mistral-Nemo-Instruct-2407", true, NULL, th_tmp("resp-serve-loop-mistral.log"));
     cap(model, th_tmp("resp-serve-cap.log"));
     ttl(model, th_tmp("resp-serve-ttl.log"));
     pages(model, th_tmp("resp-serve-pages.log"));

@@ -519,7 +519,10 @@ static jv from_json(ev *x, json_t *j, bool data, int depth) {
                 kv.u.s->sp[1] = kv.u.s->n;
                 kv.u.s->nsp = 1;
             }
-            dappend(x, d, kv, from_json(x, v, data, depth + 1));
+            /* the model's own BOS and EOS texts are markup, not request data: a
+             * template's eos_token after a turn ([INST] families) is the token */
+            bool markup = depth == 0 && (!strcmp(k, "bos_token") || !strcmp(k, "eos_token"));
+            dappend(x, d, kv, from_json(x, v, data && !markup, depth + 1));
         }
         return vdict(d);
     }

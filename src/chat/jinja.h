@@ -85,7 +85,8 @@ typedef struct pkv_jinja_probe {
 } pkv_jinja_probe;
 
 /* Render with ctx (a JSON object: its members are the template's variables).
- * data: the strings of ctx count as data (spans). now: strftime_now's clock (0 =
+ * data: the strings of ctx count as data (spans), but for its members bos_token and
+ * eos_token (the model's markup). now: strftime_now's clock (0 =
  * the current time). Returns the malloc'd text (NUL-terminated; *len its length)
  * and, when spans is not NULL, *n_spans sorted pairs [start, end) of bytes that
  * came from ctx strings (malloc'd). probe may be NULL. NULL with *e set (and

@@ -623,8 +623,15 @@ static void p_deepseek(P *p, const char *s, size_t n) {
     }
 }
 
+static const char *const k_harmony_ends[] = {"<|end|>", "<|call|>", "<|return|>", NULL};
+
+const char *const *pkv_tc_message_ends(pkv_tc_format fmt) {
+    static const char *const none[] = {NULL};
+    return fmt == PKV_TC_GPT_OSS ? k_harmony_ends : none;
+}
+
 /* gpt-oss (harmony): messages "<|channel|>C[ to=functions.NAME][ <|constrain|>json]<|message|>BODY"
- * ended by <|end|>, <|call|> or <|return|>, the next starting with <|start|>assistant. */
+ * ended by <|end|>, <|call|> or <|return|> (k_harmony_ends), the next starting with <|start|>assistant. */
 static void p_gpt_oss(P *p, const char *s, size_t n) {
     static const char *const ends[] = {"<|end|>", "<|call|>", "<|return|>", "<|start|>"};
     size_t k = 0;

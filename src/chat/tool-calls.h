@@ -29,6 +29,10 @@ typedef struct pkv_tc_opts {
 /* The family of a chat template's tool-call format, by its markers; *think: it
  * has <think> reasoning. */
 pkv_tc_format pkv_tc_detect(const char *tmpl, size_t len, bool *think);
+/* The texts that end a message in format fmt's turns where they are not the
+ * vocabulary's end-of-generation tokens (gpt-oss's <|end|> ends a message, not
+ * generation): NULL-terminated, empty for the other formats. */
+const char *const *pkv_tc_message_ends(pkv_tc_format fmt);
 const char *pkv_tc_name(pkv_tc_format f);
 
 typedef struct pkv_tc_call {

@@ -81,6 +81,12 @@ static void serve_usage(FILE *f) {
             "  --responses-pages N    KV pages the stored responses may hold together, device pages\n"
             "                         counted once plus host pages of swapped ones (default: a quarter\n"
             "                         of the device pool; least recently used dropped first)\n"
+            "  --responses-history generated|template\n"
+            "                         what a previous_response_id follow-up's model sees of the earlier\n"
+            "                         turns: 'generated' (default) their tokens as the model wrote them\n"
+            "                         (reasoning, tool calls), only the new input computed; 'template'\n"
+            "                         the whole conversation as the chat template renders it, earlier\n"
+            "                         turns recomputed from where the template rewrites them\n"
             "  --context-pages N      KV pages the contexts may hold together, device pages counted once\n"
             "                         plus host pages of swapped ones (default: half the device pool) -> 503\n"
             "  --special-in-content   let message text produce special tokens (default: message text is\n"
@@ -230,6 +236,17 @@ static bool serve_opt_pooling(void *opts, const char *opt, const char *v) {
     return false;
 }
 
+static bool serve_opt_resp_history(void *opts, const char *opt, const char *v) {
+    (void)opt;
+    bool tpl = !strcmp(v, "template");
+    if (!tpl && strcmp(v, "generated")) {
+        fprintf(stderr, "pagekv serve: --responses-history %s: give generated or template\n", v);
+        return false;
+    }
+    ((serve_args *)opts)->so.responses_template = tpl;
+    return true;
+}
+
 static bool serve_opt_media_cache(void *opts, const char *opt, const char *v) {
     long long x;
     if (!pkv_cli_int(opt, v, 0, 1 << 20, &x)) return false;
@@ -293,6 +310,7 @@ static const pkv_cli_opt serve_options[] = {
     SV("--responses-max", NULL, PKV_CLI_INT, responses_max, 0, 1 << 20),
     SV("--responses-ttl", NULL, PKV_CLI_DOUBLE, responses_ttl_s, 0, 1e9),
     SV("--responses-pages", NULL, PKV_CLI_INT64, responses_pages, 1, (double)(1ll << 40)),
+    SV_FN("--responses-history", serve_opt_resp_history),
     SV("--mmproj", NULL, PKV_CLI_STR, mmproj, 0, 0),
     SV("--max-media-bytes", NULL, PKV_CLI_SIZE, max_media_bytes, 1024, (double)(1ll << 30)),
     SV("--max-audio-seconds", NULL, PKV_CLI_DOUBLE, max_audio_seconds, 0.1, 86400),

@@ -239,7 +239,7 @@ static void api_metrics(srv *s, srv_out *o) {
         G("media_cache_bytes_max", "The media cache's size (--media-cache-mb).", ms.max_bytes);
     }
     pthread_mutex_lock(&s->mu);
-    uint64_t disc = s->disconnects, spliced = s->resp_spliced, recut = s->resp_recut;
+    uint64_t disc = s->disconnects, spliced = s->resp_spliced, recut = s->resp_recut, asgen = s->resp_generated;
     int inflight = s->inflight;
     uint64_t codes[600];
     memcpy(codes, s->http_count, sizeof codes);
@@ -249,6 +249,8 @@ static void api_metrics(srv *s, srv_out *o) {
       "tokens plus the new turn's.", spliced);
     C("responses_followups_recut_total", "previous_response_id follow-ups whose template re-rendered earlier turns "
       "differently: the stored context cut where the tokens first differ.", recut);
+    C("responses_followups_as_generated_total", "Spliced previous_response_id follow-ups whose template renders "
+      "the earlier turns otherwise (tool calls, dropped reasoning): the stored turns kept as generated.", asgen);
     G("http_requests_in_flight", "HTTP requests being received or answered.", inflight);
     metric(&p, &len, &cap, "# HELP pagekv_http_responses_total HTTP responses by status code.\n"
                            "# TYPE pagekv_http_responses_total counter\n");

@@ -39,6 +39,8 @@ typedef struct srv {
     uint64_t disconnects;  /* requests cancelled because the client went away */
     uint64_t resp_spliced; /* previous_response_id follow-ups that continued the stored context's tokens */
     uint64_t resp_recut;   /* ... that fell back to cutting it where the re-rendered prompt differs */
+    uint64_t resp_generated; /* spliced ones whose template renders the earlier turns otherwise: the
+                                stored turns kept as generated (--responses-history generated) */
     int inflight;          /* requests between their first byte and their completion */
     uint64_t seq;          /* for response ids */
     /* Large texts are tokenized SRV_TOK_SLOTS at a time (the tokenizer's scratch is

@@ -469,6 +469,150 @@ done:
     return ok;
 }
 
+/* A data span of the rendered text (spans: [start, end) pairs) holding byte i. */
+static bool in_span(const size_t *spans, size_t n_spans, size_t i) {
+    for (size_t k = 0; k < n_spans; k++)
+        if (i >= spans[2 * k] && i < spans[2 * k + 1]) return true;
+    return false;
+}
+
+/* Text that stands for the first new message's content in a second rendering. */
+#define SPLICE_MARK "PkvSpliceMark7f3q"
+
+/* The follow-up as the model saw the earlier turns (--responses-history generated):
+ * the stored context's tokens exactly as they are (the previous prompt, then the
+ * answer as sampled: reasoning, tool calls, its end of turn), then the rendered
+ * text after the stored assistant turn ends: for templates that render earlier
+ * turns otherwise once more follow (Qwen3 drops earlier reasoning, gpt-oss the
+ * analysis channel; tool calls come back reformatted), where splice_prompt's text
+ * match fails. msgs: the whole conversation (instructions first) of chat, msgs[at]
+ * its first new message, msgs[at - 1] the stored assistant turn; text (len, spans):
+ * its rendering, toks its n_toks tokens.
+ * The stored turn ends where, in text, the last end-of-turn token (one of toks that
+ * turn_end takes, or a message end of the template's format: pkv_tc_message_ends;
+ * written by the template: not in a data span) before the first new message's
+ * content is; that content is found by rendering again with it replaced
+ * by SPLICE_MARK (all before it must render the same). Checked: the messages before
+ * the stored turn, with this request's instructions, tools and options, render to
+ * the stored prompt's text exactly (else what changed must be seen: recut); no
+ * request data lies between that end and the content but the new message's role
+ * and the stored turn's tool names (gpt-oss names the function in the tool's
+ * header), so the turn was closed (Mistral's tool list, moved to the last user
+ * turn, is data there: recut, rather than the model seeing it twice).
+ * Out as splice_prompt; false (nothing set) where any of this does not hold. */
+static bool splice_generated(srv *s, json_t *chat, json_t *msgs, size_t at, int64_t ctx_id, const prev_prompt *prev,
+                             const char *text, size_t len, const size_t *spans, size_t n_spans, const int32_t *toks,
+                             int n_toks, int32_t **all, int64_t *n_ctx_toks, int32_t **out, int *n_out) {
+    json_t *asst = json_array_get(msgs, at - 1), *first = json_array_get(msgs, at);
+    if (!prev->text || at < 1 || !first || !asst || strcmp(srv_jstr(asst, "role") ? srv_jstr(asst, "role") : "", "assistant"))
+        return false;
+    if (memmem(text, len, SPLICE_MARK, strlen(SPLICE_MARK))) return false;
+    bool ok = false;
+    char *q = NULL, *x2 = NULL;
+    size_t *qs = NULL, *x2s = NULL, nq = 0, nx2 = 0, qlen = 0, x2len = 0;
+    json_t *c = json_copy(chat), *m = json_array(), *alt = json_deep_copy(first);
+    srv_out tmp = {0};
+    peek k = {.id = ctx_id};
+    char (*ends)[64] = NULL;
+    if (!c || !m || !alt) goto done;
+    /* the turns before the stored one, as this request renders them */
+    for (size_t i = 0; i + 1 < at; i++) json_array_append(m, json_array_get(msgs, i));
+    json_object_set(c, "messages", m);
+    if (!(q = srv_chat_prompt(s, c, NULL, &qlen, &qs, &nq, &tmp))) goto done;
+    if (qlen != prev->len || memcmp(q, prev->text, qlen)) goto done;
+    /* the first new message's content, by a second rendering */
+    json_array_clear(m);
+    json_array_extend(m, msgs);
+    json_object_set_new(alt, "content", json_string(SPLICE_MARK));
+    json_array_set(m, at, alt);
+    if (!(x2 = srv_chat_prompt(s, c, NULL, &x2len, &x2s, &nx2, &tmp))) goto done;
+    const char *mk = memmem(x2, x2len, SPLICE_MARK, strlen(SPLICE_MARK));
+    if (!mk) goto done;
+    size_t cpos = (size_t)(mk - x2);
+    if (cpos > len || memcmp(x2, text, cpos)) goto done;
+    /* the texts of the end-of-turn tokens the template wrote */
+    int n_ends = 0;
+    if (!(ends = calloc(8, sizeof *ends))) goto done;
+    for (int i = 0; i < n_toks && n_ends < 8; i++) {
+        if (!turn_end(s, toks[i])) continue;
+        char piece[64];
+        size_t np = 0;
+        if (pkv_model_token_piece(s->m, toks[i], true, piece, sizeof piece - 1, &np) || !np) continue;
+        piece[np] = 0;
+        int e = 0;
+        while (e < n_ends && strcmp(ends[e], piece)) e++;
+        if (e == n_ends) snprintf(ends[n_ends++], sizeof ends[0], "%s", piece);
+    }
+    /* and the template's own message ends that are not such tokens (gpt-oss's <|end|>) */
+    const char *tsrc = pkv_chat_source(s->chat);
+    bool tthink = false;
+    const char *const *me = pkv_tc_message_ends(tsrc ? pkv_tc_detect(tsrc, strlen(tsrc), &tthink) : PKV_TC_NONE);
+    for (int i = 0; me[i] && n_ends < 8; i++) {
+        int e = 0;
+        while (e < n_ends && strcmp(ends[e], me[i])) e++;
+        if (e == n_ends) snprintf(ends[n_ends++], sizeof ends[0], "%s", me[i]);
+    }
+    size_t e0 = 0, e1 = 0; /* the stored turn's end: [e0, e1) */
+    for (size_t i = cpos; i-- > 0 && !e1;)
+        for (int e = 0; e < n_ends && !e1; e++) {
+            size_t el = strlen(ends[e]);
+            if (i + el <= cpos && !memcmp(text + i, ends[e], el) && !in_span(spans, n_spans, i)) e0 = i, e1 = i + el;
+        }
+    if (!e1) goto done;
+    /* nothing of the request between but the new message's role and the stored turn's tool names */
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t a = spans[2 * i], b = spans[2 * i + 1];
+        if (b <= e1 || a >= cpos) continue;
+        const char *role = srv_jstr(first, "role");
+        bool name = role && strlen(role) == b - a && !memcmp(text + a, role, b - a);
+        json_t *calls = json_object_get(asst, "tool_calls"), *tc;
+        size_t ci;
+        json_array_foreach(calls, ci, tc) {
+            const char *nm = srv_jstr(json_object_get(tc, "function"), "name");
+            if (nm && strlen(nm) == b - a && !memcmp(text + a, nm, b - a)) name = true;
+        }
+        if (!name) goto done;
+    }
+    srv_gen_call(s->g, peek_fn, &k);
+    if (!k.toks || k.n < prev->n_tokens) goto done;
+    bool ended = k.n > prev->n_tokens && turn_end(s, k.toks[k.n - 1]);
+    size_t off = ended ? e1 : e0; /* the sampled end of turn stands in for the template's */
+    if (off >= len) goto done;
+    size_t *sp = malloc((2 * n_spans + 1) * sizeof *sp), ns = 0;
+    if (!sp) goto done;
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t a = spans[2 * i], b = spans[2 * i + 1];
+        if (b <= off) continue;
+        sp[2 * ns] = (a > off ? a : off) - off;
+        sp[2 * ns + 1] = b - off;
+        ns++;
+    }
+    bool tk = srv_tokenize_part(s, text + off, len - off, false, sp, ns, out, n_out, &tmp);
+    free(sp);
+    if (!tk) goto done;
+    if (*n_out == 0) {
+        free(*out);
+        *out = NULL;
+        goto done;
+    }
+    *all = k.toks;
+    *n_ctx_toks = k.n;
+    k.toks = NULL;
+    ok = true;
+done:
+    json_decref(tmp.json);
+    json_decref(c);
+    json_decref(m);
+    json_decref(alt);
+    free(q);
+    free(qs);
+    free(x2);
+    free(x2s);
+    free(ends);
+    free(k.toks);
+    return ok;
+}
+
 /* ------------------------------------------------------------- request */
 
 
@@ -876,6 +1020,7 @@ typedef struct racc {
     size_t ev_len, ev_pos;
     long long seq;    /* sequence_number of the next event */
     char tag[64];     /* the response id without its "resp_": item ids are made of it */
+    bool short_ids;   /* call ids of 9 letters and digits (Mistral Nemo's template refuses others) */
 } racc;
 
 static void ev_put(racc *a, const char *type, json_t *j) {
@@ -949,8 +1094,18 @@ static ritem *acc_open(racc *a, int kind, const char *name, size_t name_len, int
     r->kind = kind;
     static const char *const pre[] = {"rs", "msg", "fc"};
     snprintf(r->id, sizeof r->id, "%s_%s_%d", pre[kind], a->tag, a->n);
-    if (kind == IT_CALL) {
+    if (kind == IT_CALL && a->short_ids) { /* a hash of what the long id would be, in base 62 */
+        char l[128];
+        snprintf(l, sizeof l, "call_%s_%d", a->tag, a->n);
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = l; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        static const char d62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        for (int i = 0; i < 9; i++, h /= 62) r->call_id[i] = d62[h % 62];
+        r->call_id[9] = 0;
+    } else if (kind == IT_CALL) {
         snprintf(r->call_id, sizeof r->call_id, "call_%s_%d", a->tag, a->n);
+    }
+    if (kind == IT_CALL) {
         r->call_index = call_index;
         r->name = malloc(name_len + 1);
         if (!r->name) return NULL;
@@ -1306,10 +1461,11 @@ static json_t *request_echo(json_t *b, bool store, const srv_req *r) {
 
 /* A follow-up of previous_response_id prev: counted by the path it took; a recut
  * one (the template renders the earlier turns otherwise) says so. */
-static void count_followup(srv *s, const char *prev, bool spliced, int64_t keep, int n_prompt) {
+static void count_followup(srv *s, const char *prev, bool spliced, bool as_generated, int64_t keep, int n_prompt) {
     pthread_mutex_lock(&s->mu);
     if (spliced) s->resp_spliced++;
     else s->resp_recut++;
+    if (as_generated) s->resp_generated++;
     pthread_mutex_unlock(&s->mu);
     if (!spliced)
         fprintf(stderr, "pagekv serve: previous_response_id %.100s: the template renders the earlier turns "
@@ -1321,7 +1477,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     json_t *chat = chat_fields(s, b, o);
     if (!chat) return;
     resp_job *j = calloc(1, sizeof *j);
-    json_t *prev_msgs = NULL;
+    json_t *prev_msgs = NULL, *stored_last = NULL;
     srv_req *r = srv_req_new(1);
     size_t *spans = NULL, n_spans = 0, tlen = 0;
     char *text = NULL;
@@ -1359,6 +1515,8 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         }
     }
     /* the conversation: earlier turns, then this input; instructions go first, for this turn only */
+    size_t n_stored = json_array_size(prev_msgs);
+    stored_last = n_stored ? json_deep_copy(json_array_get(prev_msgs, n_stored - 1)) : NULL;
     j->conv = prev_msgs ? prev_msgs : json_array();
     prev_msgs = NULL;
     json_t *input = json_object_get(b, "input");
@@ -1367,6 +1525,9 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         goto fail;
     }
     if (!input_messages(input, j->conv, o)) goto fail;
+    /* the stored turn as it was (a function_call item of the input joins it otherwise) */
+    bool stored_kept = stored_last && json_array_size(j->conv) > n_stored &&
+                       json_equal(stored_last, json_array_get(j->conv, n_stored - 1));
     json_t *msgs = json_array();
     if (srv_jstr(b, "instructions"))
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", json_object_get(b, "instructions")));
@@ -1407,6 +1568,11 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     int n_sfx = 0;
     bool spliced = prev_ctx && splice_prompt(s, prev_ctx, &pp, text, tlen, spans, n_spans, &ctx_toks, &n_ctx_toks,
                                              &sfx, &n_sfx);
+    bool as_generated = false;
+    if (prev_ctx && !spliced && stored_kept && !s->o.responses_template)
+        spliced = as_generated = splice_generated(s, chat, msgs, (srv_jstr(b, "instructions") ? 1 : 0) + n_stored, prev_ctx,
+                                                  &pp, text, tlen, spans, n_spans, r->prompt, r->n_prompt, &ctx_toks,
+                                                  &n_ctx_toks, &sfx, &n_sfx);
     if (spliced && n_ctx_toks + n_sfx >= s->n_ctx) {
         perr(o, 400, "input", "context_length_exceeded",
              "the conversation has %lld tokens; the context holds %lld (start the server with a larger -c)",
@@ -1447,7 +1613,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         srv_error(o, 500, "out of memory");
         goto fail;
     }
-    if (prev_ctx) count_followup(s, prev, p.splice != 0, p.keep, j->n_prompt);
+    if (prev_ctx) count_followup(s, prev, p.splice != 0, as_generated && p.splice, p.keep, j->n_prompt);
     j->text = text; /* kept with the response: a follow-up checks its prompt starts so */
     j->tlen = tlen;
     text = NULL;
@@ -1456,6 +1622,9 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     srv_next_id(s, "resp", j->id, sizeof j->id);
     j->id[4] = '_';
     snprintf(j->acc.tag, sizeof j->acc.tag, "%s", j->id + 5);
+    const char *tsrc = pkv_chat_source(s->chat);
+    bool tthink = false;
+    j->acc.short_ids = tsrc && pkv_tc_detect(tsrc, strlen(tsrc), &tthink) == PKV_TC_MISTRAL;
     j->acc.cur = -1;
     j->created_at = (long long)time(NULL);
     j->echo = request_echo(b, j->store, r);
@@ -1489,6 +1658,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         free(pp.text);
         free(ctx_toks);
         json_decref(chat);
+        json_decref(stored_last);
         return;
     }
     if (!srv_submit_and_wait(s, r, -1, false, false, j->id, conn, o)) goto fail;
@@ -1507,6 +1677,7 @@ fail:
     free(sfx);
     json_decref(chat);
     json_decref(prev_msgs);
+    json_decref(stored_last);
     if (j) job_free(j);
     else srv_req_release(r);
 }

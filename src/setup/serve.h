@@ -43,6 +43,10 @@ typedef struct pkv_serve_opts {
     int64_t responses_pages;   /* the most KV pages stored responses may hold together (device
                                   pages counted once + host pages of swapped ones; least recently
                                   used dropped first); 0 = a quarter of the device pool */
+    bool responses_template;   /* a previous_response_id follow-up is the whole conversation as the
+                                  chat template renders it (--responses-history template: earlier
+                                  turns recomputed where the template rewrites them); off = the
+                                  stored turns as generated, then the new input (docs/server.md) */
     int max_tokens_default;    /* /v1/completions without max_tokens (OpenAI: 16) */
     int batch_tokens;          /* engine: tokens per step (decode + prefill chunks); 0 = 256 */
     bool special_in_content;   /* message text may produce special tokens (off: it is data) */

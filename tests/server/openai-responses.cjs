@@ -3,8 +3,9 @@
 // deltas and final response against the whole one), a function tool called
 // (tool_choice required: constrained, so random weights still call validly),
 // whole and streamed, and its output sent back through previous_response_id
-// (continued from the stored conversation: cached_tokens covers the previous
-// prompt), retrieve and delete, and the SDK's errors for a response not found.
+// (continued from the stored conversation: cached_tokens covers the whole
+// conversation so far), a second call and result in the same loop, retrieve and
+// delete, and the SDK's errors for a response not found.
 // usage: PKV_NODE_DIR=<dir with node_modules> node openai-responses.cjs PORT
 'use strict';
 const { createRequire } = require('module');
@@ -62,7 +63,8 @@ async function main() {
   check(fc && fc.name === 'get_weather' && /^call_/.test(fc.call_id), 'function_call item: ' + JSON.stringify(c.output));
   let args = null;
   try { args = JSON.parse(fc.arguments); } catch (e) { }
-  check(args && typeof args.city === 'string' && args.city.length <= 8, 'arguments follow the schema: ' + (fc && fc.arguments));
+  // (maxLength counts code points, String.length UTF-16 units)
+  check(args && typeof args.city === 'string' && [...args.city].length <= 8, 'arguments follow the schema: ' + (fc && fc.arguments));
   const cs = await streamed(call);
   check(cs.args === fc.arguments, `streamed arguments '${cs.args}' vs '${fc.arguments}'`);
   check(cs.events.some(e => e.type === 'response.function_call_arguments.done' && e.arguments === fc.arguments),
@@ -71,12 +73,31 @@ async function main() {
   const f = await client.responses.create({ model: 'tiny', previous_response_id: c.id, tools, max_output_tokens: 8,
     temperature: 0, input: [{ type: 'function_call_output', call_id: fc.call_id, output: '{"sky":"sunny"}' }] });
   check(f.previous_response_id === c.id, 'previous_response_id echoed');
-  check(f.usage.input_tokens_details.cached_tokens >= c.usage.input_tokens,
-        `cached ${f.usage.input_tokens_details.cached_tokens} of the previous ${c.usage.input_tokens}`);
+  // the whole conversation so far is cached: the call as the model wrote it, even
+  // where the template renders it otherwise (docs/server.md, "Stored responses")
+  check(f.usage.input_tokens_details.cached_tokens >= c.usage.input_tokens + c.usage.output_tokens,
+        `cached ${f.usage.input_tokens_details.cached_tokens} of the previous ${c.usage.input_tokens} + ` +
+        `${c.usage.output_tokens}`);
   // and streamed, continuing the continued one
-  const f2 = await streamed({ model: 'tiny', previous_response_id: f.id, input: 'thanks', max_output_tokens: 4,
+  // (an agent loop sends its tools with every turn: a template that renders them,
+  // as Qwen3's, would otherwise render another system turn, and the turns are recut)
+  const f2 = await streamed({ model: 'tiny', previous_response_id: f.id, input: 'thanks', tools, max_output_tokens: 4,
                               temperature: 0 });
-  check(f2.final && f2.final.usage.input_tokens_details.cached_tokens >= f.usage.input_tokens, 'streamed follow-up cached');
+  check(f2.final && f2.final.usage.input_tokens_details.cached_tokens >= f.usage.input_tokens + f.usage.output_tokens,
+        'streamed follow-up cached: ' + JSON.stringify(f2.final && f2.final.usage));
+  // a second round of the loop: a forced call again, its result, continued each time
+  const g = await client.responses.create({ model: 'tiny', previous_response_id: f2.final.id, input: 'and in Rome?',
+                                            tools, tool_choice: 'required', max_output_tokens: 200, temperature: 0 });
+  const gc = g.output.find(o => o.type === 'function_call');
+  check(gc && gc.name === 'get_weather', 'second call: ' + JSON.stringify(g.output));
+  check(g.usage.input_tokens_details.cached_tokens >= f2.final.usage.input_tokens + f2.final.usage.output_tokens,
+        'second call cached: ' + JSON.stringify(g.usage));
+  if (gc) {
+    const h = await client.responses.create({ model: 'tiny', previous_response_id: g.id, tools, max_output_tokens: 8,
+      temperature: 0, input: [{ type: 'function_call_output', call_id: gc.call_id, output: '{"sky":"rain"}' }] });
+    check(h.usage.input_tokens_details.cached_tokens >= g.usage.input_tokens + g.usage.output_tokens,
+          'second result cached: ' + JSON.stringify(h.usage));
+  }
   // retrieve, delete, and the errors
   const got = await client.responses.retrieve(c.id);
   check(got.id === c.id && got.output[0].call_id === fc.call_id, 'retrieve');
