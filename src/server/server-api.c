@@ -1121,6 +1121,7 @@ out:
 bool srv_stream_parse(srv_stream *st, const pkv_tc_opts *tc) {
     st->tcs = calloc((size_t)st->r->n, sizeof *st->tcs);
     if (!st->tcs) return false;
+    st->short_call_ids = tc->fmt == PKV_TC_MISTRAL;
     for (int i = 0; i < st->r->n; i++)
         if (!(st->tcs[i] = pkv_tc_stream_new(tc))) return false;
     return true;
@@ -1224,7 +1225,7 @@ static void tc_events(srv_stream *st, int i, bool any, bool final) {
     json_t *lp = st->logprobs && c->n_toks > st->sent_toks[i] ? logprobs_json(st->s, c, st->sent_toks[i], c->n_toks, SRV_FMT_CHAT, 0)
                                                               : NULL;
     for (int k = 0; k < nd || (k == 0 && lp); k++) {
-        json_t *delta = k < nd ? srv_output_delta(st->s, &d[k]) : json_object();
+        json_t *delta = k < nd ? srv_output_delta(st->s, &d[k], st->short_call_ids) : json_object();
         emit(st, chunk(st, json_pack("[{s:i,s:o,s:o,s:n}]", "index", i, "delta", delta, "logprobs", lp ? lp : json_null(),
                                      "finish_reason")));
         lp = NULL;

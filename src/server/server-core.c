@@ -123,6 +123,14 @@ void srv_next_id(srv *s, const char *prefix, char *buf, size_t size) {
     snprintf(buf, size, "%s-%llx%06llu", prefix, (unsigned long long)s->created, (unsigned long long)k);
 }
 
+void srv_short_id(const char *id, char out[10]) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the long id, in base 62 */
+    for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    static const char d62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for (int i = 0; i < 9; i++, h /= 62) out[i] = d62[h % 62];
+    out[9] = 0;
+}
+
 /* ---------------------------------------------------------------- metrics */
 
 static void metric(char **p, size_t *len, size_t *cap, const char *fmt, ...) {

@@ -224,6 +224,9 @@ json_t *srv_text_json(const char *p, size_t n);
 srv_stream *srv_stream_new(srv *s, srv_req *r, int fmt, bool logprobs, bool include_usage, const char *id,
                            const srv_conn *conn);
 void srv_next_id(srv *s, const char *prefix, char *buf, size_t size);
+/* A tool call's id of 9 letters and digits (a hash of the long id `id`): Mistral
+ * Nemo's template refuses any other id when the call comes back. */
+void srv_short_id(const char *id, char out[10]);
 /* Submit r and answer: a stream (o->stream set, status 200), or wait for it to
  * finish. Returns true when r finished without error and the caller writes the
  * body; false when o already holds the answer (stream or error: 503 queue full,

@@ -1094,16 +1094,9 @@ static ritem *acc_open(racc *a, int kind, const char *name, size_t name_len, int
     r->kind = kind;
     static const char *const pre[] = {"rs", "msg", "fc"};
     snprintf(r->id, sizeof r->id, "%s_%s_%d", pre[kind], a->tag, a->n);
-    if (kind == IT_CALL && a->short_ids) { /* a hash of what the long id would be, in base 62 */
-        char l[128];
-        snprintf(l, sizeof l, "call_%s_%d", a->tag, a->n);
-        uint64_t h = 1469598103934665603ull;
-        for (const char *p = l; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-        static const char d62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-        for (int i = 0; i < 9; i++, h /= 62) r->call_id[i] = d62[h % 62];
-        r->call_id[9] = 0;
-    } else if (kind == IT_CALL) {
+    if (kind == IT_CALL) {
         snprintf(r->call_id, sizeof r->call_id, "call_%s_%d", a->tag, a->n);
+        if (a->short_ids) srv_short_id(r->call_id, r->call_id); /* Mistral Nemo's template */
     }
     if (kind == IT_CALL) {
         r->call_index = call_index;

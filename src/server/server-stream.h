@@ -20,6 +20,7 @@ struct srv_stream {
     char *pend;
     size_t pend_len, pend_pos;
     pkv_tc_stream **tcs; /* [n] chat answers parsed for reasoning and tool calls; NULL: raw text */
+    bool short_call_ids; /* calls get srv_short_id ids (Mistral Nemo's format) */
     /* SRV_FMT_MESSAGES: the content block open now (index blk, -1 = none), of kind blk_kind */
     int blk, n_blk, blk_kind;
 };

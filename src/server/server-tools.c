@@ -269,10 +269,12 @@ void srv_output_prompt(srv_outfmt *of, const char *p, size_t n) {
     of->tc.in_think = of->parse && of->tc.think && n >= 7 && !memcmp(p + n - 7, "<think>", 7);
 }
 
-static json_t *call_json(srv *s, int index, const char *name, const char *args, size_t alen, bool with_index) {
+static json_t *call_json(srv *s, bool short_id, int index, const char *name, const char *args, size_t alen,
+                         bool with_index) {
     char id[64];
     srv_next_id(s, "call", id, sizeof id);
     id[4] = '_';
+    if (short_id) srv_short_id(id, id); /* Mistral Nemo's template refuses other ids coming back */
     json_t *c = json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", id, "type", "function", "function", "name", srv_text_json(name, strlen(name)),
                           "arguments", srv_text_json(args, alen));
     if (c && with_index) json_object_set_new(c, "index", json_integer(index));
@@ -291,7 +293,7 @@ json_t *srv_output_message(srv *s, const srv_outfmt *of, const char *text, size_
     if (r.n_calls) {
         json_t *a = json_array();
         for (int i = 0; i < r.n_calls; i++)
-            json_array_append_new(a, call_json(s, i, r.calls[i].name, r.calls[i].args, r.calls[i].args_len, false));
+            json_array_append_new(a, call_json(s, of->tc.fmt == PKV_TC_MISTRAL, i, r.calls[i].name, r.calls[i].args, r.calls[i].args_len, false));
         json_object_set_new(m, "tool_calls", a);
     }
     *n_calls = r.n_calls;
@@ -299,14 +301,14 @@ json_t *srv_output_message(srv *s, const srv_outfmt *of, const char *text, size_
     return m;
 }
 
-json_t *srv_output_delta(srv *s, const pkv_tc_delta *d) {
+json_t *srv_output_delta(srv *s, const pkv_tc_delta *d, bool short_ids) {
     switch (d->kind) {
     case PKV_TC_D_REASONING: return json_pack("{s:o}", "reasoning_content", srv_text_json(d->text, d->len));
     case PKV_TC_D_CONTENT: return json_pack("{s:o}", "content", srv_text_json(d->text, d->len));
     case PKV_TC_D_CALL: {
         char name[512];
         snprintf(name, sizeof name, "%.*s", (int)(d->len < 511 ? d->len : 511), d->text);
-        return json_pack("{s:[o]}", "tool_calls", call_json(s, d->index, name, "", 0, true));
+        return json_pack("{s:[o]}", "tool_calls", call_json(s, short_ids, d->index, name, "", 0, true));
     }
     default:
         return json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", d->index, "function", "arguments",

@@ -23,7 +23,7 @@ void srv_output_prompt(srv_outfmt *of, const char *prompt, size_t len);
  * *n_calls gets the calls found. NULL for out of memory. */
 json_t *srv_output_message(srv *s, const srv_outfmt *of, const char *text, size_t len, int *n_calls);
 /* The delta object of one streamed piece. */
-json_t *srv_output_delta(srv *s, const pkv_tc_delta *d);
+json_t *srv_output_delta(srv *s, const pkv_tc_delta *d, bool short_ids); /* short_ids: srv_short_id call ids */
 
 /* A finished /v1/messages request's answer: Anthropic's message object
  * (server-messages.c). NULL for out of memory. */
