@@ -678,7 +678,9 @@ static void test_alloc_failures(void) {
     char *t = jtext("{'type':'object','properties':{'a':{'type':'integer','minimum':-100,'maximum':100000,'multipleOf':3},"
                     "'b':{'pattern':'^[a-c]+(x|y){2}$'},'c':{'prefixItems':[{'type':'number','exclusiveMinimum':0}]},"
                     "'d':{'propertyNames':{'pattern':'^k'},'additionalProperties':{'nullable':true,'type':'boolean'}},"
-                    "'e':{'allOf':[{'properties':{'x':{}}},{'properties':{'y':{}}}]}}}");
+                    "'e':{'allOf':[{'properties':{'x':{}}},{'properties':{'y':{}}}]},"
+                    "'f':{'type':'number','exclusiveMinimum':-2.25,'maximum':7.5,'multipleOf':0.25},"
+                    "'g':{'type':'number','minimum':0.125,'exclusiveMaximum':0.5}}}");
     int64_t live = pkv_alloc_live();
     pkv_alloc_fail_at(0);
     pkv_grammar *g = pkv_grammar_from_json_schema(t, strlen(t));

@@ -776,7 +776,7 @@ static bool frac_tight(digits *g, sbuf *o, int i, long r, bool tl, bool th) {
         if (t.oom) b.oom = true;
         pkv_free(t.p);
     }
-    if (!first) sb_printf(o, " %s(%s)%s", i ? "" : "(\".\" ", b.p, i ? (end ? "?" : "") : (end ? ")?" : ")"));
+    if (!first) sb_printf(o, " %s(%s)%s", i ? "" : "(\".\" ", b.p ? b.p : "", i ? (end ? "?" : "") : (end ? ")?" : ")"));
     if (b.oom) o->oom = true;
     pkv_free(b.p);
     return !first || end;
@@ -878,7 +878,7 @@ static bool dg_range(digits *g, sbuf *o, const char *x, const char *y, int pos, 
         pkv_free(t.p);
     }
     dg_spread(g, &b, &first, tl ? lo + 1 : lo, th ? hi - 1 : hi, k - 1, r);
-    if (!first) sb_printf(o, " (%s)", b.p);
+    if (!first) sb_printf(o, " (%s)", b.p ? b.p : "");
     if (b.oom) o->oom = true;
     pkv_free(b.p);
     return !first;
@@ -1092,7 +1092,7 @@ static int gen_integer(conv *c, const jval *s, const char *path) {
         goto out;
     }
     bool any = ihi >= 0 && dg_uint(&g, &alts, ilo > 0 ? ilo : 0, ihi);
-    if (ilo < 0 && dg_uint(&g, &neg, ihi < -1 ? -ihi : 1, -ilo)) {
+    if (ilo < 0 && dg_uint(&g, &neg, ihi < -1 ? -ihi : 1, -ilo) && neg.p) {
         sb_printf(&alts, "%s\"-\" (%s)", any ? " | " : "", neg.p);
         any = true;
     }
@@ -1105,7 +1105,7 @@ static int gen_integer(conv *c, const jval *s, const char *path) {
         goto out;
     }
     r = rule_id(c);
-    sb_printf(&c->g, "r%d ::= %s\n", r, alts.p);
+    sb_printf(&c->g, "r%d ::= %s\n", r, alts.p ? alts.p : "\"\"");
     if (alts.oom || neg.oom) c->g.oom = true;
 out:
     dg_free_all(&g);
@@ -1140,7 +1140,7 @@ static void num_side(digits *g, sbuf *o, bool *first, bool neg, const dec *lo, b
     }
     int64_t a = lo->ip + 1, b = hi ? hi->ip - 1 : INT_LIMIT;
     sbuf t = {0};
-    if (a <= b && dg_uint(g, &t, a, b)) {
+    if (a <= b && dg_uint(g, &t, a, b) && t.p) {
         sb_printf(o, "%s%s(%s)", *first ? "" : " | ", neg ? "\"-\" " : "", t.p);
         if (g->m == 1) frac_free(g, o, 0, 0);
         *first = false;
@@ -1203,7 +1203,7 @@ static int gen_number(conv *c, const jval *s, const char *path) {
             cfail(c, path, "no number satisfies the bounds ('%s', '%s')", blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-");
     } else {
         r = rule_id(c);
-        sb_printf(&c->g, "r%d ::= %s\n", r, o.p);
+        sb_printf(&c->g, "r%d ::= %s\n", r, o.p ? o.p : "\"\"");
     }
 out:
     if (o.oom) c->g.oom = true;
