@@ -233,7 +233,8 @@ static void test_numbers(void) {
 /* ----------------------------------------------- numbers, against every decimal */
 
 /* A schema on numbers against every decimal of up to 3 integer and 3 fraction
- * digits, both signs: the grammar (walked as a trie of prefixes, a matcher cloned
+ * digits, both signs (of the 3-digit integer parts, those next to a bound's and a
+ * sample): the grammar (walked as a trie of prefixes, a matcher cloned
  * per prefix, a dead prefix's subtree checked without it) against the exact value in
  * int64 scaled by 10^6. Under bounds or a multiple no exponent form, no "-0" and (on
  * an integer) no fraction are written. */
@@ -261,6 +262,16 @@ static bool nc_want(bool neg, int64_t ip, int64_t frac, bool has_frac) {
     if (k->has_lo && (k->lo_x ? v <= k->lo : v < k->lo)) return false;
     if (k->has_hi && (k->hi_x ? v >= k->hi : v > k->hi)) return false;
     return !k->mult || v % k->mult == 0;
+}
+
+/* Three-digit integer parts: those next to a bound's and one in 32 of the others
+ * (all 900 cost 8x the time: 3 minutes under ASan) */
+static bool nc_wide(int64_t ip) {
+    const numcase *k = nc_k;
+    int64_t l = k->lo < 0 ? -k->lo : k->lo, h = k->hi < 0 ? -k->hi : k->hi;
+    if (k->has_lo && ip >= l / NC_SCALE - 1 && ip <= l / NC_SCALE + 1) return true;
+    if (k->has_hi && ip >= h / NC_SCALE - 1 && ip <= h / NC_SCALE + 1) return true;
+    return (uint64_t)ip * 0x9e3779b97f4a7c15ull >> 59 == 0;
 }
 
 static void nc_check(const pkv_gmatch *m, const char *txt, bool want) {
@@ -326,6 +337,7 @@ static void nc_int(const pkv_gmatch *m, char *txt, int n, bool neg, int64_t ip, 
     txt[n] = 0;
     if (ip == 0 || nd == 3) return;
     for (int d = 0; d < 10; d++) {
+        if (nd == 2 && !nc_wide(ip * 10 + d)) continue;
         char s[2] = {(char)('0' + d), 0};
         txt[n] = s[0], txt[n + 1] = 0;
         pkv_gmatch *c = nc_step(m, s);
@@ -421,7 +433,7 @@ static const numcase k_numcases[] = {
 static void test_number_brute(void) {
     double t0 = pkv_time_now();
     for (size_t i = 0; i < sizeof k_numcases / sizeof *k_numcases; i++) number_brute(&k_numcases[i]);
-    printf("numbers against every decimal of 3+3 digits: %zu schemas, %.1f s\n", sizeof k_numcases / sizeof *k_numcases,
+    printf("numbers against the decimals of 3+3 digits: %zu schemas, %.1f s\n", sizeof k_numcases / sizeof *k_numcases,
            pkv_time_now() - t0);
 }
 
