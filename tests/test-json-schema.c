@@ -424,6 +424,8 @@ static const numcase k_numcases[] = {
     {"{'type':'number','multipleOf':7,'minimum':0.5,'maximum':50}", LO(500000), HI(50000000), .mult = 7000000},
     {"{'type':'number','multipleOf':125,'maximum':-0.5}", HI(-500000), .mult = 125000000},
     {"{'type':'number','multipleOf':1e-9}", .mult = 1},
+    {"{'type':'number','multipleOf':1,'exclusiveMaximum':5.5}", XHI(5500000), .mult = 1000000},
+    {"{'type':'number','multipleOf':0.125,'exclusiveMinimum':0,'exclusiveMaximum':0.5}", XLO(0), XHI(500000), .mult = 125000},
     {"{'type':'integer','multipleOf':250,'minimum':-1000,'maximum':900}", .integer = true, LO(-1000000000), HI(900000000), .mult = 250000000},
     {"{'type':'integer','multipleOf':2.5,'minimum':-20,'maximum':20}", .integer = true, LO(-20000000), HI(20000000), .mult = 2500000},
     {"{'type':'integer','multipleOf':0.5}", .integer = true, .mult = 500000},
