@@ -859,6 +859,12 @@ static bool dg_range(digits *g, sbuf *o, const char *x, const char *y, int pos, 
     if (!tl && !th) return dg_free(g, o, k, r);
     if (g->m == 1 && (!tl || all_of(x + pos, '0')) && (!th || all_of(y + pos, '9'))) return dg_free(g, o, k, r);
     int lo = tl ? x[pos] - '0' : 0, hi = th ? y[pos] - '0' : 9;
+    if (g->m == 1 && (!tl || all_of(x + pos + 1, '0')) && (!th || all_of(y + pos + 1, '9'))) {
+        /* every digit here leaves the rest free: [1-9] [0-9]{15}, not 1 | 9 | [2-8] apart */
+        sb_add(o, " ", 1);
+        digit_class(o, (2u << hi) - (1u << lo));
+        return dg_free(g, o, k - 1, 0);
+    }
     int tight[2], nt = 0;
     if (tl) tight[nt++] = lo;
     if (th && !(tl && hi == lo)) tight[nt++] = hi;
