@@ -943,7 +943,8 @@ static bool dg_init(digits *g, conv *c, long m, bool frac, int d) {
     g->frac_ok[0] = true;
     for (int j = 1; j <= g->d; j++)
         for (long r = 0; r < m; r++)
-            for (int e = 0; e < 10 && !g->frac_ok[j * m + r]; e++) g->frac_ok[j * m + r] = g->frac_ok[(j - 1) * m + (10 * r + e) % m];
+            for (int e = 0; e < 10 && !g->frac_ok[j * m + r]; e++)
+                g->frac_ok[j * m + r] = g->frac_ok[(j - 1) * m + (10 * r + e) % m];
     for (long r = 0; r < m; r++) g->ok[r] = frac ? frac_can(g, 0, r) : r == 0;
     for (int k = 1; k <= INT_DIGITS; k++)
         for (long r = 0; r < m; r++)
@@ -1035,7 +1036,9 @@ static bool read_multiple(conv *c, const jval *s, const char *path, bool integer
         for (; dd > (integer ? 0 : FRAC_DIGITS) && gcd10(mm) > 1; dd--) mm /= gcd10(mm);
     }
     if (!mm || mm > SCHEMA_MAX_MULTIPLE_STATES)
-        return cfail(c, p, "'multipleOf' %s is above the limit of %d remainders (m in multipleOf = m / 10^d; each remainder is a grammar rule per digit)",
+        return cfail(c, p,
+                     "'multipleOf' %s is above the limit of %d remainders (m in multipleOf = m / 10^d; each "
+                     "remainder is a grammar rule per digit)",
                      v->s, SCHEMA_MAX_MULTIPLE_STATES);
     *m = mm;
     *d = integer ? 0 : dd < FRAC_DIGITS ? (int)dd : FRAC_DIGITS;
@@ -1048,9 +1051,13 @@ static int multiple_over(conv *c, const char *path, const char *text, const boun
     char p[1024];
     path_join(p, sizeof p, path, "multipleOf");
     if (lo->set || hi->set)
-        return cfail(c, p, "'multipleOf' %s within the bounds ('%s', '%s') needs more than the limit of %d remainder states (a grammar rule per digit position and remainder)",
+        return cfail(c, p,
+                     "'multipleOf' %s within the bounds ('%s', '%s') needs more than the limit of %d remainder "
+                     "states (a grammar rule per digit position and remainder)",
                      text, lo->kw ? lo->kw : "-", hi->kw ? hi->kw : "-", SCHEMA_MAX_MULTIPLE_STATES), -1;
-    return cfail(c, p, "'multipleOf' %s needs more than the limit of %d remainder states (a grammar rule per digit position and remainder); bounds with fewer digits ('minimum', 'maximum') need fewer",
+    return cfail(c, p,
+                 "'multipleOf' %s needs more than the limit of %d remainder states (a grammar rule per digit "
+                 "position and remainder); bounds with fewer digits ('minimum', 'maximum') need fewer",
                  text, SCHEMA_MAX_MULTIPLE_STATES), -1;
 }
 
@@ -1203,7 +1210,9 @@ static int gen_number(conv *c, const jval *s, const char *path) {
         multiple_over(c, path, mtext, &blo, &bhi);
     } else if (first) {
         if (jget(s, "multipleOf"))
-            cfail(c, path, "no number with at most 16 integer and 16 fraction digits satisfies the bounds ('%s', '%s') and 'multipleOf' %s",
+            cfail(c, path,
+                  "no number with at most 16 integer and 16 fraction digits satisfies the bounds ('%s', '%s') and "
+                  "'multipleOf' %s",
                   blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-", mtext);
         else
             cfail(c, path, "no number satisfies the bounds ('%s', '%s')", blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-");
