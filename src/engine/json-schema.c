@@ -10,7 +10,6 @@
  * the converter's helpers, integer and number ranges (digit-range grammars),
  * patterns (ECMA regex to grammar), strings and arrays, objects, references and
  * allOf, the dispatcher, the fixed rules. */
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
