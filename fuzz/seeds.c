@@ -447,6 +447,10 @@ static void grammar_seeds(void) {
         {"s-int-range", G_SCHEMA, "{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}"},
         {"s-int-mult", G_SCHEMA, "{\"type\":\"integer\",\"exclusiveMinimum\":-50,\"maximum\":1234,\"multipleOf\":7}"},
         {"s-num-range", G_SCHEMA, "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":100,\"nullable\":true}"},
+        {"s-num-dec", G_SCHEMA, "{\"type\":\"number\",\"exclusiveMinimum\":-2.25e0,\"maximum\":0.12345678901234567891}"},
+        {"s-num-mult", G_SCHEMA, "{\"type\":\"number\",\"minimum\":-1.3,\"exclusiveMaximum\":7.6E1,\"multipleOf\":0.25}"},
+        {"s-num-mult-big", G_SCHEMA, "{\"anyOf\":[{\"type\":\"integer\",\"multipleOf\":4001,\"maximum\":1e5},"
+                                    "{\"type\":\"number\",\"multipleOf\":3e-20,\"minimum\":1e-300}]}"},
         {"s-pattern", G_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^(?:[A-Z]{2}|x+?)-\\\\d{3}[^\\\\s\\\"]*(a|b|)$\"}"},
         {"s-pattern-open", G_SCHEMA, "{\"pattern\":\"[.][\\\\]-]{2,}|^\\\\u00e9.?$\"}"},
         {"s-formats", G_SCHEMA, "{\"prefixItems\":[{\"format\":\"email\"},{\"format\":\"uri\"},{\"format\":\"ipv4\"},"

@@ -430,6 +430,106 @@ static void test_masks(void) {
 }
 
 
+/* Sampling under number bounds and decimal multiples (issue 45): random walks through
+ * the masks of a vocabulary with digit runs, each output's numbers checked exactly
+ * (the decimal text scaled by 10^16 in int64) against the schema's bounds and
+ * multiple; the walks end at EOG (the array and its numbers are bounded). */
+static bool dec16(const char *s, size_t n, int64_t *out) {
+    size_t i = 0;
+    bool neg = i < n && s[i] == '-';
+    i += neg;
+    int64_t ip = 0, fr = 0, w = 1000000000000000ll; /* 10^15: the first fraction digit's weight at 10^16 */
+    if (i == n) return false;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (ip > 100) return false;
+        ip = 10 * ip + (s[i] - '0');
+    }
+    if (i < n && s[i] == '.')
+        for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++, w /= 10) {
+            if (!w) return false;
+            fr += (s[i] - '0') * w;
+        }
+    if (i != n) return false;
+    int64_t v = ip * 10000000000000000ll + fr;
+    *out = neg ? -v : v;
+    return true;
+}
+
+/* The numbers of an output "[n, n ...]" (any whitespace) checked against lo < x <= hi,
+ * x a multiple of mult (all x 10^16); how many there were. */
+static int check_numbers(const char *schema, const char *text, size_t len, int64_t lo, int64_t hi, int64_t mult) {
+    int numbers = 0;
+    for (size_t i = 1; i < len;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == ',')) i++;
+        size_t j = i;
+        while (j < len && (text[j] == '-' || text[j] == '.' || (text[j] >= '0' && text[j] <= '9'))) j++;
+        if (j == i) break;
+        int64_t x;
+        th_checks++;
+        numbers++;
+        if (!dec16(text + i, j - i, &x)) TH_FAIL("%s: not a plain decimal: %.*s", schema, (int)(j - i), text + i);
+        else if (!(x > lo && x <= hi && x % mult == 0) || (x == 0 && text[i] == '-'))
+            TH_FAIL("%s: %.*s is outside the schema", schema, (int)(j - i), text + i);
+        i = j;
+    }
+    return numbers;
+}
+
+static const struct {
+    const char *schema;
+    int64_t lo, hi, mult; /* x 10^16; lo exclusive, hi inclusive */
+} k_num_cases[] = {
+    {"{\"type\":\"array\",\"items\":{\"type\":\"number\",\"exclusiveMinimum\":-2.25,\"maximum\":99.5,\"multipleOf\":0.25},"
+     "\"minItems\":1,\"maxItems\":4}", -22500000000000000ll, 995000000000000000ll, 2500000000000000ll},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"number\",\"exclusiveMinimum\":0.5,\"maximum\":1.5},\"minItems\":1,"
+     "\"maxItems\":4}", 5000000000000000ll, 15000000000000000ll, 1},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"number\",\"exclusiveMinimum\":-0.001,\"maximum\":0.01,\"multipleOf\":0.001},"
+     "\"minItems\":1,\"maxItems\":4}", -10000000000000ll, 100000000000000ll, 10000000000000ll},
+};
+
+static void test_number_samples(void) {
+    int32_t eog;
+    pkv_grammar_vocab *v = mask_vocab(&eog);
+    int n = pkv_grammar_vocab_n(v);
+    uint64_t *bits = calloc((size_t)(n + 63) / 64, sizeof *bits);
+    int numbers = 0;
+    for (size_t k = 0; k < sizeof k_num_cases / sizeof *k_num_cases; k++) {
+        pkv_grammar *g = js(k_num_cases[k].schema);
+        if (!g) continue;
+        for (int seed = 0; seed < 40; seed++) {
+            rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)(seed + 1 + 100 * (int)k);
+            pkv_gmatch *m = pkv_gmatch_create(g);
+            char text[1024];
+            size_t len = 0;
+            bool ended = false;
+            for (int s = 0; s < 400 && !ended; s++) {
+                if (pkv_gmatch_mask(m, v, bits) <= 0) {
+                    TH_FAIL("%s: no token allowed after %.*s", k_num_cases[k].schema, (int)len, text);
+                    break;
+                }
+                int32_t allowed[MV_MAX], na = 0;
+                for (int32_t t = 0; t < n; t++)
+                    if (bits[t >> 6] >> (t & 63) & 1) allowed[na++] = t;
+                int32_t t = allowed[rnd() % (uint64_t)na];
+                if (s > 30 && (bits[eog >> 6] >> (eog & 63) & 1)) t = eog; /* end when it may */
+                CHECK(pkv_gmatch_accept_token(m, v, t));
+                if (t == eog) ended = true;
+                else if (len + mv_len[t] < sizeof text) memcpy(text + len, mv_piece[t], mv_len[t]), len += mv_len[t];
+            }
+            pkv_gmatch_free(m);
+            CHECK(ended);
+            if (ended)
+                numbers += check_numbers(k_num_cases[k].schema, text, len, k_num_cases[k].lo, k_num_cases[k].hi,
+                                         k_num_cases[k].mult);
+            if (getenv("PKV_TEST_VERBOSE")) fprintf(stderr, "  %.*s\n", (int)len, text);
+        }
+        pkv_grammar_free(g);
+    }
+    CHECK(numbers > 100);
+    free(bits);
+    pkv_grammar_vocab_free(v);
+}
+
 /* ------------------------------------------------------------ end to end */
 
 #ifdef PKV_HAVE_JANSSON
@@ -744,6 +844,47 @@ static void test_engine(void) {
     pkv_model_free(m);
 }
 
+/* The engine under decimal bounds and multiples: each sample (greedy and at
+ * temperature 1, top-k/p and min-p off) ends with EOS within the bound and its
+ * numbers are inside the schema, exactly. */
+static void test_engine_numbers(void) {
+    pkv_model *m = e2e_model();
+    if (!m) return;
+    pkv_engine *e = e2e_engine(m, NULL);
+    enum { NS = 4 };
+    static run_rec rec[3][NS][1];
+    memset(rec, 0, sizeof rec);
+    pkv_grammar *g[3] = {0};
+    for (int k = 0; k < 3 && e; k++) {
+        if (!(g[k] = js(k_num_cases[k].schema))) continue;
+        for (int i = 0; i < NS; i++) {
+            /* the longest output: 4 numbers of 3 + 1 + 16 digits and a sign, whitespace of 17 */
+            pkv_request_params r = e2e_req(g[k], i ? 1.0f : 0.0f, (uint64_t)(77 + 10 * k + i), 320, 1, rec[k][i]);
+            CHECK_OK(pkv_engine_submit(e, &r, NULL));
+        }
+    }
+    if (e) drain(e);
+    int numbers = 0;
+    for (int k = 0; k < 3 && e; k++)
+        for (int i = 0; g[k] && i < NS; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "numbers %d sample %d", k, i);
+            const run_rec *r = &rec[k][i][0];
+            check_output(m, g[k], NULL, r, true, what);
+            if (r->fin != PKV_FINISH_STOP || r->n < 1) continue;
+            static char text[4096];
+            size_t len = 0;
+            CHECK_OK(pkv_model_detokenize(m, r->tok, (size_t)(r->n - 1), false, text, sizeof text - 1, &len));
+            numbers += check_numbers(k_num_cases[k].schema, text, len, k_num_cases[k].lo, k_num_cases[k].hi,
+                                     k_num_cases[k].mult);
+            if (getenv("PKV_TEST_VERBOSE")) fprintf(stderr, "  %s: %.*s\n", what, (int)len, text);
+        }
+    CHECK(numbers >= 3 * NS);
+    for (int k = 0; k < 3; k++) pkv_grammar_free(g[k]);
+    pkv_engine_free(e);
+    pkv_model_free(m);
+}
+
 /* text of n copies of a, then mid, then n copies of b (caller frees) */
 static char *nest(const char *pre, const char *a, const char *mid, const char *b, int n) {
     size_t la = strlen(a), lb = strlen(b), lm = strlen(mid), lp = strlen(pre);
@@ -1000,8 +1141,10 @@ int main(void) {
     test_schema();
     test_schema_refs();
     test_masks();
+    test_number_samples();
     test_work_limits();
     test_engine();
+    test_engine_numbers();
     printf("test-grammar: %ld checks, %d failures\n", th_checks, th_failures);
     return th_failures ? 1 : 0;
 }

@@ -130,8 +130,21 @@ static void test_integers(void) {
     pkv_grammar_free(g);
     refused("{'type':'integer','minimum':5,'maximum':4}", "no integer", NULL);
     refused("{'type':'integer','minimum':1,'maximum':6,'multipleOf':7}", "no integer in [1, 6] is a multiple of 7", NULL);
-    refused("{'type':'integer','multipleOf':1000}", "/multipleOf", "limit of 100");
-    refused("{'type':'integer','multipleOf':0.5}", "/multipleOf", "only integer multiples");
+    /* multipleOf: a remainder automaton of at most 4096 (digit position, remainder) rules */
+    refused("{'type':'integer','multipleOf':1000}", "/multipleOf", "limit of 4096 remainder states");
+    refused("{'type':'integer','multipleOf':4001,'minimum':-9007199254740991,'maximum':9007199254740991}",
+            "/multipleOf: 'multipleOf' 4001 within the bounds ('minimum', 'maximum')", "limit of 4096 remainder states");
+    refused("{'type':'integer','multipleOf':5000}", "/multipleOf", "above the limit of 4096 remainders");
+    refused("{'type':'number','multipleOf':0.0001234567}", "/multipleOf", "above the limit of 4096 remainders");
+    refused("{'type':'number','multipleOf':1e300}", "/multipleOf", "above the limit of 4096 remainders");
+    refused("{'type':'number','multipleOf':0}", "/multipleOf", "must be a number above 0");
+    refused("{'type':'number','multipleOf':-0.5}", "/multipleOf", "must be a number above 0");
+    g = js("{'type':'integer','multipleOf':1000,'minimum':0,'maximum':1000000}");
+    ACC(g, "0"); ACC(g, "1000"); ACC(g, "999000"); ACC(g, "1000000"); REJ(g, "1000500"); REJ(g, "2500"); REJ(g, "-1000");
+    pkv_grammar_free(g);
+    g = js("{'type':'integer','multipleOf':4001,'minimum':-10000,'maximum':100000}");
+    ACC(g, "4001"); ACC(g, "96024"); ACC(g, "-8002"); REJ(g, "4002"); REJ(g, "100015"); REJ(g, "-12003");
+    pkv_grammar_free(g);
     refused("{'type':'integer','minimum':'1'}", "/minimum", "must be a number");
     refused("{'type':'integer','exclusiveMinimum':true}", "/exclusiveMinimum", "needs 'minimum'");
 }
@@ -189,9 +202,241 @@ static void test_numbers(void) {
     ACC(g, "1.5"); REJ(g, "2.5");
     pkv_grammar_free(g);
     refused("{'type':'integer','format':'int128'}", "/format", "'int128' on a number is not supported");
-    refused("{'type':'number','minimum':0.5}", "/minimum", "'minimum' 0.5 on a number is not supported");
-    refused("{'type':'number','exclusiveMaximum':2.25}", "/exclusiveMaximum", "only when they are integers");
+    /* fractional bounds: exact to the 16th fraction digit, and past it */
+    g = js("{'type':'number','exclusiveMinimum':0.5}");
+    REJ(g, "0.5"); REJ(g, "0.50"); REJ(g, "0.5000000000000000"); REJ(g, "0.4999999999999999"); REJ(g, "5e-1");
+    ACC(g, "0.5000001"); ACC(g, "0.5000000000000001"); ACC(g, "0.51"); ACC(g, "1"); ACC(g, "9999999999999999.9999999999999999");
+    REJ(g, "0.50000000000000001"); /* 17 fraction digits are never written */
+    pkv_grammar_free(g);
+    g = js("{'type':'number','minimum':1e-20,'maximum':2.00000000000000000001}");
+    ACC(g, "0.0000000000000001"); ACC(g, "2"); ACC(g, "2.0000000000000000"); ACC(g, "1.9999999999999999");
+    REJ(g, "0"); REJ(g, "0.0000000000000000"); REJ(g, "2.0000000000000001"); REJ(g, "-0.0000000000000001");
+    pkv_grammar_free(g);
+    g = js("{'type':'number','exclusiveMaximum':-0.3333333333333333333}");
+    ACC(g, "-0.3333333333333334"); ACC(g, "-1"); REJ(g, "-0.3333333333333333"); REJ(g, "-0.33"); REJ(g, "0");
+    pkv_grammar_free(g);
+    /* multipleOf m/10^d: trailing zeros past d digits, at most 16 fraction digits */
+    g = js("{'type':'number','multipleOf':0.25,'minimum':-1,'maximum':1}");
+    ACC(g, "0.25"); ACC(g, "-0.7500000000000000"); ACC(g, "1.0"); ACC(g, "-1"); ACC(g, "0");
+    REJ(g, "0.2"); REJ(g, "0.250000000000000001"); REJ(g, "1.25"); REJ(g, "-0"); REJ(g, "2.5e-1");
+    pkv_grammar_free(g);
+    g = js("{'type':'number','multipleOf':3e-20}"); /* x 10^16 a multiple of 3: 10^4 is prime to 3 */
+    ACC(g, "0.0000000000000003"); ACC(g, "3"); ACC(g, "0.3"); REJ(g, "0.0000000000000001"); REJ(g, "1");
+    pkv_grammar_free(g);
+    refused("{'type':'number','multipleOf':0.5,'exclusiveMinimum':1,'exclusiveMaximum':1.5}", "no number",
+            "'multipleOf' 0.5");
+    refused("{'type':'number','minimum':0.5,'maximum':0.25}", "no number satisfies", NULL);
+    refused("{'type':'number','exclusiveMinimum':0.25,'maximum':0.25}", "no number satisfies", NULL);
     refused("{'type':'number','minimum':3,'exclusiveMaximum':3}", "no number satisfies", NULL);
+}
+
+/* ----------------------------------------------- numbers, against every decimal */
+
+/* A schema on numbers against every decimal of up to 3 integer and 3 fraction
+ * digits, both signs (of the 3-digit integer parts, those next to a bound's and a
+ * sample): the grammar (walked as a trie of prefixes, a matcher cloned
+ * per prefix, a dead prefix's subtree checked without it) against the exact value in
+ * int64 scaled by 10^6. Under bounds or a multiple no exponent form, no "-0" and (on
+ * an integer) no fraction are written. */
+#define NC_SCALE 1000000ll
+typedef struct numcase {
+    const char *schema;
+    bool integer;
+    bool has_lo, lo_x;
+    int64_t lo; /* x 10^6 */
+    bool has_hi, hi_x;
+    int64_t hi;
+    int64_t mult; /* x 10^6; 0: none */
+} numcase;
+
+static const numcase *nc_k;
+static int nc_bad;
+static long nc_accepted;
+
+static bool nc_want(bool neg, int64_t ip, int64_t frac, bool has_frac) {
+    const numcase *k = nc_k;
+    int64_t v = ip * NC_SCALE + frac;
+    if (neg && v == 0) return false;
+    if (neg) v = -v;
+    if (k->integer && has_frac) return false;
+    if (k->has_lo && (k->lo_x ? v <= k->lo : v < k->lo)) return false;
+    if (k->has_hi && (k->hi_x ? v >= k->hi : v > k->hi)) return false;
+    return !k->mult || v % k->mult == 0;
+}
+
+/* Three-digit integer parts: those next to a bound's and one in 32 of the others
+ * (all 900 cost 8x the time: 3 minutes under ASan) */
+static bool nc_wide(int64_t ip) {
+    const numcase *k = nc_k;
+    int64_t l = k->lo < 0 ? -k->lo : k->lo, h = k->hi < 0 ? -k->hi : k->hi;
+    if (k->has_lo && ip >= l / NC_SCALE - 1 && ip <= l / NC_SCALE + 1) return true;
+    if (k->has_hi && ip >= h / NC_SCALE - 1 && ip <= h / NC_SCALE + 1) return true;
+    return (uint64_t)ip * 0x9e3779b97f4a7c15ull >> 59 == 0;
+}
+
+static void nc_check(const pkv_gmatch *m, const char *txt, bool want) {
+    bool got = m && pkv_gmatch_complete(m);
+    th_checks++;
+    nc_accepted += got;
+    if (got != want && nc_bad++ < 6) TH_FAIL("%s: %s gives %d", nc_k->schema, txt, got);
+}
+
+/* m after txt's bytes and then s (NULL if refused or m is NULL; caller frees) */
+static pkv_gmatch *nc_step(const pkv_gmatch *m, const char *s) {
+    if (!m) return NULL;
+    pkv_gmatch *c = pkv_gmatch_clone(m);
+    if (c && !pkv_gmatch_accept_bytes(c, s, strlen(s))) {
+        pkv_gmatch_free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+/* exponent forms of txt are never complete */
+static void nc_exponents(const pkv_gmatch *m, char *txt, int n) {
+    static const char *const ex[] = {"e1", "E-2", "e+0", "e0"};
+    for (int i = 0; i < 4 && m; i++) {
+        pkv_gmatch *c = nc_step(m, ex[i]);
+        snprintf(txt + n, 8, "%s", ex[i]);
+        nc_check(c, txt, false);
+        pkv_gmatch_free(c);
+    }
+    txt[n] = 0;
+}
+
+static void nc_frac(const pkv_gmatch *m, char *txt, int n, bool neg, int64_t ip, int64_t frac, int nfd) {
+    nc_check(m, txt, nc_want(neg, ip, frac, true));
+    if (nfd == 1) nc_exponents(m, txt, n);
+    if (nfd == 3) return;
+    int64_t w = NC_SCALE;
+    for (int i = 0; i <= nfd; i++) w /= 10;
+    for (int d = 0; d < 10; d++) {
+        char s[2] = {(char)('0' + d), 0};
+        txt[n] = s[0], txt[n + 1] = 0;
+        pkv_gmatch *c = nc_step(m, s);
+        nc_frac(c, txt, n + 1, neg, ip, frac + d * w, nfd + 1);
+        pkv_gmatch_free(c);
+    }
+    txt[n] = 0;
+}
+
+static void nc_int(const pkv_gmatch *m, char *txt, int n, bool neg, int64_t ip, int nd) {
+    nc_check(m, txt, nc_want(neg, ip, 0, false));
+    nc_exponents(m, txt, n);
+    pkv_gmatch *dot = nc_step(m, ".");
+    txt[n] = '.', txt[n + 1] = 0;
+    nc_check(dot, txt, false); /* "1." is not JSON */
+    for (int d = 0; d < 10; d++) {
+        char s[2] = {(char)('0' + d), 0};
+        txt[n + 1] = s[0], txt[n + 2] = 0;
+        pkv_gmatch *c = nc_step(dot, s);
+        nc_frac(c, txt, n + 2, neg, ip, d * (NC_SCALE / 10), 1);
+        pkv_gmatch_free(c);
+    }
+    pkv_gmatch_free(dot);
+    txt[n] = 0;
+    if (ip == 0 || nd == 3) return;
+    for (int d = 0; d < 10; d++) {
+        if (nd == 2 && !nc_wide(ip * 10 + d)) continue;
+        char s[2] = {(char)('0' + d), 0};
+        txt[n] = s[0], txt[n + 1] = 0;
+        pkv_gmatch *c = nc_step(m, s);
+        nc_int(c, txt, n + 1, neg, ip * 10 + d, nd + 1);
+        pkv_gmatch_free(c);
+    }
+    txt[n] = 0;
+}
+
+static void number_brute(const numcase *k) {
+    char *t = jtext(k->schema);
+    pkv_grammar *g = pkv_grammar_from_json_schema(t, strlen(t));
+    free(t);
+    th_checks++;
+    if (!g) {
+        TH_FAIL("%s: %s", k->schema, pkv_errmsg());
+        return;
+    }
+    nc_k = k;
+    nc_bad = 0;
+    nc_accepted = 0;
+    pkv_gmatch *m0 = pkv_gmatch_create(g);
+    char txt[32];
+    for (int neg = 0; neg < 2; neg++) {
+        pkv_gmatch *ms = neg ? nc_step(m0, "-") : pkv_gmatch_clone(m0);
+        for (int d = 0; d < 10; d++) {
+            int n = snprintf(txt, sizeof txt, "%s%d", neg ? "-" : "", d);
+            char s[2] = {(char)('0' + d), 0};
+            pkv_gmatch *c = nc_step(ms, s);
+            nc_int(c, txt, n, neg, d, 1);
+            pkv_gmatch_free(c);
+        }
+        pkv_gmatch_free(ms);
+    }
+    pkv_gmatch_free(m0);
+    if (getenv("PKV_TEST_VERBOSE"))
+        printf("%s: %ld of the decimals accepted, %zu bytes of grammar\n", k->schema, nc_accepted,
+               strlen(pkv_grammar_gbnf(g)));
+    pkv_grammar_free(g);
+}
+
+#define LO(v) .has_lo = true, .lo = (v)
+#define XLO(v) .has_lo = true, .lo_x = true, .lo = (v)
+#define HI(v) .has_hi = true, .hi = (v)
+#define XHI(v) .has_hi = true, .hi_x = true, .hi = (v)
+
+static const numcase k_numcases[] = {
+    {"{'type':'number','minimum':0.5}", LO(500000)},
+    {"{'type':'number','exclusiveMinimum':0.5}", XLO(500000)},
+    {"{'type':'number','maximum':-2.25}", HI(-2250000)},
+    {"{'type':'number','exclusiveMaximum':-2.25}", XHI(-2250000)},
+    {"{'type':'number','minimum':1e-3,'maximum':3.0e2}", LO(1000), HI(300000000)},
+    {"{'type':'number','exclusiveMinimum':-2.25,'exclusiveMaximum':0.5}", XLO(-2250000), XHI(500000)},
+    {"{'type':'number','minimum':0.5,'maximum':99.5}", LO(500000), HI(99500000)}, /* zod .min(0.5).max(99.5) */
+    {"{'type':'number','exclusiveMinimum':0}", XLO(0)},                           /* zod .positive() */
+    {"{'type':'number','minimum':0.125,'maximum':0.25}", LO(125000), HI(250000)},
+    {"{'type':'number','minimum':-0.75,'exclusiveMaximum':-0.5}", LO(-750000), XHI(-500000)},
+    {"{'type':'number','exclusiveMinimum':12.345,'exclusiveMaximum':12.346}", XLO(12345000), XHI(12346000)},
+    {"{'type':'number','minimum':-12.3456,'maximum':7.0015}", LO(-12345600), HI(7001500)},
+    {"{'type':'number','minimum':-5e-1,'exclusiveMaximum':25E-1}", LO(-500000), XHI(2500000)},
+    {"{'type':'number','minimum':0,'maximum':0}", LO(0), HI(0)},
+    {"{'type':'number','minimum':-999.999,'maximum':999.999}", LO(-999999000), HI(999999000)},
+    /* past the 3 fraction digits enumerated here: equivalent to > 2 and <= 0 for them */
+    {"{'type':'number','minimum':2.0000000000000001}", XLO(2000000)},
+    {"{'type':'number','maximum':1e-20}", HI(0)},
+    {"{'type':'number','exclusiveMaximum':-1e-20}", XHI(0)},
+    /* draft 4 booleans; both keywords: the stricter applies */
+    {"{'type':'number','minimum':1.5,'exclusiveMinimum':true,'maximum':2.5,'exclusiveMaximum':true}", XLO(1500000), XHI(2500000)},
+    {"{'type':'number','minimum':1.5,'exclusiveMinimum':1.5,'maximum':3.25,'exclusiveMaximum':3.5}", XLO(1500000), HI(3250000)},
+    /* integers: fractional bounds round inwards */
+    {"{'type':'integer','minimum':0.5,'maximum':7.5}", .integer = true, LO(500000), HI(7500000)},
+    {"{'type':'integer','exclusiveMinimum':-2.5,'exclusiveMaximum':2}", .integer = true, XLO(-2500000), XHI(2000000)},
+    {"{'type':'integer','minimum':-1.001,'maximum':-1e-9}", .integer = true, LO(-1001000), HI(-1)},
+    /* multipleOf: decimals, and integers above the old limit of 100 */
+    {"{'type':'number','multipleOf':0.5}", .mult = 500000},
+    {"{'type':'number','multipleOf':0.01}", .mult = 10000}, /* zod .multipleOf(0.01) */
+    {"{'type':'number','multipleOf':0.25}", .mult = 250000},
+    {"{'type':'number','multipleOf':2.5}", .mult = 2500000},
+    {"{'type':'number','multipleOf':0.3,'minimum':-5.5,'maximum':5.5}", LO(-5500000), HI(5500000), .mult = 300000},
+    {"{'type':'number','multipleOf':0.25,'minimum':-1.3,'maximum':7.6}", LO(-1300000), HI(7600000), .mult = 250000},
+    {"{'type':'number','multipleOf':2.5,'exclusiveMinimum':-10,'exclusiveMaximum':12.5}", XLO(-10000000), XHI(12500000), .mult = 2500000},
+    {"{'type':'number','multipleOf':0.01,'minimum':0.005,'maximum':1.999}", LO(5000), HI(1999000), .mult = 10000},
+    {"{'type':'number','multipleOf':0.007,'exclusiveMinimum':0.5}", XLO(500000), .mult = 7000},
+    {"{'type':'number','multipleOf':7,'minimum':0.5,'maximum':50}", LO(500000), HI(50000000), .mult = 7000000},
+    {"{'type':'number','multipleOf':125,'maximum':-0.5}", HI(-500000), .mult = 125000000},
+    {"{'type':'number','multipleOf':1e-9}", .mult = 1},
+    {"{'type':'number','multipleOf':1,'exclusiveMaximum':5.5}", XHI(5500000), .mult = 1000000},
+    {"{'type':'number','multipleOf':0.125,'exclusiveMinimum':0,'exclusiveMaximum':0.5}", XLO(0), XHI(500000), .mult = 125000},
+    {"{'type':'integer','multipleOf':250,'minimum':-1000,'maximum':900}", .integer = true, LO(-1000000000), HI(900000000), .mult = 250000000},
+    {"{'type':'integer','multipleOf':2.5,'minimum':-20,'maximum':20}", .integer = true, LO(-20000000), HI(20000000), .mult = 2500000},
+    {"{'type':'integer','multipleOf':0.5}", .integer = true, .mult = 500000},
+    {"{'type':'integer','multipleOf':1000,'minimum':-900000,'maximum':900000}", .integer = true, LO(-900000000000), HI(900000000000), .mult = 1000000000},
+};
+
+static void test_number_brute(void) {
+    double t0 = pkv_time_now();
+    for (size_t i = 0; i < sizeof k_numcases / sizeof *k_numcases; i++) number_brute(&k_numcases[i]);
+    printf("numbers against the decimals of 3+3 digits: %zu schemas, %.1f s\n", sizeof k_numcases / sizeof *k_numcases,
+           pkv_time_now() - t0);
 }
 
 /* ------------------------------------------------------------- strings */
@@ -447,7 +692,9 @@ static void test_alloc_failures(void) {
     char *t = jtext("{'type':'object','properties':{'a':{'type':'integer','minimum':-100,'maximum':100000,'multipleOf':3},"
                     "'b':{'pattern':'^[a-c]+(x|y){2}$'},'c':{'prefixItems':[{'type':'number','exclusiveMinimum':0}]},"
                     "'d':{'propertyNames':{'pattern':'^k'},'additionalProperties':{'nullable':true,'type':'boolean'}},"
-                    "'e':{'allOf':[{'properties':{'x':{}}},{'properties':{'y':{}}}]}}}");
+                    "'e':{'allOf':[{'properties':{'x':{}}},{'properties':{'y':{}}}]},"
+                    "'f':{'type':'number','exclusiveMinimum':-2.25,'maximum':7.5,'multipleOf':0.25},"
+                    "'g':{'type':'number','minimum':0.125,'exclusiveMaximum':0.5}}}");
     int64_t live = pkv_alloc_live();
     pkv_alloc_fail_at(0);
     pkv_grammar *g = pkv_grammar_from_json_schema(t, strlen(t));
@@ -474,6 +721,7 @@ static void test_alloc_failures(void) {
 int main(void) {
     test_integers();
     test_numbers();
+    test_number_brute();
     test_patterns();
     test_formats();
     test_containers();

@@ -10,7 +10,6 @@
  * the converter's helpers, integer and number ranges (digit-range grammars),
  * patterns (ECMA regex to grammar), strings and arrays, objects, references and
  * allOf, the dispatcher, the fixed rules. */
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -482,20 +481,142 @@ static void repeat_sep(sbuf *out, const char *x, const char *sep, long m, long n
 
 /* ------------------------------------------------- integer and number ranges */
 
-/* Integers are written with at most 16 digits (the prelude's integer rule), so
- * every bound is clamped to +-(10^16 - 1) and fits int64. */
+/* Integers are written with at most 16 digits and fractions with at most 16 (the
+ * prelude's rules), so an integer part fits int64 and a bound whose integer part is
+ * longer is no bound (or leaves no number). */
 #define INT_LIMIT 9999999999999999ll
-enum { INT_DIGITS = 16, SCHEMA_MAX_MULTIPLE = 100 };
+enum { INT_DIGITS = 16, FRAC_DIGITS = 16 };
+/* multipleOf m / 10^d is a remainder automaton modulo m over the digits: a rule per
+ * (digit position, remainder) reached, each of up to 10 alternatives (~130 bytes) */
+enum { SCHEMA_MAX_MULTIPLE_STATES = 4096 };
+
+/* A bound's exact decimal value: |v| = ip + 0.fr, or |v| >= 10^16 (big). fr: the
+ * fraction's digits up to its last nonzero one, at most 17: a 17th digit '1' stands
+ * for whatever nonzero digits lie past the 16th (an output has at most 16 fraction
+ * digits, so only their presence matters). Zero is not negative. */
+typedef struct dec {
+    bool neg, big;
+    int64_t ip;
+    char fr[FRAC_DIGITS + 1]; /* digits, not NUL-terminated */
+    int nf;
+} dec;
+
+/* The digits of a JSON number's text (checked by the parser): the mantissa's integer
+ * and fraction digits, and how many mantissa digits lie before the point once the
+ * exponent is applied (the exponent clamped: 10^8 digits is past any limit here). */
+typedef struct mant {
+    const char *ip, *fp;
+    long ni, nf, point;
+    bool neg;
+} mant;
+
+static void mant_read(const char *s, mant *m) {
+    memset(m, 0, sizeof *m);
+    if (*s == '-') m->neg = true, s++;
+    m->ip = s;
+    while (*s >= '0' && *s <= '9') s++, m->ni++;
+    if (*s == '.')
+        for (m->fp = ++s; *s >= '0' && *s <= '9'; s++) m->nf++;
+    long e = 0;
+    if (*s == 'e' || *s == 'E') {
+        bool en = *++s == '-';
+        if (*s == '-' || *s == '+') s++;
+        for (; *s >= '0' && *s <= '9'; s++)
+            if (e < 100000000) e = 10 * e + (*s - '0');
+        if (en) e = -e;
+    }
+    m->point = m->ni + e;
+}
+
+/* Mantissa digit i; 0 outside the written ones. */
+static int mant_digit(const mant *m, long i) {
+    if (i < 0 || i >= m->ni + m->nf) return 0;
+    return i < m->ni ? m->ip[i] - '0' : m->fp[i - m->ni] - '0';
+}
+
+/* The first and last nonzero mantissa digits; false for zero. */
+static bool mant_span(const mant *m, long *z, long *l) {
+    long n = m->ni + m->nf;
+    for (*z = 0; *z < n && !mant_digit(m, *z);) (*z)++;
+    if (*z == n) return false;
+    for (*l = n - 1; !mant_digit(m, *l);) (*l)--;
+    return true;
+}
+
+static dec dec_parse(const char *s) {
+    dec x;
+    memset(&x, 0, sizeof x);
+    mant m;
+    long z, l;
+    mant_read(s, &m);
+    if (!mant_span(&m, &z, &l)) return x;
+    x.neg = m.neg;
+    if (m.point - z > INT_DIGITS) {
+        x.big = true;
+        return x;
+    }
+    for (long i = z; i < m.point; i++) x.ip = 10 * x.ip + mant_digit(&m, i);
+    if (l >= m.point) {
+        long n = l - m.point + 1;
+        for (x.nf = 0; x.nf < n && x.nf < FRAC_DIGITS; x.nf++) x.fr[x.nf] = (char)('0' + mant_digit(&m, m.point + x.nf));
+        if (n > FRAC_DIGITS) x.fr[x.nf++] = '1';
+    }
+    return x;
+}
+
+static dec dec_int(int64_t v) {
+    dec x;
+    memset(&x, 0, sizeof x);
+    x.neg = v < 0;
+    x.ip = v < 0 ? -v : v;
+    return x;
+}
+
+static bool dec_zero(const dec *x) { return !x->big && !x->ip && !x->nf; }
+
+static dec dec_neg(dec x) {
+    if (!dec_zero(&x)) x.neg = !x.neg;
+    return x;
+}
+
+static int dec_digit(const dec *x, int i) { return i < x->nf ? x->fr[i] - '0' : 0; }
+
+/* |a| against |b|: -1, 0, 1 (two big values compare equal: both are past the digits) */
+static int dec_mag_cmp(const dec *a, const dec *b) {
+    if (a->big || b->big) return (int)a->big - (int)b->big;
+    if (a->ip != b->ip) return a->ip < b->ip ? -1 : 1;
+    for (int i = 0; i < a->nf || i < b->nf; i++)
+        if (dec_digit(a, i) != dec_digit(b, i)) return dec_digit(a, i) < dec_digit(b, i) ? -1 : 1;
+    return 0;
+}
+
+static int dec_cmp(const dec *a, const dec *b) {
+    if (a->neg != b->neg) return a->neg ? -1 : 1;
+    int c = dec_mag_cmp(a, b);
+    return a->neg ? -c : c;
+}
 
 /* Digit strings of one length between two bounds (as strings), optionally with the
  * value a multiple of m: the ranges are built digit by digit (a bound stays "tight"
  * along its own digits, everything else is free digits), so a 16-digit range takes
- * O(16^2) grammar text; the multiple adds rules "k free digits, remainder r". */
+ * O(16^2) grammar text; the multiple adds rules "k free digits, remainder r". For a
+ * number the remainder carries on into the fraction: multipleOf m / 10^d asks that
+ * the value times 10^d be a multiple of m, so the first d fraction digits count and
+ * the later ones are zeros. */
 typedef struct digits {
     conv *c;
-    long m;         /* modulus; 1: none */
-    int *free_rule; /* [(INT_DIGITS + 1) * m]: rule of k free digits from remainder r, 0: not made */
-    bool *ok;       /* [(INT_DIGITS + 1) * m]: k free digits from remainder r can end at remainder 0 */
+    long m;          /* modulus; 1: none */
+    bool frac;       /* a number: a fraction may follow the integer digits */
+    int d;           /* fraction digits the multiple counts; FRAC_DIGITS without one */
+    int *free_rule;  /* [(INT_DIGITS + 1) * m]: rule of k free digits from remainder r, 0: not made */
+    bool *ok;        /* [(INT_DIGITS + 1) * m]: k free digits (and the fraction) from remainder r can end at 0 */
+    int *frac_rule;  /* [d * m]: rule of the free fraction from position i < d with remainder r */
+    bool *frac_ok;   /* [(d + 1) * m]: j fraction digits left before position d from remainder r can end at 0 */
+    long p10[FRAC_DIGITS + 1]; /* 10^j mod m */
+    int n_states;    /* rules made for remainders */
+    bool over;       /* more than SCHEMA_MAX_MULTIPLE_STATES were asked for */
+    const dec *flo, *fhi; /* frac_tight's bounds (only read while tight to them) */
+    bool flo_excl, fhi_excl;
 } digits;
 
 static void digit_class(sbuf *o, unsigned mask) {
@@ -514,32 +635,190 @@ static void digit_class(sbuf *o, unsigned mask) {
     sb_add(o, "]", 1);
 }
 
+/* Digits lo..hi after remainder r grouped by the remainder each leads to, in order of
+ * first appearance: n groups (next[i], mask[i]). O(10) whatever m is. */
+static int dg_groups(const digits *g, long r, int lo, int hi, long *next, unsigned *mask) {
+    int n = 0;
+    for (int d = lo; d <= hi; d++) {
+        long s = (10 * r + d) % g->m;
+        int k = 0;
+        while (k < n && next[k] != s) k++;
+        if (k == n) next[n] = s, mask[n++] = 0;
+        mask[k] |= 1u << d;
+    }
+    return n;
+}
+
+static bool dg_state(digits *g) {
+    if (++g->n_states > SCHEMA_MAX_MULTIPLE_STATES) g->over = true;
+    return !g->over;
+}
+
+/* Can the fraction from position i (i digits written) with remainder r end at
+ * remainder 0, and may it end right here? */
+static bool frac_can(const digits *g, int i, long r) {
+    if (g->m == 1) return true;
+    return i >= g->d ? r == 0 : g->frac_ok[(g->d - i) * g->m + r];
+}
+
+static bool frac_end(const digits *g, int i, long r) {
+    if (g->m == 1) return true;
+    return i >= g->d ? r == 0 : r * g->p10[g->d - i] % g->m == 0;
+}
+
+/* Any fraction from position i (0: before the '.') with remainder r that ends at
+ * remainder 0 and has at most FRAC_DIGITS digits, those from position d on zeros.
+ * Appended to o (space first); false if none. */
+static bool frac_free(digits *g, sbuf *o, int i, long r) {
+    if (!frac_can(g, i, r)) return false;
+    if (i >= g->d) { /* only zeros from here on (r is 0) */
+        if (!i) sb_printf(o, " (\".\" \"0\"{1,%d})?", FRAC_DIGITS);
+        else if (i < FRAC_DIGITS) sb_printf(o, " \"0\"{0,%d}", FRAC_DIGITS - i);
+        return true;
+    }
+    if (g->m == 1) {
+        if (!i) {
+            sb_add(o, " (\".\" [0-9]", 11);
+            frac_free(g, o, 1, 0);
+            sb_add(o, ")?", 2);
+            return true;
+        }
+        int a = g->d - i, z = FRAC_DIGITS - g->d; /* a free digits, then z zeros */
+        if (!z) sb_printf(o, " [0-9]{0,%d}", a);
+        else if (a == 1) sb_printf(o, " ([0-9] \"0\"{0,%d})?", z);
+        else sb_printf(o, " ([0-9]{0,%d} | [0-9]{%d} \"0\"{0,%d})", a - 1, a, z);
+        return true;
+    }
+    int *fr = &g->frac_rule[i * g->m + r];
+    if (!*fr) {
+        if (!dg_state(g)) return false;
+        long next[10];
+        unsigned mask[10];
+        int n = dg_groups(g, r, 0, 9, next, mask);
+        sbuf b = {0};
+        bool first = true;
+        for (int k = 0; k < n; k++) {
+            if (!frac_can(g, i + 1, next[k])) continue;
+            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
+            first = false;
+            digit_class(&b, mask[k]);
+            frac_free(g, &b, i + 1, next[k]);
+        }
+        if (!g->over) {
+            bool end = frac_end(g, i, r);
+            *fr = rule_id(g->c);
+            if (i) sb_printf(&g->c->g, "r%d ::= (%s)%s\n", *fr, b.p ? b.p : "", end ? "?" : "");
+            else sb_printf(&g->c->g, "r%d ::= %s\".\" (%s)%s\n", *fr, end ? "(" : "", b.p ? b.p : "", end ? ")?" : "");
+        }
+        if (b.oom) g->c->g.oom = true;
+        pkv_free(b.p);
+        if (g->over) return false;
+    }
+    sb_printf(o, " r%d", *fr);
+    return true;
+}
+
+/* The fraction of a number whose integer part equals a bound's: from position i
+ * (0: before the '.') with remainder r; tl/th: the digits so far equal the lower /
+ * upper bound's fraction digits (g->flo, g->fhi), compared as decimals (a missing
+ * digit is 0). Appended to o (space first); false if none. Each level adds a constant
+ * amount of text: linear in the bound's (at most 17) fraction digits. */
+static bool frac_tight(digits *g, sbuf *o, int i, long r, bool tl, bool th) {
+    const dec *lo = g->flo, *hi = g->fhi;
+    if (tl && !g->flo_excl && lo->nf <= i) tl = false; /* at or above the bound whatever follows */
+    if (!tl && !th) return frac_free(g, o, i, r);
+    if (!frac_can(g, i, r)) return false;
+    if (th && !tl && hi->nf <= i) { /* only zeros stay at or below it, and equal it */
+        if (g->fhi_excl || !frac_end(g, i, r)) return false;
+        if (!i) sb_printf(o, " (\".\" \"0\"{1,%d})?", FRAC_DIGITS);
+        else if (i < FRAC_DIGITS) sb_printf(o, " \"0\"{0,%d}", FRAC_DIGITS - i);
+        return true;
+    }
+    /* ending here: below a tight upper bound (it has more nonzero digits); never at a
+     * tight lower one (it has more nonzero digits, or is exclusive and equal) */
+    bool end = !tl && frac_end(g, i, r);
+    if (i == FRAC_DIGITS) return end;
+    int lo_d = tl ? dec_digit(lo, i) : 0, hi_d = th ? dec_digit(hi, i) : 9, max_d = i >= g->d ? 0 : 9;
+    sbuf b = {0};
+    bool first = true;
+    long next[10];
+    unsigned mask[10];
+    int n = 0;
+    for (int d = lo_d; d <= hi_d && d <= max_d; d++) {
+        long s = i >= g->d ? r : (10 * r + d) % g->m;
+        bool ntl = tl && d == lo_d, nth = th && d == hi_d;
+        if (!ntl && !nth) { /* free from here: grouped by remainder below */
+            int k = 0;
+            while (k < n && next[k] != s) k++;
+            if (k == n) next[n] = s, mask[n++] = 0;
+            mask[k] |= 1u << d;
+            continue;
+        }
+        sbuf t = {0};
+        sb_printf(&t, "\"%d\"", d);
+        if (frac_tight(g, &t, i + 1, s, ntl, nth) && t.p) {
+            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
+            first = false;
+            sb_add(&b, t.p, t.n);
+        }
+        if (t.oom) b.oom = true;
+        pkv_free(t.p);
+    }
+    for (int k = 0; k < n; k++) {
+        sbuf t = {0};
+        digit_class(&t, mask[k]);
+        if (frac_free(g, &t, i + 1, next[k]) && t.p) {
+            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
+            first = false;
+            sb_add(&b, t.p, t.n);
+        }
+        if (t.oom) b.oom = true;
+        pkv_free(t.p);
+    }
+    if (!first) sb_printf(o, " %s(%s)%s", i ? "" : "(\".\" ", b.p ? b.p : "", i ? (end ? "?" : "") : (end ? ")?" : ")"));
+    if (b.oom) o->oom = true;
+    pkv_free(b.p);
+    return !first || end;
+}
+
+/* What follows the integer digits, from remainder r: a number's fraction, or (an
+ * integer) nothing, at remainder 0. With m = 1 a number's fraction is written once
+ * after all the integer digits instead (num_side). */
+static bool dg_tail(digits *g, sbuf *o, long r) {
+    if (g->m == 1) return true;
+    return g->frac ? frac_free(g, o, 0, r) : r == 0;
+}
+
 /* k free digits from remainder r: appended to o (space first); false if none can end. */
 static bool dg_free(digits *g, sbuf *o, int k, long r) {
     if (g->m == 1) {
         if (k) sb_printf(o, " [0-9]{%d}", k);
         return true;
     }
+    if (!k) return dg_tail(g, o, r);
     if (!g->ok[k * g->m + r]) return false;
-    if (!k) return true;
     int *fr = &g->free_rule[k * g->m + r];
     if (!*fr) {
+        if (!dg_state(g)) return false;
+        long next[10];
+        unsigned mask[10];
+        int n = dg_groups(g, r, 0, 9, next, mask);
         sbuf b = {0};
         bool first = true;
-        for (long s = 0; s < g->m; s++) {
-            unsigned mask = 0;
-            for (int d = 0; d < 10; d++)
-                if ((10 * r + d) % g->m == s) mask |= 1u << d;
-            if (!mask || !g->ok[(k - 1) * g->m + s]) continue;
+        for (int i = 0; i < n; i++) {
+            if (!g->ok[(k - 1) * g->m + next[i]]) continue;
             sb_add(&b, first ? "" : " | ", first ? 0 : 3);
             first = false;
-            digit_class(&b, mask);
-            dg_free(g, &b, k - 1, s);
+            digit_class(&b, mask[i]);
+            dg_free(g, &b, k - 1, next[i]);
         }
-        *fr = rule_id(g->c);
-        sb_printf(&g->c->g, "r%d ::= %s\n", *fr, b.p ? b.p : "\"\"");
+        if (!g->over) {
+            *fr = rule_id(g->c);
+            sb_printf(&g->c->g, "r%d ::= %s\n", *fr, b.p ? b.p : "\"\"");
+        }
         if (b.oom) g->c->g.oom = true;
         pkv_free(b.p);
+        if (g->over) return false;
     }
     sb_printf(o, " r%d", *fr);
     return true;
@@ -548,14 +827,14 @@ static bool dg_free(digits *g, sbuf *o, int k, long r) {
 /* Alternatives "d rest" for digits lo..hi at this position, grouped by the remainder
  * they lead to; appended to o with " | " between (first: nothing written yet). */
 static void dg_spread(digits *g, sbuf *o, bool *first, int lo, int hi, int k, long r) {
-    for (long s = 0; s < g->m && lo <= hi; s++) {
-        unsigned mask = 0;
-        for (int d = lo; d <= hi; d++)
-            if ((10 * r + d) % g->m == s) mask |= 1u << d;
-        if (!mask) continue;
+    long next[10];
+    unsigned mask[10];
+    int n = g->m == 1 ? (lo <= hi) : dg_groups(g, r, lo, hi, next, mask);
+    if (g->m == 1 && n) next[0] = 0, mask[0] = (2u << hi) - (1u << lo);
+    for (int i = 0; i < n; i++) {
         sbuf t = {0};
-        digit_class(&t, mask);
-        if (dg_free(g, &t, k, s) && t.p) {
+        digit_class(&t, mask[i]);
+        if (dg_free(g, &t, k, next[i]) && t.p) {
             sb_add(o, *first ? "" : " | ", *first ? 0 : 3);
             *first = false;
             sb_add(o, t.p, t.n);
@@ -575,10 +854,16 @@ static bool all_of(const char *s, char ch) {
  * tl/th: still equal to x's / y's digits. Appended to o (space first); false if empty. */
 static bool dg_range(digits *g, sbuf *o, const char *x, const char *y, int pos, long r, bool tl, bool th) {
     int len = (int)strlen(x), k = len - pos;
-    if (!k) return g->m == 1 || r == 0;
+    if (!k) return dg_tail(g, o, r);
     if (!tl && !th) return dg_free(g, o, k, r);
     if (g->m == 1 && (!tl || all_of(x + pos, '0')) && (!th || all_of(y + pos, '9'))) return dg_free(g, o, k, r);
     int lo = tl ? x[pos] - '0' : 0, hi = th ? y[pos] - '0' : 9;
+    if (g->m == 1 && (!tl || all_of(x + pos + 1, '0')) && (!th || all_of(y + pos + 1, '9'))) {
+        /* every digit here leaves the rest free: [1-9] [0-9]{15}, not 1 | 9 | [2-8] apart */
+        sb_add(o, " ", 1);
+        digit_class(o, (2u << hi) - (1u << lo));
+        return dg_free(g, o, k - 1, 0);
+    }
     int tight[2], nt = 0;
     if (tl) tight[nt++] = lo;
     if (th && !(tl && hi == lo)) tight[nt++] = hi;
@@ -598,7 +883,7 @@ static bool dg_range(digits *g, sbuf *o, const char *x, const char *y, int pos, 
         pkv_free(t.p);
     }
     dg_spread(g, &b, &first, tl ? lo + 1 : lo, th ? hi - 1 : hi, k - 1, r);
-    if (!first) sb_printf(o, " (%s)", b.p);
+    if (!first) sb_printf(o, " (%s)", b.p ? b.p : "");
     if (b.oom) o->oom = true;
     pkv_free(b.p);
     return !first;
@@ -617,7 +902,8 @@ static int64_t pow10i(int n) {
 }
 
 /* Alternatives (" | " between) for the decimal digits of lo..hi, 0 <= lo <= hi <=
- * INT_LIMIT, no leading zeros; false if none (a multiple that does not occur). */
+ * INT_LIMIT, no leading zeros, each followed by its tail (dg_tail); false if none (a
+ * multiple that does not occur). */
 static bool dg_uint(digits *g, sbuf *alts, int64_t lo, int64_t hi) {
     bool first = true;
     for (int len = ndig(lo); lo <= hi && len <= ndig(hi); len++) {
@@ -637,32 +923,46 @@ static bool dg_uint(digits *g, sbuf *alts, int64_t lo, int64_t hi) {
     return !first;
 }
 
-static bool dg_init(digits *g, conv *c, long m) {
+/* m: the modulus (1: none); frac: a number (d: the fraction digits m counts). */
+static bool dg_init(digits *g, conv *c, long m, bool frac, int d) {
     memset(g, 0, sizeof *g);
     g->c = c;
     g->m = m;
+    g->frac = frac;
+    g->d = frac ? d : 0;
     if (m == 1) return true;
-    size_t n = (size_t)(INT_DIGITS + 1) * (size_t)m;
+    size_t n = (size_t)(INT_DIGITS + 1) * (size_t)m, nf = (size_t)(g->d + 1) * (size_t)m;
     g->free_rule = pkv_calloc(n, sizeof *g->free_rule);
     g->ok = pkv_calloc(n, sizeof *g->ok);
-    if (!g->free_rule || !g->ok) return false;
-    g->ok[0] = true;
+    g->frac_rule = pkv_calloc(nf, sizeof *g->frac_rule);
+    g->frac_ok = pkv_calloc(nf, sizeof *g->frac_ok);
+    if (!g->free_rule || !g->ok || !g->frac_rule || !g->frac_ok) return false;
+    g->p10[0] = 1 % m;
+    for (int j = 1; j <= FRAC_DIGITS; j++) g->p10[j] = g->p10[j - 1] * 10 % m;
+    g->frac_ok[0] = true;
+    for (int j = 1; j <= g->d; j++)
+        for (long r = 0; r < m; r++)
+            for (int e = 0; e < 10 && !g->frac_ok[j * m + r]; e++)
+                g->frac_ok[j * m + r] = g->frac_ok[(j - 1) * m + (10 * r + e) % m];
+    for (long r = 0; r < m; r++) g->ok[r] = frac ? frac_can(g, 0, r) : r == 0;
     for (int k = 1; k <= INT_DIGITS; k++)
         for (long r = 0; r < m; r++)
-            for (int d = 0; d < 10 && !g->ok[k * m + r]; d++) g->ok[k * m + r] = g->ok[(k - 1) * m + (10 * r + d) % m];
+            for (int e = 0; e < 10 && !g->ok[k * m + r]; e++) g->ok[k * m + r] = g->ok[(k - 1) * m + (10 * r + e) % m];
     return true;
 }
 
 static void dg_free_all(digits *g) {
     pkv_free(g->free_rule);
     pkv_free(g->ok);
+    pkv_free(g->frac_rule);
+    pkv_free(g->frac_ok);
 }
 
 /* One bound of a number: inclusive or exclusive, from minimum/maximum and the
  * exclusive keywords (a number since draft 6, a boolean in draft 4 and OpenAPI 3.0). */
 typedef struct bound {
     bool set, excl;
-    double v;
+    dec v;
     const char *kw; /* the keyword it came from, for messages */
 } bound;
 
@@ -674,7 +974,7 @@ static bool read_bound(conv *c, const jval *s, const char *path, bool upper, bou
     if (in) {
         path_join(p, sizeof p, path, kin);
         if (in->k != JN_NUM) return cfail(c, p, "'%s' must be a number", kin);
-        *b = (bound){.set = true, .v = in->num, .kw = kin};
+        *b = (bound){.set = true, .v = dec_parse(in->s), .kw = kin};
     }
     if (ex) {
         path_join(p, sizeof p, path, kex);
@@ -683,8 +983,9 @@ static bool read_bound(conv *c, const jval *s, const char *path, bool upper, bou
             if (ex->b) b->excl = true, b->kw = kex;
         } else if (ex->k == JN_NUM) {
             /* both given: the stricter one applies */
-            if (!b->set || (upper ? ex->num <= b->v : ex->num >= b->v))
-                *b = (bound){.set = true, .excl = true, .v = ex->num, .kw = kex};
+            dec e = dec_parse(ex->s);
+            int cmp = b->set ? dec_cmp(&e, &b->v) : 0;
+            if (!b->set || (upper ? cmp <= 0 : cmp >= 0)) *b = (bound){.set = true, .excl = true, .v = e, .kw = kex};
         } else {
             return cfail(c, p, "'%s' must be a number (or a boolean, draft 4)", kex);
         }
@@ -701,27 +1002,77 @@ static bool num_format(conv *c, const jval *s, const char *path, bound *lo, boun
     path_join(p, sizeof p, path, "format");
     if (f->k != JN_STR) return cfail(c, p, "'format' must be a string");
     if (!strcmp(f->s, "int32")) {
-        if (!lo->set || lo->v < -2147483648.0) *lo = (bound){.set = true, .v = -2147483648.0, .kw = "format"};
-        if (!hi->set || hi->v > 2147483647.0) *hi = (bound){.set = true, .v = 2147483647.0, .kw = "format"};
+        dec l = dec_int(-2147483648ll), h = dec_int(2147483647ll);
+        if (!lo->set || dec_cmp(&lo->v, &l) < 0) *lo = (bound){.set = true, .v = l, .kw = "format"};
+        if (!hi->set || dec_cmp(&hi->v, &h) > 0) *hi = (bound){.set = true, .v = h, .kw = "format"};
         return true;
     }
     if (!strcmp(f->s, "int64") || !strcmp(f->s, "float") || !strcmp(f->s, "double")) return true;
     return cfail(c, p, "format '%s' on a number is not supported (supported: int32, int64, float, double)", f->s);
 }
 
-static bool read_multiple(conv *c, const jval *s, const char *path, long *m) {
+static long gcd10(long m) { return m % 10 == 0 ? 10 : m % 5 == 0 ? 5 : m % 2 == 0 ? 2 : 1; }
+
+/* multipleOf as m / 10^d, exactly from its text (m an integer): on an integer, value x
+ * 10^d a multiple of m is value a multiple of m / gcd(m, 10^d) (d = 0 then); on a
+ * number, d past the 16 fraction digits is folded into m the same way. text: the
+ * keyword's text, for messages. */
+static bool read_multiple(conv *c, const jval *s, const char *path, bool integer, long *m, int *d, const char **text) {
     const jval *v = jget(s, "multipleOf");
-    *m = 1;
+    *m = 1, *d = integer ? 0 : FRAC_DIGITS, *text = "1";
     if (!v) return true;
     char p[1024];
     path_join(p, sizeof p, path, "multipleOf");
-    if (v->k != JN_NUM || !(v->num > 0)) return cfail(c, p, "'multipleOf' must be a number above 0");
-    if (floor(v->num) != v->num)
-        return cfail(c, p, "'multipleOf' %s is not supported: only integer multiples are enforced", v->s);
-    if (v->num > SCHEMA_MAX_MULTIPLE)
-        return cfail(c, p, "'multipleOf' %s is above the limit of %d (each remainder is a grammar rule per digit)", v->s,
-                     SCHEMA_MAX_MULTIPLE);
-    *m = (long)v->num;
+    mant mt;
+    long z, l;
+    if (v->k == JN_NUM) mant_read(v->s, &mt);
+    if (v->k != JN_NUM || mt.neg || !mant_span(&mt, &z, &l)) return cfail(c, p, "'multipleOf' must be a number above 0");
+    *text = v->s;
+    long e = mt.point - (l + 1), mm = 0, dd = e < 0 ? -e : 0; /* the value is digits z..l times 10^e */
+    if (l - z + 1 + (e > 0 ? e : 0) <= 9) {
+        for (long i = z; i <= l; i++) mm = 10 * mm + mant_digit(&mt, i);
+        for (long i = 0; i < e; i++) mm *= 10;
+        for (; dd > (integer ? 0 : FRAC_DIGITS) && gcd10(mm) > 1; dd--) mm /= gcd10(mm);
+    }
+    if (!mm || mm > SCHEMA_MAX_MULTIPLE_STATES)
+        return cfail(c, p,
+                     "'multipleOf' %s is above the limit of %d remainders (m in multipleOf = m / 10^d; each "
+                     "remainder is a grammar rule per digit)",
+                     v->s, SCHEMA_MAX_MULTIPLE_STATES);
+    *m = mm;
+    *d = integer ? 0 : dd < FRAC_DIGITS ? (int)dd : FRAC_DIGITS;
+    return true;
+}
+
+/* The limit of remainder states was reached: refused naming multipleOf (and the bounds
+ * it was intersected with). */
+static int multiple_over(conv *c, const char *path, const char *text, const bound *lo, const bound *hi) {
+    char p[1024];
+    path_join(p, sizeof p, path, "multipleOf");
+    if (lo->set || hi->set)
+        return cfail(c, p,
+                     "'multipleOf' %s within the bounds ('%s', '%s') needs more than the limit of %d remainder "
+                     "states (a grammar rule per digit position and remainder)",
+                     text, lo->kw ? lo->kw : "-", hi->kw ? hi->kw : "-", SCHEMA_MAX_MULTIPLE_STATES), -1;
+    return cfail(c, p,
+                 "'multipleOf' %s needs more than the limit of %d remainder states (a grammar rule per digit "
+                 "position and remainder); bounds with fewer digits ('minimum', 'maximum') need fewer",
+                 text, SCHEMA_MAX_MULTIPLE_STATES), -1;
+}
+
+/* The smallest (upper: largest) integer within a bound, clamped to 16 digits; false
+ * if none of 16 digits is. */
+static bool int_bound(const bound *b, bool upper, int64_t *out) {
+    *out = upper ? INT_LIMIT : -INT_LIMIT;
+    if (!b->set) return true;
+    const dec *x = &b->v;
+    if (x->big) return upper ? !x->neg : x->neg;
+    int64_t v = x->neg ? -x->ip : x->ip;
+    if (!x->nf) v += b->excl ? (upper ? -1 : 1) : 0;
+    else if (upper) v -= x->neg; /* floor */
+    else v += !x->neg;           /* ceil */
+    if (upper ? v < -INT_LIMIT : v > INT_LIMIT) return false;
+    if (upper ? v < INT_LIMIT : v > -INT_LIMIT) *out = v;
     return true;
 }
 
@@ -729,40 +1080,44 @@ static bool read_multiple(conv *c, const jval *s, const char *path, long *m) {
 static int gen_integer(conv *c, const jval *s, const char *path) {
     bound blo, bhi;
     long m;
-    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m) ||
-        !num_format(c, s, path, &blo, &bhi))
+    int d;
+    const char *mtext;
+    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) ||
+        !read_multiple(c, s, path, true, &m, &d, &mtext) || !num_format(c, s, path, &blo, &bhi))
         return -1;
     int r;
-    if (!blo.set && !bhi.set && m == 1) {
+    if (!blo.set && !bhi.set && !jget(s, "multipleOf")) {
         r = rule_id(c);
         sb_printf(&c->g, "r%d ::= integer\n", r);
         return r;
     }
-    /* the smallest and largest integer inside the bounds, clamped to 16 digits */
-    double lo = !blo.set ? -1e300 : blo.excl ? floor(blo.v) + 1 : ceil(blo.v);
-    double hi = !bhi.set ? 1e300 : bhi.excl ? ceil(bhi.v) - 1 : floor(bhi.v);
-    if (lo > (double)INT_LIMIT || hi < -(double)INT_LIMIT || lo > hi)
+    /* the smallest and largest integer inside the bounds, exactly, clamped to 16 digits */
+    int64_t ilo, ihi;
+    if (!int_bound(&blo, false, &ilo) || !int_bound(&bhi, true, &ihi) || ilo > ihi)
         return cfail(c, path, "no integer of at most 16 digits satisfies the bounds ('%s', '%s')",
                      blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-"), -1;
-    int64_t ilo = lo < -(double)INT_LIMIT ? -INT_LIMIT : (int64_t)lo, ihi = hi > (double)INT_LIMIT ? INT_LIMIT : (int64_t)hi;
     digits g;
     sbuf alts = {0}, neg = {0};
     r = -1;
-    if (!dg_init(&g, c, m)) {
+    if (!dg_init(&g, c, m, false, 0)) {
         cfail(c, path, "out of memory");
         goto out;
     }
     bool any = ihi >= 0 && dg_uint(&g, &alts, ilo > 0 ? ilo : 0, ihi);
-    if (ilo < 0 && dg_uint(&g, &neg, ihi < -1 ? -ihi : 1, -ilo)) {
+    if (ilo < 0 && dg_uint(&g, &neg, ihi < -1 ? -ihi : 1, -ilo) && neg.p) {
         sb_printf(&alts, "%s\"-\" (%s)", any ? " | " : "", neg.p);
         any = true;
     }
+    if (g.over) {
+        multiple_over(c, path, mtext, &blo, &bhi);
+        goto out;
+    }
     if (!any) {
-        cfail(c, path, "no integer in [%lld, %lld] is a multiple of %ld", (long long)ilo, (long long)ihi, m);
+        cfail(c, path, "no integer in [%lld, %lld] is a multiple of %s", (long long)ilo, (long long)ihi, mtext);
         goto out;
     }
     r = rule_id(c);
-    sb_printf(&c->g, "r%d ::= %s\n", r, alts.p);
+    sb_printf(&c->g, "r%d ::= %s\n", r, alts.p ? alts.p : "\"\"");
     if (alts.oom || neg.oom) c->g.oom = true;
 out:
     dg_free_all(&g);
@@ -771,83 +1126,102 @@ out:
     return r;
 }
 
-/* Fraction parts of a number: any, zero (or none), or with a nonzero digit. */
-#define FRAC_ANY " (\".\" [0-9]{1,16})?"
-#define FRAC_ZERO " (\".\" \"0\"{1,16})?"
-#define FRAC_NONZERO " \".\" \"0\"{0,15} [1-9] [0-9]{0,15}"
-
-/* One piece of a bounded number: sign, integer part in [a, b], fraction. */
-static void num_piece(digits *g, sbuf *o, bool *first, bool neg, int64_t a, int64_t b, const char *frac) {
-    if (a > b) return;
+/* A number whose integer part is the literal I (a bound's), its fraction compared
+ * with the bound(s) digit by digit. */
+static void num_lit(digits *g, sbuf *o, bool *first, bool neg, int64_t I, bool tl, bool th) {
     sbuf t = {0};
-    if (!dg_uint(g, &t, a, b)) return;
-    sb_printf(o, "%s%s(%s)%s", *first ? "" : " | ", neg ? "\"-\" " : "", t.p, frac);
-    *first = false;
+    sb_printf(&t, "%s\"%lld\"", neg ? "\"-\" " : "", (long long)I);
+    if (frac_tight(g, &t, 0, (long)(I % g->m), tl, th) && t.p) {
+        sb_printf(o, "%s%s", *first ? "" : " | ", t.p);
+        *first = false;
+    }
     if (t.oom) o->oom = true;
     pkv_free(t.p);
 }
 
-/* The pieces of u = I + f >= 0 (I the integer part, f the fraction) within integer
- * bounds lo..hi: I strictly inside with any fraction, I = lo with a nonzero fraction
- * when lo is exclusive, I = hi with a zero fraction when hi is inclusive. neg: the
- * pieces are written with "-" (u = -value), and -0 itself is left out. */
-static void num_pieces(digits *g, sbuf *o, bool *first, bool neg, bool has_lo, int64_t lo, bool lo_excl, bool has_hi,
-                       int64_t hi, bool hi_excl) {
-    int64_t a = has_lo ? (lo_excl ? lo + 1 : lo) : 0, b = has_hi ? hi - 1 : INT_LIMIT;
-    if (a < 0) a = 0;
-    if (neg && a == 0) {
-        if (b >= 0) num_piece(g, o, first, neg, 0, 0, FRAC_NONZERO);
-        a = 1;
+/* One sign's numbers u = |value| with lo <(=) u <(=) hi (lo >= 0; hi >= 0, or NULL:
+ * none within 16 digits): the integer part strictly between the bounds' with any
+ * fraction (the remainder automaton carrying into it), or equal to a bound's with
+ * the fraction compared digit by digit. neg: written with "-". */
+static void num_side(digits *g, sbuf *o, bool *first, bool neg, const dec *lo, bool lo_excl, const dec *hi,
+                     bool hi_excl) {
+    if (lo->big) return;
+    if (hi) {
+        int c = dec_mag_cmp(lo, hi);
+        if (c > 0 || (c == 0 && (lo_excl || hi_excl))) return;
     }
-    num_piece(g, o, first, neg, a, b, FRAC_ANY);
-    if (has_lo && lo_excl && lo >= 0 && (!has_hi || lo < hi)) num_piece(g, o, first, neg, lo, lo, FRAC_NONZERO);
-    if (has_hi && !hi_excl && hi >= (neg ? 1 : 0) && (!has_lo || hi > lo || (hi == lo && !lo_excl)))
-        num_piece(g, o, first, neg, hi, hi, FRAC_ZERO);
+    int64_t a = lo->ip + 1, b = hi ? hi->ip - 1 : INT_LIMIT;
+    sbuf t = {0};
+    if (a <= b && dg_uint(g, &t, a, b) && t.p) {
+        sb_printf(o, "%s%s(%s)", *first ? "" : " | ", neg ? "\"-\" " : "", t.p);
+        if (g->m == 1) frac_free(g, o, 0, 0);
+        *first = false;
+    }
+    if (t.oom) o->oom = true;
+    pkv_free(t.p);
+    g->flo = lo, g->flo_excl = lo_excl, g->fhi = hi, g->fhi_excl = hi_excl;
+    if (hi && hi->ip == lo->ip) {
+        num_lit(g, o, first, neg, lo->ip, true, true);
+    } else {
+        num_lit(g, o, first, neg, lo->ip, true, false);
+        if (hi) num_lit(g, o, first, neg, hi->ip, false, true);
+    }
 }
 
-/* The rule of the numbers allowed by s's bounds (integer bounds only, exactly; no
- * exponent is written when bounds are given). multipleOf makes it an integer. */
+/* The rule of the numbers allowed by s's bounds and multipleOf, exactly: the decimal
+ * text is compared with the bounds (any bound: an integer, a fraction, an exponent
+ * form) and its digits run through the remainder automaton. With bounds or a multiple
+ * no exponent is written, and -0 is not. */
 static int gen_number(conv *c, const jval *s, const char *path) {
     bound blo, bhi;
     long m;
-    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) || !read_multiple(c, s, path, &m) ||
-        !num_format(c, s, path, &blo, &bhi))
+    int d;
+    const char *mtext;
+    if (!read_bound(c, s, path, false, &blo) || !read_bound(c, s, path, true, &bhi) ||
+        !read_multiple(c, s, path, false, &m, &d, &mtext) || !num_format(c, s, path, &blo, &bhi))
         return -1;
-    if (jget(s, "multipleOf")) return gen_integer(c, s, path);
     int r;
-    if (!blo.set && !bhi.set) {
+    if (!blo.set && !bhi.set && !jget(s, "multipleOf")) {
         r = rule_id(c);
         sb_printf(&c->g, "r%d ::= number\n", r);
         return r;
     }
-    for (int i = 0; i < 2; i++) {
-        bound *b = i ? &bhi : &blo;
-        if (b->set && floor(b->v) != b->v) {
-            char p[1024];
-            path_join(p, sizeof p, path, b->kw);
-            return cfail(c, p, "'%s' %g on a number is not supported: a number's bounds are enforced only when they are integers",
-                         b->kw, b->v), -1;
-        }
-    }
-    /* bounds beyond 16 digits are no bound (the grammar writes at most 16) */
-    bool has_lo = blo.set && blo.v >= -(double)INT_LIMIT, has_hi = bhi.set && bhi.v <= (double)INT_LIMIT;
-    if ((blo.set && blo.v > (double)INT_LIMIT) || (bhi.set && bhi.v < -(double)INT_LIMIT))
-        return cfail(c, path, "no number with at most 16 integer digits satisfies the bounds"), -1;
-    int64_t lo = has_lo ? (int64_t)blo.v : 0, hi = has_hi ? (int64_t)bhi.v : 0;
     digits g;
-    dg_init(&g, c, 1);
     sbuf o = {0};
     bool first = true;
-    num_pieces(&g, &o, &first, false, has_lo, lo, blo.excl, has_hi, hi, bhi.excl);
-    num_pieces(&g, &o, &first, true, has_hi, -hi, bhi.excl, has_lo, -lo, blo.excl);
     r = -1;
-    if (first) {
-        cfail(c, path, "no number satisfies the bounds ('%s', '%s')", blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-");
+    if (!dg_init(&g, c, m, true, d)) {
+        cfail(c, path, "out of memory");
+        goto out;
+    }
+    /* value >= 0: u = value from max(lo, 0); value < 0: u = -value from max(-hi, 0
+     * exclusive) (no -0), up to -lo */
+    dec zero = dec_int(0), plo = zero, nlo = zero, phi, nhi;
+    bool plo_x = false, nlo_x = true, pos = true, negs = true;
+    if (blo.set && !blo.v.neg) plo = blo.v, plo_x = blo.excl, negs = false;
+    if (bhi.set && bhi.v.neg) nlo = dec_neg(bhi.v), nlo_x = bhi.excl, pos = false;
+    if (bhi.set) phi = bhi.v;
+    if (blo.set) nhi = dec_neg(blo.v);
+    bool has_phi = bhi.set && !bhi.v.big, has_nhi = blo.set && !blo.v.big;
+    if (pos) num_side(&g, &o, &first, false, &plo, plo_x, has_phi ? &phi : NULL, bhi.excl);
+    if (negs) num_side(&g, &o, &first, true, &nlo, nlo_x, has_nhi ? &nhi : NULL, blo.excl);
+    if (g.over) {
+        multiple_over(c, path, mtext, &blo, &bhi);
+    } else if (first) {
+        if (jget(s, "multipleOf"))
+            cfail(c, path,
+                  "no number with at most 16 integer and 16 fraction digits satisfies the bounds ('%s', '%s') and "
+                  "'multipleOf' %s",
+                  blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-", mtext);
+        else
+            cfail(c, path, "no number satisfies the bounds ('%s', '%s')", blo.kw ? blo.kw : "-", bhi.kw ? bhi.kw : "-");
     } else {
         r = rule_id(c);
-        sb_printf(&c->g, "r%d ::= %s\n", r, o.p);
+        sb_printf(&c->g, "r%d ::= %s\n", r, o.p ? o.p : "\"\"");
     }
+out:
     if (o.oom) c->g.oom = true;
+    dg_free_all(&g);
     pkv_free(o.p);
     return r;
 }

@@ -35,7 +35,9 @@ function validator(schema) {
   delete s.$schema;
   const text = JSON.stringify(s);
   const draft7 = /"additionalItems"|"items":\[/.test(text);
-  const v = draft7 ? new Ajv({ strict: false, allErrors: true }) : new Ajv2020({ strict: false, allErrors: true });
+  // multipleOfPrecision: ajv divides in doubles (1.15 / 0.01 is 114.99999999999999)
+  const opts = { strict: false, allErrors: true, multipleOfPrecision: 9 };
+  const v = draft7 ? new Ajv(opts) : new Ajv2020(opts);
   addFormats(v);
   return v.compile(s);
 }
@@ -55,6 +57,9 @@ function person(strict) {
     id: z.number().int(),
     age: z.number().int().positive().max(150),
     score: z.number().positive(),
+    price: z.number().min(0.5).max(99.5),
+    ratio: z.number().positive().multipleOf(0.01),
+    step: z.number().int().min(-1000).max(1000).multipleOf(250),
     email: z.string().email(),
     uid: z.string().uuid(),
     site: z.string().url(),
