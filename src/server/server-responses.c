@@ -392,6 +392,20 @@ static bool turn_end(srv *s, int32_t id) {
  * reformats tool calls, the instructions changed, the answer was trimmed or had
  * bytes that are not UTF-8, ...), or on any failure: the caller falls back to
  * cutting the context where the tokens first differ. */
+/* A splice's result: the stored context's tokens (k's, taken) and the new ones
+ * (*out); false, with *out freed, when nothing is new. */
+static bool take_splice(peek *k, int32_t **all, int64_t *n_ctx_toks, int32_t **out, int *n_out) {
+    if (*n_out == 0) {
+        free(*out);
+        *out = NULL;
+        return false;
+    }
+    *all = k->toks;
+    *n_ctx_toks = k->n;
+    k->toks = NULL;
+    return true;
+}
+
 static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const char *text, size_t len,
                           const size_t *spans, size_t n_spans, int32_t **all, int64_t *n_ctx_toks, int32_t **out,
                           int *n_out) {
@@ -452,15 +466,7 @@ static bool splice_prompt(srv *s, int64_t ctx_id, const prev_prompt *prev, const
         memmove(*out, *out + 1, (size_t)(*n_out - 1) * sizeof **out);
         (*n_out)--;
     }
-    if (*n_out == 0) {
-        free(*out);
-        *out = NULL;
-        goto done;
-    }
-    *all = k.toks;
-    *n_ctx_toks = k.n;
-    k.toks = NULL;
-    ok = true;
+    ok = take_splice(&k, all, n_ctx_toks, out, n_out);
 done:
     free(k.toks);
     free(raw);
@@ -590,15 +596,7 @@ static bool splice_generated(srv *s, json_t *chat, json_t *msgs, size_t at, int6
     bool tk = srv_tokenize_part(s, text + off, len - off, false, sp, ns, out, n_out, &tmp);
     free(sp);
     if (!tk) goto done;
-    if (*n_out == 0) {
-        free(*out);
-        *out = NULL;
-        goto done;
-    }
-    *all = k.toks;
-    *n_ctx_toks = k.n;
-    k.toks = NULL;
-    ok = true;
+    ok = take_splice(&k, all, n_ctx_toks, out, n_out);
 done:
     json_decref(tmp.json);
     json_decref(c);
@@ -1466,6 +1464,32 @@ static void count_followup(srv *s, const char *prev, bool spliced, bool as_gener
                 prev, (long long)keep, n_prompt);
 }
 
+/* The request's prompt once its context is prepared: with a splice, the new
+ * turn's tokens (sfx, taken) after the stored context's; otherwise the rendered
+ * prompt less the p->keep tokens the context already holds. j->n_prompt is the
+ * whole prompt's length, j->ids (ret_ids) its tokens; false when out of memory. */
+static bool adopt_prompt(resp_job *j, srv_req *r, const prep *p, const int32_t *ctx_toks, int64_t n_ctx_toks,
+                         int32_t **sfx, int n_sfx, bool ret_ids) {
+    if (p->splice) {
+        j->n_prompt = (int)(n_ctx_toks + n_sfx);
+        if (ret_ids && (j->ids = malloc((size_t)j->n_prompt * sizeof *j->ids))) {
+            memcpy(j->ids, ctx_toks, (size_t)n_ctx_toks * sizeof *j->ids);
+            memcpy(j->ids + n_ctx_toks, *sfx, (size_t)n_sfx * sizeof *j->ids);
+        }
+        free(r->prompt);
+        r->prompt = *sfx;
+        r->n_prompt = n_sfx;
+        *sfx = NULL;
+    } else {
+        j->n_prompt = r->n_prompt;
+        if (ret_ids && (j->ids = malloc((size_t)j->n_prompt * sizeof *j->ids)))
+            memcpy(j->ids, r->prompt, (size_t)j->n_prompt * sizeof *j->ids);
+        memmove(r->prompt, r->prompt + p->keep, (size_t)(r->n_prompt - p->keep) * sizeof *r->prompt);
+        r->n_prompt -= (int)p->keep;
+    }
+    return !ret_ids || j->ids;
+}
+
 static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
     json_t *chat = chat_fields(s, b, o);
     if (!chat) return;
@@ -1585,24 +1609,7 @@ static void create(srv *s, json_t *b, const srv_conn *conn, srv_out *o) {
         goto fail;
     }
     j->ctx_id = p.id;
-    if (p.splice) { /* the prompt is the stored context's tokens, then the new turn's */
-        j->n_prompt = (int)(n_ctx_toks + n_sfx);
-        if (ret_ids && (j->ids = malloc((size_t)j->n_prompt * sizeof *j->ids))) {
-            memcpy(j->ids, ctx_toks, (size_t)n_ctx_toks * sizeof *j->ids);
-            memcpy(j->ids + n_ctx_toks, sfx, (size_t)n_sfx * sizeof *j->ids);
-        }
-        free(r->prompt);
-        r->prompt = sfx;
-        r->n_prompt = n_sfx;
-        sfx = NULL;
-    } else {
-        j->n_prompt = r->n_prompt;
-        if (ret_ids && (j->ids = malloc((size_t)j->n_prompt * sizeof *j->ids)))
-            memcpy(j->ids, r->prompt, (size_t)j->n_prompt * sizeof *j->ids);
-        memmove(r->prompt, r->prompt + p.keep, (size_t)(r->n_prompt - p.keep) * sizeof *r->prompt);
-        r->n_prompt -= (int)p.keep;
-    }
-    if (ret_ids && !j->ids) {
+    if (!adopt_prompt(j, r, &p, ctx_toks, n_ctx_toks, &sfx, n_sfx, ret_ids)) {
         srv_error(o, 500, "out of memory");
         goto fail;
     }
