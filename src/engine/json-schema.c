@@ -669,6 +669,29 @@ static bool frac_end(const digits *g, int i, long r) {
 /* Any fraction from position i (0: before the '.') with remainder r that ends at
  * remainder 0 and has at most FRAC_DIGITS digits, those from position d on zeros.
  * Appended to o (space first); false if none. */
+static bool dg_free(digits *g, sbuf *o, int k, long r);
+
+/* Alternatives "digit-class rest" over the digits from remainder r, grouped by the
+ * remainder each leads to, those where can(pos, next) holds, rest(pos, next) after
+ * each; appended to b with " | " between. */
+static void dg_alts(digits *g, sbuf *b, long r, int pos, bool (*can)(const digits *, int, long),
+                    bool (*rest)(digits *, sbuf *, int, long)) {
+    long next[10];
+    unsigned mask[10];
+    int n = dg_groups(g, r, 0, 9, next, mask);
+    bool first = true;
+    for (int k = 0; k < n; k++) {
+        if (!can(g, pos, next[k])) continue;
+        sb_add(b, first ? "" : " | ", first ? 0 : 3);
+        first = false;
+        digit_class(b, mask[k]);
+        rest(g, b, pos, next[k]);
+    }
+}
+
+/* k free integer digits can end from remainder r */
+static bool dg_ok(const digits *g, int k, long r) { return g->ok[k * g->m + r]; }
+
 static bool frac_free(digits *g, sbuf *o, int i, long r) {
     if (!frac_can(g, i, r)) return false;
     if (i >= g->d) { /* only zeros from here on (r is 0) */
@@ -692,18 +715,8 @@ static bool frac_free(digits *g, sbuf *o, int i, long r) {
     int *fr = &g->frac_rule[i * g->m + r];
     if (!*fr) {
         if (!dg_state(g)) return false;
-        long next[10];
-        unsigned mask[10];
-        int n = dg_groups(g, r, 0, 9, next, mask);
         sbuf b = {0};
-        bool first = true;
-        for (int k = 0; k < n; k++) {
-            if (!frac_can(g, i + 1, next[k])) continue;
-            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
-            first = false;
-            digit_class(&b, mask[k]);
-            frac_free(g, &b, i + 1, next[k]);
-        }
+        dg_alts(g, &b, r, i + 1, frac_can, frac_free);
         if (!g->over) {
             bool end = frac_end(g, i, r);
             *fr = rule_id(g->c);
@@ -800,18 +813,8 @@ static bool dg_free(digits *g, sbuf *o, int k, long r) {
     int *fr = &g->free_rule[k * g->m + r];
     if (!*fr) {
         if (!dg_state(g)) return false;
-        long next[10];
-        unsigned mask[10];
-        int n = dg_groups(g, r, 0, 9, next, mask);
         sbuf b = {0};
-        bool first = true;
-        for (int i = 0; i < n; i++) {
-            if (!g->ok[(k - 1) * g->m + next[i]]) continue;
-            sb_add(&b, first ? "" : " | ", first ? 0 : 3);
-            first = false;
-            digit_class(&b, mask[i]);
-            dg_free(g, &b, k - 1, next[i]);
-        }
+        dg_alts(g, &b, r, k - 1, dg_ok, dg_free);
         if (!g->over) {
             *fr = rule_id(g->c);
             sb_printf(&g->c->g, "r%d ::= %s\n", *fr, b.p ? b.p : "\"\"");
