@@ -99,6 +99,16 @@ static bool mc_run(pkv_model *m, pkv_kv_cache *c, float *lg, int32_t *toks) {
     return ok;
 }
 
+/* The reference: the model of `arch` (mc_make; "qwen35": mc_make_qwen35) on one
+ * CPU device, its cache, and its logits and tokens (mc_run); false on failure. */
+static bool mc_reference(pkv_type t, const char *arch, pkv_model **single, pkv_kv_cache **sc, float *lg, int32_t *toks) {
+    if (!strcmp(arch, "qwen35")) mc_make_qwen35(t);
+    else mc_make(t, arch);
+    *single = mc_load("cpu", NULL, false);
+    *sc = *single ? mc_cache(*single) : NULL;
+    return *sc && mc_run(*single, *sc, lg, toks);
+}
+
 /* Split logits against single-device logits within tol (nmse); greedy tokens equal. */
 static void mc_compare(const char *what, const char *devices, const char *split, bool host, const float *ref_lg,
                        const int32_t *ref_toks, double tol) {

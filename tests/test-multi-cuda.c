@@ -17,11 +17,9 @@ int main(void) {
     pkv_device_close(v);
     static float ref_lg[MNG * MV];
     int32_t ref_toks[MNG];
-    mc_make(PKV_TYPE_F16, "qwen3");
-    pkv_model *single = mc_load("cpu", NULL, false);
-    pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
-    REQUIRE(sc != NULL);
-    REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+    pkv_model *single = NULL;
+    pkv_kv_cache *sc = NULL;
+    REQUIRE(mc_reference(PKV_TYPE_F16, "qwen3", &single, &sc, ref_lg, ref_toks));
     mc_compare("cuda:0 alone", "cuda:0", NULL, false, ref_lg, ref_toks, 1e-8);
     mc_compare("cpu,cuda:0", "cpu,cuda:0", NULL, false, ref_lg, ref_toks, 1e-8);
     mc_compare("cpu,cuda:0 --kv-on-host", "cpu,cuda:0", NULL, true, ref_lg, ref_toks, 1e-8);
@@ -36,11 +34,7 @@ int main(void) {
     pkv_kv_cache_free(sc);
     pkv_model_free(single);
     /* qwen35: gated delta-net layers split by key-head groups with their recurrent state */
-    mc_make_qwen35(PKV_TYPE_F16);
-    single = mc_load("cpu", NULL, false);
-    sc = single ? mc_cache(single) : NULL;
-    REQUIRE(sc != NULL);
-    REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+    REQUIRE(mc_reference(PKV_TYPE_F16, "qwen35", &single, &sc, ref_lg, ref_toks));
     mc_compare("qwen35 cpu,cuda:0", "cpu,cuda:0", NULL, false, ref_lg, ref_toks, 1e-8);
     mc_compare("qwen35 cuda:0,cpu --kv-on-host", "cuda:0,cpu", NULL, true, ref_lg, ref_toks, 1e-8);
     mc_kv_ops("cpu,cuda:0", true, single, sc, false);

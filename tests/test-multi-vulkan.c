@@ -19,11 +19,9 @@ int main(void) {
     mc_kv_k = q ? PKV_TYPE_Q8_0 : PKV_TYPE_F16;
     mc_kv_v = q ? PKV_TYPE_Q4_0 : PKV_TYPE_F16;
     if (q) fprintf(stderr, "KV K q8_0, V q4_0:\n");
-    mc_make(PKV_TYPE_F16, "qwen3");
-    pkv_model *single = mc_load("cpu", NULL, false);
-    pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
-    REQUIRE(sc != NULL);
-    REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+    pkv_model *single = NULL;
+    pkv_kv_cache *sc = NULL;
+    REQUIRE(mc_reference(PKV_TYPE_F16, "qwen3", &single, &sc, ref_lg, ref_toks));
     mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, tol);
     mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, tol);
     mc_compare("vulkan:0 alone", "vulkan:0", NULL, false, ref_lg, ref_toks, tol);
@@ -39,11 +37,9 @@ int main(void) {
     {
         mc_kv_k = mc_kv_v = PKV_TYPE_F16;
         fprintf(stderr, "qwen35 f16:\n");
-        mc_make_qwen35(PKV_TYPE_F16);
-        pkv_model *single = mc_load("cpu", NULL, false);
-        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
-        REQUIRE(sc != NULL);
-        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(PKV_TYPE_F16, "qwen35", &single, &sc, ref_lg, ref_toks));
         mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
         mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
         mc_compare("vulkan:0,cpu --split 1,3", "vulkan:0,cpu", "1,3", false, ref_lg, ref_toks, 1e-8);
@@ -58,11 +54,9 @@ int main(void) {
         mc_kv_k = mc_kv_v = PKV_TYPE_F16;
         mc_n_head_kv = 1;
         fprintf(stderr, "gemma3, one KV head (replicated):\n");
-        mc_make(PKV_TYPE_F16, "gemma3");
-        pkv_model *single = mc_load("cpu", NULL, false);
-        pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
-        REQUIRE(sc != NULL);
-        REQUIRE(mc_run(single, sc, ref_lg, ref_toks));
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(PKV_TYPE_F16, "gemma3", &single, &sc, ref_lg, ref_toks));
         mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
         mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
         mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
