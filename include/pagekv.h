@@ -414,6 +414,11 @@ typedef struct pkv_kv_params {
     int rope_yarn_n_ctx_orig;         /* the original context length; > 0 with YaRN */
     float rope_yarn_beta_fast;        /* 0 = 32 */
     float rope_yarn_beta_slow;        /* 0 = 1 */
+    /* LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): the per-pair frequency factors
+     * cached K was rotated with (pair i's angle divided by rope_factors[i]),
+     * f32 [rope_n_rot / 2], each finite and > 0; copied, part of the layout's
+     * fingerprint; the shift turns K with them. NULL = none. */
+    const float *rope_factors;
     /* Recurrent layers (pkv_kv_layer_desc.state_per_head > 0; ignored without):
      * state slots on every storage device; a resident sequence holds one, each kept
      * checkpoint one (checkpoints are dropped, oldest first, when a sequence needs a
@@ -461,6 +466,9 @@ int pkv_kv_layout_page_size(const pkv_kv_layout *l);
 /* A hash of the geometry (layers, heads, head sizes, dtypes, page size); sharding
  * and devices are not part of it. Equal fingerprints = files are interchangeable. */
 uint64_t pkv_kv_layout_fingerprint(const pkv_kv_layout *l);
+/* The frequency factors K is rotated with (pkv_kv_params.rope_factors), f32
+ * [*n]; NULL (and *n = 0) when none. n may be NULL. */
+const float *pkv_kv_layout_rope_factors(const pkv_kv_layout *l, int *n);
 
 typedef struct pkv_kv_layer_info {
     int n_kv_heads, head_dim_k, head_dim_v;
@@ -1084,6 +1092,12 @@ typedef struct pkv_mkmodel_params {
      * template; qwen3 only. Not for the architectures with their own writer
      * (gemma3 vision, gemma4, qwen35, ...) */
     const char *pooling;
+    /* phi3: LongRoPE over an original context of this many tokens (Phi-3-128k's
+     * layout): rope_factors_short.weight (random factors in [1.1, 1.9]) and
+     * rope_factors_long.weight (in [2, 14]), rope.scaling.original_context_length and
+     * rope.scaling.attn_factor sqrt(1 + ln(n_ctx / it) / ln(it)) (1 where n_ctx is
+     * not larger), as llama.cpp's converter writes them; 0 = none */
+    int rope_orig_ctx;
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

@@ -161,6 +161,12 @@ typedef struct ref_hparams {
     int rope_pairs_full;             /* the full layers turn their first rope_pairs_full pairs; 0 = all */
     int n_shared_kv;                 /* the last layers, which reuse an earlier layer's KV */
     int n_embd_per_layer;            /* P, per-layer embeddings; 0 = none */
+    /* LongRoPE (phi3), last for the same reason: pair i's angle divided by
+     * rope_factors[i] ([head_dim / 2], kept by the caller while the model lives;
+     * NULL = none), and cos and sin of Q and K times rope_attn_factor (0 = 1); a
+     * shift turns cached K with the factors and no magnitude. Not with YaRN. */
+    const double *rope_factors;
+    double rope_attn_factor;
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -276,6 +282,24 @@ static inline void ref_rope_pairs(double *x, int n_heads, int head_dim, double p
 /* Rotates each of the n_heads heads of x (head_dim each) to position pos. */
 static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, double base, bool neox) {
     ref_rope_pairs(x, n_heads, head_dim, pos, base, neox, head_dim / 2);
+}
+
+/* LongRoPE: each of the n_heads heads of x turned to position pos, pair i by
+ * pos * base^(-2i/head_dim) / ff[i]; cos and sin times mscale (1: a pure rotation). */
+static inline void ref_rope_factors(double *x, int n_heads, int head_dim, double pos, double base, bool neox,
+                                    const double *ff, double mscale) {
+    int half = head_dim / 2;
+    for (int hd = 0; hd < n_heads; hd++) {
+        double *v = x + (size_t)hd * (size_t)head_dim;
+        for (int i = 0; i < half; i++) {
+            double theta = pos * pow(base, -2.0 * i / head_dim) / ff[i];
+            double c = cos(theta) * mscale, s = sin(theta) * mscale;
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            double x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
 }
 
 /* ref_rope with YaRN (the header above): each of the n_heads heads of x turned to
@@ -453,6 +477,10 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         (gemma3 || g4 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
         fprintf(stderr, "ref_model: bad RoPE hparams for %s (rope_freq_scale %g rope_base_swa %g: gemma3's only)\n",
                 hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
+        return NULL;
+    }
+    if (hp->rope_factors && (hp->yarn_orig_ctx > 0 || !(hp->rope_attn_factor >= 0 && hp->rope_attn_factor < INFINITY))) {
+        fprintf(stderr, "ref_model: LongRoPE factors with YaRN or attention factor %g\n", hp->rope_attn_factor);
         return NULL;
     }
     if (hp->yarn_orig_ctx < 0 || !(hp->yarn_beta_fast >= 0 && hp->yarn_beta_fast < INFINITY) ||
@@ -805,6 +833,10 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
                           hp->rope_neox, ms);
             ref_rope_yarn(m->k, L->n_kv, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
                           hp->rope_neox, ms);
+        } else if (hp->rope_factors) { /* LongRoPE: the factors, and the attention factor on q and k */
+            const double ms = hp->rope_attn_factor > 0 ? hp->rope_attn_factor : 1.0;
+            ref_rope_factors(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox, hp->rope_factors, ms);
+            if (own) ref_rope_factors(m->k, L->n_kv, D, pos * fscale, base, hp->rope_neox, hp->rope_factors, ms);
         } else {
             ref_rope_pairs(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
             if (own) ref_rope_pairs(m->k, L->n_kv, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
@@ -987,6 +1019,8 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
             if (m->hp.yarn_orig_ctx > 0) /* YaRN's angles; the magnitude is in k already */
                 ref_rope_yarn(k, L->n_kv, L->D, -(double)d, base, fscale, m->hp.yarn_orig_ctx, m->hp.yarn_beta_fast,
                               m->hp.yarn_beta_slow, m->hp.rope_neox, 1.0);
+            else if (m->hp.rope_factors) /* LongRoPE's angles; the attention factor is in k already */
+                ref_rope_factors(k, L->n_kv, L->D, -(double)d * fscale, base, m->hp.rope_neox, m->hp.rope_factors, 1.0);
             else
                 ref_rope_pairs(k, L->n_kv, L->D, -(double)d * fscale, base, m->hp.rope_neox, L->rope_pairs);
         }

@@ -106,6 +106,11 @@ static void mkmodel_usage(FILE *f) {
                "  --ssm-k-heads N          key heads (default 2; divides the value heads)\n"
                "  --ssm-head-dim N         head size of both (default 16); the conv kernel is 4\n"
                "  --mtp N                  N MTP (nextn) layers after the trunk: 'pagekv run --mtp'\n"
+               "Phi-3 with LongRoPE (--arch phi3, as Phi-3-128k, Phi-3.5, Phi-4-mini):\n"
+               "  --longrope N             rope_factors_short/long.weight (random factors) over an\n"
+               "                           original context of N tokens, its attention factor from --ctx;\n"
+               "                           a cache of more than N tokens a sequence turns with the long\n"
+               "                           factors, any other with the short ones\n"
                "Chat models (for 'pagekv serve' and special-token tests):\n"
                "  --chat-template NAME     family NAME: chatml (Qwen), llama3, llama2, mistral, gemma, phi3,\n"
                "                           deepseek. Its special tokens become control tokens at ids 256..\n"
@@ -231,6 +236,7 @@ static const pkv_cli_opt mk_options[] = {
     MK_SIZE("--ssm-k-heads", ssm_k_heads),
     MK_SIZE("--ssm-head-dim", ssm_head_dim),
     MK_SIZE("--mtp", n_mtp),
+    MK_SIZE("--longrope", rope_orig_ctx),
     MK_SIZE("--head-dim-swa", head_dim_swa),
     MK_SIZE("--kv-heads-full", n_head_kv_full),
     MK_FN("--per-layer-embd", mk_opt_per_layer_embd),

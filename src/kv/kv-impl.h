@@ -106,6 +106,8 @@ typedef struct kv_layer {
 struct pkv_kv_layout {
     int n_layers, page_size;
     kv_layer *layers; /* [n_layers] */
+    float *rope_ff;   /* [n_ff]: LongRoPE's frequency factors of K (pkv_kv_params.rope_factors); NULL = none */
+    int n_ff;
     uint64_t fingerprint;
 };
 

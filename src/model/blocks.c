@@ -217,12 +217,12 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
  * 1 + 0.1 ln(factor): llama.cpp's context divides that factor out of its attn_factor and
  * ggml's rope multiplies it back in; the product is computed once here. */
 static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
-                       pkv_tref pos) {
+                       pkv_tref pos, pkv_tref ff) {
     pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
                          .row_stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4, .n_heads = n_heads,
                          .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,
                          .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos,
-                         .mscale = hp->yarn.attn_factor};
+                         .mscale = hp->yarn.attn_factor, .ff = ff};
     if (hp->yarn.ext_factor != 0) {
         float dims[2];
         pkv_rope_yarn_corr_dims(ly->n_rot, hp->yarn.n_ctx_orig, ly->rope_base, hp->yarn.beta_fast, hp->yarn.beta_slow, dims);
@@ -233,6 +233,25 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *
     }
     pkv_rope_partial(&a, ly->rope_pairs); /* gemma4's full layers (never with YaRN: hparams refuses it) */
     return pkv_k_rope(dev, &a);
+}
+
+/* LongRoPE: the factors Q and K turn with on device d, the set (short or long) the
+ * cache's K is rotated with (pkv_kv_params.rope_factors); buf NULL without LongRoPE. */
+static pkv_status rope_factors(const pkv_fwd *f, int d, pkv_tref *out) {
+    const pkv_model *m = f->m;
+    const int n = m->longrope.n;
+    *out = R(NULL, 0);
+    if (!n) return PKV_OK;
+    int nc = 0;
+    const float *cf = pkv_kv_layout_rope_factors(pkv_kv_cache_layout(f->c), &nc);
+    for (int set = 0; cf && nc == n && set < 2; set++)
+        if (!memcmp(cf, m->longrope.host + (size_t)set * n, (size_t)n * sizeof *cf)) {
+            *out = R(m->longrope.dev[d].buf, (size_t)set * n * sizeof *cf);
+            return PKV_OK;
+        }
+    return pkv_err(PKV_ERR_INVALID, "forward: %s has LongRoPE factors (rope_factors_short/long) and the cache's K is "
+                   "rotated with %s: make the cache with pkv_model_cache_create", m->label,
+                   cf ? "other factors" : "none");
 }
 
 /* Copy n bytes between workspaces; nothing to do on the same buffer. */
@@ -396,8 +415,9 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
             PKV_CHECK_INTERNAL(sw->v_norm.buf);
             if ((s = pkv_blk_rmsnorm(dev, w->v, &sw->v_norm, w->v, T * sw->n_kv, hv, hp->rms_eps))) return s;
         }
-        pkv_tref pos = R(w->ints, pl->off_pos * 4);
-        if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (own_kv && (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))))
+        pkv_tref pos = R(w->ints, pl->off_pos * 4), ff;
+        if ((s = rope_factors(f, sw->dev, &ff)) || (s = rope(dev, hp, ly, w->q, T, sw->n_q, pos, ff)) ||
+            (own_kv && (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos, ff))))
             return s;
 
         if (split_reader) {

@@ -224,7 +224,10 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         if (!s && pkv_gguf_find_key(g, k) >= 0) s = pkv_gguf_get_str(g, k, &st, &sl);
         const bool yarn = !s && sl == 4 && !memcmp(st, "yarn", 4);
         if (!s && !(sl == 4 && !memcmp(st, "none", 4))) {
-            if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn) {
+            /* "longrope" (a name some converters write for LongRoPE): the factors do
+             * the work (phi3.c); a linear factor, if given, still applies, as in llama.cpp */
+            const bool longrope = ops->longrope && sl == 8 && !memcmp(st, "longrope", 8);
+            if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn || longrope) {
                 float f = 1.0f;
                 char kf[128];
                 key(kf, sizeof kf, arch, "rope.scaling.factor");
@@ -234,8 +237,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                     s = pkv_err(PKV_ERR_FORMAT, "%s: %s.%s %g must be > 0", lab, arch, fk, (double)f);
                 if (!s) hp->rope_freq_scale = 1.0f / f;
             } else {
-                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear, yarn)",
-                            lab, (int)sl, st);
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear, yarn%s)",
+                            lab, (int)sl, st, ops->longrope ? ", longrope" : "");
             }
         }
         /* YaRN as llama.cpp runs it: ext_factor 1, the correction range from the
@@ -268,12 +271,12 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     if (!s && !(hp->yarn.attn_factor > 0 && hp->yarn.attn_factor < INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.attn_factor' is %g, must be > 0", lab, arch,
                     (double)hp->yarn.attn_factor);
-    /* Phi-3 128k / Phi-3.5 / Phi-4-mini: LongRoPE's per-dimension factors */
-    if (!s && (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
+    /* LongRoPE's per-pair factors (Phi-3 128k, Phi-3.5, Phi-4-mini): read by phi3 */
+    if (!s && !ops->longrope &&
+        (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
-                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE: Phi-3 128k, Phi-3.5, "
-                    "Phi-4-mini) are not supported yet; Phi-3 4k-context files are",
-                    lab);
+                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE) are read for phi3 "
+                    "files only, not for '%s'", lab, arch);
     if (!s && !ops->rope_freqs && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);

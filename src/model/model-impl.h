@@ -251,6 +251,16 @@ struct pkv_model {
     int n_cls_out;          /* rows of cls_out (classifier.output_labels); 0 = no head */
     float *cls_out;         /* [n_cls_out][n_embd] */
     float *cls_out_b;       /* [n_cls_out] or NULL */
+    /* LongRoPE (phi3's rope_factors_short / rope_factors_long, n = hp.n_rot / 2 each;
+     * n = 0: none): pair i's angle divided by factor i. Host f32 [2][n], the short
+     * factors then the long ones, and the same on each device of devs (RoPE runs
+     * where a shard's heads are). A cache takes one set (pkv_model_rope_factors) and
+     * the forward pass turns Q and K with the set of the cache it writes. */
+    struct {
+        int n;
+        float *host;
+        pkv_weight dev[PKV_MAX_DEVICES];
+    } longrope;
     const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;
 };

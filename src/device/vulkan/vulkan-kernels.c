@@ -370,6 +370,9 @@ static pkv_status vk_swiglu(void *ctx, const pkv_k_swiglu_args *a) {
 
 static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
     pkv_vk_ctx *c = ctx;
+    if (a->ff.buf)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: frequency factors (LongRoPE) are not implemented on "
+                       "Vulkan yet; use the CPU", c->name);
     const bool quant = pkv_kv_type_quant(a->dtype);
     size_t es = a->dtype == PKV_TYPE_F32 ? 4 : 2;
     if (a->row_stride % es)

@@ -17,6 +17,8 @@ typedef struct pkv_arch_ops {
     bool moe;           /* the FFN of every layer is a mixture of experts (expert_* keys required) */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
+    bool longrope;      /* reads LongRoPE's rope_factors_short/_long.weight itself (hparams, load_global);
+                           elsewhere they are refused */
     bool rerank;        /* rank pooling over a classification head (cls.output), as llama.cpp scores
                            this architecture's rerankers (Qwen3-Reranker); mkmodel --pooling rank */
     bool fused_mats;    /* attention's Q/K/V and the FFN's gate/up are fused matrices (phi3): LoRA
