@@ -383,6 +383,9 @@ typedef struct pkv_kv_layer_desc {
      * rope_n_pairs of the rope_n_rot / 2 pairs turn, at the angles they have when all
      * turn ("proportional" RoPE; not with YaRN); 0 = all. */
     int rope_n_rot, rope_n_pairs;
+    /* The layer's K is not rotated at all (NoPE layers: SmolLM3's every fourth): a
+     * shift moves it without turning it. Part of the layout's fingerprint. */
+    bool rope_none;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {

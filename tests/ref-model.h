@@ -167,6 +167,10 @@ typedef struct ref_hparams {
      * shift turns cached K with the factors and no magnitude. Not with YaRN. */
     const double *rope_factors;
     double rope_attn_factor;
+    /* NoPE layers (smollm3, with arch "llama"), last for the same reason: layer il
+     * with (il + 1) % nope_step == 0 gives Q and K no RoPE, and a shift moves its K
+     * without turning it; 0 = none */
+    int nope_step;
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -477,6 +481,10 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         (gemma3 || g4 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
         fprintf(stderr, "ref_model: bad RoPE hparams for %s (rope_freq_scale %g rope_base_swa %g: gemma3's only)\n",
                 hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
+        return NULL;
+    }
+    if (hp->nope_step < 0) {
+        fprintf(stderr, "ref_model: nope_step %d\n", hp->nope_step);
         return NULL;
     }
     if (hp->rope_factors && (hp->yarn_orig_ctx > 0 || !(hp->rope_attn_factor >= 0 && hp->rope_attn_factor < INFINITY))) {
@@ -827,7 +835,9 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
             }
         double base, fscale;
         ref_layer_rope(hp, il, &base, &fscale);
-        if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
+        if (hp->nope_step > 0 && (il + 1) % hp->nope_step == 0) {
+            /* a NoPE layer: q and k as projected */
+        } else if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
             const double ms = fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
             ref_rope_yarn(m->q, hp->n_head, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
                           hp->rope_neox, ms);
@@ -1012,10 +1022,13 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
         const int KV = L->n_kv * L->D;
         double base, fscale;
         ref_layer_rope(&m->hp, il, &base, &fscale);
+        const bool nope = m->hp.nope_step > 0 && (il + 1) % m->hp.nope_step == 0;
         for (int t = p1; t < m->n_past; t++) {
             double *k = L->k_cache + (size_t)(t - d) * KV;
             memcpy(k, L->k_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
             memcpy(L->v_cache + (size_t)(t - d) * KV, L->v_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
+            if (nope) /* no angle to change */
+                continue;
             if (m->hp.yarn_orig_ctx > 0) /* YaRN's angles; the magnitude is in k already */
                 ref_rope_yarn(k, L->n_kv, L->D, -(double)d, base, fscale, m->hp.yarn_orig_ctx, m->hp.yarn_beta_fast,
                               m->hp.yarn_beta_slow, m->hp.rope_neox, 1.0);

@@ -58,6 +58,7 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].head_dim_v = m->layers[l].head_dim_v;
         layers[l].rope_n_rot = m->layers[l].n_rot; /* gemma4: sliding and full layers rotate their own widths */
         layers[l].rope_n_pairs = m->layers[l].rope_pairs;
+        layers[l].rope_none = m->layers[l].nope;
         layers[l].dtype_k = PKV_TYPE_F16;
         layers[l].dtype_v = PKV_TYPE_F16;
         /* Sliding-window layers keep their K/V in the cache's window pool. */

@@ -148,6 +148,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
         L->n_rot = rec ? 0 : d->rope_n_rot;
         L->n_pairs = rec ? 0 : d->rope_n_pairs;
+        L->nope = !rec && d->rope_none;
         if (p->rope_yarn_ext_factor != 0 && !rec) { /* the forward pass's correction range: this layer's base */
             L->yarn_ext = p->rope_yarn_ext_factor;
             pkv_rope_yarn_corr_dims(d->rope_n_rot     ? d->rope_n_rot
@@ -251,6 +252,11 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         l->fingerprint = pkv_hash64(head, sizeof head, l->fingerprint ^ 0x7061727473ull);
         l->fingerprint = pkv_hash64(L->part, (size_t)L->n_parts * sizeof *L->part, l->fingerprint);
     }
+    /* K without RoPE on some layers is other data (hashed only when present) */
+    bool nope = false;
+    for (int il = 0; il < l->n_layers; il++) nope |= l->layers[il].nope;
+    for (int il = 0; nope && il < l->n_layers; il++) geom[il] = l->layers[il].nope;
+    if (nope) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x6e6f7065ull);
     /* K rotated with other frequency factors is other data (hashed only when present) */
     if (l->n_ff) l->fingerprint = pkv_hash64(l->rope_ff, (size_t)l->n_ff * sizeof *l->rope_ff, l->fingerprint ^ 0x66666ull);
     pkv_free(geom);

@@ -78,6 +78,7 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             const kv_array *a = &c->arrays[i];
             if (a->is_v || c->arenas[a->arena].dev != dev) continue;
             const kv_layer *L = &c->layout.layers[a->layer];
+            if (L->nope) continue; /* K of a NoPE layer has no angle to change */
             pkv_k_rope_args ra;
             memset(&ra, 0, sizeof ra);
             ra.x = pkv_tref_make(kv_array_buf(c, a), a->off);

@@ -218,6 +218,7 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
  * ggml's rope multiplies it back in; the product is computed once here. */
 static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
                        pkv_tref pos, pkv_tref ff) {
+    if (ly->nope) return PKV_OK; /* smollm3's every fourth layer: positions come from the others */
     pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
                          .row_stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4, .n_heads = n_heads,
                          .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,

@@ -22,6 +22,7 @@ typedef enum pkv_arch {
                               embeddings and KV shared by the last layers */
     PKV_ARCH_GEMMA4_ASSISTANT = 10, /* Gemma 4's MTP drafter: query-only layers over a gemma4 target's KV,
                                        fed the target's embedding and hidden state */
+    PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -111,6 +112,7 @@ typedef struct pkv_layer {
     /* Geometry of this layer's heads (I4): hp.head_dim_k / _v / n_rot, or the sliding
      * layers' own (gemma4's key_length_swa, value_length_swa, rope.dimension_count_swa) */
     int head_dim_k, head_dim_v, n_rot;
+    bool nope;       /* no RoPE on the layer's Q and K (smollm3's every fourth layer) */
     int rope_pairs;  /* > 0: only the first rope_pairs of the n_rot / 2 pairs turn (gemma4's
                         proportional RoPE, from rope_freqs.weight); 0 = all */
     /* KV shared between layers (gemma4): the layer computes no K/V of its own and

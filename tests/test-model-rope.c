@@ -1,5 +1,14 @@
 // labels: model kv
-/* Phi-3's LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini) against the double-precision
+/* The architectures that differ from llama by their RoPE, each against the
+ * double-precision reference (tests/ref-model.h) on random-weight files from
+ * mkmodel, f32 weights and KV, every position of a prompt, single steps and a
+ * context shift, and each also against the reference without its feature, which
+ * must be far off, so the match is the feature's:
+ *
+ * SmolLM3 (smollm3): no RoPE on every fourth layer; the cache keeps those layers'
+ * K unrotated and a shift does not turn it.
+ *
+ * Phi-3's LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini) against the double-precision
  * reference (tests/ref-model.h) on a random-weight file from `mkmodel --longrope`:
  * a cache of at most the original context per sequence turns Q and K with
  * rope_factors_short, a longer one with rope_factors_long (llama.cpp's rule), both
@@ -327,7 +336,110 @@ static void test_bad_cache(void) {
     pkv_mkmodel_free_memory(img);
 }
 
+/* ------------------------------------------------------------- smollm3 */
+
+/* Logits of every position of np prompt tokens and 4 steps, then a shift of 3
+ * tokens at 10 and one step (the last row), on a cache of page size 5. */
+static bool decode_rows(pkv_model *m, pkv_type kv, int np, int32_t *toks, float *got) {
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = kv;
+    cp.page_size = 5;
+    cp.n_ctx = 128;
+    pkv_kv_cache *c = pkv_model_cache_create(m, cp);
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    bool ok = ctx && pkv_context_decode_all(ctx, toks, np, got) == PKV_OK;
+    for (int i = 0; ok && i < 4; i++) {
+        ok = pkv_context_decode(ctx, &toks[np + i], 1) == PKV_OK;
+        if (ok) memcpy(got + (size_t)(np + i) * V, pkv_context_logits(ctx), V * sizeof(float));
+    }
+    ok = ok && pkv_context_shift(ctx, 10, 3) == PKV_OK && pkv_context_decode(ctx, &toks[np + 4], 1) == PKV_OK;
+    if (ok) memcpy(got + (size_t)(np + 4) * V, pkv_context_logits(ctx), V * sizeof(float));
+    if (!ok) TH_FAIL("decode: %s", pkv_errmsg());
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    return ok;
+}
+
+/* The reference's rows for decode_rows' steps: worst NMSE against got. */
+static double against_ref(const ref_hparams *hp, const pkv_gguf *g, int np, const int32_t *toks, const float *got) {
+    ref_model *r = ref_model_create(hp, get_tensor, (void *)g);
+    double *want = malloc((size_t)(np + 5) * V * sizeof *want), worst = -1;
+    if (r && want && ref_model_eval(r, toks, np + 4, NULL, want) == 0 && ref_model_remove(r, 10, 13) == 0 &&
+        ref_model_eval(r, &toks[np + 4], 1, want + (size_t)(np + 4) * V, NULL) == 0) {
+        worst = 0;
+        for (int t = 0; t < np + 5; t++) worst = fmax(worst, nmse_d(got + (size_t)t * V, want + (size_t)t * V, V));
+    }
+    free(want);
+    ref_model_free(r);
+    return worst;
+}
+
+static void test_smollm3(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "smollm3";
+    p.type = PKV_TYPE_F32;
+    p.n_layer = 8; /* layers 3 and 7 without RoPE */
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.head_dim = HD;
+    p.n_ff = 96;
+    p.n_vocab = V;
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "smollm3");
+    pkv_model *m = pkv_model_load_memory(img, size, "smollm3", pkv_model_default_params());
+    REQUIRE_VOID(g && m);
+    for (int il = 0; il < 8; il++) CHECK_INT(m->layers[il].nope, il == 3 || il == 7);
+    enum { NP = 30 };
+    int32_t toks[NP + 5];
+    for (int i = 0; i < NP + 5; i++) toks[i] = (i * 97 + 13) % V;
+    float *got = malloc((size_t)(NP + 5) * V * sizeof *got);
+    ref_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.arch = "llama";
+    hp.n_layer = 8;
+    hp.n_embd = 64;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim = HD;
+    hp.n_ff = 96;
+    hp.n_vocab = V;
+    hp.rms_eps = 1e-6;
+    hp.rope_base = 5e6;
+    hp.nope_step = 4;
+    if (got && decode_rows(m, PKV_TYPE_F32, NP, toks, got)) {
+        const double e = against_ref(&hp, g, NP, toks, got);
+        hp.nope_step = 0;
+        const double other = against_ref(&hp, g, NP, toks, got);
+        fprintf(stderr, "smollm3 (8 layers, 2 NoPE), %d tokens and a shift: nmse %.2e; RoPE on every layer %.2e\n",
+                NP + 4, e, other);
+        if (!(e >= 0 && e <= 1e-9)) TH_FAIL("smollm3: nmse %g > 1e-9", e);
+        if (!(other > 1e-4)) TH_FAIL("smollm3: RoPE on every layer is as close (%g)", other);
+        th_checks += 2;
+    }
+    /* the NoPE layers are part of the cache's geometry */
+    pkv_kv_layer_desc L[8];
+    pkv_kv_shard_desc S[8];
+    pkv_kv_params kp = pkv_model_kv_params(m, L, S);
+    kp.n_pages = 8;
+    CHECK(L[3].rope_none && L[7].rope_none && !L[0].rope_none);
+    pkv_kv_cache *c1 = pkv_kv_cache_create(kp);
+    L[3].rope_none = L[7].rope_none = false;
+    pkv_kv_cache *c2 = pkv_kv_cache_create(kp);
+    CHECK(c1 && c2 &&
+          pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c1)) != pkv_kv_layout_fingerprint(pkv_kv_cache_layout(c2)));
+    pkv_kv_cache_free(c1);
+    pkv_kv_cache_free(c2);
+    free(got);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
 int main(void) {
+    test_smollm3();
     test_forward();
     test_bad_files();
     test_other_arch();
