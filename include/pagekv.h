@@ -1017,7 +1017,9 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
 typedef struct pkv_mkmodel_params {
     const char *arch;    /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
                             "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000),
-                            "qwen35", "gemma4" (its fields below) */
+                            "qwen35", "gemma4" (its fields below), "smollm3" (no RoPE on every fourth
+                            layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
+                            and temperature scale 0.1) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */

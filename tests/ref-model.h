@@ -171,6 +171,13 @@ typedef struct ref_hparams {
      * with (il + 1) % nope_step == 0 gives Q and K no RoPE, and a shift moves its K
      * without turning it; 0 = none */
     int nope_step;
+    /* mistral3 (with arch "llama"), last for the same reason: YaRN's magnitude on the
+     * cos and sin of q and k is yarn_mscale (0 = 1 + 0.1 ln(1 / rope_freq_scale));
+     * after RoPE the query at position p is multiplied by 1 + attn_temp_scale *
+     * ln(floor(p / attn_temp_floor) + 1) (attn_temp_scale 0 = none) */
+    double yarn_mscale;
+    double attn_temp_scale;
+    int attn_temp_floor;
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -481,6 +488,10 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         (gemma3 || g4 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
         fprintf(stderr, "ref_model: bad RoPE hparams for %s (rope_freq_scale %g rope_base_swa %g: gemma3's only)\n",
                 hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
+        return NULL;
+    }
+    if (hp->attn_temp_scale != 0 && hp->attn_temp_floor <= 0) {
+        fprintf(stderr, "ref_model: attn_temp_floor %d\n", hp->attn_temp_floor);
         return NULL;
     }
     if (hp->nope_step < 0) {
@@ -838,7 +849,7 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
         if (hp->nope_step > 0 && (il + 1) % hp->nope_step == 0) {
             /* a NoPE layer: q and k as projected */
         } else if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
-            const double ms = fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
+            const double ms = hp->yarn_mscale > 0 ? hp->yarn_mscale : fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
             ref_rope_yarn(m->q, hp->n_head, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
                           hp->rope_neox, ms);
             ref_rope_yarn(m->k, L->n_kv, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
@@ -850,6 +861,10 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
         } else {
             ref_rope_pairs(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
             if (own) ref_rope_pairs(m->k, L->n_kv, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
+        }
+        if (hp->attn_temp_scale != 0) { /* Llama 4's temperature tuning of the queries */
+            const double t = 1.0 + hp->attn_temp_scale * log(floor((double)pos / hp->attn_temp_floor) + 1.0);
+            for (int i = 0; i < hp->n_head * D; i++) m->q[i] *= t;
         }
         if (own) {
             memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));

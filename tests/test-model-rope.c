@@ -8,6 +8,10 @@
  * SmolLM3 (smollm3): no RoPE on every fourth layer; the cache keeps those layers'
  * K unrotated and a shift does not turn it.
  *
+ * Ministral 3 (mistral3): YaRN whose magnitude follows
+ * rope.scaling.yarn_log_multiplier, and Llama 4's attention temperature tuning of
+ * the queries past each multiple of the original context.
+ *
  * Phi-3's LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini) against the double-precision
  * reference (tests/ref-model.h) on a random-weight file from `mkmodel --longrope`:
  * a cache of at most the original context per sequence turns Q and K with
@@ -346,7 +350,7 @@ static bool decode_rows(pkv_model *m, pkv_type kv, int np, int32_t *toks, float 
     cp.page_size = 5;
     cp.n_ctx = 128;
     pkv_kv_cache *c = pkv_model_cache_create(m, cp);
-    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, cp.n_ctx) : NULL; /* past the training context (mistral3's 16) */
     bool ok = ctx && pkv_context_decode_all(ctx, toks, np, got) == PKV_OK;
     for (int i = 0; ok && i < 4; i++) {
         ok = pkv_context_decode(ctx, &toks[np + i], 1) == PKV_OK;
@@ -438,7 +442,122 @@ static void test_smollm3(void) {
     pkv_mkmodel_free_memory(img);
 }
 
+/* ------------------------------------------------------------ mistral3 */
+
+static void test_mistral3(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "mistral3";
+    p.type = PKV_TYPE_F32;
+    p.n_layer = 2;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.head_dim = HD;
+    p.n_ff = 96;
+    p.n_vocab = V;
+    p.n_ctx = 16; /* mkmodel's YaRN original context min(256, n_ctx): the temperature steps at 16, 32 */
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "mistral3");
+    pkv_model *m = pkv_model_load_memory(img, size, "mistral3", pkv_model_default_params());
+    REQUIRE_VOID(g && m);
+    CHECK_NEAR(m->hp.attn_temp.scale, 0.1, 1e-7);
+    CHECK_INT(m->hp.attn_temp.floor_len, 16);
+    enum { NP = 40 };
+    int32_t toks[NP + 5];
+    for (int i = 0; i < NP + 5; i++) toks[i] = (i * 97 + 13) % V;
+    float *got = malloc((size_t)(NP + 5) * V * sizeof *got);
+    ref_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.arch = "llama";
+    hp.n_layer = 2;
+    hp.n_embd = 64;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim = HD;
+    hp.n_ff = 96;
+    hp.n_vocab = V;
+    hp.rms_eps = 1e-5;
+    hp.rope_base = 1e6;
+    hp.rope_freq_scale = 1.0 / 16; /* YaRN by 16 */
+    hp.yarn_orig_ctx = 16;
+    hp.yarn_mscale = 1.0; /* log multiplier 1: mscale(16, 1) / mscale(16, 1) */
+    hp.attn_temp_scale = 0.1;
+    hp.attn_temp_floor = 16;
+    if (got && decode_rows(m, PKV_TYPE_F32, NP, toks, got)) {
+        const double e = against_ref(&hp, g, NP, toks, got);
+        hp.attn_temp_scale = 0;
+        const double no_temp = against_ref(&hp, g, NP, toks, got);
+        hp.attn_temp_scale = 0.1;
+        hp.yarn_mscale = 0; /* YaRN's own magnitude 1 + 0.1 ln 16, as without the multiplier */
+        const double no_mul = against_ref(&hp, g, NP, toks, got);
+        fprintf(stderr, "mistral3 (YaRN 16 over 16, temperature 0.1), %d tokens and a shift: nmse %.2e; without the "
+                        "temperature %.2e, without the log multiplier %.2e\n", NP + 4, e, no_temp, no_mul);
+        if (!(e >= 0 && e <= 1e-9)) TH_FAIL("mistral3: nmse %g > 1e-9", e);
+        if (!(no_temp > 1e-4 && no_mul > 1e-4)) TH_FAIL("mistral3: a reference without a feature is as close");
+        th_checks += 2;
+    }
+    free(got);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+/* mistral3's keys refused naming them and their values; the log multiplier
+ * elsewhere */
+static void test_mistral3_bad(void) {
+    static const struct {
+        const char *arch;
+        int n_rot;
+        float log_mul, temp;
+        const char *tensor, *expect;
+    } cases[] = {
+        {"mistral3", 8, 1, 0.1f, NULL, "'mistral3.rope.dimension_count' 8 differs from the head size 16"},
+        {"mistral3", 16, 1, NAN, NULL, "key 'mistral3.attention.temperature_scale' is nan, must be finite"},
+        {"mistral3", 16, -10, 0.1f, NULL, "gives YaRN a magnitude divisor of -1.77"},
+        {"mistral3", 16, 1, 0.1f, "blk.0.attn_output.bias", "tensor 'blk.0.attn_output.bias' (mistral3's optional"},
+        {"llama", 16, 1, 0, NULL, "key 'llama.rope.scaling.yarn_log_multiplier' (1, DeepSeek's YaRN magnitude) is not "
+                                  "supported for 'llama'"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *a = cases[k].arch;
+        char key[96];
+        pkv_gguf_writer *w = pkv_gguf_writer_create();
+        REQUIRE_VOID(w);
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+        CHECK_OK(pkv_gguf_writer_add_str(w, "general.architecture", a));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, KEY("block_count"), 1));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, KEY("embedding_length"), 64));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, KEY("attention.head_count"), 4));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, KEY("feed_forward_length"), 96));
+        CHECK_OK(pkv_gguf_writer_add_u32(w, KEY("rope.dimension_count"), (uint32_t)cases[k].n_rot));
+        CHECK_OK(pkv_gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn"));
+        CHECK_OK(pkv_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), 16));
+        CHECK_OK(pkv_gguf_writer_add_f32(w, KEY("rope.scaling.yarn_log_multiplier"), cases[k].log_mul));
+        if (cases[k].temp != 0) CHECK_OK(pkv_gguf_writer_add_f32(w, KEY("attention.temperature_scale"), cases[k].temp));
+#undef KEY
+        float bias[64] = {0};
+        int64_t ne[1] = {64};
+        if (cases[k].tensor) CHECK_OK(pkv_gguf_writer_add_tensor(w, cases[k].tensor, PKV_TYPE_F32, 1, ne, bias, sizeof bias));
+        void *data = NULL;
+        size_t n = 0;
+        CHECK_OK(pkv_gguf_writer_write_memory(w, &data, &n));
+        pkv_gguf *g = data ? pkv_gguf_open_memory(data, n, "m3") : NULL;
+        pkv_hparams hp;
+        int *nh = NULL, *nkv = NULL, *nff = NULL;
+        CHECK(g != NULL);
+        CHECK(g && pkv_hparams_read(g, &hp, &nh, &nkv, &nff) != PKV_OK);
+        if (g && !strstr(pkv_errmsg(), cases[k].expect)) TH_FAIL("case %zu: '%s' lacks '%s'", k, pkv_errmsg(), cases[k].expect);
+        pkv_gguf_close(g);
+        pkv_free(data);
+        pkv_gguf_writer_free(w);
+    }
+}
+
 int main(void) {
+    test_mistral3();
+    test_mistral3_bad();
     test_smollm3();
     test_forward();
     test_bad_files();

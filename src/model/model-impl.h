@@ -23,6 +23,7 @@ typedef enum pkv_arch {
     PKV_ARCH_GEMMA4_ASSISTANT = 10, /* Gemma 4's MTP drafter: query-only layers over a gemma4 target's KV,
                                        fed the target's embedding and hidden state */
     PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
+    PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -183,6 +184,14 @@ typedef struct pkv_hparams {
     int pooling;                 /* pooling_type (pkv_pooling: llama.cpp's enum); -1 = not given */
     int n_embd_out;              /* gemma4-assistant: embedding_length_out, its target's width (the hidden
                                     state it reads and writes); 0 elsewhere */
+    /* Llama 4-style attention temperature tuning (mistral3's attention.temperature_scale;
+     * scale 0 = none): after RoPE the queries at position p are multiplied by
+     * 1 + scale * ln(floor(p / floor_len) + 1), floor_len the original context
+     * (rope.scaling.original_context_length, default context_length) */
+    struct {
+        float scale;
+        int floor_len;
+    } attn_temp;
 } pkv_hparams;
 
 struct pkv_model {
