@@ -1223,11 +1223,8 @@ static void report_row(const pkv_check_result *r, void *user) {
     th_checks++;
     fprintf(stderr, "  [%s] %-30s %-5s %6ld ops  %s\n", r->device, r->test,
             r->skipped ? "skip" : r->passed ? "ok" : "FAIL", r->count, r->detail);
-    /* Only weight types the backend does not claim may be skipped, and rope with
-     * LongRoPE's frequency factors, which Vulkan refuses (README: not supported) */
-    const size_t tl = strlen(r->test);
-    bool allowed_skip = r->skipped && (strstr(r->test, "q8_k") || (tl > 3 && !strcmp(r->test + tl - 3, " ff") &&
-                                                                   !strncmp(r->test, "kernel rope", 11)));
+    /* Only weight types the backend does not claim may be skipped. */
+    bool allowed_skip = r->skipped && strstr(r->test, "q8_k");
     if (!r->passed && !r->skipped) TH_FAIL("conformance %s on %s: %s", r->test, r->device, r->detail);
     if (r->skipped && !allowed_skip) TH_FAIL("conformance %s on %s skipped: %s", r->test, r->device, r->detail);
 }

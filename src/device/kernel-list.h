@@ -91,7 +91,7 @@ typedef struct pkv_k_swiglu_args {
  * ff (LongRoPE's per-pair frequency factors, ggml's freq_factors): pair i's
  * unscaled angle pos * freq_base^(-2i/n_rot) is divided by ff[i] before the
  * scaling and YaRN's mix; f32 [n_rot/2], each finite and > 0 (not checked: the
- * model checks them when it loads them); buf NULL: none.
+ * model checks them when it loads them); buf NULL: none. CUDA refuses them.
  * Rotations compose, so rotating cached K by a position delta re-positions it.
  * pos: i32 [n_rows]. max_rows bounds row(r) for the bounds check. */
 typedef struct pkv_k_rope_args {
