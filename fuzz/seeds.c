@@ -152,6 +152,14 @@ static void gguf_seeds(void) {
     p0.ssm_head_dim = 8;
     p0.n_mtp = 1;
     gguf_model("qwen35-mtp-f16.gguf", p0);
+    /* phi3 with LongRoPE (long and short factors), smollm3 with a NoPE layer, mistral3 */
+    p0 = tiny("phi3", PKV_TYPE_F16);
+    p0.rope_orig_ctx = 16;
+    gguf_model("phi3-longrope-f16.gguf", p0);
+    p0 = tiny("smollm3", PKV_TYPE_F16);
+    p0.n_layer = 4;
+    gguf_model("smollm3-f16.gguf", p0);
+    gguf_model("mistral3-f16.gguf", tiny("mistral3", PKV_TYPE_F16));
     pkv_mkmodel_params p = tiny("llama", PKV_TYPE_F32);
     p.no_vocab = true;
     gguf_model("llama-novocab.gguf", p);

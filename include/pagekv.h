@@ -383,6 +383,9 @@ typedef struct pkv_kv_layer_desc {
      * rope_n_pairs of the rope_n_rot / 2 pairs turn, at the angles they have when all
      * turn ("proportional" RoPE; not with YaRN); 0 = all. */
     int rope_n_rot, rope_n_pairs;
+    /* The layer's K is not rotated at all (NoPE layers: SmolLM3's every fourth): a
+     * shift moves it without turning it. Part of the layout's fingerprint. */
+    bool rope_none;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -414,6 +417,11 @@ typedef struct pkv_kv_params {
     int rope_yarn_n_ctx_orig;         /* the original context length; > 0 with YaRN */
     float rope_yarn_beta_fast;        /* 0 = 32 */
     float rope_yarn_beta_slow;        /* 0 = 1 */
+    /* LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): the per-pair frequency factors
+     * cached K was rotated with (pair i's angle divided by rope_factors[i]),
+     * f32 [rope_n_rot / 2], each finite and > 0; copied, part of the layout's
+     * fingerprint; the shift turns K with them. NULL = none. */
+    const float *rope_factors;
     /* Recurrent layers (pkv_kv_layer_desc.state_per_head > 0; ignored without):
      * state slots on every storage device; a resident sequence holds one, each kept
      * checkpoint one (checkpoints are dropped, oldest first, when a sequence needs a
@@ -461,6 +469,9 @@ int pkv_kv_layout_page_size(const pkv_kv_layout *l);
 /* A hash of the geometry (layers, heads, head sizes, dtypes, page size); sharding
  * and devices are not part of it. Equal fingerprints = files are interchangeable. */
 uint64_t pkv_kv_layout_fingerprint(const pkv_kv_layout *l);
+/* The frequency factors K is rotated with (pkv_kv_params.rope_factors), f32
+ * [*n]; NULL (and *n = 0) when none. n may be NULL. */
+const float *pkv_kv_layout_rope_factors(const pkv_kv_layout *l, int *n);
 
 typedef struct pkv_kv_layer_info {
     int n_kv_heads, head_dim_k, head_dim_v;
@@ -1006,7 +1017,9 @@ bool pkv_model_is_eog(const pkv_model *m, int32_t id);
 typedef struct pkv_mkmodel_params {
     const char *arch;    /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
                             "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000),
-                            "qwen35", "gemma4" (its fields below) */
+                            "qwen35", "gemma4" (its fields below), "smollm3" (no RoPE on every fourth
+                            layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
+                            and temperature scale 0.1) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
@@ -1084,6 +1097,12 @@ typedef struct pkv_mkmodel_params {
      * template; qwen3 only. Not for the architectures with their own writer
      * (gemma3 vision, gemma4, qwen35, ...) */
     const char *pooling;
+    /* phi3: LongRoPE over an original context of this many tokens (Phi-3-128k's
+     * layout): rope_factors_short.weight (random factors in [1.1, 1.9]) and
+     * rope_factors_long.weight (in [2, 14]), rope.scaling.original_context_length and
+     * rope.scaling.attn_factor sqrt(1 + ln(n_ctx / it) / ln(it)) (1 where n_ctx is
+     * not larger), as llama.cpp's converter writes them; 0 = none */
+    int rope_orig_ctx;
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

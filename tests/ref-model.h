@@ -161,6 +161,23 @@ typedef struct ref_hparams {
     int rope_pairs_full;             /* the full layers turn their first rope_pairs_full pairs; 0 = all */
     int n_shared_kv;                 /* the last layers, which reuse an earlier layer's KV */
     int n_embd_per_layer;            /* P, per-layer embeddings; 0 = none */
+    /* LongRoPE (phi3), last for the same reason: pair i's angle divided by
+     * rope_factors[i] ([head_dim / 2], kept by the caller while the model lives;
+     * NULL = none), and cos and sin of Q and K times rope_attn_factor (0 = 1); a
+     * shift turns cached K with the factors and no magnitude. Not with YaRN. */
+    const double *rope_factors;
+    double rope_attn_factor;
+    /* NoPE layers (smollm3, with arch "llama"), last for the same reason: layer il
+     * with (il + 1) % nope_step == 0 gives Q and K no RoPE, and a shift moves its K
+     * without turning it; 0 = none */
+    int nope_step;
+    /* mistral3 (with arch "llama"), last for the same reason: YaRN's magnitude on the
+     * cos and sin of q and k is yarn_mscale (0 = 1 + 0.1 ln(1 / rope_freq_scale));
+     * after RoPE the query at position p is multiplied by 1 + attn_temp_scale *
+     * ln(floor(p / attn_temp_floor) + 1) (attn_temp_scale 0 = none) */
+    double yarn_mscale;
+    double attn_temp_scale;
+    int attn_temp_floor;
 } ref_hparams;
 
 /* Returns a malloc'd double array holding the dequantized tensor (the caller frees it)
@@ -276,6 +293,24 @@ static inline void ref_rope_pairs(double *x, int n_heads, int head_dim, double p
 /* Rotates each of the n_heads heads of x (head_dim each) to position pos. */
 static inline void ref_rope(double *x, int n_heads, int head_dim, double pos, double base, bool neox) {
     ref_rope_pairs(x, n_heads, head_dim, pos, base, neox, head_dim / 2);
+}
+
+/* LongRoPE: each of the n_heads heads of x turned to position pos, pair i by
+ * pos * base^(-2i/head_dim) / ff[i]; cos and sin times mscale (1: a pure rotation). */
+static inline void ref_rope_factors(double *x, int n_heads, int head_dim, double pos, double base, bool neox,
+                                    const double *ff, double mscale) {
+    int half = head_dim / 2;
+    for (int hd = 0; hd < n_heads; hd++) {
+        double *v = x + (size_t)hd * (size_t)head_dim;
+        for (int i = 0; i < half; i++) {
+            double theta = pos * pow(base, -2.0 * i / head_dim) / ff[i];
+            double c = cos(theta) * mscale, s = sin(theta) * mscale;
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            double x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
 }
 
 /* ref_rope with YaRN (the header above): each of the n_heads heads of x turned to
@@ -453,6 +488,18 @@ static inline ref_model *ref_model_create(const ref_hparams *hp, ref_get_tensor 
         (gemma3 || g4 ? !(hp->rope_base_swa >= 0 && hp->rope_base_swa < INFINITY) : hp->rope_base_swa != 0)) {
         fprintf(stderr, "ref_model: bad RoPE hparams for %s (rope_freq_scale %g rope_base_swa %g: gemma3's only)\n",
                 hp->arch, hp->rope_freq_scale, hp->rope_base_swa);
+        return NULL;
+    }
+    if (hp->attn_temp_scale != 0 && hp->attn_temp_floor <= 0) {
+        fprintf(stderr, "ref_model: attn_temp_floor %d\n", hp->attn_temp_floor);
+        return NULL;
+    }
+    if (hp->nope_step < 0) {
+        fprintf(stderr, "ref_model: nope_step %d\n", hp->nope_step);
+        return NULL;
+    }
+    if (hp->rope_factors && (hp->yarn_orig_ctx > 0 || !(hp->rope_attn_factor >= 0 && hp->rope_attn_factor < INFINITY))) {
+        fprintf(stderr, "ref_model: LongRoPE factors with YaRN or attention factor %g\n", hp->rope_attn_factor);
         return NULL;
     }
     if (hp->yarn_orig_ctx < 0 || !(hp->yarn_beta_fast >= 0 && hp->yarn_beta_fast < INFINITY) ||
@@ -799,15 +846,25 @@ static inline void ref_forward_token(ref_model *m, int32_t token) {
             }
         double base, fscale;
         ref_layer_rope(hp, il, &base, &fscale);
-        if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
-            const double ms = fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
+        if (hp->nope_step > 0 && (il + 1) % hp->nope_step == 0) {
+            /* a NoPE layer: q and k as projected */
+        } else if (hp->yarn_orig_ctx > 0) { /* YaRN: its angles, and its magnitude on q and k */
+            const double ms = hp->yarn_mscale > 0 ? hp->yarn_mscale : fscale < 1 ? 1.0 + 0.1 * log(1.0 / fscale) : 1.0;
             ref_rope_yarn(m->q, hp->n_head, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
                           hp->rope_neox, ms);
             ref_rope_yarn(m->k, L->n_kv, D, pos, base, fscale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
                           hp->rope_neox, ms);
+        } else if (hp->rope_factors) { /* LongRoPE: the factors, and the attention factor on q and k */
+            const double ms = hp->rope_attn_factor > 0 ? hp->rope_attn_factor : 1.0;
+            ref_rope_factors(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox, hp->rope_factors, ms);
+            if (own) ref_rope_factors(m->k, L->n_kv, D, pos * fscale, base, hp->rope_neox, hp->rope_factors, ms);
         } else {
             ref_rope_pairs(m->q, hp->n_head, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
             if (own) ref_rope_pairs(m->k, L->n_kv, D, pos * fscale, base, hp->rope_neox, L->rope_pairs);
+        }
+        if (hp->attn_temp_scale != 0) { /* Llama 4's temperature tuning of the queries */
+            const double t = 1.0 + hp->attn_temp_scale * log(floor((double)pos / hp->attn_temp_floor) + 1.0);
+            for (int i = 0; i < hp->n_head * D; i++) m->q[i] *= t;
         }
         if (own) {
             memcpy(L->k_cache + (size_t)pos * KV, m->k, (size_t)KV * sizeof(double));
@@ -980,13 +1037,18 @@ static inline int ref_model_remove(ref_model *m, int p0, int p1) {
         const int KV = L->n_kv * L->D;
         double base, fscale;
         ref_layer_rope(&m->hp, il, &base, &fscale);
+        const bool nope = m->hp.nope_step > 0 && (il + 1) % m->hp.nope_step == 0;
         for (int t = p1; t < m->n_past; t++) {
             double *k = L->k_cache + (size_t)(t - d) * KV;
             memcpy(k, L->k_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
             memcpy(L->v_cache + (size_t)(t - d) * KV, L->v_cache + (size_t)t * KV, (size_t)KV * sizeof(double));
+            if (nope) /* no angle to change */
+                continue;
             if (m->hp.yarn_orig_ctx > 0) /* YaRN's angles; the magnitude is in k already */
                 ref_rope_yarn(k, L->n_kv, L->D, -(double)d, base, fscale, m->hp.yarn_orig_ctx, m->hp.yarn_beta_fast,
                               m->hp.yarn_beta_slow, m->hp.rope_neox, 1.0);
+            else if (m->hp.rope_factors) /* LongRoPE's angles; the attention factor is in k already */
+                ref_rope_factors(k, L->n_kv, L->D, -(double)d * fscale, base, m->hp.rope_neox, m->hp.rope_factors, 1.0);
             else
                 ref_rope_pairs(k, L->n_kv, L->D, -(double)d * fscale, base, m->hp.rope_neox, L->rope_pairs);
         }

@@ -114,7 +114,7 @@ static void test_ref_rope(void) {
         a.neox = neox;
         a.freq_base = 10000.0f;
         a.freq_scale = 0.5f;
-        pkv_ref_rope(&a, raw, pos, list ? rows : NULL);
+        pkv_ref_rope(&a, raw, pos, list ? rows : NULL, NULL);
         int bad = 0;
         for (int r = 0; r < MAXR; r++) {
             int k = -1; /* which list entry rotates row r */
@@ -161,11 +161,11 @@ static void test_ref_rope(void) {
     int32_t p0 = 0, p1 = 300, p2 = 45, p3 = 345;
     float keep[2 * D];
     memcpy(keep, x1, sizeof x1);
-    pkv_ref_rope(&a, x1, &p0, NULL);
+    pkv_ref_rope(&a, x1, &p0, NULL, NULL);
     CHECK_MEM(x1, keep, sizeof keep);
-    pkv_ref_rope(&a, x1, &p1, NULL);
-    pkv_ref_rope(&a, x1, &p2, NULL);
-    pkv_ref_rope(&a, x2, &p3, NULL);
+    pkv_ref_rope(&a, x1, &p1, NULL, NULL);
+    pkv_ref_rope(&a, x1, &p2, NULL, NULL);
+    pkv_ref_rope(&a, x2, &p3, NULL, NULL);
     CHECK(th_nmse(x2, x1, 2 * D) < 1e-12);
 }
 
@@ -325,8 +325,9 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
     /* matmul and get_rows for 25 weight types */
-    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
     /* + partial rope (Gemma 4's proportional RoPE: f32, f16, q8_0, q4_0) */
+    /* + rope with LongRoPE's frequency factors (f32, f16, q8_0, q4_0) */
     /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4) */
     /* + the media encoders' kernels: unary gelu, unary gelu_erf, layer_norm */
     /* every kernel of the list has check rows */
@@ -334,6 +335,10 @@ static void run_suite(pkv_device *dev, const char *label) {
     PKV_KERNELS(KERNEL_ROWS)
 #undef KERNEL_ROWS
     CHECK(has_row(&l, "kernel unary gelu_erf"));
+    CHECK(has_row(&l, "kernel rope f32 ff"));
+    CHECK(has_row(&l, "kernel rope f16 ff"));
+    CHECK(has_row(&l, "kernel rope q8_0 ff"));
+    CHECK(has_row(&l, "kernel rope q4_0 ff"));
     CHECK(has_row(&l, "kernel layer_norm"));
     CHECK(has_row(&l, "kernel ssm_conv (silu)"));
     CHECK(has_row(&l, "kernel delta_net (grouped heads)"));
@@ -676,7 +681,7 @@ static void test_rope_paths(void) {
                     ra.dtype = PKV_TYPE_F32;
                     ra.row_stride = (size_t)H * D * 4;
                     ra.n_rows = ra.max_rows = NR;
-                    pkv_ref_rope(&ra, xr, pos, NULL);
+                    pkv_ref_rope(&ra, xr, pos, NULL, NULL);
                     memcpy(want, xr, sizeof want);
                     float gf[NR * H * D];
                     for (int e = 0; e < NR * H * D; e++) {
@@ -877,7 +882,7 @@ static void test_guards(void) {
     r.n_rot = 8;
     r.freq_base = 10000.0f;
     r.freq_scale = 1.0f;
-    pkv_ref_rope(&r, xr, pos, rows);
+    pkv_ref_rope(&r, xr, pos, rows, NULL);
     pkv_buffer *bx = upload(dev, x, sizeof x, 0), *bp = upload(dev, pos, sizeof pos, 0), *br = upload(dev, rows, sizeof rows, 0);
     NEED(bx && bp && br);
     r.x = pkv_tref_make(bx, 0);

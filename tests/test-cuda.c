@@ -37,7 +37,10 @@ static void report_row(const pkv_check_result *r, void *user) {
     fprintf(stderr, "  %-10s %-26s %-4s %6ld  %s\n", r->device, r->test, r->skipped ? "skip" : r->passed ? "ok" : "FAIL",
             r->count, r->detail);
     if (!r->passed && !r->skipped) TH_FAIL("conformance %s on %s: %s", r->test, r->device, r->detail);
-    if (r->skipped) TH_FAIL("conformance %s on %s skipped: %s", r->test, r->device, r->detail);
+    /* rope with LongRoPE's frequency factors is refused on CUDA (README: not supported) */
+    const size_t tl = strlen(r->test);
+    const bool ff = tl > 3 && !strcmp(r->test + tl - 3, " ff") && !strncmp(r->test, "kernel rope", 11);
+    if (r->skipped && !ff) TH_FAIL("conformance %s on %s skipped: %s", r->test, r->device, r->detail);
 }
 
 static void conformance(pkv_device *cu) {

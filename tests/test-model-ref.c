@@ -121,7 +121,7 @@ static void run_case(const char *name, pkv_type wt, pkv_type kv, double tol, dou
                       oss ? 256 : 0,    /* gpt-oss: YaRN over mkmodel's original context of 256 */
                       0,
                       0,
-                      NULL, 0, NULL, NULL, 0, 0, 0};
+                      NULL, 0, NULL, NULL, 0, 0, 0, NULL, 0, 0, 0, 0, 0};
     unsigned char swa[16];
     int kvh[16], ff[16];
     if (g4) { /* mkmodel's Gemma 4 shape, per layer as the loaded model has it */

@@ -39,9 +39,10 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
 }
 
 /* gemma3 gets its first global layer (the sixth): RoPE differs by layer there;
- * gemma4 mkmodel's six (two of them reusing earlier layers' KV) */
+ * gemma4 mkmodel's six (two of them reusing earlier layers' KV); smollm3 its first
+ * layer without RoPE (the fourth) */
 static int layers_of(const char *arch) {
-    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4") ? 6 : !strcmp(arch, "qwen35") ? 4 : 2;
+    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4") ? 6 : !strcmp(arch, "qwen35") || !strcmp(arch, "smollm3") ? 4 : 2;
 }
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
@@ -55,7 +56,7 @@ int main(void) {
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
     static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35",
-                                  "gemma4"};
+                                  "gemma4", "smollm3", "mistral3"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];

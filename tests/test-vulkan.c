@@ -646,7 +646,7 @@ static void test_rope(pkv_device *d, pkv_type dtype, bool neox, bool with_rows) 
     pkv_buffer *bx = up(d, xoff, x, total), *bp = up(d, 4, pos, sizeof pos), *br = up(d, 8, rows, sizeof rows);
     pkv_k_rope_args ra = {pkv_tref_make(bx, xoff), dtype, n_rows, max_rows, stride, n_heads, head_dim, n_rot, neox,
                           10000.0f, 0.5f, pkv_tref_make(bp, 4), with_rows ? pkv_tref_make(br, 8) : pkv_tref_make(NULL, 0),
-                          0, 0, 0, 0};
+                          0, 0, 0, 0, pkv_tref_make(NULL, 0)};
     CHECK_OK(pkv_k_rope(d, &ra));
     down(bx, xoff, got, total);
     float *rf = malloc(sizeof(float) * max_rows * n_heads * head_dim), *gf = malloc(sizeof(float) * max_rows * n_heads * head_dim);

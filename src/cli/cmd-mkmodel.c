@@ -42,7 +42,8 @@ static bool family_known(const char *name) {
 }
 
 static void mkmodel_usage(FILE *f) {
-    fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|voxtral]\n"
+    fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|\n"
+               "                       smollm3|mistral3|voxtral]\n"
                "                      [--type TYPE]\n"
                "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -106,6 +107,14 @@ static void mkmodel_usage(FILE *f) {
                "  --ssm-k-heads N          key heads (default 2; divides the value heads)\n"
                "  --ssm-head-dim N         head size of both (default 16); the conv kernel is 4\n"
                "  --mtp N                  N MTP (nextn) layers after the trunk: 'pagekv run --mtp'\n"
+               "SmolLM3 (--arch smollm3): llama with no RoPE on every fourth layer (--layers 4 or more).\n"
+               "Ministral 3 (--arch mistral3): llama with YaRN by 16 over min(256, --ctx) original\n"
+               "positions (yarn_log_multiplier 1) and Llama 4's attention temperature tuning (scale 0.1).\n"
+               "Phi-3 with LongRoPE (--arch phi3, as Phi-3-128k, Phi-3.5, Phi-4-mini):\n"
+               "  --longrope N             rope_factors_short/long.weight (random factors) over an\n"
+               "                           original context of N tokens, its attention factor from --ctx;\n"
+               "                           a cache of more than N tokens a sequence turns with the long\n"
+               "                           factors, any other with the short ones\n"
                "Chat models (for 'pagekv serve' and special-token tests):\n"
                "  --chat-template NAME     family NAME: chatml (Qwen), llama3, llama2, mistral, gemma, phi3,\n"
                "                           deepseek. Its special tokens become control tokens at ids 256..\n"
@@ -234,6 +243,7 @@ static const pkv_cli_opt mk_options[] = {
     MK_SIZE("--ssm-k-heads", ssm_k_heads),
     MK_SIZE("--ssm-head-dim", ssm_head_dim),
     MK_SIZE("--mtp", n_mtp),
+    MK_SIZE("--longrope", rope_orig_ctx),
     MK_SIZE("--head-dim-swa", head_dim_swa),
     MK_SIZE("--kv-heads-full", n_head_kv_full),
     MK_FN("--per-layer-embd", mk_opt_per_layer_embd),

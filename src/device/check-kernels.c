@@ -540,9 +540,11 @@ static pkv_status check_argmax(ck *k) {
  * magnitude factor 1 + 0.1 ln 4 on every other case (none on the others, as the
  * shift's re-rotation passes); partial (ROPE_PARTIAL): the first quarter of the pairs
  * turn, or one pair (pkv_rope_partial, Gemma 4's proportional RoPE), at the case's
- * scale. */
-enum { ROPE_PLAIN, ROPE_YARN, ROPE_PARTIAL };
-static const char *const k_rope_row[] = {"kernel rope %s", "kernel rope %s yarn", "kernel rope %s partial"};
+ * scale; frequency factors (ROPE_FF): LongRoPE's per-pair factors in [1, 60) at the
+ * case's scale, and on every other case with YaRN's mix. */
+enum { ROPE_PLAIN, ROPE_YARN, ROPE_PARTIAL, ROPE_FF };
+static const char *const k_rope_row[] = {"kernel rope %s", "kernel rope %s yarn", "kernel rope %s partial",
+                                         "kernel rope %s ff"};
 
 static void rope_mode(pkv_k_rope_args *a, int mode, size_t ci) {
     if (mode == ROPE_PARTIAL) {
@@ -608,8 +610,15 @@ static pkv_status check_rope(ck *k, pkv_type dt, int mode) {
                              .n_heads = c->n_heads, .head_dim = c->head_dim, .n_rot = c->n_rot, .neox = c->neox,
                              .freq_base = c->base, .freq_scale = c->scale, .pos = tr(bp),
                              .rows = brw ? tr(brw) : pkv_tref_make(NULL, 0)};
-        rope_mode(&a, mode, ci);
-        pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
+        float ff[64];
+        rope_mode(&a, mode == ROPE_FF && ci % 2 ? ROPE_YARN : mode, ci);
+        if (mode == ROPE_FF) {
+            dbuf *bff;
+            for (int i = 0; i < c->n_rot / 2; i++) ff[i] = 1.0f + (float)(rnd(k) % 5900) / 100.0f;
+            TRY(s = put(k, &bff, ff, (size_t)(c->n_rot / 2) * 4));
+            a.ff = tr(bff);
+        }
+        pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL, mode == ROPE_FF ? ff : NULL);
         if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
             bool guard = true;
             TRY(s = get(k, bx, gb, &guard));
@@ -951,8 +960,15 @@ static pkv_status check_rope_q(ck *k, pkv_type dt, int mode) {
                              .n_heads = c->n_heads, .head_dim = c->head_dim, .n_rot = c->n_rot, .neox = c->neox,
                              .freq_base = 10000.0f, .freq_scale = 1.0f, .pos = tr(bp),
                              .rows = brw ? tr(brw) : pkv_tref_make(NULL, 0)};
-        rope_mode(&a, mode, ci);
-        pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL);
+        float ff[64];
+        rope_mode(&a, mode == ROPE_FF && ci % 2 ? ROPE_YARN : mode, ci);
+        if (mode == ROPE_FF) { /* a shift of cached K turned with LongRoPE's factors */
+            dbuf *bff;
+            for (int i = 0; i < c->n_rot / 2; i++) ff[i] = 1.0f + (float)(rnd(k) % 5900) / 100.0f;
+            TRY(s = put(k, &bff, ff, (size_t)(c->n_rot / 2) * 4));
+            a.ff = tr(bff);
+        }
+        pkv_ref_rope(&a, xb, pos, c->list ? rows : NULL, mode == ROPE_FF ? ff : NULL);
         if (kernel_ok(k, pkv_k_rope(k->dev, &a), "rope")) {
             bool guard = true;
             TRY(s = get(k, bx, gb, &guard));
@@ -1284,11 +1300,11 @@ static pkv_status rows_swiglu(ck *k) {
 
 static pkv_status rows_rope(ck *k) {
     pkv_status s = PKV_OK;
-    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
+    for (int mode = ROPE_PLAIN; mode <= ROPE_FF && !s; mode++) {
         s = check_rope(k, PKV_TYPE_F32, mode);
         if (!s) s = check_rope(k, PKV_TYPE_F16, mode);
     }
-    for (int mode = ROPE_PLAIN; mode <= ROPE_PARTIAL && !s; mode++) {
+    for (int mode = ROPE_PLAIN; mode <= ROPE_FF && !s; mode++) {
         s = check_rope_q(k, PKV_TYPE_Q8_0, mode);
         if (!s) s = check_rope_q(k, PKV_TYPE_Q4_0, mode);
     }

@@ -88,6 +88,10 @@ typedef struct pkv_k_swiglu_args {
  * mscale (0 = 1): the forward pass passes YaRN's magnitude factor,
  * a re-rotation of cached K none, so rotations by a position delta still compose.
  * freq_scale is > 0, or 0 inside YaRN's mix (ext_factor != 0): pkv_rope_partial.
+ * ff (LongRoPE's per-pair frequency factors, ggml's freq_factors): pair i's
+ * unscaled angle pos * freq_base^(-2i/n_rot) is divided by ff[i] before the
+ * scaling and YaRN's mix; f32 [n_rot/2], each finite and > 0 (not checked: the
+ * model checks them when it loads them); buf NULL: none. CUDA refuses them.
  * Rotations compose, so rotating cached K by a position delta re-positions it.
  * pos: i32 [n_rows]. max_rows bounds row(r) for the bounds check. */
 typedef struct pkv_k_rope_args {
@@ -103,6 +107,7 @@ typedef struct pkv_k_rope_args {
     float ext_factor;       /* YaRN's mix; 0 = no YaRN (the angle is pos * freq_scale * base^(-2i/n_rot)) */
     float corr_lo, corr_hi; /* YaRN's correction range, in pairs */
     float mscale;           /* cos and sin times this; 0 = 1 */
+    pkv_tref ff;            /* f32 [n_rot/2] frequency factors; buf NULL = none */
 } pkv_k_rope_args;
 
 /* YaRN's correction range (ggml's ggml_rope_yarn_corr_dims, in f32 as there): the

@@ -153,6 +153,7 @@ static pkv_status check_rope(const kctx *k, pkv_k_rope_args *a) {
     TRY(arg(k, "x", a->x, (uint64_t)(max_rows - 1) * a->row_stride + row_bytes));
     TRY(arg(k, "pos", a->pos, (uint64_t)a->n_rows * 4));
     if (a->rows.buf) TRY(arg(k, "rows", a->rows, (uint64_t)a->n_rows * 4));
+    if (a->ff.buf) TRY(arg(k, "ff", a->ff, (uint64_t)(a->n_rot / 2) * 4));
     return PKV_OK;
 }
 

@@ -42,6 +42,11 @@ static int n_ctx_of(const pkv_model *m, const pkv_cache_params *p) {
     return p->n_ctx > 0 ? p->n_ctx : PKV_MIN(m->hp.n_ctx_train, 4096);
 }
 
+const float *pkv_model_rope_factors(const pkv_model *m, int64_t n_ctx) {
+    if (!m->longrope.n) return NULL;
+    return m->longrope.host + (n_ctx > m->hp.yarn.n_ctx_orig ? m->longrope.n : 0);
+}
+
 pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards) {
     pkv_kv_params kp = pkv_kv_default_params();
     /* the cache's layers: the model's, less the last ones where they reuse an
@@ -53,6 +58,7 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].head_dim_v = m->layers[l].head_dim_v;
         layers[l].rope_n_rot = m->layers[l].n_rot; /* gemma4: sliding and full layers rotate their own widths */
         layers[l].rope_n_pairs = m->layers[l].rope_pairs;
+        layers[l].rope_none = m->layers[l].nope;
         layers[l].dtype_k = PKV_TYPE_F16;
         layers[l].dtype_v = PKV_TYPE_F16;
         /* Sliding-window layers keep their K/V in the cache's window pool. */
@@ -118,6 +124,7 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
         layers[l].dtype_k = tk;
         layers[l].dtype_v = tv;
     }
+    kp.rope_factors = pkv_model_rope_factors(m, n_ctx_of(m, &p)); /* LongRoPE: short or long, as the cache is long */
     kp.page_size = p.page_size ? p.page_size : 16;
     int64_t per_seq = (n_ctx_of(m, &p) + kp.page_size - 1) / kp.page_size;
     kp.n_pages = p.n_pages ? p.n_pages : per_seq * (p.n_seq_max ? p.n_seq_max : 4);

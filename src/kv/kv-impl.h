@@ -98,6 +98,7 @@ typedef struct kv_layer {
     float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
     float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
     int n_rot, n_pairs;           /* rotated dims of K (0 = the cache's); pairs that turn (0 = all) */
+    bool nope;                    /* K is not rotated (pkv_kv_layer_desc.rope_none): a shift leaves it */
     int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
     int n_parts;        /* recurrent: parts of a head's state, 0 = one (pkv_kv_layer_desc.state_part) */
     int part[PKV_KV_STATE_MAX_PARTS]; /* floats of each part; they sum to state_per_head */
@@ -106,6 +107,8 @@ typedef struct kv_layer {
 struct pkv_kv_layout {
     int n_layers, page_size;
     kv_layer *layers; /* [n_layers] */
+    float *rope_ff;   /* [n_ff]: LongRoPE's frequency factors of K (pkv_kv_params.rope_factors); NULL = none */
+    int n_ff;
     uint64_t fingerprint;
 };
 

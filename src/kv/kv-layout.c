@@ -110,8 +110,29 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         pkv_status s = check_layer(p, il, &p->layers[il]);
         if (s) return s;
     }
+    /* LongRoPE's factors: one per pair of the cache's rotation; every layer turns
+     * with them (Phi-3's are global) */
+    const int n_ff = p->rope_factors ? (p->rope_n_rot ? p->rope_n_rot : p->layers[0].head_dim_k) / 2 : 0;
+    for (int i = 0; i < n_ff; i++)
+        if (!(p->rope_factors[i] > 0 && p->rope_factors[i] < INFINITY))
+            return pkv_err(PKV_ERR_INVALID, "KV layout: rope_factors[%d] is %g, must be finite and > 0", i,
+                           (double)p->rope_factors[i]);
+    for (int il = 0; n_ff && il < p->n_layers; il++)
+        if (p->layers[il].state_per_head == 0 && p->layers[il].rope_n_rot && p->layers[il].rope_n_rot != 2 * n_ff)
+            return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: rope_n_rot %d differs from the %d dims of rope_factors",
+                           il, p->layers[il].rope_n_rot, 2 * n_ff);
+    if (n_ff) {
+        l->rope_ff = pkv_malloc((size_t)n_ff * sizeof *l->rope_ff);
+        if (!l->rope_ff) return pkv_err(PKV_ERR_NOMEM, "KV layout: out of memory for %d rope factors", n_ff);
+        memcpy(l->rope_ff, p->rope_factors, (size_t)n_ff * sizeof *l->rope_ff);
+        l->n_ff = n_ff;
+    }
     l->layers = pkv_calloc((size_t)p->n_layers, sizeof *l->layers);
-    if (!l->layers) return pkv_err(PKV_ERR_NOMEM, "KV layout: out of memory for %d layers", p->n_layers);
+    if (!l->layers) {
+        pkv_free(l->rope_ff);
+        l->rope_ff = NULL;
+        return pkv_err(PKV_ERR_NOMEM, "KV layout: out of memory for %d layers", p->n_layers);
+    }
     l->n_layers = p->n_layers;
     l->page_size = ps;
     pkv_status s = PKV_OK;
@@ -134,6 +155,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
         L->n_rot = rec ? 0 : d->rope_n_rot;
         L->n_pairs = rec ? 0 : d->rope_n_pairs;
+        L->nope = !rec && d->rope_none;
         if (p->rope_yarn_ext_factor != 0 && !rec) { /* the forward pass's correction range: this layer's base */
             L->yarn_ext = p->rope_yarn_ext_factor;
             pkv_rope_yarn_corr_dims(d->rope_n_rot     ? d->rope_n_rot
@@ -239,6 +261,13 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         l->fingerprint = pkv_hash64(head, sizeof head, l->fingerprint ^ 0x7061727473ull);
         l->fingerprint = pkv_hash64(L->part, (size_t)L->n_parts * sizeof *L->part, l->fingerprint);
     }
+    /* K without RoPE on some layers is other data (hashed only when present) */
+    bool nope = false;
+    for (int il = 0; il < l->n_layers; il++) nope |= l->layers[il].nope;
+    for (int il = 0; nope && il < l->n_layers; il++) geom[il] = l->layers[il].nope;
+    if (nope) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x6e6f7065ull);
+    /* K rotated with other frequency factors is other data (hashed only when present) */
+    if (l->n_ff) l->fingerprint = pkv_hash64(l->rope_ff, (size_t)l->n_ff * sizeof *l->rope_ff, l->fingerprint ^ 0x66666ull);
     pkv_free(geom);
     return PKV_OK;
 }
@@ -247,6 +276,7 @@ void pkv_kv_layout_release(pkv_kv_layout *l) {
     if (l->layers)
         for (int il = 0; il < l->n_layers; il++) pkv_free(l->layers[il].shards);
     pkv_free(l->layers);
+    pkv_free(l->rope_ff);
     memset(l, 0, sizeof *l);
 }
 
@@ -254,6 +284,10 @@ const pkv_kv_layout *pkv_kv_cache_layout(const pkv_kv_cache *c) { return c ? &c-
 int pkv_kv_layout_n_layers(const pkv_kv_layout *l) { return l ? l->n_layers : 0; }
 int pkv_kv_layout_page_size(const pkv_kv_layout *l) { return l ? l->page_size : 0; }
 uint64_t pkv_kv_layout_fingerprint(const pkv_kv_layout *l) { return l ? l->fingerprint : 0; }
+const float *pkv_kv_layout_rope_factors(const pkv_kv_layout *l, int *n) {
+    if (n) *n = l ? l->n_ff : 0;
+    return l ? l->rope_ff : NULL;
+}
 
 pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out) {
     if (!l || !out) return pkv_err(PKV_ERR_INVALID, "pkv_kv_layout_layer: NULL argument");

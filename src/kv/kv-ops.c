@@ -53,10 +53,14 @@ pkv_status pkv_kv_fill_pages(pkv_kv_cache *c, int32_t *p, int64_t n) {
 
 /* Re-rotate K rows `rows` (cache rows) of every K array by `delta` positions. */
 static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int32_t delta) {
-    int32_t *host = pkv_malloc((size_t)n * 2 * sizeof *host);
+    /* rows, then the deltas, then LongRoPE's factors (f32) where K has them */
+    const int n_ff = c->layout.n_ff;
+    const size_t ibytes = ((size_t)n * 2 + (size_t)n_ff) * sizeof(int32_t);
+    int32_t *host = pkv_malloc(ibytes);
     if (!host) return pkv_err(PKV_ERR_NOMEM, "shift: out of memory");
     memcpy(host, rows, (size_t)n * sizeof *host);
     for (int64_t i = 0; i < n; i++) host[n + i] = delta;
+    if (n_ff) memcpy(host + 2 * n, c->layout.rope_ff, (size_t)n_ff * sizeof(float));
     pkv_status st = PKV_OK;
     /* One small index buffer per storage device (kernels only see their own memory). */
     for (int ar = 0; ar < c->n_arenas && !st; ar++) {
@@ -64,16 +68,17 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
         bool first = true;
         for (int k = 0; k < ar; k++) first &= c->arenas[k].dev != dev;
         if (!first) continue;
-        pkv_buffer *idx = pkv_buffer_alloc(dev, (size_t)n * 2 * sizeof(int32_t));
+        pkv_buffer *idx = pkv_buffer_alloc(dev, ibytes);
         if (!idx) {
             st = pkv_err_prefix(PKV_ERR_NOMEM, "shift: row index buffer on %s", pkv_device_name(dev));
             break;
         }
-        st = pkv_buffer_write(idx, 0, host, (size_t)n * 2 * sizeof(int32_t));
+        st = pkv_buffer_write(idx, 0, host, ibytes);
         for (int i = 0; i < c->n_arrays && !st; i++) {
             const kv_array *a = &c->arrays[i];
             if (a->is_v || c->arenas[a->arena].dev != dev) continue;
             const kv_layer *L = &c->layout.layers[a->layer];
+            if (L->nope) continue; /* K of a NoPE layer has no angle to change */
             pkv_k_rope_args ra;
             memset(&ra, 0, sizeof ra);
             ra.x = pkv_tref_make(kv_array_buf(c, a), a->off);
@@ -91,6 +96,7 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             ra.corr_lo = L->yarn_corr[0];
             ra.corr_hi = L->yarn_corr[1];
             pkv_rope_partial(&ra, L->n_pairs); /* Gemma 4's full layers: part of the pairs turn */
+            if (n_ff) ra.ff = pkv_tref_make(idx, (size_t)n * 2 * sizeof(int32_t)); /* the forward pass's factors */
             ra.pos = pkv_tref_make(idx, (size_t)n * sizeof(int32_t));
             ra.rows = pkv_tref_make(idx, 0);
             st = pkv_k_rope(dev, &ra);

@@ -216,13 +216,15 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
  * sin times rope.scaling.attn_factor and, where the layer scales (factor > 1),
  * 1 + 0.1 ln(factor): llama.cpp's context divides that factor out of its attn_factor and
  * ggml's rope multiplies it back in; the product is computed once here. */
-static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t T, int n_heads,
-                       pkv_tref pos) {
-    pkv_k_rope_args a = {.x = R(x, 0), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
-                         .row_stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4, .n_heads = n_heads,
+static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0, int64_t T,
+                       int n_heads, pkv_tref pos, pkv_tref ff, float temp) {
+    if (ly->nope) return PKV_OK; /* smollm3's every fourth layer: positions come from the others */
+    const size_t stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4;
+    pkv_k_rope_args a = {.x = R(x, (size_t)r0 * stride), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
+                         .row_stride = stride, .n_heads = n_heads,
                          .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,
-                         .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale, .pos = pos,
-                         .mscale = hp->yarn.attn_factor};
+                         .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale,
+                         .pos = R(pos.buf, pos.off + (size_t)r0 * 4), .mscale = hp->yarn.attn_factor * temp, .ff = ff};
     if (hp->yarn.ext_factor != 0) {
         float dims[2];
         pkv_rope_yarn_corr_dims(ly->n_rot, hp->yarn.n_ctx_orig, ly->rope_base, hp->yarn.beta_fast, hp->yarn.beta_slow, dims);
@@ -233,6 +235,50 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *
     }
     pkv_rope_partial(&a, ly->rope_pairs); /* gemma4's full layers (never with YaRN: hparams refuses it) */
     return pkv_k_rope(dev, &a);
+}
+
+/* Llama 4-style temperature tuning of a query at pos (hp.attn_temp), as llama.cpp
+ * computes it: 1 + scale * ln(floor(pos / floor_len) + 1), the quotient in f32, the
+ * result rounded to f32. */
+static float attn_temp(const pkv_hparams *hp, int32_t pos) {
+    return (float)(log((double)floorf((float)pos / (float)hp->attn_temp.floor_len) + 1.0) * (double)hp->attn_temp.scale +
+                   1.0);
+}
+
+/* RoPE of the step's queries; with temperature tuning each run of rows whose factor
+ * is the same turns with cos and sin times it, which scales the whole query where
+ * every dim rotates (hparams requires that of such files). */
+static pkv_status rope_q(const pkv_fwd *f, pkv_device *dev, const pkv_layer *ly, pkv_buffer *q, int n_heads, pkv_tref pos,
+                         pkv_tref ff, bool temp) {
+    const pkv_hparams *hp = &f->m->hp;
+    if (!temp || hp->attn_temp.scale == 0) return rope(dev, hp, ly, q, 0, f->T, n_heads, pos, ff, 1.0f);
+    const int32_t *hpos = f->ws->host_ints + f->pl->off_pos;
+    for (int64_t r0 = 0, r1; r0 < f->T; r0 = r1) {
+        const float t = attn_temp(hp, hpos[r0]);
+        for (r1 = r0 + 1; r1 < f->T && attn_temp(hp, hpos[r1]) == t;) r1++;
+        pkv_status s = rope(dev, hp, ly, q, r0, r1 - r0, n_heads, pos, ff, t);
+        if (s) return s;
+    }
+    return PKV_OK;
+}
+
+/* LongRoPE: the factors Q and K turn with on device d, the set (short or long) the
+ * cache's K is rotated with (pkv_kv_params.rope_factors); buf NULL without LongRoPE. */
+static pkv_status rope_factors(const pkv_fwd *f, int d, pkv_tref *out) {
+    const pkv_model *m = f->m;
+    const int n = m->longrope.n;
+    *out = R(NULL, 0);
+    if (!n) return PKV_OK;
+    int nc = 0;
+    const float *cf = pkv_kv_layout_rope_factors(pkv_kv_cache_layout(f->c), &nc);
+    for (int set = 0; cf && nc == n && set < 2; set++)
+        if (!memcmp(cf, m->longrope.host + (size_t)set * n, (size_t)n * sizeof *cf)) {
+            *out = R(m->longrope.dev[d].buf, (size_t)set * n * sizeof *cf);
+            return PKV_OK;
+        }
+    return pkv_err(PKV_ERR_INVALID, "forward: %s has LongRoPE factors (rope_factors_short/long) and the cache's K is "
+                   "rotated with %s: make the cache with pkv_model_cache_create", m->label,
+                   cf ? "other factors" : "none");
 }
 
 /* Copy n bytes between workspaces; nothing to do on the same buffer. */
@@ -399,8 +445,9 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
             PKV_CHECK_INTERNAL(sw->v_norm.buf);
             if ((s = pkv_blk_rmsnorm(dev, w->v, &sw->v_norm, w->v, T * sw->n_kv, hv, hp->rms_eps))) return s;
         }
-        pkv_tref pos = R(w->ints, pl->off_pos * 4);
-        if ((s = rope(dev, hp, ly, w->q, T, sw->n_q, pos)) || (own_kv && (s = rope(dev, hp, ly, w->k, T, sw->n_kv, pos))))
+        pkv_tref pos = R(w->ints, pl->off_pos * 4), ff;
+        if ((s = rope_factors(f, sw->dev, &ff)) || (s = rope_q(f, dev, ly, w->q, sw->n_q, pos, ff, kind->temp)) ||
+            (own_kv && (s = rope(dev, hp, ly, w->k, 0, T, sw->n_kv, pos, ff, 1.0f))))
             return s;
 
         if (split_reader) {

@@ -125,6 +125,7 @@ typedef struct pkv_attn_kind {
     const pkv_weight *post_norm; /* RMS norm of the output before the residual add (gemma); NULL: none */
     bool out_gate;               /* attention output times sigmoid(wq_gate·xb) before o (qwen35) */
     bool v_norm;                 /* a weightless RMS norm of each V head (gemma4) */
+    bool temp;                   /* queries times hp.attn_temp's factor of their position after RoPE (mistral3) */
 } pkv_attn_kind;
 /* Where the file has no V projection, V is K's (before K's norm and RoPE). A layer
  * that reuses an earlier layer's KV (pkv_layer.kv_reuse) computes only q and attends

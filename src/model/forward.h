@@ -91,5 +91,10 @@ pkv_status pkv_model_forward(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **ws, con
 /* KV cache parameters matching the model's geometry and head split (I5).
  * layers: [n_layer] and shards: [n_layer * n_dev] scratch the params point into. */
 pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers, pkv_kv_shard_desc *shards);
+/* LongRoPE's factors for a cache holding at most n_ctx tokens per sequence, as
+ * llama.cpp chooses them: the long ones when n_ctx is above the original context
+ * (rope.scaling.original_context_length), else the short ones; f32 [n_rot / 2]
+ * (pkv_kv_params.rope_factors). NULL: the model has none. */
+const float *pkv_model_rope_factors(const pkv_model *m, int64_t n_ctx);
 
 #endif

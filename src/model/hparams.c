@@ -21,6 +21,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_QWEN3MOE] = &pkv_arch_qwen3moe, [PKV_ARCH_PHI3] = &pkv_arch_phi3, [PKV_ARCH_GEMMA2] = &pkv_arch_gemma2,
     [PKV_ARCH_GEMMA3] = &pkv_arch_gemma3, [PKV_ARCH_GPT_OSS] = &pkv_arch_gpt_oss, [PKV_ARCH_QWEN35] = &pkv_arch_qwen35,
     [PKV_ARCH_GEMMA4] = &pkv_arch_gemma4, [PKV_ARCH_GEMMA4_ASSISTANT] = &pkv_arch_gemma4_assistant,
+    [PKV_ARCH_SMOLLM3] = &pkv_arch_smollm3, [PKV_ARCH_MISTRAL3] = &pkv_arch_mistral3,
 };
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }
@@ -218,13 +219,17 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
      * is linear, as llama.cpp reads a file: its rope.scaling.factor, or the older
      * rope.scale_linear, still applies (absent: 1). */
     key(k, sizeof k, arch, "rope.scaling.type");
+    float yarn_div = 1.0f; /* YaRN's magnitude divided by this (a log multiplier, below) */
     {
         const char *st = "linear";
         size_t sl = 6;
         if (!s && pkv_gguf_find_key(g, k) >= 0) s = pkv_gguf_get_str(g, k, &st, &sl);
         const bool yarn = !s && sl == 4 && !memcmp(st, "yarn", 4);
         if (!s && !(sl == 4 && !memcmp(st, "none", 4))) {
-            if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn) {
+            /* "longrope" (a name some converters write for LongRoPE): the factors do
+             * the work (phi3.c); a linear factor, if given, still applies, as in llama.cpp */
+            const bool longrope = ops->longrope && sl == 8 && !memcmp(st, "longrope", 8);
+            if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn || longrope) {
                 float f = 1.0f;
                 char kf[128];
                 key(kf, sizeof kf, arch, "rope.scaling.factor");
@@ -234,8 +239,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                     s = pkv_err(PKV_ERR_FORMAT, "%s: %s.%s %g must be > 0", lab, arch, fk, (double)f);
                 if (!s) hp->rope_freq_scale = 1.0f / f;
             } else {
-                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear, yarn)",
-                            lab, (int)sl, st);
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: RoPE scaling '%.*s' is not supported (supported: none, linear, yarn%s)",
+                            lab, (int)sl, st, ops->longrope ? ", longrope" : "");
             }
         }
         /* YaRN as llama.cpp runs it: ext_factor 1, the correction range from the
@@ -259,21 +264,34 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                             (double)hp->yarn.beta_fast, (double)hp->yarn.beta_slow);
             float log_mul = 0;
             if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul);
-            if (!s && log_mul != 0)
+            if (!s && log_mul != 0 && !ops->yarn_log_mul)
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.yarn_log_multiplier' (%g, DeepSeek's YaRN "
-                            "magnitude) is not supported", lab, arch, (double)log_mul);
+                            "magnitude) is not supported for '%s'", lab, arch, (double)log_mul, arch);
+            if (!s && !isfinite(log_mul))
+                s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.yarn_log_multiplier' is %g, must be finite", lab,
+                            arch, (double)log_mul);
+            /* With a log multiplier llama.cpp's magnitude on cos and sin is
+             * mscale(factor, 1) / mscale(factor, log_mul), mscale(f, m) = 1 + 0.1 m ln f
+             * (1 where f <= 1), instead of mscale(factor, 1); blocks.c multiplies
+             * attn_factor by mscale(factor, 1), so it is divided here by the other. */
+            if (!s && log_mul != 0 && hp->rope_freq_scale < 1.0f)
+                yarn_div = 1.0f + 0.1f * log_mul * logf(1.0f / hp->rope_freq_scale);
         }
     }
     if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->yarn.attn_factor);
     if (!s && !(hp->yarn.attn_factor > 0 && hp->yarn.attn_factor < INFINITY))
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.attn_factor' is %g, must be > 0", lab, arch,
                     (double)hp->yarn.attn_factor);
-    /* Phi-3 128k / Phi-3.5 / Phi-4-mini: LongRoPE's per-dimension factors */
-    if (!s && (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
+    if (!s && !(yarn_div > 0 && yarn_div < INFINITY))
+        s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.yarn_log_multiplier' gives YaRN a magnitude divisor of %g "
+                    "(1 + 0.1 * multiplier * ln(factor)), must be > 0", lab, arch, (double)yarn_div);
+    if (!s) hp->yarn.attn_factor /= yarn_div;
+    /* LongRoPE's per-pair factors (Phi-3 128k, Phi-3.5, Phi-4-mini): read by phi3 */
+    if (!s && !ops->longrope &&
+        (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
-                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE: Phi-3 128k, Phi-3.5, "
-                    "Phi-4-mini) are not supported yet; Phi-3 4k-context files are",
-                    lab);
+                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE) are read for phi3 "
+                    "files only, not for '%s'", lab, arch);
     if (!s && !ops->rope_freqs && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);

@@ -390,7 +390,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                     "sliding head sizes, full-layer KV heads, per-layer embeddings, shared KV layers and a sliding "
                     "pattern")) ||
         (s = refuse(p, ops, PKV_MK_DELTANET, p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim, "delta-net sizes")) ||
-        (s = refuse(p, ops, PKV_MK_MTP, p->n_mtp, "MTP layers (0 to 4)")))
+        (s = refuse(p, ops, PKV_MK_MTP, p->n_mtp, "MTP layers (0 to 4)")) ||
+        (s = refuse(p, ops, PKV_MK_LONGROPE, p->rope_orig_ctx, "LongRoPE factors (rope_orig_ctx)")))
         return s;
     if (!mk->layer) /* made whole by its build hook, which a draft of such a file does not take */
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: a draft of a %s model is not supported", p->arch);

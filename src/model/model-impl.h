@@ -22,6 +22,8 @@ typedef enum pkv_arch {
                               embeddings and KV shared by the last layers */
     PKV_ARCH_GEMMA4_ASSISTANT = 10, /* Gemma 4's MTP drafter: query-only layers over a gemma4 target's KV,
                                        fed the target's embedding and hidden state */
+    PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
+    PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -111,6 +113,7 @@ typedef struct pkv_layer {
     /* Geometry of this layer's heads (I4): hp.head_dim_k / _v / n_rot, or the sliding
      * layers' own (gemma4's key_length_swa, value_length_swa, rope.dimension_count_swa) */
     int head_dim_k, head_dim_v, n_rot;
+    bool nope;       /* no RoPE on the layer's Q and K (smollm3's every fourth layer) */
     int rope_pairs;  /* > 0: only the first rope_pairs of the n_rot / 2 pairs turn (gemma4's
                         proportional RoPE, from rope_freqs.weight); 0 = all */
     /* KV shared between layers (gemma4): the layer computes no K/V of its own and
@@ -185,6 +188,14 @@ typedef struct pkv_hparams {
     int pooling;                 /* pooling_type (pkv_pooling: llama.cpp's enum); -1 = not given */
     int n_embd_out;              /* gemma4-assistant: embedding_length_out, its target's width (the hidden
                                     state it reads and writes); 0 elsewhere */
+    /* Llama 4-style attention temperature tuning (mistral3's attention.temperature_scale;
+     * scale 0 = none): after RoPE the queries at position p are multiplied by
+     * 1 + scale * ln(floor(p / floor_len) + 1), floor_len the original context
+     * (rope.scaling.original_context_length, default context_length) */
+    struct {
+        float scale;
+        int floor_len;
+    } attn_temp;
 } pkv_hparams;
 
 struct pkv_model {
@@ -255,6 +266,16 @@ struct pkv_model {
     int n_cls_out;          /* rows of cls_out (classifier.output_labels); 0 = no head */
     float *cls_out;         /* [n_cls_out][n_embd] */
     float *cls_out_b;       /* [n_cls_out] or NULL */
+    /* LongRoPE (phi3's rope_factors_short / rope_factors_long, n = hp.n_rot / 2 each;
+     * n = 0: none): pair i's angle divided by factor i. Host f32 [2][n], the short
+     * factors then the long ones, and the same on each device of devs (RoPE runs
+     * where a shard's heads are). A cache takes one set (pkv_model_rope_factors) and
+     * the forward pass turns Q and K with the set of the cache it writes. */
+    struct {
+        int n;
+        float *host;
+        pkv_weight dev[PKV_MAX_DEVICES];
+    } longrope;
     const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;
 };

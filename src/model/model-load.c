@@ -351,6 +351,8 @@ void pkv_model_free(pkv_model *m) {
     free_weight(&m->ple.model_proj);
     free_weight(&m->ple.proj_norm);
     free_weight(&m->ple.half);
+    pkv_free(m->longrope.host);
+    for (int d = 0; d < PKV_MAX_DEVICES; d++) free_weight(&m->longrope.dev[d]);
     pkv_free(m->ple.tok_own);
     if (!m->tied) free_weight(&m->output);
     pkv_tokenizer_free(m->tok);

@@ -756,6 +756,7 @@ static void rope_task(int ti, int n_tasks, void *arg) {
     uint8_t *x = pkv_cpu_ptr(a->x);
     const int32_t *pos = pkv_cpu_ptr(a->pos);
     const int32_t *rows = a->rows.buf ? pkv_cpu_ptr(a->rows) : NULL;
+    const float *ff = a->ff.buf ? pkv_cpu_ptr(a->ff) : NULL;
     const int64_t max_rows = rows ? a->max_rows : a->n_rows;
     const int half = a->n_rot / 2;
     float cs[ROPE_PAIRS], sn[ROPE_PAIRS], hb[2 * ROPE_PAIRS];
@@ -770,7 +771,8 @@ static void rope_task(int ti, int n_tasks, void *arg) {
          * rows (a shift rotates every row by the same delta): the same values. */
         /* YaRN folds its mix into the powers; without it the angle is pos * freq_scale * pw */
         for (int i = 0; i < half; i++)
-            pw[i] = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot) * (a->ext_factor == 0 ? 1.0 : rope_factor(a, i));
+            pw[i] = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot) * (a->ext_factor == 0 ? 1.0 : rope_factor(a, i)) /
+                    (ff ? (double)ff[i] : 1.0);
         const double fs = a->ext_factor == 0 ? (double)a->freq_scale : 1.0;
         bool have = false;
         int32_t last = 0;
@@ -799,7 +801,7 @@ static void rope_task(int ti, int n_tasks, void *arg) {
         for (int i0 = 0; i0 < half; i0 += ROPE_PAIRS) {
             const int i1 = PKV_MIN(half, i0 + ROPE_PAIRS);
             for (int i = i0; i < i1; i++) {
-                const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+                const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot) / (ff ? (double)ff[i] : 1.0);
                 const double th = a->ext_factor == 0 ? (double)pos[r] * (double)a->freq_scale * p
                                                      : (double)pos[r] * p * rope_factor(a, i);
                 cs[i - i0] = (float)(cos(th) * ms);
@@ -821,6 +823,7 @@ static pkv_status cpu_rope(void *ctx, const pkv_k_rope_args *a) {
     TRY(aligned(c, "rope", "pos", a->pos, 4));
     if (a->row_stride % es) return pkv_err(PKV_ERR_INVALID, "%s: rope: row stride %zu is not a multiple of %zu", c->name, a->row_stride, es);
     if (a->rows.buf) TRY(aligned(c, "rope", "rows", a->rows, 4));
+    if (a->ff.buf) TRY(aligned(c, "rope", "ff", a->ff, 4));
     pkv_pool_run(c->pool, n_tasks_for(c, a->n_rows, (double)a->n_rows * a->n_heads * a->n_rot * 4), rope_task, &j);
     return PKV_OK;
 }

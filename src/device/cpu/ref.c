@@ -119,8 +119,8 @@ static void st(void *p, pkv_type t, size_t i, double v) {
 }
 
 /* The angle of pair i at position pos (kernel-list.h), YaRN's mix included. */
-static double rope_theta(const pkv_k_rope_args *a, int32_t pos, int i) {
-    const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot);
+static double rope_theta(const pkv_k_rope_args *a, const float *ff, int32_t pos, int i) {
+    const double p = pow((double)a->freq_base, -2.0 * i / (double)a->n_rot) / (ff ? (double)ff[i] : 1.0);
     if (a->ext_factor == 0) return (double)pos * (double)a->freq_scale * p;
     const double y = ((double)i - (double)a->corr_lo) / fmax(0.001, (double)a->corr_hi - (double)a->corr_lo);
     const double mix = (1.0 - fmin(1.0, fmax(0.0, y))) * (double)a->ext_factor;
@@ -131,7 +131,7 @@ static double rope_mscale(const pkv_k_rope_args *a) { return a->mscale > 0 ? (do
 
 /* A quantized row: each head is dequantized, rotated in double, rounded to f32
  * and quantized again (kernel-list.h). */
-static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
+static void ref_rope_quant(const pkv_k_rope_args *a, const float *ff, uint8_t *xr, int32_t pos) {
     const int half = a->n_rot / 2;
     const size_t hbytes = pkv_type_row_bytes(a->dtype, (size_t)a->head_dim);
     float *f = pkv_malloc((size_t)a->head_dim * sizeof(float));
@@ -140,7 +140,7 @@ static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
         uint8_t *hp = xr + (size_t)h * hbytes;
         pkv_dequantize_row(a->dtype, hp, f, a->head_dim);
         for (int i = 0; i < half; i++) {
-            const double theta = rope_theta(a, pos, i);
+            const double theta = rope_theta(a, ff, pos, i);
             const double c = cos(theta) * rope_mscale(a), s = sin(theta) * rope_mscale(a);
             const int i0 = a->neox ? i : 2 * i, i1 = a->neox ? i + half : 2 * i + 1;
             const double x0 = f[i0], x1 = f[i1];
@@ -152,13 +152,13 @@ static void ref_rope_quant(const pkv_k_rope_args *a, uint8_t *xr, int32_t pos) {
     pkv_free(f);
 }
 
-void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows) {
+void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows, const float *ff) {
     const int half = a->n_rot / 2;
     if (pkv_kv_type_quant(a->dtype)) {
         const int64_t max_rows = rows ? a->max_rows : a->n_rows;
         for (int64_t r = 0; r < a->n_rows; r++) {
             const int64_t row = rows ? rows[r] : r;
-            if (row >= 0 && row < max_rows) ref_rope_quant(a, (uint8_t *)x + (size_t)row * a->row_stride, pos[r]);
+            if (row >= 0 && row < max_rows) ref_rope_quant(a, ff, (uint8_t *)x + (size_t)row * a->row_stride, pos[r]);
         }
         return;
     }
@@ -170,7 +170,7 @@ void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const i
         for (int h = 0; h < a->n_heads; h++) {
             const size_t base = (size_t)h * (size_t)a->head_dim;
             for (int i = 0; i < half; i++) {
-                const double theta = rope_theta(a, pos[r], i);
+                const double theta = rope_theta(a, ff, pos[r], i);
                 const double c = cos(theta) * rope_mscale(a), s = sin(theta) * rope_mscale(a);
                 const size_t i0 = base + (size_t)(a->neox ? i : 2 * i);
                 const size_t i1 = base + (size_t)(a->neox ? i + half : 2 * i + 1);

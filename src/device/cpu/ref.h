@@ -31,7 +31,7 @@ void pkv_ref_swiglu_oai(const float *g, const float *u, float *y, int64_t n, flo
 void pkv_ref_scale(float *x, int64_t n, float scale);
 /* x: the bytes at a->x (rows at row(r) * a->row_stride). rows NULL: identity.
  * Rows outside [0, a->max_rows) are skipped; the list should not repeat a row. */
-void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows);
+void pkv_ref_rope(const pkv_k_rope_args *a, void *x, const int32_t *pos, const int32_t *rows, const float *ff); /* ff: NULL = none */
 /* dst: the bytes at a->dst. Indices outside [0, a->dst_rows) are skipped. */
 void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, const int32_t *idx);
 /* meta laid out as kernel-list.h says. Exact two-pass softmax in double. A query that

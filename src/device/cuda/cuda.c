@@ -361,6 +361,9 @@ static pkv_status no_quant_kv(const pkv_cu_ctx *c, const char *kernel, pkv_type 
 
 static pkv_status cu_rope(void *ctx, const pkv_k_rope_args *a) {
     pkv_cu_ctx *c = ctx;
+    if (a->ff.buf)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel rope on %s: frequency factors (LongRoPE) are not implemented on "
+                       "CUDA yet; use the CPU", c->name);
     if (pkv_kv_type_quant(a->dtype)) return no_quant_kv(c, "rope", a->dtype);
     const bool f16 = a->dtype == PKV_TYPE_F16;
     const size_t es = f16 ? 2 : 4;

@@ -25,7 +25,7 @@
     X(ARGMAX, argmax, 2)                                                                    \
     X(GET_ROWS, get_rows, 3)                                                                \
     X(MATMUL, matmul, 3)                                                                    \
-    X(ROPE, rope, 6)                                                                        \
+    X(ROPE, rope, 7)                                                                        \
     X(SET_ROWS, set_rows, 6)                                                                \
     X(ATTENTION, attention, 13)                                                             \
     X(MATMUL_SG, matmul_sg, 3)                                                              \
@@ -39,7 +39,7 @@
     X(LAYER_NORM, layer_norm, 4)                                                            \
     X(ATTENTION_WIN, attention_win, 13)  /* attention over K/V pools bound as several windows */ \
     X(SET_ROWS_WIN, set_rows_win, 6)     /* set_rows into a pool bound as several windows */ \
-    X(ROPE_WIN, rope_win, 6)             /* rope on rows of a pool bound as several windows */
+    X(ROPE_WIN, rope_win, 7)             /* rope on rows of a pool bound as several windows */
 
 typedef enum pkv_vk_kernel {
 #define PKV_VK_ENUM(id, name, n_bindings) PKV_VK_K_##id,

@@ -401,9 +401,11 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
                            "storage buffer range of %llu bytes; the Vulkan kernel binds at most %u", c->name,
                            (unsigned long long)xbytes, (unsigned long long)nw, (unsigned long long)c->max_range, KV_WINDOWS);
     }
-    varg v[6] = {{"x", a->x, (PKV_MIN(rpw, rows) - 1) * a->row_stride + head_bytes, (unsigned)es},
+    varg v[7] = {{"x", a->x, (PKV_MIN(rpw, rows) - 1) * a->row_stride + head_bytes, (unsigned)es},
                  {"pos", a->pos, (uint64_t)a->n_rows * 4, 4},
                  {"rows", a->rows.buf ? a->rows : a->pos, (uint64_t)a->n_rows * 4, 4}};
+    /* binding 6: the frequency factors, or pos as a stand-in the kernel does not read */
+    v[6] = a->ff.buf ? (varg){"ff", a->ff, (uint64_t)(a->n_rot / 2) * 4, 4} : (varg){"ff", a->pos, 4, 4};
     static const char *const xn[3] = {"x window 1", "x window 2", "x window 3"};
     for (uint64_t w = 1; w < KV_WINDOWS; w++) {
         v[2 + w] = v[0];
@@ -414,7 +416,8 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
             v[2 + w].bytes = (PKV_MIN(rpw, rows - r0) - 1) * a->row_stride + head_bytes;
         }
     }
-    uint32_t pc[22] = {0,
+    uint32_t pc[24] = {0,
+                       0,
                        0,
                        0,
                        0,
@@ -435,8 +438,9 @@ static pkv_status vk_rope(void *ctx, const pkv_k_rope_args *a) {
                        fbits(a->ext_factor),
                        fbits(a->corr_lo),
                        fbits(a->corr_hi),
-                       fbits(a->mscale > 0 ? a->mscale : 1.0f)};
-    return dispatch(c, nw > 1 ? PKV_VK_K_ROPE_WIN : PKV_VK_K_ROPE, v, 6, pc, 22, CDIV(work, WG));
+                       fbits(a->mscale > 0 ? a->mscale : 1.0f),
+                       a->ff.buf ? 1u : 0u};
+    return dispatch(c, nw > 1 ? PKV_VK_K_ROPE_WIN : PKV_VK_K_ROPE, v, 7, pc, 24, CDIV(work, WG));
 }
 
 static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {

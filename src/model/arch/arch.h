@@ -17,6 +17,10 @@ typedef struct pkv_arch_ops {
     bool moe;           /* the FFN of every layer is a mixture of experts (expert_* keys required) */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
+    bool yarn_log_mul;  /* takes rope.scaling.yarn_log_multiplier (mistral3: its YaRN magnitude, hparams.c);
+                           elsewhere a non-zero one is refused */
+    bool longrope;      /* reads LongRoPE's rope_factors_short/_long.weight itself (hparams, load_global);
+                           elsewhere they are refused */
     bool rerank;        /* rank pooling over a classification head (cls.output), as llama.cpp scores
                            this architecture's rerankers (Qwen3-Reranker); mkmodel --pooling rank */
     bool foreign_embd;  /* the step's input rows come from another model's token embedding (the
@@ -65,7 +69,8 @@ const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned 
                                  char *buf, size_t cap);
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
-    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant;
+    pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant, pkv_arch_smollm3,
+    pkv_arch_mistral3;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */

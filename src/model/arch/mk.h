@@ -35,6 +35,7 @@ enum {
     PKV_MK_MTP = 1 << 3,      /* n_mtp */
     PKV_MK_LAYERS = 1 << 4,   /* per-layer shapes: head_dim_swa, n_head_kv_full, n_embd_per_layer, n_shared_kv,
                                  swa_layers */
+    PKV_MK_LONGROPE = 1 << 5, /* rope_orig_ctx: LongRoPE's factor tensors and keys */
 };
 
 typedef struct pkv_arch_mk {

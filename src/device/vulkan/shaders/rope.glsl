@@ -8,6 +8,7 @@
 // larger than that (the re-rotation of cached K after a shift), bound as up to
 // four windows (bindings 0, 3, 4, 5) of rpw rows each, window w starting at byte
 // ox/ox1/ox2/ox3 of its binding. Both take the same bindings and push constants.
+// Binding 6: LongRoPE's frequency factors (f32 [n_rot/2] from byte off), when has_ff.
 #define MAX_QHEAD 512u
 layout(binding = 0) buffer X { uint d[]; } x;
 layout(binding = 1) buffer P { uint d[]; } p;
@@ -17,16 +18,19 @@ layout(binding = 3) buffer X1 { uint d[]; } x1;
 layout(binding = 4) buffer X2 { uint d[]; } x2;
 layout(binding = 5) buffer X3 { uint d[]; } x3;
 #endif
+layout(binding = 6) buffer F { uint d[]; } ff;
 layout(push_constant) uniform PC {
-    uint ox, op, orw, ox1, ox2, ox3, n_rows, row_stride, n_heads, head_dim, n_rot, neox, t, has_rows, rpw, max_rows;
+    uint ox, op, orw, ox1, ox2, ox3, off, n_rows, row_stride, n_heads, head_dim, n_rot, neox, t, has_rows, rpw, max_rows;
     float freq_base, freq_scale;
     float ext_factor, corr_lo, corr_hi, mscale; // YaRN (ext_factor 0: none); mscale 1 = none
+    uint has_ff;
 } pc;
 
 // The angle of pair i (kernel-list.h): pos * freq_scale * base^(-2i/n_rot), or with YaRN
-// the mix of that and the unscaled angle.
+// the mix of that and the unscaled angle; with frequency factors base^(-2i/n_rot) / ff[i].
 float rope_theta(float pos, uint i) {
     float p = pow(pc.freq_base, -2.0 * float(i) / float(pc.n_rot));
+    if (pc.has_ff != 0u) p /= LDF(ff, pc.off + i * 4u); // LongRoPE: the angle over pair i's factor
     if (pc.ext_factor == 0.0) return pos * pc.freq_scale * p;
     float y = (float(i) - pc.corr_lo) / max(0.001, pc.corr_hi - pc.corr_lo);
     float mix = (1.0 - min(1.0, max(0.0, y))) * pc.ext_factor;
