@@ -31,24 +31,8 @@
 #include "base/quant.h"
 #include "model/gguf.h"
 #include "model/model-impl.h"
+#include "ref-gguf.h"
 #include "ref-model.h"
-
-static double *get_tensor(void *user, const char *name, int64_t *n) {
-    const pkv_gguf *g = user;
-    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
-    if (!t) return NULL;
-    float *fl = malloc(t->n_elements * sizeof *fl);
-    double *d = malloc(t->n_elements * sizeof *d);
-    if (!fl || !d || pkv_dequantize_row(t->type, t->data, fl, (int64_t)t->n_elements)) {
-        free(fl);
-        free(d);
-        return NULL;
-    }
-    for (uint64_t i = 0; i < t->n_elements; i++) d[i] = fl[i];
-    free(fl);
-    *n = (int64_t)t->n_elements;
-    return d;
-}
 
 static double nmse_fd(const float *a, const double *b, int n) {
     double num = 0, den = 0;
@@ -80,11 +64,11 @@ static void test_reference(const char *tpath, const char *apath) {
                       .sliding_window = 8, .rope_base_swa = 1e4, .swa_layers = swa, .head_dim_swa = 32,
                       .layer_n_head_kv = kvh, .layer_n_ff = ff, .rope_pairs_full = 8, .n_shared_kv = 2,
                       .n_embd_per_layer = 16};
-    ref_model *r = ref_model_create(&hp, get_tensor, tg);
+    ref_model *r = ref_model_create(&hp, ref_gguf_tensor, tg);
     REQUIRE_VOID(r);
     ref_asst_hparams ahp = {.n_layer = 3, .n_embd = 48, .n_embd_out = 64, .n_head = 8, .n_ff = 80, .n_vocab = AT_V,
                             .rms_eps = 1e-6, .rope_base = 1e6, .rope_base_swa = 1e4, .swa_layers = aswa};
-    ref_asst *ra = ref_asst_create(&ahp, r, get_tensor, ag);
+    ref_asst *ra = ref_asst_create(&ahp, r, ref_gguf_tensor, ag);
     REQUIRE_VOID(ra);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 128;
@@ -133,7 +117,7 @@ static void test_reference(const char *tpath, const char *apath) {
     memcpy(hg[0], pkv_context_hidden(t, AT_NP - 2), sizeof hg[0]);
     tok = prompt[AT_NP - 1];
     CHECK_OK(pkv_context_draft_step(d, &tok, 1, hg[0], hg[1]));
-    ref_model *r2 = ref_model_create(&hp, get_tensor, tg);
+    ref_model *r2 = ref_model_create(&hp, ref_gguf_tensor, tg);
     REQUIRE_VOID(r2);
     CHECK_INT(ref_model_eval(r2, prompt, AT_NP - 1, NULL, NULL), 0);
     ref_model_hidden(r2, hr[0]);

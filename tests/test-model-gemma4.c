@@ -28,6 +28,7 @@
 #include "base/quant.h"
 #include "model/gguf.h"
 #include "model/model-impl.h"
+#include "ref-gguf.h"
 #include "ref-model.h"
 #include "testhelp.h"
 
@@ -285,23 +286,6 @@ static void test_kv_ops(pkv_type kv) {
 
 /* Context shift inside the window against the double reference's (its re-rotation
  * of each layer's K: the full layers' first pairs only, the sliding layers' whole heads). */
-static double *get_tensor(void *user, const char *name, int64_t *n) {
-    const pkv_gguf *g = user;
-    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
-    if (!t) return NULL;
-    float *fl = malloc(t->n_elements * sizeof *fl);
-    double *d = malloc(t->n_elements * sizeof *d);
-    if (!fl || !d || pkv_dequantize_row(t->type, t->data, fl, (int64_t)t->n_elements)) {
-        free(fl);
-        free(d);
-        return NULL;
-    }
-    for (uint64_t i = 0; i < t->n_elements; i++) d[i] = fl[i];
-    free(fl);
-    *n = (int64_t)t->n_elements;
-    return d;
-}
-
 static void test_shift(void) {
     void *img = NULL;
     size_t size = 0;
@@ -317,7 +301,7 @@ static void test_shift(void) {
                       .sliding_window = 8, .rope_base_swa = 1e4, .swa_layers = swa, .head_dim_swa = 32,
                       .layer_n_head_kv = kvh, .layer_n_ff = ff, .rope_pairs_full = 8, .n_shared_kv = 2,
                       .n_embd_per_layer = 16};
-    ref_model *r = ref_model_create(&hp, get_tensor, g);
+    ref_model *r = ref_model_create(&hp, ref_gguf_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 128;

@@ -25,25 +25,9 @@
 #include "base/quant.h"
 #include "model/gguf.h"
 #include "model/model-impl.h"
+#include "ref-gguf.h"
 #include "ref-model.h"
 #include "testhelp.h"
-
-static double *get_tensor(void *user, const char *name, int64_t *n) {
-    const pkv_gguf *g = user;
-    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
-    if (!t) return NULL;
-    float *f = malloc(t->n_elements * sizeof *f);
-    double *d = malloc(t->n_elements * sizeof *d);
-    if (!f || !d || pkv_dequantize_row(t->type, t->data, f, (int64_t)t->n_elements)) {
-        free(f);
-        free(d);
-        return NULL;
-    }
-    for (uint64_t i = 0; i < t->n_elements; i++) d[i] = f[i];
-    free(f);
-    *n = (int64_t)t->n_elements;
-    return d;
-}
 
 enum { NP = 24, NS = 8 };
 
@@ -147,7 +131,7 @@ static void run_case(const char *name, pkv_type wt, pkv_type kv, double tol, dou
         CHECK(kvh[0] == 1 && kvh[1] == 2 && kvh[5] == 1 && ff[3] == p.n_ff && ff[4] == 2 * p.n_ff);
         CHECK(m->n_cache_layers == 4 && m->kv_layer && m->kv_layer[4] == 2 && m->kv_layer[5] == 3);
     }
-    ref_model *r = ref_model_create(&hp, get_tensor, g);
+    ref_model *r = ref_model_create(&hp, ref_gguf_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.kv_type = kv;

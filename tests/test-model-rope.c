@@ -27,27 +27,11 @@
 #include "base/quant.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "ref-gguf.h"
 #include "ref-model.h"
 #include "testhelp.h"
 
 enum { V = 300, ORIG = 32, HD = 16 };
-
-static double *get_tensor(void *user, const char *name, int64_t *n) {
-    const pkv_gguf *g = user;
-    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
-    if (!t) return NULL;
-    float *f = malloc(t->n_elements * sizeof *f);
-    double *d = malloc(t->n_elements * sizeof *d);
-    if (!f || !d || pkv_dequantize_row(t->type, t->data, f, (int64_t)t->n_elements)) {
-        free(f);
-        free(d);
-        return NULL;
-    }
-    for (uint64_t i = 0; i < t->n_elements; i++) d[i] = f[i];
-    free(f);
-    *n = (int64_t)t->n_elements;
-    return d;
-}
 
 static pkv_mkmodel_params phi3_params(void) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
@@ -90,7 +74,7 @@ static uint64_t run(const void *img, size_t size, int n_ctx, int np, bool long_s
     double ff[2][HD / 2];
     int64_t n = 0;
     for (int k = 0; k < 2; k++) {
-        double *t = get_tensor(g, k ? "rope_factors_long.weight" : "rope_factors_short.weight", &n);
+        double *t = ref_gguf_tensor(g, k ? "rope_factors_long.weight" : "rope_factors_short.weight", &n);
         CHECK(t && n == HD / 2);
         for (int i = 0; t && i < HD / 2; i++) ff[k][i] = t[i];
         free(t);
@@ -116,7 +100,7 @@ static uint64_t run(const void *img, size_t size, int n_ctx, int np, bool long_s
     ref_model *r[2];
     for (int k = 0; k < 2; k++) {
         hp.rope_factors = ff[long_set ? k == 0 : k == 1]; /* r[0]: the set this cache must use */
-        r[k] = ref_model_create(&hp, get_tensor, g);
+        r[k] = ref_model_create(&hp, ref_gguf_tensor, g);
     }
     pkv_cache_params cp = pkv_cache_default_params();
     cp.kv_type = PKV_TYPE_F32;
@@ -366,7 +350,7 @@ static bool decode_rows(pkv_model *m, pkv_type kv, int np, int32_t *toks, float 
 
 /* The reference's rows for decode_rows' steps: worst NMSE against got. */
 static double against_ref(const ref_hparams *hp, const pkv_gguf *g, int np, const int32_t *toks, const float *got) {
-    ref_model *r = ref_model_create(hp, get_tensor, (void *)g);
+    ref_model *r = ref_model_create(hp, ref_gguf_tensor, (void *)g);
     double *want = malloc((size_t)(np + 5) * V * sizeof *want), worst = -1;
     if (r && want && ref_model_eval(r, toks, np + 4, NULL, want) == 0 && ref_model_remove(r, 10, 13) == 0 &&
         ref_model_eval(r, &toks[np + 4], 1, want + (size_t)(np + 4) * V, NULL) == 0) {

@@ -15,27 +15,11 @@
  * that run on a slow fallback path. Vulkan: skipped where no device opens. */
 #include "base/quant.h"
 #include "model/gguf.h"
+#include "ref-gguf.h"
 #include "ref-model.h"
 #include "testhelp.h"
 
 #include <unistd.h>
-
-static double *get_tensor(void *user, const char *name, int64_t *n) {
-    const pkv_gguf *g = user;
-    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(g, name);
-    if (!t) return NULL;
-    float *f = malloc(t->n_elements * sizeof *f);
-    double *d = malloc(t->n_elements * sizeof *d);
-    if (!f || !d || pkv_dequantize_row(t->type, t->data, f, (int64_t)t->n_elements)) {
-        free(f);
-        free(d);
-        return NULL;
-    }
-    for (uint64_t i = 0; i < t->n_elements; i++) d[i] = f[i];
-    free(f);
-    *n = (int64_t)t->n_elements;
-    return d;
-}
 
 enum { NP = 24, NS = 8, V = 300 };
 
@@ -97,7 +81,7 @@ static void run_case(const char *arch, pkv_type wt, bool mix, const char *dev) {
     hp.rms_eps = !strcmp(arch, "llama") ? 1e-5 : 1e-6; /* mkmodel: Llama's norm epsilon, or Qwen's */
     hp.rope_base = !strcmp(arch, "llama") ? 1e4 : 1e6;
     hp.rope_neox = strcmp(arch, "llama") != 0;
-    ref_model *r = ref_model_create(&hp, get_tensor, g);
+    ref_model *r = ref_model_create(&hp, ref_gguf_tensor, g);
     REQUIRE_VOID(r);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.page_size = 5; /* pages end mid-prompt */

@@ -13,23 +13,17 @@
 
 enum { NOPE_STEP = 4 }; /* llama.cpp's n_no_rope_layer_step for smollm3 */
 
+/* Llama's tensors and layer; only the NoPE flag is this file's */
 static pkv_status load_layer(pkv_loader *L, int il) {
     pkv_loader_model(L)->layers[il].nope = (il + 1) % NOPE_STEP == 0;
-    return pkv_load_prenorm(L, il, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED);
+    return pkv_arch_llama.load_layer(L, il);
 }
 
-static pkv_status layer(pkv_fwd *f, int il) {
-    const pkv_layer *ly = &f->m->layers[il];
-    pkv_status s = pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm});
-    return s ? s : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
-}
+static pkv_status layer(pkv_fwd *f, int il) { return pkv_arch_llama.layer(f, il); }
 
 /* ------------------------------------------------------- pagekv mkmodel */
 
-
-static pkv_status mk_layer(pkv_mk *b, int l) {
-    return pkv_mk_layer(b, l, &(pkv_attn_tensors){0}, NULL, PKV_FFN_GATED, false);
-}
+static pkv_status mk_layer(pkv_mk *b, int l) { return pkv_arch_llama.mk->layer(b, l); }
 
 /* SmolLM3-3B's RoPE base and norm epsilon */
 static const pkv_arch_mk mk = {.rope_base = 5000000.0f, .rms_eps = 1e-6f, .layer = mk_layer};
