@@ -33,17 +33,40 @@
 
 enum { V = 300, ORIG = 32, HD = 16 };
 
-static pkv_mkmodel_params phi3_params(void) {
+/* Every model here: f32, width 64, 4 heads over 2 KV heads of HD, FFN 96, V tokens */
+static pkv_mkmodel_params small_params(const char *arch, int n_layer) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = "phi3";
+    p.arch = arch;
     p.type = PKV_TYPE_F32;
-    p.n_layer = 2;
+    p.n_layer = n_layer;
     p.n_embd = 64;
     p.n_head = 4;
     p.n_head_kv = 2;
     p.head_dim = HD;
     p.n_ff = 96;
     p.n_vocab = V;
+    return p;
+}
+
+/* ... and its reference's shape (arch as ref-model.h knows it) */
+static ref_hparams small_ref(const char *arch, int n_layer, double rms_eps, double rope_base) {
+    ref_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.arch = arch;
+    hp.n_layer = n_layer;
+    hp.n_embd = 64;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim = HD;
+    hp.n_ff = 96;
+    hp.n_vocab = V;
+    hp.rms_eps = rms_eps;
+    hp.rope_base = rope_base;
+    return hp;
+}
+
+static pkv_mkmodel_params phi3_params(void) {
+    pkv_mkmodel_params p = small_params("phi3", 2);
     p.n_ctx = 256;
     p.rope_orig_ctx = ORIG;
     return p;
@@ -83,18 +106,7 @@ static uint64_t run(const void *img, size_t size, int n_ctx, int np, bool long_s
     CHECK_OK(pkv_gguf_get_f32(g, "phi3.rope.scaling.attn_factor", &attn));
     /* mkmodel writes the converter's sqrt(1 + ln(ctx / orig) / ln(orig)) */
     CHECK_NEAR(attn, sqrt(1 + log(256.0 / ORIG) / log((double)ORIG)), 1e-6);
-    ref_hparams hp;
-    memset(&hp, 0, sizeof hp);
-    hp.arch = "phi3";
-    hp.n_layer = 2;
-    hp.n_embd = 64;
-    hp.n_head = 4;
-    hp.n_head_kv = 2;
-    hp.head_dim = HD;
-    hp.n_ff = 96;
-    hp.n_vocab = V;
-    hp.rms_eps = 1e-5;
-    hp.rope_base = 1e4;
+    ref_hparams hp = small_ref("phi3", 2, 1e-5, 1e4);
     hp.rope_neox = true;
     hp.rope_attn_factor = attn;
     ref_model *r[2];
@@ -363,16 +375,7 @@ static double against_ref(const ref_hparams *hp, const pkv_gguf *g, int np, cons
 }
 
 static void test_smollm3(void) {
-    pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = "smollm3";
-    p.type = PKV_TYPE_F32;
-    p.n_layer = 8; /* layers 3 and 7 without RoPE */
-    p.n_embd = 64;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.head_dim = HD;
-    p.n_ff = 96;
-    p.n_vocab = V;
+    pkv_mkmodel_params p = small_params("smollm3", 8); /* layers 3 and 7 without RoPE */
     void *img;
     size_t size;
     REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
@@ -384,18 +387,7 @@ static void test_smollm3(void) {
     int32_t toks[NP + 5];
     for (int i = 0; i < NP + 5; i++) toks[i] = (i * 97 + 13) % V;
     float *got = malloc((size_t)(NP + 5) * V * sizeof *got);
-    ref_hparams hp;
-    memset(&hp, 0, sizeof hp);
-    hp.arch = "llama";
-    hp.n_layer = 8;
-    hp.n_embd = 64;
-    hp.n_head = 4;
-    hp.n_head_kv = 2;
-    hp.head_dim = HD;
-    hp.n_ff = 96;
-    hp.n_vocab = V;
-    hp.rms_eps = 1e-6;
-    hp.rope_base = 5e6;
+    ref_hparams hp = small_ref("llama", 8, 1e-6, 5e6);
     hp.nope_step = 4;
     if (got && decode_rows(m, PKV_TYPE_F32, NP, toks, got)) {
         const double e = against_ref(&hp, g, NP, toks, got);
@@ -429,16 +421,7 @@ static void test_smollm3(void) {
 /* ------------------------------------------------------------ mistral3 */
 
 static void test_mistral3(void) {
-    pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = "mistral3";
-    p.type = PKV_TYPE_F32;
-    p.n_layer = 2;
-    p.n_embd = 64;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.head_dim = HD;
-    p.n_ff = 96;
-    p.n_vocab = V;
+    pkv_mkmodel_params p = small_params("mistral3", 2);
     p.n_ctx = 16; /* mkmodel's YaRN original context min(256, n_ctx): the temperature steps at 16, 32 */
     void *img;
     size_t size;
@@ -452,18 +435,7 @@ static void test_mistral3(void) {
     int32_t toks[NP + 5];
     for (int i = 0; i < NP + 5; i++) toks[i] = (i * 97 + 13) % V;
     float *got = malloc((size_t)(NP + 5) * V * sizeof *got);
-    ref_hparams hp;
-    memset(&hp, 0, sizeof hp);
-    hp.arch = "llama";
-    hp.n_layer = 2;
-    hp.n_embd = 64;
-    hp.n_head = 4;
-    hp.n_head_kv = 2;
-    hp.head_dim = HD;
-    hp.n_ff = 96;
-    hp.n_vocab = V;
-    hp.rms_eps = 1e-5;
-    hp.rope_base = 1e6;
+    ref_hparams hp = small_ref("llama", 2, 1e-5, 1e6);
     hp.rope_freq_scale = 1.0 / 16; /* YaRN by 16 */
     hp.yarn_orig_ctx = 16;
     hp.yarn_mscale = 1.0; /* log multiplier 1: mscale(16, 1) / mscale(16, 1) */
