@@ -244,7 +244,10 @@ static void merged_vs_adapter(const char *arch, int n_layer, int n_pairs) {
         double e = th_nmse(ref, lg, n_l), effect = th_nmse(base_lg, ref, n_l);
         fprintf(stderr, "%s, %d adapter(s): NMSE vs merged %.3g; the adapters' effect (NMSE vs base) %.3g\n", arch, n, e,
                 effect);
-        CHECK(e < 1e-9);
+        /* f32 both ways, but W + s·B·A is rounded once merged and the runtime adds
+         * s·B(A·x) to W·x: last-bit differences, measured up to 4e-10 on x86 and
+         * 1.5e-9 on aarch64's i8mm path (phi3); the adapters' effect is ~1 */
+        CHECK(e < 1e-7);
         CHECK(effect > 1e-4); /* the adapters do change the logits */
     }
     CHECK_OK(pkv_model_lora_apply(m, NULL, 0));
