@@ -349,7 +349,9 @@ typedef struct pkv_kv_layer_desc {
     pkv_type dtype_k; /* K pages: PKV_TYPE_F32, F16, Q8_0 or Q4_0 (quantized: head_dim_k % 32 == 0) */
     pkv_type dtype_v; /* V pages: the same choices (quantized: head_dim_v % 32 == 0) */
     int n_shards;    /* 0 = one shard of all heads on pkv_kv_params.device */
-    const pkv_kv_shard_desc *shards; /* [n_shards], covering every head exactly once */
+    const pkv_kv_shard_desc *shards; /* [n_shards], covering every head; shards overlap only as
+                                        replicas (the same head range, e.g. on devices sharing
+                                        a KV head), each kept in the order given */
     /* Sliding-window layer: 0 = full attention (keeps every token). > 0: the layer
      * attends to the last `window` tokens only, so its K/V live in a second page
      * pool (the window pool, pkv_kv_params.window_pages) where a sequence's pages
@@ -454,7 +456,8 @@ pkv_kv_params pkv_kv_default_params(void);
 
 /* Create a cache: validates the layout (every error names the layer and what is
  * wrong: heads, head sizes, dtypes (a quantized dtype needs head sizes that are
- * multiples of 32), shards not covering the heads exactly once, a
+ * multiples of 32), shards not covering every head or overlapping other than as
+ * replicas of the same head range, a
  * compute device that cannot access its storage device), then allocates the pages
  * on each shard's storage device. NULL on failure (PKV_ERR_INVALID for a bad
  * layout, PKV_ERR_NOMEM when memory runs out); nothing is left allocated. */
