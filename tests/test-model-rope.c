@@ -263,7 +263,7 @@ static void test_other_arch(void) {
     int *nh = NULL, *nkv = NULL, *nff = NULL;
     CHECK(g != NULL);
     CHECK_STATUS(g ? pkv_hparams_read(g, &hp, &nh, &nkv, &nff) : PKV_ERR_UNSUPPORTED, PKV_ERR_UNSUPPORTED);
-    CHECK_MSG("(LongRoPE) are read for phi3 files only, not for 'llama'");
+    CHECK_MSG("(LongRoPE) are not read by architecture 'llama'");
     pkv_gguf_close(g);
     pkv_free(data);
     pkv_gguf_writer_free(w);

@@ -227,7 +227,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         const bool yarn = !s && sl == 4 && !memcmp(st, "yarn", 4);
         if (!s && !(sl == 4 && !memcmp(st, "none", 4))) {
             /* "longrope" (a name some converters write for LongRoPE): the factors do
-             * the work (phi3.c); a linear factor, if given, still applies, as in llama.cpp */
+             * the work (an arch with pkv_arch_ops.longrope reads them); a linear factor,
+             * if given, still applies, as in llama.cpp */
             const bool longrope = ops->longrope && sl == 8 && !memcmp(st, "longrope", 8);
             if ((sl == 6 && !memcmp(st, "linear", 6)) || yarn || longrope) {
                 float f = 1.0f;
@@ -248,8 +249,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
          * 1 + 0.1 ln(factor) on cos and sin (forward.c). A zero original context
          * would put the whole range at -inf: refused, not replaced. The betas are the
          * file's (its converter copies the model's config; 32 and 1 when absent, which
-         * is what gpt-oss has): llama.cpp reads those two keys only for grok and
-         * mistral3 and runs every other architecture at 32 / 1, so a file with other
+         * is what the YaRN files we load have): llama.cpp reads those two keys for
+         * only a few architectures and runs the others at 32 / 1, so a file with other
          * values differs there, deliberately. Its rope.scaling.yarn_ext_factor and
          * yarn_attn_factor are ignored, as llama.cpp ignores them for these
          * architectures. */
@@ -286,12 +287,12 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.yarn_log_multiplier' gives YaRN a magnitude divisor of %g "
                     "(1 + 0.1 * multiplier * ln(factor)), must be > 0", lab, arch, (double)yarn_div);
     if (!s) hp->yarn.attn_factor /= yarn_div;
-    /* LongRoPE's per-pair factors (Phi-3 128k, Phi-3.5, Phi-4-mini): read by phi3 */
+    /* LongRoPE's per-pair factors: read by the arch's load hooks where ops->longrope */
     if (!s && !ops->longrope &&
         (pkv_gguf_find_tensor(g, "rope_factors_long.weight") || pkv_gguf_find_tensor(g, "rope_factors_short.weight")))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
-                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE) are read for phi3 "
-                    "files only, not for '%s'", lab, arch);
+                    "%s: tensors 'rope_factors_long.weight'/'rope_factors_short.weight' (LongRoPE) are not read by "
+                    "architecture '%s'", lab, arch);
     if (!s && !ops->rope_freqs && pkv_gguf_find_tensor(g, "rope_freqs.weight"))
         s = pkv_err(PKV_ERR_UNSUPPORTED,
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
