@@ -12,47 +12,6 @@
 #include "server-testlib.h"
 
 #ifndef PKV_HAVE_SERVER
-#ifdef PKV_HAVE_SPNG
-/* With a vision projector an image block is the image_url part of the chat
- * path: the same prompt tokens (image rows included) and the same greedy text. */
-static void test_image(const char *model, const char *proj, const char *log) {
-    char args[2048];
-    snprintf(args, sizeof args, "-m '%s' --mmproj '%s' -c 1024 --api-key test-key --alias tiny", model, proj);
-    pid_t pid = ts_start(args, log, &g_port);
-    REQUIRE_VOID(pid > 0);
-    size_t n = 0;
-    uint8_t *png = tm_png(-1, &n);
-    char *data = png ? tm_b64(png, n) : NULL;
-    free(png);
-    REQUIRE_VOID(data);
-    json_t *b = json_pack("{s:s,s:i,s:i,s:[{s:s,s:[{s:s,s:s},{s:s,s:{s:s,s:s,s:s}},{s:s,s:s}]}]}", "model", "tiny",
-                          "max_tokens", 12, "temperature", 0, "messages", "role", "user", "content", "type", "text", "text",
-                          "Look at this:", "type", "image", "source", "type", "base64", "media_type", "image/png", "data", data,
-                          "type", "text", "text", "What is it?");
-    size_t un = strlen(data) + 64;
-    char *url = malloc(un);
-    snprintf(url, un, "data:image/png;base64,%s", data);
-    json_t *c = json_pack("{s:i,s:i,s:[{s:s,s:[{s:s,s:s},{s:s,s:{s:s}},{s:s,s:s}]}]}", "max_tokens", 12, "temperature", 0,
-                          "messages", "role", "user", "content", "type", "text", "text", "Look at this:", "type", "image_url",
-                          "image_url", "url", url, "type", "text", "text", "What is it?");
-    free(url);
-    free(data);
-    json_t *j = NULL, *cj = NULL;
-    CHECK_INT(post("/v1/messages", b, &j), 200);
-    const char *save = g_auth;
-    g_auth = "-H 'Authorization: Bearer test-key'";
-    CHECK_INT(post("/v1/chat/completions", c, &cj), 200);
-    g_auth = save;
-    CHECK(jint(cj, "usage.prompt_tokens_details.image_tokens") > 0);
-    CHECK_INT(jint(j, "usage.input_tokens") + jint(j, "usage.cache_read_input_tokens"), jint(cj, "usage.prompt_tokens"));
-    const char *want = jstr(cj, "choices.0.message.content"), *got = jstr(j, "content.0.text");
-    if (strcmp(want ? want : "", got ? got : "")) TH_FAIL("image: messages '%s' != chat '%s'", got ? got : "", want ? want : "");
-    json_decref(j);
-    json_decref(cj);
-    CHECK_INT(ts_stop(pid, SIGTERM), 0);
-}
-#endif
-
 int main(void) { return th_skip("pagekv was built without the server (libmicrohttpd-dev, libjansson-dev)"); }
 #else
 #include "media-testlib.h"
