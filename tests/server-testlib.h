@@ -165,4 +165,31 @@ static inline bool ts_npm_install(const char *src, const char *dir, const char *
     return system(cmd) == 0;
 }
 
+/* The Node client tests' start: ctest's PKV_SOURCE_DIR and PKV_NODE_DIR in *src and
+ * *dir, node and npm present, and mods installed (ts_npm_install). -1 when ready;
+ * otherwise th_skip's exit status (naming what is missing: `what` is the clients). */
+static inline int ts_node_ready(const char *const *mods, const char *what, const char **src, const char **dir) {
+    *src = getenv("PKV_SOURCE_DIR");
+    *dir = getenv("PKV_NODE_DIR");
+    if (!*src || !*dir) return th_skip("PKV_SOURCE_DIR/PKV_NODE_DIR not set (run through ctest)");
+    if (system("node --version >/dev/null 2>&1") != 0 || system("npm --version >/dev/null 2>&1") != 0)
+        return th_skip("node and npm are not installed");
+    if (!ts_npm_install(*src, *dir, mods)) {
+        char m[256];
+        snprintf(m, sizeof m, "npm ci failed (is the npm registry reachable?): %s not installed", what);
+        return th_skip(m);
+    }
+    return -1;
+}
+
+/* `node tests/server/SCRIPT PORT` from the source folder, within timeout_s: its
+ * exit status (-1 when it did not exit). */
+static inline int ts_node_run(const char *src, const char *dir, const char *script, int port, int timeout_s) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && PKV_NODE_DIR='%s' timeout %d node tests/server/%s %d", src, dir, timeout_s, script,
+             port);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
 #endif
