@@ -75,6 +75,25 @@ static bool et_on_event(const pkv_engine_event *ev, void *user) {
 /* A small model made in memory (320 tokens of vocabulary) of n_layer layers (0:
  * 2; qwen35 4: three delta-net layers, then attention) and n_mtp MTP layers
  * (qwen35); mtp: load the file's MTP head instead of its trunk. */
+/* The model mkmodel makes of p, loaded from memory on et_device with 2 threads
+ * (mtp: with its MTP head); NULL, having failed the test, when either step fails. */
+static inline pkv_model *et_load_made(const pkv_mkmodel_params *p, const char *label, bool mtp) {
+    void *data = NULL;
+    size_t size = 0;
+    if (pkv_mkmodel_memory(p, &data, &size)) {
+        TH_FAIL("mkmodel: %s", pkv_errmsg());
+        return NULL;
+    }
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 2;
+    mp.device = et_device;
+    mp.mtp = mtp;
+    pkv_model *m = pkv_model_load_memory(data, size, label, mp);
+    pkv_mkmodel_free_memory(data);
+    if (!m) TH_FAIL("load: %s", pkv_errmsg());
+    return m;
+}
+
 static pkv_model *et_model_ex(const char *arch, pkv_type type, uint64_t seed, int n_layer, int n_mtp, bool mtp) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
@@ -89,20 +108,7 @@ static pkv_model *et_model_ex(const char *arch, pkv_type type, uint64_t seed, in
     p.n_ff = 128;
     p.n_vocab = 320;
     p.seed = seed;
-    void *data = NULL;
-    size_t size = 0;
-    if (pkv_mkmodel_memory(&p, &data, &size)) {
-        TH_FAIL("mkmodel: %s", pkv_errmsg());
-        return NULL;
-    }
-    pkv_model_params mp = pkv_model_default_params();
-    mp.n_threads = 2;
-    mp.device = et_device;
-    mp.mtp = mtp;
-    pkv_model *m = pkv_model_load_memory(data, size, mtp ? "engine-test-mtp" : "engine-test", mp);
-    pkv_mkmodel_free_memory(data);
-    if (!m) TH_FAIL("load: %s", pkv_errmsg());
-    return m;
+    return et_load_made(&p, mtp ? "engine-test-mtp" : "engine-test", mtp);
 }
 
 /* A small llama-shaped model (q8_0: the quantized batched matmul path). */
@@ -118,6 +124,29 @@ static pkv_engine_params et_params(int n_ctx, int page_size, int64_t n_pages) {
     ep.cache.kv_type = et_kv_k;
     ep.cache.kv_type_v = et_kv_v;
     return ep;
+}
+
+/* n requests rp[i], each submitted at step arrive[i] with its events recorded in
+ * got[i], stepped until all finished (at least min_steps steps; bounded, so a
+ * scheduler bug fails rather than hangs). */
+static inline void et_run_arrivals(pkv_engine *e, int n, const int *arrive, const pkv_request_params *rp, et_rec *got,
+                                   int min_steps, const char *what) {
+    int left = 1;
+    for (int step = 0; step < min_steps || left > 0; step++) {
+        for (int i = 0; i < n; i++)
+            if (arrive[i] == step) {
+                memset(&got[i], 0, sizeof got[i]);
+                pkv_request_params r = rp[i];
+                r.on_event = et_on_event;
+                r.user = &got[i];
+                CHECK_OK(pkv_engine_submit(e, &r, NULL));
+            }
+        CHECK_OK(pkv_engine_step(e, &left));
+        if (step > 100000) {
+            TH_FAIL("%s: not done after %d steps", what, step);
+            break;
+        }
+    }
 }
 
 /* Step until every request finished (bounded, so a scheduler bug fails rather than hangs). */

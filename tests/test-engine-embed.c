@@ -40,18 +40,7 @@ static pkv_model *model(const char *arch, const char *pooling, uint64_t seed) {
     p.n_vocab = 320;
     p.seed = seed;
     p.pooling = pooling;
-    void *data = NULL;
-    size_t size = 0;
-    if (pkv_mkmodel_memory(&p, &data, &size)) {
-        TH_FAIL("mkmodel: %s", pkv_errmsg());
-        return NULL;
-    }
-    pkv_model_params mp = pkv_model_default_params();
-    mp.n_threads = 2;
-    pkv_model *m = pkv_model_load_memory(data, size, "embed-test", mp);
-    pkv_mkmodel_free_memory(data);
-    if (!m) TH_FAIL("load: %s", pkv_errmsg());
-    return m;
+    return et_load_made(&p, "embed-test", false);
 }
 
 /* The reference: prompt decoded alone on a context keeping hidden states, pooled here. */

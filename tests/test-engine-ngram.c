@@ -89,22 +89,7 @@ static void run_ngram(work *w, const char *what, pkv_engine_params ep, pkv_engin
         TH_FAIL("%s: engine: %s", what, pkv_errmsg());
         return;
     }
-    int left = 1;
-    for (int step = 0; step < 10 || left > 0; step++) {
-        for (int i = 0; i < NQ; i++)
-            if (w->arrive[i] == step) {
-                memset(&w->got[i], 0, sizeof w->got[i]);
-                pkv_request_params r = w->rp[i];
-                r.on_event = et_on_event;
-                r.user = &w->got[i];
-                CHECK_OK(pkv_engine_submit(e, &r, NULL));
-            }
-        CHECK_OK(pkv_engine_step(e, &left));
-        if (step > 100000) {
-            TH_FAIL("%s: not done after %d steps", what, step);
-            break;
-        }
-    }
+    et_run_arrivals(e, NQ, w->arrive, w->rp, w->got, 10, what);
     int bad = 0;
     for (int i = 0; i < NQ; i++) bad += !et_same(&w->alone[i], &w->got[i], w->rp[i].n, what, i);
     pkv_engine_stats_get(e, st);

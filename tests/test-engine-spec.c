@@ -94,22 +94,7 @@ static void run_spec_ex(work *w, pkv_model *d, const char *what, int64_t n_pages
         TH_FAIL("%s: engine: %s", what, pkv_errmsg());
         return;
     }
-    int left = 1;
-    for (int step = 0; step < 12 || left > 0; step++) {
-        for (int i = 0; i < NQ; i++)
-            if (w->arrive[i] == step) {
-                memset(&w->got[i], 0, sizeof w->got[i]);
-                pkv_request_params r = w->rp[i];
-                r.on_event = et_on_event;
-                r.user = &w->got[i];
-                CHECK_OK(pkv_engine_submit(e, &r, NULL));
-            }
-        CHECK_OK(pkv_engine_step(e, &left));
-        if (step > 100000) {
-            TH_FAIL("%s: not done after %d steps", what, step);
-            break;
-        }
-    }
+    et_run_arrivals(e, NQ, w->arrive, w->rp, w->got, 12, what);
     int bad = 0;
     for (int i = 0; compare && i < NQ; i++) bad += !et_same(&w->alone[i], &w->got[i], w->rp[i].n, what, i);
     pkv_engine_stats_get(e, st);
@@ -504,18 +489,7 @@ static pkv_model *tiny(uint64_t seed) {
     p.n_vocab = 16;
     p.no_vocab = true;
     p.seed = seed;
-    void *data = NULL;
-    size_t size = 0;
-    if (pkv_mkmodel_memory(&p, &data, &size)) {
-        TH_FAIL("mkmodel: %s", pkv_errmsg());
-        return NULL;
-    }
-    pkv_model_params mp = pkv_model_default_params();
-    mp.n_threads = 2;
-    pkv_model *m = pkv_model_load_memory(data, size, "engine-spec-tiny", mp);
-    pkv_mkmodel_free_memory(data);
-    if (!m) TH_FAIL("load: %s", pkv_errmsg());
-    return m;
+    return et_load_made(&p, "engine-spec-tiny", false);
 }
 
 /* softmax(row / temp) over 16 tokens, added to p with weight w. */
