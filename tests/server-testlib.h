@@ -192,4 +192,29 @@ static inline int ts_node_run(const char *src, const char *dir, const char *scri
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+/* The SDK tests (tests/server/SCRIPT, a .cjs): mods installed, a model with an
+ * 8192-token context (for the tool schemas Qwen2.5's template renders into the
+ * prompt) served with that template, the script run against it (150 s), the server
+ * healthy after and stopped cleanly. tag names the temporary files. */
+static inline int ts_sdk_main(const char *const *mods, const char *tag, const char *script) {
+    const char *src, *dir;
+    int ready = ts_node_ready(mods, "the SDKs are", &src, &dir);
+    if (ready >= 0) return ready;
+    char model[512], log[512], args[1024], name[128];
+    snprintf(name, sizeof name, "%s.gguf", tag);
+    snprintf(model, sizeof model, "%s", th_tmp(name));
+    snprintf(name, sizeof name, "%s-serve.log", tag);
+    snprintf(log, sizeof log, "%s", th_tmp(name));
+    REQUIRE(th_cli("", true, "mkmodel --ctx 8192 -o '%s'", model) == 0);
+    snprintf(args, sizeof args, "-m '%s' -c 8192 --chat-template '%s/tests/templates/Qwen-Qwen2.5-7B-Instruct.jinja' "
+                                "--api-key test-key --alias tiny", model, src);
+    int port;
+    pid_t pid = ts_start(args, log, &port);
+    REQUIRE(pid > 0);
+    CHECK_INT(ts_node_run(src, dir, script, port, 150), 0);
+    CHECK_INT(ts_http(port, "/health"), 200);
+    CHECK_INT(ts_stop(pid, SIGTERM), 0);
+    return th_done();
+}
+
 #endif
