@@ -126,6 +126,31 @@ static pkv_engine_params et_params(int n_ctx, int page_size, int64_t n_pages) {
     return ep;
 }
 
+/* Request i of a mixed workload over prompt[0..n): greedy mostly, every 4th (i % 4
+ * == 3) sampled at 0.9 with seed seed_base + i, every 4th (== 2) with top logprobs,
+ * request 5 with n = 3 choices, every 5th stopping at EOS; greedy: all greedy,
+ * none stopping. */
+static inline pkv_request_params et_mixed_request(int i, const int32_t *prompt, int n, int max_tokens,
+                                                  uint64_t seed_base, bool greedy) {
+    pkv_request_params r = pkv_request_default_params();
+    r.prompt = prompt;
+    r.n_prompt = n;
+    r.max_tokens = max_tokens;
+    r.sampling.temp = 0;
+    r.ignore_eos = i % 5 != 4;
+    if (i % 4 == 3) {
+        r.sampling.temp = 0.9f;
+        r.sampling.seed = seed_base + (uint64_t)i;
+    }
+    if (i % 4 == 2) r.top_logprobs = ET_TOP;
+    if (i == 5) r.n = 3;
+    if (greedy) {
+        r.sampling.temp = 0;
+        r.ignore_eos = true;
+    }
+    return r;
+}
+
 /* n requests rp[i], each submitted at step arrive[i] with its events recorded in
  * got[i], stepped until all finished (at least min_steps steps; bounded, so a
  * scheduler bug fails rather than hangs). */

@@ -48,23 +48,7 @@ static void make_work(work *w, uint64_t seed, bool greedy) {
             n = 1 + (int)(et_rand(&rs) % 40);
             for (int k = 0; k < n; k++) w->prompt[i][k] = (int32_t)(et_rand(&rs) % 320);
         }
-        pkv_request_params r = pkv_request_default_params();
-        r.prompt = w->prompt[i];
-        r.n_prompt = n;
-        r.max_tokens = 8 + (int)(et_rand(&rs) % 40);
-        r.sampling.temp = 0;
-        r.ignore_eos = i % 5 != 4;
-        if (i % 4 == 3) {
-            r.sampling.temp = 0.9f;
-            r.sampling.seed = 700 + (uint64_t)i;
-        }
-        if (i % 4 == 2) r.top_logprobs = ET_TOP;
-        if (i == 5) r.n = 3;
-        if (greedy) {
-            r.sampling.temp = 0;
-            r.ignore_eos = true;
-        }
-        w->rp[i] = r;
+        w->rp[i] = et_mixed_request(i, w->prompt[i], n, 8 + (int)(et_rand(&rs) % 40), 700, greedy);
         w->arrive[i] = (int)(et_rand(&rs) % 10);
     }
 }
