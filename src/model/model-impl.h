@@ -24,6 +24,7 @@ typedef enum pkv_arch {
                                        fed the target's embedding and hidden state */
     PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
     PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
+    PKV_ARCH_QWEN35MOE = 13, /* qwen35 with experts and a gated shared expert in place of every FFN */
     PKV_ARCH_COUNT
 } pkv_arch;
 

@@ -1077,7 +1077,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
             char with[128]; /* the architectures whose files have MTP heads */
             if (!pkv_arch_ops_of(m->hp.arch)->mtp_head)
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label,
-                            pkv_arch_names_where(has_mtp_head, 0, ", ", with, sizeof with));
+                            pkv_arch_names_where(has_mtp_head, 0, " and ", with, sizeof with));
             else
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: key '%s.nextn_predict_layers' is absent or 0", m->label,
                             pkv_arch_name(m->hp.arch));
