@@ -28,6 +28,10 @@
  *                                         with a large common offset (mean >> spread)
  *   delta_net                      1e-9   f32 state and sums; several sequences of different
  *                                         lengths, strided q/k/v, tiled and grouped heads, a bad slot
+ *   moe_route                      exact experts, weights 1e-10 (f32 against the double
+ *                                         reference): softmax, the chosen's softmax, sigmoid with
+ *                                         a bias, groups, norm and scale, a choice on the logits
+ *   moe_combine                    1e-12  added and stored, rows out of range skipped
  */
 #include "base/base.h"
 #include "base/quant.h"
@@ -1254,6 +1258,77 @@ static pkv_status check_unary(ck *k, pkv_unary_op op) {
     return PKV_OK;
 }
 
+/* One routing kind: random tokens (continuous logits, so no two experts tie) on the
+ * device against the reference: the same experts, weights within the row's nmse. */
+static pkv_status check_moe_route(ck *k, const char *name, pkv_k_moe_route_args a, bool with_bias) {
+    row_begin(k, "kernel %s", name, 1e-10);
+    pkv_status s = PKV_OK;
+    for (int c = 0; c < 2 && !k->row_error && !k->row.skipped; c++) {
+        a.n = c ? 37 : 1;
+        const size_t nl = (size_t)(a.n * a.n_expert), ns = (size_t)(a.n * a.k);
+        float *h = scratch(nl + (size_t)a.n_expert + 4 * ns, 1);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *l = h, *b = h + nl, *w = b + a.n_expert, *gw = w + ns;
+        int32_t *sel = (int32_t *)(void *)(gw + ns), *gsel = sel + ns;
+        fill_rand(k, l, nl, 4.0f);
+        fill_rand(k, b, (size_t)a.n_expert, 0.2f);
+        pkv_ref_moe_route(&a, l, with_bias ? b : NULL, sel, w, 0, a.n);
+        dbuf *bl, *bb = NULL, *bs, *bw;
+        TRY(s = put(k, &bl, l, nl * 4));
+        if (with_bias) TRY(s = put(k, &bb, b, (size_t)a.n_expert * 4));
+        TRY(s = put(k, &bs, NULL, ns * 4));
+        TRY(s = put(k, &bw, NULL, ns * 4));
+        pkv_k_moe_route_args d = a;
+        d.logits = tr(bl), d.sel = tr(bs), d.w = tr(bw);
+        d.bias = bb ? tr(bb) : (pkv_tref){0};
+        if (kernel_ok(k, pkv_k_moe_route(k->dev, &d), name)) {
+            bool guard = true;
+            if (!(s = get(k, bs, gsel, &guard)) && memcmp(gsel, sel, ns * 4)) row_fail(k, "%s: %s", name, "other experts chosen");
+            if (!s && !guard) row_fail(k, "%s: %s", name, "wrote outside its output region");
+            if (!s) s = compare_f32(k, bw, w, ns, name);
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_moe_combine(ck *k) {
+    row_begin(k, "kernel %s", "moe_combine", 1e-12);
+    pkv_status s = PKV_OK;
+    for (int c = 0; c < 2 && !k->row_error && !k->row.skipped; c++) {
+        const bool add = c == 1;
+        const int64_t n = 5, cols = 96, out_rows = 9;
+        float *h = scratch((size_t)(n * cols + 2 * out_rows * cols + n), 1);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *y = h, *out = y + n * cols, *ref = out + out_rows * cols, *w = ref + out_rows * cols;
+        const int32_t rows[5] = {7, 0, 3, 42, 8}; /* distinct; 42 is outside out and skipped */
+        fill_rand(k, y, (size_t)(n * cols), 2.0f);
+        fill_rand(k, out, (size_t)(out_rows * cols), 1.0f);
+        fill_rand(k, w, (size_t)n, 1.0f);
+        memcpy(ref, out, (size_t)(out_rows * cols) * 4);
+        pkv_k_moe_combine_args a = {.n = n, .cols = cols, .out_rows = out_rows, .add = add};
+        pkv_ref_moe_combine(&a, ref, y, rows, w);
+        dbuf *bo, *by, *br, *bw;
+        TRY(s = put(k, &bo, out, (size_t)(out_rows * cols) * 4));
+        TRY(s = put(k, &by, y, (size_t)(n * cols) * 4));
+        TRY(s = put(k, &br, rows, sizeof rows));
+        TRY(s = put(k, &bw, w, (size_t)n * 4));
+        a.out = tr(bo), a.y = tr(by), a.rows = tr(br), a.w = tr(bw);
+        if (kernel_ok(k, pkv_k_moe_combine(k->dev, &a), "moe_combine"))
+            s = compare_f32(k, bo, ref, (size_t)(out_rows * cols), add ? "added" : "stored");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
 /* ---- the rows of each kernel of PKV_KERNELS, in the order they run */
 
 static const pkv_type k_wtypes[] = {
@@ -1353,6 +1428,25 @@ static pkv_status rows_unary(ck *k) {
 }
 
 static pkv_status rows_layer_norm(ck *k) { return check_layer_norm(k); }
+
+static pkv_status rows_moe_route(ck *k) {
+    static const struct {
+        const char *name;
+        pkv_k_moe_route_args a;
+        bool bias;
+    } cases[] = {
+        {"moe_route softmax, normalised (Qwen3-MoE)", {.n_expert = 16, .k = 4, .gating = 0, .norm_w = true}, false},
+        {"moe_route softmax of the chosen (gpt-oss)", {.n_expert = 32, .k = 4, .gating = 1}, false},
+        {"moe_route sigmoid, bias, groups (DeepSeek-V3)",
+         {.n_expert = 64, .k = 6, .n_group = 8, .n_group_used = 3, .gating = 2, .norm_w = true, .w_scale = 2.5f}, true},
+        {"moe_route on the logits, top 1 (Llama 4)", {.n_expert = 16, .k = 1, .gating = 2, .sel_logits = true}, false},
+    };
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++) s = check_moe_route(k, cases[i].name, cases[i].a, cases[i].bias);
+    return s;
+}
+
+static pkv_status rows_moe_combine(ck *k) { return check_moe_combine(k); }
 
 pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user) {
     if (!dev) return pkv_err(PKV_ERR_INVALID, "check kernels: device is NULL");

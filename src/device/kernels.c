@@ -305,6 +305,36 @@ static pkv_status check_unary(const kctx *k, pkv_k_unary_args *a) {
     return PKV_OK;
 }
 
+static pkv_status check_moe_route(const kctx *k, pkv_k_moe_route_args *a) {
+    SHAPE(a->n > 0, "n %lld", (long long)a->n);
+    SHAPE(a->n_expert >= 1 && a->n_expert <= 4096, "n_expert %d must be in [1, 4096]", a->n_expert);
+    SHAPE(a->k >= 1 && a->k <= 64 && a->k <= a->n_expert, "k %d must be in [1, min(64, n_expert %d)]", a->k, a->n_expert);
+    SHAPE(a->gating >= 0 && a->gating <= 2, "unknown gating %d", a->gating);
+    SHAPE(isfinite(a->w_scale), "w_scale %g", (double)a->w_scale);
+    if (a->n_group > 1) {
+        const int per = a->n_expert / a->n_group;
+        SHAPE(a->n_group <= 64 && a->n_expert % a->n_group == 0 && per >= 2,
+              "n_group %d must be at most 64 and divide the %d experts into groups of 2 or more", a->n_group, a->n_expert);
+        SHAPE(a->n_group_used >= 1 && a->n_group_used <= a->n_group && a->n_group_used * per >= a->k,
+              "n_group_used %d must be in [1, %d] and hold the k %d", a->n_group_used, a->n_group, a->k);
+    }
+    TRY(arg(k, "logits", a->logits, (uint64_t)a->n * (uint64_t)a->n_expert * 4));
+    if (a->bias.buf) TRY(arg(k, "bias", a->bias, (uint64_t)a->n_expert * 4));
+    TRY(arg(k, "sel", a->sel, (uint64_t)a->n * (uint64_t)a->k * 4));
+    TRY(arg(k, "w", a->w, (uint64_t)a->n * (uint64_t)a->k * 4));
+    return PKV_OK;
+}
+
+static pkv_status check_moe_combine(const kctx *k, pkv_k_moe_combine_args *a) {
+    SHAPE(a->n > 0 && a->cols > 0 && a->out_rows > 0, "n %lld, cols %lld, out_rows %lld", (long long)a->n,
+          (long long)a->cols, (long long)a->out_rows);
+    TRY(arg(k, "out", a->out, (uint64_t)a->out_rows * (uint64_t)a->cols * 4));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    TRY(arg(k, "rows", a->rows, (uint64_t)a->n * 4));
+    TRY(arg(k, "w", a->w, (uint64_t)a->n * 4));
+    return PKV_OK;
+}
+
 /* pkv_k_<name> for every kernel of the list: the common checks (start), the
  * kernel's own (check_<name>, on a copy that may fill in defaults such as
  * strides of 0), then the backend's slot. */

@@ -22,7 +22,7 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     for (int i = 0; i < ws->n; i++) {
         pkv_dev_ws *d = &ws->d[i];
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
-                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids,
+                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids, d->moe_sel, d->moe_wt, d->moe_acc,
                               d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc,
                               d->emb,    d->hid,  d->qpart, d->apart};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
@@ -117,7 +117,11 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
         if (m->hp.n_embd_out > 0 && ((s = realloc_buf(dev, &w->emb, t4 * (size_t)m->hp.n_embd_out)) ||
                                      (s = realloc_buf(dev, &w->hid, t4 * (size_t)m->hp.n_embd_out))))
             return s;
-        if (main_dev && m->hp.moe.n_expert > 0 && (s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert))) return s;
+        if (main_dev && m->hp.moe.n_expert > 0 &&
+            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert)) ||
+             (s = realloc_buf(dev, &w->moe_sel, t4 * 2 * (size_t)m->hp.moe.n_used)) ||
+             (s = realloc_buf(dev, &w->moe_wt, t4)) || (s = realloc_buf(dev, &w->moe_acc, t4 * (size_t)E))))
+            return s;
         if (m->hp.moe.n_expert > 0 && /* every device holds experts on a split */
             ((s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) || (s = realloc_buf(dev, &w->moe_ids, t4))))
             return s;
@@ -540,76 +544,29 @@ static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row
     return pkv_k_add(dev, &a);
 }
 
-/* The index of the largest v[e] over e < n with ok[e] (ties: the lowest e); -1: none. */
-static int32_t moe_best(const float *v, const bool *ok, int32_t n) {
-    int32_t best = -1;
-    for (int32_t e = 0; e < n; e++)
-        if (ok[e] && (best < 0 || v[e] > v[best])) best = e;
-    return best;
+/* The routing kernel's arguments for kind k (hp: the sizes and groups). */
+static pkv_k_moe_route_args route_args(const pkv_hparams *hp, const pkv_moe_kind *k) {
+    return (pkv_k_moe_route_args){.n_expert = hp->moe.n_expert,
+                                  .k = hp->moe.n_used,
+                                  .n_group = hp->moe_route.n_group,
+                                  .n_group_used = hp->moe_route.n_group_used,
+                                  .gating = (int)k->gating,
+                                  .norm_w = k->norm_w,
+                                  .sel_logits = k->sel_logits,
+                                  .w_scale = k->w_scale};
 }
 
-void pkv_blk_moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p, const float *bias, int32_t *sel,
-                       float *w) {
-    const int32_t X = hp->moe.n_expert, K = hp->moe.n_used, G = hp->moe_route.n_group;
-    float sv[4096];
-    bool ok[4096];
-    for (int32_t e = 0; e < X; e++) sv[e] = p[e];
-    if (kind->gating == PKV_MOE_SOFTMAX_TOPK) {
-        double mx = p[0], sum = 0;
-        for (int32_t e = 1; e < X; e++) mx = fmax(mx, p[e]);
-        for (int32_t e = 0; e < X; e++) sum += exp((double)p[e] - mx);
-        for (int32_t e = 0; e < X; e++) p[e] = (float)(exp((double)p[e] - mx) / sum);
-    } else if (kind->gating == PKV_MOE_SIGMOID_TOPK) {
-        for (int32_t e = 0; e < X; e++) p[e] = (float)(1.0 / (1.0 + exp(-(double)p[e])));
-    }
-    for (int32_t e = 0; e < X; e++) {
-        if (!kind->sel_logits) sv[e] = p[e] + (bias ? bias[e] : 0.0f);
-        ok[e] = true;
-    }
-    if (G > 1) { /* group-limited: mask every expert outside the best n_group_used groups */
-        const int32_t per = X / G;
-        float gs[4096];
-        bool gok[4096], keep[4096];
-        for (int32_t g = 0; g < G; g++) {
-            int32_t a = moe_best(sv + g * per, ok + g * per, per);
-            ok[g * per + a] = false;
-            int32_t b = moe_best(sv + g * per, ok + g * per, per);
-            ok[g * per + a] = true;
-            gs[g] = sv[g * per + a] + sv[g * per + b];
-            gok[g] = true, keep[g] = false;
-        }
-        for (int32_t i = 0; i < hp->moe_route.n_group_used; i++) {
-            int32_t g = moe_best(gs, gok, G);
-            gok[g] = false, keep[g] = true;
-        }
-        for (int32_t e = 0; e < X; e++) ok[e] = keep[e / per];
-    }
-    double sum = 0;
-    for (int32_t k = 0; k < K; k++) {
-        sel[k] = moe_best(sv, ok, X);
-        ok[sel[k]] = false;
-    }
-    for (int32_t k = 0; k < K; k++) /* TOPK_SOFTMAX: exp relative to the best, as a softmax */
-        w[k] = kind->gating == PKV_MOE_TOPK_SOFTMAX ? (float)exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]];
-    if (kind->gating == PKV_MOE_TOPK_SOFTMAX || kind->norm_w) {
-        for (int32_t k = 0; k < K; k++) sum += w[k];
-        if (kind->gating != PKV_MOE_TOPK_SOFTMAX) sum = fmax(sum, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
-        for (int32_t k = 0; k < K; k++) w[k] = (float)(w[k] / sum);
-    }
-    if (kind->w_scale != 0.0f && kind->w_scale != 1.0f)
-        for (int32_t k = 0; k < K; k++) w[k] *= kind->w_scale;
-}
-
-/* Expert e on the n rows ws->h_rows of xb, its output read into ws->h_y [n][E]: on
- * the device of the part that holds it (its copy of xb made by moe_to), one matmul of
- * each of its matrices, its weights read in place. kind->weight_in: each row is first
- * scaled by its weight (the host copy ws->h_x of xb, written into xe). */
-static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32_t e, int64_t n) {
+/* Expert e on the n rows ws->h_rows of xb into y of the device of the part that
+ * holds it (*d; its copy of xb made by moe_to): one matmul of each of its matrices,
+ * its weights read in place. kind->weight_in: each row is first scaled by its weight
+ * (the host copy ws->h_x of xb, written into xe). */
+static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32_t e, int64_t n, int *dp) {
     const pkv_model *m = f->m;
     const pkv_layer *ly = &m->layers[il];
     pkv_fwd_ws *ws = f->ws;
     int d = 0;
     while (e >= ly->moe.ep[d].e0 + ly->moe.ep[d].n) d++;
+    *dp = d;
     const struct pkv_moe_part *pt = &ly->moe.ep[d];
     pkv_device *dev = m->devs[d];
     pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
@@ -640,49 +597,44 @@ static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32
         (f->lora && (s = pkv_lora_delta_expert(f, dev, &pt->down, e, w->hb, w->y, ws->h_rows, n))) ||
         (s = add_bias_row(dev, &pt->down_b, le, w->y, n)))
         return s;
-    return pkv_buffer_read(w->y, 0, ws->h_y, (size_t)(n * E) * 4);
+    return PKV_OK;
 }
 
-/* The shared expert (ly->moe.sh_*) of every token added to the host sum ws->h_out,
- * times sigmoid(sh_gate_inp · xb) where the layer has that gate. */
+/* The shared expert (ly->moe.sh_*) of every token added to w0->moe_acc, times
+ * sigmoid(sh_gate_inp · xb) where the layer has that gate (ws->h_rows: 0..T-1). */
 static pkv_status moe_shared(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
     const pkv_model *m = f->m;
     const pkv_layer *ly = &m->layers[il];
-    pkv_fwd_ws *ws = f->ws;
-    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
     pkv_device *dev = m->dev;
     const int64_t T = f->T, E = m->hp.n_embd;
     pkv_k_swiglu_args sg = glu(kind->act, w0, T * ly->moe.sh_gate.ne1);
     pkv_status s;
     if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate, w0->xb, w0->hb, T)) ||
         (s = pkv_blk_matmul(f, dev, &ly->moe.sh_up, w0->xb, w0->hb2, T)) || (s = pkv_k_swiglu(dev, &sg)) ||
-        (s = pkv_blk_matmul(f, dev, &ly->moe.sh_down, w0->hb, w0->y, T)) ||
-        (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(T * E) * 4)))
+        (s = pkv_blk_matmul(f, dev, &ly->moe.sh_down, w0->hb, w0->y, T)))
         return s;
-    if (ly->moe.sh_gate_inp.buf) { /* the gate's logit per token: a one-row matmul */
-        pkv_k_unary_args sig = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n = T, .op = PKV_UNARY_SIGMOID};
-        if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate_inp, w0->xb, w0->router, T)) || (s = pkv_k_unary(dev, &sig)) ||
-            (s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)T * 4)))
-            return s;
-    }
-    for (int64_t t = 0; t < T; t++) {
-        const float g = ly->moe.sh_gate_inp.buf ? ws->h_probs[t] : 1.0f;
-        for (int64_t c = 0; c < E; c++) ws->h_out[t * E + c] += g * ws->h_y[t * E + c];
-    }
-    return PKV_OK;
+    if (!ly->moe.sh_gate_inp.buf) return add(dev, w0->moe_acc, w0->y, T * E);
+    /* the gate's logit per token (a one-row matmul), its sigmoid the row weights */
+    pkv_k_unary_args sig = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n = T, .op = PKV_UNARY_SIGMOID};
+    pkv_k_moe_combine_args cb = {.out = R(w0->moe_acc, 0), .y = R(w0->y, 0), .rows = R(w0->moe_ids, 0),
+                                 .w = R(w0->router, 0), .n = T, .cols = E, .out_rows = T, .add = true};
+    if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate_inp, w0->xb, w0->router, T)) || (s = pkv_k_unary(dev, &sig)) ||
+        (s = pkv_buffer_write(w0->moe_ids, 0, f->ws->h_rows, (size_t)T * 4)))
+        return s;
+    return pkv_k_moe_combine(dev, &cb);
 }
 
 /* A mixture of experts in place of the FFN (llama.cpp's semantics): each token's
- * experts and weights by moe_route, then
+ * experts and weights by the routing kernel (pkv_k_moe_route), then
  *   x += sum over sel of w_e * down_e(act(gate_e · xb) * (up_e · xb))   (+ the shared expert)
  * with expert e's bias rows after its matmuls where the file has them (gpt-oss) and,
  * with kind->weight_in, w_e applied to the expert's input instead of its output
- * (Llama 4). Routing is per token, so it does not depend on the batch. Each expert
- * runs once per step on the rows routed to it. Routing and the weighted sum run on
- * the host for now (one read of the router's logits and one of each active expert's
- * output per layer: correct on every backend, a round trip per expert on a GPU);
- * each token's sum adds its experts in ascending index order, then the shared
- * expert, so the result is the same whatever else is in the batch. */
+ * (Llama 4). Routing is per token, so it does not depend on the batch. The choices
+ * are read back once per layer (which rows each expert gets); each expert then runs
+ * once on its rows, and the weighted sum is formed on the first device
+ * (pkv_k_moe_combine), expert by expert in ascending order, then the shared expert,
+ * so a token's result is the same whatever else is in the batch. */
 /* The experts' sum, post-normed where the kind says, into out (NULL: added to x). */
 static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
@@ -693,47 +645,52 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     pkv_device *dev = m->dev;
     const int64_t T = f->T, E = hp->n_embd, X = hp->moe.n_expert, K = hp->moe.n_used;
     pkv_status s;
-    PKV_CHECK_INTERNAL(X > 0 && X <= 4096 && ly->moe.router.buf);
+    PKV_CHECK_INTERNAL(X > 0 && ly->moe.router.buf);
     /* the router's input: the experts' (norm), or a norm of its own (gemma4) */
     if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
         return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
+    pkv_k_moe_route_args ra = route_args(hp, kind);
+    ra.logits = R(w0->router, 0), ra.sel = R(w0->moe_sel, 0), ra.w = R(w0->moe_sel, (size_t)(T * K) * 4), ra.n = T;
+    if (ly->moe.probs_b.buf) ra.bias = R(ly->moe.probs_b.buf, 0);
     if ((s = pkv_blk_matmul(f, dev, &ly->moe.router, w0->xb, w0->router, T)) ||
-        (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
+        (s = add_bias(dev, &ly->moe.router_b, w0->router, T)) || (s = pkv_k_moe_route(dev, &ra)))
         return s;
     if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
-    if ((s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)(T * X) * 4))) return s;
-    float bias[4096];
-    if (ly->moe.probs_b.buf && (s = pkv_buffer_read(ly->moe.probs_b.buf, 0, bias, (size_t)X * 4))) return s;
-    for (int64_t t = 0; t < T; t++)
-        pkv_blk_moe_route(hp, kind, ws->h_probs + t * X, ly->moe.probs_b.buf ? bias : NULL, ws->h_sel + t * K, ws->h_wsel + t * K);
+    /* the one read back: each token's experts and weights */
+    if ((s = pkv_buffer_read(w0->moe_sel, 0, ws->h_sel, (size_t)(T * K) * 4)) ||
+        (s = pkv_buffer_read(w0->moe_sel, (size_t)(T * K) * 4, ws->h_wsel, (size_t)(T * K) * 4)))
+        return s;
     if (kind->weight_in && (s = pkv_buffer_read(w0->xb, 0, ws->h_x, (size_t)(T * E) * 4))) return s;
     for (int d = 1; !kind->weight_in && d < m->n_dev; d++) /* expert parallelism: xb to each part's device */
         if (ly->moe.ep[d].n > 0 && (s = move(w0->xb, pkv_fwd_dev(ws, m->devs[d])->xb, (size_t)(T * E) * 4))) return s;
-    memset(ws->h_out, 0, (size_t)(T * E) * 4);
+    if ((s = pkv_buffer_fill(w0->moe_acc, 0, (size_t)(T * E) * 4, 0))) return s;
     for (int32_t e = 0; e < X; e++) {
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < K; k++)
-                if (ws->h_sel[t * K + k] == e) ws->h_rows[n++] = (int32_t)t;
+                if (ws->h_sel[t * K + k] == e) {
+                    /* the row's weight in the sum: applied to the input instead (weight_in); gemma4's
+                     * per-expert output scale */
+                    float wt = kind->weight_in ? 1.0f : ws->h_wsel[t * K + k];
+                    ws->h_probs[n] = kind->exp_scale ? wt * kind->exp_scale[e] : wt;
+                    ws->h_rows[n++] = (int32_t)t;
+                }
         if (!n) continue;
-        if ((s = moe_expert(f, il, kind, e, n))) return s;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t t = ws->h_rows[i];
-            float wt = 0;
-            for (int64_t k = 0; k < K; k++)
-                if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
-            if (kind->weight_in) wt = 1.0f; /* applied to the input */
-            if (kind->exp_scale) wt *= kind->exp_scale[e]; /* gemma4's per-expert output scale */
-            float *o = ws->h_out + t * E;
-            const float *y = ws->h_y + i * E;
-            for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
-        }
+        int d = 0;
+        if ((s = moe_expert(f, il, kind, e, n, &d))) return s;
+        pkv_dev_ws *wd = pkv_fwd_dev(ws, m->devs[d]);
+        pkv_k_moe_combine_args cb = {.out = R(w0->moe_acc, 0), .y = R(w0->y, 0), .rows = R(w0->moe_ids, 0),
+                                     .w = R(w0->moe_wt, 0), .n = n, .cols = E, .out_rows = T, .add = true};
+        if ((d && (s = move(wd->y, w0->y, (size_t)(n * E) * 4))) ||
+            (s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) ||
+            (s = pkv_buffer_write(w0->moe_wt, 0, ws->h_probs, (size_t)n * 4)) || (s = pkv_k_moe_combine(dev, &cb)))
+            return s;
     }
+    for (int64_t t = 0; t < T; t++) ws->h_rows[t] = (int32_t)t; /* the shared expert's rows: every token */
     if (ly->moe.sh_gate.buf && (s = moe_shared(f, il, kind))) return s;
-    if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
-    if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->y, kind->post_norm, w0->y, T, E, hp->rms_eps))) return s;
-    return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->y, T * E);
+    if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->moe_acc, kind->post_norm, w0->moe_acc, T, E, hp->rms_eps))) return s;
+    return out.buf ? pkv_buffer_copy(w0->moe_acc, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->moe_acc, T * E);
 }
 
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {

@@ -30,6 +30,7 @@
 #include "device/cpu/cpu-amx.h"
 #include "device/cpu/cpu-attention.h"
 #include "device/cpu/cpu-dots.h"
+#include "device/cpu/ref.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -1158,6 +1159,37 @@ static pkv_status cpu_unary(void *ctx, const pkv_k_unary_args *a) {
     if (a->mul.buf) TRY(aligned(c, "unary", "mul", a->mul, 4));
     rows_job j = {a, a->n};
     pkv_pool_run(c->pool, n_tasks_for(c, a->n / 1024 + 1, (double)a->n * 8), unary_task, &j);
+    return PKV_OK;
+}
+
+static void moe_route_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_moe_route_args *a = j->args;
+    int64_t r0, r1;
+    range(a->n, ti, n_tasks, &r0, &r1);
+    pkv_ref_moe_route(a, pkv_cpu_ptr(a->logits), a->bias.buf ? pkv_cpu_ptr(a->bias) : NULL, pkv_cpu_ptr(a->sel),
+                      pkv_cpu_ptr(a->w), r0, r1);
+}
+
+/* The reference's arithmetic (in double: the routing decides, and costs little). */
+static pkv_status cpu_moe_route(void *ctx, const pkv_k_moe_route_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "moe_route", "logits", a->logits, 4));
+    if (a->bias.buf) TRY(aligned(c, "moe_route", "bias", a->bias, 4));
+    TRY(aligned(c, "moe_route", "sel", a->sel, 4));
+    TRY(aligned(c, "moe_route", "w", a->w, 4));
+    rows_job j = {a, a->n};
+    pkv_pool_run(c->pool, n_tasks_for(c, a->n, (double)a->n * a->n_expert * a->k), moe_route_task, &j);
+    return PKV_OK;
+}
+
+static pkv_status cpu_moe_combine(void *ctx, const pkv_k_moe_combine_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "moe_combine", "out", a->out, 4));
+    TRY(aligned(c, "moe_combine", "y", a->y, 4));
+    TRY(aligned(c, "moe_combine", "rows", a->rows, 4));
+    TRY(aligned(c, "moe_combine", "w", a->w, 4));
+    pkv_ref_moe_combine(a, pkv_cpu_ptr(a->out), pkv_cpu_ptr(a->y), pkv_cpu_ptr(a->rows), pkv_cpu_ptr(a->w));
     return PKV_OK;
 }
 

@@ -643,6 +643,35 @@ static pkv_status vk_unary(void *ctx, const pkv_k_unary_args *a) {
     return dispatch(c, PKV_VK_K_UNARY, v, 4, pc, 10, CDIV((uint64_t)a->n, WG));
 }
 
+static pkv_status vk_moe_route(void *ctx, const pkv_k_moe_route_args *a) {
+    pkv_vk_ctx *c = ctx;
+    const uint64_t lb = (uint64_t)a->n * (uint64_t)a->n_expert * 4, sb = (uint64_t)a->n * (uint64_t)a->k * 4;
+    TRY(fits(c, "moe_route", "logits bytes", lb));
+    const bool hb = a->bias.buf != NULL;
+    /* an absent bias binds a 4-byte window of the logits that the shader never reads */
+    varg v[4] = {{"logits", a->logits, lb, 4},
+                 {"bias", hb ? a->bias : a->logits, hb ? (uint64_t)a->n_expert * 4 : 4, 4},
+                 {"sel", a->sel, sb, 4},
+                 {"w", a->w, sb, 4}};
+    uint32_t pc[14] = {0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->n_expert, (uint32_t)a->k, (uint32_t)a->n_group,
+                       (uint32_t)a->n_group_used, (uint32_t)a->gating, a->norm_w ? 1u : 0u, a->sel_logits ? 1u : 0u,
+                       hb ? 1u : 0u, fbits(a->w_scale)};
+    return dispatch(c, PKV_VK_K_MOE_ROUTE, v, 4, pc, 14, CDIV((uint64_t)a->n, WG));
+}
+
+static pkv_status vk_moe_combine(void *ctx, const pkv_k_moe_combine_args *a) {
+    pkv_vk_ctx *c = ctx;
+    const uint64_t total = (uint64_t)a->n * (uint64_t)a->cols;
+    TRY(fits(c, "moe_combine", "y bytes", total * 4));
+    TRY(fits(c, "moe_combine", "out bytes", (uint64_t)a->out_rows * (uint64_t)a->cols * 4));
+    varg v[4] = {{"out", a->out, (uint64_t)a->out_rows * (uint64_t)a->cols * 4, 4},
+                 {"y", a->y, total * 4, 4},
+                 {"rows", a->rows, (uint64_t)a->n * 4, 4},
+                 {"w", a->w, (uint64_t)a->n * 4, 4}};
+    uint32_t pc[8] = {0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->cols, (uint32_t)a->out_rows, a->add ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_MOE_COMBINE, v, 4, pc, 8, CDIV(total, WG));
+}
+
 /* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */
 #define SLOT(name) .name = vk_##name,
 const pkv_kernel_ops pkv_vk_kernel_ops = {
