@@ -1036,7 +1036,8 @@ typedef struct pkv_mkmodel_params {
                             "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000),
                             "qwen35", "gemma4" (its fields below), "smollm3" (no RoPE on every fourth
                             layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
-                            and temperature scale 0.1) */
+                            and temperature scale 0.1), "deepseek2" (fields q_lora_rank,
+                            kv_lora_rank below) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
@@ -1120,6 +1121,11 @@ typedef struct pkv_mkmodel_params {
      * rope.scaling.attn_factor sqrt(1 + ln(n_ctx / it) / ln(it)) (1 where n_ctx is
      * not larger), as llama.cpp's converter writes them; 0 = none */
     int rope_orig_ctx;
+    /* deepseek2 (multi-head latent attention; head_dim is a query head's nope + rope dims,
+     * rope half of it; one KV head; YaRN by 4 over min(256, n_ctx) with V2-Lite's log
+     * multiplier; every layer dense): q_lora_rank 0 = the lite layout (attn_q), else
+     * attn_q_a [q_lora_rank][n_embd] and attn_q_b; kv_lora_rank 0 = 64 */
+    int q_lora_rank, kv_lora_rank;
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

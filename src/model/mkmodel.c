@@ -391,7 +391,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                     "pattern")) ||
         (s = refuse(p, ops, PKV_MK_DELTANET, p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim, "delta-net sizes")) ||
         (s = refuse(p, ops, PKV_MK_MTP, p->n_mtp, "MTP layers (0 to 4)")) ||
-        (s = refuse(p, ops, PKV_MK_LONGROPE, p->rope_orig_ctx, "LongRoPE factors (rope_orig_ctx)")))
+        (s = refuse(p, ops, PKV_MK_LONGROPE, p->rope_orig_ctx, "LongRoPE factors (rope_orig_ctx)")) ||
+        (s = refuse(p, ops, PKV_MK_MLA, p->q_lora_rank || p->kv_lora_rank, "latent attention ranks (q/kv_lora_rank)")))
         return s;
     if (!mk->layer) /* made whole by its build hook, which a draft of such a file does not take */
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: a draft of a %s model is not supported", p->arch);
@@ -554,13 +555,15 @@ static pkv_status mk_hparams(pkv_mk *b, const pkv_arch_mk *mk) {
         TRY(pkv_mk_f32(b, "rope.scaling.factor", rope_factor));
     }
     if (yarn_orig) TRY(pkv_mk_u32(b, "rope.scaling.original_context_length", (uint32_t)yarn_orig));
-    if (p->head_dim * p->n_head != b->E || mk->head_keys) {
+    if (mk->own_head_keys) { /* written by its keys hook */
+    } else if (p->head_dim * p->n_head != b->E || mk->head_keys) {
         TRY(pkv_mk_u32(b, "attention.key_length", (uint32_t)p->head_dim));
         TRY(pkv_mk_u32(b, "attention.value_length", (uint32_t)p->head_dim));
     }
     TRY(pkv_mk_f32(b, "rope.freq_base", rope_base));
-    TRY(pkv_mk_u32(b, "rope.dimension_count",
-                   (uint32_t)(tgt->g ? tgt->n_rot : mk->rope_half ? p->head_dim / 2 : p->head_dim)));
+    if (!mk->own_head_keys)
+        TRY(pkv_mk_u32(b, "rope.dimension_count",
+                       (uint32_t)(tgt->g ? tgt->n_rot : mk->rope_half ? p->head_dim / 2 : p->head_dim)));
     TRY(pkv_mk_f32(b, "attention.layer_norm_rms_epsilon", tgt->g ? tgt->rms_eps : mk->rms_eps));
     if (p->shared_kv_layers)
         TRY(pkv_gguf_writer_add_arr(b->w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p->shared_kv_layers,

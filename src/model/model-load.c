@@ -602,6 +602,61 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
     return PKV_OK;
 }
 
+/* Rows of a 3-D tensor [n][rows][cols] (attn_k_b, attn_v_b: one matrix per head),
+ * loaded as one matrix of n * rows rows, or the slice sl of those. */
+static pkv_status load_per_head(loader *L, const char *name, int64_t cols, int64_t rows, int64_t n, pkv_device *dev,
+                                slice sl, pkv_weight *w) {
+    L->ne2 = n;
+    pkv_status s = load_weight(L, name, cols, rows * n, true, false, dev, sl, w);
+    L->ne2 = 0;
+    if (s == PKV_ERR_FORMAT && pkv_gguf_find_tensor(L->g, name))
+        return pkv_err(s, "%s: tensor '%s' must have shape [%lld, %lld, %lld] (ne0, ne1, heads)", pkv_gguf_label(L->g), name,
+                       (long long)cols, (long long)rows, (long long)n);
+    return s;
+}
+
+pkv_status pkv_load_mla(pkv_loader *L, int il) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, H = ly->n_head, R = hp->mla.kv_lora, D = hp->mla.dk, V = hp->mla.dv, P = ly->n_rot,
+                  N = D - P, Lq = hp->mla.q_lora;
+    if (hp->mla.q_lora > 0 && pkv_gguf_find_tensor(L->g, NAME("attn_q.weight")))
+        return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has attn_q.weight (the lite layout) but q_lora_rank is %d (attn_q_a/_b)",
+                       m->label, il, hp->mla.q_lora);
+    if (pkv_gguf_find_tensor(L->g, NAME("attn_kv_b.weight")) && !pkv_gguf_find_tensor(L->g, NAME("attn_k_b.weight")))
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d has attn_kv_b.weight (an older MLA file) without attn_k_b/attn_v_b: "
+                       "splitting attn_kv_b at load is not supported yet; convert the model again", m->label, il);
+    ly->latent = (int)R;
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        /* per head: N nope rows, then P rope rows of Q */
+        slice qn = {.r0 = w->q_h0 * D, .nr = w->n_q * N, .rblock = N, .rstride = D}, qp = qn;
+        qp.r0 += N;
+        qp.nr = w->n_q * P;
+        qp.rblock = P;
+        slice lat = {.r0 = 0, .nr = R}, pe = {.r0 = R, .nr = P}, heads_k = {.r0 = w->q_h0 * R, .nr = w->n_q * R},
+              heads_v = {.r0 = w->q_h0 * V, .nr = w->n_q * V}, o_cols = {.c0 = w->q_h0 * V, .nc = w->n_q * V};
+        const char *qname = Lq > 0 ? "attn_q_b.weight" : "attn_q.weight";
+        const int64_t qin = Lq > 0 ? Lq : E;
+        if ((Lq > 0 && ((s = load_weight(L, NAME("attn_q_a.weight"), E, Lq, true, false, dev, k_all, &w->mla.q_a)) ||
+                        (s = load_weight(L, NAME("attn_q_a_norm.weight"), Lq, 1, true, true, dev, k_all, &w->mla.q_a_norm)))) ||
+            (s = load_weight(L, NAME(qname), qin, H * D, true, false, dev, qn, &w->mla.q_nope)) ||
+            (s = load_weight(L, NAME(qname), qin, H * D, true, false, dev, qp, &w->mla.q_pe)) ||
+            (s = load_weight(L, NAME("attn_kv_a_mqa.weight"), E, R + P, true, false, dev, lat, &w->mla.kv_lat)) ||
+            (s = load_weight(L, NAME("attn_kv_a_mqa.weight"), E, R + P, true, false, dev, pe, &w->mla.kv_pe)) ||
+            (s = load_weight(L, NAME("attn_kv_a_norm.weight"), R, 1, true, true, dev, k_all, &w->mla.kv_norm)) ||
+            (s = load_per_head(L, NAME("attn_k_b.weight"), N, R, H, dev, heads_k, &w->mla.k_b)) ||
+            (s = load_per_head(L, NAME("attn_v_b.weight"), R, V, H, dev, heads_v, &w->mla.v_b)) ||
+            (s = load_weight(L, NAME("attn_output.weight"), H * V, E, true, false, dev, o_cols, &w->wo)))
+            return s;
+    }
+    return PKV_OK;
+}
+
 pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
