@@ -498,7 +498,7 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     const pkv_gguf_tensor *te = pkv_gguf_find_tensor(g, "token_embd.weight");
     if (!te) s = pkv_err(PKV_ERR_FORMAT, "mkmodel: %s: tensor 'token_embd.weight' not found", pkv_gguf_label(g));
     else p->n_vocab = (int)te->ne[1];
-    if (!s && hp.head_dim_k != hp.head_dim_v)
+    if (!s && hp.head_dim_k != hp.head_dim_v && !(mk && mk->own_head_keys)) /* deepseek2's latent row: its own */
         s = pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: %s: K and V head sizes differ (%d, %d)", pkv_gguf_label(g), hp.head_dim_k,
                     hp.head_dim_v);
     t->g = g;

@@ -120,6 +120,16 @@ static pkv_status mk_check_rows(const pkv_mkmodel_params *p, size_t blk) {
     return s;
 }
 
+/* A draft of (a model of the shape of) a deepseek2 file: its query heads and ranks
+ * (the rope dims are half the query head here, whatever the file's) */
+static void mk_draft(pkv_mkmodel_params *p, const pkv_hparams *hp, const int *nh, const int *nkv) {
+    (void)nh;
+    (void)nkv;
+    p->head_dim = hp->mla.dk;
+    p->q_lora_rank = hp->mla.q_lora;
+    p->kv_lora_rank = hp->mla.kv_lora;
+}
+
 static pkv_status mk_keys(pkv_mk *b) {
     const pkv_mkmodel_params *p = b->p;
     const int P = p->head_dim / 2, Rl = p->kv_lora_rank;
@@ -168,7 +178,7 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
 /* YaRN by 4 over min(256, context) original positions, base 10000, as DeepSeek-V2 */
 static const pkv_arch_mk mk = {.takes = PKV_MK_MLA, .rope_base = 10000.0f, .rope_factor = 4.0f, .rope_yarn = true,
                                .rms_eps = 1e-6f, .own_head_keys = true, .check = mk_check,
-                               .check_rows = mk_check_rows, .keys = mk_keys, .layer = mk_layer};
+                               .check_rows = mk_check_rows, .draft = mk_draft, .keys = mk_keys, .layer = mk_layer};
 
 const pkv_arch_ops pkv_arch_deepseek2 = {.name = "deepseek2", .yarn_log_mul = true, .hparams = hparams,
                                          .load_layer = load_layer, .layer = layer, .mk = &mk};
