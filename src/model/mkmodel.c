@@ -653,6 +653,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     size_t cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * (qd + 2 * PKV_MAX(kd, (int64_t)p.n_head_kv_full * p.head_dim))),
                                  E * p.n_ff * PKV_MAX(2 * p.n_expert, 4));
     cap = PKV_MAX(cap, (size_t)(PL * PKV_MAX((int64_t)p.n_vocab, E)));
+    /* latent attention: attn_k_b / attn_v_b [heads][kv_lora][head_dim], attn_q_b [qd][q_lora] */
+    cap = PKV_MAX(cap, (size_t)PKV_MAX(qd * p.kv_lora_rank, qd * p.q_lora_rank));
     pkv_vocab_desc *voc = NULL;
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
     if ((s = pkv_mk_begin(&b, p.seed, cap))) goto done;

@@ -1,0 +1,509 @@
+// labels: model timeout=300
+/* deepseek2's multi-head latent attention (MLA) against a plain double-precision
+ * reference written here in the non-absorbed form: per head K = [k_b_h^T c, k_pe]
+ * and V = v_b_h c over the cached latent c and rotated k_pe, which checks the
+ * absorbed kernel path (queries through attn_k_b, V read from the latent row, the
+ * outputs through attn_v_b) independently. Both query layouts (V2-Lite's attn_q and
+ * V3's attn_q_a/attn_q_b), YaRN with DeepSeek's log multiplier (the reference with
+ * the plain 1/sqrt(d) scale must be far off, so the match is the mscale's), every
+ * position of a prompt, single steps and a context shift (the latent part moves
+ * unchanged, k_pe turns back), f32 weights and KV: nmse <= 1e-9.
+ * Then the KV operations on the latent cache (f16 and q8_0 pages): fork == replay,
+ * swap round trip, save/load bitwise, truncate and decode again == the original; the
+ * cache holds no V pages and a token costs (kv_lora + rope) values per layer; a
+ * cache file of a model with another latent width is refused; Vulkan against the
+ * CPU where a Vulkan device exists. Bad files (kv_lora_rank 0, rope dims not below
+ * key_length_mla, key_length not kv_lora + rope, attn_k_b of another shape, attn_q_a
+ * without q_lora_rank, a second KV head, the older attn_kv_b alone) are refused
+ * naming the key or tensor. */
+#include <math.h>
+
+#include "model/gguf.h"
+#include "ref-gguf.h"
+#include "ref-model.h"
+#include "testhelp.h"
+
+enum { NV = 300, E = 64, H = 4, D = 64, P = D / 2, N = D - P, RL = 64, VD = D, FF = 96, NL = 2 };
+
+static pkv_mkmodel_params mla_params(int q_lora, int kv_lora, pkv_type t) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "deepseek2";
+    p.type = t;
+    p.n_layer = NL;
+    p.n_embd = E;
+    p.n_head = H;
+    p.head_dim = D;
+    p.n_ff = FF;
+    p.n_vocab = NV;
+    p.n_ctx = 256;
+    p.q_lora_rank = q_lora;
+    p.kv_lora_rank = kv_lora;
+    return p;
+}
+
+/* ------------------------------------------------------ the reference */
+
+typedef struct {
+    double *an, *qa, *qan, *q, *kva, *kvn, *kb, *vb, *o, *fn, *g, *u, *d;
+} mref_layer;
+
+typedef struct {
+    int lq, n, cap;
+    double eps, base, fscale, beta_fast, beta_slow, kq_scale;
+    int orig;
+    double *tok, *onorm, *out;
+    mref_layer ly[NL];
+    double *c, *kpe; /* [NL][cap][RL], [NL][cap][P]: the cache as the reference keeps it */
+    int32_t *pos;    /* [cap] */
+} mref;
+
+static double *tensor(const pkv_gguf *g, const char *name, int64_t want) {
+    int64_t n = 0;
+    double *t = ref_gguf_tensor((void *)g, name, &n);
+    if (t && n != want) TH_FAIL("%s: %lld values, expected %lld", name, (long long)n, (long long)want);
+    return t;
+}
+
+/* plain: the scale 1/sqrt(D) without YaRN's mscale (the contrast) */
+static mref *mref_create(const pkv_gguf *g, int lq, bool plain) {
+    mref *r = calloc(1, sizeof *r);
+    r->lq = lq;
+    r->cap = 64;
+    float f = 0;
+    r->eps = !pkv_gguf_get_f32(g, "deepseek2.attention.layer_norm_rms_epsilon", &f) ? f : 0;
+    r->base = !pkv_gguf_get_f32(g, "deepseek2.rope.freq_base", &f) ? f : 0;
+    r->fscale = !pkv_gguf_get_f32(g, "deepseek2.rope.scaling.factor", &f) ? 1.0 / f : 0;
+    uint32_t orig = 0;
+    CHECK_OK(pkv_gguf_get_u32(g, "deepseek2.rope.scaling.original_context_length", &orig));
+    r->orig = (int)orig;
+    r->beta_fast = 32;
+    r->beta_slow = 1;
+    float log_mul = 0;
+    CHECK_OK(pkv_gguf_get_f32(g, "deepseek2.rope.scaling.yarn_log_multiplier", &log_mul));
+    /* DeepSeek's rule (llama.cpp): RoPE's magnitude is 1 with a log multiplier; the
+     * scores are scaled by (1 + 0.1 m ln factor)^2 / sqrt(D), m = multiplier / 0.1 */
+    const double m = log_mul / 0.1, lnf = log(1.0 / r->fscale), ms = 1.0 + 0.1 * m * lnf;
+    r->kq_scale = (plain ? 1.0 : ms * ms) / sqrt((double)D);
+    r->tok = tensor(g, "token_embd.weight", (int64_t)NV * E);
+    r->onorm = tensor(g, "output_norm.weight", E);
+    r->out = tensor(g, "output.weight", (int64_t)NV * E);
+    for (int l = 0; l < NL; l++) {
+        mref_layer *L = &r->ly[l];
+        char k[64];
+#define T(field, suffix, n) (snprintf(k, sizeof k, "blk.%d.%s", l, suffix), L->field = tensor(g, k, n))
+        T(an, "attn_norm.weight", E);
+        if (lq) {
+            T(qa, "attn_q_a.weight", (int64_t)lq * E);
+            T(qan, "attn_q_a_norm.weight", lq);
+            T(q, "attn_q_b.weight", (int64_t)H * D * lq);
+        } else {
+            T(q, "attn_q.weight", (int64_t)H * D * E);
+        }
+        T(kva, "attn_kv_a_mqa.weight", (int64_t)(RL + P) * E);
+        T(kvn, "attn_kv_a_norm.weight", RL);
+        T(kb, "attn_k_b.weight", (int64_t)H * RL * N);
+        T(vb, "attn_v_b.weight", (int64_t)H * VD * RL);
+        T(o, "attn_output.weight", (int64_t)E * H * VD);
+        T(fn, "ffn_norm.weight", E);
+        T(g, "ffn_gate.weight", (int64_t)FF * E);
+        T(u, "ffn_up.weight", (int64_t)FF * E);
+        T(d, "ffn_down.weight", (int64_t)E * FF);
+#undef T
+    }
+    r->c = calloc((size_t)NL * r->cap * RL, sizeof(double));
+    r->kpe = calloc((size_t)NL * r->cap * P, sizeof(double));
+    r->pos = calloc((size_t)r->cap, sizeof(int32_t));
+    return r;
+}
+
+static void mref_free(mref *r) {
+    if (!r) return;
+    free(r->tok);
+    free(r->onorm);
+    free(r->out);
+    for (int l = 0; l < NL; l++) {
+        double **w = &r->ly[l].an;
+        for (size_t i = 0; i < sizeof r->ly[l] / sizeof(double *); i++) free(w[i]);
+    }
+    free(r->c);
+    free(r->kpe);
+    free(r->pos);
+    free(r);
+}
+
+static void mref_rope(const mref *r, double *x, int n_heads, double pos) {
+    ref_rope_yarn(x, n_heads, P, pos, r->base, r->fscale, r->orig, r->beta_fast, r->beta_slow, false, 1.0);
+}
+
+/* One layer's attention for the token at cache index t (position pos), into y [E]. */
+static void mref_attention(mref *r, int l, const double *xn, int t, double *y) {
+    const mref_layer *L = &r->ly[l];
+    double q[H * D], qa[256], kv[RL + P], o[H * VD];
+    if (r->lq) {
+        ref_matvec(L->qa, xn, NULL, r->lq, E, qa);
+        ref_rms_norm(qa, L->qan, r->lq, r->eps, qa);
+        ref_matvec(L->q, qa, NULL, H * D, r->lq, q);
+    } else {
+        ref_matvec(L->q, xn, NULL, H * D, E, q);
+    }
+    ref_matvec(L->kva, xn, NULL, RL + P, E, kv);
+    double *c = r->c + ((size_t)l * r->cap + t) * RL, *kpe = r->kpe + ((size_t)l * r->cap + t) * P;
+    ref_rms_norm(kv, L->kvn, RL, r->eps, c);
+    memcpy(kpe, kv + RL, P * sizeof(double));
+    mref_rope(r, kpe, 1, r->pos[t]);
+    double score[64];
+    for (int h = 0; h < H; h++) {
+        double *qh = q + h * D;
+        mref_rope(r, qh + N, 1, r->pos[t]);
+        const double *kb = L->kb + (size_t)h * RL * N, *vb = L->vb + (size_t)h * VD * RL;
+        double mx = -INFINITY, sum = 0;
+        for (int s = 0; s <= t; s++) { /* K_h(s) = [kb_h^T c_s, kpe_s] */
+            const double *cs = r->c + ((size_t)l * r->cap + s) * RL, *ps = r->kpe + ((size_t)l * r->cap + s) * P;
+            double dot = 0;
+            for (int n = 0; n < N; n++) {
+                double kn = 0;
+                for (int i = 0; i < RL; i++) kn += kb[(size_t)i * N + n] * cs[i];
+                dot += qh[n] * kn;
+            }
+            for (int i = 0; i < P; i++) dot += qh[N + i] * ps[i];
+            score[s] = dot * r->kq_scale;
+            mx = fmax(mx, score[s]);
+        }
+        for (int s = 0; s <= t; s++) sum += exp(score[s] - mx);
+        double *oh = o + h * VD;
+        for (int j = 0; j < VD; j++) oh[j] = 0;
+        for (int s = 0; s <= t; s++) { /* V_h(s) = vb_h c_s */
+            const double *cs = r->c + ((size_t)l * r->cap + s) * RL, w = exp(score[s] - mx) / sum;
+            for (int j = 0; j < VD; j++) {
+                double v = 0;
+                for (int i = 0; i < RL; i++) v += vb[(size_t)j * RL + i] * cs[i];
+                oh[j] += w * v;
+            }
+        }
+    }
+    ref_matvec(L->o, o, NULL, E, H * VD, y);
+}
+
+/* Append token id at position pos; logits [NV]. */
+static void mref_step(mref *r, int32_t id, int32_t pos, double *logits) {
+    double x[E], xn[E], y[E], g[FF], u[FF];
+    const int t = r->n++;
+    r->pos[t] = pos;
+    for (int i = 0; i < E; i++) x[i] = r->tok[(size_t)id * E + i];
+    for (int l = 0; l < NL; l++) {
+        ref_rms_norm(x, r->ly[l].an, E, r->eps, xn);
+        mref_attention(r, l, xn, t, y);
+        for (int i = 0; i < E; i++) x[i] += y[i];
+        ref_rms_norm(x, r->ly[l].fn, E, r->eps, xn);
+        ref_ffn(r->ly[l].g, r->ly[l].u, r->ly[l].d, E, FF, false, xn, g, u, y);
+        for (int i = 0; i < E; i++) x[i] += y[i];
+    }
+    ref_rms_norm(x, r->onorm, E, r->eps, xn);
+    ref_matvec(r->out, xn, NULL, NV, E, logits);
+}
+
+/* Drop cache entries [a, b): later entries move down, their positions and k_pe turn
+ * back by b - a; the latents move unchanged. */
+static void mref_remove(mref *r, int a, int b) {
+    const int d = b - a;
+    for (int t = b; t < r->n; t++) {
+        r->pos[t - d] = r->pos[t] - d;
+        for (int l = 0; l < NL; l++) {
+            memcpy(r->c + ((size_t)l * r->cap + t - d) * RL, r->c + ((size_t)l * r->cap + t) * RL, RL * sizeof(double));
+            double *kp = r->kpe + ((size_t)l * r->cap + t - d) * P;
+            memcpy(kp, r->kpe + ((size_t)l * r->cap + t) * P, P * sizeof(double));
+            mref_rope(r, kp, 1, -d);
+        }
+    }
+    r->n -= d;
+}
+
+static double nmse_d(const float *a, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return num / den;
+}
+
+/* ------------------------------------------------ forward against it */
+
+/* np prompt tokens, 4 single steps, a shift removing [10, 13), one more step; every
+ * position against the reference and the contrast. */
+static void test_reference(int q_lora) {
+    pkv_mkmodel_params p = mla_params(q_lora, RL, PKV_TYPE_F32);
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "mla");
+    pkv_model *m = pkv_model_load_memory(img, size, "mla", pkv_model_default_params());
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = PKV_TYPE_F32;
+    cp.page_size = 5;
+    cp.n_ctx = 64;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    mref *r = g ? mref_create(g, q_lora, false) : NULL, *rp = g ? mref_create(g, q_lora, true) : NULL;
+    if (!ctx || !r || !rp) {
+        TH_FAIL("setup: %s", pkv_errmsg());
+        goto done;
+    }
+    enum { NP = 20, NT = NP + 5 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (i * 97 + 13) % NV;
+    static float got[NT * NV];
+    static double want[NT * NV], plain[NT * NV];
+    CHECK_OK(pkv_context_decode_all(ctx, toks, NP, got));
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(pkv_context_decode(ctx, &toks[NP + i], 1));
+        memcpy(got + (size_t)(NP + i) * NV, pkv_context_logits(ctx), NV * sizeof(float));
+    }
+    for (int i = 0; i < NP + 4; i++) {
+        mref_step(r, toks[i], i, want + (size_t)i * NV);
+        mref_step(rp, toks[i], i, plain + (size_t)i * NV);
+    }
+    CHECK_OK(pkv_context_shift(ctx, 10, 3));
+    CHECK_OK(pkv_context_decode(ctx, &toks[NP + 4], 1));
+    memcpy(got + (size_t)(NP + 4) * NV, pkv_context_logits(ctx), NV * sizeof(float));
+    mref_remove(r, 10, 13);
+    mref_remove(rp, 10, 13);
+    mref_step(r, toks[NP + 4], NP + 4 - 3, want + (size_t)(NP + 4) * NV);
+    mref_step(rp, toks[NP + 4], NP + 4 - 3, plain + (size_t)(NP + 4) * NV);
+    double worst = 0, other = 1e30;
+    for (int t = 0; t < NT; t++) {
+        worst = fmax(worst, nmse_d(got + (size_t)t * NV, want + (size_t)t * NV, NV));
+        if (t > 0) other = fmin(other, nmse_d(got + (size_t)t * NV, plain + (size_t)t * NV, NV));
+    }
+    fprintf(stderr, "deepseek2 %s: %d positions and a shift: nmse %.2e; against the plain 1/sqrt(d) scale >= %.2e\n",
+            q_lora ? "q_lora_rank 32" : "lite (attn_q)", NT, worst, other);
+    if (!(worst <= 1e-9)) TH_FAIL("nmse %g > 1e-9", worst);
+    if (!(other > 1e-6)) TH_FAIL("the plain scale is as close (%g): the case does not test YaRN's mscale", other);
+    th_checks += 2;
+done:
+    mref_free(r);
+    mref_free(rp);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+/* ------------------------------------------------ KV operations */
+
+static int argmax_f(const float *x) {
+    int b = 0;
+    for (int i = 1; i < NV; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static pkv_kv_cache *cache_of(pkv_model *m, pkv_type t) {
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = t;
+    cp.page_size = 4;
+    cp.n_ctx = 64;
+    cp.n_seq_max = 6;
+    return pkv_model_cache_create(m, cp);
+}
+
+/* The layout: no V pages; K rows of kv_lora + rope values of kv type t. */
+static void check_layout(pkv_kv_cache *c, pkv_type t) {
+    for (int l = 0; l < NL; l++) {
+        pkv_kv_layer_info li;
+        CHECK_OK(pkv_kv_layout_layer(pkv_kv_cache_layout(c), l, &li));
+        CHECK(li.v_in_k);
+        CHECK_INT(li.rope_off, RL);
+        CHECK_INT(li.n_kv_heads, 1);
+        CHECK_INT(li.head_dim_k, RL + P);
+        CHECK_INT(li.head_dim_v, RL);
+        CHECK_INT(li.v_page_bytes, 0);
+        CHECK_INT(li.k_page_bytes, 4 * pkv_type_row_bytes(t, RL + P));
+        pkv_kv_shard_info sh;
+        CHECK_OK(pkv_kv_shard(c, l, 0, &sh));
+        CHECK(sh.v == NULL && sh.v_page_bytes == 0);
+    }
+}
+
+/* fork + swap round trip, truncate and decode again, replay, save/load: logits
+ * bitwise equal (one CPU device computes a batch as each token alone). */
+static void test_kv_ops(pkv_model *m, pkv_type t) {
+    pkv_kv_cache *c = cache_of(m, t);
+    REQUIRE_VOID(c);
+    check_layout(c, t);
+    enum { NP = 13, NG = 6 };
+    int32_t prompt[NP], ta[NG], tb[NG];
+    for (int i = 0; i < NP; i++) prompt[i] = (i * 17 + 3) % NV;
+    static float la[NG * NV], lb[NG * NV];
+    pkv_context *a = pkv_context_create(m, c, 0), *b = NULL, *noise = NULL, *r = NULL, *l = NULL;
+    REQUIRE_VOID(a);
+    CHECK_OK(pkv_context_decode(a, prompt, NP));
+    CHECK((b = pkv_context_fork(a)) != NULL);
+    CHECK_OK(pkv_context_swap_out(b));
+    CHECK((noise = pkv_context_create(m, c, 0)) != NULL);
+    CHECK_OK(pkv_context_decode(noise, prompt + 3, 9));
+    CHECK_OK(pkv_context_swap_in(b));
+    for (int i = 0; b && i < NG; i++) {
+        memcpy(la + (size_t)i * NV, pkv_context_logits(a), NV * 4);
+        memcpy(lb + (size_t)i * NV, pkv_context_logits(b), NV * 4);
+        ta[i] = argmax_f(la + (size_t)i * NV);
+        tb[i] = argmax_f(lb + (size_t)i * NV);
+        CHECK_OK(pkv_context_decode(a, &ta[i], 1));
+        CHECK_OK(pkv_context_decode(b, &tb[i], 1));
+    }
+    CHECK_MEM(la, lb, sizeof la); /* fork and swap: bitwise */
+    CHECK_MEM(ta, tb, sizeof ta);
+    /* truncate into a shared page, then the same tokens: the same logits */
+    CHECK_OK(pkv_context_truncate(b, NP + 1));
+    for (int i = 1; i + 1 < NG; i++) {
+        CHECK_OK(pkv_context_decode(b, &ta[i], 1));
+        CHECK_MEM(pkv_context_logits(b), la + (size_t)(i + 1) * NV, NV * 4);
+    }
+    /* replay from scratch */
+    CHECK((r = pkv_context_create(m, c, 0)) != NULL);
+    CHECK_OK(pkv_context_decode(r, prompt, NP));
+    for (int i = 0; r && i < NG; i++) {
+        CHECK_MEM(pkv_context_logits(r), la + (size_t)i * NV, NV * 4);
+        CHECK_OK(pkv_context_decode(r, &ta[i], 1));
+    }
+    /* save / load */
+    const char *path = th_tmp("mla.kv");
+    CHECK_OK(pkv_context_save(a, path));
+    CHECK((l = pkv_context_load(m, c, path, 0)) != NULL);
+    if (l) {
+        CHECK_INT(pkv_context_n_tokens(l), NP + NG);
+        CHECK_MEM(pkv_context_logits(l), pkv_context_logits(a), NV * 4);
+        int32_t x = 5;
+        CHECK_OK(pkv_context_decode(l, &x, 1));
+        CHECK_OK(pkv_context_decode(a, &x, 1));
+        CHECK_MEM(pkv_context_logits(l), pkv_context_logits(a), NV * 4);
+    }
+    /* a model of another latent width refuses the file (the layout's fingerprint) */
+    pkv_mkmodel_params p2 = mla_params(0, 2 * RL, PKV_TYPE_F16);
+    void *img2;
+    size_t size2;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p2, &img2, &size2) == PKV_OK);
+    pkv_model *m2 = pkv_model_load_memory(img2, size2, "mla-wide", pkv_model_default_params());
+    pkv_kv_cache *c2 = m2 ? cache_of(m2, t) : NULL;
+    CHECK(c2 != NULL);
+    if (c2) {
+        pkv_context *l2 = pkv_context_load(m2, c2, path, 0);
+        CHECK(l2 == NULL);
+        fprintf(stderr, "  another latent width: %s\n", pkv_errmsg());
+        pkv_context_free(l2);
+    }
+    pkv_kv_cache_free(c2);
+    pkv_model_free(m2);
+    pkv_mkmodel_free_memory(img2);
+    unlink(path);
+    pkv_context_free(l);
+    pkv_context_free(r);
+    pkv_context_free(noise);
+    pkv_context_free(b);
+    pkv_context_free(a);
+    pkv_kv_cache_free(c);
+}
+
+/* Vulkan against the CPU: the same model and prompt, logits within 1e-5 (f16 KV). */
+static void test_vulkan(const void *img, size_t size) {
+    pkv_device *probe = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (!probe) {
+        fprintf(stderr, "no Vulkan device: Vulkan against CPU skipped\n");
+        return;
+    }
+    pkv_device_close(probe);
+    float lg[2][4 * NV];
+    for (int k = 0; k < 2; k++) {
+        pkv_model_params mp = pkv_model_default_params();
+        mp.device = k ? "vulkan:0" : "cpu";
+        pkv_model *m = pkv_model_load_memory(img, size, "mla", mp);
+        pkv_kv_cache *c = m ? cache_of(m, PKV_TYPE_F16) : NULL;
+        pkv_context *x = c ? pkv_context_create(m, c, 0) : NULL;
+        REQUIRE_VOID(x);
+        int32_t toks[12];
+        for (int i = 0; i < 12; i++) toks[i] = (i * 29 + 1) % NV;
+        CHECK_OK(pkv_context_decode(x, toks, 9));
+        for (int i = 0; i < 4; i++) {
+            memcpy(lg[k] + (size_t)i * NV, pkv_context_logits(x), NV * 4);
+            CHECK_OK(pkv_context_decode(x, &toks[9 + (i % 3)], 1));
+        }
+        pkv_context_free(x);
+        pkv_kv_cache_free(c);
+        pkv_model_free(m);
+    }
+    double e = th_nmse(lg[0], lg[1], 4 * NV);
+    fprintf(stderr, "deepseek2 vulkan:0 against cpu: nmse %.2e\n", e);
+    if (!(e < 1e-5)) TH_FAIL("vulkan against cpu: nmse %g", e);
+    th_checks++;
+}
+
+/* ------------------------------------------------ bad files */
+
+static void refused(const pkv_gguf *g, const char *key, int64_t set, const char *drop, const char *rename, const char *as,
+                    const char *expect) {
+    size_t size = 0;
+    void *img = ref_gguf_variant(g, key, set, drop, rename, as, &size);
+    REQUIRE_VOID(img);
+    pkv_model *m = pkv_model_load_memory(img, size, "bad", pkv_model_default_params());
+    CHECK(m == NULL);
+    if (!strstr(pkv_errmsg(), expect)) TH_FAIL("errmsg \"%s\" lacks \"%s\"", pkv_errmsg(), expect);
+    th_checks++;
+    pkv_model_free(m);
+    pkv_free(img);
+}
+
+static void test_bad(void) {
+    pkv_mkmodel_params p = mla_params(0, RL, PKV_TYPE_F16);
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "mla");
+    REQUIRE_VOID(g);
+    refused(g, "deepseek2.attention.kv_lora_rank", 0, NULL, NULL, NULL, "'deepseek2.attention.kv_lora_rank' is 0");
+    refused(g, "deepseek2.attention.key_length_mla", P, NULL, NULL, NULL,
+            "'deepseek2.rope.dimension_count' 32 must be less than the query head's 32 dims");
+    refused(g, "deepseek2.attention.key_length", RL + P + 2, NULL, NULL, NULL,
+            "'deepseek2.attention.key_length' 98 and 'value_length' 64 must be kv_lora_rank + rope dims = 96");
+    refused(g, "deepseek2.attention.key_length_mla", -1, NULL, NULL, NULL, "no 'deepseek2.attention.key_length_mla'");
+    refused(g, "deepseek2.attention.head_count_kv", 2, NULL, NULL, NULL, "layer 0 has 2 KV heads");
+    refused(g, "deepseek2.leading_dense_block_count", 1, NULL, NULL, NULL, "MoE layers");
+    refused(g, NULL, 0, "blk.0.attn_q.weight", NULL, NULL, "tensor 'blk.0.attn_q.weight' not found");
+    /* attn_k_b and attn_v_b swapped: [RL, VD, H] where [N, RL, H] belongs */
+    refused(g, NULL, 0, NULL, "blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight",
+            "tensor 'blk.1.attn_k_b.weight' must have shape [32, 64, 4]");
+    refused(g, NULL, 0, "blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight", "blk.0.attn_kv_b.weight",
+            "attn_kv_b.weight (an older MLA file)");
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+    /* V3's layout told it has no q_lora_rank */
+    p = mla_params(32, RL, PKV_TYPE_F16);
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    g = pkv_gguf_open_memory(img, size, "mla-v3");
+    REQUIRE_VOID(g);
+    refused(g, "deepseek2.attention.q_lora_rank", 0, NULL, NULL, NULL, "tensor 'blk.0.attn_q.weight' not found");
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+int main(void) {
+    int64_t live0 = pkv_alloc_live();
+    test_reference(0);
+    test_reference(32);
+    for (int k = 0; k < 2; k++) {
+        pkv_mkmodel_params p = mla_params(k ? 32 : 0, RL, PKV_TYPE_F16);
+        void *img;
+        size_t size;
+        REQUIRE(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+        pkv_model *m = pkv_model_load_memory(img, size, "mla", pkv_model_default_params());
+        REQUIRE(m != NULL);
+        test_kv_ops(m, PKV_TYPE_F16);
+        test_kv_ops(m, PKV_TYPE_Q8_0); /* rows of 96: 3 blocks, V the first 2 */
+        if (k) test_vulkan(img, size);
+        pkv_model_free(m);
+        pkv_mkmodel_free_memory(img);
+    }
+    test_bad();
+    CHECK_INT(pkv_alloc_live(), live0);
+    return th_done();
+}
