@@ -218,15 +218,6 @@ static void mref_remove(mref *r, int a, int b) {
     r->n -= d;
 }
 
-static double nmse_d(const float *a, const double *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return num / den;
-}
-
 /* ------------------------------------------------ forward against it */
 
 /* np prompt tokens, 4 single steps, a shift removing [10, 13), one more step; every
@@ -272,8 +263,8 @@ static void test_reference(int q_lora) {
     mref_step(rp, toks[NP + 4], NP + 4 - 3, plain + (size_t)(NP + 4) * NV);
     double worst = 0, other = 1e30;
     for (int t = 0; t < NT; t++) {
-        worst = fmax(worst, nmse_d(got + (size_t)t * NV, want + (size_t)t * NV, NV));
-        if (t > 0) other = fmin(other, nmse_d(got + (size_t)t * NV, plain + (size_t)t * NV, NV));
+        worst = fmax(worst, ref_nmse(got + (size_t)t * NV, want + (size_t)t * NV, NV));
+        if (t > 0) other = fmin(other, ref_nmse(got + (size_t)t * NV, plain + (size_t)t * NV, NV));
     }
     fprintf(stderr, "deepseek2 %s: %d positions and a shift: nmse %.2e; against the plain 1/sqrt(d) scale >= %.2e\n",
             q_lora ? "q_lora_rank 32" : "lite (attn_q)", NT, worst, other);
