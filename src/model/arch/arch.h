@@ -15,6 +15,9 @@ struct pkv_arch_mk;
 typedef struct pkv_arch_ops {
     const char *name;   /* general.architecture */
     bool moe;           /* the FFN of every layer is a mixture of experts (expert_* keys required) */
+    bool moe_after_dense; /* where the file has expert_count, the layers after its
+                             leading_dense_block_count are mixtures of experts (their n_ff
+                             expert_feed_forward_length), the first ones dense (deepseek2) */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
     bool yarn_log_mul;  /* takes rope.scaling.yarn_log_multiplier (mistral3: its YaRN magnitude, hparams.c);

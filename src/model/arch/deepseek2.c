@@ -7,7 +7,13 @@
  * or attn_q_b · rmsnorm(attn_q_a · x) (V3, Kimi K2). RoPE on adjacent pairs.
  *
  *   x += o(mla(attn_norm(x)))
- *   x += down(silu(gate·h) * (up·h))            h = ffn_norm(x)
+ *   x += down(silu(gate·h) * (up·h))            h = ffn_norm(x)   leading dense layers
+ *   x += moe(h) + shared(h)                                        the others
+ *
+ * The mixture (pkv_blk_moe): expert_gating_func softmax (DeepSeek-V2; absent = softmax,
+ * as llama.cpp reads V2 files) or sigmoid (V3, Kimi K2), exp_probs_b (the selection
+ * bias) and expert groups where the file has them, expert_weights_norm and
+ * expert_weights_scale, and the shared expert ffn_*_shexp every token goes through.
  *
  * Keys (llama.cpp's): attention.q_lora_rank, kv_lora_rank, key_length_mla (nope +
  * rope dims of a query head), value_length_mla, key_length = kv_lora_rank + rope
@@ -16,8 +22,8 @@
  * mscale = attn_factor' (1 + 0.1 ln factor) (1 + 0.1 m ln factor) with m =
  * rope.scaling.yarn_log_multiplier / 0.1 (its converter writes 0.1 mscale_all_dim)
  * and attn_factor' llama.cpp's context factor (below), which is also RoPE's magnitude.
- * Not yet: the MoE layers after the leading dense ones (the MoE routing block),
- * files with only the older attn_kv_b, attention temperature tuning: refused. */
+ * Not yet: files with only the older attn_kv_b, attention temperature tuning
+ * (refused), MoE layers over several devices (refused by the loader). */
 #include "model/arch/arch.h"
 #include "model/arch/mk.h"
 
@@ -59,9 +65,12 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d must be kv_lora_rank + rope "
                        "dims = %d and kv_lora_rank = %d (the latent cache row)", lab, arch, hp->head_dim_k,
                        hp->head_dim_v, hp->mla.kv_lora + hp->n_rot, hp->mla.kv_lora);
-    if (hp->mla.n_dense < hp->n_layer)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: '%s.leading_dense_block_count' %d of %d layers: deepseek2's MoE layers "
-                       "(shared experts, its routing) are not supported yet", lab, arch, hp->mla.n_dense, hp->n_layer);
+    if (hp->mla.n_dense < hp->n_layer && hp->moe.n_expert == 0)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.leading_dense_block_count' %d of %d layers: the others are mixtures of "
+                       "experts, but the file has no '%s.expert_count'", lab, arch, hp->mla.n_dense, hp->n_layer, arch);
+    if (hp->moe_route.gating == 3)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: '%s.expert_gating_func' 3 (softmax of the top k) is not deepseek2's", lab,
+                       arch);
     float t = 0, log_mul = 0, attn_factor = 1;
     s = pkv_hp_opt_f32(g, arch, "attention.temperature_scale", 0.0f, &t);
     if (!s && t != 0)
@@ -89,19 +98,28 @@ static pkv_status load_layer(pkv_loader *L, int il) {
         (s = pkv_load_mla(L, il)) ||
         (s = pkv_load_norm(L, il, "ffn_norm.weight", &pkv_loader_model(L)->layers[il].ffn_norm)))
         return s;
-    return pkv_load_ffn(L, il, false);
+    return il < pkv_loader_model(L)->hp.mla.n_dense ? pkv_load_ffn(L, il, false)
+                                                    : pkv_load_moe(L, il, PKV_MOE_PROBS_B | PKV_MOE_SHARED);
 }
 
 static pkv_status layer(pkv_fwd *f, int il) {
+    const pkv_hparams *hp = &f->m->hp;
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = pkv_blk_mla(f, il, &ly->attn_norm);
-    return s ? s : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
+    if (s || il < hp->mla.n_dense) return s ? s : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
+    return pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU,
+                                              .gating = hp->moe_route.gating == 2 ? PKV_MOE_SIGMOID_TOPK : PKV_MOE_SOFTMAX_TOPK,
+                                              .norm_w = hp->moe_route.norm_w, .w_scale = hp->moe_route.w_scale});
 }
 
 /* ------------------------------------------------------- pagekv mkmodel */
 
 /* A small MLA shape: head_dim is the query head (nope + rope, rope half of it), the
- * latent kv_lora_rank (0 = 64), V heads of head_dim; one KV head; every layer dense. */
+ * latent kv_lora_rank (0 = 64), V heads of head_dim; one KV head. With experts the
+ * layers after the first are mixtures with a shared expert of n_ff rows, routed as
+ * DeepSeek-V2 (softmax, weights times 1.5) without q_lora_rank, as V3 with it
+ * (sigmoid, exp_probs_b, 2 of 4 expert groups where the experts split so, the
+ * weights normalised and times 2.5). */
 static pkv_status mk_check(pkv_mkmodel_params *p) {
     if (p->n_head_kv > 1)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: deepseek2 has one KV head (its latent), not %d", p->n_head_kv);
@@ -140,10 +158,21 @@ static pkv_status mk_keys(pkv_mk *b) {
     PKV_MK_TRY(pkv_mk_u32(b, "attention.key_length_mla", (uint32_t)p->head_dim));
     PKV_MK_TRY(pkv_mk_u32(b, "attention.value_length_mla", (uint32_t)p->head_dim));
     PKV_MK_TRY(pkv_mk_u32(b, "rope.dimension_count", (uint32_t)P));
-    PKV_MK_TRY(pkv_mk_u32(b, "leading_dense_block_count", (uint32_t)p->n_layer));
+    PKV_MK_TRY(pkv_mk_u32(b, "leading_dense_block_count", (uint32_t)(p->n_expert ? 1 : p->n_layer)));
     /* keys llama.cpp reads for every deepseek2 file, experts or not */
     PKV_MK_TRY(pkv_mk_u32(b, "expert_shared_count", 1));
-    PKV_MK_TRY(pkv_mk_u32(b, "expert_feed_forward_length", (uint32_t)p->n_ff));
+    if (!p->n_expert) PKV_MK_TRY(pkv_mk_u32(b, "expert_feed_forward_length", (uint32_t)p->n_ff));
+    if (p->n_expert) {
+        const bool v3 = p->q_lora_rank > 0;
+        PKV_MK_TRY(pkv_mk_expert_keys(b, p->n_ff));
+        PKV_MK_TRY(pkv_mk_u32(b, "expert_gating_func", v3 ? 2 : 1));
+        PKV_MK_TRY(pkv_mk_f32(b, "expert_weights_scale", v3 ? 2.5f : 1.5f));
+        PKV_MK_TRY(pkv_gguf_writer_add_bool(b->w, pkv_mk_key(b, "expert_weights_norm"), v3));
+        if (v3 && p->n_expert % 4 == 0 && p->n_expert_used <= p->n_expert / 2) {
+            PKV_MK_TRY(pkv_mk_u32(b, "expert_group_count", 4));
+            PKV_MK_TRY(pkv_mk_u32(b, "expert_group_used_count", 2));
+        }
+    }
     /* DeepSeek-V2-Lite's YaRN magnitude: 0.1 mscale_all_dim (0.707) */
     return pkv_mk_f32(b, "rope.scaling.yarn_log_multiplier", 0.1f * 0.707f);
 }
@@ -170,15 +199,15 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
     PKV_MK_TRY(pkv_mk_add3(b, name, t, Rl, V, H, sqrt(3.0 / (double)Rl)));
     PKV_MK_TRY(pkv_mk_blk(b, l, "attn_output.weight", t, H * V, E, 0.0, sqrt(3.0 / (double)(H * V))));
     PKV_MK_TRY(pkv_mk_norm(b, l, "ffn_norm.weight", E));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate.weight", t, E, p->n_ff, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", t, E, p->n_ff, 0.0, b->lin_e));
-    return pkv_mk_blk(b, l, "ffn_down.weight", pkv_mk_type(p, "ffn_down", l), p->n_ff, E, 0.0, b->lin_f);
+    if (!p->n_expert || l == 0) return pkv_mk_ffn(b, l, PKV_FFN_GATED);
+    PKV_MK_TRY(pkv_mk_ffn(b, l, PKV_FFN_EXPERTS));
+    return pkv_mk_moe_extras(b, l, (p->q_lora_rank > 0 ? PKV_MOE_PROBS_B : 0) | PKV_MOE_SHARED, p->n_ff);
 }
 
 /* YaRN by 4 over min(256, context) original positions, base 10000, as DeepSeek-V2 */
-static const pkv_arch_mk mk = {.takes = PKV_MK_MLA, .rope_base = 10000.0f, .rope_factor = 4.0f, .rope_yarn = true,
+static const pkv_arch_mk mk = {.takes = PKV_MK_MLA | PKV_MK_EXPERTS, .rope_base = 10000.0f, .rope_factor = 4.0f, .rope_yarn = true,
                                .rms_eps = 1e-6f, .own_head_keys = true, .check = mk_check,
                                .check_rows = mk_check_rows, .draft = mk_draft, .keys = mk_keys, .layer = mk_layer};
 
-const pkv_arch_ops pkv_arch_deepseek2 = {.name = "deepseek2", .yarn_log_mul = true, .hparams = hparams,
+const pkv_arch_ops pkv_arch_deepseek2 = {.name = "deepseek2", .moe_after_dense = true, .yarn_log_mul = true, .hparams = hparams,
                                          .load_layer = load_layer, .layer = layer, .mk = &mk};
