@@ -5,9 +5,12 @@
  * absorbed kernel path (queries through attn_k_b, V read from the latent row, the
  * outputs through attn_v_b) independently. Both query layouts (V2-Lite's attn_q and
  * V3's attn_q_a/attn_q_b), YaRN with DeepSeek's log multiplier (the reference with
- * the plain 1/sqrt(d) scale must be far off, so the match is the mscale's), every
- * position of a prompt, single steps and a context shift (the latent part moves
- * unchanged, k_pe turns back), f32 weights and KV: nmse <= 1e-9.
+ * the plain 1/sqrt(d) scale must be far off, so the match is the mscale's), dense
+ * layers and a leading dense layer before a MoE layer with its shared expert, routed
+ * as DeepSeek-V2 (softmax, scaled weights) and as V3 (sigmoid, exp_probs_b, expert
+ * groups, normalised and scaled weights), every position of a prompt, single steps
+ * and a context shift (the latent part moves unchanged, k_pe turns back), f32
+ * weights and KV: nmse <= 1e-9.
  * Then the KV operations on the latent cache (f16 and q8_0 pages): fork == replay,
  * swap round trip, save/load bitwise, truncate and decode again == the original; the
  * cache holds no V pages and a token costs (kv_lora + rope) values per layer; a
@@ -45,7 +48,17 @@ static pkv_mkmodel_params mla_params(int q_lora, int kv_lora, pkv_type t) {
 
 typedef struct {
     double *an, *qa, *qan, *q, *kva, *kvn, *kb, *vb, *o, *fn, *g, *u, *d;
+    /* a mixture (layers after the leading dense one): router [X][E], experts [X][FF][E]
+     * and [X][E][FF], the selection bias [X] (V3) or NULL, the shared expert in g, u, d */
+    double *router, *eg, *eu, *ed, *bias;
 } mref_layer;
+
+/* The routing keys of a MoE file */
+typedef struct {
+    int X, K, gating, G, GU;
+    double scale;
+    bool norm;
+} mref_moe;
 
 typedef struct {
     int lq, n, cap;
@@ -53,6 +66,7 @@ typedef struct {
     int orig;
     double *tok, *onorm, *out;
     mref_layer ly[NL];
+    mref_moe moe; /* X 0: dense */
     double *c, *kpe; /* [NL][cap][RL], [NL][cap][P]: the cache as the reference keeps it */
     int32_t *pos;    /* [cap] */
 } mref;
@@ -84,6 +98,20 @@ static mref *mref_create(const pkv_gguf *g, int lq, bool plain) {
      * scores are scaled by (1 + 0.1 m ln factor)^2 / sqrt(D), m = multiplier / 0.1 */
     const double m = log_mul / 0.1, lnf = log(1.0 / r->fscale), ms = 1.0 + 0.1 * m * lnf;
     r->kq_scale = (plain ? 1.0 : ms * ms) / sqrt((double)D);
+    uint32_t u = 0;
+    if (!pkv_gguf_get_u32(g, "deepseek2.expert_count", &u)) { /* the routing keys mkmodel writes */
+        mref_moe *mo = &r->moe;
+        mo->X = (int)u;
+        CHECK_OK(pkv_gguf_get_u32(g, "deepseek2.expert_used_count", &u));
+        mo->K = (int)u;
+        CHECK_OK(pkv_gguf_get_u32(g, "deepseek2.expert_gating_func", &u));
+        mo->gating = (int)u;
+        mo->G = !pkv_gguf_get_u32(g, "deepseek2.expert_group_count", &u) ? (int)u : 0;
+        mo->GU = !pkv_gguf_get_u32(g, "deepseek2.expert_group_used_count", &u) ? (int)u : 0;
+        CHECK_OK(pkv_gguf_get_f32(g, "deepseek2.expert_weights_scale", &f));
+        mo->scale = f;
+        CHECK_OK(pkv_gguf_get_bool(g, "deepseek2.expert_weights_norm", &mo->norm));
+    }
     r->tok = tensor(g, "token_embd.weight", (int64_t)NV * E);
     r->onorm = tensor(g, "output_norm.weight", E);
     r->out = tensor(g, "output.weight", (int64_t)NV * E);
@@ -107,7 +135,21 @@ static mref *mref_create(const pkv_gguf *g, int lq, bool plain) {
         T(fn, "ffn_norm.weight", E);
         T(g, "ffn_gate.weight", (int64_t)FF * E);
         T(u, "ffn_up.weight", (int64_t)FF * E);
-        T(d, "ffn_down.weight", (int64_t)E * FF);
+        if (l == 0 || !r->moe.X) {
+            T(g, "ffn_gate.weight", (int64_t)FF * E);
+            T(u, "ffn_up.weight", (int64_t)FF * E);
+            T(d, "ffn_down.weight", (int64_t)E * FF);
+            continue;
+        }
+        const int64_t X = r->moe.X;
+        T(router, "ffn_gate_inp.weight", X * E);
+        T(eg, "ffn_gate_exps.weight", X * FF * E);
+        T(eu, "ffn_up_exps.weight", X * FF * E);
+        T(ed, "ffn_down_exps.weight", X * E * FF);
+        if (r->moe.gating == 2) T(bias, "exp_probs_b.bias", X);
+        T(g, "ffn_gate_shexp.weight", (int64_t)FF * E);
+        T(u, "ffn_up_shexp.weight", (int64_t)FF * E);
+        T(d, "ffn_down_shexp.weight", (int64_t)E * FF);
 #undef T
     }
     r->c = calloc((size_t)NL * r->cap * RL, sizeof(double));
@@ -184,6 +226,62 @@ static void mref_attention(mref *r, int l, const double *xn, int t, double *y) {
     ref_matvec(L->o, o, NULL, E, H * VD, y);
 }
 
+/* llama.cpp's routing of deepseek2 written out: probs p = softmax or sigmoid of the
+ * router's logits; the choice on p + bias (V3) among the best GU groups (a group's
+ * score the sum of its best two), the K best; weights p of those, normalised where
+ * asked, times the scale; y = their experts' sum plus the shared expert's. */
+static void mref_moe_ffn(const mref *r, const mref_layer *L, const double *xn, double *y) {
+    const mref_moe *mo = &r->moe;
+    double p[64], s[64], g[FF], u[FF], ye[E], mx = -INFINITY, sum = 0;
+    ref_matvec(L->router, xn, NULL, mo->X, E, p);
+    for (int e = 0; e < mo->X; e++) mx = fmax(mx, p[e]);
+    for (int e = 0; e < mo->X; e++) sum += exp(p[e] - mx);
+    for (int e = 0; e < mo->X; e++) {
+        p[e] = mo->gating == 2 ? 1.0 / (1.0 + exp(-p[e])) : exp(p[e] - mx) / sum;
+        s[e] = p[e] + (L->bias ? L->bias[e] : 0);
+    }
+    if (mo->G > 1) { /* keep the GU best groups */
+        const int per = mo->X / mo->G;
+        double gs[16];
+        bool keep[16] = {false};
+        for (int q = 0; q < mo->G; q++) {
+            double a = -INFINITY, b = -INFINITY;
+            for (int e = q * per; e < (q + 1) * per; e++)
+                if (s[e] > a) b = a, a = s[e];
+                else if (s[e] > b) b = s[e];
+            gs[q] = a + b;
+        }
+        for (int k = 0; k < mo->GU; k++) {
+            int best = -1;
+            for (int q = 0; q < mo->G; q++)
+                if (!keep[q] && (best < 0 || gs[q] > gs[best])) best = q;
+            keep[best] = true;
+        }
+        for (int e = 0; e < mo->X; e++)
+            if (!keep[e / per]) s[e] = -INFINITY;
+    }
+    int sel[8];
+    double w[8], wsum = 0;
+    for (int k = 0; k < mo->K; k++) {
+        int best = -1;
+        for (int e = 0; e < mo->X; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || s[e] > s[best])) best = e;
+        }
+        sel[k] = best;
+        w[k] = p[best];
+        wsum += w[k];
+    }
+    ref_ffn(L->g, L->u, L->d, E, FF, false, xn, g, u, y); /* the shared expert */
+    for (int k = 0; k < mo->K; k++) {
+        const size_t e = (size_t)sel[k];
+        const double wk = (mo->norm ? w[k] / wsum : w[k]) * (mo->scale != 0 ? mo->scale : 1.0);
+        ref_ffn(L->eg + e * FF * E, L->eu + e * FF * E, L->ed + e * E * FF, E, FF, false, xn, g, u, ye);
+        for (int i = 0; i < E; i++) y[i] += wk * ye[i];
+    }
+}
+
 /* Append token id at position pos; logits [NV]. */
 static void mref_step(mref *r, int32_t id, int32_t pos, double *logits) {
     double x[E], xn[E], y[E], g[FF], u[FF];
@@ -195,7 +293,8 @@ static void mref_step(mref *r, int32_t id, int32_t pos, double *logits) {
         mref_attention(r, l, xn, t, y);
         for (int i = 0; i < E; i++) x[i] += y[i];
         ref_rms_norm(x, r->ly[l].fn, E, r->eps, xn);
-        ref_ffn(r->ly[l].g, r->ly[l].u, r->ly[l].d, E, FF, false, xn, g, u, y);
+        if (l > 0 && r->moe.X) mref_moe_ffn(r, &r->ly[l], xn, y);
+        else ref_ffn(r->ly[l].g, r->ly[l].u, r->ly[l].d, E, FF, false, xn, g, u, y);
         for (int i = 0; i < E; i++) x[i] += y[i];
     }
     ref_rms_norm(x, r->onorm, E, r->eps, xn);
@@ -222,8 +321,10 @@ static void mref_remove(mref *r, int a, int b) {
 
 /* np prompt tokens, 4 single steps, a shift removing [10, 13), one more step; every
  * position against the reference and the contrast. */
-static void test_reference(int q_lora) {
+static void test_reference(int q_lora, int n_expert) {
     pkv_mkmodel_params p = mla_params(q_lora, RL, PKV_TYPE_F32);
+    p.n_expert = n_expert;
+    p.n_expert_used = n_expert ? 2 : 0;
     void *img;
     size_t size;
     REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
@@ -266,8 +367,9 @@ static void test_reference(int q_lora) {
         worst = fmax(worst, ref_nmse(got + (size_t)t * NV, want + (size_t)t * NV, NV));
         if (t > 0) other = fmin(other, ref_nmse(got + (size_t)t * NV, plain + (size_t)t * NV, NV));
     }
-    fprintf(stderr, "deepseek2 %s: %d positions and a shift: nmse %.2e; against the plain 1/sqrt(d) scale >= %.2e\n",
-            q_lora ? "q_lora_rank 32" : "lite (attn_q)", NT, worst, other);
+    fprintf(stderr, "deepseek2 %s%s: %d positions and a shift: nmse %.2e; against the plain 1/sqrt(d) scale >= %.2e\n",
+            q_lora ? "q_lora_rank 32" : "lite (attn_q)", !n_expert ? "" : q_lora ? ", V3 experts" : ", V2 experts", NT,
+            worst, other);
     if (!(worst <= 1e-9)) TH_FAIL("nmse %g > 1e-9", worst);
     if (!(other > 1e-6)) TH_FAIL("the plain scale is as close (%g): the case does not test YaRN's mscale", other);
     th_checks += 2;
@@ -458,7 +560,8 @@ static void test_bad(void) {
             "'deepseek2.attention.key_length' 98 and 'value_length' 64 must be kv_lora_rank + rope dims = 96");
     refused(g, "deepseek2.attention.key_length_mla", -1, NULL, NULL, NULL, "no 'deepseek2.attention.key_length_mla'");
     refused(g, "deepseek2.attention.head_count_kv", 2, NULL, NULL, NULL, "layer 0 has 2 KV heads");
-    refused(g, "deepseek2.leading_dense_block_count", 1, NULL, NULL, NULL, "MoE layers");
+    refused(g, "deepseek2.leading_dense_block_count", 1, NULL, NULL, NULL,
+            "the others are mixtures of experts, but the file has no 'deepseek2.expert_count'");
     refused(g, NULL, 0, "blk.0.attn_q.weight", NULL, NULL, "tensor 'blk.0.attn_q.weight' not found");
     /* attn_k_b and attn_v_b swapped: [RL, VD, H] where [N, RL, H] belongs */
     refused(g, NULL, 0, NULL, "blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight",
@@ -479,8 +582,10 @@ static void test_bad(void) {
 
 int main(void) {
     int64_t live0 = pkv_alloc_live();
-    test_reference(0);
-    test_reference(32);
+    test_reference(0, 0);
+    test_reference(32, 0);
+    test_reference(0, 8);  /* a dense layer, then a MoE layer routed as V2 */
+    test_reference(32, 8); /* as V3: sigmoid, exp_probs_b, 2 of 4 groups, normalised */
     for (int k = 0; k < 2; k++) {
         pkv_mkmodel_params p = mla_params(k ? 32 : 0, RL, PKV_TYPE_F16);
         void *img;

@@ -168,7 +168,7 @@ static pkv_status mk_keys(pkv_mk *b) {
         PKV_MK_TRY(pkv_mk_u32(b, "expert_gating_func", v3 ? 2 : 1));
         PKV_MK_TRY(pkv_mk_f32(b, "expert_weights_scale", v3 ? 2.5f : 1.5f));
         PKV_MK_TRY(pkv_gguf_writer_add_bool(b->w, pkv_mk_key(b, "expert_weights_norm"), v3));
-        if (v3 && p->n_expert % 4 == 0 && p->n_expert_used <= p->n_expert / 2) {
+        if (v3 && p->n_expert % 4 == 0 && p->n_expert >= 8 && p->n_expert_used <= p->n_expert / 2) {
             PKV_MK_TRY(pkv_mk_u32(b, "expert_group_count", 4));
             PKV_MK_TRY(pkv_mk_u32(b, "expert_group_used_count", 2));
         }
