@@ -11,8 +11,9 @@
  * groups, normalised and scaled weights), every position of a prompt, single steps
  * and a context shift (the latent part moves unchanged, k_pe turns back), f32
  * weights and KV: nmse <= 1e-9.
- * Then the KV operations on the latent cache (f16 and q8_0 pages): fork == replay,
- * swap round trip, save/load bitwise, truncate and decode again == the original; the
+ * Then the KV operations on the latent cache (f16 and q8_0 pages, on the device and
+ * on the host; multi-common.h's mc_kv_ops): fork == replay, swap round trip,
+ * save/load bitwise, truncate and decode again == the original; the
  * cache holds no V pages and a token costs (kv_lora + rope) values per layer; a
  * cache file of a model with another latent width is refused; Vulkan against the
  * CPU where a Vulkan device exists. Bad files (kv_lora_rank 0, rope dims not below
@@ -23,10 +24,10 @@
 
 #include "model/gguf.h"
 #include "ref-gguf.h"
+#include "multi-common.h"
 #include "ref-model.h"
-#include "testhelp.h"
 
-enum { NV = 300, E = 64, H = 4, D = 64, P = D / 2, N = D - P, RL = 64, VD = D, FF = 96, NL = 2 };
+enum { NV = MV, E = 64, H = 4, D = 64, P = D / 2, N = D - P, RL = 64, VD = D, FF = 96, NL = 2 };
 
 static pkv_mkmodel_params mla_params(int q_lora, int kv_lora, pkv_type t) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
@@ -385,24 +386,8 @@ done:
 
 /* ------------------------------------------------ KV operations */
 
-static int argmax_f(const float *x) {
-    int b = 0;
-    for (int i = 1; i < NV; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-static pkv_kv_cache *cache_of(pkv_model *m, pkv_type t) {
-    pkv_cache_params cp = pkv_cache_default_params();
-    cp.kv_type = t;
-    cp.page_size = 4;
-    cp.n_ctx = 64;
-    cp.n_seq_max = 6;
-    return pkv_model_cache_create(m, cp);
-}
-
 /* The layout: no V pages; K rows of kv_lora + rope values of kv type t. */
-static void check_layout(pkv_kv_cache *c, pkv_type t) {
+static void check_layout(pkv_kv_cache *c, pkv_type t, int page_size) {
     for (int l = 0; l < NL; l++) {
         pkv_kv_layer_info li;
         CHECK_OK(pkv_kv_layout_layer(pkv_kv_cache_layout(c), l, &li));
@@ -412,90 +397,50 @@ static void check_layout(pkv_kv_cache *c, pkv_type t) {
         CHECK_INT(li.head_dim_k, RL + P);
         CHECK_INT(li.head_dim_v, RL);
         CHECK_INT(li.v_page_bytes, 0);
-        CHECK_INT(li.k_page_bytes, 4 * pkv_type_row_bytes(t, RL + P));
+        CHECK_INT(li.k_page_bytes, (size_t)page_size * pkv_type_row_bytes(t, RL + P));
         pkv_kv_shard_info sh;
         CHECK_OK(pkv_kv_shard(c, l, 0, &sh));
         CHECK(sh.v == NULL && sh.v_page_bytes == 0);
     }
 }
 
-/* fork + swap round trip, truncate and decode again, replay, save/load: logits
- * bitwise equal (one CPU device computes a batch as each token alone). */
-static void test_kv_ops(pkv_model *m, pkv_type t) {
-    pkv_kv_cache *c = cache_of(m, t);
-    REQUIRE_VOID(c);
-    check_layout(c, t);
-    enum { NP = 13, NG = 6 };
-    int32_t prompt[NP], ta[NG], tb[NG];
-    for (int i = 0; i < NP; i++) prompt[i] = (i * 17 + 3) % NV;
-    static float la[NG * NV], lb[NG * NV];
-    pkv_context *a = pkv_context_create(m, c, 0), *b = NULL, *noise = NULL, *r = NULL, *l = NULL;
-    REQUIRE_VOID(a);
-    CHECK_OK(pkv_context_decode(a, prompt, NP));
-    CHECK((b = pkv_context_fork(a)) != NULL);
-    CHECK_OK(pkv_context_swap_out(b));
-    CHECK((noise = pkv_context_create(m, c, 0)) != NULL);
-    CHECK_OK(pkv_context_decode(noise, prompt + 3, 9));
-    CHECK_OK(pkv_context_swap_in(b));
-    for (int i = 0; b && i < NG; i++) {
-        memcpy(la + (size_t)i * NV, pkv_context_logits(a), NV * 4);
-        memcpy(lb + (size_t)i * NV, pkv_context_logits(b), NV * 4);
-        ta[i] = argmax_f(la + (size_t)i * NV);
-        tb[i] = argmax_f(lb + (size_t)i * NV);
-        CHECK_OK(pkv_context_decode(a, &ta[i], 1));
-        CHECK_OK(pkv_context_decode(b, &tb[i], 1));
-    }
-    CHECK_MEM(la, lb, sizeof la); /* fork and swap: bitwise */
-    CHECK_MEM(ta, tb, sizeof ta);
-    /* truncate into a shared page, then the same tokens: the same logits */
-    CHECK_OK(pkv_context_truncate(b, NP + 1));
-    for (int i = 1; i + 1 < NG; i++) {
-        CHECK_OK(pkv_context_decode(b, &ta[i], 1));
-        CHECK_MEM(pkv_context_logits(b), la + (size_t)(i + 1) * NV, NV * 4);
-    }
-    /* replay from scratch */
-    CHECK((r = pkv_context_create(m, c, 0)) != NULL);
-    CHECK_OK(pkv_context_decode(r, prompt, NP));
-    for (int i = 0; r && i < NG; i++) {
-        CHECK_MEM(pkv_context_logits(r), la + (size_t)i * NV, NV * 4);
-        CHECK_OK(pkv_context_decode(r, &ta[i], 1));
-    }
-    /* save / load */
+/* The operations of multi-common.h's mc_kv_ops on one device, the cache on it and on
+ * the host (fork + swap round trip, truncate and decode again, replay: logits
+ * bitwise; save/load), the model in mc_img; then a model of another latent width
+ * refuses a saved file. */
+static void test_kv_ops(pkv_type t) {
+    mc_kv_k = mc_kv_v = t;
+    pkv_model *single = mc_load("cpu", NULL, false);
+    pkv_kv_cache *sc = single ? mc_cache(single) : NULL;
+    REQUIRE_VOID(sc);
+    check_layout(sc, t, 8);
+    mc_kv_ops("cpu", false, single, sc, true);
+    mc_kv_ops("cpu", true, single, sc, true);
     const char *path = th_tmp("mla.kv");
-    CHECK_OK(pkv_context_save(a, path));
-    CHECK((l = pkv_context_load(m, c, path, 0)) != NULL);
-    if (l) {
-        CHECK_INT(pkv_context_n_tokens(l), NP + NG);
-        CHECK_MEM(pkv_context_logits(l), pkv_context_logits(a), NV * 4);
-        int32_t x = 5;
-        CHECK_OK(pkv_context_decode(l, &x, 1));
-        CHECK_OK(pkv_context_decode(a, &x, 1));
-        CHECK_MEM(pkv_context_logits(l), pkv_context_logits(a), NV * 4);
-    }
-    /* a model of another latent width refuses the file (the layout's fingerprint) */
+    pkv_context *a = pkv_context_create(single, sc, 0);
+    int32_t prompt[9];
+    for (int i = 0; i < 9; i++) prompt[i] = (i * 17 + 3) % NV;
+    CHECK(a && pkv_context_decode(a, prompt, 9) == PKV_OK && pkv_context_save(a, path) == PKV_OK);
     pkv_mkmodel_params p2 = mla_params(0, 2 * RL, PKV_TYPE_F16);
     void *img2;
     size_t size2;
     REQUIRE_VOID(pkv_mkmodel_memory(&p2, &img2, &size2) == PKV_OK);
     pkv_model *m2 = pkv_model_load_memory(img2, size2, "mla-wide", pkv_model_default_params());
-    pkv_kv_cache *c2 = m2 ? cache_of(m2, t) : NULL;
+    pkv_kv_cache *c2 = m2 ? mc_cache(m2) : NULL;
     CHECK(c2 != NULL);
     if (c2) {
         pkv_context *l2 = pkv_context_load(m2, c2, path, 0);
         CHECK(l2 == NULL);
-        fprintf(stderr, "  another latent width: %s\n", pkv_errmsg());
+        CHECK_MSG("layer 0 has head sizes K 96, V 64 in the file, K 160, V 128 in the cache");
         pkv_context_free(l2);
     }
+    unlink(path);
     pkv_kv_cache_free(c2);
     pkv_model_free(m2);
     pkv_mkmodel_free_memory(img2);
-    unlink(path);
-    pkv_context_free(l);
-    pkv_context_free(r);
-    pkv_context_free(noise);
-    pkv_context_free(b);
     pkv_context_free(a);
-    pkv_kv_cache_free(c);
+    pkv_kv_cache_free(sc);
+    pkv_model_free(single);
 }
 
 /* Vulkan against the CPU: the same model and prompt, logits within 1e-5 (f16 KV). */
@@ -511,7 +456,7 @@ static void test_vulkan(const void *img, size_t size) {
         pkv_model_params mp = pkv_model_default_params();
         mp.device = k ? "vulkan:0" : "cpu";
         pkv_model *m = pkv_model_load_memory(img, size, "mla", mp);
-        pkv_kv_cache *c = m ? cache_of(m, PKV_TYPE_F16) : NULL;
+        pkv_kv_cache *c = m ? mc_cache(m) : NULL;
         pkv_context *x = c ? pkv_context_create(m, c, 0) : NULL;
         REQUIRE_VOID(x);
         int32_t toks[12];
@@ -588,17 +533,16 @@ int main(void) {
     test_reference(32, 8); /* as V3: sigmoid, exp_probs_b, 2 of 4 groups, normalised */
     for (int k = 0; k < 2; k++) {
         pkv_mkmodel_params p = mla_params(k ? 32 : 0, RL, PKV_TYPE_F16);
-        void *img;
-        size_t size;
-        REQUIRE(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
-        pkv_model *m = pkv_model_load_memory(img, size, "mla", pkv_model_default_params());
-        REQUIRE(m != NULL);
-        test_kv_ops(m, PKV_TYPE_F16);
-        test_kv_ops(m, PKV_TYPE_Q8_0); /* rows of 96: 3 blocks, V the first 2 */
-        if (k) test_vulkan(img, size);
-        pkv_model_free(m);
-        pkv_mkmodel_free_memory(img);
+        pkv_mkmodel_free_memory(mc_img);
+        mc_img = NULL;
+        REQUIRE(pkv_mkmodel_memory(&p, &mc_img, &mc_size) == PKV_OK);
+        test_kv_ops(PKV_TYPE_F16);
+        test_kv_ops(PKV_TYPE_Q8_0); /* rows of 96: 3 blocks, V the first 2 */
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        if (k) test_vulkan(mc_img, mc_size);
     }
+    pkv_mkmodel_free_memory(mc_img);
+    mc_img = NULL;
     test_bad();
     CHECK_INT(pkv_alloc_live(), live0);
     return th_done();
