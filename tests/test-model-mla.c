@@ -16,10 +16,12 @@
  * save/load bitwise, truncate and decode again == the original; the
  * cache holds no V pages and a token costs (kv_lora + rope) values per layer; a
  * cache file of a model with another latent width is refused; Vulkan against the
- * CPU where a Vulkan device exists. Bad files (kv_lora_rank 0, rope dims not below
+ * CPU where a Vulkan device exists. An older file (attn_kv_b, per-head K/V sizes,
+ * head_count_kv the heads), made from a new one, gives the same logits bitwise
+ * (attn_kv_b split at load). Bad files (kv_lora_rank 0, rope dims not below
  * key_length_mla, key_length not kv_lora + rope, attn_k_b of another shape, attn_q_a
- * without q_lora_rank, a second KV head, the older attn_kv_b alone) are refused
- * naming the key or tensor. */
+ * without q_lora_rank, a second KV head, a new file without attn_k_b, neither
+ * key_length_mla nor attn_kv_b) are refused naming the key or tensor. */
 #include <math.h>
 
 #include "model/gguf.h"
@@ -491,6 +493,88 @@ static void refused(const pkv_gguf *g, const char *key, int64_t set, const char 
     pkv_free(img);
 }
 
+/* The older layout of an f32 deepseek2 image: attn_kv_b [H][N + V][R] (each head's
+ * nope rows, k_b's transpose, then its value rows, v_b) in place of attn_k_b and
+ * attn_v_b; key_length / value_length the query and value heads, head_count_kv the
+ * heads, no key_length_mla / value_length_mla. */
+static void *legacy_image(const pkv_gguf *g, size_t *size) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    bool ok = w != NULL;
+    static const struct { const char *key; uint32_t v; } set[] = {
+        {"deepseek2.attention.key_length", D}, {"deepseek2.attention.value_length", VD},
+        {"deepseek2.attention.head_count_kv", H}, {"deepseek2.attention.key_length_mla", 0},
+        {"deepseek2.attention.value_length_mla", 0}};
+    for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++) {
+        const char *k = pkv_gguf_kv_key(g, i);
+        int j = 0;
+        while (j < 5 && strcmp(k, set[j].key)) j++;
+        ok = j == 5 ? !pkv_gguf_writer_copy_kv(w, g, i) : set[j].v == 0 || !pkv_gguf_writer_add_u32(w, k, set[j].v);
+    }
+    static float kv[NL][H * (N + VD) * RL];
+    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        int l = 0;
+        if (strstr(t->name, "attn_k_b") || strstr(t->name, "attn_v_b")) continue;
+        ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+        if (!strstr(t->name, "attn_output") || sscanf(t->name, "blk.%d.", &l) != 1) continue;
+        char nk[64], nv[64];
+        snprintf(nk, sizeof nk, "blk.%d.attn_k_b.weight", l);
+        snprintf(nv, sizeof nv, "blk.%d.attn_v_b.weight", l);
+        const float *kb = pkv_gguf_find_tensor(g, nk)->data, *vb = pkv_gguf_find_tensor(g, nv)->data;
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < RL; r++) {
+                for (int n = 0; n < N; n++) kv[l][((size_t)h * (N + VD) + n) * RL + r] = kb[((size_t)h * RL + r) * N + n];
+                for (int j = 0; j < VD; j++)
+                    kv[l][((size_t)h * (N + VD) + N + j) * RL + r] = vb[((size_t)h * VD + j) * RL + r];
+            }
+        snprintf(nk, sizeof nk, "blk.%d.attn_kv_b.weight", l);
+        const int64_t ne[2] = {RL, H * (N + VD)};
+        ok = !pkv_gguf_writer_add_tensor(w, nk, PKV_TYPE_F32, 2, ne, kv[l], sizeof kv[l]);
+    }
+    void *img = NULL;
+    if (ok && pkv_gguf_writer_write_memory(w, &img, size)) img = NULL;
+    pkv_gguf_writer_free(w);
+    return img;
+}
+
+/* An older file (attn_kv_b) runs as the file converted now: the same latent cache
+ * and the same logits. */
+static void test_legacy(void) {
+    pkv_mkmodel_params p = mla_params(32, RL, PKV_TYPE_F32);
+    void *img;
+    size_t size = 0, lsize = 0;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "mla");
+    void *limg = g ? legacy_image(g, &lsize) : NULL;
+    REQUIRE_VOID(limg);
+    static float lg[2][4 * NV];
+    for (int k = 0; k < 2; k++) {
+        pkv_model *m = k ? pkv_model_load_memory(limg, lsize, "mla-kv_b", pkv_model_default_params())
+                         : pkv_model_load_memory(img, size, "mla", pkv_model_default_params());
+        pkv_kv_cache *c = m ? mc_cache(m) : NULL;
+        pkv_context *x = c ? pkv_context_create(m, c, 0) : NULL;
+        if (!x) TH_FAIL("%s: %s", k ? "older layout" : "layout", pkv_errmsg());
+        if (x) check_layout(c, PKV_TYPE_F16, 8);
+        int32_t toks[12];
+        for (int i = 0; i < 12; i++) toks[i] = (i * 41 + 5) % NV;
+        CHECK(x && pkv_context_decode(x, toks, 9) == PKV_OK);
+        for (int i = 0; x && i < 4; i++) {
+            memcpy(lg[k] + (size_t)i * NV, pkv_context_logits(x), NV * 4);
+            CHECK_OK(pkv_context_decode(x, &toks[9 + (i % 3)], 1));
+        }
+        pkv_context_free(x);
+        pkv_kv_cache_free(c);
+        pkv_model_free(m);
+    }
+    double e = th_nmse(lg[0], lg[1], 4 * NV);
+    fprintf(stderr, "deepseek2 with attn_kv_b against attn_k_b/attn_v_b: nmse %.2e\n", e);
+    if (!(e < 1e-12)) TH_FAIL("older layout: nmse %g", e);
+    th_checks++;
+    pkv_free(limg);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
 static void test_bad(void) {
     pkv_mkmodel_params p = mla_params(0, RL, PKV_TYPE_F16);
     void *img;
@@ -512,7 +596,7 @@ static void test_bad(void) {
     refused(g, NULL, 0, NULL, "blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight",
             "tensor 'blk.1.attn_k_b.weight' must have shape [32, 64, 4]");
     refused(g, NULL, 0, "blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight", "blk.0.attn_kv_b.weight",
-            "attn_kv_b.weight (an older MLA file)");
+            "no attn_k_b.weight (a file with key_length_mla has attn_k_b and attn_v_b)");
     pkv_gguf_close(g);
     pkv_mkmodel_free_memory(img);
     /* V3's layout told it has no q_lora_rank */
@@ -543,6 +627,7 @@ int main(void) {
     }
     pkv_mkmodel_free_memory(mc_img);
     mc_img = NULL;
+    test_legacy();
     test_bad();
     CHECK_INT(pkv_alloc_live(), live0);
     return th_done();

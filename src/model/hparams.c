@@ -344,6 +344,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
     hp->rope_neox = ops->rope_neox;
     if (!s && ops->hparams) s = ops->hparams(g, arch, hp, n_head);
+    /* latent attention from a file that says per-head K/V (hp.mla.kv_b): one KV head */
+    for (int l = 0; !s && hp->mla.kv_b && l < hp->n_layer; l++) n_head_kv[l] = 1;
     if (s) {
         pkv_free(n_head);
         pkv_free(n_head_kv);

@@ -237,6 +237,8 @@ typedef struct pkv_hparams {
      * value_length_mla, leading_dense_block_count */
     struct {
         int q_lora, kv_lora, dk, dv, n_dense;
+        int kv_b; /* 1: an older file with attn_kv_b and per-head K/V sizes (key_length = dk,
+                     head_count_kv = heads): run as MLA all the same, one latent KV head */
     } mla;
 } pkv_hparams;
 

@@ -620,6 +620,37 @@ static pkv_status load_per_head(loader *L, const char *name, int64_t cols, int64
     return s;
 }
 
+/* An older file's attn_kv_b [heads][N + V][R] (each head's nope rows, then its value
+ * rows) as shard w's k_b and v_b: v_b its heads' value rows as they are, k_b each
+ * head's nope rows transposed to [R][N] (f32, made on the host), as llama.cpp's
+ * converter splits it now. */
+static pkv_status load_kv_b(loader *L, int il, pkv_shard_w *w, pkv_device *dev) {
+    const pkv_hparams *hp = &L->m->hp;
+    const int64_t H = L->m->layers[il].n_head, R = hp->mla.kv_lora, N = hp->mla.dk - L->m->layers[il].n_rot,
+                  V = hp->mla.dv;
+    char name[96];
+    slice vs = {.r0 = w->q_h0 * (N + V) + N, .nr = w->n_q * V, .rblock = V, .rstride = N + V};
+    pkv_status s = load_weight(L, NAME("attn_kv_b.weight"), R, H * (N + V), true, false, dev, vs, &w->mla.v_b);
+    float *kv = NULL, *kb = s ? NULL : pkv_malloc((size_t)(w->n_q * R * N) * sizeof *kb);
+    if (!s && !kb) s = pkv_err(PKV_ERR_NOMEM, "%s: splitting '%s'", L->m->label, name);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, name); /* its shape checked by load_weight */
+    if (!s && !(kv = pkv_malloc((size_t)(H * (N + V) * R) * sizeof *kv)))
+        s = pkv_err(PKV_ERR_NOMEM, "%s: splitting '%s'", L->m->label, name);
+    if (!s && (s = pkv_dequantize_row(t->type, t->data, kv, H * (N + V) * R)))
+        s = pkv_err_prefix(s, "%s: tensor '%s'", L->m->label, name);
+    for (int64_t h = 0; !s && h < w->n_q; h++) /* kb[h][r][n] = kv_b[q_h0 + h][n][r] */
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t n = 0; n < N; n++) kb[(h * R + r) * N + n] = kv[((w->q_h0 + h) * (N + V) + n) * R + r];
+    if (!s) s = pkv_weight_host(L->m, dev, kb, w->n_q * R * N, &w->mla.k_b);
+    if (!s) {
+        w->mla.k_b.ne0 = N;
+        w->mla.k_b.ne1 = w->n_q * R;
+    }
+    pkv_free(kv);
+    pkv_free(kb);
+    return s;
+}
+
 pkv_status pkv_load_mla(pkv_loader *L, int il) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
@@ -631,9 +662,10 @@ pkv_status pkv_load_mla(pkv_loader *L, int il) {
     if (hp->mla.q_lora > 0 && pkv_gguf_find_tensor(L->g, NAME("attn_q.weight")))
         return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has attn_q.weight (the lite layout) but q_lora_rank is %d (attn_q_a/_b)",
                        m->label, il, hp->mla.q_lora);
-    if (pkv_gguf_find_tensor(L->g, NAME("attn_kv_b.weight")) && !pkv_gguf_find_tensor(L->g, NAME("attn_k_b.weight")))
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d has attn_kv_b.weight (an older MLA file) without attn_k_b/attn_v_b: "
-                       "splitting attn_kv_b at load is not supported yet; convert the model again", m->label, il);
+    if (hp->mla.kv_b != !pkv_gguf_find_tensor(L->g, NAME("attn_k_b.weight")))
+        return pkv_err(PKV_ERR_FORMAT, "%s: layer %d: %s", m->label, il,
+                       hp->mla.kv_b ? "attn_k_b.weight in a file without key_length_mla (the older layout has attn_kv_b)"
+                                    : "no attn_k_b.weight (a file with key_length_mla has attn_k_b and attn_v_b)");
     ly->latent = (int)R;
     for (int d = 0; d < m->n_dev; d++) {
         pkv_shard_w *w = &ly->sh[d];
@@ -654,8 +686,9 @@ pkv_status pkv_load_mla(pkv_loader *L, int il) {
             (s = load_weight(L, NAME("attn_kv_a_mqa.weight"), E, R + P, true, false, dev, lat, &w->mla.kv_lat)) ||
             (s = load_weight(L, NAME("attn_kv_a_mqa.weight"), E, R + P, true, false, dev, pe, &w->mla.kv_pe)) ||
             (s = load_weight(L, NAME("attn_kv_a_norm.weight"), R, 1, true, true, dev, k_all, &w->mla.kv_norm)) ||
-            (s = load_per_head(L, NAME("attn_k_b.weight"), N, R, H, dev, heads_k, &w->mla.k_b)) ||
-            (s = load_per_head(L, NAME("attn_v_b.weight"), R, V, H, dev, heads_v, &w->mla.v_b)) ||
+            (!hp->mla.kv_b && (s = load_per_head(L, NAME("attn_k_b.weight"), N, R, H, dev, heads_k, &w->mla.k_b))) ||
+            (!hp->mla.kv_b && (s = load_per_head(L, NAME("attn_v_b.weight"), R, V, H, dev, heads_v, &w->mla.v_b))) ||
+            (hp->mla.kv_b && (s = load_kv_b(L, il, w, dev))) ||
             (s = load_weight(L, NAME("attn_output.weight"), H * V, E, true, false, dev, o_cols, &w->wo)))
             return s;
     }

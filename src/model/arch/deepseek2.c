@@ -22,8 +22,10 @@
  * mscale = attn_factor' (1 + 0.1 ln factor) (1 + 0.1 m ln factor) with m =
  * rope.scaling.yarn_log_multiplier / 0.1 (its converter writes 0.1 mscale_all_dim)
  * and attn_factor' llama.cpp's context factor (below), which is also RoPE's magnitude.
- * Not yet: files with only the older attn_kv_b, attention temperature tuning
- * (refused), MoE layers over several devices (refused by the loader). */
+ * Older files with attn_kv_b (before the converter split it; key_length and
+ * value_length then the query and value heads, head_count_kv the heads) run the same
+ * way: attn_kv_b is split at load (pkv_load_mla). Not yet: attention temperature
+ * tuning (refused), MoE layers over several devices (refused by the loader). */
 #include "model/arch/arch.h"
 #include "model/arch/mk.h"
 
@@ -50,11 +52,19 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
                     arch);
     char k[128];
     snprintf(k, sizeof k, "%s.attention.key_length_mla", arch);
-    if (!s && pkv_gguf_find_key(g, k) < 0)
-        s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no '%s' (a file converted before MLA's absorbed layout: attn_kv_b and "
-                    "per-head K/V caches) is not supported", lab, k);
-    if (!s) s = pkv_hp_need_u32(g, arch, "attention.key_length_mla", 1, 4096, &hp->mla.dk);
-    if (!s) s = pkv_hp_need_u32(g, arch, "attention.value_length_mla", 1, 4096, &hp->mla.dv);
+    /* an older file (attn_kv_b, converted for per-head K/V: key_length the query head,
+     * value_length V): the same MLA, its latent row and one KV head set here */
+    hp->mla.kv_b = !s && pkv_gguf_find_key(g, k) < 0;
+    if (hp->mla.kv_b && !pkv_gguf_find_tensor(g, "blk.0.attn_kv_b.weight"))
+        return pkv_err(PKV_ERR_FORMAT, "%s: no '%s' and no attn_kv_b.weight: neither MLA layout", lab, k);
+    if (hp->mla.kv_b) {
+        hp->mla.dk = hp->head_dim_k;
+        hp->mla.dv = hp->head_dim_v;
+        hp->head_dim_k = hp->mla.kv_lora + hp->n_rot;
+        hp->head_dim_v = hp->mla.kv_lora;
+    }
+    if (!s && !hp->mla.kv_b) s = pkv_hp_need_u32(g, arch, "attention.key_length_mla", 1, 4096, &hp->mla.dk);
+    if (!s && !hp->mla.kv_b) s = pkv_hp_need_u32(g, arch, "attention.value_length_mla", 1, 4096, &hp->mla.dv);
     if (!s) s = pkv_hp_opt_u32(g, arch, "leading_dense_block_count", 0, 1u << 20, 0, &hp->mla.n_dense);
     if (s) return s;
     if (hp->n_rot >= hp->mla.dk)
