@@ -11,6 +11,7 @@ enum { MV = 320, MNP = 21, MNG = 8 };
 static void *mc_img;
 static size_t mc_size;
 static int mc_n_head_kv = 8; /* KV heads of mc_make's models (fewer: replicated over the devices) */
+static int mc_n_expert = 0;  /* experts of mc_make's models where optional (deepseek2's MoE layers); 0: dense */
 
 /* A model whose heads split evenly over 2 or 4 devices and 2,1,1 over 3
  * (8 KV heads); head size 32 keeps q8_0 column slices on whole blocks. */
@@ -25,6 +26,7 @@ static inline void mc_make(pkv_type t, const char *arch) {
     p.head_dim = 32;
     p.n_ff = 192;
     p.n_vocab = MV;
+    p.n_expert = mc_n_expert;
     pkv_mkmodel_free_memory(mc_img);
     mc_img = NULL;
     if (pkv_mkmodel_memory(&p, &mc_img, &mc_size)) TH_FAIL("mkmodel: %s", pkv_errmsg());

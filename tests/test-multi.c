@@ -183,10 +183,13 @@ int main(void) {
      * expert, sliding layers), 4 experts over 2, 3 (2,1,1) and 4 devices. Tolerance
      * 1e-9: the split attention's other summation order (as above, measured up to
      * 8e-11 here) goes on through the experts' SwiGLU; one token sent to another
-     * expert would give ~1e-2 */
-    static const char *const moes[] = {"qwen3moe", "gpt-oss"};
-    for (int k = 0; k < 2; k++) {
+     * expert would give ~1e-2. deepseek2: a dense layer, then a MoE layer with its
+     * shared expert, over the replicated latent cache (4 experts) */
+    static const char *const moes[] = {"qwen3moe", "gpt-oss", "deepseek2"};
+    for (int k = 0; k < 3; k++) {
         mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        mc_n_head_kv = k == 2 ? 1 : 8;
+        mc_n_expert = k == 2 ? 4 : 0;
         fprintf(stderr, "%s (experts over the devices):\n", moes[k]);
         pkv_model *single = NULL;
         pkv_kv_cache *sc = NULL;
@@ -199,6 +202,8 @@ int main(void) {
         pkv_kv_cache_free(sc);
         pkv_model_free(single);
     }
+    mc_n_head_kv = 8;
+    mc_n_expert = 0;
     /* 8 KV heads of 1 query head over 9 devices: replicating a KV head leaves a
      * device without a query head; 8 KV heads over 2 devices in proportions 15,1:
      * the second device would get no whole KV group */
