@@ -25,7 +25,7 @@
  * Older files with attn_kv_b (before the converter split it; key_length and
  * value_length then the query and value heads, head_count_kv the heads) run the same
  * way: attn_kv_b is split at load (pkv_load_mla). Not yet: attention temperature
- * tuning (refused), MoE layers over several devices (refused by the loader). */
+ * tuning (refused), the MTP (nextn) layer. */
 #include "model/arch/arch.h"
 #include "model/arch/mk.h"
 
