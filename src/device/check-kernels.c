@@ -770,7 +770,7 @@ static void kv_decode(pkv_type t, const uint8_t *in, size_t n, int d, float *x) 
  * arithmetic's, whatever the KV types. opts: the attention kinds' constants, each
  * case run with a sliding window (3 tokens: inside pages, across them, or more
  * than a query sees), a soft-cap (2, below the scores), sinks, and all three. */
-static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
+static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bool v_in_k) {
     typedef struct {
         int n_head, n_kv, dk, dv, page_size, n_pages, n_seq, n_q;
         int q_seq[8], q_len[8];
@@ -788,11 +788,13 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         {4, 1, 128, 128, 64, 3, 2, 2, {1, 0}, {100, 64}, {0, 1, 3}, {2, 0, 1}},
         /* long decode of few heads (a GPU splits its tokens over blocks), 2000 of 2048 tokens */
         {2, 1, 64, 64, 256, 10, 1, 1, {0}, {2000}, {0, 8}, {9, 1, 2, 3, 4, 5, 6, 7}},
+        /* MLA-like: 16 heads over one KV head, V narrower than K (with v_in_k: the head of K) */
+        {16, 1, 96, 64, 16, 6, 2, 3, {0, 1, 1}, {20, 5, 31}, {0, 2, 4}, {4, 1, 0, 2}},
     };
     char name[64];
     char types[24];
     snprintf(types, sizeof types, kt == vt ? "%s" : "K %s V %s", pkv_type_name(kt), pkv_type_name(vt));
-    snprintf(name, sizeof name, "%s%s", types, opts ? " window/softcap/sinks" : "");
+    snprintf(name, sizeof name, "%s%s%s", types, opts ? " window/softcap/sinks" : "", v_in_k ? " v_in_k" : "");
     row_begin(k, "kernel attention %s", name, 1e-8);
     pkv_status s = PKV_OK;
     for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 5 : 1) && !k->row_error && !k->row.skipped; cv++) {
@@ -803,6 +805,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         const size_t nk = slots * c->dk, nv = slots * c->dv;
         const size_t kbytes = slots * pkv_type_row_bytes(kt, (size_t)c->dk), vbytes = slots * pkv_type_row_bytes(vt, (size_t)c->dv);
         if ((pkv_kv_type_quant(kt) && c->dk % 32) || (pkv_kv_type_quant(vt) && c->dv % 32)) continue;
+        if (v_in_k && (c->n_kv != 1 || c->dv > c->dk)) continue; /* V read from K: one KV head */
         const int meta_pages = c->indptr[c->n_seq];
         const size_t n_meta = 2 * (size_t)c->n_q + c->n_seq + 1 + (size_t)meta_pages;
         float *h = scratch(nq + no + nk + nv, 1);
@@ -826,7 +829,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         for (int i = 0; i < meta_pages; i++) meta[m++] = c->pages[i];
         pkv_k_attention_args a = {.k_type = kt, .v_type = vt, .n_q = c->n_q, .n_seq = c->n_seq, .meta_pages = meta_pages,
                                   .n_pages = c->n_pages, .page_size = c->page_size, .n_head = c->n_head, .n_kv = c->n_kv,
-                                  .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk)};
+                                  .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk), .v_in_k = v_in_k};
         /* variant 1: window; 2: softcap and sinks; 3: all three; 4: a window
          * counted back from q_win (a non-causal span's rows: q_win at or below
          * q_len, one past it, which counts as q_len) */
@@ -1396,13 +1399,17 @@ static pkv_status rows_set_rows(ck *k) {
 
 static pkv_status rows_attention(ck *k) {
     /* K type, V type, the options (window, softcap, sinks) */
-    static const struct { pkv_type kt, vt; bool opts; } cases[] = {
-        {PKV_TYPE_F32, PKV_TYPE_F32, false},   {PKV_TYPE_F16, PKV_TYPE_F16, false},
-        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false}, {PKV_TYPE_F16, PKV_TYPE_F16, true},
-        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true},  {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false},
-        {PKV_TYPE_Q8_0, PKV_TYPE_F16, false},  {PKV_TYPE_F16, PKV_TYPE_Q4_0, false}};
+    /* v_in_k: V read from the head of each K row (MLA's latent cache; vt unused) */
+    static const struct { pkv_type kt, vt; bool opts, v_in_k; } cases[] = {
+        {PKV_TYPE_F32, PKV_TYPE_F32, false, false},   {PKV_TYPE_F16, PKV_TYPE_F16, false, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false, false}, {PKV_TYPE_F16, PKV_TYPE_F16, true, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true, false},  {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_F16, false, false},  {PKV_TYPE_F16, PKV_TYPE_Q4_0, false, false},
+        {PKV_TYPE_F32, PKV_TYPE_F32, false, true},    {PKV_TYPE_F16, PKV_TYPE_F16, true, true},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false, true}};
     pkv_status s = PKV_OK;
-    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++) s = check_attention(k, cases[i].kt, cases[i].vt, cases[i].opts);
+    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++)
+        s = check_attention(k, cases[i].kt, cases[i].vt, cases[i].opts, cases[i].v_in_k);
     return s;
 }
 

@@ -188,6 +188,10 @@ typedef struct pkv_k_attention_args {
     float softcap;   /* 0 = none */
     pkv_tref sinks;  /* f32 [n_head]; buf NULL = none */
     pkv_tref q_win;  /* i32 [n_q]; buf NULL = none (above) */
+    bool v_in_k;     /* V is read from K (MLA's latent cache): v and v_type are ignored (the
+                        dispatcher sets them to k's), the V row of a slot is the first dv
+                        values of its K row (quantized: its first dv / 32 blocks); n_kv == 1,
+                        dv <= dk */
 } pkv_k_attention_args;
 
 /* Row-wise softmax, f32 [n_rows][row_len]; in place ok. */

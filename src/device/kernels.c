@@ -185,12 +185,18 @@ static pkv_status check_attention(const kctx *k, pkv_k_attention_args *a) {
     SHAPE(a->n_kv > 0 && a->n_head > 0 && a->n_head % a->n_kv == 0, "n_head %d is not a multiple of n_kv %d",
           a->n_head, a->n_kv);
     SHAPE(a->dk > 0 && a->dv > 0, "head sizes dk %d, dv %d", a->dk, a->dv);
+    if (a->v_in_k) { /* MLA: V is the head of each K row; backends read it through k */
+        SHAPE(a->n_kv == 1 && a->dv <= a->dk, "v_in_k needs one KV head and dv <= dk (n_kv %d, dk %d, dv %d)", a->n_kv,
+              a->dk, a->dv);
+        a->v = a->k;
+        a->v_type = a->k_type;
+    }
     SHAPE((!pkv_kv_type_quant(a->k_type) || a->dk % 32 == 0) && (!pkv_kv_type_quant(a->v_type) || a->dv % 32 == 0),
           "quantized K/V need head sizes that are multiples of 32 (dk %d, dv %d)", a->dk, a->dv);
     uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
     TRY(arg(k, "q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4));
     TRY(arg(k, "k", a->k, slots * pkv_type_row_bytes(a->k_type, (size_t)a->dk)));
-    TRY(arg(k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
+    if (!a->v_in_k) TRY(arg(k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
     TRY(arg(k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
     TRY(arg(k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
     SHAPE(a->window >= 0, "window %d is negative", a->window);

@@ -24,7 +24,7 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
                               d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids, d->moe_sel, d->moe_wt, d->moe_acc,
                               d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc,
-                              d->emb,    d->hid,  d->qpart, d->apart};
+                              d->emb,    d->hid,  d->qpart, d->apart, d->mla_a, d->mla_b, d->mla_c};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
@@ -36,6 +36,7 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     pkv_free(ws->h_x);
     pkv_free(ws->h_rows);
     pkv_free(ws->h_sel);
+    pkv_free(ws->regions);
     pkv_buffer_free(ws->lora_s);
     pkv_buffer_free(ws->lora_t);
     pkv_buffer_free(ws->lora_d);
@@ -111,6 +112,16 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
                 return s;
         }
         if (main_dev && m->hp.moe_dense && (s = realloc_buf(dev, &w->ffn_acc, t4 * 2 * (size_t)E))) return s;
+        if (m->hp.mla.kv_lora > 0) { /* pkv_blk_mla's buffers: the widest head set's dims, or q_lora */
+            const pkv_hparams *hp = &m->hp;
+            int64_t M = PKV_MAX(hp->mla.q_lora, hp->n_rot);
+            for (int l = 0; l < hp->n_layer; l++)
+                M = PKV_MAX(M, (int64_t)m->layers[l].n_head *
+                                   PKV_MAX(PKV_MAX(hp->mla.dk, hp->mla.kv_lora), PKV_MAX(hp->mla.dv, hp->n_rot)));
+            if ((s = realloc_buf(dev, &w->mla_a, t4 * (size_t)M)) || (s = realloc_buf(dev, &w->mla_b, t4 * (size_t)M)) ||
+                (s = realloc_buf(dev, &w->mla_c, t4 * (size_t)M)))
+                return s;
+        }
         if (m->kv_draft &&
             ((s = realloc_buf(dev, &w->qpart, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->apart, t4 * (size_t)od))))
             return s;
@@ -222,13 +233,13 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
  * sin times rope.scaling.attn_factor and, where the layer scales (factor > 1),
  * 1 + 0.1 ln(factor): llama.cpp's context divides that factor out of its attn_factor and
  * ggml's rope multiplies it back in; the product is computed once here. */
-static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0, int64_t T,
-                       int n_heads, pkv_tref pos, pkv_tref ff, float temp) {
+static pkv_status rope_dim(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0,
+                           int64_t T, int n_heads, int head_dim, pkv_tref pos, pkv_tref ff, float temp) {
     if (ly->nope) return PKV_OK; /* smollm3's every fourth layer: positions come from the others */
-    const size_t stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4;
+    const size_t stride = (size_t)n_heads * (size_t)head_dim * 4;
     pkv_k_rope_args a = {.x = R(x, (size_t)r0 * stride), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
                          .row_stride = stride, .n_heads = n_heads,
-                         .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,
+                         .head_dim = head_dim, .n_rot = ly->n_rot, .neox = hp->rope_neox,
                          .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale,
                          .pos = R(pos.buf, pos.off + (size_t)r0 * 4), .mscale = hp->yarn.attn_factor * temp, .ff = ff};
     if (hp->yarn.ext_factor != 0) {
@@ -241,6 +252,12 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *
     }
     pkv_rope_partial(&a, ly->rope_pairs); /* gemma4's full layers (never with YaRN: hparams refuses it) */
     return pkv_k_rope(dev, &a);
+}
+
+/* rope_dim over heads of the layer's key size */
+static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0, int64_t T,
+                       int n_heads, pkv_tref pos, pkv_tref ff, float temp) {
+    return rope_dim(dev, hp, ly, x, r0, T, n_heads, ly->head_dim_k, pos, ff, temp);
 }
 
 /* Llama 4-style temperature tuning of a query at pos (hp.attn_temp), as llama.cpp
@@ -501,6 +518,156 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         if ((s = pkv_blk_matmul(f, dev, &sw->wo, w->att, w->y, T)) || (s = add_bias(dev, &sw->bo, w->y, T))) return s;
     }
     return reduce(m, ws, w0, T, kind->post_norm);
+}
+
+/* ------------------------------------------------ multi-head latent attention */
+
+/* Copy T x n_h runs of cw floats between two layouts of per-head rows: row (t, h) of
+ * src at ((t n_h + h) src_w + src_c0) floats when src is token-major, else at
+ * ((h T + t) src_w + src_c0); likewise dst. One batched copy. */
+typedef struct heads_layout {
+    pkv_buffer *buf;
+    int64_t w, c0;
+    bool head_major;
+} heads_layout;
+
+static size_t heads_at(const heads_layout *l, int64_t T, int n_h, int64_t t, int h) {
+    const int64_t row = l->head_major ? (int64_t)h * T + t : t * n_h + h;
+    return (size_t)(row * l->w + l->c0) * 4;
+}
+
+static pkv_status heads_copy(pkv_fwd_ws *ws, heads_layout src, heads_layout dst, int64_t T, int n_h, int64_t cw) {
+    const size_t n = (size_t)T * (size_t)n_h;
+    if (n > ws->cap_regions) {
+        void *p = ws->regions;
+        pkv_status s = pkv_grow(&p, &ws->cap_regions, n, sizeof *ws->regions);
+        if (s) return s;
+        ws->regions = p;
+    }
+    size_t k = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int h = 0; h < n_h; h++)
+            ws->regions[k++] = (pkv_region){heads_at(&src, T, n_h, t, h), heads_at(&dst, T, n_h, t, h), (size_t)cw * 4};
+    return pkv_buffer_copy_regions(src.buf, dst.buf, ws->regions, n);
+}
+
+/* y_h = w_h · x_h for each of n_h heads, head-major: w holds head h's [rows][cols]
+ * at row h rows, x [n_h][T][cols], y [n_h][T][rows]. */
+static pkv_status matmul_heads(pkv_device *dev, const pkv_weight *w, int n_h, int64_t rows, pkv_buffer *x, pkv_buffer *y,
+                               int64_t T) {
+    const size_t rb = pkv_type_row_bytes(w->type, (size_t)w->ne0);
+    for (int h = 0; h < n_h; h++) {
+        pkv_k_matmul_args a = {.w = R(w->buf, (size_t)h * (size_t)rows * rb), .wtype = w->type, .rows = rows,
+                               .cols = w->ne0, .x = R(x, (size_t)h * (size_t)T * (size_t)w->ne0 * 4),
+                               .y = R(y, (size_t)h * (size_t)T * (size_t)rows * 4), .n = T};
+        pkv_status s = pkv_k_matmul(dev, &a);
+        if (s) return s;
+    }
+    return PKV_OK;
+}
+
+/* The latent rows of the step on device w (from w->xb) into shard sh of the cache:
+ * c = rmsnorm(kv_lat·xb) to the row's first R values, rope(kv_pe·xb) to its last P,
+ * written where the shard is stored (kw). */
+static pkv_status mla_kv(pkv_fwd *f, const pkv_layer *ly, const pkv_shard_w *sw, pkv_dev_ws *w, pkv_dev_ws *kw,
+                         const pkv_kv_shard_info *sh, const pkv_kv_layer_info *li) {
+    const pkv_hparams *hp = &f->m->hp;
+    const int64_t T = f->T, Rl = ly->latent, P = ly->n_rot;
+    pkv_device *dev = w->dev;
+    pkv_status s;
+    if ((s = pkv_blk_matmul(f, dev, &sw->mla.kv_lat, w->xb, w->k, T)) ||
+        (s = pkv_blk_rmsnorm(dev, w->k, &sw->mla.kv_norm, w->k, T, Rl, hp->rms_eps)) ||
+        (s = pkv_blk_matmul(f, dev, &sw->mla.kv_pe, w->xb, w->mla_c, T)) ||
+        (s = rope_dim(dev, hp, ly, w->mla_c, 0, T, 1, (int)P, R(w->ints, f->pl->off_pos * 4), R(NULL, 0), 1.0f)))
+        return s;
+    if (f->pl->replay) return PKV_OK; /* a replay recomputes window layers only: these rows are cached */
+    if ((s = move(w->k, kw->k, (size_t)(T * Rl * 4))) || (s = move(w->mla_c, kw->mla_c, (size_t)(T * P * 4)))) return s;
+    const int64_t rows = sh->n_pages * pkv_kv_layout_page_size(pkv_kv_cache_layout(f->c));
+    const pkv_tref idx = R(kw->ints, f->pl->off_rows * 4);
+    pkv_k_set_rows_args lat = {.src = R(kw->k, 0), .src_stride = (size_t)Rl * 4, .dst = R(sh->k, sh->k_off),
+                               .dst_type = li->dtype_k, .dst_stride = sh->k_row_bytes, .dst_rows = rows, .idx = idx, .n = T,
+                               .row_elems = Rl};
+    pkv_k_set_rows_args pe = lat;
+    pe.src = R(kw->mla_c, 0);
+    pe.src_stride = (size_t)P * 4;
+    pe.dst = R(sh->k, sh->k_off + pkv_type_row_bytes(li->dtype_k, (size_t)Rl));
+    pe.row_elems = P;
+    if ((s = pkv_k_set_rows(sh->storage, &lat))) return s;
+    return pkv_k_set_rows(sh->storage, &pe);
+}
+
+/* The step's absorbed queries on device w into w->q, f32 [T][n_q][R + P]: each head's
+ * [k_b_h·q_nope_h, rope(q_pe_h)]. */
+static pkv_status mla_q(pkv_fwd *f, const pkv_layer *ly, const pkv_shard_w *sw, pkv_dev_ws *w) {
+    const pkv_hparams *hp = &f->m->hp;
+    const int64_t T = f->T, Rl = ly->latent, P = ly->n_rot, N = hp->mla.dk - P;
+    const int nq = sw->n_q;
+    pkv_device *dev = w->dev;
+    pkv_buffer *qin = w->xb;
+    pkv_status s;
+    if (sw->mla.q_a.buf) { /* q_lora_rank: q = q_b · rmsnorm(q_a · xb) */
+        if ((s = pkv_blk_matmul(f, dev, &sw->mla.q_a, w->xb, w->mla_a, T)) ||
+            (s = pkv_blk_rmsnorm(dev, w->mla_a, &sw->mla.q_a_norm, w->mla_a, T, hp->mla.q_lora, hp->rms_eps)))
+            return s;
+        qin = w->mla_a;
+    }
+    const int64_t KD = Rl + P;
+    if ((s = pkv_blk_matmul(f, dev, &sw->mla.q_nope, qin, w->mla_b, T)) ||
+        (s = pkv_blk_matmul(f, dev, &sw->mla.q_pe, qin, w->mla_c, T)) ||
+        (s = rope_dim(dev, hp, ly, w->mla_c, 0, T, nq, (int)P, R(w->ints, f->pl->off_pos * 4), R(NULL, 0), 1.0f)) ||
+        (s = heads_copy(f->ws, (heads_layout){w->mla_b, N, 0, false}, (heads_layout){w->mla_a, N, 0, true}, T, nq, N)) ||
+        (s = matmul_heads(dev, &sw->mla.k_b, nq, Rl, w->mla_a, w->mla_b, T)) ||
+        (s = heads_copy(f->ws, (heads_layout){w->mla_b, Rl, 0, true}, (heads_layout){w->q, KD, 0, false}, T, nq, Rl)))
+        return s;
+    return heads_copy(f->ws, (heads_layout){w->mla_c, P, 0, false}, (heads_layout){w->q, KD, Rl, false}, T, nq, P);
+}
+
+pkv_status pkv_blk_mla(pkv_fwd *f, int il, const pkv_weight *norm) {
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    const int64_t T = f->T, E = hp->n_embd, Rl = ly->latent, P = ly->n_rot, V = hp->mla.dv;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    pkv_status s;
+    pkv_kv_layer_info li;
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, norm, w0->xb, T, E, hp->rms_eps)) ||
+        (s = pkv_kv_layout_layer(pkv_kv_cache_layout(f->c), il, &li)))
+        return s;
+    if (!li.v_in_k || li.rope_off != Rl || li.head_dim_k != Rl + P || li.head_dim_v != Rl || li.window > 0 ||
+        li.n_shards != m->n_dev)
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d: the KV cache layer (%s, rows of %d/%d, rotary from %d, %d shards) is not "
+                       "the model's latent one (V read from K, rows of %lld/%lld, rotary from %lld, %d devices)", il,
+                       li.v_in_k ? "V read from K" : "K and V", li.head_dim_k, li.head_dim_v, li.rope_off, li.n_shards,
+                       (long long)(Rl + P), (long long)Rl, (long long)Rl, m->n_dev);
+    const int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(f->c));
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_dev_ws *w = pkv_fwd_dev(f->ws, m->devs[d]);
+        pkv_kv_shard_info sh;
+        if ((s = pkv_kv_shard(f->c, il, d, &sh))) return s;
+        pkv_dev_ws *kw = pkv_fwd_dev(f->ws, sh.storage); /* attention runs where the replica is stored (I5) */
+        if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(sh.storage));
+        const int nq = sw->n_q;
+        if ((s = move(w0->xb, w->xb, (size_t)(T * E * 4))) || (s = mla_kv(f, ly, sw, w, kw, &sh, &li)) ||
+            (s = mla_q(f, ly, sw, w)) || (s = move(w->q, kw->q, (size_t)(T * nq * (Rl + P) * 4))))
+            return s;
+        const int wpool_meta = f->pl->meta_pages;
+        pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .out = R(kw->att, 0),
+                                   .meta = R(kw->ints, f->pl->off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_k,
+                                   .n_q = (int)T, .n_seq = f->pl->n_seqs, .meta_pages = wpool_meta,
+                                   .n_pages = (int)sh.n_pages, .page_size = page_size, .n_head = nq, .n_kv = 1,
+                                   .dk = (int)(Rl + P), .dv = (int)Rl,
+                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->mla.dk),
+                                   .v_in_k = true};
+        /* o_h = v_b_h · latent_h, then the output projection of this shard's heads */
+        if ((s = pkv_k_attention(sh.storage, &at)) || (s = move(kw->att, w->att, (size_t)(T * nq * Rl * 4))) ||
+            (s = heads_copy(f->ws, (heads_layout){w->att, Rl, 0, false}, (heads_layout){w->mla_a, Rl, 0, true}, T, nq, Rl)) ||
+            (s = matmul_heads(w->dev, &sw->mla.v_b, nq, V, w->mla_a, w->mla_b, T)) ||
+            (s = heads_copy(f->ws, (heads_layout){w->mla_b, V, 0, true}, (heads_layout){w->mla_c, V, 0, false}, T, nq, V)) ||
+            (s = pkv_blk_matmul(f, w->dev, &sw->wo, w->mla_c, w->y, T)))
+            return s;
+    }
+    return reduce(m, f->ws, w0, T, NULL);
 }
 
 /* hb = act(hb) * hb2 over n elements of w's workspace. */

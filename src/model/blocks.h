@@ -55,6 +55,10 @@ typedef struct pkv_dev_ws {
      * query heads and their attention output (pkv_model.kv_draft) */
     pkv_buffer *qpart;   /* f32 [T][qd] */
     pkv_buffer *apart;   /* f32 [T][od] */
+    /* multi-head latent attention (hp.mla.kv_lora > 0; every device): f32 [T][M] each,
+     * M the widest of a layer's heads times their nope, rope, latent or value dims, and
+     * q_lora; token-major or head-major as pkv_blk_mla uses them */
+    pkv_buffer *mla_a, *mla_b, *mla_c;
 } pkv_dev_ws;
 
 struct pkv_fwd_ws {
@@ -74,6 +78,8 @@ struct pkv_fwd_ws {
     size_t lora_s_cap, lora_t_cap, lora_d_cap;
     float *h_ple;      /* [n_layer][T][P] the tokens' per-layer rows, then one row [n_layer * P] */
     size_t h_ple_cap;  /* floats */
+    pkv_region *regions; /* [cap_regions] pkv_blk_mla's gathers and scatters of heads */
+    size_t cap_regions;
 };
 
 /* The workspace of dev (created empty on first use); NULL when there are more
@@ -135,6 +141,18 @@ typedef struct pkv_attn_kind {
  * that reuses an earlier layer's KV (pkv_layer.kv_reuse) computes only q and attends
  * over that layer's cache. */
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *k);
+
+/* Multi-head latent attention (deepseek2) in place of pkv_blk_attention, as llama.cpp
+ * runs it absorbed; R = pkv_layer.latent, P = n_rot, N = hp.mla.dk - P, per token:
+ *   xb = norm(x)
+ *   c = rmsnorm_{kv_norm}(kv_lat·xb) [R];  k_pe = rope(kv_pe·xb) [P]   cache row [c, k_pe]
+ *   q = q_b·rmsnorm_{q_a_norm}(q_a·xb), or q = wq·xb: per head [q_nope (N), q_pe (P)]
+ *   per head h: query [k_b_h·q_nope_h (R), rope(q_pe_h)] over the one latent head
+ *   (MQA, V = the rows' first R values, the cache's v_in_k) gives o_h [R]
+ *   x += wo·[v_b_h·o_h for each head]
+ * scores times hp.attn_scale. Each device its query heads over its replica of the
+ * latent cache (it writes the replica itself); partial outputs summed as attention's. */
+pkv_status pkv_blk_mla(pkv_fwd *f, int il, const pkv_weight *norm);
 
 /* The gated activations: act(g) * u. */
 typedef enum pkv_glu {

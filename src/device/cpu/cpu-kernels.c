@@ -1318,7 +1318,8 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     const pkv_type kt = a->k_type, vt = a->v_type;
     const bool kwide = kt != PKV_TYPE_F32, vwide = vt != PKV_TYPE_F32;
     const size_t krow = pkv_type_row_bytes(kt, (size_t)a->dk), vrow = pkv_type_row_bytes(vt, (size_t)a->dv);
-    const size_t kslab = krow * a->n_kv, vslab = vrow * a->n_kv; /* one token, all KV heads */
+    /* one token, all KV heads; v_in_k (one KV head): V is the head of the K row */
+    const size_t kslab = krow * a->n_kv, vslab = a->v_in_k ? kslab : vrow * a->n_kv;
     float *qbuf = sc, *acc = qbuf + (size_t)rows * a->dk, *FA = acc + (size_t)rows * a->dv;
     float *m = FA + (size_t)rows * a->dv, *l = m + rows, *FM = l + rows, *FL = FM + rows, *p = FL + rows;
     float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)nk * ATT_CHUNK * a->dk; /* the chunk's rows as f32 */

@@ -199,9 +199,10 @@ void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, 
     }
 }
 
-/* Row `slot` (d elements) of a K or V pool of type t, as floats. */
-static void ref_row(const void *pool, pkv_type t, size_t slot, int d, float *out) {
-    const uint8_t *r = (const uint8_t *)pool + slot * pkv_type_row_bytes(t, (size_t)d);
+/* The first d elements of row `slot` (rows of `stride` bytes) of a K or V pool of
+ * type t, as floats. */
+static void ref_row(const void *pool, pkv_type t, size_t slot, size_t stride, int d, float *out) {
+    const uint8_t *r = (const uint8_t *)pool + slot * stride;
     if (pkv_kv_type_quant(t)) {
         pkv_dequantize_row(t, r, out, d);
         return;
@@ -224,6 +225,11 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
+    /* v_in_k (MLA): each V row is the head of its K row */
+    const void *vp = a->v_in_k ? k : v;
+    const pkv_type vt = a->v_in_k ? a->k_type : a->v_type;
+    const size_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk),
+                 vrow = a->v_in_k ? krow : pkv_type_row_bytes(vt, (size_t)a->dv);
     int64_t max_len = 0;
     for (int i = 0; i < a->n_q; i++) max_len = PKV_MAX(max_len, (int64_t)q_len[i]);
     /* The reference may allocate: it runs on the host, outside any failure path
@@ -254,7 +260,7 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
                 const int32_t page = pages[lo + pi];
                 if (page < 0 || page >= a->n_pages) continue;
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                ref_row(k, a->k_type, slot, a->dk, row);
+                ref_row(k, a->k_type, slot, krow, a->dk, row);
                 double dot = 0;
                 for (int d = 0; d < a->dk; d++) dot += (double)qh[d] * (double)row[d];
                 score[t] = dot * (double)a->scale;
@@ -273,7 +279,7 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
                 if (isnan(score[t])) continue;
                 const int32_t page = pages[lo + t / a->page_size];
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                ref_row(v, a->v_type, slot, a->dv, row);
+                ref_row(vp, vt, slot, vrow, a->dv, row);
                 const double p = exp(score[t] - mx);
                 for (int d = 0; d < a->dv; d++) acc[d] += p * (double)row[d];
             }

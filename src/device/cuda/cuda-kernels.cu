@@ -810,7 +810,7 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
 #pragma unroll
         for (int j = 0; j < PKV_CU_ATT_DPL; j++) {
             const int d = lane + 32 * j;
-            if (d < a.dv) acc[j] = acc[j] * corr + p * ld_kv<F16>(a.v, slot * a.dv + d);
+            if (d < a.dv) acc[j] = acc[j] * corr + p * ld_kv<F16>(a.v, slot * a.v_stride + d);
         }
         m = mn;
     }

@@ -186,6 +186,7 @@ typedef struct pkv_cu_attention {
     float *partial;
     int n_split;
     int n_q, n_seq, meta_pages, n_pages, page_size, n_head, n_kv, dk, dv;
+    int v_stride;       /* elements from one V slot to the next: dv, or dk where V is read from K (v_in_k) */
     float scale;
     int window;         /* tokens; 0 = every visible token (pkv_cu_att_first) */
     const int32_t *q_win; /* [n_q], or NULL (pkv_cu_att_first) */

@@ -481,6 +481,7 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
                           .n_kv = a->n_kv,
                           .dk = a->dk,
                           .dv = a->dv,
+                          .v_stride = a->v_in_k ? a->dk : a->dv,
                           .scale = a->scale,
                           .window = a->window,
                           .q_win = a->q_win.buf ? (const int32_t *)(void *)PTR(a->q_win) : NULL,

@@ -496,7 +496,9 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
     if (a->dk > 512 || a->dv > 256)
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
                        "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
-    const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
+    /* v_in_k (MLA): v is k (the dispatcher's), each V row the head of a K row */
+    const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk),
+                   vrow = a->v_in_k ? krow : pkv_type_row_bytes(a->v_type, (size_t)a->dv);
     const uint64_t n_pages = (uint64_t)PKV_MAX(a->n_pages, 0), page_slots = (uint64_t)a->page_size * (uint64_t)a->n_kv;
     const uint64_t kpage = page_slots * krow, vpage = page_slots * vrow, slots = n_pages * page_slots;
     /* The shader keeps a slot index in an int. */
