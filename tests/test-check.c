@@ -185,6 +185,20 @@ int main(void) {
         unlink(q35);
     }
     moe_model("g4moe", "--arch gemma4 --type q8_0 --experts 4 --experts-used 2", vk);
+    moe_model("ds2moe", "--arch deepseek2 --type q8_0 --head-dim 64 --experts 4 --experts-used 2", vk);
+    /* replicated KV (one KV head of Gemma 3; MLA's latent row) over cpu and vulkan:0:
+     * each replica holds the first one's bytes, so a sequence saved and loaded back
+     * continues bitwise (each device computing its own replica did not) */
+    if (vk) {
+        static const char *const reps[] = {"--arch gemma3 --kv-heads 1 --layers 6", "--arch deepseek2"};
+        for (int r = 0; r < 2; r++) {
+            char rp[512];
+            snprintf(rp, sizeof rp, "%s", th_tmp("demo-rep.gguf"));
+            CHECK_INT(th_cli("", true, "mkmodel %s -o '%s'", reps[r], rp), 0);
+            demo_passes(rp, "--devices cpu,vulkan:0", "10 checks, 10 passed, 0 failed");
+            unlink(rp);
+        }
+    }
     moe_model("q35moe", "--arch qwen35moe --type q8_0 --ssm-head-dim 32 --experts 4 --experts-used 2", vk);
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the

@@ -790,6 +790,8 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bo
         {2, 1, 64, 64, 256, 10, 1, 1, {0}, {2000}, {0, 8}, {9, 1, 2, 3, 4, 5, 6, 7}},
         /* MLA-like: 16 heads over one KV head, V narrower than K (with v_in_k: the head of K) */
         {16, 1, 96, 64, 16, 6, 2, 3, {0, 1, 1}, {20, 5, 31}, {0, 2, 4}, {4, 1, 0, 2}},
+        /* DeepSeek-V2/V3's latent row: K 512 + 64 rotary dims, V its first 512 */
+        {4, 1, 576, 512, 8, 5, 1, 2, {0, 0}, {9, 30}, {0, 4}, {3, 0, 4, 1}},
     };
     char name[64];
     char types[24];

@@ -51,6 +51,7 @@ static void widths(const pkv_model *m, int64_t *qd, int64_t *kd, int64_t *vd, in
         *qd = PKV_MAX(*qd, (int64_t)ly->n_head * ly->head_dim_k);
         *kd = PKV_MAX(*kd, (int64_t)ly->n_head_kv * ly->head_dim_k);
         *vd = PKV_MAX(*vd, (int64_t)ly->n_head_kv * ly->head_dim_v);
+        if (ly->latent > 0) *vd = PKV_MAX(*vd, (int64_t)ly->n_rot); /* MLA: the rotary key part in v (mla_kv) */
         *od = PKV_MAX(*od, (int64_t)ly->n_head * ly->head_dim_v);
         *ff = PKV_MAX(*ff, (int64_t)ly->n_ff);
     }
@@ -404,6 +405,14 @@ static pkv_status attend_shards(pkv_fwd *f, const pkv_layer *ly, int kl, const p
     return PKV_OK;
 }
 
+/* The first shard before d holding the same KV heads as shard d (a replica: more
+ * devices than KV heads, or MLA's one latent head); -1: none. */
+static int replica_of(const pkv_layer *ly, int d) {
+    for (int r = 0; r < d; r++)
+        if (ly->sh[r].kv_h0 == ly->sh[d].kv_h0 && ly->sh[r].n_kv == ly->sh[d].n_kv) return r;
+    return -1;
+}
+
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
     const pkv_model *m = f->m;
     pkv_kv_cache *c = f->c;
@@ -449,9 +458,18 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
         int64_t qd = (int64_t)sw->n_q * hk, kd = (int64_t)sw->n_kv * hk, vd = (int64_t)sw->n_kv * hv,
                 od = (int64_t)sw->n_q * hv;
+        /* a replica of an earlier shard's KV heads takes that shard's K and V (after
+         * norms and RoPE), so every replica holds the same bytes whatever device
+         * computes: a saved and reloaded replica then reads what the original read */
+        const int r = replica_of(ly, d);
+        const bool calc_kv = own_kv && r < 0;
         if ((s = move(w0->xb, w->xb, xbytes))) return s;
         if ((s = pkv_blk_matmul(f, dev, &sw->wq, w->xb, w->q, T)) || (s = add_bias(dev, &sw->bq, w->q, T))) return s;
-        if (own_kv) {
+        if (own_kv && r >= 0) {
+            pkv_dev_ws *wr = pkv_fwd_dev(ws, m->devs[r]);
+            if ((s = move(wr->k, w->k, (size_t)(T * kd * 4))) || (s = move(wr->v, w->v, (size_t)(T * vd * 4)))) return s;
+        }
+        if (calc_kv) {
             /* no V projection (gemma4's attention_k_eq_v): V is K's, before K's norm and RoPE */
             if ((s = pkv_blk_matmul(f, dev, &sw->wk, w->xb, w->k, T)) ||
                 (s = sw->wv.buf ? pkv_blk_matmul(f, dev, &sw->wv, w->xb, w->v, T) : pkv_buffer_copy(w->k, 0, w->v, 0, (size_t)(T * kd * 4))))
@@ -461,16 +479,16 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
         if (kind->qk_norm) { /* RMS norm of each head before RoPE */
             PKV_CHECK_INTERNAL(sw->q_norm.buf && (!own_kv || sw->k_norm.buf));
             if ((s = pkv_blk_rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hk, hp->rms_eps)) ||
-                (own_kv && (s = pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hk, hp->rms_eps))))
+                (calc_kv && (s = pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hk, hp->rms_eps))))
                 return s;
         }
-        if (kind->v_norm && own_kv) { /* V's weightless RMS norm per head (the weight is ones) */
+        if (kind->v_norm && calc_kv) { /* V's weightless RMS norm per head (the weight is ones) */
             PKV_CHECK_INTERNAL(sw->v_norm.buf);
             if ((s = pkv_blk_rmsnorm(dev, w->v, &sw->v_norm, w->v, T * sw->n_kv, hv, hp->rms_eps))) return s;
         }
         pkv_tref pos = R(w->ints, pl->off_pos * 4), ff;
         if ((s = rope_factors(f, sw->dev, &ff)) || (s = rope_q(f, dev, ly, w->q, sw->n_q, pos, ff, kind->temp)) ||
-            (own_kv && (s = rope(dev, hp, ly, w->k, 0, T, sw->n_kv, pos, ff, 1.0f))))
+            (calc_kv && (s = rope(dev, hp, ly, w->k, 0, T, sw->n_kv, pos, ff, 1.0f))))
             return s;
 
         if (split_reader) {
@@ -567,28 +585,33 @@ static pkv_status matmul_heads(pkv_device *dev, const pkv_weight *w, int n_h, in
 }
 
 /* The latent rows of the step on device w (from w->xb) into shard sh of the cache:
- * c = rmsnorm(kv_lat·xb) to the row's first R values, rope(kv_pe·xb) to its last P,
- * written where the shard is stored (kw). */
+ * c = rmsnorm(kv_lat·xb) to the row's first R values (in w->k), rope(kv_pe·xb) to its
+ * last P (in w->v), written where the shard is stored (kw). src (another replica's
+ * workspace, NULL: none): its rows are taken instead of computed, so every replica
+ * holds the same bytes whatever device computes. */
 static pkv_status mla_kv(pkv_fwd *f, const pkv_layer *ly, const pkv_shard_w *sw, pkv_dev_ws *w, pkv_dev_ws *kw,
-                         const pkv_kv_shard_info *sh, const pkv_kv_layer_info *li) {
+                         const pkv_dev_ws *src, const pkv_kv_shard_info *sh, const pkv_kv_layer_info *li) {
     const pkv_hparams *hp = &f->m->hp;
     const int64_t T = f->T, Rl = ly->latent, P = ly->n_rot;
     pkv_device *dev = w->dev;
     pkv_status s;
-    if ((s = pkv_blk_matmul(f, dev, &sw->mla.kv_lat, w->xb, w->k, T)) ||
-        (s = pkv_blk_rmsnorm(dev, w->k, &sw->mla.kv_norm, w->k, T, Rl, hp->rms_eps)) ||
-        (s = pkv_blk_matmul(f, dev, &sw->mla.kv_pe, w->xb, w->mla_c, T)) ||
-        (s = rope_dim(dev, hp, ly, w->mla_c, 0, T, 1, (int)P, R(w->ints, f->pl->off_pos * 4), R(NULL, 0), 1.0f)))
+    if (src) {
+        if ((s = move(src->k, w->k, (size_t)(T * Rl * 4))) || (s = move(src->v, w->v, (size_t)(T * P * 4)))) return s;
+    } else if ((s = pkv_blk_matmul(f, dev, &sw->mla.kv_lat, w->xb, w->k, T)) ||
+               (s = pkv_blk_rmsnorm(dev, w->k, &sw->mla.kv_norm, w->k, T, Rl, hp->rms_eps)) ||
+               (s = pkv_blk_matmul(f, dev, &sw->mla.kv_pe, w->xb, w->v, T)) ||
+               (s = rope_dim(dev, hp, ly, w->v, 0, T, 1, (int)P, R(w->ints, f->pl->off_pos * 4), R(NULL, 0), 1.0f))) {
         return s;
+    }
     if (f->pl->replay) return PKV_OK; /* a replay recomputes window layers only: these rows are cached */
-    if ((s = move(w->k, kw->k, (size_t)(T * Rl * 4))) || (s = move(w->mla_c, kw->mla_c, (size_t)(T * P * 4)))) return s;
+    if ((s = move(w->k, kw->k, (size_t)(T * Rl * 4))) || (s = move(w->v, kw->v, (size_t)(T * P * 4)))) return s;
     const int64_t rows = sh->n_pages * pkv_kv_layout_page_size(pkv_kv_cache_layout(f->c));
     const pkv_tref idx = R(kw->ints, f->pl->off_rows * 4);
     pkv_k_set_rows_args lat = {.src = R(kw->k, 0), .src_stride = (size_t)Rl * 4, .dst = R(sh->k, sh->k_off),
                                .dst_type = li->dtype_k, .dst_stride = sh->k_row_bytes, .dst_rows = rows, .idx = idx, .n = T,
                                .row_elems = Rl};
     pkv_k_set_rows_args pe = lat;
-    pe.src = R(kw->mla_c, 0);
+    pe.src = R(kw->v, 0);
     pe.src_stride = (size_t)P * 4;
     pe.dst = R(sh->k, sh->k_off + pkv_type_row_bytes(li->dtype_k, (size_t)Rl));
     pe.row_elems = P;
@@ -648,7 +671,9 @@ pkv_status pkv_blk_mla(pkv_fwd *f, int il, const pkv_weight *norm) {
         pkv_dev_ws *kw = pkv_fwd_dev(f->ws, sh.storage); /* attention runs where the replica is stored (I5) */
         if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(sh.storage));
         const int nq = sw->n_q;
-        if ((s = move(w0->xb, w->xb, (size_t)(T * E * 4))) || (s = mla_kv(f, ly, sw, w, kw, &sh, &li)) ||
+        const int r = replica_of(ly, d); /* every shard is a replica of the one latent head */
+        if ((s = move(w0->xb, w->xb, (size_t)(T * E * 4))) ||
+            (s = mla_kv(f, ly, sw, w, kw, r < 0 ? NULL : pkv_fwd_dev(f->ws, m->devs[r]), &sh, &li)) ||
             (s = mla_q(f, ly, sw, w)) || (s = move(w->q, kw->q, (size_t)(T * nq * (Rl + P) * 4))))
             return s;
         const int wpool_meta = f->pl->meta_pages;

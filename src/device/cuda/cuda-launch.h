@@ -37,8 +37,8 @@ enum {
  * tiled matrix-matrix kernel. */
 #define PKV_CU_MMV_MAX 8
 /* Attention keeps a head's q and accumulator in registers, 32 lanes x this many
- * elements: head sizes dk, dv up to 32 * PKV_CU_ATT_DPL. */
-#define PKV_CU_ATT_DPL 16
+ * elements: head sizes dk, dv up to 32 * PKV_CU_ATT_DPL (576: DeepSeek's latent row). */
+#define PKV_CU_ATT_DPL 18
 #define PKV_CU_ATT_MAX_D (32 * PKV_CU_ATT_DPL)
 /* Warps of an attention block; warp w takes tokens t0 + w, t0 + w + 4, ... */
 #define PKV_CU_ATT_WARPS 4

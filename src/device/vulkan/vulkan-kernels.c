@@ -17,8 +17,8 @@
  * and set_rows bind a KV pool bigger than that as up to four windows of whole
  * pages / rows (attention_win, set_rows_win: the same shaders compiled with
  * KV_WINDOWED); for other kernels a bigger argument is PKV_ERR_UNSUPPORTED
- * (PKV_VK_MAX_RANGE=BYTES, read at open, lowers the range for tests). Attention needs dk <= 512 and
- * dv <= 256; the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
+ * (PKV_VK_MAX_RANGE=BYTES, read at open, lowers the range for tests). Attention needs dk <= 576 and
+ * dv <= 512 (DeepSeek's latent row); the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
  * KV pages of every KV type (f32, f16, q8_0, q4_0: kvq.glsl) are read and written
  * in place by set_rows, rope and attention. The recurrent kernels (ssm_conv,
  * delta_net) bind the whole slot pool of a call as one argument (slots are picked
@@ -493,9 +493,9 @@ static pkv_status vk_set_rows(void *ctx, const pkv_k_set_rows_args *a) {
 
 static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
     pkv_vk_ctx *c = ctx;
-    if (a->dk > 512 || a->dv > 256)
+    if (a->dk > 576 || a->dv > 512)
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
-                       "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
+                       "supports dk <= 576, dv <= 512)", c->name, a->dk, a->dv);
     /* v_in_k (MLA): v is k (the dispatcher's), each V row the head of a K row */
     const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk),
                    vrow = a->v_in_k ? krow : pkv_type_row_bytes(a->v_type, (size_t)a->dv);

@@ -19,8 +19,9 @@
 // binding; windows the pool does not need are dummies it never reads. Both take
 // the same bindings and push constants. (One shader with a branch on the window
 // count ran at half speed on llvmpipe even when the branch was never taken.)
-#define MAX_DK 512u
-#define MAX_DV_PER (256u / WG)
+// Head sizes up to DeepSeek's latent row (MLA: dk 576 = 512 + 64 rotary dims, dv 512)
+#define MAX_DK 576u
+#define MAX_DV_PER (512u / WG)
 layout(binding = 0) buffer Q { uint d[]; } q;
 layout(binding = 1) buffer K { uint d[]; } kb;
 layout(binding = 2) buffer V { uint d[]; } vb;
@@ -137,6 +138,7 @@ void main() {
                 uint vbase = voff(w) + (uint(sl) - w * wslots) * pc.vrow;
                 for (uint j = 0u; j < MAX_DV_PER; j++) {
                     uint dd = t + j * WG;
+                    if (j * WG >= pc.dv) break; // uniform: the usual heads use the first few
                     if (dd < pc.dv) acc[j] += pk * VLOAD(w, pc.vt, vbase, dd);
                 }
             }
