@@ -791,7 +791,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
     snprintf(name, sizeof name, "%s%s", types, opts ? " window/softcap/sinks" : "");
     row_begin(k, "kernel attention %s", name, 1e-8);
     pkv_status s = PKV_OK;
-    for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 5 : 1) && !k->row_error && !k->row.skipped; cv++) {
+    for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 7 : 1) && !k->row_error && !k->row.skipped; cv++) {
         const size_t ci = cv % PKV_ARRAY_LEN(cases), variant = opts ? 1 + cv / PKV_ARRAY_LEN(cases) : 0;
         const acase *c = &cases[ci];
         const size_t nq = (size_t)c->n_q * c->n_head * c->dk, no = (size_t)c->n_q * c->n_head * c->dv;
@@ -825,14 +825,17 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
                                   .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk)};
         /* variant 1: window; 2: softcap and sinks; 3: all three; 4: a window
          * counted back from q_win (a non-causal span's rows: q_win at or below
-         * q_len, one past it, which counts as q_len) */
+         * q_len, one past it, which counts as q_len); 5: chunks (4 to 16 tokens:
+         * inside pages, across them, longer than some queries see); 6: chunks
+         * with a window and q_win */
         float sinks[16];
         for (int hh = 0; hh < c->n_head; hh++) sinks[hh] = hh == 1 ? 8.0f : 4.0f * (float)((hh * 37 % 11) - 5) / 10.0f;
-        if (variant == 1 || variant == 3 || variant == 4) a.window = 3 + (int)ci * 5;
+        if (variant == 1 || variant == 3 || variant == 4 || variant == 6) a.window = 3 + (int)ci * 5;
+        if (variant >= 5) a.chunk = 4 + (int)ci * 3 - (variant == 6);
         if (variant == 2 || variant == 3) a.softcap = 2.0f;
         int32_t q_win[8];
         for (int i = 0; i < c->n_q; i++) q_win[i] = i == 1 ? c->q_len[i] + 1 : c->q_len[i] - (i * 7 + (int)ci) % 12;
-        pkv_ref_attention_win(&a, q, kb, vb, meta, variant == 2 || variant == 3 ? sinks : NULL, variant == 4 ? q_win : NULL,
+        pkv_ref_attention_win(&a, q, kb, vb, meta, variant == 2 || variant == 3 ? sinks : NULL, variant == 4 || variant == 6 ? q_win : NULL,
                               out);
         dbuf *bq, *bk, *bv, *bo, *bm, *bs = NULL, *bw = NULL;
         TRY(s = put(k, &bq, q, nq * 4));
@@ -841,7 +844,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         TRY(s = put(k, &bo, NULL, no * 4));
         TRY(s = put(k, &bm, meta, n_meta * 4));
         if (variant == 2 || variant == 3) TRY(s = put(k, &bs, sinks, (size_t)c->n_head * 4));
-        if (variant == 4) TRY(s = put(k, &bw, q_win, (size_t)c->n_q * 4));
+        if (variant == 4 || variant == 6) TRY(s = put(k, &bw, q_win, (size_t)c->n_q * 4));
         if (bs) a.sinks = tr(bs);
         if (bw) a.q_win = tr(bw);
         a.q = tr(bq);
@@ -852,7 +855,8 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         if (kernel_ok(k, pkv_k_attention(k->dev, &a), "attention")) {
             char what[64];
             snprintf(what, sizeof what, "case %zu (heads %d/%d, page %d)%s", ci, c->n_head, c->n_kv, c->page_size,
-                     variant == 1 ? " window" : variant == 2 ? " softcap+sinks" : variant == 3 ? " window+softcap+sinks" : variant == 4 ? " window from q_win" : "");
+                     variant == 1 ? " window" : variant == 2 ? " softcap+sinks" : variant == 3 ? " window+softcap+sinks" : variant == 4 ? " window from q_win"
+                     : variant == 5 ? " chunk" : variant == 6 ? " chunk+window from q_win" : "");
             s = compare_f32(k, bo, out, no, what);
         }
     done:
