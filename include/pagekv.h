@@ -388,6 +388,13 @@ typedef struct pkv_kv_layer_desc {
     /* The layer's K is not rotated at all (NoPE layers: SmolLM3's every fourth): a
      * shift moves it without turning it. Part of the layout's fingerprint. */
     bool rope_none;
+    /* Chunked-attention layer (Llama 4): 0 = none. > 0: a query at position p sees
+     * only [floor(p / chunk) * chunk, p]; the layer's K/V live in the window pool,
+     * kept as a sliding window of `chunk` tokens would be (which covers every
+     * query's chunk), so pages of earlier chunks go back to the pool and a rollback
+     * of up to a page needs no recompute. Not together with a window. Part of the
+     * layout's fingerprint. */
+    int chunk;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -481,7 +488,9 @@ typedef struct pkv_kv_layer_info {
     pkv_type dtype_k, dtype_v;
     int n_shards;
     size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
-    int window;                        /* tokens; 0 = full attention (pkv_kv_layer_desc.window) */
+    int window;                        /* tokens the layer keeps (the window pool); 0 = all. A
+                                          chunked layer's is its chunk */
+    int chunk;                         /* tokens; 0 = not chunked (pkv_kv_layer_desc.chunk) */
     int state_per_head;                /* > 0: a recurrent layer (no K/V pages); see pkv_kv_layer_desc */
     int state_n_parts;                 /* its parts (0 = one), as pkv_kv_layer_desc */
     int state_part[PKV_KV_STATE_MAX_PARTS];
