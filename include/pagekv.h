@@ -1031,7 +1031,8 @@ typedef struct pkv_mkmodel_params {
                             "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000),
                             "qwen35", "gemma4" (its fields below), "smollm3" (no RoPE on every fourth
                             layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
-                            and temperature scale 0.1) */
+                            and temperature scale 0.1), "llama4" (4 layers, chunks of
+                            sliding_window tokens) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
@@ -1043,7 +1044,8 @@ typedef struct pkv_mkmodel_params {
                             layer a MoE layer (26B-A4B's layout: experts of n_ff / 2 rows beside the dense
                             FFN); other architectures: must be 0 */
     int n_expert_used;   /* qwen3moe, gpt-oss, gemma4 with experts: experts each token goes to; 0 = 2 */
-    int sliding_window;  /* gemma2, gemma3, gemma4, gpt-oss: tokens their sliding layers see; 0 = 8 */
+    int sliding_window;  /* gemma2, gemma3, gemma4, gpt-oss: tokens their sliding layers see; llama4:
+                            its chunk; 0 = 8 */
     int n_vocab;         /* 0 = 512 */
     int n_ctx;           /* 0 = 2048 */
     uint64_t seed;       /* 0 = 1 */

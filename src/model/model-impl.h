@@ -24,6 +24,8 @@ typedef enum pkv_arch {
                                        fed the target's embedding and hidden state */
     PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
     PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
+    PKV_ARCH_LLAMA4 = 13,   /* chunked attention, NoPE layers with temperature tuning, interleaved
+                               top-1 sigmoid experts with a shared expert */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -104,6 +106,7 @@ typedef struct pkv_layer {
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
     pkv_weight post_attn_norm, post_ffn_norm;
     int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
+    int chunk;                   /* attention within chunks of `chunk` positions (llama4); 0 = none */
     /* A recurrent layer (qwen35's gated delta-net) in place of attention: its state
      * lives in the cache's state slots, its weights in the shards (pkv_shard_w) */
     bool recurrent;
@@ -190,12 +193,16 @@ typedef struct pkv_hparams {
                                     state it reads and writes); 0 elsewhere */
     /* Llama 4-style attention temperature tuning (mistral3's attention.temperature_scale;
      * scale 0 = none): after RoPE the queries at position p are multiplied by
-     * 1 + scale * ln(floor(p / floor_len) + 1), floor_len the original context
-     * (rope.scaling.original_context_length, default context_length) */
+     * 1 + scale * ln(floor((p + offset) / floor_len) + 1), floor_len the original context
+     * (rope.scaling.original_context_length, default context_length); llama4: 0.1,
+     * 8192 and offset 1, on its NoPE layers */
     struct {
         float scale;
         int floor_len;
+        float offset;
     } attn_temp;
+    int n_chunk;                 /* llama4: tokens of an attention chunk on the layers swa.pattern makes
+                                    "sliding" (those attend within their chunk only); 0 = none */
 } pkv_hparams;
 
 struct pkv_model {
