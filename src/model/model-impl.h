@@ -220,6 +220,8 @@ typedef struct pkv_hparams {
     } moe_route;
     int n_chunk;                 /* llama4: tokens of an attention chunk on the layers swa.pattern makes
                                     "sliding" (those attend within their chunk only); 0 = none */
+    int moe_step;                /* llama4: interleave_moe_layer_step, layer il has experts when
+                                    (il + 1) % moe_step == 0 (0: none), the others a dense FFN */
 } pkv_hparams;
 
 struct pkv_model {
