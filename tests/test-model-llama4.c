@@ -185,15 +185,6 @@ static void ref_close(l4ref *r) {
 
 /* ------------------------------------------------ the tests */
 
-static double nmse_d(const float *a, const double *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return num / den;
-}
-
 /* np prompt tokens at once, then 6 single steps, on pages of ps; every position
  * against the reference, and against the contrasts. The logits into *out (NT * V). */
 static void run(const void *img, size_t size, int chunk, int ps, const char *dev, float *out) {
@@ -218,12 +209,14 @@ static void run(const void *img, size_t size, int chunk, int ps, const char *dev
     }
     if (!strcmp(dev, "cpu")) {
         double worst = 0, contrast[2] = {1e30, 1e30}, want[V];
+        float wantf[V]; /* rounded to f32 for th_nmse: far below the tolerance */
         l4ref *r[3] = {ref_open(g, chunk, NT, false, false), ref_open(g, chunk, NT, true, false),
                        ref_open(g, chunk, NT, false, true)};
         for (int t = 0; t < NT; t++)
             for (int k = 0; k < 3; k++) {
                 ref_step(r[k], toks[t], want);
-                const double e = nmse_d(out + (size_t)t * V, want, V);
+                for (int i = 0; i < V; i++) wantf[i] = (float)want[i];
+                const double e = th_nmse(wantf, out + (size_t)t * V, V);
                 if (k == 0) worst = fmax(worst, e);
                 else if (t >= chunk + 1) contrast[k - 1] = fmin(contrast[k - 1], e); /* past the first chunk and temperature */
             }
@@ -259,10 +252,9 @@ static void test_forward(void) {
         run(img, size, cases[k][0], cases[k][1], "cpu", cpu);
         if (vk && k < 2) { /* vulkan:0 against the CPU */
             run(img, size, cases[k][0], cases[k][1], "vulkan:0", gpu);
-            double e = 0, d = 0;
-            for (int i = 0; i < 36 * V; i++) e += ((double)gpu[i] - cpu[i]) * ((double)gpu[i] - cpu[i]), d += (double)cpu[i] * cpu[i];
-            fprintf(stderr, "llama4 chunk %d pages of %d: vulkan:0 against cpu nmse %.2e\n", cases[k][0], cases[k][1], e / d);
-            if (!(e / d <= 1e-6)) TH_FAIL("vulkan:0: nmse %g > 1e-6", e / d);
+            const double e = th_nmse(cpu, gpu, 36 * V);
+            fprintf(stderr, "llama4 chunk %d pages of %d: vulkan:0 against cpu nmse %.2e\n", cases[k][0], cases[k][1], e);
+            if (!(e <= 1e-6)) TH_FAIL("vulkan:0: nmse %g > 1e-6", e);
             th_checks++;
         }
         free(cpu);
