@@ -305,7 +305,8 @@ static void device(const char *dev, unsigned mask) {
     }
 }
 
-/* Layout errors name the layer; a window longer than the context names the key. */
+/* Layout errors name the layer (a negative window or chunk, a chunk with a
+ * window); a window longer than the context names the key. */
 static void test_errors(void) {
     pkv_mkmodel_params mp = pkv_mkmodel_default_params();
     mp.arch = "gemma2";
@@ -330,6 +331,15 @@ static void test_errors(void) {
     p.n_pages = 8;
     CHECK(pkv_kv_cache_create(p) == NULL);
     CHECK(strstr(pkv_errmsg(), "layer 1") != NULL);
+    L[1].window = 4;
+    L[1].chunk = 8; /* a chunked layer has no window of its own */
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK(strstr(pkv_errmsg(), "layer 1: chunk 8 tokens with window 4") != NULL);
+    L[1].window = 0;
+    L[1].chunk = -2;
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK(strstr(pkv_errmsg(), "layer 1: chunk -2 tokens") != NULL);
+    L[1].chunk = 0;
     L[1].window = 4;
     pkv_kv_cache *c = pkv_kv_cache_create(p);
     CHECK(c != NULL);
