@@ -15,7 +15,7 @@
  * host, and on vulkan:0 when present. The window pool's page count is checked to
  * stay bounded while the main pool grows.
  * The same for a llama4 model's chunked layers (chunks 8 and 12, pages of 3, 4, 5
- * and 16; cpu and vulkan:0), whose reference cache keeps every token while the
+ * and 16; cpu, the split with the cache on the host, vulkan:0), whose reference cache keeps every token while the
  * attention kernel masks each query's chunk: truncating back into an earlier chunk
  * whose pages were released recomputes the chunked layers, as for windows. */
 #include "model/forward.h"
@@ -355,7 +355,7 @@ static void test_errors(void) {
 int main(void) {
     test_errors();
     device("cpu", 0x3ff);
-    device("cpu,cpu:1+host", 0x24); /* llama4's experts do not split over devices */
+    device("cpu,cpu:1+host", 0x64); /* llama4: attention by heads, experts by experts */
     char names[16][64], why[256] = "";
     int n = 0;
     bool vk = false;

@@ -16,8 +16,8 @@
  * pages that do not (f32 weights and KV: nmse <= 1e-9), each also against the
  * reference without chunks and without the temperature, which must be far off; the
  * same on vulkan:0 against the CPU (nmse <= 1e-6) when present. Bad files: a chunk
- * size or temperature length of zero, an interleave step missing or larger than
- * the layers are refused naming the key. */
+ * size or temperature length of zero, an interleave step missing or above 65536
+ * are refused naming the key. */
 #include <math.h>
 
 #include "model/forward.h"
@@ -290,7 +290,7 @@ static void bad_key(const char *key, uint32_t value, const char *expect) {
 
 static void test_bad_files(void) {
     bad_key("llama4.attention.chunk_size", 0, "'llama4.attention.chunk_size'");
-    bad_key("llama4.interleave_moe_layer_step", 9, "'llama4.interleave_moe_layer_step'");
+    bad_key("llama4.interleave_moe_layer_step", 100000, "'llama4.interleave_moe_layer_step'");
     bad_key("llama4.attention.temperature_length", 0, "'llama4.attention.temperature_length'");
     /* the chunk key renamed: llama.cpp's 8192, which mkmodel's context of 2048 never reaches,
      * still loads; the interleave step renamed: required */

@@ -58,7 +58,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (!s && swa == 0)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: '%s.attention.sliding_window' is 0 (Llama 4 without chunked attention, "
                        "MobileLLM's layout) is not supported", lab, arch);
-    if (!s) s = pkv_hp_need_u32(g, arch, "interleave_moe_layer_step", 0, (uint32_t)hp->n_layer, &hp->moe_step);
+    if (!s) s = pkv_hp_need_u32(g, arch, "interleave_moe_layer_step", 0, 1u << 16, &hp->moe_step);
     if (!s && (hp->moe_route.n_group > 1 || hp->moe_route.norm_w || (hp->moe_route.gating && hp->moe_route.gating != 2)))
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: '%s.expert_group_count' %d, expert_weights_norm %d and "
                        "expert_gating_func %d: %s routes by a sigmoid of the logits, without groups or normalisation", lab,
