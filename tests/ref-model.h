@@ -339,6 +339,17 @@ static inline void ref_rope_yarn(double *x, int n_heads, int head_dim, double po
     }
 }
 
+/* sum (a - b)^2 / sum b^2 over n values: a runtime's f32 output against the
+ * reference's doubles */
+static inline double ref_nmse(const float *a, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return num / den;
+}
+
 static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
 /* GELU, the tanh form (ggml_gelu's); 0.79788... = sqrt(2/pi). */
