@@ -400,6 +400,13 @@ typedef struct pkv_kv_layer_desc {
      * n_rot) and moves the rest unchanged. > 0 needs n_kv_heads 1 and, with quantized
      * K, a multiple of the block (32). 0 = the row's start. Part of the fingerprint. */
     int rope_off;
+    /* Chunked-attention layer (Llama 4): 0 = none. > 0: a query at position p sees
+     * only [floor(p / chunk) * chunk, p]; the layer's K/V live in the window pool,
+     * kept as a sliding window of `chunk` tokens would be (which covers every
+     * query's chunk), so pages of earlier chunks go back to the pool and a rollback
+     * of up to a page needs no recompute. Not together with a window. Part of the
+     * layout's fingerprint. */
+    int chunk;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -493,7 +500,9 @@ typedef struct pkv_kv_layer_info {
     pkv_type dtype_k, dtype_v;
     int n_shards;
     size_t k_page_bytes, v_page_bytes; /* one page of this layer, all shards together */
-    int window;                        /* tokens; 0 = full attention (pkv_kv_layer_desc.window) */
+    int window;                        /* tokens the layer keeps (the window pool); 0 = all. A
+                                          chunked layer's is its chunk */
+    int chunk;                         /* tokens; 0 = not chunked (pkv_kv_layer_desc.chunk) */
     int state_per_head;                /* > 0: a recurrent layer (no K/V pages); see pkv_kv_layer_desc */
     int state_n_parts;                 /* its parts (0 = one), as pkv_kv_layer_desc */
     int state_part[PKV_KV_STATE_MAX_PARTS];
@@ -1037,7 +1046,8 @@ typedef struct pkv_mkmodel_params {
                             "qwen35", "gemma4" (its fields below), "smollm3" (no RoPE on every fourth
                             layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
                             and temperature scale 0.1), "deepseek2" (fields q_lora_rank,
-                            kv_lora_rank below) */
+                            kv_lora_rank below), "llama4" (4 layers, chunks of
+                            sliding_window tokens) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
@@ -1049,7 +1059,8 @@ typedef struct pkv_mkmodel_params {
                             layer a MoE layer (26B-A4B's layout: experts of n_ff / 2 rows beside the dense
                             FFN); other architectures: must be 0 */
     int n_expert_used;   /* qwen3moe, gpt-oss, gemma4 with experts: experts each token goes to; 0 = 2 */
-    int sliding_window;  /* gemma2, gemma3, gemma4, gpt-oss: tokens their sliding layers see; 0 = 8 */
+    int sliding_window;  /* gemma2, gemma3, gemma4, gpt-oss: tokens their sliding layers see; llama4:
+                            its chunk; 0 = 8 */
     int n_vocab;         /* 0 = 512 */
     int n_ctx;           /* 0 = 2048 */
     uint64_t seed;       /* 0 = 1 */

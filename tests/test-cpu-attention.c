@@ -55,6 +55,7 @@ static pkv_buffer *put(pkv_device *dev, const void *data, size_t n) {
 
 /* The attention kind's constants of the next test_shape calls (0 / NULL: off). */
 static int g_window;
+static int g_chunk;
 static float g_softcap;
 static const float *g_sinks; /* [n_head] */
 
@@ -125,8 +126,8 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
     }
     NEED(q && k && v && kr && vr && kb && vb && ref && ref_raw && out[0] && out[1] && alone[0] && alone[1]);
     char name[128];
-    snprintf(name, sizeof name, "%s K %s V %s h%d/%d d%d%s%s%s", path, pkv_type_name(kt), pkv_type_name(vt), n_head, n_kv, d,
-             g_window ? " window" : "", g_softcap > 0 ? " softcap" : "", g_sinks ? " sinks" : "");
+    snprintf(name, sizeof name, "%s K %s V %s h%d/%d d%d%s%s%s%s", path, pkv_type_name(kt), pkv_type_name(vt), n_head, n_kv, d,
+             g_window ? " window" : "", g_chunk ? " chunk" : "", g_softcap > 0 ? " softcap" : "", g_sinks ? " sinks" : "");
     for (size_t i = 0; i < nq_el; i++) q[i] = th_randf(&g_seed) * 2.0f;
     for (size_t i = 0; i < n_kv_el; i++) {
         kr[i] = k[i] = th_randf(&g_seed);
@@ -149,7 +150,7 @@ static void test_shape(const char *path, pkv_type kt, pkv_type vt, int n_head, i
     const int32_t len[NQ] = {1195, 1196, 1197, 1198, 1199, 1200, 300, 1, 256, 17, 257, 513, 640, 320};
     pkv_k_attention_args a = {.k_type = kt, .v_type = vt, .n_seq = NSEQ, .meta_pages = 95, .n_pages = NP, .page_size = PS,
                               .n_head = n_head, .n_kv = n_kv, .dk = d, .dv = d, .scale = 0.125f, .window = g_window,
-                              .softcap = g_softcap};
+                              .softcap = g_softcap, .chunk = g_chunk};
     static int32_t meta[2 * NQ + NSEQ + 1 + NP];
     make_meta(meta, NQ, seq, len, indptr, pages);
     a.n_q = NQ;
@@ -218,18 +219,22 @@ int main(void) {
     }
     /* the attention kinds: a sliding window of 300 (it starts inside spans and
      * pages; the one-token query still sees its token), Gemma 2's soft-cap, gpt-oss's
-     * sinks, and all three, on every path: reference, threads, alone == batched */
+     * sinks, and all three; Llama 4's chunks of 299 tokens (a chunk boundary inside
+     * the prefill run and inside pages), alone and with the window, on every path:
+     * reference, threads, alone == batched */
     static const float sinks[8] = {-1.5f, 0.25f, 2.0f, -0.5f, 6.0f, 1.0f, -3.0f, 0.0f};
     for (int p = 0; p < np; p++) {
         setenv("PKV_CPU_PATH", paths[p], 1);
-        for (int variant = 0; variant < 4; variant++) {
-            g_window = variant == 0 || variant == 3 ? 300 : 0;
+        for (int variant = 0; variant < 6; variant++) {
+            g_window = variant == 0 || variant == 3 || variant == 5 ? 300 : 0;
+            g_chunk = variant >= 4 ? 299 : 0;
             g_softcap = variant == 1 || variant == 3 ? 1.5f : 0;
             g_sinks = variant == 2 || variant == 3 ? sinks : NULL;
             test_shape(paths[p], PKV_TYPE_F16, PKV_TYPE_F16, 8, 2, 64);
             test_shape(paths[p], PKV_TYPE_Q8_0, PKV_TYPE_Q4_0, 6, 3, 96);
         }
         g_window = 0;
+        g_chunk = 0;
         g_softcap = 0;
         g_sinks = NULL;
     }

@@ -18,9 +18,9 @@ static int32_t toks[NT];
 
 static void layout(kt_env *e, pkv_type t, bool v_in_k, int rope_off) {
     e->n_layers = 2;
-    e->layers[0] = (pkv_kv_layer_desc){1, DK, DV, t, t, 0, NULL, 0, 0, 0, 0, 0, {0}, ROT, 0, false, v_in_k, rope_off};
+    e->layers[0] = (pkv_kv_layer_desc){1, DK, DV, t, t, 0, NULL, 0, 0, 0, 0, 0, {0}, ROT, 0, false, v_in_k, rope_off, 0};
     e->layers[1] = (pkv_kv_layer_desc){2, 8, 8, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false,
-                                       false, 0};
+                                       false, 0, 0};
 }
 
 static pkv_kv_cache *make(kt_env *e, const char *dir) {
@@ -173,7 +173,7 @@ int main(void) {
                    f_off = fingerprint(&e, true, 0);
     CHECK(f_mla != f_plain && f_mla != f_off && f_off != f_plain);
     const pkv_kv_layer_desc d = {1, DK, DV, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, 0, NULL, 0, 0, 0, 0, 0, {0}, ROT, 0, false,
-                                 true, DV};
+                                 true, DV, 0};
     pkv_kv_layer_desc x = d;
     x.n_kv_heads = 2;
     refused(&e, x, "V read from K (v_in_k) needs 1 KV head (got 2)");

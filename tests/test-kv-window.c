@@ -13,16 +13,21 @@
  * pages of 4, 8, 16 and 32 tokens (dividing the window and not, smaller and
  * larger), f16 and q8_0 KV, on cpu, on a two-device split with the cache on the
  * host, and on vulkan:0 when present. The window pool's page count is checked to
- * stay bounded while the main pool grows. */
+ * stay bounded while the main pool grows.
+ * The same for a llama4 model's chunked layers (chunks 8 and 12, pages of 3, 4, 5
+ * and 16; cpu, the split with the cache on the host, vulkan:0), whose reference cache keeps every token while the
+ * attention kernel masks each query's chunk: truncating back into an earlier chunk
+ * whose pages were released recomputes the chunked layers, as for windows. */
 #include "model/forward.h"
 #include "testhelp.h"
 
 enum { V = 320 };
 
-/* dev: one device, or "A,B" (heads split over two devices), "A,B+host" (and the cache on the host). */
-static pkv_model *make(int window, const char *dev) {
+/* arch: gemma2, or llama4 (window: its chunk). dev: one device, or "A,B" (heads
+ * split over two devices), "A,B+host" (and the cache on the host). */
+static pkv_model *make(const char *arch, int window, const char *dev) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = "gemma2";
+    p.arch = arch;
     p.n_layer = 4;
     p.n_embd = 128;
     p.n_head = 4;
@@ -44,7 +49,7 @@ static pkv_model *make(int window, const char *dev) {
         mp.device = devs;
     mp.kv_on_host = host != NULL;
     mp.n_threads = 2;
-    pkv_model *m = pkv_model_load_memory(img, size, "gemma2-window", mp);
+    pkv_model *m = pkv_model_load_memory(img, size, arch, mp);
     pkv_mkmodel_free_memory(img);
     return m;
 }
@@ -65,9 +70,10 @@ static pkv_kv_cache *make_cache(pkv_model *m, int ps, pkv_type kv, bool referenc
     pkv_kv_shard_desc S[8 * 4];
     pkv_kv_params kp = pkv_model_kv_params(m, L, S);
     for (int l = 0; l < kp.n_layers; l++) {
-        L[l].window = 0;
+        L[l].window = L[l].chunk = 0;
         L[l].dtype_k = L[l].dtype_v = kv;
     }
+    kp.rope_factors = pkv_model_rope_factors(m, 512); /* llama4's rope_freqs */
     kp.page_size = ps;
     kp.n_pages = 4 * ((512 + ps - 1) / ps);
     kp.host_pages = kp.n_pages;
@@ -136,7 +142,16 @@ static void run(pkv_model *m, int window, int ps, pkv_type kv, const char *label
     pkv_kv_stats s0;
     pkv_kv_stats_get(cw, &s0);
     CHECK(s0.window_pages > 0 && s0.window_page_bytes > 0);
-    CHECK(s0.window_page_bytes == s0.page_bytes); /* gemma2: half the layers slide, same geometry */
+    /* one geometry in both pools: gemma2 slides in half its layers, llama4's chunks
+     * in three of four */
+    int n_win = 0, n_full = 0;
+    for (int l = 0; l < pkv_kv_layout_n_layers(pkv_kv_cache_layout(cw)); l++) {
+        pkv_kv_layer_info li;
+        CHECK_OK(pkv_kv_layout_layer(pkv_kv_cache_layout(cw), l, &li));
+        if (li.window > 0) n_win++;
+        else n_full++;
+    }
+    CHECK(n_full > 0 && s0.window_page_bytes * (size_t)n_full == s0.page_bytes * (size_t)n_win);
     pair a = {pkv_context_create(m, cw, 512), pkv_context_create(m, cr, 512)};
     REQUIRE_VOID(a.w && a.r);
     int32_t prompt[300];
@@ -261,29 +276,37 @@ static void run(pkv_model *m, int window, int ps, pkv_type kv, const char *label
 }
 
 /* cases: a bit mask over the table below (lavapipe and the split are slower than
- * cpu: they take a few). */
+ * cpu: they take a few). gemma2's sliding windows, then llama4's chunks (its
+ * chunked layers keep their pages in the window pool as a window of the chunk;
+ * the reference keeps every token and the kernel masks the chunk): pages that
+ * divide the chunk and pages that do not. */
 static void device(const char *dev, unsigned mask) {
     static const struct {
+        const char *arch;
         int window, ps;
         pkv_type kv;
-    } cases[] = {{8, 4, PKV_TYPE_F16},  {8, 8, PKV_TYPE_F16},   {8, 16, PKV_TYPE_F16},
-                 {20, 8, PKV_TYPE_F16}, {20, 32, PKV_TYPE_F16}, {20, 16, PKV_TYPE_Q8_0}};
+    } cases[] = {{"gemma2", 8, 4, PKV_TYPE_F16},  {"gemma2", 8, 8, PKV_TYPE_F16},   {"gemma2", 8, 16, PKV_TYPE_F16},
+                 {"gemma2", 20, 8, PKV_TYPE_F16}, {"gemma2", 20, 32, PKV_TYPE_F16}, {"gemma2", 20, 16, PKV_TYPE_Q8_0},
+                 {"llama4", 8, 4, PKV_TYPE_F16},  {"llama4", 8, 3, PKV_TYPE_F16},   {"llama4", 12, 5, PKV_TYPE_F16},
+                 {"llama4", 12, 16, PKV_TYPE_Q8_0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (!(mask >> i & 1)) continue;
-        pkv_model *m = make(cases[i].window, dev);
+        pkv_model *m = make(cases[i].arch, cases[i].window, dev);
         if (!m) {
             TH_FAIL("%s: model: %s", dev, pkv_errmsg());
             return;
         }
         char label[96];
-        snprintf(label, sizeof label, "%s window %d pages of %d %s", dev, cases[i].window, cases[i].ps,
+        snprintf(label, sizeof label, "%s %s %s %d pages of %d %s", dev, cases[i].arch,
+                 strcmp(cases[i].arch, "llama4") ? "window" : "chunk", cases[i].window, cases[i].ps,
                  pkv_type_name(cases[i].kv));
         run(m, cases[i].window, cases[i].ps, cases[i].kv, label);
         pkv_model_free(m);
     }
 }
 
-/* Layout errors name the layer; a window longer than the context names the key. */
+/* Layout errors name the layer (a negative window or chunk, a chunk with a
+ * window); a window longer than the context names the key. */
 static void test_errors(void) {
     pkv_mkmodel_params mp = pkv_mkmodel_default_params();
     mp.arch = "gemma2";
@@ -297,8 +320,8 @@ static void test_errors(void) {
         CHECK(strstr(pkv_errmsg(), "'gemma2.attention.sliding_window' 100 is larger than 'gemma2.context_length' 64"));
         pkv_mkmodel_free_memory(img);
     }
-    pkv_kv_layer_desc L[2] = {{2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0},
-                              {2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, -3, 0, 0, 0, 0, {0}, 0, 0, false, false, 0}};
+    pkv_kv_layer_desc L[2] = {{2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0, 0},
+                              {2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, -3, 0, 0, 0, 0, {0}, 0, 0, false, false, 0, 0}};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 2;
     p.layers = L;
@@ -308,6 +331,15 @@ static void test_errors(void) {
     p.n_pages = 8;
     CHECK(pkv_kv_cache_create(p) == NULL);
     CHECK(strstr(pkv_errmsg(), "layer 1") != NULL);
+    L[1].window = 4;
+    L[1].chunk = 8; /* a chunked layer has no window of its own */
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK(strstr(pkv_errmsg(), "layer 1: chunk 8 tokens with window 4") != NULL);
+    L[1].window = 0;
+    L[1].chunk = -2;
+    CHECK(pkv_kv_cache_create(p) == NULL);
+    CHECK(strstr(pkv_errmsg(), "layer 1: chunk -2 tokens") != NULL);
+    L[1].chunk = 0;
     L[1].window = 4;
     pkv_kv_cache *c = pkv_kv_cache_create(p);
     CHECK(c != NULL);
@@ -322,15 +354,15 @@ static void test_errors(void) {
 
 int main(void) {
     test_errors();
-    device("cpu", 0x3f);
-    device("cpu,cpu:1+host", 0x24);
+    device("cpu", 0x3ff);
+    device("cpu,cpu:1+host", 0x64); /* llama4: attention by heads, experts by experts */
     char names[16][64], why[256] = "";
     int n = 0;
     bool vk = false;
     if (!pkv_device_enumerate(0, names, 16, &n, why, sizeof why))
         for (int i = 0; i < n && i < 16; i++) vk |= !strcmp(names[i], "vulkan:0");
     if (vk)
-        device("vulkan:0", 0x31);
+        device("vulkan:0", 0x131);
     else
         fprintf(stderr, "vulkan:0 not present (%s): its cases are skipped\n", why);
     return th_done();

@@ -40,10 +40,13 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
 
 /* gemma3 gets its first global layer (the sixth): RoPE differs by layer there;
  * gemma4 mkmodel's six (two of them reusing earlier layers' KV); smollm3 its first
- * layer without RoPE (the fourth) */
+ * layer without RoPE (the fourth); llama4 its NoPE layer (the fourth) after three
+ * chunked ones (19 tokens: past two chunks of 8) */
 static int layers_of(const char *arch) {
-    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4") ? 6 : !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe") || !strcmp(arch, "smollm3") ? 4
-                                                                                                                     : 2;
+    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4") ? 6
+           : !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe") || !strcmp(arch, "smollm3") || !strcmp(arch, "llama4")
+               ? 4
+               : 2;
 }
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
@@ -57,7 +60,7 @@ int main(void) {
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
     static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35",
-                                  "gemma4", "smollm3", "mistral3", "qwen35moe"};
+                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];
@@ -165,7 +168,9 @@ int main(void) {
                 TH_FAIL("%s KV %s: %s", archs[ai], pkv_type_name(g_kv), pkv_errmsg());
                 continue;
             }
-            double e = th_nmse(a, b, 19 * V), tol = 1e-6;
+            /* llama4's RoPE layers cache RMS-normed K (entries about 1, so one moved
+             * q8_0 step is a larger part of a score; measured 1.1e-6 once, q4_0 1e-13) */
+            double e = th_nmse(a, b, 19 * V), tol = !strcmp(archs[ai], "llama4") ? 1e-5 : 1e-6;
             fprintf(stderr, "%-6s f32, KV %s: vulkan:0 vs cpu nmse %.2e (tol %.0e)\n", archs[ai], pkv_type_name(g_kv), e, tol);
             if (!(e <= tol)) TH_FAIL("%s KV %s: nmse %g > %g", archs[ai], pkv_type_name(g_kv), e, tol);
         }

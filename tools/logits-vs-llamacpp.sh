@@ -6,11 +6,12 @@
 # logits` run once per prefix. Prints NMSE = sum((a - b)^2) / sum(b^2) over every
 # position (b = llama.cpp), the largest difference and the argmax agreement.
 #
-#   tools/logits-vs-llamacpp.sh PAGEKV LLAMA_SRC LLAMA_BUILD_BIN MODEL.gguf N_CTX [N_TOKENS]
+#   tools/logits-vs-llamacpp.sh PAGEKV LLAMA_SRC LLAMA_BUILD_BIN MODEL.gguf N_CTX [N_TOKENS [LAST]]
 #   e.g. tools/logits-vs-llamacpp.sh build/bin/pagekv /work/scratch/llama.cpp \
 #            /work/scratch/llama.cpp/build/bin m.gguf 512 300
 # N_CTX is both runtimes' context (llama.cpp pads it to a multiple of 256): it
-# chooses LongRoPE's factors. Tokens: (i * 37 + 11) % 512.
+# chooses LongRoPE's factors. Tokens: (i * 37 + 11) % 512. LAST (default N_TOKENS):
+# compare only the last LAST positions (long prompts: llama4's 8192-token chunks).
 set -euo pipefail
 PKV=${1:?pagekv binary}
 LSRC=${2:?llama.cpp source}
@@ -18,6 +19,7 @@ LBIN=${3:?llama.cpp build/bin}
 MODEL=${4:?model}
 NCTX=${5:?context}
 NTOK=${6:-40}
+LAST=${7:-$NTOK}
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 cat >"$DIR/ll.c" <<'CEOF'
@@ -64,25 +66,26 @@ cc -O1 -o "$DIR/ll" "$DIR/ll.c" -I"$LSRC/include" -I"$LSRC/ggml/include" -L"$LBI
     -Wl,-rpath,"$LBIN"
 "$DIR/ll" "$MODEL" "$NCTX" "$NTOK" "$DIR/llama.bin"
 TOKENS=$(python3 -c "print(','.join(str((i * 37 + 11) % 512) for i in range($NTOK)))")
-for k in $(seq 1 "$NTOK"); do
+FIRST=$((NTOK - LAST + 1))
+for k in $(seq "$FIRST" "$NTOK"); do
     "$PKV" logits -m "$MODEL" -c "$NCTX" -t 2 --kv-type f32 --tokens "$(echo "$TOKENS" | cut -d, -f1-"$k")" \
         -o "$DIR/p$k.bin" 2>"$DIR/pkv.err" || { cat "$DIR/pkv.err"; exit 1; }
 done
-python3 - "$DIR" "$NTOK" "$MODEL" "$NCTX" <<'PEOF'
+python3 - "$DIR" "$NTOK" "$MODEL" "$NCTX" "$FIRST" <<'PEOF'
 import struct, sys, os
-d, n = sys.argv[1], int(sys.argv[2])
+d, n, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[5])
 ref = open(os.path.join(d, "llama.bin"), "rb").read()
 nv = len(ref) // 4 // n
 ref = struct.unpack(f"<{nv * n}f", ref)
 num = den = mx = 0.0
 agree = 0
-for k in range(1, n + 1):
+for k in range(first, n + 1):
     ours = struct.unpack(f"<{nv}f", open(os.path.join(d, f"p{k}.bin"), "rb").read())
     b = ref[(k - 1) * nv:k * nv]
     num += sum((x - y) ** 2 for x, y in zip(ours, b))
     den += sum(y * y for y in b)
     mx = max(mx, max(abs(x - y) for x, y in zip(ours, b)))
     agree += max(range(nv), key=lambda i: ours[i]) == max(range(nv), key=lambda i: b[i])
-print(f"{os.path.basename(sys.argv[3])} n_ctx {sys.argv[4]}, {n} tokens: NMSE {num / den:.3g}, max |diff| {mx:.3g}, "
-      f"argmax {agree}/{n}")
+print(f"{os.path.basename(sys.argv[3])} n_ctx {sys.argv[4]}, {n} tokens{f' (positions {first - 1}..{n - 1})' if first > 1 else ''}: "
+      f"NMSE {num / den:.3g}, max |diff| {mx:.3g}, argmax {agree}/{n - first + 1}")
 PEOF

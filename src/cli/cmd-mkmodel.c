@@ -43,7 +43,7 @@ static bool family_known(const char *name) {
 
 static void mkmodel_usage(FILE *f) {
     fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|\n"
-               "                       qwen35moe|smollm3|mistral3|deepseek2|voxtral]\n"
+               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|voxtral]\n"
                "                      [--type TYPE]\n"
                "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -116,6 +116,10 @@ static void mkmodel_usage(FILE *f) {
                "  0: V2-Lite's attn_q); YaRN by 4 over min(256, --ctx); every layer dense\n"
                "Ministral 3 (--arch mistral3): llama with YaRN by 16 over min(256, --ctx) original\n"
                "positions (yarn_log_multiplier 1) and Llama 4's attention temperature tuning (scale 0.1).\n"
+               "Llama 4 (--arch llama4; default 4 layers): chunked attention in three of every four\n"
+               "layers, NoPE with temperature tuning and no Q/K norm in the fourth, rope_freqs.weight:\n"
+               "  --sliding-window N       the chunk (pagekv's key attention.chunk_size; default 8) and\n"
+               "                           the temperature length; 8192 is llama.cpp's fixed value\n"
                "Phi-3 with LongRoPE (--arch phi3, as Phi-3-128k, Phi-3.5, Phi-4-mini):\n"
                "  --longrope N             rope_factors_short/long.weight (random factors) over an\n"
                "                           original context of N tokens, its attention factor from --ctx;\n"

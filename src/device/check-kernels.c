@@ -799,8 +799,16 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bo
     snprintf(name, sizeof name, "%s%s%s", types, opts ? " window/softcap/sinks" : "", v_in_k ? " v_in_k" : "");
     row_begin(k, "kernel attention %s", name, 1e-8);
     pkv_status s = PKV_OK;
-    for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 5 : 1) && !k->row_error && !k->row.skipped; cv++) {
+    /* the stream the later rows get: where it stood before the chunk variants (5, 6),
+     * so that adding them changed no other row's inputs */
+    uint64_t rng_rest = 0;
+    bool rest_saved = false;
+    for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 7 : 1) && !k->row_error && !k->row.skipped; cv++) {
         const size_t ci = cv % PKV_ARRAY_LEN(cases), variant = opts ? 1 + cv / PKV_ARRAY_LEN(cases) : 0;
+        if (variant >= 5 && !rest_saved) {
+            rng_rest = k->rng;
+            rest_saved = true;
+        }
         const acase *c = &cases[ci];
         const size_t nq = (size_t)c->n_q * c->n_head * c->dk, no = (size_t)c->n_q * c->n_head * c->dv;
         const size_t slots = (size_t)c->n_pages * c->page_size * c->n_kv;
@@ -834,14 +842,17 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bo
                                   .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk), .v_in_k = v_in_k};
         /* variant 1: window; 2: softcap and sinks; 3: all three; 4: a window
          * counted back from q_win (a non-causal span's rows: q_win at or below
-         * q_len, one past it, which counts as q_len) */
+         * q_len, one past it, which counts as q_len); 5: chunks (4 to 16 tokens:
+         * inside pages, across them, longer than some queries see); 6: chunks
+         * with a window and q_win */
         float sinks[16];
         for (int hh = 0; hh < c->n_head; hh++) sinks[hh] = hh == 1 ? 8.0f : 4.0f * (float)((hh * 37 % 11) - 5) / 10.0f;
-        if (variant == 1 || variant == 3 || variant == 4) a.window = 3 + (int)ci * 5;
+        if (variant == 1 || variant == 3 || variant == 4 || variant == 6) a.window = 3 + (int)ci * 5;
+        if (variant >= 5) a.chunk = 4 + (int)ci * 3 - (variant == 6);
         if (variant == 2 || variant == 3) a.softcap = 2.0f;
         int32_t q_win[8];
         for (int i = 0; i < c->n_q; i++) q_win[i] = i == 1 ? c->q_len[i] + 1 : c->q_len[i] - (i * 7 + (int)ci) % 12;
-        pkv_ref_attention_win(&a, q, kb, vb, meta, variant == 2 || variant == 3 ? sinks : NULL, variant == 4 ? q_win : NULL,
+        pkv_ref_attention_win(&a, q, kb, vb, meta, variant == 2 || variant == 3 ? sinks : NULL, variant == 4 || variant == 6 ? q_win : NULL,
                               out);
         dbuf *bq, *bk, *bv, *bo, *bm, *bs = NULL, *bw = NULL;
         TRY(s = put(k, &bq, q, nq * 4));
@@ -850,7 +861,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bo
         TRY(s = put(k, &bo, NULL, no * 4));
         TRY(s = put(k, &bm, meta, n_meta * 4));
         if (variant == 2 || variant == 3) TRY(s = put(k, &bs, sinks, (size_t)c->n_head * 4));
-        if (variant == 4) TRY(s = put(k, &bw, q_win, (size_t)c->n_q * 4));
+        if (variant == 4 || variant == 6) TRY(s = put(k, &bw, q_win, (size_t)c->n_q * 4));
         if (bs) a.sinks = tr(bs);
         if (bw) a.q_win = tr(bw);
         a.q = tr(bq);
@@ -861,7 +872,8 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bo
         if (kernel_ok(k, pkv_k_attention(k->dev, &a), "attention")) {
             char what[64];
             snprintf(what, sizeof what, "case %zu (heads %d/%d, page %d)%s", ci, c->n_head, c->n_kv, c->page_size,
-                     variant == 1 ? " window" : variant == 2 ? " softcap+sinks" : variant == 3 ? " window+softcap+sinks" : variant == 4 ? " window from q_win" : "");
+                     variant == 1 ? " window" : variant == 2 ? " softcap+sinks" : variant == 3 ? " window+softcap+sinks" : variant == 4 ? " window from q_win"
+                     : variant == 5 ? " chunk" : variant == 6 ? " chunk+window from q_win" : "");
             s = compare_f32(k, bo, out, no, what);
         }
     done:
@@ -870,6 +882,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bo
         pkv_free(kb);
         if (s) return s;
     }
+    if (rest_saved) k->rng = rng_rest;
     row_end(k);
     return PKV_OK;
 }

@@ -192,7 +192,18 @@ typedef struct pkv_k_attention_args {
                         dispatcher sets them to k's), the V row of a slot is the first dv
                         values of its K row (quantized: its first dv / 32 blocks); n_kv == 1,
                         dv <= dk */
+    int chunk;       /* tokens; 0 = no chunks (above) */
 } pkv_k_attention_args;
+
+/* The first token query i sees (above): the window's and the chunk's start, given
+ * the query's visible length len (q_len[i]) and its window end e (q_win[i] or
+ * len). Shared by the reference and the host-side kernels. */
+static inline int64_t pkv_att_first(int64_t len, int64_t e, int window, int chunk) {
+    if (e > len) e = len;
+    int64_t first = window > 0 && e > window ? e - window : 0;
+    if (chunk > 0 && e > 0 && (e - 1) / chunk * chunk > first) first = (e - 1) / chunk * chunk;
+    return first;
+}
 
 /* Row-wise softmax, f32 [n_rows][row_len]; in place ok. */
 typedef struct pkv_k_softmax_args {

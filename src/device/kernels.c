@@ -200,6 +200,7 @@ static pkv_status check_attention(const kctx *k, pkv_k_attention_args *a) {
     TRY(arg(k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
     TRY(arg(k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
     SHAPE(a->window >= 0, "window %d is negative", a->window);
+    SHAPE(a->chunk >= 0, "chunk %d is negative", a->chunk);
     SHAPE(a->softcap >= 0 && a->softcap < INFINITY, "softcap %g must be finite and >= 0", (double)a->softcap);
     if (a->sinks.buf) TRY(arg(k, "sinks", a->sinks, (uint64_t)a->n_head * 4));
     if (a->q_win.buf) TRY(arg(k, "q_win", a->q_win, (uint64_t)a->n_q * 4));

@@ -66,6 +66,7 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].dtype_v = PKV_TYPE_F16;
         /* Sliding-window layers keep their K/V in the cache's window pool. */
         layers[l].window = m->layers[l].window;
+        layers[l].chunk = m->layers[l].chunk; /* chunked layers too (kept as a window of their chunk) */
         layers[l].rope_freq_base = m->layers[l].rope_base; /* gemma3: per layer */
         layers[l].rope_freq_scale = m->layers[l].rope_freq_scale;
         if (m->layers[l].recurrent) /* a state slot per sequence instead of K/V pages; key-head groups as heads */

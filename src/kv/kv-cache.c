@@ -204,7 +204,8 @@ pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
 static pkv_kv_cache *create_pools(pkv_kv_params p) {
     int window = 0;
     for (int il = 0; p.layers && il < p.n_layers; il++)
-        if (p.layers[il].state_per_head <= 0) window = PKV_MAX(window, p.layers[il].window);
+        if (p.layers[il].state_per_head <= 0) /* a chunked layer keeps its chunk as a window would */
+            window = PKV_MAX(window, PKV_MAX(p.layers[il].window, p.layers[il].chunk));
     pkv_kv_cache *c = create_pool(p, 0);
     if (!c || window <= 0) return c;
     if (p.window_pages < 0) {

@@ -514,7 +514,7 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         if (L->window > 0 || L->state_per_head > 0)
             return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is %s; the disk tier works only for caches "
                            "whose layers are all full attention (not implemented: sliding-window and recurrent layers)",
-                           dir, il, L->window > 0 ? "a sliding-window layer" : "a recurrent layer");
+                           dir, il, L->chunk > 0 ? "a chunked-attention layer" : L->window > 0 ? "a sliding-window layer" : "a recurrent layer");
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the directory %s: %s", dir, strerror(errno));

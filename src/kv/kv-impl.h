@@ -94,7 +94,8 @@ typedef struct kv_layer {
     int n_shards;
     kv_shard *shards; /* [n_shards], sorted by head_begin; k_array/v_array -1 in the
                          cache of the other pool (see `sub` below) */
-    int window;       /* tokens; 0 = full attention */
+    int window;       /* tokens; 0 = full attention (a chunked layer: its chunk) */
+    int chunk;        /* tokens; 0 = not chunked (pkv_kv_layer_desc.chunk) */
     float freq_base, freq_scale; /* RoPE of this layer's K (re-rotation on shift) */
     float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
     int n_rot, n_pairs;           /* rotated dims of K (0 = the cache's); pairs that turn (0 = all) */

@@ -87,6 +87,9 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (d->window < 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: window %d tokens (0 = full attention, > 0 = sliding)", il,
                        d->window);
+    if (d->chunk < 0 || (d->chunk > 0 && d->window > 0))
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: chunk %d tokens with window %d (chunk 0 = none, > 0 = "
+                       "chunked attention, not together with a window)", il, d->chunk, d->window);
     const int kblock = (int)pkv_type_block_elems(d->dtype_k);
     if (d->v_in_k && (d->n_kv_heads != 1 || d->head_dim_v > d->head_dim_k || d->head_dim_v % kblock))
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: V read from K (v_in_k) needs 1 KV head (got %d) and "
@@ -162,7 +165,9 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->tv = rec ? PKV_TYPE_F32 : d->v_in_k ? d->dtype_k : d->dtype_v;
         L->v_in_k = !rec && d->v_in_k;
         L->rope_off = rec ? 0 : d->rope_off;
-        L->window = rec ? 0 : d->window;
+        /* a chunked layer lives in the window pool as a window of its chunk */
+        L->window = rec ? 0 : d->chunk > 0 ? d->chunk : d->window;
+        L->chunk = rec ? 0 : d->chunk;
         L->freq_base = d->rope_freq_base > 0 ? d->rope_freq_base : p->rope_freq_base > 0 ? p->rope_freq_base : 10000.0f;
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
         L->n_rot = rec ? 0 : d->rope_n_rot;
@@ -251,8 +256,8 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
     l->fingerprint = pkv_kv_geometry_hash(l->n_layers, l->page_size, geom);
     bool windows = false;
     for (int il = 0; il < l->n_layers; il++) {
-        geom[il] = l->layers[il].window;
-        windows |= geom[il] > 0;
+        geom[il] = l->layers[il].window * (l->layers[il].chunk > 0 ? -1 : 1); /* chunked layers differ */
+        windows |= geom[il] != 0;
     }
     /* Windows change which tokens a file holds: part of the geometry (hashed only
      * when present, so caches without them keep their fingerprints). */
@@ -323,6 +328,7 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     out->k_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hk;
     out->v_page_bytes = (size_t)l->page_size * (size_t)L->n_kv_heads * L->hv;
     out->window = L->window;
+    out->chunk = L->chunk;
     out->state_per_head = L->state_per_head;
     out->state_n_parts = L->n_parts;
     memcpy(out->state_part, L->part, (size_t)L->n_parts * sizeof *out->state_part);

@@ -262,25 +262,38 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *
 }
 
 /* Llama 4-style temperature tuning of a query at pos (hp.attn_temp), as llama.cpp
- * computes it: 1 + scale * ln(floor(pos / floor_len) + 1), the quotient in f32, the
- * result rounded to f32. */
+ * computes it: 1 + scale * ln(floor((pos + offset) / floor_len) + 1), the quotient in
+ * f32, the result rounded to f32. */
 static float attn_temp(const pkv_hparams *hp, int32_t pos) {
-    return (float)(log((double)floorf((float)pos / (float)hp->attn_temp.floor_len) + 1.0) * (double)hp->attn_temp.scale +
-                   1.0);
+    const float q = ((float)pos + hp->attn_temp.offset) / (float)hp->attn_temp.floor_len;
+    return (float)(log((double)floorf(q) + 1.0) * (double)hp->attn_temp.scale + 1.0);
+}
+
+/* rows [r0, r0 + n) of q (n_heads heads each) times t, for a NoPE layer's
+ * temperature (no RoPE to scale them with): t goes through the device as the
+ * one-element multiplier of a unary kernel, in w->att (free until the attention). */
+static pkv_status scale_rows(pkv_device *dev, pkv_dev_ws *w, pkv_buffer *q, int64_t r0, int64_t n, int64_t row, float t) {
+    if (t == 1.0f) return PKV_OK;
+    pkv_status s = pkv_buffer_write(w->att, 0, &t, sizeof t);
+    pkv_k_unary_args a = {.x = R(q, (size_t)(r0 * row * 4)), .y = R(q, (size_t)(r0 * row * 4)), .n = n * row,
+                          .op = PKV_UNARY_ID, .mul = R(w->att, 0), .mul_len = 1};
+    return s ? s : pkv_k_unary(dev, &a);
 }
 
 /* RoPE of the step's queries; with temperature tuning each run of rows whose factor
  * is the same turns with cos and sin times it, which scales the whole query where
  * every dim rotates (hparams requires that of such files). */
-static pkv_status rope_q(const pkv_fwd *f, pkv_device *dev, const pkv_layer *ly, pkv_buffer *q, int n_heads, pkv_tref pos,
+static pkv_status rope_q(const pkv_fwd *f, pkv_device *dev, pkv_dev_ws *w, const pkv_layer *ly, int n_heads, pkv_tref pos,
                          pkv_tref ff, bool temp) {
     const pkv_hparams *hp = &f->m->hp;
+    pkv_buffer *q = w->q;
     if (!temp || hp->attn_temp.scale == 0) return rope(dev, hp, ly, q, 0, f->T, n_heads, pos, ff, 1.0f);
     const int32_t *hpos = f->ws->host_ints + f->pl->off_pos;
     for (int64_t r0 = 0, r1; r0 < f->T; r0 = r1) {
         const float t = attn_temp(hp, hpos[r0]);
         for (r1 = r0 + 1; r1 < f->T && attn_temp(hp, hpos[r1]) == t;) r1++;
-        pkv_status s = rope(dev, hp, ly, q, r0, r1 - r0, n_heads, pos, ff, t);
+        pkv_status s = ly->nope ? scale_rows(dev, w, q, r0, r1 - r0, (int64_t)n_heads * ly->head_dim_k, t)
+                                : rope(dev, hp, ly, q, r0, r1 - r0, n_heads, pos, ff, t);
         if (s) return s;
     }
     return PKV_OK;
@@ -360,7 +373,7 @@ static int window_of(const pkv_fwd_plan *pl, const pkv_layer *ly) {
  * media chunk's row at position p sees [p + 1 - window, chunk end) as in
  * llama.cpp, not the chunk's last `window` tokens; else none. */
 static pkv_tref q_win_of(const pkv_fwd_plan *pl, const pkv_layer *ly, const pkv_dev_ws *w) {
-    return pl->off_qwin && ly->window > 0 ? R(w->ints, pl->off_qwin * 4) : R(NULL, 0);
+    return pl->off_qwin && (ly->window > 0 || ly->chunk > 0) ? R(w->ints, pl->off_qwin * 4) : R(NULL, 0);
 }
 
 /* A one-device reader's attention over every shard of cache layer kl (no K/V of its
@@ -396,7 +409,7 @@ static pkv_status attend_shards(pkv_fwd *f, const pkv_layer *ly, int kl, const p
                                    .page_size = page_size, .n_head = nq, .n_kv = sh.n_heads, .dk = hk, .dv = hv,
                                    .scale = f->m->hp.attn_scale > 0 ? f->m->hp.attn_scale : 1.0f / sqrtf((float)hk),
                                    .window = window_of(pl, ly), .softcap = f->m->hp.softcap.attn,
-                                   .q_win = q_win_of(pl, ly, kw)};
+                                   .q_win = q_win_of(pl, ly, kw), .chunk = ly->chunk};
         if ((s = pkv_k_attention(sh.storage, &at))) return s;
         for (int64_t t = 0; t < T; t++)
             if ((s = pkv_buffer_copy(kw->apart, (size_t)t * ob, w->att, (size_t)t * orow + (size_t)sh.head_begin * g * hv * 4, ob)))
@@ -411,6 +424,14 @@ static int replica_of(const pkv_layer *ly, int d) {
     for (int r = 0; r < d; r++)
         if (ly->sh[r].kv_h0 == ly->sh[d].kv_h0 && ly->sh[r].n_kv == ly->sh[d].n_kv) return r;
     return -1;
+}
+
+/* The RMS norm of each q head and (where the layer computes them) k head, with the
+ * shard's q_norm / k_norm weights. */
+static pkv_status qk_norm(pkv_device *dev, const pkv_shard_w *sw, pkv_dev_ws *w, int64_t T, int hk, float eps, bool own_kv) {
+    PKV_CHECK_INTERNAL(sw->q_norm.buf && (!own_kv || sw->k_norm.buf));
+    pkv_status s = pkv_blk_rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hk, eps);
+    return s || !own_kv ? s : pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hk, eps);
 }
 
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
@@ -445,10 +466,16 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
                        il, kl, li.n_kv_heads, li.head_dim_k, li.head_dim_v, li.n_shards, ly->n_head_kv, hk, hv, m->n_dev);
     int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(c));
     /* A cache layer with a window keeps only that many tokens (plus a page): the
-     * model's layer must not look further back. */
-    if (li.window > 0 && (ly->window == 0 || ly->window > li.window))
+     * model's layer must not look further back (a chunk of C looks back C - 1 at most). */
+    const int span = ly->window ? ly->window : ly->chunk;
+    if (li.window > 0 && (span == 0 || span > li.window))
         return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps a window of %d tokens, the model's layer "
-                       "attends to %s%d", il, kl, li.window, ly->window ? "" : "all tokens, not ", ly->window ? ly->window : li.window);
+                       "attends to %s%d", il, kl, li.window, span ? "" : "all tokens, not ", span ? span : li.window);
+    /* a query that appends nothing sits one past the cached tokens: its chunk is not
+     * the last cached token's (the kernel's) when that one ends a chunk */
+    if (ly->chunk > 0 && pl->peek)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "layer %d: read-only queries (peek) on a chunked-attention layer are not "
+                       "supported", il);
     const bool wpool = li.window > 0;
     const size_t off_rows = wpool ? pl->off_rows_w : pl->off_rows, off_meta = wpool ? pl->off_meta_w : pl->off_meta;
     const int meta_pages = wpool ? pl->meta_pages_w : pl->meta_pages;
@@ -476,20 +503,17 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
                 return s;
             if ((s = add_bias(dev, &sw->bk, w->k, T)) || (s = add_bias(dev, &sw->bv, w->v, T))) return s;
         }
-        if (kind->qk_norm) { /* RMS norm of each head before RoPE */
-            PKV_CHECK_INTERNAL(sw->q_norm.buf && (!own_kv || sw->k_norm.buf));
-            if ((s = pkv_blk_rmsnorm(dev, w->q, &sw->q_norm, w->q, T * sw->n_q, hk, hp->rms_eps)) ||
-                (calc_kv && (s = pkv_blk_rmsnorm(dev, w->k, &sw->k_norm, w->k, T * sw->n_kv, hk, hp->rms_eps))))
-                return s;
-        }
+        if (kind->qk_norm && (s = qk_norm(dev, sw, w, T, hk, hp->rms_eps, calc_kv))) return s; /* before RoPE */
         if (kind->v_norm && calc_kv) { /* V's weightless RMS norm per head (the weight is ones) */
             PKV_CHECK_INTERNAL(sw->v_norm.buf);
             if ((s = pkv_blk_rmsnorm(dev, w->v, &sw->v_norm, w->v, T * sw->n_kv, hv, hp->rms_eps))) return s;
         }
         pkv_tref pos = R(w->ints, pl->off_pos * 4), ff;
-        if ((s = rope_factors(f, sw->dev, &ff)) || (s = rope_q(f, dev, ly, w->q, sw->n_q, pos, ff, kind->temp)) ||
+        if ((s = rope_factors(f, sw->dev, &ff)) || (s = rope_q(f, dev, w, ly, sw->n_q, pos, ff, kind->temp)) ||
             (calc_kv && (s = rope(dev, hp, ly, w->k, 0, T, sw->n_kv, pos, ff, 1.0f))))
             return s;
+        /* llama4: RMS norms (weights of ones) of the turned heads */
+        if (kind->qk_norm_roped && (s = qk_norm(dev, sw, w, T, hk, hp->rms_eps, calc_kv))) return s;
 
         if (split_reader) {
             if ((s = attend_shards(f, ly, kl, &li, w))) return s;
@@ -522,7 +546,7 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
                                        .page_size = page_size, .n_head = sw->n_q, .n_kv = sw->n_kv, .dk = hk, .dv = hv,
                                        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hk),
                                        .window = window_of(pl, ly), .softcap = hp->softcap.attn, .q_win = q_win_of(pl, ly, kw),
-                                       .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0)};
+                                       .sinks = pkv_tref_make(kind->sinks ? sw->sinks.buf : NULL, 0), .chunk = ly->chunk};
             PKV_CHECK_INTERNAL(!kind->sinks || sw->sinks.buf);
             if ((s = pkv_k_attention(kdev, &at))) return s;
             if (kw != w && (s = move(kw->att, w->att, (size_t)(T * od * 4)))) return s;

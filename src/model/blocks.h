@@ -135,7 +135,10 @@ typedef struct pkv_attn_kind {
     const pkv_weight *post_norm; /* RMS norm of the output before the residual add (gemma); NULL: none */
     bool out_gate;               /* attention output times sigmoid(wq_gate·xb) before o (qwen35) */
     bool v_norm;                 /* a weightless RMS norm of each V head (gemma4) */
-    bool temp;                   /* queries times hp.attn_temp's factor of their position after RoPE (mistral3) */
+    bool temp;                   /* queries times hp.attn_temp's factor of their position after RoPE (mistral3;
+                                    llama4's NoPE layers: in place of RoPE) */
+    bool qk_norm_roped;          /* weightless RMS norms of q and k heads after RoPE (llama4's "L2 norm";
+                                    pkv_attn_tensors.qk_unit) */
 } pkv_attn_kind;
 /* Where the file has no V projection, V is K's (before K's norm and RoPE). A layer
  * that reuses an earlier layer's KV (pkv_layer.kv_reuse) computes only q and attends

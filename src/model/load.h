@@ -28,6 +28,7 @@ typedef struct pkv_attn_tensors {
     bool q_gate;    /* attn_q has 2 head_dim rows per head: q's, then the output gate's (qwen35) */
     bool v_optional; /* attn_v may be absent: V is then K's projection (gemma4) */
     bool v_norm;    /* V gets a weightless RMS norm per head (gemma4): pkv_shard_w.v_norm, ones */
+    bool qk_unit;   /* q and k get weightless RMS norms per head (llama4): q_norm, k_norm of ones */
 } pkv_attn_tensors;
 pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
 

@@ -26,6 +26,8 @@ typedef enum pkv_arch {
     PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
     PKV_ARCH_QWEN35MOE = 13, /* qwen35 with experts and a gated shared expert in place of every FFN */
     PKV_ARCH_DEEPSEEK2 = 14, /* DeepSeek-V2/V3, Kimi K2: multi-head latent attention, MoE after dense layers */
+    PKV_ARCH_LLAMA4 = 15,   /* chunked attention, NoPE layers with temperature tuning, interleaved
+                               top-1 sigmoid experts with a shared expert */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -132,6 +134,7 @@ typedef struct pkv_layer {
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
     pkv_weight post_attn_norm, post_ffn_norm;
     int window;                  /* attention over the last `window` tokens; 0 = all (I4: per layer) */
+    int chunk;                   /* attention within chunks of `chunk` positions (llama4); 0 = none */
     /* A recurrent layer (qwen35's gated delta-net) in place of attention: its state
      * lives in the cache's state slots, its weights in the shards (pkv_shard_w) */
     bool recurrent;
@@ -222,11 +225,13 @@ typedef struct pkv_hparams {
                                     state it reads and writes); 0 elsewhere */
     /* Llama 4-style attention temperature tuning (mistral3's attention.temperature_scale;
      * scale 0 = none): after RoPE the queries at position p are multiplied by
-     * 1 + scale * ln(floor(p / floor_len) + 1), floor_len the original context
-     * (rope.scaling.original_context_length, default context_length) */
+     * 1 + scale * ln(floor((p + offset) / floor_len) + 1), floor_len the original context
+     * (rope.scaling.original_context_length, default context_length); llama4: 0.1,
+     * 8192 and offset 1, on its NoPE layers */
     struct {
         float scale;
         int floor_len;
+        float offset;
     } attn_temp;
     /* A mixture of experts' routing beyond its sizes (llama.cpp's generic expert_* keys,
      * read for every MoE architecture where the file has them; 0 / false when absent) */
@@ -246,6 +251,10 @@ typedef struct pkv_hparams {
         int kv_b; /* 1: an older file with attn_kv_b and per-head K/V sizes (key_length = dk,
                      head_count_kv = heads): run as MLA all the same, one latent KV head */
     } mla;
+    int n_chunk;                 /* llama4: tokens of an attention chunk on the layers swa.pattern makes
+                                    "sliding" (those attend within their chunk only); 0 = none */
+    int moe_step;                /* llama4: interleave_moe_layer_step, layer il has experts when
+                                    (il + 1) % moe_step == 0 (0: none), the others a dense FFN */
 } pkv_hparams;
 
 struct pkv_model {

@@ -591,6 +591,8 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
             (t->qk_norm && (s = load_weight(L, NAME("attn_q_norm.weight"), hk, 1, true, true, dev, k_all, &w->q_norm))) ||
             (t->qk_norm && kv && (s = load_weight(L, NAME("attn_k_norm.weight"), hk, 1, true, true, dev, k_all, &w->k_norm))) ||
             (t->v_norm && kv && (s = pkv_weight_fill(m, dev, hv, 1.0f, &w->v_norm))) ||
+            (t->qk_unit && (s = pkv_weight_fill(m, dev, hk, 1.0f, &w->q_norm))) ||
+            (t->qk_unit && kv && (s = pkv_weight_fill(m, dev, hk, 1.0f, &w->k_norm))) ||
             (s = load_weight(L, NAME("attn_output.weight"), od, E, true, false, dev, o_cols, &w->wo)))
             return s;
         /* the output's bias is added once (by the first shard); a sink per query head
@@ -981,6 +983,7 @@ static pkv_status load_layers(loader *L) {
         /* the attention kind of the layer: sliding layers see the last n_swa tokens */
         bool sliding = layer_slides(hp, il);
         ly->window = sliding && hp->swa.n > 0 ? hp->swa.n : 0;
+        ly->chunk = sliding && hp->n_chunk > 0 ? hp->n_chunk : 0; /* llama4: its "sliding" layers are chunked */
         /* sliding layers with a base of their own (gemma3: and no scaling) */
         bool local_rope = sliding && hp->swa.rope_base > 0;
         ly->rope_base = local_rope ? hp->swa.rope_base : hp->rope_base;

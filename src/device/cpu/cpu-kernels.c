@@ -1330,9 +1330,8 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
         len[b] = att_len(j, blk->i0 + b, &lo, &np);
         len_max = PKV_MAX(len_max, len[b]);
         /* a sliding window: the query's last `window` tokens, counted back from
-         * q_win when given (kernel-list.h) */
-        const int64_t w_end = j->q_win ? PKV_MIN((int64_t)j->q_win[blk->i0 + b], len[b]) : len[b];
-        start[b] = a->window > 0 && w_end > a->window ? w_end - a->window : 0;
+         * q_win when given; a chunked layer: its chunk (kernel-list.h) */
+        start[b] = pkv_att_first(len[b], j->q_win ? j->q_win[blk->i0 + b] : len[b], a->window, a->chunk);
         start_min = PKV_MIN(start_min, start[b]);
     }
     for (int kk = 0; kk < nk; kk++)

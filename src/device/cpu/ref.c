@@ -249,9 +249,8 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
             const float *qh = q + ((size_t)i * a->n_head + h) * (size_t)a->dk;
             double mx = -INFINITY;
             /* a sliding window sees the last `window` tokens only, counted back
-             * from q_win[i] when given (kernel-list.h) */
-            const int64_t w_end = q_win ? PKV_MIN((int64_t)q_win[i], (int64_t)q_len[i]) : q_len[i];
-            const int64_t t_lo = a->window > 0 && w_end > a->window ? w_end - a->window : 0;
+             * from q_win[i] when given; a chunked layer its own chunk (kernel-list.h) */
+            const int64_t t_lo = pkv_att_first(q_len[i], q_win ? q_win[i] : q_len[i], a->window, a->chunk);
             for (int64_t t = 0; t < q_len[i]; t++) {
                 score[t] = NAN; /* NAN marks a skipped token */
                 if (t < t_lo) continue;

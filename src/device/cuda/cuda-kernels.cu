@@ -776,7 +776,7 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t lo;
     const int64_t len = pkv_cu_att_len(a.meta, a.n_q, a.n_seq, a.meta_pages, a.page_size, i, &lo);
-    const int64_t first = pkv_cu_att_first(a.meta, a.q_win, a.n_q, a.window, i, len);
+    const int64_t first = pkv_cu_att_first(a.meta, a.q_win, a.n_q, a.window, a.chunk, i, len);
     int64_t t0, t1;
     pkv_cu_split_range(len - first, a.n_split, sp, &t0, &t1);
     t0 += first;

@@ -79,16 +79,18 @@ static inline PKV_CU_HD int64_t pkv_cu_att_len(const int32_t *meta, int n_q, int
     return len < 0 ? 0 : len < cap ? len : cap;
 }
 
-/* The first token query i sees under a sliding window of `window` tokens (0 =
- * none): max(0, q_len[i] - window), from the query's own q_len as in the
+/* The first token query i sees under a sliding window of `window` tokens and
+ * chunks of `chunk` tokens (0 = none): max(0, q_len[i] - window), from the query's own q_len as in the
  * reference (not from the length above, which its pages may cut short), or from
  * min(q_win[i], q_len[i]) when q_win is given (kernel-list.h), and never past len.
  * The query's tokens are [first, len). */
-static inline PKV_CU_HD int64_t pkv_cu_att_first(const int32_t *meta, const int32_t *q_win, int n_q, int window, int i,
-                                                 int64_t len) {
-    if (window <= 0) return 0;
+static inline PKV_CU_HD int64_t pkv_cu_att_first(const int32_t *meta, const int32_t *q_win, int n_q, int window,
+                                                 int chunk, int i, int64_t len) {
+    if (window <= 0 && chunk <= 0) return 0;
     const int64_t q_len = meta[n_q + i], end = q_win && q_win[i] < q_len ? q_win[i] : q_len;
-    const int64_t first = end - window;
+    int64_t first = window > 0 ? end - window : 0;
+    /* a chunked layer: the query's chunk, [floor((end - 1) / chunk) * chunk, ..) */
+    if (chunk > 0 && end > 0 && (end - 1) / chunk * chunk > first) first = (end - 1) / chunk * chunk;
     return first <= 0 ? 0 : first < len ? first : len;
 }
 
@@ -189,6 +191,7 @@ typedef struct pkv_cu_attention {
     int v_stride;       /* elements from one V slot to the next: dv, or dk where V is read from K (v_in_k) */
     float scale;
     int window;         /* tokens; 0 = every visible token (pkv_cu_att_first) */
+    int chunk;          /* tokens; 0 = no chunks (pkv_cu_att_first) */
     const int32_t *q_win; /* [n_q], or NULL (pkv_cu_att_first) */
     float softcap;      /* 0 = none */
     const float *sinks; /* [n_head], or NULL */

@@ -456,8 +456,9 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
      * pages of one window per sequence when that is less than the block table
      * (q_win can move a query's window back further: then the whole table). */
     int split_pages = a->meta_pages;
-    if (a->window > 0 && !a->q_win.buf) {
-        const int64_t wp = (int64_t)a->n_seq * (((int64_t)a->window + a->page_size - 1) / a->page_size);
+    if ((a->window > 0 || a->chunk > 0) && !a->q_win.buf) {
+        const int span = a->window > 0 && (a->chunk <= 0 || a->window < a->chunk) ? a->window : a->chunk;
+        const int64_t wp = (int64_t)a->n_seq * (((int64_t)span + a->page_size - 1) / a->page_size + 1);
         if (wp < split_pages) split_pages = (int)wp;
     }
     int n_split = c->att_split ? c->att_split
@@ -484,6 +485,7 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
                           .v_stride = a->v_in_k ? a->dk : a->dv,
                           .scale = a->scale,
                           .window = a->window,
+                          .chunk = a->chunk,
                           .q_win = a->q_win.buf ? (const int32_t *)(void *)PTR(a->q_win) : NULL,
                           .softcap = a->softcap,
                           .sinks = a->sinks.buf ? (const float *)(void *)PTR(a->sinks) : NULL};

@@ -549,12 +549,12 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
             vw->bytes = np * vpage;
         }
     }
-    uint32_t pc[31] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq,
+    uint32_t pc[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint32_t)a->n_q, (uint32_t)a->n_seq,
                        (uint32_t)a->n_pages, (uint32_t)a->page_size, (uint32_t)a->n_head, (uint32_t)a->n_kv,
                        (uint32_t)a->dk, (uint32_t)a->dv, kv_code(a->k_type), kv_code(a->v_type), (uint32_t)krow,
                        (uint32_t)vrow, fbits(a->scale), (uint32_t)a->window, fbits(a->softcap), has_sinks ? 1u : 0u,
-                       has_qwin ? 1u : 0u, (uint32_t)ppw};
-    return dispatch(c, nw > 1 ? PKV_VK_K_ATTENTION_WIN : PKV_VK_K_ATTENTION, v, MAX_BINDINGS, pc, 31,
+                       has_qwin ? 1u : 0u, (uint32_t)ppw, (uint32_t)a->chunk};
+    return dispatch(c, nw > 1 ? PKV_VK_K_ATTENTION_WIN : PKV_VK_K_ATTENTION, v, MAX_BINDINGS, pc, 32,
                     (uint64_t)a->n_q * (uint64_t)a->n_head);
 }
 

@@ -11,6 +11,8 @@
 // at the end; binding 5, f32 [n_head], read only when has_sinks != 0, else the
 // host binds a dummy window). q_win (binding 6, i32 [n_q], read only when has_qwin
 // != 0): the window is counted back from min(q_win[i], len) instead of len.
+// chunk (Llama 4's chunked layers): the query sees [floor((e - 1) / chunk) *
+// chunk, len) only, e that end (kernel-list.h).
 // Compiled twice: attention.comp reads K and V from bindings 1 and 2, each a pool
 // that fits one storage-buffer window; attention_win.comp (KV_WINDOWED) reads
 // pools larger than that, bound as up to four windows each (bindings 1, 7, 8, 9
@@ -46,6 +48,7 @@ layout(push_constant) uniform PC {
     uint has_sinks;
     uint has_qwin; // q_win: the window counted back from q_win[i] (kernel-list.h)
     uint ppw;
+    uint chunk;    // chunked layers: a query sees its own chunk only (kernel-list.h)
 } pc;
 shared float qv[MAX_DK];
 shared float sp[WG];
@@ -90,6 +93,7 @@ void main() {
     uint pages = 2u * pc.n_q + pc.n_seq + 1u;
     int wend = pc.has_qwin != 0u ? min(int(LDW(qwin, pc.ow + qi * 4u)), len) : len;
     int lo = pc.window > 0u && wend > int(pc.window) ? wend - int(pc.window) : 0;
+    if (pc.chunk > 0u && wend > 0) lo = max(lo, (wend - 1) / int(pc.chunk) * int(pc.chunk));
     barrier();
     float m = -3.402823466e38, l = 0.0;
     float acc[MAX_DV_PER];
