@@ -24,6 +24,7 @@ typedef enum pkv_arch {
                                        fed the target's embedding and hidden state */
     PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
     PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
+    PKV_ARCH_GLM4MOE = 13,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -245,7 +246,7 @@ struct pkv_model {
     pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */
     /* An MTP head (pkv_model_params.mtp): x = eh_e·enorm(embed(token)) + eh_h·hnorm(h),
      * h the target's final normed hidden state of the previous position; eh_e, eh_h
-     * are nextn.eh_proj's two column halves (qwen35.c) */
+     * are nextn.eh_proj's two column halves (pkv_load_nextn) */
     bool mtp;
     struct {
         pkv_weight eh_e, eh_h; /* [n_embd][n_embd] each */

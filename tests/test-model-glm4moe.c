@@ -1,0 +1,404 @@
+// labels: model
+/* glm4moe (GLM-4.5/4.6/4.7) against a plain double-precision reference written
+ * here from llama.cpp's src/models/glm4-moe.cpp: a random-weight file from
+ * `mkmodel --arch glm4moe` (f32 weights and KV) with a dense first layer, mixture
+ * layers with and without Q/K norms, Q/K/V biases, half of each head rotated (neox),
+ * sigmoid routing with the exp_probs_b selection bias, normalized weights times
+ * expert_weights_scale and a shared expert. Every position of a prompt and single
+ * steps; the same with the reference's routing bias dropped must be far off, so the
+ * match is the bias's. Its MTP head (the nextn layer after the trunk, fed the
+ * trunk's hidden states) against the reference of that layer. Bad files (the
+ * dense count past the trunk, one Q/K norm without the other, a missing routing
+ * bias or shared expert, M-RoPE sections, K and V heads of different sizes) are
+ * refused naming the key or tensor. */
+#include <math.h>
+
+#include "engine/engine.h"
+#include "model/gguf.h"
+#include "ref-gguf.h"
+#include "ref-model.h"
+#include "testhelp.h"
+
+enum { V = 300, E = 64, NH = 4, NKV = 2, HD = 16, NROT = 8, F = 32, X = 4, K = 2, MAXP = 64 };
+
+static pkv_mkmodel_params params(int n_layer, int n_mtp) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "glm4moe";
+    p.type = PKV_TYPE_F32;
+    p.n_layer = n_layer;
+    p.n_embd = E;
+    p.n_head = NH;
+    p.n_head_kv = NKV;
+    p.head_dim = HD;
+    p.n_ff = F;
+    p.n_expert = X;
+    p.n_expert_used = K;
+    p.n_vocab = V;
+    p.n_mtp = n_mtp;
+    p.seed = 7;
+    return p;
+}
+
+/* ------------------------------------------------------------- the reference */
+
+typedef struct {
+    const pkv_gguf *g;
+    int n_dense;
+    double scale, eps, base;
+    bool use_bias;             /* the routing bias (false: the contrast) */
+    double k[8][MAXP][NKV * HD], v[8][MAXP][NKV * HD]; /* per file layer */
+} glm_ref;
+
+static double *T_(const glm_ref *r, int l, const char *suffix) {
+    char name[96];
+    int64_t n = 0;
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+    return ref_gguf_tensor((void *)r->g, name, &n);
+}
+
+/* y = W·x (+ b) with the file's tensors of layer l (b may be absent) */
+static void mv(const glm_ref *r, int l, const char *w, const char *b, const double *x, int rows, int cols, double *y) {
+    double *W = T_(r, l, w), *B = b ? T_(r, l, b) : NULL;
+    ref_matvec(W, x, B, rows, cols, y);
+    free(W);
+    free(B);
+}
+
+static void norm_by(const glm_ref *r, int l, const char *w, const double *x, int n, double *y) {
+    double *W = T_(r, l, w);
+    ref_rms_norm(x, W, n, r->eps, y);
+    free(W);
+}
+
+/* x += attention of layer l at position pos (its own K/V rows) */
+static void attention(glm_ref *r, int l, int pos, double *x) {
+    double h[E], q[NH * HD], att[NH * HD], o[E];
+    norm_by(r, l, "attn_norm.weight", x, E, h);
+    mv(r, l, "attn_q.weight", "attn_q.bias", h, NH * HD, E, q);
+    mv(r, l, "attn_k.weight", "attn_k.bias", h, NKV * HD, E, r->k[l][pos]);
+    mv(r, l, "attn_v.weight", "attn_v.bias", h, NKV * HD, E, r->v[l][pos]);
+    double *qn = T_(r, l, "attn_q_norm.weight"), *kn = T_(r, l, "attn_k_norm.weight");
+    for (int hd = 0; hd < NH; hd++) {
+        if (qn) ref_rms_norm(q + hd * HD, qn, HD, r->eps, q + hd * HD);
+        ref_rope(q + hd * HD, 1, NROT, pos, r->base, true); /* the first NROT dims, neox */
+    }
+    for (int hd = 0; hd < NKV; hd++) {
+        if (kn) ref_rms_norm(r->k[l][pos] + hd * HD, kn, HD, r->eps, r->k[l][pos] + hd * HD);
+        ref_rope(r->k[l][pos] + hd * HD, 1, NROT, pos, r->base, true);
+    }
+    free(qn);
+    free(kn);
+    for (int hd = 0; hd < NH; hd++) {
+        const int kh = hd / (NH / NKV);
+        double s[MAXP], mx = -1e300, sum = 0;
+        for (int t = 0; t <= pos; t++) {
+            double d = 0;
+            for (int i = 0; i < HD; i++) d += q[hd * HD + i] * r->k[l][t][kh * HD + i];
+            s[t] = d / sqrt((double)HD);
+            mx = fmax(mx, s[t]);
+        }
+        for (int t = 0; t <= pos; t++) sum += s[t] = exp(s[t] - mx);
+        for (int i = 0; i < HD; i++) {
+            double a = 0;
+            for (int t = 0; t <= pos; t++) a += s[t] / sum * r->v[l][t][kh * HD + i];
+            att[hd * HD + i] = a;
+        }
+    }
+    mv(r, l, "attn_output.weight", NULL, att, E, NH * HD, o);
+    for (int i = 0; i < E; i++) x[i] += o[i];
+}
+
+/* x += the FFN of layer l: dense, or the experts llama.cpp's build_moe_ffn picks
+ * (sigmoid, selection on probs + bias, weights normalized and scaled) plus the
+ * shared expert */
+static void ffn(const glm_ref *r, int l, double *x) {
+    double h[E], g[F], u[F], y[E], out[E] = {0};
+    norm_by(r, l, "post_attention_norm.weight", x, E, h);
+    if (l < r->n_dense) {
+        double *G = T_(r, l, "ffn_gate.weight"), *U = T_(r, l, "ffn_up.weight"), *D = T_(r, l, "ffn_down.weight");
+        ref_ffn(G, U, D, E, F, false, h, g, u, out);
+        free(G), free(U), free(D);
+    } else {
+        double lg[X], p[X], sel[X], w[K], wsum = 0;
+        double *bias = T_(r, l, "exp_probs_b.bias");
+        mv(r, l, "ffn_gate_inp.weight", NULL, h, X, E, lg);
+        for (int e = 0; e < X; e++) {
+            p[e] = 1.0 / (1.0 + exp(-lg[e]));
+            sel[e] = p[e] + (r->use_bias && bias ? bias[e] : 0);
+        }
+        free(bias);
+        int chosen[K];
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < X; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= chosen[j] == e;
+                if (!taken && (best < 0 || sel[e] > sel[best])) best = e;
+            }
+            chosen[k] = best;
+            w[k] = p[best];
+            wsum += w[k];
+        }
+        double *G = T_(r, l, "ffn_gate_exps.weight"), *U = T_(r, l, "ffn_up_exps.weight"),
+               *D = T_(r, l, "ffn_down_exps.weight");
+        for (int k = 0; k < K; k++) {
+            const int e = chosen[k];
+            ref_ffn(G + (size_t)e * F * E, U + (size_t)e * F * E, D + (size_t)e * E * F, E, F, false, h, g, u, y);
+            for (int i = 0; i < E; i++) out[i] += w[k] / fmax(wsum, 6.103515625e-5) * r->scale * y[i];
+        }
+        free(G), free(U), free(D);
+        G = T_(r, l, "ffn_gate_shexp.weight"), U = T_(r, l, "ffn_up_shexp.weight"), D = T_(r, l, "ffn_down_shexp.weight");
+        ref_ffn(G, U, D, E, F, false, h, g, u, y);
+        for (int i = 0; i < E; i++) out[i] += y[i];
+        free(G), free(U), free(D);
+    }
+    for (int i = 0; i < E; i++) x[i] += out[i];
+}
+
+static void embed(const glm_ref *r, int32_t tok, double *x) {
+    int64_t n = 0;
+    double *te = ref_gguf_tensor((void *)r->g, "token_embd.weight", &n);
+    memcpy(x, te + (size_t)tok * E, E * sizeof *x);
+    free(te);
+}
+
+/* logits = output · rmsnorm(x) with the final norm `norm` (the trunk's output_norm,
+ * or the MTP layer's shared_head_norm); hn gets the normed row */
+static void head(const glm_ref *r, const char *norm, const double *x, double *hn, double *logits) {
+    int64_t n = 0;
+    double *nw = ref_gguf_tensor((void *)r->g, norm, &n), *out = ref_gguf_tensor((void *)r->g, "output.weight", &n);
+    if (!out) out = ref_gguf_tensor((void *)r->g, "token_embd.weight", &n);
+    ref_rms_norm(x, nw, E, r->eps, hn);
+    ref_matvec(out, hn, NULL, V, E, logits);
+    free(nw);
+    free(out);
+}
+
+/* The trunk (layers 0..n_layer-1) at position pos: logits and the final normed
+ * hidden state. */
+static void trunk_step(glm_ref *r, int n_layer, int32_t tok, int pos, double *hn, double *logits) {
+    double x[E];
+    embed(r, tok, x);
+    for (int l = 0; l < n_layer; l++) {
+        attention(r, l, pos, x);
+        ffn(r, l, x);
+    }
+    head(r, "output_norm.weight", x, hn, logits);
+}
+
+/* The MTP layer (file layer l) at position pos, fed h, the trunk's normed hidden
+ * state at pos - 1: x = eh_proj [enorm(embed); hnorm(h)], the layer, shared_head_norm. */
+static void mtp_step(glm_ref *r, int l, int32_t tok, const double *h, int pos, double *hn, double *logits) {
+    double cat[2 * E], x[E];
+    embed(r, tok, cat);
+    norm_by(r, l, "nextn.enorm.weight", cat, E, cat);
+    norm_by(r, l, "nextn.hnorm.weight", h, E, cat + E);
+    mv(r, l, "nextn.eh_proj.weight", NULL, cat, E, 2 * E, x);
+    attention(r, l, pos, x);
+    ffn(r, l, x);
+    char nn[64];
+    snprintf(nn, sizeof nn, "blk.%d.nextn.shared_head_norm.weight", l);
+    head(r, nn, x, hn, logits);
+}
+
+static double nmse(const float *a, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return num / den;
+}
+
+static glm_ref *ref_new(const pkv_gguf *g, bool use_bias) {
+    glm_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->g = g;
+    r->use_bias = use_bias;
+    uint32_t nd = 0;
+    float sc = 0, eps = 0, base = 0;
+    CHECK_OK(pkv_gguf_get_u32(g, "glm4moe.leading_dense_block_count", &nd));
+    CHECK_OK(pkv_gguf_get_f32(g, "glm4moe.expert_weights_scale", &sc));
+    CHECK_OK(pkv_gguf_get_f32(g, "glm4moe.attention.layer_norm_rms_epsilon", &eps));
+    CHECK_OK(pkv_gguf_get_f32(g, "glm4moe.rope.freq_base", &base));
+    r->n_dense = (int)nd, r->scale = sc, r->eps = eps, r->base = base;
+    return r;
+}
+
+/* ------------------------------------------------------------- the tests */
+
+/* A prompt decoded at once and 4 single steps, every position against the
+ * reference; the reference without the routing bias must be far off. */
+static void test_forward(void) {
+    pkv_mkmodel_params p = params(3, 1);
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
+    pkv_model *m = pkv_model_load_memory(img, size, "glm4moe", pkv_model_default_params());
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = PKV_TYPE_F32;
+    cp.page_size = 5;
+    cp.n_ctx = MAXP;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    glm_ref *r = g ? ref_new(g, true) : NULL, *rb = g ? ref_new(g, false) : NULL;
+    if (!g || !ctx || !r || !rb) {
+        TH_FAIL("setup: %s", pkv_errmsg());
+        goto done;
+    }
+    pkv_model_info mi;
+    pkv_model_get_info(m, &mi);
+    CHECK_INT(mi.n_layer, 3);
+    CHECK_INT(mi.n_expert, X);
+    enum { NP = 12, NT = NP + 4 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (i * 97 + 13) % V;
+    float *got = malloc((size_t)NT * V * sizeof *got);
+    double want[V], other[V], hn[E];
+    REQUIRE_VOID(got);
+    CHECK_OK(pkv_context_decode_all(ctx, toks, NP, got));
+    for (int i = NP; i < NT; i++) {
+        CHECK_OK(pkv_context_decode(ctx, &toks[i], 1));
+        memcpy(got + (size_t)i * V, pkv_context_logits(ctx), V * sizeof(float));
+    }
+    double worst = 0, far = 1e30;
+    for (int t = 0; t < NT; t++) {
+        trunk_step(r, 3, toks[t], t, hn, want);
+        trunk_step(rb, 3, toks[t], t, hn, other);
+        worst = fmax(worst, nmse(got + (size_t)t * V, want, V));
+        if (t > 0) far = fmin(far, nmse(got + (size_t)t * V, other, V));
+    }
+    fprintf(stderr, "glm4moe: %d positions, nmse %.2e; without the routing bias >= %.2e\n", NT, worst, far);
+    if (!(worst < 1e-9)) TH_FAIL("nmse %g against the reference", worst);
+    if (!(far > 1e-5)) TH_FAIL("the reference without the routing bias is as close (%g): the case does not test it", far);
+    th_checks += 2;
+    free(got);
+done:
+    free(r);
+    free(rb);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+/* The MTP head (pkv_model_params.mtp) against the reference of the nextn layer,
+ * fed the trunk's hidden states of the previous positions. */
+static void test_mtp_head(void) {
+    pkv_mkmodel_params p = params(2, 1);
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
+    pkv_model_params mp = pkv_model_default_params();
+    mp.mtp = true;
+    pkv_model *m = pkv_model_load_memory(img, size, "glm4moe mtp", mp);
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = PKV_TYPE_F32;
+    cp.n_ctx = MAXP;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    glm_ref *r = g ? ref_new(g, true) : NULL;
+    if (!g || !ctx || !r) {
+        TH_FAIL("setup: %s", pkv_errmsg());
+        goto done;
+    }
+    pkv_model_info mi;
+    pkv_model_get_info(m, &mi);
+    CHECK(mi.mtp);
+    enum { NT = 10 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (i * 31 + 5) % V;
+    double hprev[NT][E], lg[V], hn[E];
+    float hin[NT][E], hout[E];
+    for (int t = 0; t < NT; t++) { /* the trunk's normed hidden state of each position */
+        trunk_step(r, 2, toks[t], t, hprev[t], lg);
+        for (int i = 0; i < E; i++) hin[t][i] = (float)hprev[t][i];
+    }
+    double worst = 0;
+    /* position t of the head: token t + 1 with the trunk's state at t */
+    for (int t = 0; t + 1 < NT; t++) {
+        CHECK_OK(pkv_context_decode_mtp(ctx, &toks[t + 1], 1, hin[t], hout));
+        mtp_step(r, 2, toks[t + 1], hprev[t], t, hn, lg);
+        worst = fmax(worst, nmse(pkv_context_logits(ctx), lg, V));
+        worst = fmax(worst, nmse(hout, hn, E));
+    }
+    fprintf(stderr, "glm4moe MTP head: %d positions, nmse %.2e\n", NT - 1, worst);
+    if (!(worst < 1e-9)) TH_FAIL("MTP head: nmse %g against the reference", worst);
+    th_checks++;
+done:
+    free(r);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+/* Bad files, each refused naming what is wrong. */
+static void test_bad(void) {
+    pkv_mkmodel_params p = params(3, 1);
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
+    REQUIRE_VOID(g);
+    static const int32_t sections[4] = {4, 2, 2, 0};
+    const struct {
+        const char *key;
+        int64_t set;
+        const char *drop;
+        const int32_t *i32;
+        bool mtp;
+        const char *expect;
+    } cases[] = {
+        {"glm4moe.leading_dense_block_count", 4, NULL, NULL, false, "leading_dense_block_count"},
+        {"glm4moe.expert_used_count", 5, NULL, NULL, false, "expert_used_count"},
+        {"glm4moe.attention.value_length", 8, NULL, NULL, false, "value_length"},
+        {NULL, -1, "blk.1.attn_k_norm.weight", NULL, false, "blk.1.attn_k_norm.weight"},
+        {NULL, -1, "blk.2.exp_probs_b.bias", NULL, false, "blk.2.exp_probs_b.bias"},
+        {NULL, -1, "blk.1.ffn_up_shexp.weight", NULL, false, "blk.1.ffn_up_shexp.weight"},
+        {NULL, -1, "blk.0.ffn_gate.weight", NULL, false, "blk.0.ffn_gate.weight"},
+        {NULL, -1, "blk.3.nextn.eh_proj.weight", NULL, true, "blk.3.nextn.eh_proj.weight"},
+        {"glm4moe.rope.dimension_sections", -1, NULL, sections, false, "rope.dimension_sections"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t vs = 0;
+        void *v = ref_gguf_variant(g, cases[k].key, cases[k].set, cases[k].drop, cases[k].i32, 4, &vs);
+        if (!v) {
+            TH_FAIL("case %zu: no variant", k);
+            continue;
+        }
+        pkv_model_params mp = pkv_model_default_params();
+        mp.mtp = cases[k].mtp;
+        pkv_model *bad = pkv_model_load_memory(v, vs, "bad glm4moe", mp);
+        if (bad) TH_FAIL("case %zu (%s): loaded", k, cases[k].expect);
+        else if (!strstr(pkv_errmsg(), cases[k].expect))
+            TH_FAIL("case %zu: message '%s' does not name %s", k, pkv_errmsg(), cases[k].expect);
+        else th_checks++;
+        pkv_model_free(bad);
+        free(v);
+    }
+    /* no MTP layers: the head is refused naming the key */
+    pkv_mkmodel_params p0 = params(2, -1);
+    void *img0;
+    size_t size0;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p0, &img0, &size0) == PKV_OK);
+    pkv_model_params mp = pkv_model_default_params();
+    mp.mtp = true;
+    pkv_model *m0 = pkv_model_load_memory(img0, size0, "glm4moe trunk", mp);
+    CHECK(m0 == NULL && strstr(pkv_errmsg(), "nextn_predict_layers"));
+    pkv_model_free(m0);
+    pkv_mkmodel_free_memory(img0);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+int main(void) {
+    test_forward();
+    test_mtp_head();
+    test_bad();
+    return th_done();
+}
