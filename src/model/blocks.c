@@ -33,6 +33,7 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     pkv_free(ws->h_out);
     pkv_free(ws->h_y);
     pkv_free(ws->h_wsel);
+    pkv_free(ws->h_x);
     pkv_free(ws->h_rows);
     pkv_free(ws->h_sel);
     pkv_buffer_free(ws->lora_s);
@@ -53,6 +54,7 @@ static void widths(const pkv_model *m, int64_t *qd, int64_t *kd, int64_t *vd, in
         *ff = PKV_MAX(*ff, (int64_t)ly->n_ff);
     }
     *ff = PKV_MAX(*ff, (int64_t)m->hp.moe.n_ff); /* gemma4: experts beside a dense FFN of another size */
+    for (int l = 0; l < m->hp.n_layer; l++) *ff = PKV_MAX(*ff, m->layers[l].moe.sh_gate.ne1); /* shared experts */
 }
 
 static pkv_status realloc_buf(pkv_device *dev, pkv_buffer **b, size_t bytes) {
@@ -517,14 +519,15 @@ static pkv_status moe_host_reserve(pkv_fwd_ws *ws, const pkv_hparams *hp, int64_
     int64_t cap = PKV_MAX(T, ws->h_cap_tokens * 2);
     size_t t = (size_t)cap, E = (size_t)hp->n_embd, X = (size_t)hp->moe.n_expert, K = (size_t)hp->moe.n_used;
     float *p = pkv_malloc(t * X * 4), *o = pkv_malloc(t * E * 4), *y = pkv_malloc(t * E * 4), *w = pkv_malloc(t * K * 4);
+    float *x = pkv_malloc(t * E * 4);
     int32_t *r = pkv_malloc(t * 4), *sel = pkv_malloc(t * K * 4);
-    if (!p || !o || !y || !w || !r || !sel) {
-        pkv_free(p), pkv_free(o), pkv_free(y), pkv_free(w), pkv_free(r), pkv_free(sel);
+    if (!p || !o || !y || !w || !r || !sel || !x) {
+        pkv_free(p), pkv_free(o), pkv_free(y), pkv_free(w), pkv_free(r), pkv_free(sel), pkv_free(x);
         return pkv_err(PKV_ERR_NOMEM, "forward: mixture-of-experts scratch for %lld tokens", (long long)cap);
     }
     pkv_free(ws->h_probs), pkv_free(ws->h_out), pkv_free(ws->h_y), pkv_free(ws->h_wsel), pkv_free(ws->h_rows),
-        pkv_free(ws->h_sel);
-    ws->h_probs = p, ws->h_out = o, ws->h_y = y, ws->h_wsel = w, ws->h_rows = r, ws->h_sel = sel;
+        pkv_free(ws->h_sel), pkv_free(ws->h_x);
+    ws->h_probs = p, ws->h_out = o, ws->h_y = y, ws->h_wsel = w, ws->h_rows = r, ws->h_sel = sel, ws->h_x = x;
     ws->h_cap_tokens = cap;
     return PKV_OK;
 }
@@ -537,22 +540,152 @@ static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row
     return pkv_k_add(dev, &a);
 }
 
-/* A mixture of experts in place of the FFN (qwen3moe, gpt-oss; llama.cpp's semantics):
- *   qwen3moe:  probs = softmax(router · xb)           per token, over n_expert
- *              sel   = the n_expert_used largest probs (ties: the lower expert first)
- *              w     = probs[sel] / sum(probs[sel])   (Qwen3-MoE normalizes the top k)
- *   gpt-oss:   logits = router · xb + b_router
- *              sel   = the n_expert_used largest logits (ties: the lower expert first)
- *              w     = softmax(logits[sel])           (llama.cpp's SOFTMAX_WEIGHT gating)
- *   x += sum over sel of w_e * down_e(act(gate_e · xb) * (up_e · xb)), act silu (SwiGLU);
- *   gpt-oss adds expert e's bias row after each of its three matmuls and its act is the
- *   clamped SwiGLU (pkv_k_swiglu_args.oai, alpha 1.702, limit 7).
- * Routing is per token, so it does not depend on the batch. Each expert runs once
- * per step on the rows routed to it (gathered with get_rows), its weights read in
- * place. Routing and the weighted sum run on the host for now (one read of the
- * probabilities and one of each active expert's output per layer: correct on every
- * backend, a round trip per expert on a GPU); each token's sum adds its experts in
- * ascending index order, so the result is the same whatever else is in the batch. */
+/* The index of the largest v[e] over e < n with ok[e] (ties: the lowest e); -1: none. */
+static int32_t moe_best(const float *v, const bool *ok, int32_t n) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n; e++)
+        if (ok[e] && (best < 0 || v[e] > v[best])) best = e;
+    return best;
+}
+
+/* One token's routing (llama.cpp's build_moe_ffn), on the host:
+ *   l = router·xb (+ router bias);  p = softmax(l) | sigmoid(l) | l (TOPK_SOFTMAX)
+ *   s = l (kind->sel_logits) or p + exp_probs_b (where the layer has it)
+ *   groups (hp.moe_route.n_group > 1): a group's score is the sum of its two best s;
+ *     only the n_group_used best groups' experts may be chosen
+ *   sel = the n_used best s (ties: the lower expert first)
+ *   w = p[sel]; TOPK_SOFTMAX: softmax over w; norm_w: w / max(sum w, 2^-14); times w_scale
+ * p: [n_expert] the logits in, the probabilities out; bias: [n_expert] or NULL. */
+static void moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p, const float *bias, int32_t *sel,
+                      float *w) {
+    const int32_t X = hp->moe.n_expert, K = hp->moe.n_used, G = hp->moe_route.n_group;
+    float sv[4096];
+    bool ok[4096];
+    for (int32_t e = 0; e < X; e++) sv[e] = p[e];
+    if (kind->gating == PKV_MOE_SOFTMAX_TOPK) {
+        double mx = p[0], sum = 0;
+        for (int32_t e = 1; e < X; e++) mx = fmax(mx, p[e]);
+        for (int32_t e = 0; e < X; e++) sum += exp((double)p[e] - mx);
+        for (int32_t e = 0; e < X; e++) p[e] = (float)(exp((double)p[e] - mx) / sum);
+    } else if (kind->gating == PKV_MOE_SIGMOID_TOPK) {
+        for (int32_t e = 0; e < X; e++) p[e] = (float)(1.0 / (1.0 + exp(-(double)p[e])));
+    }
+    for (int32_t e = 0; e < X; e++) {
+        if (!kind->sel_logits) sv[e] = p[e] + (bias ? bias[e] : 0.0f);
+        ok[e] = true;
+    }
+    if (G > 1) { /* group-limited: mask every expert outside the best n_group_used groups */
+        const int32_t per = X / G;
+        float gs[4096];
+        bool gok[4096], keep[4096];
+        for (int32_t g = 0; g < G; g++) {
+            int32_t a = moe_best(sv + g * per, ok, per);
+            ok[g * per + a] = false;
+            int32_t b = moe_best(sv + g * per, ok, per);
+            ok[g * per + a] = true;
+            gs[g] = sv[g * per + a] + sv[g * per + b];
+            gok[g] = true, keep[g] = false;
+        }
+        for (int32_t i = 0; i < hp->moe_route.n_group_used; i++) {
+            int32_t g = moe_best(gs, gok, G);
+            gok[g] = false, keep[g] = true;
+        }
+        for (int32_t e = 0; e < X; e++) ok[e] = keep[e / per];
+    }
+    double sum = 0;
+    for (int32_t k = 0; k < K; k++) {
+        sel[k] = moe_best(sv, ok, X);
+        ok[sel[k]] = false;
+    }
+    for (int32_t k = 0; k < K; k++) /* TOPK_SOFTMAX: exp relative to the best, as a softmax */
+        w[k] = kind->gating == PKV_MOE_TOPK_SOFTMAX ? (float)exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]];
+    if (kind->gating == PKV_MOE_TOPK_SOFTMAX || kind->norm_w) {
+        for (int32_t k = 0; k < K; k++) sum += w[k];
+        if (kind->gating != PKV_MOE_TOPK_SOFTMAX) sum = fmax(sum, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
+        for (int32_t k = 0; k < K; k++) w[k] = (float)(w[k] / sum);
+    }
+    if (kind->w_scale != 0.0f && kind->w_scale != 1.0f)
+        for (int32_t k = 0; k < K; k++) w[k] *= kind->w_scale;
+}
+
+/* Expert e on the n rows ws->h_rows of xb into w0->y (one matmul of each of its
+ * matrices, its weights read in place). kind->weight_in: each row is first scaled
+ * by its weight (the host copy ws->h_x of xb, written into xe). */
+static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32_t e, int64_t n) {
+    const pkv_model *m = f->m;
+    const pkv_layer *ly = &m->layers[il];
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    pkv_device *dev = m->dev;
+    const int64_t T = f->T, E = m->hp.n_embd, K = m->hp.moe.n_used, F = m->hp.moe.n_ff;
+    pkv_status s;
+    if (kind->weight_in) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t t = ws->h_rows[i];
+            float wt = 0;
+            for (int64_t k = 0; k < K; k++)
+                if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
+            for (int64_t c = 0; c < E; c++) ws->h_y[i * E + c] = ws->h_x[t * E + c] * wt;
+        }
+        if ((s = pkv_buffer_write(w0->xe, 0, ws->h_y, (size_t)(n * E) * 4))) return s;
+    } else {
+        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
+        if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g))) return s;
+    }
+    pkv_k_swiglu_args sg = glu(kind->act, w0, n * F);
+    if ((s = matmul_rows(dev, &ly->moe.gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
+        (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.gate, e, w0->xe, w0->hb, ws->h_rows, n))) ||
+        (s = add_bias_row(dev, &ly->moe.gate_b, e, w0->hb, n)) ||
+        (s = matmul_rows(dev, &ly->moe.up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
+        (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.up, e, w0->xe, w0->hb2, ws->h_rows, n))) ||
+        (s = add_bias_row(dev, &ly->moe.up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
+        (s = matmul_rows(dev, &ly->moe.down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
+        (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.down, e, w0->hb, w0->y, ws->h_rows, n))))
+        return s;
+    return add_bias_row(dev, &ly->moe.down_b, e, w0->y, n);
+}
+
+/* The shared expert (ly->moe.sh_*) of every token added to the host sum ws->h_out,
+ * times sigmoid(sh_gate_inp · xb) where the layer has that gate. */
+static pkv_status moe_shared(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
+    const pkv_model *m = f->m;
+    const pkv_layer *ly = &m->layers[il];
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    pkv_device *dev = m->dev;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_k_swiglu_args sg = glu(kind->act, w0, T * ly->moe.sh_gate.ne1);
+    pkv_status s;
+    if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate, w0->xb, w0->hb, T)) ||
+        (s = pkv_blk_matmul(f, dev, &ly->moe.sh_up, w0->xb, w0->hb2, T)) || (s = pkv_k_swiglu(dev, &sg)) ||
+        (s = pkv_blk_matmul(f, dev, &ly->moe.sh_down, w0->hb, w0->y, T)) ||
+        (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(T * E) * 4)))
+        return s;
+    if (ly->moe.sh_gate_inp.buf) { /* the gate's logit per token: a one-row matmul */
+        pkv_k_unary_args sig = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n = T, .op = PKV_UNARY_SIGMOID};
+        if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate_inp, w0->xb, w0->router, T)) || (s = pkv_k_unary(dev, &sig)) ||
+            (s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)T * 4)))
+            return s;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        const float g = ly->moe.sh_gate_inp.buf ? ws->h_probs[t] : 1.0f;
+        for (int64_t c = 0; c < E; c++) ws->h_out[t * E + c] += g * ws->h_y[t * E + c];
+    }
+    return PKV_OK;
+}
+
+/* A mixture of experts in place of the FFN (llama.cpp's semantics): each token's
+ * experts and weights by moe_route, then
+ *   x += sum over sel of w_e * down_e(act(gate_e · xb) * (up_e · xb))   (+ the shared expert)
+ * with expert e's bias rows after its matmuls where the file has them (gpt-oss) and,
+ * with kind->weight_in, w_e applied to the expert's input instead of its output
+ * (Llama 4). Routing is per token, so it does not depend on the batch. Each expert
+ * runs once per step on the rows routed to it. Routing and the weighted sum run on
+ * the host for now (one read of the router's logits and one of each active expert's
+ * output per layer: correct on every backend, a round trip per expert on a GPU);
+ * each token's sum adds its experts in ascending index order, then the shared
+ * expert, so the result is the same whatever else is in the batch. */
 /* The experts' sum, post-normed where the kind says, into out (NULL: added to x). */
 static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
@@ -561,10 +694,9 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     pkv_fwd_ws *ws = f->ws;
     pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
     pkv_device *dev = m->dev;
-    const int64_t T = f->T, E = hp->n_embd, X = hp->moe.n_expert, K = hp->moe.n_used, F = hp->moe.n_ff;
-    const bool topk_softmax = kind->gating == PKV_MOE_TOPK_SOFTMAX;
+    const int64_t T = f->T, E = hp->n_embd, X = hp->moe.n_expert, K = hp->moe.n_used;
     pkv_status s;
-    PKV_CHECK_INTERNAL(X > 0 && ly->moe.router.buf);
+    PKV_CHECK_INTERNAL(X > 0 && X <= 4096 && ly->moe.router.buf);
     /* the router's input: the experts' (norm), or a norm of its own (gemma4) */
     if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
         return s;
@@ -573,29 +705,12 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
         (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
         return s;
     if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
-    if (!topk_softmax) {
-        pkv_k_softmax_args sm = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n_rows = T, .row_len = X};
-        if ((s = pkv_k_softmax(dev, &sm))) return s;
-    }
     if ((s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)(T * X) * 4))) return s;
-    for (int64_t t = 0; t < T; t++) { /* top k by selection (k is small), then the weights */
-        const float *p = ws->h_probs + t * X; /* probabilities, or (gpt-oss) logits */
-        int32_t *sel = ws->h_sel + t * K;
-        double sum = 0;
-        for (int64_t k = 0; k < K; k++) {
-            int32_t best = -1;
-            for (int32_t e = 0; e < X; e++) {
-                bool taken = false;
-                for (int64_t j = 0; j < k && !taken; j++) taken = sel[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[k] = best;
-            sum += topk_softmax ? exp((double)p[best] - (double)p[sel[0]]) : p[best];
-        }
-        if (!topk_softmax) sum = fmax(sum, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
-        for (int64_t k = 0; k < K; k++)
-            ws->h_wsel[t * K + k] = (float)((topk_softmax ? exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]]) / sum);
-    }
+    float bias[4096];
+    if (ly->moe.probs_b.buf && (s = pkv_buffer_read(ly->moe.probs_b.buf, 0, bias, (size_t)X * 4))) return s;
+    for (int64_t t = 0; t < T; t++)
+        moe_route(hp, kind, ws->h_probs + t * X, ly->moe.probs_b.buf ? bias : NULL, ws->h_sel + t * K, ws->h_wsel + t * K);
+    if (kind->weight_in && (s = pkv_buffer_read(w0->xb, 0, ws->h_x, (size_t)(T * E) * 4))) return s;
     memset(ws->h_out, 0, (size_t)(T * E) * 4);
     for (int32_t e = 0; e < X; e++) {
         int64_t n = 0;
@@ -603,32 +718,20 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
             for (int64_t k = 0; k < K; k++)
                 if (ws->h_sel[t * K + k] == e) ws->h_rows[n++] = (int32_t)t;
         if (!n) continue;
-        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
-                                 .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
-        pkv_k_swiglu_args sg = glu(kind->act, w0, n * F);
-        if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g)) ||
-            (s = matmul_rows(dev, &ly->moe.gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
-            (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.gate, e, w0->xe, w0->hb, ws->h_rows, n))) ||
-            (s = add_bias_row(dev, &ly->moe.gate_b, e, w0->hb, n)) ||
-            (s = matmul_rows(dev, &ly->moe.up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
-            (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.up, e, w0->xe, w0->hb2, ws->h_rows, n))) ||
-            (s = add_bias_row(dev, &ly->moe.up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
-            (s = matmul_rows(dev, &ly->moe.down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
-            (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.down, e, w0->hb, w0->y, ws->h_rows, n))) ||
-            (s = add_bias_row(dev, &ly->moe.down_b, e, w0->y, n)) ||
-            (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4)))
-            return s;
+        if ((s = moe_expert(f, il, kind, e, n)) || (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4))) return s;
         for (int64_t i = 0; i < n; i++) {
             int64_t t = ws->h_rows[i];
             float wt = 0;
             for (int64_t k = 0; k < K; k++)
                 if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
+            if (kind->weight_in) wt = 1.0f; /* applied to the input */
             if (kind->exp_scale) wt *= kind->exp_scale[e]; /* gemma4's per-expert output scale */
             float *o = ws->h_out + t * E;
             const float *y = ws->h_y + i * E;
             for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
         }
     }
+    if (ly->moe.sh_gate.buf && (s = moe_shared(f, il, kind))) return s;
     if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
     if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->y, kind->post_norm, w0->y, T, E, hp->rms_eps))) return s;
     return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->y, T * E);

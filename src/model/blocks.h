@@ -61,7 +61,7 @@ struct pkv_fwd_ws {
     /* MoE routing and combining on the host: probs [T][n_expert], out [T][E],
      * y [T][E], rows [T] (token of each routed row), sel [T][n_expert_used],
      * wsel [T][n_expert_used] */
-    float *h_probs, *h_out, *h_y, *h_wsel;
+    float *h_probs, *h_out, *h_y, *h_wsel, *h_x; /* h_x [T][E]: the experts' input (weight_in) */
     int32_t *h_rows, *h_sel;
     int64_t h_cap_tokens;
     /* LoRA (lora.c; on the model's device): each sequence's scales f32 [n_seqs][PKV_MAX_LORA],
@@ -195,17 +195,27 @@ void pkv_fwd_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d);
 
 /* How a token's experts are chosen and weighted. */
 typedef enum pkv_moe_gating {
-    PKV_MOE_SOFTMAX_TOPK, /* probs = softmax(router·xb); the top k; weights = probs / their sum (Qwen3-MoE) */
+    PKV_MOE_SOFTMAX_TOPK, /* probs = softmax(router·xb); the top k; weights = those probs (Qwen3-MoE, DeepSeek-V2) */
     PKV_MOE_TOPK_SOFTMAX, /* the top k of the router's logits; weights = softmax over those k (gpt-oss) */
+    PKV_MOE_SIGMOID_TOPK, /* probs = sigmoid(router·xb); the top k; weights = those probs (DeepSeek-V3, GLM-4.5, Llama 4) */
 } pkv_moe_gating;
 
 /* A mixture of experts in place of the FFN: x += sum over the token's experts e of
  * w_e * down_e(act(gate_e·xb) * (up_e·xb)), xb = norm(x), each matmul plus expert
- * e's bias row where the file has them (and the router's bias). */
+ * e's bias row where the file has them (and the router's bias), plus the shared
+ * expert where the layer has one (pkv_layer.moe.sh_*: an FFN every token goes
+ * through, times sigmoid(sh_gate_inp · xb) where that gate is present). Where the
+ * layer has exp_probs_b, the experts are chosen on probs + that bias and weighted by
+ * the unbiased probs; with hp.moe_route.n_group > 1, only among the experts of the
+ * n_group_used groups whose two best scores sum highest (DeepSeek-V3). */
 typedef struct pkv_moe_kind {
     const pkv_weight *norm;
     pkv_glu act;
     pkv_moe_gating gating;
+    bool norm_w;                   /* weights divided by their sum (at least 2^-14) (Qwen3-MoE; expert_weights_norm) */
+    float w_scale;                 /* weights times this (expert_weights_scale); 0 = 1 */
+    bool sel_logits;               /* choose on the router's logits, weight by the probs (Llama 4) */
+    bool weight_in;                /* scale each expert's input rows by the weight, not its output (Llama 4) */
     const pkv_weight *router_norm; /* the router's input norm where it has its own (gemma4); NULL: norm */
     const float *exp_scale;        /* [n_expert] host: expert e's output times exp_scale[e] (gemma4); NULL: none */
     const pkv_weight *post_norm;   /* RMS norm of the experts' sum (gemma4); NULL: none */

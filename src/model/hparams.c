@@ -146,6 +146,43 @@ static pkv_status per_layer(const pkv_gguf *g, const char *arch, const char *suf
     return PKV_OK;
 }
 
+/* The routing keys llama.cpp writes for a mixture of experts beyond its sizes, where
+ * the file has them (the architecture chooses what to do with them). */
+static pkv_status moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
+    const char *lab = pkv_gguf_label(g);
+    const int X = hp->moe.n_expert;
+    char k[128];
+    pkv_status s;
+    if ((s = pkv_hp_opt_u32(g, arch, "expert_shared_count", 0, 4096, 0, &hp->moe_route.n_shared)) ||
+        (s = pkv_hp_opt_u32(g, arch, "expert_shared_feed_forward_length", 0, 1 << 24, 0, &hp->moe_route.n_ff_shexp)) ||
+        (s = pkv_hp_opt_u32(g, arch, "expert_group_count", 0, 4096, 0, &hp->moe_route.n_group)) ||
+        (s = pkv_hp_opt_u32(g, arch, "expert_group_used_count", 0, 4096, 0, &hp->moe_route.n_group_used)) ||
+        (s = pkv_hp_opt_u32(g, arch, "expert_gating_func", 0, 3, 0, &hp->moe_route.gating)) ||
+        (s = pkv_hp_opt_f32(g, arch, "expert_weights_scale", 0.0f, &hp->moe_route.w_scale)))
+        return s;
+    key(k, sizeof k, arch, "expert_weights_norm");
+    if (pkv_gguf_find_key(g, k) >= 0 && (s = pkv_gguf_get_bool(g, k, &hp->moe_route.norm_w))) return s;
+    if (!(hp->moe_route.w_scale >= 0 && hp->moe_route.w_scale < 1e6f))
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.expert_weights_scale' %g must be in [0, 1e6)", lab, arch,
+                       (double)hp->moe_route.w_scale);
+    const int G = hp->moe_route.n_group, GU = hp->moe_route.n_group_used;
+    if (G > 1) {
+        if (X % G)
+            return pkv_err(PKV_ERR_FORMAT, "%s: '%s.expert_group_count' %d does not divide the %d experts of '%s.expert_count'",
+                           lab, arch, G, X, arch);
+        if (GU < 1 || GU > G)
+            return pkv_err(PKV_ERR_FORMAT, "%s: '%s.expert_group_used_count' %d must be in [1, %d] ('%s.expert_group_count')",
+                           lab, arch, GU, G, arch);
+        if (X / G < 2)
+            return pkv_err(PKV_ERR_FORMAT, "%s: '%s.expert_group_count' %d leaves %d expert per group; a group's score "
+                           "is the sum of its best two", lab, arch, G, X / G);
+        if ((int64_t)GU * (X / G) < hp->moe.n_used)
+            return pkv_err(PKV_ERR_FORMAT, "%s: '%s.expert_group_used_count' %d groups of %d experts hold fewer than the %d "
+                           "of '%s.expert_used_count'", lab, arch, GU, X / G, hp->moe.n_used, arch);
+    }
+    return PKV_OK;
+}
+
 pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out, int **n_head_kv_out, int **n_ff_out) {
     const char *lab = pkv_gguf_label(g);
     const char *as;
@@ -190,6 +227,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
             s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.expert_used_count' is %d, more than the %d experts of '%s.expert_count'",
                         lab, arch, hp->moe.n_used, hp->moe.n_expert, arch);
     }
+    if (!s && moe) s = moe_routing(g, arch, hp);
     /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
      * also carry) is not used */
     if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, 1, 1 << 24, &n_ff);

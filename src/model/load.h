@@ -77,9 +77,15 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
 
 /* A mixture of experts on the first device: ffn_gate_inp (the router) and the
  * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.moe.n_ff rows (gate and up
- * may be one ffn_gate_up_exps: each expert's gate rows, then its up rows); biases:
- * the router's and each expert's bias rows are required. */
-pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases);
+ * may be one ffn_gate_up_exps: each expert's gate rows, then its up rows), and what
+ * `what` adds (pkv_layer.moe): */
+enum {
+    PKV_MOE_BIASES = 1u << 0,      /* the router's and each expert's bias rows, required (gpt-oss) */
+    PKV_MOE_PROBS_B = 1u << 1,     /* exp_probs_b.bias, the selection bias, where the file has it */
+    PKV_MOE_SHARED = 1u << 2,      /* the shared expert ffn_{gate,up,down}_shexp, required */
+    PKV_MOE_SHARED_GATE = 1u << 3, /* the shared expert and its gate ffn_gate_inp_shexp, required */
+};
+pkv_status pkv_load_moe(pkv_loader *L, int il, unsigned what);
 
 /* The pre-norm layer every architecture here starts from: attn_norm, the
  * attention's tensors, the FFN's norm (ffn_norm, or the name given) and the FFN's

@@ -207,6 +207,18 @@ pkv_status pkv_mk_expert_keys(pkv_mk *b, int n_ff_exp) { /* llama.cpp's keys */
     return pkv_mk_u32(b, "expert_feed_forward_length", (uint32_t)n_ff_exp);
 }
 
+pkv_status pkv_mk_moe_extras(pkv_mk *b, int l, unsigned what, int64_t n_ff_sh) {
+    const int64_t E = b->p->n_embd;
+    /* a selection bias about the spread of sigmoid scores, so it changes some choices */
+    if (what & PKV_MOE_PROBS_B) PKV_MK_TRY(pkv_mk_blk(b, l, "exp_probs_b.bias", PKV_TYPE_F32, b->p->n_expert, 1, 0.0, 0.2));
+    if (!(what & (PKV_MOE_SHARED | PKV_MOE_SHARED_GATE))) return PKV_OK;
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_shexp.weight", b->p->type, E, n_ff_sh, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up_shexp.weight", b->p->type, E, n_ff_sh, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_down_shexp.weight", pkv_mk_type(b->p, "ffn_down", l), n_ff_sh, E, 0.0, b->lin_f));
+    if (what & PKV_MOE_SHARED_GATE) PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp_shexp.weight", PKV_TYPE_F32, E, 1, 0.0, b->lin_e));
+    return PKV_OK;
+}
+
 pkv_status pkv_mk_window_key(pkv_mk *b) {
     return pkv_mk_u32(b, "attention.sliding_window", (uint32_t)b->p->sliding_window);
 }

@@ -100,6 +100,13 @@ typedef struct pkv_layer {
         pkv_weight dense_post_norm; /* post_ffw_norm_1 f32 [n_embd]: the dense FFN's output norm */
         pkv_weight post_norm;       /* post_ffw_norm_2 f32 [n_embd]: the experts' output norm */
         float *exp_scale;           /* host [n_expert]: ffn_down_exps.scale, expert e's output times it; NULL: none */
+        /* The routing kinds' tensors (pkv_load_moe's flags; absent elsewhere) */
+        pkv_weight probs_b;         /* exp_probs_b.bias f32 [n_expert]: added to the scores that choose the
+                                       experts, not to their weights (DeepSeek-V3, GLM-4.5) */
+        pkv_weight sh_gate, sh_up;  /* ffn_{gate,up}_shexp [n_ff_sh][n_embd]: the shared expert, every token's */
+        pkv_weight sh_down;         /* ffn_down_shexp [n_embd][n_ff_sh] */
+        pkv_weight sh_gate_inp;     /* ffn_gate_inp_shexp f32 [n_embd]: the shared expert's output times
+                                       sigmoid(sh_gate_inp · xb) (Qwen2-MoE, Qwen3.5-MoE); absent: ungated */
     } moe;
     /* Gemma: RMS norms of the attention's and the FFN's outputs before the residual
      * adds, f32 [n_embd] on devs[0]; absent elsewhere */
@@ -197,6 +204,16 @@ typedef struct pkv_hparams {
         float scale;
         int floor_len;
     } attn_temp;
+    /* A mixture of experts' routing beyond its sizes (llama.cpp's generic expert_* keys,
+     * read for every MoE architecture where the file has them; 0 / false when absent) */
+    struct {
+        int n_shared;            /* expert_shared_count: shared experts (their rows are one FFN) */
+        int n_ff_shexp;          /* expert_shared_feed_forward_length: one shared expert's rows */
+        int n_group, n_group_used; /* expert_group_count / _used_count: group-limited top k (> 1: on) */
+        int gating;              /* expert_gating_func: 0 not given, 1 softmax, 2 sigmoid, 3 softmax of the top k */
+        float w_scale;           /* expert_weights_scale: the weights times it (0: 1) */
+        bool norm_w;             /* expert_weights_norm: the chosen weights divided by their sum */
+    } moe_route;
 } pkv_hparams;
 
 struct pkv_model {

@@ -331,6 +331,11 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe.dense_post_norm);
             free_weight(&ly->moe.post_norm);
             pkv_free(ly->moe.exp_scale);
+            free_weight(&ly->moe.probs_b);
+            free_weight(&ly->moe.sh_gate);
+            free_weight(&ly->moe.sh_up);
+            free_weight(&ly->moe.sh_down);
+            free_weight(&ly->moe.sh_gate_inp);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
                 for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].ssm.out; e++) free_weight(e);
@@ -766,7 +771,30 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     return PKV_OK;
 }
 
-pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
+/* The shared expert: a gated FFN on the first device whose row count the file's
+ * ffn_gate_shexp gives (llama.cpp sizes it per architecture: expert_shared_count
+ * experts of expert_feed_forward_length, or expert_shared_feed_forward_length), and
+ * with PKV_MOE_SHARED_GATE its sigmoid gate ffn_gate_inp_shexp. */
+static pkv_status load_shared_expert(pkv_loader *L, int il, unsigned what) {
+    pkv_model *m = L->m;
+    pkv_layer *ly = &m->layers[il];
+    const int64_t E = m->hp.n_embd;
+    char name[96];
+    pkv_status s;
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, NAME("ffn_gate_shexp.weight"));
+    if (!t) return pkv_err(PKV_ERR_FORMAT, "%s: tensor '%s' not found (the shared expert)", m->label, name);
+    const int64_t F = t->ne[1];
+    if ((s = load_weight(L, name, E, F, true, false, m->dev, k_all, &ly->moe.sh_gate)) ||
+        (s = load_weight(L, NAME("ffn_up_shexp.weight"), E, F, true, false, m->dev, k_all, &ly->moe.sh_up)) ||
+        (s = load_weight(L, NAME("ffn_down_shexp.weight"), F, E, true, false, m->dev, k_all, &ly->moe.sh_down)))
+        return s;
+    if (!(what & PKV_MOE_SHARED_GATE)) return PKV_OK;
+    /* [n_embd] (llama.cpp's converters) or [n_embd][1] */
+    return load_weight(L, NAME("ffn_gate_inp_shexp.weight"), E, 1, true, true, m->dev, k_all, &ly->moe.sh_gate_inp);
+}
+
+pkv_status pkv_load_moe(pkv_loader *L, int il, unsigned what) {
+    const bool biases = what & PKV_MOE_BIASES;
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
     pkv_layer *ly = &m->layers[il];
@@ -792,7 +820,10 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, bool biases) {
                    (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe.up_b)) ||
                    (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe.down_b))))
         return s;
-    return PKV_OK;
+    if ((what & PKV_MOE_PROBS_B) &&
+        (s = load_weight(L, NAME("exp_probs_b.bias"), X, 1, false, true, m->dev, k_all, &ly->moe.probs_b)))
+        return s;
+    return what & (PKV_MOE_SHARED | PKV_MOE_SHARED_GATE) ? load_shared_expert(L, il, what) : PKV_OK;
 }
 
 pkv_status pkv_load_prenorm(pkv_loader *L, int il, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn) {
@@ -801,7 +832,8 @@ pkv_status pkv_load_prenorm(pkv_loader *L, int il, const pkv_attn_tensors *attn,
     if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) || (s = pkv_load_attention(L, il, attn)) ||
         (s = pkv_load_norm(L, il, ffn_norm ? ffn_norm : "ffn_norm.weight", &ly->ffn_norm)))
         return s;
-    return ffn == PKV_FFN_EXPERTS || ffn == PKV_FFN_EXPERTS_BIASED ? pkv_load_moe(L, il, ffn == PKV_FFN_EXPERTS_BIASED)
+    return ffn == PKV_FFN_EXPERTS || ffn == PKV_FFN_EXPERTS_BIASED
+               ? pkv_load_moe(L, il, ffn == PKV_FFN_EXPERTS_BIASED ? PKV_MOE_BIASES : 0)
                                                                    : pkv_load_ffn(L, il, ffn == PKV_FFN_FUSED_UP);
 }
 

@@ -179,7 +179,7 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     if (!s) s = pkv_load_norm(L, il, "post_ffw_norm.weight", &ly->post_ffn_norm);
     if (!s && moe) { /* the experts, their norms, the router's input scale and each expert's output scale */
         float *in = NULL;
-        s = pkv_load_moe(L, il, false);
+        s = pkv_load_moe(L, il, 0);
         if (!s) s = pkv_load_norm(L, il, "pre_ffw_norm_2.weight", &ly->moe.pre_norm);
         if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_1.weight", &ly->moe.dense_post_norm);
         if (!s) s = pkv_load_norm(L, il, "post_ffw_norm_2.weight", &ly->moe.post_norm);
@@ -214,7 +214,7 @@ static pkv_status layer(pkv_fwd *f, int il) {
     if (!s && ly->moe.router.buf) /* a MoE layer: the dense FFN and the experts, each normed, summed, normed */
         s = pkv_blk_ffn_moe(f, il,
                             &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_GELU, .post_norm = &ly->moe.dense_post_norm},
-                            &(pkv_moe_kind){.norm = &ly->moe.pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK,
+                            &(pkv_moe_kind){.norm = &ly->moe.pre_norm, .act = PKV_GLU_GELU, .gating = PKV_MOE_SOFTMAX_TOPK, .norm_w = true,
                                             .router_norm = &ly->moe.router_in, .exp_scale = ly->moe.exp_scale,
                                             .post_norm = &ly->moe.post_norm},
                             &ly->post_ffn_norm);

@@ -15,7 +15,7 @@ static pkv_status layer(pkv_fwd *f, int il) {
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true});
     return s ? s
-             : pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU, .gating = PKV_MOE_SOFTMAX_TOPK});
+             : pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU, .gating = PKV_MOE_SOFTMAX_TOPK, .norm_w = true});
 }
 
 /* ------------------------------------------------------- pagekv mkmodel */
