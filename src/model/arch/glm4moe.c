@@ -33,7 +33,9 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (dense < n_layer_all) { /* some layers are mixtures: llama.cpp's expert keys */
         if ((s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->moe.n_expert)) ||
             (s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, (uint32_t)hp->moe.n_expert, &hp->moe.n_used)) ||
-            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->moe.n_ff)))
+            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->moe.n_ff)) ||
+            (s = pkv_hp_need_u32(g, arch, "expert_shared_count", 0, 64, &hp->moe_route.n_shared)) ||
+            (s = pkv_hp_moe_routing(g, arch, hp)))
             return s;
     }
     if (hp->head_dim_k != hp->head_dim_v)
@@ -79,20 +81,55 @@ static pkv_status has_qk_norm(pkv_loader *L, int il, bool *qk) {
     return PKV_OK;
 }
 
+/* A mixture layer: the experts, exp_probs_b (llama.cpp requires it for this
+ * architecture) and the shared experts' FFN of expert_shared_count expert widths. */
+static pkv_status load_moe(pkv_loader *L, int il) {
+    const pkv_model *m = pkv_loader_model(L);
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    const int fl = hp->layer_base + il;
+    pkv_status s = pkv_load_moe(L, il, PKV_MOE_PROBS_B | (hp->moe_route.n_shared > 0 ? PKV_MOE_SHARED : 0));
+    if (s) return s;
+    if (!ly->moe.probs_b.buf)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor 'blk.%d.exp_probs_b.bias' not found (the routing bias of a %s mixture "
+                       "layer)", m->label, fl, pkv_arch_name(hp->arch));
+    const int64_t want = (int64_t)hp->moe.n_ff * hp->moe_route.n_shared;
+    if (hp->moe_route.n_shared > 0 && ly->moe.sh_gate.ne1 != want)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor 'blk.%d.ffn_gate_shexp.weight' has %lld rows, expected %lld "
+                       "('%s.expert_feed_forward_length' %d times 'expert_shared_count' %d)", m->label, fl,
+                       (long long)ly->moe.sh_gate.ne1, (long long)want, pkv_arch_name(hp->arch), hp->moe.n_ff,
+                       hp->moe_route.n_shared);
+    return PKV_OK;
+}
+
 static pkv_status load_layer(pkv_loader *L, int il) {
+    pkv_layer *ly = &pkv_loader_model(L)->layers[il];
     bool dense = false, qk = false;
     pkv_status s;
     if ((s = is_dense(L, il, &dense)) || (s = has_qk_norm(L, il, &qk))) return s;
     if (dense) return pkv_load_prenorm(L, il, &(pkv_attn_tensors){.qk_norm = qk}, "post_attention_norm.weight", PKV_FFN_GATED);
-    return pkv_load_prenorm(L, il, &(pkv_attn_tensors){.qk_norm = qk}, "post_attention_norm.weight", PKV_FFN_EXPERTS);
+    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) ||
+        (s = pkv_load_attention(L, il, &(pkv_attn_tensors){.qk_norm = qk})) ||
+        (s = pkv_load_norm(L, il, "post_attention_norm.weight", &ly->ffn_norm)))
+        return s;
+    return load_moe(L, il);
+}
+
+/* expert_gating_func: llama.cpp's default for this architecture is sigmoid */
+static pkv_moe_gating gating_of(const pkv_hparams *hp) {
+    return hp->moe_route.gating == 1 ? PKV_MOE_SOFTMAX_TOPK
+           : hp->moe_route.gating == 3 ? PKV_MOE_TOPK_SOFTMAX
+                                       : PKV_MOE_SIGMOID_TOPK;
 }
 
 static pkv_status layer(pkv_fwd *f, int il) {
+    const pkv_hparams *hp = &f->m->hp;
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = ly->sh[0].q_norm.buf != NULL});
     if (s) return s;
     if (!ly->moe.router.buf) return pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
-    return pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU, .gating = PKV_MOE_SOFTMAX_TOPK});
+    return pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU, .gating = gating_of(hp),
+                                              .norm_w = hp->moe_route.norm_w, .w_scale = hp->moe_route.w_scale});
 }
 
 /* ------------------------------------------------------- pagekv mkmodel */
@@ -129,10 +166,7 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
     const pkv_attn_tensors at = {.qkv_bias = true, .qk_norm = l % 2 == 1};
     if (l == 0) return pkv_mk_layer(b, l, &at, "post_attention_norm.weight", PKV_FFN_GATED, false);
     PKV_MK_TRY(pkv_mk_layer(b, l, &at, "post_attention_norm.weight", PKV_FFN_EXPERTS, false));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "exp_probs_b.bias", PKV_TYPE_F32, p->n_expert, 1, 0.0, 0.5));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_shexp.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up_shexp.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_down_shexp.weight", pkv_mk_type(p, "ffn_down", l), p->n_ff, E, 0.0, b->lin_f));
+    PKV_MK_TRY(pkv_mk_moe_extras(b, l, PKV_MOE_PROBS_B | PKV_MOE_SHARED, p->n_ff));
     if (l < p->n_layer) return PKV_OK;
     PKV_MK_TRY(pkv_mk_blk(b, l, "nextn.eh_proj.weight", p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E))));
     PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.enorm.weight", E));
