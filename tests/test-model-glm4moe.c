@@ -10,7 +10,8 @@
  * trunk's hidden states) against the reference of that layer. Bad files (the
  * dense count past the trunk, one Q/K norm without the other, a missing routing
  * bias or shared expert, M-RoPE sections, K and V heads of different sizes) are
- * refused naming the key or tensor. */
+ * refused naming the key or tensor. The forward and the MTP head again on
+ * vulkan:0 where it opens (the same tolerance; measured 7e-13). */
 #include <math.h>
 
 #include "engine/engine.h"
@@ -229,13 +230,15 @@ static glm_ref *ref_new(const pkv_gguf *g, bool use_bias) {
 
 /* A prompt decoded at once and 4 single steps, every position against the
  * reference; the reference without the routing bias must be far off. */
-static void test_forward(void) {
+static void test_forward(const char *dev, double tol) {
     pkv_mkmodel_params p = params(3, 1);
     void *img;
     size_t size;
     REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
     pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
-    pkv_model *m = pkv_model_load_memory(img, size, "glm4moe", pkv_model_default_params());
+    pkv_model_params mp = pkv_model_default_params();
+    mp.device = dev;
+    pkv_model *m = pkv_model_load_memory(img, size, "glm4moe", mp);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.kv_type = PKV_TYPE_F32;
     cp.page_size = 5;
@@ -269,8 +272,9 @@ static void test_forward(void) {
         worst = fmax(worst, nmse(got + (size_t)t * V, want, V));
         if (t > 0) far = fmin(far, nmse(got + (size_t)t * V, other, V));
     }
-    fprintf(stderr, "glm4moe: %d positions, nmse %.2e; without the routing bias >= %.2e\n", NT, worst, far);
-    if (!(worst < 1e-9)) TH_FAIL("nmse %g against the reference", worst);
+    fprintf(stderr, "glm4moe on %s: %d positions, nmse %.2e (tol %.0e); without the routing bias >= %.2e\n", dev, NT, worst,
+            tol, far);
+    if (!(worst < tol)) TH_FAIL("%s: nmse %g against the reference", dev, worst);
     if (!(far > 1e-5)) TH_FAIL("the reference without the routing bias is as close (%g): the case does not test it", far);
     th_checks += 2;
     free(got);
@@ -286,7 +290,7 @@ done:
 
 /* The MTP head (pkv_model_params.mtp) against the reference of the nextn layer,
  * fed the trunk's hidden states of the previous positions. */
-static void test_mtp_head(void) {
+static void test_mtp_head(const char *dev, double tol) {
     pkv_mkmodel_params p = params(2, 1);
     void *img;
     size_t size;
@@ -294,6 +298,7 @@ static void test_mtp_head(void) {
     pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
     pkv_model_params mp = pkv_model_default_params();
     mp.mtp = true;
+    mp.device = dev;
     pkv_model *m = pkv_model_load_memory(img, size, "glm4moe mtp", mp);
     pkv_cache_params cp = pkv_cache_default_params();
     cp.kv_type = PKV_TYPE_F32;
@@ -325,8 +330,8 @@ static void test_mtp_head(void) {
         worst = fmax(worst, nmse(pkv_context_logits(ctx), lg, V));
         worst = fmax(worst, nmse(hout, hn, E));
     }
-    fprintf(stderr, "glm4moe MTP head: %d positions, nmse %.2e\n", NT - 1, worst);
-    if (!(worst < 1e-9)) TH_FAIL("MTP head: nmse %g against the reference", worst);
+    fprintf(stderr, "glm4moe MTP head on %s: %d positions, nmse %.2e (tol %.0e)\n", dev, NT - 1, worst, tol);
+    if (!(worst < tol)) TH_FAIL("%s: MTP head: nmse %g against the reference", dev, worst);
     th_checks++;
 done:
     free(r);
@@ -397,8 +402,17 @@ static void test_bad(void) {
 }
 
 int main(void) {
-    test_forward();
-    test_mtp_head();
+    test_forward("cpu", 1e-9);
+    test_mtp_head("cpu", 1e-9);
     test_bad();
+    /* the same on vulkan:0 (f32 math in another order) */
+    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (vk) {
+        pkv_device_close(vk);
+        test_forward("vulkan:0", 1e-9);
+        test_mtp_head("vulkan:0", 1e-9);
+    } else {
+        printf("note: no vulkan:0 here; the Vulkan cases not run\n");
+    }
     return th_done();
 }
