@@ -579,9 +579,9 @@ static void moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p,
         float gs[4096];
         bool gok[4096], keep[4096];
         for (int32_t g = 0; g < G; g++) {
-            int32_t a = moe_best(sv + g * per, ok, per);
+            int32_t a = moe_best(sv + g * per, ok + g * per, per);
             ok[g * per + a] = false;
-            int32_t b = moe_best(sv + g * per, ok, per);
+            int32_t b = moe_best(sv + g * per, ok + g * per, per);
             ok[g * per + a] = true;
             gs[g] = sv[g * per + a] + sv[g * per + b];
             gok[g] = true, keep[g] = false;
