@@ -31,7 +31,7 @@ static inline double *ref_gguf_tensor(void *user, const char *name, int64_t *n) 
 
 /* A copy of the GGUF image g (malloc'd, *size bytes; NULL on failure) with key
  * `key` (NULL: none) set to u32 `set` (set >= 0), or to the i32 array i32[n_i32]
- * (i32 not NULL; added where g lacks the key), or else left out; and tensor
+ * (i32 not NULL), added where g lacks the key, or else left out; and tensor
  * `drop` (NULL: none) left out. For the tests of bad files. */
 static inline void *ref_gguf_variant(const pkv_gguf *g, const char *key, int64_t set, const char *drop, const int32_t *i32,
                                      int n_i32, size_t *size) {
@@ -48,7 +48,8 @@ static inline void *ref_gguf_variant(const pkv_gguf *g, const char *key, int64_t
         if (set >= 0) ok = !pkv_gguf_writer_add_u32(w, k, (uint32_t)set);
         else if (i32) ok = !pkv_gguf_writer_add_arr(w, k, PKV_GGUF_INT32, i32, (uint64_t)n_i32);
     }
-    if (ok && key && !done && i32) ok = !pkv_gguf_writer_add_arr(w, key, PKV_GGUF_INT32, i32, (uint64_t)n_i32);
+    if (ok && key && !done && set >= 0) ok = !pkv_gguf_writer_add_u32(w, key, (uint32_t)set);
+    else if (ok && key && !done && i32) ok = !pkv_gguf_writer_add_arr(w, key, PKV_GGUF_INT32, i32, (uint64_t)n_i32);
     for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
         const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
         if (drop && !strcmp(t->name, drop)) continue;

@@ -349,6 +349,16 @@ static inline double ref_gelu(double x) {
 /* c * tanh(s / c): s squashed into (-c, c), about s where |s| << c; c = 0: s. */
 static inline double ref_softcap(double s, double c) { return c > 0 ? c * tanh(s / c) : s; }
 
+/* sum((a - b)^2) / sum(b^2) of n values, b the reference's. */
+static inline double ref_nmse(const float *a, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return num / den;
+}
+
 /* Gated FFN of n_ff rows: y = down · (act(gate · x) * up · x), act silu (SwiGLU) or
  * gelu (GeGLU), with gate, up [n_ff][n_embd] and down [n_embd][n_ff]; g and u are
  * scratch [n_ff]. Both the dense FFN and each expert of a MoE are this. */

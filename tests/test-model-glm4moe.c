@@ -4,9 +4,11 @@
  * `mkmodel --arch glm4moe` (f32 weights and KV) with a dense first layer, mixture
  * layers with and without Q/K norms, Q/K/V biases, half of each head rotated (neox),
  * sigmoid routing with the exp_probs_b selection bias, normalized weights times
- * expert_weights_scale and a shared expert. Every position of a prompt and single
- * steps; the same with the reference's routing bias dropped must be far off, so the
- * match is the bias's. Its MTP head (the nextn layer after the trunk, fed the
+ * expert_weights_scale and a shared expert; again with 2 expert groups of which 1
+ * is used (expert_group_count, _used_count), which llama.cpp matches too. Every
+ * position of a prompt and single steps; the reference with the routing bias
+ * dropped (with groups: the groups) must be far off, so the match is theirs. Its
+ * MTP head (the nextn layer after the trunk, fed the
  * trunk's hidden states) against the reference of that layer. Bad files (the
  * dense count past the trunk, one Q/K norm without the other, a missing routing
  * bias or shared expert, M-RoPE sections, K and V heads of different sizes) are
@@ -44,7 +46,7 @@ static pkv_mkmodel_params params(int n_layer, int n_mtp) {
 
 typedef struct {
     const pkv_gguf *g;
-    int n_dense;
+    int n_dense, n_group, n_group_used;
     double scale, eps, base;
     bool use_bias;             /* the routing bias (false: the contrast) */
     double k[8][MAXP][NKV * HD], v[8][MAXP][NKV * HD]; /* per file layer */
@@ -112,6 +114,54 @@ static void attention(glm_ref *r, int l, int pos, double *x) {
 /* x += the FFN of layer l: dense, or the experts llama.cpp's build_moe_ffn picks
  * (sigmoid, selection on probs + bias, weights normalized and scaled) plus the
  * shared expert */
+/* The index of the largest of v[0..n) not in taken[0..nt) (ties: the lower). */
+static int best_of(const double *v, int n, const int *taken, int nt) {
+    int best = -1;
+    for (int e = 0; e < n; e++) {
+        bool t = false;
+        for (int j = 0; j < nt; j++) t |= taken[j] == e;
+        if (!t && (best < 0 || v[e] > v[best])) best = e;
+    }
+    return best;
+}
+
+/* llama.cpp's build_moe_ffn routing: p = sigmoid(router·h); choose on p + bias,
+ * with n_group > 1 only among the experts of the n_group_used groups whose two
+ * best choice scores sum highest; weights p[chosen] / their sum * scale. */
+static void route(const glm_ref *r, int l, const double *h, int *chosen, double *w) {
+    double lg[X], p[X], sel[X], wsum = 0;
+    double *bias = T_(r, l, "exp_probs_b.bias");
+    mv(r, l, "ffn_gate_inp.weight", NULL, h, X, E, lg);
+    for (int e = 0; e < X; e++) {
+        p[e] = 1.0 / (1.0 + exp(-lg[e]));
+        sel[e] = p[e] + (r->use_bias && bias ? bias[e] : 0);
+    }
+    free(bias);
+    if (r->n_group > 1) {
+        const int per = X / r->n_group;
+        double gs[X];
+        int keep[X];
+        for (int gi = 0; gi < r->n_group; gi++) {
+            int two[2];
+            two[0] = best_of(sel + gi * per, per, NULL, 0);
+            two[1] = best_of(sel + gi * per, per, two, 1);
+            gs[gi] = sel[gi * per + two[0]] + sel[gi * per + two[1]];
+        }
+        for (int j = 0; j < r->n_group_used; j++) keep[j] = best_of(gs, r->n_group, keep, j);
+        for (int e = 0; e < X; e++) {
+            bool kept = false;
+            for (int j = 0; j < r->n_group_used; j++) kept |= keep[j] == e / per;
+            if (!kept) sel[e] = -INFINITY;
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        chosen[k] = best_of(sel, X, chosen, k);
+        wsum += w[k] = p[chosen[k]];
+    }
+    for (int k = 0; k < K; k++) w[k] = w[k] / fmax(wsum, 6.103515625e-5) * r->scale;
+}
+
+/* x += the FFN of layer l: dense, or the routed experts plus the shared expert */
 static void ffn(const glm_ref *r, int l, double *x) {
     double h[E], g[F], u[F], y[E], out[E] = {0};
     norm_by(r, l, "post_attention_norm.weight", x, E, h);
@@ -120,32 +170,15 @@ static void ffn(const glm_ref *r, int l, double *x) {
         ref_ffn(G, U, D, E, F, false, h, g, u, out);
         free(G), free(U), free(D);
     } else {
-        double lg[X], p[X], sel[X], w[K], wsum = 0;
-        double *bias = T_(r, l, "exp_probs_b.bias");
-        mv(r, l, "ffn_gate_inp.weight", NULL, h, X, E, lg);
-        for (int e = 0; e < X; e++) {
-            p[e] = 1.0 / (1.0 + exp(-lg[e]));
-            sel[e] = p[e] + (r->use_bias && bias ? bias[e] : 0);
-        }
-        free(bias);
         int chosen[K];
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < X; e++) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken |= chosen[j] == e;
-                if (!taken && (best < 0 || sel[e] > sel[best])) best = e;
-            }
-            chosen[k] = best;
-            w[k] = p[best];
-            wsum += w[k];
-        }
+        double w[K];
+        route(r, l, h, chosen, w);
         double *G = T_(r, l, "ffn_gate_exps.weight"), *U = T_(r, l, "ffn_up_exps.weight"),
                *D = T_(r, l, "ffn_down_exps.weight");
         for (int k = 0; k < K; k++) {
             const int e = chosen[k];
             ref_ffn(G + (size_t)e * F * E, U + (size_t)e * F * E, D + (size_t)e * E * F, E, F, false, h, g, u, y);
-            for (int i = 0; i < E; i++) out[i] += w[k] / fmax(wsum, 6.103515625e-5) * r->scale * y[i];
+            for (int i = 0; i < E; i++) out[i] += w[k] * y[i];
         }
         free(G), free(U), free(D);
         G = T_(r, l, "ffn_gate_shexp.weight"), U = T_(r, l, "ffn_up_shexp.weight"), D = T_(r, l, "ffn_down_shexp.weight");
@@ -202,116 +235,142 @@ static void mtp_step(glm_ref *r, int l, int32_t tok, const double *h, int pos, d
     head(r, nn, x, hn, logits);
 }
 
-static double nmse(const float *a, const double *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return num / den;
-}
-
 static glm_ref *ref_new(const pkv_gguf *g, bool use_bias) {
     glm_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->g = g;
     r->use_bias = use_bias;
-    uint32_t nd = 0;
+    uint32_t nd = 0, ng = 0, ngu = 0;
     float sc = 0, eps = 0, base = 0;
     CHECK_OK(pkv_gguf_get_u32(g, "glm4moe.leading_dense_block_count", &nd));
     CHECK_OK(pkv_gguf_get_f32(g, "glm4moe.expert_weights_scale", &sc));
     CHECK_OK(pkv_gguf_get_f32(g, "glm4moe.attention.layer_norm_rms_epsilon", &eps));
     CHECK_OK(pkv_gguf_get_f32(g, "glm4moe.rope.freq_base", &base));
-    r->n_dense = (int)nd, r->scale = sc, r->eps = eps, r->base = base;
+    if (pkv_gguf_find_key(g, "glm4moe.expert_group_count") >= 0) {
+        CHECK_OK(pkv_gguf_get_u32(g, "glm4moe.expert_group_count", &ng));
+        CHECK_OK(pkv_gguf_get_u32(g, "glm4moe.expert_group_used_count", &ngu));
+    }
+    r->n_dense = (int)nd, r->n_group = (int)ng, r->n_group_used = (int)ngu, r->scale = sc, r->eps = eps, r->base = base;
     return r;
 }
 
 /* ------------------------------------------------------------- the tests */
 
-/* A prompt decoded at once and 4 single steps, every position against the
- * reference; the reference without the routing bias must be far off. */
-static void test_forward(const char *dev, double tol) {
-    pkv_mkmodel_params p = params(3, 1);
+/* A file (or the variant of it the caller made), its model on dev (its MTP head
+ * where mtp), an f32 cache of pages of 5 and a context. */
+typedef struct {
     void *img;
     size_t size;
-    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
-    pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
+    pkv_gguf *g;
+    pkv_model *m;
+    pkv_kv_cache *c;
+    pkv_context *ctx;
+} glm_run;
+
+static bool run_open(glm_run *u, void *img, size_t size, bool mtp, const char *dev) {
+    memset(u, 0, sizeof *u);
+    u->img = img, u->size = size;
+    u->g = img ? pkv_gguf_open_memory(img, size, "glm4moe") : NULL;
     pkv_model_params mp = pkv_model_default_params();
     mp.device = dev;
-    pkv_model *m = pkv_model_load_memory(img, size, "glm4moe", mp);
+    mp.mtp = mtp;
+    u->m = img ? pkv_model_load_memory(img, size, mtp ? "glm4moe mtp" : "glm4moe", mp) : NULL;
     pkv_cache_params cp = pkv_cache_default_params();
     cp.kv_type = PKV_TYPE_F32;
     cp.page_size = 5;
     cp.n_ctx = MAXP;
-    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
-    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
-    glm_ref *r = g ? ref_new(g, true) : NULL, *rb = g ? ref_new(g, false) : NULL;
-    if (!g || !ctx || !r || !rb) {
-        TH_FAIL("setup: %s", pkv_errmsg());
-        goto done;
+    u->c = u->m ? pkv_model_cache_create(u->m, cp) : NULL;
+    u->ctx = u->c ? pkv_context_create(u->m, u->c, 0) : NULL;
+    if (!u->g || !u->ctx) TH_FAIL("setup on %s: %s", dev, pkv_errmsg());
+    return u->g && u->ctx;
+}
+
+static void run_close(glm_run *u) {
+    pkv_context_free(u->ctx);
+    pkv_kv_cache_free(u->c);
+    pkv_model_free(u->m);
+    pkv_gguf_close(u->g);
+    free(u->img);
+}
+
+/* A file of n_layer trunk layers and one MTP layer (malloc'd); with groups, its
+ * variant with 2 expert groups of which 1 is used. */
+static void *make_file(int n_layer, bool groups, size_t *size) {
+    pkv_mkmodel_params p = params(n_layer, 1);
+    void *img, *copy = NULL;
+    if (pkv_mkmodel_memory(&p, &img, size)) return NULL;
+    pkv_gguf *g = pkv_gguf_open_memory(img, *size, "glm4moe");
+    if (g && !groups && (copy = malloc(*size))) memcpy(copy, img, *size);
+    if (g && groups) {
+        size_t s1 = 0;
+        void *v1 = ref_gguf_variant(g, "glm4moe.expert_group_count", 2, NULL, NULL, 0, &s1);
+        pkv_gguf *g1 = v1 ? pkv_gguf_open_memory(v1, s1, "glm4moe") : NULL;
+        if (g1) copy = ref_gguf_variant(g1, "glm4moe.expert_group_used_count", 1, NULL, NULL, 0, size);
+        pkv_gguf_close(g1);
+        free(v1);
     }
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+    return copy;
+}
+
+/* A prompt decoded at once and 4 single steps, every position against the
+ * reference; the reference without the routing bias (with groups: without the
+ * groups) must be far off. */
+static void test_forward(const char *dev, bool groups, double tol) {
+    glm_run u;
+    size_t size = 0;
+    void *img = make_file(3, groups, &size);
+    glm_ref *r = NULL, *rb = NULL;
+    /* the contrast: the reference without the routing bias, or (groups) without the groups */
+    if (!run_open(&u, img, size, false, dev) || !(r = ref_new(u.g, true)) || !(rb = ref_new(u.g, groups))) goto done;
+    if (groups) rb->n_group = 0;
     pkv_model_info mi;
-    pkv_model_get_info(m, &mi);
+    pkv_model_get_info(u.m, &mi);
     CHECK_INT(mi.n_layer, 3);
     CHECK_INT(mi.n_expert, X);
+    CHECK_INT(r->n_group, groups ? 2 : 0);
     enum { NP = 12, NT = NP + 4 };
     int32_t toks[NT];
     for (int i = 0; i < NT; i++) toks[i] = (i * 97 + 13) % V;
     float *got = malloc((size_t)NT * V * sizeof *got);
     double want[V], other[V], hn[E];
-    REQUIRE_VOID(got);
-    CHECK_OK(pkv_context_decode_all(ctx, toks, NP, got));
+    if (!got) goto done;
+    CHECK_OK(pkv_context_decode_all(u.ctx, toks, NP, got));
     for (int i = NP; i < NT; i++) {
-        CHECK_OK(pkv_context_decode(ctx, &toks[i], 1));
-        memcpy(got + (size_t)i * V, pkv_context_logits(ctx), V * sizeof(float));
+        CHECK_OK(pkv_context_decode(u.ctx, &toks[i], 1));
+        memcpy(got + (size_t)i * V, pkv_context_logits(u.ctx), V * sizeof(float));
     }
-    double worst = 0, far = 1e30;
+    double worst = 0, far = 0; /* far: the mean over the positions */
     for (int t = 0; t < NT; t++) {
         trunk_step(r, 3, toks[t], t, hn, want);
         trunk_step(rb, 3, toks[t], t, hn, other);
-        worst = fmax(worst, nmse(got + (size_t)t * V, want, V));
-        if (t > 0) far = fmin(far, nmse(got + (size_t)t * V, other, V));
+        worst = fmax(worst, ref_nmse(got + (size_t)t * V, want, V));
+        far += ref_nmse(got + (size_t)t * V, other, V) / NT;
     }
-    fprintf(stderr, "glm4moe on %s: %d positions, nmse %.2e (tol %.0e); without the routing bias >= %.2e\n", dev, NT, worst,
-            tol, far);
+    const char *what = groups ? "the groups" : "the routing bias";
+    fprintf(stderr, "glm4moe on %s%s: %d positions, nmse %.2e (tol %.0e); without %s %.2e on average\n", dev,
+            groups ? ", 2 expert groups, 1 used" : "", NT, worst, tol, what, far);
     if (!(worst < tol)) TH_FAIL("%s: nmse %g against the reference", dev, worst);
-    if (!(far > 1e-5)) TH_FAIL("the reference without the routing bias is as close (%g): the case does not test it", far);
+    if (!(far > 1e-5)) TH_FAIL("the reference without %s is as close (%g): the case does not test them", what, far);
     th_checks += 2;
     free(got);
 done:
     free(r);
     free(rb);
-    pkv_context_free(ctx);
-    pkv_kv_cache_free(c);
-    pkv_model_free(m);
-    pkv_gguf_close(g);
-    pkv_mkmodel_free_memory(img);
+    run_close(&u);
 }
 
 /* The MTP head (pkv_model_params.mtp) against the reference of the nextn layer,
  * fed the trunk's hidden states of the previous positions. */
 static void test_mtp_head(const char *dev, double tol) {
-    pkv_mkmodel_params p = params(2, 1);
-    void *img;
-    size_t size;
-    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
-    pkv_gguf *g = pkv_gguf_open_memory(img, size, "glm4moe");
-    pkv_model_params mp = pkv_model_default_params();
-    mp.mtp = true;
-    mp.device = dev;
-    pkv_model *m = pkv_model_load_memory(img, size, "glm4moe mtp", mp);
-    pkv_cache_params cp = pkv_cache_default_params();
-    cp.kv_type = PKV_TYPE_F32;
-    cp.n_ctx = MAXP;
-    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
-    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
-    glm_ref *r = g ? ref_new(g, true) : NULL;
-    if (!g || !ctx || !r) {
-        TH_FAIL("setup: %s", pkv_errmsg());
-        goto done;
-    }
+    glm_run u;
+    size_t size = 0;
+    void *img = make_file(2, false, &size);
+    glm_ref *r = NULL;
+    if (!run_open(&u, img, size, true, dev) || !(r = ref_new(u.g, true))) goto done;
     pkv_model_info mi;
-    pkv_model_get_info(m, &mi);
+    pkv_model_get_info(u.m, &mi);
     CHECK(mi.mtp);
     enum { NT = 10 };
     int32_t toks[NT];
@@ -323,23 +382,19 @@ static void test_mtp_head(const char *dev, double tol) {
         for (int i = 0; i < E; i++) hin[t][i] = (float)hprev[t][i];
     }
     double worst = 0;
-    /* position t of the head: token t + 1 with the trunk's state at t */
+    /* the head's position t: token t + 1 with the trunk's state at t */
     for (int t = 0; t + 1 < NT; t++) {
-        CHECK_OK(pkv_context_decode_mtp(ctx, &toks[t + 1], 1, hin[t], hout));
+        CHECK_OK(pkv_context_decode_mtp(u.ctx, &toks[t + 1], 1, hin[t], hout));
         mtp_step(r, 2, toks[t + 1], hprev[t], t, hn, lg);
-        worst = fmax(worst, nmse(pkv_context_logits(ctx), lg, V));
-        worst = fmax(worst, nmse(hout, hn, E));
+        worst = fmax(worst, ref_nmse(pkv_context_logits(u.ctx), lg, V));
+        worst = fmax(worst, ref_nmse(hout, hn, E));
     }
     fprintf(stderr, "glm4moe MTP head on %s: %d positions, nmse %.2e (tol %.0e)\n", dev, NT - 1, worst, tol);
     if (!(worst < tol)) TH_FAIL("%s: MTP head: nmse %g against the reference", dev, worst);
     th_checks++;
 done:
     free(r);
-    pkv_context_free(ctx);
-    pkv_kv_cache_free(c);
-    pkv_model_free(m);
-    pkv_gguf_close(g);
-    pkv_mkmodel_free_memory(img);
+    run_close(&u);
 }
 
 /* Bad files, each refused naming what is wrong. */
@@ -402,14 +457,16 @@ static void test_bad(void) {
 }
 
 int main(void) {
-    test_forward("cpu", 1e-9);
+    test_forward("cpu", false, 1e-9);
+    test_forward("cpu", true, 1e-9);
     test_mtp_head("cpu", 1e-9);
     test_bad();
     /* the same on vulkan:0 (f32 math in another order) */
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
     if (vk) {
         pkv_device_close(vk);
-        test_forward("vulkan:0", 1e-9);
+        test_forward("vulkan:0", false, 1e-9);
+        test_forward("vulkan:0", true, 1e-9);
         test_mtp_head("vulkan:0", 1e-9);
     } else {
         printf("note: no vulkan:0 here; the Vulkan cases not run\n");

@@ -72,15 +72,6 @@ static pkv_mkmodel_params phi3_params(void) {
     return p;
 }
 
-static double nmse_d(const float *a, const double *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return num / den;
-}
-
 /* One cache of n_ctx tokens a sequence: np prompt tokens and 4 steps, then (shift)
  * a context shift of 3 tokens at 10 and one more step, every position against the
  * reference with the factor set it should use (long: the long ones) and, for
@@ -152,8 +143,8 @@ static uint64_t run(const void *img, size_t size, int n_ctx, int np, bool long_s
     }
     double worst = 0, other = 1e30;
     for (int t = 0; t < np + 4 + shift; t++) {
-        worst = fmax(worst, nmse_d(got + (size_t)t * V, want[0] + (size_t)t * V, V));
-        if (t >= 4) other = fmin(other, nmse_d(got + (size_t)t * V, want[1] + (size_t)t * V, V));
+        worst = fmax(worst, ref_nmse(got + (size_t)t * V, want[0] + (size_t)t * V, V));
+        if (t >= 4) other = fmin(other, ref_nmse(got + (size_t)t * V, want[1] + (size_t)t * V, V));
     }
     fprintf(stderr, "longrope n_ctx %d (%s factors), %d tokens%s: nmse %.2e; against the other set >= %.2e\n", n_ctx,
             long_set ? "long" : "short", np + 4, shift ? " and a shift" : "", worst, other);
@@ -367,7 +358,7 @@ static double against_ref(const ref_hparams *hp, const pkv_gguf *g, int np, cons
     if (r && want && ref_model_eval(r, toks, np + 4, NULL, want) == 0 && ref_model_remove(r, 10, 13) == 0 &&
         ref_model_eval(r, &toks[np + 4], 1, want + (size_t)(np + 4) * V, NULL) == 0) {
         worst = 0;
-        for (int t = 0; t < np + 5; t++) worst = fmax(worst, nmse_d(got + (size_t)t * V, want + (size_t)t * V, V));
+        for (int t = 0; t < np + 5; t++) worst = fmax(worst, ref_nmse(got + (size_t)t * V, want + (size_t)t * V, V));
     }
     free(want);
     ref_model_free(r);

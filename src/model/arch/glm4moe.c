@@ -15,8 +15,6 @@
  * The MTP ("nextn") layers after the trunk (nextn_predict_layers) are not run with
  * it; the first loads alone as an MTP head (pkv_model_params.mtp), as qwen35's:
  * x = eh_e·enorm(embed(token)) + eh_h·hnorm(h), then this layer (a MoE one). */
-#include <math.h>
-#include <string.h>
 
 #include "model/arch/arch.h"
 #include "model/arch/mk.h"
@@ -162,16 +160,12 @@ static pkv_status mk_keys(pkv_mk *b) {
  * kinds in one file). An MTP layer adds its nextn tensors. */
 static pkv_status mk_layer(pkv_mk *b, int l) {
     const pkv_mkmodel_params *p = b->p;
-    const int64_t E = b->E;
     const pkv_attn_tensors at = {.qkv_bias = true, .qk_norm = l % 2 == 1};
     if (l == 0) return pkv_mk_layer(b, l, &at, "post_attention_norm.weight", PKV_FFN_GATED, false);
     PKV_MK_TRY(pkv_mk_layer(b, l, &at, "post_attention_norm.weight", PKV_FFN_EXPERTS, false));
     PKV_MK_TRY(pkv_mk_moe_extras(b, l, PKV_MOE_PROBS_B | PKV_MOE_SHARED, p->n_ff));
     if (l < p->n_layer) return PKV_OK;
-    PKV_MK_TRY(pkv_mk_blk(b, l, "nextn.eh_proj.weight", p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E))));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.enorm.weight", E));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.hnorm.weight", E));
-    return pkv_mk_norm(b, l, "nextn.shared_head_norm.weight", E);
+    return pkv_mk_nextn(b, l);
 }
 
 static const pkv_arch_mk mk = {.takes = PKV_MK_EXPERTS | PKV_MK_MTP,

@@ -208,16 +208,12 @@ static pkv_status mk_delta_net(pkv_mk *b, int l) {
  * layer plus its nextn tensors: x = eh_proj [enorm(embedding); hnorm(h)], its own
  * final norm. */
 static pkv_status mk_layer(pkv_mk *b, int l) {
-    const int64_t E = b->E;
     const bool mtp = l >= b->p->n_layer;
     if (!mtp && (l + 1) % 4 != 0) return mk_delta_net(b, l);
     PKV_MK_TRY(pkv_mk_layer(b, l, &(pkv_attn_tensors){.q_gate = true, .qk_norm = true}, "post_attention_norm.weight",
                             PKV_FFN_GATED, false));
     if (!mtp) return PKV_OK;
-    PKV_MK_TRY(pkv_mk_blk(b, l, "nextn.eh_proj.weight", b->p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E))));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.enorm.weight", E));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.hnorm.weight", E));
-    return pkv_mk_norm(b, l, "nextn.shared_head_norm.weight", E);
+    return pkv_mk_nextn(b, l);
 }
 
 static const pkv_arch_mk mk = {.takes = PKV_MK_DELTANET | PKV_MK_MTP,
