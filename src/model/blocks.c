@@ -548,16 +548,8 @@ static int32_t moe_best(const float *v, const bool *ok, int32_t n) {
     return best;
 }
 
-/* One token's routing (llama.cpp's build_moe_ffn), on the host:
- *   l = router·xb (+ router bias);  p = softmax(l) | sigmoid(l) | l (TOPK_SOFTMAX)
- *   s = l (kind->sel_logits) or p + exp_probs_b (where the layer has it)
- *   groups (hp.moe_route.n_group > 1): a group's score is the sum of its two best s;
- *     only the n_group_used best groups' experts may be chosen
- *   sel = the n_used best s (ties: the lower expert first)
- *   w = p[sel]; TOPK_SOFTMAX: softmax over w; norm_w: w / max(sum w, 2^-14); times w_scale
- * p: [n_expert] the logits in, the probabilities out; bias: [n_expert] or NULL. */
-static void moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p, const float *bias, int32_t *sel,
-                      float *w) {
+void pkv_blk_moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p, const float *bias, int32_t *sel,
+                       float *w) {
     const int32_t X = hp->moe.n_expert, K = hp->moe.n_used, G = hp->moe_route.n_group;
     float sv[4096];
     bool ok[4096];
@@ -709,7 +701,7 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     float bias[4096];
     if (ly->moe.probs_b.buf && (s = pkv_buffer_read(ly->moe.probs_b.buf, 0, bias, (size_t)X * 4))) return s;
     for (int64_t t = 0; t < T; t++)
-        moe_route(hp, kind, ws->h_probs + t * X, ly->moe.probs_b.buf ? bias : NULL, ws->h_sel + t * K, ws->h_wsel + t * K);
+        pkv_blk_moe_route(hp, kind, ws->h_probs + t * X, ly->moe.probs_b.buf ? bias : NULL, ws->h_sel + t * K, ws->h_wsel + t * K);
     if (kind->weight_in && (s = pkv_buffer_read(w0->xb, 0, ws->h_x, (size_t)(T * E) * 4))) return s;
     memset(ws->h_out, 0, (size_t)(T * E) * 4);
     for (int32_t e = 0; e < X; e++) {

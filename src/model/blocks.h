@@ -221,6 +221,16 @@ typedef struct pkv_moe_kind {
     const pkv_weight *post_norm;   /* RMS norm of the experts' sum (gemma4); NULL: none */
 } pkv_moe_kind;
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *k);
+/* One token's routing (llama.cpp's build_moe_ffn), on the host:
+ *   l = router·xb (+ router bias);  p = softmax(l) | sigmoid(l) | l (TOPK_SOFTMAX)
+ *   s = l (k->sel_logits) or p + bias (exp_probs_b, where the layer has it)
+ *   groups (hp.moe_route.n_group > 1): a group's score is the sum of its two best s;
+ *     only the n_group_used best groups' experts may be chosen (ties: the lower group)
+ *   sel = the hp.moe.n_used best s (ties: the lower expert first)
+ *   w = p[sel]; TOPK_SOFTMAX: softmax over w; norm_w: w / max(sum w, 2^-14); times w_scale
+ * p: [n_expert <= 4096] the logits in, the probabilities out; bias: [n_expert] or
+ * NULL; sel, w: [n_used] out. */
+void pkv_blk_moe_route(const pkv_hparams *hp, const pkv_moe_kind *k, float *p, const float *bias, int32_t *sel, float *w);
 
 /* A dense FFN and a mixture of experts side by side (gemma4's MoE layers):
  *   x += post_norm(dense's output + the experts' output)
