@@ -156,11 +156,14 @@ int main(void) {
         if (src) fclose(src);
         if (dst) fclose(dst);
     }
-    /* a mixture-of-experts model runs on one device: every KV operation == replay on
+    /* a mixture-of-experts model (qwen3moe; glm4moe with its dense layer, shared
+     * expert and MTP layer) runs on one device: every KV operation == replay on
      * cpu, with the cache on the host, and on vulkan:0; a tensor-parallel split is
      * refused by name */
     one_device_model("moe", "--arch qwen3moe --type q8_0 --experts 4 --experts-used 2",
                      "mixture-of-experts model (qwen3moe) cannot be split", "tensor-parallel splits are unsupported", vk);
+    one_device_model("glm4moe", "--arch glm4moe --type q8_0",
+                     "mixture-of-experts model (glm4moe) cannot be split", "tensor-parallel splits are unsupported", vk);
     /* a qwen35 model (gated delta-net layers: a recurrent state per sequence in the
      * cache's state slots): every KV operation == replay on cpu, on the
      * tensor-parallel pair (delta-net layers by key-head groups, each shard's state on
