@@ -20,7 +20,7 @@ static pkv_mkmodel_params kq_params(const char *arch, pkv_type t) {
     p.n_vocab = V;
     /* qwen35: the delta-net output rows (value heads x head size) a block of 256, and
      * the same in the f32 twin */
-    if (!strcmp(arch, "qwen35")) p.ssm_head_dim = 64;
+    if (!strncmp(arch, "qwen35", 6)) p.ssm_head_dim = 64; /* and qwen35moe */
     /* gemma4: sliding heads and per-layer embeddings of whole blocks, given here so the
      * f32 twin (whose defaults would be smaller) has the same shape */
     if (!strcmp(arch, "gemma4")) p.head_dim_swa = 64, p.n_embd_per_layer = 256;

@@ -12,8 +12,9 @@
  * trunk's hidden states) against the reference of that layer. Bad files (the
  * dense count past the trunk, one Q/K norm without the other, a missing routing
  * bias or shared expert, M-RoPE sections, K and V heads of different sizes) are
- * refused naming the key or tensor. The forward and the MTP head again on
- * vulkan:0 where it opens (the same tolerance; measured 7e-13). */
+ * refused naming the key or tensor. The forward and the MTP head again split
+ * over cpu and cpu:1 (heads, FFN rows, whole experts) and on vulkan:0 where it
+ * opens (the same tolerance; measured 7e-13). */
 #include <math.h>
 
 #include "engine/engine.h"
@@ -272,7 +273,8 @@ static bool run_open(glm_run *u, void *img, size_t size, bool mtp, const char *d
     u->img = img, u->size = size;
     u->g = img ? pkv_gguf_open_memory(img, size, "glm4moe") : NULL;
     pkv_model_params mp = pkv_model_default_params();
-    mp.device = dev;
+    if (strchr(dev, ',')) mp.devices = dev; /* split: heads, FFN rows and whole experts */
+    else mp.device = dev;
     mp.mtp = mtp;
     u->m = img ? pkv_model_load_memory(img, size, mtp ? "glm4moe mtp" : "glm4moe", mp) : NULL;
     pkv_cache_params cp = pkv_cache_default_params();
@@ -461,6 +463,10 @@ int main(void) {
     test_forward("cpu", true, 1e-9);
     test_mtp_head("cpu", 1e-9);
     test_bad();
+    /* split over two CPU devices (expert parallelism for the mixtures) */
+    test_forward("cpu,cpu:1", false, 1e-9);
+    test_forward("cpu,cpu:1", true, 1e-9);
+    test_mtp_head("cpu,cpu:1", 1e-9);
     /* the same on vulkan:0 (f32 math in another order) */
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
     if (vk) {

@@ -1,6 +1,6 @@
 // labels: model unit
 /* qwen35 (gated delta-net layers with a recurrent state, gated attention, an MTP
- * head) given bad input: every missing or inconsistent delta-net key, a missing
+ * head), and qwen35moe against it (test_moe), given bad input: every missing or inconsistent delta-net key, a missing
  * tensor, a missing MTP tensor, are refused naming the key or tensor; a saved
  * sequence of another model (another state shape) is refused on load; a model's
  * MTP head loads from a file that has one and is refused from one that has not.
@@ -101,6 +101,112 @@ static void test_split(const void *img, size_t size) {
     pkv_mkmodel_free_memory(qimg);
 }
 
+/* qwen35moe is qwen35 with experts: from a qwen35 file g make a qwen35moe one whose
+ * two experts are each layer's FFN (any router: the normalised weights sum to 1),
+ * whose shared expert is that FFN with ffn_down times c and whose shared gate is 0
+ * (sigmoid 0.5), so each layer's FFN output is (1 + c / 2) times the dense one's;
+ * with drop, that tensor is left out. dense_scale > 0: instead the qwen35 file with
+ * every ffn_down times dense_scale. */
+static void *moe_of(const pkv_gguf *g, float c, float dense_scale, const char *drop, size_t *size) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    bool ok = w != NULL, dense = dense_scale > 0;
+    uint32_t F = 0;
+    ok = ok && pkv_gguf_get_u32(g, "qwen35.feed_forward_length", &F) == PKV_OK;
+    for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++) {
+        const char *key = pkv_gguf_kv_key(g, i);
+        char as[128];
+        snprintf(as, sizeof as, "qwen35moe.%s", key + 7);
+        if (dense) ok = !pkv_gguf_writer_copy_kv(w, g, i);
+        else if (!strcmp(key, "general.architecture")) ok = !pkv_gguf_writer_add_str(w, key, "qwen35moe");
+        else ok = !pkv_gguf_writer_copy_kv_as(w, g, i, strncmp(key, "qwen35.", 7) ? key : as);
+    }
+    if (!dense)
+        ok = ok && !pkv_gguf_writer_add_u32(w, "qwen35moe.expert_count", 2) &&
+             !pkv_gguf_writer_add_u32(w, "qwen35moe.expert_used_count", 2) &&
+             !pkv_gguf_writer_add_u32(w, "qwen35moe.expert_feed_forward_length", F) &&
+             !pkv_gguf_writer_add_u32(w, "qwen35moe.expert_shared_feed_forward_length", F);
+    uint64_t rs = 11;
+    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        const char *ffn = strstr(t->name, ".ffn_");
+        if (!ffn) {
+            ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+            continue;
+        }
+        const bool down = strstr(ffn, "_down") != NULL;
+        const size_t n = (size_t)t->n_elements;
+        float *two = pkv_malloc(2 * n * sizeof(float));
+        if (!(ok = two != NULL)) break;
+        for (size_t k = 0; k < n; k++) two[k] = two[n + k] = ((const float *)t->data)[k] * (down && dense ? dense_scale : 1);
+        char nm[96], base[64];
+        snprintf(base, sizeof base, "%.*s", (int)(ffn - t->name), t->name); /* blk.N */
+        int64_t ne3[3] = {t->ne[0], t->ne[1], 2};
+        if (dense) {
+            ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, two, t->n_bytes);
+        } else {
+            snprintf(nm, sizeof nm, "%s.%.*s_exps.weight", base, (int)(strstr(ffn, ".weight") - ffn - 1), ffn + 1);
+            if (strcmp(nm + strlen(base) + 1, drop ? drop : "")) ok = !pkv_gguf_writer_add_tensor(w, nm, t->type, 3, ne3, two, 2 * t->n_bytes);
+            for (size_t k = 0; down && k < n; k++) two[k] *= c;
+            snprintf(nm, sizeof nm, "%s.%.*s_shexp.weight", base, (int)(strstr(ffn, ".weight") - ffn - 1), ffn + 1);
+            if (ok && strcmp(nm + strlen(base) + 1, drop ? drop : ""))
+                ok = !pkv_gguf_writer_add_tensor(w, nm, t->type, t->n_dims, t->ne, two, t->n_bytes);
+        }
+        if (ok && !dense && down) { /* the router (random) and the shared expert's gate (0) of this layer */
+            const int64_t E = t->ne[1], ner[2] = {E, 2};
+            for (int64_t k = 0; k < 2 * E; k++) two[k] = th_randf(&rs);
+            snprintf(nm, sizeof nm, "%s.ffn_gate_inp.weight", base);
+            ok = !pkv_gguf_writer_add_tensor(w, nm, PKV_TYPE_F32, 2, ner, two, (size_t)(2 * E) * 4);
+            snprintf(nm, sizeof nm, "%s.ffn_gate_inp_shexp.weight", base);
+            if (ok && strcmp("ffn_gate_inp_shexp.weight", drop ? drop : ""))
+                ok = !pkv_gguf_writer_add_tensor(w, nm, PKV_TYPE_F32, 1, ner, NULL, (size_t)E * 4);
+        }
+        pkv_free(two);
+    }
+    void *img = NULL;
+    if (ok && pkv_gguf_writer_write_memory(w, &img, size)) img = NULL;
+    pkv_gguf_writer_free(w);
+    return img;
+}
+
+/* qwen35moe against qwen35 (moe_of): a prompt and 4 greedy steps equal within
+ * nmse 1e-10 (f32: the same products, the expert sum in another order); its MTP
+ * head (MoE too) loads; a file without the shared expert's gate or an expert
+ * matrix is refused naming the tensor. */
+static void test_moe(const pkv_gguf *g) {
+    enum { V = 320 };
+    static float ref[5 * V], lg[5 * V];
+    size_t ms = 0, ds = 0;
+    void *mi = moe_of(g, 1.0f, 0, NULL, &ms), *di = moe_of(g, 0, 1.5f, NULL, &ds);
+    REQUIRE_VOID(mi && di);
+    pkv_model_params mp = pkv_model_default_params();
+    mp.n_threads = 1;
+    if (split_run(di, ds, mp, ref, V) && split_run(mi, ms, mp, lg, V)) {
+        double e = th_nmse(ref, lg, 5 * V);
+        fprintf(stderr, "qwen35moe (2 experts + gated shared expert) vs qwen35 (ffn_down x 1.5): nmse %.2e (tol 1e-10)\n", e);
+        if (!(e <= 1e-10)) TH_FAIL("qwen35moe vs qwen35: nmse %g", e);
+        th_checks++;
+    }
+    pkv_model *h = load_img(mi, ms, true);
+    CHECK(h != NULL);
+    pkv_model_info hi;
+    if (h && !pkv_model_get_info(h, &hi)) CHECK_INT(hi.n_layer, 1);
+    pkv_model_free(h);
+    static const char *const drops[] = {"ffn_gate_inp_shexp.weight", "ffn_up_exps.weight", "ffn_down_shexp.weight"};
+    for (size_t k = 0; k < sizeof drops / sizeof drops[0]; k++) {
+        size_t bs = 0;
+        void *bi = moe_of(g, 1.0f, 0, drops[k], &bs);
+        pkv_model *bad = bi ? load_img(bi, bs, false) : NULL;
+        CHECK(bi && bad == NULL);
+        char want[96];
+        snprintf(want, sizeof want, "tensor 'blk.0.%s' not found", drops[k]);
+        if (!strstr(pkv_errmsg(), want)) TH_FAIL("qwen35moe without %s: message '%s'", drops[k], pkv_errmsg());
+        pkv_model_free(bad);
+        pkv_free(bi);
+    }
+    pkv_free(mi);
+    pkv_free(di);
+}
+
 int main(void) {
     pkv_mkmodel_params p = params(3, 4);
     void *img = NULL;
@@ -165,7 +271,7 @@ int main(void) {
         size_t ls = 0;
         CHECK_OK(pkv_mkmodel_memory(&pl, &li, &ls));
         pkv_model *lm = li ? load_img(li, ls, true) : NULL;
-        CHECK(lm == NULL && strstr(pkv_errmsg(), "MTP heads are read for qwen35, glm4moe files only"));
+        CHECK(lm == NULL && strstr(pkv_errmsg(), "MTP heads are read for qwen35, qwen35moe and glm4moe files only"));
         pkv_model_free(lm);
         pkv_mkmodel_free_memory(li);
     }
@@ -198,6 +304,7 @@ int main(void) {
     pkv_model_free(m2);
     pkv_mkmodel_free_memory(img2);
     test_split(img, size);
+    test_moe(g);
     pkv_model_free(m);
     pkv_gguf_close(g);
     pkv_mkmodel_free_memory(img);

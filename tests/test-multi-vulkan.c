@@ -63,6 +63,21 @@ int main(void) {
         pkv_kv_cache_free(sc);
         pkv_model_free(single);
     }
+    /* qwen3moe with its experts over cpu and vulkan:0 (expert parallelism: experts
+     * 0-1 on one device, 2-3 on the other) */
+    {
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        mc_n_head_kv = 8;
+        fprintf(stderr, "qwen3moe, experts over the devices:\n");
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(PKV_TYPE_F16, "qwen3moe", &single, &sc, ref_lg, ref_toks));
+        mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
+        mc_compare("vulkan:0,cpu --kv-on-host", "vulkan:0,cpu", NULL, true, ref_lg, ref_toks, 1e-8);
+        mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
     pkv_mkmodel_free_memory(mc_img);
     return th_done();
 }

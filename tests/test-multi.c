@@ -12,7 +12,8 @@
  * move one quantized value by a step). More devices than KV heads (gemma3 with one
  * KV head, qwen3 with two): each KV head is replicated on the devices that share it
  * and its query heads are split among them; the same comparisons, KV operations on
- * the replicated cache, and every replica's pages equal after them. */
+ * the replicated cache, and every replica's pages equal after them. Mixture-of-
+ * experts models: the experts over the devices (expert parallelism). */
 #include "multi-common.h"
 
 /* The replicas of each KV head (shards with the same heads) hold the same bytes in
@@ -168,6 +169,28 @@ int main(void) {
     bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
     CHECK(bad == NULL);
     CHECK_MSG("(gated delta-net) has 4 key heads, which cannot be split over 5 devices");
+    /* mixture of experts: attention split by heads, the experts in the split's
+     * proportions (expert parallelism: each token's rows go to its experts' devices,
+     * the router and the sum on the first): qwen3moe, and gpt-oss (biases on every
+     * expert, sliding layers), 4 experts over 2, 3 (2,1,1) and 4 devices. Tolerance
+     * 1e-9: the split attention's other summation order (as above, measured up to
+     * 8e-11 here) goes on through the experts' SwiGLU; one token sent to another
+     * expert would give ~1e-2 */
+    static const char *const moes[] = {"qwen3moe", "gpt-oss"};
+    for (int k = 0; k < 2; k++) {
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        fprintf(stderr, "%s (experts over the devices):\n", moes[k]);
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(PKV_TYPE_F16, moes[k], &single, &sc, ref_lg, ref_toks));
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, 1e-9);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, 1e-9);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, 1e-9);
+        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, 1e-9);
+        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
     /* 8 KV heads of 1 query head over 9 devices: replicating a KV head leaves a
      * device without a query head; 8 KV heads over 2 devices in proportions 15,1:
      * the second device would get no whole KV group */

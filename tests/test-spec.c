@@ -683,10 +683,8 @@ static int parse_ids(const char *t, int32_t *v, int cap) {
  * and its accepted proposals are the next generated ids. */
 /* The file's own MTP head as the draft (--mtp: fed the target's hidden states,
  * its own one-layer cache), on the target's device, on another one, with a split
- * target (where the model splits), and on vulkan:0 when there is one: ids equal
- * plain greedy's. */
-static void mtp_greedy(const char *mtp, bool split, const char *prompt, const char *ids_a, const char *ids_b,
-                       const char *log) {
+ * target, and on vulkan:0 when there is one: ids equal plain greedy's. */
+static void mtp_greedy(const char *mtp, const char *prompt, const char *ids_a, const char *ids_b, const char *log) {
     static char ta[8192], tb[8192], tl[1 << 16];
     int32_t a[64], b[64];
     int na = 0;
@@ -698,17 +696,17 @@ static void mtp_greedy(const char *mtp, bool split, const char *prompt, const ch
      * tensor-parallel target (cache sharded, and on the host), vulkan */
     const struct {
         const char *tgt, *dft;
-        bool vulkan, split;
+        bool vulkan;
     } where[] = {
-        {"", "", false, false},
-        {"", "--draft-device cpu:1", false, false},
-        {"--devices cpu,cpu:1", "", false, true},
-        {"--devices cpu,cpu:1 --kv-on-host", "", false, true},
-        {"-d vulkan:0", "", true, false},
-        {"--devices cpu,vulkan:0", "", true, true},
+        {"", "", false},
+        {"", "--draft-device cpu:1", false},
+        {"--devices cpu,cpu:1", "", false},
+        {"--devices cpu,cpu:1 --kv-on-host", "", false},
+        {"-d vulkan:0", "", true},
+        {"--devices cpu,vulkan:0", "", true},
     };
     for (size_t w = 0; w < sizeof where / sizeof where[0]; w++) {
-        if ((where[w].vulkan && !vk) || (where[w].split && !split)) continue;
+        if (where[w].vulkan && !vk) continue;
         CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 %s --ids-out '%s'", mtp, prompt, where[w].tgt, ids_a), 0);
         na = parse_ids(th_read_text(ids_a, ta, sizeof ta), a, 64);
         CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --mtp --draft-max 3 %s %s --ids-out '%s' --spec-log '%s'",
@@ -781,8 +779,7 @@ static void test_cli_logs(void) {
         CHECK(emitted >= nb); /* the last round may stop inside its proposals */
         if (w == 0) CHECK_INT(accepted, proposed); /* a draft equal to the target is always right */
     }
-    /* the file's own MTP head as the draft: a qwen35 file and a glm4moe one (whose
-     * mixture layers run on one device) */
+    /* the file's own MTP head as the draft: a qwen35 file and a glm4moe one */
     char mtp[512], mtp_glm[512];
     snprintf(mtp, sizeof mtp, "%s", th_tmp("spec-q35-mtp.gguf"));
     snprintf(mtp_glm, sizeof mtp_glm, "%s", th_tmp("spec-glm-mtp.gguf"));
@@ -790,8 +787,8 @@ static void test_cli_logs(void) {
               0);
     CHECK_INT(th_cli("", true, "mkmodel --arch glm4moe --type f32 --layers 4 --dim 64 --vocab 320 --seed 21 -o '%s'", mtp_glm),
               0);
-    mtp_greedy(mtp, true, prompt, ids_a, ids_b, log);
-    mtp_greedy(mtp_glm, false, prompt, ids_a, ids_b, log);
+    mtp_greedy(mtp, prompt, ids_a, ids_b, log);
+    mtp_greedy(mtp_glm, prompt, ids_a, ids_b, log);
     unlink(mtp_glm);
     CHECK_INT(th_cli("", true, "run -m '%s' %s --mtp -n 4", tgt, prompt), 1); /* no MTP layers */
     HAS("nextn_predict_layers");

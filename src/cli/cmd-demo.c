@@ -368,15 +368,9 @@ int pkv_cli_demo(int argc, char **argv) {
         snprintf(sharded[1], sizeof sharded[1], "%.60s,%.60s+host", names[0], names[1]);
         n_runs = n + 2;
     }
-    bool moe = false; /* seen on a single-device run: the default pair is skipped */
     for (int i = 0; i < n_runs; i++) {
         const char *label = i < n ? names[i] : sharded[i - n];
         if (!only && !strcmp(label, "faulty")) continue; /* shown by `pagekv check`; `demo --device faulty` runs it */
-        if (i >= n && moe && !pair) {
-            printf("%-12s %-10s %-5s %8.3f  %s\n", "split", label, "skip", 0.0,
-                   "a mixture-of-experts model runs on one device (tensor-parallel splits are unsupported, see README)");
-            continue;
-        }
         pkv_model_params mp = pkv_model_default_params();
         char devs[160];
         if (i < n) {
@@ -405,7 +399,6 @@ int pkv_cli_demo(int argc, char **argv) {
         pkv_model_info info;
         pkv_model_get_info(d.m, &info);
         d.V = info.n_vocab;
-        moe |= info.n_expert > 0;
         const char *text = "The quick brown fox jumps over the lazy dog";
         int32_t prompt[128];
         size_t np = 0;

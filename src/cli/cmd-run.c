@@ -270,7 +270,7 @@ static void run_usage(FILE *f) {
             "                       tokens, no draft model; the rule of --draft (greedy output equals\n"
             "                       plain greedy output); for output that repeats the prompt\n"
             "  --draft-max N        tokens the draft proposes per round (default 4, at most 64)\n"
-            "  --mtp                the model's own MTP (nextn) head as the draft (qwen35 files with\n"
+            "  --mtp                the model's own MTP (nextn) head as the draft (qwen35, qwen35moe files with\n"
             "                       nextn_predict_layers): fed the target's hidden states, its own\n"
             "                       one-layer KV cache on the target's device; greedy output equals\n"
             "                       plain decoding\n"

@@ -96,7 +96,7 @@ static void serve_usage(FILE *f) {
             "  --draft FILE           speculative decoding with this draft model (same vocabulary, its own\n"
             "                         cache, or a shared-KV draft over the model's): every response\n"
             "                         equals the one without (docs/engine.md)\n"
-            "  --mtp                  the model's own MTP (nextn) head as the draft (qwen35 files with\n"
+            "  --mtp                  the model's own MTP (nextn) head as the draft (qwen35, qwen35moe files with\n"
             "                         nextn layers), fed the model's hidden states\n"
             "  --spec ngram           n-gram drafts (prompt lookup): proposals from the sequence's own\n"
             "                         tokens, no draft model; for output that repeats its input (code\n"

@@ -117,9 +117,9 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
         if (m->hp.n_embd_out > 0 && ((s = realloc_buf(dev, &w->emb, t4 * (size_t)m->hp.n_embd_out)) ||
                                      (s = realloc_buf(dev, &w->hid, t4 * (size_t)m->hp.n_embd_out))))
             return s;
-        if (main_dev && m->hp.moe.n_expert > 0 &&
-            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert)) || (s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) ||
-             (s = realloc_buf(dev, &w->moe_ids, t4))))
+        if (main_dev && m->hp.moe.n_expert > 0 && (s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert))) return s;
+        if (m->hp.moe.n_expert > 0 && /* every device holds experts on a split */
+            ((s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) || (s = realloc_buf(dev, &w->moe_ids, t4))))
             return s;
         w->cap_tokens = cap;
     }
@@ -600,16 +600,20 @@ void pkv_blk_moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p
         for (int32_t k = 0; k < K; k++) w[k] *= kind->w_scale;
 }
 
-/* Expert e on the n rows ws->h_rows of xb into w0->y (one matmul of each of its
- * matrices, its weights read in place). kind->weight_in: each row is first scaled
- * by its weight (the host copy ws->h_x of xb, written into xe). */
+/* Expert e on the n rows ws->h_rows of xb, its output read into ws->h_y [n][E]: on
+ * the device of the part that holds it (its copy of xb made by moe_to), one matmul of
+ * each of its matrices, its weights read in place. kind->weight_in: each row is first
+ * scaled by its weight (the host copy ws->h_x of xb, written into xe). */
 static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32_t e, int64_t n) {
     const pkv_model *m = f->m;
     const pkv_layer *ly = &m->layers[il];
     pkv_fwd_ws *ws = f->ws;
-    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
-    pkv_device *dev = m->dev;
-    const int64_t T = f->T, E = m->hp.n_embd, K = m->hp.moe.n_used, F = m->hp.moe.n_ff;
+    int d = 0;
+    while (e >= ly->moe.ep[d].e0 + ly->moe.ep[d].n) d++;
+    const struct pkv_moe_part *pt = &ly->moe.ep[d];
+    pkv_device *dev = m->devs[d];
+    pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
+    const int64_t T = f->T, E = m->hp.n_embd, K = m->hp.moe.n_used, F = m->hp.moe.n_ff, le = e - pt->e0;
     pkv_status s;
     if (kind->weight_in) {
         for (int64_t i = 0; i < n; i++) {
@@ -619,23 +623,24 @@ static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32
                 if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
             for (int64_t c = 0; c < E; c++) ws->h_y[i * E + c] = ws->h_x[t * E + c] * wt;
         }
-        if ((s = pkv_buffer_write(w0->xe, 0, ws->h_y, (size_t)(n * E) * 4))) return s;
+        if ((s = pkv_buffer_write(w->xe, 0, ws->h_y, (size_t)(n * E) * 4))) return s;
     } else {
-        pkv_k_get_rows_args g = {.w = R(w0->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
-                                 .ids = R(w0->moe_ids, 0), .out = R(w0->xe, 0), .n = n};
-        if ((s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g))) return s;
+        pkv_k_get_rows_args g = {.w = R(w->xb, 0), .wtype = PKV_TYPE_F32, .n_vocab = T, .cols = E,
+                                 .ids = R(w->moe_ids, 0), .out = R(w->xe, 0), .n = n};
+        if ((s = pkv_buffer_write(w->moe_ids, 0, ws->h_rows, (size_t)n * 4)) || (s = pkv_k_get_rows(dev, &g))) return s;
     }
-    pkv_k_swiglu_args sg = glu(kind->act, w0, n * F);
-    if ((s = matmul_rows(dev, &ly->moe.gate, (int64_t)e * F, F, w0->xe, w0->hb, n)) ||
-        (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.gate, e, w0->xe, w0->hb, ws->h_rows, n))) ||
-        (s = add_bias_row(dev, &ly->moe.gate_b, e, w0->hb, n)) ||
-        (s = matmul_rows(dev, &ly->moe.up, (int64_t)e * F, F, w0->xe, w0->hb2, n)) ||
-        (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.up, e, w0->xe, w0->hb2, ws->h_rows, n))) ||
-        (s = add_bias_row(dev, &ly->moe.up_b, e, w0->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
-        (s = matmul_rows(dev, &ly->moe.down, (int64_t)e * E, E, w0->hb, w0->y, n)) ||
-        (f->lora && (s = pkv_lora_delta_expert(f, dev, &ly->moe.down, e, w0->hb, w0->y, ws->h_rows, n))))
+    /* LoRA adapters: on one device only (refused on a split at load), whose part is every expert */
+    pkv_k_swiglu_args sg = glu(kind->act, w, n * F);
+    if ((s = matmul_rows(dev, &pt->gate, le * F, F, w->xe, w->hb, n)) ||
+        (f->lora && (s = pkv_lora_delta_expert(f, dev, &pt->gate, e, w->xe, w->hb, ws->h_rows, n))) ||
+        (s = add_bias_row(dev, &pt->gate_b, le, w->hb, n)) || (s = matmul_rows(dev, &pt->up, le * F, F, w->xe, w->hb2, n)) ||
+        (f->lora && (s = pkv_lora_delta_expert(f, dev, &pt->up, e, w->xe, w->hb2, ws->h_rows, n))) ||
+        (s = add_bias_row(dev, &pt->up_b, le, w->hb2, n)) || (s = pkv_k_swiglu(dev, &sg)) ||
+        (s = matmul_rows(dev, &pt->down, le * E, E, w->hb, w->y, n)) ||
+        (f->lora && (s = pkv_lora_delta_expert(f, dev, &pt->down, e, w->hb, w->y, ws->h_rows, n))) ||
+        (s = add_bias_row(dev, &pt->down_b, le, w->y, n)))
         return s;
-    return add_bias_row(dev, &ly->moe.down_b, e, w0->y, n);
+    return pkv_buffer_read(w->y, 0, ws->h_y, (size_t)(n * E) * 4);
 }
 
 /* The shared expert (ly->moe.sh_*) of every token added to the host sum ws->h_out,
@@ -703,6 +708,8 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     for (int64_t t = 0; t < T; t++)
         pkv_blk_moe_route(hp, kind, ws->h_probs + t * X, ly->moe.probs_b.buf ? bias : NULL, ws->h_sel + t * K, ws->h_wsel + t * K);
     if (kind->weight_in && (s = pkv_buffer_read(w0->xb, 0, ws->h_x, (size_t)(T * E) * 4))) return s;
+    for (int d = 1; !kind->weight_in && d < m->n_dev; d++) /* expert parallelism: xb to each part's device */
+        if (ly->moe.ep[d].n > 0 && (s = move(w0->xb, pkv_fwd_dev(ws, m->devs[d])->xb, (size_t)(T * E) * 4))) return s;
     memset(ws->h_out, 0, (size_t)(T * E) * 4);
     for (int32_t e = 0; e < X; e++) {
         int64_t n = 0;
@@ -710,7 +717,7 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
             for (int64_t k = 0; k < K; k++)
                 if (ws->h_sel[t * K + k] == e) ws->h_rows[n++] = (int32_t)t;
         if (!n) continue;
-        if ((s = moe_expert(f, il, kind, e, n)) || (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(n * E) * 4))) return s;
+        if ((s = moe_expert(f, il, kind, e, n))) return s;
         for (int64_t i = 0; i < n; i++) {
             int64_t t = ws->h_rows[i];
             float wt = 0;

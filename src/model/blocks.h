@@ -28,7 +28,8 @@ typedef struct pkv_dev_ws {
     pkv_buffer *hb, *hb2; /* f32 [T][F] */
     pkv_buffer *logits; /* f32 [n_out][V] (first device) */
     pkv_buffer *ints;   /* i32: ids[T] pos[T] rows[T] out[n_out] meta[...] (pkv_fwd_plan) */
-    /* mixture of experts (first device) */
+    /* mixture of experts: the router's on the first device; xe and moe_ids on each
+     * device that holds experts */
     pkv_buffer *router; /* f32 [T][n_expert] */
     pkv_buffer *xe;     /* f32 [T][E] the rows routed to one expert */
     pkv_buffer *moe_ids; /* i32 [T] */

@@ -419,7 +419,7 @@ pkv_status pkv_gguf_writer_write(const pkv_gguf_writer *w, const char *path) {
     return pkv_wfile_commit(&wf);
 }
 
-pkv_status pkv_gguf_writer_copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
+pkv_status pkv_gguf_writer_copy_kv_as(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i, const char *as) {
     const char *key = pkv_gguf_kv_key(g, i);
     pkv_gguf_type t = pkv_gguf_kv_type(g, i);
     pkv_status s;
@@ -431,19 +431,19 @@ pkv_status pkv_gguf_writer_copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_
         if (!z) return pkv_err(PKV_ERR_NOMEM, "GGUF writer: key %s", key);
         memcpy(z, v, n);
         z[n] = 0;
-        s = pkv_gguf_writer_add_str(w, key, z);
+        s = pkv_gguf_writer_add_str(w, as, z);
         pkv_free(z);
         return s;
     }
     if (t == PKV_GGUF_ARRAY) {
         pkv_gguf_array a;
         if ((s = pkv_gguf_get_arr(g, key, PKV_GGUF_TYPE_COUNT, &a))) return s;
-        if (a.type != PKV_GGUF_STRING) return pkv_gguf_writer_add_arr(w, key, a.type, a.data, a.count);
+        if (a.type != PKV_GGUF_STRING) return pkv_gguf_writer_add_arr(w, as, a.type, a.data, a.count);
         const char **strs = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *strs);
         size_t *lens = pkv_malloc((size_t)(a.count ? a.count : 1) * sizeof *lens);
         s = strs && lens ? PKV_OK : pkv_err(PKV_ERR_NOMEM, "GGUF writer: key %s", key);
         for (uint64_t k = 0; !s && k < a.count; k++) s = pkv_gguf_arr_str(g, &a, k, &strs[k], &lens[k]);
-        if (!s) s = pkv_gguf_writer_add_arr_str(w, key, strs, lens, a.count);
+        if (!s) s = pkv_gguf_writer_add_arr_str(w, as, strs, lens, a.count);
         pkv_free(strs);
         pkv_free(lens);
         return s;
@@ -457,13 +457,17 @@ pkv_status pkv_gguf_writer_copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_
     case PKV_GGUF_FLOAT32:
     case PKV_GGUF_FLOAT64:
         if ((s = pkv_gguf_get_f32(g, key, &fv))) return s;
-        return pkv_gguf_writer_add_f32(w, key, fv);
+        return pkv_gguf_writer_add_f32(w, as, fv);
     case PKV_GGUF_BOOL:
         if ((s = pkv_gguf_get_bool(g, key, &bv))) return s;
-        return pkv_gguf_writer_add_bool(w, key, bv);
+        return pkv_gguf_writer_add_bool(w, as, bv);
     default:
         if ((s = pkv_gguf_get_i64(g, key, &iv))) return s;
         memcpy(buf, &iv, sizeof buf); /* little-endian: the low bytes are the narrower value */
-        return pkv_gguf_writer_add(w, key, t, buf);
+        return pkv_gguf_writer_add(w, as, t, buf);
     }
+}
+
+pkv_status pkv_gguf_writer_copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i) {
+    return pkv_gguf_writer_copy_kv_as(w, g, i, pkv_gguf_kv_key(g, i));
 }

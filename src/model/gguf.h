@@ -231,6 +231,8 @@ pkv_status pkv_gguf_writer_add_tensor(pkv_gguf_writer *w, const char *name, pkv_
 /* Key-value pair i of g, copied into w under its own key (strings, arrays and
  * scalars; an f64 is written as f32). */
 pkv_status pkv_gguf_writer_copy_kv(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i);
+/* The same under the key `as` (renaming an architecture's keys). */
+pkv_status pkv_gguf_writer_copy_kv_as(pkv_gguf_writer *w, const pkv_gguf *g, int64_t i, const char *as);
 
 /* Write the file atomically: to "<path>.tmp", then rename over path. On error
  * (PKV_ERR_IO naming the path and errno text, PKV_ERR_INVALID for a bad

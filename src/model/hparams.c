@@ -22,6 +22,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_GEMMA3] = &pkv_arch_gemma3, [PKV_ARCH_GPT_OSS] = &pkv_arch_gpt_oss, [PKV_ARCH_QWEN35] = &pkv_arch_qwen35,
     [PKV_ARCH_GEMMA4] = &pkv_arch_gemma4, [PKV_ARCH_GEMMA4_ASSISTANT] = &pkv_arch_gemma4_assistant,
     [PKV_ARCH_SMOLLM3] = &pkv_arch_smollm3, [PKV_ARCH_MISTRAL3] = &pkv_arch_mistral3,
+    [PKV_ARCH_QWEN35MOE] = &pkv_arch_qwen35moe,
     [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
 };
 

@@ -182,7 +182,7 @@ static bool map_of(const pkv_model *m, const char *name, lora_map *mp, const cha
     const bool gate_e = !strcmp(rest, "ffn_gate_exps.weight"), up_e = !strcmp(rest, "ffn_up_exps.weight"),
                gate_up_e = !strcmp(rest, "ffn_gate_up_exps.weight"), down_e = !strcmp(rest, "ffn_down_exps.weight");
     if (gate_e || up_e || gate_up_e || down_e) {
-        if (X <= 0 || !ly->moe.gate.buf) {
+        if (X <= 0 || !ly->moe.ep[0].gate.buf) {
             *why = "the model's layer has no experts";
             return false;
         }
@@ -196,10 +196,11 @@ static bool map_of(const pkv_model *m, const char *name, lora_map *mp, const cha
         mp->in = down_e ? FE : E;
         mp->out = down_e ? E : gate_up_e ? 2 * FE : FE;
         if (gate_up_e) { /* expert e's 2F rows: its gate's F, then its up's F */
-            map_add(mp, &ly->moe.gate, LORA_MAT, 0, X * FE, FE, 2 * FE);
-            map_add(mp, &ly->moe.up, LORA_MAT, FE, X * FE, FE, 2 * FE);
+            map_add(mp, &ly->moe.ep[0].gate, LORA_MAT, 0, X * FE, FE, 2 * FE);
+            map_add(mp, &ly->moe.ep[0].up, LORA_MAT, FE, X * FE, FE, 2 * FE);
         } else {
-            map_add(mp, down_e ? &ly->moe.down : gate_e ? &ly->moe.gate : &ly->moe.up, LORA_MAT, 0, X * mp->out, 0, 0);
+            map_add(mp, down_e ? &ly->moe.ep[0].down : gate_e ? &ly->moe.ep[0].gate : &ly->moe.ep[0].up, LORA_MAT, 0,
+                    X * mp->out, 0, 0); /* one device: part 0 holds every expert */
         }
         return true;
     }

@@ -231,6 +231,35 @@ pkv_status pkv_mk_window_key(pkv_mk *b) {
     return pkv_mk_u32(b, "attention.sliding_window", (uint32_t)b->p->sliding_window);
 }
 
+pkv_status pkv_mk_ffn(pkv_mk *b, int l, pkv_ffn_tensors ffn) {
+    const pkv_mkmodel_params *p = b->p;
+    const int64_t E = b->E;
+    const pkv_type down = pkv_mk_type(p, "ffn_down", l);
+    switch (ffn) {
+    case PKV_FFN_EXPERTS:
+    case PKV_FFN_EXPERTS_BIASED: /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp.weight", p->type, E, p->n_expert, 0.0, 4.0 * b->lin_e));
+        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_gate_exps.weight", p->type, E, p->n_ff, b->lin_e));
+        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_up_exps.weight", p->type, E, p->n_ff, b->lin_e));
+        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_down_exps.weight", down, p->n_ff, E, b->lin_f));
+        if (ffn == PKV_FFN_EXPERTS) return PKV_OK;
+        /* the router's bias and each expert's bias rows [experts][rows] */
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp.bias", PKV_TYPE_F32, p->n_expert, 1, 0.0, 0.5));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_exps.bias", PKV_TYPE_F32, p->n_ff, p->n_expert, 0.0, 0.1));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up_exps.bias", PKV_TYPE_F32, p->n_ff, p->n_expert, 0.0, 0.1));
+        return pkv_mk_blk(b, l, "ffn_down_exps.bias", PKV_TYPE_F32, E, p->n_expert, 0.0, 0.1);
+    case PKV_FFN_FUSED_UP: /* the gate's rows, then the up projection's, in one matrix */
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, 2 * p->n_ff, 0.0, b->lin_e));
+        return pkv_mk_blk(b, l, "ffn_down.weight", down, p->n_ff, E, 0.0, b->lin_f);
+    case PKV_FFN_GATED:
+    default:
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
+        return pkv_mk_blk(b, l, "ffn_down.weight", down, p->n_ff, E, 0.0, b->lin_f);
+    }
+}
+
+
 pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
                         bool post_norms) {
     const pkv_mkmodel_params *p = b->p;
@@ -263,29 +292,7 @@ pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const ch
     if (post_norms) PKV_MK_TRY(pkv_mk_norm(b, l, "post_attention_norm.weight", E));
     PKV_MK_TRY(pkv_mk_norm(b, l, ffn_norm ? ffn_norm : "ffn_norm.weight", E));
     if (post_norms) PKV_MK_TRY(pkv_mk_norm(b, l, "post_ffw_norm.weight", E));
-    const pkv_type down = pkv_mk_type(p, "ffn_down", l);
-    switch (ffn) {
-    case PKV_FFN_EXPERTS:
-    case PKV_FFN_EXPERTS_BIASED: /* the router and n_expert FFNs as 3-D tensors [experts][rows][cols] */
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp.weight", p->type, E, p->n_expert, 0.0, 4.0 * b->lin_e));
-        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_gate_exps.weight", p->type, E, p->n_ff, b->lin_e));
-        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_up_exps.weight", p->type, E, p->n_ff, b->lin_e));
-        PKV_MK_TRY(pkv_mk_blk3(b, l, "ffn_down_exps.weight", down, p->n_ff, E, b->lin_f));
-        if (ffn == PKV_FFN_EXPERTS) return PKV_OK;
-        /* the router's bias and each expert's bias rows [experts][rows] */
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_inp.bias", PKV_TYPE_F32, p->n_expert, 1, 0.0, 0.5));
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate_exps.bias", PKV_TYPE_F32, p->n_ff, p->n_expert, 0.0, 0.1));
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up_exps.bias", PKV_TYPE_F32, p->n_ff, p->n_expert, 0.0, 0.1));
-        return pkv_mk_blk(b, l, "ffn_down_exps.bias", PKV_TYPE_F32, E, p->n_expert, 0.0, 0.1);
-    case PKV_FFN_FUSED_UP: /* the gate's rows, then the up projection's, in one matrix */
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, 2 * p->n_ff, 0.0, b->lin_e));
-        return pkv_mk_blk(b, l, "ffn_down.weight", down, p->n_ff, E, 0.0, b->lin_f);
-    case PKV_FFN_GATED:
-    default:
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
-        PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
-        return pkv_mk_blk(b, l, "ffn_down.weight", down, p->n_ff, E, 0.0, b->lin_f);
-    }
+    return pkv_mk_ffn(b, l, ffn);
 }
 
 pkv_status pkv_mk_row_check(const pkv_mkmodel_params *p, size_t blk, const char *what, int64_t cols) {

@@ -24,7 +24,8 @@ typedef enum pkv_arch {
                                        fed the target's embedding and hidden state */
     PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
     PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
-    PKV_ARCH_GLM4MOE = 13,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
+    PKV_ARCH_QWEN35MOE = 13, /* qwen35 with experts and a gated shared expert in place of every FFN */
+    PKV_ARCH_GLM4MOE = 14,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -88,12 +89,18 @@ typedef struct pkv_layer {
      * where the device reads host memory. Expert e's matrix is the e-th block of rows. */
     struct {
         pkv_weight router;   /* [n_expert][n_embd] */
-        pkv_weight gate, up; /* [n_expert * n_ff][n_embd] */
-        pkv_weight down;     /* [n_expert * n_embd][n_ff] */
-        /* gpt-oss's biases, f32 (absent elsewhere): expert e's is row e */
-        pkv_weight router_b;         /* [n_expert] */
-        pkv_weight gate_b, up_b;     /* [n_expert][n_ff] */
-        pkv_weight down_b;           /* [n_expert][n_embd] */
+        pkv_weight router_b; /* gpt-oss's router bias f32 [n_expert] (absent elsewhere) */
+        /* The experts by parts, part d on m->devs[d]: experts [e0, e0 + n) of the file's
+         * 3-D tensors, expert e's matrix the (e - e0)-th block of rows of the part's. One
+         * part of all the experts on one device; over a split, the experts in the split's
+         * proportions (expert parallelism: each token's rows go to its experts' devices). */
+        struct pkv_moe_part {
+            int e0, n;
+            pkv_weight gate, up;     /* [n * n_ff][n_embd] */
+            pkv_weight down;         /* [n * n_embd][n_ff] */
+            pkv_weight gate_b, up_b; /* gpt-oss's biases, f32 (absent elsewhere): [n][n_ff] */
+            pkv_weight down_b;       /* [n][n_embd] */
+        } ep[PKV_MAX_DEVICES];
         /* Gemma 4's MoE layers (ffn_gate_inp present): the experts beside the dense FFN */
         pkv_weight router_in;       /* f32 [n_embd]: ffn_gate_inp.scale / sqrt(n_embd), the router input norm's weight */
         pkv_weight pre_norm;        /* pre_ffw_norm_2 f32 [n_embd]: the experts' input norm */

@@ -313,13 +313,12 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->attn_norm);
             free_weight(&ly->ffn_norm);
             free_weight(&ly->moe.router);
-            free_weight(&ly->moe.gate);
-            free_weight(&ly->moe.up);
-            free_weight(&ly->moe.down);
             free_weight(&ly->moe.router_b);
-            free_weight(&ly->moe.gate_b);
-            free_weight(&ly->moe.up_b);
-            free_weight(&ly->moe.down_b);
+            for (int d = 0; d < PKV_MAX_DEVICES; d++) {
+                struct pkv_moe_part *p = &ly->moe.ep[d];
+                free_weight(&p->gate), free_weight(&p->up), free_weight(&p->down);
+                free_weight(&p->gate_b), free_weight(&p->up_b), free_weight(&p->down_b);
+            }
             free_weight(&ly->post_attn_norm);
             free_weight(&ly->post_ffn_norm);
             free_weight(&ly->ple.gate);
@@ -515,10 +514,11 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
 }
 
 /* The experts of a MoE layer: 3-D tensors of n_expert matrices of [rows][cols],
- * loaded whole (on the main device) as one matrix of n_expert * rows rows. */
-static pkv_status load_experts_at(loader *L, const char *name, int64_t cols, int64_t rows, slice sl, pkv_weight *w) {
+ * read as one matrix of n_expert * rows rows: the rows of slice sl onto dev. */
+static pkv_status load_experts_at(loader *L, const char *name, int64_t cols, int64_t rows, slice sl, pkv_device *dev,
+                                  pkv_weight *w) {
     L->ne2 = L->m->hp.moe.n_expert;
-    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.moe.n_expert, true, false, L->m->dev, sl, w);
+    pkv_status s = load_weight(L, name, cols, rows * L->m->hp.moe.n_expert, true, false, dev, sl, w);
     L->ne2 = 0;
     if (s == PKV_ERR_FORMAT && !pkv_gguf_find_tensor(L->g, name)) return s;
     if (s == PKV_ERR_FORMAT) /* name the shape a MoE tensor must have */
@@ -527,9 +527,6 @@ static pkv_status load_experts_at(loader *L, const char *name, int64_t cols, int
     return s;
 }
 
-static pkv_status load_experts(loader *L, const char *name, int64_t cols, int64_t rows, pkv_weight *w) {
-    return load_experts_at(L, name, cols, rows, k_all, w);
-}
 
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il + L->m->hp.layer_base, suffix), name)
 
@@ -771,6 +768,33 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     return PKV_OK;
 }
 
+/* Part p of a layer's experts (p->e0, p->n set; none: nothing) onto dev. */
+static pkv_status load_moe_part(pkv_loader *L, int il, bool biases, struct pkv_moe_part *p, pkv_device *dev) {
+    pkv_model *m = L->m;
+    const int64_t E = m->hp.n_embd, X = m->hp.moe.n_expert, F = m->hp.moe.n_ff, e0 = p->e0, n = p->n;
+    char name[96];
+    pkv_status s;
+    if (n <= 0) return PKV_OK;
+    if (m->layers[il].fused_exps) { /* merged (llama.cpp's gate_up_exps): expert e's 2F rows are its gate's F, then its up's F */
+        slice gate = {.r0 = e0 * 2 * F, .nr = n * F, .rblock = F, .rstride = 2 * F},
+              up = {.r0 = e0 * 2 * F + F, .nr = n * F, .rblock = F, .rstride = 2 * F};
+        if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, dev, &p->gate)) ||
+            (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, dev, &p->up)))
+            return s;
+    } else if ((s = load_experts_at(L, NAME("ffn_gate_exps.weight"), E, F, (slice){.r0 = e0 * F, .nr = n * F}, dev, &p->gate)) ||
+               (s = load_experts_at(L, NAME("ffn_up_exps.weight"), E, F, (slice){.r0 = e0 * F, .nr = n * F}, dev, &p->up))) {
+        return s;
+    }
+    if ((s = load_experts_at(L, NAME("ffn_down_exps.weight"), F, E, (slice){.r0 = e0 * E, .nr = n * E}, dev, &p->down)))
+        return s;
+    const slice rows = {.r0 = e0, .nr = n};
+    if (biases && ((s = load_weight(L, NAME("ffn_gate_exps.bias"), F, X, true, true, dev, rows, &p->gate_b)) ||
+                   (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, dev, rows, &p->up_b)) ||
+                   (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, dev, rows, &p->down_b))))
+        return s;
+    return PKV_OK;
+}
+
 /* The shared expert: a gated FFN on the first device whose row count the file's
  * ffn_gate_shexp gives (llama.cpp sizes it per architecture: expert_shared_count
  * experts of expert_feed_forward_length, or expert_shared_feed_forward_length), and
@@ -800,26 +824,19 @@ pkv_status pkv_load_moe(pkv_loader *L, int il, unsigned what) {
     pkv_layer *ly = &m->layers[il];
     char name[96];
     pkv_status s;
-    const int64_t E = hp->n_embd, X = hp->moe.n_expert, F = hp->moe.n_ff;
+    const int64_t E = hp->n_embd, X = hp->moe.n_expert;
     if (X <= 0) return pkv_err(PKV_ERR_INTERNAL, "%s: layer %d: experts without an expert count", m->label, il);
-    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe.router))) return s;
-    if (!pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) && pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"))) {
-        /* merged (llama.cpp's gate_up_exps): expert e's 2F rows are its gate's F, then its up's F */
-        ly->fused_exps = true;
-        slice gate = {.nr = X * F, .rblock = F, .rstride = 2 * F}, up = {.r0 = F, .nr = X * F, .rblock = F, .rstride = 2 * F};
-        if ((s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, gate, &ly->moe.gate)) ||
-            (s = load_experts_at(L, NAME("ffn_gate_up_exps.weight"), E, 2 * F, up, &ly->moe.up)))
-            return s;
-    } else if ((s = load_experts(L, NAME("ffn_gate_exps.weight"), E, F, &ly->moe.gate)) ||
-               (s = load_experts(L, NAME("ffn_up_exps.weight"), E, F, &ly->moe.up))) {
+    if ((s = load_weight(L, NAME("ffn_gate_inp.weight"), E, X, true, false, m->dev, k_all, &ly->moe.router)) ||
+        (biases && (s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe.router_b))))
         return s;
+    ly->fused_exps = !pkv_gguf_find_tensor(L->g, NAME("ffn_gate_exps.weight")) &&
+                     pkv_gguf_find_tensor(L->g, NAME("ffn_gate_up_exps.weight"));
+    for (int d = 0; d < m->n_dev; d++) { /* each device its experts (all of them on one) */
+        struct pkv_moe_part *p = &ly->moe.ep[d];
+        p->e0 = (int)boundary(m->split, m->n_dev, d, X, 1);
+        p->n = (int)boundary(m->split, m->n_dev, d + 1, X, 1) - p->e0;
+        if ((s = load_moe_part(L, il, biases, p, m->devs[d]))) return s;
     }
-    if ((s = load_experts(L, NAME("ffn_down_exps.weight"), F, E, &ly->moe.down))) return s;
-    if (biases && ((s = load_weight(L, NAME("ffn_gate_inp.bias"), X, 1, true, true, m->dev, k_all, &ly->moe.router_b)) ||
-                   (s = load_weight(L, NAME("ffn_gate_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe.gate_b)) ||
-                   (s = load_weight(L, NAME("ffn_up_exps.bias"), F, X, true, true, m->dev, k_all, &ly->moe.up_b)) ||
-                   (s = load_weight(L, NAME("ffn_down_exps.bias"), E, X, true, true, m->dev, k_all, &ly->moe.down_b))))
-        return s;
     if ((what & PKV_MOE_PROBS_B) &&
         (s = load_weight(L, NAME("exp_probs_b.bias"), X, 1, false, true, m->dev, k_all, &ly->moe.probs_b)))
         return s;
@@ -889,12 +906,6 @@ static pkv_status load_layers(loader *L) {
     const pkv_arch_ops *ops = pkv_arch_ops_of(hp->arch);
     char name[96];
     pkv_status s = PKV_OK;
-    bool moe = hp->moe.n_expert > 0;
-    if (moe && m->n_dev > 1)
-        return pkv_err(PKV_ERR_UNSUPPORTED,
-                       "%s: a mixture-of-experts model (%s) cannot be split over %d devices yet: run it on one device (-d); "
-                       "the KV cache may still be on the host (--kv-on-host)",
-                       m->label, pkv_arch_name(hp->arch), m->n_dev);
     for (int il = 0; il < hp->n_layer; il++) {
         pkv_layer *ly = &m->layers[il];
         /* the attention kind of the layer: sliding layers see the last n_swa tokens */
@@ -917,7 +928,8 @@ static pkv_status load_layers(loader *L) {
         ly->sh = pkv_calloc((size_t)m->n_dev, sizeof *ly->sh);
         if (!ly->sh) return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", m->label);
         /* FFN rows are split in whole blocks of the down projection's type */
-        const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME(moe ? "ffn_down_exps.weight" : "ffn_down.weight"));
+        const pkv_gguf_tensor *down = pkv_gguf_find_tensor(L->g, NAME("ffn_down.weight"));
+        if (!down) down = pkv_gguf_find_tensor(L->g, NAME("ffn_down_exps.weight")); /* not split: experts go whole */
         int64_t fblk = down ? (int64_t)pkv_type_block_elems(down->type) : 1;
         if ((s = plan_layer(m, il, fblk ? fblk : 1))) return s;
         if ((s = ops->load_layer(L, il))) return s;
@@ -1095,7 +1107,7 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
             char with[128]; /* the architectures whose files have MTP heads */
             if (!pkv_arch_ops_of(m->hp.arch)->mtp_head)
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: MTP heads are read for %s files only", m->label,
-                            pkv_arch_names_where(has_mtp_head, 0, ", ", with, sizeof with));
+                            pkv_arch_names_where(has_mtp_head, 0, " and ", with, sizeof with));
             else
                 s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: no MTP head: key '%s.nextn_predict_layers' is absent or 0", m->label,
                             pkv_arch_name(m->hp.arch));
@@ -1272,8 +1284,10 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
         /* a mixture of experts reads only the experts a token is routed to */
         for (int l = 0; l < m->hp.n_layer && m->hp.moe.n_expert > 0; l++) {
             const pkv_layer *ly = &m->layers[l];
-            uint64_t experts = (uint64_t)pkv_buffer_size(ly->moe.gate.buf) + pkv_buffer_size(ly->moe.up.buf) +
-                               pkv_buffer_size(ly->moe.down.buf);
+            uint64_t experts = 0;
+            for (int d = 0; d < m->n_dev; d++)
+                experts += (uint64_t)pkv_buffer_size(ly->moe.ep[d].gate.buf) + pkv_buffer_size(ly->moe.ep[d].up.buf) +
+                           pkv_buffer_size(ly->moe.ep[d].down.buf);
             info->decode_bytes_per_token -= experts / (uint64_t)m->hp.moe.n_expert * (uint64_t)(m->hp.moe.n_expert - m->hp.moe.n_used);
         }
     }

@@ -105,6 +105,8 @@ pkv_type pkv_mk_type(const pkv_mkmodel_params *p, const char *what, int l);
 
 /* expert_count, expert_used_count, and expert_feed_forward_length n_ff_exp. */
 pkv_status pkv_mk_expert_keys(pkv_mk *b, int n_ff_exp);
+/* The FFN tensors of kind ffn of layer l (as pkv_load_prenorm reads them). */
+pkv_status pkv_mk_ffn(pkv_mk *b, int l, pkv_ffn_tensors ffn);
 /* What a mixture of experts adds beyond pkv_mk_layer's experts (load.h's PKV_MOE_*
  * flags): exp_probs_b.bias (PKV_MOE_PROBS_B), a shared expert of n_ff_sh rows
  * (PKV_MOE_SHARED) and its gate ffn_gate_inp_shexp (PKV_MOE_SHARED_GATE). */

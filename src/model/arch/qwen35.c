@@ -1,4 +1,8 @@
-/* qwen35: Qwen3.5 (dense). Three of every four layers are gated delta-net linear
+/* qwen35: Qwen3.5 (dense), and qwen35moe: Qwen3.5/3.6-MoE (Qwen3.6-35B-A3B), the same
+ * layers with a mixture of experts in place of every FFN (the MTP layer's too): the
+ * top k of the router's softmax, renormalised, times expert_weights_scale where
+ * given, plus a shared expert gated per token by sigmoid(ffn_gate_inp_shexp · h).
+ * Three of every four layers are gated delta-net linear
  * attention with a fixed-size recurrent state per sequence (kept in the cache's
  * state slots); the fourth is full attention whose Q projection also gives a
  * per-head output gate. Both kinds have a SwiGLU FFN behind a norm named
@@ -10,6 +14,8 @@
  *   recurrent:  x += delta_net(attn_norm(x))            (blocks.h: pkv_blk_delta_net)
  *   attention:  x += o(attention(rope(q_norm(q)), rope(k_norm(k)), v) * sigmoid(gate))   of attn_norm(x)
  *   both:       x += down(silu(gate·h) * (up·h))        h = post_attention_norm(x)
+ *   (qwen35moe: x += sum over the top k experts e of w_e down_e(silu(gate_e·h) * (up_e·h))
+ *                    + sigmoid(gate_inp_shexp·h) down_sh(silu(gate_sh·h) * (up_sh·h)))
  *
  * Split over several devices, a delta-net layer goes by key-head groups (each device
  * its key heads, their value heads and that part of the recurrent state, kept in the
@@ -62,8 +68,8 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (s) return s;
     hp->n_layer = n_layer_all - hp->n_nextn;
     if (hp->n_layer > 64)
-        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; qwen35 files of more than 64 layers are not supported yet",
-                       lab, hp->n_layer);
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; %s files of more than 64 layers are not supported yet",
+                       lab, hp->n_layer, arch);
     int inner = 0;
     if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
         (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
@@ -115,28 +121,36 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     return pattern(g, arch, hp, n_layer_all);
 }
 
+/* The FFN: gated, or (qwen35moe) experts with a gated shared expert. */
+static pkv_status load_ffn(pkv_loader *L, int il) {
+    return pkv_loader_model(L)->hp.moe.n_expert ? pkv_load_moe(L, il, PKV_MOE_SHARED_GATE) : pkv_load_ffn(L, il, false);
+}
+
 static pkv_status load_layer(pkv_loader *L, int il) {
     pkv_model *m = pkv_loader_model(L);
     const pkv_hparams *hp = &m->hp;
     pkv_layer *ly = &m->layers[il];
     pkv_status s;
     ly->recurrent = hp->recurrent >> il & 1;
-    if (!ly->recurrent) {
-        return pkv_load_prenorm(L, il, &(pkv_attn_tensors){.qk_norm = true, .q_gate = true}, "post_attention_norm.weight",
-                                PKV_FFN_GATED);
-    }
-    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) || (s = pkv_load_delta_net(L, il)) ||
+    if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) ||
+        (s = ly->recurrent ? pkv_load_delta_net(L, il)
+                           : pkv_load_attention(L, il, &(pkv_attn_tensors){.qk_norm = true, .q_gate = true})) ||
         (s = pkv_load_norm(L, il, "post_attention_norm.weight", &ly->ffn_norm)))
         return s;
-    return pkv_load_ffn(L, il, false);
+    return load_ffn(L, il);
 }
 
 static pkv_status layer(pkv_fwd *f, int il) {
+    const pkv_hparams *hp = &f->m->hp;
     const pkv_layer *ly = &f->m->layers[il];
     pkv_status s = ly->recurrent ? pkv_blk_delta_net(f, il, &ly->attn_norm)
                                  : pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true,
                                                                               .out_gate = true});
-    return s ? s : pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
+    if (s) return s;
+    if (hp->moe.n_expert)
+        return pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU, .gating = PKV_MOE_SOFTMAX_TOPK,
+                                                  .norm_w = true, .w_scale = hp->moe_route.w_scale});
+    return pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
 }
 
 /* ------------------------------------------------------- pagekv mkmodel */
@@ -154,7 +168,7 @@ static pkv_status mk_check(pkv_mkmodel_params *p) {
         return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 needs value heads a multiple of key heads, a head size of 1 "
                        "to 256 and at most 64 layers");
     if (p->n_mtp < 0 || p->n_mtp > 4)
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: MTP layers (0 to 4) are for qwen35, not %s", p->arch);
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %s takes 0 to 4 MTP layers, not %d", p->arch, p->n_mtp);
     if ((p->head_dim ? p->head_dim : p->n_embd / (p->n_head ? p->n_head : 4)) % 4)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 rotates half of each head in pairs of sections: the head size must be a "
                        "multiple of 4");
@@ -168,6 +182,10 @@ static pkv_status mk_check_rows(const pkv_mkmodel_params *p, size_t blk) {
 /* llama.cpp's keys: every 4th layer attends, the others are delta-net layers. */
 static pkv_status mk_keys(pkv_mk *b) {
     const pkv_mkmodel_params *p = b->p;
+    if (p->n_expert) { /* qwen35moe */
+        PKV_MK_TRY(pkv_mk_expert_keys(b, p->n_ff));
+        PKV_MK_TRY(pkv_mk_u32(b, "expert_shared_feed_forward_length", (uint32_t)p->n_ff));
+    }
     PKV_MK_TRY(pkv_mk_u32(b, "ssm.conv_kernel", 4));
     PKV_MK_TRY(pkv_mk_u32(b, "ssm.state_size", (uint32_t)p->ssm_head_dim));
     PKV_MK_TRY(pkv_mk_u32(b, "ssm.group_count", (uint32_t)p->ssm_k_heads));
@@ -199,9 +217,12 @@ static pkv_status mk_delta_net(pkv_mk *b, int l) {
     PKV_MK_TRY(pkv_mk_norm(b, l, "ssm_norm.weight", dS));
     PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_out.weight", p->type, Hv * dS, E, 0.0, lin_v));
     PKV_MK_TRY(pkv_mk_norm(b, l, "post_attention_norm.weight", E));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_gate.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ffn_up.weight", p->type, E, p->n_ff, 0.0, b->lin_e));
-    return pkv_mk_blk(b, l, "ffn_down.weight", pkv_mk_type(p, "ffn_down", l), p->n_ff, E, 0.0, b->lin_f);
+    return pkv_mk_ffn(b, l, p->n_expert ? PKV_FFN_EXPERTS : PKV_FFN_GATED);
+}
+
+/* qwen35moe: a gated shared expert of n_ff rows beside the experts. */
+static pkv_status mk_shared(pkv_mk *b, int l) {
+    return b->p->n_expert ? pkv_mk_moe_extras(b, l, PKV_MOE_SHARED_GATE, b->p->n_ff) : PKV_OK;
 }
 
 /* A delta-net or attention layer; an MTP layer after the trunk is an attention
@@ -209,9 +230,13 @@ static pkv_status mk_delta_net(pkv_mk *b, int l) {
  * final norm. */
 static pkv_status mk_layer(pkv_mk *b, int l) {
     const bool mtp = l >= b->p->n_layer;
-    if (!mtp && (l + 1) % 4 != 0) return mk_delta_net(b, l);
+    if (!mtp && (l + 1) % 4 != 0) {
+        PKV_MK_TRY(mk_delta_net(b, l));
+        return mk_shared(b, l);
+    }
     PKV_MK_TRY(pkv_mk_layer(b, l, &(pkv_attn_tensors){.q_gate = true, .qk_norm = true}, "post_attention_norm.weight",
-                            PKV_FFN_GATED, false));
+                            b->p->n_expert ? PKV_FFN_EXPERTS : PKV_FFN_GATED, false));
+    PKV_MK_TRY(mk_shared(b, l));
     if (!mtp) return PKV_OK;
     return pkv_mk_nextn(b, l);
 }
@@ -225,6 +250,27 @@ static const pkv_arch_mk mk = {.takes = PKV_MK_DELTANET | PKV_MK_MTP,
                                .check_rows = mk_check_rows,
                                .keys = mk_keys,
                                .layer = mk_layer};
+
+static const pkv_arch_mk mk_moe = {.takes = PKV_MK_DELTANET | PKV_MK_MTP | PKV_MK_EXPERTS,
+                                   .rope_base = 1000000.0f,
+                                   .rope_half = true,
+                                   .rms_eps = 1e-6f,
+                                   .head_keys = true,
+                                   .check = mk_check,
+                                   .check_rows = mk_check_rows,
+                                   .keys = mk_keys,
+                                   .layer = mk_layer};
+
+const pkv_arch_ops pkv_arch_qwen35moe = {.name = "qwen35moe",
+                                         .moe = true,
+                                         .rope_neox = true,
+                                         .hparams = hparams,
+                                         .load_layer = load_layer,
+                                         .layer = layer,
+                                         .load_global = pkv_load_nextn,
+                                         .mtp_head = true,
+                                         .input = pkv_blk_nextn_input,
+                                         .mk = &mk_moe};
 
 const pkv_arch_ops pkv_arch_qwen35 = {.name = "qwen35",
                                       .rope_neox = true,
