@@ -4,8 +4,8 @@
 #ifndef PKV_REF_GGUF_H
 #define PKV_REF_GGUF_H
 
-#include <stdint.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,31 +29,26 @@ static inline double *ref_gguf_tensor(void *user, const char *name, int64_t *n) 
     return d;
 }
 
-/* A copy of the GGUF image g (malloc'd, *size bytes; NULL on failure) with key
- * `key` (NULL: none) set to u32 `set` (set >= 0), or to the i32 array i32[n_i32]
- * (i32 not NULL), added where g lacks the key, or else left out; and tensor
- * `drop` (NULL: none) left out. For the tests of bad files. */
-static inline void *ref_gguf_variant(const pkv_gguf *g, const char *key, int64_t set, const char *drop, const int32_t *i32,
-                                     int n_i32, size_t *size) {
+/* A copy of the GGUF image g (pkv_free it) with key `key` set to u32 `set` (left
+ * out where set < 0), tensor `drop` left out, and tensors `swap_a` and `swap_b`
+ * trading names (swap_b absent from g: swap_a is renamed to it). NULL on failure. */
+static inline void *ref_gguf_variant(const pkv_gguf *g, const char *key, int64_t set, const char *drop, const char *swap_a,
+                                     const char *swap_b, size_t *size) {
     pkv_gguf_writer *w = pkv_gguf_writer_create();
-    if (!w) return NULL;
-    bool ok = true, done = false;
+    bool ok = w != NULL;
     for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++) {
         const char *k = pkv_gguf_kv_key(g, i);
-        if (!key || strcmp(k, key)) {
-            ok = !pkv_gguf_writer_copy_kv(w, g, i);
+        if (key && !strcmp(k, key)) {
+            if (set >= 0) ok = !pkv_gguf_writer_add_u32(w, k, (uint32_t)set);
             continue;
         }
-        done = true;
-        if (set >= 0) ok = !pkv_gguf_writer_add_u32(w, k, (uint32_t)set);
-        else if (i32) ok = !pkv_gguf_writer_add_arr(w, k, PKV_GGUF_INT32, i32, (uint64_t)n_i32);
+        ok = !pkv_gguf_writer_copy_kv(w, g, i);
     }
-    if (ok && key && !done && set >= 0) ok = !pkv_gguf_writer_add_u32(w, key, (uint32_t)set);
-    else if (ok && key && !done && i32) ok = !pkv_gguf_writer_add_arr(w, key, PKV_GGUF_INT32, i32, (uint64_t)n_i32);
     for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
         const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
         if (drop && !strcmp(t->name, drop)) continue;
-        ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+        const char *name = swap_a && !strcmp(t->name, swap_a) ? swap_b : swap_a && !strcmp(t->name, swap_b) ? swap_a : t->name;
+        ok = !pkv_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
     }
     void *img = NULL;
     if (ok && pkv_gguf_writer_write_memory(w, &img, size)) img = NULL;

@@ -250,7 +250,7 @@ int main(void) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         size_t vs = 0;
-        void *v = ref_gguf_variant(g, cases[k].key, cases[k].set, cases[k].tensor, NULL, 0, &vs);
+        void *v = ref_gguf_variant(g, cases[k].key, cases[k].set, cases[k].tensor, NULL, NULL, &vs);
         if (!v) {
             TH_FAIL("case %zu: could not write the variant", k);
             continue;
