@@ -147,7 +147,9 @@ static pkv_status per_layer(const pkv_gguf *g, const char *arch, const char *suf
     return PKV_OK;
 }
 
-pkv_status pkv_hp_moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
+/* The routing keys llama.cpp writes for a mixture of experts beyond its sizes, where
+ * the file has them (the architecture chooses what to do with them). */
+static pkv_status moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
     const char *lab = pkv_gguf_label(g);
     const int X = hp->moe.n_expert;
     char k[128];
@@ -180,6 +182,10 @@ pkv_status pkv_hp_moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *
                            "of '%s.expert_used_count'", lab, arch, GU, X / G, hp->moe.n_used, arch);
     }
     return PKV_OK;
+}
+
+pkv_status pkv_hp_moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
+    return moe_routing(g, arch, hp);
 }
 
 pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out, int **n_head_kv_out, int **n_ff_out) {
@@ -226,7 +232,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
             s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.expert_used_count' is %d, more than the %d experts of '%s.expert_count'",
                         lab, arch, hp->moe.n_used, hp->moe.n_expert, arch);
     }
-    if (!s && moe) s = pkv_hp_moe_routing(g, arch, hp);
+    if (!s && moe) s = moe_routing(g, arch, hp);
     /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
      * also carry) is not used */
     if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, 1, 1 << 24, &n_ff);
