@@ -388,6 +388,18 @@ typedef struct pkv_kv_layer_desc {
     /* The layer's K is not rotated at all (NoPE layers: SmolLM3's every fourth): a
      * shift moves it without turning it. Part of the layout's fingerprint. */
     bool rope_none;
+    /* Latent attention (MLA: DeepSeek-V2/V3, Kimi K2): V is not stored but read as the
+     * first head_dim_v values of each K row (the attention kernel's v_in_k), so the
+     * layer has no V pages: nothing of V is allocated, copied, swapped, saved or
+     * cached. Needs n_kv_heads 1 (the one latent "head"; under tensor parallelism
+     * every shard is a replica of it) and head_dim_v <= head_dim_k; dtype_v is
+     * ignored (V is K's type). Part of the layout's fingerprint. */
+    bool v_in_k;
+    /* Where K's rotated dims start in a head's row (MLA: K = [latent, rotary part],
+     * rope_off = the latent width): a shift re-rotates only dims [rope_off, rope_off +
+     * n_rot) and moves the rest unchanged. > 0 needs n_kv_heads 1 and, with quantized
+     * K, a multiple of the block (32). 0 = the row's start. Part of the fingerprint. */
+    int rope_off;
 } pkv_kv_layer_desc;
 
 typedef struct pkv_kv_params {
@@ -485,6 +497,8 @@ typedef struct pkv_kv_layer_info {
     int state_per_head;                /* > 0: a recurrent layer (no K/V pages); see pkv_kv_layer_desc */
     int state_n_parts;                 /* its parts (0 = one), as pkv_kv_layer_desc */
     int state_part[PKV_KV_STATE_MAX_PARTS];
+    bool v_in_k;                       /* V read from K (no V pages: v_page_bytes 0), as pkv_kv_layer_desc */
+    int rope_off;                      /* K's rotated dims start here (pkv_kv_layer_desc) */
 } pkv_kv_layer_info;
 /* PKV_ERR_INVALID when il is out of range. */
 pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info *out);
@@ -495,7 +509,7 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
 typedef struct pkv_kv_shard_info {
     pkv_device *storage, *compute;
     int head_begin, n_heads;
-    pkv_buffer *k, *v;
+    pkv_buffer *k, *v;               /* v NULL (v_off, v_row_bytes, v_page_bytes 0) where V is read from K */
     size_t k_off, v_off;             /* bytes: page 0 of this layer and shard */
     size_t k_row_bytes, v_row_bytes; /* one token: n_heads * pkv_type_row_bytes(dtype, head_dim) */
     size_t k_page_bytes, v_page_bytes;
@@ -1022,7 +1036,8 @@ typedef struct pkv_mkmodel_params {
                             "gpt-oss" (YaRN factor 4 over an original context of 256, base 150000),
                             "qwen35", "gemma4" (its fields below), "smollm3" (no RoPE on every fourth
                             layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
-                            and temperature scale 0.1), "glm4moe" (GLM-4.5: n_layer 0 = 3 trunk layers, the
+                            and temperature scale 0.1), "deepseek2" (fields q_lora_rank,
+                            kv_lora_rank below), "glm4moe" (GLM-4.5: n_layer 0 = 3 trunk layers, the
                             first dense, Q/K norms on the odd ones; experts of n_ff rows with a shared
                             one and the exp_probs_b bias; half of each head rotated) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
@@ -1109,6 +1124,11 @@ typedef struct pkv_mkmodel_params {
      * rope.scaling.attn_factor sqrt(1 + ln(n_ctx / it) / ln(it)) (1 where n_ctx is
      * not larger), as llama.cpp's converter writes them; 0 = none */
     int rope_orig_ctx;
+    /* deepseek2 (multi-head latent attention; head_dim is a query head's nope + rope dims,
+     * rope half of it; one KV head; YaRN by 4 over min(256, n_ctx) with V2-Lite's log
+     * multiplier; every layer dense): q_lora_rank 0 = the lite layout (attn_q), else
+     * attn_q_a [q_lora_rank][n_embd] and attn_q_b; kv_lora_rank 0 = 64 */
+    int q_lora_rank, kv_lora_rank;
 } pkv_mkmodel_params;
 
 pkv_mkmodel_params pkv_mkmodel_default_params(void);

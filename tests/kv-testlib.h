@@ -21,10 +21,10 @@ typedef struct kt_env {
  * Layer 1: 2 heads, K 4 / V 6, f16, head 0 on cpu:1, head 1 on cpu. */
 static inline void kt_layout_sharded(kt_env *e) {
     e->n_layers = 2;
-    e->layers[0] = (pkv_kv_layer_desc){3, 8, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, e->shards[0], 0, 0, 0, 0, 0, {0}, 0, 0, false};
+    e->layers[0] = (pkv_kv_layer_desc){3, 8, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, e->shards[0], 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
     e->shards[0][0] = (pkv_kv_shard_desc){e->cpu, e->cpu, 0, 2};
     e->shards[0][1] = (pkv_kv_shard_desc){e->cpu1, e->cpu1, 2, 1};
-    e->layers[1] = (pkv_kv_layer_desc){2, 4, 6, PKV_TYPE_F16, PKV_TYPE_F16, 2, e->shards[1], 0, 0, 0, 0, 0, {0}, 0, 0, false};
+    e->layers[1] = (pkv_kv_layer_desc){2, 4, 6, PKV_TYPE_F16, PKV_TYPE_F16, 2, e->shards[1], 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
     e->shards[1][0] = (pkv_kv_shard_desc){e->cpu1, NULL, 0, 1};
     e->shards[1][1] = (pkv_kv_shard_desc){e->cpu, e->cpu, 1, 1};
 }

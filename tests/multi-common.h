@@ -11,10 +11,11 @@ enum { MV = 320, MNP = 21, MNG = 8 };
 static void *mc_img;
 static size_t mc_size;
 static int mc_n_head_kv = 8; /* KV heads of mc_make's models (fewer: replicated over the devices) */
+static int mc_n_expert = 0;  /* experts of mc_make's models where optional (deepseek2's MoE layers); 0: dense */
 
 /* A model whose heads split evenly over 2 or 4 devices and 2,1,1 over 3
  * (8 KV heads); head size 32 keeps q8_0 column slices on whole blocks. */
-static void mc_make(pkv_type t, const char *arch) {
+static inline void mc_make(pkv_type t, const char *arch) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = t;
@@ -25,6 +26,7 @@ static void mc_make(pkv_type t, const char *arch) {
     p.head_dim = 32;
     p.n_ff = 192;
     p.n_vocab = MV;
+    p.n_expert = mc_n_expert;
     pkv_mkmodel_free_memory(mc_img);
     mc_img = NULL;
     if (pkv_mkmodel_memory(&p, &mc_img, &mc_size)) TH_FAIL("mkmodel: %s", pkv_errmsg());
@@ -35,7 +37,7 @@ static void mc_make(pkv_type t, const char *arch) {
  * a shard's value heads are strided in every tensor; splits 1,1 and 2,1,1 give
  * shards of 2 and of 2, 1, 1 key heads. Head size 32 keeps q8_0's strided column
  * runs of ssm_out on whole blocks. */
-static void mc_make_qwen35(pkv_type t) {
+static inline void mc_make_qwen35(pkv_type t) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = "qwen35";
     p.type = t;
@@ -55,7 +57,7 @@ static void mc_make_qwen35(pkv_type t) {
     if (pkv_mkmodel_memory(&p, &mc_img, &mc_size)) TH_FAIL("mkmodel: %s", pkv_errmsg());
 }
 
-static pkv_model *mc_load(const char *devices, const char *split, bool host) {
+static inline pkv_model *mc_load(const char *devices, const char *split, bool host) {
     pkv_model_params mp = pkv_model_default_params();
     mp.devices = devices;
     mp.split = split;
@@ -66,7 +68,7 @@ static pkv_model *mc_load(const char *devices, const char *split, bool host) {
 
 static pkv_type mc_kv_k = PKV_TYPE_F16, mc_kv_v = PKV_TYPE_F16; /* KV page types of mc_cache */
 
-static pkv_kv_cache *mc_cache(pkv_model *m) {
+static inline pkv_kv_cache *mc_cache(pkv_model *m) {
     pkv_cache_params cp = pkv_cache_default_params();
     cp.n_ctx = 128;
     cp.n_seq_max = 8;
@@ -76,7 +78,7 @@ static pkv_kv_cache *mc_cache(pkv_model *m) {
     return pkv_model_cache_create(m, cp);
 }
 
-static int mc_argmax(const float *x) {
+static inline int mc_argmax(const float *x) {
     int b = 0;
     for (int i = 1; i < MV; i++)
         if (x[i] > x[b]) b = i;
@@ -84,7 +86,7 @@ static int mc_argmax(const float *x) {
 }
 
 /* Logits of every step: the prompt, then MNG greedy tokens (tokens to toks). */
-static bool mc_run(pkv_model *m, pkv_kv_cache *c, float *lg, int32_t *toks) {
+static inline bool mc_run(pkv_model *m, pkv_kv_cache *c, float *lg, int32_t *toks) {
     pkv_context *ctx = pkv_context_create(m, c, 0);
     if (!ctx) return false;
     int32_t prompt[MNP];
@@ -101,7 +103,7 @@ static bool mc_run(pkv_model *m, pkv_kv_cache *c, float *lg, int32_t *toks) {
 
 /* The reference: the model of `arch` (mc_make; "qwen35": mc_make_qwen35) on one
  * CPU device, its cache, and its logits and tokens (mc_run); false on failure. */
-static bool mc_reference(pkv_type t, const char *arch, pkv_model **single, pkv_kv_cache **sc, float *lg, int32_t *toks) {
+static inline bool mc_reference(pkv_type t, const char *arch, pkv_model **single, pkv_kv_cache **sc, float *lg, int32_t *toks) {
     if (!strcmp(arch, "qwen35")) mc_make_qwen35(t);
     else mc_make(t, arch);
     *single = mc_load("cpu", NULL, false);
@@ -110,7 +112,7 @@ static bool mc_reference(pkv_type t, const char *arch, pkv_model **single, pkv_k
 }
 
 /* Split logits against single-device logits within tol (nmse); greedy tokens equal. */
-static void mc_compare(const char *what, const char *devices, const char *split, bool host, const float *ref_lg,
+static inline void mc_compare(const char *what, const char *devices, const char *split, bool host, const float *ref_lg,
                        const int32_t *ref_toks, double tol) {
     pkv_model *m = mc_load(devices, split, host);
     pkv_kv_cache *c = m ? mc_cache(m) : NULL;
@@ -136,7 +138,7 @@ static void mc_compare(const char *what, const char *devices, const char *split,
  * batch of tokens as they compute each alone, bitwise_batches: the CPU), and a file
  * saved from the sharded cache loads into a single-device cache and one saved
  * there loads into the sharded cache, continuing alike. */
-static void mc_kv_ops(const char *devices, bool host, pkv_model *single, pkv_kv_cache *single_c, bool bitwise_batches) {
+static inline void mc_kv_ops(const char *devices, bool host, pkv_model *single, pkv_kv_cache *single_c, bool bitwise_batches) {
     pkv_model *m = mc_load(devices, NULL, host);
     pkv_kv_cache *c = m ? mc_cache(m) : NULL;
     REQUIRE_VOID(c);

@@ -339,6 +339,17 @@ static inline void ref_rope_yarn(double *x, int n_heads, int head_dim, double po
     }
 }
 
+/* sum (a - b)^2 / sum b^2 over n values: a runtime's f32 output against the
+ * reference's doubles */
+static inline double ref_nmse(const float *a, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return num / den;
+}
+
 static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
 /* GELU, the tanh form (ggml_gelu's); 0.79788... = sqrt(2/pi). */
@@ -348,16 +359,6 @@ static inline double ref_gelu(double x) {
 
 /* c * tanh(s / c): s squashed into (-c, c), about s where |s| << c; c = 0: s. */
 static inline double ref_softcap(double s, double c) { return c > 0 ? c * tanh(s / c) : s; }
-
-/* sum((a - b)^2) / sum(b^2) of n values, b the reference's. */
-static inline double ref_nmse(const float *a, const double *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return num / den;
-}
 
 /* Gated FFN of n_ff rows: y = down · (act(gate · x) * up · x), act silu (SwiGLU) or
  * gelu (GeGLU), with gate, up [n_ff][n_embd] and down [n_embd][n_ff]; g and u are

@@ -325,7 +325,10 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
     /* matmul and get_rows for 25 weight types */
-    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4); /* + geglu; + swiglu_oai and rope with YaRN (f32, f16, q8_0, q4_0) */
+    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5); /* + geglu; + swiglu_oai and rope with YaRN (f32,
+                                                                             f16, q8_0, q4_0) */
+    /* + attention with V read from K (MLA): f32, f16 with the kinds, q8_0 */
+    /* + moe_route (4 kinds), moe_combine */
     /* + partial rope (Gemma 4's proportional RoPE: f32, f16, q8_0, q4_0) */
     /* + rope with LongRoPE's frequency factors (f32, f16, q8_0, q4_0) */
     /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4) */
@@ -340,6 +343,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK(has_row(&l, "kernel rope q8_0 ff"));
     CHECK(has_row(&l, "kernel rope q4_0 ff"));
     CHECK(has_row(&l, "kernel layer_norm"));
+    CHECK(has_row(&l, "kernel moe_route sigmoid, bias, groups (DeepSeek-V3)"));
+    CHECK(has_row(&l, "kernel moe_combine"));
     CHECK(has_row(&l, "kernel ssm_conv (silu)"));
     CHECK(has_row(&l, "kernel delta_net (grouped heads)"));
     CHECK(has_row(&l, "kernel l2_norm"));
@@ -352,6 +357,9 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK(has_row(&l, "kernel attention f16 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention q8_0 window/softcap/sinks"));
     CHECK(has_row(&l, "kernel attention f16"));
+    CHECK(has_row(&l, "kernel attention f32 v_in_k"));
+    CHECK(has_row(&l, "kernel attention f16 window/softcap/sinks v_in_k"));
+    CHECK(has_row(&l, "kernel attention q8_0 v_in_k"));
     CHECK(has_row(&l, "kernel rope f16"));
     CHECK(has_row(&l, "kernel rope q4_0"));
     CHECK(has_row(&l, "kernel rope f32 yarn"));

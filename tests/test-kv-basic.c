@@ -244,7 +244,7 @@ static void test_cow(kt_env *e) {
 static void test_attach(kt_env *e) {
     pkv_kv_layer_desc L[28];
     pkv_kv_shard_desc sh = {e->cpu1, e->cpu1, 0, 8};
-    for (int i = 0; i < 28; i++) L[i] = (pkv_kv_layer_desc){8, 32, 32, PKV_TYPE_Q8_0, PKV_TYPE_F16, 1, &sh, 0, 0, 0, 0, 0, {0}, 0, 0, false};
+    for (int i = 0; i < 28; i++) L[i] = (pkv_kv_layer_desc){8, 32, 32, PKV_TYPE_Q8_0, PKV_TYPE_F16, 1, &sh, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 28;
     p.layers = L;

@@ -32,7 +32,7 @@ static const lay g_lay[2] = {{2, DK0, DV, PKV_TYPE_Q8_0, PKV_TYPE_F16}, {1, DK1,
 static pkv_kv_cache *make(pkv_device *a, pkv_device *b, bool neox, pkv_kv_shard_desc sh[2][2]) {
     pkv_kv_layer_desc L[2];
     for (int il = 0; il < 2; il++) {
-        L[il] = (pkv_kv_layer_desc){g_lay[il].heads, g_lay[il].dk, g_lay[il].dv, g_lay[il].tk, g_lay[il].tv, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false};
+        L[il] = (pkv_kv_layer_desc){g_lay[il].heads, g_lay[il].dk, g_lay[il].dv, g_lay[il].tk, g_lay[il].tv, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
         if (b && g_lay[il].heads == 2) { /* heads split over the two devices */
             sh[il][0] = (pkv_kv_shard_desc){a, a, 0, 1};
             sh[il][1] = (pkv_kv_shard_desc){b, b, 1, 1};
@@ -221,7 +221,7 @@ static void test_swap_save(pkv_device *dev, pkv_device *other) {
     for (size_t k = 0; k < PKV_ARRAY_LEN(cases); k++) {
         pkv_kv_layer_desc L[2];
         for (int il = 0; il < 2; il++)
-            L[il] = (pkv_kv_layer_desc){g_lay[il].heads, g_lay[il].dk, g_lay[il].dv, g_lay[il].tk, g_lay[il].tv, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false};
+            L[il] = (pkv_kv_layer_desc){g_lay[il].heads, g_lay[il].dk, g_lay[il].dv, g_lay[il].tk, g_lay[il].tv, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
         L[cases[k].layer].dtype_k = cases[k].tk;
         L[cases[k].layer].dtype_v = cases[k].tv;
         pkv_kv_params p = pkv_kv_default_params();
@@ -252,9 +252,9 @@ static void test_swap_save(pkv_device *dev, pkv_device *other) {
 }
 
 static void test_layout_errors(pkv_device *dev) {
-    pkv_kv_layer_desc L[3] = {{2, 64, 64, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false},
-                              {2, 64, 64, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false},
-                              {2, 80, 64, PKV_TYPE_Q4_0, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false}};
+    pkv_kv_layer_desc L[3] = {{2, 64, 64, PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0},
+                              {2, 64, 64, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0},
+                              {2, 80, 64, PKV_TYPE_Q4_0, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0}};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 3;
     p.layers = L;

@@ -40,11 +40,11 @@ static const double base[NL] = {500000.0, 10000.0, 500000.0}, scale[NL] = {0.5, 
 static void run(kt_env *e, bool neox) {
     pkv_kv_layer_desc L[NL];
     pkv_kv_shard_desc sh0[2] = {{e->cpu, e->cpu, 0, 1}, {e->cpu1, e->cpu1, 1, 1}};
-    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, sh0, 0, 0, 0, 0, 0, {0}, 0, 0, false};
+    L[0] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 2, sh0, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
     /* layer 1 has its own RoPE (gemma3's sliding layers: base 10000, no scaling) */
-    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 10000.0f, 1.0f, 0, 0, {0}, 0, 0, false};
+    L[1] = (pkv_kv_layer_desc){1, HD, 8, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 10000.0f, 1.0f, 0, 0, {0}, 0, 0, false, false, 0};
     /* layer 2: all HD dims in pairs, the first turning (Gemma 4's full layers) */
-    L[2] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 0, NULL, 0, 0, 0, 0, 0, {0}, HD, 1, false};
+    L[2] = (pkv_kv_layer_desc){2, HD, 4, PKV_TYPE_F32, PKV_TYPE_F32, 0, NULL, 0, 0, 0, 0, 0, {0}, HD, 1, false, false, 0};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = NL;
     p.layers = L;

@@ -297,8 +297,8 @@ static void test_errors(void) {
         CHECK(strstr(pkv_errmsg(), "'gemma2.attention.sliding_window' 100 is larger than 'gemma2.context_length' 64"));
         pkv_mkmodel_free_memory(img);
     }
-    pkv_kv_layer_desc L[2] = {{2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false},
-                              {2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, -3, 0, 0, 0, 0, {0}, 0, 0, false}};
+    pkv_kv_layer_desc L[2] = {{2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0},
+                              {2, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, -3, 0, 0, 0, 0, {0}, 0, 0, false, false, 0}};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 2;
     p.layers = L;

@@ -1,11 +1,13 @@
 // labels: unit
-/* The mixture-of-experts routing kinds (blocks.h pkv_blk_moe_route) against a
+/* The mixture-of-experts routing kinds (the reference of the pkv_k_moe_route kernel,
+ * whose device forms `pagekv check` holds to it) against a
  * reference written differently here: every candidate list sorted (qsort, by value
  * then index) instead of repeated selection, in double precision. Covers softmax
  * with and without normalised weights (Qwen3-MoE, DeepSeek-V2), the top k's own
  * softmax (gpt-oss), sigmoid with a selection bias, expert groups, normalisation and
  * a routed scale (DeepSeek-V3, GLM-4.5), selection on the raw logits (Llama 4), and
  * a few hand-made cases whose answer is known without either implementation. */
+#include "device/cpu/ref.h"
 #include "model/blocks.h"
 #include "testhelp.h"
 
@@ -72,6 +74,14 @@ static void ref_route(const pkv_hparams *hp, const pkv_moe_kind *k, const float 
         for (int j = 0; j < K; j++) w[j] *= k->w_scale;
 }
 
+/* One token through the reference kernel with the kind's arguments (as blocks.c's moe_to). */
+static void route_one(const pkv_hparams *hp, const pkv_moe_kind *k, float *p, const float *bias, int32_t *sel, float *w) {
+    pkv_k_moe_route_args a = {.n = 1, .n_expert = hp->moe.n_expert, .k = hp->moe.n_used, .n_group = hp->moe_route.n_group,
+                              .n_group_used = hp->moe_route.n_group_used, .gating = (int)k->gating, .norm_w = k->norm_w,
+                              .sel_logits = k->sel_logits, .w_scale = k->w_scale};
+    pkv_ref_moe_route(&a, p, bias, sel, w, 0, 1);
+}
+
 static pkv_hparams hp_of(int X, int K, int G, int GU) {
     pkv_hparams hp;
     memset(&hp, 0, sizeof hp);
@@ -97,7 +107,7 @@ static void random_case(const char *what, const pkv_hparams *hp, const pkv_moe_k
         const bool coarse = t % 3 == 0; /* ties */
         for (int e = 0; e < X; e++) logits[e] = coarse ? (float)(th_rand(&rs) % 4) : 3.0f * th_randf(&rs);
         memcpy(p, logits, sizeof(float) * (size_t)X);
-        pkv_blk_moe_route(hp, k, p, with_bias ? bias : NULL, sel, w);
+        route_one(hp, k, p, with_bias ? bias : NULL, sel, w);
         ref_route(hp, k, logits, with_bias ? bias : NULL, rsel, rw);
         for (int j = 0; j < K; j++) {
             th_checks++;
@@ -119,7 +129,7 @@ static void known_cases(void) {
     pkv_hparams hp = hp_of(4, 1, 0, 0);
     pkv_moe_kind sig = {.gating = PKV_MOE_SIGMOID_TOPK};
     float l1[4] = {0.0f, 1.0f, 0.5f, -1.0f}, b1[4] = {0, 0, 0.5f, 0};
-    pkv_blk_moe_route(&hp, &sig, l1, b1, sel, w);
+    route_one(&hp, &sig, l1, b1, sel, w);
     CHECK_INT(sel[0], 2);
     CHECK_NEAR(w[0], 1 / (1 + exp(-0.5)), 1e-6);
     /* groups: the best expert (5) is in group 1 of {0..3}, {4..7}; group 0's two best
@@ -127,7 +137,7 @@ static void known_cases(void) {
     hp = hp_of(8, 2, 2, 1);
     pkv_moe_kind sm = {.gating = PKV_MOE_SOFTMAX_TOPK, .norm_w = true, .w_scale = 2.5f};
     float l2[8] = {2.5f, 2.5f, -5, -5, -5, 3.0f, -5, -5}; /* e^2.5 + e^2.5 > e^3 */
-    pkv_blk_moe_route(&hp, &sm, l2, NULL, sel, w);
+    route_one(&hp, &sm, l2, NULL, sel, w);
     CHECK_INT(sel[0], 0);
     CHECK_INT(sel[1], 1);
     CHECK_NEAR(w[0], 1.25, 1e-6); /* normalised to 1/2 each, times 2.5 */
@@ -136,7 +146,7 @@ static void known_cases(void) {
     hp = hp_of(3, 1, 0, 0);
     pkv_moe_kind l4 = {.gating = PKV_MOE_SIGMOID_TOPK, .sel_logits = true};
     float l3[3] = {-2.0f, 0.0f, 1.0f}, b3[3] = {5, 0, 0};
-    pkv_blk_moe_route(&hp, &l4, l3, b3, sel, w); /* a bias does not enter a choice on logits */
+    route_one(&hp, &l4, l3, b3, sel, w); /* a bias does not enter a choice on logits */
     CHECK_INT(sel[0], 2);
     CHECK_NEAR(w[0], 1 / (1 + exp(-1.0)), 1e-6);
 }

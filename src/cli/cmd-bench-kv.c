@@ -51,7 +51,7 @@ static pkv_type g_tk = PKV_TYPE_F16, g_tv = PKV_TYPE_F16; /* --kv-type* */
 
 static pkv_kv_cache *make_cache(pkv_device *dev, int page_size, int64_t n_pages, int64_t host_pages,
                                 pkv_kv_layer_desc *L) {
-    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, g_tk, g_tv, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false};
+    for (int i = 0; i < BK_LAYERS; i++) L[i] = (pkv_kv_layer_desc){BK_HEADS, BK_DIM, BK_DIM, g_tk, g_tv, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = BK_LAYERS;
     p.layers = L;
@@ -119,7 +119,7 @@ static pkv_status bench_fork_hybrid(pkv_device *dev, int ps, bool recurrent, dou
 /* The snapshot behind GET /v1/kv (see the top). Median of 201. */
 static pkv_status bench_snapshot(pkv_device *dev, bench_kv *r) {
     enum { REPS = 201, FORKS = 64, CTX = 4096 };
-    pkv_kv_layer_desc L = {1, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false};
+    pkv_kv_layer_desc L = {1, 32, 32, PKV_TYPE_F16, PKV_TYPE_F16, 0, NULL, 0, 0, 0, 0, 0, {0}, 0, 0, false, false, 0};
     pkv_kv_params p = pkv_kv_default_params();
     p.n_layers = 1;
     p.layers = &L;

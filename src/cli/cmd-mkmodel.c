@@ -43,7 +43,7 @@ static bool family_known(const char *name) {
 
 static void mkmodel_usage(FILE *f) {
     fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|\n"
-               "                       qwen35moe|smollm3|mistral3|glm4moe|voxtral]\n"
+               "                       qwen35moe|smollm3|mistral3|deepseek2|glm4moe|voxtral]\n"
                "                      [--type TYPE]\n"
                "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -113,6 +113,10 @@ static void mkmodel_usage(FILE *f) {
                "expert and the exp_probs_b routing bias; Q/K norms on the odd layers; half of each head\n"
                "rotated): --experts N --experts-used K (default 4, 2); --mtp N MTP layers (default 1)\n"
                "SmolLM3 (--arch smollm3): llama with no RoPE on every fourth layer (--layers 4 or more).\n"
+               "DeepSeek-V2/V3 (--arch deepseek2): multi-head latent attention, one latent KV head of\n"
+               "  --kv-lora-rank N (default 64) + --head-dim / 2 rope dims; --head-dim is a query head's\n"
+               "  nope + rope dims (and the value heads'); --q-lora-rank N: V3's attn_q_a/attn_q_b (default\n"
+               "  0: V2-Lite's attn_q); YaRN by 4 over min(256, --ctx); every layer dense\n"
                "Ministral 3 (--arch mistral3): llama with YaRN by 16 over min(256, --ctx) original\n"
                "positions (yarn_log_multiplier 1) and Llama 4's attention temperature tuning (scale 0.1).\n"
                "Phi-3 with LongRoPE (--arch phi3, as Phi-3-128k, Phi-3.5, Phi-4-mini):\n"
@@ -251,6 +255,8 @@ static const pkv_cli_opt mk_options[] = {
     MK_SIZE("--longrope", rope_orig_ctx),
     MK_SIZE("--head-dim-swa", head_dim_swa),
     MK_SIZE("--kv-heads-full", n_head_kv_full),
+    MK_SIZE("--q-lora-rank", q_lora_rank),
+    MK_SIZE("--kv-lora-rank", kv_lora_rank),
     MK_FN("--per-layer-embd", mk_opt_per_layer_embd),
     MK_FN("--shared-kv", mk_opt_shared_kv),
     MK_OPT("-h", "--help", PKV_CLI_FLAG, help, 0, 0),

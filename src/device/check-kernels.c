@@ -28,6 +28,10 @@
  *                                         with a large common offset (mean >> spread)
  *   delta_net                      1e-9   f32 state and sums; several sequences of different
  *                                         lengths, strided q/k/v, tiled and grouped heads, a bad slot
+ *   moe_route                      exact experts, weights 1e-10 (f32 against the double
+ *                                         reference): softmax, the chosen's softmax, sigmoid with
+ *                                         a bias, groups, norm and scale, a choice on the logits
+ *   moe_combine                    1e-12  added and stored, rows out of range skipped
  */
 #include "base/base.h"
 #include "base/quant.h"
@@ -766,7 +770,7 @@ static void kv_decode(pkv_type t, const uint8_t *in, size_t n, int d, float *x) 
  * arithmetic's, whatever the KV types. opts: the attention kinds' constants, each
  * case run with a sliding window (3 tokens: inside pages, across them, or more
  * than a query sees), a soft-cap (2, below the scores), sinks, and all three. */
-static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
+static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts, bool v_in_k) {
     typedef struct {
         int n_head, n_kv, dk, dv, page_size, n_pages, n_seq, n_q;
         int q_seq[8], q_len[8];
@@ -784,11 +788,13 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         {4, 1, 128, 128, 64, 3, 2, 2, {1, 0}, {100, 64}, {0, 1, 3}, {2, 0, 1}},
         /* long decode of few heads (a GPU splits its tokens over blocks), 2000 of 2048 tokens */
         {2, 1, 64, 64, 256, 10, 1, 1, {0}, {2000}, {0, 8}, {9, 1, 2, 3, 4, 5, 6, 7}},
+        /* MLA-like: 16 heads over one KV head, V narrower than K (with v_in_k: the head of K) */
+        {16, 1, 96, 64, 16, 6, 2, 3, {0, 1, 1}, {20, 5, 31}, {0, 2, 4}, {4, 1, 0, 2}},
     };
     char name[64];
     char types[24];
     snprintf(types, sizeof types, kt == vt ? "%s" : "K %s V %s", pkv_type_name(kt), pkv_type_name(vt));
-    snprintf(name, sizeof name, "%s%s", types, opts ? " window/softcap/sinks" : "");
+    snprintf(name, sizeof name, "%s%s%s", types, opts ? " window/softcap/sinks" : "", v_in_k ? " v_in_k" : "");
     row_begin(k, "kernel attention %s", name, 1e-8);
     pkv_status s = PKV_OK;
     for (size_t cv = 0; cv < PKV_ARRAY_LEN(cases) * (opts ? 5 : 1) && !k->row_error && !k->row.skipped; cv++) {
@@ -799,6 +805,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         const size_t nk = slots * c->dk, nv = slots * c->dv;
         const size_t kbytes = slots * pkv_type_row_bytes(kt, (size_t)c->dk), vbytes = slots * pkv_type_row_bytes(vt, (size_t)c->dv);
         if ((pkv_kv_type_quant(kt) && c->dk % 32) || (pkv_kv_type_quant(vt) && c->dv % 32)) continue;
+        if (v_in_k && (c->n_kv != 1 || c->dv > c->dk)) continue; /* V read from K: one KV head */
         const int meta_pages = c->indptr[c->n_seq];
         const size_t n_meta = 2 * (size_t)c->n_q + c->n_seq + 1 + (size_t)meta_pages;
         float *h = scratch(nq + no + nk + nv, 1);
@@ -822,7 +829,7 @@ static pkv_status check_attention(ck *k, pkv_type kt, pkv_type vt, bool opts) {
         for (int i = 0; i < meta_pages; i++) meta[m++] = c->pages[i];
         pkv_k_attention_args a = {.k_type = kt, .v_type = vt, .n_q = c->n_q, .n_seq = c->n_seq, .meta_pages = meta_pages,
                                   .n_pages = c->n_pages, .page_size = c->page_size, .n_head = c->n_head, .n_kv = c->n_kv,
-                                  .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk)};
+                                  .dk = c->dk, .dv = c->dv, .scale = 1.0f / sqrtf((float)c->dk), .v_in_k = v_in_k};
         /* variant 1: window; 2: softcap and sinks; 3: all three; 4: a window
          * counted back from q_win (a non-causal span's rows: q_win at or below
          * q_len, one past it, which counts as q_len) */
@@ -1254,6 +1261,77 @@ static pkv_status check_unary(ck *k, pkv_unary_op op) {
     return PKV_OK;
 }
 
+/* One routing kind: random tokens (continuous logits, so no two experts tie) on the
+ * device against the reference: the same experts, weights within the row's nmse. */
+static pkv_status check_moe_route(ck *k, const char *name, pkv_k_moe_route_args a, bool with_bias) {
+    row_begin(k, "kernel %s", name, 1e-10);
+    pkv_status s = PKV_OK;
+    for (int c = 0; c < 2 && !k->row_error && !k->row.skipped; c++) {
+        a.n = c ? 37 : 1;
+        const size_t nl = (size_t)(a.n * a.n_expert), ns = (size_t)(a.n * a.k);
+        float *h = scratch(nl + (size_t)a.n_expert + 4 * ns, 1);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *l = h, *b = h + nl, *w = b + a.n_expert, *gw = w + ns;
+        int32_t *sel = (int32_t *)(void *)(gw + ns), *gsel = sel + ns;
+        fill_rand(k, l, nl, 4.0f);
+        fill_rand(k, b, (size_t)a.n_expert, 0.2f);
+        pkv_ref_moe_route(&a, l, with_bias ? b : NULL, sel, w, 0, a.n);
+        dbuf *bl, *bb = NULL, *bs, *bw;
+        TRY(s = put(k, &bl, l, nl * 4));
+        if (with_bias) TRY(s = put(k, &bb, b, (size_t)a.n_expert * 4));
+        TRY(s = put(k, &bs, NULL, ns * 4));
+        TRY(s = put(k, &bw, NULL, ns * 4));
+        pkv_k_moe_route_args d = a;
+        d.logits = tr(bl), d.sel = tr(bs), d.w = tr(bw);
+        d.bias = bb ? tr(bb) : (pkv_tref){0};
+        if (kernel_ok(k, pkv_k_moe_route(k->dev, &d), name)) {
+            bool guard = true;
+            if (!(s = get(k, bs, gsel, &guard)) && memcmp(gsel, sel, ns * 4)) row_fail(k, "%s: %s", name, "other experts chosen");
+            if (!s && !guard) row_fail(k, "%s: %s", name, "wrote outside its output region");
+            if (!s) s = compare_f32(k, bw, w, ns, name);
+        }
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+static pkv_status check_moe_combine(ck *k) {
+    row_begin(k, "kernel %s", "moe_combine", 1e-12);
+    pkv_status s = PKV_OK;
+    for (int c = 0; c < 2 && !k->row_error && !k->row.skipped; c++) {
+        const bool add = c == 1;
+        const int64_t n = 5, cols = 96, out_rows = 9;
+        float *h = scratch((size_t)(n * cols + 2 * out_rows * cols + n), 1);
+        if (!h) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        float *y = h, *out = y + n * cols, *ref = out + out_rows * cols, *w = ref + out_rows * cols;
+        const int32_t rows[5] = {7, 0, 3, 42, 8}; /* distinct; 42 is outside out and skipped */
+        fill_rand(k, y, (size_t)(n * cols), 2.0f);
+        fill_rand(k, out, (size_t)(out_rows * cols), 1.0f);
+        fill_rand(k, w, (size_t)n, 1.0f);
+        memcpy(ref, out, (size_t)(out_rows * cols) * 4);
+        pkv_k_moe_combine_args a = {.n = n, .cols = cols, .out_rows = out_rows, .add = add};
+        pkv_ref_moe_combine(&a, ref, y, rows, w);
+        dbuf *bo, *by, *br, *bw;
+        TRY(s = put(k, &bo, out, (size_t)(out_rows * cols) * 4));
+        TRY(s = put(k, &by, y, (size_t)(n * cols) * 4));
+        TRY(s = put(k, &br, rows, sizeof rows));
+        TRY(s = put(k, &bw, w, (size_t)n * 4));
+        a.out = tr(bo), a.y = tr(by), a.rows = tr(br), a.w = tr(bw);
+        if (kernel_ok(k, pkv_k_moe_combine(k->dev, &a), "moe_combine"))
+            s = compare_f32(k, bo, ref, (size_t)(out_rows * cols), add ? "added" : "stored");
+    done:
+        bufs_free(k);
+        pkv_free(h);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
 /* ---- the rows of each kernel of PKV_KERNELS, in the order they run */
 
 static const pkv_type k_wtypes[] = {
@@ -1321,13 +1399,17 @@ static pkv_status rows_set_rows(ck *k) {
 
 static pkv_status rows_attention(ck *k) {
     /* K type, V type, the options (window, softcap, sinks) */
-    static const struct { pkv_type kt, vt; bool opts; } cases[] = {
-        {PKV_TYPE_F32, PKV_TYPE_F32, false},   {PKV_TYPE_F16, PKV_TYPE_F16, false},
-        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false}, {PKV_TYPE_F16, PKV_TYPE_F16, true},
-        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true},  {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false},
-        {PKV_TYPE_Q8_0, PKV_TYPE_F16, false},  {PKV_TYPE_F16, PKV_TYPE_Q4_0, false}};
+    /* v_in_k: V read from the head of each K row (MLA's latent cache; vt unused) */
+    static const struct { pkv_type kt, vt; bool opts, v_in_k; } cases[] = {
+        {PKV_TYPE_F32, PKV_TYPE_F32, false, false},   {PKV_TYPE_F16, PKV_TYPE_F16, false, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false, false}, {PKV_TYPE_F16, PKV_TYPE_F16, true, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, true, false},  {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0, false, false},
+        {PKV_TYPE_Q8_0, PKV_TYPE_F16, false, false},  {PKV_TYPE_F16, PKV_TYPE_Q4_0, false, false},
+        {PKV_TYPE_F32, PKV_TYPE_F32, false, true},    {PKV_TYPE_F16, PKV_TYPE_F16, true, true},
+        {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0, false, true}};
     pkv_status s = PKV_OK;
-    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++) s = check_attention(k, cases[i].kt, cases[i].vt, cases[i].opts);
+    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++)
+        s = check_attention(k, cases[i].kt, cases[i].vt, cases[i].opts, cases[i].v_in_k);
     return s;
 }
 
@@ -1353,6 +1435,25 @@ static pkv_status rows_unary(ck *k) {
 }
 
 static pkv_status rows_layer_norm(ck *k) { return check_layer_norm(k); }
+
+static pkv_status rows_moe_route(ck *k) {
+    static const struct {
+        const char *name;
+        pkv_k_moe_route_args a;
+        bool bias;
+    } cases[] = {
+        {"moe_route softmax, normalised (Qwen3-MoE)", {.n_expert = 16, .k = 4, .gating = 0, .norm_w = true}, false},
+        {"moe_route softmax of the chosen (gpt-oss)", {.n_expert = 32, .k = 4, .gating = 1}, false},
+        {"moe_route sigmoid, bias, groups (DeepSeek-V3)",
+         {.n_expert = 64, .k = 6, .n_group = 8, .n_group_used = 3, .gating = 2, .norm_w = true, .w_scale = 2.5f}, true},
+        {"moe_route on the logits, top 1 (Llama 4)", {.n_expert = 16, .k = 1, .gating = 2, .sel_logits = true}, false},
+    };
+    pkv_status s = PKV_OK;
+    for (size_t i = 0; i < PKV_ARRAY_LEN(cases) && !s; i++) s = check_moe_route(k, cases[i].name, cases[i].a, cases[i].bias);
+    return s;
+}
+
+static pkv_status rows_moe_combine(ck *k) { return check_moe_combine(k); }
 
 pkv_status pkv_check_kernels(pkv_device *dev, pkv_check_params p, pkv_check_report_fn report, void *user) {
     if (!dev) return pkv_err(PKV_ERR_INVALID, "check kernels: device is NULL");

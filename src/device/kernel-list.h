@@ -188,6 +188,10 @@ typedef struct pkv_k_attention_args {
     float softcap;   /* 0 = none */
     pkv_tref sinks;  /* f32 [n_head]; buf NULL = none */
     pkv_tref q_win;  /* i32 [n_q]; buf NULL = none (above) */
+    bool v_in_k;     /* V is read from K (MLA's latent cache): v and v_type are ignored (the
+                        dispatcher sets them to k's), the V row of a slot is the first dv
+                        values of its K row (quantized: its first dv / 32 blocks); n_kv == 1,
+                        dv <= dk */
 } pkv_k_attention_args;
 
 /* Row-wise softmax, f32 [n_rows][row_len]; in place ok. */
@@ -313,6 +317,38 @@ typedef struct pkv_k_unary_args {
     int64_t mul_len;
 } pkv_k_unary_args;
 
+/* Mixture-of-experts routing, a token per row (llama.cpp's build_moe_ffn; blocks.h
+ * pkv_blk_moe):
+ *   logits f32 [n][n_expert]: the router's output (plus its bias)
+ *   p = softmax(l) (gating 0) | l (1: softmax over the chosen after) | sigmoid(l) (2)
+ *   s = l (sel_logits) or p + bias[e] (bias f32 [n_expert]; buf NULL = none)
+ *   n_group > 1: a group (n_expert / n_group consecutive experts) scores the sum of its
+ *     two best s; only the experts of the n_group_used best groups can be chosen (ties:
+ *     the lower group)
+ *   sel i32 [n][k]: the k best s, best first (ties: the lower expert)
+ *   w f32 [n][k] = p[sel]; gating 1: softmax over them; norm_w: / max(their sum, 2^-14);
+ *     times w_scale (0: 1)
+ * n_expert <= 4096, k <= 64, n_group <= 64 dividing n_expert into groups of 2 or more,
+ * n_group_used * (n_expert / n_group) >= k. The reference works in double. */
+typedef struct pkv_k_moe_route_args {
+    pkv_tref logits, bias, sel, w;
+    int64_t n;
+    int n_expert, k, n_group, n_group_used;
+    int gating; /* 0 softmax, 1 softmax of the chosen, 2 sigmoid */
+    bool norm_w, sel_logits;
+    float w_scale;
+} pkv_k_moe_route_args;
+
+/* The experts' weighted sum: for i < n, c < cols
+ *   out[rows[i]][c] = (add ? out[rows[i]][c] : 0) + w[i] * y[i][c]
+ * out f32 [out_rows][cols]; y f32 [n][cols]; rows i32 [n], distinct and in
+ * [0, out_rows) (rows outside are skipped); w f32 [n]. */
+typedef struct pkv_k_moe_combine_args {
+    pkv_tref out, y, rows, w;
+    int64_t n, cols, out_rows;
+    bool add;
+} pkv_k_moe_combine_args;
+
 /* The kernels. X(name) for each: its arguments are pkv_k_<name>_args above, and
  * from this entry come
  *   - the backend slot      pkv_kernel_ops.<name>              (device.h),
@@ -338,6 +374,8 @@ typedef struct pkv_k_unary_args {
     X(delta_net)                                                                           \
     X(l2_norm)                                                                             \
     X(unary)                                                                               \
-    X(layer_norm)
+    X(layer_norm)                                                                          \
+    X(moe_route)                                                                           \
+    X(moe_combine)
 
 #endif /* PKV_KERNEL_LIST_H */

@@ -185,12 +185,18 @@ static pkv_status check_attention(const kctx *k, pkv_k_attention_args *a) {
     SHAPE(a->n_kv > 0 && a->n_head > 0 && a->n_head % a->n_kv == 0, "n_head %d is not a multiple of n_kv %d",
           a->n_head, a->n_kv);
     SHAPE(a->dk > 0 && a->dv > 0, "head sizes dk %d, dv %d", a->dk, a->dv);
+    if (a->v_in_k) { /* MLA: V is the head of each K row; backends read it through k */
+        SHAPE(a->n_kv == 1 && a->dv <= a->dk, "v_in_k needs one KV head and dv <= dk (n_kv %d, dk %d, dv %d)", a->n_kv,
+              a->dk, a->dv);
+        a->v = a->k;
+        a->v_type = a->k_type;
+    }
     SHAPE((!pkv_kv_type_quant(a->k_type) || a->dk % 32 == 0) && (!pkv_kv_type_quant(a->v_type) || a->dv % 32 == 0),
           "quantized K/V need head sizes that are multiples of 32 (dk %d, dv %d)", a->dk, a->dv);
     uint64_t slots = (uint64_t)a->n_pages * (uint64_t)a->page_size * (uint64_t)a->n_kv;
     TRY(arg(k, "q", a->q, (uint64_t)a->n_q * a->n_head * a->dk * 4));
     TRY(arg(k, "k", a->k, slots * pkv_type_row_bytes(a->k_type, (size_t)a->dk)));
-    TRY(arg(k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
+    if (!a->v_in_k) TRY(arg(k, "v", a->v, slots * pkv_type_row_bytes(a->v_type, (size_t)a->dv)));
     TRY(arg(k, "out", a->out, (uint64_t)a->n_q * a->n_head * a->dv * 4));
     TRY(arg(k, "meta", a->meta, ((uint64_t)a->n_q * 2 + (uint64_t)a->n_seq + 1 + (uint64_t)a->meta_pages) * 4));
     SHAPE(a->window >= 0, "window %d is negative", a->window);
@@ -302,6 +308,36 @@ static pkv_status check_unary(const kctx *k, pkv_k_unary_args *a) {
               (long long)a->mul_len);
         TRY(arg(k, "mul", a->mul, (uint64_t)a->mul_len * 4));
     }
+    return PKV_OK;
+}
+
+static pkv_status check_moe_route(const kctx *k, pkv_k_moe_route_args *a) {
+    SHAPE(a->n > 0, "n %lld", (long long)a->n);
+    SHAPE(a->n_expert >= 1 && a->n_expert <= 4096, "n_expert %d must be in [1, 4096]", a->n_expert);
+    SHAPE(a->k >= 1 && a->k <= 64 && a->k <= a->n_expert, "k %d must be in [1, min(64, n_expert %d)]", a->k, a->n_expert);
+    SHAPE(a->gating >= 0 && a->gating <= 2, "unknown gating %d", a->gating);
+    SHAPE(isfinite(a->w_scale), "w_scale %g", (double)a->w_scale);
+    if (a->n_group > 1) {
+        const int per = a->n_expert / a->n_group;
+        SHAPE(a->n_group <= 64 && a->n_expert % a->n_group == 0 && per >= 2,
+              "n_group %d must be at most 64 and divide the %d experts into groups of 2 or more", a->n_group, a->n_expert);
+        SHAPE(a->n_group_used >= 1 && a->n_group_used <= a->n_group && a->n_group_used * per >= a->k,
+              "n_group_used %d must be in [1, %d] and hold the k %d", a->n_group_used, a->n_group, a->k);
+    }
+    TRY(arg(k, "logits", a->logits, (uint64_t)a->n * (uint64_t)a->n_expert * 4));
+    if (a->bias.buf) TRY(arg(k, "bias", a->bias, (uint64_t)a->n_expert * 4));
+    TRY(arg(k, "sel", a->sel, (uint64_t)a->n * (uint64_t)a->k * 4));
+    TRY(arg(k, "w", a->w, (uint64_t)a->n * (uint64_t)a->k * 4));
+    return PKV_OK;
+}
+
+static pkv_status check_moe_combine(const kctx *k, pkv_k_moe_combine_args *a) {
+    SHAPE(a->n > 0 && a->cols > 0 && a->out_rows > 0, "n %lld, cols %lld, out_rows %lld", (long long)a->n,
+          (long long)a->cols, (long long)a->out_rows);
+    TRY(arg(k, "out", a->out, (uint64_t)a->out_rows * (uint64_t)a->cols * 4));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n * (uint64_t)a->cols * 4));
+    TRY(arg(k, "rows", a->rows, (uint64_t)a->n * 4));
+    TRY(arg(k, "w", a->w, (uint64_t)a->n * 4));
     return PKV_OK;
 }
 

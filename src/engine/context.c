@@ -59,6 +59,9 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].rope_n_rot = m->layers[l].n_rot; /* gemma4: sliding and full layers rotate their own widths */
         layers[l].rope_n_pairs = m->layers[l].rope_pairs;
         layers[l].rope_none = m->layers[l].nope;
+        /* MLA: one row [latent, rotary part] per token, V its latent (no V pages) */
+        layers[l].v_in_k = m->layers[l].latent > 0;
+        layers[l].rope_off = m->layers[l].latent;
         layers[l].dtype_k = PKV_TYPE_F16;
         layers[l].dtype_v = PKV_TYPE_F16;
         /* Sliding-window layers keep their K/V in the cache's window pool. */

@@ -35,7 +35,8 @@ bool pkv_kv_pool_holds(const pkv_kv_cache *pool, int il) {
 static pkv_status plan_arrays(pkv_kv_cache *c) {
     const pkv_kv_layout *l = &c->layout;
     int n = 0;
-    for (int il = 0; il < l->n_layers; il++) n += holds(c, &l->layers[il]) ? 2 * l->layers[il].n_shards : 0;
+    for (int il = 0; il < l->n_layers; il++)
+        n += holds(c, &l->layers[il]) ? (l->layers[il].v_in_k ? 1 : 2) * l->layers[il].n_shards : 0;
     c->arrays = pkv_calloc((size_t)n, sizeof *c->arrays);
     c->arenas = pkv_calloc((size_t)n, sizeof *c->arenas); /* at most one arena per array */
     if (!c->arrays || !c->arenas) return pkv_err(PKV_ERR_NOMEM, "KV cache: out of memory for %d page arrays", n);
@@ -45,7 +46,7 @@ static pkv_status plan_arrays(pkv_kv_cache *c) {
         kv_layer *L = &l->layers[il];
         for (int is = 0; is < L->n_shards && holds(c, L); is++) {
             kv_shard *sh = &L->shards[is];
-            for (int v = 0; v < 2; v++) {
+            for (int v = 0; v < (L->v_in_k ? 1 : 2); v++) { /* v_in_k: V is read from K, no array */
                 kv_array *a = &c->arrays[c->n_arrays];
                 a->layer = il;
                 a->shard = is;

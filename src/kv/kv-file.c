@@ -131,6 +131,7 @@ static pkv_status move_layer(pkv_kv_cache *pool, int il, bool v, const int32_t *
     int ps = pool->page_size;
     int64_t n_pages = (t1 + ps - 1) / ps - t0 / ps;
     pkv_status st = PKV_OK;
+    if (v && L->v_in_k) return PKV_OK; /* V is read from K: nothing of its own (0 bytes in files) */
     for (int ish = 0; ish < L->n_shards && !st; ish++) {
         const kv_array *a = &pool->arrays[v ? L->shards[ish].v_array : L->shards[ish].k_array];
         st = move_array(pool, a, pages, n_pages, t1 - t0, canon, tmp, to_device);

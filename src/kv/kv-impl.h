@@ -99,6 +99,8 @@ typedef struct kv_layer {
     float yarn_ext, yarn_corr[2]; /* YaRN's mix and correction range for it (pkv_k_rope_args); 0 = none */
     int n_rot, n_pairs;           /* rotated dims of K (0 = the cache's); pairs that turn (0 = all) */
     bool nope;                    /* K is not rotated (pkv_kv_layer_desc.rope_none): a shift leaves it */
+    bool v_in_k;                  /* MLA: V is the head of each K row: no V array (hv 0, v_array -1) */
+    int rope_off;                 /* K's rotated dims start here (pkv_kv_layer_desc.rope_off) */
     int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
     int n_parts;        /* recurrent: parts of a head's state, 0 = one (pkv_kv_layer_desc.state_part) */
     int part[PKV_KV_STATE_MAX_PARTS]; /* floats of each part; they sum to state_per_head */

@@ -63,7 +63,7 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (d->head_dim_k <= 0 || d->head_dim_v <= 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: head sizes K %d, V %d (must be > 0)", il,
                        d->head_dim_k, d->head_dim_v);
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < (d->v_in_k ? 1 : 2); v++) { /* v_in_k: dtype_v is not used */
         const pkv_type t = v ? d->dtype_v : d->dtype_k;
         const int hd = v ? d->head_dim_v : d->head_dim_k;
         if (!pkv_kv_type_ok(t)) {
@@ -87,6 +87,16 @@ static pkv_status check_layer(const pkv_kv_params *p, int il, const pkv_kv_layer
     if (d->window < 0)
         return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: window %d tokens (0 = full attention, > 0 = sliding)", il,
                        d->window);
+    const int kblock = (int)pkv_type_block_elems(d->dtype_k);
+    if (d->v_in_k && (d->n_kv_heads != 1 || d->head_dim_v > d->head_dim_k || d->head_dim_v % kblock))
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: V read from K (v_in_k) needs 1 KV head (got %d) and "
+                       "head_dim_v %d <= head_dim_k %d, a multiple of %d (the %s block)", il, d->n_kv_heads,
+                       d->head_dim_v, d->head_dim_k, kblock, pkv_type_name(d->dtype_k));
+    if (d->rope_off < 0 || d->rope_off + n_rot > d->head_dim_k || (d->rope_off > 0 && d->n_kv_heads != 1) ||
+        d->rope_off % kblock)
+        return pkv_err(PKV_ERR_INVALID, "KV layout layer %d: rope_off %d must be >= 0 with rope_off + n_rot (%d) <= "
+                       "head_dim_k %d, a multiple of %d (the %s block), and > 0 only with 1 KV head (got %d)", il,
+                       d->rope_off, n_rot, d->head_dim_k, kblock, pkv_type_name(d->dtype_k), d->n_kv_heads);
     return check_shards(p, il, d);
 }
 
@@ -149,7 +159,9 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->dk = rec ? 0 : d->head_dim_k;
         L->dv = rec ? 0 : d->head_dim_v;
         L->tk = rec ? PKV_TYPE_F32 : d->dtype_k;
-        L->tv = rec ? PKV_TYPE_F32 : d->dtype_v;
+        L->tv = rec ? PKV_TYPE_F32 : d->v_in_k ? d->dtype_k : d->dtype_v;
+        L->v_in_k = !rec && d->v_in_k;
+        L->rope_off = rec ? 0 : d->rope_off;
         L->window = rec ? 0 : d->window;
         L->freq_base = d->rope_freq_base > 0 ? d->rope_freq_base : p->rope_freq_base > 0 ? p->rope_freq_base : 10000.0f;
         L->freq_scale = d->rope_freq_scale > 0 ? d->rope_freq_scale : p->rope_freq_scale > 0 ? p->rope_freq_scale : 1.0f;
@@ -166,7 +178,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
                                     p->rope_yarn_beta_slow > 0 ? p->rope_yarn_beta_slow : 1.0f, L->yarn_corr);
         }
         L->hk = pkv_type_row_bytes(L->tk, (size_t)L->dk);
-        L->hv = pkv_type_row_bytes(L->tv, (size_t)L->dv);
+        L->hv = L->v_in_k ? 0 : pkv_type_row_bytes(L->tv, (size_t)L->dv); /* v_in_k: no V bytes of its own */
         int ns = d->n_shards ? d->n_shards : 1;
         L->shards = pkv_calloc((size_t)ns, sizeof *L->shards);
         if (!L->shards) {
@@ -266,6 +278,13 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
     for (int il = 0; il < l->n_layers; il++) nope |= l->layers[il].nope;
     for (int il = 0; nope && il < l->n_layers; il++) geom[il] = l->layers[il].nope;
     if (nope) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x6e6f7065ull);
+    /* So are V read from K and where K's rotation starts (MLA; hashed only when present):
+     * a cache file of another latent width or layout is refused */
+    bool mla = false;
+    for (int il = 0; il < l->n_layers; il++) mla |= l->layers[il].v_in_k || l->layers[il].rope_off;
+    for (int il = 0; mla && il < l->n_layers; il++)
+        geom[il] = (int32_t)((uint32_t)l->layers[il].rope_off << 1 | (uint32_t)l->layers[il].v_in_k);
+    if (mla) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x6d6c61ull);
     /* K rotated with other frequency factors is other data (hashed only when present) */
     if (l->n_ff) l->fingerprint = pkv_hash64(l->rope_ff, (size_t)l->n_ff * sizeof *l->rope_ff, l->fingerprint ^ 0x66666ull);
     pkv_free(geom);
@@ -307,6 +326,8 @@ pkv_status pkv_kv_layout_layer(const pkv_kv_layout *l, int il, pkv_kv_layer_info
     out->state_per_head = L->state_per_head;
     out->state_n_parts = L->n_parts;
     memcpy(out->state_part, L->part, (size_t)L->n_parts * sizeof *out->state_part);
+    out->v_in_k = L->v_in_k;
+    out->rope_off = L->rope_off;
     return PKV_OK;
 }
 
@@ -334,14 +355,17 @@ pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_inf
         out->n_state_slots = c->n_slots;
         return PKV_OK;
     }
-    const kv_array *k = &c->arrays[sh->k_array], *v = &c->arrays[sh->v_array];
+    const kv_array *k = &c->arrays[sh->k_array];
     out->k = kv_array_buf(c, k);
-    out->v = kv_array_buf(c, v);
     out->k_off = k->off;
-    out->v_off = v->off;
     out->k_row_bytes = k->row_bytes;
-    out->v_row_bytes = v->row_bytes;
     out->k_page_bytes = k->page_bytes;
-    out->v_page_bytes = v->page_bytes;
+    if (sh->v_array >= 0) { /* none where V is read from K (v_in_k) */
+        const kv_array *v = &c->arrays[sh->v_array];
+        out->v = kv_array_buf(c, v);
+        out->v_off = v->off;
+        out->v_row_bytes = v->row_bytes;
+        out->v_page_bytes = v->page_bytes;
+    }
     return PKV_OK;
 }

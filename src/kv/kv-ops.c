@@ -81,13 +81,15 @@ static pkv_status rerotate(pkv_kv_cache *c, const int32_t *rows, int64_t n, int3
             if (L->nope) continue; /* K of a NoPE layer has no angle to change */
             pkv_k_rope_args ra;
             memset(&ra, 0, sizeof ra);
-            ra.x = pkv_tref_make(kv_array_buf(c, a), a->off);
+            /* MLA: only the rotary tail [rope_off, dk) of the one head turns (whole blocks
+             * before it where K is quantized: layout checks) */
+            ra.x = pkv_tref_make(kv_array_buf(c, a), a->off + pkv_type_row_bytes(L->tk, (size_t)L->rope_off));
             ra.dtype = L->tk;
             ra.n_rows = n;
             ra.max_rows = c->n_pages * c->page_size;
             ra.row_stride = a->row_bytes;
             ra.n_heads = L->shards[a->shard].n_heads;
-            ra.head_dim = L->dk;
+            ra.head_dim = L->dk - L->rope_off;
             ra.n_rot = L->n_rot ? L->n_rot : c->n_rot ? c->n_rot : L->dk;
             ra.neox = c->neox;
             ra.freq_base = L->freq_base;

@@ -22,9 +22,9 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     for (int i = 0; i < ws->n; i++) {
         pkv_dev_ws *d = &ws->d[i];
         pkv_buffer *bufs[] = {d->x,      d->xb,   d->y,      d->q,      d->k,      d->v,      d->att,
-                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids,
+                              d->hb,     d->hb2,  d->logits, d->ints,   d->router, d->xe,     d->moe_ids, d->moe_sel, d->moe_wt, d->moe_acc,
                               d->gate,   d->ssm_u, d->ssm_z, d->ssm_bg, d->ssm_o, d->ple, d->ple_tok, d->ple_g, d->ffn_acc,
-                              d->emb,    d->hid,  d->qpart, d->apart};
+                              d->emb,    d->hid,  d->qpart, d->apart, d->mla_a, d->mla_b, d->mla_c};
         for (size_t k = 0; k < PKV_ARRAY_LEN(bufs); k++) pkv_buffer_free(bufs[k]);
     }
     pkv_free(ws->host_ints);
@@ -36,6 +36,7 @@ void pkv_fwd_ws_free(pkv_fwd_ws *ws) {
     pkv_free(ws->h_x);
     pkv_free(ws->h_rows);
     pkv_free(ws->h_sel);
+    pkv_free(ws->regions);
     pkv_buffer_free(ws->lora_s);
     pkv_buffer_free(ws->lora_t);
     pkv_buffer_free(ws->lora_d);
@@ -111,13 +112,27 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
                 return s;
         }
         if (main_dev && m->hp.moe_dense && (s = realloc_buf(dev, &w->ffn_acc, t4 * 2 * (size_t)E))) return s;
+        if (m->hp.mla.kv_lora > 0) { /* pkv_blk_mla's buffers: the widest head set's dims, or q_lora */
+            const pkv_hparams *hp = &m->hp;
+            int64_t M = PKV_MAX(hp->mla.q_lora, hp->n_rot);
+            for (int l = 0; l < hp->n_layer; l++)
+                M = PKV_MAX(M, (int64_t)m->layers[l].n_head *
+                                   PKV_MAX(PKV_MAX(hp->mla.dk, hp->mla.kv_lora), PKV_MAX(hp->mla.dv, hp->n_rot)));
+            if ((s = realloc_buf(dev, &w->mla_a, t4 * (size_t)M)) || (s = realloc_buf(dev, &w->mla_b, t4 * (size_t)M)) ||
+                (s = realloc_buf(dev, &w->mla_c, t4 * (size_t)M)))
+                return s;
+        }
         if (m->kv_draft &&
             ((s = realloc_buf(dev, &w->qpart, t4 * (size_t)qd)) || (s = realloc_buf(dev, &w->apart, t4 * (size_t)od))))
             return s;
         if (m->hp.n_embd_out > 0 && ((s = realloc_buf(dev, &w->emb, t4 * (size_t)m->hp.n_embd_out)) ||
                                      (s = realloc_buf(dev, &w->hid, t4 * (size_t)m->hp.n_embd_out))))
             return s;
-        if (main_dev && m->hp.moe.n_expert > 0 && (s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert))) return s;
+        if (main_dev && m->hp.moe.n_expert > 0 &&
+            ((s = realloc_buf(dev, &w->router, t4 * (size_t)m->hp.moe.n_expert)) ||
+             (s = realloc_buf(dev, &w->moe_sel, t4 * 2 * (size_t)m->hp.moe.n_used)) ||
+             (s = realloc_buf(dev, &w->moe_wt, t4)) || (s = realloc_buf(dev, &w->moe_acc, t4 * (size_t)E))))
+            return s;
         if (m->hp.moe.n_expert > 0 && /* every device holds experts on a split */
             ((s = realloc_buf(dev, &w->xe, t4 * (size_t)E)) || (s = realloc_buf(dev, &w->moe_ids, t4))))
             return s;
@@ -218,13 +233,13 @@ static pkv_status add(pkv_device *dev, pkv_buffer *a, pkv_buffer *b, int64_t n) 
  * sin times rope.scaling.attn_factor and, where the layer scales (factor > 1),
  * 1 + 0.1 ln(factor): llama.cpp's context divides that factor out of its attn_factor and
  * ggml's rope multiplies it back in; the product is computed once here. */
-static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0, int64_t T,
-                       int n_heads, pkv_tref pos, pkv_tref ff, float temp) {
+static pkv_status rope_dim(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0,
+                           int64_t T, int n_heads, int head_dim, pkv_tref pos, pkv_tref ff, float temp) {
     if (ly->nope) return PKV_OK; /* smollm3's every fourth layer: positions come from the others */
-    const size_t stride = (size_t)n_heads * (size_t)ly->head_dim_k * 4;
+    const size_t stride = (size_t)n_heads * (size_t)head_dim * 4;
     pkv_k_rope_args a = {.x = R(x, (size_t)r0 * stride), .dtype = PKV_TYPE_F32, .n_rows = T, .max_rows = T,
                          .row_stride = stride, .n_heads = n_heads,
-                         .head_dim = ly->head_dim_k, .n_rot = ly->n_rot, .neox = hp->rope_neox,
+                         .head_dim = head_dim, .n_rot = ly->n_rot, .neox = hp->rope_neox,
                          .freq_base = ly->rope_base, .freq_scale = ly->rope_freq_scale,
                          .pos = R(pos.buf, pos.off + (size_t)r0 * 4), .mscale = hp->yarn.attn_factor * temp, .ff = ff};
     if (hp->yarn.ext_factor != 0) {
@@ -237,6 +252,12 @@ static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *
     }
     pkv_rope_partial(&a, ly->rope_pairs); /* gemma4's full layers (never with YaRN: hparams refuses it) */
     return pkv_k_rope(dev, &a);
+}
+
+/* rope_dim over heads of the layer's key size */
+static pkv_status rope(pkv_device *dev, const pkv_hparams *hp, const pkv_layer *ly, pkv_buffer *x, int64_t r0, int64_t T,
+                       int n_heads, pkv_tref pos, pkv_tref ff, float temp) {
+    return rope_dim(dev, hp, ly, x, r0, T, n_heads, ly->head_dim_k, pos, ff, temp);
 }
 
 /* Llama 4-style temperature tuning of a query at pos (hp.attn_temp), as llama.cpp
@@ -499,6 +520,156 @@ pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *kind) {
     return reduce(m, ws, w0, T, kind->post_norm);
 }
 
+/* ------------------------------------------------ multi-head latent attention */
+
+/* Copy T x n_h runs of cw floats between two layouts of per-head rows: row (t, h) of
+ * src at ((t n_h + h) src_w + src_c0) floats when src is token-major, else at
+ * ((h T + t) src_w + src_c0); likewise dst. One batched copy. */
+typedef struct heads_layout {
+    pkv_buffer *buf;
+    int64_t w, c0;
+    bool head_major;
+} heads_layout;
+
+static size_t heads_at(const heads_layout *l, int64_t T, int n_h, int64_t t, int h) {
+    const int64_t row = l->head_major ? (int64_t)h * T + t : t * n_h + h;
+    return (size_t)(row * l->w + l->c0) * 4;
+}
+
+static pkv_status heads_copy(pkv_fwd_ws *ws, heads_layout src, heads_layout dst, int64_t T, int n_h, int64_t cw) {
+    const size_t n = (size_t)T * (size_t)n_h;
+    if (n > ws->cap_regions) {
+        void *p = ws->regions;
+        pkv_status s = pkv_grow(&p, &ws->cap_regions, n, sizeof *ws->regions);
+        if (s) return s;
+        ws->regions = p;
+    }
+    size_t k = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int h = 0; h < n_h; h++)
+            ws->regions[k++] = (pkv_region){heads_at(&src, T, n_h, t, h), heads_at(&dst, T, n_h, t, h), (size_t)cw * 4};
+    return pkv_buffer_copy_regions(src.buf, dst.buf, ws->regions, n);
+}
+
+/* y_h = w_h · x_h for each of n_h heads, head-major: w holds head h's [rows][cols]
+ * at row h rows, x [n_h][T][cols], y [n_h][T][rows]. */
+static pkv_status matmul_heads(pkv_device *dev, const pkv_weight *w, int n_h, int64_t rows, pkv_buffer *x, pkv_buffer *y,
+                               int64_t T) {
+    const size_t rb = pkv_type_row_bytes(w->type, (size_t)w->ne0);
+    for (int h = 0; h < n_h; h++) {
+        pkv_k_matmul_args a = {.w = R(w->buf, (size_t)h * (size_t)rows * rb), .wtype = w->type, .rows = rows,
+                               .cols = w->ne0, .x = R(x, (size_t)h * (size_t)T * (size_t)w->ne0 * 4),
+                               .y = R(y, (size_t)h * (size_t)T * (size_t)rows * 4), .n = T};
+        pkv_status s = pkv_k_matmul(dev, &a);
+        if (s) return s;
+    }
+    return PKV_OK;
+}
+
+/* The latent rows of the step on device w (from w->xb) into shard sh of the cache:
+ * c = rmsnorm(kv_lat·xb) to the row's first R values, rope(kv_pe·xb) to its last P,
+ * written where the shard is stored (kw). */
+static pkv_status mla_kv(pkv_fwd *f, const pkv_layer *ly, const pkv_shard_w *sw, pkv_dev_ws *w, pkv_dev_ws *kw,
+                         const pkv_kv_shard_info *sh, const pkv_kv_layer_info *li) {
+    const pkv_hparams *hp = &f->m->hp;
+    const int64_t T = f->T, Rl = ly->latent, P = ly->n_rot;
+    pkv_device *dev = w->dev;
+    pkv_status s;
+    if ((s = pkv_blk_matmul(f, dev, &sw->mla.kv_lat, w->xb, w->k, T)) ||
+        (s = pkv_blk_rmsnorm(dev, w->k, &sw->mla.kv_norm, w->k, T, Rl, hp->rms_eps)) ||
+        (s = pkv_blk_matmul(f, dev, &sw->mla.kv_pe, w->xb, w->mla_c, T)) ||
+        (s = rope_dim(dev, hp, ly, w->mla_c, 0, T, 1, (int)P, R(w->ints, f->pl->off_pos * 4), R(NULL, 0), 1.0f)))
+        return s;
+    if (f->pl->replay) return PKV_OK; /* a replay recomputes window layers only: these rows are cached */
+    if ((s = move(w->k, kw->k, (size_t)(T * Rl * 4))) || (s = move(w->mla_c, kw->mla_c, (size_t)(T * P * 4)))) return s;
+    const int64_t rows = sh->n_pages * pkv_kv_layout_page_size(pkv_kv_cache_layout(f->c));
+    const pkv_tref idx = R(kw->ints, f->pl->off_rows * 4);
+    pkv_k_set_rows_args lat = {.src = R(kw->k, 0), .src_stride = (size_t)Rl * 4, .dst = R(sh->k, sh->k_off),
+                               .dst_type = li->dtype_k, .dst_stride = sh->k_row_bytes, .dst_rows = rows, .idx = idx, .n = T,
+                               .row_elems = Rl};
+    pkv_k_set_rows_args pe = lat;
+    pe.src = R(kw->mla_c, 0);
+    pe.src_stride = (size_t)P * 4;
+    pe.dst = R(sh->k, sh->k_off + pkv_type_row_bytes(li->dtype_k, (size_t)Rl));
+    pe.row_elems = P;
+    if ((s = pkv_k_set_rows(sh->storage, &lat))) return s;
+    return pkv_k_set_rows(sh->storage, &pe);
+}
+
+/* The step's absorbed queries on device w into w->q, f32 [T][n_q][R + P]: each head's
+ * [k_b_h·q_nope_h, rope(q_pe_h)]. */
+static pkv_status mla_q(pkv_fwd *f, const pkv_layer *ly, const pkv_shard_w *sw, pkv_dev_ws *w) {
+    const pkv_hparams *hp = &f->m->hp;
+    const int64_t T = f->T, Rl = ly->latent, P = ly->n_rot, N = hp->mla.dk - P;
+    const int nq = sw->n_q;
+    pkv_device *dev = w->dev;
+    pkv_buffer *qin = w->xb;
+    pkv_status s;
+    if (sw->mla.q_a.buf) { /* q_lora_rank: q = q_b · rmsnorm(q_a · xb) */
+        if ((s = pkv_blk_matmul(f, dev, &sw->mla.q_a, w->xb, w->mla_a, T)) ||
+            (s = pkv_blk_rmsnorm(dev, w->mla_a, &sw->mla.q_a_norm, w->mla_a, T, hp->mla.q_lora, hp->rms_eps)))
+            return s;
+        qin = w->mla_a;
+    }
+    const int64_t KD = Rl + P;
+    if ((s = pkv_blk_matmul(f, dev, &sw->mla.q_nope, qin, w->mla_b, T)) ||
+        (s = pkv_blk_matmul(f, dev, &sw->mla.q_pe, qin, w->mla_c, T)) ||
+        (s = rope_dim(dev, hp, ly, w->mla_c, 0, T, nq, (int)P, R(w->ints, f->pl->off_pos * 4), R(NULL, 0), 1.0f)) ||
+        (s = heads_copy(f->ws, (heads_layout){w->mla_b, N, 0, false}, (heads_layout){w->mla_a, N, 0, true}, T, nq, N)) ||
+        (s = matmul_heads(dev, &sw->mla.k_b, nq, Rl, w->mla_a, w->mla_b, T)) ||
+        (s = heads_copy(f->ws, (heads_layout){w->mla_b, Rl, 0, true}, (heads_layout){w->q, KD, 0, false}, T, nq, Rl)))
+        return s;
+    return heads_copy(f->ws, (heads_layout){w->mla_c, P, 0, false}, (heads_layout){w->q, KD, Rl, false}, T, nq, P);
+}
+
+pkv_status pkv_blk_mla(pkv_fwd *f, int il, const pkv_weight *norm) {
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    const int64_t T = f->T, E = hp->n_embd, Rl = ly->latent, P = ly->n_rot, V = hp->mla.dv;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
+    pkv_status s;
+    pkv_kv_layer_info li;
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, norm, w0->xb, T, E, hp->rms_eps)) ||
+        (s = pkv_kv_layout_layer(pkv_kv_cache_layout(f->c), il, &li)))
+        return s;
+    if (!li.v_in_k || li.rope_off != Rl || li.head_dim_k != Rl + P || li.head_dim_v != Rl || li.window > 0 ||
+        li.n_shards != m->n_dev)
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d: the KV cache layer (%s, rows of %d/%d, rotary from %d, %d shards) is not "
+                       "the model's latent one (V read from K, rows of %lld/%lld, rotary from %lld, %d devices)", il,
+                       li.v_in_k ? "V read from K" : "K and V", li.head_dim_k, li.head_dim_v, li.rope_off, li.n_shards,
+                       (long long)(Rl + P), (long long)Rl, (long long)Rl, m->n_dev);
+    const int page_size = pkv_kv_layout_page_size(pkv_kv_cache_layout(f->c));
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_dev_ws *w = pkv_fwd_dev(f->ws, m->devs[d]);
+        pkv_kv_shard_info sh;
+        if ((s = pkv_kv_shard(f->c, il, d, &sh))) return s;
+        pkv_dev_ws *kw = pkv_fwd_dev(f->ws, sh.storage); /* attention runs where the replica is stored (I5) */
+        if (!kw) return pkv_err(PKV_ERR_INTERNAL, "forward: no workspace for %s", pkv_device_name(sh.storage));
+        const int nq = sw->n_q;
+        if ((s = move(w0->xb, w->xb, (size_t)(T * E * 4))) || (s = mla_kv(f, ly, sw, w, kw, &sh, &li)) ||
+            (s = mla_q(f, ly, sw, w)) || (s = move(w->q, kw->q, (size_t)(T * nq * (Rl + P) * 4))))
+            return s;
+        const int wpool_meta = f->pl->meta_pages;
+        pkv_k_attention_args at = {.q = R(kw->q, 0), .k = R(sh.k, sh.k_off), .out = R(kw->att, 0),
+                                   .meta = R(kw->ints, f->pl->off_meta * 4), .k_type = li.dtype_k, .v_type = li.dtype_k,
+                                   .n_q = (int)T, .n_seq = f->pl->n_seqs, .meta_pages = wpool_meta,
+                                   .n_pages = (int)sh.n_pages, .page_size = page_size, .n_head = nq, .n_kv = 1,
+                                   .dk = (int)(Rl + P), .dv = (int)Rl,
+                                   .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->mla.dk),
+                                   .v_in_k = true};
+        /* o_h = v_b_h · latent_h, then the output projection of this shard's heads */
+        if ((s = pkv_k_attention(sh.storage, &at)) || (s = move(kw->att, w->att, (size_t)(T * nq * Rl * 4))) ||
+            (s = heads_copy(f->ws, (heads_layout){w->att, Rl, 0, false}, (heads_layout){w->mla_a, Rl, 0, true}, T, nq, Rl)) ||
+            (s = matmul_heads(w->dev, &sw->mla.v_b, nq, V, w->mla_a, w->mla_b, T)) ||
+            (s = heads_copy(f->ws, (heads_layout){w->mla_b, V, 0, true}, (heads_layout){w->mla_c, V, 0, false}, T, nq, V)) ||
+            (s = pkv_blk_matmul(f, w->dev, &sw->wo, w->mla_c, w->y, T)))
+            return s;
+    }
+    return reduce(m, f->ws, w0, T, NULL);
+}
+
 /* hb = act(hb) * hb2 over n elements of w's workspace. */
 static pkv_k_swiglu_args glu(pkv_glu act, pkv_dev_ws *w, int64_t n) {
     return (pkv_k_swiglu_args){.g = R(w->hb, 0), .u = R(w->hb2, 0), .y = R(w->hb, 0), .n = n, .gelu = act == PKV_GLU_GELU,
@@ -540,76 +711,29 @@ static pkv_status add_bias_row(pkv_device *dev, const pkv_weight *b, int64_t row
     return pkv_k_add(dev, &a);
 }
 
-/* The index of the largest v[e] over e < n with ok[e] (ties: the lowest e); -1: none. */
-static int32_t moe_best(const float *v, const bool *ok, int32_t n) {
-    int32_t best = -1;
-    for (int32_t e = 0; e < n; e++)
-        if (ok[e] && (best < 0 || v[e] > v[best])) best = e;
-    return best;
+/* The routing kernel's arguments for kind k (hp: the sizes and groups). */
+static pkv_k_moe_route_args route_args(const pkv_hparams *hp, const pkv_moe_kind *k) {
+    return (pkv_k_moe_route_args){.n_expert = hp->moe.n_expert,
+                                  .k = hp->moe.n_used,
+                                  .n_group = hp->moe_route.n_group,
+                                  .n_group_used = hp->moe_route.n_group_used,
+                                  .gating = (int)k->gating,
+                                  .norm_w = k->norm_w,
+                                  .sel_logits = k->sel_logits,
+                                  .w_scale = k->w_scale};
 }
 
-void pkv_blk_moe_route(const pkv_hparams *hp, const pkv_moe_kind *kind, float *p, const float *bias, int32_t *sel,
-                       float *w) {
-    const int32_t X = hp->moe.n_expert, K = hp->moe.n_used, G = hp->moe_route.n_group;
-    float sv[4096];
-    bool ok[4096];
-    for (int32_t e = 0; e < X; e++) sv[e] = p[e];
-    if (kind->gating == PKV_MOE_SOFTMAX_TOPK) {
-        double mx = p[0], sum = 0;
-        for (int32_t e = 1; e < X; e++) mx = fmax(mx, p[e]);
-        for (int32_t e = 0; e < X; e++) sum += exp((double)p[e] - mx);
-        for (int32_t e = 0; e < X; e++) p[e] = (float)(exp((double)p[e] - mx) / sum);
-    } else if (kind->gating == PKV_MOE_SIGMOID_TOPK) {
-        for (int32_t e = 0; e < X; e++) p[e] = (float)(1.0 / (1.0 + exp(-(double)p[e])));
-    }
-    for (int32_t e = 0; e < X; e++) {
-        if (!kind->sel_logits) sv[e] = p[e] + (bias ? bias[e] : 0.0f);
-        ok[e] = true;
-    }
-    if (G > 1) { /* group-limited: mask every expert outside the best n_group_used groups */
-        const int32_t per = X / G;
-        float gs[4096];
-        bool gok[4096], keep[4096];
-        for (int32_t g = 0; g < G; g++) {
-            int32_t a = moe_best(sv + g * per, ok + g * per, per);
-            ok[g * per + a] = false;
-            int32_t b = moe_best(sv + g * per, ok + g * per, per);
-            ok[g * per + a] = true;
-            gs[g] = sv[g * per + a] + sv[g * per + b];
-            gok[g] = true, keep[g] = false;
-        }
-        for (int32_t i = 0; i < hp->moe_route.n_group_used; i++) {
-            int32_t g = moe_best(gs, gok, G);
-            gok[g] = false, keep[g] = true;
-        }
-        for (int32_t e = 0; e < X; e++) ok[e] = keep[e / per];
-    }
-    double sum = 0;
-    for (int32_t k = 0; k < K; k++) {
-        sel[k] = moe_best(sv, ok, X);
-        ok[sel[k]] = false;
-    }
-    for (int32_t k = 0; k < K; k++) /* TOPK_SOFTMAX: exp relative to the best, as a softmax */
-        w[k] = kind->gating == PKV_MOE_TOPK_SOFTMAX ? (float)exp((double)p[sel[k]] - (double)p[sel[0]]) : p[sel[k]];
-    if (kind->gating == PKV_MOE_TOPK_SOFTMAX || kind->norm_w) {
-        for (int32_t k = 0; k < K; k++) sum += w[k];
-        if (kind->gating != PKV_MOE_TOPK_SOFTMAX) sum = fmax(sum, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
-        for (int32_t k = 0; k < K; k++) w[k] = (float)(w[k] / sum);
-    }
-    if (kind->w_scale != 0.0f && kind->w_scale != 1.0f)
-        for (int32_t k = 0; k < K; k++) w[k] *= kind->w_scale;
-}
-
-/* Expert e on the n rows ws->h_rows of xb, its output read into ws->h_y [n][E]: on
- * the device of the part that holds it (its copy of xb made by moe_to), one matmul of
- * each of its matrices, its weights read in place. kind->weight_in: each row is first
- * scaled by its weight (the host copy ws->h_x of xb, written into xe). */
-static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32_t e, int64_t n) {
+/* Expert e on the n rows ws->h_rows of xb into y of the device of the part that
+ * holds it (*d; its copy of xb made by moe_to): one matmul of each of its matrices,
+ * its weights read in place. kind->weight_in: each row is first scaled by its weight
+ * (the host copy ws->h_x of xb, written into xe). */
+static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32_t e, int64_t n, int *dp) {
     const pkv_model *m = f->m;
     const pkv_layer *ly = &m->layers[il];
     pkv_fwd_ws *ws = f->ws;
     int d = 0;
     while (e >= ly->moe.ep[d].e0 + ly->moe.ep[d].n) d++;
+    *dp = d;
     const struct pkv_moe_part *pt = &ly->moe.ep[d];
     pkv_device *dev = m->devs[d];
     pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
@@ -640,49 +764,44 @@ static pkv_status moe_expert(pkv_fwd *f, int il, const pkv_moe_kind *kind, int32
         (f->lora && (s = pkv_lora_delta_expert(f, dev, &pt->down, e, w->hb, w->y, ws->h_rows, n))) ||
         (s = add_bias_row(dev, &pt->down_b, le, w->y, n)))
         return s;
-    return pkv_buffer_read(w->y, 0, ws->h_y, (size_t)(n * E) * 4);
+    return PKV_OK;
 }
 
-/* The shared expert (ly->moe.sh_*) of every token added to the host sum ws->h_out,
- * times sigmoid(sh_gate_inp · xb) where the layer has that gate. */
+/* The shared expert (ly->moe.sh_*) of every token added to w0->moe_acc, times
+ * sigmoid(sh_gate_inp · xb) where the layer has that gate (ws->h_rows: 0..T-1). */
 static pkv_status moe_shared(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
     const pkv_model *m = f->m;
     const pkv_layer *ly = &m->layers[il];
-    pkv_fwd_ws *ws = f->ws;
-    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, m->dev);
     pkv_device *dev = m->dev;
     const int64_t T = f->T, E = m->hp.n_embd;
     pkv_k_swiglu_args sg = glu(kind->act, w0, T * ly->moe.sh_gate.ne1);
     pkv_status s;
     if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate, w0->xb, w0->hb, T)) ||
         (s = pkv_blk_matmul(f, dev, &ly->moe.sh_up, w0->xb, w0->hb2, T)) || (s = pkv_k_swiglu(dev, &sg)) ||
-        (s = pkv_blk_matmul(f, dev, &ly->moe.sh_down, w0->hb, w0->y, T)) ||
-        (s = pkv_buffer_read(w0->y, 0, ws->h_y, (size_t)(T * E) * 4)))
+        (s = pkv_blk_matmul(f, dev, &ly->moe.sh_down, w0->hb, w0->y, T)))
         return s;
-    if (ly->moe.sh_gate_inp.buf) { /* the gate's logit per token: a one-row matmul */
-        pkv_k_unary_args sig = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n = T, .op = PKV_UNARY_SIGMOID};
-        if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate_inp, w0->xb, w0->router, T)) || (s = pkv_k_unary(dev, &sig)) ||
-            (s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)T * 4)))
-            return s;
-    }
-    for (int64_t t = 0; t < T; t++) {
-        const float g = ly->moe.sh_gate_inp.buf ? ws->h_probs[t] : 1.0f;
-        for (int64_t c = 0; c < E; c++) ws->h_out[t * E + c] += g * ws->h_y[t * E + c];
-    }
-    return PKV_OK;
+    if (!ly->moe.sh_gate_inp.buf) return add(dev, w0->moe_acc, w0->y, T * E);
+    /* the gate's logit per token (a one-row matmul), its sigmoid the row weights */
+    pkv_k_unary_args sig = {.x = R(w0->router, 0), .y = R(w0->router, 0), .n = T, .op = PKV_UNARY_SIGMOID};
+    pkv_k_moe_combine_args cb = {.out = R(w0->moe_acc, 0), .y = R(w0->y, 0), .rows = R(w0->moe_ids, 0),
+                                 .w = R(w0->router, 0), .n = T, .cols = E, .out_rows = T, .add = true};
+    if ((s = pkv_blk_matmul(f, dev, &ly->moe.sh_gate_inp, w0->xb, w0->router, T)) || (s = pkv_k_unary(dev, &sig)) ||
+        (s = pkv_buffer_write(w0->moe_ids, 0, f->ws->h_rows, (size_t)T * 4)))
+        return s;
+    return pkv_k_moe_combine(dev, &cb);
 }
 
 /* A mixture of experts in place of the FFN (llama.cpp's semantics): each token's
- * experts and weights by moe_route, then
+ * experts and weights by the routing kernel (pkv_k_moe_route), then
  *   x += sum over sel of w_e * down_e(act(gate_e · xb) * (up_e · xb))   (+ the shared expert)
  * with expert e's bias rows after its matmuls where the file has them (gpt-oss) and,
  * with kind->weight_in, w_e applied to the expert's input instead of its output
- * (Llama 4). Routing is per token, so it does not depend on the batch. Each expert
- * runs once per step on the rows routed to it. Routing and the weighted sum run on
- * the host for now (one read of the router's logits and one of each active expert's
- * output per layer: correct on every backend, a round trip per expert on a GPU);
- * each token's sum adds its experts in ascending index order, then the shared
- * expert, so the result is the same whatever else is in the batch. */
+ * (Llama 4). Routing is per token, so it does not depend on the batch. The choices
+ * are read back once per layer (which rows each expert gets); each expert then runs
+ * once on its rows, and the weighted sum is formed on the first device
+ * (pkv_k_moe_combine), expert by expert in ascending order, then the shared expert,
+ * so a token's result is the same whatever else is in the batch. */
 /* The experts' sum, post-normed where the kind says, into out (NULL: added to x). */
 static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref out) {
     const pkv_model *m = f->m;
@@ -693,47 +812,52 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     pkv_device *dev = m->dev;
     const int64_t T = f->T, E = hp->n_embd, X = hp->moe.n_expert, K = hp->moe.n_used;
     pkv_status s;
-    PKV_CHECK_INTERNAL(X > 0 && X <= 4096 && ly->moe.router.buf);
+    PKV_CHECK_INTERNAL(X > 0 && ly->moe.router.buf);
     /* the router's input: the experts' (norm), or a norm of its own (gemma4) */
     if ((s = pkv_blk_rmsnorm(dev, w0->x, kind->router_norm ? kind->router_norm : kind->norm, w0->xb, T, E, hp->rms_eps)))
         return s;
     if ((s = moe_host_reserve(ws, hp, T))) return s;
+    pkv_k_moe_route_args ra = route_args(hp, kind);
+    ra.logits = R(w0->router, 0), ra.sel = R(w0->moe_sel, 0), ra.w = R(w0->moe_sel, (size_t)(T * K) * 4), ra.n = T;
+    if (ly->moe.probs_b.buf) ra.bias = R(ly->moe.probs_b.buf, 0);
     if ((s = pkv_blk_matmul(f, dev, &ly->moe.router, w0->xb, w0->router, T)) ||
-        (s = add_bias(dev, &ly->moe.router_b, w0->router, T)))
+        (s = add_bias(dev, &ly->moe.router_b, w0->router, T)) || (s = pkv_k_moe_route(dev, &ra)))
         return s;
     if (kind->router_norm && (s = pkv_blk_rmsnorm(dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
-    if ((s = pkv_buffer_read(w0->router, 0, ws->h_probs, (size_t)(T * X) * 4))) return s;
-    float bias[4096];
-    if (ly->moe.probs_b.buf && (s = pkv_buffer_read(ly->moe.probs_b.buf, 0, bias, (size_t)X * 4))) return s;
-    for (int64_t t = 0; t < T; t++)
-        pkv_blk_moe_route(hp, kind, ws->h_probs + t * X, ly->moe.probs_b.buf ? bias : NULL, ws->h_sel + t * K, ws->h_wsel + t * K);
+    /* the one read back: each token's experts and weights */
+    if ((s = pkv_buffer_read(w0->moe_sel, 0, ws->h_sel, (size_t)(T * K) * 4)) ||
+        (s = pkv_buffer_read(w0->moe_sel, (size_t)(T * K) * 4, ws->h_wsel, (size_t)(T * K) * 4)))
+        return s;
     if (kind->weight_in && (s = pkv_buffer_read(w0->xb, 0, ws->h_x, (size_t)(T * E) * 4))) return s;
     for (int d = 1; !kind->weight_in && d < m->n_dev; d++) /* expert parallelism: xb to each part's device */
         if (ly->moe.ep[d].n > 0 && (s = move(w0->xb, pkv_fwd_dev(ws, m->devs[d])->xb, (size_t)(T * E) * 4))) return s;
-    memset(ws->h_out, 0, (size_t)(T * E) * 4);
+    if ((s = pkv_buffer_fill(w0->moe_acc, 0, (size_t)(T * E) * 4, 0))) return s;
     for (int32_t e = 0; e < X; e++) {
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < K; k++)
-                if (ws->h_sel[t * K + k] == e) ws->h_rows[n++] = (int32_t)t;
+                if (ws->h_sel[t * K + k] == e) {
+                    /* the row's weight in the sum: applied to the input instead (weight_in); gemma4's
+                     * per-expert output scale */
+                    float wt = kind->weight_in ? 1.0f : ws->h_wsel[t * K + k];
+                    ws->h_probs[n] = kind->exp_scale ? wt * kind->exp_scale[e] : wt;
+                    ws->h_rows[n++] = (int32_t)t;
+                }
         if (!n) continue;
-        if ((s = moe_expert(f, il, kind, e, n))) return s;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t t = ws->h_rows[i];
-            float wt = 0;
-            for (int64_t k = 0; k < K; k++)
-                if (ws->h_sel[t * K + k] == e) wt = ws->h_wsel[t * K + k];
-            if (kind->weight_in) wt = 1.0f; /* applied to the input */
-            if (kind->exp_scale) wt *= kind->exp_scale[e]; /* gemma4's per-expert output scale */
-            float *o = ws->h_out + t * E;
-            const float *y = ws->h_y + i * E;
-            for (int64_t c = 0; c < E; c++) o[c] += wt * y[c];
-        }
+        int d = 0;
+        if ((s = moe_expert(f, il, kind, e, n, &d))) return s;
+        pkv_dev_ws *wd = pkv_fwd_dev(ws, m->devs[d]);
+        pkv_k_moe_combine_args cb = {.out = R(w0->moe_acc, 0), .y = R(w0->y, 0), .rows = R(w0->moe_ids, 0),
+                                     .w = R(w0->moe_wt, 0), .n = n, .cols = E, .out_rows = T, .add = true};
+        if ((d && (s = move(wd->y, w0->y, (size_t)(n * E) * 4))) ||
+            (s = pkv_buffer_write(w0->moe_ids, 0, ws->h_rows, (size_t)n * 4)) ||
+            (s = pkv_buffer_write(w0->moe_wt, 0, ws->h_probs, (size_t)n * 4)) || (s = pkv_k_moe_combine(dev, &cb)))
+            return s;
     }
+    for (int64_t t = 0; t < T; t++) ws->h_rows[t] = (int32_t)t; /* the shared expert's rows: every token */
     if (ly->moe.sh_gate.buf && (s = moe_shared(f, il, kind))) return s;
-    if ((s = pkv_buffer_write(w0->y, 0, ws->h_out, (size_t)(T * E) * 4))) return s;
-    if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->y, kind->post_norm, w0->y, T, E, hp->rms_eps))) return s;
-    return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->y, T * E);
+    if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->moe_acc, kind->post_norm, w0->moe_acc, T, E, hp->rms_eps))) return s;
+    return out.buf ? pkv_buffer_copy(w0->moe_acc, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->moe_acc, T * E);
 }
 
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {

@@ -33,6 +33,9 @@ typedef struct pkv_dev_ws {
     pkv_buffer *router; /* f32 [T][n_expert] */
     pkv_buffer *xe;     /* f32 [T][E] the rows routed to one expert */
     pkv_buffer *moe_ids; /* i32 [T] */
+    pkv_buffer *moe_sel; /* first device: i32 [T][n_used] each token's experts, then f32 [T][n_used] their weights */
+    pkv_buffer *moe_wt;  /* first device: f32 [T] the weights of one expert's rows in the sum */
+    pkv_buffer *moe_acc; /* first device: f32 [T][E] the experts' sum */
     pkv_buffer *gate;   /* f32 [T][od] the attention output's gate (qwen35) */
     /* gated delta-net layers (every model device; a shard uses its part of each) */
     pkv_buffer *ssm_u;  /* f32 [T][channels] */
@@ -52,6 +55,10 @@ typedef struct pkv_dev_ws {
      * query heads and their attention output (pkv_model.kv_draft) */
     pkv_buffer *qpart;   /* f32 [T][qd] */
     pkv_buffer *apart;   /* f32 [T][od] */
+    /* multi-head latent attention (hp.mla.kv_lora > 0; every device): f32 [T][M] each,
+     * M the widest of a layer's heads times their nope, rope, latent or value dims, and
+     * q_lora; token-major or head-major as pkv_blk_mla uses them */
+    pkv_buffer *mla_a, *mla_b, *mla_c;
 } pkv_dev_ws;
 
 struct pkv_fwd_ws {
@@ -71,6 +78,8 @@ struct pkv_fwd_ws {
     size_t lora_s_cap, lora_t_cap, lora_d_cap;
     float *h_ple;      /* [n_layer][T][P] the tokens' per-layer rows, then one row [n_layer * P] */
     size_t h_ple_cap;  /* floats */
+    pkv_region *regions; /* [cap_regions] pkv_blk_mla's gathers and scatters of heads */
+    size_t cap_regions;
 };
 
 /* The workspace of dev (created empty on first use); NULL when there are more
@@ -137,6 +146,18 @@ typedef struct pkv_attn_kind {
  * that reuses an earlier layer's KV (pkv_layer.kv_reuse) computes only q and attends
  * over that layer's cache. */
 pkv_status pkv_blk_attention(pkv_fwd *f, int il, const pkv_attn_kind *k);
+
+/* Multi-head latent attention (deepseek2) in place of pkv_blk_attention, as llama.cpp
+ * runs it absorbed; R = pkv_layer.latent, P = n_rot, N = hp.mla.dk - P, per token:
+ *   xb = norm(x)
+ *   c = rmsnorm_{kv_norm}(kv_lat·xb) [R];  k_pe = rope(kv_pe·xb) [P]   cache row [c, k_pe]
+ *   q = q_b·rmsnorm_{q_a_norm}(q_a·xb), or q = wq·xb: per head [q_nope (N), q_pe (P)]
+ *   per head h: query [k_b_h·q_nope_h (R), rope(q_pe_h)] over the one latent head
+ *   (MQA, V = the rows' first R values, the cache's v_in_k) gives o_h [R]
+ *   x += wo·[v_b_h·o_h for each head]
+ * scores times hp.attn_scale. Each device its query heads over its replica of the
+ * latent cache (it writes the replica itself); partial outputs summed as attention's. */
+pkv_status pkv_blk_mla(pkv_fwd *f, int il, const pkv_weight *norm);
 
 /* The gated activations: act(g) * u. */
 typedef enum pkv_glu {
@@ -222,16 +243,7 @@ typedef struct pkv_moe_kind {
     const pkv_weight *post_norm;   /* RMS norm of the experts' sum (gemma4); NULL: none */
 } pkv_moe_kind;
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *k);
-/* One token's routing (llama.cpp's build_moe_ffn), on the host:
- *   l = router·xb (+ router bias);  p = softmax(l) | sigmoid(l) | l (TOPK_SOFTMAX)
- *   s = l (k->sel_logits) or p + bias (exp_probs_b, where the layer has it)
- *   groups (hp.moe_route.n_group > 1): a group's score is the sum of its two best s;
- *     only the n_group_used best groups' experts may be chosen (ties: the lower group)
- *   sel = the hp.moe.n_used best s (ties: the lower expert first)
- *   w = p[sel]; TOPK_SOFTMAX: softmax over w; norm_w: w / max(sum w, 2^-14); times w_scale
- * p: [n_expert <= 4096] the logits in, the probabilities out; bias: [n_expert] or
- * NULL; sel, w: [n_used] out. */
-void pkv_blk_moe_route(const pkv_hparams *hp, const pkv_moe_kind *k, float *p, const float *bias, int32_t *sel, float *w);
+/* The routing: pkv_k_moe_route (kernel-list.h), its arguments from hp and the kind. */
 
 /* A dense FFN and a mixture of experts side by side (gemma4's MoE layers):
  *   x += post_norm(dense's output + the experts' output)

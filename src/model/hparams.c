@@ -23,6 +23,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_GEMMA4] = &pkv_arch_gemma4, [PKV_ARCH_GEMMA4_ASSISTANT] = &pkv_arch_gemma4_assistant,
     [PKV_ARCH_SMOLLM3] = &pkv_arch_smollm3, [PKV_ARCH_MISTRAL3] = &pkv_arch_mistral3,
     [PKV_ARCH_QWEN35MOE] = &pkv_arch_qwen35moe,
+    [PKV_ARCH_DEEPSEEK2] = &pkv_arch_deepseek2,
     [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
 };
 
@@ -223,7 +224,13 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
     }
-    const bool moe = ops->moe;
+    /* moe_after_dense (deepseek2): experts where the file has them, after its leading
+     * dense layers */
+    key(k, sizeof k, arch, "expert_count");
+    const bool moe = ops->moe || (ops->moe_after_dense && pkv_gguf_find_key(g, k) >= 0);
+    int n_dense = 0;
+    if (!s && moe && ops->moe_after_dense)
+        s = pkv_hp_opt_u32(g, arch, "leading_dense_block_count", 0, 1u << 20, 0, &n_dense);
     if (!s && moe) { /* expert counts and sizes: llama.cpp's keys */
         s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->moe.n_expert);
         if (!s) s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, 4096, &hp->moe.n_used);
@@ -234,9 +241,9 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     }
     if (!s && moe) s = moe_routing(g, arch, hp);
     /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
-     * also carry) is not used */
+     * also carry) is not used, but by leading dense layers (moe_after_dense) */
     if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, 1, 1 << 24, &n_ff);
-    for (int l = 0; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->moe.n_ff;
+    for (int l = n_dense; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->moe.n_ff;
     for (int l = 0; !s && l < hp->n_layer; l++)
         if (n_head[l] % n_head_kv[l])
             s = pkv_err(PKV_ERR_FORMAT, "%s: layer %d has %d attention heads, not a multiple of its %d KV heads", lab, l,
@@ -342,6 +349,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
     hp->rope_neox = ops->rope_neox;
     if (!s && ops->hparams) s = ops->hparams(g, arch, hp, n_head);
+    /* latent attention from a file that says per-head K/V (hp.mla.kv_b): one KV head */
+    for (int l = 0; !s && hp->mla.kv_b && l < hp->n_layer; l++) n_head_kv[l] = 1;
     if (s) {
         pkv_free(n_head);
         pkv_free(n_head_kv);

@@ -31,6 +31,14 @@ typedef struct pkv_attn_tensors {
 } pkv_attn_tensors;
 pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t);
 
+/* Multi-head latent attention's tensors (deepseek2; pkv_shard_w.mla), split by query
+ * heads, the latent projections whole on every device: attn_q_a, attn_q_a_norm and
+ * attn_q_b where hp.mla.q_lora > 0, else attn_q (each head's nope rows, then its rope
+ * rows); attn_kv_a_mqa (the latent's rows, then k_pe's), attn_kv_a_norm, attn_k_b
+ * [heads][kv_lora][nope] and attn_v_b [heads][dv][kv_lora] (3-D), attn_output. Sets
+ * pkv_layer.latent. A file with only the older attn_kv_b is refused (unsupported). */
+pkv_status pkv_load_mla(pkv_loader *L, int il);
+
 /* A gated delta-net layer's tensors (qwen35), split by key-head groups (each
  * shard's key heads and value heads, pkv_shard_w): attn_qkv (q, k, v channels),
  * attn_gate, ssm_beta, ssm_alpha, ssm_conv1d, ssm_dt.bias, ssm_a, ssm_norm (whole)

@@ -418,7 +418,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                     "pattern")) ||
         (s = refuse(p, ops, PKV_MK_DELTANET, p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim, "delta-net sizes")) ||
         (s = refuse(p, ops, PKV_MK_MTP, p->n_mtp, "MTP layers (0 to 4)")) ||
-        (s = refuse(p, ops, PKV_MK_LONGROPE, p->rope_orig_ctx, "LongRoPE factors (rope_orig_ctx)")))
+        (s = refuse(p, ops, PKV_MK_LONGROPE, p->rope_orig_ctx, "LongRoPE factors (rope_orig_ctx)")) ||
+        (s = refuse(p, ops, PKV_MK_MLA, p->q_lora_rank || p->kv_lora_rank, "latent attention ranks (q/kv_lora_rank)")))
         return s;
     if (!mk->layer) /* made whole by its build hook, which a draft of such a file does not take */
         return pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: a draft of a %s model is not supported", p->arch);
@@ -524,7 +525,7 @@ static pkv_status read_target(pkv_mkmodel_params *p, const pkv_gguf *g, target_o
     const pkv_gguf_tensor *te = pkv_gguf_find_tensor(g, "token_embd.weight");
     if (!te) s = pkv_err(PKV_ERR_FORMAT, "mkmodel: %s: tensor 'token_embd.weight' not found", pkv_gguf_label(g));
     else p->n_vocab = (int)te->ne[1];
-    if (!s && hp.head_dim_k != hp.head_dim_v)
+    if (!s && hp.head_dim_k != hp.head_dim_v && !(mk && mk->own_head_keys)) /* deepseek2's latent row: its own */
         s = pkv_err(PKV_ERR_UNSUPPORTED, "mkmodel: %s: K and V head sizes differ (%d, %d)", pkv_gguf_label(g), hp.head_dim_k,
                     hp.head_dim_v);
     t->g = g;
@@ -581,13 +582,15 @@ static pkv_status mk_hparams(pkv_mk *b, const pkv_arch_mk *mk) {
         TRY(pkv_mk_f32(b, "rope.scaling.factor", rope_factor));
     }
     if (yarn_orig) TRY(pkv_mk_u32(b, "rope.scaling.original_context_length", (uint32_t)yarn_orig));
-    if (p->head_dim * p->n_head != b->E || mk->head_keys) {
+    if (mk->own_head_keys) { /* written by its keys hook */
+    } else if (p->head_dim * p->n_head != b->E || mk->head_keys) {
         TRY(pkv_mk_u32(b, "attention.key_length", (uint32_t)p->head_dim));
         TRY(pkv_mk_u32(b, "attention.value_length", (uint32_t)p->head_dim));
     }
     TRY(pkv_mk_f32(b, "rope.freq_base", rope_base));
-    TRY(pkv_mk_u32(b, "rope.dimension_count",
-                   (uint32_t)(tgt->g ? tgt->n_rot : mk->rope_half ? p->head_dim / 2 : p->head_dim)));
+    if (!mk->own_head_keys)
+        TRY(pkv_mk_u32(b, "rope.dimension_count",
+                       (uint32_t)(tgt->g ? tgt->n_rot : mk->rope_half ? p->head_dim / 2 : p->head_dim)));
     TRY(pkv_mk_f32(b, "attention.layer_norm_rms_epsilon", tgt->g ? tgt->rms_eps : mk->rms_eps));
     if (p->shared_kv_layers)
         TRY(pkv_gguf_writer_add_arr(b->w, "pagekv.shared_kv_layers", PKV_GGUF_INT32, p->shared_kv_layers,
@@ -677,6 +680,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     size_t cap = (size_t)PKV_MAX(PKV_MAX(E * p.n_vocab, E * (qd + 2 * PKV_MAX(kd, (int64_t)p.n_head_kv_full * p.head_dim))),
                                  E * p.n_ff * PKV_MAX(2 * p.n_expert, 4));
     cap = PKV_MAX(cap, (size_t)(PL * PKV_MAX((int64_t)p.n_vocab, E)));
+    /* latent attention: attn_k_b / attn_v_b [heads][kv_lora][head_dim], attn_q_b [qd][q_lora] */
+    cap = PKV_MAX(cap, (size_t)PKV_MAX(qd * p.kv_lora_rank, qd * p.q_lora_rank));
     pkv_vocab_desc *voc = NULL;
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
     if ((s = pkv_mk_begin(&b, p.seed, cap))) goto done;

@@ -25,7 +25,8 @@ typedef enum pkv_arch {
     PKV_ARCH_SMOLLM3 = 11, /* llama without RoPE on every fourth layer */
     PKV_ARCH_MISTRAL3 = 12, /* Ministral 3: llama with YaRN and attention temperature tuning */
     PKV_ARCH_QWEN35MOE = 13, /* qwen35 with experts and a gated shared expert in place of every FFN */
-    PKV_ARCH_GLM4MOE = 14,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
+    PKV_ARCH_DEEPSEEK2 = 14, /* DeepSeek-V2/V3, Kimi K2: multi-head latent attention, MoE after dense layers */
+    PKV_ARCH_GLM4MOE = 15,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -65,6 +66,19 @@ typedef struct pkv_shard_w {
                                   device that stores the shard's KV (attention runs there) */
     pkv_weight w_gate, w_up;   /* [n_ff][n_embd] row slices */
     pkv_weight w_down;         /* [n_embd][n_ff]: column slice */
+    /* Multi-head latent attention (deepseek2; pkv_layer.latent = R > 0) in place of wq/wk/wv,
+     * D = hp.mla.dk (nope + rope dims of a head), P = its rope dims (n_rot), V = hp.mla.dv,
+     * N = nope dims = D - P, Lq = hp.mla.q_lora: this shard's n_q heads; the latent
+     * projections replicated on every shard (each device writes its replica of the cache) */
+    struct {
+        pkv_weight q_a;            /* attn_q_a [Lq][n_embd], whole; absent without q_lora_rank */
+        pkv_weight q_a_norm;       /* attn_q_a_norm f32 [Lq] */
+        pkv_weight q_nope, q_pe;   /* attn_q_b [n_q N][Lq] and [n_q P][Lq] (or attn_q's, of n_embd cols) */
+        pkv_weight kv_lat, kv_pe;  /* attn_kv_a_mqa's rows: [R][n_embd] (the latent), [P][n_embd] (k_pe) */
+        pkv_weight kv_norm;        /* attn_kv_a_norm f32 [R] */
+        pkv_weight k_b;            /* attn_k_b [n_q R][N]: head h's [R][N] at rows h R */
+        pkv_weight v_b;            /* attn_v_b [n_q V][R]: head h's [V][R] at rows h V */
+    } mla;
     /* A recurrent layer (qwen35's gated delta-net) in place of attention, this
      * shard's key heads (n_kv) and value heads (n_q, in the shard's order); f32 where
      * marked. Its state lives in the cache's state slots of the same shard. Last in
@@ -134,6 +148,10 @@ typedef struct pkv_layer {
     /* KV shared between layers (gemma4): the layer computes no K/V of its own and
      * attends over cache layer pkv_model.kv_layer[il], which an earlier layer writes */
     bool kv_reuse;
+    /* Multi-head latent attention (deepseek2): the layer's one KV "head" is a row
+     * [latent (latent values), rotary part (n_rot)], V its first latent values (the
+     * cache's v_in_k, rope_off = latent); 0 = none */
+    int latent;
     /* Matrices the file holds fused, loaded split (LoRA maps an adapter of the fused
      * matrix onto the parts): attn_qkv (phi3), ffn_up = gate then up (phi3),
      * ffn_gate_up_exps (each expert's gate rows, then its up rows) */
@@ -221,6 +239,14 @@ typedef struct pkv_hparams {
         float w_scale;           /* expert_weights_scale: the weights times it (0: 1) */
         bool norm_w;             /* expert_weights_norm: the chosen weights divided by their sum */
     } moe_route;
+    /* Multi-head latent attention (deepseek2; 0 elsewhere): attention.q_lora_rank (0: the
+     * lite layout, attn_q), kv_lora_rank, key_length_mla (a head's nope + rope dims),
+     * value_length_mla, leading_dense_block_count */
+    struct {
+        int q_lora, kv_lora, dk, dv, n_dense;
+        int kv_b; /* 1: an older file with attn_kv_b and per-head K/V sizes (key_length = dk,
+                     head_count_kv = heads): run as MLA all the same, one latent KV head */
+    } mla;
 } pkv_hparams;
 
 struct pkv_model {

@@ -604,6 +604,94 @@ pkv_status pkv_load_attention(pkv_loader *L, int il, const pkv_attn_tensors *t) 
     return PKV_OK;
 }
 
+/* Rows of a 3-D tensor [n][rows][cols] (attn_k_b, attn_v_b: one matrix per head),
+ * loaded as one matrix of n * rows rows, or the slice sl of those. */
+static pkv_status load_per_head(loader *L, const char *name, int64_t cols, int64_t rows, int64_t n, pkv_device *dev,
+                                slice sl, pkv_weight *w) {
+    L->ne2 = n;
+    pkv_status s = load_weight(L, name, cols, rows * n, true, false, dev, sl, w);
+    L->ne2 = 0;
+    if (s == PKV_ERR_FORMAT && pkv_gguf_find_tensor(L->g, name))
+        return pkv_err(s, "%s: tensor '%s' must have shape [%lld, %lld, %lld] (ne0, ne1, heads)", pkv_gguf_label(L->g), name,
+                       (long long)cols, (long long)rows, (long long)n);
+    return s;
+}
+
+/* An older file's attn_kv_b [heads][N + V][R] (each head's nope rows, then its value
+ * rows) as shard w's k_b and v_b: v_b its heads' value rows as they are, k_b each
+ * head's nope rows transposed to [R][N] (f32, made on the host), as llama.cpp's
+ * converter splits it now. */
+static pkv_status load_kv_b(loader *L, int il, pkv_shard_w *w, pkv_device *dev) {
+    const pkv_hparams *hp = &L->m->hp;
+    const int64_t H = L->m->layers[il].n_head, R = hp->mla.kv_lora, N = hp->mla.dk - L->m->layers[il].n_rot,
+                  V = hp->mla.dv;
+    char name[96];
+    slice vs = {.r0 = w->q_h0 * (N + V) + N, .nr = w->n_q * V, .rblock = V, .rstride = N + V};
+    pkv_status s = load_weight(L, NAME("attn_kv_b.weight"), R, H * (N + V), true, false, dev, vs, &w->mla.v_b);
+    float *kv = NULL, *kb = s ? NULL : pkv_malloc((size_t)(w->n_q * R * N) * sizeof *kb);
+    if (!s && !kb) s = pkv_err(PKV_ERR_NOMEM, "%s: splitting '%s'", L->m->label, name);
+    const pkv_gguf_tensor *t = pkv_gguf_find_tensor(L->g, name); /* its shape checked by load_weight */
+    if (!s && !(kv = pkv_malloc((size_t)(H * (N + V) * R) * sizeof *kv)))
+        s = pkv_err(PKV_ERR_NOMEM, "%s: splitting '%s'", L->m->label, name);
+    if (!s && (s = pkv_dequantize_row(t->type, t->data, kv, H * (N + V) * R)))
+        s = pkv_err_prefix(s, "%s: tensor '%s'", L->m->label, name);
+    for (int64_t h = 0; !s && h < w->n_q; h++) /* kb[h][r][n] = kv_b[q_h0 + h][n][r] */
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t n = 0; n < N; n++) kb[(h * R + r) * N + n] = kv[((w->q_h0 + h) * (N + V) + n) * R + r];
+    if (!s) s = pkv_weight_host(L->m, dev, kb, w->n_q * R * N, &w->mla.k_b);
+    if (!s) {
+        w->mla.k_b.ne0 = N;
+        w->mla.k_b.ne1 = w->n_q * R;
+    }
+    pkv_free(kv);
+    pkv_free(kb);
+    return s;
+}
+
+pkv_status pkv_load_mla(pkv_loader *L, int il) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, H = ly->n_head, R = hp->mla.kv_lora, D = hp->mla.dk, V = hp->mla.dv, P = ly->n_rot,
+                  N = D - P, Lq = hp->mla.q_lora;
+    if (hp->mla.q_lora > 0 && pkv_gguf_find_tensor(L->g, NAME("attn_q.weight")))
+        return pkv_err(PKV_ERR_FORMAT, "%s: layer %d has attn_q.weight (the lite layout) but q_lora_rank is %d (attn_q_a/_b)",
+                       m->label, il, hp->mla.q_lora);
+    if (hp->mla.kv_b != !pkv_gguf_find_tensor(L->g, NAME("attn_k_b.weight")))
+        return pkv_err(PKV_ERR_FORMAT, "%s: layer %d: %s", m->label, il,
+                       hp->mla.kv_b ? "attn_k_b.weight in a file without key_length_mla (the older layout has attn_kv_b)"
+                                    : "no attn_k_b.weight (a file with key_length_mla has attn_k_b and attn_v_b)");
+    ly->latent = (int)R;
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        /* per head: N nope rows, then P rope rows of Q */
+        slice qn = {.r0 = w->q_h0 * D, .nr = w->n_q * N, .rblock = N, .rstride = D}, qp = qn;
+        qp.r0 += N;
+        qp.nr = w->n_q * P;
+        qp.rblock = P;
+        slice lat = {.r0 = 0, .nr = R}, pe = {.r0 = R, .nr = P}, heads_k = {.r0 = w->q_h0 * R, .nr = w->n_q * R},
+              heads_v = {.r0 = w->q_h0 * V, .nr = w->n_q * V}, o_cols = {.c0 = w->q_h0 * V, .nc = w->n_q * V};
+        const char *qname = Lq > 0 ? "attn_q_b.weight" : "attn_q.weight";
+        const int64_t qin = Lq > 0 ? Lq : E;
+        if ((Lq > 0 && ((s = load_weight(L, NAME("attn_q_a.weight"), E, Lq, true, false, dev, k_all, &w->mla.q_a)) ||
+                        (s = load_weight(L, NAME("attn_q_a_norm.weight"), Lq, 1, true, true, dev, k_all, &w->mla.q_a_norm)))) ||
+            (s = load_weight(L, NAME(qname), qin, H * D, true, false, dev, qn, &w->mla.q_nope)) ||
+            (s = load_weight(L, NAME(qname), qin, H * D, true, false, dev, qp, &w->mla.q_pe)) ||
+            (s = load_weight(L, NAME("attn_kv_a_mqa.weight"), E, R + P, true, false, dev, lat, &w->mla.kv_lat)) ||
+            (s = load_weight(L, NAME("attn_kv_a_mqa.weight"), E, R + P, true, false, dev, pe, &w->mla.kv_pe)) ||
+            (s = load_weight(L, NAME("attn_kv_a_norm.weight"), R, 1, true, true, dev, k_all, &w->mla.kv_norm)) ||
+            (!hp->mla.kv_b && (s = load_per_head(L, NAME("attn_k_b.weight"), N, R, H, dev, heads_k, &w->mla.k_b))) ||
+            (!hp->mla.kv_b && (s = load_per_head(L, NAME("attn_v_b.weight"), R, V, H, dev, heads_v, &w->mla.v_b))) ||
+            (hp->mla.kv_b && (s = load_kv_b(L, il, w, dev))) ||
+            (s = load_weight(L, NAME("attn_output.weight"), H * V, E, true, false, dev, o_cols, &w->wo)))
+            return s;
+    }
+    return PKV_OK;
+}
+
 pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;

@@ -30,6 +30,7 @@
 #include "device/cpu/cpu-amx.h"
 #include "device/cpu/cpu-attention.h"
 #include "device/cpu/cpu-dots.h"
+#include "device/cpu/ref.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -1161,6 +1162,37 @@ static pkv_status cpu_unary(void *ctx, const pkv_k_unary_args *a) {
     return PKV_OK;
 }
 
+static void moe_route_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_moe_route_args *a = j->args;
+    int64_t r0, r1;
+    range(a->n, ti, n_tasks, &r0, &r1);
+    pkv_ref_moe_route(a, pkv_cpu_ptr(a->logits), a->bias.buf ? pkv_cpu_ptr(a->bias) : NULL, pkv_cpu_ptr(a->sel),
+                      pkv_cpu_ptr(a->w), r0, r1);
+}
+
+/* The reference's arithmetic (in double: the routing decides, and costs little). */
+static pkv_status cpu_moe_route(void *ctx, const pkv_k_moe_route_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "moe_route", "logits", a->logits, 4));
+    if (a->bias.buf) TRY(aligned(c, "moe_route", "bias", a->bias, 4));
+    TRY(aligned(c, "moe_route", "sel", a->sel, 4));
+    TRY(aligned(c, "moe_route", "w", a->w, 4));
+    rows_job j = {a, a->n};
+    pkv_pool_run(c->pool, n_tasks_for(c, a->n, (double)a->n * a->n_expert * a->k), moe_route_task, &j);
+    return PKV_OK;
+}
+
+static pkv_status cpu_moe_combine(void *ctx, const pkv_k_moe_combine_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    TRY(aligned(c, "moe_combine", "out", a->out, 4));
+    TRY(aligned(c, "moe_combine", "y", a->y, 4));
+    TRY(aligned(c, "moe_combine", "rows", a->rows, 4));
+    TRY(aligned(c, "moe_combine", "w", a->w, 4));
+    pkv_ref_moe_combine(a, pkv_cpu_ptr(a->out), pkv_cpu_ptr(a->y), pkv_cpu_ptr(a->rows), pkv_cpu_ptr(a->w));
+    return PKV_OK;
+}
+
 /* -------------------------------------------------------------- attention */
 
 /* A query's visible tokens are cut into fixed spans of ATT_SPAN tokens at
@@ -1286,7 +1318,8 @@ static void att_run(const att_job *j, int bi, int c0, int c1, int k0, int nk, fl
     const pkv_type kt = a->k_type, vt = a->v_type;
     const bool kwide = kt != PKV_TYPE_F32, vwide = vt != PKV_TYPE_F32;
     const size_t krow = pkv_type_row_bytes(kt, (size_t)a->dk), vrow = pkv_type_row_bytes(vt, (size_t)a->dv);
-    const size_t kslab = krow * a->n_kv, vslab = vrow * a->n_kv; /* one token, all KV heads */
+    /* one token, all KV heads; v_in_k (one KV head): V is the head of the K row */
+    const size_t kslab = krow * a->n_kv, vslab = a->v_in_k ? kslab : vrow * a->n_kv;
     float *qbuf = sc, *acc = qbuf + (size_t)rows * a->dk, *FA = acc + (size_t)rows * a->dv;
     float *m = FA + (size_t)rows * a->dv, *l = m + rows, *FM = l + rows, *FL = FM + rows, *p = FL + rows;
     float *kf = p + (size_t)rows * ATT_CHUNK, *vf = kf + (size_t)nk * ATT_CHUNK * a->dk; /* the chunk's rows as f32 */

@@ -199,9 +199,10 @@ void pkv_ref_set_rows(const pkv_k_set_rows_args *a, const void *src, void *dst, 
     }
 }
 
-/* Row `slot` (d elements) of a K or V pool of type t, as floats. */
-static void ref_row(const void *pool, pkv_type t, size_t slot, int d, float *out) {
-    const uint8_t *r = (const uint8_t *)pool + slot * pkv_type_row_bytes(t, (size_t)d);
+/* The first d elements of row `slot` (rows of `stride` bytes) of a K or V pool of
+ * type t, as floats. */
+static void ref_row(const void *pool, pkv_type t, size_t slot, size_t stride, int d, float *out) {
+    const uint8_t *r = (const uint8_t *)pool + slot * stride;
     if (pkv_kv_type_quant(t)) {
         pkv_dequantize_row(t, r, out, d);
         return;
@@ -224,6 +225,11 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
     const int32_t *q_seq = meta, *q_len = meta + a->n_q, *indptr = meta + 2 * a->n_q;
     const int32_t *pages = indptr + a->n_seq + 1;
     const int group = a->n_head / a->n_kv;
+    /* v_in_k (MLA): each V row is the head of its K row */
+    const void *vp = a->v_in_k ? k : v;
+    const pkv_type vt = a->v_in_k ? a->k_type : a->v_type;
+    const size_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk),
+                 vrow = a->v_in_k ? krow : pkv_type_row_bytes(vt, (size_t)a->dv);
     int64_t max_len = 0;
     for (int i = 0; i < a->n_q; i++) max_len = PKV_MAX(max_len, (int64_t)q_len[i]);
     /* The reference may allocate: it runs on the host, outside any failure path
@@ -254,7 +260,7 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
                 const int32_t page = pages[lo + pi];
                 if (page < 0 || page >= a->n_pages) continue;
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                ref_row(k, a->k_type, slot, a->dk, row);
+                ref_row(k, a->k_type, slot, krow, a->dk, row);
                 double dot = 0;
                 for (int d = 0; d < a->dk; d++) dot += (double)qh[d] * (double)row[d];
                 score[t] = dot * (double)a->scale;
@@ -273,7 +279,7 @@ void pkv_ref_attention_win(const pkv_k_attention_args *a, const float *q, const 
                 if (isnan(score[t])) continue;
                 const int32_t page = pages[lo + t / a->page_size];
                 const size_t slot = ((size_t)page * a->page_size + (size_t)(t % a->page_size)) * a->n_kv + kvh;
-                ref_row(v, a->v_type, slot, a->dv, row);
+                ref_row(vp, vt, slot, vrow, a->dv, row);
                 const double p = exp(score[t] - mx);
                 for (int d = 0; d < a->dv; d++) acc[d] += p * (double)row[d];
             }
@@ -431,5 +437,77 @@ void pkv_ref_unary(pkv_unary_op op, const float *x, float *y, int64_t n, const f
         case PKV_UNARY_ID: break;
         }
         y[i] = (float)(mul ? v * (double)mul[i % mul_len] : v);
+    }
+}
+
+/* The index of the largest v[e] over e < n with ok[e] (ties: the lowest e); -1: none. */
+static int32_t moe_best(const double *v, const bool *ok, int32_t n) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n; e++)
+        if (ok[e] && (best < 0 || v[e] > v[best])) best = e;
+    return best;
+}
+
+/* One token: l [X] in, sel and w [K] out. */
+static void moe_route_row(const pkv_k_moe_route_args *a, const float *l, const float *bias, int32_t *sel, float *w) {
+    const int32_t X = a->n_expert, K = a->k, G = a->n_group;
+    double p[4096], sv[4096];
+    bool ok[4096];
+    double mx = l[0], sum = 0;
+    for (int32_t e = 1; e < X; e++) mx = fmax(mx, l[e]);
+    if (a->gating == 0)
+        for (int32_t e = 0; e < X; e++) sum += exp((double)l[e] - mx);
+    for (int32_t e = 0; e < X; e++) {
+        p[e] = a->gating == 0 ? exp((double)l[e] - mx) / sum : a->gating == 2 ? 1.0 / (1.0 + exp(-(double)l[e])) : l[e];
+        p[e] = (float)p[e]; /* the probabilities as f32, as a device holds them */
+        sv[e] = a->sel_logits ? (double)l[e] : (double)(float)(p[e] + (bias ? bias[e] : 0.0f));
+        ok[e] = true;
+    }
+    if (G > 1) { /* group-limited: mask every expert outside the best n_group_used groups */
+        const int32_t per = X / G;
+        double gs[64];
+        bool gok[64], keep[64];
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t b0 = moe_best(sv + g * per, ok + g * per, per);
+            ok[g * per + b0] = false;
+            const int32_t b1 = moe_best(sv + g * per, ok + g * per, per);
+            ok[g * per + b0] = true;
+            gs[g] = sv[g * per + b0] + sv[g * per + b1];
+            gok[g] = true, keep[g] = false;
+        }
+        for (int32_t i = 0; i < a->n_group_used; i++) {
+            const int32_t g = moe_best(gs, gok, G);
+            gok[g] = false, keep[g] = true;
+        }
+        for (int32_t e = 0; e < X; e++) ok[e] = keep[e / per];
+    }
+    for (int32_t k = 0; k < K; k++) {
+        sel[k] = moe_best(sv, ok, X);
+        ok[sel[k]] = false;
+    }
+    double wd[64], ws = 0;
+    for (int32_t k = 0; k < K; k++) /* gating 1: exp relative to the best, a softmax over the chosen */
+        wd[k] = a->gating == 1 ? exp(p[sel[k]] - p[sel[0]]) : p[sel[k]];
+    if (a->gating == 1 || a->norm_w) {
+        for (int32_t k = 0; k < K; k++) ws += wd[k];
+        if (a->gating != 1) ws = fmax(ws, 6.103515625e-5); /* llama.cpp's floor: the smallest normal f16 */
+        for (int32_t k = 0; k < K; k++) wd[k] /= ws;
+    }
+    const double sc = a->w_scale != 0.0f ? a->w_scale : 1.0;
+    for (int32_t k = 0; k < K; k++) w[k] = (float)(wd[k] * sc);
+}
+
+void pkv_ref_moe_route(const pkv_k_moe_route_args *a, const float *logits, const float *bias, int32_t *sel, float *w,
+                       int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; t++)
+        moe_route_row(a, logits + t * a->n_expert, bias, sel + t * a->k, w + t * a->k);
+}
+
+void pkv_ref_moe_combine(const pkv_k_moe_combine_args *a, float *out, const float *y, const int32_t *rows, const float *w) {
+    for (int64_t i = 0; i < a->n; i++) {
+        if (rows[i] < 0 || rows[i] >= a->out_rows) continue;
+        float *o = out + (int64_t)rows[i] * a->cols;
+        const float *yi = y + i * a->cols;
+        for (int64_t c = 0; c < a->cols; c++) o[c] = (a->add ? o[c] : 0.0f) + w[i] * yi[c];
     }
 }

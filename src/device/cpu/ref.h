@@ -64,5 +64,9 @@ void pkv_ref_l2_norm(const pkv_k_l2_norm_args *a, const void *x, void *y);
 /* bias / mul NULL: none. */
 void pkv_ref_unary(pkv_unary_op op, const float *x, float *y, int64_t n, const float *bias, int64_t bias_len,
                    const float *mul, int64_t mul_len);
+/* Routing of rows [r0, r1) of a (kernel-list.h; the arrays are a's, on the host). */
+void pkv_ref_moe_route(const pkv_k_moe_route_args *a, const float *logits, const float *bias, int32_t *sel, float *w,
+                       int64_t r0, int64_t r1);
+void pkv_ref_moe_combine(const pkv_k_moe_combine_args *a, float *out, const float *y, const int32_t *rows, const float *w);
 
 #endif

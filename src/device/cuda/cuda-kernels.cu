@@ -654,6 +654,97 @@ extern "C" int pkv_cu_launch_unary(const pkv_cu_unary *a, void *stream) {
     return (int)cudaGetLastError();
 }
 
+// --------------------------------------------------------------- experts
+
+// The best s[e] over e < n not taken (ties: the lowest e); s computed from the logits
+// as the reference does, in float.
+__device__ static float moe_score(const pkv_cu_moe_route &a, const float *l, int e, float mx, float sum) {
+    const float p = a.gating == 0 ? expf(l[e] - mx) / sum : a.gating == 2 ? 1.0f / (1.0f + expf(-l[e])) : l[e];
+    return a.sel_logits ? l[e] : p + (a.bias ? a.bias[e] : 0.0f);
+}
+
+// One thread per token: softmax's max and sum, the group mask, then k passes of
+// selection over the experts (no per-expert array: the scores are recomputed).
+__global__ void k_moe_route(pkv_cu_moe_route a) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= a.n) return;
+    const float *l = a.logits + t * a.n_expert;
+    float mx = l[0], sum = 0.0f;
+    for (int e = 1; e < a.n_expert; e++) mx = fmaxf(mx, l[e]);
+    if (a.gating == 0)
+        for (int e = 0; e < a.n_expert; e++) sum += expf(l[e] - mx);
+    unsigned long long keep = ~0ull; // groups that may be chosen
+    const int G = a.n_group > 1 ? a.n_group : 1, per = a.n_expert / G;
+    if (a.n_group > 1) {
+        float gs[64];
+        for (int g = 0; g < G; g++) {
+            int b0 = -1, b1 = -1;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                const float v = moe_score(a, l, e, mx, sum);
+                if (b0 < 0 || v > moe_score(a, l, b0, mx, sum)) b1 = b0, b0 = e;
+                else if (b1 < 0 || v > moe_score(a, l, b1, mx, sum)) b1 = e;
+            }
+            gs[g] = moe_score(a, l, b0, mx, sum) + moe_score(a, l, b1, mx, sum);
+        }
+        keep = 0;
+        for (int i = 0; i < a.n_group_used; i++) {
+            int best = -1;
+            for (int g = 0; g < G; g++)
+                if (!(keep >> g & 1) && (best < 0 || gs[g] > gs[best])) best = g;
+            keep |= 1ull << best;
+        }
+    }
+    int32_t *sel = a.sel + t * a.k;
+    float *w = a.w + t * a.k;
+    for (int k = 0; k < a.k; k++) {
+        int best = -1;
+        float bv = 0.0f;
+        for (int e = 0; e < a.n_expert; e++) {
+            if (!(keep >> (e / per) & 1)) continue;
+            bool taken = false;
+            for (int j = 0; j < k && !taken; j++) taken = sel[j] == e;
+            if (taken) continue;
+            const float v = moe_score(a, l, e, mx, sum);
+            if (best < 0 || v > bv) best = e, bv = v;
+        }
+        sel[k] = best;
+    }
+    float ws = 0.0f;
+    for (int k = 0; k < a.k; k++) {
+        const int e = sel[k];
+        const float p = a.gating == 0 ? expf(l[e] - mx) / sum : a.gating == 2 ? 1.0f / (1.0f + expf(-l[e])) : l[e];
+        w[k] = a.gating == 1 ? expf(p - l[sel[0]]) : p;
+        ws += w[k];
+    }
+    if (a.gating == 1 || a.norm_w) {
+        if (a.gating != 1) ws = fmaxf(ws, 6.103515625e-5f);
+        for (int k = 0; k < a.k; k++) w[k] /= ws;
+    }
+    const float sc = a.w_scale != 0.0f ? a.w_scale : 1.0f;
+    for (int k = 0; k < a.k; k++) w[k] *= sc;
+}
+
+__global__ void k_moe_combine(pkv_cu_moe_combine a) {
+    const int64_t total = a.n * a.cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / a.cols, c = i % a.cols;
+        const int32_t row = a.rows[r];
+        if (row < 0 || row >= a.out_rows) continue;
+        float *o = a.out + (int64_t)row * a.cols + c;
+        *o = (a.add ? *o : 0.0f) + a.w[r] * a.y[i];
+    }
+}
+
+extern "C" int pkv_cu_launch_moe_route(const pkv_cu_moe_route *a, void *stream) {
+    k_moe_route<<<cdiv(a->n, 64), 64, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_moe_combine(const pkv_cu_moe_combine *a, void *stream) {
+    k_moe_combine<<<grid_for(a->n * a->cols, 256), 256, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
 // --------------------------------------------------------------- attention
 
 #define ATT_WARPS PKV_CU_ATT_WARPS
@@ -719,7 +810,7 @@ __global__ void __launch_bounds__(ATT_WARPS * WARP) k_attention(pkv_cu_attention
 #pragma unroll
         for (int j = 0; j < PKV_CU_ATT_DPL; j++) {
             const int d = lane + 32 * j;
-            if (d < a.dv) acc[j] = acc[j] * corr + p * ld_kv<F16>(a.v, slot * a.dv + d);
+            if (d < a.dv) acc[j] = acc[j] * corr + p * ld_kv<F16>(a.v, slot * a.v_stride + d);
         }
         m = mn;
     }

@@ -186,6 +186,7 @@ typedef struct pkv_cu_attention {
     float *partial;
     int n_split;
     int n_q, n_seq, meta_pages, n_pages, page_size, n_head, n_kv, dk, dv;
+    int v_stride;       /* elements from one V slot to the next: dv, or dk where V is read from K (v_in_k) */
     float scale;
     int window;         /* tokens; 0 = every visible token (pkv_cu_att_first) */
     const int32_t *q_win; /* [n_q], or NULL (pkv_cu_att_first) */
@@ -251,6 +252,24 @@ typedef struct pkv_cu_unary {
     int64_t mul_len;
 } pkv_cu_unary;
 
+/* pkv_k_moe_route_args / pkv_k_moe_combine_args (kernel-list.h), device pointers */
+typedef struct pkv_cu_moe_route {
+    const float *logits, *bias; /* bias NULL: none */
+    int32_t *sel;
+    float *w;
+    int64_t n;
+    int n_expert, k, n_group, n_group_used, gating, norm_w, sel_logits;
+    float w_scale;
+} pkv_cu_moe_route;
+
+typedef struct pkv_cu_moe_combine {
+    float *out;
+    const float *y, *w;
+    const int32_t *rows;
+    int64_t n, cols, out_rows;
+    int add;
+} pkv_cu_moe_combine;
+
 int pkv_cu_launch_copy_chunks(const uint8_t *src, uint8_t *dst, const pkv_cu_chunk *chunks, int64_t n_chunks,
                               void *stream);
 int pkv_cu_launch_matmul(const pkv_cu_matmul *a, void *stream);
@@ -270,6 +289,8 @@ int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream);
 int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream);
 int pkv_cu_launch_l2_norm(const pkv_cu_l2_norm *a, void *stream);
 int pkv_cu_launch_unary(const pkv_cu_unary *a, void *stream);
+int pkv_cu_launch_moe_route(const pkv_cu_moe_route *a, void *stream);
+int pkv_cu_launch_moe_combine(const pkv_cu_moe_combine *a, void *stream);
 
 /* Is there code in this binary the current device can run? Returns the
  * cudaError_t of querying a kernel's attributes (cudaErrorNoKernelImageForDevice

@@ -481,6 +481,7 @@ static pkv_status cu_attention(void *ctx, const pkv_k_attention_args *a) {
                           .n_kv = a->n_kv,
                           .dk = a->dk,
                           .dv = a->dv,
+                          .v_stride = a->v_in_k ? a->dk : a->dv,
                           .scale = a->scale,
                           .window = a->window,
                           .q_win = a->q_win.buf ? (const int32_t *)(void *)PTR(a->q_win) : NULL,
@@ -562,6 +563,31 @@ static pkv_status cu_unary(void *ctx, const pkv_k_unary_args *a) {
                       a->bias.buf ? (const float *)(void *)PTR(a->bias) : NULL, a->bias_len,
                       a->mul.buf ? (const float *)(void *)PTR(a->mul) : NULL, a->mul_len};
     return launched(c, "unary", pkv_cu_launch_unary(&p, c->stream));
+}
+
+static pkv_status cu_moe_route(void *ctx, const pkv_k_moe_route_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("moe_route", "logits", a->logits.off, 4);
+    if (a->bias.buf) ALIGN("moe_route", "bias", a->bias.off, 4);
+    ALIGN("moe_route", "sel", a->sel.off, 4);
+    ALIGN("moe_route", "w", a->w.off, 4);
+    TRY(use(c));
+    pkv_cu_moe_route p = {(const float *)(void *)PTR(a->logits), a->bias.buf ? (const float *)(void *)PTR(a->bias) : NULL,
+                          (int32_t *)(void *)PTR(a->sel), (float *)(void *)PTR(a->w), a->n, a->n_expert, a->k,
+                          a->n_group, a->n_group_used, a->gating, a->norm_w, a->sel_logits, a->w_scale};
+    return launched(c, "moe_route", pkv_cu_launch_moe_route(&p, c->stream));
+}
+
+static pkv_status cu_moe_combine(void *ctx, const pkv_k_moe_combine_args *a) {
+    pkv_cu_ctx *c = ctx;
+    ALIGN("moe_combine", "out", a->out.off, 4);
+    ALIGN("moe_combine", "y", a->y.off, 4);
+    ALIGN("moe_combine", "rows", a->rows.off, 4);
+    ALIGN("moe_combine", "w", a->w.off, 4);
+    TRY(use(c));
+    pkv_cu_moe_combine p = {(float *)(void *)PTR(a->out), (const float *)(void *)PTR(a->y), (const float *)(void *)PTR(a->w),
+                            (const int32_t *)(void *)PTR(a->rows), a->n, a->cols, a->out_rows, a->add};
+    return launched(c, "moe_combine", pkv_cu_launch_moe_combine(&p, c->stream));
 }
 
 /* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */

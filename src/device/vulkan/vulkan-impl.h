@@ -39,7 +39,9 @@
     X(LAYER_NORM, layer_norm, 4)                                                            \
     X(ATTENTION_WIN, attention_win, 13)  /* attention over K/V pools bound as several windows */ \
     X(SET_ROWS_WIN, set_rows_win, 6)     /* set_rows into a pool bound as several windows */ \
-    X(ROPE_WIN, rope_win, 7)             /* rope on rows of a pool bound as several windows */
+    X(ROPE_WIN, rope_win, 7)             /* rope on rows of a pool bound as several windows */ \
+    X(MOE_ROUTE, moe_route, 4)                                                              \
+    X(MOE_COMBINE, moe_combine, 4)
 
 typedef enum pkv_vk_kernel {
 #define PKV_VK_ENUM(id, name, n_bindings) PKV_VK_K_##id,

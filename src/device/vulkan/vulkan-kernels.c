@@ -496,7 +496,9 @@ static pkv_status vk_attention(void *ctx, const pkv_k_attention_args *a) {
     if (a->dk > 512 || a->dv > 256)
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel attention on %s: head sizes dk %d, dv %d (the Vulkan kernel "
                        "supports dk <= 512, dv <= 256)", c->name, a->dk, a->dv);
-    const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk), vrow = pkv_type_row_bytes(a->v_type, (size_t)a->dv);
+    /* v_in_k (MLA): v is k (the dispatcher's), each V row the head of a K row */
+    const uint64_t krow = pkv_type_row_bytes(a->k_type, (size_t)a->dk),
+                   vrow = a->v_in_k ? krow : pkv_type_row_bytes(a->v_type, (size_t)a->dv);
     const uint64_t n_pages = (uint64_t)PKV_MAX(a->n_pages, 0), page_slots = (uint64_t)a->page_size * (uint64_t)a->n_kv;
     const uint64_t kpage = page_slots * krow, vpage = page_slots * vrow, slots = n_pages * page_slots;
     /* The shader keeps a slot index in an int. */
@@ -641,6 +643,35 @@ static pkv_status vk_unary(void *ctx, const pkv_k_unary_args *a) {
     uint32_t pc[10] = {0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->op, hb ? (uint32_t)a->bias_len : 1u,
                        hm ? (uint32_t)a->mul_len : 1u, hb ? 1u : 0u, hm ? 1u : 0u};
     return dispatch(c, PKV_VK_K_UNARY, v, 4, pc, 10, CDIV((uint64_t)a->n, WG));
+}
+
+static pkv_status vk_moe_route(void *ctx, const pkv_k_moe_route_args *a) {
+    pkv_vk_ctx *c = ctx;
+    const uint64_t lb = (uint64_t)a->n * (uint64_t)a->n_expert * 4, sb = (uint64_t)a->n * (uint64_t)a->k * 4;
+    TRY(fits(c, "moe_route", "logits bytes", lb));
+    const bool hb = a->bias.buf != NULL;
+    /* an absent bias binds a 4-byte window of the logits that the shader never reads */
+    varg v[4] = {{"logits", a->logits, lb, 4},
+                 {"bias", hb ? a->bias : a->logits, hb ? (uint64_t)a->n_expert * 4 : 4, 4},
+                 {"sel", a->sel, sb, 4},
+                 {"w", a->w, sb, 4}};
+    uint32_t pc[14] = {0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->n_expert, (uint32_t)a->k, (uint32_t)a->n_group,
+                       (uint32_t)a->n_group_used, (uint32_t)a->gating, a->norm_w ? 1u : 0u, a->sel_logits ? 1u : 0u,
+                       hb ? 1u : 0u, fbits(a->w_scale)};
+    return dispatch(c, PKV_VK_K_MOE_ROUTE, v, 4, pc, 14, CDIV((uint64_t)a->n, WG));
+}
+
+static pkv_status vk_moe_combine(void *ctx, const pkv_k_moe_combine_args *a) {
+    pkv_vk_ctx *c = ctx;
+    const uint64_t total = (uint64_t)a->n * (uint64_t)a->cols;
+    TRY(fits(c, "moe_combine", "y bytes", total * 4));
+    TRY(fits(c, "moe_combine", "out bytes", (uint64_t)a->out_rows * (uint64_t)a->cols * 4));
+    varg v[4] = {{"out", a->out, (uint64_t)a->out_rows * (uint64_t)a->cols * 4, 4},
+                 {"y", a->y, total * 4, 4},
+                 {"rows", a->rows, (uint64_t)a->n * 4, 4},
+                 {"w", a->w, (uint64_t)a->n * 4, 4}};
+    uint32_t pc[8] = {0, 0, 0, 0, (uint32_t)a->n, (uint32_t)a->cols, (uint32_t)a->out_rows, a->add ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_MOE_COMBINE, v, 4, pc, 8, CDIV(total, WG));
 }
 
 /* .<name> for each kernel of PKV_KERNELS (kernel-list.h) */

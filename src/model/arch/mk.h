@@ -36,6 +36,7 @@ enum {
     PKV_MK_LAYERS = 1 << 4,   /* per-layer shapes: head_dim_swa, n_head_kv_full, n_embd_per_layer, n_shared_kv,
                                  swa_layers */
     PKV_MK_LONGROPE = 1 << 5, /* rope_orig_ctx: LongRoPE's factor tensors and keys */
+    PKV_MK_MLA = 1 << 6,      /* q_lora_rank, kv_lora_rank: multi-head latent attention's sizes */
 };
 
 typedef struct pkv_arch_mk {
@@ -48,6 +49,8 @@ typedef struct pkv_arch_mk {
     bool rope_half;    /* rope.dimension_count is half the head, else the head */
     float rms_eps;     /* attention.layer_norm_rms_epsilon */
     bool head_keys;    /* attention.key_length, value_length even where n_head * head_dim = n_embd */
+    bool own_head_keys; /* its keys hook writes attention.key_length, value_length and
+                           rope.dimension_count (deepseek2: the latent cache row's) */
     /* Its options' defaults and rules, before the common defaults (n_layer 0 = 2,
      * n_embd ...). NULL: none. */
     pkv_status (*check)(pkv_mkmodel_params *p);

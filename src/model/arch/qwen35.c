@@ -241,43 +241,15 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
     return pkv_mk_nextn(b, l);
 }
 
-static const pkv_arch_mk mk = {.takes = PKV_MK_DELTANET | PKV_MK_MTP,
-                               .rope_base = 1000000.0f,
-                               .rope_half = true,
-                               .rms_eps = 1e-6f,
-                               .head_keys = true,
-                               .check = mk_check,
-                               .check_rows = mk_check_rows,
-                               .keys = mk_keys,
-                               .layer = mk_layer};
+/* qwen35 and qwen35moe differ in their FFN only (the hparams' expert count) */
+#define QWEN35_MK(takes_)                                                                                              \
+    {.takes = (takes_), .rope_base = 1000000.0f, .rope_half = true, .rms_eps = 1e-6f, .head_keys = true,                 \
+     .check = mk_check, .check_rows = mk_check_rows, .keys = mk_keys, .layer = mk_layer}
+#define QWEN35_OPS(name_, moe_, mk_)                                                                                   \
+    {.name = (name_), .moe = (moe_), .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer,      \
+     .load_global = pkv_load_nextn, .mtp_head = true, .input = pkv_blk_nextn_input, .mk = (mk_)}
 
-static const pkv_arch_mk mk_moe = {.takes = PKV_MK_DELTANET | PKV_MK_MTP | PKV_MK_EXPERTS,
-                                   .rope_base = 1000000.0f,
-                                   .rope_half = true,
-                                   .rms_eps = 1e-6f,
-                                   .head_keys = true,
-                                   .check = mk_check,
-                                   .check_rows = mk_check_rows,
-                                   .keys = mk_keys,
-                                   .layer = mk_layer};
-
-const pkv_arch_ops pkv_arch_qwen35moe = {.name = "qwen35moe",
-                                         .moe = true,
-                                         .rope_neox = true,
-                                         .hparams = hparams,
-                                         .load_layer = load_layer,
-                                         .layer = layer,
-                                         .load_global = pkv_load_nextn,
-                                         .mtp_head = true,
-                                         .input = pkv_blk_nextn_input,
-                                         .mk = &mk_moe};
-
-const pkv_arch_ops pkv_arch_qwen35 = {.name = "qwen35",
-                                      .rope_neox = true,
-                                      .hparams = hparams,
-                                      .load_layer = load_layer,
-                                      .layer = layer,
-                                      .load_global = pkv_load_nextn,
-                                      .mtp_head = true,
-                                      .input = pkv_blk_nextn_input,
-                                      .mk = &mk};
+static const pkv_arch_mk mk = QWEN35_MK(PKV_MK_DELTANET | PKV_MK_MTP),
+                         mk_moe = QWEN35_MK(PKV_MK_DELTANET | PKV_MK_MTP | PKV_MK_EXPERTS);
+const pkv_arch_ops pkv_arch_qwen35 = QWEN35_OPS("qwen35", false, &mk),
+                   pkv_arch_qwen35moe = QWEN35_OPS("qwen35moe", true, &mk_moe);
