@@ -185,10 +185,6 @@ static pkv_status moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *
     return PKV_OK;
 }
 
-pkv_status pkv_hp_moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
-    return moe_routing(g, arch, hp);
-}
-
 pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out, int **n_head_kv_out, int **n_ff_out) {
     const char *lab = pkv_gguf_label(g);
     const char *as;

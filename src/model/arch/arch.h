@@ -80,11 +80,6 @@ extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_ar
 pkv_status pkv_hp_need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out);
 pkv_status pkv_hp_opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out);
 pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out);
-/* The routing keys llama.cpp writes for a mixture of experts beyond its sizes
- * (hp->moe_route), where the file has them, checked against hp->moe (read for
- * every pkv_arch_ops.moe architecture; an architecture with dense layers too
- * calls it from its hparams). */
-pkv_status pkv_hp_moe_routing(const pkv_gguf *g, const char *arch, pkv_hparams *hp);
 /* hp->swa.n from '<arch>.attention.sliding_window' (0 when absent and not
  * required), at most the training context. */
 pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required);

@@ -28,14 +28,12 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (s) return s;
     hp->n_layer = n_layer_all - hp->n_nextn;
     if ((s = pkv_hp_opt_u32(g, arch, "leading_dense_block_count", 0, (uint32_t)hp->n_layer, 0, &dense))) return s;
-    if (dense < n_layer_all) { /* some layers are mixtures: llama.cpp's expert keys */
-        if ((s = pkv_hp_need_u32(g, arch, "expert_count", 1, 4096, &hp->moe.n_expert)) ||
-            (s = pkv_hp_need_u32(g, arch, "expert_used_count", 1, (uint32_t)hp->moe.n_expert, &hp->moe.n_used)) ||
-            (s = pkv_hp_need_u32(g, arch, "expert_feed_forward_length", 1, 1 << 24, &hp->moe.n_ff)) ||
-            (s = pkv_hp_need_u32(g, arch, "expert_shared_count", 0, 64, &hp->moe_route.n_shared)) ||
-            (s = pkv_hp_moe_routing(g, arch, hp)))
-            return s;
-    }
+    /* the expert keys are read with the common ones (pkv_arch_ops.moe_after_dense) */
+    if (dense < n_layer_all && hp->moe.n_expert == 0)
+        return pkv_err(PKV_ERR_FORMAT, "%s: '%s.leading_dense_block_count' %d of %d layers: the others are mixtures of "
+                       "experts, but the file has no '%s.expert_count'", lab, arch, dense, n_layer_all, arch);
+    if (hp->moe.n_expert && (s = pkv_hp_need_u32(g, arch, "expert_shared_count", 0, 64, &hp->moe_route.n_shared)))
+        return s;
     if (hp->head_dim_k != hp->head_dim_v)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ (llama.cpp requires "
                        "them equal for %s)", lab, arch, hp->head_dim_k, hp->head_dim_v, arch);
@@ -178,6 +176,7 @@ static const pkv_arch_mk mk = {.takes = PKV_MK_EXPERTS | PKV_MK_MTP,
                                .layer = mk_layer};
 
 const pkv_arch_ops pkv_arch_glm4moe = {.name = "glm4moe",
+                                       .moe_after_dense = true,
                                        .rope_neox = true,
                                        .hparams = hparams,
                                        .load_layer = load_layer,
