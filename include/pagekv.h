@@ -1047,7 +1047,10 @@ typedef struct pkv_mkmodel_params {
                             layer), "mistral3" (YaRN by 16 over min(256, n_ctx), its log multiplier 1
                             and temperature scale 0.1), "deepseek2" (fields q_lora_rank,
                             kv_lora_rank below), "llama4" (4 layers, chunks of
-                            sliding_window tokens) */
+                            sliding_window tokens),
+                            "glm4moe" (GLM-4.5: n_layer 0 = 3 trunk layers, the
+                            first dense, Q/K norms on the odd ones; experts of n_ff rows with a shared
+                            one and the exp_probs_b bias; half of each head rotated) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */
@@ -1055,7 +1058,7 @@ typedef struct pkv_mkmodel_params {
     int n_head_kv;       /* 0 = 2 */
     int head_dim;        /* 0 = n_embd / n_head */
     int n_ff;            /* 0 = 256; qwen3moe, gpt-oss: the rows of one expert's FFN */
-    int n_expert;        /* qwen3moe, gpt-oss: experts per layer; 0 = 4; gemma4: 0 = none (dense), else every
+    int n_expert;        /* qwen3moe, gpt-oss, glm4moe: experts per layer; 0 = 4; gemma4: 0 = none (dense), else every
                             layer a MoE layer (26B-A4B's layout: experts of n_ff / 2 rows beside the dense
                             FFN); other architectures: must be 0 */
     int n_expert_used;   /* qwen3moe, gpt-oss, gemma4 with experts: experts each token goes to; 0 = 2 */
@@ -1092,7 +1095,8 @@ typedef struct pkv_mkmodel_params {
      * value heads (0 = 4), key heads (0 = 2; a divisor of the value heads) and the
      * head size of both (0 = 16); the conv kernel is 4 */
     int ssm_v_heads, ssm_k_heads, ssm_head_dim;
-    int n_mtp;           /* qwen35: MTP ("nextn") layers after the trunk (nextn_predict_layers), 0..4 */
+    int n_mtp;           /* qwen35: MTP ("nextn") layers after the trunk (nextn_predict_layers), 0..4;
+                            glm4moe: 0 = 1, < 0 = none */
     /* gemma4 (every field 0 = a test shape with each Gemma 4 feature; n_layer 0 = 6,
      * n_head 0 = 8, head_dim 0 = 64 for the full layers, the window 0 = 8). Tied
      * embeddings, the sharing layers' FFN twice n_ff wide (use_double_wide_mlp), full

@@ -158,6 +158,7 @@ int main(void) {
     }
     /* mixture-of-experts models: every KV operation == replay on one device and split */
     moe_model("moe", "--arch qwen3moe --type q8_0 --experts 4 --experts-used 2", vk);
+    moe_model("glm4moe", "--arch glm4moe --type q8_0", vk); /* a dense layer, a shared expert, an MTP layer */
     /* a qwen35 model (gated delta-net layers: a recurrent state per sequence in the
      * cache's state slots): every KV operation == replay on cpu, on the
      * tensor-parallel pair (delta-net layers by key-head groups, each shard's state on

@@ -9,6 +9,7 @@
  *  - a different small model with the same vocabulary (mostly rejected);
  *  - qwen35's own MTP head (fed the model's hidden states), where rejecting a
  *    proposal also rolls the recurrent state back (checkpoint and replay);
+ *  - glm4moe's own MTP head (a mixture layer with a shared expert; CPU);
  *  - gemma4's assistant (no cache: it reads the model's pages, fed its hidden states);
  *  - shared-KV drafts (no cache: they draft on forks of the sequences in the
  *    model's cache): the model's own layers again, and one other layer; under a
@@ -232,6 +233,17 @@ static void run_device(const char *dev, bool full) {
     }
     pkv_model_free(head);
     pkv_model_free(self35);
+    pkv_model_free(g_m);
+    /* glm4moe and its MTP head (a mixture layer with a shared expert), on the CPU */
+    g_m = full ? load("glm4moe", 3, 1, 5, false) : NULL;
+    pkv_model *head_glm = g_m ? load("glm4moe", 3, 1, 5, true) : NULL;
+    if (full) CHECK(g_m && head_glm);
+    if (g_m && head_glm) {
+        make_work(&w, 8, false);
+        run_alone(&w);
+        check_draft(&w, head_glm, "glm4moe, its MTP head as draft", false, false);
+    }
+    pkv_model_free(head_glm);
     pkv_model_free(g_m);
     g_m = NULL;
     check_assistant(dev, full);

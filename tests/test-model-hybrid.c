@@ -271,7 +271,7 @@ int main(void) {
         size_t ls = 0;
         CHECK_OK(pkv_mkmodel_memory(&pl, &li, &ls));
         pkv_model *lm = li ? load_img(li, ls, true) : NULL;
-        CHECK(lm == NULL && strstr(pkv_errmsg(), "MTP heads are read for qwen35 and qwen35moe files only"));
+        CHECK(lm == NULL && strstr(pkv_errmsg(), "MTP heads are read for qwen35, qwen35moe and glm4moe files only"));
         pkv_model_free(lm);
         pkv_mkmodel_free_memory(li);
     }

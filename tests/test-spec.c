@@ -681,6 +681,49 @@ static int parse_ids(const char *t, int32_t *v, int cap) {
  * to a checkpoint; the ids equal plain greedy decoding's, and the log's rounds
  * account for them: round r starts at the position of the last committed token,
  * and its accepted proposals are the next generated ids. */
+/* The file's own MTP head as the draft (--mtp: fed the target's hidden states,
+ * its own one-layer cache), on the target's device, on another one, with a split
+ * target, and on vulkan:0 when there is one: ids equal plain greedy's. */
+static void mtp_greedy(const char *mtp, const char *prompt, const char *ids_a, const char *ids_b, const char *log) {
+    static char ta[8192], tb[8192], tl[1 << 16];
+    int32_t a[64], b[64];
+    int na = 0;
+    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (vk) pkv_device_close(vk);
+    else printf("note: no vulkan:0 here; run --mtp on Vulkan not run\n");
+    /* the target's devices, then the draft's (the head runs on the target's first
+     * device unless --draft-device): one device, another device for the head, a
+     * tensor-parallel target (cache sharded, and on the host), vulkan */
+    const struct {
+        const char *tgt, *dft;
+        bool vulkan;
+    } where[] = {
+        {"", "", false},
+        {"", "--draft-device cpu:1", false},
+        {"--devices cpu,cpu:1", "", false},
+        {"--devices cpu,cpu:1 --kv-on-host", "", false},
+        {"-d vulkan:0", "", true},
+        {"--devices cpu,vulkan:0", "", true},
+    };
+    for (size_t w = 0; w < sizeof where / sizeof where[0]; w++) {
+        if (where[w].vulkan && !vk) continue;
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 %s --ids-out '%s'", mtp, prompt, where[w].tgt, ids_a), 0);
+        na = parse_ids(th_read_text(ids_a, ta, sizeof ta), a, 64);
+        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --mtp --draft-max 3 %s %s --ids-out '%s' --spec-log '%s'",
+                         mtp, prompt, where[w].tgt, where[w].dft, ids_b, log), 0);
+        HAS("(its MTP head)");
+        int nb = parse_ids(th_read_text(ids_b, tb, sizeof tb), b, 64);
+        CHECK(na > 0);
+        CHECK_INT(nb, na);
+        for (int i = 0; i < na && i < nb; i++)
+            if (a[i] != b[i]) {
+                TH_FAIL("--mtp %s %s: id %d is %d, plain greedy %d", where[w].tgt, where[w].dft, i, b[i], a[i]);
+                break;
+            }
+        CHECK(strstr(th_read_text(log, tl, sizeof tl), "\"proposed\": [") != NULL);
+    }
+}
+
 static void test_cli_logs(void) {
     char tgt[512], dft[512], ids_a[512], ids_b[512], log[512];
     snprintf(tgt, sizeof tgt, "%s", th_tmp("spec-q35.gguf"));
@@ -736,47 +779,17 @@ static void test_cli_logs(void) {
         CHECK(emitted >= nb); /* the last round may stop inside its proposals */
         if (w == 0) CHECK_INT(accepted, proposed); /* a draft equal to the target is always right */
     }
-    /* the file's own MTP head as the draft (--mtp: fed the target's hidden states,
-     * its own one-layer cache), on the target's device, on another one, with a
-     * split target, and on vulkan:0 when there is one: ids equal plain greedy's */
-    char mtp[512];
+    /* the file's own MTP head as the draft: a qwen35 file and a glm4moe one */
+    char mtp[512], mtp_glm[512];
     snprintf(mtp, sizeof mtp, "%s", th_tmp("spec-q35-mtp.gguf"));
+    snprintf(mtp_glm, sizeof mtp_glm, "%s", th_tmp("spec-glm-mtp.gguf"));
     CHECK_INT(th_cli("", true, "mkmodel --arch qwen35 --type f32 --layers 8 --dim 64 --vocab 320 --seed 21 --mtp 1 -o '%s'", mtp),
               0);
-    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
-    if (vk) pkv_device_close(vk);
-    else printf("note: no vulkan:0 here; run --mtp on Vulkan not run\n");
-    /* the target's devices, then the draft's (the head runs on the target's first
-     * device unless --draft-device): one device, another device for the head, a
-     * tensor-parallel target (cache sharded, and on the host), vulkan */
-    const struct {
-        const char *tgt, *dft;
-        bool vulkan;
-    } where[] = {
-        {"", "", false},
-        {"", "--draft-device cpu:1", false},
-        {"--devices cpu,cpu:1", "", false},
-        {"--devices cpu,cpu:1 --kv-on-host", "", false},
-        {"-d vulkan:0", "", true},
-        {"--devices cpu,vulkan:0", "", true},
-    };
-    for (size_t w = 0; w < sizeof where / sizeof where[0]; w++) {
-        if (where[w].vulkan && !vk) continue;
-        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 %s --ids-out '%s'", mtp, prompt, where[w].tgt, ids_a), 0);
-        na = parse_ids(th_read_text(ids_a, ta, sizeof ta), a, 64);
-        CHECK_INT(th_cli("", true, "run -m '%s' %s -n 24 --temp 0 --mtp --draft-max 3 %s %s --ids-out '%s' --spec-log '%s'",
-                         mtp, prompt, where[w].tgt, where[w].dft, ids_b, log), 0);
-        HAS("(its MTP head)");
-        int nb = parse_ids(th_read_text(ids_b, tb, sizeof tb), b, 64);
-        CHECK(na > 0);
-        CHECK_INT(nb, na);
-        for (int i = 0; i < na && i < nb; i++)
-            if (a[i] != b[i]) {
-                TH_FAIL("--mtp %s %s: id %d is %d, plain greedy %d", where[w].tgt, where[w].dft, i, b[i], a[i]);
-                break;
-            }
-        CHECK(strstr(th_read_text(log, tl, sizeof tl), "\"proposed\": [") != NULL);
-    }
+    CHECK_INT(th_cli("", true, "mkmodel --arch glm4moe --type f32 --layers 4 --dim 64 --vocab 320 --seed 21 -o '%s'", mtp_glm),
+              0);
+    mtp_greedy(mtp, prompt, ids_a, ids_b, log);
+    mtp_greedy(mtp_glm, prompt, ids_a, ids_b, log);
+    unlink(mtp_glm);
     CHECK_INT(th_cli("", true, "run -m '%s' %s --mtp -n 4", tgt, prompt), 1); /* no MTP layers */
     HAS("nextn_predict_layers");
     CHECK_INT(th_cli("", true, "run -m '%s' %s --mtp --draft '%s' -n 4", mtp, prompt, dft), 2);

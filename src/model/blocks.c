@@ -1159,6 +1159,23 @@ pkv_status pkv_blk_embed(pkv_fwd *f) {
     return s;
 }
 
+pkv_status pkv_blk_nextn_input(pkv_fwd *f) {
+    const pkv_model *m = f->m;
+    pkv_status s = pkv_blk_embed(f);
+    if (s || !m->mtp) return s;
+    const int64_t T = f->T, E = m->hp.n_embd;
+    pkv_device *dev = m->dev;
+    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
+    if (!f->b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->nextn.enorm, w0->x, T, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->nextn.eh_e, w0->x, w0->xb, T);
+    if (!s) s = pkv_buffer_write(w0->y, 0, f->b->hidden_in, (size_t)(T * E) * 4);
+    if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->nextn.hnorm, w0->y, T, E, m->hp.rms_eps);
+    if (!s) s = pkv_blk_matmul(f, dev, &m->nextn.eh_h, w0->y, w0->x, T);
+    if (!s) s = add(dev, w0->x, w0->xb, T * E);
+    return s;
+}
+
 pkv_status pkv_blk_logits(pkv_fwd *f, float *logits) {
     const pkv_model *m = f->m;
     const pkv_fwd_plan *pl = f->pl;

@@ -110,6 +110,11 @@ typedef struct pkv_fwd {
  * step's tokens times hp.embd_scale, and where the batch has media rows, those
  * rows in place of their tokens', unscaled. */
 pkv_status pkv_blk_embed(pkv_fwd *f);
+/* The input of the architectures with an MTP head (pkv_arch_ops.input): the
+ * embedding (pkv_blk_embed); an MTP head (pkv_model.mtp) then mixes it with the
+ * target's hidden states h (pkv_fwd_batch.hidden_in, required):
+ *   x = eh_e·enorm(x) + eh_h·hnorm(h) */
+pkv_status pkv_blk_nextn_input(pkv_fwd *f);
 /* The default head's work (pkv_arch_ops.output): the output rows' final norm and
  * output projection into the first device's logits buffer, then read into the host
  * array logits (NULL: not read). With pkv_fwd_batch.hidden_out every row's final

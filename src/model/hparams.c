@@ -25,6 +25,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_QWEN35MOE] = &pkv_arch_qwen35moe,
     [PKV_ARCH_DEEPSEEK2] = &pkv_arch_deepseek2,
     [PKV_ARCH_LLAMA4] = &pkv_arch_llama4,
+    [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
 };
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }

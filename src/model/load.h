@@ -60,6 +60,12 @@ pkv_status pkv_load_global(pkv_loader *L, const char *name, int64_t ne0, int64_t
 pkv_status pkv_load_global_cols(pkv_loader *L, const char *name, int64_t ne0, int64_t ne1, int64_t c0, int64_t nc,
                                 pkv_weight *w);
 
+/* An MTP head's tensors (pkv_arch_ops.load_global of the architectures with
+ * mtp_head; nothing unless pkv_model.mtp): blk.<layer_base>.nextn.eh_proj
+ * [n_embd][2 n_embd] as its two column halves (the embedding's, then the hidden
+ * state's: pkv_model.nextn.eh_e, eh_h), nextn.enorm and nextn.hnorm. */
+pkv_status pkv_load_nextn(pkv_loader *L);
+
 /* A table [ne1][ne0] kept on the host and read row by row (gemma4's
  * per_layer_token_embd: pkv_model.ple.tok): used in place from the mapped file where
  * the model keeps it, else copied. */

@@ -219,6 +219,14 @@ pkv_status pkv_mk_moe_extras(pkv_mk *b, int l, unsigned what, int64_t n_ff_sh) {
     return PKV_OK;
 }
 
+pkv_status pkv_mk_nextn(pkv_mk *b, int l) {
+    const int64_t E = b->E;
+    PKV_MK_TRY(pkv_mk_blk(b, l, "nextn.eh_proj.weight", b->p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E))));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.enorm.weight", E));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.hnorm.weight", E));
+    return pkv_mk_norm(b, l, "nextn.shared_head_norm.weight", E);
+}
+
 pkv_status pkv_mk_window_key(pkv_mk *b) {
     return pkv_mk_u32(b, "attention.sliding_window", (uint32_t)b->p->sliding_window);
 }

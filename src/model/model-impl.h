@@ -28,6 +28,7 @@ typedef enum pkv_arch {
     PKV_ARCH_DEEPSEEK2 = 14, /* DeepSeek-V2/V3, Kimi K2: multi-head latent attention, MoE after dense layers */
     PKV_ARCH_LLAMA4 = 15,   /* chunked attention, NoPE layers with temperature tuning, interleaved
                                top-1 sigmoid experts with a shared expert */
+    PKV_ARCH_GLM4MOE = 16,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -304,7 +305,7 @@ struct pkv_model {
     pkv_gguf *gguf;         /* the open file while weights wrap its mapping, else NULL */
     /* An MTP head (pkv_model_params.mtp): x = eh_e·enorm(embed(token)) + eh_h·hnorm(h),
      * h the target's final normed hidden state of the previous position; eh_e, eh_h
-     * are nextn.eh_proj's two column halves (qwen35.c) */
+     * are nextn.eh_proj's two column halves (pkv_load_nextn) */
     bool mtp;
     struct {
         pkv_weight eh_e, eh_h; /* [n_embd][n_embd] each */

@@ -745,6 +745,24 @@ pkv_status pkv_load_global_cols(pkv_loader *L, const char *name, int64_t ne0, in
     return load_weight(L, name, ne0, ne1, true, false, L->m->dev, sl, w);
 }
 
+pkv_status pkv_load_nextn(pkv_loader *L) {
+    pkv_model *m = L->m;
+    if (!m->mtp) return PKV_OK;
+    char nh[96], nen[96], nhn[96];
+    const int b = m->hp.layer_base;
+    snprintf(nh, sizeof nh, "blk.%d.nextn.eh_proj.weight", b);
+    snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
+    snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
+    const int64_t E = m->hp.n_embd;
+    pkv_status s;
+    if ((s = pkv_load_global_cols(L, nh, 2 * E, E, 0, E, &m->nextn.eh_e)) ||
+        (s = pkv_load_global_cols(L, nh, 2 * E, E, E, E, &m->nextn.eh_h)) ||
+        (s = pkv_load_global(L, nen, E, 1, true, true, &m->nextn.enorm)) ||
+        (s = pkv_load_global(L, nhn, E, 1, true, true, &m->nextn.hnorm)))
+        return s;
+    return PKV_OK;
+}
+
 pkv_status pkv_weight_host(pkv_model *m, pkv_device *dev, const float *data, int64_t n, pkv_weight *w) {
     memset(w, 0, sizeof *w);
     pkv_buffer *b = pkv_buffer_alloc(dev, (size_t)n * sizeof *data);

@@ -114,6 +114,9 @@ pkv_status pkv_mk_ffn(pkv_mk *b, int l, pkv_ffn_tensors ffn);
  * flags): exp_probs_b.bias (PKV_MOE_PROBS_B), a shared expert of n_ff_sh rows
  * (PKV_MOE_SHARED) and its gate ffn_gate_inp_shexp (PKV_MOE_SHARED_GATE). */
 pkv_status pkv_mk_moe_extras(pkv_mk *b, int l, unsigned what, int64_t n_ff_sh);
+/* An MTP layer's nextn tensors (llama.cpp's): eh_proj [E][2 E] (x = eh_proj
+ * [enorm(embedding); hnorm(h)]), enorm, hnorm and its own final norm shared_head_norm. */
+pkv_status pkv_mk_nextn(pkv_mk *b, int l);
 /* attention.sliding_window (small, so tests cross it). */
 pkv_status pkv_mk_window_key(pkv_mk *b);
 /* A pre-norm layer as pkv_load_prenorm reads it: attn_norm; Q, K, V (or as attn

@@ -153,46 +153,6 @@ static pkv_status layer(pkv_fwd *f, int il) {
     return pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
 }
 
-/* An MTP head's nextn.eh_proj [n_embd][2 n_embd] (the embedding's columns, then the
- * hidden state's), enorm and hnorm. */
-static pkv_status load_global(pkv_loader *L) {
-    pkv_model *m = pkv_loader_model(L);
-    if (!m->mtp) return PKV_OK;
-    char nh[96], nen[96], nhn[96];
-    const int b = m->hp.layer_base;
-    snprintf(nh, sizeof nh, "blk.%d.nextn.eh_proj.weight", b);
-    snprintf(nen, sizeof nen, "blk.%d.nextn.enorm.weight", b);
-    snprintf(nhn, sizeof nhn, "blk.%d.nextn.hnorm.weight", b);
-    const int64_t E = m->hp.n_embd;
-    pkv_status s;
-    if ((s = pkv_load_global_cols(L, nh, 2 * E, E, 0, E, &m->nextn.eh_e)) ||
-        (s = pkv_load_global_cols(L, nh, 2 * E, E, E, E, &m->nextn.eh_h)) ||
-        (s = pkv_load_global(L, nen, E, 1, true, true, &m->nextn.enorm)) ||
-        (s = pkv_load_global(L, nhn, E, 1, true, true, &m->nextn.hnorm)))
-        return s;
-    return PKV_OK;
-}
-
-/* The embedding; an MTP head: x = eh_e·enorm(x) + eh_h·hnorm(h). */
-static pkv_status input(pkv_fwd *f) {
-    const pkv_model *m = f->m;
-    pkv_status s = pkv_blk_embed(f);
-    if (s || !m->mtp) return s;
-    const int64_t T = f->T, E = m->hp.n_embd;
-    pkv_device *dev = m->dev;
-    pkv_dev_ws *w0 = pkv_fwd_dev(f->ws, dev);
-    if (!f->b->hidden_in) s = pkv_err(PKV_ERR_INVALID, "forward: an MTP head needs the target's hidden states");
-    if (!s) s = pkv_blk_rmsnorm(dev, w0->x, &m->nextn.enorm, w0->x, T, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(f, dev, &m->nextn.eh_e, w0->x, w0->xb, T);
-    if (!s) s = pkv_buffer_write(w0->y, 0, f->b->hidden_in, (size_t)(T * E) * 4);
-    if (!s) s = pkv_blk_rmsnorm(dev, w0->y, &m->nextn.hnorm, w0->y, T, E, m->hp.rms_eps);
-    if (!s) s = pkv_blk_matmul(f, dev, &m->nextn.eh_h, w0->y, w0->x, T);
-    pkv_k_add_args ad = {.a = pkv_tref_make(w0->x, 0), .b = pkv_tref_make(w0->xb, 0), .y = pkv_tref_make(w0->x, 0),
-                         .n = T * E, .b_len = T * E};
-    if (!s) s = pkv_k_add(dev, &ad);
-    return s;
-}
-
 /* ------------------------------------------------------- pagekv mkmodel */
 
 
@@ -269,7 +229,6 @@ static pkv_status mk_shared(pkv_mk *b, int l) {
  * layer plus its nextn tensors: x = eh_proj [enorm(embedding); hnorm(h)], its own
  * final norm. */
 static pkv_status mk_layer(pkv_mk *b, int l) {
-    const int64_t E = b->E;
     const bool mtp = l >= b->p->n_layer;
     if (!mtp && (l + 1) % 4 != 0) {
         PKV_MK_TRY(mk_delta_net(b, l));
@@ -279,10 +238,7 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
                             b->p->n_expert ? PKV_FFN_EXPERTS : PKV_FFN_GATED, false));
     PKV_MK_TRY(mk_shared(b, l));
     if (!mtp) return PKV_OK;
-    PKV_MK_TRY(pkv_mk_blk(b, l, "nextn.eh_proj.weight", b->p->type, 2 * E, E, 0.0, sqrt(3.0 / (double)(2 * E))));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.enorm.weight", E));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "nextn.hnorm.weight", E));
-    return pkv_mk_norm(b, l, "nextn.shared_head_norm.weight", E);
+    return pkv_mk_nextn(b, l);
 }
 
 /* qwen35 and qwen35moe differ in their FFN only (the hparams' expert count) */
@@ -291,7 +247,7 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
      .check = mk_check, .check_rows = mk_check_rows, .keys = mk_keys, .layer = mk_layer}
 #define QWEN35_OPS(name_, moe_, mk_)                                                                                   \
     {.name = (name_), .moe = (moe_), .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer,      \
-     .load_global = load_global, .mtp_head = true, .input = input, .mk = (mk_)}
+     .load_global = pkv_load_nextn, .mtp_head = true, .input = pkv_blk_nextn_input, .mk = (mk_)}
 
 static const pkv_arch_mk mk = QWEN35_MK(PKV_MK_DELTANET | PKV_MK_MTP),
                          mk_moe = QWEN35_MK(PKV_MK_DELTANET | PKV_MK_MTP | PKV_MK_EXPERTS);
