@@ -49,7 +49,7 @@ int main(void) {
         pkv_model_free(single);
     }
     /* gemma3 with one KV head over cpu and vulkan:0: the head replicated on both,
-     * each device writing its own replica (computed by its own kernels) */
+     * each device writing its own replica (the first device's K/V rows) */
     {
         mc_kv_k = mc_kv_v = PKV_TYPE_F16;
         mc_n_head_kv = 1;
