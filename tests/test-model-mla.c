@@ -445,6 +445,18 @@ static void test_kv_ops(pkv_type t) {
     pkv_model_free(single);
 }
 
+/* A prompt of 9 tokens (i * mul + add) % NV, then 3 more one at a time: the logits of
+ * the last 4 positions into lg [4][NV]. */
+static void decode4(pkv_context *x, int mul, int add, float *lg) {
+    int32_t toks[12];
+    for (int i = 0; i < 12; i++) toks[i] = (i * mul + add) % NV;
+    CHECK_OK(pkv_context_decode(x, toks, 9));
+    for (int i = 0; i < 4; i++) {
+        memcpy(lg + (size_t)i * NV, pkv_context_logits(x), NV * 4);
+        if (i < 3) CHECK_OK(pkv_context_decode(x, &toks[9 + i], 1));
+    }
+}
+
 /* Vulkan against the CPU: the same model and prompt, logits within 1e-5 (f16 KV). */
 static void test_vulkan(const void *img, size_t size) {
     pkv_device *probe = pkv_device_open("vulkan:0", pkv_device_default_params());
@@ -461,13 +473,7 @@ static void test_vulkan(const void *img, size_t size) {
         pkv_kv_cache *c = m ? mc_cache(m) : NULL;
         pkv_context *x = c ? pkv_context_create(m, c, 0) : NULL;
         REQUIRE_VOID(x);
-        int32_t toks[12];
-        for (int i = 0; i < 12; i++) toks[i] = (i * 29 + 1) % NV;
-        CHECK_OK(pkv_context_decode(x, toks, 9));
-        for (int i = 0; i < 4; i++) {
-            memcpy(lg[k] + (size_t)i * NV, pkv_context_logits(x), NV * 4);
-            CHECK_OK(pkv_context_decode(x, &toks[9 + (i % 3)], 1));
-        }
+        decode4(x, 29, 1, lg[k]);
         pkv_context_free(x);
         pkv_kv_cache_free(c);
         pkv_model_free(m);
@@ -555,13 +561,7 @@ static void test_legacy(void) {
         pkv_context *x = c ? pkv_context_create(m, c, 0) : NULL;
         if (!x) TH_FAIL("%s: %s", k ? "older layout" : "layout", pkv_errmsg());
         if (x) check_layout(c, PKV_TYPE_F16, 8);
-        int32_t toks[12];
-        for (int i = 0; i < 12; i++) toks[i] = (i * 41 + 5) % NV;
-        CHECK(x && pkv_context_decode(x, toks, 9) == PKV_OK);
-        for (int i = 0; x && i < 4; i++) {
-            memcpy(lg[k] + (size_t)i * NV, pkv_context_logits(x), NV * 4);
-            CHECK_OK(pkv_context_decode(x, &toks[9 + (i % 3)], 1));
-        }
+        if (x) decode4(x, 41, 5, lg[k]);
         pkv_context_free(x);
         pkv_kv_cache_free(c);
         pkv_model_free(m);
