@@ -452,8 +452,11 @@ static void moe_route_row(const pkv_k_moe_route_args *a, const float *l, const f
     const int32_t X = a->n_expert, K = a->k, G = a->n_group;
     double p[4096], sv[4096];
     bool ok[4096];
-    double mx = l[0], sum = 0;
-    for (int32_t e = 1; e < X; e++) mx = fmax(mx, l[e]);
+    float mxf = l[0]; /* (a compare, not fmax into a double: aarch64 gcc 12 -O3 failed to vectorize that) */
+    for (int32_t e = 1; e < X; e++)
+        if (l[e] > mxf) mxf = l[e];
+    const double mx = mxf;
+    double sum = 0;
     if (a->gating == 0)
         for (int32_t e = 0; e < X; e++) sum += exp((double)l[e] - mx);
     for (int32_t e = 0; e < X; e++) {
