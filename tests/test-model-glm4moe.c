@@ -456,6 +456,32 @@ static void test_bad(void) {
         pkv_model_free(bad);
         pkv_free(v);
     }
+    /* expert groups the routing cannot use (hparams.c): refused naming the keys */
+    size_t gsz = 0;
+    void *gimg = make_file(3, true, &gsz); /* 2 groups of 2 experts, 1 used */
+    pkv_gguf *gg = gimg ? pkv_gguf_open_memory(gimg, gsz, "glm4moe groups") : NULL;
+    REQUIRE_VOID(gg);
+    const struct {
+        const char *key;
+        int64_t set;
+        const char *expect;
+    } gcases[] = {
+        {"glm4moe.expert_group_count", 3, "'glm4moe.expert_group_count' 3 does not divide the 4 experts"},
+        {"glm4moe.expert_group_count", 4, "leaves 1 expert per group"},
+        {"glm4moe.expert_group_used_count", 3, "'glm4moe.expert_group_used_count' 3 must be in [1, 2]"},
+        {"glm4moe.expert_used_count", 3, "hold fewer than the 3 of 'glm4moe.expert_used_count'"},
+    };
+    for (size_t k = 0; k < sizeof gcases / sizeof gcases[0]; k++) {
+        size_t vs = 0;
+        void *v = ref_gguf_variant(gg, gcases[k].key, gcases[k].set, NULL, NULL, NULL, &vs);
+        pkv_model *bad = v ? pkv_model_load_memory(v, vs, "bad groups", pkv_model_default_params()) : NULL;
+        CHECK(v && !bad);
+        if (!strstr(pkv_errmsg(), gcases[k].expect)) TH_FAIL("groups case %zu: message '%s'", k, pkv_errmsg());
+        pkv_model_free(bad);
+        pkv_free(v);
+    }
+    pkv_gguf_close(gg);
+    pkv_free(gimg);
     /* no MTP layers: the head is refused naming the key */
     pkv_mkmodel_params p0 = params(2, -1);
     void *img0;
