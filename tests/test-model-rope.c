@@ -464,7 +464,7 @@ static void test_mistral3_bad(void) {
         {"mistral3", 16, 1, NAN, NULL, "key 'mistral3.attention.temperature_scale' is nan, must be finite"},
         {"mistral3", 16, -10, 0.1f, NULL, "gives YaRN a magnitude divisor of -1.77"},
         {"mistral3", 16, 1, 0.1f, "blk.0.attn_output.bias", "tensor 'blk.0.attn_output.bias' (mistral3's optional"},
-        {"llama", 16, 1, 0, NULL, "key 'llama.rope.scaling.yarn_log_multiplier' (1, DeepSeek's YaRN magnitude) is not "
+        {"llama", 16, 1, 0, NULL, "key 'llama.rope.scaling.yarn_log_multiplier' (1, YaRN's magnitude multiplier) is not "
                                   "supported for 'llama'"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

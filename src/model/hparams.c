@@ -221,8 +221,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
     }
-    /* moe_after_dense (deepseek2): experts where the file has them, after its leading
-     * dense layers */
+    /* moe_after_dense: experts where the file has them, after its leading dense layers */
     key(k, sizeof k, arch, "expert_count");
     const bool moe = ops->moe || (ops->moe_after_dense && pkv_gguf_find_key(g, k) >= 0);
     int n_dense = 0;
@@ -314,8 +313,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
             float log_mul = 0;
             if (!s) s = pkv_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul);
             if (!s && log_mul != 0 && !ops->yarn_log_mul)
-                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.yarn_log_multiplier' (%g, DeepSeek's YaRN "
-                            "magnitude) is not supported for '%s'", lab, arch, (double)log_mul, arch);
+                s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.yarn_log_multiplier' (%g, YaRN's magnitude "
+                            "multiplier) is not supported for '%s'", lab, arch, (double)log_mul, arch);
             if (!s && !isfinite(log_mul))
                 s = pkv_err(PKV_ERR_FORMAT, "%s: key '%s.rope.scaling.yarn_log_multiplier' is %g, must be finite", lab,
                             arch, (double)log_mul);
@@ -346,8 +345,8 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
                     "%s: tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency scaling) is not supported", lab);
     hp->rope_neox = ops->rope_neox;
     if (!s && ops->hparams) s = ops->hparams(g, arch, hp, n_head);
-    /* latent attention from a file that says per-head K/V (hp.mla.kv_b): one KV head */
-    for (int l = 0; !s && hp->mla.kv_b && l < hp->n_layer; l++) n_head_kv[l] = 1;
+    /* the architecture's KV head count over the file's (hp.n_head_kv_all) */
+    for (int l = 0; !s && hp->n_head_kv_all > 0 && l < hp->n_layer; l++) n_head_kv[l] = hp->n_head_kv_all;
     if (s) {
         pkv_free(n_head);
         pkv_free(n_head_kv);

@@ -256,6 +256,9 @@ typedef struct pkv_hparams {
                                     "sliding" (those attend within their chunk only); 0 = none */
     int moe_step;                /* llama4: interleave_moe_layer_step, layer il has experts when
                                     (il + 1) % moe_step == 0 (0: none), the others a dense FFN */
+    int n_head_kv_all;           /* > 0: every layer has this many KV heads, whatever head_count_kv says
+                                    (an architecture's hparams hook: deepseek2's older latent files,
+                                    whose key sizes are per head but whose cache is one latent row) */
 } pkv_hparams;
 
 struct pkv_model {

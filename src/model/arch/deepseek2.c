@@ -58,6 +58,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (hp->mla.kv_b && !pkv_gguf_find_tensor(g, "blk.0.attn_kv_b.weight"))
         return pkv_err(PKV_ERR_FORMAT, "%s: no '%s' and no attn_kv_b.weight: neither MLA layout", lab, k);
     if (hp->mla.kv_b) {
+        hp->n_head_kv_all = 1; /* the one latent row, whatever head_count_kv says */
         hp->mla.dk = hp->head_dim_k;
         hp->mla.dv = hp->head_dim_v;
         hp->head_dim_k = hp->mla.kv_lora + hp->n_rot;

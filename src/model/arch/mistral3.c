@@ -11,7 +11,7 @@
  *     rope.scaling.original_context_length (default context_length).
  * Every dim of a head rotates (llama.cpp asserts rope.dimension_count = head size):
  * a file that says otherwise is refused. Its optional attn_output / FFN biases, a
- * mixture of experts and rope_freqs.weight are refused (not implemented here).
+ * mixture of experts and rope_freqs.weight are refused by name (README, unsupported).
  *
  *   x += o(attention(temp(p) * rope(q), rope(k), v))   of attn_norm(x)
  *   x += down(silu(gate·h) * (up·h))                   h = ffn_norm(x)              */
