@@ -74,6 +74,12 @@ static const tcase k_cases[] = {
      {"{\"x\": 1}", "{}"}},
     {"constrained json", {PKV_TC_JSON, false, false, true}, "{\"name\":\"f\",\"arguments\":{\"a\":[1,{\"b\":\"}\"}]}}", "",
      "", 1, {"f"}, {"{\"a\":[1,{\"b\":\"}\"}]}"}},
+    /* fuzz-tool-calls found leaks of decoded string arguments in both (ASan's run checks them) */
+    {"arguments before the function wrapper", {PKV_TC_LLAMA3, false, false, true},
+     "{\"arguments\":\"{}\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}", "", "", 1, {"f"},
+     {"{\"a\":1}"}},
+    {"string arguments, no name, broken", {PKV_TC_LLAMA3, false, false, true}, "{\"arguments\":\"{}\", 5}", "",
+     "{\"arguments\":\"{}\", 5}", 0, {0}, {0}},
     {"calls off", {PKV_TC_HERMES, false, false, false}, "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>", "",
      "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>", 0, {0}, {0}},
 };

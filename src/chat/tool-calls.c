@@ -240,6 +240,13 @@ typedef struct callscan {
     size_t end;         /* after the object (SC_OK) */
 } callscan;
 
+/* A scan's strings freed, whatever it returned. */
+static void scan_drop(callscan *cs) {
+    free(cs->name);
+    free(cs->args_dec);
+    memset(cs, 0, sizeof *cs);
+}
+
 /* {"name": "...", "arguments"|"parameters": {...}} from i; other keys are skipped,
  * and {"function": {...}} wrapping (OpenAI's own shape) is looked into. */
 static int scan_call(const char *s, size_t n, size_t i, callscan *cs) {
@@ -278,6 +285,7 @@ static int scan_call(const char *s, size_t n, size_t i, callscan *cs) {
             callscan in;
             r = scan_call(s, n, i, &in);
             if (r == SC_ERR) goto err;
+            free(cs->args_dec); /* "arguments" written before "function": the inner call's win */
             *cs = in;
             if (r == SC_INC) return SC_INC;
             i = in.end;
@@ -335,9 +343,7 @@ err:
         if (have_args && !args_done) cs->args_len = args_str ? 0 : rtrim(s + cs->args_off, n - cs->args_off);
         return SC_INC;
     }
-    free(cs->name);
-    free(cs->args_dec);
-    memset(cs, 0, sizeof *cs);
+    scan_drop(cs);
     return SC_ERR;
 }
 
@@ -348,9 +354,7 @@ static void scan_add(P *p, const char *s, callscan *cs, bool complete) {
         else if (complete && !cs->args_len) add_call(p, cs->name, cs->nlen, "{}", 2, complete);
         else add_call(p, cs->name, cs->nlen, s + cs->args_off, cs->args_len, complete);
     }
-    free(cs->name);
-    free(cs->args_dec);
-    memset(cs, 0, sizeof *cs);
+    scan_drop(cs);
 }
 
 /* --------------------------------------------------------------- formats */
@@ -428,7 +432,7 @@ static void p_hermes(P *p, const char *s, size_t n) {
             int r = scan_call(s, n, k, &cs);
             if (r == SC_ERR || (r == SC_INC && !p->partial && !cs.name)) {
                 segment(p, s + at, n - at, after); /* not a call: text */
-                free(cs.name);
+                scan_drop(&cs);
                 return;
             }
             if (r == SC_INC) {
@@ -455,6 +459,7 @@ static void p_json_calls(P *p, const char *s, size_t n, size_t k) {
             return;
         }
         if (r != SC_OK) {
+            scan_drop(&cs); /* an incomplete scan without a name can hold decoded arguments */
             segment(p, s + k, n - k, true);
             return;
         }
@@ -479,8 +484,7 @@ static void p_llama3(P *p, const char *s, size_t n) {
         callscan cs;
         int r = scan_call(s, n, k, &cs);
         bool named = cs.name != NULL;
-        free(cs.name);
-        free(cs.args_dec);
+        scan_drop(&cs);
         if (r == SC_OK || (r == SC_INC && (named || p->partial))) {
             p_json_calls(p, s, n, k);
             return;
