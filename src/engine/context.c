@@ -70,7 +70,7 @@ pkv_kv_params pkv_model_kv_params(const pkv_model *m, pkv_kv_layer_desc *layers,
         layers[l].rope_freq_base = m->layers[l].rope_base; /* gemma3: per layer */
         layers[l].rope_freq_scale = m->layers[l].rope_freq_scale;
         if (m->layers[l].recurrent) /* a state slot per sequence instead of K/V pages; key-head groups as heads */
-            pkv_fwd_state_desc(&m->hp, &layers[l]);
+            pkv_model_state_desc(m, l, &layers[l]);
         /* I5: shards follow the model's head split; with the cache on the host the
          * host storage is split by the same head ranges, and attention runs there. */
         layers[l].n_shards = m->n_dev;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/quant.h"
+#include "model/arch/arch.h"
 #include "model/blocks.h"
 #include "model/lora.h"
 
@@ -1053,6 +1054,41 @@ void pkv_fwd_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d) {
     d->state_n_parts = n;
 }
 
+void pkv_model_state_desc(const pkv_model *m, int il, pkv_kv_layer_desc *d) {
+    const pkv_arch_ops *ops = pkv_arch_ops_of(m->hp.arch);
+    if (ops->state_desc) ops->state_desc(m, il, d);
+    else pkv_fwd_state_desc(&m->hp, d);
+}
+
+pkv_status pkv_blk_state_shard(pkv_fwd *f, int il, int d, size_t slot_bytes, pkv_kv_shard_info *sh) {
+    const pkv_model *m = f->m;
+    const pkv_shard_w *sw = &m->layers[il].sh[d];
+    const int kl = m->kv_layer ? m->kv_layer[il] : il;
+    pkv_kv_layer_info li;
+    pkv_kv_layer_desc want;
+    memset(&want, 0, sizeof want);
+    pkv_model_state_desc(m, il, &want);
+    pkv_status s = pkv_kv_layout_layer(pkv_kv_cache_layout(f->c), kl, &li);
+    if (s) return s;
+    if (li.n_kv_heads != want.n_kv_heads || li.state_per_head != want.state_per_head || li.n_shards != m->n_dev ||
+        li.state_n_parts != want.state_n_parts ||
+        memcmp(li.state_part, want.state_part, (size_t)want.state_n_parts * sizeof *want.state_part))
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps a recurrent state of %d heads x %d floats "
+                       "(%d parts) in %d shards, the model needs %d x %d (%d parts) on %d devices", il, kl, li.n_kv_heads,
+                       li.state_per_head, li.state_n_parts, li.n_shards, want.n_kv_heads, want.state_per_head,
+                       want.state_n_parts, m->n_dev);
+    if ((s = pkv_kv_shard(f->c, kl, d, sh))) return s;
+    if (sh->head_begin != sw->kv_h0 || sh->n_heads != sw->n_kv || !sh->state || sh->state_slot_bytes < slot_bytes)
+        return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds the recurrent state of heads [%d, %d) in slots "
+                       "of %zu bytes but the model computes [%d, %d) in %zu", il, d, sh->head_begin,
+                       sh->head_begin + sh->n_heads, sh->state_slot_bytes, sw->kv_h0, sw->kv_h0 + sw->n_kv, slot_bytes);
+    if (sh->storage != m->devs[d])
+        return pkv_err(PKV_ERR_UNSUPPORTED, "layer %d: the recurrent state is on %s but the layer runs on %s: keep the "
+                       "cache on the model's devices for recurrent layers", il, pkv_device_name(sh->storage),
+                       pkv_device_name(m->devs[d]));
+    return PKV_OK;
+}
+
 pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
     const pkv_model *m = f->m;
     const pkv_hparams *hp = &m->hp;
@@ -1063,20 +1099,6 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
     const int64_t T = f->T, E = hp->n_embd, dk = hp->ssm.d_k, dv = hp->ssm.d_v;
     pkv_status s;
     PKV_CHECK_INTERNAL(ly->recurrent && pl->state);
-    int kl = m->kv_layer ? m->kv_layer[il] : il;
-    /* the cache keeps this layer's state as the model describes it, sharded as it is split */
-    pkv_kv_layer_info li;
-    pkv_kv_layer_desc want;
-    memset(&want, 0, sizeof want);
-    pkv_fwd_state_desc(hp, &want);
-    if ((s = pkv_kv_layout_layer(pkv_kv_cache_layout(f->c), kl, &li))) return s;
-    if (li.n_kv_heads != want.n_kv_heads || li.state_per_head != want.state_per_head || li.n_shards != m->n_dev ||
-        li.state_n_parts != want.state_n_parts ||
-        memcmp(li.state_part, want.state_part, (size_t)want.state_n_parts * sizeof *want.state_part))
-        return pkv_err(PKV_ERR_MISMATCH, "layer %d (cache layer %d): the cache keeps a recurrent state of %d heads x %d floats "
-                       "(%d parts) in %d shards, the model needs %d x %d (%d parts) on %d devices", il, kl, li.n_kv_heads,
-                       li.state_per_head, li.state_n_parts, li.n_shards, want.n_kv_heads, want.state_per_head,
-                       want.state_n_parts, m->n_dev);
     int64_t conv, per_group;
     pkv_fwd_state_layout(hp, &conv, &per_group);
     const size_t xbytes = (size_t)T * (size_t)E * 4;
@@ -1088,15 +1110,7 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
         /* this shard: key heads Hk, value heads Hv (r-major), channels C */
         const int64_t Hk = sw->n_kv, Hv = sw->n_q, C = 2 * Hk * dk + Hv * dv;
         pkv_kv_shard_info sh;
-        if ((s = pkv_kv_shard(f->c, kl, d, &sh))) return s;
-        if (sh.head_begin != sw->kv_h0 || sh.n_heads != Hk || !sh.state || sh.state_slot_bytes < (size_t)(Hk * per_group) * 4)
-            return pkv_err(PKV_ERR_MISMATCH, "layer %d shard %d: the cache holds the recurrent state of key heads [%d, %d) "
-                           "but the model computes [%d, %d)", il, d, sh.head_begin, sh.head_begin + sh.n_heads, sw->kv_h0,
-                           sw->kv_h0 + sw->n_kv);
-        if (sh.storage != dev)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "layer %d: the recurrent state is on %s but the layer runs on %s: keep the "
-                           "cache on the model's devices for recurrent layers", il, pkv_device_name(sh.storage),
-                           pkv_device_name(dev));
+        if ((s = pkv_blk_state_shard(f, il, d, (size_t)(Hk * per_group) * 4, &sh))) return s;
         /* the shard's slot: its conv window [d_conv - 1][C], then its delta matrices
          * [Hv][dk][dv] (the parts of pkv_fwd_state_desc, shard-major) */
         const size_t stride = sh.state_slot_bytes, delta_off = (size_t)(Hk * conv) * 4;

@@ -217,6 +217,14 @@ void pkv_fwd_state_layout(const pkv_hparams *hp, int64_t *conv, int64_t *total);
  * layout above (pkv_kv_layer_desc.state_part). Sets n_kv_heads, state_per_head,
  * state_n_parts and state_part; the shards are the model's key-head ranges. */
 void pkv_fwd_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d);
+/* Recurrent layer il's state as the cache must keep it: the architecture's
+ * description (pkv_arch_ops.state_desc), else the gated delta-net's. */
+void pkv_model_state_desc(const pkv_model *m, int il, pkv_kv_layer_desc *d);
+/* The cache's shard d of recurrent layer il, checked against the model: the layer's
+ * state as pkv_model_state_desc describes it, sharded as the model is split, shard
+ * d's heads those of pkv_layer.sh[d] (kv_h0, n_kv), a slot of at least slot_bytes,
+ * kept on the device the shard runs on. Errors name the layer and both sides. */
+pkv_status pkv_blk_state_shard(pkv_fwd *f, int il, int d, size_t slot_bytes, pkv_kv_shard_info *sh);
 
 /* How a token's experts are chosen and weighted. */
 typedef enum pkv_moe_gating {

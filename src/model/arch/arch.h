@@ -58,6 +58,10 @@ typedef struct pkv_arch_ops {
      * kv_layer (and embd_of) at the target. On error nothing is changed. NULL: the
      * architecture is no such draft. */
     pkv_status (*attach)(pkv_model *d, const pkv_model *t, pkv_kv_cache *c);
+    /* The cache's description of recurrent layer il's state (pkv_kv_layer_desc's
+     * n_kv_heads, state_per_head and parts; its "heads" are the layer's shard unit,
+     * pkv_shard_w.kv_h0 / n_kv). NULL: the gated delta-net's (pkv_fwd_state_desc). */
+    void (*state_desc)(const pkv_model *m, int il, pkv_kv_layer_desc *d);
     /* What `pagekv mkmodel` writes for it (mk.h). */
     const struct pkv_arch_mk *mk;
 } pkv_arch_ops;
