@@ -204,8 +204,10 @@ static pkv_status cache_fits_model(const pkv_model *m, const pkv_kv_cache *c) {
         pkv_status s = pkv_kv_layout_layer(lay, l, &li);
         if (s) return s;
         if (m->layers[l].recurrent || li.state_per_head > 0) { /* a state slot, not K/V pages */
-            int64_t ssm_off, total = 0;
-            if (m->layers[l].recurrent) pkv_fwd_state_layout(&m->hp, &ssm_off, &total);
+            pkv_kv_layer_desc want; /* the architecture's description of the state */
+            memset(&want, 0, sizeof want);
+            if (m->layers[l].recurrent) pkv_model_state_desc(m, l, &want);
+            const int64_t total = want.state_per_head;
             if (li.state_per_head != total)
                 return pkv_err(PKV_ERR_MISMATCH, "context: cache layer %d keeps a recurrent state of %d floats, model %s %s "
                                "%lld", l, li.state_per_head, m->label, m->layers[l].recurrent ? "needs" : "has attention there, not",

@@ -99,6 +99,8 @@ static pkv_status dev_reserve(const pkv_model *m, pkv_dev_ws *w, bool main_dev, 
             const pkv_hparams *hp = &m->hp;
             int64_t C = 2 * (int64_t)hp->ssm.n_k_heads * hp->ssm.d_k + (int64_t)hp->ssm.n_v_heads * hp->ssm.d_v,
                     Z = (int64_t)hp->ssm.n_v_heads * hp->ssm.d_v;
+            if (hp->shortconv.l_cache) /* pkv_blk_short_conv: B in ssm_u, C in ssm_z, x in ssm_o ([T][E] at most) */
+                C = PKV_MAX(C, (int64_t)hp->n_embd), Z = PKV_MAX(Z, (int64_t)hp->n_embd);
             if ((s = realloc_buf(dev, &w->ssm_u, t4 * (size_t)C)) || (s = realloc_buf(dev, &w->ssm_z, t4 * (size_t)Z)) ||
                 (s = realloc_buf(dev, &w->ssm_bg, t4 * 2 * (size_t)hp->ssm.n_v_heads)) ||
                 (s = realloc_buf(dev, &w->ssm_o, t4 * (size_t)Z)))
@@ -1142,6 +1144,52 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
             (s = pkv_k_ssm_conv(dev, &cv)) || (s = pkv_k_l2_norm(dev, &l2)) || (s = pkv_k_delta_net(dev, &dn)) ||
             (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm.norm, w->ssm_o, T * Hv, dv, hp->rms_eps)) ||
             (s = pkv_k_swiglu(dev, &zg)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.out, w->ssm_o, w->y, T)))
+            return s;
+    }
+    return reduce(m, ws, w0, T, NULL);
+}
+
+void pkv_short_conv_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d) {
+    const int c = hp->n_embd / hp->shortconv.n_unit;
+    d->n_kv_heads = hp->shortconv.n_unit;
+    d->state_per_head = (hp->shortconv.l_cache - 1) * c;
+    d->state_n_parts = hp->shortconv.l_cache - 1; /* at most PKV_SSM_CONV_MAX - 1 (the model refuses more) */
+    for (int t = 0; t < d->state_n_parts; t++) d->state_part[t] = c;
+}
+
+pkv_status pkv_blk_short_conv(pkv_fwd *f, int il, const pkv_short_conv_kind *kind) {
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    const pkv_fwd_plan *pl = f->pl;
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    const int64_t T = f->T, E = hp->n_embd, c = E / hp->shortconv.n_unit, L = hp->shortconv.l_cache;
+    pkv_status s;
+    PKV_CHECK_INTERNAL(ly->recurrent && pl->state);
+    const size_t xbytes = (size_t)T * (size_t)E * 4;
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    for (int d = 0; d < m->n_dev; d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
+        const int64_t n = sw->n_kv * c; /* this shard's channels */
+        pkv_kv_shard_info sh;
+        if ((s = pkv_blk_state_shard(f, il, d, (size_t)((L - 1) * n) * 4, &sh))) return s;
+        /* B in ssm_u, C in ssm_z, x in ssm_o: bx = B x; conv; y = C conv */
+        pkv_k_unary_args bx = {.x = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * n, .op = PKV_UNARY_ID,
+                               .mul = R(w->ssm_u, 0), .mul_len = T * n};
+        pkv_k_ssm_conv_args cv = {.x = R(w->ssm_o, 0), .w = R(sw->sc.conv.buf, 0), .y = R(w->ssm_o, 0),
+                                  .state = R(sh.state, sh.state_off), .state_stride = sh.state_slot_bytes,
+                                  .n_slots = sh.n_state_slots, .meta = R(w->ints, pl->off_smeta * 4), .n_tok = T,
+                                  .channels = n, .n_seq = pl->n_seqs, .d_conv = (int)L, .silu = false};
+        pkv_k_unary_args cy = bx;
+        cy.mul = R(w->ssm_z, 0);
+        if ((s = move(w0->xb, w->xb, xbytes)) || (s = pkv_blk_matmul(f, dev, &sw->sc.in_b, w->xb, w->ssm_u, T)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->sc.in_c, w->xb, w->ssm_z, T)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->sc.in_x, w->xb, w->ssm_o, T)) || (s = pkv_k_unary(dev, &bx)) ||
+            (s = pkv_k_ssm_conv(dev, &cv)) || (s = pkv_k_unary(dev, &cy)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->sc.out, w->ssm_o, w->y, T)))
             return s;
     }
     return reduce(m, ws, w0, T, NULL);

@@ -226,6 +226,23 @@ void pkv_model_state_desc(const pkv_model *m, int il, pkv_kv_layer_desc *d);
  * kept on the device the shard runs on. Errors name the layer and both sides. */
 pkv_status pkv_blk_state_shard(pkv_fwd *f, int il, int d, size_t slot_bytes, pkv_kv_shard_info *sh);
 
+/* A gated short-convolution layer (lfm2) in place of attention, per token:
+ *   xb = norm(x); B, C, u = the three row blocks of in_proj·xb      (n_embd each)
+ *   v = conv(B * u): causal depthwise over the last l_cache inputs  (pkv_k_ssm_conv, no SiLU)
+ *   x += out_proj·(C * v)
+ * with hp.shortconv's sizes; the conv's rolling state (l_cache - 1 inputs of every
+ * channel) in the cache's state slots (pkv_short_conv_state_desc). Each shard (its
+ * channel blocks, pkv_shard_w.sc) on its device with its part of the state; the
+ * partial outputs are summed as attention's are. */
+typedef struct pkv_short_conv_kind {
+    const pkv_weight *norm; /* RMS norm of the input */
+} pkv_short_conv_kind;
+pkv_status pkv_blk_short_conv(pkv_fwd *f, int il, const pkv_short_conv_kind *k);
+/* The cache's description of a short-conv layer's state: hp.shortconv.n_unit "heads"
+ * (channel blocks of c = n_embd / n_unit), each l_cache - 1 parts of c floats (one per
+ * kept input), so a shard's slot, part-major, is the conv's [l_cache - 1][its channels]. */
+void pkv_short_conv_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d);
+
 /* How a token's experts are chosen and weighted. */
 typedef enum pkv_moe_gating {
     PKV_MOE_SOFTMAX_TOPK, /* probs = softmax(router·xb); the top k; weights = those probs (Qwen3-MoE, DeepSeek-V2) */

@@ -47,6 +47,12 @@ pkv_status pkv_load_mla(pkv_loader *L, int il);
  * needs head sizes that keep each run of columns on whole blocks). */
 pkv_status pkv_load_delta_net(pkv_loader *L, int il);
 
+/* A gated short-convolution layer's tensors (lfm2; pkv_shard_w.sc), split by channel
+ * blocks of n_embd / hp.shortconv.n_unit (each shard's kv_h0, n_kv): the B, C and x
+ * rows of its channels in shortconv.in_proj [3 n_embd][n_embd], their taps in
+ * shortconv.conv [n_embd][l_cache] (f32), their columns of shortconv.out_proj. */
+pkv_status pkv_load_short_conv(pkv_loader *L, int il);
+
 /* blk.<il>.<suffix>, shape [ne1][ne0], required, whole on the first device; f32:
  * converted to f32 (norms, biases, small vectors). */
 pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);

@@ -636,7 +636,8 @@ static pkv_status mk_vocab(pkv_mk *b, const pkv_vocab_desc *voc, const chat_fami
 static pkv_status mk_globals(pkv_mk *b, const pkv_arch_mk *mk) {
     pkv_mkmodel_params *p = b->p;
     TRY(pkv_mk_add(b, "token_embd.weight", p->type, b->E, p->n_vocab, 0.0, 1.0));
-    TRY(pkv_mk_add(b, "output_norm.weight", PKV_TYPE_F32, b->E, 1, 1.0, 0.1));
+    const char *on = pkv_arch_ops_find(p->arch)->output_norm; /* lfm2: its own name for the final norm */
+    TRY(pkv_mk_add(b, on ? on : "output_norm.weight", PKV_TYPE_F32, b->E, 1, 1.0, 0.1));
     if (!p->tied) TRY(pkv_mk_add(b, "output.weight", pkv_mk_type(p, "output", 0), b->E, p->n_vocab, 0.0, 3.0 * b->lin_e));
     if (pooling_of(p->pooling) == 4) TRY(pkv_mk_add(b, "cls.output.weight", PKV_TYPE_F32, b->E, 2, 0.0, 3.0 * b->lin_e));
     return mk->globals ? mk->globals(b) : PKV_OK;

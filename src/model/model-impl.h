@@ -29,6 +29,7 @@ typedef enum pkv_arch {
     PKV_ARCH_LLAMA4 = 15,   /* chunked attention, NoPE layers with temperature tuning, interleaved
                                top-1 sigmoid experts with a shared expert */
     PKV_ARCH_GLM4MOE = 16,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
+    PKV_ARCH_LFM2 = 17,     /* Liquid LFM2: gated short-convolution layers beside GQA attention with Q/K norms */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -94,6 +95,16 @@ typedef struct pkv_shard_w {
         pkv_weight norm;        /* f32 [dv], replicated */
         pkv_weight out;         /* [n_embd][n_q dv]: the columns of its value heads */
     } ssm;
+    /* A gated short-convolution layer (lfm2) in place of attention: this shard's
+     * channels [kv_h0 c, (kv_h0 + n_kv) c), c = n_embd / hp.shortconv.n_unit (the
+     * conv is depthwise, a channel needs only its own rows). Its conv state lives in
+     * the cache's state slots of the same shard. Last in the struct (freed with the
+     * run from wq). */
+    struct {
+        pkv_weight in_b, in_c, in_x; /* shortconv.in_proj's B, C and x rows of its channels: [n_kv c][n_embd] each */
+        pkv_weight conv;             /* shortconv.conv f32 [n_kv c][l_cache] */
+        pkv_weight out;              /* shortconv.out_proj [n_embd][n_kv c]: the columns of its channels */
+    } sc;
 } pkv_shard_w;
 
 typedef struct pkv_layer {
@@ -259,6 +270,12 @@ typedef struct pkv_hparams {
     int n_head_kv_all;           /* > 0: every layer has this many KV heads, whatever head_count_kv says
                                     (an architecture's hparams hook: deepseek2's older latent files,
                                     whose key sizes are per head but whose cache is one latent row) */
+    /* Gated short convolutions (lfm2; 0 elsewhere): shortconv.l_cache, the conv's taps
+     * (its state keeps l_cache - 1 inputs), and the layer's shard unit: n_unit blocks of
+     * n_embd / n_unit channels (the attention's head count) */
+    struct {
+        int l_cache, n_unit;
+    } shortconv;
 } pkv_hparams;
 
 struct pkv_model {

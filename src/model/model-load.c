@@ -337,7 +337,7 @@ void pkv_model_free(pkv_model *m) {
             free_weight(&ly->moe.sh_gate_inp);
             for (int d = 0; ly->sh && d < m->n_dev; d++)
                 /* every pkv_weight field of the shard, in order */
-                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].ssm.out; e++) free_weight(e);
+                for (pkv_weight *e = &ly->sh[d].wq; e <= &ly->sh[d].sc.out; e++) free_weight(e);
             pkv_free(ly->sh);
         }
     pkv_free(m->layers);
@@ -450,8 +450,15 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     pkv_layer *ly = &m->layers[l];
     const pkv_hparams *hp = &m->hp;
     const bool rec = l < 64 && (hp->recurrent >> l & 1);
-    const int n_groups = rec ? hp->ssm.n_k_heads : ly->n_head_kv;
-    int S = m->n_dev, group = rec ? hp->ssm.n_v_heads / hp->ssm.n_k_heads : ly->n_head / ly->n_head_kv;
+    /* a recurrent layer goes by its state's shard unit (the cache's "heads"): a
+     * delta-net's key heads, each with its Hv / Hk value heads (as n_q); other states
+     * (lfm2's channel blocks) one unit each */
+    pkv_kv_layer_desc sd;
+    memset(&sd, 0, sizeof sd);
+    if (rec) pkv_model_state_desc(m, l, &sd);
+    const int n_groups = rec ? sd.n_kv_heads : ly->n_head_kv;
+    int S = m->n_dev, group = !rec ? ly->n_head / ly->n_head_kv
+                              : hp->ssm.n_k_heads ? hp->ssm.n_v_heads / hp->ssm.n_k_heads : 1;
     char sp[128];
     /* More devices than KV heads (Gemma 3 with one KV head over two devices): each
      * KV head is replicated on the devices that share it, and those devices split
@@ -493,10 +500,11 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
             split_text(m, sp, sizeof sp);
             if (rec)
                 return pkv_err(PKV_ERR_INVALID,
-                               "%s: layer %d (gated delta-net) has %d key heads, which cannot be split over %d devices in "
-                               "proportions %s with whole key-head groups (device %s would get none): use fewer devices or "
-                               "other proportions",
-                               m->label, l, n_groups, S, sp, pkv_device_name(m->devs[d]));
+                               "%s: layer %d (%s) has %d %s, which cannot be split over %d devices in proportions %s "
+                               "with whole %s (device %s would get none): use fewer devices or other proportions",
+                               m->label, l, hp->ssm.n_k_heads ? "gated delta-net" : "recurrent", n_groups,
+                               hp->ssm.n_k_heads ? "key heads" : "state units", S, sp,
+                               hp->ssm.n_k_heads ? "key-head groups" : "units", pkv_device_name(m->devs[d]));
             return pkv_err(PKV_ERR_INVALID,
                            "%s: layer %d has %d KV heads, which cannot be split over %d devices in proportions %s with whole "
                            "KV-head groups (device %s would get none): use fewer devices or other proportions",
@@ -725,6 +733,31 @@ pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
             (s = load_weight(L, NAME("ssm_a"), Hv, 1, true, true, dev, h_cols, &w->ssm.a)) ||
             (s = load_weight(L, NAME("ssm_norm.weight"), dv, 1, true, true, dev, k_all, &w->ssm.norm)) ||
             (s = load_weight(L, NAME("ssm_out.weight"), Hv * dv, E, true, false, dev, o_cols, &w->ssm.out)))
+            return s;
+    }
+    return PKV_OK;
+}
+
+pkv_status pkv_load_short_conv(pkv_loader *L, int il) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, c = E / hp->shortconv.n_unit;
+    for (int d = 0; d < m->n_dev; d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        const int64_t c0 = w->kv_h0 * c, nc = w->n_kv * c;
+        /* in_proj's rows: B's E, then C's, then x's; its channels' rows of each */
+        slice b_rows = {.r0 = c0, .nr = nc}, c_rows = {.r0 = E + c0, .nr = nc}, x_rows = {.r0 = 2 * E + c0, .nr = nc};
+        slice cols = {.c0 = c0, .nc = nc};
+        if ((s = load_weight(L, NAME("shortconv.in_proj.weight"), E, 3 * E, true, false, dev, b_rows, &w->sc.in_b)) ||
+            (s = load_weight(L, NAME("shortconv.in_proj.weight"), E, 3 * E, true, false, dev, c_rows, &w->sc.in_c)) ||
+            (s = load_weight(L, NAME("shortconv.in_proj.weight"), E, 3 * E, true, false, dev, x_rows, &w->sc.in_x)) ||
+            (s = load_weight(L, NAME("shortconv.conv.weight"), hp->shortconv.l_cache, E, true, true, dev, b_rows,
+                             &w->sc.conv)) ||
+            (s = load_weight(L, NAME("shortconv.out_proj.weight"), E, E, true, false, dev, cols, &w->sc.out)))
             return s;
     }
     return PKV_OK;
@@ -1251,7 +1284,8 @@ static pkv_model *load(const pkv_gguf *g, pkv_model_params p, bool in_place) {
         if ((s = load_weight(&L, own_e ? ne : "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false, m->dev, k_all,
                              &m->tok_embd)))
             goto fail;
-        if ((s = load_weight(&L, own_n ? nn : "output_norm.weight", m->hp.n_embd, 1, true, true, m->dev, k_all, &m->output_norm)))
+        const char *on = pkv_arch_ops_of(m->hp.arch)->output_norm;
+        if ((s = load_weight(&L, own_n ? nn : on ? on : "output_norm.weight", m->hp.n_embd, 1, true, true, m->dev, k_all, &m->output_norm)))
             goto fail;
         if ((s = load_weight(&L, own_o ? no : "output.weight", m->hp.n_embd, m->hp.n_vocab, false, false, m->dev, k_all,
                              &m->output)))

@@ -26,6 +26,10 @@ typedef struct pkv_arch_ops {
                            elsewhere they are refused */
     bool rerank;        /* rank pooling over a classification head (cls.output), as llama.cpp scores
                            this architecture's rerankers (Qwen3-Reranker); mkmodel --pooling rank */
+    bool kv0_recurrent; /* a layer whose attention.head_count_kv is 0 is recurrent (hp.recurrent; lfm2's
+                           per-layer array); elsewhere 0 KV heads are refused */
+    const char *output_norm; /* the final norm's tensor where it is not output_norm.weight (lfm2:
+                                token_embd_norm.weight, llama.cpp's name for it); NULL: that */
     bool foreign_embd;  /* the step's input rows come from another model's token embedding (the
                            assistant's target's): a LoRA adapter of its own token_embd is refused */
     /* The architecture's own keys and rules, after the common ones are read; n_head
@@ -77,7 +81,8 @@ const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned 
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
     pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant, pkv_arch_smollm3,
-    pkv_arch_mistral3, pkv_arch_qwen35moe, pkv_arch_deepseek2, pkv_arch_llama4, pkv_arch_glm4moe;
+    pkv_arch_mistral3, pkv_arch_qwen35moe, pkv_arch_deepseek2, pkv_arch_llama4, pkv_arch_glm4moe,
+    pkv_arch_lfm2;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */
