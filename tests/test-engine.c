@@ -22,7 +22,7 @@
  *    (tokens, bitwise logits, KV), alone, batched, preempted by swap and by
  *    recompute; cancelled: a prefix without logits; the refusals name their field.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
- * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss and qwen35 (recurrent state:
+ * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35 and lfm2 (recurrent state:
  * preemption by recompute replays it, by swap carries it; n by fork copies it), and the
  * prefix cache on gemma4 too (its last layers own no KV: its pages are still published). */
 #include "base/base.h"
@@ -1262,6 +1262,19 @@ int main(void) {
         test_on_context(); /* a drop truncates the context back: its state from a checkpoint */
         if (!strcmp(ET_DEVICE, "cpu")) test_prefill_only(); /* (llama's run covers the device) */
         test_alloc_failures();
+    }
+    pkv_model_free(g_m);
+    /* LFM2 (gated short convolutions, their conv state per sequence in the state
+     * slots, beside an attention layer): the same invariances (batch invariance with
+     * prefix hits, which restore the state kept at a published page boundary) */
+    g_m = et_model_ex("lfm2", PKV_TYPE_Q8_0, 16, 3, 0, false);
+    if (g_m) {
+        fprintf(stderr, "lfm2 (2 short-conv layers, 1 attention layer):\n");
+        test_vs_context();
+        test_batch_invariance();
+        test_preemption();
+        test_n_fork();
+        test_on_context();
     }
     pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
