@@ -185,6 +185,22 @@ int main(void) {
         th_checks++;
         unlink(q35);
     }
+    /* an lfm2 model (gated short convolutions: a conv state per sequence in the
+     * cache's state slots, beside attention layers): every KV operation == replay on
+     * cpu, on the tensor-parallel pair (conv layers by channel blocks, each shard's
+     * state on its device) with the cache on the devices and on the host, on
+     * vulkan:0 and on cpu + vulkan:0 */
+    {
+        char lf[512];
+        snprintf(lf, sizeof lf, "%s", th_tmp("demo-lfm2.gguf"));
+        CHECK_INT(th_cli("", true, "mkmodel --arch lfm2 --type q8_0 -o '%s'", lf), 0);
+        demo_passes(lf, "--device cpu", "5 checks, 5 passed, 0 failed");
+        demo_passes(lf, "--devices cpu,cpu:1", "10 checks, 10 passed, 0 failed");
+        CHECK(strstr(out, "cpu,cpu:1+host") != NULL);
+        if (vk) demo_passes(lf, "--device vulkan:0", "5 checks, 5 passed, 0 failed");
+        if (vk) demo_passes(lf, "--devices cpu,vulkan:0", "10 checks, 10 passed, 0 failed");
+        unlink(lf);
+    }
     moe_model("g4moe", "--arch gemma4 --type q8_0 --experts 4 --experts-used 2", vk);
     moe_model("ds2moe", "--arch deepseek2 --type q8_0 --head-dim 64 --experts 4 --experts-used 2", vk);
     /* replicated KV (one KV head of Gemma 3; MLA's latent row) over cpu and vulkan:0:
