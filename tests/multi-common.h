@@ -19,7 +19,7 @@ static inline void mc_make(pkv_type t, const char *arch) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = t;
-    p.n_layer = 2;
+    p.n_layer = !strcmp(arch, "lfm2") ? 3 : 2; /* lfm2: two short-conv layers, then attention */
     p.n_embd = 128;
     p.n_head = 8;
     p.n_head_kv = mc_n_head_kv;

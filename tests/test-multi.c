@@ -15,7 +15,9 @@
  * the replicated cache, and every replica's pages equal after them. deepseek2's
  * latent cache (MLA: one row of latent and rotary part per token, no V pages) is
  * replicated the same way, each device attending with its share of query heads.
- * Mixture-of-experts models: the experts over the devices (expert parallelism). */
+ * Mixture-of-experts models: the experts over the devices (expert parallelism).
+ * Recurrent layers by their state units: qwen35 by key-head groups, lfm2 by
+ * channel blocks of its short convolutions. */
 #include "multi-common.h"
 
 /* The replicas of each KV head (shards with the same heads) hold the same bytes in
@@ -177,6 +179,33 @@ int main(void) {
     bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
     CHECK(bad == NULL);
     CHECK_MSG("(gated delta-net) has 4 key heads, which cannot be split over 5 devices");
+    /* lfm2: the short-conv layers split by channel blocks (8 of 16 channels: 1,1 and
+     * 2,1,1 give 4, 4 and 4, 2, 2) with their share of the conv state; the same
+     * tolerances; KV operations on the split, truncate replaying the state */
+    for (int t = 0; t < 2; t++) {
+        double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
+        fprintf(stderr, "lfm2 %s:\n", pkv_type_name(q35_types[t]));
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(q35_types[t], "lfm2", &single, &sc, ref_lg, ref_toks));
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
+        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, tol);
+        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
+        mc_kv_ops("cpu,cpu:1,cpu:2,cpu:3", true, single, sc, true);
+        if (q35_types[t] == PKV_TYPE_Q8_0) { /* 3, 3, 2 blocks: 48 columns of out_proj, not whole q8_0 blocks */
+            bad = mc_load("cpu:1,cpu:2,cpu:3", NULL, false);
+            CHECK(bad == NULL);
+            CHECK_MSG("tensor 'blk.0.shortconv.out_proj.weight': the device split needs columns [0, 48)");
+        }
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
+    /* 8 channel blocks over 9 devices: a device would get none */
+    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7,cpu:8,cpu:9", NULL, false);
+    CHECK(bad == NULL);
+    CHECK_MSG("layer 0 (recurrent) has 8 state units, which cannot be split over 9 devices");
     /* mixture of experts: attention split by heads, the experts in the split's
      * proportions (expert parallelism: each token's rows go to its experts' devices,
      * the router and the sum on the first): qwen3moe, and gpt-oss (biases on every
