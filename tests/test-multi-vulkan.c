@@ -4,8 +4,8 @@
  * Tolerance: nmse 1e-8 for f16 weights (different kernels and summation order on
  * each backend); the same with quantized KV pages (K q8_0, V q4_0): 1e-6 (a
  * last-bit difference can move one quantized K/V value by a step). Then qwen35
- * (gated delta-net layers split by key-head groups with their recurrent state):
- * 1e-8. Skipped when no Vulkan device can be opened. */
+ * (gated delta-net layers split by key-head groups with their recurrent state)
+ * and lfm2 (short-conv layers by channel blocks with their conv state): 1e-8. Skipped when no Vulkan device can be opened. */
 #include "multi-common.h"
 
 int main(void) {
@@ -40,6 +40,22 @@ int main(void) {
         pkv_model *single = NULL;
         pkv_kv_cache *sc = NULL;
         REQUIRE(mc_reference(PKV_TYPE_F16, "qwen35", &single, &sc, ref_lg, ref_toks));
+        mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
+        mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
+        mc_compare("vulkan:0,cpu --split 1,3", "vulkan:0,cpu", "1,3", false, ref_lg, ref_toks, 1e-8);
+        mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
+        mc_kv_ops("cpu,vulkan:0", true, single, sc, false);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
+    /* lfm2: the short-conv layers split by channel blocks, each shard's conv state
+     * on its own device (also with the KV on the host) */
+    {
+        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+        fprintf(stderr, "lfm2 f16:\n");
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(PKV_TYPE_F16, "lfm2", &single, &sc, ref_lg, ref_toks));
         mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
         mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
         mc_compare("vulkan:0,cpu --split 1,3", "vulkan:0,cpu", "1,3", false, ref_lg, ref_toks, 1e-8);
