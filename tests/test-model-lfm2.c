@@ -10,8 +10,10 @@
  * and KV heads) and on vulkan:0 where it opens. Bad files (l_cache 0 or above
  * PKV_SSM_CONV_MAX, a per-layer head_count_kv array of the wrong length, a missing
  * shortconv tensor or final norm, a sliding window) are refused naming the key or
- * tensor. */
+ * tensor; a saved sequence continues bitwise in its own model and is refused by
+ * one whose conv state has another shape. */
 #include <math.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "device/device.h"
@@ -306,6 +308,51 @@ static void test_bad(const void *img, size_t size) {
     pkv_gguf_close(g);
 }
 
+/* A saved sequence loads back into its own model (and continues bitwise); into
+ * an lfm2 model whose conv state has another shape (8 channel blocks of 8, not 4 of
+ * 16) it is refused. */
+static void test_save_other(const void *img, size_t size) {
+    pkv_mkmodel_params p2 = params();
+    p2.n_head = 8;
+    p2.n_head_kv = 2;
+    p2.head_dim = 8;
+    void *img2 = NULL;
+    size_t size2 = 0;
+    pkv_model *m = pkv_model_load_memory(img, size, "lfm2", pkv_model_default_params());
+    pkv_model *m2 = pkv_mkmodel_memory(&p2, &img2, &size2) ? NULL
+                                                          : pkv_model_load_memory(img2, size2, "lfm2 b", pkv_model_default_params());
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.n_ctx = MAXP;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL, *c2 = m2 ? pkv_model_cache_create(m2, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    const int32_t toks[6] = {3, 1, 4, 1, 5, 9}, next = 2;
+    const char *path = th_tmp("lfm2.pkvseq");
+    REQUIRE_VOID(ctx && c2 && pkv_context_decode(ctx, toks, 6) == PKV_OK && pkv_context_save(ctx, path) == PKV_OK);
+    pkv_context *back = pkv_context_load(m2, c2, path, 0);
+    CHECK(back == NULL);
+    fprintf(stderr, "lfm2 sequence into another state shape: %s\n", pkv_errmsg());
+    CHECK_MSG("recurrent layer 0 has a state of 4 heads x 32 floats in the file, 8 x 16 in the cache");
+    pkv_context *same = pkv_context_load(m, c, path, 0);
+    CHECK(same != NULL);
+    if (same) {
+        static float a[V], b[V];
+        CHECK_OK(pkv_context_decode(ctx, &next, 1));
+        memcpy(a, pkv_context_logits(ctx), sizeof a);
+        CHECK_OK(pkv_context_decode(same, &next, 1));
+        memcpy(b, pkv_context_logits(same), sizeof b);
+        CHECK_MEM(a, b, sizeof a);
+    }
+    pkv_context_free(same);
+    pkv_context_free(back);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_kv_cache_free(c2);
+    pkv_model_free(m);
+    pkv_model_free(m2);
+    pkv_mkmodel_free_memory(img2);
+    unlink(path);
+}
+
 int main(void) {
     pkv_mkmodel_params p = params();
     void *img = NULL;
@@ -314,6 +361,7 @@ int main(void) {
     test_forward(img, size, "cpu", 3, 1e-9);
     test_forward(img, size, "cpu", 16, 1e-9);
     test_bad(img, size);
+    test_save_other(img, size);
     /* split over two CPU devices: two channel blocks and one KV head each */
     test_forward(img, size, "cpu,cpu:1", 3, 1e-9);
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
