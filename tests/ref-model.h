@@ -360,6 +360,33 @@ static inline double ref_gelu(double x) {
 /* c * tanh(s / c): s squashed into (-c, c), about s where |s| << c; c = 0: s. */
 static inline double ref_softcap(double s, double c) { return c > 0 ? c * tanh(s / c) : s; }
 
+/* Causal GQA of one query row over n_pos cached rows: for each of n_head heads h,
+ * out[h] = sum_t softmax_t(scale q_h · k_t[kh]) v_t[kh], kh = h / (n_head / n_kv);
+ * q [n_head][hd], k and v [n_pos][n_kv][hd], out [n_head][hd]. */
+static inline void ref_attend(const double *q, const double *k, const double *v, int n_pos, int n_head, int n_kv, int hd,
+                              double scale, double *out) {
+    double *s = malloc((size_t)n_pos * sizeof *s);
+    if (!s) abort();
+    const size_t row = (size_t)n_kv * (size_t)hd;
+    for (int h = 0; h < n_head; h++) {
+        const int kh = h / (n_head / n_kv);
+        double mx = -1e300, sum = 0;
+        for (int t = 0; t < n_pos; t++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += q[h * hd + i] * k[t * row + (size_t)(kh * hd + i)];
+            s[t] = d * scale;
+            mx = fmax(mx, s[t]);
+        }
+        for (int t = 0; t < n_pos; t++) sum += s[t] = exp(s[t] - mx);
+        for (int i = 0; i < hd; i++) {
+            double a = 0;
+            for (int t = 0; t < n_pos; t++) a += s[t] / sum * v[t * row + (size_t)(kh * hd + i)];
+            out[h * hd + i] = a;
+        }
+    }
+    free(s);
+}
+
 /* Gated FFN of n_ff rows: y = down · (act(gate · x) * up · x), act silu (SwiGLU) or
  * gelu (GeGLU), with gate, up [n_ff][n_embd] and down [n_embd][n_ff]; g and u are
  * scratch [n_ff]. Both the dense FFN and each expert of a MoE are this. */

@@ -93,22 +93,7 @@ static void attention(glm_ref *r, int l, int pos, double *x) {
     }
     free(qn);
     free(kn);
-    for (int hd = 0; hd < NH; hd++) {
-        const int kh = hd / (NH / NKV);
-        double s[MAXP], mx = -1e300, sum = 0;
-        for (int t = 0; t <= pos; t++) {
-            double d = 0;
-            for (int i = 0; i < HD; i++) d += q[hd * HD + i] * r->k[l][t][kh * HD + i];
-            s[t] = d / sqrt((double)HD);
-            mx = fmax(mx, s[t]);
-        }
-        for (int t = 0; t <= pos; t++) sum += s[t] = exp(s[t] - mx);
-        for (int i = 0; i < HD; i++) {
-            double a = 0;
-            for (int t = 0; t <= pos; t++) a += s[t] / sum * r->v[l][t][kh * HD + i];
-            att[hd * HD + i] = a;
-        }
-    }
+    ref_attend(q, &r->k[l][0][0], &r->v[l][0][0], pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
     mv(r, l, "attn_output.weight", NULL, att, E, NH * HD, o);
     for (int i = 0; i < E; i++) x[i] += o[i];
 }

@@ -104,22 +104,7 @@ static void attention(lfm_ref *r, int l, int pos, double *x) {
     ref_rope(r->k[l][pos], NKV, HD, pos, r->base, true);
     free(qn);
     free(kn);
-    for (int hd = 0; hd < NH; hd++) {
-        const int kh = hd / (NH / NKV);
-        double s[MAXP], mx = -1e300, sum = 0;
-        for (int t = 0; t <= pos; t++) {
-            double d = 0;
-            for (int i = 0; i < HD; i++) d += q[hd * HD + i] * r->k[l][t][kh * HD + i];
-            s[t] = d / sqrt((double)HD);
-            mx = fmax(mx, s[t]);
-        }
-        for (int t = 0; t <= pos; t++) sum += s[t] = exp(s[t] - mx);
-        for (int i = 0; i < HD; i++) {
-            double a = 0;
-            for (int t = 0; t <= pos; t++) a += s[t] / sum * r->v[l][t][kh * HD + i];
-            att[hd * HD + i] = a;
-        }
-    }
+    ref_attend(q, &r->k[l][0][0], &r->v[l][0][0], pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
     mv(r, l, "attn_output.weight", att, E, NH * HD, o);
     for (int i = 0; i < E; i++) x[i] += o[i];
 }
@@ -198,6 +183,10 @@ static void test_forward(const void *img, size_t size, const char *dev, int page
     pkv_model_info mi;
     pkv_model_get_info(m, &mi);
     CHECK_INT(mi.n_recurrent, 4);
+    pkv_kv_stats ks;
+    pkv_kv_stats_get(c, &ks);
+    /* a sequence's state: LC - 1 inputs of E floats in each of the 4 conv layers */
+    if (!strchr(dev, ',')) CHECK_INT((int64_t)ks.state_slot_bytes, 4 * (LC - 1) * E * 4);
     rr->reversed = true;
     rs->swap_cu = true;
     int32_t toks[NT];

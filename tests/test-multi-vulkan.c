@@ -30,32 +30,18 @@ int main(void) {
     pkv_kv_cache_free(sc);
     pkv_model_free(single);
     }
-    /* qwen35: the gated delta-net layers split by key-head groups, each shard's
-     * recurrent state in the cache's state slots on its own device (also with the
-     * KV on the host); a truncate replays the state (a batch on Vulkan is not
-     * bitwise one token at a time: nmse 1e-8) */
-    {
+    /* qwen35 (the gated delta-net layers split by key-head groups) and lfm2 (the
+     * short-conv layers by channel blocks), each shard's recurrent state in the
+     * cache's state slots on its own device (also with the KV on the host); a
+     * truncate replays the state (a batch on Vulkan is not bitwise one token at a
+     * time: nmse 1e-8) */
+    static const char *const recs[] = {"qwen35", "lfm2"};
+    for (int a = 0; a < 2; a++) {
         mc_kv_k = mc_kv_v = PKV_TYPE_F16;
-        fprintf(stderr, "qwen35 f16:\n");
+        fprintf(stderr, "%s f16:\n", recs[a]);
         pkv_model *single = NULL;
         pkv_kv_cache *sc = NULL;
-        REQUIRE(mc_reference(PKV_TYPE_F16, "qwen35", &single, &sc, ref_lg, ref_toks));
-        mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
-        mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
-        mc_compare("vulkan:0,cpu --split 1,3", "vulkan:0,cpu", "1,3", false, ref_lg, ref_toks, 1e-8);
-        mc_kv_ops("cpu,vulkan:0", false, single, sc, false);
-        mc_kv_ops("cpu,vulkan:0", true, single, sc, false);
-        pkv_kv_cache_free(sc);
-        pkv_model_free(single);
-    }
-    /* lfm2: the short-conv layers split by channel blocks, each shard's conv state
-     * on its own device (also with the KV on the host) */
-    {
-        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
-        fprintf(stderr, "lfm2 f16:\n");
-        pkv_model *single = NULL;
-        pkv_kv_cache *sc = NULL;
-        REQUIRE(mc_reference(PKV_TYPE_F16, "lfm2", &single, &sc, ref_lg, ref_toks));
+        REQUIRE(mc_reference(PKV_TYPE_F16, recs[a], &single, &sc, ref_lg, ref_toks));
         mc_compare("cpu,vulkan:0", "cpu,vulkan:0", NULL, false, ref_lg, ref_toks, 1e-8);
         mc_compare("cpu,vulkan:0 --kv-on-host", "cpu,vulkan:0", NULL, true, ref_lg, ref_toks, 1e-8);
         mc_compare("vulkan:0,cpu --split 1,3", "vulkan:0,cpu", "1,3", false, ref_lg, ref_toks, 1e-8);

@@ -28,6 +28,9 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (hp->head_dim_k != hp->head_dim_v)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ", lab, arch,
                        hp->head_dim_k, hp->head_dim_v);
+    if (pkv_gguf_find_tensor(g, "dense_2_out.weight")) /* LFM2-ColBert's embedding head */
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor 'dense_2_out.weight' (LFM2-ColBert's output projection) is not "
+                       "supported", lab);
     if ((s = pkv_hp_window(g, arch, hp, false))) return s;
     if (hp->swa.n > 0) /* the forward pass keeps no window pool beside recurrent state */
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.attention.sliding_window' %d: sliding-window attention beside "
