@@ -398,6 +398,31 @@ static inline void ref_ffn(const double *gate, const double *up, const double *d
     ref_matvec(down, g, NULL, n_embd, n_ff, y);
 }
 
+/* Layer l's tensor blk.<l>.<suffix> from get (the caller frees it), NULL when absent. */
+static inline double *ref_blk(ref_get_tensor get, void *user, int l, const char *suffix) {
+    char name[96];
+    int64_t n = 0;
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+    return get(user, name, &n);
+}
+
+/* y = W·x (+ b) with layer l's tensors w [rows][cols] and b (NULL or absent: none). */
+static inline void ref_blk_mv(ref_get_tensor get, void *user, int l, const char *w, const char *b, const double *x, int rows,
+                              int cols, double *y) {
+    double *W = ref_blk(get, user, l, w), *B = b ? ref_blk(get, user, l, b) : NULL;
+    ref_matvec(W, x, B, rows, cols, y);
+    free(W);
+    free(B);
+}
+
+/* y = rmsnorm(x) * layer l's norm w [n]; y may alias x. */
+static inline void ref_blk_norm(ref_get_tensor get, void *user, int l, const char *w, double eps, const double *x, int n,
+                                double *y) {
+    double *W = ref_blk(get, user, l, w);
+    ref_rms_norm(x, W, n, eps, y);
+    free(W);
+}
+
 /* Whether layer il attends through the sliding window (llama.cpp's set_swa_pattern
  * with the window's size > 0); hp may be the caller's or the model's resolved one. */
 static inline bool ref_layer_is_swa(const ref_hparams *hp, int il) {

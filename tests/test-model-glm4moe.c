@@ -54,25 +54,14 @@ typedef struct {
     double k[8][MAXP][NKV * HD], v[8][MAXP][NKV * HD]; /* per file layer */
 } glm_ref;
 
-static double *T_(const glm_ref *r, int l, const char *suffix) {
-    char name[96];
-    int64_t n = 0;
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
-    return ref_gguf_tensor((void *)r->g, name, &n);
-}
+static double *T_(const glm_ref *r, int l, const char *suffix) { return ref_blk(ref_gguf_tensor, (void *)r->g, l, suffix); }
 
-/* y = W·x (+ b) with the file's tensors of layer l (b may be absent) */
 static void mv(const glm_ref *r, int l, const char *w, const char *b, const double *x, int rows, int cols, double *y) {
-    double *W = T_(r, l, w), *B = b ? T_(r, l, b) : NULL;
-    ref_matvec(W, x, B, rows, cols, y);
-    free(W);
-    free(B);
+    ref_blk_mv(ref_gguf_tensor, (void *)r->g, l, w, b, x, rows, cols, y);
 }
 
 static void norm_by(const glm_ref *r, int l, const char *w, const double *x, int n, double *y) {
-    double *W = T_(r, l, w);
-    ref_rms_norm(x, W, n, r->eps, y);
-    free(W);
+    ref_blk_norm(ref_gguf_tensor, (void *)r->g, l, w, r->eps, x, n, y);
 }
 
 /* x += attention of layer l at position pos (its own K/V rows) */

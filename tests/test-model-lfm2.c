@@ -49,23 +49,14 @@ typedef struct {
     double k[NL][MAXP][NKV * HD], v[NL][MAXP][NKV * HD];
 } lfm_ref;
 
-static double *T_(const lfm_ref *r, int l, const char *suffix) {
-    char name[96];
-    int64_t n = 0;
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
-    return ref_gguf_tensor((void *)r->g, name, &n);
-}
+static double *T_(const lfm_ref *r, int l, const char *suffix) { return ref_blk(ref_gguf_tensor, (void *)r->g, l, suffix); }
 
 static void mv(const lfm_ref *r, int l, const char *w, const double *x, int rows, int cols, double *y) {
-    double *W = T_(r, l, w);
-    ref_matvec(W, x, NULL, rows, cols, y);
-    free(W);
+    ref_blk_mv(ref_gguf_tensor, (void *)r->g, l, w, NULL, x, rows, cols, y);
 }
 
 static void norm_by(const lfm_ref *r, int l, const char *w, const double *x, int n, double *y) {
-    double *W = T_(r, l, w);
-    ref_rms_norm(x, W, n, r->eps, y);
-    free(W);
+    ref_blk_norm(ref_gguf_tensor, (void *)r->g, l, w, r->eps, x, n, y);
 }
 
 /* x += the short conv of layer l at position pos:
