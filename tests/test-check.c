@@ -201,6 +201,7 @@ int main(void) {
         if (vk) demo_passes(lf, "--devices cpu,vulkan:0", "10 checks, 10 passed, 0 failed");
         unlink(lf);
     }
+    moe_model("lfm2moe", "--arch lfm2moe --type q8_0", vk); /* a dense layer, then sigmoid-routed experts */
     moe_model("g4moe", "--arch gemma4 --type q8_0 --experts 4 --experts-used 2", vk);
     moe_model("ds2moe", "--arch deepseek2 --type q8_0 --head-dim 64 --experts 4 --experts-used 2", vk);
     /* replicated KV (one KV head of Gemma 3; MLA's latent row) over cpu and vulkan:0:

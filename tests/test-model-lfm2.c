@@ -11,7 +11,8 @@
  * PKV_SSM_CONV_MAX, a per-layer head_count_kv array of the wrong length, a missing
  * shortconv tensor or final norm, a sliding window) are refused naming the key or
  * tensor; a saved sequence continues bitwise in its own model and is refused by
- * one whose conv state has another shape. */
+ * one whose conv state has another shape. lfm2moe, made from the file with every
+ * expert equal to the layer's FFN, gives its logits. */
 #include <math.h>
 #include <unistd.h>
 
@@ -333,6 +334,116 @@ static void test_save_other(const void *img, size_t size) {
     unlink(path);
 }
 
+/* lfm2moe from an lfm2 file g (pkv_free it): layer 0 stays dense, every later
+ * layer's FFN becomes 3 equal experts (each the layer's FFN) of which 2 are used,
+ * with a random router and exp_probs_b; the weights are normalised, so each layer
+ * gives the dense FFN's output. drop: that tensor or key left out. */
+static void *moe_of(const pkv_gguf *g, const char *drop, size_t *size) {
+    enum { X = 3 };
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    bool ok = w != NULL;
+    for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++) {
+        const char *key = pkv_gguf_kv_key(g, i);
+        char as[128];
+        snprintf(as, sizeof as, "lfm2moe.%s", key + 5);
+        if (!strcmp(key, "general.architecture")) ok = !pkv_gguf_writer_add_str(w, key, "lfm2moe");
+        else ok = !pkv_gguf_writer_copy_kv_as(w, g, i, strncmp(key, "lfm2.", 5) ? key : as);
+    }
+    ok = ok && !pkv_gguf_writer_add_u32(w, "lfm2moe.expert_count", X) &&
+         !pkv_gguf_writer_add_u32(w, "lfm2moe.expert_used_count", 2) &&
+         !pkv_gguf_writer_add_u32(w, "lfm2moe.expert_feed_forward_length", F) &&
+         !pkv_gguf_writer_add_u32(w, "lfm2moe.leading_dense_block_count", 1) &&
+         (drop && !strcmp(drop, "lfm2moe.expert_gating_func") ? true
+                                                              : !pkv_gguf_writer_add_u32(w, "lfm2moe.expert_gating_func", 2));
+    uint64_t rs = 5;
+    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        const char *ffn = strstr(t->name, ".ffn_");
+        if (!ffn || !strncmp(t->name, "blk.0.", 6) || strstr(t->name, "ffn_norm")) {
+            ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+            continue;
+        }
+        const size_t n = (size_t)t->n_elements;
+        float *xs = pkv_malloc(X * n * sizeof(float));
+        if (!(ok = xs != NULL)) break;
+        for (size_t k = 0; k < X * n; k++) xs[k] = ((const float *)t->data)[k % n];
+        char nm[96], base[64];
+        snprintf(base, sizeof base, "%.*s", (int)(ffn - t->name), t->name); /* blk.N */
+        snprintf(nm, sizeof nm, "%s.%.*s_exps.weight", base, (int)(strstr(ffn, ".weight") - ffn - 1), ffn + 1);
+        int64_t ne3[3] = {t->ne[0], t->ne[1], X};
+        ok = !pkv_gguf_writer_add_tensor(w, nm, t->type, 3, ne3, xs, X * t->n_bytes);
+        if (ok && strstr(ffn, "_down")) { /* this layer's router and selection bias */
+            const int64_t ner[2] = {E, X};
+            for (int64_t k = 0; k < X * E; k++) xs[k] = th_randf(&rs);
+            snprintf(nm, sizeof nm, "%s.ffn_gate_inp.weight", base);
+            ok = !pkv_gguf_writer_add_tensor(w, nm, PKV_TYPE_F32, 2, ner, xs, (size_t)(X * E) * 4);
+            snprintf(nm, sizeof nm, "%s.exp_probs_b.bias", base);
+            if (ok && !(drop && !strcmp(nm, drop)))
+                ok = !pkv_gguf_writer_add_tensor(w, nm, PKV_TYPE_F32, 1, ner + 1, xs, X * 4);
+        }
+        pkv_free(xs);
+    }
+    void *img = NULL;
+    if (ok && pkv_gguf_writer_write_memory(w, &img, size)) img = NULL;
+    pkv_gguf_writer_free(w);
+    return img;
+}
+
+/* lfm2moe gives lfm2's logits where every expert is the dense FFN (f32: the
+ * weighted sum of equal outputs; nmse 1e-10), on cpu and split over cpu,cpu:1;
+ * without exp_probs_b or expert_gating_func it is refused naming them. */
+static void test_moe(const void *img, size_t size) {
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "lfm2");
+    size_t ms = 0;
+    void *mimg = g ? moe_of(g, NULL, &ms) : NULL;
+    REQUIRE_VOID(mimg);
+    static const char *const devs[] = {"cpu", "cpu,cpu:1"};
+    for (int d = 0; d < 2; d++) {
+        enum { NT = 12 };
+        static float a[NT * V], b[NT * V];
+        int32_t toks[NT];
+        for (int i = 0; i < NT; i++) toks[i] = (i * 53 + 7) % V;
+        bool ok = true;
+        for (int k = 0; k < 2 && ok; k++) {
+            pkv_model_params mp = pkv_model_default_params();
+            if (d) mp.devices = devs[d];
+            pkv_model *m = k ? pkv_model_load_memory(mimg, ms, "lfm2moe", mp) : pkv_model_load_memory(img, size, "lfm2", mp);
+            pkv_cache_params cp = pkv_cache_default_params();
+            cp.kv_type = PKV_TYPE_F32;
+            cp.n_ctx = MAXP;
+            pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
+            pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+            ok = ctx && pkv_context_decode_all(ctx, toks, NT, k ? b : a) == PKV_OK;
+            if (!ok) TH_FAIL("lfm2%s on %s: %s", k ? "moe" : "", devs[d], pkv_errmsg());
+            if (ok && k) {
+                pkv_model_info mi;
+                pkv_model_get_info(m, &mi);
+                CHECK_INT(mi.n_expert, 3);
+            }
+            pkv_context_free(ctx);
+            pkv_kv_cache_free(c);
+            pkv_model_free(m);
+        }
+        if (!ok) continue;
+        double e = th_nmse(a, b, NT * V);
+        fprintf(stderr, "lfm2moe (equal experts) vs lfm2 on %s: nmse %.2e (tol 1e-10)\n", devs[d], e);
+        if (!(e <= 1e-10)) TH_FAIL("lfm2moe on %s: nmse %g against lfm2", devs[d], e);
+        th_checks++;
+    }
+    static const char *const drops[] = {"blk.3.exp_probs_b.bias", "lfm2moe.expert_gating_func"};
+    for (int k = 0; k < 2; k++) {
+        size_t vs = 0;
+        void *v = moe_of(g, drops[k], &vs);
+        pkv_model *bad = v ? pkv_model_load_memory(v, vs, "bad lfm2moe", pkv_model_default_params()) : NULL;
+        CHECK(v && !bad);
+        if (!strstr(pkv_errmsg(), drops[k])) TH_FAIL("lfm2moe without %s: message '%s'", drops[k], pkv_errmsg());
+        pkv_model_free(bad);
+        pkv_free(v);
+    }
+    pkv_free(mimg);
+    pkv_gguf_close(g);
+}
+
 int main(void) {
     pkv_mkmodel_params p = params();
     void *img = NULL;
@@ -342,6 +453,7 @@ int main(void) {
     test_forward(img, size, "cpu", 16, 1e-9);
     test_bad(img, size);
     test_save_other(img, size);
+    test_moe(img, size);
     /* split over two CPU devices: two channel blocks and one KV head each */
     test_forward(img, size, "cpu,cpu:1", 3, 1e-9);
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());

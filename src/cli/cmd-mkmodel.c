@@ -43,7 +43,7 @@ static bool family_known(const char *name) {
 
 static void mkmodel_usage(FILE *f) {
     fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|\n"
-               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|glm4moe|lfm2|voxtral]\n"
+               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|glm4moe|lfm2|lfm2moe|voxtral]\n"
                "                      [--type TYPE]\n"
                "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -113,7 +113,8 @@ static void mkmodel_usage(FILE *f) {
                "expert and the exp_probs_b routing bias; Q/K norms on the odd layers; half of each head\n"
                "rotated): --experts N --experts-used K (default 4, 2); --mtp N MTP layers (default 1)\n"
                "LFM2 (--arch lfm2; default 6 layers): gated short convolutions of 3 taps, GQA attention\n"
-               "with Q/K norms in every 3rd layer (head_count_kv 0 marks the convolutions).\n"
+               "with Q/K norms in every 3rd layer (head_count_kv 0 marks the convolutions); --arch lfm2moe:\n"
+               "the first layer dense, then --experts N (default 4) of --ffn rows, --experts-used K (2).\n"
                "SmolLM3 (--arch smollm3): llama with no RoPE on every fourth layer (--layers 4 or more).\n"
                "DeepSeek-V2/V3 (--arch deepseek2): multi-head latent attention, one latent KV head of\n"
                "  --kv-lora-rank N (default 64) + --head-dim / 2 rope dims; --head-dim is a query head's\n"

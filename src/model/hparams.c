@@ -27,6 +27,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_LLAMA4] = &pkv_arch_llama4,
     [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
     [PKV_ARCH_LFM2] = &pkv_arch_lfm2,
+    [PKV_ARCH_LFM2MOE] = &pkv_arch_lfm2moe,
 };
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }

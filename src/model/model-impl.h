@@ -30,6 +30,7 @@ typedef enum pkv_arch {
                                top-1 sigmoid experts with a shared expert */
     PKV_ARCH_GLM4MOE = 16,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
     PKV_ARCH_LFM2 = 17,     /* Liquid LFM2: gated short-convolution layers beside GQA attention with Q/K norms */
+    PKV_ARCH_LFM2MOE = 18,  /* LFM2-MoE: lfm2 with sigmoid-routed experts after its leading dense layers */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -272,9 +273,10 @@ typedef struct pkv_hparams {
                                     whose key sizes are per head but whose cache is one latent row) */
     /* Gated short convolutions (lfm2; 0 elsewhere): shortconv.l_cache, the conv's taps
      * (its state keeps l_cache - 1 inputs), and the layer's shard unit: n_unit blocks of
-     * n_embd / n_unit channels (the attention's head count) */
+     * n_embd / n_unit channels (the attention's head count); lfm2moe: n_dense, its
+     * leading_dense_block_count (the layers after it are mixtures of experts) */
     struct {
-        int l_cache, n_unit;
+        int l_cache, n_unit, n_dense;
     } shortconv;
 } pkv_hparams;
 

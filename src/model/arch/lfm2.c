@@ -13,7 +13,15 @@
  * Split over several devices, a conv layer goes by channel blocks of
  * n_embd / head_count channels (the unit, hp.shortconv.n_unit = head_count: its
  * channels' in_proj rows, taps, state and out_proj columns on one device), an
- * attention layer by KV-head groups. */
+ * attention layer by KV-head groups.
+ *
+ * lfm2moe (LFM2-8B-A1B): the same layers; after leading_dense_block_count dense
+ * ones, the FFN is a mixture of experts as llama.cpp's build_moe_ffn runs it for
+ * LFM2: expert_gating_func (required; sigmoid in the released files) scores, the
+ * top k chosen on scores + exp_probs_b (required), weighted by the unbiased scores
+ * divided by their sum (pkv_blk_moe). As llama.cpp, expert_weights_norm and
+ * expert_weights_scale are not read (LFM2's converter writes neither): the weights
+ * are always normalised and never scaled. */
 #include "model/arch/arch.h"
 #include "model/arch/mk.h"
 
@@ -31,6 +39,13 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (pkv_gguf_find_tensor(g, "dense_2_out.weight")) /* LFM2-ColBert's embedding head */
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: tensor 'dense_2_out.weight' (LFM2-ColBert's output projection) is not "
                        "supported", lab);
+    if (hp->moe.n_expert) { /* lfm2moe (the expert keys, required, are read with the common ones) */
+        if ((s = pkv_hp_opt_u32(g, arch, "leading_dense_block_count", 0, (uint32_t)hp->n_layer, 0, &hp->shortconv.n_dense)))
+            return s;
+        if (!hp->moe_route.gating)
+            return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.expert_gating_func' not found (llama.cpp requires it for %s)", lab,
+                           arch, arch);
+    }
     if ((s = pkv_hp_window(g, arch, hp, false))) return s;
     if (hp->swa.n > 0) /* the forward pass keeps no window pool beside recurrent state */
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: key '%s.attention.sliding_window' %d: sliding-window attention beside "
@@ -48,7 +63,19 @@ static pkv_status load_layer(pkv_loader *L, int il) {
                            : pkv_load_attention(L, il, &(pkv_attn_tensors){.qk_norm = true, .fused_qkv = true})) ||
         (s = pkv_load_norm(L, il, "ffn_norm.weight", &ly->ffn_norm)))
         return s;
-    return pkv_load_ffn(L, il, false);
+    if (!m->hp.moe.n_expert || il < m->hp.shortconv.n_dense) return pkv_load_ffn(L, il, false);
+    if ((s = pkv_load_moe(L, il, PKV_MOE_PROBS_B))) return s;
+    if (!ly->moe.probs_b.buf)
+        return pkv_err(PKV_ERR_FORMAT, "%s: tensor 'blk.%d.exp_probs_b.bias' not found (the routing bias of a %s mixture "
+                       "layer)", m->label, il, pkv_arch_name(m->hp.arch));
+    return PKV_OK;
+}
+
+/* expert_gating_func, llama.cpp's values: 1 softmax, 2 sigmoid, 3 softmax of the top k */
+static pkv_moe_gating gating_of(const pkv_hparams *hp) {
+    return hp->moe_route.gating == 1 ? PKV_MOE_SOFTMAX_TOPK
+           : hp->moe_route.gating == 3 ? PKV_MOE_TOPK_SOFTMAX
+                                       : PKV_MOE_SIGMOID_TOPK;
 }
 
 static pkv_status layer(pkv_fwd *f, int il) {
@@ -56,7 +83,10 @@ static pkv_status layer(pkv_fwd *f, int il) {
     pkv_status s = ly->recurrent ? pkv_blk_short_conv(f, il, &(pkv_short_conv_kind){.norm = &ly->attn_norm})
                                  : pkv_blk_attention(f, il, &(pkv_attn_kind){.norm = &ly->attn_norm, .qk_norm = true});
     if (s) return s;
-    return pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
+    const pkv_hparams *hp = &f->m->hp;
+    if (!ly->moe.router.buf) return pkv_blk_ffn(f, il, &(pkv_ffn_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU});
+    return pkv_blk_moe(f, il, &(pkv_moe_kind){.norm = &ly->ffn_norm, .act = PKV_GLU_SILU, .gating = gating_of(hp),
+                                              .norm_w = true});
 }
 
 static void state_desc(const pkv_model *m, int il, pkv_kv_layer_desc *d) {
@@ -72,7 +102,11 @@ static bool mk_attends(int l) { return l % 3 == 2; }
 /* Six layers by default, two of them attention. */
 static pkv_status mk_check(pkv_mkmodel_params *p) {
     if (!p->n_layer) p->n_layer = 6;
-    if (p->n_layer > 64) return pkv_err(PKV_ERR_INVALID, "mkmodel: lfm2 takes at most 64 layers, not %d", p->n_layer);
+    if (p->n_layer > 64) return pkv_err(PKV_ERR_INVALID, "mkmodel: %s takes at most 64 layers, not %d", p->arch, p->n_layer);
+    if (pkv_arch_ops_find(p->arch)->moe) { /* lfm2moe: 4 experts, 2 used, by default */
+        if (!p->n_expert) p->n_expert = 4;
+        if (!p->n_expert_used) p->n_expert_used = 2;
+    }
     return PKV_OK;
 }
 
@@ -94,23 +128,42 @@ static pkv_status mk_sizes(pkv_mk *b) {
     return pkv_mk_arr(b, "attention.head_count_kv", PKV_GGUF_INT32, kv, (uint64_t)p->n_layer);
 }
 
-static pkv_status mk_keys(pkv_mk *b) { return pkv_mk_u32(b, "shortconv.l_cache", 3); }
+/* lfm2moe: the first layer dense, sigmoid routing (llama.cpp's converter's keys) */
+static pkv_status mk_keys(pkv_mk *b) {
+    if (b->p->n_expert) {
+        PKV_MK_TRY(pkv_mk_expert_keys(b, b->p->n_ff));
+        PKV_MK_TRY(pkv_mk_u32(b, "leading_dense_block_count", 1));
+        PKV_MK_TRY(pkv_mk_u32(b, "expert_gating_func", 2));
+    }
+    return pkv_mk_u32(b, "shortconv.l_cache", 3);
+}
 
+/* lfm2moe's layers after the first are mixtures (with exp_probs_b). */
 static pkv_status mk_layer(pkv_mk *b, int l) {
     const pkv_mkmodel_params *p = b->p;
     const int64_t E = b->E;
-    if (mk_attends(l))
-        return pkv_mk_layer(b, l, &(pkv_attn_tensors){.qk_norm = true}, NULL, PKV_FFN_GATED, false);
-    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "shortconv.in_proj.weight", p->type, E, 3 * E, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "shortconv.conv.weight", PKV_TYPE_F32, 3, E, 0.0, 0.5));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "shortconv.out_proj.weight", p->type, E, E, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "ffn_norm.weight", E));
-    return pkv_mk_ffn(b, l, PKV_FFN_GATED);
+    const pkv_ffn_tensors ffn = p->n_expert && l > 0 ? PKV_FFN_EXPERTS : PKV_FFN_GATED;
+    if (mk_attends(l)) {
+        PKV_MK_TRY(pkv_mk_layer(b, l, &(pkv_attn_tensors){.qk_norm = true}, NULL, ffn, false));
+    } else {
+        PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "shortconv.in_proj.weight", p->type, E, 3 * E, 0.0, b->lin_e));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "shortconv.conv.weight", PKV_TYPE_F32, 3, E, 0.0, 0.5));
+        PKV_MK_TRY(pkv_mk_blk(b, l, "shortconv.out_proj.weight", p->type, E, E, 0.0, b->lin_e));
+        PKV_MK_TRY(pkv_mk_norm(b, l, "ffn_norm.weight", E));
+        PKV_MK_TRY(pkv_mk_ffn(b, l, ffn));
+    }
+    return ffn == PKV_FFN_EXPERTS ? pkv_mk_moe_extras(b, l, PKV_MOE_PROBS_B, 0) : PKV_OK;
 }
 
-static const pkv_arch_mk mk = {.rope_base = 1000000.0f, .rms_eps = 1e-5f, .check = mk_check, .check_rows = mk_check_rows,
-                               .sizes = mk_sizes, .keys = mk_keys, .layer = mk_layer};
-const pkv_arch_ops pkv_arch_lfm2 = {.name = "lfm2", .rope_neox = true, .kv0_recurrent = true,
-                                    .output_norm = "token_embd_norm.weight", .hparams = hparams,
-                                    .load_layer = load_layer, .layer = layer, .state_desc = state_desc, .mk = &mk};
+/* lfm2 and lfm2moe differ in their FFN only (the expert keys) */
+#define LFM2_MK(takes_)                                                                                                \
+    {.takes = (takes_), .rope_base = 1000000.0f, .rms_eps = 1e-5f, .check = mk_check, .check_rows = mk_check_rows,       \
+     .sizes = mk_sizes, .keys = mk_keys, .layer = mk_layer}
+#define LFM2_OPS(name_, moe_, mk_)                                                                                     \
+    {.name = (name_), .moe = (moe_), .moe_after_dense = (moe_), .rope_neox = true, .kv0_recurrent = true,               \
+     .output_norm = "token_embd_norm.weight", .hparams = hparams, .load_layer = load_layer, .layer = layer,            \
+     .state_desc = state_desc, .mk = (mk_)}
+
+static const pkv_arch_mk mk = LFM2_MK(0), mk_moe = LFM2_MK(PKV_MK_EXPERTS);
+const pkv_arch_ops pkv_arch_lfm2 = LFM2_OPS("lfm2", false, &mk), pkv_arch_lfm2moe = LFM2_OPS("lfm2moe", true, &mk_moe);
