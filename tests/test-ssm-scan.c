@@ -1,6 +1,6 @@
 // labels: unit kernels vulkan
 /* Mamba-2's selective scan, kernel ssm_scan (kernel-list.h).
- *   1. The reference (cpu/ref.c) and the CPU device against the scan's "matrix"
+ *   1. The reference (cpu/ref.c) and the CPU device (every path) against the scan's "matrix"
  *      (SSD) form computed naively in double here: for a head, with L_t the sum of
  *      d_r A over the sequence's tokens r <= t,
  *        y_t = sum_n C_t[n] (e^{L_t} S0[n] + sum_{s<=t} e^{L_t - L_s} d_s x_s B_s[n]) + D x_t
@@ -8,7 +8,7 @@
  *      update order or decay shows. Several sequences of different lengths in
  *      scrambled slots (random start states), 1 and several groups, with and
  *      without D, x/B/C as column ranges of one row.
- *   2. On the CPU, bitwise: a sequence's tokens in one call equal the same tokens
+ *   2. On the CPU (every instruction-set path this CPU has), bitwise: a sequence's tokens in one call equal the same tokens
  *      cut into chunks over several calls (mixed with the other sequences in
  *      another order each call); 1 thread equals 3.
  *   3. Guards: a bad slot gives zero rows and leaves the pool alone, a bad range
@@ -16,6 +16,8 @@
  *   4. vulkan:0 against the CPU (tolerance), and its own chunking bitwise.
  * Exit 77 (skipped) when everything on the CPU passed but no Vulkan device opens. */
 #include "recurrent-testlib.h"
+
+#include "cpu-paths.h"
 
 #include "base/base.h"
 #include "device/cpu/ref.h"
@@ -382,7 +384,14 @@ int main(void) {
     dp3.n_threads = 3;
     pkv_device *cpu3 = pkv_device_open("cpu", dp3);
     REQUIRE(cpu && cpu3);
-    test_cpu(cpu, cpu3);
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    for (int i = 0; i < np; i++) { /* read by the CPU device at each kernel call */
+        setenv("PKV_CPU_PATH", paths[i], 1);
+        fprintf(stderr, "cpu path %s\n", paths[i]);
+        test_cpu(cpu, cpu3);
+    }
+    unsetenv("PKV_CPU_PATH");
     test_guards(cpu);
 
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
