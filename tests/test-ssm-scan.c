@@ -8,8 +8,8 @@
  *      update order or decay shows. Several sequences of different lengths in
  *      scrambled slots (random start states), 1 and several groups, with and
  *      without D, x/B/C as column ranges of one row.
- *   2. On the CPU (every instruction-set path this CPU has), bitwise: a sequence's tokens in one call equal the same tokens
- *      cut into chunks over several calls (mixed with the other sequences in
+ *   2. On the CPU (every instruction-set path this CPU has), bitwise: a sequence's
+ *      tokens in one call equal the same tokens cut into chunks over several calls (mixed with the other sequences in
  *      another order each call); 1 thread equals 3.
  *   3. Guards: a bad slot gives zero rows and leaves the pool alone, a bad range
  *      writes nothing; bad shapes are refused with a message naming the problem.
@@ -68,7 +68,8 @@ static void problem_make(problem *p) {
     p->par = malloc(sizeof(float) * 3 * (size_t)p->nh);
     p->pool = malloc(sizeof(float) * pool);
     for (size_t i = 0; i < (size_t)p->n * p->row; i++) p->in[i] = th_randf(&g_rng);
-    for (int64_t i = 0; i < p->n * p->nh; i++) p->dt[i] = i % 5 == 2 ? 21.0f + th_randf(&g_rng) : 3.0f * th_randf(&g_rng);
+    for (int64_t i = 0; i < p->n * p->nh; i++) /* every 5th above 20: softplus's identity branch */
+        p->dt[i] = i % 5 == 2 ? 21.0f + th_randf(&g_rng) : 3.0f * th_randf(&g_rng);
     for (int h = 0; h < p->nh; h++) {
         p->par[h] = th_randf(&g_rng);
         p->par[p->nh + h] = -expf(th_randf(&g_rng));
@@ -112,7 +113,8 @@ static void naive(const problem *p, double *y, double *pool) {
                         double st = exp(L[tt + 1]) * S0[(size_t)i * p->ds + n];
                         for (int u = 0; u <= tt; u++) {
                             const float *r = p->in + (size_t)(p->start[s] + u) * p->row;
-                            st += exp(L[tt + 1] - L[u + 1]) * d[u] * r[(size_t)h * p->hd + i] * r[p->xd + (size_t)g * p->ds + n];
+                            const double xu = r[(size_t)h * p->hd + i], bu = r[p->xd + (size_t)g * p->ds + n];
+                            st += exp(L[tt + 1] - L[u + 1]) * d[u] * xu * bu;
                         }
                         if (t == len) {
                             S0[(size_t)i * p->ds + n] = st; /* after the last output row was made */
@@ -326,7 +328,8 @@ static void test_guards(pkv_device *dev) {
         CHECK(zeros);     /* the bad slot's token */
         CHECK(untouched); /* the bad range's tokens */
         for (int sl = 0; sl < p.n_slots; sl++) /* only sequence 0's slot changed */
-            CHECK(bits_equal(pool + (size_t)sl * p.stride, p.pool + (size_t)sl * p.stride, p.slot) == (sl != p.slot_of[0]));
+            CHECK(bits_equal(pool + (size_t)sl * p.stride, p.pool + (size_t)sl * p.stride, p.slot) ==
+                  (sl != p.slot_of[0]));
     } else {
         TH_FAIL("guards: read back: %s", pkv_errmsg());
     }

@@ -28,7 +28,8 @@ static void fill(struct ggml_tensor *t, float lo, float hi, unsigned seed) {
 
 static void run(const char *mode, int threads, int nh, int hd, int ng, int ds, int n_seq, int len, int reps) {
     const size_t state = (size_t)ds * hd * nh * n_seq, tok = (size_t)n_seq * len;
-    const size_t bytes = 4 * (2 * state + tok * ((size_t)hd * nh * 2 + 2 * (size_t)ds * ng + nh) + nh + n_seq) + (1 << 20);
+    const size_t per_tok = (size_t)hd * nh * 2 + 2 * (size_t)ds * ng + nh; /* x, y, B, C, dt */
+    const size_t bytes = 4 * (2 * state + tok * per_tok + nh + n_seq) + (1 << 20);
     struct ggml_init_params ip = {bytes, NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
     struct ggml_tensor *s = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, ds, hd, nh, n_seq);

@@ -36,7 +36,8 @@ static pkv_buffer *filled(pkv_device *dev, size_t floats, float lo, float hi, un
 }
 
 /* n_seq sequences of len tokens each, reps calls; prints one JSON line */
-static void run(pkv_device *dev, const char *mode, int nh, int hd, int ng, int ds, int n_seq, int len, int reps) {
+static void run(pkv_device *dev, int threads, const char *mode, int nh, int hd, int ng, int ds, int n_seq, int len,
+                int reps) {
     const int64_t n = (int64_t)n_seq * len;
     const size_t row = (size_t)nh * hd + 2 * (size_t)ng * ds, slot = (size_t)nh * hd * ds;
     pkv_buffer *in = filled(dev, (size_t)n * row, -1, 1, 1), *dt = filled(dev, (size_t)n * nh, -4, 1, 2);
@@ -81,9 +82,10 @@ static void run(pkv_device *dev, const char *mode, int nh, int hd, int ng, int d
     }
     /* every token reads and writes its head's state rows once (prefill keeps a head's
      * state in cache between tokens, so this is an upper bound of the traffic there) */
-    printf("{\"mode\": \"%s\", \"device\": \"%s\", \"n_head\": %d, \"head_dim\": %d, \"n_group\": %d, \"d_state\": %d, "
-           "\"n_seq\": %d, \"tokens\": %lld, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"state_gb_per_s\": %.2f}\n",
-           mode, pkv_device_name(dev), nh, hd, ng, ds, n_seq, (long long)n, best * 1e3, (double)n / best,
+    printf("{\"mode\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"n_head\": %d, \"head_dim\": %d, "
+           "\"n_group\": %d, \"d_state\": %d, \"n_seq\": %d, \"tokens\": %lld, \"ms\": %.3f, \"tokens_per_s\": %.1f, "
+           "\"state_gb_per_s\": %.2f}\n",
+           mode, pkv_device_name(dev), threads, nh, hd, ng, ds, n_seq, (long long)n, best * 1e3, (double)n / best,
            2.0 * (double)n * (double)slot * 4 / best / 1e9);
     pkv_buffer *all[] = {in, dt, par, y, pool, bm};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pkv_buffer_free(all[i]);
@@ -110,8 +112,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench-ssm-scan: %s: %s\n", name, pkv_errmsg());
         return 1;
     }
-    run(dev, "prefill", nh, hd, ng, ds, 1, prefill, 5);
-    run(dev, "decode", nh, hd, ng, ds, seqs, 1, 20);
+    run(dev, p.n_threads, "prefill", nh, hd, ng, ds, 1, prefill, 5);
+    run(dev, p.n_threads, "decode", nh, hd, ng, ds, seqs, 1, 20);
     pkv_device_close(dev);
     return 0;
 }
