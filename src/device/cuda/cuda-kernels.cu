@@ -633,6 +633,60 @@ __global__ void __launch_bounds__(DN_WARPS * WARP) k_delta_net(pkv_cu_delta_net 
     }
 }
 
+// Mamba-2's selective scan: one warp per (sequence, head, state row i), SC_WARPS rows
+// per block. Lane l holds the row's entries n = l + 32 m in registers for all of the
+// sequence's tokens; the sum over n per token is lane partials in m order, then
+// warp_sum's fixed butterfly: deterministic and independent of the rest of the batch
+// (not the CPU's order: equal within rounding).
+#define SC_WARPS 4
+#define SC_DPL (PKV_CU_SCAN_MAX_DS / WARP)
+__global__ void __launch_bounds__(SC_WARPS * WARP) k_ssm_scan(pkv_cu_ssm_scan a) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int nb = (a.head_dim + SC_WARPS - 1) / SC_WARPS;
+    const int64_t b = blockIdx.x;
+    const int i = (int)(b % nb) * SC_WARPS + w, h = (int)(b / nb % a.n_head), s = (int)(b / nb / a.n_head);
+    if (s >= a.n_seq || i >= a.head_dim) return;
+    int64_t lo, hi, slot;
+    const int ok = pkv_cu_rec_seq(a.meta, a.n_seq, a.n_tok, a.n_slots, s, &lo, &hi, &slot);
+    if (ok == 0) return;
+    const int nh = a.n_head, hd = a.head_dim, ds = a.d_state, g = h / (nh / a.n_group);
+    if (ok == 1) {
+        if (lane == 0)
+            for (int64_t t = lo; t < hi; t++) a.y[(t * nh + h) * hd + i] = 0.0f;
+        return;
+    }
+    float *S = (float *)(a.state + slot * (int64_t)a.state_stride) + ((int64_t)h * hd + i) * ds;
+    const float bias = a.dt_bias[h], A = a.A[h], skip = a.D ? a.D[h] : 0.0f;
+    float row[SC_DPL];
+#pragma unroll
+    for (int m = 0; m < SC_DPL; m++) {
+        const int n = lane + WARP * m;
+        row[m] = n < ds ? S[n] : 0.0f;
+    }
+    for (int64_t t = lo; t < hi; t++) {
+        const float *Bt = (const float *)(a.B + t * (int64_t)a.B_stride) + (int64_t)g * ds;
+        const float *Ct = (const float *)(a.C + t * (int64_t)a.C_stride) + (int64_t)g * ds;
+        const float xi = ((const float *)(a.x + t * (int64_t)a.x_stride))[(int64_t)h * hd + i];
+        const float v = a.dt[t * nh + h] + bias, d = v > 20.0f ? v : log1pf(expf(v)), decay = expf(d * A), dx = d * xi;
+        float p = 0.0f;
+#pragma unroll
+        for (int m = 0; m < SC_DPL; m++) {
+            const int n = lane + WARP * m;
+            if (n < ds) {
+                row[m] = row[m] * decay + dx * Bt[n];
+                p += row[m] * Ct[n];
+            }
+        }
+        p = warp_sum(p);
+        if (lane == 0) a.y[(t * nh + h) * hd + i] = p + skip * xi;
+    }
+#pragma unroll
+    for (int m = 0; m < SC_DPL; m++) {
+        const int n = lane + WARP * m;
+        if (n < ds) S[n] = row[m];
+    }
+}
+
 // y = x / sqrt(sum(x^2) + eps) per head row; one block per row. Every thread reads
 // its elements for the sum before block_reduce's barriers, so y may equal x.
 __global__ void k_l2_norm(pkv_cu_l2_norm a) {
@@ -676,6 +730,12 @@ extern "C" int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream) {
 extern "C" int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream) {
     const int64_t blocks = (int64_t)a->n_seq * a->n_v_heads * ((a->d_v + DN_WARPS - 1) / DN_WARPS);
     k_delta_net<<<(unsigned)blocks, DN_WARPS * WARP, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_ssm_scan(const pkv_cu_ssm_scan *a, void *stream) {
+    const int64_t blocks = (int64_t)a->n_seq * a->n_head * ((a->head_dim + SC_WARPS - 1) / SC_WARPS);
+    k_ssm_scan<<<(unsigned)blocks, SC_WARPS * WARP, 0, (cudaStream_t)stream>>>(*a);
     return (int)cudaGetLastError();
 }
 

@@ -239,6 +239,22 @@ typedef struct pkv_cu_delta_net {
     float scale; /* already resolved (never 0) */
 } pkv_cu_delta_net;
 
+/* ssm_scan keeps a state row in registers, d_state / 32 values per lane. */
+#define PKV_CU_SCAN_MAX_DS 256
+typedef struct pkv_cu_ssm_scan {
+    const uint8_t *x, *B, *C; /* rows at their strides (bytes) */
+    size_t x_stride, B_stride, C_stride;
+    const float *dt;                /* [n_tok][n_head] */
+    const float *dt_bias, *A, *D;   /* [n_head]; D NULL: no skip term */
+    float *y;                       /* [n_tok][n_head][head_dim] */
+    uint8_t *state;                 /* slot i at i * state_stride: f32 [n_head][head_dim][d_state] */
+    size_t state_stride;
+    int64_t n_slots;
+    const int32_t *meta;
+    int64_t n_tok;
+    int n_seq, n_head, head_dim, n_group, d_state;
+} pkv_cu_ssm_scan;
+
 typedef struct pkv_cu_l2_norm {
     const uint8_t *x; /* row (t, h) at t * x_stride + h * head_dim * 4 */
     uint8_t *y;
@@ -293,6 +309,7 @@ int pkv_cu_launch_softmax(const float *x, float *y, int64_t n_rows, int64_t row_
 int pkv_cu_launch_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len, void *stream);
 int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream);
 int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream);
+int pkv_cu_launch_ssm_scan(const pkv_cu_ssm_scan *a, void *stream);
 int pkv_cu_launch_l2_norm(const pkv_cu_l2_norm *a, void *stream);
 int pkv_cu_launch_unary(const pkv_cu_unary *a, void *stream);
 int pkv_cu_launch_moe_route(const pkv_cu_moe_route *a, void *stream);
