@@ -10,6 +10,7 @@
 #ifndef PKV_CUDA_LAUNCH_H
 #define PKV_CUDA_LAUNCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,9 +33,9 @@ enum {
     PKV_CU_W_COUNT
 };
 
-/* Batches up to this many x rows take the matrix-vector kernel (one warp per
- * weight row, weights read once per PKV_CU_MMV_MAX rows of x); larger ones the
- * tiled matrix-matrix kernel. */
+/* The matrix-vector kernel reads the weights once per this many x rows; batches up
+ * to it take one weight row per warp, larger ones several (the same arithmetic per
+ * output: batch-invariant), or with pkv_cu_matmul.tiled the tiled kernel. */
 #define PKV_CU_MMV_MAX 8
 /* Attention keeps a head's q and accumulator in registers, 32 lanes x this many
  * elements: head sizes dk, dv up to 32 * PKV_CU_ATT_DPL (576: DeepSeek's latent row). */
@@ -133,6 +134,8 @@ typedef struct pkv_cu_matmul {
     int64_t rows, cols, n;
     const float *x; /* [n][cols] */
     float *y;       /* [n][rows] */
+    bool tiled;     /* n > PKV_CU_MMV_MAX: the tiled kernel (not batch-invariant) in place of the
+                       matrix-vector one over several weight rows per warp */
 } pkv_cu_matmul;
 
 typedef struct pkv_cu_get_rows {

@@ -48,6 +48,7 @@ typedef struct pkv_cu_ctx {
     void *att_part;
     size_t att_part_cap;
     int att_split; /* PKV_CUDA_ATT_SPLIT: splits forced for every attention, 0 = chosen per call */
+    bool gemm;     /* PKV_CUDA_GEMM=1: the tiled prefill matmul (faster, not batch-invariant) */
 } pkv_cu_ctx;
 
 /* ------------------------------------------------------------------ errors */
@@ -288,7 +289,7 @@ static pkv_status cu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     ALIGN("matmul", "y", a->y.off, 4);
     TRY(use(c));
     pkv_cu_matmul p = {PTR(a->w), pkv_cu_wtype(a->wtype), pkv_type_row_bytes(a->wtype, (size_t)a->cols), a->rows,
-                       a->cols, a->n, (const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y)};
+                       a->cols, a->n, (const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y), c->gemm};
     return launched(c, "matmul", pkv_cu_launch_matmul(&p, c->stream));
 }
 
@@ -671,6 +672,10 @@ static pkv_status cu_open(pkv_cu_ctx *c, pkv_device_caps *caps) {
     /* For tests and debugging: force the attention's split count (1 = never split). */
     const char *split = getenv("PKV_CUDA_ATT_SPLIT");
     if (split && atoi(split) >= 1 && atoi(split) <= PKV_CU_ATT_MAX_SPLIT) c->att_split = atoi(split);
+    /* The tiled matmul for batches of more than PKV_CU_MMV_MAX rows: faster prefill,
+     * another summation order than decode's (docs/gpu.md) */
+    const char *gemm = getenv("PKV_CUDA_GEMM");
+    c->gemm = gemm && !strcmp(gemm, "1");
     int drv = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     memset(caps, 0, sizeof *caps);
