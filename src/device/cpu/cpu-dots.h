@@ -126,7 +126,7 @@ typedef struct pkv_cpu_dots {
      * row r at S + r * ds: S[r][n] = S[r][n] * decay + dx[r] * B[n], then
      * o[r] = sum_n S[r][n] * C[n]. A row gets the same operations whatever nr is
      * (and whatever rows share the call), so results do not depend on the batch.
-     * NULL (the ARM tables): the generic one. */
+     * Every table has one (the generic loop, AVX2/AVX-512 and NEON vectors). */
     void (*scan)(float *S, int nr, int ds, float decay, const float *dx, const float *B, const float *C, float *o);
 } pkv_cpu_dots;
 
