@@ -43,6 +43,8 @@ static const problem cases[] = {
     {.nh = 3, .hd = 8, .ng = 1, .ds = 13, .n_seq = 2, .len = {33, 4}, .skip = false},
     {.nh = 6, .hd = 12, .ng = 3, .ds = 24, .n_seq = 4, .len = {2, 9, 1, 5}, .skip = true},
     {.nh = 2, .hd = 64, .ng = 1, .ds = 128, .n_seq = 2, .len = {12, 3}, .skip = true},
+    /* head_dim above the CPU's 64 rows a call and Vulkan's 64 invocations a group */
+    {.nh = 2, .hd = 70, .ng = 2, .ds = 20, .n_seq = 2, .len = {9, 2}, .skip = false},
 };
 #define N_CASES ((int)PKV_ARRAY_LEN(cases))
 
