@@ -85,7 +85,8 @@ DEQ(PKV_CU_W_MXFP4, pkv_cu_deq_mxfp4)
 // ------------------------------------------------------------------ matmul
 
 // y[i][r] = sum_k W[r][k] x[i][k]: a warp takes R weight rows, lanes over k,
-// PKV_CU_MMV_MAX rows of x per pass over the weights. Every output is the same
+// PKV_CU_MMV_MAX rows of x per pass over the weights (the grid's y: passes over
+// groups of rows of x side by side). Every output is the same
 // arithmetic whatever R and however many rows of x the call has: lane l sums
 // W[r][k] x[i][k] over k = l, l + 32, ... in order (explicit fused multiply-adds),
 // then the warp's tree sum. So a token's row gets the same bits alone (decode,
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP)
     const uint8_t *wr[R];
 #pragma unroll
     for (int q = 0; q < R; q++) wr[q] = w + (r0 + q < rows ? r0 + q : r0) * rb; // past the end: row r0 again, unwritten
-    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
+    for (int64_t i0 = (int64_t)blockIdx.y * PKV_CU_MMV_MAX; i0 < n; i0 += (int64_t)gridDim.y * PKV_CU_MMV_MAX) {
         const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
         float acc[R][PKV_CU_MMV_MAX];
 #pragma unroll
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP)
 #pragma unroll
     for (int q = 0; q < R; q++) wr[q] = w + (r0 + q < rows ? r0 + q : r0) * rb;
     const int64_t n_sb = cols >> 5; // block types have cols % 32 == 0
-    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
+    for (int64_t i0 = (int64_t)blockIdx.y * PKV_CU_MMV_MAX; i0 < n; i0 += (int64_t)gridDim.y * PKV_CU_MMV_MAX) {
         const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
         float acc[R][PKV_CU_MMV_MAX];
 #pragma unroll
@@ -264,11 +265,12 @@ __global__ void k_get_rows(const uint8_t *w, size_t rb, int64_t n_vocab, int64_t
 
 template <int T, int R>
 static void launch_mmv(const pkv_cu_matmul *a, cudaStream_t st) {
-    const unsigned blocks = (unsigned)cdiv(cdiv(a->rows, R), MMV_WARPS);
+    const int64_t groups = (a->n + PKV_CU_MMV_MAX - 1) / PKV_CU_MMV_MAX;
+    const dim3 grid(cdiv(cdiv(a->rows, R), MMV_WARPS), (unsigned)(groups < 65535 ? groups : 65535));
     if constexpr (T >= PKV_CU_W_Q8_0)
-        k_mmv_q<T, R><<<blocks, MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x, a->y, a->n);
+        k_mmv_q<T, R><<<grid, MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x, a->y, a->n);
     else
-        k_mmv<T, R><<<blocks, MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x, a->y, a->n);
+        k_mmv<T, R><<<grid, MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x, a->y, a->n);
 }
 
 template <int T>
