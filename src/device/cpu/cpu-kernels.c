@@ -104,7 +104,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a); TAKE(scan);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
         TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
@@ -1088,6 +1088,73 @@ static pkv_status cpu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
                                    n_tasks, 2 * a->d_v);
     pkv_pool_run(c->pool, n_tasks, dn_task, &j);
     pkv_free(j.scratch);
+    return PKV_OK;
+}
+
+typedef struct {
+    const pkv_k_ssm_scan_args *a;
+    void (*scan)(float *S, int nr, int ds, float decay, const float *dx, const float *B, const float *C, float *o);
+} scan_job;
+
+/* Rows of a head per call of the path's scan: dx for them on the stack. */
+#define SCAN_ROWS 64
+
+/* One (sequence, head) at a time, tokens in order, the state updated in place in
+ * f32: every state row sees the same operations in the same order (the path's scan,
+ * cpu-dots.h) whatever the batch, the thread count or how a sequence's tokens are
+ * split over calls. Prefill keeps a head's state (head_dim x d_state floats, 32 KiB
+ * for Mamba-2's 64 x 128) in cache across the sequence's tokens. */
+static void scan_task(int ti, int n_tasks, void *arg) {
+    const scan_job *j = arg;
+    const pkv_k_ssm_scan_args *a = j->a;
+    const int nh = a->n_head, hd = a->head_dim, ds = a->d_state, per_group = a->n_head / a->n_group;
+    const uint8_t *x = pkv_cpu_ptr(a->x), *B = pkv_cpu_ptr(a->B), *C = pkv_cpu_ptr(a->C);
+    const float *dt = pkv_cpu_ptr(a->dt), *dt_bias = pkv_cpu_ptr(a->dt_bias), *A = pkv_cpu_ptr(a->A);
+    const float *D = a->D.buf ? pkv_cpu_ptr(a->D) : NULL;
+    float *y = pkv_cpu_ptr(a->y);
+    const int32_t *meta = pkv_cpu_ptr(a->meta);
+    int64_t i0, i1;
+    range((int64_t)a->n_seq * nh, ti, n_tasks, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        const int s = (int)(item / nh), h = (int)(item % nh), g = h / per_group;
+        int64_t lo, hi, slot;
+        const int ok = rec_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            for (int64_t t = lo; t < hi; t++) memset(y + (t * nh + h) * hd, 0, (size_t)hd * sizeof(float));
+            continue;
+        }
+        float *S = (float *)(void *)((uint8_t *)pkv_cpu_ptr(a->state) + (size_t)slot * a->state_stride) + (size_t)h * hd * ds;
+        const float skip = D ? D[h] : 0.0f;
+        for (int64_t t = lo; t < hi; t++) {
+            const float *xt = (const float *)(const void *)(x + (size_t)t * a->x_stride) + (size_t)h * hd;
+            const float *Bt = (const float *)(const void *)(B + (size_t)t * a->B_stride) + (size_t)g * ds;
+            const float *Ct = (const float *)(const void *)(C + (size_t)t * a->C_stride) + (size_t)g * ds;
+            const float v = dt[t * nh + h] + dt_bias[h];
+            const float d = v > 20.0f ? v : log1pf(expf(v)), decay = expf(d * A[h]);
+            float *yt = y + (t * nh + h) * hd;
+            for (int r0 = 0; r0 < hd; r0 += SCAN_ROWS) {
+                const int nr = PKV_MIN(SCAN_ROWS, hd - r0);
+                float dx[SCAN_ROWS];
+                for (int r = 0; r < nr; r++) dx[r] = d * xt[r0 + r];
+                j->scan(S + (size_t)r0 * ds, nr, ds, decay, dx, Bt, Ct, yt + r0);
+            }
+            for (int i = 0; i < hd; i++) yt[i] += skip * xt[i];
+        }
+    }
+}
+
+static pkv_status cpu_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    const char *names[] = {"x", "B", "C", "dt", "dt_bias", "A", "D", "y", "state", "meta"};
+    const pkv_tref refs[] = {a->x, a->B, a->C, a->dt, a->dt_bias, a->A, a->D, a->y, a->state, a->meta};
+    for (int i = 0; i < 10; i++)
+        if (refs[i].buf) TRY(aligned(c, "ssm_scan", names[i], refs[i], 4));
+    const pkv_cpu_dots *d = dots_select();
+    scan_job j = {a, d->scan ? d->scan : pkv_cpu_dots_generic.scan};
+    const int64_t items = (int64_t)a->n_seq * a->n_head;
+    pkv_pool_run(c->pool, n_tasks_for(c, items, (double)a->n_tok * a->n_head * (double)a->head_dim * a->d_state * 4), scan_task,
+                 &j);
     return PKV_OK;
 }
 
