@@ -4,8 +4,8 @@
  * base, and where the device is batch-invariant, engine requests with different
  * adapter sets batched together equal each alone. The adapters cover every matrix
  * mkmodel writes: token_embd (the tied output of gemma3), phi3's fused matrices,
- * qwen35's gated attn_q and delta-net matrices, the experts and routers of
- * qwen3moe and gpt-oss, each against the CPU. Skipped when no Vulkan device
+ * qwen35's gated attn_q and delta-net matrices, lfm2's short-conv matrices, the
+ * experts and routers of qwen3moe and gpt-oss, each against the CPU. Skipped when no Vulkan device
  * opens. */
 #include "engine-testlib.h"
 #include "model/lora.h"
@@ -162,6 +162,7 @@ int main(void) {
     arch_vs_cpu("qwen3moe", 2, tok);
     arch_vs_cpu("gpt-oss", 2, tok);
     arch_vs_cpu("qwen35", 4, tok);
+    arch_vs_cpu("lfm2", 3, tok);
     arch_vs_cpu("gemma3", 2, tok);
     return th_done();
 }

@@ -530,6 +530,8 @@ int main(void) {
     /* three delta-net layers (attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out and
      * the FFN's 3), then an attention layer whose attn_q holds the gate too */
     merged_vs_adapter("qwen35", 4, 3 * 8 + 7 + 2);
+    /* lfm2: two short-conv layers (in_proj's three row blocks, out_proj) and an attention layer */
+    merged_vs_adapter("lfm2", 3, 2 * 5 + 7 + 2);
     /* tied: token_embd's pair is the input rows' delta and the output's */
     merged_vs_adapter("gemma3", 2, 2 * 7 + 1);
     refusals();

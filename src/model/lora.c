@@ -176,6 +176,18 @@ static bool map_of(const pkv_model *m, const char *name, lora_map *mp, const cha
     if (ly->recurrent && !strcmp(rest, "ssm_beta.weight")) return map_plain(mp, &sw->ssm.beta, why);
     if (ly->recurrent && !strcmp(rest, "ssm_alpha.weight")) return map_plain(mp, &sw->ssm.alpha, why);
     if (ly->recurrent && !strcmp(rest, "ssm_out.weight")) return map_plain(mp, &sw->ssm.out, why);
+    /* lfm2's short convolutions: in_proj's B, C and u rows (one device: E each), out_proj */
+    if (ly->recurrent && sw->sc.in_b.buf && !strcmp(rest, "shortconv.in_proj.weight")) {
+        const int64_t E = sw->sc.in_b.ne1;
+        mp->in = sw->sc.in_b.ne0;
+        mp->out = 3 * E;
+        mp->n_mat = 1;
+        map_add(mp, &sw->sc.in_b, LORA_MAT, 0, E, 0, 0);
+        map_add(mp, &sw->sc.in_c, LORA_MAT, E, E, 0, 0);
+        map_add(mp, &sw->sc.in_x, LORA_MAT, 2 * E, E, 0, 0);
+        return true;
+    }
+    if (ly->recurrent && sw->sc.out.buf && !strcmp(rest, "shortconv.out_proj.weight")) return map_plain(mp, &sw->sc.out, why);
     /* a mixture of experts: the router, and each expert's matrices */
     const int64_t X = m->hp.moe.n_expert, FE = m->hp.moe.n_ff, E = m->hp.n_embd;
     if (!strcmp(rest, "ffn_gate_inp.weight")) return ly->moe.router.buf && map_plain(mp, &ly->moe.router, why);
@@ -205,7 +217,8 @@ static bool map_of(const pkv_model *m, const char *name, lora_map *mp, const cha
         return true;
     }
     *why = "adapters cover token_embd, attn_q, attn_k, attn_v, attn_qkv, attn_output, ffn_gate, ffn_up, ffn_down, "
-           "ffn_gate_inp, the experts' ffn_*_exps, qwen35's attn_gate and ssm_beta/alpha/out, and output only";
+           "ffn_gate_inp, the experts' ffn_*_exps, qwen35's attn_gate and ssm_beta/alpha/out, lfm2's "
+           "shortconv.in_proj/out_proj, and output only";
     return false;
 }
 

@@ -20,7 +20,7 @@ static bool covered(const pkv_gguf_tensor *t) {
     static const char *const k[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight",
                                     "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
                                     "ffn_gate_inp.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight",
-                                    "ssm_out.weight"};
+                                    "ssm_out.weight", "shortconv.in_proj.weight", "shortconv.out_proj.weight"};
     static const char *const k_exps[] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_gate_up_exps.weight",
                                          "ffn_down_exps.weight"};
     if (!strcmp(t->name, "output.weight") || !strcmp(t->name, "token_embd.weight")) return t->n_dims == 2;
