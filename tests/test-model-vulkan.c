@@ -47,17 +47,22 @@ static int layers_of(const char *arch) {
     return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4")                              ? 6
            : !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe") || !strcmp(arch, "smollm3") || !strcmp(arch, "llama4") ? 4
            : !strcmp(arch, "glm4moe") ? 3 /* a dense layer, mixtures with and without Q/K norms */
-           : !strcmp(arch, "lfm2")    ? 3 /* two short-conv layers, then attention */
+           : !strcmp(arch, "lfm2") || !strcmp(arch, "lfm2moe") ? 3 /* two short-conv layers, then attention
+                                                                   (lfm2moe: experts after the first) */
                                       : 2;
 }
 
 /* The bound for a quantized model against the CPU, whose activations are rounded
  * to 8 bits: qwen35's recurrent state carries each token's rounding on to the next
- * ones; in qwen35moe and glm4moe the rounding also moves a close second or third
- * expert (glm4moe's sigmoid scores sit close together: q5_k/q6_k 3.4e-2 measured).
+ * ones; in qwen35moe, glm4moe and lfm2moe the rounding also moves a close second or
+ * third expert (glm4moe's sigmoid scores sit close together: q5_k/q6_k 3.4e-2
+ * measured; lfm2moe q6_k 6.0e-3, its f32 twin 8e-12).
  * The exact check of those is against the f32 twin (kq_twin). */
 static double quant_tol(const char *arch) {
-    return !strcmp(arch, "glm4moe") ? 1e-1 : !strcmp(arch, "qwen35moe") ? 2e-2 : !strcmp(arch, "qwen35") ? 6e-3 : 2e-3;
+    return !strcmp(arch, "glm4moe")                                  ? 1e-1
+           : !strcmp(arch, "qwen35moe") || !strcmp(arch, "lfm2moe") ? 2e-2
+           : !strcmp(arch, "qwen35")                                 ? 6e-3
+                                                                      : 2e-3;
 }
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
@@ -71,7 +76,7 @@ int main(void) {
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
     static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35",
-                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4", "glm4moe", "lfm2"};
+                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4", "glm4moe", "lfm2", "lfm2moe"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];
