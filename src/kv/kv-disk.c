@@ -830,10 +830,12 @@ pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int
     pthread_mutex_lock(&d->mu);
     drain(d);
     int64_t k = 0, w = 0;
+    uint64_t wb = 0; /* the files' bytes: a page with a recurrent state has the larger file */
     for (; k < n; k++) {
         int32_t e = find(d, c->pages[ids[k]].key, lfp);
         if (e < 0 || !d->e[e].ready) break;
         w += mine[k];
+        wb += mine[k] ? d->e[e].bytes : 0;
     }
     bool off = d->off;
     pthread_mutex_unlock(&d->mu);
@@ -841,7 +843,7 @@ pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int
     pkv_free(mine);
     *n_pages = k;
     *n_written = w;
-    *bytes = (uint64_t)w * d->file_bytes;
+    *bytes = wb;
     if (k < n && off)
         return pkv_err(PKV_ERR_IO, "spill of sequence %d: a page write failed, the disk tier %s is off (see the log); "
                        "%lld of its %lld pages are on disk", seq, d->dir, (long long)k, (long long)n);
