@@ -10,7 +10,7 @@
  * failing (a full disk from the start) and the disk filling after a few pages
  * (mid-spill) turn the tier off; the sequence is then recomputed, the output is
  * still identical and the failure counted. PKV_SPILL_AUTO (whatever it picks) and
- * PKV_SPILL_NEVER give identical output too. Then a qwen35 hybrid spills always:
+ * PKV_SPILL_NEVER give identical output too. Then a qwen35 and an lfm2 hybrid spill always:
  * its page files of two sizes (some carry the recurrent state offered at their
  * end), the spill's bytes those of the files, every response still its own alone. */
 #include "base/base.h"
@@ -204,12 +204,16 @@ int main(void) {
      * spilled pages carry the states offered at their ends, a resume matches up to
      * the deepest one and recomputes the rest; every response still equals its run
      * alone. */
-    g_m = et_model("qwen35", PKV_TYPE_F16, 7);
-    REQUIRE(g_m != NULL);
-    g_hybrid = true;
-    for (int i = 0; i < NP; i++) et_alone(g_m, &rp[i], &alone[i]);
-    run(&cfgs[0]);
+    static const char *const hybrids[] = {"qwen35", "lfm2"}; /* lfm2: short-conv states, 2 conv layers + attention */
+    for (int h = 0; h < 2; h++) {
+        g_m = h ? et_model_ex("lfm2", PKV_TYPE_F16, 7, 3, 0, false) : et_model("qwen35", PKV_TYPE_F16, 7);
+        REQUIRE(g_m != NULL);
+        fprintf(stderr, "%s:\n", hybrids[h]);
+        g_hybrid = true;
+        for (int i = 0; i < NP; i++) et_alone(g_m, &rp[i], &alone[i]);
+        run(&cfgs[0]);
+        pkv_model_free(g_m);
+    }
     pkv_log_set(NULL, NULL, PKV_LOG_WARN);
-    pkv_model_free(g_m);
     return th_done();
 }
