@@ -26,6 +26,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_DEEPSEEK2] = &pkv_arch_deepseek2,
     [PKV_ARCH_LLAMA4] = &pkv_arch_llama4,
     [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
+    [PKV_ARCH_GRANITEHYBRID] = &pkv_arch_granitehybrid,
 };
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }
@@ -219,7 +220,17 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
         if (!n_head_kv) s = pkv_err(PKV_ERR_NOMEM, "%s: head counts", lab);
         else memcpy(n_head_kv, n_head, (size_t)hp->n_layer * sizeof(int));
     } else {
-        s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, 1, 4096, &n_head_kv);
+        s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, ops->kv0_recurrent ? 0 : 1, 4096, &n_head_kv);
+    }
+    /* kv0_recurrent: a layer of no KV heads is a recurrent one */
+    for (int l = 0; !s && ops->kv0_recurrent && l < hp->n_layer; l++) {
+        if (n_head_kv[l]) continue;
+        if (l >= 64)
+            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d is recurrent ('%s' 0); recurrent layers after the 64th are not "
+                        "supported", lab, l, k);
+        else
+            hp->recurrent |= 1ull << l;
+        n_head_kv[l] = n_head[l];
     }
     /* moe_after_dense: experts where the file has them, after its leading dense layers */
     key(k, sizeof k, arch, "expert_count");

@@ -47,6 +47,13 @@ pkv_status pkv_load_mla(pkv_loader *L, int il);
  * needs head sizes that keep each run of columns on whole blocks). */
 pkv_status pkv_load_delta_net(pkv_loader *L, int il);
 
+/* A Mamba-2 layer's tensors (granitehybrid), split by SSM groups (pkv_shard_w's
+ * Mamba-2 use): ssm_in's x, B, C rows (qkv), z rows and dt rows (beta);
+ * ssm_conv1d and its optional bias, ssm_dt.bias, ssm_a and ssm_d of its heads,
+ * ssm_norm of its groups (gnorm), ones for the group norm (norm), ssm_out's columns
+ * of its heads. */
+pkv_status pkv_load_mamba2(pkv_loader *L, int il);
+
 /* blk.<il>.<suffix>, shape [ne1][ne0], required, whole on the first device; f32:
  * converted to f32 (norms, biases, small vectors). */
 pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);

@@ -18,6 +18,9 @@ typedef struct pkv_arch_ops {
     bool moe_after_dense; /* where the file has expert_count, the layers after its
                              leading_dense_block_count are mixtures of experts (their n_ff
                              expert_feed_forward_length), the first ones dense (deepseek2) */
+    bool kv0_recurrent; /* attention.head_count_kv 0 marks a recurrent layer (granitehybrid, as
+                           llama.cpp reads it): hparams.c sets its hp.recurrent bit and takes its
+                           KV heads as its heads (unused); elsewhere 0 is refused */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
     bool yarn_log_mul;  /* takes rope.scaling.yarn_log_multiplier (mistral3: its YaRN magnitude, hparams.c);
@@ -77,7 +80,8 @@ const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned 
 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
     pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant, pkv_arch_smollm3,
-    pkv_arch_mistral3, pkv_arch_qwen35moe, pkv_arch_deepseek2, pkv_arch_llama4, pkv_arch_glm4moe;
+    pkv_arch_mistral3, pkv_arch_qwen35moe, pkv_arch_deepseek2, pkv_arch_llama4, pkv_arch_glm4moe,
+    pkv_arch_granitehybrid;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */

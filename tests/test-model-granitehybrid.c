@@ -1,0 +1,345 @@
+// labels: model
+/* granitehybrid (IBM Granite 4.0-H) against a plain double-precision reference
+ * written here from llama.cpp's src/models/granite-hybrid.cpp and mamba-base.cpp
+ * (build_mamba2_layer): a random-weight file from `mkmodel --arch granitehybrid`
+ * (f32 weights and KV): Mamba-2 layers (conv with bias, SiLU, the selective scan
+ * with grouped B/C, dt bias and softplus, the D skip, y * silu(z), the grouped RMS
+ * norm), a NoPE attention layer, SwiGLU FFNs, and Granite's embedding, attention,
+ * residual and logit multipliers. A prompt decoded at once and single steps, every
+ * position, at pages of 5 and of 16 tokens; the reference without the residual
+ * multiplier must be far off. Split over cpu and cpu:1 (by SSM groups) and on
+ * vulkan:0 where it opens, the same tolerance. Bad files (inconsistent SSM sizes,
+ * a conv kernel of 0 or above the maximum, a head_count_kv array of the wrong
+ * length, missing ssm_* tensors) are refused naming the key or tensor. */
+#include <math.h>
+
+#include "base/base.h"
+#include "model/gguf.h"
+#include "ref-gguf.h"
+#include "ref-model.h"
+#include "testhelp.h"
+
+enum { V = 300, E = 64, NH = 4, NKV = 2, HD = 16, F = 96, NL = 4, MAXP = 64 };
+enum { P = 16, H = 2 * E / P, G = 2, N = 16, DC = 4, DI = H * P, C = DI + 2 * G * N };
+
+static pkv_mkmodel_params params(void) {
+    pkv_mkmodel_params p = pkv_mkmodel_default_params();
+    p.arch = "granitehybrid";
+    p.type = PKV_TYPE_F32;
+    p.n_layer = NL;
+    p.n_embd = E;
+    p.n_head = NH;
+    p.n_head_kv = NKV;
+    p.head_dim = HD;
+    p.n_ff = F;
+    p.n_vocab = V;
+    p.ssm_head_dim = P;
+    p.ssm_v_heads = H;
+    p.ssm_k_heads = G;
+    p.seed = 5;
+    return p;
+}
+
+/* ------------------------------------------------------------- the reference */
+
+typedef struct {
+    const pkv_gguf *g;
+    double eps, es, as, rs, ls;
+    double k[NL][MAXP][NKV * HD], v[NL][MAXP][NKV * HD];
+    double conv[NL][DC - 1][C];   /* the last DC - 1 conv inputs, oldest first */
+    double ssm[NL][H][P][N];      /* S_h[i][n] */
+} gr_ref;
+
+static double *T_(const gr_ref *r, int l, const char *suffix) {
+    char name[96];
+    int64_t n = 0;
+    if (l >= 0) snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+    else snprintf(name, sizeof name, "%s", suffix);
+    return ref_gguf_tensor((void *)r->g, name, &n);
+}
+
+static void mv(const gr_ref *r, int l, const char *w, const double *x, int rows, int cols, double *y) {
+    double *W = T_(r, l, w);
+    ref_matvec(W, x, NULL, rows, cols, y);
+    free(W);
+}
+
+static void norm_by(const gr_ref *r, int l, const char *w, const double *x, int n, double *y) {
+    double *W = T_(r, l, w);
+    ref_rms_norm(x, W, n, r->eps, y);
+    free(W);
+}
+
+static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+
+/* the block's output o into x, times the residual multiplier */
+static void residual(const gr_ref *r, double *x, const double *o) {
+    for (int i = 0; i < E; i++) x[i] += r->rs * o[i];
+}
+
+/* x += Mamba-2 of layer l */
+static void mamba2(gr_ref *r, int l, double *x) {
+    double h[E], zxbcdt[2 * DI + 2 * G * N + H], u[C], y[DI], o[E];
+    norm_by(r, l, "attn_norm.weight", x, E, h);
+    mv(r, l, "ssm_in.weight", h, 2 * DI + 2 * G * N + H, E, zxbcdt);
+    const double *z = zxbcdt, *xbc = zxbcdt + DI, *dt = zxbcdt + DI + C;
+    double *cw = T_(r, l, "ssm_conv1d.weight"), *cb = T_(r, l, "ssm_conv1d.bias");
+    for (int c = 0; c < C; c++) {
+        double a = cb[c];
+        for (int j = 0; j < DC - 1; j++) a += cw[c * DC + j] * r->conv[l][j][c];
+        a += cw[c * DC + DC - 1] * xbc[c];
+        u[c] = ref_silu(a);
+    }
+    for (int j = 0; j + 1 < DC - 1; j++) memcpy(r->conv[l][j], r->conv[l][j + 1], sizeof r->conv[l][j]);
+    memcpy(r->conv[l][DC - 2], xbc, sizeof r->conv[l][DC - 2]);
+    double *dtb = T_(r, l, "ssm_dt.bias"), *A = T_(r, l, "ssm_a"), *D = T_(r, l, "ssm_d");
+    for (int hd = 0; hd < H; hd++) {
+        const int gi = hd / (H / G);
+        const double *xs = u + hd * P, *B = u + DI + gi * N, *Cc = u + DI + G * N + gi * N;
+        const double d = softplus(dt[hd] + dtb[hd]), a = exp(d * A[hd]);
+        for (int i = 0; i < P; i++) {
+            double acc = 0;
+            for (int n = 0; n < N; n++) {
+                r->ssm[l][hd][i][n] = r->ssm[l][hd][i][n] * a + d * xs[i] * B[n];
+                acc += r->ssm[l][hd][i][n] * Cc[n];
+            }
+            y[hd * P + i] = (acc + D[hd] * xs[i]) * ref_silu(z[hd * P + i]);
+        }
+    }
+    double *nw = T_(r, l, "ssm_norm.weight");
+    for (int gi = 0; gi < G; gi++) ref_rms_norm(y + gi * (DI / G), nw + gi * (DI / G), DI / G, r->eps, y + gi * (DI / G));
+    mv(r, l, "ssm_out.weight", y, E, DI, o);
+    residual(r, x, o);
+    free(cw), free(cb), free(dtb), free(A), free(D), free(nw);
+}
+
+/* x += attention of layer l at position pos (no RoPE; scores times attention.scale) */
+static void attention(gr_ref *r, int l, int pos, double *x) {
+    double h[E], q[NH * HD], att[NH * HD], o[E];
+    norm_by(r, l, "attn_norm.weight", x, E, h);
+    mv(r, l, "attn_q.weight", h, NH * HD, E, q);
+    mv(r, l, "attn_k.weight", h, NKV * HD, E, r->k[l][pos]);
+    mv(r, l, "attn_v.weight", h, NKV * HD, E, r->v[l][pos]);
+    for (int hd = 0; hd < NH; hd++) {
+        const int kh = hd / (NH / NKV);
+        double s[MAXP], mx = -1e300, sum = 0;
+        for (int t = 0; t <= pos; t++) {
+            double d = 0;
+            for (int i = 0; i < HD; i++) d += q[hd * HD + i] * r->k[l][t][kh * HD + i];
+            s[t] = d * r->as;
+            mx = fmax(mx, s[t]);
+        }
+        for (int t = 0; t <= pos; t++) sum += s[t] = exp(s[t] - mx);
+        for (int i = 0; i < HD; i++) {
+            double a = 0;
+            for (int t = 0; t <= pos; t++) a += s[t] / sum * r->v[l][t][kh * HD + i];
+            att[hd * HD + i] = a;
+        }
+    }
+    mv(r, l, "attn_output.weight", att, E, NH * HD, o);
+    residual(r, x, o);
+}
+
+/* One token at position pos: its logits */
+static void ref_step(gr_ref *r, int32_t tok, int pos, double *logits) {
+    double x[E], h[E], o[E], gs[F], us[F];
+    double *emb = T_(r, -1, "token_embd.weight");
+    for (int i = 0; i < E; i++) x[i] = emb[(size_t)tok * E + i] * r->es;
+    free(emb);
+    for (int l = 0; l < NL; l++) {
+        if (l % 4 == 1) attention(r, l, pos, x);
+        else mamba2(r, l, x);
+        double *gw = T_(r, l, "ffn_gate.weight"), *uw = T_(r, l, "ffn_up.weight"), *dw = T_(r, l, "ffn_down.weight");
+        norm_by(r, l, "ffn_norm.weight", x, E, h);
+        ref_ffn(gw, uw, dw, E, F, false, h, gs, us, o);
+        residual(r, x, o);
+        free(gw), free(uw), free(dw);
+    }
+    norm_by(r, -1, "output_norm.weight", x, E, h);
+    double *ow = T_(r, -1, "output.weight");
+    ref_matvec(ow, h, NULL, V, E, logits);
+    for (int i = 0; i < V; i++) logits[i] /= r->ls;
+    free(ow);
+}
+
+static gr_ref *ref_new(const pkv_gguf *g, bool residual_scale) {
+    gr_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->g = g;
+    float eps = 0, es = 0, as = 0, rs = 0, ls = 0;
+    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.attention.layer_norm_rms_epsilon", &eps));
+    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.embedding_scale", &es));
+    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.attention.scale", &as));
+    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.residual_scale", &rs));
+    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.logit_scale", &ls));
+    r->eps = eps, r->es = es, r->as = as, r->rs = residual_scale ? rs : 1.0, r->ls = ls;
+    return r;
+}
+
+/* ------------------------------------------------------------- the tests */
+
+/* A prompt decoded at once and 4 single steps, every position against the
+ * reference, on dev with pages of page_size; the reference without the residual
+ * multiplier must be far off. */
+static void test_forward(const char *dev, int page_size, double tol) {
+    pkv_mkmodel_params p = params();
+    void *img = NULL;
+    size_t size = 0;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "granitehybrid");
+    pkv_model_params mp = pkv_model_default_params();
+    if (strchr(dev, ',')) mp.devices = dev;
+    else mp.device = dev;
+    pkv_model *m = g ? pkv_model_load_memory(img, size, "granitehybrid", mp) : NULL;
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.kv_type = PKV_TYPE_F32;
+    cp.page_size = page_size;
+    cp.n_ctx = MAXP;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    gr_ref *r = ctx ? ref_new(g, true) : NULL, *rb = r ? ref_new(g, false) : NULL;
+    enum { NP = 12, NT = NP + 4 };
+    float *got = malloc((size_t)NT * V * sizeof *got);
+    if (!rb || !got) {
+        TH_FAIL("setup on %s: %s", dev, pkv_errmsg());
+        goto done;
+    }
+    pkv_model_info mi;
+    CHECK_OK(pkv_model_get_info(m, &mi));
+    CHECK_INT(mi.n_recurrent, 3);
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (i * 97 + 13) % V;
+    double want[V], other[V];
+    CHECK_OK(pkv_context_decode_all(ctx, toks, NP, got));
+    for (int i = NP; i < NT; i++) {
+        CHECK_OK(pkv_context_decode(ctx, &toks[i], 1));
+        memcpy(got + (size_t)i * V, pkv_context_logits(ctx), V * sizeof(float));
+    }
+    double worst = 0, far = 0;
+    for (int t = 0; t < NT; t++) {
+        ref_step(r, toks[t], t, want);
+        ref_step(rb, toks[t], t, other);
+        worst = fmax(worst, ref_nmse(got + (size_t)t * V, want, V));
+        far += ref_nmse(got + (size_t)t * V, other, V) / NT;
+    }
+    fprintf(stderr, "granitehybrid on %s, pages of %d: %d positions, nmse %.2e (tol %.0e); without the residual "
+            "multiplier %.2e on average\n", dev, page_size, NT, worst, tol, far);
+    if (!(worst < tol)) TH_FAIL("%s: nmse %g against the reference", dev, worst);
+    if (!(far > 1e-4)) TH_FAIL("the reference without the residual multiplier is as close (%g)", far);
+    th_checks += 2;
+done:
+    free(got);
+    free(r);
+    free(rb);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_model_free(m);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+/* A copy of g (pkv_free it) with the u32 array key set to n entries of value v. */
+static void *with_array(const pkv_gguf *g, const char *key, int n, int32_t v, size_t *size) {
+    pkv_gguf_writer *w = pkv_gguf_writer_create();
+    bool ok = w != NULL;
+    int32_t a[16];
+    for (int i = 0; i < n && i < 16; i++) a[i] = i % 4 == 1 ? v : 0;
+    for (int64_t i = 0; ok && i < pkv_gguf_n_kv(g); i++)
+        ok = !strcmp(pkv_gguf_kv_key(g, i), key) ? !pkv_gguf_writer_add_arr(w, key, PKV_GGUF_INT32, a, (uint64_t)n)
+                                                  : !pkv_gguf_writer_copy_kv(w, g, i);
+    for (int64_t i = 0; ok && i < pkv_gguf_n_tensors(g); i++) {
+        const pkv_gguf_tensor *t = pkv_gguf_tensor_at(g, i);
+        ok = !pkv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+    }
+    void *img = NULL;
+    if (ok && pkv_gguf_writer_write_memory(w, &img, size)) img = NULL;
+    pkv_gguf_writer_free(w);
+    return img;
+}
+
+/* Bad files, each refused naming what is wrong. */
+static void test_bad(void) {
+    pkv_mkmodel_params p = params();
+    void *img;
+    size_t size;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "granitehybrid");
+    REQUIRE_VOID(g);
+    const struct {
+        const char *key;
+        int64_t set;
+        const char *drop;
+        const char *expect;
+    } cases[] = {
+        {"granitehybrid.ssm.inner_size", 100, NULL, "'granitehybrid.ssm.inner_size' 100 is not a multiple of the 8 heads"},
+        {"granitehybrid.ssm.group_count", 3, NULL, "'granitehybrid.ssm.group_count' 3 does not divide the 8 heads"},
+        {"granitehybrid.ssm.conv_kernel", 0, NULL, "key 'granitehybrid.ssm.conv_kernel' is 0"},
+        {"granitehybrid.ssm.conv_kernel", 17, NULL, "key 'granitehybrid.ssm.conv_kernel' is 17"},
+        {"granitehybrid.ssm.state_size", -1, NULL, "key 'granitehybrid.ssm.state_size' not found"},
+        {"granitehybrid.ssm.time_step_rank", -1, NULL, "key 'granitehybrid.ssm.time_step_rank' not found"},
+        {"granitehybrid.ssm.inner_size", 2 * DI, NULL, "tensor 'blk.0.ssm_in.weight' has shape"},
+        {NULL, -1, "blk.0.ssm_in.weight", "tensor 'blk.0.ssm_in.weight' not found"},
+        {NULL, -1, "blk.2.ssm_conv1d.weight", "tensor 'blk.2.ssm_conv1d.weight' not found"},
+        {NULL, -1, "blk.0.ssm_dt.bias", "tensor 'blk.0.ssm_dt.bias' not found"},
+        {NULL, -1, "blk.3.ssm_a", "tensor 'blk.3.ssm_a' not found"},
+        {NULL, -1, "blk.0.ssm_d", "tensor 'blk.0.ssm_d' not found"},
+        {NULL, -1, "blk.0.ssm_norm.weight", "tensor 'blk.0.ssm_norm.weight' not found"},
+        {NULL, -1, "blk.0.ssm_out.weight", "tensor 'blk.0.ssm_out.weight' not found"},
+        {NULL, -1, "blk.1.attn_k.weight", "tensor 'blk.1.attn_k.weight' not found"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t vs = 0;
+        void *v = ref_gguf_variant(g, cases[k].key, cases[k].set, cases[k].drop, NULL, NULL, &vs);
+        pkv_model *bad = v ? pkv_model_load_memory(v, vs, "bad granitehybrid", pkv_model_default_params()) : NULL;
+        if (!v) TH_FAIL("case %zu: no variant", k);
+        else if (bad) TH_FAIL("case %zu (%s): loaded", k, cases[k].expect);
+        else if (!strstr(pkv_errmsg(), cases[k].expect))
+            TH_FAIL("case %zu: message '%s' lacks '%s'", k, pkv_errmsg(), cases[k].expect);
+        else th_checks++;
+        pkv_model_free(bad);
+        pkv_free(v);
+    }
+    /* the layer-kind array: one entry short, and no Mamba-2 layer at all */
+    const struct {
+        int n;
+        int32_t v;
+        const char *expect;
+    } arrs[] = {
+        {NL - 1, NKV, "key 'granitehybrid.attention.head_count_kv' has 3 entries, expected one per layer (4)"},
+        {NL + 1, NKV, "key 'granitehybrid.attention.head_count_kv' has 5 entries, expected one per layer (4)"},
+    };
+    for (size_t k = 0; k < sizeof arrs / sizeof arrs[0]; k++) {
+        size_t vs = 0;
+        void *v = with_array(g, "granitehybrid.attention.head_count_kv", arrs[k].n, arrs[k].v, &vs);
+        pkv_model *bad = v ? pkv_model_load_memory(v, vs, "bad granitehybrid", pkv_model_default_params()) : NULL;
+        CHECK(v && !bad);
+        if (!strstr(pkv_errmsg(), arrs[k].expect)) TH_FAIL("array case %zu: message '%s'", k, pkv_errmsg());
+        else th_checks++;
+        pkv_model_free(bad);
+        pkv_free(v);
+    }
+    /* 2 groups cannot go to 3 devices: refused naming the layer and its groups */
+    pkv_model_params mp = pkv_model_default_params();
+    mp.devices = "cpu,cpu:1,cpu:2";
+    pkv_model *bad = pkv_model_load_memory(img, size, "granitehybrid", mp);
+    CHECK(bad == NULL);
+    CHECK_MSG("layer 0 (Mamba-2) has 2 SSM groups, which cannot be split over 3 devices");
+    pkv_model_free(bad);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
+int main(void) {
+    test_forward("cpu", 5, 1e-9);
+    test_forward("cpu", 16, 1e-9);
+    test_bad();
+    test_forward("cpu,cpu:1", 5, 1e-9);
+    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (vk) {
+        pkv_device_close(vk);
+        test_forward("vulkan:0", 5, 1e-9);
+    } else {
+        printf("note: no vulkan:0 here; the Vulkan cases not run\n");
+    }
+    return th_done();
+}
