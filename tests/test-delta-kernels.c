@@ -15,7 +15,7 @@
  *      nothing; bad shapes are refused with a message naming the problem.
  *   5. vulkan:0 against the CPU (tolerance), and its own chunking bitwise.
  * Exit 77 (skipped) when everything on the CPU passed but no Vulkan device opens. */
-#include "testhelp.h"
+#include "recurrent-testlib.h"
 
 #include "base/base.h"
 #include "device/cpu/ref.h"
@@ -26,21 +26,6 @@ static uint64_t g_rng = 77;
 static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = th_randf(&g_rng) * scale;
 }
-
-static pkv_buffer *up(pkv_device *d, const void *data, size_t n) {
-    pkv_buffer *b = pkv_buffer_alloc(d, n ? n : 4);
-    if (b && data && n && pkv_buffer_write(b, 0, data, n)) {
-        pkv_buffer_free(b);
-        return NULL;
-    }
-    if (b && !data && pkv_buffer_fill(b, 0, n ? n : 4, 0)) {
-        pkv_buffer_free(b);
-        return NULL;
-    }
-    return b;
-}
-
-static bool down(pkv_buffer *b, void *out, size_t n) { return pkv_buffer_read(b, 0, out, n) == PKV_OK; }
 
 static pkv_tref T(pkv_buffer *b, size_t off) { return pkv_tref_make(b, off); }
 
@@ -397,8 +382,6 @@ static problem get_case(int i) {
     for (int s = 0; s < p.n_seq; s++) p.cnt[s] = 1 + (int)(th_rand(&r) % 10);
     return p;
 }
-
-static bool bits_equal(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
 static double fnmse(const float *ref, const float *got, size_t n) { return th_nmse(ref, got, n); }
 

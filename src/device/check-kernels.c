@@ -28,6 +28,9 @@
  *                                         with a large common offset (mean >> spread)
  *   delta_net                      1e-9   f32 state and sums; several sequences of different
  *                                         lengths, strided q/k/v, tiled and grouped heads, a bad slot
+ *   ssm_scan                       1e-9   f32 state and sums; several sequences of different
+ *                                         lengths, strided x/B/C from one row, 1 and several
+ *                                         groups, with and without D, a bad slot
  *   moe_route                      exact experts, weights 1e-10 (f32 against the double
  *                                         reference): softmax, the chosen's softmax, sigmoid with
  *                                         a bias, groups, norm and scale, a choice on the logits
@@ -1034,6 +1037,15 @@ static int64_t rec_meta(ck *k, const int *cnt, int n_seq, int n_slots, bool bad_
     return n;
 }
 
+/* A case's sequences: the leading non-zero counts of cnt[0 .. max) (at least one), in
+ * n_seq + extra slots, rec_meta's meta (bad_slot as there). Returns the token count. */
+static int64_t rec_case(ck *k, const int *cnt, int max, int extra, bool bad_slot, int32_t *meta, int *n_seq, int *n_slots) {
+    *n_seq = 0;
+    while (*n_seq < max && cnt[*n_seq]) (*n_seq)++;
+    *n_slots = *n_seq + extra;
+    return rec_meta(k, cnt, *n_seq, *n_slots, bad_slot, meta);
+}
+
 /* A state pool: n_slots slots of slot_floats at a stride of stride_floats, random
  * (the padding too: it must come back unchanged). */
 static float *rec_pool(ck *k, int n_slots, size_t slot_floats, size_t stride_floats, float scale) {
@@ -1051,11 +1063,9 @@ static pkv_status check_ssm_conv(ck *k, bool silu) {
         const int64_t C = cases[ci / 2][0];
         const int K = cases[ci / 2][1], *cnt = &cases[ci / 2][2];
         const bool inplace = ci & 1;
-        int n_seq = 0;
-        while (n_seq < 4 && cnt[n_seq]) n_seq++;
-        const int n_slots = n_seq + 2;
+        int n_seq, n_slots;
         int32_t meta[9];
-        const int64_t n = rec_meta(k, cnt, n_seq, n_slots, inplace && n_seq > 1, meta);
+        const int64_t n = rec_case(k, cnt, 4, 2, inplace, meta, &n_seq, &n_slots);
         const size_t slot = (size_t)(K - 1) * (size_t)C, stride = slot + 3;
         float *h = scratch((size_t)(n * C), 2), *w = scratch((size_t)(C * K), 1);
         float *pool = rec_pool(k, n_slots, slot, stride, 2.0f);
@@ -1117,11 +1127,9 @@ static pkv_status check_delta_net(ck *k, bool grouped) {
         const int hk = cases[ci / 2][0], hv = cases[ci / 2][1], dk = cases[ci / 2][2], dv = cases[ci / 2][3];
         const int *cnt = &cases[ci / 2][4];
         const bool bad = ci & 1;
-        int n_seq = 0;
-        while (n_seq < 3 && cnt[n_seq]) n_seq++;
-        const int n_slots = n_seq + 1;
+        int n_seq, n_slots;
         int32_t meta[7];
-        const int64_t n = rec_meta(k, cnt, n_seq, n_slots, bad, meta);
+        const int64_t n = rec_case(k, cnt, 3, 1, bad, meta, &n_seq, &n_slots);
         /* q, k, v as the column ranges of one conv output row, as in the model */
         const size_t kd = (size_t)hk * dk, vd = (size_t)hv * dv, row = 2 * kd + vd;
         const size_t slot = (size_t)hv * dk * dv, stride = slot + 1;
@@ -1179,6 +1187,89 @@ static pkv_status check_delta_net(ck *k, bool grouped) {
         pkv_free(in);
         pkv_free(gb);
         pkv_free(out);
+        pkv_free(pool);
+        if (s) return s;
+    }
+    row_end(k);
+    return PKV_OK;
+}
+
+/* Mamba-2's scan inputs of n tokens: dt in [-4, 4] with every 7th above 20 (softplus's
+ * identity branch), dt_bias in [-1, 1], A = -exp(u), u in [-1, 1] (ssm_a = -exp(A_log)),
+ * D in [-1, 1]: decays in (0, 1) as the models have them. par: dt_bias | A | D. */
+static void scan_params(ck *k, float *dt, int64_t n, int nh, float *par) {
+    for (int64_t i = 0; i < n * nh; i++) dt[i] = i % 7 == 3 ? 20.5f + rndf(k) * 0.25f : 4.0f * rndf(k);
+    for (int h = 0; h < nh; h++) {
+        par[h] = rndf(k);
+        par[nh + h] = -expf(rndf(k));
+        par[2 * nh + h] = rndf(k);
+    }
+}
+
+static pkv_status check_ssm_scan(ck *k, bool skip) {
+    /* n_head, head_dim, n_group, d_state, then the token counts of up to 3 sequences */
+    static const int cases[][7] = {{1, 8, 1, 16, 1, 0, 0},  {4, 16, 2, 16, 5, 1, 7}, {8, 64, 1, 128, 3, 9, 0},
+                                   {6, 12, 3, 13, 4, 2, 1}, {2, 5, 2, 40, 11, 0, 0}};
+    row_begin(k, "kernel %s", skip ? "ssm_scan (D skip)" : "ssm_scan", 1e-9);
+    pkv_status s = PKV_OK;
+    for (size_t ci = 0; ci < 2 * PKV_ARRAY_LEN(cases) && !k->row_error && !k->row.skipped; ci++) {
+        const int nh = cases[ci / 2][0], hd = cases[ci / 2][1], ng = cases[ci / 2][2], ds = cases[ci / 2][3];
+        const int *cnt = &cases[ci / 2][4];
+        const bool bad = ci & 1;
+        int n_seq, n_slots;
+        int32_t meta[7];
+        const int64_t n = rec_case(k, cnt, 3, 1, bad, meta, &n_seq, &n_slots);
+        /* x, B, C as the column ranges of one conv output row [x | B | C | pad], as in the model */
+        const size_t xd = (size_t)nh * hd, bd = (size_t)ng * ds, row = xd + 2 * bd + 3;
+        const size_t slot = xd * ds, stride = slot + 1;
+        /* host: in [n][row], dt [n][nh], y [n][xd], par: dt_bias | A | D */
+        float *in = scratch((size_t)n * (row + (size_t)nh + xd) + 3 * (size_t)nh, 1);
+        float *pool = rec_pool(k, n_slots, slot, stride, 0.5f);
+        if (!in || !pool) {
+            pkv_free(in);
+            pkv_free(pool);
+            return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+        }
+        float *dt = in + (size_t)n * row, *y = dt + n * nh, *par = y + (size_t)n * xd;
+        fill_rand(k, in, (size_t)n * row, 1.0f);
+        scan_params(k, dt, n, nh, par);
+        dbuf *bin, *bdt, *bp, *by, *bs, *bm;
+        TRY(s = put(k, &bin, in, (size_t)n * row * 4));
+        TRY(s = put(k, &bdt, dt, (size_t)(n * nh) * 4));
+        TRY(s = put(k, &bp, par, (size_t)nh * 3 * 4));
+        TRY(s = put(k, &by, NULL, (size_t)n * xd * 4));
+        const size_t pool_floats = (size_t)(n_slots - 1) * stride + slot;
+        TRY(s = put(k, &bs, pool, pool_floats * 4));
+        TRY(s = put(k, &bm, meta, (size_t)(2 * n_seq + 1) * 4));
+        pkv_k_ssm_scan_args a = {.x = tr(bin),
+                                 .B = pkv_tref_make(bin->buf, bin->off + xd * 4),
+                                 .C = pkv_tref_make(bin->buf, bin->off + (xd + bd) * 4),
+                                 .x_stride = row * 4,
+                                 .B_stride = row * 4,
+                                 .C_stride = row * 4,
+                                 .dt = tr(bdt),
+                                 .dt_bias = tr(bp),
+                                 .A = pkv_tref_make(bp->buf, bp->off + (size_t)nh * 4),
+                                 .D = skip ? pkv_tref_make(bp->buf, bp->off + (size_t)nh * 8) : (pkv_tref){0},
+                                 .y = tr(by),
+                                 .state = tr(bs),
+                                 .state_stride = stride * 4,
+                                 .n_slots = n_slots,
+                                 .meta = tr(bm),
+                                 .n_tok = n,
+                                 .n_seq = n_seq,
+                                 .n_head = nh,
+                                 .head_dim = hd,
+                                 .n_group = ng,
+                                 .d_state = ds};
+        pkv_ref_ssm_scan(&a, in, in + xd, in + xd + bd, dt, par, par + nh, skip ? par + 2 * nh : NULL, y, pool, meta);
+        if (kernel_ok(k, pkv_k_ssm_scan(k->dev, &a), "ssm_scan")) {
+            s = compare_f32(k, by, y, (size_t)n * xd, bad ? "y, one bad slot" : "y");
+            if (!s) s = compare_f32(k, bs, pool, pool_floats, "state");
+        }
+    done:
+        bufs_free(k);
+        pkv_free(in);
         pkv_free(pool);
         if (s) return s;
     }
@@ -1439,6 +1530,11 @@ static pkv_status rows_ssm_conv(ck *k) {
 static pkv_status rows_delta_net(ck *k) {
     pkv_status s = check_delta_net(k, false);
     return s ? s : check_delta_net(k, true);
+}
+
+static pkv_status rows_ssm_scan(ck *k) {
+    pkv_status s = check_ssm_scan(k, false);
+    return s ? s : check_ssm_scan(k, true);
 }
 
 static pkv_status rows_l2_norm(ck *k) { return check_l2_norm(k); }

@@ -288,6 +288,39 @@ typedef struct pkv_k_delta_net_args {
     float scale;
 } pkv_k_delta_net_args;
 
+/* Mamba-2's selective scan (ggml_ssm_scan with one scalar decay per head), over the
+ * recurrent kernels' state slots and meta (above).
+ * x:    f32, token t's head h (of n_head, head_dim each) at x.off + t * x_stride + h * head_dim * 4;
+ * B, C: f32, token t's group g (of n_group, d_state each) at B.off + t * B_stride + g * d_state * 4
+ *       (C likewise); strides in bytes, multiples of 4, 0 = packed rows, so x, B and C may be
+ *       column ranges of one conv output row [x | B | C].
+ * dt:   f32 [n_tok][n_head], before the bias and softplus.
+ * dt_bias, A: f32 [n_head] (GGUF ssm_dt.bias; ssm_a = -exp(A_log)); D: f32 [n_head] (ssm_d),
+ *       optional (buf NULL: no skip term).
+ * y:    f32 [n_tok][n_head][head_dim]; may not alias any input.
+ * slot: f32 [n_head][head_dim][d_state]: S_h[i][n] at (h * head_dim + i) * d_state + n
+ *       (ggml's layout {d_state, head_dim, n_head}); zeros for a new sequence.
+ * Head h reads group h / (n_head / n_group) (n_head a multiple of n_group). For each token of a
+ * sequence, in order, per head h:
+ *   d = softplus(dt[h] + dt_bias[h])         (softplus as PKV_UNARY_SOFTPLUS: x > 20 ? x : log1p(e^x))
+ *   a = exp(d * A[h])
+ *   S[i][n] <- S[i][n] * a + d * x_i * B_n
+ *   y_i = sum_n S[i][n] * C_n + D[h] * x_i
+ * The state is f32 between tokens (rounded after every token, also inside a call), so a
+ * sequence's tokens in one call or in several give the same bits on one device. */
+typedef struct pkv_k_ssm_scan_args {
+    pkv_tref x, B, C;
+    size_t x_stride, B_stride, C_stride;
+    pkv_tref dt, dt_bias, A, D, y;
+    pkv_tref state;      /* the slot pool */
+    size_t state_stride; /* bytes between slots, >= n_head * head_dim * d_state * 4, a multiple of 4 */
+    int64_t n_slots;
+    pkv_tref meta;       /* i32 [2 n_seq + 1]: indptr, slot */
+    int64_t n_tok;
+    int n_seq;
+    int n_head, head_dim, n_group, d_state;
+} pkv_k_ssm_scan_args;
+
 /* y = x / sqrt(sum(x^2) + eps) over every head: row (t, h), t < n, h < n_heads, of
  * head_dim f32 at x.off + t * x_stride + h * head_dim * 4 (y likewise with y_stride;
  * strides in bytes, multiples of 4, 0 = packed). In place ok (y == x, same stride).
@@ -383,6 +416,7 @@ typedef struct pkv_k_moe_combine_args {
     X(argmax)                                                                              \
     X(ssm_conv)                                                                            \
     X(delta_net)                                                                           \
+    X(ssm_scan)                                                                            \
     X(l2_norm)                                                                             \
     X(unary)                                                                               \
     X(layer_norm)                                                                          \

@@ -233,7 +233,7 @@ static pkv_status stride_of(const kctx *k, const char *name, size_t *stride, uin
     return PKV_OK;
 }
 
-/* The slot pool and the meta table shared by ssm_conv and delta_net. */
+/* The slot pool and the meta table shared by the recurrent kernels. */
 static pkv_status state_args(const kctx *k, pkv_tref state, size_t stride, int64_t n_slots, uint64_t slot_bytes,
                              pkv_tref meta, int n_seq) {
     if (n_slots <= 0 || n_seq <= 0)
@@ -280,6 +280,27 @@ static pkv_status check_delta_net(const kctx *k, pkv_k_delta_net_args *a) {
                    a->meta, a->n_seq));
     if (a->scale == 0) a->scale = (float)(1.0 / sqrt((double)a->d_k));
     return PKV_OK;
+}
+
+static pkv_status check_ssm_scan(const kctx *k, pkv_k_ssm_scan_args *a) {
+    SHAPE(a->n_tok > 0, "n_tok %lld", (long long)a->n_tok);
+    SHAPE(a->n_head > 0 && a->head_dim > 0 && a->n_group > 0 && a->d_state > 0,
+          "n_head %d, head_dim %d, n_group %d, d_state %d must be > 0", a->n_head, a->head_dim, a->n_group, a->d_state);
+    SHAPE(a->n_head % a->n_group == 0, "n_head %d is not a multiple of n_group %d", a->n_head, a->n_group);
+    const uint64_t x_row = (uint64_t)a->n_head * (uint64_t)a->head_dim * 4, bc_row = (uint64_t)a->n_group * (uint64_t)a->d_state * 4;
+    TRY(stride_of(k, "x", &a->x_stride, x_row));
+    TRY(stride_of(k, "B", &a->B_stride, bc_row));
+    TRY(stride_of(k, "C", &a->C_stride, bc_row));
+    const uint64_t last = (uint64_t)(a->n_tok - 1), heads = (uint64_t)a->n_head * 4;
+    TRY(arg(k, "x", a->x, last * a->x_stride + x_row));
+    TRY(arg(k, "B", a->B, last * a->B_stride + bc_row));
+    TRY(arg(k, "C", a->C, last * a->C_stride + bc_row));
+    TRY(arg(k, "dt", a->dt, (uint64_t)a->n_tok * heads));
+    TRY(arg(k, "dt_bias", a->dt_bias, heads));
+    TRY(arg(k, "A", a->A, heads));
+    if (a->D.buf) TRY(arg(k, "D", a->D, heads));
+    TRY(arg(k, "y", a->y, (uint64_t)a->n_tok * x_row));
+    return state_args(k, a->state, a->state_stride, a->n_slots, x_row * (uint64_t)a->d_state, a->meta, a->n_seq);
 }
 
 static pkv_status check_l2_norm(const kctx *k, pkv_k_l2_norm_args *a) {

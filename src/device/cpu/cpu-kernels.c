@@ -1091,6 +1091,67 @@ static pkv_status cpu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
     return PKV_OK;
 }
 
+/* One (sequence, head) at a time, tokens in order, the state updated in place in
+ * f32: every state row i sees the same operations in the same order (the sum over
+ * the state dim n ascending) whatever the batch, the thread count or how a
+ * sequence's tokens are split over calls. */
+static void scan_task(int ti, int n_tasks, void *arg) {
+    const rows_job *j = arg;
+    const pkv_k_ssm_scan_args *a = j->args;
+    const int nh = a->n_head, hd = a->head_dim, ds = a->d_state, per_group = a->n_head / a->n_group;
+    const uint8_t *x = pkv_cpu_ptr(a->x), *B = pkv_cpu_ptr(a->B), *C = pkv_cpu_ptr(a->C);
+    const float *dt = pkv_cpu_ptr(a->dt), *dt_bias = pkv_cpu_ptr(a->dt_bias), *A = pkv_cpu_ptr(a->A);
+    const float *D = a->D.buf ? pkv_cpu_ptr(a->D) : NULL;
+    float *y = pkv_cpu_ptr(a->y);
+    const int32_t *meta = pkv_cpu_ptr(a->meta);
+    int64_t i0, i1;
+    range((int64_t)a->n_seq * nh, ti, n_tasks, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        const int s = (int)(item / nh), h = (int)(item % nh), g = h / per_group;
+        int64_t lo, hi, slot;
+        const int ok = rec_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            for (int64_t t = lo; t < hi; t++) memset(y + (t * nh + h) * hd, 0, (size_t)hd * sizeof(float));
+            continue;
+        }
+        float *S = (float *)(void *)((uint8_t *)pkv_cpu_ptr(a->state) + (size_t)slot * a->state_stride) + (size_t)h * hd * ds;
+        const float skip = D ? D[h] : 0.0f;
+        for (int64_t t = lo; t < hi; t++) {
+            const float *xt = (const float *)(const void *)(x + (size_t)t * a->x_stride) + (size_t)h * hd;
+            const float *Bt = (const float *)(const void *)(B + (size_t)t * a->B_stride) + (size_t)g * ds;
+            const float *Ct = (const float *)(const void *)(C + (size_t)t * a->C_stride) + (size_t)g * ds;
+            const float v = dt[t * nh + h] + dt_bias[h];
+            const float d = v > 20.0f ? v : log1pf(expf(v)), decay = expf(d * A[h]);
+            float *yt = y + (t * nh + h) * hd;
+            for (int i = 0; i < hd; i++) {
+                float *row = S + (size_t)i * ds;
+                const float dx = d * xt[i];
+                float o = 0.0f;
+                for (int n = 0; n < ds; n++) {
+                    const float sv = row[n] * decay + dx * Bt[n];
+                    row[n] = sv;
+                    o += sv * Ct[n];
+                }
+                yt[i] = o + skip * xt[i];
+            }
+        }
+    }
+}
+
+static pkv_status cpu_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
+    pkv_cpu_ctx *c = ctx;
+    const char *names[] = {"x", "B", "C", "dt", "dt_bias", "A", "D", "y", "state", "meta"};
+    const pkv_tref refs[] = {a->x, a->B, a->C, a->dt, a->dt_bias, a->A, a->D, a->y, a->state, a->meta};
+    for (int i = 0; i < 10; i++)
+        if (refs[i].buf) TRY(aligned(c, "ssm_scan", names[i], refs[i], 4));
+    const int64_t items = (int64_t)a->n_seq * a->n_head;
+    rows_job j = {a, items};
+    pkv_pool_run(c->pool, n_tasks_for(c, items, (double)a->n_tok * a->n_head * (double)a->head_dim * a->d_state * 4), scan_task,
+                 &j);
+    return PKV_OK;
+}
+
 static void l2_task(int ti, int n_tasks, void *arg) {
     const rows_job *j = arg;
     const pkv_k_l2_norm_args *a = j->args;

@@ -404,6 +404,44 @@ void pkv_ref_delta_net(const pkv_k_delta_net_args *a, const void *q, const void 
     pkv_free(col);
 }
 
+void pkv_ref_ssm_scan(const pkv_k_ssm_scan_args *a, const void *x, const void *B, const void *C, const float *dt,
+                      const float *dt_bias, const float *A, const float *D, float *y, void *state, const int32_t *meta) {
+    const int nh = a->n_head, hd = a->head_dim, ng = a->n_group, ds = a->d_state;
+    const size_t xs = a->x_stride ? a->x_stride : (size_t)nh * hd * 4;
+    const size_t bs = a->B_stride ? a->B_stride : (size_t)ng * ds * 4, cs = a->C_stride ? a->C_stride : (size_t)ng * ds * 4;
+    for (int s = 0; s < a->n_seq; s++) {
+        int64_t lo, hi, slot;
+        const int ok = ref_seq(meta, a->n_seq, a->n_tok, a->n_slots, s, &lo, &hi, &slot);
+        if (ok == 0) continue;
+        if (ok == 1) {
+            memset(y + lo * nh * hd, 0, (size_t)((hi - lo) * nh * hd) * sizeof(float));
+            continue;
+        }
+        for (int h = 0; h < nh; h++) {
+            const int g = h / (nh / ng);
+            float *S = (float *)(void *)((uint8_t *)state + (size_t)slot * a->state_stride) + (size_t)h * hd * ds;
+            for (int64_t t = lo; t < hi; t++) {
+                const float *xt = (const float *)(const void *)((const uint8_t *)x + (size_t)t * xs) + (size_t)h * hd;
+                const float *Bt = (const float *)(const void *)((const uint8_t *)B + (size_t)t * bs) + (size_t)g * ds;
+                const float *Ct = (const float *)(const void *)((const uint8_t *)C + (size_t)t * cs) + (size_t)g * ds;
+                const double v = (double)dt[t * nh + h] + dt_bias[h];
+                const double d = v > 20.0 ? v : log1p(exp(v)), decay = exp(d * A[h]);
+                for (int i = 0; i < hd; i++) {
+                    const double dx = d * xt[i];
+                    double o = 0;
+                    for (int n = 0; n < ds; n++) {
+                        const double sv = (double)S[(size_t)i * ds + n] * decay + dx * Bt[n];
+                        S[(size_t)i * ds + n] = (float)sv;
+                        o += sv * Ct[n];
+                    }
+                    if (D) o += (double)D[h] * xt[i];
+                    y[(t * nh + h) * hd + i] = (float)o;
+                }
+            }
+        }
+    }
+}
+
 void pkv_ref_l2_norm(const pkv_k_l2_norm_args *a, const void *x, void *y) {
     const size_t row = (size_t)(a->n_heads * a->head_dim) * 4;
     const size_t xs = a->x_stride ? a->x_stride : row, ys = a->y_stride ? a->y_stride : row;

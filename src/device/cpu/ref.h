@@ -59,6 +59,9 @@ void pkv_ref_ssm_conv(const pkv_k_ssm_conv_args *a, const float *x, const float 
 /* q, k, v: the bytes at a->q, a->k, a->v (rows at their strides). a->scale 0 = 1/sqrt(d_k). */
 void pkv_ref_delta_net(const pkv_k_delta_net_args *a, const void *q, const void *k, const void *v, const float *g,
                        const float *beta, float *out, void *state, const int32_t *meta);
+/* x, B, C: the bytes at a->x, a->B, a->C (rows at their strides); D NULL: no skip term. */
+void pkv_ref_ssm_scan(const pkv_k_ssm_scan_args *a, const void *x, const void *B, const void *C, const float *dt,
+                      const float *dt_bias, const float *A, const float *D, float *y, void *state, const int32_t *meta);
 /* x, y: the bytes at a->x, a->y (rows at their strides); y may equal x. */
 void pkv_ref_l2_norm(const pkv_k_l2_norm_args *a, const void *x, void *y);
 /* bias / mul NULL: none. */

@@ -545,6 +545,12 @@ static pkv_status cu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
     return launched(c, "delta_net", pkv_cu_launch_delta_net(&p, c->stream));
 }
 
+static pkv_status cu_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
+    pkv_cu_ctx *c = ctx;
+    (void)a;
+    return pkv_err(PKV_ERR_UNSUPPORTED, "kernel ssm_scan on %s: not written for CUDA yet", c->name);
+}
+
 static pkv_status cu_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {
     pkv_cu_ctx *c = ctx;
     ALIGN("l2_norm", "x", a->x.off, 4);

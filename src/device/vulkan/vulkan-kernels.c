@@ -620,6 +620,12 @@ static pkv_status vk_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
     return dispatch(c, PKV_VK_K_DELTA_NET, v, 8, pc, 21, groups);
 }
 
+static pkv_status vk_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
+    pkv_vk_ctx *c = ctx;
+    (void)a;
+    return pkv_err(PKV_ERR_UNSUPPORTED, "kernel ssm_scan on %s: not written for Vulkan yet", c->name);
+}
+
 static pkv_status vk_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {
     pkv_vk_ctx *c = ctx;
     const uint64_t row = (uint64_t)a->n_heads * (uint64_t)a->head_dim * 4, last = (uint64_t)(a->n - 1);
