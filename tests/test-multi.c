@@ -177,6 +177,27 @@ int main(void) {
     bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
     CHECK(bad == NULL);
     CHECK_MSG("(gated delta-net) has 4 key heads, which cannot be split over 5 devices");
+    /* granitehybrid: the Mamba-2 layers split by SSM groups (each device its groups'
+     * heads, B and C, and their conv window and SSM state in its state slots), the
+     * same tolerances and KV operations */
+    for (int t = 0; t < 2; t++) {
+        double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
+        fprintf(stderr, "granitehybrid %s:\n", pkv_type_name(q35_types[t]));
+        pkv_model *single = NULL;
+        pkv_kv_cache *sc = NULL;
+        REQUIRE(mc_reference(q35_types[t], "granitehybrid", &single, &sc, ref_lg, ref_toks));
+        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
+        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
+        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, tol);
+        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
+        mc_kv_ops("cpu:1,cpu:2,cpu:3", true, single, sc, true);
+        pkv_kv_cache_free(sc);
+        pkv_model_free(single);
+    }
+    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
+    CHECK(bad == NULL);
+    CHECK_MSG("(Mamba-2) has 4 SSM groups, which cannot be split over 5 devices");
     /* mixture of experts: attention split by heads, the experts in the split's
      * proportions (expert parallelism: each token's rows go to its experts' devices,
      * the router and the sum on the first): qwen3moe, and gpt-oss (biases on every

@@ -682,6 +682,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     cap = PKV_MAX(cap, (size_t)(PL * PKV_MAX((int64_t)p.n_vocab, E)));
     /* latent attention: attn_k_b / attn_v_b [heads][kv_lora][head_dim], attn_q_b [qd][q_lora] */
     cap = PKV_MAX(cap, (size_t)PKV_MAX(qd * p.kv_lora_rank, qd * p.q_lora_rank));
+    /* recurrent layers' input projections (a Mamba-2 ssm_in: z, x, B, C and dt rows) */
+    cap = PKV_MAX(cap, (size_t)E * (size_t)(2 * (p.ssm_v_heads + p.ssm_k_heads) * p.ssm_head_dim + p.ssm_v_heads));
     pkv_vocab_desc *voc = NULL;
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
     if ((s = pkv_mk_begin(&b, p.seed, cap))) goto done;
