@@ -7,7 +7,8 @@
  * norm), a NoPE attention layer, SwiGLU FFNs, and Granite's embedding, attention,
  * residual and logit multipliers. A prompt decoded at once and single steps, every
  * position, at pages of 5 and of 16 tokens; the reference without the residual
- * multiplier must be far off. Split over cpu and cpu:1 (by SSM groups) and on
+ * multiplier must be far off. KV operations (truncate, fork, swap, save/load)
+ * against a replay, bitwise. Split over cpu and cpu:1 (by SSM groups) and on
  * vulkan:0 where it opens, the same tolerance. Bad files (inconsistent SSM sizes,
  * a conv kernel of 0 or above the maximum, a head_count_kv array of the wrong
  * length, missing ssm_* tensors) are refused naming the key or tensor. */
@@ -243,6 +244,100 @@ done:
     pkv_mkmodel_free_memory(img);
 }
 
+/* Logits after tokens t[0..n) on a fresh context of m and c (cold replay). */
+static bool replay(pkv_model *m, pkv_kv_cache *c, const int32_t *t, int n, float *lg) {
+    pkv_context *x = pkv_context_create(m, c, 0);
+    bool ok = x && pkv_context_decode(x, t, n) == PKV_OK;
+    if (ok) memcpy(lg, pkv_context_logits(x), V * sizeof(float));
+    pkv_context_free(x);
+    return ok;
+}
+
+static void same(const float *a, const float *b, const char *what) {
+    if (memcmp(a, b, V * sizeof(float))) TH_FAIL("%s: logits differ from the replay's", what);
+    else th_checks++;
+}
+
+/* KV operations on the Mamba-2 state against a replay, bitwise (q8_0 weights, pages
+ * of 4): truncate into the middle of a prefill and of single steps (the state from
+ * a checkpoint, then recomputed), fork (the child's state a copy, the parent's
+ * untouched), swap out and in, save and load; a saved sequence of a model with
+ * another state shape (4 groups) is refused on load. */
+static void test_kv_ops(void) {
+    pkv_mkmodel_params p = params();
+    p.type = PKV_TYPE_Q8_0;
+    p.n_embd = 128, p.ssm_v_heads = 16;
+    void *img = NULL, *img4 = NULL;
+    size_t size = 0, size4 = 0;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    p.ssm_k_heads = 4;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img4, &size4) == PKV_OK);
+    pkv_model *m = pkv_model_load_memory(img, size, "granite", pkv_model_default_params());
+    pkv_model *m4 = pkv_model_load_memory(img4, size4, "granite4", pkv_model_default_params());
+    pkv_cache_params cp = pkv_cache_default_params();
+    cp.page_size = 4;
+    cp.n_ctx = MAXP;
+    cp.n_seq_max = 4;
+    pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL, *c4 = m4 ? pkv_model_cache_create(m4, cp) : NULL;
+    pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
+    REQUIRE_VOID(ctx && c4);
+    int32_t t[40];
+    for (int i = 0; i < 40; i++) t[i] = (i * 53 + 11) % V;
+    static float want[V], got[V];
+    /* a prefill of 18, then 6 single steps; truncate to 13 and to 21, each recomputed on */
+    CHECK_OK(pkv_context_decode(ctx, t, 18));
+    for (int i = 18; i < 24; i++) CHECK_OK(pkv_context_decode(ctx, &t[i], 1));
+    static const int keeps[] = {21, 13};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(pkv_context_truncate(ctx, keeps[k]));
+        CHECK_OK(pkv_context_decode(ctx, &t[keeps[k]], 3));
+        memcpy(got, pkv_context_logits(ctx), sizeof got);
+        if (replay(m, c, t, keeps[k] + 3, want)) same(got, want, keeps[k] == 21 ? "truncate to 21" : "truncate to 13");
+    }
+    /* at 16: fork, both go on with other tokens */
+    pkv_context *child = pkv_context_fork(ctx);
+    CHECK(child != NULL);
+    if (child) {
+        int32_t u[19];
+        memcpy(u, t, 16 * sizeof *u);
+        u[16] = 7, u[17] = 8, u[18] = 9;
+        CHECK_OK(pkv_context_decode(child, &u[16], 3));
+        memcpy(got, pkv_context_logits(child), sizeof got);
+        if (replay(m, c, u, 19, want)) same(got, want, "fork (child)");
+        CHECK_OK(pkv_context_decode(ctx, &t[16], 2));
+        memcpy(got, pkv_context_logits(ctx), sizeof got);
+        if (replay(m, c, t, 18, want)) same(got, want, "fork (parent)");
+        pkv_context_free(child);
+    }
+    /* swap out and in, then save and load: the next step as the replay's */
+    CHECK_OK(pkv_context_swap_out(ctx));
+    CHECK_OK(pkv_context_swap_in(ctx));
+    CHECK_OK(pkv_context_decode(ctx, &t[18], 1));
+    memcpy(got, pkv_context_logits(ctx), sizeof got);
+    if (replay(m, c, t, 19, want)) same(got, want, "swap out and in");
+    const char *path = th_tmp("granite.pkvseq");
+    CHECK_OK(pkv_context_save(ctx, path));
+    pkv_context_free(ctx);
+    ctx = pkv_context_load(m, c, path, 0);
+    CHECK(ctx != NULL);
+    if (ctx) {
+        CHECK_OK(pkv_context_decode(ctx, &t[19], 1));
+        memcpy(got, pkv_context_logits(ctx), sizeof got);
+        if (replay(m, c, t, 20, want)) same(got, want, "save and load");
+    }
+    pkv_context *other = pkv_context_load(m4, c4, path, 0);
+    CHECK(other == NULL);
+    pkv_context_free(other);
+    unlink(path);
+    pkv_context_free(ctx);
+    pkv_kv_cache_free(c);
+    pkv_kv_cache_free(c4);
+    pkv_model_free(m);
+    pkv_model_free(m4);
+    pkv_mkmodel_free_memory(img);
+    pkv_mkmodel_free_memory(img4);
+}
+
 /* A copy of g (pkv_free it) with the u32 array key set to n entries of value v. */
 static void *with_array(const pkv_gguf *g, const char *key, int n, int32_t v, size_t *size) {
     pkv_gguf_writer *w = pkv_gguf_writer_create();
@@ -338,6 +433,7 @@ int main(void) {
     test_forward("cpu", 5, 1e-9);
     test_forward("cpu", 16, 1e-9);
     test_bad();
+    test_kv_ops();
     test_forward("cpu,cpu:1", 5, 1e-9);
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
     if (vk) {
