@@ -54,25 +54,15 @@ typedef struct {
     double k[8][MAXP][NKV * HD], v[8][MAXP][NKV * HD]; /* per file layer */
 } glm_ref;
 
-static double *T_(const glm_ref *r, int l, const char *suffix) {
-    char name[96];
-    int64_t n = 0;
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
-    return ref_gguf_tensor((void *)r->g, name, &n);
-}
+static double *T_(const glm_ref *r, int l, const char *suffix) { return ref_gguf_blk(r->g, l, suffix); }
 
 /* y = W·x (+ b) with the file's tensors of layer l (b may be absent) */
 static void mv(const glm_ref *r, int l, const char *w, const char *b, const double *x, int rows, int cols, double *y) {
-    double *W = T_(r, l, w), *B = b ? T_(r, l, b) : NULL;
-    ref_matvec(W, x, B, rows, cols, y);
-    free(W);
-    free(B);
+    ref_gguf_mv(r->g, l, w, b, x, rows, cols, y);
 }
 
 static void norm_by(const glm_ref *r, int l, const char *w, const double *x, int n, double *y) {
-    double *W = T_(r, l, w);
-    ref_rms_norm(x, W, n, r->eps, y);
-    free(W);
+    ref_gguf_norm(r->g, l, w, x, n, r->eps, y);
 }
 
 /* x += attention of layer l at position pos (its own K/V rows) */
@@ -93,22 +83,7 @@ static void attention(glm_ref *r, int l, int pos, double *x) {
     }
     free(qn);
     free(kn);
-    for (int hd = 0; hd < NH; hd++) {
-        const int kh = hd / (NH / NKV);
-        double s[MAXP], mx = -1e300, sum = 0;
-        for (int t = 0; t <= pos; t++) {
-            double d = 0;
-            for (int i = 0; i < HD; i++) d += q[hd * HD + i] * r->k[l][t][kh * HD + i];
-            s[t] = d / sqrt((double)HD);
-            mx = fmax(mx, s[t]);
-        }
-        for (int t = 0; t <= pos; t++) sum += s[t] = exp(s[t] - mx);
-        for (int i = 0; i < HD; i++) {
-            double a = 0;
-            for (int t = 0; t <= pos; t++) a += s[t] / sum * r->v[l][t][kh * HD + i];
-            att[hd * HD + i] = a;
-        }
-    }
+    ref_attend(q, r->k[l][0], r->v[l][0], NKV * HD, pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
     mv(r, l, "attn_output.weight", NULL, att, E, NH * HD, o);
     for (int i = 0; i < E; i++) x[i] += o[i];
 }

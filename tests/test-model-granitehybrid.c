@@ -51,24 +51,14 @@ typedef struct {
     double ssm[NL][H][P][N];      /* S_h[i][n] */
 } gr_ref;
 
-static double *T_(const gr_ref *r, int l, const char *suffix) {
-    char name[96];
-    int64_t n = 0;
-    if (l >= 0) snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
-    else snprintf(name, sizeof name, "%s", suffix);
-    return ref_gguf_tensor((void *)r->g, name, &n);
-}
+static double *T_(const gr_ref *r, int l, const char *suffix) { return ref_gguf_blk(r->g, l, suffix); }
 
 static void mv(const gr_ref *r, int l, const char *w, const double *x, int rows, int cols, double *y) {
-    double *W = T_(r, l, w);
-    ref_matvec(W, x, NULL, rows, cols, y);
-    free(W);
+    ref_gguf_mv(r->g, l, w, NULL, x, rows, cols, y);
 }
 
 static void norm_by(const gr_ref *r, int l, const char *w, const double *x, int n, double *y) {
-    double *W = T_(r, l, w);
-    ref_rms_norm(x, W, n, r->eps, y);
-    free(W);
+    ref_gguf_norm(r->g, l, w, x, n, r->eps, y);
 }
 
 static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
@@ -121,22 +111,7 @@ static void attention(gr_ref *r, int l, int pos, double *x) {
     mv(r, l, "attn_q.weight", h, NH * HD, E, q);
     mv(r, l, "attn_k.weight", h, NKV * HD, E, r->k[l][pos]);
     mv(r, l, "attn_v.weight", h, NKV * HD, E, r->v[l][pos]);
-    for (int hd = 0; hd < NH; hd++) {
-        const int kh = hd / (NH / NKV);
-        double s[MAXP], mx = -1e300, sum = 0;
-        for (int t = 0; t <= pos; t++) {
-            double d = 0;
-            for (int i = 0; i < HD; i++) d += q[hd * HD + i] * r->k[l][t][kh * HD + i];
-            s[t] = d * r->as;
-            mx = fmax(mx, s[t]);
-        }
-        for (int t = 0; t <= pos; t++) sum += s[t] = exp(s[t] - mx);
-        for (int i = 0; i < HD; i++) {
-            double a = 0;
-            for (int t = 0; t <= pos; t++) a += s[t] / sum * r->v[l][t][kh * HD + i];
-            att[hd * HD + i] = a;
-        }
-    }
+    ref_attend(q, r->k[l][0], r->v[l][0], NKV * HD, pos + 1, NH, NKV, HD, r->as, att);
     mv(r, l, "attn_output.weight", att, E, NH * HD, o);
     residual(r, x, o);
 }

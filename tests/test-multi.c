@@ -154,50 +154,37 @@ int main(void) {
     CHECK_MSG("use at most 8 devices");
     mc_n_head_kv = 8;
     /* qwen35: the gated delta-net layers split by key-head groups with their share of
-     * the recurrent state (the cache's state slots sharded with them), the same
-     * tolerances; KV operations on the split, truncate replaying the state */
+     * the recurrent state (the cache's state slots sharded with them); granitehybrid:
+     * the Mamba-2 layers split by SSM groups (each device its groups' heads, B and C,
+     * and their conv window and SSM state); the same tolerances; KV operations on the
+     * split, truncate replaying the state. A device that would get no group: refused */
     static const pkv_type q35_types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0};
-    for (int t = 0; t < 2; t++) {
-        double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
-        mc_kv_k = mc_kv_v = PKV_TYPE_F16;
-        fprintf(stderr, "qwen35 %s:\n", pkv_type_name(q35_types[t]));
-        pkv_model *single = NULL;
-        pkv_kv_cache *sc = NULL;
-        REQUIRE(mc_reference(q35_types[t], "qwen35", &single, &sc, ref_lg, ref_toks));
-        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
-        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
-        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
-        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, tol);
-        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
-        mc_kv_ops("cpu:1,cpu:2,cpu:3", true, single, sc, true);
-        pkv_kv_cache_free(sc);
-        pkv_model_free(single);
+    static const struct {
+        const char *arch, *refused;
+    } recs[] = {{"qwen35", "(gated delta-net) has 4 key heads, which cannot be split over 5 devices"},
+                {"granitehybrid", "(Mamba-2) has 4 SSM groups, which cannot be split over 5 devices"}};
+    for (int a = 0; a < 2; a++) {
+        for (int t = 0; t < 2; t++) {
+            double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
+            mc_kv_k = mc_kv_v = PKV_TYPE_F16;
+            fprintf(stderr, "%s %s:\n", recs[a].arch, pkv_type_name(q35_types[t]));
+            pkv_model *single = NULL;
+            pkv_kv_cache *sc = NULL;
+            REQUIRE(mc_reference(q35_types[t], recs[a].arch, &single, &sc, ref_lg, ref_toks));
+            mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
+            mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
+            mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
+            mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1 on host", "cpu:1,cpu:2,cpu:3", "2,1,1", true, ref_lg, ref_toks, tol);
+            mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, tol);
+            mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
+            mc_kv_ops("cpu:1,cpu:2,cpu:3", true, single, sc, true);
+            pkv_kv_cache_free(sc);
+            pkv_model_free(single);
+        }
+        bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
+        CHECK(bad == NULL);
+        CHECK_MSG(recs[a].refused);
     }
-    /* 4 key heads over 5 devices: a device would get no key-head group */
-    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
-    CHECK(bad == NULL);
-    CHECK_MSG("(gated delta-net) has 4 key heads, which cannot be split over 5 devices");
-    /* granitehybrid: the Mamba-2 layers split by SSM groups (each device its groups'
-     * heads, B and C, and their conv window and SSM state in its state slots), the
-     * same tolerances and KV operations */
-    for (int t = 0; t < 2; t++) {
-        double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
-        fprintf(stderr, "granitehybrid %s:\n", pkv_type_name(q35_types[t]));
-        pkv_model *single = NULL;
-        pkv_kv_cache *sc = NULL;
-        REQUIRE(mc_reference(q35_types[t], "granitehybrid", &single, &sc, ref_lg, ref_toks));
-        mc_compare("cpu:1,cpu:2", "cpu:1,cpu:2", NULL, false, ref_lg, ref_toks, tol);
-        mc_compare("cpu:1,cpu:2 --kv-on-host", "cpu:1,cpu:2", NULL, true, ref_lg, ref_toks, tol);
-        mc_compare("cpu:1,cpu:2,cpu:3 --split 2,1,1", "cpu:1,cpu:2,cpu:3", "2,1,1", false, ref_lg, ref_toks, tol);
-        mc_compare("cpu,cpu:1,cpu:2,cpu:3", "cpu,cpu:1,cpu:2,cpu:3", NULL, false, ref_lg, ref_toks, tol);
-        mc_kv_ops("cpu:1,cpu:2", false, single, sc, true);
-        mc_kv_ops("cpu:1,cpu:2,cpu:3", true, single, sc, true);
-        pkv_kv_cache_free(sc);
-        pkv_model_free(single);
-    }
-    bad = mc_load("cpu:1,cpu:2,cpu:3,cpu:4,cpu:5", NULL, false);
-    CHECK(bad == NULL);
-    CHECK_MSG("(Mamba-2) has 4 SSM groups, which cannot be split over 5 devices");
     /* mixture of experts: attention split by heads, the experts in the split's
      * proportions (expert parallelism: each token's rows go to its experts' devices,
      * the router and the sum on the first): qwen3moe, and gpt-oss (biases on every

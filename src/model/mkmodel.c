@@ -135,6 +135,26 @@ static pkv_status add_rows(pkv_mk *b, const char *name, pkv_type type, int64_t c
     return pkv_gguf_writer_add_tensor(b->w, name, type, nd, ne, b->q, row * (size_t)rows);
 }
 
+pkv_status pkv_mk_ssm_check(const pkv_mkmodel_params *p) {
+    if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
+        p->ssm_head_dim > 256 || p->n_layer > 64)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %s needs value heads a multiple of key heads (groups), a head size of 1 "
+                       "to 256 and at most 64 layers", p->arch);
+    return PKV_OK;
+}
+
+pkv_status pkv_mk_ssm_rows(const pkv_mkmodel_params *p, size_t blk) {
+    return pkv_mk_row_check(p, blk, "value heads x head size", (int64_t)p->ssm_v_heads * p->ssm_head_dim);
+}
+
+pkv_status pkv_mk_ssm_keys(pkv_mk *b, int d_conv, int state, int groups, int heads, int inner) {
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.conv_kernel", (uint32_t)d_conv));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.state_size", (uint32_t)state));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.group_count", (uint32_t)groups));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.time_step_rank", (uint32_t)heads));
+    return pkv_mk_u32(b, "ssm.inner_size", (uint32_t)inner);
+}
+
 pkv_status pkv_mk_add(pkv_mk *b, const char *name, pkv_type type, int64_t cols, int64_t rows, double center, double scale) {
     size_t n = (size_t)cols * (size_t)rows;
     if (n > b->cap) return pkv_err(PKV_ERR_INTERNAL, "mkmodel: tensor %s larger than scratch", name);

@@ -155,15 +155,7 @@ static pkv_status mk_check(pkv_mkmodel_params *p) {
     const int E = p->n_embd ? p->n_embd : 128;
     if (!p->ssm_v_heads) p->ssm_v_heads = 2 * E % p->ssm_head_dim == 0 ? 2 * E / p->ssm_head_dim : 4;
     if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads % 2 == 0 ? 2 : 1;
-    if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
-        p->ssm_head_dim > 256 || p->n_layer > 64)
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: granitehybrid needs heads a multiple of groups, a head size of 1 to 256 "
-                       "and at most 64 layers");
-    return PKV_OK;
-}
-
-static pkv_status mk_check_rows(const pkv_mkmodel_params *p, size_t blk) {
-    return pkv_mk_row_check(p, blk, "heads x head size", (int64_t)p->ssm_v_heads * p->ssm_head_dim);
+    return pkv_mk_ssm_check(p);
 }
 
 /* head_count_kv per layer: 0 marks a Mamba-2 layer. */
@@ -183,11 +175,7 @@ static pkv_status mk_keys(pkv_mk *b) {
         PKV_MK_TRY(pkv_mk_expert_keys(b, p->n_ff));
         PKV_MK_TRY(pkv_mk_u32(b, "expert_shared_feed_forward_length", (uint32_t)p->n_ff));
     }
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.conv_kernel", 4));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.state_size", (uint32_t)p->ssm_head_dim));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.group_count", (uint32_t)p->ssm_k_heads));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.time_step_rank", (uint32_t)p->ssm_v_heads));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.inner_size", (uint32_t)(p->ssm_v_heads * p->ssm_head_dim)));
+    PKV_MK_TRY(pkv_mk_ssm_keys(b, 4, p->ssm_head_dim, p->ssm_k_heads, p->ssm_v_heads, p->ssm_v_heads * p->ssm_head_dim));
     PKV_MK_TRY(pkv_mk_f32(b, "embedding_scale", 3.0f));
     PKV_MK_TRY(pkv_mk_f32(b, "residual_scale", 0.5f));
     PKV_MK_TRY(pkv_mk_f32(b, "attention.scale", 1.0f / (float)p->head_dim));
@@ -226,7 +214,7 @@ static const pkv_arch_mk mk = {.takes = PKV_MK_DELTANET | PKV_MK_EXPERTS,
                                .rope_base = 10000.0f,
                                .rms_eps = 1e-5f,
                                .check = mk_check,
-                               .check_rows = mk_check_rows,
+                               .check_rows = pkv_mk_ssm_rows,
                                .sizes = mk_sizes,
                                .keys = mk_keys,
                                .layer = mk_layer};

@@ -117,6 +117,14 @@ pkv_status pkv_mk_moe_extras(pkv_mk *b, int l, unsigned what, int64_t n_ff_sh);
 /* An MTP layer's nextn tensors (llama.cpp's): eh_proj [E][2 E] (x = eh_proj
  * [enorm(embedding); hnorm(h)]), enorm, hnorm and its own final norm shared_head_norm. */
 pkv_status pkv_mk_nextn(pkv_mk *b, int l);
+/* The recurrent layers' ssm.* keys (llama.cpp's): conv_kernel, state_size,
+ * group_count, time_step_rank and inner_size. */
+pkv_status pkv_mk_ssm_keys(pkv_mk *b, int d_conv, int state, int groups, int heads, int inner);
+/* The recurrent layers' option rules (heads ssm_v_heads a multiple of groups
+ * ssm_k_heads, a head size of 1 to 256, at most 64 layers), named for p->arch; and
+ * their rows (heads x head size) on whole blocks of blk. */
+pkv_status pkv_mk_ssm_check(const pkv_mkmodel_params *p);
+pkv_status pkv_mk_ssm_rows(const pkv_mkmodel_params *p, size_t blk);
 /* attention.sliding_window (small, so tests cross it). */
 pkv_status pkv_mk_window_key(pkv_mk *b);
 /* A pre-norm layer as pkv_load_prenorm reads it: attn_norm; Q, K, V (or as attn
