@@ -353,6 +353,20 @@ static void test_load_other_types(pkv_model *m, pkv_kv_cache *c) {
     pkv_context_free(a);
 }
 
+/* Whether the device runs c's KV pages: false only where its kernels refuse the
+ * page type as unsupported (CUDA has no quantized KV pages yet: README); any other
+ * failure fails the test. */
+static bool kv_pages_run(pkv_model *m, pkv_kv_cache *c) {
+    pkv_context *x = pkv_context_create(m, c, 0);
+    REQUIRE(x != NULL);
+    const int32_t t = 1;
+    pkv_status s = pkv_context_decode(x, &t, 1);
+    pkv_context_free(x);
+    if (s == PKV_ERR_UNSUPPORTED && strstr(pkv_errmsg(), "KV pages of type")) return false;
+    CHECK_OK(s);
+    return true;
+}
+
 int main(void) {
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
     pkv_device *probe = pkv_device_open(MODEL_DEVICE, pkv_device_default_params());
@@ -381,6 +395,12 @@ int main(void) {
             pkv_kv_cache *c = cache2(m, k == 1 ? 7 : 16, kt[k][0], kt[k][1]);
             if (!c) TH_FAIL("%s K %s V %s: %s", archs[a], pkv_type_name(kt[k][0]), pkv_type_name(kt[k][1]), pkv_errmsg());
             REQUIRE(c != NULL);
+            if (!kv_pages_run(m, c)) { /* CUDA: quantized KV pages are refused by its kernels (README) */
+                fprintf(stderr, "%s on %s, KV K %s V %s: skipped: %s\n", archs[a], MODEL_DEVICE,
+                        pkv_type_name(kt[k][0]), pkv_type_name(kt[k][1]), pkv_errmsg());
+                pkv_kv_cache_free(c);
+                continue;
+            }
             fprintf(stderr, "%s on %s, KV K %s V %s\n", archs[a], MODEL_DEVICE, pkv_type_name(kt[k][0]), pkv_type_name(kt[k][1]));
             test_fork_replay(m, c);
             test_swap_save(m, c);

@@ -1,4 +1,4 @@
-// labels: unit kernels
+// labels: unit kernels vulkan
 /* Mamba-2's selective scan, kernel ssm_scan (kernel-list.h).
  *   1. The reference (cpu/ref.c) and the CPU device against the scan's "matrix"
  *      (SSD) form computed naively in double here: for a head, with L_t the sum of
@@ -13,7 +13,8 @@
  *      another order each call); 1 thread equals 3.
  *   3. Guards: a bad slot gives zero rows and leaves the pool alone, a bad range
  *      writes nothing; bad shapes are refused with a message naming the problem.
- */
+ *   4. vulkan:0 against the CPU (tolerance), and its own chunking bitwise.
+ * Exit 77 (skipped) when everything on the CPU passed but no Vulkan device opens. */
 #include "recurrent-testlib.h"
 
 #include "base/base.h"
@@ -348,6 +349,33 @@ static void test_guards(pkv_device *dev) {
     problem_free(&p);
 }
 
+static void test_device_vs_cpu(pkv_device *dev, pkv_device *cpu) {
+    for (int ci = 0; ci < N_CASES; ci++) {
+        problem p = cases[ci];
+        problem_make(&p);
+        const size_t ny = (size_t)p.n * p.xd, pf = pool_floats(&p);
+        float *yc = malloc(sizeof(float) * ny), *pc = malloc(sizeof(float) * pf);
+        float *yd = malloc(sizeof(float) * ny), *pd = malloc(sizeof(float) * pf);
+        float *y2 = malloc(sizeof(float) * ny), *p2 = malloc(sizeof(float) * pf);
+        if (run_whole(cpu, &p, yc, pc) && run_whole(dev, &p, yd, pd)) {
+            const double e1 = th_nmse(yc, yd, ny), e2 = th_nmse(pc, pd, pf);
+            fprintf(stderr, "  case %d: %s vs cpu: y %.3g, state %.3g\n", ci, pkv_device_name(dev), e1, e2);
+            CHECK(e1 < 1e-10 && e2 < 1e-10);
+            if (run_chunked(dev, &p, y2, p2)) {
+                CHECK(bits_equal(yd, y2, ny));
+                CHECK(bits_equal(pd, p2, pf));
+            }
+        }
+        free(yc);
+        free(pc);
+        free(yd);
+        free(pd);
+        free(y2);
+        free(p2);
+        problem_free(&p);
+    }
+}
+
 int main(void) {
     pkv_device *cpu = pkv_device_open("cpu", pkv_device_default_params());
     pkv_device_params dp3 = pkv_device_default_params();
@@ -357,6 +385,18 @@ int main(void) {
     test_cpu(cpu, cpu3);
     test_guards(cpu);
 
+    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
+    if (!vk) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "no Vulkan device (vulkan:0: %s); the CPU parts passed", pkv_errmsg());
+        pkv_device_close(cpu);
+        pkv_device_close(cpu3);
+        return th_failures ? th_done() : th_skip(msg);
+    }
+    fprintf(stderr, "vulkan:0 = %s\n", pkv_device_get_caps(vk)->description);
+    test_device_vs_cpu(vk, cpu);
+    test_guards(vk);
+    pkv_device_close(vk);
     pkv_device_close(cpu);
     pkv_device_close(cpu3);
     return th_done();

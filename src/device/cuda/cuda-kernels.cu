@@ -84,38 +84,58 @@ DEQ(PKV_CU_W_MXFP4, pkv_cu_deq_mxfp4)
 
 // ------------------------------------------------------------------ matmul
 
-// y[i][r] = sum_k W[r][k] x[i][k] for small batches: one warp per weight row,
-// lanes over k, PKV_CU_MMV_MAX rows of x per pass over the weights.
+// y[i][r] = sum_k W[r][k] x[i][k]: a warp takes R weight rows, lanes over k,
+// PKV_CU_MMV_MAX rows of x per pass over the weights (the grid's y: passes over
+// groups of rows of x side by side). Every output is the same
+// arithmetic whatever R and however many rows of x the call has: lane l sums
+// W[r][k] x[i][k] over k = l, l + 32, ... in order (explicit fused multiply-adds),
+// then the warp's tree sum. So a token's row gets the same bits alone (decode,
+// R = 1) and in a prefill of hundreds (R = MM_R, x rows shared by R weight rows):
+// batch invariance, and fork == replay bitwise, on this device.
 #define MMV_WARPS 4
-template <int T>
+#define MM_R 4
+template <int T, int R>
 __global__ void __launch_bounds__(MMV_WARPS * WARP)
     k_mmv(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, const float *x, float *y, int64_t n) {
     const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return; // whole warps leave: the shuffles below stay full
-    const uint8_t *wr = w + r * rb;
-    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
-        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
-        float acc[PKV_CU_MMV_MAX];
+    const int64_t r0 = ((int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return; // whole warps leave: the shuffles below stay full
+    const uint8_t *wr[R];
 #pragma unroll
-        for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[j] = 0.0f;
+    for (int q = 0; q < R; q++) wr[q] = w + (r0 + q < rows ? r0 + q : r0) * rb; // past the end: row r0 again, unwritten
+    for (int64_t i0 = (int64_t)blockIdx.y * PKV_CU_MMV_MAX; i0 < n; i0 += (int64_t)gridDim.y * PKV_CU_MMV_MAX) {
+        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
+        float acc[R][PKV_CU_MMV_MAX];
+#pragma unroll
+        for (int q = 0; q < R; q++)
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[q][j] = 0.0f;
         const float *xi = x + i0 * cols;
         for (int64_t k = lane; k < cols; k += WARP) {
-            const float wv = deq<T>(wr, k);
+            float xv[PKV_CU_MMV_MAX];
 #pragma unroll
-            for (int j = 0; j < PKV_CU_MMV_MAX; j++)
-                if (j < nt) acc[j] += wv * xi[j * cols + k];
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) xv[j] = j < nt ? xi[j * cols + k] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < R; q++) {
+                const float wv = deq<T>(wr[q], k);
+#pragma unroll
+                for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[q][j] = __fmaf_rn(wv, xv[j], acc[q][j]);
+            }
         }
 #pragma unroll
-        for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
-            const float v = warp_sum(acc[j]);
-            if (lane == 0 && j < nt) y[(i0 + j) * rows + r] = v;
-        }
+        for (int q = 0; q < R; q++)
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+                const float v = warp_sum(acc[q][j]);
+                if (lane == 0 && j < nt && r0 + q < rows) y[(i0 + j) * rows + r0 + q] = v;
+            }
     }
 }
 
 // The same for block-quantized weights, a lane taking whole blocks of 32
-// (pkv_cu_deq32: the scales read once per block, not per element).
+// (pkv_cu_deq32: the scales read once per block, not per element): lane l sums,
+// over blocks l, l + 32, ... in order, each block's 32 products (in order, from 0),
+// then the warp's tree sum; the same for every R and batch size.
 template <int T>
 __device__ __forceinline__ void deq32(const uint8_t *row, int64_t sb, float *y);
 #define DEQ32(T, call)                                                                     \
@@ -131,45 +151,55 @@ DEQ32(PKV_CU_W_Q6_K, pkv_cu_deq32_q6_k(row, sb, y))
 DEQ32(PKV_CU_W_MXFP4, pkv_cu_deq32_mxfp4(row, sb, y))
 #undef DEQ32
 
-template <int T>
+template <int T, int R>
 __global__ void __launch_bounds__(MMV_WARPS * WARP)
     k_mmv_q(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, const float *x, float *y, int64_t n) {
     const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return; // whole warps leave: the shuffles below stay full
-    const uint8_t *wr = w + r * rb;
-    const int64_t n_sb = cols >> 5; // block types have cols % 32 == 0
-    for (int64_t i0 = 0; i0 < n; i0 += PKV_CU_MMV_MAX) {
-        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
-        float acc[PKV_CU_MMV_MAX];
+    const int64_t r0 = ((int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return; // whole warps leave: the shuffles below stay full
+    const uint8_t *wr[R];
 #pragma unroll
-        for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[j] = 0.0f;
+    for (int q = 0; q < R; q++) wr[q] = w + (r0 + q < rows ? r0 + q : r0) * rb;
+    const int64_t n_sb = cols >> 5; // block types have cols % 32 == 0
+    for (int64_t i0 = (int64_t)blockIdx.y * PKV_CU_MMV_MAX; i0 < n; i0 += (int64_t)gridDim.y * PKV_CU_MMV_MAX) {
+        const int nt = (int)(n - i0 < PKV_CU_MMV_MAX ? n - i0 : PKV_CU_MMV_MAX);
+        float acc[R][PKV_CU_MMV_MAX];
+#pragma unroll
+        for (int q = 0; q < R; q++)
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) acc[q][j] = 0.0f;
         const float *xi = x + i0 * cols;
         for (int64_t sb = lane; sb < n_sb; sb += WARP) {
-            float wv[32];
-            deq32<T>(wr, sb, wv);
 #pragma unroll
-            for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
-                if (j < nt) {
-                    const float *xs = xi + j * cols + 32 * sb;
-                    float s = 0.0f;
+            for (int q = 0; q < R; q++) {
+                float wv[32];
+                deq32<T>(wr[q], sb, wv);
 #pragma unroll
-                    for (int e = 0; e < 32; e++) s += wv[e] * xs[e];
-                    acc[j] += s;
+                for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+                    if (j < nt) {
+                        const float *xs = xi + j * cols + 32 * sb;
+                        float s = 0.0f;
+#pragma unroll
+                        for (int e = 0; e < 32; e++) s = __fmaf_rn(wv[e], xs[e], s);
+                        acc[q][j] = __fadd_rn(acc[q][j], s);
+                    }
                 }
             }
         }
 #pragma unroll
-        for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
-            const float v = warp_sum(acc[j]);
-            if (lane == 0 && j < nt) y[(i0 + j) * rows + r] = v;
-        }
+        for (int q = 0; q < R; q++)
+#pragma unroll
+            for (int j = 0; j < PKV_CU_MMV_MAX; j++) {
+                const float v = warp_sum(acc[q][j]);
+                if (lane == 0 && j < nt && r0 + q < rows) y[(i0 + j) * rows + r0 + q] = v;
+            }
     }
 }
 
-// Tiled matrix-matrix product for prefill: a block computes a 64 x 64 tile of y
-// (64 weight rows x 64 x rows), staging 32 columns of both (weights
-// dequantized) in shared memory per step; each thread owns 4 x 4 outputs.
+// Tiled matrix-matrix product for prefill, only with PKV_CUDA_GEMM=1 (faster
+// prefill, but its summation order is not k_mmv's: not batch-invariant): a block
+// computes a 64 x 64 tile of y (64 weight rows x 64 x rows), staging 32 columns of
+// both (weights dequantized) in shared memory per step; each thread owns 4 x 4 outputs.
 #define GM 64
 #define GN 64
 #define GK 32
@@ -233,15 +263,22 @@ __global__ void k_get_rows(const uint8_t *w, size_t rb, int64_t n_vocab, int64_t
     }
 }
 
+template <int T, int R>
+static void launch_mmv(const pkv_cu_matmul *a, cudaStream_t st) {
+    const int64_t groups = (a->n + PKV_CU_MMV_MAX - 1) / PKV_CU_MMV_MAX;
+    const dim3 grid(cdiv(cdiv(a->rows, R), MMV_WARPS), (unsigned)(groups < 65535 ? groups : 65535));
+    if constexpr (T >= PKV_CU_W_Q8_0)
+        k_mmv_q<T, R><<<grid, MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x, a->y, a->n);
+    else
+        k_mmv<T, R><<<grid, MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols, a->x, a->y, a->n);
+}
+
 template <int T>
 static int launch_matmul_t(const pkv_cu_matmul *a, cudaStream_t st) {
     if (a->n <= PKV_CU_MMV_MAX) {
-        if constexpr (T >= PKV_CU_W_Q8_0)
-            k_mmv_q<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols,
-                                                                              a->x, a->y, a->n);
-        else
-            k_mmv<T><<<cdiv(a->rows, MMV_WARPS), MMV_WARPS * WARP, 0, st>>>(a->w, a->row_bytes, a->rows, a->cols,
-                                                                            a->x, a->y, a->n);
+        launch_mmv<T, 1>(a, st);
+    } else if (!a->tiled) {
+        launch_mmv<T, MM_R>(a, st);
     } else {
         // grid.y is limited to 65535 tiles of 64 x rows: split longer batches
         const int64_t step = (int64_t)65535 * GN;
@@ -598,6 +635,60 @@ __global__ void __launch_bounds__(DN_WARPS * WARP) k_delta_net(pkv_cu_delta_net 
     }
 }
 
+// Mamba-2's selective scan: one warp per (sequence, head, state row i), SC_WARPS rows
+// per block. Lane l holds the row's entries n = l + 32 m in registers for all of the
+// sequence's tokens; the sum over n per token is lane partials in m order, then
+// warp_sum's fixed butterfly: deterministic and independent of the rest of the batch
+// (not the CPU's order: equal within rounding).
+#define SC_WARPS 4
+#define SC_DPL (PKV_CU_SCAN_MAX_DS / WARP)
+__global__ void __launch_bounds__(SC_WARPS * WARP) k_ssm_scan(pkv_cu_ssm_scan a) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int nb = (a.head_dim + SC_WARPS - 1) / SC_WARPS;
+    const int64_t b = blockIdx.x;
+    const int i = (int)(b % nb) * SC_WARPS + w, h = (int)(b / nb % a.n_head), s = (int)(b / nb / a.n_head);
+    if (s >= a.n_seq || i >= a.head_dim) return;
+    int64_t lo, hi, slot;
+    const int ok = pkv_cu_rec_seq(a.meta, a.n_seq, a.n_tok, a.n_slots, s, &lo, &hi, &slot);
+    if (ok == 0) return;
+    const int nh = a.n_head, hd = a.head_dim, ds = a.d_state, g = h / (nh / a.n_group);
+    if (ok == 1) {
+        if (lane == 0)
+            for (int64_t t = lo; t < hi; t++) a.y[(t * nh + h) * hd + i] = 0.0f;
+        return;
+    }
+    float *S = (float *)(a.state + slot * (int64_t)a.state_stride) + ((int64_t)h * hd + i) * ds;
+    const float bias = a.dt_bias[h], A = a.A[h], skip = a.D ? a.D[h] : 0.0f;
+    float row[SC_DPL];
+#pragma unroll
+    for (int m = 0; m < SC_DPL; m++) {
+        const int n = lane + WARP * m;
+        row[m] = n < ds ? S[n] : 0.0f;
+    }
+    for (int64_t t = lo; t < hi; t++) {
+        const float *Bt = (const float *)(a.B + t * (int64_t)a.B_stride) + (int64_t)g * ds;
+        const float *Ct = (const float *)(a.C + t * (int64_t)a.C_stride) + (int64_t)g * ds;
+        const float xi = ((const float *)(a.x + t * (int64_t)a.x_stride))[(int64_t)h * hd + i];
+        const float v = a.dt[t * nh + h] + bias, d = v > 20.0f ? v : log1pf(expf(v)), decay = expf(d * A), dx = d * xi;
+        float p = 0.0f;
+#pragma unroll
+        for (int m = 0; m < SC_DPL; m++) {
+            const int n = lane + WARP * m;
+            if (n < ds) {
+                row[m] = row[m] * decay + dx * Bt[n];
+                p += row[m] * Ct[n];
+            }
+        }
+        p = warp_sum(p);
+        if (lane == 0) a.y[(t * nh + h) * hd + i] = p + skip * xi;
+    }
+#pragma unroll
+    for (int m = 0; m < SC_DPL; m++) {
+        const int n = lane + WARP * m;
+        if (n < ds) S[n] = row[m];
+    }
+}
+
 // y = x / sqrt(sum(x^2) + eps) per head row; one block per row. Every thread reads
 // its elements for the sum before block_reduce's barriers, so y may equal x.
 __global__ void k_l2_norm(pkv_cu_l2_norm a) {
@@ -641,6 +732,12 @@ extern "C" int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream) {
 extern "C" int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream) {
     const int64_t blocks = (int64_t)a->n_seq * a->n_v_heads * ((a->d_v + DN_WARPS - 1) / DN_WARPS);
     k_delta_net<<<(unsigned)blocks, DN_WARPS * WARP, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pkv_cu_launch_ssm_scan(const pkv_cu_ssm_scan *a, void *stream) {
+    const int64_t blocks = (int64_t)a->n_seq * a->n_head * ((a->head_dim + SC_WARPS - 1) / SC_WARPS);
+    k_ssm_scan<<<(unsigned)blocks, SC_WARPS * WARP, 0, (cudaStream_t)stream>>>(*a);
     return (int)cudaGetLastError();
 }
 

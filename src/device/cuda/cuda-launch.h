@@ -10,6 +10,7 @@
 #ifndef PKV_CUDA_LAUNCH_H
 #define PKV_CUDA_LAUNCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,9 +33,9 @@ enum {
     PKV_CU_W_COUNT
 };
 
-/* Batches up to this many x rows take the matrix-vector kernel (one warp per
- * weight row, weights read once per PKV_CU_MMV_MAX rows of x); larger ones the
- * tiled matrix-matrix kernel. */
+/* The matrix-vector kernel reads the weights once per this many x rows; batches up
+ * to it take one weight row per warp, larger ones several (the same arithmetic per
+ * output: batch-invariant), or with pkv_cu_matmul.tiled the tiled kernel. */
 #define PKV_CU_MMV_MAX 8
 /* Attention keeps a head's q and accumulator in registers, 32 lanes x this many
  * elements: head sizes dk, dv up to 32 * PKV_CU_ATT_DPL (576: DeepSeek's latent row). */
@@ -133,6 +134,8 @@ typedef struct pkv_cu_matmul {
     int64_t rows, cols, n;
     const float *x; /* [n][cols] */
     float *y;       /* [n][rows] */
+    bool tiled;     /* n > PKV_CU_MMV_MAX: the tiled kernel (not batch-invariant) in place of the
+                       matrix-vector one over several weight rows per warp */
 } pkv_cu_matmul;
 
 typedef struct pkv_cu_get_rows {
@@ -236,6 +239,22 @@ typedef struct pkv_cu_delta_net {
     float scale; /* already resolved (never 0) */
 } pkv_cu_delta_net;
 
+/* ssm_scan keeps a state row in registers, d_state / 32 values per lane. */
+#define PKV_CU_SCAN_MAX_DS 256
+typedef struct pkv_cu_ssm_scan {
+    const uint8_t *x, *B, *C; /* rows at their strides (bytes) */
+    size_t x_stride, B_stride, C_stride;
+    const float *dt;                /* [n_tok][n_head] */
+    const float *dt_bias, *A, *D;   /* [n_head]; D NULL: no skip term */
+    float *y;                       /* [n_tok][n_head][head_dim] */
+    uint8_t *state;                 /* slot i at i * state_stride: f32 [n_head][head_dim][d_state] */
+    size_t state_stride;
+    int64_t n_slots;
+    const int32_t *meta;
+    int64_t n_tok;
+    int n_seq, n_head, head_dim, n_group, d_state;
+} pkv_cu_ssm_scan;
+
 typedef struct pkv_cu_l2_norm {
     const uint8_t *x; /* row (t, h) at t * x_stride + h * head_dim * 4 */
     uint8_t *y;
@@ -290,6 +309,7 @@ int pkv_cu_launch_softmax(const float *x, float *y, int64_t n_rows, int64_t row_
 int pkv_cu_launch_argmax(const float *x, int32_t *out, int64_t n_rows, int64_t row_len, void *stream);
 int pkv_cu_launch_ssm_conv(const pkv_cu_ssm_conv *a, void *stream);
 int pkv_cu_launch_delta_net(const pkv_cu_delta_net *a, void *stream);
+int pkv_cu_launch_ssm_scan(const pkv_cu_ssm_scan *a, void *stream);
 int pkv_cu_launch_l2_norm(const pkv_cu_l2_norm *a, void *stream);
 int pkv_cu_launch_unary(const pkv_cu_unary *a, void *stream);
 int pkv_cu_launch_moe_route(const pkv_cu_moe_route *a, void *stream);

@@ -48,6 +48,7 @@ typedef struct pkv_cu_ctx {
     void *att_part;
     size_t att_part_cap;
     int att_split; /* PKV_CUDA_ATT_SPLIT: splits forced for every attention, 0 = chosen per call */
+    bool gemm;     /* PKV_CUDA_GEMM=1: the tiled prefill matmul (faster, not batch-invariant) */
 } pkv_cu_ctx;
 
 /* ------------------------------------------------------------------ errors */
@@ -288,7 +289,7 @@ static pkv_status cu_matmul(void *ctx, const pkv_k_matmul_args *a) {
     ALIGN("matmul", "y", a->y.off, 4);
     TRY(use(c));
     pkv_cu_matmul p = {PTR(a->w), pkv_cu_wtype(a->wtype), pkv_type_row_bytes(a->wtype, (size_t)a->cols), a->rows,
-                       a->cols, a->n, (const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y)};
+                       a->cols, a->n, (const float *)(void *)PTR(a->x), (float *)(void *)PTR(a->y), c->gemm};
     return launched(c, "matmul", pkv_cu_launch_matmul(&p, c->stream));
 }
 
@@ -547,8 +548,21 @@ static pkv_status cu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
 
 static pkv_status cu_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
     pkv_cu_ctx *c = ctx;
-    (void)a;
-    return pkv_err(PKV_ERR_UNSUPPORTED, "kernel ssm_scan on %s: not written for CUDA yet", c->name);
+    if (a->d_state > PKV_CU_SCAN_MAX_DS)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel ssm_scan on %s: state size %d (the CUDA kernel keeps a state "
+                       "row of up to %d in registers)", c->name, a->d_state, PKV_CU_SCAN_MAX_DS);
+    const char *names[] = {"x", "B", "C", "dt", "dt_bias", "A", "D", "y", "state", "meta"};
+    const pkv_tref refs[] = {a->x, a->B, a->C, a->dt, a->dt_bias, a->A, a->D, a->y, a->state, a->meta};
+    for (int i = 0; i < 10; i++)
+        if (refs[i].buf) ALIGN("ssm_scan", names[i], refs[i].off, 4);
+    TRY(use(c));
+    pkv_cu_ssm_scan p = {PTR(a->x), PTR(a->B), PTR(a->C), a->x_stride, a->B_stride, a->C_stride,
+                         (const float *)(void *)PTR(a->dt), (const float *)(void *)PTR(a->dt_bias),
+                         (const float *)(void *)PTR(a->A), a->D.buf ? (const float *)(void *)PTR(a->D) : NULL,
+                         (float *)(void *)PTR(a->y), PTR(a->state), a->state_stride, a->n_slots,
+                         (const int32_t *)(void *)PTR(a->meta), a->n_tok, a->n_seq, a->n_head, a->head_dim,
+                         a->n_group, a->d_state};
+    return launched(c, "ssm_scan", pkv_cu_launch_ssm_scan(&p, c->stream));
 }
 
 static pkv_status cu_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {
@@ -658,6 +672,10 @@ static pkv_status cu_open(pkv_cu_ctx *c, pkv_device_caps *caps) {
     /* For tests and debugging: force the attention's split count (1 = never split). */
     const char *split = getenv("PKV_CUDA_ATT_SPLIT");
     if (split && atoi(split) >= 1 && atoi(split) <= PKV_CU_ATT_MAX_SPLIT) c->att_split = atoi(split);
+    /* The tiled matmul for batches of more than PKV_CU_MMV_MAX rows: faster prefill,
+     * another summation order than decode's (docs/gpu.md) */
+    const char *gemm = getenv("PKV_CUDA_GEMM");
+    c->gemm = gemm && !strcmp(gemm, "1");
     int drv = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     memset(caps, 0, sizeof *caps);

@@ -31,6 +31,7 @@
     X(MATMUL_SG, matmul_sg, 3)                                                              \
     X(SSM_CONV, ssm_conv, 5)                                                                \
     X(DELTA_NET, delta_net, 8)                                                              \
+    X(SSM_SCAN, ssm_scan, 10)                                                               \
     X(L2_NORM, l2_norm, 2)                                                                  \
     X(UNARY, unary, 4)                                                                      \
     X(MATMUL_INT, matmul_int, 4)         /* matmul and get_rows of the types with an integer form */ \

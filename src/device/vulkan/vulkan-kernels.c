@@ -21,8 +21,9 @@
  * dv <= 512 (DeepSeek's latent row); the re-rotation of quantized (q8_0, q4_0) K needs head_dim <= 512.
  * KV pages of every KV type (f32, f16, q8_0, q4_0: kvq.glsl) are read and written
  * in place by set_rows, rope and attention. The recurrent kernels (ssm_conv,
- * delta_net) bind the whole slot pool of a call as one argument (slots are picked
- * on the device), so the pool must fit one window; delta_net needs d_k <= 256. */
+ * delta_net, ssm_scan) bind the whole slot pool of a call as one argument (slots are picked
+ * on the device), so the pool must fit one window; delta_net needs d_k <= 256,
+ * ssm_scan d_state <= 256. */
 #include "device/vulkan/vulkan-impl.h"
 
 #include "base/quant.h"
@@ -622,8 +623,30 @@ static pkv_status vk_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
 
 static pkv_status vk_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
     pkv_vk_ctx *c = ctx;
-    (void)a;
-    return pkv_err(PKV_ERR_UNSUPPORTED, "kernel ssm_scan on %s: not written for Vulkan yet", c->name);
+    if (a->d_state > 256)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "kernel ssm_scan on %s: state size %d (the Vulkan kernel keeps a state "
+                       "row of up to 256 in registers)", c->name, a->d_state);
+    const uint64_t last = (uint64_t)(a->n_tok - 1), x_row = (uint64_t)a->n_head * (uint64_t)a->head_dim * 4,
+                   bc_row = (uint64_t)a->n_group * (uint64_t)a->d_state * 4, heads = (uint64_t)a->n_head * 4;
+    const uint64_t sbytes = (uint64_t)(a->n_slots - 1) * a->state_stride + x_row * (uint64_t)a->d_state;
+    /* without D, A's window stands in for it (never read) */
+    varg v[10] = {{"x", a->x, last * a->x_stride + x_row, 4},
+                  {"B", a->B, last * a->B_stride + bc_row, 4},
+                  {"C", a->C, last * a->C_stride + bc_row, 4},
+                  {"dt", a->dt, (uint64_t)a->n_tok * heads, 4},
+                  {"dt_bias", a->dt_bias, heads, 4},
+                  {"A", a->A, heads, 4},
+                  {"D", a->D.buf ? a->D : a->A, heads, 4},
+                  {"y", a->y, (uint64_t)a->n_tok * x_row, 4},
+                  {"state", a->state, sbytes, 4},
+                  {"meta", a->meta, (2 * (uint64_t)a->n_seq + 1) * 4, 4}};
+    for (int i = 0; i < 9; i++) TRY(fits(c, "ssm_scan", v[i].name, v[i].bytes));
+    const uint64_t groups = (uint64_t)a->n_seq * (uint64_t)a->n_head * CDIV((uint64_t)a->head_dim, WG);
+    uint32_t pc[22] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint32_t)a->x_stride, (uint32_t)a->B_stride, (uint32_t)a->C_stride,
+                       (uint32_t)a->n_tok, (uint32_t)a->n_seq, (uint32_t)a->n_slots, (uint32_t)a->state_stride,
+                       (uint32_t)a->n_head, (uint32_t)a->head_dim, (uint32_t)a->n_group, (uint32_t)a->d_state,
+                       a->D.buf ? 1u : 0u};
+    return dispatch(c, PKV_VK_K_SSM_SCAN, v, 10, pc, 22, groups);
 }
 
 static pkv_status vk_l2_norm(void *ctx, const pkv_k_l2_norm_args *a) {

@@ -23,6 +23,16 @@ uint group_id() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.
         atomicOr(B.d[_i], ((h) & 0xffffu) << _s);                                 \
     }
 
+// softplus as PKV_UNARY_SOFTPLUS: v > 20 ? v : log1p(e^v). log(1 + e) with the rounding
+// of 1 + e cancelled (log1p is not in GLSL): log(u) * e / (u - 1) is accurate to a few
+// ulps for every e >= 0.
+float softplus(float v) {
+    if (v > 20.0) return v;
+    float e = exp(v);
+    precise float u = 1.0 + e;
+    return u == 1.0 ? e : log(u) * (e / (u - 1.0));
+}
+
 float half_to_float(uint h) { return unpackHalf2x16(h).x; }
 float bf16_to_float(uint h) { return uintBitsToFloat(h << 16); }
 

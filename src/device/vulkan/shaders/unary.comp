@@ -31,13 +31,7 @@ void main() {
     if (pc.op == 1u) {
         v = 1.0 / (1.0 + exp(-v));
     } else if (pc.op == 2u) {
-        if (v <= 20.0) {
-            // log(1 + e) with the rounding of 1 + e cancelled (log1p is not in GLSL):
-            // log(u) * e / (u - 1) is accurate to a few ulps for every e >= 0
-            float e = exp(v);
-            precise float u = 1.0 + e;
-            v = u == 1.0 ? e : log(u) * (e / (u - 1.0));
-        }
+        v = softplus(v);
     } else if (pc.op == 3u) {
         v = v / (1.0 + exp(-v));
     } else if (pc.op == 4u) {
