@@ -939,12 +939,18 @@ static pkv_status ffn_to(pkv_fwd *f, int il, const pkv_ffn_kind *kind, pkv_tref 
         const pkv_shard_w *sw = &ly->sh[d];
         pkv_device *dev = m->devs[d];
         pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
-        PKV_CHECK_INTERNAL(sw->w_gate.buf && sw->w_up.buf && sw->w_down.buf);
+        PKV_CHECK_INTERNAL((kind->ungated || sw->w_gate.buf) && sw->w_up.buf && sw->w_down.buf);
         if ((s = move(w0->xb, w->xb, (size_t)T * (size_t)E * 4))) return s;
-        if ((s = pkv_blk_matmul(f, dev, &sw->w_gate, w->xb, w->hb, T)) || (s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb2, T)))
-            return s;
-        pkv_k_swiglu_args sg = glu(kind->act, w, T * sw->n_ff);
-        if ((s = pkv_k_swiglu(dev, &sg))) return s;
+        if (kind->ungated) { /* hb = up_act(up·xb) */
+            pkv_k_unary_args ua = {.x = R(w->hb, 0), .y = R(w->hb, 0), .n = T * sw->n_ff, .op = kind->up_act};
+            if ((s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb, T)) || (s = pkv_k_unary(dev, &ua))) return s;
+        } else {
+            if ((s = pkv_blk_matmul(f, dev, &sw->w_gate, w->xb, w->hb, T)) ||
+                (s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb2, T)))
+                return s;
+            pkv_k_swiglu_args sg = glu(kind->act, w, T * sw->n_ff);
+            if ((s = pkv_k_swiglu(dev, &sg))) return s;
+        }
         if ((s = pkv_blk_matmul(f, dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
     return reduce_to(m, ws, w0, T, kind->post_norm, out);

@@ -170,11 +170,14 @@ typedef enum pkv_glu {
 } pkv_glu;
 
 /* A gated FFN: x += post_norm(down(act(gate·xb) * (up·xb))), xb = norm(x); each
- * device computes its rows of the FFN. */
+ * device computes its rows of the FFN. ungated: x += post_norm(down(up_act(up·xb)))
+ * (Nemotron-H's MLP: relu_sqr; no ffn_gate, pkv_load_ffn_up). */
 typedef struct pkv_ffn_kind {
     const pkv_weight *norm;
     pkv_glu act;
     const pkv_weight *post_norm; /* NULL: none */
+    bool ungated;
+    pkv_unary_op up_act;         /* ungated: the activation of up·xb */
 } pkv_ffn_kind;
 pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *k);
 

@@ -27,6 +27,7 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_LLAMA4] = &pkv_arch_llama4,
     [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
     [PKV_ARCH_GRANITEHYBRID] = &pkv_arch_granitehybrid,
+    [PKV_ARCH_NEMOTRON_H] = &pkv_arch_nemotron_h,
 };
 
 const pkv_arch_ops *pkv_arch_ops_of(pkv_arch a) { return k_archs[(unsigned)a < PKV_ARCH_COUNT ? a : 0]; }
@@ -222,16 +223,7 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, ops->kv0_recurrent ? 0 : 1, 4096, &n_head_kv);
     }
-    /* kv0_recurrent: a layer of no KV heads is a recurrent one */
-    for (int l = 0; !s && ops->kv0_recurrent && l < hp->n_layer; l++) {
-        if (n_head_kv[l]) continue;
-        if (l >= 64)
-            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d is recurrent ('%s' 0); recurrent layers after the 64th are not "
-                        "supported", lab, l, k);
-        else
-            hp->recurrent |= 1ull << l;
-        n_head_kv[l] = n_head[l];
-    }
+
     /* moe_after_dense: experts where the file has them, after its leading dense layers */
     key(k, sizeof k, arch, "expert_count");
     const bool moe = ops->moe || (ops->moe_after_dense && pkv_gguf_find_key(g, k) >= 0);
@@ -249,7 +241,23 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     if (!s && moe) s = moe_routing(g, arch, hp);
     /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
      * also carry) is not used, but by leading dense layers (moe_after_dense) */
-    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, 1, 1 << 24, &n_ff);
+    if (!s)
+        s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, ops->ff0_layers ? 0 : 1, 1 << 24,
+                      &n_ff);
+    /* kv0_recurrent: a layer of no KV heads is a recurrent one, or with ff0_layers and
+     * FFN rows an FFN alone */
+    for (int l = 0; !s && ops->kv0_recurrent && l < hp->n_layer; l++) {
+        if (n_head_kv[l]) continue;
+        const bool ffn = ops->ff0_layers && n_ff[l] > 0;
+        if (l >= 64)
+            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d has no KV heads ('%s.attention.head_count_kv' 0); such layers "
+                        "after the 64th are not supported", lab, l, arch);
+        else if (ffn)
+            hp->kinds.ffn_only |= 1ull << l;
+        else
+            hp->recurrent |= 1ull << l;
+        n_head_kv[l] = n_head[l];
+    }
     for (int l = n_dense; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->moe.n_ff;
     for (int l = 0; !s && l < hp->n_layer; l++)
         if (n_head[l] % n_head_kv[l])

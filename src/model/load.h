@@ -90,6 +90,8 @@ pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool re
 /* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
  * the gate's rows, then the up projection's (no ffn_gate). */
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
+/* An FFN without a gate (Nemotron-H's MLP layers), split by rows: ffn_up, ffn_down. */
+pkv_status pkv_load_ffn_up(pkv_loader *L, int il);
 
 /* A mixture of experts on the first device: ffn_gate_inp (the router) and the
  * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.moe.n_ff rows (gate and up

@@ -280,8 +280,7 @@ pkv_status pkv_mk_ffn(pkv_mk *b, int l, pkv_ffn_tensors ffn) {
 }
 
 
-pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
-                        bool post_norms) {
+pkv_status pkv_mk_attention(pkv_mk *b, int l, const pkv_attn_tensors *attn) {
     const pkv_mkmodel_params *p = b->p;
     const int64_t E = b->E, qd = b->qd, kd = b->kd;
     PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
@@ -309,6 +308,28 @@ pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const ch
     if (attn->out_bias) PKV_MK_TRY(pkv_mk_blk(b, l, "attn_output.bias", PKV_TYPE_F32, E, 1, 0.0, 0.1));
     if (attn->sinks) /* a sink logit per query head (U(-1, 2): about a score) */
         PKV_MK_TRY(pkv_mk_blk(b, l, "attn_sinks.weight", PKV_TYPE_F32, p->n_head, 1, 0.5, 1.5));
+    return PKV_OK;
+}
+
+pkv_status pkv_mk_mamba2(pkv_mk *b, int l) {
+    const pkv_mkmodel_params *p = b->p;
+    const int64_t E = b->E, H = p->ssm_v_heads, G = p->ssm_k_heads, P = p->ssm_head_dim, N = p->ssm_head_dim;
+    const int64_t DI = H * P, C = DI + 2 * G * N;
+    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_in.weight", p->type, E, 2 * DI + 2 * G * N + H, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.bias", PKV_TYPE_F32, C, 1, 0.0, 0.2));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_dt.bias", PKV_TYPE_F32, H, 1, 0.0, 1.0));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_a", PKV_TYPE_F32, 1, H, -1.0, 0.5)); /* -exp(A_log) < 0 */
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_d", PKV_TYPE_F32, 1, H, 1.0, 0.5));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_norm.weight", PKV_TYPE_F32, DI / G, G, 1.0, 0.1));
+    return pkv_mk_blk(b, l, "ssm_out.weight", p->type, DI, E, 0.0, sqrt(3.0 / (double)DI));
+}
+
+pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
+                        bool post_norms) {
+    const int64_t E = b->E;
+    PKV_MK_TRY(pkv_mk_attention(b, l, attn));
     if (post_norms) PKV_MK_TRY(pkv_mk_norm(b, l, "post_attention_norm.weight", E));
     PKV_MK_TRY(pkv_mk_norm(b, l, ffn_norm ? ffn_norm : "ffn_norm.weight", E));
     if (post_norms) PKV_MK_TRY(pkv_mk_norm(b, l, "post_ffw_norm.weight", E));

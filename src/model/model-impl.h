@@ -31,6 +31,7 @@ typedef enum pkv_arch {
     PKV_ARCH_GLM4MOE = 16,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
     PKV_ARCH_GRANITEHYBRID = 17, /* Granite 4.0-H: Mamba-2 layers beside (NoPE) attention, Granite's multipliers,
                                     dense SwiGLU or experts with a shared expert */
+    PKV_ARCH_NEMOTRON_H = 18, /* Nemotron-H / Nano 2: Mamba-2, NoPE attention and squared-ReLU MLP layers */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -277,6 +278,11 @@ typedef struct pkv_hparams {
         float residual_scale, logit_scale;
         int nope;
     } granite;
+    /* Layers that are an FFN alone (nemotron_h's MLP layers: head_count_kv 0 and
+     * feed_forward_length > 0, pkv_arch_ops.ff0_layers); bit l: layer l */
+    struct {
+        uint64_t ffn_only;
+    } kinds;
 } pkv_hparams;
 
 struct pkv_model {

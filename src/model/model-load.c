@@ -504,7 +504,7 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
                            "KV-head groups (device %s would get none): use fewer devices or other proportions",
                            m->label, l, ly->n_head_kv, S, sp, pkv_device_name(m->devs[d]));
         }
-    for (int d = 0; d < S; d++)
+    for (int d = 0; d < S && ly->n_ff > 0; d++) /* (a layer of no FFN: nemotron_h's attention and Mamba-2) */
         if (ly->sh[d].n_ff <= 0) {
             split_text(m, sp, sizeof sp);
             return pkv_err(PKV_ERR_INVALID,
@@ -894,7 +894,8 @@ pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int
     return PKV_OK;
 }
 
-pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
+/* The FFN's rows of each shard; gated false: ffn_up and ffn_down only. */
+static pkv_status load_ffn(pkv_loader *L, int il, bool fused_up, bool gated) {
     pkv_model *m = L->m;
     pkv_layer *ly = &m->layers[il];
     char name[96];
@@ -911,7 +912,7 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
             if ((s = load_weight(L, NAME("ffn_up.weight"), E, 2 * F, true, false, dev, f_rows, &w->w_gate)) ||
                 (s = load_weight(L, NAME("ffn_up.weight"), E, 2 * F, true, false, dev, fu, &w->w_up)))
                 return s;
-        } else if ((s = load_weight(L, NAME("ffn_gate.weight"), E, F, true, false, dev, f_rows, &w->w_gate)) ||
+        } else if ((gated && (s = load_weight(L, NAME("ffn_gate.weight"), E, F, true, false, dev, f_rows, &w->w_gate))) ||
                    (s = load_weight(L, NAME("ffn_up.weight"), E, F, true, false, dev, f_rows, &w->w_up))) {
             return s;
         }
@@ -919,6 +920,10 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     }
     return PKV_OK;
 }
+
+pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) { return load_ffn(L, il, fused_up, true); }
+
+pkv_status pkv_load_ffn_up(pkv_loader *L, int il) { return load_ffn(L, il, false, false); }
 
 /* Part p of a layer's experts (p->e0, p->n set; none: nothing) onto dev. */
 static pkv_status load_moe_part(pkv_loader *L, int il, bool biases, struct pkv_moe_part *p, pkv_device *dev) {

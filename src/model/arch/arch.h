@@ -21,6 +21,9 @@ typedef struct pkv_arch_ops {
     bool kv0_recurrent; /* attention.head_count_kv 0 marks a recurrent layer (granitehybrid, as
                            llama.cpp reads it): hparams.c sets its hp.recurrent bit and takes its
                            KV heads as its heads (unused); elsewhere 0 is refused */
+    bool ff0_layers;    /* feed_forward_length 0 marks a layer without FFN (nemotron_h); with
+                           kv0_recurrent a layer of 0 KV heads and FFN rows is an FFN alone
+                           (hp.ffn_only), one of 0 KV heads and 0 rows recurrent */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
     bool yarn_log_mul;  /* takes rope.scaling.yarn_log_multiplier (mistral3: its YaRN magnitude, hparams.c);
@@ -81,7 +84,7 @@ const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
     pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant, pkv_arch_smollm3,
     pkv_arch_mistral3, pkv_arch_qwen35moe, pkv_arch_deepseek2, pkv_arch_llama4, pkv_arch_glm4moe,
-    pkv_arch_granitehybrid;
+    pkv_arch_granitehybrid, pkv_arch_nemotron_h;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
  * an optional one (def when absent); an optional f32. Messages name the key. */
@@ -98,6 +101,16 @@ pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *h
 /* Gemma's head (gemma2.c; gemma2, 3, 4): pkv_blk_logits, then each logit l of the
  * host copy becomes cap * tanh(l / cap), cap = hp.softcap.final (0: none). */
 pkv_status pkv_gemma_output(pkv_fwd *f, float *logits);
+
+/* The Mamba-2 hybrids' shared parts (granitehybrid.c; granitehybrid, nemotron_h):
+ * the ssm.* keys into hp.ssm (d_conv, n_k_heads = groups, n_v_heads = heads, d_k =
+ * state size, d_v = head size) with their rules, a Mamba-2 layer at least (hp.recurrent,
+ * from kv0_recurrent), equal K and V head sizes and attention.scale (hp.attn_scale);
+ * an attention layer's tensors with the Q/K/V and output biases where the file has
+ * them; the state description of a Mamba-2 layer (pkv_arch_ops.state_desc). */
+pkv_status pkv_mamba2_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp);
+pkv_status pkv_load_hybrid_attention(pkv_loader *L, int il);
+void pkv_mamba2_layer_state(const pkv_model *m, int il, pkv_kv_layer_desc *d);
 
 /* Gemma 4's keys its assistant shares (gemma4.c): which layers slide
  * (attention.sliding_window_pattern, one bool per layer), and rope_freqs.weight's

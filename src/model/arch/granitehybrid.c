@@ -24,10 +24,7 @@
 #include "model/arch/arch.h"
 #include "model/arch/mk.h"
 
-/* The Mamba-2 sizes (in hp.ssm: d_conv, n_k_heads = groups, n_v_heads = heads,
- * d_k = state size, d_v = head size) and Granite's multipliers. */
-static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
-    (void)n_head;
+pkv_status pkv_mamba2_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp) {
     const char *lab = pkv_gguf_label(g);
     int inner = 0;
     pkv_status s;
@@ -50,19 +47,33 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (hp->head_dim_k != hp->head_dim_v)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.attention.key_length' %d and 'value_length' %d differ", lab, arch,
                        hp->head_dim_k, hp->head_dim_v);
-    float es = 0, as = 0;
-    if ((s = pkv_hp_opt_f32(g, arch, "embedding_scale", 0.0f, &es)) || (s = pkv_hp_opt_f32(g, arch, "attention.scale", 0.0f, &as)) ||
+    float as = 0;
+    if ((s = pkv_hp_opt_f32(g, arch, "attention.scale", 0.0f, &as))) return s;
+    if (!(as >= 0 && as < 1e6f))
+        return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.attention.scale' is %g, expected a value in [0, 1e6) (0: none)", lab,
+                       arch, (double)as);
+    hp->attn_scale = as;
+    return PKV_OK;
+}
+
+/* Granite's multipliers beside the Mamba-2 sizes and attention.scale. */
+static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, const int *n_head) {
+    (void)n_head;
+    const char *lab = pkv_gguf_label(g);
+    pkv_status s = pkv_mamba2_hparams(g, arch, hp);
+    if (s) return s;
+    float es = 0;
+    if ((s = pkv_hp_opt_f32(g, arch, "embedding_scale", 0.0f, &es)) ||
         (s = pkv_hp_opt_f32(g, arch, "residual_scale", 0.0f, &hp->granite.residual_scale)) ||
         (s = pkv_hp_opt_f32(g, arch, "logit_scale", 0.0f, &hp->granite.logit_scale)))
         return s;
-    const float sc[4] = {es, as, hp->granite.residual_scale, hp->granite.logit_scale};
-    static const char *const names[4] = {"embedding_scale", "attention.scale", "residual_scale", "logit_scale"};
-    for (int i = 0; i < 4; i++)
+    const float sc[3] = {es, hp->granite.residual_scale, hp->granite.logit_scale};
+    static const char *const names[3] = {"embedding_scale", "residual_scale", "logit_scale"};
+    for (int i = 0; i < 3; i++)
         if (!(sc[i] >= 0 && sc[i] < 1e6f))
             return pkv_err(PKV_ERR_FORMAT, "%s: key '%s.%s' is %g, expected a value in [0, 1e6) (0: none)", lab, arch,
                            names[i], (double)sc[i]);
     hp->embd_scale = es;
-    hp->attn_scale = as;
     /* Granite uses rope.scaling.finetuned as its RoPE switch (llama.cpp: default on) */
     char k[128];
     snprintf(k, sizeof k, "%s.rope.scaling.finetuned", arch);
@@ -81,21 +92,24 @@ static pkv_status refuse_bias(pkv_loader *L, int il, const char *suffix) {
                    pkv_loader_model(L)->label, name);
 }
 
-static pkv_status load_layer(pkv_loader *L, int il) {
-    pkv_model *m = pkv_loader_model(L);
-    const pkv_hparams *hp = &m->hp;
-    pkv_layer *ly = &m->layers[il];
+pkv_status pkv_load_hybrid_attention(pkv_loader *L, int il) {
     char name[96];
-    pkv_status s;
-    ly->recurrent = hp->recurrent >> il & 1;
-    ly->nope = hp->granite.nope != 0;
     snprintf(name, sizeof name, "blk.%d.attn_q.bias", il);
     const bool qkv_bias = pkv_gguf_find_tensor(pkv_loader_gguf(L), name) != NULL;
     snprintf(name, sizeof name, "blk.%d.attn_output.bias", il);
     const bool out_bias = pkv_gguf_find_tensor(pkv_loader_gguf(L), name) != NULL;
+    return pkv_load_attention(L, il, &(pkv_attn_tensors){.qkv_bias = qkv_bias, .out_bias = out_bias});
+}
+
+static pkv_status load_layer(pkv_loader *L, int il) {
+    pkv_model *m = pkv_loader_model(L);
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    pkv_status s;
+    ly->recurrent = hp->recurrent >> il & 1;
+    ly->nope = hp->granite.nope != 0;
     if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) ||
-        (s = ly->recurrent ? pkv_load_mamba2(L, il)
-                           : pkv_load_attention(L, il, &(pkv_attn_tensors){.qkv_bias = qkv_bias, .out_bias = out_bias})) ||
+        (s = ly->recurrent ? pkv_load_mamba2(L, il) : pkv_load_hybrid_attention(L, il)) ||
         (s = pkv_load_norm(L, il, "ffn_norm.weight", &ly->ffn_norm)))
         return s;
     if (hp->moe.n_expert) return pkv_load_moe(L, il, hp->moe_route.n_ff_shexp ? PKV_MOE_SHARED : 0);
@@ -136,7 +150,7 @@ static pkv_status output(pkv_fwd *f, float *logits) {
     return s;
 }
 
-static void state_desc(const pkv_model *m, int il, pkv_kv_layer_desc *d) {
+void pkv_mamba2_layer_state(const pkv_model *m, int il, pkv_kv_layer_desc *d) {
     (void)il;
     pkv_mamba2_state_desc(&m->hp, d);
 }
@@ -183,22 +197,11 @@ static pkv_status mk_keys(pkv_mk *b) {
     return pkv_gguf_writer_add_bool(b->w, pkv_mk_key(b, "rope.scaling.finetuned"), false);
 }
 
-/* A Mamba-2 layer, llama.cpp's tensors: ssm_in's rows z, x, B, C, dt. */
+/* A Mamba-2 layer: the mixer, then the FFN. */
 static pkv_status mk_mamba2(pkv_mk *b, int l) {
-    const pkv_mkmodel_params *p = b->p;
-    const int64_t E = b->E, H = p->ssm_v_heads, G = p->ssm_k_heads, P = p->ssm_head_dim, N = p->ssm_head_dim;
-    const int64_t DI = H * P, C = DI + 2 * G * N;
-    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_in.weight", p->type, E, 2 * DI + 2 * G * N + H, 0.0, b->lin_e));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.bias", PKV_TYPE_F32, C, 1, 0.0, 0.2));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_dt.bias", PKV_TYPE_F32, H, 1, 0.0, 1.0));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_a", PKV_TYPE_F32, 1, H, -1.0, 0.5)); /* -exp(A_log) < 0 */
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_d", PKV_TYPE_F32, 1, H, 1.0, 0.5));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_norm.weight", PKV_TYPE_F32, DI / G, G, 1.0, 0.1));
-    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_out.weight", p->type, DI, E, 0.0, sqrt(3.0 / (double)DI)));
-    PKV_MK_TRY(pkv_mk_norm(b, l, "ffn_norm.weight", E));
-    return pkv_mk_ffn(b, l, p->n_expert ? PKV_FFN_EXPERTS : PKV_FFN_GATED);
+    PKV_MK_TRY(pkv_mk_mamba2(b, l));
+    PKV_MK_TRY(pkv_mk_norm(b, l, "ffn_norm.weight", b->E));
+    return pkv_mk_ffn(b, l, b->p->n_expert ? PKV_FFN_EXPERTS : PKV_FFN_GATED);
 }
 
 static pkv_status mk_layer(pkv_mk *b, int l) {
@@ -227,5 +230,5 @@ const pkv_arch_ops pkv_arch_granitehybrid = {.name = "granitehybrid",
                                              .layer = layer,
                                              .load_global = load_global,
                                              .output = output,
-                                             .state_desc = state_desc,
+                                             .state_desc = pkv_mamba2_layer_state,
                                              .mk = &mk};

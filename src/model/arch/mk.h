@@ -133,6 +133,13 @@ pkv_status pkv_mk_window_key(pkv_mk *b);
  * name; NULL: ffn_norm.weight); post_ffw_norm where post_norms; the FFN of kind ffn. */
 pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
                         bool post_norms);
+/* Its first part: attn_norm and the attention tensors, no FFN. */
+pkv_status pkv_mk_attention(pkv_mk *b, int l, const pkv_attn_tensors *attn);
+/* A Mamba-2 mixer as llama.cpp reads it: attn_norm; ssm_in (rows z, x, B, C, dt),
+ * ssm_conv1d (kernel 4) and its bias, ssm_dt.bias, ssm_a (< 0), ssm_d, ssm_norm
+ * [G][H P / G], ssm_out; H = ssm_v_heads of P = ssm_head_dim in G = ssm_k_heads
+ * groups, state size ssm_head_dim. */
+pkv_status pkv_mk_mamba2(pkv_mk *b, int l);
 
 /* Checks shared by the architectures' check_rows: cols a multiple of blk, else
  * "type T needs row lengths that are multiples of blk: <what> is <cols>". */
