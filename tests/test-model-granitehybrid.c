@@ -1,17 +1,19 @@
 // labels: model
-/* granitehybrid (IBM Granite 4.0-H) against a plain double-precision reference
- * written here from llama.cpp's src/models/granite-hybrid.cpp and mamba-base.cpp
- * (build_mamba2_layer): a random-weight file from `mkmodel --arch granitehybrid`
- * (f32 weights and KV): Mamba-2 layers (conv with bias, SiLU, the selective scan
- * with grouped B/C, dt bias and softplus, the D skip, y * silu(z), the grouped RMS
- * norm), a NoPE attention layer, SwiGLU FFNs, and Granite's embedding, attention,
- * residual and logit multipliers. A prompt decoded at once and single steps, every
- * position, at pages of 5 and of 16 tokens; the reference without the residual
- * multiplier must be far off. KV operations (truncate, fork, swap, save/load)
- * against a replay, bitwise. Split over cpu and cpu:1 (by SSM groups) and on
- * vulkan:0 where it opens, the same tolerance. Bad files (inconsistent SSM sizes,
- * a conv kernel of 0 or above the maximum, a head_count_kv array of the wrong
- * length, missing ssm_* tensors) are refused naming the key or tensor. */
+/* granitehybrid (IBM Granite 4.0-H) and nemotron_h (Nemotron-H / Nano 2) against a
+ * plain double-precision reference written here from llama.cpp's
+ * src/models/granite-hybrid.cpp, nemotron-h.cpp and mamba-base.cpp
+ * (build_mamba2_layer): random-weight files from `mkmodel --arch granitehybrid` and
+ * `--arch nemotron_h` (f32 weights and KV): Mamba-2 layers (conv with bias, SiLU, the
+ * selective scan with grouped B/C, dt bias and softplus, the D skip, y * silu(z), the
+ * grouped RMS norm), NoPE attention layers, granitehybrid's SwiGLU FFNs and Granite's
+ * embedding, attention, residual and logit multipliers, nemotron_h's squared-ReLU MLP
+ * layers. A prompt decoded at once and single steps, every position, at pages of 5
+ * and of 16 tokens; the reference without the D skip must be far off. KV operations
+ * (truncate, fork, swap, save/load) against a replay, bitwise. Split over cpu and
+ * cpu:1 (by SSM groups) and on vulkan:0 where it opens, the same tolerance. Bad files
+ * (inconsistent SSM sizes, a conv kernel of 0 or above the maximum, per-layer arrays
+ * of the wrong length, missing ssm_* and MLP tensors, no norm epsilon) are refused
+ * naming the key or tensor. */
 #include <math.h>
 
 #include "base/base.h"
@@ -20,14 +22,18 @@
 #include "ref-model.h"
 #include "testhelp.h"
 
-enum { V = 300, E = 64, NH = 4, NKV = 2, HD = 16, F = 96, NL = 4, MAXP = 64 };
+enum { V = 300, E = 64, NH = 4, NKV = 2, HD = 16, F = 96, NL = 4, NLMAX = 6, MAXP = 64 };
 enum { P = 16, H = 2 * E / P, G = 2, N = 16, DC = 4, DI = H * P, C = DI + 2 * G * N };
 
-static pkv_mkmodel_params params(void) {
+/* granitehybrid: 4 layers (Mamba-2, attention, Mamba-2, Mamba-2), each with its FFN;
+ * nemotron_h: 6 layers (Mamba-2, MLP, attention, twice) */
+static bool is_nemo(const char *arch) { return !strcmp(arch, "nemotron_h"); }
+
+static pkv_mkmodel_params params(const char *arch) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = "granitehybrid";
+    p.arch = arch;
     p.type = PKV_TYPE_F32;
-    p.n_layer = NL;
+    p.n_layer = is_nemo(arch) ? NLMAX : NL;
     p.n_embd = E;
     p.n_head = NH;
     p.n_head_kv = NKV;
@@ -45,11 +51,17 @@ static pkv_mkmodel_params params(void) {
 
 typedef struct {
     const pkv_gguf *g;
+    bool nemo;                    /* nemotron_h: one block a layer, no multipliers */
+    int nl;
     double eps, es, as, rs, ls;
-    double k[NL][MAXP][NKV * HD], v[NL][MAXP][NKV * HD];
-    double conv[NL][DC - 1][C];   /* the last DC - 1 conv inputs, oldest first */
-    double ssm[NL][H][P][N];      /* S_h[i][n] */
+    bool no_d;                    /* the contrast: no D skip */
+    double k[NLMAX][MAXP][NKV * HD], v[NLMAX][MAXP][NKV * HD];
+    double conv[NLMAX][DC - 1][C]; /* the last DC - 1 conv inputs, oldest first */
+    double ssm[NLMAX][H][P][N];    /* S_h[i][n] */
 } gr_ref;
+
+/* Layer l's kind: 'M' Mamba-2, '*' attention, '-' MLP (mkmodel's patterns) */
+static char kind_of(const gr_ref *r, int l) { return r->nemo ? "M-*"[l % 3] : l % 4 == 1 ? '*' : 'M'; }
 
 static double *T_(const gr_ref *r, int l, const char *suffix) { return ref_gguf_blk(r->g, l, suffix); }
 
@@ -94,7 +106,7 @@ static void mamba2(gr_ref *r, int l, double *x) {
                 r->ssm[l][hd][i][n] = r->ssm[l][hd][i][n] * a + d * xs[i] * B[n];
                 acc += r->ssm[l][hd][i][n] * Cc[n];
             }
-            y[hd * P + i] = (acc + D[hd] * xs[i]) * ref_silu(z[hd * P + i]);
+            y[hd * P + i] = (acc + (r->no_d ? 0.0 : D[hd]) * xs[i]) * ref_silu(z[hd * P + i]);
         }
     }
     double *nw = T_(r, l, "ssm_norm.weight");
@@ -122,9 +134,17 @@ static void ref_step(gr_ref *r, int32_t tok, int pos, double *logits) {
     double *emb = T_(r, -1, "token_embd.weight");
     for (int i = 0; i < E; i++) x[i] = emb[(size_t)tok * E + i] * r->es;
     free(emb);
-    for (int l = 0; l < NL; l++) {
-        if (l % 4 == 1) attention(r, l, pos, x);
-        else mamba2(r, l, x);
+    for (int l = 0; l < r->nl; l++) {
+        if (kind_of(r, l) == '*') attention(r, l, pos, x);
+        else if (kind_of(r, l) == 'M') mamba2(r, l, x);
+        if (kind_of(r, l) == '-') { /* nemotron_h's MLP: down(relu(up·h)^2) */
+            norm_by(r, l, "attn_norm.weight", x, E, h);
+            mv(r, l, "ffn_up.weight", h, F, E, us);
+            for (int i = 0; i < F; i++) us[i] = us[i] > 0 ? us[i] * us[i] : 0;
+            mv(r, l, "ffn_down.weight", us, E, F, o);
+            residual(r, x, o);
+        }
+        if (r->nemo) continue;
         double *gw = T_(r, l, "ffn_gate.weight"), *uw = T_(r, l, "ffn_up.weight"), *dw = T_(r, l, "ffn_down.weight");
         norm_by(r, l, "ffn_norm.weight", x, E, h);
         ref_ffn(gw, uw, dw, E, F, false, h, gs, us, o);
@@ -138,27 +158,31 @@ static void ref_step(gr_ref *r, int32_t tok, int pos, double *logits) {
     free(ow);
 }
 
-static gr_ref *ref_new(const pkv_gguf *g, bool residual_scale) {
+static gr_ref *ref_new(const pkv_gguf *g, const char *arch, bool no_d) {
     gr_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->g = g;
-    float eps = 0, es = 0, as = 0, rs = 0, ls = 0;
-    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.attention.layer_norm_rms_epsilon", &eps));
-    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.embedding_scale", &es));
-    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.attention.scale", &as));
-    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.residual_scale", &rs));
-    CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.logit_scale", &ls));
-    r->eps = eps, r->es = es, r->as = as, r->rs = residual_scale ? rs : 1.0, r->ls = ls;
+    r->g = g, r->nemo = is_nemo(arch), r->nl = r->nemo ? NLMAX : NL, r->no_d = no_d;
+    float eps = 0, es = 1, as = 1.0f / sqrtf((float)HD), rs = 1, ls = 1;
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
+    CHECK_OK(pkv_gguf_get_f32(g, k, &eps));
+    if (!r->nemo) {
+        CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.embedding_scale", &es));
+        CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.attention.scale", &as));
+        CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.residual_scale", &rs));
+        CHECK_OK(pkv_gguf_get_f32(g, "granitehybrid.logit_scale", &ls));
+    }
+    r->eps = eps, r->es = es, r->as = as, r->rs = rs, r->ls = ls;
     return r;
 }
 
 /* ------------------------------------------------------------- the tests */
 
 /* A prompt decoded at once and 4 single steps, every position against the
- * reference, on dev with pages of page_size; the reference without the residual
- * multiplier must be far off. */
-static void test_forward(const char *dev, int page_size, double tol) {
-    pkv_mkmodel_params p = params();
+ * reference, on dev with pages of page_size; the reference without the D skip must
+ * be far off. */
+static void test_forward(const char *arch, const char *dev, int page_size, double tol) {
+    pkv_mkmodel_params p = params(arch);
     void *img = NULL;
     size_t size = 0;
     REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
@@ -173,7 +197,7 @@ static void test_forward(const char *dev, int page_size, double tol) {
     cp.n_ctx = MAXP;
     pkv_kv_cache *c = m ? pkv_model_cache_create(m, cp) : NULL;
     pkv_context *ctx = c ? pkv_context_create(m, c, 0) : NULL;
-    gr_ref *r = ctx ? ref_new(g, true) : NULL, *rb = r ? ref_new(g, false) : NULL;
+    gr_ref *r = ctx ? ref_new(g, arch, false) : NULL, *rb = r ? ref_new(g, arch, true) : NULL;
     enum { NP = 12, NT = NP + 4 };
     float *got = malloc((size_t)NT * V * sizeof *got);
     if (!rb || !got) {
@@ -182,7 +206,7 @@ static void test_forward(const char *dev, int page_size, double tol) {
     }
     pkv_model_info mi;
     CHECK_OK(pkv_model_get_info(m, &mi));
-    CHECK_INT(mi.n_recurrent, 3);
+    CHECK_INT(mi.n_recurrent, is_nemo(arch) ? 2 : 3);
     int32_t toks[NT];
     for (int i = 0; i < NT; i++) toks[i] = (i * 97 + 13) % V;
     double want[V], other[V];
@@ -198,10 +222,10 @@ static void test_forward(const char *dev, int page_size, double tol) {
         worst = fmax(worst, ref_nmse(got + (size_t)t * V, want, V));
         far += ref_nmse(got + (size_t)t * V, other, V) / NT;
     }
-    fprintf(stderr, "granitehybrid on %s, pages of %d: %d positions, nmse %.2e (tol %.0e); without the residual "
-            "multiplier %.2e on average\n", dev, page_size, NT, worst, tol, far);
-    if (!(worst < tol)) TH_FAIL("%s: nmse %g against the reference", dev, worst);
-    if (!(far > 1e-4)) TH_FAIL("the reference without the residual multiplier is as close (%g)", far);
+    fprintf(stderr, "%s on %s, pages of %d: %d positions, nmse %.2e (tol %.0e); without the D skip %.2e on average\n",
+            arch, dev, page_size, NT, worst, tol, far);
+    if (!(worst < tol)) TH_FAIL("%s on %s: nmse %g against the reference", arch, dev, worst);
+    if (!(far > 1e-4)) TH_FAIL("%s: the reference without the D skip is as close (%g)", arch, far);
     th_checks += 2;
 done:
     free(got);
@@ -233,8 +257,8 @@ static void same(const float *a, const float *b, const char *what) {
  * a checkpoint, then recomputed), fork (the child's state a copy, the parent's
  * untouched), swap out and in, save and load; a saved sequence of a model with
  * another state shape (4 groups) is refused on load. */
-static void test_kv_ops(void) {
-    pkv_mkmodel_params p = params();
+static void test_kv_ops(const char *arch) {
+    pkv_mkmodel_params p = params(arch);
     p.type = PKV_TYPE_Q8_0;
     p.n_embd = 128, p.ssm_v_heads = 16;
     void *img = NULL, *img4 = NULL;
@@ -327,9 +351,46 @@ static void *with_array(const pkv_gguf *g, const char *key, int n, int32_t v, si
     return img;
 }
 
+/* nemotron_h's own: a missing MLP tensor, a feed_forward_length array one short; its
+ * norm epsilon from attention.layer_norm_epsilon without the RMS key, refused
+ * naming that key without both. */
+static void test_bad_nemotron(void) {
+    pkv_mkmodel_params p = params("nemotron_h");
+    void *img = NULL, *v1 = NULL;
+    size_t size = 0, s1 = 0;
+    REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
+    pkv_gguf *g = pkv_gguf_open_memory(img, size, "nemotron_h");
+    REQUIRE_VOID(g);
+    void *v = ref_gguf_variant(g, NULL, -1, "blk.1.ffn_up.weight", NULL, NULL, &s1);
+    pkv_model *bad = v ? pkv_model_load_memory(v, s1, "bad nemotron_h", pkv_model_default_params()) : NULL;
+    CHECK(v && !bad);
+    CHECK_MSG("tensor 'blk.1.ffn_up.weight' not found");
+    pkv_free(v);
+    v = with_array(g, "nemotron_h.feed_forward_length", NLMAX - 1, F, &s1);
+    bad = v ? pkv_model_load_memory(v, s1, "bad nemotron_h", pkv_model_default_params()) : NULL;
+    CHECK(v && !bad);
+    CHECK_MSG("key 'nemotron_h.feed_forward_length' has 5 entries, expected one per layer (6)");
+    pkv_free(v);
+    v1 = ref_gguf_variant(g, "nemotron_h.attention.layer_norm_rms_epsilon", -1, NULL, NULL, NULL, &s1);
+    pkv_model *ok = v1 ? pkv_model_load_memory(v1, s1, "nemotron_h", pkv_model_default_params()) : NULL;
+    CHECK(ok != NULL);
+    pkv_model_free(ok);
+    pkv_gguf *g1 = v1 ? pkv_gguf_open_memory(v1, s1, "nemotron_h") : NULL;
+    size_t s2 = 0;
+    v = g1 ? ref_gguf_variant(g1, "nemotron_h.attention.layer_norm_epsilon", -1, NULL, NULL, NULL, &s2) : NULL;
+    bad = v ? pkv_model_load_memory(v, s2, "bad nemotron_h", pkv_model_default_params()) : NULL;
+    CHECK(v && !bad);
+    CHECK_MSG("nemotron_h.attention.layer_norm_epsilon");
+    pkv_free(v);
+    pkv_gguf_close(g1);
+    pkv_free(v1);
+    pkv_gguf_close(g);
+    pkv_mkmodel_free_memory(img);
+}
+
 /* Bad files, each refused naming what is wrong. */
 static void test_bad(void) {
-    pkv_mkmodel_params p = params();
+    pkv_mkmodel_params p = params("granitehybrid");
     void *img;
     size_t size;
     REQUIRE_VOID(pkv_mkmodel_memory(&p, &img, &size) == PKV_OK);
@@ -397,20 +458,22 @@ static void test_bad(void) {
     pkv_model_free(bad);
     pkv_gguf_close(g);
     pkv_mkmodel_free_memory(img);
+    test_bad_nemotron();
 }
 
 int main(void) {
-    test_forward("cpu", 5, 1e-9);
-    test_forward("cpu", 16, 1e-9);
-    test_bad();
-    test_kv_ops();
-    test_forward("cpu,cpu:1", 5, 1e-9);
-    pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());
-    if (vk) {
-        pkv_device_close(vk);
-        test_forward("vulkan:0", 5, 1e-9);
-    } else {
-        printf("note: no vulkan:0 here; the Vulkan cases not run\n");
+    static const char *const archs[] = {"granitehybrid", "nemotron_h"};
+    pkv_device *vd = pkv_device_open("vulkan:0", pkv_device_default_params());
+    const bool vk = vd != NULL;
+    pkv_device_close(vd);
+    for (int a = 0; a < 2; a++) {
+        test_forward(archs[a], "cpu", 5, 1e-9);
+        test_forward(archs[a], "cpu", 16, 1e-9);
+        test_kv_ops(archs[a]);
+        test_forward(archs[a], "cpu,cpu:1", 5, 1e-9);
+        if (vk) test_forward(archs[a], "vulkan:0", 5, 1e-9);
     }
+    test_bad();
+    if (!vk) printf("note: no vulkan:0 here; the Vulkan cases not run\n");
     return th_done();
 }
