@@ -207,6 +207,7 @@ int main(void) {
      * the host, and cpu + vulkan:0 (the plain `demo -m` runs vulkan:0 alone too) */
     moe_model("granitehybrid", "--arch granitehybrid --type q8_0", vk);
     moe_model("granitemoe", "--arch granitehybrid --type q8_0 --experts 4 --experts-used 2", vk);
+    moe_model("nemotron_h", "--arch nemotron_h --type q8_0", vk); /* Mamba-2, MLP and attention layers */
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */

@@ -22,7 +22,7 @@
  *    (tokens, bitwise logits, KV), alone, batched, preempted by swap and by
  *    recompute; cancelled: a prefix without logits; the refusals name their field.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
- * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35 and granitehybrid (recurrent state:
+ * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35, granitehybrid and nemotron_h (recurrent state:
  * preemption by recompute replays it, by swap carries it; n by fork copies it), and the
  * prefix cache on gemma4 too (its last layers own no KV: its pages are still published). */
 #include "base/base.h"
@@ -1267,17 +1267,20 @@ int main(void) {
     /* granitehybrid (Mamba-2 layers: a conv window and SSM state per sequence in the
      * state slots, and an attention layer): the same as qwen35 (batch invariance
      * includes prefix hits at the boundaries whose state the cache stored) */
-    g_m = et_model("granitehybrid", PKV_TYPE_Q8_0, 16);
-    if (g_m) {
-        fprintf(stderr, "granitehybrid (a Mamba-2 layer, an attention layer):\n");
-        test_vs_context();
-        test_batch_invariance();
-        test_preemption();
-        test_n_fork();
-        test_on_context();
-        test_alloc_failures();
+    static const char *const mambas[] = {"granitehybrid", "nemotron_h"};
+    for (int k = 0; k < 2; k++) {
+        g_m = et_model(mambas[k], PKV_TYPE_Q8_0, 16);
+        if (g_m) {
+            fprintf(stderr, "%s (a Mamba-2 layer, an attention layer%s):\n", mambas[k], k ? ", an MLP layer" : "");
+            test_vs_context();
+            test_batch_invariance();
+            test_preemption();
+            test_n_fork();
+            test_on_context();
+            test_alloc_failures();
+        }
+        pkv_model_free(g_m);
     }
-    pkv_model_free(g_m);
     /* quantized KV pages (K q8_0, V q4_0): batch invariance and preemption hold on them too */
     et_n_embd = 128;
     et_kv_k = PKV_TYPE_Q8_0;

@@ -48,7 +48,8 @@ static int layers_of(const char *arch) {
            : !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe") || !strcmp(arch, "smollm3") || !strcmp(arch, "llama4") ||
                      !strcmp(arch, "granitehybrid")
                  ? 4
-           : !strcmp(arch, "glm4moe") ? 3 /* a dense layer, mixtures with and without Q/K norms */
+           : !strcmp(arch, "glm4moe") || !strcmp(arch, "nemotron_h") ? 3 /* glm4moe: a dense layer, mixtures with and
+                                                                             without Q/K norms; nemotron_h: M, MLP, attention */
                                       : 2;
 }
 
@@ -58,7 +59,8 @@ static int layers_of(const char *arch) {
  * expert (glm4moe's sigmoid scores sit close together: q5_k/q6_k 3.4e-2 measured).
  * The exact check of those is against the f32 twin (kq_twin). */
 static double quant_tol(const char *arch) {
-    return !strcmp(arch, "glm4moe") ? 1e-1 : !strcmp(arch, "qwen35moe") ? 2e-2 : !strcmp(arch, "qwen35") || !strcmp(arch, "granitehybrid") ? 6e-3 : 2e-3;
+    return !strcmp(arch, "glm4moe") ? 1e-1 : !strcmp(arch, "qwen35moe") ? 2e-2 : !strcmp(arch, "qwen35") || !strcmp(arch, "granitehybrid") || !strcmp(arch, "nemotron_h") ? 6e-3
+                                                                                                         : 2e-3;
 }
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
@@ -72,7 +74,8 @@ int main(void) {
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
     static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35",
-                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4", "glm4moe", "granitehybrid"};
+                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4", "glm4moe", "granitehybrid",
+                                  "nemotron_h"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];

@@ -156,14 +156,16 @@ int main(void) {
     /* qwen35: the gated delta-net layers split by key-head groups with their share of
      * the recurrent state (the cache's state slots sharded with them); granitehybrid:
      * the Mamba-2 layers split by SSM groups (each device its groups' heads, B and C,
-     * and their conv window and SSM state); the same tolerances; KV operations on the
+     * and their conv window and SSM state; nemotron_h: the same beside an MLP layer split
+     * by rows); the same tolerances; KV operations on the
      * split, truncate replaying the state. A device that would get no group: refused */
     static const pkv_type q35_types[] = {PKV_TYPE_F16, PKV_TYPE_Q8_0};
     static const struct {
         const char *arch, *refused;
     } recs[] = {{"qwen35", "(gated delta-net) has 4 key heads, which cannot be split over 5 devices"},
-                {"granitehybrid", "(Mamba-2) has 4 SSM groups, which cannot be split over 5 devices"}};
-    for (int a = 0; a < 2; a++) {
+                {"granitehybrid", "(Mamba-2) has 4 SSM groups, which cannot be split over 5 devices"},
+                {"nemotron_h", "(Mamba-2) has 4 SSM groups, which cannot be split over 5 devices"}};
+    for (int a = 0; a < 3; a++) {
         for (int t = 0; t < 2; t++) {
             double tol = q35_types[t] == PKV_TYPE_F16 ? 1e-10 : 1e-4;
             mc_kv_k = mc_kv_v = PKV_TYPE_F16;
