@@ -43,7 +43,8 @@ static bool family_known(const char *name) {
 
 static void mkmodel_usage(FILE *f) {
     fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|\n"
-               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|glm4moe|granitehybrid|voxtral]\n"
+               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|glm4moe|granitehybrid|nemotron_h|\n"
+               "                       voxtral]\n"
                "                      [--type TYPE]\n"
                "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -116,6 +117,8 @@ static void mkmodel_usage(FILE *f) {
                "Mamba-2, Mamba-2; Granite's multipliers): --ssm-head-dim N (head and state size, default\n"
                "16), --ssm-v-heads N (Mamba heads, default 2 --dim / head size), --ssm-k-heads N (groups,\n"
                "default 2); --experts N --experts-used K: experts with a shared expert of --ffn rows\n"
+               "Nemotron-H (--arch nemotron_h; default 6 layers: Mamba-2, squared-ReLU MLP, attention (no\n"
+               "RoPE), twice): the --ssm-* options as granitehybrid's\n"
                "SmolLM3 (--arch smollm3): llama with no RoPE on every fourth layer (--layers 4 or more).\n"
                "DeepSeek-V2/V3 (--arch deepseek2): multi-head latent attention, one latent KV head of\n"
                "  --kv-lora-rank N (default 64) + --head-dim / 2 rope dims; --head-dim is a query head's\n"
