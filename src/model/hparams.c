@@ -99,6 +99,16 @@ pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffi
     return pkv_gguf_get_f32(g, k, out);
 }
 
+pkv_status pkv_hp_ssm_keys(const pkv_gguf *g, const char *arch, pkv_hparams *hp, int *inner) {
+    pkv_status s;
+    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, inner)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)))
+        return s;
+    return pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads);
+}
+
 pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required) {
     pkv_status s = required ? pkv_hp_need_u32(g, arch, "attention.sliding_window", 1, 1u << 30, &hp->swa.n)
                             : pkv_hp_opt_u32(g, arch, "attention.sliding_window", 1, 1u << 30, 0, &hp->swa.n);

@@ -135,6 +135,14 @@ static pkv_status add_rows(pkv_mk *b, const char *name, pkv_type type, int64_t c
     return pkv_gguf_writer_add_tensor(b->w, name, type, nd, ne, b->q, row * (size_t)rows);
 }
 
+pkv_status pkv_mk_mamba2_check(pkv_mkmodel_params *p) {
+    if (!p->ssm_head_dim) p->ssm_head_dim = 16;
+    const int E = p->n_embd ? p->n_embd : 128;
+    if (!p->ssm_v_heads) p->ssm_v_heads = 2 * E % p->ssm_head_dim == 0 ? 2 * E / p->ssm_head_dim : 4;
+    if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads % 2 == 0 ? 2 : 1;
+    return pkv_mk_ssm_check(p);
+}
+
 pkv_status pkv_mk_ssm_check(const pkv_mkmodel_params *p) {
     if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
         p->ssm_head_dim > 256 || p->n_layer > 64)

@@ -91,6 +91,10 @@ extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_ar
 pkv_status pkv_hp_need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out);
 pkv_status pkv_hp_opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out);
 pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out);
+/* The recurrent layers' ssm.* keys (llama.cpp's), each required: conv_kernel (2 to
+ * PKV_SSM_CONV_MAX) into hp->ssm.d_conv, inner_size into *inner, state_size into d_k,
+ * time_step_rank into n_v_heads, group_count into n_k_heads. */
+pkv_status pkv_hp_ssm_keys(const pkv_gguf *g, const char *arch, pkv_hparams *hp, int *inner);
 /* hp->swa.n from '<arch>.attention.sliding_window' (0 when absent and not
  * required), at most the training context. */
 pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required);

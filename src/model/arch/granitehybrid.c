@@ -28,12 +28,7 @@ pkv_status pkv_mamba2_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *
     const char *lab = pkv_gguf_label(g);
     int inner = 0;
     pkv_status s;
-    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads)))
-        return s;
+    if ((s = pkv_hp_ssm_keys(g, arch, hp, &inner))) return s;
     if (hp->ssm.n_v_heads % hp->ssm.n_k_heads)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.group_count' %d does not divide the %d heads of '%s.ssm.time_step_rank'",
                        lab, arch, hp->ssm.n_k_heads, hp->ssm.n_v_heads, arch);
@@ -160,16 +155,10 @@ void pkv_mamba2_layer_state(const pkv_model *m, int il, pkv_kv_layer_desc *d) {
 /* Layer l attends when l % 4 == 1 (four layers: Mamba-2, attention, Mamba-2, Mamba-2). */
 static bool mk_attends(int l) { return l % 4 == 1; }
 
-/* Mamba-2 heads of ssm_head_dim (0 = 16) channels and a state of the same size;
- * heads 0 = 2 n_embd / head size (llama.cpp's granitehybrid takes an inner size of
- * twice n_embd only), groups 0 = 2. */
+/* Four layers; Mamba-2 sizes: pkv_mk_mamba2_check (mk.h). */
 static pkv_status mk_check(pkv_mkmodel_params *p) {
     if (!p->n_layer) p->n_layer = 4;
-    if (!p->ssm_head_dim) p->ssm_head_dim = 16;
-    const int E = p->n_embd ? p->n_embd : 128;
-    if (!p->ssm_v_heads) p->ssm_v_heads = 2 * E % p->ssm_head_dim == 0 ? 2 * E / p->ssm_head_dim : 4;
-    if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads % 2 == 0 ? 2 : 1;
-    return pkv_mk_ssm_check(p);
+    return pkv_mk_mamba2_check(p);
 }
 
 /* head_count_kv per layer: 0 marks a Mamba-2 layer. */

@@ -125,6 +125,10 @@ pkv_status pkv_mk_ssm_keys(pkv_mk *b, int d_conv, int state, int groups, int hea
  * their rows (heads x head size) on whole blocks of blk. */
 pkv_status pkv_mk_ssm_check(const pkv_mkmodel_params *p);
 pkv_status pkv_mk_ssm_rows(const pkv_mkmodel_params *p, size_t blk);
+/* Mamba-2's defaults, then pkv_mk_ssm_check: heads of ssm_head_dim (0 = 16) channels,
+ * ssm_v_heads 0 = 2 n_embd / head size (llama.cpp's granitehybrid takes an inner size
+ * of twice n_embd only), groups 0 = 2. */
+pkv_status pkv_mk_mamba2_check(pkv_mkmodel_params *p);
 /* attention.sliding_window (small, so tests cross it). */
 pkv_status pkv_mk_window_key(pkv_mk *b);
 /* A pre-norm layer as pkv_load_prenorm reads it: attn_norm; Q, K, V (or as attn

@@ -62,11 +62,7 @@ static char mk_kind(int l) { return "M-*"[l % 3]; }
 /* Six layers by default; Mamba-2 sizes as granitehybrid's. */
 static pkv_status mk_check(pkv_mkmodel_params *p) {
     if (!p->n_layer) p->n_layer = 6;
-    if (!p->ssm_head_dim) p->ssm_head_dim = 16;
-    const int E = p->n_embd ? p->n_embd : 128;
-    if (!p->ssm_v_heads) p->ssm_v_heads = 2 * E % p->ssm_head_dim == 0 ? 2 * E / p->ssm_head_dim : 4;
-    if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads % 2 == 0 ? 2 : 1;
-    return pkv_mk_ssm_check(p);
+    return pkv_mk_mamba2_check(p);
 }
 
 /* Per-layer head_count_kv and feed_forward_length mark the kinds. */

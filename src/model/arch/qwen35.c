@@ -71,12 +71,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; %s files of more than 64 layers are not supported yet",
                        lab, hp->n_layer, arch);
     int inner = 0;
-    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads)))
-        return s;
+    if ((s = pkv_hp_ssm_keys(g, arch, hp, &inner))) return s;
     if (hp->ssm.n_v_heads % hp->ssm.n_k_heads)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.time_step_rank' %d (value heads) is not a multiple of '%s.ssm.group_count' %d "
                        "(key heads)", lab, arch, hp->ssm.n_v_heads, arch, hp->ssm.n_k_heads);
