@@ -1187,7 +1187,7 @@ pkv_status pkv_blk_mamba2(pkv_fwd *f, int il, const pkv_mamba2_kind *kind) {
     pkv_status s;
     PKV_CHECK_INTERNAL(ly->recurrent && pl->state);
     if ((s = pkv_blk_rmsnorm(m->dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
-    for (int d = 0; d < m->n_dev; d++) {
+    for (int d = 0; d < (ly->rec_first ? 1 : m->n_dev); d++) {
         const pkv_shard_w *sw = &ly->sh[d];
         pkv_device *dev = m->devs[d];
         pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
@@ -1222,7 +1222,8 @@ pkv_status pkv_blk_mamba2(pkv_fwd *f, int il, const pkv_mamba2_kind *kind) {
             (s = pkv_k_unary(dev, &gw)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.out, w->ssm_o, w->y, T)))
             return s;
     }
-    return reduce(m, ws, w0, T, NULL);
+    /* rec_first: the whole output is the first device's (the model's main one) */
+    return ly->rec_first ? residual_add(m, w0->x, w0->y, T * E) : reduce(m, ws, w0, T, NULL);
 }
 
 pkv_status pkv_blk_embed(pkv_fwd *f) {

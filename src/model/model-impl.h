@@ -150,6 +150,10 @@ typedef struct pkv_layer {
     /* A recurrent layer (qwen35's gated delta-net) in place of attention: its state
      * lives in the cache's state slots, its weights in the shards (pkv_shard_w) */
     bool recurrent;
+    /* A recurrent layer with fewer state groups than devices (pkv_arch_ops.rec_first):
+     * shard 0 holds all of it and runs it; every other shard names the same groups (a
+     * replica in the cache) and holds no weights */
+    bool rec_first;
     /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except sliding layers with
      * their own (gemma3: base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
     float rope_base, rope_freq_scale;

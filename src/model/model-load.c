@@ -459,6 +459,7 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
      * its group of query heads (vLLM's scheme). The cache holds one shard per
      * device, replicas with the same head range, each written by its own device. */
     const bool replicate = !rec && S > n_groups;
+    ly->rec_first = rec && S > n_groups && pkv_arch_ops_of(hp->arch)->rec_first;
     for (int d = 0; d < S; d++) {
         pkv_shard_w *w = &ly->sh[d];
         w->dev = d;
@@ -470,6 +471,10 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
             w->n_kv = 1;
             w->q_h0 = g * group + (int)boundary(m->split + a, b - a, d - a, group, 1);
             w->n_q = g * group + (int)boundary(m->split + a, b - a, d - a + 1, group, 1) - w->q_h0;
+        } else if (ly->rec_first) { /* every shard names all groups; shard 0 runs them */
+            w->kv_h0 = w->q_h0 = 0;
+            w->n_kv = n_groups;
+            w->n_q = n_groups * group;
         } else {
             w->kv_h0 = (int)boundary(m->split, S, d, n_groups, 1);
             w->n_kv = (int)boundary(m->split, S, d + 1, n_groups, 1) - w->kv_h0;
@@ -764,7 +769,7 @@ pkv_status pkv_load_mamba2(pkv_loader *L, int il) {
     pkv_status s;
     const int64_t E = hp->n_embd, G = hp->ssm.n_k_heads, H = hp->ssm.n_v_heads, N = hp->ssm.d_k, P = hp->ssm.d_v;
     const int64_t DI = H * P, C = DI + 2 * G * N, R = H / G, in_rows = 2 * DI + 2 * G * N + H;
-    for (int d = 0; d < m->n_dev; d++) {
+    for (int d = 0; d < (ly->rec_first ? 1 : m->n_dev); d++) {
         pkv_shard_w *w = &ly->sh[d];
         pkv_device *dev = m->devs[d];
         const int64_t g0 = w->kv_h0, ng = w->n_kv, h0 = g0 * R, nh = ng * R;

@@ -21,6 +21,9 @@ typedef struct pkv_arch_ops {
     bool kv0_recurrent; /* attention.head_count_kv 0 marks a recurrent layer (granitehybrid, as
                            llama.cpp reads it): hparams.c sets its hp.recurrent bit and takes its
                            KV heads as its heads (unused); elsewhere 0 is refused */
+    bool rec_first;     /* a recurrent layer of fewer state groups than devices runs whole on the
+                           first device (pkv_blk_mamba2; pkv_layer.rec_first), its other shards
+                           replicas that no kernel touches; elsewhere such a split is refused */
     bool ff0_layers;    /* feed_forward_length 0 marks a layer without FFN (nemotron_h); with
                            kv0_recurrent a layer of 0 KV heads and FFN rows is an FFN alone
                            (hp.ffn_only), one of 0 KV heads and 0 rows recurrent */

@@ -110,6 +110,7 @@ static const pkv_arch_mk mk = {.takes = PKV_MK_DELTANET,
 
 const pkv_arch_ops pkv_arch_nemotron_h = {.name = "nemotron_h",
                                           .kv0_recurrent = true,
+                                             .rec_first = true,
                                           .ff0_layers = true,
                                           .hparams = hparams,
                                           .load_layer = load_layer,
