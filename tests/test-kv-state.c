@@ -816,6 +816,68 @@ static void test_prefix(env *e) {
     pkv_kv_cache_free(c);
 }
 
+/* ------------------------------------------------------------- disk tier */
+
+/* The disk tier keeps the state a page offers: a fresh cache (another process),
+ * here of another sharding, matches through the files and gets the state at the
+ * deepest page that had one, bit for bit. */
+static void test_disk(env *e) {
+    char dir[600], cmd[700];
+    snprintf(dir, sizeof dir, "%s", th_tmp("kv-state-disk"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_INT(system(cmd), 0);
+    int32_t toks[32];
+    for (int i = 0; i < 32; i++) toks[i] = 50 + i;
+    layout(e, 0, 5, 0);
+    pkv_kv_params p = params(e, 12, 64, 4);
+    p.disk_dir = dir;
+    pkv_kv_cache *c = pkv_kv_cache_create(p);
+    if (!c) TH_FAIL("cache with a disk tier: %s", pkv_errmsg());
+    REQUIRE_VOID(c);
+    int32_t a, d;
+    CHECK_OK(pkv_kv_seq_create(c, 7, &a));
+    step(c, a, 8, 50, 8);  /* offered at the end of page 1 */
+    step(c, a, 4, 58, 12); /* and of page 2 */
+    step(c, a, 1, 62, 13);
+    CHECK_OK(pkv_kv_seq_free(c, a)); /* cached: its full pages go to disk, with their states */
+    CHECK_OK(pkv_kv_disk_flush(c));
+    pkv_kv_stats st = stats(c);
+    CHECK_INT(st.disk_written_pages, 3);
+    pkv_kv_cache_free(c);
+    for (int split = 1; split >= 0; split--) {
+        layout(e, split, 5, 0);
+        p = params(e, 12, 64, 4);
+        p.disk_dir = dir;
+        c = pkv_kv_cache_create(p);
+        REQUIRE_VOID(c);
+        int64_t m;
+        CHECK_OK(pkv_kv_seq_create(c, 7, &d));
+        CHECK_OK(pkv_kv_prefix_match(c, d, toks, NULL, split ? 13 : 9, &m));
+        CHECK_INT(m, split ? 12 : 8);
+        CHECK_INT(pkv_kv_seq_state_len(c, d), m);
+        CHECK(state_is(c, d, (uint64_t)m));
+        st = stats(c);
+        CHECK_INT(st.disk_hit_pages, split ? 3 : 2);
+        CHECK_INT(st.state_prefix_hits, 1);
+        /* the matched sequence goes on as any other */
+        step(c, d, 1, 50 + (int32_t)m, 99);
+        CHECK(state_is(c, d, 99));
+        CHECK_OK(pkv_kv_truncate(c, d, m));
+        CHECK(state_is(c, d, (uint64_t)m));
+        CHECK_OK(pkv_kv_seq_free(c, d));
+        pkv_kv_cache_free(c);
+    }
+    /* a window layer still refuses the tier, naming it */
+    layout(e, 0, 5, 8);
+    p = params(e, 12, 64, 4);
+    p.disk_dir = dir;
+    c = pkv_kv_cache_create(p);
+    CHECK(c == NULL);
+    CHECK_MSG("layer 2 is a sliding-window layer");
+    pkv_kv_cache_free(c);
+    CHECK_INT(system(cmd), 0);
+}
+
 /* -------------------------------------------------------- slot exhaustion */
 
 static void test_slots(env *e) {
@@ -1189,6 +1251,7 @@ static void run(const char *na, const char *nb) {
     }
     test_parts(&e);
     test_prefix(&e);
+    test_disk(&e);
     test_slots(&e);
     test_window(&e);
     if (!strcmp(na, "cpu") && !strcmp(nb, "cpu:1")) {

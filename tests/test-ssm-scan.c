@@ -1,6 +1,6 @@
 // labels: unit kernels vulkan
 /* Mamba-2's selective scan, kernel ssm_scan (kernel-list.h).
- *   1. The reference (cpu/ref.c) and the CPU device against the scan's "matrix"
+ *   1. The reference (cpu/ref.c) and the CPU device (every path) against the scan's "matrix"
  *      (SSD) form computed naively in double here: for a head, with L_t the sum of
  *      d_r A over the sequence's tokens r <= t,
  *        y_t = sum_n C_t[n] (e^{L_t} S0[n] + sum_{s<=t} e^{L_t - L_s} d_s x_s B_s[n]) + D x_t
@@ -8,14 +8,16 @@
  *      update order or decay shows. Several sequences of different lengths in
  *      scrambled slots (random start states), 1 and several groups, with and
  *      without D, x/B/C as column ranges of one row.
- *   2. On the CPU, bitwise: a sequence's tokens in one call equal the same tokens
- *      cut into chunks over several calls (mixed with the other sequences in
+ *   2. On the CPU (every instruction-set path this CPU has), bitwise: a sequence's
+ *      tokens in one call equal the same tokens cut into chunks over several calls (mixed with the other sequences in
  *      another order each call); 1 thread equals 3.
  *   3. Guards: a bad slot gives zero rows and leaves the pool alone, a bad range
  *      writes nothing; bad shapes are refused with a message naming the problem.
  *   4. vulkan:0 against the CPU (tolerance), and its own chunking bitwise.
  * Exit 77 (skipped) when everything on the CPU passed but no Vulkan device opens. */
 #include "recurrent-testlib.h"
+
+#include "cpu-paths.h"
 
 #include "base/base.h"
 #include "device/cpu/ref.h"
@@ -41,6 +43,8 @@ static const problem cases[] = {
     {.nh = 3, .hd = 8, .ng = 1, .ds = 13, .n_seq = 2, .len = {33, 4}, .skip = false},
     {.nh = 6, .hd = 12, .ng = 3, .ds = 24, .n_seq = 4, .len = {2, 9, 1, 5}, .skip = true},
     {.nh = 2, .hd = 64, .ng = 1, .ds = 128, .n_seq = 2, .len = {12, 3}, .skip = true},
+    /* head_dim above the CPU's 64 rows a call and Vulkan's 64 invocations a group */
+    {.nh = 2, .hd = 70, .ng = 2, .ds = 20, .n_seq = 2, .len = {9, 2}, .skip = false},
 };
 #define N_CASES ((int)PKV_ARRAY_LEN(cases))
 
@@ -66,7 +70,8 @@ static void problem_make(problem *p) {
     p->par = malloc(sizeof(float) * 3 * (size_t)p->nh);
     p->pool = malloc(sizeof(float) * pool);
     for (size_t i = 0; i < (size_t)p->n * p->row; i++) p->in[i] = th_randf(&g_rng);
-    for (int64_t i = 0; i < p->n * p->nh; i++) p->dt[i] = i % 5 == 2 ? 21.0f + th_randf(&g_rng) : 3.0f * th_randf(&g_rng);
+    for (int64_t i = 0; i < p->n * p->nh; i++) /* every 5th above 20: softplus's identity branch */
+        p->dt[i] = i % 5 == 2 ? 21.0f + th_randf(&g_rng) : 3.0f * th_randf(&g_rng);
     for (int h = 0; h < p->nh; h++) {
         p->par[h] = th_randf(&g_rng);
         p->par[p->nh + h] = -expf(th_randf(&g_rng));
@@ -110,7 +115,8 @@ static void naive(const problem *p, double *y, double *pool) {
                         double st = exp(L[tt + 1]) * S0[(size_t)i * p->ds + n];
                         for (int u = 0; u <= tt; u++) {
                             const float *r = p->in + (size_t)(p->start[s] + u) * p->row;
-                            st += exp(L[tt + 1] - L[u + 1]) * d[u] * r[(size_t)h * p->hd + i] * r[p->xd + (size_t)g * p->ds + n];
+                            const double xu = r[(size_t)h * p->hd + i], bu = r[p->xd + (size_t)g * p->ds + n];
+                            st += exp(L[tt + 1] - L[u + 1]) * d[u] * xu * bu;
                         }
                         if (t == len) {
                             S0[(size_t)i * p->ds + n] = st; /* after the last output row was made */
@@ -324,7 +330,8 @@ static void test_guards(pkv_device *dev) {
         CHECK(zeros);     /* the bad slot's token */
         CHECK(untouched); /* the bad range's tokens */
         for (int sl = 0; sl < p.n_slots; sl++) /* only sequence 0's slot changed */
-            CHECK(bits_equal(pool + (size_t)sl * p.stride, p.pool + (size_t)sl * p.stride, p.slot) == (sl != p.slot_of[0]));
+            CHECK(bits_equal(pool + (size_t)sl * p.stride, p.pool + (size_t)sl * p.stride, p.slot) ==
+                  (sl != p.slot_of[0]));
     } else {
         TH_FAIL("guards: read back: %s", pkv_errmsg());
     }
@@ -382,7 +389,14 @@ int main(void) {
     dp3.n_threads = 3;
     pkv_device *cpu3 = pkv_device_open("cpu", dp3);
     REQUIRE(cpu && cpu3);
-    test_cpu(cpu, cpu3);
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    for (int i = 0; i < np; i++) { /* read by the CPU device at each kernel call */
+        setenv("PKV_CPU_PATH", paths[i], 1);
+        fprintf(stderr, "cpu path %s\n", paths[i]);
+        test_cpu(cpu, cpu3);
+    }
+    unsetenv("PKV_CPU_PATH");
     test_guards(cpu);
 
     pkv_device *vk = pkv_device_open("vulkan:0", pkv_device_default_params());

@@ -22,7 +22,9 @@
  *                   crash, removed when a cache opens the directory
  *
  * Page file, version 1, integers little-endian:
- *   "PKVDPAGE", u32 version, u32 page_size, u32 n_layers, u32 reserved (0)
+ *   "PKVDPAGE", u32 version, u32 page_size, u32 n_layers, u32 flags (bit 0: a
+ *       recurrent-state section follows the payload; 0 in a cache without
+ *       recurrent layers, where this word was reserved)
  *   u64 layout fingerprint (pkv_kv_layout_fingerprint: geometry, dtypes, page size)
  *   u64 producer fingerprint (the sequence's, e.g. the model's)
  *   u64 key (the name's K), u64 prev_key (the predecessor's key, or the chain's
@@ -30,10 +32,16 @@
  *       another seed), u64 payload bytes
  *   i32 tokens[page_size], i32 positions[page_size]
  *   payload: per layer, K [page_size][n_kv_heads][head row] then V likewise (the
- *       canonical order of kv-file.c, independent of sharding)
+ *       canonical order of kv-file.c, independent of sharding); a recurrent layer
+ *       has no rows here (0 bytes)
+ *   with flags bit 0: u64 pos, then the recurrent state the page offered to
+ *       prefix matching (the state after its sequence's first pos tokens, pos the
+ *       page's end), every recurrent layer's [n_kv_heads][state_per_head] f32 in
+ *       the layers' order (kv-state.c's canonical order, as in saved sequences):
+ *       a hit through disk pages ends at the deepest one that has it
  *   u64 checksum: pkv_hash64 over everything before it, the header first and then
  *       each section chained (as kv-file.c's)
- * A file is used only if its size, magic, version, page size, layer count, both
+ * A file is used only if its size, magic, version, flags, page size, layer count, both
  * fingerprints, key, prev_key, key2, tokens, positions and checksum all match
  * what the request expects; otherwise it is counted as rejected and removed.
  *
@@ -81,7 +89,8 @@ typedef struct disk_entry {
 
 /* A page image waiting for the writer thread. */
 typedef struct disk_job {
-    uint8_t *img; /* [file_bytes] */
+    uint8_t *img; /* [bytes] */
+    size_t bytes; /* file_bytes, plus state_bytes with a state section */
     uint64_t key, lfp;
     int32_t e;
     struct disk_job *next;
@@ -99,10 +108,12 @@ typedef struct kv_disk {
     int32_t head, tail;
     int64_t n_files;
     bool off;
-    size_t file_bytes; /* one page file of this cache */
+    size_t file_bytes; /* one page file of this cache (without a state section) */
+    size_t state_bytes; /* a state section (u64 pos, the canonical states); 0 without recurrent layers */
     int page_size, n_sect;
     size_t *sect; /* [n_sect]: bytes of each layer's K and V section, in file order */
-    uint8_t *rbuf;     /* [file_bytes] */
+    uint8_t *rbuf;     /* [file_bytes + state_bytes] */
+    uint8_t *sbuf;     /* [state_bytes]: the deepest state a disk match has read */
     uint8_t *wtmp, *rtmp; /* one page of the largest array */
     /* The writer thread: the cache's thread reads a page from the device into an
      * image and queues it; the writer writes, fsyncs and renames it, so a request
@@ -428,6 +439,10 @@ static void *writer_main(void *arg) {
                 h = pkv_hash64(j->img + off, d->sect[k], h);
                 off += d->sect[k];
             }
+            if (j->bytes > d->file_bytes) { /* the state section, chained last */
+                h = pkv_hash64(j->img + off, d->state_bytes, h);
+                off += d->state_bytes;
+            }
             memcpy(j->img + off, &h, 8);
             entry_path(d, j->key, j->lfp, path, sizeof path);
             pkv_wfile w;
@@ -446,7 +461,7 @@ static void *writer_main(void *arg) {
                 pkv_wfile_abort(&w);
                 st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(ENOSPC));
             } else if (!st) {
-                if (fwrite(j->img, 1, d->file_bytes, w.f) != d->file_bytes) {
+                if (fwrite(j->img, 1, j->bytes, w.f) != j->bytes) {
                     int e = errno ? errno : EIO;
                     pkv_wfile_abort(&w);
                     st = pkv_err(PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
@@ -457,7 +472,7 @@ static void *writer_main(void *arg) {
         }
         double dt = pkv_time_now() - t0;
         pthread_mutex_lock(&d->mu);
-        d->q_bytes -= d->file_bytes;
+        d->q_bytes -= j->bytes;
         d->busy = false;
         if (skip || st) {
             if (planted) {
@@ -474,7 +489,7 @@ static void *writer_main(void *arg) {
         } else {
             d->e[j->e].ready = true;
             d->st.disk_written_pages++;
-            d->st.disk_bytes_written += d->file_bytes;
+            d->st.disk_bytes_written += j->bytes;
             d->st.disk_write_seconds += dt;
         }
         pkv_free(j->img);
@@ -496,12 +511,19 @@ static void disk_free(kv_disk *d) {
     pkv_free(d->e);
     pkv_free(d->buckets);
     pkv_free(d->rbuf);
+    pkv_free(d->sbuf);
     pkv_free(d->wtmp);
     pkv_free(d->rtmp);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     pthread_cond_destroy(&d->cv_idle);
     pkv_free(d);
+}
+
+/* A layer's K or V section of a page file: a recurrent layer has none (its state
+ * is the file's state section). */
+static size_t sect_bytes(const pkv_kv_cache *c, int il, int v) {
+    return c->layout.layers[il].state_per_head > 0 ? 0 : pkv_kv_file_layer_bytes(c, il, c->page_size, v);
 }
 
 pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
@@ -511,10 +533,10 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (strlen(dir) > 4000) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is too long");
     for (int il = 0; il < c->layout.n_layers; il++) {
         const kv_layer *L = &c->layout.layers[il];
-        if (L->window > 0 || L->state_per_head > 0)
+        if (L->window > 0)
             return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is %s; the disk tier works only for caches "
-                           "whose layers are all full attention (not implemented: sliding-window and recurrent layers)",
-                           dir, il, L->chunk > 0 ? "a chunked-attention layer" : L->window > 0 ? "a sliding-window layer" : "a recurrent layer");
+                           "of full-attention and recurrent layers (not implemented: sliding-window and chunked layers)",
+                           dir, il, L->chunk > 0 ? "a chunked-attention layer" : "a sliding-window layer");
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the directory %s: %s", dir, strerror(errno));
@@ -557,9 +579,11 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     /* one page file: header, tokens, positions, every layer's K and V, checksum */
     size_t ps = (size_t)c->page_size, payload = 0, tmp = 1;
     for (int il = 0; il < c->layout.n_layers; il++)
-        for (int v = 0; v < 2; v++) payload += pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
+        for (int v = 0; v < 2; v++) payload += sect_bytes(c, il, v);
     for (int a = 0; a < c->n_arrays; a++) tmp = PKV_MAX(tmp, c->arrays[a].page_bytes);
     d->file_bytes = DISK_HEADER + 8 * ps + payload + 8;
+    const size_t canon = pkv_kv_state_canon_bytes(c);
+    d->state_bytes = canon ? 8 + canon : 0;
     d->queue_max = PKV_MAX((size_t)256 << 20, 4 * d->file_bytes);
     d->page_size = (int)ps;
     d->n_sect = 2 * c->layout.n_layers;
@@ -568,8 +592,12 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         goto fail;
     }
     for (int il = 0; il < c->layout.n_layers; il++)
-        for (int v = 0; v < 2; v++) d->sect[2 * il + v] = pkv_kv_file_layer_bytes(c, il, (int64_t)ps, v);
-    d->rbuf = pkv_malloc(d->file_bytes);
+        for (int v = 0; v < 2; v++) d->sect[2 * il + v] = sect_bytes(c, il, v);
+    d->rbuf = pkv_malloc(d->file_bytes + d->state_bytes);
+    if (d->state_bytes && !(d->sbuf = pkv_malloc(d->state_bytes))) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for a state buffer of %zu bytes", d->state_bytes);
+        goto fail;
+    }
     d->wtmp = pkv_malloc(tmp);
     d->rtmp = pkv_malloc(tmp);
     if (!d->rbuf || !d->wtmp || !d->rtmp) {
@@ -619,7 +647,10 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     if (!d || !pg->indexed || pg->on_disk) return true;
     const uint64_t lfp = c->layout.fingerprint;
     pthread_mutex_lock(&d->mu);
-    bool skip = d->off || find(d, pg->key, lfp) >= 0 || d->file_bytes > d->cap;
+    int64_t spos = 0;
+    const bool has_state = d->state_bytes && pkv_kv_state_page_offered(c, id, &spos);
+    const size_t fb = d->file_bytes + (has_state ? d->state_bytes : 0);
+    bool skip = d->off || find(d, pg->key, lfp) >= 0 || fb > d->cap;
     pthread_mutex_unlock(&d->mu);
     if (skip) {
         pg->on_disk = true; /* there already (or queued), or never will be */
@@ -627,14 +658,14 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     }
     if (!wait) {
         pthread_mutex_lock(&d->mu);
-        bool full = d->q_bytes + d->file_bytes > d->queue_max;
+        bool full = d->q_bytes + fb > d->queue_max;
         pthread_mutex_unlock(&d->mu);
         if (full) return false;
     }
     int ps = c->page_size;
     double t0 = pkv_time_now();
     disk_job *j = pkv_malloc(sizeof *j);
-    uint8_t *img = pkv_malloc(d->file_bytes), *p = img;
+    uint8_t *img = pkv_malloc(fb), *p = img;
     if (!j || !img) {
         pkv_free(j);
         pkv_free(img);
@@ -645,7 +676,7 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     put32(&p, DISK_VERSION);
     put32(&p, (uint32_t)ps);
     put32(&p, (uint32_t)c->layout.n_layers);
-    put32(&p, 0);
+    put32(&p, has_state ? 1u : 0u);
     put64(&p, lfp);
     put64(&p, pg->fp);
     put64(&p, pg->key);
@@ -655,22 +686,26 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
     memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
     p += (size_t)ps * 8;
-    for (int il = 0; il < c->layout.n_layers; il++) /* the checksum is the writer's */
-        for (int v = 0; v < 2; v++) {
-            pkv_status st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, p, d->wtmp, false);
-            if (st) {
-                PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id,
-                         pkv_errmsg());
-                pkv_free(j);
-                pkv_free(img);
-                return true;
-            }
-            p += pkv_kv_file_layer_bytes(c, il, ps, v);
+    pkv_status st = PKV_OK;
+    for (int il = 0; il < c->layout.n_layers && !st; il++) /* the checksum is the writer's */
+        for (int v = 0; v < 2 && !st; v++) {
+            if (d->sect[2 * il + v]) st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, p, d->wtmp, false);
+            p += d->sect[2 * il + v];
         }
+    if (!st && has_state) {
+        put64(&p, (uint64_t)spos);
+        st = pkv_kv_state_page_read(c, id, p);
+    }
+    if (st) {
+        PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id, pkv_errmsg());
+        pkv_free(j);
+        pkv_free(img);
+        return true;
+    }
     pthread_mutex_lock(&d->mu);
-    while (!d->off && d->q_bytes + d->file_bytes > d->queue_max) /* back-pressure: the writer is behind */
+    while (!d->off && d->q_bytes + fb > d->queue_max) /* back-pressure: the writer is behind */
         pthread_cond_wait(&d->cv_idle, &d->mu);
-    while (d->used + d->file_bytes > d->cap) { /* room: the least recently used complete files go */
+    while (d->used + fb > d->cap) { /* room: the least recently used complete files go */
         int32_t victim = oldest_ready(d);
         if (victim < 0 && (d->q_head || d->busy)) { /* only queued ones: let the writer finish them */
             drain(d);
@@ -680,10 +715,11 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
         drop_entry(d, victim); /* its page, if still in memory, is not written again: the cap chose */
         d->st.disk_evicted_files++;
     }
-    int32_t e = d->off ? -1 : add(d, pg->key, lfp, d->file_bytes, 0, true);
+    int32_t e = d->off ? -1 : add(d, pg->key, lfp, fb, 0, true);
     if (e >= 0) {
         d->e[e].ready = false;
         j->img = img;
+        j->bytes = fb;
         j->key = pg->key;
         j->lfp = lfp;
         j->e = e;
@@ -691,7 +727,7 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
         if (d->q_tail) d->q_tail->next = j;
         else d->q_head = j;
         d->q_tail = j;
-        d->q_bytes += d->file_bytes;
+        d->q_bytes += fb;
         pthread_cond_signal(&d->cv);
     }
     d->st.disk_queue_seconds += pkv_time_now() - t0;
@@ -794,10 +830,12 @@ pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int
     pthread_mutex_lock(&d->mu);
     drain(d);
     int64_t k = 0, w = 0;
+    uint64_t wb = 0; /* the files' bytes: a page with a recurrent state has the larger file */
     for (; k < n; k++) {
         int32_t e = find(d, c->pages[ids[k]].key, lfp);
         if (e < 0 || !d->e[e].ready) break;
         w += mine[k];
+        wb += mine[k] ? d->e[e].bytes : 0;
     }
     bool off = d->off;
     pthread_mutex_unlock(&d->mu);
@@ -805,7 +843,7 @@ pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int
     pkv_free(mine);
     *n_pages = k;
     *n_written = w;
-    *bytes = (uint64_t)w * d->file_bytes;
+    *bytes = wb;
     if (k < n && off)
         return pkv_err(PKV_ERR_IO, "spill of sequence %d: a page write failed, the disk tier %s is off (see the log); "
                        "%lld of its %lld pages are on disk", seq, d->dir, (long long)k, (long long)n);
@@ -823,10 +861,11 @@ static void reject(pkv_kv_cache *c, int32_t e, const char *path, const char *why
     drop(c, e);
 }
 
-int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
-                          int64_t n_full, const uint64_t *keys) {
+/* pkv_kv_disk_match's pages; *st_page: the deepest one loaded whose file had a
+ * state at its end (then in d->sbuf, its position *st_pos), else -1. */
+static int64_t match_pages(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
+                           int64_t n_full, const uint64_t *keys, int32_t *st_page, int64_t *st_pos) {
     kv_disk *d = c->disk;
-    if (!d || !s->fp) return m;
     const int ps = c->page_size;
     const size_t tb = (size_t)ps * 4;
     const uint64_t lfp = c->layout.fingerprint;
@@ -856,13 +895,15 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
         double t0 = pkv_time_now();
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), open_err = fd < 0 ? errno : 0;
         struct stat sb;
-        size_t got = 0;
-        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == d->file_bytes)
-            while (got < d->file_bytes) {
-                ssize_t r = read(fd, d->rbuf + got, d->file_bytes - got);
-                if (r <= 0) break;
-                got += (size_t)r;
-            }
+        size_t got = 0, fb = 0; /* the file's size: with or without a state section */
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            ((uint64_t)sb.st_size == d->file_bytes || (uint64_t)sb.st_size == d->file_bytes + d->state_bytes))
+            fb = (size_t)sb.st_size;
+        while (got < fb) {
+            ssize_t r = read(fd, d->rbuf + got, fb - got);
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
         if (fd >= 0) close(fd);
         pthread_mutex_lock(&d->mu);
         d->st.disk_read_seconds += pkv_time_now() - t0;
@@ -871,21 +912,24 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
         const uint8_t *b = d->rbuf;
         const char *why = NULL;
         if (fd < 0) why = "cannot open it";
-        else if (got != d->file_bytes) why = "wrong size or short read";
+        else if (!fb || got != fb) why = "wrong size or short read";
         else if (memcmp(b, DISK_MAGIC, 8)) why = "bad magic";
         else if (get32(b + 8) != DISK_VERSION) why = "other format version";
+        else if (get32(b + 20) != (fb > d->file_bytes ? 1u : 0u)) why = "flags that do not match its size";
         else if (get32(b + 12) != (uint32_t)ps || get32(b + 16) != (uint32_t)c->layout.n_layers)
             why = "other page size or layer count";
         else if (get64(b + 24) != lfp) why = "other cache layout (fingerprint)";
         if (!why) { /* the checksum, chained as it was written */
             size_t off = DISK_HEADER + 2 * tb;
             uint64_t h = pkv_hash64(b, off, 0);
-            for (int il = 0; il < c->layout.n_layers; il++)
-                for (int v = 0; v < 2; v++) {
-                    size_t n = pkv_kv_file_layer_bytes(c, il, ps, v);
-                    h = pkv_hash64(b + off, n, h);
-                    off += n;
-                }
+            for (int k = 0; k < d->n_sect; k++) {
+                h = pkv_hash64(b + off, d->sect[k], h);
+                off += d->sect[k];
+            }
+            if (fb > d->file_bytes) {
+                h = pkv_hash64(b + off, d->state_bytes, h);
+                off += d->state_bytes;
+            }
             if (get64(b + off) != h) why = "checksum mismatch";
         }
         if (!why && get64(b + 32) != s->fp) why = "produced by another model (fingerprint)";
@@ -917,8 +961,9 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
         pkv_status st = PKV_OK;
         for (int il = 0; il < c->layout.n_layers && !st; il++)
             for (int v = 0; v < 2 && !st; v++) {
-                st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, (uint8_t *)b + off, d->rtmp, true);
-                off += pkv_kv_file_layer_bytes(c, il, ps, v);
+                if (d->sect[2 * il + v])
+                    st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, (uint8_t *)b + off, d->rtmp, true);
+                off += d->sect[2 * il + v];
             }
         if (st) {
             PKV_WARN("KV disk tier %s: writing a loaded page to the device failed (%s)", d->dir, pkv_errmsg());
@@ -938,8 +983,32 @@ int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, con
         s->own[dep] = id;
         s->n_own = (size_t)dep + 1;
         s->pub_n = dep + 1;
+        /* the state at the page's end, kept for the deepest such page (one at
+         * another position is not this chain's boundary and is not used) */
+        if (fb > d->file_bytes && (int64_t)get64(b + off) == (dep + 1) * ps) {
+            memcpy(d->sbuf, b + off, d->state_bytes);
+            *st_page = id;
+            *st_pos = (dep + 1) * ps;
+        }
     }
     return n_full;
+}
+
+int64_t pkv_kv_disk_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
+                          int64_t n_full, const uint64_t *keys) {
+    kv_disk *d = c->disk;
+    if (!d || !s->fp) return m;
+    int32_t st_page = -1;
+    int64_t st_pos = 0;
+    m = match_pages(c, s, tokens, pos, m, n_full, keys, &st_page, &st_pos);
+    /* A hit needs the state at its end (the memory kinds narrow the match to the
+     * deepest page offering one): only the deepest disk page's is installed. */
+    if (st_page >= 0) {
+        pkv_status st = pkv_kv_state_page_offer(c, st_page, d->sbuf + 8, st_pos);
+        if (st) PKV_WARN("KV disk tier %s: installing a page's recurrent state failed (%s); matched without it", d->dir,
+                         pkv_errmsg());
+    }
+    return m;
 }
 
 void pkv_kv_disk_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {

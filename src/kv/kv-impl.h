@@ -390,6 +390,16 @@ bool pkv_kv_state_stored(const pkv_kv_cache *c, int32_t page, int64_t n_tokens);
 pkv_status pkv_kv_state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m);
 /* A page leaves the prefix index: release the state stored at it. */
 void pkv_kv_state_page_drop(pkv_kv_cache *c, int32_t page);
+/* The disk tier's states (kv-disk.c): the bytes of one sequence's states in the
+ * canonical order (every recurrent layer's [n_kv_heads][state_per_head], layers in
+ * order; 0 without recurrent layers); whether page offers a state to prefix
+ * matching (and at which position); that state read into canon; and a state from
+ * canon offered by page at pos, as a checkpoint held by the page (nothing when the
+ * page has one already or no slot can be had: the match then ends earlier). */
+size_t pkv_kv_state_canon_bytes(const pkv_kv_cache *c);
+bool pkv_kv_state_page_offered(const pkv_kv_cache *c, int32_t page, int64_t *pos);
+pkv_status pkv_kv_state_page_read(pkv_kv_cache *c, int32_t page, uint8_t *canon);
+pkv_status pkv_kv_state_page_offer(pkv_kv_cache *c, int32_t page, const uint8_t *canon, int64_t pos);
 /* The cache was cleared: every sequence empty with a zeroed live slot (checked
  * beforehand with pkv_kv_state_clear_check), no checkpoint. */
 pkv_status pkv_kv_state_clear_check(const pkv_kv_cache *c);

@@ -827,6 +827,67 @@ static pkv_status move_state(pkv_kv_cache *c, int il, int32_t slot, uint8_t *can
     return st;
 }
 
+/* ---------------------------------------------------- the disk tier's states */
+
+size_t pkv_kv_state_canon_bytes(const pkv_kv_cache *c) {
+    size_t n = 0;
+    for (int il = 0; kv_has_state(c) && il < c->layout.n_layers; il++)
+        if (state_holds_layer(c, il)) n += state_layer_bytes(&c->layout.layers[il]);
+    return n;
+}
+
+/* Every recurrent layer's state in slot between the device and canon (the layers'
+ * canonical sections in order), through a staging slot of the largest array. */
+static pkv_status canon_move(pkv_kv_cache *c, int32_t slot, uint8_t *canon, bool to_device) {
+    size_t tb = 1;
+    for (int a = 0; a < c->n_st_arrays; a++) tb = PKV_MAX(tb, c->st_arrays[a].slot_bytes);
+    uint8_t *tmp = pkv_malloc(tb);
+    if (!tmp) return pkv_err(PKV_ERR_NOMEM, "recurrent state: no memory for a staging slot of %zu bytes", tb);
+    pkv_status st = PKV_OK;
+    for (int il = 0; il < c->layout.n_layers && !st; il++) {
+        if (!state_holds_layer(c, il)) continue;
+        st = move_state(c, il, slot, canon, tmp, to_device);
+        canon += state_layer_bytes(&c->layout.layers[il]);
+    }
+    pkv_free(tmp);
+    return st;
+}
+
+bool pkv_kv_state_page_offered(const pkv_kv_cache *c, int32_t page, int64_t *pos) {
+    if (!kv_has_state(c) || page < 0) return false;
+    const kv_page *p = &c->pages[page];
+    if (p->st_slot < 0 || !slot_valid(c, p->st_slot, p->st_gen) || !c->slots[p->st_slot].ckpt) return false;
+    *pos = c->slots[p->st_slot].pos;
+    return true;
+}
+
+pkv_status pkv_kv_state_page_read(pkv_kv_cache *c, int32_t page, uint8_t *canon) {
+    int64_t pos;
+    if (!pkv_kv_state_page_offered(c, page, &pos))
+        return pkv_err(PKV_ERR_INTERNAL, "page %d offers no recurrent state", page);
+    return canon_move(c, c->pages[page].st_slot, canon, false);
+}
+
+pkv_status pkv_kv_state_page_offer(pkv_kv_cache *c, int32_t page, const uint8_t *canon, int64_t pos) {
+    int64_t had;
+    if (!kv_has_state(c) || pkv_kv_state_page_offered(c, page, &had)) return PKV_OK;
+    int32_t slot = pkv_kv_state_slot_take(c); /* may evict the oldest checkpoint */
+    if (slot < 0) { /* every slot holds a live state: the page is matched without one */
+        c->stats.state_ckpt_skipped++;
+        return PKV_OK;
+    }
+    pkv_status st = canon_move(c, slot, (uint8_t *)canon, true);
+    if (st) {
+        slot_release(c, slot);
+        return st;
+    }
+    ck_push(c, slot, pos);
+    kv_page *p = &c->pages[page];
+    p->st_slot = slot; /* the taker's reference is the page's */
+    p->st_gen = c->slots[slot].gen;
+    return PKV_OK;
+}
+
 static int state_file_bytes(const pkv_kv_cache *c, const kv_file *f, const kv_file_part *part, kv_file_at at, int il,
                             size_t bytes[2]) {
     (void)f;

@@ -35,6 +35,9 @@ T static inline __m256 ld_bf16(const uint16_t *p) {
 #define FV_ADD(a, b) _mm256_add_ps(a, b)
 #define FV_HSUM(v) hsum(v)
 #define FV_NAME(n) a_##n
+#define FV_STOREU(p, v) _mm256_storeu_ps(p, v)
+#define FV_MUL(a, b) _mm256_mul_ps(a, b)
+#define FV_SET1(f) _mm256_set1_ps(f)
 #define FV_TILE_NX 2
 #include "device/cpu/cpu-fdot-body.h"
 
@@ -112,6 +115,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .f32t = a_f32t,
     .f16t = a_f16t,
     .bf16t = a_bf16t,
+    .scan = a_scan,
     .f16row = a_f16row,
     .f32f16row = a_f32f16row,
     .q8_0 = a_q8_0,

@@ -29,6 +29,9 @@ T static inline __m512 ld_bf16(const uint16_t *p) {
 #define FV_ADD(a, b) _mm512_add_ps(a, b)
 #define FV_HSUM(v) _mm512_reduce_add_ps(v)
 #define FV_NAME(n) x_##n
+#define FV_STOREU(p, v) _mm512_storeu_ps(p, v)
+#define FV_MUL(a, b) _mm512_mul_ps(a, b)
+#define FV_SET1(f) _mm512_set1_ps(f)
 #define FV_TILE_NX 4
 #include "device/cpu/cpu-fdot-body.h"
 
@@ -42,6 +45,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx512 = {
     .f32t = x_f32t,
     .f16t = x_f16t,
     .bf16t = x_bf16t,
+    .scan = x_scan,
 };
 #endif
 

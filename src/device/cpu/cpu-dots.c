@@ -264,6 +264,19 @@ static void g_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, in
     for (int r = 0; r < nx; r++) out[r] = g_bf16(w, x + r * xs, n);
 }
 
+/* The scan's rows one at a time, the sum over n in order. */
+static void g_scan(float *S, int nr, int ds, float decay, const float *dx, const float *B, const float *C, float *o) {
+    for (int r = 0; r < nr; r++) {
+        float *row = S + (size_t)r * ds, acc = 0.0f;
+        for (int n = 0; n < ds; n++) {
+            const float sv = row[n] * decay + dx[r] * B[n];
+            row[n] = sv;
+            acc += sv * C[n];
+        }
+        o[r] = acc;
+    }
+}
+
 const pkv_cpu_dots pkv_cpu_dots_generic = {
     .name = "generic",
     .f32x = g_f32x,
@@ -283,4 +296,5 @@ const pkv_cpu_dots pkv_cpu_dots_generic = {
              [PKV_TYPE_TQ2_0] = gd_tq2_0},
     .slow = PKV_QDOT_MORE_TYPES,
     .q8a = pkv_cpu_quantize_q8a,
+    .scan = g_scan,
 };

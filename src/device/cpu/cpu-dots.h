@@ -122,6 +122,12 @@ typedef struct pkv_cpu_dots {
      * the i8mm path has them (SMMLA multiplies 2 x 8 by 8 x 2 bytes: two weight
      * rows against two activation rows). */
     pkv_qdot2_fn pair[PKV_TYPE_COUNT];
+    /* One token of Mamba-2's scan (kernel ssm_scan) over nr state rows of ds floats,
+     * row r at S + r * ds: S[r][n] = S[r][n] * decay + dx[r] * B[n], then
+     * o[r] = sum_n S[r][n] * C[n]. A row gets the same operations whatever nr is
+     * (and whatever rows share the call), so results do not depend on the batch.
+     * Every table has one (the generic loop, AVX2/AVX-512 and NEON vectors). */
+    void (*scan)(float *S, int nr, int ds, float decay, const float *dx, const float *B, const float *C, float *o);
 } pkv_cpu_dots;
 
 extern const pkv_cpu_dots pkv_cpu_dots_generic;

@@ -6,11 +6,12 @@
  *   FV_V, FV_LANES   the vector type and its number of floats
  *   FV_ZERO() FV_LOADU(p) FV_FMA(a, b, c) FV_ADD(a, b)
  *   FV_HSUM(v)       the sum of the lanes of v, in a fixed order
+ *   FV_STOREU(p, v) FV_MUL(a, b) FV_SET1(f)
  *   FV_NAME(n)       the name of the function for n (f32x .. bf16t)
  *   FV_TILE_NX       x rows per tile with four weight rows (2 with 16 ymm
  *                    registers, 4 with 32 zmm)
  * and gets the static functions FV_NAME(f32x), FV_NAME(f16x), FV_NAME(bf16x),
- * FV_NAME(f32t), FV_NAME(f16t), FV_NAME(bf16t) of cpu-dots.h. */
+ * FV_NAME(f32t), FV_NAME(f16t), FV_NAME(bf16t) and FV_NAME(scan) of cpu-dots.h. */
 
 #define FV_AI __attribute__((always_inline)) FV_TARGET static inline
 
@@ -111,4 +112,42 @@ FV_TILE_FN(FV_NAME(f32t), float, 0)
 FV_TILE_FN(FV_NAME(f16t), uint16_t, 1)
 FV_TILE_FN(FV_NAME(bf16t), uint16_t, 2)
 #undef FV_TILE_FN
+/* Mamba-2's scan (cpu-dots.h, scan) for NR rows at once, sharing the loads of B and
+ * C: lane l of a row's accumulator sums the elements FV_LANES k + l in k order, then
+ * FV_HSUM, then the tail elements in order with fmaf; a row gets exactly these
+ * operations for every NR. */
+FV_AI void scan_rows(float *S, int ds, float decay, const float *dx, const float *B, const float *C, const int NR,
+                     float *o) {
+    FV_V acc[4], dxv[4];
+    const FV_V dv = FV_SET1(decay);
+    for (int r = 0; r < NR; r++) {
+        acc[r] = FV_ZERO();
+        dxv[r] = FV_SET1(dx[r]);
+    }
+    int n = 0;
+    for (; n + FV_LANES <= ds; n += FV_LANES) {
+        const FV_V b = FV_LOADU(B + n), c = FV_LOADU(C + n);
+        for (int r = 0; r < NR; r++) {
+            float *p = S + (size_t)r * ds + n;
+            const FV_V sv = FV_FMA(FV_LOADU(p), dv, FV_MUL(dxv[r], b));
+            FV_STOREU(p, sv);
+            acc[r] = FV_FMA(sv, c, acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        float *row = S + (size_t)r * ds, sum = FV_HSUM(acc[r]);
+        for (int k = n; k < ds; k++) {
+            row[k] = fmaf(row[k], decay, dx[r] * B[k]);
+            sum = fmaf(row[k], C[k], sum);
+        }
+        o[r] = sum;
+    }
+}
+
+FV_TARGET static void FV_NAME(scan)(float *S, int nr, int ds, float decay, const float *dx, const float *B,
+                                    const float *C, float *o) {
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) scan_rows(S + (size_t)r * ds, ds, decay, dx + r, B, C, 4, o + r);
+    for (; r < nr; r++) scan_rows(S + (size_t)r * ds, ds, decay, dx + r, B, C, 1, o + r);
+}
 #undef FV_AI

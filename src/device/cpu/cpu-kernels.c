@@ -104,7 +104,7 @@ static void avx512_init(void) {
     const pkv_cpu_dots *x = &pkv_cpu_dots_avx512;
     g_avx512_full.name = x->name;
 #define TAKE(f) if (x->f) g_avx512_full.f = x->f
-    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a);
+    TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a); TAKE(scan);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
         TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
@@ -1091,13 +1091,22 @@ static pkv_status cpu_delta_net(void *ctx, const pkv_k_delta_net_args *a) {
     return PKV_OK;
 }
 
+typedef struct {
+    const pkv_k_ssm_scan_args *a;
+    void (*scan)(float *S, int nr, int ds, float decay, const float *dx, const float *B, const float *C, float *o);
+} scan_job;
+
+/* Rows of a head per call of the path's scan: dx for them on the stack. */
+#define SCAN_ROWS 64
+
 /* One (sequence, head) at a time, tokens in order, the state updated in place in
- * f32: every state row i sees the same operations in the same order (the sum over
- * the state dim n ascending) whatever the batch, the thread count or how a
- * sequence's tokens are split over calls. */
+ * f32: every state row sees the same operations in the same order (the path's scan,
+ * cpu-dots.h) whatever the batch, the thread count or how a sequence's tokens are
+ * split over calls. Prefill keeps a head's state (head_dim x d_state floats, 32 KiB
+ * for Mamba-2's 64 x 128) in cache across the sequence's tokens. */
 static void scan_task(int ti, int n_tasks, void *arg) {
-    const rows_job *j = arg;
-    const pkv_k_ssm_scan_args *a = j->args;
+    const scan_job *j = arg;
+    const pkv_k_ssm_scan_args *a = j->a;
     const int nh = a->n_head, hd = a->head_dim, ds = a->d_state, per_group = a->n_head / a->n_group;
     const uint8_t *x = pkv_cpu_ptr(a->x), *B = pkv_cpu_ptr(a->B), *C = pkv_cpu_ptr(a->C);
     const float *dt = pkv_cpu_ptr(a->dt), *dt_bias = pkv_cpu_ptr(a->dt_bias), *A = pkv_cpu_ptr(a->A);
@@ -1124,17 +1133,13 @@ static void scan_task(int ti, int n_tasks, void *arg) {
             const float v = dt[t * nh + h] + dt_bias[h];
             const float d = v > 20.0f ? v : log1pf(expf(v)), decay = expf(d * A[h]);
             float *yt = y + (t * nh + h) * hd;
-            for (int i = 0; i < hd; i++) {
-                float *row = S + (size_t)i * ds;
-                const float dx = d * xt[i];
-                float o = 0.0f;
-                for (int n = 0; n < ds; n++) {
-                    const float sv = row[n] * decay + dx * Bt[n];
-                    row[n] = sv;
-                    o += sv * Ct[n];
-                }
-                yt[i] = o + skip * xt[i];
+            for (int r0 = 0; r0 < hd; r0 += SCAN_ROWS) {
+                const int nr = PKV_MIN(SCAN_ROWS, hd - r0);
+                float dx[SCAN_ROWS];
+                for (int r = 0; r < nr; r++) dx[r] = d * xt[r0 + r];
+                j->scan(S + (size_t)r0 * ds, nr, ds, decay, dx, Bt, Ct, yt + r0);
             }
+            for (int i = 0; i < hd; i++) yt[i] += skip * xt[i];
         }
     }
 }
@@ -1145,8 +1150,9 @@ static pkv_status cpu_ssm_scan(void *ctx, const pkv_k_ssm_scan_args *a) {
     const pkv_tref refs[] = {a->x, a->B, a->C, a->dt, a->dt_bias, a->A, a->D, a->y, a->state, a->meta};
     for (int i = 0; i < 10; i++)
         if (refs[i].buf) TRY(aligned(c, "ssm_scan", names[i], refs[i], 4));
+    const pkv_cpu_dots *d = dots_select();
+    scan_job j = {a, d->scan ? d->scan : pkv_cpu_dots_generic.scan};
     const int64_t items = (int64_t)a->n_seq * a->n_head;
-    rows_job j = {a, items};
     pkv_pool_run(c->pool, n_tasks_for(c, items, (double)a->n_tok * a->n_head * (double)a->head_dim * a->d_state * 4), scan_task,
                  &j);
     return PKV_OK;

@@ -104,6 +104,42 @@ static void n_bf16x(const uint16_t *w, const float *x, int64_t xs, int64_t n, in
     n_bf16t(w, 0, 1, x, xs, nx, n, out, 1);
 }
 
+/* Mamba-2's scan (cpu-dots.h, scan), NR rows at a time sharing the loads of B and C:
+ * lane l of a row's accumulator sums the elements 4k + l in k order, then FADDP,
+ * then the tail elements in order with fmaf; a row gets these operations for every NR. */
+AI void scan_rows(float *S, int ds, float decay, const float *dx, const float *B, const float *C, const int NR,
+                  float *o) {
+    float32x4_t acc[4], dxv[4];
+    for (int r = 0; r < NR; r++) {
+        acc[r] = vdupq_n_f32(0);
+        dxv[r] = vdupq_n_f32(dx[r]);
+    }
+    int n = 0;
+    for (; n + 4 <= ds; n += 4) {
+        const float32x4_t b = vld1q_f32(B + n), c = vld1q_f32(C + n);
+        for (int r = 0; r < NR; r++) {
+            float *p = S + (size_t)r * ds + n;
+            const float32x4_t sv = vfmaq_n_f32(vmulq_f32(dxv[r], b), vld1q_f32(p), decay);
+            vst1q_f32(p, sv);
+            acc[r] = vfmaq_f32(acc[r], sv, c);
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        float *row = S + (size_t)r * ds, sum = vaddvq_f32(acc[r]);
+        for (int k = n; k < ds; k++) {
+            row[k] = fmaf(row[k], decay, dx[r] * B[k]);
+            sum = fmaf(row[k], C[k], sum);
+        }
+        o[r] = sum;
+    }
+}
+
+static void n_scan(float *S, int nr, int ds, float decay, const float *dx, const float *B, const float *C, float *o) {
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) scan_rows(S + (size_t)r * ds, ds, decay, dx + r, B, C, 4, o + r);
+    for (; r < nr; r++) scan_rows(S + (size_t)r * ds, ds, decay, dx + r, B, C, 1, o + r);
+}
+
 /* f16 <-> f32 rows: FCVTL is exact; FCVTN rounds to nearest even (the default
  * FPCR mode) and keeps a NaN's top payload bits, quieted, as pkv_f32_to_f16. */
 static void n_f16row(const uint16_t *src, float *dst, int64_t n) {
@@ -506,7 +542,7 @@ AI float nq_out(int K, float32x4_t acc, float32x4_t cor) {
     .name = nm, .f32x = n_f32x, .f16x = n_f16x, .bf16x = n_bf16x, .f32t = n_f32t, .f16t = n_f16t,              \
     .bf16t = n_bf16t, .f16row = n_f16row, .f32f16row = n_f32f16row, .q8_0 = pfx##_q8_0, .q4_0 = pfx##_q4_0,      \
     .q4_k = pfx##_q4_k, .q5_k = pfx##_q5_k, .q6_k = pfx##_q6_k, .mxfp4 = pfx##_mxfp4, .more = QN_MORE(pfx),      \
-    .slow = N_SLOW, .q8a = n_q8a
+    .slow = N_SLOW, .q8a = n_q8a, .scan = n_scan
 
 const pkv_cpu_dots pkv_cpu_dots_neon = {N_TABLE(neon, "neon")};
 const pkv_cpu_dots pkv_cpu_dots_dotprod = {N_TABLE(dp, "dotprod")};
