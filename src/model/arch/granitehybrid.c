@@ -16,8 +16,8 @@
  *
  * Split over several devices, a Mamba-2 layer goes by SSM groups (each device its
  * groups' heads, B and C, and that part of the state); with fewer groups than
- * devices the split is refused by the planner, naming the layer (Granite 4.0-H has
- * one group: run it on one device, or keep the split to its group count). */
+ * devices (Granite 4.0-H has one) it runs whole on the first device (rec_first)
+ * while attention and the FFN split. */
 #include <math.h>
 #include <string.h>
 
