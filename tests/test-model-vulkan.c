@@ -42,25 +42,31 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
 /* gemma3 gets its first global layer (the sixth): RoPE differs by layer there;
  * gemma4 mkmodel's six (two of them reusing earlier layers' KV); smollm3 its first
  * layer without RoPE (the fourth); llama4 its NoPE layer (the fourth) after three
- * chunked ones (19 tokens: past two chunks of 8) */
+ * chunked ones (19 tokens: past two chunks of 8); granitehybrid its attention layer
+ * between Mamba-2 layers; glm4moe a dense layer, mixtures with and without Q/K norms;
+ * nemotron_h a Mamba-2, an MLP and an attention layer */
 static int layers_of(const char *arch) {
-    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4")                              ? 6
-           : !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe") || !strcmp(arch, "smollm3") || !strcmp(arch, "llama4") ||
-                     !strcmp(arch, "granitehybrid")
-                 ? 4
-           : !strcmp(arch, "glm4moe") || !strcmp(arch, "nemotron_h") ? 3 /* glm4moe: a dense layer, mixtures with and
-                                                                             without Q/K norms; nemotron_h: M, MLP, attention */
-                                      : 2;
+    static const struct {
+        const char *arch;
+        int n;
+    } t[] = {{"gemma3", 6},  {"gemma4", 6},  {"qwen35", 4},        {"qwen35moe", 4}, {"smollm3", 4},
+             {"llama4", 4},  {"glm4moe", 3}, {"granitehybrid", 4}, {"nemotron_h", 3}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(arch, t[i].arch)) return t[i].n;
+    return 2;
 }
 
 /* The bound for a quantized model against the CPU, whose activations are rounded
- * to 8 bits: qwen35's and granitehybrid's recurrent state carries each token's rounding on to the next
- * ones; in qwen35moe and glm4moe the rounding also moves a close second or third
- * expert (glm4moe's sigmoid scores sit close together: q5_k/q6_k 3.4e-2 measured).
- * The exact check of those is against the f32 twin (kq_twin). */
+ * to 8 bits: a recurrent state (qwen35, granitehybrid, nemotron_h) carries each
+ * token's rounding on to the next ones; in qwen35moe and glm4moe the rounding also
+ * moves a close second or third expert (glm4moe's sigmoid scores sit close together:
+ * q5_k/q6_k 3.4e-2 measured). The exact check of those is against the f32 twin
+ * (kq_twin). */
 static double quant_tol(const char *arch) {
-    return !strcmp(arch, "glm4moe") ? 1e-1 : !strcmp(arch, "qwen35moe") ? 2e-2 : !strcmp(arch, "qwen35") || !strcmp(arch, "granitehybrid") || !strcmp(arch, "nemotron_h") ? 6e-3
-                                                                                                         : 2e-3;
+    if (!strcmp(arch, "glm4moe")) return 1e-1;
+    if (!strcmp(arch, "qwen35moe")) return 2e-2;
+    if (!strcmp(arch, "qwen35") || !strcmp(arch, "granitehybrid") || !strcmp(arch, "nemotron_h")) return 6e-3;
+    return 2e-3;
 }
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {

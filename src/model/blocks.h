@@ -216,7 +216,8 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm);
  *   y = ssm_scan(u's x, B, C, dt, dt bias, A, D)                     (pkv_k_ssm_scan)
  *   x += out·(group_rmsnorm(y * silu(z)) * ssm_norm)                 over each group's P H / G
  * Each shard (whole groups: its heads' x, z and dt, its groups' B and C) on its
- * device with its state; the partial outputs are summed as attention's are. */
+ * device with its state; the partial outputs are summed as attention's are. A
+ * rec_first layer (fewer groups than devices) runs whole on the first device. */
 typedef struct pkv_mamba2_kind {
     const pkv_weight *norm; /* the input norm */
 } pkv_mamba2_kind;

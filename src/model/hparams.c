@@ -233,7 +233,6 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, ops->kv0_recurrent ? 0 : 1, 4096, &n_head_kv);
     }
-
     /* moe_after_dense: experts where the file has them, after its leading dense layers */
     key(k, sizeof k, arch, "expert_count");
     const bool moe = ops->moe || (ops->moe_after_dense && pkv_gguf_find_key(g, k) >= 0);
