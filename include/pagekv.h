@@ -1050,7 +1050,15 @@ typedef struct pkv_mkmodel_params {
                             sliding_window tokens),
                             "glm4moe" (GLM-4.5: n_layer 0 = 3 trunk layers, the
                             first dense, Q/K norms on the odd ones; experts of n_ff rows with a shared
-                            one and the exp_probs_b bias; half of each head rotated) */
+                            one and the exp_probs_b bias; half of each head rotated),
+                            "granitehybrid" (Granite 4.0-H: n_layer 0 = 4, layer l % 4 == 1
+                            attends (no RoPE), the others Mamba-2 with ssm_v_heads heads
+                            (0 = 2 n_embd / ssm_head_dim) of ssm_head_dim (0 = 16) in ssm_k_heads
+                            groups (0 = 2), state size ssm_head_dim, conv kernel 4; n_expert > 0:
+                            experts and a shared expert of n_ff rows),
+                            "nemotron_h" (Nemotron-H: n_layer 0 = 6, layer l by l % 3 a Mamba-2
+                            layer (granitehybrid's sizes), an MLP of n_ff rows (up, squared ReLU,
+                            down) or attention without RoPE) */
     pkv_type type;       /* matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 */
     int n_layer;         /* 0 = 2 */
     int n_embd;          /* 0 = 128 */

@@ -98,9 +98,9 @@ static pkv_model *et_model_ex(const char *arch, pkv_type type, uint64_t seed, in
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
     p.arch = arch;
     p.type = type;
-    /* qwen35: three delta-net layers, then attention; gemma4: mkmodel's six (full, sliding, sliding, full
+    /* qwen35: three delta-net layers, then attention; nemotron_h: Mamba-2, MLP, attention; gemma4: mkmodel's six (full, sliding, sliding, full
      * with KV of their own, then a sliding and a full layer reusing theirs) */
-    p.n_layer = n_layer ? n_layer : !strcmp(arch, "qwen35") ? 4 : !strcmp(arch, "gemma4") ? 6 : 2;
+    p.n_layer = n_layer ? n_layer : !strcmp(arch, "qwen35") ? 4 : !strcmp(arch, "gemma4") ? 6 : !strcmp(arch, "nemotron_h") ? 3 : 2;
     p.n_mtp = n_mtp;
     p.n_embd = et_n_embd;
     p.n_head = 4;

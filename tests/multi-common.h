@@ -36,10 +36,12 @@ static inline void mc_make(pkv_type t, const char *arch) {
  * have 4 key heads with 2 value heads each (value head h reads key head h % 4), so
  * a shard's value heads are strided in every tensor; splits 1,1 and 2,1,1 give
  * shards of 2 and of 2, 1, 1 key heads. Head size 32 keeps q8_0's strided column
- * runs of ssm_out on whole blocks. */
-static inline void mc_make_qwen35(pkv_type t) {
+ * runs of ssm_out on whole blocks. granitehybrid: the same sizes, 3 Mamba-2 layers
+ * (8 heads of 32 in 4 groups, a state of 32) and an attention layer; nemotron_h:
+ * Mamba-2, MLP, attention, Mamba-2. */
+static inline void mc_make_recurrent(pkv_type t, const char *arch) {
     pkv_mkmodel_params p = pkv_mkmodel_default_params();
-    p.arch = "qwen35";
+    p.arch = arch;
     p.type = t;
     p.n_layer = 4;
     p.n_embd = 128;
@@ -101,10 +103,10 @@ static inline bool mc_run(pkv_model *m, pkv_kv_cache *c, float *lg, int32_t *tok
     return ok;
 }
 
-/* The reference: the model of `arch` (mc_make; "qwen35": mc_make_qwen35) on one
+/* The reference: the model of `arch` (mc_make; qwen35, granitehybrid: mc_make_recurrent) on one
  * CPU device, its cache, and its logits and tokens (mc_run); false on failure. */
 static inline bool mc_reference(pkv_type t, const char *arch, pkv_model **single, pkv_kv_cache **sc, float *lg, int32_t *toks) {
-    if (!strcmp(arch, "qwen35")) mc_make_qwen35(t);
+    if (!strcmp(arch, "qwen35") || !strcmp(arch, "granitehybrid") || !strcmp(arch, "nemotron_h")) mc_make_recurrent(t, arch);
     else mc_make(t, arch);
     *single = mc_load("cpu", NULL, false);
     *sc = *single ? mc_cache(*single) : NULL;

@@ -4,7 +4,9 @@
 #ifndef PKV_REF_GGUF_H
 #define PKV_REF_GGUF_H
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,63 @@ static inline double *ref_gguf_tensor(void *user, const char *name, int64_t *n) 
     free(f);
     *n = (int64_t)t->n_elements;
     return d;
+}
+
+/* Tensor blk.<l>.<suffix> of g as doubles (malloc'd; l < 0: the tensor named suffix);
+ * NULL when absent. */
+static inline double *ref_gguf_blk(const pkv_gguf *g, int l, const char *suffix) {
+    char name[96];
+    int64_t n = 0;
+    if (l >= 0) snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+    else snprintf(name, sizeof name, "%s", suffix);
+    return ref_gguf_tensor((void *)g, name, &n);
+}
+
+/* y = W·x (+ b) with layer l's tensors w [rows][cols] and b (NULL or absent: none). */
+static inline void ref_gguf_mv(const pkv_gguf *g, int l, const char *w, const char *b, const double *x, int rows, int cols,
+                               double *y) {
+    double *W = ref_gguf_blk(g, l, w), *B = b ? ref_gguf_blk(g, l, b) : NULL;
+    for (int r = 0; r < rows; r++) {
+        double a = B ? B[r] : 0;
+        for (int c = 0; c < cols; c++) a += W[(size_t)r * cols + c] * x[c];
+        y[r] = a;
+    }
+    free(W);
+    free(B);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w, w layer l's tensor (l < 0: a global one). */
+static inline void ref_gguf_norm(const pkv_gguf *g, int l, const char *w, const double *x, int n, double eps, double *y) {
+    double *W = ref_gguf_blk(g, l, w), ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double inv = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * inv * W[i];
+    free(W);
+}
+
+/* Causal grouped-query attention of one query row q [nh][hd] over n cached rows
+ * k, v (row t at k + t * stride, [nkv][hd]): out [nh][hd], scores times scale. */
+static inline void ref_attend(const double *q, const double *k, const double *v, size_t stride, int n, int nh, int nkv,
+                              int hd, double scale, double *out) {
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s) return;
+    for (int h = 0; h < nh; h++) {
+        const int kh = h / (nh / nkv);
+        double mx = -1e300, sum = 0;
+        for (int t = 0; t < n; t++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += q[h * hd + i] * k[t * stride + (size_t)(kh * hd + i)];
+            s[t] = d * scale;
+            mx = fmax(mx, s[t]);
+        }
+        for (int t = 0; t < n; t++) sum += s[t] = exp(s[t] - mx);
+        for (int i = 0; i < hd; i++) {
+            double a = 0;
+            for (int t = 0; t < n; t++) a += s[t] / sum * v[t * stride + (size_t)(kh * hd + i)];
+            out[h * hd + i] = a;
+        }
+    }
+    free(s);
 }
 
 /* A copy of the GGUF image g (pkv_free it) with key `key` set to u32 `set` (left

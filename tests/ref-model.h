@@ -360,33 +360,6 @@ static inline double ref_gelu(double x) {
 /* c * tanh(s / c): s squashed into (-c, c), about s where |s| << c; c = 0: s. */
 static inline double ref_softcap(double s, double c) { return c > 0 ? c * tanh(s / c) : s; }
 
-/* Causal GQA of one query row over n_pos cached rows: for each of n_head heads h,
- * out[h] = sum_t softmax_t(scale q_h · k_t[kh]) v_t[kh], kh = h / (n_head / n_kv);
- * q [n_head][hd], k and v [n_pos][n_kv][hd], out [n_head][hd]. */
-static inline void ref_attend(const double *q, const double *k, const double *v, int n_pos, int n_head, int n_kv, int hd,
-                              double scale, double *out) {
-    double *s = malloc((size_t)n_pos * sizeof *s);
-    if (!s) abort();
-    const size_t row = (size_t)n_kv * (size_t)hd;
-    for (int h = 0; h < n_head; h++) {
-        const int kh = h / (n_head / n_kv);
-        double mx = -1e300, sum = 0;
-        for (int t = 0; t < n_pos; t++) {
-            double d = 0;
-            for (int i = 0; i < hd; i++) d += q[h * hd + i] * k[t * row + (size_t)(kh * hd + i)];
-            s[t] = d * scale;
-            mx = fmax(mx, s[t]);
-        }
-        for (int t = 0; t < n_pos; t++) sum += s[t] = exp(s[t] - mx);
-        for (int i = 0; i < hd; i++) {
-            double a = 0;
-            for (int t = 0; t < n_pos; t++) a += s[t] / sum * v[t * row + (size_t)(kh * hd + i)];
-            out[h * hd + i] = a;
-        }
-    }
-    free(s);
-}
-
 /* Gated FFN of n_ff rows: y = down · (act(gate · x) * up · x), act silu (SwiGLU) or
  * gelu (GeGLU), with gate, up [n_ff][n_embd] and down [n_embd][n_ff]; g and u are
  * scratch [n_ff]. Both the dense FFN and each expert of a MoE are this. */
@@ -396,31 +369,6 @@ static inline void ref_ffn(const double *gate, const double *up, const double *d
     ref_matvec(up, x, NULL, n_ff, n_embd, u);
     for (int i = 0; i < n_ff; i++) g[i] = (gelu ? ref_gelu(g[i]) : ref_silu(g[i])) * u[i];
     ref_matvec(down, g, NULL, n_embd, n_ff, y);
-}
-
-/* Layer l's tensor blk.<l>.<suffix> from get (the caller frees it), NULL when absent. */
-static inline double *ref_blk(ref_get_tensor get, void *user, int l, const char *suffix) {
-    char name[96];
-    int64_t n = 0;
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
-    return get(user, name, &n);
-}
-
-/* y = W·x (+ b) with layer l's tensors w [rows][cols] and b (NULL or absent: none). */
-static inline void ref_blk_mv(ref_get_tensor get, void *user, int l, const char *w, const char *b, const double *x, int rows,
-                              int cols, double *y) {
-    double *W = ref_blk(get, user, l, w), *B = b ? ref_blk(get, user, l, b) : NULL;
-    ref_matvec(W, x, B, rows, cols, y);
-    free(W);
-    free(B);
-}
-
-/* y = rmsnorm(x) * layer l's norm w [n]; y may alias x. */
-static inline void ref_blk_norm(ref_get_tensor get, void *user, int l, const char *w, double eps, const double *x, int n,
-                                double *y) {
-    double *W = ref_blk(get, user, l, w);
-    ref_rms_norm(x, W, n, eps, y);
-    free(W);
 }
 
 /* Whether layer il attends through the sliding window (llama.cpp's set_swa_pattern

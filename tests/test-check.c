@@ -218,6 +218,14 @@ int main(void) {
         }
     }
     moe_model("q35moe", "--arch qwen35moe --type q8_0 --ssm-head-dim 32 --experts 4 --experts-used 2", vk);
+    /* granitehybrid (Mamba-2 layers: conv window and SSM state per sequence in the
+     * state slots, split by SSM groups), dense and with experts and a shared expert:
+     * every KV operation == replay on cpu, split with the cache on the devices and on
+     * the host, and cpu + vulkan:0 (the plain `demo -m` runs vulkan:0 alone too) */
+    moe_model("granitehybrid", "--arch granitehybrid --type q8_0", vk);
+    moe_model("granitemoe", "--arch granitehybrid --type q8_0 --experts 4 --experts-used 2", vk);
+    moe_model("nemotron_h", "--arch nemotron_h --type q8_0", vk); /* Mamba-2, MLP and attention layers */
+    moe_model("granite1", "--arch granitehybrid --type q8_0 --ssm-k-heads 1", vk); /* one group: Mamba-2 on the first device */
     /* Gemma 2 (sliding layers of 8 tokens, soft-caps, post-norms): every KV operation
      * == replay across the window, on the tensor-parallel pair with the cache on the
      * devices and on the host too, and on vulkan:0 */

@@ -325,7 +325,7 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
     /* matmul and get_rows for 25 weight types */
-    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5 + 2); /* + geglu; + swiglu_oai and rope with YaRN (f32,
+    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5 + 2 + 1); /* + geglu; + swiglu_oai and rope with YaRN (f32,
                                                                              f16, q8_0, q4_0) */
     /* + attention with V read from K (MLA): f32, f16 with the kinds, q8_0 */
     /* + moe_route (4 kinds), moe_combine */
@@ -333,11 +333,13 @@ static void run_suite(pkv_device *dev, const char *label) {
     /* + rope with LongRoPE's frequency factors (f32, f16, q8_0, q4_0) */
     /* + the recurrent-layer kernels: ssm_conv (2), delta_net (2), l2_norm, unary (4); + ssm_scan (2) */
     /* + the media encoders' kernels: unary gelu, unary gelu_erf, layer_norm */
+    /* + unary relu_sqr (Nemotron-H's MLP) */
     /* every kernel of the list has check rows */
 #define KERNEL_ROWS(name) CHECK(has_kernel_rows(&l, #name));
     PKV_KERNELS(KERNEL_ROWS)
 #undef KERNEL_ROWS
     CHECK(has_row(&l, "kernel unary gelu_erf"));
+    CHECK(has_row(&l, "kernel unary relu_sqr"));
     CHECK(has_row(&l, "kernel rope f32 ff"));
     CHECK(has_row(&l, "kernel rope f16 ff"));
     CHECK(has_row(&l, "kernel rope q8_0 ff"));

@@ -22,7 +22,7 @@
  *    (tokens, bitwise logits, KV), alone, batched, preempted by swap and by
  *    recompute; cancelled: a prefix without logits; the refusals name their field.
  * Batch invariance again on qwen3 and on quantized KV pages (with preemption), and
- * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35 and lfm2 (recurrent state:
+ * the first three on qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35, granitehybrid, nemotron_h and lfm2 (recurrent state:
  * preemption by recompute replays it, by swap carries it; n by fork copies it), and the
  * prefix cache on gemma4 too (its last layers own no KV: its pages are still published). */
 #include "base/base.h"
@@ -1264,6 +1264,23 @@ int main(void) {
         test_alloc_failures();
     }
     pkv_model_free(g_m);
+    /* granitehybrid (Mamba-2 layers: a conv window and SSM state per sequence in the
+     * state slots, and an attention layer): the same as qwen35 (batch invariance
+     * includes prefix hits at the boundaries whose state the cache stored) */
+    static const char *const mambas[] = {"granitehybrid", "nemotron_h"};
+    for (int k = 0; k < 2; k++) {
+        g_m = et_model(mambas[k], PKV_TYPE_Q8_0, 16);
+        if (g_m) {
+            fprintf(stderr, "%s (a Mamba-2 layer, an attention layer%s):\n", mambas[k], k ? ", an MLP layer" : "");
+            test_vs_context();
+            test_batch_invariance();
+            test_preemption();
+            test_n_fork();
+            test_on_context();
+            test_alloc_failures();
+        }
+        pkv_model_free(g_m);
+    }
     /* LFM2 (gated short convolutions, their conv state per sequence in the state
      * slots, beside an attention layer): the same invariances (batch invariance with
      * prefix hits, which restore the state kept at a published page boundary) */

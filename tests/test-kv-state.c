@@ -46,7 +46,8 @@ typedef struct env {
 } env;
 
 /* L0: attention, 2 heads, K 8 / V 8 f16, head 0 on a, head 1 on b.
- * L1: recurrent, 3 heads x sph1 floats; split 0: heads 0-1 on a, 2 on b; split 1: all on b.
+ * L1: recurrent, 3 heads x sph1 floats; split 0: heads 0-1 on a, 2 on b; split 1: all on b;
+ *     split 2: all on a, and a replica of them on b.
  * L2: attention, 1 head, K 4 / V 4 f32, on a (window > 0: a sliding-window layer).
  * L3: recurrent, 2 heads x 7 floats; split 0: head 0 on b, 1 on a; split 1: one shard on a. */
 static void layout(env *e, int split, int sph1, int window) {
@@ -60,6 +61,10 @@ static void layout(env *e, int split, int sph1, int window) {
         e->L[1].n_shards = 2;
         e->S[1][0] = (pkv_kv_shard_desc){e->a, NULL, 0, 2};
         e->S[1][1] = (pkv_kv_shard_desc){e->b, NULL, 2, 1};
+    } else if (split == 2) { /* replicas: the layer runs on a alone (pkv_layer.rec_first), b's copy is not kept */
+        e->L[1].n_shards = 2;
+        e->S[1][0] = (pkv_kv_shard_desc){e->a, NULL, 0, 3};
+        e->S[1][1] = (pkv_kv_shard_desc){e->b, NULL, 0, 3};
     } else {
         e->L[1].n_shards = 1;
         e->S[1][0] = (pkv_kv_shard_desc){e->b, NULL, 0, 3};
@@ -816,6 +821,36 @@ static void test_prefix(env *e) {
     pkv_kv_cache_free(c);
 }
 
+/* A replica's state slot (the same heads on a second device; the model computes
+ * the first shard's only) is never what a file or a disk page keeps: saved with
+ * junk in the replica, the file still holds the first shard's state. */
+static void test_replica(env *e) {
+    layout(e, 2, 5, 0);
+    pkv_kv_cache *c = pkv_kv_cache_create(params(e, 8, 64, 4));
+    REQUIRE_VOID(c);
+    int32_t a;
+    CHECK_OK(pkv_kv_seq_create(c, 5, &a));
+    step(c, a, 6, 10, 31);
+    int32_t slot;
+    CHECK_OK(pkv_kv_state_slots(c, 1, &a, &slot));
+    pkv_kv_shard_info si;
+    CHECK_OK(pkv_kv_shard(c, 1, 1, &si));
+    CHECK_INT(si.head_begin, 0);
+    float junk[3 * 5];
+    for (int i = 0; i < 15; i++) junk[i] = -7.5f - (float)i;
+    CHECK_OK(pkv_buffer_write(si.state, si.state_off + (size_t)slot * si.state_slot_bytes, junk, sizeof junk));
+    const char *path = th_tmp("kv-state-replica.seq");
+    CHECK_OK(pkv_kv_seq_save(c, a, path));
+    pkv_kv_cache *c2 = make(e, 1, 8, 64, 4);
+    REQUIRE_VOID(c2);
+    int32_t b;
+    CHECK_OK(pkv_kv_seq_load(c2, path, 0, &b));
+    CHECK(state_is(c2, b, 31));
+    remove(path);
+    pkv_kv_cache_free(c2);
+    pkv_kv_cache_free(c);
+}
+
 /* ------------------------------------------------------------- disk tier */
 
 /* The disk tier keeps the state a page offers: a fresh cache (another process),
@@ -1252,6 +1287,7 @@ static void run(const char *na, const char *nb) {
     test_parts(&e);
     test_prefix(&e);
     test_disk(&e);
+    test_replica(&e);
     test_slots(&e);
     test_window(&e);
     if (!strcmp(na, "cpu") && !strcmp(nb, "cpu:1")) {

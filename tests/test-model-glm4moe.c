@@ -54,14 +54,15 @@ typedef struct {
     double k[8][MAXP][NKV * HD], v[8][MAXP][NKV * HD]; /* per file layer */
 } glm_ref;
 
-static double *T_(const glm_ref *r, int l, const char *suffix) { return ref_blk(ref_gguf_tensor, (void *)r->g, l, suffix); }
+static double *T_(const glm_ref *r, int l, const char *suffix) { return ref_gguf_blk(r->g, l, suffix); }
 
+/* y = W·x (+ b) with the file's tensors of layer l (b may be absent) */
 static void mv(const glm_ref *r, int l, const char *w, const char *b, const double *x, int rows, int cols, double *y) {
-    ref_blk_mv(ref_gguf_tensor, (void *)r->g, l, w, b, x, rows, cols, y);
+    ref_gguf_mv(r->g, l, w, b, x, rows, cols, y);
 }
 
 static void norm_by(const glm_ref *r, int l, const char *w, const double *x, int n, double *y) {
-    ref_blk_norm(ref_gguf_tensor, (void *)r->g, l, w, r->eps, x, n, y);
+    ref_gguf_norm(r->g, l, w, x, n, r->eps, y);
 }
 
 /* x += attention of layer l at position pos (its own K/V rows) */
@@ -82,7 +83,7 @@ static void attention(glm_ref *r, int l, int pos, double *x) {
     }
     free(qn);
     free(kn);
-    ref_attend(q, &r->k[l][0][0], &r->v[l][0][0], pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
+    ref_attend(q, r->k[l][0], r->v[l][0], NKV * HD, pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
     mv(r, l, "attn_output.weight", NULL, att, E, NH * HD, o);
     for (int i = 0; i < E; i++) x[i] += o[i];
 }

@@ -50,14 +50,14 @@ typedef struct {
     double k[NL][MAXP][NKV * HD], v[NL][MAXP][NKV * HD];
 } lfm_ref;
 
-static double *T_(const lfm_ref *r, int l, const char *suffix) { return ref_blk(ref_gguf_tensor, (void *)r->g, l, suffix); }
+static double *T_(const lfm_ref *r, int l, const char *suffix) { return ref_gguf_blk(r->g, l, suffix); }
 
 static void mv(const lfm_ref *r, int l, const char *w, const double *x, int rows, int cols, double *y) {
-    ref_blk_mv(ref_gguf_tensor, (void *)r->g, l, w, NULL, x, rows, cols, y);
+    ref_gguf_mv(r->g, l, w, NULL, x, rows, cols, y);
 }
 
 static void norm_by(const lfm_ref *r, int l, const char *w, const double *x, int n, double *y) {
-    ref_blk_norm(ref_gguf_tensor, (void *)r->g, l, w, r->eps, x, n, y);
+    ref_gguf_norm(r->g, l, w, x, n, r->eps, y);
 }
 
 /* x += the short conv of layer l at position pos:
@@ -96,7 +96,7 @@ static void attention(lfm_ref *r, int l, int pos, double *x) {
     ref_rope(r->k[l][pos], NKV, HD, pos, r->base, true);
     free(qn);
     free(kn);
-    ref_attend(q, &r->k[l][0][0], &r->v[l][0][0], pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
+    ref_attend(q, r->k[l][0], r->v[l][0], NKV * HD, pos + 1, NH, NKV, HD, 1.0 / sqrt((double)HD), att);
     mv(r, l, "attn_output.weight", att, E, NH * HD, o);
     for (int i = 0; i < E; i++) x[i] += o[i];
 }

@@ -1,7 +1,7 @@
 // labels: model vulkan timeout=900
 /* The model on vulkan:0: fork == replay bitwise, swap and save/load round trips,
  * batches (test-model.c on that device); then whole-model logits of every
- * architecture (qwen35's delta-net layers and lfm2's short convolutions included; gpt-oss also with mxfp4 experts; gemma4 with its shared
+ * architecture (qwen35's delta-net layers, granitehybrid's Mamba-2 layers and lfm2's short convolutions included; gpt-oss also with mxfp4 experts; gemma4 with its shared
  * KV layers and per-layer embeddings) and weight type against the CPU. Tolerance: nmse 1e-5 for
  * f32/f16/bf16 weights (f16 KV on both); 2e-3 for q8_0/q4_0 and the k-quants
  * (the CPU rounds activations to 8 bits in blocks of 32, the Vulkan shaders do
@@ -42,27 +42,33 @@ static void decode19(pkv_model *m, float *out, bool *ok) {
 /* gemma3 gets its first global layer (the sixth): RoPE differs by layer there;
  * gemma4 mkmodel's six (two of them reusing earlier layers' KV); smollm3 its first
  * layer without RoPE (the fourth); llama4 its NoPE layer (the fourth) after three
- * chunked ones (19 tokens: past two chunks of 8); lfm2 its first attention layer */
+ * chunked ones (19 tokens: past two chunks of 8); granitehybrid its attention layer
+ * between Mamba-2 layers; glm4moe a dense layer, mixtures with and without Q/K norms;
+ * nemotron_h a Mamba-2, an MLP and an attention layer; lfm2 (and lfm2moe, its experts after
+ * the first layer) two short-conv layers, then attention */
 static int layers_of(const char *arch) {
-    return !strcmp(arch, "gemma3") || !strcmp(arch, "gemma4")                              ? 6
-           : !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe") || !strcmp(arch, "smollm3") || !strcmp(arch, "llama4") ? 4
-           : !strcmp(arch, "glm4moe") ? 3 /* a dense layer, mixtures with and without Q/K norms */
-           : !strcmp(arch, "lfm2") || !strcmp(arch, "lfm2moe") ? 3 /* two short-conv layers, then attention
-                                                                   (lfm2moe: experts after the first) */
-                                      : 2;
+    static const struct {
+        const char *arch;
+        int n;
+    } t[] = {{"gemma3", 6},  {"gemma4", 6},  {"qwen35", 4},        {"qwen35moe", 4}, {"smollm3", 4},
+             {"llama4", 4},  {"glm4moe", 3}, {"granitehybrid", 4}, {"nemotron_h", 3}, {"lfm2", 3},
+             {"lfm2moe", 3}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(arch, t[i].arch)) return t[i].n;
+    return 2;
 }
 
 /* The bound for a quantized model against the CPU, whose activations are rounded
- * to 8 bits: qwen35's recurrent state carries each token's rounding on to the next
- * ones; in qwen35moe, glm4moe and lfm2moe the rounding also moves a close second or
- * third expert (glm4moe's sigmoid scores sit close together: q5_k/q6_k 3.4e-2
- * measured; lfm2moe q6_k 6.0e-3, its f32 twin 8e-12).
- * The exact check of those is against the f32 twin (kq_twin). */
+ * to 8 bits: a recurrent state (qwen35, granitehybrid, nemotron_h) carries each
+ * token's rounding on to the next ones; in qwen35moe, glm4moe and lfm2moe the rounding
+ * also moves a close second or third expert (glm4moe's sigmoid scores sit close
+ * together: q5_k/q6_k 3.4e-2 measured; lfm2moe q6_k 6.0e-3, its f32 twin 8e-12). The
+ * exact check of those is against the f32 twin (kq_twin). */
 static double quant_tol(const char *arch) {
-    return !strcmp(arch, "glm4moe")                                  ? 1e-1
-           : !strcmp(arch, "qwen35moe") || !strcmp(arch, "lfm2moe") ? 2e-2
-           : !strcmp(arch, "qwen35")                                 ? 6e-3
-                                                                      : 2e-3;
+    if (!strcmp(arch, "glm4moe")) return 1e-1;
+    if (!strcmp(arch, "qwen35moe") || !strcmp(arch, "lfm2moe")) return 2e-2;
+    if (!strcmp(arch, "qwen35") || !strcmp(arch, "granitehybrid") || !strcmp(arch, "nemotron_h")) return 6e-3;
+    return 2e-3;
 }
 
 static void logits_of(const char *arch, pkv_type t, const char *dev, float *out, bool *ok) {
@@ -76,7 +82,8 @@ int main(void) {
     if (rc) return rc; /* skipped (77) or failed */
     pkv_device *v = pkv_device_open("vulkan:0", pkv_device_default_params());
     static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss", "qwen35",
-                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4", "glm4moe", "lfm2", "lfm2moe"};
+                                  "gemma4", "smollm3", "mistral3", "qwen35moe", "llama4", "glm4moe", "granitehybrid",
+                                  "nemotron_h", "lfm2", "lfm2moe"};
     static const pkv_type types[] = {PKV_TYPE_F32, PKV_TYPE_F16, PKV_TYPE_BF16, PKV_TYPE_Q8_0, PKV_TYPE_Q4_0,
                                      PKV_TYPE_Q4_K, PKV_TYPE_Q5_K, PKV_TYPE_Q6_K};
     static float a[19 * V], b[19 * V];

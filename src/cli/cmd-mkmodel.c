@@ -43,7 +43,8 @@ static bool family_known(const char *name) {
 
 static void mkmodel_usage(FILE *f) {
     fprintf(f, "usage: pagekv mkmodel [--arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gemma4-assistant|gpt-oss|qwen35|\n"
-               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|glm4moe|lfm2|lfm2moe|voxtral]\n"
+               "                       qwen35moe|smollm3|mistral3|deepseek2|llama4|glm4moe|granitehybrid|nemotron_h|\n"
+               "                       lfm2|lfm2moe|voxtral]\n"
                "                      [--type TYPE]\n"
                "                      [--layers N --dim N --heads N --kv-heads N --head-dim N --ffn N\n"
                "                       --vocab N --ctx N --seed N --no-vocab --tied] [--chat-template NAME|FILE | --no-template]\n"
@@ -112,6 +113,12 @@ static void mkmodel_usage(FILE *f) {
                "GLM-4.5 (--arch glm4moe; default 3 layers, the first dense, then mixtures with a shared\n"
                "expert and the exp_probs_b routing bias; Q/K norms on the odd layers; half of each head\n"
                "rotated): --experts N --experts-used K (default 4, 2); --mtp N MTP layers (default 1)\n"
+               "Granite 4.0-H (--arch granitehybrid; default 4 layers: Mamba-2, attention (no RoPE),\n"
+               "Mamba-2, Mamba-2; Granite's multipliers): --ssm-head-dim N (head and state size, default\n"
+               "16), --ssm-v-heads N (Mamba heads, default 2 --dim / head size), --ssm-k-heads N (groups,\n"
+               "default 2); --experts N --experts-used K: experts with a shared expert of --ffn rows\n"
+               "Nemotron-H (--arch nemotron_h; default 6 layers: Mamba-2, squared-ReLU MLP, attention (no\n"
+               "RoPE), twice): the --ssm-* options as granitehybrid's\n"
                "LFM2 (--arch lfm2; default 6 layers): gated short convolutions of 3 taps, GQA attention\n"
                "with Q/K norms in every 3rd layer (head_count_kv 0 marks the convolutions); --arch lfm2moe:\n"
                "the first layer dense, then --experts N (default 4) of --ffn rows, --experts-used K (2).\n"

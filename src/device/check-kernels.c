@@ -1331,7 +1331,8 @@ static pkv_status check_l2_norm(ck *k) {
 
 static pkv_status check_unary(ck *k, pkv_unary_op op) {
     static const char *names[] = {"unary id (bias, mul)", "unary sigmoid", "unary softplus", "unary silu",
-                                  "unary gelu",           "unary gelu_erf"};
+                                  "unary gelu",           "unary gelu_erf", "unary relu_sqr"};
+    _Static_assert(sizeof names / sizeof names[0] == PKV_UNARY_LAST + 1, "a name for every unary op");
     /* n, bias_len, mul_len (0 = none) */
     static const int64_t shapes[][3] = {{1, 0, 0}, {48, 16, 16}, {1000, 0, 1000}, {4096, 32, 0}};
     row_begin(k, "kernel %s", names[op], 1e-10);

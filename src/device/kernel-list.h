@@ -341,7 +341,8 @@ typedef struct pkv_k_l2_norm_args {
  * gelu: the tanh approximation (ggml_gelu, PyTorch's gelu(approximate="tanh"), SigLIP)
  *   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
  * gelu_erf: the exact form (PyTorch's default gelu, Whisper and Voxtral)
- *   0.5 x (1 + erf(x / sqrt(2))). */
+ *   0.5 x (1 + erf(x / sqrt(2)));
+ * relu_sqr: max(x, 0)^2 (Nemotron-H's MLP, llama.cpp's LLM_FFN_RELU_SQR). */
 typedef enum pkv_unary_op {
     PKV_UNARY_ID = 0,
     PKV_UNARY_SIGMOID,
@@ -349,8 +350,9 @@ typedef enum pkv_unary_op {
     PKV_UNARY_SILU,
     PKV_UNARY_GELU,
     PKV_UNARY_GELU_ERF,
+    PKV_UNARY_RELU_SQR,
 } pkv_unary_op;
-#define PKV_UNARY_LAST PKV_UNARY_GELU_ERF
+#define PKV_UNARY_LAST PKV_UNARY_RELU_SQR
 typedef struct pkv_k_unary_args {
     pkv_tref x, y;
     int64_t n;

@@ -816,6 +816,10 @@ static pkv_status move_state(pkv_kv_cache *c, int il, int32_t slot, uint8_t *can
     pkv_status st = PKV_OK;
     for (int ish = 0; ish < L->n_shards && !st; ish++) {
         const kv_shard *sh = &L->shards[ish];
+        /* a replica (the heads of the shard before it) is written too but never read:
+         * its slot need not hold the state (granitehybrid's one-group layers run on
+         * the first shard's device alone, pkv_layer.rec_first) */
+        if (!to_device && ish > 0 && sh->head_begin == sh[-1].head_begin && sh->n_heads == sh[-1].n_heads) continue;
         const kv_state_array *a = &c->st_arrays[sh->s_array];
         pkv_buffer *buf = c->st_arenas[a->arena].buf;
         size_t off = a->off + (size_t)slot * a->slot_bytes;

@@ -326,6 +326,15 @@ static pkv_status move(pkv_buffer *src, pkv_buffer *dst, size_t n) {
     return src == dst ? PKV_OK : pkv_buffer_copy(src, 0, dst, 0, n);
 }
 
+/* x += part on the model's main device, part first times m->res_scale where the
+ * model has one (Granite's residual multiplier; part is scratch). */
+static pkv_status residual_add(const pkv_model *m, pkv_buffer *x, pkv_buffer *part, int64_t n) {
+    pkv_k_unary_args a = {.x = R(part, 0), .y = R(part, 0), .n = n, .op = PKV_UNARY_ID, .mul = R(m->res_scale.buf, 0),
+                          .mul_len = 1};
+    pkv_status s = m->res_scale.buf ? pkv_k_unary(m->dev, &a) : PKV_OK;
+    return s ? s : add(m->dev, x, part, n);
+}
+
 /* Fold each shard's partial output y into the residual stream x on the main
  * device (summing in device order). post_norm (Gemma): the whole output is RMS
  * normed first, so the partials are summed into w0->y, normed, then added. */
@@ -342,7 +351,7 @@ static pkv_status reduce_to(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, 
         if (post_norm && post_norm->buf &&
             (s = pkv_blk_rmsnorm(m->dev, w0->y, post_norm, w0->y, T, m->hp.n_embd, m->hp.rms_eps)))
             return s;
-        return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, bytes) : add(m->dev, w0->x, w0->y, T * m->hp.n_embd);
+        return out.buf ? pkv_buffer_copy(w0->y, 0, out.buf, out.off, bytes) : residual_add(m, w0->x, w0->y, T * m->hp.n_embd);
     }
     for (int d = 0; d < m->n_dev; d++) {
         pkv_dev_ws *w = pkv_fwd_dev(ws, m->devs[d]);
@@ -352,7 +361,7 @@ static pkv_status reduce_to(const pkv_model *m, pkv_fwd_ws *ws, pkv_dev_ws *w0, 
             if (s) return s;
             part = w0->xb;
         }
-        pkv_status s = add(m->dev, w0->x, part, T * m->hp.n_embd);
+        pkv_status s = residual_add(m, w0->x, part, T * m->hp.n_embd);
         if (s) return s;
     }
     return PKV_OK;
@@ -909,7 +918,7 @@ static pkv_status moe_to(pkv_fwd *f, int il, const pkv_moe_kind *kind, pkv_tref 
     for (int64_t t = 0; t < T; t++) ws->h_rows[t] = (int32_t)t; /* the shared expert's rows: every token */
     if (ly->moe.sh_gate.buf && (s = moe_shared(f, il, kind))) return s;
     if (kind->post_norm && (s = pkv_blk_rmsnorm(dev, w0->moe_acc, kind->post_norm, w0->moe_acc, T, E, hp->rms_eps))) return s;
-    return out.buf ? pkv_buffer_copy(w0->moe_acc, 0, out.buf, out.off, (size_t)(T * E) * 4) : add(dev, w0->x, w0->moe_acc, T * E);
+    return out.buf ? pkv_buffer_copy(w0->moe_acc, 0, out.buf, out.off, (size_t)(T * E) * 4) : residual_add(m, w0->x, w0->moe_acc, T * E);
 }
 
 pkv_status pkv_blk_moe(pkv_fwd *f, int il, const pkv_moe_kind *kind) {
@@ -932,12 +941,18 @@ static pkv_status ffn_to(pkv_fwd *f, int il, const pkv_ffn_kind *kind, pkv_tref 
         const pkv_shard_w *sw = &ly->sh[d];
         pkv_device *dev = m->devs[d];
         pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
-        PKV_CHECK_INTERNAL(sw->w_gate.buf && sw->w_up.buf && sw->w_down.buf);
+        PKV_CHECK_INTERNAL((kind->ungated || sw->w_gate.buf) && sw->w_up.buf && sw->w_down.buf);
         if ((s = move(w0->xb, w->xb, (size_t)T * (size_t)E * 4))) return s;
-        if ((s = pkv_blk_matmul(f, dev, &sw->w_gate, w->xb, w->hb, T)) || (s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb2, T)))
-            return s;
-        pkv_k_swiglu_args sg = glu(kind->act, w, T * sw->n_ff);
-        if ((s = pkv_k_swiglu(dev, &sg))) return s;
+        if (kind->ungated) { /* hb = up_act(up·xb) */
+            pkv_k_unary_args ua = {.x = R(w->hb, 0), .y = R(w->hb, 0), .n = T * sw->n_ff, .op = kind->up_act};
+            if ((s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb, T)) || (s = pkv_k_unary(dev, &ua))) return s;
+        } else {
+            if ((s = pkv_blk_matmul(f, dev, &sw->w_gate, w->xb, w->hb, T)) ||
+                (s = pkv_blk_matmul(f, dev, &sw->w_up, w->xb, w->hb2, T)))
+                return s;
+            pkv_k_swiglu_args sg = glu(kind->act, w, T * sw->n_ff);
+            if ((s = pkv_k_swiglu(dev, &sg))) return s;
+        }
         if ((s = pkv_blk_matmul(f, dev, &sw->w_down, w->hb, w->y, T))) return s;
     }
     return reduce_to(m, ws, w0, T, kind->post_norm, out);
@@ -1147,6 +1162,70 @@ pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm) {
             return s;
     }
     return reduce(m, ws, w0, T, NULL);
+}
+
+void pkv_mamba2_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d) {
+    const int R = hp->ssm.n_v_heads / hp->ssm.n_k_heads, N = hp->ssm.d_k, P = hp->ssm.d_v;
+    d->n_kv_heads = hp->ssm.n_k_heads;
+    d->state_per_head = (hp->ssm.d_conv - 1) * (R * P + 2 * N) + R * P * N;
+    int n = 0; /* the hparams hook refuses a conv kernel whose parts the cache cannot describe */
+    for (int t = 0; t < hp->ssm.d_conv - 1 && n + 3 < PKV_KV_STATE_MAX_PARTS; t++) {
+        d->state_part[n++] = R * P;
+        d->state_part[n++] = N;
+        d->state_part[n++] = N;
+    }
+    d->state_part[n++] = R * P * N;
+    d->state_n_parts = n;
+}
+
+pkv_status pkv_blk_mamba2(pkv_fwd *f, int il, const pkv_mamba2_kind *kind) {
+    const pkv_model *m = f->m;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer *ly = &m->layers[il];
+    const pkv_fwd_plan *pl = f->pl;
+    pkv_fwd_ws *ws = f->ws;
+    pkv_dev_ws *w0 = pkv_fwd_dev(ws, m->dev);
+    const int64_t T = f->T, E = hp->n_embd, N = hp->ssm.d_k, P = hp->ssm.d_v, hg = hp->ssm.n_v_heads / hp->ssm.n_k_heads;
+    pkv_status s;
+    PKV_CHECK_INTERNAL(ly->recurrent && pl->state);
+    if ((s = pkv_blk_rmsnorm(m->dev, w0->x, kind->norm, w0->xb, T, E, hp->rms_eps))) return s;
+    for (int d = 0; d < (ly->rec_first ? 1 : m->n_dev); d++) {
+        const pkv_shard_w *sw = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        pkv_dev_ws *w = pkv_fwd_dev(ws, dev);
+        /* this shard: groups ng, heads nh, conv channels C = [x | B | C] */
+        const int64_t ng = sw->n_kv, nh = sw->n_q, C = nh * P + 2 * ng * N, conv = (int64_t)(hp->ssm.d_conv - 1) * C;
+        pkv_kv_shard_info sh;
+        if ((s = pkv_blk_state_shard(f, il, d, (size_t)(conv + nh * P * N) * 4, &sh))) return s;
+        const size_t stride = sh.state_slot_bytes;
+        const pkv_tref meta = R(w->ints, pl->off_smeta * 4);
+        pkv_k_ssm_conv_args cv = {.x = R(w->ssm_u, 0), .w = R(sw->ssm.conv.buf, 0), .y = R(w->ssm_u, 0),
+                                  .state = R(sh.state, sh.state_off), .state_stride = stride, .n_slots = sh.n_state_slots,
+                                  .meta = meta, .n_tok = T, .channels = C, .n_seq = pl->n_seqs, .d_conv = hp->ssm.d_conv};
+        pkv_k_unary_args act = {.x = R(w->ssm_u, 0), .y = R(w->ssm_u, 0), .n = T * C, .op = PKV_UNARY_SILU,
+                                .bias = R(sw->ssm.conv_b.buf, 0), .bias_len = sw->ssm.conv_b.buf ? C : 0};
+        pkv_k_ssm_scan_args sc = {.x = R(w->ssm_u, 0), .B = R(w->ssm_u, (size_t)(nh * P) * 4),
+                                  .C = R(w->ssm_u, (size_t)(nh * P + ng * N) * 4), .x_stride = (size_t)C * 4,
+                                  .B_stride = (size_t)C * 4, .C_stride = (size_t)C * 4, .dt = R(w->ssm_bg, 0),
+                                  .dt_bias = R(sw->ssm.dt.buf, 0), .A = R(sw->ssm.a.buf, 0), .D = R(sw->ssm.d.buf, 0),
+                                  .y = R(w->ssm_o, 0), .state = R(sh.state, sh.state_off + (size_t)conv * 4),
+                                  .state_stride = stride, .n_slots = sh.n_state_slots, .meta = meta, .n_tok = T,
+                                  .n_seq = pl->n_seqs, .n_head = (int)nh, .head_dim = (int)P, .n_group = (int)ng,
+                                  .d_state = (int)N};
+        /* y * silu(z), then the group norm: weightless per group, times ssm_norm */
+        pkv_k_swiglu_args zg = {.g = R(w->ssm_z, 0), .u = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * nh * P};
+        pkv_k_unary_args gw = {.x = R(w->ssm_o, 0), .y = R(w->ssm_o, 0), .n = T * nh * P, .op = PKV_UNARY_ID,
+                               .mul = R(sw->ssm.gnorm.buf, 0), .mul_len = nh * P};
+        if ((s = move(w0->xb, w->xb, (size_t)(T * E) * 4)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.qkv, w->xb, w->ssm_u, T)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->ssm.z, w->xb, w->ssm_z, T)) ||
+            (s = pkv_blk_matmul(f, dev, &sw->ssm.beta, w->xb, w->ssm_bg, T)) || (s = pkv_k_ssm_conv(dev, &cv)) ||
+            (s = pkv_k_unary(dev, &act)) || (s = pkv_k_ssm_scan(dev, &sc)) || (s = pkv_k_swiglu(dev, &zg)) ||
+            (s = pkv_blk_rmsnorm(dev, w->ssm_o, &sw->ssm.norm, w->ssm_o, T * ng, hg * P, hp->rms_eps)) ||
+            (s = pkv_k_unary(dev, &gw)) || (s = pkv_blk_matmul(f, dev, &sw->ssm.out, w->ssm_o, w->y, T)))
+            return s;
+    }
+    /* rec_first: the whole output is the first device's (the model's main one) */
+    return ly->rec_first ? residual_add(m, w0->x, w0->y, T * E) : reduce(m, ws, w0, T, NULL);
 }
 
 void pkv_short_conv_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d) {

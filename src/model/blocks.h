@@ -170,11 +170,14 @@ typedef enum pkv_glu {
 } pkv_glu;
 
 /* A gated FFN: x += post_norm(down(act(gate·xb) * (up·xb))), xb = norm(x); each
- * device computes its rows of the FFN. */
+ * device computes its rows of the FFN. ungated: x += post_norm(down(up_act(up·xb)))
+ * (Nemotron-H's MLP: relu_sqr; no ffn_gate, pkv_load_ffn_up). */
 typedef struct pkv_ffn_kind {
     const pkv_weight *norm;
     pkv_glu act;
     const pkv_weight *post_norm; /* NULL: none */
+    bool ungated;
+    pkv_unary_op up_act;         /* ungated: the activation of up·xb */
 } pkv_ffn_kind;
 pkv_status pkv_blk_ffn(pkv_fwd *f, int il, const pkv_ffn_kind *k);
 
@@ -204,6 +207,25 @@ pkv_status pkv_blk_scale(pkv_fwd *f, const pkv_weight *s);
  * Each shard (its key-head groups, pkv_shard_w) on its device with its state; the
  * partial outputs are summed as attention's are. */
 pkv_status pkv_blk_delta_net(pkv_fwd *f, int il, const pkv_weight *norm);
+
+/* A Mamba-2 layer (granitehybrid) in place of attention, its state in the cache's
+ * state slots (pkv_mamba2_state_desc), H heads of size P in G groups with a state
+ * of size N (hp.ssm: n_v_heads, d_v, n_k_heads, d_k):
+ *   xb = norm(x); u = ssm_in's x, B, C rows · xb; z = its z rows · xb; dt = its dt rows · xb
+ *   u = silu(conv(u) + conv bias) over the last d_conv inputs
+ *   y = ssm_scan(u's x, B, C, dt, dt bias, A, D)                     (pkv_k_ssm_scan)
+ *   x += out·(group_rmsnorm(y * silu(z)) * ssm_norm)                 over each group's P H / G
+ * Each shard (whole groups: its heads' x, z and dt, its groups' B and C) on its
+ * device with its state; the partial outputs are summed as attention's are. A
+ * rec_first layer (fewer groups than devices) runs whole on the first device. */
+typedef struct pkv_mamba2_kind {
+    const pkv_weight *norm; /* the input norm */
+} pkv_mamba2_kind;
+pkv_status pkv_blk_mamba2(pkv_fwd *f, int il, const pkv_mamba2_kind *kind);
+/* The cache's description of a Mamba-2 layer's state: per group ("head" of the
+ * cache, the shard unit) a conv window of d_conv - 1 rows, each [its heads' x (H / G
+ * P) | its B (N) | its C (N)], then its heads' SSM states [H / G][P][N]. */
+void pkv_mamba2_state_desc(const pkv_hparams *hp, pkv_kv_layer_desc *d);
 
 /* One key-head group's state (floats): *conv of conv window (d_conv - 1 rows of
  * its q (dk), k (dk) and Hv / Hk value heads (dv each)), *total with its delta

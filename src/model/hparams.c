@@ -26,6 +26,8 @@ static const pkv_arch_ops *const k_archs[PKV_ARCH_COUNT] = {
     [PKV_ARCH_DEEPSEEK2] = &pkv_arch_deepseek2,
     [PKV_ARCH_LLAMA4] = &pkv_arch_llama4,
     [PKV_ARCH_GLM4MOE] = &pkv_arch_glm4moe,
+    [PKV_ARCH_GRANITEHYBRID] = &pkv_arch_granitehybrid,
+    [PKV_ARCH_NEMOTRON_H] = &pkv_arch_nemotron_h,
     [PKV_ARCH_LFM2] = &pkv_arch_lfm2,
     [PKV_ARCH_LFM2MOE] = &pkv_arch_lfm2moe,
 };
@@ -97,6 +99,16 @@ pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffi
         return PKV_OK;
     }
     return pkv_gguf_get_f32(g, k, out);
+}
+
+pkv_status pkv_hp_ssm_keys(const pkv_gguf *g, const char *arch, pkv_hparams *hp, int *inner) {
+    pkv_status s;
+    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, inner)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
+        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)))
+        return s;
+    return pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads);
 }
 
 pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required) {
@@ -223,15 +235,6 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     } else {
         s = per_layer(g, arch, "attention.head_count_kv", hp->n_layer, -1, ops->kv0_recurrent ? 0 : 1, 4096, &n_head_kv);
     }
-    /* kv0_recurrent: a layer of 0 KV heads is recurrent (its state's shard unit is the
-     * architecture's, pkv_arch_ops.state_desc); its head counts stay the query heads' */
-    for (int l = 0; !s && ops->kv0_recurrent && l < hp->n_layer; l++) {
-        if (n_head_kv[l]) continue;
-        if (l >= 64)
-            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d is recurrent ('%s.attention.head_count_kv' 0); recurrent layers "
-                        "past the 64th are not supported", lab, l, arch);
-        else hp->recurrent |= 1ull << l, n_head_kv[l] = n_head[l];
-    }
     /* moe_after_dense: experts where the file has them, after its leading dense layers */
     key(k, sizeof k, arch, "expert_count");
     const bool moe = ops->moe || (ops->moe_after_dense && pkv_gguf_find_key(g, k) >= 0);
@@ -249,7 +252,23 @@ pkv_status pkv_hparams_read(const pkv_gguf *g, pkv_hparams *hp, int **n_head_out
     if (!s && moe) s = moe_routing(g, arch, hp);
     /* a MoE layer's FFN is its experts: feed_forward_length (a dense size some files
      * also carry) is not used, but by leading dense layers (moe_after_dense) */
-    if (!s) s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, 1, 1 << 24, &n_ff);
+    if (!s)
+        s = per_layer(g, arch, "feed_forward_length", hp->n_layer, moe ? hp->moe.n_ff : -1, ops->ff0_layers ? 0 : 1, 1 << 24,
+                      &n_ff);
+    /* kv0_recurrent: a layer of no KV heads is a recurrent one, or with ff0_layers and
+     * FFN rows an FFN alone */
+    for (int l = 0; !s && ops->kv0_recurrent && l < hp->n_layer; l++) {
+        if (n_head_kv[l]) continue;
+        const bool ffn = ops->ff0_layers && n_ff[l] > 0;
+        if (l >= 64)
+            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d has no KV heads ('%s.attention.head_count_kv' 0); such layers "
+                        "after the 64th are not supported", lab, l, arch);
+        else if (ffn)
+            hp->kinds.ffn_only |= 1ull << l;
+        else
+            hp->recurrent |= 1ull << l;
+        n_head_kv[l] = n_head[l];
+    }
     for (int l = n_dense; !s && moe && l < hp->n_layer; l++) n_ff[l] = hp->moe.n_ff;
     for (int l = 0; !s && l < hp->n_layer; l++)
         if (n_head[l] % n_head_kv[l])

@@ -53,6 +53,13 @@ pkv_status pkv_load_delta_net(pkv_loader *L, int il);
  * shortconv.conv [n_embd][l_cache] (f32), their columns of shortconv.out_proj. */
 pkv_status pkv_load_short_conv(pkv_loader *L, int il);
 
+/* A Mamba-2 layer's tensors (granitehybrid), split by SSM groups (pkv_shard_w's
+ * Mamba-2 use): ssm_in's x, B, C rows (qkv), z rows and dt rows (beta);
+ * ssm_conv1d and its optional bias, ssm_dt.bias, ssm_a and ssm_d of its heads,
+ * ssm_norm of its groups (gnorm), ones for the group norm (norm), ssm_out's columns
+ * of its heads. */
+pkv_status pkv_load_mamba2(pkv_loader *L, int il);
+
 /* blk.<il>.<suffix>, shape [ne1][ne0], required, whole on the first device; f32:
  * converted to f32 (norms, biases, small vectors). */
 pkv_status pkv_load_tensor(pkv_loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1, bool f32, pkv_weight *w);
@@ -89,6 +96,8 @@ pkv_status pkv_load_host_f32(pkv_loader *L, const char *name, int64_t n, bool re
 /* A gated FFN, split by rows: ffn_gate, ffn_up, ffn_down; fused_up: ffn_up holds
  * the gate's rows, then the up projection's (no ffn_gate). */
 pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up);
+/* An FFN without a gate (Nemotron-H's MLP layers), split by rows: ffn_up, ffn_down. */
+pkv_status pkv_load_ffn_up(pkv_loader *L, int il);
 
 /* A mixture of experts on the first device: ffn_gate_inp (the router) and the
  * experts as 3-D tensors ffn_{gate,up,down}_exps of hp.moe.n_ff rows (gate and up

@@ -135,6 +135,34 @@ static pkv_status add_rows(pkv_mk *b, const char *name, pkv_type type, int64_t c
     return pkv_gguf_writer_add_tensor(b->w, name, type, nd, ne, b->q, row * (size_t)rows);
 }
 
+pkv_status pkv_mk_mamba2_check(pkv_mkmodel_params *p) {
+    if (!p->ssm_head_dim) p->ssm_head_dim = 16;
+    const int E = p->n_embd ? p->n_embd : 128;
+    if (!p->ssm_v_heads) p->ssm_v_heads = 2 * E % p->ssm_head_dim == 0 ? 2 * E / p->ssm_head_dim : 4;
+    if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads % 2 == 0 ? 2 : 1;
+    return pkv_mk_ssm_check(p);
+}
+
+pkv_status pkv_mk_ssm_check(const pkv_mkmodel_params *p) {
+    if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
+        p->ssm_head_dim > 256 || p->n_layer > 64)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %s needs value heads a multiple of key heads (groups), a head size of 1 "
+                       "to 256 and at most 64 layers", p->arch);
+    return PKV_OK;
+}
+
+pkv_status pkv_mk_ssm_rows(const pkv_mkmodel_params *p, size_t blk) {
+    return pkv_mk_row_check(p, blk, "value heads x head size", (int64_t)p->ssm_v_heads * p->ssm_head_dim);
+}
+
+pkv_status pkv_mk_ssm_keys(pkv_mk *b, int d_conv, int state, int groups, int heads, int inner) {
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.conv_kernel", (uint32_t)d_conv));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.state_size", (uint32_t)state));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.group_count", (uint32_t)groups));
+    PKV_MK_TRY(pkv_mk_u32(b, "ssm.time_step_rank", (uint32_t)heads));
+    return pkv_mk_u32(b, "ssm.inner_size", (uint32_t)inner);
+}
+
 pkv_status pkv_mk_add(pkv_mk *b, const char *name, pkv_type type, int64_t cols, int64_t rows, double center, double scale) {
     size_t n = (size_t)cols * (size_t)rows;
     if (n > b->cap) return pkv_err(PKV_ERR_INTERNAL, "mkmodel: tensor %s larger than scratch", name);
@@ -260,8 +288,7 @@ pkv_status pkv_mk_ffn(pkv_mk *b, int l, pkv_ffn_tensors ffn) {
 }
 
 
-pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
-                        bool post_norms) {
+pkv_status pkv_mk_attention(pkv_mk *b, int l, const pkv_attn_tensors *attn) {
     const pkv_mkmodel_params *p = b->p;
     const int64_t E = b->E, qd = b->qd, kd = b->kd;
     PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
@@ -289,6 +316,28 @@ pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const ch
     if (attn->out_bias) PKV_MK_TRY(pkv_mk_blk(b, l, "attn_output.bias", PKV_TYPE_F32, E, 1, 0.0, 0.1));
     if (attn->sinks) /* a sink logit per query head (U(-1, 2): about a score) */
         PKV_MK_TRY(pkv_mk_blk(b, l, "attn_sinks.weight", PKV_TYPE_F32, p->n_head, 1, 0.5, 1.5));
+    return PKV_OK;
+}
+
+pkv_status pkv_mk_mamba2(pkv_mk *b, int l) {
+    const pkv_mkmodel_params *p = b->p;
+    const int64_t E = b->E, H = p->ssm_v_heads, G = p->ssm_k_heads, P = p->ssm_head_dim, N = p->ssm_head_dim;
+    const int64_t DI = H * P, C = DI + 2 * G * N;
+    PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_in.weight", p->type, E, 2 * DI + 2 * G * N + H, 0.0, b->lin_e));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.weight", PKV_TYPE_F32, 4, C, 0.0, 0.5));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_conv1d.bias", PKV_TYPE_F32, C, 1, 0.0, 0.2));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_dt.bias", PKV_TYPE_F32, H, 1, 0.0, 1.0));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_a", PKV_TYPE_F32, 1, H, -1.0, 0.5)); /* -exp(A_log) < 0 */
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_d", PKV_TYPE_F32, 1, H, 1.0, 0.5));
+    PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_norm.weight", PKV_TYPE_F32, DI / G, G, 1.0, 0.1));
+    return pkv_mk_blk(b, l, "ssm_out.weight", p->type, DI, E, 0.0, sqrt(3.0 / (double)DI));
+}
+
+pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
+                        bool post_norms) {
+    const int64_t E = b->E;
+    PKV_MK_TRY(pkv_mk_attention(b, l, attn));
     if (post_norms) PKV_MK_TRY(pkv_mk_norm(b, l, "post_attention_norm.weight", E));
     PKV_MK_TRY(pkv_mk_norm(b, l, ffn_norm ? ffn_norm : "ffn_norm.weight", E));
     if (post_norms) PKV_MK_TRY(pkv_mk_norm(b, l, "post_ffw_norm.weight", E));
@@ -683,6 +732,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     cap = PKV_MAX(cap, (size_t)(PL * PKV_MAX((int64_t)p.n_vocab, E)));
     /* latent attention: attn_k_b / attn_v_b [heads][kv_lora][head_dim], attn_q_b [qd][q_lora] */
     cap = PKV_MAX(cap, (size_t)PKV_MAX(qd * p.kv_lora_rank, qd * p.q_lora_rank));
+    /* recurrent layers' input projections (a Mamba-2 ssm_in: z, x, B, C and dt rows) */
+    cap = PKV_MAX(cap, (size_t)E * (size_t)(2 * (p.ssm_v_heads + p.ssm_k_heads) * p.ssm_head_dim + p.ssm_v_heads));
     pkv_vocab_desc *voc = NULL;
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
     if ((s = pkv_mk_begin(&b, p.seed, cap))) goto done;

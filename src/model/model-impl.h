@@ -29,8 +29,11 @@ typedef enum pkv_arch {
     PKV_ARCH_LLAMA4 = 15,   /* chunked attention, NoPE layers with temperature tuning, interleaved
                                top-1 sigmoid experts with a shared expert */
     PKV_ARCH_GLM4MOE = 16,  /* GLM-4.5: QKV biases, partial RoPE, leading dense layers, sigmoid-routed experts */
-    PKV_ARCH_LFM2 = 17,     /* Liquid LFM2: gated short-convolution layers beside GQA attention with Q/K norms */
-    PKV_ARCH_LFM2MOE = 18,  /* LFM2-MoE: lfm2 with sigmoid-routed experts after its leading dense layers */
+    PKV_ARCH_GRANITEHYBRID = 17, /* Granite 4.0-H: Mamba-2 layers beside (NoPE) attention, Granite's multipliers,
+                                    dense SwiGLU or experts with a shared expert */
+    PKV_ARCH_NEMOTRON_H = 18, /* Nemotron-H / Nano 2: Mamba-2, NoPE attention and squared-ReLU MLP layers */
+    PKV_ARCH_LFM2 = 19,     /* Liquid LFM2: gated short-convolution layers beside GQA attention with Q/K norms */
+    PKV_ARCH_LFM2MOE = 20,  /* LFM2-MoE: lfm2 with sigmoid-routed experts after its leading dense layers */
     PKV_ARCH_COUNT
 } pkv_arch;
 
@@ -86,14 +89,22 @@ typedef struct pkv_shard_w {
     /* A recurrent layer (qwen35's gated delta-net) in place of attention, this
      * shard's key heads (n_kv) and value heads (n_q, in the shard's order); f32 where
      * marked. Its state lives in the cache's state slots of the same shard. Last in
-     * the struct: the weights from wq to ssm.out are freed as one run. */
+     * the struct: the weights from wq to ssm.out are freed as one run.
+     * A Mamba-2 layer (granitehybrid; pkv_blk_mamba2) uses the same fields: n_kv its
+     * groups, n_q = n_kv * H / G its heads (contiguous, q_h0 = kv_h0 * H / G), dk the
+     * state size N, dv the head size P; qkv = ssm_in's rows of its x, B and C channels,
+     * z = its z rows, beta = its dt rows (no alpha). */
     struct {
-        pkv_weight qkv;         /* [2 n_kv dk + n_q dv][n_embd]: its q, k, v channels before the conv */
+        pkv_weight qkv;         /* [2 n_kv dk + n_q dv][n_embd]: its q, k, v channels before the conv
+                                   (Mamba-2: x of its heads, B, C of its groups) */
         pkv_weight z;           /* [n_q dv][n_embd]: the output gate */
         pkv_weight beta, alpha; /* [n_q][n_embd] */
         pkv_weight conv;        /* f32 [its channels][d_conv] */
+        pkv_weight conv_b;      /* Mamba-2: f32 [its channels], ssm_conv1d.bias (absent: zeros) */
         pkv_weight dt, a;       /* f32 [n_q]: dt bias, -exp(A_log) */
-        pkv_weight norm;        /* f32 [dv], replicated */
+        pkv_weight d;           /* Mamba-2: f32 [n_q], ssm_d (the skip) */
+        pkv_weight norm;        /* f32 [dv], replicated (Mamba-2: ones [P * H / G], the group norm's) */
+        pkv_weight gnorm;       /* Mamba-2: f32 [n_q dv], ssm_norm's entries of its groups */
         pkv_weight out;         /* [n_embd][n_q dv]: the columns of its value heads */
     } ssm;
     /* A gated short-convolution layer (lfm2) in place of attention: this shard's
@@ -151,6 +162,10 @@ typedef struct pkv_layer {
     /* A recurrent layer (qwen35's gated delta-net) in place of attention: its state
      * lives in the cache's state slots, its weights in the shards (pkv_shard_w) */
     bool recurrent;
+    /* A recurrent layer with fewer state groups than devices (pkv_arch_ops.rec_first):
+     * shard 0 holds all of it and runs it; every other shard names the same groups (a
+     * replica in the cache) and holds no weights */
+    bool rec_first;
     /* RoPE of this layer: hp.rope_base / hp.rope_freq_scale, except sliding layers with
      * their own (gemma3: base 10000, scale 1, as llama.cpp's rope_freq_base_train_swa) */
     float rope_base, rope_freq_scale;
@@ -271,12 +286,26 @@ typedef struct pkv_hparams {
     int n_head_kv_all;           /* > 0: every layer has this many KV heads, whatever head_count_kv says
                                     (an architecture's hparams hook: deepseek2's older latent files,
                                     whose key sizes are per head but whose cache is one latent row) */
+    /* Granite's multipliers (granitehybrid; 0 elsewhere): every block's output is added
+     * to the residual stream times residual_scale (0: 1); the logits are divided by
+     * logit_scale (0: 1). nope: no RoPE on its attention layers (rope.scaling.finetuned
+     * false). Its embedding and attention multipliers are embd_scale and attn_scale. */
+    struct {
+        float residual_scale, logit_scale;
+        int nope;
+    } granite;
+    /* Layers that are an FFN alone (nemotron_h's MLP layers: head_count_kv 0 and
+     * feed_forward_length > 0, pkv_arch_ops.ff0_layers); bit l: layer l */
+    struct {
+        uint64_t ffn_only;
+    } kinds;
     /* Gated short convolutions (lfm2; 0 elsewhere): shortconv.l_cache, the conv's taps
      * (its state keeps l_cache - 1 inputs), and the layer's shard unit: n_unit blocks of
      * n_embd / n_unit channels (the attention's head count); lfm2moe: n_dense, its
      * leading_dense_block_count (the layers after it are mixtures of experts) */
     struct {
         int l_cache, n_unit, n_dense;
+        int pad_; /* (no padding after the 8-byte kinds: the fingerprint hashes these bytes) */
     } shortconv;
 } pkv_hparams;
 
@@ -358,6 +387,8 @@ struct pkv_model {
         float *host;
         pkv_weight dev[PKV_MAX_DEVICES];
     } longrope;
+    pkv_weight res_scale;   /* f32 [1] on dev: hp.granite.residual_scale, each block's output times it
+                               before its residual add; absent: none */
     const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;
 };

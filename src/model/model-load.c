@@ -355,6 +355,7 @@ void pkv_model_free(pkv_model *m) {
     free_weight(&m->ple.model_proj);
     free_weight(&m->ple.proj_norm);
     free_weight(&m->ple.half);
+    free_weight(&m->res_scale);
     pkv_free(m->longrope.host);
     for (int d = 0; d < PKV_MAX_DEVICES; d++) free_weight(&m->longrope.dev[d]);
     pkv_free(m->ple.tok_own);
@@ -465,6 +466,7 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
      * its group of query heads (vLLM's scheme). The cache holds one shard per
      * device, replicas with the same head range, each written by its own device. */
     const bool replicate = !rec && S > n_groups;
+    ly->rec_first = rec && S > n_groups && pkv_arch_ops_of(hp->arch)->rec_first;
     for (int d = 0; d < S; d++) {
         pkv_shard_w *w = &ly->sh[d];
         w->dev = d;
@@ -476,6 +478,10 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
             w->n_kv = 1;
             w->q_h0 = g * group + (int)boundary(m->split + a, b - a, d - a, group, 1);
             w->n_q = g * group + (int)boundary(m->split + a, b - a, d - a + 1, group, 1) - w->q_h0;
+        } else if (ly->rec_first) { /* every shard names all groups; shard 0 runs them */
+            w->kv_h0 = w->q_h0 = 0;
+            w->n_kv = n_groups;
+            w->n_q = n_groups * group;
         } else {
             w->kv_h0 = (int)boundary(m->split, S, d, n_groups, 1);
             w->n_kv = (int)boundary(m->split, S, d + 1, n_groups, 1) - w->kv_h0;
@@ -498,19 +504,23 @@ static pkv_status plan_layer(pkv_model *m, int l, int64_t ffn_block) {
     for (int d = 0; d < S; d++)
         if (ly->sh[d].n_kv <= 0) {
             split_text(m, sp, sizeof sp);
-            if (rec)
+            if (rec) /* the delta-net's state_desc is the default; Mamba-2 has its own */
                 return pkv_err(PKV_ERR_INVALID,
-                               "%s: layer %d (%s) has %d %s, which cannot be split over %d devices in proportions %s "
-                               "with whole %s (device %s would get none): use fewer devices or other proportions",
-                               m->label, l, hp->ssm.n_k_heads ? "gated delta-net" : "recurrent", n_groups,
-                               hp->ssm.n_k_heads ? "key heads" : "state units", S, sp,
-                               hp->ssm.n_k_heads ? "key-head groups" : "units", pkv_device_name(m->devs[d]));
+                               "%s: layer %d (%s) has %d %s, which cannot be split over %d devices in proportions %s with "
+                               "whole groups (device %s would get none): use at most %d devices or other proportions",
+                               m->label, l,
+                               hp->shortconv.l_cache ? "short-conv" : pkv_arch_ops_of(hp->arch)->state_desc ? "Mamba-2"
+                                                                                                           : "gated delta-net",
+                               n_groups,
+                               hp->shortconv.l_cache ? "channel blocks" : pkv_arch_ops_of(hp->arch)->state_desc ? "SSM groups"
+                                                                                                              : "key heads",
+                               S, sp, pkv_device_name(m->devs[d]), n_groups);
             return pkv_err(PKV_ERR_INVALID,
                            "%s: layer %d has %d KV heads, which cannot be split over %d devices in proportions %s with whole "
                            "KV-head groups (device %s would get none): use fewer devices or other proportions",
                            m->label, l, ly->n_head_kv, S, sp, pkv_device_name(m->devs[d]));
         }
-    for (int d = 0; d < S; d++)
+    for (int d = 0; d < S && ly->n_ff > 0; d++) /* (a layer of no FFN: nemotron_h's attention and Mamba-2) */
         if (ly->sh[d].n_ff <= 0) {
             split_text(m, sp, sizeof sp);
             return pkv_err(PKV_ERR_INVALID,
@@ -738,6 +748,66 @@ pkv_status pkv_load_delta_net(pkv_loader *L, int il) {
     return PKV_OK;
 }
 
+/* A shard's conv bias: the whole ssm_conv1d.bias [C] on the host, its channels
+ * (x of heads [h0, h0 + nh), B and C of groups [g0, g0 + ng)) onto dev; absent: zeros. */
+static pkv_status load_mamba2_conv_b(loader *L, int il, const pkv_shard_w *sw, pkv_device *dev, pkv_weight *w) {
+    const pkv_hparams *hp = &L->m->hp;
+    const int64_t G = hp->ssm.n_k_heads, N = hp->ssm.d_k, P = hp->ssm.d_v, DI = (int64_t)hp->ssm.n_v_heads * P;
+    const int64_t C = DI + 2 * G * N, nh = sw->n_q, ng = sw->n_kv, h0 = (int64_t)sw->kv_h0 * (nh / ng), g0 = sw->kv_h0;
+    char name[96];
+    float *all = NULL, *part = NULL;
+    memset(w, 0, sizeof *w);
+    pkv_status s = pkv_load_host_f32(L, NAME("ssm_conv1d.bias"), C, false, &all);
+    if (s || !all) return s;
+    const int64_t n = nh * P + 2 * ng * N;
+    if (!(part = pkv_malloc((size_t)n * sizeof *part))) s = pkv_err(PKV_ERR_NOMEM, "%s: tensor '%s'", L->m->label, name);
+    if (!s) {
+        memcpy(part, all + h0 * P, (size_t)(nh * P) * sizeof *part);
+        memcpy(part + nh * P, all + DI + g0 * N, (size_t)(ng * N) * sizeof *part);
+        memcpy(part + nh * P + ng * N, all + DI + G * N + g0 * N, (size_t)(ng * N) * sizeof *part);
+        s = pkv_weight_host(L->m, dev, part, n, w);
+    }
+    pkv_free(part);
+    pkv_free(all);
+    return s;
+}
+
+pkv_status pkv_load_mamba2(pkv_loader *L, int il) {
+    pkv_model *m = L->m;
+    const pkv_hparams *hp = &m->hp;
+    pkv_layer *ly = &m->layers[il];
+    char name[96];
+    pkv_status s;
+    const int64_t E = hp->n_embd, G = hp->ssm.n_k_heads, H = hp->ssm.n_v_heads, N = hp->ssm.d_k, P = hp->ssm.d_v;
+    const int64_t DI = H * P, C = DI + 2 * G * N, R = H / G, in_rows = 2 * DI + 2 * G * N + H;
+    for (int d = 0; d < (ly->rec_first ? 1 : m->n_dev); d++) {
+        pkv_shard_w *w = &ly->sh[d];
+        pkv_device *dev = m->devs[d];
+        const int64_t g0 = w->kv_h0, ng = w->n_kv, h0 = g0 * R, nh = ng * R;
+        /* ssm_in's rows: z [DI], x [DI], B [G N], C [G N], dt [H]; the conv's channels: x, B, C */
+        slice in_c = {.r0 = 2 * DI + G * N + g0 * N, .nr = ng * N}, in_b = {.r0 = 2 * DI + g0 * N, .nr = ng * N, .more = &in_c};
+        slice in_xbc = {.r0 = DI + h0 * P, .nr = nh * P, .more = &in_b};
+        slice cv_c = {.r0 = DI + G * N + g0 * N, .nr = ng * N}, cv_b = {.r0 = DI + g0 * N, .nr = ng * N, .more = &cv_c};
+        slice cv = {.r0 = h0 * P, .nr = nh * P, .more = &cv_b};
+        slice z_rows = {.r0 = h0 * P, .nr = nh * P}, dt_rows = {.r0 = 2 * DI + 2 * G * N + h0, .nr = nh};
+        slice h_rows = {.r0 = h0, .nr = nh}, h_cols = {.c0 = h0, .nc = nh}, g_rows = {.r0 = g0, .nr = ng};
+        slice o_cols = {.c0 = h0 * P, .nc = nh * P};
+        if ((s = load_weight(L, NAME("ssm_in.weight"), E, in_rows, true, false, dev, in_xbc, &w->ssm.qkv)) ||
+            (s = load_weight(L, NAME("ssm_in.weight"), E, in_rows, true, false, dev, z_rows, &w->ssm.z)) ||
+            (s = load_weight(L, NAME("ssm_in.weight"), E, in_rows, true, false, dev, dt_rows, &w->ssm.beta)) ||
+            (s = load_weight(L, NAME("ssm_conv1d.weight"), hp->ssm.d_conv, C, true, true, dev, cv, &w->ssm.conv)) ||
+            (s = load_mamba2_conv_b(L, il, w, dev, &w->ssm.conv_b)) ||
+            (s = load_weight(L, NAME("ssm_dt.bias"), H, 1, true, true, dev, h_cols, &w->ssm.dt)) ||
+            (s = load_weight(L, NAME("ssm_a"), 1, H, true, true, dev, h_rows, &w->ssm.a)) ||
+            (s = load_weight(L, NAME("ssm_d"), 1, H, true, true, dev, h_rows, &w->ssm.d)) ||
+            (s = load_weight(L, NAME("ssm_norm.weight"), DI / G, G, true, true, dev, g_rows, &w->ssm.gnorm)) ||
+            (s = pkv_weight_fill(m, dev, DI / G, 1.0f, &w->ssm.norm)) ||
+            (s = load_weight(L, NAME("ssm_out.weight"), DI, E, true, false, dev, o_cols, &w->ssm.out)))
+            return s;
+    }
+    return PKV_OK;
+}
+
 pkv_status pkv_load_short_conv(pkv_loader *L, int il) {
     pkv_model *m = L->m;
     const pkv_hparams *hp = &m->hp;
@@ -865,7 +935,8 @@ pkv_status pkv_load_host_table(pkv_loader *L, const char *name, int64_t ne0, int
     return PKV_OK;
 }
 
-pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
+/* The FFN's rows of each shard; gated false: ffn_up and ffn_down only. */
+static pkv_status load_ffn(pkv_loader *L, int il, bool fused_up, bool gated) {
     pkv_model *m = L->m;
     pkv_layer *ly = &m->layers[il];
     char name[96];
@@ -882,7 +953,7 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
             if ((s = load_weight(L, NAME("ffn_up.weight"), E, 2 * F, true, false, dev, f_rows, &w->w_gate)) ||
                 (s = load_weight(L, NAME("ffn_up.weight"), E, 2 * F, true, false, dev, fu, &w->w_up)))
                 return s;
-        } else if ((s = load_weight(L, NAME("ffn_gate.weight"), E, F, true, false, dev, f_rows, &w->w_gate)) ||
+        } else if ((gated && (s = load_weight(L, NAME("ffn_gate.weight"), E, F, true, false, dev, f_rows, &w->w_gate))) ||
                    (s = load_weight(L, NAME("ffn_up.weight"), E, F, true, false, dev, f_rows, &w->w_up))) {
             return s;
         }
@@ -890,6 +961,10 @@ pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) {
     }
     return PKV_OK;
 }
+
+pkv_status pkv_load_ffn(pkv_loader *L, int il, bool fused_up) { return load_ffn(L, il, fused_up, true); }
+
+pkv_status pkv_load_ffn_up(pkv_loader *L, int il) { return load_ffn(L, il, false, false); }
 
 /* Part p of a layer's experts (p->e0, p->n set; none: nothing) onto dev. */
 static pkv_status load_moe_part(pkv_loader *L, int il, bool biases, struct pkv_moe_part *p, pkv_device *dev) {

@@ -1212,6 +1212,7 @@ static void unary_task(int ti, int n_tasks, void *arg) {
             break;
         }
         case PKV_UNARY_GELU_ERF: v = 0.5f * v * erfcf(-v * 0.70710678f); break;
+        case PKV_UNARY_RELU_SQR: v = v > 0.0f ? v * v : 0.0f; break;
         case PKV_UNARY_ID: break;
         }
         y[i] = mul ? v * mul[i % a->mul_len] : v;

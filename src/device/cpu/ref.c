@@ -471,6 +471,7 @@ void pkv_ref_unary(pkv_unary_op op, const float *x, float *y, int64_t n, const f
             break;
         }
         case PKV_UNARY_GELU_ERF: v = 0.5 * v * erfc(-v * 0.7071067811865476); break;
+        case PKV_UNARY_RELU_SQR: v = v > 0 ? v * v : 0.0; break;
         case PKV_UNARY_ID: break;
         }
         y[i] = (float)(mul ? v * (double)mul[i % mul_len] : v);

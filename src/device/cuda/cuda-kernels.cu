@@ -718,6 +718,8 @@ __global__ void k_unary(pkv_cu_unary a) {
             v = t >= 0.0f ? v / (1.0f + e) : v * e / (1.0f + e);
         } else if (a.op == 5)
             v = 0.5f * v * erfcf(-v * 0.70710678f);
+        else if (a.op == 6)
+            v = v > 0.0f ? v * v : 0.0f;
         if (a.mul) v *= a.mul[i % a.mul_len];
         a.y[i] = v;
     }

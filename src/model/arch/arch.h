@@ -18,6 +18,15 @@ typedef struct pkv_arch_ops {
     bool moe_after_dense; /* where the file has expert_count, the layers after its
                              leading_dense_block_count are mixtures of experts (their n_ff
                              expert_feed_forward_length), the first ones dense (deepseek2) */
+    bool kv0_recurrent; /* attention.head_count_kv 0 marks a recurrent layer (granitehybrid, lfm2,
+                           as llama.cpp reads them): hparams.c sets its hp.recurrent bit and takes its
+                           KV heads as its heads (unused); elsewhere 0 is refused */
+    bool rec_first;     /* a recurrent layer of fewer state groups than devices runs whole on the
+                           first device (pkv_blk_mamba2; pkv_layer.rec_first), its other shards
+                           replicas that no kernel touches; elsewhere such a split is refused */
+    bool ff0_layers;    /* feed_forward_length 0 marks a layer without FFN (nemotron_h); with
+                           kv0_recurrent a layer of 0 KV heads and FFN rows is an FFN alone
+                           (hp.ffn_only), one of 0 KV heads and 0 rows recurrent */
     bool rope_neox;     /* RoPE rotates pairs (i, i + n_rot/2), else adjacent pairs (i, i + 1) */
     bool rope_freqs;    /* reads rope_freqs.weight itself (hparams); elsewhere the tensor is refused */
     bool yarn_log_mul;  /* takes rope.scaling.yarn_log_multiplier (mistral3: its YaRN magnitude, hparams.c);
@@ -26,8 +35,6 @@ typedef struct pkv_arch_ops {
                            elsewhere they are refused */
     bool rerank;        /* rank pooling over a classification head (cls.output), as llama.cpp scores
                            this architecture's rerankers (Qwen3-Reranker); mkmodel --pooling rank */
-    bool kv0_recurrent; /* a layer whose attention.head_count_kv is 0 is recurrent (hp.recurrent; lfm2's
-                           per-layer array); elsewhere 0 KV heads are refused */
     const char *output_norm; /* the final norm's tensor where it is not output_norm.weight (lfm2:
                                 token_embd_norm.weight, llama.cpp's name for it); NULL: that */
     bool foreign_embd;  /* the step's input rows come from another model's token embedding (the
@@ -82,6 +89,7 @@ const char *pkv_arch_names_where(bool (*pred)(const pkv_arch_ops *ops, unsigned 
 extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_arch_qwen3moe, pkv_arch_phi3, pkv_arch_gemma2,
     pkv_arch_gemma3, pkv_arch_gpt_oss, pkv_arch_qwen35, pkv_arch_gemma4, pkv_arch_gemma4_assistant, pkv_arch_smollm3,
     pkv_arch_mistral3, pkv_arch_qwen35moe, pkv_arch_deepseek2, pkv_arch_llama4, pkv_arch_glm4moe,
+    pkv_arch_granitehybrid, pkv_arch_nemotron_h,
     pkv_arch_lfm2, pkv_arch_lfm2moe;
 
 /* Keys "<arch>.<suffix>" (hparams.c): a u32 that must be present and within [lo, hi];
@@ -89,6 +97,10 @@ extern const pkv_arch_ops pkv_arch_llama, pkv_arch_qwen2, pkv_arch_qwen3, pkv_ar
 pkv_status pkv_hp_need_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int *out);
 pkv_status pkv_hp_opt_u32(const pkv_gguf *g, const char *arch, const char *suffix, uint32_t lo, uint32_t hi, int def, int *out);
 pkv_status pkv_hp_opt_f32(const pkv_gguf *g, const char *arch, const char *suffix, float def, float *out);
+/* The recurrent layers' ssm.* keys (llama.cpp's), each required: conv_kernel (2 to
+ * PKV_SSM_CONV_MAX) into hp->ssm.d_conv, inner_size into *inner, state_size into d_k,
+ * time_step_rank into n_v_heads, group_count into n_k_heads. */
+pkv_status pkv_hp_ssm_keys(const pkv_gguf *g, const char *arch, pkv_hparams *hp, int *inner);
 /* hp->swa.n from '<arch>.attention.sliding_window' (0 when absent and not
  * required), at most the training context. */
 pkv_status pkv_hp_window(const pkv_gguf *g, const char *arch, pkv_hparams *hp, bool required);
@@ -99,6 +111,16 @@ pkv_status pkv_gemma_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *h
 /* Gemma's head (gemma2.c; gemma2, 3, 4): pkv_blk_logits, then each logit l of the
  * host copy becomes cap * tanh(l / cap), cap = hp.softcap.final (0: none). */
 pkv_status pkv_gemma_output(pkv_fwd *f, float *logits);
+
+/* The Mamba-2 hybrids' shared parts (granitehybrid.c; granitehybrid, nemotron_h):
+ * the ssm.* keys into hp.ssm (d_conv, n_k_heads = groups, n_v_heads = heads, d_k =
+ * state size, d_v = head size) with their rules, a Mamba-2 layer at least (hp.recurrent,
+ * from kv0_recurrent), equal K and V head sizes and attention.scale (hp.attn_scale);
+ * an attention layer's tensors with the Q/K/V and output biases where the file has
+ * them; the state description of a Mamba-2 layer (pkv_arch_ops.state_desc). */
+pkv_status pkv_mamba2_hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp);
+pkv_status pkv_load_hybrid_attention(pkv_loader *L, int il);
+void pkv_mamba2_layer_state(const pkv_model *m, int il, pkv_kv_layer_desc *d);
 
 /* Gemma 4's keys its assistant shares (gemma4.c): which layers slide
  * (attention.sliding_window_pattern, one bool per layer), and rope_freqs.weight's

@@ -117,6 +117,18 @@ pkv_status pkv_mk_moe_extras(pkv_mk *b, int l, unsigned what, int64_t n_ff_sh);
 /* An MTP layer's nextn tensors (llama.cpp's): eh_proj [E][2 E] (x = eh_proj
  * [enorm(embedding); hnorm(h)]), enorm, hnorm and its own final norm shared_head_norm. */
 pkv_status pkv_mk_nextn(pkv_mk *b, int l);
+/* The recurrent layers' ssm.* keys (llama.cpp's): conv_kernel, state_size,
+ * group_count, time_step_rank and inner_size. */
+pkv_status pkv_mk_ssm_keys(pkv_mk *b, int d_conv, int state, int groups, int heads, int inner);
+/* The recurrent layers' option rules (heads ssm_v_heads a multiple of groups
+ * ssm_k_heads, a head size of 1 to 256, at most 64 layers), named for p->arch; and
+ * their rows (heads x head size) on whole blocks of blk. */
+pkv_status pkv_mk_ssm_check(const pkv_mkmodel_params *p);
+pkv_status pkv_mk_ssm_rows(const pkv_mkmodel_params *p, size_t blk);
+/* Mamba-2's defaults, then pkv_mk_ssm_check: heads of ssm_head_dim (0 = 16) channels,
+ * ssm_v_heads 0 = 2 n_embd / head size (llama.cpp's granitehybrid takes an inner size
+ * of twice n_embd only), groups 0 = 2. */
+pkv_status pkv_mk_mamba2_check(pkv_mkmodel_params *p);
 /* attention.sliding_window (small, so tests cross it). */
 pkv_status pkv_mk_window_key(pkv_mk *b);
 /* A pre-norm layer as pkv_load_prenorm reads it: attn_norm; Q, K, V (or as attn
@@ -125,6 +137,13 @@ pkv_status pkv_mk_window_key(pkv_mk *b);
  * name; NULL: ffn_norm.weight); post_ffw_norm where post_norms; the FFN of kind ffn. */
 pkv_status pkv_mk_layer(pkv_mk *b, int l, const pkv_attn_tensors *attn, const char *ffn_norm, pkv_ffn_tensors ffn,
                         bool post_norms);
+/* Its first part: attn_norm and the attention tensors, no FFN. */
+pkv_status pkv_mk_attention(pkv_mk *b, int l, const pkv_attn_tensors *attn);
+/* A Mamba-2 mixer as llama.cpp reads it: attn_norm; ssm_in (rows z, x, B, C, dt),
+ * ssm_conv1d (kernel 4) and its bias, ssm_dt.bias, ssm_a (< 0), ssm_d, ssm_norm
+ * [G][H P / G], ssm_out; H = ssm_v_heads of P = ssm_head_dim in G = ssm_k_heads
+ * groups, state size ssm_head_dim. */
+pkv_status pkv_mk_mamba2(pkv_mk *b, int l);
 
 /* Checks shared by the architectures' check_rows: cols a multiple of blk, else
  * "type T needs row lengths that are multiples of blk: <what> is <cols>". */

@@ -71,12 +71,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: %d trunk layers; %s files of more than 64 layers are not supported yet",
                        lab, hp->n_layer, arch);
     int inner = 0;
-    if ((s = pkv_hp_need_u32(g, arch, "ssm.conv_kernel", 2, PKV_SSM_CONV_MAX, &hp->ssm.d_conv)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.inner_size", 1, 1 << 20, &inner)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.state_size", 1, 4096, &hp->ssm.d_k)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.time_step_rank", 1, 4096, &hp->ssm.n_v_heads)) ||
-        (s = pkv_hp_need_u32(g, arch, "ssm.group_count", 1, 4096, &hp->ssm.n_k_heads)))
-        return s;
+    if ((s = pkv_hp_ssm_keys(g, arch, hp, &inner))) return s;
     if (hp->ssm.n_v_heads % hp->ssm.n_k_heads)
         return pkv_err(PKV_ERR_FORMAT, "%s: '%s.ssm.time_step_rank' %d (value heads) is not a multiple of '%s.ssm.group_count' %d "
                        "(key heads)", lab, arch, hp->ssm.n_v_heads, arch, hp->ssm.n_k_heads);
@@ -163,20 +158,13 @@ static pkv_status mk_check(pkv_mkmodel_params *p) {
     if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads >= 2 ? 2 : 1;
     /* k-quant rows are blocks of 256: the output projection's rows too */
     if (!p->ssm_head_dim) p->ssm_head_dim = pkv_type_block_elems(p->type) == 256 ? 256 / p->ssm_v_heads : 16;
-    if (p->ssm_v_heads < 1 || p->ssm_k_heads < 1 || p->ssm_v_heads % p->ssm_k_heads || p->ssm_head_dim < 1 ||
-        p->ssm_head_dim > 256 || p->n_layer > 64)
-        return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 needs value heads a multiple of key heads, a head size of 1 "
-                       "to 256 and at most 64 layers");
+    PKV_MK_TRY(pkv_mk_ssm_check(p));
     if (p->n_mtp < 0 || p->n_mtp > 4)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: %s takes 0 to 4 MTP layers, not %d", p->arch, p->n_mtp);
     if ((p->head_dim ? p->head_dim : p->n_embd / (p->n_head ? p->n_head : 4)) % 4)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: qwen35 rotates half of each head in pairs of sections: the head size must be a "
                        "multiple of 4");
     return PKV_OK;
-}
-
-static pkv_status mk_check_rows(const pkv_mkmodel_params *p, size_t blk) {
-    return pkv_mk_row_check(p, blk, "value heads x head size", (int64_t)p->ssm_v_heads * p->ssm_head_dim);
 }
 
 /* llama.cpp's keys: every 4th layer attends, the others are delta-net layers. */
@@ -186,11 +174,7 @@ static pkv_status mk_keys(pkv_mk *b) {
         PKV_MK_TRY(pkv_mk_expert_keys(b, p->n_ff));
         PKV_MK_TRY(pkv_mk_u32(b, "expert_shared_feed_forward_length", (uint32_t)p->n_ff));
     }
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.conv_kernel", 4));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.state_size", (uint32_t)p->ssm_head_dim));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.group_count", (uint32_t)p->ssm_k_heads));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.time_step_rank", (uint32_t)p->ssm_v_heads));
-    PKV_MK_TRY(pkv_mk_u32(b, "ssm.inner_size", (uint32_t)(p->ssm_v_heads * p->ssm_head_dim)));
+    PKV_MK_TRY(pkv_mk_ssm_keys(b, 4, p->ssm_head_dim, p->ssm_k_heads, p->ssm_v_heads, p->ssm_v_heads * p->ssm_head_dim));
     PKV_MK_TRY(pkv_mk_u32(b, "full_attention_interval", 4));
     uint8_t recr[64 + 4];
     for (int l = 0; l < p->n_layer + p->n_mtp; l++) recr[l] = l < p->n_layer && (l + 1) % 4 != 0;
@@ -244,7 +228,7 @@ static pkv_status mk_layer(pkv_mk *b, int l) {
 /* qwen35 and qwen35moe differ in their FFN only (the hparams' expert count) */
 #define QWEN35_MK(takes_)                                                                                              \
     {.takes = (takes_), .rope_base = 1000000.0f, .rope_half = true, .rms_eps = 1e-6f, .head_keys = true,                 \
-     .check = mk_check, .check_rows = mk_check_rows, .keys = mk_keys, .layer = mk_layer}
+     .check = mk_check, .check_rows = pkv_mk_ssm_rows, .keys = mk_keys, .layer = mk_layer}
 #define QWEN35_OPS(name_, moe_, mk_)                                                                                   \
     {.name = (name_), .moe = (moe_), .rope_neox = true, .hparams = hparams, .load_layer = load_layer, .layer = layer,      \
      .load_global = pkv_load_nextn, .mtp_head = true, .input = pkv_blk_nextn_input, .mk = (mk_)}

@@ -1,7 +1,7 @@
 #version 450
 #include "common.glsl"
 // y[i] = op(x[i] + bias[i % bias_len]) * mul[i % mul_len] (kernel-list.h, pkv_k_unary_args);
-// op: 0 id, 1 sigmoid, 2 softplus, 3 silu, 4 gelu (tanh form), 5 gelu_erf. Without bias or mul the host binds x in
+// op: 0 id, 1 sigmoid, 2 softplus, 3 silu, 4 gelu (tanh form), 5 gelu_erf, 6 relu_sqr. Without bias or mul the host binds x in
 // their place and the shader never reads it. y may alias x.
 layout(binding = 0) buffer X { uint d[]; } x;
 layout(binding = 1) buffer Y { uint d[]; } y;
@@ -42,6 +42,8 @@ void main() {
         // 0.5 x erfc(-x / sqrt 2)
         float z = v * 0.70710678;
         v = 0.5 * v * (z >= 0.0 ? 2.0 - erfc_pos(z) : erfc_pos(-z));
+    } else if (pc.op == 6u) {
+        v = v > 0.0 ? v * v : 0.0;
     }
     if (pc.has_mul != 0u) v *= LDF(mul, pc.om + (i % pc.mul_len) * 4u);
     STF(y, pc.oy + i * 4u, v);
