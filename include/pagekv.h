@@ -1103,6 +1103,7 @@ typedef struct pkv_mkmodel_params {
      * value heads (0 = 4), key heads (0 = 2; a divisor of the value heads) and the
      * head size of both (0 = 16); the conv kernel is 4 */
     int ssm_v_heads, ssm_k_heads, ssm_head_dim;
+    int ssm_state;       /* Mamba-2 (granitehybrid, nemotron_h): the state size (0 = ssm_head_dim) */
     int n_mtp;           /* qwen35: MTP ("nextn") layers after the trunk (nextn_predict_layers), 0..4;
                             glm4moe: 0 = 1, < 0 = none */
     /* gemma4 (every field 0 = a test shape with each Gemma 4 feature; n_layer 0 = 6,

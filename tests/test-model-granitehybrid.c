@@ -24,7 +24,7 @@
 #include "testhelp.h"
 
 enum { V = 300, E = 64, NH = 4, NKV = 2, HD = 16, F = 96, NL = 4, NLMAX = 6, MAXP = 64 };
-enum { P = 16, H = 2 * E / P, G = 2, N = 16, DC = 4, DI = H * P, C = DI + 2 * G * N };
+enum { P = 16, H = 2 * E / P, G = 2, N = 24, DC = 4, DI = H * P, C = DI + 2 * G * N };
 
 /* granitehybrid: 4 layers (Mamba-2, attention, Mamba-2, Mamba-2), each with its FFN;
  * nemotron_h: 6 layers (Mamba-2, MLP, attention, twice) */
@@ -42,6 +42,7 @@ static pkv_mkmodel_params params(const char *arch) {
     p.n_ff = F;
     p.n_vocab = V;
     p.ssm_head_dim = P;
+    p.ssm_state = N; /* not the head size: the two are apart in every real file */
     p.ssm_v_heads = H;
     p.ssm_k_heads = G;
     p.seed = 5;

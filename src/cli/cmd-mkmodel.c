@@ -114,8 +114,9 @@ static void mkmodel_usage(FILE *f) {
                "expert and the exp_probs_b routing bias; Q/K norms on the odd layers; half of each head\n"
                "rotated): --experts N --experts-used K (default 4, 2); --mtp N MTP layers (default 1)\n"
                "Granite 4.0-H (--arch granitehybrid; default 4 layers: Mamba-2, attention (no RoPE),\n"
-               "Mamba-2, Mamba-2; Granite's multipliers): --ssm-head-dim N (head and state size, default\n"
-               "16), --ssm-v-heads N (Mamba heads, default 2 --dim / head size), --ssm-k-heads N (groups,\n"
+               "Mamba-2, Mamba-2; every fourth layer from the second attends; Granite's multipliers):\n"
+               "--ssm-head-dim N (head size, default 16), --ssm-state N (state size, default the head\n"
+               "size), --ssm-v-heads N (Mamba heads, default 2 --dim / head size), --ssm-k-heads N (groups,\n"
                "default 2); --experts N --experts-used K: experts with a shared expert of --ffn rows\n"
                "Nemotron-H (--arch nemotron_h; default 6 layers: Mamba-2, squared-ReLU MLP, attention (no\n"
                "RoPE), twice): the --ssm-* options as granitehybrid's\n"
@@ -265,6 +266,7 @@ static const pkv_cli_opt mk_options[] = {
     MK_SIZE("--ssm-v-heads", ssm_v_heads),
     MK_SIZE("--ssm-k-heads", ssm_k_heads),
     MK_SIZE("--ssm-head-dim", ssm_head_dim),
+    MK_SIZE("--ssm-state", ssm_state),
     MK_SIZE("--mtp", n_mtp),
     MK_SIZE("--longrope", rope_orig_ctx),
     MK_SIZE("--head-dim-swa", head_dim_swa),

@@ -137,6 +137,9 @@ static pkv_status add_rows(pkv_mk *b, const char *name, pkv_type type, int64_t c
 
 pkv_status pkv_mk_mamba2_check(pkv_mkmodel_params *p) {
     if (!p->ssm_head_dim) p->ssm_head_dim = 16;
+    if (!p->ssm_state) p->ssm_state = p->ssm_head_dim;
+    if (p->ssm_state < 1 || p->ssm_state > 256)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %s needs a state size of 1 to 256, not %d", p->arch, p->ssm_state);
     const int E = p->n_embd ? p->n_embd : 128;
     if (!p->ssm_v_heads) p->ssm_v_heads = 2 * E % p->ssm_head_dim == 0 ? 2 * E / p->ssm_head_dim : 4;
     if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads % 2 == 0 ? 2 : 1;
@@ -321,7 +324,7 @@ pkv_status pkv_mk_attention(pkv_mk *b, int l, const pkv_attn_tensors *attn) {
 
 pkv_status pkv_mk_mamba2(pkv_mk *b, int l) {
     const pkv_mkmodel_params *p = b->p;
-    const int64_t E = b->E, H = p->ssm_v_heads, G = p->ssm_k_heads, P = p->ssm_head_dim, N = p->ssm_head_dim;
+    const int64_t E = b->E, H = p->ssm_v_heads, G = p->ssm_k_heads, P = p->ssm_head_dim, N = p->ssm_state;
     const int64_t DI = H * P, C = DI + 2 * G * N;
     PKV_MK_TRY(pkv_mk_norm(b, l, "attn_norm.weight", E));
     PKV_MK_TRY(pkv_mk_blk(b, l, "ssm_in.weight", p->type, E, 2 * DI + 2 * G * N + H, 0.0, b->lin_e));
@@ -465,7 +468,8 @@ static pkv_status validate(pkv_mkmodel_params *p) {
                     p->head_dim_swa || p->n_head_kv_full || p->n_embd_per_layer || p->n_shared_kv || p->swa_layers,
                     "sliding head sizes, full-layer KV heads, per-layer embeddings, shared KV layers and a sliding "
                     "pattern")) ||
-        (s = refuse(p, ops, PKV_MK_DELTANET, p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim, "delta-net sizes")) ||
+        (s = refuse(p, ops, PKV_MK_DELTANET, p->ssm_v_heads || p->ssm_k_heads || p->ssm_head_dim || p->ssm_state,
+                            "recurrent-layer sizes")) ||
         (s = refuse(p, ops, PKV_MK_MTP, p->n_mtp, "MTP layers (0 to 4)")) ||
         (s = refuse(p, ops, PKV_MK_LONGROPE, p->rope_orig_ctx, "LongRoPE factors (rope_orig_ctx)")) ||
         (s = refuse(p, ops, PKV_MK_MLA, p->q_lora_rank || p->kv_lora_rank, "latent attention ranks (q/kv_lora_rank)")))
@@ -733,7 +737,8 @@ static pkv_status build(pkv_mkmodel_params p, pkv_gguf_writer **out) {
     /* latent attention: attn_k_b / attn_v_b [heads][kv_lora][head_dim], attn_q_b [qd][q_lora] */
     cap = PKV_MAX(cap, (size_t)PKV_MAX(qd * p.kv_lora_rank, qd * p.q_lora_rank));
     /* recurrent layers' input projections (a Mamba-2 ssm_in: z, x, B, C and dt rows) */
-    cap = PKV_MAX(cap, (size_t)E * (size_t)(2 * (p.ssm_v_heads + p.ssm_k_heads) * p.ssm_head_dim + p.ssm_v_heads));
+    cap = PKV_MAX(cap, (size_t)E * (size_t)(2 * (p.ssm_v_heads + p.ssm_k_heads) * PKV_MAX(p.ssm_head_dim, p.ssm_state) +
+                                            p.ssm_v_heads));
     pkv_vocab_desc *voc = NULL;
     const chat_family *fam = p.chat_template ? find_family(p.chat_template) : NULL;
     if ((s = pkv_mk_begin(&b, p.seed, cap))) goto done;

@@ -178,7 +178,7 @@ static pkv_status mk_keys(pkv_mk *b) {
         PKV_MK_TRY(pkv_mk_expert_keys(b, p->n_ff));
         PKV_MK_TRY(pkv_mk_u32(b, "expert_shared_feed_forward_length", (uint32_t)p->n_ff));
     }
-    PKV_MK_TRY(pkv_mk_ssm_keys(b, 4, p->ssm_head_dim, p->ssm_k_heads, p->ssm_v_heads, p->ssm_v_heads * p->ssm_head_dim));
+    PKV_MK_TRY(pkv_mk_ssm_keys(b, 4, p->ssm_state, p->ssm_k_heads, p->ssm_v_heads, p->ssm_v_heads * p->ssm_head_dim));
     PKV_MK_TRY(pkv_mk_f32(b, "embedding_scale", 3.0f));
     PKV_MK_TRY(pkv_mk_f32(b, "residual_scale", 0.5f));
     PKV_MK_TRY(pkv_mk_f32(b, "attention.scale", 1.0f / (float)p->head_dim));

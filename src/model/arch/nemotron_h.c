@@ -80,7 +80,7 @@ static pkv_status mk_sizes(pkv_mk *b) {
 
 static pkv_status mk_keys(pkv_mk *b) {
     const pkv_mkmodel_params *p = b->p;
-    PKV_MK_TRY(pkv_mk_ssm_keys(b, 4, p->ssm_head_dim, p->ssm_k_heads, p->ssm_v_heads, p->ssm_v_heads * p->ssm_head_dim));
+    PKV_MK_TRY(pkv_mk_ssm_keys(b, 4, p->ssm_state, p->ssm_k_heads, p->ssm_v_heads, p->ssm_v_heads * p->ssm_head_dim));
     PKV_MK_TRY(pkv_mk_f32(b, "attention.layer_norm_epsilon", 1e-5f)); /* llama.cpp requires it */
     return pkv_gguf_writer_add_bool(b->w, pkv_mk_key(b, "rope.scaling.finetuned"), false);
 }

@@ -158,6 +158,9 @@ static pkv_status mk_check(pkv_mkmodel_params *p) {
     if (!p->ssm_k_heads) p->ssm_k_heads = p->ssm_v_heads >= 2 ? 2 : 1;
     /* k-quant rows are blocks of 256: the output projection's rows too */
     if (!p->ssm_head_dim) p->ssm_head_dim = pkv_type_block_elems(p->type) == 256 ? 256 / p->ssm_v_heads : 16;
+    if (p->ssm_state)
+        return pkv_err(PKV_ERR_INVALID, "mkmodel: %s's delta-net state is head size x head size: --ssm-state is for "
+                       "Mamba-2 layers (granitehybrid, nemotron_h)", p->arch);
     PKV_MK_TRY(pkv_mk_ssm_check(p));
     if (p->n_mtp < 0 || p->n_mtp > 4)
         return pkv_err(PKV_ERR_INVALID, "mkmodel: %s takes 0 to 4 MTP layers, not %d", p->arch, p->n_mtp);
