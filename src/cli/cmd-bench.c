@@ -390,7 +390,8 @@ static void bench_model_usage(FILE *f) {
                "largest context that fits in --kv-memory MiB (default 8192). With sliding-window layers\n"
                "(gemma2/3) the per-token bytes count the layers that keep every token; the window\n"
                "layers add a fixed kv_window_bytes_per_seq per sequence (kv_bytes_per_token_all_layers:\n"
-               "the cost if every layer kept every token).\n"
+               "the cost if every layer kept every token). With recurrent layers (qwen35, granitehybrid,\n"
+               "nemotron_h, lfm2) state_bytes_per_seq is one sequence's state, what a fork or checkpoint copies.\n"
                "--n-seq 4,16,64: also decode that many sequences together (a 64-token prompt forked\n"
                "N ways, --decode steps of N tokens each): total tokens/s and the ratio to one sequence.\n"
                "Without -m: the built-in tiny model. For the reference shape:\n"
@@ -497,12 +498,15 @@ int pkv_cli_bench_model(int argc, char **argv) {
         pkv_cli_weight_types(pkv_model_device(m), info.weight_types, PKV_WEIGHT_SLOW, false, slow, sizeof slow);
         pkv_cli_weight_types(pkv_model_device(m), info.weight_types, PKV_WEIGHT_SLOW, true, slow_json, sizeof slow_json);
         const long long kv_max = pkv_cli_kv_max_tokens(c, (double)mem_mib * 1048576.0);
+        pkv_kv_stats kst;
+        pkv_kv_stats_get(c, &kst);
+        const double st_seq = (double)kst.state_slot_bytes; /* one sequence's live state (a checkpoint: the same) */
         if (json) {
             printf("{\"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"kv_bytes_per_token\": %.0f, "
                    "\"kv_bytes_per_token_all_layers\": %.0f, \"kv_window_bytes_per_seq\": %.0f, \"kv_memory_mib\": %lld, "
-                   "\"kv_max_context\": %lld, ",
+                   "\"kv_max_context\": %lld, \"state_bytes_per_seq\": %.0f, ",
                    pkv_type_name((pkv_type)o.kv_type), pkv_type_name((pkv_type)o.kv_type_v), kv_tok,
-                   pkv_cli_kv_bytes_per_token_all(c), pkv_cli_kv_window_bytes_per_seq(c), mem_mib, kv_max);
+                   pkv_cli_kv_bytes_per_token_all(c), pkv_cli_kv_window_bytes_per_seq(c), mem_mib, kv_max, st_seq);
             printf("\"model\": \"%s\", \"arch\": \"%s\", \"weight_type\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                    "\"weight_bytes\": %llu, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
                    "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"depth\": %lld, "
@@ -561,6 +565,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
             if (pkv_cli_kv_window_bytes_per_seq(c) > 0)
                 printf("KV of the sliding-window layers: %.0f bytes per sequence at most (%.0f bytes per token if every "
                        "layer kept every token)\n", pkv_cli_kv_window_bytes_per_seq(c), pkv_cli_kv_bytes_per_token_all(c));
+            if (st_seq > 0)
+                printf("recurrent state: %.0f bytes per sequence, as much as %.0f tokens of KV; each checkpoint (fork, "
+                       "prefix boundary) copies that much\n", st_seq, kv_tok > 0 ? st_seq / kv_tok : 0.0);
         }
         rc = 0;
     }
