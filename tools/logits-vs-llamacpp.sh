@@ -7,6 +7,7 @@
 # position (b = llama.cpp), the largest difference and the argmax agreement.
 #
 #   tools/logits-vs-llamacpp.sh PAGEKV LLAMA_SRC LLAMA_BUILD_BIN MODEL.gguf N_CTX [N_TOKENS [LAST]]
+#   PKV_ARGS="-d vulkan:0 --page-size 5": more options for pagekv's side (device, pages)
 #   e.g. tools/logits-vs-llamacpp.sh build/bin/pagekv /work/scratch/llama.cpp \
 #            /work/scratch/llama.cpp/build/bin m.gguf 512 300
 # N_CTX is both runtimes' context (llama.cpp pads it to a multiple of 256): it
@@ -68,7 +69,8 @@ cc -O1 -o "$DIR/ll" "$DIR/ll.c" -I"$LSRC/include" -I"$LSRC/ggml/include" -L"$LBI
 TOKENS=$(python3 -c "print(','.join(str((i * 37 + 11) % 512) for i in range($NTOK)))")
 FIRST=$((NTOK - LAST + 1))
 for k in $(seq "$FIRST" "$NTOK"); do
-    "$PKV" logits -m "$MODEL" -c "$NCTX" -t 2 --kv-type f32 --tokens "$(echo "$TOKENS" | cut -d, -f1-"$k")" \
+    # shellcheck disable=SC2086 # PKV_ARGS: more `pagekv logits` options, split on spaces
+    "$PKV" logits -m "$MODEL" -c "$NCTX" -t 2 --kv-type f32 ${PKV_ARGS:-} --tokens "$(echo "$TOKENS" | cut -d, -f1-"$k")" \
         -o "$DIR/p$k.bin" 2>"$DIR/pkv.err" || { cat "$DIR/pkv.err"; exit 1; }
 done
 python3 - "$DIR" "$NTOK" "$MODEL" "$NCTX" "$FIRST" <<'PEOF'

@@ -286,14 +286,15 @@ typedef struct pkv_hparams {
     int n_head_kv_all;           /* > 0: every layer has this many KV heads, whatever head_count_kv says
                                     (an architecture's hparams hook: deepseek2's older latent files,
                                     whose key sizes are per head but whose cache is one latent row) */
-    /* Granite's multipliers (granitehybrid; 0 elsewhere): every block's output is added
-     * to the residual stream times residual_scale (0: 1); the logits are divided by
-     * logit_scale (0: 1). nope: no RoPE on its attention layers (rope.scaling.finetuned
-     * false). Its embedding and attention multipliers are embd_scale and attn_scale. */
+    /* Multipliers of the residual stream and the logits (an architecture's hparams hook
+     * sets them, granitehybrid's from Granite's keys; 0 elsewhere): every block's output
+     * is added to the residual stream times residual_scale (0: 1); the logits are
+     * divided by logit_scale (0: 1). nope: no RoPE on the attention layers. The
+     * embedding and attention multipliers are embd_scale and attn_scale. */
     struct {
         float residual_scale, logit_scale;
         int nope;
-    } granite;
+    } mults;
     /* Layers that are an FFN alone (nemotron_h's MLP layers: head_count_kv 0 and
      * feed_forward_length > 0, pkv_arch_ops.ff0_layers); bit l: layer l */
     struct {
@@ -387,7 +388,7 @@ struct pkv_model {
         float *host;
         pkv_weight dev[PKV_MAX_DEVICES];
     } longrope;
-    pkv_weight res_scale;   /* f32 [1] on dev: hp.granite.residual_scale, each block's output times it
+    pkv_weight res_scale;   /* f32 [1] on dev: hp.mults.residual_scale, each block's output times it
                                before its residual add; absent: none */
     const pkv_model *embd_of;          /* the target whose token_embd feeds it (set by attach), else NULL */
     double load_seconds;

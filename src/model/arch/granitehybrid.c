@@ -59,10 +59,10 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     if (s) return s;
     float es = 0;
     if ((s = pkv_hp_opt_f32(g, arch, "embedding_scale", 0.0f, &es)) ||
-        (s = pkv_hp_opt_f32(g, arch, "residual_scale", 0.0f, &hp->granite.residual_scale)) ||
-        (s = pkv_hp_opt_f32(g, arch, "logit_scale", 0.0f, &hp->granite.logit_scale)))
+        (s = pkv_hp_opt_f32(g, arch, "residual_scale", 0.0f, &hp->mults.residual_scale)) ||
+        (s = pkv_hp_opt_f32(g, arch, "logit_scale", 0.0f, &hp->mults.logit_scale)))
         return s;
-    const float sc[3] = {es, hp->granite.residual_scale, hp->granite.logit_scale};
+    const float sc[3] = {es, hp->mults.residual_scale, hp->mults.logit_scale};
     static const char *const names[3] = {"embedding_scale", "residual_scale", "logit_scale"};
     for (int i = 0; i < 3; i++)
         if (!(sc[i] >= 0 && sc[i] < 1e6f))
@@ -74,7 +74,7 @@ static pkv_status hparams(const pkv_gguf *g, const char *arch, pkv_hparams *hp, 
     snprintf(k, sizeof k, "%s.rope.scaling.finetuned", arch);
     bool rope = true;
     if (pkv_gguf_find_key(g, k) >= 0 && (s = pkv_gguf_get_bool(g, k, &rope))) return s;
-    hp->granite.nope = !rope;
+    hp->mults.nope = !rope;
     return PKV_OK;
 }
 
@@ -102,7 +102,7 @@ static pkv_status load_layer(pkv_loader *L, int il) {
     pkv_layer *ly = &m->layers[il];
     pkv_status s;
     ly->recurrent = hp->recurrent >> il & 1;
-    ly->nope = hp->granite.nope != 0;
+    ly->nope = hp->mults.nope != 0;
     if ((s = pkv_load_norm(L, il, "attn_norm.weight", &ly->attn_norm)) ||
         (s = ly->recurrent ? pkv_load_mamba2(L, il) : pkv_load_hybrid_attention(L, il)) ||
         (s = pkv_load_norm(L, il, "ffn_norm.weight", &ly->ffn_norm)))
@@ -117,7 +117,7 @@ static pkv_status load_layer(pkv_loader *L, int il) {
 /* The residual multiplier on the device (blocks.c multiplies each block's output). */
 static pkv_status load_global(pkv_loader *L) {
     pkv_model *m = pkv_loader_model(L);
-    const float r = m->hp.granite.residual_scale;
+    const float r = m->hp.mults.residual_scale;
     return r != 0 && r != 1 ? pkv_weight_fill(m, m->dev, 1, r, &m->res_scale) : PKV_OK;
 }
 
@@ -136,7 +136,7 @@ static pkv_status layer(pkv_fwd *f, int il) {
 /* The logits divided by logit_scale, on the host copy. */
 static pkv_status output(pkv_fwd *f, float *logits) {
     pkv_status s = pkv_blk_logits(f, logits);
-    const float ls = f->m->hp.granite.logit_scale;
+    const float ls = f->m->hp.mults.logit_scale;
     if (!s && logits && ls != 0 && ls != 1) {
         const size_t n = (size_t)f->pl->n_out * (size_t)f->m->hp.n_vocab;
         for (size_t i = 0; i < n; i++) logits[i] /= ls;
