@@ -465,10 +465,8 @@ void pkv_kv_state_swap_in_commit(pkv_kv_cache *c, int32_t seq, int32_t slot) {
 /* ------------------------------------------------------------ prefix reuse */
 
 bool pkv_kv_state_stored(const pkv_kv_cache *c, int32_t page, int64_t n_tokens) {
-    if (!kv_has_state(c) || page < 0) return false;
-    const kv_page *p = &c->pages[page];
-    return p->indexed && p->st_slot >= 0 && slot_valid(c, p->st_slot, p->st_gen) && c->slots[p->st_slot].ckpt &&
-           c->slots[p->st_slot].pos == n_tokens;
+    int64_t pos;
+    return pkv_kv_state_page_offered(c, page, &pos) && c->pages[page].indexed && pos == n_tokens;
 }
 
 pkv_status pkv_kv_state_prefix_take(pkv_kv_cache *c, int32_t seq, int64_t m) {
