@@ -88,7 +88,13 @@ int main(void) {
     CHECK_INT(cached, 0);
     CHECK(cold[0] != 0);
     long long written = -1;
-    for (int i = 0; i < 200 && (written = metric("pagekv_kv_disk_written_pages_total")) <= 0; i++) ts_sleep_ms(50);
+    /* the writes are asynchronous: wait until the count has held still for 0.3 s */
+    for (int i = 0, still = 0; i < 200 && still < 6; i++) {
+        long long w = metric("pagekv_kv_disk_written_pages_total");
+        still = (w > 0 && w == written) ? still + 1 : 0;
+        written = w;
+        ts_sleep_ms(50);
+    }
     CHECK(written > 10);
     CHECK_INT(metric("pagekv_kv_disk_enabled"), 1);
     CHECK(log_has(log, "KV disk tier"));
