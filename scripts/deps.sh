@@ -12,6 +12,9 @@
 #             libsndfile1-dev (WAV, FLAC audio), libvorbis-dev (Ogg/Vorbis), libsoxr-dev (resampling),
 #             libspng-dev (PNG), libjpeg62-turbo-dev (JPEG): media decoding
 #             (without one, that format is refused with an error naming it)
+#             libhiredis-dev + redis-server: the Redis KV tier (serve --kv-remote)
+#             and its tests, which start their own redis-server on loopback
+#             libopenmpi-dev + openmpi-bin: a model split over MPI ranks (mpirun)
 #             chromium: test-server-web (the web page, headless, via playwright-core)
 #             python3-pytest, python3-numpy, python3-jinja2, python3-pip: the Python
 #             bindings' tests (python/tests)
@@ -25,6 +28,7 @@ set -u
 pkgs=(cmake make gcc libc6-dev pkgconf libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then pkgs+=(g++); fi
 pkgs+=(libmicrohttpd-dev libjansson-dev curl nodejs npm tmux)
+pkgs+=(libhiredis-dev redis-server libopenmpi-dev openmpi-bin)
 pkgs+=(libsndfile1-dev libvorbis-dev libsoxr-dev libspng-dev)
 # libjpeg-turbo's development package is named differently on Ubuntu
 if apt-cache show libjpeg62-turbo-dev >/dev/null 2>&1; then pkgs+=(libjpeg62-turbo-dev); else pkgs+=(libjpeg-turbo8-dev); fi
