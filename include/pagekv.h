@@ -900,6 +900,8 @@ typedef struct pkv_model_params {
                                     first MTP layer, fed the token's embedding and the target's
                                     hidden state (qwen35 files with nextn_predict_layers > 0), a
                                     draft for pkv_spec_create ('pagekv run --mtp') */
+    const char *rank_split;      /* under several MPI ranks (pkv_dist_init): proportions of the layers
+                                    each rank holds, e.g. "2,1"; NULL = equal */
 } pkv_model_params;
 
 pkv_model_params pkv_model_default_params(void);
@@ -952,6 +954,8 @@ typedef struct pkv_model_info {
     int pooling;                 /* the file's ARCH.pooling_type (pkv_pooling), -1 when it has none */
     int n_cls_out;               /* rows of its classification head (cls.output.weight, rank
                                     pooling's scores); 0 = none */
+    int rank, n_ranks;           /* this process's MPI rank of n_ranks (1: no ranks) */
+    int layer_first, layer_end;  /* the layers [first, end) this rank holds the weights of and runs */
 } pkv_model_info;
 
 /* How an embedding request (pkv_request_params.embed) reduces the final normed
@@ -968,6 +972,33 @@ typedef enum pkv_pooling {
 
 pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info);
 pkv_device *pkv_model_device(const pkv_model *m);
+/* The layers [*first, *end) rank `rank` holds (placement as data; docs/distributed.md). */
+pkv_status pkv_model_rank_layers(const pkv_model *m, int rank, int *first, int *end);
+
+/* ---------------------------------------------------------------- ranks */
+/* A model over several processes (docs/distributed.md): under `mpirun -np N`
+ * every rank runs the same program on the same inputs (rank 0 alone prints);
+ * each loaded model is split into N contiguous layer ranges (pkv_model_params.
+ * rank_split), each rank holding its range's weights; a forward step runs the
+ * ranges in order, the activations going rank r -> r + 1, and the last rank's
+ * logits going back to every rank, so every rank samples, allocates pages and
+ * runs every KV operation alike. Each step's digest (batch and cache rows) is
+ * compared on every rank: ranks that diverge fail the step naming the rank. */
+/* Start the ranks when the process was launched as one of several (mpirun:
+ * OMPI_COMM_WORLD_SIZE, PMI_SIZE), else nothing (one rank). A build without MPI
+ * launched as several: PKV_ERR_UNSUPPORTED naming libopenmpi-dev. Call once,
+ * before loading models, from the thread that will make the calls. */
+pkv_status pkv_dist_init(void);
+int pkv_dist_rank(void); /* 0 without ranks */
+int pkv_dist_size(void); /* 1 without ranks */
+/* Rank 0's n bytes at p copied to p on every other rank (a random seed, a line
+ * read from the terminal). A rank that does not answer within PKV_DIST_TIMEOUT
+ * seconds (default 300) fails the call naming it. */
+pkv_status pkv_dist_bcast(void *p, size_t n);
+/* End the ranks: MPI_Finalize, or, when failed != 0 or an exchange failed (a
+ * rank may be waiting for a message that never comes), MPI_Abort of every rank
+ * with exit status `failed` (1 if 0). No-op without ranks. */
+void pkv_dist_finalize(int failed);
 
 /* LoRA adapters (docs/lora.md): GGUF files as llama.cpp's convert_lora_to_gguf.py
  * writes them (general.type "adapter", adapter.type "lora", adapter.lora.alpha,

@@ -139,7 +139,8 @@ int pkv_cli_logits(int argc, char **argv) {
         goto out;
     }
     const float *lg = pkv_context_logits(ctx);
-    if (outp) {
+    if (pkv_dist_rank() > 0) { /* under MPI ranks rank 0 alone writes */
+    } else if (outp) {
         pkv_wfile wf;
         pkv_status ws = pkv_wfile_open(&wf, outp);
         if (!ws) {

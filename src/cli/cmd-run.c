@@ -40,6 +40,9 @@ int pkv_cli_model_opt(int argc, char **argv, int *i, pkv_cli_model_opts *o) {
     } else if (!strcmp(a, "--split")) {
         if (!(v = pkv_cli_value(argc, argv, i))) return -1;
         o->split = v;
+    } else if (!strcmp(a, "--rank-split")) {
+        if (!(v = pkv_cli_value(argc, argv, i))) return -1;
+        o->rank_split = v;
     } else if (!strcmp(a, "--kv-on-host")) {
         o->kv_on_host = true;
     } else if (!strcmp(a, "--no-mmap")) {

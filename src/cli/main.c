@@ -1,5 +1,6 @@
 /* The pagekv command: dispatches to one subcommand per file (cmd-*.c). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,6 +51,32 @@ static int finish(int rc) {
     return rc;
 }
 
+/* Under mpirun (docs/distributed.md): every rank runs the same command on the
+ * same arguments, each model split over the ranks; rank 0 alone prints. The
+ * commands that load a model to run it are the ones that may run so. 0: go on. */
+static int start_ranks(int argc, char **argv) {
+    if (pkv_dist_init()) {
+        fprintf(stderr, "pagekv %s: %s\n", argv[1], pkv_errmsg());
+        return 1;
+    }
+    const int n = pkv_dist_size();
+    if (n <= 1) return 0;
+    static const char *const ok[] = {"run", "logits", "devices", "tokenize"};
+    bool allowed = !strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "model");
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) allowed |= !strcmp(argv[1], ok[i]);
+    if (!allowed) {
+        if (pkv_dist_rank() == 0)
+            fprintf(stderr, "pagekv %s%s%s: not supported under %d MPI ranks (run, logits, bench model, devices and "
+                    "tokenize are; docs/distributed.md)\n", argv[1], argc > 2 && !strcmp(argv[1], "bench") ? " " : "",
+                    argc > 2 && !strcmp(argv[1], "bench") ? argv[2] : "", n);
+        pkv_dist_finalize(0);
+        return 2;
+    }
+    /* the other ranks compute alike and stay silent: rank 0 says what any rank's failure was */
+    if (pkv_dist_rank() > 0 && (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -64,7 +91,13 @@ int main(int argc, char **argv) {
         return finish(0);
     }
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-        if (!strcmp(argv[1], k_commands[i].name)) return finish(k_commands[i].fn(argc - 1, argv + 1));
+        if (!strcmp(argv[1], k_commands[i].name)) {
+            int rc = start_ranks(argc, argv);
+            if (rc) return rc;
+            rc = finish(k_commands[i].fn(argc - 1, argv + 1));
+            pkv_dist_finalize(rc);
+            return rc;
+        }
     fprintf(stderr, "pagekv: unknown command '%s' (see 'pagekv --help')\n", argv[1]);
     return 2;
 }

@@ -122,6 +122,78 @@ static pkv_status head(pkv_fwd *f, float *logits) {
     return s ? s : pkv_device_sync(f->m->dev);
 }
 
+/* Under several ranks (src/dist/): this rank's part of a step that runs layers [0,
+ * n_layer): its layers [lo, hi), the rank it receives the residual stream from and
+ * the one it sends it to (-1: none), and the rank whose layers end the step, whose
+ * result (status, logits, hidden rows) goes to every other rank. */
+typedef struct fwd_ranks {
+    int lo, hi, from, to, last;
+} fwd_ranks;
+
+static fwd_ranks ranks_of(const pkv_model *m, int n_layer) {
+    fwd_ranks r = {.lo = 0, .hi = n_layer, .from = -1, .to = -1, .last = 0};
+    if (m->n_ranks <= 1) return r;
+    r.lo = PKV_MIN(m->rank_first[m->rank], n_layer);
+    r.hi = PKV_MIN(m->rank_first[m->rank + 1], n_layer);
+    while (m->rank_first[r.last + 1] < n_layer) r.last++;
+    r.from = m->rank > 0 && m->rank <= r.last ? m->rank - 1 : -1;
+    r.to = m->rank < r.last ? m->rank + 1 : -1;
+    return r;
+}
+
+/* What every rank's step must agree on: its batch, the cache rows it writes
+ * (identical page ids on every rank) and the layers it runs. */
+static uint64_t step_digest(const pkv_fwd_batch *b, int64_t T, const int32_t *rows, const int32_t *rows_w, int n_layer) {
+    uint64_t h = pkv_hash64(&n_layer, sizeof n_layer, (uint64_t)T);
+    h = pkv_hash64(b->seqs, (size_t)b->n_seqs * sizeof *b->seqs, h);
+    h = pkv_hash64(b->n_tokens, (size_t)b->n_seqs * sizeof *b->n_tokens, h);
+    h = pkv_hash64(b->tokens, (size_t)T * sizeof *b->tokens, h);
+    if (rows) h = pkv_hash64(rows, (size_t)T * sizeof *rows, h);
+    if (rows_w) h = pkv_hash64(rows_w, (size_t)T * sizeof *rows_w, h);
+    return h;
+}
+
+/* The residual stream x [T][n_embd] from the previous rank (into dev's x), or to
+ * the next one; s: this rank's status so far (a failure is passed on, not x). */
+static pkv_status pass_x(pkv_fwd *f, const fwd_ranks *rk, bool in, pkv_status s, uint64_t digest) {
+    const size_t n = (size_t)f->T * (size_t)f->m->hp.n_embd * sizeof(float);
+    pkv_buffer *x = pkv_fwd_dev(f->ws, f->m->dev)->x;
+    float *h = pkv_malloc(n);
+    if (!h) return pkv_err(PKV_ERR_NOMEM, "forward: %zu bytes for the residual stream between ranks", n);
+    if (in) {
+        s = pkv_dist_recv_step(rk->from, s, digest, h, n);
+        if (!s) s = pkv_buffer_write(x, 0, h, n);
+    } else {
+        if (!s) s = pkv_buffer_read(x, 0, h, n);
+        s = pkv_dist_send_step(rk->to, s, digest, h, n);
+    }
+    pkv_free(h);
+    return s;
+}
+
+/* The step's result from the last rank to every other: its status, then (OK) the
+ * logits [n_out][n_vocab] and the hidden rows [T][n_embd] that were asked for. */
+static pkv_status pass_result(pkv_fwd *f, const fwd_ranks *rk, pkv_status s, uint64_t digest, float *logits) {
+    const pkv_model *m = f->m;
+    const pkv_fwd_batch *b = f->b;
+    int64_t n_out = b->all_logits ? f->T : b->n_seqs;
+    if (b->n_logits)
+        for (int i = n_out = 0; i < b->n_seqs; i++) n_out += b->n_logits[i];
+    const size_t nl = logits ? (size_t)n_out * (size_t)m->hp.n_vocab * sizeof *logits : 0,
+                 nh = b->hidden_out ? (size_t)f->T * (size_t)m->hp.n_embd * sizeof(float) : 0;
+    if (m->rank != rk->last) {
+        s = pkv_dist_recv_step(rk->last, s, digest, logits, nl);
+        return nh ? pkv_dist_recv_step(rk->last, s, digest, b->hidden_out, nh) : s;
+    }
+    for (int r = 0; r < m->n_ranks; r++) {
+        if (r == m->rank) continue;
+        pkv_status t = pkv_dist_send_step(r, s, digest, logits, nl);
+        if (!t && nh) t = pkv_dist_send_step(r, s, digest, b->hidden_out, nh);
+        if (!s) s = t;
+    }
+    return s;
+}
+
 /* One step. Normally b's tokens are appended and run through every layer, and
  * logits (or, with no_output, nothing) come out. replay: b holds one sequence's
  * tokens that are in the main pool already, from its window length (a window
@@ -180,16 +252,19 @@ static pkv_status step(pkv_model *m, pkv_kv_cache *c, pkv_fwd_ws **wsp, const pk
     /* the architecture's layers; a replay stops after the last layer it recomputes,
      * whose FFN is not needed */
     const int n_layer = !replay ? m->hp.n_layer : (state ? mem.last_r : mem.last_w) + 1;
-    for (int il = 0; !s && il < n_layer; il++) {
+    /* under several ranks, this rank's layers between the residual stream's receipt
+     * and its passing on; the last rank's result goes to every rank */
+    const fwd_ranks rk = ranks_of(m, n_layer);
+    const uint64_t digest = m->n_ranks > 1 ? step_digest(b, T, replay || b->peek ? NULL : rows, rows_w, n_layer) : 0;
+    if (rk.from >= 0) s = pass_x(&f, &rk, true, s, digest);
+    for (int il = rk.lo; !s && il < rk.hi; il++) {
         f.attn_only = replay && il == n_layer - 1;
         s = ops->layer(&f, il);
     }
-    if (replay || no_output) {
-        if (!s) s = pkv_device_sync(dev);
-        goto done;
-    }
-    if (!s) s = ops->output ? ops->output(&f, logits) : head(&f, logits);
-done:
+    if (rk.to >= 0) s = pass_x(&f, &rk, false, s, digest);
+    if (!s && m->rank == rk.last)
+        s = replay || no_output ? pkv_device_sync(dev) : ops->output ? ops->output(&f, logits) : head(&f, logits);
+    if (m->n_ranks > 1) s = pass_result(&f, &rk, s, digest, replay || no_output ? NULL : logits);
     if (sets != stack_sets) pkv_free(sets);
     /* the recurrent state took the tokens in: its length moves (a replay), and the
      * cache takes the checkpoints its policy asks for */

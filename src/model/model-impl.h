@@ -5,6 +5,7 @@
 
 #include "base/base.h"
 #include "device/device.h"
+#include "dist/dist.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
@@ -334,6 +335,11 @@ struct pkv_model {
                                target's cache (GGUF key pagekv.shared_kv_layers). A model whose
                                last layers reuse an earlier layer's KV (gemma4): its own cache */
     bool kv_draft;          /* kv_layer maps into another model's cache (pagekv.shared_kv_layers) */
+    /* Ranks (src/dist/, docs/distributed.md): this process's rank of n_ranks holds and runs
+     * layers [rank_first[rank], rank_first[rank + 1]); rank_first[n_ranks] = n_layer. Every
+     * rank holds the embeddings and the head; a layer of another rank has no weights here */
+    int rank, n_ranks;
+    int rank_first[PKV_DIST_MAX_RANKS + 1];
     int n_cache_layers;     /* layers of the model's own cache (pkv_model_kv_params): n_layer, or
                                n_layer - hp.n_shared_kv where the last layers own no KV */
     /* Gemma 4's per-layer embeddings (hp.n_embd_per_layer = P > 0): */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/quant.h"
+#include "dist/dist.h"
 
 /* pkv_arch_names_where's test: the architecture's files carry MTP heads. */
 static bool has_mtp_head(const pkv_arch_ops *ops, unsigned arg) {
@@ -30,6 +31,7 @@ struct pkv_loader {
     int type_count[PKV_TYPE_COUNT];
     bool in_place; /* the GGUF stays open with the model: use its memory where the device can */
     int64_t ne2;   /* > 0: load_weight takes a 3-D tensor of ne2 matrices as one of ne1 rows */
+    bool remote;   /* loading a layer another rank holds: shapes are checked, nothing is uploaded */
 };
 typedef struct pkv_loader loader;
 
@@ -113,6 +115,12 @@ static pkv_status load_weight(loader *L, const char *name, int64_t ne0, int64_t 
     if (sl.c0 < 0 || sl.nc <= 0 || c_end > ne0 ||
         (cstrided && (sl.cblock <= 0 || sl.nc % sl.cblock || sl.cblock > sl.cstride)))
         return pkv_err(PKV_ERR_INTERNAL, "%s: tensor '%s': slice out of range", lab, name);
+    if (L->remote) { /* another rank's layer: its shape and type only */
+        w->type = f32_only ? PKV_TYPE_F32 : t->type;
+        w->ne0 = sl.nc;
+        w->ne1 = nr;
+        return PKV_OK;
+    }
     pkv_type type = t->type;
     size_t blk = pkv_type_block_elems(type);
     const uint8_t *src = t->data;
@@ -1096,6 +1104,29 @@ static pkv_status share_kv(pkv_model *m) {
     return PKV_OK;
 }
 
+/* Under several ranks: the layers each holds, a layer's KV on its own rank (a layer
+ * that reads another layer's KV must be on the same rank). */
+static pkv_status rank_layers(pkv_model *m, const char *split) {
+    const int n = pkv_dist_size(), L = m->hp.n_layer;
+    m->rank = pkv_dist_rank();
+    m->n_ranks = n;
+    m->rank_first[0] = 0;
+    m->rank_first[1] = L;
+    if (n <= 1) return PKV_OK;
+    if (m->mtp || m->kv_draft || m->assistant)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a draft, an MTP head or an assistant under %d MPI ranks is not supported "
+                       "(only the main model is split over ranks)", m->label, n);
+    pkv_status s = pkv_dist_split_layers(m->label, split, L, n, m->rank_first);
+    for (int il = 0; !s && m->kv_layer && il < L; il++) {
+        int r = 0, o = m->kv_layer[il];
+        while (m->rank_first[r + 1] <= il) r++;
+        if (o < m->rank_first[r] || o >= m->rank_first[r + 1])
+            s = pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d (rank %d) reads the KV of layer %d, which rank split puts on "
+                        "another rank: choose proportions (--rank-split) that keep them together", m->label, il, r, o);
+    }
+    return s;
+}
+
 /* Every layer: its attention kind (window, RoPE, head sizes) and the KV it reads,
  * then its shards' ranges and the architecture's tensors. */
 static pkv_status load_layers(loader *L) {
@@ -1122,6 +1153,7 @@ static pkv_status load_layers(loader *L) {
     }
     if ((s = share_kv(m))) return s;
     if (ops->load_global && (s = ops->load_global(L))) return s;
+    if ((s = rank_layers(m, L->p.rank_split))) return s;
     for (int il = 0; il < hp->n_layer; il++) {
         pkv_layer *ly = &m->layers[il];
         ly->sh = pkv_calloc((size_t)m->n_dev, sizeof *ly->sh);
@@ -1131,7 +1163,10 @@ static pkv_status load_layers(loader *L) {
         if (!down) down = pkv_gguf_find_tensor(L->g, NAME("ffn_down_exps.weight")); /* not split: experts go whole */
         int64_t fblk = down ? (int64_t)pkv_type_block_elems(down->type) : 1;
         if ((s = plan_layer(m, il, fblk ? fblk : 1))) return s;
-        if ((s = ops->load_layer(L, il))) return s;
+        L->remote = il < m->rank_first[m->rank] || il >= m->rank_first[m->rank + 1];
+        s = ops->load_layer(L, il);
+        L->remote = false;
+        if (s) return s;
     }
     return s;
 }
@@ -1395,6 +1430,19 @@ fail_nofree:
     return NULL;
 }
 
+/* Under several ranks every rank's load ends here: the ranks agree (the same file
+ * and version everywhere, every load succeeded) or all fail, naming the rank. */
+static pkv_model *join_ranks(pkv_model *m, const char *label) {
+    if (pkv_dist_size() <= 1) return m;
+    pkv_status local = m ? PKV_OK : pkv_errcode() ? pkv_errcode() : PKV_ERR_INVALID;
+    pkv_status s = pkv_dist_agree(label, local, m ? m->fingerprint_base : 0, m ? m->hp.n_layer : 0);
+    if (s && m) {
+        pkv_model_free(m);
+        m = NULL;
+    }
+    return m;
+}
+
 pkv_model *pkv_model_load(const char *path, pkv_model_params p) {
     if (!path) {
         pkv_err(PKV_ERR_INVALID, "pkv_model_load: path is NULL");
@@ -1408,7 +1456,7 @@ pkv_model *pkv_model_load(const char *path, pkv_model_params p) {
                         lives as long as the model */
     else
         pkv_gguf_close(g); /* weights were copied to the device */
-    return m;
+    return join_ranks(m, path);
 }
 
 pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *label, pkv_model_params p) {
@@ -1416,7 +1464,7 @@ pkv_model *pkv_model_load_memory(const void *data, size_t size, const char *labe
     if (!g) return NULL;
     pkv_model *m = load(g, p, false); /* the caller's memory: copied, the caller may free it */
     pkv_gguf_close(g);
-    return m;
+    return join_ranks(m, label);
 }
 
 /* A shared-KV draft (pagekv.shared_kv_layers, any architecture): t's vocabulary,
@@ -1466,6 +1514,10 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
     memset(info, 0, sizeof *info);
     info->arch = pkv_arch_name(m->hp.arch);
     info->n_layer = m->hp.n_layer;
+    info->rank = m->rank;
+    info->n_ranks = m->n_ranks;
+    info->layer_first = m->rank_first[m->rank];
+    info->layer_end = m->rank_first[m->rank + 1];
     info->n_embd = m->hp.n_embd;
     info->n_head = m->layers[0].n_head;
     info->n_head_kv = m->layers[0].n_head_kv;
@@ -1510,3 +1562,12 @@ pkv_status pkv_model_get_info(const pkv_model *m, pkv_model_info *info) {
 }
 
 pkv_device *pkv_model_device(const pkv_model *m) { return m ? m->dev : NULL; }
+
+pkv_status pkv_model_rank_layers(const pkv_model *m, int rank, int *first, int *end) {
+    if (!m || !first || !end) return pkv_err(PKV_ERR_INVALID, "pkv_model_rank_layers: NULL argument");
+    if (rank < 0 || rank >= m->n_ranks)
+        return pkv_err(PKV_ERR_INVALID, "%s: rank %d: the model is split over %d rank(s)", m->label, rank, m->n_ranks);
+    *first = m->rank_first[rank];
+    *end = m->rank_first[rank + 1];
+    return PKV_OK;
+}

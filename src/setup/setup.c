@@ -20,11 +20,16 @@ pkv_model *pkv_setup_open_model(const char *cmd, const pkv_setup_model_opts *o) 
     mp.device = o->device;
     mp.devices = o->devices;
     mp.split = o->split;
+    mp.rank_split = o->rank_split;
     mp.kv_on_host = o->kv_on_host;
     mp.no_mmap = o->no_mmap;
     mp.n_threads = o->threads;
     static int last = -1;
     pkv_model *m;
+    if (o->n_lora && pkv_dist_size() > 1) {
+        fprintf(stderr, "pagekv %s: --lora under %d MPI ranks is not supported\n", cmd, pkv_dist_size());
+        return NULL;
+    }
     if (o->model) {
         FILE *f = fopen(o->model, "rb");
         long size = 0;
@@ -51,6 +56,13 @@ pkv_model *pkv_setup_open_model(const char *cmd, const pkv_setup_model_opts *o) 
             fprintf(stderr, "pagekv %s: %s\n", cmd, msg);
         else
             fprintf(stderr, "pagekv %s: cannot load %s: %s\n", cmd, o->model ? o->model : "the built-in model", msg);
+    }
+    if (m && pkv_dist_size() > 1) { /* the placement (I5), as rank 0 sees it: every rank's layers */
+        char buf[512];
+        int k = snprintf(buf, sizeof buf, "pagekv %s: layers over %d MPI ranks:", cmd, pkv_dist_size());
+        for (int r = 0, a, b; r < pkv_dist_size() && k < (int)sizeof buf && !pkv_model_rank_layers(m, r, &a, &b); r++)
+            k += snprintf(buf + k, sizeof buf - (size_t)k, "%s rank %d [%d, %d)", r ? "," : "", r, a, b);
+        fprintf(stderr, "%s\n", buf);
     }
     pkv_lora_use uses[PKV_MAX_LORA];
     for (int i = 0; m && i < o->n_lora; i++) {

@@ -16,6 +16,7 @@ typedef struct pkv_setup_model_opts {
     const char *device;  /* -d; NULL = cpu */
     const char *devices; /* --devices: tensor parallelism over a comma list */
     const char *split;   /* --split: proportions */
+    const char *rank_split; /* --rank-split: proportions of the layers over MPI ranks */
     bool kv_on_host;     /* --kv-on-host */
     bool no_mmap;        /* --no-mmap: copy the weights instead of using the mapped file */
     int threads;         /* -t; 0 = all cores */
