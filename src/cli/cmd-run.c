@@ -226,6 +226,8 @@ static void run_usage(FILE *f) {
             "  --devices A,B,...    tensor parallelism: split each layer's heads (whole KV groups)\n"
             "                       and FFN rows over these devices; the KV cache is sharded alike\n"
             "  --split P,Q,...      proportions for --devices (default equal)\n"
+            "  --rank-split P,Q,... under mpirun: proportions of the layers each rank holds\n"
+            "                       (default equal; docs/distributed.md)\n"
             "  --kv-on-host         keep every KV shard in host memory, split by the same heads;\n"
             "                       attention runs on the host\n"
             "  --no-mmap            copy the weights into memory instead of using the mapped\n"
@@ -406,6 +408,15 @@ static int run_check(run_opts *r) {
         why = "--spec ngram needs no draft model (not with --draft, --mtp or --draft-device)";
     else if (r->use_mtp && !r->o.model)
         why = "--mtp needs -m FILE with MTP layers (qwen35; 'pagekv mkmodel --arch qwen35 --mtp 1')";
+    if (why) {
+        fprintf(stderr, "pagekv run: %s\n", why);
+        return 2;
+    }
+    if (pkv_dist_size() > 1) { /* every rank runs the same program: its inputs must be every rank's */
+        if (r->chat || r->use_mtp || r->draft_path || r->mo.n || (r->prompt_file && !strcmp(r->prompt_file, "-")))
+            why = "-cnv, --draft, --mtp, --audio/--image and '-f -' (standard input) are not supported under MPI ranks";
+        if (pkv_dist_rank() > 0) r->ids_out = r->spec_log = NULL; /* rank 0 alone writes */
+    }
     if (why) {
         fprintf(stderr, "pagekv run: %s\n", why);
         return 2;
@@ -922,6 +933,11 @@ int pkv_cli_run(int argc, char **argv) {
         r.sp.seed = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() * 1442695040888963407ull ^
                     (uint64_t)(pkv_time_now_cli() * 1e9);
         r.sp.seed &= (uint64_t)INT64_MAX; /* printable and reusable with --seed */
+        if (pkv_dist_bcast(&r.sp.seed, sizeof r.sp.seed)) { /* every rank samples alike */
+            fprintf(stderr, "pagekv run: %s\n", pkv_errmsg());
+            free(prompt_buf);
+            return 1;
+        }
         fprintf(stderr, "pagekv run: seed %llu\n", (unsigned long long)r.sp.seed);
     }
     double t_start = pkv_time_now_cli();
