@@ -197,8 +197,8 @@ pkv_status pkv_dist_recv_step(int from, pkv_status local, uint64_t digest, void 
     snprintf(keep, sizeof keep, "%s", local ? pkv_errmsg() : "");
     pkv_status s = recv_b(from, &h, sizeof h);
     if (!s && !h.status && n) s = recv_b(from, p, n);
+    if (local) return pkv_err(local, "%s", keep); /* the first failure is the one to name */
     if (s) return s;
-    if (local) return pkv_err(local, "%s", keep);
     if (h.status) return pkv_err((pkv_status)h.status, "%s", h.msg);
     if (h.digest != digest)
         return pkv_err(PKV_ERR_INTERNAL, "rank %d: its step differs from rank %d's (digest %016llx, not %016llx): the ranks "
@@ -213,6 +213,6 @@ pkv_status pkv_dist_send_step(int to, pkv_status s, uint64_t digest, const void 
     snprintf(keep, sizeof keep, "%s", s ? pkv_errmsg() : "");
     pkv_status t = send_b(to, &h, sizeof h);
     if (!t && !s && n) t = send_b(to, p, n);
-    if (t) return t;
-    return s ? pkv_err(s, "%s", keep) : PKV_OK;
+    if (s) return pkv_err(s, "%s", keep);
+    return t;
 }
