@@ -995,6 +995,11 @@ int pkv_dist_size(void); /* 1 without ranks */
  * read from the terminal). A rank that does not answer within PKV_DIST_TIMEOUT
  * seconds (default 300) fails the call naming it. */
 pkv_status pkv_dist_bcast(void *p, size_t n);
+/* Every rank's n bytes at p, in rank order, into rank 0's out [size][n] (the
+ * others' out is not touched and may be NULL). */
+pkv_status pkv_dist_gather(const void *p, size_t n, void *out);
+/* Bytes this rank has sent and received to and from the other ranks so far. */
+void pkv_dist_bytes(uint64_t *sent, uint64_t *received);
 /* End the ranks: MPI_Finalize, or, when failed != 0 or an exchange failed (a
  * rank may be waiting for a message that never comes), MPI_Abort of every rank
  * with exit status `failed` (1 if 0). No-op without ranks. */

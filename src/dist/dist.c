@@ -8,6 +8,7 @@
 
 static int g_rank, g_size = 1;
 static bool g_broken;
+static uint64_t g_sent, g_received;
 
 #ifndef PKV_HAVE_MPI
 pkv_status pkv_tp_init(int *rank, int *size) {
@@ -67,6 +68,7 @@ static pkv_status send_b(int peer, const void *p, size_t n) {
     if (g_broken) return pkv_err(PKV_ERR_IO, "rank %d: the ranks stopped agreeing after an earlier failure", g_rank);
     pkv_status s = pkv_tp_send(peer, p, n);
     g_broken |= s != PKV_OK;
+    g_sent += s ? 0 : n;
     return s ? pkv_err_prefix(s, "rank %d", g_rank) : s;
 }
 
@@ -74,6 +76,7 @@ static pkv_status recv_b(int peer, void *p, size_t n) {
     if (g_broken) return pkv_err(PKV_ERR_IO, "rank %d: the ranks stopped agreeing after an earlier failure", g_rank);
     pkv_status s = pkv_tp_recv(peer, p, n, pkv_dist_timeout());
     g_broken |= s != PKV_OK;
+    g_received += s ? 0 : n;
     return s ? pkv_err_prefix(s, "rank %d", g_rank) : s;
 }
 
@@ -84,6 +87,20 @@ pkv_status pkv_dist_bcast(void *p, size_t n) {
     if (g_rank != 0) return recv_b(0, p, n);
     for (int r = 1; r < g_size && !s; r++) s = send_b(r, p, n);
     return s;
+}
+
+pkv_status pkv_dist_gather(const void *p, size_t n, void *out) {
+    if ((!p && n) || (g_rank == 0 && !out && n)) return pkv_err(PKV_ERR_INVALID, "pkv_dist_gather: NULL buffer");
+    if (g_rank != 0) return send_b(0, p, n);
+    memcpy(out, p, n);
+    pkv_status s = PKV_OK;
+    for (int r = 1; r < g_size && !s; r++) s = recv_b(r, (char *)out + (size_t)r * n, n);
+    return s;
+}
+
+void pkv_dist_bytes(uint64_t *sent, uint64_t *received) {
+    if (sent) *sent = g_sent;
+    if (received) *received = g_received;
 }
 
 void pkv_dist_finalize(int failed) {
