@@ -298,6 +298,7 @@ out:
 
 typedef struct {
     double prefill_tok_s, decode_tok_s;
+    double rank_bytes_per_step; /* under MPI ranks: bytes rank 0 sent and received per decode step */
 } speed;
 
 /* Prefill n_prefill tokens (in chunks of 512) on top of `depth` tokens, then
@@ -321,8 +322,12 @@ static int measure(pkv_model *m, pkv_kv_cache *c, int V, int depth, int n_prefil
         done += k;
     }
     double t1 = pkv_time_now();
+    uint64_t tx0, rx0, tx1, rx1;
+    pkv_dist_bytes(&tx0, &rx0);
     for (int i = 0; !s && i < n_decode; i++) s = pkv_context_decode(ctx, &toks[i % 512], 1);
     double t2 = pkv_time_now();
+    pkv_dist_bytes(&tx1, &rx1);
+    out->rank_bytes_per_step = n_decode > 0 ? (double)(tx1 - tx0 + rx1 - rx0) / n_decode : 0;
     free(toks);
     pkv_context_free(ctx);
     if (s) return pkv_cli_fail("bench model", "decode", s);
@@ -527,6 +532,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
                    (double)bwr.buffer_bytes / 1048576.0, (double)bwr.llc_bytes / 1048576.0, bwr.passes);
             printf(", \"device_description\": \"%s\"", pkv_device_get_caps(pkv_model_device(m))->description);
             printf(", \"slow_weight_types\": [%s]", slow_json);
+            if (info.n_ranks > 1)
+                printf(", \"ranks\": %d, \"rank0_layers\": [%d, %d], \"rank0_bytes_per_decode_step\": %.0f", info.n_ranks,
+                       info.layer_first, info.layer_end, s0.rank_bytes_per_step);
             if (n_nseq) {
                 printf(", \"batched_decode\": [");
                 for (int k = 0; k < n_nseq; k++)
@@ -558,6 +566,9 @@ int pkv_cli_bench_model(int argc, char **argv) {
             for (int k = 0; k < n_nseq; k++)
                 printf("decode %d sequences together: %.1f tok/s in all (%.2fx one sequence)\n", n_seqs[k], batched[k],
                        s0.decode_tok_s > 0 ? batched[k] / s0.decode_tok_s : 0);
+            if (info.n_ranks > 1)
+                printf("%d MPI ranks: rank 0 holds layers [%d, %d) and sent + received %.0f bytes per decode step\n",
+                       info.n_ranks, info.layer_first, info.layer_end, s0.rank_bytes_per_step);
             printf("peak RSS %.1f MiB; weights %.1f MiB, of which %.1f MiB used in place from the mapped file\n", peak_mib,
                    (double)info.weight_bytes / 1048576.0, (double)info.weight_bytes_mapped / 1048576.0);
             printf("KV %s: %.0f bytes per token; %lld tokens fit in %lld MiB\n", pkv_cli_kv_desc(&o), kv_tok, kv_max,
