@@ -2,7 +2,9 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "pagekv.h"
@@ -54,6 +56,9 @@ static int finish(int rc) {
 /* Under mpirun (docs/distributed.md): every rank runs the same command on the
  * same arguments, each model split over the ranks; rank 0 alone prints. The
  * commands that load a model to run it are the ones that may run so. 0: go on. */
+static int g_stderr = -1; /* a rank > 0's own stderr, kept while its messages are silenced */
+#define PKV_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
+
 static int start_ranks(int argc, char **argv) {
     if (pkv_dist_init()) {
         fprintf(stderr, "pagekv %s: %s\n", argv[1], pkv_errmsg());
@@ -72,9 +77,26 @@ static int start_ranks(int argc, char **argv) {
         pkv_dist_finalize(0);
         return 2;
     }
-    /* the other ranks compute alike and stay silent: rank 0 says what any rank's failure was */
-    if (pkv_dist_rank() > 0 && (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))) return 1;
+    /* the other ranks compute alike and stay silent (PKV_DIST_STDERR=1 keeps their
+     * stderr): rank 0 says what a failure in a step was */
+    if (pkv_dist_rank() == 0) return 0;
+    const char *keep = getenv("PKV_DIST_STDERR");
+    g_stderr = dup(STDERR_FILENO);
+    if (!freopen("/dev/null", "w", stdout) || (!(keep && !strcmp(keep, "1")) && !freopen("/dev/null", "w", stderr))) return 1;
     return 0;
+}
+
+/* A rank other than 0 that fails says so on its own stderr, whose messages were
+ * silenced; then every rank ends (an abort after a failure). */
+static int end_ranks(int rc) {
+    if (rc && pkv_dist_rank() > 0 && g_stderr >= 0) {
+        char line[1400];
+        int n = snprintf(line, sizeof line, "pagekv: rank %d failed (exit %d)%s%s; PKV_DIST_STDERR=1 shows every rank's "
+                         "messages\n", pkv_dist_rank(), rc, pkv_errmsg()[0] ? ": " : "", pkv_errmsg());
+        if (write(g_stderr, line, (size_t)PKV_CLI_MIN(n, (int)sizeof line - 1)) < 0) rc = rc ? rc : 1;
+    }
+    pkv_dist_finalize(rc);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -94,9 +116,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], k_commands[i].name)) {
             int rc = start_ranks(argc, argv);
             if (rc) return rc;
-            rc = finish(k_commands[i].fn(argc - 1, argv + 1));
-            pkv_dist_finalize(rc);
-            return rc;
+            return end_ranks(finish(k_commands[i].fn(argc - 1, argv + 1)));
         }
     fprintf(stderr, "pagekv: unknown command '%s' (see 'pagekv --help')\n", argv[1]);
     return 2;
