@@ -7,7 +7,8 @@
 # binary, the `export PATH` line is dropped (PATH is set here), port 8080
 # becomes a free port (the machine may have 8080 taken; `pagekv serve` gets
 # `--port`), and the benchmark block runs its model's shape with 2 layers instead
-# of 28 and 16/4 tokens instead of 512/64 (the full shape takes minutes on a
+# of 28 and 16/4 tokens instead of 512/64, `mpirun` gets `--oversubscribe` (and may
+# run as root, as CI does) (the full shape takes minutes on a
 # 2-core CI machine; the commands and options are the same). Each block runs with
 # `set -e` in a scratch folder; a failing command fails the test, naming the block,
 # and a "# -> TEXT" comment line in a block is output that must appear.
@@ -18,6 +19,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/pkv-readme.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export PATH="$bin:$PATH"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # blocks: block-N.sh / block-N.js / block-N.python, in README order
 # (blocks inside a list item are indented: the indentation is dropped)
 awk -v out="$work" '
@@ -28,12 +30,16 @@ fails=0 ran=0
 for f in $(ls "$work"/block-* | sort -t- -k2 -n); do
   name=$(basename "$f")
   if grep -qE '^make (run|test)' "$f"; then echo "readme: $name is the set-up block (CI runs it): skipped here"; continue; fi
+  if grep -q '^mpirun ' "$f" && ! command -v mpirun > /dev/null; then
+    echo "readme: $name needs mpirun (openmpi-bin), which this machine does not have: skipped"; continue
+  fi
   if grep -q 'vulkan:0' "$f" && ! pagekv devices 2>/dev/null | grep -q 'vulkan:0'; then
     echo "readme: $name needs vulkan:0, which this machine does not have: skipped"; continue
   fi
   sed -i -e '/^export PATH=/d' -e 's#build/bin/pagekv#pagekv#g' -e "s/8080/$port/g" \
       -e "s/^pagekv serve /pagekv serve --port $port /" \
-      -e 's/--layers 28 /--layers 2 /' -e 's/--prefill 512 --decode 64/--prefill 16 --decode 4/' "$f"
+      -e 's/--layers 28 /--layers 2 /' -e 's/--prefill 512 --decode 64/--prefill 16 --decode 4/' \
+      -e 's/^mpirun /mpirun --oversubscribe /' "$f"
   case "$f" in
     *.sh)
       echo "readme: running $name:"; sed 's/^/    /' "$f"

@@ -123,7 +123,8 @@ PROGRESS_FN = CFUNCTYPE(None, c_double, c_void_p)
 class ModelParams(Structure):
     _fields_ = [("device", c_char_p), ("device_handle", c_void_p), ("devices", c_char_p), ("split", c_char_p),
                 ("kv_on_host", c_bool), ("n_threads", c_int), ("progress", PROGRESS_FN),
-                ("progress_user", c_void_p), ("no_mmap", c_bool), ("mtp", c_bool)]
+                ("progress_user", c_void_p), ("no_mmap", c_bool), ("mtp", c_bool),
+                ("rank_split", c_char_p)]
 
 
 class ModelInfo(Structure):
@@ -134,7 +135,8 @@ class ModelInfo(Structure):
                 ("n_devices", c_int), ("kv_on_host", c_bool), ("shared_kv", c_bool), ("load_seconds", c_double),
                 ("weight_bytes_mapped", c_uint64), ("n_expert", c_int), ("n_expert_used", c_int),
                 ("n_recurrent", c_int), ("mtp", c_bool), ("n_nextn", c_int), ("n_kv_layers", c_int),
-                ("assistant", c_bool), ("n_embd_out", c_int), ("pooling", c_int), ("n_cls_out", c_int)]
+                ("assistant", c_bool), ("n_embd_out", c_int), ("pooling", c_int), ("n_cls_out", c_int),
+                ("rank", c_int), ("n_ranks", c_int), ("layer_first", c_int), ("layer_end", c_int)]
 
 
 class CacheParams(Structure):
