@@ -203,6 +203,49 @@ static bool same_file(const char *a, const char *b, long *len) {
     return eq;
 }
 
+/* The CLI under mpirun: greedy `run` text and `logits -o` equal one process's;
+ * `serve` is refused naming the ranks. */
+static void cli_checks(const char *model, const char *tmp, const char *log) {
+    const char *cli = getenv("PKV_CLI");
+    if (!cli) {
+        fprintf(stderr, "PKV_CLI not set (run through ctest): the CLI checks are skipped\n");
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        char out[2][1024], cmd[8192];
+        for (int np = 1; np <= 2; np++) {
+            char *o = out[np - 1];
+            snprintf(o, sizeof out[0], "%s/dist-cli%d.out", tmp, np);
+            const char *mpi = np > 1 ? "timeout -k 5 60 mpirun --oversubscribe --bind-to none -np 2 " : "";
+            if (k == 0) /* greedy text on stdout */
+                snprintf(cmd, sizeof cmd, "%s'%s' run -m '%s' -p 'Once upon a time' -n 24 --temp 0 -t 1 > '%s' 2> '%s'", mpi,
+                         cli, model, o, log);
+            else /* logits into a file */
+                snprintf(cmd, sizeof cmd, "%s'%s' logits -m '%s' --tokens 5,9,22,100,3,7,8,9,10,11 -t 1 -o '%s' > '%s' 2>&1",
+                         mpi, cli, model, o, log);
+            remove(o);
+            int rc = system(cmd);
+            if (rc) {
+                char *l = slurp(log);
+                fprintf(stderr, "%s: exit %d\n%s", cmd, rc, l ? l : "");
+                free(l);
+            }
+            CHECK(rc == 0);
+        }
+        long len;
+        bool eq = same_file(out[0], out[1], &len);
+        CHECK(eq);
+        fprintf(stderr, "pagekv %s under 2 ranks: %ld bytes, %s one process's\n", k ? "logits -o" : "run (greedy text)", len,
+                eq ? "equal to" : "NOT equal to");
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "timeout -k 5 60 mpirun --oversubscribe -np 2 '%s' serve -m '%s' > '%s' 2>&1", cli, model, log);
+    int rc = system(cmd);
+    char *l = slurp(log);
+    CHECK(rc != 0 && l && strstr(l, "pagekv serve: not supported under 2 MPI ranks"));
+    free(l);
+}
+
 int main(int argc, char **argv) {
     if (argc > 5 && !strcmp(argv[1], "--rank")) return rank_main(argv);
     if (system("command -v mpirun > /dev/null 2>&1")) return th_skip("mpirun not found (Debian's openmpi-bin)");
@@ -259,6 +302,7 @@ int main(int argc, char **argv) {
                     models[i].arch, n, len, secs);
         }
     }
+    cli_checks(path[1], tmp, log);
     /* different files on different ranks: refused at load, naming the rank */
     {
         char two[2100];

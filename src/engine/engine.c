@@ -85,6 +85,9 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     if (p->draft_max < 0 || p->draft_max > ENG_MAX_DRAFT)
         return pkv_err(PKV_ERR_INVALID, "engine: draft_max %d is outside 1..%d", p->draft_max, ENG_MAX_DRAFT);
     e->K = p->draft_max ? p->draft_max : 4;
+    if (d && e->m->n_ranks > 1)
+        return pkv_err(PKV_ERR_UNSUPPORTED, "engine: a draft model with %s split over %d MPI ranks is not supported",
+                       e->m->label, e->m->n_ranks);
     if (p->draft_accept != PKV_DRAFT_ACCEPT_MATCH && p->draft_accept != PKV_DRAFT_ACCEPT_SAMPLING)
         return pkv_err(PKV_ERR_INVALID, "engine: draft_accept %d is neither PKV_DRAFT_ACCEPT_MATCH (0) nor "
                        "PKV_DRAFT_ACCEPT_SAMPLING (1)", (int)p->draft_accept);

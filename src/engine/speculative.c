@@ -59,6 +59,10 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
     }
     pkv_model_info ti, di;
     if (pkv_model_get_info(pkv_context_model(target), &ti) || pkv_model_get_info(draft, &di)) return NULL;
+    if (ti.n_ranks > 1) {
+        pkv_err(PKV_ERR_UNSUPPORTED, "spec: a draft model with a target split over %d MPI ranks is not supported", ti.n_ranks);
+        return NULL;
+    }
     if (ti.n_vocab != di.n_vocab && !di.assistant) { /* an assistant's attach says it, naming both files */
         pkv_err(PKV_ERR_MISMATCH, "spec: the draft has a vocabulary of %d tokens, the target %d: a draft needs the "
                                   "target's vocabulary (pagekv mkmodel --draft-of makes one)",
