@@ -469,6 +469,11 @@ typedef struct pkv_kv_params {
      * PKV_ERR_UNSUPPORTED naming the layer otherwise. Not part of budget_bytes. */
     const char *disk_dir;
     uint64_t disk_bytes; /* the directory's page files at most; the least recently used go first; 0 = 1 GiB */
+    /* NULL, or [n_layers]: true where another process holds the layer (a model over MPI
+     * ranks, docs/distributed.md): no K/V storage for it here, its attention never runs
+     * on this cache, and a saved file holds nothing of it. Ignored on recurrent layers
+     * (their state slots stay). Part of the layout's fingerprint. Not with disk_dir. */
+    const bool *remote;
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);

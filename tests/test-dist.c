@@ -82,6 +82,17 @@ static int program(const char *model, const char *tmp, int stall) {
     char path[1024];
     snprintf(path, sizeof path, "%s.rank%d", tmp, pkv_dist_rank()); /* each rank saves its own layers */
     GO(c ? PKV_OK : PKV_ERR_NOMEM);
+    if (!strcmp(info.arch, "llama")) { /* each rank stores K/V of its own layers only (f16, page of 8) */
+        pkv_kv_stats ks;
+        pkv_kv_stats_get(c, &ks);
+        size_t want = (size_t)(info.layer_end - info.layer_first) * 8 * (size_t)info.n_head_kv * (size_t)info.head_dim * 2 * 2;
+        if (ks.page_bytes != want) {
+            fprintf(stderr, "rank %d: a page takes %zu bytes, %zu expected for layers [%d, %d)\n", pkv_dist_rank(),
+                    ks.page_bytes, want, info.layer_first, info.layer_end);
+            s = PKV_ERR_INTERNAL;
+            goto out;
+        }
+    }
     GO((a = pkv_context_create(m, c, 0)) ? PKV_OK : PKV_ERR_NOMEM);
     if (stall && pkv_dist_rank() == 1) raise(stall);
     GO(pkv_context_decode(a, prompt, PROMPT));

@@ -151,7 +151,13 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
     if (m->hp.recurrent) kp.state_slots = 3 * (int64_t)(p.n_seq_max ? p.n_seq_max : 4) + 4;
     kp.disk_dir = p.disk_dir;
     kp.disk_bytes = p.disk_bytes;
-    pkv_kv_cache *c = pkv_kv_cache_create(kp);
+    /* under MPI ranks: the layers other ranks hold get no storage here */
+    bool *remote = m->n_ranks > 1 ? pkv_calloc((size_t)kp.n_layers, sizeof *remote) : NULL;
+    for (int l = 0; remote && l < kp.n_layers; l++) remote[l] = l < m->rank_first[m->rank] || l >= m->rank_first[m->rank + 1];
+    kp.remote = remote;
+    pkv_kv_cache *c = m->n_ranks > 1 && !remote ? NULL : pkv_kv_cache_create(kp);
+    if (m->n_ranks > 1 && !remote) pkv_err(PKV_ERR_NOMEM, "cache: out of memory");
+    pkv_free(remote);
     pkv_free(layers);
     pkv_free(shards);
     return c;

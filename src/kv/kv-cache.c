@@ -22,9 +22,10 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Does this cache hold layer L's K/V arrays? The window sub-cache holds the window
  * layers, the main cache the other attention layers; recurrent layers have none
- * (their state slots are in the main cache, kv-state.c). */
+ * (their state slots are in the main cache, kv-state.c), nor have layers another
+ * rank holds. */
 static bool holds(const pkv_kv_cache *c, const kv_layer *L) {
-    return L->state_per_head == 0 && (L->window > 0) == (c->window > 0);
+    return L->state_per_head == 0 && !L->remote && (L->window > 0) == (c->window > 0);
 }
 
 bool pkv_kv_pool_holds(const pkv_kv_cache *pool, int il) {
@@ -193,6 +194,12 @@ fail:
 static pkv_kv_cache *create_pools(pkv_kv_params p);
 
 pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
+    for (int il = 0; p.disk_dir && p.layers && p.remote && il < p.n_layers; il++)
+        if (p.remote[il] && p.layers[il].state_per_head <= 0) {
+            pkv_err(PKV_ERR_UNSUPPORTED, "KV cache: the disk tier (%s) with layer %d held by another MPI rank is not "
+                    "supported", p.disk_dir, il);
+            return NULL;
+        }
     pkv_kv_cache *c = create_pools(p);
     if (c && p.disk_dir && pkv_kv_disk_open(c, &p)) {
         pkv_kv_cache_free(c);

@@ -264,6 +264,7 @@ static pkv_status check_holders(const kv_file *f, const pkv_mem_kind **k, int n,
     *max_section = 1;
     for (int il = 0; il < f->cache->layout.n_layers; il++) {
         int o = holder(f->cache, k, n, il);
+        if (o < 0 && f->cache->layout.layers[il].remote) continue; /* another rank's: nothing here */
         if (o < 0) return pkv_err(PKV_ERR_INTERNAL, "%s: no memory kind holds layer %d", f->path, il);
         size_t b[2];
         int ns = kind_bytes(k[o], f, &part[o], KV_FILE_LAYER, il, b);
@@ -319,7 +320,9 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     kv_put64(&f.put, l->fingerprint);
     for (int il = 0; il < l->n_layers; il++) {
         int o = holder(c, k, nk, il);
-        k[o]->save(c, &f, &part[o], KV_FILE_ROW, il);
+        if (o >= 0) k[o]->save(c, &f, &part[o], KV_FILE_ROW, il);
+        else /* a layer another rank holds: an empty row */
+            for (int j = 0; j < 4; j++) kv_put32(&f.put, 0);
     }
     kv_put64(&f.put, (uint64_t)n);
     kv_put64(&f.put, s->fp);
@@ -342,7 +345,7 @@ pkv_status pkv_kv_seq_save(pkv_kv_cache *c, int32_t seq, const char *path) {
     if (fwrite(hdr, 1, hb, f.out) != hb) st = pkv_err(PKV_ERR_IO, "save: writing the header of %s failed", path);
     for (int il = 0; il < l->n_layers && !st; il++) {
         int o = holder(c, k, nk, il);
-        st = k[o]->save(c, &f, &part[o], KV_FILE_LAYER, il);
+        if (o >= 0) st = k[o]->save(c, &f, &part[o], KV_FILE_LAYER, il);
     }
     if (!st && fwrite(&f.h, 1, 8, f.out) != 8)
         st = pkv_err(PKV_ERR_IO, "save: writing the checksum of %s failed", path);

@@ -102,6 +102,7 @@ typedef struct kv_layer {
     bool nope;                    /* K is not rotated (pkv_kv_layer_desc.rope_none): a shift leaves it */
     bool v_in_k;                  /* MLA: V is the head of each K row: no V array (hv 0, v_array -1) */
     int rope_off;                 /* K's rotated dims start here (pkv_kv_layer_desc.rope_off) */
+    bool remote;                  /* another rank holds it: no K/V arrays here (pkv_kv_layer_desc.remote) */
     int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
     int n_parts;        /* recurrent: parts of a head's state, 0 = one (pkv_kv_layer_desc.state_part) */
     int part[PKV_KV_STATE_MAX_PARTS]; /* floats of each part; they sum to state_per_head */
