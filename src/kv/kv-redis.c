@@ -263,7 +263,8 @@ static redisContext *conn_get(kv_remote *r, redisContext **conn) {
         return NULL;
     }
     pthread_mutex_lock(&r->mu);
-    if (r->down) PKV_INFO("KV remote tier %s: connected again; the tier is used again", r->url);
+    if (r->down) /* the outage's end, at its level */
+        PKV_WARN("KV remote tier %s: connected again; the tier is used again", r->url);
     r->down = false;
     r->st.remote_enabled = true;
     pthread_mutex_unlock(&r->mu);
