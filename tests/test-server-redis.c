@@ -5,7 +5,8 @@
  * the text of A's cold run; Redis killed mid-run: both replicas go on serving the
  * same text, count errors and report the tier down, and once Redis is back
  * (restarted empty) a prompt A answers is found by B again; a hybrid model
- * (qwen35: recurrent layers, their state in the value) hits too; a URL that does
+ * (qwen35: recurrent layers, their state in the value) and a sliding-window one
+ * (gemma3: the window layers' rows in the last pages' values) hit too; a URL that does
  * not parse and a wrong password are refused at startup naming the URL (the
  * password masked); an unreachable Redis is a warning and serving starts. */
 #include "testhelp.h"
@@ -140,12 +141,14 @@ int main(void) {
     if (!pkv_kv_remote_available()) return th_skip("pagekv was built without hiredis (libhiredis-dev)");
     const char *miss = rt_missing();
     if (miss) return th_skip(miss);
-    char model[512], hybrid[512], rlog[512];
+    char model[512], hybrid[512], sliding[512], rlog[512];
     snprintf(model, sizeof model, "%s", th_tmp("redis.gguf"));
     snprintf(hybrid, sizeof hybrid, "%s", th_tmp("redis-qwen35.gguf"));
+    snprintf(sliding, sizeof sliding, "%s", th_tmp("redis-gemma3.gguf"));
     snprintf(rlog, sizeof rlog, "%s", th_tmp("redis-server.log"));
     REQUIRE(th_cli("", true, "mkmodel --no-template -o '%s'", model) == 0);
     REQUIRE(th_cli("", true, "mkmodel --arch qwen35 --no-template -o '%s'", hybrid) == 0);
+    REQUIRE(th_cli("", true, "mkmodel --arch gemma3 --layers 6 --no-template -o '%s'", sliding) == 0);
     int rport = rt_free_port(NULL);
     pid_t rp = rt_start(rport, "", rlog);
     REQUIRE(rp > 0);
@@ -173,6 +176,7 @@ int main(void) {
 
     replicas(model, rport, "llama");
     replicas(hybrid, rport, "qwen35 (hybrid)");
+    replicas(sliding, rport, "gemma3 (sliding window)");
     outage(model, rport, rlog, &rp);
     rt_stop(rp);
     return th_done();

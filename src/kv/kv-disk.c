@@ -70,7 +70,7 @@ typedef struct disk_entry {
 /* A page image waiting for the writer thread. */
 typedef struct disk_job {
     uint8_t *img; /* [bytes] */
-    size_t bytes; /* g.base_bytes, plus g.state_bytes with a state section */
+    size_t bytes; /* the image's (kv_pimg_plan.bytes) */
     uint64_t key, lfp;
     int32_t e;
     struct disk_job *next;
@@ -89,7 +89,7 @@ typedef struct kv_disk {
     int64_t n_files;
     bool off;
     kv_pimg g;     /* the page files' geometry */
-    uint8_t *rbuf; /* [g.base_bytes + g.state_bytes] */
+    uint8_t *rbuf; /* [g.max_bytes] */
     uint8_t *sbuf;  /* [g.state_bytes]: the deepest state a disk match has read */
     uint8_t *wtmp, *rtmp; /* one page of the largest array */
     /* The writer thread: the cache's thread reads a page from the device into an
@@ -521,7 +521,7 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (!marker && (st = write_marker(dir))) goto fail;
     if ((st = pkv_kv_pimg_init(&d->g, c, "KV disk tier"))) goto fail;
     d->queue_max = PKV_MAX((size_t)256 << 20, 4 * d->g.base_bytes);
-    d->rbuf = pkv_malloc(d->g.base_bytes + d->g.state_bytes);
+    d->rbuf = pkv_malloc(d->g.max_bytes);
     if (d->g.state_bytes && !(d->sbuf = pkv_malloc(d->g.state_bytes))) {
         st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for a state buffer of %zu bytes", d->g.state_bytes);
         goto fail;
@@ -575,9 +575,8 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     if (!d || !pg->indexed || pg->on_disk) return true;
     const uint64_t lfp = c->layout.fingerprint;
     pthread_mutex_lock(&d->mu);
-    int64_t spos;
-    bool has_state;
-    const size_t fb = pkv_kv_pimg_bytes(c, &d->g, id, &has_state, &spos);
+    const kv_pimg_plan plan = pkv_kv_pimg_plan(c, &d->g, id);
+    const size_t fb = plan.bytes;
     bool skip = d->off || find(d, pg->key, lfp) >= 0 || fb > d->cap;
     pthread_mutex_unlock(&d->mu);
     if (skip) {
@@ -598,7 +597,7 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
         pkv_free(img);
         return true; /* not written now; tried again when it leaves memory */
     }
-    pkv_status st = pkv_kv_pimg_encode(c, &d->g, id, has_state, spos, img, d->wtmp); /* the checksum is the writer's */
+    pkv_status st = pkv_kv_pimg_encode(c, &d->g, id, plan, img, d->wtmp); /* the checksum is the writer's */
     if (st) {
         PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id, pkv_errmsg());
         pkv_free(j);
@@ -787,10 +786,9 @@ static int64_t match_pages(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, co
         double t0 = pkv_time_now();
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), open_err = fd < 0 ? errno : 0;
         struct stat sb;
-        size_t got = 0, fb = 0; /* the file's size: with or without a state section */
-        const size_t base = d->g.base_bytes;
-        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-            ((uint64_t)sb.st_size == base || (uint64_t)sb.st_size == base + d->g.state_bytes))
+        size_t got = 0, fb = 0; /* the file's size: with or without window and state sections */
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size >= d->g.base_bytes &&
+            (uint64_t)sb.st_size <= d->g.max_bytes)
             fb = (size_t)sb.st_size;
         while (got < fb) {
             ssize_t r = read(fd, d->rbuf + got, fb - got);

@@ -419,23 +419,31 @@ pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host
  * tier's value are one image format, described there. */
 #define PKV_PIMG_HEADER 72
 typedef struct kv_pimg {
-    size_t base_bytes;  /* an image without a state section */
+    size_t base_bytes;  /* an image without a window or state section */
+    size_t win_bytes;   /* a window section (the window pool's layers); 0 without sliding-window layers */
     size_t state_bytes; /* a state section (u64 pos, the canonical states); 0 without recurrent layers */
+    size_t max_bytes;   /* with every section */
     int page_size, n_sect;
-    size_t *sect;     /* [n_sect]: bytes of each layer's K and V section, in image order */
+    size_t *sect;     /* [n_sect]: bytes of each layer's K and V section in the main pool, in image order */
+    size_t *wsect;    /* [n_sect]: the same in the window pool (its section) */
     size_t tmp_bytes; /* one page of the largest array: the scratch of encode and install */
 } kv_pimg;
 /* The image geometry of cache c; what names the tier in the message. */
 pkv_status pkv_kv_pimg_init(kv_pimg *g, const pkv_kv_cache *c, const char *what);
 void pkv_kv_pimg_release(kv_pimg *g);
-/* The bytes of page id's image, and whether it carries the state the page offers
- * to prefix matching (at *spos). */
-size_t pkv_kv_pimg_bytes(const pkv_kv_cache *c, const kv_pimg *g, int32_t id, bool *has_state, int64_t *spos);
-/* Page id (indexed) into img (pkv_kv_pimg_bytes of it), its rows read off the
- * device through tmp [tmp_bytes]; the checksum is left to pkv_kv_pimg_seal (a
- * writer thread's work). */
-pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, bool has_state, int64_t spos,
-                              uint8_t *img, uint8_t *tmp);
+/* What page id's image will carry: the window pool's page beside it (win, -1 =
+ * none) and the state the page offers to prefix matching (has_state, at spos). */
+typedef struct kv_pimg_plan {
+    int32_t win;
+    bool has_state;
+    int64_t spos;
+    size_t bytes; /* the image's */
+} kv_pimg_plan;
+kv_pimg_plan pkv_kv_pimg_plan(const pkv_kv_cache *c, const kv_pimg *g, int32_t id);
+/* Page id (indexed) into img [plan.bytes], its rows read off the device through
+ * tmp [tmp_bytes]; the checksum is left to pkv_kv_pimg_seal (a writer thread's work). */
+pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, kv_pimg_plan plan, uint8_t *img,
+                              uint8_t *tmp);
 void pkv_kv_pimg_seal(const kv_pimg *g, uint8_t *img, size_t bytes);
 /* NULL when image b[n] is the page of producer fp with these chain keys, tokens
  * and positions (and is whole: size, magic, version, layout, checksum); else why not. */
@@ -444,10 +452,15 @@ const char *pkv_kv_pimg_check(const pkv_kv_cache *c, const kv_pimg *g, const uin
 /* A checked image's state section when it holds the state after `end` tokens, else NULL. */
 const uint8_t *pkv_kv_pimg_state(const kv_pimg *g, const uint8_t *b, size_t n, int64_t end);
 /* A checked image as page dep of s's match (s holds pages [0, dep)): a page taken
- * from the pool, its rows written through tmp, indexed under keys[dep]. On error
- * (PKV_ERR_OUT_OF_PAGES without a page to take) nothing is changed. */
+ * from the pool, its rows written through tmp, indexed under keys[dep]; with a
+ * window section also a window-pool page beside it (cached, linked to it: what a
+ * hit on a sliding model needs; skipped when that pool has no page to spare). On
+ * error (PKV_ERR_OUT_OF_PAGES without a page to take) nothing is changed. */
 pkv_status pkv_kv_pimg_install(pkv_kv_cache *c, const kv_pimg *g, kv_seq *s, const uint8_t *b, int64_t dep,
                                const uint64_t *keys, uint64_t key2, uint8_t *tmp, int32_t *out);
+
+/* The window pool's page published beside main-pool page mp (kv-window.c), or -1. */
+int32_t pkv_kv_window_linked(const pkv_kv_cache *c, int32_t mp);
 
 /* disk tier (kv-disk.c) */
 extern bool pkv_kv_test_disk_fail_write; /* test hook: every page write fails as a full disk would */

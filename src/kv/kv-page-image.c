@@ -5,7 +5,7 @@
  *
  * Image, version 1, integers little-endian:
  *   "PKVDPAGE", u32 version, u32 page_size, u32 n_layers, u32 flags (bit 0: a
- *       recurrent-state section follows the payload)
+ *       recurrent-state section follows the payload; bit 1: a window section does)
  *   u64 layout fingerprint (pkv_kv_layout_fingerprint: geometry, dtypes, page size)
  *   u64 producer fingerprint (the sequence's, e.g. the model's)
  *   u64 key (the page's chained prefix key), u64 prev_key (the predecessor's key,
@@ -14,13 +14,19 @@
  *   i32 tokens[page_size], i32 positions[page_size]
  *   payload: per layer, K [page_size][n_kv_heads][head row] then V likewise (the
  *       canonical order of kv-file.c, independent of sharding); a recurrent layer
- *       has no rows here (0 bytes)
+ *       and a sliding-window layer have no rows here (0 bytes)
+ *   with flags bit 1: the sliding-window layers' rows of the page, in the same
+ *       order (their pool's page beside this one, when it was still cached: a
+ *       prefix hit on a sliding model needs the window before its end, so the
+ *       last pages of a prompt carry it and the earlier ones, released as the
+ *       window moved on, do not)
  *   with flags bit 0: u64 pos, then the recurrent state the page offered to
  *       prefix matching (the state after its sequence's first pos tokens, pos the
  *       page's end), every recurrent layer's [n_kv_heads][state_per_head] f32 in
  *       the layers' order (kv-state.c's canonical order, as in saved sequences)
  *   u64 checksum: pkv_hash64 over everything before it, the header first and then
- *       each section chained (as kv-file.c's)
+ *       each section chained (as kv-file.c's): payload, window, state
+ * A cache without sliding-window layers writes what format 1 always held.
  * An image is used only if its size, magic, version, flags, page size, layer
  * count, both fingerprints, key, prev_key, key2, tokens, positions and checksum
  * all match what the request expects (pkv_kv_pimg_check). */
@@ -51,42 +57,70 @@ static uint64_t get64(const uint8_t *p) {
     return v;
 }
 
-/* A layer's K or V section: a recurrent layer has none (its state is the image's
- * state section). */
-static size_t sect_bytes(const pkv_kv_cache *c, int il, int v) {
-    return c->layout.layers[il].state_per_head > 0 ? 0 : pkv_kv_file_layer_bytes(c, il, c->page_size, v);
+/* A layer's K or V section of pool's image part: a layer the pool does not hold
+ * has none (a recurrent layer's state is the image's state section). */
+static size_t sect_bytes(const pkv_kv_cache *pool, int il, int v) {
+    return pool && pkv_kv_pool_holds(pool, il) ? pkv_kv_file_layer_bytes(pool, il, pool->page_size, v) : 0;
+}
+
+static size_t tmp_of(const pkv_kv_cache *pool, size_t tmp) {
+    for (int a = 0; pool && a < pool->n_arrays; a++) tmp = PKV_MAX(tmp, pool->arrays[a].page_bytes);
+    return tmp;
 }
 
 pkv_status pkv_kv_pimg_init(kv_pimg *g, const pkv_kv_cache *c, const char *what) {
     memset(g, 0, sizeof *g);
-    size_t ps = (size_t)c->page_size, payload = 0, tmp = 1;
+    size_t ps = (size_t)c->page_size, payload = 0;
     g->page_size = (int)ps;
     g->n_sect = 2 * c->layout.n_layers;
-    if (!(g->sect = pkv_malloc((size_t)g->n_sect * sizeof *g->sect)))
+    g->sect = pkv_malloc((size_t)g->n_sect * sizeof *g->sect);
+    g->wsect = pkv_malloc((size_t)g->n_sect * sizeof *g->wsect);
+    if (!g->sect || !g->wsect) {
+        pkv_kv_pimg_release(g);
         return pkv_err(PKV_ERR_NOMEM, "%s: out of memory", what);
+    }
     for (int il = 0; il < c->layout.n_layers; il++)
-        for (int v = 0; v < 2; v++) payload += g->sect[2 * il + v] = sect_bytes(c, il, v);
-    for (int a = 0; a < c->n_arrays; a++) tmp = PKV_MAX(tmp, c->arrays[a].page_bytes);
+        for (int v = 0; v < 2; v++) {
+            payload += g->sect[2 * il + v] = sect_bytes(c, il, v);
+            g->win_bytes += g->wsect[2 * il + v] = sect_bytes(c->sub, il, v);
+        }
     g->base_bytes = PKV_PIMG_HEADER + 8 * ps + payload + 8;
     const size_t canon = pkv_kv_state_canon_bytes(c);
     g->state_bytes = canon ? 8 + canon : 0;
-    g->tmp_bytes = tmp;
+    g->max_bytes = g->base_bytes + g->win_bytes + g->state_bytes;
+    g->tmp_bytes = tmp_of(c->sub, tmp_of(c, 1));
     return PKV_OK;
 }
 
 void pkv_kv_pimg_release(kv_pimg *g) {
     pkv_free(g->sect);
-    g->sect = NULL;
+    pkv_free(g->wsect);
+    g->sect = g->wsect = NULL;
 }
 
-size_t pkv_kv_pimg_bytes(const pkv_kv_cache *c, const kv_pimg *g, int32_t id, bool *has_state, int64_t *spos) {
-    *spos = 0;
-    *has_state = g->state_bytes && pkv_kv_state_page_offered(c, id, spos);
-    return g->base_bytes + (*has_state ? g->state_bytes : 0);
+kv_pimg_plan pkv_kv_pimg_plan(const pkv_kv_cache *c, const kv_pimg *g, int32_t id) {
+    kv_pimg_plan p = {-1, false, 0, g->base_bytes};
+    p.has_state = g->state_bytes && pkv_kv_state_page_offered(c, id, &p.spos);
+    if (g->win_bytes) p.win = pkv_kv_window_linked(c, id);
+    p.bytes += (p.has_state ? g->state_bytes : 0) + (p.win >= 0 ? g->win_bytes : 0);
+    return p;
 }
 
-pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, bool has_state, int64_t spos,
-                              uint8_t *img, uint8_t *tmp) {
+/* The rows of the layers pool holds, page id, between the cache and the image at
+ * *p (advanced past them); sect: those layers' section sizes. */
+static pkv_status move_rows(pkv_kv_cache *pool, const size_t *sect, int32_t id, uint8_t **p, uint8_t *tmp, bool in) {
+    pkv_status st = PKV_OK;
+    for (int il = 0; il < pool->layout.n_layers && !st; il++)
+        for (int v = 0; v < 2 && !st; v++) {
+            if (sect[2 * il + v]) st = pkv_kv_file_move_layer(pool, il, v, &id, 1, pool->page_size, *p, tmp, in);
+            *p += sect[2 * il + v];
+        }
+    return st;
+}
+
+pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, kv_pimg_plan plan, uint8_t *img,
+                              uint8_t *tmp) {
+    const bool has_state = plan.has_state;
     const int ps = c->page_size;
     const kv_page *pg = &c->pages[id];
     uint8_t *p = img;
@@ -95,7 +129,7 @@ pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, boo
     put32(&p, PIMG_VERSION);
     put32(&p, (uint32_t)ps);
     put32(&p, (uint32_t)c->layout.n_layers);
-    put32(&p, has_state ? 1u : 0u);
+    put32(&p, (has_state ? 1u : 0u) | (plan.win >= 0 ? 2u : 0u));
     put64(&p, c->layout.fingerprint);
     put64(&p, pg->fp);
     put64(&p, pg->key);
@@ -105,47 +139,54 @@ pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, boo
     memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
     memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
     p += (size_t)ps * 8;
-    pkv_status st = PKV_OK;
-    for (int il = 0; il < c->layout.n_layers && !st; il++)
-        for (int v = 0; v < 2 && !st; v++) {
-            if (g->sect[2 * il + v]) st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, p, tmp, false);
-            p += g->sect[2 * il + v];
-        }
+    pkv_status st = move_rows(c, g->sect, id, &p, tmp, false);
+    if (!st && plan.win >= 0) st = move_rows(c->sub, g->wsect, plan.win, &p, tmp, false);
     if (!st && has_state) {
-        put64(&p, (uint64_t)spos);
+        put64(&p, (uint64_t)plan.spos);
         st = pkv_kv_state_page_read(c, id, p);
     }
     return st;
 }
 
-/* The checksum of image b of `bytes` (its last 8 bytes excluded), chained as written. */
-static uint64_t checksum(const kv_pimg *g, const uint8_t *b, size_t bytes) {
+/* The checksum of image b (flags its header's), chained as written. */
+static uint64_t checksum(const kv_pimg *g, const uint8_t *b, uint32_t flags) {
     size_t off = PKV_PIMG_HEADER + 8 * (size_t)g->page_size;
     uint64_t h = pkv_hash64(b, off, 0);
     for (int k = 0; k < g->n_sect; k++) {
         h = pkv_hash64(b + off, g->sect[k], h);
         off += g->sect[k];
     }
-    if (bytes > g->base_bytes) h = pkv_hash64(b + off, g->state_bytes, h); /* the state section, chained last */
+    for (int k = 0; (flags & 2) && k < g->n_sect; k++) { /* the window section */
+        h = pkv_hash64(b + off, g->wsect[k], h);
+        off += g->wsect[k];
+    }
+    if (flags & 1) h = pkv_hash64(b + off, g->state_bytes, h); /* the state section, chained last */
     return h;
 }
 
+/* The size of an image with these flags. */
+static size_t size_of(const kv_pimg *g, uint32_t flags) {
+    return g->base_bytes + (flags & 2 ? g->win_bytes : 0) + (flags & 1 ? g->state_bytes : 0);
+}
+
 void pkv_kv_pimg_seal(const kv_pimg *g, uint8_t *img, size_t bytes) {
-    uint64_t h = checksum(g, img, bytes);
+    uint64_t h = checksum(g, img, get32(img + 20));
     memcpy(img + bytes - 8, &h, 8);
 }
 
 const char *pkv_kv_pimg_check(const pkv_kv_cache *c, const kv_pimg *g, const uint8_t *b, size_t n, uint64_t fp,
                               uint64_t key, uint64_t prev_key, uint64_t key2, const int32_t *tk, const int32_t *pp) {
     const size_t tb = (size_t)g->page_size * 4;
-    if (n != g->base_bytes && (!g->state_bytes || n != g->base_bytes + g->state_bytes)) return "wrong size";
+    if (n < g->base_bytes || n > g->max_bytes) return "wrong size";
     if (memcmp(b, PIMG_MAGIC, 8)) return "bad magic";
     if (get32(b + 8) != PIMG_VERSION) return "other format version";
-    if (get32(b + 20) != (n > g->base_bytes ? 1u : 0u)) return "flags that do not match its size";
+    const uint32_t flags = get32(b + 20);
+    if (flags > 3 || ((flags & 1) && !g->state_bytes) || ((flags & 2) && !g->win_bytes) || size_of(g, flags) != n)
+        return "flags that do not match its size";
     if (get32(b + 12) != (uint32_t)g->page_size || get32(b + 16) != (uint32_t)c->layout.n_layers)
         return "other page size or layer count";
     if (get64(b + 24) != c->layout.fingerprint) return "other cache layout (fingerprint)";
-    if (get64(b + n - 8) != checksum(g, b, n)) return "checksum mismatch";
+    if (get64(b + n - 8) != checksum(g, b, flags)) return "checksum mismatch";
     if (get64(b + 32) != fp) return "produced by another model (fingerprint)";
     if (get64(b + 40) != key || get64(b + 48) != prev_key || get64(b + 56) != key2) return "another prefix chain";
     if (memcmp(b + PKV_PIMG_HEADER, tk, tb) || memcmp(b + PKV_PIMG_HEADER + tb, pp, tb))
@@ -154,9 +195,38 @@ const char *pkv_kv_pimg_check(const pkv_kv_cache *c, const kv_pimg *g, const uin
 }
 
 const uint8_t *pkv_kv_pimg_state(const kv_pimg *g, const uint8_t *b, size_t n, int64_t end) {
-    if (n <= g->base_bytes) return NULL;
-    const uint8_t *s = b + g->base_bytes - 8; /* the state section follows the payload */
+    (void)n;
+    const uint32_t flags = get32(b + 20);
+    if (!(flags & 1)) return NULL;
+    const uint8_t *s = b + g->base_bytes - 8 + (flags & 2 ? g->win_bytes : 0); /* after the payload and window */
     return (int64_t)get64(s) == end ? s + 8 : NULL;
+}
+
+/* The window section of image b as a window-pool page beside main page id,
+ * cached (no holder) and linked to it. Skipped without a page to spare. */
+static void install_window(pkv_kv_cache *c, const kv_pimg *g, const uint8_t *b, int32_t id, uint8_t *tmp) {
+    pkv_kv_cache *w = c->sub;
+    const size_t tb = (size_t)g->page_size * 4;
+    if (!w || pkv_kv_pool_available(w) < 1) return;
+    int32_t wid;
+    pkv_kv_pool_take(w, 1, &wid);
+    uint8_t *p = (uint8_t *)b + g->base_bytes - 8;
+    pkv_status st = move_rows(w, g->wsect, wid, &p, tmp, true);
+    if (st) {
+        PKV_WARN("KV tier: writing a loaded page's window rows to the device failed (%s); matched without them",
+                 pkv_errmsg());
+        pkv_kv_page_unref(w, wid);
+        return;
+    }
+    memcpy(&w->tok[(size_t)wid * g->page_size], b + PKV_PIMG_HEADER, tb);
+    memcpy(&w->pos[(size_t)wid * g->page_size], b + PKV_PIMG_HEADER + tb, tb);
+    const kv_page *m = &c->pages[id];
+    pkv_kv_index_page(w, wid, m->key, m->fp, -1);
+    kv_page *wp = &w->pages[wid];
+    wp->link = id;
+    wp->link_gen = m->gen;
+    wp->st_slot = -1;
+    pkv_kv_page_unref(w, wid); /* cached: a prefix hit's window takes it */
 }
 
 pkv_status pkv_kv_pimg_install(pkv_kv_cache *c, const kv_pimg *g, kv_seq *s, const uint8_t *b, int64_t dep,
@@ -175,13 +245,8 @@ pkv_status pkv_kv_pimg_install(pkv_kv_cache *c, const kv_pimg *g, kv_seq *s, con
     }
     int32_t id;
     pkv_kv_pool_take(c, 1, &id); /* may evict (and write) a cached page: the caller's tmp is not the writers' */
-    size_t off = PKV_PIMG_HEADER + 2 * tb;
-    pkv_status st = PKV_OK;
-    for (int il = 0; il < c->layout.n_layers && !st; il++)
-        for (int v = 0; v < 2 && !st; v++) {
-            if (g->sect[2 * il + v]) st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, (uint8_t *)b + off, tmp, true);
-            off += g->sect[2 * il + v];
-        }
+    uint8_t *p = (uint8_t *)b + PKV_PIMG_HEADER + 2 * tb;
+    pkv_status st = move_rows(c, g->sect, id, &p, tmp, true);
     if (st) {
         pkv_kv_page_unref(c, id);
         return st;
@@ -198,6 +263,7 @@ pkv_status pkv_kv_pimg_install(pkv_kv_cache *c, const kv_pimg *g, kv_seq *s, con
     s->own[dep] = id;
     s->n_own = (size_t)dep + 1;
     s->pub_n = dep + 1;
+    if (get32(b + 20) & 2) install_window(c, g, b, id, tmp);
     *out = id;
     return PKV_OK;
 }

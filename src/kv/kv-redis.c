@@ -332,12 +332,11 @@ static bool put(pkv_kv_cache *c, int32_t id) {
     bool full = r->q_n >= r->q_max;
     pthread_mutex_unlock(&r->mu);
     if (full) return false;
-    int64_t spos;
-    bool has_state;
-    size_t bytes = pkv_kv_pimg_bytes(c, &r->g, id, &has_state, &spos);
+    const kv_pimg_plan plan = pkv_kv_pimg_plan(c, &r->g, id);
+    const size_t bytes = plan.bytes;
     remote_job *j = pkv_malloc(sizeof *j);
     uint8_t *img = pkv_malloc(bytes);
-    pkv_status st = j && img ? pkv_kv_pimg_encode(c, &r->g, id, has_state, spos, img, r->wtmp) : PKV_ERR_NOMEM;
+    pkv_status st = j && img ? pkv_kv_pimg_encode(c, &r->g, id, plan, img, r->wtmp) : PKV_ERR_NOMEM;
     if (st) {
         PKV_WARN("KV remote tier %s: page %d not published (%s)", r->url, id,
                  st == PKV_ERR_NOMEM ? "out of memory" : pkv_errmsg());
@@ -519,10 +518,10 @@ pkv_status pkv_kv_remote_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (!p->remote_url) return PKV_OK;
     for (int il = 0; il < c->layout.n_layers; il++) {
         const kv_layer *L = &c->layout.layers[il];
-        if (L->window > 0)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "KV remote tier: layer %d is %s; the remote tier works only for caches "
-                           "of full-attention and recurrent layers (not implemented: sliding-window and chunked layers)",
-                           il, L->chunk > 0 ? "a chunked-attention layer" : "a sliding-window layer");
+        if (L->chunk > 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "KV remote tier: layer %d is a chunked-attention layer; the remote tier "
+                           "works for caches of full-attention, sliding-window and recurrent layers (not implemented: "
+                           "chunked layers)", il);
     }
     if (p->remote_queue_pages < 0 || p->remote_timeout_ms < 0)
         return pkv_err(PKV_ERR_INVALID, "KV remote tier: a queue of %d pages, a timeout of %d ms", p->remote_queue_pages,
