@@ -464,9 +464,10 @@ typedef struct pkv_kv_params {
      * and producer fingerprints, checksum, tokens, positions, chain hashes) before
      * it is used. Creating the cache fails with a message naming the directory when
      * it cannot be read or written, holds other files without pagekv's marker, or
-     * another process holds its lock (one cache per directory at a time). Only for
-     * caches whose layers are all full attention (no window, no recurrent layer):
-     * PKV_ERR_UNSUPPORTED naming the layer otherwise. Not part of budget_bytes. */
+     * another process holds its lock (one cache per directory at a time). Not for
+     * caches with chunked-attention layers (Llama 4): PKV_ERR_UNSUPPORTED naming
+     * the layer. Sliding-window layers' rows travel with the last pages of a
+     * prefix (kv-page-image.c), so a sliding model hits too. Not part of budget_bytes. */
     const char *disk_dir;
     uint64_t disk_bytes; /* the directory's page files at most; the least recently used go first; 0 = 1 GiB */
     /* Remote tier (docs/distributed.md, "The Redis KV tier"): NULL = none. A Redis

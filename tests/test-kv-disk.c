@@ -429,14 +429,14 @@ int main(void) {
         CHECK_MSG("cannot create the directory");
     }
 
-    /* layouts the first version does not serve: refused, naming the layer */
+    /* layouts the disk tier does not serve: refused, naming the layer */
     {
         kt_env w = e;
-        w.layers[1].window = 8;
+        w.layers[1].chunk = 8;
         pkv_kv_params p = kt_params(&w, PS, 12, 0);
         p.disk_dir = dir;
         CHECK(pkv_kv_cache_create(p) == NULL);
-        CHECK_MSG("layer 1 is a sliding-window layer");
+        CHECK_MSG("layer 1 is a chunked-attention layer");
     }
 
     rm_rf(dir);

@@ -476,10 +476,10 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (strlen(dir) > 4000) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is too long");
     for (int il = 0; il < c->layout.n_layers; il++) {
         const kv_layer *L = &c->layout.layers[il];
-        if (L->window > 0)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is %s; the disk tier works only for caches "
-                           "of full-attention and recurrent layers (not implemented: sliding-window and chunked layers)",
-                           dir, il, L->chunk > 0 ? "a chunked-attention layer" : "a sliding-window layer");
+        if (L->chunk > 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is a chunked-attention layer; the disk tier "
+                           "works for caches of full-attention, sliding-window and recurrent layers (not implemented: "
+                           "chunked layers)", dir, il);
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the directory %s: %s", dir, strerror(errno));
