@@ -1,36 +1,16 @@
 /* Helpers for the Redis KV tier tests: a redis-server of the test's own on
  * 127.0.0.1 on a free port, nothing saved (--save '' --appendonly no), always
- * stopped (PR_SET_PDEATHSIG, and atexit kills it), and redis-cli to look at it. */
+ * stopped (PR_SET_PDEATHSIG, and server-testlib.h's atexit kills it with the
+ * servers), and redis-cli to look at it. */
 #ifndef PKV_REDIS_TESTLIB_H
 #define PKV_REDIS_TESTLIB_H
 
 #include <netinet/in.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "testhelp.h"
-
-#define RT_MAX 4
-static pid_t rt_pids[RT_MAX];
-
-static inline void rt_kill_all(void) {
-    for (int i = 0; i < RT_MAX; i++)
-        if (rt_pids[i] > 0) {
-            kill(rt_pids[i], SIGKILL);
-            waitpid(rt_pids[i], NULL, 0);
-            rt_pids[i] = 0;
-        }
-}
-
-static inline void rt_sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+#include "server-testlib.h"
 
 /* NULL when redis-server and redis-cli are installed, else what is missing. */
 static inline const char *rt_missing(void) {
@@ -94,13 +74,10 @@ static inline pid_t rt_start(int port, const char *extra, const char *log) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "exec redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no %s >'%s' 2>&1",
              port, extra, log);
-    int slot = -1;
-    for (int i = 0; i < RT_MAX; i++)
-        if (rt_pids[i] <= 0 && slot < 0) slot = i;
-    static bool registered;
-    if (!registered) atexit(rt_kill_all);
-    registered = true;
-    if (slot < 0) return -1;
+    if (ts_n_pids == 0) atexit(ts_kill_all);
+    int slot = 0; /* a slot of server-testlib.h's registry: a stopped one's, or a new one */
+    while (slot < ts_n_pids && ts_pids[slot] > 0) slot++;
+    if (slot == TS_MAX_SERVERS) return -1;
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -108,26 +85,21 @@ static inline pid_t rt_start(int port, const char *extra, const char *log) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    rt_pids[slot] = pid;
+    ts_pids[slot] = pid;
+    if (slot == ts_n_pids) ts_n_pids++;
     for (int i = 0; i < 200; i++) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
-            rt_pids[slot] = 0;
+            ts_pids[slot] = 0;
             return -1;
         }
         /* PING answered (PONG) or refused for want of AUTH (NOAUTH): it is up */
         if (rt_cli(port, "PING") == 0 && (strstr(rt_out, "PONG") || strstr(rt_out, "NOAUTH"))) return pid;
-        rt_sleep_ms(50);
+        ts_sleep_ms(50);
     }
     return -1;
 }
 
-static inline void rt_stop(pid_t pid) {
-    if (pid <= 0) return;
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    for (int i = 0; i < RT_MAX; i++)
-        if (rt_pids[i] == pid) rt_pids[i] = 0;
-}
+static inline void rt_stop(pid_t pid) { (void)ts_stop(pid, SIGKILL); }
 
 #endif

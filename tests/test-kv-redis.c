@@ -31,18 +31,6 @@ typedef struct snap {
 
 static int32_t toks[NT];
 
-static void fill_seq(pkv_kv_cache *c, int32_t seq, const int32_t *tk, uint64_t seed) {
-    int32_t rows[NT];
-    CHECK_OK(pkv_kv_append(c, seq, NT, tk, NULL, rows));
-    for (int i = 0; i < NT; i++)
-        for (int il = 0; il < 2; il++)
-            for (int v = 0; v < 2; v++) {
-                float vals[64];
-                for (int k = 0; k < kt_dim(c, il, v); k++) vals[k] = th_randf(&seed);
-                CHECK_OK(kt_write_row(c, il, v, rows[i], vals));
-            }
-}
-
 static void take(pkv_kv_cache *c, int32_t seq, snap *s) {
     memset(s, 0, sizeof *s);
     for (int il = 0; il < 2; il++)
@@ -80,7 +68,7 @@ static void page_key(const pkv_kv_cache *c, const int32_t *tk, uint64_t fp, int 
 static void publish(pkv_kv_cache *c, uint64_t fp, const int32_t *tk, uint64_t seed, snap *s) {
     int32_t q;
     CHECK_OK(pkv_kv_seq_create(c, fp, &q));
-    fill_seq(c, q, tk, seed);
+    kt_fill(c, q, NT, tk, seed);
     if (s) take(c, q, s);
     CHECK_OK(pkv_kv_seq_free(c, q));
 }
@@ -138,9 +126,7 @@ int main(void) {
     const char *miss = rt_missing();
     if (miss) return th_skip(miss);
     kt_env e, e2;
-    if (!kt_open(&e) || !kt_open_names(&e2, "cpu:1", "cpu")) return th_skip("no cpu devices");
-    kt_layout_sharded(&e);
-    kt_layout_sharded(&e2); /* the same geometry, every shard on the other device */
+    if (!kt_open_twins(&e, &e2)) return th_skip("no cpu devices");
     pkv_log_set(log_fn, NULL, PKV_LOG_INFO);
     uint64_t seed = 5;
     for (int i = 0; i < NT; i++) toks[i] = (int32_t)(th_rand(&seed) % 50);
@@ -222,7 +208,7 @@ int main(void) {
     CHECK(strstr(logbuf, "going on without it") != NULL);
     rp = rt_start(port, "--requirepass sesame", rlog);
     REQUIRE(rp > 0);
-    rt_sleep_ms(1100); /* the back-off */
+    ts_sleep_ms(1100); /* the back-off */
     int32_t t3[NT];
     for (int i = 0; i < NT; i++) t3[i] = toks[i] + 200;
     publish(a, 7, t3, 31, &s0);

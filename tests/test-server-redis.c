@@ -66,15 +66,25 @@ static void prompt(char *body, size_t n, const char *words, int reps) {
     strcat(body, "\", \"max_tokens\": 12, \"temperature\": 0}");
 }
 
+/* Two replicas of model on the Redis at rport (logs under the test's tmp; B's path
+ * into lb when not NULL). */
+static bool start_pair(const char *model, int rport, pid_t *a, int *pa, pid_t *b, int *pb, char *lb) {
+    char args[1024], la[512], lbb[512];
+    snprintf(la, sizeof la, "%s", th_tmp("redis-a.log"));
+    snprintf(lbb, sizeof lbb, "%s", th_tmp("redis-b.log"));
+    if (lb) snprintf(lb, 512, "%s", lbb);
+    snprintf(args, sizeof args, "-m '%s' -c 1024 --kv-remote redis://127.0.0.1:%d", model, rport);
+    *a = ts_start(args, la, pa);
+    *b = ts_start(args, lbb, pb);
+    return *a > 0 && *b > 0;
+}
+
 /* Replica B of model answers what only A saw: from Redis, with A's text. */
 static void replicas(const char *model, int rport, const char *what) {
-    char args[1024], la[512], lb[512], body[8192];
-    snprintf(la, sizeof la, "%s", th_tmp("redis-a.log"));
-    snprintf(lb, sizeof lb, "%s", th_tmp("redis-b.log"));
-    snprintf(args, sizeof args, "-m '%s' -c 1024 --kv-remote redis://127.0.0.1:%d", model, rport);
+    char body[8192];
     int pa = 0, pb = 0;
-    pid_t a = ts_start(args, la, &pa), b = ts_start(args, lb, &pb);
-    REQUIRE_VOID(a > 0 && b > 0);
+    pid_t a, b;
+    REQUIRE_VOID(start_pair(model, rport, &a, &pa, &b, &pb, NULL));
     prompt(body, sizeof body, "a long shared system prompt that every replica sees word for word ", 12);
     long long cached;
     char cold[4096];
@@ -100,13 +110,10 @@ static void replicas(const char *model, int rport, const char *what) {
 
 /* Redis killed mid-run and restarted empty: the replicas go on, then use it again. */
 static void outage(const char *model, int rport, const char *rlog, pid_t *rp) {
-    char args[1024], la[512], lb[512], body[8192];
-    snprintf(la, sizeof la, "%s", th_tmp("redis-a2.log"));
-    snprintf(lb, sizeof lb, "%s", th_tmp("redis-b2.log"));
-    snprintf(args, sizeof args, "-m '%s' -c 1024 --kv-remote redis://127.0.0.1:%d", model, rport);
+    char body[8192], lb[512];
     int pa = 0, pb = 0;
-    pid_t a = ts_start(args, la, &pa), b = ts_start(args, lb, &pb);
-    REQUIRE_VOID(a > 0 && b > 0);
+    pid_t a, b;
+    REQUIRE_VOID(start_pair(model, rport, &a, &pa, &b, &pb, lb));
     rt_stop(*rp);
     prompt(body, sizeof body, "while the shared store is down the replicas answer on their own ", 10);
     long long ca, cb;
@@ -141,14 +148,15 @@ int main(void) {
     if (!pkv_kv_remote_available()) return th_skip("pagekv was built without hiredis (libhiredis-dev)");
     const char *miss = rt_missing();
     if (miss) return th_skip(miss);
-    char model[512], hybrid[512], sliding[512], rlog[512];
-    snprintf(model, sizeof model, "%s", th_tmp("redis.gguf"));
-    snprintf(hybrid, sizeof hybrid, "%s", th_tmp("redis-qwen35.gguf"));
-    snprintf(sliding, sizeof sliding, "%s", th_tmp("redis-gemma3.gguf"));
+    /* a llama, a hybrid (qwen35) and a sliding-window (gemma3: a global layer every six) model */
+    static const char *const arch[3] = {"llama", "qwen35", "gemma3 --layers 6"};
+    char models[3][512], rlog[512];
+    for (int i = 0; i < 3; i++) {
+        snprintf(models[i], sizeof models[i], "%s-%d.gguf", th_tmp("redis"), i);
+        REQUIRE(th_cli("", true, "mkmodel --arch %s --no-template -o '%s'", arch[i], models[i]) == 0);
+    }
+    const char *model = models[0], *hybrid = models[1], *sliding = models[2];
     snprintf(rlog, sizeof rlog, "%s", th_tmp("redis-server.log"));
-    REQUIRE(th_cli("", true, "mkmodel --no-template -o '%s'", model) == 0);
-    REQUIRE(th_cli("", true, "mkmodel --arch qwen35 --no-template -o '%s'", hybrid) == 0);
-    REQUIRE(th_cli("", true, "mkmodel --arch gemma3 --layers 6 --no-template -o '%s'", sliding) == 0);
     int rport = rt_free_port(NULL);
     pid_t rp = rt_start(rport, "", rlog);
     REQUIRE(rp > 0);

@@ -38,24 +38,9 @@
 #define PIMG_MAGIC "PKVDPAGE"
 #define PIMG_VERSION 1u
 
-static void put32(uint8_t **p, uint32_t v) {
-    memcpy(*p, &v, 4);
-    *p += 4;
-}
-static void put64(uint8_t **p, uint64_t v) {
-    memcpy(*p, &v, 8);
-    *p += 8;
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
+/* header fields at a fixed offset (kv-impl.h's cursor readers, the cursor a copy) */
+static uint32_t get32(const uint8_t *p) { return kv_get32(&p); }
+static uint64_t get64(const uint8_t *p) { return kv_get64(&p); }
 
 /* A layer's K or V section of pool's image part: a layer the pool does not hold
  * has none (a recurrent layer's state is the image's state section). */
@@ -126,23 +111,23 @@ pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, kv_
     uint8_t *p = img;
     memcpy(p, PIMG_MAGIC, 8);
     p += 8;
-    put32(&p, PIMG_VERSION);
-    put32(&p, (uint32_t)ps);
-    put32(&p, (uint32_t)c->layout.n_layers);
-    put32(&p, (has_state ? 1u : 0u) | (plan.win >= 0 ? 2u : 0u));
-    put64(&p, c->layout.fingerprint);
-    put64(&p, pg->fp);
-    put64(&p, pg->key);
-    put64(&p, pg->prev_key);
-    put64(&p, pg->key2);
-    put64(&p, (uint64_t)(g->base_bytes - PKV_PIMG_HEADER - 8 * (size_t)ps - 8));
+    kv_put32(&p, PIMG_VERSION);
+    kv_put32(&p, (uint32_t)ps);
+    kv_put32(&p, (uint32_t)c->layout.n_layers);
+    kv_put32(&p, (has_state ? 1u : 0u) | (plan.win >= 0 ? 2u : 0u));
+    kv_put64(&p, c->layout.fingerprint);
+    kv_put64(&p, pg->fp);
+    kv_put64(&p, pg->key);
+    kv_put64(&p, pg->prev_key);
+    kv_put64(&p, pg->key2);
+    kv_put64(&p, (uint64_t)(g->base_bytes - PKV_PIMG_HEADER - 8 * (size_t)ps - 8));
     memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
     memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
     p += (size_t)ps * 8;
     pkv_status st = move_rows(c, g->sect, id, &p, tmp, false);
     if (!st && plan.win >= 0) st = move_rows(c->sub, g->wsect, plan.win, &p, tmp, false);
     if (!st && has_state) {
-        put64(&p, (uint64_t)plan.spos);
+        kv_put64(&p, (uint64_t)plan.spos);
         st = pkv_kv_state_page_read(c, id, p);
     }
     return st;

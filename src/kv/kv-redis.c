@@ -117,15 +117,6 @@ static void key_of(const kv_remote *r, uint64_t key, char out[KEY_LEN + 1]) {
 
 /* ------------------------------------------------------------ the URL */
 
-static char *dup_n(const char *s, size_t n) {
-    char *d = pkv_malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = 0;
-    }
-    return d;
-}
-
 /* redis://[user:pass@]HOST[:PORT][/DB] (user may be empty: the default user). */
 static pkv_status parse_url(kv_remote *r, const char *url) {
     const char *p = url, *what = NULL;
@@ -136,13 +127,13 @@ static pkv_status parse_url(kv_remote *r, const char *url) {
     if (!what && at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
         if (!colon) what = "the user information has no ':' (write user:password@ or :password@)";
-        else if (!(r->user = dup_n(p, (size_t)(colon - p))) || !(r->pass = dup_n(colon + 1, (size_t)(at - colon - 1))))
+        else if (!(r->user = pkv_strndup(p, (size_t)(colon - p))) || !(r->pass = pkv_strndup(colon + 1, (size_t)(at - colon - 1))))
             return pkv_err(PKV_ERR_NOMEM, "KV remote tier: out of memory");
         p = at + 1;
     }
     size_t hl = what ? 0 : strcspn(p, ":/");
     if (!what && hl == 0) what = "no host";
-    if (!what && !(r->host = dup_n(p, hl))) return pkv_err(PKV_ERR_NOMEM, "KV remote tier: out of memory");
+    if (!what && !(r->host = pkv_strndup(p, hl))) return pkv_err(PKV_ERR_NOMEM, "KV remote tier: out of memory");
     p += hl;
     r->port = 6379;
     if (!what && *p == ':') {
