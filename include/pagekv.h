@@ -483,7 +483,7 @@ typedef struct pkv_kv_params {
      * so do caches with sliding-window or chunked layers (naming the layer). */
     const char *remote_url;
     int remote_queue_pages; /* page images waiting for the writer at most (more are skipped, counted); 0 = 256 */
-    int remote_timeout_ms;  /* connect and command timeout; after an error the tier rests 1 s; 0 = 500 */
+    int remote_timeout_ms;  /* connect and command timeout; after an error the tier rests 1 s (doubling to 8 s); 0 = 500 */
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);

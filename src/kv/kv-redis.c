@@ -25,7 +25,9 @@
  * Failure: connect and every command have a timeout (remote_timeout_ms). An error
  * closes the connection, is counted, logs one line per outage and starts a back-off:
  * for BACKOFF seconds the tier is skipped (a match goes on without it, a page to
- * publish is left for later), then the next use connects again; a successful
+ * publish is left for later), then the next use connects again; each failure of
+ * the same outage doubles the wait, up to BACKOFF_MAX (a Redis that does not answer
+ * at all costs a connect timeout per wait, not per request); a successful
  * connection logs that the tier is back. Redis may evict anything at any time
  * (maxmemory with allkeys-lru): a missing value is a miss. */
 #include "kv/kv-impl.h"
@@ -75,6 +77,7 @@ bool pkv_kv_remote_available(void) { return false; }
 
 #define PIPE 16          /* GETs per round trip */
 #define BACKOFF 1.0      /* seconds without the tier after an error */
+#define BACKOFF_MAX 8.0  /* after repeated errors of one outage */
 #define KEY_LEN 43       /* "pagekv:v1:" 16 hex ':' 16 hex */
 #define DEFAULT_QUEUE 256
 #define DEFAULT_TIMEOUT_MS 500
@@ -108,6 +111,7 @@ typedef struct kv_remote {
     int q_n, q_max;
     bool down;         /* in an outage (logged once) */
     double down_until; /* no connection attempt before then */
+    double backoff;    /* the outage's current wait */
     pkv_kv_stats st;   /* the remote_ fields */
 } kv_remote;
 
@@ -233,9 +237,11 @@ static void fail_conn(kv_remote *r, redisContext **conn, const char *what) {
     r->st.remote_errors++;
     r->st.remote_enabled = false;
     if (!r->down)
-        PKV_WARN("KV remote tier %s: %s; going on without it (retrying every %.0f s)", r->url, what, BACKOFF);
+        PKV_WARN("KV remote tier %s: %s; going on without it (retrying after %.0f s, then up to every %.0f s)", r->url,
+                 what, BACKOFF, BACKOFF_MAX);
+    r->backoff = r->down ? PKV_MIN(2 * r->backoff, BACKOFF_MAX) : BACKOFF;
     r->down = true;
-    r->down_until = pkv_time_now() + BACKOFF;
+    r->down_until = pkv_time_now() + r->backoff;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -546,8 +552,10 @@ pkv_status pkv_kv_remote_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         goto fail;
     }
     if (!r->rd) {
-        PKV_WARN("KV remote tier %s: %s; starting without it (retrying every %.0f s)", r->url, err, BACKOFF);
+        PKV_WARN("KV remote tier %s: %s; starting without it (retrying after %.0f s, then up to every %.0f s)", r->url,
+                 err, BACKOFF, BACKOFF_MAX);
         r->down = true;
+        r->backoff = BACKOFF;
         r->down_until = pkv_time_now() + BACKOFF;
         r->st.remote_errors = 1;
     } else {

@@ -236,7 +236,7 @@ static void api_metrics(srv *s, srv_out *o) {
         C("kv_remote_written_pages_total", "Pages published to Redis.", ks.remote_written_pages);
         C("kv_remote_dropped_pages_total", "Pages not published: the write queue was full (--kv-remote-queue) or "
           "Redis was down.", ks.remote_dropped_pages);
-        C("kv_remote_errors_total", "Failed connects and commands (each starts a 1 s back-off).", ks.remote_errors);
+        C("kv_remote_errors_total", "Failed connects and commands (each starts a back-off of 1 s, doubling to 8 s in one outage).", ks.remote_errors);
         C("kv_remote_lookups_total", "Pipelined lookup round trips.", ks.remote_lookups);
         C("kv_remote_read_bytes_total", "Bytes of values read.", ks.remote_bytes_read);
         C("kv_remote_written_bytes_total", "Bytes of values written.", ks.remote_bytes_written);
