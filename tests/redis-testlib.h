@@ -14,7 +14,8 @@
 
 /* NULL when redis-server and redis-cli are installed, else what is missing. */
 static inline const char *rt_missing(void) {
-    if (system("command -v redis-server >/dev/null 2>&1") != 0) return "redis-server is not installed (Debian: redis-server)";
+    if (system("command -v redis-server >/dev/null 2>&1") != 0)
+        return "redis-server is not installed (Debian: redis-server)";
     if (system("command -v redis-cli >/dev/null 2>&1") != 0) return "redis-cli is not installed (Debian: redis-tools)";
     return NULL;
 }

@@ -248,7 +248,8 @@ int main(void) {
         int64_t m = match(b, 9, tk[q], &s1);
         hits += m > 0;
         misses += m < 12;
-        if (!same_prefix(&all[q], &s1, b, m)) TH_FAIL("sequence %d: %lld tokens matched, content differs", q, (long long)m);
+        if (!same_prefix(&all[q], &s1, b, m))
+            TH_FAIL("sequence %d: %lld tokens matched, content differs", q, (long long)m);
         th_checks++;
     }
     CHECK(hits > 0 && misses > 0);

@@ -131,7 +131,8 @@ static pkv_status parse_url(kv_remote *r, const char *url) {
     if (!what && at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
         if (!colon) what = "the user information has no ':' (write user:password@ or :password@)";
-        else if (!(r->user = pkv_strndup(p, (size_t)(colon - p))) || !(r->pass = pkv_strndup(colon + 1, (size_t)(at - colon - 1))))
+        else if (!(r->user = pkv_strndup(p, (size_t)(colon - p))) ||
+                 !(r->pass = pkv_strndup(colon + 1, (size_t)(at - colon - 1))))
             return pkv_err(PKV_ERR_NOMEM, "KV remote tier: out of memory");
         p = at + 1;
     }
