@@ -151,6 +151,8 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
     if (m->hp.recurrent) kp.state_slots = 3 * (int64_t)(p.n_seq_max ? p.n_seq_max : 4) + 4;
     kp.disk_dir = p.disk_dir;
     kp.disk_bytes = p.disk_bytes;
+    kp.remote_url = p.remote_url;
+    kp.remote_queue_pages = p.remote_queue_pages;
     pkv_kv_cache *c = pkv_kv_cache_create(kp);
     pkv_free(layers);
     pkv_free(shards);

@@ -194,7 +194,7 @@ static pkv_kv_cache *create_pools(pkv_kv_params p);
 
 pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
     pkv_kv_cache *c = create_pools(p);
-    if (c && p.disk_dir && pkv_kv_disk_open(c, &p)) {
+    if (c && ((p.disk_dir && pkv_kv_disk_open(c, &p)) || (p.remote_url && pkv_kv_remote_open(c, &p)))) {
         pkv_kv_cache_free(c);
         return NULL;
     }
@@ -227,6 +227,7 @@ static pkv_kv_cache *create_pools(pkv_kv_params p) {
 
 void pkv_kv_cache_free(pkv_kv_cache *c) {
     if (!c) return;
+    pkv_kv_remote_close(c); /* publishes the cached pages not in Redis yet, while they exist */
     pkv_kv_disk_close(c); /* writes the cached pages not on disk yet, while they exist */
     pkv_kv_cache_free(c->sub);
     for (size_t i = 0; i < c->n_seqs; i++)
