@@ -464,16 +464,31 @@ typedef struct pkv_kv_params {
      * and producer fingerprints, checksum, tokens, positions, chain hashes) before
      * it is used. Creating the cache fails with a message naming the directory when
      * it cannot be read or written, holds other files without pagekv's marker, or
-     * another process holds its lock (one cache per directory at a time). Only for
-     * caches whose layers are all full attention (no window, no recurrent layer):
-     * PKV_ERR_UNSUPPORTED naming the layer otherwise. Not part of budget_bytes. */
+     * another process holds its lock (one cache per directory at a time). Not for
+     * caches with chunked-attention layers (Llama 4): PKV_ERR_UNSUPPORTED naming
+     * the layer. Sliding-window layers' rows travel with the last pages of a
+     * prefix (kv-page-image.c), so a sliding model hits too. Not part of budget_bytes. */
     const char *disk_dir;
     uint64_t disk_bytes; /* the directory's page files at most; the least recently used go first; 0 = 1 GiB */
+    /* Remote tier (docs/distributed.md, "The Redis KV tier"): NULL = none. A Redis
+     * server shared by many caches (replicas), "redis://[user:password@]HOST[:PORT][/DB]".
+     * Full prefix pages are published there (asynchronously, the disk tier's page
+     * image under "pagekv:v1:<layout fingerprint>:<prefix key>") and a prefix match
+     * that runs out of pages in memory and on disk looks the next ones up there
+     * (pipelined), each verified before it is used. A URL that does not parse, a
+     * refused AUTH or SELECT, or a peer that is not Redis fail the creation with a
+     * message naming the URL (password masked); an unreachable server is a warning
+     * (the cache goes on without the tier and connects when it comes). A build
+     * without hiredis refuses any URL (PKV_ERR_UNSUPPORTED naming libhiredis-dev);
+     * so do caches with sliding-window or chunked layers (naming the layer). */
+    const char *remote_url;
+    int remote_queue_pages; /* page images waiting for the writer at most (more are skipped, counted); 0 = 256 */
+    int remote_timeout_ms;  /* connect and command timeout; after an error the tier rests 1 s (doubling to 8 s); 0 = 500 */
     /* NULL, or [n_layers]: true where another process holds the layer (a model over MPI
      * ranks, docs/distributed.md): no K/V storage for it here, its attention never runs
      * on this cache, and a saved file holds nothing of it. Ignored on recurrent layers
-     * (their state slots stay). Part of the layout's fingerprint. Not with disk_dir. */
-    const bool *remote;
+     * (their state slots stay). Part of the layout's fingerprint. Not with disk_dir or remote_url. */
+    const bool *on_other_rank;
 } pkv_kv_params;
 
 pkv_kv_params pkv_kv_default_params(void);
@@ -579,6 +594,19 @@ typedef struct pkv_kv_stats {
     uint64_t disk_bytes_max;     /* the cap */
     double disk_queue_seconds;   /* time the cache's own thread spent reading pages off the device
                                     into images for the writer thread (and waiting for room in its queue) */
+    /* Remote tier (all 0 without pkv_kv_params.remote_url): */
+    bool remote_configured;          /* a remote tier was given */
+    bool remote_enabled;             /* connected now (false in an outage: the cache goes on without it) */
+    uint64_t remote_hit_pages;       /* pages a prefix match loaded from Redis */
+    uint64_t remote_miss_pages;      /* lookups whose next page was not there (never written, or evicted) */
+    uint64_t remote_rejected_values; /* values that failed a check (size, magic, fingerprints, checksum, tokens): deleted, never used */
+    uint64_t remote_written_pages;   /* pages published */
+    uint64_t remote_dropped_pages;   /* pages not published: the queue was full, or Redis was down when their turn came */
+    uint64_t remote_errors;          /* failed connects and commands (each starts a back-off) */
+    uint64_t remote_lookups;         /* pipelined round trips of prefix matches */
+    uint64_t remote_bytes_read, remote_bytes_written;
+    double remote_read_seconds;      /* time in those round trips (latency: / remote_lookups) */
+    double remote_write_seconds;     /* the writer's time in SETs */
 } pkv_kv_stats;
 void pkv_kv_stats_get(const pkv_kv_cache *c, pkv_kv_stats *out);
 
@@ -849,6 +877,10 @@ pkv_status pkv_kv_prefix_match_media(pkv_kv_cache *c, int32_t seq, const int32_t
  * failed write turns the tier off (pkv_kv_stats.disk_enabled, a warning in the
  * log) and is not an error of this call. PKV_OK, and a no-op without a disk tier. */
 pkv_status pkv_kv_disk_flush(pkv_kv_cache *c);
+/* Queue every cached page not yet published to the remote tier and wait until the
+ * writer has sent them (or dropped them: Redis down). PKV_OK, and a no-op without
+ * a remote tier. */
+pkv_status pkv_kv_remote_flush(pkv_kv_cache *c);
 
 /* Save a resident sequence to a file: header (format version, layout
  * fingerprint and geometry, tokens, positions), K/V payload per layer in
@@ -1227,6 +1259,9 @@ typedef struct pkv_cache_params {
     /* Disk tier below the device pool: pkv_kv_params.disk_dir / disk_bytes (NULL = none). */
     const char *disk_dir;
     uint64_t disk_bytes;
+    /* Remote tier (Redis): pkv_kv_params.remote_url / remote_queue_pages (NULL = none). */
+    const char *remote_url;
+    int remote_queue_pages;
 } pkv_cache_params;
 
 pkv_cache_params pkv_cache_default_params(void);

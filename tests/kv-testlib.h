@@ -42,6 +42,16 @@ static inline int kt_open_names(kt_env *e, const char *a, const char *b) {
 
 static inline int kt_open(kt_env *e) { return kt_open_names(e, "cpu", "cpu:1"); }
 
+/* Two sharded layouts of the same geometry, e's shards on cpu and cpu:1, e2's each
+ * on the other device (a cache of e2 reads what one of e wrote through another
+ * split). 0 when the devices do not open. */
+static inline int kt_open_twins(kt_env *e, kt_env *e2) {
+    if (!kt_open(e) || !kt_open_names(e2, "cpu:1", "cpu")) return 0;
+    kt_layout_sharded(e);
+    kt_layout_sharded(e2);
+    return 1;
+}
+
 static inline void kt_close(kt_env *e) {
     if (e->cpu1 != e->cpu) pkv_device_close(e->cpu1);
     pkv_device_close(e->cpu);
@@ -95,6 +105,22 @@ static inline pkv_status kt_write_row(pkv_kv_cache *c, int il, int v, int32_t ro
         if (st) return st;
     }
     return PKV_OK;
+}
+
+/* Append tokens tk[0..n) (rows at most 256) to seq and write seeded random K and V
+ * rows for them into every layer. */
+static inline void kt_fill(pkv_kv_cache *c, int32_t seq, int n, const int32_t *tk, uint64_t seed) {
+    int32_t rows[256];
+    pkv_status st = n <= 256 ? pkv_kv_append(c, seq, n, tk, NULL, rows) : PKV_ERR_INVALID;
+    CHECK_OK(st);
+    const int nl = pkv_kv_layout_n_layers(pkv_kv_cache_layout(c));
+    for (int i = 0; i < n && !st; i++)
+        for (int il = 0; il < nl; il++)
+            for (int v = 0; v < 2; v++) {
+                float vals[64];
+                for (int k = 0; k < kt_dim(c, il, v); k++) vals[k] = th_randf(&seed);
+                CHECK_OK(kt_write_row(c, il, v, rows[i], vals));
+            }
 }
 
 /* Read the K (v = 0) or V (v = 1) of layer il for tokens [0, n) of seq into

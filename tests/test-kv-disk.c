@@ -29,17 +29,7 @@ typedef struct snap {
 
 static int32_t toks[NT];
 
-static void fill_seq(pkv_kv_cache *c, int32_t seq, uint64_t seed) {
-    int32_t rows[NT];
-    CHECK_OK(pkv_kv_append(c, seq, NT, toks, NULL, rows));
-    for (int i = 0; i < NT; i++)
-        for (int il = 0; il < 2; il++)
-            for (int v = 0; v < 2; v++) {
-                float vals[64];
-                for (int k = 0; k < kt_dim(c, il, v); k++) vals[k] = th_randf(&seed);
-                CHECK_OK(kt_write_row(c, il, v, rows[i], vals));
-            }
-}
+static void fill_seq(pkv_kv_cache *c, int32_t seq, uint64_t seed) { kt_fill(c, seq, NT, toks, seed); }
 
 static void take(pkv_kv_cache *c, int32_t seq, snap *s) {
     memset(s, 0, sizeof *s);
@@ -101,9 +91,7 @@ static int64_t match_once(kt_env *e, const char *dir, uint64_t fp, pkv_kv_stats 
 
 int main(void) {
     kt_env e, e2;
-    if (!kt_open(&e) || !kt_open_names(&e2, "cpu:1", "cpu")) return th_skip("no cpu devices");
-    kt_layout_sharded(&e);
-    kt_layout_sharded(&e2); /* the same geometry, every shard on the other device */
+    if (!kt_open_twins(&e, &e2)) return th_skip("no cpu devices");
     pkv_log_set(log_fn, NULL, PKV_LOG_INFO);
     uint64_t seed = 5;
     for (int i = 0; i < NT; i++) toks[i] = (int32_t)(th_rand(&seed) % 50);
@@ -429,14 +417,14 @@ int main(void) {
         CHECK_MSG("cannot create the directory");
     }
 
-    /* layouts the first version does not serve: refused, naming the layer */
+    /* layouts the disk tier does not serve: refused, naming the layer */
     {
         kt_env w = e;
-        w.layers[1].window = 8;
+        w.layers[1].chunk = 8;
         pkv_kv_params p = kt_params(&w, PS, 12, 0);
         p.disk_dir = dir;
         CHECK(pkv_kv_cache_create(p) == NULL);
-        CHECK_MSG("layer 1 is a sliding-window layer");
+        CHECK_MSG("layer 1 is a chunked-attention layer");
     }
 
     rm_rf(dir);

@@ -3,9 +3,10 @@
  * (kill -9) after answering it once is answered by the next server on the same
  * directory from disk (cached_tokens > 0, the disk hit counter moves) with text
  * identical to the cold run; a second server on a directory in use, a foreign
- * directory and a model with sliding-window layers are refused at startup with a
- * clear message; a server whose page writes fail (a file-size limit: EFBIG, the
- * way a full disk fails) goes on serving the same text and says so in its log
+ * directory and a model with chunked-attention layers are refused at startup with
+ * a clear message; a sliding-window model (gemma3) hits from disk too, with the
+ * text of its cold run; a server whose page writes fail (a file-size limit: EFBIG,
+ * the way a full disk fails) goes on serving the same text and says so in its log
  * and /metrics. */
 #include "testhelp.h"
 
@@ -147,11 +148,38 @@ int main(void) {
         CHECK_INT(th_cli("", true, "serve -m '%s' --kv-disk '%s' --port 0", g_model, foreign), 1);
         HAS("is not a pagekv disk cache");
         char gm[512];
-        snprintf(gm, sizeof gm, "%s", th_tmp("disk-gemma3.gguf"));
-        REQUIRE(th_cli("", true, "mkmodel --arch gemma3 --no-template -o '%s'", gm) == 0);
+        snprintf(gm, sizeof gm, "%s", th_tmp("disk-llama4.gguf"));
+        REQUIRE(th_cli("", true, "mkmodel --arch llama4 --no-template -o '%s'", gm) == 0);
         CHECK_INT(th_cli("", true, "serve -m '%s' --kv-disk '%s-g' --port 0", gm, dir), 1);
-        HAS("sliding-window layer");
+        HAS("chunked-attention layer");
         snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s-g'", foreign, dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not clean up\n");
+    }
+
+    /* a sliding-window model: the window layers' rows travel in the last pages' files */
+    {
+        char gm[512], dg[600];
+        snprintf(gm, sizeof gm, "%s", th_tmp("disk-gemma3.gguf"));
+        snprintf(dg, sizeof dg, "%s-gemma3", dir);
+        REQUIRE(th_cli("", true, "mkmodel --arch gemma3 --layers 6 --no-template -o '%s'", gm) == 0);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dg);
+        REQUIRE(system(cmd) == 0);
+        snprintf(args, sizeof args, "-m '%s' -c 1024 --kv-disk '%s'", gm, dg);
+        pid = ts_start(args, log, &g_port);
+        REQUIRE(pid > 0);
+        char gcold[4096];
+        snprintf(gcold, sizeof gcold, "%s", ask(body, &cached));
+        CHECK_INT(cached, 0);
+        CHECK_INT(ts_stop(pid, SIGTERM), 0); /* an orderly stop writes what is cached */
+        pid = ts_start(args, log, &g_port);
+        REQUIRE(pid > 0);
+        const char *gwarm = ask(body, &cached);
+        CHECK(cached > 0);
+        if (strcmp(gwarm, gcold)) TH_FAIL("gemma3 warm-from-disk text differs:\n cold: %s\n warm: %s", gcold, gwarm);
+        th_checks++;
+        CHECK(metric("pagekv_kv_disk_hit_pages_total") * 16 == cached);
+        CHECK_INT(ts_stop(pid, SIGTERM), 0);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dg);
         if (system(cmd) != 0) fprintf(stderr, "could not clean up\n");
     }
 

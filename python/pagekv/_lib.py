@@ -142,7 +142,8 @@ class ModelInfo(Structure):
 class CacheParams(Structure):
     _fields_ = [("n_ctx", c_int), ("n_seq_max", c_int), ("page_size", c_int), ("kv_type", c_int),
                 ("kv_type_v", c_int), ("n_pages", c_int64), ("host_pages", c_int64), ("n_window_pages", c_int64),
-                ("disk_dir", c_char_p), ("disk_bytes", c_uint64)]
+                ("disk_dir", c_char_p), ("disk_bytes", c_uint64),
+                ("remote_url", c_char_p), ("remote_queue_pages", c_int)]
 
 
 class KVStats(Structure):
@@ -160,7 +161,12 @@ class KVStats(Structure):
                 ("disk_evicted_files", c_uint64), ("disk_bytes_read", c_uint64), ("disk_bytes_written", c_uint64),
                 ("disk_read_seconds", c_double), ("disk_write_seconds", c_double), ("disk_files", c_int64),
                 ("disk_bytes_used", c_uint64), ("disk_bytes_max", c_uint64),
-                ("disk_queue_seconds", c_double)]
+                ("disk_queue_seconds", c_double),
+                ("remote_configured", c_bool), ("remote_enabled", c_bool), ("remote_hit_pages", c_uint64),
+                ("remote_miss_pages", c_uint64), ("remote_rejected_values", c_uint64),
+                ("remote_written_pages", c_uint64), ("remote_dropped_pages", c_uint64), ("remote_errors", c_uint64),
+                ("remote_lookups", c_uint64), ("remote_bytes_read", c_uint64), ("remote_bytes_written", c_uint64),
+                ("remote_read_seconds", c_double), ("remote_write_seconds", c_double)]
 
 
 class LogitBias(Structure):

@@ -425,12 +425,13 @@ class Model(_Handle):
     # -- caches
 
     def cache(self, n_ctx=0, n_seq_max=0, page_size=0, kv_type="f16", kv_type_v=None, n_pages=0, host_pages=0,
-              n_window_pages=0, disk_dir=None, disk_bytes=0):
+              n_window_pages=0, disk_dir=None, disk_bytes=0, remote_url=None):
         """A paged KV cache for this model (see pkv_cache_params: 0 = the default). disk_dir: a
-        directory for the disk tier below the pools (docs/kv-cache.md), disk_bytes its cap."""
+        directory for the disk tier below the pools (docs/kv-cache.md), disk_bytes its cap;
+        remote_url: a Redis tier shared with other processes, redis://HOST:PORT (docs/distributed.md)."""
         return Cache(self, n_ctx=n_ctx, n_seq_max=n_seq_max, page_size=page_size, kv_type=kv_type,
                      kv_type_v=kv_type_v, n_pages=n_pages, host_pages=host_pages, n_window_pages=n_window_pages,
-                     disk_dir=disk_dir, disk_bytes=disk_bytes)
+                     disk_dir=disk_dir, disk_bytes=disk_bytes, remote_url=remote_url)
 
     def __repr__(self):
         return "<pagekv.Model %s %s%s>" % (self.info.get("arch"), self.path or "(memory)",
@@ -438,7 +439,7 @@ class Model(_Handle):
 
 
 def _cache_params(n_ctx=0, n_seq_max=0, page_size=0, kv_type="f16", kv_type_v=None, n_pages=0, host_pages=0,
-                  n_window_pages=0, disk_dir=None, disk_bytes=0):
+                  n_window_pages=0, disk_dir=None, disk_bytes=0, remote_url=None):
     p = lib.pkv_cache_default_params()
     p.n_ctx, p.n_seq_max, p.page_size = n_ctx, n_seq_max, page_size
     p.kv_type = type_id(kv_type)
@@ -448,6 +449,7 @@ def _cache_params(n_ctx=0, n_seq_max=0, page_size=0, kv_type="f16", kv_type_v=No
     # the string only has to live through pkv_model_cache_create, which the caller makes at once
     p.disk_dir = os.fsencode(disk_dir) if disk_dir is not None else None
     p.disk_bytes = disk_bytes
+    p.remote_url = remote_url.encode() if remote_url is not None else None
     return p
 
 

@@ -71,6 +71,15 @@ char *pkv_strdup(const char *s) {
     return d;
 }
 
+char *pkv_strndup(const char *s, size_t n) {
+    char *d = pkv_malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
 pkv_status pkv_grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return PKV_OK;
     size_t ncap = *cap ? *cap : 8;

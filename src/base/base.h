@@ -48,6 +48,7 @@ void *pkv_calloc(size_t count, size_t size); /* checks count*size overflow */
 void *pkv_realloc(void *p, size_t n);
 void pkv_free(void *p);
 char *pkv_strdup(const char *s);
+char *pkv_strndup(const char *s, size_t n); /* the first n bytes of s (no NUL among them needed), NUL-terminated */
 /* Grow *arr (of elem bytes each) so it holds at least need elements; *cap updated.
  * On failure returns PKV_ERR_NOMEM with a message and leaves the array and its capacity unchanged. */
 pkv_status pkv_grow(void **arr, size_t *cap, size_t need, size_t elem);

@@ -55,6 +55,9 @@ static void usage(FILE *f) {
             "                         the disk writer works, and again once it is idle) and warm from disk\n"
             "                         (a new engine on the disk tier DIR, which must not exist yet),\n"
             "                         over -n rounds with a fresh prefix each (median and each round)\n"
+            "  --warm-from-remote URL likewise for the Redis tier (redis://HOST:PORT): cold on replica A,\n"
+            "                         warm from Redis on replica B (a new engine once A's pages are\n"
+            "                         published), warm in memory on B; -n rounds (default 1)\n"
             "  -d, -t, --page-size, --kv-type   as for run\n"
             "  --json                 one JSON object\n");
 }
@@ -163,7 +166,8 @@ static double ttft_one(pkv_engine *e, const int32_t *tok, int n, int *cached) {
     return s || b.n_error || r.n_gen < 1 ? -1 : (r.t_first - r.t_submit) * 1e3;
 }
 
-static pkv_engine *disk_engine(pkv_model *m, const char *dir, int n_ctx, int ps, pkv_type kv_type) {
+/* A started engine whose cache has a disk tier on dir or a remote tier at url. */
+static pkv_engine *tier_engine(pkv_model *m, const char *dir, const char *url, int n_ctx, int ps, pkv_type kv_type) {
     pkv_engine_params ep = pkv_engine_default_params();
     ep.cache.n_ctx = n_ctx;
     ep.cache.page_size = ps;
@@ -171,6 +175,8 @@ static pkv_engine *disk_engine(pkv_model *m, const char *dir, int n_ctx, int ps,
     ep.cache.n_pages = 4 * ((n_ctx + ps - 1) / ps);
     ep.cache.disk_dir = dir;
     ep.cache.disk_bytes = 1ull << 40; /* the cap is not what is measured */
+    ep.cache.remote_url = url;
+    ep.cache.remote_queue_pages = 1 << 20; /* nothing skipped: the whole prefix is published */
     ep.max_seqs = 4;
     pkv_engine *e = pkv_engine_create(m, ep);
     if (!e) fprintf(stderr, "pagekv bench serve: engine: %s\n", pkv_errmsg());
@@ -232,7 +238,7 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
                 }
             }
             if (ph == 0 || ph == 3) { /* a fresh engine on the directory, warmed up on an unrelated prompt */
-                if (!(e = disk_engine(m, dir, n_ctx, ps, kv_type))) {
+                if (!(e = tier_engine(m, dir, NULL, n_ctx, ps, kv_type))) {
                     rc = 1;
                     break;
                 }
@@ -304,6 +310,61 @@ static int warm_from_disk(pkv_model *m, const char *dir, int n_prefix, int round
     return rc;
 }
 
+/* --warm-from-remote: per round a fresh random prefix of n_prefix tokens, asked
+ * three times with its own 8-token suffix: cold (replica A: a new engine, the
+ * prefix in no memory and not in Redis), warm from Redis (replica B: a new engine
+ * on the same Redis once A's pages are published, pkv_kv_remote_flush), warm in
+ * memory (B again). Each engine first answers an unrelated 8-token prompt. */
+static int warm_from_remote(pkv_model *m, const char *url, int n_prefix, int rounds, int ps, pkv_type kv_type,
+                            uint64_t seed) {
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    int n = n_prefix + 8, n_ctx = n + 2, rc = 0, cached[3] = {0, 0, 0};
+    int32_t *tok = malloc((size_t)n * sizeof *tok), warm8[8];
+    double t[3] = {0, 0, 0}, rd_s = 0;
+    pkv_kv_stats ks;
+    memset(&ks, 0, sizeof ks);
+    uint64_t rs = seed * 2654435761u + 11;
+    for (int r = 0; r < rounds && !rc && tok; r++) {
+        for (int k = 0; k < n_prefix; k++) tok[k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
+        for (int rep = 0; rep < 2 && !rc; rep++) { /* replica A, then B */
+            pkv_engine *e = tier_engine(m, NULL, url, n_ctx, ps, kv_type);
+            if (!e) {
+                rc = 1;
+                break;
+            }
+            for (int k = 0; k < 8; k++) warm8[k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
+            int c0;
+            rc = ttft_one(e, warm8, 8, &c0) < 0;
+            for (int ph = rep; ph < 1 + 2 * rep && !rc; ph++) {
+                for (int k = 0; k < 8; k++) tok[n_prefix + k] = (int32_t)(rnd(&rs) % (uint64_t)info.n_vocab);
+                t[ph] = ttft_one(e, tok, n, &cached[ph]);
+                rc = t[ph] < 0;
+            }
+            pkv_engine_stop(e);
+            pkv_kv_stats_get(pkv_engine_cache(e), &ks);
+            if (!rep) rc = rc || pkv_kv_remote_flush(pkv_engine_cache(e)); /* A's pages all in Redis */
+            pkv_engine_free(e);
+        }
+        rd_s = ks.remote_read_seconds;
+        printf("bench serve --warm-from-remote (round %d): prefix of %d tokens (+8 own), %s weights, %d layers, %s\n"
+               "  TTFT cold (replica A)            %8.1f ms  cached %d\n"
+               "  TTFT warm from Redis (replica B) %8.1f ms  cached %d: %llu pages, %.1f MB in %llu round trips, "
+               "%.1f ms in them\n"
+               "  TTFT warm in memory (replica B)  %8.1f ms  cached %d\n", r, n_prefix, info.weight_type,
+               info.n_layer, pkv_device_name(pkv_model_device(m)), t[0], cached[0], t[1], cached[1],
+               (unsigned long long)ks.remote_hit_pages, (double)ks.remote_bytes_read / 1e6,
+               (unsigned long long)ks.remote_lookups, rd_s * 1e3, t[2], cached[2]);
+        if (!rc && (cached[0] != 0 || cached[1] < n_prefix / ps * ps || cached[2] < n_prefix / ps * ps)) {
+            fprintf(stderr, "pagekv bench serve: cached tokens %d, %d, %d: expected 0 and the whole prefix's pages\n",
+                    cached[0], cached[1], cached[2]);
+            rc = 1;
+        }
+    }
+    free(tok);
+    return rc;
+}
+
 /* The Qwen3-0.6B shape in memory; with_vocab: mkmodel's printable byte-level vocabulary of
  * that size (a grammar needs each token's text), else token ids only. */
 static pkv_model *reference_model(const pkv_cli_model_opts *o, bool with_vocab) {
@@ -340,7 +401,7 @@ typedef struct bs_opts {
     double rate, shared, temp;
     bool json_object, json, swap, prefix, tiny, use_mtp, help;
     pkv_spill_mode spill;
-    const char *draft_path, *warm_dir, *disk_dir;
+    const char *draft_path, *warm_dir, *disk_dir, *warm_url;
 } bs_opts;
 
 static bool bs_opt_spill(void *opts, const char *opt, const char *m) {
@@ -382,6 +443,7 @@ static const pkv_cli_opt bs_options[] = {
     BS_OPT("--kv-disk", NULL, PKV_CLI_STR, disk_dir, 0, 0),
     {"--spill", NULL, PKV_CLI_FN, 0, 0, 0, bs_opt_spill, true},
     BS_OPT("--warm-from-disk", NULL, PKV_CLI_STR, warm_dir, 0, 0),
+    BS_OPT("--warm-from-remote", NULL, PKV_CLI_STR, warm_url, 0, 0),
 };
 #undef BS_OPT
 
@@ -691,6 +753,14 @@ int pkv_cli_bench_serve(int argc, char **argv) {
     if (rc >= 0) return rc;
     pkv_model *m = a.o.model || a.tiny ? pkv_cli_open_model("bench serve", &a.o) : reference_model(&a.o, a.json_object);
     if (!m) return 1;
+    if (a.warm_url) {
+        bool has_n = false;
+        for (int i = 1; i < argc; i++) has_n |= !strcmp(argv[i], "-n") || !strcmp(argv[i], "--requests");
+        int r = warm_from_remote(m, a.warm_url, (int)a.p_mean, has_n ? (int)a.n_req : 1, a.o.page_size ? a.o.page_size : 16,
+                                 (pkv_type)a.o.kv_type, (uint64_t)a.seed);
+        pkv_model_free(m);
+        return r;
+    }
     if (a.warm_dir) {
         bool has_n = false;
         for (int i = 1; i < argc; i++) has_n |= !strcmp(argv[i], "-n") || !strcmp(argv[i], "--requests");

@@ -45,11 +45,16 @@ static void serve_usage(FILE *f) {
             "  --kv-pages N | --kv-mem MiB   device KV pool (default: parallel x context)\n"
             "  --swap-mem MiB         host swap pool for idle contexts (default: as large as the device pool)\n"
             "  --kv-disk DIR          keep full prefix pages in DIR too (a disk tier: they outlive eviction and\n"
-            "                         restarts; one server per DIR; full-attention models only)\n"
+            "                         restarts; one server per DIR; not for chunked attention: Llama 4)\n"
             "  --kv-disk-size MiB     the most page files DIR may hold (default 1024; least recently used go first)\n"
             "  --kv-spill MODE        a preempted sequence the swap pool cannot take, with --kv-disk: auto\n"
             "                         (default: spill its pages to DIR when that measures cheaper than\n"
             "                         recomputing them), always, never\n"
+            "  --kv-remote URL        share full prefix pages with other servers of the same model through\n"
+            "                         Redis: redis://[user:password@]HOST[:PORT][/DB] (a Redis tier below\n"
+            "                         memory and --kv-disk; an unreachable Redis is a warning, retried;\n"
+            "                         not for chunked attention: Llama 4; docs/distributed.md)\n"
+            "  --kv-remote-queue N    pages waiting to be written to Redis at most; more are skipped (default 256)\n"
             "  --page-size N          KV page size in tokens (default 16)\n"
             "  --kv-type T            KV page type, K and V: f16 (default), f32, q8_0, q4_0\n"
             "  --kv-type-k T, --kv-type-v T   K and V page types separately\n"
@@ -290,6 +295,8 @@ static const pkv_cli_opt serve_options[] = {
     SV("--kv-disk", NULL, PKV_CLI_STR, kv_disk, 0, 0),
     SV("--kv-disk-size", NULL, PKV_CLI_INT64, kv_disk_mib, 1, (double)(1ll << 30)),
     SV_FN("--kv-spill", serve_opt_kv_spill),
+    SV("--kv-remote", NULL, PKV_CLI_STR, kv_remote, 0, 0),
+    SV("--kv-remote-queue", NULL, PKV_CLI_INT, kv_remote_queue, 1, 1 << 20),
     SV_FN("--pooling", serve_opt_pooling),
     SV("--embd-normalize", NULL, PKV_CLI_INT, embd_normalize, -1, 64),
     SV("--max-embed-inputs", NULL, PKV_CLI_INT, max_embed_inputs, 1, 1 << 20),

@@ -151,13 +151,15 @@ pkv_kv_cache *pkv_model_cache_create(const pkv_model *m, pkv_cache_params p) {
     if (m->hp.recurrent) kp.state_slots = 3 * (int64_t)(p.n_seq_max ? p.n_seq_max : 4) + 4;
     kp.disk_dir = p.disk_dir;
     kp.disk_bytes = p.disk_bytes;
+    kp.remote_url = p.remote_url;
+    kp.remote_queue_pages = p.remote_queue_pages;
     /* under MPI ranks: the layers other ranks hold get no storage here */
-    bool *remote = m->n_ranks > 1 ? pkv_calloc((size_t)kp.n_layers, sizeof *remote) : NULL;
-    for (int l = 0; remote && l < kp.n_layers; l++) remote[l] = l < m->rank_first[m->rank] || l >= m->rank_first[m->rank + 1];
-    kp.remote = remote;
-    pkv_kv_cache *c = m->n_ranks > 1 && !remote ? NULL : pkv_kv_cache_create(kp);
-    if (m->n_ranks > 1 && !remote) pkv_err(PKV_ERR_NOMEM, "cache: out of memory");
-    pkv_free(remote);
+    bool *other = m->n_ranks > 1 ? pkv_calloc((size_t)kp.n_layers, sizeof *other) : NULL;
+    for (int l = 0; other && l < kp.n_layers; l++) other[l] = l < m->rank_first[m->rank] || l >= m->rank_first[m->rank + 1];
+    kp.on_other_rank = other;
+    pkv_kv_cache *c = m->n_ranks > 1 && !other ? NULL : pkv_kv_cache_create(kp);
+    if (m->n_ranks > 1 && !other) pkv_err(PKV_ERR_NOMEM, "cache: out of memory");
+    pkv_free(other);
     pkv_free(layers);
     pkv_free(shards);
     return c;

@@ -123,6 +123,7 @@ static pkv_status draft_create(pkv_engine *e, int64_t n_pages, int64_t host_page
     cp.host_pages = host_pages;
     cp.n_ctx = (int)e->n_ctx + e->K;
     cp.disk_dir = NULL; /* the disk tier belongs to the model's cache (one cache per directory) */
+    cp.remote_url = NULL; /* and so does the remote tier */
     if (!(e->dc = pkv_model_cache_create(d, cp))) return pkv_err_prefix(PKV_ERR_INVALID, "engine: the draft's cache");
     return draft_rows(e, "draft");
 }

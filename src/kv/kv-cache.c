@@ -25,7 +25,7 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
  * (their state slots are in the main cache, kv-state.c), nor have layers another
  * rank holds. */
 static bool holds(const pkv_kv_cache *c, const kv_layer *L) {
-    return L->state_per_head == 0 && !L->remote && (L->window > 0) == (c->window > 0);
+    return L->state_per_head == 0 && !L->other_rank && (L->window > 0) == (c->window > 0);
 }
 
 bool pkv_kv_pool_holds(const pkv_kv_cache *pool, int il) {
@@ -194,14 +194,14 @@ fail:
 static pkv_kv_cache *create_pools(pkv_kv_params p);
 
 pkv_kv_cache *pkv_kv_cache_create(pkv_kv_params p) {
-    for (int il = 0; p.disk_dir && p.layers && p.remote && il < p.n_layers; il++)
-        if (p.remote[il] && p.layers[il].state_per_head <= 0) {
-            pkv_err(PKV_ERR_UNSUPPORTED, "KV cache: the disk tier (%s) with layer %d held by another MPI rank is not "
-                    "supported", p.disk_dir, il);
+    for (int il = 0; (p.disk_dir || p.remote_url) && p.layers && p.on_other_rank && il < p.n_layers; il++)
+        if (p.on_other_rank[il] && p.layers[il].state_per_head <= 0) {
+            pkv_err(PKV_ERR_UNSUPPORTED, "KV cache: the %s tier with layer %d held by another MPI rank is not supported",
+                    p.disk_dir ? "disk" : "Redis", il);
             return NULL;
         }
     pkv_kv_cache *c = create_pools(p);
-    if (c && p.disk_dir && pkv_kv_disk_open(c, &p)) {
+    if (c && ((p.disk_dir && pkv_kv_disk_open(c, &p)) || (p.remote_url && pkv_kv_remote_open(c, &p)))) {
         pkv_kv_cache_free(c);
         return NULL;
     }
@@ -234,6 +234,7 @@ static pkv_kv_cache *create_pools(pkv_kv_params p) {
 
 void pkv_kv_cache_free(pkv_kv_cache *c) {
     if (!c) return;
+    pkv_kv_remote_close(c); /* publishes the cached pages not in Redis yet, while they exist */
     pkv_kv_disk_close(c); /* writes the cached pages not on disk yet, while they exist */
     pkv_kv_cache_free(c->sub);
     for (size_t i = 0; i < c->n_seqs; i++)

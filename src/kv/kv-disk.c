@@ -21,29 +21,11 @@
  *   *.tmp-XXXXXX    a write in progress (src/base/file.c); left over only by a
  *                   crash, removed when a cache opens the directory
  *
- * Page file, version 1, integers little-endian:
- *   "PKVDPAGE", u32 version, u32 page_size, u32 n_layers, u32 flags (bit 0: a
- *       recurrent-state section follows the payload; 0 in a cache without
- *       recurrent layers, where this word was reserved)
- *   u64 layout fingerprint (pkv_kv_layout_fingerprint: geometry, dtypes, page size)
- *   u64 producer fingerprint (the sequence's, e.g. the model's)
- *   u64 key (the name's K), u64 prev_key (the predecessor's key, or the chain's
- *       seed for a first page), u64 key2 (a second chain over the same tokens with
- *       another seed), u64 payload bytes
- *   i32 tokens[page_size], i32 positions[page_size]
- *   payload: per layer, K [page_size][n_kv_heads][head row] then V likewise (the
- *       canonical order of kv-file.c, independent of sharding); a recurrent layer
- *       has no rows here (0 bytes)
- *   with flags bit 0: u64 pos, then the recurrent state the page offered to
- *       prefix matching (the state after its sequence's first pos tokens, pos the
- *       page's end), every recurrent layer's [n_kv_heads][state_per_head] f32 in
- *       the layers' order (kv-state.c's canonical order, as in saved sequences):
- *       a hit through disk pages ends at the deepest one that has it
- *   u64 checksum: pkv_hash64 over everything before it, the header first and then
- *       each section chained (as kv-file.c's)
- * A file is used only if its size, magic, version, flags, page size, layer count, both
- * fingerprints, key, prev_key, key2, tokens, positions and checksum all match
- * what the request expects; otherwise it is counted as rejected and removed.
+ * A page file is a page image (kv-page-image.c: header with both fingerprints and
+ * the chain keys, tokens, positions, every layer's rows, for recurrent layers the
+ * state the page offered to prefix matching, a checksum), the format the remote
+ * tier (kv-redis.c) stores too. A file is used only if pkv_kv_pimg_check passes;
+ * otherwise it is counted as rejected and removed.
  *
  * Writes go through pkv_wfile (temporary file, fsync, rename), so a crash leaves
  * either the whole page or no page under the name. The first failed write (a full
@@ -65,14 +47,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define DISK_MAGIC "PKVDPAGE"
 #define DISK_VERSION 1u
 #define DISK_MARKER "PAGEKV-DISK"
 #define DISK_MARKER_HEAD "pagekv disk KV cache, page file format "
 #define DISK_LOCK "lock"
 #define DISK_EXT ".kvp"
 #define DISK_NAME_LEN 37 /* 16 hex, '-', 16 hex, ".kvp" */
-#define DISK_HEADER 72
 #define DISK_DEFAULT_BYTES (1ull << 30)
 
 bool pkv_kv_test_disk_fail_write = false;
@@ -90,7 +70,7 @@ typedef struct disk_entry {
 /* A page image waiting for the writer thread. */
 typedef struct disk_job {
     uint8_t *img; /* [bytes] */
-    size_t bytes; /* file_bytes, plus state_bytes with a state section */
+    size_t bytes; /* the image's (kv_pimg_plan.bytes) */
     uint64_t key, lfp;
     int32_t e;
     struct disk_job *next;
@@ -108,12 +88,9 @@ typedef struct kv_disk {
     int32_t head, tail;
     int64_t n_files;
     bool off;
-    size_t file_bytes; /* one page file of this cache (without a state section) */
-    size_t state_bytes; /* a state section (u64 pos, the canonical states); 0 without recurrent layers */
-    int page_size, n_sect;
-    size_t *sect; /* [n_sect]: bytes of each layer's K and V section, in file order */
-    uint8_t *rbuf;     /* [file_bytes + state_bytes] */
-    uint8_t *sbuf;     /* [state_bytes]: the deepest state a disk match has read */
+    kv_pimg g;     /* the page files' geometry */
+    uint8_t *rbuf; /* [g.max_bytes] */
+    uint8_t *sbuf;  /* [g.state_bytes]: the deepest state a disk match has read */
     uint8_t *wtmp, *rtmp; /* one page of the largest array */
     /* The writer thread: the cache's thread reads a page from the device into an
      * image and queues it; the writer writes, fsyncs and renames it, so a request
@@ -132,24 +109,6 @@ typedef struct kv_disk {
 
 static uint64_t entry_hash(uint64_t key, uint64_t lfp) { return key ^ (lfp * 0x9e3779b97f4a7c15ull); }
 
-static void put32(uint8_t **p, uint32_t v) {
-    memcpy(*p, &v, 4);
-    *p += 4;
-}
-static void put64(uint8_t **p, uint64_t v) {
-    memcpy(*p, &v, 8);
-    *p += 8;
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static void entry_path(const kv_disk *d, uint64_t key, uint64_t lfp, char *out, size_t n) {
     snprintf(out, n, "%s/%016llx-%016llx" DISK_EXT, d->dir, (unsigned long long)key, (unsigned long long)lfp);
@@ -433,17 +392,7 @@ static void *writer_main(void *arg) {
         bool planted = false;
         double t0 = pkv_time_now();
         if (!skip) {
-            size_t off = DISK_HEADER + 8 * (size_t)d->page_size; /* the checksum, chained as kv-file.c's */
-            uint64_t h = pkv_hash64(j->img, off, 0);
-            for (int k = 0; k < d->n_sect; k++) {
-                h = pkv_hash64(j->img + off, d->sect[k], h);
-                off += d->sect[k];
-            }
-            if (j->bytes > d->file_bytes) { /* the state section, chained last */
-                h = pkv_hash64(j->img + off, d->state_bytes, h);
-                off += d->state_bytes;
-            }
-            memcpy(j->img + off, &h, 8);
+            pkv_kv_pimg_seal(&d->g, j->img, j->bytes);
             entry_path(d, j->key, j->lfp, path, sizeof path);
             pkv_wfile w;
             st = pkv_wfile_open(&w, path);
@@ -506,7 +455,7 @@ static void drain(kv_disk *d) {
 }
 
 static void disk_free(kv_disk *d) {
-    pkv_free(d->sect);
+    pkv_kv_pimg_release(&d->g);
     pkv_free(d->dir);
     pkv_free(d->e);
     pkv_free(d->buckets);
@@ -520,12 +469,6 @@ static void disk_free(kv_disk *d) {
     pkv_free(d);
 }
 
-/* A layer's K or V section of a page file: a recurrent layer has none (its state
- * is the file's state section). */
-static size_t sect_bytes(const pkv_kv_cache *c, int il, int v) {
-    return c->layout.layers[il].state_per_head > 0 ? 0 : pkv_kv_file_layer_bytes(c, il, c->page_size, v);
-}
-
 pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (!p->disk_dir) return PKV_OK;
     const char *dir = p->disk_dir;
@@ -533,10 +476,10 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (strlen(dir) > 4000) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is too long");
     for (int il = 0; il < c->layout.n_layers; il++) {
         const kv_layer *L = &c->layout.layers[il];
-        if (L->window > 0)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is %s; the disk tier works only for caches "
-                           "of full-attention and recurrent layers (not implemented: sliding-window and chunked layers)",
-                           dir, il, L->chunk > 0 ? "a chunked-attention layer" : "a sliding-window layer");
+        if (L->chunk > 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is a chunked-attention layer; the disk tier "
+                           "works for caches of full-attention, sliding-window and recurrent layers (not implemented: "
+                           "chunked layers)", dir, il);
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the directory %s: %s", dir, strerror(errno));
@@ -576,32 +519,17 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
         goto fail;
     }
     if (!marker && (st = write_marker(dir))) goto fail;
-    /* one page file: header, tokens, positions, every layer's K and V, checksum */
-    size_t ps = (size_t)c->page_size, payload = 0, tmp = 1;
-    for (int il = 0; il < c->layout.n_layers; il++)
-        for (int v = 0; v < 2; v++) payload += sect_bytes(c, il, v);
-    for (int a = 0; a < c->n_arrays; a++) tmp = PKV_MAX(tmp, c->arrays[a].page_bytes);
-    d->file_bytes = DISK_HEADER + 8 * ps + payload + 8;
-    const size_t canon = pkv_kv_state_canon_bytes(c);
-    d->state_bytes = canon ? 8 + canon : 0;
-    d->queue_max = PKV_MAX((size_t)256 << 20, 4 * d->file_bytes);
-    d->page_size = (int)ps;
-    d->n_sect = 2 * c->layout.n_layers;
-    if (!(d->sect = pkv_malloc((size_t)d->n_sect * sizeof *d->sect))) {
-        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory");
+    if ((st = pkv_kv_pimg_init(&d->g, c, "KV disk tier"))) goto fail;
+    d->queue_max = PKV_MAX((size_t)256 << 20, 4 * d->g.base_bytes);
+    d->rbuf = pkv_malloc(d->g.max_bytes);
+    if (d->g.state_bytes && !(d->sbuf = pkv_malloc(d->g.state_bytes))) {
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for a state buffer of %zu bytes", d->g.state_bytes);
         goto fail;
     }
-    for (int il = 0; il < c->layout.n_layers; il++)
-        for (int v = 0; v < 2; v++) d->sect[2 * il + v] = sect_bytes(c, il, v);
-    d->rbuf = pkv_malloc(d->file_bytes + d->state_bytes);
-    if (d->state_bytes && !(d->sbuf = pkv_malloc(d->state_bytes))) {
-        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for a state buffer of %zu bytes", d->state_bytes);
-        goto fail;
-    }
-    d->wtmp = pkv_malloc(tmp);
-    d->rtmp = pkv_malloc(tmp);
+    d->wtmp = pkv_malloc(d->g.tmp_bytes);
+    d->rtmp = pkv_malloc(d->g.tmp_bytes);
     if (!d->rbuf || !d->wtmp || !d->rtmp) {
-        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for page buffers of %zu bytes", d->file_bytes);
+        st = pkv_err(PKV_ERR_NOMEM, "KV disk tier: out of memory for page buffers of %zu bytes", d->g.base_bytes);
         goto fail;
     }
     if ((st = scan(c))) goto fail;
@@ -612,7 +540,7 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     d->th_on = true;
     d->st.disk_enabled = true;
     PKV_INFO("KV disk tier %s: %lld page files, %.1f of %.1f MiB (pages of this cache: %zu bytes each)", dir,
-             (long long)d->n_files, (double)d->used / 1048576.0, (double)d->cap / 1048576.0, d->file_bytes);
+             (long long)d->n_files, (double)d->used / 1048576.0, (double)d->cap / 1048576.0, d->g.base_bytes);
     return PKV_OK;
 fail:
     c->disk = NULL;
@@ -647,9 +575,8 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
     if (!d || !pg->indexed || pg->on_disk) return true;
     const uint64_t lfp = c->layout.fingerprint;
     pthread_mutex_lock(&d->mu);
-    int64_t spos = 0;
-    const bool has_state = d->state_bytes && pkv_kv_state_page_offered(c, id, &spos);
-    const size_t fb = d->file_bytes + (has_state ? d->state_bytes : 0);
+    const kv_pimg_plan plan = pkv_kv_pimg_plan(c, &d->g, id);
+    const size_t fb = plan.bytes;
     bool skip = d->off || find(d, pg->key, lfp) >= 0 || fb > d->cap;
     pthread_mutex_unlock(&d->mu);
     if (skip) {
@@ -662,40 +589,15 @@ static bool put(pkv_kv_cache *c, int32_t id, bool wait) {
         pthread_mutex_unlock(&d->mu);
         if (full) return false;
     }
-    int ps = c->page_size;
     double t0 = pkv_time_now();
     disk_job *j = pkv_malloc(sizeof *j);
-    uint8_t *img = pkv_malloc(fb), *p = img;
+    uint8_t *img = pkv_malloc(fb);
     if (!j || !img) {
         pkv_free(j);
         pkv_free(img);
         return true; /* not written now; tried again when it leaves memory */
     }
-    memcpy(p, DISK_MAGIC, 8);
-    p += 8;
-    put32(&p, DISK_VERSION);
-    put32(&p, (uint32_t)ps);
-    put32(&p, (uint32_t)c->layout.n_layers);
-    put32(&p, has_state ? 1u : 0u);
-    put64(&p, lfp);
-    put64(&p, pg->fp);
-    put64(&p, pg->key);
-    put64(&p, pg->prev_key);
-    put64(&p, pg->key2);
-    put64(&p, (uint64_t)(d->file_bytes - DISK_HEADER - 8 * (size_t)ps - 8));
-    memcpy(p, &c->tok[(size_t)id * ps], (size_t)ps * 4);
-    memcpy(p + (size_t)ps * 4, &c->pos[(size_t)id * ps], (size_t)ps * 4);
-    p += (size_t)ps * 8;
-    pkv_status st = PKV_OK;
-    for (int il = 0; il < c->layout.n_layers && !st; il++) /* the checksum is the writer's */
-        for (int v = 0; v < 2 && !st; v++) {
-            if (d->sect[2 * il + v]) st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, p, d->wtmp, false);
-            p += d->sect[2 * il + v];
-        }
-    if (!st && has_state) {
-        put64(&p, (uint64_t)spos);
-        st = pkv_kv_state_page_read(c, id, p);
-    }
+    pkv_status st = pkv_kv_pimg_encode(c, &d->g, id, plan, img, d->wtmp); /* the checksum is the writer's */
     if (st) {
         PKV_WARN("KV disk tier %s: reading page %d from the device failed (%s); not written", d->dir, id, pkv_errmsg());
         pkv_free(j);
@@ -744,7 +646,7 @@ void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id) { (void)put(c, id, true); }
 
 pkv_status pkv_kv_disk_flush(pkv_kv_cache *c) {
     if (!c || !c->disk) return PKV_OK;
-    c->disk_pending = 0;
+    c->tier_pending = 0;
     kv_disk *d = c->disk;
     for (int32_t q = c->lru_head; q >= 0 && !disk_off(d); q = c->pages[q].lru_next)
         if (!c->pages[q].on_disk) (void)put(c, q, true);
@@ -754,14 +656,11 @@ pkv_status pkv_kv_disk_flush(pkv_kv_cache *c) {
     return PKV_OK;
 }
 
-void pkv_kv_disk_queue(pkv_kv_cache *c) {
-    if (!c || !c->disk) return;
-    c->disk_pending = 0;
+bool pkv_kv_disk_queue(pkv_kv_cache *c) {
+    if (!c || !c->disk) return true;
     for (int32_t q = c->lru_head; q >= 0 && !disk_off(c->disk); q = c->pages[q].lru_next)
-        if (!c->pages[q].on_disk && !put(c, q, false)) {
-            c->disk_pending = 1; /* the queue is full: the rest at the next call */
-            return;
-        }
+        if (!c->pages[q].on_disk && !put(c, q, false)) return false; /* the queue is full: the rest at the next call */
+    return true;
 }
 
 /* ------------------------------------------------------------ spill */
@@ -867,7 +766,6 @@ static int64_t match_pages(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, co
                            int64_t n_full, const uint64_t *keys, int32_t *st_page, int64_t *st_pos) {
     kv_disk *d = c->disk;
     const int ps = c->page_size;
-    const size_t tb = (size_t)ps * 4;
     const uint64_t lfp = c->layout.fingerprint;
     uint64_t key2 = pkv_kv_fp_seed2(s->fp);
     for (int64_t i = 0; i < m; i++) key2 = pkv_kv_page_key2(c, key2, tokens + i * ps, pos + i * ps);
@@ -884,20 +782,13 @@ static int64_t match_pages(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, co
         }
         pthread_mutex_unlock(&d->mu); /* the writer only adds entries and completes queued ones */
         if (pkv_kv_pool_available(c) < 1) return dep;
-        if ((size_t)dep + 1 > s->cap_own) {
-            void *arr = s->own;
-            size_t cap = s->cap_own;
-            if (pkv_grow(&arr, &cap, (size_t)dep + 1, sizeof(int32_t))) return dep;
-            s->own = arr;
-            s->cap_own = cap;
-        }
         entry_path(d, keys[dep], lfp, path, sizeof path);
         double t0 = pkv_time_now();
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), open_err = fd < 0 ? errno : 0;
         struct stat sb;
-        size_t got = 0, fb = 0; /* the file's size: with or without a state section */
-        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-            ((uint64_t)sb.st_size == d->file_bytes || (uint64_t)sb.st_size == d->file_bytes + d->state_bytes))
+        size_t got = 0, fb = 0; /* the file's size: with or without window and state sections */
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size >= d->g.base_bytes &&
+            (uint64_t)sb.st_size <= d->g.max_bytes)
             fb = (size_t)sb.st_size;
         while (got < fb) {
             ssize_t r = read(fd, d->rbuf + got, fb - got);
@@ -913,31 +804,8 @@ static int64_t match_pages(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, co
         const char *why = NULL;
         if (fd < 0) why = "cannot open it";
         else if (!fb || got != fb) why = "wrong size or short read";
-        else if (memcmp(b, DISK_MAGIC, 8)) why = "bad magic";
-        else if (get32(b + 8) != DISK_VERSION) why = "other format version";
-        else if (get32(b + 20) != (fb > d->file_bytes ? 1u : 0u)) why = "flags that do not match its size";
-        else if (get32(b + 12) != (uint32_t)ps || get32(b + 16) != (uint32_t)c->layout.n_layers)
-            why = "other page size or layer count";
-        else if (get64(b + 24) != lfp) why = "other cache layout (fingerprint)";
-        if (!why) { /* the checksum, chained as it was written */
-            size_t off = DISK_HEADER + 2 * tb;
-            uint64_t h = pkv_hash64(b, off, 0);
-            for (int k = 0; k < d->n_sect; k++) {
-                h = pkv_hash64(b + off, d->sect[k], h);
-                off += d->sect[k];
-            }
-            if (fb > d->file_bytes) {
-                h = pkv_hash64(b + off, d->state_bytes, h);
-                off += d->state_bytes;
-            }
-            if (get64(b + off) != h) why = "checksum mismatch";
-        }
-        if (!why && get64(b + 32) != s->fp) why = "produced by another model (fingerprint)";
-        else if (!why && (get64(b + 40) != keys[dep] || get64(b + 48) != (dep ? keys[dep - 1] : pkv_kv_fp_seed(s->fp)) ||
-                          get64(b + 56) != key2))
-            why = "another prefix chain";
-        else if (!why && (memcmp(b + DISK_HEADER, tk, tb) || memcmp(b + DISK_HEADER + tb, pp, tb)))
-            why = "other tokens or positions";
+        else why = pkv_kv_pimg_check(c, &d->g, b, fb, s->fp, keys[dep], dep ? keys[dep - 1] : pkv_kv_fp_seed(s->fp),
+                                     key2, tk, pp);
         if (why) {
             pthread_mutex_lock(&d->mu);
             if (fd < 0 && open_err == ENOENT) { /* removed behind our back: a miss */
@@ -956,37 +824,18 @@ static int64_t match_pages(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, co
         pthread_mutex_unlock(&d->mu);
         (void)utimensat(AT_FDCWD, path, NULL, 0);
         int32_t id; /* e is not used below: taking a page may evict, write and drop files */
-        pkv_kv_pool_take(c, 1, &id); /* may evict (and write) a cached page: wbuf, not rbuf */
-        size_t off = DISK_HEADER + 2 * tb;
-        pkv_status st = PKV_OK;
-        for (int il = 0; il < c->layout.n_layers && !st; il++)
-            for (int v = 0; v < 2 && !st; v++) {
-                if (d->sect[2 * il + v])
-                    st = pkv_kv_file_move_layer(c, il, v, &id, 1, ps, (uint8_t *)b + off, d->rtmp, true);
-                off += d->sect[2 * il + v];
-            }
+        pkv_status st = pkv_kv_pimg_install(c, &d->g, s, b, dep, keys, key2, d->rtmp, &id);
         if (st) {
             PKV_WARN("KV disk tier %s: writing a loaded page to the device failed (%s)", d->dir, pkv_errmsg());
-            pkv_kv_page_unref(c, id);
             return dep;
         }
-        memcpy(&c->tok[(size_t)id * ps], tk, tb);
-        memcpy(&c->pos[(size_t)id * ps], pp, tb);
-        int32_t prev = dep > 0 ? s->own[dep - 1] : -1;
-        pkv_kv_index_page(c, id, keys[dep], s->fp, prev);
-        kv_page *pg = &c->pages[id];
-        pg->prev_key = dep ? keys[dep - 1] : pkv_kv_fp_seed(s->fp);
-        pg->key2 = key2;
-        pg->on_disk = true;
-        pg->link = -1;
-        pg->st_slot = -1;
-        s->own[dep] = id;
-        s->n_own = (size_t)dep + 1;
-        s->pub_n = dep + 1;
+        c->pages[id].on_disk = true;
+        c->pages[id].on_remote = false;
         /* the state at the page's end, kept for the deepest such page (one at
          * another position is not this chain's boundary and is not used) */
-        if (fb > d->file_bytes && (int64_t)get64(b + off) == (dep + 1) * ps) {
-            memcpy(d->sbuf, b + off, d->state_bytes);
+        const uint8_t *state = pkv_kv_pimg_state(&d->g, b, fb, (dep + 1) * ps);
+        if (state) {
+            memcpy(d->sbuf, state - 8, d->g.state_bytes);
             *st_page = id;
             *st_pos = (dep + 1) * ps;
         }

@@ -264,7 +264,7 @@ static pkv_status check_holders(const kv_file *f, const pkv_mem_kind **k, int n,
     *max_section = 1;
     for (int il = 0; il < f->cache->layout.n_layers; il++) {
         int o = holder(f->cache, k, n, il);
-        if (o < 0 && f->cache->layout.layers[il].remote) continue; /* another rank's: nothing here */
+        if (o < 0 && f->cache->layout.layers[il].other_rank) continue; /* another rank's: nothing here */
         if (o < 0) return pkv_err(PKV_ERR_INTERNAL, "%s: no memory kind holds layer %d", f->path, il);
         size_t b[2];
         int ns = kind_bytes(k[o], f, &part[o], KV_FILE_LAYER, il, b);

@@ -19,7 +19,11 @@ static void full_drop(pkv_kv_cache *c, int32_t id) { kv1_seq_free(c, id); }
 
 static pkv_status full_seq_free(pkv_kv_cache *c, int32_t seq) {
     pkv_status st = kv1_seq_free(c, seq);
-    if (!st && c->disk_pending) pkv_kv_disk_queue(c); /* its pages became cached: to the writer thread */
+    if (!st && c->tier_pending) { /* its pages became cached: to the tiers' writer threads */
+        bool done = pkv_kv_disk_queue(c);
+        done = pkv_kv_remote_queue(c) && done;
+        c->tier_pending = !done;
+    }
     return st;
 }
 
@@ -132,6 +136,7 @@ static void full_stats(const pkv_kv_cache *c, pkv_kv_stats *out) {
     kv1_stats(c, out);
     if (!c || !out) return;
     pkv_kv_disk_stats(c, out);
+    pkv_kv_remote_stats(c, out);
     out->page_bytes = c->page_bytes_all;
 }
 

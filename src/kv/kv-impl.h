@@ -102,7 +102,7 @@ typedef struct kv_layer {
     bool nope;                    /* K is not rotated (pkv_kv_layer_desc.rope_none): a shift leaves it */
     bool v_in_k;                  /* MLA: V is the head of each K row: no V array (hv 0, v_array -1) */
     int rope_off;                 /* K's rotated dims start here (pkv_kv_layer_desc.rope_off) */
-    bool remote;                  /* another rank holds it: no K/V arrays here (pkv_kv_layer_desc.remote) */
+    bool other_rank;              /* another MPI rank holds it: no K/V arrays here (pkv_kv_params.on_other_rank) */
     int state_per_head; /* > 0: recurrent layer: no K/V (dk = dv = 0), a state per sequence */
     int n_parts;        /* recurrent: parts of a head's state, 0 = one (pkv_kv_layer_desc.state_part) */
     int part[PKV_KV_STATE_MAX_PARTS]; /* floats of each part; they sum to state_per_head */
@@ -143,6 +143,7 @@ typedef struct kv_page {
      * whether its file is known to be on disk. */
     uint64_t prev_key, key2;
     bool on_disk;
+    bool on_remote; /* remote tier (kv-redis.c): published (or skipped) since it was indexed */
 } kv_page;
 
 typedef struct kv_node {
@@ -240,8 +241,9 @@ struct pkv_kv_cache {
     int ckpt_interval, ckpt_max;
 
     pkv_kv_stats stats;
-    struct kv_disk *disk; /* disk tier (kv-disk.c), main cache only; NULL = none */
-    int64_t disk_pending; /* pages that became cached since the last flush (maybe not on disk) */
+    struct kv_disk *disk;     /* disk tier (kv-disk.c), main cache only; NULL = none */
+    struct kv_remote *remote; /* remote tier (kv-redis.c), main cache only; NULL = none */
+    int64_t tier_pending; /* pages that became cached since the last flush (maybe not on disk or remote) */
 };
 
 /* Test hook (tests only): when true every prefix hash is the same value, so every
@@ -414,6 +416,53 @@ void pkv_kv_state_permute(const kv_layer *L, int h0, int nh, uint8_t *slot, uint
 pkv_status pkv_kv_state_read(pkv_kv_cache *c, int32_t slot, uint8_t *host);
 pkv_status pkv_kv_state_write(pkv_kv_cache *c, int32_t slot, const uint8_t *host);
 
+/* A stored page (kv-page-image.c): the disk tier's page file and the remote
+ * tier's value are one image format, described there. */
+#define PKV_PIMG_HEADER 72
+typedef struct kv_pimg {
+    size_t base_bytes;  /* an image without a window or state section */
+    size_t win_bytes;   /* a window section (the window pool's layers); 0 without sliding-window layers */
+    size_t state_bytes; /* a state section (u64 pos, the canonical states); 0 without recurrent layers */
+    size_t max_bytes;   /* with every section */
+    int page_size, n_sect;
+    size_t *sect;     /* [n_sect]: bytes of each layer's K and V section in the main pool, in image order */
+    size_t *wsect;    /* [n_sect]: the same in the window pool (its section) */
+    size_t tmp_bytes; /* one page of the largest array: the scratch of encode and install */
+} kv_pimg;
+/* The image geometry of cache c; what names the tier in the message. */
+pkv_status pkv_kv_pimg_init(kv_pimg *g, const pkv_kv_cache *c, const char *what);
+void pkv_kv_pimg_release(kv_pimg *g);
+/* What page id's image will carry: the window pool's page beside it (win, -1 =
+ * none) and the state the page offers to prefix matching (has_state, at spos). */
+typedef struct kv_pimg_plan {
+    int32_t win;
+    bool has_state;
+    int64_t spos;
+    size_t bytes; /* the image's */
+} kv_pimg_plan;
+kv_pimg_plan pkv_kv_pimg_plan(const pkv_kv_cache *c, const kv_pimg *g, int32_t id);
+/* Page id (indexed) into img [plan.bytes], its rows read off the device through
+ * tmp [tmp_bytes]; the checksum is left to pkv_kv_pimg_seal (a writer thread's work). */
+pkv_status pkv_kv_pimg_encode(pkv_kv_cache *c, const kv_pimg *g, int32_t id, kv_pimg_plan plan, uint8_t *img,
+                              uint8_t *tmp);
+void pkv_kv_pimg_seal(const kv_pimg *g, uint8_t *img, size_t bytes);
+/* NULL when image b[n] is the page of producer fp with these chain keys, tokens
+ * and positions (and is whole: size, magic, version, layout, checksum); else why not. */
+const char *pkv_kv_pimg_check(const pkv_kv_cache *c, const kv_pimg *g, const uint8_t *b, size_t n, uint64_t fp,
+                              uint64_t key, uint64_t prev_key, uint64_t key2, const int32_t *tk, const int32_t *pp);
+/* A checked image's state section when it holds the state after `end` tokens, else NULL. */
+const uint8_t *pkv_kv_pimg_state(const kv_pimg *g, const uint8_t *b, size_t n, int64_t end);
+/* A checked image as page dep of s's match (s holds pages [0, dep)): a page taken
+ * from the pool, its rows written through tmp, indexed under keys[dep]; with a
+ * window section also a window-pool page beside it (cached, linked to it: what a
+ * hit on a sliding model needs; skipped when that pool has no page to spare). On
+ * error (PKV_ERR_OUT_OF_PAGES without a page to take) nothing is changed. */
+pkv_status pkv_kv_pimg_install(pkv_kv_cache *c, const kv_pimg *g, kv_seq *s, const uint8_t *b, int64_t dep,
+                               const uint64_t *keys, uint64_t key2, uint8_t *tmp, int32_t *out);
+
+/* The window pool's page published beside main-pool page mp (kv-window.c), or -1. */
+int32_t pkv_kv_window_linked(const pkv_kv_cache *c, int32_t mp);
+
 /* disk tier (kv-disk.c) */
 extern bool pkv_kv_test_disk_fail_write; /* test hook: every page write fails as a full disk would */
 /* Open the directory (lock, marker, index of its page files); PKV_OK and nothing
@@ -421,8 +470,8 @@ extern bool pkv_kv_test_disk_fail_write; /* test hook: every page write fails as
 pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p);
 void pkv_kv_disk_close(pkv_kv_cache *c); /* flushes first */
 /* Queue every cached page not on disk for the writer thread (pkv_kv_disk_flush
- * without the wait). */
-void pkv_kv_disk_queue(pkv_kv_cache *c);
+ * without the wait); false when the queue filled first (the rest at the next call). */
+bool pkv_kv_disk_queue(pkv_kv_cache *c);
 /* Page `id` (indexed) is about to be evicted or has become cached: write it unless on disk. */
 void pkv_kv_disk_put(pkv_kv_cache *c, int32_t id);
 /* Prefix match continued on disk: s holds m matched pages (own list, referenced);
@@ -445,6 +494,23 @@ pkv_status pkv_kv_disk_spill(pkv_kv_cache *c, int32_t seq, int64_t *n_pages, int
 int64_t pkv_kv_disk_spill_plan(pkv_kv_cache *c, int32_t seq, int64_t *n_unwritten);
 bool pkv_kv_disk_on(const pkv_kv_cache *c); /* a disk tier that has not been turned off */
 extern int64_t pkv_kv_test_disk_fail_after; /* test hook: -1, or writes fail once that many pages were written */
+/* remote tier (kv-redis.c; without hiredis every call is a no-op and open
+ * refuses a remote_url naming libhiredis-dev) */
+bool pkv_kv_remote_available(void); /* built with hiredis */
+/* Parse the URL, connect (unreachable: a warning, retried later; a URL that does
+ * not parse, a refused AUTH/SELECT or a peer that is not Redis: an error naming
+ * the URL, password masked), start the writer. PKV_OK and nothing done when
+ * p->remote_url is NULL. On error c->remote stays NULL. */
+pkv_status pkv_kv_remote_open(pkv_kv_cache *c, const pkv_kv_params *p);
+void pkv_kv_remote_close(pkv_kv_cache *c); /* publishes the cached pages first */
+/* Page id (indexed) leaves memory: publish it unless it was (skipped when the queue is full). */
+void pkv_kv_remote_put(pkv_kv_cache *c, int32_t id);
+/* Queue every cached page not published yet; false when the queue filled first. */
+bool pkv_kv_remote_queue(pkv_kv_cache *c);
+/* Prefix match continued in Redis, as pkv_kv_disk_match. */
+int64_t pkv_kv_remote_match(pkv_kv_cache *c, kv_seq *s, const int32_t *tokens, const int32_t *pos, int64_t m,
+                            int64_t n_full, const uint64_t *keys);
+void pkv_kv_remote_stats(const pkv_kv_cache *c, pkv_kv_stats *out);
 /* The seeds of the prefix chains (kv-prefix.c): key's and key2's for producer fp. */
 uint64_t pkv_kv_fp_seed(uint64_t fp);
 uint64_t pkv_kv_fp_seed2(uint64_t fp);

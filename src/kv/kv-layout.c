@@ -165,7 +165,7 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         L->tv = rec ? PKV_TYPE_F32 : d->v_in_k ? d->dtype_k : d->dtype_v;
         L->v_in_k = !rec && d->v_in_k;
         L->rope_off = rec ? 0 : d->rope_off;
-        L->remote = !rec && p->remote && p->remote[il];
+        L->other_rank = !rec && p->on_other_rank && p->on_other_rank[il];
         /* a chunked layer lives in the window pool as a window of its chunk */
         L->window = rec ? 0 : d->chunk > 0 ? d->chunk : d->window;
         L->chunk = rec ? 0 : d->chunk;
@@ -292,10 +292,10 @@ pkv_status pkv_kv_layout_init(pkv_kv_layout *l, const pkv_kv_params *p) {
         geom[il] = (int32_t)((uint32_t)l->layers[il].rope_off << 1 | (uint32_t)l->layers[il].v_in_k);
     if (mla) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x6d6c61ull);
     /* Layers another rank holds have nothing in this cache's files (hashed only when present) */
-    bool remote = false;
-    for (int il = 0; il < l->n_layers; il++) remote |= l->layers[il].remote;
-    for (int il = 0; remote && il < l->n_layers; il++) geom[il] = l->layers[il].remote;
-    if (remote) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x72656dull);
+    bool other = false;
+    for (int il = 0; il < l->n_layers; il++) other |= l->layers[il].other_rank;
+    for (int il = 0; other && il < l->n_layers; il++) geom[il] = l->layers[il].other_rank;
+    if (other) l->fingerprint = pkv_hash64(geom, (size_t)l->n_layers * sizeof(int32_t), l->fingerprint ^ 0x72656dull);
     /* K rotated with other frequency factors is other data (hashed only when present) */
     if (l->n_ff) l->fingerprint = pkv_hash64(l->rope_ff, (size_t)l->n_ff * sizeof *l->rope_ff, l->fingerprint ^ 0x66666ull);
     pkv_free(geom);
@@ -359,7 +359,7 @@ pkv_status pkv_kv_shard(const pkv_kv_cache *c, int il, int ish, pkv_kv_shard_inf
     out->head_begin = sh->head_begin;
     out->n_heads = sh->n_heads;
     out->n_pages = c->n_pages;
-    if (L->remote) return PKV_OK; /* another rank's layer: where it would be stored, no arrays */
+    if (L->other_rank) return PKV_OK; /* another rank's layer: where it would be stored, no arrays */
     if (L->state_per_head > 0) { /* recurrent: state slots, no K/V */
         const kv_state_array *a = &c->st_arrays[sh->s_array];
         out->state = c->st_arenas[a->arena].buf;

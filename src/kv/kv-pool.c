@@ -92,6 +92,7 @@ void pkv_kv_pool_take(pkv_kv_cache *c, int64_t n, int32_t *out) {
         } else {
             id = c->lru_head; /* availability was checked by the caller */
             if (c->disk && !c->pages[id].on_disk) pkv_kv_disk_put(c, id); /* it leaves memory: keep it on disk */
+            if (c->remote && !c->pages[id].on_remote) pkv_kv_remote_put(c, id); /* and in Redis */
             lru_unlink(c, id);
             pkv_kv_index_remove(c, id);
             c->stats.evicted_pages++;
@@ -118,7 +119,7 @@ bool pkv_kv_page_unref(pkv_kv_cache *c, int32_t id) {
     if (--p->refs > 0) return false;
     if (p->indexed) {
         lru_push(c, id);
-        if (c->disk && !p->on_disk) c->disk_pending++;
+        if ((c->disk && !p->on_disk) || (c->remote && !p->on_remote)) c->tier_pending++;
         return false;
     }
     p->free = true;

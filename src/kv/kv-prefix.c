@@ -82,7 +82,8 @@ void pkv_kv_seq_publish_upto(pkv_kv_cache *c, kv_seq *s, int64_t n) {
             index_insert(c, id, pkv_kv_page_key(c, seed, tok, pos), s->fp, prev);
             p->prev_key = seed;
             p->on_disk = false;
-            if (c->disk)
+            p->on_remote = false;
+            if (c->disk || c->remote)
                 p->key2 = pkv_kv_page_key2(c, prev >= 0 ? c->pages[prev].key2 : pkv_kv_fp_seed2(s->fp), tok, pos);
             p->link = -1;
             p->st_slot = -1;
@@ -185,6 +186,10 @@ pkv_status kv1_prefix_match(pkv_kv_cache *c, int32_t seq, const int32_t *tokens,
     c->stats.prefix_hit_pages += (uint64_t)m;
     if (c->disk && m < n_full) { /* the disk tier goes on where memory stopped */
         m = pkv_kv_disk_match(c, s, tokens, pos, m, n_full, keys);
+        s->n_tokens = m * ps;
+    }
+    if (c->remote && m < n_full) { /* and the remote tier where the disk stopped */
+        m = pkv_kv_remote_match(c, s, tokens, pos, m, n_full, keys);
         s->n_tokens = m * ps;
     }
     pkv_free(found);

@@ -301,7 +301,7 @@ static pkv_status window_swap_in(pkv_kv_cache *c, int32_t seq) {
 }
 
 /* The window page published beside main page mp (same sequence, same index). */
-static int32_t linked(const pkv_kv_cache *c, int32_t mp) {
+int32_t pkv_kv_window_linked(const pkv_kv_cache *c, int32_t mp) {
     const kv_page *m = &c->pages[mp];
     const pkv_kv_cache *w = c->sub;
     for (int32_t q = w->buckets[m->key & (w->n_buckets - 1)]; q >= 0; q = w->pages[q].hnext)
@@ -334,7 +334,7 @@ static bool window_prefix_ok(pkv_kv_cache *c, int32_t seq, int64_t m, kv_pending
     int64_t need = m * ps + 1 - c->sub->window;
     wm->first = need > 0 ? need / ps : 0;
     for (int64_t j = m - 1; j >= wm->first; j--)
-        if ((wm->found[j] = linked(c, pkv_kv_seq_page(s, j))) < 0) return false;
+        if ((wm->found[j] = pkv_kv_window_linked(c, pkv_kv_seq_page(s, j))) < 0) return false;
     return true;
 }
 

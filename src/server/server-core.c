@@ -224,6 +224,29 @@ static void api_metrics(srv *s, srv_out *o) {
         C("kv_disk_spill_read_pages_total", "Pages resumed spilled sequences loaded back from disk.",
           st.spill_pages_read);
     }
+    if (s->o.kv_remote) { /* the remote tier (--kv-remote) */
+        const pkv_kv_stats ks = st.kv;
+        G("kv_remote_enabled", "1 while connected to the Redis tier; 0 in an outage (serving goes on without it).",
+          ks.remote_enabled);
+        C("kv_remote_hit_pages_total", "Pages a prefix match loaded from Redis.", ks.remote_hit_pages);
+        C("kv_remote_miss_pages_total", "Lookups whose next page Redis did not have (never written, or evicted).",
+          ks.remote_miss_pages);
+        C("kv_remote_rejected_values_total", "Values that failed a check (size, fingerprints, checksum, tokens): "
+          "deleted, never used.", ks.remote_rejected_values);
+        C("kv_remote_written_pages_total", "Pages published to Redis.", ks.remote_written_pages);
+        C("kv_remote_dropped_pages_total", "Pages not published: the write queue was full (--kv-remote-queue) or "
+          "Redis was down.", ks.remote_dropped_pages);
+        C("kv_remote_errors_total", "Failed connects and commands (each starts a back-off of 1 s, doubling to 8 s in one outage).", ks.remote_errors);
+        C("kv_remote_lookups_total", "Pipelined lookup round trips.", ks.remote_lookups);
+        C("kv_remote_read_bytes_total", "Bytes of values read.", ks.remote_bytes_read);
+        C("kv_remote_written_bytes_total", "Bytes of values written.", ks.remote_bytes_written);
+        metric(&p, &len, &cap, "# HELP pagekv_kv_remote_lookup_seconds_total Time in lookup round trips (latency: "
+               "divided by pagekv_kv_remote_lookups_total).\n# TYPE pagekv_kv_remote_lookup_seconds_total counter\n"
+               "pagekv_kv_remote_lookup_seconds_total %.6f\n", ks.remote_read_seconds);
+        metric(&p, &len, &cap, "# HELP pagekv_kv_remote_write_seconds_total Time the writer spent in SETs.\n"
+               "# TYPE pagekv_kv_remote_write_seconds_total counter\npagekv_kv_remote_write_seconds_total %.6f\n",
+               ks.remote_write_seconds);
+    }
     C("preemptions_total", "Idle contexts swapped out to make room for running requests.", st.preemptions);
     C("prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens);
     C("generation_tokens_total", "Tokens generated.", st.gen_tokens);
@@ -634,6 +657,8 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
     pkv_engine_params ep = pkv_engine_default_params();
     cp.disk_dir = so->kv_disk; /* here, not in page_bytes()'s probe: the directory takes one cache at a time */
     cp.disk_bytes = (uint64_t)so->kv_disk_mib << 20;
+    cp.remote_url = so->kv_remote; /* likewise: the probe would connect */
+    cp.remote_queue_pages = so->kv_remote_queue;
     ep.cache = cp;
     ep.max_seqs = so->parallel;
     ep.max_batch_tokens = so->batch_tokens;

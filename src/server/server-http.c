@@ -410,6 +410,9 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
                        "pagekv serve: KV disk tier %s: %lld page files, %.1f of %.1f MiB (--kv-disk-size)\n", so->kv_disk,
                        (long long)ks.disk_files, (double)ks.disk_bytes_used / 1048576.0,
                        (double)ks.disk_bytes_max / 1048576.0);
+    if (so->kv_remote)
+        bl += snprintf(banner + bl, sizeof banner - (size_t)bl, "pagekv serve: KV remote tier (Redis): %s\n",
+                       ks.remote_enabled ? "connected" : "not reachable yet; retried (see the log)");
     if (s.draft)
         bl += snprintf(banner + bl, sizeof banner - (size_t)bl,
                        "pagekv serve: speculative decoding: %s on %s%s, up to %d proposals per sequence and step\n",

@@ -226,6 +226,13 @@ static void put_json(buf *b, srv *s, const kv_call *k) {
             st->disk_enabled ? "true" : "false", (long long)st->disk_files, (unsigned long long)st->disk_bytes_used,
             (unsigned long long)st->disk_bytes_max, (unsigned long long)st->disk_hit_pages,
             (unsigned long long)st->disk_written_pages, (unsigned long long)st->disk_rejected_files);
+    if (st->remote_configured) /* the remote tier (serve --kv-remote): a shared store, not pages of a pool */
+        put(b, ",{\"name\":\"remote\",\"kind\":\"redis\",\"enabled\":%s,\"hit_pages\":%llu,\"miss_pages\":%llu,"
+               "\"written_pages\":%llu,\"dropped_pages\":%llu,\"rejected_values\":%llu,\"errors\":%llu}",
+            st->remote_enabled ? "true" : "false", (unsigned long long)st->remote_hit_pages,
+            (unsigned long long)st->remote_miss_pages, (unsigned long long)st->remote_written_pages,
+            (unsigned long long)st->remote_dropped_pages, (unsigned long long)st->remote_rejected_values,
+            (unsigned long long)st->remote_errors);
     put(b, "],\"sequences\":[");
     for (int i = 0; i < m->n_seqs; i++) {
         const pkv_kv_snapshot_seq *q = &m->seqs[i];

@@ -25,6 +25,8 @@ typedef struct pkv_serve_opts {
     const char *kv_disk;       /* disk tier directory (pkv_cache_params.disk_dir); NULL = none */
     int64_t kv_disk_mib;       /* its cap in MiB; 0 = the library's default (1 GiB) */
     int kv_spill;              /* pkv_spill_mode of preempted sequences with a disk tier; 0 = auto */
+    const char *kv_remote;     /* remote tier URL (pkv_cache_params.remote_url, redis://...); NULL = none */
+    int kv_remote_queue;       /* its write queue in pages; 0 = the library's default (256) */
     const char *api_key;       /* required as "Authorization: Bearer KEY"; NULL = none */
     const char *chat_template; /* a family name forcing the chat template; NULL = detect */
     const char *alias;         /* model id reported by /v1/models; NULL = file name */

@@ -14,38 +14,14 @@
 #define PKV_VK_POOL_SETS 1024
 #define PKV_VK_POOL_DESCRIPTORS (PKV_VK_POOL_SETS * 6)
 
-/* The pipelines, one compute shader each: X(ID, name, bindings) gives the enum
- * value PKV_VK_K_<ID>, the shader (shaders/<name>.comp) and its number of
- * storage-buffer bindings. */
-#define PKV_VK_PIPELINES(X)                                                                 \
-    X(ADD, add, 3)                                                                          \
-    X(SWIGLU, swiglu, 3)                                                                    \
-    X(RMS_NORM, rms_norm, 3)                                                                \
-    X(SOFTMAX, softmax, 2)                                                                  \
-    X(ARGMAX, argmax, 2)                                                                    \
-    X(GET_ROWS, get_rows, 3)                                                                \
-    X(MATMUL, matmul, 3)                                                                    \
-    X(ROPE, rope, 7)                                                                        \
-    X(SET_ROWS, set_rows, 6)                                                                \
-    X(ATTENTION, attention, 13)                                                             \
-    X(MATMUL_SG, matmul_sg, 3)                                                              \
-    X(SSM_CONV, ssm_conv, 5)                                                                \
-    X(DELTA_NET, delta_net, 8)                                                              \
-    X(SSM_SCAN, ssm_scan, 10)                                                               \
-    X(L2_NORM, l2_norm, 2)                                                                  \
-    X(UNARY, unary, 4)                                                                      \
-    X(MATMUL_INT, matmul_int, 4)         /* matmul and get_rows of the types with an integer form */ \
-    X(GET_ROWS_INT, get_rows_int, 4)     /* (q4_1 .. tq2_0; weights_int.glsl) */            \
-    X(MATMUL_INT_SG, matmul_int_sg, 4)                                                      \
-    X(LAYER_NORM, layer_norm, 4)                                                            \
-    X(ATTENTION_WIN, attention_win, 13)  /* attention over K/V pools bound as several windows */ \
-    X(SET_ROWS_WIN, set_rows_win, 6)     /* set_rows into a pool bound as several windows */ \
-    X(ROPE_WIN, rope_win, 7)             /* rope on rows of a pool bound as several windows */ \
-    X(MOE_ROUTE, moe_route, 4)                                                              \
-    X(MOE_COMBINE, moe_combine, 4)
+/* The pipelines, one per compute shader: the build writes PKV_VK_PIPELINES(X),
+ * X(ID, name) for each src/device/vulkan/shaders/<name>.comp (cmake/shaders.cmake),
+ * giving the enum value PKV_VK_K_<ID>. A pipeline's bindings are the buffers its
+ * dispatches pass (vulkan-kernels.c, `dispatch`). */
+#include "pkv_vk_pipelines.h"
 
 typedef enum pkv_vk_kernel {
-#define PKV_VK_ENUM(id, name, n_bindings) PKV_VK_K_##id,
+#define PKV_VK_ENUM(id, name) PKV_VK_K_##id,
     PKV_VK_PIPELINES(PKV_VK_ENUM)
 #undef PKV_VK_ENUM
     PKV_VK_K_COUNT

@@ -34,9 +34,8 @@
 
 static const struct {
     const char *name;
-    int n_bindings;
 } kinfo[PKV_VK_K_COUNT] = {
-#define KINFO(id, name, n_bindings) [PKV_VK_K_##id] = {#name, n_bindings},
+#define KINFO(id, name) [PKV_VK_K_##id] = {#name},
     PKV_VK_PIPELINES(KINFO)
 #undef KINFO
 };
@@ -60,9 +59,14 @@ void pkv_vk_pipelines_destroy(pkv_vk_ctx *c) {
     }
 }
 
-static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline **out) {
+/* The pipeline of shader k, made on its first dispatch with n_bindings storage
+ * buffers (bindings 0 .. n_bindings - 1); every later dispatch must pass as many. */
+static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, int n_bindings, pkv_vk_pipeline **out) {
     pkv_vk_pipeline *p = &c->pipes[k];
     *out = p;
+    if (p->pipe && p->n_bindings != n_bindings)
+        return pkv_err(PKV_ERR_INTERNAL, "%s: kernel %s dispatched with %d buffers, its pipeline has %d", c->name,
+                       kinfo[k].name, n_bindings, p->n_bindings);
     if (p->pipe) return PKV_OK;
     const pkv_spirv *sp = NULL;
     for (int i = 0; i < pkv_vk_shader_count; i++)
@@ -77,7 +81,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
     smi.pCode = sp->code;
     if ((r = vkCreateShaderModule(c->dev, &smi, NULL, &p->module))) goto fail;
     VkDescriptorSetLayoutBinding b[MAX_BINDINGS];
-    for (int i = 0; i < kinfo[k].n_bindings; i++) {
+    for (int i = 0; i < n_bindings; i++) {
         b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
                                               .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                               .descriptorCount = 1,
@@ -85,7 +89,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
     }
     VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
     dli.flags = c->push_descriptor ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0;
-    dli.bindingCount = (uint32_t)kinfo[k].n_bindings;
+    dli.bindingCount = (uint32_t)n_bindings;
     dli.pBindings = b;
     call = "vkCreateDescriptorSetLayout";
     if ((r = vkCreateDescriptorSetLayout(c->dev, &dli, NULL, &p->dsl))) goto fail;
@@ -105,7 +109,7 @@ static pkv_status pipeline_get(pkv_vk_ctx *c, pkv_vk_kernel k, pkv_vk_pipeline *
     cpi.layout = p->layout;
     call = "vkCreateComputePipelines";
     if ((r = vkCreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe))) goto fail;
-    p->n_bindings = kinfo[k].n_bindings;
+    p->n_bindings = n_bindings;
     return PKV_OK;
 fail:
     if (p->layout) vkDestroyPipelineLayout(c->dev, p->layout, NULL);
@@ -131,6 +135,9 @@ typedef struct {
 static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int nargs, uint32_t *pc, int pc_words,
                            uint64_t groups) {
     const char *kn = kinfo[k].name;
+    if (nargs < 1 || nargs > MAX_BINDINGS)
+        return pkv_err(PKV_ERR_INTERNAL, "%s: kernel %s dispatched with %d buffers (1 to %d)", c->name, kn, nargs,
+                       MAX_BINDINGS);
     VkDescriptorBufferInfo bi[MAX_BINDINGS];
     VkWriteDescriptorSet w[MAX_BINDINGS];
     uint64_t malign = c->limits.storage_align;
@@ -166,7 +173,7 @@ static pkv_status dispatch(pkv_vk_ctx *c, pkv_vk_kernel k, const varg *a, int na
         return pkv_err(PKV_ERR_UNSUPPORTED, "kernel %s on %s: %llu workgroups exceed the device's grid", kn, c->name,
                        (unsigned long long)groups);
     pkv_vk_pipeline *p;
-    pkv_status s = pipeline_get(c, k, &p);
+    pkv_status s = pipeline_get(c, k, nargs, &p);
     if (!s) s = pkv_vk_begin(c);
     if (s) return s;
     VkDescriptorSet set = VK_NULL_HANDLE;

@@ -473,6 +473,14 @@ function diskText(j) {
     (t.enabled ? '' : ' (off after a write error)');
 }
 
+// the remote tier (serve --kv-remote) is a Redis shared by replicas: counts only
+function remoteText(j) {
+  const t = j.tiers.find((x) => x.name === 'remote');
+  if (!t) return '';
+  return ` · Redis: ${t.hit_pages} pages loaded, ${t.written_pages} published` +
+    (t.rejected_values ? `, ${t.rejected_values} rejected` : '') + (t.enabled ? '' : ' (not reachable: retrying)');
+}
+
 function render() {
   if (!kv) return;
   holders = indexHolders(kv);
@@ -485,7 +493,7 @@ function render() {
   $('kv-summary').textContent =
     `device: ${d.used} of ${d.pages} pages held (${shared} shared, ${prefix} in the prefix index), ` +
     `${d.cached} cached, ${d.free} free · host: ${h.used} of ${h.pages} · ` +
-    `${kv.sequences.length} sequences · page ${kv.page_size} tokens` + diskText(kv);
+    `${kv.sequences.length} sequences · page ${kv.page_size} tokens` + diskText(kv) + remoteText(kv);
   $('kv-summary').dataset.shared = shared;
   for (const g of GRIDS) drawGrid(g);
   renderTree(kv);
