@@ -1112,6 +1112,15 @@ static pkv_status rank_layers(pkv_model *m, const char *split) {
     m->n_ranks = n;
     m->rank_first[0] = 0;
     m->rank_first[1] = L;
+    if (n <= 1 && split)
+        return pkv_err(PKV_ERR_INVALID, "%s: rank split '%s' given, but this process is not one of several MPI ranks (start "
+                       "it with mpirun -np N%s)", m->label, split,
+#ifdef PKV_HAVE_MPI
+                       ""
+#else
+                       "; this pagekv was built without MPI: install libopenmpi-dev and rebuild"
+#endif
+        );
     if (n <= 1) return PKV_OK;
     if (m->mtp || m->kv_draft || m->assistant)
         return pkv_err(PKV_ERR_UNSUPPORTED, "%s: a draft, an MTP head or an assistant under %d MPI ranks is not supported "
