@@ -1,5 +1,7 @@
 /* The pagekv command: dispatches to one subcommand per file (cmd-*.c). */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,19 +62,27 @@ static int g_stderr = -1; /* a rank > 0's own stderr, kept while its messages ar
 #define PKV_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 static int start_ranks(int argc, char **argv) {
+    if (!strcmp(argv[1], "serve")) { /* serve takes SIGINT/SIGTERM with sigwait: MPI's threads must not take them */
+        sigset_t sigs;
+        sigemptyset(&sigs);
+        sigaddset(&sigs, SIGINT);
+        sigaddset(&sigs, SIGTERM);
+        sigaddset(&sigs, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    }
     if (pkv_dist_init()) {
         fprintf(stderr, "pagekv %s: %s\n", argv[1], pkv_errmsg());
         return 1;
     }
     const int n = pkv_dist_size();
     if (n <= 1) return 0;
-    static const char *const ok[] = {"run", "logits", "devices", "tokenize"};
+    static const char *const ok[] = {"run", "logits", "devices", "tokenize", "serve"};
     bool allowed = !strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "model");
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) allowed |= !strcmp(argv[1], ok[i]);
     if (!allowed) {
         if (pkv_dist_rank() == 0)
-            fprintf(stderr, "pagekv %s%s%s: not supported under %d MPI ranks (run, logits, bench model, devices and "
-                    "tokenize are; docs/distributed.md)\n", argv[1], argc > 2 && !strcmp(argv[1], "bench") ? " " : "",
+            fprintf(stderr, "pagekv %s%s%s: not supported under %d MPI ranks (run, logits, serve, bench model, devices "
+                    "and tokenize are; docs/distributed.md)\n", argv[1], argc > 2 && !strcmp(argv[1], "bench") ? " " : "",
                     argc > 2 && !strcmp(argv[1], "bench") ? argv[2] : "", n);
         pkv_dist_finalize(0);
         return 2;

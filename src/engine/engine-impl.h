@@ -193,13 +193,28 @@ struct pkv_engine {
     pthread_t th;
     bool running, stop;
     int in_step;                /* guards pkv_engine_step against the thread */
+    /* over MPI ranks (engine-dist.c): rank 0 leads, the others follow its calls */
+    int dist;                   /* ENG_DIST_* */
+    uint64_t *dist_cancel;      /* [n_dist_cancel] leading: ids cancelled since the last step, in order */
+    int n_dist_cancel, dist_cancel_cap;
 };
+
+enum { ENG_DIST_NONE = 0, ENG_DIST_LEAD, ENG_DIST_FOLLOW };
 
 /* engine-sched.c */
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work); /* one step; mu not held */
 /* Final CANCELLED events for everything still unfinished; frees the requests. */
 void pkv_engine_cancel_all(pkv_engine *e);
 void pkv_engine_req_free(pkv_engine *e, eng_req *r);
+/* engine-dist.c. Leading: send the other ranks this step's calls, the requests
+ * head.. (in order, just taken from the queue) and the cancels; mu not held. */
+pkv_status pkv_engine_dist_send(const eng_req *head, const uint64_t *cancel, int n_cancel);
+/* Leading: pkv_engine_cancel's part (mu held): id is logged for the next step. */
+pkv_status pkv_engine_dist_log_cancel(pkv_engine *e, uint64_t id);
+/* Leading: what submit cannot send to the other ranks, refused (PKV_ERR_UNSUPPORTED). */
+pkv_status pkv_engine_dist_check(const pkv_engine *e, const pkv_request_params *rp);
+/* Leading: tell the other ranks to stop (pkv_engine_free); leading ends. */
+void pkv_engine_dist_stop(pkv_engine *e);
 /* engine-contexts.c: swap out the least recently used idle held context (other
  * than keep) whose swap frees device pages. false when none could go. */
 bool pkv_engine_ctx_evict(pkv_engine *e, const pkv_context *keep);

@@ -187,10 +187,31 @@ static void final_deferred(pkv_engine *e, eng_seq *s, const float *lg) {
 
 /* -------------------------------------------------------------- queues */
 
+/* Leading over MPI ranks: send the other ranks the requests taken (head..) and
+ * the cancels logged since the last step (taken from e under mu), then apply
+ * the cancels here, where the other ranks apply theirs: in this step's drain. */
+static pkv_status drain_lead(pkv_engine *e, eng_req *head) {
+    uint64_t *cancel = e->dist_cancel;
+    int n_cancel = e->n_dist_cancel;
+    e->dist_cancel = NULL;
+    e->n_dist_cancel = e->dist_cancel_cap = 0;
+    pthread_mutex_unlock(&e->mu);
+    pkv_status s = pkv_engine_dist_send(head, cancel, n_cancel);
+    for (int k = 0; k < n_cancel; k++)
+        for (int i = 0; i < e->n_reqs; i++)
+            if (e->reqs[i]->id == cancel[k]) {
+                e->reqs[i]->cancel = true;
+                atomic_store(&e->reqs[i]->stop_grammar, true);
+            }
+    pkv_free(cancel);
+    return s;
+}
+
 /* Take submitted requests (in priority order into reqs) and cancellations. */
-static void drain(pkv_engine *e) {
+static pkv_status drain(pkv_engine *e) {
     pthread_mutex_lock(&e->mu);
     int n_in = 0;
+    eng_req *head = NULL; /* the requests taken */
     for (eng_req *r = e->in_head; r; r = r->next) n_in++;
     if (n_in) {
         void *p = e->reqs;
@@ -205,14 +226,17 @@ static void drain(pkv_engine *e) {
                 e->reqs[at] = r;
                 e->n_reqs++;
             }
+            head = e->in_head;
             e->in_head = e->in_tail = NULL;
         } /* else: they stay queued until memory is found */
     }
+    if (e->dist == ENG_DIST_LEAD) return drain_lead(e, head); /* unlocks */
     if (e->cancel_pending) {
         for (int i = 0; i < e->n_reqs; i++) e->reqs[i]->cancel |= e->reqs[i]->cancel_flag;
         e->cancel_pending = false;
     }
     pthread_mutex_unlock(&e->mu);
+    return PKV_OK;
 }
 
 /* Drop finished requests from reqs and the live list, and free them. */
@@ -309,7 +333,7 @@ void pkv_engine_cancel_all(pkv_engine *e) {
     for (eng_req *r = e->in_head; r; r = r->next) r->cancel_flag = true;
     e->cancel_pending = true;
     pthread_mutex_unlock(&e->mu);
-    drain(e);
+    (void)drain(e); /* freeing: leading has ended (pkv_engine_dist_stop), nothing is sent */
     for (int i = 0; i < e->n_reqs; i++) {
         e->reqs[i]->cancel = true;
         req_finish(e, e->reqs[i], PKV_FINISH_CANCELLED, PKV_OK, NULL);
@@ -1568,7 +1592,8 @@ static void ngram_round(pkv_engine *e) {
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     double t0 = pkv_time_now();
     *did_work = false;
-    drain(e);
+    if (drain(e)) /* the ranks broke: this step's forward fails its requests */
+        PKV_WARN("engine: %s", pkv_errmsg());
     for (int i = 0; i < e->n_reqs; i++) {
         eng_req *r = e->reqs[i];
         if (r->cancel && r->n_final < r->n) {

@@ -202,6 +202,7 @@ fail:
 void pkv_engine_free(pkv_engine *e) {
     if (!e) return;
     pkv_engine_stop(e);
+    pkv_engine_dist_stop(e); /* before cancel_all: its drain sends nothing then */
     pkv_engine_cancel_all(e);
     pkv_fwd_ws_free(e->ws);
     pkv_kv_cache_free(e->own_cache); /* a use_cache stays the caller's */
@@ -230,6 +231,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->b_embd);
     pkv_free(e->reqs);
     pkv_free(e->live);
+    pkv_free(e->dist_cancel);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     pkv_free(e);
@@ -494,6 +496,7 @@ pkv_status pkv_engine_submit(pkv_engine *e, const pkv_request_params *rp, uint64
                             "context's KV is the model's default set's; pkv_model_lora_apply)");
     }
     r->fp = !e->fp ? 0 : r->has_lora ? pkv_lora_set_fingerprint(e->m, &r->lora) : e->fp;
+    if (!s && e->dist == ENG_DIST_LEAD) s = pkv_engine_dist_check(e, rp);
     if (s) {
         pkv_engine_req_free(e, r);
         return s;
@@ -581,6 +584,10 @@ pkv_status pkv_engine_cancel(pkv_engine *e, uint64_t id) {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_live; i++)
         if (e->live[i]->id == id) {
+            if (e->dist == ENG_DIST_LEAD) { /* taken at the next step, with the other ranks */
+                s = pkv_engine_dist_log_cancel(e, id);
+                break;
+            }
             e->live[i]->cancel_flag = true;
             atomic_store(&e->live[i]->stop_grammar, true);
             e->cancel_pending = true;
@@ -589,7 +596,7 @@ pkv_status pkv_engine_cancel(pkv_engine *e, uint64_t id) {
             break;
         }
     pthread_mutex_unlock(&e->mu);
-    if (s) pkv_err(s, "cancel: no unfinished request has id %llu", (unsigned long long)id);
+    if (s == PKV_ERR_NOT_FOUND) pkv_err(s, "cancel: no unfinished request has id %llu", (unsigned long long)id);
     return s;
 }
 

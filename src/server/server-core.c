@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "engine/engine-dist.h"
 #include "model/gguf.h"
 #include "server/server-http.h"
 
@@ -343,6 +344,8 @@ enum {
     R_EMPTY = 16,  /* with R_JSON: an empty POST body is {} */
     R_ANTHROPIC = 32, /* errors in Anthropic's shape (srv_error_anthropic) */
     R_ARRAY = 64,  /* with R_JSON: the body may be a JSON array instead */
+    R_ONE_RANK = 128, /* a POST changes contexts or adapters outside the engine's steps, which rank 0 sends
+                         the other MPI ranks: refused under ranks (501) */
 };
 
 static void rt_health(srv *s, const route_req *q, srv_out *o) {
@@ -420,9 +423,9 @@ static const struct srv_route {
     {"/rerank", M_POST, R_JSON, rt_rerank},
     {"/v1/reranking", M_POST, R_JSON, rt_rerank},
     {"/reranking", M_POST, R_JSON, rt_rerank},
-    {"/v1/contexts", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_contexts},
-    {"/v1/responses", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY, rt_responses},
-    {"/lora-adapters", M_GET | M_POST, R_JSON | R_ARRAY, rt_lora},
+    {"/v1/contexts", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY | R_ONE_RANK, rt_contexts},
+    {"/v1/responses", M_GET | M_POST | M_DELETE, R_SUBTREE | R_JSON | R_EMPTY | R_ONE_RANK, rt_responses},
+    {"/lora-adapters", M_GET | M_POST, R_JSON | R_ARRAY | R_ONE_RANK, rt_lora},
 };
 
 /* The route of url (NULL: none), with what follows its path in *rest. */
@@ -481,6 +484,9 @@ static void handle(srv *s, const struct srv_route *r, route_req *q, const char *
         if (r->methods == M_POST) return srv_error(o, 405, "use POST %s", url);
         return srv_error(o, 405, "%s is not a method of %s", method, url);
     }
+    if (m != M_GET && (r->flags & R_ONE_RANK) && pkv_dist_size() > 1)
+        return srv_error(o, 501, "%s %s is not supported under %d MPI ranks (docs/distributed.md)", method, url,
+                         pkv_dist_size());
     if (m == M_POST && (r->flags & R_JSON) && !route_json(r, q, &q->body, o)) return;
     r->fn(s, q, o);
 }
@@ -623,6 +629,11 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         return false;
     }
     if (!pick_template(s, model_path)) return false;
+    if (so->mmproj && pkv_dist_size() > 1) { /* its encoder would run on rank 0 alone, outside the engine */
+        fprintf(stderr, "pagekv serve: --mmproj under %d MPI ranks is not supported (docs/distributed.md)\n",
+                pkv_dist_size());
+        return false;
+    }
     if (so->mmproj) {
         s->mm = pkv_mmproj_load(so->mmproj, s->m, NULL);
         if (!s->mm) {
@@ -684,6 +695,14 @@ bool srv_start(srv *s, const char *model_path, const pkv_setup_model_opts *mo) {
         gp.ctx_pages = so->context_pages > 0 ? so->context_pages : ks.n_pages / 2;
         s->ctx_pages = gp.ctx_pages;
         s->responses_pages = so->responses_pages > 0 ? so->responses_pages : (ks.n_pages + 3) / 4;
+    }
+    if (pkv_dist_rank() > 0) { /* it follows rank 0's engine (pkv_serve_run) */
+        s->follow = eng;
+        return true;
+    }
+    if (pkv_engine_dist_lead(eng)) { /* before the worker's first step */
+        pkv_engine_free(eng);
+        return false;
     }
     s->responses = srv_resp_store_new(so->responses_max, so->responses_ttl_s);
     s->g = s->responses ? srv_gen_create_engine(eng, gp) : NULL;

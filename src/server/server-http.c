@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "engine/engine-dist.h"
 #include "model/gguf.h"
 #include "server/server-http.h"
 
@@ -368,6 +369,18 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     }
     if (!srv_start(&s, mo->model, mo)) goto out;
     started = true;
+    if (s.follow) { /* a rank > 0 under mpirun: no HTTP; rank 0's steps until it stops (docs/distributed.md) */
+        pthread_mutex_lock(&sw.mu);
+        sw.ready = true; /* SIGINT/SIGTERM: rank 0 drains, then says stop */
+        pthread_mutex_unlock(&sw.mu);
+        pkv_status fs = pkv_engine_dist_follow(s.follow);
+        if (fs) fprintf(stderr, "pagekv serve: %s\n", pkv_errmsg());
+        pkv_engine_free(s.follow);
+        s.follow = NULL;
+        s.c = NULL;
+        rc = fs ? 1 : 0;
+        goto out;
+    }
     uint64_t pb = s.page_bytes;
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                              MHD_USE_ERROR_LOG,

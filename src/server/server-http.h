@@ -17,6 +17,7 @@ typedef struct srv {
     pkv_model_info draft_info; /* its info (when draft) */
     pkv_kv_cache *c;
     srv_gen *g;
+    pkv_engine *follow; /* a rank > 0 under mpirun: the engine that follows rank 0's (no HTTP, no worker) */
     pkv_model_info info;
     char model_id[256];
     char model_path[1024]; /* the GGUF file served (/props) */
