@@ -19,10 +19,31 @@
 static pid_t ts_pids[TS_MAX_SERVERS];
 static int ts_n_pids;
 
+static bool ts_groups[TS_MAX_SERVERS]; /* started under a launcher (mpirun), whose children are the servers */
+
+/* The children of pid (a launcher's: mpirun's ranks, each in its own process
+ * group), at most max; how many. */
+static inline int ts_children(pid_t pid, pid_t *out, int max) {
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "pgrep -P %d", (int)pid);
+    FILE *f = popen(cmd, "r");
+    int n = 0, c;
+    while (f && n < max && fscanf(f, "%d", &c) == 1) out[n++] = (pid_t)c;
+    if (f) pclose(f);
+    return n;
+}
+
+/* SIGKILL to pid, and first to its children when it is a launcher. */
+static inline void ts_kill_tree(pid_t pid, bool launcher) {
+    pid_t ch[64];
+    for (int i = 0, n = launcher ? ts_children(pid, ch, 64) : 0; i < n; i++) kill(ch[i], SIGKILL);
+    kill(pid, SIGKILL);
+}
+
 static inline void ts_kill_all(void) {
     for (int i = 0; i < ts_n_pids; i++)
         if (ts_pids[i] > 0) {
-            kill(ts_pids[i], SIGKILL);
+            ts_kill_tree(ts_pids[i], ts_groups[i]); /* mpirun and every rank */
             waitpid(ts_pids[i], NULL, 0);
             ts_pids[i] = 0;
         }
@@ -33,16 +54,19 @@ static inline void ts_sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Start `pagekv serve ARGS --host 127.0.0.1 --port 0 --port-file ...`; its
- * output goes to log (a file). Returns the pid (> 0) and the port in *port, or
- * -1 when it did not come up within 30 s (its exit status in *port then). */
-static inline pid_t ts_start(const char *args, const char *log, int *port) {
+/* Start `LAUNCHER pagekv serve ARGS --host 127.0.0.1 --port 0 --port-file ...`
+ * (launcher: e.g. "mpirun -np 2", whose children ts_kill_all kills with it; ""
+ * for none); its output goes to log (a file). Returns the pid
+ * (> 0) and the port in *port, or -1 when it did not come up within 30 s (its
+ * exit status in *port then). */
+static inline pid_t ts_start_under(const char *launcher, const char *args, const char *log, int *port) {
     static int k = 0;
     const char *bin = getenv("PKV_CLI");
     char pf[512], cmd[4096];
     snprintf(pf, sizeof pf, "%s", th_tmp(k++ % 2 ? "port-b" : "port-a"));
     unlink(pf);
-    snprintf(cmd, sizeof cmd, "exec '%s' serve %s --host 127.0.0.1 --port 0 --port-file '%s' >'%s' 2>&1", bin, args, pf, log);
+    snprintf(cmd, sizeof cmd, "exec %s '%s' serve %s --host 127.0.0.1 --port 0 --port-file '%s' >'%s' 2>&1", launcher, bin,
+             args, pf, log);
     if (ts_n_pids == 0) atexit(ts_kill_all);
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -51,7 +75,7 @@ static inline pid_t ts_start(const char *args, const char *log, int *port) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    if (ts_n_pids < TS_MAX_SERVERS) ts_pids[ts_n_pids++] = pid;
+    if (ts_n_pids < TS_MAX_SERVERS) ts_groups[ts_n_pids] = *launcher, ts_pids[ts_n_pids++] = pid;
     for (int i = 0; i < 600; i++) {
         FILE *f = fopen(pf, "r");
         if (f) {
@@ -76,6 +100,8 @@ static inline pid_t ts_start(const char *args, const char *log, int *port) {
     return -1;
 }
 
+static inline pid_t ts_start(const char *args, const char *log, int *port) { return ts_start_under("", args, log, port); }
+
 /* Send sig and wait (at most 30 s, then SIGKILL). Returns the exit status, or
  * -2 when it had to be killed or died from a signal. */
 static inline int ts_stop(pid_t pid, int sig) {
@@ -90,7 +116,9 @@ static inline int ts_stop(pid_t pid, int sig) {
         }
         ts_sleep_ms(50);
     }
-    kill(pid, SIGKILL);
+    bool launcher = false;
+    for (int j = 0; j < ts_n_pids; j++) launcher |= ts_pids[j] == pid && ts_groups[j];
+    ts_kill_tree(pid, launcher);
     waitpid(pid, &st, 0);
     for (int j = 0; j < ts_n_pids; j++)
         if (ts_pids[j] == pid) ts_pids[j] = 0;

@@ -215,7 +215,7 @@ static bool same_file(const char *a, const char *b, long *len) {
 }
 
 /* The CLI under mpirun: greedy `run` text and `logits -o` equal one process's;
- * `serve` is refused naming the ranks. */
+ * `demo` is refused naming the ranks (serve runs: test-server-dist). */
 static void cli_checks(const char *model, const char *tmp, const char *log) {
     const char *cli = getenv("PKV_CLI");
     if (!cli) {
@@ -250,10 +250,10 @@ static void cli_checks(const char *model, const char *tmp, const char *log) {
                 eq ? "equal to" : "NOT equal to");
     }
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "timeout -k 5 60 mpirun --oversubscribe -np 2 '%s' serve -m '%s' > '%s' 2>&1", cli, model, log);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 60 mpirun --oversubscribe -np 2 '%s' demo -m '%s' > '%s' 2>&1", cli, model, log);
     int rc = system(cmd);
     char *l = slurp(log);
-    CHECK(rc != 0 && l && strstr(l, "pagekv serve: not supported under 2 MPI ranks"));
+    CHECK(rc != 0 && l && strstr(l, "pagekv demo: not supported under 2 MPI ranks"));
     free(l);
 }
 
