@@ -1,7 +1,5 @@
 /* The pagekv command: dispatches to one subcommand per file (cmd-*.c). */
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +8,9 @@
 
 #include "cli/commands.h"
 #include "pagekv.h"
+#ifdef PKV_HAVE_SERVER
+#include "setup/serve.h"
+#endif
 
 typedef struct {
     const char *name;
@@ -62,14 +63,9 @@ static int g_stderr = -1; /* a rank > 0's own stderr, kept while its messages ar
 #define PKV_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 static int start_ranks(int argc, char **argv) {
-    if (!strcmp(argv[1], "serve")) { /* serve takes SIGINT/SIGTERM with sigwait: MPI's threads must not take them */
-        sigset_t sigs;
-        sigemptyset(&sigs);
-        sigaddset(&sigs, SIGINT);
-        sigaddset(&sigs, SIGTERM);
-        sigaddset(&sigs, SIGPIPE);
-        pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    }
+#ifdef PKV_HAVE_SERVER
+    if (!strcmp(argv[1], "serve")) pkv_serve_block_signals(); /* before MPI's threads, which must not take them */
+#endif
     if (pkv_dist_init()) {
         fprintf(stderr, "pagekv %s: %s\n", argv[1], pkv_errmsg());
         return 1;

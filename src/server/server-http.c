@@ -313,6 +313,17 @@ static void *watch_signals(void *ud) {
     return NULL;
 }
 
+void pkv_serve_block_signals(void) {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGPIPE);
+    /* Every thread started from here on inherits the mask; a thread takes
+     * SIGINT/SIGTERM with sigwait, SIGPIPE is never delivered. */
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+}
+
 int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     srv s;
     memset(&s, 0, sizeof s);
@@ -320,14 +331,7 @@ int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so) {
     int rc = 1;
     bool started = false;
     struct MHD_Daemon *d = NULL;
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGPIPE);
-    /* Every thread started from here on inherits the mask; the main thread takes
-     * SIGINT/SIGTERM with sigwait, SIGPIPE is never delivered. */
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    pkv_serve_block_signals();
 
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);

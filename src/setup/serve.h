@@ -100,5 +100,9 @@ pkv_serve_opts pkv_serve_default_opts(void);
 /* Load the model, start serving, return the process exit code after SIGINT or
  * SIGTERM (in-flight requests are drained first). */
 int pkv_serve_run(const pkv_setup_model_opts *mo, const pkv_serve_opts *so);
+/* Block SIGINT, SIGTERM and SIGPIPE in this thread, and so in the threads it
+ * starts after (pkv_serve_run takes the first two with sigwait). main calls it
+ * before MPI starts its threads, which would otherwise take them. */
+void pkv_serve_block_signals(void);
 
 #endif
