@@ -4,8 +4,9 @@
  * other ranks, which follow. The same requests, sent concurrently (greedy and
  * seeded completions, n = 2, a chat), then a prefix hit, must give the same
  * text (and cached_tokens) under `mpirun -np 2` and `-np 3` as from a server in
- * one process. /metrics answers; the contexts API is refused (501); SIGTERM to
- * rank 0 stops every rank (exit 0). Skips, saying so, without the HTTP server,
+ * one process, also after a client left a stream (a cancel sent to the other
+ * ranks). /metrics answers; the contexts API (501) and constrained output (503)
+ * are refused; SIGTERM to rank 0 stops every rank (exit 0). Skips, saying so, without the HTTP server,
  * without MPI in the build, or without mpirun (openmpi-bin). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,12 +109,23 @@ static bool serve_and_ask(const char *launcher, const char *model, int np, answe
         CHECK(pid > 0);
         return false;
     }
+    if (np > 1) { /* a cancel first: a client that leaves a long stream (the requests after must still agree) */
+        const char *body = "{\"prompt\":\"x\",\"max_tokens\":1900,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
+        ts_http(port, "--max-time 0.3 -N -H 'Content-Type: application/json' -d '%s' /v1/completions", body);
+    }
     bool ok = ask(port, a);
     CHECK(ok);
     CHECK_INT(ts_http(port, "/metrics"), 200);
-    CHECK(strstr(ts_body, "pagekv_prompt_tokens_total") || strstr(ts_body, "pagekv_requests_running"));
-    if (np > 1) { /* what runs outside the engine's steps is refused, naming the ranks */
+    CHECK(strstr(ts_body, "pagekv_requests_running") != NULL);
+    if (np > 1) {
+        const char *key = "\npagekv_client_disconnects_total ", *d = strstr(ts_body, key);
+        CHECK(d && atoi(d + strlen(key)) >= 1);
+        fprintf(stderr, "-np %d: client disconnects (cancels) %d\n", np, d ? atoi(d + strlen(key)) : -1);
+        /* what runs outside the engine's steps, or cannot cross as a record, is refused, naming the ranks */
         CHECK_INT(ts_http(port, "-H 'Content-Type: application/json' -d '{}' /v1/contexts"), 501);
+        CHECK(strstr(ts_body, "MPI ranks") != NULL);
+        CHECK_INT(ts_http(port, "-H 'Content-Type: application/json' -d '{\"prompt\":\"hi\",\"max_tokens\":4,"
+                          "\"response_format\":{\"type\":\"json_object\"}}' /v1/completions"), 503);
         CHECK(strstr(ts_body, "MPI ranks") != NULL);
     }
     /* SIGTERM to rank 0 (the process that listens): it drains, tells the other
