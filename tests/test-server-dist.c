@@ -2,12 +2,12 @@
 /* pagekv serve under mpirun (docs/distributed.md, "pagekv serve over ranks"):
  * rank 0 answers HTTP and sends each engine step's submits and cancels to the
  * other ranks, which follow. The same requests, sent concurrently (greedy and
- * seeded completions, n = 2, a chat), then a prefix hit, must give the same
- * text (and cached_tokens) under `mpirun -np 2` and `-np 3` as from a server in
- * one process, also after a client left a stream (a cancel sent to the other
- * ranks). /metrics answers; the contexts API (501) and constrained output (503)
- * are refused; SIGTERM to rank 0 stops every rank (exit 0). Skips, saying so, without the HTTP server,
- * without MPI in the build, or without mpirun (openmpi-bin). */
+ * seeded completions, n = 2, a chat, embeddings), then a prefix hit, must give
+ * the same text, vectors and cached_tokens under `mpirun -np 2` and `-np 3` as a
+ * server in one process, also after a client left a stream (a cancel sent to the
+ * other ranks). /metrics answers; the contexts API (501) and constrained output
+ * (503) are refused; SIGTERM to rank 0 stops every rank (exit 0). Skips, saying
+ * so, without the HTTP server, MPI in the build, or mpirun (openmpi-bin). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +26,7 @@ static const struct {
     {"/v1/completions", "{\"prompt\":\"hello world\",\"max_tokens\":12,\"temperature\":0.8,\"seed\":3,\"n\":2}"},
     {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi there, who are you?\"}],"
                              "\"max_tokens\":16,\"seed\":11}"},
-    {"/v1/completions", "{\"prompt\":\"a b c d\",\"max_tokens\":24,\"temperature\":0,\"stop\":[\"zz\"]}"},
+    {"/v1/embeddings", "{\"input\":[\"hello world\",\"a b c d e\"]}"}, /* through the engine too */
     /* a prefix hit: the same long prompt twice, one after the other */
     {"/v1/completions", "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}"},
     {"/v1/completions", "{\"prompt\":\"%s and then\",\"max_tokens\":8,\"temperature\":0}"},
@@ -52,6 +52,16 @@ static bool parse(const char *body, char *text, size_t size, long long *cached) 
     json_error_t je;
     json_t *j = json_loads(body, 0, &je);
     json_t *ch = j ? json_object_get(j, "choices") : NULL;
+    if (j && json_is_array(json_object_get(j, "data"))) { /* embeddings: their digits, hashed (FNV-1a) */
+        char *d = json_dumps(json_object_get(j, "data"), JSON_COMPACT);
+        uint64_t h = 1469598103934665603ull;
+        for (const char *c = d ? d : ""; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+        snprintf(text, size, "embeddings %zu bytes, hash %016llx", d ? strlen(d) : 0, (unsigned long long)h);
+        free(d);
+        *cached = 0;
+        json_decref(j);
+        return true;
+    }
     if (!json_is_array(ch) || !json_array_size(ch)) {
         fprintf(stderr, "no choices in: %.300s\n", body);
         json_decref(j);
@@ -99,7 +109,7 @@ static bool ask(int port, answer *a) {
 /* Start a server (launcher "" or mpirun ...), ask, check what only ranks do, stop. */
 static bool serve_and_ask(const char *launcher, const char *model, int np, answer *a) {
     char args[1024], log[512];
-    snprintf(args, sizeof args, "-m '%s' -t 1 --parallel 4", model);
+    snprintf(args, sizeof args, "-m '%s' -t 1 --parallel 4 --pooling mean", model);
     snprintf(log, sizeof log, "%s", th_tmp(np > 1 ? "sd-ranks.log" : "sd-one.log"));
     int port = 0;
     pid_t pid = ts_start_under(launcher, args, log, &port);
