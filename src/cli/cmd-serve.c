@@ -138,7 +138,10 @@ static void serve_usage(FILE *f) {
             "                         others 0); GET/POST /lora-adapters list and set the scales\n"
             "  --detect-template FILE print the family a Jinja chat template file is recognised as, and exit\n"
             "SIGINT/SIGTERM: stop accepting, finish the requests in flight (at most 60 s), exit 0; during\n"
-            "start-up (loading, compiling the chat template) they end the process at once.\n",
+            "start-up (loading, compiling the chat template) they end the process at once.\n"
+            "Under mpirun -np N the model's layers are split over the ranks: rank 0 serves HTTP and sends\n"
+            "each engine step's requests to the others (not the contexts API, /v1/responses, --mmproj or\n"
+            "constrained output; docs/distributed.md).\n",
             d.host, d.port, d.parallel, pkv_tpl_names(), d.max_body, d.max_header, d.max_conns, d.queue, d.timeout_s,
             d.max_contexts, d.ctx_swap_s, d.ctx_ttl_s, d.responses_max, d.responses_ttl_s, d.max_media_bytes, d.max_audio_seconds, (long long)d.template_time_ms,
             (long long)d.template_mem_mib, (long long)d.template_budget_mib, d.max_embed_inputs);
