@@ -121,10 +121,11 @@ static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_f
      * (they would not be those of its last token; the normal end set them), unless
      * last_pending kept them for it (s->lp_ok), or nothing has run (a first round's
      * step: the context's own). */
-    int64_t len = r->p.context && s->kv >= 0 ? pkv_kv_seq_len(e->c, s->kv) : -1;
-    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR) &&
-        !(s->lp_ok && len == s->n_tok - 1) && !(s->dfirst && len == s->n_tok))
-        pkv_context_set_logits(r->p.context, NULL);
+    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR)) {
+        int64_t len = s->kv >= 0 ? pkv_kv_seq_len(e->c, s->kv) : -1;
+        if (!(s->lp_ok && len == s->n_tok - 1) && !(s->dfirst && len == s->n_tok))
+            pkv_context_set_logits(r->p.context, NULL);
+    }
     if (r->p.on_event) go = r->p.on_event(&ev, r->p.user);
     if (fin != PKV_FINISH_NONE) {
         seq_release(e, s);
