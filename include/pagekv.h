@@ -1607,7 +1607,9 @@ typedef struct pkv_spec_stats {
  * layer, the cache layer, both devices and the fix. An MTP head turns on
  * pkv_context_keep_hidden for the target: create it before decoding the prompt,
  * else the first call drafts nothing (the head needs the target's hidden state of
- * every token). Both models, the target context and its cache must outlive the
+ * every token); so does Gemma 4's assistant (its first round of a call starts from
+ * the state of the token before the target's last; without it that round proposes
+ * nothing). Both models, the target context and its cache must outlive the
  * result. NULL on failure (nothing stays allocated). */
 pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params p);
 /* Frees the engine and the draft's cache; the target context stays. NULL: no-op. */
@@ -1616,8 +1618,9 @@ void pkv_spec_free(pkv_spec *s);
 /* pkv_generate with speculation: same contract and same end state (up to n_max
  * tokens passed to on_token, stopping after an end-of-generation token or when
  * on_token returns false; afterwards the target holds every emitted token but the
- * last, with the logits of its last token). Needs target logits; the first token
- * is sampled from them, and the draft proposes from the second round on. The draft
+ * last, with the logits of its last token). Needs target logits; the first round
+ * drafts from the target's last token and verifies its first proposal against
+ * them (a round that proposes nothing samples the first token from them). The draft
  * catches up with the target's tokens by itself (the target may be changed
  * between calls: an own-cache draft reuses its pages of the common prefix and
  * decodes the rest). A context holding media rows is refused
@@ -1748,7 +1751,10 @@ typedef struct pkv_request_params {
      * own-cache draft decodes them, reusing its published pages; an MTP head needs
      * the model's hidden state of each of them: from this request's steps or kept by
      * the context, pkv_context_keep_hidden, else the request goes without the
-     * draft); not for a context holding media rows. It is batched, and preempted by swap
+     * draft); not for a context holding media rows. With n_prompt 0 and a draft, the
+     * first round drafts from ctx's last token and verifies the first proposal
+     * against ctx's logits (as llama.cpp's first round from a prompt's last token;
+     * the assistant needs ctx's kept hidden states for it). It is batched, and preempted by swap
      * (or by truncating ctx back to its length at admission and recomputing), like
      * any other. After a cancelled or failed request ctx holds a prefix of
      * prompt + generated tokens, without logits, and may be left swapped
