@@ -1110,6 +1110,28 @@ int32_t pkv_model_eos(const pkv_model *m);
  * after such a token. False for a NULL model or an id out of range. */
 bool pkv_model_is_eog(const pkv_model *m, int32_t id);
 
+/* Render a chat request to a prompt exactly as pagekv serve (/apply-template,
+ * /v1/chat/completions) and run -cnv do: the same Jinja interpreter, built-in
+ * families and request handling (docs/python.md, docs/server.md).
+ * request_json: an OpenAI chat body, e.g. {"messages": [...], "tools": [...],
+ * "add_generation_prompt": true, "continue_final_message": false,
+ * "chat_template_kwargs": {...}, "reasoning_effort": "low"}.
+ * template_src: Jinja text, a built-in family's name ("chatml", "llama3", ...), or
+ * NULL for m's tokenizer.chat_template (PKV_ERR_NOT_FOUND when it has none).
+ * m gives the bos_token/eos_token text and whether its tokenizer adds BOS (a
+ * leading BOS text is then taken off); m may be NULL with a template_src, the
+ * request's "bos_token"/"eos_token" strings then stand in ("" when absent).
+ * now: the clock for dates (Unix seconds; 0 = now). On success *prompt (NUL-
+ * terminated, *prompt_len bytes when prompt_len is not NULL) and, when spans is
+ * not NULL, *n_spans sorted [start, end) byte pairs in *spans (2 * n_spans values)
+ * covering the message texts, for pkv_model_tokenize_spans; free both with
+ * pkv_chat_render_free. Errors: PKV_ERR_INVALID for bad JSON, a template that
+ * does not parse or fails (raise_exception's message in pkv_errmsg()), a bad
+ * request; PKV_ERR_UNSUPPORTED when libpagekv was built without jansson. */
+pkv_status pkv_chat_render(const pkv_model *m, const char *template_src, const char *request_json, int64_t now,
+                           char **prompt, size_t *prompt_len, size_t **spans, size_t *n_spans);
+void pkv_chat_render_free(char *prompt, size_t *spans);
+
 /* Test models with random weights (`pagekv mkmodel`). Weights are scaled so
  * activations stay in a sane range; the vocabulary is a small byte-level BPE of
  * printable words (or none). */

@@ -47,7 +47,7 @@ pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char
                         char *err, size_t err_size);
 /* pkv_chat_init over a model's vocabulary: its BOS/EOS text (special tokens
  * rendered; "" where it has none) and whether its tokenizer adds BOS. */
-pkv_chat *pkv_chat_init_model(pkv_model *m, const char *src, size_t len, char *err, size_t err_size);
+pkv_chat *pkv_chat_init_model(const pkv_model *m, const char *src, size_t len, char *err, size_t err_size);
 void pkv_chat_free(pkv_chat *c);
 /* Whether the template renders a system message (else llama.cpp's rule: the
  * first system text is joined to the next message). */
