@@ -1,6 +1,7 @@
 /* The chat layer (src/chat/): chat templates (chat-template.c over the Jinja
  * interpreter, jinja.h), the built-in families, and UTF-8 helpers for streamed
- * text. Used alike by pagekv serve, run -cnv and the tests; plain C and jansson,
+ * text. Used alike by pagekv serve, run -cnv, pkv_chat_render (chat-api.c: the
+ * Python bindings) and the tests; in libpagekv when jansson is found; plain C and jansson,
  * no HTTP. */
 #ifndef PKV_CHAT_H
 #define PKV_CHAT_H
