@@ -65,9 +65,11 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #define QB_NAME(n) a_##n
 #define QB_VNNI 0
 #define QB_NXMAX 8
+#define QB_RNX 4
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
 #undef QB_NXMAX
+#undef QB_RNX
 #undef QB_T
 #undef QB_DOT_U8
 
@@ -121,6 +123,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q8_0 = a_q8_0,
     .q4_0 = a_q4_0,
     .sup = QB_SUP_TABLE,
+    .q4_kr = a_q4_kr,
     .mxfp4 = a_mxfp4,
     .more = QB_MORE_TABLE,
     .slow = QB_MORE_SLOW,

@@ -60,9 +60,11 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #define QB_NAME(n) v_##n
 #define QB_VNNI 1
 #define QB_NXMAX 8
+#define QB_RNX 8
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
 #undef QB_NXMAX
+#undef QB_RNX
 #undef QB_T
 #undef QB_DOT_U8
 
@@ -136,6 +138,7 @@ const pkv_cpu_dots pkv_cpu_dots_vnni = {
     .q8_0 = v_q8_0,
     .q4_0 = v_q4_0,
     .sup = QB_SUP_TABLE,
+    .q4_kr = v_q4_kr,
     .mxfp4 = v_mxfp4,
     .more = QB_MORE_TABLE,
     .slow = QB_MORE_SLOW,
