@@ -65,11 +65,9 @@ T static inline __m256i dot_u8(__m256i u, __m256i x) {
 #define QB_NAME(n) a_##n
 #define QB_VNNI 0
 #define QB_NXMAX 8
-#define QB_RNX 4
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
 #undef QB_NXMAX
-#undef QB_RNX
 #undef QB_T
 #undef QB_DOT_U8
 

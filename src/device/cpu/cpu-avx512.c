@@ -60,11 +60,9 @@ V static inline __m256i v_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32
 #define QB_NAME(n) v_##n
 #define QB_VNNI 1
 #define QB_NXMAX 8
-#define QB_RNX 8
 #include "device/cpu/cpu-qdot-body.h"
 #undef QB_VNNI
 #undef QB_NXMAX
-#undef QB_RNX
 #undef QB_T
 #undef QB_DOT_U8
 

@@ -6,7 +6,7 @@
  *                    u unsigned bytes (<= 128 in the products used here), x signed
  *   QB_NAME(n)       the name of the exported function for type n
  *   QB_VNNI          1 for the VNNI build (accumulation order, see below)
- *   QB_RNX           the activation rows of q4_kr's largest group (registers)
+ *   QB_NXMAX           the activation rows of q4_kr's largest group (registers)
  *   QB_NXMAX         8 or 4: the most activation rows one pass over a weight row
  *                    serves (both builds use 8: measured faster than 4 on AVX2
  *                    too, despite its 16 ymm registers)
@@ -172,28 +172,22 @@ QB_AI void QB_NAME(kmins_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, i
  * and at the end hsum's order over k: ((0+4)+(2+6)) + ((1+5)+(3+7)). So each
  * (weight row, activation row) pair gets the same result as on the plain layout. */
 
-/* lane i: sum over c of q[c] (row i's 4 bytes) times the 4 bytes at xq + 4c */
-QB_AI __m256i QB_NAME(rdot8)(const __m256i *q, const int8_t *xq) {
-    int32_t xv[8];
-    memcpy(xv, xq, 32);
-#if QB_VNNI
-    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-    for (int c = 0; c < 8; c += 2) {
-        s0 = _mm256_dpbusd_epi32(s0, q[c], _mm256_set1_epi32(xv[c]));
-        s1 = _mm256_dpbusd_epi32(s1, q[c + 1], _mm256_set1_epi32(xv[c + 1]));
-    }
-    return _mm256_add_epi32(s0, s1);
-#else
-    /* int16 pair sums: 8 of them are at most 8 * 2 * 15 * 127 = 30480 */
-    __m256i s0 = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(xv[0]));
-    __m256i s1 = _mm256_maddubs_epi16(q[1], _mm256_set1_epi32(xv[1]));
-    for (int c = 2; c < 8; c += 2) {
-        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[c], _mm256_set1_epi32(xv[c])));
-        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[c + 1], _mm256_set1_epi32(xv[c + 1])));
-    }
-    return _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi16(1));
-#endif
+/* s += the byte dots of q (row i's 4 bytes in lane i) with the 4 bytes at xq,
+ * broadcast. AVX2: int16 pair sums; 8 of them (one per 4-byte chunk of a
+ * sub-block) are at most 8 * 2 * 15 * 127 = 30480, and are widened at the end
+ * (QB_RDOT_END). */
+QB_AI __m256i QB_NAME(bcast4)(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
 }
+#if QB_VNNI
+#define QB_RDOT(s, q, xq) _mm256_dpbusd_epi32(s, q, QB_NAME(bcast4)(xq))
+#define QB_RDOT_END(s) (s)
+#else
+#define QB_RDOT(s, q, xq) _mm256_add_epi16(s, _mm256_maddubs_epi16(q, QB_NAME(bcast4)(xq)))
+#define QB_RDOT_END(s) _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+#endif
 
 /* hsum's order, lane by lane over the eight vectors v[k] */
 QB_AI __m256 QB_NAME(rsum8)(const __m256 *v) {
@@ -209,16 +203,18 @@ QB_AI void QB_NAME(q4_kr_body)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, 
     for (int64_t b = 0; b < nb; b++, w++) {
         const __m256 dv = _mm256_loadu_ps(w->d), dmv = _mm256_loadu_ps(w->dmin);
         for (int k = 0; k < 8; k++) {
-            __m256i q[8];
-            for (int c = 0; c < 8; c++) {
+            __m256i s[QB_NXMAX];
+            for (int r = 0; r < NX; r++) s[r] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) { /* one chunk of the 8 rows against every activation row */
                 const __m256i raw = _mm256_loadu_si256((const __m256i *)w->qs[k / 2][c]);
-                q[c] = _mm256_and_si256(k & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                const __m256i q = _mm256_and_si256(k & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                for (int r = 0; r < NX; r++) s[r] = QB_RDOT(s[r], q, (x + r * xs + b)->qs + 32 * k + 4 * c);
             }
             const __m256 dsc = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w->sc[k]))));
             const __m256 dmm = _mm256_mul_ps(dmv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w->m[k]))));
             for (int r = 0; r < NX; r++) {
                 const pkv_q8s *xb = x + r * xs + b;
-                const __m256 sum = _mm256_cvtepi32_ps(QB_NAME(rdot8)(q, xb->qs + 32 * k));
+                const __m256 sum = _mm256_cvtepi32_ps(QB_RDOT_END(s[r]));
                 acc[r][k] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_set1_ps(xb->d[k])), sum, acc[r][k]);
                 cor[r][k] = _mm256_fmadd_ps(dmm, _mm256_set1_ps(xb->ds[k]), cor[r][k]);
             }
@@ -228,11 +224,11 @@ QB_AI void QB_NAME(q4_kr_body)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, 
         _mm256_storeu_ps(out + 8 * r, _mm256_sub_ps(QB_NAME(rsum8)(acc[r]), QB_NAME(rsum8)(cor[r])));
 }
 
-/* Activation rows in groups of QB_RNX (8 with VNNI, 4 on AVX2's 16 registers),
- * then 2, then 1 (the group size does not change a pair's operations). */
+/* Activation rows in groups of QB_NXMAX, then 2, then 1 (the group size does
+ * not change a pair's operations). */
 QB_T void QB_NAME(q4_kr)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
     int r = 0;
-    for (; r + QB_RNX <= nx; r += QB_RNX) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, QB_RNX, out + 8 * r);
+    for (; r + QB_NXMAX <= nx; r += QB_NXMAX) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, QB_NXMAX, out + 8 * r);
     for (; r + 2 <= nx; r += 2) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 2, out + 8 * r);
     for (; r < nx; r++) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 1, out + 8 * r);
 }
@@ -390,6 +386,8 @@ QB_T void QB_NAME(q2_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t
     {[PKV_TYPE_Q2_K] = QB_NAME(q2_ks), [PKV_TYPE_Q3_K] = QB_NAME(q3_ks), [PKV_TYPE_Q4_K] = QB_NAME(q4_ks),   \
      [PKV_TYPE_Q5_K] = QB_NAME(q5_ks), [PKV_TYPE_Q6_K] = QB_NAME(q6_ks)}
 #undef QB_SGROUPS
+#undef QB_RDOT
+#undef QB_RDOT_END
 #undef QB_SQS
 
 QB_T void QB_NAME(q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {
