@@ -224,11 +224,12 @@ QB_AI void QB_NAME(q4_kr_body)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, 
         _mm256_storeu_ps(out + 8 * r, _mm256_sub_ps(QB_NAME(rsum8)(acc[r]), QB_NAME(rsum8)(cor[r])));
 }
 
-/* Activation rows in groups of QB_NXMAX, then 2, then 1 (the group size does
+/* Activation rows in groups of QB_NXMAX, then 4, 2 and 1 (the group size does
  * not change a pair's operations). */
 QB_T void QB_NAME(q4_kr)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
     int r = 0;
     for (; r + QB_NXMAX <= nx; r += QB_NXMAX) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, QB_NXMAX, out + 8 * r);
+    for (; r + 4 <= nx; r += 4) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 4, out + 8 * r);
     for (; r + 2 <= nx; r += 2) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 2, out + 8 * r);
     for (; r < nx; r++) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 1, out + 8 * r);
 }
