@@ -324,8 +324,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    /* matmul and get_rows for 25 weight types */
-    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5 + 2 + 1); /* + geglu; + swiglu_oai and rope with YaRN (f32,
+    /* matmul and get_rows for 25 weight types, + q4_k's matmul on wrapped weights */
+    CHECK_INT(l.rows, 25 * 2 + 1 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5 + 2 + 1); /* + geglu; + swiglu_oai and rope with YaRN (f32,
                                                                              f16, q8_0, q4_0) */
     /* + attention with V read from K (MLA): f32, f16 with the kinds, q8_0 */
     /* + moe_route (4 kinds), moe_combine */
