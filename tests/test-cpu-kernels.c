@@ -452,14 +452,19 @@ static void test_bad_path(void) {
     pkv_log_set(NULL, NULL, PKV_LOG_WARN);
 }
 
+/* The CPU device with 2 threads on the path named (PKV_CPU_PATH, left set). */
+static pkv_device *open_path(const char *path) {
+    setenv("PKV_CPU_PATH", path, 1);
+    pkv_device_params dp = pkv_device_default_params();
+    dp.n_threads = 2;
+    return pkv_device_open("cpu", dp);
+}
+
 static void test_paths(void) {
     const char *paths[TH_MAX_CPU_PATHS];
     const int np = th_cpu_paths(paths);
     for (int i = 0; i < np; i++) {
-        setenv("PKV_CPU_PATH", paths[i], 1);
-        pkv_device_params dp = pkv_device_default_params();
-        dp.n_threads = 2;
-        pkv_device *dev = pkv_device_open("cpu", dp);
+        pkv_device *dev = open_path(paths[i]);
         NEED(dev);
         run_suite(dev, paths[i]);
         matmul_vs_ref(dev, paths[i]);
@@ -1004,10 +1009,7 @@ static void test_q4k_repacked(void) {
     }
     static const int ns[] = {1, 2, 7, 16, 33};
     for (int p = 0; p < np; p++) {
-        setenv("PKV_CPU_PATH", paths[p], 1);
-        pkv_device_params dp = pkv_device_default_params();
-        dp.n_threads = 2;
-        pkv_device *dev = pkv_device_open("cpu", dp);
+        pkv_device *dev = open_path(paths[p]);
         NEED(dev);
         pkv_buffer *bp = upload(dev, wq, sizeof wq, 0), *bw = pkv_buffer_wrap_host(dev, wq, sizeof wq);
         pkv_buffer *b5 = pkv_buffer_wrap_host(dev, wq, R5 * rb);
