@@ -197,6 +197,11 @@ uint64_t pkv_device_allocated(const pkv_device *dev);
  * takes (PKV_CPU_PATH may change it). */
 typedef enum pkv_weight_speed { PKV_WEIGHT_NONE = 0, PKV_WEIGHT_SLOW = 1, PKV_WEIGHT_FAST = 2 } pkv_weight_speed;
 pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t);
+/* The weight layout the device's matmuls with weights of type t used so far, as
+ * text in buf: "plain" (the file's), or on the CPU's avx2/avx512 paths for q4_k
+ * "repacked8: N weights (B bytes)" (docs/kernels.md), followed by the weights
+ * that kept the plain layout and why. */
+void pkv_device_weight_layout(const pkv_device *dev, pkv_type t, char *buf, size_t size);
 /* Can kernels running on `compute` read and write buffers of `storage`?
  * True only for the same device in this version. */
 bool pkv_device_can_access(const pkv_device *compute, const pkv_device *storage);
