@@ -197,6 +197,11 @@ uint64_t pkv_device_allocated(const pkv_device *dev);
  * takes (PKV_CPU_PATH may change it). */
 typedef enum pkv_weight_speed { PKV_WEIGHT_NONE = 0, PKV_WEIGHT_SLOW = 1, PKV_WEIGHT_FAST = 2 } pkv_weight_speed;
 pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t);
+/* The weight layout the device's matmuls with weights of type t used so far, as
+ * text in buf: "plain" (the file's), or on the CPU's avx2/avx512 paths for q4_k
+ * "repacked8: N weights (B bytes)" (docs/kernels.md), followed by the weights
+ * that kept the plain layout and why. */
+void pkv_device_weight_layout(const pkv_device *dev, pkv_type t, char *buf, size_t size);
 /* Can kernels running on `compute` read and write buffers of `storage`?
  * True only for the same device in this version. */
 bool pkv_device_can_access(const pkv_device *compute, const pkv_device *storage);
@@ -1110,6 +1115,28 @@ int32_t pkv_model_eos(const pkv_model *m);
  * after such a token. False for a NULL model or an id out of range. */
 bool pkv_model_is_eog(const pkv_model *m, int32_t id);
 
+/* Render a chat request to a prompt exactly as pagekv serve (/apply-template,
+ * /v1/chat/completions) and run -cnv do: the same Jinja interpreter, built-in
+ * families and request handling (docs/python.md, docs/server.md).
+ * request_json: an OpenAI chat body, e.g. {"messages": [...], "tools": [...],
+ * "add_generation_prompt": true, "continue_final_message": false,
+ * "chat_template_kwargs": {...}, "reasoning_effort": "low"}.
+ * template_src: Jinja text, a built-in family's name ("chatml", "llama3", ...), or
+ * NULL for m's tokenizer.chat_template (PKV_ERR_NOT_FOUND when it has none).
+ * m gives the bos_token/eos_token text and whether its tokenizer adds BOS (a
+ * leading BOS text is then taken off); m may be NULL with a template_src, the
+ * request's "bos_token"/"eos_token" strings then stand in ("" when absent).
+ * now: the clock for dates (Unix seconds; 0 = now). On success *prompt (NUL-
+ * terminated, *prompt_len bytes when prompt_len is not NULL) and, when spans is
+ * not NULL, *n_spans sorted [start, end) byte pairs in *spans (2 * n_spans values)
+ * covering the message texts, for pkv_model_tokenize_spans; free both with
+ * pkv_chat_render_free. Errors: PKV_ERR_INVALID for bad JSON, a template that
+ * does not parse or fails (raise_exception's message in pkv_errmsg()), a bad
+ * request; PKV_ERR_UNSUPPORTED when libpagekv was built without jansson. */
+pkv_status pkv_chat_render(const pkv_model *m, const char *template_src, const char *request_json, int64_t now,
+                           char **prompt, size_t *prompt_len, size_t **spans, size_t *n_spans);
+void pkv_chat_render_free(char *prompt, size_t *spans);
+
 /* Test models with random weights (`pagekv mkmodel`). Weights are scaled so
  * activations stay in a sane range; the vocabulary is a small byte-level BPE of
  * printable words (or none). */
@@ -1607,7 +1634,9 @@ typedef struct pkv_spec_stats {
  * layer, the cache layer, both devices and the fix. An MTP head turns on
  * pkv_context_keep_hidden for the target: create it before decoding the prompt,
  * else the first call drafts nothing (the head needs the target's hidden state of
- * every token). Both models, the target context and its cache must outlive the
+ * every token); so does Gemma 4's assistant (its first round of a call starts from
+ * the state of the token before the target's last; without it that round proposes
+ * nothing). Both models, the target context and its cache must outlive the
  * result. NULL on failure (nothing stays allocated). */
 pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params p);
 /* Frees the engine and the draft's cache; the target context stays. NULL: no-op. */
@@ -1616,8 +1645,9 @@ void pkv_spec_free(pkv_spec *s);
 /* pkv_generate with speculation: same contract and same end state (up to n_max
  * tokens passed to on_token, stopping after an end-of-generation token or when
  * on_token returns false; afterwards the target holds every emitted token but the
- * last, with the logits of its last token). Needs target logits; the first token
- * is sampled from them, and the draft proposes from the second round on. The draft
+ * last, with the logits of its last token). Needs target logits; the first round
+ * drafts from the target's last token and verifies its first proposal against
+ * them (a round that proposes nothing samples the first token from them). The draft
  * catches up with the target's tokens by itself (the target may be changed
  * between calls: an own-cache draft reuses its pages of the common prefix and
  * decodes the rest). A context holding media rows is refused
@@ -1748,7 +1778,10 @@ typedef struct pkv_request_params {
      * own-cache draft decodes them, reusing its published pages; an MTP head needs
      * the model's hidden state of each of them: from this request's steps or kept by
      * the context, pkv_context_keep_hidden, else the request goes without the
-     * draft); not for a context holding media rows. It is batched, and preempted by swap
+     * draft); not for a context holding media rows. With n_prompt 0 and a draft, the
+     * first round drafts from ctx's last token and verifies the first proposal
+     * against ctx's logits (as llama.cpp's first round from a prompt's last token;
+     * the assistant needs ctx's kept hidden states for it). It is batched, and preempted by swap
      * (or by truncating ctx back to its length at admission and recomputing), like
      * any other. After a cancelled or failed request ctx holds a prefix of
      * prompt + generated tokens, without logits, and may be left swapped

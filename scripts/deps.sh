@@ -16,7 +16,7 @@
 #             and its tests, which start their own redis-server on loopback
 #             libopenmpi-dev + openmpi-bin: a model split over MPI ranks (mpirun)
 #             chromium: test-server-web (the web page, headless, via playwright-core)
-#             python3-pytest, python3-numpy, python3-jinja2, python3-pip: the Python
+#             python3-pytest, python3-numpy, python3-pip: the Python
 #             bindings' tests (python/tests)
 #             g++ where the CUDA toolkit is installed (nvcc's host compiler)
 #   for `make fuzz` only (`scripts/deps.sh fuzz`): clang (>= 14) and
@@ -35,7 +35,7 @@ if apt-cache show libjpeg62-turbo-dev >/dev/null 2>&1; then pkgs+=(libjpeg62-tur
 # chromium: test-server-web drives it headless; Debian has the package, Ubuntu
 # only a snap (no apt package of that name: then the test is skipped)
 if apt-cache show chromium >/dev/null 2>&1; then pkgs+=(chromium); fi
-pkgs+=(python3-pytest python3-numpy python3-jinja2 python3-pip)
+pkgs+=(python3-pytest python3-numpy python3-pip)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 # libc6-dev-arm64-cross is only recommended by the cross compiler, and installs
 # here skip recommends: without it the cross build cannot link (no crt1.o)

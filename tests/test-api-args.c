@@ -28,6 +28,9 @@ static void null_handles(void) {
     CHECK(pkv_type_row_bytes((pkv_type)9999, 32) == 0);
     CHECK(pkv_device_enumerate(-1, NULL, -1, NULL, NULL, 0) != PKV_OK);
     CHECK(pkv_device_open(NULL, pkv_device_default_params()) == NULL);
+    pkv_device_weight_layout(NULL, PKV_TYPE_Q4_K, buf, sizeof buf);
+    CHECK(strcmp(buf, "plain") == 0);
+    pkv_device_weight_layout(NULL, (pkv_type)9999, NULL, 0);
     CHECK(pkv_device_open("nonsense:7", pkv_device_default_params()) == NULL);
     pkv_device_close(NULL);
     CHECK(pkv_device_get_caps(NULL) == NULL);

@@ -324,8 +324,8 @@ static void run_suite(pkv_device *dev, const char *label) {
     CHECK_INT(l.failed, 0);
     CHECK_INT(l.skipped, 0);
     /* + quantized KV: set_rows, rope (2 each), attention (4); + the attention kinds (2) */
-    /* matmul and get_rows for 25 weight types */
-    CHECK_INT(l.rows, 25 * 2 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5 + 2 + 1); /* + geglu; + swiglu_oai and rope with YaRN (f32,
+    /* matmul and get_rows for 25 weight types, + q4_k's matmul on wrapped weights */
+    CHECK_INT(l.rows, 25 * 2 + 1 + 11 + 8 + 2 + 1 + 5 + 9 + 4 + 3 + 4 + 3 + 5 + 2 + 1); /* + geglu; + swiglu_oai and rope with YaRN (f32,
                                                                              f16, q8_0, q4_0) */
     /* + attention with V read from K (MLA): f32, f16 with the kinds, q8_0 */
     /* + moe_route (4 kinds), moe_combine */
@@ -452,14 +452,19 @@ static void test_bad_path(void) {
     pkv_log_set(NULL, NULL, PKV_LOG_WARN);
 }
 
+/* The CPU device with 2 threads on the path named (PKV_CPU_PATH, left set). */
+static pkv_device *open_path(const char *path) {
+    setenv("PKV_CPU_PATH", path, 1);
+    pkv_device_params dp = pkv_device_default_params();
+    dp.n_threads = 2;
+    return pkv_device_open("cpu", dp);
+}
+
 static void test_paths(void) {
     const char *paths[TH_MAX_CPU_PATHS];
     const int np = th_cpu_paths(paths);
     for (int i = 0; i < np; i++) {
-        setenv("PKV_CPU_PATH", paths[i], 1);
-        pkv_device_params dp = pkv_device_default_params();
-        dp.n_threads = 2;
-        pkv_device *dev = pkv_device_open("cpu", dp);
+        pkv_device *dev = open_path(paths[i]);
         NEED(dev);
         run_suite(dev, paths[i]);
         matmul_vs_ref(dev, paths[i]);
@@ -973,6 +978,76 @@ static void test_q8a_paths(void) {
     if (!checked) fprintf(stderr, "note: no SIMD quantizer on this CPU; only the generic one ran\n");
 }
 
+/* q4_k on the repacked layout (cpu-repack.c: weights of a wrapped buffer, groups
+ * of 8 rows) against the plain layout (the same bytes in an allocated buffer)
+ * bit for bit: 29 rows (3 groups and 5 tail rows on the plain layout), random
+ * block bytes (every 6-bit scale and min, nibbles up to 15) against activation
+ * rows that include saturated ones (quants of +-127: the AVX2 dot's int16 sums
+ * at their largest), n = 1, 2, 7, 16, 33, on every path. On avx2 and avx512
+ * pkv_device_weight_layout must say the weight was repacked (and a 5-row weight
+ * not); freeing the wrapped buffer forgets the copy. */
+static void test_q4k_repacked(void) {
+    const char *paths[TH_MAX_CPU_PATHS];
+    const int np = th_cpu_paths(paths);
+    enum { R = 29, C = 768, N = 33, R5 = 5 };
+    const size_t rb = pkv_type_row_bytes(PKV_TYPE_Q4_K, C);
+    static uint8_t wq[R * 3 * 144];
+    static float x[N * C], ya[N * R], yb[N * R];
+    for (size_t i = 0; i < sizeof wq; i++) wq[i] = (uint8_t)(th_rand(&g_seed) >> 7);
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < C / 256; b++) {
+            uint8_t *blk = wq + r * rb + b * 144;
+            const uint16_t d = pkv_f32_to_f16(0.001f + 0.01f * fabsf(th_randf(&g_seed)));
+            const uint16_t dm = pkv_f32_to_f16(0.002f * fabsf(th_randf(&g_seed)));
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dm, 2);
+        }
+    fill(x, N * C, 2.0f);
+    for (int j = 0; j < C; j++) {
+        x[j] = 3.0f;                          /* row 0: every quant 127 */
+        x[C + j] = j & 1 ? -5.0f : 5.0f;      /* row 1: +-127 */
+    }
+    static const int ns[] = {1, 2, 7, 16, 33};
+    for (int p = 0; p < np; p++) {
+        pkv_device *dev = open_path(paths[p]);
+        NEED(dev);
+        pkv_buffer *bp = upload(dev, wq, sizeof wq, 0), *bw = pkv_buffer_wrap_host(dev, wq, sizeof wq);
+        pkv_buffer *b5 = pkv_buffer_wrap_host(dev, wq, R5 * rb);
+        pkv_buffer *bx = upload(dev, x, sizeof x, 0), *by = upload(dev, NULL, sizeof ya, 0);
+        NEED(bp && bw && b5 && bx && by);
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            pkv_k_matmul_args a = {pkv_tref_make(bp, 0), PKV_TYPE_Q4_K, R, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), ns[k]};
+            CHECK_OK(pkv_k_matmul(dev, &a));
+            CHECK_OK(pkv_buffer_read(by, 0, ya, (size_t)ns[k] * R * sizeof(float)));
+            a.w = pkv_tref_make(bw, 0);
+            CHECK_OK(pkv_k_matmul(dev, &a));
+            CHECK_OK(pkv_buffer_read(by, 0, yb, (size_t)ns[k] * R * sizeof(float)));
+            if (memcmp(ya, yb, (size_t)ns[k] * R * sizeof(float)) != 0)
+                fprintf(stderr, "q4_k repacked vs plain differ: path %s n %d\n", paths[p], ns[k]);
+            CHECK_MEM(ya, yb, (size_t)ns[k] * R * sizeof(float));
+            for (int i = 0; i < ns[k] * R; i++) CHECK(isfinite(yb[i]) && yb[i] != 0.0f);
+            /* the 5-row weight: the plain layout */
+            pkv_k_matmul_args a5 = {pkv_tref_make(b5, 0), PKV_TYPE_Q4_K, R5, C, pkv_tref_make(bx, 0), pkv_tref_make(by, 0), ns[k]};
+            CHECK_OK(pkv_k_matmul(dev, &a5));
+        }
+        char lay[256];
+        pkv_device_weight_layout(dev, PKV_TYPE_Q4_K, lay, sizeof lay);
+        const bool want = strcmp(paths[p], "avx2") == 0 || strcmp(paths[p], "avx512") == 0;
+        const char *expect = want ? "repacked8: 1 weights (10944 bytes), plain: 1 weights (fewer than 8 rows)" : "plain";
+        if (strcmp(lay, expect) != 0) fprintf(stderr, "path %s: layout \"%s\", expected \"%s\"\n", paths[p], lay, expect);
+        CHECK(strcmp(lay, expect) == 0);
+        pkv_buffer_free(bw);
+        pkv_buffer_free(b5);
+        pkv_device_weight_layout(dev, PKV_TYPE_Q4_K, lay, sizeof lay);
+        CHECK(strcmp(lay, "plain") == 0);
+        pkv_buffer_free(bp);
+        pkv_buffer_free(bx);
+        pkv_buffer_free(by);
+        pkv_device_close(dev);
+    }
+    unsetenv("PKV_CPU_PATH");
+}
+
 int main(void) {
     test_q8a_paths();
     test_ref_matmul();
@@ -981,6 +1056,7 @@ int main(void) {
     test_device_attention_and_misc();
     test_threads_deterministic();
     test_batch_deterministic();
+    test_q4k_repacked();
     test_arm_paths_agree();
     test_rope_paths();
     test_set_rows_f16_paths();

@@ -8,7 +8,10 @@
  * context's kept hidden states; without them it goes without the draft), Gemma
  * 4's assistant and a shared-KV draft. Turns end both ways: with the last token
  * in the context, and with last_pending (pkv_generate's end state: the last token
- * left out, its row the context's logits), the next turn starting with it. Last,
+ * left out, its row the context's logits), the next turn starting with it. A turn
+ * without a prompt drafts its first round from the context's last token (its
+ * proposals verified against the context's logits): the round hook's first round
+ * is at that token with K proposals. N-gram drafts go through the same. Last,
  * pkv_spec_generate (a wrapper over exactly this) against pkv_generate. */
 #include "base/base.h"
 #include "engine-testlib.h"
@@ -21,7 +24,19 @@ typedef struct chat_run {
     int64_t n_tokens;
     float logits[320];
     pkv_engine_stats st;
+    int cur;                 /* the turn in progress */
+    int64_t base[NT];        /* the context's length before each turn */
+    int64_t first_pos[NT];   /* each turn's first round (pkv_engine_params.on_draft_round): its position, */
+    int first_np[NT];        /* and proposals; -1: none */
 } chat_run;
+
+static void first_round(uint64_t id, int sample, const pkv_spec_round *r, void *user) {
+    chat_run *out = user;
+    (void)id, (void)sample;
+    if (out->first_pos[out->cur] >= 0) return;
+    out->first_pos[out->cur] = r->pos;
+    out->first_np[out->cur] = r->n_proposed;
+}
 
 /* The turns' prompts and sampling: turn 0 a prompt of 9, turns 1-2 prompts of 3
  * (with last_pending: the previous last token, then 2), turn 3 none (from the
@@ -55,13 +70,18 @@ static pkv_request_params turn_params(int t, int32_t *prompt, int32_t prev_last,
     return r;
 }
 
-/* The chat on model m with draft d (NULL: none); keep_hidden: the context keeps
- * its hidden states (an MTP head reads them). */
-static void chat(pkv_model *m, pkv_model *d, bool pending, bool keep_hidden, chat_run *out, const char *what) {
+/* The chat on model m with draft d (NULL: none, or n-gram drafts); keep_hidden:
+ * the context keeps its hidden states (an MTP head reads them, and the assistant's
+ * first round). */
+static void chat(pkv_model *m, pkv_model *d, bool ngram, bool pending, bool keep_hidden, chat_run *out,
+                 const char *what) {
     memset(out, 0, sizeof *out);
     pkv_engine_params ep = et_params(256, 8, 0);
     ep.draft = d;
+    ep.draft_ngram = ngram;
     ep.draft_max = 3;
+    ep.on_draft_round = first_round;
+    ep.draft_round_user = out;
     pkv_engine *e = pkv_engine_create(m, ep);
     pkv_context *ctx = e ? pkv_context_create(m, pkv_engine_cache(e), 256) : NULL;
     if (!ctx) {
@@ -78,6 +98,9 @@ static void chat(pkv_model *m, pkv_model *d, bool pending, bool keep_hidden, cha
         r.on_event = et_on_event;
         r.user = &out->turn[t];
         int64_t before = pkv_context_n_tokens(ctx);
+        out->cur = t;
+        out->base[t] = before;
+        out->first_pos[t] = out->first_np[t] = -1;
         CHECK_OK(pkv_engine_submit(e, &r, NULL));
         et_drain(e);
         const et_sample *s = &out->turn[t].s[0];
@@ -99,13 +122,13 @@ static void chat(pkv_model *m, pkv_model *d, bool pending, bool keep_hidden, cha
 
 /* The chat with draft d against the chat without one: every turn's events, the
  * context's tokens and logits. drafts: proposals are expected. */
-static void check_kind(pkv_model *m, pkv_model *d, const char *name, bool keep_hidden, bool drafts) {
+static void check_kind(pkv_model *m, pkv_model *d, bool ngram, const char *name, bool keep_hidden, bool drafts) {
     static chat_run plain, spec;
     for (int pending = 0; pending < 2; pending++) {
         char what[128];
         snprintf(what, sizeof what, "%s%s", name, pending ? ", last_pending" : "");
-        chat(m, NULL, pending, keep_hidden, &plain, what);
-        chat(m, d, pending, keep_hidden, &spec, what);
+        chat(m, NULL, false, pending, keep_hidden, &plain, what);
+        chat(m, d, ngram, pending, keep_hidden, &spec, what);
         int bad = 0;
         for (int t = 0; t < NT; t++) bad += !et_same(&plain.turn[t], &spec.turn[t], 1, what, t);
         CHECK_INT(spec.n_tokens, plain.n_tokens);
@@ -119,6 +142,10 @@ static void check_kind(pkv_model *m, pkv_model *d, const char *name, bool keep_h
         if (drafts) {
             CHECK(spec.st.draft_proposed > 0);
             CHECK_INT(spec.st.draft_disabled, 0);
+            /* turn 3 has no prompt (without last_pending): its first round drafts K from
+             * the context's last token (n-grams: when the lookup finds one) */
+            if (!pending) CHECK_INT(spec.first_pos[3], spec.base[3] - 1);
+            if (!pending && !ngram) CHECK_INT(spec.first_np[3], 3);
         } else {
             CHECK(spec.st.draft_disabled > 0); /* an MTP head without the context's hidden states */
         }
@@ -219,7 +246,7 @@ static void check_files(const char *arch, const char *darch, const int32_t *kv, 
     snprintf(df, sizeof df, "%s", th_tmp("ctx-draft-draft.gguf"));
     if (write_model(tf, arch, NULL, NULL, seed) && write_model(df, darch, tf, kv, kv ? seed : seed + 1)) {
         pkv_model *m = load_file(tf, NULL), *d = m ? load_file(df, m) : NULL;
-        if (m && d) check_kind(m, d, name, false, true);
+        if (m && d) check_kind(m, d, false, name, !strcmp(darch, "gemma4-assistant"), true);
         pkv_model_free(d);
         pkv_model_free(m);
     }
@@ -232,8 +259,9 @@ int main(void) {
     pkv_model *m = et_model("llama", PKV_TYPE_Q8_0, 1), *self = et_model("llama", PKV_TYPE_Q8_0, 1),
               *other = et_model_ex("llama", PKV_TYPE_Q8_0, 2, 1, 0, false);
     if (m && self && other) {
-        check_kind(m, self, "llama, itself as draft", false, true);
-        check_kind(m, other, "llama, another model as draft", false, true);
+        check_kind(m, self, false, "llama, itself as draft", false, true);
+        check_kind(m, other, false, "llama, another model as draft", false, true);
+        check_kind(m, NULL, true, "llama, n-gram drafts", false, true);
         check_spec_wrapper(m, self);
     }
     pkv_model_free(other);
@@ -243,8 +271,8 @@ int main(void) {
     m = et_model_ex("qwen35", PKV_TYPE_Q8_0, 3, 4, 1, false);
     pkv_model *head = m ? et_model_ex("qwen35", PKV_TYPE_Q8_0, 3, 4, 1, true) : NULL;
     if (m && head) {
-        check_kind(m, head, "qwen35, its MTP head, hidden kept", true, true);
-        check_kind(m, head, "qwen35, its MTP head, hidden not kept", false, false);
+        check_kind(m, head, false, "qwen35, its MTP head, hidden kept", true, true);
+        check_kind(m, head, false, "qwen35, its MTP head, hidden not kept", false, false);
     }
     pkv_model_free(head);
     pkv_model_free(m);

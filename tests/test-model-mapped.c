@@ -63,6 +63,14 @@ int main(void) {
         logits_of(mf, toks, 6, a, V);
         logits_of(mm, toks, 6, b, V);
         CHECK_MEM(a, b, (size_t)V * sizeof *a);
+        /* q4_k: the mapped model's matmuls ran on the repacked layout (docs/kernels.md)
+         * on the avx2/avx512 paths, the copied one's on the plain layout */
+        char lay[256];
+        pkv_device_weight_layout(pkv_model_device(mf), types[ti], lay, sizeof lay);
+        const char *cpu_path = pkv_device_get_caps(pkv_model_device(mf))->description;
+        const bool rp = types[ti] == PKV_TYPE_Q4_K && (strstr(cpu_path, "avx2 kernels") || strstr(cpu_path, "avx512 kernels"));
+        if (rp != (strncmp(lay, "repacked8: ", 11) == 0)) fprintf(stderr, "%s: layout %s on %s\n", pkv_type_name(types[ti]), lay, cpu_path);
+        CHECK(rp == (strncmp(lay, "repacked8: ", 11) == 0));
         free(a);
         free(b);
         pkv_model_free(mf);

@@ -285,6 +285,9 @@ _PROTOS = {
     "pkv_model_bos": (c_int32, [_P]),
     "pkv_model_eos": (c_int32, [_P]),
     "pkv_model_is_eog": (c_bool, [_P, c_int32]),
+    "pkv_chat_render": (_status, [_P, c_char_p, c_char_p, c_int64, POINTER(c_void_p), POINTER(c_size_t),
+                                  POINTER(POINTER(c_size_t)), POINTER(c_size_t)]),
+    "pkv_chat_render_free": (None, [c_void_p, POINTER(c_size_t)]),
     # cache and contexts
     "pkv_cache_default_params": (CacheParams, []),
     "pkv_model_cache_create": (_P, [_P, CacheParams]),

@@ -389,38 +389,28 @@ class Model(_Handle):
         t = self.metadata.get("tokenizer.chat_template")
         return t if isinstance(t, str) else None
 
-    def _special_text(self, token):
-        if token < 0:
-            return ""
-        return self.token_piece(token, render_special=True).decode("utf-8", "replace")
-
     def apply_chat_template(self, messages, add_generation_prompt=True, tools=None, template=None, **kwargs):
         """The prompt text of a conversation ([{'role': 'user', 'content': 'Hi'}, ...])
-        rendered with the model's chat template (or `template`, Jinja text).
-        Needs jinja2. Keywords go to the template (enable_thinking=False, ...)."""
+        rendered with the model's chat template (or `template`: Jinja text or a
+        built-in family's name) by libpagekv's chat layer, as pagekv serve renders
+        it (its /apply-template answers the same text). Keywords go to the template
+        as chat_template_kwargs (enable_thinking=False, ...)."""
         return self._render(messages, add_generation_prompt, tools, template, kwargs)[0]
 
     def tokenize_chat(self, messages, add_generation_prompt=True, tools=None, template=None, **kwargs):
         """Token ids of a rendered conversation: the template's own text may make
         special tokens, message text never does (it is tokenized as plain text).
-        BOS text the template writes is dropped when the tokenizer adds BOS itself."""
+        BOS text the template writes is left out of the prompt when the tokenizer
+        adds BOS itself (as the server does)."""
         text, spans = self._render(messages, add_generation_prompt, tools, template, kwargs)
-        data = text.encode("utf-8", "surrogatepass")
-        bos = self._special_text(self.bos)
-        adds_bos = self.bos >= 0 and self.tokenize("", add_special=True)[:1] == [self.bos]
-        if adds_bos and bos and text.startswith(bos):
-            cut = len(bos.encode())
-            data = data[cut:]
-            spans = [(max(a - cut, 0), max(b - cut, 0)) for a, b in spans if b > cut]
-        return self.tokenize_spans(data, spans, add_special=True)
+        return self.tokenize_spans(text.encode("utf-8", "surrogatepass"), spans, add_special=True)
 
     def _render(self, messages, add_generation_prompt, tools, template, kwargs):
-        src = template if template is not None else self.chat_template
-        if src is None:
+        if template is None and self.chat_template is None:
             raise error(Status.NOT_FOUND, "the model has no chat template (tokenizer.chat_template); pass template=")
-        return _chat.render(src, messages, add_generation_prompt=add_generation_prompt,
-                            bos_token=self._special_text(self.bos), eos_token=self._special_text(self.eos),
-                            tools=tools, **kwargs)
+        src = template if template is not None else self.chat_template
+        return _chat.render(src, messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                            model=self._live(), **kwargs)
 
     # -- caches
 

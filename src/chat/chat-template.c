@@ -262,21 +262,21 @@ pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char
 }
 
 /* The vocabulary's text of a special token ("" when there is none). */
-static void token_text(pkv_model *m, int32_t id, char *buf, size_t size) {
+static void token_text(const pkv_model *m, int32_t id, char *buf, size_t size) {
     size_t n = 0;
     if (id < 0 || pkv_model_token_piece(m, id, true, buf, size - 1, &n) != PKV_OK) n = 0;
     buf[n] = 0;
 }
 
 /* Whether the tokenizer puts BOS first (tokenizing "" with add_special). */
-static bool adds_bos(pkv_model *m) {
+static bool adds_bos(const pkv_model *m) {
     int32_t ids[4];
     size_t n = 0;
     return pkv_model_bos(m) >= 0 && pkv_model_tokenize(m, "", 0, true, false, ids, 4, &n) == PKV_OK && n >= 1 &&
            ids[0] == pkv_model_bos(m);
 }
 
-pkv_chat *pkv_chat_init_model(pkv_model *m, const char *src, size_t len, char *err, size_t err_size) {
+pkv_chat *pkv_chat_init_model(const pkv_model *m, const char *src, size_t len, char *err, size_t err_size) {
     char bos[256], eos[256];
     token_text(m, pkv_model_bos(m), bos, sizeof bos);
     token_text(m, pkv_model_eos(m), eos, sizeof eos);

@@ -1,6 +1,7 @@
 /* The chat layer (src/chat/): chat templates (chat-template.c over the Jinja
  * interpreter, jinja.h), the built-in families, and UTF-8 helpers for streamed
- * text. Used alike by pagekv serve, run -cnv and the tests; plain C and jansson,
+ * text. Used alike by pagekv serve, run -cnv, pkv_chat_render (chat-api.c: the
+ * Python bindings) and the tests; in libpagekv when jansson is found; plain C and jansson,
  * no HTTP. */
 #ifndef PKV_CHAT_H
 #define PKV_CHAT_H
@@ -47,7 +48,7 @@ pkv_chat *pkv_chat_init(const char *src, size_t len, const char *bos, const char
                         char *err, size_t err_size);
 /* pkv_chat_init over a model's vocabulary: its BOS/EOS text (special tokens
  * rendered; "" where it has none) and whether its tokenizer adds BOS. */
-pkv_chat *pkv_chat_init_model(pkv_model *m, const char *src, size_t len, char *err, size_t err_size);
+pkv_chat *pkv_chat_init_model(const pkv_model *m, const char *src, size_t len, char *err, size_t err_size);
 void pkv_chat_free(pkv_chat *c);
 /* Whether the template renders a system message (else llama.cpp's rule: the
  * first system text is joined to the next message). */

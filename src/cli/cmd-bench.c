@@ -535,6 +535,14 @@ int pkv_cli_bench_model(int argc, char **argv) {
             if (info.n_ranks > 1)
                 printf(", \"ranks\": %d, \"rank0_layers\": [%d, %d], \"rank0_bytes_per_decode_step\": %.0f", info.n_ranks,
                        info.layer_first, info.layer_end, s0.rank_bytes_per_step);
+            printf(", \"weight_layouts\": {");
+            for (int t = 0, k = 0; t < PKV_TYPE_COUNT && t < 64; t++) {
+                if (!(info.weight_types >> t & 1)) continue;
+                char lay[256];
+                pkv_device_weight_layout(pkv_model_device(m), (pkv_type)t, lay, sizeof lay);
+                printf("%s\"%s\": \"%s\"", k++ ? ", " : "", pkv_type_name((pkv_type)t), lay);
+            }
+            printf("}");
             if (n_nseq) {
                 printf(", \"batched_decode\": [");
                 for (int k = 0; k < n_nseq; k++)
@@ -549,6 +557,12 @@ int pkv_cli_bench_model(int argc, char **argv) {
             if (slow[0])
                 printf("note: weight types on a slow fallback path on %s: %s (no kernel of their own there: "
                        "blocks are decoded before the dot products)\n", pkv_device_name(pkv_model_device(m)), slow);
+            for (int t = 0; t < PKV_TYPE_COUNT && t < 64; t++) {
+                if (!(info.weight_types >> t & 1)) continue;
+                char lay[256];
+                pkv_device_weight_layout(pkv_model_device(m), (pkv_type)t, lay, sizeof lay);
+                if (strcmp(lay, "plain") != 0) printf("weight layout of %s: %s\n", pkv_type_name((pkv_type)t), lay);
+            }
             printf("prefill %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_prefill, s0.prefill_tok_s, depth, sd.prefill_tok_s);
             printf("decode  %lld tokens: %.1f tok/s (at depth %lld: %.1f)\n", n_decode, s0.decode_tok_s, depth, sd.decode_tok_s);
             if (on_device)

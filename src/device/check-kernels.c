@@ -215,16 +215,53 @@ static pkv_status compare_f32(ck *k, const dbuf *b, const float *ref, size_t n, 
 
 /* ------------------------------------------------------------------ matmul */
 
-static pkv_status check_matmul(ck *k, pkv_type t) {
+/* The "wrapped" matmul rows: the weights once in a device buffer (the plain
+ * layout) and once as host memory the device wraps (pkv_buffer_wrap_host, as a
+ * mapped GGUF file is; the CPU repacks q4_k weights there, cpu-repack.c). Runs
+ * the plain case, keeps its output in *plain and points a->w at the wrapped
+ * copy; same_bits then requires the wrapped case's output bit for bit. */
+static pkv_status wrap_weights(ck *k, pkv_k_matmul_args *a, const uint8_t *wq, size_t n, const dbuf *by,
+                               float **plain) {
+    bool guard = true;
+    pkv_status s = pkv_k_matmul(k->dev, a);
+    if (!s) s = pkv_device_sync(k->dev);
+    *plain = s ? NULL : pkv_malloc(by->size + 1);
+    if (!s && !*plain) s = pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+    if (!s) s = get(k, by, *plain, &guard);
+    if (s) return s;
+    if (k->n_bufs == MAX_BUFS) return pkv_err(PKV_ERR_INTERNAL, "check kernels: too many buffers in one case");
+    dbuf *b = &k->bufs[k->n_bufs];
+    b->buf = pkv_buffer_wrap_host(k->dev, wq, n);
+    if (!b->buf) return PKV_ERR_UNSUPPORTED;
+    b->off = 0;
+    b->size = n;
+    k->n_bufs++;
+    a->w = pkv_tref_make(b->buf, 0);
+    return PKV_OK;
+}
+
+static pkv_status same_bits(ck *k, const dbuf *by, const float *plain, const char *what) {
+    bool guard = true;
+    float *got = pkv_malloc(by->size + 1);
+    if (!got) return pkv_err(PKV_ERR_NOMEM, "check kernels: no host memory");
+    pkv_status s = get(k, by, got, &guard);
+    if (!s && memcmp(got, plain, by->size) != 0) row_fail(k, "%s: %s", what, "differs from the plain layout's bits");
+    pkv_free(got);
+    return s;
+}
+
+static pkv_status check_matmul(ck *k, pkv_type t, bool wrapped) {
     static const int64_t shapes[][3] = {{1, 32, 1},  {7, 64, 1},   {33, 96, 3},  {5, 13, 2},   {3, 1, 1},
                                         {19, 256, 1}, {64, 512, 5}, {17, 768, 17}, {9, 256, 40}, {4, 4096, 70}, {6, 77, 9}};
     const bool quantized = pkv_type_block_elems(t) > 1;
-    row_begin(k, "kernel matmul %s", pkv_type_name(t), quantized ? 1e-4 : 1e-9);
+    row_begin(k, wrapped ? "kernel matmul %s, weights wrapped" : "kernel matmul %s", pkv_type_name(t),
+              quantized ? 1e-4 : 1e-9);
     pkv_status s = PKV_OK;
     for (size_t si = 0; si < PKV_ARRAY_LEN(shapes) && !k->row_error && !k->row.skipped; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2];
         const size_t rb = pkv_type_row_bytes(t, (size_t)cols);
         if (rb == 0) continue;
+        float *plain = NULL;
         float *wf = pkv_malloc((size_t)(rows * cols + n * cols + 2 * n * rows) * sizeof(float));
         uint8_t *wq = pkv_malloc((size_t)rows * rb);
         if (!wf || !wq) {
@@ -242,6 +279,13 @@ static pkv_status check_matmul(ck *k, pkv_type t) {
         TRY(s = put(k, &by, NULL, (size_t)(n * rows) * 4));
         TRY(s = pkv_ref_matmul(wq, t, rows, cols, x, n, y));
         pkv_k_matmul_args a = {tr(bw), t, rows, cols, tr(bx), tr(by), n};
+        if (wrapped && (s = wrap_weights(k, &a, wq, (size_t)rows * rb, by, &plain)) == PKV_ERR_UNSUPPORTED) {
+            k->row.skipped = true;
+            snprintf(k->row.detail, sizeof k->row.detail, "%s has no wrapped host buffers", pkv_device_name(k->dev));
+            s = PKV_OK;
+            goto done;
+        }
+        TRY(s);
         if (kernel_ok(k, pkv_k_matmul(k->dev, &a), "matmul")) {
             char what[64];
             snprintf(what, sizeof what, "%lldx%lld n=%lld", (long long)rows, (long long)cols, (long long)n);
@@ -259,8 +303,10 @@ static pkv_status check_matmul(ck *k, pkv_type t) {
             }
             pkv_free(wrow);
             if (!s) s = compare_f32_den(k, by, y, (size_t)(n * rows), what, den);
+            if (!s && plain) s = same_bits(k, by, plain, what);
         }
     done:
+        pkv_free(plain);
         bufs_free(k);
         pkv_free(wf);
         pkv_free(wq);
@@ -1461,7 +1507,8 @@ static pkv_status rows_matmul(ck *k) {
             row_end(k);
             continue;
         }
-        s = check_matmul(k, k_wtypes[i]);
+        s = check_matmul(k, k_wtypes[i], false);
+        if (!s && k_wtypes[i] == PKV_TYPE_Q4_K) s = check_matmul(k, k_wtypes[i], true);
     }
     return s;
 }

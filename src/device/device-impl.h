@@ -41,6 +41,9 @@ typedef struct pkv_backend_ops {
      * never changes (weights in a mapped GGUF file), used in place. Only a backend
      * whose kernels read host memory directly (the CPU) has it. */
     pkv_status (*buffer_wrap)(void *ctx, const void *host, size_t size, void **handle);
+    /* Optional (may be NULL): a wrapped buffer is freed (the backend drops what
+     * it derived from that memory, such as the CPU's repacked weights). */
+    void (*buffer_unwrap)(void *ctx, void *handle, size_t size);
 
     /* Optional (may be NULL): the backend's own count of device memory
      * allocations (pkv_device_memory_stats_get). */

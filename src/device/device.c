@@ -331,6 +331,8 @@ void pkv_buffer_free(pkv_buffer *buf) {
     if (!buf->wrapped) {
         dev->ops->buffer_free(dev->ctx, buf->handle);
         dev->allocated -= buf->size;
+    } else if (dev->ops->buffer_unwrap) {
+        dev->ops->buffer_unwrap(dev->ctx, buf->handle, buf->size);
     }
     dev->n_buffers--;
     pkv_free(buf);

@@ -40,6 +40,8 @@ typedef struct pkv_kernel_ops {
     /* How matmuls with weights of type t run (pkv_device_weight_speed); NULL:
      * PKV_WEIGHT_FAST for every supported type. */
     pkv_weight_speed (*weight_speed)(void *ctx, pkv_type t);
+    /* pkv_device_weight_layout; NULL: "plain" */
+    void (*weight_layout)(void *ctx, pkv_type t, char *buf, size_t size);
 #define PKV_KERNEL_SLOT(name) pkv_status (*name)(void *ctx, const pkv_k_##name##_args *a);
     PKV_KERNELS(PKV_KERNEL_SLOT)
 #undef PKV_KERNEL_SLOT

@@ -58,6 +58,15 @@ bool pkv_device_supports_weight(const pkv_device *dev, pkv_type t) {
     return ko->supports_type ? ko->supports_type(dev->ctx, t) : true;
 }
 
+void pkv_device_weight_layout(const pkv_device *dev, pkv_type t, char *buf, size_t size) {
+    if (!buf || !size) return;
+    const pkv_kernel_ops *ko = dev ? KOPS(dev) : NULL;
+    if (ko && ko->weight_layout)
+        ko->weight_layout(dev->ctx, t, buf, size);
+    else
+        snprintf(buf, size, "plain");
+}
+
 pkv_weight_speed pkv_device_weight_speed(const pkv_device *dev, pkv_type t) {
     if (!dev || !pkv_device_supports_weight(dev, t)) return PKV_WEIGHT_NONE;
     const pkv_kernel_ops *ko = KOPS(dev);

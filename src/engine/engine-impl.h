@@ -58,6 +58,12 @@ typedef struct eng_seq {
     int32_t h_row;    /* this step's hidden rows: row h_row is position h_pos; -1: none */
     int32_t h_pos;
     bool nodraft;     /* goes on without the draft (its pool ran out, or it failed) */
+    /* A request on a context that starts from the context's logits (no prompt), with
+     * a draft: its first round drafts as if the context's last token (in the KV) were
+     * pending, and the step runs the proposals alone, the first verified against the
+     * context's logits (engine-sched.c, first_rounds). Until that step verifies them;
+     * a round that proposes nothing samples the first token from the logits. */
+    bool dfirst;
     bool spilled;     /* dropped with its full pages spilled to disk (resumed by a prefix match) */
     int64_t n_shifted; /* tokens the context shift dropped (pkv_request_params.context_shift) */
     /* A request on a context (pkv_request_params.context) keeps its last token: the
@@ -149,6 +155,8 @@ struct pkv_engine {
     float *dlogits;     /* [max_seqs][n_vocab]: a draft step's */
     float *vp;          /* [n_vocab] f32, PKV_DRAFT_ACCEPT_SAMPLING: the model's distribution
                            of the row being verified, then the residual */
+    float *vfirst;      /* [cap_vfirst][n_vocab]: a first round's rows (the context's logits, the step's) */
+    size_t cap_vfirst;
     int32_t *d_seq, *d_n, *d_tok; /* [max_seqs], [max_seqs], [cap_dtok]: a draft step's batch */
     size_t cap_dtok;
     eng_seq **d_who;    /* [max_seqs] */

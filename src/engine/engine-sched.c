@@ -119,10 +119,13 @@ static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_f
     bool go = true;
     /* A context whose request ends early keeps what its KV holds, without logits
      * (they would not be those of its last token; the normal end set them), unless
-     * last_pending kept them for it (s->lp_ok). */
-    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR) &&
-        !(s->lp_ok && s->kv >= 0 && pkv_kv_seq_len(e->c, s->kv) == s->n_tok - 1))
-        pkv_context_set_logits(r->p.context, NULL);
+     * last_pending kept them for it (s->lp_ok), or nothing has run (a first round's
+     * step: the context's own). */
+    if (r->p.context && r->started && (fin == PKV_FINISH_CANCELLED || fin == PKV_FINISH_ERROR)) {
+        int64_t len = s->kv >= 0 ? pkv_kv_seq_len(e->c, s->kv) : -1;
+        if (!(s->lp_ok && len == s->n_tok - 1) && !(s->dfirst && len == s->n_tok))
+            pkv_context_set_logits(r->p.context, NULL);
+    }
     if (r->p.on_event) go = r->p.on_event(&ev, r->p.user);
     if (fin != PKV_FINISH_NONE) {
         seq_release(e, s);
@@ -648,8 +651,12 @@ static int ctx_start(pkv_engine *e, eng_seq *s, int64_t reserve, bool alone) {
     r->n_base = (int32_t)base;
     r->started = true;
     e->prompt_tokens += (uint64_t)r->p.n_prompt;
-    /* nothing to compute: the first token comes from the context's own logits */
-    if (r->p.n_prompt == 0) {
+    /* nothing to compute: the first token comes from the context's own logits, by
+     * the first round of a draft (first_rounds) or sampled now */
+    if (r->p.n_prompt == 0 && (e->dm || e->dngram) && !s->nodraft && !r->p.prefill_only && !r->p.context_shift &&
+        r->max_tokens >= 2 && base >= 1) {
+        s->dfirst = true;
+    } else if (r->p.n_prompt == 0) {
         if (sample_round(e, s, pkv_context_logits(ctx)) < 0) return -1;
         final_pending(e, s, pkv_context_logits(ctx));
     }
@@ -954,11 +961,12 @@ static int form_batch(pkv_engine *e) {
         for (int i = 0; i < e->n_reqs; i++)
             for (int j = 0; j < e->reqs[i]->n; j++) {
                 eng_seq *s = &e->reqs[i]->seqs[j];
-                if (s->st != SEQ_RUNNING || s->step_n) continue;
+                if (s->st != SEQ_RUNNING || s->step_n || (s->dfirst && !s->n_prop)) continue;
                 int32_t left = s->n_tok - s->n_kv;
-                if ((pass == 0) != (left == 1) || budget <= 0 || nb >= e->p.max_seqs) continue;
-                if (left == 1) { /* a decode token and the draft's proposals after it */
-                    s->n_prop = (int32_t)PKV_MIN((int64_t)s->n_prop, budget - 1);
+                const bool dec = left == 1 || s->dfirst;
+                if ((pass == 0) != dec || budget <= 0 || nb >= e->p.max_seqs) continue;
+                if (dec) { /* a decode token and the draft's proposals after it (a first round's: alone) */
+                    s->n_prop = (int32_t)PKV_MIN((int64_t)s->n_prop, budget - left);
                     left += s->n_prop;
                 }
                 int32_t n = (int32_t)PKV_MIN((int64_t)left, budget);
@@ -979,7 +987,7 @@ static int pack_batch(pkv_engine *e, int nb) {
         e->batch[k] = s;
         e->b_kv[k] = s->kv;
         e->b_n[k] = s->step_n;
-        e->b_nl[k] = 1 + s->n_prop; /* logits of the decode token and of each proposal */
+        e->b_nl[k] = !s->dfirst + s->n_prop; /* logits of the decode token and of each proposal */
         s->h_row = (int32_t)t;
         s->h_pos = s->n_kv;
         memcpy(e->b_tok + t, s->tok + s->n_kv, (size_t)s->step_n * sizeof *e->b_tok);
@@ -1246,19 +1254,29 @@ static bool draft_forward(pkv_engine *e, int n, bool publish) {
     return true;
 }
 
-/* The model's hidden state at position p - 1 (p >= 1), from which an MTP head's
- * row p is made: a row of this step, or one the request's context kept; NULL:
- * not at hand. */
-static const float *mtp_hidden(const pkv_engine *e, const eng_seq *s, int32_t p) {
-    if (p - 1 >= s->h_pos) return e->hid + (size_t)(s->h_row + p - 1 - s->h_pos) * (size_t)e->m->hp.n_embd;
-    return s->r->p.context ? pkv_context_hidden(s->r->p.context, p - 1) : NULL;
+/* The model's final hidden state at position p of s: a row of this step, or one
+ * the request's context kept; NULL: not at hand. */
+static const float *seq_hidden(const pkv_engine *e, const eng_seq *s, int32_t p) {
+    if (s->h_row >= 0 && p >= s->h_pos) return e->hid + (size_t)(s->h_row + p - s->h_pos) * (size_t)e->m->hp.n_embd;
+    return s->r->p.context ? pkv_context_hidden(s->r->p.context, p) : NULL;
 }
+
+/* The model's hidden state at position p - 1 (p >= 1), from which an MTP head's
+ * row p is made. */
+static const float *mtp_hidden(const pkv_engine *e, const eng_seq *s, int32_t p) { return seq_hidden(e, s, p - 1); }
+
+/* Does a draft round skip s? A first round (first_rounds) takes only the
+ * sequences whose first round has proposed nothing yet; a round after a step
+ * takes the others. */
+static bool round_skips(const eng_seq *s, bool first) { return first ? !s->dfirst || s->n_prop > 0 : s->dfirst; }
 
 /* After a step: the draft takes in what its sequences committed (from the rows
  * the step computed), then proposes up to K tokens for each sequence that decodes
  * next: the draft's most likely token, fed back K - 1 times. Batches of at most
- * max_seqs sequences. */
-static void draft_round(pkv_engine *e) {
+ * max_seqs sequences. first: the first rounds of requests on contexts, before the
+ * step (the hidden states are the contexts' kept ones): the draft catches up with
+ * every token and proposes after the last. */
+static void draft_round(pkv_engine *e, bool first) {
     const size_t E = (size_t)e->m->hp.n_embd, V = (size_t)e->n_vocab;
     int ri = 0, rj = 0; /* where the search for sequences goes on */
     for (;;) {
@@ -1268,9 +1286,10 @@ static void draft_round(pkv_engine *e) {
             eng_req *r = e->reqs[ri];
             for (; rj < r->n && n < e->p.max_seqs; rj++) {
                 eng_seq *s = &r->seqs[rj];
-                if (s->st != SEQ_RUNNING || s->dkv < 0 || s->h_row < 0) continue;
+                if (s->st != SEQ_RUNNING || round_skips(s, first) || s->dkv < 0 || (!first && s->h_row < 0)) continue;
                 int32_t end = PKV_MIN(s->n_kv + 1, s->n_tok);
                 s->n_prop = 0;
+                if (first && s->n_dtrue >= end) s->n_dtrue = end - 1; /* its last token's logits are needed */
                 if (s->n_dkv > s->n_dtrue) { /* the last proposals' rows */
                     if (pkv_kv_truncate(e->dc, s->dkv, s->n_dtrue)) {
                         draft_off(e, s);
@@ -1319,7 +1338,7 @@ static void draft_round(pkv_engine *e) {
             t += (size_t)e->d_n[k];
             s->n_dtrue = s->n_dkv = s->n_dtrue + e->d_n[k];
             int32_t room = s->r->max_tokens - s->n_gen - 1;
-            if (s->n_dtrue != s->n_tok || s->n_kv != s->n_tok - 1 || room < 1 || s->fin_wait != PKV_FINISH_NONE)
+            if (s->n_dtrue != s->n_tok || s->n_kv != s->n_tok - !s->dfirst || room < 1 || s->fin_wait != PKV_FINISH_NONE)
                 continue; /* (a context request's held end: its last token only goes in) */
             int32_t d = propose(e, s, 0, e->dlogits + (size_t)k * V);
             if (d < 0) continue;
@@ -1357,13 +1376,25 @@ static void draft_round(pkv_engine *e) {
     }
 }
 
+/* The sequence a first round reads in the model's cache: a fork of s's without
+ * its last token, which the round takes as if it were pending (*seq; false: no
+ * fork, s sits the round out). */
+static bool first_fork(pkv_engine *e, const eng_seq *s, int32_t *seq) {
+    if (pkv_kv_fork(e->c, s->kv, seq)) return false;
+    if (!pkv_kv_truncate(e->c, *seq, s->n_kv - 1)) return true;
+    pkv_kv_seq_free(e->c, *seq);
+    return false;
+}
+
 /* Gemma 4's assistant (no cache of its own): each sequence whose next step decodes
  * one pending token proposes up to K tokens after it, every query at the position
  * after the sequence's cached tokens, reading the model's own pages: first fed the
  * pending token and the model's hidden state of its last cached token (a row of the
- * step just done), then each proposal and the assistant's own next hidden state.
- * Batches of at most max_seqs sequences, one token each. */
-static void assistant_round(pkv_engine *e) {
+ * step just done, or one its context kept), then each proposal and the assistant's
+ * own next hidden state. first (first_rounds): the context's last token is taken
+ * as pending, read through a fork without it (freed after the round). Batches of
+ * at most max_seqs sequences, one token each. */
+static void assistant_round(pkv_engine *e, bool first) {
     const size_t E = (size_t)e->m->hp.n_embd, V = (size_t)e->n_vocab;
     int ri = 0, rj = 0;
     for (;;) {
@@ -1372,20 +1403,24 @@ static void assistant_round(pkv_engine *e) {
             eng_req *r = e->reqs[ri];
             for (; rj < r->n && n < e->p.max_seqs; rj++) {
                 eng_seq *s = &r->seqs[rj];
+                if (round_skips(s, first)) continue;
                 s->n_prop = 0;
+                const int32_t c = s->n_kv - s->dfirst; /* the cached tokens it reads */
                 /* (a request of n > 1 samples forks after its prompt's plain step: its first
                  * sample proposes nothing before) */
-                if (s->st != SEQ_RUNNING || s->nodraft || s->h_row < 0 || s->n_kv != s->n_tok - 1 || s->n_kv < 1 ||
-                    s->n_kv - 1 < s->h_pos || r->max_tokens - s->n_gen - 1 < 1 || (r->n > 1 && !r->forked) ||
+                if (s->st != SEQ_RUNNING || s->nodraft || (!first && s->h_row < 0) || s->n_kv != s->n_tok - !s->dfirst ||
+                    c < 1 || !seq_hidden(e, s, c - 1) || r->max_tokens - s->n_gen - 1 < 1 || (r->n > 1 && !r->forked) ||
                     s->fin_wait != PKV_FINISH_NONE)
                     continue;
+                e->d_seq[n] = s->kv;
+                if (first && !first_fork(e, s, &e->d_seq[n])) continue;
                 int32_t last;
-                if (pkv_kv_seq_tokens(e->c, s->kv, s->n_kv - 1, 1, NULL, &last)) {
+                if (pkv_kv_seq_tokens(e->c, e->d_seq[n], c - 1, 1, NULL, &last)) {
+                    if (first) pkv_kv_seq_free(e->c, e->d_seq[n]);
                     draft_off(e, s);
                     continue;
                 }
                 e->d_who[n] = s;
-                e->d_seq[n] = s->kv;
                 e->d_n[n] = 1;
                 e->d_pos[n] = last + 1;
                 n++;
@@ -1396,14 +1431,18 @@ static void assistant_round(pkv_engine *e) {
         void *dt = e->d_tok;
         if (pkv_grow(&dt, &e->cap_dtok, (size_t)n, sizeof(int32_t)) || grow_rows(&e->dh_in, &e->cap_hid_d, (size_t)n, E) ||
             grow_rows(&e->dh_out, &e->cap_hid_o, (size_t)n, E)) {
-            for (int k = 0; k < n; k++) draft_off(e, e->d_who[k]);
+            for (int k = 0; k < n; k++) {
+                if (first) pkv_kv_seq_free(e->c, e->d_seq[k]);
+                draft_off(e, e->d_who[k]);
+            }
             continue;
         }
         e->d_tok = dt;
         for (int k = 0; k < n; k++) {
             eng_seq *s = e->d_who[k];
-            e->d_tok[k] = s->tok[s->n_kv];
-            memcpy(e->dh_in + (size_t)k * E, e->hid + (size_t)(s->h_row + s->n_kv - 1 - s->h_pos) * E, E * sizeof(float));
+            const int32_t c = s->n_kv - s->dfirst;
+            e->d_tok[k] = s->tok[c];
+            memcpy(e->dh_in + (size_t)k * E, seq_hidden(e, s, c - 1), E * sizeof(float));
         }
         for (int i = 0; n > 0 && i < e->K; i++) {
             pkv_status st = draft_step(e, e->c, n, true, true, true);
@@ -1416,12 +1455,16 @@ static void assistant_round(pkv_engine *e) {
             for (int k = 0; k < n; k++) {
                 eng_seq *s = e->d_who[k];
                 int32_t d = propose(e, s, i, e->dlogits + (size_t)k * V);
-                if (d < 0) continue;
-                s->prop[i] = s->tok[s->n_tok + i] = d;
-                s->n_prop = i + 1;
-                if (s->r->max_tokens - s->n_gen - 1 <= i + 1) continue;
+                if (d >= 0) {
+                    s->prop[i] = s->tok[s->n_tok + i] = d;
+                    s->n_prop = i + 1;
+                }
+                if (d < 0 || s->r->max_tokens - s->n_gen - 1 <= i + 1) {
+                    if (first) pkv_kv_seq_free(e->c, e->d_seq[k]);
+                    continue;
+                }
                 e->d_who[w] = s;
-                e->d_seq[w] = s->kv;
+                e->d_seq[w] = e->d_seq[k];
                 e->d_pos[w] = e->d_pos[k];
                 e->d_tok[w] = s->prop[i];
                 memcpy(e->dh_in + (size_t)w * E, e->dh_out + (size_t)k * E, E * sizeof(float));
@@ -1429,16 +1472,18 @@ static void assistant_round(pkv_engine *e) {
             }
             n = w;
         }
+        for (int k = 0; first && k < n; k++) pkv_kv_seq_free(e->c, e->d_seq[k]);
     }
 }
 
-/* A shared-KV draft's fork of s: the pages its K proposal steps need (the
- * copy-on-write copy of the shared last page included) fit in what the pool has
- * left (*avail, less them on success), and the fork exists (d_seq[n]). Else s sits
- * this round out (draft_skipped): drafting never takes pages a request needs. */
-static bool shared_fork(pkv_engine *e, eng_seq *s, int32_t steps, int64_t *avail, int n) {
-    int64_t need = pages_for(e, (int64_t)s->n_kv + steps) - s->n_kv / e->ps;
-    if (need > *avail || pkv_kv_fork(e->c, s->kv, &e->d_seq[n])) {
+/* A shared-KV draft's fork of s (of its first c tokens: a first round's leaves the
+ * last out): the pages its K proposal steps need (the copy-on-write copy of the
+ * shared last page included) fit in what the pool has left (*avail, less them on
+ * success), and the fork exists (d_seq[n]). Else s sits this round out
+ * (draft_skipped): drafting never takes pages a request needs. */
+static bool shared_fork(pkv_engine *e, eng_seq *s, int32_t c, int32_t steps, int64_t *avail, int n) {
+    int64_t need = pages_for(e, (int64_t)c + steps) - c / e->ps;
+    if (need > *avail || (c == s->n_kv ? pkv_kv_fork(e->c, s->kv, &e->d_seq[n]) : !first_fork(e, s, &e->d_seq[n]))) {
         e->d_skipped++;
         return false;
     }
@@ -1451,8 +1496,9 @@ static bool shared_fork(pkv_engine *e, eng_seq *s, int32_t steps, int64_t *avail
  * drafts on a fork of its sequence in the model's cache (copy-on-write: the
  * draft's K/V go to copied pages, never into the sequence's), fed the pending
  * token, then each proposal in turn; the forks are freed after the round, before
- * the step that verifies. Batches of at most max_seqs sequences, one token each. */
-static void shared_round(pkv_engine *e) {
+ * the step that verifies. first (first_rounds): the fork leaves the context's last
+ * token out and is fed it. Batches of at most max_seqs sequences, one token each. */
+static void shared_round(pkv_engine *e, bool first) {
     const size_t V = (size_t)e->n_vocab;
     int ri = 0, rj = 0;
     for (;;) {
@@ -1462,11 +1508,12 @@ static void shared_round(pkv_engine *e) {
             eng_req *r = e->reqs[ri];
             for (; rj < r->n && n < e->p.max_seqs; rj++) {
                 eng_seq *s = &r->seqs[rj];
-                int32_t room = r->max_tokens - s->n_gen - 1;
+                int32_t room = r->max_tokens - s->n_gen - 1, c = s->n_kv - s->dfirst;
+                if (round_skips(s, first)) continue;
                 s->n_prop = 0;
-                if (s->st != SEQ_RUNNING || s->nodraft || s->h_row < 0 || s->n_kv != s->n_tok - 1 || room < 1 ||
-                    (r->n > 1 && !r->forked) || s->fin_wait != PKV_FINISH_NONE ||
-                    !shared_fork(e, s, PKV_MIN(e->K, room), &avail, n))
+                if (s->st != SEQ_RUNNING || s->nodraft || (!first && s->h_row < 0) || s->n_kv != s->n_tok - !s->dfirst ||
+                    room < 1 || c < 1 || (r->n > 1 && !r->forked) || s->fin_wait != PKV_FINISH_NONE ||
+                    !shared_fork(e, s, c, PKV_MIN(e->K, room), &avail, n))
                     continue;
                 e->d_who[n] = s;
                 e->d_n[n] = 1;
@@ -1482,7 +1529,7 @@ static void shared_round(pkv_engine *e) {
             continue;
         }
         e->d_tok = dt;
-        for (int k = 0; k < n; k++) e->d_tok[k] = e->d_who[k]->tok[e->d_who[k]->n_kv];
+        for (int k = 0; k < n; k++) e->d_tok[k] = e->d_who[k]->tok[e->d_who[k]->n_kv - e->d_who[k]->dfirst];
         for (int i = 0; n > 0 && i < e->K; i++) {
             pkv_status st = draft_step(e, e->c, n, false, false, false);
             if (st == PKV_ERR_OUT_OF_PAGES) { /* another pool (a window's) ran short: the proposals so far stand */
@@ -1549,19 +1596,21 @@ static int ngram_lookup(const pkv_engine *e, const eng_seq *s, int k, int32_t *o
 }
 
 /* N-gram drafts (pkv_engine_params.draft_ngram): every sequence whose next step
- * decodes one pending token proposes what prompt lookup finds (ngram_lookup),
+ * decodes one pending token (first: whose first round drafts, first_rounds)
+ * proposes what prompt lookup finds (ngram_lookup),
  * bounded by its max_tokens and by its context (the last proposal's position
  * stays below n_ctx, so no context shift falls inside a verification). Under
  * PKV_DRAFT_ACCEPT_SAMPLING a proposal's q is one-hot: it is kept with the
  * model's probability of it, else the residual is p without it. */
-static void ngram_round(pkv_engine *e) {
+static void ngram_round(pkv_engine *e, bool first) {
     const size_t V = (size_t)e->n_vocab;
     for (int ri = 0; ri < e->n_reqs; ri++) {
         eng_req *r = e->reqs[ri];
         for (int rj = 0; rj < r->n; rj++) {
             eng_seq *s = &r->seqs[rj];
+            if (round_skips(s, first)) continue;
             s->n_prop = 0;
-            if (s->st != SEQ_RUNNING || s->nodraft || s->n_kv != s->n_tok - 1 || (r->n > 1 && !r->forked) ||
+            if (s->st != SEQ_RUNNING || s->nodraft || s->n_kv != s->n_tok - !s->dfirst || (r->n > 1 && !r->forked) ||
                 s->fin_wait != PKV_FINISH_NONE)
                 continue;
             int64_t lim = e->n_ctx;
@@ -1589,6 +1638,57 @@ static void ngram_round(pkv_engine *e) {
     }
 }
 
+/* A draft round of the engine's kind of draft (first: see first_rounds). */
+static void draft_rounds(pkv_engine *e, bool first) {
+    if (e->dc) draft_round(e, first);
+    else if (e->dasst) assistant_round(e, first);
+    else if (e->dshared) shared_round(e, first);
+    else if (e->dngram) ngram_round(e, first);
+}
+
+/* The first rounds of requests on contexts that start from the context's logits
+ * (eng_seq.dfirst), before the step: as llama.cpp's first round drafts from the
+ * prompt's last token, the draft proposes as if the context's last token were
+ * pending, and the step runs the proposals alone (verify_first). A sequence
+ * whose round proposes nothing samples its first token from the logits now. */
+static void first_rounds(pkv_engine *e) {
+    bool any = false;
+    for (int i = 0; i < e->n_reqs; i++)
+        for (int j = 0; j < e->reqs[i]->n; j++) {
+            eng_seq *s = &e->reqs[i]->seqs[j];
+            s->h_row = -1; /* no step rows yet (a sequence admitted now has none set) */
+            any |= s->st == SEQ_RUNNING && s->dfirst && !s->n_prop;
+        }
+    if (!any) return;
+    draft_rounds(e, true);
+    for (int i = 0; i < e->n_reqs; i++)
+        for (int j = 0; j < e->reqs[i]->n; j++) {
+            eng_seq *s = &e->reqs[i]->seqs[j];
+            if (s->st != SEQ_RUNNING || !s->dfirst || s->n_prop) continue;
+            s->dfirst = false;
+            const float *lg = pkv_context_logits(s->r->p.context);
+            if (sample_round(e, s, lg) >= 0) final_pending(e, s, lg);
+        }
+}
+
+/* The step ran the first round's proposals of q alone (their rows lg, from
+ * position a): verified as if the context's last token were pending, whose row is
+ * the context's logits. */
+static void verify_first(pkv_engine *e, eng_seq *q, const float *lg, int32_t a) {
+    const size_t V = (size_t)e->n_vocab;
+    const float *l0 = pkv_context_logits(q->r->p.context);
+    pkv_status st = l0 ? grow_rows(&e->vfirst, &e->cap_vfirst, (size_t)q->n_prop + 1, V)
+                       : pkv_err(PKV_ERR_INVALID, "engine: the context lost its logits before its first round");
+    q->dfirst = false;
+    if (st) {
+        req_fail(e, q->r, st);
+        return;
+    }
+    memcpy(e->vfirst, l0, V * sizeof *l0);
+    memcpy(e->vfirst + V, lg, (size_t)q->n_prop * V * sizeof *lg);
+    verify(e, q, e->vfirst, a - 1);
+}
+
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     double t0 = pkv_time_now();
     *did_work = false;
@@ -1603,6 +1703,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
     }
     sweep(e);
     if (admit(e)) *did_work = true;
+    first_rounds(e);
     int nb = form_batch(e);
     pkv_status s = PKV_OK;
     bool hid = false; /* the step made hidden rows (e->hid) */
@@ -1696,7 +1797,8 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                 }
                 e->computed += (uint64_t)q->step_n;
                 q->step_n = 0;
-                if (e->b_nl[i] > 1) verify(e, q, e->logits + row * (size_t)e->n_vocab, a); /* samples its tokens */
+                if (q->dfirst) verify_first(e, q, e->logits + row * (size_t)e->n_vocab, a);
+                else if (e->b_nl[i] > 1) verify(e, q, e->logits + row * (size_t)e->n_vocab, a); /* samples its tokens */
                 row += (size_t)e->b_nl[i];
                 if (q->st != SEQ_RUNNING) continue;
                 /* The step wrote its K/V: its full pages can serve prefix matches from
@@ -1711,6 +1813,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
             for (int i = 0; i < nb; i++, row += (size_t)e->b_nl[i - 1]) {
                 eng_seq *q = e->batch[i];
                 eng_req *r = q->r;
+                /* (verified: a first round's too, whose n_kv is then below n_tok) */
                 if (e->b_nl[i] > 1 || q->n_kv != q->n_tok || r->n_final == r->n) continue;
                 const float *lg = e->logits + row * (size_t)e->n_vocab;
                 if (r->p.embed) {
@@ -1733,10 +1836,7 @@ pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work) {
                     final_pending(e, q, lg);
                 }
             }
-            if (e->dc) draft_round(e);
-            else if (e->dasst) assistant_round(e);
-            else if (e->dshared) shared_round(e);
-            else if (e->dngram) ngram_round(e);
+            draft_rounds(e, false);
         }
     }
     for (int i = 0; i < e->n_reqs; i++)

@@ -214,6 +214,7 @@ void pkv_engine_free(pkv_engine *e) {
     pkv_free(e->dh_out);
     pkv_free(e->dlogits);
     pkv_free(e->vp);
+    pkv_free(e->vfirst);
     pkv_grammar_vocab_free(e->gvocab);
     pkv_free(e->d_pos);
     pkv_free(e->d_seq);

@@ -4,7 +4,8 @@
  * target's cache (pkv_engine_params.use_cache) with the draft, of any kind, and
  * the speculative-sampling rule; pkv_spec_generate is one request on the target
  * context, stepped on the calling thread until its final event: no prompt (the
- * first token comes from the context's logits), the caller's sampler, and
+ * engine's first round drafts from the context's last token and verifies the
+ * first proposal against the context's logits), the caller's sampler, and
  * last_pending, so the context ends as pkv_generate leaves one. The engine's
  * draft follows the context by itself: an own-cache draft keeps its pages of the
  * tokens it has seen in its prefix index and decodes the rest. */
@@ -73,8 +74,10 @@ pkv_spec *pkv_spec_create(pkv_context *target, pkv_model *draft, pkv_spec_params
         pkv_err(PKV_ERR_MISMATCH, "spec: the MTP head's width %d differs from the target's %d", di.n_embd, ti.n_embd);
         return NULL;
     }
-    /* an MTP head takes in the target's hidden state of every token: kept from the prompt on */
-    if (di.mtp && pkv_context_keep_hidden(target)) return NULL;
+    /* an MTP head takes in the target's hidden state of every token, and the first
+     * round of Gemma 4's assistant the state of the token before the context's last
+     * (engine-sched.c, first_rounds): kept from the prompt on */
+    if ((di.mtp || di.assistant) && pkv_context_keep_hidden(target)) return NULL;
     pkv_spec *s = pkv_calloc(1, sizeof *s);
     if (!s) {
         pkv_err(PKV_ERR_NOMEM, "spec: out of memory");

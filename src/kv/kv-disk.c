@@ -474,12 +474,11 @@ pkv_status pkv_kv_disk_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     const char *dir = p->disk_dir;
     if (!*dir) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is empty");
     if (strlen(dir) > 4000) return pkv_err(PKV_ERR_INVALID, "KV disk tier: the directory name is too long");
-    for (int il = 0; il < c->layout.n_layers; il++) {
-        const kv_layer *L = &c->layout.layers[il];
-        if (L->chunk > 0)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "KV disk tier (%s): layer %d is a chunked-attention layer; the disk tier "
-                           "works for caches of full-attention, sliding-window and recurrent layers (not implemented: "
-                           "chunked layers)", dir, il);
+    {
+        char what[4096 + 32];
+        snprintf(what, sizeof what, "KV disk tier (%s)", dir);
+        pkv_status us = pkv_kv_pimg_supported(c, what);
+        if (us) return us;
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pkv_err(PKV_ERR_IO, "KV disk tier: cannot create the directory %s: %s", dir, strerror(errno));

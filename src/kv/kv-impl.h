@@ -430,6 +430,7 @@ typedef struct kv_pimg {
     size_t tmp_bytes; /* one page of the largest array: the scratch of encode and install */
 } kv_pimg;
 /* The image geometry of cache c; what names the tier in the message. */
+pkv_status pkv_kv_pimg_supported(const pkv_kv_cache *c, const char *what);
 pkv_status pkv_kv_pimg_init(kv_pimg *g, const pkv_kv_cache *c, const char *what);
 void pkv_kv_pimg_release(kv_pimg *g);
 /* What page id's image will carry: the window pool's page beside it (win, -1 =

@@ -42,6 +42,17 @@
 static uint32_t get32(const uint8_t *p) { return kv_get32(&p); }
 static uint64_t get64(const uint8_t *p) { return kv_get64(&p); }
 
+/* Whether a tier (what: "KV disk tier (DIR)", "KV remote tier") can store c's
+ * pages: every kind of layer but chunked attention. */
+pkv_status pkv_kv_pimg_supported(const pkv_kv_cache *c, const char *what) {
+    for (int il = 0; il < c->layout.n_layers; il++)
+        if (c->layout.layers[il].chunk > 0)
+            return pkv_err(PKV_ERR_UNSUPPORTED, "%s: layer %d is a chunked-attention layer; the tier works for caches "
+                           "of full-attention, sliding-window and recurrent layers (not implemented: chunked layers)",
+                           what, il);
+    return PKV_OK;
+}
+
 /* A layer's K or V section of pool's image part: a layer the pool does not hold
  * has none (a recurrent layer's state is the image's state section). */
 static size_t sect_bytes(const pkv_kv_cache *pool, int il, int v) {

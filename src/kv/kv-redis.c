@@ -514,13 +514,8 @@ static void remote_free(kv_remote *r) {
 
 pkv_status pkv_kv_remote_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     if (!p->remote_url) return PKV_OK;
-    for (int il = 0; il < c->layout.n_layers; il++) {
-        const kv_layer *L = &c->layout.layers[il];
-        if (L->chunk > 0)
-            return pkv_err(PKV_ERR_UNSUPPORTED, "KV remote tier: layer %d is a chunked-attention layer; the remote tier "
-                           "works for caches of full-attention, sliding-window and recurrent layers (not implemented: "
-                           "chunked layers)", il);
-    }
+    pkv_status us = pkv_kv_pimg_supported(c, "KV remote tier");
+    if (us) return us;
     if (p->remote_queue_pages < 0 || p->remote_timeout_ms < 0)
         return pkv_err(PKV_ERR_INVALID, "KV remote tier: a queue of %d pages, a timeout of %d ms", p->remote_queue_pages,
                        p->remote_timeout_ms);

@@ -121,6 +121,7 @@ const pkv_cpu_dots pkv_cpu_dots_avx2 = {
     .q8_0 = a_q8_0,
     .q4_0 = a_q4_0,
     .sup = QB_SUP_TABLE,
+    .q4_kr = a_q4_kr,
     .mxfp4 = a_mxfp4,
     .more = QB_MORE_TABLE,
     .slow = QB_MORE_SLOW,

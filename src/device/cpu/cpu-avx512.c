@@ -136,6 +136,7 @@ const pkv_cpu_dots pkv_cpu_dots_vnni = {
     .q8_0 = v_q8_0,
     .q4_0 = v_q4_0,
     .sup = QB_SUP_TABLE,
+    .q4_kr = v_q4_kr,
     .mxfp4 = v_mxfp4,
     .more = QB_MORE_TABLE,
     .slow = QB_MORE_SLOW,

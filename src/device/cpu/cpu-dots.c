@@ -140,6 +140,23 @@ static void scale_min(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
+void pkv_cpu_repack_q4_k(const uint8_t *w, size_t rb, int64_t nb, pkv_q4kr *dst) {
+    for (int64_t b = 0; b < nb; b++, dst++)
+        for (int i = 0; i < PKV_Q4KR_ROWS; i++) {
+            const uint8_t *blk = w + (size_t)i * rb + (size_t)b * 144;
+            dst->d[i] = rd_f16(blk);
+            dst->dmin[i] = rd_f16(blk + 2);
+            for (int k = 0; k < 8; k++) {
+                int sc, m;
+                scale_min(k, blk + 4, &sc, &m);
+                dst->sc[k][i] = (uint8_t)sc;
+                dst->m[k][i] = (uint8_t)m;
+            }
+            for (int g = 0; g < 4; g++)
+                for (int c = 0; c < 8; c++) memcpy(&dst->qs[g][c][4 * i], blk + 16 + 32 * g + 4 * c, 4);
+        }
+}
+
 /* q4_k / q5_k: sub-block j (32 elements) lines up with activation block j:
  * sum over it of (d*sc*q - dmin*m) * x = dx * (d*sc*sum(q*qx) - dmin*m*sum(qx)). */
 static float g_kmin(const uint8_t *w, const pkv_q8a *x, int64_t nb, bool five) {

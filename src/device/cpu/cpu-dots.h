@@ -62,6 +62,29 @@ typedef void (*pkv_sdot_fn)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int6
 /* Lay nsb super-blocks (8 * nsb pkv_q8a blocks) out as pkv_q8s. */
 void pkv_cpu_q8s(const pkv_q8a *x, pkv_q8s *s, int64_t nsb);
 
+/* q4_k weights repacked (pkv_cpu_repack_q4_k): PKV_Q4KR_ROWS consecutive weight
+ * rows interleaved per super-block, with the 6-bit scales and mins unpacked to
+ * bytes, so that a dot reads 8 rows' quants as one vector per 4 elements (lane i
+ * = row i) and nothing is unpacked but the nibbles. One super-block of 8 rows:
+ * 1216 bytes against 8 * 144 in the file. */
+#define PKV_Q4KR_ROWS 8
+typedef struct pkv_q4kr {
+    float d[8], dmin[8];       /* row i's d and dmin (the f16 values, widened exactly) */
+    uint8_t sc[8][8], m[8][8]; /* [sub-block k][row i]: the 6-bit scale and min */
+    uint8_t qs[4][8][32];      /* [g][c][4i + j] = row i's qs[32g + 4c + j] (sub-blocks 2g, 2g + 1) */
+} pkv_q4kr;
+
+/* Lay out the rows of one group (rows 8 at a time from w, rb bytes apart, nb
+ * super-blocks each) as nb pkv_q4kr. */
+void pkv_cpu_repack_q4_k(const uint8_t *w, size_t rb, int64_t nb, pkv_q4kr *dst);
+
+/* The 8 rows of a pkv_q4kr group (nb super-blocks) against nx (1..PKV_QDOT_NX)
+ * pkv_q8s rows at x + r*xs: out[8r + i] = row i's dot with x row r. A (weight
+ * row, activation row) pair gets exactly the operations of the sup[PKV_TYPE_Q4_K]
+ * dot on the plain layout (the same integer sums, the same float operations in
+ * the same order, lane for lane), so the two layouts give bit-identical results. */
+typedef void (*pkv_rdot_fn)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out);
+
 /* The types of pkv_cpu_dots.more, as a bit mask (bit t for type t). */
 #define PKV_QDOT_BIT(t) (1ull << (t))
 #define PKV_QDOT_MORE_TYPES                                                                                     \
@@ -100,6 +123,8 @@ typedef struct pkv_cpu_dots {
      * set they replace the pkv_q8a dot for every batch size (so results stay
      * batch-invariant). */
     pkv_sdot_fn sup[PKV_TYPE_COUNT];
+    /* q4_k on the repacked layout (pkv_q4kr); NULL: this path keeps the plain one. */
+    pkv_rdot_fn q4_kr;
     /* The types with an integer form (quant.h, pkv_qblock: q4_1 .. tq2_0),
      * indexed by type; NULL (avx512 table): use the AVX2 one. */
     pkv_qdot_fn more[PKV_TYPE_COUNT];

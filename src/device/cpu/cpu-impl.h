@@ -5,9 +5,15 @@
 
 #include "device/device-impl.h"
 
+#include <pthread.h>
+
+struct pkv_cpu_repack;
+
 typedef struct pkv_cpu_ctx {
     char name[64];
     pkv_pool *pool; /* n_threads workers, including the caller */
+    pthread_mutex_t repack_lock;
+    struct pkv_cpu_repack *repacked; /* weights with a repacked copy (cpu-repack.c) */
 } pkv_cpu_ctx;
 
 /* A CPU buffer handle is the start of its host memory (uint8_t *). Only code in
@@ -25,6 +31,21 @@ const char *pkv_cpu_path_name(void);
 const char *const *pkv_cpu_paths(int *n);
 /* True when this CPU (and kernel) can run the path named (one of those). */
 bool pkv_cpu_path_available(const char *name);
+
+/* Repacked weights (cpu-repack.c): the q4_k weights of wrapped (mapped,
+ * read-only) buffers get a copy in the pkv_q4kr layout on the first matmul that
+ * uses them, kept until the buffer is freed; PKV_CPU_REPACK=0 turns it off.
+ * pkv_cpu_repack_get gives the groups of weight w (rows x cols), or NULL where
+ * the weight keeps the plain layout (and records why, for
+ * pkv_cpu_repack_layout). */
+struct pkv_q4kr;
+const struct pkv_q4kr *pkv_cpu_repack_get(pkv_cpu_ctx *c, pkv_tref w, pkv_type t, int64_t rows, int64_t cols);
+/* Forget the copies of weights in [host, host + size) (a wrapped buffer freed). */
+void pkv_cpu_repack_drop(pkv_cpu_ctx *c, const void *host, size_t size);
+void pkv_cpu_repack_free_all(pkv_cpu_ctx *c);
+/* Which layout the matmuls with weights of type t used so far, as text: "plain"
+ * or "repacked8: N weights (B bytes)[, plain: M weights (reason)]". */
+void pkv_cpu_repack_layout(pkv_cpu_ctx *c, pkv_type t, char *buf, size_t size);
 
 /* The CPU transfer table, reused by the faulty device. */
 extern const pkv_backend_ops pkv_cpu_backend_ops;

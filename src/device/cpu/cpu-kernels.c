@@ -107,7 +107,7 @@ static void avx512_init(void) {
     TAKE(f32x); TAKE(f16x); TAKE(bf16x); TAKE(f32t); TAKE(f16t); TAKE(bf16t); TAKE(f16row); TAKE(f32f16row); TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8a); TAKE(scan);
     if (__builtin_cpu_supports("avx512vnni")) {
         x = &pkv_cpu_dots_vnni;
-        TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z);
+        TAKE(q8_0); TAKE(q4_0); TAKE(mxfp4); TAKE(q8_0z); TAKE(q8z); TAKE(q4_kr);
         for (int t = 0; t < PKV_TYPE_COUNT; t++) {
             TAKE(more[t]);
             TAKE(sup[t]);
@@ -226,6 +226,8 @@ static pkv_weight_speed weight_speed(void *ctx, pkv_type t) {
     return (int)t < 64 && (d->slow >> t & 1) ? PKV_WEIGHT_SLOW : PKV_WEIGHT_FAST;
 }
 
+static void weight_layout(void *ctx, pkv_type t, char *buf, size_t size) { pkv_cpu_repack_layout(ctx, t, buf, size); }
+
 #define TRY(x)                                                                             \
     do {                                                                                   \
         pkv_status _s = (x);                                                               \
@@ -266,8 +268,44 @@ typedef struct {
     const pkv_q8z *xz;             /* [n][(cols/32 + 1)/2], q8_0 with q8_0z */
     const pkv_q8s *xs;             /* [n][cols/256], k-quants with q4_ks/q5_ks/q6_ks */
     const pkv_amx_xb *xa;          /* [ceil(n/16)][cols/32], q8_0 and q4_k on the amx path */
+    const pkv_q4kr *wr;            /* q4_k repacked: [rows/8][cols/256] (cpu-repack.c) */
     float *y;                      /* f32 [n][rows] */
 } mm_job;
+
+/* q4_k on the repacked layout: whole groups of 8 weight rows per task, the rows
+ * past the last whole group (the last task's) on the plain layout. Otherwise
+ * as the plain quantized loop below: a chunk of weight rows stays in cache
+ * while each group of PKV_QDOT_NX activation rows meets all of it. */
+static void mm_repacked(const mm_job *j, int ti, int n_tasks) {
+    int64_t g0, g1;
+    range((j->rows + PKV_Q4KR_ROWS - 1) / PKV_Q4KR_ROWS, ti, n_tasks, &g0, &g1);
+    const int64_t wb = j->cols / 256, full = j->rows / PKV_Q4KR_ROWS, chunk = MM_QCHUNK / PKV_Q4KR_ROWS;
+    const pkv_sdot_fn sd = sdot(j->dots, j->wt);
+    float out[PKV_Q4KR_ROWS * PKV_QDOT_NX];
+    for (int64_t x0 = 0; x0 < j->n; x0 += j->xblock) {
+        const int64_t x1 = PKV_MIN(j->n, x0 + j->xblock);
+        for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
+            const int64_t c1 = PKV_MIN(g1, c0 + chunk);
+            for (int64_t i = x0; i < x1; i += PKV_QDOT_NX) {
+                const int nx = (int)PKV_MIN(PKV_QDOT_NX, x1 - i);
+                const pkv_q8s *xi = j->xs + i * wb;
+                for (int64_t g = c0; g < c1; g++) {
+                    if (g < full) {
+                        j->dots->q4_kr(j->wr + g * wb, xi, wb, wb, nx, out);
+                        for (int k = 0; k < nx; k++)
+                            memcpy(j->y + (i + k) * j->rows + g * PKV_Q4KR_ROWS, out + PKV_Q4KR_ROWS * k,
+                                   PKV_Q4KR_ROWS * sizeof *out);
+                        continue;
+                    }
+                    for (int64_t r = g * PKV_Q4KR_ROWS; r < j->rows; r++) {
+                        sd(j->w + (size_t)r * j->rb, xi, wb, wb, nx, out);
+                        for (int k = 0; k < nx; k++) j->y[(i + k) * j->rows + r] = out[k];
+                    }
+                }
+            }
+        }
+    }
+}
 
 static void mm_task(int ti, int n_tasks, void *arg) {
     const mm_job *j = arg;
@@ -276,6 +314,10 @@ static void mm_task(int ti, int n_tasks, void *arg) {
         range((j->rows + 15) / 16, ti, n_tasks, &r0, &r1);
         pkv_amx_rows(j->wt, j->w, j->rb, r0 * 16, PKV_MIN(j->rows, r1 * 16), j->cols / 32, j->xq, j->xa, j->n, j->y,
                      j->rows);
+        return;
+    }
+    if (j->wr) {
+        mm_repacked(j, ti, n_tasks);
         return;
     }
     range(j->rows, ti, n_tasks, &r0, &r1);
@@ -483,6 +525,7 @@ static pkv_status cpu_matmul(void *ctx, const pkv_k_matmul_args *a) {
             }
             pkv_cpu_q8s(xq, xs, a->n * (nb / 8));
             j.xs = xs;
+            if (j.dots->q4_kr) j.wr = pkv_cpu_repack_get(c, a->w, a->wtype, a->rows, a->cols);
         }
     }
     pkv_pool_run(c->pool, n_tasks, mm_task, &j);
@@ -1660,6 +1703,7 @@ static pkv_status cpu_attention(void *ctx, const pkv_k_attention_args *a) {
 const pkv_kernel_ops pkv_cpu_kernel_ops = {
     .supports_type = supports_type,
     .weight_speed = weight_speed,
+    .weight_layout = weight_layout,
     PKV_KERNELS(SLOT)
 };
 #undef SLOT

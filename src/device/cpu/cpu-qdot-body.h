@@ -6,6 +6,7 @@
  *                    u unsigned bytes (<= 128 in the products used here), x signed
  *   QB_NAME(n)       the name of the exported function for type n
  *   QB_VNNI          1 for the VNNI build (accumulation order, see below)
+ *   QB_NXMAX           the activation rows of q4_kr's largest group (registers)
  *   QB_NXMAX         8 or 4: the most activation rows one pass over a weight row
  *                    serves (both builds use 8: measured faster than 4 on AVX2
  *                    too, despite its 16 ymm registers)
@@ -163,6 +164,76 @@ QB_AI void QB_NAME(kmins_body)(const uint8_t *w, const pkv_q8s *x, int64_t xs, i
     for (int r = 0; r < NX; r++) out[r] = QB_NAME(hsum)(acc[r]) - QB_NAME(hsum)(cor[r]);
 }
 
+/* ---- q4_k on the repacked layout (cpu-dots.h, pkv_q4kr): lane i = weight row
+ * i of the group. Per sub-block k and activation row, the exact int32 sums of
+ * the 8 rows come from 8 byte dots of 4 elements each (the activation's 4 bytes
+ * broadcast); then, per lane, the float operations kmins_body does in lane k:
+ *     acc = fma(d*sc * dx, float(sum), acc),  cor = fma(dmin*m, dx*sum(qx), cor)
+ * and at the end hsum's order over k: ((0+4)+(2+6)) + ((1+5)+(3+7)). So each
+ * (weight row, activation row) pair gets the same result as on the plain layout. */
+
+/* s += the byte dots of q (row i's 4 bytes in lane i) with the 4 bytes at xq,
+ * broadcast. AVX2: int16 pair sums; 8 of them (one per 4-byte chunk of a
+ * sub-block) are at most 8 * 2 * 15 * 127 = 30480, and are widened at the end
+ * (QB_RDOT_END). */
+QB_AI __m256i QB_NAME(bcast4)(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+#if QB_VNNI
+#define QB_RDOT(s, q, xq) _mm256_dpbusd_epi32(s, q, QB_NAME(bcast4)(xq))
+#define QB_RDOT_END(s) (s)
+#else
+#define QB_RDOT(s, q, xq) _mm256_add_epi16(s, _mm256_maddubs_epi16(q, QB_NAME(bcast4)(xq)))
+#define QB_RDOT_END(s) _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+#endif
+
+/* hsum's order, lane by lane over the eight vectors v[k] */
+QB_AI __m256 QB_NAME(rsum8)(const __m256 *v) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6])),
+                         _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7])));
+}
+
+QB_AI void QB_NAME(q4_kr_body)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, int64_t nb, const int NX, float *out) {
+    __m256 acc[QB_NXMAX][8], cor[QB_NXMAX][8];
+    for (int r = 0; r < NX; r++)
+        for (int k = 0; k < 8; k++) acc[r][k] = cor[r][k] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++, w++) {
+        const __m256 dv = _mm256_loadu_ps(w->d), dmv = _mm256_loadu_ps(w->dmin);
+        for (int k = 0; k < 8; k++) {
+            __m256i s[QB_NXMAX];
+            for (int r = 0; r < NX; r++) s[r] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) { /* one chunk of the 8 rows against every activation row */
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)w->qs[k / 2][c]);
+                const __m256i q = _mm256_and_si256(k & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                for (int r = 0; r < NX; r++) s[r] = QB_RDOT(s[r], q, (x + r * xs + b)->qs + 32 * k + 4 * c);
+            }
+            const __m256 dsc = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w->sc[k]))));
+            const __m256 dmm = _mm256_mul_ps(dmv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w->m[k]))));
+            for (int r = 0; r < NX; r++) {
+                const pkv_q8s *xb = x + r * xs + b;
+                const __m256 sum = _mm256_cvtepi32_ps(QB_RDOT_END(s[r]));
+                acc[r][k] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_set1_ps(xb->d[k])), sum, acc[r][k]);
+                cor[r][k] = _mm256_fmadd_ps(dmm, _mm256_set1_ps(xb->ds[k]), cor[r][k]);
+            }
+        }
+    }
+    for (int r = 0; r < NX; r++)
+        _mm256_storeu_ps(out + 8 * r, _mm256_sub_ps(QB_NAME(rsum8)(acc[r]), QB_NAME(rsum8)(cor[r])));
+}
+
+/* Activation rows in groups of QB_NXMAX, then 4, 2 and 1 (the group size does
+ * not change a pair's operations). */
+QB_T void QB_NAME(q4_kr)(const pkv_q4kr *w, const pkv_q8s *x, int64_t xs, int64_t nb, int nx, float *out) {
+    int r = 0;
+    for (; r + QB_NXMAX <= nx; r += QB_NXMAX) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, QB_NXMAX, out + 8 * r);
+    for (; r + 4 <= nx; r += 4) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 4, out + 8 * r);
+    for (; r + 2 <= nx; r += 2) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 2, out + 8 * r);
+    for (; r < nx; r++) QB_NAME(q4_kr_body)(w, x + r * xs, xs, nb, 1, out + 8 * r);
+}
+
 /* The types with 16 scales per super-block (one per 16 elements: q6_k, q3_k,
  * q2_k). The byte dots' lanes 0-3 cover a sub-block's first 16 elements and
  * lanes 4-7 its second, so two hadd levels keep both halves' sums apart; they
@@ -316,6 +387,8 @@ QB_T void QB_NAME(q2_ks)(const uint8_t *w, const pkv_q8s *x, int64_t xs, int64_t
     {[PKV_TYPE_Q2_K] = QB_NAME(q2_ks), [PKV_TYPE_Q3_K] = QB_NAME(q3_ks), [PKV_TYPE_Q4_K] = QB_NAME(q4_ks),   \
      [PKV_TYPE_Q5_K] = QB_NAME(q5_ks), [PKV_TYPE_Q6_K] = QB_NAME(q6_ks)}
 #undef QB_SGROUPS
+#undef QB_RDOT
+#undef QB_RDOT_END
 #undef QB_SQS
 
 QB_T void QB_NAME(q8_0)(const uint8_t *w, const pkv_q8a *x, int64_t xs, int64_t nb, int nx, float *out) {

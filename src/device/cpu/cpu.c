@@ -62,6 +62,8 @@ static void copy_big(pkv_cpu_ctx *c, uint8_t *dst, const uint8_t *src, size_t n)
 static void cpu_destroy(void *ctx) {
     pkv_cpu_ctx *c = ctx;
     pkv_pool_free(c->pool);
+    pkv_cpu_repack_free_all(c);
+    pthread_mutex_destroy(&c->repack_lock);
     pkv_free(c);
 }
 
@@ -79,6 +81,8 @@ static pkv_status cpu_buffer_wrap(void *ctx, const void *host, size_t size, void
     *handle = (void *)(uintptr_t)host; /* kernels only read weights; the dispatcher refuses writes */
     return PKV_OK;
 }
+
+static void cpu_buffer_unwrap(void *ctx, void *handle, size_t size) { pkv_cpu_repack_drop(ctx, handle, size); }
 
 static void cpu_buffer_free(void *ctx, void *handle) {
     (void)ctx;
@@ -138,6 +142,7 @@ const pkv_backend_ops pkv_cpu_backend_ops = {
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_free = cpu_buffer_free,
     .buffer_wrap = cpu_buffer_wrap,
+    .buffer_unwrap = cpu_buffer_unwrap,
     .write = cpu_write,
     .read = cpu_read,
     .fill = cpu_fill,
@@ -159,6 +164,7 @@ pkv_status pkv_cpu_backend_create(const char *name, pkv_device_params params, co
         pkv_free(c);
         return pkv_err_prefix(PKV_ERR_NOMEM, "opening %s", name);
     }
+    pthread_mutex_init(&c->repack_lock, NULL);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     memset(caps, 0, sizeof *caps);
     snprintf(caps->name, sizeof caps->name, "%s", name);
