@@ -42,8 +42,8 @@
 pkv_status pkv_kv_remote_open(pkv_kv_cache *c, const pkv_kv_params *p) {
     (void)c;
     if (!p->remote_url) return PKV_OK;
-    return pkv_err(PKV_ERR_UNSUPPORTED, "KV remote tier %s: this build of pagekv has no Redis client (install "
-                   "libhiredis-dev and rebuild)", p->remote_url);
+    return pkv_err(PKV_ERR_UNSUPPORTED, "KV remote tier: this build of pagekv has no Redis client (install "
+                   "libhiredis-dev and rebuild)"); /* (the URL is not shown: it may hold a password) */
 }
 void pkv_kv_remote_close(pkv_kv_cache *c) { (void)c; }
 void pkv_kv_remote_put(pkv_kv_cache *c, int32_t id) {
