@@ -182,7 +182,10 @@ static pkv_status follow_one(pkv_engine *e, bool *stop) {
     for (int i = 0; i < h.n_cancel && !s; i++) {
         uint64_t id;
         memcpy(&id, rd + sizeof id * (size_t)i, sizeof id);
-        pkv_engine_cancel(e, id); /* NOT_FOUND: it finished here as on rank 0 */
+        if (ENG_STOP_SAMPLE(id) >= 0) /* a sample rank 0's callback stopped */
+            pkv_engine_end_sample(e, ENG_STOP_ID(id), ENG_STOP_SAMPLE(id));
+        else
+            pkv_engine_cancel(e, id); /* NOT_FOUND: it finished here as on rank 0 */
     }
     pkv_free(buf);
     if (s) return s;

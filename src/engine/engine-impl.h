@@ -45,6 +45,8 @@ typedef struct eng_seq {
     int32_t n_gen;
     pkv_sampler *smp; /* seed + sample, or the request's own sampler; NULL before the sample starts */
     int32_t step_n;   /* tokens in the current step's batch (0: not in it) */
+    bool dist_stop;   /* leading over MPI ranks: its callback said stop; every rank ends it at the
+                         next step's start (pkv_engine_end_sample), its events are not delivered */
     /* Speculative decoding (engine-sched.c, "draft"). The draft holds a row per
      * committed token up to n_dtrue (an MTP head's row p is made from token p and
      * the target's hidden state at p - 1, so n_dtrue <= n_kv + 1), then the rows of
@@ -208,6 +210,13 @@ struct pkv_engine {
 };
 
 enum { ENG_DIST_NONE = 0, ENG_DIST_LEAD, ENG_DIST_FOLLOW };
+/* An entry of the step message's cancel list that ends one sample of a request
+ * (its callback said stop on rank 0), not the whole request (a plain id). */
+#define ENG_SAMPLE_STOP(id, sample) ((uint64_t)(id) | ((uint64_t)(sample) + 1) << 48)
+#define ENG_STOP_ID(v) ((v) & ((UINT64_C(1) << 48) - 1))
+#define ENG_STOP_SAMPLE(v) ((int)((v) >> 48) - 1) /* -1: the whole request */
+/* End sample `sample` of request id now (a final STOP event), if it is still running. */
+void pkv_engine_end_sample(pkv_engine *e, uint64_t id, int sample);
 
 /* engine-sched.c */
 pkv_status pkv_engine_step_locked_out(pkv_engine *e, bool *did_work); /* one step; mu not held */

@@ -126,7 +126,7 @@ static bool emit(pkv_engine *e, eng_seq *s, int32_t tok, const float *row, pkv_f
         if (!(s->lp_ok && len == s->n_tok - 1) && !(s->dfirst && len == s->n_tok))
             pkv_context_set_logits(r->p.context, NULL);
     }
-    if (r->p.on_event) go = r->p.on_event(&ev, r->p.user);
+    if (r->p.on_event && !s->dist_stop) go = r->p.on_event(&ev, r->p.user);
     if (fin != PKV_FINISH_NONE) {
         seq_release(e, s);
         r->n_final++;
@@ -201,13 +201,26 @@ static pkv_status drain_lead(pkv_engine *e, eng_req *head) {
     pthread_mutex_unlock(&e->mu);
     pkv_status s = pkv_engine_dist_send(head, cancel, n_cancel);
     for (int k = 0; k < n_cancel; k++)
-        for (int i = 0; i < e->n_reqs; i++)
-            if (e->reqs[i]->id == cancel[k]) {
-                e->reqs[i]->cancel = true;
-                atomic_store(&e->reqs[i]->stop_grammar, true);
-            }
+        if (ENG_STOP_SAMPLE(cancel[k]) >= 0)
+            pkv_engine_end_sample(e, ENG_STOP_ID(cancel[k]), ENG_STOP_SAMPLE(cancel[k]));
+        else
+            for (int i = 0; i < e->n_reqs; i++)
+                if (e->reqs[i]->id == cancel[k]) {
+                    e->reqs[i]->cancel = true;
+                    atomic_store(&e->reqs[i]->stop_grammar, true);
+                }
     pkv_free(cancel);
     return s;
+}
+
+void pkv_engine_end_sample(pkv_engine *e, uint64_t id, int sample) {
+    for (int i = 0; i < e->n_reqs; i++) {
+        eng_req *r = e->reqs[i];
+        if (r->id != id || sample < 0 || sample >= r->p.n || r->seqs[sample].st == SEQ_DONE || !r->seqs[sample].r)
+            continue;
+        r->seqs[sample].dist_stop = false; /* the final event is delivered */
+        emit(e, &r->seqs[sample], -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
+    }
 }
 
 /* Take submitted requests (in priority order into reqs) and cancellations. */
@@ -1055,7 +1068,15 @@ static int32_t take_token(pkv_engine *e, eng_seq *s, int32_t tok, const float *r
         return tok;
     }
     bool go = emit(e, s, tok, row, fin, stop, PKV_OK, NULL);
-    if (fin == PKV_FINISH_NONE && !go) {
+    if (fin == PKV_FINISH_NONE && !go && e->dist == ENG_DIST_LEAD) {
+        /* the other ranks have no callback: the sample ends on every rank at the next
+         * step's start (without memory for the list it runs on, undelivered) */
+        s->dist_stop = true;
+        pthread_mutex_lock(&e->mu); /* the list is also the cancels of the server's threads */
+        if (pkv_engine_dist_log_cancel(e, ENG_SAMPLE_STOP(r->id, s->sample)))
+            PKV_WARN("engine: %s", pkv_errmsg());
+        pthread_mutex_unlock(&e->mu);
+    } else if (fin == PKV_FINISH_NONE && !go) {
         if (r->p.context) defer_final(e, s, -1, NULL, PKV_FINISH_STOP, false);
         else emit(e, s, -1, NULL, PKV_FINISH_STOP, false, PKV_OK, NULL);
     }
