@@ -30,11 +30,13 @@ test: build
 
 # The unit, KV and server tests under AddressSanitizer and UndefinedBehaviorSanitizer
 # (without the Vulkan validation layer, which make test already runs: it would
-# only slow the sanitized Vulkan KV test down).
+# only slow the sanitized Vulkan KV test down), and without the MPI tests (label
+# dist): LeakSanitizer reports Open MPI's own allocations at each rank's exit
+# (about 120 KB in 3,400 objects, in libmpi and its plugins), which fail the ranks.
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPKV_SANITIZE=address,undefined -DPKV_TEST_VALIDATE=OFF $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|kv|server'
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|kv|server' -LE dist
 
 # The header, both libraries, the CLI, pkg-config and CMake files, and the Python
 # package next to the library (docs/python.md). PREFIX defaults to CMake's (/usr/local).

@@ -89,8 +89,8 @@ int main(void) {
     CHECK_INT(cached, 0);
     CHECK(cold[0] != 0);
     long long written = -1;
-    /* the writes are asynchronous: wait until the count has held still for 0.3 s */
-    for (int i = 0, still = 0; i < 200 && still < 6; i++) {
+    /* the writes are asynchronous: wait until the count has held still for 1 s */
+    for (int i = 0, still = 0; i < 600 && still < 20; i++) {
         long long w = metric("pagekv_kv_disk_written_pages_total");
         still = (w > 0 && w == written) ? still + 1 : 0;
         written = w;

@@ -51,7 +51,9 @@ static const char *ask(int port, const char *body, long long *cached) {
 /* Wait until A's published page count has held still for 0.3 s; the count. */
 static long long settle(int port) {
     long long w = -1;
-    for (int i = 0, still = 0; i < 200 && still < 6; i++) {
+    /* asynchronous writes: the count must hold still for 1 s (a sanitizer build's
+     * writer can pause longer than a few polls) */
+    for (int i = 0, still = 0; i < 600 && still < 20; i++) {
         long long x = metric(port, "pagekv_kv_remote_written_pages_total");
         still = (x > 0 && x == w) ? still + 1 : 0;
         w = x;
